@@ -1,0 +1,293 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+//! TCP plumbing for the rendezvous and the host transport: an owning descriptor, deadlines, and
+//! send/recv/connect/accept that never block past their deadline. POSIX only.
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "weightsync/detail/format.hpp"
+#include "weightsync/error.hpp"
+
+namespace weightsync::detail {
+
+using Clock = std::chrono::steady_clock;
+
+//! A point in time after which a wait gives up.
+struct Deadline {
+  Clock::time_point at;
+
+  static Deadline after(std::chrono::milliseconds d) { return {Clock::now() + d}; }
+  bool expired() const { return Clock::now() >= at; }
+  //! Milliseconds left, clamped to [0, INT_MAX], for poll().
+  int poll_ms() const {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(at - Clock::now());
+    if (left.count() <= 0) return 0;
+    return static_cast<int>(std::min<std::int64_t>(left.count() + 1, 1 << 30));
+  }
+};
+
+inline std::string errno_string(int err) { return cat(std::strerror(err), " (errno ", err, ")"); }
+
+//! Owning file descriptor. Move-only; -1 is the empty state.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) noexcept : fd_(fd) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  Fd& operator=(Fd&& o) noexcept {
+    Fd tmp(std::move(o));
+    std::swap(fd_, tmp.fd_);
+    return *this;
+  }
+  ~Fd() { reset(); }
+
+  int get() const noexcept { return fd_; }
+  explicit operator bool() const noexcept { return fd_ >= 0; }
+  int release() noexcept { return std::exchange(fd_, -1); }
+  void reset() noexcept {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+  //! Half-closes both directions so a peer blocked on us wakes up at once; keeps the descriptor.
+  void shutdown() noexcept {
+    if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+inline void set_nonblocking(int fd) {
+  const int flags = ::fcntl(fd, F_GETFL, 0);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0)
+    throw system_error("fcntl(O_NONBLOCK): " + errno_string(errno), errno);
+}
+
+inline void set_socket_options(int fd) {
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+}
+
+struct AddrInfoDeleter {
+  void operator()(addrinfo* p) const noexcept { ::freeaddrinfo(p); }
+};
+
+inline std::unique_ptr<addrinfo, AddrInfoDeleter> resolve(const std::string& host, int port,
+                                                          bool passive) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = passive ? AI_PASSIVE : 0;
+  addrinfo* res = nullptr;
+  const std::string service = std::to_string(port);
+  const int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &res);
+  if (rc != 0)
+    throw config_error("master_address", cat("cannot resolve '", host, "': ", ::gai_strerror(rc)));
+  return std::unique_ptr<addrinfo, AddrInfoDeleter>(res);
+}
+
+//! Listens on host:port (port 0: any free port). EADDRINUSE is a config_error naming the port.
+inline Fd listen_tcp(const std::string& host, int port, int backlog = 128) {
+  auto res = resolve(host, port, true);
+  int last_err = 0;
+  for (addrinfo* ai = res.get(); ai; ai = ai->ai_next) {
+    Fd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
+    if (!fd) {
+      last_err = errno;
+      continue;
+    }
+    // No SO_REUSEADDR: a port held by a live listener must fail loudly, not be shared.
+    if (::bind(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0 || ::listen(fd.get(), backlog) != 0) {
+      last_err = errno;
+      continue;
+    }
+    set_nonblocking(fd.get());
+    return fd;
+  }
+  if (last_err == EADDRINUSE)
+    throw config_error("master_port",
+                       cat(host, ":", port, " is already in use (", errno_string(last_err), ")"));
+  throw system_error(cat("cannot listen on ", host, ":", port, ": ", errno_string(last_err)),
+                     last_err);
+}
+
+//! The port a bound socket listens on.
+inline int local_port(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0)
+    throw system_error("getsockname: " + errno_string(errno), errno);
+  if (ss.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+  return ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
+}
+
+//! The local address a connected socket uses (how peers can reach this host).
+inline std::string local_address(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0)
+    throw system_error("getsockname: " + errno_string(errno), errno);
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (ss.ss_family == AF_INET)
+    ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&ss)->sin_addr, buf, sizeof buf);
+  else
+    ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr, buf, sizeof buf);
+  return buf;
+}
+
+//! Connects to host:port, retrying refused connections until `deadline` (the listener may not
+//! be up yet). @throws timeout_error naming `phase` and `peer`.
+inline Fd connect_tcp(const std::string& host, int port, Deadline deadline, const std::string& phase,
+                      int peer) {
+  std::string last = "no attempt";
+  auto backoff = std::chrono::milliseconds(5);
+  while (true) {
+    auto res = resolve(host, port, false);
+    for (addrinfo* ai = res.get(); ai; ai = ai->ai_next) {
+      Fd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
+      if (!fd) {
+        last = errno_string(errno);
+        continue;
+      }
+      set_nonblocking(fd.get());
+      int rc = ::connect(fd.get(), ai->ai_addr, ai->ai_addrlen);
+      if (rc != 0 && errno == EINPROGRESS) {
+        pollfd p{fd.get(), POLLOUT, 0};
+        rc = ::poll(&p, 1, deadline.poll_ms());
+        if (rc == 1) {
+          int err = 0;
+          socklen_t len = sizeof err;
+          ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+          rc = err == 0 ? 0 : -1;
+          errno = err;
+        } else {
+          rc = -1;
+          errno = ETIMEDOUT;
+        }
+      }
+      if (rc == 0) {
+        set_socket_options(fd.get());
+        return fd;
+      }
+      last = errno_string(errno);
+    }
+    if (deadline.expired())
+      throw timeout_error(phase, peer,
+                          cat("could not connect to ", host, ":", port, " (last error: ", last, ")"));
+    std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(
+        backoff, std::chrono::milliseconds(std::max(1, deadline.poll_ms()))));
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(200));
+  }
+}
+
+//! Accepts one connection or returns an empty Fd when `deadline` passes first.
+inline Fd accept_tcp(int listen_fd, Deadline deadline) {
+  while (true) {
+    pollfd p{listen_fd, POLLIN, 0};
+    const int rc = ::poll(&p, 1, deadline.poll_ms());
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc <= 0) return Fd{};
+    Fd fd(::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+    if (fd) {
+      set_socket_options(fd.get());
+      return fd;
+    }
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
+      throw system_error("accept: " + errno_string(errno), errno);
+    if (deadline.expired()) return Fd{};
+  }
+}
+
+//! Sends all `n` bytes before `deadline`. @throws peer_error on a closed/reset connection,
+//! timeout_error when the peer stops reading.
+inline void send_all(int fd, const void* data, std::size_t n, Deadline deadline,
+                     const std::string& phase, int peer) {
+  auto* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
+    if (k > 0) {
+      p += k;
+      n -= static_cast<std::size_t>(k);
+      continue;
+    }
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd pf{fd, POLLOUT, 0};
+      const int rc = ::poll(&pf, 1, deadline.poll_ms());
+      if (rc == 0 || (rc < 0 && errno != EINTR && deadline.expired()))
+        throw timeout_error(phase, peer, cat("rank ", peer, " stopped reading (", n,
+                                             " bytes still to send)"));
+      if (deadline.expired() && !(pf.revents & POLLOUT))
+        throw timeout_error(phase, peer, cat("rank ", peer, " stopped reading"));
+      continue;
+    }
+    throw peer_error(peer, cat(phase, ": connection to rank ", peer, " lost while sending: ",
+                               errno_string(errno)));
+  }
+}
+
+//! Receives exactly `n` bytes before `deadline`. @throws peer_error on EOF or reset,
+//! timeout_error when nothing arrives in time.
+inline void recv_all(int fd, void* data, std::size_t n, Deadline deadline, const std::string& phase,
+                     int peer) {
+  auto* p = static_cast<char*>(data);
+  while (n > 0) {
+    const ssize_t k = ::recv(fd, p, n, 0);
+    if (k > 0) {
+      p += k;
+      n -= static_cast<std::size_t>(k);
+      continue;
+    }
+    if (k == 0)
+      throw peer_error(peer, cat(phase, ": rank ", peer, " closed the connection (", n,
+                                 " bytes still expected; did it exit or abort?)"));
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      pollfd pf{fd, POLLIN, 0};
+      const int rc = ::poll(&pf, 1, deadline.poll_ms());
+      if (rc == 0)
+        throw timeout_error(phase, peer,
+                            cat("nothing from rank ", peer, " before the deadline (", n,
+                                " bytes still expected)"));
+      continue;
+    }
+    throw peer_error(peer, cat(phase, ": connection to rank ", peer, " lost while receiving: ",
+                               errno_string(errno)));
+  }
+}
+
+//! True when the connection has been closed or reset by the peer; never consumes data.
+inline bool peer_closed(int fd) {
+  pollfd pf{fd, POLLIN, 0};
+  if (::poll(&pf, 1, 0) <= 0) return false;
+  if (pf.revents & (POLLERR | POLLHUP)) return true;
+  char c;
+  const ssize_t k = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+}  // namespace weightsync::detail

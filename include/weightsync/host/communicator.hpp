@@ -1,0 +1,202 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+//! @file
+//! HostCommunicator: a Communicator over TCP for machines without a GPU. Ranks form a ring
+//! (rank r sends to r+1); a broadcast from any root flows down the chain root, root+1, ...,
+//! root-1, each rank forwarding pieces as they arrive, so the root sends one copy whatever the
+//! number of receivers. Every broadcast carries a small header (sequence number, root, size): a
+//! desynchronised peer is a protocol_error at once instead of a hang. Every send and receive has a
+//! progress deadline; a peer that dies makes its neighbours fail with peer_error, which cascades
+//! down the ring as they close their own connections.
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "weightsync/concepts.hpp"
+#include "weightsync/detail/format.hpp"
+#include "weightsync/detail/socket.hpp"
+#include "weightsync/detail/wire.hpp"
+#include "weightsync/error.hpp"
+#include "weightsync/host/device_policy.hpp"
+#include "weightsync/host/rendezvous.hpp"
+
+namespace weightsync {
+
+class HostCommunicator {
+ public:
+  using stream_type = HostStream;
+  using device_policy = HostPolicy;
+
+  HostCommunicator() = default;
+  HostCommunicator(HostCommunicator&&) noexcept = default;
+  HostCommunicator& operator=(HostCommunicator&&) noexcept = default;
+  ~HostCommunicator() = default;
+
+  //! Rendezvous, then link the ring. `op_timeout` bounds every later wait for progress.
+  //! @throws timeout_error, protocol_error, peer_error, config_error (see rendezvous()).
+  static HostCommunicator connect(const RendezvousOptions& o,
+                                  std::chrono::milliseconds op_timeout = std::chrono::seconds(60)) {
+    o.validate();
+    const auto deadline = detail::Deadline::after(o.timeout);
+    HostCommunicator c;
+    c.rank_ = o.rank;
+    c.size_ = o.world_size;
+    c.timeout_ = op_timeout;
+    if (o.world_size == 1) return c;
+    const bool v6 = o.address.find(':') != std::string::npos;
+    detail::Fd listener = detail::listen_tcp(v6 ? "::" : "0.0.0.0", 0);
+    const int data_port = detail::local_port(listener.get());
+    auto rv = rendezvous(o, std::to_string(data_port));
+    c.control_ = std::move(rv.control);
+    c.session_ = rv.session;
+
+    const int succ = (c.rank_ + 1) % c.size_;
+    const int pred = (c.rank_ + c.size_ - 1) % c.size_;
+    int succ_port = 0;
+    try {
+      succ_port = std::stoi(rv.blobs[static_cast<std::size_t>(succ)]);
+    } catch (...) {
+      throw protocol_error(succ, "rank " + std::to_string(succ) + " sent an unusable data port");
+    }
+    c.succ_ = detail::connect_tcp(rv.addresses[static_cast<std::size_t>(succ)], succ_port, deadline,
+                                  "link", succ);
+    detail::Writer w;
+    w.u64(c.session_);
+    w.i32(c.rank_);
+    const auto link = detail::Writer::message(detail::MsgType::link, w.bytes());
+    detail::send_all(c.succ_.get(), link.data(), link.size(), deadline, "link", succ);
+    // Accept our predecessor; anything else that connects to the data port is dropped.
+    while (!c.pred_) {
+      detail::Fd fd = detail::accept_tcp(listener.get(), deadline);
+      if (!fd)
+        throw timeout_error("link", pred, detail::cat("rank ", pred, " did not connect to rank ",
+                                                      c.rank_, "'s data port in time"));
+      try {
+        char buf[detail::kMsgHeaderBytes + 12];
+        detail::recv_all(fd.get(), buf, sizeof buf,
+                         detail::Deadline{std::min(deadline.at, detail::Deadline::after(o.hello_timeout).at)},
+                         "link", pred);
+        const auto h = detail::parse_header(buf);
+        detail::Reader r(std::string_view(buf + detail::kMsgHeaderBytes, 12), pred, "link");
+        const auto session = r.u64();
+        const int from = r.i32();
+        if (h.magic != detail::kWireMagic || h.type != static_cast<std::uint16_t>(detail::MsgType::link) ||
+            session != c.session_ || from != pred) {
+          log(LogLevel::warning, detail::cat("link: rank ", c.rank_,
+                                             " dropped a connection that is not rank ", pred));
+          continue;
+        }
+        c.pred_ = std::move(fd);
+      } catch (const error& e) {
+        log(LogLevel::warning, detail::cat("link: rank ", c.rank_, " dropped a connection: ", e.what()));
+      }
+    }
+    return c;
+  }
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+  std::chrono::milliseconds timeout() const noexcept { return timeout_; }
+  void set_timeout(std::chrono::milliseconds t) noexcept { timeout_ = t; }
+  bool aborted() const noexcept { return aborted_; }
+
+  //! Copies `bytes` bytes at `buf` on `root` to `buf` on every rank. Synchronous.
+  //! @throws peer_error when a neighbour is gone, timeout_error when no progress is made within
+  //!   timeout(), protocol_error when the peers disagree on the operation (size, root, order).
+  void broadcast(void* buf, std::size_t bytes, int root, HostStream = {}) {
+    if (aborted_) throw state_error("host communicator was aborted: " + abort_reason_);
+    if (root < 0 || root >= size_)
+      throw config_error("root", detail::cat("must be in 0..", size_ - 1, ", got ", root));
+    const std::uint64_t seq = seq_++;
+    if (size_ == 1) return;
+    try {
+      run_broadcast(static_cast<char*>(buf), bytes, root, seq);
+    } catch (...) {
+      // A failed collective leaves the ring in an unknown state: fail fast on every rank.
+      abort("broadcast failed");
+      throw;
+    }
+  }
+
+  //! Throws if a peer is known to be gone or aborted. Non-blocking.
+  void check() {
+    if (aborted_) throw state_error("host communicator was aborted: " + abort_reason_);
+    control_.check();
+  }
+
+  //! Closes every connection so that each neighbour fails at once; later calls throw state_error.
+  void abort(const std::string& reason) noexcept {
+    if (aborted_) return;
+    aborted_ = true;
+    abort_reason_ = reason;
+    control_.abort(reason);
+    succ_.shutdown();
+    pred_.shutdown();
+    succ_.reset();
+    pred_.reset();
+  }
+
+ private:
+  static constexpr std::size_t kPiece = std::size_t{1} << 20;
+  static constexpr std::size_t kHeaderBytes = 24;
+
+  void run_broadcast(char* buf, std::size_t bytes, int root, std::uint64_t seq) {
+    const int pos = (rank_ - root + size_) % size_;
+    const bool forward = pos < size_ - 1;
+    const int succ = (rank_ + 1) % size_;
+    const int pred = (rank_ + size_ - 1) % size_;
+    auto progress = [&] { return detail::Deadline::after(timeout_); };
+    char hdr[kHeaderBytes];
+    if (pos == 0) {
+      detail::Writer w;
+      w.u32(detail::kWireMagic);
+      w.i32(root);
+      w.u64(seq);
+      w.u64(bytes);
+      std::memcpy(hdr, w.bytes().data(), kHeaderBytes);
+      detail::send_all(succ_.get(), hdr, kHeaderBytes, progress(), "broadcast", succ);
+      for (std::size_t off = 0; off < bytes; off += kPiece)
+        detail::send_all(succ_.get(), buf + off, std::min(kPiece, bytes - off), progress(),
+                         "broadcast", succ);
+      return;
+    }
+    detail::recv_all(pred_.get(), hdr, kHeaderBytes, progress(), "broadcast", pred);
+    detail::Reader r(std::string_view(hdr, kHeaderBytes), pred, "broadcast header");
+    const auto magic = r.u32();
+    const int their_root = r.i32();
+    const auto their_seq = r.u64();
+    const auto their_bytes = r.u64();
+    if (magic != detail::kWireMagic || their_root != root || their_seq != seq || their_bytes != bytes)
+      throw protocol_error(pred, detail::cat("broadcast #", seq, " on rank ", rank_, " expects root ",
+                                             root, " and ", bytes, " bytes; the ring carries root ",
+                                             their_root, ", ", their_bytes, " bytes, operation #",
+                                             their_seq, " (the ranks disagree on the operation)"));
+    if (forward) detail::send_all(succ_.get(), hdr, kHeaderBytes, progress(), "broadcast", succ);
+    for (std::size_t off = 0; off < bytes; off += kPiece) {
+      const std::size_t n = std::min(kPiece, bytes - off);
+      detail::recv_all(pred_.get(), buf + off, n, progress(), "broadcast", pred);
+      if (forward) detail::send_all(succ_.get(), buf + off, n, progress(), "broadcast", succ);
+    }
+  }
+
+  int rank_ = 0;
+  int size_ = 1;
+  std::chrono::milliseconds timeout_{60000};
+  std::uint64_t session_ = 0;
+  std::uint64_t seq_ = 0;
+  detail::Fd succ_;
+  detail::Fd pred_;
+  ControlChannel control_;
+  bool aborted_ = false;
+  std::string abort_reason_;
+};
+
+static_assert(Communicator<HostCommunicator>);
+static_assert(MonitoredCommunicator<HostCommunicator>);
+
+}  // namespace weightsync

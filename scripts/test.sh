@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# SPDX-FileCopyrightText: 2026 weightsync contributors
+# SPDX-License-Identifier: Apache-2.0
+# Builds weightsync and runs its tests: installs missing Debian packages, configures, builds, runs
+# every CTest test. GPU tests report "Skipped" with their reason on a machine without a GPU.
+#   bash scripts/test.sh [extra cmake args...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/deps.sh
+ws_install_deps
+build=${WEIGHTSYNC_BUILD_DIR:-build/test}
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"
+cmake --build "$build" -j "$(nproc)"
+ctest --test-dir "$build" --output-on-failure --no-tests=error -j "$(nproc)"

@@ -1,0 +1,210 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+//! Real processes for the multi-process tests. fork() runs a function in a child whose outcome
+//! (the type of the exception it threw, if any, and its message) comes back through a pipe; the
+//! parent enforces a deadline and kills what is left. CPU tests only: CUDA does not survive fork,
+//! so GPU tests re-run their own binary instead (gpu/gpu_process.hpp).
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "weightsync/error.hpp"
+
+namespace ws_test {
+
+//! What a child's function threw, by weightsync error type.
+enum class Outcome { ok, config, protocol, timeout, peer, remote, state, system, other_ws, std_exc,
+                     unknown, killed, hung };
+
+inline const char* outcome_name(Outcome o) {
+  static const char* names[] = {"ok", "config_error", "protocol_error", "timeout_error",
+                                "peer_error", "remote_error", "state_error", "system_error",
+                                "weightsync::error", "std::exception", "unknown", "killed", "hung"};
+  return names[static_cast<int>(o)];
+}
+
+struct Result {
+  Outcome outcome = Outcome::unknown;
+  std::string message;
+  double seconds = 0;  //!< from spawn to exit
+};
+
+inline Outcome classify(std::exception_ptr e, std::string& msg) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const weightsync::config_error& x) {
+    msg = x.what();
+    return Outcome::config;
+  } catch (const weightsync::protocol_error& x) {
+    msg = x.what();
+    return Outcome::protocol;
+  } catch (const weightsync::timeout_error& x) {
+    msg = x.what();
+    return Outcome::timeout;
+  } catch (const weightsync::peer_error& x) {
+    msg = x.what();
+    return Outcome::peer;
+  } catch (const weightsync::remote_error& x) {
+    msg = x.what();
+    return Outcome::remote;
+  } catch (const weightsync::state_error& x) {
+    msg = x.what();
+    return Outcome::state;
+  } catch (const weightsync::system_error& x) {
+    msg = x.what();
+    return Outcome::system;
+  } catch (const weightsync::error& x) {
+    msg = x.what();
+    return Outcome::other_ws;
+  } catch (const std::exception& x) {
+    msg = x.what();
+    return Outcome::std_exc;
+  } catch (...) {
+    msg = "unknown exception";
+    return Outcome::unknown;
+  }
+}
+
+//! A free TCP port on 127.0.0.1 (bound and released; the kernel's ephemeral choice keeps
+//! parallel test runs apart).
+inline int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) throw std::runtime_error("bind");
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+class Processes {
+ public:
+  using Clock = std::chrono::steady_clock;
+  Processes() = default;
+  Processes(const Processes&) = delete;
+  Processes& operator=(const Processes&) = delete;
+  ~Processes() { kill_all(); }
+
+  //! Runs `fn` in a new process; returns its index.
+  std::size_t spawn(std::function<void()> fn) {
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
+    std::fflush(nullptr);
+    const pid_t pid = ::fork();
+    if (pid < 0) throw std::runtime_error("fork");
+    if (pid == 0) {
+      ::close(p[0]);
+      Outcome o = Outcome::ok;
+      std::string msg;
+      try {
+        fn();
+      } catch (...) {
+        o = classify(std::current_exception(), msg);
+      }
+      const std::string out = std::to_string(static_cast<int>(o)) + "\n" + msg;
+      (void)!::write(p[1], out.data(), out.size());
+      ::close(p[1]);
+      std::fflush(nullptr);
+      ::_exit(0);
+    }
+    ::close(p[1]);
+    kids_.push_back({pid, p[0], Clock::now(), {}, false});
+    return kids_.size() - 1;
+  }
+
+  //! Kills child `i` with `sig` (e.g. SIGKILL mid-transfer).
+  void kill(std::size_t i, int sig = SIGKILL) { ::kill(kids_[i].pid, sig); }
+
+  //! Waits for every child until `limit`; children still running then are killed and reported
+  //! as Outcome::hung.
+  std::vector<Result> wait_all(std::chrono::milliseconds limit) {
+    const auto deadline = Clock::now() + limit;
+    std::vector<Result> out(kids_.size());
+    std::size_t left = kids_.size();
+    while (left > 0) {
+      for (std::size_t i = 0; i < kids_.size(); ++i) {
+        auto& k = kids_[i];
+        if (k.done) continue;
+        int status = 0;
+        const pid_t r = ::waitpid(k.pid, &status, WNOHANG);
+        if (r != k.pid) continue;
+        k.done = true;
+        --left;
+        out[i].seconds = std::chrono::duration<double>(Clock::now() - k.start).count();
+        std::string buf;
+        char tmp[4096];
+        ssize_t n;
+        while ((n = ::read(k.fd, tmp, sizeof tmp)) > 0) buf.append(tmp, static_cast<std::size_t>(n));
+        ::close(k.fd);
+        if (WIFSIGNALED(status) || buf.empty()) {
+          out[i].outcome = Outcome::killed;
+          out[i].message = WIFSIGNALED(status) ? "signal " + std::to_string(WTERMSIG(status))
+                                               : "exited without a report";
+        } else {
+          const auto nl = buf.find('\n');
+          out[i].outcome = static_cast<Outcome>(std::stoi(buf.substr(0, nl)));
+          out[i].message = buf.substr(nl + 1);
+        }
+      }
+      if (left == 0) break;
+      if (Clock::now() >= deadline) {
+        for (std::size_t i = 0; i < kids_.size(); ++i) {
+          auto& k = kids_[i];
+          if (k.done) continue;
+          int status = 0;
+          ::kill(k.pid, SIGKILL);
+          ::waitpid(k.pid, &status, 0);
+          ::close(k.fd);
+          k.done = true;
+          out[i].outcome = Outcome::hung;
+          out[i].message = "still running at the test's deadline";
+          out[i].seconds = std::chrono::duration<double>(Clock::now() - k.start).count();
+        }
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return out;
+  }
+
+ private:
+  struct Kid {
+    pid_t pid;
+    int fd;
+    Clock::time_point start;
+    std::string buf;
+    bool done;
+  };
+  void kill_all() noexcept {
+    for (auto& k : kids_)
+      if (!k.done) {
+        ::kill(k.pid, SIGKILL);
+        int st;
+        ::waitpid(k.pid, &st, 0);
+        ::close(k.fd);
+        k.done = true;
+      }
+  }
+  std::vector<Kid> kids_;
+};
+
+}  // namespace ws_test

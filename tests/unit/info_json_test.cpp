@@ -1,0 +1,209 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
+#include <weightsync/info.hpp>
+
+#include <string>
+
+#include "support/catch.hpp"
+
+using namespace weightsync;
+using nlohmann::json;
+
+namespace {
+// Calls f and returns the config_error's field and message; fails if nothing is thrown.
+template <class F>
+std::pair<std::string, std::string> config_failure(F&& f) {
+  try {
+    f();
+  } catch (const config_error& e) {
+    return {e.field(), e.what()};
+  }
+  FAIL("no config_error thrown");
+  return {};
+}
+std::string uid_b64() {
+  std::vector<std::byte> id(128);
+  for (std::size_t i = 0; i < id.size(); ++i) id[i] = std::byte(i * 7 + 3);
+  return detail::base64_encode(id);
+}
+}  // namespace
+
+TEST_CASE("vLLM's init info JSON parses unchanged", "[unit][json]") {
+  // json.dumps(asdict(NCCLWeightTransferInitInfo(master_address="10.0.0.1", master_port=29500,
+  //                                               rank_offset=1, world_size=5)))
+  const auto j = json::parse(R"({"master_address": "10.0.0.1", "master_port": 29500,
+      "rank_offset": 1, "world_size": 5, "nccl_unique_id_b64": null, "packed": false,
+      "packed_buffer_size_bytes": 1073741824, "packed_num_buffers": 2})");
+  const auto info = j.get<NcclInitInfo>();
+  CHECK(info.master_address == "10.0.0.1");
+  CHECK(info.master_port == 29500);
+  CHECK(info.rank_offset == 1);
+  CHECK(info.world_size == 5);
+  CHECK_FALSE(info.nccl_unique_id_b64.has_value());
+  CHECK_FALSE(info.packed);
+  CHECK(info.packed_buffer_size_bytes == (1 << 30));
+  CHECK(info.packed_num_buffers == 2);
+  // worker_init_payload() drops the None values; the older dataclass had only four fields.
+  const auto k = json::parse(R"({"master_address": "10.0.0.1", "master_port": 29500,
+      "rank_offset": 1, "world_size": 5})");
+  CHECK(k.get<NcclInitInfo>() == info);
+}
+
+TEST_CASE("init info round-trips through JSON in both modes", "[unit][json]") {
+  NcclInitInfo tcp;
+  tcp.master_address = "127.0.0.1";
+  tcp.master_port = 12345;
+  tcp.rank_offset = 1;
+  tcp.world_size = 3;
+  tcp.packed = true;
+  tcp.packed_buffer_size_bytes = 64 << 20;
+  tcp.packed_num_buffers = 3;
+  json j = tcp;
+  CHECK(j.get<NcclInitInfo>() == tcp);
+  NcclInitInfo uid;
+  uid.nccl_unique_id_b64 = uid_b64();
+  uid.world_size = 2;
+  json k = uid;
+  CHECK(k["master_address"].is_null());
+  CHECK(k.get<NcclInitInfo>() == uid);
+  CHECK(decode_unique_id_b64(*uid.nccl_unique_id_b64)[5] == std::byte(38));
+}
+
+TEST_CASE("init info errors name the field", "[unit][json]") {
+  const json base = json::parse(
+      R"({"master_address": "h", "master_port": 1, "rank_offset": 1, "world_size": 2})");
+  struct Case {
+    const char* patch;
+    const char* field;
+    const char* text;
+  };
+  const Case cases[] = {
+      {R"({"extra": 1})", "extra", "unknown key"},
+      {R"({"master_port": "29500"})", "master_port", "expected an integer, got string"},
+      {R"({"master_port": 29500.0})", "master_port", "expected an integer, got float"},
+      {R"({"master_port": 0})", "master_port", "must be in 1..65535, got 0"},
+      {R"({"master_port": 65536})", "master_port", "got 65536"},
+      {R"({"world_size": 0})", "world_size", "must be >= 1, got 0"},
+      {R"({"rank_offset": -1})", "rank_offset", "must be >= 0, got -1"},
+      {R"({"rank_offset": 2})", "rank_offset", "must be < world_size"},
+      {R"({"packed": 1})", "packed", "expected a boolean, got integer"},
+      {R"({"packed_buffer_size_bytes": 0})", "packed_buffer_size_bytes", "must be >= 1, got 0"},
+      {R"({"packed_num_buffers": 0})", "packed_num_buffers", "must be in 1..8, got 0"},
+      {R"({"packed_num_buffers": 9})", "packed_num_buffers", "must be in 1..8, got 9"},
+      {R"({"master_address": 5})", "master_address", "expected a string"},
+      {R"({"master_port": null})", "master_port", "required with master_address"},
+      {R"({"master_address": null, "master_port": null})", "master_address", "need nccl_unique_id_b64"},
+      {R"({"nccl_unique_id_b64": "AAAA"})", "nccl_unique_id_b64", "not both"},
+  };
+  for (const auto& c : cases) {
+    json j = base;
+    const json patch = json::parse(c.patch);
+    j.merge_patch(patch);
+    // merge_patch deletes keys patched with null; put them back as explicit nulls
+    for (auto& [k, v] : patch.items())
+      if (v.is_null()) j[k] = nullptr;
+    INFO(c.patch);
+    auto [field, what] = config_failure([&] { (void)j.get<NcclInitInfo>(); });
+    CHECK(field == c.field);
+    CHECK(what.find(c.text) != std::string::npos);
+  }
+  json missing = base;
+  missing.erase("world_size");
+  auto [field, what] = config_failure([&] { (void)missing.get<NcclInitInfo>(); });
+  CHECK(field == "world_size");
+  CHECK(what.find("missing required key") != std::string::npos);
+  CHECK_THROWS_AS(json::array().get<NcclInitInfo>(), config_error);
+}
+
+TEST_CASE("unique id: bad base64 and wrong length are errors", "[unit][json]") {
+  auto uid_info = [](const std::string& b64) {
+    json j{{"nccl_unique_id_b64", b64}, {"rank_offset", 1}, {"world_size", 2}};
+    return j;
+  };
+  CHECK_NOTHROW(uid_info(uid_b64()).get<NcclInitInfo>());
+  for (const std::string& bad : {std::string("!!!!"), std::string("abc"), uid_b64() + "=",
+                                std::string("ab=c"), uid_b64().replace(4, 1, "-")}) {
+    auto [field, what] = config_failure([&] { (void)uid_info(bad).get<NcclInitInfo>(); });
+    CHECK(field == "nccl_unique_id_b64");
+    CHECK(what.find("base64") != std::string::npos);
+  }
+  auto [field, what] = config_failure([&] { (void)uid_info("AAAA").get<NcclInitInfo>(); });
+  CHECK(field == "nccl_unique_id_b64");
+  CHECK(what.find("must decode to 128 bytes, got 3") != std::string::npos);
+}
+
+TEST_CASE("base64 matches Python's b64encode", "[unit][json]") {
+  auto enc = [](std::string_view s) {
+    return detail::base64_encode(std::as_bytes(std::span(s.data(), s.size())));
+  };
+  CHECK(enc("") == "");
+  CHECK(enc("f") == "Zg==");
+  CHECK(enc("fo") == "Zm8=");
+  CHECK(enc("foo") == "Zm9v");
+  CHECK(enc("foobar") == "Zm9vYmFy");
+  std::string why;
+  auto d = detail::base64_decode("Zm9vYg==", why);
+  REQUIRE(d);
+  CHECK(d->size() == 4);
+  CHECK_FALSE(detail::base64_decode("Zm9vYh==", why));  // non-zero padding bits
+  CHECK_FALSE(detail::base64_decode("Zm9v\nYg==", why));
+}
+
+TEST_CASE("vLLM's update info JSON parses unchanged", "[unit][json]") {
+  const auto j = json::parse(R"({"names": ["embed", "layers.0.q", "scale"],
+      "dtype_names": ["bfloat16", "bfloat16", "float32"],
+      "shapes": [[151936, 1024], [2048, 1024], []], "packed": true,
+      "packed_buffer_size_bytes": 1073741824, "packed_num_buffers": 2,
+      "is_checkpoint_format": true})");
+  const auto u = j.get<NcclUpdateInfo>();
+  const auto metas = u.metas();
+  REQUIRE(metas.size() == 3);
+  CHECK(metas[0] == TensorMeta{"embed", DType::bfloat16, {151936, 1024}});
+  CHECK(metas[2].numel() == 1);
+  CHECK(u.packed == true);
+  json back = u;
+  CHECK(back.get<NcclUpdateInfo>() == u);
+  // the packed fields are optional
+  const auto minimal = json::parse(R"({"names": [], "dtype_names": [], "shapes": []})");
+  const auto m = minimal.get<NcclUpdateInfo>();
+  CHECK_FALSE(m.packed.has_value());
+  CHECK(NcclUpdateInfo::from_metas(metas).metas() == metas);
+}
+
+TEST_CASE("update info errors name the field", "[unit][json]") {
+  const json base = json::parse(
+      R"({"names": ["a", "b"], "dtype_names": ["float32", "int8"], "shapes": [[2], [3, 4]]})");
+  struct Case {
+    const char* patch;
+    const char* field;
+    const char* text;
+  };
+  const Case cases[] = {
+      {R"({"names": ["a"]})", "dtype_names", "has 2 entries but names has 1"},
+      {R"({"shapes": [[2]]})", "shapes", "has 1 entries but names has 2"},
+      {R"({"dtype_names": ["float32", "float"]})", "dtype_names[1]", "unknown dtype 'float'"},
+      {R"({"shapes": [[2], [3, -4]]})", "shapes[1][1]", "must be >= 0, got -4"},
+      {R"({"shapes": [[2], [3, "4"]]})", "shapes[1][1]", "expected an integer, got string"},
+      {R"({"shapes": [[2], 3]})", "shapes[1]", "expected an array, got integer"},
+      {R"({"names": ["a", 2]})", "names[1]", "expected a string"},
+      {R"({"packed": "yes"})", "packed", "expected a boolean"},
+      {R"({"packed_num_buffers": 0})", "packed_num_buffers", "must be in 1..8, got 0"},
+      {R"({"packed_buffer_size_bytes": -5})", "packed_buffer_size_bytes", "must be >= 1, got -5"},
+      {R"({"tensors": []})", "tensors", "unknown key"},
+  };
+  for (const auto& c : cases) {
+    json j = base;
+    j.merge_patch(json::parse(c.patch));
+    INFO(c.patch);
+    auto [field, what] = config_failure([&] { (void)j.get<NcclUpdateInfo>(); });
+    CHECK(field == c.field);
+    CHECK(what.find(c.text) != std::string::npos);
+  }
+  json missing = base;
+  missing.erase("shapes");
+  CHECK(config_failure([&] { (void)missing.get<NcclUpdateInfo>(); }).first == "shapes");
+  // A shape whose byte count overflows is an error naming the entry.
+  json huge = base;
+  huge["shapes"][1] = json::array({std::int64_t{1} << 62, 8});
+  CHECK(config_failure([&] { (void)huge.get<NcclUpdateInfo>(); }).first == "shapes[1]");
+}

@@ -1,0 +1,462 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
+// packed_broadcast_producer / packed_broadcast_consumer over the host transport, across real
+// processes: round trips, random layouts, faults, handshake mismatches, ring reuse.
+#include <weightsync/host/communicator.hpp>
+#include <weightsync/packed_broadcast.hpp>
+
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "support/catch.hpp"
+#include "support/process.hpp"
+
+using namespace weightsync;
+using namespace std::chrono_literals;
+using ws_test::Outcome;
+
+namespace {
+
+HostCommunicator connect(int port, int rank, int world, std::chrono::milliseconds op_timeout = 5000ms) {
+  RendezvousOptions o;
+  o.port = port;
+  o.rank = rank;
+  o.world_size = world;
+  o.timeout = 10000ms;
+  return HostCommunicator::connect(o, op_timeout);
+}
+
+// Deterministic contents of tensor i in round r.
+void fill(std::vector<std::byte>& v, std::uint64_t seed, std::size_t i, int round) {
+  std::mt19937_64 rng(seed * 1000003 + i * 7919 + static_cast<std::uint64_t>(round));
+  for (auto& b : v) b = static_cast<std::byte>(rng());
+}
+
+struct Model {
+  std::vector<TensorMeta> metas;
+  std::vector<std::vector<std::byte>> data;
+
+  Model(std::vector<TensorMeta> m, std::uint64_t seed, int round) : metas(std::move(m)) {
+    for (std::size_t i = 0; i < metas.size(); ++i) {
+      data.emplace_back(metas[i].nbytes());
+      fill(data.back(), seed, i, round);
+    }
+  }
+  std::vector<SourceTensorRef> items() const {
+    std::vector<SourceTensorRef> v;
+    for (std::size_t i = 0; i < metas.size(); ++i) v.push_back({&metas[i], data[i].data()});
+    return v;
+  }
+};
+
+// A consumer-side copy of the model: poisoned before every round, checked bit-exactly after.
+struct Received {
+  std::vector<std::vector<std::byte>> data;
+  std::vector<int> loads;  // how many times each tensor arrived
+
+  explicit Received(const std::vector<TensorMeta>& metas) {
+    for (const auto& m : metas) data.emplace_back(m.nbytes());
+    loads.assign(metas.size(), 0);
+  }
+  void poison() {
+    for (auto& d : data) std::memset(d.data(), 0xCD, d.size());
+    std::fill(loads.begin(), loads.end(), 0);
+  }
+  std::size_t index_of(const std::vector<TensorMeta>& metas, const TensorMeta* m) const {
+    return static_cast<std::size_t>(m - metas.data());
+  }
+  void check(const Model& want, bool every_tensor_loaded_once) const {
+    for (std::size_t i = 0; i < data.size(); ++i) {
+      if (data[i] != want.data[i])
+        throw std::runtime_error("tensor " + std::to_string(i) + " ('" + want.metas[i].name +
+                                 "') differs from what the producer sent");
+      if (every_tensor_loaded_once && loads[i] != 1)
+        throw std::runtime_error("tensor " + std::to_string(i) + " was loaded " +
+                                 std::to_string(loads[i]) + " times");
+    }
+  }
+};
+
+std::vector<TensorMeta> mixed_layout() {
+  return {
+      {"embed", DType::bfloat16, {64, 32}},      // 4096
+      {"scalar", DType::float32, {}},            // 4 (0-dim)
+      {"empty", DType::bfloat16, {0, 16}},       // 0 (zero-size)
+      {"q", DType::float16, {16, 16}},           // 512
+      {"bias", DType::float64, {3}},             // 24
+      {"mask", DType::bool_, {7}},               // 7 (odd size)
+      {"idx", DType::int64, {5}},                // 40
+      {"f8", DType::float8_e4m3fn, {33}},        // 33
+      {"f8b", DType::float8_e5m2, {2, 3}},       // 6
+      {"i8", DType::int8, {9}},                  // 9
+      {"u8", DType::uint8, {1}},                 // 1
+      {"i16", DType::int16, {4}},                // 8
+      {"i32", DType::int32, {4, 1}},             // 16
+      {"empty2", DType::float32, {0}},           // 0
+      {"lm_head", DType::bfloat16, {128, 32}},   // 8192
+  };
+}
+
+std::vector<TensorMeta> random_layout(std::mt19937_64& rng) {
+  std::vector<TensorMeta> m;
+  const std::size_t n = rng() % 30;
+  const auto dts = all_dtypes();
+  for (std::size_t i = 0; i < n; ++i) {
+    TensorMeta t;
+    t.name = "t" + std::to_string(i);
+    t.dtype = dts[rng() % dts.size()];
+    const std::size_t nd = rng() % 4;
+    for (std::size_t d = 0; d < nd; ++d) t.shape.push_back(static_cast<std::int64_t>(rng() % (rng() % 5 == 0 ? 1 : 40)));
+    m.push_back(std::move(t));
+  }
+  return m;
+}
+
+// One consumer round: poison, receive (views copied out by load_weights, or destinations for
+// every `dest_every`-th tensor), check.
+TransferStats consume_round(HostCommunicator& comm, const std::vector<TensorMeta>& metas,
+                            const TransferOptions& base, workspace_for<HostCommunicator>& ws,
+                            std::uint64_t seed, int round, int dest_every) {
+  Received got(metas);
+  got.poison();
+  TransferOptions opt = base;
+  if (dest_every > 0)
+    opt.destination = [&](const TensorMeta& m) -> void* {
+      const auto i = got.index_of(metas, &m);
+      // nullptr asks for a view; so does an empty vector's data(), which may be null.
+      if (i % static_cast<std::size_t>(dest_every) != 0 || got.data[i].empty()) return nullptr;
+      got.loads[i]++;
+      return got.data[i].data();
+    };
+  auto stats = packed_broadcast_consumer(
+      metas, comm, 0,
+      [&](std::span<const TensorView> batch, HostStream) {
+        for (const auto& v : batch) {
+          const auto i = got.index_of(metas, v.meta);
+          if (v.nbytes != metas[i].nbytes()) throw std::runtime_error("view of the wrong size");
+          if (v.nbytes) std::memcpy(got.data[i].data(), v.data, v.nbytes);
+          got.loads[i]++;
+        }
+      },
+      opt, ws);
+  got.check(Model(metas, seed, round), true);
+  return stats;
+}
+
+struct Config {
+  bool packed;
+  int k;
+  std::size_t b;
+  int dest_every;
+};
+
+std::vector<Config> configs() {
+  std::vector<Config> out;
+  for (bool packed : {true, false})
+    for (int k : {1, 2, 3})
+      for (std::size_t b : {std::size_t{1}, std::size_t{100}, std::size_t{4096},
+                            std::size_t{1} << 30})
+        for (int dest_every : {0, 2}) {
+          if (!packed && b != 1) continue;  // B does not matter unpacked
+          out.push_back({packed, k, b, dest_every});
+        }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("pipeline: round trips with 1, 2 and 4 consumers, packed and unpacked, K=1..3, B=1..>model",
+          "[unit][pipeline]") {
+  const int world = GENERATE(2, 3, 5);
+  ws_test::Processes procs;
+  const int port = ws_test::free_port();
+  const auto metas = mixed_layout();
+  for (int rank = 0; rank < world; ++rank)
+    procs.spawn([=] {
+      auto comm = connect(port, rank, world);
+      workspace_for<HostCommunicator> ws;
+      int round = 0;
+      for (const auto& c : configs()) {
+        TransferOptions opt;
+        opt.packed = c.packed;
+        opt.num_buffers = c.k;
+        opt.buffer_size_bytes = c.b;
+        ++round;
+        if (rank == 0) {
+          Model m(metas, 1, round);
+          auto st = packed_broadcast_producer(metas, m.items(), comm, 0, opt, ws);
+          if (st.bytes != 4096 + 4 + 512 + 24 + 7 + 40 + 33 + 6 + 9 + 1 + 8 + 16 + 8192)
+            throw std::runtime_error("producer counted the wrong byte total");
+        } else {
+          consume_round(comm, metas, opt, ws, 1, round, c.dest_every);
+        }
+      }
+    });
+  for (const auto& r : procs.wait_all(60s)) {
+    INFO(ws_test::outcome_name(r.outcome) << ": " << r.message);
+    CHECK(r.outcome == Outcome::ok);
+  }
+}
+
+TEST_CASE("pipeline property: random layouts, options and destinations", "[unit][pipeline]") {
+  ws_test::Processes procs;
+  const int port = ws_test::free_port();
+  constexpr int world = 3;
+  constexpr int layouts = 150;
+  for (int rank = 0; rank < world; ++rank)
+    procs.spawn([=] {
+      auto comm = connect(port, rank, world);
+      std::mt19937_64 rng(777);  // same sequence on every rank
+      for (int round = 0; round < layouts; ++round) {
+        const auto metas = random_layout(rng);
+        TransferOptions opt;
+        opt.packed = rng() % 4 != 0;
+        opt.num_buffers = 1 + static_cast<int>(rng() % 3);
+        opt.buffer_size_bytes = 1 + rng() % 2000;
+        const int dest_every = static_cast<int>(rng() % 3);
+        workspace_for<HostCommunicator> ws;  // also exercises fresh rings
+        if (rank == 0) {
+          Model m(metas, 2, round);
+          packed_broadcast_producer(metas, m.items(), comm, 0, opt, ws);
+        } else {
+          consume_round(comm, metas, opt, ws, 2, round, dest_every);
+        }
+      }
+    });
+  for (const auto& r : procs.wait_all(60s)) {
+    INFO(ws_test::outcome_name(r.outcome) << ": " << r.message);
+    CHECK(r.outcome == Outcome::ok);
+  }
+}
+
+TEST_CASE("pipeline: an item that does not match its metadata fails every rank cleanly",
+          "[unit][pipeline]") {
+  // kind 0: wrong dtype; 1: wrong shape; 2: wrong name; 3: too few items; 4: too many items
+  const int kind = GENERATE(0, 1, 2, 3, 4);
+  ws_test::Processes procs;
+  const int port = ws_test::free_port();
+  constexpr int world = 3;
+  const auto metas = mixed_layout();
+  for (int rank = 0; rank < world; ++rank)
+    procs.spawn([=] {
+      auto comm = connect(port, rank, world);
+      workspace_for<HostCommunicator> ws;
+      TransferOptions opt;
+      opt.buffer_size_bytes = 600;  // several chunks
+      std::string failure;
+      if (rank == 0) {
+        Model m(metas, 3, 0);
+        auto items = m.items();
+        std::vector<TensorMeta> lie = metas;
+        if (kind == 0) lie[6].dtype = DType::int32;
+        if (kind == 1) lie[6].shape = {4, 10};
+        if (kind == 2) lie[6].name = "idx_renamed";
+        if (kind <= 2) items[6].meta_ = &lie[6];
+        if (kind == 3) items.resize(9);
+        if (kind == 4) items.push_back(items[0]);
+        try {
+          packed_broadcast_producer(metas, items, comm, 0, opt, ws);
+        } catch (const config_error& e) {
+          failure = e.what();
+        }
+        if (failure.empty()) throw std::runtime_error("the producer did not fail");
+      } else {
+        try {
+          consume_round(comm, metas, opt, ws, 3, 0, 0);
+        } catch (const remote_error& e) {
+          failure = e.what();
+        }
+        if (failure.find("the producer (rank 0) failed") == std::string::npos)
+          throw std::runtime_error("consumer did not report the producer's failure: " + failure);
+      }
+      const char* want[] = {"dtype int32 where int64 was declared", "shape (4, 10) where (5,)",
+                            "name 'idx_renamed' where 'idx'", "ended after 9 tensors",
+                            "yields more than the 15"};
+      if (failure.find(want[kind]) == std::string::npos)
+        throw std::runtime_error("message does not say what was wrong: " + failure);
+      // The communicator is still healthy: a good round follows.
+      if (rank == 0) {
+        Model m(metas, 3, 1);
+        packed_broadcast_producer(metas, m.items(), comm, 0, opt, ws);
+      } else {
+        consume_round(comm, metas, opt, ws, 3, 1, 0);
+      }
+    });
+  for (const auto& r : procs.wait_all(30s)) {
+    INFO(ws_test::outcome_name(r.outcome) << ": " << r.message);
+    CHECK(r.outcome == Outcome::ok);
+  }
+}
+
+TEST_CASE("pipeline: a load_weights that throws ends that consumer and fails the producer",
+          "[unit][pipeline]") {
+  ws_test::Processes procs;
+  const int port = ws_test::free_port();
+  constexpr int world = 3;
+  const auto metas = mixed_layout();
+  for (int rank = 0; rank < world; ++rank)
+    procs.spawn([=] {
+      auto comm = connect(port, rank, world);
+      workspace_for<HostCommunicator> ws;
+      TransferOptions opt;
+      opt.buffer_size_bytes = 600;
+      std::string failure;
+      if (rank == 0) {
+        Model m(metas, 4, 0);
+        try {
+          packed_broadcast_producer(metas, m.items(), comm, 0, opt, ws);
+        } catch (const remote_error& e) {
+          failure = e.what();
+          if (e.peer() != 1) throw std::runtime_error("wrong peer in the remote error");
+        }
+        if (failure.find("rank 1 failed to receive the weights: load_weights failed on chunk 2: "
+                         "disk full") == std::string::npos)
+          throw std::runtime_error("producer message: " + failure);
+      } else if (rank == 1) {
+        int calls = 0;
+        try {
+          packed_broadcast_consumer(
+              metas, comm, 0,
+              [&](std::span<const TensorView>, HostStream) {
+                if (++calls == 3) throw std::runtime_error("disk full");
+              },
+              opt, ws);
+        } catch (const std::runtime_error& e) {
+          failure = e.what();
+        }
+        if (failure != "disk full") throw std::runtime_error("consumer 1 got: " + failure);
+        if (calls != 3) throw std::runtime_error("load_weights was called after it failed");
+      } else {
+        consume_round(comm, metas, opt, ws, 4, 0, 0);  // the other consumer is unaffected
+      }
+      // The next round works on the same communicator.
+      if (rank == 0) {
+        Model m(metas, 4, 1);
+        packed_broadcast_producer(metas, m.items(), comm, 0, opt, ws);
+      } else {
+        consume_round(comm, metas, opt, ws, 4, 1, 0);
+      }
+    });
+  for (const auto& r : procs.wait_all(30s)) {
+    INFO(ws_test::outcome_name(r.outcome) << ": " << r.message);
+    CHECK(r.outcome == Outcome::ok);
+  }
+}
+
+TEST_CASE("pipeline handshake: a mismatch of B, K, packed or metadata fails every rank",
+          "[unit][pipeline][handshake]") {
+  // 0: B differs; 1: K differs; 2: a shape differs; 3: packed differs; 4: a name differs
+  const int kind = GENERATE(0, 1, 2, 3, 4);
+  ws_test::Processes procs;
+  const int port = ws_test::free_port();
+  constexpr int world = 3;
+  for (int rank = 0; rank < world; ++rank)
+    procs.spawn([=] {
+      auto comm = connect(port, rank, world, 3000ms);
+      auto metas = mixed_layout();
+      TransferOptions opt;
+      opt.buffer_size_bytes = 1000;
+      if (rank == 2) {
+        if (kind == 0) opt.buffer_size_bytes = 8;
+        if (kind == 1) opt.num_buffers = 3;
+        if (kind == 2) metas[3].shape = {16, 17};
+        if (kind == 3) opt.packed = false;
+        if (kind == 4) metas[0].name = "embed_tokens";
+      }
+      Model m(metas, 5, 0);
+      Received got(metas);
+      if (rank == 0)
+        packed_broadcast_producer(metas, m.items(), comm, 0, opt);
+      else
+        packed_broadcast_consumer(metas, comm, 0, [](std::span<const TensorView>, HostStream) {
+          throw std::runtime_error("nothing may be loaded after a failed handshake");
+        }, opt);
+    });
+  const char* want[] = {"packed_buffer_size_bytes differs: rank 0 has 1000, rank 2 has 8",
+                        "packed_num_buffers differs: rank 0 has 2, rank 2 has 3",
+                        "total bytes differs", "packed differs: rank 0 has true, rank 2 has false",
+                        "metadata (names, dtypes, shapes) differs"};
+  for (const auto& r : procs.wait_all(15s)) {
+    INFO(ws_test::outcome_name(r.outcome) << ": " << r.message);
+    CHECK(r.outcome == Outcome::protocol);
+    CHECK(r.message.find(want[kind]) != std::string::npos);
+    CHECK(r.seconds < 5.0);
+  }
+}
+
+TEST_CASE("pipeline: the ring is allocated once and reused for 100 rounds", "[unit][pipeline]") {
+  ws_test::Processes procs;
+  const int port = ws_test::free_port();
+  constexpr int world = 3;
+  const auto metas = mixed_layout();
+  for (int rank = 0; rank < world; ++rank)
+    procs.spawn([=] {
+      auto comm = connect(port, rank, world);
+      workspace_for<HostCommunicator> ws;
+      TransferOptions opt;
+      opt.buffer_size_bytes = 700;
+      opt.num_buffers = 3;
+      Model m(metas, 6, 0);
+      auto items = m.items();
+      Received got(metas);
+      auto load = [&](std::span<const TensorView> batch, HostStream) {
+        for (const auto& v : batch)
+          if (v.nbytes) std::memcpy(got.data[got.index_of(metas, v.meta)].data(), v.data, v.nbytes);
+      };
+      std::size_t after_first = 0;
+      for (int round = 0; round < 100; ++round) {
+        TransferStats st;
+        if (rank == 0) {
+          st = packed_broadcast_producer(metas, items, comm, 0, opt, ws);
+        } else {
+          got.poison();
+          st = packed_broadcast_consumer(metas, comm, 0, load, opt, ws);
+          got.check(m, false);
+        }
+        if (round == 0) after_first = HostPolicy::allocations();
+        if (round > 0 && !st.reused_ring) throw std::runtime_error("ring not reused");
+      }
+      if (HostPolicy::allocations() != after_first)
+        throw std::runtime_error(std::to_string(HostPolicy::allocations() - after_first) +
+                                 " allocations after the first round");
+      if (ws.num_slots() != 3) throw std::runtime_error("wrong slot count");
+    });
+  for (const auto& r : procs.wait_all(60s)) {
+    INFO(ws_test::outcome_name(r.outcome) << ": " << r.message);
+    CHECK(r.outcome == Outcome::ok);
+  }
+}
+
+TEST_CASE("pipeline: a consumer killed mid-transfer fails the others within the deadline",
+          "[unit][pipeline]") {
+  ws_test::Processes procs;
+  const int port = ws_test::free_port();
+  constexpr int world = 3;
+  const std::vector<TensorMeta> metas = {{"big", DType::float32, {8 << 20}},
+                                         {"big2", DType::float32, {8 << 20}}};
+  for (int rank = 0; rank < world; ++rank)
+    procs.spawn([=] {
+      auto comm = connect(port, rank, world, 2000ms);
+      workspace_for<HostCommunicator> ws;
+      Model m(metas, 7, 0);
+      for (int round = 0; round < 100000; ++round) {
+        if (rank == 0)
+          packed_broadcast_producer(metas, m.items(), comm, 0, {}, ws);
+        else
+          packed_broadcast_consumer(metas, comm, 0, [](std::span<const TensorView>, HostStream) {},
+                                    {}, ws);
+      }
+    });
+  std::this_thread::sleep_for(800ms);
+  procs.kill(2);
+  const auto res = procs.wait_all(10s);
+  for (int rank : {0, 1}) {
+    INFO(rank << ": " << ws_test::outcome_name(res[rank].outcome) << ": " << res[rank].message);
+    CHECK((res[rank].outcome == Outcome::peer || res[rank].outcome == Outcome::timeout ||
+           res[rank].outcome == Outcome::state));
+    CHECK(res[rank].seconds < 0.8 + 2.0 + 2.0);
+  }
+}
