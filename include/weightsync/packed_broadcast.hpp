@@ -76,6 +76,11 @@ struct TransferOptions {
   //! Producer: the stream that produced the weights (cudaStream_t on the CUDA path); the producer
   //! orders its reads after the work already enqueued there. nullptr: none to wait for.
   void* source_stream = nullptr;
+  //! Protocol::weightsync only, 0 = off: within a packed chunk, tensors of at least this many
+  //! bytes travel as operations of their own (fused into the chunk's group) straight from their
+  //! memory into their destination, instead of being copied into and out of a ring slot. The
+  //! chunk plan (and so the memory bound) is unchanged. Both sides must agree (handshake).
+  std::size_t direct_threshold_bytes = 0;
   //! Consumer, optional: where a tensor should land (device memory of meta.nbytes() bytes), or
   //! nullptr to be handed a view instead. Tensors with a destination are written there directly
   //! (single-tensor chunks are received in place) and are not passed to load_weights.
@@ -225,6 +230,7 @@ struct WorkspaceState {
   typename Policy::Buffer scratch;
   std::uint64_t transfers = 0;
   // Per-chunk lists, reserved once so that the chunk loop does not allocate.
+  std::vector<const void*> sources;  // producer: the current chunk's item pointers
   std::vector<void*> copy_dst;
   std::vector<const void*> copy_src;
   std::vector<std::size_t> copy_size;
@@ -296,6 +302,16 @@ struct PipelineRun {
   std::vector<Chunk> plan;
   bool framed;
   std::size_t total_bytes = 0;
+  //! Per tensor: travels as an operation of its own (direct_threshold_bytes).
+  std::vector<char> direct;
+  //! Per chunk: bytes of the packed region (the tensors that are not direct), and the region's
+  //! only non-empty tensor when it has exactly one (sent from and received into its own memory).
+  struct Region {
+    std::size_t bytes = 0;
+    std::size_t solo = npos;
+  };
+  static constexpr std::size_t npos = static_cast<std::size_t>(-1);
+  std::vector<Region> regions;
 
   PipelineRun(C& c, State& w, const TransferOptions& o, std::span<const TensorMeta> m, int r,
               Role ro)
@@ -311,6 +327,22 @@ struct PipelineRun {
     for (const auto& meta : metas) total_bytes += meta.nbytes();  // validates every shape
     plan = opt.packed ? chunk_plan(metas, opt.buffer_size_bytes) : unpacked_plan(metas);
     framed = opt.protocol == Protocol::weightsync;
+    if (!framed && opt.direct_threshold_bytes > 0)
+      throw config_error("direct_threshold_bytes", "is not part of vLLM's wire (Protocol::vllm)");
+    direct.assign(metas.size(), 0);
+    regions.resize(plan.size());
+    for (std::size_t ci = 0; ci < plan.size(); ++ci) {
+      std::size_t nonzero = 0;
+      for (std::size_t i = plan[ci].begin; i < plan[ci].end; ++i) {
+        const std::size_t nb = metas[i].nbytes();
+        direct[i] = framed && opt.direct_threshold_bytes > 0 && nb >= opt.direct_threshold_bytes;
+        if (direct[i] || nb == 0) continue;
+        regions[ci].bytes += nb;
+        regions[ci].solo = i;
+        ++nonzero;
+      }
+      if (nonzero != 1) regions[ci].solo = npos;
+    }
   }
 
   // Frames: [0, world) is the gather area of the handshake and the acknowledgement; status frames
@@ -408,6 +440,7 @@ struct PipelineRun {
     f.packed = opt.packed ? 1 : 0;
     f.buffer_size = opt.buffer_size_bytes;
     f.num_buffers = static_cast<std::uint32_t>(opt.num_buffers);
+    f.chunk_rule = static_cast<std::uint32_t>(std::min<std::size_t>(opt.direct_threshold_bytes, 0xffffffffu));
     f.num_tensors = metas.size();
     f.total_bytes = total_bytes;
     f.digest = metadata_digest(metas);
@@ -438,6 +471,7 @@ struct PipelineRun {
       diff(r, "packed", r0.packed ? "true" : "false", x.packed ? "true" : "false");
       if (r0.packed && x.packed) diff(r, "packed_buffer_size_bytes", r0.buffer_size, x.buffer_size);
       diff(r, "packed_num_buffers", r0.num_buffers, x.num_buffers);
+      diff(r, "direct_threshold_bytes", r0.chunk_rule, x.chunk_rule);
       diff(r, "tensor count", r0.num_tensors, x.num_tensors);
       diff(r, "total bytes", r0.total_bytes, x.total_bytes);
       if (r0.digest != x.digest)
@@ -463,6 +497,7 @@ struct PipelineRun {
   void reserve_lists() {
     std::size_t m = 0;
     for (const auto& c : plan) m = std::max(m, c.size());
+    ws.sources.reserve(m);
     ws.copy_dst.reserve(m);
     ws.copy_src.reserve(m);
     ws.copy_size.reserve(m);
@@ -522,10 +557,10 @@ TransferStats packed_broadcast_producer(std::span<const TensorMeta> metas, R&& i
   const std::size_t n = run.plan.size();
   const auto K = static_cast<std::size_t>(opt.num_buffers);
 
-  // Only chunks of several tensors need a slot; a single tensor is sent from its own memory.
+  // Only a region of several tensors needs a slot; a lone tensor is sent from its own memory.
   std::size_t slot_bytes = 0;
-  for (const auto& c : run.plan)
-    if (c.size() > 1) slot_bytes = std::max(slot_bytes, c.bytes);
+  for (const auto& r : run.regions)
+    if (r.solo == run.npos) slot_bytes = std::max(slot_bytes, r.bytes);
   const std::size_t status0 = run.world();
   bool reused = ws.ensure_frames(status0 + (run.framed ? n : 0));
   reused = ws.ensure_slots(slot_bytes, K) && reused;
@@ -565,7 +600,7 @@ TransferStats packed_broadcast_producer(std::span<const TensorMeta> metas, R&& i
       const auto k = c % K;
       // Bound the run-ahead to K chunks, and give the deadline a chance to fire.
       if (c >= K) run.await(ws.slot_free[k], "broadcast");
-      ws.copy_src.clear();
+      ws.sources.clear();
       if (failure.empty()) {
         try {
           for (std::size_t i = ch.begin; i < ch.end; ++i) {
@@ -580,7 +615,7 @@ TransferStats packed_broadcast_producer(std::span<const TensorMeta> metas, R&& i
             const void* p = item.data();
             if (p == nullptr && metas[i].nbytes() > 0)
               throw config_error("items", cat("item ", i, " ('", metas[i].name, "') has no data"));
-            ws.copy_src.push_back(p);
+            ws.sources.push_back(p);
             ++it;
             ++consumed;
           }
@@ -592,30 +627,35 @@ TransferStats packed_broadcast_producer(std::span<const TensorMeta> metas, R&& i
         }
       }
       if (ch.bytes == 0) continue;  // a chunk of empty tensors has no wire operation
-      const void* src = nullptr;
+      const auto& region = run.regions[c];
+      const void* junk = nullptr;  // failed: the wire still carries the chunk's bytes
+      const void* region_src = nullptr;
       if (!failure.empty()) {
         Frame* ef = run.frame_host(status0 + c);
         ef->code = static_cast<std::uint16_t>(FrameCode::failed);
         ef->tensor = consumed;
         ef->set_message(failure);
         pol.copy_from_host(run.frame_dev(status0 + c), ef, kFrameBytes, run.comm_stream());
-        // The wire still carries the chunk's bytes: send them from any buffer large enough.
         if (ws.slot_bytes >= ch.bytes) {
-          src = ws.slots[k].data();
+          junk = ws.slots[k].data();
         } else {
           if (ws.scratch.size() < ch.bytes) ws.scratch = pol.alloc(max_chunk_bytes(run.plan));
-          src = ws.scratch.data();
+          junk = ws.scratch.data();
         }
-      } else if (ch.size() == 1) {
-        src = ws.copy_src[0];
-      } else {
+        region_src = junk;
+      } else if (region.solo != run.npos) {
+        region_src = ws.sources[region.solo - ch.begin];
+      } else if (region.bytes > 0) {
         auto* slot = ws.slots[k].data();
         ws.copy_dst.clear();
+        ws.copy_src.clear();
         ws.copy_size.clear();
         std::size_t off = 0;
         for (std::size_t i = ch.begin; i < ch.end; ++i) {
           const std::size_t nb = metas[i].nbytes();
+          if (run.direct[i] || nb == 0) continue;
           ws.copy_dst.push_back(slot + off);
+          ws.copy_src.push_back(ws.sources[i - ch.begin]);
           ws.copy_size.push_back(nb);
           off += nb;
         }
@@ -625,12 +665,17 @@ TransferStats packed_broadcast_producer(std::span<const TensorMeta> metas, R&& i
                        ws.copy_dst.size(), s);
         pol.record(ws.packed[k], s);
         pol.wait(run.comm_stream(), ws.packed[k]);
-        src = slot;
+        region_src = slot;
       }
       run.group([&] {
         if (run.framed)
           comm.broadcast(run.frame_dev(status0 + c), kFrameBytes, root, run.comm_stream());
-        comm.broadcast(const_cast<void*>(src), ch.bytes, root, run.comm_stream());
+        if (region.bytes > 0)
+          comm.broadcast(const_cast<void*>(region_src), region.bytes, root, run.comm_stream());
+        for (std::size_t i = ch.begin; i < ch.end; ++i)
+          if (run.direct[i])
+            comm.broadcast(const_cast<void*>(junk ? junk : ws.sources[i - ch.begin]),
+                           metas[i].nbytes(), root, run.comm_stream());
       });
       pol.record(ws.slot_free[k], run.comm_stream());
     }
@@ -702,9 +747,20 @@ TransferStats packed_broadcast_consumer(std::span<const TensorMeta> metas, C& co
     std::vector<void*> dest(metas.size(), nullptr);
     if (opt.destination)
       for (std::size_t i = 0; i < metas.size(); ++i) dest[i] = opt.destination(metas[i]);
+    // Slot layout of a chunk: the packed region first, then the direct tensors that have no
+    // destination. A region of one tensor with a destination, and direct tensors with one, are
+    // received in place.
+    auto region_in_place = [&](std::size_t c) {
+      const auto solo = run.regions[c].solo;
+      return solo != run.npos && dest[solo] != nullptr;
+    };
     std::size_t slot_bytes = 0;
-    for (const auto& c : run.plan)
-      if (!(c.size() == 1 && dest[c.begin])) slot_bytes = std::max(slot_bytes, c.bytes);
+    for (std::size_t c = 0; c < n; ++c) {
+      std::size_t need = region_in_place(c) ? 0 : run.regions[c].bytes;
+      for (std::size_t i = run.plan[c].begin; i < run.plan[c].end; ++i)
+        if (run.direct[i] && !dest[i]) need += metas[i].nbytes();
+      slot_bytes = std::max(slot_bytes, need);
+    }
     reused = ws.ensure_slots(slot_bytes, K) && reused;
     run.reserve_lists();
 
@@ -713,11 +769,21 @@ TransferStats packed_broadcast_consumer(std::span<const TensorMeta> metas, C& co
       if (ch.bytes == 0) return;
       const auto k = c % K;
       pol.wait(run.comm_stream(), ws.unpacked[k]);  // the slot's previous chunk is loaded
-      void* dst = (ch.size() == 1 && dest[ch.begin]) ? dest[ch.begin] : ws.slots[k].data();
+      const auto& region = run.regions[c];
+      auto* slot = ws.slots[k].data();
       run.group([&] {
         if (run.framed)
           comm.broadcast(run.frame_dev(status0 + k), kFrameBytes, root, run.comm_stream());
-        comm.broadcast(dst, ch.bytes, root, run.comm_stream());
+        if (region.bytes > 0)
+          comm.broadcast(region_in_place(c) ? dest[region.solo] : slot, region.bytes, root,
+                         run.comm_stream());
+        std::size_t off = region_in_place(c) ? 0 : region.bytes;
+        for (std::size_t i = ch.begin; i < ch.end; ++i) {
+          if (!run.direct[i]) continue;
+          const std::size_t nb = metas[i].nbytes();
+          comm.broadcast(dest[i] ? dest[i] : slot + off, nb, root, run.comm_stream());
+          if (!dest[i]) off += nb;
+        }
       });
       if (run.framed)
         pol.copy_to_host(run.frame_host(status0 + k), run.frame_dev(status0 + k), kFrameBytes,
@@ -756,11 +822,24 @@ TransferStats packed_broadcast_consumer(std::span<const TensorMeta> metas, C& co
         ws.copy_dst.clear();
         ws.copy_src.clear();
         ws.copy_size.clear();
-        const bool in_place = ch.size() == 1 && dest[ch.begin];
-        auto* slot = in_place ? nullptr : ws.slots[k].data();
-        std::size_t off = 0;
-        for (std::size_t i = ch.begin; i < ch.end && !in_place; ++i) {
+        const bool in_place = region_in_place(c);
+        auto* slot = ws.slots[k].data();
+        std::size_t off = 0;                                     // packed region
+        std::size_t direct_off = in_place ? 0 : run.regions[c].bytes;  // direct, no destination
+        for (std::size_t i = ch.begin; i < ch.end; ++i) {
           const std::size_t nb = metas[i].nbytes();
+          if (run.direct[i]) {
+            if (!dest[i]) {
+              ws.views.push_back(TensorView{&metas[i], slot + direct_off, nb});
+              direct_off += nb;
+            }
+            continue;
+          }
+          if (in_place) {
+            if (i != run.regions[c].solo && !dest[i])
+              ws.views.push_back(TensorView{&metas[i], nullptr, 0});
+            continue;
+          }
           if (dest[i]) {
             if (nb) {
               ws.copy_dst.push_back(dest[i]);

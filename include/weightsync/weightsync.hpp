@@ -18,3 +18,17 @@
 #include "weightsync/log.hpp"
 #include "weightsync/packed_broadcast.hpp"
 #include "weightsync/tensor_meta.hpp"
+
+#if WEIGHTSYNC_HAS_CUDA
+#include "weightsync/cuda/check.hpp"
+#include "weightsync/cuda/device_buffer.hpp"
+#include "weightsync/cuda/device_policy.hpp"
+#include "weightsync/cuda/event.hpp"
+#include "weightsync/cuda/stream.hpp"
+#endif
+#if WEIGHTSYNC_HAS_NCCL
+#include "weightsync/nccl/check.hpp"
+#include "weightsync/nccl/communicator.hpp"
+#include "weightsync/nccl/group.hpp"
+#include "weightsync/nccl/unique_id.hpp"
+#endif

@@ -151,6 +151,7 @@ struct Config {
   int k;
   std::size_t b;
   int dest_every;
+  std::size_t direct = 0;
 };
 
 std::vector<Config> configs() {
@@ -162,6 +163,7 @@ std::vector<Config> configs() {
         for (int dest_every : {0, 2}) {
           if (!packed && b != 1) continue;  // B does not matter unpacked
           out.push_back({packed, k, b, dest_every});
+          if (packed && b >= 4096) out.push_back({packed, k, b, dest_every, 30});  // direct >= 30 B
         }
   return out;
 }
@@ -184,6 +186,7 @@ TEST_CASE("pipeline: round trips with 1, 2 and 4 consumers, packed and unpacked,
         opt.packed = c.packed;
         opt.num_buffers = c.k;
         opt.buffer_size_bytes = c.b;
+        opt.direct_threshold_bytes = c.direct;
         ++round;
         if (rank == 0) {
           Model m(metas, 1, round);
@@ -216,6 +219,7 @@ TEST_CASE("pipeline property: random layouts, options and destinations", "[unit]
         opt.packed = rng() % 4 != 0;
         opt.num_buffers = 1 + static_cast<int>(rng() % 3);
         opt.buffer_size_bytes = 1 + rng() % 2000;
+        if (rng() % 3 == 0) opt.direct_threshold_bytes = 1 + rng() % 200;
         const int dest_every = static_cast<int>(rng() % 3);
         workspace_for<HostCommunicator> ws;  // also exercises fresh rings
         if (rank == 0) {

@@ -1,0 +1,100 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+//! @file
+//! The CUDA device policy of the pipeline: device buffers, non-blocking streams, events and
+//! batched asynchronous copies (cudaMemcpyBatchAsync where the runtime has it).
+
+#include "weightsync/config.hpp"
+#if !WEIGHTSYNC_HAS_CUDA
+#error "<weightsync/cuda/device_policy.hpp> needs the CUDA runtime (WEIGHTSYNC_HAS_CUDA=0)"
+#endif
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <vector>
+
+#include "weightsync/concepts.hpp"
+#include "weightsync/cuda/check.hpp"
+#include "weightsync/cuda/device_buffer.hpp"
+#include "weightsync/cuda/event.hpp"
+#include "weightsync/cuda/stream.hpp"
+
+namespace weightsync {
+
+class CudaPolicy {
+ public:
+  using stream_type = cudaStream_t;
+  using Stream = CudaStream;
+  using Event = CudaEvent;
+  using Buffer = DeviceBuffer;
+  using HostBuffer = PinnedBuffer;
+
+  //! Works on `device` (-1: the device current at construction).
+  explicit CudaPolicy(int device = -1) : device_(device >= 0 ? device : detail::current_device()) {}
+  int device() const noexcept { return device_; }
+
+  Buffer alloc(std::size_t n) const { return Buffer(n, device_); }
+  HostBuffer alloc_host(std::size_t n) const {
+    detail::CurrentDeviceGuard g(device_);
+    return HostBuffer(n);
+  }
+  Stream make_stream() const { return Stream(device_); }
+  Event make_event() const { return Event(device_); }
+  static cudaStream_t external_stream(void* s) noexcept { return static_cast<cudaStream_t>(s); }
+
+  void record(Event& e, cudaStream_t s) const { e.record(s); }
+  void wait(cudaStream_t s, const Event& e) const {
+    detail::check(cudaStreamWaitEvent(s, e.get(), 0), "cudaStreamWaitEvent");
+  }
+  bool ready(const Event& e) const { return e.ready(); }
+
+  void copy_to_host(void* dst, const void* src, std::size_t n, cudaStream_t s) const {
+    detail::check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync(D2H)");
+  }
+  void copy_from_host(void* dst, const void* src, std::size_t n, cudaStream_t s) const {
+    detail::check(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync(H2D)");
+  }
+  //! Device-to-device copies, in stream order as a whole (copies within may run in any order).
+  void copy_batch(void* const* dst, const void* const* src, const std::size_t* n, std::size_t count,
+                  cudaStream_t s) const {
+    if (count == 0) return;
+    if (count == 1) {
+      detail::check(cudaMemcpyAsync(dst[0], src[0], n[0], cudaMemcpyDeviceToDevice, s),
+                    "cudaMemcpyAsync(D2D)");
+      return;
+    }
+#if CUDART_VERSION >= 12080
+    cudaMemcpyAttributes attr{};
+    attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    std::size_t attr_index = 0;
+#if CUDART_VERSION >= 13000
+    const auto st = cudaMemcpyBatchAsync(dst, src, n, count, &attr, &attr_index, 1, s);
+#else
+    std::size_t fail = 0;
+    const auto st = cudaMemcpyBatchAsync(const_cast<void**>(dst), const_cast<void**>(src),
+                                         const_cast<std::size_t*>(n), count, &attr, &attr_index, 1,
+                                         &fail, s);
+#endif
+    if (st == cudaSuccess) return;
+    if (st != cudaErrorNotSupported && st != cudaErrorInvalidValue)
+      detail::check(st, "cudaMemcpyBatchAsync");
+    (void)cudaGetLastError();  // fall back to one copy at a time
+#endif
+    for (std::size_t i = 0; i < count; ++i)
+      detail::check(cudaMemcpyAsync(dst[i], src[i], n[i], cudaMemcpyDeviceToDevice, s),
+                    "cudaMemcpyAsync(D2D)");
+  }
+
+ private:
+  int device_;
+};
+
+template <>
+struct device_policy_for<cudaStream_t> {
+  using type = CudaPolicy;
+};
+
+}  // namespace weightsync

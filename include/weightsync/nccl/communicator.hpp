@@ -1,0 +1,333 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+//! @file
+//! NcclCommunicator: a Communicator (and GroupedCommunicator, MonitoredCommunicator) over NCCL.
+//!
+//! The communicator is created non-blocking (ncclConfig_t.blocking = 0), so that initialization and
+//! every operation can be bounded: calls that answer ncclInProgress are polled with
+//! ncclCommGetAsyncError against a deadline, and on a timeout or a peer failure the communicator is
+//! aborted (ncclCommAbort) and the call throws timeout_error or nccl_error instead of hanging. After
+//! initialization every rank runs the 1-element float32 sum all-reduce that vLLM's communicator
+//! runs as warm-up, so that a vLLM worker can be the peer in unique-id mode.
+//!
+//! Created from the TCP rendezvous (connect(): rank 0 makes the ncclUniqueId and hands it out; the
+//! rendezvous connections stay open as a control channel that reports a dead peer at once) or from
+//! a shared unique id (init(): NcclInitInfo::nccl_unique_id_b64).
+
+#include "weightsync/config.hpp"
+#if !WEIGHTSYNC_HAS_NCCL
+#error "<weightsync/nccl/communicator.hpp> needs NCCL (WEIGHTSYNC_HAS_NCCL=0)"
+#endif
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstring>
+#include <cstddef>
+#include <exception>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "weightsync/concepts.hpp"
+#include "weightsync/cuda/check.hpp"
+#include "weightsync/cuda/device_policy.hpp"
+#include "weightsync/cuda/event.hpp"
+#include "weightsync/detail/format.hpp"
+#include "weightsync/error.hpp"
+#include "weightsync/host/rendezvous.hpp"
+#include "weightsync/log.hpp"
+#include "weightsync/nccl/check.hpp"
+#include "weightsync/nccl/unique_id.hpp"
+
+namespace weightsync {
+
+//! How an NcclCommunicator is created and bounded.
+struct NcclOptions {
+  int device = -1;  //!< CUDA device of this rank (-1: the current device)
+  //! Bound on initialization, on every wait for an operation, and on a clean teardown.
+  std::chrono::milliseconds timeout{std::chrono::seconds(120)};
+  //! Run vLLM's warm-up (1-element float32 sum all-reduce) after initialization. Every rank must
+  //! agree; vLLM workers always run it.
+  bool vllm_warmup = true;
+};
+
+class NcclCommunicator {
+ public:
+  using stream_type = cudaStream_t;
+  using device_policy = CudaPolicy;
+
+  //! Empty: no communicator. Only assignment and destruction are valid.
+  NcclCommunicator() = default;
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+  NcclCommunicator(NcclCommunicator&& o) noexcept { swap(o); }
+  NcclCommunicator& operator=(NcclCommunicator&& o) noexcept {
+    NcclCommunicator tmp(std::move(o));
+    swap(tmp);
+    return *this;
+  }
+  //! Healthy: finalizes and destroys, bounded by the timeout (then aborts). Failed, aborted, or
+  //! destroyed during unwinding: aborts, which never waits for the peers.
+  ~NcclCommunicator() { destroy(); }
+
+  //! Joins the group `id` as `rank` of `world` (every rank must call it, each with its own GPU).
+  //! @throws timeout_error when the ranks do not all arrive in time; nccl_error.
+  static NcclCommunicator init(const NcclUniqueId& id, int rank, int world,
+                               const NcclOptions& o = {}, ControlChannel control = {}) {
+    if (world < 1) throw config_error("world_size", detail::cat("must be >= 1, got ", world));
+    if (rank < 0 || rank >= world)
+      throw config_error("rank", detail::cat("must be in 0..", world - 1, ", got ", rank));
+    NcclCommunicator c;
+    c.rank_ = rank;
+    c.size_ = world;
+    c.timeout_ = o.timeout;
+    c.device_ = o.device >= 0 ? o.device : detail::current_device();
+    c.control_ = std::move(control);
+    detail::CurrentDeviceGuard g(c.device_);
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclUniqueId native = id.native();
+    const auto r = ncclCommInitRankConfig(&c.comm_, world, native, rank, &config);
+    if (r != ncclSuccess && r != ncclInProgress) {
+      if (c.comm_) ncclCommAbort(c.comm_);
+      c.comm_ = nullptr;
+      throw nccl_error(r, "ncclCommInitRankConfig", rank);
+    }
+    c.wait_ready("ncclCommInitRankConfig", "init");
+    if (o.vllm_warmup) c.warmup();
+    return c;
+  }
+
+  //! TCP mode: meets the other ranks at rendezvous (rank 0 makes the unique id), then init().
+  static NcclCommunicator connect(const RendezvousOptions& r, const NcclOptions& o = {}) {
+    r.validate();
+    std::string blob;
+    if (r.rank == 0) {
+      detail::CurrentDeviceGuard g(o.device);
+      const auto id = NcclUniqueId::generate();
+      blob.assign(reinterpret_cast<const char*>(id.bytes().data()), id.bytes().size());
+    }
+    auto rv = rendezvous(r, blob);
+    if (rv.blobs[0].size() != kNcclUniqueIdBytes)
+      throw protocol_error(0, detail::cat("rank 0's bootstrap blob has ", rv.blobs[0].size(),
+                                          " bytes, not an ncclUniqueId"));
+    std::array<std::byte, kNcclUniqueIdBytes> b{};
+    std::memcpy(b.data(), rv.blobs[0].data(), b.size());
+    return init(NcclUniqueId(b), r.rank, r.world_size, o, std::move(rv.control));
+  }
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+  int device() const noexcept { return device_; }
+  ncclComm_t get() const noexcept { return comm_; }
+  ncclComm_t native_handle() const noexcept { return comm_; }
+  std::chrono::milliseconds timeout() const noexcept { return timeout_; }
+  //! False once an error was seen or abort() was called.
+  bool healthy() const noexcept { return comm_ != nullptr && !failed_; }
+
+  //! In-place broadcast of `bytes` bytes from `root` (sendbuff == recvbuff), on `stream`.
+  void broadcast(void* buf, std::size_t bytes, int root, cudaStream_t stream) {
+    usable("ncclBroadcast");
+    enqueue(ncclBroadcast(buf, buf, bytes, ncclUint8, root, comm_, stream), "ncclBroadcast");
+  }
+
+  void all_reduce(const void* send, void* recv, std::size_t count, ncclDataType_t type,
+                  ncclRedOp_t op, cudaStream_t stream) {
+    usable("ncclAllReduce");
+    enqueue(ncclAllReduce(send, recv, count, type, op, comm_, stream), "ncclAllReduce");
+  }
+
+  void group_start() {
+    usable("ncclGroupStart");
+    const auto r = ncclGroupStart();
+    if (r != ncclSuccess) fail(r, "ncclGroupStart");
+    ++group_depth_;
+  }
+  void group_end() {
+    --group_depth_;
+    const auto r = ncclGroupEnd();
+    if (r == ncclInProgress) {
+      wait_ready("ncclGroupEnd", "group");
+      return;
+    }
+    if (r != ncclSuccess) fail(r, "ncclGroupEnd");
+  }
+
+  //! @throws nccl_error when the communicator failed asynchronously, peer_error / remote_error when
+  //!   the control channel reports a peer gone or aborted. Non-blocking.
+  void check() {
+    usable("check");
+    ncclResult_t st = ncclSuccess;
+    const auto r = ncclCommGetAsyncError(comm_, &st);
+    if (r != ncclSuccess) fail(r, "ncclCommGetAsyncError");
+    if (st != ncclSuccess && st != ncclInProgress) fail(st, "asynchronous operation");
+    control_.check();
+  }
+
+  //! Tears the communicator down now: pending operations fail on this rank, peers are told over the
+  //! control channel. Later calls throw state_error. Never throws, never waits for peers.
+  void abort(const std::string& reason) noexcept {
+    if (!comm_ || aborted_) return;
+    aborted_ = true;
+    failed_ = true;
+    abort_reason_ = reason;
+    control_.abort(reason);
+    detail::CurrentDeviceGuard g(device_);
+    const auto r = ncclCommAbort(comm_);
+    if (r != ncclSuccess)
+      log(LogLevel::warning, detail::cat("ncclCommAbort: ", ncclGetErrorString(r)));
+    comm_ = nullptr;
+  }
+
+  //! Waits, polling, until the work enqueued so far on `stream` completes, within timeout().
+  void synchronize(cudaStream_t stream) {
+    detail::CurrentDeviceGuard g(device_);
+    CudaEvent e(device_);
+    e.record(stream);
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    while (!e.ready()) {
+      check();
+      if (std::chrono::steady_clock::now() >= deadline) {
+        abort("synchronize timed out");
+        throw timeout_error("synchronize", -1, detail::cat("stream work did not complete within ",
+                                                           timeout_.count(), " ms; aborted"));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
+ private:
+  void swap(NcclCommunicator& o) noexcept {
+    std::swap(comm_, o.comm_);
+    std::swap(rank_, o.rank_);
+    std::swap(size_, o.size_);
+    std::swap(device_, o.device_);
+    std::swap(timeout_, o.timeout_);
+    std::swap(failed_, o.failed_);
+    std::swap(aborted_, o.aborted_);
+    std::swap(group_depth_, o.group_depth_);
+    std::swap(abort_reason_, o.abort_reason_);
+    std::swap(control_, o.control_);
+  }
+
+  void usable(const char* api) const {
+    if (aborted_) throw state_error(detail::cat(api, ": the communicator was aborted (", abort_reason_, ")"));
+    if (!comm_) throw state_error(detail::cat(api, ": no communicator (empty or moved-from)"));
+  }
+
+  [[noreturn]] void fail(ncclResult_t r, const char* api) {
+    failed_ = true;
+    nccl_error e(r, api, rank_, comm_);
+    abort(e.what());
+    throw e;
+  }
+
+  void enqueue(ncclResult_t r, const char* api) {
+    if (r == ncclSuccess) return;
+    if (r == ncclInProgress) {
+      if (group_depth_ == 0) wait_ready(api, "enqueue");
+      return;
+    }
+    fail(r, api);
+  }
+
+  //! Polls ncclCommGetAsyncError while it answers ncclInProgress, within timeout().
+  void wait_ready(const char* api, const char* phase) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    auto next_control = std::chrono::steady_clock::now();
+    while (true) {
+      ncclResult_t st = ncclInProgress;
+      const auto r = ncclCommGetAsyncError(comm_, &st);
+      if (r != ncclSuccess) fail(r, "ncclCommGetAsyncError");
+      if (st == ncclSuccess) return;
+      if (st != ncclInProgress) fail(st, api);
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= next_control) {
+        try {
+          control_.check();
+        } catch (const std::exception& e) {
+          abort(e.what());
+          throw;
+        }
+        next_control = now + std::chrono::milliseconds(5);
+      }
+      if (now >= deadline) {
+        const std::string what = detail::cat(api, " on rank ", rank_, " of ", size_,
+                                             " did not complete within ", timeout_.count(),
+                                             " ms (are all ranks there?); communicator aborted");
+        abort(what);
+        throw timeout_error(phase, -1, what);
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+
+  void warmup() {
+    detail::CurrentDeviceGuard g(device_);
+    CudaStream s(device_);
+    DeviceBuffer buf(2 * sizeof(float), device_);
+    detail::check(cudaMemsetAsync(buf.data(), 0, buf.size(), s.get()), "cudaMemsetAsync");
+    all_reduce(buf.data(), buf.data() + sizeof(float), 1, ncclFloat32, ncclSum, s.get());
+    synchronize(s.get());
+  }
+
+  void destroy() noexcept {
+    if (!comm_) {
+      control_.close();
+      return;
+    }
+    detail::CurrentDeviceGuard g(device_);
+    if (failed_ || std::uncaught_exceptions() > 0) {
+      abort(failed_ ? "communicator failed" : "destroyed during exception unwinding");
+      return;
+    }
+    // Clean teardown: finalize (flush, quiesce) within a bound, then destroy; abort otherwise.
+    const auto fr = ncclCommFinalize(comm_);
+    bool clean = fr == ncclSuccess || fr == ncclInProgress;
+    const auto deadline = std::chrono::steady_clock::now() + std::min(timeout_, std::chrono::milliseconds(10000));
+    while (clean) {
+      ncclResult_t st = ncclInProgress;
+      if (ncclCommGetAsyncError(comm_, &st) != ncclSuccess || (st != ncclSuccess && st != ncclInProgress)) {
+        clean = false;
+        break;
+      }
+      if (st == ncclSuccess) break;
+      if (std::chrono::steady_clock::now() >= deadline) {
+        clean = false;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    if (!clean) {
+      log(LogLevel::warning, "NCCL communicator did not finalize in time; aborting it");
+      abort("finalize timed out");
+      return;
+    }
+    ncclCommDestroy(comm_);
+    comm_ = nullptr;
+    control_.close();
+  }
+
+  ncclComm_t comm_ = nullptr;
+  int rank_ = 0;
+  int size_ = 0;
+  int device_ = -1;
+  std::chrono::milliseconds timeout_{120000};
+  bool failed_ = false;
+  bool aborted_ = false;
+  int group_depth_ = 0;
+  std::string abort_reason_;
+  ControlChannel control_;
+};
+
+static_assert(Communicator<NcclCommunicator>);
+static_assert(GroupedCommunicator<NcclCommunicator>);
+static_assert(MonitoredCommunicator<NcclCommunicator>);
+
+}  // namespace weightsync

@@ -1,0 +1,27 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+//! Deterministic device data for GPU tests and benchmarks: fill a buffer with a pattern derived from
+//! a seed, and count the bytes that differ from it. Kernels live in cuda_pattern.cu; this header
+//! needs no nvcc.
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ws_pattern {
+
+//! Writes the pattern of `seed` into `n` bytes at `p` (any alignment), on `stream`.
+void fill(void* p, std::size_t n, std::uint64_t seed, cudaStream_t stream);
+
+//! Adds to `*wrong` (device memory) the number of bytes of `p` that differ from the pattern of
+//! `seed`, on `stream`.
+void count_wrong(const void* p, std::size_t n, std::uint64_t seed, unsigned long long* wrong,
+                 cudaStream_t stream);
+
+//! The pattern's byte at offset `i` (host side, for spot checks).
+std::uint8_t expected_byte(std::uint64_t seed, std::size_t i);
+
+}  // namespace ws_pattern

@@ -1,0 +1,75 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+//! A model's tensors in one device arena (256-byte aligned offsets), filled with a per-tensor
+//! pattern, poisoned, and verified bit-exactly on the device. Shared by GPU tests and benchmarks.
+
+#include <weightsync/cuda/check.hpp>
+#include <weightsync/cuda/device_buffer.hpp>
+#include <weightsync/tensor_meta.hpp>
+
+#include <cstdint>
+#include <vector>
+
+#include "cuda_pattern.hpp"
+
+namespace ws_test {
+
+inline std::uint64_t tensor_seed(std::uint64_t round, std::size_t index) {
+  return round * 1000003ull + index * 7919ull + 17;
+}
+
+class DeviceModel {
+ public:
+  DeviceModel(const std::vector<weightsync::TensorMeta>& metas, int device) : metas_(&metas) {
+    std::size_t off = 0;
+    for (const auto& m : metas) {
+      offsets_.push_back(off);
+      bytes_ += m.nbytes();
+      off += (m.nbytes() + 255) / 256 * 256;
+    }
+    arena_ = weightsync::DeviceBuffer(off, device);
+    weightsync::detail::CurrentDeviceGuard g(device);
+    weightsync::detail::check(cudaMalloc(reinterpret_cast<void**>(&counter_), sizeof(unsigned long long)), "cudaMalloc");
+  }
+  DeviceModel(const DeviceModel&) = delete;
+  DeviceModel& operator=(const DeviceModel&) = delete;
+  ~DeviceModel() { cudaFree(counter_); }
+
+  std::byte* data(std::size_t i) const { return arena_.data() + offsets_[i]; }
+  std::byte* arena() const { return arena_.data(); }
+  std::size_t arena_bytes() const { return arena_.size(); }
+  //! Sum of tensor sizes (without the alignment padding).
+  std::size_t bytes() const { return bytes_; }
+  std::size_t size() const { return offsets_.size(); }
+
+  void fill(std::uint64_t round, cudaStream_t s) const {
+    for (std::size_t i = 0; i < size(); ++i)
+      ws_pattern::fill(data(i), (*metas_)[i].nbytes(), tensor_seed(round, i), s);
+  }
+  void poison(cudaStream_t s) const {
+    weightsync::detail::check(cudaMemsetAsync(arena_.data(), 0xCD, arena_.size(), s),
+                              "cudaMemsetAsync");
+  }
+  //! Bytes that differ from round `round`'s pattern, over every tensor. Synchronizes `s`.
+  unsigned long long count_wrong(std::uint64_t round, cudaStream_t s) const {
+    weightsync::detail::check(cudaMemsetAsync(counter_, 0, sizeof *counter_, s), "cudaMemsetAsync");
+    for (std::size_t i = 0; i < size(); ++i)
+      ws_pattern::count_wrong(data(i), (*metas_)[i].nbytes(), tensor_seed(round, i), counter_, s);
+    unsigned long long host = 0;
+    weightsync::detail::check(cudaMemcpyAsync(&host, counter_, sizeof host, cudaMemcpyDeviceToHost, s),
+                              "cudaMemcpyAsync");
+    weightsync::detail::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    return host;
+  }
+
+ private:
+  const std::vector<weightsync::TensorMeta>* metas_;
+  std::vector<std::size_t> offsets_;
+  std::size_t bytes_ = 0;
+  weightsync::DeviceBuffer arena_;
+  unsigned long long* counter_ = nullptr;
+};
+
+}  // namespace ws_test
