@@ -365,7 +365,9 @@ struct PipelineRun {
     if (ws.policy.ready(ev)) return;
     const auto deadline = Clock::now() + opt.timeout;
     auto next_check = Clock::now();
-    int spins = 0;
+    // Spin (yielding) for the first 2 ms so that short waits end within microseconds, then poll
+    // every 20 us.
+    const auto spin_until = Clock::now() + std::chrono::milliseconds(2);
     while (!ws.policy.ready(ev)) {
       const auto now = Clock::now();
       if constexpr (MonitoredCommunicator<C>) {
@@ -386,7 +388,10 @@ struct PipelineRun {
         abort_comm(phase + ": " + what);
         throw timeout_error(phase, -1, what);
       }
-      if (++spins > 64) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      if (now < spin_until)
+        std::this_thread::yield();
+      else
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
   }
 

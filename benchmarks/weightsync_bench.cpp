@@ -1,0 +1,542 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
+// weightsync-bench: time per full weight sync (trainer rank 0 -> every other rank) for benchmark
+// layouts, over a sweep of buffer size B, ring slots K and modes, side by side with a raw
+// ncclBroadcast of the same bytes measured in the same processes in the same run.
+//
+//   weightsync_bench [--np 2] [--layout dense8b,moe30b,small1b,lora8b,synthetic:<n>x<bytes>]
+//                    [--buffer-size 16M,64M,256M,1G,2G] [--num-buffers 1,2,3]
+//                    [--mode packed,zerocopy,unpacked,unpacked-zc] [--direct 0,32M]
+//                    [--protocol weightsync|vllm] [--warmup 3] [--iters 10] [--json FILE]
+//
+// The launcher starts --np processes of itself (one GPU each, rank % device count), which meet
+// at a TCP rendezvous on 127.0.0.1. Each iteration: the consumers poison their destinations, all
+// ranks meet at a barrier, then CUDA events (and the host clock) time the sync on every rank; the
+// iteration's time is the maximum over ranks. Every iteration's received bytes are verified on
+// the device (bit-exact, per tensor) and counted in #wrong. Modes:
+//   packed       chunks through the ring; load_weights copies each view into its parameter
+//   zerocopy     chunks through the ring; destinations given, single tensors received in place
+//   unpacked     one broadcast per tensor into a slot; load_weights copies it
+//   unpacked-zc  one broadcast per tensor, straight from the source into the destination
+#include <weightsync/cuda/event.hpp>
+#include <weightsync/cuda/stream.hpp>
+#include <weightsync/layouts.hpp>
+#include <weightsync/nccl/communicator.hpp>
+#include <weightsync/packed_broadcast.hpp>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gpu_model.hpp"
+#include "process.hpp"
+
+namespace ws = weightsync;
+using nlohmann::json;
+
+namespace {
+
+struct Args {
+  int np = 2;
+  std::vector<std::string> layouts{"dense8b"};
+  std::vector<std::size_t> buffer_sizes{std::size_t{1} << 30};
+  std::vector<int> num_buffers{2};
+  std::vector<std::string> modes{"packed"};
+  std::vector<std::size_t> direct{0};
+  std::string protocol = "weightsync";
+  int warmup = 3;
+  int iters = 10;
+  std::string json_path;
+  int timeout_s = 120;
+  // set by the launcher for its children
+  int rank = -1;
+  int port = 0;
+  std::vector<std::string> argv;
+};
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::size_t a = 0;
+  while (a <= s.size()) {
+    const auto b = s.find(',', a);
+    out.push_back(s.substr(a, b == std::string::npos ? std::string::npos : b - a));
+    if (b == std::string::npos) break;
+    a = b + 1;
+  }
+  return out;
+}
+
+std::size_t parse_size(const std::string& s) {
+  std::size_t idx = 0;
+  const double v = std::stod(s, &idx);
+  std::size_t mult = 1;
+  if (idx < s.size()) {
+    switch (s[idx]) {
+      case 'K': case 'k': mult = std::size_t{1} << 10; break;
+      case 'M': case 'm': mult = std::size_t{1} << 20; break;
+      case 'G': case 'g': mult = std::size_t{1} << 30; break;
+      default: throw std::invalid_argument("bad size '" + s + "'");
+    }
+  }
+  return static_cast<std::size_t>(v * static_cast<double>(mult));
+}
+
+std::string size_label(std::size_t b) {
+  if (b == 0) return "0";
+  if (b % (std::size_t{1} << 30) == 0) return std::to_string(b >> 30) + "G";
+  if (b % (std::size_t{1} << 20) == 0) return std::to_string(b >> 20) + "M";
+  if (b % (std::size_t{1} << 10) == 0) return std::to_string(b >> 10) + "K";
+  return std::to_string(b);
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    auto val = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::invalid_argument(k + " needs a value");
+      return argv[++i];
+    };
+    if (k == "--np") a.np = std::stoi(val());
+    else if (k == "--layout") a.layouts = split(val());
+    else if (k == "--buffer-size") {
+      a.buffer_sizes.clear();
+      for (auto& s : split(val())) a.buffer_sizes.push_back(parse_size(s));
+    } else if (k == "--num-buffers") {
+      a.num_buffers.clear();
+      for (auto& s : split(val())) a.num_buffers.push_back(std::stoi(s));
+    } else if (k == "--mode") a.modes = split(val());
+    else if (k == "--direct") {
+      a.direct.clear();
+      for (auto& s : split(val())) a.direct.push_back(parse_size(s));
+    } else if (k == "--protocol") a.protocol = val();
+    else if (k == "--warmup") a.warmup = std::stoi(val());
+    else if (k == "--iters") a.iters = std::stoi(val());
+    else if (k == "--json") a.json_path = val();
+    else if (k == "--timeout") a.timeout_s = std::stoi(val());
+    else if (k == "--rank") { a.rank = std::stoi(val()); continue; }
+    else if (k == "--port") { a.port = std::stoi(val()); continue; }
+    else if (k == "-h" || k == "--help") {
+      std::printf("see the comment at the top of benchmarks/weightsync_bench.cpp\n");
+      std::exit(0);
+    } else throw std::invalid_argument("unknown option " + k);
+    if (k != "--rank" && k != "--port") {
+      a.argv.push_back(k);
+      a.argv.push_back(argv[i]);
+    }
+  }
+  if (a.iters < 1) throw std::invalid_argument("--iters must be >= 1");
+  for (const auto& m : a.modes)
+    if (m != "packed" && m != "zerocopy" && m != "unpacked" && m != "unpacked-zc")
+      throw std::invalid_argument("unknown mode " + m);
+  return a;
+}
+
+struct Stats {
+  double median = 0, min = 0, p99 = 0, stdev = 0, cv_pct = 0;
+  std::vector<double> times;
+};
+
+Stats stats_of(std::vector<double> t) {
+  Stats s;
+  s.times = t;
+  std::sort(t.begin(), t.end());
+  const std::size_t n = t.size();
+  s.median = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+  s.min = t.front();
+  s.p99 = t[std::min(n - 1, static_cast<std::size_t>(std::ceil(0.99 * double(n))) - 1)];
+  const double mean = std::accumulate(t.begin(), t.end(), 0.0) / double(n);
+  double var = 0;
+  for (double x : t) var += (x - mean) * (x - mean);
+  s.stdev = n > 1 ? std::sqrt(var / double(n - 1)) : 0;
+  s.cv_pct = mean > 0 ? 100 * s.stdev / mean : 0;
+  return s;
+}
+
+std::string iso_now() {
+  char buf[64];
+  const std::time_t t = std::time(nullptr);
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+// One child process: a rank.
+class Bench {
+ public:
+  explicit Bench(const Args& a)
+      : a_(a), device_(select_device(a)), stream_(device_), start_(device_), end_(device_) {
+    ws::RendezvousOptions o;
+    o.address = "127.0.0.1";
+    o.port = a.port;
+    o.rank = a.rank;
+    o.world_size = a.np;
+    o.timeout = std::chrono::seconds(a.timeout_s);
+    ws::NcclOptions n;
+    n.device = device_;
+    n.timeout = std::chrono::seconds(a.timeout_s);
+    comm_ = ws::NcclCommunicator::connect(o, n);
+    ws::detail::check(cudaMalloc(reinterpret_cast<void**>(&scratch_), 64), "cudaMalloc");
+  }
+  ~Bench() { cudaFree(scratch_); }
+
+  int run() {
+    header();
+    int failures = 0;
+    for (const auto& layout : a_.layouts) failures += run_layout(layout);
+    if (rank() == 0) {
+      std::printf("# Out of bounds values : %d %s\n", failures, failures ? "FAILED" : "OK");
+      if (!bw_.empty())
+        std::printf("# Avg bus bandwidth    : %.2f\n",
+                    std::accumulate(bw_.begin(), bw_.end(), 0.0) / double(bw_.size()));
+      std::fflush(stdout);
+    }
+    return failures ? 1 : 0;
+  }
+
+ private:
+  static int select_device(const Args& a) {
+    int ndev = 0;
+    ws::detail::check(cudaGetDeviceCount(&ndev), "cudaGetDeviceCount");
+    const int d = a.rank % ndev;
+    ws::detail::check(cudaSetDevice(d), "cudaSetDevice");
+    return d;
+  }
+  int rank() const { return a_.rank; }
+  cudaStream_t s() const { return stream_.get(); }
+
+  // Every rank meets here; afterwards all start within a few microseconds.
+  void barrier() {
+    comm_.all_reduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, s());
+    comm_.synchronize(s());
+  }
+
+  // Max over ranks of two doubles.
+  std::pair<double, double> max_over_ranks(double x, double y) {
+    double h[2] = {x, y};
+    ws::detail::check(cudaMemcpyAsync(scratch_, h, sizeof h, cudaMemcpyHostToDevice, s()), "cudaMemcpyAsync");
+    comm_.all_reduce(scratch_, scratch_, 2, ncclFloat64, ncclMax, s());
+    ws::detail::check(cudaMemcpyAsync(h, scratch_, sizeof h, cudaMemcpyDeviceToHost, s()), "cudaMemcpyAsync");
+    comm_.synchronize(s());
+    return {h[0], h[1]};
+  }
+  double sum_over_ranks(double x) {
+    ws::detail::check(cudaMemcpyAsync(scratch_, &x, sizeof x, cudaMemcpyHostToDevice, s()), "cudaMemcpyAsync");
+    comm_.all_reduce(scratch_, scratch_, 1, ncclFloat64, ncclSum, s());
+    ws::detail::check(cudaMemcpyAsync(&x, scratch_, sizeof x, cudaMemcpyDeviceToHost, s()), "cudaMemcpyAsync");
+    comm_.synchronize(s());
+    return x;
+  }
+
+  void header() {
+    int v = 0;
+    ncclGetVersion(&v);
+    int rt = 0;
+    cudaRuntimeGetVersion(&rt);
+    cudaDeviceProp prop{};
+    cudaGetDeviceProperties(&prop, device_);
+    char bus[32] = {};
+    cudaDeviceGetPCIBusId(bus, sizeof bus, device_);
+    device_name_ = prop.name;
+    char host[64] = {};
+    ::gethostname(host, sizeof host - 1);
+    // Gather every rank's line through rank 0 (a 256-byte broadcast from each rank).
+    char line[256] = {};
+    std::snprintf(line, sizeof line, "#  Rank %2d Pid %6d on %.40s device %2d [%.20s] %.80s", rank(),
+                  static_cast<int>(::getpid()), host, device_, bus, prop.name);
+    devices_ = json::array();
+    for (int r = 0; r < a_.np; ++r) {
+      char buf[256];
+      std::memcpy(buf, line, sizeof buf);
+      ws::DeviceBuffer d(sizeof buf, device_);
+      ws::detail::check(cudaMemcpyAsync(d.data(), buf, sizeof buf, cudaMemcpyHostToDevice, s()), "memcpy");
+      comm_.broadcast(d.data(), sizeof buf, r, s());
+      ws::detail::check(cudaMemcpyAsync(buf, d.data(), sizeof buf, cudaMemcpyDeviceToHost, s()), "memcpy");
+      comm_.synchronize(s());
+      lines_.push_back(buf);
+    }
+    nccl_version_ = v;
+    cudart_ = rt;
+    if (rank() != 0) return;
+    std::printf("# weightsync-bench %s nccl-headers=%d nccl-library=%d cudart=%d\n",
+                WEIGHTSYNC_VERSION_STRING, NCCL_VERSION_CODE, v, rt);
+    std::printf("# ranks: %d root: 0 warmup: %d iters: %d timing: cuda-events, max over ranks, median; protocol: %s\n",
+                a_.np, a_.warmup, a_.iters, a_.protocol.c_str());
+    for (const auto& l : lines_) std::printf("%s\n", l.c_str());
+    std::fflush(stdout);
+  }
+
+  struct Row {
+    std::string layout, impl;
+    std::size_t size = 0, count = 0, chunks = 0, buffer = 0, direct = 0;
+    int nbuf = 0;
+    Stats ev, wall;
+    unsigned long long wrong = 0;
+    double ratio = 0;
+    std::size_t ring_producer = 0, ring_consumer = 0;
+  };
+
+  void print_table_header(const std::string& layout, const std::vector<ws::TensorMeta>& metas,
+                          std::size_t bytes) {
+    if (rank() != 0) return;
+    std::printf("#\n# layout: %s tensors: %zu bytes: %zu dtype: bf16\n", layout.c_str(), metas.size(), bytes);
+    std::printf("#%13s %9s %7s %11s %5s %14s %10s %8s %8s %7s %7s %9s\n", "size", "tensors", "chunks",
+                "buffer", "nbuf", "impl", "time", "algbw", "busbw", "#wrong", "vs_raw", "ring");
+    std::printf("#%13s %9s %7s %11s %5s %14s %10s %8s %8s %7s %7s %9s\n", "(B)", "", "", "(B)", "",
+                "", "(us)", "(GB/s)", "(GB/s)", "", "(%)", "(MB)");
+    std::fflush(stdout);
+  }
+
+  void emit(const Row& r) {
+    if (rank() != 0) return;
+    const double algbw = double(r.size) / (r.ev.median * 1e-6) / 1e9;
+    bw_.push_back(algbw);
+    std::printf(" %13zu %9zu %7zu %11s %5s %14s %10.1f %8.2f %8.2f %7llu %7.1f %9.1f\n", r.size,
+                r.count, r.chunks, r.buffer ? std::to_string(r.buffer).c_str() : "-",
+                r.nbuf ? std::to_string(r.nbuf).c_str() : "-", r.impl.c_str(), r.ev.median, algbw,
+                algbw, r.wrong, 100.0 * r.ratio, double(std::max(r.ring_producer, r.ring_consumer)) / 1e6);
+    std::fflush(stdout);
+    if (a_.json_path.empty()) return;
+    json j;
+    j["version"] = 1;
+    j["tool"] = "weightsync-bench";
+    j["date"] = iso_now();
+    j["args"] = a_.argv;
+    j["device"] = device_name_;
+    j["devices"] = lines_;
+    j["nccl_version"] = nccl_version_;
+    j["cuda_runtime"] = cudart_;
+    j["layout"] = r.layout;
+    j["size"] = r.size;
+    j["count"] = r.count;
+    j["type"] = "bfloat16";
+    j["root"] = 0;
+    j["ranks"] = a_.np;
+    j["chunks"] = r.chunks;
+    j["buffer_size_bytes"] = r.buffer;
+    j["num_buffers"] = r.nbuf;
+    j["direct_threshold_bytes"] = r.direct;
+    j["protocol"] = a_.protocol;
+    j["impl"] = r.impl;
+    j["time"] = r.ev.median;
+    j["wall_us"] = r.wall.median;
+    j["alg_bw"] = algbw;
+    j["bus_bw"] = algbw;
+    j["nwrong"] = r.wrong;
+    j["ratio_vs_raw"] = r.ratio;
+    j["extra_device_bytes"] = {{"producer", r.ring_producer}, {"consumer", r.ring_consumer}};
+    j["warmup_iters"] = a_.warmup;
+    j["iters"] = a_.iters;
+    j["stats"] = {{"min_us", r.ev.min}, {"p50_us", r.ev.median}, {"p99_us", r.ev.p99},
+                  {"stdev_us", r.ev.stdev}, {"cv_pct", r.ev.cv_pct}, {"times_us", r.ev.times},
+                  {"wall_p50_us", r.wall.median}};
+    std::ofstream(a_.json_path, std::ios::app) << j.dump() << "\n";
+  }
+
+  // Times `body` warmup + iters times; `before` runs untimed before each iteration.
+  template <class Before, class Body>
+  std::pair<Stats, Stats> time_it(Before&& before, Body&& body) {
+    std::vector<double> ev, wall;
+    for (int i = 0; i < a_.warmup + a_.iters; ++i) {
+      before(i);
+      barrier();
+      start_.record(s());
+      const auto t0 = std::chrono::steady_clock::now();
+      body(i);
+      end_.record(s());
+      end_.synchronize();
+      const double w = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+      const double e = ws::TimedEvent::elapsed(start_, end_).count();
+      const auto [me, mw] = max_over_ranks(e, w);
+      if (i >= a_.warmup) {
+        ev.push_back(me);
+        wall.push_back(mw);
+      }
+    }
+    return {stats_of(ev), stats_of(wall)};
+  }
+
+  int run_layout(const std::string& layout) {
+    const auto metas = ws::layouts::by_name(layout);
+    ws_test::DeviceModel model(metas, device_);
+    const std::size_t bytes = model.bytes();
+    print_table_header(layout, metas, bytes);
+    const bool producer = rank() == 0;
+    if (producer) model.fill(1, s());
+    ws::detail::check(cudaStreamSynchronize(s()), "cudaStreamSynchronize");
+    auto verify = [&]() -> unsigned long long {
+      return producer ? 0 : model.count_wrong(1, s());
+    };
+    auto poison = [&](int) {
+      if (!producer) model.poison(s());
+    };
+    int failures = 0;
+
+    // Raw ncclBroadcast of the same bytes: the arena is contiguous (bf16 layouts have no padding).
+    Row raw;
+    {
+      unsigned long long wrong = 0;
+      auto [ev, wall] = time_it(poison, [&](int) { comm_.broadcast(model.arena(), model.arena_bytes(), 0, s()); });
+      wrong = static_cast<unsigned long long>(sum_over_ranks(double(verify())));
+      raw.layout = layout;
+      raw.impl = "raw-nccl";
+      raw.size = bytes;
+      raw.count = metas.size();
+      raw.chunks = 1;
+      raw.ev = ev;
+      raw.wall = wall;
+      raw.wrong = wrong;
+      raw.ratio = 1.0;
+      emit(raw);
+      failures += wrong != 0;
+    }
+
+    int config = 0;
+    const int configs = static_cast<int>(a_.modes.size() * a_.buffer_sizes.size() * a_.num_buffers.size() * a_.direct.size());
+    for (const auto& mode : a_.modes)
+      for (const std::size_t b : a_.buffer_sizes)
+        for (const int k : a_.num_buffers)
+          for (const std::size_t direct : a_.direct) {
+            ++config;
+            const bool unpacked = mode.rfind("unpacked", 0) == 0;
+            if (unpacked && (b != a_.buffer_sizes.front() || direct != a_.direct.front())) continue;
+            if (direct && (unpacked || a_.protocol == "vllm")) continue;
+            if (rank() == 0)
+              std::fprintf(stderr, "[%d/%d] %s %s B=%s K=%d direct=%s\n", config, configs, layout.c_str(),
+                           mode.c_str(), size_label(b).c_str(), k, size_label(direct).c_str());
+            ws::TransferOptions opt;
+            opt.packed = !unpacked;
+            opt.buffer_size_bytes = b;
+            opt.num_buffers = k;
+            opt.direct_threshold_bytes = direct;
+            opt.protocol = a_.protocol == "vllm" ? ws::Protocol::vllm : ws::Protocol::weightsync;
+            opt.timeout = std::chrono::seconds(a_.timeout_s);
+            const bool zc = mode == "zerocopy" || mode == "unpacked-zc";
+            auto index = [&](const ws::TensorMeta* m) { return static_cast<std::size_t>(m - metas.data()); };
+            if (zc && !producer)
+              opt.destination = [&](const ws::TensorMeta& m) -> void* { return model.data(index(&m)); };
+            std::vector<ws::SourceTensorRef> items;
+            for (std::size_t i = 0; i < metas.size(); ++i) items.push_back({&metas[i], model.data(i)});
+            ws::workspace_for<ws::NcclCommunicator> wsp{ws::CudaPolicy(device_)};
+            unsigned long long wrong = 0;
+            ws::TransferStats st;
+            auto [ev, wall] = time_it(
+                [&](int i) {
+                  if (i > 0 && !producer) wrong += model.count_wrong(1, s());
+                  poison(i);
+                },
+                [&](int) {
+                  if (producer) {
+                    opt.source_stream = s();
+                    st = ws::packed_broadcast_producer(metas, items, comm_, 0, opt, wsp);
+                  } else {
+                    st = ws::packed_broadcast_consumer(
+                        metas, comm_, 0,
+                        [&](std::span<const ws::TensorView> batch, cudaStream_t stream) {
+                          for (const auto& v : batch)
+                            if (v.nbytes)
+                              ws::detail::check(cudaMemcpyAsync(model.data(index(v.meta)), v.data, v.nbytes,
+                                                                cudaMemcpyDeviceToDevice, stream),
+                                                "cudaMemcpyAsync");
+                        },
+                        opt, wsp);
+                  }
+                });
+            wrong += verify();
+            wrong = static_cast<unsigned long long>(sum_over_ranks(double(wrong)));
+            const double ring_c = sum_over_ranks(producer ? 0.0 : double(wsp.device_bytes()));
+            std::string impl = mode;
+            if (direct) impl += "+d" + size_label(direct);
+            Row r;
+            r.layout = layout;
+            r.impl = impl;
+            r.size = bytes;
+            r.count = metas.size();
+            r.chunks = st.chunks;
+            r.buffer = unpacked ? 0 : b;
+            r.nbuf = k;
+            r.direct = direct;
+            r.ev = ev;
+            r.wall = wall;
+            r.wrong = wrong;
+            r.ratio = raw.ev.median / ev.median;
+            r.ring_producer = producer ? wsp.device_bytes() : 0;
+            r.ring_consumer = static_cast<std::size_t>(ring_c / double(std::max(1, a_.np - 1)));
+            emit(r);
+            failures += wrong != 0;
+          }
+    return failures;
+  }
+
+  Args a_;
+  int device_;
+  ws::CudaStream stream_;
+  ws::TimedEvent start_, end_;
+  ws::NcclCommunicator comm_;
+  float* scratch_ = nullptr;
+  std::vector<std::string> lines_;
+  json devices_;
+  std::string device_name_;
+  int nccl_version_ = 0, cudart_ = 0;
+  std::vector<double> bw_;
+};
+
+int launch(const Args& a, const char* self) {
+  const int port = ws_test::free_port();
+  std::vector<pid_t> kids;
+  for (int r = 0; r < a.np; ++r) {
+    std::vector<std::string> args = {self};
+    args.insert(args.end(), a.argv.begin(), a.argv.end());
+    args.push_back("--rank");
+    args.push_back(std::to_string(r));
+    args.push_back("--port");
+    args.push_back(std::to_string(port));
+    std::fflush(nullptr);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      std::vector<char*> cargv;
+      for (auto& s : args) cargv.push_back(s.data());
+      cargv.push_back(nullptr);
+      ::execv("/proc/self/exe", cargv.data());
+      ::_exit(127);
+    }
+    kids.push_back(pid);
+  }
+  int rc = 0;
+  for (std::size_t i = 0; i < kids.size(); ++i) {
+    int st = 0;
+    ::waitpid(kids[i], &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+      std::fprintf(stderr, "weightsync_bench: rank %zu failed (%s %d)\n", i,
+                   WIFEXITED(st) ? "exit" : "signal", WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+      rc = 1;
+      for (auto k : kids) ::kill(k, SIGTERM);
+    }
+  }
+  return rc;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  ::setenv("NCCL_NVLS_ENABLE", "0", 0);
+  const Args a = parse(argc, argv);
+  if (a.rank < 0) return launch(a, argv[0]);
+  Bench b(a);
+  return b.run();
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "weightsync_bench: %s\n", e.what());
+  return 2;
+}

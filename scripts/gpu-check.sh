@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# SPDX-FileCopyrightText: 2026 weightsync contributors
+# SPDX-License-Identifier: Apache-2.0
+# On a machine with GPUs: configure with CUDA for Hopper (sm_90), build, run the GPU tests
+# (ctest -L gpu) and a benchmark smoke run, writing logs to a folder.
+#   bash scripts/gpu-check.sh [LOG_DIR=gpu-logs] [extra benchmark args...]
+# WS_SKIP_TESTS=1 skips the tests; WS_BENCH="args" replaces the benchmark's arguments;
+# WS_PY_BENCH="args" also runs the Python reference benchmark with those arguments.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0
+logs=${1:-gpu-logs}
+mkdir -p "$logs"
+build=${WEIGHTSYNC_BUILD_DIR:-build/gpu}
+rc=0
+{
+  date -u +"%Y-%m-%dT%H:%M:%SZ"
+  nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader 2>&1
+  nvidia-smi topo -m 2>&1 | head -5
+  nvcc --version | tail -1
+  cmake --version | head -1
+} 2>&1 | tee "$logs/env.txt"
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+  -DWEIGHTSYNC_WITH_CUDA=ON -DWEIGHTSYNC_WITH_NCCL=ON 2>&1 | tee "$logs/configure.txt" | grep -E "weightsync|NCCL|Catch2|Error" || true
+if ! cmake --build "$build" -j "$(nproc)" > "$logs/build.txt" 2>&1; then
+  tail -50 "$logs/build.txt"
+  echo "BUILD FAILED"
+  exit 1
+fi
+echo "build ok"
+if [ "${WS_SKIP_TESTS:-0}" != 1 ]; then
+  ctest --test-dir "$build" -L gpu --output-on-failure --no-tests=error ${WS_CTEST_ARGS:-} > "$logs/ctest-gpu.txt" 2>&1 || rc=1
+  grep -E "tests passed|Test +#|verified|free device|consumer failed|packed|Skipped" "$logs/ctest-gpu.txt" | sed 's/^ *//' | head -60
+fi
+bench_args=${WS_BENCH:---layout small1b,lora8b --mode packed,zerocopy --iters 5 --warmup 2}
+if [ -x "$build/benchmarks/weightsync_bench" ] && [ "$bench_args" != none ]; then
+  "$build/benchmarks/weightsync_bench" $bench_args --json "$logs/bench.jsonl" "${@:2}" 2> "$logs/bench-progress.txt" | tee "$logs/bench.txt" || rc=1
+fi
+if [ -n "${WS_PY_BENCH:-}" ]; then
+  python3 benchmarks/python/vllm_style_bench.py $WS_PY_BENCH --json "$logs/python.jsonl" 2>&1 | tee "$logs/python.txt" | grep -v "^\[" || rc=1
+fi
+exit $rc
