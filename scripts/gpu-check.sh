@@ -28,6 +28,10 @@ if ! cmake --build "$build" -j "$(nproc)" > "$logs/build.txt" 2>&1; then
   exit 1
 fi
 echo "build ok"
+if [ "${WS_CPU_TESTS:-0}" = 1 ]; then
+  ctest --test-dir "$build" -LE gpu --no-tests=error -j 16 > "$logs/ctest-cpu.txt" 2>&1 || rc=1
+  grep -E "tests passed|Failed|\*\*\*" "$logs/ctest-cpu.txt" | head -20
+fi
 if [ "${WS_SKIP_TESTS:-0}" != 1 ]; then
   ctest --test-dir "$build" -L gpu --output-on-failure --no-tests=error ${WS_CTEST_ARGS:-} > "$logs/ctest-gpu.txt" 2>&1 || rc=1
   grep -E "tests passed|Test +#|verified|free device|consumer failed|packed|Skipped" "$logs/ctest-gpu.txt" | sed 's/^ *//' | head -60

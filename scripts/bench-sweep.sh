@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# SPDX-FileCopyrightText: 2026 weightsync contributors
+# SPDX-License-Identifier: Apache-2.0
+# The benchmark runs behind BENCHMARKS.md, on a machine with 2 GPUs, after scripts/gpu-check.sh
+# has built build/gpu:   bash scripts/bench-sweep.sh LOG_DIR [quick|full|python]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0
+logs=${1:-gpu-logs}
+what=${2:-full}
+mkdir -p "$logs"
+bench=${WEIGHTSYNC_BUILD_DIR:-build/gpu}/benchmarks/weightsync_bench
+run() {  # run NAME ARGS...
+  local name=$1
+  shift
+  echo "== weightsync_bench $*" | tee -a "$logs/bench.txt"
+  timeout 300 "$bench" "$@" --json "$logs/bench.jsonl" 2>> "$logs/bench-progress.txt" | tee -a "$logs/bench.txt"
+}
+case "$what" in
+  quick)
+    run dense "--layout" dense8b,small1b --mode packed,zerocopy,unpacked-zc --buffer-size 1G,2G \
+      --num-buffers 2,3 --direct 0,32M --iters 10 --warmup 3
+    run lora --layout lora8b --mode packed,zerocopy --buffer-size 16M,1G --num-buffers 2,3 --iters 20 --warmup 5
+    run moe --layout moe30b --mode packed,zerocopy --buffer-size 1G --num-buffers 2 --direct 0,4M \
+      --iters 10 --warmup 2
+    ;;
+  full)
+    for layout in dense8b moe30b small1b lora8b; do
+      run "$layout" --layout "$layout" --mode packed,zerocopy,unpacked,unpacked-zc \
+        --buffer-size 16M,64M,256M,1G,2G --num-buffers 1,2,3 --iters 10 --warmup 3
+    done
+    ;;
+  python)
+    for layout in dense8b moe30b small1b lora8b; do
+      timeout 300 python3 benchmarks/python/vllm_style_bench.py --layout "$layout" \
+        --buffer-size 1073741824 --num-buffers 2 --iters 10 --warmup 3 \
+        --json "$logs/python.jsonl" 2>>"$logs/python-progress.txt" | tee -a "$logs/python.txt"
+    done
+    ;;
+esac
