@@ -14,7 +14,7 @@ run() {  # run NAME ARGS...
   local name=$1
   shift
   echo "== weightsync_bench $*" | tee -a "$logs/bench.txt"
-  timeout 300 "$bench" "$@" --json "$logs/bench.jsonl" 2>> "$logs/bench-progress.txt" | tee -a "$logs/bench.txt"
+  timeout 300 "$bench" "$@" --json "$logs/bench.jsonl" 2>/dev/null | tee -a "$logs/bench.txt"
 }
 case "$what" in
   quick)
@@ -34,7 +34,7 @@ case "$what" in
     for layout in dense8b moe30b small1b lora8b; do
       timeout 300 python3 benchmarks/python/vllm_style_bench.py --layout "$layout" \
         --buffer-size 1073741824 --num-buffers 2 --iters 10 --warmup 3 \
-        --json "$logs/python.jsonl" 2>>"$logs/python-progress.txt" | tee -a "$logs/python.txt"
+        --json "$logs/python.jsonl" 2>/dev/null | tee -a "$logs/python.txt"
     done
     ;;
 esac

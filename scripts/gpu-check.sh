@@ -18,6 +18,7 @@ rc=0
   nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader 2>&1
   nvidia-smi topo -m 2>&1 | head -5
   nvcc --version | tail -1
+  ls -l /usr/include/nccl.h /usr/local/cuda/include/nccl.h /usr/lib/x86_64-linux-gnu/libnccl.so* 2>&1
   cmake --version | head -1
 } 2>&1 | tee "$logs/env.txt"
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
