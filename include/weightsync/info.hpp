@@ -243,15 +243,19 @@ inline void from_json(const nlohmann::json& j, NcclUpdateInfo& v) {
                {"names", "dtype_names", "shapes", "packed", "packed_buffer_size_bytes",
                 "packed_num_buffers", "is_checkpoint_format"});
   NcclUpdateInfo r;
-  const auto& names = json_array(o.required("names"), "names");
+  const auto& names = o.required("names");
+  require_array(names, "names");
   for (std::size_t i = 0; i < names.size(); ++i)
     r.names.push_back(json_string(names[i], cat("names[", i, "]")));
-  const auto& dts = json_array(o.required("dtype_names"), "dtype_names");
+  const auto& dts = o.required("dtype_names");
+  require_array(dts, "dtype_names");
   for (std::size_t i = 0; i < dts.size(); ++i)
     r.dtype_names.push_back(json_string(dts[i], cat("dtype_names[", i, "]")));
-  const auto& shapes = json_array(o.required("shapes"), "shapes");
+  const auto& shapes = o.required("shapes");
+  require_array(shapes, "shapes");
   for (std::size_t i = 0; i < shapes.size(); ++i) {
-    const auto& s = json_array(shapes[i], cat("shapes[", i, "]"));
+    const auto& s = shapes[i];
+    require_array(s, cat("shapes[", i, "]"));
     std::vector<std::int64_t> shape;
     for (std::size_t d = 0; d < s.size(); ++d)
       shape.push_back(json_int_in(s[d], cat("shapes[", i, "][", d, "]"), 0,

@@ -63,9 +63,8 @@ inline std::string json_string(const nlohmann::json& j, const std::string& field
   return j.get<std::string>();
 }
 
-inline const nlohmann::json& json_array(const nlohmann::json& j, const std::string& field) {
+inline void require_array(const nlohmann::json& j, const std::string& field) {
   if (!j.is_array()) json_type_mismatch(field, "an array", j);
-  return j;
 }
 
 //! Walks a JSON object: rejects unknown keys up front, then hands out values by key.
