@@ -4,6 +4,7 @@
 // (spawns the peers, enforces the deadline, checks their exit codes) and, in the peers
 // (--ws-rank), as rank 0 (producer) or rank 1 (consumer). Every tensor is compared bit-exactly on
 // the device with what the producer generated; destinations are poisoned before every round.
+#include <cstdint>
 #include <weightsync/cuda/stream.hpp>
 #include <weightsync/layouts.hpp>
 #include <weightsync/nccl/communicator.hpp>

@@ -1,5 +1,6 @@
 // SPDX-FileCopyrightText: 2026 weightsync contributors
 // SPDX-License-Identifier: Apache-2.0
+#include <cstdint>
 #include <weightsync/dtype.hpp>
 #include <weightsync/tensor_meta.hpp>
 

@@ -2,6 +2,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // packed_broadcast_producer / packed_broadcast_consumer over the host transport, across real
 // processes: round trips, random layouts, faults, handshake mismatches, ring reuse.
+#include <cstdint>
 #include <weightsync/host/communicator.hpp>
 #include <weightsync/packed_broadcast.hpp>
 

@@ -1,6 +1,7 @@
 // SPDX-FileCopyrightText: 2026 weightsync contributors
 // SPDX-License-Identifier: Apache-2.0
 // Rendezvous across real processes on 127.0.0.1.
+#include <cstdint>
 #include <weightsync/host/rendezvous.hpp>
 
 #include <chrono>
