@@ -18,11 +18,15 @@ run() {  # run NAME ARGS...
 }
 case "$what" in
   quick)
-    run dense "--layout" dense8b,small1b --mode packed,zerocopy,unpacked-zc --buffer-size 1G,2G \
-      --num-buffers 2,3 --direct 0,32M --iters 10 --warmup 3
-    run lora --layout lora8b --mode packed,zerocopy --buffer-size 16M,1G --num-buffers 2,3 --iters 20 --warmup 5
-    run moe --layout moe30b --mode packed,zerocopy --buffer-size 1G --num-buffers 2 --direct 0,4M \
-      --iters 10 --warmup 2
+    run all --layout dense8b,small1b,moe30b --mode packed,zerocopy --buffer-size 1G \
+      --num-buffers 2 --direct 0,1M,4M,32M --iters 10 --warmup 3
+    run lora --layout lora8b --mode packed,zerocopy --buffer-size 4M,16M,1G --num-buffers 2,3 \
+      --direct 0,64K --iters 20 --warmup 5
+    run dense --layout dense8b,small1b --mode zerocopy,unpacked-zc --buffer-size 256M,2G --num-buffers 2,3 \
+      --direct 0,4M --iters 10 --warmup 3
+    echo "== copy engines instead of the batched copy kernel (WEIGHTSYNC_COPY=ce)" | tee -a "$logs/bench.txt"
+    WEIGHTSYNC_COPY=ce run ce --layout dense8b,moe30b,lora8b --mode zerocopy --buffer-size 1G --num-buffers 2 \
+      --iters 10 --warmup 3
     ;;
   full)
     for layout in dense8b moe30b small1b lora8b; do

@@ -135,10 +135,10 @@ void say(const std::string& s) {
 
 }  // namespace
 
-TEST_CASE("nccl round trips: packed and unpacked, K 1-3, several B, views and zero-copy",
+TEST_CASE("nccl round trips: packed and unpacked; K 1-3; several B; views and zero-copy",
           "[gpu][nccl][multi_gpu]") {
   if (!ws_test::role().is_peer()) {
-    WS_RUN_PEERS("nccl round trips: packed and unpacked, K 1-3, several B, views and zero-copy", 300s);
+    WS_RUN_PEERS("nccl round trips: packed and unpacked; K 1-3; several B; views and zero-copy", 300s);
     return;
   }
   Peer p = connect_peer();
@@ -262,11 +262,11 @@ TEST_CASE("nccl producer killed mid-transfer: the consumer fails within the dead
   CHECK(!p.comm.healthy());
 }
 
-TEST_CASE("nccl unique-id mode round trip, weightsync and vllm wire", "[gpu][nccl][multi_gpu]") {
+TEST_CASE("nccl unique-id mode round trip: weightsync and vllm wire", "[gpu][nccl][multi_gpu]") {
   if (!ws_test::role().is_peer()) {
     if (device_count() < 2) WS_SKIP("needs 2 GPUs, found " << device_count());
     const std::string uid_file = "/tmp/ws_uid_" + std::to_string(::getpid());
-    const auto results = ws_test::run_peers("nccl unique-id mode round trip, weightsync and vllm wire",
+    const auto results = ws_test::run_peers("nccl unique-id mode round trip: weightsync and vllm wire",
                                             2, 0, uid_file, 120s);
     ::unlink(uid_file.c_str());
     for (std::size_t i = 0; i < results.size(); ++i) {
@@ -316,10 +316,10 @@ TEST_CASE("nccl unique-id mode round trip, weightsync and vllm wire", "[gpu][ncc
     }
 }
 
-TEST_CASE("nccl faults keep the communicator usable: bad item, failing load_weights",
+TEST_CASE("nccl faults keep the communicator usable: bad item and failing load_weights",
           "[gpu][nccl][multi_gpu]") {
   if (!ws_test::role().is_peer()) {
-    WS_RUN_PEERS("nccl faults keep the communicator usable: bad item, failing load_weights", 120s);
+    WS_RUN_PEERS("nccl faults keep the communicator usable: bad item and failing load_weights", 120s);
     return;
   }
   Peer p = connect_peer(30s);

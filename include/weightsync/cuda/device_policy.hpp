@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "weightsync/concepts.hpp"
+#include "weightsync/cuda/batched_copy.hpp"
 #include "weightsync/cuda/check.hpp"
 #include "weightsync/cuda/device_buffer.hpp"
 #include "weightsync/cuda/event.hpp"
@@ -33,7 +34,10 @@ class CudaPolicy {
   using HostBuffer = PinnedBuffer;
 
   //! Works on `device` (-1: the device current at construction).
-  explicit CudaPolicy(int device = -1) : device_(device >= 0 ? device : detail::current_device()) {}
+  explicit CudaPolicy(int device = -1) : device_(device >= 0 ? device : detail::current_device()) {
+    detail::check(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device_),
+                  "cudaDeviceGetAttribute");
+  }
   int device() const noexcept { return device_; }
 
   Buffer alloc(std::size_t n) const { return Buffer(n, device_); }
@@ -58,9 +62,17 @@ class CudaPolicy {
     detail::check(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync(H2D)");
   }
   //! Device-to-device copies, in stream order as a whole (copies within may run in any order).
+  //! Several pieces go through one launch of the batched copy kernel; a single piece, or any
+  //! piece when the kernel is unavailable (or WEIGHTSYNC_COPY=ce), through copy engines.
   void copy_batch(void* const* dst, const void* const* src, const std::size_t* n, std::size_t count,
                   cudaStream_t s) const {
     if (count == 0) return;
+    if (count > 1) {
+      if (const auto* k = detail::BatchedCopyKernel::instance()) {
+        k->launch(dst, src, n, count, s, sms_);
+        return;
+      }
+    }
     if (count == 1) {
       detail::check(cudaMemcpyAsync(dst[0], src[0], n[0], cudaMemcpyDeviceToDevice, s),
                     "cudaMemcpyAsync(D2D)");
@@ -90,6 +102,7 @@ class CudaPolicy {
 
  private:
   int device_;
+  int sms_ = 1;
 };
 
 template <>

@@ -239,8 +239,9 @@ class NcclCommunicator {
 
   //! Polls ncclCommGetAsyncError while it answers ncclInProgress, within timeout().
   void wait_ready(const char* api, const char* phase) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout_;
-    auto next_control = std::chrono::steady_clock::now();
+    const auto start = std::chrono::steady_clock::now();
+    const auto deadline = start + timeout_;
+    auto next_control = start;
     while (true) {
       ncclResult_t st = ncclInProgress;
       const auto r = ncclCommGetAsyncError(comm_, &st);
@@ -264,7 +265,11 @@ class NcclCommunicator {
         abort(what);
         throw timeout_error(phase, -1, what);
       }
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
+      // Launches usually finish within microseconds: yield first, sleep only on long waits.
+      if (now - start < std::chrono::milliseconds(2))
+        std::this_thread::yield();
+      else
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
   }
 
