@@ -81,6 +81,11 @@ struct TransferOptions {
   //! memory into their destination, instead of being copied into and out of a ring slot. The
   //! chunk plan (and so the memory bound) is unchanged. Both sides must agree (handshake).
   std::size_t direct_threshold_bytes = 0;
+  //! Protocol::weightsync only: a chunk whose packed region is at least this large and which also
+  //! has direct tensors goes out as two launches, so that the region's copy overlaps the direct
+  //! tensors' transfer (the first chunk's packing, the last chunk's unpacking). Both sides must
+  //! agree (handshake).
+  std::size_t split_min_region_bytes = std::size_t{64} << 20;
   //! Consumer, optional: where a tensor should land (device memory of meta.nbytes() bytes), or
   //! nullptr to be handed a view instead. Tensors with a destination are written there directly
   //! (single-tensor chunks are received in place) and are not passed to load_weights.
@@ -187,7 +192,7 @@ struct WorkspaceState {
 
   //! Streams and events, created once per slot index.
   void ensure_streams(std::size_t count) {
-    if (!comm_stream) comm_stream.emplace(policy.make_stream());
+    if (!comm_stream) comm_stream.emplace(policy.make_comm_stream());
     if (!done) done.emplace(policy.make_event());
     if (!source_ready) source_ready.emplace(policy.make_event());
     while (slot_streams.size() < count) {
@@ -195,6 +200,7 @@ struct WorkspaceState {
       slot_free.push_back(policy.make_event());
       packed.push_back(policy.make_event());
       received.push_back(policy.make_event());
+      received2.push_back(policy.make_event());
       unpacked.push_back(policy.make_event());
     }
   }
@@ -206,10 +212,13 @@ struct WorkspaceState {
     frames_count = count;
     return false;
   }
-  //! @returns true when nothing had to be allocated.
+  //! Slots only grow (a plan that needs less reuses them): a consumer that alternates between
+  //! destinations and views does not reallocate every round. @returns true when nothing had to
+  //! be allocated.
   bool ensure_slots(std::size_t bytes, std::size_t count) {
     ensure_streams(count);
-    if (slots.size() == count && slot_bytes == bytes) return true;
+    if (slots.size() == count && slot_bytes >= bytes) return true;
+    bytes = std::max(bytes, slots.size() == count ? slot_bytes : 0);
     slots.clear();
     slot_bytes = 0;
     for (std::size_t i = 0; i < count; ++i) slots.push_back(policy.alloc(bytes));
@@ -220,7 +229,7 @@ struct WorkspaceState {
   Policy policy;
   std::optional<typename Policy::Stream> comm_stream;
   std::vector<typename Policy::Stream> slot_streams;
-  std::vector<typename Policy::Event> slot_free, packed, received, unpacked;
+  std::vector<typename Policy::Event> slot_free, packed, received, received2, unpacked;
   std::optional<typename Policy::Event> done, source_ready;
   std::vector<typename Policy::Buffer> slots;
   std::size_t slot_bytes = 0;
@@ -312,6 +321,11 @@ struct PipelineRun {
   };
   static constexpr std::size_t npos = static_cast<std::size_t>(-1);
   std::vector<Region> regions;
+  //! How a chunk goes out: one launch, or two so that a large region's copy hides behind the
+  //! direct tensors (the first chunk's packing, the last chunk's unpacking). The status frame is
+  //! always in the first launch. Decided from the plan alone, so both sides agree.
+  enum class Split : std::uint8_t { none, directs_first, region_first };
+  std::vector<Split> splits;
 
   PipelineRun(C& c, State& w, const TransferOptions& o, std::span<const TensorMeta> m, int r,
               Role ro)
@@ -342,6 +356,16 @@ struct PipelineRun {
         ++nonzero;
       }
       if (nonzero != 1) regions[ci].solo = npos;
+    }
+    splits.assign(plan.size(), Split::none);
+    for (std::size_t ci = 0; ci < plan.size(); ++ci) {
+      bool has_direct = false;
+      for (std::size_t i = plan[ci].begin; i < plan[ci].end; ++i) has_direct = has_direct || direct[i];
+      if (!has_direct || regions[ci].bytes < opt.split_min_region_bytes ||
+          regions[ci].solo != npos)
+        continue;
+      if (ci == 0) splits[ci] = Split::directs_first;
+      else if (ci + 1 == plan.size()) splits[ci] = Split::region_first;
     }
   }
 
@@ -446,6 +470,7 @@ struct PipelineRun {
     f.buffer_size = opt.buffer_size_bytes;
     f.num_buffers = static_cast<std::uint32_t>(opt.num_buffers);
     f.chunk_rule = static_cast<std::uint32_t>(std::min<std::size_t>(opt.direct_threshold_bytes, 0xffffffffu));
+    f.chunk = opt.split_min_region_bytes;  // the handshake frame carries the split threshold here
     f.num_tensors = metas.size();
     f.total_bytes = total_bytes;
     f.digest = metadata_digest(metas);
@@ -477,6 +502,7 @@ struct PipelineRun {
       if (r0.packed && x.packed) diff(r, "packed_buffer_size_bytes", r0.buffer_size, x.buffer_size);
       diff(r, "packed_num_buffers", r0.num_buffers, x.num_buffers);
       diff(r, "direct_threshold_bytes", r0.chunk_rule, x.chunk_rule);
+      diff(r, "split_min_region_bytes", r0.chunk, x.chunk);
       diff(r, "tensor count", r0.num_tensors, x.num_tensors);
       diff(r, "total bytes", r0.total_bytes, x.total_bytes);
       if (r0.digest != x.digest)
@@ -556,6 +582,7 @@ TransferStats packed_broadcast_producer(std::span<const TensorMeta> metas, R&& i
                                         int root, const TransferOptions& opt,
                                         workspace_for<C>& workspace) {
   using namespace detail;
+  using Split = typename PipelineRun<C>::Split;
   auto& ws = WorkspaceAccess::state(workspace);
   PipelineRun<C> run(comm, ws, opt, metas, root, Role::producer);
   auto& pol = ws.policy;
@@ -573,17 +600,154 @@ TransferStats packed_broadcast_producer(std::span<const TensorMeta> metas, R&& i
 
   std::string failure;  // set once an item is wrong; every later frame and the ack carry it
   std::exception_ptr failure_ptr;
-  std::vector<Frame> acks;
-  // A mismatch throws the same protocol_error on every rank; the communicator stays usable.
-  const std::uint64_t id = run.framed ? run.handshake() : 0;
-  try {
+  auto it = std::ranges::begin(items);
+  auto end = std::ranges::end(items);
+  std::size_t consumed = 0;
+  const void* region_src = nullptr;
 
+  // Checks chunk c's items and enqueues the packing of its region into slot c % K.
+  auto prepare = [&](std::size_t c) {
+    const Chunk& ch = run.plan[c];
+    const auto k = c % K;
+    ws.sources.clear();
+    region_src = nullptr;
+    if (failure.empty()) {
+      try {
+        for (std::size_t i = ch.begin; i < ch.end; ++i) {
+          if (it == end)
+            throw config_error("items", cat("the iterator ended after ", i, " tensors; ",
+                                            metas.size(), " were declared"));
+          auto&& item = *it;
+          const TensorMeta& got = item.meta();
+          if (!(got.name == metas[i].name && got.dtype == metas[i].dtype &&
+                got.shape == metas[i].shape))
+            throw config_error("items", describe_item_mismatch(metas[i], got, i));
+          const void* p = item.data();
+          if (p == nullptr && metas[i].nbytes() > 0)
+            throw config_error("items", cat("item ", i, " ('", metas[i].name, "') has no data"));
+          ws.sources.push_back(p);
+          ++it;
+          ++consumed;
+        }
+      } catch (const std::exception& e) {
+        failure = e.what();
+        failure_ptr = std::current_exception();
+        // vLLM's wire has no way to say so: abort, so that no consumer waits on us.
+        if (!run.framed) throw;
+      }
+    }
+    const auto& region = run.regions[c];
+    if (!failure.empty() || region.bytes == 0) return;
+    if (region.solo != run.npos) {
+      region_src = ws.sources[region.solo - ch.begin];
+      return;
+    }
+    auto* slot = ws.slots[k].data();
+    ws.copy_dst.clear();
+    ws.copy_src.clear();
+    ws.copy_size.clear();
+    std::size_t off = 0;
+    for (std::size_t i = ch.begin; i < ch.end; ++i) {
+      const std::size_t nb = metas[i].nbytes();
+      if (run.direct[i] || nb == 0) continue;
+      ws.copy_dst.push_back(slot + off);
+      ws.copy_src.push_back(ws.sources[i - ch.begin]);
+      ws.copy_size.push_back(nb);
+      off += nb;
+    }
+    const auto s = run.slot_stream(k);
+    pol.wait(s, ws.slot_free[k]);
+    pol.copy_batch(ws.copy_dst.data(), ws.copy_src.data(), ws.copy_size.data(),
+                   ws.copy_dst.size(), s);
+    pol.record(ws.packed[k], s);
+    region_src = slot;
+  };
+
+  // Enqueues chunk c's launches (see PipelineRun::Split).
+  auto send = [&](std::size_t c) {
+    const Chunk& ch = run.plan[c];
+    if (ch.bytes == 0) return;  // a chunk of empty tensors has no wire operation
+    const auto k = c % K;
+    const auto& region = run.regions[c];
+    const void* junk = nullptr;  // failed: the wire still carries the chunk's bytes
+    if (!failure.empty()) {
+      Frame* ef = run.frame_host(status0 + c);
+      ef->code = static_cast<std::uint16_t>(FrameCode::failed);
+      ef->tensor = consumed;
+      ef->set_message(failure);
+      pol.copy_from_host(run.frame_dev(status0 + c), ef, kFrameBytes, run.comm_stream());
+      if (ws.slot_bytes >= ch.bytes) {
+        junk = ws.slots[k].data();
+      } else {
+        if (ws.scratch.size() < ch.bytes) ws.scratch = pol.alloc(max_chunk_bytes(run.plan));
+        junk = ws.scratch.data();
+      }
+    }
+    auto status = [&] {
+      if (run.framed)
+        comm.broadcast(run.frame_dev(status0 + c), kFrameBytes, root, run.comm_stream());
+    };
+    auto region_op = [&] {
+      if (region.bytes == 0) return;
+      if (!junk && region.solo == run.npos) pol.wait(run.comm_stream(), ws.packed[k]);
+      comm.broadcast(const_cast<void*>(junk ? junk : region_src), region.bytes, root,
+                     run.comm_stream());
+    };
+    auto direct_ops = [&] {
+      for (std::size_t i = ch.begin; i < ch.end; ++i)
+        if (run.direct[i])
+          comm.broadcast(const_cast<void*>(junk ? junk : ws.sources[i - ch.begin]),
+                         metas[i].nbytes(), root, run.comm_stream());
+    };
+    // The stream waits for packing outside the group: a group is one launch on one stream order.
+    if (region.bytes > 0 && !junk && region.solo == run.npos &&
+        run.splits[c] != Split::directs_first)
+      pol.wait(run.comm_stream(), ws.packed[k]);
+    switch (run.splits[c]) {
+      case Split::none:
+        run.group([&] {
+          status();
+          if (region.bytes > 0)
+            comm.broadcast(const_cast<void*>(junk ? junk : region_src), region.bytes, root,
+                           run.comm_stream());
+          direct_ops();
+        });
+        break;
+      case Split::directs_first:
+        run.group([&] {
+          status();
+          direct_ops();
+        });
+        region_op();
+        break;
+      case Split::region_first:
+        run.group([&] {
+          status();
+          comm.broadcast(const_cast<void*>(junk ? junk : region_src), region.bytes, root,
+                         run.comm_stream());
+        });
+        run.group(direct_ops);
+        break;
+    }
+    pol.record(ws.slot_free[k], run.comm_stream());
+  };
+
+  std::vector<Frame> acks;
+  try {
     // Order every read of the weights after the work already enqueued on the producing stream.
     if (opt.source_stream) {
       pol.record(*ws.source_ready, pol.external_stream(opt.source_stream));
       pol.wait(run.comm_stream(), *ws.source_ready);
       for (std::size_t k = 0; k < K; ++k) pol.wait(run.slot_stream(k), *ws.source_ready);
     }
+    if (n > 0) prepare(0);  // the first packing overlaps the handshake
+  } catch (const std::exception& e) {
+    run.abort_comm(e.what());
+    throw;
+  }
+  // A mismatch throws the same protocol_error on every rank; the communicator stays usable.
+  const std::uint64_t id = run.framed ? run.handshake() : 0;
+  try {
     if (run.framed && n > 0) {
       for (std::size_t c = 0; c < n; ++c) {
         Frame f;
@@ -596,93 +760,13 @@ TransferStats packed_broadcast_producer(std::span<const TensorMeta> metas, R&& i
       pol.copy_from_host(run.frame_dev(status0), run.frame_host(status0), n * kFrameBytes,
                          run.comm_stream());
     }
-
-    auto it = std::ranges::begin(items);
-    auto end = std::ranges::end(items);
-    std::size_t consumed = 0;
     for (std::size_t c = 0; c < n; ++c) {
-      const Chunk& ch = run.plan[c];
-      const auto k = c % K;
-      // Bound the run-ahead to K chunks, and give the deadline a chance to fire.
-      if (c >= K) run.await(ws.slot_free[k], "broadcast");
-      ws.sources.clear();
-      if (failure.empty()) {
-        try {
-          for (std::size_t i = ch.begin; i < ch.end; ++i) {
-            if (it == end)
-              throw config_error("items", cat("the iterator ended after ", i, " tensors; ",
-                                              metas.size(), " were declared"));
-            auto&& item = *it;
-            const TensorMeta& got = item.meta();
-            if (!(got.name == metas[i].name && got.dtype == metas[i].dtype &&
-                  got.shape == metas[i].shape))
-              throw config_error("items", describe_item_mismatch(metas[i], got, i));
-            const void* p = item.data();
-            if (p == nullptr && metas[i].nbytes() > 0)
-              throw config_error("items", cat("item ", i, " ('", metas[i].name, "') has no data"));
-            ws.sources.push_back(p);
-            ++it;
-            ++consumed;
-          }
-        } catch (const std::exception& e) {
-          failure = e.what();
-          failure_ptr = std::current_exception();
-          // vLLM's wire has no way to say so: abort, so that no consumer waits on us.
-          if (!run.framed) throw;
-        }
+      send(c);
+      if (c + 1 < n) {
+        // Bound the run-ahead to K chunks, and give the deadline a chance to fire.
+        if (c + 1 >= K) run.await(ws.slot_free[(c + 1) % K], "broadcast");
+        prepare(c + 1);
       }
-      if (ch.bytes == 0) continue;  // a chunk of empty tensors has no wire operation
-      const auto& region = run.regions[c];
-      const void* junk = nullptr;  // failed: the wire still carries the chunk's bytes
-      const void* region_src = nullptr;
-      if (!failure.empty()) {
-        Frame* ef = run.frame_host(status0 + c);
-        ef->code = static_cast<std::uint16_t>(FrameCode::failed);
-        ef->tensor = consumed;
-        ef->set_message(failure);
-        pol.copy_from_host(run.frame_dev(status0 + c), ef, kFrameBytes, run.comm_stream());
-        if (ws.slot_bytes >= ch.bytes) {
-          junk = ws.slots[k].data();
-        } else {
-          if (ws.scratch.size() < ch.bytes) ws.scratch = pol.alloc(max_chunk_bytes(run.plan));
-          junk = ws.scratch.data();
-        }
-        region_src = junk;
-      } else if (region.solo != run.npos) {
-        region_src = ws.sources[region.solo - ch.begin];
-      } else if (region.bytes > 0) {
-        auto* slot = ws.slots[k].data();
-        ws.copy_dst.clear();
-        ws.copy_src.clear();
-        ws.copy_size.clear();
-        std::size_t off = 0;
-        for (std::size_t i = ch.begin; i < ch.end; ++i) {
-          const std::size_t nb = metas[i].nbytes();
-          if (run.direct[i] || nb == 0) continue;
-          ws.copy_dst.push_back(slot + off);
-          ws.copy_src.push_back(ws.sources[i - ch.begin]);
-          ws.copy_size.push_back(nb);
-          off += nb;
-        }
-        const auto s = run.slot_stream(k);
-        pol.wait(s, ws.slot_free[k]);
-        pol.copy_batch(ws.copy_dst.data(), ws.copy_src.data(), ws.copy_size.data(),
-                       ws.copy_dst.size(), s);
-        pol.record(ws.packed[k], s);
-        pol.wait(run.comm_stream(), ws.packed[k]);
-        region_src = slot;
-      }
-      run.group([&] {
-        if (run.framed)
-          comm.broadcast(run.frame_dev(status0 + c), kFrameBytes, root, run.comm_stream());
-        if (region.bytes > 0)
-          comm.broadcast(const_cast<void*>(region_src), region.bytes, root, run.comm_stream());
-        for (std::size_t i = ch.begin; i < ch.end; ++i)
-          if (run.direct[i])
-            comm.broadcast(const_cast<void*>(junk ? junk : ws.sources[i - ch.begin]),
-                           metas[i].nbytes(), root, run.comm_stream());
-      });
-      pol.record(ws.slot_free[k], run.comm_stream());
     }
     if (failure.empty() && it != end) {
       config_error extra("items", cat("the iterator yields more than the ", metas.size(),
@@ -731,6 +815,7 @@ TransferStats packed_broadcast_consumer(std::span<const TensorMeta> metas, C& co
                                         F&& load_weights, const TransferOptions& opt,
                                         workspace_for<C>& workspace) {
   using namespace detail;
+  using Split = typename PipelineRun<C>::Split;
   auto& ws = WorkspaceAccess::state(workspace);
   PipelineRun<C> run(comm, ws, opt, metas, root, Role::consumer);
   auto& pol = ws.policy;
@@ -748,7 +833,6 @@ TransferStats packed_broadcast_consumer(std::span<const TensorMeta> metas, C& co
   // communicator stays usable.
   const std::uint64_t id = run.framed ? run.handshake() : 0;
   try {
-
     std::vector<void*> dest(metas.size(), nullptr);
     if (opt.destination)
       for (std::size_t i = 0; i < metas.size(); ++i) dest[i] = opt.destination(metas[i]);
@@ -769,6 +853,7 @@ TransferStats packed_broadcast_consumer(std::span<const TensorMeta> metas, C& co
     reused = ws.ensure_slots(slot_bytes, K) && reused;
     run.reserve_lists();
 
+    // Enqueues the receiving launches of chunk c (the same launches the producer makes).
     auto post = [&](std::size_t c) {
       const Chunk& ch = run.plan[c];
       if (ch.bytes == 0) return;
@@ -776,12 +861,16 @@ TransferStats packed_broadcast_consumer(std::span<const TensorMeta> metas, C& co
       pol.wait(run.comm_stream(), ws.unpacked[k]);  // the slot's previous chunk is loaded
       const auto& region = run.regions[c];
       auto* slot = ws.slots[k].data();
-      run.group([&] {
+      auto status = [&] {
         if (run.framed)
           comm.broadcast(run.frame_dev(status0 + k), kFrameBytes, root, run.comm_stream());
+      };
+      auto region_op = [&] {
         if (region.bytes > 0)
           comm.broadcast(region_in_place(c) ? dest[region.solo] : slot, region.bytes, root,
                          run.comm_stream());
+      };
+      auto direct_ops = [&] {
         std::size_t off = region_in_place(c) ? 0 : region.bytes;
         for (std::size_t i = ch.begin; i < ch.end; ++i) {
           if (!run.direct[i]) continue;
@@ -789,11 +878,90 @@ TransferStats packed_broadcast_consumer(std::span<const TensorMeta> metas, C& co
           comm.broadcast(dest[i] ? dest[i] : slot + off, nb, root, run.comm_stream());
           if (!dest[i]) off += nb;
         }
-      });
-      if (run.framed)
-        pol.copy_to_host(run.frame_host(status0 + k), run.frame_dev(status0 + k), kFrameBytes,
-                         run.comm_stream());
-      pol.record(ws.received[k], run.comm_stream());
+      };
+      auto frame_to_host = [&] {
+        if (run.framed)
+          pol.copy_to_host(run.frame_host(status0 + k), run.frame_dev(status0 + k), kFrameBytes,
+                           run.comm_stream());
+      };
+      switch (run.splits[c]) {
+        case Split::none:
+          run.group([&] {
+            status();
+            region_op();
+            direct_ops();
+          });
+          frame_to_host();
+          pol.record(ws.received[k], run.comm_stream());
+          break;
+        case Split::directs_first:
+          run.group([&] {
+            status();
+            direct_ops();
+          });
+          frame_to_host();
+          pol.record(ws.received[k], run.comm_stream());
+          region_op();
+          pol.record(ws.received2[k], run.comm_stream());
+          break;
+        case Split::region_first:
+          run.group([&] {
+            status();
+            region_op();
+          });
+          frame_to_host();
+          pol.record(ws.received[k], run.comm_stream());
+          run.group(direct_ops);
+          pol.record(ws.received2[k], run.comm_stream());
+          break;
+      }
+    };
+
+    // Writes the region's tensors that have a destination (slot -> destination), on stream s.
+    auto scatter_region = [&](std::size_t c, typename C::stream_type s) {
+      const Chunk& ch = run.plan[c];
+      if (region_in_place(c) || run.regions[c].bytes == 0) return;
+      auto* slot = ws.slots[c % K].data();
+      ws.copy_dst.clear();
+      ws.copy_src.clear();
+      ws.copy_size.clear();
+      std::size_t off = 0;
+      for (std::size_t i = ch.begin; i < ch.end; ++i) {
+        const std::size_t nb = metas[i].nbytes();
+        if (run.direct[i] || nb == 0) continue;
+        if (dest[i]) {
+          ws.copy_dst.push_back(dest[i]);
+          ws.copy_src.push_back(slot + off);
+          ws.copy_size.push_back(nb);
+        }
+        off += nb;
+      }
+      if (!ws.copy_dst.empty())
+        pol.copy_batch(ws.copy_dst.data(), ws.copy_src.data(), ws.copy_size.data(),
+                       ws.copy_dst.size(), s);
+    };
+
+    // The views handed to load_weights: tensors without a destination.
+    auto build_views = [&](std::size_t c) {
+      const Chunk& ch = run.plan[c];
+      ws.views.clear();
+      const bool in_place = region_in_place(c);
+      auto* slot = ws.slots[c % K].data();
+      std::size_t off = 0;
+      std::size_t direct_off = in_place ? 0 : run.regions[c].bytes;
+      for (std::size_t i = ch.begin; i < ch.end; ++i) {
+        const std::size_t nb = metas[i].nbytes();
+        if (run.direct[i]) {
+          if (!dest[i]) {
+            ws.views.push_back(TensorView{&metas[i], slot + direct_off, nb});
+            direct_off += nb;
+          }
+          continue;
+        }
+        if (!in_place && nb) off += nb;
+        if (dest[i] || (in_place && i == run.regions[c].solo)) continue;
+        ws.views.push_back(TensorView{&metas[i], nb && !in_place ? slot + off - nb : nullptr, nb});
+      }
     };
 
     std::size_t posted = 0;
@@ -801,6 +969,8 @@ TransferStats packed_broadcast_consumer(std::span<const TensorMeta> metas, C& co
       while (posted < n && posted < c + K) post(posted++);
       const Chunk& ch = run.plan[c];
       const auto k = c % K;
+      const auto s = run.slot_stream(k);
+      const Split split = run.splits[c];
       if (ch.bytes > 0) {
         run.await(ws.received[k], "broadcast");
         if (run.framed) {
@@ -819,46 +989,18 @@ TransferStats packed_broadcast_consumer(std::span<const TensorMeta> metas, C& co
                                            f.chunk, " (desynchronised peers)"));
           }
         }
-      }
-      const auto s = run.slot_stream(k);
-      if (failure.empty() && remote.empty()) {
-        if (ch.bytes > 0) pol.wait(s, ws.received[k]);
-        ws.views.clear();
-        ws.copy_dst.clear();
-        ws.copy_src.clear();
-        ws.copy_size.clear();
-        const bool in_place = region_in_place(c);
-        auto* slot = ws.slots[k].data();
-        std::size_t off = 0;                                     // packed region
-        std::size_t direct_off = in_place ? 0 : run.regions[c].bytes;  // direct, no destination
-        for (std::size_t i = ch.begin; i < ch.end; ++i) {
-          const std::size_t nb = metas[i].nbytes();
-          if (run.direct[i]) {
-            if (!dest[i]) {
-              ws.views.push_back(TensorView{&metas[i], slot + direct_off, nb});
-              direct_off += nb;
-            }
-            continue;
-          }
-          if (in_place) {
-            if (i != run.regions[c].solo && !dest[i])
-              ws.views.push_back(TensorView{&metas[i], nullptr, 0});
-            continue;
-          }
-          if (dest[i]) {
-            if (nb) {
-              ws.copy_dst.push_back(dest[i]);
-              ws.copy_src.push_back(slot + off);
-              ws.copy_size.push_back(nb);
-            }
-          } else {
-            ws.views.push_back(TensorView{&metas[i], nb ? slot + off : nullptr, nb});
-          }
-          off += nb;
+        const bool ok = failure.empty() && remote.empty();
+        pol.wait(s, ws.received[k]);
+        // The region arrived with the first launch: unpack it while the direct tensors arrive.
+        if (ok && split == Split::region_first) scatter_region(c, s);
+        if (split != Split::none) {
+          run.await(ws.received2[k], "broadcast");
+          pol.wait(s, ws.received2[k]);
         }
-        if (!ws.copy_dst.empty())
-          pol.copy_batch(ws.copy_dst.data(), ws.copy_src.data(), ws.copy_size.data(),
-                         ws.copy_dst.size(), s);
+        if (ok && split != Split::region_first) scatter_region(c, s);
+      }
+      if (failure.empty() && remote.empty()) {
+        build_views(c);
         if (!ws.views.empty()) {
           try {
             std::invoke(load_weights, std::span<const TensorView>(ws.views), s);

@@ -153,6 +153,7 @@ struct Config {
   std::size_t b;
   int dest_every;
   std::size_t direct = 0;
+  std::size_t split = std::size_t{64} << 20;
 };
 
 std::vector<Config> configs() {
@@ -164,7 +165,10 @@ std::vector<Config> configs() {
         for (int dest_every : {0, 2}) {
           if (!packed && b != 1) continue;  // B does not matter unpacked
           out.push_back({packed, k, b, dest_every});
-          if (packed && b >= 4096) out.push_back({packed, k, b, dest_every, 30});  // direct >= 30 B
+          if (packed && b >= 4096) {
+            out.push_back({packed, k, b, dest_every, 30});     // direct >= 30 B
+            out.push_back({packed, k, b, dest_every, 30, 1});  // ... and split launches
+          }
         }
   return out;
 }
@@ -188,6 +192,7 @@ TEST_CASE("pipeline: round trips with 1, 2 and 4 consumers, packed and unpacked,
         opt.num_buffers = c.k;
         opt.buffer_size_bytes = c.b;
         opt.direct_threshold_bytes = c.direct;
+        opt.split_min_region_bytes = c.split;
         ++round;
         if (rank == 0) {
           Model m(metas, 1, round);
@@ -221,6 +226,7 @@ TEST_CASE("pipeline property: random layouts, options and destinations", "[unit]
         opt.num_buffers = 1 + static_cast<int>(rng() % 3);
         opt.buffer_size_bytes = 1 + rng() % 2000;
         if (rng() % 3 == 0) opt.direct_threshold_bytes = 1 + rng() % 200;
+        if (rng() % 2 == 0) opt.split_min_region_bytes = 1 + rng() % 100;
         const int dest_every = static_cast<int>(rng() % 3);
         workspace_for<HostCommunicator> ws;  // also exercises fresh rings
         if (rank == 0) {

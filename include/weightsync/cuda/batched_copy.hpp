@@ -67,8 +67,10 @@ class BatchedCopyKernel {
         p.d[p.count++] = CopyDesc{src[i], dst[i], n[i], p.total_tiles};
       }
       if (p.count == 0) continue;
-      const auto grid = static_cast<unsigned>(
-          std::min<unsigned long long>(p.total_tiles, static_cast<unsigned long long>(2 * sms)));
+      // One short-lived block per tile (not a persistent grid), so that the blocks of NCCL's
+      // kernels, on a higher-priority stream, get SMs as soon as they are launched.
+      (void)sms;
+      const auto grid = static_cast<unsigned>(std::min<unsigned long long>(p.total_tiles, 0x7fffffffull));
       void* args[] = {&p};
       check(cudaLaunchKernel(reinterpret_cast<const void*>(kernel_), dim3(grid), dim3(512), args, 0,
                              stream),

@@ -46,6 +46,12 @@ class CudaPolicy {
     return HostBuffer(n);
   }
   Stream make_stream() const { return Stream(device_); }
+  //! The communication stream runs at the highest priority, so that NCCL's blocks are scheduled
+  //! ahead of packing and unpacking work.
+  Stream make_comm_stream() const {
+    detail::CurrentDeviceGuard g(device_);
+    return Stream(device_, Stream::greatest_priority());
+  }
   Event make_event() const { return Event(device_); }
   static cudaStream_t external_stream(void* s) noexcept { return static_cast<cudaStream_t>(s); }
 

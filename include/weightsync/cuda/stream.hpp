@@ -37,11 +37,20 @@ class CudaStreamRef {
 //! holds no stream (get() == nullptr).
 class CudaStream {
  public:
-  //! Creates a cudaStreamNonBlocking stream on `device` (-1: the current device).
-  explicit CudaStream(int device = -1) {
+  //! Creates a cudaStreamNonBlocking stream on `device` (-1: the current device). `priority`:
+  //! 0 is the default; lower numbers are higher priorities (see greatest_priority()).
+  explicit CudaStream(int device = -1, int priority = 0) {
     device_ = device >= 0 ? device : detail::current_device();
     detail::CurrentDeviceGuard g(device_);
-    detail::check(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    detail::check(cudaStreamCreateWithPriority(&s_, cudaStreamNonBlocking, priority),
+                  "cudaStreamCreateWithPriority");
+  }
+  //! The highest priority streams can have on the current device.
+  static int greatest_priority() {
+    int least = 0, greatest = 0;
+    detail::check(cudaDeviceGetStreamPriorityRange(&least, &greatest),
+                  "cudaDeviceGetStreamPriorityRange");
+    return greatest;
   }
   //! Takes ownership of `s`, created on `device`.
   static CudaStream from_native_handle(cudaStream_t s, int device) noexcept {

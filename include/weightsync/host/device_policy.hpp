@@ -62,6 +62,7 @@ class HostPolicy {
   Buffer alloc(std::size_t n) const { return Buffer(n); }
   HostBuffer alloc_host(std::size_t n) const { return Buffer(n); }
   Stream make_stream() const { return {}; }
+  Stream make_comm_stream() const { return {}; }
   Event make_event() const { return {}; }
   static HostStream external_stream(void*) noexcept { return {}; }
 
