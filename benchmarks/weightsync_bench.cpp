@@ -61,6 +61,7 @@ struct Args {
   int iters = 10;
   std::string json_path;
   int timeout_s = 120;
+  std::size_t gap = 0;  // bytes between tensors: 0 = one flat buffer, > 0 = scattered parameters
   // set by the launcher for its children
   int rank = -1;
   int port = 0;
@@ -127,6 +128,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--iters") a.iters = std::stoi(val());
     else if (k == "--json") a.json_path = val();
     else if (k == "--timeout") a.timeout_s = std::stoi(val());
+    else if (k == "--gap") a.gap = parse_size(val());
     else if (k == "--rank") { a.rank = std::stoi(val()); continue; }
     else if (k == "--port") { a.port = std::stoi(val()); continue; }
     else if (k == "-h" || k == "--help") {
@@ -291,7 +293,8 @@ class Bench {
   void print_table_header(const std::string& layout, const std::vector<ws::TensorMeta>& metas,
                           std::size_t bytes) {
     if (rank() != 0) return;
-    std::printf("#\n# layout: %s tensors: %zu bytes: %zu dtype: bf16\n", layout.c_str(), metas.size(), bytes);
+    std::printf("#\n# layout: %s tensors: %zu bytes: %zu dtype: bf16 memory: %s\n", layout.c_str(),
+                metas.size(), bytes, a_.gap ? ("scattered (gap " + size_label(a_.gap) + ")").c_str() : "contiguous");
     std::printf("#%13s %9s %7s %11s %5s %14s %10s %8s %8s %7s %7s %9s\n", "size", "tensors", "chunks",
                 "buffer", "nbuf", "impl", "time", "algbw", "busbw", "#wrong", "vs_raw", "ring");
     std::printf("#%13s %9s %7s %11s %5s %14s %10s %8s %8s %7s %7s %9s\n", "(B)", "", "", "(B)", "",
@@ -319,6 +322,8 @@ class Bench {
     j["nccl_version"] = nccl_version_;
     j["cuda_runtime"] = cudart_;
     j["layout"] = r.layout;
+    j["memory"] = a_.gap ? "scattered" : "contiguous";
+    j["gap_bytes"] = a_.gap;
     j["size"] = r.size;
     j["count"] = r.count;
     j["type"] = "bfloat16";
@@ -370,7 +375,7 @@ class Bench {
 
   int run_layout(const std::string& layout) {
     const auto metas = ws::layouts::by_name(layout);
-    ws_test::DeviceModel model(metas, device_);
+    ws_test::DeviceModel model(metas, device_, a_.gap);
     const std::size_t bytes = model.bytes();
     print_table_header(layout, metas, bytes);
     const bool producer = rank() == 0;
@@ -384,7 +389,8 @@ class Bench {
     };
     int failures = 0;
 
-    // Raw ncclBroadcast of the same bytes: the arena is contiguous (bf16 layouts have no padding).
+    // Raw ncclBroadcast of the model's bytes as one buffer (the arena; with --gap it also carries
+    // the gaps, so raw moves slightly more than the payload and is verified the same way).
     Row raw;
     {
       unsigned long long wrong = 0;

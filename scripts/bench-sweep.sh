@@ -28,6 +28,14 @@ case "$what" in
     WEIGHTSYNC_COPY=ce run ce --layout dense8b,moe30b,lora8b --mode zerocopy --buffer-size 1G --num-buffers 2 \
       --iters 10 --warmup 3
     ;;
+  memory)
+    for gap in 0 4K; do
+      run mem --layout dense8b,small1b,moe30b --mode zerocopy --buffer-size 1G,2G --num-buffers 2 \
+        --direct 0,1M,4M --gap $gap --iters 8 --warmup 2
+      run lora --layout lora8b --mode zerocopy --buffer-size 16M,1G --num-buffers 2,3 --gap $gap \
+        --iters 20 --warmup 5
+    done
+    ;;
   full)
     for layout in dense8b moe30b small1b lora8b; do
       run "$layout" --layout "$layout" --mode packed,zerocopy,unpacked,unpacked-zc \

@@ -108,6 +108,7 @@ struct TransferStats {
   std::size_t slot_bytes = 0;      //!< capacity of one ring slot (0: none needed)
   std::size_t ring_bytes = 0;      //!< memory the ring holds (slots and frames)
   bool reused_ring = false;        //!< the ring of an earlier call was reused
+  std::uint64_t contiguous_regions = 0;  //!< producer: regions sent without packing (cumulative)
 };
 
 namespace detail {
@@ -238,6 +239,7 @@ struct WorkspaceState {
   std::size_t frames_count = 0;
   typename Policy::Buffer scratch;
   std::uint64_t transfers = 0;
+  std::uint64_t contiguous_regions = 0;  //!< regions sent or received in place (statistics)
   // Per-chunk lists, reserved once so that the chunk loop does not allocate.
   std::vector<const void*> sources;  // producer: the current chunk's item pointers
   std::vector<void*> copy_dst;
@@ -543,6 +545,7 @@ struct PipelineRun {
     s.slot_bytes = ws.slot_bytes;
     s.ring_bytes = ws.slot_bytes * ws.slots.size() + ws.frames.size() + ws.scratch.size();
     s.reused_ring = reused;
+    s.contiguous_regions = ws.contiguous_regions;
     return s;
   }
 };
@@ -642,6 +645,25 @@ TransferStats packed_broadcast_producer(std::span<const TensorMeta> metas, R&& i
       region_src = ws.sources[region.solo - ch.begin];
       return;
     }
+    // Sources already laid out back to back in the declared order (a flat parameter buffer):
+    // the region is sent from where it is, with no packing. The wire is the same.
+    {
+      const std::byte* next = nullptr;
+      bool contiguous = true;
+      for (std::size_t i = ch.begin; i < ch.end && contiguous; ++i) {
+        const std::size_t nb = metas[i].nbytes();
+        if (run.direct[i] || nb == 0) continue;
+        const auto* p = static_cast<const std::byte*>(ws.sources[i - ch.begin]);
+        contiguous = next == nullptr || p == next;
+        if (next == nullptr) region_src = p;
+        next = p + nb;
+      }
+      if (contiguous) {
+        ws.contiguous_regions++;
+        return;
+      }
+      region_src = nullptr;
+    }
     auto* slot = ws.slots[k].data();
     ws.copy_dst.clear();
     ws.copy_src.clear();
@@ -683,13 +705,14 @@ TransferStats packed_broadcast_producer(std::span<const TensorMeta> metas, R&& i
         junk = ws.scratch.data();
       }
     }
+    const bool was_packed = region.bytes > 0 && !junk && region_src == ws.slots[k].data();
     auto status = [&] {
       if (run.framed)
         comm.broadcast(run.frame_dev(status0 + c), kFrameBytes, root, run.comm_stream());
     };
     auto region_op = [&] {
       if (region.bytes == 0) return;
-      if (!junk && region.solo == run.npos) pol.wait(run.comm_stream(), ws.packed[k]);
+      if (was_packed) pol.wait(run.comm_stream(), ws.packed[k]);
       comm.broadcast(const_cast<void*>(junk ? junk : region_src), region.bytes, root,
                      run.comm_stream());
     };
@@ -700,9 +723,7 @@ TransferStats packed_broadcast_producer(std::span<const TensorMeta> metas, R&& i
                          metas[i].nbytes(), root, run.comm_stream());
     };
     // The stream waits for packing outside the group: a group is one launch on one stream order.
-    if (region.bytes > 0 && !junk && region.solo == run.npos &&
-        run.splits[c] != Split::directs_first)
-      pol.wait(run.comm_stream(), ws.packed[k]);
+    if (was_packed && run.splits[c] != Split::directs_first) pol.wait(run.comm_stream(), ws.packed[k]);
     switch (run.splits[c]) {
       case Split::none:
         run.group([&] {
@@ -839,10 +860,29 @@ TransferStats packed_broadcast_consumer(std::span<const TensorMeta> metas, C& co
     // Slot layout of a chunk: the packed region first, then the direct tensors that have no
     // destination. A region of one tensor with a destination, and direct tensors with one, are
     // received in place.
-    auto region_in_place = [&](std::size_t c) {
+    // Where a region lands in place: its only tensor's destination, or the first destination when
+    // every tensor of the region has one and they lie back to back in the declared order.
+    std::vector<std::byte*> region_dest(n, nullptr);
+    for (std::size_t c = 0; c < n; ++c) {
       const auto solo = run.regions[c].solo;
-      return solo != run.npos && dest[solo] != nullptr;
-    };
+      if (solo != run.npos) {
+        region_dest[c] = static_cast<std::byte*>(dest[solo]);
+        continue;
+      }
+      std::byte* first = nullptr;
+      std::byte* next = nullptr;
+      bool ok = run.regions[c].bytes > 0;
+      for (std::size_t i = run.plan[c].begin; i < run.plan[c].end && ok; ++i) {
+        const std::size_t nb = metas[i].nbytes();
+        if (run.direct[i] || nb == 0) continue;
+        auto* d = static_cast<std::byte*>(dest[i]);
+        ok = d != nullptr && (next == nullptr || d == next);
+        if (!first) first = d;
+        next = d + nb;
+      }
+      if (ok) region_dest[c] = first;
+    }
+    auto region_in_place = [&](std::size_t c) { return region_dest[c] != nullptr; };
     std::size_t slot_bytes = 0;
     for (std::size_t c = 0; c < n; ++c) {
       std::size_t need = region_in_place(c) ? 0 : run.regions[c].bytes;
@@ -867,7 +907,7 @@ TransferStats packed_broadcast_consumer(std::span<const TensorMeta> metas, C& co
       };
       auto region_op = [&] {
         if (region.bytes > 0)
-          comm.broadcast(region_in_place(c) ? dest[region.solo] : slot, region.bytes, root,
+          comm.broadcast(region_in_place(c) ? region_dest[c] : slot, region.bytes, root,
                          run.comm_stream());
       };
       auto direct_ops = [&] {

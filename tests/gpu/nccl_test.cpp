@@ -230,9 +230,13 @@ TEST_CASE("nccl 100 back-to-back syncs keep device memory flat", "[gpu][nccl][mu
 TEST_CASE("nccl producer killed mid-transfer: the consumer fails within the deadline",
           "[gpu][nccl][multi_gpu]") {
   if (!ws_test::role().is_peer()) {
+    if (device_count() < 2) WS_SKIP("needs 2 GPUs, found " << device_count());
     // Rank 0 is killed 8 s after start (rendezvous, init and a few rounds are done by then).
-    WS_RUN_PEERS("nccl producer killed mid-transfer: the consumer fails within the deadline", 120s, 0,
-                 8000ms);
+    const auto r = ws_test::run_peers("nccl producer killed mid-transfer: the consumer fails within the deadline",
+                                      2, ws_test::free_port(), "", 120s, 0, 8000ms);
+    INFO("rank 1 exit " << r[1].exit_code << " after " << r[1].seconds << " s\n" << r[1].output);
+    CHECK((r[0].exit_code == -1 && !r[0].hung));  // SIGKILLed, as planned
+    CHECK(r[1].exit_code == 0);                    // the consumer failed in time, as checked inside
     return;
   }
   Peer p = connect_peer(10s);

@@ -22,12 +22,15 @@ inline std::uint64_t tensor_seed(std::uint64_t round, std::size_t index) {
 
 class DeviceModel {
  public:
-  DeviceModel(const std::vector<weightsync::TensorMeta>& metas, int device) : metas_(&metas) {
+  //! `gap` bytes between tensors (0: back to back when sizes are multiples of 256, as a flat
+  //! parameter buffer; > 0: scattered, as separately allocated parameters).
+  DeviceModel(const std::vector<weightsync::TensorMeta>& metas, int device, std::size_t gap = 0)
+      : metas_(&metas) {
     std::size_t off = 0;
     for (const auto& m : metas) {
       offsets_.push_back(off);
       bytes_ += m.nbytes();
-      off += (m.nbytes() + 255) / 256 * 256;
+      off += (m.nbytes() + 255) / 256 * 256 + gap;
     }
     arena_ = weightsync::DeviceBuffer(off, device);
     weightsync::detail::CurrentDeviceGuard g(device);

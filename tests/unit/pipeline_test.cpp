@@ -471,3 +471,54 @@ TEST_CASE("pipeline: a consumer killed mid-transfer fails the others within the 
     CHECK(res[rank].seconds < 0.8 + 2.0 + 2.0);
   }
 }
+
+TEST_CASE("pipeline: contiguous sources and destinations skip packing and unpacking",
+          "[unit][pipeline]") {
+  ws_test::Processes procs;
+  const int port = ws_test::free_port();
+  const auto metas = mixed_layout();
+  for (int rank = 0; rank < 2; ++rank)
+    procs.spawn([=] {
+      auto comm = connect(port, rank, 2);
+      workspace_for<HostCommunicator> ws;
+      Model m(metas, 8, 0);
+      // One flat buffer per side, tensors back to back in the declared order.
+      std::vector<std::size_t> off;
+      std::size_t total = 0;
+      for (const auto& t : metas) {
+        off.push_back(total);
+        total += t.nbytes();
+      }
+      std::vector<std::byte> flat(total);
+      for (std::size_t i = 0; i < metas.size(); ++i)
+        if (!m.data[i].empty()) std::memcpy(flat.data() + off[i], m.data[i].data(), m.data[i].size());
+      for (std::size_t b : {std::size_t{64}, std::size_t{1} << 20}) {
+        TransferOptions opt;
+        opt.buffer_size_bytes = b;
+        if (rank == 0) {
+          std::vector<SourceTensorRef> items;
+          for (std::size_t i = 0; i < metas.size(); ++i) items.push_back({&metas[i], flat.data() + off[i]});
+          const auto before = packed_broadcast_producer(metas, items, comm, 0, opt, ws).contiguous_regions;
+          if (before == 0) throw std::runtime_error("no region was sent in place");
+        } else {
+          std::vector<std::byte> got(total, std::byte{0xCD});
+          opt.destination = [&](const TensorMeta& t) -> void* {
+            return got.data() + off[static_cast<std::size_t>(&t - metas.data())];
+          };
+          int calls = 0;
+          packed_broadcast_consumer(metas, comm, 0,
+                                    [&](std::span<const TensorView> v, HostStream) {
+                                      for (const auto& x : v)
+                                        if (x.nbytes) ++calls;
+                                    },
+                                    opt, ws);
+          if (calls != 0) throw std::runtime_error("a tensor with a destination was handed as a view");
+          if (got != flat) throw std::runtime_error("contiguous destinations differ");
+        }
+      }
+    });
+  for (const auto& r : procs.wait_all(30s)) {
+    INFO(ws_test::outcome_name(r.outcome) << ": " << r.message);
+    CHECK(r.outcome == Outcome::ok);
+  }
+}
