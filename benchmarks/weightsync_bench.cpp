@@ -61,7 +61,8 @@ struct Args {
   int iters = 10;
   std::string json_path;
   int timeout_s = 120;
-  std::size_t gap = 0;  // bytes between tensors: 0 = one flat buffer, > 0 = scattered parameters
+  std::size_t gap = 0;
+  bool blocking = false;  // blocking NCCL launches (NcclOptions::blocking)  // bytes between tensors: 0 = one flat buffer, > 0 = scattered parameters
   // set by the launcher for its children
   int rank = -1;
   int port = 0;
@@ -129,6 +130,11 @@ Args parse(int argc, char** argv) {
     else if (k == "--json") a.json_path = val();
     else if (k == "--timeout") a.timeout_s = std::stoi(val());
     else if (k == "--gap") a.gap = parse_size(val());
+    else if (k == "--blocking") {
+      a.blocking = true;
+      a.argv.push_back(k);
+      continue;
+    }
     else if (k == "--rank") { a.rank = std::stoi(val()); continue; }
     else if (k == "--port") { a.port = std::stoi(val()); continue; }
     else if (k == "-h" || k == "--help") {
@@ -189,6 +195,7 @@ class Bench {
     ws::NcclOptions n;
     n.device = device_;
     n.timeout = std::chrono::seconds(a.timeout_s);
+    n.blocking = a.blocking;
     comm_ = ws::NcclCommunicator::connect(o, n);
     ws::detail::check(cudaMalloc(reinterpret_cast<void**>(&scratch_), 64), "cudaMalloc");
   }
@@ -274,8 +281,8 @@ class Bench {
     if (rank() != 0) return;
     std::printf("# weightsync-bench %s nccl-headers=%d nccl-library=%d cudart=%d\n",
                 WEIGHTSYNC_VERSION_STRING, NCCL_VERSION_CODE, v, rt);
-    std::printf("# ranks: %d root: 0 warmup: %d iters: %d timing: cuda-events, max over ranks, median; protocol: %s\n",
-                a_.np, a_.warmup, a_.iters, a_.protocol.c_str());
+    std::printf("# ranks: %d root: 0 warmup: %d iters: %d timing: cuda-events, max over ranks, median; protocol: %s; nccl launches: %s\n",
+                a_.np, a_.warmup, a_.iters, a_.protocol.c_str(), a_.blocking ? "blocking" : "non-blocking");
     for (const auto& l : lines_) std::printf("%s\n", l.c_str());
     std::fflush(stdout);
   }
@@ -334,6 +341,7 @@ class Bench {
     j["num_buffers"] = r.nbuf;
     j["direct_threshold_bytes"] = r.direct;
     j["protocol"] = a_.protocol;
+    j["nccl_blocking"] = a_.blocking;
     j["impl"] = r.impl;
     j["time"] = r.ev.median;
     j["wall_us"] = r.wall.median;

@@ -36,6 +36,14 @@ case "$what" in
         --iters 20 --warmup 5
     done
     ;;
+  blocking)
+    for b in "" --blocking; do
+      run blk --layout lora8b,small1b,dense8b --mode zerocopy --buffer-size 1G --num-buffers 2 $b \
+        --iters 10 --warmup 3
+      run blk --layout lora8b --mode zerocopy --protocol vllm --buffer-size 1G --num-buffers 2 $b \
+        --iters 10 --warmup 3
+    done
+    ;;
   full)
     for layout in dense8b moe30b small1b lora8b; do
       run "$layout" --layout "$layout" --mode packed,zerocopy,unpacked,unpacked-zc \

@@ -477,8 +477,10 @@ struct PipelineRun {
     f.total_bytes = total_bytes;
     f.digest = metadata_digest(metas);
     if (role == Role::producer) {
-      std::random_device rd;
-      f.transfer_id = ((std::uint64_t(rd()) << 32) ^ rd()) + ++ws.transfers;
+      // Unique per transfer; no need for /dev/urandom on every call.
+      static const std::uint64_t seed = (std::uint64_t(std::random_device{}()) << 32) ^
+                                        std::random_device{}();
+      f.transfer_id = seed + 0x9e3779b97f4a7c15ull * ++ws.transfers;
     }
     const auto all = allgather(f, "handshake");
     const Frame& r0 = all[static_cast<std::size_t>(root)];

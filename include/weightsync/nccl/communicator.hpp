@@ -55,6 +55,11 @@ struct NcclOptions {
   //! Run vLLM's warm-up (1-element float32 sum all-reduce) after initialization. Every rank must
   //! agree; vLLM workers always run it.
   bool vllm_warmup = true;
+  //! false (default): ncclConfig_t.blocking = 0, so that initialization and every launch are
+  //! bounded by the timeout. true: blocking launches (lower launch latency); initialization is
+  //! still bounded (it runs on a non-blocking communicator that is then split), but a launch that
+  //! blocks inside NCCL (a peer vanishing while NCCL connects) is not.
+  bool blocking = false;
 };
 
 class NcclCommunicator {
@@ -100,6 +105,17 @@ class NcclCommunicator {
       throw nccl_error(r, "ncclCommInitRankConfig", rank);
     }
     c.wait_ready("ncclCommInitRankConfig", "init");
+    if (o.blocking) {
+      // Split a blocking child off the bounded, non-blocking parent; the parent is then released.
+      ncclConfig_t child_config = NCCL_CONFIG_INITIALIZER;
+      child_config.blocking = 1;
+      ncclComm_t child = nullptr;
+      const auto sr = ncclCommSplit(c.comm_, 0, rank, &child, &child_config);
+      if (sr != ncclSuccess && sr != ncclInProgress) c.fail(sr, "ncclCommSplit");
+      c.wait_ready("ncclCommSplit", "init");
+      ncclCommDestroy(c.comm_);  // local resources only once the split has completed
+      c.comm_ = child;
+    }
     if (o.vllm_warmup) c.warmup();
     return c;
   }
