@@ -113,7 +113,7 @@ class NcclCommunicator {
       const auto sr = ncclCommSplit(c.comm_, 0, rank, &child, &child_config);
       if (sr != ncclSuccess && sr != ncclInProgress) c.fail(sr, "ncclCommSplit");
       c.wait_ready("ncclCommSplit", "init");
-      ncclCommDestroy(c.comm_);  // local resources only once the split has completed
+      c.parent_ = c.comm_;  // kept until teardown: destroying it now would be a collective
       c.comm_ = child;
     }
     if (o.vllm_warmup) c.warmup();
@@ -199,6 +199,7 @@ class NcclCommunicator {
     if (r != ncclSuccess)
       log(LogLevel::warning, detail::cat("ncclCommAbort: ", ncclGetErrorString(r)));
     comm_ = nullptr;
+    if (parent_) ncclCommAbort(std::exchange(parent_, nullptr));
   }
 
   //! Waits, polling, until the work enqueued so far on `stream` completes, within timeout().
@@ -221,6 +222,7 @@ class NcclCommunicator {
  private:
   void swap(NcclCommunicator& o) noexcept {
     std::swap(comm_, o.comm_);
+    std::swap(parent_, o.parent_);
     std::swap(rank_, o.rank_);
     std::swap(size_, o.size_);
     std::swap(device_, o.device_);
@@ -300,6 +302,7 @@ class NcclCommunicator {
 
   void destroy() noexcept {
     if (!comm_) {
+      if (parent_) ncclCommAbort(std::exchange(parent_, nullptr));
       control_.close();
       return;
     }
@@ -332,10 +335,25 @@ class NcclCommunicator {
     }
     ncclCommDestroy(comm_);
     comm_ = nullptr;
+    if (parent_) {
+      // The parent is idle (never used after the split): finalize it within the bound too.
+      const auto pr = ncclCommFinalize(parent_);
+      bool ok = pr == ncclSuccess || pr == ncclInProgress;
+      while (ok) {
+        ncclResult_t st = ncclInProgress;
+        if (ncclCommGetAsyncError(parent_, &st) != ncclSuccess || (st != ncclSuccess && st != ncclInProgress)) ok = false;
+        if (st == ncclSuccess || std::chrono::steady_clock::now() >= deadline) break;
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+      if (ok) ncclCommDestroy(parent_);
+      else ncclCommAbort(parent_);
+      parent_ = nullptr;
+    }
     control_.close();
   }
 
   ncclComm_t comm_ = nullptr;
+  ncclComm_t parent_ = nullptr;  // NcclOptions::blocking: the non-blocking communicator split from
   int rank_ = 0;
   int size_ = 0;
   int device_ = -1;
