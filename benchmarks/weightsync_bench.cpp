@@ -66,6 +66,7 @@ struct Args {
   // set by the launcher for its children
   int rank = -1;
   int port = 0;
+  int raw_port = 0;
   std::vector<std::string> argv;
 };
 
@@ -137,6 +138,7 @@ Args parse(int argc, char** argv) {
     }
     else if (k == "--rank") { a.rank = std::stoi(val()); continue; }
     else if (k == "--port") { a.port = std::stoi(val()); continue; }
+    else if (k == "--raw-port") { a.raw_port = std::stoi(val()); continue; }
     else if (k == "-h" || k == "--help") {
       std::printf("see the comment at the top of benchmarks/weightsync_bench.cpp\n");
       std::exit(0);
@@ -197,6 +199,11 @@ class Bench {
     n.timeout = std::chrono::seconds(a.timeout_s);
     n.blocking = a.blocking;
     comm_ = ws::NcclCommunicator::connect(o, n);
+    // The baseline runs on a communicator of its own with blocking launches: the fastest way
+    // NCCL broadcasts, whatever mode the library's communicator uses.
+    o.port = a.raw_port;
+    n.blocking = true;
+    raw_comm_ = ws::NcclCommunicator::connect(o, n);
     ws::detail::check(cudaMalloc(reinterpret_cast<void**>(&scratch_), 64), "cudaMalloc");
   }
   ~Bench() { cudaFree(scratch_); }
@@ -402,7 +409,7 @@ class Bench {
     Row raw;
     {
       unsigned long long wrong = 0;
-      auto [ev, wall] = time_it(poison, [&](int) { comm_.broadcast(model.arena(), model.arena_bytes(), 0, s()); });
+      auto [ev, wall] = time_it(poison, [&](int) { raw_comm_.broadcast(model.arena(), model.arena_bytes(), 0, s()); });
       wrong = static_cast<unsigned long long>(sum_over_ranks(double(verify())));
       raw.layout = layout;
       raw.impl = "raw-nccl";
@@ -499,6 +506,7 @@ class Bench {
   ws::CudaStream stream_;
   ws::TimedEvent start_, end_;
   ws::NcclCommunicator comm_;
+  ws::NcclCommunicator raw_comm_;
   float* scratch_ = nullptr;
   std::vector<std::string> lines_;
   json devices_;
@@ -509,6 +517,8 @@ class Bench {
 
 int launch(const Args& a, const char* self) {
   const int port = ws_test::free_port();
+  int raw_port = ws_test::free_port();
+  while (raw_port == port) raw_port = ws_test::free_port();
   std::vector<pid_t> kids;
   for (int r = 0; r < a.np; ++r) {
     std::vector<std::string> args = {self};
@@ -517,6 +527,8 @@ int launch(const Args& a, const char* self) {
     args.push_back(std::to_string(r));
     args.push_back("--port");
     args.push_back(std::to_string(port));
+    args.push_back("--raw-port");
+    args.push_back(std::to_string(raw_port));
     std::fflush(nullptr);
     const pid_t pid = ::fork();
     if (pid == 0) {
