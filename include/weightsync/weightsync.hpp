@@ -32,3 +32,5 @@
 #include "weightsync/nccl/group.hpp"
 #include "weightsync/nccl/unique_id.hpp"
 #endif
+#include "weightsync/engine.hpp"
+#include "weightsync/layouts.hpp"

@@ -6,6 +6,7 @@
 // the device with what the producer generated; destinations are poisoned before every round.
 #include <cstdint>
 #include <weightsync/cuda/stream.hpp>
+#include <weightsync/engine.hpp>
 #include <weightsync/layouts.hpp>
 #include <weightsync/nccl/communicator.hpp>
 #include <weightsync/packed_broadcast.hpp>
@@ -371,4 +372,101 @@ TEST_CASE("nccl faults keep the communicator usable: bad item and failing load_w
   }
   REQUIRE(p.comm.healthy());
   REQUIRE(round_trip(p, metas, model, opt, ws, 3, Mode::zero_copy) == 0);
+}
+
+TEST_CASE("nccl engines: trainer and worker rounds with versions and a failing round",
+          "[gpu][nccl][multi_gpu][engine]") {
+  if (!ws_test::role().is_peer()) {
+    WS_RUN_PEERS("nccl engines: trainer and worker rounds with versions and a failing round", 180s);
+    return;
+  }
+  const auto& r = ws_test::role();
+  const int device = r.rank % device_count();
+  detail::check(cudaSetDevice(device), "cudaSetDevice");
+  NcclInitInfo info;
+  info.master_address = "127.0.0.1";
+  info.master_port = r.port;
+  info.world_size = 2;
+  info.rank_offset = 1;
+  info.packed = true;
+  info.packed_buffer_size_bytes = 256 << 20;
+  EngineOptions eo;
+  eo.backend = "nccl";
+  eo.device = device;
+  eo.timeout = 30s;
+  const auto metas = layouts::small1b();
+  ws_test::DeviceModel model(metas, device);
+  CudaStream s(device);
+  if (r.rank == 0) {
+    TrainerEngine::Options o;
+    o.engine = eo;
+    TrainerEngine t(o);
+    t.trainer_init(info);
+    struct Source {
+      const std::vector<TensorMeta>& m;
+      const ws_test::DeviceModel& d;
+      int lie = -1;
+      TensorMeta bad;
+      std::vector<TensorMeta> metas() const { return m; }
+      std::vector<SourceTensorRef> iterate() {
+        std::vector<SourceTensorRef> v;
+        for (std::size_t i = 0; i < m.size(); ++i) v.push_back({&m[i], d.data(i)});
+        if (lie >= 0) {
+          bad = m[static_cast<std::size_t>(lie)];
+          bad.shape.push_back(1);
+          v[static_cast<std::size_t>(lie)].meta_ = &bad;
+        }
+        return v;
+      }
+    } src{metas, model};
+    for (int round = 1; round <= 3; ++round) {
+      model.fill(static_cast<std::uint64_t>(round), s.get());
+      detail::check(cudaStreamSynchronize(s.get()), "sync");
+      src.lie = round == 2 ? 100 : -1;
+      if (round == 2)
+        REQUIRE_THROWS_AS(t.send_weights(src), config_error);
+      else
+        t.send_weights(src);
+    }
+    return;
+  }
+  WeightTransferEngine::Options o;
+  o.engine = eo;
+  WeightTransferEngine e(o);
+  e.init_transfer_engine(info);
+  const auto u = NcclUpdateInfo::from_metas(metas);
+  auto index = [&](const TensorMeta& m) {
+    std::size_t i = 0;
+    while (metas[i].name != m.name) ++i;
+    return i;
+  };
+  for (int round = 1; round <= 3; ++round) {
+    model.poison(s.get());
+    detail::check(cudaStreamSynchronize(s.get()), "sync");
+    e.start_weight_update();
+    auto run = [&] {
+      e.update_weights(
+          u,
+          [&](std::span<const TensorView> batch, void* stream) {
+            for (const auto& v : batch)
+              detail::check(cudaMemcpyAsync(model.data(index(*v.meta)), v.data, v.nbytes,
+                                            cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream)),
+                            "cudaMemcpyAsync");
+          },
+          // every other tensor straight into its parameter
+          [&](const TensorMeta& m) -> void* { return index(m) % 2 ? model.data(index(m)) : nullptr; });
+    };
+    if (round == 2) {
+      REQUIRE_THROWS_AS(run(), remote_error);
+      REQUIRE(!e.updating());
+      REQUIRE(e.weight_version() == "v1");
+      continue;
+    }
+    run();
+    e.finish_weight_update("v" + std::to_string(round));
+    REQUIRE(model.count_wrong(static_cast<std::uint64_t>(round), s.get()) == 0);
+  }
+  REQUIRE(e.weight_version() == "v3");
+  say("engine rounds ok: version " + e.weight_version() + ", " + std::to_string(model.bytes()) +
+      " bytes verified per round");
 }
