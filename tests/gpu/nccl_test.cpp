@@ -418,7 +418,7 @@ TEST_CASE("nccl engines: trainer and worker rounds with versions and a failing r
         }
         return v;
       }
-    } src{metas, model};
+    } src{metas, model, -1, {}};
     for (int round = 1; round <= 3; ++round) {
       model.fill(static_cast<std::uint64_t>(round), s.get());
       detail::check(cudaStreamSynchronize(s.get()), "sync");
