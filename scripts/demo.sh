@@ -1,13 +1,29 @@
 #!/usr/bin/env bash
 # SPDX-FileCopyrightText: 2026 weightsync contributors
 # SPDX-License-Identifier: Apache-2.0
-# The main job. Until the end-to-end demo lands: prints the chunk plan and ring memory of a
-# benchmark layout.   bash scripts/demo.sh [layout] [B] [K]
+# The main job: a C++ trainer trains a small model and pushes its weights into a C++ inference
+# server through vLLM's HTTP routes; the server's answers go from noise to right.
+#   bash scripts/demo.sh                 # host (CPU) backend, no GPU needed
+#   bash scripts/demo.sh --backend nccl  # NCCL: trainer on GPU 0, server on GPU 1
 set -euo pipefail
 cd "$(dirname "$0")/.."
+backend=host
+[ "${1:-}" = "--backend" ] && backend=${2:?}
 source scripts/deps.sh
 ws_install_deps
 build=${WEIGHTSYNC_BUILD_DIR:-build/demo}
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DWEIGHTSYNC_BUILD_TESTS=OFF >/dev/null
-cmake --build "$build" --target plan_layout -j "$(nproc)"
-"$build/examples/plan_layout" "$@"
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DWEIGHTSYNC_BUILD_TESTS=OFF \
+  -DWEIGHTSYNC_BUILD_BENCHMARKS=OFF -DWEIGHTSYNC_WITH_HTTP=ON >/dev/null
+cmake --build "$build" --target inference_server trainer -j "$(nproc)"
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null || echo 18080)
+server_device=0; [ "$backend" = nccl ] && server_device=1
+"$build/examples/inference_server" --port "$port" --backend "$backend" --device "$server_device" &
+server=$!
+trap 'kill $server 2>/dev/null || true' EXIT
+for _ in $(seq 100); do  # wait until the server answers
+  (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null && break
+  sleep 0.1
+done
+"$build/examples/trainer" --server "http://127.0.0.1:$port" --backend "$backend" --device 0
+kill -TERM $server 2>/dev/null || true
+wait $server 2>/dev/null || true

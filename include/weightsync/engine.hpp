@@ -15,6 +15,7 @@
 //! init_transfer_engine() is needed.
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -23,6 +24,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -143,6 +145,9 @@ class Backend {
   virtual bool healthy() const noexcept = 0;
   virtual int rank() const noexcept = 0;
   virtual int world_size() const noexcept = 0;
+  //! Throws if a peer is known to be gone or the communicator failed. Non-blocking; never called
+  //! during a transfer.
+  virtual void check() = 0;
   virtual TransferStats receive(std::span<const TensorMeta> metas, TransferOptions opt,
                                 const AnyLoadWeights& load) = 0;
   virtual TransferStats send(std::span<const TensorMeta> metas, AnyTensorRange& items,
@@ -192,6 +197,17 @@ class CommBackend final : public Backend {
   }
   int rank() const noexcept override { return comm_ ? comm_->rank() : -1; }
   int world_size() const noexcept override { return comm_ ? comm_->size() : 0; }
+  void check() override {
+    if (!comm_) return;
+    if constexpr (MonitoredCommunicator<Comm>) {
+      try {
+        comm_->check();
+      } catch (const std::exception& e) {
+        comm_->abort(e.what());
+        throw;
+      }
+    }
+  }
   TransferStats receive(std::span<const TensorMeta> metas, TransferOptions opt,
                         const AnyLoadWeights& load) override {
     ready();
@@ -304,6 +320,26 @@ inline std::unique_ptr<Backend> make_nccl_backend() {
 }
 #endif
 
+#if WEIGHTSYNC_HAS_NCCL
+//! The init info a trainer hands a vLLM server (POST /init_weight_transfer_engine): a fresh
+//! ncclUniqueId in standard base64, so the server's workers and this trainer all enter
+//! ncclCommInitRank together. Pair with EngineOptions{.backend = "nccl", .protocol =
+//! Protocol::vllm} on the trainer.
+inline NcclInitInfo vllm_init_info(int world_size, int rank_offset = 1, bool packed = true,
+                                   std::int64_t buffer_size_bytes = kDefaultPackedBufferSizeBytes,
+                                   int num_buffers = kDefaultPackedNumBuffers) {
+  NcclInitInfo i;
+  i.nccl_unique_id_b64 = NcclUniqueId::generate().to_base64();
+  i.world_size = world_size;
+  i.rank_offset = rank_offset;
+  i.packed = packed;
+  i.packed_buffer_size_bytes = buffer_size_bytes;
+  i.packed_num_buffers = num_buffers;
+  i.validate();
+  return i;
+}
+#endif
+
 inline BackendRegistry& BackendRegistry::global() {
   static BackendRegistry* r = [] {
     auto* reg = new BackendRegistry;  // never destroyed: usable from static destructors too
@@ -335,18 +371,26 @@ class WeightTransferEngine {
   struct Options {
     EngineOptions engine;
     ParallelConfig parallel;
+    //! Between transfers, a watchdog checks this often that the trainer is still there (0: off).
+    //! When it is gone, the engine logs it, ends a started session, and calls Hooks::failure.
+    std::chrono::milliseconds liveness_interval{500};
   };
-  //! Callbacks of the embedding server, run by pause()/resume().
+  //! Callbacks of the embedding server.
   struct Hooks {
     std::function<void(PauseMode)> pause;  //!< stop (abort), drain (wait) or hold (keep) requests
     std::function<void()> resume;
+    //! The group failed between transfers (the trainer died, say); the argument says why.
+    std::function<void(const std::string&)> failure;
   };
 
   WeightTransferEngine() : WeightTransferEngine(Options()) {}
   explicit WeightTransferEngine(Options o) : opt_(std::move(o)) { opt_.parallel.validate(); }
   WeightTransferEngine(const WeightTransferEngine&) = delete;
   WeightTransferEngine& operator=(const WeightTransferEngine&) = delete;
-  ~WeightTransferEngine() { shutdown(); }
+  ~WeightTransferEngine() {
+    shutdown();
+    stop_watchdog();
+  }
 
   void set_hooks(Hooks h) {
     std::lock_guard lock(mutex_);
@@ -356,9 +400,13 @@ class WeightTransferEngine {
   //! Joins the trainer's group (blocks until every rank has joined). Allowed again after a failure
   //! or shutdown, and between sessions; not during one.
   void init_transfer_engine(const NcclInitInfo& info) {
-    std::lock_guard lock(mutex_);
-    if (state_ == State::updating || busy_)
-      throw state_error("init_transfer_engine during a weight update; finish it first");
+    std::unique_lock lock(mutex_);
+    if (busy_) throw state_error("init_transfer_engine while update_weights is running");
+    if (state_ == State::updating) {
+      // A session whose trainer went away before sending: a new trainer takes over.
+      log(LogLevel::warning, "init_transfer_engine abandons a started weight update");
+      state_ = State::ready;
+    }
     info.validate();
     const int rank = worker_rank(opt_.parallel, info.rank_offset);
     if (rank >= info.world_size)
@@ -376,6 +424,8 @@ class WeightTransferEngine {
     backend_ = std::move(b);
     init_ = info;
     state_ = State::ready;
+    if (opt_.liveness_interval.count() > 0 && !watchdog_.joinable())
+      watchdog_ = std::thread([this] { watch(); });
   }
   void init_transfer_engine(const nlohmann::json& init_info) {
     init_transfer_engine(init_info.get<NcclInitInfo>());
@@ -521,7 +571,38 @@ class WeightTransferEngine {
 
  private:
   enum class State { uninitialized, ready, updating };
+
+  void watch() {
+    std::unique_lock lock(mutex_);
+    while (!stop_) {
+      cv_.wait_for(lock, opt_.liveness_interval);
+      if (stop_ || busy_ || !backend_ || !backend_->healthy()) continue;
+      try {
+        backend_->check();
+      } catch (const std::exception& e) {
+        const std::string why = detail::cat("the transfer group failed between updates: ", e.what());
+        log(LogLevel::error, why);
+        state_ = State::ready;  // a started session is over
+        auto f = hooks_.failure;
+        lock.unlock();
+        if (f) f(why);
+        lock.lock();
+      }
+    }
+  }
+  void stop_watchdog() noexcept {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (watchdog_.joinable()) watchdog_.join();
+  }
+
   mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::thread watchdog_;
+  bool stop_ = false;
   Options opt_;
   Hooks hooks_;
   std::shared_ptr<Backend> backend_;

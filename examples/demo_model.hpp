@@ -1,0 +1,173 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// The demo's model: a 2-64-64-3 MLP that learns to tell three interleaved spirals apart, trained in
+// a second on a CPU. Shared by the trainer and the inference server so that both compute exactly
+// the same function of the same weights (the end-to-end test compares their answers bit for bit).
+
+#include <weightsync/tensor_meta.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace demo {
+
+inline constexpr int kIn = 2;
+inline constexpr int kHidden = 64;
+inline constexpr int kClasses = 3;
+
+struct Mlp {
+  // Row-major weights, PyTorch-style names and shapes (out, in).
+  std::vector<float> w1 = std::vector<float>(kHidden * kIn), b1 = std::vector<float>(kHidden);
+  std::vector<float> w2 = std::vector<float>(kHidden * kHidden), b2 = std::vector<float>(kHidden);
+  std::vector<float> w3 = std::vector<float>(kClasses * kHidden), b3 = std::vector<float>(kClasses);
+
+  std::vector<float>* tensors() { return &w1; }
+  std::vector<float>& tensor(std::size_t i) {
+    std::vector<float>* all[] = {&w1, &b1, &w2, &b2, &w3, &b3};
+    return *all[i];
+  }
+  const std::vector<float>& tensor(std::size_t i) const { return const_cast<Mlp*>(this)->tensor(i); }
+};
+
+inline std::vector<weightsync::TensorMeta> metas() {
+  using weightsync::DType;
+  return {{"mlp.0.weight", DType::float32, {kHidden, kIn}},
+          {"mlp.0.bias", DType::float32, {kHidden}},
+          {"mlp.2.weight", DType::float32, {kHidden, kHidden}},
+          {"mlp.2.bias", DType::float32, {kHidden}},
+          {"mlp.4.weight", DType::float32, {kClasses, kHidden}},
+          {"mlp.4.bias", DType::float32, {kClasses}}};
+}
+
+inline void init_random(Mlp& m, unsigned seed) {
+  std::mt19937 rng(seed);
+  auto fill = [&](std::vector<float>& v, int fan_in) {
+    std::normal_distribution<float> d(0.f, std::sqrt(2.f / static_cast<float>(fan_in)));
+    for (auto& x : v) x = d(rng);
+  };
+  fill(m.w1, kIn);
+  fill(m.w2, kHidden);
+  fill(m.w3, kHidden);
+  for (auto* b : {&m.b1, &m.b2, &m.b3}) std::fill(b->begin(), b->end(), 0.f);
+}
+
+struct Activations {
+  float h1[kHidden], h2[kHidden], logits[kClasses];
+};
+
+inline void forward(const Mlp& m, float x, float y, Activations& a) {
+  for (int j = 0; j < kHidden; ++j) {
+    const float z = m.w1[j * kIn] * x + m.w1[j * kIn + 1] * y + m.b1[j];
+    a.h1[j] = z > 0 ? z : 0;
+  }
+  for (int j = 0; j < kHidden; ++j) {
+    float z = m.b2[j];
+    for (int k = 0; k < kHidden; ++k) z += m.w2[j * kHidden + k] * a.h1[k];
+    a.h2[j] = z > 0 ? z : 0;
+  }
+  for (int c = 0; c < kClasses; ++c) {
+    float z = m.b3[c];
+    for (int k = 0; k < kHidden; ++k) z += m.w3[c * kHidden + k] * a.h2[k];
+    a.logits[c] = z;
+  }
+}
+
+inline int predict(const Mlp& m, float x, float y) {
+  Activations a;
+  forward(m, x, y, a);
+  int best = 0;
+  for (int c = 1; c < kClasses; ++c)
+    if (a.logits[c] > a.logits[best]) best = c;
+  return best;
+}
+
+struct Dataset {
+  std::vector<float> x, y;
+  std::vector<int> label;
+  std::size_t size() const { return label.size(); }
+};
+
+//! Three spirals, `per_class` noisy points each.
+inline Dataset spirals(int per_class, unsigned seed) {
+  Dataset d;
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> noise(0.f, 0.08f);
+  for (int c = 0; c < kClasses; ++c)
+    for (int i = 0; i < per_class; ++i) {
+      const float r = static_cast<float>(i) / static_cast<float>(per_class);
+      const float t = 4.0f * r + 2.0944f * static_cast<float>(c) + noise(rng);
+      d.x.push_back(r * std::sin(t));
+      d.y.push_back(r * std::cos(t));
+      d.label.push_back(c);
+    }
+  return d;
+}
+
+inline double accuracy(const Mlp& m, const Dataset& d) {
+  std::size_t ok = 0;
+  for (std::size_t i = 0; i < d.size(); ++i) ok += predict(m, d.x[i], d.y[i]) == d.label[i];
+  return static_cast<double>(ok) / static_cast<double>(d.size());
+}
+
+//! One epoch of mini-batch SGD with softmax cross-entropy. Returns the mean loss.
+inline double train_epoch(Mlp& m, const Dataset& d, float lr, std::mt19937& rng, int batch = 32) {
+  std::vector<std::size_t> order(d.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::shuffle(order.begin(), order.end(), rng);
+  Mlp g;
+  double loss = 0;
+  for (std::size_t start = 0; start < order.size(); start += static_cast<std::size_t>(batch)) {
+    for (int t = 0; t < 6; ++t) std::fill(g.tensor(static_cast<std::size_t>(t)).begin(), g.tensor(static_cast<std::size_t>(t)).end(), 0.f);
+    const std::size_t end = std::min(order.size(), start + static_cast<std::size_t>(batch));
+    for (std::size_t s = start; s < end; ++s) {
+      const std::size_t i = order[s];
+      Activations a;
+      forward(m, d.x[i], d.y[i], a);
+      float mx = a.logits[0];
+      for (float l : a.logits) mx = std::max(mx, l);
+      float p[kClasses], sum = 0;
+      for (int c = 0; c < kClasses; ++c) sum += p[c] = std::exp(a.logits[c] - mx);
+      float d3[kClasses];
+      for (int c = 0; c < kClasses; ++c) {
+        p[c] /= sum;
+        d3[c] = p[c] - (c == d.label[i] ? 1.f : 0.f);
+      }
+      loss += -std::log(std::max(p[d.label[i]], 1e-12f));
+      float dh2[kHidden] = {};
+      for (int c = 0; c < kClasses; ++c) {
+        g.b3[c] += d3[c];
+        for (int k = 0; k < kHidden; ++k) {
+          g.w3[c * kHidden + k] += d3[c] * a.h2[k];
+          dh2[k] += d3[c] * m.w3[c * kHidden + k];
+        }
+      }
+      float dh1[kHidden] = {};
+      for (int j = 0; j < kHidden; ++j) {
+        if (a.h2[j] <= 0) continue;
+        g.b2[j] += dh2[j];
+        for (int k = 0; k < kHidden; ++k) {
+          g.w2[j * kHidden + k] += dh2[j] * a.h1[k];
+          dh1[k] += dh2[j] * m.w2[j * kHidden + k];
+        }
+      }
+      for (int j = 0; j < kHidden; ++j) {
+        if (a.h1[j] <= 0) continue;
+        g.b1[j] += dh1[j];
+        g.w1[j * kIn] += dh1[j] * d.x[i];
+        g.w1[j * kIn + 1] += dh1[j] * d.y[i];
+      }
+    }
+    const float scale = lr / static_cast<float>(end - start);
+    for (std::size_t t = 0; t < 6; ++t)
+      for (std::size_t k = 0; k < m.tensor(t).size(); ++k) m.tensor(t)[k] -= scale * g.tensor(t)[k];
+  }
+  return loss / static_cast<double>(d.size());
+}
+
+}  // namespace demo

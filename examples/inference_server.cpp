@@ -1,0 +1,165 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
+// A small inference server: serves an MLP's predictions over HTTP and takes new weights from a
+// trainer through vLLM's weight-transfer routes (weightsync::http::add_vllm_routes).
+//
+//   inference_server [--port 8000] [--host 127.0.0.1] [--backend host|nccl] [--device 0]
+//
+//   POST /v1/predict {"inputs": [[x, y], ...]} -> {"classes": [...], "weight_version": "..."}
+//   POST /shutdown                              -> stops the server
+//   + the vLLM routes (see <weightsync/http/control_plane.hpp>)
+//
+// Updates land in a staging copy; /finish_weight_update swaps it in, so requests are always served
+// from a complete set of weights and a failed update leaves the previous ones in use.
+#include <weightsync/engine.hpp>
+#include <weightsync/http/control_plane.hpp>
+#if WEIGHTSYNC_HAS_CUDA
+#include <weightsync/cuda/check.hpp>
+#endif
+
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#include "demo_model.hpp"
+
+namespace ws = weightsync;
+using nlohmann::json;
+
+namespace {
+httplib::Server* g_server = nullptr;
+void on_signal(int) {
+  if (g_server) g_server->stop();
+}
+}  // namespace
+
+int main(int argc, char** argv) try {
+  std::string host = "127.0.0.1", backend = "host";
+  int port = 8000, device = 0;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--port") port = std::stoi(v);
+    else if (k == "--host") host = v;
+    else if (k == "--backend") backend = v;
+    else if (k == "--device") device = std::stoi(v);
+    else throw ws::config_error(k, "unknown option (known: --port --host --backend --device)");
+  }
+#if WEIGHTSYNC_HAS_CUDA
+  if (backend != "host") ws::detail::check(cudaSetDevice(device), "cudaSetDevice");
+#endif
+
+  // Serving state: the live weights (random until the first sync) and a staging copy.
+  std::mutex mu;
+  demo::Mlp live, staging;
+  demo::init_random(live, 12345);
+  const auto metas = demo::metas();
+  std::string version = "default";
+
+  ws::WeightTransferEngine::Options eo;
+  eo.engine.backend = backend;
+  eo.engine.device = device;
+  eo.engine.timeout = std::chrono::seconds(30);
+  ws::WeightTransferEngine engine(eo);
+  engine.set_hooks({[](ws::PauseMode m) {
+                      std::printf("[server] paused (%s)\n", ws::pause_mode_name(m));
+                      std::fflush(stdout);
+                    },
+                    [] {
+                      std::printf("[server] resumed\n");
+                      std::fflush(stdout);
+                    },
+                    [&engine](const std::string& why) {
+                      std::printf("[server] update failed, still serving '%s': %s\n",
+                                  engine.weight_version().c_str(), why.c_str());
+                      std::fflush(stdout);
+                    }});
+
+  ws::http::RouteHooks hooks;
+  hooks.load = [&](std::span<const ws::TensorView> batch, void* stream) {
+    for (const auto& v : batch) {
+      std::size_t i = 0;
+      while (i < metas.size() && metas[i].name != v.name()) ++i;
+      if (i == metas.size()) throw ws::config_error("names", "the model has no tensor '" + v.name() + "'");
+      if (*v.meta != metas[i])
+        throw ws::config_error("shapes", "tensor '" + v.name() + "' does not match the model's " +
+                                             ws::detail::shape_string(metas[i].shape));
+      auto& dst = staging.tensor(i);
+      if (stream == nullptr) {
+        std::memcpy(dst.data(), v.data, v.nbytes);  // host backend: host memory
+      } else {
+#if WEIGHTSYNC_HAS_CUDA
+        // GPU backends hand device memory, ready on `stream`; the transfer returns only after
+        // this copy has completed.
+        ws::detail::check(cudaMemcpyAsync(dst.data(), v.data, v.nbytes, cudaMemcpyDeviceToHost,
+                                          static_cast<cudaStream_t>(stream)),
+                          "cudaMemcpyAsync");
+#endif
+      }
+    }
+  };
+  hooks.on_start = [&] {
+    std::lock_guard lock(mu);
+    staging = live;
+  };
+  hooks.on_finish = [&](const std::string& v) {
+    std::lock_guard lock(mu);
+    live = staging;
+    if (!v.empty()) version = v;
+    std::printf("[server] now serving weights '%s'\n", engine.weight_version().c_str());
+    std::fflush(stdout);
+  };
+  hooks.on_update_failed = [&](const std::string& e) {
+    std::printf("[server] update failed, still serving '%s': %s\n", engine.weight_version().c_str(),
+                e.c_str());
+    std::fflush(stdout);
+  };
+
+  httplib::Server server;
+  g_server = &server;
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  ws::http::add_vllm_routes(server, engine, hooks);
+  server.Post("/v1/predict", [&](const httplib::Request& req, httplib::Response& res) {
+    auto body = json::parse(req.body, nullptr, false);
+    if (body.is_discarded() || !body.is_object() || !body.contains("inputs") || !body["inputs"].is_array()) {
+      res.status = 400;
+      res.set_content(json{{"error", "expected {\"inputs\": [[x, y], ...]}"}}.dump(), "application/json");
+      return;
+    }
+    demo::Mlp w;
+    {
+      std::lock_guard lock(mu);
+      w = live;
+    }
+    json classes = json::array();
+    for (const auto& p : body["inputs"]) {
+      if (!p.is_array() || p.size() != 2 || !p[0].is_number() || !p[1].is_number()) {
+        res.status = 400;
+        res.set_content(json{{"error", "every input is [x, y]"}}.dump(), "application/json");
+        return;
+      }
+      classes.push_back(demo::predict(w, p[0].get<float>(), p[1].get<float>()));
+    }
+    res.set_content(json{{"classes", classes}, {"weight_version", engine.weight_version()},
+                         {"paused", engine.is_paused()}}.dump(),
+                    "application/json");
+  });
+  server.Post("/shutdown", [&](const httplib::Request&, httplib::Response& res) {
+    res.set_content(json{{"status", "stopping"}}.dump(), "application/json");
+    server.stop();
+  });
+  if (!server.bind_to_port(host, port))
+    throw ws::config_error("port", host + ":" + std::to_string(port) + " is not available");
+  std::printf("[server] serving a random MLP on http://%s:%d (backend %s)\n", host.c_str(), port,
+              backend.c_str());
+  std::fflush(stdout);
+  server.listen_after_bind();
+  engine.shutdown();
+  std::printf("[server] stopped\n");
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "inference_server: %s\n", e.what());
+  return 2;
+}

@@ -1,0 +1,240 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+//! @file
+//! vLLM's weight-transfer control routes over HTTP (cpp-httplib), for a C++ inference server, and
+//! a client for them, for a C++ trainer:
+//!   POST /init_weight_transfer_engine {"init_info": {...}}      POST /start_weight_update
+//!   POST /update_weights {"update_info": {...}}                 POST /finish_weight_update {"weight_version": "..."}
+//!   POST /pause (?mode=abort|wait|keep, or {"mode": ...})       POST /resume
+//!   GET  /is_paused    GET /get_world_size    GET /weight_info
+//! Bad JSON or a bad field: 400 with {"error": ...}; a call in the wrong state: 409; a failed
+//! transfer: 500 (the engine's session is then over and the previous weights stay in use).
+//! Optional: built only where cpp-httplib is available (CMake: WEIGHTSYNC_HAS_HTTPLIB).
+
+#if !defined(__has_include) || !__has_include(<httplib.h>)
+#error "<weightsync/http/control_plane.hpp> needs cpp-httplib (<httplib.h>)"
+#endif
+
+#include <httplib.h>
+
+#include <chrono>
+#include <exception>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "weightsync/detail/format.hpp"
+#include "weightsync/engine.hpp"
+#include "weightsync/error.hpp"
+#include "weightsync/info.hpp"
+#include "weightsync/log.hpp"
+
+namespace weightsync::http {
+
+//! What the server does around the engine's calls.
+struct RouteHooks {
+  //! load_weights for /update_weights (required).
+  AnyLoadWeights load;
+  //! Optional destinations for /update_weights (zero-copy).
+  AnyDestination destination;
+  //! After a successful start (e.g. prepare a staging copy of the weights).
+  std::function<void()> on_start;
+  //! After a successful finish, with the new version ("" when none was given): commit.
+  std::function<void(const std::string& version)> on_finish;
+  //! After a failed update (the session is over): discard what was staged.
+  std::function<void(const std::string& error)> on_update_failed;
+};
+
+namespace detail {
+
+inline void reply(httplib::Response& res, int status, const nlohmann::json& body) {
+  res.status = status;
+  res.set_content(body.dump(), "application/json");
+}
+
+//! Parses the request body as a JSON object (empty body: {}). Answers 400 and returns nullopt on
+//! bad JSON.
+inline std::optional<nlohmann::json> body_json(const httplib::Request& req, httplib::Response& res) {
+  if (req.body.empty()) return nlohmann::json::object();
+  auto j = nlohmann::json::parse(req.body, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    reply(res, 400, {{"error", "Invalid JSON format: the body must be a JSON object"}});
+    return std::nullopt;
+  }
+  return j;
+}
+
+//! Runs `f`, mapping weightsync's errors to HTTP statuses.
+template <class F>
+void guarded(httplib::Response& res, const char* route, F&& f) {
+  try {
+    f();
+  } catch (const config_error& e) {
+    reply(res, 400, {{"error", e.what()}, {"field", e.field()}});
+  } catch (const nlohmann::json::exception& e) {
+    reply(res, 400, {{"error", std::string("Invalid JSON: ") + e.what()}});
+  } catch (const state_error& e) {
+    reply(res, 409, {{"error", e.what()}});
+  } catch (const std::exception& e) {
+    log(LogLevel::error, weightsync::detail::cat(route, " failed: ", e.what()));
+    reply(res, 500, {{"error", e.what()}});
+  }
+}
+
+}  // namespace detail
+
+//! Adds vLLM's weight-transfer routes for `engine` to `server`. `engine` and the hooks must outlive
+//! the server.
+inline void add_vllm_routes(httplib::Server& server, WeightTransferEngine& engine, RouteHooks hooks) {
+  using detail::body_json;
+  using detail::guarded;
+  using detail::reply;
+  auto h = std::make_shared<RouteHooks>(std::move(hooks));
+  server.Post("/init_weight_transfer_engine", [&engine](const httplib::Request& req,
+                                                        httplib::Response& res) {
+    auto body = body_json(req, res);
+    if (!body) return;
+    guarded(res, "/init_weight_transfer_engine", [&] {
+      if (!body->contains("init_info"))
+        return reply(res, 400, {{"error", "Missing 'init_info' in request body"}});
+      engine.init_transfer_engine((*body)["init_info"].get<NcclInitInfo>());
+      reply(res, 200, {{"message", "Weight transfer initialized"}});
+    });
+  });
+  server.Post("/start_weight_update", [&engine, h](const httplib::Request& req, httplib::Response& res) {
+    auto body = body_json(req, res);  // vLLM versions send {} or {"is_checkpoint_format": ...}
+    if (!body) return;
+    guarded(res, "/start_weight_update", [&] {
+      engine.start_weight_update();
+      if (h->on_start) h->on_start();
+      reply(res, 200, {{"message", "Weight update started"}});
+    });
+  });
+  server.Post("/update_weights", [&engine, h](const httplib::Request& req, httplib::Response& res) {
+    auto body = body_json(req, res);
+    if (!body) return;
+    guarded(res, "/update_weights", [&] {
+      if (!body->contains("update_info"))
+        return reply(res, 400, {{"error", "Missing 'update_info' in request body"}});
+      const auto info = (*body)["update_info"].get<NcclUpdateInfo>();
+      try {
+        const auto st = engine.update_weights(info, h->load, h->destination);
+        reply(res, 200, {{"message", "Weights updated"}, {"tensors", st.tensors}, {"bytes", st.bytes},
+                         {"chunks", st.chunks}});
+      } catch (const state_error&) {
+        throw;  // nothing was received: no session to end
+      } catch (const std::exception& e) {
+        if (h->on_update_failed) h->on_update_failed(e.what());
+        throw;
+      }
+    });
+  });
+  server.Post("/finish_weight_update", [&engine, h](const httplib::Request& req, httplib::Response& res) {
+    auto body = body_json(req, res);
+    if (!body) return;
+    guarded(res, "/finish_weight_update", [&] {
+      std::optional<std::string> version;
+      if (auto it = body->find("weight_version"); it != body->end() && !it->is_null()) {
+        if (!it->is_string()) throw config_error("weight_version", "expected a string or null");
+        version = it->get<std::string>();
+      }
+      engine.finish_weight_update(version);
+      if (h->on_finish) h->on_finish(version.value_or(""));
+      reply(res, 200, {{"message", "Weight update finished"}, {"weight_version", engine.weight_version()}});
+    });
+  });
+  server.Post("/pause", [&engine](const httplib::Request& req, httplib::Response& res) {
+    auto body = body_json(req, res);
+    if (!body) return;
+    guarded(res, "/pause", [&] {
+      std::string mode = "abort";  // vLLM's default
+      if (req.has_param("mode")) mode = req.get_param_value("mode");
+      if (auto it = body->find("mode"); it != body->end()) {
+        if (!it->is_string()) throw config_error("mode", "expected a string");
+        mode = it->get<std::string>();
+      }
+      engine.pause(parse_pause_mode(mode));
+      reply(res, 200, {{"status", "paused"}, {"mode", mode}});
+    });
+  });
+  server.Post("/resume", [&engine](const httplib::Request&, httplib::Response& res) {
+    guarded(res, "/resume", [&] {
+      engine.resume();
+      reply(res, 200, {{"status", "resumed"}});
+    });
+  });
+  server.Get("/is_paused", [&engine](const httplib::Request&, httplib::Response& res) {
+    reply(res, 200, {{"is_paused", engine.is_paused()}});
+  });
+  server.Get("/get_world_size", [&engine](const httplib::Request&, httplib::Response& res) {
+    reply(res, 200, {{"world_size", engine.world_size()}});
+  });
+  server.Get("/weight_info", [&engine](const httplib::Request&, httplib::Response& res) {
+    reply(res, 200, {{"weight_version", engine.weight_version()}});
+  });
+}
+
+//! A trainer's client for one server's vLLM routes. Every call has a deadline; a refused
+//! connection is a peer_error, an error status a remote_error carrying the server's message.
+class VllmClient {
+ public:
+  //! `base_url` like "http://127.0.0.1:8000"; `timeout` bounds each request (updates included).
+  explicit VllmClient(std::string base_url,
+                      std::chrono::milliseconds timeout = std::chrono::seconds(300))
+      : url_(std::move(base_url)), client_(url_) {
+    const auto s = std::chrono::duration_cast<std::chrono::seconds>(timeout).count();
+    client_.set_connection_timeout(5, 0);
+    client_.set_read_timeout(static_cast<time_t>(s), 0);
+    client_.set_write_timeout(static_cast<time_t>(s), 0);
+  }
+
+  void init_weight_transfer_engine(const NcclInitInfo& info) {
+    post("/init_weight_transfer_engine", {{"init_info", info}});
+  }
+  void start_weight_update() { post("/start_weight_update", nlohmann::json::object()); }
+  nlohmann::json update_weights(const NcclUpdateInfo& info) {
+    return post("/update_weights", {{"update_info", info}});
+  }
+  void finish_weight_update(std::optional<std::string> version = std::nullopt) {
+    post("/finish_weight_update",
+         {{"weight_version", version ? nlohmann::json(*version) : nlohmann::json()}});
+  }
+  void pause(PauseMode mode) { post("/pause", {{"mode", pause_mode_name(mode)}}); }
+  void resume() { post("/resume", nlohmann::json::object()); }
+  bool is_paused() { return get("/is_paused").at("is_paused").get<bool>(); }
+  int get_world_size() { return get("/get_world_size").at("world_size").get<int>(); }
+  std::string weight_version() { return get("/weight_info").at("weight_version").get<std::string>(); }
+
+  nlohmann::json post(const std::string& path, const nlohmann::json& body) {
+    auto r = client_.Post(path, body.dump(), "application/json");
+    return check("POST", path, r);
+  }
+  nlohmann::json get(const std::string& path) {
+    auto r = client_.Get(path);
+    return check("GET", path, r);
+  }
+  const std::string& url() const noexcept { return url_; }
+
+ private:
+  nlohmann::json check(const char* method, const std::string& path, const httplib::Result& r) {
+    if (!r)
+      throw peer_error(-1, weightsync::detail::cat(method, " ", url_, path, " failed: ",
+                                                   httplib::to_string(r.error())));
+    auto j = nlohmann::json::parse(r->body, nullptr, false);
+    if (r->status < 200 || r->status >= 300)
+      throw remote_error(-1, weightsync::detail::cat(
+                                 method, " ", url_, path, " answered ", r->status, ": ",
+                                 (!j.is_discarded() && j.contains("error")) ? j["error"].dump() : r->body));
+    if (j.is_discarded()) throw protocol_error(-1, weightsync::detail::cat(method, " ", url_, path, " answered non-JSON"));
+    return j;
+  }
+  std::string url_;
+  httplib::Client client_;
+};
+
+}  // namespace weightsync::http

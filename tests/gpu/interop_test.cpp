@@ -1,0 +1,183 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
+// Interop with a peer that follows vLLM's worker (and vLLM's producer) exactly:
+// tests/interop/vllm_peer.py, PyTorch + CuPy's NCCL, no code from this library.
+// The C++ side runs in this process on GPU 0; the Python peer on GPU 1.
+#include <weightsync/cuda/stream.hpp>
+#include <weightsync/engine.hpp>
+#include <weightsync/layouts.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <future>
+#include <sstream>
+#include <string>
+
+#include "support/catch.hpp"
+#include "support/gpu_model.hpp"
+
+using namespace weightsync;
+using namespace std::chrono_literals;
+
+namespace {
+
+int gpus() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
+
+bool python_peer_available(std::string& why) {
+  const int rc = std::system("python3 -c 'import torch, cupy; from cupy.cuda import nccl' >/dev/null 2>&1");
+  if (rc != 0) why = "python3 with torch and cupy (cupy.cuda.nccl) is not available";
+  return rc == 0;
+}
+
+struct Peer {
+  pid_t pid = -1;
+  std::string log;
+  int wait() {
+    int st = 0;
+    ::waitpid(pid, &st, 0);
+    pid = -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  }
+  std::string output() const {
+    std::ifstream f(log);
+    std::stringstream s;
+    s << f.rdbuf();
+    return s.str();
+  }
+  ~Peer() {
+    if (pid > 0) {
+      ::kill(pid, SIGKILL);
+      int st;
+      ::waitpid(pid, &st, 0);
+    }
+  }
+};
+
+Peer run_peer(const std::string& mode, const std::string& init_path, const std::string& update_path,
+              int round) {
+  Peer p;
+  p.log = init_path + "." + mode + ".log";
+  std::fflush(nullptr);
+  p.pid = ::fork();
+  if (p.pid == 0) {
+    const std::string script = std::string(WEIGHTSYNC_SOURCE_DIR) + "/tests/interop/vllm_peer.py";
+    const std::string r = std::to_string(round);
+    std::freopen(p.log.c_str(), "w", stdout);
+    ::dup2(1, 2);
+    ::execlp("python3", "python3", script.c_str(), "--init-info", init_path.c_str(), "--update-info",
+             update_path.c_str(), "--mode", mode.c_str(), "--device", "1", "--round", r.c_str(),
+             "--timeout-s", "400", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  return p;
+}
+
+void write_json(const std::string& path, const nlohmann::json& j) { std::ofstream(path) << j.dump(); }
+
+}  // namespace
+
+TEST_CASE("interop: a C++ trainer feeds a vLLM-style worker, packed and unpacked, dense8b",
+          "[gpu][nccl][multi_gpu][interop]") {
+  if (gpus() < 2) WS_SKIP("needs 2 GPUs, found " << gpus());
+  std::string why;
+  if (!python_peer_available(why)) WS_SKIP(why);
+  detail::check(cudaSetDevice(0), "cudaSetDevice");
+  const auto metas = layouts::dense8b();
+  ws_test::DeviceModel model(metas, 0);
+  CudaStream s(0);
+  int round = 10;
+  for (bool packed : {true, false}) {
+    ++round;
+    model.fill(static_cast<std::uint64_t>(round), s.get());
+    detail::check(cudaStreamSynchronize(s.get()), "sync");
+    // What the trainer POSTs to a vLLM server, exactly.
+    const NcclInitInfo init = vllm_init_info(2, 1, packed);
+    const NcclUpdateInfo update = NcclUpdateInfo::from_metas(metas);
+    const std::string dir = "/tmp/ws_interop_" + std::to_string(::getpid());
+    write_json(dir + "_init.json", init);
+    write_json(dir + "_update.json", update);
+    Peer peer = run_peer("consume", dir + "_init.json", dir + "_update.json", round);
+    TrainerEngine::Options o;
+    o.engine.backend = "nccl";
+    o.engine.protocol = Protocol::vllm;
+    o.engine.device = 0;
+    o.engine.timeout = 300s;
+    TrainerEngine t(o);
+    t.trainer_init(init);  // meets the peer in ncclCommInitRank, then the warm-up all-reduce
+    struct Source {
+      const std::vector<TensorMeta>& m;
+      const ws_test::DeviceModel& d;
+      std::vector<TensorMeta> metas() const { return m; }
+      std::vector<SourceTensorRef> iterate() const {
+        std::vector<SourceTensorRef> v;
+        for (std::size_t i = 0; i < m.size(); ++i) v.push_back({&m[i], d.data(i)});
+        return v;
+      }
+    } src{metas, model};
+    const auto st = t.send_weights(src);
+    const int rc = peer.wait();
+    INFO("packed " << packed << "; peer output:\n" << peer.output());
+    CHECK(rc == 0);
+    std::printf("interop C++ -> vLLM-style worker (%s): %zu tensors, %zu bytes, %zu broadcasts; %s",
+                packed ? "packed" : "unpacked", st.tensors, st.bytes, st.chunks, peer.output().c_str());
+  }
+}
+
+TEST_CASE("interop: a vLLM-style producer feeds the C++ worker engine, packed and unpacked",
+          "[gpu][nccl][multi_gpu][interop]") {
+  if (gpus() < 2) WS_SKIP("needs 2 GPUs, found " << gpus());
+  std::string why;
+  if (!python_peer_available(why)) WS_SKIP(why);
+  detail::check(cudaSetDevice(0), "cudaSetDevice");
+  const auto metas = layouts::dense8b();
+  ws_test::DeviceModel model(metas, 0);
+  CudaStream s(0);
+  int round = 20;
+  for (bool packed : {true, false}) {
+    ++round;
+    model.poison(s.get());
+    detail::check(cudaStreamSynchronize(s.get()), "sync");
+    const NcclInitInfo init = vllm_init_info(2, 1, packed);
+    const NcclUpdateInfo update = NcclUpdateInfo::from_metas(metas);
+    const std::string dir = "/tmp/ws_interop_rev_" + std::to_string(::getpid());
+    write_json(dir + "_init.json", init);
+    write_json(dir + "_update.json", update);
+    Peer peer = run_peer("produce", dir + "_init.json", dir + "_update.json", round);
+    WeightTransferEngine::Options o;
+    o.engine.backend = "nccl";
+    o.engine.protocol = Protocol::vllm;
+    o.engine.device = 0;
+    o.engine.timeout = 300s;
+    o.liveness_interval = 0ms;  // the Python peer has no control channel
+    WeightTransferEngine e(o);
+    e.init_transfer_engine(nlohmann::json(init));
+    e.start_weight_update();
+    auto index = [&](const TensorMeta& m) {
+      return static_cast<std::size_t>(std::find_if(metas.begin(), metas.end(),
+                                                   [&](const TensorMeta& x) { return x.name == m.name; }) -
+                                      metas.begin());
+    };
+    e.update_weights(nlohmann::json(update),
+                     [&](std::span<const TensorView> batch, void* stream) {
+                       for (const auto& v : batch)
+                         detail::check(cudaMemcpyAsync(model.data(index(*v.meta)), v.data, v.nbytes,
+                                                       cudaMemcpyDeviceToDevice,
+                                                       static_cast<cudaStream_t>(stream)),
+                                       "cudaMemcpyAsync");
+                     });
+    e.finish_weight_update("from-python");
+    const int rc = peer.wait();
+    INFO("packed " << packed << "; peer output:\n" << peer.output());
+    CHECK(rc == 0);
+    CHECK(model.count_wrong(static_cast<std::uint64_t>(round), s.get()) == 0);
+    std::printf("interop vLLM-style producer -> C++ engine (%s): %zu bytes verified; %s",
+                packed ? "packed" : "unpacked", model.bytes(), peer.output().c_str());
+  }
+}
