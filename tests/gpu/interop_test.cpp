@@ -7,6 +7,7 @@
 #include <weightsync/engine.hpp>
 #include <weightsync/layouts.hpp>
 
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -69,8 +70,9 @@ Peer run_peer(const std::string& mode, const std::string& init_path, const std::
   if (p.pid == 0) {
     const std::string script = std::string(WEIGHTSYNC_SOURCE_DIR) + "/tests/interop/vllm_peer.py";
     const std::string r = std::to_string(round);
-    std::freopen(p.log.c_str(), "w", stdout);
-    ::dup2(1, 2);
+    const int fd = ::open(p.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
     ::execlp("python3", "python3", script.c_str(), "--init-info", init_path.c_str(), "--update-info",
              update_path.c_str(), "--mode", mode.c_str(), "--device", "1", "--round", r.c_str(),
              "--timeout-s", "400", static_cast<char*>(nullptr));
