@@ -22,7 +22,8 @@ rc=0
   cmake --version | head -1
 } 2>&1 | tee "$logs/env.txt"
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DWEIGHTSYNC_WITH_CUDA=ON -DWEIGHTSYNC_WITH_NCCL=ON 2>&1 | tee "$logs/configure.txt" | grep -E "weightsync|NCCL|Catch2|Error" || true
+  -DWEIGHTSYNC_WITH_CUDA=ON -DWEIGHTSYNC_WITH_NCCL=ON -DWEIGHTSYNC_BUILD_TESTS=ON \
+  -DWEIGHTSYNC_BUILD_BENCHMARKS=ON -DWEIGHTSYNC_BUILD_EXAMPLES=ON 2>&1 | tee "$logs/configure.txt" | grep -E "weightsync|NCCL|Catch2|Error" || true
 if ! cmake --build "$build" -j "$(nproc)" > "$logs/build.txt" 2>&1; then
   tail -50 "$logs/build.txt"
   echo "BUILD FAILED"
