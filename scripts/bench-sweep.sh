@@ -44,6 +44,16 @@ case "$what" in
         --iters 10 --warmup 3
     done
     ;;
+  final)
+    run defaults --layout dense8b,moe30b,small1b,lora8b --mode packed,zerocopy,unpacked-zc \
+      --buffer-size 1G --num-buffers 2 --iters 10 --warmup 3
+    run blocking --layout dense8b,moe30b,small1b,lora8b --mode zerocopy --buffer-size 1G \
+      --num-buffers 2 --blocking --iters 10 --warmup 3
+    run scattered --layout dense8b,moe30b,small1b,lora8b --mode zerocopy --buffer-size 1G,2G \
+      --num-buffers 2 --direct 0,1M,4M --gap 4K --iters 8 --warmup 2
+    run sweep --layout dense8b --mode zerocopy --buffer-size 64M,256M,1G,2G --num-buffers 1,2,3 \
+      --iters 8 --warmup 2
+    ;;
   full)
     for layout in dense8b moe30b small1b lora8b; do
       run "$layout" --layout "$layout" --mode packed,zerocopy,unpacked,unpacked-zc \

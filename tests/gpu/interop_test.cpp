@@ -7,7 +7,9 @@
 #include <weightsync/engine.hpp>
 #include <weightsync/layouts.hpp>
 
+#include <dlfcn.h>
 #include <fcntl.h>
+#include <nccl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -70,6 +72,11 @@ Peer run_peer(const std::string& mode, const std::string& init_path, const std::
   if (p.pid == 0) {
     const std::string script = std::string(WEIGHTSYNC_SOURCE_DIR) + "/tests/interop/vllm_peer.py";
     const std::string r = std::to_string(round);
+    // NCCL refuses peers of another version ("Mismatched NCCL version"): make the Python peer use
+    // the libnccl this process uses (CuPy's wheel may bring its own).
+    Dl_info dl{};
+    if (::dladdr(reinterpret_cast<void*>(&ncclGetVersion), &dl) && dl.dli_fname)
+      ::setenv("LD_PRELOAD", dl.dli_fname, 1);
     const int fd = ::open(p.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     ::dup2(fd, 1);
     ::dup2(fd, 2);
