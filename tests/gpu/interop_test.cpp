@@ -117,7 +117,7 @@ TEST_CASE("interop: a C++ trainer feeds a vLLM-style worker, packed and unpacked
     o.engine.backend = "nccl";
     o.engine.protocol = Protocol::vllm;
     o.engine.device = 0;
-    o.engine.timeout = 300s;
+    o.engine.timeout = 90s;  // bounded: a peer that died early fails the test in 90 s, not hangs it
     TrainerEngine t(o);
     t.trainer_init(init);  // meets the peer in ncclCommInitRank, then the warm-up all-reduce
     struct Source {
@@ -163,7 +163,7 @@ TEST_CASE("interop: a vLLM-style producer feeds the C++ worker engine, packed an
     o.engine.backend = "nccl";
     o.engine.protocol = Protocol::vllm;
     o.engine.device = 0;
-    o.engine.timeout = 300s;
+    o.engine.timeout = 90s;  // bounded: a peer that died early fails the test in 90 s, not hangs it
     o.liveness_interval = 0ms;  // the Python peer has no control channel
     WeightTransferEngine e(o);
     e.init_transfer_engine(nlohmann::json(init));
