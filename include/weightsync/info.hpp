@@ -44,6 +44,23 @@ inline void check_port(std::int64_t v) {
 inline void check_buffer_size(std::int64_t v) {
   if (v < 1) throw config_error("packed_buffer_size_bytes", cat("must be >= 1, got ", v));
 }
+//! The packing fields NcclInitInfo and NcclUpdateInfo share, as read from JSON (absent: nullopt).
+struct PackingFields {
+  std::optional<bool> packed;
+  std::optional<std::int64_t> packed_buffer_size_bytes;
+  std::optional<int> packed_num_buffers;
+};
+inline PackingFields read_packing(const JsonObject& o) {
+  PackingFields p;
+  if (auto* x = o.optional("packed")) p.packed = json_bool(*x, "packed");
+  if (auto* x = o.optional("packed_buffer_size_bytes"))
+    p.packed_buffer_size_bytes = json_int_in(*x, "packed_buffer_size_bytes", 1,
+                                             std::numeric_limits<std::int64_t>::max());
+  if (auto* x = o.optional("packed_num_buffers"))
+    p.packed_num_buffers =
+        static_cast<int>(json_int_in(*x, "packed_num_buffers", 1, kMaxPackedNumBuffers));
+  return p;
+}
 inline void check_num_buffers(std::int64_t v) {
   if (v < 1 || v > kMaxPackedNumBuffers)
     throw config_error("packed_num_buffers",
@@ -213,13 +230,10 @@ inline void from_json(const nlohmann::json& j, NcclInitInfo& v) {
       json_int_in(o.required("world_size"), "world_size", 1, std::numeric_limits<int>::max()));
   if (auto* x = o.optional("nccl_unique_id_b64"))
     r.nccl_unique_id_b64 = json_string(*x, "nccl_unique_id_b64");
-  if (auto* x = o.optional("packed")) r.packed = json_bool(*x, "packed");
-  if (auto* x = o.optional("packed_buffer_size_bytes"))
-    r.packed_buffer_size_bytes = json_int_in(*x, "packed_buffer_size_bytes", 1,
-                                             std::numeric_limits<std::int64_t>::max());
-  if (auto* x = o.optional("packed_num_buffers"))
-    r.packed_num_buffers =
-        static_cast<int>(json_int_in(*x, "packed_num_buffers", 1, kMaxPackedNumBuffers));
+  const auto p = read_packing(o);
+  r.packed = p.packed.value_or(r.packed);
+  r.packed_buffer_size_bytes = p.packed_buffer_size_bytes.value_or(r.packed_buffer_size_bytes);
+  r.packed_num_buffers = p.packed_num_buffers.value_or(r.packed_num_buffers);
   r.validate();
   v = std::move(r);
 }
@@ -262,13 +276,10 @@ inline void from_json(const nlohmann::json& j, NcclUpdateInfo& v) {
                                   std::numeric_limits<std::int64_t>::max()));
     r.shapes.push_back(std::move(shape));
   }
-  if (auto* x = o.optional("packed")) r.packed = json_bool(*x, "packed");
-  if (auto* x = o.optional("packed_buffer_size_bytes"))
-    r.packed_buffer_size_bytes = json_int_in(*x, "packed_buffer_size_bytes", 1,
-                                             std::numeric_limits<std::int64_t>::max());
-  if (auto* x = o.optional("packed_num_buffers"))
-    r.packed_num_buffers =
-        static_cast<int>(json_int_in(*x, "packed_num_buffers", 1, kMaxPackedNumBuffers));
+  const auto p = read_packing(o);
+  r.packed = p.packed;
+  r.packed_buffer_size_bytes = p.packed_buffer_size_bytes;
+  r.packed_num_buffers = p.packed_num_buffers;
   if (auto* x = o.optional("is_checkpoint_format"))
     r.is_checkpoint_format = json_bool(*x, "is_checkpoint_format");
   r.validate();

@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+# SPDX-FileCopyrightText: 2026 weightsync contributors
+# SPDX-License-Identifier: Apache-2.0
+"""Turns weightsync-bench (and vllm_style_bench.py) JSON lines into PNG charts with gnuplot.
+
+  python3 benchmarks/plot.py FILE.jsonl [FILE.jsonl ...] --out DIR [--memory contiguous|scattered]
+
+Charts:
+  bw_vs_buffer_<layout>.png  algorithm bandwidth against buffer size B, one line per (impl, K),
+                             and raw ncclBroadcast as a horizontal line (same runs)
+  time_vs_raw.png            per layout: raw ncclBroadcast and each implementation's best time (ms)
+Needs gnuplot (Debian: gnuplot-nox). Only the Python standard library is used.
+"""
+import argparse
+import collections
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+
+def load(paths, memory):
+    rows = []
+    for p in paths:
+        with open(p) as f:
+            for line in f:
+                line = line.strip()
+                if not line:
+                    continue
+                r = json.loads(line)
+                if memory and r.get("memory", "contiguous") != memory and r.get("tool") == "weightsync-bench":
+                    continue
+                rows.append(r)
+    return rows
+
+
+def gnuplot(script):
+    subprocess.run(["gnuplot"], input=script.encode(), check=True)
+
+
+def bw_vs_buffer(rows, out):
+    by_layout = collections.defaultdict(list)
+    for r in rows:
+        if r.get("tool") == "weightsync-bench":
+            by_layout[r["layout"]].append(r)
+    made = []
+    for layout, rs in by_layout.items():
+        raw = [r["alg_bw"] for r in rs if r["impl"] == "raw-nccl"]
+        series = collections.defaultdict(dict)
+        for r in rs:
+            if r["impl"] == "raw-nccl" or not r.get("buffer_size_bytes"):
+                continue
+            key = f'{r["impl"]} K={r["num_buffers"]}'
+            b = r["buffer_size_bytes"]
+            series[key][b] = max(series[key].get(b, 0), r["alg_bw"])
+        series = {k: v for k, v in series.items() if len(v) >= 2}
+        if not series:
+            continue
+        dat = os.path.join(out, f"bw_vs_buffer_{layout}.dat")
+        with open(dat, "w") as f:
+            for i, (k, pts) in enumerate(sorted(series.items())):
+                f.write(f'"{k}"\n')
+                for b in sorted(pts):
+                    f.write(f"{b / 2**20:g} {pts[b]:.2f}\n")
+                f.write("\n\n")
+        png = os.path.join(out, f"bw_vs_buffer_{layout}.png")
+        plots = [f'"{dat}" index {i} using 1:2 with linespoints title columnheader(1)'
+                 for i in range(len(series))]
+        if raw:
+            plots.append(f"{max(raw):.2f} with lines dashtype 2 lw 2 title 'raw ncclBroadcast'")
+        gnuplot(f"""set terminal pngcairo size 900,540
+set output '{png}'
+set title 'weightsync {layout}: bandwidth vs buffer size B (2x H200)'
+set xlabel 'buffer size B (MiB)'
+set ylabel 'algbw (GB/s)'
+set logscale x 2
+set key bottom right
+set grid
+plot {', '.join(plots)}
+""")
+        made.append(png)
+    return made
+
+
+def time_vs_raw(rows, out):
+    best = collections.defaultdict(dict)  # layout -> impl -> ms
+    for r in rows:
+        impl = r["impl"]
+        if r.get("tool") == "python-vllm-ref":
+            impl = "python " + impl.replace("python-vllm-", "") if impl != "raw-nccl" else "raw-nccl (python)"
+        elif impl != "raw-nccl":
+            impl = "weightsync " + impl.split("+")[0]
+        ms = r["time"] / 1000.0
+        cur = best[r["layout"]].get(impl)
+        best[r["layout"]][impl] = ms if cur is None else min(cur, ms)
+    impls = sorted({i for d in best.values() for i in d})
+    layouts = sorted(best)
+    if not layouts:
+        return []
+    dat = os.path.join(out, "time_vs_raw.dat")
+    with open(dat, "w") as f:
+        f.write("layout " + " ".join(f'"{i}"' for i in impls) + "\n")
+        for l in layouts:
+            f.write(l + " " + " ".join(f"{best[l].get(i, float('nan')):.4f}" for i in impls) + "\n")
+    png = os.path.join(out, "time_vs_raw.png")
+    cols = ", ".join(f"'' using {j + 2}:xtic(1) title columnheader({j + 2})" for j in range(1, len(impls)))
+    gnuplot(f"""set terminal pngcairo size 1000,560
+set output '{png}'
+set title 'time per full sync, best of each implementation (2x H200, lower is better)'
+set ylabel 'ms (log scale)'
+set logscale y
+set style data histogram
+set style histogram cluster gap 1
+set style fill solid 0.8 border -1
+set key top left
+set grid ytics
+plot '{dat}' using 2:xtic(1) title columnheader(2){', ' + cols if cols else ''}
+""")
+    return [png]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("files", nargs="+")
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--memory", default="contiguous", help="contiguous, scattered, or '' for both")
+    args = ap.parse_args()
+    if not shutil.which("gnuplot"):
+        sys.exit("plot.py: gnuplot is not installed (apt-get install gnuplot-nox)")
+    os.makedirs(args.out, exist_ok=True)
+    rows = load(args.files, args.memory)
+    made = bw_vs_buffer(rows, args.out) + time_vs_raw(rows, args.out)
+    for m in made:
+        print("wrote", m)
+
+
+if __name__ == "__main__":
+    main()
