@@ -437,40 +437,6 @@ struct PipelineRun {
     }
   }
 
-  //! Issues chunk c's launches in the order both sides agree on (see Split). `after(i)` runs
-  //! after launch i (0, or 0 and 1 when the chunk is split).
-  template <class Status, class Region, class Direct, class After>
-  void launches(std::size_t c, Status&& status, Region&& region, Direct&& directs, After&& after) {
-    switch (splits[c]) {
-      case Split::none:
-        group([&] {
-          status();
-          region();
-          directs();
-        });
-        after(0);
-        break;
-      case Split::directs_first:
-        group([&] {
-          status();
-          directs();
-        });
-        after(0);
-        group(region);
-        after(1);
-        break;
-      case Split::region_first:
-        group([&] {
-          status();
-          region();
-        });
-        after(0);
-        group(directs);
-        after(1);
-        break;
-    }
-  }
-
   //! Every rank contributes `mine`; returns all frames, indexed by rank.
   std::vector<Frame> allgather(Frame mine, const std::string& phase) {
     const std::size_t n = world();
@@ -747,9 +713,10 @@ TransferStats packed_broadcast_producer(std::span<const TensorMeta> metas, R&& i
         comm.broadcast(run.frame_dev(status0 + c), kFrameBytes, root, run.comm_stream());
     };
     auto region_op = [&] {
-      if (region.bytes > 0)
-        comm.broadcast(const_cast<void*>(junk ? junk : region_src), region.bytes, root,
-                       run.comm_stream());
+      if (region.bytes == 0) return;
+      if (was_packed) pol.wait(run.comm_stream(), ws.packed[k]);
+      comm.broadcast(const_cast<void*>(junk ? junk : region_src), region.bytes, root,
+                     run.comm_stream());
     };
     auto direct_ops = [&] {
       for (std::size_t i = ch.begin; i < ch.end; ++i)
@@ -757,12 +724,34 @@ TransferStats packed_broadcast_producer(std::span<const TensorMeta> metas, R&& i
           comm.broadcast(const_cast<void*>(junk ? junk : ws.sources[i - ch.begin]),
                          metas[i].nbytes(), root, run.comm_stream());
     };
-    // The region's launch waits for its packing; when the direct tensors go first, only it does.
-    const bool split_pack = run.splits[c] == Split::directs_first;
-    if (was_packed && !split_pack) pol.wait(run.comm_stream(), ws.packed[k]);
-    run.launches(c, status, region_op, direct_ops, [&](int launch) {
-      if (launch == 0 && was_packed && split_pack) pol.wait(run.comm_stream(), ws.packed[k]);
-    });
+    // The stream waits for packing outside the group: a group is one launch on one stream order.
+    if (was_packed && run.splits[c] != Split::directs_first) pol.wait(run.comm_stream(), ws.packed[k]);
+    switch (run.splits[c]) {
+      case Split::none:
+        run.group([&] {
+          status();
+          if (region.bytes > 0)
+            comm.broadcast(const_cast<void*>(junk ? junk : region_src), region.bytes, root,
+                           run.comm_stream());
+          direct_ops();
+        });
+        break;
+      case Split::directs_first:
+        run.group([&] {
+          status();
+          direct_ops();
+        });
+        region_op();
+        break;
+      case Split::region_first:
+        run.group([&] {
+          status();
+          comm.broadcast(const_cast<void*>(junk ? junk : region_src), region.bytes, root,
+                         run.comm_stream());
+        });
+        run.group(direct_ops);
+        break;
+    }
     pol.record(ws.slot_free[k], run.comm_stream());
   };
 
@@ -937,14 +926,37 @@ TransferStats packed_broadcast_consumer(std::span<const TensorMeta> metas, C& co
           pol.copy_to_host(run.frame_host(status0 + k), run.frame_dev(status0 + k), kFrameBytes,
                            run.comm_stream());
       };
-      run.launches(c, status, region_op, direct_ops, [&](int launch) {
-        if (launch == 0) {
+      switch (run.splits[c]) {
+        case Split::none:
+          run.group([&] {
+            status();
+            region_op();
+            direct_ops();
+          });
           frame_to_host();
           pol.record(ws.received[k], run.comm_stream());
-        } else {
+          break;
+        case Split::directs_first:
+          run.group([&] {
+            status();
+            direct_ops();
+          });
+          frame_to_host();
+          pol.record(ws.received[k], run.comm_stream());
+          region_op();
           pol.record(ws.received2[k], run.comm_stream());
-        }
-      });
+          break;
+        case Split::region_first:
+          run.group([&] {
+            status();
+            region_op();
+          });
+          frame_to_host();
+          pol.record(ws.received[k], run.comm_stream());
+          run.group(direct_ops);
+          pol.record(ws.received2[k], run.comm_stream());
+          break;
+      }
     };
 
     // Writes the region's tensors that have a destination (slot -> destination), on stream s.
