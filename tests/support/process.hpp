@@ -16,6 +16,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
+#include <random>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -81,19 +83,24 @@ inline Outcome classify(std::exception_ptr e, std::string& msg) {
   }
 }
 
-//! A free TCP port on 127.0.0.1 (bound and released; the kernel's ephemeral choice keeps
-//! parallel test runs apart).
+//! A free TCP port on 127.0.0.1 for a rendezvous. Chosen at random below Linux's ephemeral range
+//! (32768-60999): a port the kernel hands out for outgoing connections could be taken by some
+//! other test's client socket before our rank 0 binds it (seen as a rare rendezvous timeout under
+//! parallel ctest). Checked bindable; parallel tests collide with probability ~1/12000.
 inline int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) throw std::runtime_error("bind");
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
+  static std::mt19937 rng(std::random_device{}() ^ static_cast<unsigned>(::getpid()));
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    const int port = 20000 + static_cast<int>(rng() % 12000);
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<std::uint16_t>(port));
+    const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    ::close(fd);
+    if (ok) return port;
+  }
+  throw std::runtime_error("no free port in 20000..31999");
 }
 
 class Processes {
