@@ -45,9 +45,19 @@ std::vector<std::string> split(const std::string& s) {
   }
 }
 
+// A port for the transfer group's rendezvous: random below Linux's ephemeral range (32768+), so
+// that no outgoing connection can take it between this check and rank 0's bind.
 int free_port() {
-  auto fd = ws::detail::listen_tcp("127.0.0.1", 0);
-  return ws::detail::local_port(fd.get());
+  std::mt19937 rng(std::random_device{}());
+  for (int i = 0; i < 200; ++i) {
+    const int port = 20000 + static_cast<int>(rng() % 12000);
+    try {
+      ws::detail::listen_tcp("127.0.0.1", port);
+      return port;
+    } catch (const ws::error&) {
+    }
+  }
+  throw ws::config_error("transfer-port", "no free port in 20000..31999; pass --transfer-port");
 }
 
 // The server's predictions for the evaluation set.
