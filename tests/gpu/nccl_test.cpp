@@ -136,10 +136,10 @@ void say(const std::string& s) {
 
 }  // namespace
 
-TEST_CASE("nccl round trips: packed and unpacked; K 1-3; several B; views and zero-copy",
+TEST_CASE("nccl round trips: packed and unpacked - K 1-3 - several B - views and zero-copy",
           "[gpu][nccl][multi_gpu]") {
   if (!ws_test::role().is_peer()) {
-    WS_RUN_PEERS("nccl round trips: packed and unpacked; K 1-3; several B; views and zero-copy", 300s);
+    WS_RUN_PEERS("nccl round trips: packed and unpacked - K 1-3 - several B - views and zero-copy", 300s);
     return;
   }
   Peer p = connect_peer();
