@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -103,6 +104,34 @@ void expect_state_error(F&& f, const std::string& text) {
   throw std::runtime_error("no state_error for: " + text);
 }
 
+// A trainer process that joins a world of `world` ranks and sends `rounds` rounds.
+void spawn_trainer(ws_test::Processes& procs, int port, int world, std::vector<int> rounds) {
+  procs.spawn([=] {
+    TrainerEngine::Options o;
+    o.engine = host_options();
+    TrainerEngine t(o);
+    t.trainer_init(host_info(port, world));
+    for (int round : rounds) {
+      TestSource src(round);
+      t.send_weights(src);
+    }
+  });
+}
+
+// Receives one update of round `round` in a session and finishes it.
+void receive_round(WeightTransferEngine& e, int round, std::optional<std::string> version = {}) {
+  e.start_weight_update();
+  expect_round(receive(e, NcclUpdateInfo::from_metas(TestSource(0).metas())), round);
+  e.finish_weight_update(version);
+}
+
+void expect_all_ok(ws_test::Processes& procs) {
+  for (const auto& r : procs.wait_all(45s)) {
+    INFO(ws_test::outcome_name(r.outcome) << ": " << r.message);
+    CHECK(r.outcome == Outcome::ok);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("worker rank follows vLLM's formula", "[unit][engine]") {
@@ -166,16 +195,7 @@ TEST_CASE("engine rounds: init, start, update, finish with versions, and state e
           "[unit][engine]") {
   ws_test::Processes procs;
   const int port = ws_test::free_port();
-  procs.spawn([=] {
-    TrainerEngine::Options o;
-    o.engine = host_options();
-    TrainerEngine t(o);
-    t.trainer_init(host_info(port, 2));
-    for (int round : {1, 2}) {
-      TestSource src(round);
-      t.send_weights(src);
-    }
-  });
+  spawn_trainer(procs, port, 2, {1, 2});
   procs.spawn([=] {
     WeightTransferEngine::Options o;
     o.engine = host_options();
@@ -196,10 +216,7 @@ TEST_CASE("engine rounds: init, start, update, finish with versions, and state e
         throw std::runtime_error("finish did not set the version");
     }
   });
-  for (const auto& r : procs.wait_all(45s)) {
-    INFO(ws_test::outcome_name(r.outcome) << ": " << r.message);
-    CHECK(r.outcome == Outcome::ok);
-  }
+  expect_all_ok(procs);
 }
 
 TEST_CASE("engine: a failing round ends the session and the next round works", "[unit][engine]") {
@@ -243,23 +260,13 @@ TEST_CASE("engine: a failing round ends the session and the next round works", "
     e.finish_weight_update("v7");
     if (e.weight_version() != "v7") throw std::runtime_error("version");
   });
-  for (const auto& r : procs.wait_all(45s)) {
-    INFO(ws_test::outcome_name(r.outcome) << ": " << r.message);
-    CHECK(r.outcome == Outcome::ok);
-  }
+  expect_all_ok(procs);
 }
 
 TEST_CASE("engine: 1 trainer and 3 workers at DP=3", "[unit][engine]") {
   ws_test::Processes procs;
   const int port = ws_test::free_port();
-  procs.spawn([=] {
-    TrainerEngine::Options o;
-    o.engine = host_options();
-    TrainerEngine t(o);
-    t.trainer_init(host_info(port, 4));
-    TestSource src(3);
-    t.send_weights(src);
-  });
+  spawn_trainer(procs, port, 4, {3});
   for (int dp = 0; dp < 3; ++dp)
     procs.spawn([=] {
       WeightTransferEngine::Options o;
@@ -269,27 +276,15 @@ TEST_CASE("engine: 1 trainer and 3 workers at DP=3", "[unit][engine]") {
       WeightTransferEngine e(o);
       e.init_transfer_engine(host_info(port, 4));
       if (e.rank() != dp + 1) throw std::runtime_error("rank is not dp_index + rank_offset");
-      e.start_weight_update();
-      expect_round(receive(e, NcclUpdateInfo::from_metas(TestSource(0).metas())), 3);
-      e.finish_weight_update("dp");
+      receive_round(e, 3, "dp");
     });
-  for (const auto& r : procs.wait_all(45s)) {
-    INFO(ws_test::outcome_name(r.outcome) << ": " << r.message);
-    CHECK(r.outcome == Outcome::ok);
-  }
+  expect_all_ok(procs);
 }
 
 TEST_CASE("engine: two TP=2 servers with different rank offsets", "[unit][engine]") {
   ws_test::Processes procs;
   const int port = ws_test::free_port();
-  procs.spawn([=] {
-    TrainerEngine::Options o;
-    o.engine = host_options();
-    TrainerEngine t(o);
-    t.trainer_init(host_info(port, 5));
-    TestSource src(4);
-    t.send_weights(src);
-  });
+  spawn_trainer(procs, port, 5, {4});
   for (int server = 0; server < 2; ++server)
     for (int local = 0; local < 2; ++local)
       procs.spawn([=] {
@@ -300,14 +295,9 @@ TEST_CASE("engine: two TP=2 servers with different rank offsets", "[unit][engine
         WeightTransferEngine e(o);
         e.init_transfer_engine(host_info(port, 5, 1 + 2 * server));
         if (e.rank() != 1 + 2 * server + local) throw std::runtime_error("wrong rank");
-        e.start_weight_update();
-        expect_round(receive(e, NcclUpdateInfo::from_metas(TestSource(0).metas())), 4);
-        e.finish_weight_update();
+        receive_round(e, 4);
       });
-  for (const auto& r : procs.wait_all(45s)) {
-    INFO(ws_test::outcome_name(r.outcome) << ": " << r.message);
-    CHECK(r.outcome == Outcome::ok);
-  }
+  expect_all_ok(procs);
 }
 
 TEST_CASE("trainer engine: non-sender ranks iterate but do not send", "[unit][engine]") {
