@@ -8,6 +8,7 @@
 //                    [--buffer-size 16M,64M,256M,1G,2G] [--num-buffers 1,2,3]
 //                    [--mode packed,zerocopy,unpacked,unpacked-zc] [--direct 0,32M]
 //                    [--protocol weightsync|vllm] [--warmup 3] [--iters 10] [--json FILE]
+//                    [--backend nccl|ipc|p2p] [--copy-streams 4] [--piece 256M]
 //
 // The launcher starts --np processes of itself (one GPU each, rank % device count), which meet
 // at a TCP rendezvous on 127.0.0.1. Each iteration: the consumers poison their destinations, all
@@ -18,7 +19,15 @@
 //   zerocopy     chunks through the ring; destinations given, single tensors received in place
 //   unpacked     one broadcast per tensor into a slot; load_weights copies it
 //   unpacked-zc  one broadcast per tensor, straight from the source into the destination
+// With --backend ipc (both processes on GPU 0) or p2p (rank r on GPU r), the consumer pulls from
+// the producer's memory through CUDA IPC (copy engines, no NCCL kernel):
+//   zerocopy     pulled from the producer's tensors straight into the destinations
+//   packed       views into the producer's memory; load_weights copies each into its parameter
+//   staged       the producer stages every tensor in its exported slot ring; pulled from there
+// The baseline is then raw-nccl (p2p: ncclBroadcast of the same bytes on the same two GPUs) or
+// raw-copy (ipc: one device-local cudaMemcpyAsync of the same bytes on the consumer).
 #include <weightsync/cuda/event.hpp>
+#include <weightsync/cuda/ipc.hpp>
 #include <weightsync/cuda/stream.hpp>
 #include <weightsync/layouts.hpp>
 #include <weightsync/nccl/communicator.hpp>
@@ -37,6 +46,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -57,6 +67,9 @@ struct Args {
   std::vector<std::string> modes{"packed"};
   std::vector<std::size_t> direct{0};
   std::string protocol = "weightsync";
+  std::string backend = "nccl";
+  int copy_streams = 4;         // IpcOptions::copy_streams
+  std::size_t piece = 256 << 20;  // IpcOptions::piece_bytes
   int warmup = 3;
   int iters = 10;
   std::string json_path;
@@ -67,6 +80,7 @@ struct Args {
   int rank = -1;
   int port = 0;
   int raw_port = 0;
+  int ipc_port = 0;
   std::vector<std::string> argv;
 };
 
@@ -126,6 +140,9 @@ Args parse(int argc, char** argv) {
       a.direct.clear();
       for (auto& s : split(val())) a.direct.push_back(parse_size(s));
     } else if (k == "--protocol") a.protocol = val();
+    else if (k == "--backend") a.backend = val();
+    else if (k == "--copy-streams") a.copy_streams = std::stoi(val());
+    else if (k == "--piece") a.piece = parse_size(val());
     else if (k == "--warmup") a.warmup = std::stoi(val());
     else if (k == "--iters") a.iters = std::stoi(val());
     else if (k == "--json") a.json_path = val();
@@ -139,6 +156,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--rank") { a.rank = std::stoi(val()); continue; }
     else if (k == "--port") { a.port = std::stoi(val()); continue; }
     else if (k == "--raw-port") { a.raw_port = std::stoi(val()); continue; }
+    else if (k == "--ipc-port") { a.ipc_port = std::stoi(val()); continue; }
     else if (k == "-h" || k == "--help") {
       std::printf("see the comment at the top of benchmarks/weightsync_bench.cpp\n");
       std::exit(0);
@@ -149,8 +167,10 @@ Args parse(int argc, char** argv) {
     }
   }
   if (a.iters < 1) throw std::invalid_argument("--iters must be >= 1");
+  if (a.backend != "nccl" && a.backend != "ipc" && a.backend != "p2p")
+    throw std::invalid_argument("--backend must be nccl, ipc or p2p, got " + a.backend);
   for (const auto& m : a.modes)
-    if (m != "packed" && m != "zerocopy" && m != "unpacked" && m != "unpacked-zc")
+    if (m != "packed" && m != "zerocopy" && m != "unpacked" && m != "unpacked-zc" && m != "staged")
       throw std::invalid_argument("unknown mode " + m);
   return a;
 }
@@ -198,12 +218,24 @@ class Bench {
     n.device = device_;
     n.timeout = std::chrono::seconds(a.timeout_s);
     n.blocking = a.blocking;
-    comm_ = ws::NcclCommunicator::connect(o, n);
-    // The baseline runs on a communicator of its own with blocking launches: the fastest way
-    // NCCL broadcasts, whatever mode the library's communicator uses.
-    o.port = a.raw_port;
-    n.blocking = true;
-    raw_comm_ = ws::NcclCommunicator::connect(o, n);
+    if (a.backend == "ipc") {
+      host_ = true;  // both ranks on one GPU: no NCCL (it refuses two ranks on one device)
+    } else {
+      comm_.emplace(ws::NcclCommunicator::connect(o, n));
+      // The baseline runs on a communicator of its own with blocking launches: the fastest way
+      // NCCL broadcasts, whatever mode the library's communicator uses.
+      o.port = a.raw_port;
+      n.blocking = true;
+      raw_comm_.emplace(ws::NcclCommunicator::connect(o, n));
+    }
+    if (a.backend != "nccl") {
+      o.port = a.ipc_port;
+      ws::IpcOptions io;
+      io.same_gpu = a.backend == "ipc";
+      io.copy_streams = a.copy_streams;
+      io.piece_bytes = a.piece;
+      ipc_.emplace(o, device_, io, std::chrono::seconds(a.timeout_s));
+    }
     ws::detail::check(cudaMalloc(reinterpret_cast<void**>(&scratch_), 64), "cudaMalloc");
   }
   ~Bench() { cudaFree(scratch_); }
@@ -226,7 +258,7 @@ class Bench {
   static int select_device(const Args& a) {
     int ndev = 0;
     ws::detail::check(cudaGetDeviceCount(&ndev), "cudaGetDeviceCount");
-    const int d = a.rank % ndev;
+    const int d = a.backend == "ipc" ? 0 : a.rank % ndev;
     ws::detail::check(cudaSetDevice(d), "cudaSetDevice");
     return d;
   }
@@ -235,24 +267,54 @@ class Bench {
 
   // Every rank meets here; afterwards all start within a few microseconds.
   void barrier() {
-    comm_.all_reduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, s());
-    comm_.synchronize(s());
+    if (host_) {
+      ws::detail::check(cudaStreamSynchronize(s()), "cudaStreamSynchronize");
+      for (int r = 0; r < a_.np; ++r) {
+        char b = 0;
+        ipc_->control().broadcast(&b, 1, r);
+      }
+      return;
+    }
+    comm_->all_reduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, s());
+    comm_->synchronize(s());
+  }
+  // Every rank's `n` doubles, through the host control channel (the ipc backend).
+  std::vector<double> host_gather(const double* x, int n) {
+    std::vector<double> all(static_cast<std::size_t>(a_.np * n));
+    for (int r = 0; r < a_.np; ++r) {
+      double* d = all.data() + r * n;
+      if (r == rank()) std::copy(x, x + n, d);
+      ipc_->control().broadcast(d, sizeof(double) * static_cast<std::size_t>(n), r);
+    }
+    return all;
   }
 
   // Max over ranks of two doubles.
   std::pair<double, double> max_over_ranks(double x, double y) {
     double h[2] = {x, y};
+    if (host_) {
+      const auto all = host_gather(h, 2);
+      for (int r = 0; r < a_.np; ++r) {
+        h[0] = std::max(h[0], all[static_cast<std::size_t>(2 * r)]);
+        h[1] = std::max(h[1], all[static_cast<std::size_t>(2 * r + 1)]);
+      }
+      return {h[0], h[1]};
+    }
     ws::detail::check(cudaMemcpyAsync(scratch_, h, sizeof h, cudaMemcpyHostToDevice, s()), "cudaMemcpyAsync");
-    comm_.all_reduce(scratch_, scratch_, 2, ncclFloat64, ncclMax, s());
+    comm_->all_reduce(scratch_, scratch_, 2, ncclFloat64, ncclMax, s());
     ws::detail::check(cudaMemcpyAsync(h, scratch_, sizeof h, cudaMemcpyDeviceToHost, s()), "cudaMemcpyAsync");
-    comm_.synchronize(s());
+    comm_->synchronize(s());
     return {h[0], h[1]};
   }
   double sum_over_ranks(double x) {
+    if (host_) {
+      const auto all = host_gather(&x, 1);
+      return std::accumulate(all.begin(), all.end(), 0.0);
+    }
     ws::detail::check(cudaMemcpyAsync(scratch_, &x, sizeof x, cudaMemcpyHostToDevice, s()), "cudaMemcpyAsync");
-    comm_.all_reduce(scratch_, scratch_, 1, ncclFloat64, ncclSum, s());
+    comm_->all_reduce(scratch_, scratch_, 1, ncclFloat64, ncclSum, s());
     ws::detail::check(cudaMemcpyAsync(&x, scratch_, sizeof x, cudaMemcpyDeviceToHost, s()), "cudaMemcpyAsync");
-    comm_.synchronize(s());
+    comm_->synchronize(s());
     return x;
   }
 
@@ -276,11 +338,15 @@ class Bench {
     for (int r = 0; r < a_.np; ++r) {
       char buf[256];
       std::memcpy(buf, line, sizeof buf);
-      ws::DeviceBuffer d(sizeof buf, device_);
-      ws::detail::check(cudaMemcpyAsync(d.data(), buf, sizeof buf, cudaMemcpyHostToDevice, s()), "memcpy");
-      comm_.broadcast(d.data(), sizeof buf, r, s());
-      ws::detail::check(cudaMemcpyAsync(buf, d.data(), sizeof buf, cudaMemcpyDeviceToHost, s()), "memcpy");
-      comm_.synchronize(s());
+      if (host_) {
+        ipc_->control().broadcast(buf, sizeof buf, r);
+      } else {
+        ws::DeviceBuffer d(sizeof buf, device_);
+        ws::detail::check(cudaMemcpyAsync(d.data(), buf, sizeof buf, cudaMemcpyHostToDevice, s()), "memcpy");
+        comm_->broadcast(d.data(), sizeof buf, r, s());
+        ws::detail::check(cudaMemcpyAsync(buf, d.data(), sizeof buf, cudaMemcpyDeviceToHost, s()), "memcpy");
+        comm_->synchronize(s());
+      }
       lines_.push_back(buf);
     }
     nccl_version_ = v;
@@ -288,8 +354,10 @@ class Bench {
     if (rank() != 0) return;
     std::printf("# weightsync-bench %s nccl-headers=%d nccl-library=%d cudart=%d\n",
                 WEIGHTSYNC_VERSION_STRING, NCCL_VERSION_CODE, v, rt);
-    std::printf("# ranks: %d root: 0 warmup: %d iters: %d timing: cuda-events, max over ranks, median; protocol: %s; nccl launches: %s\n",
-                a_.np, a_.warmup, a_.iters, a_.protocol.c_str(), a_.blocking ? "blocking" : "non-blocking");
+    std::printf("# ranks: %d root: 0 warmup: %d iters: %d timing: cuda-events, max over ranks, median; backend: %s; protocol: %s; nccl launches: %s\n",
+                a_.np, a_.warmup, a_.iters, a_.backend.c_str(), a_.protocol.c_str(), a_.blocking ? "blocking" : "non-blocking");
+    if (ipc_)
+      std::printf("# ipc: copy streams %d, piece %s\n", a_.copy_streams, size_label(a_.piece).c_str());
     for (const auto& l : lines_) std::printf("%s\n", l.c_str());
     std::fflush(stdout);
   }
@@ -348,6 +416,11 @@ class Bench {
     j["num_buffers"] = r.nbuf;
     j["direct_threshold_bytes"] = r.direct;
     j["protocol"] = a_.protocol;
+    j["backend"] = a_.backend;
+    if (ipc_) {
+      j["copy_streams"] = a_.copy_streams;
+      j["piece_bytes"] = a_.piece;
+    }
     j["nccl_blocking"] = a_.blocking;
     j["impl"] = r.impl;
     j["time"] = r.ev.median;
@@ -409,10 +482,23 @@ class Bench {
     Row raw;
     {
       unsigned long long wrong = 0;
-      auto [ev, wall] = time_it(poison, [&](int) { raw_comm_.broadcast(model.arena(), model.arena_bytes(), 0, s()); });
+      // ipc (one GPU): the baseline is one device-local copy of the same bytes on the consumer.
+      std::optional<ws_test::DeviceModel> local;
+      if (host_ && !producer) {
+        local.emplace(metas, device_, a_.gap);
+        local->fill(1, s());
+      }
+      auto [ev, wall] = time_it(poison, [&](int) {
+        if (raw_comm_)
+          raw_comm_->broadcast(model.arena(), model.arena_bytes(), 0, s());
+        else if (local)
+          ws::detail::check(cudaMemcpyAsync(model.arena(), local->arena(), model.arena_bytes(),
+                                            cudaMemcpyDeviceToDevice, s()),
+                            "cudaMemcpyAsync");
+      });
       wrong = static_cast<unsigned long long>(sum_over_ranks(double(verify())));
       raw.layout = layout;
-      raw.impl = "raw-nccl";
+      raw.impl = raw_comm_ ? "raw-nccl" : "raw-copy";
       raw.size = bytes;
       raw.count = metas.size();
       raw.chunks = 1;
@@ -433,6 +519,10 @@ class Bench {
             ++config;
             const bool unpacked = mode.rfind("unpacked", 0) == 0;
             if (unpacked && (b != a_.buffer_sizes.front() || direct != a_.direct.front())) continue;
+            if (ipc_ && (unpacked || direct)) continue;  // not IPC modes
+            if (!ipc_ && mode == "staged") continue;
+            if (ipc_ && mode != "staged" && (b != a_.buffer_sizes.front() || k != a_.num_buffers.front()))
+              continue;  // B and K only shape the staged path
             if (direct && (unpacked || a_.protocol == "vllm")) continue;
             if (rank() == 0)
               std::fprintf(stderr, "[%d/%d] %s %s B=%s K=%d direct=%s\n", config, configs, layout.c_str(),
@@ -444,7 +534,8 @@ class Bench {
             opt.direct_threshold_bytes = direct;
             opt.protocol = a_.protocol == "vllm" ? ws::Protocol::vllm : ws::Protocol::weightsync;
             opt.timeout = std::chrono::seconds(a_.timeout_s);
-            const bool zc = mode == "zerocopy" || mode == "unpacked-zc";
+            const bool zc = mode == "zerocopy" || mode == "unpacked-zc" || mode == "staged";
+            if (ipc_) ipc_->options().export_sources = mode != "staged";
             auto index = [&](const ws::TensorMeta* m) { return static_cast<std::size_t>(m - metas.data()); };
             if (zc && !producer)
               opt.destination = [&](const ws::TensorMeta& m) -> void* { return model.data(index(&m)); };
@@ -459,25 +550,29 @@ class Bench {
                   poison(i);
                 },
                 [&](int) {
-                  if (producer) {
+                  auto load = [&](std::span<const ws::TensorView> batch, cudaStream_t stream) {
+                    for (const auto& v : batch)
+                      if (v.nbytes)
+                        ws::detail::check(cudaMemcpyAsync(model.data(index(v.meta)), v.data, v.nbytes,
+                                                          cudaMemcpyDeviceToDevice, stream),
+                                          "cudaMemcpyAsync");
+                  };
+                  if (ipc_ && producer) {
                     opt.source_stream = s();
-                    st = ws::packed_broadcast_producer(metas, items, comm_, 0, opt, wsp);
+                    st = ipc_->send(metas, items, opt);
+                  } else if (ipc_) {
+                    st = ipc_->receive(metas, opt, load);
+                  } else if (producer) {
+                    opt.source_stream = s();
+                    st = ws::packed_broadcast_producer(metas, items, *comm_, 0, opt, wsp);
                   } else {
-                    st = ws::packed_broadcast_consumer(
-                        metas, comm_, 0,
-                        [&](std::span<const ws::TensorView> batch, cudaStream_t stream) {
-                          for (const auto& v : batch)
-                            if (v.nbytes)
-                              ws::detail::check(cudaMemcpyAsync(model.data(index(v.meta)), v.data, v.nbytes,
-                                                                cudaMemcpyDeviceToDevice, stream),
-                                                "cudaMemcpyAsync");
-                        },
-                        opt, wsp);
+                    st = ws::packed_broadcast_consumer(metas, *comm_, 0, load, opt, wsp);
                   }
                 });
             wrong += verify();
             wrong = static_cast<unsigned long long>(sum_over_ranks(double(wrong)));
-            const double ring_c = sum_over_ranks(producer ? 0.0 : double(wsp.device_bytes()));
+            const std::size_t ring_mine = ipc_ ? (producer ? st.ring_bytes : 0) : wsp.device_bytes();
+            const double ring_c = sum_over_ranks(producer ? 0.0 : double(ring_mine));
             std::string impl = mode;
             if (direct) impl += "+d" + size_label(direct);
             Row r;
@@ -486,14 +581,14 @@ class Bench {
             r.size = bytes;
             r.count = metas.size();
             r.chunks = st.chunks;
-            r.buffer = unpacked ? 0 : b;
-            r.nbuf = k;
+            r.buffer = unpacked || (ipc_ && mode != "staged") ? 0 : b;
+            r.nbuf = ipc_ && mode != "staged" ? 0 : k;
             r.direct = direct;
             r.ev = ev;
             r.wall = wall;
             r.wrong = wrong;
             r.ratio = raw.ev.median / ev.median;
-            r.ring_producer = producer ? wsp.device_bytes() : 0;
+            r.ring_producer = producer ? ring_mine : 0;
             r.ring_consumer = static_cast<std::size_t>(ring_c / double(std::max(1, a_.np - 1)));
             emit(r);
             failures += wrong != 0;
@@ -505,8 +600,10 @@ class Bench {
   int device_;
   ws::CudaStream stream_;
   ws::TimedEvent start_, end_;
-  ws::NcclCommunicator comm_;
-  ws::NcclCommunicator raw_comm_;
+  std::optional<ws::NcclCommunicator> comm_;
+  std::optional<ws::NcclCommunicator> raw_comm_;
+  std::optional<ws::IpcTransport> ipc_;
+  bool host_ = false;  // coordinate over the IPC transport's control channel instead of NCCL
   float* scratch_ = nullptr;
   std::vector<std::string> lines_;
   json devices_;
@@ -519,6 +616,8 @@ int launch(const Args& a, const char* self) {
   const int port = ws_test::free_port();
   int raw_port = ws_test::free_port();
   while (raw_port == port) raw_port = ws_test::free_port();
+  int ipc_port = ws_test::free_port();
+  while (ipc_port == port || ipc_port == raw_port) ipc_port = ws_test::free_port();
   std::vector<pid_t> kids;
   for (int r = 0; r < a.np; ++r) {
     std::vector<std::string> args = {self};
@@ -529,6 +628,8 @@ int launch(const Args& a, const char* self) {
     args.push_back(std::to_string(port));
     args.push_back("--raw-port");
     args.push_back(std::to_string(raw_port));
+    args.push_back("--ipc-port");
+    args.push_back(std::to_string(ipc_port));
     std::fflush(nullptr);
     const pid_t pid = ::fork();
     if (pid == 0) {

@@ -5,7 +5,7 @@
 //! @file
 //! The engines: WeightTransferEngine on the inference side (vLLM's worker API: init, start, update,
 //! finish with a version, shutdown) and TrainerEngine on the training side (trainer_init,
-//! send_weights), over backends chosen by name from a registry ("host", "nccl", "ipc").
+//! send_weights), over backends chosen by name from a registry ("host", "nccl", "ipc", "p2p").
 //!
 //! Session state machine of the receiver:
 //!   uninitialized --init--> ready --start--> updating --update*--> updating --finish--> ready
@@ -38,6 +38,9 @@
 #include "weightsync/log.hpp"
 #include "weightsync/packed_broadcast.hpp"
 #include "weightsync/tensor_meta.hpp"
+#if WEIGHTSYNC_HAS_CUDA
+#include "weightsync/cuda/ipc.hpp"
+#endif
 #if WEIGHTSYNC_HAS_NCCL
 #include "weightsync/nccl/communicator.hpp"
 #endif
@@ -133,7 +136,7 @@ struct EngineOptions {
 };
 
 //! A transport the engines drive. Implementations: CommBackend<HostCommunicator> ("host"),
-//! CommBackend<NcclCommunicator> ("nccl"), the IPC backend ("ipc").
+//! CommBackend<NcclCommunicator> ("nccl"), IpcBackend ("ipc", "p2p").
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -260,8 +263,76 @@ inline std::unique_ptr<Backend> make_host_backend() {
       });
 }
 
-//! Backends by name. The built-ins ("host"; "nccl" when NCCL is available; "ipc" with CUDA) are
-//! registered on first use; applications may add their own.
+#if WEIGHTSYNC_HAS_CUDA
+//! The CUDA IPC backends: "ipc" (colocated: trainer and server processes on one GPU) and "p2p"
+//! (one node, another GPU: the consumer pulls over NVLink with copy engines). Rendezvous over
+//! master_address/master_port; see IpcTransport.
+class IpcBackend final : public Backend {
+ public:
+  explicit IpcBackend(IpcOptions o) : opt_(o) {}
+  std::string name() const override { return opt_.same_gpu ? "ipc" : "p2p"; }
+  void init(const NcclInitInfo& info, int rank, const EngineOptions& o) override {
+    info.validate();
+    if (rank < 0 || rank >= info.world_size)
+      throw config_error("rank_offset", detail::cat("this worker's rank ", rank,
+                                                    " is outside the world of ", info.world_size));
+    if (o.protocol != Protocol::weightsync)
+      throw config_error("protocol", name() + " backend: only Protocol::weightsync (vLLM's wire is NCCL)");
+    shutdown();
+    t_.emplace(detail::rendezvous_options(info, rank, o, opt_.same_gpu ? "ipc" : "p2p"), o.device, opt_,
+               o.timeout);
+  }
+  bool initialized() const noexcept override { return t_.has_value(); }
+  bool healthy() const noexcept override { return t_ && t_->healthy(); }
+  int rank() const noexcept override { return t_ ? t_->rank() : -1; }
+  int world_size() const noexcept override { return t_ ? t_->size() : 0; }
+  void check() override {
+    if (!t_) return;
+    try {
+      t_->check();
+    } catch (const std::exception& e) {
+      t_->abort(e.what());
+      throw;
+    }
+  }
+  TransferStats receive(std::span<const TensorMeta> metas, TransferOptions opt,
+                        const AnyLoadWeights& load) override {
+    ready();
+    return t_->receive(metas, opt, [&](std::span<const TensorView> v, cudaStream_t s) {
+      load(v, static_cast<void*>(s));
+    });
+  }
+  TransferStats send(std::span<const TensorMeta> metas, AnyTensorRange& items,
+                     TransferOptions opt) override {
+    ready();
+    return t_->send(metas, items, opt);
+  }
+  void shutdown() noexcept override { t_.reset(); }
+  IpcTransport& transport() { return *t_; }
+
+ private:
+  void ready() const {
+    if (!t_) throw state_error(name() + " backend: not initialized");
+    if (!t_->healthy())
+      throw state_error(name() + " backend: the transport failed or was aborted by an earlier "
+                        "error; call init_transfer_engine again");
+  }
+  IpcOptions opt_;
+  std::optional<IpcTransport> t_;
+};
+
+inline std::unique_ptr<Backend> make_ipc_backend(IpcOptions o = {}) {
+  o.same_gpu = true;
+  return std::make_unique<IpcBackend>(o);
+}
+inline std::unique_ptr<Backend> make_p2p_backend(IpcOptions o = {}) {
+  o.same_gpu = false;
+  return std::make_unique<IpcBackend>(o);
+}
+#endif
+
+//! Backends by name. The built-ins ("host"; "nccl" when NCCL is available; "ipc" and "p2p" with
+//! CUDA) are registered on first use; applications may add their own.
 class BackendRegistry {
  public:
   using Factory = std::function<std::unique_ptr<Backend>()>;
@@ -344,6 +415,10 @@ inline BackendRegistry& BackendRegistry::global() {
   static BackendRegistry* r = [] {
     auto* reg = new BackendRegistry;  // never destroyed: usable from static destructors too
     reg->add("host", make_host_backend);
+#if WEIGHTSYNC_HAS_CUDA
+    reg->add("ipc", [] { return make_ipc_backend(); });
+    reg->add("p2p", [] { return make_p2p_backend(); });
+#endif
 #if WEIGHTSYNC_HAS_NCCL
     reg->add("nccl", make_nccl_backend);
 #endif

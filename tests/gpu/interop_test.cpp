@@ -7,7 +7,6 @@
 #include <weightsync/engine.hpp>
 #include <weightsync/layouts.hpp>
 
-#include <dlfcn.h>
 #include <fcntl.h>
 #include <nccl.h>
 #include <sys/wait.h>
@@ -19,6 +18,7 @@
 #include <future>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "support/catch.hpp"
 #include "support/gpu_model.hpp"
@@ -39,12 +39,39 @@ bool python_peer_available(std::string& why) {
   return rc == 0;
 }
 
+// NCCL refuses ranks of different versions. Say so at once, rather than after a failed init.
+void require_same_nccl() {
+  int mine = 0;
+  ncclGetVersion(&mine);
+  std::string theirs;
+  if (FILE* f = ::popen("python3 -c 'import torch; from cupy.cuda import nccl; print(nccl.get_version())' 2>/dev/null", "r")) {
+    char buf[64] = {};
+    if (std::fgets(buf, sizeof buf, f)) theirs = buf;
+    ::pclose(f);
+  }
+  while (!theirs.empty() && (theirs.back() == '\n' || theirs.back() == ' ')) theirs.pop_back();
+  INFO("this process loads NCCL " << mine << ", the Python peer (CuPy) NCCL " << theirs
+       << ": run through tests/interop/with_python_nccl.sh so both load the same build");
+  REQUIRE(theirs == std::to_string(mine));
+}
+
 struct Peer {
   pid_t pid = -1;
   std::string log;
-  int wait() {
+  //! The peer's exit code; -1 if it died of a signal, -2 if it was still running after `limit`
+  //! (it is killed then).
+  int wait(std::chrono::seconds limit = 150s) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
     int st = 0;
-    ::waitpid(pid, &st, 0);
+    while (::waitpid(pid, &st, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, &st, 0);
+        pid = -1;
+        return -2;
+      }
+      std::this_thread::sleep_for(50ms);
+    }
     pid = -1;
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   }
@@ -72,17 +99,12 @@ Peer run_peer(const std::string& mode, const std::string& init_path, const std::
   if (p.pid == 0) {
     const std::string script = std::string(WEIGHTSYNC_SOURCE_DIR) + "/tests/interop/vllm_peer.py";
     const std::string r = std::to_string(round);
-    // NCCL refuses peers of another version ("Mismatched NCCL version"): make the Python peer use
-    // the libnccl this process uses (CuPy's wheel may bring its own).
-    Dl_info dl{};
-    if (::dladdr(reinterpret_cast<void*>(&ncclGetVersion), &dl) && dl.dli_fname)
-      ::setenv("LD_PRELOAD", dl.dli_fname, 1);
     const int fd = ::open(p.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     ::dup2(fd, 1);
     ::dup2(fd, 2);
     ::execlp("python3", "python3", script.c_str(), "--init-info", init_path.c_str(), "--update-info",
              update_path.c_str(), "--mode", mode.c_str(), "--device", "1", "--round", r.c_str(),
-             "--timeout-s", "400", static_cast<char*>(nullptr));
+             "--timeout-s", "120", static_cast<char*>(nullptr));
     ::_exit(127);
   }
   return p;
@@ -92,11 +114,12 @@ void write_json(const std::string& path, const nlohmann::json& j) { std::ofstrea
 
 }  // namespace
 
-TEST_CASE("interop: a C++ trainer feeds a vLLM-style worker, packed and unpacked, dense8b",
+TEST_CASE("interop: a C++ trainer feeds a vLLM-style worker - packed and unpacked dense8b",
           "[gpu][nccl][multi_gpu][interop]") {
   if (gpus() < 2) WS_SKIP("needs 2 GPUs, found " << gpus());
   std::string why;
   if (!python_peer_available(why)) WS_SKIP(why);
+  require_same_nccl();
   detail::check(cudaSetDevice(0), "cudaSetDevice");
   const auto metas = layouts::dense8b();
   ws_test::DeviceModel model(metas, 0);
@@ -117,7 +140,7 @@ TEST_CASE("interop: a C++ trainer feeds a vLLM-style worker, packed and unpacked
     o.engine.backend = "nccl";
     o.engine.protocol = Protocol::vllm;
     o.engine.device = 0;
-    o.engine.timeout = 90s;  // bounded: a peer that died early fails the test in 90 s, not hangs it
+    o.engine.timeout = 60s;  // bounded: a peer that died early fails the test in 60 s, not hangs it
     TrainerEngine t(o);
     t.trainer_init(init);  // meets the peer in ncclCommInitRank, then the warm-up all-reduce
     struct Source {
@@ -131,6 +154,8 @@ TEST_CASE("interop: a C++ trainer feeds a vLLM-style worker, packed and unpacked
       }
     } src{metas, model};
     const auto st = t.send_weights(src);
+    // NCCL tears a communicator down with its peers (the Python side's destroy waits for ours).
+    t.shutdown();
     const int rc = peer.wait();
     INFO("packed " << packed << "; peer output:\n" << peer.output());
     CHECK(rc == 0);
@@ -139,11 +164,12 @@ TEST_CASE("interop: a C++ trainer feeds a vLLM-style worker, packed and unpacked
   }
 }
 
-TEST_CASE("interop: a vLLM-style producer feeds the C++ worker engine, packed and unpacked",
+TEST_CASE("interop: a vLLM-style producer feeds the C++ worker engine - packed and unpacked",
           "[gpu][nccl][multi_gpu][interop]") {
   if (gpus() < 2) WS_SKIP("needs 2 GPUs, found " << gpus());
   std::string why;
   if (!python_peer_available(why)) WS_SKIP(why);
+  require_same_nccl();
   detail::check(cudaSetDevice(0), "cudaSetDevice");
   const auto metas = layouts::dense8b();
   ws_test::DeviceModel model(metas, 0);
@@ -163,7 +189,7 @@ TEST_CASE("interop: a vLLM-style producer feeds the C++ worker engine, packed an
     o.engine.backend = "nccl";
     o.engine.protocol = Protocol::vllm;
     o.engine.device = 0;
-    o.engine.timeout = 90s;  // bounded: a peer that died early fails the test in 90 s, not hangs it
+    o.engine.timeout = 60s;  // bounded: a peer that died early fails the test in 60 s, not hangs it
     o.liveness_interval = 0ms;  // the Python peer has no control channel
     WeightTransferEngine e(o);
     e.init_transfer_engine(nlohmann::json(init));
@@ -182,6 +208,7 @@ TEST_CASE("interop: a vLLM-style producer feeds the C++ worker engine, packed an
                                        "cudaMemcpyAsync");
                      });
     e.finish_weight_update("from-python");
+    e.shutdown();  // NCCL tears a communicator down with its peers
     const int rc = peer.wait();
     INFO("packed " << packed << "; peer output:\n" << peer.output());
     CHECK(rc == 0);

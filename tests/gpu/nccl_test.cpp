@@ -103,32 +103,6 @@ unsigned long long round_trip(Peer& p, const std::vector<TensorMeta>& metas,
   return model.count_wrong(round, s);
 }
 
-// Mixed dtypes, a 0-dim and zero-size tensors, odd sizes, and a few large tensors.
-std::vector<TensorMeta> gpu_mixed_layout() {
-  std::vector<TensorMeta> m = {
-      {"embed", DType::bfloat16, {32768, 1024}},  // 64 MiB
-      {"scalar", DType::float32, {}},
-      {"empty", DType::bfloat16, {0, 16}},
-      {"q", DType::float16, {1024, 1024}},
-      {"bias", DType::float64, {3}},
-      {"mask", DType::bool_, {7}},
-      {"idx", DType::int64, {5}},
-      {"f8", DType::float8_e4m3fn, {333}},
-      {"f8b", DType::float8_e5m2, {2, 3}},
-      {"i8", DType::int8, {9}},
-      {"u8", DType::uint8, {1}},
-      {"i16", DType::int16, {4}},
-      {"i32", DType::int32, {4, 1}},
-      {"empty2", DType::float32, {0}},
-  };
-  for (int l = 0; l < 8; ++l) {
-    m.push_back({"layers." + std::to_string(l) + ".w", DType::bfloat16, {4096, 1024 + l}});
-    m.push_back({"layers." + std::to_string(l) + ".norm", DType::float32, {1023}});
-  }
-  m.push_back({"lm_head", DType::bfloat16, {32768, 1024}});
-  return m;
-}
-
 void say(const std::string& s) {
   std::printf("%s\n", s.c_str());
   std::fflush(stdout);
@@ -143,7 +117,7 @@ TEST_CASE("nccl round trips: packed and unpacked - K 1-3 - several B - views and
     return;
   }
   Peer p = connect_peer();
-  const auto metas = gpu_mixed_layout();
+  const auto metas = ws_test::mixed_layout();
   ws_test::DeviceModel model(metas, p.device);
   workspace_for<NcclCommunicator> ws(CudaPolicy(p.device));
   std::uint64_t round = 0;
@@ -309,7 +283,7 @@ TEST_CASE("nccl unique-id mode round trip: weightsync and vllm wire", "[gpu][ncc
   n.timeout = 60s;
   Peer p{r.rank, device, CudaStream(device),
          NcclCommunicator::init(NcclUniqueId::from_base64(*info.nccl_unique_id_b64), r.rank, 2, n)};
-  const auto metas = gpu_mixed_layout();
+  const auto metas = ws_test::mixed_layout();
   ws_test::DeviceModel model(metas, p.device);
   workspace_for<NcclCommunicator> ws(CudaPolicy(p.device));
   std::uint64_t round = 0;
@@ -330,7 +304,7 @@ TEST_CASE("nccl faults keep the communicator usable: bad item and failing load_w
     return;
   }
   Peer p = connect_peer(30s);
-  const auto metas = gpu_mixed_layout();
+  const auto metas = ws_test::mixed_layout();
   ws_test::DeviceModel model(metas, p.device);
   workspace_for<NcclCommunicator> ws(CudaPolicy(p.device));
   TransferOptions opt;

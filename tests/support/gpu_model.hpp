@@ -10,6 +10,7 @@
 #include <weightsync/tensor_meta.hpp>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "cuda_pattern.hpp"
@@ -18,6 +19,34 @@ namespace ws_test {
 
 inline std::uint64_t tensor_seed(std::uint64_t round, std::size_t index) {
   return round * 1000003ull + index * 7919ull + 17;
+}
+
+// Mixed dtypes, a 0-dim and zero-size tensors, odd sizes, and a few large tensors.
+inline std::vector<weightsync::TensorMeta> mixed_layout() {
+  using weightsync::DType;
+  using weightsync::TensorMeta;
+  std::vector<TensorMeta> m = {
+      {"embed", DType::bfloat16, {32768, 1024}},  // 64 MiB
+      {"scalar", DType::float32, {}},
+      {"empty", DType::bfloat16, {0, 16}},
+      {"q", DType::float16, {1024, 1024}},
+      {"bias", DType::float64, {3}},
+      {"mask", DType::bool_, {7}},
+      {"idx", DType::int64, {5}},
+      {"f8", DType::float8_e4m3fn, {333}},
+      {"f8b", DType::float8_e5m2, {2, 3}},
+      {"i8", DType::int8, {9}},
+      {"u8", DType::uint8, {1}},
+      {"i16", DType::int16, {4}},
+      {"i32", DType::int32, {4, 1}},
+      {"empty2", DType::float32, {0}},
+  };
+  for (int l = 0; l < 8; ++l) {
+    m.push_back({"layers." + std::to_string(l) + ".w", DType::bfloat16, {4096, 1024 + l}});
+    m.push_back({"layers." + std::to_string(l) + ".norm", DType::float32, {1023}});
+  }
+  m.push_back({"lm_head", DType::bfloat16, {32768, 1024}});
+  return m;
 }
 
 class DeviceModel {

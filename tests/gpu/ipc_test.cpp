@@ -1,0 +1,526 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
+// The CUDA IPC transports across processes: "ipc" (both processes on GPU 0) and "p2p" (GPU 0 ->
+// GPU 1, pulled over NVLink by copy engines). Each TEST_CASE runs as the parent (spawns the peers,
+// enforces the deadline, checks exit codes) and, in the peers (--ws-rank), as rank 0 (producer)
+// or rank 1 (consumer). Every tensor is compared bit-exactly with the producer's pattern;
+// destinations are poisoned before every round.
+#include <weightsync/cuda/ipc.hpp>
+#include <weightsync/cuda/stream.hpp>
+#include <weightsync/engine.hpp>
+#include <weightsync/layouts.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "support/catch.hpp"
+#include "support/gpu_model.hpp"
+#include "support/process.hpp"
+#include "support/role.hpp"
+#include "support/spawn.hpp"
+
+using namespace weightsync;
+using namespace std::chrono_literals;
+
+namespace {
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
+  return n;
+}
+
+void say(const std::string& s) {
+  std::printf("%s\n", s.c_str());
+  std::fflush(stdout);
+}
+
+// Parent side: runs the peers (needs `gpus` GPUs), checks they all passed.
+void run_peers(const std::string& name, int gpus, std::chrono::seconds limit) {
+  if (device_count() < gpus) WS_SKIP("needs " << gpus << " GPU(s), found " << device_count());
+  const auto results = ws_test::run_peers(name, 2, ws_test::free_port(), "", limit);
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    INFO("rank " << i << " exit " << results[i].exit_code << (results[i].hung ? " (hung)" : "")
+                 << " after " << results[i].seconds << " s\n" << results[i].output);
+    CHECK(results[i].exit_code == 0);
+  }
+}
+
+enum class Kind { ipc, p2p };
+
+struct Peer {
+  int rank;
+  int device;
+  CudaStream stream;
+  IpcTransport t;
+};
+
+Peer connect_peer(Kind kind, std::chrono::milliseconds timeout = 30s, IpcOptions io = {}) {
+  const auto& r = ws_test::role();
+  const int device = kind == Kind::ipc ? 0 : r.rank % device_count();
+  detail::check(cudaSetDevice(device), "cudaSetDevice");
+  RendezvousOptions o;
+  o.address = "127.0.0.1";
+  o.port = r.port;
+  o.rank = r.rank;
+  o.world_size = r.world;
+  o.timeout = 60s;
+  io.same_gpu = kind == Kind::ipc;
+  return Peer{r.rank, device, CudaStream(device), IpcTransport(o, device, io, timeout)};
+}
+
+enum class Mode { views, zero_copy };
+
+std::vector<SourceTensorRef> items_of(const std::vector<TensorMeta>& metas, const std::byte* const* p) {
+  std::vector<SourceTensorRef> items;
+  for (std::size_t i = 0; i < metas.size(); ++i) items.push_back({&metas[i], p[i]});
+  return items;
+}
+
+// One round. Returns the number of wrong bytes on the consumer (0 on the producer).
+unsigned long long round_trip(Peer& p, const std::vector<TensorMeta>& metas,
+                              const ws_test::DeviceModel& model, TransferOptions opt,
+                              std::uint64_t round, Mode mode) {
+  const cudaStream_t s = p.stream.get();
+  if (p.rank == 0) {
+    model.fill(round, s);
+    std::vector<const std::byte*> ptrs;
+    for (std::size_t i = 0; i < metas.size(); ++i) ptrs.push_back(model.data(i));
+    opt.source_stream = s;
+    p.t.send(metas, items_of(metas, ptrs.data()), opt);
+    return 0;
+  }
+  model.poison(s);
+  detail::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  auto index = [&](const TensorMeta* m) { return static_cast<std::size_t>(m - metas.data()); };
+  if (mode == Mode::zero_copy)
+    opt.destination = [&](const TensorMeta& m) -> void* { return model.data(index(&m)); };
+  p.t.receive(metas, opt, [&](std::span<const TensorView> batch, cudaStream_t stream) {
+    for (const auto& v : batch)  // what vLLM's load_weights does: copy into the parameter
+      if (v.nbytes)
+        detail::check(cudaMemcpyAsync(model.data(index(v.meta)), v.data, v.nbytes,
+                                      cudaMemcpyDeviceToDevice, stream),
+                      "cudaMemcpyAsync");
+  });
+  return model.count_wrong(round, s);
+}
+
+std::string stats_line(const Peer& p) {
+  const auto& s = p.t.stats();
+  return detail::cat("rank ", p.rank, ": exported ", s.exported, ", opened ", s.opened, ", closed ",
+                     s.closed, ", mapped ", s.mapped, ", regions ", s.regions, ", staged ", s.staged);
+}
+
+}  // namespace
+
+TEST_CASE("ipc colocated round trips: exported and staged, K 1-3, views and zero-copy",
+          "[gpu][ipc]") {
+  if (!ws_test::role().is_peer()) {
+    run_peers("ipc colocated round trips: exported and staged, K 1-3, views and zero-copy", 1, 180s);
+    return;
+  }
+  Peer p = connect_peer(Kind::ipc);
+  const auto metas = ws_test::mixed_layout();
+  ws_test::DeviceModel model(metas, p.device, 4096);  // scattered: no two tensors touch
+  std::uint64_t round = 0;
+  // 1. Pulled from where the producer's tensors are: one allocation, exported and opened once.
+  for (int k : {1, 3})
+    for (Mode mode : {Mode::views, Mode::zero_copy}) {
+      TransferOptions opt;
+      opt.num_buffers = k;
+      opt.buffer_size_bytes = 8 << 20;
+      INFO("exported, K " << k << ", mode " << int(mode));
+      REQUIRE(round_trip(p, metas, model, opt, ++round, mode) == 0);
+    }
+  say(stats_line(p));
+  if (p.rank == 0) {
+    CHECK(p.t.stats().exported == 1);
+    CHECK(p.t.stats().staged == 0);
+  } else {
+    CHECK(p.t.stats().opened == 1);  // once, not once per round or per tensor
+    CHECK(p.t.stats().closed == 0);
+    CHECK(p.t.stats().mapped == 1);
+  }
+  // 2. Staged through the exported slot ring, chunk by chunk (several chunks per round).
+  p.t.options().export_sources = false;
+  for (int k : {1, 2, 3})
+    for (std::size_t b : {std::size_t{8} << 20, std::size_t{1} << 30})
+      for (Mode mode : {Mode::views, Mode::zero_copy}) {
+        TransferOptions opt;
+        opt.num_buffers = k;
+        opt.buffer_size_bytes = b;
+        INFO("staged, K " << k << ", B " << b << ", mode " << int(mode));
+        REQUIRE(round_trip(p, metas, model, opt, ++round, mode) == 0);
+        if (p.rank == 0) CHECK(p.t.stats().staged == metas.size() - 2);  // all but the two empty ones
+      }
+  say(stats_line(p));
+  if (p.rank == 1) {
+    const auto s = p.t.stats();
+    CHECK(s.mapped == 1);  // only the current slot ring: the arena and outgrown rings were closed
+    CHECK(s.opened == s.closed + s.mapped);
+    p.t.close_mappings();
+    CHECK(p.t.stats().closed == p.t.stats().opened);
+  }
+}
+
+TEST_CASE("ipc: replaced producer memory is unmapped once; 100 syncs keep memory and handles flat",
+          "[gpu][ipc]") {
+  if (!ws_test::role().is_peer()) {
+    run_peers("ipc: replaced producer memory is unmapped once; 100 syncs keep memory and handles flat", 1, 240s);
+    return;
+  }
+  Peer p = connect_peer(Kind::ipc);
+  const auto metas = layouts::small1b();
+  ws_test::DeviceModel consumer_model(metas, p.device);
+  TransferOptions opt;
+  {
+    ws_test::DeviceModel first(metas, p.device);
+    REQUIRE(round_trip(p, metas, p.rank == 0 ? first : consumer_model, opt, 1, Mode::zero_copy) == 0);
+  }  // the producer frees its first copy of the weights
+  ws_test::DeviceModel second(metas, p.device);
+  const auto& model = p.rank == 0 ? second : consumer_model;
+  REQUIRE(round_trip(p, metas, model, opt, 2, Mode::zero_copy) == 0);
+  if (p.rank == 1) {
+    CHECK(p.t.stats().opened == 2);
+    CHECK(p.t.stats().closed == 1);  // the freed allocation's mapping, at once
+    CHECK(p.t.stats().mapped == 1);
+  }
+  std::size_t free_after_first = 0, total = 0;
+  for (std::uint64_t round = 3; round < 103; ++round) {
+    REQUIRE(round_trip(p, metas, model, opt, round, round % 2 ? Mode::views : Mode::zero_copy) == 0);
+    if (round == 3) detail::check(cudaMemGetInfo(&free_after_first, &total), "cudaMemGetInfo");
+  }
+  std::size_t free_now = 0;
+  detail::check(cudaMemGetInfo(&free_now, &total), "cudaMemGetInfo");
+  say(stats_line(p) + "; free device memory " + std::to_string(free_after_first) + " after round 3, " +
+      std::to_string(free_now) + " after round 102");
+  // Both processes share the GPU, so this is device-wide: nothing may be lost over 100 syncs (it
+  // may grow once the driver releases the producer's freed first allocation, unmapped in round 2).
+  CHECK(free_now >= free_after_first);
+  if (p.rank == 1) {
+    CHECK(p.t.stats().opened == 2);
+    CHECK(p.t.stats().mapped == 1);
+  } else {
+    CHECK(p.t.stats().exported == 2);
+  }
+}
+
+TEST_CASE("ipc sources in cudaMallocAsync memory are staged or pulled, bit-exact", "[gpu][ipc]") {
+  if (!ws_test::role().is_peer()) {
+    run_peers("ipc sources in cudaMallocAsync memory are staged or pulled, bit-exact", 1, 120s);
+    return;
+  }
+  Peer p = connect_peer(Kind::ipc);
+  const auto metas = ws_test::mixed_layout();
+  ws_test::DeviceModel model(metas, p.device);
+  const cudaStream_t s = p.stream.get();
+  TransferOptions opt;
+  opt.buffer_size_bytes = 16 << 20;
+  if (p.rank == 0) {
+    model.fill(7, s);
+    void* pool = nullptr;
+    detail::check(cudaMallocAsync(&pool, model.arena_bytes(), s), "cudaMallocAsync");
+    detail::check(cudaMemcpyAsync(pool, model.arena(), model.arena_bytes(), cudaMemcpyDeviceToDevice, s),
+                  "cudaMemcpyAsync");
+    std::vector<const std::byte*> ptrs;
+    for (std::size_t i = 0; i < metas.size(); ++i)
+      ptrs.push_back(static_cast<std::byte*>(pool) + (model.data(i) - model.arena()));
+    opt.source_stream = s;
+    p.t.send(metas, items_of(metas, ptrs.data()), opt);
+    say(detail::cat("cudaMallocAsync sources: ", p.t.stats().staged, " of ", metas.size(),
+                    " tensors staged, ", p.t.stats().regions, " regions"));
+    detail::check(cudaFreeAsync(pool, s), "cudaFreeAsync");
+    detail::check(cudaStreamSynchronize(s), "sync");
+    return;
+  }
+  model.poison(s);
+  detail::check(cudaStreamSynchronize(s), "sync");
+  opt.destination = [&](const TensorMeta& m) -> void* {
+    return model.data(static_cast<std::size_t>(&m - metas.data()));
+  };
+  p.t.receive(metas, opt, [](std::span<const TensorView>, cudaStream_t) {});
+  CHECK(model.count_wrong(7, s) == 0);
+}
+
+TEST_CASE("ipc faults keep the transport usable: bad item, failing load_weights, wrong metadata",
+          "[gpu][ipc]") {
+  if (!ws_test::role().is_peer()) {
+    run_peers("ipc faults keep the transport usable: bad item, failing load_weights, wrong metadata", 1, 120s);
+    return;
+  }
+  Peer p = connect_peer(Kind::ipc);
+  const auto metas = ws_test::mixed_layout();
+  ws_test::DeviceModel model(metas, p.device);
+  TransferOptions opt;
+  std::vector<const std::byte*> ptrs;
+  for (std::size_t i = 0; i < metas.size(); ++i) ptrs.push_back(model.data(i));
+  auto nothing = [](std::span<const TensorView>, cudaStream_t) {};
+  // 1. The producer offers a tensor of the wrong dtype.
+  if (p.rank == 0) {
+    auto items = items_of(metas, ptrs.data());
+    TensorMeta lie = metas[20];
+    lie.dtype = DType::float16;
+    items[20].meta_ = &lie;
+    REQUIRE_THROWS_AS(p.t.send(metas, items, opt), config_error);
+  } else {
+    try {
+      p.t.receive(metas, opt, nothing);
+      FAIL("the consumer did not see the producer's failure");
+    } catch (const remote_error& e) {
+      CHECK(std::string(e.what()).find("dtype float16 where bfloat16 was declared") != std::string::npos);
+    }
+  }
+  REQUIRE(p.t.healthy());
+  REQUIRE(round_trip(p, metas, model, opt, 1, Mode::views) == 0);
+  // 2. The consumer's load_weights throws.
+  if (p.rank == 0) {
+    REQUIRE_THROWS_AS(p.t.send(metas, items_of(metas, ptrs.data()), opt), remote_error);
+  } else {
+    REQUIRE_THROWS_WITH(p.t.receive(metas, opt,
+                                    [](std::span<const TensorView>, cudaStream_t) {
+                                      throw std::runtime_error("out of patience");
+                                    }),
+                        "out of patience");
+  }
+  REQUIRE(p.t.healthy());
+  REQUIRE(round_trip(p, metas, model, opt, 2, Mode::zero_copy) == 0);
+  // 3. The consumer expects other shapes: both sides say so, naming the mismatch.
+  if (p.rank == 0) {
+    REQUIRE_THROWS_AS(p.t.send(metas, items_of(metas, ptrs.data()), opt), protocol_error);
+  } else {
+    auto other = metas;
+    other[3].shape = {1024, 1023};
+    REQUIRE_THROWS_AS(p.t.receive(other, opt, nothing), protocol_error);
+  }
+  REQUIRE(p.t.healthy());
+  REQUIRE(round_trip(p, metas, model, opt, 3, Mode::views) == 0);
+}
+
+TEST_CASE("ipc consumer killed mid-transfer: the producer fails within the deadline", "[gpu][ipc]") {
+  if (!ws_test::role().is_peer()) {
+    if (device_count() < 1) WS_SKIP("needs a GPU");
+    const auto r = ws_test::run_peers("ipc consumer killed mid-transfer: the producer fails within the deadline",
+                                      2, ws_test::free_port(), "", 120s, 1, 8000ms);
+    INFO("rank 0 exit " << r[0].exit_code << " after " << r[0].seconds << " s\n" << r[0].output);
+    CHECK((r[1].exit_code == -1 && !r[1].hung));  // SIGKILLed, as planned
+    CHECK(r[0].exit_code == 0);                    // the producer failed in time, as checked inside
+    return;
+  }
+  Peer p = connect_peer(Kind::ipc, 10s);
+  const auto metas = layouts::small1b();
+  ws_test::DeviceModel model(metas, p.device);
+  TransferOptions opt;
+  opt.timeout = 10s;
+  if (p.rank == 1) {
+    p.t.options().kernel_below_bytes = 0;
+    for (std::uint64_t round = 1;; ++round) round_trip(p, metas, model, opt, round, Mode::views);
+  }  // killed by the parent after 8 s
+  auto last_ok = std::chrono::steady_clock::now();
+  std::string what;
+  std::uint64_t round = 1;
+  p.t.options().export_sources = false;  // staged: the producer also waits on hand-offs
+  opt.buffer_size_bytes = 64 << 20;
+  try {
+    for (;; ++round) {
+      round_trip(p, metas, model, opt, round, Mode::views);
+      last_ok = std::chrono::steady_clock::now();
+    }
+  } catch (const weightsync::error& e) {
+    what = e.what();
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_ok).count();
+  say("producer failed after " + std::to_string(round - 1) + " good rounds, " + std::to_string(s) +
+      " s after the last one: " + what);
+  CHECK(s < 10.0 + 2.0);
+  CHECK(!p.t.healthy());
+}
+
+TEST_CASE("ipc producer killed mid-transfer: the consumer fails within the deadline", "[gpu][ipc]") {
+  if (!ws_test::role().is_peer()) {
+    if (device_count() < 1) WS_SKIP("needs a GPU");
+    const auto r = ws_test::run_peers("ipc producer killed mid-transfer: the consumer fails within the deadline",
+                                      2, ws_test::free_port(), "", 120s, 0, 8000ms);
+    INFO("rank 1 exit " << r[1].exit_code << " after " << r[1].seconds << " s\n" << r[1].output);
+    CHECK((r[0].exit_code == -1 && !r[0].hung));
+    CHECK(r[1].exit_code == 0);
+    return;
+  }
+  Peer p = connect_peer(Kind::ipc, 10s);
+  const auto metas = layouts::small1b();
+  ws_test::DeviceModel model(metas, p.device);
+  TransferOptions opt;
+  opt.timeout = 10s;
+  opt.buffer_size_bytes = 64 << 20;
+  if (p.rank == 0) {
+    p.t.options().export_sources = false;
+    for (std::uint64_t round = 1;; ++round) round_trip(p, metas, model, opt, round, Mode::views);
+  }
+  auto last_ok = std::chrono::steady_clock::now();
+  std::string what;
+  std::uint64_t round = 1;
+  try {
+    for (;; ++round) {
+      const auto wrong = round_trip(p, metas, model, opt, round, Mode::zero_copy);
+      if (wrong != 0) FAIL("round " << round << ": " << wrong << " wrong bytes");
+      last_ok = std::chrono::steady_clock::now();
+    }
+  } catch (const weightsync::error& e) {
+    what = e.what();
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_ok).count();
+  say("consumer failed after " + std::to_string(round - 1) + " good rounds, " + std::to_string(s) +
+      " s after the last one: " + what);
+  CHECK(s < 10.0 + 2.0);
+  CHECK(!p.t.healthy());
+}
+
+TEST_CASE("p2p round trips GPU 0 -> GPU 1: dense8b full size and mixed, views and zero-copy",
+          "[gpu][ipc][multi_gpu]") {
+  if (!ws_test::role().is_peer()) {
+    run_peers("p2p round trips GPU 0 -> GPU 1: dense8b full size and mixed, views and zero-copy", 2, 240s);
+    return;
+  }
+  Peer p = connect_peer(Kind::p2p);
+  REQUIRE(p.device == p.rank);
+  std::uint64_t round = 0;
+  {
+    const auto metas = layouts::dense8b();
+    ws_test::DeviceModel model(metas, p.device);
+    for (Mode mode : {Mode::zero_copy, Mode::views}) {
+      TransferOptions opt;
+      REQUIRE(round_trip(p, metas, model, opt, ++round, mode) == 0);
+    }
+    say(detail::cat("dense8b: ", model.bytes(), " bytes verified twice; ", stats_line(p)));
+  }
+  const auto metas = ws_test::mixed_layout();
+  ws_test::DeviceModel model(metas, p.device, 4096);
+  for (bool exported : {true, false}) {
+    p.t.options().export_sources = exported;
+    for (Mode mode : {Mode::views, Mode::zero_copy}) {
+      TransferOptions opt;
+      opt.buffer_size_bytes = 8 << 20;
+      opt.num_buffers = 2;
+      INFO("exported " << exported << ", mode " << int(mode));
+      REQUIRE(round_trip(p, metas, model, opt, ++round, mode) == 0);
+    }
+  }
+  say(stats_line(p));
+}
+
+TEST_CASE("ipc refuses peers on two GPUs, p2p and ipc refuse each other", "[gpu][ipc][multi_gpu]") {
+  if (!ws_test::role().is_peer()) {
+    run_peers("ipc refuses peers on two GPUs, p2p and ipc refuse each other", 2, 120s);
+    return;
+  }
+  const auto& r = ws_test::role();
+  const int device = r.rank;
+  detail::check(cudaSetDevice(device), "cudaSetDevice");
+  RendezvousOptions o;
+  o.port = r.port;
+  o.rank = r.rank;
+  o.world_size = 2;
+  IpcOptions io;
+  io.same_gpu = true;
+  IpcTransport t(o, device, io, 30s);
+  const auto metas = layouts::small1b();
+  ws_test::DeviceModel model(metas, device);
+  std::vector<const std::byte*> ptrs;
+  for (std::size_t i = 0; i < metas.size(); ++i) ptrs.push_back(model.data(i));
+  TransferOptions opt;
+  for (bool consumer_p2p : {false, true}) {
+    if (r.rank == 1) t.options().same_gpu = !consumer_p2p;
+    std::string what;
+    try {
+      if (r.rank == 0)
+        t.send(metas, items_of(metas, ptrs.data()), opt);
+      else
+        t.receive(metas, opt, [](std::span<const TensorView>, cudaStream_t) {});
+      FAIL("the transfer was not refused");
+    } catch (const protocol_error& e) {
+      what = e.what();
+    }
+    say("rank " + std::to_string(r.rank) + ": " + what);
+    CHECK(what.find(consumer_p2p ? "the producer uses the ipc backend, this consumer p2p" : "needs one GPU") !=
+          std::string::npos);
+    CHECK(t.healthy());
+  }
+}
+
+TEST_CASE("ipc and p2p engines: trainer and worker rounds through the registry", "[gpu][ipc][engine]") {
+  if (!ws_test::role().is_peer()) {
+    run_peers("ipc and p2p engines: trainer and worker rounds through the registry", 1, 120s);
+    return;
+  }
+  const auto& r = ws_test::role();
+  std::vector<std::string> backends = {"ipc"};
+  if (device_count() >= 2) backends.push_back("p2p");
+  for (std::size_t b = 0; b < backends.size(); ++b) {
+    const std::string& backend = backends[b];
+    const int device = backend == "ipc" ? 0 : r.rank;
+    detail::check(cudaSetDevice(device), "cudaSetDevice");
+    NcclInitInfo info;
+    info.master_address = "127.0.0.1";
+    info.master_port = r.port + static_cast<int>(b);
+    info.world_size = 2;
+    info.rank_offset = 1;
+    EngineOptions eo;
+    eo.backend = backend;
+    eo.device = device;
+    eo.timeout = 30s;
+    const auto metas = layouts::small1b();
+    ws_test::DeviceModel model(metas, device);
+    CudaStream s(device);
+    if (r.rank == 0) {
+      TrainerEngine::Options o;
+      o.engine = eo;
+      TrainerEngine t(o);
+      t.trainer_init(info);
+      struct Source {
+        const std::vector<TensorMeta>& m;
+        const ws_test::DeviceModel& d;
+        std::vector<TensorMeta> metas() const { return m; }
+        std::vector<SourceTensorRef> iterate() const {
+          std::vector<SourceTensorRef> v;
+          for (std::size_t i = 0; i < m.size(); ++i) v.push_back({&m[i], d.data(i)});
+          return v;
+        }
+      } src{metas, model};
+      for (int round = 1; round <= 3; ++round) {
+        model.fill(static_cast<std::uint64_t>(round), s.get());
+        detail::check(cudaStreamSynchronize(s.get()), "sync");
+        t.send_weights(src);
+      }
+      continue;
+    }
+    WeightTransferEngine::Options o;
+    o.engine = eo;
+    WeightTransferEngine e(o);
+    e.init_transfer_engine(info);
+    const auto u = NcclUpdateInfo::from_metas(metas);
+    auto index = [&](const TensorMeta& m) {
+      std::size_t i = 0;
+      while (metas[i].name != m.name) ++i;
+      return i;
+    };
+    for (int round = 1; round <= 3; ++round) {
+      model.poison(s.get());
+      detail::check(cudaStreamSynchronize(s.get()), "sync");
+      e.start_weight_update();
+      e.update_weights(
+          u,
+          [&](std::span<const TensorView> batch, void* stream) {
+            for (const auto& v : batch)
+              detail::check(cudaMemcpyAsync(model.data(index(*v.meta)), v.data, v.nbytes,
+                                            cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream)),
+                            "cudaMemcpyAsync");
+          },
+          [&](const TensorMeta& m) -> void* { return index(m) % 2 ? model.data(index(m)) : nullptr; });
+      e.finish_weight_update("v" + std::to_string(round));
+      REQUIRE(model.count_wrong(static_cast<std::uint64_t>(round), s.get()) == 0);
+    }
+    say("engine rounds over " + backend + " ok: version " + e.weight_version());
+  }
+}
