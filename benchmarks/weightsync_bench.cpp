@@ -8,7 +8,7 @@
 //                    [--buffer-size 16M,64M,256M,1G,2G] [--num-buffers 1,2,3]
 //                    [--mode packed,zerocopy,unpacked,unpacked-zc] [--direct 0,32M]
 //                    [--protocol weightsync|vllm] [--warmup 3] [--iters 10] [--json FILE]
-//                    [--backend nccl|ipc|p2p] [--copy-streams 4] [--piece 256M]
+//                    [--backend nccl|ipc|p2p] [--copy-streams 2] [--piece 1G]
 //
 // The launcher starts --np processes of itself (one GPU each, rank % device count), which meet
 // at a TCP rendezvous on 127.0.0.1. Each iteration: the consumers poison their destinations, all
@@ -68,8 +68,8 @@ struct Args {
   std::vector<std::size_t> direct{0};
   std::string protocol = "weightsync";
   std::string backend = "nccl";
-  int copy_streams = 4;         // IpcOptions::copy_streams
-  std::size_t piece = 256 << 20;  // IpcOptions::piece_bytes
+  int copy_streams = 2;                   // IpcOptions::copy_streams
+  std::size_t piece = std::size_t{1} << 30;  // IpcOptions::piece_bytes
   int warmup = 3;
   int iters = 10;
   std::string json_path;

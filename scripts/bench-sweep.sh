@@ -2,12 +2,14 @@
 # SPDX-FileCopyrightText: 2026 weightsync contributors
 # SPDX-License-Identifier: Apache-2.0
 # The benchmark runs behind BENCHMARKS.md, on a machine with 2 GPUs, after scripts/gpu-check.sh
-# has built build/gpu:   bash scripts/bench-sweep.sh LOG_DIR [quick|full|python]
+# has built build/gpu:   bash scripts/bench-sweep.sh LOG_DIR WHAT...   (WHAT: quick memory blocking
+# final full python; several run in order: "final python" is the side-by-side run)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0
 logs=${1:-gpu-logs}
-what=${2:-full}
+shift
+[ $# -eq 0 ] && set -- full
 mkdir -p "$logs"
 bench=${WEIGHTSYNC_BUILD_DIR:-build/gpu}/benchmarks/weightsync_bench
 run() {  # run NAME ARGS...
@@ -16,6 +18,7 @@ run() {  # run NAME ARGS...
   echo "== weightsync_bench $*" | tee -a "$logs/bench.txt"
   timeout 300 "$bench" "$@" --json "$logs/bench.jsonl" 2>/dev/null | tee -a "$logs/bench.txt"
 }
+for what in "$@"; do
 case "$what" in
   quick)
     run all --layout dense8b,small1b,moe30b --mode packed,zerocopy --buffer-size 1G \
@@ -49,10 +52,8 @@ case "$what" in
       --buffer-size 1G --num-buffers 2 --iters 10 --warmup 3
     run blocking --layout dense8b,moe30b,small1b,lora8b --mode zerocopy --buffer-size 1G \
       --num-buffers 2 --blocking --iters 10 --warmup 3
-    run scattered --layout dense8b,moe30b,small1b,lora8b --mode zerocopy --buffer-size 1G,2G \
-      --num-buffers 2 --direct 0,1M,4M --gap 4K --iters 8 --warmup 2
-    run sweep --layout dense8b --mode zerocopy --buffer-size 64M,256M,1G,2G --num-buffers 1,2,3 \
-      --iters 8 --warmup 2
+    run sweep --layout dense8b,small1b,lora8b --mode zerocopy,packed \
+      --buffer-size 16M,64M,256M,1G,2G --num-buffers 1,2,3 --iters 8 --warmup 2
     ;;
   full)
     for layout in dense8b moe30b small1b lora8b; do
@@ -68,3 +69,4 @@ case "$what" in
     done
     ;;
 esac
+done
