@@ -7,10 +7,15 @@
 // small ring reused), copies TOTAL bytes and prints the median of 5 timed runs after one warm-up.
 // Every destination is poisoned first and checked against the source afterwards.
 //   copy_engine_probe [TOTAL_GIB=16]
+//   copy_engine_probe ipc [TOTAL_GIB=16]   the same pull, from memory another process exported
+//                                          (cudaIpcGetMemHandle), against in-process memory
 #include <weightsync/cuda/check.hpp>
 #include <weightsync/cuda/device_buffer.hpp>
 #include <weightsync/cuda/event.hpp>
 #include <weightsync/cuda/stream.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -21,7 +26,151 @@
 namespace ws = weightsync;
 using ws::detail::check;
 
+namespace {
+
+// Incompressible bytes (splitmix64 words), 64 MiB from the host at a time, each block different.
+void fill_random(std::byte* dst, std::size_t bytes) {
+  std::vector<unsigned long long> h((std::size_t{64} << 20) / 8);
+  unsigned long long x = 0x9E3779B97F4A7C15ull;
+  for (std::size_t off = 0; off < bytes; off += h.size() * 8) {
+    for (auto& w : h) {
+      unsigned long long z = (x += 0x9E3779B97F4A7C15ull);
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+      w = z ^ (z >> 31);
+    }
+    check(cudaMemcpy(dst + off, h.data(), std::min(h.size() * 8, bytes - off), cudaMemcpyHostToDevice), "fill");
+  }
+}
+
+// Median ms of 5 timed pulls (after one warm-up) of `bytes` from `src` into `dst` on `dev`, in
+// 1 GiB pieces over 2 streams; checks the first byte of every 1 GiB piece against `expect`.
+double timed_pull(int dev, std::byte* dst, const std::byte* src, std::size_t bytes, int expect, int& bad) {
+  ws::detail::CurrentDeviceGuard g(dev);
+  ws::CudaStream s0(dev), s1(dev);
+  ws::CudaEvent d1(dev);
+  ws::TimedEvent t0(dev), t1(dev);
+  std::vector<double> ms;
+  const std::size_t piece = std::size_t{1} << 30;
+  for (int rep = 0; rep < 6; ++rep) {
+    check(cudaMemsetAsync(dst, 0xCD, bytes, s0.get()), "poison");
+    t0.record(s0.get());
+    check(cudaStreamWaitEvent(s1.get(), t0.get(), 0), "wait");
+    int k = 0;
+    for (std::size_t off = 0; off < bytes; off += piece, k ^= 1)
+      check(cudaMemcpyAsync(dst + off, src + off, std::min(piece, bytes - off), cudaMemcpyDeviceToDevice,
+                            k ? s1.get() : s0.get()),
+            "cudaMemcpyAsync");
+    d1.record(s1.get());
+    check(cudaStreamWaitEvent(s0.get(), d1.get(), 0), "wait");
+    t1.record(s0.get());
+    t1.synchronize();
+    if (rep > 0) ms.push_back(ws::TimedEvent::elapsed(t0, t1).count() / 1000.0);
+  }
+  for (std::size_t off = 0; off < bytes; off += piece) {
+    unsigned char h = 0;
+    check(cudaMemcpy(&h, dst + off, 1, cudaMemcpyDeviceToHost), "check");
+    bad += h != static_cast<unsigned char>(expect);
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// Another process allocates and exports; this one opens and pulls. Call before any CUDA use here.
+int ipc_probe(std::size_t total) {
+  const std::size_t sizes[2] = {total, total};  // constant bytes, then incompressible bytes
+  int to_parent[2], to_child[2];
+  if (::pipe(to_parent) != 0 || ::pipe(to_child) != 0) return 1;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    check(cudaSetDevice(0), "cudaSetDevice");
+    for (int which = 0; which < 2; ++which) {
+      const std::size_t sz = sizes[which];
+      void* p = nullptr;
+      check(cudaMalloc(&p, sz), "cudaMalloc");
+      check(cudaMemset(p, 0x77, sz), "cudaMemset");
+      if (which == 1) {
+        fill_random(static_cast<std::byte*>(p), sz);
+        for (std::size_t off = 0; off < sz; off += std::size_t{1} << 30)
+          check(cudaMemset(static_cast<std::byte*>(p) + off, 0x77, 1), "mark");  // what the check reads
+      }
+      cudaIpcMemHandle_t h;
+      check(cudaIpcGetMemHandle(&h, p), "cudaIpcGetMemHandle");
+      if (::write(to_parent[1], &h, sizeof h) != sizeof h) ::_exit(1);
+    }
+    check(cudaDeviceSynchronize(), "sync");
+    char b;
+    if (::read(to_child[0], &b, 1) < 0) ::_exit(1);  // the parent is done
+    ::_exit(0);
+  }
+  cudaIpcMemHandle_t h[2];
+  for (auto& x : h)
+    if (::read(to_parent[0], &x, sizeof x) != sizeof x) return 1;
+  std::printf("# copy_engine_probe ipc: another process exports GPU 0 memory; 1 GiB pieces, 2 streams, median of 5\n");
+  std::printf("# %-44s %8s %10s %8s\n", "case", "GiB", "time(ms)", "GB/s");
+  auto row = [](const char* what, std::size_t sz, double ms, int bad) {
+    std::printf("  %-44s %8zu %10.2f %8.1f%s\n", what, sz >> 30, ms, double(sz) / (ms * 1e-3) / 1e9,
+                bad ? "  WRONG" : "");
+    std::fflush(stdout);
+  };
+  for (int i = 0; i < 2; ++i) {
+    const std::size_t sz = sizes[i];
+    for (int dev : {1, 0}) {
+      ws::DeviceBuffer dst(sz, dev);
+      for (bool explicit_peer : {false, true}) {
+        if (dev == 0 && explicit_peer) continue;
+        ws::detail::CurrentDeviceGuard g(dev);
+        if (explicit_peer) {
+          const auto e = cudaDeviceEnablePeerAccess(0, 0);
+          if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) check(e, "cudaDeviceEnablePeerAccess");
+          (void)cudaGetLastError();
+        }
+        void* src = nullptr;
+        check(cudaIpcOpenMemHandle(&src, h[i], cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle");
+        int bad = 0;
+        const double ms = timed_pull(dev, dst.data(), static_cast<std::byte*>(src), sz, 0x77, bad);
+        std::string what = dev == 1 ? (explicit_peer ? "ipc pull GPU0->GPU1, peer enabled" : "ipc pull GPU0->GPU1, lazy peer")
+                                    : "ipc copy on GPU0 (colocated)";
+        what += i ? ", random" : ", constant";
+        row(what.c_str(), sz, ms, bad);
+        check(cudaIpcCloseMemHandle(src), "cudaIpcCloseMemHandle");
+      }
+      // the same bytes from this process's own memory on GPU 0
+      ws::DeviceBuffer own(sz, 0);
+      {
+        ws::detail::CurrentDeviceGuard g(0);
+        check(cudaMemset(own.data(), 0x77, sz), "cudaMemset");
+        if (i) {
+          fill_random(own.data(), sz);
+          for (std::size_t off = 0; off < sz; off += std::size_t{1} << 30)
+            check(cudaMemset(own.data() + off, 0x77, 1), "mark");
+        }
+        check(cudaDeviceSynchronize(), "sync");
+      }
+      if (dev == 1) {
+        ws::detail::CurrentDeviceGuard g(1);
+        const auto e = cudaDeviceEnablePeerAccess(0, 0);
+        if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) check(e, "cudaDeviceEnablePeerAccess");
+        (void)cudaGetLastError();
+      }
+      int bad = 0;
+      const double ms = timed_pull(dev, dst.data(), own.data(), sz, 0x77, bad);
+      row(dev == 1 ? (i ? "own-process pull GPU0->GPU1, random" : "own-process pull GPU0->GPU1, constant")
+                   : (i ? "own-process copy on GPU0, random" : "own-process copy on GPU0, constant"),
+          sz, ms, bad);
+    }
+  }
+  if (::write(to_child[1], "x", 1) < 0) return 1;
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  return 0;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) try {
+  if (argc > 1 && std::string(argv[1]) == "ipc")
+    return ipc_probe((argc > 2 ? std::stoull(argv[2]) : 16) << 30);
   int n = 0;
   check(cudaGetDeviceCount(&n), "cudaGetDeviceCount");
   if (n < 2) {

@@ -490,9 +490,9 @@ class Bench {
       }
       auto [ev, wall] = time_it(poison, [&](int) {
         if (raw_comm_)
-          raw_comm_->broadcast(model.arena(), model.arena_bytes(), 0, s());
+          raw_comm_->broadcast(model.arena(), model.extent(), 0, s());
         else if (local)
-          ws::detail::check(cudaMemcpyAsync(model.arena(), local->arena(), model.arena_bytes(),
+          ws::detail::check(cudaMemcpyAsync(model.arena(), local->arena(), model.extent(),
                                             cudaMemcpyDeviceToDevice, s()),
                             "cudaMemcpyAsync");
       });
@@ -592,6 +592,14 @@ class Bench {
             r.ring_consumer = static_cast<std::size_t>(ring_c / double(std::max(1, a_.np - 1)));
             emit(r);
             failures += wrong != 0;
+            if (ipc_) {  // where the consumer's time went (rank 1, last iteration)
+              const auto& x = ipc_->stats();
+              double v[6] = {x.plan_us, x.prepare_us, x.enqueue_us, x.wait_us, x.status_us, x.pull_device_us};
+              for (double& d : v) d = sum_over_ranks(rank() == 1 ? d : 0.0);
+              if (rank() == 0)
+                std::printf("#   consumer us: plan %.1f, prepare %.1f, enqueue %.1f, wait %.1f, status %.1f; "
+                            "pull on device %.1f\n", v[0], v[1], v[2], v[3], v[4], v[5]);
+            }
           }
     return failures;
   }

@@ -61,7 +61,11 @@ class DeviceModel {
       bytes_ += m.nbytes();
       off += (m.nbytes() + 255) / 256 * 256 + gap;
     }
-    arena_ = weightsync::DeviceBuffer(off, device);
+    // Whole 2 MiB pages, as PyTorch's caching allocator rounds large segments: the driver may map
+    // an allocation of another size with small pages, and copy engines reading it over NVLink or
+    // through a CUDA IPC mapping then lose about a quarter of their speed (BENCHMARKS.md).
+    extent_ = off;
+    arena_ = weightsync::DeviceBuffer((off + kPage - 1) / kPage * kPage, device);
     weightsync::detail::CurrentDeviceGuard g(device);
     weightsync::detail::check(cudaMalloc(reinterpret_cast<void**>(&counter_), sizeof(unsigned long long)), "cudaMalloc");
   }
@@ -69,9 +73,13 @@ class DeviceModel {
   DeviceModel& operator=(const DeviceModel&) = delete;
   ~DeviceModel() { cudaFree(counter_); }
 
+  static constexpr std::size_t kPage = std::size_t{2} << 20;
+
   std::byte* data(std::size_t i) const { return arena_.data() + offsets_[i]; }
   std::byte* arena() const { return arena_.data(); }
   std::size_t arena_bytes() const { return arena_.size(); }
+  //! Bytes from the first tensor to the end of the last (without the page rounding).
+  std::size_t extent() const { return extent_; }
   //! Sum of tensor sizes (without the alignment padding).
   std::size_t bytes() const { return bytes_; }
   std::size_t size() const { return offsets_.size(); }
@@ -100,6 +108,7 @@ class DeviceModel {
   const std::vector<weightsync::TensorMeta>* metas_;
   std::vector<std::size_t> offsets_;
   std::size_t bytes_ = 0;
+  std::size_t extent_ = 0;
   weightsync::DeviceBuffer arena_;
   unsigned long long* counter_ = nullptr;
 };
