@@ -8,7 +8,9 @@
 Charts:
   bw_vs_buffer_<layout>.png  algorithm bandwidth against buffer size B, one line per (impl, K),
                              and raw ncclBroadcast as a horizontal line (same runs)
-  time_vs_raw.png            per layout: raw ncclBroadcast and each implementation's best time (ms)
+  time_vs_raw.png            per layout: raw ncclBroadcast and each implementation's best time (ms),
+                             the IPC backends (--backend ipc/p2p) included, with ipc's baseline: one
+                             device-local copy of the same bytes
 Needs gnuplot (Debian: gnuplot-nox). Only the Python standard library is used.
 """
 import argparse
@@ -42,7 +44,9 @@ def gnuplot(script):
 def bw_vs_buffer(rows, out):
     by_layout = collections.defaultdict(list)
     for r in rows:
-        if r.get("tool") == "weightsync-bench":
+        # one launch mode per chart: the default (non-blocking) NCCL launches
+        if (r.get("tool") == "weightsync-bench" and r.get("backend", "nccl") == "nccl"
+                and not r.get("nccl_blocking", False)):
             by_layout[r["layout"]].append(r)
     made = []
     for layout, rs in by_layout.items():
@@ -87,10 +91,18 @@ def time_vs_raw(rows, out):
     best = collections.defaultdict(dict)  # layout -> impl -> ms
     for r in rows:
         impl = r["impl"]
+        backend = r.get("backend", "nccl")
         if r.get("tool") == "python-vllm-ref":
-            impl = "python " + impl.replace("python-vllm-", "") if impl != "raw-nccl" else "raw-nccl (python)"
+            if impl == "raw-nccl":
+                continue  # the same baseline as weightsync-bench's, measured again
+            impl = "python vLLM-style " + impl.replace("python-vllm-", "")
+        elif impl == "raw-copy":
+            impl = "raw device copy (1 GPU)"
         elif impl != "raw-nccl":
-            impl = "weightsync " + impl.split("+")[0]
+            mode = impl.split("+")[0]
+            if mode.startswith("unpacked") or (backend != "nccl" and mode != "zerocopy"):
+                continue  # keep the chart readable: the tables have every mode
+            impl = "weightsync " + (backend + " " if backend != "nccl" else "") + mode
         ms = r["time"] / 1000.0
         cur = best[r["layout"]].get(impl)
         best[r["layout"]][impl] = ms if cur is None else min(cur, ms)
@@ -105,7 +117,7 @@ def time_vs_raw(rows, out):
             f.write(l + " " + " ".join(f"{best[l].get(i, float('nan')):.4f}" for i in impls) + "\n")
     png = os.path.join(out, "time_vs_raw.png")
     cols = ", ".join(f"'' using {j + 2}:xtic(1) title columnheader({j + 2})" for j in range(1, len(impls)))
-    gnuplot(f"""set terminal pngcairo size 1000,560
+    gnuplot(f"""set terminal pngcairo size 1250,560
 set output '{png}'
 set title 'time per full sync, best of each implementation (2x H200, lower is better)'
 set ylabel 'ms (log scale)'
@@ -113,7 +125,7 @@ set logscale y
 set style data histogram
 set style histogram cluster gap 1
 set style fill solid 0.8 border -1
-set key top left
+set key outside right top
 set grid ytics
 plot '{dat}' using 2:xtic(1) title columnheader(2){', ' + cols if cols else ''}
 """)
