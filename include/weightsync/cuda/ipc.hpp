@@ -314,7 +314,10 @@ struct IpcPlan {
     p.total_bytes = r.u64();
     p.error = r.str(1 << 16);
     const auto nr = r.u64();
-    if (nr > (1u << 20)) throw protocol_error(0, cat("ipc plan: ", nr, " regions"));
+    // Each region takes at least 84 bytes on the wire, each placement 17: a count the message
+    // cannot hold is refused before anything is allocated for it.
+    if (nr > (1u << 20) || nr > r.remaining() / 84)
+      throw protocol_error(0, cat("ipc plan: ", nr, " regions announced in ", r.remaining(), " bytes"));
     p.regions.resize(nr);
     for (auto& reg : p.regions) {
       reg.buffer_id = r.u64();
@@ -327,7 +330,8 @@ struct IpcPlan {
     p.num_slots = r.u32();
     p.num_chunks = r.u64();
     const auto np = r.u64();
-    if (np > (1u << 26)) throw protocol_error(0, cat("ipc plan: ", np, " tensors"));
+    if (np > (1u << 26) || np > r.remaining() / 17)
+      throw protocol_error(0, cat("ipc plan: ", np, " placements announced in ", r.remaining(), " bytes"));
     p.places.resize(np);
     for (auto& pl : p.places) {
       pl.where = static_cast<IpcWhere>(r.u8());

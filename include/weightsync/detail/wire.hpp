@@ -83,6 +83,7 @@ class Reader {
     return s;
   }
   bool done() const { return pos_ == data_.size(); }
+  std::size_t remaining() const { return data_.size() - pos_; }
   void expect_done() const {
     if (!done())
       throw protocol_error(peer_, cat(what_, ": ", data_.size() - pos_, " unexpected trailing bytes"));

@@ -1,0 +1,161 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
+// The host-side parts of the IPC transports (no GPU needed): the plan's wire format and what it
+// refuses, the merging of copies, names and the registry.
+#include <weightsync/config.hpp>
+
+#if WEIGHTSYNC_HAS_CUDA
+#include <weightsync/cuda/ipc.hpp>
+#include <weightsync/engine.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "support/catch.hpp"
+
+using namespace weightsync;
+using weightsync::detail::IpcPlan;
+using weightsync::detail::IpcWhere;
+
+namespace {
+
+// Decoding `wire` throws protocol_error whose message contains `part`.
+void refuses(const std::string& wire, const std::string& part) {
+  try {
+    (void)IpcPlan::decode(wire);
+    FAIL("decoded without error; expected one containing '" << part << "'");
+  } catch (const protocol_error& e) {
+    INFO(e.what());
+    CHECK(std::string(e.what()).find(part) != std::string::npos);
+  }
+}
+
+IpcPlan sample_plan() {
+  IpcPlan p;
+  p.same_gpu = 0;
+  p.boot_id = "0f3c8a1e-1111-2222-3333-444455556666";
+  p.host = "node-7";
+  for (int i = 0; i < 16; ++i) p.uuid[static_cast<std::size_t>(i)] = static_cast<char>(0xA0 + i);
+  p.pid = 4242;
+  p.digest = 0x1234567890abcdefull;
+  p.num_tensors = 3;
+  p.total_bytes = 3 << 20;
+  p.regions.push_back({77, std::string(64, 'h'), 64 << 20});
+  p.regions.push_back({78, std::string(64, 's'), 4 << 20});
+  p.slot_region = 1;
+  p.slot_stride = 2 << 20;
+  p.num_slots = 2;
+  p.num_chunks = 1;
+  p.places = {{IpcWhere::region, 0, 4096}, {IpcWhere::empty, 0, 0}, {IpcWhere::staged, 0, 0}};
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("ipc plan: encode and decode round trip", "[ipc]") {
+  const IpcPlan p = sample_plan();
+  const IpcPlan q = IpcPlan::decode(p.encode());
+  CHECK(q.same_gpu == p.same_gpu);
+  CHECK(q.boot_id == p.boot_id);
+  CHECK(q.host == p.host);
+  CHECK(q.uuid == p.uuid);
+  CHECK(q.pid == p.pid);
+  CHECK(q.digest == p.digest);
+  CHECK(q.num_tensors == p.num_tensors);
+  CHECK(q.total_bytes == p.total_bytes);
+  CHECK(q.error.empty());
+  REQUIRE(q.regions.size() == 2);
+  CHECK(q.regions[1].buffer_id == 78);
+  CHECK(q.regions[1].handle == std::string(64, 's'));
+  CHECK(q.regions[0].size == (64u << 20));
+  CHECK(q.slot_region == 1);
+  CHECK(q.slot_stride == (2u << 20));
+  CHECK(q.num_slots == 2);
+  CHECK(q.num_chunks == 1);
+  REQUIRE(q.places.size() == 3);
+  CHECK(q.places[0].where == IpcWhere::region);
+  CHECK(q.places[0].offset == 4096);
+  CHECK(q.places[2].where == IpcWhere::staged);
+}
+
+TEST_CASE("ipc plan: every truncation, trailing bytes, wrong magic or version is a protocol_error", "[ipc]") {
+  const std::string wire = sample_plan().encode();
+  for (std::size_t n = 0; n < wire.size(); ++n) {
+    INFO("truncated to " << n << " of " << wire.size() << " bytes");
+    CHECK_THROWS_AS(IpcPlan::decode(std::string_view(wire).substr(0, n)), protocol_error);
+  }
+  CHECK_THROWS_AS(IpcPlan::decode(wire + "x"), protocol_error);
+  std::string bad = wire;
+  bad[0] ^= 0x55;
+  refuses(bad, "wrong magic");
+  bad = wire;
+  bad[4] = 99;  // version
+  refuses(bad, "protocol version 99");
+}
+
+TEST_CASE("ipc plan: counts the message cannot hold are refused before allocating", "[ipc]") {
+  IpcPlan p = sample_plan();
+  p.regions.clear();
+  p.places.clear();
+  const std::string wire = p.encode();
+  // With no regions and no placements the wire ends with: region count (8), slot_region (8),
+  // slot_stride (8), num_slots (4), num_chunks (8), placement count (8). Little-endian.
+  const std::size_t slot_at = wire.size() - (8 + 8 + 4 + 8 + 8);
+  const std::size_t count_at = slot_at - 8;
+  for (std::uint64_t huge : {std::uint64_t{1} << 19, std::uint64_t{1} << 40, ~std::uint64_t{0}}) {
+    std::string w = wire;
+    std::memcpy(w.data() + count_at, &huge, 8);
+    refuses(w, "regions announced");
+  }
+  std::string w = wire;
+  const std::uint64_t many = std::uint64_t{1} << 30;
+  std::memcpy(w.data() + wire.size() - 8, &many, 8);
+  refuses(w, "placements announced");
+}
+
+TEST_CASE("ipc plan: random corruption never crashes the decoder", "[ipc]") {
+  const std::string wire = sample_plan().encode();
+  std::mt19937_64 rng(7);
+  int refused = 0;
+  for (int i = 0; i < 5000; ++i) {
+    std::string w = wire;
+    const int flips = 1 + static_cast<int>(rng() % 4);
+    for (int f = 0; f < flips; ++f) w[rng() % w.size()] = static_cast<char>(rng());
+    try {
+      (void)IpcPlan::decode(w);
+    } catch (const protocol_error&) {
+      ++refused;
+    }
+  }
+  CHECK(refused > 0);  // anything else escaping (or a crash) fails the test
+}
+
+TEST_CASE("ipc copies: a piece continuing the previous one on both ends is merged", "[ipc]") {
+  std::vector<std::byte> a(1000), b(1000);
+  std::vector<detail::CopyPiece> v;
+  detail::add_piece(v, b.data(), a.data(), 100);
+  detail::add_piece(v, b.data() + 100, a.data() + 100, 50);   // continues both: merged
+  detail::add_piece(v, b.data() + 150, a.data() + 160, 10);   // source jumps: new piece
+  detail::add_piece(v, b.data() + 170, a.data() + 170, 10);   // destination jumps: new piece
+  detail::add_piece(v, b.data() + 180, a.data() + 180, 0);    // empty: ignored
+  REQUIRE(v.size() == 3);
+  CHECK(v[0].bytes == 150);
+  CHECK(v[1].bytes == 10);
+  CHECK(v[2].src == a.data() + 170);
+}
+
+TEST_CASE("ipc names: GPU UUIDs print as nvidia-smi does; the registry has ipc and p2p", "[ipc]") {
+  std::array<char, 16> u{};
+  for (int i = 0; i < 16; ++i) u[static_cast<std::size_t>(i)] = static_cast<char>(i * 17);
+  CHECK(detail::Placement::uuid_string(u) == "GPU-00112233-4455-6677-8899-aabbccddeeff");
+  const auto names = BackendRegistry::global().names();
+  CHECK(std::count(names.begin(), names.end(), "ipc") == 1);
+  CHECK(std::count(names.begin(), names.end(), "p2p") == 1);
+  CHECK(BackendRegistry::global().make("ipc")->name() == "ipc");
+  CHECK(BackendRegistry::global().make("p2p")->name() == "p2p");
+  CHECK(!BackendRegistry::global().make("p2p")->initialized());
+}
+#endif
