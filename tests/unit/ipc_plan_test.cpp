@@ -147,7 +147,7 @@ TEST_CASE("ipc copies: a piece continuing the previous one on both ends is merge
   CHECK(v[2].src == a.data() + 170);
 }
 
-TEST_CASE("ipc names: GPU UUIDs print as nvidia-smi does; the registry has ipc and p2p", "[ipc]") {
+TEST_CASE("ipc names: GPU UUIDs print as nvidia-smi does and the registry has ipc and p2p", "[ipc]") {
   std::array<char, 16> u{};
   for (int i = 0; i < 16; ++i) u[static_cast<std::size_t>(i)] = static_cast<char>(i * 17);
   CHECK(detail::Placement::uuid_string(u) == "GPU-00112233-4455-6677-8899-aabbccddeeff");
