@@ -166,10 +166,10 @@ TEST_CASE("ipc colocated round trips: exported and staged, K 1-3, views and zero
   }
 }
 
-TEST_CASE("ipc: replaced producer memory is unmapped once; 100 syncs keep memory and handles flat",
+TEST_CASE("ipc: replaced producer memory is unmapped once and 100 syncs keep memory and handles flat",
           "[gpu][ipc]") {
   if (!ws_test::role().is_peer()) {
-    run_peers("ipc: replaced producer memory is unmapped once; 100 syncs keep memory and handles flat", 1, 240s);
+    run_peers("ipc: replaced producer memory is unmapped once and 100 syncs keep memory and handles flat", 1, 240s);
     return;
   }
   Peer p = connect_peer(Kind::ipc);
