@@ -143,16 +143,7 @@ TEST_CASE("interop: a C++ trainer feeds a vLLM-style worker - packed and unpacke
     o.engine.timeout = 60s;  // bounded: a peer that died early fails the test in 60 s, not hangs it
     TrainerEngine t(o);
     t.trainer_init(init);  // meets the peer in ncclCommInitRank, then the warm-up all-reduce
-    struct Source {
-      const std::vector<TensorMeta>& m;
-      const ws_test::DeviceModel& d;
-      std::vector<TensorMeta> metas() const { return m; }
-      std::vector<SourceTensorRef> iterate() const {
-        std::vector<SourceTensorRef> v;
-        for (std::size_t i = 0; i < m.size(); ++i) v.push_back({&m[i], d.data(i)});
-        return v;
-      }
-    } src{metas, model};
+    const ws_test::ModelSource src{metas, model};
     const auto st = t.send_weights(src);
     // NCCL tears a communicator down with its peers (the Python side's destroy waits for ours).
     t.shutdown();
@@ -194,19 +185,7 @@ TEST_CASE("interop: a vLLM-style producer feeds the C++ worker engine - packed a
     WeightTransferEngine e(o);
     e.init_transfer_engine(nlohmann::json(init));
     e.start_weight_update();
-    auto index = [&](const TensorMeta& m) {
-      return static_cast<std::size_t>(std::find_if(metas.begin(), metas.end(),
-                                                   [&](const TensorMeta& x) { return x.name == m.name; }) -
-                                      metas.begin());
-    };
-    e.update_weights(nlohmann::json(update),
-                     [&](std::span<const TensorView> batch, void* stream) {
-                       for (const auto& v : batch)
-                         detail::check(cudaMemcpyAsync(model.data(index(*v.meta)), v.data, v.nbytes,
-                                                       cudaMemcpyDeviceToDevice,
-                                                       static_cast<cudaStream_t>(stream)),
-                                       "cudaMemcpyAsync");
-                     });
+    e.update_weights(nlohmann::json(update), ws_test::copy_into(metas, model));
     e.finish_weight_update("from-python");
     e.shutdown();  // NCCL tears a communicator down with its peers
     const int rc = peer.wait();

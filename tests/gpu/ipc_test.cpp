@@ -21,6 +21,7 @@
 #include "support/process.hpp"
 #include "support/role.hpp"
 #include "support/spawn.hpp"
+#include "support/survivor.hpp"
 
 using namespace weightsync;
 using namespace std::chrono_literals;
@@ -318,23 +319,12 @@ TEST_CASE("ipc consumer killed mid-transfer: the producer fails within the deadl
     p.t.options().kernel_below_bytes = 0;
     for (std::uint64_t round = 1;; ++round) round_trip(p, metas, model, opt, round, Mode::views);
   }  // killed by the parent after 8 s
-  auto last_ok = std::chrono::steady_clock::now();
-  std::string what;
-  std::uint64_t round = 1;
   p.t.options().export_sources = false;  // staged: the producer also waits on hand-offs
   opt.buffer_size_bytes = 64 << 20;
-  try {
-    for (;; ++round) {
-      round_trip(p, metas, model, opt, round, Mode::views);
-      last_ok = std::chrono::steady_clock::now();
-    }
-  } catch (const weightsync::error& e) {
-    what = e.what();
-  }
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_ok).count();
-  say("producer failed after " + std::to_string(round - 1) + " good rounds, " + std::to_string(s) +
-      " s after the last one: " + what);
-  CHECK(s < 10.0 + 2.0);
+  const auto end = ws_test::until_failure(
+      [&](std::uint64_t round) { round_trip(p, metas, model, opt, round, Mode::views); });
+  say(ws_test::describe(end, "producer"));
+  CHECK(end.seconds_after_last_ok < 10.0 + 2.0);
   CHECK(!p.t.healthy());
 }
 
@@ -358,22 +348,13 @@ TEST_CASE("ipc producer killed mid-transfer: the consumer fails within the deadl
     p.t.options().export_sources = false;
     for (std::uint64_t round = 1;; ++round) round_trip(p, metas, model, opt, round, Mode::views);
   }
-  auto last_ok = std::chrono::steady_clock::now();
-  std::string what;
-  std::uint64_t round = 1;
-  try {
-    for (;; ++round) {
-      const auto wrong = round_trip(p, metas, model, opt, round, Mode::zero_copy);
-      if (wrong != 0) FAIL("round " << round << ": " << wrong << " wrong bytes");
-      last_ok = std::chrono::steady_clock::now();
-    }
-  } catch (const weightsync::error& e) {
-    what = e.what();
-  }
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_ok).count();
-  say("consumer failed after " + std::to_string(round - 1) + " good rounds, " + std::to_string(s) +
-      " s after the last one: " + what);
-  CHECK(s < 10.0 + 2.0);
+  // Outside REQUIRE: Catch would swallow the exception this test waits for.
+  const auto end = ws_test::until_failure([&](std::uint64_t round) {
+    const auto wrong = round_trip(p, metas, model, opt, round, Mode::zero_copy);
+    if (wrong != 0) FAIL("round " << round << ": " << wrong << " wrong bytes");
+  });
+  say(ws_test::describe(end, "consumer"));
+  CHECK(end.seconds_after_last_ok < 10.0 + 2.0);
   CHECK(!p.t.healthy());
 }
 
@@ -478,16 +459,7 @@ TEST_CASE("ipc and p2p engines: trainer and worker rounds through the registry",
       o.engine = eo;
       TrainerEngine t(o);
       t.trainer_init(info);
-      struct Source {
-        const std::vector<TensorMeta>& m;
-        const ws_test::DeviceModel& d;
-        std::vector<TensorMeta> metas() const { return m; }
-        std::vector<SourceTensorRef> iterate() const {
-          std::vector<SourceTensorRef> v;
-          for (std::size_t i = 0; i < m.size(); ++i) v.push_back({&m[i], d.data(i)});
-          return v;
-        }
-      } src{metas, model};
+      const ws_test::ModelSource src{metas, model};
       for (int round = 1; round <= 3; ++round) {
         model.fill(static_cast<std::uint64_t>(round), s.get());
         detail::check(cudaStreamSynchronize(s.get()), "sync");
@@ -500,24 +472,15 @@ TEST_CASE("ipc and p2p engines: trainer and worker rounds through the registry",
     WeightTransferEngine e(o);
     e.init_transfer_engine(info);
     const auto u = NcclUpdateInfo::from_metas(metas);
-    auto index = [&](const TensorMeta& m) {
-      std::size_t i = 0;
-      while (metas[i].name != m.name) ++i;
-      return i;
-    };
     for (int round = 1; round <= 3; ++round) {
       model.poison(s.get());
       detail::check(cudaStreamSynchronize(s.get()), "sync");
       e.start_weight_update();
-      e.update_weights(
-          u,
-          [&](std::span<const TensorView> batch, void* stream) {
-            for (const auto& v : batch)
-              detail::check(cudaMemcpyAsync(model.data(index(*v.meta)), v.data, v.nbytes,
-                                            cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream)),
-                            "cudaMemcpyAsync");
-          },
-          [&](const TensorMeta& m) -> void* { return index(m) % 2 ? model.data(index(m)) : nullptr; });
+      // every other tensor straight into its parameter, the rest through load_weights
+      e.update_weights(u, ws_test::copy_into(metas, model), [&](const TensorMeta& m) -> void* {
+        const auto i = ws_test::index_of(metas, m);
+        return i % 2 ? model.data(i) : nullptr;
+      });
       e.finish_weight_update("v" + std::to_string(round));
       REQUIRE(model.count_wrong(static_cast<std::uint64_t>(round), s.get()) == 0);
     }

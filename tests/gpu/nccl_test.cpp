@@ -23,6 +23,7 @@
 #include "support/process.hpp"
 #include "support/role.hpp"
 #include "support/spawn.hpp"
+#include "support/survivor.hpp"
 
 using namespace weightsync;
 using namespace std::chrono_literals;
@@ -223,23 +224,13 @@ TEST_CASE("nccl producer killed mid-transfer: the consumer fails within the dead
   if (p.rank == 0) {
     for (std::uint64_t round = 1;; ++round) round_trip(p, metas, model, opt, ws, round, Mode::views);
   }  // killed by the parent after 8 s
-  auto last_ok = std::chrono::steady_clock::now();
-  std::string what;
-  std::uint64_t round = 1;
-  try {
-    for (;; ++round) {
-      // Outside REQUIRE: Catch would swallow the exception this test waits for.
-      const auto wrong = round_trip(p, metas, model, opt, ws, round, Mode::zero_copy);
-      if (wrong != 0) FAIL("round " << round << ": " << wrong << " wrong bytes");
-      last_ok = std::chrono::steady_clock::now();
-    }
-  } catch (const weightsync::error& e) {
-    what = e.what();
-  }
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_ok).count();
-  say("consumer failed after " + std::to_string(round - 1) + " good rounds, " + std::to_string(s) +
-      " s after the last one: " + what);
-  CHECK(s < 10.0 + 2.0);
+  // Outside REQUIRE: Catch would swallow the exception this test waits for.
+  const auto end = ws_test::until_failure([&](std::uint64_t round) {
+    const auto wrong = round_trip(p, metas, model, opt, ws, round, Mode::zero_copy);
+    if (wrong != 0) FAIL("round " << round << ": " << wrong << " wrong bytes");
+  });
+  say(ws_test::describe(end, "consumer"));
+  CHECK(end.seconds_after_last_ok < 10.0 + 2.0);
   CHECK(!p.comm.healthy());
 }
 
@@ -409,26 +400,16 @@ TEST_CASE("nccl engines: trainer and worker rounds with versions and a failing r
   WeightTransferEngine e(o);
   e.init_transfer_engine(info);
   const auto u = NcclUpdateInfo::from_metas(metas);
-  auto index = [&](const TensorMeta& m) {
-    std::size_t i = 0;
-    while (metas[i].name != m.name) ++i;
-    return i;
-  };
   for (int round = 1; round <= 3; ++round) {
     model.poison(s.get());
     detail::check(cudaStreamSynchronize(s.get()), "sync");
     e.start_weight_update();
     auto run = [&] {
-      e.update_weights(
-          u,
-          [&](std::span<const TensorView> batch, void* stream) {
-            for (const auto& v : batch)
-              detail::check(cudaMemcpyAsync(model.data(index(*v.meta)), v.data, v.nbytes,
-                                            cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream)),
-                            "cudaMemcpyAsync");
-          },
-          // every other tensor straight into its parameter
-          [&](const TensorMeta& m) -> void* { return index(m) % 2 ? model.data(index(m)) : nullptr; });
+      // every other tensor straight into its parameter, the rest through load_weights
+      e.update_weights(u, ws_test::copy_into(metas, model), [&](const TensorMeta& m) -> void* {
+        const auto i = ws_test::index_of(metas, m);
+        return i % 2 ? model.data(i) : nullptr;
+      });
     };
     if (round == 2) {
       REQUIRE_THROWS_AS(run(), remote_error);

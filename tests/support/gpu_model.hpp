@@ -9,7 +9,10 @@
 #include <weightsync/cuda/device_buffer.hpp>
 #include <weightsync/tensor_meta.hpp>
 
+#include <algorithm>
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -112,5 +115,36 @@ class DeviceModel {
   weightsync::DeviceBuffer arena_;
   unsigned long long* counter_ = nullptr;
 };
+
+//! What a TrainerEngine sends: the model's tensors, in the declared order (a WeightSource).
+struct ModelSource {
+  const std::vector<weightsync::TensorMeta>& declared;
+  const DeviceModel& model;
+  std::vector<weightsync::TensorMeta> metas() const { return declared; }
+  std::vector<weightsync::SourceTensorRef> iterate() const {
+    std::vector<weightsync::SourceTensorRef> v;
+    for (std::size_t i = 0; i < declared.size(); ++i) v.push_back({&declared[i], model.data(i)});
+    return v;
+  }
+};
+
+//! The index of the tensor named like `m` (the engines hand out their own copies of the metadata).
+inline std::size_t index_of(const std::vector<weightsync::TensorMeta>& metas, const weightsync::TensorMeta& m) {
+  return static_cast<std::size_t>(
+      std::find_if(metas.begin(), metas.end(), [&](const weightsync::TensorMeta& x) { return x.name == m.name; }) -
+      metas.begin());
+}
+
+//! load_weights for the engines: copies every view into the model tensor of the same name, on the
+//! stream it is given (what vLLM's load_weights does with copy_).
+inline std::function<void(std::span<const weightsync::TensorView>, void*)> copy_into(
+    const std::vector<weightsync::TensorMeta>& metas, const DeviceModel& model) {
+  return [&metas, &model](std::span<const weightsync::TensorView> batch, void* stream) {
+    for (const auto& v : batch)
+      weightsync::detail::check(cudaMemcpyAsync(model.data(index_of(metas, *v.meta)), v.data, v.nbytes,
+                                                cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream)),
+                                "cudaMemcpyAsync");
+  };
+}
 
 }  // namespace ws_test
