@@ -22,13 +22,16 @@
 //! Memory that cannot be exported (cudaMallocAsync pools, VMM without a shareable handle, host
 //! memory) is staged: copied into a ring of K slots of one exported allocation, chunk by chunk with
 //! the strict-greater rule over B, each slot reused only after every consumer said it is done
-//! with it. TransferOptions::packed = false... is not used here: every tensor is either pulled from
-//! where it is, or staged.
+//! with it. Of TransferOptions, buffer_size_bytes and num_buffers shape the staging only; packed,
+//! protocol and direct_threshold_bytes do not apply (every tensor is pulled from where it is, or
+//! staged).
 //!
 //! Control messages (the plan, slot hand-offs, the final status) go over a HostCommunicator (TCP)
-//! with its deadlines and peer-death detection; every device wait is polled against
-//! TransferOptions::timeout. A consumer's failure (load_weights threw) is reported to the producer
-//! and the transport stays usable.
+//! with its deadlines and peer-death detection; every wait, device or host, is bounded by
+//! TransferOptions::timeout. The consumer checks every placement of a plan against what it mapped
+//! before reading anything. A wrong item on the producer, a failing load_weights or a metadata
+//! mismatch on a consumer is reported to every rank that must know and leaves the transport usable;
+//! any other failure aborts it, so that no peer waits for a step that will not come.
 
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -343,6 +346,46 @@ struct IpcPlan {
   }
 };
 
+//! What an exception says (for status messages to peers).
+inline std::string what_of(const std::exception_ptr& p) {
+  try {
+    std::rethrow_exception(p);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "an exception that is not a std::exception";
+  }
+}
+
+//! Aborts the control channel when the scope is left by an exception (so that no peer waits for a
+//! step this side will never take), unless disarmed for an orderly failure.
+class AbortOnThrow {
+ public:
+  AbortOnThrow(HostCommunicator& c, const char* what)
+      : c_(c), what_(what), uncaught_(std::uncaught_exceptions()) {}
+  AbortOnThrow(const AbortOnThrow&) = delete;
+  AbortOnThrow& operator=(const AbortOnThrow&) = delete;
+  ~AbortOnThrow() {
+    if (armed_ && std::uncaught_exceptions() > uncaught_) c_.abort(what_);
+  }
+  void disarm() noexcept { armed_ = false; }
+
+ private:
+  HostCommunicator& c_;
+  const char* what_;
+  int uncaught_;
+  bool armed_ = true;
+};
+
+//! The size of the allocation a (possibly IPC-mapped) device pointer starts, if the driver says.
+inline std::optional<std::size_t> mapped_size(const void* p) {
+  CUdeviceptr base = 0;
+  std::size_t size = 0;
+  if (DriverApi::get().get_address_range(&base, &size, reinterpret_cast<CUdeviceptr>(p)) != CUDA_SUCCESS)
+    return std::nullopt;
+  return size - static_cast<std::size_t>(reinterpret_cast<CUdeviceptr>(p) - base);
+}
+
 //! One copy of a pull or a staging.
 struct CopyPiece {
   std::byte* dst;
@@ -372,7 +415,12 @@ class IpcTransport {
   //! Joins the group (the rendezvous of HostCommunicator) on CUDA device `device` (-1: current).
   IpcTransport(const RendezvousOptions& rv, int device, IpcOptions opt,
                std::chrono::milliseconds op_timeout)
-      : opt_(opt), device_(device >= 0 ? device : detail::current_device()) {
+      : opt_(opt),
+        device_(device >= 0 ? device : detail::current_device()),
+        stream_(device_),
+        start_(device_),
+        pull_begin_(device_),
+        pull_end_(device_) {
     if (opt_.copy_streams < 1 || opt_.copy_streams > 16)
       throw config_error("copy_streams", detail::cat("must be in 1..16, got ", opt_.copy_streams));
     if (opt_.piece_bytes == 0) throw config_error("piece_bytes", "must be > 0");
@@ -380,19 +428,16 @@ class IpcTransport {
     here_ = detail::Placement::here(device_);
     ctrl_ = HostCommunicator::connect(rv, op_timeout);
     detail::CurrentDeviceGuard g(device_);
-    stream_ = CudaStream(device_);
     for (int i = 0; i < opt_.copy_streams; ++i) {
       copy_streams_.emplace_back(device_);
       copy_done_.emplace_back(device_);
     }
-    start_ = CudaEvent(device_);
-    pull_begin_ = TimedEvent(device_);
-    pull_end_ = TimedEvent(device_);
     for (int k = 0; k < kMaxPackedNumBuffers; ++k) slot_done_.emplace_back(device_);
     policy_.emplace(device_);
   }
   IpcTransport(IpcTransport&&) noexcept = default;
-  IpcTransport& operator=(IpcTransport&&) noexcept = default;
+  //! Not assignable: replacing a transport must drain its streams first (destroy it, then make one).
+  IpcTransport& operator=(IpcTransport&&) = delete;
   ~IpcTransport() {
     if (stream_.get()) (void)cudaStreamSynchronize(stream_.get());
     for (auto& s : copy_streams_)
@@ -419,7 +464,11 @@ class IpcTransport {
 
   //! Rank 0: offers `metas.size()` tensors from `items` (device memory of this process, in the
   //! declared order) to every consumer, and returns once every consumer has pulled them. The
-  //! bytes must stay unchanged until then. Same errors as packed_broadcast_producer.
+  //! bytes must stay unchanged until then. Every wait is bounded by opt.timeout, consumers'
+  //! load_weights included. Same errors as packed_broadcast_producer: a wrong item is a
+  //! config_error here and a remote_error on every consumer, and the transport stays usable; a
+  //! consumer's failure is a remote_error (protocol_error for a mismatch) naming its rank; any other
+  //! failure aborts the transport so that no peer waits for us.
   template <TensorIterator R>
   TransferStats send(std::span<const TensorMeta> metas, R&& items, const TransferOptions& opt) {
     using namespace detail;
@@ -427,6 +476,8 @@ class IpcTransport {
     if (rank() != 0) throw config_error("root", cat("the producer must be rank 0, this is rank ", rank()));
     ready();
     CurrentDeviceGuard g(device_);
+    ctrl_.set_timeout(opt.timeout);
+    AbortOnThrow abort_on_throw(ctrl_, "ipc producer failed");
     IpcPlan plan;
     region_base_.clear();
     found_hint_ = 0;
@@ -438,7 +489,7 @@ class IpcTransport {
     plan.digest = metadata_digest(metas);
     plan.num_tensors = metas.size();
     std::vector<const std::byte*> src(metas.size(), nullptr);
-    std::exception_ptr failure;
+    std::exception_ptr failure;  // the items were wrong: said in the plan, rethrown at the end
     try {
       std::size_t i = 0;
       for (auto&& item : items) {
@@ -457,9 +508,9 @@ class IpcTransport {
       if (i != metas.size())
         throw config_error("items", cat("the iterator ended after ", i, " tensors; ", metas.size(),
                                         " were declared"));
-    } catch (const config_error& e) {
-      plan.error = e.what();
+    } catch (...) {
       failure = std::current_exception();
+      plan.error = what_of(failure).substr(0, 4000);  // the consumers' decoder takes 64 KiB at most
     }
     // The producer's earlier work on the weights must be complete before a consumer reads them.
     if (opt.source_stream)
@@ -524,7 +575,7 @@ class IpcTransport {
       it = named ? std::next(it) : exported_.erase(it);
     }
 
-    guarded([&] { bcast_blob_root(plan.encode(), opt); });
+    bcast_blob_root(plan.encode(), opt);
     if (!failure) {
       for (std::size_t c = 0; c < chunks.size(); ++c) {
         if (c >= K) gather_acks(opt);  // slot c % K is free again
@@ -538,17 +589,16 @@ class IpcTransport {
         }
         for (const auto& p : pieces)
           detail::check(cudaMemcpyAsync(p.dst, p.src, p.bytes, cudaMemcpyDefault, stream_.get()),
-                "cudaMemcpyAsync(stage)");
+                        "cudaMemcpyAsync(stage)");
         await_stream(stream_.get(), opt, "ipc staging");
-        guarded([&] {
-          std::uint64_t notice = c;
-          ctrl_.broadcast(&notice, sizeof notice, 0);
-        });
+        std::uint64_t notice = c;
+        ctrl_.broadcast(&notice, sizeof notice, 0);
       }
       for (std::size_t c = chunks.size() >= K ? chunks.size() - K : 0; c < chunks.size(); ++c)
         gather_acks(opt);
     }
     const auto statuses = gather_status(IpcStatus::ok, "", opt);
+    abort_on_throw.disarm();  // in step with every consumer: what follows leaves the channel usable
     if (failure) std::rethrow_exception(failure);
     raise_first(statuses);
     TransferStats st;
@@ -561,9 +611,12 @@ class IpcTransport {
   }
 
   //! Rank >= 1: pulls the tensors of the producer's plan. Tensors with opt.destination are copied
-  //! there; the others are handed to `load` as views into the producer's memory (valid during the
-  //! call; whatever `load` enqueues on the stream it gets must complete before this returns,
-  //! which it waits for). Same errors as packed_broadcast_consumer.
+  //! there; the others are handed to `load` as views into the producer's memory (a zero-size
+  //! tensor's view has a null data pointer; views are valid during the call; whatever `load`
+  //! enqueues on the stream it gets must complete before this returns, which it waits for). Every
+  //! wait is bounded by opt.timeout. If `load` throws, the consumer keeps the hand-offs in step
+  //! without loading more, waits for what it enqueued, reports the failure to the producer and
+  //! rethrows it. Same errors as packed_broadcast_consumer.
   TransferStats receive(std::span<const TensorMeta> metas, const TransferOptions& opt,
                         const std::function<void(std::span<const TensorView>, cudaStream_t)>& load) {
     using namespace detail;
@@ -571,30 +624,25 @@ class IpcTransport {
     if (rank() == 0) throw config_error("root", "the consumer must not run on rank 0 (the producer)");
     ready();
     CurrentDeviceGuard g(device_);
+    ctrl_.set_timeout(opt.timeout);
+    AbortOnThrow abort_on_throw(ctrl_, "ipc consumer failed");
     using Clock = std::chrono::steady_clock;
     auto us = [](Clock::time_point a, Clock::time_point b) {
       return std::chrono::duration<double, std::micro>(b - a).count();
     };
     const auto t0 = Clock::now();
-    std::string blob;
-    guarded([&] { blob = bcast_blob_peer(opt); });
+    // An unreadable plan leaves us unable to follow the hand-offs: the guard aborts the transport.
+    IpcPlan plan = IpcPlan::decode(bcast_blob_peer(opt));
     const auto t1 = Clock::now();
-    IpcPlan plan;
     IpcStatus status = IpcStatus::ok;
     std::string why;
     std::exception_ptr local_failure;
-    auto fail = [&](IpcStatus s, std::string w) {
+    auto fail = [&](IpcStatus s) {
       if (status != IpcStatus::ok) return;
       status = s;
-      why = std::move(w);
+      local_failure = std::current_exception();
+      why = what_of(local_failure);
     };
-    try {
-      plan = IpcPlan::decode(blob);
-    } catch (const error& e) {
-      // Unreadable plan: we cannot follow the hand-offs; the transport is unusable.
-      ctrl_.abort(e.what());
-      throw;
-    }
     std::vector<std::byte*> base(plan.regions.size(), nullptr);
     try {
       if (!plan.error.empty()) throw remote_error(0, plan.error);
@@ -610,12 +658,12 @@ class IpcTransport {
         throw protocol_error(0, cat("ipc handshake: ", plan.total_bytes, " bytes offered, ", total, " expected"));
       map_regions(plan, base);
       validate_places(plan, metas);
-    } catch (const remote_error& e) {
-      fail(IpcStatus::failed, e.what());
-      local_failure = std::current_exception();
-    } catch (const error& e) {
-      fail(IpcStatus::protocol, e.what());
-      local_failure = std::current_exception();
+    } catch (const remote_error&) {
+      fail(IpcStatus::failed);
+    } catch (const protocol_error&) {
+      fail(IpcStatus::protocol);
+    } catch (...) {
+      fail(IpcStatus::failed);
     }
 
     // Pull what sits in the producer's own memory.
@@ -625,61 +673,50 @@ class IpcTransport {
         pull_begin_.record(stream_.get());
         pull(metas, plan, base, opt, load, IpcWhere::region, 0);
         pull_end_.record(stream_.get());
-      } catch (const std::exception& e) {
-        fail(IpcStatus::failed, e.what());
-        local_failure = std::current_exception();
+      } catch (...) {
+        fail(IpcStatus::failed);
       }
     }
-    // Then the staged chunks, slot by slot, mirroring the producer's hand-offs.
+    // Then the staged chunks, slot by slot, mirroring the producer's hand-offs. A slot is handed
+    // back only once nothing reads it any more: its pulls done, or (after a failure) everything
+    // this side enqueued drained.
     const auto K = static_cast<std::size_t>(std::max<std::uint32_t>(plan.num_slots, 1));
     auto ack = [&](std::size_t c) {
-      if (status == IpcStatus::ok) {
-        try {
-          await_event(slot_done_[c % K], opt, "ipc slot pull");
-        } catch (const error& e) {
-          fail(IpcStatus::failed, e.what());
-          local_failure = std::current_exception();
-        }
+      if (status == IpcStatus::ok)
+        await_event(slot_done_[c % K], opt, "ipc slot pull");
+      else
+        drain(opt);
+      for (int r = 1; r < size(); ++r) {
+        std::uint8_t a = 0;
+        ctrl_.broadcast(&a, 1, r);
       }
-      guarded([&] {
-        for (int r = 1; r < size(); ++r) {
-          std::uint8_t a = 0;
-          ctrl_.broadcast(&a, 1, r);
-        }
-      });
     };
     if (plan.error.empty() && plan.num_chunks > 0) {
       for (std::size_t c = 0; c < plan.num_chunks; ++c) {
         if (c >= K) ack(c - K);
         std::uint64_t notice = 0;
-        guarded([&] { ctrl_.broadcast(&notice, sizeof notice, 0); });
-        if (notice != c) {
-          ctrl_.abort("ipc hand-off out of order");
+        ctrl_.broadcast(&notice, sizeof notice, 0);
+        if (notice != c)
           throw protocol_error(0, cat("ipc hand-off: chunk ", notice, " announced where ", c, " was due"));
-        }
         if (status != IpcStatus::ok) continue;
         try {
           pull(metas, plan, base, opt, load, IpcWhere::staged, c);
           slot_done_[c % K].record(stream_.get());
-        } catch (const std::exception& e) {
-          fail(IpcStatus::failed, e.what());
-          local_failure = std::current_exception();
+        } catch (...) {
+          fail(IpcStatus::failed);
         }
       }
       for (std::size_t c = plan.num_chunks >= K ? plan.num_chunks - K : 0; c < plan.num_chunks; ++c) ack(c);
     }
     const auto t3 = Clock::now();
-    if (status == IpcStatus::ok) {
-      try {
-        finish_pulls(opt);
-      } catch (const error& e) {
-        fail(IpcStatus::failed, e.what());
-        local_failure = std::current_exception();
-      }
-    }
+    if (status == IpcStatus::ok)
+      finish_pulls(opt);
+    else
+      drain(opt);  // nothing of ours may still run when the caller gets the error
     const auto t4 = Clock::now();
-    const auto statuses = gather_status(status, why, opt);
+    gather_status(status, why, opt);
     const auto t5 = Clock::now();
+    abort_on_throw.disarm();  // in step with the producer: what follows leaves the channel usable
     stats_.plan_us = us(t0, t1);
     stats_.prepare_us = us(t1, t2);
     stats_.enqueue_us = us(t2, t3);
@@ -689,8 +726,9 @@ class IpcTransport {
         status == IpcStatus::ok ? TimedEvent::elapsed(pull_begin_, pull_end_).count() : 0.0;
     // Mappings the plan no longer names: the producer freed or replaced that memory.
     if (plan.error.empty()) prune_mappings(plan);
+    // Only the producer's failure (in the plan) and our own are ours to throw; another consumer's
+    // failure is the producer's business.
     if (local_failure) std::rethrow_exception(local_failure);
-    raise_first(statuses);
     TransferStats st;
     st.tensors = metas.size();
     st.chunks = plan.num_chunks;
@@ -849,9 +887,9 @@ class IpcTransport {
     }
   }
 
-  void map_regions(const detail::IpcPlan& plan, std::vector<std::byte*>& base) {
+  void map_regions(detail::IpcPlan& plan, std::vector<std::byte*>& base) {
     for (std::size_t r = 0; r < plan.regions.size(); ++r) {
-      const auto& reg = plan.regions[r];
+      auto& reg = plan.regions[r];
       const auto key = std::make_pair(plan.pid, reg.buffer_id);
       auto it = mappings_.find(key);
       if (it == mappings_.end() || it->second.handle != reg.handle) {
@@ -861,11 +899,15 @@ class IpcTransport {
         }
         Mapped m;
         m.handle = reg.handle;
-        m.size = reg.size;
         m.map = detail::IpcMapping(reg.handle.data(), device_);
         stats_.opened++;
+        // What the driver mapped bounds every read: a plan may not claim more.
+        m.size = detail::mapped_size(m.map.data()).value_or(reg.size);
         it = mappings_.emplace(key, std::move(m)).first;
       }
+      // No read may go past what was mapped, whatever the plan claims (validate_places checks
+      // every tensor against this bound).
+      reg.size = std::min<std::uint64_t>(reg.size, it->second.size);
       base[r] = it->second.map.data();
     }
     stats_.mapped = mappings_.size();
@@ -899,12 +941,13 @@ class IpcTransport {
       bool ok = true;
       if (pl.where == IpcWhere::empty)
         ok = nb == 0;
-      else if (pl.where == IpcWhere::region)
-        ok = pl.index < plan.regions.size() && pl.offset + nb <= plan.regions[pl.index].size;
+      else if (pl.where == IpcWhere::region)  // written so that nothing can wrap around
+        ok = pl.index < plan.regions.size() && pl.offset <= plan.regions[pl.index].size &&
+             nb <= plan.regions[pl.index].size - pl.offset;
       else if (pl.where == IpcWhere::staged) {
-        ok = plan.slot_region < plan.regions.size() && pl.index < plan.num_chunks &&
-             pl.offset + nb <= plan.slot_stride &&
-             plan.slot_stride * plan.num_slots <= plan.regions[plan.slot_region].size;
+        ok = plan.slot_region < plan.regions.size() && pl.index < plan.num_chunks && plan.num_slots >= 1 &&
+             plan.slot_stride <= plan.regions[plan.slot_region].size / plan.num_slots &&
+             pl.offset <= plan.slot_stride && nb <= plan.slot_stride - pl.offset;
         ++staged;
       } else
         ok = false;
@@ -925,6 +968,12 @@ class IpcTransport {
     std::vector<TensorView> views;
     for (std::size_t i = 0; i < metas.size(); ++i) {
       const auto& pl = plan.places[i];
+      if (pl.where == IpcWhere::empty && where == IpcWhere::region) {
+        // Zero-size tensors: nothing to copy; without a destination the loader still sees them.
+        if (!(opt.destination && opt.destination(metas[i])))
+          views.push_back(TensorView{&metas[i], nullptr, 0});
+        continue;
+      }
       if (pl.where != where || (where == IpcWhere::staged && pl.index != chunk)) continue;
       const std::size_t nb = metas[i].nbytes();
       const std::byte* from =
@@ -972,6 +1021,18 @@ class IpcTransport {
       detail::check(cudaStreamWaitEvent(stream_.get(), copy_done_[k].get(), 0), "cudaStreamWaitEvent");
     }
     if (!views.empty()) load(std::span<const TensorView>(views), stream_.get());
+  }
+
+  //! Waits (bounded) for everything this side enqueued: the copy streams and the main stream, where
+  //! load_weights enqueued its work. Used after a failure, before anything is reported.
+  void drain(const TransferOptions& opt) {
+    CudaEvent e(device_);
+    for (auto& cs : copy_streams_) {
+      e.record(cs.get());
+      await_event(e, opt, "ipc drain");
+    }
+    e.record(stream_.get());
+    await_event(e, opt, "ipc drain");
   }
 
   void finish_pulls(const TransferOptions& opt) {
