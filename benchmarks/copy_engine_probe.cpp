@@ -39,13 +39,16 @@ void fill_random(std::byte* dst, std::size_t bytes) {
       z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
       w = z ^ (z >> 31);
     }
-    check(cudaMemcpy(dst + off, h.data(), std::min(h.size() * 8, bytes - off), cudaMemcpyHostToDevice), "fill");
+    check(cudaMemcpy(dst + off, h.data(), std::min(h.size() * 8, bytes - off),
+                     cudaMemcpyHostToDevice),
+          "fill");
   }
 }
 
 // Median ms of 5 timed pulls (after one warm-up) of `bytes` from `src` into `dst` on `dev`, in
 // 1 GiB pieces over 2 streams; checks the first byte of every 1 GiB piece against `expect`.
-double timed_pull(int dev, std::byte* dst, const std::byte* src, std::size_t bytes, int expect, int& bad) {
+double timed_pull(int dev, std::byte* dst, const std::byte* src, std::size_t bytes, int expect,
+                  int& bad) {
   ws::detail::CurrentDeviceGuard g(dev);
   ws::CudaStream s0(dev), s1(dev);
   ws::CudaEvent d1(dev);
@@ -58,8 +61,8 @@ double timed_pull(int dev, std::byte* dst, const std::byte* src, std::size_t byt
     check(cudaStreamWaitEvent(s1.get(), t0.get(), 0), "wait");
     int k = 0;
     for (std::size_t off = 0; off < bytes; off += piece, k ^= 1)
-      check(cudaMemcpyAsync(dst + off, src + off, std::min(piece, bytes - off), cudaMemcpyDeviceToDevice,
-                            k ? s1.get() : s0.get()),
+      check(cudaMemcpyAsync(dst + off, src + off, std::min(piece, bytes - off),
+                            cudaMemcpyDeviceToDevice, k ? s1.get() : s0.get()),
             "cudaMemcpyAsync");
     d1.record(s1.get());
     check(cudaStreamWaitEvent(s0.get(), d1.get(), 0), "wait");
@@ -92,7 +95,8 @@ int ipc_probe(std::size_t total) {
       if (which == 1) {
         fill_random(static_cast<std::byte*>(p), sz);
         for (std::size_t off = 0; off < sz; off += std::size_t{1} << 30)
-          check(cudaMemset(static_cast<std::byte*>(p) + off, 0x77, 1), "mark");  // what the check reads
+          check(cudaMemset(static_cast<std::byte*>(p) + off, 0x77, 1),
+                "mark");  // what the check reads
       }
       cudaIpcMemHandle_t h;
       check(cudaIpcGetMemHandle(&h, p), "cudaIpcGetMemHandle");
@@ -106,7 +110,9 @@ int ipc_probe(std::size_t total) {
   cudaIpcMemHandle_t h[2];
   for (auto& x : h)
     if (::read(to_parent[0], &x, sizeof x) != sizeof x) return 1;
-  std::printf("# copy_engine_probe ipc: another process exports GPU 0 memory; 1 GiB pieces, 2 streams, median of 5\n");
+  std::printf(
+      "# copy_engine_probe ipc: another process exports GPU 0 memory; 1 GiB pieces, 2 streams, "
+      "median of 5\n");
   std::printf("# %-44s %8s %10s %8s\n", "case", "GiB", "time(ms)", "GB/s");
   auto row = [](const char* what, std::size_t sz, double ms, int bad) {
     std::printf("  %-44s %8zu %10.2f %8.1f%s\n", what, sz >> 30, ms, double(sz) / (ms * 1e-3) / 1e9,
@@ -122,14 +128,17 @@ int ipc_probe(std::size_t total) {
         ws::detail::CurrentDeviceGuard g(dev);
         if (explicit_peer) {
           const auto e = cudaDeviceEnablePeerAccess(0, 0);
-          if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) check(e, "cudaDeviceEnablePeerAccess");
+          if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled)
+            check(e, "cudaDeviceEnablePeerAccess");
           (void)cudaGetLastError();
         }
         void* src = nullptr;
-        check(cudaIpcOpenMemHandle(&src, h[i], cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle");
+        check(cudaIpcOpenMemHandle(&src, h[i], cudaIpcMemLazyEnablePeerAccess),
+              "cudaIpcOpenMemHandle");
         int bad = 0;
         const double ms = timed_pull(dev, dst.data(), static_cast<std::byte*>(src), sz, 0x77, bad);
-        std::string what = dev == 1 ? (explicit_peer ? "ipc pull GPU0->GPU1, peer enabled" : "ipc pull GPU0->GPU1, lazy peer")
+        std::string what = dev == 1 ? (explicit_peer ? "ipc pull GPU0->GPU1, peer enabled"
+                                                     : "ipc pull GPU0->GPU1, lazy peer")
                                     : "ipc copy on GPU0 (colocated)";
         what += i ? ", random" : ", constant";
         row(what.c_str(), sz, ms, bad);
@@ -150,13 +159,16 @@ int ipc_probe(std::size_t total) {
       if (dev == 1) {
         ws::detail::CurrentDeviceGuard g(1);
         const auto e = cudaDeviceEnablePeerAccess(0, 0);
-        if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) check(e, "cudaDeviceEnablePeerAccess");
+        if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled)
+          check(e, "cudaDeviceEnablePeerAccess");
         (void)cudaGetLastError();
       }
       int bad = 0;
       const double ms = timed_pull(dev, dst.data(), own.data(), sz, 0x77, bad);
-      row(dev == 1 ? (i ? "own-process pull GPU0->GPU1, random" : "own-process pull GPU0->GPU1, constant")
-                   : (i ? "own-process copy on GPU0, random" : "own-process copy on GPU0, constant"),
+      row(dev == 1
+              ? (i ? "own-process pull GPU0->GPU1, random"
+                   : "own-process pull GPU0->GPU1, constant")
+              : (i ? "own-process copy on GPU0, random" : "own-process copy on GPU0, constant"),
           sz, ms, bad);
     }
   }
@@ -182,7 +194,8 @@ int main(int argc, char** argv) try {
   for (int d : {0, 1}) {
     ws::detail::CurrentDeviceGuard g(d);
     const cudaError_t e = cudaDeviceEnablePeerAccess(1 - d, 0);
-    if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) check(e, "cudaDeviceEnablePeerAccess");
+    if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled)
+      check(e, "cudaDeviceEnablePeerAccess");
     (void)cudaGetLastError();
   }
   ws::DeviceBuffer src(total, 0), dst(total, 1);
@@ -194,14 +207,17 @@ int main(int argc, char** argv) try {
       check(cudaMemset(src.data() + off, static_cast<int>((off >> 20) & 0xFF), 64), "cudaMemset");
     check(cudaDeviceSynchronize(), "sync");
   }
-  std::printf("# copy_engine_probe: %zu GiB per run, GPU 0 -> GPU 1, median of 5 (GB/s = 1e9 B/s)\n",
-              total >> 30);
-  std::printf("# %-5s %7s %7s %8s %10s %8s\n", "dir", "streams", "piece", "source", "time(ms)", "GB/s");
+  std::printf(
+      "# copy_engine_probe: %zu GiB per run, GPU 0 -> GPU 1, median of 5 (GB/s = 1e9 B/s)\n",
+      total >> 30);
+  std::printf("# %-5s %7s %7s %8s %10s %8s\n", "dir", "streams", "piece", "source", "time(ms)",
+              "GB/s");
   for (const char* dir : {"pull", "push"}) {
     const int dev = std::string(dir) == "pull" ? 1 : 0;
     ws::detail::CurrentDeviceGuard g(dev);
     for (int ns : {1, 2, 4, 8})
-      for (std::size_t piece : {std::size_t{64} << 20, std::size_t{256} << 20, std::size_t{1} << 30})
+      for (std::size_t piece :
+           {std::size_t{64} << 20, std::size_t{256} << 20, std::size_t{1} << 30})
         for (bool sweep : {true, false}) {
           if (ns > 2 && piece == (std::size_t{1} << 30) && !sweep) continue;
           std::vector<ws::CudaStream> streams;
@@ -213,15 +229,17 @@ int main(int argc, char** argv) try {
           ws::TimedEvent t0(dev), t1(dev);
           std::vector<double> ms;
           for (int rep = 0; rep < 6; ++rep) {
-            check(cudaMemsetAsync(dst.data(), 0xCD, total, streams[0].get()), "poison");  // on dst's GPU only when pull
+            check(cudaMemsetAsync(dst.data(), 0xCD, total, streams[0].get()),
+                  "poison");  // on dst's GPU only when pull
             t0.record(streams[0].get());
-            for (int i = 1; i < ns; ++i) check(cudaStreamWaitEvent(streams[i].get(), t0.get(), 0), "wait");
+            for (int i = 1; i < ns; ++i)
+              check(cudaStreamWaitEvent(streams[i].get(), t0.get(), 0), "wait");
             int k = 0;
             for (std::size_t off = 0; off < total; off += piece, k = (k + 1) % ns) {
               const std::size_t len = std::min(piece, total - off);
               const std::size_t soff = sweep ? off : off % ring;
-              check(cudaMemcpyAsync(dst.data() + off, src.data() + soff, len, cudaMemcpyDeviceToDevice,
-                                    streams[k].get()),
+              check(cudaMemcpyAsync(dst.data() + off, src.data() + soff, len,
+                                    cudaMemcpyDeviceToDevice, streams[k].get()),
                     "cudaMemcpyAsync");
             }
             for (int i = 1; i < ns; ++i) {
@@ -242,8 +260,9 @@ int main(int argc, char** argv) try {
             const std::size_t soff = sweep ? off : off % ring;
             bad += h != static_cast<unsigned char>((soff >> 20) & 0xFF);
           }
-          std::printf("  %-5s %7d %6zuM %8s %10.2f %8.1f%s\n", dir, ns, piece >> 20, sweep ? "sweep" : "ring2G",
-                      med, double(total) / (med * 1e-3) / 1e9, bad ? "  WRONG" : "");
+          std::printf("  %-5s %7d %6zuM %8s %10.2f %8.1f%s\n", dir, ns, piece >> 20,
+                      sweep ? "sweep" : "ring2G", med, double(total) / (med * 1e-3) / 1e9,
+                      bad ? "  WRONG" : "");
           std::fflush(stdout);
         }
   }
@@ -255,7 +274,8 @@ int main(int argc, char** argv) try {
     std::vector<double> ms;
     for (int rep = 0; rep < 6; ++rep) {
       t0.record(s.get());
-      check(cudaMemcpyAsync(local.data(), dst.data(), total, cudaMemcpyDeviceToDevice, s.get()), "copy");
+      check(cudaMemcpyAsync(local.data(), dst.data(), total, cudaMemcpyDeviceToDevice, s.get()),
+            "copy");
       t1.record(s.get());
       t1.synchronize();
       if (rep > 0) ms.push_back(ws::TimedEvent::elapsed(t0, t1).count() / 1000.0);

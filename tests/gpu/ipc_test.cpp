@@ -45,7 +45,8 @@ void run_peers(const std::string& name, int gpus, std::chrono::seconds limit) {
   const auto results = ws_test::run_peers(name, 2, ws_test::free_port(), "", limit);
   for (std::size_t i = 0; i < results.size(); ++i) {
     INFO("rank " << i << " exit " << results[i].exit_code << (results[i].hung ? " (hung)" : "")
-                 << " after " << results[i].seconds << " s\n" << results[i].output);
+                 << " after " << results[i].seconds << " s\n"
+                 << results[i].output);
     CHECK(results[i].exit_code == 0);
   }
 }
@@ -75,7 +76,8 @@ Peer connect_peer(Kind kind, std::chrono::milliseconds timeout = 30s, IpcOptions
 
 enum class Mode { views, zero_copy };
 
-std::vector<SourceTensorRef> items_of(const std::vector<TensorMeta>& metas, const std::byte* const* p) {
+std::vector<SourceTensorRef> items_of(const std::vector<TensorMeta>& metas,
+                                      const std::byte* const* p) {
   std::vector<SourceTensorRef> items;
   for (std::size_t i = 0; i < metas.size(); ++i) items.push_back({&metas[i], p[i]});
   return items;
@@ -112,7 +114,8 @@ unsigned long long round_trip(Peer& p, const std::vector<TensorMeta>& metas,
 std::string stats_line(const Peer& p) {
   const auto& s = p.t.stats();
   return detail::cat("rank ", p.rank, ": exported ", s.exported, ", opened ", s.opened, ", closed ",
-                     s.closed, ", mapped ", s.mapped, ", regions ", s.regions, ", staged ", s.staged);
+                     s.closed, ", mapped ", s.mapped, ", regions ", s.regions, ", staged ",
+                     s.staged);
 }
 
 }  // namespace
@@ -120,7 +123,8 @@ std::string stats_line(const Peer& p) {
 TEST_CASE("ipc colocated round trips: exported and staged, K 1-3, views and zero-copy",
           "[gpu][ipc]") {
   if (!ws_test::role().is_peer()) {
-    run_peers("ipc colocated round trips: exported and staged, K 1-3, views and zero-copy", 1, 180s);
+    run_peers("ipc colocated round trips: exported and staged, K 1-3, views and zero-copy", 1,
+              180s);
     return;
   }
   Peer p = connect_peer(Kind::ipc);
@@ -155,7 +159,8 @@ TEST_CASE("ipc colocated round trips: exported and staged, K 1-3, views and zero
         opt.buffer_size_bytes = b;
         INFO("staged, K " << k << ", B " << b << ", mode " << int(mode));
         REQUIRE(round_trip(p, metas, model, opt, ++round, mode) == 0);
-        if (p.rank == 0) CHECK(p.t.stats().staged == metas.size() - 2);  // all but the two empty ones
+        if (p.rank == 0)
+          CHECK(p.t.stats().staged == metas.size() - 2);  // all but the two empty ones
       }
   say(stats_line(p));
   if (p.rank == 1) {
@@ -167,10 +172,13 @@ TEST_CASE("ipc colocated round trips: exported and staged, K 1-3, views and zero
   }
 }
 
-TEST_CASE("ipc: replaced producer memory is unmapped once and 100 syncs keep memory and handles flat",
-          "[gpu][ipc]") {
+TEST_CASE(
+    "ipc: replaced producer memory is unmapped once and 100 syncs keep memory and handles flat",
+    "[gpu][ipc]") {
   if (!ws_test::role().is_peer()) {
-    run_peers("ipc: replaced producer memory is unmapped once and 100 syncs keep memory and handles flat", 1, 240s);
+    run_peers(
+        "ipc: replaced producer memory is unmapped once and 100 syncs keep memory and handles flat",
+        1, 240s);
     return;
   }
   Peer p = connect_peer(Kind::ipc);
@@ -179,7 +187,8 @@ TEST_CASE("ipc: replaced producer memory is unmapped once and 100 syncs keep mem
   TransferOptions opt;
   {
     ws_test::DeviceModel first(metas, p.device);
-    REQUIRE(round_trip(p, metas, p.rank == 0 ? first : consumer_model, opt, 1, Mode::zero_copy) == 0);
+    REQUIRE(round_trip(p, metas, p.rank == 0 ? first : consumer_model, opt, 1, Mode::zero_copy) ==
+            0);
   }  // the producer frees its first copy of the weights
   ws_test::DeviceModel second(metas, p.device);
   const auto& model = p.rank == 0 ? second : consumer_model;
@@ -191,13 +200,14 @@ TEST_CASE("ipc: replaced producer memory is unmapped once and 100 syncs keep mem
   }
   std::size_t free_after_first = 0, total = 0;
   for (std::uint64_t round = 3; round < 103; ++round) {
-    REQUIRE(round_trip(p, metas, model, opt, round, round % 2 ? Mode::views : Mode::zero_copy) == 0);
+    REQUIRE(round_trip(p, metas, model, opt, round, round % 2 ? Mode::views : Mode::zero_copy) ==
+            0);
     if (round == 3) detail::check(cudaMemGetInfo(&free_after_first, &total), "cudaMemGetInfo");
   }
   std::size_t free_now = 0;
   detail::check(cudaMemGetInfo(&free_now, &total), "cudaMemGetInfo");
-  say(stats_line(p) + "; free device memory " + std::to_string(free_after_first) + " after round 3, " +
-      std::to_string(free_now) + " after round 102");
+  say(stats_line(p) + "; free device memory " + std::to_string(free_after_first) +
+      " after round 3, " + std::to_string(free_now) + " after round 102");
   // Both processes share the GPU, so this is device-wide: nothing may be lost over 100 syncs (it
   // may grow once the driver releases the producer's freed first allocation, unmapped in round 2).
   CHECK(free_now >= free_after_first);
@@ -224,8 +234,9 @@ TEST_CASE("ipc sources in cudaMallocAsync memory are staged or pulled, bit-exact
     model.fill(7, s);
     void* pool = nullptr;
     detail::check(cudaMallocAsync(&pool, model.arena_bytes(), s), "cudaMallocAsync");
-    detail::check(cudaMemcpyAsync(pool, model.arena(), model.arena_bytes(), cudaMemcpyDeviceToDevice, s),
-                  "cudaMemcpyAsync");
+    detail::check(
+        cudaMemcpyAsync(pool, model.arena(), model.arena_bytes(), cudaMemcpyDeviceToDevice, s),
+        "cudaMemcpyAsync");
     std::vector<const std::byte*> ptrs;
     for (std::size_t i = 0; i < metas.size(); ++i)
       ptrs.push_back(static_cast<std::byte*>(pool) + (model.data(i) - model.arena()));
@@ -249,7 +260,9 @@ TEST_CASE("ipc sources in cudaMallocAsync memory are staged or pulled, bit-exact
 TEST_CASE("ipc faults keep the transport usable: bad item, failing load_weights, wrong metadata",
           "[gpu][ipc]") {
   if (!ws_test::role().is_peer()) {
-    run_peers("ipc faults keep the transport usable: bad item, failing load_weights, wrong metadata", 1, 120s);
+    run_peers(
+        "ipc faults keep the transport usable: bad item, failing load_weights, wrong metadata", 1,
+        120s);
     return;
   }
   Peer p = connect_peer(Kind::ipc);
@@ -271,7 +284,8 @@ TEST_CASE("ipc faults keep the transport usable: bad item, failing load_weights,
       p.t.receive(metas, opt, nothing);
       FAIL("the consumer did not see the producer's failure");
     } catch (const remote_error& e) {
-      CHECK(std::string(e.what()).find("dtype float16 where bfloat16 was declared") != std::string::npos);
+      CHECK(std::string(e.what()).find("dtype float16 where bfloat16 was declared") !=
+            std::string::npos);
     }
   }
   REQUIRE(p.t.healthy());
@@ -300,14 +314,16 @@ TEST_CASE("ipc faults keep the transport usable: bad item, failing load_weights,
   REQUIRE(round_trip(p, metas, model, opt, 3, Mode::views) == 0);
 }
 
-TEST_CASE("ipc consumer killed mid-transfer: the producer fails within the deadline", "[gpu][ipc]") {
+TEST_CASE("ipc consumer killed mid-transfer: the producer fails within the deadline",
+          "[gpu][ipc]") {
   if (!ws_test::role().is_peer()) {
     if (device_count() < 1) WS_SKIP("needs a GPU");
-    const auto r = ws_test::run_peers("ipc consumer killed mid-transfer: the producer fails within the deadline",
-                                      2, ws_test::free_port(), "", 120s, 1, 8000ms);
+    const auto r = ws_test::run_peers(
+        "ipc consumer killed mid-transfer: the producer fails within the deadline", 2,
+        ws_test::free_port(), "", 120s, 1, 8000ms);
     INFO("rank 0 exit " << r[0].exit_code << " after " << r[0].seconds << " s\n" << r[0].output);
     CHECK((r[1].exit_code == -1 && !r[1].hung));  // SIGKILLed, as planned
-    CHECK(r[0].exit_code == 0);                    // the producer failed in time, as checked inside
+    CHECK(r[0].exit_code == 0);                   // the producer failed in time, as checked inside
     return;
   }
   Peer p = connect_peer(Kind::ipc, 10s);
@@ -318,7 +334,7 @@ TEST_CASE("ipc consumer killed mid-transfer: the producer fails within the deadl
   if (p.rank == 1) {
     p.t.options().kernel_below_bytes = 0;
     for (std::uint64_t round = 1;; ++round) round_trip(p, metas, model, opt, round, Mode::views);
-  }  // killed by the parent after 8 s
+  }                                      // killed by the parent after 8 s
   p.t.options().export_sources = false;  // staged: the producer also waits on hand-offs
   opt.buffer_size_bytes = 64 << 20;
   const auto end = ws_test::until_failure(
@@ -328,11 +344,13 @@ TEST_CASE("ipc consumer killed mid-transfer: the producer fails within the deadl
   CHECK(!p.t.healthy());
 }
 
-TEST_CASE("ipc producer killed mid-transfer: the consumer fails within the deadline", "[gpu][ipc]") {
+TEST_CASE("ipc producer killed mid-transfer: the consumer fails within the deadline",
+          "[gpu][ipc]") {
   if (!ws_test::role().is_peer()) {
     if (device_count() < 1) WS_SKIP("needs a GPU");
-    const auto r = ws_test::run_peers("ipc producer killed mid-transfer: the consumer fails within the deadline",
-                                      2, ws_test::free_port(), "", 120s, 0, 8000ms);
+    const auto r = ws_test::run_peers(
+        "ipc producer killed mid-transfer: the consumer fails within the deadline", 2,
+        ws_test::free_port(), "", 120s, 0, 8000ms);
     INFO("rank 1 exit " << r[1].exit_code << " after " << r[1].seconds << " s\n" << r[1].output);
     CHECK((r[0].exit_code == -1 && !r[0].hung));
     CHECK(r[1].exit_code == 0);
@@ -361,7 +379,8 @@ TEST_CASE("ipc producer killed mid-transfer: the consumer fails within the deadl
 TEST_CASE("p2p round trips GPU 0 -> GPU 1: dense8b full size and mixed, views and zero-copy",
           "[gpu][ipc][multi_gpu]") {
   if (!ws_test::role().is_peer()) {
-    run_peers("p2p round trips GPU 0 -> GPU 1: dense8b full size and mixed, views and zero-copy", 2, 240s);
+    run_peers("p2p round trips GPU 0 -> GPU 1: dense8b full size and mixed, views and zero-copy", 2,
+              240s);
     return;
   }
   Peer p = connect_peer(Kind::p2p);
@@ -424,13 +443,14 @@ TEST_CASE("ipc refuses peers on two GPUs, p2p and ipc refuse each other", "[gpu]
       what = e.what();
     }
     say("rank " + std::to_string(r.rank) + ": " + what);
-    CHECK(what.find(consumer_p2p ? "the producer uses the ipc backend, this consumer p2p" : "needs one GPU") !=
-          std::string::npos);
+    CHECK(what.find(consumer_p2p ? "the producer uses the ipc backend, this consumer p2p"
+                                 : "needs one GPU") != std::string::npos);
     CHECK(t.healthy());
   }
 }
 
-TEST_CASE("ipc and p2p engines: trainer and worker rounds through the registry", "[gpu][ipc][engine]") {
+TEST_CASE("ipc and p2p engines: trainer and worker rounds through the registry",
+          "[gpu][ipc][engine]") {
   if (!ws_test::role().is_peer()) {
     run_peers("ipc and p2p engines: trainer and worker rounds through the registry", 1, 120s);
     return;

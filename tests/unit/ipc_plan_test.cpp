@@ -81,7 +81,8 @@ TEST_CASE("ipc plan: encode and decode round trip", "[ipc]") {
   CHECK(q.places[2].where == IpcWhere::staged);
 }
 
-TEST_CASE("ipc plan: every truncation, trailing bytes, wrong magic or version is a protocol_error", "[ipc]") {
+TEST_CASE("ipc plan: every truncation, trailing bytes, wrong magic or version is a protocol_error",
+          "[ipc]") {
   const std::string wire = sample_plan().encode();
   for (std::size_t n = 0; n < wire.size(); ++n) {
     INFO("truncated to " << n << " of " << wire.size() << " bytes");
@@ -137,17 +138,18 @@ TEST_CASE("ipc copies: a piece continuing the previous one on both ends is merge
   std::vector<std::byte> a(1000), b(1000);
   std::vector<detail::CopyPiece> v;
   detail::add_piece(v, b.data(), a.data(), 100);
-  detail::add_piece(v, b.data() + 100, a.data() + 100, 50);   // continues both: merged
-  detail::add_piece(v, b.data() + 150, a.data() + 160, 10);   // source jumps: new piece
-  detail::add_piece(v, b.data() + 170, a.data() + 170, 10);   // destination jumps: new piece
-  detail::add_piece(v, b.data() + 180, a.data() + 180, 0);    // empty: ignored
+  detail::add_piece(v, b.data() + 100, a.data() + 100, 50);  // continues both: merged
+  detail::add_piece(v, b.data() + 150, a.data() + 160, 10);  // source jumps: new piece
+  detail::add_piece(v, b.data() + 170, a.data() + 170, 10);  // destination jumps: new piece
+  detail::add_piece(v, b.data() + 180, a.data() + 180, 0);   // empty: ignored
   REQUIRE(v.size() == 3);
   CHECK(v[0].bytes == 150);
   CHECK(v[1].bytes == 10);
   CHECK(v[2].src == a.data() + 170);
 }
 
-TEST_CASE("ipc names: GPU UUIDs print as nvidia-smi does and the registry has ipc and p2p", "[ipc]") {
+TEST_CASE("ipc names: GPU UUIDs print as nvidia-smi does and the registry has ipc and p2p",
+          "[ipc]") {
   std::array<char, 16> u{};
   for (int i = 0; i < 16; ++i) u[static_cast<std::size_t>(i)] = static_cast<char>(i * 17);
   CHECK(detail::Placement::uuid_string(u) == "GPU-00112233-4455-6677-8899-aabbccddeeff");

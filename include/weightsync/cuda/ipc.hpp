@@ -76,7 +76,8 @@ struct IpcOptions {
   //! Copy-engine streams on the consumer; large pulls are split over them so several engines work.
   int copy_streams = 2;
   //! Pulls are cut into pieces of at most this many bytes, spread over the copy streams. Larger
-  //! pieces cost less per byte (copy_engine_probe, 2x H200: 371 / 391 / 396 GB/s at 64M / 256M / 1G).
+  //! pieces cost less per byte (copy_engine_probe, 2x H200: 371 / 391 / 396 GB/s at 64M / 256M /
+  //! 1G).
   std::size_t piece_bytes = std::size_t{1} << 30;
   //! Pieces smaller than this go through one launch of the batched copy kernel instead of one
   //! copy-engine operation each (hundreds of small tensors); 0: copy engines only, no SM used.
@@ -87,16 +88,17 @@ struct IpcOptions {
 
 //! What an IPC transport did with handles (for leak checks).
 struct IpcStats {
-  std::uint64_t exported = 0;   //!< producer: allocations exported (once each)
-  std::uint64_t opened = 0;     //!< consumer: cudaIpcOpenMemHandle calls
-  std::uint64_t closed = 0;     //!< consumer: cudaIpcCloseMemHandle calls
-  std::size_t mapped = 0;       //!< consumer: mappings held now
-  std::size_t regions = 0;      //!< last transfer: allocations named by the plan
-  std::size_t staged = 0;       //!< last transfer: tensors that went through the slots
+  std::uint64_t exported = 0;  //!< producer: allocations exported (once each)
+  std::uint64_t opened = 0;    //!< consumer: cudaIpcOpenMemHandle calls
+  std::uint64_t closed = 0;    //!< consumer: cudaIpcCloseMemHandle calls
+  std::size_t mapped = 0;      //!< consumer: mappings held now
+  std::size_t regions = 0;     //!< last transfer: allocations named by the plan
+  std::size_t staged = 0;      //!< last transfer: tensors that went through the slots
   //! Consumer, last transfer, host microseconds: waiting for the plan, mapping and checking it,
   //! enqueueing the pulls, waiting for them, exchanging the final status; and the device time of
   //! the pulls from the producer's own memory (between events on the consumer's stream).
-  double plan_us = 0, prepare_us = 0, enqueue_us = 0, wait_us = 0, status_us = 0, pull_device_us = 0;
+  double plan_us = 0, prepare_us = 0, enqueue_us = 0, wait_us = 0, status_us = 0,
+         pull_device_us = 0;
 };
 
 namespace detail {
@@ -118,21 +120,22 @@ struct DriverApi {
       DriverApi a;
       cudaDriverEntryPointQueryResult q{};
       void* fn = nullptr;
-      if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault, &q) ==
-              cudaSuccess &&
+      if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault,
+                                           &q) == cudaSuccess &&
           q == cudaDriverEntryPointSuccess)
         a.get_address_range = reinterpret_cast<GetAddressRange>(fn);
       fn = nullptr;
-      if (cudaGetDriverEntryPointByVersion("cuPointerGetAttribute", &fn, 12000, cudaEnableDefault, &q) ==
-              cudaSuccess &&
+      if (cudaGetDriverEntryPointByVersion("cuPointerGetAttribute", &fn, 12000, cudaEnableDefault,
+                                           &q) == cudaSuccess &&
           q == cudaDriverEntryPointSuccess)
         a.pointer_get_attribute = reinterpret_cast<PointerGetAttribute>(fn);
       (void)cudaGetLastError();
       return a;
     }();
     if (!api.get_address_range || !api.pointer_get_attribute)
-      throw error("[weightsync.ipc] the CUDA driver does not provide cuMemGetAddressRange / "
-                  "cuPointerGetAttribute");
+      throw error(
+          "[weightsync.ipc] the CUDA driver does not provide cuMemGetAddressRange / "
+          "cuPointerGetAttribute");
     return api;
   }
 };
@@ -152,8 +155,8 @@ inline std::optional<Allocation> find_allocation(const void* p) {
   if (d.get_address_range(&base, &a.size, reinterpret_cast<CUdeviceptr>(p)) != CUDA_SUCCESS)
     return std::nullopt;
   unsigned long long id = 0;
-  if (d.pointer_get_attribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, reinterpret_cast<CUdeviceptr>(p)) !=
-      CUDA_SUCCESS)
+  if (d.pointer_get_attribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID,
+                              reinterpret_cast<CUdeviceptr>(p)) != CUDA_SUCCESS)
     return std::nullopt;
   a.base = reinterpret_cast<const std::byte*>(base);
   a.buffer_id = id;
@@ -302,9 +305,11 @@ struct IpcPlan {
   static IpcPlan decode(std::string_view data) {
     Reader r(data, 0, "ipc plan");
     IpcPlan p;
-    if (r.u32() != kIpcPlanMagic) throw protocol_error(0, "ipc plan: wrong magic (not an IPC producer?)");
+    if (r.u32() != kIpcPlanMagic)
+      throw protocol_error(0, "ipc plan: wrong magic (not an IPC producer?)");
     if (const auto v = r.u16(); v != kProtocolVersion)
-      throw protocol_error(0, cat("ipc plan: protocol version ", v, ", this side speaks ", kProtocolVersion));
+      throw protocol_error(
+          0, cat("ipc plan: protocol version ", v, ", this side speaks ", kProtocolVersion));
     p.same_gpu = r.u8();
     p.boot_id = r.str(256);
     p.host = r.str(256);
@@ -320,7 +325,8 @@ struct IpcPlan {
     // Each region takes at least 84 bytes on the wire, each placement 17: a count the message
     // cannot hold is refused before anything is allocated for it.
     if (nr > (1u << 20) || nr > r.remaining() / 84)
-      throw protocol_error(0, cat("ipc plan: ", nr, " regions announced in ", r.remaining(), " bytes"));
+      throw protocol_error(
+          0, cat("ipc plan: ", nr, " regions announced in ", r.remaining(), " bytes"));
     p.regions.resize(nr);
     for (auto& reg : p.regions) {
       reg.buffer_id = r.u64();
@@ -334,7 +340,8 @@ struct IpcPlan {
     p.num_chunks = r.u64();
     const auto np = r.u64();
     if (np > (1u << 26) || np > r.remaining() / 17)
-      throw protocol_error(0, cat("ipc plan: ", np, " placements announced in ", r.remaining(), " bytes"));
+      throw protocol_error(
+          0, cat("ipc plan: ", np, " placements announced in ", r.remaining(), " bytes"));
     p.places.resize(np);
     for (auto& pl : p.places) {
       pl.where = static_cast<IpcWhere>(r.u8());
@@ -381,7 +388,8 @@ class AbortOnThrow {
 inline std::optional<std::size_t> mapped_size(const void* p) {
   CUdeviceptr base = 0;
   std::size_t size = 0;
-  if (DriverApi::get().get_address_range(&base, &size, reinterpret_cast<CUdeviceptr>(p)) != CUDA_SUCCESS)
+  if (DriverApi::get().get_address_range(&base, &size, reinterpret_cast<CUdeviceptr>(p)) !=
+      CUDA_SUCCESS)
     return std::nullopt;
   return size - static_cast<std::size_t>(reinterpret_cast<CUdeviceptr>(p) - base);
 }
@@ -394,7 +402,8 @@ struct CopyPiece {
 };
 
 //! Appends a copy, merging it into the previous one when both ends continue it.
-inline void add_piece(std::vector<CopyPiece>& v, std::byte* dst, const std::byte* src, std::size_t n) {
+inline void add_piece(std::vector<CopyPiece>& v, std::byte* dst, const std::byte* src,
+                      std::size_t n) {
   if (n == 0) return;
   if (!v.empty()) {
     auto& b = v.back();
@@ -436,7 +445,8 @@ class IpcTransport {
     policy_.emplace(device_);
   }
   IpcTransport(IpcTransport&&) noexcept = default;
-  //! Not assignable: replacing a transport must drain its streams first (destroy it, then make one).
+  //! Not assignable: replacing a transport must drain its streams first (destroy it, then make
+  //! one).
   IpcTransport& operator=(IpcTransport&&) = delete;
   ~IpcTransport() {
     if (stream_.get()) (void)cudaStreamSynchronize(stream_.get());
@@ -467,13 +477,14 @@ class IpcTransport {
   //! bytes must stay unchanged until then. Every wait is bounded by opt.timeout, consumers'
   //! load_weights included. Same errors as packed_broadcast_producer: a wrong item is a
   //! config_error here and a remote_error on every consumer, and the transport stays usable; a
-  //! consumer's failure is a remote_error (protocol_error for a mismatch) naming its rank; any other
-  //! failure aborts the transport so that no peer waits for us.
+  //! consumer's failure is a remote_error (protocol_error for a mismatch) naming its rank; any
+  //! other failure aborts the transport so that no peer waits for us.
   template <TensorIterator R>
   TransferStats send(std::span<const TensorMeta> metas, R&& items, const TransferOptions& opt) {
     using namespace detail;
     opt.validate();
-    if (rank() != 0) throw config_error("root", cat("the producer must be rank 0, this is rank ", rank()));
+    if (rank() != 0)
+      throw config_error("root", cat("the producer must be rank 0, this is rank ", rank()));
     ready();
     CurrentDeviceGuard g(device_);
     ctrl_.set_timeout(opt.timeout);
@@ -497,7 +508,8 @@ class IpcTransport {
           throw config_error("items", cat("the iterator yields more than the ", metas.size(),
                                           " declared tensors"));
         const TensorMeta& got = item.meta();
-        if (!(got.name == metas[i].name && got.dtype == metas[i].dtype && got.shape == metas[i].shape))
+        if (!(got.name == metas[i].name && got.dtype == metas[i].dtype &&
+              got.shape == metas[i].shape))
           throw config_error("items", describe_item_mismatch(metas[i], got, i));
         src[i] = static_cast<const std::byte*>(item.data());
         if (src[i] == nullptr && metas[i].nbytes() > 0)
@@ -551,7 +563,8 @@ class IpcTransport {
       }
       std::map<std::uint64_t, std::size_t> none;
       const auto r = export_region(slots_.data(), slots_.size(), plan, none);
-      if (!r) throw error("[weightsync.ipc] the slot ring cannot be exported (cudaIpcGetMemHandle)");
+      if (!r)
+        throw error("[weightsync.ipc] the slot ring cannot be exported (cudaIpcGetMemHandle)");
       plan.slot_region = *r;
       plan.slot_stride = stride;
       plan.num_slots = static_cast<std::uint32_t>(K);
@@ -570,8 +583,9 @@ class IpcTransport {
     stats_.staged = staged_metas.size();
     // Handles of allocations this plan does not name (freed or replaced memory) are dropped.
     for (auto it = exported_.begin(); it != exported_.end();) {
-      const bool named = std::any_of(plan.regions.begin(), plan.regions.end(),
-                                     [&](const IpcPlan::Region& r) { return r.buffer_id == it->first; });
+      const bool named =
+          std::any_of(plan.regions.begin(), plan.regions.end(),
+                      [&](const IpcPlan::Region& r) { return r.buffer_id == it->first; });
       it = named ? std::next(it) : exported_.erase(it);
     }
 
@@ -617,11 +631,13 @@ class IpcTransport {
   //! wait is bounded by opt.timeout. If `load` throws, the consumer keeps the hand-offs in step
   //! without loading more, waits for what it enqueued, reports the failure to the producer and
   //! rethrows it. Same errors as packed_broadcast_consumer.
-  TransferStats receive(std::span<const TensorMeta> metas, const TransferOptions& opt,
-                        const std::function<void(std::span<const TensorView>, cudaStream_t)>& load) {
+  TransferStats receive(
+      std::span<const TensorMeta> metas, const TransferOptions& opt,
+      const std::function<void(std::span<const TensorView>, cudaStream_t)>& load) {
     using namespace detail;
     opt.validate();
-    if (rank() == 0) throw config_error("root", "the consumer must not run on rank 0 (the producer)");
+    if (rank() == 0)
+      throw config_error("root", "the consumer must not run on rank 0 (the producer)");
     ready();
     CurrentDeviceGuard g(device_);
     ctrl_.set_timeout(opt.timeout);
@@ -648,14 +664,15 @@ class IpcTransport {
       if (!plan.error.empty()) throw remote_error(0, plan.error);
       check_placement(plan);
       if (plan.digest != metadata_digest(metas) || plan.num_tensors != metas.size())
-        throw protocol_error(0, cat("ipc handshake: the producer's tensors (", plan.num_tensors,
-                                    ", digest ", plan.digest, ") differ from this consumer's (",
-                                    metas.size(), ", digest ", metadata_digest(metas),
-                                    "): names, dtypes or shapes do not match"));
+        throw protocol_error(
+            0, cat("ipc handshake: the producer's tensors (", plan.num_tensors, ", digest ",
+                   plan.digest, ") differ from this consumer's (", metas.size(), ", digest ",
+                   metadata_digest(metas), "): names, dtypes or shapes do not match"));
       std::size_t total = 0;
       for (const auto& m : metas) total += m.nbytes();
       if (total != plan.total_bytes)
-        throw protocol_error(0, cat("ipc handshake: ", plan.total_bytes, " bytes offered, ", total, " expected"));
+        throw protocol_error(
+            0, cat("ipc handshake: ", plan.total_bytes, " bytes offered, ", total, " expected"));
       map_regions(plan, base);
       validate_places(plan, metas);
     } catch (const remote_error&) {
@@ -697,7 +714,8 @@ class IpcTransport {
         std::uint64_t notice = 0;
         ctrl_.broadcast(&notice, sizeof notice, 0);
         if (notice != c)
-          throw protocol_error(0, cat("ipc hand-off: chunk ", notice, " announced where ", c, " was due"));
+          throw protocol_error(
+              0, cat("ipc hand-off: chunk ", notice, " announced where ", c, " was due"));
         if (status != IpcStatus::ok) continue;
         try {
           pull(metas, plan, base, opt, load, IpcWhere::staged, c);
@@ -706,7 +724,8 @@ class IpcTransport {
           fail(IpcStatus::failed);
         }
       }
-      for (std::size_t c = plan.num_chunks >= K ? plan.num_chunks - K : 0; c < plan.num_chunks; ++c) ack(c);
+      for (std::size_t c = plan.num_chunks >= K ? plan.num_chunks - K : 0; c < plan.num_chunks; ++c)
+        ack(c);
     }
     const auto t3 = Clock::now();
     if (status == IpcStatus::ok)
@@ -740,7 +759,8 @@ class IpcTransport {
  private:
   void ready() const {
     if (ctrl_.aborted())
-      throw state_error("ipc transport: aborted by an earlier error; create a new one (init again)");
+      throw state_error(
+          "ipc transport: aborted by an earlier error; create a new one (init again)");
   }
 
   //! Runs a control-plane step; on a transport failure aborts (so that peers fail fast too).
@@ -773,7 +793,8 @@ class IpcTransport {
     std::uint64_t n = 0;
     std::memcpy(&n, first.data(), 8);
     if (n > (std::uint64_t{1} << 30))
-      throw protocol_error(0, detail::cat("ipc plan of ", n, " bytes announced (not an IPC producer?)"));
+      throw protocol_error(
+          0, detail::cat("ipc plan of ", n, " bytes announced (not an IPC producer?)"));
     std::string s(static_cast<std::size_t>(n), '\0');
     std::memcpy(s.data(), first.data() + 8, std::min<std::size_t>(s.size(), kFirst - 8));
     if (s.size() > kFirst - 8) ctrl_.broadcast(s.data() + (kFirst - 8), s.size() - (kFirst - 8), 0);
@@ -846,10 +867,14 @@ class IpcTransport {
       stats_.exported++;
       if (a->size % (std::size_t{2} << 20) != 0)
         log(LogLevel::warning,
-            detail::cat("ipc: exporting an allocation of ", a->size, " bytes, not whole 2 MiB pages: the "
-                        "driver may map it with small pages, and copy engines then read it about a "
-                        "quarter slower (allocate weights in multiples of 2 MiB, as PyTorch does)"));
-      cached = exported_.emplace(a->buffer_id, std::string(reinterpret_cast<const char*>(&h), sizeof h)).first;
+            detail::cat(
+                "ipc: exporting an allocation of ", a->size,
+                " bytes, not whole 2 MiB pages: the "
+                "driver may map it with small pages, and copy engines then read it about a "
+                "quarter slower (allocate weights in multiples of 2 MiB, as PyTorch does)"));
+      cached =
+          exported_.emplace(a->buffer_id, std::string(reinterpret_cast<const char*>(&h), sizeof h))
+              .first;
     }
     const std::size_t idx = plan.regions.size();
     plan.regions.push_back({a->buffer_id, cached->second, a->size});
@@ -864,26 +889,30 @@ class IpcTransport {
     using namespace detail;
     const char* name = opt_.same_gpu ? "ipc" : "p2p";
     if (plan.same_gpu != (opt_.same_gpu ? 1 : 0))
-      throw protocol_error(0, cat("ipc handshake: the producer uses the ", plan.same_gpu ? "ipc" : "p2p",
-                                  " backend, this consumer ", name));
+      throw protocol_error(0, cat("ipc handshake: the producer uses the ",
+                                  plan.same_gpu ? "ipc" : "p2p", " backend, this consumer ", name));
     if (plan.boot_id != here_.boot_id || plan.host != here_.host)
-      throw protocol_error(0, cat(name, " handshake: the producer runs on another node (", plan.host,
-                                  ", boot ", plan.boot_id, "; here ", here_.host, ", boot ", here_.boot_id,
-                                  "): CUDA IPC needs one node; use the nccl backend"));
+      throw protocol_error(
+          0, cat(name, " handshake: the producer runs on another node (", plan.host, ", boot ",
+                 plan.boot_id, "; here ", here_.host, ", boot ", here_.boot_id,
+                 "): CUDA IPC needs one node; use the nccl backend"));
     if (opt_.same_gpu && plan.uuid != here_.uuid)
-      throw protocol_error(0, cat("ipc handshake: the producer is on ", Placement::uuid_string(plan.uuid),
-                                  ", this consumer on ", Placement::uuid_string(here_.uuid),
-                                  ": the ipc backend needs one GPU; use p2p (or nccl) across GPUs"));
+      throw protocol_error(
+          0, cat("ipc handshake: the producer is on ", Placement::uuid_string(plan.uuid),
+                 ", this consumer on ", Placement::uuid_string(here_.uuid),
+                 ": the ipc backend needs one GPU; use p2p (or nccl) across GPUs"));
     if (!opt_.same_gpu && plan.uuid != here_.uuid) {
       const int d = device_with_uuid(plan.uuid);
       if (d < 0)
-        throw protocol_error(0, cat("p2p handshake: the producer's GPU ", Placement::uuid_string(plan.uuid),
-                                    " is not visible to this process (CUDA_VISIBLE_DEVICES?)"));
+        throw protocol_error(
+            0, cat("p2p handshake: the producer's GPU ", Placement::uuid_string(plan.uuid),
+                   " is not visible to this process (CUDA_VISIBLE_DEVICES?)"));
       int can = 0;
       detail::check(cudaDeviceCanAccessPeer(&can, device_, d), "cudaDeviceCanAccessPeer");
       if (!can)
-        throw protocol_error(0, cat("p2p handshake: GPU ", device_, " cannot access the producer's GPU ", d,
-                                    " (no peer access); use the nccl backend"));
+        throw protocol_error(
+            0, cat("p2p handshake: GPU ", device_, " cannot access the producer's GPU ", d,
+                   " (no peer access); use the nccl backend"));
     }
   }
 
@@ -932,7 +961,8 @@ class IpcTransport {
     using namespace detail;
     std::size_t staged = 0;
     if (plan.places.size() != metas.size())
-      throw protocol_error(0, cat("ipc plan: ", plan.places.size(), " placements for ", metas.size(), " tensors"));
+      throw protocol_error(
+          0, cat("ipc plan: ", plan.places.size(), " placements for ", metas.size(), " tensors"));
     if (plan.num_chunks > 0 && (plan.num_slots < 1 || plan.num_slots > kMaxPackedNumBuffers))
       throw protocol_error(0, cat("ipc plan: ", plan.num_slots, " slots"));
     for (std::size_t i = 0; i < metas.size(); ++i) {
@@ -945,14 +975,16 @@ class IpcTransport {
         ok = pl.index < plan.regions.size() && pl.offset <= plan.regions[pl.index].size &&
              nb <= plan.regions[pl.index].size - pl.offset;
       else if (pl.where == IpcWhere::staged) {
-        ok = plan.slot_region < plan.regions.size() && pl.index < plan.num_chunks && plan.num_slots >= 1 &&
+        ok = plan.slot_region < plan.regions.size() && pl.index < plan.num_chunks &&
+             plan.num_slots >= 1 &&
              plan.slot_stride <= plan.regions[plan.slot_region].size / plan.num_slots &&
              pl.offset <= plan.slot_stride && nb <= plan.slot_stride - pl.offset;
         ++staged;
       } else
         ok = false;
       if (!ok)
-        throw protocol_error(0, cat("ipc plan: tensor ", i, " ('", metas[i].name, "') is placed outside the "
+        throw protocol_error(0, cat("ipc plan: tensor ", i, " ('", metas[i].name,
+                                    "') is placed outside the "
                                     "producer's memory"));
     }
     stats_.staged = staged;
@@ -1004,21 +1036,25 @@ class IpcTransport {
       for (std::size_t off = 0; off < p.bytes; off += opt_.piece_bytes) {
         const std::size_t n = std::min(opt_.piece_bytes, p.bytes - off);
         auto& s = copy_streams_[next];
-        if (!used[next]) detail::check(cudaStreamWaitEvent(s.get(), start_.get(), 0), "cudaStreamWaitEvent");
+        if (!used[next])
+          detail::check(cudaStreamWaitEvent(s.get(), start_.get(), 0), "cudaStreamWaitEvent");
         used[next] = 1;
-        detail::check(cudaMemcpyAsync(p.dst + off, p.src + off, n, cudaMemcpyDeviceToDevice, s.get()),
-              "cudaMemcpyAsync(pull)");
+        detail::check(
+            cudaMemcpyAsync(p.dst + off, p.src + off, n, cudaMemcpyDeviceToDevice, s.get()),
+            "cudaMemcpyAsync(pull)");
         next = (next + 1) % copy_streams_.size();
       }
     }
     if (kd.size() == 1)
-      detail::check(cudaMemcpyAsync(kd[0], ks[0], kn[0], cudaMemcpyDeviceToDevice, stream_.get()), "cudaMemcpyAsync(pull)");
+      detail::check(cudaMemcpyAsync(kd[0], ks[0], kn[0], cudaMemcpyDeviceToDevice, stream_.get()),
+                    "cudaMemcpyAsync(pull)");
     else if (!kd.empty())
       policy_->copy_batch(kd.data(), ks.data(), kn.data(), kd.size(), stream_.get());
     for (std::size_t k = 0; k < copy_streams_.size(); ++k) {
       if (!used[k]) continue;
       copy_done_[k].record(copy_streams_[k].get());
-      detail::check(cudaStreamWaitEvent(stream_.get(), copy_done_[k].get(), 0), "cudaStreamWaitEvent");
+      detail::check(cudaStreamWaitEvent(stream_.get(), copy_done_[k].get(), 0),
+                    "cudaStreamWaitEvent");
     }
     if (!views.empty()) load(std::span<const TensorView>(views), stream_.get());
   }
@@ -1092,8 +1128,8 @@ class IpcTransport {
   IpcStats stats_;
   // producer
   std::map<std::uint64_t, std::string> exported_;  // buffer id -> handle
-  std::vector<const std::byte*> region_base_;  // per plan region: its base in this process
-  std::size_t found_hint_ = 0;                 // the region the last tensor was found in
+  std::vector<const std::byte*> region_base_;      // per plan region: its base in this process
+  std::size_t found_hint_ = 0;                     // the region the last tensor was found in
   DeviceBuffer slots_;
   // consumer: (producer pid, buffer id) -> mapping. Declared last: closed before the streams go.
   std::map<std::pair<std::int32_t, std::uint64_t>, Mapped> mappings_;
