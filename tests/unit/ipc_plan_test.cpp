@@ -160,4 +160,40 @@ TEST_CASE("ipc names: GPU UUIDs print as nvidia-smi does and the registry has ip
   CHECK(BackendRegistry::global().make("p2p")->name() == "p2p");
   CHECK(!BackendRegistry::global().make("p2p")->initialized());
 }
+TEST_CASE("ipc handshake: placement refusals name what differs", "[ipc]") {
+  detail::Placement here;
+  here.boot_id = "boot-a";
+  here.host = "node-1";
+  here.uuid.fill('\x11');
+  IpcPlan plan = sample_plan();
+  plan.boot_id = here.boot_id;
+  plan.host = here.host;
+  plan.uuid = here.uuid;
+  auto refused = [&](const IpcPlan& p, bool same_gpu, const std::string& part) {
+    try {
+      detail::check_placement(p, here, same_gpu, 0);
+      FAIL("accepted; expected a refusal containing '" << part << "'");
+    } catch (const protocol_error& e) {
+      INFO(e.what());
+      CHECK(std::string(e.what()).find(part) != std::string::npos);
+    }
+  };
+  plan.same_gpu = 1;
+  CHECK_NOTHROW(detail::check_placement(plan, here, true, 0));  // colocated: accepted
+  refused(plan, false, "the producer uses the ipc backend, this consumer p2p");
+  plan.same_gpu = 0;
+  refused(plan, true, "the producer uses the p2p backend, this consumer ipc");
+  CHECK_NOTHROW(detail::check_placement(plan, here, false, 0));  // p2p on one GPU: accepted
+  IpcPlan other = plan;
+  other.boot_id = "boot-b";
+  refused(other, false, "runs on another node");
+  other = plan;
+  other.host = "node-2";
+  refused(other, false, "CUDA IPC needs one node");
+  other = plan;
+  other.uuid.fill('\x22');
+  refused(other, false, "is not visible to this process");  // no GPU here has that UUID
+  other.same_gpu = 1;
+  refused(other, true, "the ipc backend needs one GPU");
+}
 #endif

@@ -353,6 +353,37 @@ struct IpcPlan {
   }
 };
 
+//! The handshake's placement rule, on a consumer that runs at `here` on CUDA device `device`: both
+//! sides use the same backend; one node (boot id and host name); `ipc`: one GPU; `p2p`: the
+//! producer's GPU is visible here and reachable by peer access. @throws protocol_error saying
+//! which.
+inline void check_placement(const IpcPlan& plan, const Placement& here, bool same_gpu, int device) {
+  const char* name = same_gpu ? "ipc" : "p2p";
+  if (plan.same_gpu != (same_gpu ? 1 : 0))
+    throw protocol_error(0, cat("ipc handshake: the producer uses the ",
+                                plan.same_gpu ? "ipc" : "p2p", " backend, this consumer ", name));
+  if (plan.boot_id != here.boot_id || plan.host != here.host)
+    throw protocol_error(0, cat(name, " handshake: the producer runs on another node (", plan.host,
+                                ", boot ", plan.boot_id, "; here ", here.host, ", boot ",
+                                here.boot_id, "): CUDA IPC needs one node; use the nccl backend"));
+  if (plan.uuid == here.uuid) return;
+  if (same_gpu)
+    throw protocol_error(
+        0, cat("ipc handshake: the producer is on ", Placement::uuid_string(plan.uuid),
+               ", this consumer on ", Placement::uuid_string(here.uuid),
+               ": the ipc backend needs one GPU; use p2p (or nccl) across GPUs"));
+  const int d = device_with_uuid(plan.uuid);
+  if (d < 0)
+    throw protocol_error(
+        0, cat("p2p handshake: the producer's GPU ", Placement::uuid_string(plan.uuid),
+               " is not visible to this process (CUDA_VISIBLE_DEVICES?)"));
+  int can = 0;
+  check(cudaDeviceCanAccessPeer(&can, device, d), "cudaDeviceCanAccessPeer");
+  if (!can)
+    throw protocol_error(0, cat("p2p handshake: GPU ", device, " cannot access the producer's GPU ",
+                                d, " (no peer access); use the nccl backend"));
+}
+
 //! What an exception says (for status messages to peers).
 inline std::string what_of(const std::exception_ptr& p) {
   try {
@@ -886,34 +917,7 @@ class IpcTransport {
   }
 
   void check_placement(const detail::IpcPlan& plan) const {
-    using namespace detail;
-    const char* name = opt_.same_gpu ? "ipc" : "p2p";
-    if (plan.same_gpu != (opt_.same_gpu ? 1 : 0))
-      throw protocol_error(0, cat("ipc handshake: the producer uses the ",
-                                  plan.same_gpu ? "ipc" : "p2p", " backend, this consumer ", name));
-    if (plan.boot_id != here_.boot_id || plan.host != here_.host)
-      throw protocol_error(
-          0, cat(name, " handshake: the producer runs on another node (", plan.host, ", boot ",
-                 plan.boot_id, "; here ", here_.host, ", boot ", here_.boot_id,
-                 "): CUDA IPC needs one node; use the nccl backend"));
-    if (opt_.same_gpu && plan.uuid != here_.uuid)
-      throw protocol_error(
-          0, cat("ipc handshake: the producer is on ", Placement::uuid_string(plan.uuid),
-                 ", this consumer on ", Placement::uuid_string(here_.uuid),
-                 ": the ipc backend needs one GPU; use p2p (or nccl) across GPUs"));
-    if (!opt_.same_gpu && plan.uuid != here_.uuid) {
-      const int d = device_with_uuid(plan.uuid);
-      if (d < 0)
-        throw protocol_error(
-            0, cat("p2p handshake: the producer's GPU ", Placement::uuid_string(plan.uuid),
-                   " is not visible to this process (CUDA_VISIBLE_DEVICES?)"));
-      int can = 0;
-      detail::check(cudaDeviceCanAccessPeer(&can, device_, d), "cudaDeviceCanAccessPeer");
-      if (!can)
-        throw protocol_error(
-            0, cat("p2p handshake: GPU ", device_, " cannot access the producer's GPU ", d,
-                   " (no peer access); use the nccl backend"));
-    }
+    detail::check_placement(plan, here_, opt_.same_gpu, device_);
   }
 
   void map_regions(detail::IpcPlan& plan, std::vector<std::byte*>& base) {
