@@ -33,10 +33,10 @@ int gpus() {
   return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
 }
 
-bool python_peer_available(std::string& why) {
+// Why the Python peer cannot run here, or "" when it can.
+std::string python_peer_missing() {
   const int rc = std::system("python3 -c 'import torch, cupy; from cupy.cuda import nccl' >/dev/null 2>&1");
-  if (rc != 0) why = "python3 with torch and cupy (cupy.cuda.nccl) is not available";
-  return rc == 0;
+  return rc == 0 ? "" : "python3 with torch and cupy (cupy.cuda.nccl) is not available";
 }
 
 // NCCL refuses ranks of different versions. Say so at once, rather than after a failed init.
@@ -117,8 +117,7 @@ void write_json(const std::string& path, const nlohmann::json& j) { std::ofstrea
 TEST_CASE("interop: a C++ trainer feeds a vLLM-style worker - packed and unpacked dense8b",
           "[gpu][nccl][multi_gpu][interop]") {
   if (gpus() < 2) WS_SKIP("needs 2 GPUs, found " << gpus());
-  std::string why;
-  if (!python_peer_available(why)) WS_SKIP(why);
+  if (const auto why = python_peer_missing(); !why.empty()) WS_SKIP(why);
   require_same_nccl();
   detail::check(cudaSetDevice(0), "cudaSetDevice");
   const auto metas = layouts::dense8b();
@@ -158,8 +157,7 @@ TEST_CASE("interop: a C++ trainer feeds a vLLM-style worker - packed and unpacke
 TEST_CASE("interop: a vLLM-style producer feeds the C++ worker engine - packed and unpacked",
           "[gpu][nccl][multi_gpu][interop]") {
   if (gpus() < 2) WS_SKIP("needs 2 GPUs, found " << gpus());
-  std::string why;
-  if (!python_peer_available(why)) WS_SKIP(why);
+  if (const auto why = python_peer_missing(); !why.empty()) WS_SKIP(why);
   require_same_nccl();
   detail::check(cudaSetDevice(0), "cudaSetDevice");
   const auto metas = layouts::dense8b();

@@ -459,6 +459,7 @@ class IpcTransport {
         device_(device >= 0 ? device : detail::current_device()),
         stream_(device_),
         start_(device_),
+        sync_(device_),
         pull_begin_(device_),
         pull_end_(device_) {
     if (opt_.copy_streams < 1 || opt_.copy_streams > 16)
@@ -1066,25 +1067,16 @@ class IpcTransport {
   //! Waits (bounded) for everything this side enqueued: the copy streams and the main stream, where
   //! load_weights enqueued its work. Used after a failure, before anything is reported.
   void drain(const TransferOptions& opt) {
-    CudaEvent e(device_);
-    for (auto& cs : copy_streams_) {
-      e.record(cs.get());
-      await_event(e, opt, "ipc drain");
-    }
-    e.record(stream_.get());
-    await_event(e, opt, "ipc drain");
+    for (auto& cs : copy_streams_) await_stream(cs.get(), opt, "ipc drain");
+    await_stream(stream_.get(), opt, "ipc drain");
   }
 
-  void finish_pulls(const TransferOptions& opt) {
-    CudaEvent done(device_);
-    done.record(stream_.get());
-    await_event(done, opt, "ipc pull");
-  }
+  void finish_pulls(const TransferOptions& opt) { await_stream(stream_.get(), opt, "ipc pull"); }
 
+  //! Waits (bounded) for the work enqueued on `s` so far.
   void await_stream(cudaStream_t s, const TransferOptions& opt, const char* phase) {
-    CudaEvent e(device_);
-    e.record(s);
-    await_event(e, opt, phase);
+    sync_.record(s);
+    await_event(sync_, opt, phase);
   }
 
   //! Polls `e` within opt.timeout, watching the control channel; aborts on either failure.
@@ -1127,6 +1119,7 @@ class IpcTransport {
   std::vector<CudaEvent> copy_done_;
   std::vector<CudaEvent> slot_done_;
   CudaEvent start_;
+  CudaEvent sync_;  // what await_stream waits on
   TimedEvent pull_begin_, pull_end_;
   std::optional<CudaPolicy> policy_;
   IpcStats stats_;
