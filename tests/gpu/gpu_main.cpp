@@ -12,12 +12,7 @@
 
 #include "support/catch.hpp"
 #include "support/role.hpp"
-
-#if WEIGHTSYNC_TEST_CATCH2_MAJOR >= 3
-namespace ws_clara = Catch::Clara;
-#else
-namespace ws_clara = Catch::clara;
-#endif
+#include "support/role_cli.hpp"
 
 int main(int argc, char** argv) {
   bool listing = false;
@@ -29,13 +24,8 @@ int main(int argc, char** argv) {
   // Keep NVLink multicast off for NCCL in every process (also the peers this binary starts).
   ::setenv("NCCL_NVLS_ENABLE", "0", 0);
   Catch::Session session;
-  auto& r = ws_test::role();
-  using ws_clara::Opt;
-  auto cli = session.cli() | Opt(r.rank, "rank")["--ws-rank"]("peer role: this process's rank") |
-             Opt(r.world, "n")["--ws-world"]("peer role: world size") |
-             Opt(r.port, "port")["--ws-port"]("peer role: rendezvous port") |
-             Opt(r.arg, "arg")["--ws-arg"]("peer role: test-specific argument");
-  session.cli(cli);
+  ws_test::add_role_options(session);
+  const auto& r = ws_test::role();
   if (const int rc = session.applyCommandLine(argc, argv); rc != 0) return rc;
   if (!listing && !r.is_peer()) {
     int n = 0;
