@@ -196,4 +196,32 @@ TEST_CASE("ipc handshake: placement refusals name what differs", "[ipc]") {
   other.same_gpu = 1;
   refused(other, true, "the ipc backend needs one GPU");
 }
+TEST_CASE("ipc and p2p backends refuse init info they cannot use, before touching a GPU", "[ipc]") {
+  NcclInitInfo info;
+  std::vector<std::byte> id(128, std::byte{7});
+  info.nccl_unique_id_b64 = detail::base64_encode(id);  // vLLM's mode: no TCP rendezvous to meet at
+  info.world_size = 2;
+  info.rank_offset = 1;
+  EngineOptions eo;
+  for (const char* name : {"ipc", "p2p"}) {
+    auto b = BackendRegistry::global().make(name);
+    try {
+      b->init(info, 1, eo);
+      FAIL(name << " accepted init info without master_address");
+    } catch (const config_error& e) {
+      CHECK(std::string(e.what()).find(std::string("the ") + name + " backend needs master_address") !=
+            std::string::npos);
+    }
+    NcclInitInfo tcp;
+    tcp.master_address = "127.0.0.1";
+    tcp.master_port = 29555;
+    tcp.world_size = 2;
+    tcp.rank_offset = 1;
+    EngineOptions vllm_wire;
+    vllm_wire.protocol = Protocol::vllm;
+    CHECK_THROWS_AS(b->init(tcp, 1, vllm_wire), config_error);  // vLLM's wire is NCCL's
+    CHECK_THROWS_AS(b->init(tcp, 2, eo), config_error);          // rank outside the world
+    CHECK(!b->initialized());
+  }
+}
 #endif
