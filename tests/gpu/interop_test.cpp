@@ -35,7 +35,8 @@ int gpus() {
 
 // Why the Python peer cannot run here, or "" when it can.
 std::string python_peer_missing() {
-  const int rc = std::system("python3 -c 'import torch, cupy; from cupy.cuda import nccl' >/dev/null 2>&1");
+  const int rc =
+      std::system("python3 -c 'import torch, cupy; from cupy.cuda import nccl' >/dev/null 2>&1");
   return rc == 0 ? "" : "python3 with torch and cupy (cupy.cuda.nccl) is not available";
 }
 
@@ -44,13 +45,16 @@ void require_same_nccl() {
   int mine = 0;
   ncclGetVersion(&mine);
   std::string theirs;
-  if (FILE* f = ::popen("python3 -c 'import torch; from cupy.cuda import nccl; print(nccl.get_version())' 2>/dev/null", "r")) {
+  if (FILE* f = ::popen("python3 -c 'import torch; from cupy.cuda import nccl; "
+                        "print(nccl.get_version())' 2>/dev/null",
+                        "r")) {
     char buf[64] = {};
     if (std::fgets(buf, sizeof buf, f)) theirs = buf;
     ::pclose(f);
   }
   while (!theirs.empty() && (theirs.back() == '\n' || theirs.back() == ' ')) theirs.pop_back();
-  INFO("this process loads NCCL " << mine << ", the Python peer (CuPy) NCCL " << theirs
+  INFO("this process loads NCCL "
+       << mine << ", the Python peer (CuPy) NCCL " << theirs
        << ": run through tests/interop/with_python_nccl.sh so both load the same build");
   REQUIRE(theirs == std::to_string(mine));
 }
@@ -102,15 +106,37 @@ Peer run_peer(const std::string& mode, const std::string& init_path, const std::
     const int fd = ::open(p.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     ::dup2(fd, 1);
     ::dup2(fd, 2);
-    ::execlp("python3", "python3", script.c_str(), "--init-info", init_path.c_str(), "--update-info",
-             update_path.c_str(), "--mode", mode.c_str(), "--device", "1", "--round", r.c_str(),
-             "--timeout-s", "120", static_cast<char*>(nullptr));
+    ::execlp("python3", "python3", script.c_str(), "--init-info", init_path.c_str(),
+             "--update-info", update_path.c_str(), "--mode", mode.c_str(), "--device", "1",
+             "--round", r.c_str(), "--timeout-s", "120", static_cast<char*>(nullptr));
     ::_exit(127);
   }
   return p;
 }
 
-void write_json(const std::string& path, const nlohmann::json& j) { std::ofstream(path) << j.dump(); }
+void write_json(const std::string& path, const nlohmann::json& j) {
+  std::ofstream(path) << j.dump();
+}
+
+// Writes the JSON a vLLM server would receive and starts the peer on it.
+Peer start_peer(const std::string& mode, const NcclInitInfo& init, const NcclUpdateInfo& update,
+                int round) {
+  const std::string dir = "/tmp/ws_interop_" + mode + "_" + std::to_string(::getpid());
+  write_json(dir + "_init.json", init);
+  write_json(dir + "_update.json", update);
+  return run_peer(mode, dir + "_init.json", dir + "_update.json", round);
+}
+
+// The C++ side on GPU 0, speaking vLLM's wire; bounded: a peer that died early fails the test in
+// 60 s instead of hanging it.
+EngineOptions vllm_engine_options() {
+  EngineOptions e;
+  e.backend = "nccl";
+  e.protocol = Protocol::vllm;
+  e.device = 0;
+  e.timeout = 60s;
+  return e;
+}
 
 }  // namespace
 
@@ -130,16 +156,9 @@ TEST_CASE("interop: a C++ trainer feeds a vLLM-style worker - packed and unpacke
     detail::check(cudaStreamSynchronize(s.get()), "sync");
     // What the trainer POSTs to a vLLM server, exactly.
     const NcclInitInfo init = vllm_init_info(2, 1, packed);
-    const NcclUpdateInfo update = NcclUpdateInfo::from_metas(metas);
-    const std::string dir = "/tmp/ws_interop_" + std::to_string(::getpid());
-    write_json(dir + "_init.json", init);
-    write_json(dir + "_update.json", update);
-    Peer peer = run_peer("consume", dir + "_init.json", dir + "_update.json", round);
+    Peer peer = start_peer("consume", init, NcclUpdateInfo::from_metas(metas), round);
     TrainerEngine::Options o;
-    o.engine.backend = "nccl";
-    o.engine.protocol = Protocol::vllm;
-    o.engine.device = 0;
-    o.engine.timeout = 60s;  // bounded: a peer that died early fails the test in 60 s, not hangs it
+    o.engine = vllm_engine_options();
     TrainerEngine t(o);
     t.trainer_init(init);  // meets the peer in ncclCommInitRank, then the warm-up all-reduce
     const ws_test::ModelSource src{metas, model};
@@ -150,7 +169,8 @@ TEST_CASE("interop: a C++ trainer feeds a vLLM-style worker - packed and unpacke
     INFO("packed " << packed << "; peer output:\n" << peer.output());
     CHECK(rc == 0);
     std::printf("interop C++ -> vLLM-style worker (%s): %zu tensors, %zu bytes, %zu broadcasts; %s",
-                packed ? "packed" : "unpacked", st.tensors, st.bytes, st.chunks, peer.output().c_str());
+                packed ? "packed" : "unpacked", st.tensors, st.bytes, st.chunks,
+                peer.output().c_str());
   }
 }
 
@@ -170,15 +190,9 @@ TEST_CASE("interop: a vLLM-style producer feeds the C++ worker engine - packed a
     detail::check(cudaStreamSynchronize(s.get()), "sync");
     const NcclInitInfo init = vllm_init_info(2, 1, packed);
     const NcclUpdateInfo update = NcclUpdateInfo::from_metas(metas);
-    const std::string dir = "/tmp/ws_interop_rev_" + std::to_string(::getpid());
-    write_json(dir + "_init.json", init);
-    write_json(dir + "_update.json", update);
-    Peer peer = run_peer("produce", dir + "_init.json", dir + "_update.json", round);
+    Peer peer = start_peer("produce", init, update, round);
     WeightTransferEngine::Options o;
-    o.engine.backend = "nccl";
-    o.engine.protocol = Protocol::vllm;
-    o.engine.device = 0;
-    o.engine.timeout = 60s;  // bounded: a peer that died early fails the test in 60 s, not hangs it
+    o.engine = vllm_engine_options();
     o.liveness_interval = 0ms;  // the Python peer has no control channel
     WeightTransferEngine e(o);
     e.init_transfer_engine(nlohmann::json(init));
