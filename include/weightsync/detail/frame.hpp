@@ -1,0 +1,119 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+//! @file
+//! The fixed 256-byte frame of this library's wire (handshake, per-chunk status, acknowledgement),
+//! the metadata digest both sides compare, and the check of a source tensor against what was
+//! declared. Shared by every transport.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include "weightsync/detail/format.hpp"
+#include "weightsync/detail/wire.hpp"
+#include "weightsync/dtype.hpp"
+#include "weightsync/error.hpp"
+#include "weightsync/tensor_meta.hpp"
+
+namespace weightsync::detail {
+
+inline constexpr std::uint32_t kFrameMagic = 0x46535357u;  // "WSSF"
+inline constexpr std::size_t kFrameBytes = 256;
+enum class FrameKind : std::uint16_t { handshake = 1, status = 2, ack = 3 };
+enum class FrameCode : std::uint16_t { ok = 0, failed = 1, mismatch = 2 };
+enum class Role : std::uint8_t { producer = 1, consumer = 2 };
+
+//! The fixed-size frame of the handshake, the status and the acknowledgement.
+struct Frame {
+  std::uint32_t magic = kFrameMagic;
+  std::uint16_t version = kProtocolVersion;
+  std::uint16_t kind = 0;
+  std::uint16_t code = 0;
+  std::uint8_t role = 0;
+  std::uint8_t packed = 0;
+  std::int32_t rank = -1;
+  std::uint64_t transfer_id = 0;
+  std::uint64_t chunk = 0;
+  std::uint64_t tensor = 0;
+  std::uint64_t buffer_size = 0;
+  std::uint32_t num_buffers = 0;
+  std::uint32_t chunk_rule = 0;
+  std::uint64_t num_tensors = 0;
+  std::uint64_t total_bytes = 0;
+  std::uint64_t digest = 0;
+  char message[kFrameBytes - 80] = {};
+
+  void set_message(std::string_view m) {
+    const std::size_t n = std::min(m.size(), sizeof message - 1);
+    std::memcpy(message, m.data(), n);
+    message[n] = '\0';
+  }
+  std::string text() const { return std::string(message, strnlen(message, sizeof message)); }
+  bool ok() const { return code == static_cast<std::uint16_t>(FrameCode::ok); }
+};
+static_assert(sizeof(Frame) == kFrameBytes);
+static_assert(std::is_trivially_copyable_v<Frame>);
+
+//! FNV-1a over the ordered metadata: names, dtypes, shapes.
+inline std::uint64_t metadata_digest(std::span<const TensorMeta> metas) {
+  std::uint64_t h = 1469598103934665603ull;
+  auto mix = [&](const void* p, std::size_t n) {
+    auto* b = static_cast<const unsigned char*>(p);
+    for (std::size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  };
+  for (const auto& m : metas) {
+    const std::uint64_t len = m.name.size();
+    mix(&len, sizeof len);
+    mix(m.name.data(), m.name.size());
+    const auto dt = static_cast<std::uint8_t>(m.dtype);
+    mix(&dt, 1);
+    const std::uint64_t nd = m.shape.size();
+    mix(&nd, sizeof nd);
+    mix(m.shape.data(), m.shape.size() * sizeof(std::int64_t));
+  }
+  return h;
+}
+
+inline std::string describe_item_mismatch(const TensorMeta& want, const TensorMeta& got,
+                                          std::size_t index) {
+  std::string d;
+  if (got.name != want.name) d += cat("name '", got.name, "' where '", want.name, "' was declared");
+  if (got.dtype != want.dtype)
+    d += cat(d.empty() ? "" : ", ", "dtype ", dtype_name(got.dtype), " where ",
+             dtype_name(want.dtype), " was declared");
+  if (got.shape != want.shape)
+    d += cat(d.empty() ? "" : ", ", "shape ", shape_string(got.shape), " where ",
+             shape_string(want.shape), " was declared");
+  return cat("item ", index, " ('", want.name, "') does not match the declared metadata: ", d);
+}
+
+//! Checks one source tensor against its declared metadata and returns its bytes.
+//! @throws config_error("items", ...) naming the item and what differs, or a missing pointer.
+template <class Item>
+const void* checked_source(const Item& item, const TensorMeta& want, std::size_t index) {
+  const TensorMeta& got = item.meta();
+  if (!(got.name == want.name && got.dtype == want.dtype && got.shape == want.shape))
+    throw config_error("items", describe_item_mismatch(want, got, index));
+  const void* p = item.data();
+  if (p == nullptr && want.nbytes() > 0)
+    throw config_error("items", cat("item ", index, " ('", want.name, "') has no data"));
+  return p;
+}
+
+inline config_error too_few_items(std::size_t got, std::size_t declared) {
+  return config_error(
+      "items", cat("the iterator ended after ", got, " tensors; ", declared, " were declared"));
+}
+inline config_error too_many_items(std::size_t declared) {
+  return config_error("items",
+                      cat("the iterator yields more than the ", declared, " tensors declared"));
+}
+
+}  // namespace weightsync::detail

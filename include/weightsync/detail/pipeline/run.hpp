@@ -1,0 +1,167 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+//! @file
+//! PipelineRun: the context of one collective transfer (producer or consumer) — the group, the
+//! workspace, the options, the plan — and the three things every step of it needs: bounded waits
+//! that watch the group, fused launches, and the frames area.
+
+#include <cstddef>
+#include <exception>
+#include <span>
+#include <string>
+#include <utility>
+
+#include "weightsync/concepts.hpp"
+#include "weightsync/detail/format.hpp"
+#include "weightsync/detail/frame.hpp"
+#include "weightsync/detail/pipeline/plan.hpp"
+#include "weightsync/detail/pipeline/wait.hpp"
+#include "weightsync/error.hpp"
+#include "weightsync/tensor_meta.hpp"
+#include "weightsync/transfer_options.hpp"
+#include "weightsync/workspace.hpp"
+
+namespace weightsync::detail {
+
+template <class C>
+struct PipelineRun {
+  using Policy = policy_t<C>;
+  using State = WorkspaceState<Policy>;
+  using Event = typename Policy::Event;
+  using stream_type = typename C::stream_type;
+
+  C& comm;
+  State& ws;
+  const TransferOptions& opt;
+  std::span<const TensorMeta> metas;
+  int root;
+  Role role;
+  TransferPlan plan;
+
+  PipelineRun(C& c, State& w, const TransferOptions& o, std::span<const TensorMeta> m, int r,
+              Role ro)
+      : comm(c),
+        ws(w),
+        opt((o.validate(), o)),
+        metas(m),
+        root(r),
+        role(ro),
+        plan((check_root(r, c.rank(), c.size(), ro == Role::producer), m), o) {
+    ws.reserve_lists(plan.max_chunk_tensors());
+  }
+
+  // Frames: [0, world) is the gather area of the handshake and the acknowledgement; status frames
+  // follow (one per chunk on the producer, one per slot on the consumer).
+  std::size_t world() const { return static_cast<std::size_t>(comm.size()); }
+  std::size_t status0() const { return world(); }
+  std::byte* frame_dev(std::size_t i) { return ws.frames.data() + i * kFrameBytes; }
+  Frame* frame_host(std::size_t i) {
+    return reinterpret_cast<Frame*>(ws.frames_host.data() + i * kFrameBytes);
+  }
+  stream_type comm_stream() { return ws.comm_stream->get(); }
+  stream_type slot_stream(std::size_t k) { return ws.slot_streams[k].get(); }
+  std::size_t slots() const { return static_cast<std::size_t>(opt.num_buffers); }
+
+  //! Aborts the communicator (if it can) so that no peer waits on us; never throws.
+  void abort_comm(const std::string& why) noexcept {
+    if constexpr (MonitoredCommunicator<C>) comm.abort(why);
+  }
+
+  //! Waits for `ev` within opt.timeout, watching the communicator; aborts it on failure.
+  void await(const Event& ev, const std::string& phase) {
+    bounded_wait([&] { return ws.policy.ready(ev); }, opt.timeout,
+                 [&] {
+                   if constexpr (MonitoredCommunicator<C>) {
+                     try {
+                       comm.check();
+                     } catch (const std::exception& e) {
+                       abort_comm(e.what());
+                       throw;
+                     }
+                   }
+                 },
+                 [&] {
+                   const std::string what =
+                       cat("no progress within ", opt.timeout.count(), " ms (rank ", comm.rank(),
+                           " of ", comm.size(), ", root ", root,
+                           "); a peer is stuck or gone; communicator aborted");
+                   abort_comm(phase + ": " + what);
+                   throw timeout_error(phase, -1, what);
+                 });
+  }
+  //! Enqueues a completion marker on the communication stream and waits for it.
+  void drain(const std::string& phase) {
+    ws.policy.record(*ws.done, comm_stream());
+    await(*ws.done, phase);
+  }
+
+  //! Runs `f`'s operations as one launch when the communicator can fuse them.
+  template <class F>
+  void group(F&& f) {
+    if constexpr (GroupedCommunicator<C>) {
+      comm.group_start();
+      try {
+        f();
+      } catch (...) {
+        comm.group_end();
+        throw;
+      }
+      comm.group_end();
+    } else {
+      f();
+    }
+  }
+
+  TransferStats stats(bool reused) const {
+    TransferStats s;
+    s.tensors = metas.size();
+    s.chunks = plan.size();
+    s.bytes = plan.total_bytes;
+    s.slot_bytes = ws.slot_bytes;
+    s.ring_bytes = ws.bytes_held();
+    s.reused_ring = reused;
+    s.contiguous_regions = ws.contiguous_regions;
+    return s;
+  }
+};
+
+//! Enqueues chunk `c`'s operations in the order both sides agree on (see Split): `status`,
+//! `region` and `directs` enqueue the chunk's status frame, packed region and direct tensors;
+//! `first_done` runs after the first launch (the one that holds the status frame), `second_done`
+//! after the second, when there is one.
+template <class Run, class Status, class RegionOp, class Directs, class FirstDone, class SecondDone>
+void launch_chunk(Run& run, std::size_t c, Status&& status, RegionOp&& region, Directs&& directs,
+                  FirstDone&& first_done, SecondDone&& second_done) {
+  switch (run.plan.splits[c]) {
+    case Split::none:
+      run.group([&] {
+        status();
+        region();
+        directs();
+      });
+      first_done();
+      break;
+    case Split::directs_first:
+      run.group([&] {
+        status();
+        directs();
+      });
+      first_done();
+      region();
+      second_done();
+      break;
+    case Split::region_first:
+      run.group([&] {
+        status();
+        region();
+      });
+      first_done();
+      run.group(directs);
+      second_done();
+      break;
+  }
+}
+
+}  // namespace weightsync::detail

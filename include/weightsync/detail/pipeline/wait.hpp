@@ -1,0 +1,43 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+//! @file
+//! The one bounded wait every transport uses: poll a completion until it is ready, watch the peers
+//! every 2 ms meanwhile, and give up at the deadline. Nothing in this library waits without it.
+
+#include <chrono>
+#include <thread>
+
+namespace weightsync::detail {
+
+using Clock = std::chrono::steady_clock;
+
+//! Waits until `ready()` is true.
+//! @param check      called every 2 ms while waiting; throws when a peer is known to be gone
+//! @param on_timeout called once the deadline `timeout` from now has passed; must throw
+//! Spins (yielding) for the first 2 ms so that short waits end within microseconds, then polls
+//! every 20 us.
+template <class Ready, class Check, class OnTimeout>
+void bounded_wait(Ready&& ready, std::chrono::milliseconds timeout, Check&& check,
+                  OnTimeout&& on_timeout) {
+  if (ready()) return;
+  const auto start = Clock::now();
+  const auto deadline = start + timeout;
+  const auto spin_until = start + std::chrono::milliseconds(2);
+  auto next_check = start;
+  while (!ready()) {
+    const auto now = Clock::now();
+    if (now >= next_check) {
+      check();
+      next_check = now + std::chrono::milliseconds(2);
+    }
+    if (now >= deadline) on_timeout();
+    if (now < spin_until)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
+}  // namespace weightsync::detail

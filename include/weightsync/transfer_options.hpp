@@ -1,0 +1,77 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+//! @file
+//! What a transfer is asked to do (TransferOptions) and what it did (TransferStats); shared by
+//! every transport.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+
+#include "weightsync/detail/format.hpp"
+#include "weightsync/error.hpp"
+#include "weightsync/info.hpp"
+#include "weightsync/tensor_meta.hpp"
+
+namespace weightsync {
+
+//! What goes on the wire around the data.
+enum class Protocol : std::uint8_t {
+  weightsync,  //!< handshake, per-chunk status frames, acknowledgement (this library's peers)
+  vllm,        //!< exactly vLLM's wire: the data broadcasts only
+};
+
+//! Options shared by producer and consumer. Both sides must agree on packed, B and K (the
+//! handshake checks it).
+struct TransferOptions {
+  //! Chunk size B of the packed plan (vLLM's packed_buffer_size_bytes).
+  std::size_t buffer_size_bytes = static_cast<std::size_t>(kDefaultPackedBufferSizeBytes);
+  //! Ring slots K (vLLM's packed_num_buffers), 1..8.
+  int num_buffers = kDefaultPackedNumBuffers;
+  //! false: one broadcast per tensor (vLLM's unpacked path).
+  bool packed = true;
+  Protocol protocol = Protocol::weightsync;
+  //! Bound on every wait for progress (one chunk, the handshake, the acknowledgement).
+  std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+  //! Producer: the stream that produced the weights (cudaStream_t on the CUDA path); the producer
+  //! orders its reads after the work already enqueued there. nullptr: none to wait for.
+  void* source_stream = nullptr;
+  //! Protocol::weightsync only, 0 = off: within a packed chunk, tensors of at least this many
+  //! bytes travel as operations of their own (fused into the chunk's group) straight from their
+  //! memory into their destination, instead of being copied into and out of a ring slot. The
+  //! chunk plan (and so the memory bound) is unchanged. Both sides must agree (handshake).
+  std::size_t direct_threshold_bytes = 0;
+  //! Protocol::weightsync only: a chunk whose packed region is at least this large and which also
+  //! has direct tensors goes out as two launches, so that the region's copy overlaps the direct
+  //! tensors' transfer (the first chunk's packing, the last chunk's unpacking). Both sides must
+  //! agree (handshake).
+  std::size_t split_min_region_bytes = std::size_t{64} << 20;
+  //! Consumer, optional: where a tensor should land (device memory of meta.nbytes() bytes), or
+  //! nullptr to be handed a view instead. Tensors with a destination are written there directly
+  //! (single-tensor chunks are received in place) and are not passed to load_weights.
+  std::function<void*(const TensorMeta&)> destination;
+
+  void validate() const {
+    if (buffer_size_bytes == 0) throw config_error("buffer_size_bytes", "must be >= 1, got 0");
+    if (num_buffers < 1 || num_buffers > kMaxPackedNumBuffers)
+      throw config_error("num_buffers", detail::cat("must be in 1..", kMaxPackedNumBuffers,
+                                                    ", got ", num_buffers));
+    if (timeout.count() <= 0) throw config_error("timeout", "must be > 0");
+  }
+};
+
+//! What a transfer did.
+struct TransferStats {
+  std::size_t tensors = 0;
+  std::size_t chunks = 0;
+  std::size_t bytes = 0;                 //!< payload bytes (sum of tensor sizes)
+  std::size_t slot_bytes = 0;            //!< capacity of one ring slot (0: none needed)
+  std::size_t ring_bytes = 0;            //!< memory the ring holds (slots and frames)
+  bool reused_ring = false;              //!< the ring of an earlier call was reused
+  std::uint64_t contiguous_regions = 0;  //!< producer: regions sent without packing (cumulative)
+};
+
+}  // namespace weightsync

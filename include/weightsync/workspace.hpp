@@ -1,0 +1,169 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+//! @file
+//! Workspace: the ring of K slots, the frames, the streams and events a collective transfer
+//! needs, kept between calls so that a steady-state transfer allocates nothing.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "weightsync/concepts.hpp"
+#include "weightsync/detail/frame.hpp"
+#include "weightsync/tensor_meta.hpp"
+
+namespace weightsync {
+
+namespace detail {
+
+template <class C>
+using policy_t = typename device_policy_for<typename C::stream_type>::type;
+
+//! The device policy for a communicator: on its device when it has one.
+template <class Policy, class C>
+Policy make_policy(C& comm) {
+  if constexpr (requires { Policy(comm.device()); })
+    return Policy(comm.device());
+  else
+    return Policy{};
+}
+
+//! Everything a Workspace holds; the pipeline works on this directly.
+template <class Policy>
+struct WorkspaceState {
+  explicit WorkspaceState(Policy p) : policy(std::move(p)) {}
+
+  //! Streams and events, created once per slot index.
+  void ensure_streams(std::size_t count) {
+    if (!comm_stream) comm_stream.emplace(policy.make_comm_stream());
+    if (!done) done.emplace(policy.make_event());
+    if (!source_ready) source_ready.emplace(policy.make_event());
+    while (slot_streams.size() < count) {
+      slot_streams.push_back(policy.make_stream());
+      slot_free.push_back(policy.make_event());
+      packed.push_back(policy.make_event());
+      received.push_back(policy.make_event());
+      received2.push_back(policy.make_event());
+      unpacked.push_back(policy.make_event());
+    }
+  }
+  //! @returns true when nothing had to be allocated.
+  bool ensure_frames(std::size_t count) {
+    if (frames_count == count) return true;
+    frames = policy.alloc(count * kFrameBytes);
+    frames_host = policy.alloc_host(count * kFrameBytes);
+    frames_count = count;
+    return false;
+  }
+  //! Slots only grow (a plan that needs less reuses them): a consumer that alternates between
+  //! destinations and views does not reallocate every round. @returns true when nothing had to
+  //! be allocated.
+  bool ensure_slots(std::size_t bytes, std::size_t count) {
+    ensure_streams(count);
+    if (slots.size() == count && slot_bytes >= bytes) return true;
+    bytes = std::max(bytes, slots.size() == count ? slot_bytes : 0);
+    slots.clear();
+    slot_bytes = 0;
+    for (std::size_t i = 0; i < count; ++i) slots.push_back(policy.alloc(bytes));
+    slot_bytes = bytes;
+    return false;
+  }
+  //! Reserves the per-chunk lists once, so that the chunk loop does not allocate.
+  void reserve_lists(std::size_t m) {
+    sources.reserve(m);
+    copy_dst.reserve(m);
+    copy_src.reserve(m);
+    copy_size.reserve(m);
+    views.reserve(m);
+  }
+  void clear_copies() {
+    copy_dst.clear();
+    copy_src.clear();
+    copy_size.clear();
+  }
+  void add_copy(void* dst, const void* src, std::size_t bytes) {
+    copy_dst.push_back(dst);
+    copy_src.push_back(src);
+    copy_size.push_back(bytes);
+  }
+  //! Enqueues the copies collected since clear_copies() as one batch on `s`.
+  template <class Stream>
+  void flush_copies(Stream s) {
+    if (!copy_dst.empty())
+      policy.copy_batch(copy_dst.data(), copy_src.data(), copy_size.data(), copy_dst.size(), s);
+  }
+  std::size_t bytes_held() const noexcept {
+    return slot_bytes * slots.size() + frames.size() + scratch.size();
+  }
+
+  Policy policy;
+  std::optional<typename Policy::Stream> comm_stream;
+  std::vector<typename Policy::Stream> slot_streams;
+  std::vector<typename Policy::Event> slot_free, packed, received, received2, unpacked;
+  std::optional<typename Policy::Event> done, source_ready;
+  std::vector<typename Policy::Buffer> slots;
+  std::size_t slot_bytes = 0;
+  typename Policy::Buffer frames;
+  typename Policy::HostBuffer frames_host;
+  std::size_t frames_count = 0;
+  typename Policy::Buffer scratch;
+  std::uint64_t transfers = 0;
+  std::uint64_t contiguous_regions = 0;  //!< regions sent or received in place (statistics)
+  // Per-chunk lists, reserved once so that the chunk loop does not allocate.
+  std::vector<const void*> sources;  // producer: the current chunk's item pointers
+  std::vector<void*> copy_dst;
+  std::vector<const void*> copy_src;
+  std::vector<std::size_t> copy_size;
+  std::vector<TensorView> views;
+};
+
+struct WorkspaceAccess;
+
+}  // namespace detail
+
+//! The ring and the other buffers a transfer needs, kept between calls. Slots are reallocated only
+//! when the plan needs other slots (size or count), frames only when their count changes;
+//! otherwise a transfer allocates nothing. Streams and events are created once. One workspace
+//! serves one transfer at a time; it must not outlive the device it was made for.
+template <class Policy>
+class Workspace {
+ public:
+  using policy_type = Policy;
+  using stream_type = typename Policy::stream_type;
+
+  explicit Workspace(Policy policy = Policy{}) : st_(std::move(policy)) {}
+  Workspace(Workspace&&) noexcept = default;
+  Workspace& operator=(Workspace&&) noexcept = default;
+  ~Workspace() = default;
+
+  const Policy& policy() const noexcept { return st_.policy; }
+  //! Capacity of one ring slot (0 when no chunk needs one).
+  std::size_t slot_bytes() const noexcept { return st_.slot_bytes; }
+  int num_slots() const noexcept { return static_cast<int>(st_.slots.size()); }
+  //! Device (host, on the host policy) bytes held: slots, frames, and the error-path scratch.
+  std::size_t device_bytes() const noexcept { return st_.bytes_held(); }
+
+ private:
+  friend struct detail::WorkspaceAccess;
+  detail::WorkspaceState<Policy> st_;
+};
+
+namespace detail {
+struct WorkspaceAccess {
+  template <class P>
+  static WorkspaceState<P>& state(Workspace<P>& w) noexcept {
+    return w.st_;
+  }
+};
+}  // namespace detail
+
+//! The workspace type for a communicator.
+template <Communicator C>
+using workspace_for = Workspace<detail::policy_t<C>>;
+
+}  // namespace weightsync
