@@ -1,0 +1,51 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+//! @file
+//! Settings of the IPC transports (IpcOptions) and what they did with handles (IpcStats).
+
+#include "weightsync/config.hpp"
+#if !WEIGHTSYNC_HAS_CUDA
+#error "<weightsync/cuda/ipc/options.hpp> needs the CUDA runtime (WEIGHTSYNC_HAS_CUDA=0)"
+#endif
+
+#include <cstddef>
+#include <cstdint>
+
+namespace weightsync {
+
+//! Settings of an IPC transport.
+struct IpcOptions {
+  //! true: `ipc`, producer and consumers must share one GPU. false: `p2p`, one node, any GPU the
+  //! consumer can reach (peer access).
+  bool same_gpu = true;
+  //! Copy-engine streams on the consumer; large pulls are split over them so several engines work.
+  int copy_streams = 2;
+  //! Pulls are cut into pieces of at most this many bytes, spread over the copy streams. Larger
+  //! pieces cost less per byte (copy_engine_probe, 2x H200: 371 / 391 / 396 GB/s at 64M / 256M /
+  //! 1G).
+  std::size_t piece_bytes = std::size_t{1} << 30;
+  //! Pieces smaller than this go through one launch of the batched copy kernel instead of one
+  //! copy-engine operation each (hundreds of small tensors); 0: copy engines only, no SM used.
+  std::size_t kernel_below_bytes = std::size_t{256} << 10;
+  //! false: stage every tensor through the slots (for tests and comparison).
+  bool export_sources = true;
+};
+
+//! What an IPC transport did with handles (for leak checks).
+struct IpcStats {
+  std::uint64_t exported = 0;  //!< producer: allocations exported (once each)
+  std::uint64_t opened = 0;    //!< consumer: cudaIpcOpenMemHandle calls
+  std::uint64_t closed = 0;    //!< consumer: cudaIpcCloseMemHandle calls
+  std::size_t mapped = 0;      //!< consumer: mappings held now
+  std::size_t regions = 0;     //!< last transfer: allocations named by the plan
+  std::size_t staged = 0;      //!< last transfer: tensors that went through the slots
+  //! Consumer, last transfer, host microseconds: waiting for the plan, mapping and checking it,
+  //! enqueueing the pulls, waiting for them, exchanging the final status; and the device time of
+  //! the pulls from the producer's own memory (between events on the consumer's stream).
+  double plan_us = 0, prepare_us = 0, enqueue_us = 0, wait_us = 0, status_us = 0,
+         pull_device_us = 0;
+};
+
+}  // namespace weightsync

@@ -1,0 +1,113 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+//! @file
+//! How the IPC consumer moves bytes: copies merged where both ends continue each other, large ones
+//! cut into pieces spread over several copy-engine streams (no SM used), small ones fused into one
+//! launch of the batched copy kernel, all ordered after and joined back into one main stream.
+
+#include "weightsync/config.hpp"
+#if !WEIGHTSYNC_HAS_CUDA
+#error "<weightsync/cuda/ipc/pull.hpp> needs the CUDA runtime (WEIGHTSYNC_HAS_CUDA=0)"
+#endif
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <vector>
+
+#include "weightsync/cuda/check.hpp"
+#include "weightsync/cuda/device_policy.hpp"
+#include "weightsync/cuda/event.hpp"
+#include "weightsync/cuda/ipc/options.hpp"
+#include "weightsync/cuda/stream.hpp"
+
+namespace weightsync::detail {
+
+//! One copy of a pull or a staging.
+struct CopyPiece {
+  std::byte* dst;
+  const std::byte* src;
+  std::size_t bytes;
+};
+
+//! Appends a copy, merging it into the previous one when both ends continue it.
+inline void add_piece(std::vector<CopyPiece>& v, std::byte* dst, const std::byte* src,
+                      std::size_t n) {
+  if (n == 0) return;
+  if (!v.empty()) {
+    auto& b = v.back();
+    if (b.dst + b.bytes == dst && b.src + b.bytes == src) {
+      b.bytes += n;
+      return;
+    }
+  }
+  v.push_back({dst, src, n});
+}
+
+//! Copy-engine streams and the batched-copy kernel of one consumer.
+class Puller {
+ public:
+  Puller(int device, const IpcOptions& opt) : start_(device), policy_(device) {
+    CurrentDeviceGuard g(device);
+    for (int i = 0; i < opt.copy_streams; ++i) {
+      streams_.emplace_back(device);
+      done_.emplace_back(device);
+    }
+  }
+
+  //! Enqueues `pieces` after the work already on `main`; `main` continues once they are done.
+  void enqueue(const std::vector<CopyPiece>& pieces, cudaStream_t main, const IpcOptions& opt) {
+    check(cudaEventRecord(start_.get(), main), "cudaEventRecord");
+    kd_.clear();
+    ks_.clear();
+    kn_.clear();
+    std::size_t next = 0;
+    used_.assign(streams_.size(), 0);
+    for (const auto& p : pieces) {
+      if (p.bytes < opt.kernel_below_bytes) {
+        kd_.push_back(p.dst);
+        ks_.push_back(p.src);
+        kn_.push_back(p.bytes);
+        continue;
+      }
+      for (std::size_t off = 0; off < p.bytes; off += opt.piece_bytes) {
+        const std::size_t n = std::min(opt.piece_bytes, p.bytes - off);
+        auto& s = streams_[next];
+        if (!used_[next])
+          check(cudaStreamWaitEvent(s.get(), start_.get(), 0), "cudaStreamWaitEvent");
+        used_[next] = 1;
+        check(cudaMemcpyAsync(p.dst + off, p.src + off, n, cudaMemcpyDeviceToDevice, s.get()),
+              "cudaMemcpyAsync(pull)");
+        next = (next + 1) % streams_.size();
+      }
+    }
+    if (kd_.size() == 1)
+      check(cudaMemcpyAsync(kd_[0], ks_[0], kn_[0], cudaMemcpyDeviceToDevice, main),
+            "cudaMemcpyAsync(pull)");
+    else if (!kd_.empty())
+      policy_.copy_batch(kd_.data(), ks_.data(), kn_.data(), kd_.size(), main);
+    for (std::size_t k = 0; k < streams_.size(); ++k) {
+      if (!used_[k]) continue;
+      done_[k].record(streams_[k].get());
+      check(cudaStreamWaitEvent(main, done_[k].get(), 0), "cudaStreamWaitEvent");
+    }
+  }
+
+  //! The copy streams (to drain them after a failure).
+  std::vector<CudaStream>& streams() noexcept { return streams_; }
+
+ private:
+  std::vector<CudaStream> streams_;
+  std::vector<CudaEvent> done_;
+  CudaEvent start_;
+  CudaPolicy policy_;
+  std::vector<void*> kd_;
+  std::vector<const void*> ks_;
+  std::vector<std::size_t> kn_;
+  std::vector<char> used_;
+};
+
+}  // namespace weightsync::detail

@@ -1,0 +1,145 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+//! @file
+//! The control messages of a pull transport over a HostCommunicator (host code): a blob of any
+//! length from rank 0, one-byte hand-offs from every consumer, and the final outcome of every rank
+//! as the library's 256-byte Frame. Every step has the communicator's deadline; a failure aborts
+//! the channel so that no peer waits for a step this side will never take.
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "weightsync/detail/format.hpp"
+#include "weightsync/detail/frame.hpp"
+#include "weightsync/error.hpp"
+#include "weightsync/host/communicator.hpp"
+
+namespace weightsync::detail {
+
+//! What an exception says (for status messages to peers).
+inline std::string what_of(const std::exception_ptr& p) {
+  try {
+    std::rethrow_exception(p);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "an exception that is not a std::exception";
+  }
+}
+
+//! Aborts the control channel when the scope is left by an exception (so that no peer waits for a
+//! step this side will never take), unless disarmed for an orderly failure.
+class AbortOnThrow {
+ public:
+  AbortOnThrow(HostCommunicator& c, const char* what)
+      : c_(c), what_(what), uncaught_(std::uncaught_exceptions()) {}
+  AbortOnThrow(const AbortOnThrow&) = delete;
+  AbortOnThrow& operator=(const AbortOnThrow&) = delete;
+  ~AbortOnThrow() {
+    if (armed_ && std::uncaught_exceptions() > uncaught_) c_.abort(what_);
+  }
+  void disarm() noexcept { armed_ = false; }
+
+ private:
+  HostCommunicator& c_;
+  const char* what_;
+  int uncaught_;
+  bool armed_ = true;
+};
+
+class ControlChannel {
+ public:
+  explicit ControlChannel(HostCommunicator& c) : c_(c) {}
+
+  //! Rank 0: sends `s`. A 512-byte first packet holds the length and the start of the payload.
+  void send_blob(const std::string& s) {
+    std::string first(kFirst, '\0');
+    const std::uint64_t n = s.size();
+    std::memcpy(first.data(), &n, 8);
+    std::memcpy(first.data() + 8, s.data(), std::min(s.size(), kFirst - 8));
+    c_.broadcast(first.data(), kFirst, 0);
+    if (s.size() > kFirst - 8) {
+      std::string rest = s.substr(kFirst - 8);
+      c_.broadcast(rest.data(), rest.size(), 0);
+    }
+  }
+  //! Ranks >= 1: receives rank 0's blob of at most `limit` bytes.
+  std::string receive_blob(std::uint64_t limit, const char* what) {
+    std::string first(kFirst, '\0');
+    c_.broadcast(first.data(), kFirst, 0);
+    std::uint64_t n = 0;
+    std::memcpy(&n, first.data(), 8);
+    if (n > limit)
+      throw protocol_error(
+          0, cat(what, " of ", n, " bytes announced (not a peer of this transport?)"));
+    std::string s(static_cast<std::size_t>(n), '\0');
+    std::memcpy(s.data(), first.data() + 8, std::min<std::size_t>(s.size(), kFirst - 8));
+    if (s.size() > kFirst - 8) c_.broadcast(s.data() + (kFirst - 8), s.size() - (kFirst - 8), 0);
+    return s;
+  }
+
+  //! A hand-off: every consumer says it is done with something (rank 0 passes through).
+  void gather_acks() {
+    guarded([&] {
+      for (int r = 1; r < c_.size(); ++r) {
+        std::uint8_t a = 0;
+        c_.broadcast(&a, 1, r);
+      }
+    });
+  }
+
+  //! Every consumer's outcome, indexed by rank (rank 0's entry is ok): `code` and `why` are this
+  //! rank's.
+  std::vector<Frame> gather_outcomes(FrameCode code, const std::string& why) {
+    std::vector<Frame> out(static_cast<std::size_t>(c_.size()));
+    guarded([&] {
+      for (int r = 1; r < c_.size(); ++r) {
+        Frame& f = out[static_cast<std::size_t>(r)];
+        if (r == c_.rank()) {
+          f.kind = static_cast<std::uint16_t>(FrameKind::ack);
+          f.rank = r;
+          f.code = static_cast<std::uint16_t>(code);
+          f.set_message(why);
+        }
+        c_.broadcast(&f, sizeof f, r);
+        if (f.magic != kFrameMagic || f.rank != r)
+          throw protocol_error(r, cat("rank ", r, " sent no valid outcome frame"));
+      }
+    });
+    return out;
+  }
+
+  //! Throws the first other consumer's failure: protocol_error for a mismatch, remote_error else.
+  void raise_first(const std::vector<Frame>& outcomes) const {
+    for (int r = 1; r < c_.size(); ++r) {
+      const Frame& f = outcomes[static_cast<std::size_t>(r)];
+      if (r == c_.rank() || f.ok()) continue;
+      if (f.code == static_cast<std::uint16_t>(FrameCode::mismatch))
+        throw protocol_error(r, f.text());
+      throw remote_error(r, f.text());
+    }
+  }
+
+  //! Runs a control step; on a failure aborts the channel (so that peers fail fast too).
+  template <class F>
+  void guarded(F&& f) {
+    try {
+      f();
+    } catch (const error& e) {
+      c_.abort(e.what());
+      throw;
+    }
+  }
+
+ private:
+  static constexpr std::size_t kFirst = 512;
+  HostCommunicator& c_;
+};
+
+}  // namespace weightsync::detail

@@ -1,0 +1,159 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+//! @file
+//! The engines' view of a transport: Backend (init, send, receive, health), the options every
+//! backend takes, the type-erased load/destination/source types that let a backend be chosen by
+//! name at run time, and the worker-rank rule of vLLM.
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <iterator>
+#include <span>
+#include <string>
+#include <utility>
+
+#include "weightsync/concepts.hpp"
+#include "weightsync/detail/format.hpp"
+#include "weightsync/error.hpp"
+#include "weightsync/host/rendezvous.hpp"
+#include "weightsync/info.hpp"
+#include "weightsync/tensor_meta.hpp"
+#include "weightsync/transfer_options.hpp"
+
+namespace weightsync {
+
+//! How an inference engine is laid out; picks this worker's rank in the transfer group.
+struct ParallelConfig {
+  int tensor_parallel_size = 1;
+  int pipeline_parallel_size = 1;
+  int data_parallel_size = 1;
+  int data_parallel_index = 0;  //!< this worker's DP replica
+  int local_rank = 0;           //!< this worker's rank within its replica (0..TP*PP-1)
+
+  void validate() const {
+    auto positive = [](int v, const char* f) {
+      if (v < 1) throw config_error(f, detail::cat("must be >= 1, got ", v));
+    };
+    positive(tensor_parallel_size, "tensor_parallel_size");
+    positive(pipeline_parallel_size, "pipeline_parallel_size");
+    positive(data_parallel_size, "data_parallel_size");
+    if (data_parallel_index < 0 || data_parallel_index >= data_parallel_size)
+      throw config_error(
+          "data_parallel_index",
+          detail::cat("must be in 0..", data_parallel_size - 1, ", got ", data_parallel_index));
+    const int replica = tensor_parallel_size * pipeline_parallel_size;
+    if (local_rank < 0 || local_rank >= replica)
+      throw config_error("local_rank",
+                         detail::cat("must be in 0..", replica - 1, ", got ", local_rank));
+  }
+  //! Workers of the whole engine: TP * PP * DP.
+  int workers() const { return tensor_parallel_size * pipeline_parallel_size * data_parallel_size; }
+};
+
+//! vLLM's rule: rank = dp_index * (TP * PP) + local_rank + rank_offset.
+inline int worker_rank(const ParallelConfig& p, int rank_offset) {
+  p.validate();
+  if (rank_offset < 0)
+    throw config_error("rank_offset", detail::cat("must be >= 0, got ", rank_offset));
+  return p.data_parallel_index * (p.tensor_parallel_size * p.pipeline_parallel_size) +
+         p.local_rank + rank_offset;
+}
+
+//! load_weights, type-erased for backends chosen at run time: the stream is a cudaStream_t on the
+//! GPU backends and nullptr on the host backend.
+using AnyLoadWeights = std::function<void(std::span<const TensorView>, void* stream)>;
+//! Where a tensor should land (nullptr: hand me a view). See TransferOptions::destination.
+using AnyDestination = std::function<void*(const TensorMeta&)>;
+
+//! A single-pass range over a generator of SourceTensorRef; models TensorIterator. Lets a backend
+//! chosen at run time iterate a trainer's tensors without knowing their type.
+class AnyTensorRange {
+ public:
+  //! Fills the argument and returns true, or returns false at the end.
+  using Next = std::function<bool(SourceTensorRef&)>;
+  explicit AnyTensorRange(Next next) : next_(std::move(next)) {}
+
+  class iterator {
+   public:
+    using value_type = SourceTensorRef;
+    using difference_type = std::ptrdiff_t;
+    iterator() = default;
+    explicit iterator(AnyTensorRange* r) : r_(r) { advance(); }
+    const SourceTensorRef& operator*() const { return cur_; }
+    iterator& operator++() {
+      advance();
+      return *this;
+    }
+    void operator++(int) { advance(); }
+    friend bool operator==(const iterator& it, std::default_sentinel_t) { return it.r_ == nullptr; }
+
+   private:
+    void advance() {
+      if (r_ && !r_->next_(cur_)) r_ = nullptr;
+    }
+    AnyTensorRange* r_ = nullptr;
+    SourceTensorRef cur_{};
+  };
+  iterator begin() { return iterator(this); }
+  std::default_sentinel_t end() { return {}; }
+
+ private:
+  Next next_;
+};
+static_assert(TensorIterator<AnyTensorRange&>);
+
+//! Settings of an engine's backend.
+struct EngineOptions {
+  std::string backend = "host";
+  int device = -1;  //!< CUDA device for GPU backends (-1: the current device)
+  std::chrono::milliseconds timeout{std::chrono::seconds(60)};  //!< init and every wait
+  std::string token;  //!< shared rendezvous token (empty: none)
+  Protocol protocol = Protocol::weightsync;
+  std::size_t direct_threshold_bytes = 0;  //!< see TransferOptions
+  bool nccl_blocking = false;              //!< see NcclOptions::blocking
+};
+
+//! A transport the engines drive. Implementations: CommBackend<HostCommunicator> ("host"),
+//! CommBackend<NcclCommunicator> ("nccl"), IpcBackend ("ipc", "p2p").
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  //! Joins the group described by `info` as `rank`. Blocks until every rank has joined.
+  virtual void init(const NcclInitInfo& info, int rank, const EngineOptions& o) = 0;
+  virtual bool initialized() const noexcept = 0;
+  //! False once the communicator failed or was aborted (a new init is needed).
+  virtual bool healthy() const noexcept = 0;
+  virtual int rank() const noexcept = 0;
+  virtual int world_size() const noexcept = 0;
+  //! Throws if a peer is known to be gone or the communicator failed. Non-blocking; never called
+  //! during a transfer.
+  virtual void check() = 0;
+  virtual TransferStats receive(std::span<const TensorMeta> metas, TransferOptions opt,
+                                const AnyLoadWeights& load) = 0;
+  virtual TransferStats send(std::span<const TensorMeta> metas, AnyTensorRange& items,
+                             TransferOptions opt) = 0;
+  virtual void shutdown() noexcept = 0;
+};
+
+namespace detail {
+inline RendezvousOptions rendezvous_options(const NcclInitInfo& info, int rank,
+                                            const EngineOptions& o, const char* backend) {
+  if (!info.master_address || !info.master_port)
+    throw config_error("master_address",
+                       cat("the ", backend, " backend needs master_address and master_port"));
+  RendezvousOptions r;
+  r.address = *info.master_address;
+  r.port = *info.master_port;
+  r.rank = rank;
+  r.world_size = info.world_size;
+  r.token = o.token;
+  r.timeout = o.timeout;
+  return r;
+}
+}  // namespace detail
+
+}  // namespace weightsync

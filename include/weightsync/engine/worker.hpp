@@ -1,0 +1,305 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+//! @file
+//! WeightTransferEngine, the inference side (vLLM's worker API: init, start, update, finish with a
+//! version, shutdown), over a backend chosen by name from the registry.
+//!
+//! Session state machine of the receiver:
+//!   uninitialized --init--> ready --start--> updating --update*--> updating --finish--> ready
+//! Starting twice, updating or finishing without a start, and anything before init are
+//! state_error. An update that fails ends the session (back to ready, version unchanged) so the
+//! next start works; if the failure broke the communicator, the next start says so and a new
+//! init_transfer_engine() is needed.
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "weightsync/detail/format.hpp"
+#include "weightsync/engine/backend.hpp"
+#include "weightsync/engine/registry.hpp"
+#include "weightsync/error.hpp"
+#include "weightsync/info.hpp"
+#include "weightsync/log.hpp"
+
+namespace weightsync {
+
+//! How a server reacts to a pause: vLLM's modes.
+enum class PauseMode { abort, wait, keep };
+
+inline PauseMode parse_pause_mode(const std::string& s) {
+  if (s == "abort") return PauseMode::abort;
+  if (s == "wait") return PauseMode::wait;
+  if (s == "keep") return PauseMode::keep;
+  throw config_error("mode", "must be abort, wait or keep, got '" + s + "'");
+}
+inline const char* pause_mode_name(PauseMode m) {
+  return m == PauseMode::abort ? "abort" : m == PauseMode::wait ? "wait" : "keep";
+}
+
+//! The inference side of weight syncing (one per worker process).
+class WeightTransferEngine {
+ public:
+  struct Options {
+    EngineOptions engine;
+    ParallelConfig parallel;
+    //! Between transfers, a watchdog checks this often that the trainer is still there (0: off).
+    //! When it is gone, the engine logs it, ends a started session, and calls Hooks::failure.
+    std::chrono::milliseconds liveness_interval{500};
+  };
+  //! Callbacks of the embedding server.
+  struct Hooks {
+    std::function<void(PauseMode)> pause;  //!< stop (abort), drain (wait) or hold (keep) requests
+    std::function<void()> resume;
+    //! The group failed between transfers (the trainer died, say); the argument says why.
+    std::function<void(const std::string&)> failure;
+  };
+
+  WeightTransferEngine() : WeightTransferEngine(Options()) {}
+  explicit WeightTransferEngine(Options o) : opt_(std::move(o)) { opt_.parallel.validate(); }
+  WeightTransferEngine(const WeightTransferEngine&) = delete;
+  WeightTransferEngine& operator=(const WeightTransferEngine&) = delete;
+  ~WeightTransferEngine() {
+    shutdown();
+    stop_watchdog();
+  }
+
+  void set_hooks(Hooks h) {
+    std::lock_guard lock(mutex_);
+    hooks_ = std::move(h);
+  }
+
+  //! Joins the trainer's group (blocks until every rank has joined). Allowed again after a failure
+  //! or shutdown, and between sessions; not during one.
+  void init_transfer_engine(const NcclInitInfo& info) {
+    std::unique_lock lock(mutex_);
+    if (busy_) throw state_error("init_transfer_engine while update_weights is running");
+    if (state_ == State::updating) {
+      // A session whose trainer went away before sending: a new trainer takes over.
+      log(LogLevel::warning, "init_transfer_engine abandons a started weight update");
+      state_ = State::ready;
+    }
+    info.validate();
+    const int rank = worker_rank(opt_.parallel, info.rank_offset);
+    if (rank >= info.world_size)
+      throw config_error(
+          "world_size",
+          detail::cat("this worker's rank ", rank, " (dp_index ", opt_.parallel.data_parallel_index,
+                      ", local_rank ", opt_.parallel.local_rank, ", rank_offset ", info.rank_offset,
+                      ") needs world_size > ", rank, ", got ", info.world_size));
+    if (rank == 0)
+      throw config_error("rank_offset", "rank 0 is the trainer's; workers need rank_offset >= 1");
+    if (backend_) backend_->shutdown();
+    backend_.reset();
+    state_ = State::uninitialized;
+    std::shared_ptr<Backend> b = BackendRegistry::global().make(opt_.engine.backend);
+    b->init(info, rank, opt_.engine);
+    backend_ = std::move(b);
+    init_ = info;
+    state_ = State::ready;
+    if (opt_.liveness_interval.count() > 0 && !watchdog_.joinable())
+      watchdog_ = std::thread([this] { watch(); });
+  }
+  void init_transfer_engine(const nlohmann::json& init_info) {
+    init_transfer_engine(init_info.get<NcclInitInfo>());
+  }
+
+  void start_weight_update() {
+    std::lock_guard lock(mutex_);
+    if (state_ == State::uninitialized)
+      throw state_error("start_weight_update before init_transfer_engine");
+    if (state_ == State::updating)
+      throw state_error("start_weight_update while an update is already started");
+    if (!backend_->healthy())
+      throw state_error(
+          "the transfer group failed in an earlier update; call init_transfer_engine "
+          "again");
+    state_ = State::updating;
+    updates_in_session_ = 0;
+  }
+
+  //! Receives one update (blocks until it has landed). `load` gets every tensor without a
+  //! destination; `destination` (optional) places tensors directly.
+  //! @throws state_error outside a session; config_error for a bad update info; whatever the
+  //!   transfer throws, after which the session is over (version unchanged).
+  TransferStats update_weights(const NcclUpdateInfo& info, const AnyLoadWeights& load,
+                               const AnyDestination& destination = {}) {
+    std::shared_ptr<Backend> backend;
+    TransferOptions t;
+    std::vector<TensorMeta> metas;
+    {
+      // The lock guards the state only; the transfer runs without it, so that status queries
+      // (weight_version, is_paused) answer during an update.
+      std::lock_guard lock(mutex_);
+      if (state_ == State::uninitialized)
+        throw state_error("update_weights before init_transfer_engine");
+      if (state_ != State::updating)
+        throw state_error("update_weights without start_weight_update");
+      if (busy_) throw state_error("update_weights while another update_weights is running");
+      metas = info.metas();
+      t = transfer_options(init_, info, opt_.engine);
+      t.destination = destination;
+      backend = backend_;
+      busy_ = true;
+    }
+    try {
+      auto st = backend->receive(metas, t, load);
+      std::lock_guard lock(mutex_);
+      busy_ = false;
+      ++updates_in_session_;
+      return st;
+    } catch (...) {
+      std::lock_guard lock(mutex_);
+      busy_ = false;
+      state_ = State::ready;  // the session is over; the next start begins a new one
+      throw;
+    }
+  }
+  TransferStats update_weights(const nlohmann::json& update_info, const AnyLoadWeights& load,
+                               const AnyDestination& destination = {}) {
+    return update_weights(update_info.get<NcclUpdateInfo>(), load, destination);
+  }
+  //! vLLM's other name for update_weights.
+  TransferStats receive_weights(const NcclUpdateInfo& info, const AnyLoadWeights& load,
+                                const AnyDestination& destination = {}) {
+    return update_weights(info, load, destination);
+  }
+
+  //! Ends the session; the version changes only here, and only when given.
+  void finish_weight_update(std::optional<std::string> version = std::nullopt) {
+    std::lock_guard lock(mutex_);
+    if (state_ != State::updating)
+      throw state_error("finish_weight_update without start_weight_update");
+    if (busy_) throw state_error("finish_weight_update while update_weights is running");
+    if (version) version_ = *version;
+    state_ = State::ready;
+  }
+
+  std::string weight_version() const {
+    std::lock_guard lock(mutex_);
+    return version_;
+  }
+  bool initialized() const {
+    std::lock_guard lock(mutex_);
+    return state_ != State::uninitialized;
+  }
+  bool updating() const {
+    std::lock_guard lock(mutex_);
+    return state_ == State::updating;
+  }
+  int world_size() const {
+    std::lock_guard lock(mutex_);
+    return backend_ ? backend_->world_size() : 0;
+  }
+  int rank() const {
+    std::lock_guard lock(mutex_);
+    return backend_ ? backend_->rank() : -1;
+  }
+
+  void pause(PauseMode m) {
+    std::function<void(PauseMode)> f;
+    {
+      std::lock_guard lock(mutex_);
+      paused_ = true;
+      f = hooks_.pause;
+    }
+    if (f) f(m);
+  }
+  void resume() {
+    std::function<void()> f;
+    {
+      std::lock_guard lock(mutex_);
+      paused_ = false;
+      f = hooks_.resume;
+    }
+    if (f) f();
+  }
+  bool is_paused() const {
+    std::lock_guard lock(mutex_);
+    return paused_;
+  }
+
+  //! Leaves the group. The engine can be initialized again. Not while update_weights runs.
+  void shutdown() noexcept {
+    std::lock_guard lock(mutex_);
+    if (busy_) {
+      log(LogLevel::error, "WeightTransferEngine::shutdown during update_weights ignored");
+      return;
+    }
+    if (backend_) backend_->shutdown();
+    backend_.reset();
+    state_ = State::uninitialized;
+  }
+
+  //! The options of one transfer: the init info's packing, overridden by the update's.
+  static TransferOptions transfer_options(const NcclInitInfo& init, const NcclUpdateInfo& u,
+                                          const EngineOptions& e) {
+    TransferOptions t;
+    t.packed = u.packed.value_or(init.packed);
+    t.buffer_size_bytes = static_cast<std::size_t>(
+        u.packed_buffer_size_bytes.value_or(init.packed_buffer_size_bytes));
+    t.num_buffers = u.packed_num_buffers.value_or(init.packed_num_buffers);
+    t.protocol = e.protocol;
+    t.timeout = e.timeout;
+    t.direct_threshold_bytes = e.protocol == Protocol::weightsync ? e.direct_threshold_bytes : 0;
+    return t;
+  }
+
+ private:
+  enum class State { uninitialized, ready, updating };
+
+  void watch() {
+    std::unique_lock lock(mutex_);
+    while (!stop_) {
+      cv_.wait_for(lock, opt_.liveness_interval);
+      if (stop_ || busy_ || !backend_ || !backend_->healthy()) continue;
+      try {
+        backend_->check();
+      } catch (const std::exception& e) {
+        const std::string why =
+            detail::cat("the transfer group failed between updates: ", e.what());
+        log(LogLevel::error, why);
+        state_ = State::ready;  // a started session is over
+        auto f = hooks_.failure;
+        lock.unlock();
+        if (f) f(why);
+        lock.lock();
+      }
+    }
+  }
+  void stop_watchdog() noexcept {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (watchdog_.joinable()) watchdog_.join();
+  }
+
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::thread watchdog_;
+  bool stop_ = false;
+  Options opt_;
+  Hooks hooks_;
+  std::shared_ptr<Backend> backend_;
+  NcclInitInfo init_;
+  State state_ = State::uninitialized;
+  bool busy_ = false;
+  std::string version_ = "default";
+  int updates_in_session_ = 0;
+  bool paused_ = false;
+};
+
+}  // namespace weightsync
