@@ -8,7 +8,7 @@
 //                    [--buffer-size 16M,64M,256M,1G,2G] [--num-buffers 1,2,3]
 //                    [--mode packed,zerocopy,unpacked,unpacked-zc] [--direct 0,32M]
 //                    [--protocol weightsync|vllm] [--warmup 3] [--iters 10] [--json FILE]
-//                    [--backend nccl|ipc|p2p] [--copy-streams 2] [--piece 1G]
+//                    [--backend nccl|ipc|p2p] [--copy-streams 2] [--piece 1G] [--non-blocking]
 //
 // The launcher starts --np processes of itself (one GPU each, rank % device count), which meet
 // at a TCP rendezvous on 127.0.0.1. Each iteration: the consumers poison their destinations, all
@@ -74,8 +74,8 @@ struct Args {
   int iters = 10;
   std::string json_path;
   int timeout_s = 120;
-  std::size_t gap = 0;
-  bool blocking = false;  // blocking NCCL launches (NcclOptions::blocking)  // bytes between tensors: 0 = one flat buffer, > 0 = scattered parameters
+  std::size_t gap = 0;    // bytes between tensors: 0 = one flat buffer, > 0 = scattered parameters
+  bool blocking = true;  // blocking NCCL launches (NcclOptions::blocking; --non-blocking: off)
   // set by the launcher for its children
   int rank = -1;
   int port = 0;
@@ -148,8 +148,8 @@ Args parse(int argc, char** argv) {
     else if (k == "--json") a.json_path = val();
     else if (k == "--timeout") a.timeout_s = std::stoi(val());
     else if (k == "--gap") a.gap = parse_size(val());
-    else if (k == "--blocking") {
-      a.blocking = true;
+    else if (k == "--blocking" || k == "--non-blocking") {
+      a.blocking = k == "--blocking";
       a.argv.push_back(k);
       continue;
     }
@@ -218,6 +218,7 @@ class Bench {
     n.device = device_;
     n.timeout = std::chrono::seconds(a.timeout_s);
     n.blocking = a.blocking;
+    n.connect_all = true;  // both ranks are this library's
     if (a.backend == "ipc") {
       host_ = true;  // both ranks on one GPU: no NCCL (it refuses two ranks on one device)
     } else {

@@ -113,7 +113,9 @@ struct EngineOptions {
   std::string token;  //!< shared rendezvous token (empty: none)
   Protocol protocol = Protocol::weightsync;
   std::size_t direct_threshold_bytes = 0;  //!< see TransferOptions
-  bool nccl_blocking = false;              //!< see NcclOptions::blocking
+  //! Blocking NCCL launches under the launch watchdog (see NcclOptions::blocking); Protocol::vllm
+  //! always uses non-blocking ones (vLLM's workers do not take part in the split it needs).
+  bool nccl_blocking = true;
 };
 
 //! A transport the engines drive. Implementations: CommBackend<HostCommunicator> ("host"),

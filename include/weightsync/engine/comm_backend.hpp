@@ -121,7 +121,12 @@ inline std::unique_ptr<Backend> make_nccl_backend() {
         NcclOptions n;
         n.device = o.device;
         n.timeout = o.timeout;
-        n.blocking = o.nccl_blocking;
+        // Blocking launches split a child communicator off the bounded parent: a collective that
+        // vLLM's workers do not run, so vLLM's wire keeps non-blocking launches. Only this
+        // library's peers set up every connection at init.
+        const bool ours = o.protocol == Protocol::weightsync;
+        n.blocking = o.nccl_blocking && ours;
+        n.connect_all = ours;
         if (info.uses_unique_id())
           return NcclCommunicator::init(NcclUniqueId::from_base64(*info.nccl_unique_id_b64), rank,
                                         info.world_size, n);

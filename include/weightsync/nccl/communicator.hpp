@@ -5,10 +5,12 @@
 //! @file
 //! NcclCommunicator: a Communicator (and GroupedCommunicator, MonitoredCommunicator) over NCCL.
 //!
-//! The communicator is created non-blocking (ncclConfig_t.blocking = 0), so that initialization and
-//! every operation can be bounded: calls that answer ncclInProgress are polled with
-//! ncclCommGetAsyncError against a deadline, and on a timeout or a peer failure the communicator is
-//! aborted (ncclCommAbort) and the call throws timeout_error or nccl_error instead of hanging. After
+//! Initialization runs on a non-blocking communicator (ncclConfig_t.blocking = 0), so that it can
+//! be bounded: calls that answer ncclInProgress are polled with ncclCommGetAsyncError against a
+//! deadline, and on a timeout or a peer failure the communicator is aborted (ncclCommAbort) and the
+//! call throws timeout_error or nccl_error instead of hanging. Launches are blocking by default
+//! (NcclOptions::blocking: a blocking child is split off the bounded parent): they cost less, and a
+//! LaunchWatchdog aborts the communicator when one is stuck inside NCCL past the deadline. After
 //! initialization every rank runs the 1-element float32 sum all-reduce that vLLM's communicator
 //! runs as warm-up, so that a vLLM worker can be the peer in unique-id mode.
 //!
@@ -27,9 +29,10 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
-#include <cstring>
 #include <cstddef>
+#include <cstring>
 #include <exception>
+#include <memory>
 #include <string>
 #include <thread>
 #include <utility>
@@ -44,6 +47,7 @@
 #include "weightsync/log.hpp"
 #include "weightsync/nccl/check.hpp"
 #include "weightsync/nccl/unique_id.hpp"
+#include "weightsync/nccl/watchdog.hpp"
 
 namespace weightsync {
 
@@ -55,11 +59,15 @@ struct NcclOptions {
   //! Run vLLM's warm-up (1-element float32 sum all-reduce) after initialization. Every rank must
   //! agree; vLLM workers always run it.
   bool vllm_warmup = true;
-  //! false (default): ncclConfig_t.blocking = 0, so that initialization and every launch are
-  //! bounded by the timeout. true: blocking launches (lower launch latency); initialization is
-  //! still bounded (it runs on a non-blocking communicator that is then split), but a launch that
-  //! blocks inside NCCL (a peer vanishing while NCCL connects) is not.
-  bool blocking = false;
+  //! true (default): blocking launches (lower launch latency, ~100 us less per launch); init is
+  //! still bounded (it runs on a non-blocking communicator that is then split), and a launch that
+  //! blocks inside NCCL (a peer vanishing while NCCL connects) is ended by a watchdog that aborts
+  //! the communicator at the deadline. false: ncclConfig_t.blocking = 0, every launch polled.
+  bool blocking = true;
+  //! After init, one broadcast from every rank (grouped), so that the connections every later
+  //! broadcast needs are set up inside init's deadline rather than inside a launch. Every rank
+  //! must agree: a vLLM peer does not run it (the engines set it for Protocol::weightsync only).
+  bool connect_all = false;
 };
 
 class NcclCommunicator {
@@ -115,8 +123,10 @@ class NcclCommunicator {
       c.wait_ready("ncclCommSplit", "init");
       c.parent_ = c.comm_;  // kept until teardown: destroying it now would be a collective
       c.comm_ = child;
+      c.watchdog_ = std::make_unique<detail::LaunchWatchdog>(child);
     }
     if (o.vllm_warmup) c.warmup();
+    if (o.connect_all) c.connect_all();
     return c;
   }
 
@@ -150,13 +160,23 @@ class NcclCommunicator {
   //! In-place broadcast of `bytes` bytes from `root` (sendbuff == recvbuff), on `stream`.
   void broadcast(void* buf, std::size_t bytes, int root, cudaStream_t stream) {
     usable("ncclBroadcast");
-    enqueue(ncclBroadcast(buf, buf, bytes, ncclUint8, root, comm_, stream), "ncclBroadcast");
+    ncclResult_t r;
+    {
+      detail::LaunchWatchdog::Guard g(group_depth_ == 0 ? watchdog_.get() : nullptr, timeout_);
+      r = ncclBroadcast(buf, buf, bytes, ncclUint8, root, comm_, stream);
+    }
+    enqueue(r, "ncclBroadcast");
   }
 
   void all_reduce(const void* send, void* recv, std::size_t count, ncclDataType_t type,
                   ncclRedOp_t op, cudaStream_t stream) {
     usable("ncclAllReduce");
-    enqueue(ncclAllReduce(send, recv, count, type, op, comm_, stream), "ncclAllReduce");
+    ncclResult_t r;
+    {
+      detail::LaunchWatchdog::Guard g(group_depth_ == 0 ? watchdog_.get() : nullptr, timeout_);
+      r = ncclAllReduce(send, recv, count, type, op, comm_, stream);
+    }
+    enqueue(r, "ncclAllReduce");
   }
 
   void group_start() {
@@ -167,7 +187,11 @@ class NcclCommunicator {
   }
   void group_end() {
     --group_depth_;
-    const auto r = ncclGroupEnd();
+    ncclResult_t r;
+    {
+      detail::LaunchWatchdog::Guard g(watchdog_.get(), timeout_);
+      r = ncclGroupEnd();
+    }
     if (r == ncclInProgress) {
       wait_ready("ncclGroupEnd", "group");
       return;
@@ -195,9 +219,13 @@ class NcclCommunicator {
     abort_reason_ = reason;
     control_.abort(reason);
     detail::CurrentDeviceGuard g(device_);
-    const auto r = ncclCommAbort(comm_);
-    if (r != ncclSuccess)
-      log(LogLevel::warning, detail::cat("ncclCommAbort: ", ncclGetErrorString(r)));
+    // The watchdog may have aborted it already (a launch stuck past the deadline).
+    if (!watchdog_ || watchdog_->abort_once()) {
+      const auto r = ncclCommAbort(comm_);
+      if (r != ncclSuccess)
+        log(LogLevel::warning, detail::cat("ncclCommAbort: ", ncclGetErrorString(r)));
+    }
+    watchdog_.reset();
     comm_ = nullptr;
     if (parent_) ncclCommAbort(std::exchange(parent_, nullptr));
   }
@@ -212,8 +240,9 @@ class NcclCommunicator {
       check();
       if (std::chrono::steady_clock::now() >= deadline) {
         abort("synchronize timed out");
-        throw timeout_error("synchronize", -1, detail::cat("stream work did not complete within ",
-                                                           timeout_.count(), " ms; aborted"));
+        throw timeout_error(
+            "synchronize", -1,
+            detail::cat("stream work did not complete within ", timeout_.count(), " ms; aborted"));
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
@@ -232,16 +261,25 @@ class NcclCommunicator {
     std::swap(group_depth_, o.group_depth_);
     std::swap(abort_reason_, o.abort_reason_);
     std::swap(control_, o.control_);
+    std::swap(watchdog_, o.watchdog_);
   }
 
   void usable(const char* api) const {
-    if (aborted_) throw state_error(detail::cat(api, ": the communicator was aborted (", abort_reason_, ")"));
+    if (watchdog_ && watchdog_->fired())
+      throw state_error(detail::cat(api, ": the launch watchdog aborted the communicator"));
+    if (aborted_)
+      throw state_error(detail::cat(api, ": the communicator was aborted (", abort_reason_, ")"));
     if (!comm_) throw state_error(detail::cat(api, ": no communicator (empty or moved-from)"));
   }
 
   [[noreturn]] void fail(ncclResult_t r, const char* api) {
     failed_ = true;
-    nccl_error e(r, api, rank_, comm_);
+    const bool by_watchdog = watchdog_ && watchdog_->fired();
+    nccl_error e(r,
+                 by_watchdog ? detail::cat(api, " (stuck past ", timeout_.count(),
+                                           " ms; the launch watchdog aborted the communicator)")
+                             : std::string(api),
+                 rank_, by_watchdog ? nullptr : comm_);
     abort(e.what());
     throw e;
   }
@@ -277,9 +315,9 @@ class NcclCommunicator {
         next_control = now + std::chrono::milliseconds(5);
       }
       if (now >= deadline) {
-        const std::string what = detail::cat(api, " on rank ", rank_, " of ", size_,
-                                             " did not complete within ", timeout_.count(),
-                                             " ms (are all ranks there?); communicator aborted");
+        const std::string what =
+            detail::cat(api, " on rank ", rank_, " of ", size_, " did not complete within ",
+                        timeout_.count(), " ms (are all ranks there?); communicator aborted");
         abort(what);
         throw timeout_error(phase, -1, what);
       }
@@ -300,6 +338,20 @@ class NcclCommunicator {
     synchronize(s.get());
   }
 
+  //! One grouped broadcast from every rank, so that NCCL sets up every connection the pipeline's
+  //! broadcasts use now, within init's deadline.
+  void connect_all() {
+    detail::CurrentDeviceGuard g(device_);
+    CudaStream s(device_);
+    const std::size_t bytes = std::size_t{1} << 20;
+    DeviceBuffer buf(bytes * static_cast<std::size_t>(size_), device_);
+    group_start();
+    for (int r = 0; r < size_; ++r)
+      broadcast(buf.data() + static_cast<std::size_t>(r) * bytes, bytes, r, s.get());
+    group_end();
+    synchronize(s.get());
+  }
+
   void destroy() noexcept {
     if (!comm_) {
       if (parent_) ncclCommAbort(std::exchange(parent_, nullptr));
@@ -307,17 +359,19 @@ class NcclCommunicator {
       return;
     }
     detail::CurrentDeviceGuard g(device_);
-    if (failed_ || std::uncaught_exceptions() > 0) {
+    if (failed_ || std::uncaught_exceptions() > 0 || (watchdog_ && watchdog_->fired())) {
       abort(failed_ ? "communicator failed" : "destroyed during exception unwinding");
       return;
     }
     // Clean teardown: finalize (flush, quiesce) within a bound, then destroy; abort otherwise.
     const auto fr = ncclCommFinalize(comm_);
     bool clean = fr == ncclSuccess || fr == ncclInProgress;
-    const auto deadline = std::chrono::steady_clock::now() + std::min(timeout_, std::chrono::milliseconds(10000));
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::min(timeout_, std::chrono::milliseconds(10000));
     while (clean) {
       ncclResult_t st = ncclInProgress;
-      if (ncclCommGetAsyncError(comm_, &st) != ncclSuccess || (st != ncclSuccess && st != ncclInProgress)) {
+      if (ncclCommGetAsyncError(comm_, &st) != ncclSuccess ||
+          (st != ncclSuccess && st != ncclInProgress)) {
         clean = false;
         break;
       }
@@ -333,6 +387,7 @@ class NcclCommunicator {
       abort("finalize timed out");
       return;
     }
+    watchdog_.reset();
     ncclCommDestroy(comm_);
     comm_ = nullptr;
     if (parent_) {
@@ -341,12 +396,16 @@ class NcclCommunicator {
       bool ok = pr == ncclSuccess || pr == ncclInProgress;
       while (ok) {
         ncclResult_t st = ncclInProgress;
-        if (ncclCommGetAsyncError(parent_, &st) != ncclSuccess || (st != ncclSuccess && st != ncclInProgress)) ok = false;
+        if (ncclCommGetAsyncError(parent_, &st) != ncclSuccess ||
+            (st != ncclSuccess && st != ncclInProgress))
+          ok = false;
         if (st == ncclSuccess || std::chrono::steady_clock::now() >= deadline) break;
         std::this_thread::sleep_for(std::chrono::microseconds(200));
       }
-      if (ok) ncclCommDestroy(parent_);
-      else ncclCommAbort(parent_);
+      if (ok)
+        ncclCommDestroy(parent_);
+      else
+        ncclCommAbort(parent_);
       parent_ = nullptr;
     }
     control_.close();
@@ -363,6 +422,7 @@ class NcclCommunicator {
   int group_depth_ = 0;
   std::string abort_reason_;
   ControlChannel control_;
+  std::unique_ptr<detail::LaunchWatchdog> watchdog_;  // blocking launches only
 };
 
 static_assert(Communicator<NcclCommunicator>);

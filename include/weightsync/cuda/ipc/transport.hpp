@@ -8,7 +8,7 @@
 //! consumer maps them once (MappingCache) and pulls with copy engines (Puller). Memory that cannot
 //! be exported is staged through a ring of K slots of one exported allocation, in the chunks of
 //! chunk_plan over B, each slot reused only after every consumer handed it back. Control messages
-//! go over a HostCommunicator (ControlChannel); every wait is the library's bounded wait.
+//! go over a HostCommunicator (ControlMessages); every wait is the library's bounded wait.
 
 #include "weightsync/config.hpp"
 #if !WEIGHTSYNC_HAS_CUDA
@@ -41,7 +41,7 @@
 #include "weightsync/cuda/ipc/placement.hpp"
 #include "weightsync/cuda/ipc/pull.hpp"
 #include "weightsync/cuda/stream.hpp"
-#include "weightsync/detail/control_channel.hpp"
+#include "weightsync/detail/control_messages.hpp"
 #include "weightsync/detail/format.hpp"
 #include "weightsync/detail/frame.hpp"
 #include "weightsync/detail/ipc_plan.hpp"
@@ -247,7 +247,7 @@ class IpcTransport {
     }
   };
 
-  detail::ControlChannel channel() { return detail::ControlChannel(ctrl_); }
+  detail::ControlMessages channel() { return detail::ControlMessages(ctrl_); }
 
   void begin(const TransferOptions& opt, bool producer) {
     opt.validate();

@@ -53,9 +53,9 @@ class AbortOnThrow {
   bool armed_ = true;
 };
 
-class ControlChannel {
+class ControlMessages {
  public:
-  explicit ControlChannel(HostCommunicator& c) : c_(c) {}
+  explicit ControlMessages(HostCommunicator& c) : c_(c) {}
 
   //! Rank 0: sends `s`. A 512-byte first packet holds the length and the start of the payload.
   void send_blob(const std::string& s) {
@@ -94,35 +94,50 @@ class ControlChannel {
     });
   }
 
+  //! A rank's outcome: its frame, and the whole message (a frame holds only the first 175 bytes).
+  struct Outcome {
+    Frame frame;
+    std::string text;
+    bool ok() const { return frame.ok(); }
+  };
+
   //! Every consumer's outcome, indexed by rank (rank 0's entry is ok): `code` and `why` are this
-  //! rank's.
-  std::vector<Frame> gather_outcomes(FrameCode code, const std::string& why) {
-    std::vector<Frame> out(static_cast<std::size_t>(c_.size()));
+  //! rank's. A message longer than a frame holds follows it (at most kMaxMessage bytes).
+  std::vector<Outcome> gather_outcomes(FrameCode code, const std::string& why) {
+    std::vector<Outcome> out(static_cast<std::size_t>(c_.size()));
     guarded([&] {
       for (int r = 1; r < c_.size(); ++r) {
-        Frame& f = out[static_cast<std::size_t>(r)];
+        Outcome& o = out[static_cast<std::size_t>(r)];
+        Frame& f = o.frame;
         if (r == c_.rank()) {
           f.kind = static_cast<std::uint16_t>(FrameKind::ack);
           f.rank = r;
           f.code = static_cast<std::uint16_t>(code);
           f.set_message(why);
+          o.text = why.substr(0, kMaxMessage);
+          f.total_bytes = o.text.size();
         }
         c_.broadcast(&f, sizeof f, r);
-        if (f.magic != kFrameMagic || f.rank != r)
+        if (f.magic != kFrameMagic || f.rank != r || f.total_bytes > kMaxMessage)
           throw protocol_error(r, cat("rank ", r, " sent no valid outcome frame"));
+        if (r != c_.rank()) o.text = f.text();
+        if (f.total_bytes > o.text.size() || (r == c_.rank() && f.total_bytes > f.text().size())) {
+          o.text.resize(static_cast<std::size_t>(f.total_bytes));
+          c_.broadcast(o.text.data(), o.text.size(), r);
+        }
       }
     });
     return out;
   }
 
   //! Throws the first other consumer's failure: protocol_error for a mismatch, remote_error else.
-  void raise_first(const std::vector<Frame>& outcomes) const {
+  void raise_first(const std::vector<Outcome>& outcomes) const {
     for (int r = 1; r < c_.size(); ++r) {
-      const Frame& f = outcomes[static_cast<std::size_t>(r)];
-      if (r == c_.rank() || f.ok()) continue;
-      if (f.code == static_cast<std::uint16_t>(FrameCode::mismatch))
-        throw protocol_error(r, f.text());
-      throw remote_error(r, f.text());
+      const Outcome& o = outcomes[static_cast<std::size_t>(r)];
+      if (r == c_.rank() || o.ok()) continue;
+      if (o.frame.code == static_cast<std::uint16_t>(FrameCode::mismatch))
+        throw protocol_error(r, o.text);
+      throw remote_error(r, o.text);
     }
   }
 
@@ -139,6 +154,7 @@ class ControlChannel {
 
  private:
   static constexpr std::size_t kFirst = 512;
+  static constexpr std::size_t kMaxMessage = 4096;
   HostCommunicator& c_;
 };
 
