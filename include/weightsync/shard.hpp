@@ -8,6 +8,7 @@
 //! piece inside the full tensor, so that a receiver can land every piece at its place. Both sides
 //! derive the same pieces from the metadata and the specs alone.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
