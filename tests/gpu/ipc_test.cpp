@@ -217,6 +217,9 @@ TEST_CASE(
   } else {
     CHECK(p.t.stats().exported == 2);
   }
+  // The producer's memory is unchanged from round 2 on: every later round sends "same plan as
+  // round N" instead of the plan (both sides count it).
+  CHECK(p.t.stats().plans_reused == 100);
 }
 
 TEST_CASE("ipc sources in cudaMallocAsync memory are staged or pulled, bit-exact", "[gpu][ipc]") {

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -135,5 +136,42 @@ struct IpcPlan {
     return p;
   }
 };
+
+inline constexpr std::uint32_t kIpcSamePlanMagic = 0x53495357u;  // "WSIS"
+
+//! FNV-1a of a plan's bytes (the check behind "same plan as round N").
+inline std::uint64_t plan_hash(std::string_view bytes) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (const unsigned char b : bytes) h = (h ^ b) * 1099511628211ull;
+  return h;
+}
+
+//! "Same plan as round N": sent instead of a plan that is byte for byte the last one.
+struct SamePlan {
+  std::uint64_t round = 0;
+  std::uint64_t hash = 0;
+};
+inline std::string encode_same_plan(std::uint64_t round, std::uint64_t hash) {
+  Writer w;
+  w.u32(kIpcSamePlanMagic);
+  w.u16(kProtocolVersion);
+  w.u64(round);
+  w.u64(hash);
+  return w.bytes();
+}
+//! The message, if `data` is one (nullopt: a full plan, or garbage for IpcPlan::decode to refuse).
+inline std::optional<SamePlan> decode_same_plan(std::string_view data) {
+  if (data.size() < 4) return std::nullopt;
+  Reader r(data, 0, "ipc same-plan message");
+  if (r.u32() != kIpcSamePlanMagic) return std::nullopt;
+  if (const auto v = r.u16(); v != kProtocolVersion)
+    throw protocol_error(
+        0, cat("ipc plan: protocol version ", v, ", this side speaks ", kProtocolVersion));
+  SamePlan s;
+  s.round = r.u64();
+  s.hash = r.u64();
+  r.expect_done();
+  return s;
+}
 
 }  // namespace weightsync::detail

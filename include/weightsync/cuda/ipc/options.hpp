@@ -35,12 +35,13 @@ struct IpcOptions {
 
 //! What an IPC transport did with handles (for leak checks).
 struct IpcStats {
-  std::uint64_t exported = 0;  //!< producer: allocations exported (once each)
-  std::uint64_t opened = 0;    //!< consumer: cudaIpcOpenMemHandle calls
-  std::uint64_t closed = 0;    //!< consumer: cudaIpcCloseMemHandle calls
-  std::size_t mapped = 0;      //!< consumer: mappings held now
-  std::size_t regions = 0;     //!< last transfer: allocations named by the plan
-  std::size_t staged = 0;      //!< last transfer: tensors that went through the slots
+  std::uint64_t exported = 0;      //!< producer: allocations exported (once each)
+  std::uint64_t opened = 0;        //!< consumer: cudaIpcOpenMemHandle calls
+  std::uint64_t closed = 0;        //!< consumer: cudaIpcCloseMemHandle calls
+  std::size_t mapped = 0;          //!< consumer: mappings held now
+  std::size_t regions = 0;         //!< last transfer: allocations named by the plan
+  std::size_t staged = 0;          //!< last transfer: tensors that went through the slots
+  std::uint64_t plans_reused = 0;  //!< plans not re-sent ("same plan as round N"), cumulative
   //! Consumer, last transfer, host microseconds: waiting for the plan, mapping and checking it,
   //! enqueueing the pulls, waiting for them, exchanging the final status; and the device time of
   //! the pulls from the producer's own memory (between events on the consumer's stream).

@@ -136,9 +136,11 @@ class IpcTransport {
     stats_.regions = p.plan.regions.size();
     stats_.staged = p.staged_metas.size();
     exports_.prune(p.plan);
-    channel().send_blob(p.plan.encode());
+    send_plan(p.plan);
     if (!failure) run_staging(p, opt);
     const auto outcomes = channel().gather_outcomes(FrameCode::ok, "");
+    plans_.sent_ok = !failure && std::all_of(outcomes.begin(), outcomes.end(),
+                                             [](const auto& o) { return o.ok(); });
     abort_on_throw.disarm();  // in step with every consumer: what follows leaves the channel usable
     if (failure) std::rethrow_exception(failure);
     channel().raise_first(outcomes);
@@ -166,8 +168,7 @@ class IpcTransport {
     AbortOnThrow abort_on_throw(ctrl_, "ipc consumer failed");
     const auto t0 = Clock::now();
     // An unreadable plan leaves us unable to follow the hand-offs: the guard aborts the transport.
-    Consume c(metas, opt, load,
-              IpcPlan::decode(channel().receive_blob(std::uint64_t{1} << 30, "ipc plan")));
+    Consume c(metas, opt, load, receive_plan());
     const auto t1 = Clock::now();
     accept_plan(c);
     const auto t2 = Clock::now();
@@ -189,6 +190,11 @@ class IpcTransport {
     record_phases({t0, t1, t2, t3, t4, t5}, c.ok());
     // Mappings the plan no longer names: the producer freed or replaced that memory.
     if (c.plan.error.empty()) mappings_.prune(c.plan, stats_);
+    // Only a plan this side accepted and pulled from may be named again by "same plan".
+    if (c.ok())
+      plans_.received = c.plan;
+    else
+      plans_.received.reset();
     // Only the producer's failure (in the plan) and our own are ours to throw; another consumer's
     // failure is the producer's business.
     if (c.failure) std::rethrow_exception(c.failure);
@@ -248,6 +254,40 @@ class IpcTransport {
   };
 
   detail::ControlMessages channel() { return detail::ControlMessages(ctrl_); }
+
+  //! Sends the plan, or, when it is byte for byte the plan of the last round and that round
+  //! succeeded everywhere, a short "same plan as round N" message (checked by the consumers).
+  void send_plan(const detail::IpcPlan& plan) {
+    std::string bytes = plan.encode();
+    if (plans_.sent_ok && bytes == plans_.sent) {
+      stats_.plans_reused++;
+      channel().send_blob(detail::encode_same_plan(plans_.round, detail::plan_hash(bytes)));
+      return;
+    }
+    ++plans_.round;
+    channel().send_blob(bytes);
+    plans_.sent = std::move(bytes);
+    plans_.sent_ok = false;
+  }
+
+  //! The producer's plan: decoded, or this side's copy of round N's when it says "same as N".
+  detail::IpcPlan receive_plan() {
+    const std::string blob = channel().receive_blob(std::uint64_t{1} << 30, "ipc plan");
+    if (auto same = detail::decode_same_plan(blob)) {
+      if (!plans_.received || same->round != plans_.round || same->hash != plans_.hash)
+        throw protocol_error(
+            0, detail::cat("ipc plan: the producer says \"same plan as round ", same->round,
+                           "\", but this consumer holds ",
+                           plans_.received ? "round " + std::to_string(plans_.round)
+                                           : std::string("no accepted plan")));
+      stats_.plans_reused++;
+      return *plans_.received;
+    }
+    ++plans_.round;
+    plans_.hash = detail::plan_hash(blob);
+    plans_.received.reset();
+    return detail::IpcPlan::decode(blob);
+  }
 
   void begin(const TransferOptions& opt, bool producer) {
     opt.validate();
@@ -531,6 +571,14 @@ class IpcTransport {
   CudaEvent sync_;  // what await_stream waits on
   TimedEvent pull_begin_, pull_end_;
   IpcStats stats_;
+  //! The plans of earlier rounds, for "same plan as round N".
+  struct PlanCache {
+    std::uint64_t round = 0;                  //!< full plans sent (producer) or received (consumer)
+    std::string sent;                         //!< producer: the last full plan's bytes
+    bool sent_ok = false;                     //!< producer: every rank succeeded with it
+    std::uint64_t hash = 0;                   //!< consumer: hash of the last full plan's bytes
+    std::optional<detail::IpcPlan> received;  //!< consumer: that plan, if accepted and pulled
+  } plans_;
   detail::ExportCache exports_;  // producer
   DeviceBuffer slots_;           // producer: the staging ring
   // consumer: declared last, so the mappings are closed before the streams go.
