@@ -134,6 +134,24 @@ TEST_CASE("ipc plan: random corruption never crashes the decoder", "[ipc]") {
   CHECK(refused > 0);  // anything else escaping (or a crash) fails the test
 }
 
+TEST_CASE("ipc plan: 'same plan as round N' round trips, is told from a plan, refuses damage",
+          "[ipc]") {
+  const std::string plan = sample_plan().encode();
+  CHECK_FALSE(detail::decode_same_plan(plan).has_value());  // a full plan is not one
+  const std::string same = detail::encode_same_plan(7, detail::plan_hash(plan));
+  const auto got = detail::decode_same_plan(same);
+  REQUIRE(got.has_value());
+  CHECK(got->round == 7);
+  CHECK(got->hash == detail::plan_hash(plan));
+  CHECK(detail::plan_hash(plan) != detail::plan_hash(plan + "x"));
+  for (std::size_t n = 4; n < same.size(); ++n)  // magic intact, the rest cut short
+    CHECK_THROWS_AS(detail::decode_same_plan(same.substr(0, n)), protocol_error);
+  CHECK_THROWS_AS(detail::decode_same_plan(same + "x"), protocol_error);  // trailing bytes
+  std::string other_version = same;
+  other_version[4] = static_cast<char>(other_version[4] + 1);
+  CHECK_THROWS_AS(detail::decode_same_plan(other_version), protocol_error);
+}
+
 TEST_CASE("ipc copies: a piece continuing the previous one on both ends is merged", "[ipc]") {
   std::vector<std::byte> a(1000), b(1000);
   std::vector<detail::CopyPiece> v;
