@@ -32,5 +32,6 @@
 #include "weightsync/cuda/ipc/options.hpp"
 #include "weightsync/cuda/ipc/placement.hpp"
 #include "weightsync/cuda/ipc/pull.hpp"
+#include "weightsync/cuda/ipc/sharded.hpp"
 #include "weightsync/cuda/ipc/transport.hpp"
 #include "weightsync/detail/ipc_plan.hpp"

@@ -55,39 +55,41 @@ class AbortOnThrow {
 
 class ControlMessages {
  public:
-  explicit ControlMessages(HostCommunicator& c) : c_(c) {}
+  //! Ranks below `first_consumer` produce; the others consume.
+  explicit ControlMessages(HostCommunicator& c, int first_consumer = 1)
+      : c_(c), first_(first_consumer) {}
 
-  //! Rank 0: sends `s`. A 512-byte first packet holds the length and the start of the payload.
-  void send_blob(const std::string& s) {
+  //! `root` sends `s`. A 512-byte first packet holds the length and the start of the payload.
+  void send_blob(const std::string& s, int root = 0) {
     std::string first(kFirst, '\0');
     const std::uint64_t n = s.size();
     std::memcpy(first.data(), &n, 8);
     std::memcpy(first.data() + 8, s.data(), std::min(s.size(), kFirst - 8));
-    c_.broadcast(first.data(), kFirst, 0);
+    c_.broadcast(first.data(), kFirst, root);
     if (s.size() > kFirst - 8) {
       std::string rest = s.substr(kFirst - 8);
-      c_.broadcast(rest.data(), rest.size(), 0);
+      c_.broadcast(rest.data(), rest.size(), root);
     }
   }
-  //! Ranks >= 1: receives rank 0's blob of at most `limit` bytes.
-  std::string receive_blob(std::uint64_t limit, const char* what) {
+  //! Every other rank: receives `root`'s blob of at most `limit` bytes.
+  std::string receive_blob(std::uint64_t limit, const char* what, int root = 0) {
     std::string first(kFirst, '\0');
-    c_.broadcast(first.data(), kFirst, 0);
+    c_.broadcast(first.data(), kFirst, root);
     std::uint64_t n = 0;
     std::memcpy(&n, first.data(), 8);
     if (n > limit)
-      throw protocol_error(
-          0, cat(what, " of ", n, " bytes announced (not a peer of this transport?)"));
+      throw protocol_error(root, cat(what, " of ", n, " bytes announced by rank ", root,
+                                     " (not a peer of this transport?)"));
     std::string s(static_cast<std::size_t>(n), '\0');
     std::memcpy(s.data(), first.data() + 8, std::min<std::size_t>(s.size(), kFirst - 8));
-    if (s.size() > kFirst - 8) c_.broadcast(s.data() + (kFirst - 8), s.size() - (kFirst - 8), 0);
+    if (s.size() > kFirst - 8) c_.broadcast(s.data() + (kFirst - 8), s.size() - (kFirst - 8), root);
     return s;
   }
 
   //! A hand-off: every consumer says it is done with something (rank 0 passes through).
   void gather_acks() {
     guarded([&] {
-      for (int r = 1; r < c_.size(); ++r) {
+      for (int r = first_; r < c_.size(); ++r) {
         std::uint8_t a = 0;
         c_.broadcast(&a, 1, r);
       }
@@ -106,7 +108,7 @@ class ControlMessages {
   std::vector<Outcome> gather_outcomes(FrameCode code, const std::string& why) {
     std::vector<Outcome> out(static_cast<std::size_t>(c_.size()));
     guarded([&] {
-      for (int r = 1; r < c_.size(); ++r) {
+      for (int r = first_; r < c_.size(); ++r) {
         Outcome& o = out[static_cast<std::size_t>(r)];
         Frame& f = o.frame;
         if (r == c_.rank()) {
@@ -132,7 +134,7 @@ class ControlMessages {
 
   //! Throws the first other consumer's failure: protocol_error for a mismatch, remote_error else.
   void raise_first(const std::vector<Outcome>& outcomes) const {
-    for (int r = 1; r < c_.size(); ++r) {
+    for (int r = first_; r < c_.size(); ++r) {
       const Outcome& o = outcomes[static_cast<std::size_t>(r)];
       if (r == c_.rank() || o.ok()) continue;
       if (o.frame.code == static_cast<std::uint16_t>(FrameCode::mismatch))
@@ -156,6 +158,7 @@ class ControlMessages {
   static constexpr std::size_t kFirst = 512;
   static constexpr std::size_t kMaxMessage = 4096;
   HostCommunicator& c_;
+  int first_ = 1;
 };
 
 }  // namespace weightsync::detail

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -103,11 +104,16 @@ class MappingCache {
 
   //! Closes the mappings `plan` does not name.
   void prune(const IpcPlan& plan, IpcStats& stats) {
+    prune(std::span<const IpcPlan>(&plan, 1), stats);
+  }
+  //! Closes the mappings none of `plans` (one per producer) names.
+  void prune(std::span<const IpcPlan> plans, IpcStats& stats) {
     for (auto it = mappings_.begin(); it != mappings_.end();) {
-      const bool named =
-          it->first.first == plan.pid &&
-          std::any_of(plan.regions.begin(), plan.regions.end(),
-                      [&](const auto& reg) { return reg.buffer_id == it->first.second; });
+      const bool named = std::any_of(plans.begin(), plans.end(), [&](const IpcPlan& plan) {
+        return it->first.first == plan.pid &&
+               std::any_of(plan.regions.begin(), plan.regions.end(),
+                           [&](const auto& reg) { return reg.buffer_id == it->first.second; });
+      });
       if (named) {
         ++it;
         continue;

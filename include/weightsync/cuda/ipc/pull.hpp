@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <span>
 #include <vector>
 
 #include "weightsync/cuda/check.hpp"
@@ -47,6 +48,17 @@ inline void add_piece(std::vector<CopyPiece>& v, std::byte* dst, const std::byte
   v.push_back({dst, src, n});
 }
 
+//! A strided copy: `blocks` blocks of `width` bytes, one every `dst_pitch` / `src_pitch` bytes (a
+//! shard split along an inner dim, landing at its columns of the full tensor).
+struct CopyPiece2D {
+  std::byte* dst;
+  std::size_t dst_pitch;
+  const std::byte* src;
+  std::size_t src_pitch;
+  std::size_t width;
+  std::size_t blocks;
+};
+
 //! Copy-engine streams and the batched-copy kernel of one consumer.
 class Puller {
  public:
@@ -59,7 +71,8 @@ class Puller {
   }
 
   //! Enqueues `pieces` after the work already on `main`; `main` continues once they are done.
-  void enqueue(const std::vector<CopyPiece>& pieces, cudaStream_t main, const IpcOptions& opt) {
+  void enqueue(const std::vector<CopyPiece>& pieces, cudaStream_t main, const IpcOptions& opt,
+               std::span<const CopyPiece2D> strided = {}) {
     check(cudaEventRecord(start_.get(), main), "cudaEventRecord");
     kd_.clear();
     ks_.clear();
@@ -83,6 +96,15 @@ class Puller {
               "cudaMemcpyAsync(pull)");
         next = (next + 1) % streams_.size();
       }
+    }
+    for (const auto& p : strided) {  // one copy-engine operation each, spread over the streams
+      auto& s = streams_[next];
+      if (!used_[next]) check(cudaStreamWaitEvent(s.get(), start_.get(), 0), "cudaStreamWaitEvent");
+      used_[next] = 1;
+      check(cudaMemcpy2DAsync(p.dst, p.dst_pitch, p.src, p.src_pitch, p.width, p.blocks,
+                              cudaMemcpyDeviceToDevice, s.get()),
+            "cudaMemcpy2DAsync(pull)");
+      next = (next + 1) % streams_.size();
     }
     if (kd_.size() == 1)
       check(cudaMemcpyAsync(kd_[0], ks_[0], kn_[0], cudaMemcpyDeviceToDevice, main),

@@ -53,6 +53,10 @@
 
 namespace weightsync {
 
+namespace detail {
+struct IpcAccess;
+}
+
 //! One end of an IPC transfer group: rank 0 produces, ranks 1.. consume. Move-only; owns its
 //! control connections, streams, slots and mappings.
 class IpcTransport {
@@ -207,6 +211,7 @@ class IpcTransport {
   }
 
  private:
+  friend struct detail::IpcAccess;  // the sharded sync (cuda/ipc/sharded.hpp)
   using Clock = std::chrono::steady_clock;
 
   //! The producer's state of one transfer.
@@ -581,6 +586,7 @@ class IpcTransport {
   } plans_;
   detail::ExportCache exports_;  // producer
   DeviceBuffer slots_;           // producer: the staging ring
+  DeviceBuffer assembly_;        // consumer, sharded syncs: tensors assembled for load_weights
   // consumer: declared last, so the mappings are closed before the streams go.
   detail::MappingCache mappings_;
 };
