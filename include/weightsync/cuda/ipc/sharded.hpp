@@ -106,8 +106,8 @@ struct IpcAccess {
     for (std::size_t i = 0; i < metas.size(); ++i) {
       const std::size_t first = p;
       bool mine = false;
-      while (p < pieces.size() && pieces[p].tensor == i)
-        mine = mine || pieces[p++].rank == t.rank();
+      for (; p < pieces.size() && pieces[p].tensor == i; ++p)
+        if (pieces[p].rank == t.rank()) mine = true;
       if (!mine) continue;
       if (it == end) throw too_few_items(i, metas.size());
       std::size_t local = 0;
