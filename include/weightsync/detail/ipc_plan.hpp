@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,6 +21,8 @@
 #include "weightsync/detail/format.hpp"
 #include "weightsync/detail/wire.hpp"
 #include "weightsync/error.hpp"
+#include "weightsync/info.hpp"
+#include "weightsync/tensor_meta.hpp"
 
 namespace weightsync::detail {
 
@@ -136,6 +139,40 @@ struct IpcPlan {
     return p;
   }
 };
+
+//! Checks every placement of `plan` against the consumer's tensors and what it mapped (region
+//! sizes already clamped to the mappings): no read can leave the producer's memory, whatever the
+//! plan claims. @returns the number of staged tensors. @throws protocol_error naming the tensor.
+inline std::size_t check_places(const IpcPlan& plan, std::span<const TensorMeta> metas) {
+  std::size_t staged = 0;
+  if (plan.places.size() != metas.size())
+    throw protocol_error(
+        0, cat("ipc plan: ", plan.places.size(), " placements for ", metas.size(), " tensors"));
+  if (plan.num_chunks > 0 && (plan.num_slots < 1 || plan.num_slots > kMaxPackedNumBuffers))
+    throw protocol_error(0, cat("ipc plan: ", plan.num_slots, " slots"));
+  for (std::size_t i = 0; i < metas.size(); ++i) {
+    const auto& pl = plan.places[i];
+    const std::size_t nb = metas[i].nbytes();
+    bool ok = true;
+    if (pl.where == IpcWhere::empty)
+      ok = nb == 0;
+    else if (pl.where == IpcWhere::region)  // written so that nothing can wrap around
+      ok = pl.index < plan.regions.size() && pl.offset <= plan.regions[pl.index].size &&
+           nb <= plan.regions[pl.index].size - pl.offset;
+    else if (pl.where == IpcWhere::staged) {
+      ok = plan.slot_region < plan.regions.size() && pl.index < plan.num_chunks &&
+           plan.num_slots >= 1 &&
+           plan.slot_stride <= plan.regions[plan.slot_region].size / plan.num_slots &&
+           pl.offset <= plan.slot_stride && nb <= plan.slot_stride - pl.offset;
+      ++staged;
+    } else
+      ok = false;
+    if (!ok)
+      throw protocol_error(0, cat("ipc plan: tensor ", i, " ('", metas[i].name,
+                                  "') is placed outside the producer's memory"));
+  }
+  return staged;
+}
 
 inline constexpr std::uint32_t kIpcSamePlanMagic = 0x53495357u;  // "WSIS"
 

@@ -431,7 +431,7 @@ class IpcTransport {
         throw protocol_error(0, detail::cat("ipc handshake: ", c.plan.total_bytes,
                                             " bytes offered, ", total, " expected"));
       c.base = mappings_.map(c.plan, stats_);
-      validate_places(c.plan, c.metas);
+      stats_.staged = detail::check_places(c.plan, c.metas);
     });
   }
 
@@ -464,38 +464,6 @@ class IpcTransport {
     for (std::size_t chunk = c.plan.num_chunks >= K ? c.plan.num_chunks - K : 0;
          chunk < c.plan.num_chunks; ++chunk)
       hand_back(chunk);
-  }
-
-  void validate_places(const detail::IpcPlan& plan, std::span<const TensorMeta> metas) {
-    using namespace detail;
-    std::size_t staged = 0;
-    if (plan.places.size() != metas.size())
-      throw protocol_error(
-          0, cat("ipc plan: ", plan.places.size(), " placements for ", metas.size(), " tensors"));
-    if (plan.num_chunks > 0 && (plan.num_slots < 1 || plan.num_slots > kMaxPackedNumBuffers))
-      throw protocol_error(0, cat("ipc plan: ", plan.num_slots, " slots"));
-    for (std::size_t i = 0; i < metas.size(); ++i) {
-      const auto& pl = plan.places[i];
-      const std::size_t nb = metas[i].nbytes();
-      bool ok = true;
-      if (pl.where == IpcWhere::empty)
-        ok = nb == 0;
-      else if (pl.where == IpcWhere::region)  // written so that nothing can wrap around
-        ok = pl.index < plan.regions.size() && pl.offset <= plan.regions[pl.index].size &&
-             nb <= plan.regions[pl.index].size - pl.offset;
-      else if (pl.where == IpcWhere::staged) {
-        ok = plan.slot_region < plan.regions.size() && pl.index < plan.num_chunks &&
-             plan.num_slots >= 1 &&
-             plan.slot_stride <= plan.regions[plan.slot_region].size / plan.num_slots &&
-             pl.offset <= plan.slot_stride && nb <= plan.slot_stride - pl.offset;
-        ++staged;
-      } else
-        ok = false;
-      if (!ok)
-        throw protocol_error(0, cat("ipc plan: tensor ", i, " ('", metas[i].name,
-                                    "') is placed outside the producer's memory"));
-    }
-    stats_.staged = staged;
   }
 
   //! Enqueues the copies (or load calls) of the tensors at `where` (chunk `chunk` when staged).
