@@ -8,6 +8,9 @@
 Charts:
   bw_vs_buffer_<layout>.png  algorithm bandwidth against buffer size B, one line per (impl, K),
                              and raw ncclBroadcast as a horizontal line (same runs)
+  latency_curve.png          synthetic layouts (scripts/latency-curve.sh): time against bytes per
+                             sync, log-log, one line per (backend, tensor count) for this library
+                             and its baseline (raw ncclBroadcast, or one device copy for ipc)
   time_vs_raw.png            per layout: raw ncclBroadcast and each implementation's best time (ms),
                              the IPC backends (--backend ipc/p2p) included, with ipc's baseline: one
                              device-local copy of the same bytes
@@ -87,11 +90,55 @@ plot {', '.join(plots)}
     return made
 
 
+def latency_curve(rows, out):
+    series = collections.defaultdict(dict)  # (label) -> bytes -> us
+    for r in rows:
+        if r.get("tool") != "weightsync-bench" or not r["layout"].startswith("synthetic:"):
+            continue
+        backend = r.get("backend", "nccl")
+        tensors = r["count"]
+        if r["impl"] in ("raw-nccl", "raw-copy"):
+            if tensors != 1:
+                continue  # the baseline moves the same bytes as one buffer: one line per backend
+            label = ("raw ncclBroadcast" if r["impl"] == "raw-nccl" else "raw device copy") + f" ({backend} run)"
+        elif r["impl"] == "zerocopy":
+            label = f"weightsync {backend}, {tensors} tensor" + ("s" if tensors > 1 else "")
+        else:
+            continue
+        cur = series[label].get(r["size"])
+        series[label][r["size"]] = r["time"] if cur is None else min(cur, r["time"])
+    if not series:
+        return []
+    dat = os.path.join(out, "latency_curve.dat")
+    with open(dat, "w") as f:
+        for label, pts in sorted(series.items()):
+            f.write(f'"{label}"\n')
+            for b in sorted(pts):
+                f.write(f"{b} {pts[b]:.3f}\n")
+            f.write("\n\n")
+    png = os.path.join(out, "latency_curve.png")
+    plots = [f'"{dat}" index {i} using 1:2 with linespoints title columnheader(1)' for i in range(len(series))]
+    gnuplot(f"""set terminal pngcairo size 1000,620
+set output '{png}'
+set title 'time per sync against bytes per sync, defaults (2x H200, lower is better)'
+set xlabel 'bytes per sync'
+set ylabel 'time (us)'
+set logscale xy
+set format x '%.0b%B'
+set key top left
+set grid
+plot {', '.join(plots)}
+""")
+    return [png]
+
+
 def time_vs_raw(rows, out):
     best = collections.defaultdict(dict)  # layout -> impl -> ms
     for r in rows:
         impl = r["impl"]
         backend = r.get("backend", "nccl")
+        if r["layout"].startswith("synthetic:"):
+            continue  # latency_curve.png
         if r.get("tool") == "python-vllm-ref":
             if impl == "raw-nccl":
                 continue  # the same baseline as weightsync-bench's, measured again
@@ -142,7 +189,7 @@ def main():
         sys.exit("plot.py: gnuplot is not installed (apt-get install gnuplot-nox)")
     os.makedirs(args.out, exist_ok=True)
     rows = load(args.files, args.memory)
-    made = bw_vs_buffer(rows, args.out) + time_vs_raw(rows, args.out)
+    made = bw_vs_buffer(rows, args.out) + time_vs_raw(rows, args.out) + latency_curve(rows, args.out)
     for m in made:
         print("wrote", m)
 
