@@ -12,11 +12,12 @@
 #include <vector>
 
 #include "support/catch.hpp"
+#include "support/host_world.hpp"
+#include "support/outcomes.hpp"
 #include "support/process.hpp"
 
 using namespace weightsync;
 using namespace std::chrono_literals;
-using ws_test::Outcome;
 
 namespace {
 
@@ -53,11 +54,7 @@ struct TestSource {
 static_assert(WeightSource<TestSource>);
 
 NcclInitInfo host_info(int port, int world, int offset = 1) {
-  NcclInitInfo i;
-  i.master_address = "127.0.0.1";
-  i.master_port = port;
-  i.world_size = world;
-  i.rank_offset = offset;
+  NcclInitInfo i = ws_test::loopback_init_info(port, world, offset);
   i.packed = true;
   i.packed_buffer_size_bytes = 64;
   return i;
@@ -125,12 +122,7 @@ void receive_round(WeightTransferEngine& e, int round, std::optional<std::string
   e.finish_weight_update(version);
 }
 
-void expect_all_ok(ws_test::Processes& procs) {
-  for (const auto& r : procs.wait_all(45s)) {
-    INFO(ws_test::outcome_name(r.outcome) << ": " << r.message);
-    CHECK(r.outcome == Outcome::ok);
-  }
-}
+void expect_all_ok(ws_test::Processes& procs) { ws_test::expect_all_ok(procs.wait_all(45s)); }
 
 }  // namespace
 
