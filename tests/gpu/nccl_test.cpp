@@ -20,6 +20,9 @@
 
 #include "support/catch.hpp"
 #include "support/gpu_model.hpp"
+#include "support/gpu_peers.hpp"
+#include "support/gpu_round.hpp"
+#include "support/host_world.hpp"
 #include "support/process.hpp"
 #include "support/role.hpp"
 #include "support/spawn.hpp"
@@ -27,26 +30,11 @@
 
 using namespace weightsync;
 using namespace std::chrono_literals;
+using ws_test::device_count;
+using ws_test::Mode;
+using ws_test::say;
 
 namespace {
-
-int device_count() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
-  return n;
-}
-
-// Parent side: needs two GPUs, runs the peers, checks they all passed.
-#define WS_RUN_PEERS(name, limit, ...)                                                         \
-  do {                                                                                         \
-    if (device_count() < 2) WS_SKIP("needs 2 GPUs, found " << device_count());                \
-    const auto results = ws_test::run_peers(name, 2, ws_test::free_port(), "", limit, ##__VA_ARGS__); \
-    for (std::size_t i = 0; i < results.size(); ++i) {                                         \
-      INFO("rank " << i << " exit " << results[i].exit_code << (results[i].hung ? " (hung)" : "") \
-                   << " after " << results[i].seconds << " s\n" << results[i].output);         \
-      CHECK(results[i].exit_code == 0);                                                        \
-    }                                                                                          \
-  } while (0)
 
 struct Peer {
   int rank;
@@ -59,19 +47,12 @@ Peer connect_peer(std::chrono::milliseconds timeout = 60s) {
   const auto& r = ws_test::role();
   const int device = r.rank % device_count();
   detail::check(cudaSetDevice(device), "cudaSetDevice");
-  RendezvousOptions o;
-  o.address = "127.0.0.1";
-  o.port = r.port;
-  o.rank = r.rank;
-  o.world_size = r.world;
-  o.timeout = 60s;
   NcclOptions n;
   n.device = device;
   n.timeout = timeout;
-  return Peer{r.rank, device, CudaStream(device), NcclCommunicator::connect(o, n)};
+  return Peer{r.rank, device, CudaStream(device),
+              NcclCommunicator::connect(ws_test::peer_rendezvous(), n)};
 }
-
-enum class Mode { views, zero_copy };
 
 // One round. Returns the number of wrong bytes on the consumer (0 on the producer).
 unsigned long long round_trip(Peer& p, const std::vector<TensorMeta>& metas,
@@ -79,34 +60,14 @@ unsigned long long round_trip(Peer& p, const std::vector<TensorMeta>& metas,
                               workspace_for<NcclCommunicator>& ws, std::uint64_t round, Mode mode) {
   const cudaStream_t s = p.stream.get();
   if (p.rank == 0) {
-    model.fill(round, s);
-    std::vector<SourceTensorRef> items;
-    for (std::size_t i = 0; i < metas.size(); ++i) items.push_back({&metas[i], model.data(i)});
-    opt.source_stream = s;  // the producer orders its reads after the fill
-    packed_broadcast_producer(metas, items, p.comm, 0, opt, ws);
+    ws_test::send_round(metas, model, opt, s, round, [&](const auto& items, const auto& o) {
+      packed_broadcast_producer(metas, items, p.comm, 0, o, ws);
+    });
     return 0;
   }
-  model.poison(s);
-  detail::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
-  auto index = [&](const TensorMeta* m) { return static_cast<std::size_t>(m - metas.data()); };
-  if (mode == Mode::zero_copy)
-    opt.destination = [&](const TensorMeta& m) -> void* { return model.data(index(&m)); };
-  packed_broadcast_consumer(
-      metas, p.comm, 0,
-      [&](std::span<const TensorView> batch, cudaStream_t stream) {
-        for (const auto& v : batch)  // what vLLM's load_weights does: copy into the parameter
-          if (v.nbytes)
-            detail::check(cudaMemcpyAsync(model.data(index(v.meta)), v.data, v.nbytes,
-                                          cudaMemcpyDeviceToDevice, stream),
-                          "cudaMemcpyAsync");
-      },
-      opt, ws);
-  return model.count_wrong(round, s);
-}
-
-void say(const std::string& s) {
-  std::printf("%s\n", s.c_str());
-  std::fflush(stdout);
+  return ws_test::receive_round(metas, model, opt, s, round, mode, [&](const auto& o, auto load) {
+    packed_broadcast_consumer(metas, p.comm, 0, load, o, ws);
+  });
 }
 
 }  // namespace
@@ -114,7 +75,7 @@ void say(const std::string& s) {
 TEST_CASE("nccl round trips: packed and unpacked - K 1-3 - several B - views and zero-copy",
           "[gpu][nccl][multi_gpu]") {
   if (!ws_test::role().is_peer()) {
-    WS_RUN_PEERS("nccl round trips: packed and unpacked - K 1-3 - several B - views and zero-copy", 300s);
+    ws_test::run_peers_expect_ok("nccl round trips: packed and unpacked - K 1-3 - several B - views and zero-copy", 2, 300s);
     return;
   }
   Peer p = connect_peer();
@@ -144,7 +105,7 @@ TEST_CASE("nccl round trips: packed and unpacked - K 1-3 - several B - views and
 
 TEST_CASE("nccl full-size dense8b and moe30b layouts", "[gpu][nccl][multi_gpu]") {
   if (!ws_test::role().is_peer()) {
-    WS_RUN_PEERS("nccl full-size dense8b and moe30b layouts", 540s);
+    ws_test::run_peers_expect_ok("nccl full-size dense8b and moe30b layouts", 2, 540s);
     return;
   }
   Peer p = connect_peer();
@@ -180,7 +141,7 @@ TEST_CASE("nccl full-size dense8b and moe30b layouts", "[gpu][nccl][multi_gpu]")
 
 TEST_CASE("nccl 100 back-to-back syncs keep device memory flat", "[gpu][nccl][multi_gpu]") {
   if (!ws_test::role().is_peer()) {
-    WS_RUN_PEERS("nccl 100 back-to-back syncs keep device memory flat", 300s);
+    ws_test::run_peers_expect_ok("nccl 100 back-to-back syncs keep device memory flat", 2, 300s);
     return;
   }
   Peer p = connect_peer();
@@ -206,13 +167,10 @@ TEST_CASE("nccl 100 back-to-back syncs keep device memory flat", "[gpu][nccl][mu
 TEST_CASE("nccl producer killed mid-transfer: the consumer fails within the deadline",
           "[gpu][nccl][multi_gpu]") {
   if (!ws_test::role().is_peer()) {
-    if (device_count() < 2) WS_SKIP("needs 2 GPUs, found " << device_count());
     // Rank 0 is killed 8 s after start (rendezvous, init and a few rounds are done by then).
-    const auto r = ws_test::run_peers("nccl producer killed mid-transfer: the consumer fails within the deadline",
-                                      2, ws_test::free_port(), "", 120s, 0, 8000ms);
-    INFO("rank 1 exit " << r[1].exit_code << " after " << r[1].seconds << " s\n" << r[1].output);
-    CHECK((r[0].exit_code == -1 && !r[0].hung));  // SIGKILLed, as planned
-    CHECK(r[1].exit_code == 0);                    // the consumer failed in time, as checked inside
+    ws_test::run_peers_killing(
+        "nccl producer killed mid-transfer: the consumer fails within the deadline", 2, 0, 8000ms,
+        120s);
     return;
   }
   Peer p = connect_peer(10s);
@@ -241,10 +199,7 @@ TEST_CASE("nccl unique-id mode round trip: weightsync and vllm wire", "[gpu][ncc
     const auto results = ws_test::run_peers("nccl unique-id mode round trip: weightsync and vllm wire",
                                             2, 0, uid_file, 120s);
     ::unlink(uid_file.c_str());
-    for (std::size_t i = 0; i < results.size(); ++i) {
-      INFO("rank " << i << "\n" << results[i].output);
-      CHECK(results[i].exit_code == 0);
-    }
+    ws_test::expect_peers_passed(results);
     return;
   }
   const auto& r = ws_test::role();
@@ -291,7 +246,7 @@ TEST_CASE("nccl unique-id mode round trip: weightsync and vllm wire", "[gpu][ncc
 TEST_CASE("nccl faults keep the communicator usable: bad item and failing load_weights",
           "[gpu][nccl][multi_gpu]") {
   if (!ws_test::role().is_peer()) {
-    WS_RUN_PEERS("nccl faults keep the communicator usable: bad item and failing load_weights", 120s);
+    ws_test::run_peers_expect_ok("nccl faults keep the communicator usable: bad item and failing load_weights", 2, 120s);
     return;
   }
   Peer p = connect_peer(30s);
@@ -302,8 +257,7 @@ TEST_CASE("nccl faults keep the communicator usable: bad item and failing load_w
   opt.buffer_size_bytes = 8 << 20;
   // 1. The producer offers a tensor of the wrong dtype.
   if (p.rank == 0) {
-    std::vector<SourceTensorRef> items;
-    for (std::size_t i = 0; i < metas.size(); ++i) items.push_back({&metas[i], model.data(i)});
+    auto items = ws_test::ModelSource{metas, model}.iterate();
     TensorMeta lie = metas[20];
     lie.dtype = DType::float16;
     items[20].meta_ = &lie;
@@ -321,8 +275,7 @@ TEST_CASE("nccl faults keep the communicator usable: bad item and failing load_w
   // 2. The consumer's load_weights throws.
   if (p.rank == 0) {
     model.fill(2, p.stream.get());
-    std::vector<SourceTensorRef> items;
-    for (std::size_t i = 0; i < metas.size(); ++i) items.push_back({&metas[i], model.data(i)});
+    const auto items = ws_test::ModelSource{metas, model}.iterate();
     opt.source_stream = p.stream.get();
     REQUIRE_THROWS_AS(packed_broadcast_producer(metas, items, p.comm, 0, opt, ws), remote_error);
     opt.source_stream = nullptr;
@@ -342,23 +295,16 @@ TEST_CASE("nccl faults keep the communicator usable: bad item and failing load_w
 TEST_CASE("nccl engines: trainer and worker rounds with versions and a failing round",
           "[gpu][nccl][multi_gpu][engine]") {
   if (!ws_test::role().is_peer()) {
-    WS_RUN_PEERS("nccl engines: trainer and worker rounds with versions and a failing round", 180s);
+    ws_test::run_peers_expect_ok("nccl engines: trainer and worker rounds with versions and a failing round", 2, 180s);
     return;
   }
   const auto& r = ws_test::role();
   const int device = r.rank % device_count();
   detail::check(cudaSetDevice(device), "cudaSetDevice");
-  NcclInitInfo info;
-  info.master_address = "127.0.0.1";
-  info.master_port = r.port;
-  info.world_size = 2;
-  info.rank_offset = 1;
+  NcclInitInfo info = ws_test::loopback_init_info(r.port, 2);
   info.packed = true;
   info.packed_buffer_size_bytes = 256 << 20;
-  EngineOptions eo;
-  eo.backend = "nccl";
-  eo.device = device;
-  eo.timeout = 30s;
+  const EngineOptions eo = ws_test::gpu_engine_options("nccl", device, 30s);
   const auto metas = layouts::small1b();
   ws_test::DeviceModel model(metas, device);
   CudaStream s(device);
@@ -406,10 +352,7 @@ TEST_CASE("nccl engines: trainer and worker rounds with versions and a failing r
     e.start_weight_update();
     auto run = [&] {
       // every other tensor straight into its parameter, the rest through load_weights
-      e.update_weights(u, ws_test::copy_into(metas, model), [&](const TensorMeta& m) -> void* {
-        const auto i = ws_test::index_of(metas, m);
-        return i % 2 ? model.data(i) : nullptr;
-      });
+      e.update_weights(u, ws_test::copy_into(metas, model), ws_test::every_other_into(metas, model));
     };
     if (round == 2) {
       REQUIRE_THROWS_AS(run(), remote_error);
