@@ -20,6 +20,7 @@
 #include "support/child.hpp"
 #include "support/gpu_model.hpp"
 #include "support/gpu_peers.hpp"
+#include "support/gpu_round.hpp"
 
 using namespace weightsync;
 using namespace std::chrono_literals;
@@ -80,11 +81,8 @@ Peer start_peer(const std::string& mode, const NcclInitInfo& init, const NcclUpd
 // The C++ side on GPU 0, speaking vLLM's wire; bounded: a peer that died early fails the test in
 // 60 s instead of hanging it.
 EngineOptions vllm_engine_options() {
-  EngineOptions e;
-  e.backend = "nccl";
+  EngineOptions e = ws_test::gpu_engine_options("nccl", 0, 60s);
   e.protocol = Protocol::vllm;
-  e.device = 0;
-  e.timeout = 60s;
   return e;
 }
 
@@ -102,8 +100,7 @@ TEST_CASE("interop: a C++ trainer feeds a vLLM-style worker - packed and unpacke
   int round = 10;
   for (bool packed : {true, false}) {
     ++round;
-    model.fill(static_cast<std::uint64_t>(round), s.get());
-    detail::check(cudaStreamSynchronize(s.get()), "sync");
+    ws_test::fill_now(model, static_cast<std::uint64_t>(round), s.get());
     // What the trainer POSTs to a vLLM server, exactly.
     const NcclInitInfo init = vllm_init_info(2, 1, packed);
     Peer peer = start_peer("consume", init, NcclUpdateInfo::from_metas(metas), round);
@@ -136,8 +133,7 @@ TEST_CASE("interop: a vLLM-style producer feeds the C++ worker engine - packed a
   int round = 20;
   for (bool packed : {true, false}) {
     ++round;
-    model.poison(s.get());
-    detail::check(cudaStreamSynchronize(s.get()), "sync");
+    ws_test::poison_now(model, s.get());
     const NcclInitInfo init = vllm_init_info(2, 1, packed);
     const NcclUpdateInfo update = NcclUpdateInfo::from_metas(metas);
     Peer peer = start_peer("produce", init, update, round);

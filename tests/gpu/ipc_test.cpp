@@ -84,11 +84,7 @@ std::string stats_line(const Peer& p) {
 
 TEST_CASE("ipc colocated round trips: exported and staged, K 1-3, views and zero-copy",
           "[gpu][ipc]") {
-  if (!ws_test::role().is_peer()) {
-    ws_test::run_peers_expect_ok("ipc colocated round trips: exported and staged, K 1-3, views and zero-copy", 1,
-              180s);
-    return;
-  }
+  if (ws_test::ran_as_parent(1, 180s)) return;
   Peer p = connect_peer(Kind::ipc);
   const auto metas = ws_test::mixed_layout();
   ws_test::DeviceModel model(metas, p.device, 4096);  // scattered: no two tensors touch
@@ -137,12 +133,7 @@ TEST_CASE("ipc colocated round trips: exported and staged, K 1-3, views and zero
 TEST_CASE(
     "ipc: replaced producer memory is unmapped once and 100 syncs keep memory and handles flat",
     "[gpu][ipc]") {
-  if (!ws_test::role().is_peer()) {
-    ws_test::run_peers_expect_ok(
-        "ipc: replaced producer memory is unmapped once and 100 syncs keep memory and handles flat",
-        1, 240s);
-    return;
-  }
+  if (ws_test::ran_as_parent(1, 240s)) return;
   Peer p = connect_peer(Kind::ipc);
   const auto metas = layouts::small1b();
   ws_test::DeviceModel consumer_model(metas, p.device);
@@ -182,10 +173,7 @@ TEST_CASE(
 }
 
 TEST_CASE("ipc sources in cudaMallocAsync memory are staged or pulled, bit-exact", "[gpu][ipc]") {
-  if (!ws_test::role().is_peer()) {
-    ws_test::run_peers_expect_ok("ipc sources in cudaMallocAsync memory are staged or pulled, bit-exact", 1, 120s);
-    return;
-  }
+  if (ws_test::ran_as_parent(1, 120s)) return;
   Peer p = connect_peer(Kind::ipc);
   const auto metas = ws_test::mixed_layout();
   ws_test::DeviceModel model(metas, p.device);
@@ -210,8 +198,7 @@ TEST_CASE("ipc sources in cudaMallocAsync memory are staged or pulled, bit-exact
     detail::check(cudaStreamSynchronize(s), "sync");
     return;
   }
-  model.poison(s);
-  detail::check(cudaStreamSynchronize(s), "sync");
+  ws_test::poison_now(model, s);
   opt.destination = [&](const TensorMeta& m) -> void* {
     return model.data(static_cast<std::size_t>(&m - metas.data()));
   };
@@ -221,12 +208,7 @@ TEST_CASE("ipc sources in cudaMallocAsync memory are staged or pulled, bit-exact
 
 TEST_CASE("ipc faults keep the transport usable: bad item, failing load_weights, wrong metadata",
           "[gpu][ipc]") {
-  if (!ws_test::role().is_peer()) {
-    ws_test::run_peers_expect_ok(
-        "ipc faults keep the transport usable: bad item, failing load_weights, wrong metadata", 1,
-        120s);
-    return;
-  }
+  if (ws_test::ran_as_parent(1, 120s)) return;
   Peer p = connect_peer(Kind::ipc);
   const auto metas = ws_test::mixed_layout();
   ws_test::DeviceModel model(metas, p.device);
@@ -277,12 +259,7 @@ TEST_CASE("ipc faults keep the transport usable: bad item, failing load_weights,
 
 TEST_CASE("ipc consumer killed mid-transfer: the producer fails within the deadline",
           "[gpu][ipc]") {
-  if (!ws_test::role().is_peer()) {
-    ws_test::run_peers_killing(
-        "ipc consumer killed mid-transfer: the producer fails within the deadline", 1, 1, 8000ms,
-        120s);
-    return;
-  }
+  if (ws_test::ran_as_parent_killing(1, 1, 8000ms, 120s)) return;
   Peer p = connect_peer(Kind::ipc, 10s);
   const auto metas = layouts::small1b();
   ws_test::DeviceModel model(metas, p.device);
@@ -303,12 +280,7 @@ TEST_CASE("ipc consumer killed mid-transfer: the producer fails within the deadl
 
 TEST_CASE("ipc producer killed mid-transfer: the consumer fails within the deadline",
           "[gpu][ipc]") {
-  if (!ws_test::role().is_peer()) {
-    ws_test::run_peers_killing(
-        "ipc producer killed mid-transfer: the consumer fails within the deadline", 1, 0, 8000ms,
-        120s);
-    return;
-  }
+  if (ws_test::ran_as_parent_killing(1, 0, 8000ms, 120s)) return;
   Peer p = connect_peer(Kind::ipc, 10s);
   const auto metas = layouts::small1b();
   ws_test::DeviceModel model(metas, p.device);
@@ -331,11 +303,7 @@ TEST_CASE("ipc producer killed mid-transfer: the consumer fails within the deadl
 
 TEST_CASE("p2p round trips GPU 0 -> GPU 1: dense8b full size and mixed, views and zero-copy",
           "[gpu][ipc][multi_gpu]") {
-  if (!ws_test::role().is_peer()) {
-    ws_test::run_peers_expect_ok("p2p round trips GPU 0 -> GPU 1: dense8b full size and mixed, views and zero-copy", 2,
-              240s);
-    return;
-  }
+  if (ws_test::ran_as_parent(2, 240s)) return;
   Peer p = connect_peer(Kind::p2p);
   REQUIRE(p.device == p.rank);
   std::uint64_t round = 0;
@@ -364,10 +332,7 @@ TEST_CASE("p2p round trips GPU 0 -> GPU 1: dense8b full size and mixed, views an
 }
 
 TEST_CASE("ipc refuses peers on two GPUs, p2p and ipc refuse each other", "[gpu][ipc][multi_gpu]") {
-  if (!ws_test::role().is_peer()) {
-    ws_test::run_peers_expect_ok("ipc refuses peers on two GPUs, p2p and ipc refuse each other", 2, 120s);
-    return;
-  }
+  if (ws_test::ran_as_parent(2, 120s)) return;
   const auto& r = ws_test::role();
   const int device = r.rank;
   detail::check(cudaSetDevice(device), "cudaSetDevice");
@@ -403,10 +368,7 @@ TEST_CASE("ipc refuses peers on two GPUs, p2p and ipc refuse each other", "[gpu]
 
 TEST_CASE("ipc and p2p engines: trainer and worker rounds through the registry",
           "[gpu][ipc][engine]") {
-  if (!ws_test::role().is_peer()) {
-    ws_test::run_peers_expect_ok("ipc and p2p engines: trainer and worker rounds through the registry", 1, 120s);
-    return;
-  }
+  if (ws_test::ran_as_parent(1, 120s)) return;
   const auto& r = ws_test::role();
   std::vector<std::string> backends = {"ipc"};
   if (device_count() >= 2) backends.push_back("p2p");
@@ -426,8 +388,7 @@ TEST_CASE("ipc and p2p engines: trainer and worker rounds through the registry",
       t.trainer_init(info);
       const ws_test::ModelSource src{metas, model};
       for (int round = 1; round <= 3; ++round) {
-        model.fill(static_cast<std::uint64_t>(round), s.get());
-        detail::check(cudaStreamSynchronize(s.get()), "sync");
+        ws_test::fill_now(model, static_cast<std::uint64_t>(round), s.get());
         t.send_weights(src);
       }
       continue;
@@ -438,11 +399,9 @@ TEST_CASE("ipc and p2p engines: trainer and worker rounds through the registry",
     e.init_transfer_engine(info);
     const auto u = NcclUpdateInfo::from_metas(metas);
     for (int round = 1; round <= 3; ++round) {
-      model.poison(s.get());
-      detail::check(cudaStreamSynchronize(s.get()), "sync");
+      ws_test::poison_now(model, s.get());
       e.start_weight_update();
-      // every other tensor straight into its parameter, the rest through load_weights
-      e.update_weights(u, ws_test::copy_into(metas, model), ws_test::every_other_into(metas, model));
+      ws_test::update_half_in_place(e, u, metas, model);
       e.finish_weight_update("v" + std::to_string(round));
       REQUIRE(model.count_wrong(static_cast<std::uint64_t>(round), s.get()) == 0);
     }

@@ -74,10 +74,7 @@ unsigned long long round_trip(Peer& p, const std::vector<TensorMeta>& metas,
 
 TEST_CASE("nccl round trips: packed and unpacked - K 1-3 - several B - views and zero-copy",
           "[gpu][nccl][multi_gpu]") {
-  if (!ws_test::role().is_peer()) {
-    ws_test::run_peers_expect_ok("nccl round trips: packed and unpacked - K 1-3 - several B - views and zero-copy", 2, 300s);
-    return;
-  }
+  if (ws_test::ran_as_parent(2, 300s)) return;
   Peer p = connect_peer();
   const auto metas = ws_test::mixed_layout();
   ws_test::DeviceModel model(metas, p.device);
@@ -104,10 +101,7 @@ TEST_CASE("nccl round trips: packed and unpacked - K 1-3 - several B - views and
 }
 
 TEST_CASE("nccl full-size dense8b and moe30b layouts", "[gpu][nccl][multi_gpu]") {
-  if (!ws_test::role().is_peer()) {
-    ws_test::run_peers_expect_ok("nccl full-size dense8b and moe30b layouts", 2, 540s);
-    return;
-  }
+  if (ws_test::ran_as_parent(2, 540s)) return;
   Peer p = connect_peer();
   std::size_t verified = 0;
   for (const char* name : {"dense8b", "moe30b"}) {
@@ -140,10 +134,7 @@ TEST_CASE("nccl full-size dense8b and moe30b layouts", "[gpu][nccl][multi_gpu]")
 }
 
 TEST_CASE("nccl 100 back-to-back syncs keep device memory flat", "[gpu][nccl][multi_gpu]") {
-  if (!ws_test::role().is_peer()) {
-    ws_test::run_peers_expect_ok("nccl 100 back-to-back syncs keep device memory flat", 2, 300s);
-    return;
-  }
+  if (ws_test::ran_as_parent(2, 300s)) return;
   Peer p = connect_peer();
   const auto metas = layouts::small1b();
   ws_test::DeviceModel model(metas, p.device);
@@ -166,13 +157,8 @@ TEST_CASE("nccl 100 back-to-back syncs keep device memory flat", "[gpu][nccl][mu
 
 TEST_CASE("nccl producer killed mid-transfer: the consumer fails within the deadline",
           "[gpu][nccl][multi_gpu]") {
-  if (!ws_test::role().is_peer()) {
     // Rank 0 is killed 8 s after start (rendezvous, init and a few rounds are done by then).
-    ws_test::run_peers_killing(
-        "nccl producer killed mid-transfer: the consumer fails within the deadline", 2, 0, 8000ms,
-        120s);
-    return;
-  }
+  if (ws_test::ran_as_parent_killing(2, 0, 8000ms, 120s)) return;
   Peer p = connect_peer(10s);
   const auto metas = layouts::dense8b();
   ws_test::DeviceModel model(metas, p.device);
@@ -196,8 +182,7 @@ TEST_CASE("nccl unique-id mode round trip: weightsync and vllm wire", "[gpu][ncc
   if (!ws_test::role().is_peer()) {
     if (device_count() < 2) WS_SKIP("needs 2 GPUs, found " << device_count());
     const std::string uid_file = "/tmp/ws_uid_" + std::to_string(::getpid());
-    const auto results = ws_test::run_peers("nccl unique-id mode round trip: weightsync and vllm wire",
-                                            2, 0, uid_file, 120s);
+    const auto results = ws_test::run_peers(ws_test::current_test_name(), 2, 0, uid_file, 120s);
     ::unlink(uid_file.c_str());
     ws_test::expect_peers_passed(results);
     return;
@@ -245,10 +230,7 @@ TEST_CASE("nccl unique-id mode round trip: weightsync and vllm wire", "[gpu][ncc
 
 TEST_CASE("nccl faults keep the communicator usable: bad item and failing load_weights",
           "[gpu][nccl][multi_gpu]") {
-  if (!ws_test::role().is_peer()) {
-    ws_test::run_peers_expect_ok("nccl faults keep the communicator usable: bad item and failing load_weights", 2, 120s);
-    return;
-  }
+  if (ws_test::ran_as_parent(2, 120s)) return;
   Peer p = connect_peer(30s);
   const auto metas = ws_test::mixed_layout();
   ws_test::DeviceModel model(metas, p.device);
@@ -294,10 +276,7 @@ TEST_CASE("nccl faults keep the communicator usable: bad item and failing load_w
 
 TEST_CASE("nccl engines: trainer and worker rounds with versions and a failing round",
           "[gpu][nccl][multi_gpu][engine]") {
-  if (!ws_test::role().is_peer()) {
-    ws_test::run_peers_expect_ok("nccl engines: trainer and worker rounds with versions and a failing round", 2, 180s);
-    return;
-  }
+  if (ws_test::ran_as_parent(2, 180s)) return;
   const auto& r = ws_test::role();
   const int device = r.rank % device_count();
   detail::check(cudaSetDevice(device), "cudaSetDevice");
@@ -331,8 +310,7 @@ TEST_CASE("nccl engines: trainer and worker rounds with versions and a failing r
       }
     } src{metas, model, -1, {}};
     for (int round = 1; round <= 3; ++round) {
-      model.fill(static_cast<std::uint64_t>(round), s.get());
-      detail::check(cudaStreamSynchronize(s.get()), "sync");
+      ws_test::fill_now(model, static_cast<std::uint64_t>(round), s.get());
       src.lie = round == 2 ? 100 : -1;
       if (round == 2)
         REQUIRE_THROWS_AS(t.send_weights(src), config_error);
@@ -347,12 +325,10 @@ TEST_CASE("nccl engines: trainer and worker rounds with versions and a failing r
   e.init_transfer_engine(info);
   const auto u = NcclUpdateInfo::from_metas(metas);
   for (int round = 1; round <= 3; ++round) {
-    model.poison(s.get());
-    detail::check(cudaStreamSynchronize(s.get()), "sync");
+    ws_test::poison_now(model, s.get());
     e.start_weight_update();
     auto run = [&] {
-      // every other tensor straight into its parameter, the rest through load_weights
-      e.update_weights(u, ws_test::copy_into(metas, model), ws_test::every_other_into(metas, model));
+      ws_test::update_half_in_place(e, u, metas, model);
     };
     if (round == 2) {
       REQUIRE_THROWS_AS(run(), remote_error);

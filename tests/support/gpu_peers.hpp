@@ -66,6 +66,28 @@ inline void run_peers_killing(const std::string& name, int gpus, int victim,
   CHECK(survivor.exit_code == 0);  // the survivor failed in time, as checked inside
 }
 
+//! The name of the running TEST_CASE: what its peers are told to run.
+inline std::string current_test_name() {
+  return Catch::getResultCapture().getCurrentTestName();
+}
+
+//! The parent's whole part of a multi-process test: true in the parent, after running this
+//! TEST_CASE as 2 peers and checking them (see run_peers_expect_ok); false in a peer, which goes
+//! on with its rank's part. Use: `if (ws_test::ran_as_parent(2, 300s)) return;`
+inline bool ran_as_parent(int gpus, std::chrono::seconds limit) {
+  if (role().is_peer()) return false;
+  run_peers_expect_ok(current_test_name(), gpus, limit);
+  return true;
+}
+
+//! ran_as_parent for a "peer killed mid-transfer" test (see run_peers_killing).
+inline bool ran_as_parent_killing(int gpus, int victim, std::chrono::milliseconds kill_after,
+                                  std::chrono::seconds limit) {
+  if (role().is_peer()) return false;
+  run_peers_killing(current_test_name(), gpus, victim, kill_after, limit);
+  return true;
+}
+
 //! Peer side: this peer's rendezvous (rank, world and port from the command line) on 127.0.0.1.
 inline weightsync::RendezvousOptions peer_rendezvous(
     std::chrono::milliseconds timeout = std::chrono::seconds(60)) {

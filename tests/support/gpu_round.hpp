@@ -24,6 +24,18 @@ namespace ws_test {
 //! How the consumer takes the tensors: views handed to load_weights, or its own destinations.
 enum class Mode { views, zero_copy };
 
+//! Fills `model` with round `round`'s pattern and waits for it.
+inline void fill_now(const DeviceModel& model, std::uint64_t round, cudaStream_t s) {
+  model.fill(round, s);
+  weightsync::detail::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+}
+
+//! Poisons `model` (0xCD everywhere) and waits for it.
+inline void poison_now(const DeviceModel& model, cudaStream_t s) {
+  model.poison(s);
+  weightsync::detail::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+}
+
 //! The producer's side of a round: fills `model` with round `round`'s pattern on `s` and calls
 //! `send(items, opt)` with every tensor and opt.source_stream = s.
 template <class Send>
@@ -42,8 +54,7 @@ unsigned long long receive_round(const std::vector<weightsync::TensorMeta>& meta
                                  const DeviceModel& model, weightsync::TransferOptions opt,
                                  cudaStream_t s, std::uint64_t round, Mode mode,
                                  Receive&& receive) {
-  model.poison(s);
-  weightsync::detail::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  poison_now(model, s);
   auto index = [&](const weightsync::TensorMeta* m) {
     return static_cast<std::size_t>(m - metas.data());
   };
@@ -69,6 +80,15 @@ inline auto every_other_into(const std::vector<weightsync::TensorMeta>& metas,
     const auto i = index_of(metas, m);
     return i % 2 ? model.data(i) : nullptr;
   };
+}
+
+//! A worker engine's update into `model`: every other tensor straight into its parameter, the
+//! rest through load_weights (copied in on the stream it gets).
+inline void update_half_in_place(weightsync::WeightTransferEngine& e,
+                                 const weightsync::NcclUpdateInfo& u,
+                                 const std::vector<weightsync::TensorMeta>& metas,
+                                 const DeviceModel& model) {
+  e.update_weights(u, copy_into(metas, model), every_other_into(metas, model));
 }
 
 //! The engine options of a GPU engine test: `backend` on `device`, every wait bounded by `timeout`.
