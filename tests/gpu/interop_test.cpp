@@ -17,6 +17,7 @@
 #include <string>
 
 #include "support/catch.hpp"
+#include "support/engine_options.hpp"
 #include "support/child.hpp"
 #include "support/gpu_model.hpp"
 #include "support/gpu_peers.hpp"
@@ -104,9 +105,7 @@ TEST_CASE("interop: a C++ trainer feeds a vLLM-style worker - packed and unpacke
     // What the trainer POSTs to a vLLM server, exactly.
     const NcclInitInfo init = vllm_init_info(2, 1, packed);
     Peer peer = start_peer("consume", init, NcclUpdateInfo::from_metas(metas), round);
-    TrainerEngine::Options o;
-    o.engine = vllm_engine_options();
-    TrainerEngine t(o);
+    TrainerEngine t(ws_test::options_for<TrainerEngine>(vllm_engine_options()));
     t.trainer_init(init);  // meets the peer in ncclCommInitRank, then the warm-up all-reduce
     const ws_test::ModelSource src{metas, model};
     const auto st = t.send_weights(src);
@@ -137,8 +136,7 @@ TEST_CASE("interop: a vLLM-style producer feeds the C++ worker engine - packed a
     const NcclInitInfo init = vllm_init_info(2, 1, packed);
     const NcclUpdateInfo update = NcclUpdateInfo::from_metas(metas);
     Peer peer = start_peer("produce", init, update, round);
-    WeightTransferEngine::Options o;
-    o.engine = vllm_engine_options();
+    auto o = ws_test::options_for<WeightTransferEngine>(vllm_engine_options());
     o.liveness_interval = 0ms;  // the Python peer has no control channel
     WeightTransferEngine e(o);
     e.init_transfer_engine(nlohmann::json(init));

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "support/catch.hpp"
+#include "support/engine_options.hpp"
 #include "support/gpu_model.hpp"
 #include "support/gpu_peers.hpp"
 #include "support/gpu_round.hpp"
@@ -382,9 +383,7 @@ TEST_CASE("ipc and p2p engines: trainer and worker rounds through the registry",
     ws_test::DeviceModel model(metas, device);
     CudaStream s(device);
     if (r.rank == 0) {
-      TrainerEngine::Options o;
-      o.engine = eo;
-      TrainerEngine t(o);
+      TrainerEngine t(ws_test::options_for<TrainerEngine>(eo));
       t.trainer_init(info);
       const ws_test::ModelSource src{metas, model};
       for (int round = 1; round <= 3; ++round) {
@@ -393,9 +392,7 @@ TEST_CASE("ipc and p2p engines: trainer and worker rounds through the registry",
       }
       continue;
     }
-    WeightTransferEngine::Options o;
-    o.engine = eo;
-    WeightTransferEngine e(o);
+    WeightTransferEngine e(ws_test::options_for<WeightTransferEngine>(eo));
     e.init_transfer_engine(info);
     const auto u = NcclUpdateInfo::from_metas(metas);
     for (int round = 1; round <= 3; ++round) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "support/catch.hpp"
+#include "support/engine_options.hpp"
 #include "support/gpu_model.hpp"
 #include "support/gpu_peers.hpp"
 #include "support/gpu_round.hpp"
@@ -288,9 +289,7 @@ TEST_CASE("nccl engines: trainer and worker rounds with versions and a failing r
   ws_test::DeviceModel model(metas, device);
   CudaStream s(device);
   if (r.rank == 0) {
-    TrainerEngine::Options o;
-    o.engine = eo;
-    TrainerEngine t(o);
+    TrainerEngine t(ws_test::options_for<TrainerEngine>(eo));
     t.trainer_init(info);
     struct Source {
       const std::vector<TensorMeta>& m;
@@ -319,9 +318,7 @@ TEST_CASE("nccl engines: trainer and worker rounds with versions and a failing r
     }
     return;
   }
-  WeightTransferEngine::Options o;
-  o.engine = eo;
-  WeightTransferEngine e(o);
+  WeightTransferEngine e(ws_test::options_for<WeightTransferEngine>(eo));
   e.init_transfer_engine(info);
   const auto u = NcclUpdateInfo::from_metas(metas);
   for (int round = 1; round <= 3; ++round) {

@@ -144,6 +144,18 @@ TransferStats consume_round(HostCommunicator& comm, const std::vector<TensorMeta
   return stats;
 }
 
+// One round on every rank: rank 0 sends the model of (seed, round), the others receive and check it.
+void one_round(int rank, HostCommunicator& comm, const std::vector<TensorMeta>& metas,
+               const TransferOptions& opt, workspace_for<HostCommunicator>& ws, std::uint64_t seed,
+               int round, int dest_every = 0) {
+  if (rank == 0) {
+    Model m(metas, seed, round);
+    packed_broadcast_producer(metas, m.items(), comm, 0, opt, ws);
+  } else {
+    consume_round(comm, metas, opt, ws, seed, round, dest_every);
+  }
+}
+
 struct Config {
   bool packed;
   int k;
@@ -221,12 +233,7 @@ TEST_CASE("pipeline property: random layouts, options and destinations", "[unit]
       if (rng() % 2 == 0) opt.split_min_region_bytes = 1 + rng() % 100;
       const int dest_every = static_cast<int>(rng() % 3);
       workspace_for<HostCommunicator> ws;  // also exercises fresh rings
-      if (rank == 0) {
-        Model m(metas, 2, round);
-        packed_broadcast_producer(metas, m.items(), comm, 0, opt, ws);
-      } else {
-        consume_round(comm, metas, opt, ws, 2, round, dest_every);
-      }
+      one_round(rank, comm, metas, opt, ws, 2, round, dest_every);
     }
   });
   ws_test::expect_all_ok(procs.wait_all(60s));
@@ -277,12 +284,7 @@ TEST_CASE("pipeline: an item that does not match its metadata fails every rank c
     if (failure.find(want[kind]) == std::string::npos)
       throw std::runtime_error("message does not say what was wrong: " + failure);
     // The communicator is still healthy: a good round follows.
-    if (rank == 0) {
-      Model m(metas, 3, 1);
-      packed_broadcast_producer(metas, m.items(), comm, 0, opt, ws);
-    } else {
-      consume_round(comm, metas, opt, ws, 3, 1, 0);
-    }
+    one_round(rank, comm, metas, opt, ws, 3, 1);
   });
   ws_test::expect_all_ok(procs.wait_all(30s));
 }
@@ -328,12 +330,7 @@ TEST_CASE("pipeline: a load_weights that throws ends that consumer and fails the
       consume_round(comm, metas, opt, ws, 4, 0, 0);  // the other consumer is unaffected
     }
     // The next round works on the same communicator.
-    if (rank == 0) {
-      Model m(metas, 4, 1);
-      packed_broadcast_producer(metas, m.items(), comm, 0, opt, ws);
-    } else {
-      consume_round(comm, metas, opt, ws, 4, 1, 0);
-    }
+    one_round(rank, comm, metas, opt, ws, 4, 1);
   });
   ws_test::expect_all_ok(procs.wait_all(30s));
 }
