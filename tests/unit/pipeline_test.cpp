@@ -144,7 +144,8 @@ TransferStats consume_round(HostCommunicator& comm, const std::vector<TensorMeta
   return stats;
 }
 
-// One round on every rank: rank 0 sends the model of (seed, round), the others receive and check it.
+// One round on every rank: rank 0 sends the model of (seed, round); the others receive it and
+// check it.
 void one_round(int rank, HostCommunicator& comm, const std::vector<TensorMeta>& metas,
                const TransferOptions& opt, workspace_for<HostCommunicator>& ws, std::uint64_t seed,
                int round, int dest_every = 0) {
