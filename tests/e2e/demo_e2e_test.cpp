@@ -4,17 +4,14 @@
 #include <weightsync/http/control_plane.hpp>
 
 #include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "support/catch.hpp"
+#include "support/child.hpp"
 #include "support/process.hpp"
 
 using namespace std::chrono_literals;
@@ -23,58 +20,9 @@ using nlohmann::json;
 
 namespace {
 
-struct Proc {
-  pid_t pid = -1;
-  std::string log;
-  int wait(std::chrono::seconds limit) {  // exit code, 128+signal, or -1 when it had to be killed
-    const auto end = std::chrono::steady_clock::now() + limit;
-    int st = 0;
-    while (::waitpid(pid, &st, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() > end) {
-        ::kill(pid, SIGKILL);
-        ::waitpid(pid, &st, 0);
-        pid = -1;
-        return -1;
-      }
-      std::this_thread::sleep_for(10ms);
-    }
-    pid = -1;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  }
-  std::string output() const {
-    std::ifstream f(log);
-    std::stringstream s;
-    s << f.rdbuf();
-    return s.str();
-  }
-  ~Proc() {
-    if (pid > 0) {
-      ::kill(pid, SIGKILL);
-      int st;
-      ::waitpid(pid, &st, 0);
-    }
-  }
-};
+using Proc = ws_test::Child;
 
-Proc start(std::vector<std::string> args) {
-  Proc p;
-  char tmpl[] = "/tmp/ws_e2e_XXXXXX";
-  const int fd = ::mkstemp(tmpl);
-  p.log = tmpl;
-  std::fflush(nullptr);
-  p.pid = ::fork();
-  if (p.pid == 0) {
-    ::dup2(fd, 1);
-    ::dup2(fd, 2);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
-  ::close(fd);
-  return p;
-}
+Proc start(const std::vector<std::string>& args) { return Proc(args, "/tmp/ws_e2e_XXXXXX"); }
 
 Proc start_server(int port) {
   Proc p = start({WEIGHTSYNC_DEMO_SERVER, "--port", std::to_string(port)});

@@ -7,31 +7,26 @@
 #include <weightsync/engine.hpp>
 #include <weightsync/layouts.hpp>
 
-#include <fcntl.h>
 #include <nccl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <future>
-#include <sstream>
 #include <string>
-#include <thread>
 
 #include "support/catch.hpp"
+#include "support/engine_options.hpp"
+#include "support/child.hpp"
 #include "support/gpu_model.hpp"
+#include "support/gpu_peers.hpp"
+#include "support/gpu_round.hpp"
 
 using namespace weightsync;
 using namespace std::chrono_literals;
 
 namespace {
-
-int gpus() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
-}
 
 // Why the Python peer cannot run here, or "" when it can.
 std::string python_peer_missing() {
@@ -59,59 +54,16 @@ void require_same_nccl() {
   REQUIRE(theirs == std::to_string(mine));
 }
 
-struct Peer {
-  pid_t pid = -1;
-  std::string log;
-  //! The peer's exit code; -1 if it died of a signal, -2 if it was still running after `limit`
-  //! (it is killed then).
-  int wait(std::chrono::seconds limit = 150s) {
-    const auto deadline = std::chrono::steady_clock::now() + limit;
-    int st = 0;
-    while (::waitpid(pid, &st, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        ::kill(pid, SIGKILL);
-        ::waitpid(pid, &st, 0);
-        pid = -1;
-        return -2;
-      }
-      std::this_thread::sleep_for(50ms);
-    }
-    pid = -1;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  }
-  std::string output() const {
-    std::ifstream f(log);
-    std::stringstream s;
-    s << f.rdbuf();
-    return s.str();
-  }
-  ~Peer() {
-    if (pid > 0) {
-      ::kill(pid, SIGKILL);
-      int st;
-      ::waitpid(pid, &st, 0);
-    }
-  }
-};
+// The peer's exit code, 128 + a signal, or -1 when it was still running after 150 s (killed then).
+using Peer = ws_test::Child;
+constexpr auto kPeerLimit = 150s;
 
 Peer run_peer(const std::string& mode, const std::string& init_path, const std::string& update_path,
               int round) {
-  Peer p;
-  p.log = init_path + "." + mode + ".log";
-  std::fflush(nullptr);
-  p.pid = ::fork();
-  if (p.pid == 0) {
-    const std::string script = std::string(WEIGHTSYNC_SOURCE_DIR) + "/tests/interop/vllm_peer.py";
-    const std::string r = std::to_string(round);
-    const int fd = ::open(p.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ::dup2(fd, 1);
-    ::dup2(fd, 2);
-    ::execlp("python3", "python3", script.c_str(), "--init-info", init_path.c_str(),
-             "--update-info", update_path.c_str(), "--mode", mode.c_str(), "--device", "1",
-             "--round", r.c_str(), "--timeout-s", "120", static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  return p;
+  const std::string script = std::string(WEIGHTSYNC_SOURCE_DIR) + "/tests/interop/vllm_peer.py";
+  return Peer({"python3", script, "--init-info", init_path, "--update-info", update_path, "--mode",
+               mode, "--device", "1", "--round", std::to_string(round), "--timeout-s", "120"},
+              init_path + "." + mode + ".log");
 }
 
 void write_json(const std::string& path, const nlohmann::json& j) {
@@ -130,11 +82,8 @@ Peer start_peer(const std::string& mode, const NcclInitInfo& init, const NcclUpd
 // The C++ side on GPU 0, speaking vLLM's wire; bounded: a peer that died early fails the test in
 // 60 s instead of hanging it.
 EngineOptions vllm_engine_options() {
-  EngineOptions e;
-  e.backend = "nccl";
+  EngineOptions e = ws_test::gpu_engine_options("nccl", 0, 60s);
   e.protocol = Protocol::vllm;
-  e.device = 0;
-  e.timeout = 60s;
   return e;
 }
 
@@ -142,7 +91,7 @@ EngineOptions vllm_engine_options() {
 
 TEST_CASE("interop: a C++ trainer feeds a vLLM-style worker - packed and unpacked dense8b",
           "[gpu][nccl][multi_gpu][interop]") {
-  if (gpus() < 2) WS_SKIP("needs 2 GPUs, found " << gpus());
+  if (ws_test::device_count() < 2) WS_SKIP("needs 2 GPUs, found " << ws_test::device_count());
   if (const auto why = python_peer_missing(); !why.empty()) WS_SKIP(why);
   require_same_nccl();
   detail::check(cudaSetDevice(0), "cudaSetDevice");
@@ -152,20 +101,17 @@ TEST_CASE("interop: a C++ trainer feeds a vLLM-style worker - packed and unpacke
   int round = 10;
   for (bool packed : {true, false}) {
     ++round;
-    model.fill(static_cast<std::uint64_t>(round), s.get());
-    detail::check(cudaStreamSynchronize(s.get()), "sync");
+    ws_test::fill_now(model, static_cast<std::uint64_t>(round), s.get());
     // What the trainer POSTs to a vLLM server, exactly.
     const NcclInitInfo init = vllm_init_info(2, 1, packed);
     Peer peer = start_peer("consume", init, NcclUpdateInfo::from_metas(metas), round);
-    TrainerEngine::Options o;
-    o.engine = vllm_engine_options();
-    TrainerEngine t(o);
+    TrainerEngine t(ws_test::options_for<TrainerEngine>(vllm_engine_options()));
     t.trainer_init(init);  // meets the peer in ncclCommInitRank, then the warm-up all-reduce
     const ws_test::ModelSource src{metas, model};
     const auto st = t.send_weights(src);
     // NCCL tears a communicator down with its peers (the Python side's destroy waits for ours).
     t.shutdown();
-    const int rc = peer.wait();
+    const int rc = peer.wait(kPeerLimit);
     INFO("packed " << packed << "; peer output:\n" << peer.output());
     CHECK(rc == 0);
     std::printf("interop C++ -> vLLM-style worker (%s): %zu tensors, %zu bytes, %zu broadcasts; %s",
@@ -176,7 +122,7 @@ TEST_CASE("interop: a C++ trainer feeds a vLLM-style worker - packed and unpacke
 
 TEST_CASE("interop: a vLLM-style producer feeds the C++ worker engine - packed and unpacked",
           "[gpu][nccl][multi_gpu][interop]") {
-  if (gpus() < 2) WS_SKIP("needs 2 GPUs, found " << gpus());
+  if (ws_test::device_count() < 2) WS_SKIP("needs 2 GPUs, found " << ws_test::device_count());
   if (const auto why = python_peer_missing(); !why.empty()) WS_SKIP(why);
   require_same_nccl();
   detail::check(cudaSetDevice(0), "cudaSetDevice");
@@ -186,13 +132,11 @@ TEST_CASE("interop: a vLLM-style producer feeds the C++ worker engine - packed a
   int round = 20;
   for (bool packed : {true, false}) {
     ++round;
-    model.poison(s.get());
-    detail::check(cudaStreamSynchronize(s.get()), "sync");
+    ws_test::poison_now(model, s.get());
     const NcclInitInfo init = vllm_init_info(2, 1, packed);
     const NcclUpdateInfo update = NcclUpdateInfo::from_metas(metas);
     Peer peer = start_peer("produce", init, update, round);
-    WeightTransferEngine::Options o;
-    o.engine = vllm_engine_options();
+    auto o = ws_test::options_for<WeightTransferEngine>(vllm_engine_options());
     o.liveness_interval = 0ms;  // the Python peer has no control channel
     WeightTransferEngine e(o);
     e.init_transfer_engine(nlohmann::json(init));
@@ -200,7 +144,7 @@ TEST_CASE("interop: a vLLM-style producer feeds the C++ worker engine - packed a
     e.update_weights(nlohmann::json(update), ws_test::copy_into(metas, model));
     e.finish_weight_update("from-python");
     e.shutdown();  // NCCL tears a communicator down with its peers
-    const int rc = peer.wait();
+    const int rc = peer.wait(kPeerLimit);
     INFO("packed " << packed << "; peer output:\n" << peer.output());
     CHECK(rc == 0);
     CHECK(model.count_wrong(static_cast<std::uint64_t>(round), s.get()) == 0);

@@ -20,7 +20,11 @@
 #include <vector>
 
 #include "support/catch.hpp"
+#include "support/engine_options.hpp"
 #include "support/gpu_model.hpp"
+#include "support/gpu_peers.hpp"
+#include "support/gpu_round.hpp"
+#include "support/host_world.hpp"
 #include "support/process.hpp"
 #include "support/role.hpp"
 #include "support/spawn.hpp"
@@ -28,31 +32,11 @@
 
 using namespace weightsync;
 using namespace std::chrono_literals;
+using ws_test::device_count;
+using ws_test::Mode;
+using ws_test::say;
 
 namespace {
-
-int device_count() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
-  return n;
-}
-
-void say(const std::string& s) {
-  std::printf("%s\n", s.c_str());
-  std::fflush(stdout);
-}
-
-// Parent side: runs the peers (needs `gpus` GPUs), checks they all passed.
-void run_peers(const std::string& name, int gpus, std::chrono::seconds limit) {
-  if (device_count() < gpus) WS_SKIP("needs " << gpus << " GPU(s), found " << device_count());
-  const auto results = ws_test::run_peers(name, 2, ws_test::free_port(), "", limit);
-  for (std::size_t i = 0; i < results.size(); ++i) {
-    INFO("rank " << i << " exit " << results[i].exit_code << (results[i].hung ? " (hung)" : "")
-                 << " after " << results[i].seconds << " s\n"
-                 << results[i].output);
-    CHECK(results[i].exit_code == 0);
-  }
-}
 
 enum class Kind { ipc, p2p };
 
@@ -67,17 +51,10 @@ Peer connect_peer(Kind kind, std::chrono::milliseconds timeout = 30s, IpcOptions
   const auto& r = ws_test::role();
   const int device = kind == Kind::ipc ? 0 : r.rank % device_count();
   detail::check(cudaSetDevice(device), "cudaSetDevice");
-  RendezvousOptions o;
-  o.address = "127.0.0.1";
-  o.port = r.port;
-  o.rank = r.rank;
-  o.world_size = r.world;
-  o.timeout = 60s;
   io.same_gpu = kind == Kind::ipc;
-  return Peer{r.rank, device, CudaStream(device), IpcTransport(o, device, io, timeout)};
+  return Peer{r.rank, device, CudaStream(device),
+              IpcTransport(ws_test::peer_rendezvous(), device, io, timeout)};
 }
-
-enum class Mode { views, zero_copy };
 
 std::vector<SourceTensorRef> items_of(const std::vector<TensorMeta>& metas,
                                       const std::byte* const* p) {
@@ -92,26 +69,12 @@ unsigned long long round_trip(Peer& p, const std::vector<TensorMeta>& metas,
                               std::uint64_t round, Mode mode) {
   const cudaStream_t s = p.stream.get();
   if (p.rank == 0) {
-    model.fill(round, s);
-    std::vector<const std::byte*> ptrs;
-    for (std::size_t i = 0; i < metas.size(); ++i) ptrs.push_back(model.data(i));
-    opt.source_stream = s;
-    p.t.send(metas, items_of(metas, ptrs.data()), opt);
+    ws_test::send_round(metas, model, opt, s, round,
+                        [&](const auto& items, const auto& o) { p.t.send(metas, items, o); });
     return 0;
   }
-  model.poison(s);
-  detail::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
-  auto index = [&](const TensorMeta* m) { return static_cast<std::size_t>(m - metas.data()); };
-  if (mode == Mode::zero_copy)
-    opt.destination = [&](const TensorMeta& m) -> void* { return model.data(index(&m)); };
-  p.t.receive(metas, opt, [&](std::span<const TensorView> batch, cudaStream_t stream) {
-    for (const auto& v : batch)  // what vLLM's load_weights does: copy into the parameter
-      if (v.nbytes)
-        detail::check(cudaMemcpyAsync(model.data(index(v.meta)), v.data, v.nbytes,
-                                      cudaMemcpyDeviceToDevice, stream),
-                      "cudaMemcpyAsync");
-  });
-  return model.count_wrong(round, s);
+  return ws_test::receive_round(metas, model, opt, s, round, mode,
+                                [&](const auto& o, auto load) { p.t.receive(metas, o, load); });
 }
 
 std::string stats_line(const Peer& p) {
@@ -125,11 +88,7 @@ std::string stats_line(const Peer& p) {
 
 TEST_CASE("ipc colocated round trips: exported and staged, K 1-3, views and zero-copy",
           "[gpu][ipc]") {
-  if (!ws_test::role().is_peer()) {
-    run_peers("ipc colocated round trips: exported and staged, K 1-3, views and zero-copy", 1,
-              180s);
-    return;
-  }
+  if (ws_test::ran_as_parent(1, 180s)) return;
   Peer p = connect_peer(Kind::ipc);
   const auto metas = ws_test::mixed_layout();
   ws_test::DeviceModel model(metas, p.device, 4096);  // scattered: no two tensors touch
@@ -178,12 +137,7 @@ TEST_CASE("ipc colocated round trips: exported and staged, K 1-3, views and zero
 TEST_CASE(
     "ipc: replaced producer memory is unmapped once and 100 syncs keep memory and handles flat",
     "[gpu][ipc]") {
-  if (!ws_test::role().is_peer()) {
-    run_peers(
-        "ipc: replaced producer memory is unmapped once and 100 syncs keep memory and handles flat",
-        1, 240s);
-    return;
-  }
+  if (ws_test::ran_as_parent(1, 240s)) return;
   Peer p = connect_peer(Kind::ipc);
   const auto metas = layouts::small1b();
   ws_test::DeviceModel consumer_model(metas, p.device);
@@ -226,10 +180,7 @@ TEST_CASE(
 }
 
 TEST_CASE("ipc sources in cudaMallocAsync memory are staged or pulled, bit-exact", "[gpu][ipc]") {
-  if (!ws_test::role().is_peer()) {
-    run_peers("ipc sources in cudaMallocAsync memory are staged or pulled, bit-exact", 1, 120s);
-    return;
-  }
+  if (ws_test::ran_as_parent(1, 120s)) return;
   Peer p = connect_peer(Kind::ipc);
   const auto metas = ws_test::mixed_layout();
   ws_test::DeviceModel model(metas, p.device);
@@ -254,8 +205,7 @@ TEST_CASE("ipc sources in cudaMallocAsync memory are staged or pulled, bit-exact
     detail::check(cudaStreamSynchronize(s), "sync");
     return;
   }
-  model.poison(s);
-  detail::check(cudaStreamSynchronize(s), "sync");
+  ws_test::poison_now(model, s);
   opt.destination = [&](const TensorMeta& m) -> void* {
     return model.data(static_cast<std::size_t>(&m - metas.data()));
   };
@@ -265,22 +215,16 @@ TEST_CASE("ipc sources in cudaMallocAsync memory are staged or pulled, bit-exact
 
 TEST_CASE("ipc faults keep the transport usable: bad item, failing load_weights, wrong metadata",
           "[gpu][ipc]") {
-  if (!ws_test::role().is_peer()) {
-    run_peers(
-        "ipc faults keep the transport usable: bad item, failing load_weights, wrong metadata", 1,
-        120s);
-    return;
-  }
+  if (ws_test::ran_as_parent(1, 120s)) return;
   Peer p = connect_peer(Kind::ipc);
   const auto metas = ws_test::mixed_layout();
   ws_test::DeviceModel model(metas, p.device);
   TransferOptions opt;
-  std::vector<const std::byte*> ptrs;
-  for (std::size_t i = 0; i < metas.size(); ++i) ptrs.push_back(model.data(i));
+  const auto model_items = ws_test::ModelSource{metas, model}.iterate();
   auto nothing = [](std::span<const TensorView>, cudaStream_t) {};
   // 1. The producer offers a tensor of the wrong dtype.
   if (p.rank == 0) {
-    auto items = items_of(metas, ptrs.data());
+    auto items = model_items;
     TensorMeta lie = metas[20];
     lie.dtype = DType::float16;
     items[20].meta_ = &lie;
@@ -298,7 +242,7 @@ TEST_CASE("ipc faults keep the transport usable: bad item, failing load_weights,
   REQUIRE(round_trip(p, metas, model, opt, 1, Mode::views) == 0);
   // 2. The consumer's load_weights throws.
   if (p.rank == 0) {
-    REQUIRE_THROWS_AS(p.t.send(metas, items_of(metas, ptrs.data()), opt), remote_error);
+    REQUIRE_THROWS_AS(p.t.send(metas, model_items, opt), remote_error);
   } else {
     REQUIRE_THROWS_WITH(p.t.receive(metas, opt,
                                     [](std::span<const TensorView>, cudaStream_t) {
@@ -310,7 +254,7 @@ TEST_CASE("ipc faults keep the transport usable: bad item, failing load_weights,
   REQUIRE(round_trip(p, metas, model, opt, 2, Mode::zero_copy) == 0);
   // 3. The consumer expects other shapes: both sides say so, naming the mismatch.
   if (p.rank == 0) {
-    REQUIRE_THROWS_AS(p.t.send(metas, items_of(metas, ptrs.data()), opt), protocol_error);
+    REQUIRE_THROWS_AS(p.t.send(metas, model_items, opt), protocol_error);
   } else {
     auto other = metas;
     other[3].shape = {1024, 1023};
@@ -322,16 +266,7 @@ TEST_CASE("ipc faults keep the transport usable: bad item, failing load_weights,
 
 TEST_CASE("ipc consumer killed mid-transfer: the producer fails within the deadline",
           "[gpu][ipc]") {
-  if (!ws_test::role().is_peer()) {
-    if (device_count() < 1) WS_SKIP("needs a GPU");
-    const auto r = ws_test::run_peers(
-        "ipc consumer killed mid-transfer: the producer fails within the deadline", 2,
-        ws_test::free_port(), "", 120s, 1, 8000ms);
-    INFO("rank 0 exit " << r[0].exit_code << " after " << r[0].seconds << " s\n" << r[0].output);
-    CHECK((r[1].exit_code == -1 && !r[1].hung));  // SIGKILLed, as planned
-    CHECK(r[0].exit_code == 0);                   // the producer failed in time, as checked inside
-    return;
-  }
+  if (ws_test::ran_as_parent_killing(1, 1, 8000ms, 120s)) return;
   Peer p = connect_peer(Kind::ipc, 10s);
   const auto metas = layouts::small1b();
   ws_test::DeviceModel model(metas, p.device);
@@ -352,16 +287,7 @@ TEST_CASE("ipc consumer killed mid-transfer: the producer fails within the deadl
 
 TEST_CASE("ipc producer killed mid-transfer: the consumer fails within the deadline",
           "[gpu][ipc]") {
-  if (!ws_test::role().is_peer()) {
-    if (device_count() < 1) WS_SKIP("needs a GPU");
-    const auto r = ws_test::run_peers(
-        "ipc producer killed mid-transfer: the consumer fails within the deadline", 2,
-        ws_test::free_port(), "", 120s, 0, 8000ms);
-    INFO("rank 1 exit " << r[1].exit_code << " after " << r[1].seconds << " s\n" << r[1].output);
-    CHECK((r[0].exit_code == -1 && !r[0].hung));
-    CHECK(r[1].exit_code == 0);
-    return;
-  }
+  if (ws_test::ran_as_parent_killing(1, 0, 8000ms, 120s)) return;
   Peer p = connect_peer(Kind::ipc, 10s);
   const auto metas = layouts::small1b();
   ws_test::DeviceModel model(metas, p.device);
@@ -384,11 +310,7 @@ TEST_CASE("ipc producer killed mid-transfer: the consumer fails within the deadl
 
 TEST_CASE("p2p round trips GPU 0 -> GPU 1: dense8b full size and mixed, views and zero-copy",
           "[gpu][ipc][multi_gpu]") {
-  if (!ws_test::role().is_peer()) {
-    run_peers("p2p round trips GPU 0 -> GPU 1: dense8b full size and mixed, views and zero-copy", 2,
-              240s);
-    return;
-  }
+  if (ws_test::ran_as_parent(2, 240s)) return;
   Peer p = connect_peer(Kind::p2p);
   REQUIRE(p.device == p.rank);
   std::uint64_t round = 0;
@@ -417,10 +339,7 @@ TEST_CASE("p2p round trips GPU 0 -> GPU 1: dense8b full size and mixed, views an
 }
 
 TEST_CASE("ipc refuses peers on two GPUs, p2p and ipc refuse each other", "[gpu][ipc][multi_gpu]") {
-  if (!ws_test::role().is_peer()) {
-    run_peers("ipc refuses peers on two GPUs, p2p and ipc refuse each other", 2, 120s);
-    return;
-  }
+  if (ws_test::ran_as_parent(2, 120s)) return;
   const auto& r = ws_test::role();
   const int device = r.rank;
   detail::check(cudaSetDevice(device), "cudaSetDevice");
@@ -433,15 +352,14 @@ TEST_CASE("ipc refuses peers on two GPUs, p2p and ipc refuse each other", "[gpu]
   IpcTransport t(o, device, io, 30s);
   const auto metas = layouts::small1b();
   ws_test::DeviceModel model(metas, device);
-  std::vector<const std::byte*> ptrs;
-  for (std::size_t i = 0; i < metas.size(); ++i) ptrs.push_back(model.data(i));
+  const auto model_items = ws_test::ModelSource{metas, model}.iterate();
   TransferOptions opt;
   for (bool consumer_p2p : {false, true}) {
     if (r.rank == 1) t.options().same_gpu = !consumer_p2p;
     std::string what;
     try {
       if (r.rank == 0)
-        t.send(metas, items_of(metas, ptrs.data()), opt);
+        t.send(metas, model_items, opt);
       else
         t.receive(metas, opt, [](std::span<const TensorView>, cudaStream_t) {});
       FAIL("the transfer was not refused");
@@ -457,10 +375,7 @@ TEST_CASE("ipc refuses peers on two GPUs, p2p and ipc refuse each other", "[gpu]
 
 TEST_CASE("ipc and p2p engines: trainer and worker rounds through the registry",
           "[gpu][ipc][engine]") {
-  if (!ws_test::role().is_peer()) {
-    run_peers("ipc and p2p engines: trainer and worker rounds through the registry", 1, 120s);
-    return;
-  }
+  if (ws_test::ran_as_parent(1, 120s)) return;
   const auto& r = ws_test::role();
   std::vector<std::string> backends = {"ipc"};
   if (device_count() >= 2) backends.push_back("p2p");
@@ -468,45 +383,28 @@ TEST_CASE("ipc and p2p engines: trainer and worker rounds through the registry",
     const std::string& backend = backends[b];
     const int device = backend == "ipc" ? 0 : r.rank;
     detail::check(cudaSetDevice(device), "cudaSetDevice");
-    NcclInitInfo info;
-    info.master_address = "127.0.0.1";
-    info.master_port = r.port + static_cast<int>(b);
-    info.world_size = 2;
-    info.rank_offset = 1;
-    EngineOptions eo;
-    eo.backend = backend;
-    eo.device = device;
-    eo.timeout = 30s;
+    const NcclInitInfo info = ws_test::loopback_init_info(r.port + static_cast<int>(b), 2);
+    const EngineOptions eo = ws_test::gpu_engine_options(backend, device, 30s);
     const auto metas = layouts::small1b();
     ws_test::DeviceModel model(metas, device);
     CudaStream s(device);
     if (r.rank == 0) {
-      TrainerEngine::Options o;
-      o.engine = eo;
-      TrainerEngine t(o);
+      TrainerEngine t(ws_test::options_for<TrainerEngine>(eo));
       t.trainer_init(info);
       const ws_test::ModelSource src{metas, model};
       for (int round = 1; round <= 3; ++round) {
-        model.fill(static_cast<std::uint64_t>(round), s.get());
-        detail::check(cudaStreamSynchronize(s.get()), "sync");
+        ws_test::fill_now(model, static_cast<std::uint64_t>(round), s.get());
         t.send_weights(src);
       }
       continue;
     }
-    WeightTransferEngine::Options o;
-    o.engine = eo;
-    WeightTransferEngine e(o);
+    WeightTransferEngine e(ws_test::options_for<WeightTransferEngine>(eo));
     e.init_transfer_engine(info);
     const auto u = NcclUpdateInfo::from_metas(metas);
     for (int round = 1; round <= 3; ++round) {
-      model.poison(s.get());
-      detail::check(cudaStreamSynchronize(s.get()), "sync");
+      ws_test::poison_now(model, s.get());
       e.start_weight_update();
-      // every other tensor straight into its parameter, the rest through load_weights
-      e.update_weights(u, ws_test::copy_into(metas, model), [&](const TensorMeta& m) -> void* {
-        const auto i = ws_test::index_of(metas, m);
-        return i % 2 ? model.data(i) : nullptr;
-      });
+      ws_test::update_half_in_place(e, u, metas, model);
       e.finish_weight_update("v" + std::to_string(round));
       REQUIRE(model.count_wrong(static_cast<std::uint64_t>(round), s.get()) == 0);
     }

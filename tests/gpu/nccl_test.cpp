@@ -19,7 +19,11 @@
 #include <vector>
 
 #include "support/catch.hpp"
+#include "support/engine_options.hpp"
 #include "support/gpu_model.hpp"
+#include "support/gpu_peers.hpp"
+#include "support/gpu_round.hpp"
+#include "support/host_world.hpp"
 #include "support/process.hpp"
 #include "support/role.hpp"
 #include "support/spawn.hpp"
@@ -27,26 +31,11 @@
 
 using namespace weightsync;
 using namespace std::chrono_literals;
+using ws_test::device_count;
+using ws_test::Mode;
+using ws_test::say;
 
 namespace {
-
-int device_count() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
-  return n;
-}
-
-// Parent side: needs two GPUs, runs the peers, checks they all passed.
-#define WS_RUN_PEERS(name, limit, ...)                                                         \
-  do {                                                                                         \
-    if (device_count() < 2) WS_SKIP("needs 2 GPUs, found " << device_count());                \
-    const auto results = ws_test::run_peers(name, 2, ws_test::free_port(), "", limit, ##__VA_ARGS__); \
-    for (std::size_t i = 0; i < results.size(); ++i) {                                         \
-      INFO("rank " << i << " exit " << results[i].exit_code << (results[i].hung ? " (hung)" : "") \
-                   << " after " << results[i].seconds << " s\n" << results[i].output);         \
-      CHECK(results[i].exit_code == 0);                                                        \
-    }                                                                                          \
-  } while (0)
 
 struct Peer {
   int rank;
@@ -59,19 +48,12 @@ Peer connect_peer(std::chrono::milliseconds timeout = 60s) {
   const auto& r = ws_test::role();
   const int device = r.rank % device_count();
   detail::check(cudaSetDevice(device), "cudaSetDevice");
-  RendezvousOptions o;
-  o.address = "127.0.0.1";
-  o.port = r.port;
-  o.rank = r.rank;
-  o.world_size = r.world;
-  o.timeout = 60s;
   NcclOptions n;
   n.device = device;
   n.timeout = timeout;
-  return Peer{r.rank, device, CudaStream(device), NcclCommunicator::connect(o, n)};
+  return Peer{r.rank, device, CudaStream(device),
+              NcclCommunicator::connect(ws_test::peer_rendezvous(), n)};
 }
-
-enum class Mode { views, zero_copy };
 
 // One round. Returns the number of wrong bytes on the consumer (0 on the producer).
 unsigned long long round_trip(Peer& p, const std::vector<TensorMeta>& metas,
@@ -79,44 +61,21 @@ unsigned long long round_trip(Peer& p, const std::vector<TensorMeta>& metas,
                               workspace_for<NcclCommunicator>& ws, std::uint64_t round, Mode mode) {
   const cudaStream_t s = p.stream.get();
   if (p.rank == 0) {
-    model.fill(round, s);
-    std::vector<SourceTensorRef> items;
-    for (std::size_t i = 0; i < metas.size(); ++i) items.push_back({&metas[i], model.data(i)});
-    opt.source_stream = s;  // the producer orders its reads after the fill
-    packed_broadcast_producer(metas, items, p.comm, 0, opt, ws);
+    ws_test::send_round(metas, model, opt, s, round, [&](const auto& items, const auto& o) {
+      packed_broadcast_producer(metas, items, p.comm, 0, o, ws);
+    });
     return 0;
   }
-  model.poison(s);
-  detail::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
-  auto index = [&](const TensorMeta* m) { return static_cast<std::size_t>(m - metas.data()); };
-  if (mode == Mode::zero_copy)
-    opt.destination = [&](const TensorMeta& m) -> void* { return model.data(index(&m)); };
-  packed_broadcast_consumer(
-      metas, p.comm, 0,
-      [&](std::span<const TensorView> batch, cudaStream_t stream) {
-        for (const auto& v : batch)  // what vLLM's load_weights does: copy into the parameter
-          if (v.nbytes)
-            detail::check(cudaMemcpyAsync(model.data(index(v.meta)), v.data, v.nbytes,
-                                          cudaMemcpyDeviceToDevice, stream),
-                          "cudaMemcpyAsync");
-      },
-      opt, ws);
-  return model.count_wrong(round, s);
-}
-
-void say(const std::string& s) {
-  std::printf("%s\n", s.c_str());
-  std::fflush(stdout);
+  return ws_test::receive_round(metas, model, opt, s, round, mode, [&](const auto& o, auto load) {
+    packed_broadcast_consumer(metas, p.comm, 0, load, o, ws);
+  });
 }
 
 }  // namespace
 
 TEST_CASE("nccl round trips: packed and unpacked - K 1-3 - several B - views and zero-copy",
           "[gpu][nccl][multi_gpu]") {
-  if (!ws_test::role().is_peer()) {
-    WS_RUN_PEERS("nccl round trips: packed and unpacked - K 1-3 - several B - views and zero-copy", 300s);
-    return;
-  }
+  if (ws_test::ran_as_parent(2, 300s)) return;
   Peer p = connect_peer();
   const auto metas = ws_test::mixed_layout();
   ws_test::DeviceModel model(metas, p.device);
@@ -143,10 +102,7 @@ TEST_CASE("nccl round trips: packed and unpacked - K 1-3 - several B - views and
 }
 
 TEST_CASE("nccl full-size dense8b and moe30b layouts", "[gpu][nccl][multi_gpu]") {
-  if (!ws_test::role().is_peer()) {
-    WS_RUN_PEERS("nccl full-size dense8b and moe30b layouts", 540s);
-    return;
-  }
+  if (ws_test::ran_as_parent(2, 540s)) return;
   Peer p = connect_peer();
   std::size_t verified = 0;
   for (const char* name : {"dense8b", "moe30b"}) {
@@ -179,10 +135,7 @@ TEST_CASE("nccl full-size dense8b and moe30b layouts", "[gpu][nccl][multi_gpu]")
 }
 
 TEST_CASE("nccl 100 back-to-back syncs keep device memory flat", "[gpu][nccl][multi_gpu]") {
-  if (!ws_test::role().is_peer()) {
-    WS_RUN_PEERS("nccl 100 back-to-back syncs keep device memory flat", 300s);
-    return;
-  }
+  if (ws_test::ran_as_parent(2, 300s)) return;
   Peer p = connect_peer();
   const auto metas = layouts::small1b();
   ws_test::DeviceModel model(metas, p.device);
@@ -205,16 +158,8 @@ TEST_CASE("nccl 100 back-to-back syncs keep device memory flat", "[gpu][nccl][mu
 
 TEST_CASE("nccl producer killed mid-transfer: the consumer fails within the deadline",
           "[gpu][nccl][multi_gpu]") {
-  if (!ws_test::role().is_peer()) {
-    if (device_count() < 2) WS_SKIP("needs 2 GPUs, found " << device_count());
     // Rank 0 is killed 8 s after start (rendezvous, init and a few rounds are done by then).
-    const auto r = ws_test::run_peers("nccl producer killed mid-transfer: the consumer fails within the deadline",
-                                      2, ws_test::free_port(), "", 120s, 0, 8000ms);
-    INFO("rank 1 exit " << r[1].exit_code << " after " << r[1].seconds << " s\n" << r[1].output);
-    CHECK((r[0].exit_code == -1 && !r[0].hung));  // SIGKILLed, as planned
-    CHECK(r[1].exit_code == 0);                    // the consumer failed in time, as checked inside
-    return;
-  }
+  if (ws_test::ran_as_parent_killing(2, 0, 8000ms, 120s)) return;
   Peer p = connect_peer(10s);
   const auto metas = layouts::dense8b();
   ws_test::DeviceModel model(metas, p.device);
@@ -238,13 +183,9 @@ TEST_CASE("nccl unique-id mode round trip: weightsync and vllm wire", "[gpu][ncc
   if (!ws_test::role().is_peer()) {
     if (device_count() < 2) WS_SKIP("needs 2 GPUs, found " << device_count());
     const std::string uid_file = "/tmp/ws_uid_" + std::to_string(::getpid());
-    const auto results = ws_test::run_peers("nccl unique-id mode round trip: weightsync and vllm wire",
-                                            2, 0, uid_file, 120s);
+    const auto results = ws_test::run_peers(ws_test::current_test_name(), 2, 0, uid_file, 120s);
     ::unlink(uid_file.c_str());
-    for (std::size_t i = 0; i < results.size(); ++i) {
-      INFO("rank " << i << "\n" << results[i].output);
-      CHECK(results[i].exit_code == 0);
-    }
+    ws_test::expect_peers_passed(results);
     return;
   }
   const auto& r = ws_test::role();
@@ -290,10 +231,7 @@ TEST_CASE("nccl unique-id mode round trip: weightsync and vllm wire", "[gpu][ncc
 
 TEST_CASE("nccl faults keep the communicator usable: bad item and failing load_weights",
           "[gpu][nccl][multi_gpu]") {
-  if (!ws_test::role().is_peer()) {
-    WS_RUN_PEERS("nccl faults keep the communicator usable: bad item and failing load_weights", 120s);
-    return;
-  }
+  if (ws_test::ran_as_parent(2, 120s)) return;
   Peer p = connect_peer(30s);
   const auto metas = ws_test::mixed_layout();
   ws_test::DeviceModel model(metas, p.device);
@@ -302,8 +240,7 @@ TEST_CASE("nccl faults keep the communicator usable: bad item and failing load_w
   opt.buffer_size_bytes = 8 << 20;
   // 1. The producer offers a tensor of the wrong dtype.
   if (p.rank == 0) {
-    std::vector<SourceTensorRef> items;
-    for (std::size_t i = 0; i < metas.size(); ++i) items.push_back({&metas[i], model.data(i)});
+    auto items = ws_test::ModelSource{metas, model}.iterate();
     TensorMeta lie = metas[20];
     lie.dtype = DType::float16;
     items[20].meta_ = &lie;
@@ -321,8 +258,7 @@ TEST_CASE("nccl faults keep the communicator usable: bad item and failing load_w
   // 2. The consumer's load_weights throws.
   if (p.rank == 0) {
     model.fill(2, p.stream.get());
-    std::vector<SourceTensorRef> items;
-    for (std::size_t i = 0; i < metas.size(); ++i) items.push_back({&metas[i], model.data(i)});
+    const auto items = ws_test::ModelSource{metas, model}.iterate();
     opt.source_stream = p.stream.get();
     REQUIRE_THROWS_AS(packed_broadcast_producer(metas, items, p.comm, 0, opt, ws), remote_error);
     opt.source_stream = nullptr;
@@ -341,31 +277,19 @@ TEST_CASE("nccl faults keep the communicator usable: bad item and failing load_w
 
 TEST_CASE("nccl engines: trainer and worker rounds with versions and a failing round",
           "[gpu][nccl][multi_gpu][engine]") {
-  if (!ws_test::role().is_peer()) {
-    WS_RUN_PEERS("nccl engines: trainer and worker rounds with versions and a failing round", 180s);
-    return;
-  }
+  if (ws_test::ran_as_parent(2, 180s)) return;
   const auto& r = ws_test::role();
   const int device = r.rank % device_count();
   detail::check(cudaSetDevice(device), "cudaSetDevice");
-  NcclInitInfo info;
-  info.master_address = "127.0.0.1";
-  info.master_port = r.port;
-  info.world_size = 2;
-  info.rank_offset = 1;
+  NcclInitInfo info = ws_test::loopback_init_info(r.port, 2);
   info.packed = true;
   info.packed_buffer_size_bytes = 256 << 20;
-  EngineOptions eo;
-  eo.backend = "nccl";
-  eo.device = device;
-  eo.timeout = 30s;
+  const EngineOptions eo = ws_test::gpu_engine_options("nccl", device, 30s);
   const auto metas = layouts::small1b();
   ws_test::DeviceModel model(metas, device);
   CudaStream s(device);
   if (r.rank == 0) {
-    TrainerEngine::Options o;
-    o.engine = eo;
-    TrainerEngine t(o);
+    TrainerEngine t(ws_test::options_for<TrainerEngine>(eo));
     t.trainer_init(info);
     struct Source {
       const std::vector<TensorMeta>& m;
@@ -385,8 +309,7 @@ TEST_CASE("nccl engines: trainer and worker rounds with versions and a failing r
       }
     } src{metas, model, -1, {}};
     for (int round = 1; round <= 3; ++round) {
-      model.fill(static_cast<std::uint64_t>(round), s.get());
-      detail::check(cudaStreamSynchronize(s.get()), "sync");
+      ws_test::fill_now(model, static_cast<std::uint64_t>(round), s.get());
       src.lie = round == 2 ? 100 : -1;
       if (round == 2)
         REQUIRE_THROWS_AS(t.send_weights(src), config_error);
@@ -395,21 +318,14 @@ TEST_CASE("nccl engines: trainer and worker rounds with versions and a failing r
     }
     return;
   }
-  WeightTransferEngine::Options o;
-  o.engine = eo;
-  WeightTransferEngine e(o);
+  WeightTransferEngine e(ws_test::options_for<WeightTransferEngine>(eo));
   e.init_transfer_engine(info);
   const auto u = NcclUpdateInfo::from_metas(metas);
   for (int round = 1; round <= 3; ++round) {
-    model.poison(s.get());
-    detail::check(cudaStreamSynchronize(s.get()), "sync");
+    ws_test::poison_now(model, s.get());
     e.start_weight_update();
     auto run = [&] {
-      // every other tensor straight into its parameter, the rest through load_weights
-      e.update_weights(u, ws_test::copy_into(metas, model), [&](const TensorMeta& m) -> void* {
-        const auto i = ws_test::index_of(metas, m);
-        return i % 2 ? model.data(i) : nullptr;
-      });
+      ws_test::update_half_in_place(e, u, metas, model);
     };
     if (round == 2) {
       REQUIRE_THROWS_AS(run(), remote_error);

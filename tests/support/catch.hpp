@@ -9,6 +9,7 @@
 #if WEIGHTSYNC_TEST_CATCH2_MAJOR >= 3
 #include <catch2/catch_session.hpp>
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/interfaces/catch_interfaces_capture.hpp>
 #include <catch2/generators/catch_generators.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 #define WS_SKIP(msg)                   \

@@ -138,6 +138,12 @@ class Processes {
     return kids_.size() - 1;
   }
 
+  //! Runs `fn(rank)` for rank 0..world-1, each in a new process (index == rank when these are the
+  //! first children).
+  void spawn_ranks(int world, const std::function<void(int)>& fn) {
+    for (int rank = 0; rank < world; ++rank) spawn([fn, rank] { fn(rank); });
+  }
+
   //! Kills child `i` with `sig` (e.g. SIGKILL mid-transfer).
   void kill(std::size_t i, int sig = SIGKILL) { ::kill(kids_[i].pid, sig); }
 

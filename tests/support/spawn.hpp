@@ -6,18 +6,14 @@
 //! fork), each with --ws-rank/--ws-world/--ws-port/--ws-arg and a Catch test filter; enforces a
 //! deadline; collects exit codes and output.
 
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "support/child.hpp"
 
 namespace ws_test {
 
@@ -40,13 +36,6 @@ inline std::vector<PeerResult> run_peers(const std::string& test_name, int world
                                          int kill_rank = -1,
                                          std::chrono::milliseconds kill_after = {}) {
   using Clock = std::chrono::steady_clock;
-  struct Kid {
-    pid_t pid;
-    std::string log;
-    Clock::time_point start;
-    bool done = false;
-  };
-  std::vector<Kid> kids;
   const std::string exe = self_exe();
   // The test name as a Catch test spec: ',' '[' ']' '\\' are special there. A peer that matched no
   // test must fail: Catch2 v3 does by default, v2 with --warn NoTests (which v3 refuses).
@@ -55,69 +44,54 @@ inline std::vector<PeerResult> run_peers(const std::string& test_name, int world
     if (c == ',' || c == '[' || c == ']' || c == '\\') spec += '\\';
     spec += c;
   }
+  std::vector<Child> kids;
+  std::vector<Clock::time_point> start;
+  kids.reserve(static_cast<std::size_t>(world));
   for (int r = 0; r < world; ++r) {
-    char tmpl[] = "/tmp/ws_peer_XXXXXX";
-    const int fd = ::mkstemp(tmpl);
-    std::fflush(nullptr);
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-      const std::string rank = std::to_string(r), w = std::to_string(world), p = std::to_string(port);
-      std::vector<const char*> args = {exe.c_str(), spec.c_str()};
+    std::vector<std::string> args = {exe, spec};
 #if WEIGHTSYNC_TEST_CATCH2_MAJOR < 3
-      args.insert(args.end(), {"--warn", "NoTests"});
+    args.insert(args.end(), {"--warn", "NoTests"});
 #endif
-      args.insert(args.end(), {"--ws-rank", rank.c_str(), "--ws-world", w.c_str(), "--ws-port", p.c_str()});
-      // Catch2 v3 refuses an empty option value: --ws-arg only when there is one.
-      if (!arg.empty()) args.insert(args.end(), {"--ws-arg", arg.c_str()});
-      args.push_back(nullptr);
-      ::execv(exe.c_str(), const_cast<char* const*>(args.data()));
-      ::_exit(127);
-    }
-    ::close(fd);
-    kids.push_back({pid, tmpl, Clock::now()});
+    args.insert(args.end(), {"--ws-rank", std::to_string(r), "--ws-world", std::to_string(world),
+                             "--ws-port", std::to_string(port)});
+    // Catch2 v3 refuses an empty option value: --ws-arg only when there is one.
+    if (!arg.empty()) args.insert(args.end(), {"--ws-arg", arg});
+    kids.emplace_back(args, "/tmp/ws_peer_XXXXXX");
+    start.push_back(Clock::now());
   }
   std::vector<PeerResult> out(kids.size());
+  std::vector<bool> done(kids.size(), false);
   const auto deadline = Clock::now() + limit;
   bool killed = false;
   std::size_t left = kids.size();
+  auto elapsed = [&](std::size_t i) {
+    return std::chrono::duration<double>(Clock::now() - start[i]).count();
+  };
   while (left) {
     for (std::size_t i = 0; i < kids.size(); ++i) {
-      if (kids[i].done) continue;
-      int st = 0;
-      if (::waitpid(kids[i].pid, &st, WNOHANG) == kids[i].pid) {
-        kids[i].done = true;
-        --left;
-        out[i].seconds = std::chrono::duration<double>(Clock::now() - kids[i].start).count();
-        out[i].exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-      }
+      if (done[i] || !kids[i].poll()) continue;
+      done[i] = true;
+      --left;
+      out[i].seconds = elapsed(i);
+      out[i].exit_code = kids[i].exit_code();
     }
-    if (!killed && kill_rank >= 0 && Clock::now() - kids[0].start >= kill_after) {
-      ::kill(kids[static_cast<std::size_t>(kill_rank)].pid, SIGKILL);
+    if (!killed && kill_rank >= 0 && Clock::now() - start[0] >= kill_after) {
+      kids[static_cast<std::size_t>(kill_rank)].kill();
       killed = true;
     }
     if (left && Clock::now() >= deadline) {
       for (std::size_t i = 0; i < kids.size(); ++i)
-        if (!kids[i].done) {
-          ::kill(kids[i].pid, SIGKILL);
-          int st;
-          ::waitpid(kids[i].pid, &st, 0);
-          kids[i].done = true;
+        if (!done[i]) {
+          kids[i].kill_and_reap();
+          done[i] = true;
           out[i].hung = true;
-          out[i].seconds = std::chrono::duration<double>(Clock::now() - kids[i].start).count();
+          out[i].seconds = elapsed(i);
         }
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  for (std::size_t i = 0; i < kids.size(); ++i) {
-    std::ifstream f(kids[i].log);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    out[i].output = ss.str();
-    ::unlink(kids[i].log.c_str());
-  }
+  for (std::size_t i = 0; i < kids.size(); ++i) out[i].output = kids[i].output();
   return out;
 }
 

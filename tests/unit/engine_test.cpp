@@ -12,11 +12,13 @@
 #include <vector>
 
 #include "support/catch.hpp"
+#include "support/engine_options.hpp"
+#include "support/host_world.hpp"
+#include "support/outcomes.hpp"
 #include "support/process.hpp"
 
 using namespace weightsync;
 using namespace std::chrono_literals;
-using ws_test::Outcome;
 
 namespace {
 
@@ -53,11 +55,7 @@ struct TestSource {
 static_assert(WeightSource<TestSource>);
 
 NcclInitInfo host_info(int port, int world, int offset = 1) {
-  NcclInitInfo i;
-  i.master_address = "127.0.0.1";
-  i.master_port = port;
-  i.world_size = world;
-  i.rank_offset = offset;
+  NcclInitInfo i = ws_test::loopback_init_info(port, world, offset);
   i.packed = true;
   i.packed_buffer_size_bytes = 64;
   return i;
@@ -107,9 +105,7 @@ void expect_state_error(F&& f, const std::string& text) {
 // A trainer process that joins a world of `world` ranks and sends `rounds` rounds.
 void spawn_trainer(ws_test::Processes& procs, int port, int world, std::vector<int> rounds) {
   procs.spawn([=] {
-    TrainerEngine::Options o;
-    o.engine = host_options();
-    TrainerEngine t(o);
+    TrainerEngine t(ws_test::options_for<TrainerEngine>(host_options()));
     t.trainer_init(host_info(port, world));
     for (int round : rounds) {
       TestSource src(round);
@@ -125,12 +121,7 @@ void receive_round(WeightTransferEngine& e, int round, std::optional<std::string
   e.finish_weight_update(version);
 }
 
-void expect_all_ok(ws_test::Processes& procs) {
-  for (const auto& r : procs.wait_all(45s)) {
-    INFO(ws_test::outcome_name(r.outcome) << ": " << r.message);
-    CHECK(r.outcome == Outcome::ok);
-  }
-}
+void expect_all_ok(ws_test::Processes& procs) { ws_test::expect_all_ok(procs.wait_all(45s)); }
 
 }  // namespace
 
@@ -197,9 +188,7 @@ TEST_CASE("engine rounds: init, start, update, finish with versions, and state e
   const int port = ws_test::free_port();
   spawn_trainer(procs, port, 2, {1, 2});
   procs.spawn([=] {
-    WeightTransferEngine::Options o;
-    o.engine = host_options();
-    WeightTransferEngine e(o);
+    WeightTransferEngine e(ws_test::options_for<WeightTransferEngine>(host_options()));
     e.init_transfer_engine(nlohmann::json(host_info(port, 2)));
     if (e.world_size() != 2 || e.rank() != 1) throw std::runtime_error("wrong rank/world");
     const auto u = NcclUpdateInfo::from_metas(TestSource(0).metas());
@@ -223,9 +212,7 @@ TEST_CASE("engine: a failing round ends the session and the next round works", "
   ws_test::Processes procs;
   const int port = ws_test::free_port();
   procs.spawn([=] {
-    TrainerEngine::Options o;
-    o.engine = host_options();
-    TrainerEngine t(o);
+    TrainerEngine t(ws_test::options_for<TrainerEngine>(host_options()));
     t.trainer_init(host_info(port, 2));
     TestSource bad(-1);
     bool threw = false;
@@ -239,9 +226,7 @@ TEST_CASE("engine: a failing round ends the session and the next round works", "
     t.send_weights(good);
   });
   procs.spawn([=] {
-    WeightTransferEngine::Options o;
-    o.engine = host_options();
-    WeightTransferEngine e(o);
+    WeightTransferEngine e(ws_test::options_for<WeightTransferEngine>(host_options()));
     e.init_transfer_engine(host_info(port, 2));
     const auto u = NcclUpdateInfo::from_metas(TestSource(0).metas());
     e.start_weight_update();
@@ -269,8 +254,7 @@ TEST_CASE("engine: 1 trainer and 3 workers at DP=3", "[unit][engine]") {
   spawn_trainer(procs, port, 4, {3});
   for (int dp = 0; dp < 3; ++dp)
     procs.spawn([=] {
-      WeightTransferEngine::Options o;
-      o.engine = host_options();
+      auto o = ws_test::options_for<WeightTransferEngine>(host_options());
       o.parallel.data_parallel_size = 3;
       o.parallel.data_parallel_index = dp;
       WeightTransferEngine e(o);
@@ -288,8 +272,7 @@ TEST_CASE("engine: two TP=2 servers with different rank offsets", "[unit][engine
   for (int server = 0; server < 2; ++server)
     for (int local = 0; local < 2; ++local)
       procs.spawn([=] {
-        WeightTransferEngine::Options o;
-        o.engine = host_options();
+        auto o = ws_test::options_for<WeightTransferEngine>(host_options());
         o.parallel.tensor_parallel_size = 2;
         o.parallel.local_rank = local;
         WeightTransferEngine e(o);

@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "support/catch.hpp"
+#include "support/host_world.hpp"
+#include "support/outcomes.hpp"
 #include "support/process.hpp"
 
 using namespace weightsync;
@@ -21,12 +23,7 @@ using ws_test::Outcome;
 
 namespace {
 HostCommunicator connect(int port, int rank, int world, std::chrono::milliseconds op_timeout = 3000ms) {
-  RendezvousOptions o;
-  o.port = port;
-  o.rank = rank;
-  o.world_size = world;
-  o.timeout = 8000ms;
-  return HostCommunicator::connect(o, op_timeout);
+  return ws_test::connect_host(port, rank, world, 8000ms, op_timeout);
 }
 
 std::vector<unsigned char> pattern(std::size_t n, unsigned seed) {
@@ -41,24 +38,20 @@ TEST_CASE("host broadcast: every root, several sizes, bit-exact", "[unit][host]"
   const int world = GENERATE(2, 3, 5);
   ws_test::Processes procs;
   const int port = ws_test::free_port();
-  for (int rank = 0; rank < world; ++rank)
-    procs.spawn([=] {
-      auto comm = connect(port, rank, world);
-      for (int root = 0; root < world; ++root)
-        for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{4097},
-                              (std::size_t{3} << 20) + 5}) {
-          const auto want = pattern(n, static_cast<unsigned>(root * 7919 + n));
-          std::vector<unsigned char> buf = rank == root ? want : std::vector<unsigned char>(n, 0xAB);
-          comm.broadcast(buf.data(), n, root);
-          if (buf != want)
-            throw std::runtime_error("rank " + std::to_string(rank) + " got wrong bytes from root " +
-                                     std::to_string(root) + ", n=" + std::to_string(n));
-        }
-    });
-  for (const auto& r : procs.wait_all(30s)) {
-    INFO(r.message);
-    CHECK(r.outcome == Outcome::ok);
-  }
+  procs.spawn_ranks(world, [=](int rank) {
+    auto comm = connect(port, rank, world);
+    for (int root = 0; root < world; ++root)
+      for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{4097},
+                            (std::size_t{3} << 20) + 5}) {
+        const auto want = pattern(n, static_cast<unsigned>(root * 7919 + n));
+        std::vector<unsigned char> buf = rank == root ? want : std::vector<unsigned char>(n, 0xAB);
+        comm.broadcast(buf.data(), n, root);
+        if (buf != want)
+          throw std::runtime_error("rank " + std::to_string(rank) + " got wrong bytes from root " +
+                                   std::to_string(root) + ", n=" + std::to_string(n));
+      }
+  });
+  ws_test::expect_all_ok(procs.wait_all(30s));
 }
 
 TEST_CASE("host broadcast: a peer killed mid-transfer fails every other rank in time",
@@ -67,37 +60,26 @@ TEST_CASE("host broadcast: a peer killed mid-transfer fails every other rank in 
   ws_test::Processes procs;
   const int port = ws_test::free_port();
   const int victim = 1;
-  for (int rank = 0; rank < world; ++rank)
-    procs.spawn([=] {
-      auto comm = connect(port, rank, world, 2000ms);
-      std::vector<unsigned char> buf(std::size_t{32} << 20, 1);
-      for (int i = 0; i < 100000; ++i) comm.broadcast(buf.data(), buf.size(), 0);
-    });
+  procs.spawn_ranks(world, [=](int rank) {
+    auto comm = connect(port, rank, world, 2000ms);
+    std::vector<unsigned char> buf(std::size_t{32} << 20, 1);
+    for (int i = 0; i < 100000; ++i) comm.broadcast(buf.data(), buf.size(), 0);
+  });
   std::this_thread::sleep_for(700ms);  // rendezvous done, broadcasts flowing
   procs.kill(victim);
   const auto res = procs.wait_all(10s);
   CHECK(res[victim].outcome == Outcome::killed);
-  for (int rank = 0; rank < world; ++rank) {
-    if (rank == victim) continue;
-    INFO("rank " << rank << ": " << ws_test::outcome_name(res[rank].outcome) << " "
-                 << res[rank].message);
-    const bool peer_or_timeout = res[rank].outcome == Outcome::peer ||
-                                 res[rank].outcome == Outcome::timeout ||
-                                 res[rank].outcome == Outcome::state;
-    CHECK(peer_or_timeout);
-    CHECK(res[rank].seconds < 0.7 + 2.0 + 2.0);  // kill time + deadline + slack
-  }
+  ws_test::expect_survivors_failed(res, victim, 0.7 + 2.0 + 2.0);  // kill time + deadline + slack
 }
 
 TEST_CASE("host broadcast: a stopped peer is a timeout, not a hang", "[unit][host]") {
   ws_test::Processes procs;
   const int port = ws_test::free_port();
-  for (int rank = 0; rank < 2; ++rank)
-    procs.spawn([=] {
-      auto comm = connect(port, rank, 2, 800ms);
-      std::vector<unsigned char> buf(std::size_t{64} << 20, 1);
-      for (int i = 0; i < 100000; ++i) comm.broadcast(buf.data(), buf.size(), 0);
-    });
+  procs.spawn_ranks(2, [=](int rank) {
+    auto comm = connect(port, rank, 2, 800ms);
+    std::vector<unsigned char> buf(std::size_t{64} << 20, 1);
+    for (int i = 0; i < 100000; ++i) comm.broadcast(buf.data(), buf.size(), 0);
+  });
   std::this_thread::sleep_for(500ms);
   procs.kill(1, SIGSTOP);
   const auto res = procs.wait_all(4s);
@@ -110,12 +92,11 @@ TEST_CASE("host broadcast: ranks that disagree on the operation get a protocol e
           "[unit][host]") {
   ws_test::Processes procs;
   const int port = ws_test::free_port();
-  for (int rank = 0; rank < 3; ++rank)
-    procs.spawn([=] {
-      auto comm = connect(port, rank, 3);
-      std::vector<unsigned char> buf(100);
-      comm.broadcast(buf.data(), rank == 2 ? 50 : 100, 0);  // rank 2 expects another size
-    });
+  procs.spawn_ranks(3, [=](int rank) {
+    auto comm = connect(port, rank, 3);
+    std::vector<unsigned char> buf(100);
+    comm.broadcast(buf.data(), rank == 2 ? 50 : 100, 0);  // rank 2 expects another size
+  });
   const auto res = procs.wait_all(8s);
   CHECK(res[0].outcome == Outcome::ok);  // rank 0 has sent everything before rank 2 notices
   CHECK(res[1].outcome == Outcome::ok);

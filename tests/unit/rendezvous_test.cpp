@@ -9,6 +9,8 @@
 #include <thread>
 
 #include "support/catch.hpp"
+#include "support/host_world.hpp"
+#include "support/outcomes.hpp"
 #include "support/process.hpp"
 
 using namespace weightsync;
@@ -17,12 +19,7 @@ using ws_test::Outcome;
 
 namespace {
 RendezvousOptions opts(int port, int rank, int world, std::chrono::milliseconds timeout = 5000ms) {
-  RendezvousOptions o;
-  o.address = "127.0.0.1";
-  o.port = port;
-  o.rank = rank;
-  o.world_size = world;
-  o.timeout = timeout;
+  RendezvousOptions o = ws_test::loopback_rendezvous(port, rank, world, timeout);
   o.hello_timeout = 500ms;
   return o;
 }
@@ -79,10 +76,7 @@ TEST_CASE("rendezvous: every world size, ranks start in any order", "[unit][rend
     const auto delay = std::chrono::milliseconds(40 * r);
     procs.spawn([=] { join_and_check(port, rank, world, delay); });
   }
-  for (const auto& res : procs.wait_all(10s)) {
-    INFO(res.message);
-    CHECK(res.outcome == Outcome::ok);
-  }
+  ws_test::expect_all_ok(procs.wait_all(10s));
 }
 
 TEST_CASE("rendezvous: a peer with another world size is rejected", "[unit][rendezvous]") {
@@ -163,10 +157,7 @@ TEST_CASE("rendezvous: garbage, oversized prefixes and strangers do not take ran
     o.token = "secret";
     (void)rendezvous(o, "x2");
   });
-  for (const auto& r : procs.wait_all(10s)) {
-    INFO(r.message);
-    CHECK(r.outcome == Outcome::ok);
-  }
+  ws_test::expect_all_ok(procs.wait_all(10s));
 }
 
 TEST_CASE("rendezvous: a peer without the token is refused", "[unit][rendezvous]") {
