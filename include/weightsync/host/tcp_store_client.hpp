@@ -28,7 +28,9 @@ struct TcpStoreClientOptions {
   std::string host = "127.0.0.1";
   int port = 0;
   std::chrono::milliseconds timeout{300000};  //!< connect, each request, each wait
-  TcpStoreWire wire = TcpStoreWire::torch2;    //!< torch1_13 for a torch 1.13 server
+  //! torch1_13 for a torch 1.13 server: no VALIDATE/PING, no APPEND/MULTI_*/CANCEL_WAIT (a timed
+  //! out wait closes the connection, as torch 1.13's own client does).
+  TcpStoreWire wire = TcpStoreWire::torch2;
   bool ping = true;               //!< torch >= 2.4 clients ping after VALIDATE (torch2 only)
   std::string key_prefix = "/";   //!< what torch's TCPStore prepends to the Python API's keys
   TcpStoreLimits limits;          //!< bounds on the replies this client accepts
@@ -117,14 +119,22 @@ class TcpStoreClient {
       if (r != 0) throw protocol_error(0, detail::cat("WAIT answered ", int(r), " (expected 0)"));
       return;
     }
+    std::string names;
+    for (const auto& k : keys) names += (names.empty() ? "'" : ", '") + k + "'";
+    if (o_.wire == TcpStoreWire::torch1_13) {
+      // torch 1.13 has no CANCEL_WAIT: like its own client, give the connection up.
+      fd_.reset();
+      throw timeout_error("store wait", 0,
+                          detail::cat("key(s) ", names, " not set in the TCPStore at ", where(),
+                                      " within ", timeout.count(),
+                                      " ms (torch 1.13 dialect: the connection is closed)"));
+    }
     // Cancel, as torch does: the server answers WAIT_CANCELED, possibly after a late STOP_WAITING.
     auto c = start(detail::c10d::Cmd::cancel_wait);
     send(c.bytes(), "CANCEL_WAIT");
     recv(&r, 1, "CANCEL_WAIT");
     if (r == 0) recv(&r, 1, "CANCEL_WAIT");
     if (r != 1) throw protocol_error(0, detail::cat("CANCEL_WAIT answered ", int(r)));
-    std::string names;
-    for (const auto& k : keys) names += (names.empty() ? "'" : ", '") + k + "'";
     throw timeout_error("store wait", 0, detail::cat("key(s) ", names, " not set in the TCPStore at ",
                                                      where(), " within ", timeout.count(), " ms"));
   }
@@ -180,7 +190,8 @@ class TcpStoreClient {
 
   detail::c10d::Out start(detail::c10d::Cmd c) const {
     const int b = detail::c10d::byte_of(c, o_.wire);
-    if (b < 0)
+    // torch 1.13's server knows the query bytes 0..8 only (APPEND and later came with 2.0).
+    if (b < 0 || (o_.wire == TcpStoreWire::torch1_13 && b > 8))
       throw state_error(detail::cat("TCPStore: ", detail::c10d::cmd_name(c),
                                     " does not exist in torch 1.13's dialect"));
     if (!fd_) throw state_error("TCPStore client used before connect() or after a failure");
