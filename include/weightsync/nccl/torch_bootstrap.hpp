@@ -60,6 +60,19 @@ inline NcclCommunicator vllm_tcp_communicator(const StoreGroupOptions& g, NcclOp
   return NcclCommunicator::init(NcclUniqueId(id), g.rank, g.world_size, n);
 }
 
+//! The same from NcclInitInfo's fields (what the "nccl" backend calls for Protocol::vllm with
+//! master_address/master_port): the store and every wait on it share the NCCL timeout.
+inline NcclCommunicator vllm_tcp_communicator(const std::string& master_address, int master_port,
+                                              int rank, int world_size, const NcclOptions& n) {
+  StoreGroupOptions g;
+  g.host = master_address;
+  g.port = master_port;
+  g.rank = rank;
+  g.world_size = world_size;
+  g.timeout = n.timeout;
+  return vllm_tcp_communicator(g, n);
+}
+
 //! A rank of a torch.distributed NCCL group, holding the store for as long as the communicator:
 //! a hosted store must outlive it, since ProcessGroupNCCL's Python ranks keep using the store
 //! (monitoring, later groups).
