@@ -171,7 +171,7 @@ TEST_CASE("tcp_store: BARRIER and queues", "[unit][tcp_store]") {
   (void)b;
 }
 
-TEST_CASE("tcp_store: garbage, oversized, truncated and unknown requests are refused; the server "
+TEST_CASE("tcp_store: garbage, oversized, truncated and unknown requests are refused, the server "
           "keeps serving",
           "[unit][tcp_store]") {
   set_quiet();

@@ -106,6 +106,20 @@ class StoreEngine {
   static std::string stop_waiting() { return std::string(1, '\0'); }
 
   std::string execute(int conn, Request& q, std::vector<Reply>& out) {
+    switch (q.cmd) {
+      case Cmd::check:
+      case Cmd::wait:
+      case Cmd::cancel_wait:
+      case Cmd::barrier:
+      case Cmd::queue_push:
+      case Cmd::queue_pop:
+      case Cmd::queue_len: return execute_sync(conn, q, out);
+      default: return execute_data(conn, q, out);
+    }
+  }
+
+  //! Commands on keys and values.
+  std::string execute_data(int conn, Request& q, std::vector<Reply>& out) {
     Out o;
     switch (q.cmd) {
       case Cmd::validate:
@@ -161,6 +175,34 @@ class StoreEngine {
         wake(q.keys[0], out);
         return {};
       }
+      case Cmd::num_keys: o.i64(static_cast<std::int64_t>(kv_.size())); break;
+      case Cmd::delete_key: {
+        auto it = kv_.find(q.keys[0]);
+        std::int64_t n = 0;
+        if (it != kv_.end()) {
+          bytes_ -= it->first.size() + it->second.size();
+          kv_.erase(it);
+          n = 1;
+        }
+        o.i64(n);
+        break;
+      }
+      case Cmd::list_keys:
+        o.i64(static_cast<std::int64_t>(kv_.size()));
+        for (const auto& [k, v] : kv_) o.str(k);
+        break;
+      case Cmd::watch_key:
+      case Cmd::invalid: return "unsupported query";
+      default: return "unsupported query";
+    }
+    if (!o.bytes().empty()) out.push_back({conn, std::move(o.bytes())});
+    return {};
+  }
+
+  //! WAIT, CHECK, BARRIER and the queues: the commands that park or wake connections.
+  std::string execute_sync(int conn, Request& q, std::vector<Reply>& out) {
+    Out o;
+    switch (q.cmd) {
       case Cmd::check: o.u8(all_present(q.keys) ? 0 : 1); break;
       case Cmd::wait: {
         if (conns_[conn].awaited != 0) return "WAIT while a previous WAIT is still pending";
@@ -178,18 +220,6 @@ class StoreEngine {
         clear_waits(conn);
         o.u8(1);
         break;
-      case Cmd::num_keys: o.i64(static_cast<std::int64_t>(kv_.size())); break;
-      case Cmd::delete_key: {
-        auto it = kv_.find(q.keys[0]);
-        std::int64_t n = 0;
-        if (it != kv_.end()) {
-          bytes_ -= it->first.size() + it->second.size();
-          kv_.erase(it);
-          n = 1;
-        }
-        o.i64(n);
-        break;
-      }
       case Cmd::queue_push: {
         if (bytes_ + q.values[0].size() > lim_.max_store_bytes) return full(q.keys[0]);
         bytes_ += q.values[0].size();
@@ -212,10 +242,6 @@ class StoreEngine {
         o.i64(it == queues_.end() ? 0 : static_cast<std::int64_t>(it->second.size()));
         break;
       }
-      case Cmd::list_keys:
-        o.i64(static_cast<std::int64_t>(kv_.size()));
-        for (const auto& [k, v] : kv_) o.str(k);
-        break;
       case Cmd::barrier: {
         if (conns_[conn].awaited != 0) return "BARRIER while a WAIT is still pending";
         std::int64_t n = 0;
@@ -231,12 +257,12 @@ class StoreEngine {
         }
         break;
       }
-      case Cmd::watch_key:
-      case Cmd::invalid: return "unsupported query";
+      default: return "unsupported query";
     }
     if (!o.bytes().empty()) out.push_back({conn, std::move(o.bytes())});
     return {};
   }
+
 
   bool present(const std::string& k) const {
     if (kv_.count(k)) return true;
