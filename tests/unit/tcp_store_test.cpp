@@ -5,6 +5,7 @@
 #include <weightsync/host/tcp_store_client.hpp>
 #include <weightsync/host/tcp_store_engine.hpp>
 #include <weightsync/host/tcp_store_server.hpp>
+#include <weightsync/host/torch_store_group.hpp>
 
 #include <chrono>
 #include <cstdint>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "support/catch.hpp"
+#include "support/process.hpp"
 
 using namespace weightsync;
 using namespace std::chrono_literals;
@@ -304,4 +306,44 @@ TEST_CASE("tcp_store: the engine survives random input (fuzz entry point)", "[un
     }
     CHECK(detail::store_fuzz_one(buf.data(), buf.size()) == 0);
   }
+}
+
+TEST_CASE("store group: rank 0 names a rank that never joins, a rank > 0 refuses a value that is "
+          "not vLLM's pickle",
+          "[unit][tcp_store][vllm]") {
+  StoreGroupOptions o;
+  o.world_size = 3;
+  o.timeout = 300ms;
+  try {
+    (void)StoreGroup::create(o);  // rank 0 hosts on a free port; nobody else comes
+    FAIL("no timeout");
+  } catch (const timeout_error& e) {
+    CHECK(std::string(e.what()).find("1 of 3 ranks joined") != std::string::npos);
+  }
+  // Two C++ ranks: rank 0 stores something else under vLLM's key.
+  o.world_size = 2;
+  o.timeout = 5000ms;
+  o.port = ws_test::free_port();
+  std::string host_error;
+  std::thread host([&] {
+    try {
+      auto g = StoreGroup::create(o);  // returns once rank 1 joined
+      g.broadcast("not a pickle", 0);
+      g.store().wait({"r1/done"});
+    } catch (const std::exception& e) {
+      host_error = e.what();
+    }
+  });
+  StoreGroupOptions o1 = o;
+  o1.rank = 1;
+  auto g1 = StoreGroup::create(o1);
+  try {
+    (void)vllm_exchange_unique_id(g1, {});
+    FAIL("accepted");
+  } catch (const protocol_error& e) {
+    CHECK(std::string(e.what()).find("12 bytes, expected 247") != std::string::npos);
+  }
+  g1.store().set("r1/done", "1");
+  host.join();
+  CHECK(host_error.empty());
 }
