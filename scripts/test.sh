@@ -7,7 +7,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
-ws_install_deps
+# python3-torch (Debian: torch 1.13, CPU; 177 packages, ~148 MB of archives on a bare Debian 12)
+# lets the TCPStore interop tests talk to torch's own client and server; they skip without it.
+# WEIGHTSYNC_TEST_EXTRA_PKGS="" leaves it out.
+ws_install_deps ${WEIGHTSYNC_TEST_EXTRA_PKGS-python3-torch}
 build=${WEIGHTSYNC_BUILD_DIR:-build/test}
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"
 cmake --build "$build" -j "$(nproc)"

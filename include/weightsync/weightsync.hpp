@@ -14,6 +14,10 @@
 #include "weightsync/host/communicator.hpp"
 #include "weightsync/host/device_policy.hpp"
 #include "weightsync/host/rendezvous.hpp"
+#include "weightsync/host/tcp_store_client.hpp"
+#include "weightsync/host/tcp_store_server.hpp"
+#include "weightsync/host/torch_store_group.hpp"
+#include "weightsync/host/vllm_pickle.hpp"
 #include "weightsync/info.hpp"
 #include "weightsync/log.hpp"
 #include "weightsync/packed_broadcast.hpp"
@@ -30,6 +34,7 @@
 #include "weightsync/nccl/check.hpp"
 #include "weightsync/nccl/communicator.hpp"
 #include "weightsync/nccl/group.hpp"
+#include "weightsync/nccl/torch_bootstrap.hpp"
 #include "weightsync/nccl/unique_id.hpp"
 #endif
 #include "weightsync/engine.hpp"

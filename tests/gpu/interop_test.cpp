@@ -6,6 +6,7 @@
 #include <weightsync/cuda/stream.hpp>
 #include <weightsync/engine.hpp>
 #include <weightsync/layouts.hpp>
+#include <weightsync/nccl/torch_bootstrap.hpp>
 
 #include <nccl.h>
 #include <unistd.h>
@@ -22,6 +23,7 @@
 #include "support/gpu_model.hpp"
 #include "support/gpu_peers.hpp"
 #include "support/gpu_round.hpp"
+#include "support/process.hpp"
 
 using namespace weightsync;
 using namespace std::chrono_literals;
@@ -64,6 +66,25 @@ Peer run_peer(const std::string& mode, const std::string& init_path, const std::
   return Peer({"python3", script, "--init-info", init_path, "--update-info", update_path, "--mode",
                mode, "--device", "1", "--round", std::to_string(round), "--timeout-s", "120"},
               init_path + "." + mode + ".log");
+}
+
+// Starts tests/interop/<script> with `args` (python3), output to a log file.
+Peer run_script(const std::string& script, std::vector<std::string> args) {
+  args.insert(args.begin(), std::string(WEIGHTSYNC_SOURCE_DIR) + "/tests/interop/" + script);
+  args.insert(args.begin(), "python3");
+  return Peer(args, "/tmp/ws_interop_" + script + "_" + std::to_string(::getpid()) + ".log");
+}
+
+// vLLM's TCP mode init info: the trainer (rank 0) hosts the store on 127.0.0.1:<free port>.
+NcclInitInfo vllm_tcp_init_info(bool packed) {
+  NcclInitInfo i;
+  i.master_address = "127.0.0.1";
+  i.master_port = ws_test::free_port();
+  i.world_size = 2;
+  i.rank_offset = 1;
+  i.packed = packed;
+  i.validate();
+  return i;
 }
 
 void write_json(const std::string& path, const nlohmann::json& j) {
@@ -150,5 +171,116 @@ TEST_CASE("interop: a vLLM-style producer feeds the C++ worker engine - packed a
     CHECK(model.count_wrong(static_cast<std::uint64_t>(round), s.get()) == 0);
     std::printf("interop vLLM-style producer -> C++ engine (%s): %zu bytes verified; %s",
                 packed ? "packed" : "unpacked", model.bytes(), peer.output().c_str());
+  }
+}
+
+TEST_CASE("interop: TCP mode - a C++ trainer hosts vLLM's store and feeds a vLLM-style worker",
+          "[gpu][nccl][multi_gpu][interop][tcp_store]") {
+  if (ws_test::device_count() < 2) WS_SKIP("needs 2 GPUs, found " << ws_test::device_count());
+  if (const auto why = python_peer_missing(); !why.empty()) WS_SKIP(why);
+  require_same_nccl();
+  detail::check(cudaSetDevice(0), "cudaSetDevice");
+  const auto metas = layouts::dense8b();
+  ws_test::DeviceModel model(metas, 0);
+  CudaStream s(0);
+  int round = 30;
+  for (bool packed : {true, false}) {
+    ++round;
+    model.fill(static_cast<std::uint64_t>(round), s.get());
+    detail::check(cudaStreamSynchronize(s.get()), "sync");
+    const NcclInitInfo init = vllm_tcp_init_info(packed);  // master_address + master_port
+    Peer peer = start_peer("consume", init, NcclUpdateInfo::from_metas(metas), round);
+    TrainerEngine::Options o;
+    o.engine = vllm_engine_options();
+    TrainerEngine t(o);
+    t.trainer_init(init);  // StatelessProcessGroup store + pickled id, ncclCommInitRank, warm-up
+    const ws_test::ModelSource src{metas, model};
+    const auto st = t.send_weights(src);
+    t.shutdown();
+    const int rc = peer.wait(kPeerLimit);
+    INFO("packed " << packed << "; peer output:\n" << peer.output());
+    CHECK(rc == 0);
+    std::printf("interop TCP mode C++ -> vLLM-style worker (%s): %zu tensors, %zu bytes; %s",
+                packed ? "packed" : "unpacked", st.tensors, st.bytes, peer.output().c_str());
+  }
+}
+
+TEST_CASE("interop: TCP mode - a vLLM-style trainer (trainer_init) feeds the C++ worker engine",
+          "[gpu][nccl][multi_gpu][interop][tcp_store]") {
+  if (ws_test::device_count() < 2) WS_SKIP("needs 2 GPUs, found " << ws_test::device_count());
+  if (const auto why = python_peer_missing(); !why.empty()) WS_SKIP(why);
+  require_same_nccl();
+  detail::check(cudaSetDevice(0), "cudaSetDevice");
+  const auto metas = layouts::dense8b();
+  ws_test::DeviceModel model(metas, 0);
+  CudaStream s(0);
+  int round = 40;
+  for (bool packed : {true, false}) {
+    ++round;
+    model.poison(s.get());
+    detail::check(cudaStreamSynchronize(s.get()), "sync");
+    const NcclInitInfo init = vllm_tcp_init_info(packed);
+    const NcclUpdateInfo update = NcclUpdateInfo::from_metas(metas);
+    Peer peer = start_peer("produce", init, update, round);  // hosts the store as vLLM's rank 0
+    WeightTransferEngine::Options o;
+    o.engine = vllm_engine_options();
+    o.liveness_interval = 0ms;
+    WeightTransferEngine e(o);
+    e.init_transfer_engine(nlohmann::json(init));  // joins the Python trainer's store
+    e.start_weight_update();
+    e.update_weights(nlohmann::json(update), ws_test::copy_into(metas, model));
+    e.finish_weight_update("from-python-tcp");
+    e.shutdown();
+    const int rc = peer.wait(kPeerLimit);
+    INFO("packed " << packed << "; peer output:\n" << peer.output());
+    CHECK(rc == 0);
+    CHECK(model.count_wrong(static_cast<std::uint64_t>(round), s.get()) == 0);
+  }
+}
+
+TEST_CASE("interop: a torch.distributed NCCL group - broadcast Python -> C++ and C++ -> Python",
+          "[gpu][nccl][multi_gpu][interop][torch_pg]") {
+  if (ws_test::device_count() < 2) WS_SKIP("needs 2 GPUs, found " << ws_test::device_count());
+  if (const auto why = python_peer_missing(); !why.empty()) WS_SKIP(why);
+  require_same_nccl();
+  const std::size_t n = (64u << 20) + 3;
+  std::vector<std::uint8_t> expected(n);
+  for (std::size_t i = 0; i < n; ++i) expected[i] = static_cast<std::uint8_t>((i * 7 + 3) % 251);
+  for (const std::string group : {"", "weight_sync"}) {
+    for (int cpp_rank : {1, 0}) {  // C++ receives from a hosting Python rank 0, then the reverse
+      const int port = ws_test::free_port();
+      std::vector<std::string> args = {"--port", std::to_string(port), "--rank",
+                                       std::to_string(1 - cpp_rank), "--src", "0",
+                                       "--nbytes", std::to_string(n), "--device", "1"};
+      if (!group.empty()) args.insert(args.end(), {"--group", group});
+      Peer peer = run_script("torch_pg_peer.py", args);
+      StoreGroupOptions g;
+      g.port = port;
+      g.rank = cpp_rank;
+      g.world_size = 2;
+      g.timeout = 60s;
+      NcclOptions no;
+      no.device = 0;
+      no.timeout = 60s;
+      detail::check(cudaSetDevice(0), "cudaSetDevice");
+      const auto keys = group.empty() ? TorchGroupKeys{} : TorchGroupKeys::named(group);
+      auto c = TorchGroupCommunicator::create(g, keys, no);
+      void* d = nullptr;
+      detail::check(cudaMalloc(&d, n), "cudaMalloc");
+      if (cpp_rank == 0) detail::check(cudaMemcpy(d, expected.data(), n, cudaMemcpyHostToDevice), "copy");
+      else detail::check(cudaMemset(d, 0, n), "memset");
+      CudaStream s(0);
+      c.comm().broadcast(d, n, 0, s.get());
+      c.comm().synchronize(s.get());
+      std::vector<std::uint8_t> got(n);
+      detail::check(cudaMemcpy(got.data(), d, n, cudaMemcpyDeviceToHost), "copy back");
+      cudaFree(d);
+      const int rc = peer.wait(kPeerLimit);
+      INFO("group '" << group << "', C++ rank " << cpp_rank << "; peer output:\n" << peer.output());
+      CHECK(rc == 0);
+      CHECK(got == expected);
+      std::printf("interop torch.distributed group '%s', C++ rank %d: %s", group.c_str(), cpp_rank,
+                  peer.output().c_str());
+    }
   }
 }

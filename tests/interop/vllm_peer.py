@@ -90,10 +90,73 @@ def load_config(args):
     names, dtypes, shapes = upd["names"], upd["dtype_names"], upd["shapes"]
     if not (len(names) == len(dtypes) == len(shapes)):
         raise ValueError("names/dtype_names/shapes lengths differ")
+    if init.get("nccl_unique_id_b64") is None:  # TCP mode: master_address + master_port
+        if init.get("master_address") is None or init.get("master_port") is None:
+            raise ValueError("init info has neither nccl_unique_id_b64 nor master_address/port")
+        return cfg, None, names, dtypes, shapes
     uid = base64.b64decode(init["nccl_unique_id_b64"], validate=True)
     if len(uid) != NCCL_ID_BYTES:
         raise ValueError(f"ncclUniqueId must be {NCCL_ID_BYTES} bytes, got {len(uid)}")
     return cfg, uid, names, dtypes, shapes
+
+
+def vllm_nccl_unique_id_class():
+    """vLLM's pynccl_wrapper.ncclUniqueId, importable under vLLM's module path (pickle names it)."""
+    import ctypes
+    import types
+    try:
+        from vllm.distributed.device_communicators.pynccl_wrapper import ncclUniqueId
+        return ncclUniqueId
+    except ImportError:
+        pass
+    names = ["vllm", "vllm.distributed", "vllm.distributed.device_communicators",
+             "vllm.distributed.device_communicators.pynccl_wrapper"]
+    for n in names:
+        sys.modules.setdefault(n, types.ModuleType(n))
+    mod = sys.modules[names[-1]]
+
+    class ncclUniqueId(ctypes.Structure):
+        _fields_ = [("internal", ctypes.c_byte * 128)]
+    ncclUniqueId.__module__ = names[-1]
+    ncclUniqueId.__qualname__ = "ncclUniqueId"  # pickle writes module + qualname
+    mod.ncclUniqueId = ncclUniqueId
+    return ncclUniqueId
+
+
+def tcp_rendezvous(cfg, rank, world, new_uid):
+    """vLLM's TCP mode: StatelessProcessGroup.create + PyNcclCommunicator's broadcast_obj of the
+    pickled ncclUniqueId ("broadcast_from/0/0"). Rank 0 hosts the store. Returns the 128 id bytes."""
+    import ctypes
+    import datetime
+    import pickle
+    import socket
+    from torch.distributed import TCPStore
+    ncclUniqueId = vllm_nccl_unique_id_class()
+    host, port = cfg["master_address"], int(cfg["master_port"])
+    listen_socket = None
+    kwargs = dict(host_name=host, port=port, world_size=world, is_master=rank == 0,
+                  timeout=datetime.timedelta(seconds=300))
+    if rank == 0:  # as vLLM: bind master_address itself, hand the fd to the store
+        listen_socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listen_socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listen_socket.bind((host, port))
+        listen_socket.listen()
+        kwargs["master_listen_fd"] = listen_socket.fileno()
+    try:
+        store = TCPStore(use_libuv=False, **kwargs)  # what vLLM passes
+    except (TypeError, RuntimeError, ValueError):
+        store = TCPStore(**kwargs)  # a torch whose store is libuv-only
+    if rank == 0:
+        uid = ncclUniqueId()
+        raw = new_uid()
+        ctypes.memmove(ctypes.addressof(uid), raw, NCCL_ID_BYTES)
+        store.set("broadcast_from/0/0", pickle.dumps(uid))
+    else:
+        uid = pickle.loads(store.get("broadcast_from/0/0"))
+        if not isinstance(uid, ncclUniqueId):
+            raise ValueError(f"broadcast_from/0/0 unpickled to {type(uid)}, not ncclUniqueId")
+    tcp_rendezvous.keep = (store, listen_socket)  # the store must outlive NCCL init
+    return bytes(bytearray((b + 256) % 256 for b in uid.internal))
 
 
 def make_comm(nccl, world, uid, rank):
@@ -166,6 +229,9 @@ def main():
             raise RuntimeError("GPU pattern kernel disagrees with the Python reference")
 
     # --- NCCL init: every rank enters ncclCommInitRank together, then vLLM's warm-up. ---
+    if uid is None:
+        uid = tcp_rendezvous(cfg, rank, world,
+                             lambda: bytes(bytearray((b + 256) % 256 for b in nccl.get_unique_id())))
     comm = make_comm(nccl, world, uid, rank)
     warm_in = torch.zeros(1, dtype=torch.float32, device=dev)
     warm_out = torch.zeros(1, dtype=torch.float32, device=dev)

@@ -19,6 +19,7 @@
 #include "weightsync/packed_broadcast.hpp"
 #if WEIGHTSYNC_HAS_NCCL
 #include "weightsync/nccl/communicator.hpp"
+#include "weightsync/nccl/torch_bootstrap.hpp"
 #include "weightsync/nccl/unique_id.hpp"
 #endif
 
@@ -130,7 +131,10 @@ inline std::unique_ptr<Backend> make_nccl_backend() {
         if (info.uses_unique_id())
           return NcclCommunicator::init(NcclUniqueId::from_base64(*info.nccl_unique_id_b64), rank,
                                         info.world_size, n);
-        return NcclCommunicator::connect(detail::rendezvous_options(info, rank, o, "nccl"), n);
+        const auto r = detail::rendezvous_options(info, rank, o, "nccl");
+        if (!ours)  // vLLM's TCP mode: its TCPStore and pickled unique id
+          return vllm_tcp_communicator(r.address, r.port, rank, info.world_size, n);
+        return NcclCommunicator::connect(r, n);
       });
 }
 #endif
