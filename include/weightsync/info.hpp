@@ -131,10 +131,14 @@ struct NcclInitInfo {
 
 //! What one weight update carries: the ordered tensor list, optionally the packing settings
 //! (which then override the init values for this update), and optionally how each tensor is split
-//! over the M trainer ranks (M = NcclInitInfo::rank_offset: the workers start at rank M).
+//! over the M trainer ranks 0..M-1 of the group (a sharded transfer: every trainer rank sends the
+//! pieces it holds).
 //!
-//! Sharding, in one of two forms (not both; neither: trainer rank 0 sends everything, vLLM's
-//! meaning of its plain JSON):
+//! M is `num_trainer_ranks` when given, else a * b for vLLM's M2N mesh, else the init info's
+//! rank_offset (the workers of a single server start at rank M, as in vLLM's M2N). Sharding, in
+//! one of two forms (not both; neither, and no num_trainer_ranks: not sharded, trainer rank 0
+//! sends everything, vLLM's meaning of its plain JSON; num_trainer_ranks alone: sharded, every
+//! tensor whole from rank 0, the other trainer ranks in the group take part):
 //! - `shards` (this library's): per tensor null (not split, rank 0 sends it) or
 //!   {"dim": d, "sizes": [...], "ranks": [...]}: dim -1 (or absent) is not split, sent by ranks[0]
 //!   (default 0); sizes are the pieces' rows along dim, uneven allowed (absent: torch.chunk's split
@@ -161,8 +165,20 @@ struct NcclUpdateInfo {
   //! vLLM M2N: per tensor null (replicated) or one placement code per mesh axis.
   std::optional<std::vector<std::optional<std::vector<std::int64_t>>>> src_placements;
 
-  //! Whether the update says how tensors are split (either form).
-  bool sharded() const { return shards.has_value() || src_placements.has_value(); }
+  //! M, the trainer ranks in the group of a sharded transfer (see above).
+  std::optional<int> num_trainer_ranks;
+
+  //! Whether this is a sharded transfer (any of shards, src_placements, num_trainer_ranks).
+  bool sharded() const {
+    return shards.has_value() || src_placements.has_value() || num_trainer_ranks.has_value();
+  }
+  //! M: num_trainer_ranks, else a * b of src_mesh_dims, else `rank_offset` (the init info's).
+  int trainer_ranks(int rank_offset) const {
+    if (num_trainer_ranks) return *num_trainer_ranks;
+    if (src_mesh_dims && src_mesh_dims->size() == 2)
+      return static_cast<int>((*src_mesh_dims)[0] * (*src_mesh_dims)[1]);
+    return rank_offset;
+  }
 
   //! One ShardSpec per tensor (all "rank 0 sends it whole" when not sharded).
   //! @throws config_error naming the entry ("shards[3].dim", "src_placements[2]").
@@ -238,7 +254,14 @@ struct NcclUpdateInfo {
       throw config_error("shards", "give shards or src_mesh_dims/src_placements, not both");
     if (src_mesh_dims && !src_placements)
       throw config_error("src_placements", "required with src_mesh_dims");
+    if (num_trainer_ranks && *num_trainer_ranks < 1)
+      throw config_error("num_trainer_ranks", detail::cat("must be >= 1, got ", *num_trainer_ranks));
     (void)shard_specs();
+    if (num_trainer_ranks && src_mesh_dims &&
+        *num_trainer_ranks != (*src_mesh_dims)[0] * (*src_mesh_dims)[1])
+      throw config_error("num_trainer_ranks",
+                         detail::cat(*num_trainer_ranks, " trainer ranks, but src_mesh_dims has ",
+                                     (*src_mesh_dims)[0] * (*src_mesh_dims)[1]));
   }
 
   friend bool operator==(const NcclUpdateInfo&, const NcclUpdateInfo&) = default;
@@ -311,6 +334,7 @@ inline void to_json(nlohmann::json& j, const NcclUpdateInfo& v) {
   j["is_checkpoint_format"] = v.is_checkpoint_format;
   // Only when set: vLLM's NCCLWeightTransferUpdateInfo does not know these keys.
   if (v.shards) j["shards"] = detail::write_shards(*v.shards);
+  if (v.num_trainer_ranks) j["num_trainer_ranks"] = *v.num_trainer_ranks;
   if (v.src_mesh_dims) j["src_mesh_dims"] = *v.src_mesh_dims;
   if (v.src_placements) {
     nlohmann::json a = nlohmann::json::array();
@@ -323,8 +347,8 @@ inline void from_json(const nlohmann::json& j, NcclUpdateInfo& v) {
   using namespace detail;
   JsonObject o(j, "update_info",
                {"names", "dtype_names", "shapes", "packed", "packed_buffer_size_bytes",
-                "packed_num_buffers", "is_checkpoint_format", "shards", "src_mesh_dims",
-                "src_placements"});
+                "packed_num_buffers", "is_checkpoint_format", "shards", "num_trainer_ranks",
+                "src_mesh_dims", "src_placements"});
   NcclUpdateInfo r;
   const auto& names = o.required("names");
   require_array(names, "names");
@@ -352,6 +376,9 @@ inline void from_json(const nlohmann::json& j, NcclUpdateInfo& v) {
   if (auto* x = o.optional("is_checkpoint_format"))
     r.is_checkpoint_format = json_bool(*x, "is_checkpoint_format");
   if (auto* x = o.optional("shards")) r.shards = read_shards(*x);
+  if (auto* x = o.optional("num_trainer_ranks"))
+    r.num_trainer_ranks = static_cast<int>(
+        json_int_in(*x, "num_trainer_ranks", 1, std::numeric_limits<int>::max()));
   if (auto* x = o.optional("src_mesh_dims")) r.src_mesh_dims = json_ints(*x, "src_mesh_dims", 1);
   if (auto* x = o.optional("src_placements")) r.src_placements = read_placements(*x);
   r.validate();

@@ -352,3 +352,26 @@ TEST_CASE("update info: bad sharding fields are config_errors naming the entry",
   k["src_placements"].erase(1);
   CHECK(field_of(k) == "src_placements");
 }
+
+TEST_CASE("update info: num_trainer_ranks gives M; absent, the M2N mesh or rank_offset does",
+          "[unit][json][sharded]") {
+  auto j = sharded_update();
+  CHECK(j.get<NcclUpdateInfo>().trainer_ranks(3) == 3);  // the init info's rank_offset
+  j["num_trainer_ranks"] = 2;
+  const auto u = j.get<NcclUpdateInfo>();
+  CHECK(u.trainer_ranks(3) == 2);
+  CHECK(json(u).get<NcclUpdateInfo>() == u);
+  // Alone: sharded, every tensor whole from trainer rank 0.
+  const auto plain = json::parse(R"({"names": ["a"], "dtype_names": ["float32"], "shapes": [[2]],
+      "num_trainer_ranks": 2})")
+                         .get<NcclUpdateInfo>();
+  CHECK(plain.sharded());
+  CHECK(plain.shard_specs()[0] == ShardSpec{});
+  auto m2n = json::parse(R"({"names": ["a"], "dtype_names": ["float32"], "shapes": [[4]],
+      "src_mesh_dims": [2, 3], "src_placements": [[0, -1]]})");
+  CHECK(m2n.get<NcclUpdateInfo>().trainer_ranks(1) == 6);
+  m2n["num_trainer_ranks"] = 4;
+  CHECK(config_failure([&] { (void)m2n.get<NcclUpdateInfo>(); }).first == "num_trainer_ranks");
+  j["num_trainer_ranks"] = 0;
+  CHECK(config_failure([&] { (void)j.get<NcclUpdateInfo>(); }).first == "num_trainer_ranks");
+}

@@ -64,6 +64,16 @@ class IpcBackend final : public Backend {
     ready();
     return t_->send(metas, items, opt);
   }
+  TransferStats receive_sharded(std::span<const TensorMeta>, std::span<const ShardSpec>, int,
+                                TransferOptions, const AnyLoadWeights&) override {
+    throw config_error("backend", name() + " backend: sharded transfers are not implemented in "
+                                           "this backend yet (use \"nccl\" or \"host\")");
+  }
+  TransferStats send_sharded(std::span<const TensorMeta>, std::span<const ShardSpec>, int,
+                             AnyTensorRange&, TransferOptions) override {
+    throw config_error("backend", name() + " backend: sharded transfers are not implemented in "
+                                           "this backend yet (use \"nccl\" or \"host\")");
+  }
   void shutdown() noexcept override { t_.reset(); }
   IpcTransport& transport() { return *t_; }
 
