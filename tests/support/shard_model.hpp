@@ -36,10 +36,11 @@ inline void sharded_layout(int m, std::vector<TensorMeta>& metas, std::vector<Sh
   std::vector<std::int64_t> uneven;
   std::vector<int> reversed;
   for (int r = 0; r < m; ++r) {
-    uneven.push_back(r == 0 ? 1 : 2 * r + 1);  // 1, 3, 5: sums to 4 (M=2) or 9 (M=3)
+    uneven.push_back(2 * r + 1);  // 1, 3, 5: sums to 4 (M=2) or 9 (M=3)
     reversed.push_back(m - 1 - r);
   }
-  const std::int64_t uneven_total = m == 2 ? 4 : 9;
+  std::int64_t uneven_total = 0;
+  for (auto v : uneven) uneven_total += v;
   add({"embed", DType::bfloat16, {37, 8}}, {0, {}, {}});
   add({"q", DType::float32, {5, 7}}, {1, {}, {}});
   add({"norm", DType::float32, {11}}, {});
