@@ -321,3 +321,36 @@ TEST_CASE("sharded engines: trainer_rank outside 0..M-1, or workers on trainer r
     CHECK(e.field() == "rank_offset");
   }
 }
+
+TEST_CASE("sharded engines: a worker given an unsharded update fails with every trainer rank",
+          "[unit][engine][sharded]") {
+  constexpr int m = 2, world = 3;
+  ws_test::Processes procs;
+  const int port = ws_test::free_port();
+  for (int r = 0; r < m; ++r)
+    procs.spawn([=] {
+      TrainerEngine::Options o;
+      o.engine = host_options();
+      o.trainer_rank = r;
+      o.trainer_world = m;
+      TrainerEngine t(o);
+      t.trainer_init(host_info(port, world, m));
+      ShardedSource src{ShardedModel(m, r, 4, 0)};
+      t.send_weights(src);
+    });
+  procs.spawn([=] {
+    WeightTransferEngine e(worker_options(0, 1));
+    e.init_transfer_engine(host_info(port, world, m));
+    const ShardedModel want(m, -1, 4, 0);
+    e.start_weight_update();
+    // vLLM's plain JSON: "trainer rank 0 sends everything", which is not what the trainers do.
+    e.update_weights(NcclUpdateInfo::from_metas(want.metas), [](std::span<const TensorView>, void*) {
+      throw std::runtime_error("loaded after a mismatch");
+    });
+  });
+  const auto res = procs.wait_all(30s);
+  for (std::size_t r = 0; r < res.size(); ++r) {
+    INFO(r << ": " << ws_test::outcome_name(res[r].outcome) << ": " << res[r].message);
+    CHECK(res[r].outcome == Outcome::protocol);
+  }
+}
