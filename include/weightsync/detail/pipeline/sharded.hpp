@@ -152,14 +152,7 @@ class ShardedRun {
     if (run_.opt.destination)
       for (std::size_t i = 0; i < metas.size(); ++i)
         dest_[i] = static_cast<byte*>(run_.opt.destination(metas[i]));
-    assembly_.assign(metas.size(), npos);
-    std::size_t need = 0;
-    for (std::size_t i = 0; i < metas.size(); ++i) {
-      const std::size_t nb = metas[i].nbytes();
-      if (dest_[i] || plan_.num_pieces(i) < 2 || nb == 0) continue;
-      assembly_[i] = need;
-      need += (nb + 255) / 256 * 256;
-    }
+    const std::size_t need = place_assembly(plan_, metas, dest_, assembly_);
     if (run_.ws.scratch.size() < need) run_.ws.scratch = run_.ws.policy.alloc(need);
   }
 

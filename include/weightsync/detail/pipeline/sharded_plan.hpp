@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "weightsync/chunk_plan.hpp"
@@ -162,5 +163,45 @@ struct ShardedPlan {
     return h;
   }
 };
+
+//! A consumer's workspace places for the split tensors without a destination (`dest` null, more
+//! than one piece): each holds its place from the step of its first piece to the step of its last
+//! (when it is loaded); a place is reused by a tensor whose first piece comes later (all unpacking
+//! and loading is in one stream order). Fills `offsets` (npos: no place); @returns the bytes.
+inline std::size_t place_assembly(const ShardedPlan& plan, std::span<const TensorMeta> metas,
+                                  const std::vector<std::byte*>& dest,
+                                  std::vector<std::size_t>& offsets) {
+  offsets.assign(metas.size(), ShardedPlan::npos);
+  std::vector<std::pair<std::size_t, std::size_t>> order;  // (first step, tensor)
+  for (std::size_t i = 0; i < metas.size(); ++i) {
+    if (dest[i] || plan.num_pieces(i) < 2 || metas[i].nbytes() == 0) continue;
+    std::size_t first = plan.complete_step[i];
+    for (std::size_t p = plan.first_piece[i]; p < plan.first_piece[i + 1]; ++p)
+      first = std::min(first, plan.piece_step[p]);
+    order.emplace_back(first, i);
+  }
+  std::sort(order.begin(), order.end());
+  struct Place {
+    std::size_t offset, bytes, busy_until;
+  };
+  std::vector<Place> places;
+  std::size_t need = 0;
+  for (const auto& [first, i] : order) {
+    const std::size_t nb = (metas[i].nbytes() + 255) / 256 * 256;
+    std::size_t fit = ShardedPlan::npos;
+    for (std::size_t k = 0; k < places.size(); ++k)
+      if (places[k].busy_until < first && places[k].bytes >= nb &&
+          (fit == ShardedPlan::npos || places[k].bytes < places[fit].bytes))
+        fit = k;
+    if (fit == ShardedPlan::npos) {
+      fit = places.size();
+      places.push_back({need, nb, 0});
+      need += nb;
+    }
+    places[fit].busy_until = plan.complete_step[i];
+    offsets[i] = places[fit].offset;
+  }
+  return need;
+}
 
 }  // namespace weightsync::detail
