@@ -24,9 +24,10 @@
 //! largest piece)), on every rank. A worker receives a chunk that is a single contiguous piece
 //! straight into its destination; otherwise the pieces land in the slot and are copied to their
 //! place in the full tensor (a piece of a split along dim d > 0 is `blocks` strided blocks: one
-//! entry per block in the policy's batched copy; memcpy on the host). A split tensor without a
-//! destination is assembled in the workspace (its full size, for the whole transfer) and handed
-//! to load_weights once its last piece has landed; an unsplit one is a view of the slot.
+//! entry per block in the policy's batched copy, one batch per step; memcpy on the host). A split
+//! tensor without a destination is assembled in the workspace (a place of its full size from the
+//! step of its first piece to the step of its last, then reused) and handed to load_weights once
+//! its last piece has landed; an unsplit one is a view of the slot.
 
 #include <ranges>
 #include <span>
