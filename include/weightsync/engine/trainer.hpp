@@ -112,19 +112,23 @@ class TrainerEngine {
       for (auto it = std::ranges::begin(range); it != std::ranges::end(range); ++it) (void)*it;
     if (!is_sender()) return {};
     if (!backend_) throw state_error("send_weights before trainer_init");
+    const auto t = WeightTransferEngine::transfer_options(init_, overrides, opt_.engine);
+    if (!sharded_source) specs.assign(metas.size(), ShardSpec{});
+    if (drop) {  // a plain source on trainer rank > 0: no pieces here, but a part in every step
+      AnyTensorRange none([](SourceTensorRef&) { return false; });
+      return backend_->send_sharded(metas, specs, trainers(), none, t);
+    }
     auto it = std::ranges::begin(range);
     auto end = std::ranges::end(range);
     AnyTensorRange items([&](SourceTensorRef& out) {
-      if (drop || it == end) return false;
+      if (it == end) return false;
       auto&& item = *it;
       out.meta_ = &static_cast<const TensorMeta&>(item.meta());
       out.data_ = item.data();
       ++it;
       return true;
     });
-    const auto t = WeightTransferEngine::transfer_options(init_, overrides, opt_.engine);
     if (!sharded_source && trainers() == 1) return backend_->send(metas, items, t);
-    if (!sharded_source) specs.assign(metas.size(), ShardSpec{});
     return backend_->send_sharded(metas, specs, trainers(), items, t);
   }
 
