@@ -22,8 +22,10 @@
 #include "weightsync/detail/base64.hpp"
 #include "weightsync/detail/format.hpp"
 #include "weightsync/detail/json_read.hpp"
+#include "weightsync/detail/shard_json.hpp"
 #include "weightsync/dtype.hpp"
 #include "weightsync/error.hpp"
+#include "weightsync/shard.hpp"
 #include "weightsync/tensor_meta.hpp"
 
 namespace weightsync {
@@ -127,8 +129,25 @@ struct NcclInitInfo {
   friend bool operator==(const NcclInitInfo&, const NcclInitInfo&) = default;
 };
 
-//! What one weight update carries: the ordered tensor list, and optionally the packing settings
-//! (which then override the init values for this update).
+//! What one weight update carries: the ordered tensor list, optionally the packing settings
+//! (which then override the init values for this update), and optionally how each tensor is split
+//! over the M trainer ranks 0..M-1 of the group (a sharded transfer: every trainer rank sends the
+//! pieces it holds).
+//!
+//! M is `num_trainer_ranks` when given, else a * b for vLLM's M2N mesh, else the init info's
+//! rank_offset (the workers of a single server start at rank M, as in vLLM's M2N). Sharding, in
+//! one of two forms (not both; neither, and no num_trainer_ranks: not sharded, trainer rank 0
+//! sends everything, vLLM's meaning of its plain JSON; num_trainer_ranks alone: sharded, every
+//! tensor whole from rank 0, the other trainer ranks in the group take part):
+//! - `shards` (this library's): per tensor null (not split, rank 0 sends it) or
+//!   {"dim": d, "sizes": [...], "ranks": [...]}: dim -1 (or absent) is not split, sent by ranks[0]
+//!   (default 0); sizes are the pieces' rows along dim, uneven allowed (absent: torch.chunk's split
+//!   over the ranks, what FSDP2's Shard(d) holds); ranks the trainer rank of each piece, any order
+//!   (absent: piece p on rank p).
+//! - vLLM's M2N: `src_mesh_dims` [a, b] (M = a * b, rank = i * b + j) and `src_placements`, per
+//!   tensor null (replicated) or [c0, c1] (-1 replicate, d >= 0 shard dim d over that mesh axis);
+//!   see shard_spec_from_m2n. It can only say "even torch.chunk split over one mesh axis", the
+//!   pieces on that axis's ranks; `shards` adds uneven sizes and explicit ranks.
 struct NcclUpdateInfo {
   std::vector<std::string> names;
   std::vector<std::string> dtype_names;
@@ -139,6 +158,52 @@ struct NcclUpdateInfo {
   //! vLLM's base-class field (WeightTransferUpdateInfo.is_checkpoint_format, default true): whether
   //! the names are checkpoint names for the model's load_weights. Carried, not interpreted.
   bool is_checkpoint_format = true;
+  //! Per tensor: null (not split) or its ShardSpec. Absent: not sharded.
+  std::optional<std::vector<std::optional<ShardSpec>>> shards;
+  //! vLLM M2N: the trainer's 2-D mesh [a, b].
+  std::optional<std::vector<std::int64_t>> src_mesh_dims;
+  //! vLLM M2N: per tensor null (replicated) or one placement code per mesh axis.
+  std::optional<std::vector<std::optional<std::vector<std::int64_t>>>> src_placements;
+
+  //! M, the trainer ranks in the group of a sharded transfer (see above).
+  std::optional<int> num_trainer_ranks;
+
+  //! Whether this is a sharded transfer (any of shards, src_placements, num_trainer_ranks).
+  bool sharded() const {
+    return shards.has_value() || src_placements.has_value() || num_trainer_ranks.has_value();
+  }
+  //! M: num_trainer_ranks, else a * b of src_mesh_dims, else `rank_offset` (the init info's).
+  int trainer_ranks(int rank_offset) const {
+    if (num_trainer_ranks) return *num_trainer_ranks;
+    if (src_mesh_dims && src_mesh_dims->size() == 2)
+      return static_cast<int>((*src_mesh_dims)[0] * (*src_mesh_dims)[1]);
+    return rank_offset;
+  }
+
+  //! One ShardSpec per tensor (all "rank 0 sends it whole" when not sharded).
+  //! @throws config_error naming the entry ("shards[3].dim", "src_placements[2]").
+  std::vector<ShardSpec> shard_specs() const {
+    check_lengths();
+    if (src_placements && !src_mesh_dims)
+      throw config_error("src_mesh_dims", "required with src_placements");
+    const auto ms = metas();
+    std::vector<ShardSpec> out(names.size());
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      if (shards) {
+        if ((*shards)[i]) out[i] = *(*shards)[i];
+      } else if (src_placements) {
+        out[i] = shard_spec_from_m2n(*src_mesh_dims, (*src_placements)[i],
+                                     detail::cat("src_placements[", i, "]"));
+        if (out[i].split() &&
+            out[i].dim >= static_cast<int>(ms[i].shape.size()))
+          throw config_error(detail::cat("src_placements[", i, "]"),
+                             detail::cat("tensor '", names[i], "' has ", ms[i].shape.size(),
+                                         " dims; cannot shard dim ", out[i].dim));
+      }
+      detail::check_shard(ms[i], i, out[i]);
+    }
+    return out;
+  }
 
   //! Builds an update info from metadata (dtype names as torch spells them).
   static NcclUpdateInfo from_metas(const std::vector<TensorMeta>& metas) {
@@ -185,6 +250,18 @@ struct NcclUpdateInfo {
     (void)metas();
     if (packed_buffer_size_bytes) detail::check_buffer_size(*packed_buffer_size_bytes);
     if (packed_num_buffers) detail::check_num_buffers(*packed_num_buffers);
+    if (shards && (src_mesh_dims || src_placements))
+      throw config_error("shards", "give shards or src_mesh_dims/src_placements, not both");
+    if (src_mesh_dims && !src_placements)
+      throw config_error("src_placements", "required with src_mesh_dims");
+    if (num_trainer_ranks && *num_trainer_ranks < 1)
+      throw config_error("num_trainer_ranks", detail::cat("must be >= 1, got ", *num_trainer_ranks));
+    (void)shard_specs();
+    if (num_trainer_ranks && src_mesh_dims &&
+        *num_trainer_ranks != (*src_mesh_dims)[0] * (*src_mesh_dims)[1])
+      throw config_error("num_trainer_ranks",
+                         detail::cat(*num_trainer_ranks, " trainer ranks, but src_mesh_dims has ",
+                                     (*src_mesh_dims)[0] * (*src_mesh_dims)[1]));
   }
 
   friend bool operator==(const NcclUpdateInfo&, const NcclUpdateInfo&) = default;
@@ -197,6 +274,12 @@ struct NcclUpdateInfo {
     if (shapes.size() != names.size())
       throw config_error("shapes", detail::cat("has ", shapes.size(), " entries but names has ",
                                                names.size()));
+    if (shards && shards->size() != names.size())
+      throw config_error("shards", detail::cat("has ", shards->size(), " entries but names has ",
+                                               names.size()));
+    if (src_placements && src_placements->size() != names.size())
+      throw config_error("src_placements", detail::cat("has ", src_placements->size(),
+                                                       " entries but names has ", names.size()));
   }
 };
 
@@ -249,13 +332,23 @@ inline void to_json(nlohmann::json& j, const NcclUpdateInfo& v) {
   j["packed_num_buffers"] =
       v.packed_num_buffers ? nlohmann::json(*v.packed_num_buffers) : nlohmann::json();
   j["is_checkpoint_format"] = v.is_checkpoint_format;
+  // Only when set: vLLM's NCCLWeightTransferUpdateInfo does not know these keys.
+  if (v.shards) j["shards"] = detail::write_shards(*v.shards);
+  if (v.num_trainer_ranks) j["num_trainer_ranks"] = *v.num_trainer_ranks;
+  if (v.src_mesh_dims) j["src_mesh_dims"] = *v.src_mesh_dims;
+  if (v.src_placements) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const auto& p : *v.src_placements) a.push_back(p ? nlohmann::json(*p) : nlohmann::json());
+    j["src_placements"] = std::move(a);
+  }
 }
 
 inline void from_json(const nlohmann::json& j, NcclUpdateInfo& v) {
   using namespace detail;
   JsonObject o(j, "update_info",
                {"names", "dtype_names", "shapes", "packed", "packed_buffer_size_bytes",
-                "packed_num_buffers", "is_checkpoint_format"});
+                "packed_num_buffers", "is_checkpoint_format", "shards", "num_trainer_ranks",
+                "src_mesh_dims", "src_placements"});
   NcclUpdateInfo r;
   const auto& names = o.required("names");
   require_array(names, "names");
@@ -282,6 +375,12 @@ inline void from_json(const nlohmann::json& j, NcclUpdateInfo& v) {
   r.packed_num_buffers = p.packed_num_buffers;
   if (auto* x = o.optional("is_checkpoint_format"))
     r.is_checkpoint_format = json_bool(*x, "is_checkpoint_format");
+  if (auto* x = o.optional("shards")) r.shards = read_shards(*x);
+  if (auto* x = o.optional("num_trainer_ranks"))
+    r.num_trainer_ranks = static_cast<int>(
+        json_int_in(*x, "num_trainer_ranks", 1, std::numeric_limits<int>::max()));
+  if (auto* x = o.optional("src_mesh_dims")) r.src_mesh_dims = json_ints(*x, "src_mesh_dims", 1);
+  if (auto* x = o.optional("src_placements")) r.src_placements = read_placements(*x);
   r.validate();
   v = std::move(r);
 }

@@ -21,6 +21,8 @@
 #include "weightsync/info.hpp"
 #include "weightsync/log.hpp"
 #include "weightsync/packed_broadcast.hpp"
+#include "weightsync/shard.hpp"
+#include "weightsync/sharded_broadcast.hpp"
 #include "weightsync/tensor_meta.hpp"
 
 #if WEIGHTSYNC_HAS_CUDA

@@ -208,3 +208,170 @@ TEST_CASE("update info errors name the field", "[unit][json]") {
   huge["shapes"][1] = json::array({std::int64_t{1} << 62, 8});
   CHECK(config_failure([&] { (void)huge.get<NcclUpdateInfo>(); }).first == "shapes[1]");
 }
+
+namespace {
+json sharded_update() {
+  return json::parse(R"({"names": ["embed", "q", "norm", "o"],
+      "dtype_names": ["bfloat16", "float32", "float32", "float16"],
+      "shapes": [[37, 8], [5, 7], [11], [3, 9, 4]],
+      "shards": [{"dim": 0}, {"dim": 1, "ranks": [1, 0]}, null,
+                 {"dim": 1, "sizes": [1, 3, 5], "ranks": [2, 1, 0]}]})");
+}
+}  // namespace
+
+TEST_CASE("update info: shards parse, round-trip, and give one ShardSpec per tensor",
+          "[unit][json][sharded]") {
+  const auto u = sharded_update().get<NcclUpdateInfo>();
+  REQUIRE(u.sharded());
+  const auto specs = u.shard_specs();
+  REQUIRE(specs.size() == 4);
+  CHECK(specs[0] == ShardSpec{0, {}, {}});
+  CHECK(specs[1] == ShardSpec{1, {}, {1, 0}});
+  CHECK(specs[2] == ShardSpec{});
+  CHECK(specs[3] == ShardSpec{1, {1, 3, 5}, {2, 1, 0}});
+  const json back = u;
+  CHECK(back.get<NcclUpdateInfo>() == u);
+  // Replicated on another rank: dim -1 (or absent) and one rank.
+  auto j = sharded_update();
+  j["shards"][2] = json::parse(R"({"dim": -1, "ranks": [2]})");
+  CHECK(j.get<NcclUpdateInfo>().shard_specs()[2] == ShardSpec{-1, {}, {2}});
+}
+
+TEST_CASE("update info: vLLM's plain JSON means trainer rank 0 sends everything, and writes no "
+          "sharding keys",
+          "[unit][json][sharded]") {
+  const auto u = json::parse(R"({"names": ["a", "b"], "dtype_names": ["float32", "int8"],
+      "shapes": [[2, 3], []], "packed": true})")
+                     .get<NcclUpdateInfo>();
+  CHECK_FALSE(u.sharded());
+  const auto specs = u.shard_specs();
+  REQUIRE(specs.size() == 2);
+  for (const auto& s : specs) {
+    CHECK_FALSE(s.split());
+    CHECK(shard_pieces(TensorMeta{"x", DType::float32, {2, 3}}, 0, s, 1)[0].rank == 0);
+  }
+  const json back = u;
+  CHECK_FALSE(back.contains("shards"));
+  CHECK_FALSE(back.contains("src_mesh_dims"));
+  CHECK_FALSE(back.contains("src_placements"));
+}
+
+TEST_CASE("update info: vLLM's M2N fields give the same specs as shard_spec_from_m2n",
+          "[unit][json][sharded]") {
+  // A 2 x 2 trainer mesh (M = 4): embed sharded on dim 0 over axis 0 (ranks 0 and 2), q on dim 1
+  // over axis 1 (ranks 0 and 1), norm replicated.
+  const auto j = json::parse(R"({"names": ["embed", "q", "norm"],
+      "dtype_names": ["bfloat16", "float32", "float32"], "shapes": [[8, 4], [4, 6], [4]],
+      "src_mesh_dims": [2, 2], "src_placements": [[0, -1], [-1, 1], null]})");
+  const auto u = j.get<NcclUpdateInfo>();
+  REQUIRE(u.sharded());
+  const auto specs = u.shard_specs();
+  CHECK(specs[0] == ShardSpec{0, {}, {0, 2}});
+  CHECK(specs[1] == ShardSpec{1, {}, {0, 1}});
+  CHECK(specs[2] == ShardSpec{});
+  const json back = u;
+  CHECK(back.get<NcclUpdateInfo>() == u);
+  const auto p = shard_pieces(TensorMeta{"embed", DType::bfloat16, {8, 4}}, 0, specs[0], 4);
+  REQUIRE(p.size() == 2);
+  CHECK(p[0].rank == 0);
+  CHECK(p[1].rank == 2);
+  CHECK(p[1].begin == 4);
+}
+
+TEST_CASE("update info: bad sharding fields are config_errors naming the entry",
+          "[unit][json][sharded]") {
+  auto field_of = [](json j) {
+    return config_failure([&] { (void)j.get<NcclUpdateInfo>(); }).first;
+  };
+  auto j = sharded_update();
+  j["shards"][3]["dim"] = 3;  // "o" has 3 dims
+  CHECK(field_of(j) == "shards[3].dim");
+  j = sharded_update();
+  j["shards"][3]["dim"] = "1";
+  CHECK(field_of(j) == "shards[3].dim");
+  j = sharded_update();
+  j["shards"][3]["dim"] = -2;
+  CHECK(field_of(j) == "shards[3].dim");
+  j = sharded_update();
+  j["shards"][3]["sizes"] = json::array({1, 3, 4});  // sums to 8, dim 1 has 9
+  CHECK(field_of(j) == "shards[3].sizes");
+  j = sharded_update();
+  j["shards"][3]["sizes"][1] = -3;
+  CHECK(field_of(j) == "shards[3].sizes[1]");
+  j = sharded_update();
+  j["shards"][3]["ranks"] = json::array({0, 1});  // three sizes
+  CHECK(field_of(j) == "shards[3].ranks");
+  j = sharded_update();
+  j["shards"][1]["ranks"][0] = -1;
+  CHECK(field_of(j) == "shards[1].ranks[0]");
+  j = sharded_update();
+  j["shards"][0]["rank"] = 0;  // unknown key
+  CHECK(field_of(j) == "rank");
+  j = sharded_update();
+  j["shards"][2] = json::parse(R"({"ranks": [0, 1]})");  // not split: one rank at most
+  CHECK(field_of(j) == "shards[2].ranks");
+  j = sharded_update();
+  j["shards"].erase(3);
+  CHECK(field_of(j) == "shards");
+  j = sharded_update();
+  j["shards"] = json::object();
+  CHECK(field_of(j) == "shards");
+  j = sharded_update();
+  j["src_mesh_dims"] = json::array({2, 1});
+  j["src_placements"] = json::array({nullptr, nullptr, nullptr, nullptr});
+  CHECK(field_of(j) == "shards");  // both forms
+  // M2N.
+  auto m = json::parse(R"({"names": ["a", "b"], "dtype_names": ["float32", "float32"],
+      "shapes": [[4, 4], [4]], "src_mesh_dims": [2, 1], "src_placements": [[0, -1], null]})");
+  CHECK_NOTHROW(m.get<NcclUpdateInfo>());
+  auto k = m;
+  k.erase("src_mesh_dims");
+  CHECK(field_of(k) == "src_mesh_dims");
+  k = m;
+  k.erase("src_placements");
+  CHECK(field_of(k) == "src_placements");
+  k = m;
+  k["src_mesh_dims"] = json::array({2});
+  CHECK(field_of(k) == "src_mesh_dims");
+  k = m;
+  k["src_mesh_dims"][1] = 0;
+  CHECK(field_of(k) == "src_mesh_dims[1]");
+  k = m;
+  k["src_placements"][0] = json::array({0, 0});  // both axes shard
+  CHECK(field_of(k) == "src_placements[0]");
+  k = m;
+  k["src_placements"][0] = json::array({0});
+  CHECK(field_of(k) == "src_placements[0]");
+  k = m;
+  k["src_placements"][0] = json::array({-2, 0});
+  CHECK(field_of(k) == "src_placements[0][0]");
+  k = m;
+  k["src_placements"][1] = json::array({1, -1});  // "b" has one dim
+  CHECK(field_of(k) == "src_placements[1]");
+  k = m;
+  k["src_placements"].erase(1);
+  CHECK(field_of(k) == "src_placements");
+}
+
+TEST_CASE("update info: num_trainer_ranks gives M; absent, the M2N mesh or rank_offset does",
+          "[unit][json][sharded]") {
+  auto j = sharded_update();
+  CHECK(j.get<NcclUpdateInfo>().trainer_ranks(3) == 3);  // the init info's rank_offset
+  j["num_trainer_ranks"] = 2;
+  const auto u = j.get<NcclUpdateInfo>();
+  CHECK(u.trainer_ranks(3) == 2);
+  CHECK(json(u).get<NcclUpdateInfo>() == u);
+  // Alone: sharded, every tensor whole from trainer rank 0.
+  const auto plain = json::parse(R"({"names": ["a"], "dtype_names": ["float32"], "shapes": [[2]],
+      "num_trainer_ranks": 2})")
+                         .get<NcclUpdateInfo>();
+  CHECK(plain.sharded());
+  CHECK(plain.shard_specs()[0] == ShardSpec{});
+  auto m2n = json::parse(R"({"names": ["a"], "dtype_names": ["float32"], "shapes": [[4]],
+      "src_mesh_dims": [2, 3], "src_placements": [[0, -1]]})");
+  CHECK(m2n.get<NcclUpdateInfo>().trainer_ranks(1) == 6);
+  m2n["num_trainer_ranks"] = 4;
+  CHECK(config_failure([&] { (void)m2n.get<NcclUpdateInfo>(); }).first == "num_trainer_ranks");
+  j["num_trainer_ranks"] = 0;
+  CHECK(config_failure([&] { (void)j.get<NcclUpdateInfo>(); }).first == "num_trainer_ranks");
+}

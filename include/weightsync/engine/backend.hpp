@@ -20,6 +20,7 @@
 #include "weightsync/error.hpp"
 #include "weightsync/host/rendezvous.hpp"
 #include "weightsync/info.hpp"
+#include "weightsync/shard.hpp"
 #include "weightsync/tensor_meta.hpp"
 #include "weightsync/transfer_options.hpp"
 
@@ -138,6 +139,21 @@ class Backend {
                                 const AnyLoadWeights& load) = 0;
   virtual TransferStats send(std::span<const TensorMeta> metas, AnyTensorRange& items,
                              TransferOptions opt) = 0;
+  //! Sharded transfers (see sharded_broadcast.hpp): ranks 0..trainers-1 are the trainer ranks,
+  //! each sending the pieces `specs` give it (`items`: one per piece it holds, in declared
+  //! order); the other ranks receive. A backend without them throws config_error("backend").
+  virtual TransferStats receive_sharded(std::span<const TensorMeta> metas,
+                                        std::span<const ShardSpec> specs, int trainers,
+                                        TransferOptions opt, const AnyLoadWeights& load) {
+    (void)metas, (void)specs, (void)trainers, (void)opt, (void)load;
+    throw config_error("backend", name() + " backend: sharded transfers are not implemented");
+  }
+  virtual TransferStats send_sharded(std::span<const TensorMeta> metas,
+                                     std::span<const ShardSpec> specs, int trainers,
+                                     AnyTensorRange& items, TransferOptions opt) {
+    (void)metas, (void)specs, (void)trainers, (void)items, (void)opt;
+    throw config_error("backend", name() + " backend: sharded transfers are not implemented");
+  }
   virtual void shutdown() noexcept = 0;
 };
 

@@ -4,7 +4,8 @@
 
 //! @file
 //! Backends over a collective Communicator: "host" (HostCommunicator, TCP) and "nccl"
-//! (NcclCommunicator), both driving the pipeline (packed_broadcast_producer / _consumer).
+//! (NcclCommunicator), both driving the pipeline (packed_broadcast_producer / _consumer, and
+//! sharded_broadcast_producer / _consumer for sharded trainers).
 
 #include "weightsync/config.hpp"
 
@@ -17,6 +18,7 @@
 #include "weightsync/engine/backend.hpp"
 #include "weightsync/host/communicator.hpp"
 #include "weightsync/packed_broadcast.hpp"
+#include "weightsync/sharded_broadcast.hpp"
 #if WEIGHTSYNC_HAS_NCCL
 #include "weightsync/nccl/communicator.hpp"
 #include "weightsync/nccl/torch_bootstrap.hpp"
@@ -73,6 +75,20 @@ class CommBackend final : public Backend {
                      TransferOptions opt) override {
     ready();
     return packed_broadcast_producer(metas, items, *comm_, 0, opt, *ws_);
+  }
+  TransferStats receive_sharded(std::span<const TensorMeta> metas, std::span<const ShardSpec> specs,
+                                int trainers, TransferOptions opt,
+                                const AnyLoadWeights& load) override {
+    ready();
+    return sharded_broadcast_consumer(
+        metas, specs, *comm_, trainers,
+        [&](std::span<const TensorView> v, typename Comm::stream_type s) { load(v, to_void(s)); },
+        opt, *ws_);
+  }
+  TransferStats send_sharded(std::span<const TensorMeta> metas, std::span<const ShardSpec> specs,
+                             int trainers, AnyTensorRange& items, TransferOptions opt) override {
+    ready();
+    return sharded_broadcast_producer(metas, specs, items, *comm_, trainers, opt, *ws_);
   }
   void shutdown() noexcept override {
     ws_.reset();

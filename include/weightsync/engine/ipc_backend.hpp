@@ -64,6 +64,19 @@ class IpcBackend final : public Backend {
     ready();
     return t_->send(metas, items, opt);
   }
+  TransferStats receive_sharded(std::span<const TensorMeta> metas, std::span<const ShardSpec> specs,
+                                int trainers, TransferOptions opt,
+                                const AnyLoadWeights& load) override {
+    ready();
+    return receive_shards(
+        *t_, metas, specs, trainers, opt,
+        [&](std::span<const TensorView> v, cudaStream_t s) { load(v, static_cast<void*>(s)); });
+  }
+  TransferStats send_sharded(std::span<const TensorMeta> metas, std::span<const ShardSpec> specs,
+                             int trainers, AnyTensorRange& items, TransferOptions opt) override {
+    ready();
+    return send_shards(*t_, metas, specs, trainers, items, opt);
+  }
   void shutdown() noexcept override { t_.reset(); }
   IpcTransport& transport() { return *t_; }
 

@@ -32,6 +32,7 @@
 #include "weightsync/error.hpp"
 #include "weightsync/info.hpp"
 #include "weightsync/log.hpp"
+#include "weightsync/shard.hpp"
 
 namespace weightsync {
 
@@ -130,7 +131,9 @@ class WeightTransferEngine {
   }
 
   //! Receives one update (blocks until it has landed). `load` gets every tensor without a
-  //! destination; `destination` (optional) places tensors directly.
+  //! destination; `destination` (optional) places tensors directly. A sharded update (shards,
+  //! src_placements or num_trainer_ranks in `info`) is received from all M trainer ranks, each
+  //! piece landing at its place in the full tensor (see sharded_broadcast.hpp).
   //! @throws state_error outside a session; config_error for a bad update info; whatever the
   //!   transfer throws, after which the session is over (version unchanged).
   TransferStats update_weights(const NcclUpdateInfo& info, const AnyLoadWeights& load,
@@ -138,6 +141,9 @@ class WeightTransferEngine {
     std::shared_ptr<Backend> backend;
     TransferOptions t;
     std::vector<TensorMeta> metas;
+    std::vector<ShardSpec> specs;
+    int trainers = 1;
+    bool sharded = false;
     {
       // The lock guards the state only; the transfer runs without it, so that status queries
       // (weight_version, is_paused) answer during an update.
@@ -148,13 +154,19 @@ class WeightTransferEngine {
         throw state_error("update_weights without start_weight_update");
       if (busy_) throw state_error("update_weights while another update_weights is running");
       metas = info.metas();
+      specs = info.shard_specs();
+      trainers = info.trainer_ranks(init_.rank_offset);
+      sharded = info.sharded();
       t = transfer_options(init_, info, opt_.engine);
       t.destination = destination;
       backend = backend_;
       busy_ = true;
     }
     try {
-      auto st = backend->receive(metas, t, load);
+      // Sharded when the update says so (NcclUpdateInfo::sharded); the handshake refuses a
+      // trainer that disagrees.
+      auto st = sharded ? backend->receive_sharded(metas, specs, trainers, t, load)
+                        : backend->receive(metas, t, load);
       std::lock_guard lock(mutex_);
       busy_ = false;
       ++updates_in_session_;

@@ -11,9 +11,9 @@
 //! its shards and sends its own plan; a consumer maps every producer's allocations (kept between
 //! syncs, closed once no plan names them) and checks every piece against what it mapped.
 //!
-//! Items on trainer rank m: in the declared order, one SourceTensor per tensor that has a piece on
-//! rank m; meta() is the full tensor's metadata, data() the rank's local shard: its pieces of that
-//! tensor in piece order, each dense (what FSDP2's local tensor of a Shard(dim) parameter holds).
+//! Items on trainer rank m (as for sharded_broadcast_producer): one SourceTensor per piece the rank
+//! holds, in (tensor, piece) order; meta() is the full tensor's metadata, data() the piece's bytes,
+//! dense (what FSDP2's local tensor of a Shard(dim) parameter holds); an empty piece may be null.
 //! Sources must be exportable device memory (cudaMalloc, PyTorch's caching allocator); staging is
 //! not offered for sharded syncs.
 
@@ -24,6 +24,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -92,6 +93,11 @@ struct IpcAccess {
     t.ctrl_.set_timeout(opt.timeout);
   }
 
+  static std::size_t pieces_of_rank(const std::vector<ShardPiece>& pieces, int rank) {
+    return static_cast<std::size_t>(std::count_if(
+        pieces.begin(), pieces.end(), [&](const ShardPiece& p) { return p.rank == rank; }));
+  }
+
   //! This trainer rank's plan: where each of its non-empty pieces lies (in exported memory).
   template <class R>
   static IpcPlan producer_plan(IpcTransport& t, std::span<const TensorMeta> metas,
@@ -102,34 +108,24 @@ struct IpcAccess {
     auto it = std::ranges::begin(items);
     auto end = std::ranges::end(items);
     t.exports_.begin();
-    std::size_t p = 0;
-    for (std::size_t i = 0; i < metas.size(); ++i) {
-      const std::size_t first = p;
-      bool mine = false;
-      for (; p < pieces.size() && pieces[p].tensor == i; ++p)
-        if (pieces[p].rank == t.rank()) mine = true;
-      if (!mine) continue;
-      if (it == end) throw too_few_items(i, metas.size());
-      std::size_t local = 0;
-      for (std::size_t q = first; q < p; ++q)
-        if (pieces[q].rank == t.rank()) local += pieces[q].bytes();
+    // One item per piece this rank holds, in (tensor, piece) order.
+    std::size_t taken = 0;
+    for (const auto& piece : pieces) {
+      if (piece.rank != t.rank()) continue;
+      const auto& meta = metas[piece.tensor];
+      if (it == end) throw too_few_items(taken, pieces_of_rank(pieces, t.rank()));
       const auto& item = *it;
       if (const TensorMeta& got = item.meta();
-          !(got.name == metas[i].name && got.dtype == metas[i].dtype &&
-            got.shape == metas[i].shape))
-        throw config_error("items", describe_item_mismatch(metas[i], got, i));
-      const auto* base = static_cast<const std::byte*>(item.data());
-      if (!base && local > 0)
-        throw config_error("items", cat("item ", i, " ('", metas[i].name, "') has no data"));
+          !(got.name == meta.name && got.dtype == meta.dtype && got.shape == meta.shape))
+        throw config_error("items", describe_item_mismatch(meta, got, taken));
+      const auto* src = static_cast<const std::byte*>(item.data());
+      if (!src && piece.bytes() > 0)
+        throw config_error("items", cat("item ", taken, " ('", meta.name, "') has no data"));
+      place_piece(t, plan, src, piece, meta);
       ++it;
-      std::size_t off = 0;
-      for (std::size_t q = first; q < p; ++q) {
-        if (pieces[q].rank != t.rank()) continue;
-        place_piece(t, plan, base + off, pieces[q], metas[i]);
-        off += pieces[q].bytes();
-      }
+      ++taken;
     }
-    if (it != end) throw too_many_items(metas.size());
+    if (it != end) throw too_many_items(pieces_of_rank(pieces, t.rank()));
     plan.num_tensors = plan.places.size();
     return plan;
   }

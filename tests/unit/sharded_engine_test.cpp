@@ -1,0 +1,356 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
+// TrainerEngine with M trainer ranks (rank_offset = M) and WeightTransferEngine workers over the
+// host backend, across real processes: sharded sources, vLLM's M2N JSON, a plain source with
+// several trainer ranks, a trainer killed mid-sync.
+#include <weightsync/engine.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support/catch.hpp"
+#include "support/process.hpp"
+#include "support/shard_model.hpp"
+
+using namespace weightsync;
+using namespace std::chrono_literals;
+using ws_test::Outcome;
+using ws_test::ShardedModel;
+
+namespace {
+
+struct ShardedSource {
+  ShardedModel model;
+  std::vector<TensorMeta> metas() const { return model.metas; }
+  std::vector<ShardSpec> shard_specs() const { return model.specs; }
+  std::vector<SourceTensorRef> iterate() const { return model.items(); }
+};
+static_assert(ShardedWeightSource<ShardedSource>);
+
+NcclInitInfo host_info(int port, int world, int trainers) {
+  NcclInitInfo i;
+  i.master_address = "127.0.0.1";
+  i.master_port = port;
+  i.world_size = world;
+  i.rank_offset = trainers;
+  i.packed = true;
+  i.packed_buffer_size_bytes = 200;
+  return i;
+}
+
+EngineOptions host_options(std::chrono::milliseconds timeout = 20s) {
+  EngineOptions o;
+  o.backend = "host";
+  o.timeout = timeout;
+  return o;
+}
+
+WeightTransferEngine::Options worker_options(int worker, int workers,
+                                             std::chrono::milliseconds timeout = 20s) {
+  WeightTransferEngine::Options o;
+  o.engine = host_options(timeout);
+  o.parallel.data_parallel_size = workers;
+  o.parallel.data_parallel_index = worker;
+  o.liveness_interval = 0ms;
+  return o;
+}
+
+// Receives one update described by `update_json` (destinations for even tensors) and checks it
+// against `want`'s full tensors bit-exactly.
+void receive_and_check(WeightTransferEngine& e, const nlohmann::json& update_json,
+                       const std::vector<TensorMeta>& metas,
+                       const std::vector<std::vector<std::byte>>& want) {
+  std::vector<std::vector<std::byte>> got;
+  for (const auto& t : metas) got.emplace_back(t.nbytes(), std::byte{0xCD});
+  e.start_weight_update();
+  e.update_weights(
+      update_json,
+      [&](std::span<const TensorView> batch, void*) {
+        for (const auto& v : batch) {
+          std::size_t i = 0;
+          while (metas[i].name != v.name()) ++i;
+          if (v.nbytes) std::memcpy(got[i].data(), v.data, v.nbytes);
+        }
+      },
+      [&](const TensorMeta& t) -> void* {
+        std::size_t i = 0;
+        while (metas[i].name != t.name) ++i;
+        return i % 2 == 0 && !got[i].empty() ? got[i].data() : nullptr;
+      });
+  e.finish_weight_update();
+  for (std::size_t i = 0; i < metas.size(); ++i)
+    if (got[i] != want[i])
+      throw std::runtime_error("tensor '" + metas[i].name + "' differs from the full tensor");
+}
+
+void expect_all_ok(ws_test::Processes& procs, std::chrono::seconds limit = 60s) {
+  const auto res = procs.wait_all(limit);
+  for (std::size_t r = 0; r < res.size(); ++r) {
+    INFO(r << ": " << ws_test::outcome_name(res[r].outcome) << ": " << res[r].message);
+    CHECK(res[r].outcome == Outcome::ok);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("sharded engines: every trainer rank sends its shards; workers get the specs as JSON",
+          "[unit][engine][sharded]") {
+  for (const int m : {2, 3})
+    for (const int n : {1, 2}) {
+      ws_test::Processes procs;
+      const int port = ws_test::free_port();
+      const int world = m + n;
+      for (int r = 0; r < m; ++r)
+        procs.spawn([=] {
+          TrainerEngine::Options o;
+          o.engine = host_options();
+          o.trainer_rank = r;
+          o.trainer_world = m;
+          TrainerEngine t(o);
+          t.trainer_init(host_info(port, world, m));
+          if (!t.is_sender()) throw std::runtime_error("every trainer rank sends");
+          for (int round = 0; round < 3; ++round) {
+            ShardedSource src{ShardedModel(m, r, 21, round)};
+            t.send_weights(src);
+          }
+        });
+      for (int w = 0; w < n; ++w)
+        procs.spawn([=] {
+          WeightTransferEngine e(worker_options(w, n));
+          e.init_transfer_engine(nlohmann::json(host_info(port, world, m)));
+          for (int round = 0; round < 3; ++round) {
+            const ShardedModel want(m, -1, 21, round);
+            TrainerEngine::Options to;
+            to.engine = host_options();
+            to.trainer_world = m;
+            TrainerEngine maker(to);  // only for update_info: what a trainer sends its workers
+            auto u = maker.update_info(want.metas, want.specs);
+            u.packed.reset();  // `maker` has no init info: keep the packing of ours
+            u.packed_buffer_size_bytes.reset();
+            u.packed_num_buffers.reset();
+            const nlohmann::json j = u;
+            receive_and_check(e, j, want.metas, want.full);
+          }
+        });
+      INFO("M=" << m << " N=" << n);
+      expect_all_ok(procs);
+    }
+}
+
+TEST_CASE("sharded engines: vLLM's M2N JSON (src_mesh_dims, src_placements)",
+          "[unit][engine][sharded]") {
+  // A [1, 2] trainer mesh: M = 2, sharding over axis 1 (ranks 0 and 1).
+  const auto update = nlohmann::json::parse(R"({"names": ["embed", "q", "norm"],
+      "dtype_names": ["bfloat16", "float32", "float32"], "shapes": [[8, 4], [4, 6], [5]],
+      "src_mesh_dims": [1, 2], "src_placements": [[-1, 0], [-1, 1], null],
+      "packed": true, "packed_buffer_size_bytes": 40})");
+  const auto info = update.get<NcclUpdateInfo>();
+  const auto metas = info.metas();
+  const auto specs = info.shard_specs();
+  constexpr int m = 2, n = 2, world = 4;
+  std::vector<std::vector<std::byte>> full;
+  for (std::size_t i = 0; i < metas.size(); ++i) {
+    full.emplace_back(metas[i].nbytes());
+    for (std::size_t b = 0; b < full[i].size(); ++b) full[i][b] = std::byte(b * 13 + i * 101);
+  }
+  ws_test::Processes procs;
+  const int port = ws_test::free_port();
+  for (int r = 0; r < m; ++r)
+    procs.spawn([=] {
+      // The trainer's shards, cut by the test's own arithmetic.
+      struct Source {
+        std::vector<TensorMeta> m;
+        std::vector<ShardSpec> s;
+        std::vector<std::vector<std::byte>> local;
+        std::vector<const TensorMeta*> local_meta;
+        std::vector<TensorMeta> metas() const { return m; }
+        std::vector<ShardSpec> shard_specs() const { return s; }
+        std::vector<SourceTensorRef> iterate() const {
+          std::vector<SourceTensorRef> v;
+          for (std::size_t i = 0; i < local.size(); ++i) v.push_back({local_meta[i], local[i].data()});
+          return v;
+        }
+      } src{metas, specs, {}, {}};
+      for (std::size_t i = 0; i < metas.size(); ++i)
+        for (const auto& p : ws_test::test_pieces(metas[i], specs[i], m))
+          if (p.rank == r) {
+            src.local.push_back(ws_test::cut(metas[i], full[i], specs[i].dim, p.begin, p.end));
+            src.local_meta.push_back(&src.m[i]);
+          }
+      TrainerEngine::Options o;
+      o.engine = host_options();
+      o.trainer_rank = r;
+      o.trainer_world = m;
+      TrainerEngine t(o);
+      t.trainer_init(host_info(port, world, m));
+      t.send_weights(src, info);
+    });
+  for (int w = 0; w < n; ++w)
+    procs.spawn([=] {
+      WeightTransferEngine e(worker_options(w, n));
+      e.init_transfer_engine(host_info(port, world, m));
+      receive_and_check(e, update, metas, full);
+    });
+  expect_all_ok(procs);
+}
+
+TEST_CASE("sharded engines: a plain source with M trainer ranks: rank 0 sends everything",
+          "[unit][engine][sharded]") {
+  constexpr int m = 2, n = 2, world = 4;
+  ws_test::Processes procs;
+  const int port = ws_test::free_port();
+  struct Plain {
+    ShardedModel model;
+    int iterated = 0;
+    std::vector<TensorMeta> metas() const { return model.metas; }
+    std::vector<SourceTensorRef> iterate() {
+      ++iterated;
+      std::vector<SourceTensorRef> v;
+      for (std::size_t i = 0; i < model.metas.size(); ++i)
+        v.push_back({&model.metas[i], model.full[i].empty() ? nullptr : model.full[i].data()});
+      return v;
+    }
+  };
+  for (int r = 0; r < m; ++r)
+    procs.spawn([=] {
+      TrainerEngine::Options o;
+      o.engine = host_options();
+      o.trainer_rank = r;
+      o.trainer_world = m;
+      TrainerEngine t(o);
+      t.trainer_init(host_info(port, world, m));
+      Plain src{ShardedModel(m, -1, 8, 0)};
+      t.send_weights(src);
+      if (src.iterated != 1) throw std::runtime_error("every trainer rank iterates once");
+    });
+  for (int w = 0; w < n; ++w)
+    procs.spawn([=] {
+      WeightTransferEngine e(worker_options(w, n));
+      e.init_transfer_engine(host_info(port, world, m));
+      const ShardedModel want(m, -1, 8, 0);
+      TrainerEngine::Options to;
+      to.trainer_world = m;
+      auto u = TrainerEngine(to).update_info(want.metas);
+      if (u.num_trainer_ranks != m || u.shards) throw std::runtime_error("wrong update info");
+      u.packed.reset();  // no init info there: keep the packing of ours
+      u.packed_buffer_size_bytes.reset();
+      u.packed_num_buffers.reset();
+      receive_and_check(e, nlohmann::json(u), want.metas, want.full);
+    });
+  expect_all_ok(procs);
+}
+
+TEST_CASE("sharded engines: a trainer rank killed mid-sync fails every rank within the deadline",
+          "[unit][engine][sharded]") {
+  constexpr int m = 3, n = 2, world = 5;
+  const std::vector<TensorMeta> metas = {{"big", DType::float32, {3 << 20}},
+                                         {"big2", DType::bfloat16, {1 << 20, 3}}};
+  const std::vector<ShardSpec> specs = {{0, {}, {}}, {1, {}, {}}};
+  ws_test::Processes procs;
+  const int port = ws_test::free_port();
+  for (int r = 0; r < m; ++r)
+    procs.spawn([=] {
+      struct Source {
+        const std::vector<TensorMeta>* m;
+        const std::vector<ShardSpec>* s;
+        std::vector<std::vector<std::byte>> local;
+        std::vector<TensorMeta> metas() const { return *m; }
+        std::vector<ShardSpec> shard_specs() const { return *s; }
+        std::vector<SourceTensorRef> iterate() const {
+          return {{&(*m)[0], local[0].data()}, {&(*m)[1], local[1].data()}};
+        }
+      } src{&metas, &specs, {}};
+      for (const auto& t : metas) src.local.emplace_back(t.nbytes() / 3);
+      TrainerEngine::Options o;
+      o.engine = host_options(2000ms);
+      o.trainer_rank = r;
+      o.trainer_world = m;
+      TrainerEngine t(o);
+      auto info = host_info(port, world, m);
+      info.packed_buffer_size_bytes = 1 << 20;
+      t.trainer_init(info);
+      for (int round = 0; round < 100000; ++round) t.send_weights(src);
+    });
+  for (int w = 0; w < n; ++w)
+    procs.spawn([=] {
+      WeightTransferEngine e(worker_options(w, n, 2000ms));
+      auto info = host_info(port, world, m);
+      info.packed_buffer_size_bytes = 1 << 20;
+      e.init_transfer_engine(info);
+      NcclUpdateInfo u = NcclUpdateInfo::from_metas(metas);
+      u.shards.emplace(specs.begin(), specs.end());
+      e.start_weight_update();
+      for (int round = 0; round < 100000; ++round)
+        e.update_weights(u, [](std::span<const TensorView>, void*) {});
+    });
+  std::this_thread::sleep_for(1000ms);
+  procs.kill(1);
+  const auto res = procs.wait_all(15s);
+  for (int r : {0, 2, 3, 4}) {
+    INFO(r << ": " << ws_test::outcome_name(res[r].outcome) << ": " << res[r].message);
+    CHECK((res[r].outcome == Outcome::peer || res[r].outcome == Outcome::timeout ||
+           res[r].outcome == Outcome::state));
+    CHECK(res[r].seconds < 1.0 + 2.0 + 2.0 + 1.0);
+  }
+}
+
+TEST_CASE("sharded engines: trainer_rank outside 0..M-1, or workers on trainer ranks, are config_errors",
+          "[unit][engine][sharded]") {
+  TrainerEngine::Options o;
+  o.engine = host_options();
+  o.trainer_rank = 2;
+  o.trainer_world = 2;
+  TrainerEngine t(o);
+  try {
+    t.trainer_init(host_info(12345, 4, 2));
+    FAIL("joined as a trainer rank outside 0..M-1");
+  } catch (const config_error& e) {
+    CHECK(e.field() == "trainer_rank");
+  }
+  o.trainer_rank = 1;
+  TrainerEngine u(o);
+  try {
+    u.trainer_init(host_info(12345, 4, 1));  // workers from rank 1 would be trainer ranks
+    FAIL("accepted workers on trainer ranks");
+  } catch (const config_error& e) {
+    CHECK(e.field() == "rank_offset");
+  }
+}
+
+TEST_CASE("sharded engines: a worker given an unsharded update fails with every trainer rank",
+          "[unit][engine][sharded]") {
+  constexpr int m = 2, world = 3;
+  ws_test::Processes procs;
+  const int port = ws_test::free_port();
+  for (int r = 0; r < m; ++r)
+    procs.spawn([=] {
+      TrainerEngine::Options o;
+      o.engine = host_options();
+      o.trainer_rank = r;
+      o.trainer_world = m;
+      TrainerEngine t(o);
+      t.trainer_init(host_info(port, world, m));
+      ShardedSource src{ShardedModel(m, r, 4, 0)};
+      t.send_weights(src);
+    });
+  procs.spawn([=] {
+    WeightTransferEngine e(worker_options(0, 1));
+    e.init_transfer_engine(host_info(port, world, m));
+    const ShardedModel want(m, -1, 4, 0);
+    e.start_weight_update();
+    // vLLM's plain JSON: "trainer rank 0 sends everything", which is not what the trainers do.
+    e.update_weights(NcclUpdateInfo::from_metas(want.metas), [](std::span<const TensorView>, void*) {
+      throw std::runtime_error("loaded after a mismatch");
+    });
+  });
+  const auto res = procs.wait_all(30s);
+  for (std::size_t r = 0; r < res.size(); ++r) {
+    INFO(r << ": " << ws_test::outcome_name(res[r].outcome) << ": " << res[r].message);
+    CHECK(res[r].outcome == Outcome::protocol);
+  }
+}

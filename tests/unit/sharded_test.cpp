@@ -1,0 +1,292 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
+// sharded_broadcast_producer / sharded_broadcast_consumer over the host transport, across real
+// processes: M = 2, 3 trainer ranks x N = 1, 2, 4 workers, bit-exact against the full tensors;
+// spec mismatches, wrong items, a trainer killed mid-sync.
+#include <weightsync/host/communicator.hpp>
+#include <weightsync/sharded_broadcast.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "support/catch.hpp"
+#include "support/process.hpp"
+#include "support/shard_model.hpp"
+
+using namespace weightsync;
+using namespace std::chrono_literals;
+using ws_test::Outcome;
+using ws_test::ShardedModel;
+
+namespace {
+
+HostCommunicator connect(int port, int rank, int world,
+                         std::chrono::milliseconds op_timeout = 10000ms) {
+  RendezvousOptions o;
+  o.port = port;
+  o.rank = rank;
+  o.world_size = world;
+  o.timeout = 20000ms;
+  return HostCommunicator::connect(o, op_timeout);
+}
+
+// One worker round: poison, receive (destinations for every `dest_every`-th tensor, views for the
+// rest), check every tensor bit-exactly and that each arrived exactly once.
+void receive_and_check(HostCommunicator& comm, int m, const TransferOptions& base,
+                       workspace_for<HostCommunicator>& ws, std::uint64_t seed, int round,
+                       int dest_every) {
+  const ShardedModel want(m, -1, seed, round);
+  const auto& metas = want.metas;
+  std::vector<std::vector<std::byte>> got;
+  for (const auto& t : metas) got.emplace_back(t.nbytes(), std::byte{0xCD});
+  std::vector<int> loads(metas.size(), 0);
+  TransferOptions opt = base;
+  if (dest_every > 0)
+    opt.destination = [&](const TensorMeta& t) -> void* {
+      const auto i = static_cast<std::size_t>(&t - metas.data());
+      if (i % static_cast<std::size_t>(dest_every) != 0 || got[i].empty()) return nullptr;
+      loads[i]++;
+      return got[i].data();
+    };
+  sharded_broadcast_consumer(
+      metas, want.specs, comm, m,
+      [&](std::span<const TensorView> batch, HostStream) {
+        for (const auto& v : batch) {
+          const auto i = static_cast<std::size_t>(v.meta - metas.data());
+          if (v.nbytes != metas[i].nbytes()) throw std::runtime_error("view of the wrong size");
+          if (v.nbytes) std::memcpy(got[i].data(), v.data, v.nbytes);
+          loads[i]++;
+        }
+      },
+      opt, ws);
+  for (std::size_t i = 0; i < metas.size(); ++i) {
+    if (got[i] != want.full[i])
+      throw std::runtime_error("tensor '" + metas[i].name + "' differs from the full tensor");
+    if (loads[i] != 1 && !got[i].empty())
+      throw std::runtime_error("tensor '" + metas[i].name + "' arrived " +
+                               std::to_string(loads[i]) + " times");
+  }
+}
+
+void run_round_trips(int m, int n) {
+  ws_test::Processes procs;
+  const int port = ws_test::free_port();
+  const int world = m + n;
+  for (int rank = 0; rank < world; ++rank)
+    procs.spawn([=] {
+      auto comm = connect(port, rank, world);
+      workspace_for<HostCommunicator> ws;
+      int round = 0;
+      for (const bool packed : {true, false})
+        for (const std::size_t b : {std::size_t{1}, std::size_t{100}, std::size_t{1} << 20})
+          for (const int k : {1, 2, 3}) {
+            if (!packed && (b != 1 || k == 3)) continue;
+            TransferOptions opt;
+            opt.packed = packed;
+            opt.buffer_size_bytes = b;
+            opt.num_buffers = k;
+            opt.timeout = 20s;
+            ++round;
+            if (rank < m) {
+              const ShardedModel model(m, rank, 11, round);
+              sharded_broadcast_producer(model.metas, model.specs, model.items(), comm, m, opt, ws);
+            } else {
+              receive_and_check(comm, m, opt, ws, 11, round, round % 3);
+            }
+          }
+    });
+  const auto res = procs.wait_all(120s);
+  for (std::size_t r = 0; r < res.size(); ++r) {
+    INFO("M=" << m << " N=" << n << " rank " << r << ": " << ws_test::outcome_name(res[r].outcome)
+              << ": " << res[r].message);
+    CHECK(res[r].outcome == Outcome::ok);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("sharded: M = 2, 3 trainer ranks x N = 1, 2, 4 workers, bit-exact",
+          "[unit][sharded]") {
+  for (const int m : {2, 3})
+    for (const int n : {1, 2, 4}) run_round_trips(m, n);
+}
+
+TEST_CASE("sharded: the plan interleaves roots and fits every step in one slot",
+          "[unit][sharded]") {
+  std::vector<TensorMeta> metas;
+  std::vector<ShardSpec> specs;
+  ws_test::sharded_layout(3, metas, specs);
+  TransferOptions opt;
+  opt.buffer_size_bytes = 100;
+  const detail::ShardedPlan plan(metas, specs, 3, opt);
+  std::size_t bytes = 0;
+  for (const auto& p : plan.pieces) bytes += p.bytes();
+  CHECK(bytes == plan.total_bytes);
+  for (int r = 0; r < 3; ++r) CHECK(!plan.chunks[static_cast<std::size_t>(r)].empty());
+  for (std::size_t s = 0; s < plan.steps; ++s) {
+    std::size_t step = 0;
+    for (int r = 0; r < 3; ++r)
+      if (const auto* c = plan.chunk(r, s)) step += c->bytes;
+    CHECK(step <= plan.slot_bytes);
+  }
+  // A different split is a different digest; the same pieces spelled differently are not.
+  auto specs2 = specs;
+  specs2[0].sizes = {13, 13, 11};  // torch.chunk's split of 37 rows over 3, spelled out
+  CHECK(detail::ShardedPlan(metas, specs2, 3, opt).digest == plan.digest);
+  specs2[0].sizes = {12, 13, 12};
+  CHECK(detail::ShardedPlan(metas, specs2, 3, opt).digest != plan.digest);
+  CHECK_THROWS_AS(detail::ShardedPlan(metas, specs, 0, opt), config_error);
+  specs2.pop_back();
+  CHECK_THROWS_AS(detail::ShardedPlan(metas, specs2, 3, opt), config_error);
+}
+
+TEST_CASE("sharded handshake: differing shard specs fail every rank before any byte moves",
+          "[unit][sharded]") {
+  ws_test::Processes procs;
+  const int port = ws_test::free_port();
+  constexpr int m = 2, world = 4;
+  for (int rank = 0; rank < world; ++rank)
+    procs.spawn([=] {
+      auto comm = connect(port, rank, world);
+      ShardedModel model(m, rank, 3, 0);
+      if (rank == 3) model.specs[0].sizes = {30, 7};  // worker 3 disagrees on embed's split
+      TransferOptions opt;
+      opt.buffer_size_bytes = 64;
+      if (rank < m) {
+        sharded_broadcast_producer(model.metas, model.specs, model.items(), comm, m, opt);
+      } else {
+        sharded_broadcast_consumer(model.metas, model.specs, comm, m,
+                                   [](std::span<const TensorView>, HostStream) {
+                                     throw std::runtime_error("loaded after a mismatch");
+                                   },
+                                   opt);
+      }
+    });
+  const auto res = procs.wait_all(30s);
+  for (std::size_t r = 0; r < res.size(); ++r) {
+    INFO(r << ": " << ws_test::outcome_name(res[r].outcome) << ": " << res[r].message);
+    CHECK(res[r].outcome == Outcome::protocol);
+    CHECK(res[r].message.find("shard specs differ") != std::string::npos);
+  }
+}
+
+TEST_CASE("sharded: a trainer's wrong item fails it and every other rank cleanly",
+          "[unit][sharded]") {
+  ws_test::Processes procs;
+  const int port = ws_test::free_port();
+  constexpr int m = 3, world = 5;
+  for (int rank = 0; rank < world; ++rank)
+    procs.spawn([=] {
+      auto comm = connect(port, rank, world);
+      workspace_for<HostCommunicator> ws;
+      TransferOptions opt;
+      opt.buffer_size_bytes = 64;
+      const ShardedModel model(m, rank, 5, 0);
+      if (rank < m) {
+        auto items = model.items();
+        TensorMeta liar;
+        if (rank == 1) {
+          liar = *items[2].meta_;
+          liar.dtype = DType::int32;
+          items[2].meta_ = &liar;
+        }
+        sharded_broadcast_producer(model.metas, model.specs, items, comm, m, opt, ws);
+      } else {
+        sharded_broadcast_consumer(model.metas, model.specs, comm, m,
+                                   [](std::span<const TensorView>, HostStream) {}, opt, ws);
+      }
+      // The communicator stays usable: a good round follows.
+      const ShardedModel next(m, rank, 5, 1);
+      if (rank < m)
+        sharded_broadcast_producer(next.metas, next.specs, next.items(), comm, m, opt, ws);
+      else
+        receive_and_check(comm, m, opt, ws, 5, 1, 2);
+    });
+  const auto res = procs.wait_all(60s);
+  for (std::size_t r = 0; r < res.size(); ++r) {
+    INFO(r << ": " << ws_test::outcome_name(res[r].outcome) << ": " << res[r].message);
+    CHECK(res[r].outcome == (r == 1 ? Outcome::config : Outcome::remote));
+    CHECK(res[r].message.find("int32") != std::string::npos);
+  }
+}
+
+TEST_CASE("sharded: a trainer rank killed mid-sync fails every other rank within the deadline",
+          "[unit][sharded]") {
+  ws_test::Processes procs;
+  const int port = ws_test::free_port();
+  constexpr int m = 2, world = 4;
+  const std::vector<TensorMeta> metas = {{"big", DType::float32, {4 << 20}},
+                                         {"big2", DType::float32, {2 << 20, 2}}};
+  const std::vector<ShardSpec> specs = {{0, {}, {}}, {1, {}, {}}};
+  for (int rank = 0; rank < world; ++rank)
+    procs.spawn([=] {
+      auto comm = connect(port, rank, world, 2000ms);
+      workspace_for<HostCommunicator> ws;
+      std::vector<std::vector<std::byte>> shard;
+      std::vector<SourceTensorRef> items;
+      for (std::size_t i = 0; i < metas.size(); ++i) shard.emplace_back(metas[i].nbytes() / 2);
+      for (std::size_t i = 0; i < metas.size(); ++i) items.push_back({&metas[i], shard[i].data()});
+      TransferOptions opt;
+      opt.buffer_size_bytes = 1 << 20;
+      opt.timeout = 2000ms;
+      for (int round = 0; round < 100000; ++round) {
+        if (rank < m)
+          sharded_broadcast_producer(metas, specs, items, comm, m, opt, ws);
+        else
+          sharded_broadcast_consumer(metas, specs, comm, m,
+                                     [](std::span<const TensorView>, HostStream) {}, opt, ws);
+      }
+    });
+  std::this_thread::sleep_for(800ms);
+  procs.kill(1);
+  const auto res = procs.wait_all(15s);
+  for (int rank : {0, 2, 3}) {
+    INFO(rank << ": " << ws_test::outcome_name(res[rank].outcome) << ": " << res[rank].message);
+    CHECK((res[rank].outcome == Outcome::peer || res[rank].outcome == Outcome::timeout ||
+           res[rank].outcome == Outcome::state));
+    CHECK(res[rank].seconds < 0.8 + 2.0 + 2.0 + 1.0);
+  }
+}
+
+TEST_CASE("sharded: workspace places of split tensors are reused, never while still live",
+          "[unit][sharded]") {
+  std::vector<TensorMeta> metas;
+  std::vector<ShardSpec> specs;
+  std::size_t total = 0;
+  for (int i = 0; i < 40; ++i) {
+    metas.push_back({"t" + std::to_string(i), DType::float32, {70 + i % 5, 30 + i % 4}});
+    specs.push_back({i % 2, {}, {}});
+    total += metas.back().nbytes();
+  }
+  for (const std::size_t b : {std::size_t{1}, std::size_t{4096}, std::size_t{30000}}) {
+    TransferOptions opt;
+    opt.buffer_size_bytes = b;
+    const detail::ShardedPlan plan(metas, specs, 3, opt);
+    std::vector<std::byte*> dest(metas.size(), nullptr);
+    std::vector<std::size_t> off;
+    const std::size_t need = detail::place_assembly(plan, metas, dest, off);
+    std::size_t padded = 0;  // every place apart (256-byte aligned)
+    for (const auto& t : metas) padded += (t.nbytes() + 255) / 256 * 256;
+    INFO("B " << b << ": " << need << " of " << total << " bytes");
+    CHECK(need <= padded);
+    if (b == 1) CHECK(need * 4 < total);  // pieces one step apart: few tensors live at once
+    auto first = [&](std::size_t i) {
+      std::size_t f = plan.complete_step[i];
+      for (std::size_t p = plan.first_piece[i]; p < plan.first_piece[i + 1]; ++p)
+        f = std::min(f, plan.piece_step[p]);
+      return f;
+    };
+    for (std::size_t i = 0; i < metas.size(); ++i)
+      for (std::size_t j = i + 1; j < metas.size(); ++j) {
+        const bool live_together =
+            first(i) <= plan.complete_step[j] && first(j) <= plan.complete_step[i];
+        const bool bytes_overlap = off[i] < off[j] + metas[j].nbytes() &&
+                                   off[j] < off[i] + metas[i].nbytes();
+        CHECK_FALSE((live_together && bytes_overlap));
+      }
+  }
+}
