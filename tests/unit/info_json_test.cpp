@@ -353,7 +353,7 @@ TEST_CASE("update info: bad sharding fields are config_errors naming the entry",
   CHECK(field_of(k) == "src_placements");
 }
 
-TEST_CASE("update info: num_trainer_ranks gives M; absent, the M2N mesh or rank_offset does",
+TEST_CASE("update info: num_trainer_ranks gives M - absent, the M2N mesh or rank_offset does",
           "[unit][json][sharded]") {
   auto j = sharded_update();
   CHECK(j.get<NcclUpdateInfo>().trainer_ranks(3) == 3);  // the init info's rank_offset

@@ -98,7 +98,7 @@ void expect_all_ok(ws_test::Processes& procs, std::chrono::seconds limit = 60s) 
 
 }  // namespace
 
-TEST_CASE("sharded engines: every trainer rank sends its shards; workers get the specs as JSON",
+TEST_CASE("sharded engines: every trainer rank sends its shards - workers get the specs as JSON",
           "[unit][engine][sharded]") {
   for (const int m : {2, 3})
     for (const int n : {1, 2}) {
