@@ -8,9 +8,10 @@
 //! place with no transform: q, k and v at their rows of an unsharded qkv, a same-dtype norm) or a
 //! gather that slices, permutes and casts it from the received view into its parameter. The plan
 //! plugs into the consumer: TransferOptions::destination = plan.destination_fn(), and load_weights
-//! = plan.loader(). Gathers run as plain loops on the host path. The CUDA gather kernel is not
-//! implemented: on a device stream, a chunk holding a tensor that needs a gather throws
-//! state_error (tensors with a destination still land in place on the GPU).
+//! = plan.loader(). Gathers run as plain loops on the host path; on a CUDA stream, as one batched
+//! kernel launch per chunk once <weightsync/cuda/gather.hpp> is included (it specializes
+//! GatherExecutor<cudaStream_t>); on a stream with no GatherExecutor, a chunk holding a tensor
+//! that needs a gather throws state_error.
 
 #include <algorithm>
 #include <cstddef>
@@ -71,6 +72,14 @@ struct PlanOptions {
   bool require_full_coverage = false;
 };
 
+//! Runs a batch of gathers on a device stream: `static void run(std::span<const GatherOp> ops,
+//! std::span<const void* const> srcs, Stream)` with `available = true`. Specialized for
+//! cudaStream_t by <weightsync/cuda/gather.hpp>.
+template <class Stream>
+struct GatherExecutor {
+  static constexpr bool available = false;
+};
+
 namespace detail {
 
 //! Source row of permuted row `s` for `w.view(H, D/H/2, 2, C).transpose(1, 2).reshape(D, C)`.
@@ -106,23 +115,35 @@ class LoadPlan {
     return [this](const TensorMeta& m) { return destination(m); };
   }
 
-  //! Applies the gathers of the received views. Host stream: plain loops. Other streams (CUDA):
-  //! not implemented, throws state_error if a view needs a gather.
+  //! Applies the gathers of the received views. Host stream: plain loops. A stream with a
+  //! GatherExecutor (CUDA): one batched launch for the whole call. Otherwise state_error if a view
+  //! needs a gather.
   template <class Stream>
-  void load(std::span<const TensorView> views, Stream) const {
+  void load(std::span<const TensorView> views, Stream stream) const {
+    batch_ops_.clear();
+    batch_srcs_.clear();
     for (const auto& v : views) {
       auto it = index_.find(v.name());
       if (it == index_.end() || !ops_[it->second]) continue;  // unmapped (and allowed)
       const GatherOp& op = *ops_[it->second];
       if (v.nbytes != metas_[op.tensor].nbytes())
         throw config_error("tensor '" + v.name() + "'", "received size differs from the plan");
+      if (op.rows == 0 || op.cols == 0) continue;
       if constexpr (std::is_same_v<Stream, HostStream>) {
-        if (op.rows && op.cols) detail::run_gather_host(op, static_cast<const std::byte*>(v.data));
+        detail::run_gather_host(op, static_cast<const std::byte*>(v.data));
+      } else if constexpr (GatherExecutor<Stream>::available) {
+        batch_ops_.push_back(op);
+        batch_srcs_.push_back(v.data);
       } else {
-        throw state_error("tensor '" + v.name() + "' needs a slice/permute/cast gather, which is "
-                          "implemented for the host path only (no CUDA gather kernel yet)");
+        throw state_error("tensor '" + v.name() + "' needs a slice/permute/cast gather, and this "
+                          "stream type has no GatherExecutor (include <weightsync/cuda/gather.hpp> "
+                          "for CUDA)");
       }
     }
+    if constexpr (!std::is_same_v<Stream, HostStream> && GatherExecutor<Stream>::available)
+      if (!batch_ops_.empty())
+        GatherExecutor<Stream>::run(std::span<const GatherOp>(batch_ops_),
+                                    std::span<const void* const>(batch_srcs_), stream);
   }
   //! A LoadWeightsFn over `Stream` (the plan must outlive it).
   template <class Stream = HostStream>
@@ -159,6 +180,9 @@ class LoadPlan {
   std::vector<std::optional<GatherOp>> ops_;
   std::vector<bool> mapped_;
   std::vector<std::string> uncovered_;
+  // Scratch for one load() call (reused, so a round allocates nothing once warm).
+  mutable std::vector<GatherOp> batch_ops_;
+  mutable std::vector<const void*> batch_srcs_;
 };
 
 namespace detail {
