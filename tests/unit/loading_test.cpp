@@ -264,11 +264,11 @@ void check_against_reference(const Dims& d, const HfModel& hf, const Engine& eng
 
 // What the consumer pipeline does with a plan, in process: destinations get a copy, the rest are
 // handed over as views.
-void apply_in_process(const HfModel& hf, const LoadPlan& plan) {
+void apply_in_process(const HfModel& hf, const LoadPlan& plan, bool use_destinations = true) {
   std::vector<TensorView> views;
   for (std::size_t i = 0; i < hf.metas.size(); ++i) {
     const auto nb = hf.metas[i].nbytes();
-    if (void* dst = plan.destination(hf.metas[i]))
+    if (void* dst = use_destinations ? plan.destination(hf.metas[i]) : nullptr)
       std::memcpy(dst, hf.data[i].data(), nb);
     else
       views.push_back({&hf.metas[i], const_cast<std::uint16_t*>(hf.data[i].data()), nb});
@@ -434,6 +434,9 @@ TEST_CASE("loading planner: bad maps and tables are config_errors naming the ten
   const auto plan = plan_loading(n, params, to({"n"}));
   std::uint16_t buf[8]{};
   const TensorView v{&n[0], buf, 16};
+  const TensorMeta stranger{"y", DType::bfloat16, {8}};
+  const TensorView sv{&stranger, buf, 16};
+  CHECK_THROWS_AS(plan.load(std::span<const TensorView>(&sv, 1), HostStream{}), config_error);
   struct FakeDeviceStream {};
   CHECK_THROWS_AS(plan.load(std::span<const TensorView>(&v, 1), FakeDeviceStream{}), state_error);
 }
@@ -454,6 +457,11 @@ TEST_CASE("loading: rotary permute (weight and 1-D bias), GQA replication, qkv b
       const auto plan = plan_loading(hf.metas, eng.params, qwen2_map(d.cfg, {r, tp}));
       apply_in_process(hf, plan);
       CHECK_NOTHROW(check_against_reference(d, hf, eng, r, tp));
+      // Without a destination callback, what could land in place arrives as views and is copied.
+      Engine eng2 = make_engine(d, r, tp);
+      const auto plan2 = plan_loading(hf.metas, eng2.params, qwen2_map(d.cfg, {r, tp}));
+      apply_in_process(hf, plan2, false);
+      CHECK_NOTHROW(check_against_reference(d, hf, eng2, r, tp));
       if (tp == 1 && !d.cfg.permute_qk) CHECK(plan.uncovered() == std::vector<std::string>{
                                                 "model.embed_tokens.weight[4480, 8192)", "lm_head.weight[4480, 8192)"});
     }

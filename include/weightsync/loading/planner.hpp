@@ -124,10 +124,16 @@ class LoadPlan {
     batch_srcs_.clear();
     for (const auto& v : views) {
       auto it = index_.find(v.name());
-      if (it == index_.end() || !ops_[it->second]) continue;  // unmapped (and allowed)
-      const GatherOp& op = *ops_[it->second];
-      if (v.nbytes != metas_[op.tensor].nbytes())
-        throw config_error("tensor '" + v.name() + "'", "received size differs from the plan");
+      if (it == index_.end())
+        throw config_error("tensor '" + v.name() + "'", "was not in the metas this plan was made for");
+      const std::size_t i = it->second;
+      if (v.nbytes != metas_[i].nbytes() || (v.meta && *v.meta != metas_[i]))
+        throw config_error("tensor '" + v.name() + "'", "received dtype or shape differs from the plan");
+      if (!ops_[i]) continue;                         // unmapped (and allowed)
+      if (direct_[i] && v.data == direct_[i]) continue;  // already received in place
+      // A tensor that could land in place but came as a view (no destination callback, or a GPU
+      // backend with host parameters) is copied like any gather.
+      const GatherOp& op = *ops_[i];
       if (op.rows == 0 || op.cols == 0) continue;
       if constexpr (std::is_same_v<Stream, HostStream>) {
         detail::run_gather_host(op, static_cast<const std::byte*>(v.data));
@@ -135,9 +141,9 @@ class LoadPlan {
         batch_ops_.push_back(op);
         batch_srcs_.push_back(v.data);
       } else {
-        throw state_error("tensor '" + v.name() + "' needs a slice/permute/cast gather, and this "
-                          "stream type has no GatherExecutor (include <weightsync/cuda/gather.hpp> "
-                          "for CUDA)");
+        throw state_error("tensor '" + v.name() + "' needs a copy, slice, permute or cast into its "
+                          "parameter, and this stream type has no GatherExecutor (include "
+                          "<weightsync/cuda/gather.hpp> for CUDA)");
       }
     }
     if constexpr (!std::is_same_v<Stream, HostStream> && GatherExecutor<Stream>::available)
@@ -154,7 +160,7 @@ class LoadPlan {
   //! The gather of tensor `name`, or nullptr (lands in place, or unmapped).
   const GatherOp* gather(const std::string& name) const {
     auto it = index_.find(name);
-    return it == index_.end() || !ops_[it->second] ? nullptr : &*ops_[it->second];
+    return it == index_.end() || !ops_[it->second] || direct_[it->second] ? nullptr : &*ops_[it->second];
   }
   //! Counts: tensors landing in place, tensors gathered, tensors skipped.
   std::size_t in_place_count() const noexcept { return count(0); }
@@ -169,7 +175,7 @@ class LoadPlan {
   std::size_t count(int kind) const noexcept {
     std::size_t n = 0;
     for (std::size_t i = 0; i < metas_.size(); ++i) {
-      const int k = direct_[i] || (!ops_[i] && mapped_[i]) ? 0 : ops_[i] ? 1 : 2;
+      const int k = direct_[i] ? 0 : ops_[i] ? 1 : 2;
       n += k == kind;
     }
     return n;
@@ -178,7 +184,6 @@ class LoadPlan {
   std::unordered_map<std::string, std::size_t> index_;
   std::vector<void*> direct_;
   std::vector<std::optional<GatherOp>> ops_;
-  std::vector<bool> mapped_;
   std::vector<std::string> uncovered_;
   // Scratch for one load() call (reused, so a round allocates nothing once warm).
   mutable std::vector<GatherOp> batch_ops_;
@@ -255,7 +260,6 @@ inline LoadPlan plan_loading(std::span<const TensorMeta> metas, std::span<const 
   plan.metas_.assign(metas.begin(), metas.end());
   plan.direct_.assign(metas.size(), nullptr);
   plan.ops_.resize(metas.size());
-  plan.mapped_.assign(metas.size(), false);
   // Written element ranges per parameter: (begin, end, tensor).
   std::vector<std::vector<std::tuple<std::size_t, std::size_t, std::size_t>>> written(params.size());
   for (std::size_t i = 0; i < metas.size(); ++i) {
@@ -274,13 +278,10 @@ inline LoadPlan plan_loading(std::span<const TensorMeta> metas, std::span<const 
     const ParamInfo& prm = params[it->second];
     GatherOp op = detail::resolve_placement(m, *p, prm);
     op.tensor = i;
-    plan.mapped_[i] = true;
     const std::size_t b = static_cast<std::size_t>(op.dst - static_cast<std::byte*>(prm.data)) / dtype_size(prm.dtype);
     written[it->second].emplace_back(b, b + static_cast<std::size_t>(op.rows * op.cols), i);
-    if (op.in_place(m.shape.empty() ? 1 : m.shape[0]))
-      plan.direct_[i] = op.dst;
-    else
-      plan.ops_[i] = op;
+    if (op.in_place(m.shape.empty() ? 1 : m.shape[0])) plan.direct_[i] = op.dst;
+    plan.ops_[i] = op;
   }
   for (std::size_t k = 0; k < params.size(); ++k) {
     auto& w = written[k];
