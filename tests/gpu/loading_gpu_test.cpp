@@ -35,8 +35,9 @@ struct Tensors {
     if (t == DType::float32) {
       for (std::size_t i = 0; i + 4 <= b.size(); i += 4) {
         // Wide range, subnormals and values that overflow fp16, no NaN.
-        const float f = std::ldexp(static_cast<float>(static_cast<std::int64_t>(rng() % 2000001) - 1000000) / 1e6f,
-                                   static_cast<int>(rng() % 60) - 40);
+        const float f = std::ldexp(
+            static_cast<float>(static_cast<std::int64_t>(rng() % 2000001) - 1000000) / 1e6f,
+            static_cast<int>(rng() % 60) - 40);
         std::memcpy(b.data() + i, &f, 4);
       }
     } else {
@@ -64,7 +65,8 @@ struct Params {
 };
 
 // Runs a plan both ways and compares every parameter byte for byte.
-void host_vs_device(const Tensors& t, Params& p, const LoadMap& map, std::size_t* gathers = nullptr) {
+void host_vs_device(const Tensors& t, Params& p, const LoadMap& map,
+                    std::size_t* gathers = nullptr) {
   const auto hplan = plan_loading(t.metas, p.host, map);
   const auto dplan = plan_loading(t.metas, p.dev, map);
   if (gathers) *gathers = dplan.gather_count();
@@ -73,7 +75,8 @@ void host_vs_device(const Tensors& t, Params& p, const LoadMap& map, std::size_t
   for (std::size_t i = 0; i < t.metas.size(); ++i) {
     const auto nb = t.metas[i].nbytes();
     dsrc.emplace_back(nb, 0);
-    detail::check(cudaMemcpy(dsrc.back().data(), t.host[i].data(), nb, cudaMemcpyHostToDevice), "cudaMemcpy");
+    detail::check(cudaMemcpy(dsrc.back().data(), t.host[i].data(), nb, cudaMemcpyHostToDevice),
+                  "cudaMemcpy");
     if (void* d = hplan.destination(t.metas[i]))
       std::memcpy(d, t.host[i].data(), nb);
     else
@@ -91,7 +94,8 @@ void host_vs_device(const Tensors& t, Params& p, const LoadMap& map, std::size_t
   detail::check(cudaStreamDestroy(s), "cudaStreamDestroy");
   for (std::size_t i = 0; i < p.host.size(); ++i) {
     std::vector<std::byte> got(p.hmem[i].size());
-    detail::check(cudaMemcpy(got.data(), p.dmem[i].data(), got.size(), cudaMemcpyDeviceToHost), "cudaMemcpy");
+    detail::check(cudaMemcpy(got.data(), p.dmem[i].data(), got.size(), cudaMemcpyDeviceToHost),
+                  "cudaMemcpy");
     INFO("parameter " << p.host[i].name);
     CHECK(got == p.hmem[i]);
   }
@@ -108,7 +112,8 @@ TEST_CASE("loading gpu: Qwen3-8B attention + MLP through fuse, shard, permute an
   const int rank = tp - 1;
   INFO("tp " << tp << " rank " << rank << " permute " << c.permute_qk);
   Tensors t;
-  const std::int64_t H = c.hidden, Q = c.n_heads * c.head_dim, KV = c.n_kv_heads * c.head_dim, I = c.intermediate;
+  const std::int64_t H = c.hidden, Q = c.n_heads * c.head_dim, KV = c.n_kv_heads * c.head_dim,
+                     I = c.intermediate;
   const std::string p = "model.layers.0.";
   t.add(p + "input_layernorm.weight", DType::bfloat16, {H}, 1);
   t.add(p + "self_attn.q_proj.weight", DType::bfloat16, {Q, H}, 2);

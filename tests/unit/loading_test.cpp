@@ -47,7 +47,8 @@ struct HfModel {
     data.emplace_back(metas.back().numel());
     for (auto& v : data.back()) {
       x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
-      v = static_cast<std::uint16_t>((x * 0x2545f4914f6cdd1dull) >> 48) & 0xbfff;  // exponent never all ones
+      v = static_cast<std::uint16_t>((x * 0x2545f4914f6cdd1dull) >> 48) &
+          0xbfff;  // exponent never all ones
     }
     index[metas.back().name] = i;
   }
@@ -128,7 +129,8 @@ Engine make_engine(const Dims& d, int rank, int tp) {
   Engine e;
   e.mem.reserve(1000);
   const std::int64_t H = c.hidden, hd = c.head_dim;
-  const std::int64_t q = c.n_heads / tp * hd, kv = (c.n_kv_heads >= tp ? c.n_kv_heads / tp : 1) * hd;
+  const std::int64_t q = c.n_heads / tp * hd,
+                     kv = (c.n_kv_heads >= tp ? c.n_kv_heads / tp : 1) * hd;
   const std::int64_t per = (d.vocab + 63) / 64 * 64 / tp;
   (void)rank;
   e.add("model.embed_tokens.weight", DType::bfloat16, {per, H});
@@ -143,8 +145,10 @@ Engine make_engine(const Dims& d, int rank, int tp) {
     e.add(p + "post_attention_layernorm.weight", DType::float32, {H});
     if (d.moe) {
       e.add(p + "mlp.gate.weight", DType::bfloat16, {c.n_experts, H});
-      e.add(p + "mlp.experts.w13_weight", DType::bfloat16, {c.n_experts, 2 * c.moe_intermediate / tp, H});
-      e.add(p + "mlp.experts.w2_weight", DType::bfloat16, {c.n_experts, H, c.moe_intermediate / tp});
+      e.add(p + "mlp.experts.w13_weight", DType::bfloat16,
+            {c.n_experts, 2 * c.moe_intermediate / tp, H});
+      e.add(p + "mlp.experts.w2_weight", DType::bfloat16,
+            {c.n_experts, H, c.moe_intermediate / tp});
     } else {
       e.add(p + "mlp.gate_up_proj.weight", DType::bfloat16, {2 * c.intermediate / tp, H});
       e.add(p + "mlp.down_proj.weight", DType::bfloat16, {H, c.intermediate / tp});
@@ -159,7 +163,9 @@ Engine make_engine(const Dims& d, int rank, int tp) {
 
 using Bytes = std::vector<std::byte>;
 
-void put16(Bytes& b, std::size_t i, std::uint16_t v) { std::memcpy(b.data() + 2 * i, &v, 2); }
+void put16(Bytes& b, std::size_t i, std::uint16_t v) {
+  std::memcpy(b.data() + 2 * i, &v, 2);
+}
 
 // w.view(H, R/H/2, 2, C).transpose(1, 2).reshape(R, C), spelled out as the 4-D index.
 std::vector<std::uint16_t> permute_ref(const std::vector<std::uint16_t>& w, std::int64_t heads,
@@ -180,7 +186,8 @@ void copy_rows(Bytes& out, std::int64_t at, const std::vector<std::uint16_t>& sr
                std::int64_t n, std::int64_t C) {
   for (std::int64_t r = 0; r < n; ++r)
     for (std::int64_t c = 0; c < C; ++c)
-      put16(out, static_cast<std::size_t>((at + r) * C + c), src[static_cast<std::size_t>((r0 + r) * C + c)]);
+      put16(out, static_cast<std::size_t>((at + r) * C + c),
+            src[static_cast<std::size_t>((r0 + r) * C + c)]);
 }
 
 // Columns [c0, c0 + n) of a [R, C] tensor into out [R, n] at element offset `base`.
@@ -188,7 +195,8 @@ void copy_cols(Bytes& out, std::size_t base, const std::vector<std::uint16_t>& s
                std::int64_t C, std::int64_t c0, std::int64_t n) {
   for (std::int64_t r = 0; r < R; ++r)
     for (std::int64_t c = 0; c < n; ++c)
-      put16(out, base + static_cast<std::size_t>(r * n + c), src[static_cast<std::size_t>(r * C + c0 + c)]);
+      put16(out, base + static_cast<std::size_t>(r * n + c),
+            src[static_cast<std::size_t>(r * C + c0 + c)]);
 }
 
 Bytes norm_ref(const std::vector<std::uint16_t>& src) {
@@ -200,19 +208,21 @@ Bytes norm_ref(const std::vector<std::uint16_t>& src) {
   return out;
 }
 
-std::map<std::string, Bytes> reference(const Dims& d, const HfModel& hf, const Engine& eng, int rank, int tp) {
+std::map<std::string, Bytes> reference(const Dims& d, const HfModel& hf, const Engine& eng,
+                                       int rank, int tp) {
   const auto& c = d.cfg;
   const std::int64_t H = c.hidden, hd = c.head_dim;
   std::map<std::string, Bytes> want;
-  for (std::size_t i = 0; i < eng.params.size(); ++i) want[eng.params[i].name] = Bytes(eng.mem[i].size(), std::byte{0xCD});
+  for (std::size_t i = 0; i < eng.params.size(); ++i)
+    want[eng.params[i].name] = Bytes(eng.mem[i].size(), std::byte{0xCD});
   const std::int64_t per = (d.vocab + 63) / 64 * 64 / tp;
   for (const char* n : {"model.embed_tokens.weight", "lm_head.weight"}) {
     const std::int64_t lo = rank * per, hi = std::min<std::int64_t>(d.vocab, lo + per);
     if (hi > lo) copy_rows(want[n], 0, hf.at(n), lo, hi - lo, H);
   }
   want["model.norm.weight"] = norm_ref(hf.at("model.norm.weight"));
-  const std::int64_t nq = c.n_heads / tp;                                  // q heads per rank
-  const std::int64_t nkv = c.n_kv_heads >= tp ? c.n_kv_heads / tp : 1;      // kv heads per rank
+  const std::int64_t nq = c.n_heads / tp;                               // q heads per rank
+  const std::int64_t nkv = c.n_kv_heads >= tp ? c.n_kv_heads / tp : 1;  // kv heads per rank
   const std::int64_t kv_head0 = c.n_kv_heads >= tp ? rank * nkv : rank * c.n_kv_heads / tp;
   for (int l = 0; l < d.layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
@@ -233,33 +243,41 @@ std::map<std::string, Bytes> reference(const Dims& d, const HfModel& hf, const E
       copy_rows(o, (nq + nkv) * hd, hf.at(p + "self_attn.v_proj." + w), kv_head0 * hd, nkv * hd, C);
     }
     const std::int64_t Q = c.n_heads * hd;
-    copy_cols(want[p + "self_attn.o_proj.weight"], 0, hf.at(p + "self_attn.o_proj.weight"), H, Q, rank * Q / tp, Q / tp);
+    copy_cols(want[p + "self_attn.o_proj.weight"], 0, hf.at(p + "self_attn.o_proj.weight"), H, Q,
+              rank * Q / tp, Q / tp);
     if (d.moe) {
       const std::int64_t I = c.moe_intermediate, Il = I / tp;
       copy_rows(want[p + "mlp.gate.weight"], 0, hf.at(p + "mlp.gate.weight"), 0, c.n_experts, H);
       for (std::int64_t e = 0; e < c.n_experts; ++e) {
         const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
-        copy_rows(want[p + "mlp.experts.w13_weight"], e * 2 * Il, hf.at(x + "gate_proj.weight"), rank * Il, Il, H);
-        copy_rows(want[p + "mlp.experts.w13_weight"], e * 2 * Il + Il, hf.at(x + "up_proj.weight"), rank * Il, Il, H);
-        copy_cols(want[p + "mlp.experts.w2_weight"], static_cast<std::size_t>(e * H * Il), hf.at(x + "down_proj.weight"),
-                  H, I, rank * Il, Il);
+        copy_rows(want[p + "mlp.experts.w13_weight"], e * 2 * Il, hf.at(x + "gate_proj.weight"),
+                  rank * Il, Il, H);
+        copy_rows(want[p + "mlp.experts.w13_weight"], e * 2 * Il + Il, hf.at(x + "up_proj.weight"),
+                  rank * Il, Il, H);
+        copy_cols(want[p + "mlp.experts.w2_weight"], static_cast<std::size_t>(e * H * Il),
+                  hf.at(x + "down_proj.weight"), H, I, rank * Il, Il);
       }
     } else {
       const std::int64_t I = c.intermediate, Il = I / tp;
-      copy_rows(want[p + "mlp.gate_up_proj.weight"], 0, hf.at(p + "mlp.gate_proj.weight"), rank * Il, Il, H);
-      copy_rows(want[p + "mlp.gate_up_proj.weight"], Il, hf.at(p + "mlp.up_proj.weight"), rank * Il, Il, H);
-      copy_cols(want[p + "mlp.down_proj.weight"], 0, hf.at(p + "mlp.down_proj.weight"), H, I, rank * Il, Il);
+      copy_rows(want[p + "mlp.gate_up_proj.weight"], 0, hf.at(p + "mlp.gate_proj.weight"),
+                rank * Il, Il, H);
+      copy_rows(want[p + "mlp.gate_up_proj.weight"], Il, hf.at(p + "mlp.up_proj.weight"), rank * Il,
+                Il, H);
+      copy_cols(want[p + "mlp.down_proj.weight"], 0, hf.at(p + "mlp.down_proj.weight"), H, I,
+                rank * Il, Il);
     }
   }
   return want;
 }
 
-void check_against_reference(const Dims& d, const HfModel& hf, const Engine& eng, int rank, int tp) {
+void check_against_reference(const Dims& d, const HfModel& hf, const Engine& eng, int rank,
+                             int tp) {
   const auto want = reference(d, hf, eng, rank, tp);
   for (std::size_t i = 0; i < eng.params.size(); ++i)
     if (eng.mem[i] != want.at(eng.params[i].name))
-      throw std::runtime_error("tp rank " + std::to_string(rank) + "/" + std::to_string(tp) + ": parameter '" +
-                               eng.params[i].name + "' differs from the reference");
+      throw std::runtime_error("tp rank " + std::to_string(rank) + "/" + std::to_string(tp) +
+                               ": parameter '" + eng.params[i].name +
+                               "' differs from the reference");
 }
 
 // What the consumer pipeline does with a plan, in process: destinations get a copy, the rest are
@@ -315,13 +333,15 @@ void run_processes(const Dims& d, int tp, bool packed) {
       }
       const int r = rank - 1;
       Engine eng = make_engine(d, r, tp);
-      const auto plan = plan_loading(hf.metas, eng.params, d.moe ? qwen3_moe_map(d.cfg, {r, tp}) : qwen3_map(d.cfg, {r, tp}));
+      const auto plan = plan_loading(
+          hf.metas, eng.params, d.moe ? qwen3_moe_map(d.cfg, {r, tp}) : qwen3_map(d.cfg, {r, tp}));
       // At TP = 1 every bf16 tensor lands in place (q, k, v at their rows of qkv; gate, up of
       // gate_up; experts in w13/w2); only the fp32 norms are gathered (cast).
       const std::size_t norms = static_cast<std::size_t>(4 * d.layers + 1);
-      if (tp == 1 && (plan.in_place_count() != hf.metas.size() - norms || plan.gather_count() != norms))
-        throw std::runtime_error("TP=1 plan: " + std::to_string(plan.in_place_count()) + " in place, " +
-                                 std::to_string(plan.gather_count()) + " gathered");
+      if (tp == 1 &&
+          (plan.in_place_count() != hf.metas.size() - norms || plan.gather_count() != norms))
+        throw std::runtime_error("TP=1 plan: " + std::to_string(plan.in_place_count()) +
+                                 " in place, " + std::to_string(plan.gather_count()) + " gathered");
       opt.destination = plan.destination_fn();
       (void)packed_broadcast_consumer(hf.metas, comm, 0, plan.loader(), opt);
       check_against_reference(d, hf, eng, r, tp);
@@ -334,8 +354,9 @@ void run_processes(const Dims& d, int tp, bool packed) {
 
 }  // namespace
 
-TEST_CASE("loading cast: bf16 and fp16 round trip every value; fp32 -> fp16/bf16 round to nearest even",
-          "[unit][loading]") {
+TEST_CASE(
+    "loading cast: bf16 and fp16 round trip every value; fp32 -> fp16/bf16 round to nearest even",
+    "[unit][loading]") {
   for (std::uint32_t h = 0; h < 65536; ++h) {
     const auto b = static_cast<std::uint16_t>(h);
     const float fb = bf16_to_float(b), fh = fp16_to_float(b);
@@ -347,13 +368,14 @@ TEST_CASE("loading cast: bf16 and fp16 round trip every value; fp32 -> fp16/bf16
     if (std::isnan(fh)) {
       CHECK(std::isnan(fp16_to_float(float_to_fp16(fh))));
     } else if (float_to_fp16(fh) != b) {
-      FAIL_CHECK("fp16 " << h << " does not round trip (" << fh << " -> " << float_to_fp16(fh) << ")");
+      FAIL_CHECK("fp16 " << h << " does not round trip (" << fh << " -> " << float_to_fp16(fh)
+                         << ")");
     }
   }
   CHECK(fp16_to_float(0x3c00) == 1.0f);
   CHECK(fp16_to_float(0x0001) == std::ldexp(1.0f, -24));
   CHECK(fp16_to_float(0x7bff) == 65504.0f);
-  CHECK(float_to_fp16(65520.0f) == 0x7c00);   // rounds to infinity
+  CHECK(float_to_fp16(65520.0f) == 0x7c00);  // rounds to infinity
   CHECK(float_to_fp16(65519.0f) == 0x7bff);
   CHECK(float_to_fp16(std::ldexp(1.0f, -25)) == 0x0000);  // tie to even: zero
   CHECK(float_to_fp16(std::ldexp(1.5f, -25)) == 0x0001);
@@ -372,7 +394,8 @@ TEST_CASE("loading cast: bf16 and fp16 round trip every value; fp32 -> fp16/bf16
     const _Float16 r = static_cast<_Float16>(f);
     std::uint16_t want;
     std::memcpy(&want, &r, 2);
-    if (float_to_fp16(f) != want) FAIL_CHECK("fp32 bits " << u << ": got " << float_to_fp16(f) << " want " << want);
+    if (float_to_fp16(f) != want)
+      FAIL_CHECK("fp32 bits " << u << ": got " << float_to_fp16(f) << " want " << want);
   }
 #endif
 }
@@ -390,7 +413,9 @@ TEST_CASE("loading: name patterns and rename maps", "[unit][loading]") {
   CHECK_THROWS_AS(NamePattern("a.{}"), config_error);
 
   RenameMap m({1, 2});
-  m.add("h.{i}.attn.c_attn.weight", "model.layers.{i}.qkv", 0).add("wte", "embed", -1).add("h.{i}.proj", "o.{i}", 1);
+  m.add("h.{i}.attn.c_attn.weight", "model.layers.{i}.qkv", 0)
+      .add("wte", "embed", -1)
+      .add("h.{i}.proj", "o.{i}", 1);
   const auto a = m({"h.3.attn.c_attn.weight", DType::bfloat16, {8, 4}});
   REQUIRE(a);
   CHECK(*a == Placement{"model.layers.3.qkv", -1, 0, 0, 4, 4, 0});
@@ -400,12 +425,15 @@ TEST_CASE("loading: name patterns and rename maps", "[unit][loading]") {
   CHECK_THROWS_AS(m({"h.0.proj", DType::bfloat16, {4, 5}}), config_error);  // 5 columns over TP 2
 }
 
-TEST_CASE("loading planner: bad maps and tables are config_errors naming the tensor", "[unit][loading]") {
+TEST_CASE("loading planner: bad maps and tables are config_errors naming the tensor",
+          "[unit][loading]") {
   std::vector<std::byte> mem(64 * 4);
-  std::vector<ParamInfo> params{{"w", mem.data(), DType::bfloat16, {4, 8}}, {"n", mem.data() + 64, DType::float32, {8}},
+  std::vector<ParamInfo> params{{"w", mem.data(), DType::bfloat16, {4, 8}},
+                                {"n", mem.data() + 64, DType::float32, {8}},
                                 {"i", mem.data() + 128, DType::int32, {8}}};
   const std::vector<TensorMeta> one{{"a", DType::bfloat16, {4, 8}}};
-  const auto err = [&](std::vector<TensorMeta> metas, LoadMap map, const PlanOptions& opt = {}) -> std::string {
+  const auto err = [&](std::vector<TensorMeta> metas, LoadMap map,
+                       const PlanOptions& opt = {}) -> std::string {
     try {
       (void)plan_loading(metas, params, map, opt);
     } catch (const config_error& e) {
@@ -413,22 +441,32 @@ TEST_CASE("loading planner: bad maps and tables are config_errors naming the ten
     }
     return "no error";
   };
-  const auto to = [](Placement p) { return LoadMap([p](const TensorMeta&) { return std::optional<Placement>(p); }); };
+  const auto to = [](Placement p) {
+    return LoadMap([p](const TensorMeta&) { return std::optional<Placement>(p); });
+  };
   CHECK(has(err(one, to({"nope"})), {"'a'", "unknown parameter 'nope'"}));
-  CHECK(has(err(one, [](const TensorMeta&) { return std::optional<Placement>(); }), {"'a'", "does not place it"}));
-  CHECK(err(one, [](const TensorMeta&) { return std::optional<Placement>(); }, {.ignore_unmapped = true}) == "no error");
+  CHECK(has(err(one, [](const TensorMeta&) { return std::optional<Placement>(); }),
+            {"'a'", "does not place it"}));
+  CHECK(err(one, [](const TensorMeta&) { return std::optional<Placement>(); },
+            {.ignore_unmapped = true}) == "no error");
   CHECK(has(err({{"a", DType::bfloat16, {4, 7}}}, to({"w"})), {"rows hold 7"}));
   CHECK(has(err({{"a", DType::bfloat16, {5, 8}}}, to({"w"})), {"do not fit"}));
   CHECK(has(err({{"a", DType::bfloat16, {2, 8}}}, to({"w", -1, 3})), {"do not fit"}));
   CHECK(has(err({{"a", DType::bfloat16, {8}}}, to({"i"})), {"cannot cast bfloat16 to int32"}));
   CHECK(has(err({{"a", DType::bfloat16, {6, 8}}}, to({"w", -1, 0, 0, 5, 4})), {"outside dim 0"}));
-  CHECK(has(err({{"a", DType::bfloat16, {6, 8}}}, to({"w", -1, 0, 0, 0, 4, 2})), {"rotary permute"}));
+  CHECK(
+      has(err({{"a", DType::bfloat16, {6, 8}}}, to({"w", -1, 0, 0, 0, 4, 2})), {"rotary permute"}));
   CHECK(has(err({{"a", DType::bfloat16, {4, 8}}}, to({"w", 4})), {"expert 4"}));
   // Two tensors writing the same rows; a region nobody writes.
-  const LoadMap half = [](const TensorMeta& m) { return std::optional<Placement>(Placement{"w", -1, m.name == "a" ? 0 : 1}); };
-  CHECK(has(err({{"a", DType::bfloat16, {2, 8}}, {"b", DType::bfloat16, {2, 8}}}, half), {"'b'", "overlaps"}));
-  CHECK(has(err({{"a", DType::bfloat16, {2, 8}}}, half, {.require_full_coverage = true}), {"w[16, 32)"}));
-  CHECK(has(err({{"a", DType::bfloat16, {2, 8}}, {"a", DType::bfloat16, {2, 8}}}, half), {"twice"}));
+  const LoadMap half = [](const TensorMeta& m) {
+    return std::optional<Placement>(Placement{"w", -1, m.name == "a" ? 0 : 1});
+  };
+  CHECK(has(err({{"a", DType::bfloat16, {2, 8}}, {"b", DType::bfloat16, {2, 8}}}, half),
+            {"'b'", "overlaps"}));
+  CHECK(has(err({{"a", DType::bfloat16, {2, 8}}}, half, {.require_full_coverage = true}),
+            {"w[16, 32)"}));
+  CHECK(
+      has(err({{"a", DType::bfloat16, {2, 8}}, {"a", DType::bfloat16, {2, 8}}}, half), {"twice"}));
   // A device stream cannot run a gather (no CUDA kernel yet): a clear error, not a silent skip.
   const std::vector<TensorMeta> n{{"x", DType::bfloat16, {8}}};
   const auto plan = plan_loading(n, params, to({"n"}));
@@ -462,8 +500,9 @@ TEST_CASE("loading: rotary permute (weight and 1-D bias), GQA replication, qkv b
       const auto plan2 = plan_loading(hf.metas, eng2.params, qwen2_map(d.cfg, {r, tp}));
       apply_in_process(hf, plan2, false);
       CHECK_NOTHROW(check_against_reference(d, hf, eng2, r, tp));
-      if (tp == 1 && !d.cfg.permute_qk) CHECK(plan.uncovered() == std::vector<std::string>{
-                                                "model.embed_tokens.weight[4480, 8192)", "lm_head.weight[4480, 8192)"});
+      if (tp == 1 && !d.cfg.permute_qk)
+        CHECK(plan.uncovered() == std::vector<std::string>{"model.embed_tokens.weight[4480, 8192)",
+                                                           "lm_head.weight[4480, 8192)"});
     }
   }
   CHECK_THROWS_AS(qwen2_map(d.cfg, {0, 3}), config_error);
@@ -487,7 +526,8 @@ TEST_CASE("loading: a param_mappings file renames, shards and permutes", "[unit]
   CHECK(*q == Placement{"model.layers.0.self_attn.q.weight", -1, 0, 0, 16, 16, 8});
   CHECK(*map({"layers.0.attention.wo.weight", DType::bfloat16, {8, 32}}) ==
         Placement{"model.layers.0.self_attn.o_proj.weight", -1, 0, 1, 16, 16, 0});
-  CHECK(*map({"norm.weight", DType::bfloat16, {8}}) == Placement{"model.norm.weight", -1, 0, 0, 4, 4, 0});
+  CHECK(*map({"norm.weight", DType::bfloat16, {8}}) ==
+        Placement{"model.norm.weight", -1, 0, 0, 4, 4, 0});
   CHECK_FALSE(map({"unknown", DType::bfloat16, {8}}));
   try {
     (void)map({"layers.0.attention.wq.weight", DType::bfloat16, {30, 8}});
@@ -495,16 +535,20 @@ TEST_CASE("loading: a param_mappings file renames, shards and permutes", "[unit]
   } catch (const config_error& e) {
     CHECK(has(e.what(), {"local_shape"}));
   }
-  CHECK_THROWS_AS(parse_param_mappings(nlohmann::json::parse(R"({"param_mappings": {"a": {"local_shape": [1]}}})")),
+  CHECK_THROWS_AS(parse_param_mappings(
+                      nlohmann::json::parse(R"({"param_mappings": {"a": {"local_shape": [1]}}})")),
                   config_error);
-  CHECK_THROWS_AS(parse_param_mappings(nlohmann::json::parse(R"({"param_mappings": {}, "extra": 1})")), config_error);
+  CHECK_THROWS_AS(
+      parse_param_mappings(nlohmann::json::parse(R"({"param_mappings": {}, "extra": 1})")),
+      config_error);
   CHECK_THROWS_AS(param_mappings_map(pm, {0, 1}), config_error);  // needs_permute without head_dim
 
   // End to end at TP 2 rank 1: the permuted q rows [16, 32), through the planner.
   std::vector<std::uint16_t> wq(32 * 8), out(16 * 8, 0);
   for (std::size_t i = 0; i < wq.size(); ++i) wq[i] = static_cast<std::uint16_t>(i);
   const std::vector<TensorMeta> metas{{"layers.0.attention.wq.weight", DType::bfloat16, {32, 8}}};
-  const std::vector<ParamInfo> params{{"model.layers.0.self_attn.q.weight", out.data(), DType::bfloat16, {16, 8}}};
+  const std::vector<ParamInfo> params{
+      {"model.layers.0.self_attn.q.weight", out.data(), DType::bfloat16, {16, 8}}};
   const auto plan = plan_loading(metas, params, map);
   const TensorView v{&metas[0], wq.data(), wq.size() * 2};
   plan.load(std::span<const TensorView>(&v, 1), HostStream{});

@@ -24,10 +24,12 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::vector<std::byte> file_bytes(const std::string& json, std::size_t data_bytes, std::uint8_t fill = 0) {
+std::vector<std::byte> file_bytes(const std::string& json, std::size_t data_bytes,
+                                  std::uint8_t fill = 0) {
   std::vector<std::byte> f(8 + json.size() + data_bytes, std::byte{fill});
   const std::uint64_t n = json.size();
-  for (int i = 0; i < 8; ++i) f[static_cast<std::size_t>(i)] = std::byte(static_cast<std::uint8_t>(n >> (8 * i)));
+  for (int i = 0; i < 8; ++i)
+    f[static_cast<std::size_t>(i)] = std::byte(static_cast<std::uint8_t>(n >> (8 * i)));
   std::memcpy(f.data() + 8, json.data(), json.size());
   return f;
 }
@@ -80,14 +82,15 @@ std::string finish_error(SafetensorsWriter& w) {
 }  // namespace
 
 // The message of a config_error contains every one of the given parts.
-#define CHECK_ERR(expr, ...)                       \
-  do {                                             \
-    const std::string ws_msg_ = (expr);            \
-    INFO(ws_msg_);                                 \
-    CHECK(contains_all(ws_msg_, {__VA_ARGS__}));   \
+#define CHECK_ERR(expr, ...)                     \
+  do {                                           \
+    const std::string ws_msg_ = (expr);          \
+    INFO(ws_msg_);                               \
+    CHECK(contains_all(ws_msg_, {__VA_ARGS__})); \
   } while (0)
 
-TEST_CASE("safetensors: the writer produces the reference layout byte for byte", "[unit][safetensors]") {
+TEST_CASE("safetensors: the writer produces the reference layout byte for byte",
+          "[unit][safetensors]") {
   // What safetensors' serialize() writes for {"attn.0": float32 (1, 1, 2, 3) = 0..5}: the length
   // prefix, the compact JSON with keys dtype, shape, data_offsets, spaces up to a multiple of 8.
   const std::string json = R"({"attn.0":{"dtype":"F32","shape":[1,1,2,3],"data_offsets":[0,24]}})";
@@ -132,13 +135,15 @@ TEST_CASE("safetensors: round trip of every dtype, scalars, empty tensors and me
   write_safetensors(path, src, {{"format", "pt"}, {"step", "12"}});
   auto f = SafetensorsFile::open(path);
   CHECK(f.metas() == metas);  // the writer lays tensors out in the given order
-  CHECK(f.header().metadata == std::vector<std::pair<std::string, std::string>>{{"format", "pt"}, {"step", "12"}});
+  CHECK(f.header().metadata ==
+        std::vector<std::pair<std::string, std::string>>{{"format", "pt"}, {"step", "12"}});
   CHECK(f.header().data_offset % 8 == 0);
   const auto items = f.tensors();
   REQUIRE(items.size() == metas.size());
   for (std::size_t i = 0; i < metas.size(); ++i) {
     CHECK(items[i].meta() == metas[i]);
-    CHECK((metas[i].nbytes() == 0 || std::memcmp(items[i].data(), data[i].data(), metas[i].nbytes()) == 0));
+    CHECK((metas[i].nbytes() == 0 ||
+           std::memcmp(items[i].data(), data[i].data(), metas[i].nbytes()) == 0));
   }
   // A file read back and written again is the same file.
   const auto path2 = temp_path("rt2");
@@ -148,7 +153,8 @@ TEST_CASE("safetensors: round trip of every dtype, scalars, empty tensors and me
   ::unlink(path2.c_str());
 }
 
-TEST_CASE("safetensors: a file in another writer's order is read in data order", "[unit][safetensors]") {
+TEST_CASE("safetensors: a file in another writer's order is read in data order",
+          "[unit][safetensors]") {
   // Header order differs from data order (the reference writer sorts by alignment, then name).
   const std::string json =
       R"({"__metadata__":{"format":"pt"},"b":{"dtype":"BF16","shape":[2],"data_offsets":[8,12]},)"
@@ -161,7 +167,8 @@ TEST_CASE("safetensors: a file in another writer's order is read in data order",
   CHECK(h.data_bytes == 12);
   CHECK(parse_safetensors_header(file_bytes("{}", 0)).tensors.empty());
   // Trailing spaces (the writers' padding) are part of the header.
-  CHECK(parse_safetensors_header(file_bytes(R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}}   )", 2))
+  CHECK(parse_safetensors_header(
+            file_bytes(R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}}   )", 2))
             .tensors.size() == 1);
 }
 
@@ -188,39 +195,65 @@ TEST_CASE("safetensors: every malformed header is a config_error naming the tens
   CHECK_ERR(error_of(ok(R"("shape":[1],"data_offsets":[0,1])"), 1), "'w' dtype", "missing");
   CHECK_ERR(error_of(ok(R"("dtype":"U8","data_offsets":[0,1])"), 1), "'w' shape", "missing");
   CHECK_ERR(error_of(ok(R"("dtype":"U8","shape":[1])"), 1), "'w' data_offsets", "missing");
-  CHECK_ERR(error_of(ok(R"("dtype":"U8","shape":[1],"data_offsets":[0,1],"x":1)"), 1), "'w' x", "unknown key");
+  CHECK_ERR(error_of(ok(R"("dtype":"U8","shape":[1],"data_offsets":[0,1],"x":1)"), 1), "'w' x",
+            "unknown key");
   // dtype.
-  CHECK_ERR(error_of(ok(R"("dtype":3,"shape":[1],"data_offsets":[0,1])"), 1), "'w' dtype", "string");
-  CHECK_ERR(error_of(ok(R"("dtype":"U16","shape":[1],"data_offsets":[0,2])"), 2), "'w' dtype", "'U16'");
+  CHECK_ERR(error_of(ok(R"("dtype":3,"shape":[1],"data_offsets":[0,1])"), 1), "'w' dtype",
+            "string");
+  CHECK_ERR(error_of(ok(R"("dtype":"U16","shape":[1],"data_offsets":[0,2])"), 2), "'w' dtype",
+            "'U16'");
   CHECK_ERR(error_of(ok(R"("dtype":"bf16","shape":[1],"data_offsets":[0,2])"), 2), "'w' dtype");
   // shape.
-  CHECK_ERR(error_of(ok(R"("dtype":"U8","shape":1,"data_offsets":[0,1])"), 1), "'w' shape", "array");
-  CHECK_ERR(error_of(ok(R"("dtype":"U8","shape":[-1],"data_offsets":[0,1])"), 1), "'w' shape[0]", ">= 0");
-  CHECK_ERR(error_of(ok(R"("dtype":"U8","shape":[1,1.5],"data_offsets":[0,1])"), 1), "'w' shape[1]");
-  CHECK_ERR(error_of(ok(R"("dtype":"U8","shape":[18446744073709551615],"data_offsets":[0,1])"), 1), "'w' shape[0]", "out of range");
-  CHECK_ERR(error_of(ok(R"("dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,1])"), 1), "'w' shape", "overflows");
-  CHECK_ERR(error_of(ok(R"("dtype":"F32","shape":[4611686018427387904],"data_offsets":[0,1])"), 1), "'w' shape", "overflows");
+  CHECK_ERR(error_of(ok(R"("dtype":"U8","shape":1,"data_offsets":[0,1])"), 1), "'w' shape",
+            "array");
+  CHECK_ERR(error_of(ok(R"("dtype":"U8","shape":[-1],"data_offsets":[0,1])"), 1), "'w' shape[0]",
+            ">= 0");
+  CHECK_ERR(error_of(ok(R"("dtype":"U8","shape":[1,1.5],"data_offsets":[0,1])"), 1),
+            "'w' shape[1]");
+  CHECK_ERR(error_of(ok(R"("dtype":"U8","shape":[18446744073709551615],"data_offsets":[0,1])"), 1),
+            "'w' shape[0]", "out of range");
+  CHECK_ERR(
+      error_of(ok(R"("dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,1])"), 1),
+      "'w' shape", "overflows");
+  CHECK_ERR(error_of(ok(R"("dtype":"F32","shape":[4611686018427387904],"data_offsets":[0,1])"), 1),
+            "'w' shape", "overflows");
   // data_offsets.
   CHECK_ERR(error_of(ok(R"("dtype":"U8","shape":[1],"data_offsets":[0])"), 1), "'w' data_offsets");
-  CHECK_ERR(error_of(ok(R"("dtype":"U8","shape":[1],"data_offsets":{"a":0})"), 1), "'w' data_offsets");
-  CHECK_ERR(error_of(ok(R"("dtype":"U8","shape":[1],"data_offsets":[-1,0])"), 1), "'w' data_offsets[0]");
-  CHECK_ERR(error_of(ok(R"("dtype":"U8","shape":[1],"data_offsets":[0,"1"])"), 1), "'w' data_offsets[1]");
-  CHECK_ERR(error_of(ok(R"("dtype":"U8","shape":[0],"data_offsets":[1,0])"), 1), "'w' data_offsets", "after end");
-  CHECK_ERR(error_of(ok(R"("dtype":"F32","shape":[2],"data_offsets":[0,4])"), 4), "'w' data_offsets", "needs 8");
-  CHECK_ERR(error_of(ok(R"("dtype":"U8","shape":[4],"data_offsets":[0,4])"), 3), "'w' data_offsets", "past the data buffer");
-  CHECK_ERR(error_of(ok(R"("dtype":"U8","shape":[1],"data_offsets":[18446744073709551614,18446744073709551615])"), 1), "'w' data_offsets");
+  CHECK_ERR(error_of(ok(R"("dtype":"U8","shape":[1],"data_offsets":{"a":0})"), 1),
+            "'w' data_offsets");
+  CHECK_ERR(error_of(ok(R"("dtype":"U8","shape":[1],"data_offsets":[-1,0])"), 1),
+            "'w' data_offsets[0]");
+  CHECK_ERR(error_of(ok(R"("dtype":"U8","shape":[1],"data_offsets":[0,"1"])"), 1),
+            "'w' data_offsets[1]");
+  CHECK_ERR(error_of(ok(R"("dtype":"U8","shape":[0],"data_offsets":[1,0])"), 1), "'w' data_offsets",
+            "after end");
+  CHECK_ERR(error_of(ok(R"("dtype":"F32","shape":[2],"data_offsets":[0,4])"), 4),
+            "'w' data_offsets", "needs 8");
+  CHECK_ERR(error_of(ok(R"("dtype":"U8","shape":[4],"data_offsets":[0,4])"), 3), "'w' data_offsets",
+            "past the data buffer");
+  CHECK_ERR(
+      error_of(
+          ok(R"("dtype":"U8","shape":[1],"data_offsets":[18446744073709551614,18446744073709551615])"),
+          1),
+      "'w' data_offsets");
   // Tiling of the data buffer.
-  const std::string two = R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"b":{"dtype":"U8","shape":[4],"data_offsets":[)";
+  const std::string two =
+      R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"b":{"dtype":"U8","shape":[4],"data_offsets":[)";
   CHECK_ERR(error_of(two + "2,6]}}", 6), "'b' data_offsets", "overlaps tensor 'a'");
   CHECK_ERR(error_of(two + "5,9]}}", 9), "'b' data_offsets", "hole");
   CHECK_ERR(error_of(two + "4,8]}}", 9), "safetensors data", "trailing");
-  CHECK_ERR(error_of(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"a":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})", 2), "'a'", "twice");
+  CHECK_ERR(
+      error_of(
+          R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"a":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})",
+          2),
+      "'a'", "twice");
   // __metadata__.
   CHECK_ERR(error_of(R"({"__metadata__":[1]})", 0), "__metadata__");
   CHECK_ERR(error_of(R"({"__metadata__":{"k":1}})", 0), "__metadata__.k", "string");
 }
 
-TEST_CASE("safetensors: every truncation and random corruption of a file is handled", "[unit][safetensors]") {
+TEST_CASE("safetensors: every truncation and random corruption of a file is handled",
+          "[unit][safetensors]") {
   const std::string json =
       R"({"__metadata__":{"format":"pt"},"a":{"dtype":"BF16","shape":[2,3],"data_offsets":[0,12]},)"
       R"("b":{"dtype":"F32","shape":[],"data_offsets":[12,16]}})";
@@ -228,14 +261,16 @@ TEST_CASE("safetensors: every truncation and random corruption of a file is hand
   REQUIRE(parse_safetensors_header(good).tensors.size() == 2);
   for (std::size_t n = 0; n < good.size(); ++n) {
     INFO("truncated to " << n << " bytes");
-    (void)error_of(std::vector<std::byte>(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(n)));
+    (void)error_of(
+        std::vector<std::byte>(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(n)));
   }
   std::mt19937 rng(42);
   int parsed = 0, rejected = 0;
   for (int it = 0; it < 20000; ++it) {
     auto f = good;
     const int flips = 1 + static_cast<int>(rng() % 4);
-    for (int k = 0; k < flips; ++k) f[rng() % (8 + json.size())] = std::byte(static_cast<std::uint8_t>(rng()));
+    for (int k = 0; k < flips; ++k)
+      f[rng() % (8 + json.size())] = std::byte(static_cast<std::uint8_t>(rng()));
     try {
       const auto h = parse_safetensors_header(f);
       for (const auto& e : h.tensors) REQUIRE(h.data_offset + e.end <= f.size());
@@ -251,9 +286,7 @@ TEST_CASE("safetensors: every truncation and random corruption of a file is hand
 TEST_CASE("safetensors: open errors", "[unit][safetensors]") {
   CHECK_THROWS_AS(SafetensorsFile::open("/nonexistent/x.safetensors"), system_error);
   const auto path = temp_path("bad");
-  {
-    std::ofstream(path, std::ios::binary) << "abc";
-  }
+  { std::ofstream(path, std::ios::binary) << "abc"; }
   CHECK_THROWS_AS(SafetensorsFile::open(path), config_error);
   ::unlink(path.c_str());
 }
@@ -262,7 +295,8 @@ TEST_CASE("safetensors: a consumer dumps what it receives, a producer sends a fi
           "[unit][safetensors][pipeline]") {
   std::vector<TensorMeta> metas;
   for (int i = 0; i < 12; ++i)
-    metas.push_back({"layer." + std::to_string(i), i % 2 ? DType::bfloat16 : DType::float32,
+    metas.push_back({"layer." + std::to_string(i),
+                     i % 2 ? DType::bfloat16 : DType::float32,
                      {static_cast<std::int64_t>(100 + 37 * i), 3}});
   metas.push_back({"empty", DType::float16, {0}});
   std::vector<std::vector<std::byte>> data;
@@ -307,7 +341,8 @@ TEST_CASE("safetensors: a consumer dumps what it receives, a producer sends a fi
   ::unlink(out.c_str());
 }
 
-TEST_CASE("safetensors writer: undeclared, duplicate, mismatched and missing tensors", "[unit][safetensors]") {
+TEST_CASE("safetensors writer: undeclared, duplicate, mismatched and missing tensors",
+          "[unit][safetensors]") {
   const auto path = temp_path("w");
   const std::vector<TensorMeta> metas{{"a", DType::uint8, {2}}, {"b", DType::uint8, {3}}};
   SafetensorsWriter w(path, metas);
@@ -319,6 +354,7 @@ TEST_CASE("safetensors writer: undeclared, duplicate, mismatched and missing ten
   w(std::span<const TensorView>(&va, 1));
   CHECK_THROWS_AS(w(std::span<const TensorView>(&va, 1)), config_error);
   CHECK_ERR(finish_error(w), "'b'", "never written");
-  CHECK_THROWS_AS(SafetensorsWriter(path, {{"x", DType::uint8, {1}}, {"x", DType::uint8, {1}}}), config_error);
+  CHECK_THROWS_AS(SafetensorsWriter(path, {{"x", DType::uint8, {1}}, {"x", DType::uint8, {1}}}),
+                  config_error);
   ::unlink(path.c_str());
 }

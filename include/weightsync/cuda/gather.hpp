@@ -55,8 +55,10 @@ inline unsigned gather_type_code(DType d, DType other) {
   if (d == DType::bfloat16) return 2;
   if (d == other && dtype_size(d) == 4) return 0;
   if (d == other && dtype_size(d) == 2) return 2;
-  throw config_error("dtype", "the CUDA gather handles float32/float16/bfloat16 casts and 2- or "
-                              "4-byte copies, not " + std::string(dtype_name(d)));
+  throw config_error("dtype",
+                     "the CUDA gather handles float32/float16/bfloat16 casts and 2- or "
+                     "4-byte copies, not " +
+                         std::string(dtype_name(d)));
 }
 
 //! The loaded gather kernel (context-independent library), loaded on first use.
@@ -67,7 +69,8 @@ class GatherKernel {
     return k;
   }
 
-  void launch(std::span<const GatherOp> ops, std::span<const void* const> srcs, cudaStream_t stream) const {
+  void launch(std::span<const GatherOp> ops, std::span<const void* const> srcs,
+              cudaStream_t stream) const {
     GatherBatchParams p;
     std::size_t i = 0;
     while (i < ops.size()) {
@@ -75,17 +78,28 @@ class GatherKernel {
       p.total_tiles = 0;
       for (; i < ops.size() && p.count < kMaxGathers; ++i) {
         const GatherOp& o = ops[i];
-        const auto n = static_cast<unsigned long long>(o.rows) * static_cast<unsigned long long>(o.cols);
+        const auto n =
+            static_cast<unsigned long long>(o.rows) * static_cast<unsigned long long>(o.cols);
         if (n == 0) continue;
         p.total_tiles += (n + kGatherTile - 1) / kGatherTile;
-        p.g[p.count++] = GatherDesc{srcs[i], o.dst, o.src_cols, o.rows, o.cols, o.row0, o.col0, o.head_rows,
-                                    p.total_tiles, gather_type_code(o.src_dtype, o.dst_dtype),
+        p.g[p.count++] = GatherDesc{srcs[i],
+                                    o.dst,
+                                    o.src_cols,
+                                    o.rows,
+                                    o.cols,
+                                    o.row0,
+                                    o.col0,
+                                    o.head_rows,
+                                    p.total_tiles,
+                                    gather_type_code(o.src_dtype, o.dst_dtype),
                                     gather_type_code(o.dst_dtype, o.src_dtype)};
       }
       if (p.count == 0) continue;
-      const auto grid = static_cast<unsigned>(std::min<unsigned long long>(p.total_tiles, 0x7fffffffull));
+      const auto grid =
+          static_cast<unsigned>(std::min<unsigned long long>(p.total_tiles, 0x7fffffffull));
       void* args[] = {&p};
-      check(cudaLaunchKernel(reinterpret_cast<const void*>(kernel_), dim3(grid), dim3(256), args, 0, stream),
+      check(cudaLaunchKernel(reinterpret_cast<const void*>(kernel_), dim3(grid), dim3(256), args, 0,
+                             stream),
             "cudaLaunchKernel(ws_gather)");
     }
   }
@@ -107,7 +121,8 @@ class GatherKernel {
 template <>
 struct GatherExecutor<cudaStream_t> {
   static constexpr bool available = true;
-  static void run(std::span<const GatherOp> ops, std::span<const void* const> srcs, cudaStream_t s) {
+  static void run(std::span<const GatherOp> ops, std::span<const void* const> srcs,
+                  cudaStream_t s) {
     detail::GatherKernel::instance().launch(ops, srcs, s);
   }
 };

@@ -60,7 +60,7 @@ inline std::uint16_t float_to_fp16(float f) noexcept {
   const std::uint32_t a = u & 0x7fffffffu;
   if (a > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
   if (a >= 0x47800000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // >= 65536: inf
-  if (a < 0x38800000u) {  // below the smallest normal half (2^-14): subnormal or zero
+  if (a < 0x38800000u) {               // below the smallest normal half (2^-14): subnormal or zero
     if (a < 0x33000000u) return sign;  // below half the smallest subnormal (2^-25): zero
     const std::uint32_t exp = a >> 23;
     const std::uint32_t man = (a & 0x7fffffu) | 0x800000u;

@@ -48,34 +48,47 @@ class HfToVllmMap {
     if (tp.size < 1 || tp.rank < 0 || tp.rank >= tp.size)
       throw config_error("tp", detail::cat("rank ", tp.rank, " of ", tp.size, " is out of range"));
     if (c_.n_heads % tp.size != 0)
-      throw config_error("n_heads", detail::cat(c_.n_heads, " heads do not split over TP ", tp.size));
-    if (c_.n_kv_heads < 1 || (c_.n_kv_heads >= tp.size ? c_.n_kv_heads % tp.size : tp.size % c_.n_kv_heads) != 0)
-      throw config_error("n_kv_heads", detail::cat(c_.n_kv_heads, " kv heads do not fit TP ", tp.size));
+      throw config_error("n_heads",
+                         detail::cat(c_.n_heads, " heads do not split over TP ", tp.size));
+    if (c_.n_kv_heads < 1 ||
+        (c_.n_kv_heads >= tp.size ? c_.n_kv_heads % tp.size : tp.size % c_.n_kv_heads) != 0)
+      throw config_error("n_kv_heads",
+                         detail::cat(c_.n_kv_heads, " kv heads do not fit TP ", tp.size));
   }
 
   std::optional<Placement> operator()(const TensorMeta& m) const {
     std::vector<std::pair<std::string, std::string>> cap;
     const auto is = [&](const char* pattern) { return NamePattern(pattern).match(m.name, cap); };
-    const auto layer = [&](const char* rest) { return NamePattern(std::string("model.layers.{i}.") + rest).format(cap); };
+    const auto layer = [&](const char* rest) {
+      return NamePattern(std::string("model.layers.{i}.") + rest).format(cap);
+    };
     const std::string lp = "model.layers.{i}.";
-    if (m.name == "model.embed_tokens.weight" || m.name == "lm_head.weight") return vocab(m, m.name);
+    if (m.name == "model.embed_tokens.weight" || m.name == "lm_head.weight")
+      return vocab(m, m.name);
     if (m.name == "model.norm.weight") return Placement{m.name};
     for (const char* n : {"input_layernorm.weight", "post_attention_layernorm.weight",
                           "self_attn.q_norm.weight", "self_attn.k_norm.weight", "mlp.gate.weight"})
       if (is((lp + n).c_str())) return Placement{m.name};
     for (const char* w : {"weight", "bias"}) {
       const std::string suffix = std::string(".") + w;
-      if (is((lp + "self_attn.q_proj" + suffix).c_str())) return qkv(m, 0, layer(("self_attn.qkv_proj" + suffix).c_str()));
-      if (is((lp + "self_attn.k_proj" + suffix).c_str())) return qkv(m, 1, layer(("self_attn.qkv_proj" + suffix).c_str()));
-      if (is((lp + "self_attn.v_proj" + suffix).c_str())) return qkv(m, 2, layer(("self_attn.qkv_proj" + suffix).c_str()));
+      if (is((lp + "self_attn.q_proj" + suffix).c_str()))
+        return qkv(m, 0, layer(("self_attn.qkv_proj" + suffix).c_str()));
+      if (is((lp + "self_attn.k_proj" + suffix).c_str()))
+        return qkv(m, 1, layer(("self_attn.qkv_proj" + suffix).c_str()));
+      if (is((lp + "self_attn.v_proj" + suffix).c_str()))
+        return qkv(m, 2, layer(("self_attn.qkv_proj" + suffix).c_str()));
     }
     if (is((lp + "self_attn.o_proj.weight").c_str())) return cols(m, m.name);
-    if (is((lp + "mlp.gate_proj.weight").c_str())) return rows(m, layer("mlp.gate_up_proj.weight"), c_.intermediate, 0);
-    if (is((lp + "mlp.up_proj.weight").c_str())) return rows(m, layer("mlp.gate_up_proj.weight"), c_.intermediate, 1);
+    if (is((lp + "mlp.gate_proj.weight").c_str()))
+      return rows(m, layer("mlp.gate_up_proj.weight"), c_.intermediate, 0);
+    if (is((lp + "mlp.up_proj.weight").c_str()))
+      return rows(m, layer("mlp.gate_up_proj.weight"), c_.intermediate, 1);
     if (is((lp + "mlp.down_proj.weight").c_str())) return cols(m, m.name);
     const std::string ep = lp + "mlp.experts.{e}.";
-    if (is((ep + "gate_proj.weight").c_str())) return expert(m, layer("mlp.experts.w13_weight"), cap, 0);
-    if (is((ep + "up_proj.weight").c_str())) return expert(m, layer("mlp.experts.w13_weight"), cap, 1);
+    if (is((ep + "gate_proj.weight").c_str()))
+      return expert(m, layer("mlp.experts.w13_weight"), cap, 0);
+    if (is((ep + "up_proj.weight").c_str()))
+      return expert(m, layer("mlp.experts.w13_weight"), cap, 1);
     if (is((ep + "down_proj.weight").c_str())) {
       Placement p = cols(m, layer("mlp.experts.w2_weight"));
       p.expert = expert_index(cap);
@@ -90,7 +103,8 @@ class HfToVllmMap {
 
   void expect_rows(const TensorMeta& m, std::int64_t want) const {
     if (rows_of(m) != want)
-      throw config_error(what(m), detail::cat("expected ", want, " rows, got shape ", detail::shape_string(m.shape)));
+      throw config_error(what(m), detail::cat("expected ", want, " rows, got shape ",
+                                              detail::shape_string(m.shape)));
   }
 
   // Piece `which` (0 q, 1 k, 2 v) of qkv_proj: this rank's heads, at its row offset.
@@ -163,11 +177,17 @@ class HfToVllmMap {
 };
 
 //! HF -> vLLM map for Llama-style models (q/k/v/o, gate/up/down, norms).
-inline LoadMap llama_map(const ModelConfig& cfg, TpConfig tp) { return HfToVllmMap(cfg, tp); }
+inline LoadMap llama_map(const ModelConfig& cfg, TpConfig tp) {
+  return HfToVllmMap(cfg, tp);
+}
 //! HF -> vLLM map for Qwen2 (Llama plus q/k/v biases, fused into qkv_proj.bias).
-inline LoadMap qwen2_map(const ModelConfig& cfg, TpConfig tp) { return HfToVllmMap(cfg, tp); }
+inline LoadMap qwen2_map(const ModelConfig& cfg, TpConfig tp) {
+  return HfToVllmMap(cfg, tp);
+}
 //! HF -> vLLM map for Qwen3 dense (Llama plus q_norm/k_norm).
-inline LoadMap qwen3_map(const ModelConfig& cfg, TpConfig tp) { return HfToVllmMap(cfg, tp); }
+inline LoadMap qwen3_map(const ModelConfig& cfg, TpConfig tp) {
+  return HfToVllmMap(cfg, tp);
+}
 //! HF -> vLLM map for Qwen3-MoE (Qwen3 attention, router mlp.gate, experts stacked into w13/w2).
 inline LoadMap qwen3_moe_map(const ModelConfig& cfg, TpConfig tp) {
   if (cfg.moe_intermediate <= 0 || cfg.n_experts <= 0)
@@ -181,8 +201,13 @@ inline ModelConfig qwen3_8b_config() {
 }
 //! The Qwen3-30B-A3B configuration.
 inline ModelConfig qwen3_30b_a3b_config() {
-  return {.hidden = 2048, .n_heads = 32, .n_kv_heads = 4, .head_dim = 128, .intermediate = 6144,
-          .moe_intermediate = 768, .n_experts = 128};
+  return {.hidden = 2048,
+          .n_heads = 32,
+          .n_kv_heads = 4,
+          .head_dim = 128,
+          .intermediate = 6144,
+          .moe_intermediate = 768,
+          .n_experts = 128};
 }
 
 }  // namespace weightsync

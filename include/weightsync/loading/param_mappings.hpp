@@ -70,7 +70,8 @@ inline ParamMappings parse_param_mappings(const nlohmann::json& j) {
   if (!pm.is_object()) json_type_mismatch("param_mappings", "an object", pm);
   for (auto it = pm.begin(); it != pm.end(); ++it) {
     const std::string f = "param_mappings." + it.key();
-    JsonObject e(*it, f, {"vllm_name", "sglang_name", "local_shape", "tp_shard_dim", "needs_permute"});
+    JsonObject e(*it, f,
+                 {"vllm_name", "sglang_name", "local_shape", "tp_shard_dim", "needs_permute"});
     ParamMapping m;
     m.trainer_name = it.key();
     const auto* name = e.optional("vllm_name");
@@ -81,8 +82,10 @@ inline ParamMappings parse_param_mappings(const nlohmann::json& j) {
     require_array(ls, f + ".local_shape");
     for (std::size_t i = 0; i < ls.size(); ++i)
       m.local_shape.push_back(json_int_in(ls[i], cat(f, ".local_shape[", i, "]"), 0, INT64_MAX));
-    if (auto* v = e.optional("tp_shard_dim")) m.tp_shard_dim = static_cast<int>(json_int_in(*v, f + ".tp_shard_dim", 0, 1));
-    if (auto* v = e.optional("needs_permute")) m.needs_permute = json_bool(*v, f + ".needs_permute");
+    if (auto* v = e.optional("tp_shard_dim"))
+      m.tp_shard_dim = static_cast<int>(json_int_in(*v, f + ".tp_shard_dim", 0, 1));
+    if (auto* v = e.optional("needs_permute"))
+      m.needs_permute = json_bool(*v, f + ".needs_permute");
     out.mappings.push_back(std::move(m));
   }
   return out;
@@ -106,10 +109,11 @@ inline LoadMap param_mappings_map(const ParamMappings& pm, TpConfig tp, std::int
     bool ok = false;
     for (const auto& s : pm.accepted_shapes(m)) ok = ok || s == t.shape;
     if (!ok)
-      throw config_error("param_mappings." + t.name + ".local_shape",
-                         detail::cat(detail::shape_string(m.local_shape), " does not match the received shape ",
-                                     detail::shape_string(t.shape), " at tp_degree ", pm.tp_degree,
-                                     ", dp_shard_degree ", pm.dp_shard_degree));
+      throw config_error(
+          "param_mappings." + t.name + ".local_shape",
+          detail::cat(detail::shape_string(m.local_shape), " does not match the received shape ",
+                      detail::shape_string(t.shape), " at tp_degree ", pm.tp_degree,
+                      ", dp_shard_degree ", pm.dp_shard_degree));
     RenameMap one(tp);
     one.add({NamePattern(m.trainer_name), NamePattern(m.vllm_name), m.tp_shard_dim, 0,
              m.needs_permute ? head_dim : 0});

@@ -4,8 +4,9 @@
 
 //! @file
 //! Where a received (trainer-named, unfused, unsharded) tensor goes in an engine's parameters:
-//! Placement, the LoadMap that computes it, and name patterns ("model.layers.{i}.mlp.up_proj.weight")
-//! with TP sharding rules. A RenameMap of such rules is the simplest LoadMap; model maps
+//! Placement, the LoadMap that computes it, and name patterns
+//! ("model.layers.{i}.mlp.up_proj.weight") with TP sharding rules. A RenameMap of such rules is the
+//! simplest LoadMap; model maps
 //! (<weightsync/loading/models.hpp>) add fusion, and the param_mappings JSON form builds one too.
 
 #include <cstdint>
@@ -80,7 +81,8 @@ class NamePattern {
   const std::string& text() const noexcept { return text_; }
 
   //! Matches `name` against the pattern; on success fills `captures` (placeholder -> digits).
-  bool match(std::string_view name, std::vector<std::pair<std::string, std::string>>& captures) const {
+  bool match(std::string_view name,
+             std::vector<std::pair<std::string, std::string>>& captures) const {
     captures.clear();
     std::size_t p = 0, n = 0;
     while (p < text_.size()) {
@@ -93,14 +95,16 @@ class NamePattern {
       std::size_t end = n;
       while (end < name.size() && name[end] >= '0' && name[end] <= '9') ++end;
       if (end == n) return false;
-      captures.emplace_back(text_.substr(p + 1, close - p - 1), std::string(name.substr(n, end - n)));
+      captures.emplace_back(text_.substr(p + 1, close - p - 1),
+                            std::string(name.substr(n, end - n)));
       n = end;
       p = close + 1;
     }
     return n == name.size();
   }
 
-  //! The pattern with its placeholders replaced by `captures`. @throws config_error when one is missing.
+  //! The pattern with its placeholders replaced by `captures`. @throws config_error when one is
+  //! missing.
   std::string format(const std::vector<std::pair<std::string, std::string>>& captures) const {
     std::string out;
     for (std::size_t p = 0; p < text_.size(); ++p) {
@@ -113,7 +117,8 @@ class NamePattern {
       bool found = false;
       for (const auto& [k, v] : captures)
         if (k == key) out += v, found = true;
-      if (!found) throw config_error("pattern '" + text_ + "'", "placeholder {" + key + "} is not captured");
+      if (!found)
+        throw config_error("pattern '" + text_ + "'", "placeholder {" + key + "} is not captured");
       p = close;
     }
     return out;
@@ -127,8 +132,8 @@ class NamePattern {
 struct RenameRule {
   NamePattern from;
   NamePattern to;
-  int shard_dim = -1;              //!< -1: replicated; 0: rows (column-parallel); 1: columns (row-parallel)
-  std::int64_t permute_heads = 0;  //!< > 0: rotary permute with this many heads
+  int shard_dim = -1;  //!< -1: replicated; 0: rows (column-parallel); 1: columns (row-parallel)
+  std::int64_t permute_heads = 0;     //!< > 0: rotary permute with this many heads
   std::int64_t permute_head_dim = 0;  //!< > 0: rotary permute with R / permute_head_dim heads
 };
 
@@ -138,8 +143,10 @@ class RenameMap {
  public:
   explicit RenameMap(TpConfig tp = {}) : tp_(tp) {}
   //! Adds a rule; returns *this for chaining.
-  RenameMap& add(std::string from, std::string to, int shard_dim = -1, std::int64_t permute_heads = 0) {
-    rules_.push_back({NamePattern(std::move(from)), NamePattern(std::move(to)), shard_dim, permute_heads, 0});
+  RenameMap& add(std::string from, std::string to, int shard_dim = -1,
+                 std::int64_t permute_heads = 0) {
+    rules_.push_back(
+        {NamePattern(std::move(from)), NamePattern(std::move(to)), shard_dim, permute_heads, 0});
     return *this;
   }
   RenameMap& add(RenameRule rule) {
@@ -158,8 +165,9 @@ class RenameMap {
       if (r.permute_heads > 0) p.permute_heads = r.permute_heads;
       if (r.permute_head_dim > 0) {
         if (rows % r.permute_head_dim != 0)
-          throw config_error("tensor '" + m.name + "'",
-                             detail::cat(rows, " rows are not a multiple of head_dim ", r.permute_head_dim));
+          throw config_error(
+              "tensor '" + m.name + "'",
+              detail::cat(rows, " rows are not a multiple of head_dim ", r.permute_head_dim));
         p.permute_heads = rows / r.permute_head_dim;
       }
       if (r.shard_dim >= 0 && tp_.size > 1) {

@@ -46,8 +46,8 @@ struct ParamInfo {
 //! One received tensor's way into its parameter: out[d][c] = cast(src[row(row0 + d)][col0 + c])
 //! for d < rows, c < cols, where row() is the rotary permutation (identity when head_rows == 0).
 struct GatherOp {
-  std::size_t tensor = 0;      //!< index into the planned metas
-  std::byte* dst = nullptr;    //!< first element of the destination region
+  std::size_t tensor = 0;    //!< index into the planned metas
+  std::byte* dst = nullptr;  //!< first element of the destination region
   DType dst_dtype = DType::bfloat16;
   DType src_dtype = DType::bfloat16;
   std::int64_t src_cols = 0;   //!< the source's row length (2-D view)
@@ -125,11 +125,13 @@ class LoadPlan {
     for (const auto& v : views) {
       auto it = index_.find(v.name());
       if (it == index_.end())
-        throw config_error("tensor '" + v.name() + "'", "was not in the metas this plan was made for");
+        throw config_error("tensor '" + v.name() + "'",
+                           "was not in the metas this plan was made for");
       const std::size_t i = it->second;
       if (v.nbytes != metas_[i].nbytes() || (v.meta && *v.meta != metas_[i]))
-        throw config_error("tensor '" + v.name() + "'", "received dtype or shape differs from the plan");
-      if (!ops_[i]) continue;                         // unmapped (and allowed)
+        throw config_error("tensor '" + v.name() + "'",
+                           "received dtype or shape differs from the plan");
+      if (!ops_[i]) continue;                            // unmapped (and allowed)
       if (direct_[i] && v.data == direct_[i]) continue;  // already received in place
       // A tensor that could land in place but came as a view (no destination callback, or a GPU
       // backend with host parameters) is copied like any gather.
@@ -141,7 +143,8 @@ class LoadPlan {
         batch_ops_.push_back(op);
         batch_srcs_.push_back(v.data);
       } else {
-        throw state_error("tensor '" + v.name() + "' needs a copy, slice, permute or cast into its "
+        throw state_error("tensor '" + v.name() +
+                          "' needs a copy, slice, permute or cast into its "
                           "parameter, and this stream type has no GatherExecutor (include "
                           "<weightsync/cuda/gather.hpp> for CUDA)");
       }
@@ -160,7 +163,8 @@ class LoadPlan {
   //! The gather of tensor `name`, or nullptr (lands in place, or unmapped).
   const GatherOp* gather(const std::string& name) const {
     auto it = index_.find(name);
-    return it == index_.end() || !ops_[it->second] || direct_[it->second] ? nullptr : &*ops_[it->second];
+    return it == index_.end() || !ops_[it->second] || direct_[it->second] ? nullptr
+                                                                          : &*ops_[it->second];
   }
   //! Counts: tensors landing in place, tensors gathered, tensors skipped.
   std::size_t in_place_count() const noexcept { return count(0); }
@@ -196,7 +200,8 @@ namespace detail {
 inline GatherOp resolve_placement(const TensorMeta& m, const Placement& p, const ParamInfo& prm) {
   const std::string f = "tensor '" + m.name + "' -> '" + prm.name + "'";
   const std::int64_t R = m.shape.empty() ? 1 : m.shape[0];
-  const auto C = static_cast<std::int64_t>(m.shape.empty() ? 1 : m.numel() / std::max<std::size_t>(1, static_cast<std::size_t>(R)));
+  const auto C = static_cast<std::int64_t>(
+      m.shape.empty() ? 1 : m.numel() / std::max<std::size_t>(1, static_cast<std::size_t>(R)));
   if (m.dtype != prm.dtype && !(castable_dtype(m.dtype) && castable_dtype(prm.dtype)))
     throw config_error(f, cat("cannot cast ", dtype_name(m.dtype), " to ", dtype_name(prm.dtype)));
   GatherOp op;
@@ -210,12 +215,13 @@ inline GatherOp resolve_placement(const TensorMeta& m, const Placement& p, const
     op.head_rows = R / p.permute_heads;
   }
   if (p.slice_dim != 0 && p.slice_dim != 1) throw config_error(f, "slice_dim must be 0 or 1");
-  if (p.slice_dim == 1 && m.shape.size() != 2) throw config_error(f, "column slices need a 2-D tensor");
+  if (p.slice_dim == 1 && m.shape.size() != 2)
+    throw config_error(f, "column slices need a 2-D tensor");
   const std::int64_t extent = p.slice_dim == 0 ? R : C;
   const std::int64_t len = p.slice_len < 0 ? extent - p.slice_begin : p.slice_len;
   if (p.slice_begin < 0 || len < 0 || p.slice_begin > extent || len > extent - p.slice_begin)
-    throw config_error(f, cat("slice [", p.slice_begin, ", +", len, ") is outside dim ", p.slice_dim,
-                              " of ", shape_string(m.shape)));
+    throw config_error(f, cat("slice [", p.slice_begin, ", +", len, ") is outside dim ",
+                              p.slice_dim, " of ", shape_string(m.shape)));
   op.rows = p.slice_dim == 0 ? len : R;
   op.cols = p.slice_dim == 1 ? len : C;
   op.row0 = p.slice_dim == 0 ? p.slice_begin : 0;
@@ -232,13 +238,14 @@ inline GatherOp resolve_placement(const TensorMeta& m, const Placement& p, const
   }
   const TensorMeta pm{prm.name, prm.dtype, ps};
   const std::int64_t rows_p = ps.empty() ? 1 : ps[0];
-  const auto cols_p = static_cast<std::int64_t>(rows_p ? pm.numel() / static_cast<std::size_t>(rows_p) : 0);
+  const auto cols_p =
+      static_cast<std::int64_t>(rows_p ? pm.numel() / static_cast<std::size_t>(rows_p) : 0);
   if (op.cols != cols_p && op.rows != 0)
-    throw config_error(f, cat("piece rows hold ", op.cols, " elements but parameter ", shape_string(prm.shape),
-                              " rows hold ", cols_p));
+    throw config_error(f, cat("piece rows hold ", op.cols, " elements but parameter ",
+                              shape_string(prm.shape), " rows hold ", cols_p));
   if (p.dst_row < 0 || p.dst_row > rows_p || op.rows > rows_p - p.dst_row)
-    throw config_error(f, cat("rows [", p.dst_row, ", ", p.dst_row + op.rows, ") do not fit parameter ",
-                              shape_string(prm.shape)));
+    throw config_error(f, cat("rows [", p.dst_row, ", ", p.dst_row + op.rows,
+                              ") do not fit parameter ", shape_string(prm.shape)));
   op.dst = static_cast<std::byte*>(prm.data) +
            static_cast<std::size_t>(base + p.dst_row * cols_p) * dtype_size(prm.dtype);
   return op;
@@ -261,7 +268,8 @@ inline LoadPlan plan_loading(std::span<const TensorMeta> metas, std::span<const 
   plan.direct_.assign(metas.size(), nullptr);
   plan.ops_.resize(metas.size());
   // Written element ranges per parameter: (begin, end, tensor).
-  std::vector<std::vector<std::tuple<std::size_t, std::size_t, std::size_t>>> written(params.size());
+  std::vector<std::vector<std::tuple<std::size_t, std::size_t, std::size_t>>> written(
+      params.size());
   for (std::size_t i = 0; i < metas.size(); ++i) {
     const TensorMeta& m = metas[i];
     if (!plan.index_.emplace(m.name, i).second)
@@ -278,7 +286,8 @@ inline LoadPlan plan_loading(std::span<const TensorMeta> metas, std::span<const 
     const ParamInfo& prm = params[it->second];
     GatherOp op = detail::resolve_placement(m, *p, prm);
     op.tensor = i;
-    const std::size_t b = static_cast<std::size_t>(op.dst - static_cast<std::byte*>(prm.data)) / dtype_size(prm.dtype);
+    const std::size_t b = static_cast<std::size_t>(op.dst - static_cast<std::byte*>(prm.data)) /
+                          dtype_size(prm.dtype);
     written[it->second].emplace_back(b, b + static_cast<std::size_t>(op.rows * op.cols), i);
     if (op.in_place(m.shape.empty() ? 1 : m.shape[0])) plan.direct_[i] = op.dst;
     plan.ops_[i] = op;
@@ -296,7 +305,8 @@ inline LoadPlan plan_loading(std::span<const TensorMeta> metas, std::span<const 
       if (b > at) plan.uncovered_.push_back(detail::cat(params[k].name, "[", at, ", ", b, ")"));
       at = std::max(at, e);
     }
-    if (at < total) plan.uncovered_.push_back(detail::cat(params[k].name, "[", at, ", ", total, ")"));
+    if (at < total)
+      plan.uncovered_.push_back(detail::cat(params[k].name, "[", at, ", ", total, ")"));
   }
   if (opt.require_full_coverage && !plan.uncovered_.empty())
     throw config_error("parameter " + plan.uncovered_.front(), "is not written by any tensor");

@@ -57,18 +57,30 @@ inline constexpr std::uint64_t kSafetensorsMaxHeaderBytes = 100'000'000;
 //! The safetensors spelling of a dtype ("BF16").
 inline std::string_view safetensors_dtype_name(DType d) {
   switch (d) {
-    case DType::float32: return "F32";
-    case DType::float16: return "F16";
-    case DType::bfloat16: return "BF16";
-    case DType::float64: return "F64";
-    case DType::int8: return "I8";
-    case DType::uint8: return "U8";
-    case DType::int16: return "I16";
-    case DType::int32: return "I32";
-    case DType::int64: return "I64";
-    case DType::bool_: return "BOOL";
-    case DType::float8_e4m3fn: return "F8_E4M3";
-    case DType::float8_e5m2: return "F8_E5M2";
+    case DType::float32:
+      return "F32";
+    case DType::float16:
+      return "F16";
+    case DType::bfloat16:
+      return "BF16";
+    case DType::float64:
+      return "F64";
+    case DType::int8:
+      return "I8";
+    case DType::uint8:
+      return "U8";
+    case DType::int16:
+      return "I16";
+    case DType::int32:
+      return "I32";
+    case DType::int64:
+      return "I64";
+    case DType::bool_:
+      return "BOOL";
+    case DType::float8_e4m3fn:
+      return "F8_E4M3";
+    case DType::float8_e5m2:
+      return "F8_E5M2";
   }
   throw config_error("dtype", "invalid DType value " + std::to_string(static_cast<int>(d)));
 }
@@ -114,11 +126,13 @@ inline SafetensorsEntry st_entry(const std::string& name, const nlohmann::ordere
   e.meta.name = name;
   const auto& dt = need("dtype");
   if (!dt.is_string())
-    throw config_error(st_field(name, "dtype"), std::string("expected a string, got ") + dt.type_name());
+    throw config_error(st_field(name, "dtype"),
+                       std::string("expected a string, got ") + dt.type_name());
   e.meta.dtype = parse_safetensors_dtype(dt.get_ref<const std::string&>(), st_field(name, "dtype"));
   const auto& shape = need("shape");
   if (!shape.is_array())
-    throw config_error(st_field(name, "shape"), std::string("expected an array, got ") + shape.type_name());
+    throw config_error(st_field(name, "shape"),
+                       std::string("expected an array, got ") + shape.type_name());
   for (std::size_t i = 0; i < shape.size(); ++i) {
     const std::string f = st_field(name, cat("shape[", i, "]"));
     const std::uint64_t d = st_uint(shape[i], f);
@@ -128,7 +142,8 @@ inline SafetensorsEntry st_entry(const std::string& name, const nlohmann::ordere
   }
   const auto& off = need("data_offsets");
   if (!off.is_array() || off.size() != 2)
-    throw config_error(st_field(name, "data_offsets"), "expected an array of 2 integers [begin, end]");
+    throw config_error(st_field(name, "data_offsets"),
+                       "expected an array of 2 integers [begin, end]");
   e.begin = st_uint(off[0], st_field(name, "data_offsets[0]"));
   e.end = st_uint(off[1], st_field(name, "data_offsets[1]"));
   if (e.begin > e.end)
@@ -141,10 +156,10 @@ inline SafetensorsEntry st_entry(const std::string& name, const nlohmann::ordere
     throw config_error(st_field(name, "shape"), err.what());
   }
   if (e.end - e.begin != nbytes)
-    throw config_error(st_field(name, "data_offsets"),
-                       cat("[", e.begin, ", ", e.end, ") holds ", e.end - e.begin, " bytes but ",
-                           dtype_name(e.meta.dtype), " ", shape_string(e.meta.shape), " needs ",
-                           nbytes));
+    throw config_error(
+        st_field(name, "data_offsets"),
+        cat("[", e.begin, ", ", e.end, ") holds ", e.end - e.begin, " bytes but ",
+            dtype_name(e.meta.dtype), " ", shape_string(e.meta.shape), " needs ", nbytes));
   return e;
 }
 
@@ -200,21 +215,22 @@ inline SafetensorsHeader parse_safetensors_json(std::string_view json, std::uint
   for (const auto& e : h.tensors) {
     if (e.begin < at)
       throw config_error(detail::st_field(e.meta.name, "data_offsets"),
-                         detail::cat("[", e.begin, ", ", e.end, ") overlaps tensor '", *prev, "' (ends at ",
-                             at, ")"));
+                         detail::cat("[", e.begin, ", ", e.end, ") overlaps tensor '", *prev,
+                                     "' (ends at ", at, ")"));
     if (e.begin > at)
       throw config_error(detail::st_field(e.meta.name, "data_offsets"),
                          detail::cat("begins at ", e.begin, ", leaving a hole after byte ", at));
     if (e.end > data_bytes)
       throw config_error(detail::st_field(e.meta.name, "data_offsets"),
                          detail::cat("end ", e.end, " is past the data buffer (", data_bytes,
-                             " bytes): file truncated?"));
+                                     " bytes): file truncated?"));
     at = e.end;
     prev = &e.meta.name;
   }
   if (at != data_bytes)
-    throw config_error("safetensors data", detail::cat("the tensors cover ", at, " bytes but the data buffer has ",
-                                               data_bytes, " (trailing bytes)"));
+    throw config_error("safetensors data",
+                       detail::cat("the tensors cover ", at, " bytes but the data buffer has ",
+                                   data_bytes, " (trailing bytes)"));
   h.data_bytes = at;
   return h;
 }
@@ -224,17 +240,21 @@ inline SafetensorsHeader parse_safetensors_json(std::string_view json, std::uint
 //! @throws config_error naming the tensor and field at fault; never reads outside `file`.
 inline SafetensorsHeader parse_safetensors_header(std::span<const std::byte> file) {
   if (file.size() < 8)
-    throw config_error("safetensors header length",
-                       detail::cat("file is ", file.size(), " bytes, shorter than the 8-byte length prefix"));
+    throw config_error(
+        "safetensors header length",
+        detail::cat("file is ", file.size(), " bytes, shorter than the 8-byte length prefix"));
   std::uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | std::to_integer<std::uint64_t>(file[static_cast<std::size_t>(i)]);
+  for (int i = 7; i >= 0; --i)
+    n = (n << 8) | std::to_integer<std::uint64_t>(file[static_cast<std::size_t>(i)]);
   if (n > kSafetensorsMaxHeaderBytes)
     throw config_error("safetensors header length",
                        detail::cat(n, " bytes is over the limit of ", kSafetensorsMaxHeaderBytes));
   if (n > file.size() - 8)
-    throw config_error("safetensors header length",
-                       detail::cat(n, " bytes but only ", file.size() - 8, " follow the prefix: file truncated?"));
-  const std::string_view json(reinterpret_cast<const char*>(file.data() + 8), static_cast<std::size_t>(n));
+    throw config_error(
+        "safetensors header length",
+        detail::cat(n, " bytes but only ", file.size() - 8, " follow the prefix: file truncated?"));
+  const std::string_view json(reinterpret_cast<const char*>(file.data() + 8),
+                              static_cast<std::size_t>(n));
   SafetensorsHeader h = parse_safetensors_json(json, file.size() - 8 - n);
   h.header_bytes = n;
   h.data_offset = 8 + n;

@@ -35,9 +35,10 @@ namespace detail {
 //! The 8-byte length prefix and the JSON header for `metas` laid out back to back, padded with
 //! spaces to a multiple of 8 (so the data buffer starts 8-byte aligned, as the reference writer
 //! does). `offsets` receives each tensor's begin in the data buffer.
-inline std::string safetensors_prefix(const std::vector<TensorMeta>& metas,
-                                      const std::vector<std::pair<std::string, std::string>>& metadata,
-                                      std::vector<std::uint64_t>& offsets) {
+inline std::string safetensors_prefix(
+    const std::vector<TensorMeta>& metas,
+    const std::vector<std::pair<std::string, std::string>>& metadata,
+    std::vector<std::uint64_t>& offsets) {
   nlohmann::ordered_json h = nlohmann::ordered_json::object();
   if (!metadata.empty()) {
     auto& m = h["__metadata__"] = nlohmann::ordered_json::object();
@@ -58,12 +59,14 @@ inline std::string safetensors_prefix(const std::vector<TensorMeta>& metas,
   std::string json = h.dump();
   json.append((8 - json.size() % 8) % 8, ' ');
   std::string out(8, '\0');
-  for (int i = 0; i < 8; ++i) out[static_cast<std::size_t>(i)] = static_cast<char>((json.size() >> (8 * i)) & 0xff);
+  for (int i = 0; i < 8; ++i)
+    out[static_cast<std::size_t>(i)] = static_cast<char>((json.size() >> (8 * i)) & 0xff);
   return out + json;
 }
 
 //! Writes all of `n` bytes at `off`, retrying short writes. @throws system_error.
-inline void pwrite_all(int fd, const void* p, std::size_t n, std::uint64_t off, const std::string& path) {
+inline void pwrite_all(int fd, const void* p, std::size_t n, std::uint64_t off,
+                       const std::string& path) {
   const auto* b = static_cast<const char*>(p);
   while (n > 0) {
     const ssize_t w = ::pwrite(fd, b, n, static_cast<off_t>(off));
@@ -96,9 +99,13 @@ class SafetensorsWriter {
     detail::pwrite_all(fd_, prefix.data(), prefix.size(), 0, path_);
   }
   SafetensorsWriter(SafetensorsWriter&& o) noexcept
-      : path_(std::move(o.path_)), metas_(std::move(o.metas_)), offsets_(std::move(o.offsets_)),
-        index_(std::move(o.index_)), written_(std::move(o.written_)),
-        data_offset_(o.data_offset_), fd_(std::exchange(o.fd_, -1)) {}
+      : path_(std::move(o.path_)),
+        metas_(std::move(o.metas_)),
+        offsets_(std::move(o.offsets_)),
+        index_(std::move(o.index_)),
+        written_(std::move(o.written_)),
+        data_offset_(o.data_offset_),
+        fd_(std::exchange(o.fd_, -1)) {}
   SafetensorsWriter& operator=(SafetensorsWriter&&) = delete;
   SafetensorsWriter(const SafetensorsWriter&) = delete;
   SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
@@ -112,7 +119,8 @@ class SafetensorsWriter {
     for (const auto& v : views) {
       auto it = index_.find(v.name());
       if (it == index_.end())
-        throw config_error("safetensors tensor '" + v.name() + "'", "was not declared to the writer");
+        throw config_error("safetensors tensor '" + v.name() + "'",
+                           "was not declared to the writer");
       const std::size_t i = it->second;
       if (written_[i]) throw config_error("safetensors tensor '" + v.name() + "'", "written twice");
       if (v.nbytes != metas_[i].nbytes() || *v.meta != metas_[i])
@@ -129,7 +137,8 @@ class SafetensorsWriter {
     for (std::size_t i = 0; i < metas_.size(); ++i)
       if (!written_[i])
         throw config_error("safetensors tensor '" + metas_[i].name + "'", "was never written");
-    if (::fsync(fd_) != 0) throw system_error("fsync('" + path_ + "'): " + std::strerror(errno), errno);
+    if (::fsync(fd_) != 0)
+      throw system_error("fsync('" + path_ + "'): " + std::strerror(errno), errno);
   }
 
  private:
