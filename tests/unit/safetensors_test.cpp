@@ -3,6 +3,7 @@
 // safetensors: byte-exact format (hand-built bytes in the reference writer's layout), round trips
 // through the mmap reader and the writer, every malformed-header case, truncation at every byte.
 #include <weightsync/host/communicator.hpp>
+#include <weightsync/layouts.hpp>
 #include <weightsync/packed_broadcast.hpp>
 #include <weightsync/safetensors.hpp>
 
@@ -356,5 +357,21 @@ TEST_CASE("safetensors writer: undeclared, duplicate, mismatched and missing ten
   CHECK_ERR(finish_error(w), "'b'", "never written");
   CHECK_THROWS_AS(SafetensorsWriter(path, {{"x", DType::uint8, {1}}, {"x", DType::uint8, {1}}}),
                   config_error);
+  ::unlink(path.c_str());
+}
+
+TEST_CASE("safetensors: a header with moe30b's 18867 names writes and parses",
+          "[unit][safetensors]") {
+  const auto layout = layouts::moe30b();
+  std::vector<TensorMeta> metas;
+  for (const auto& m : layout) metas.push_back({m.name, DType::bfloat16, {2}});  // tiny tensors
+  std::vector<std::uint16_t> data(2 * metas.size(), 0x3f80);
+  std::vector<SourceTensorRef> src;
+  for (std::size_t i = 0; i < metas.size(); ++i) src.push_back({&metas[i], data.data() + 2 * i});
+  const auto path = temp_path("many");
+  write_safetensors(path, src);
+  auto f = SafetensorsFile::open(path);
+  REQUIRE(f.metas().size() == 18867);
+  CHECK(f.metas() == metas);  // data order is the writer's order
   ::unlink(path.c_str());
 }

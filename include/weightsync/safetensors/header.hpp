@@ -39,9 +39,9 @@ struct SafetensorsEntry {
 
 //! A parsed, validated header.
 struct SafetensorsHeader {
-  //! The tensors in data-buffer order (by begin offset; ties keep the header's order).
+  //! The tensors in data-buffer order (by begin offset; zero-size ties by name).
   std::vector<SafetensorsEntry> tensors;
-  //! The `__metadata__` string map, in header order (empty when absent).
+  //! The `__metadata__` string map, sorted by key (empty when absent).
   std::vector<std::pair<std::string, std::string>> metadata;
   //! N, the JSON header's length in bytes.
   std::uint64_t header_bytes = 0;
@@ -101,7 +101,7 @@ inline std::string st_field(const std::string& tensor, std::string_view key) {
   return "safetensors tensor '" + tensor + "' " + std::string(key);
 }
 
-inline std::uint64_t st_uint(const nlohmann::ordered_json& v, const std::string& field) {
+inline std::uint64_t st_uint(const nlohmann::json& v, const std::string& field) {
   if (!v.is_number_unsigned()) {
     if (v.is_number_integer()) throw config_error(field, "must be >= 0, got " + v.dump());
     throw config_error(field, std::string("expected a non-negative integer, got ") + v.type_name());
@@ -110,14 +110,14 @@ inline std::uint64_t st_uint(const nlohmann::ordered_json& v, const std::string&
 }
 
 //! Reads one tensor entry ({"dtype", "shape", "data_offsets"}, nothing else).
-inline SafetensorsEntry st_entry(const std::string& name, const nlohmann::ordered_json& v) {
+inline SafetensorsEntry st_entry(const std::string& name, const nlohmann::json& v) {
   if (!v.is_object())
     throw config_error(st_field(name, ""), std::string("expected an object, got ") + v.type_name());
   for (auto it = v.begin(); it != v.end(); ++it)
     if (it.key() != "dtype" && it.key() != "shape" && it.key() != "data_offsets")
       throw config_error(st_field(name, it.key()),
                          "unknown key (known keys: dtype, shape, data_offsets)");
-  auto need = [&](const char* key) -> const nlohmann::ordered_json& {
+  auto need = [&](const char* key) -> const nlohmann::json& {
     auto it = v.find(key);
     if (it == v.end()) throw config_error(st_field(name, key), "missing");
     return *it;
@@ -163,33 +163,70 @@ inline SafetensorsEntry st_entry(const std::string& name, const nlohmann::ordere
   return e;
 }
 
-//! The nesting the format needs: {name: {shape: [dim]}} is depth 3.
+//! The nesting the format needs: {name: {shape: [dim]}} is 3 containers deep.
 inline constexpr int kSafetensorsMaxDepth = 3;
+
+//! One pass over the raw header: throws when containers nest deeper than the format allows, and
+//! returns the top-level keys as written (escapes not decoded). Malformed JSON is left to the
+//! parser.
+inline std::vector<std::string_view> st_prescan(std::string_view json) {
+  std::vector<std::string_view> keys;
+  int depth = 0;
+  std::size_t str_begin = 0;
+  bool in_str = false, esc = false, maybe_key = false;
+  std::string_view last;
+  for (std::size_t i = 0; i < json.size(); ++i) {
+    const char c = json[i];
+    if (in_str) {
+      if (esc)
+        esc = false;
+      else if (c == '\\')
+        esc = true;
+      else if (c == '"')
+        in_str = false, last = json.substr(str_begin, i - str_begin), maybe_key = depth == 1;
+      continue;
+    }
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r') continue;
+    if (c == ':' && maybe_key) keys.push_back(last);
+    maybe_key = false;
+    if (c == '"')
+      in_str = true, str_begin = i + 1;
+    else if (c == '{' || c == '[') {
+      if (++depth > kSafetensorsMaxDepth)
+        throw config_error("safetensors header", "nested deeper than the format allows");
+    } else if (c == '}' || c == ']')
+      --depth;
+  }
+  return keys;
+}
 
 }  // namespace detail
 
 //! Parses and validates the JSON part of a header against a data buffer of `data_bytes` bytes.
 //! @throws config_error naming the tensor and field at fault (dtype, shape[i], data_offsets, ...).
 inline SafetensorsHeader parse_safetensors_json(std::string_view json, std::uint64_t data_bytes) {
-  using OJson = nlohmann::ordered_json;
+  // nlohmann::json (std::map objects): O(log n) inserts; data order comes from the offsets.
+  using OJson = nlohmann::json;
   if (json.empty() || json.front() != '{')
     throw config_error("safetensors header", "must be a JSON object starting with '{'");
-  // Rejects duplicate names and deep nesting while parsing (before any tree is built from them).
-  std::unordered_set<std::string> keys;
-  OJson::parser_callback_t cb = [&](int depth, OJson::parse_event_t ev, OJson& parsed) {
-    if (depth > detail::kSafetensorsMaxDepth)
-      throw config_error("safetensors header", "nested deeper than the format allows");
-    if (ev == OJson::parse_event_t::key && depth == 1 &&
-        !keys.insert(parsed.get<std::string>()).second)
-      throw config_error("safetensors tensor '" + parsed.get<std::string>() + "'",
-                         "appears twice in the header");
-    return true;
-  };
+  // Deep nesting is rejected before parsing; duplicate names after it (nlohmann keeps the last
+  // one: the object then has fewer members than the header has keys). A parser callback would do
+  // both on the fly but makes nlohmann's parse quadratic in the number of tensors.
+  const auto keys = detail::st_prescan(json);
   OJson root;
   try {
-    root = OJson::parse(json.begin(), json.end(), cb);
+    root = OJson::parse(json.begin(), json.end());
   } catch (const nlohmann::json::exception& e) {
     throw config_error("safetensors header", std::string("invalid JSON: ") + e.what());
+  }
+  if (root.is_object() && root.size() != keys.size()) {
+    std::unordered_set<std::string_view> seen;
+    for (auto k : keys)
+      if (!seen.insert(k).second)
+        throw config_error("safetensors tensor '" + std::string(k) + "'",
+                           "appears twice in the header");
+    throw config_error("safetensors header",
+                       "a name appears twice (spelled with different escapes)");
   }
   if (!root.is_object()) throw config_error("safetensors header", "must be a JSON object");
   SafetensorsHeader h;
