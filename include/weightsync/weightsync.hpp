@@ -15,8 +15,10 @@
 #include "weightsync/host/device_policy.hpp"
 #include "weightsync/host/rendezvous.hpp"
 #include "weightsync/info.hpp"
+#include "weightsync/loading.hpp"
 #include "weightsync/log.hpp"
 #include "weightsync/packed_broadcast.hpp"
+#include "weightsync/safetensors.hpp"
 #include "weightsync/tensor_meta.hpp"
 
 #if WEIGHTSYNC_HAS_CUDA
@@ -24,6 +26,7 @@
 #include "weightsync/cuda/device_buffer.hpp"
 #include "weightsync/cuda/device_policy.hpp"
 #include "weightsync/cuda/event.hpp"
+#include "weightsync/cuda/gather.hpp"
 #include "weightsync/cuda/stream.hpp"
 #endif
 #if WEIGHTSYNC_HAS_NCCL

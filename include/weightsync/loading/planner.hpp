@@ -197,7 +197,8 @@ class LoadPlan {
 namespace detail {
 
 //! Resolves one placement into a gather op (validating every bound against both shapes).
-inline GatherOp resolve_placement(const TensorMeta& m, const Placement& p, const ParamInfo& prm) {
+inline GatherOp resolve_placement(const TensorMeta& m, const weightsync::Placement& p,
+                                  const ParamInfo& prm) {
   const std::string f = "tensor '" + m.name + "' -> '" + prm.name + "'";
   const std::int64_t R = m.shape.empty() ? 1 : m.shape[0];
   const auto C = static_cast<std::int64_t>(
