@@ -6,11 +6,14 @@
 // a second on a CPU. Shared by the trainer and the inference server so that both compute exactly
 // the same function of the same weights (the end-to-end test compares their answers bit for bit).
 
+#include <weightsync/loading/placement.hpp>
+#include <weightsync/loading/planner.hpp>
 #include <weightsync/tensor_meta.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -43,6 +46,69 @@ inline std::vector<weightsync::TensorMeta> metas() {
           {"mlp.2.bias", DType::float32, {kHidden}},
           {"mlp.4.weight", DType::float32, {kClasses, kHidden}},
           {"mlp.4.bias", DType::float32, {kClasses}}};
+}
+
+// What the trainer sends: HuggingFace-style, unfused pieces. The first layer's 64 units go out as
+// q/k/v-like row pieces (32 + 16 + 16 rows), the second layer's as gate/up-like halves; the
+// server holds them fused (mlp.0.*, mlp.2.*) and a LoadPlan puts every piece at its rows.
+struct Piece {
+  weightsync::TensorMeta meta;
+  std::size_t tensor;      // which of the Mlp's fused tensors (index into metas())
+  std::int64_t first_row;  // where the piece starts in it
+};
+
+inline std::vector<Piece> hf_pieces() {
+  using weightsync::DType;
+  std::vector<Piece> p;
+  const std::int64_t l0[3][2] = {{0, 32}, {32, 16}, {48, 16}};
+  const char* qkv[3] = {"q_proj", "k_proj", "v_proj"};
+  for (int k = 0; k < 3; ++k) {
+    p.push_back({{std::string("layers.0.") + qkv[k] + ".weight", DType::float32, {l0[k][1], kIn}}, 0, l0[k][0]});
+    p.push_back({{std::string("layers.0.") + qkv[k] + ".bias", DType::float32, {l0[k][1]}}, 1, l0[k][0]});
+  }
+  const char* gu[2] = {"gate_proj", "up_proj"};
+  for (int k = 0; k < 2; ++k) {
+    p.push_back({{std::string("layers.1.") + gu[k] + ".weight", DType::float32, {kHidden / 2, kHidden}}, 2, k * kHidden / 2});
+    p.push_back({{std::string("layers.1.") + gu[k] + ".bias", DType::float32, {kHidden / 2}}, 3, k * kHidden / 2});
+  }
+  p.push_back({{"lm_head.weight", DType::float32, {kClasses, kHidden}}, 4, 0});
+  p.push_back({{"lm_head.bias", DType::float32, {kClasses}}, 5, 0});
+  return p;
+}
+
+inline std::vector<weightsync::TensorMeta> hf_metas() {
+  std::vector<weightsync::TensorMeta> m;
+  for (const auto& p : hf_pieces()) m.push_back(p.meta);
+  return m;
+}
+
+//! Where each piece's bytes are in the trainer's (fused, for training) model.
+inline std::vector<const void*> hf_pointers(const Mlp& m) {
+  std::vector<const void*> out;
+  for (const auto& p : hf_pieces()) {
+    const auto& t = m.tensor(p.tensor);
+    const std::size_t row = p.meta.shape.size() == 2 ? static_cast<std::size_t>(p.meta.shape[1]) : 1;
+    out.push_back(t.data() + static_cast<std::size_t>(p.first_row) * row);
+  }
+  return out;
+}
+
+//! The server's side: HF piece name -> fused parameter and row (q, k, v and gate, up fused).
+inline weightsync::LoadMap load_map() {
+  return [pieces = hf_pieces(), names = metas()](const weightsync::TensorMeta& t) -> std::optional<weightsync::Placement> {
+    for (const auto& p : pieces)
+      if (p.meta.name == t.name) return weightsync::Placement{names[p.tensor].name, -1, p.first_row};
+    return std::nullopt;
+  };
+}
+
+//! The server's parameter table: its fused tensors, under their own names.
+inline std::vector<weightsync::ParamInfo> param_table(Mlp& m) {
+  std::vector<weightsync::ParamInfo> out;
+  const auto names = metas();
+  for (std::size_t i = 0; i < names.size(); ++i)
+    out.push_back({names[i].name, m.tensor(i).data(), names[i].dtype, names[i].shape});
+  return out;
 }
 
 inline void init_random(Mlp& m, unsigned seed) {

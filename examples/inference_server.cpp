@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "demo_model.hpp"
@@ -54,7 +55,6 @@ int main(int argc, char** argv) try {
   std::mutex mu;
   demo::Mlp live, staging;
   demo::init_random(live, 12345);
-  const auto metas = demo::metas();
   std::string version = "default";
 
   ws::WeightTransferEngine::Options eo;
@@ -76,32 +76,53 @@ int main(int argc, char** argv) try {
                       std::fflush(stdout);
                     }});
 
+  // The server holds fused parameters (mlp.0.*, mlp.2.*); the trainer sends unfused HF-style
+  // pieces. A LoadPlan, made at each start for the staging copy, places every piece at its rows:
+  // on the host backend they are received straight there (destination), on GPU backends the
+  // device views are brought to host memory and the plan copies them in.
+  std::optional<ws::LoadPlan> plan;
+  const auto hf = demo::hf_metas();
+  std::vector<std::byte> scratch;
   ws::http::RouteHooks hooks;
+  hooks.destination = [&](const ws::TensorMeta& m) -> void* {
+    return backend == "host" && plan ? plan->destination(m) : nullptr;
+  };
   hooks.load = [&](std::span<const ws::TensorView> batch, void* stream) {
-    for (const auto& v : batch) {
-      std::size_t i = 0;
-      while (i < metas.size() && metas[i].name != v.name()) ++i;
-      if (i == metas.size()) throw ws::config_error("names", "the model has no tensor '" + v.name() + "'");
-      if (*v.meta != metas[i])
-        throw ws::config_error("shapes", "tensor '" + v.name() + "' does not match the model's " +
-                                             ws::detail::shape_string(metas[i].shape));
-      auto& dst = staging.tensor(i);
-      if (stream == nullptr) {
-        std::memcpy(dst.data(), v.data, v.nbytes);  // host backend: host memory
-      } else {
+    if (!plan) throw ws::state_error("no load plan: update before start");
+    if (stream == nullptr) {  // host backend: host memory
+      plan->load(batch, ws::HostStream{});
+      return;
+    }
 #if WEIGHTSYNC_HAS_CUDA
-        // GPU backends hand device memory, ready on `stream`; the transfer returns only after
-        // this copy has completed.
-        ws::detail::check(cudaMemcpyAsync(dst.data(), v.data, v.nbytes, cudaMemcpyDeviceToHost,
+    // GPU backends hand device memory, ready on `stream`; the transfer returns only after this.
+    std::size_t total = 0;
+    for (const auto& v : batch) total += v.nbytes;
+    scratch.resize(total);
+    std::vector<ws::TensorView> host_views;
+    std::size_t off = 0;
+    for (const auto& v : batch) {
+      if (v.nbytes)
+        ws::detail::check(cudaMemcpyAsync(scratch.data() + off, v.data, v.nbytes, cudaMemcpyDeviceToHost,
                                           static_cast<cudaStream_t>(stream)),
                           "cudaMemcpyAsync");
-#endif
-      }
+      host_views.push_back({v.meta, scratch.data() + off, v.nbytes});
+      off += v.nbytes;
     }
+    ws::detail::check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "cudaStreamSynchronize");
+    plan->load(std::span<const ws::TensorView>(host_views), ws::HostStream{});
+#endif
   };
   hooks.on_start = [&] {
     std::lock_guard lock(mu);
     staging = live;
+    // Checks every piece's name, shape and rows against the fused parameters before any byte moves.
+    plan.emplace(ws::plan_loading(hf, demo::param_table(staging), demo::load_map(),
+                                  {.require_full_coverage = true}));
+    std::printf("[server] load plan: %zu HF pieces into %zu fused parameters (%zu received in place, "
+                "%zu copied)\n", hf.size(), demo::metas().size(),
+                backend == "host" ? plan->in_place_count() : std::size_t{0},
+                backend == "host" ? plan->gather_count() : plan->in_place_count() + plan->gather_count());
+    std::fflush(stdout);
   };
   hooks.on_finish = [&](const std::string& v) {
     std::lock_guard lock(mu);

@@ -115,7 +115,9 @@ int main(int argc, char** argv) try {
   demo::Mlp model;
   demo::init_random(model, 7);
   std::mt19937 rng(3);
-  const auto metas = demo::metas();
+  // The trainer sends HuggingFace-style unfused pieces (q/k/v-like, gate/up-like); the servers
+  // hold fused parameters and place each piece with a LoadPlan.
+  const auto metas = demo::hf_metas();
 
   // 1. Every server joins the trainer's transfer group: rank 0 is this trainer, server i takes
   //    rank 1 + i. The servers' init calls block until the trainer joins, so they run concurrently.
@@ -183,11 +185,11 @@ int main(int argc, char** argv) try {
     sync_no = s;
     const std::string version = "step-" + std::to_string(s * epochs_per_sync);
     Source src{metas, {}, s == die_at_sync};
-    for (std::size_t i = 0; i < metas.size(); ++i) src.ptrs.push_back(model.tensor(i).data());
+    src.ptrs = demo::hf_pointers(model);
 #if WEIGHTSYNC_HAS_CUDA
     if (backend != "host") {
       for (std::size_t i = 0; i < metas.size(); ++i) {
-        ws::detail::check(cudaMemcpy(device_copy[i].data(), model.tensor(i).data(), metas[i].nbytes(),
+        ws::detail::check(cudaMemcpy(device_copy[i].data(), src.ptrs[i], metas[i].nbytes(),
                                      cudaMemcpyHostToDevice),
                           "cudaMemcpy");
         src.ptrs[i] = device_copy[i].data();

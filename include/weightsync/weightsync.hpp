@@ -19,8 +19,10 @@
 #include "weightsync/host/torch_store_group.hpp"
 #include "weightsync/host/vllm_pickle.hpp"
 #include "weightsync/info.hpp"
+#include "weightsync/loading.hpp"
 #include "weightsync/log.hpp"
 #include "weightsync/packed_broadcast.hpp"
+#include "weightsync/safetensors.hpp"
 #include "weightsync/shard.hpp"
 #include "weightsync/sharded_broadcast.hpp"
 #include "weightsync/tensor_meta.hpp"
@@ -30,6 +32,7 @@
 #include "weightsync/cuda/device_buffer.hpp"
 #include "weightsync/cuda/device_policy.hpp"
 #include "weightsync/cuda/event.hpp"
+#include "weightsync/cuda/gather.hpp"
 #include "weightsync/cuda/stream.hpp"
 #endif
 #if WEIGHTSYNC_HAS_NCCL

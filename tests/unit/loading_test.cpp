@@ -1,0 +1,569 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
+// Model-aware loading: casts, name patterns, the planner's checks, the rotary permute, GQA
+// replication, param_mappings files, and Qwen3-8B / Qwen3-30B-A3B shaped updates at TP = 1, 2, 4
+// through the host pipeline in real processes, compared with a reference written as plain loops.
+#include <weightsync/host/communicator.hpp>
+#include <weightsync/loading.hpp>
+#include <weightsync/packed_broadcast.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "support/catch.hpp"
+#include "support/process.hpp"
+
+using namespace weightsync;
+using namespace std::chrono_literals;
+
+namespace {
+
+bool has(const std::string& m, std::initializer_list<const char*> parts) {
+  for (const char* p : parts)
+    if (m.find(p) == std::string::npos) {
+      UNSCOPED_INFO("message: " << m);
+      return false;
+    }
+  return true;
+}
+
+// ---- An HF-named model: bf16 tensors with deterministic, never-NaN contents ----
+
+struct HfModel {
+  std::vector<TensorMeta> metas;
+  std::vector<std::vector<std::uint16_t>> data;  // bf16 bits
+  std::map<std::string, std::size_t> index;
+
+  void add(std::string name, std::vector<std::int64_t> shape) {
+    const std::size_t i = metas.size();
+    metas.push_back({std::move(name), DType::bfloat16, std::move(shape)});
+    std::uint64_t x = 0x9e3779b97f4a7c15ull * (i + 1);
+    data.emplace_back(metas.back().numel());
+    for (auto& v : data.back()) {
+      x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
+      v = static_cast<std::uint16_t>((x * 0x2545f4914f6cdd1dull) >> 48) &
+          0xbfff;  // exponent never all ones
+    }
+    index[metas.back().name] = i;
+  }
+  const std::vector<std::uint16_t>& at(const std::string& n) const { return data[index.at(n)]; }
+  std::vector<SourceTensorRef> items() const {
+    std::vector<SourceTensorRef> v;
+    for (std::size_t i = 0; i < metas.size(); ++i) v.push_back({&metas[i], data[i].data()});
+    return v;
+  }
+};
+
+struct Dims {
+  ModelConfig cfg;
+  int layers = 1;
+  std::int64_t vocab = 1000;
+  bool moe = false;
+  bool qkv_bias = false;
+};
+
+HfModel make_hf(const Dims& d) {
+  const auto& c = d.cfg;
+  HfModel m;
+  const std::int64_t H = c.hidden, Q = c.n_heads * c.head_dim, KV = c.n_kv_heads * c.head_dim;
+  m.add("model.embed_tokens.weight", {d.vocab, H});
+  for (int l = 0; l < d.layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    m.add(p + "input_layernorm.weight", {H});
+    m.add(p + "self_attn.q_proj.weight", {Q, H});
+    m.add(p + "self_attn.k_proj.weight", {KV, H});
+    m.add(p + "self_attn.v_proj.weight", {KV, H});
+    if (d.qkv_bias) {
+      m.add(p + "self_attn.q_proj.bias", {Q});
+      m.add(p + "self_attn.k_proj.bias", {KV});
+      m.add(p + "self_attn.v_proj.bias", {KV});
+    }
+    m.add(p + "self_attn.o_proj.weight", {H, Q});
+    m.add(p + "self_attn.q_norm.weight", {c.head_dim});
+    m.add(p + "self_attn.k_norm.weight", {c.head_dim});
+    m.add(p + "post_attention_layernorm.weight", {H});
+    if (d.moe) {
+      m.add(p + "mlp.gate.weight", {c.n_experts, H});
+      for (std::int64_t e = 0; e < c.n_experts; ++e) {
+        const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+        m.add(x + "gate_proj.weight", {c.moe_intermediate, H});
+        m.add(x + "up_proj.weight", {c.moe_intermediate, H});
+        m.add(x + "down_proj.weight", {H, c.moe_intermediate});
+      }
+    } else {
+      m.add(p + "mlp.gate_proj.weight", {c.intermediate, H});
+      m.add(p + "mlp.up_proj.weight", {c.intermediate, H});
+      m.add(p + "mlp.down_proj.weight", {H, c.intermediate});
+    }
+  }
+  m.add("model.norm.weight", {H});
+  m.add("lm_head.weight", {d.vocab, H});
+  return m;
+}
+
+// ---- The engine side: vLLM-layout parameters (bf16 weights, fp32 norms), poisoned ----
+
+struct Engine {
+  std::vector<ParamInfo> params;
+  std::vector<std::vector<std::byte>> mem;
+  void add(std::string name, DType t, std::vector<std::int64_t> shape) {
+    const TensorMeta m{name, t, shape};
+    mem.emplace_back(m.nbytes(), std::byte{0xCD});
+    params.push_back({std::move(name), mem.back().data(), t, std::move(shape)});
+  }
+  const std::vector<std::byte>& at(const std::string& n) const {
+    for (std::size_t i = 0; i < params.size(); ++i)
+      if (params[i].name == n) return mem[i];
+    throw std::runtime_error("no parameter " + n);
+  }
+};
+
+Engine make_engine(const Dims& d, int rank, int tp) {
+  const auto& c = d.cfg;
+  Engine e;
+  e.mem.reserve(1000);
+  const std::int64_t H = c.hidden, hd = c.head_dim;
+  const std::int64_t q = c.n_heads / tp * hd,
+                     kv = (c.n_kv_heads >= tp ? c.n_kv_heads / tp : 1) * hd;
+  const std::int64_t per = (d.vocab + 63) / 64 * 64 / tp;
+  (void)rank;
+  e.add("model.embed_tokens.weight", DType::bfloat16, {per, H});
+  for (int l = 0; l < d.layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    e.add(p + "input_layernorm.weight", DType::float32, {H});
+    e.add(p + "self_attn.qkv_proj.weight", DType::bfloat16, {q + 2 * kv, H});
+    if (d.qkv_bias) e.add(p + "self_attn.qkv_proj.bias", DType::bfloat16, {q + 2 * kv});
+    e.add(p + "self_attn.o_proj.weight", DType::bfloat16, {H, c.n_heads * hd / tp});
+    e.add(p + "self_attn.q_norm.weight", DType::float32, {hd});
+    e.add(p + "self_attn.k_norm.weight", DType::float32, {hd});
+    e.add(p + "post_attention_layernorm.weight", DType::float32, {H});
+    if (d.moe) {
+      e.add(p + "mlp.gate.weight", DType::bfloat16, {c.n_experts, H});
+      e.add(p + "mlp.experts.w13_weight", DType::bfloat16,
+            {c.n_experts, 2 * c.moe_intermediate / tp, H});
+      e.add(p + "mlp.experts.w2_weight", DType::bfloat16,
+            {c.n_experts, H, c.moe_intermediate / tp});
+    } else {
+      e.add(p + "mlp.gate_up_proj.weight", DType::bfloat16, {2 * c.intermediate / tp, H});
+      e.add(p + "mlp.down_proj.weight", DType::bfloat16, {H, c.intermediate / tp});
+    }
+  }
+  e.add("model.norm.weight", DType::float32, {H});
+  e.add("lm_head.weight", DType::bfloat16, {per, H});
+  return e;
+}
+
+// ---- The reference: each parameter's expected bytes, as plain loops over the HF tensors ----
+
+using Bytes = std::vector<std::byte>;
+
+void put16(Bytes& b, std::size_t i, std::uint16_t v) {
+  std::memcpy(b.data() + 2 * i, &v, 2);
+}
+
+// w.view(H, R/H/2, 2, C).transpose(1, 2).reshape(R, C), spelled out as the 4-D index.
+std::vector<std::uint16_t> permute_ref(const std::vector<std::uint16_t>& w, std::int64_t heads,
+                                       std::int64_t R, std::int64_t C) {
+  std::vector<std::uint16_t> out(w.size());
+  const std::int64_t half = R / heads / 2;
+  for (std::int64_t h = 0; h < heads; ++h)
+    for (std::int64_t a = 0; a < 2; ++a)
+      for (std::int64_t b = 0; b < half; ++b)
+        for (std::int64_t c = 0; c < C; ++c)
+          out[static_cast<std::size_t>(((h * 2 + a) * half + b) * C + c)] =
+              w[static_cast<std::size_t>(((h * half + b) * 2 + a) * C + c)];
+  return out;
+}
+
+// Rows [r0, r0 + n) of a [?, C] bf16 tensor, appended at row `at` of `out` (C columns).
+void copy_rows(Bytes& out, std::int64_t at, const std::vector<std::uint16_t>& src, std::int64_t r0,
+               std::int64_t n, std::int64_t C) {
+  for (std::int64_t r = 0; r < n; ++r)
+    for (std::int64_t c = 0; c < C; ++c)
+      put16(out, static_cast<std::size_t>((at + r) * C + c),
+            src[static_cast<std::size_t>((r0 + r) * C + c)]);
+}
+
+// Columns [c0, c0 + n) of a [R, C] tensor into out [R, n] at element offset `base`.
+void copy_cols(Bytes& out, std::size_t base, const std::vector<std::uint16_t>& src, std::int64_t R,
+               std::int64_t C, std::int64_t c0, std::int64_t n) {
+  for (std::int64_t r = 0; r < R; ++r)
+    for (std::int64_t c = 0; c < n; ++c)
+      put16(out, base + static_cast<std::size_t>(r * n + c),
+            src[static_cast<std::size_t>(r * C + c0 + c)]);
+}
+
+Bytes norm_ref(const std::vector<std::uint16_t>& src) {
+  Bytes out(src.size() * 4);
+  for (std::size_t i = 0; i < src.size(); ++i) {
+    const std::uint32_t u = static_cast<std::uint32_t>(src[i]) << 16;
+    std::memcpy(out.data() + 4 * i, &u, 4);
+  }
+  return out;
+}
+
+std::map<std::string, Bytes> reference(const Dims& d, const HfModel& hf, const Engine& eng,
+                                       int rank, int tp) {
+  const auto& c = d.cfg;
+  const std::int64_t H = c.hidden, hd = c.head_dim;
+  std::map<std::string, Bytes> want;
+  for (std::size_t i = 0; i < eng.params.size(); ++i)
+    want[eng.params[i].name] = Bytes(eng.mem[i].size(), std::byte{0xCD});
+  const std::int64_t per = (d.vocab + 63) / 64 * 64 / tp;
+  for (const char* n : {"model.embed_tokens.weight", "lm_head.weight"}) {
+    const std::int64_t lo = rank * per, hi = std::min<std::int64_t>(d.vocab, lo + per);
+    if (hi > lo) copy_rows(want[n], 0, hf.at(n), lo, hi - lo, H);
+  }
+  want["model.norm.weight"] = norm_ref(hf.at("model.norm.weight"));
+  const std::int64_t nq = c.n_heads / tp;                               // q heads per rank
+  const std::int64_t nkv = c.n_kv_heads >= tp ? c.n_kv_heads / tp : 1;  // kv heads per rank
+  const std::int64_t kv_head0 = c.n_kv_heads >= tp ? rank * nkv : rank * c.n_kv_heads / tp;
+  for (int l = 0; l < d.layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    for (const char* n : {"input_layernorm.weight", "post_attention_layernorm.weight",
+                          "self_attn.q_norm.weight", "self_attn.k_norm.weight"})
+      want[p + n] = norm_ref(hf.at(p + n));
+    for (const char* w : {"weight", "bias"}) {
+      if (std::string(w) == "bias" && !d.qkv_bias) continue;
+      const std::int64_t C = std::string(w) == "weight" ? H : 1;
+      auto q = hf.at(p + "self_attn.q_proj." + w), k = hf.at(p + "self_attn.k_proj." + w);
+      if (c.permute_qk) {
+        q = permute_ref(q, c.n_heads, c.n_heads * hd, C);
+        k = permute_ref(k, c.n_kv_heads, c.n_kv_heads * hd, C);
+      }
+      Bytes& o = want[p + "self_attn.qkv_proj." + w];
+      copy_rows(o, 0, q, rank * nq * hd, nq * hd, C);
+      copy_rows(o, nq * hd, k, kv_head0 * hd, nkv * hd, C);
+      copy_rows(o, (nq + nkv) * hd, hf.at(p + "self_attn.v_proj." + w), kv_head0 * hd, nkv * hd, C);
+    }
+    const std::int64_t Q = c.n_heads * hd;
+    copy_cols(want[p + "self_attn.o_proj.weight"], 0, hf.at(p + "self_attn.o_proj.weight"), H, Q,
+              rank * Q / tp, Q / tp);
+    if (d.moe) {
+      const std::int64_t I = c.moe_intermediate, Il = I / tp;
+      copy_rows(want[p + "mlp.gate.weight"], 0, hf.at(p + "mlp.gate.weight"), 0, c.n_experts, H);
+      for (std::int64_t e = 0; e < c.n_experts; ++e) {
+        const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+        copy_rows(want[p + "mlp.experts.w13_weight"], e * 2 * Il, hf.at(x + "gate_proj.weight"),
+                  rank * Il, Il, H);
+        copy_rows(want[p + "mlp.experts.w13_weight"], e * 2 * Il + Il, hf.at(x + "up_proj.weight"),
+                  rank * Il, Il, H);
+        copy_cols(want[p + "mlp.experts.w2_weight"], static_cast<std::size_t>(e * H * Il),
+                  hf.at(x + "down_proj.weight"), H, I, rank * Il, Il);
+      }
+    } else {
+      const std::int64_t I = c.intermediate, Il = I / tp;
+      copy_rows(want[p + "mlp.gate_up_proj.weight"], 0, hf.at(p + "mlp.gate_proj.weight"),
+                rank * Il, Il, H);
+      copy_rows(want[p + "mlp.gate_up_proj.weight"], Il, hf.at(p + "mlp.up_proj.weight"), rank * Il,
+                Il, H);
+      copy_cols(want[p + "mlp.down_proj.weight"], 0, hf.at(p + "mlp.down_proj.weight"), H, I,
+                rank * Il, Il);
+    }
+  }
+  return want;
+}
+
+void check_against_reference(const Dims& d, const HfModel& hf, const Engine& eng, int rank,
+                             int tp) {
+  const auto want = reference(d, hf, eng, rank, tp);
+  for (std::size_t i = 0; i < eng.params.size(); ++i)
+    if (eng.mem[i] != want.at(eng.params[i].name))
+      throw std::runtime_error("tp rank " + std::to_string(rank) + "/" + std::to_string(tp) +
+                               ": parameter '" + eng.params[i].name +
+                               "' differs from the reference");
+}
+
+// What the consumer pipeline does with a plan, in process: destinations get a copy, the rest are
+// handed over as views.
+void apply_in_process(const HfModel& hf, const LoadPlan& plan, bool use_destinations = true) {
+  std::vector<TensorView> views;
+  for (std::size_t i = 0; i < hf.metas.size(); ++i) {
+    const auto nb = hf.metas[i].nbytes();
+    if (void* dst = use_destinations ? plan.destination(hf.metas[i]) : nullptr)
+      std::memcpy(dst, hf.data[i].data(), nb);
+    else
+      views.push_back({&hf.metas[i], const_cast<std::uint16_t*>(hf.data[i].data()), nb});
+  }
+  plan.load(std::span<const TensorView>(views), HostStream{});
+}
+
+Dims dense8b() {
+  Dims d;
+  d.cfg = qwen3_8b_config();
+  d.cfg.intermediate = 1024;  // reduced from 12288 (the attention shapes are Qwen3-8B's)
+  d.layers = 2;
+  return d;
+}
+
+Dims moe30b() {
+  Dims d;
+  d.cfg = qwen3_30b_a3b_config();
+  d.cfg.n_experts = 8;  // reduced from 128 (per-expert and attention shapes are Qwen3-30B-A3B's)
+  d.moe = true;
+  return d;
+}
+
+// The real-process round: rank 0 sends the HF model, ranks 1..tp load it into their shards.
+void run_processes(const Dims& d, int tp, bool packed) {
+  ws_test::Processes procs;
+  const int port = ws_test::free_port();
+  const int world = 1 + tp;
+  for (int rank = 0; rank < world; ++rank)
+    procs.spawn([=] {
+      RendezvousOptions o;
+      o.port = port;
+      o.rank = rank;
+      o.world_size = world;
+      o.timeout = 20000ms;
+      auto comm = HostCommunicator::connect(o, 30000ms);
+      const HfModel hf = make_hf(d);
+      TransferOptions opt;
+      opt.packed = packed;
+      opt.buffer_size_bytes = 8 << 20;
+      if (rank == 0) {
+        (void)packed_broadcast_producer(hf.metas, hf.items(), comm, 0, opt);
+        return;
+      }
+      const int r = rank - 1;
+      Engine eng = make_engine(d, r, tp);
+      const auto plan = plan_loading(
+          hf.metas, eng.params, d.moe ? qwen3_moe_map(d.cfg, {r, tp}) : qwen3_map(d.cfg, {r, tp}));
+      // At TP = 1 every bf16 tensor lands in place (q, k, v at their rows of qkv; gate, up of
+      // gate_up; experts in w13/w2); only the fp32 norms are gathered (cast).
+      const std::size_t norms = static_cast<std::size_t>(4 * d.layers + 1);
+      if (tp == 1 &&
+          (plan.in_place_count() != hf.metas.size() - norms || plan.gather_count() != norms))
+        throw std::runtime_error("TP=1 plan: " + std::to_string(plan.in_place_count()) +
+                                 " in place, " + std::to_string(plan.gather_count()) + " gathered");
+      opt.destination = plan.destination_fn();
+      (void)packed_broadcast_consumer(hf.metas, comm, 0, plan.loader(), opt);
+      check_against_reference(d, hf, eng, r, tp);
+    });
+  for (const auto& res : procs.wait_all(240s)) {
+    INFO(ws_test::outcome_name(res.outcome) << ": " << res.message);
+    CHECK(res.outcome == ws_test::Outcome::ok);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("loading cast: fp16/bf16 round trips and round-to-nearest-even", "[unit][loading]") {
+  for (std::uint32_t h = 0; h < 65536; ++h) {
+    const auto b = static_cast<std::uint16_t>(h);
+    const float fb = bf16_to_float(b), fh = fp16_to_float(b);
+    if (std::isnan(fb)) {
+      CHECK(std::isnan(bf16_to_float(float_to_bf16(fb))));
+    } else if (float_to_bf16(fb) != b) {
+      FAIL_CHECK("bf16 " << h << " does not round trip");
+    }
+    if (std::isnan(fh)) {
+      CHECK(std::isnan(fp16_to_float(float_to_fp16(fh))));
+    } else if (float_to_fp16(fh) != b) {
+      FAIL_CHECK("fp16 " << h << " does not round trip (" << fh << " -> " << float_to_fp16(fh)
+                         << ")");
+    }
+  }
+  CHECK(fp16_to_float(0x3c00) == 1.0f);
+  CHECK(fp16_to_float(0x0001) == std::ldexp(1.0f, -24));
+  CHECK(fp16_to_float(0x7bff) == 65504.0f);
+  CHECK(float_to_fp16(65520.0f) == 0x7c00);  // rounds to infinity
+  CHECK(float_to_fp16(65519.0f) == 0x7bff);
+  CHECK(float_to_fp16(std::ldexp(1.0f, -25)) == 0x0000);  // tie to even: zero
+  CHECK(float_to_fp16(std::ldexp(1.5f, -25)) == 0x0001);
+  CHECK(float_to_fp16(-0.0f) == 0x8000);
+  CHECK(float_to_bf16(1.0f + std::ldexp(1.0f, -8)) == 0x3f80);  // tie to even: down
+  CHECK(float_to_bf16(1.0f + std::ldexp(3.0f, -8)) == 0x3f82);  // tie to even: up
+  CHECK(float_to_bf16(std::numeric_limits<float>::infinity()) == 0x7f80);
+#if defined(__FLT16_MAX__) && defined(__x86_64__)
+  // The compiler's _Float16 is an independent reference for fp32 -> fp16.
+  std::mt19937 rng(1);
+  for (int i = 0; i < 200000; ++i) {
+    const std::uint32_t u = rng();
+    float f;
+    std::memcpy(&f, &u, 4);
+    if (std::isnan(f)) continue;
+    const _Float16 r = static_cast<_Float16>(f);
+    std::uint16_t want;
+    std::memcpy(&want, &r, 2);
+    if (float_to_fp16(f) != want)
+      FAIL_CHECK("fp32 bits " << u << ": got " << float_to_fp16(f) << " want " << want);
+  }
+#endif
+}
+
+TEST_CASE("loading: name patterns and rename maps", "[unit][loading]") {
+  std::vector<std::pair<std::string, std::string>> cap;
+  const NamePattern p("model.layers.{i}.mlp.experts.{e}.up_proj.weight");
+  REQUIRE(p.match("model.layers.12.mlp.experts.0.up_proj.weight", cap));
+  CHECK(cap == std::vector<std::pair<std::string, std::string>>{{"i", "12"}, {"e", "0"}});
+  CHECK(NamePattern("layers.{i}.w{e}").format(cap) == "layers.12.w0");
+  CHECK_FALSE(p.match("model.layers.x.mlp.experts.0.up_proj.weight", cap));
+  CHECK_FALSE(p.match("model.layers.1.mlp.experts.0.up_proj.weight.extra", cap));
+  CHECK_FALSE(p.match("model.layers..mlp.experts.0.up_proj.weight", cap));
+  CHECK_THROWS_AS(NamePattern("a.{i"), config_error);
+  CHECK_THROWS_AS(NamePattern("a.{}"), config_error);
+
+  RenameMap m({1, 2});
+  m.add("h.{i}.attn.c_attn.weight", "model.layers.{i}.qkv", 0)
+      .add("wte", "embed", -1)
+      .add("h.{i}.proj", "o.{i}", 1);
+  const auto a = m({"h.3.attn.c_attn.weight", DType::bfloat16, {8, 4}});
+  REQUIRE(a);
+  CHECK(*a == Placement{"model.layers.3.qkv", -1, 0, 0, 4, 4, 0});
+  CHECK(*m({"wte", DType::bfloat16, {5, 4}}) == Placement{"embed"});
+  CHECK(*m({"h.0.proj", DType::bfloat16, {4, 6}}) == Placement{"o.0", -1, 0, 1, 3, 3, 0});
+  CHECK_FALSE(m({"other", DType::bfloat16, {1}}));
+  CHECK_THROWS_AS(m({"h.0.proj", DType::bfloat16, {4, 5}}), config_error);  // 5 columns over TP 2
+}
+
+TEST_CASE("loading planner: bad maps and tables are config_errors naming the tensor",
+          "[unit][loading]") {
+  std::vector<std::byte> mem(64 * 4);
+  std::vector<ParamInfo> params{{"w", mem.data(), DType::bfloat16, {4, 8}},
+                                {"n", mem.data() + 64, DType::float32, {8}},
+                                {"i", mem.data() + 128, DType::int32, {8}}};
+  const std::vector<TensorMeta> one{{"a", DType::bfloat16, {4, 8}}};
+  const auto err = [&](std::vector<TensorMeta> metas, LoadMap map,
+                       const PlanOptions& opt = {}) -> std::string {
+    try {
+      (void)plan_loading(metas, params, map, opt);
+    } catch (const config_error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  const auto to = [](Placement p) {
+    return LoadMap([p](const TensorMeta&) { return std::optional<Placement>(p); });
+  };
+  CHECK(has(err(one, to({"nope"})), {"'a'", "unknown parameter 'nope'"}));
+  CHECK(has(err(one, [](const TensorMeta&) { return std::optional<Placement>(); }),
+            {"'a'", "does not place it"}));
+  CHECK(err(one, [](const TensorMeta&) { return std::optional<Placement>(); },
+            {.ignore_unmapped = true}) == "no error");
+  CHECK(has(err({{"a", DType::bfloat16, {4, 7}}}, to({"w"})), {"rows hold 7"}));
+  CHECK(has(err({{"a", DType::bfloat16, {5, 8}}}, to({"w"})), {"do not fit"}));
+  CHECK(has(err({{"a", DType::bfloat16, {2, 8}}}, to({"w", -1, 3})), {"do not fit"}));
+  CHECK(has(err({{"a", DType::bfloat16, {8}}}, to({"i"})), {"cannot cast bfloat16 to int32"}));
+  CHECK(has(err({{"a", DType::bfloat16, {6, 8}}}, to({"w", -1, 0, 0, 5, 4})), {"outside dim 0"}));
+  CHECK(
+      has(err({{"a", DType::bfloat16, {6, 8}}}, to({"w", -1, 0, 0, 0, 4, 2})), {"rotary permute"}));
+  CHECK(has(err({{"a", DType::bfloat16, {4, 8}}}, to({"w", 4})), {"expert 4"}));
+  // Two tensors writing the same rows; a region nobody writes.
+  const LoadMap half = [](const TensorMeta& m) {
+    return std::optional<Placement>(Placement{"w", -1, m.name == "a" ? 0 : 1});
+  };
+  CHECK(has(err({{"a", DType::bfloat16, {2, 8}}, {"b", DType::bfloat16, {2, 8}}}, half),
+            {"'b'", "overlaps"}));
+  CHECK(has(err({{"a", DType::bfloat16, {2, 8}}}, half, {.require_full_coverage = true}),
+            {"w[16, 32)"}));
+  CHECK(
+      has(err({{"a", DType::bfloat16, {2, 8}}, {"a", DType::bfloat16, {2, 8}}}, half), {"twice"}));
+  // A device stream cannot run a gather (no CUDA kernel yet): a clear error, not a silent skip.
+  const std::vector<TensorMeta> n{{"x", DType::bfloat16, {8}}};
+  const auto plan = plan_loading(n, params, to({"n"}));
+  std::uint16_t buf[8]{};
+  const TensorView v{&n[0], buf, 16};
+  const TensorMeta stranger{"y", DType::bfloat16, {8}};
+  const TensorView sv{&stranger, buf, 16};
+  CHECK_THROWS_AS(plan.load(std::span<const TensorView>(&sv, 1), HostStream{}), config_error);
+  struct FakeDeviceStream {};
+  CHECK_THROWS_AS(plan.load(std::span<const TensorView>(&v, 1), FakeDeviceStream{}), state_error);
+}
+
+TEST_CASE("loading: rotary permute (weight and 1-D bias), GQA replication, qkv bias, at TP 4",
+          "[unit][loading]") {
+  Dims d;
+  d.cfg = {.hidden = 64, .n_heads = 8, .n_kv_heads = 2, .head_dim = 16, .intermediate = 96};
+  d.cfg.permute_qk = GENERATE(false, true);
+  d.qkv_bias = true;
+  d.layers = 2;
+  d.vocab = 70;  // padded to 128: rank 1's 32 rows are 6 real ones and 26 of padding
+  const HfModel hf = make_hf(d);
+  for (int tp : {1, 2, 4, 8}) {
+    for (int r = 0; r < tp; ++r) {
+      INFO("tp " << tp << " rank " << r << " permute " << d.cfg.permute_qk);
+      Engine eng = make_engine(d, r, tp);
+      const auto plan = plan_loading(hf.metas, eng.params, qwen2_map(d.cfg, {r, tp}));
+      apply_in_process(hf, plan);
+      CHECK_NOTHROW(check_against_reference(d, hf, eng, r, tp));
+      // Without a destination callback, what could land in place arrives as views and is copied.
+      Engine eng2 = make_engine(d, r, tp);
+      const auto plan2 = plan_loading(hf.metas, eng2.params, qwen2_map(d.cfg, {r, tp}));
+      apply_in_process(hf, plan2, false);
+      CHECK_NOTHROW(check_against_reference(d, hf, eng2, r, tp));
+      if (tp == 1 && !d.cfg.permute_qk)
+        CHECK(plan.uncovered() == std::vector<std::string>{"model.embed_tokens.weight[4480, 8192)",
+                                                           "lm_head.weight[4480, 8192)"});
+    }
+  }
+  CHECK_THROWS_AS(qwen2_map(d.cfg, {0, 3}), config_error);
+}
+
+TEST_CASE("loading: a param_mappings file renames, shards and permutes", "[unit][loading]") {
+  const auto j = nlohmann::json::parse(R"({
+    "tp_degree": 2, "dp_shard_degree": 1,
+    "param_mappings": {
+      "layers.0.attention.wq.weight": {"vllm_name": "model.layers.0.self_attn.q.weight", "needs_permute": true,
+                                       "tp_shard_dim": 0, "local_shape": [16, 8]},
+      "layers.0.attention.wo.weight": {"sglang_name": "model.layers.0.self_attn.o_proj.weight", "needs_permute": false,
+                                       "tp_shard_dim": 1, "local_shape": [8, 16]},
+      "norm.weight": {"vllm_name": "model.norm.weight", "needs_permute": false, "tp_shard_dim": 0, "local_shape": [8]}
+    }})");
+  const auto pm = parse_param_mappings(j);
+  REQUIRE(pm.mappings.size() == 3);
+  const auto map = param_mappings_map(pm, {1, 2}, /*head_dim=*/4);
+  const auto q = map({"layers.0.attention.wq.weight", DType::bfloat16, {32, 8}});
+  REQUIRE(q);
+  CHECK(*q == Placement{"model.layers.0.self_attn.q.weight", -1, 0, 0, 16, 16, 8});
+  CHECK(*map({"layers.0.attention.wo.weight", DType::bfloat16, {8, 32}}) ==
+        Placement{"model.layers.0.self_attn.o_proj.weight", -1, 0, 1, 16, 16, 0});
+  CHECK(*map({"norm.weight", DType::bfloat16, {8}}) ==
+        Placement{"model.norm.weight", -1, 0, 0, 4, 4, 0});
+  CHECK_FALSE(map({"unknown", DType::bfloat16, {8}}));
+  try {
+    (void)map({"layers.0.attention.wq.weight", DType::bfloat16, {30, 8}});
+    FAIL("a shape that fits no local_shape was accepted");
+  } catch (const config_error& e) {
+    CHECK(has(e.what(), {"local_shape"}));
+  }
+  CHECK_THROWS_AS(parse_param_mappings(
+                      nlohmann::json::parse(R"({"param_mappings": {"a": {"local_shape": [1]}}})")),
+                  config_error);
+  CHECK_THROWS_AS(
+      parse_param_mappings(nlohmann::json::parse(R"({"param_mappings": {}, "extra": 1})")),
+      config_error);
+  CHECK_THROWS_AS(param_mappings_map(pm, {0, 1}), config_error);  // needs_permute without head_dim
+
+  // End to end at TP 2 rank 1: the permuted q rows [16, 32), through the planner.
+  std::vector<std::uint16_t> wq(32 * 8), out(16 * 8, 0);
+  for (std::size_t i = 0; i < wq.size(); ++i) wq[i] = static_cast<std::uint16_t>(i);
+  const std::vector<TensorMeta> metas{{"layers.0.attention.wq.weight", DType::bfloat16, {32, 8}}};
+  const std::vector<ParamInfo> params{
+      {"model.layers.0.self_attn.q.weight", out.data(), DType::bfloat16, {16, 8}}};
+  const auto plan = plan_loading(metas, params, map);
+  const TensorView v{&metas[0], wq.data(), wq.size() * 2};
+  plan.load(std::span<const TensorView>(&v, 1), HostStream{});
+  const auto full = permute_ref(wq, 8, 32, 8);
+  CHECK(std::vector<std::uint16_t>(full.begin() + 16 * 8, full.end()) == out);
+}
+
+TEST_CASE("loading: Qwen3-8B shapes through rename + fuse + shard at TP 1, 2, 4, real processes",
+          "[unit][loading][pipeline]") {
+  const int tp = GENERATE(1, 2, 4);
+  INFO("tp " << tp);
+  run_processes(dense8b(), tp, true);
+}
+
+TEST_CASE("loading: Qwen3-30B-A3B experts stacked into w13/w2 at TP 1, 2, 4, real processes",
+          "[unit][loading][pipeline]") {
+  const int tp = GENERATE(1, 2, 4);
+  INFO("tp " << tp);
+  run_processes(moe30b(), tp, tp != 2);
+}
