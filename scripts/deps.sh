@@ -52,3 +52,18 @@ ws_install_deps() {
     ws_apt_get install -y --no-install-recommends "${missing[@]}"
   fi
 }
+
+# clang and its libFuzzer/sanitizer runtime, for the fuzz tests (registered in CTest when clang++ can
+# link -fsanitize=fuzzer). Best effort: a machine without them just runs no fuzz tests.
+ws_install_fuzz_deps() {
+  [ "${WEIGHTSYNC_SKIP_DEPS:-0}" = 1 ] && return 0
+  dpkg-query -W -f='${Status}' clang 2>/dev/null | grep -q "install ok installed" ||
+    ws_install_deps clang || return 0
+  local v rt
+  v=$(clang++ --version 2>/dev/null | sed -n 's/.*clang version \([0-9]*\).*/\1/p' | head -1)
+  rt="libclang-rt-$v-dev"
+  if [ -n "$v" ] && ! dpkg-query -W -f='${Status}' "$rt" 2>/dev/null | grep -q "install ok installed" &&
+     apt-cache show "$rt" >/dev/null 2>&1; then
+    ws_install_deps "$rt" || true
+  fi
+}

@@ -17,6 +17,19 @@ if(NOT WEIGHTSYNC_CLANGXX)
   message(STATUS "weightsync: clang++ not found; the fuzz tests are not registered")
   return()
 endif()
+# clang without its libFuzzer runtime (Debian: libclang-rt-<version>-dev) cannot build them.
+set(_ws_fz_probe "${CMAKE_CURRENT_BINARY_DIR}/fuzz_probe.cpp")
+file(WRITE "${_ws_fz_probe}" "#include <cstddef>\n#include <cstdint>\nextern \"C\" int LLVMFuzzerTestOneInput(const std::uint8_t*, std::size_t) { return 0; }\n")
+execute_process(COMMAND "${WEIGHTSYNC_CLANGXX}" -fsanitize=fuzzer,address,undefined "${_ws_fz_probe}"
+                        -o "${CMAKE_CURRENT_BINARY_DIR}/fuzz_probe"
+                RESULT_VARIABLE _ws_fz_rc OUTPUT_QUIET ERROR_VARIABLE _ws_fz_err)
+if(NOT _ws_fz_rc EQUAL 0)
+  if(WEIGHTSYNC_FUZZ STREQUAL "ON")
+    message(FATAL_ERROR "WEIGHTSYNC_FUZZ=ON but ${WEIGHTSYNC_CLANGXX} cannot link -fsanitize=fuzzer: ${_ws_fz_err}")
+  endif()
+  message(STATUS "weightsync: ${WEIGHTSYNC_CLANGXX} cannot link -fsanitize=fuzzer (libclang-rt-<version>-dev missing?); the fuzz tests are not registered")
+  return()
+endif()
 message(STATUS "weightsync: fuzz tests with ${WEIGHTSYNC_CLANGXX}, ${WEIGHTSYNC_FUZZ_SECONDS} s each")
 
 set(_ws_fz_src "${CMAKE_CURRENT_SOURCE_DIR}/fuzz")
