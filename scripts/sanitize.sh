@@ -22,6 +22,9 @@ case "$mode" in
   tsan)
     flags="-fsanitize=thread -fno-omit-frame-pointer"
     tests='^(unit\.(engine|rendezvous|host|pipeline|backend)|e2e\.)'
+    # Its deadlines assume native speed: under TSan, generating its 64 MiB random model alone takes
+    # longer than the test's 10 s limit (seen: ranks still in std::mt19937 when it gives up).
+    skip='consumer killed mid-transfer'
     export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:report_signal_unsafe=0}
     ;;
   *)
@@ -36,6 +39,9 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEIGHTSYNC_W
   -DWEIGHTSYNC_BUILD_BENCHMARKS=OFF -DWEIGHTSYNC_FUZZ=OFF \
   -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="$flags"
 targets=(weightsync_unit_tests)
-cmake --build "$build" --target help | grep -q "weightsync_e2e_tests" && targets+=(weightsync_e2e_tests)
+# (the demo's server and trainer, and so the e2e tests, exist only where cpp-httplib was found)
+help=$(cmake --build "$build" --target help)
+[[ "$help" == *weightsync_e2e_tests* ]] && targets+=(weightsync_e2e_tests)
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
-ctest --test-dir "$build" --output-on-failure --no-tests=error -j "$(nproc)" -R "$tests" "$@"
+ctest --test-dir "$build" --output-on-failure --no-tests=error -j "$(nproc)" -R "$tests" \
+  ${skip:+-E "$skip"} "$@"
