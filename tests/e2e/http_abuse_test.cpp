@@ -230,7 +230,7 @@ TEST_CASE("demo server under abuse: every bad request is a 4xx with a message an
   CHECK(server.wait(10s) == 0);
 }
 
-TEST_CASE("demo server with a token: state-changing routes need it, reads stay open",
+TEST_CASE("demo server with a token: state-changing routes need it and reads stay open",
           "[e2e][abuse]") {
   const int port = ws_test::free_port();
   Proc server = ws_e2e::start_server(port, {"--token", "s3cret"});
