@@ -4,6 +4,11 @@
 // trainer through vLLM's weight-transfer routes (weightsync::http::add_vllm_routes).
 //
 //   inference_server [--port 8000] [--host 127.0.0.1] [--backend host|nccl] [--device 0]
+//                    [--max-body-bytes 16777216] [--token T]
+//
+// --token (or the environment variable WEIGHTSYNC_HTTP_TOKEN): the routes that change weights or
+// state (the vLLM POST routes and /shutdown) then need "Authorization: Bearer T". Bodies over
+// --max-body-bytes are refused with 413.
 //
 //   POST /v1/predict {"inputs": [[x, y], ...]} -> {"classes": [...], "weight_version": "..."}
 //   POST /shutdown                              -> stops the server
@@ -17,12 +22,16 @@
 #include <weightsync/cuda/check.hpp>
 #endif
 
+#include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <optional>
 #include <string>
+
+#include <sys/socket.h>
 
 #include "demo_model.hpp"
 
@@ -39,13 +48,18 @@ void on_signal(int) {
 int main(int argc, char** argv) try {
   std::string host = "127.0.0.1", backend = "host";
   int port = 8000, device = 0;
+  ws::http::RouteOptions ro;
+  if (const char* t = std::getenv("WEIGHTSYNC_HTTP_TOKEN")) ro.bearer_token = t;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--port") port = std::stoi(v);
     else if (k == "--host") host = v;
     else if (k == "--backend") backend = v;
     else if (k == "--device") device = std::stoi(v);
-    else throw ws::config_error(k, "unknown option (known: --port --host --backend --device)");
+    else if (k == "--max-body-bytes") ro.max_body_bytes = std::stoull(v);
+    else if (k == "--token") ro.bearer_token = v;
+    else throw ws::config_error(k, "unknown option (known: --port --host --backend --device "
+                                   "--max-body-bytes --token)");
   }
 #if WEIGHTSYNC_HAS_CUDA
   if (backend != "host") ws::detail::check(cudaSetDevice(device), "cudaSetDevice");
@@ -141,7 +155,8 @@ int main(int argc, char** argv) try {
   g_server = &server;
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
-  ws::http::add_vllm_routes(server, engine, hooks);
+  ws::http::apply_limits(server, ro);
+  ws::http::add_vllm_routes(server, engine, hooks, ro);
   server.Post("/v1/predict", [&](const httplib::Request& req, httplib::Response& res) {
     auto body = json::parse(req.body, nullptr, false);
     if (body.is_discarded() || !body.is_object() || !body.contains("inputs") || !body["inputs"].is_array()) {
@@ -156,25 +171,43 @@ int main(int argc, char** argv) try {
     }
     json classes = json::array();
     for (const auto& p : body["inputs"]) {
-      if (!p.is_array() || p.size() != 2 || !p[0].is_number() || !p[1].is_number()) {
+      // Finite and within float's range (a larger double converted to float is undefined).
+      auto coord = [](const json& x) {
+        return x.is_number() && std::isfinite(x.get<double>()) && std::fabs(x.get<double>()) <= 1e30;
+      };
+      if (!p.is_array() || p.size() != 2 || !coord(p[0]) || !coord(p[1])) {
         res.status = 400;
-        res.set_content(json{{"error", "every input is [x, y]"}}.dump(), "application/json");
+        res.set_content(json{{"error", "every input is [x, y], finite numbers of magnitude <= 1e30"}}.dump(),
+                        "application/json");
         return;
       }
-      classes.push_back(demo::predict(w, p[0].get<float>(), p[1].get<float>()));
+      classes.push_back(demo::predict(w, static_cast<float>(p[0].get<double>()),
+                                      static_cast<float>(p[1].get<double>())));
     }
     res.set_content(json{{"classes", classes}, {"weight_version", engine.weight_version()},
                          {"paused", engine.is_paused()}}.dump(),
                     "application/json");
   });
-  server.Post("/shutdown", [&](const httplib::Request&, httplib::Response& res) {
+  server.Post("/shutdown", [&](const httplib::Request& req, httplib::Response& res) {
+    if (!ws::http::detail::admitted(ro, req, res, true)) return;
     res.set_content(json{{"status", "stopping"}}.dump(), "application/json");
     server.stop();
   });
+  // The listening socket: SO_REUSEADDR only (httplib's default SO_REUSEPORT would let another
+  // process of this user bind the same port and take our connections), and a backlog of 1024
+  // (httplib 0.11 listens with 5: a burst of clients then sees connection resets).
+  int listen_fd = -1;
+  server.set_socket_options([&listen_fd](socket_t s) {
+    int yes = 1;
+    ::setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    listen_fd = s;
+  });
   if (!server.bind_to_port(host, port))
     throw ws::config_error("port", host + ":" + std::to_string(port) + " is not available");
-  std::printf("[server] serving a random MLP on http://%s:%d (backend %s)\n", host.c_str(), port,
-              backend.c_str());
+  if (listen_fd >= 0) ::listen(listen_fd, 1024);  // Linux: listen() again sets the new backlog
+  std::printf("[server] serving a random MLP on http://%s:%d (backend %s, body limit %zu bytes, "
+              "bearer token %s)\n", host.c_str(), port, backend.c_str(), ro.max_body_bytes,
+              ro.bearer_token.empty() ? "off" : "required");
   std::fflush(stdout);
   server.listen_after_bind();
   engine.shutdown();

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "demo_process.hpp"
 #include "support/catch.hpp"
 #include "support/child.hpp"
 #include "support/process.hpp"
@@ -20,24 +21,9 @@ using nlohmann::json;
 
 namespace {
 
-using Proc = ws_test::Child;
-
-Proc start(const std::vector<std::string>& args) { return Proc(args, "/tmp/ws_e2e_XXXXXX"); }
-
-Proc start_server(int port) {
-  Proc p = start({WEIGHTSYNC_DEMO_SERVER, "--port", std::to_string(port)});
-  ws::http::VllmClient c("http://127.0.0.1:" + std::to_string(port), 2s);
-  for (int i = 0; i < 200; ++i) {  // wait until it answers
-    try {
-      (void)c.weight_version();
-      return p;
-    } catch (const ws::error&) {
-      std::this_thread::sleep_for(25ms);
-    }
-  }
-  FAIL("the inference server did not come up:\n" << p.output());
-  return p;
-}
+using ws_e2e::Proc;
+using ws_e2e::start;
+using ws_e2e::start_server;
 
 std::vector<int> predict(ws::http::VllmClient& c) {
   return c.post("/v1/predict", {{"inputs", {{0.1, 0.2}, {-0.5, 0.3}, {0.7, -0.7}, {0.0, 0.9}}}})

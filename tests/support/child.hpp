@@ -63,6 +63,8 @@ class Child {
     if (temporary_) ::unlink(log_.c_str());
   }
 
+  //! Its process id while it runs (-1 once reaped).
+  pid_t pid() const noexcept { return pid_; }
   //! Whether it has exited (reaps it then; does not wait).
   bool poll() {
     if (pid_ < 0) return true;

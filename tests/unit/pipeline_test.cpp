@@ -60,7 +60,8 @@ struct Received {
     loads.assign(metas.size(), 0);
   }
   void poison() {
-    for (auto& d : data) std::memset(d.data(), 0xCD, d.size());
+    for (auto& d : data)
+      if (!d.empty()) std::memset(d.data(), 0xCD, d.size());  // (memset(nullptr, .., 0) is UB)
     std::fill(loads.begin(), loads.end(), 0);
   }
   std::size_t index_of(const std::vector<TensorMeta>& metas, const TensorMeta* m) const {

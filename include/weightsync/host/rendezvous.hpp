@@ -20,6 +20,8 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -138,7 +140,7 @@ class ControlChannel {
     peers_.clear();
   }
 
-  int rank_ = 0;
+  [[maybe_unused]] int rank_ = 0;  // (for debugging; clang warns on unused private fields)
   std::vector<detail::Fd> peers_;
   std::vector<bool> departed_;
 };
@@ -169,6 +171,53 @@ inline std::string hello_payload(const RendezvousOptions& o, const std::string& 
   w.str(blob);
   return w.bytes();
 }
+
+//! A peer's hello, as rank 0 reads it.
+struct Hello {
+  int rank = 0;
+  int world_size = 0;
+  std::string token;
+  std::string blob;
+};
+
+//! Decodes a hello's payload (after the header). @throws protocol_error when it is truncated, has
+//! trailing bytes, or a token/blob longer than the limits.
+inline Hello parse_hello(std::string_view payload, std::size_t max_blob_bytes) {
+  Reader r(payload, -1, "hello");
+  Hello h;
+  h.rank = r.i32();
+  h.world_size = r.i32();
+  h.token = r.str(4096);
+  h.blob = r.str(max_blob_bytes);
+  r.expect_done();
+  return h;
+}
+
+//! What rank 0 answers every peer once all have joined.
+struct Welcome {
+  int world_size = 0;
+  std::uint64_t session = 0;
+  std::vector<std::string> blobs, addresses;
+};
+
+//! Decodes a welcome's payload for a rank of a `world_size` group. @throws protocol_error when it
+//! is truncated, oversized, or for another world size.
+inline Welcome parse_welcome(std::string_view payload, int world_size, std::size_t max_blob_bytes) {
+  Reader r(payload, 0, "rendezvous answer");
+  Welcome w;
+  w.world_size = r.i32();
+  if (w.world_size != world_size)
+    throw protocol_error(0, cat("rank 0 has world_size ", w.world_size, ", this rank has ",
+                                world_size));
+  w.session = r.u64();
+  for (int i = 0; i < world_size; ++i) w.blobs.push_back(r.str(max_blob_bytes));
+  for (int i = 0; i < world_size; ++i) w.addresses.push_back(r.str(256));
+  r.expect_done();
+  return w;
+}
+
+//! Connections rank 0 keeps waiting for a hello at once; past it, the oldest is dropped.
+inline constexpr std::size_t kMaxPendingHellos = 64;
 
 //! Rank 0's side: accept, vet and answer every peer.
 inline RendezvousResult rendezvous_root(const RendezvousOptions& o, const std::string& blob) {
@@ -221,12 +270,12 @@ inline RendezvousResult rendezvous_root(const RendezvousOptions& o, const std::s
       return reject(p, cat("length prefix ", h.length, " exceeds the limit of ", max_len), false);
     if (p.buf.size() < kMsgHeaderBytes + h.length) return;
     try {
-      Reader r(std::string_view(p.buf).substr(kMsgHeaderBytes, h.length), -1, "hello");
-      const int rank = r.i32();
-      const int world = r.i32();
-      const std::string token = r.str(4096);
-      std::string peer_blob = r.str(o.max_blob_bytes);
-      r.expect_done();
+      auto hello = parse_hello(std::string_view(p.buf).substr(kMsgHeaderBytes, h.length),
+                               o.max_blob_bytes);
+      const int rank = hello.rank;
+      const int world = hello.world_size;
+      const std::string& token = hello.token;
+      std::string peer_blob = std::move(hello.blob);
       if (world != o.world_size)
         return reject(p, cat("rank ", rank, " has world_size ", world, ", rank 0 has ", o.world_size),
                       true);
@@ -243,6 +292,18 @@ inline RendezvousResult rendezvous_root(const RendezvousOptions& o, const std::s
     } catch (const protocol_error& e) {
       reject(p, e.what(), true);
     }
+  };
+
+  // Reads what a pending connection has sent (never blocks) and handles a complete hello.
+  auto pump = [&](Pending& p) {
+    char buf[4096];
+    const ssize_t k = ::recv(p.fd.get(), buf, sizeof buf, MSG_DONTWAIT);
+    if (k <= 0) {
+      if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+      return reject(p, "connection closed before a complete hello", false);
+    }
+    p.buf.append(buf, static_cast<std::size_t>(k));
+    handle(p);
   };
 
   while (count < o.world_size) {
@@ -269,19 +330,8 @@ inline RendezvousResult rendezvous_root(const RendezvousOptions& o, const std::s
     }
     const int rc = ::poll(fds.data(), fds.size(), std::max(wait_ms, 1));
     if (rc < 0 && errno != EINTR) throw system_error("poll: " + errno_string(errno), errno);
-    for (std::size_t i = 1; i < fds.size(); ++i) {
-      auto& p = pending[i - 1];
-      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      char buf[4096];
-      const ssize_t k = ::recv(p.fd.get(), buf, sizeof buf, MSG_DONTWAIT);
-      if (k <= 0) {
-        if (k < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-        reject(p, "connection closed before a complete hello", false);
-        continue;
-      }
-      p.buf.append(buf, static_cast<std::size_t>(k));
-      handle(p);
-    }
+    for (std::size_t i = 1; i < fds.size(); ++i)
+      if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) pump(pending[i - 1]);
     for (auto& p : pending)
       if (p.fd && p.until.expired())
         reject(p, cat("no complete hello within ", o.hello_timeout.count(), " ms"), false);
@@ -307,9 +357,17 @@ inline RendezvousResult rendezvous_root(const RendezvousOptions& o, const std::s
         }
         Pending p{std::move(fd), Deadline::after(o.hello_timeout), {}, cat(" from ", host, ":", port),
                   host};
-        if (pending.size() >= 64) {
-          reject(p, "too many connections awaiting their hello", false);
-          continue;
+        // A real peer sends its hello right after connecting: often it is already here.
+        pump(p);
+        if (!p.fd) continue;
+        // A flood of silent connections must not lock the real ranks out: past the bound, the
+        // oldest connection still without a hello makes room (a real peer's is seconds younger).
+        std::erase_if(pending, [](const Pending& q) { return !q.fd; });
+        if (pending.size() >= kMaxPendingHellos) {
+          reject(pending.front(), cat("dropped: more than ", kMaxPendingHellos,
+                                      " connections awaiting their hello, this one the oldest"),
+                 false);
+          pending.erase(pending.begin());
         }
         pending.push_back(std::move(p));
       }
@@ -340,17 +398,27 @@ inline RendezvousResult rendezvous_root(const RendezvousOptions& o, const std::s
 //! A peer's side: connect (retrying), say hello, wait for the welcome.
 inline RendezvousResult rendezvous_peer(const RendezvousOptions& o, const std::string& blob) {
   const auto deadline = Deadline::after(o.timeout);
-  Fd fd = connect_tcp(o.address, o.port, deadline, "rendezvous", 0);
   const auto hello = Writer::message(MsgType::hello, hello_payload(o, blob));
-  send_all(fd.get(), hello.data(), hello.size(), deadline, "rendezvous", 0);
   char hdr[kMsgHeaderBytes];
-  try {
-    recv_all(fd.get(), hdr, sizeof hdr, deadline, "rendezvous", 0);
-  } catch (const timeout_error&) {
-    throw timeout_error("rendezvous", 0,
-                        cat("rank ", o.rank, " connected to ", o.address, ":", o.port,
-                            " but got no answer within ", o.timeout.count(),
-                            " ms (are all ", o.world_size, " ranks started?)"));
+  Fd fd;
+  while (true) {
+    fd = connect_tcp(o.address, o.port, deadline, "rendezvous", 0);
+    try {
+      send_all(fd.get(), hello.data(), hello.size(), deadline, "rendezvous", 0);
+      recv_all(fd.get(), hdr, sizeof hdr, deadline, "rendezvous", 0);
+      break;
+    } catch (const timeout_error&) {
+      throw timeout_error("rendezvous", 0,
+                          cat("rank ", o.rank, " connected to ", o.address, ":", o.port,
+                              " but got no answer within ", o.timeout.count(),
+                              " ms (are all ", o.world_size, " ranks started?)"));
+    } catch (const peer_error& e) {
+      // Closed without an answer: rank 0 dropped us among a flood of connections (or restarted).
+      // A refusal always comes with a reason, so trying again is safe until the deadline.
+      if (deadline.expired()) throw;
+      log(LogLevel::info, cat("rendezvous: rank ", o.rank, " retries: ", e.what()));
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::min(50, deadline.poll_ms())));
+    }
   }
   const auto h = parse_header(hdr);
   if (h.magic != kWireMagic || h.version != kProtocolVersion)
@@ -361,21 +429,19 @@ inline RendezvousResult rendezvous_peer(const RendezvousOptions& o, const std::s
     throw protocol_error(0, cat("rendezvous answer of ", h.length, " bytes exceeds ", max_len));
   std::string payload(h.length, '\0');
   recv_all(fd.get(), payload.data(), payload.size(), deadline, "rendezvous", 0);
-  Reader r(payload, 0, "rendezvous answer");
-  if (h.type == static_cast<std::uint16_t>(MsgType::reject))
+  if (h.type == static_cast<std::uint16_t>(MsgType::reject)) {
+    Reader r(payload, 0, "rendezvous answer");
     throw protocol_error(0, cat("rank 0 rejected rank ", o.rank, ": ", r.str(4096)));
+  }
   if (h.type != static_cast<std::uint16_t>(MsgType::welcome))
     throw protocol_error(0, cat("unexpected rendezvous answer type ", h.type));
+  auto welcome = parse_welcome(payload, o.world_size, o.max_blob_bytes);
   RendezvousResult res;
   res.rank = o.rank;
-  res.world_size = r.i32();
-  if (res.world_size != o.world_size)
-    throw protocol_error(0, cat("rank 0 has world_size ", res.world_size, ", rank ", o.rank,
-                                " has ", o.world_size));
-  res.session = r.u64();
-  for (int i = 0; i < res.world_size; ++i) res.blobs.push_back(r.str(o.max_blob_bytes));
-  for (int i = 0; i < res.world_size; ++i) res.addresses.push_back(r.str(256));
-  r.expect_done();
+  res.world_size = welcome.world_size;
+  res.session = welcome.session;
+  res.blobs = std::move(welcome.blobs);
+  res.addresses = std::move(welcome.addresses);
   std::vector<Fd> peers(static_cast<std::size_t>(o.world_size));
   peers[0] = std::move(fd);
   res.control = ControlChannel(o.rank, std::move(peers));

@@ -9,7 +9,8 @@
 //!   POST /update_weights {"update_info": {...}}                 POST /finish_weight_update {"weight_version": "..."}
 //!   POST /pause (?mode=abort|wait|keep, or {"mode": ...})       POST /resume
 //!   GET  /is_paused    GET /get_world_size    GET /weight_info
-//! Bad JSON or a bad field: 400 with {"error": ...}; a call in the wrong state: 409; a failed
+//! Bad JSON or a bad field: 400 with {"error": ...}; a body over RouteOptions::max_body_bytes: 413;
+//! a missing or wrong bearer token (when one is set): 401; a call in the wrong state: 409; a failed
 //! transfer: 500 (the engine's session is then over and the previous weights stay in use).
 //! Optional: built only where cpp-httplib is available (CMake: WEIGHTSYNC_HAS_HTTPLIB).
 
@@ -23,7 +24,9 @@
 #include <exception>
 #include <functional>
 #include <optional>
+#include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -50,6 +53,16 @@ struct RouteHooks {
   std::function<void(const std::string& error)> on_update_failed;
 };
 
+//! Limits and access control of the routes.
+struct RouteOptions {
+  //! Requests whose body is larger are refused with 413 (applied with set_payload_max_length by
+  //! apply_limits; the routes also check the body they got). 0: no limit.
+  std::size_t max_body_bytes = std::size_t{16} << 20;
+  //! When not empty, the routes that change the engine's state (init, start, update, finish, pause,
+  //! resume) need "Authorization: Bearer <token>"; others get 401. The GET routes stay open.
+  std::string bearer_token;
+};
+
 namespace detail {
 
 inline void reply(httplib::Response& res, int status, const nlohmann::json& body) {
@@ -67,6 +80,63 @@ inline std::optional<nlohmann::json> body_json(const httplib::Request& req, http
     return std::nullopt;
   }
   return j;
+}
+
+//! The route bodies' parsers (no engine involved): @throws config_error naming the field.
+inline NcclInitInfo parse_init_body(const nlohmann::json& body) {
+  if (!body.contains("init_info")) throw config_error("init_info", "Missing 'init_info' in request body");
+  return body.at("init_info").get<NcclInitInfo>();
+}
+inline NcclUpdateInfo parse_update_body(const nlohmann::json& body) {
+  if (!body.contains("update_info"))
+    throw config_error("update_info", "Missing 'update_info' in request body");
+  return body.at("update_info").get<NcclUpdateInfo>();
+}
+inline std::optional<std::string> parse_finish_body(const nlohmann::json& body) {
+  auto it = body.find("weight_version");
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_string()) throw config_error("weight_version", "expected a string or null");
+  return it->get<std::string>();
+}
+//! The pause mode: the body's "mode", else the query's, else "abort" (vLLM's default).
+inline std::string parse_pause_body(const nlohmann::json& body, const std::string* query_mode) {
+  std::string mode = query_mode ? *query_mode : "abort";
+  if (auto it = body.find("mode"); it != body.end()) {
+    if (!it->is_string()) throw config_error("mode", "expected a string");
+    mode = it->get<std::string>();
+  }
+  (void)parse_pause_mode(mode);
+  return mode;
+}
+
+//! Constant-time comparison (the token check must not leak how much of a guess was right).
+inline bool same_secret(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;  // the length is no secret
+  unsigned diff = 0;
+  for (std::size_t k = 0; k < a.size(); ++k)
+    diff |= static_cast<unsigned>(static_cast<unsigned char>(a[k]) ^ static_cast<unsigned char>(b[k]));
+  return diff == 0;
+}
+
+//! Answers 413 or 401 and returns false when the request is too large or lacks the token.
+inline bool admitted(const RouteOptions& o, const httplib::Request& req, httplib::Response& res,
+                     bool changes_state) {
+  if (o.max_body_bytes > 0 && req.body.size() > o.max_body_bytes) {
+    reply(res, 413, {{"error", weightsync::detail::cat("request body of ", req.body.size(),
+                                                       " bytes exceeds the limit of ",
+                                                       o.max_body_bytes)}});
+    return false;
+  }
+  if (!changes_state || o.bearer_token.empty()) return true;
+  const std::string auth = req.get_header_value("Authorization");
+  constexpr std::string_view kBearer = "Bearer ";
+  if (auth.size() <= kBearer.size() || auth.compare(0, kBearer.size(), kBearer) != 0 ||
+      !same_secret(std::string_view(auth).substr(kBearer.size()), o.bearer_token)) {
+    res.set_header("WWW-Authenticate", "Bearer");
+    reply(res, 401, {{"error", "this route needs 'Authorization: Bearer <token>' with the server's token"}});
+    return false;
+  }
+  return true;
 }
 
 //! Runs `f`, mapping weightsync's errors to HTTP statuses.
@@ -88,25 +158,47 @@ void guarded(httplib::Response& res, const char* route, F&& f) {
 
 }  // namespace detail
 
+//! Makes `server` refuse bodies above `o.max_body_bytes` with 413 before reading them, and give
+//! every 4xx/5xx without a body a JSON {"error": ...} message.
+inline void apply_limits(httplib::Server& server, const RouteOptions& o) {
+  if (o.max_body_bytes > 0) server.set_payload_max_length(o.max_body_bytes);
+  server.set_error_handler([max = o.max_body_bytes](const httplib::Request&, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    std::string msg = weightsync::detail::cat("HTTP ", res.status);
+    if (res.status == 413)
+      msg = weightsync::detail::cat("request body exceeds the limit of ", max, " bytes");
+    else if (res.status == 404)
+      msg = "no such route";
+    else if (res.status == 400)
+      msg = "malformed HTTP request";
+    res.set_content(nlohmann::json{{"error", msg}}.dump(), "application/json");
+  });
+}
+
 //! Adds vLLM's weight-transfer routes for `engine` to `server`. `engine` and the hooks must outlive
-//! the server.
-inline void add_vllm_routes(httplib::Server& server, WeightTransferEngine& engine, RouteHooks hooks) {
+//! the server. See RouteOptions for the body limit and the optional bearer token (apply_limits
+//! also sets the server-wide limit).
+inline void add_vllm_routes(httplib::Server& server, WeightTransferEngine& engine, RouteHooks hooks,
+                            RouteOptions options = {}) {
+  using detail::admitted;
   using detail::body_json;
   using detail::guarded;
   using detail::reply;
   auto h = std::make_shared<RouteHooks>(std::move(hooks));
-  server.Post("/init_weight_transfer_engine", [&engine](const httplib::Request& req,
-                                                        httplib::Response& res) {
+  auto o = std::make_shared<RouteOptions>(std::move(options));
+  server.Post("/init_weight_transfer_engine", [&engine, o](const httplib::Request& req,
+                                                           httplib::Response& res) {
+    if (!admitted(*o, req, res, true)) return;
     auto body = body_json(req, res);
     if (!body) return;
     guarded(res, "/init_weight_transfer_engine", [&] {
-      if (!body->contains("init_info"))
-        return reply(res, 400, {{"error", "Missing 'init_info' in request body"}});
-      engine.init_transfer_engine((*body)["init_info"].get<NcclInitInfo>());
+      engine.init_transfer_engine(detail::parse_init_body(*body));
       reply(res, 200, {{"message", "Weight transfer initialized"}});
     });
   });
-  server.Post("/start_weight_update", [&engine, h](const httplib::Request& req, httplib::Response& res) {
+  server.Post("/start_weight_update", [&engine, h, o](const httplib::Request& req,
+                                                      httplib::Response& res) {
+    if (!admitted(*o, req, res, true)) return;
     auto body = body_json(req, res);  // vLLM versions send {} or {"is_checkpoint_format": ...}
     if (!body) return;
     guarded(res, "/start_weight_update", [&] {
@@ -115,13 +207,12 @@ inline void add_vllm_routes(httplib::Server& server, WeightTransferEngine& engin
       reply(res, 200, {{"message", "Weight update started"}});
     });
   });
-  server.Post("/update_weights", [&engine, h](const httplib::Request& req, httplib::Response& res) {
+  server.Post("/update_weights", [&engine, h, o](const httplib::Request& req, httplib::Response& res) {
+    if (!admitted(*o, req, res, true)) return;
     auto body = body_json(req, res);
     if (!body) return;
     guarded(res, "/update_weights", [&] {
-      if (!body->contains("update_info"))
-        return reply(res, 400, {{"error", "Missing 'update_info' in request body"}});
-      const auto info = (*body)["update_info"].get<NcclUpdateInfo>();
+      const auto info = detail::parse_update_body(*body);
       try {
         const auto st = engine.update_weights(info, h->load, h->destination);
         reply(res, 200, {{"message", "Weights updated"}, {"tensors", st.tensors}, {"bytes", st.bytes},
@@ -134,35 +225,31 @@ inline void add_vllm_routes(httplib::Server& server, WeightTransferEngine& engin
       }
     });
   });
-  server.Post("/finish_weight_update", [&engine, h](const httplib::Request& req, httplib::Response& res) {
+  server.Post("/finish_weight_update", [&engine, h, o](const httplib::Request& req,
+                                                       httplib::Response& res) {
+    if (!admitted(*o, req, res, true)) return;
     auto body = body_json(req, res);
     if (!body) return;
     guarded(res, "/finish_weight_update", [&] {
-      std::optional<std::string> version;
-      if (auto it = body->find("weight_version"); it != body->end() && !it->is_null()) {
-        if (!it->is_string()) throw config_error("weight_version", "expected a string or null");
-        version = it->get<std::string>();
-      }
+      const auto version = detail::parse_finish_body(*body);
       engine.finish_weight_update(version);
       if (h->on_finish) h->on_finish(version.value_or(""));
       reply(res, 200, {{"message", "Weight update finished"}, {"weight_version", engine.weight_version()}});
     });
   });
-  server.Post("/pause", [&engine](const httplib::Request& req, httplib::Response& res) {
+  server.Post("/pause", [&engine, o](const httplib::Request& req, httplib::Response& res) {
+    if (!admitted(*o, req, res, true)) return;
     auto body = body_json(req, res);
     if (!body) return;
     guarded(res, "/pause", [&] {
-      std::string mode = "abort";  // vLLM's default
-      if (req.has_param("mode")) mode = req.get_param_value("mode");
-      if (auto it = body->find("mode"); it != body->end()) {
-        if (!it->is_string()) throw config_error("mode", "expected a string");
-        mode = it->get<std::string>();
-      }
+      const std::string query = req.has_param("mode") ? req.get_param_value("mode") : "";
+      const auto mode = detail::parse_pause_body(*body, req.has_param("mode") ? &query : nullptr);
       engine.pause(parse_pause_mode(mode));
       reply(res, 200, {{"status", "paused"}, {"mode", mode}});
     });
   });
-  server.Post("/resume", [&engine](const httplib::Request&, httplib::Response& res) {
+  server.Post("/resume", [&engine, o](const httplib::Request& req, httplib::Response& res) {
+    if (!admitted(*o, req, res, true)) return;
     guarded(res, "/resume", [&] {
       engine.resume();
       reply(res, 200, {{"status", "resumed"}});
