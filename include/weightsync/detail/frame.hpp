@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "weightsync/detail/format.hpp"
+#include "weightsync/detail/hash.hpp"
 #include "weightsync/detail/wire.hpp"
 #include "weightsync/dtype.hpp"
 #include "weightsync/error.hpp"
@@ -61,24 +62,17 @@ struct Frame {
 static_assert(sizeof(Frame) == kFrameBytes);
 static_assert(std::is_trivially_copyable_v<Frame>);
 
-//! FNV-1a over the ordered metadata: names, dtypes, shapes.
+//! Digest of the ordered metadata: names, dtypes, shapes (Hash64).
 inline std::uint64_t metadata_digest(std::span<const TensorMeta> metas) {
-  std::uint64_t h = 1469598103934665603ull;
-  auto mix = [&](const void* p, std::size_t n) {
-    auto* b = static_cast<const unsigned char*>(p);
-    for (std::size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
-  };
+  Hash64 h;
+  h.u64(metas.size());
   for (const auto& m : metas) {
-    const std::uint64_t len = m.name.size();
-    mix(&len, sizeof len);
-    mix(m.name.data(), m.name.size());
-    const auto dt = static_cast<std::uint8_t>(m.dtype);
-    mix(&dt, 1);
-    const std::uint64_t nd = m.shape.size();
-    mix(&nd, sizeof nd);
-    mix(m.shape.data(), m.shape.size() * sizeof(std::int64_t));
+    h.str(m.name);
+    h.u64(static_cast<std::uint64_t>(m.dtype));
+    h.u64(m.shape.size());
+    h.bytes(m.shape.data(), m.shape.size() * sizeof(std::int64_t));
   }
-  return h;
+  return h.value();
 }
 
 inline std::string describe_item_mismatch(const TensorMeta& want, const TensorMeta& got,
@@ -99,7 +93,9 @@ inline std::string describe_item_mismatch(const TensorMeta& want, const TensorMe
 template <class Item>
 const void* checked_source(const Item& item, const TensorMeta& want, std::size_t index) {
   const TensorMeta& got = item.meta();
-  if (!(got.name == want.name && got.dtype == want.dtype && got.shape == want.shape))
+  // An item that points at the declared metadata itself (the usual SourceTensorRef) matches it.
+  if (&got != &want &&
+      !(got.name == want.name && got.dtype == want.dtype && got.shape == want.shape))
     throw config_error("items", describe_item_mismatch(want, got, index));
   const void* p = item.data();
   if (p == nullptr && want.nbytes() > 0)

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "weightsync/detail/format.hpp"
+#include "weightsync/detail/hash.hpp"
 #include "weightsync/detail/wire.hpp"
 #include "weightsync/error.hpp"
 #include "weightsync/info.hpp"
@@ -176,11 +177,9 @@ inline std::size_t check_places(const IpcPlan& plan, std::span<const TensorMeta>
 
 inline constexpr std::uint32_t kIpcSamePlanMagic = 0x53495357u;  // "WSIS"
 
-//! FNV-1a of a plan's bytes (the check behind "same plan as round N").
+//! Digest of a plan's bytes (the check behind "same plan as round N").
 inline std::uint64_t plan_hash(std::string_view bytes) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (const unsigned char b : bytes) h = (h ^ b) * 1099511628211ull;
-  return h;
+  return Hash64().bytes(bytes.data(), bytes.size()).value();
 }
 
 //! "Same plan as round N": sent instead of a plan that is byte for byte the last one.

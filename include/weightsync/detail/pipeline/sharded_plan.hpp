@@ -19,6 +19,7 @@
 
 #include "weightsync/chunk_plan.hpp"
 #include "weightsync/detail/format.hpp"
+#include "weightsync/detail/hash.hpp"
 #include "weightsync/error.hpp"
 #include "weightsync/shard.hpp"
 #include "weightsync/tensor_meta.hpp"
@@ -145,22 +146,17 @@ struct ShardedPlan {
   }
 
   std::uint64_t pieces_digest() const {
-    std::uint64_t h = 1469598103934665603ull;
-    auto mix = [&](std::uint64_t v) {
-      for (int b = 0; b < 8; ++b) h = (h ^ ((v >> (8 * b)) & 0xffu)) * 1099511628211ull;
-    };
-    mix(static_cast<std::uint64_t>(trainers));
-    mix(pieces.size());
-    for (const auto& p : pieces) {
-      mix(p.tensor);
-      mix(static_cast<std::uint64_t>(p.rank));
-      mix(static_cast<std::uint64_t>(p.begin));
-      mix(static_cast<std::uint64_t>(p.end));
-      mix(p.blocks);
-      mix(p.block_bytes);
-      mix(p.pitch);
-    }
-    return h;
+    Hash64 h;
+    h.u64(static_cast<std::uint64_t>(trainers)).u64(pieces.size());
+    for (const auto& p : pieces)
+      h.u64(p.tensor)
+          .u64(static_cast<std::uint64_t>(p.rank))
+          .u64(static_cast<std::uint64_t>(p.begin))
+          .u64(static_cast<std::uint64_t>(p.end))
+          .u64(p.blocks)
+          .u64(p.block_bytes)
+          .u64(p.pitch);
+    return h.value();
   }
 };
 
