@@ -9,6 +9,7 @@
 //                    [--mode packed,zerocopy,unpacked,unpacked-zc] [--direct 0,32M]
 //                    [--protocol weightsync|vllm] [--warmup 3] [--iters 10] [--json FILE]
 //                    [--backend nccl|ipc|p2p] [--copy-streams 2] [--piece 1G] [--non-blocking]
+//                    [--ipc-wait poll|block]
 //
 // The launcher starts --np processes of itself (one GPU each, rank % device count), which meet
 // at a TCP rendezvous on 127.0.0.1. Each iteration: the consumers poison their destinations, all
@@ -69,6 +70,7 @@ struct Args {
   std::string protocol = "weightsync";
   std::string backend = "nccl";
   int copy_streams = 2;                   // IpcOptions::copy_streams
+  bool ipc_block = false;                 // IpcOptions::blocking_waits (--ipc-wait block)
   std::size_t piece = std::size_t{1} << 30;  // IpcOptions::piece_bytes
   int warmup = 3;
   int iters = 10;
@@ -143,6 +145,11 @@ Args parse(int argc, char** argv) {
     else if (k == "--backend") a.backend = val();
     else if (k == "--copy-streams") a.copy_streams = std::stoi(val());
     else if (k == "--piece") a.piece = parse_size(val());
+    else if (k == "--ipc-wait") {
+      const std::string w = val();
+      if (w != "poll" && w != "block") throw std::invalid_argument("--ipc-wait must be poll or block, got " + w);
+      a.ipc_block = w == "block";
+    }
     else if (k == "--warmup") a.warmup = std::stoi(val());
     else if (k == "--iters") a.iters = std::stoi(val());
     else if (k == "--json") a.json_path = val();
@@ -235,6 +242,7 @@ class Bench {
       io.same_gpu = a.backend == "ipc";
       io.copy_streams = a.copy_streams;
       io.piece_bytes = a.piece;
+      io.blocking_waits = a.ipc_block;
       ipc_.emplace(o, device_, io, std::chrono::seconds(a.timeout_s));
     }
     ws::detail::check(cudaMalloc(reinterpret_cast<void**>(&scratch_), 64), "cudaMalloc");
@@ -358,7 +366,8 @@ class Bench {
     std::printf("# ranks: %d root: 0 warmup: %d iters: %d timing: cuda-events, max over ranks, median; backend: %s; protocol: %s; nccl launches: %s\n",
                 a_.np, a_.warmup, a_.iters, a_.backend.c_str(), a_.protocol.c_str(), a_.blocking ? "blocking" : "non-blocking");
     if (ipc_)
-      std::printf("# ipc: copy streams %d, piece %s\n", a_.copy_streams, size_label(a_.piece).c_str());
+      std::printf("# ipc: copy streams %d, piece %s, waits %s\n", a_.copy_streams, size_label(a_.piece).c_str(),
+                  a_.ipc_block ? "block" : "poll");
     for (const auto& l : lines_) std::printf("%s\n", l.c_str());
     std::fflush(stdout);
   }
@@ -420,6 +429,7 @@ class Bench {
     j["backend"] = a_.backend;
     if (ipc_) {
       j["copy_streams"] = a_.copy_streams;
+      j["ipc_wait"] = a_.ipc_block ? "block" : "poll";
       j["piece_bytes"] = a_.piece;
     }
     j["nccl_blocking"] = a_.blocking;
@@ -593,13 +603,18 @@ class Bench {
             r.ring_consumer = static_cast<std::size_t>(ring_c / double(std::max(1, a_.np - 1)));
             emit(r);
             failures += wrong != 0;
-            if (ipc_) {  // where the consumer's time went (rank 1, last iteration)
+            if (ipc_) {  // where each side's time went (ranks 0 and 1, last iteration)
               const auto& x = ipc_->stats();
               double v[6] = {x.plan_us, x.prepare_us, x.enqueue_us, x.wait_us, x.status_us, x.pull_device_us};
               for (double& d : v) d = sum_over_ranks(rank() == 1 ? d : 0.0);
-              if (rank() == 0)
+              double p[6] = {x.check_us, x.source_us, x.place_us, x.send_plan_us, x.staging_us, x.outcomes_us};
+              for (double& d : p) d = sum_over_ranks(rank() == 0 ? d : 0.0);
+              if (rank() == 0) {
+                std::printf("#   producer us: check %.1f, source %.1f, place %.1f, send plan %.1f, staging %.1f, "
+                            "outcomes %.1f\n", p[0], p[1], p[2], p[3], p[4], p[5]);
                 std::printf("#   consumer us: plan %.1f, prepare %.1f, enqueue %.1f, wait %.1f, status %.1f; "
                             "pull on device %.1f\n", v[0], v[1], v[2], v[3], v[4], v[5]);
+              }
             }
           }
     return failures;

@@ -5,6 +5,7 @@
 # library at its defaults (zerocopy, B = 1 GiB, K = 2) against its baseline in the same processes,
 # for the nccl, p2p and ipc backends. Needs 2 GPUs and a build with benchmarks (scripts/gpu-check.sh).
 #   bash scripts/latency-curve.sh LOG_DIR [BUILD_DIR=build/gpu]
+# WS_CURVE_BACKENDS="ipc" runs only those backends (one GPU: ipc alone).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0
@@ -20,7 +21,7 @@ for s in 1024 4096 16384 65536 262144 1048576 4194304 16777216 67108864 26843545
 done
 layouts=${layouts%,}
 rc=0
-for backend in nccl p2p ipc; do
+for backend in ${WS_CURVE_BACKENDS:-nccl p2p ipc}; do
   timeout "${WS_CURVE_TIMEOUT:-150}" "$bench" --backend "$backend" --layout "$layouts" --mode zerocopy \
     --iters "${WS_CURVE_ITERS:-20}" --warmup 3 --json "$logs/curve-$backend.jsonl" \
     > "$logs/curve-$backend.txt" 2> "$logs/curve-$backend-progress.txt"

@@ -13,9 +13,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <optional>
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -124,6 +124,18 @@ TEST_CASE("ipc colocated round trips: exported and staged, K 1-3, views and zero
         if (p.rank == 0)
           CHECK(p.t.stats().staged == metas.size() - 2);  // all but the two empty ones
       }
+  // 3. The same with blocking waits (the host sleeps until a host function wakes it), exported
+  // then staged, so that the last round leaves only the slot ring mapped.
+  p.t.options().blocking_waits = true;
+  for (bool exported : {true, false})
+    for (Mode mode : {Mode::views, Mode::zero_copy}) {
+      p.t.options().export_sources = exported;
+      TransferOptions opt;
+      opt.num_buffers = 2;
+      opt.buffer_size_bytes = 8 << 20;
+      INFO("blocking waits, exported " << exported << ", mode " << int(mode));
+      REQUIRE(round_trip(p, metas, model, opt, ++round, mode) == 0);
+    }
   say(stats_line(p));
   if (p.rank == 1) {
     const auto s = p.t.stats();
@@ -461,9 +473,10 @@ void cut_shards(LocalShards& out, const std::vector<TensorMeta>& metas,
     std::size_t at = off[i];
     for (const auto& p : shard_pieces(metas[i], i, specs[i], 2)) {
       if (p.rank != rank || p.bytes() == 0) continue;
-      detail::check(cudaMemcpy2DAsync(out.arena.data() + at, p.block_bytes, full.data(i) + p.offset,
-                                      p.pitch, p.block_bytes, p.blocks, cudaMemcpyDeviceToDevice, s),
-                    "cudaMemcpy2DAsync");
+      detail::check(
+          cudaMemcpy2DAsync(out.arena.data() + at, p.block_bytes, full.data(i) + p.offset, p.pitch,
+                            p.block_bytes, p.blocks, cudaMemcpyDeviceToDevice, s),
+          "cudaMemcpy2DAsync");
       at += p.bytes();
     }
     out.items.push_back({&metas[i], out.arena.data() + off[i]});
@@ -516,25 +529,33 @@ double sharded_round(IpcTransport& t, const std::vector<TensorMeta>& metas,
   return ms;
 }
 
-}  // namespace
-
-TEST_CASE("p2p sharded: trainer shards on GPU 0 and 1, a worker on each, dense8b bit-exact",
-          "[gpu][ipc][sharded]") {
-  const char* name = "p2p sharded: trainer shards on GPU 0 and 1, a worker on each, dense8b bit-exact";
-  if (!ws_test::role().is_peer()) {
-    if (device_count() < 2) WS_SKIP("needs 2 GPUs, found " << device_count());
-    const auto results = ws_test::run_peers(name, 4, ws_test::free_port(), "", 150s);
-    for (std::size_t i = 0; i < results.size(); ++i) {
-      INFO("rank " << i << " exit " << results[i].exit_code << (results[i].hung ? " (hung)" : "")
-                   << " after " << results[i].seconds << " s\n"
-                   << results[i].output);
-      CHECK(results[i].exit_code == 0);
-    }
-    for (const auto& res : results) std::printf("%s", res.output.c_str());
-    return;
+// Uneven dim-1 pieces (1024 + l columns over 2 ranks) and odd tensors, with and without
+// destinations: 4 rounds, every one bit-exact.
+void sharded_mixed_rounds(IpcTransport& t, int device, cudaStream_t s) {
+  const auto metas = ws_test::mixed_layout();
+  ws_test::DeviceModel model(metas, device, 4096);
+  const auto specs = shard_specs(metas, true, true);
+  LocalShards shards;
+  for (std::uint64_t round = 1; round <= 4; ++round) {
+    sharded_round(t, metas, specs, model, shards, round, round % 2 == 0, s);
+    say(detail::cat("rank ", t.rank(), ": mixed layout round ", round, " bit-exact"));
   }
+}
+
+// The parent side of the 4-process sharded tests: every peer must exit 0.
+void run_sharded_peers(const char* name) {
+  const auto results = ws_test::run_peers(name, 4, ws_test::free_port(), "", 150s);
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    INFO("rank " << i << " exit " << results[i].exit_code << (results[i].hung ? " (hung)" : "")
+                 << " after " << results[i].seconds << " s\n"
+                 << results[i].output);
+    CHECK(results[i].exit_code == 0);
+  }
+  for (const auto& res : results) std::printf("%s", res.output.c_str());
+}
+
+IpcTransport sharded_peer(int device, bool same_gpu) {
   const auto& r = ws_test::role();
-  const int device = r.rank % 2;  // trainers 0, 1 and workers 2, 3 on GPU 0, 1
   detail::check(cudaSetDevice(device), "cudaSetDevice");
   RendezvousOptions o;
   o.port = r.port;
@@ -542,21 +563,36 @@ TEST_CASE("p2p sharded: trainer shards on GPU 0 and 1, a worker on each, dense8b
   o.world_size = 4;
   o.timeout = 60s;
   IpcOptions io;
-  io.same_gpu = false;
-  IpcTransport t(o, device, io, 20s);
-  CudaStream stream(device);
-  // Uneven dim-1 pieces (1024 + l columns over 2 ranks) and odd tensors, with and without
-  // destinations.
-  {
-    const auto metas = ws_test::mixed_layout();
-    ws_test::DeviceModel model(metas, device, 4096);
-    const auto specs = shard_specs(metas, true, true);
-    LocalShards shards;
-    for (std::uint64_t round = 1; round <= 4; ++round) {
-      sharded_round(t, metas, specs, model, shards, round, round % 2 == 0, stream.get());
-      say(detail::cat("rank ", r.rank, ": mixed layout round ", round, " bit-exact"));
-    }
+  io.same_gpu = same_gpu;
+  return IpcTransport(o, device, io, 20s);
+}
+
+}  // namespace
+
+TEST_CASE("ipc sharded: two trainer ranks and two workers on one GPU, mixed layout bit-exact",
+          "[gpu][ipc][sharded]") {
+  const char* name =
+      "ipc sharded: two trainer ranks and two workers on one GPU, mixed layout bit-exact";
+  if (!ws_test::role().is_peer()) return run_sharded_peers(name);
+  IpcTransport t = sharded_peer(0, true);
+  CudaStream stream(0);
+  sharded_mixed_rounds(t, 0, stream.get());
+  CHECK(t.healthy());
+}
+
+TEST_CASE("p2p sharded: trainer shards on GPU 0 and 1, a worker on each, dense8b bit-exact",
+          "[gpu][ipc][sharded]") {
+  const char* name =
+      "p2p sharded: trainer shards on GPU 0 and 1, a worker on each, dense8b bit-exact";
+  if (!ws_test::role().is_peer()) {
+    if (device_count() < 2) WS_SKIP("needs 2 GPUs, found " << device_count());
+    return run_sharded_peers(name);
   }
+  const auto& r = ws_test::role();
+  const int device = r.rank % 2;  // trainers 0, 1 and workers 2, 3 on GPU 0, 1
+  IpcTransport t = sharded_peer(device, false);
+  CudaStream stream(device);
+  sharded_mixed_rounds(t, device, stream.get());
   // dense8b: shards on both GPUs against everything from rank 0 (GPU 0), same processes.
   const auto metas = layouts::dense8b();
   ws_test::DeviceModel model(metas, device);

@@ -31,6 +31,9 @@ struct IpcOptions {
   std::size_t kernel_below_bytes = std::size_t{256} << 10;
   //! false: stage every tensor through the slots (for tests and comparison).
   bool export_sources = true;
+  //! true: the host sleeps until device work is done (a host function enqueued behind it wakes
+  //! it) instead of polling an event; no CPU is spent waiting, at the cost of the wake-up.
+  bool blocking_waits = false;
 };
 
 //! What an IPC transport did with handles (for leak checks).
@@ -47,6 +50,11 @@ struct IpcStats {
   //! the pulls from the producer's own memory (between events on the consumer's stream).
   double plan_us = 0, prepare_us = 0, enqueue_us = 0, wait_us = 0, status_us = 0,
          pull_device_us = 0;
+  //! Producer, last transfer, host microseconds: checking the items, waiting for the source
+  //! stream, placing the tensors (exports, staging layout), sending the plan, staging, and waiting
+  //! for every consumer's outcome.
+  double check_us = 0, source_us = 0, place_us = 0, send_plan_us = 0, staging_us = 0,
+         outcomes_us = 0;
 };
 
 }  // namespace weightsync

@@ -37,6 +37,7 @@
 #include "weightsync/detail/control_messages.hpp"
 #include "weightsync/detail/format.hpp"
 #include "weightsync/detail/frame.hpp"
+#include "weightsync/detail/hash.hpp"
 #include "weightsync/detail/ipc_plan.hpp"
 #include "weightsync/error.hpp"
 #include "weightsync/shard.hpp"
@@ -47,21 +48,16 @@ namespace weightsync {
 
 namespace detail {
 
-//! FNV-1a over the shard specs, mixed into the metadata digest both sides compare.
+//! Digest of the shard specs, mixed into the metadata digest both sides compare.
 inline std::uint64_t shards_digest(std::span<const ShardSpec> specs) {
-  std::uint64_t h = 1469598103934665603ull;
-  auto mix = [&](std::int64_t v) {
-    for (int i = 0; i < 8; ++i)
-      h = (h ^ ((static_cast<std::uint64_t>(v) >> (8 * i)) & 0xff)) * 1099511628211ull;
-  };
+  Hash64 h;
   for (const auto& s : specs) {
-    mix(s.dim);
-    mix(static_cast<std::int64_t>(s.sizes.size()));
-    for (auto v : s.sizes) mix(v);
-    mix(static_cast<std::int64_t>(s.ranks.size()));
-    for (auto v : s.ranks) mix(v);
+    h.u64(static_cast<std::uint64_t>(s.dim)).u64(s.sizes.size());
+    for (auto v : s.sizes) h.u64(static_cast<std::uint64_t>(v));
+    h.u64(s.ranks.size());
+    for (auto v : s.ranks) h.u64(static_cast<std::uint64_t>(v));
   }
-  return h;
+  return h.value();
 }
 
 //! Every piece of every tensor, in tensor then piece order.
@@ -75,11 +71,9 @@ inline std::vector<ShardPiece> all_pieces(std::span<const TensorMeta> metas,
   return out;
 }
 
-struct IpcAccess {
-  static void await_source(IpcTransport& t, const TransferOptions& opt) {
-    t.await_stream(static_cast<cudaStream_t>(opt.source_stream), opt, "ipc source stream");
-  }
-  static void begin(IpcTransport& t, const TransferOptions& opt, int trainers, bool producer) {
+//! The steps of a sharded sync, on an IpcEndpoint.
+struct IpcShards {
+  static void begin(IpcEndpoint& t, const TransferOptions& opt, int trainers, bool producer) {
     opt.validate();
     if (trainers < 1 || trainers >= t.size())
       throw config_error("trainers", cat("must be in 1..", t.size() - 1, " (world ", t.size(),
@@ -87,10 +81,7 @@ struct IpcAccess {
     if (producer != (t.rank() < trainers))
       throw config_error("trainers", cat("rank ", t.rank(), " is ", producer ? "not " : "",
                                          "a trainer rank (0..", trainers - 1, ")"));
-    if (t.ctrl_.aborted())
-      throw state_error(
-          "ipc transport: aborted by an earlier error; create a new one (init again)");
-    t.ctrl_.set_timeout(opt.timeout);
+    t.begin(opt);
   }
 
   static std::size_t pieces_of_rank(const std::vector<ShardPiece>& pieces, int rank) {
@@ -100,14 +91,14 @@ struct IpcAccess {
 
   //! This trainer rank's plan: where each of its non-empty pieces lies (in exported memory).
   template <class R>
-  static IpcPlan producer_plan(IpcTransport& t, std::span<const TensorMeta> metas,
+  static IpcPlan producer_plan(IpcEndpoint& t, std::span<const TensorMeta> metas,
                                std::span<const ShardSpec> specs, int trainers, R& items) {
     IpcPlan plan = t.plan_header(metas);
     plan.digest ^= shards_digest(specs) * 31;
     const auto pieces = all_pieces(metas, specs, trainers);
     auto it = std::ranges::begin(items);
     auto end = std::ranges::end(items);
-    t.exports_.begin();
+    t.exports.begin();
     // One item per piece this rank holds, in (tensor, piece) order.
     std::size_t taken = 0;
     for (const auto& piece : pieces) {
@@ -130,29 +121,29 @@ struct IpcAccess {
     return plan;
   }
 
-  static void place_piece(IpcTransport& t, IpcPlan& plan, const std::byte* src,
+  static void place_piece(IpcEndpoint& t, IpcPlan& plan, const std::byte* src,
                           const ShardPiece& piece, const TensorMeta& meta) {
     IpcPlan::Place pl;
     const std::size_t n = piece.bytes();
     plan.total_bytes += n;
     if (n > 0) {
-      const auto r = t.exports_.region(src, n, plan, t.stats_);
+      const auto r = t.exports.region(src, n, plan, t.stats);
       if (!r)
         throw config_error("items", cat("tensor '", meta.name, "': its shard on rank ", t.rank(),
                                         " is not exportable device memory (cudaMalloc or PyTorch's "
                                         "caching allocator); sharded syncs do not stage"));
       pl.where = IpcWhere::region;
       pl.index = *r;
-      pl.offset = static_cast<std::uint64_t>(src - t.exports_.base(*r));
+      pl.offset = static_cast<std::uint64_t>(src - t.exports.base(*r));
     }
     plan.places.push_back(pl);
   }
 
   //! Every trainer rank's plan goes to every rank, in rank order; `mine` is this rank's (or empty).
-  static std::vector<IpcPlan> exchange_plans(IpcTransport& t, int trainers,
+  static std::vector<IpcPlan> exchange_plans(IpcEndpoint& t, int trainers,
                                              const std::string& mine) {
     std::vector<IpcPlan> plans;
-    ControlMessages ch(t.ctrl_, trainers);
+    ControlMessages ch = t.channel(trainers);
     for (int r = 0; r < trainers; ++r) {
       if (r == t.rank()) {
         ch.send_blob(mine, r);
@@ -165,10 +156,10 @@ struct IpcAccess {
   }
 
   //! Checks producer r's plan against this consumer and the pieces it must hold.
-  static void accept(IpcTransport& t, IpcPlan& plan, int r, std::span<const TensorMeta> metas,
+  static void accept(IpcEndpoint& t, IpcPlan& plan, int r, std::span<const TensorMeta> metas,
                      std::span<const ShardSpec> specs, const std::vector<ShardPiece>& pieces) {
     if (!plan.error.empty()) throw remote_error(r, plan.error);
-    check_placement(plan, t.here_, t.opt_.same_gpu, t.device_);
+    check_placement(plan, t.here, t.opt.same_gpu, t.device);
     const auto digest = metadata_digest(metas) ^ (shards_digest(specs) * 31);
     std::size_t count = 0, bytes = 0;
     for (const auto& p : pieces)
@@ -185,14 +176,13 @@ struct IpcAccess {
                  "): names, dtypes, shapes or shard specs differ"));
   }
 
-  static void drain(IpcTransport& t, const TransferOptions& opt) { t.drain(opt); }
-  static void prune(IpcTransport& t, const std::vector<IpcPlan>& plans) {
-    t.mappings_.prune(std::span<const IpcPlan>(plans), t.stats_);
+  static void prune(IpcEndpoint& t, const std::vector<IpcPlan>& plans) {
+    t.mappings.prune(std::span<const IpcPlan>(plans), t.stats);
   }
 
   //! Maps every producer's memory, enqueues every piece's copy to its place (or hands views to
   //! `load`), and waits for them within opt.timeout. `total` gets the bytes pulled.
-  static void pull(IpcTransport& t, std::span<const TensorMeta> metas,
+  static void pull(IpcEndpoint& t, std::span<const TensorMeta> metas,
                    std::span<const ShardSpec> specs, int trainers, const TransferOptions& opt,
                    const IpcTransport::LoadFn& load, std::vector<IpcPlan>& plans,
                    std::size_t& total) {
@@ -201,29 +191,33 @@ struct IpcAccess {
     for (int r = 0; r < trainers; ++r) {
       accept(t, plans[static_cast<std::size_t>(r)], r, metas, specs, pieces);
       base[static_cast<std::size_t>(r)] =
-          t.mappings_.map(plans[static_cast<std::size_t>(r)], t.stats_);
+          t.mappings.map(plans[static_cast<std::size_t>(r)], t.stats);
     }
     // Where each tensor lands: its destination, or (several pieces, or strided) the assembly
     // buffer.
     std::vector<std::byte*> dst(metas.size(), nullptr);
     std::vector<std::size_t> assembled(metas.size(), static_cast<std::size_t>(-1));
     std::vector<std::size_t> count(metas.size(), 0);
-    for (const auto& p : pieces) count[p.tensor]++;
+    std::vector<std::size_t> first(metas.size(), 0);  // each tensor's first piece
+    for (std::size_t k = pieces.size(); k-- > 0;) {
+      count[pieces[k].tensor]++;
+      first[pieces[k].tensor] = k;
+    }
     std::size_t need = 0;
     for (std::size_t i = 0; i < metas.size(); ++i) {
       if (opt.destination) dst[i] = static_cast<std::byte*>(opt.destination(metas[i]));
       if (dst[i] || metas[i].nbytes() == 0) continue;
-      const bool whole = count[i] == 1 && pieces_of(pieces, i).contiguous();
+      const bool whole = count[i] == 1 && pieces[first[i]].contiguous();
       if (whole) continue;
       assembled[i] = need;
       need += (metas[i].nbytes() + 255) / 256 * 256;
     }
-    if (t.assembly_.size() < need) {
-      t.assembly_ = DeviceBuffer();
-      t.assembly_ = DeviceBuffer(need, t.device_);
+    if (t.assembly.size() < need) {
+      t.assembly = DeviceBuffer();
+      t.assembly = DeviceBuffer(need, t.device);
     }
     for (std::size_t i = 0; i < metas.size(); ++i)
-      if (assembled[i] != static_cast<std::size_t>(-1)) dst[i] = t.assembly_.data() + assembled[i];
+      if (assembled[i] != static_cast<std::size_t>(-1)) dst[i] = t.assembly.data() + assembled[i];
     std::vector<CopyPiece> flat;
     std::vector<CopyPiece2D> strided;
     std::vector<TensorView> views;
@@ -247,15 +241,9 @@ struct IpcAccess {
       if (assembled[i] != static_cast<std::size_t>(-1))
         views.push_back(TensorView{&metas[i], dst[i], metas[i].nbytes()});
     }
-    t.puller_->enqueue(flat, t.stream_.get(), t.opt_, strided);
-    if (!views.empty()) load(std::span<const TensorView>(views), t.stream_.get());
-    t.await_stream(t.stream_.get(), opt, "ipc sharded pull");
-  }
-
-  static const ShardPiece& pieces_of(const std::vector<ShardPiece>& pieces, std::size_t tensor) {
-    for (const auto& p : pieces)
-      if (p.tensor == tensor) return p;
-    return pieces.front();  // unreachable: every tensor has a piece
+    t.puller->enqueue(flat, t.stream.get(), t.opt, strided);
+    if (!views.empty()) load(std::span<const TensorView>(views), t.stream.get());
+    t.await_stream(t.stream.get(), opt, "ipc sharded pull");
   }
 
   //! The bytes of piece k of producer r's plan, bounded by what was mapped.
@@ -286,25 +274,26 @@ TransferStats send_shards(IpcTransport& t, std::span<const TensorMeta> metas,
                           std::span<const ShardSpec> specs, int trainers, R&& items,
                           const TransferOptions& opt) {
   using namespace detail;
-  IpcAccess::begin(t, opt, trainers, true);
-  CurrentDeviceGuard g(t.device());
-  AbortOnThrow abort_on_throw(t.control(), "ipc sharded producer failed");
+  IpcEndpoint& ep = t.endpoint();
+  IpcShards::begin(ep, opt, trainers, true);
+  CurrentDeviceGuard g(ep.device);
+  AbortOnThrow abort_on_throw(ep.ctrl, "ipc sharded producer failed");
   IpcPlan plan;
   std::exception_ptr failure;
   try {
-    plan = IpcAccess::producer_plan(t, metas, specs, trainers, items);
+    plan = IpcShards::producer_plan(ep, metas, specs, trainers, items);
   } catch (...) {
     failure = std::current_exception();
     plan = IpcPlan();
     plan.error = what_of(failure).substr(0, 4000);
   }
   // The producer's earlier work on the weights must be complete before a consumer reads them.
-  if (opt.source_stream) IpcAccess::await_source(t, opt);
-  IpcAccess::exchange_plans(t, trainers, plan.encode());
-  const auto outcomes = ControlMessages(t.control(), trainers).gather_outcomes(FrameCode::ok, "");
+  ep.await_source(opt);
+  IpcShards::exchange_plans(ep, trainers, plan.encode());
+  const auto outcomes = ep.channel(trainers).gather_outcomes(FrameCode::ok, "");
   abort_on_throw.disarm();
   if (failure) std::rethrow_exception(failure);
-  ControlMessages(t.control(), trainers).raise_first(outcomes);
+  ep.channel(trainers).raise_first(outcomes);
   TransferStats st;
   st.tensors = metas.size();
   st.bytes = plan.total_bytes;
@@ -319,17 +308,18 @@ inline TransferStats receive_shards(IpcTransport& t, std::span<const TensorMeta>
                                     std::span<const ShardSpec> specs, int trainers,
                                     const TransferOptions& opt, const IpcTransport::LoadFn& load) {
   using namespace detail;
-  IpcAccess::begin(t, opt, trainers, false);
-  CurrentDeviceGuard g(t.device());
-  AbortOnThrow abort_on_throw(t.control(), "ipc sharded consumer failed");
+  IpcEndpoint& ep = t.endpoint();
+  IpcShards::begin(ep, opt, trainers, false);
+  CurrentDeviceGuard g(ep.device);
+  AbortOnThrow abort_on_throw(ep.ctrl, "ipc sharded consumer failed");
   // An unreadable plan leaves us unable to follow the others: the guard aborts the transport.
-  auto plans = IpcAccess::exchange_plans(t, trainers, "");
+  auto plans = IpcShards::exchange_plans(ep, trainers, "");
   FrameCode code = FrameCode::ok;
   std::string why;
   std::exception_ptr failure;
   std::size_t total = 0;
   try {
-    IpcAccess::pull(t, metas, specs, trainers, opt, load, plans, total);
+    IpcShards::pull(ep, metas, specs, trainers, opt, load, plans, total);
   } catch (const protocol_error&) {
     failure = std::current_exception();
     code = FrameCode::mismatch;
@@ -339,11 +329,11 @@ inline TransferStats receive_shards(IpcTransport& t, std::span<const TensorMeta>
   }
   if (failure) {
     why = what_of(failure);
-    IpcAccess::drain(t, opt);  // nothing of ours may still run when the caller gets the error
+    ep.drain(opt);  // nothing of ours may still run when the caller gets the error
   }
-  ControlMessages(t.control(), trainers).gather_outcomes(code, why);
+  ep.channel(trainers).gather_outcomes(code, why);
   abort_on_throw.disarm();
-  if (!failure) IpcAccess::prune(t, plans);
+  if (!failure) IpcShards::prune(ep, plans);
   if (failure) std::rethrow_exception(failure);
   TransferStats st;
   st.tensors = metas.size();

@@ -4,11 +4,11 @@
 
 //! @file
 //! IpcTransport: one end of an IPC transfer group (rank 0 produces, ranks 1.. consume). The
-//! producer exports the allocations behind its tensors (ExportCache) and sends a plan; each
-//! consumer maps them once (MappingCache) and pulls with copy engines (Puller). Memory that cannot
-//! be exported is staged through a ring of K slots of one exported allocation, in the chunks of
-//! chunk_plan over B, each slot reused only after every consumer handed it back. Control messages
-//! go over a HostCommunicator (ControlMessages); every wait is the library's bounded wait.
+//! producer exports the allocations behind its tensors (ExportCache) and sends a plan (or "same
+//! plan as round N", PlanSender); each consumer maps them once (MappingCache) and pulls with copy
+//! engines (Puller). Memory that cannot be exported is staged (StagingRing). Control messages go
+//! over a HostCommunicator (ControlMessages); every wait is one of the library's bounded waits
+//! (IpcEndpoint).
 
 #include "weightsync/config.hpp"
 #if !WEIGHTSYNC_HAS_CUDA
@@ -29,33 +29,22 @@
 #include <utility>
 #include <vector>
 
-#include "weightsync/chunk_plan.hpp"
 #include "weightsync/concepts.hpp"
 #include "weightsync/cuda/check.hpp"
-#include "weightsync/cuda/device_buffer.hpp"
 #include "weightsync/cuda/event.hpp"
-#include "weightsync/cuda/ipc/driver.hpp"
-#include "weightsync/cuda/ipc/exporter.hpp"
-#include "weightsync/cuda/ipc/mapping.hpp"
-#include "weightsync/cuda/ipc/options.hpp"
-#include "weightsync/cuda/ipc/placement.hpp"
-#include "weightsync/cuda/ipc/pull.hpp"
-#include "weightsync/cuda/stream.hpp"
+#include "weightsync/cuda/ipc/endpoint.hpp"
+#include "weightsync/cuda/ipc/plan_cache.hpp"
+#include "weightsync/cuda/ipc/staging.hpp"
 #include "weightsync/detail/control_messages.hpp"
 #include "weightsync/detail/format.hpp"
 #include "weightsync/detail/frame.hpp"
 #include "weightsync/detail/ipc_plan.hpp"
-#include "weightsync/detail/pipeline/wait.hpp"
 #include "weightsync/error.hpp"
 #include "weightsync/host/communicator.hpp"
 #include "weightsync/tensor_meta.hpp"
 #include "weightsync/transfer_options.hpp"
 
 namespace weightsync {
-
-namespace detail {
-struct IpcAccess;
-}
 
 //! One end of an IPC transfer group: rank 0 produces, ranks 1.. consume. Move-only; owns its
 //! control connections, streams, slots and mappings.
@@ -66,47 +55,31 @@ class IpcTransport {
   //! Joins the group (the rendezvous of HostCommunicator) on CUDA device `device` (-1: current).
   IpcTransport(const RendezvousOptions& rv, int device, IpcOptions opt,
                std::chrono::milliseconds op_timeout)
-      : opt_(opt),
-        device_(device >= 0 ? device : detail::current_device()),
-        stream_(device_),
-        sync_(device_),
-        pull_begin_(device_),
-        pull_end_(device_),
-        mappings_(device_) {
-    if (opt_.copy_streams < 1 || opt_.copy_streams > 16)
-      throw config_error("copy_streams", detail::cat("must be in 1..16, got ", opt_.copy_streams));
-    if (opt_.piece_bytes == 0) throw config_error("piece_bytes", "must be > 0");
-    detail::DriverApi::get();  // fail early when the driver lacks what we need
-    here_ = detail::Placement::here(device_);
-    ctrl_ = HostCommunicator::connect(rv, op_timeout);
-    detail::CurrentDeviceGuard g(device_);
-    puller_.emplace(device_, opt_);
-    for (int k = 0; k < kMaxPackedNumBuffers; ++k) slot_done_.emplace_back(device_);
-  }
+      : ep_(rv, device, opt, op_timeout),
+        follower_(ep_.device),
+        pull_begin_(ep_.device),
+        pull_end_(ep_.device) {}
   IpcTransport(IpcTransport&&) noexcept = default;
+  //! Waits for this end's copies before its slots, events and mappings go.
+  ~IpcTransport() { ep_.quiesce(); }
   //! Not assignable: replacing a transport must drain its streams first (destroy it, then make
   //! one).
   IpcTransport& operator=(IpcTransport&&) = delete;
-  ~IpcTransport() {
-    if (stream_.get()) (void)cudaStreamSynchronize(stream_.get());
-    if (puller_)
-      for (auto& s : puller_->streams())
-        if (s.get()) (void)cudaStreamSynchronize(s.get());
-    close_mappings();
-  }
   //! Closes every mapping (each exactly once). Also done by the destructor.
-  void close_mappings() noexcept { mappings_.clear(stats_); }
+  void close_mappings() noexcept { ep_.mappings.clear(ep_.stats); }
 
-  int rank() const noexcept { return ctrl_.rank(); }
-  int size() const noexcept { return ctrl_.size(); }
-  int device() const noexcept { return device_; }
-  bool healthy() const noexcept { return !ctrl_.aborted(); }
-  void check() { ctrl_.check(); }
-  void abort(const std::string& why) noexcept { ctrl_.abort(why); }
-  const IpcStats& stats() const noexcept { return stats_; }
+  int rank() const noexcept { return ep_.rank(); }
+  int size() const noexcept { return ep_.size(); }
+  int device() const noexcept { return ep_.device; }
+  bool healthy() const noexcept { return !ep_.ctrl.aborted(); }
+  void check() { ep_.ctrl.check(); }
+  void abort(const std::string& why) noexcept { ep_.ctrl.abort(why); }
+  const IpcStats& stats() const noexcept { return ep_.stats; }
   //! The settings; may be changed between transfers (same_gpu only before the first).
-  IpcOptions& options() noexcept { return opt_; }
-  HostCommunicator& control() noexcept { return ctrl_; }
+  IpcOptions& options() noexcept { return ep_.opt; }
+  HostCommunicator& control() noexcept { return ep_.ctrl; }
+  //! What this end holds, for the sharded syncs (cuda/ipc/sharded.hpp). Internal.
+  detail::IpcEndpoint& endpoint() noexcept { return ep_; }
 
   //! Rank 0: offers `metas.size()` tensors from `items` (device memory of this process, in the
   //! declared order) to every consumer, and returns once every consumer has pulled them. The
@@ -118,42 +91,55 @@ class IpcTransport {
   template <TensorIterator R>
   TransferStats send(std::span<const TensorMeta> metas, R&& items, const TransferOptions& opt) {
     using namespace detail;
-    begin(opt, /*producer=*/true);
-    CurrentDeviceGuard g(device_);
-    exports_.begin();
-    AbortOnThrow abort_on_throw(ctrl_, "ipc producer failed");
-    Produce p;
-    p.plan = plan_header(metas);
+    if (rank() != 0)
+      throw config_error("root", cat("the producer must be rank 0, this is rank ", rank()));
+    ep_.begin(opt);
+    CurrentDeviceGuard g(ep_.device);
+    AbortOnThrow abort_on_throw(ep_.ctrl, "ipc producer failed");
+    Phases t;
+    IpcPlan plan = ep_.plan_header(metas);
+    std::vector<const std::byte*> src;
     std::exception_ptr failure;  // the items were wrong: said in the plan, rethrown at the end
     try {
-      p.src = collect_sources(metas, items, p.plan.total_bytes);
+      src = collect_sources(metas, items, plan.total_bytes);
     } catch (...) {
       failure = std::current_exception();
-      p.plan.error =
-          what_of(failure).substr(0, 4000);  // the consumers' decoder takes 64 KiB at most
+      plan.error = what_of(failure).substr(0, 4000);  // the consumers' decoder takes 64 KiB at most
     }
+    t.mark();
     // The producer's earlier work on the weights must be complete before a consumer reads them.
-    if (opt.source_stream)
-      await_stream(static_cast<cudaStream_t>(opt.source_stream), opt, "ipc source stream");
-    if (!failure) place_tensors(metas, p);
-    stage_ring(p, opt);
-    stats_.regions = p.plan.regions.size();
-    stats_.staged = p.staged_metas.size();
-    exports_.prune(p.plan);
-    send_plan(p.plan);
-    if (!failure) run_staging(p, opt);
-    const auto outcomes = channel().gather_outcomes(FrameCode::ok, "");
-    plans_.sent_ok = !failure && std::all_of(outcomes.begin(), outcomes.end(),
-                                             [](const auto& o) { return o.ok(); });
+    ep_.await_source(opt);
+    t.mark();
+    const bool same = !failure && sent_.reusable() && last_.same(plan.digest, src, ep_.opt, opt);
+    if (!failure && !same) {
+      place_tensors(metas, src, plan, opt);
+      ep_.stats.regions = plan.regions.size();
+      ep_.exports.prune(plan);
+      last_.remember(plan, src, ep_, opt);
+    }
+    t.mark();
+    if (same)
+      sent_.resend(ep_);
+    else
+      sent_.send(ep_, plan);
+    t.mark();
+    if (!failure) staging_.run(ep_, src, opt);
+    t.mark();
+    const auto outcomes = ep_.channel().gather_outcomes(FrameCode::ok, "");
+    t.mark();
+    sent_.outcome(!failure && std::all_of(outcomes.begin(), outcomes.end(),
+                                          [](const auto& o) { return o.ok(); }));
     abort_on_throw.disarm();  // in step with every consumer: what follows leaves the channel usable
+    t.store(ep_.stats.check_us, ep_.stats.source_us, ep_.stats.place_us, ep_.stats.send_plan_us,
+            ep_.stats.staging_us, ep_.stats.outcomes_us);
     if (failure) std::rethrow_exception(failure);
-    channel().raise_first(outcomes);
+    ep_.channel().raise_first(outcomes);
     TransferStats st;
     st.tensors = metas.size();
-    st.chunks = p.chunks.size();
-    st.bytes = p.plan.total_bytes;
-    st.slot_bytes = p.chunks.empty() ? 0 : p.stride;
-    st.ring_bytes = slots_.size();
+    st.chunks = staging_.chunks();
+    st.bytes = plan.total_bytes;
+    st.slot_bytes = staging_.stride();
+    st.ring_bytes = staging_.bytes_held();
     return st;
   }
 
@@ -167,38 +153,39 @@ class IpcTransport {
   TransferStats receive(std::span<const TensorMeta> metas, const TransferOptions& opt,
                         const LoadFn& load) {
     using namespace detail;
-    begin(opt, /*producer=*/false);
-    CurrentDeviceGuard g(device_);
-    AbortOnThrow abort_on_throw(ctrl_, "ipc consumer failed");
-    const auto t0 = Clock::now();
+    if (rank() == 0)
+      throw config_error("root", "the consumer must not run on rank 0 (the producer)");
+    ep_.begin(opt);
+    CurrentDeviceGuard g(ep_.device);
+    AbortOnThrow abort_on_throw(ep_.ctrl, "ipc consumer failed");
+    Phases t;
     // An unreadable plan leaves us unable to follow the hand-offs: the guard aborts the transport.
-    Consume c(metas, opt, load, receive_plan());
-    const auto t1 = Clock::now();
-    accept_plan(c);
-    const auto t2 = Clock::now();
+    const PlanReceiver::Accepted* reused = nullptr;
+    Consume c(metas, opt, load, received_.receive(ep_, reused));
+    t.mark();
+    accept_plan(c, reused);
+    t.mark();
     if (c.ok()) {
-      pull_begin_.record(stream_.get());
+      pull_begin_.record(ep_.stream.get());
       c.attempt([&] { pull(c, IpcWhere::region, 0); });
-      pull_end_.record(stream_.get());
+      pull_end_.record(ep_.stream.get());
     }
-    pull_staged(c);
-    const auto t3 = Clock::now();
+    follower_.run(
+        ep_, c.plan, opt, [&] { return c.ok(); },
+        [&](std::size_t chunk) { c.attempt([&] { pull(c, IpcWhere::staged, chunk); }); });
+    t.mark();
     if (c.ok())
-      await_stream(stream_.get(), opt, "ipc pull");
+      ep_.await_stream(ep_.stream.get(), opt, "ipc pull");
     else
-      drain(opt);  // nothing of ours may still run when the caller gets the error
-    const auto t4 = Clock::now();
-    channel().gather_outcomes(c.code, c.why);
-    const auto t5 = Clock::now();
+      ep_.drain(opt);  // nothing of ours may still run when the caller gets the error
+    t.mark();
+    ep_.channel().gather_outcomes(c.code, c.why);
+    t.mark();
     abort_on_throw.disarm();  // in step with the producer: what follows leaves the channel usable
-    record_phases({t0, t1, t2, t3, t4, t5}, c.ok());
-    // Mappings the plan no longer names: the producer freed or replaced that memory.
-    if (c.plan.error.empty()) mappings_.prune(c.plan, stats_);
-    // Only a plan this side accepted and pulled from may be named again by "same plan".
-    if (c.ok())
-      plans_.received = c.plan;
-    else
-      plans_.received.reset();
+    auto& s = ep_.stats;
+    t.store(s.plan_us, s.prepare_us, s.enqueue_us, s.wait_us, s.status_us);
+    s.pull_device_us = c.ok() ? TimedEvent::elapsed(pull_begin_, pull_end_).count() : 0.0;
+    finish(c);
     // Only the producer's failure (in the plan) and our own are ours to throw; another consumer's
     // failure is the producer's business.
     if (c.failure) std::rethrow_exception(c.failure);
@@ -211,17 +198,54 @@ class IpcTransport {
   }
 
  private:
-  friend struct detail::IpcAccess;  // the sharded sync (cuda/ipc/sharded.hpp)
   using Clock = std::chrono::steady_clock;
 
-  //! The producer's state of one transfer.
-  struct Produce {
-    detail::IpcPlan plan;
+  //! Host time between the marks of one transfer, in microseconds.
+  struct Phases {
+    std::array<Clock::time_point, 7> at{Clock::now()};
+    std::size_t n = 1;
+    void mark() { at[n++] = Clock::now(); }
+    template <class... D>
+    void store(D&... out) const {
+      std::size_t i = 0;
+      ((out = std::chrono::duration<double, std::micro>(at[i + 1] - at[i]).count(), ++i), ...);
+    }
+  };
+
+  //! Producer: what the last plan was made from. The same tensors at the same addresses, in the
+  //! same allocations, with the same options make the same plan: it is neither rebuilt nor encoded.
+  struct LastSources {
+    std::uint64_t digest = 0;
     std::vector<const std::byte*> src;
-    std::vector<TensorMeta> staged_metas;
-    std::vector<std::size_t> staged_index;
-    std::vector<Chunk> chunks;
-    std::size_t stride = 0;
+    bool export_sources = true;
+    std::size_t buffer_size = 0;
+    int num_buffers = 0;
+    std::vector<std::pair<const std::byte*, std::uint64_t>> allocations;  // base, buffer id
+
+    void remember(const detail::IpcPlan& plan, const std::vector<const std::byte*>& s,
+                  const detail::IpcEndpoint& ep, const TransferOptions& opt) {
+      digest = plan.digest;
+      src = s;
+      export_sources = ep.opt.export_sources;
+      buffer_size = opt.buffer_size_bytes;
+      num_buffers = opt.num_buffers;
+      allocations.clear();
+      for (std::size_t r = 0; r < plan.regions.size(); ++r)
+        allocations.emplace_back(ep.exports.base(r), plan.regions[r].buffer_id);
+    }
+    //! One driver query per allocation: memory freed and allocated again at the same address is
+    //! another allocation (another buffer id).
+    bool same(std::uint64_t d, const std::vector<const std::byte*>& s, const IpcOptions& io,
+              const TransferOptions& opt) const {
+      if (d != digest || s != src || io.export_sources != export_sources ||
+          opt.buffer_size_bytes != buffer_size || opt.num_buffers != num_buffers)
+        return false;
+      for (const auto& [base, id] : allocations) {
+        const auto a = detail::find_allocation(base);
+        if (!a || a->base != base || a->buffer_id != id) return false;
+      }
+      return true;
+    }
   };
 
   //! A consumer's state of one transfer: the plan, and the first failure (ours or the producer's).
@@ -233,7 +257,9 @@ class IpcTransport {
     const TransferOptions& opt;
     const LoadFn& load;
     detail::IpcPlan plan;
+    std::uint64_t digest = 0;
     std::vector<std::byte*> base;
+    std::size_t staged = 0;
     detail::FrameCode code = detail::FrameCode::ok;
     std::string why;
     std::exception_ptr failure;
@@ -258,66 +284,6 @@ class IpcTransport {
     }
   };
 
-  detail::ControlMessages channel() { return detail::ControlMessages(ctrl_); }
-
-  //! Sends the plan, or, when it is byte for byte the plan of the last round and that round
-  //! succeeded everywhere, a short "same plan as round N" message (checked by the consumers).
-  void send_plan(const detail::IpcPlan& plan) {
-    std::string bytes = plan.encode();
-    if (plans_.sent_ok && bytes == plans_.sent) {
-      stats_.plans_reused++;
-      channel().send_blob(detail::encode_same_plan(plans_.round, detail::plan_hash(bytes)));
-      return;
-    }
-    ++plans_.round;
-    channel().send_blob(bytes);
-    plans_.sent = std::move(bytes);
-    plans_.sent_ok = false;
-  }
-
-  //! The producer's plan: decoded, or this side's copy of round N's when it says "same as N".
-  detail::IpcPlan receive_plan() {
-    const std::string blob = channel().receive_blob(std::uint64_t{1} << 30, "ipc plan");
-    if (auto same = detail::decode_same_plan(blob)) {
-      if (!plans_.received || same->round != plans_.round || same->hash != plans_.hash)
-        throw protocol_error(
-            0, detail::cat("ipc plan: the producer says \"same plan as round ", same->round,
-                           "\", but this consumer holds ",
-                           plans_.received ? "round " + std::to_string(plans_.round)
-                                           : std::string("no accepted plan")));
-      stats_.plans_reused++;
-      return *plans_.received;
-    }
-    ++plans_.round;
-    plans_.hash = detail::plan_hash(blob);
-    plans_.received.reset();
-    return detail::IpcPlan::decode(blob);
-  }
-
-  void begin(const TransferOptions& opt, bool producer) {
-    opt.validate();
-    if (producer && rank() != 0)
-      throw config_error("root", detail::cat("the producer must be rank 0, this is rank ", rank()));
-    if (!producer && rank() == 0)
-      throw config_error("root", "the consumer must not run on rank 0 (the producer)");
-    if (ctrl_.aborted())
-      throw state_error(
-          "ipc transport: aborted by an earlier error; create a new one (init again)");
-    ctrl_.set_timeout(opt.timeout);
-  }
-
-  detail::IpcPlan plan_header(std::span<const TensorMeta> metas) const {
-    detail::IpcPlan plan;
-    plan.same_gpu = opt_.same_gpu ? 1 : 0;
-    plan.boot_id = here_.boot_id;
-    plan.host = here_.host;
-    plan.uuid = here_.uuid;
-    plan.pid = here_.pid;
-    plan.digest = detail::metadata_digest(metas);
-    plan.num_tensors = metas.size();
-    return plan;
-  }
-
   //! The items' bytes, each checked against its metadata; `total` gets their byte count.
   template <class R>
   static std::vector<const std::byte*> collect_sources(std::span<const TensorMeta> metas, R& items,
@@ -334,136 +300,70 @@ class IpcTransport {
     return src;
   }
 
-  //! Every tensor in an exported allocation, or else staged.
-  void place_tensors(std::span<const TensorMeta> metas, Produce& p) {
+  //! Every tensor in an exported allocation, or else staged (laid out in the ring).
+  void place_tensors(std::span<const TensorMeta> metas, std::span<const std::byte* const> src,
+                     detail::IpcPlan& plan, const TransferOptions& opt) {
     using detail::IpcWhere;
-    p.plan.places.resize(metas.size());
+    ep_.exports.begin();
+    plan.places.resize(metas.size());
+    std::vector<std::size_t> staged;
     for (std::size_t i = 0; i < metas.size(); ++i) {
       const std::size_t nb = metas[i].nbytes();
       if (nb == 0) continue;
       std::optional<std::size_t> r;
-      if (opt_.export_sources) r = exports_.region(p.src[i], nb, p.plan, stats_);
-      auto& pl = p.plan.places[i];
+      if (ep_.opt.export_sources) r = ep_.exports.region(src[i], nb, plan, ep_.stats);
+      auto& pl = plan.places[i];
       if (r) {
         pl.where = IpcWhere::region;
         pl.index = *r;
-        pl.offset = static_cast<std::uint64_t>(p.src[i] - exports_.base(*r));
+        pl.offset = static_cast<std::uint64_t>(src[i] - ep_.exports.base(*r));
       } else {
         pl.where = IpcWhere::staged;
-        p.staged_metas.push_back(metas[i]);
-        p.staged_index.push_back(i);
+        staged.push_back(i);
       }
     }
+    staging_.layout(ep_, plan, metas, staged, opt);
+    ep_.stats.staged = staged.size();
   }
 
-  //! Staged tensors: chunks of the strict-greater rule over B, K slots of the largest chunk in one
-  //! exported allocation.
-  void stage_ring(Produce& p, const TransferOptions& opt) {
-    p.chunks = chunk_plan(p.staged_metas, opt.buffer_size_bytes);
-    if (p.chunks.empty()) return;
-    const auto K = static_cast<std::size_t>(opt.num_buffers);
-    for (const auto& c : p.chunks) p.stride = std::max(p.stride, (c.bytes + 255) / 256 * 256);
-    if (slots_.size() < p.stride * K) {
-      // Whole 2 MiB pages: copy engines pull a mapping of another size about a quarter slower.
-      const std::size_t page = std::size_t{2} << 20;
-      slots_ = DeviceBuffer();
-      slots_ = DeviceBuffer((p.stride * K + page - 1) / page * page, device_);
-    }
-    const auto r = exports_.region(slots_.data(), slots_.size(), p.plan, stats_);
-    if (!r) throw error("[weightsync.ipc] the slot ring cannot be exported (cudaIpcGetMemHandle)");
-    p.plan.slot_region = *r;
-    p.plan.slot_stride = p.stride;
-    p.plan.num_slots = static_cast<std::uint32_t>(K);
-    p.plan.num_chunks = p.chunks.size();
-    for (std::size_t c = 0; c < p.chunks.size(); ++c) {
-      std::size_t off = 0;
-      for (std::size_t j = p.chunks[c].begin; j < p.chunks[c].end; ++j) {
-        auto& pl = p.plan.places[p.staged_index[j]];
-        pl.index = c;
-        pl.offset = off;
-        off += p.staged_metas[j].nbytes();
-      }
-    }
-  }
-
-  //! Copies each staged chunk into its slot, announces it, and reuses a slot only once every
-  //! consumer handed it back.
-  void run_staging(Produce& p, const TransferOptions& opt) {
-    const auto K = static_cast<std::size_t>(opt.num_buffers);
-    auto ch = channel();
-    for (std::size_t c = 0; c < p.chunks.size(); ++c) {
-      if (c >= K) ch.gather_acks();  // slot c % K is free again
-      std::vector<detail::CopyPiece> pieces;
-      std::byte* slot = slots_.data() + (c % K) * p.stride;
-      std::size_t off = 0;
-      for (std::size_t j = p.chunks[c].begin; j < p.chunks[c].end; ++j) {
-        const std::size_t nb = p.staged_metas[j].nbytes();
-        detail::add_piece(pieces, slot + off, p.src[p.staged_index[j]], nb);
-        off += nb;
-      }
-      for (const auto& piece : pieces)
-        detail::check(
-            cudaMemcpyAsync(piece.dst, piece.src, piece.bytes, cudaMemcpyDefault, stream_.get()),
-            "cudaMemcpyAsync(stage)");
-      await_stream(stream_.get(), opt, "ipc staging");
-      std::uint64_t notice = c;
-      ctrl_.broadcast(&notice, sizeof notice, 0);
-    }
-    for (std::size_t c = p.chunks.size() >= K ? p.chunks.size() - K : 0; c < p.chunks.size(); ++c)
-      ch.gather_acks();
-  }
-
-  //! Checks the producer's plan against this consumer (placement, metadata, bounds) and maps it.
-  void accept_plan(Consume& c) {
+  //! Checks the producer's plan against this consumer (placement, metadata, bounds) and maps it;
+  //! a plan accepted in the last round (`reused`) against the same metadata needs neither again.
+  void accept_plan(Consume& c, const detail::PlanReceiver::Accepted* reused) {
     c.attempt([&] {
+      using namespace detail;
       if (!c.plan.error.empty()) throw remote_error(0, c.plan.error);
-      detail::check_placement(c.plan, here_, opt_.same_gpu, device_);
-      const auto digest = detail::metadata_digest(c.metas);
-      if (c.plan.digest != digest || c.plan.num_tensors != c.metas.size())
+      c.digest = metadata_digest(c.metas);
+      if (reused && reused->metas_digest == c.digest) {
+        c.base = reused->base;
+        c.staged = reused->staged;
+        ep_.stats.staged = c.staged;
+        return;
+      }
+      check_placement(c.plan, ep_.here, ep_.opt.same_gpu, ep_.device);
+      if (c.plan.digest != c.digest || c.plan.num_tensors != c.metas.size())
         throw protocol_error(
-            0,
-            detail::cat("ipc handshake: the producer's tensors (", c.plan.num_tensors, ", digest ",
-                        c.plan.digest, ") differ from this consumer's (", c.metas.size(),
-                        ", digest ", digest, "): names, dtypes or shapes do not match"));
+            0, cat("ipc handshake: the producer's tensors (", c.plan.num_tensors, ", digest ",
+                   c.plan.digest, ") differ from this consumer's (", c.metas.size(), ", digest ",
+                   c.digest, "): names, dtypes or shapes do not match"));
       std::size_t total = 0;
       for (const auto& m : c.metas) total += m.nbytes();
       if (total != c.plan.total_bytes)
-        throw protocol_error(0, detail::cat("ipc handshake: ", c.plan.total_bytes,
-                                            " bytes offered, ", total, " expected"));
-      c.base = mappings_.map(c.plan, stats_);
-      stats_.staged = detail::check_places(c.plan, c.metas);
+        throw protocol_error(
+            0, cat("ipc handshake: ", c.plan.total_bytes, " bytes offered, ", total, " expected"));
+      c.base = ep_.mappings.map(c.plan, ep_.stats);
+      c.staged = check_places(c.plan, c.metas);
+      ep_.stats.staged = c.staged;
     });
   }
 
-  //! The staged chunks, slot by slot, mirroring the producer's hand-offs. A slot is handed back
-  //! only once nothing reads it any more: its pulls done, or (after a failure) everything this
-  //! side enqueued drained.
-  void pull_staged(Consume& c) {
-    if (!c.plan.error.empty() || c.plan.num_chunks == 0) return;
-    const auto K = static_cast<std::size_t>(std::max<std::uint32_t>(c.plan.num_slots, 1));
-    auto hand_back = [&](std::size_t chunk) {
-      if (c.ok())
-        await_event(slot_done_[chunk % K], c.opt, "ipc slot pull");
-      else
-        drain(c.opt);
-      channel().gather_acks();
-    };
-    for (std::size_t chunk = 0; chunk < c.plan.num_chunks; ++chunk) {
-      if (chunk >= K) hand_back(chunk - K);
-      std::uint64_t notice = 0;
-      ctrl_.broadcast(&notice, sizeof notice, 0);
-      if (notice != chunk)
-        throw protocol_error(
-            0, detail::cat("ipc hand-off: chunk ", notice, " announced where ", chunk, " was due"));
-      if (!c.ok()) continue;
-      c.attempt([&] {
-        pull(c, detail::IpcWhere::staged, chunk);
-        slot_done_[chunk % K].record(stream_.get());
-      });
-    }
-    for (std::size_t chunk = c.plan.num_chunks >= K ? c.plan.num_chunks - K : 0;
-         chunk < c.plan.num_chunks; ++chunk)
-      hand_back(chunk);
+  //! After the outcomes: mappings the plan no longer names are closed (memory the producer freed
+  //! or replaced), and only a plan this side accepted and pulled from may be named again.
+  void finish(Consume& c) {
+    if (c.plan.error.empty() && c.ok()) ep_.mappings.prune(c.plan, ep_.stats);
+    if (c.ok())
+      received_.keep({std::move(c.plan), c.digest, std::move(c.base), c.staged});
+    else
+      received_.forget();
   }
 
   //! Enqueues the copies (or load calls) of the tensors at `where` (chunk `chunk` when staged).
@@ -493,70 +393,17 @@ class IpcTransport {
       else
         views.push_back(TensorView{&meta, const_cast<std::byte*>(from), nb});
     }
-    puller_->enqueue(pieces, stream_.get(), opt_);
-    if (!views.empty()) c.load(std::span<const TensorView>(views), stream_.get());
+    ep_.puller->enqueue(pieces, ep_.stream.get(), ep_.opt);
+    if (!views.empty()) c.load(std::span<const TensorView>(views), ep_.stream.get());
   }
 
-  void record_phases(const std::array<Clock::time_point, 6>& t, bool ok) {
-    auto us = [](Clock::time_point a, Clock::time_point b) {
-      return std::chrono::duration<double, std::micro>(b - a).count();
-    };
-    stats_.plan_us = us(t[0], t[1]);
-    stats_.prepare_us = us(t[1], t[2]);
-    stats_.enqueue_us = us(t[2], t[3]);
-    stats_.wait_us = us(t[3], t[4]);
-    stats_.status_us = us(t[4], t[5]);
-    stats_.pull_device_us = ok ? TimedEvent::elapsed(pull_begin_, pull_end_).count() : 0.0;
-  }
-
-  //! Waits (bounded) for everything this side enqueued: the copy streams and the main stream, where
-  //! load_weights enqueued its work. Used after a failure, before anything is reported.
-  void drain(const TransferOptions& opt) {
-    for (auto& cs : puller_->streams()) await_stream(cs.get(), opt, "ipc drain");
-    await_stream(stream_.get(), opt, "ipc drain");
-  }
-
-  //! Waits (bounded) for the work enqueued on `s` so far.
-  void await_stream(cudaStream_t s, const TransferOptions& opt, const char* phase) {
-    sync_.record(s);
-    await_event(sync_, opt, phase);
-  }
-
-  //! Waits for `e` within opt.timeout, watching the control channel; aborts on either failure.
-  void await_event(const CudaEvent& e, const TransferOptions& opt, const char* phase) {
-    detail::bounded_wait(
-        [&] { return e.ready(); }, opt.timeout, [&] { channel().guarded([&] { ctrl_.check(); }); },
-        [&] {
-          const std::string what = detail::cat("device work not done within ", opt.timeout.count(),
-                                               " ms (rank ", rank(), "); transport aborted");
-          ctrl_.abort(std::string(phase) + ": " + what);
-          throw timeout_error(phase, -1, what);
-        });
-  }
-
-  IpcOptions opt_;
-  int device_ = -1;
-  detail::Placement here_;
-  HostCommunicator ctrl_;
-  CudaStream stream_;
-  std::optional<detail::Puller> puller_;
-  std::vector<CudaEvent> slot_done_;
-  CudaEvent sync_;  // what await_stream waits on
-  TimedEvent pull_begin_, pull_end_;
-  IpcStats stats_;
-  //! The plans of earlier rounds, for "same plan as round N".
-  struct PlanCache {
-    std::uint64_t round = 0;                  //!< full plans sent (producer) or received (consumer)
-    std::string sent;                         //!< producer: the last full plan's bytes
-    bool sent_ok = false;                     //!< producer: every rank succeeded with it
-    std::uint64_t hash = 0;                   //!< consumer: hash of the last full plan's bytes
-    std::optional<detail::IpcPlan> received;  //!< consumer: that plan, if accepted and pulled
-  } plans_;
-  detail::ExportCache exports_;  // producer
-  DeviceBuffer slots_;           // producer: the staging ring
-  DeviceBuffer assembly_;        // consumer, sharded syncs: tensors assembled for load_weights
-  // consumer: declared last, so the mappings are closed before the streams go.
-  detail::MappingCache mappings_;
+  detail::IpcEndpoint ep_;
+  detail::PlanSender sent_;           // producer
+  LastSources last_;                  // producer
+  detail::StagingRing staging_;       // producer
+  detail::PlanReceiver received_;     // consumer
+  detail::StagingFollower follower_;  // consumer
+  TimedEvent pull_begin_, pull_end_;  // consumer: the device time of the pulls
 };
 
 }  // namespace weightsync

@@ -3,9 +3,11 @@
 #pragma once
 
 //! @file
-//! The one bounded wait every transport uses: poll a completion until it is ready, watch the peers
-//! every 2 ms meanwhile, and give up at the deadline. Nothing in this library waits without it.
+//! The bounded waits every transport uses: poll (or block on) a completion until it is ready, watch
+//! the peers every 2 ms meanwhile, and give up at the deadline. Nothing in this library waits
+//! without one of them.
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -37,6 +39,22 @@ void bounded_wait(Ready&& ready, std::chrono::milliseconds timeout, Check&& chec
       std::this_thread::yield();
     else
       std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
+//! Like bounded_wait, for a completion the host can sleep on: `wait_for(d)` blocks for at most `d`
+//! and returns true once the completion happened. No CPU is spent while waiting.
+template <class WaitFor, class Check, class OnTimeout>
+void bounded_block(WaitFor&& wait_for, std::chrono::milliseconds timeout, Check&& check,
+                   OnTimeout&& on_timeout) {
+  const auto deadline = Clock::now() + timeout;
+  constexpr auto kCheckEvery = std::chrono::milliseconds(2);
+  while (true) {
+    const auto now = Clock::now();
+    const auto left = deadline > now ? deadline - now : Clock::duration::zero();
+    if (wait_for(std::min<Clock::duration>(left, kCheckEvery))) return;
+    check();
+    if (Clock::now() >= deadline) on_timeout();
   }
 }
 

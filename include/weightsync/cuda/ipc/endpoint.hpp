@@ -1,0 +1,168 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+//! @file
+//! IpcEndpoint: what one member of an IPC group holds for every kind of sync over it (whole
+//! tensors: IpcTransport; shards: send_shards / receive_shards): the control channel, the
+//! consumer's stream and copy engines, the producer's export cache, the consumer's mappings, and
+//! the bounded waits on device work. Internal: users hold an IpcTransport.
+
+#include "weightsync/config.hpp"
+#if !WEIGHTSYNC_HAS_CUDA
+#error "<weightsync/cuda/ipc/endpoint.hpp> needs the CUDA runtime (WEIGHTSYNC_HAS_CUDA=0)"
+#endif
+
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "weightsync/cuda/check.hpp"
+#include "weightsync/cuda/device_buffer.hpp"
+#include "weightsync/cuda/event.hpp"
+#include "weightsync/cuda/ipc/driver.hpp"
+#include "weightsync/cuda/ipc/exporter.hpp"
+#include "weightsync/cuda/ipc/mapping.hpp"
+#include "weightsync/cuda/ipc/options.hpp"
+#include "weightsync/cuda/ipc/placement.hpp"
+#include "weightsync/cuda/ipc/pull.hpp"
+#include "weightsync/cuda/stream.hpp"
+#include "weightsync/cuda/stream_signal.hpp"
+#include "weightsync/detail/control_messages.hpp"
+#include "weightsync/detail/format.hpp"
+#include "weightsync/detail/frame.hpp"
+#include "weightsync/detail/ipc_plan.hpp"
+#include "weightsync/detail/pipeline/wait.hpp"
+#include "weightsync/error.hpp"
+#include "weightsync/host/communicator.hpp"
+#include "weightsync/tensor_meta.hpp"
+#include "weightsync/transfer_options.hpp"
+
+namespace weightsync::detail {
+
+struct IpcEndpoint {
+  //! Joins the group (the rendezvous of HostCommunicator) on CUDA device `device` (-1: current).
+  IpcEndpoint(const RendezvousOptions& rv, int dev, IpcOptions o,
+              std::chrono::milliseconds op_timeout)
+      : opt(o),
+        device(dev >= 0 ? dev : current_device()),
+        stream(device),
+        sync(device),
+        mappings(device) {
+    if (opt.copy_streams < 1 || opt.copy_streams > 16)
+      throw config_error("copy_streams", cat("must be in 1..16, got ", opt.copy_streams));
+    if (opt.piece_bytes == 0) throw config_error("piece_bytes", "must be > 0");
+    DriverApi::get();  // fail early when the driver lacks what we need
+    here = Placement::here(device);
+    ctrl = HostCommunicator::connect(rv, op_timeout);
+    CurrentDeviceGuard g(device);
+    puller.emplace(device, opt);
+  }
+  IpcEndpoint(IpcEndpoint&&) noexcept = default;
+  IpcEndpoint& operator=(IpcEndpoint&&) = delete;
+  //! Waits for what this side enqueued (unbounded, as a destructor must not leave copies reading
+  //! freed memory), then closes every mapping.
+  ~IpcEndpoint() {
+    quiesce();
+    mappings.clear(stats);
+  }
+  //! Waits (unbounded) for every copy this side enqueued; for destructors.
+  void quiesce() noexcept {
+    if (stream.get()) (void)cudaStreamSynchronize(stream.get());
+    if (puller)
+      for (auto& s : puller->streams())
+        if (s.get()) (void)cudaStreamSynchronize(s.get());
+  }
+
+  int rank() const noexcept { return ctrl.rank(); }
+  int size() const noexcept { return ctrl.size(); }
+  ControlMessages channel(int first_consumer = 1) { return ControlMessages(ctrl, first_consumer); }
+
+  //! The start of every sync: the channel still usable, every control step bounded by opt.timeout.
+  void begin(const TransferOptions& o) {
+    o.validate();
+    if (ctrl.aborted())
+      throw state_error(
+          "ipc transport: aborted by an earlier error; create a new one (init again)");
+    ctrl.set_timeout(o.timeout);
+  }
+
+  //! A plan with this producer's identity and the digest of `metas`.
+  IpcPlan plan_header(std::span<const TensorMeta> metas) const {
+    IpcPlan plan;
+    plan.same_gpu = opt.same_gpu ? 1 : 0;
+    plan.boot_id = here.boot_id;
+    plan.host = here.host;
+    plan.uuid = here.uuid;
+    plan.pid = here.pid;
+    plan.digest = metadata_digest(metas);
+    plan.num_tensors = metas.size();
+    return plan;
+  }
+
+  //! Producer: waits (bounded) for the work already enqueued on the stream that produced the
+  //! weights. An idle stream needs no wait and gets no work of ours (on a GPU shared by time
+  //! slices, an event recorded there costs a switch to this process's context).
+  void await_source(const TransferOptions& o) {
+    if (!o.source_stream) return;
+    const auto s = static_cast<cudaStream_t>(o.source_stream);
+    const auto st = cudaStreamQuery(s);
+    if (st == cudaSuccess) return;
+    if (st != cudaErrorNotReady) check(st, "cudaStreamQuery(source_stream)");
+    (void)cudaGetLastError();
+    await_stream(s, o, "ipc source stream");
+  }
+  //! Waits (bounded) for the work enqueued on `s` so far.
+  void await_stream(cudaStream_t s, const TransferOptions& o, const char* phase) {
+    if (opt.blocking_waits) {
+      signal.arm(s);
+      bounded_block([&](auto d) { return signal.wait_for(d); }, o.timeout, [&] { watch(); },
+                    [&] { expire(o, phase); });
+      return;
+    }
+    sync.record(s);
+    await_event(sync, o, phase);
+  }
+  //! Waits for `e` within o.timeout, watching the control channel; aborts on either failure.
+  void await_event(const CudaEvent& e, const TransferOptions& o, const char* phase) {
+    bounded_wait([&] { return e.ready(); }, o.timeout, [&] { watch(); }, [&] { expire(o, phase); });
+  }
+  //! Waits (bounded) for everything this side enqueued: the copy streams and the main stream, where
+  //! load_weights enqueued its work. Used after a failure, before anything is reported.
+  void drain(const TransferOptions& o) {
+    for (auto& cs : puller->streams()) await_stream(cs.get(), o, "ipc drain");
+    await_stream(stream.get(), o, "ipc drain");
+  }
+
+  IpcOptions opt;
+  int device = -1;
+  Placement here;
+  HostCommunicator ctrl;
+  CudaStream stream;             //!< consumer: the pulls join here; load_weights gets it
+  std::optional<Puller> puller;  //!< consumer: copy-engine streams, batched copy kernel
+  CudaEvent sync;                //!< what await_stream records when it polls
+  StreamSignal signal;           //!< what await_stream sleeps on (IpcOptions::blocking_waits)
+  IpcStats stats;
+  ExportCache exports;    //!< producer
+  DeviceBuffer assembly;  //!< consumer, sharded syncs: tensors assembled for load_weights
+  MappingCache mappings;  //!< consumer: declared last, closed before the streams go
+
+ private:
+  void watch() {
+    channel().guarded([&] { ctrl.check(); });
+  }
+  [[noreturn]] void expire(const TransferOptions& o, const char* phase) {
+    const std::string what = cat("device work not done within ", o.timeout.count(), " ms (rank ",
+                                 rank(), "); transport aborted");
+    ctrl.abort(std::string(phase) + ": " + what);
+    throw timeout_error(phase, -1, what);
+  }
+};
+
+}  // namespace weightsync::detail
