@@ -24,8 +24,22 @@ enum class Protocol : std::uint8_t {
   vllm,        //!< exactly vLLM's wire: the data broadcasts only
 };
 
-//! Options shared by producer and consumer. Both sides must agree on packed, B and K (the
-//! handshake checks it).
+//! When a transfer's outcome reaches the other ranks (Protocol::weightsync; both sides must agree,
+//! the handshake checks it).
+enum class Acknowledge : std::uint8_t {
+  //! In the next transfer's handshake: a transfer returns once this rank's part is done, with no
+  //! exchange after the data (the steady state of a training loop costs the data and one frame
+  //! exchange). A failure the other ranks could not see (a consumer's load_weights threw) makes
+  //! the next transfer fail on every rank with a remote_error naming that rank, before any byte of
+  //! it moves; a failure in the last transfer before shutdown is reported by its own rank only.
+  next_transfer,
+  //! At the end of every transfer (one more exchange): every rank returns knowing every rank's
+  //! outcome; a consumer's failure is a remote_error on the producer in the same call.
+  each_transfer,
+};
+
+//! Options shared by producer and consumer. Both sides must agree on packed, B, K and acknowledge
+//! (the handshake checks it).
 struct TransferOptions {
   //! Chunk size B of the packed plan (vLLM's packed_buffer_size_bytes).
   std::size_t buffer_size_bytes = static_cast<std::size_t>(kDefaultPackedBufferSizeBytes);
@@ -34,6 +48,7 @@ struct TransferOptions {
   //! false: one broadcast per tensor (vLLM's unpacked path).
   bool packed = true;
   Protocol protocol = Protocol::weightsync;
+  Acknowledge acknowledge = Acknowledge::next_transfer;
   //! Bound on every wait for progress (one chunk, the handshake, the acknowledgement).
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
   //! Producer: the stream that produced the weights (cudaStream_t on the CUDA path); the producer

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -113,6 +114,9 @@ struct WorkspaceState {
   std::size_t frames_count = 0;
   typename Policy::Buffer scratch;
   std::uint64_t transfers = 0;
+  //! This rank's failure of an earlier transfer that no other rank has seen yet
+  //! (Acknowledge::next_transfer): it travels in the next handshake frame.
+  std::string pending_failure;
   std::uint64_t contiguous_regions = 0;  //!< regions sent or received in place (statistics)
   // Per-chunk lists, reserved once so that the chunk loop does not allocate.
   std::vector<const void*> sources;  // producer: the current chunk's item pointers

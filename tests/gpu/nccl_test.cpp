@@ -255,7 +255,9 @@ TEST_CASE("nccl faults keep the communicator usable: bad item and failing load_w
   }
   REQUIRE(p.comm.healthy());
   REQUIRE(round_trip(p, metas, model, opt, ws, 1, Mode::views) == 0);
-  // 2. The consumer's load_weights throws.
+  // 2. The consumer's load_weights throws; with a per-transfer acknowledgement the producer learns
+  // it in the same call.
+  opt.acknowledge = Acknowledge::each_transfer;
   if (p.rank == 0) {
     model.fill(2, p.stream.get());
     const auto items = ws_test::ModelSource{metas, model}.iterate();

@@ -23,7 +23,8 @@ using ws_test::Outcome;
 
 namespace {
 
-HostCommunicator connect(int port, int rank, int world, std::chrono::milliseconds op_timeout = 5000ms) {
+HostCommunicator connect(int port, int rank, int world,
+                         std::chrono::milliseconds op_timeout = 5000ms) {
   return ws_test::connect_host(port, rank, world, 10000ms, op_timeout);
 }
 
@@ -81,21 +82,21 @@ struct Received {
 
 std::vector<TensorMeta> mixed_layout() {
   return {
-      {"embed", DType::bfloat16, {64, 32}},      // 4096
-      {"scalar", DType::float32, {}},            // 4 (0-dim)
-      {"empty", DType::bfloat16, {0, 16}},       // 0 (zero-size)
-      {"q", DType::float16, {16, 16}},           // 512
-      {"bias", DType::float64, {3}},             // 24
-      {"mask", DType::bool_, {7}},               // 7 (odd size)
-      {"idx", DType::int64, {5}},                // 40
-      {"f8", DType::float8_e4m3fn, {33}},        // 33
-      {"f8b", DType::float8_e5m2, {2, 3}},       // 6
-      {"i8", DType::int8, {9}},                  // 9
-      {"u8", DType::uint8, {1}},                 // 1
-      {"i16", DType::int16, {4}},                // 8
-      {"i32", DType::int32, {4, 1}},             // 16
-      {"empty2", DType::float32, {0}},           // 0
-      {"lm_head", DType::bfloat16, {128, 32}},   // 8192
+      {"embed", DType::bfloat16, {64, 32}},     // 4096
+      {"scalar", DType::float32, {}},           // 4 (0-dim)
+      {"empty", DType::bfloat16, {0, 16}},      // 0 (zero-size)
+      {"q", DType::float16, {16, 16}},          // 512
+      {"bias", DType::float64, {3}},            // 24
+      {"mask", DType::bool_, {7}},              // 7 (odd size)
+      {"idx", DType::int64, {5}},               // 40
+      {"f8", DType::float8_e4m3fn, {33}},       // 33
+      {"f8b", DType::float8_e5m2, {2, 3}},      // 6
+      {"i8", DType::int8, {9}},                 // 9
+      {"u8", DType::uint8, {1}},                // 1
+      {"i16", DType::int16, {4}},               // 8
+      {"i32", DType::int32, {4, 1}},            // 16
+      {"empty2", DType::float32, {0}},          // 0
+      {"lm_head", DType::bfloat16, {128, 32}},  // 8192
   };
 }
 
@@ -108,7 +109,8 @@ std::vector<TensorMeta> random_layout(std::mt19937_64& rng) {
     t.name = "t" + std::to_string(i);
     t.dtype = dts[rng() % dts.size()];
     const std::size_t nd = rng() % 4;
-    for (std::size_t d = 0; d < nd; ++d) t.shape.push_back(static_cast<std::int64_t>(rng() % (rng() % 5 == 0 ? 1 : 40)));
+    for (std::size_t d = 0; d < nd; ++d)
+      t.shape.push_back(static_cast<std::int64_t>(rng() % (rng() % 5 == 0 ? 1 : 40)));
     m.push_back(std::move(t));
   }
   return m;
@@ -171,8 +173,8 @@ std::vector<Config> configs() {
   std::vector<Config> out;
   for (bool packed : {true, false})
     for (int k : {1, 2, 3})
-      for (std::size_t b : {std::size_t{1}, std::size_t{100}, std::size_t{4096},
-                            std::size_t{1} << 30})
+      for (std::size_t b :
+           {std::size_t{1}, std::size_t{100}, std::size_t{4096}, std::size_t{1} << 30})
         for (int dest_every : {0, 2}) {
           if (!packed && b != 1) continue;  // B does not matter unpacked
           out.push_back({packed, k, b, dest_every});
@@ -186,8 +188,9 @@ std::vector<Config> configs() {
 
 }  // namespace
 
-TEST_CASE("pipeline: round trips with 1, 2 and 4 consumers, packed and unpacked, K=1..3, B=1..>model",
-          "[unit][pipeline]") {
+TEST_CASE(
+    "pipeline: round trips with 1, 2 and 4 consumers, packed and unpacked, K=1..3, B=1..>model",
+    "[unit][pipeline]") {
   const int world = GENERATE(2, 3, 5);
   ws_test::Processes procs;
   const int port = ws_test::free_port();
@@ -254,6 +257,8 @@ TEST_CASE("pipeline: an item that does not match its metadata fails every rank c
     workspace_for<HostCommunicator> ws;
     TransferOptions opt;
     opt.buffer_size_bytes = 600;  // several chunks
+    // Same-call reports everywhere (an extra item is only found after the last chunk).
+    opt.acknowledge = Acknowledge::each_transfer;
     std::string failure;
     if (rank == 0) {
       Model m(metas, 3, 0);
@@ -302,6 +307,7 @@ TEST_CASE("pipeline: a load_weights that throws ends that consumer and fails the
     workspace_for<HostCommunicator> ws;
     TransferOptions opt;
     opt.buffer_size_bytes = 600;
+    opt.acknowledge = Acknowledge::each_transfer;  // the producer learns it in the same call
     std::string failure;
     if (rank == 0) {
       Model m(metas, 4, 0);
@@ -337,6 +343,148 @@ TEST_CASE("pipeline: a load_weights that throws ends that consumer and fails the
   ws_test::expect_all_ok(procs.wait_all(30s));
 }
 
+TEST_CASE(
+    "pipeline: with the acknowledgement in the next transfer, a consumer's failure fails "
+    "the next transfer on every rank before any byte moves",
+    "[unit][pipeline]") {
+  ws_test::Processes procs;
+  const int port = ws_test::free_port();
+  constexpr int world = 3;
+  const auto metas = mixed_layout();
+  procs.spawn_ranks(world, [=](int rank) {
+    auto comm = connect(port, rank, world);
+    workspace_for<HostCommunicator> ws;
+    TransferOptions opt;  // Acknowledge::next_transfer, the default
+    opt.buffer_size_bytes = 600;
+    // 1. Consumer 1's load_weights throws: only consumer 1 knows; the others return.
+    if (rank == 0) {
+      Model m(metas, 4, 0);
+      packed_broadcast_producer(metas, m.items(), comm, 0, opt, ws);
+    } else if (rank == 1) {
+      int calls = 0;
+      std::string failure;
+      try {
+        packed_broadcast_consumer(
+            metas, comm, 0,
+            [&](std::span<const TensorView>, HostStream) {
+              if (++calls == 2) throw std::runtime_error("disk full");
+            },
+            opt, ws);
+      } catch (const std::runtime_error& e) {
+        failure = e.what();
+      }
+      if (failure != "disk full") throw std::runtime_error("consumer 1 got: " + failure);
+    } else {
+      consume_round(comm, metas, opt, ws, 4, 0, 0);
+    }
+    // 2. The next transfer is refused on every rank with a remote_error naming rank 1, and moves
+    // nothing: no load, no destination asked for.
+    std::string refused;
+    try {
+      if (rank == 0) {
+        Model m(metas, 4, 1);
+        packed_broadcast_producer(metas, m.items(), comm, 0, opt, ws);
+      } else {
+        TransferOptions o = opt;
+        o.destination = [](const TensorMeta&) -> void* {
+          throw std::runtime_error("a destination was asked for after a refused handshake");
+        };
+        packed_broadcast_consumer(
+            metas, comm, 0,
+            [](std::span<const TensorView>, HostStream) {
+              throw std::runtime_error("loaded after a refused handshake");
+            },
+            o, ws);
+      }
+    } catch (const remote_error& e) {
+      if (e.peer() != 1)
+        throw std::runtime_error("the refusal names rank " + std::to_string(e.peer()));
+      refused = e.what();
+    }
+    if (refused.find("rank 1 failed an earlier transfer: load_weights failed on chunk ") ==
+            std::string::npos ||
+        refused.find("disk full") == std::string::npos)
+      throw std::runtime_error("rank " + std::to_string(rank) + " got: '" + refused + "'");
+    // 3. Reported once: the transfer after that works.
+    one_round(rank, comm, metas, opt, ws, 4, 2);
+    // 4. A producer's own failure seen only after the data (one item too many) is its caller's:
+    // the consumers got every declared tensor, and the next transfer is not refused.
+    if (rank == 0) {
+      Model m(metas, 4, 3);
+      auto items = m.items();
+      items.push_back(items[0]);
+      bool threw = false;
+      try {
+        packed_broadcast_producer(metas, items, comm, 0, opt, ws);
+      } catch (const config_error& e) {
+        threw = std::string(e.what()).find("yields more than") != std::string::npos;
+      }
+      if (!threw) throw std::runtime_error("the producer did not report the extra item");
+    } else {
+      consume_round(comm, metas, opt, ws, 4, 3, 0);
+    }
+    one_round(rank, comm, metas, opt, ws, 4, 4);
+  });
+  ws_test::expect_all_ok(procs.wait_all(30s));
+}
+
+TEST_CASE(
+    "pipeline steady state: a change between transfers is refused on every rank before any "
+    "weight is loaded, and the group stays usable",
+    "[unit][pipeline][handshake]") {
+  // 0: a shape; 1: a name; 2: B; 3: K; 4: acknowledge
+  const int kind = GENERATE(0, 1, 2, 3, 4);
+  ws_test::Processes procs;
+  const int port = ws_test::free_port();
+  constexpr int world = 3;
+  procs.spawn_ranks(world, [=](int rank) {
+    auto comm = connect(port, rank, world, 3000ms);
+    workspace_for<HostCommunicator> ws;
+    const auto metas = mixed_layout();
+    TransferOptions opt;
+    opt.buffer_size_bytes = 1000;
+    for (int round = 0; round < 3; ++round) one_round(rank, comm, metas, opt, ws, 8, round, 2);
+    // One consumer's view changes; everyone else repeats the transfer of the rounds before.
+    auto changed = metas;
+    TransferOptions o = opt;
+    if (rank == 2) {
+      if (kind == 0) changed[3].shape = {16, 17};
+      if (kind == 1) changed[0].name = "embed_tokens";
+      if (kind == 2) o.buffer_size_bytes = 8;
+      if (kind == 3) o.num_buffers = 3;
+      if (kind == 4) o.acknowledge = Acknowledge::each_transfer;
+    }
+    std::string refused;
+    try {
+      if (rank == 0) {
+        Model m(metas, 8, 3);
+        packed_broadcast_producer(metas, m.items(), comm, 0, o, ws);
+      } else {
+        o.destination = [](const TensorMeta&) -> void* {
+          throw std::runtime_error("a destination was asked for after a refused handshake");
+        };
+        packed_broadcast_consumer(
+            changed, comm, 0,
+            [](std::span<const TensorView>, HostStream) {
+              throw std::runtime_error("loaded after a refused handshake");
+            },
+            o, ws);
+      }
+    } catch (const protocol_error& e) {
+      refused = e.what();
+    }
+    const char* want[] = {
+        "total bytes differs", "metadata (names, dtypes, shapes) differs",
+        "packed_buffer_size_bytes differs", "packed_num_buffers differs",
+        "acknowledge differs: rank 0 has next_transfer, rank 2 has each_transfer"};
+    if (refused.find(want[kind]) == std::string::npos)
+      throw std::runtime_error("rank " + std::to_string(rank) + " got: '" + refused + "'");
+    // The group is still usable, and the steady state resumes.
+    for (int round = 4; round < 6; ++round) one_round(rank, comm, metas, opt, ws, 8, round, 2);
+  });
+  ws_test::expect_all_ok(procs.wait_all(30s));
+}
+
 TEST_CASE("pipeline handshake: a mismatch of B, K, packed or metadata fails every rank",
           "[unit][pipeline][handshake]") {
   // 0: B differs; 1: K differs; 2: a shape differs; 3: packed differs; 4: a name differs
@@ -361,9 +509,12 @@ TEST_CASE("pipeline handshake: a mismatch of B, K, packed or metadata fails ever
     if (rank == 0)
       packed_broadcast_producer(metas, m.items(), comm, 0, opt);
     else
-      packed_broadcast_consumer(metas, comm, 0, [](std::span<const TensorView>, HostStream) {
-        throw std::runtime_error("nothing may be loaded after a failed handshake");
-      }, opt);
+      packed_broadcast_consumer(
+          metas, comm, 0,
+          [](std::span<const TensorView>, HostStream) {
+            throw std::runtime_error("nothing may be loaded after a failed handshake");
+          },
+          opt);
   });
   const char* want[] = {"packed_buffer_size_bytes differs: rank 0 has 1000, rank 2 has 8",
                         "packed_num_buffers differs: rank 0 has 2, rank 2 has 3",
@@ -431,8 +582,8 @@ TEST_CASE("pipeline: a consumer killed mid-transfer fails the others within the 
       if (rank == 0)
         packed_broadcast_producer(metas, m.items(), comm, 0, {}, ws);
       else
-        packed_broadcast_consumer(metas, comm, 0, [](std::span<const TensorView>, HostStream) {},
-                                  {}, ws);
+        packed_broadcast_consumer(
+            metas, comm, 0, [](std::span<const TensorView>, HostStream) {}, {}, ws);
     }
   });
   std::this_thread::sleep_for(800ms);
@@ -464,8 +615,10 @@ TEST_CASE("pipeline: contiguous sources and destinations skip packing and unpack
       opt.buffer_size_bytes = b;
       if (rank == 0) {
         std::vector<SourceTensorRef> items;
-        for (std::size_t i = 0; i < metas.size(); ++i) items.push_back({&metas[i], flat.data() + off[i]});
-        const auto before = packed_broadcast_producer(metas, items, comm, 0, opt, ws).contiguous_regions;
+        for (std::size_t i = 0; i < metas.size(); ++i)
+          items.push_back({&metas[i], flat.data() + off[i]});
+        const auto before =
+            packed_broadcast_producer(metas, items, comm, 0, opt, ws).contiguous_regions;
         if (before == 0) throw std::runtime_error("no region was sent in place");
       } else {
         std::vector<std::byte> got(total, std::byte{0xCD});
@@ -473,13 +626,15 @@ TEST_CASE("pipeline: contiguous sources and destinations skip packing and unpack
           return got.data() + off[static_cast<std::size_t>(&t - metas.data())];
         };
         int calls = 0;
-        packed_broadcast_consumer(metas, comm, 0,
-                                  [&](std::span<const TensorView> v, HostStream) {
-                                    for (const auto& x : v)
-                                      if (x.nbytes) ++calls;
-                                  },
-                                  opt, ws);
-        if (calls != 0) throw std::runtime_error("a tensor with a destination was handed as a view");
+        packed_broadcast_consumer(
+            metas, comm, 0,
+            [&](std::span<const TensorView> v, HostStream) {
+              for (const auto& x : v)
+                if (x.nbytes) ++calls;
+            },
+            opt, ws);
+        if (calls != 0)
+          throw std::runtime_error("a tensor with a destination was handed as a view");
         if (got != flat) throw std::runtime_error("contiguous destinations differ");
       }
     }

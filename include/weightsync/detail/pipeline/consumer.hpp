@@ -48,7 +48,7 @@ class ConsumerRun {
         receive(c);
       }
       std::vector<Frame> acks;
-      if (run_.plan.framed) acks = acknowledge(run_, id_, failure_);
+      if (run_.plan.framed) acks = conclude(run_, id_, failure_);
       for (std::size_t k = 0; k < K; ++k) run_.await(ws.unpacked[k], "unpack");
       run_.drain("broadcast");
       for (const auto& a : acks)

@@ -50,14 +50,24 @@ std::vector<Frame> allgather_frames(PipelineRun<C>& run, Frame mine, const std::
   return out;
 }
 
-//! This rank's handshake frame: its role and its view of the transfer.
+//! Bits of a handshake frame's `packed` field.
+inline constexpr std::uint8_t kPackedBit = 1, kAckEachBit = 2;
+
+//! This rank's handshake frame: its role and its view of the transfer, and (code, message) its
+//! failure of an earlier transfer that no other rank has seen yet.
 template <class C>
 Frame handshake_frame(PipelineRun<C>& run) {
   Frame f;
   f.kind = static_cast<std::uint16_t>(FrameKind::handshake);
   f.role = static_cast<std::uint8_t>(run.role);
   f.rank = run.comm.rank();
-  f.packed = run.opt.packed ? 1 : 0;
+  f.packed = static_cast<std::uint8_t>(
+      (run.opt.packed ? kPackedBit : 0) |
+      (run.opt.acknowledge == Acknowledge::each_transfer ? kAckEachBit : 0));
+  if (!run.ws.pending_failure.empty()) {
+    f.code = static_cast<std::uint16_t>(FrameCode::failed);
+    f.set_message("\n" + run.ws.pending_failure);  // after the (empty) marker, see sharded_marker
+  }
   f.buffer_size = run.opt.buffer_size_bytes;
   f.num_buffers = static_cast<std::uint32_t>(run.opt.num_buffers);
   f.chunk_rule = static_cast<std::uint32_t>(
@@ -98,8 +108,11 @@ inline std::string handshake_differences(const std::vector<Frame>& all, int root
                   " but the root is rank ", root));
     if (static_cast<int>(r) == root) continue;
     diff(r, "protocol version", r0.version, x.version);
-    diff(r, "packed", r0.packed ? "true" : "false", x.packed ? "true" : "false");
-    if (r0.packed && x.packed) diff(r, "packed_buffer_size_bytes", r0.buffer_size, x.buffer_size);
+    const bool p0 = r0.packed & kPackedBit, px = x.packed & kPackedBit;
+    diff(r, "packed", p0 ? "true" : "false", px ? "true" : "false");
+    diff(r, "acknowledge", r0.packed & kAckEachBit ? "each_transfer" : "next_transfer",
+         x.packed & kAckEachBit ? "each_transfer" : "next_transfer");
+    if (p0 && px) diff(r, "packed_buffer_size_bytes", r0.buffer_size, x.buffer_size);
     diff(r, "packed_num_buffers", r0.num_buffers, x.num_buffers);
     diff(r, "direct_threshold_bytes", r0.chunk_rule, x.chunk_rule);
     diff(r, "split_min_region_bytes", r0.chunk, x.chunk);
@@ -112,15 +125,50 @@ inline std::string handshake_differences(const std::vector<Frame>& all, int root
   return diffs;
 }
 
-//! Compares every rank's view of the transfer; throws the same protocol_error on every rank (the
-//! communicator stays usable). @returns the transfer id chosen by the root.
+//! The failures of earlier transfers that the handshake frames carry (code failed; the message
+//! after its first line says what failed) ("" when none); `first` gets
+//! the first rank that failed.
+inline std::string earlier_failures(const std::vector<Frame>& all, int& first) {
+  std::string out;
+  first = -1;
+  for (const auto& f : all) {
+    if (f.ok()) continue;
+    if (first < 0) first = f.rank;
+    const std::string t = f.text();
+    const auto nl = t.find('\n');
+    out += cat(out.empty() ? "" : "; ", "rank ", f.rank,
+               " failed an earlier transfer: ", nl == std::string::npos ? t : t.substr(nl + 1));
+  }
+  return out;
+}
+
+//! Compares every rank's view of the transfer, and settles the earlier transfers: every rank sees
+//! the same frames, so every rank throws the same error or none (the communicator stays usable).
+//! @throws protocol_error when the views differ; remote_error when a rank reports that an earlier
+//!   transfer failed there (Acknowledge::next_transfer), before any byte of this one moves.
+//! @returns the transfer id chosen by rank `id_from`.
+template <class C, class Differences>
+std::uint64_t handshake(PipelineRun<C>& run, Frame mine, int id_from, Differences&& differences) {
+  const auto all = allgather_frames(run, mine, "handshake");
+  run.ws.pending_failure.clear();  // every rank has seen it now
+  int first_bad = -1, first_failed = -1;
+  const std::string diffs = differences(all, first_bad);
+  const std::string failed = earlier_failures(all, first_failed);
+  if (!diffs.empty())
+    throw protocol_error(first_bad, "handshake: " + diffs +
+                                        (failed.empty() ? "" : " (and earlier: " + failed + ")"));
+  if (!failed.empty())
+    throw remote_error(first_failed,
+                       cat("an earlier transfer failed: ", failed,
+                           "; this transfer was refused on every rank before any byte moved"));
+  return all[static_cast<std::size_t>(id_from)].transfer_id;
+}
 template <class C>
 std::uint64_t handshake(PipelineRun<C>& run) {
-  const auto all = allgather_frames(run, handshake_frame(run), "handshake");
-  int first_bad = -1;
-  const std::string diffs = handshake_differences(all, run.root, first_bad);
-  if (!diffs.empty()) throw protocol_error(first_bad, "handshake: " + diffs);
-  return all[static_cast<std::size_t>(run.root)].transfer_id;
+  return handshake(run, handshake_frame(run), run.root,
+                   [&](const std::vector<Frame>& all, int& first_bad) {
+                     return handshake_differences(all, run.root, first_bad);
+                   });
 }
 
 //! Exchanges every rank's outcome of the transfer ("" = ok).
@@ -134,6 +182,17 @@ std::vector<Frame> acknowledge(PipelineRun<C>& run, std::uint64_t id, const std:
   f.code = static_cast<std::uint16_t>(failure.empty() ? FrameCode::ok : FrameCode::failed);
   f.set_message(failure);
   return allgather_frames(run, f, "acknowledgement");
+}
+
+//! The end of a transfer for this rank: with Acknowledge::each_transfer, every rank's outcome
+//! (exchanged now). Otherwise nothing is exchanged, and a consumer's `failure` (which no other rank
+//! has seen) travels in the next handshake. A producer's own failure is not carried: its caller
+//! has it, and what it did to the data every consumer read in the status frames.
+template <class C>
+std::vector<Frame> conclude(PipelineRun<C>& run, std::uint64_t id, const std::string& failure) {
+  if (run.opt.acknowledge == Acknowledge::each_transfer) return acknowledge(run, id, failure);
+  if (!failure.empty() && run.role == Role::consumer) run.ws.pending_failure = failure;
+  return {};
 }
 
 }  // namespace weightsync::detail

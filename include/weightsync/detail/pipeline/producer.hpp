@@ -61,7 +61,7 @@ class ProducerRun {
       }
       if (failure_.empty() && it_ != end_)
         fail(std::make_exception_ptr(too_many_items(run_.metas.size())));
-      if (run_.plan.framed) acks = acknowledge(run_, id, failure_);
+      if (run_.plan.framed) acks = conclude(run_, id, failure_);
       run_.drain("broadcast");
     } catch (const std::exception& e) {
       // Operations may be in flight or a peer may be waiting on us: fail fast on every rank.

@@ -39,8 +39,9 @@ namespace weightsync::detail {
 template <class C>
 int sharded_root(const C& comm, int trainers, bool producer, const TransferOptions& opt) {
   if (opt.protocol != Protocol::weightsync)
-    throw config_error("protocol", "sharded transfers need Protocol::weightsync (vLLM's wire has "
-                                   "one sender)");
+    throw config_error("protocol",
+                       "sharded transfers need Protocol::weightsync (vLLM's wire has "
+                       "one sender)");
   if (trainers < 1 || trainers >= comm.size())
     throw config_error("trainers", cat("must be in 1..", comm.size() - 1, " (the group has ",
                                        comm.size(), " ranks), got ", trainers));
@@ -49,9 +50,8 @@ int sharded_root(const C& comm, int trainers, bool producer, const TransferOptio
     throw config_error("trainers", cat("the producer runs on trainer ranks 0..", trainers - 1,
                                        "; this is rank ", rank));
   if (!producer && rank < trainers)
-    throw config_error("trainers",
-                       cat("the consumer must not run on a trainer rank (0..", trainers - 1,
-                           "); this is rank ", rank));
+    throw config_error("trainers", cat("the consumer must not run on a trainer rank (0..",
+                                       trainers - 1, "); this is rank ", rank));
   return producer ? rank : 0;
 }
 
@@ -96,7 +96,7 @@ class ShardedRun {
       }
       if (producer() && failure_.empty() && *it_ != *end_)
         fail(std::make_exception_ptr(too_many_items(consumed_)));
-      acks = acknowledge(run_, id_, failure_);
+      acks = conclude(run_, id_, failure_);
       for (std::size_t k = 0; k < K; ++k) run_.await(ws.unpacked[k], "unpack");
       run_.drain("broadcast");
     } catch (const std::exception& e) {
@@ -124,7 +124,9 @@ class ShardedRun {
   std::size_t status_index(std::size_t k, int r) const {
     return run_.status0() + k * static_cast<std::size_t>(m()) + static_cast<std::size_t>(r);
   }
-  byte* slot(std::size_t s) { return run_.ws.slots.empty() ? nullptr : run_.ws.slots[s % run_.slots()].data(); }
+  byte* slot(std::size_t s) {
+    return run_.ws.slots.empty() ? nullptr : run_.ws.slots[s % run_.slots()].data();
+  }
   stream_type unpack_stream() { return run_.slot_stream(0); }
 
   void fail(std::exception_ptr p) {
@@ -165,7 +167,8 @@ class ShardedRun {
       for (std::size_t p = c.begin; p < c.end; ++p) {
         const ShardPiece& piece = plan_.piece_at(me_, p);
         const TensorMeta& want = run_.metas[piece.tensor];
-        if (*it_ == *end_) throw too_few_items(consumed_, plan_.owned[static_cast<std::size_t>(me_)].size());
+        if (*it_ == *end_)
+          throw too_few_items(consumed_, plan_.owned[static_cast<std::size_t>(me_)].size());
         const auto& item = **it_;
         const TensorMeta& got = item.meta();
         if (!(got.name == want.name && got.dtype == want.dtype && got.shape == want.shape))
@@ -259,7 +262,8 @@ class ShardedRun {
         const Chunk* c = plan_.chunk(r, s);
         if (!c) continue;
         comm.broadcast(run_.frame_dev(status_index(k, r)), kFrameBytes, r, cs);
-        if (c->bytes > 0) comm.broadcast(r == me_ ? region_src_ : target(s, r, *c), c->bytes, r, cs);
+        if (c->bytes > 0)
+          comm.broadcast(r == me_ ? region_src_ : target(s, r, *c), c->bytes, r, cs);
       }
     });
     ws.policy.copy_to_host(run_.frame_host(status_index(k, 0)), run_.frame_dev(status_index(k, 0)),
@@ -283,8 +287,8 @@ class ShardedRun {
           remote_rank_ = r;
         }
       } else if (f.chunk != s) {
-        throw protocol_error(r, cat("expected chunk ", s, " from rank ", r, ", got chunk ",
-                                    f.chunk, " (desynchronised peers)"));
+        throw protocol_error(r, cat("expected chunk ", s, " from rank ", r, ", got chunk ", f.chunk,
+                                    " (desynchronised peers)"));
       }
     }
   }

@@ -25,7 +25,9 @@
 
 namespace weightsync::detail {
 
-inline std::string sharded_marker(int trainers) { return cat("sharded M=", trainers); }
+inline std::string sharded_marker(int trainers) {
+  return cat("sharded M=", trainers);
+}
 
 //! What differs between rank 0's frame and the others' ("" when nothing); `first_bad` gets the
 //! first rank at fault.
@@ -49,23 +51,27 @@ inline std::string sharded_differences(const std::vector<Frame>& all, int traine
     if (x.role != static_cast<std::uint8_t>(want))
       note(r, cat("rank ", r, " runs as ", x.role == 1 ? "producer" : "consumer", " but ranks 0..",
                   trainers - 1, " are the trainers"));
-    if (x.text() != marker) {
-      note(r, x.text().rfind("sharded", 0) == 0
-                  ? cat("trainer count differs: rank ", r, " says '", x.text(), "', this is '",
-                        marker, "'")
-                  : cat("rank ", r, " runs an unsharded transfer; the others a sharded one"));
+    const std::string tag = x.text().substr(0, x.text().find('\n'));  // then: earlier failures
+    if (tag != marker) {
+      note(r,
+           tag.rfind("sharded", 0) == 0
+               ? cat("trainer count differs: rank ", r, " says '", tag, "', this is '", marker, "'")
+               : cat("rank ", r, " runs an unsharded transfer; the others a sharded one"));
       continue;
     }
     if (r == 0) continue;
     diff(r, "protocol version", r0.version, x.version);
-    diff(r, "packed", r0.packed ? "true" : "false", x.packed ? "true" : "false");
-    if (r0.packed && x.packed) diff(r, "packed_buffer_size_bytes", r0.buffer_size, x.buffer_size);
+    const bool p0 = r0.packed & kPackedBit, px = x.packed & kPackedBit;
+    diff(r, "packed", p0 ? "true" : "false", px ? "true" : "false");
+    diff(r, "acknowledge", r0.packed & kAckEachBit ? "each_transfer" : "next_transfer",
+         x.packed & kAckEachBit ? "each_transfer" : "next_transfer");
+    if (p0 && px) diff(r, "packed_buffer_size_bytes", r0.buffer_size, x.buffer_size);
     diff(r, "packed_num_buffers", r0.num_buffers, x.num_buffers);
     diff(r, "tensor count", r0.num_tensors, x.num_tensors);
     diff(r, "total bytes", r0.total_bytes, x.total_bytes);
     if (r0.digest != x.digest)
-      note(r, cat("metadata (names, dtypes, shapes) differs: rank 0 digest 0x", std::hex,
-                  r0.digest, ", rank ", std::dec, r, " digest 0x", std::hex, x.digest));
+      note(r, cat("metadata (names, dtypes, shapes) differs: rank 0 digest 0x", std::hex, r0.digest,
+                  ", rank ", std::dec, r, " digest 0x", std::hex, x.digest));
     if (r0.tensor != x.tensor)
       note(r, cat("shard specs differ: rank 0 pieces digest 0x", std::hex, r0.tensor, ", rank ",
                   std::dec, r, " digest 0x", std::hex, x.tensor));
@@ -73,18 +79,19 @@ inline std::string sharded_differences(const std::vector<Frame>& all, int traine
   return diffs;
 }
 
-//! Compares every rank's view of the sharded transfer; throws the same protocol_error on every
-//! rank (the communicator stays usable). @returns the transfer id chosen by rank 0.
+//! Compares every rank's view of the sharded transfer and settles earlier transfers, as
+//! handshake() does; the same error on every rank (the communicator stays usable). An earlier
+//! failure travels as the frame's code and the message's lines after the marker. @returns the
+//! transfer id chosen by rank 0.
 template <class C>
 std::uint64_t sharded_handshake(PipelineRun<C>& run, const ShardedPlan& plan) {
   Frame mine = handshake_frame(run);
   mine.tensor = plan.digest;
-  mine.set_message(sharded_marker(plan.trainers));
-  const auto all = allgather_frames(run, mine, "handshake");
-  int first_bad = -1;
-  const std::string diffs = sharded_differences(all, plan.trainers, first_bad);
-  if (!diffs.empty()) throw protocol_error(first_bad, "sharded handshake: " + diffs);
-  return all[0].transfer_id;
+  mine.set_message(sharded_marker(plan.trainers) + mine.text());
+  return handshake(run, mine, 0, [&](const std::vector<Frame>& all, int& first_bad) {
+    const std::string d = sharded_differences(all, plan.trainers, first_bad);
+    return d.empty() ? d : "(sharded) " + d;
+  });
 }
 
 }  // namespace weightsync::detail
