@@ -477,6 +477,77 @@ TEST_CASE("loading planner: bad maps and tables are config_errors naming the ten
   CHECK_THROWS_AS(plan.load(std::span<const TensorView>(&v, 1), FakeDeviceStream{}), state_error);
 }
 
+TEST_CASE("loading planner: a declared dtype or shape other than the plan's gets no destination",
+          "[unit][loading]") {
+  // "w" is exactly a's size, with guard bytes after it: a larger declared shape must not get a
+  // pointer into it (the consumer would write meta.nbytes() bytes there).
+  std::vector<std::byte> mem(2 * 8 * 2 + 64, std::byte{0xCD});
+  const std::vector<ParamInfo> params{{"w", mem.data(), DType::bfloat16, {2, 8}}};
+  const std::vector<TensorMeta> metas{{"a", DType::bfloat16, {2, 8}}};
+  const auto plan = plan_loading(metas, params, RenameMap().add("a", "w"));
+  CHECK(plan.destination(metas[0]) == mem.data());
+  CHECK(plan.destination({"unknown", DType::bfloat16, {2, 8}}) == nullptr);
+  const auto refused = [&](const TensorMeta& m) -> std::string {
+    try {
+      (void)plan.destination(m);
+    } catch (const config_error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  CHECK(has(refused({"a", DType::bfloat16, {4, 8}}), {"'a'", "shape", "(4, 8)", "(2, 8)"}));
+  CHECK(has(refused({"a", DType::bfloat16, {16}}), {"'a'", "shape", "(16,)", "(2, 8)"}));
+  CHECK(has(refused({"a", DType::float32, {2, 8}}), {"'a'", "dtype", "float32", "bfloat16"}));
+  // The same through the consumer pipeline in real processes: the update declares a larger "a";
+  // the consumer refuses it before a byte moves, and the parameter and its guard are untouched.
+  const std::vector<TensorMeta> big{{"a", DType::bfloat16, {64, 8}}};
+  std::vector<std::uint16_t> bytes(64 * 8, 0x1234);
+  ws_test::Processes procs;
+  const int port = ws_test::free_port();
+  for (int rank = 0; rank < 2; ++rank)
+    procs.spawn([&, rank] {
+      RendezvousOptions o;
+      o.port = port;
+      o.rank = rank;
+      o.world_size = 2;
+      o.timeout = 20000ms;
+      auto comm = HostCommunicator::connect(o, 30000ms);
+      TransferOptions opt;
+      opt.timeout = 20000ms;
+      if (rank == 0) {
+        std::vector<SourceTensorRef> items{{&big[0], bytes.data()}};
+        try {
+          (void)packed_broadcast_producer(big, items, comm, 0, opt);
+        } catch (const error&) {  // the consumer's abort: expected
+        }
+        return;
+      }
+      opt.destination = plan.destination_fn();
+      try {
+        (void)packed_broadcast_consumer(big, comm, 0, plan.loader(), opt);
+        throw std::runtime_error("the consumer accepted a larger shape than the plan's");
+      } catch (const config_error& e) {
+        if (!has(e.what(), {"'a'", "shape", "(64, 8)", "(2, 8)"})) throw;
+      }
+      for (const auto b : mem)
+        if (b != std::byte{0xCD})
+          throw std::runtime_error("the parameter or its guard was written");
+    });
+  for (const auto& res : procs.wait_all(60s)) {
+    INFO(ws_test::outcome_name(res.outcome) << ": " << res.message);
+    CHECK(res.outcome == ws_test::Outcome::ok);
+  }
+  // load() checks every view before it writes anything: a good view followed by a bad one
+  // leaves the parameter as it was.
+  std::vector<std::byte> mem2(64, std::byte{0xCD});
+  const std::vector<ParamInfo> two{{"w", mem2.data(), DType::float32, {2, 8}}};
+  const auto cast_plan = plan_loading(metas, two, RenameMap().add("a", "w"));
+  const TensorMeta wrong{"a", DType::bfloat16, {4, 4}};
+  const std::vector<TensorView> views{{&metas[0], bytes.data(), 32}, {&wrong, bytes.data(), 32}};
+  CHECK_THROWS_AS(cast_plan.load(std::span<const TensorView>(views), HostStream{}), config_error);
+  CHECK(mem2 == std::vector<std::byte>(64, std::byte{0xCD}));
+}
+
 TEST_CASE("loading: rotary permute (weight and 1-D bias), GQA replication, qkv bias, at TP 4",
           "[unit][loading]") {
   Dims d;

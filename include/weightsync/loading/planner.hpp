@@ -105,10 +105,15 @@ inline void run_gather_host(const GatherOp& op, const std::byte* src) {
 //! The result of plan_loading(): per tensor, a destination or a gather.
 class LoadPlan {
  public:
-  //! Where `m` lands in place, or nullptr (handed over as a view, then gathered, or skipped).
+  //! Where `m` lands in place, or nullptr (handed over as a view, then gathered, or skipped; or
+  //! a name the plan does not know, which load() then refuses).
+  //! @throws config_error naming the tensor and the field when `m` declares another dtype or
+  //! shape than the meta the plan was made for: its bytes would not fit the planned region.
   void* destination(const TensorMeta& m) const {
     auto it = index_.find(m.name);
-    return it == index_.end() ? nullptr : direct_[it->second];
+    if (it == index_.end()) return nullptr;
+    check_meta(m, metas_[it->second]);
+    return direct_[it->second];
   }
   //! A TransferOptions::destination callback (the plan must outlive it).
   std::function<void*(const TensorMeta&)> destination_fn() const {
@@ -118,19 +123,31 @@ class LoadPlan {
   //! Applies the gathers of the received views. Host stream: plain loops. A stream with a
   //! GatherExecutor (CUDA): one batched launch for the whole call. Otherwise state_error if a view
   //! needs a gather.
+  //! Every view is checked against the plan before any byte is written, so a bad batch leaves
+  //! the parameters untouched.
   template <class Stream>
   void load(std::span<const TensorView> views, Stream stream) const {
     batch_ops_.clear();
     batch_srcs_.clear();
+    batch_index_.clear();
     for (const auto& v : views) {
+      if (!v.meta) throw config_error("view", "has no metadata");
       auto it = index_.find(v.name());
       if (it == index_.end())
         throw config_error("tensor '" + v.name() + "'",
                            "was not in the metas this plan was made for");
       const std::size_t i = it->second;
-      if (v.nbytes != metas_[i].nbytes() || (v.meta && *v.meta != metas_[i]))
-        throw config_error("tensor '" + v.name() + "'",
-                           "received dtype or shape differs from the plan");
+      check_meta(*v.meta, metas_[i]);
+      if (v.nbytes != metas_[i].nbytes())
+        throw config_error("tensor '" + v.name() + "'.nbytes",
+                           detail::cat("the view holds ", v.nbytes, " bytes, the plan expects ",
+                                       metas_[i].nbytes()));
+      if (v.nbytes && !v.data) throw config_error("tensor '" + v.name() + "'.data", "is null");
+      batch_index_.push_back(i);
+    }
+    for (std::size_t k = 0; k < views.size(); ++k) {
+      const TensorView& v = views[k];
+      const std::size_t i = batch_index_[k];
       if (!ops_[i]) continue;                            // unmapped (and allowed)
       if (direct_[i] && v.data == direct_[i]) continue;  // already received in place
       // A tensor that could land in place but came as a view (no destination callback, or a GPU
@@ -176,6 +193,18 @@ class LoadPlan {
  private:
   friend LoadPlan plan_loading(std::span<const TensorMeta>, std::span<const ParamInfo>,
                                const LoadMap&, const PlanOptions&);
+  //! @throws config_error (tensor, field, both values) when `got` is not the planned `want`.
+  static void check_meta(const TensorMeta& got, const TensorMeta& want) {
+    if (got.dtype != want.dtype)
+      throw config_error("tensor '" + want.name + "'.dtype",
+                         detail::cat("declared ", dtype_name(got.dtype),
+                                     " but the load plan was made for ", dtype_name(want.dtype)));
+    if (got.shape != want.shape)
+      throw config_error(
+          "tensor '" + want.name + "'.shape",
+          detail::cat("declared ", detail::shape_string(got.shape),
+                      " but the load plan was made for ", detail::shape_string(want.shape)));
+  }
   std::size_t count(int kind) const noexcept {
     std::size_t n = 0;
     for (std::size_t i = 0; i < metas_.size(); ++i) {
@@ -192,6 +221,7 @@ class LoadPlan {
   // Scratch for one load() call (reused, so a round allocates nothing once warm).
   mutable std::vector<GatherOp> batch_ops_;
   mutable std::vector<const void*> batch_srcs_;
+  mutable std::vector<std::size_t> batch_index_;
 };
 
 namespace detail {
