@@ -226,9 +226,11 @@ std::map<std::string, Bytes> reference(const Dims& d, const HfModel& hf, const E
   const std::int64_t kv_head0 = c.n_kv_heads >= tp ? rank * nkv : rank * c.n_kv_heads / tp;
   for (int l = 0; l < d.layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    for (const char* n : {"input_layernorm.weight", "post_attention_layernorm.weight",
-                          "self_attn.q_norm.weight", "self_attn.k_norm.weight"})
+    for (const char* n : {"input_layernorm.weight", "post_attention_layernorm.weight"})
       want[p + n] = norm_ref(hf.at(p + n));
+    // q_norm / k_norm are per head over head_dim: the 1-D permute with one head.
+    for (const char* n : {"self_attn.q_norm.weight", "self_attn.k_norm.weight"})
+      want[p + n] = norm_ref(c.permute_qk ? permute_ref(hf.at(p + n), 1, hd, 1) : hf.at(p + n));
     for (const char* w : {"weight", "bias"}) {
       if (std::string(w) == "bias" && !d.qkv_bias) continue;
       const std::int64_t C = std::string(w) == "weight" ? H : 1;
