@@ -11,7 +11,9 @@
 //! = plan.loader(). Gathers run as plain loops on the host path; on a CUDA stream, as one batched
 //! kernel launch per chunk once <weightsync/cuda/gather.hpp> is included (it specializes
 //! GatherExecutor<cudaStream_t>); on a stream with no GatherExecutor, a chunk holding a tensor
-//! that needs a gather throws state_error.
+//! that needs a gather throws state_error. Tensors of any dtype are copied, sliced and permuted;
+//! casts are among float32, float16 and bfloat16 only, and anything else is refused when the plan
+//! is made, so every gather of a plan runs on the host and on the CUDA kernel alike.
 
 #include <algorithm>
 #include <cstddef>
