@@ -535,7 +535,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "loading planner: 1- and 8-byte dtypes are copied, sliced and permuted; other casts "
+    "loading planner: 1- and 8-byte dtypes are copied, sliced and permuted, other casts "
     "are refused when the plan is made",
     "[unit][loading]") {
   // int8 [8, 6] rotary-permuted (2 heads) then rows [4, 8); int64 [4, 6] columns [3, 6); bool,
@@ -974,6 +974,22 @@ TEST_CASE("loading: Qwen3-8B shapes through rename + fuse + shard at TP 1, 2, 4,
   const int tp = GENERATE(1, 2, 4);
   INFO("tp " << tp);
   run_processes(dense8b(), tp, true);
+}
+
+TEST_CASE(
+    "loading: GQA (2 kv heads) replicated over TP 4, permuted q/k/norms and qkv bias, real "
+    "processes",
+    "[unit][loading][pipeline]") {
+  // Each kv head is shared by two ranks: ranks 0 and 1 load k/v head 0, ranks 2 and 3 head 1.
+  Dims d;
+  d.cfg = {.hidden = 64, .n_heads = 8, .n_kv_heads = 2, .head_dim = 16, .intermediate = 96};
+  d.cfg.permute_qk = true;
+  d.qkv_bias = true;
+  d.layers = 2;
+  d.vocab = 70;
+  const bool packed = GENERATE(true, false);
+  INFO("packed " << packed);
+  run_processes(d, 4, packed);
 }
 
 TEST_CASE("loading: Qwen3-30B-A3B experts stacked into w13/w2 at TP 1, 2, 4, real processes",
