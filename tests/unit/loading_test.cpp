@@ -70,6 +70,7 @@ struct Dims {
   std::int64_t vocab = 1000;
   bool moe = false;
   bool qkv_bias = false;
+  bool tied = false;  // the engine has no lm_head (tie_word_embeddings)
 };
 
 HfModel make_hf(const Dims& d) {
@@ -159,7 +160,7 @@ Engine make_engine(const Dims& d, int rank, int tp) {
     }
   }
   e.add("model.norm.weight", DType::float32, {H});
-  e.add("lm_head.weight", DType::bfloat16, {per, H});
+  if (!d.tied) e.add("lm_head.weight", DType::bfloat16, {per, H});
   return e;
 }
 
@@ -221,6 +222,7 @@ std::map<std::string, Bytes> reference(const Dims& d, const HfModel& hf, const E
     want[eng.params[i].name] = Bytes(eng.mem[i].size(), std::byte{0xCD});
   const std::int64_t per = (d.vocab + 63) / 64 * 64 / tp;
   for (const char* n : {"model.embed_tokens.weight", "lm_head.weight"}) {
+    if (!want.count(n)) continue;  // no lm_head with tied embeddings
     const std::int64_t lo = rank * per, hi = std::min<std::int64_t>(d.vocab, lo + per);
     if (hi > lo) copy_rows(want[n], 0, hf.at(n), lo, hi - lo, H);
   }
@@ -820,6 +822,32 @@ TEST_CASE("loading: rotary permute (weight and 1-D bias), GQA replication, qkv b
     }
   }
   CHECK_THROWS_AS(qwen2_map(d.cfg, {0, 3}), config_error);
+}
+
+TEST_CASE("loading: with tie_word_embeddings the model maps skip lm_head", "[unit][loading]") {
+  Dims d;
+  d.cfg = {.hidden = 64, .n_heads = 8, .n_kv_heads = 2, .head_dim = 16, .intermediate = 96};
+  d.vocab = 70;
+  d.tied = true;
+  const HfModel hf = make_hf(d);  // the trainer still sends lm_head.weight
+  for (const int tp : {1, 2}) {
+    INFO("tp " << tp);
+    Engine eng = make_engine(d, tp - 1, tp);
+    // Without the option lm_head maps to a parameter the engine does not have.
+    try {
+      (void)plan_loading(hf.metas, eng.params, qwen3_map(d.cfg, {tp - 1, tp}));
+      FAIL("lm_head was planned into an engine without one");
+    } catch (const config_error& e) {
+      CHECK(has(e.what(), {"'lm_head.weight'", "unknown parameter"}));
+    }
+    ModelConfig c = d.cfg;
+    c.tie_word_embeddings = true;
+    const auto plan = plan_loading(hf.metas, eng.params, qwen3_map(c, {tp - 1, tp}));
+    CHECK(plan.skipped_count() == 1);
+    CHECK(plan.destination(hf.metas.back()) == nullptr);
+    apply_in_process(hf, plan);
+    CHECK_NOTHROW(check_against_reference(d, hf, eng, tp - 1, tp));
+  }
 }
 
 TEST_CASE("loading: a param_mappings file renames, shards and permutes", "[unit][loading]") {

@@ -41,6 +41,9 @@ struct ModelConfig {
   //! adjacent rows) into HF's half-split layout that vLLM's models expect. Set it for trainers
   //! whose q/k are interleaved; trainers holding HF-layout weights leave it false.
   bool permute_qk = false;
+  //! tie_word_embeddings: the engine has no lm_head.weight (it reuses embed_tokens), so a trainer's
+  //! lm_head.weight is skipped (Placement::skip) instead of mapping to a missing parameter.
+  bool tie_word_embeddings = false;
 };
 
 //! The model families the ready-made maps know; they differ only in which tensors exist (Qwen2
@@ -66,6 +69,11 @@ class HfToVllmMap {
       return NamePattern(std::string("model.layers.{i}.") + rest).format(cap);
     };
     const std::string lp = "model.layers.{i}.";
+    if (m.name == "lm_head.weight" && c_.tie_word_embeddings) {
+      Placement p{m.name};
+      p.skip = true;
+      return p;
+    }
     if (m.name == "model.embed_tokens.weight" || m.name == "lm_head.weight")
       return vocab(m, m.name);
     if (m.name == "model.norm.weight") return Placement{m.name};

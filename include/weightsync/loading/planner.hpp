@@ -289,7 +289,8 @@ inline GatherOp resolve_placement(const TensorMeta& m, const weightsync::Placeme
 //! Plans how the tensors `metas` (in update order) load into `params` through `map`.
 //! @throws config_error naming the tensor: unknown parameter, shapes that do not fit, a cast
 //! between unsupported dtypes, two tensors writing the same elements, an unmapped tensor (unless
-//! ignored), an uncovered parameter region (when required).
+//! ignored; a Placement with skip set is skipped quietly), an uncovered parameter region (when
+//! required).
 inline LoadPlan plan_loading(std::span<const TensorMeta> metas, std::span<const ParamInfo> params,
                              const LoadMap& map, const PlanOptions& opt = {}) {
   std::unordered_map<std::string, std::size_t> by_name;
@@ -308,8 +309,8 @@ inline LoadPlan plan_loading(std::span<const TensorMeta> metas, std::span<const 
     if (!plan.index_.emplace(m.name, i).second)
       throw config_error("tensor '" + m.name + "'", "appears twice in the update");
     const auto p = map(m);
-    if (!p) {
-      if (!opt.ignore_unmapped)
+    if (!p || p->skip) {
+      if (!p && !opt.ignore_unmapped)
         throw config_error("tensor '" + m.name + "'", "the load map does not place it");
       continue;
     }
