@@ -39,7 +39,8 @@ __device__ __forceinline__ unsigned ws_size(unsigned t) {
   return t == 3 ? 1u : t == 6 ? 8u : (t == 0 || t == 5) ? 4u : 2u;
 }
 
-__device__ __forceinline__ unsigned long long ws_load(const unsigned char* p, unsigned n, bool aligned) {
+__device__ __forceinline__ unsigned long long ws_load(const unsigned char* p, unsigned n,
+                                                      bool aligned) {
   if (aligned) {
     if (n == 1) return *p;
     if (n == 2) return *reinterpret_cast<const unsigned short*>(p);
@@ -51,31 +52,42 @@ __device__ __forceinline__ unsigned long long ws_load(const unsigned char* p, un
   return v;
 }
 
-__device__ __forceinline__ void ws_store(unsigned char* p, unsigned n, bool aligned, unsigned long long v) {
+__device__ __forceinline__ void ws_store(unsigned char* p, unsigned n, bool aligned,
+                                         unsigned long long v) {
   if (aligned) {
-    if (n == 1) *p = static_cast<unsigned char>(v);
-    else if (n == 2) *reinterpret_cast<unsigned short*>(p) = static_cast<unsigned short>(v);
-    else if (n == 4) *reinterpret_cast<unsigned*>(p) = static_cast<unsigned>(v);
-    else *reinterpret_cast<unsigned long long*>(p) = v;
+    if (n == 1)
+      *p = static_cast<unsigned char>(v);
+    else if (n == 2)
+      *reinterpret_cast<unsigned short*>(p) = static_cast<unsigned short>(v);
+    else if (n == 4)
+      *reinterpret_cast<unsigned*>(p) = static_cast<unsigned>(v);
+    else
+      *reinterpret_cast<unsigned long long*>(p) = v;
     return;
   }
   for (unsigned i = 0; i < n; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
 }
 
-__device__ __forceinline__ unsigned long long ws_convert(unsigned long long v, unsigned from, unsigned to) {
+__device__ __forceinline__ unsigned long long ws_convert(unsigned long long v, unsigned from,
+                                                         unsigned to) {
   using namespace weightsync::detail;
   const unsigned short h = static_cast<unsigned short>(v);
-  const unsigned u = from == 0 ? static_cast<unsigned>(v) : from == 1 ? fp16_bits_to_f32(h) : bf16_bits_to_f32(h);
+  const unsigned u = from == 0   ? static_cast<unsigned>(v)
+                     : from == 1 ? fp16_bits_to_f32(h)
+                                 : bf16_bits_to_f32(h);
   return to == 0 ? u : to == 1 ? f32_bits_to_fp16(u) : f32_bits_to_bf16(u);
 }
 
-extern "C" __global__ void __launch_bounds__(256) ws_gather(const __grid_constant__ WsGatherBatch b) {
+extern "C" __global__ void __launch_bounds__(256)
+    ws_gather(const __grid_constant__ WsGatherBatch b) {
   for (unsigned long long t = blockIdx.x; t < b.total_tiles; t += gridDim.x) {
     unsigned lo = 0, hi = b.count - 1;
     while (lo < hi) {
       const unsigned mid = (lo + hi) / 2;
-      if (b.g[mid].tile_end > t) hi = mid;
-      else lo = mid + 1;
+      if (b.g[mid].tile_end > t)
+        hi = mid;
+      else
+        lo = mid + 1;
     }
     const WsGather& g = b.g[lo];
     const unsigned long long first = lo ? b.g[lo - 1].tile_end : 0;
@@ -88,7 +100,8 @@ extern "C" __global__ void __launch_bounds__(256) ws_gather(const __grid_constan
     const bool dst_aligned = (reinterpret_cast<unsigned long long>(g.dst) & (ds - 1)) == 0;
     const bool copy = g.src_type == g.dst_type;
     for (unsigned long long e = begin + threadIdx.x; e < end; e += blockDim.x) {
-      const long long d = static_cast<long long>(e / g.cols), c = static_cast<long long>(e % g.cols);
+      const long long d = static_cast<long long>(e / g.cols),
+                      c = static_cast<long long>(e % g.cols);
       long long r = g.row0 + d;
       if (g.head_rows) {
         const long long h = r / g.head_rows, w = r % g.head_rows, half = g.head_rows / 2;
