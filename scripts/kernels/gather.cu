@@ -2,17 +2,20 @@
 // SPDX-License-Identifier: Apache-2.0
 // Source of the PTX embedded in include/weightsync/cuda/detail/gather_ptx.hpp. Regenerate with
 // `bash scripts/kernels/embed_ptx.sh nvcc include/weightsync/cuda/detail/gather_ptx.hpp
-// scripts/kernels/gather.cu kGatherPtx` after any change (a CTest checks that they agree).
+// scripts/kernels/gather.cu kGatherPtx` after any change to it or to
+// include/weightsync/detail/float_bits.hpp (a CTest checks that they agree).
 //
 // One launch runs up to WS_MAX_GATHERS load-planner gathers (weightsync::GatherOp): for each,
 // out[d][c] = cast(src[perm(row0 + d)][col0 + c]) for d < rows, c < cols, where perm is the
 // rotary permutation of w.view(H, R/H/2, 2, C).transpose(1, 2) (identity when head_rows == 0).
 // Work is cut into tiles of WS_GATHER_TILE output elements numbered across all gathers; blocks
 // take tiles grid-stride and find their gather by binary search over the cumulative tile counts.
-// dtype codes: 0 float32, 1 float16, 2 bfloat16 (same code on both sides: a plain copy of 4 or 2
-// bytes, which also serves any other dtype of that size). Conversions round to nearest even,
-// exactly as the host path (weightsync/loading/cast.hpp) does.
-#include <cuda_fp16.h>
+// dtype codes: 0 float32, 1 float16, 2 bfloat16 (converted when the two sides differ), 3, 4, 5, 6
+// elements of 1, 2, 4, 8 bytes (the same code on both sides: a plain copy, for any dtype). The
+// conversions are the host path's own integer code (weightsync/detail/float_bits.hpp), so the
+// device writes exactly the host's bits, NaNs included. Packed chunks hold tensors back to back,
+// so a source need not be aligned to its element size: such a gather moves bytes one at a time.
+#include "../../include/weightsync/detail/float_bits.hpp"
 
 #define WS_MAX_GATHERS 384
 #define WS_GATHER_TILE 8192ull
@@ -32,58 +35,81 @@ struct WsGatherBatch {
   WsGather g[WS_MAX_GATHERS];
 };
 
-__device__ __forceinline__ float ws_load(const unsigned char* p, unsigned t) {
-  if (t == 0) return *reinterpret_cast<const float*>(p);
-  const unsigned short h = *reinterpret_cast<const unsigned short*>(p);
-  if (t == 2) return __uint_as_float(static_cast<unsigned>(h) << 16);
-  return __half2float(__ushort_as_half(h));
+__device__ __forceinline__ unsigned ws_size(unsigned t) {
+  return t == 3 ? 1u : t == 6 ? 8u : (t == 0 || t == 5) ? 4u : 2u;
 }
 
-__device__ __forceinline__ void ws_store(unsigned char* p, unsigned t, float f) {
-  if (t == 0) {
-    *reinterpret_cast<float*>(p) = f;
+__device__ __forceinline__ unsigned long long ws_load(const unsigned char* p, unsigned n,
+                                                      bool aligned) {
+  if (aligned) {
+    if (n == 1) return *p;
+    if (n == 2) return *reinterpret_cast<const unsigned short*>(p);
+    if (n == 4) return *reinterpret_cast<const unsigned*>(p);
+    return *reinterpret_cast<const unsigned long long*>(p);
+  }
+  unsigned long long v = 0;
+  for (unsigned i = 0; i < n; ++i) v |= static_cast<unsigned long long>(p[i]) << (8 * i);
+  return v;
+}
+
+__device__ __forceinline__ void ws_store(unsigned char* p, unsigned n, bool aligned,
+                                         unsigned long long v) {
+  if (aligned) {
+    if (n == 1)
+      *p = static_cast<unsigned char>(v);
+    else if (n == 2)
+      *reinterpret_cast<unsigned short*>(p) = static_cast<unsigned short>(v);
+    else if (n == 4)
+      *reinterpret_cast<unsigned*>(p) = static_cast<unsigned>(v);
+    else
+      *reinterpret_cast<unsigned long long*>(p) = v;
     return;
   }
-  unsigned short h;
-  if (t == 2) {
-    const unsigned u = __float_as_uint(f);
-    h = (u & 0x7fffffffu) > 0x7f800000u ? static_cast<unsigned short>((u >> 16) | 0x40u)
-                                         : static_cast<unsigned short>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-  } else {
-    h = __half_as_ushort(__float2half_rn(f));
-  }
-  *reinterpret_cast<unsigned short*>(p) = h;
+  for (unsigned i = 0; i < n; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
 }
 
-extern "C" __global__ void __launch_bounds__(256) ws_gather(const __grid_constant__ WsGatherBatch b) {
+__device__ __forceinline__ unsigned long long ws_convert(unsigned long long v, unsigned from,
+                                                         unsigned to) {
+  using namespace weightsync::detail;
+  const unsigned short h = static_cast<unsigned short>(v);
+  const unsigned u = from == 0   ? static_cast<unsigned>(v)
+                     : from == 1 ? fp16_bits_to_f32(h)
+                                 : bf16_bits_to_f32(h);
+  return to == 0 ? u : to == 1 ? f32_bits_to_fp16(u) : f32_bits_to_bf16(u);
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+    ws_gather(const __grid_constant__ WsGatherBatch b) {
   for (unsigned long long t = blockIdx.x; t < b.total_tiles; t += gridDim.x) {
     unsigned lo = 0, hi = b.count - 1;
     while (lo < hi) {
       const unsigned mid = (lo + hi) / 2;
-      if (b.g[mid].tile_end > t) hi = mid;
-      else lo = mid + 1;
+      if (b.g[mid].tile_end > t)
+        hi = mid;
+      else
+        lo = mid + 1;
     }
     const WsGather& g = b.g[lo];
     const unsigned long long first = lo ? b.g[lo - 1].tile_end : 0;
     const unsigned long long begin = (t - first) * WS_GATHER_TILE;
     const unsigned long long total = static_cast<unsigned long long>(g.rows) * g.cols;
     const unsigned long long end = begin + WS_GATHER_TILE < total ? begin + WS_GATHER_TILE : total;
-    const unsigned ss = g.src_type == 0 ? 4 : 2, ds = g.dst_type == 0 ? 4 : 2;
+    const unsigned ss = ws_size(g.src_type), ds = ws_size(g.dst_type);
+    // Element offsets are multiples of the element size: the base addresses decide alignment.
+    const bool src_aligned = (reinterpret_cast<unsigned long long>(g.src) & (ss - 1)) == 0;
+    const bool dst_aligned = (reinterpret_cast<unsigned long long>(g.dst) & (ds - 1)) == 0;
+    const bool copy = g.src_type == g.dst_type;
     for (unsigned long long e = begin + threadIdx.x; e < end; e += blockDim.x) {
-      const long long d = static_cast<long long>(e / g.cols), c = static_cast<long long>(e % g.cols);
+      const long long d = static_cast<long long>(e / g.cols),
+                      c = static_cast<long long>(e % g.cols);
       long long r = g.row0 + d;
       if (g.head_rows) {
         const long long h = r / g.head_rows, w = r % g.head_rows, half = g.head_rows / 2;
         r = h * g.head_rows + (w % half) * 2 + w / half;
       }
-      const unsigned char* s = g.src + (r * g.src_cols + g.col0 + c) * ss;
-      unsigned char* q = g.dst + e * ds;
-      if (g.src_type == g.dst_type) {
-        if (ss == 4) *reinterpret_cast<unsigned*>(q) = *reinterpret_cast<const unsigned*>(s);
-        else *reinterpret_cast<unsigned short*>(q) = *reinterpret_cast<const unsigned short*>(s);
-      } else {
-        ws_store(q, g.dst_type, ws_load(s, g.src_type));
-      }
+      unsigned long long v = ws_load(g.src + (r * g.src_cols + g.col0 + c) * ss, ss, src_aligned);
+      if (!copy) v = ws_convert(v, g.src_type, g.dst_type);
+      ws_store(g.dst + e * ds, ds, dst_aligned, v);
     }
   }
 }

@@ -27,11 +27,19 @@ namespace {
 struct Tensors {
   std::vector<TensorMeta> metas;
   std::vector<std::vector<std::byte>> host;
-  void add(std::string name, DType t, std::vector<std::int64_t> shape, std::uint64_t seed) {
+  //! `nans`: every 5th element is a NaN with a random payload and sign (quiet or signalling),
+  //! every 7th an infinity.
+  void add(std::string name, DType t, std::vector<std::int64_t> shape, std::uint64_t seed,
+           bool nans = false) {
     metas.push_back({std::move(name), t, std::move(shape)});
     host.emplace_back(metas.back().nbytes());
     std::mt19937_64 rng(seed);
     auto& b = host.back();
+    const std::size_t es = dtype_size(t);
+    if (es != 2 && es != 4) {  // any other dtype is only copied: random bytes (bool: 0 or 1)
+      for (auto& x : b) x = static_cast<std::byte>(t == DType::bool_ ? rng() & 1 : rng() & 0xff);
+      return;
+    }
     if (t == DType::float32) {
       for (std::size_t i = 0; i + 4 <= b.size(); i += 4) {
         // Wide range, subnormals and values that overflow fp16, no NaN.
@@ -45,6 +53,23 @@ struct Tensors {
         const auto h = static_cast<std::uint16_t>(rng() & (t == DType::bfloat16 ? 0xbfff : 0xfbff));
         std::memcpy(b.data() + i, &h, 2);
       }
+    }
+    if (!nans || (t != DType::float32 && t != DType::float16 && t != DType::bfloat16)) return;
+    for (std::size_t i = 0, k = 0; i + es <= b.size(); i += es, ++k) {
+      const std::uint64_t r = rng();
+      const std::uint64_t sign = (r >> 40) & 1;
+      std::uint32_t v;
+      if (t == DType::float32)
+        v = k % 5 == 0
+                ? static_cast<std::uint32_t>(sign << 31 | 0x7f800000u | ((r & 0x7fffffu) | 1u))
+                : static_cast<std::uint32_t>(sign << 31 | 0x7f800000u);
+      else if (t == DType::float16)
+        v = k % 5 == 0 ? static_cast<std::uint32_t>(sign << 15 | 0x7c00u | ((r & 0x3ffu) | 1u))
+                       : static_cast<std::uint32_t>(sign << 15 | 0x7c00u);
+      else
+        v = k % 5 == 0 ? static_cast<std::uint32_t>(sign << 15 | 0x7f80u | ((r & 0x7fu) | 1u))
+                       : static_cast<std::uint32_t>(sign << 15 | 0x7f80u);
+      if (k % 5 == 0 || k % 7 == 0) std::memcpy(b.data() + i, &v, es);
     }
   }
 };
@@ -64,9 +89,11 @@ struct Params {
   }
 };
 
-// Runs a plan both ways and compares every parameter byte for byte.
-void host_vs_device(const Tensors& t, Params& p, const LoadMap& map,
-                    std::size_t* gathers = nullptr) {
+// Runs a plan both ways and compares every parameter byte for byte. `misalign`: the device
+// sources start that many bytes into their buffers (a packed chunk holds tensors back to back, so
+// a source need not be aligned to its element size).
+void host_vs_device(const Tensors& t, Params& p, const LoadMap& map, std::size_t* gathers = nullptr,
+                    std::size_t misalign = 0) {
   const auto hplan = plan_loading(t.metas, p.host, map);
   const auto dplan = plan_loading(t.metas, p.dev, map);
   if (gathers) *gathers = dplan.gather_count();
@@ -74,17 +101,17 @@ void host_vs_device(const Tensors& t, Params& p, const LoadMap& map,
   std::vector<TensorView> hviews, dviews;
   for (std::size_t i = 0; i < t.metas.size(); ++i) {
     const auto nb = t.metas[i].nbytes();
-    dsrc.emplace_back(nb, 0);
-    detail::check(cudaMemcpy(dsrc.back().data(), t.host[i].data(), nb, cudaMemcpyHostToDevice),
-                  "cudaMemcpy");
+    dsrc.emplace_back(nb + misalign, 0);
+    auto* src = static_cast<std::byte*>(dsrc.back().data()) + misalign;
+    detail::check(cudaMemcpy(src, t.host[i].data(), nb, cudaMemcpyHostToDevice), "cudaMemcpy");
     if (void* d = hplan.destination(t.metas[i]))
       std::memcpy(d, t.host[i].data(), nb);
     else
       hviews.push_back({&t.metas[i], const_cast<std::byte*>(t.host[i].data()), nb});
     if (void* d = dplan.destination(t.metas[i]))
-      detail::check(cudaMemcpy(d, dsrc.back().data(), nb, cudaMemcpyDeviceToDevice), "cudaMemcpy");
+      detail::check(cudaMemcpy(d, src, nb, cudaMemcpyDeviceToDevice), "cudaMemcpy");
     else
-      dviews.push_back({&t.metas[i], dsrc.back().data(), nb});
+      dviews.push_back({&t.metas[i], src, nb});
   }
   hplan.load(std::span<const TensorView>(hviews), HostStream{});
   cudaStream_t s = nullptr;
@@ -158,4 +185,63 @@ TEST_CASE("loading gpu: fp32 / fp16 / bf16 casts with slices match the host path
   RenameMap m({1, 2});
   m.add("a", "A").add("b", "B", 0).add("c", "C").add("d", "D").add("e", "E", 1);
   host_vs_device(t, prm, m);
+}
+
+TEST_CASE("loading gpu: NaN and infinity inputs cast exactly as the host path does",
+          "[gpu][loading]") {
+  // The host path is checked against a plain-loop reference (NaN payloads included) in
+  // tests/unit/loading_test.cpp; the kernel must give the same bits.
+  const std::size_t misalign = GENERATE(0u, 2u);
+  INFO("sources misaligned by " << misalign << " bytes");
+  Tensors t;
+  t.add("a", DType::float32, {300, 64}, 31, true);
+  t.add("b", DType::float32, {300, 64}, 32, true);
+  t.add("c", DType::float16, {300, 64}, 33, true);
+  t.add("d", DType::float16, {300, 64}, 34, true);
+  t.add("e", DType::bfloat16, {300, 64}, 35, true);
+  t.add("f", DType::bfloat16, {300, 64}, 36, true);
+  Params prm;
+  prm.add("A", DType::bfloat16, {300, 64});
+  prm.add("B", DType::float16, {300, 64});
+  prm.add("C", DType::float32, {300, 64});
+  prm.add("D", DType::bfloat16, {300, 64});
+  prm.add("E", DType::float32, {300, 64});
+  prm.add("F", DType::float16, {300, 64});
+  RenameMap m;
+  m.add("a", "A").add("b", "B").add("c", "C").add("d", "D").add("e", "E").add("f", "F");
+  host_vs_device(t, prm, m, nullptr, misalign);
+}
+
+TEST_CASE("loading gpu: 1- and 8-byte dtypes are sliced and permuted, from unaligned sources too",
+          "[gpu][loading]") {
+  const std::size_t misalign = GENERATE(0u, 1u, 3u);
+  INFO("sources misaligned by " << misalign << " bytes");
+  Tensors t;
+  t.add("i8", DType::int8, {64, 96}, 41);
+  t.add("u8", DType::uint8, {64, 96}, 42);
+  t.add("bo", DType::bool_, {1000}, 43);
+  t.add("f8", DType::float8_e4m3fn, {64, 96}, 44);
+  t.add("i64", DType::int64, {64, 96}, 45);
+  t.add("f64", DType::float64, {64, 96}, 46);
+  t.add("bf", DType::bfloat16, {64, 96}, 47);
+  t.add("f32", DType::float32, {64, 96}, 48);
+  Params prm;
+  prm.add("I8", DType::int8, {32, 96});
+  prm.add("U8", DType::uint8, {64, 48});
+  prm.add("BO", DType::bool_, {1000});
+  prm.add("F8", DType::float8_e4m3fn, {64, 96});
+  prm.add("I64", DType::int64, {32, 96});
+  prm.add("F64", DType::float64, {64, 48});
+  prm.add("BF", DType::bfloat16, {64, 48});
+  prm.add("F32", DType::float32, {32, 96});
+  RenameMap m({1, 2});
+  m.add({NamePattern("i8"), NamePattern("I8"), 0, 4, 0})  // rotary permute (4 heads), rows
+      .add("u8", "U8", 1)
+      .add("bo", "BO")
+      .add({NamePattern("f8"), NamePattern("F8"), -1, 8, 0})  // permute only
+      .add("i64", "I64", 0)
+      .add("f64", "F64", 1)
+      .add("bf", "BF", 1)
+      .add("f32", "F32", 0);
+  host_vs_device(t, prm, m, nullptr, misalign);
 }

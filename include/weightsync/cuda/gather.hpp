@@ -6,7 +6,9 @@
 //! The load planner's gathers (slice, rotary permute, cast) on a CUDA stream: one launch of a
 //! batched kernel per load() call (per received chunk), never a launch per tensor. The kernel
 //! ships as PTX text (detail/gather_ptx.hpp, generated from scripts/kernels/gather.cu) and is
-//! loaded at run time with cudaLibraryLoadData, so including this header needs no nvcc.
+//! loaded at run time with cudaLibraryLoadData, so including this header needs no nvcc. It copies
+//! elements of any size (1, 2, 4, 8 bytes, from sources of any alignment) and converts among
+//! float32 / float16 / bfloat16 with the host path's own bit-level code.
 //! Including it enables LoadPlan::load on cudaStream_t (GatherExecutor<cudaStream_t>).
 
 #include "weightsync/config.hpp"
@@ -20,10 +22,13 @@
 #include <cstddef>
 #include <span>
 #include <string>
+#include <utility>
 
 #include "weightsync/cuda/check.hpp"
 #include "weightsync/cuda/detail/gather_ptx.hpp"
+#include "weightsync/detail/format.hpp"
 #include "weightsync/error.hpp"
+#include "weightsync/loading/cast.hpp"
 #include "weightsync/loading/planner.hpp"
 
 namespace weightsync {
@@ -47,18 +52,33 @@ struct GatherBatchParams {  // must match WsGatherBatch
 };
 static_assert(sizeof(GatherDesc) == 80 && sizeof(GatherBatchParams) == 16 + 80 * kMaxGathers);
 
-//! The kernel's code for a dtype: 0 float32 (or any 4-byte copy), 1 float16, 2 bfloat16 (or any
-//! 2-byte copy). @throws config_error for a gather it cannot run.
-inline unsigned gather_type_code(DType d, DType other) {
-  if (d == DType::float32) return 0;
-  if (d == DType::float16) return 1;
-  if (d == DType::bfloat16) return 2;
-  if (d == other && dtype_size(d) == 4) return 0;
-  if (d == other && dtype_size(d) == 2) return 2;
-  throw config_error("dtype",
-                     "the CUDA gather handles float32/float16/bfloat16 casts and 2- or "
-                     "4-byte copies, not " +
-                         std::string(dtype_name(d)));
+//! The kernel's codes for a gather's source and destination dtypes: a conversion among float32
+//! (0), float16 (1) and bfloat16 (2) when they differ; a plain copy of 1- (3), 2- (4), 4- (5) or
+//! 8-byte (6) elements when they are equal (any dtype). These are exactly the pairs
+//! plan_loading() accepts, so a planned gather always runs.
+//! @throws config_error naming both dtypes for any other pair.
+inline std::pair<unsigned, unsigned> gather_type_codes(DType src, DType dst) {
+  if (src == dst) {
+    switch (dtype_size(src)) {
+      case 1:
+        return {3, 3};
+      case 2:
+        return {4, 4};
+      case 4:
+        return {5, 5};
+      case 8:
+        return {6, 6};
+      default:
+        break;
+    }
+  } else if (castable_dtype(src) && castable_dtype(dst)) {
+    const auto code = [](DType d) -> unsigned {
+      return d == DType::float32 ? 0 : d == DType::float16 ? 1 : 2;
+    };
+    return {code(src), code(dst)};
+  }
+  throw config_error(
+      "dtype", cat("the CUDA gather cannot convert ", dtype_name(src), " to ", dtype_name(dst)));
 }
 
 //! The loaded gather kernel (context-independent library), loaded on first use.
@@ -69,8 +89,18 @@ class GatherKernel {
     return k;
   }
 
+  //! Launches the gathers `ops` (sources `srcs`), WS_MAX_GATHERS per launch. Every op is checked
+  //! before the first launch: an op the kernel cannot run writes nothing at all.
   void launch(std::span<const GatherOp> ops, std::span<const void* const> srcs,
               cudaStream_t stream) const {
+    if (srcs.size() != ops.size())
+      throw config_error("srcs", cat(srcs.size(), " sources for ", ops.size(), " gathers"));
+    for (const GatherOp& o : ops) {
+      (void)gather_type_codes(o.src_dtype, o.dst_dtype);
+      if (o.rows < 0 || o.cols < 0 || o.src_cols < 0 || o.row0 < 0 || o.col0 < 0 ||
+          o.head_rows < 0 || (o.head_rows % 2) != 0)
+        throw config_error("gather", "negative extent or odd rotary head");
+    }
     GatherBatchParams p;
     std::size_t i = 0;
     while (i < ops.size()) {
@@ -82,17 +112,9 @@ class GatherKernel {
             static_cast<unsigned long long>(o.rows) * static_cast<unsigned long long>(o.cols);
         if (n == 0) continue;
         p.total_tiles += (n + kGatherTile - 1) / kGatherTile;
-        p.g[p.count++] = GatherDesc{srcs[i],
-                                    o.dst,
-                                    o.src_cols,
-                                    o.rows,
-                                    o.cols,
-                                    o.row0,
-                                    o.col0,
-                                    o.head_rows,
-                                    p.total_tiles,
-                                    gather_type_code(o.src_dtype, o.dst_dtype),
-                                    gather_type_code(o.dst_dtype, o.src_dtype)};
+        const auto [st, dt] = gather_type_codes(o.src_dtype, o.dst_dtype);
+        p.g[p.count++] = GatherDesc{srcs[i], o.dst,       o.src_cols,    o.rows, o.cols, o.row0,
+                                    o.col0,  o.head_rows, p.total_tiles, st,     dt};
       }
       if (p.count == 0) continue;
       const auto grid =

@@ -35,9 +35,15 @@ struct ModelConfig {
   std::int64_t moe_intermediate = 0;  //!< moe_intermediate_size (0: no experts)
   std::int64_t n_experts = 0;         //!< num_experts
   std::int64_t vocab_padding = 64;    //!< vLLM's vocab padding (DEFAULT_VOCAB_PADDING_SIZE)
-  //! Apply the rotary permute to q and k (weights and biases): for engines that keep the
-  //! interleaved rotary layout. vLLM's Llama/Qwen models load HF's layout unpermuted (false).
+  //! Apply the rotary permute `w.view(n_heads, rows / n_heads / 2, 2, cols).transpose(1, 2)` to
+  //! q and k (weights and biases, n_heads heads) and to q_norm / k_norm (1-D, one head over
+  //! head_dim): it turns the interleaved rotary layout (Meta / torchtitan checkpoints, pairs of
+  //! adjacent rows) into HF's half-split layout that vLLM's models expect. Set it for trainers
+  //! whose q/k are interleaved; trainers holding HF-layout weights leave it false.
   bool permute_qk = false;
+  //! tie_word_embeddings: the engine has no lm_head.weight (it reuses embed_tokens), so a trainer's
+  //! lm_head.weight is skipped (Placement::skip) instead of mapping to a missing parameter.
+  bool tie_word_embeddings = false;
 };
 
 //! The model families the ready-made maps know; they differ only in which tensors exist (Qwen2
@@ -63,12 +69,24 @@ class HfToVllmMap {
       return NamePattern(std::string("model.layers.{i}.") + rest).format(cap);
     };
     const std::string lp = "model.layers.{i}.";
+    if (m.name == "lm_head.weight" && c_.tie_word_embeddings) {
+      Placement p{m.name};
+      p.skip = true;
+      return p;
+    }
     if (m.name == "model.embed_tokens.weight" || m.name == "lm_head.weight")
       return vocab(m, m.name);
     if (m.name == "model.norm.weight") return Placement{m.name};
-    for (const char* n : {"input_layernorm.weight", "post_attention_layernorm.weight",
-                          "self_attn.q_norm.weight", "self_attn.k_norm.weight", "mlp.gate.weight"})
+    for (const char* n :
+         {"input_layernorm.weight", "post_attention_layernorm.weight", "mlp.gate.weight"})
       if (is((lp + n).c_str())) return Placement{m.name};
+    for (const char* n : {"self_attn.q_norm.weight", "self_attn.k_norm.weight"})
+      if (is((lp + n).c_str())) {
+        // Per-head norms over head_dim: interleaved like every head of q and k.
+        Placement p{m.name};
+        if (c_.permute_qk) p.permute_heads = 1;
+        return p;
+      }
     for (const char* w : {"weight", "bias"}) {
       const std::string suffix = std::string(".") + w;
       if (is((lp + "self_attn.q_proj" + suffix).c_str()))

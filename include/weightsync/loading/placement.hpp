@@ -38,6 +38,9 @@ struct Placement {
   std::int64_t slice_begin = 0;    //!< first index kept along slice_dim
   std::int64_t slice_len = -1;     //!< indices kept; -1: all from slice_begin on
   std::int64_t permute_heads = 0;  //!< > 0: rotary permute with this many heads first
+  //! The engine deliberately has no place for this tensor (lm_head with tied embeddings): it is
+  //! skipped, and not an error without PlanOptions::ignore_unmapped. The other fields are unused.
+  bool skip = false;
   friend bool operator==(const Placement&, const Placement&) = default;
 };
 

@@ -11,7 +11,9 @@
 //! = plan.loader(). Gathers run as plain loops on the host path; on a CUDA stream, as one batched
 //! kernel launch per chunk once <weightsync/cuda/gather.hpp> is included (it specializes
 //! GatherExecutor<cudaStream_t>); on a stream with no GatherExecutor, a chunk holding a tensor
-//! that needs a gather throws state_error.
+//! that needs a gather throws state_error. Tensors of any dtype are copied, sliced and permuted;
+//! casts are among float32, float16 and bfloat16 only, and anything else is refused when the plan
+//! is made, so every gather of a plan runs on the host and on the CUDA kernel alike.
 
 #include <algorithm>
 #include <cstddef>
@@ -105,10 +107,15 @@ inline void run_gather_host(const GatherOp& op, const std::byte* src) {
 //! The result of plan_loading(): per tensor, a destination or a gather.
 class LoadPlan {
  public:
-  //! Where `m` lands in place, or nullptr (handed over as a view, then gathered, or skipped).
+  //! Where `m` lands in place, or nullptr (handed over as a view, then gathered, or skipped; or
+  //! a name the plan does not know, which load() then refuses).
+  //! @throws config_error naming the tensor and the field when `m` declares another dtype or
+  //! shape than the meta the plan was made for: its bytes would not fit the planned region.
   void* destination(const TensorMeta& m) const {
     auto it = index_.find(m.name);
-    return it == index_.end() ? nullptr : direct_[it->second];
+    if (it == index_.end()) return nullptr;
+    check_meta(m, metas_[it->second]);
+    return direct_[it->second];
   }
   //! A TransferOptions::destination callback (the plan must outlive it).
   std::function<void*(const TensorMeta&)> destination_fn() const {
@@ -118,19 +125,31 @@ class LoadPlan {
   //! Applies the gathers of the received views. Host stream: plain loops. A stream with a
   //! GatherExecutor (CUDA): one batched launch for the whole call. Otherwise state_error if a view
   //! needs a gather.
+  //! Every view is checked against the plan before any byte is written, so a bad batch leaves
+  //! the parameters untouched.
   template <class Stream>
   void load(std::span<const TensorView> views, Stream stream) const {
     batch_ops_.clear();
     batch_srcs_.clear();
+    batch_index_.clear();
     for (const auto& v : views) {
+      if (!v.meta) throw config_error("view", "has no metadata");
       auto it = index_.find(v.name());
       if (it == index_.end())
         throw config_error("tensor '" + v.name() + "'",
                            "was not in the metas this plan was made for");
       const std::size_t i = it->second;
-      if (v.nbytes != metas_[i].nbytes() || (v.meta && *v.meta != metas_[i]))
-        throw config_error("tensor '" + v.name() + "'",
-                           "received dtype or shape differs from the plan");
+      check_meta(*v.meta, metas_[i]);
+      if (v.nbytes != metas_[i].nbytes())
+        throw config_error("tensor '" + v.name() + "'.nbytes",
+                           detail::cat("the view holds ", v.nbytes, " bytes, the plan expects ",
+                                       metas_[i].nbytes()));
+      if (v.nbytes && !v.data) throw config_error("tensor '" + v.name() + "'.data", "is null");
+      batch_index_.push_back(i);
+    }
+    for (std::size_t k = 0; k < views.size(); ++k) {
+      const TensorView& v = views[k];
+      const std::size_t i = batch_index_[k];
       if (!ops_[i]) continue;                            // unmapped (and allowed)
       if (direct_[i] && v.data == direct_[i]) continue;  // already received in place
       // A tensor that could land in place but came as a view (no destination callback, or a GPU
@@ -176,6 +195,18 @@ class LoadPlan {
  private:
   friend LoadPlan plan_loading(std::span<const TensorMeta>, std::span<const ParamInfo>,
                                const LoadMap&, const PlanOptions&);
+  //! @throws config_error (tensor, field, both values) when `got` is not the planned `want`.
+  static void check_meta(const TensorMeta& got, const TensorMeta& want) {
+    if (got.dtype != want.dtype)
+      throw config_error("tensor '" + want.name + "'.dtype",
+                         detail::cat("declared ", dtype_name(got.dtype),
+                                     " but the load plan was made for ", dtype_name(want.dtype)));
+    if (got.shape != want.shape)
+      throw config_error(
+          "tensor '" + want.name + "'.shape",
+          detail::cat("declared ", detail::shape_string(got.shape),
+                      " but the load plan was made for ", detail::shape_string(want.shape)));
+  }
   std::size_t count(int kind) const noexcept {
     std::size_t n = 0;
     for (std::size_t i = 0; i < metas_.size(); ++i) {
@@ -192,6 +223,7 @@ class LoadPlan {
   // Scratch for one load() call (reused, so a round allocates nothing once warm).
   mutable std::vector<GatherOp> batch_ops_;
   mutable std::vector<const void*> batch_srcs_;
+  mutable std::vector<std::size_t> batch_index_;
 };
 
 namespace detail {
@@ -257,7 +289,8 @@ inline GatherOp resolve_placement(const TensorMeta& m, const weightsync::Placeme
 //! Plans how the tensors `metas` (in update order) load into `params` through `map`.
 //! @throws config_error naming the tensor: unknown parameter, shapes that do not fit, a cast
 //! between unsupported dtypes, two tensors writing the same elements, an unmapped tensor (unless
-//! ignored), an uncovered parameter region (when required).
+//! ignored; a Placement with skip set is skipped quietly), an uncovered parameter region (when
+//! required).
 inline LoadPlan plan_loading(std::span<const TensorMeta> metas, std::span<const ParamInfo> params,
                              const LoadMap& map, const PlanOptions& opt = {}) {
   std::unordered_map<std::string, std::size_t> by_name;
@@ -276,8 +309,8 @@ inline LoadPlan plan_loading(std::span<const TensorMeta> metas, std::span<const 
     if (!plan.index_.emplace(m.name, i).second)
       throw config_error("tensor '" + m.name + "'", "appears twice in the update");
     const auto p = map(m);
-    if (!p) {
-      if (!opt.ignore_unmapped)
+    if (!p || p->skip) {
+      if (!p && !opt.ignore_unmapped)
         throw config_error("tensor '" + m.name + "'", "the load map does not place it");
       continue;
     }

@@ -13,222 +13,471 @@ inline constexpr const char kGatherPtx[] = R"WSPTX(
 )
 .maxntid 256, 1, 1
 {
-	.reg .pred 	%p<22>;
-	.reg .b16 	%rs<13>;
-	.reg .f32 	%f<8>;
-	.reg .b32 	%r<54>;
-	.reg .b64 	%rd<94>;
-	mov.b64 	%rd40, ws_gather_param_0;
-	mov.u32 	%r13, %ctaid.x;
-	cvt.u64.u32 	%rd85, %r13;
-	ld.param.u64 	%rd3, [ws_gather_param_0];
-	setp.le.u64 	%p1, %rd3, %rd85;
-	@%p1 bra 	$L__BB0_38;
-	ld.param.u32 	%r1, [%rd40+8];
-	add.s32 	%r2, %r1, -1;
+	.reg .pred 	%p<61>;
+	.reg .b16 	%rs<20>;
+	.reg .b32 	%r<184>;
+	.reg .b64 	%rd<154>;
+	mov.b64 	%rd68, ws_gather_param_0;
+	mov.u32 	%r51, %ctaid.x;
+	cvt.u64.u32 	%rd140, %r51;
+	ld.param.u64 	%rd4, [ws_gather_param_0];
+	setp.le.u64 	%p1, %rd4, %rd140;
+	@%p1 bra 	$L__BB0_82;
+	mov.u32 	%r52, %ntid.x;
+	cvt.u64.u32 	%rd5, %r52;
 $L__BB0_2:
-	setp.eq.s32 	%p2, %r1, 1;
-	mov.u32 	%r53, 0;
+	ld.param.u32 	%r165, [%rd68+8];
+	setp.eq.s32 	%p2, %r165, 1;
+	mov.u32 	%r170, 0;
 	@%p2 bra 	$L__BB0_5;
-	mov.u32 	%r53, 0;
-	mov.u32 	%r52, %r2;
+	ld.param.u32 	%r167, [%rd68+8];
+	add.s32 	%r169, %r167, -1;
+	mov.u32 	%r170, 0;
 $L__BB0_4:
-	add.s32 	%r16, %r53, %r52;
-	shr.u32 	%r17, %r16, 1;
-	mul.wide.u32 	%rd41, %r17, 80;
-	add.s64 	%rd42, %rd40, %rd41;
-	ld.param.u64 	%rd43, [%rd42+80];
-	setp.gt.u64 	%p3, %rd43, %rd85;
-	add.s32 	%r18, %r17, 1;
-	selp.b32 	%r52, %r17, %r52, %p3;
-	selp.b32 	%r53, %r53, %r18, %p3;
-	setp.lt.u32 	%p4, %r53, %r52;
+	add.s32 	%r55, %r170, %r169;
+	shr.u32 	%r56, %r55, 1;
+	mul.wide.u32 	%rd69, %r56, 80;
+	add.s64 	%rd70, %rd68, %rd69;
+	ld.param.u64 	%rd71, [%rd70+80];
+	setp.gt.u64 	%p3, %rd71, %rd140;
+	add.s32 	%r57, %r56, 1;
+	selp.b32 	%r169, %r56, %r169, %p3;
+	selp.b32 	%r170, %r170, %r57, %p3;
+	setp.lt.u32 	%p4, %r170, %r169;
 	@%p4 bra 	$L__BB0_4;
 $L__BB0_5:
-	cvt.u64.u32 	%rd6, %r53;
-	setp.eq.s32 	%p5, %r53, 0;
-	mov.u64 	%rd86, 0;
+	cvt.u64.u32 	%rd7, %r170;
+	setp.eq.s32 	%p5, %r170, 0;
+	mov.u64 	%rd141, 0;
 	@%p5 bra 	$L__BB0_7;
-	cvt.u32.u64 	%r19, %rd6;
-	add.s32 	%r20, %r19, -1;
-	mul.wide.u32 	%rd46, %r20, 80;
-	add.s64 	%rd47, %rd40, %rd46;
-	ld.param.u64 	%rd86, [%rd47+80];
+	cvt.u32.u64 	%r58, %rd7;
+	add.s32 	%r59, %r58, -1;
+	mul.wide.u32 	%rd73, %r59, 80;
+	add.s64 	%rd74, %rd68, %rd73;
+	ld.param.u64 	%rd141, [%rd74+80];
 $L__BB0_7:
-	sub.s64 	%rd48, %rd85, %rd86;
-	shl.b64 	%rd49, %rd48, 13;
-	mul.lo.s64 	%rd51, %rd6, 80;
-	add.s64 	%rd52, %rd40, %rd51;
-	add.s64 	%rd9, %rd52, 40;
-	ld.param.u64 	%rd10, [%rd52+48];
-	ld.param.u64 	%rd53, [%rd52+40];
-	mul.lo.s64 	%rd54, %rd10, %rd53;
-	add.s64 	%rd55, %rd49, 8192;
-	min.u64 	%rd11, %rd55, %rd54;
-	ld.param.v2.u32 	{%r21, %r22}, [%rd52+88];
-	mov.u32 	%r23, %tid.x;
-	cvt.u64.u32 	%rd56, %r23;
-	add.s64 	%rd87, %rd49, %rd56;
-	setp.ge.u64 	%p6, %rd87, %rd11;
-	@%p6 bra 	$L__BB0_37;
-	ld.param.u64 	%rd13, [%rd9+16];
-	ld.param.u64 	%rd14, [%rd9+32];
+	sub.s64 	%rd75, %rd140, %rd141;
+	shl.b64 	%rd10, %rd75, 13;
+	mul.lo.s64 	%rd76, %rd7, 80;
+	add.s64 	%rd77, %rd68, %rd76;
+	add.s64 	%rd11, %rd77, 40;
+	ld.param.u64 	%rd78, [%rd77+48];
+	ld.param.u64 	%rd79, [%rd77+40];
+	mul.lo.s64 	%rd80, %rd78, %rd79;
+	add.s64 	%rd81, %rd10, 8192;
+	min.u64 	%rd12, %rd81, %rd80;
+	ld.param.u32 	%r8, [%rd77+88];
+	setp.eq.s32 	%p6, %r8, 3;
+	mov.u32 	%r172, 1;
+	mov.u32 	%r171, %r172;
+	@%p6 bra 	$L__BB0_9;
+	setp.eq.s32 	%p7, %r8, 6;
+	setp.eq.s32 	%p8, %r8, 5;
+	setp.eq.s32 	%p9, %r8, 0;
+	or.pred  	%p10, %p9, %p8;
+	selp.b32 	%r61, 4, 2, %p10;
+	selp.b32 	%r171, 8, %r61, %p7;
 $L__BB0_9:
-	or.b64  	%rd57, %rd87, %rd10;
-	and.b64  	%rd58, %rd57, -4294967296;
-	setp.eq.s64 	%p7, %rd58, 0;
-	@%p7 bra 	$L__BB0_11;
-	div.u64 	%rd88, %rd87, %rd10;
-	mul.lo.s64 	%rd59, %rd88, %rd10;
-	sub.s64 	%rd89, %rd87, %rd59;
-	bra.uni 	$L__BB0_12;
+	ld.param.u32 	%r11, [%rd11+52];
+	setp.eq.s32 	%p11, %r11, 3;
+	@%p11 bra 	$L__BB0_11;
+	setp.eq.s32 	%p12, %r11, 6;
+	setp.eq.s32 	%p13, %r11, 5;
+	setp.eq.s32 	%p14, %r11, 0;
+	or.pred  	%p15, %p14, %p13;
+	selp.b32 	%r63, 4, 2, %p15;
+	selp.b32 	%r172, 8, %r63, %p12;
 $L__BB0_11:
-	cvt.u32.u64 	%r24, %rd10;
-	cvt.u32.u64 	%r25, %rd87;
-	div.u32 	%r26, %r25, %r24;
-	mul.lo.s32 	%r27, %r26, %r24;
-	sub.s32 	%r28, %r25, %r27;
-	cvt.u64.u32 	%rd88, %r26;
-	cvt.u64.u32 	%rd89, %r28;
-$L__BB0_12:
-	add.s64 	%rd93, %rd13, %rd88;
-	setp.eq.s64 	%p8, %rd14, 0;
-	@%p8 bra 	$L__BB0_20;
-	ld.param.u64 	%rd23, [%rd9+32];
-	or.b64  	%rd60, %rd93, %rd23;
-	and.b64  	%rd61, %rd60, -4294967296;
-	setp.eq.s64 	%p9, %rd61, 0;
-	@%p9 bra 	$L__BB0_15;
-	rem.s64 	%rd90, %rd93, %rd23;
+	mov.u32 	%r64, %tid.x;
+	cvt.u64.u32 	%rd82, %r64;
+	add.s64 	%rd142, %rd10, %rd82;
+	setp.ge.u64 	%p16, %rd142, %rd12;
+	@%p16 bra 	$L__BB0_81;
+	ld.param.u64 	%rd83, [%rd11+-24];
+	ld.param.u64 	%rd84, [%rd11+-16];
+	ld.param.v2.u32 	{%r65, %r66}, [%rd11+48];
+	ld.param.u64 	%rd14, [%rd11+8];
+	ld.param.u64 	%rd15, [%rd11+16];
+	ld.param.u64 	%rd16, [%rd11+32];
+	cvta.to.global.u64 	%rd17, %rd83;
+	ld.param.u64 	%rd18, [%rd11+-8];
+	ld.param.u64 	%rd19, [%rd11+24];
+	cvta.to.global.u64 	%rd21, %rd84;
+	cvt.u64.u32 	%rd22, %r172;
+	max.u32 	%r67, %r171, 1;
+	max.u32 	%r68, %r172, 1;
+	add.s32 	%r15, %r68, -1;
+	and.b32  	%r16, %r67, 3;
+	and.b32  	%r17, %r68, 3;
+	sub.s32 	%r18, %r68, %r17;
+	sub.s32 	%r19, %r16, %r67;
+	add.s32 	%r69, %r172, -1;
+	cvt.u64.u32 	%rd85, %r69;
+	and.b64  	%rd23, %rd84, %rd85;
+	add.s32 	%r70, %r171, -1;
+	cvt.u64.u32 	%rd86, %r70;
+	and.b64  	%rd24, %rd83, %rd86;
+	bra.uni 	$L__BB0_13;
+$L__BB0_55:
+	setp.gt.u32 	%p41, %r43, 1199570943;
+	@%p41 bra 	$L__BB0_60;
+	bra.uni 	$L__BB0_56;
+$L__BB0_60:
+	or.b16  	%rs19, %rs19, 31744;
+	bra.uni 	$L__BB0_63;
+$L__BB0_56:
+	setp.lt.u32 	%p42, %r43, 947912704;
+	@%p42 bra 	$L__BB0_58;
+	bra.uni 	$L__BB0_57;
+$L__BB0_58:
+	setp.lt.u32 	%p43, %r43, 855638016;
+	@%p43 bra 	$L__BB0_63;
+	shr.u32 	%r125, %r43, 23;
+	and.b32  	%r126, %r179, 8388607;
+	or.b32  	%r127, %r126, 8388608;
+	mov.u32 	%r128, 126;
+	sub.s32 	%r129, %r128, %r125;
+	shr.u32 	%r130, %r127, %r129;
+	mov.u32 	%r131, -1;
+	shl.b32 	%r132, %r131, %r129;
+	not.b32 	%r133, %r132;
+	and.b32  	%r134, %r127, %r133;
+	mov.u32 	%r135, 125;
+	sub.s32 	%r136, %r135, %r125;
+	mov.u32 	%r137, 1;
+	shl.b32 	%r138, %r137, %r136;
+	setp.gt.u32 	%p44, %r134, %r138;
+	setp.eq.s32 	%p45, %r134, %r138;
+	and.b32  	%r139, %r130, 1;
+	setp.eq.b32 	%p46, %r139, 1;
+	and.pred  	%p47, %p45, %p46;
+	or.pred  	%p48, %p44, %p47;
+	selp.u32 	%r140, 1, 0, %p48;
+	add.s32 	%r141, %r130, %r140;
+	cvt.u16.u32 	%rs15, %r141;
+	or.b16  	%rs19, %rs19, %rs15;
+	bra.uni 	$L__BB0_63;
+$L__BB0_57:
+	shr.u32 	%r120, %r179, 13;
+	and.b32  	%r121, %r120, 1;
+	add.s32 	%r122, %r179, %r121;
+	add.s32 	%r123, %r122, 134221823;
+	shr.u32 	%r124, %r123, 13;
+	cvt.u16.u32 	%rs14, %r124;
+	or.b16  	%rs19, %rs19, %rs14;
+	bra.uni 	$L__BB0_63;
+$L__BB0_13:
+	or.b64  	%rd87, %rd142, %rd14;
+	and.b64  	%rd88, %rd87, -4294967296;
+	setp.eq.s64 	%p17, %rd88, 0;
+	@%p17 bra 	$L__BB0_15;
+	div.u64 	%rd143, %rd142, %rd14;
+	mul.lo.s64 	%rd89, %rd143, %rd14;
+	sub.s64 	%rd144, %rd142, %rd89;
 	bra.uni 	$L__BB0_16;
 $L__BB0_15:
-	cvt.u32.u64 	%r29, %rd23;
-	cvt.u32.u64 	%r30, %rd93;
-	rem.u32 	%r31, %r30, %r29;
-	cvt.u64.u32 	%rd90, %r31;
+	cvt.u32.u64 	%r71, %rd14;
+	cvt.u32.u64 	%r72, %rd142;
+	div.u32 	%r73, %r72, %r71;
+	mul.lo.s32 	%r74, %r73, %r71;
+	sub.s32 	%r75, %r72, %r74;
+	cvt.u64.u32 	%rd143, %r73;
+	cvt.u64.u32 	%rd144, %r75;
 $L__BB0_16:
-	shr.u64 	%rd62, %rd23, 63;
-	add.s64 	%rd63, %rd23, %rd62;
-	shr.s64 	%rd27, %rd63, 1;
-	or.b64  	%rd64, %rd90, %rd27;
-	and.b64  	%rd65, %rd64, -4294967296;
-	setp.eq.s64 	%p10, %rd65, 0;
-	@%p10 bra 	$L__BB0_18;
-	div.s64 	%rd91, %rd90, %rd27;
-	mul.lo.s64 	%rd66, %rd91, %rd27;
-	sub.s64 	%rd92, %rd90, %rd66;
-	bra.uni 	$L__BB0_19;
-$L__BB0_18:
-	cvt.u32.u64 	%r32, %rd27;
-	cvt.u32.u64 	%r33, %rd90;
-	div.u32 	%r34, %r33, %r32;
-	mul.lo.s32 	%r35, %r34, %r32;
-	sub.s32 	%r36, %r33, %r35;
-	cvt.u64.u32 	%rd91, %r34;
-	cvt.u64.u32 	%rd92, %r36;
+	add.s64 	%rd148, %rd15, %rd143;
+	setp.eq.s64 	%p18, %rd16, 0;
+	@%p18 bra 	$L__BB0_24;
+	ld.param.u64 	%rd33, [%rd11+32];
+	or.b64  	%rd90, %rd148, %rd33;
+	and.b64  	%rd91, %rd90, -4294967296;
+	setp.eq.s64 	%p19, %rd91, 0;
+	@%p19 bra 	$L__BB0_19;
+	rem.s64 	%rd145, %rd148, %rd33;
+	bra.uni 	$L__BB0_20;
 $L__BB0_19:
-	shl.b64 	%rd67, %rd92, 1;
-	sub.s64 	%rd68, %rd93, %rd90;
-	add.s64 	%rd69, %rd68, %rd67;
-	add.s64 	%rd93, %rd69, %rd91;
+	cvt.u32.u64 	%r76, %rd33;
+	cvt.u32.u64 	%r77, %rd148;
+	rem.u32 	%r78, %r77, %r76;
+	cvt.u64.u32 	%rd145, %r78;
 $L__BB0_20:
-	ld.param.u64 	%rd70, [%rd9+-24];
-	cvta.to.global.u64 	%rd71, %rd70;
-	ld.param.u64 	%rd72, [%rd9+-8];
-	mul.lo.s64 	%rd73, %rd72, %rd93;
-	ld.param.u64 	%rd74, [%rd9+24];
-	add.s64 	%rd75, %rd74, %rd89;
-	add.s64 	%rd76, %rd75, %rd73;
-	setp.eq.s32 	%p11, %r21, 0;
-	selp.b64 	%rd77, 4, 2, %p11;
-	mul.lo.s64 	%rd78, %rd76, %rd77;
-	add.s64 	%rd36, %rd71, %rd78;
-	ld.param.u64 	%rd79, [%rd9+-16];
-	cvta.to.global.u64 	%rd80, %rd79;
-	setp.eq.s32 	%p12, %r22, 0;
-	selp.b64 	%rd81, 4, 2, %p12;
-	mul.lo.s64 	%rd82, %rd87, %rd81;
-	add.s64 	%rd37, %rd80, %rd82;
-	ld.param.v2.u32 	{%r37, %r38}, [%rd9+48];
-	setp.eq.s32 	%p13, %r37, %r38;
-	@%p13 bra 	$L__BB0_33;
-	bra.uni 	$L__BB0_21;
-$L__BB0_33:
-	@%p11 bra 	$L__BB0_35;
-	ld.global.u16 	%rs9, [%rd36];
-	st.global.u16 	[%rd37], %rs9;
-	bra.uni 	$L__BB0_36;
-$L__BB0_21:
-	setp.eq.s32 	%p14, %r37, 0;
-	@%p14 bra 	$L__BB0_25;
-	ld.global.u16 	%rs1, [%rd36];
-	setp.eq.s32 	%p15, %r37, 2;
-	@%p15 bra 	$L__BB0_24;
+	shr.u64 	%rd92, %rd33, 63;
+	add.s64 	%rd93, %rd33, %rd92;
+	shr.s64 	%rd37, %rd93, 1;
+	or.b64  	%rd94, %rd145, %rd37;
+	and.b64  	%rd95, %rd94, -4294967296;
+	setp.eq.s64 	%p20, %rd95, 0;
+	@%p20 bra 	$L__BB0_22;
+	div.s64 	%rd146, %rd145, %rd37;
+	mul.lo.s64 	%rd96, %rd146, %rd37;
+	sub.s64 	%rd147, %rd145, %rd96;
 	bra.uni 	$L__BB0_23;
-$L__BB0_24:
-	cvt.u32.u16 	%r39, %rs1;
-	shl.b32 	%r40, %r39, 16;
-	mov.b32 	%f7, %r40;
-	bra.uni 	$L__BB0_26;
-$L__BB0_35:
-	ld.global.u32 	%r48, [%rd36];
-	st.global.u32 	[%rd37], %r48;
-	bra.uni 	$L__BB0_36;
-$L__BB0_25:
-	ld.global.f32 	%f7, [%rd36];
-	bra.uni 	$L__BB0_26;
+$L__BB0_22:
+	cvt.u32.u64 	%r79, %rd37;
+	cvt.u32.u64 	%r80, %rd145;
+	div.u32 	%r81, %r80, %r79;
+	mul.lo.s32 	%r82, %r81, %r79;
+	sub.s32 	%r83, %r80, %r82;
+	cvt.u64.u32 	%rd146, %r81;
+	cvt.u64.u32 	%rd147, %r83;
 $L__BB0_23:
-	// begin inline asm
-	{  cvt.f32.f16 %f7, %rs1;}
-	// end inline asm
-$L__BB0_26:
-	setp.eq.s32 	%p16, %r38, 0;
-	@%p16 bra 	$L__BB0_32;
-	setp.eq.s32 	%p17, %r38, 2;
-	@%p17 bra 	$L__BB0_29;
-	bra.uni 	$L__BB0_28;
-$L__BB0_29:
-	mov.b32 	%r12, %f7;
-	and.b32  	%r41, %r12, 2147483647;
-	setp.gt.u32 	%p18, %r41, 2139095040;
-	@%p18 bra 	$L__BB0_31;
-	bra.uni 	$L__BB0_30;
-$L__BB0_31:
-	shr.u32 	%r47, %r12, 16;
-	cvt.u16.u32 	%rs8, %r47;
-	or.b16  	%rs4, %rs8, 64;
-	st.global.u16 	[%rd37], %rs4;
-	bra.uni 	$L__BB0_36;
-$L__BB0_32:
-	st.global.f32 	[%rd37], %f7;
-	bra.uni 	$L__BB0_36;
+	shl.b64 	%rd97, %rd147, 1;
+	sub.s64 	%rd98, %rd148, %rd145;
+	add.s64 	%rd99, %rd98, %rd97;
+	add.s64 	%rd148, %rd99, %rd146;
+$L__BB0_24:
+	cvt.u64.u32 	%rd139, %r171;
+	add.s64 	%rd100, %rd19, %rd144;
+	mul.lo.s64 	%rd101, %rd18, %rd148;
+	add.s64 	%rd102, %rd100, %rd101;
+	mul.lo.s64 	%rd103, %rd102, %rd139;
+	add.s64 	%rd46, %rd17, %rd103;
+	setp.eq.s64 	%p21, %rd24, 0;
+	@%p21 bra 	$L__BB0_32;
+	max.u32 	%r164, %r171, 1;
+	add.s32 	%r163, %r164, -1;
+	setp.lt.u32 	%p22, %r163, 3;
+	mov.u64 	%rd152, 0;
+	mov.u32 	%r176, 0;
+	@%p22 bra 	$L__BB0_28;
+	mov.u64 	%rd152, 0;
+	mov.u32 	%r173, 0;
+	mov.u32 	%r174, 24;
+	mov.u32 	%r176, %r173;
+$L__BB0_27:
+	cvt.u64.u32 	%rd107, %r176;
+	add.s64 	%rd108, %rd46, %rd107;
+	ld.global.u8 	%rd109, [%rd108];
+	shl.b64 	%rd110, %rd109, %r173;
+	or.b64  	%rd111, %rd110, %rd152;
+	ld.global.u8 	%rd112, [%rd108+1];
+	add.s32 	%r88, %r173, 8;
+	shl.b64 	%rd113, %rd112, %r88;
+	or.b64  	%rd114, %rd113, %rd111;
+	ld.global.u8 	%rd115, [%rd108+2];
+	add.s32 	%r89, %r174, -8;
+	shl.b64 	%rd116, %rd115, %r89;
+	or.b64  	%rd117, %rd116, %rd114;
+	ld.global.u8 	%rd118, [%rd108+3];
+	shl.b64 	%rd119, %rd118, %r174;
+	or.b64  	%rd152, %rd119, %rd117;
+	add.s32 	%r176, %r176, 4;
+	add.s32 	%r90, %r19, %r176;
+	setp.ne.s32 	%p23, %r90, 0;
+	add.s32 	%r26, %r174, 32;
+	add.s32 	%r173, %r174, 8;
+	mov.u32 	%r174, %r26;
+	@%p23 bra 	$L__BB0_27;
 $L__BB0_28:
-	// begin inline asm
-	{  cvt.rn.f16.f32 %rs7, %f7;}
-	// end inline asm
-	st.global.u16 	[%rd37], %rs7;
-	bra.uni 	$L__BB0_36;
-$L__BB0_30:
-	shr.u32 	%r42, %r12, 16;
-	and.b32  	%r43, %r42, 1;
-	add.s32 	%r44, %r12, %r43;
-	add.s32 	%r45, %r44, 32767;
-	shr.u32 	%r46, %r45, 16;
-	cvt.u16.u32 	%rs3, %r46;
-	st.global.u16 	[%rd37], %rs3;
+	setp.eq.s32 	%p24, %r16, 0;
+	@%p24 bra 	$L__BB0_39;
+	setp.eq.s32 	%p25, %r16, 1;
+	cvt.u64.u32 	%rd120, %r176;
+	add.s64 	%rd51, %rd46, %rd120;
+	ld.global.u8 	%rd121, [%rd51];
+	shl.b32 	%r91, %r176, 3;
+	shl.b64 	%rd122, %rd121, %r91;
+	or.b64  	%rd152, %rd122, %rd152;
+	@%p25 bra 	$L__BB0_39;
+	setp.eq.s32 	%p26, %r16, 2;
+	ld.global.u8 	%rd123, [%rd51+1];
+	add.s32 	%r93, %r91, 8;
+	shl.b64 	%rd124, %rd123, %r93;
+	or.b64  	%rd152, %rd124, %rd152;
+	@%p26 bra 	$L__BB0_39;
+	ld.global.u8 	%rd125, [%rd51+2];
+	add.s32 	%r95, %r91, 16;
+	shl.b64 	%rd126, %rd125, %r95;
+	or.b64  	%rd152, %rd126, %rd152;
+	bra.uni 	$L__BB0_39;
+$L__BB0_32:
+	setp.eq.s32 	%p27, %r171, 1;
+	@%p27 bra 	$L__BB0_37;
+	setp.eq.s32 	%p28, %r171, 2;
+	@%p28 bra 	$L__BB0_36;
+	setp.ne.s32 	%p29, %r171, 4;
+	@%p29 bra 	$L__BB0_38;
+	ld.global.u32 	%rd152, [%rd46];
+	bra.uni 	$L__BB0_39;
 $L__BB0_36:
-	mov.u32 	%r49, %ntid.x;
-	cvt.u64.u32 	%rd83, %r49;
-	add.s64 	%rd87, %rd87, %rd83;
-	setp.lt.u64 	%p20, %rd87, %rd11;
-	@%p20 bra 	$L__BB0_9;
+	ld.global.u16 	%rd152, [%rd46];
+	bra.uni 	$L__BB0_39;
 $L__BB0_37:
-	mov.u32 	%r50, %nctaid.x;
-	cvt.u64.u32 	%rd84, %r50;
-	add.s64 	%rd85, %rd85, %rd84;
-	setp.lt.u64 	%p21, %rd85, %rd3;
-	@%p21 bra 	$L__BB0_2;
+	ld.global.u8 	%rd152, [%rd46];
+	bra.uni 	$L__BB0_39;
 $L__BB0_38:
+	ld.global.u64 	%rd152, [%rd46];
+$L__BB0_39:
+	setp.eq.s32 	%p30, %r65, %r66;
+	@%p30 bra 	$L__BB0_65;
+	ld.param.v2.u32 	{%r97, %r98}, [%rd11+48];
+	setp.eq.s32 	%p31, %r97, 0;
+	@%p31 bra 	$L__BB0_50;
+	setp.ne.s32 	%p32, %r97, 1;
+	@%p32 bra 	$L__BB0_51;
+	cvt.u16.u64 	%rs10, %rd152;
+	cvt.u32.u64 	%r99, %rd152;
+	shl.b32 	%r100, %r99, 16;
+	and.b32  	%r179, %r100, -2147483648;
+	shr.u16 	%rs11, %rs10, 10;
+	and.b16  	%rs1, %rs11, 31;
+	and.b16  	%rs2, %rs10, 1023;
+	and.b32  	%r178, %r99, 1023;
+	setp.eq.s16 	%p33, %rs1, 31;
+	@%p33 bra 	$L__BB0_49;
+	bra.uni 	$L__BB0_43;
+$L__BB0_49:
+	setp.eq.s16 	%p37, %rs2, 0;
+	shl.b32 	%r113, %r178, 13;
+	or.b32  	%r114, %r113, 4194304;
+	selp.b32 	%r115, 0, %r114, %p37;
+	or.b32  	%r116, %r179, %r115;
+	or.b32  	%r179, %r116, 2139095040;
+	bra.uni 	$L__BB0_52;
+$L__BB0_50:
+	cvt.u32.u64 	%r179, %rd152;
+	bra.uni 	$L__BB0_52;
+$L__BB0_51:
+	cvt.u32.u64 	%r117, %rd152;
+	shl.b32 	%r179, %r117, 16;
+	bra.uni 	$L__BB0_52;
+$L__BB0_43:
+	setp.eq.s16 	%p34, %rs1, 0;
+	@%p34 bra 	$L__BB0_45;
+	add.s16 	%rs12, %rs1, 112;
+	cvt.u32.u16 	%r101, %rs12;
+	shl.b32 	%r102, %r101, 23;
+	shl.b32 	%r103, %r178, 13;
+	or.b32  	%r104, %r103, %r179;
+	or.b32  	%r179, %r104, %r102;
+	bra.uni 	$L__BB0_52;
+$L__BB0_45:
+	setp.eq.s16 	%p35, %rs2, 0;
+	@%p35 bra 	$L__BB0_52;
+	mov.u32 	%r177, 0;
+$L__BB0_47:
+	shl.b32 	%r36, %r178, 1;
+	add.s32 	%r177, %r177, 1;
+	and.b32  	%r106, %r178, 512;
+	setp.eq.s32 	%p36, %r106, 0;
+	mov.u32 	%r178, %r36;
+	@%p36 bra 	$L__BB0_47;
+	shl.b32 	%r107, %r177, 23;
+	mov.u32 	%r108, 947912704;
+	sub.s32 	%r109, %r108, %r107;
+	shl.b32 	%r110, %r36, 13;
+	and.b32  	%r111, %r110, 8372224;
+	or.b32  	%r112, %r109, %r179;
+	or.b32  	%r179, %r112, %r111;
+$L__BB0_52:
+	setp.eq.s32 	%p38, %r98, 0;
+	@%p38 bra 	$L__BB0_64;
+	setp.ne.s32 	%p39, %r98, 1;
+	@%p39 bra 	$L__BB0_62;
+	shr.u32 	%r119, %r179, 16;
+	cvt.u16.u32 	%rs13, %r119;
+	and.b16  	%rs19, %rs13, -32768;
+	and.b32  	%r43, %r179, 2147483647;
+	setp.gt.u32 	%p40, %r43, 2139095040;
+	@%p40 bra 	$L__BB0_61;
+	bra.uni 	$L__BB0_55;
+$L__BB0_61:
+	shr.u32 	%r142, %r179, 13;
+	cvt.u16.u32 	%rs16, %r142;
+	and.b16  	%rs17, %rs16, 511;
+	or.b16  	%rs18, %rs17, %rs19;
+	or.b16  	%rs19, %rs18, 32256;
+	bra.uni 	$L__BB0_63;
+$L__BB0_62:
+	and.b32  	%r143, %r179, 2147483647;
+	setp.gt.u32 	%p49, %r143, 2139095040;
+	shr.u32 	%r144, %r179, 16;
+	or.b32  	%r145, %r144, 64;
+	and.b32  	%r146, %r144, 1;
+	add.s32 	%r147, %r179, %r146;
+	add.s32 	%r148, %r147, 32767;
+	shr.u32 	%r149, %r148, 16;
+	selp.b32 	%r150, %r145, %r149, %p49;
+	cvt.u16.u32 	%rs19, %r150;
+$L__BB0_63:
+	cvt.u32.u16 	%r179, %rs19;
+$L__BB0_64:
+	cvt.u64.u32 	%rd152, %r179;
+$L__BB0_65:
+	mul.lo.s64 	%rd127, %rd142, %rd22;
+	add.s64 	%rd63, %rd21, %rd127;
+	setp.eq.s64 	%p50, %rd23, 0;
+	@%p50 bra 	$L__BB0_73;
+	setp.lt.u32 	%p51, %r15, 3;
+	mov.u32 	%r183, 0;
+	@%p51 bra 	$L__BB0_69;
+	mov.u32 	%r183, 0;
+	mov.u32 	%r182, %r18;
+$L__BB0_68:
+	shl.b32 	%r153, %r183, 3;
+	shr.u64 	%rd128, %rd152, %r153;
+	cvt.u64.u32 	%rd129, %r183;
+	add.s64 	%rd130, %rd63, %rd129;
+	st.global.u8 	[%rd130], %rd128;
+	add.s32 	%r154, %r153, 8;
+	shr.u64 	%rd131, %rd152, %r154;
+	st.global.u8 	[%rd130+1], %rd131;
+	add.s32 	%r155, %r153, 16;
+	shr.u64 	%rd132, %rd152, %r155;
+	st.global.u8 	[%rd130+2], %rd132;
+	add.s32 	%r156, %r153, 24;
+	shr.u64 	%rd133, %rd152, %r156;
+	st.global.u8 	[%rd130+3], %rd133;
+	add.s32 	%r183, %r183, 4;
+	add.s32 	%r182, %r182, -4;
+	setp.ne.s32 	%p52, %r182, 0;
+	@%p52 bra 	$L__BB0_68;
+$L__BB0_69:
+	setp.eq.s32 	%p53, %r17, 0;
+	@%p53 bra 	$L__BB0_80;
+	setp.eq.s32 	%p54, %r17, 1;
+	shl.b32 	%r157, %r183, 3;
+	shr.u64 	%rd134, %rd152, %r157;
+	cvt.u64.u32 	%rd135, %r183;
+	add.s64 	%rd64, %rd63, %rd135;
+	st.global.u8 	[%rd64], %rd134;
+	@%p54 bra 	$L__BB0_80;
+	setp.eq.s32 	%p55, %r17, 2;
+	add.s32 	%r159, %r157, 8;
+	shr.u64 	%rd136, %rd152, %r159;
+	st.global.u8 	[%rd64+1], %rd136;
+	@%p55 bra 	$L__BB0_80;
+	add.s32 	%r161, %r157, 16;
+	shr.u64 	%rd137, %rd152, %r161;
+	st.global.u8 	[%rd64+2], %rd137;
+	bra.uni 	$L__BB0_80;
+$L__BB0_73:
+	setp.eq.s32 	%p56, %r172, 1;
+	@%p56 bra 	$L__BB0_78;
+	setp.eq.s32 	%p57, %r172, 2;
+	@%p57 bra 	$L__BB0_77;
+	setp.ne.s32 	%p58, %r172, 4;
+	@%p58 bra 	$L__BB0_79;
+	st.global.u32 	[%rd63], %rd152;
+	bra.uni 	$L__BB0_80;
+$L__BB0_77:
+	st.global.u16 	[%rd63], %rd152;
+	bra.uni 	$L__BB0_80;
+$L__BB0_78:
+	st.global.u8 	[%rd63], %rd152;
+	bra.uni 	$L__BB0_80;
+$L__BB0_79:
+	st.global.u64 	[%rd63], %rd152;
+$L__BB0_80:
+	add.s64 	%rd142, %rd142, %rd5;
+	setp.lt.u64 	%p59, %rd142, %rd12;
+	@%p59 bra 	$L__BB0_13;
+$L__BB0_81:
+	mov.u32 	%r162, %nctaid.x;
+	cvt.u64.u32 	%rd138, %r162;
+	add.s64 	%rd140, %rd140, %rd138;
+	setp.lt.u64 	%p60, %rd140, %rd4;
+	@%p60 bra 	$L__BB0_2;
+$L__BB0_82:
 	ret;
 }
 )WSPTX";
