@@ -148,13 +148,43 @@ std::string str_bytes(const std::string& s) {
   return o.bytes();
 }
 
+// A scripted peer on a free port: accepts one connection and runs `script` on it.
+struct FakePeer {
+  detail::Fd listener = detail::listen_tcp("127.0.0.1", 0);
+  int port = detail::local_port(listener.get());
+  std::thread t;
+  template <class F>
+  void run(F script) {
+    t = std::thread([this, script] {
+      try {
+        auto fd = detail::accept_tcp(listener.get(), detail::Deadline::after(5000ms));
+        if (fd) script(fd);
+      } catch (...) {
+      }
+    });
+  }
+  ~FakePeer() {
+    if (t.joinable()) t.join();
+  }
+};
+// Reads torch 2.4's opening (VALIDATE + PING) and answers the PING.
+void answer_handshake(const detail::Fd& fd) {
+  char b[10];
+  detail::recv_all(fd.get(), b, 10, detail::Deadline::after(2000ms), "fake", 0);
+  raw_send(fd, std::string(b + 6, 4));
+}
+std::string recv_n(const detail::Fd& fd, std::size_t n, std::chrono::milliseconds t = 2000ms) {
+  std::string b(n, '\0');
+  detail::recv_all(fd.get(), b.data(), n, detail::Deadline::after(t), "test", 0);
+  return b;
+}
 std::chrono::milliseconds since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
 }
 }  // namespace
 
-TEST_CASE("tcp_store: every command, torch 2.x and torch 1.13 dialects", "[unit][tcp_store]") {
-  const auto wire = GENERATE(TcpStoreWire::torch2, TcpStoreWire::torch1_13);
+TEST_CASE("tcp_store: every command, torch 2.x, 2.0 and 1.13 dialects", "[unit][tcp_store]") {
+  const auto wire = GENERATE(TcpStoreWire::torch2, TcpStoreWire::torch2_0, TcpStoreWire::torch1_13);
   TcpStoreServer server;
   auto c = TcpStoreClient::connect(copts(server.port(), wire));
   c.set("a", "1");
@@ -191,6 +221,7 @@ TEST_CASE("tcp_store: every command, torch 2.x and torch 1.13 dialects", "[unit]
   CHECK(c.get("big").size() == (1u << 20));
   if (wire == TcpStoreWire::torch2) c.ping(0xdeadbeef);
   if (wire != TcpStoreWire::torch2) CHECK_THROWS_AS(c.ping(1), state_error);
+  if (wire != TcpStoreWire::torch2) CHECK_THROWS_AS(c.queue_len("q"), state_error);
 }
 
 TEST_CASE("tcp_store: WAIT wakes on another client's SET and is bounded by a deadline",
@@ -454,6 +485,32 @@ TEST_CASE("tcp_store: a WAIT of more than 4096 keys (torch allows 128 Ki)", "[un
   CHECK(c.check(keys));
 }
 
+TEST_CASE("tcp_store: torch 2.0 dialect (no handshake, APPEND..CANCEL_WAIT at 9..12)",
+          "[unit][tcp_store]") {
+  TcpStoreServer server;
+  auto c = TcpStoreClient::connect(copts(server.port(), TcpStoreWire::torch2_0));
+  c.append("a", "x");
+  c.append("a", "y");
+  CHECK(c.multi_get({"a"}) == std::vector<std::string>{"xy"});
+  CHECK_THROWS_AS(c.wait({"never"}, 100ms), timeout_error);
+  CHECK(c.connected());  // cancelled with CANCEL_WAIT (byte 12), unlike 1.13
+  CHECK(c.get("a") == "xy");
+  CHECK_THROWS_AS(c.ping(1), state_error);
+  CHECK_THROWS_AS(c.list_keys(), state_error);
+  // A raw 1.13-style client: byte 9 is APPEND for a server serving clients without handshake.
+  detail::c10d::StoreEngine e;
+  e.open(1);
+  std::vector<detail::c10d::Reply> out;
+  detail::c10d::Out q;
+  q.u8(9).str("/z").str("1").u8(2).str("/z");  // APPEND, GET in the torch 2.0 table
+  CHECK(e.feed(1, q.bytes(), out).empty());
+  CHECK(e.wire(1) == TcpStoreWire::torch2_0);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].bytes == str_bytes("1"));
+}
+
+// ---- waking (audit items 4, 6; 16: CANCEL_WAIT and a late STOP_WAITING) ----
+
 TEST_CASE("tcp_store engine: a WAIT is answered only once all its keys exist", "[unit][tcp_store]") {
   Engine g;
   g.open(1);
@@ -531,6 +588,214 @@ TEST_CASE("tcp_store engine: a WAIT is answered only once all its keys exist", "
   g.e.close(3);
   CHECK(g.ok().empty());
 }
+
+TEST_CASE("tcp_store client: a late STOP_WAITING before WAIT_CANCELED keeps the connection usable",
+          "[unit][tcp_store]") {
+  const auto reply = GENERATE(std::string("\x00\x01", 2), std::string("\x01", 1));
+  FakePeer peer;
+  peer.run([&](detail::Fd& fd) {
+    answer_handshake(fd);
+    const std::string wait = recv_n(fd, 1 + 8 + 8 + 2);  // WAIT ["/k"]
+    const std::string cancel = recv_n(fd, 1);             // after the client's timeout
+    if (wait[0] == 6 && cancel[0] == 12) raw_send(fd, reply);
+    const std::string ping = recv_n(fd, 5);
+    raw_send(fd, ping.substr(1));
+  });
+  auto c = TcpStoreClient::connect(copts(peer.port));
+  CHECK_THROWS_AS(c.wait({"k"}, 100ms), timeout_error);
+  CHECK(c.connected());
+  c.ping(77);
+}
+
+// ---- client (audit items 5, 8, 14, 15; 16: the client's reply bounds) ----
+
+TEST_CASE("tcp_store client: multi_get waits for its keys, as torch's does", "[unit][tcp_store]") {
+  TcpStoreServer server;
+  auto c = TcpStoreClient::connect(copts(server.port()));
+  auto setter = TcpStoreClient::connect(copts(server.port()));
+  c.set("a", "1");
+  std::thread t([&] {
+    std::this_thread::sleep_for(150ms);
+    setter.set("late", "2");
+  });
+  CHECK(c.multi_get({"a", "late"}) == std::vector<std::string>{"1", "2"});
+  t.join();
+  auto o = copts(server.port());
+  o.timeout = 200ms;
+  auto impatient = TcpStoreClient::connect(o);
+  CHECK_THROWS_AS(impatient.multi_get({"a", "never"}), timeout_error);
+}
+
+TEST_CASE("tcp_store client: a store that does not answer torch 2.x's handshake is named quickly",
+          "[unit][tcp_store]") {
+  auto o = copts(0, TcpStoreWire::torch2, 30000ms);  // the overall timeout is long
+  o.validate_timeout = 300ms;
+  SECTION("a peer that swallows the bytes (a frozen torch < 2.1 store)") {
+    FakePeer peer;
+    peer.run([](detail::Fd& fd) {
+      char b[64];
+      const auto d = detail::Deadline::after(1500ms);
+      while (!d.expired()) {
+        [[maybe_unused]] auto k = ::recv(fd.get(), b, sizeof b, MSG_DONTWAIT);
+        std::this_thread::sleep_for(10ms);
+      }
+    });
+    o.port = peer.port;
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      (void)TcpStoreClient::connect(o);
+      FAIL("connected");
+    } catch (const timeout_error& e) {
+      const std::string w = e.what();
+      CHECK(w.find("did not answer torch 2.x's validation") != std::string::npos);
+      CHECK(w.find("torch1_13") != std::string::npos);
+      CHECK(w.find(std::to_string(peer.port)) != std::string::npos);
+    }
+    CHECK(since(t0) < 1500ms);
+  }
+  SECTION("a peer that resets every connection (torch 1.13's server does)") {
+    auto listener = detail::listen_tcp("127.0.0.1", 0);
+    o.port = detail::local_port(listener.get());
+    std::atomic<bool> stop{false};
+    std::thread t([&] {
+      while (!stop) {
+        auto fd = detail::accept_tcp(listener.get(), detail::Deadline::after(50ms));
+        if (!fd) continue;
+        try {
+          char b[16];
+          detail::recv_all(fd.get(), b, 1, detail::Deadline::after(1000ms), "fake", 0);
+        } catch (const std::exception&) {
+        }
+        linger l{1, 0};  // close with RST, as a server that threw does
+        ::setsockopt(fd.get(), SOL_SOCKET, SO_LINGER, &l, sizeof l);
+      }
+    });
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string error;
+    try {
+      (void)TcpStoreClient::connect(o);
+    } catch (const protocol_error& e) {
+      error = e.what();
+    } catch (const std::exception& e) {
+      error = std::string("unexpected: ") + e.what();
+    }
+    stop = true;
+    t.join();
+    INFO(error);
+    CHECK(error.find("closed every connection before answering torch 2.x's validation") !=
+          std::string::npos);
+    CHECK(error.find("torch2_0") != std::string::npos);
+    CHECK(since(t0) < 3000ms);
+  }
+}
+
+TEST_CASE("tcp_store client: connect and validation share one deadline and a reset is retried",
+          "[unit][tcp_store]") {
+  SECTION("late listener, silent peer: the whole connect takes about the timeout") {
+    const int port = ws_test::free_port();
+    std::atomic<bool> stop{false};
+    std::thread t([&] {
+      std::this_thread::sleep_for(600ms);  // refused until then
+      auto listener = detail::listen_tcp("127.0.0.1", port);
+      auto fd = detail::accept_tcp(listener.get(), detail::Deadline::after(3000ms));
+      while (!stop) std::this_thread::sleep_for(10ms);
+    });
+    auto o = copts(port, TcpStoreWire::torch2, 1000ms);
+    o.validate_timeout = 60000ms;
+    const auto t0 = std::chrono::steady_clock::now();
+    CHECK_THROWS_AS(TcpStoreClient::connect(o), timeout_error);
+    CHECK(since(t0) < 1450ms);  // not 600 ms of connecting plus a fresh 1000 ms for PING
+    stop = true;
+    t.join();
+  }
+  SECTION("the first connection is reset before the answer (a full backlog), the second works") {
+    auto listener = detail::listen_tcp("127.0.0.1", 0);
+    const int port = detail::local_port(listener.get());
+    std::thread t([&] {
+      auto first = detail::accept_tcp(listener.get(), detail::Deadline::after(3000ms));
+      linger l{1, 0};
+      if (first) ::setsockopt(first.get(), SOL_SOCKET, SO_LINGER, &l, sizeof l);
+      first.reset();
+      auto second = detail::accept_tcp(listener.get(), detail::Deadline::after(3000ms));
+      if (!second) return;
+      answer_handshake(second);
+      std::this_thread::sleep_for(200ms);
+    });
+    auto c = TcpStoreClient::connect(copts(port, TcpStoreWire::torch2, 3000ms));
+    CHECK(c.connected());
+    t.join();
+  }
+}
+
+TEST_CASE("tcp_store client: queues and LIST", "[unit][tcp_store]") {
+  TcpStoreServer server;
+  auto c = TcpStoreClient::connect(copts(server.port()));
+  auto other = TcpStoreClient::connect(copts(server.port()));
+  CHECK(c.queue_len("q") == 0);
+  CHECK_FALSE(c.try_queue_pop("q").has_value());  // QUEUE_POP on an empty queue: n = 0, at once
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_AS(c.queue_pop("q", 200ms), timeout_error);
+  CHECK(since(t0) >= 190ms);
+  CHECK(c.connected());
+  c.queue_push("q", "one");
+  c.queue_push("q", "");  // empty items are items
+  CHECK(c.queue_len("q") == 2);
+  CHECK(c.try_queue_pop("q") == std::optional<std::string>("one"));
+  CHECK(c.queue_pop("q", 200ms).empty());
+  CHECK(c.queue_len("q") == 0);
+  std::thread t([&] {
+    std::this_thread::sleep_for(100ms);
+    other.queue_push("jobs", "job-1");
+  });
+  CHECK(c.queue_pop("jobs", 5000ms) == "job-1");  // blocks until another client pushes
+  t.join();
+  c.set("x", "1");
+  c.set("y", "2");
+  c.add_raw("init/", 1);  // outside the "/" prefix: LIST leaves it out, as torch's list() does
+  auto keys = c.list_keys();
+  std::sort(keys.begin(), keys.end());
+  CHECK(keys == std::vector<std::string>{"x", "y"});
+  // The raw reply is int64 n, then n strings (queues are not keys).
+  auto fd = raw_connect(server.port());
+  raw_send(fd, validate_bytes() + req(Cmd::list).bytes());
+  CHECK(recv_n(fd, 8) == i64_bytes(3));
+}
+
+TEST_CASE("tcp_store client: replies over its bounds are refused, naming the store",
+          "[unit][tcp_store]") {
+  const auto what = GENERATE(std::string("GET"), std::string("LIST"), std::string("MULTI_GET"));
+  FakePeer peer;
+  peer.run([&](detail::Fd& fd) {
+    answer_handshake(fd);
+    char b[256];
+    const auto d = detail::Deadline::after(300ms);  // swallow the request(s)
+    while (!d.expired()) {
+      [[maybe_unused]] auto k = ::recv(fd.get(), b, sizeof b, MSG_DONTWAIT);
+      std::this_thread::sleep_for(5ms);
+    }
+    if (what == "GET") raw_send(fd, std::string(1, '\0') + i64_bytes(std::int64_t(1) << 40));
+    if (what == "LIST") raw_send(fd, i64_bytes(std::int64_t(1) << 40));
+    if (what == "MULTI_GET") {  // WAIT answered, then 3 values of 600 bytes, bound 1000
+      raw_send(fd, std::string(1, '\0'));
+      for (int i = 0; i < 3; ++i) raw_send(fd, str_bytes(std::string(600, 'v')));
+    }
+    std::this_thread::sleep_for(300ms);
+  });
+  auto o = copts(peer.port);
+  o.limits.max_reply_bytes = 1000;
+  auto c = TcpStoreClient::connect(o);
+  try {
+    if (what == "GET") (void)c.get("k");
+    if (what == "LIST") (void)c.list_keys();
+    if (what == "MULTI_GET") (void)c.multi_get({"a", "b", "c"});
+    FAIL("accepted");
+  } catch (const protocol_error& e) {
+    CHECK(std::string(e.what()).find(what) != std::string::npos);
+  }
+  CHECK_FALSE(c.connected());
+}
+
+// ---- the engine's bounds (audit items 9, 10, 11, 12, 13) ----
 
 TEST_CASE("tcp_store engine: queues count against the store bound, pops create nothing",
           "[unit][tcp_store]") {

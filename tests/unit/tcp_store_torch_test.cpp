@@ -138,6 +138,41 @@ TEST_CASE("tcp_store+torch: the C++ client against torch's server", "[unit][tcp_
   CHECK(r.out.find("OK server") != std::string::npos);
 }
 
+TEST_CASE("tcp_store+torch: a client of torch 2.x's dialect is told to use torch 1.13's",
+          "[unit][tcp_store][torch]") {
+  REQUIRE_TORCH();
+  if (torch_wire() != TcpStoreWire::torch1_13) {
+    WS_SKIP("needs a torch < 2.1 server (this torch speaks the 2.x handshake)");
+  }
+  const int port = ws_test::free_port();
+  auto peer = start_peer("server --port " + std::to_string(port));
+  auto o = copts(port);
+  o.wire = TcpStoreWire::torch2;
+  o.validate_timeout = 2000ms;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string error;
+  try {
+    (void)TcpStoreClient::connect(o);  // torch 1.13's server resets torch 2.x's handshake
+  } catch (const weightsync::error& e) {
+    error = e.what();
+  }
+  INFO(error);
+  CHECK(error.find("torch 2.x's validation") != std::string::npos);
+  CHECK(error.find("TcpStoreWire::torch1_13") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - t0 < 10000ms);  // not the 20 s timeout
+  // The server survived it: the right dialect is served.
+  o.wire = TcpStoreWire::torch1_13;
+  auto c = TcpStoreClient::connect(o);
+  CHECK(c.get("py/k") == "from-py");
+  c.set("cpp/k", "from-cpp");
+  CHECK(c.add("cpp/n", 42) == 42);
+  c.set("cpp/done", "1");
+  CHECK(c.get("py/done") == "1");
+  const auto r = peer.get();
+  INFO(r.out);
+  CHECK(r.rc == 0);
+}
+
 TEST_CASE("tcp_store+torch: vLLM TCP mode, C++ rank 0 publishes the pickled unique id",
           "[unit][tcp_store][torch][vllm]") {
   REQUIRE_TORCH();
