@@ -49,6 +49,9 @@ struct StoreGroupOptions {
   int rank = 0;
   int world_size = 1;
   std::chrono::milliseconds timeout{300000};  //!< joining, and every wait on a key
+  //! The dialect of a Python rank 0's store: torch2 for torch >= 2.1, torch2_0 / torch1_13 for
+  //! torch 2.0 / 1.13 (a wrong guess is a prompt error naming the dialect, see TcpStoreClient).
+  //! A store hosted here (rank 0) serves every dialect.
   TcpStoreWire wire = TcpStoreWire::torch2;
   //! Rank 0 listens on this address (vLLM binds master_address; "0.0.0.0" for every interface).
   std::string listen_host;
