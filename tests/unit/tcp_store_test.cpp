@@ -179,7 +179,8 @@ std::string recv_n(const detail::Fd& fd, std::size_t n, std::chrono::millisecond
   return b;
 }
 std::chrono::milliseconds since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                               t0);
 }
 }  // namespace
 
@@ -195,11 +196,11 @@ TEST_CASE("tcp_store: every command, torch 2.x, 2.0 and 1.13 dialects", "[unit][
   CHECK(c.add_raw("init/", 1) == 1);
   CHECK(c.check({"a", "n"}));
   CHECK_FALSE(c.check({"a", "missing"}));
-  CHECK(c.compare_set("cs", "", "first") == "first");       // missing + empty expected: sets
+  CHECK(c.compare_set("cs", "", "first") == "first");        // missing + empty expected: sets
   CHECK(c.compare_set("cs", "wrong", "second") == "first");  // mismatch: unchanged
   CHECK(c.compare_set("cs", "first", "second") == "second");
   CHECK(c.compare_set("absent", "x", "y") == "x");  // torch's answer for a missing key
-  if (wire != TcpStoreWire::torch1_13) {  // torch 2.0 added APPEND, MULTI_*, CANCEL_WAIT
+  if (wire != TcpStoreWire::torch1_13) {            // torch 2.0 added APPEND, MULTI_*, CANCEL_WAIT
     c.append("ap", "ab");
     c.append("ap", "cd");
     CHECK(c.get("ap") == "abcd");
@@ -254,9 +255,10 @@ TEST_CASE("tcp_store: WAIT wakes on another client's SET and is bounded by a dea
   }
 }
 
-TEST_CASE("tcp_store: garbage, oversized, truncated and unknown requests are refused, the server "
-          "keeps serving",
-          "[unit][tcp_store]") {
+TEST_CASE(
+    "tcp_store: garbage, oversized, truncated and unknown requests are refused, the server "
+    "keeps serving",
+    "[unit][tcp_store]") {
   set_quiet();
   TcpStoreServerOptions so;
   so.request_timeout = 300ms;
@@ -352,7 +354,8 @@ TEST_CASE("tcp_store: the client names a peer that is no TCPStore, within its de
       std::this_thread::sleep_for(600ms);
     });
     const auto t0 = std::chrono::steady_clock::now();
-    CHECK_THROWS_AS(TcpStoreClient::connect(copts(port, TcpStoreWire::torch2, 300ms)), timeout_error);
+    CHECK_THROWS_AS(TcpStoreClient::connect(copts(port, TcpStoreWire::torch2, 300ms)),
+                    timeout_error);
     CHECK(std::chrono::steady_clock::now() - t0 < 2000ms);
     t.join();
   }
@@ -362,7 +365,8 @@ TEST_CASE("tcp_store: the client names a peer that is no TCPStore, within its de
       raw_send(fd, "HTTP/1.1 400 Bad Request\r\n\r\n");
       std::this_thread::sleep_for(300ms);
     });
-    CHECK_THROWS_AS(TcpStoreClient::connect(copts(port, TcpStoreWire::torch2, 1000ms)), protocol_error);
+    CHECK_THROWS_AS(TcpStoreClient::connect(copts(port, TcpStoreWire::torch2, 1000ms)),
+                    protocol_error);
     t.join();
   }
   SECTION("nobody listening: timeout names the address") {
@@ -389,9 +393,10 @@ TEST_CASE("tcp_store: the engine survives random input (fuzz entry point)", "[un
   }
 }
 
-TEST_CASE("store group: rank 0 names a rank that never joins, a rank > 0 refuses a value that is "
-          "not vLLM's pickle",
-          "[unit][tcp_store][vllm]") {
+TEST_CASE(
+    "store group: rank 0 names a rank that never joins, a rank > 0 refuses a value that is "
+    "not vLLM's pickle",
+    "[unit][tcp_store][vllm]") {
   StoreGroupOptions o;
   o.world_size = 3;
   o.timeout = 300ms;
@@ -511,7 +516,8 @@ TEST_CASE("tcp_store: torch 2.0 dialect (no handshake, APPEND..CANCEL_WAIT at 9.
 
 // ---- waking (audit items 4, 6; 16: CANCEL_WAIT and a late STOP_WAITING) ----
 
-TEST_CASE("tcp_store engine: a WAIT is answered only once all its keys exist", "[unit][tcp_store]") {
+TEST_CASE("tcp_store engine: a WAIT is answered only once all its keys exist",
+          "[unit][tcp_store]") {
   Engine g;
   g.open(1);
   g.open(2);
@@ -596,7 +602,7 @@ TEST_CASE("tcp_store client: a late STOP_WAITING before WAIT_CANCELED keeps the 
   peer.run([&](detail::Fd& fd) {
     answer_handshake(fd);
     const std::string wait = recv_n(fd, 1 + 8 + 8 + 2);  // WAIT ["/k"]
-    const std::string cancel = recv_n(fd, 1);             // after the client's timeout
+    const std::string cancel = recv_n(fd, 1);            // after the client's timeout
     if (wait[0] == 6 && cancel[0] == 12) raw_send(fd, reply);
     const std::string ping = recv_n(fd, 5);
     raw_send(fd, ping.substr(1));
@@ -864,7 +870,8 @@ TEST_CASE("tcp_store engine: a request's total size and a reply's size are bound
     auto set = req(Cmd::set);
     set.str("/big").str(std::string(64 * 1024, 'x'));
     REQUIRE(g.feed(1, set.bytes()).empty());
-    const std::string why = g.feed(1, keys_req(Cmd::multi_get, std::vector<std::string>(100, "/big")));
+    const std::string why =
+        g.feed(1, keys_req(Cmd::multi_get, std::vector<std::string>(100, "/big")));
     CHECK(why.find("MULTI_GET of 100 keys would answer") != std::string::npos);
     CHECK(g.replies(1).empty());
   }
@@ -947,15 +954,40 @@ TEST_CASE("tcp_store engine: the bookkeeping holds after every kind of request",
     const int c = 1 + static_cast<int>(rng() % 2);
     detail::c10d::Out o;
     switch (rng() % 9) {
-      case 0: o = req(Cmd::set); o.str(k).str(std::string(rng() % 100, 'v')); break;
-      case 1: o = req(Cmd::delete_key); o.str(k); break;
-      case 2: o = req(Cmd::queue_push); o.str(k).str("i"); break;
-      case 3: o = req(Cmd::queue_pop); o.str(k); break;
-      case 4: o.bytes() = keys_req(Cmd::wait, {k, names[rng() % names.size()]}); break;
-      case 5: o = req(Cmd::cancel_wait); break;
-      case 6: o = req(Cmd::compare_set); o.str(k).str("").str("cs"); break;
-      case 7: o = req(Cmd::append); o.str(k).str("+"); break;
-      case 8: o = req(Cmd::add); o.str("/n").i64(1); break;
+      case 0:
+        o = req(Cmd::set);
+        o.str(k).str(std::string(rng() % 100, 'v'));
+        break;
+      case 1:
+        o = req(Cmd::delete_key);
+        o.str(k);
+        break;
+      case 2:
+        o = req(Cmd::queue_push);
+        o.str(k).str("i");
+        break;
+      case 3:
+        o = req(Cmd::queue_pop);
+        o.str(k);
+        break;
+      case 4:
+        o.bytes() = keys_req(Cmd::wait, {k, names[rng() % names.size()]});
+        break;
+      case 5:
+        o = req(Cmd::cancel_wait);
+        break;
+      case 6:
+        o = req(Cmd::compare_set);
+        o.str(k).str("").str("cs");
+        break;
+      case 7:
+        o = req(Cmd::append);
+        o.str(k).str("+");
+        break;
+      case 8:
+        o = req(Cmd::add);
+        o.str("/n").i64(1);
+        break;
     }
     const std::string why = g.feed(c, o.bytes());
     if (!why.empty()) {  // a second WAIT on a connection: dropped, as in the server

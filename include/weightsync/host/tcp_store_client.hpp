@@ -80,7 +80,8 @@ class TcpStoreClient {
     auto backoff = std::chrono::milliseconds(10);
     while (true) {
       c.fd_ = detail::connect_tcp(c.o_.host, c.o_.port, deadline, "store connect", 0);
-      if (!window) window = detail::Deadline{std::min(deadline.at, detail::Deadline::after(window_ms).at)};
+      if (!window)
+        window = detail::Deadline{std::min(deadline.at, detail::Deadline::after(window_ms).at)};
       c.deadline_ = *window;
       try {
         c.handshake();
@@ -91,7 +92,8 @@ class TcpStoreClient {
           throw timeout_error("store validate", 0,
                               detail::cat("the store at ", c.where(),
                                           " did not answer torch 2.x's validation (VALIDATE + "
-                                          "PING) within ", window_ms.count(), " ms", hint));
+                                          "PING) within ",
+                                          window_ms.count(), " ms", hint));
       } catch (const peer_error& e) {  // reset or closed before answering: retry in the window
         reset = e.what();
       }
@@ -132,7 +134,8 @@ class TcpStoreClient {
     recv(&v, 8, "ADD");
     return v;
   }
-  std::string compare_set(std::string_view key, std::string_view expected, std::string_view desired) {
+  std::string compare_set(std::string_view key, std::string_view expected,
+                          std::string_view desired) {
     auto q = start(detail::c10d::Cmd::compare_set);
     q.str(full(key)).str(expected).str(desired);
     send(q.bytes(), "COMPARE_SET");
@@ -143,7 +146,8 @@ class TcpStoreClient {
     send(q.bytes(), "CHECK");
     std::uint8_t r = 0;
     recv(&r, 1, "CHECK");
-    if (r > 1) throw protocol_error(0, detail::cat("CHECK answered ", int(r), " (expected 0 or 1)"));
+    if (r > 1)
+      throw protocol_error(0, detail::cat("CHECK answered ", int(r), " (expected 0 or 1)"));
     return r == 0;
   }
   //! Waits until every key exists. @throws timeout_error("store wait") naming the keys.
@@ -161,10 +165,10 @@ class TcpStoreClient {
     if (detail::c10d::byte_of(detail::c10d::Cmd::cancel_wait, o_.wire) < 0) {
       // torch 1.13 has no CANCEL_WAIT: like its own client, give the connection up.
       fd_.reset();
-      throw timeout_error("store wait", 0,
-                          detail::cat("key(s) ", names, " not set in the TCPStore at ", where(),
-                                      " within ", timeout.count(),
-                                      " ms (torch 1.13 dialect: the connection is closed)"));
+      throw timeout_error(
+          "store wait", 0,
+          detail::cat("key(s) ", names, " not set in the TCPStore at ", where(), " within ",
+                      timeout.count(), " ms (torch 1.13 dialect: the connection is closed)"));
     }
     // Cancel, as torch does: the server answers WAIT_CANCELED, possibly after a late STOP_WAITING.
     auto c = start(detail::c10d::Cmd::cancel_wait);
@@ -175,8 +179,9 @@ class TcpStoreClient {
       fd_.reset();
       throw protocol_error(0, detail::cat("CANCEL_WAIT answered ", int(r), " (expected 1)"));
     }
-    throw timeout_error("store wait", 0, detail::cat("key(s) ", names, " not set in the TCPStore at ",
-                                                     where(), " within ", timeout.count(), " ms"));
+    throw timeout_error("store wait", 0,
+                        detail::cat("key(s) ", names, " not set in the TCPStore at ", where(),
+                                    " within ", timeout.count(), " ms"));
   }
   std::int64_t num_keys() {
     send(start(detail::c10d::Cmd::num_keys).bytes(), "GETNUMKEYS");
@@ -264,8 +269,8 @@ class TcpStoreClient {
   std::string queue_pop(std::string_view key, std::chrono::milliseconds timeout) {
     const auto deadline = detail::Deadline::after(timeout);
     while (true) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline.at -
-                                                                              detail::Clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline.at - detail::Clock::now());
       try {
         wait({std::string(key)}, std::max(left, std::chrono::milliseconds(0)));
       } catch (const timeout_error&) {
@@ -295,9 +300,9 @@ class TcpStoreClient {
     recv(&n, 8, "LIST");
     if (n < 0 || static_cast<std::uint64_t>(n) > o_.limits.max_reply_bytes / 8) {
       fd_.reset();
-      throw protocol_error(0, detail::cat("LIST reply from ", where(), " announces ", n,
-                                          " keys, over the reply bound of ",
-                                          o_.limits.max_reply_bytes, " bytes"));
+      throw protocol_error(
+          0, detail::cat("LIST reply from ", where(), " announces ", n,
+                         " keys, over the reply bound of ", o_.limits.max_reply_bytes, " bytes"));
     }
     std::vector<std::string> keys;
     std::size_t total = 8;
@@ -378,8 +383,9 @@ class TcpStoreClient {
     recv(&n, 8, what);
     if (n > max) {
       fd_.reset();
-      throw protocol_error(0, detail::cat(what, " reply announces ", n, " bytes, over the limit of ",
-                                          max, " (is ", where(), " a TCPStore?)"));
+      throw protocol_error(
+          0, detail::cat(what, " reply announces ", n, " bytes, over the limit of ", max, " (is ",
+                         where(), " a TCPStore?)"));
     }
     std::string s(static_cast<std::size_t>(n), '\0');
     recv(s.data(), s.size(), what);

@@ -75,9 +75,9 @@ class StoreEngine {
   //! Feeds bytes received on `conn`; appends the replies to `out`. Returns "" or, when the
   //! connection must be dropped (garbage, over a bound, a bad handshake, a request that threw,
   //! a request after more than `reply_budget` bytes of replies to `conn` from these bytes: a
-  //! peer that sends requests without reading the answers), the reason; the caller then closes it. A request that
-  //! throws (bad_alloc, say) is a returned reason too, and its bytes are gone: requests are
-  //! consumed before they run, so that none is ever executed twice.
+  //! peer that sends requests without reading the answers), the reason; the caller then closes it.
+  //! A request that throws (bad_alloc, say) is a returned reason too, and its bytes are gone:
+  //! requests are consumed before they run, so that none is ever executed twice.
   std::string feed(int conn, std::string_view bytes, std::vector<Reply>& out,
                    std::size_t reply_budget = static_cast<std::size_t>(-1)) {
     auto it = conns_.find(conn);
@@ -143,8 +143,10 @@ class StoreEngine {
       if (ids.empty()) return cat("empty waiter list for '", k, "'");
       listed += ids.size();
     }
-    if (listed != registrations) return cat(listed, " waiter registrations, ", registrations, " expected");
-    if (wait_bytes != wait_bytes_) return cat("wait_bytes ", wait_bytes_, ", expected ", wait_bytes);
+    if (listed != registrations)
+      return cat(listed, " waiter registrations, ", registrations, " expected");
+    if (wait_bytes != wait_bytes_)
+      return cat("wait_bytes ", wait_bytes_, ", expected ", wait_bytes);
     return {};
   }
 
@@ -178,8 +180,9 @@ class StoreEngine {
           continue;
         }
         if (!accept_old_) {
-          why = cat("the first query is not torch 2.x's VALIDATE (byte ", int(std::uint8_t(rest[0])),
-                    "); clients of torch < 2.1 are not accepted by this server");
+          why =
+              cat("the first query is not torch 2.x's VALIDATE (byte ", int(std::uint8_t(rest[0])),
+                  "); clients of torch < 2.1 are not accepted by this server");
           break;
         }
         c.wire = TcpStoreWire::torch2_0;
@@ -217,8 +220,10 @@ class StoreEngine {
       case Cmd::cancel_wait:
       case Cmd::queue_push:
       case Cmd::queue_pop:
-      case Cmd::queue_len: return execute_sync(conn, q, out);
-      default: return execute_data(conn, q, out);
+      case Cmd::queue_len:
+        return execute_sync(conn, q, out);
+      default:
+        return execute_data(conn, q, out);
     }
   }
 
@@ -228,8 +233,11 @@ class StoreEngine {
     switch (q.cmd) {
       case Cmd::validate:
         return cat("VALIDATE after the connection's first query (magic 0x", std::hex, q.u32, ")");
-      case Cmd::ping: o.u32(q.u32); break;
-      case Cmd::set: return set(q.keys[0], std::move(q.values[0]), out);
+      case Cmd::ping:
+        o.u32(q.u32);
+        break;
+      case Cmd::set:
+        return set(q.keys[0], std::move(q.values[0]), out);
       case Cmd::multi_set:
         for (std::size_t i = 0; i < q.keys.size(); ++i)
           if (auto e = set(q.keys[i], std::move(q.values[i]), out); !e.empty()) return e;
@@ -265,7 +273,9 @@ class StoreEngine {
         changed(q.keys[0], was, false, out);
         return {};
       }
-      case Cmd::get: o.str(lookup(q.keys[0])); break;
+      case Cmd::get:
+        o.str(lookup(q.keys[0]));
+        break;
       case Cmd::multi_get: {
         std::size_t total = 0;
         for (const auto& k : q.keys) total += 8 + lookup(k).size();
@@ -288,7 +298,9 @@ class StoreEngine {
         changed(q.keys[0], was, false, out);
         return {};
       }
-      case Cmd::num_keys: o.i64(static_cast<std::int64_t>(kv_.size())); break;
+      case Cmd::num_keys:
+        o.i64(static_cast<std::int64_t>(kv_.size()));
+        break;
       case Cmd::delete_key: {
         const bool was = present(q.keys[0]);
         auto it = kv_.find(q.keys[0]);
@@ -314,7 +326,8 @@ class StoreEngine {
         for (const auto& kv : kv_) o.str(kv.first);
         break;
       }
-      default: return cat("unsupported query ", cmd_name(q.cmd));
+      default:
+        return cat("unsupported query ", cmd_name(q.cmd));
     }
     if (!o.bytes().empty()) out.push_back({conn, std::move(o.bytes())});
     return {};
@@ -325,7 +338,9 @@ class StoreEngine {
     Out o;
     Conn& c = conns_.at(conn);
     switch (q.cmd) {
-      case Cmd::check: o.u8(all_present(q.keys) ? 0 : 1); break;
+      case Cmd::check:
+        o.u8(all_present(q.keys) ? 0 : 1);
+        break;
       case Cmd::wait: {
         if (c.waiting) return "WAIT while a previous WAIT is still pending";
         if (all_present(q.keys)) {
@@ -390,7 +405,8 @@ class StoreEngine {
         o.i64(it == queues_.end() ? 0 : static_cast<std::int64_t>(it->second.size()));
         break;
       }
-      default: return cat("unsupported query ", cmd_name(q.cmd));
+      default:
+        return cat("unsupported query ", cmd_name(q.cmd));
     }
     if (!o.bytes().empty()) out.push_back({conn, std::move(o.bytes())});
     return {};
@@ -488,9 +504,9 @@ class StoreEngine {
   bool accept_old_;
   std::unordered_map<int, Conn> conns_;
   std::map<std::string, std::string> kv_;
-  std::unordered_map<std::string, std::vector<int>> waiters_;  // key -> its pending WAITs
+  std::unordered_map<std::string, std::vector<int>> waiters_;        // key -> its pending WAITs
   std::unordered_map<std::string, std::deque<std::string>> queues_;  // never empty
-  std::size_t bytes_ = 0;       // what kv_ and queues_ cost
+  std::size_t bytes_ = 0;                                            // what kv_ and queues_ cost
   std::size_t wait_bytes_ = 0;  // what the pending WAITs' keys cost
 };
 

@@ -35,7 +35,7 @@ namespace weightsync {
 
 struct TcpStoreServerOptions {
   std::string host = "127.0.0.1";  //!< address to listen on ("0.0.0.0": every interface)
-  int port = 0;                     //!< 0: any free port (see TcpStoreServer::port())
+  int port = 0;                    //!< 0: any free port (see TcpStoreServer::port())
   TcpStoreLimits limits;
   //! Also serve clients without the VALIDATE handshake (torch 2.0 and 1.13).
   bool accept_torch1_13 = true;
@@ -48,7 +48,8 @@ class TcpStoreServer {
  public:
   //! Listens at once (so the port is known and connections queue) and starts serving.
   //! @throws config_error("master_port") when the port is taken.
-  explicit TcpStoreServer(TcpStoreServerOptions o = {}) : o_(std::move(o)), engine_(o_.limits, o_.accept_torch1_13) {
+  explicit TcpStoreServer(TcpStoreServerOptions o = {})
+      : o_(std::move(o)), engine_(o_.limits, o_.accept_torch1_13) {
     listener_ = detail::listen_tcp(o_.host, o_.port);
     port_ = detail::local_port(listener_.get());
     int p[2];
@@ -88,8 +89,8 @@ class TcpStoreServer {
     if (it == conns_.end()) return;
     if (!why.empty()) {
       ++refused_;
-      log(LogLevel::warning, detail::cat("TCPStore server: dropped the connection from ",
-                                         it->second.peer, ": ", why));
+      log(LogLevel::warning,
+          detail::cat("TCPStore server: dropped the connection from ", it->second.peer, ": ", why));
     }
     engine_.close(id);
     conns_.erase(it);
@@ -166,13 +167,15 @@ class TcpStoreServer {
       }
       // Replies are bounded before they are built: what this connection may still queue.
       const std::size_t queued = it->second.out.size();
-      const std::size_t budget = queued < o_.max_pending_output ? o_.max_pending_output - queued : 0;
+      const std::size_t budget =
+          queued < o_.max_pending_output ? o_.max_pending_output - queued : 0;
       const std::string why =
           engine_.feed(id, std::string_view(buf, static_cast<std::size_t>(k)), replies, budget);
       deliver(replies);
       if (!why.empty()) return drop(id, why);
       const bool partial = engine_.partial(id);
-      if (partial && !it->second.partial) it->second.partial_since = detail::Deadline::after(o_.request_timeout);
+      if (partial && !it->second.partial)
+        it->second.partial_since = detail::Deadline::after(o_.request_timeout);
       it->second.partial = partial;
     }
   }

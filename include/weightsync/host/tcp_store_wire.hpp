@@ -11,40 +11,40 @@
 //!   string / bytes : uint64 length, then that many bytes
 //!   key list       : uint64 count, then `count` strings
 //!
-//! | query (torch2 / torch2_0 / torch1_13 byte) | arguments            | reply                     |
-//! |--------------------------------------------|----------------------|---------------------------|
-//! | VALIDATE (0 / - / -)                       | uint32 0x3C85F7CE    | none                      |
-//! | SET (1 / 0 / 0)                            | key, value           | none                      |
-//! | COMPARE_SET (2 / 1 / 1)                    | key, expected, desired | bytes (value after)     |
-//! | GET (3 / 2 / 2)                            | key                  | bytes (empty when missing)|
-//! | ADD (4 / 3 / 3)                            | key, int64           | int64 (new value)         |
-//! | CHECK (5 / 4 / 4)                          | key list             | uint8 0 READY/1 NOT_READY |
-//! | WAIT (6 / 5 / 5)                           | key list             | uint8 0 STOP_WAITING      |
-//! | GETNUMKEYS (7 / 6 / 6)                     | -                    | int64                     |
-//! | DELETE_KEY (8 / 8 / 8)                     | key                  | int64 (0 or 1)            |
-//! | APPEND (9 / 9 / -)                         | key, value           | none                      |
-//! | MULTI_GET (10 / 10 / -)                    | key list             | one bytes per key         |
-//! | MULTI_SET (11 / 11 / -)                    | uint64 n, n x (key, value) | none                |
-//! | CANCEL_WAIT (12 / 12 / -)                  | -                    | uint8 1 WAIT_CANCELED     |
-//! | PING (13 / - / -)                          | uint32 nonce         | uint32 nonce              |
-//! | QUEUE_PUSH (14 / - / -)                    | key, value           | none                      |
-//! | QUEUE_POP (15 / - / -)                     | key                  | int64 n, bytes if n > 0   |
-//! | QUEUE_LEN (16 / - / -)                     | key                  | int64                     |
-//! | LIST (17 / - / -)                          | -                    | int64 n, n strings        |
+//! | query       | 2.1+ | 2.0 | 1.13 | arguments                  | reply                        |
+//! |-------------|------|-----|------|----------------------------|------------------------------|
+//! | VALIDATE    | 0    | -   | -    | uint32 0x3C85F7CE          | none                         |
+//! | SET         | 1    | 0   | 0    | key, value                 | none                         |
+//! | COMPARE_SET | 2    | 1   | 1    | key, expected, desired     | bytes (value after the op)   |
+//! | GET         | 3    | 2   | 2    | key                        | bytes (empty when missing)   |
+//! | ADD         | 4    | 3   | 3    | key, int64                 | int64 (new value)            |
+//! | CHECK       | 5    | 4   | 4    | key list                   | uint8 0 READY / 1 NOT_READY  |
+//! | WAIT        | 6    | 5   | 5    | key list                   | uint8 0 STOP_WAITING         |
+//! | GETNUMKEYS  | 7    | 6   | 6    | -                          | int64                        |
+//! | DELETE_KEY  | 8    | 8   | 8    | key                        | int64 (0 or 1)               |
+//! | APPEND      | 9    | 9   | -    | key, value                 | none                         |
+//! | MULTI_GET   | 10   | 10  | -    | key list                   | one bytes per key            |
+//! | MULTI_SET   | 11   | 11  | -    | uint64 n, n x (key, value) | none                         |
+//! | CANCEL_WAIT | 12   | 12  | -    | -                          | uint8 1 WAIT_CANCELED        |
+//! | PING        | 13   | -   | -    | uint32 nonce               | uint32 nonce                 |
+//! | QUEUE_PUSH  | 14   | -   | -    | key, value                 | none                         |
+//! | QUEUE_POP   | 15   | -   | -    | key                        | int64 n, then bytes if n > 0 |
+//! | QUEUE_LEN   | 16   | -   | -    | key                        | int64                        |
+//! | LIST        | 17   | -   | -    | -                          | int64 n, n strings           |
 //!
 //! Byte 7 of the two older tables is WATCH_KEY (torch 1.x watch callbacks, never sent by the Python
 //! API): refused here. torch's QueryType ends at LIST (17); every other byte is refused.
 //!
 //! Three dialects. torch >= 2.1 clients open every connection with VALIDATE (pytorch#107607, Aug
-//! 2023; since 2.4 also a PING) and use the first column. Older clients send no handshake and use
-//! the table before it: torch 1.13's server knows the query bytes 0..8 only (it resets the
-//! connection on byte 9; checked against Debian's torch 1.13), torch 2.0 added APPEND, MULTI_GET,
-//! MULTI_SET and CANCEL_WAIT as 9..12. A server tells the handshake apart by the first five bytes
-//! of a connection: 0x00 followed by the magic is torch >= 2.1; anything else is an older client
-//! (a torch 2.0 / 1.13 SET of a key whose length's low 32 bits equal the magic would exceed every
-//! key bound), served with the torch 2.0 table (1.13 clients never send bytes above 8). The Python
-//! API's keys travel with a "/" prefix (torch's TCPStore prepends it); the workers' join counter
-//! "init/" travels bare.
+//! 2023; since 2.4 also a PING) and use the 2.1+ column. WAIT answers once all its keys exist.
+//! Older clients send no handshake and use the 2.0 / 1.13 columns: torch 1.13's server knows the
+//! query bytes 0..8 only (it resets the connection on byte 9; checked against Debian's torch 1.13),
+//! torch 2.0 added APPEND, MULTI_GET, MULTI_SET and CANCEL_WAIT as 9..12. A server tells the
+//! handshake apart by the first five bytes of a connection: 0x00 followed by the magic is torch
+//! >= 2.1; anything else is an older client (a torch 2.0 / 1.13 SET of a key whose length's low 32
+//! bits equal the magic would exceed every key bound), served with the torch 2.0 table (1.13
+//! clients never send bytes above 8). The Python API's keys travel with a "/" prefix (torch's
+//! TCPStore prepends it); the workers' join counter "init/" travels bare.
 
 #include <cstddef>
 #include <cstdint>
@@ -67,9 +67,12 @@ enum class TcpStoreWire : std::uint8_t {
 //! The name of a dialect, for messages.
 inline const char* tcp_store_wire_name(TcpStoreWire w) {
   switch (w) {
-    case TcpStoreWire::torch2: return "torch >= 2.1 (VALIDATE handshake)";
-    case TcpStoreWire::torch2_0: return "torch 2.0 (no handshake)";
-    case TcpStoreWire::torch1_13: return "torch 1.13 (no handshake)";
+    case TcpStoreWire::torch2:
+      return "torch >= 2.1 (VALIDATE handshake)";
+    case TcpStoreWire::torch2_0:
+      return "torch 2.0 (no handshake)";
+    case TcpStoreWire::torch1_13:
+      return "torch 1.13 (no handshake)";
   }
   return "?";
 }
@@ -100,17 +103,34 @@ inline constexpr std::uint32_t kValidationMagic = 0x3C85F7CEu;
 
 //! The commands, in the order of torch's QueryType (so that a torch >= 2.1 byte is its Cmd).
 enum class Cmd : std::uint8_t {
-  validate, set, compare_set, get, add, check, wait, num_keys, delete_key, append, multi_get,
-  multi_set, cancel_wait, ping, queue_push, queue_pop, queue_len, list, watch_key, invalid
+  validate,
+  set,
+  compare_set,
+  get,
+  add,
+  check,
+  wait,
+  num_keys,
+  delete_key,
+  append,
+  multi_get,
+  multi_set,
+  cancel_wait,
+  ping,
+  queue_push,
+  queue_pop,
+  queue_len,
+  list,
+  watch_key,
+  invalid
 };
 static_assert(static_cast<int>(Cmd::list) == 17, "torch's QueryType::LIST is byte 17");
 
 inline const char* cmd_name(Cmd c) {
   static constexpr const char* kNames[] = {
-      "VALIDATE",  "SET",       "COMPARE_SET", "GET",        "ADD",       "CHECK",
-      "WAIT",      "GETNUMKEYS", "DELETE_KEY", "APPEND",     "MULTI_GET", "MULTI_SET",
-      "CANCEL_WAIT", "PING",    "QUEUE_PUSH",  "QUEUE_POP",  "QUEUE_LEN", "LIST",
-      "WATCH_KEY", "invalid"};
+      "VALIDATE",   "SET",        "COMPARE_SET", "GET",       "ADD",       "CHECK",       "WAIT",
+      "GETNUMKEYS", "DELETE_KEY", "APPEND",      "MULTI_GET", "MULTI_SET", "CANCEL_WAIT", "PING",
+      "QUEUE_PUSH", "QUEUE_POP",  "QUEUE_LEN",   "LIST",      "WATCH_KEY", "invalid"};
   return kNames[static_cast<int>(c)];
 }
 
@@ -146,13 +166,13 @@ enum class Parse { need_more, done, bad };
 //! How far the scan of an incomplete request got. More bytes resume the scan where it stopped, so
 //! a request that arrives in many pieces is read once, not once per piece.
 struct ScanState {
-  std::size_t pos = 0;       //!< bytes of the request already scanned (complete fields)
-  std::size_t need = 0;      //!< scanning again is pointless before this many bytes are there
-  Cmd cmd = Cmd::invalid;    //!< the query (once pos > 0)
-  std::uint8_t field = 0;    //!< next field of the command's layout
-  bool in_list = false;      //!< the list's count has been read
-  bool in_value = false;     //!< list of pairs: the current item's value is next
-  std::uint64_t left = 0;    //!< list items still to scan
+  std::size_t pos = 0;     //!< bytes of the request already scanned (complete fields)
+  std::size_t need = 0;    //!< scanning again is pointless before this many bytes are there
+  Cmd cmd = Cmd::invalid;  //!< the query (once pos > 0)
+  std::uint8_t field = 0;  //!< next field of the command's layout
+  bool in_list = false;    //!< the list's count has been read
+  bool in_value = false;   //!< list of pairs: the current item's value is next
+  std::uint64_t left = 0;  //!< list items still to scan
 };
 
 struct ScanResult {
@@ -177,25 +197,34 @@ inline const Field* layout(Cmd c) {
   static constexpr F kPairs[] = {F::pairs, F::end};
   switch (c) {
     case Cmd::validate:
-    case Cmd::ping: return kU32;
+    case Cmd::ping:
+      return kU32;
     case Cmd::set:
     case Cmd::append:
-    case Cmd::queue_push: return kKeyValue;
-    case Cmd::compare_set: return kCompareSet;
+    case Cmd::queue_push:
+      return kKeyValue;
+    case Cmd::compare_set:
+      return kCompareSet;
     case Cmd::get:
     case Cmd::delete_key:
     case Cmd::queue_pop:
-    case Cmd::queue_len: return kKey;
-    case Cmd::add: return kAdd;
+    case Cmd::queue_len:
+      return kKey;
+    case Cmd::add:
+      return kAdd;
     case Cmd::check:
     case Cmd::wait:
-    case Cmd::multi_get: return kKeys;
-    case Cmd::multi_set: return kPairs;
+    case Cmd::multi_get:
+      return kKeys;
+    case Cmd::multi_set:
+      return kPairs;
     case Cmd::num_keys:
     case Cmd::cancel_wait:
-    case Cmd::list: return kNone;
+    case Cmd::list:
+      return kNone;
     case Cmd::watch_key:
-    case Cmd::invalid: break;
+    case Cmd::invalid:
+      break;
   }
   return nullptr;
 }
@@ -244,8 +273,8 @@ inline ScanResult scan_request(std::string_view in, TcpStoreWire wire, const Tcp
     std::memcpy(&n, in.data() + st.pos, 8);
     if (n > max) {
       ok = false;
-      r.error = cat(cmd_name(st.cmd), ": ", what, " length ", n, " exceeds the limit of ", max,
-                    " bytes");
+      r.error =
+          cat(cmd_name(st.cmd), ": ", what, " length ", n, " exceeds the limit of ", max, " bytes");
       return false;
     }
     if (n > lim.max_request_bytes || st.pos + 8 + n > lim.max_request_bytes) {
@@ -263,7 +292,8 @@ inline ScanResult scan_request(std::string_view in, TcpStoreWire wire, const Tcp
   };
   for (bool ok = true; fields[st.field] != Field::end; ++st.field) {
     switch (fields[st.field]) {
-      case Field::end: break;
+      case Field::end:
+        break;
       case Field::u32:
         if (!fixed(4)) return need(st.pos + 4);
         break;
@@ -352,11 +382,20 @@ inline Request decode_request(std::string_view in, Cmd cmd) {
   Cursor c(in.substr(1));
   for (const Field* f = scan_detail::layout(cmd); f && *f != Field::end; ++f) {
     switch (*f) {
-      case Field::end: break;
-      case Field::u32: c.u32(q.u32); break;
-      case Field::i64: c.i64(q.number); break;
-      case Field::key: c.str(q.keys.emplace_back()); break;
-      case Field::value: c.str(q.values.emplace_back()); break;
+      case Field::end:
+        break;
+      case Field::u32:
+        c.u32(q.u32);
+        break;
+      case Field::i64:
+        c.i64(q.number);
+        break;
+      case Field::key:
+        c.str(q.keys.emplace_back());
+        break;
+      case Field::value:
+        c.str(q.values.emplace_back());
+        break;
       case Field::keys:
       case Field::pairs: {
         std::uint64_t n = 0;
@@ -383,7 +422,8 @@ struct ParseResult {
 
 //! Scans and decodes the request at the start of `in` in one go (tests, fuzzers). Never
 //! allocates more than the limits allow: a length is checked before its bytes are awaited.
-inline ParseResult parse_request(std::string_view in, TcpStoreWire wire, const TcpStoreLimits& lim) {
+inline ParseResult parse_request(std::string_view in, TcpStoreWire wire,
+                                 const TcpStoreLimits& lim) {
   ParseResult r;
   ScanState st;
   auto s = scan_request(in, wire, lim, st);
