@@ -2,6 +2,7 @@
 """Python side of the c10d TCPStore interop tests: torch's own TCPStore client and server.
 
 Needs only torch (CPU is enough: Debian's python3-torch 1.13 or any torch 2.x); no GPU, no vLLM.
+Checked here with torch 1.13 only; the queue / list_keys branches run only on a torch that has them.
 Each mode prints one line starting with "OK" and exits 0, or prints the failure and exits 1.
 
   client         --port P        torch client against the C++ server: every command, and the keys
@@ -73,6 +74,18 @@ def mode_client(a):
     if hasattr(s, "multi_set"):  # torch >= 2.1
         s.multi_set(["py/m1", "py/m2"], [b"1", b"2"])
         check(s.multi_get(["py/m1", "py/m2"]) == [b"1", b"2"], "multi_get")
+    if hasattr(s, "queue_push"):  # newer torch 2.x (QUEUE_* bytes 14..16); not in 1.13
+        try:
+            s.queue_push("py/q", b"a")
+            s.queue_push("py/q", b"b")
+            check(s.queue_len("py/q") == 2, "queue_len")
+            check(s.queue_pop("py/q") == b"a", "queue_pop (blocking)")
+            check(s.queue_pop("py/q", False) == b"b", "queue_pop (non-blocking)")
+        except NotImplementedError:  # a client built without libuv refuses queues itself
+            pass
+    if hasattr(s, "list_keys"):  # newer torch 2.x (LIST, byte 17); not in 1.13
+        keys = s.list_keys()
+        check("py/k" in keys and "cpp/k" in keys, f"list_keys {keys}")
     s.set("py/done", b"1")
     print(f"OK client torch {torch_version()} num_keys={n}", flush=True)
 

@@ -35,7 +35,8 @@ const std::string& torch_python() {
     if (const char* e = std::getenv("WEIGHTSYNC_TORCH_PYTHON")) c.push_back(e);
     c.insert(c.end(), {"python3", "/usr/bin/python3"});
     for (const auto& p : c)
-      if (std::system((p + " -c 'import torch.distributed as d; d.TCPStore' >/dev/null 2>&1").c_str()) == 0)
+      if (std::system(
+              (p + " -c 'import torch.distributed as d; d.TCPStore' >/dev/null 2>&1").c_str()) == 0)
         return p;
     return std::string();
   }();
@@ -43,7 +44,8 @@ const std::string& torch_python() {
 }
 std::string torch_version() {
   PyRun r;
-  FILE* f = ::popen((torch_python() + " -c 'import torch; print(torch.__version__)' 2>&1").c_str(), "r");
+  FILE* f =
+      ::popen((torch_python() + " -c 'import torch; print(torch.__version__)' 2>&1").c_str(), "r");
   char buf[256];
   while (f && std::fgets(buf, sizeof buf, f)) r.out += buf;
   if (f) ::pclose(f);
@@ -51,8 +53,9 @@ std::string torch_version() {
 }
 
 PyRun run_peer(const std::string& args) {
-  const std::string cmd = "timeout 60 " + torch_python() + " " WEIGHTSYNC_SOURCE_DIR
-                          "/tests/interop/torch_store_peer.py " + args + " 2>&1";
+  const std::string cmd = "timeout 60 " + torch_python() +
+                          " " WEIGHTSYNC_SOURCE_DIR "/tests/interop/torch_store_peer.py " + args +
+                          " 2>&1";
   PyRun r;
   FILE* f = ::popen(cmd.c_str(), "r");
   if (!f) return r;
@@ -65,13 +68,13 @@ PyRun run_peer(const std::string& args) {
 std::future<PyRun> start_peer(const std::string& args) {
   return std::async(std::launch::async, [args] { return run_peer(args); });
 }
-#define REQUIRE_TORCH()                                                                      \
-  do {                                                                                       \
-    if (torch_python().empty()) {                                                            \
+#define REQUIRE_TORCH()                                                                            \
+  do {                                                                                             \
+    if (torch_python().empty()) {                                                                  \
       WS_SKIP("no Python with torch (apt install python3-torch, or set WEIGHTSYNC_TORCH_PYTHON)"); \
-      return;                                                                                \
-    }                                                                                        \
-    UNSCOPED_INFO("torch " << torch_version());                                             \
+      return;                                                                                      \
+    }                                                                                              \
+    UNSCOPED_INFO("torch " << torch_version());                                                    \
   } while (0)
 
 TcpStoreClientOptions copts(int port) {
@@ -91,11 +94,14 @@ std::string hex(const UniqueIdBytes& b) {
 }
 UniqueIdBytes sample_id(int seed) {
   UniqueIdBytes b{};
-  for (int i = 0; i < 128; ++i) b[static_cast<std::size_t>(i)] = std::byte(static_cast<unsigned char>(i * 37 + seed));
+  for (int i = 0; i < 128; ++i)
+    b[static_cast<std::size_t>(i)] = std::byte(static_cast<unsigned char>(i * 37 + seed));
   return b;
 }
 // The client's dialect for this machine's torch (1.x has no VALIDATE).
-TcpStoreWire torch_wire() { return torch_version().rfind("1.", 0) == 0 ? TcpStoreWire::torch1_13 : TcpStoreWire::torch2; }
+TcpStoreWire torch_wire() {
+  return torch_version().rfind("1.", 0) == 0 ? TcpStoreWire::torch1_13 : TcpStoreWire::torch2;
+}
 }  // namespace
 
 TEST_CASE("tcp_store+torch: torch's client against the C++ server", "[unit][tcp_store][torch]") {
@@ -136,6 +142,41 @@ TEST_CASE("tcp_store+torch: the C++ client against torch's server", "[unit][tcp_
   INFO(r.out);
   CHECK(r.rc == 0);
   CHECK(r.out.find("OK server") != std::string::npos);
+}
+
+TEST_CASE("tcp_store+torch: a client of torch 2.x's dialect is told to use torch 1.13's",
+          "[unit][tcp_store][torch]") {
+  REQUIRE_TORCH();
+  if (torch_wire() != TcpStoreWire::torch1_13) {
+    WS_SKIP("needs a torch < 2.1 server (this torch speaks the 2.x handshake)");
+  }
+  const int port = ws_test::free_port();
+  auto peer = start_peer("server --port " + std::to_string(port));
+  auto o = copts(port);
+  o.wire = TcpStoreWire::torch2;
+  o.validate_timeout = 2000ms;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string error;
+  try {
+    (void)TcpStoreClient::connect(o);  // torch 1.13's server resets torch 2.x's handshake
+  } catch (const weightsync::error& e) {
+    error = e.what();
+  }
+  INFO(error);
+  CHECK(error.find("torch 2.x's validation") != std::string::npos);
+  CHECK(error.find("TcpStoreWire::torch1_13") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - t0 < 10000ms);  // not the 20 s timeout
+  // The server survived it: the right dialect is served.
+  o.wire = TcpStoreWire::torch1_13;
+  auto c = TcpStoreClient::connect(o);
+  CHECK(c.get("py/k") == "from-py");
+  c.set("cpp/k", "from-cpp");
+  CHECK(c.add("cpp/n", 42) == 42);
+  c.set("cpp/done", "1");
+  CHECK(c.get("py/done") == "1");
+  const auto r = peer.get();
+  INFO(r.out);
+  CHECK(r.rc == 0);
 }
 
 TEST_CASE("tcp_store+torch: vLLM TCP mode, C++ rank 0 publishes the pickled unique id",
@@ -240,10 +281,11 @@ TEST_CASE("vllm_pickle: the template round-trips and anything else is refused by
   p3[1] = 3;
   CHECK_THROWS_AS(vllm_unpickle_unique_id(p3), protocol_error);
   // The bytes CPython 3.11 wrote for vLLM's structure (see vllm_pickle.hpp), id bytes (i*37+5)%256.
-  const std::string head("\x80\x04\x95\xec\x00\x00\x00\x00\x00\x00\x00\x8c\x07_ctypes\x94\x8c\t_unpickle"
-                         "\x94\x93\x94\x8c\x34vllm.distributed.device_communicators.pynccl_wrapper"
-                         "\x94\x8c\x0cncclUniqueId\x94\x93\x94}\x94\x43\x80",
-                         111);
+  const std::string head(
+      "\x80\x04\x95\xec\x00\x00\x00\x00\x00\x00\x00\x8c\x07_ctypes\x94\x8c\t_unpickle"
+      "\x94\x93\x94\x8c\x34vllm.distributed.device_communicators.pynccl_wrapper"
+      "\x94\x8c\x0cncclUniqueId\x94\x93\x94}\x94\x43\x80",
+      111);
   CHECK(p.substr(0, 111) == head);
   CHECK(p.substr(239) == std::string("\x94\x86\x94\x86\x94R\x94.", 8));
 }

@@ -4,11 +4,12 @@
 
 //! @file
 //! A c10d TCPStore server: what `torch.distributed.TCPStore(host, port, is_master=True)` runs, so
-//! that Python ranks (torch 2.x, and 1.13) can join a store a C++ process hosts. One background
-//! thread polls the listener and every connection; all sockets are non-blocking, replies are
-//! queued per connection, and each connection is bounded (request lengths, an incomplete request
-//! older than `request_timeout`, its pending output). A connection that breaks a rule is dropped
-//! with a logged reason; the server keeps serving the others.
+//! that Python ranks (torch >= 2.1, and 2.0 / 1.13 without the handshake) can join a store a C++
+//! process hosts. One background thread polls the listener and every connection; all sockets are
+//! non-blocking, replies are queued per connection, and each connection is bounded (TcpStoreLimits:
+//! lengths, request and reply sizes; an incomplete request older than `request_timeout`; its
+//! pending output). A connection that breaks a rule, or whose request fails on the server, is
+//! dropped with a logged reason; the server keeps serving the others.
 
 #include <fcntl.h>
 #include <poll.h>
@@ -17,6 +18,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <exception>
 #include <map>
 #include <string>
 #include <thread>
@@ -33,9 +35,10 @@ namespace weightsync {
 
 struct TcpStoreServerOptions {
   std::string host = "127.0.0.1";  //!< address to listen on ("0.0.0.0": every interface)
-  int port = 0;                     //!< 0: any free port (see TcpStoreServer::port())
+  int port = 0;                    //!< 0: any free port (see TcpStoreServer::port())
   TcpStoreLimits limits;
-  bool accept_torch1_13 = true;  //!< also serve clients of torch 1.13 (no VALIDATE handshake)
+  //! Also serve clients without the VALIDATE handshake (torch 2.0 and 1.13).
+  bool accept_torch1_13 = true;
   //! A connection that leaves a request incomplete this long is dropped (truncated request).
   std::chrono::milliseconds request_timeout{30000};
   std::size_t max_pending_output = 64u << 20;  //!< per connection; a peer that stops reading
@@ -45,7 +48,8 @@ class TcpStoreServer {
  public:
   //! Listens at once (so the port is known and connections queue) and starts serving.
   //! @throws config_error("master_port") when the port is taken.
-  explicit TcpStoreServer(TcpStoreServerOptions o = {}) : o_(std::move(o)), engine_(o_.limits, o_.accept_torch1_13) {
+  explicit TcpStoreServer(TcpStoreServerOptions o = {})
+      : o_(std::move(o)), engine_(o_.limits, o_.accept_torch1_13) {
     listener_ = detail::listen_tcp(o_.host, o_.port);
     port_ = detail::local_port(listener_.get());
     int p[2];
@@ -85,8 +89,8 @@ class TcpStoreServer {
     if (it == conns_.end()) return;
     if (!why.empty()) {
       ++refused_;
-      log(LogLevel::warning, detail::cat("TCPStore server: dropped the connection from ",
-                                         it->second.peer, ": ", why));
+      log(LogLevel::warning,
+          detail::cat("TCPStore server: dropped the connection from ", it->second.peer, ": ", why));
     }
     engine_.close(id);
     conns_.erase(it);
@@ -161,11 +165,17 @@ class TcpStoreServer {
         if (errno == EAGAIN || errno == EWOULDBLOCK) return;
         return drop(id, engine_.partial(id) ? "connection reset in the middle of a request" : "");
       }
-      const std::string why = engine_.feed(id, std::string_view(buf, static_cast<std::size_t>(k)), replies);
+      // Replies are bounded before they are built: what this connection may still queue.
+      const std::size_t queued = it->second.out.size();
+      const std::size_t budget =
+          queued < o_.max_pending_output ? o_.max_pending_output - queued : 0;
+      const std::string why =
+          engine_.feed(id, std::string_view(buf, static_cast<std::size_t>(k)), replies, budget);
       deliver(replies);
       if (!why.empty()) return drop(id, why);
       const bool partial = engine_.partial(id);
-      if (partial && !it->second.partial) it->second.partial_since = detail::Deadline::after(o_.request_timeout);
+      if (partial && !it->second.partial)
+        it->second.partial_since = detail::Deadline::after(o_.request_timeout);
       it->second.partial = partial;
     }
   }
@@ -191,7 +201,13 @@ class TcpStoreServer {
       if (fds[1].revents) break;
       try {
         for (std::size_t i = 2; i < fds.size(); ++i) {
-          if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) serve(ids[i], replies);
+          if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+          try {
+            serve(ids[i], replies);
+          } catch (const std::exception& e) {  // bad_alloc and the like: drop this one only
+            replies.clear();
+            drop(ids[i], detail::cat("failed to serve the connection: ", e.what()));
+          }
         }
         for (auto it = conns_.begin(); it != conns_.end();) {
           const int id = it->first;
@@ -203,7 +219,8 @@ class TcpStoreServer {
           if (!why.empty()) drop(id, why);
         }
         if (fds[0].revents & POLLIN) accept_all();
-      } catch (const std::exception& e) {  // bad_alloc and the like: keep serving
+      } catch (const std::exception& e) {  // keep serving the others
+        replies.clear();
         log(LogLevel::error, detail::cat("TCPStore server: ", e.what()));
       }
     }

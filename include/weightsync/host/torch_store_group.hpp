@@ -45,16 +45,20 @@ using UniqueIdBytes = std::array<std::byte, 128>;
 
 struct StoreGroupOptions {
   std::string host = "127.0.0.1";  //!< master_address
-  int port = 0;                     //!< master_port (rank 0 listens here; 0: any, see port())
+  int port = 0;                    //!< master_port (rank 0 listens here; 0: any, see port())
   int rank = 0;
   int world_size = 1;
   std::chrono::milliseconds timeout{300000};  //!< joining, and every wait on a key
+  //! The dialect of a Python rank 0's store: torch2 for torch >= 2.1, torch2_0 / torch1_13 for
+  //! torch 2.0 / 1.13 (a wrong guess is a prompt error naming the dialect, see TcpStoreClient).
+  //! A store hosted here (rank 0) serves every dialect.
   TcpStoreWire wire = TcpStoreWire::torch2;
   //! Rank 0 listens on this address (vLLM binds master_address; "0.0.0.0" for every interface).
   std::string listen_host;
 
   void validate() const {
-    if (world_size < 1) throw config_error("world_size", detail::cat("must be >= 1, got ", world_size));
+    if (world_size < 1)
+      throw config_error("world_size", detail::cat("must be >= 1, got ", world_size));
     if (rank < 0 || rank >= world_size)
       throw config_error("rank", detail::cat("must be in 0..", world_size - 1, ", got ", rank));
     if (port < 0 || port > 65535 || (rank != 0 && port == 0))
@@ -114,9 +118,10 @@ class StoreGroup {
     std::int64_t joined = 0;
     while ((joined = client_.add_raw("init/", 0)) < o_.world_size) {
       if (deadline.expired())
-        throw timeout_error("store join", -1,
-                            detail::cat(joined, " of ", o_.world_size, " ranks joined the TCPStore on ",
-                                        o_.host, ":", o_.port, " within ", o_.timeout.count(), " ms"));
+        throw timeout_error(
+            "store join", -1,
+            detail::cat(joined, " of ", o_.world_size, " ranks joined the TCPStore on ", o_.host,
+                        ":", o_.port, " within ", o_.timeout.count(), " ms"));
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   }
@@ -141,8 +146,8 @@ inline UniqueIdBytes vllm_exchange_unique_id(StoreGroup& g, const UniqueIdBytes&
 //! Where a torch.distributed group keeps its keys (before the TCPStore's own "/").
 struct TorchGroupKeys {
   std::string store_prefix = "default_pg";  //!< init_process_group; SGLang: the group name
-  std::string group_name = "0";              //!< the default group's name
-  std::string device = "cuda";               //!< the backend's device prefix (NCCL: cuda)
+  std::string group_name = "0";             //!< the default group's name
+  std::string device = "cuda";              //!< the backend's device prefix (NCCL: cuda)
 
   //! The key ProcessGroupNCCL's `key` ends up as, e.g. "default_pg/0//cuda//0".
   std::string key(const std::string& k) const {
@@ -163,8 +168,8 @@ inline UniqueIdBytes torch_exchange_unique_id(StoreGroup& g, const TorchGroupKey
   }
   const std::string v = g.store().get(k);
   if (v.size() != 128)
-    throw protocol_error(0, detail::cat("torch.distributed unique id under '", k, "' has ", v.size(),
-                                        " bytes, expected 128 (an ncclUniqueId)"));
+    throw protocol_error(0, detail::cat("torch.distributed unique id under '", k, "' has ",
+                                        v.size(), " bytes, expected 128 (an ncclUniqueId)"));
   UniqueIdBytes id{};
   std::memcpy(id.data(), v.data(), 128);
   return id;
