@@ -1,6 +1,8 @@
 // SPDX-FileCopyrightText: 2026 weightsync contributors
 // SPDX-License-Identifier: Apache-2.0
 #include <weightsync/concepts.hpp>
+#include <weightsync/engine/comm_backend.hpp>
+#include <weightsync/engine/transport.hpp>
 #include <weightsync/host/communicator.hpp>
 
 #include <vector>
@@ -34,6 +36,9 @@ TEST_CASE("concept models and non-models", "[unit][concepts]") {
   STATIC_REQUIRE(!MonitoredCommunicator<MiniComm>);
   STATIC_REQUIRE(!Communicator<NoStream>);
   STATIC_REQUIRE(!Communicator<int>);
+  STATIC_REQUIRE(Transport<CollectiveTransport<HostCommunicator>>);
+  STATIC_REQUIRE(!Transport<HostCommunicator>);
+  STATIC_REQUIRE(!Transport<int>);
   STATIC_REQUIRE(SourceTensor<SourceTensorRef>);
   STATIC_REQUIRE(!SourceTensor<NoData>);
   STATIC_REQUIRE(TensorIterator<std::vector<SourceTensorRef>>);

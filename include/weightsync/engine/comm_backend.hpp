@@ -4,18 +4,20 @@
 
 //! @file
 //! Backends over a collective Communicator: "host" (HostCommunicator, TCP) and "nccl"
-//! (NcclCommunicator), both driving the pipeline (packed_broadcast_producer / _consumer, and
-//! sharded_broadcast_producer / _consumer for sharded trainers).
+//! (NcclCommunicator): CollectiveTransport, the Transport that drives the pipeline
+//! (packed_broadcast_producer / _consumer, and sharded_broadcast_producer / _consumer for sharded
+//! trainers).
 
 #include "weightsync/config.hpp"
 
 #include <memory>
-#include <optional>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
 
 #include "weightsync/engine/backend.hpp"
+#include "weightsync/engine/transport.hpp"
 #include "weightsync/host/communicator.hpp"
 #include "weightsync/packed_broadcast.hpp"
 #include "weightsync/sharded_broadcast.hpp"
@@ -27,98 +29,75 @@
 
 namespace weightsync {
 
-//! A Backend over any communicator whose Make functor creates it from the init info.
-template <class Comm, class Make>
-class CommBackend final : public Backend {
+//! A Transport over a collective Communicator: the pipeline (packed_broadcast_producer /
+//! _consumer, sharded_broadcast_producer / _consumer) with a Workspace kept between transfers.
+template <Communicator C>
+class CollectiveTransport {
  public:
-  CommBackend(std::string name, Make make) : name_(std::move(name)), make_(std::move(make)) {}
-  std::string name() const override { return name_; }
-  void init(const NcclInitInfo& info, int rank, const EngineOptions& o) override {
-    info.validate();
-    if (rank < 0 || rank >= info.world_size)
-      throw config_error("rank_offset", detail::cat("this worker's rank ", rank,
-                                                    " is outside the world of ", info.world_size));
-    shutdown();
-    comm_.emplace(make_(info, rank, o));
-    ws_.emplace(detail::make_policy<detail::policy_t<Comm>>(*comm_));
-  }
-  bool initialized() const noexcept override { return comm_.has_value(); }
-  bool healthy() const noexcept override {
-    if (!comm_) return false;
-    if constexpr (requires { comm_->healthy(); })
-      return comm_->healthy();
+  explicit CollectiveTransport(C comm)
+      : comm_(std::move(comm)), ws_(detail::make_policy<detail::policy_t<C>>(comm_)) {}
+  CollectiveTransport(CollectiveTransport&&) noexcept = default;
+  CollectiveTransport& operator=(CollectiveTransport&&) = delete;
+
+  int rank() const noexcept { return comm_.rank(); }
+  int size() const noexcept { return comm_.size(); }
+  bool healthy() const noexcept {
+    if constexpr (requires { comm_.healthy(); })
+      return comm_.healthy();
     else
-      return !comm_->aborted();
+      return !comm_.aborted();
   }
-  int rank() const noexcept override { return comm_ ? comm_->rank() : -1; }
-  int world_size() const noexcept override { return comm_ ? comm_->size() : 0; }
-  void check() override {
-    if (!comm_) return;
-    if constexpr (MonitoredCommunicator<Comm>) {
-      try {
-        comm_->check();
-      } catch (const std::exception& e) {
-        comm_->abort(e.what());
-        throw;
-      }
-    }
+  void check() {
+    if constexpr (MonitoredCommunicator<C>) comm_.check();
   }
-  TransferStats receive(std::span<const TensorMeta> metas, TransferOptions opt,
-                        const AnyLoadWeights& load) override {
-    ready();
-    return packed_broadcast_consumer(
-        metas, *comm_, 0,
-        [&](std::span<const TensorView> v, typename Comm::stream_type s) { load(v, to_void(s)); },
-        opt, *ws_);
+  void abort(const std::string& why) noexcept {
+    if constexpr (MonitoredCommunicator<C>) comm_.abort(why);
   }
   TransferStats send(std::span<const TensorMeta> metas, AnyTensorRange& items,
-                     TransferOptions opt) override {
-    ready();
-    return packed_broadcast_producer(metas, items, *comm_, 0, opt, *ws_);
+                     const TransferOptions& opt) {
+    return packed_broadcast_producer(metas, items, comm_, 0, opt, ws_);
   }
-  TransferStats receive_sharded(std::span<const TensorMeta> metas, std::span<const ShardSpec> specs,
-                                int trainers, TransferOptions opt,
-                                const AnyLoadWeights& load) override {
-    ready();
-    return sharded_broadcast_consumer(
-        metas, specs, *comm_, trainers,
-        [&](std::span<const TensorView> v, typename Comm::stream_type s) { load(v, to_void(s)); },
-        opt, *ws_);
+  TransferStats receive(std::span<const TensorMeta> metas, const TransferOptions& opt,
+                        const AnyLoadWeights& load) {
+    return packed_broadcast_consumer(metas, comm_, 0, typed(load), opt, ws_);
   }
-  TransferStats send_sharded(std::span<const TensorMeta> metas, std::span<const ShardSpec> specs,
-                             int trainers, AnyTensorRange& items, TransferOptions opt) override {
-    ready();
-    return sharded_broadcast_producer(metas, specs, items, *comm_, trainers, opt, *ws_);
+  TransferStats send_shards(std::span<const TensorMeta> metas, std::span<const ShardSpec> specs,
+                            int trainers, AnyTensorRange& items, const TransferOptions& opt) {
+    return sharded_broadcast_producer(metas, specs, items, comm_, trainers, opt, ws_);
   }
-  void shutdown() noexcept override {
-    ws_.reset();
-    comm_.reset();
+  TransferStats receive_shards(std::span<const TensorMeta> metas, std::span<const ShardSpec> specs,
+                               int trainers, const TransferOptions& opt,
+                               const AnyLoadWeights& load) {
+    return sharded_broadcast_consumer(metas, specs, comm_, trainers, typed(load), opt, ws_);
   }
-  Comm& communicator() { return *comm_; }
+  C& communicator() noexcept { return comm_; }
 
  private:
-  static void* to_void(typename Comm::stream_type s) {
-    if constexpr (std::is_pointer_v<typename Comm::stream_type>)
-      return static_cast<void*>(s);
-    else
-      return nullptr;
+  using stream_type = typename C::stream_type;
+  //! load_weights on this communicator's stream type.
+  static auto typed(const AnyLoadWeights& load) {
+    return [&load](std::span<const TensorView> v, stream_type s) {
+      if constexpr (std::is_pointer_v<stream_type>)
+        load(v, static_cast<void*>(s));
+      else
+        load(v, nullptr);
+    };
   }
-  void ready() const {
-    if (!comm_) throw state_error(name_ + " backend: not initialized");
-    if (!healthy())
-      throw state_error(name_ +
-                        " backend: the communicator failed or was aborted by an earlier "
-                        "error; call init_transfer_engine again");
-  }
-  std::string name_;
-  Make make_;
-  std::optional<Comm> comm_;
-  std::optional<workspace_for<Comm>> ws_;
+  C comm_;
+  workspace_for<C> ws_;  // declared after comm_: released before the communicator goes
 };
+static_assert(Transport<CollectiveTransport<HostCommunicator>>);
+#if WEIGHTSYNC_HAS_NCCL
+static_assert(Transport<CollectiveTransport<NcclCommunicator>>);
+#endif
 
 template <class Comm, class Make>
 std::unique_ptr<Backend> make_comm_backend(std::string name, Make make) {
-  return std::make_unique<CommBackend<Comm, Make>>(std::move(name), std::move(make));
+  return make_transport_backend(
+      std::move(name),
+      [make = std::move(make)](const NcclInitInfo& info, int rank, const EngineOptions& o) {
+        return CollectiveTransport<Comm>(make(info, rank, o));
+      });
 }
 
 //! The host backend: TCP, host memory, no GPU.

@@ -82,12 +82,12 @@ class TrainerEngine {
     const int m = opt_.trainer_world;
     if (m < 1) throw config_error("trainer_world", detail::cat("must be >= 1, got ", m));
     if (opt_.trainer_rank < 0 || (m > 1 && opt_.trainer_rank >= m))
-      throw config_error("trainer_rank", detail::cat("must be in 0..", m - 1, " (trainer_world ",
-                                                     m, "), got ", opt_.trainer_rank));
+      throw config_error("trainer_rank", detail::cat("must be in 0..", m - 1, " (trainer_world ", m,
+                                                     "), got ", opt_.trainer_rank));
     if (info.rank_offset < m)
-      throw config_error("rank_offset", detail::cat("must be >= trainer_world (", m,
-                                                    "): ranks 0..", m - 1,
-                                                    " are the trainer's, got ", info.rank_offset));
+      throw config_error("rank_offset",
+                         detail::cat("must be >= trainer_world (", m, "): ranks 0..", m - 1,
+                                     " are the trainer's, got ", info.rank_offset));
     init_ = info;
     if (!is_sender()) return;
     auto b = BackendRegistry::global().make(opt_.engine.backend);
@@ -147,8 +147,8 @@ class TrainerEngine {
                              const std::vector<ShardSpec>& specs) const {
     auto u = update_info(metas);
     if (specs.size() != metas.size())
-      throw config_error("shards", detail::cat("has ", specs.size(), " entries for ", metas.size(),
-                                               " tensors"));
+      throw config_error(
+          "shards", detail::cat("has ", specs.size(), " entries for ", metas.size(), " tensors"));
     u.num_trainer_ranks = trainers();
     u.shards.emplace();
     for (const auto& s : specs)
