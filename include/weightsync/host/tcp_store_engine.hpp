@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "weightsync/detail/c10d/request_scan.hpp"
 #include "weightsync/detail/format.hpp"
 #include "weightsync/host/tcp_store_wire.hpp"
 
