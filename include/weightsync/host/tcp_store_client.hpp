@@ -17,10 +17,10 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <utility>
 #include <vector>
 
+#include "weightsync/detail/c10d/store_connect.hpp"
 #include "weightsync/detail/format.hpp"
 #include "weightsync/detail/socket.hpp"
 #include "weightsync/error.hpp"
@@ -72,40 +72,9 @@ class TcpStoreClient {
     }
     // The validation window opens with the first accepted connection, inside the deadline.
     const auto window_ms = std::min(c.o_.validate_timeout, c.o_.timeout);
-    const std::string hint =
-        "; is it a store of torch < 2.1? Connect with TcpStoreWire::torch2_0 (torch 2.0) or "
-        "TcpStoreWire::torch1_13 (torch 1.13)";
-    std::optional<detail::Deadline> window;
-    std::string reset;  // why the last attempt was closed, if one was
-    auto backoff = std::chrono::milliseconds(10);
-    while (true) {
-      c.fd_ = detail::connect_tcp(c.o_.host, c.o_.port, deadline, "store connect", 0);
-      if (!window)
-        window = detail::Deadline{std::min(deadline.at, detail::Deadline::after(window_ms).at)};
-      c.deadline_ = *window;
-      try {
-        c.handshake();
-        c.deadline_ = detail::Deadline::after(c.o_.timeout);
-        return c;
-      } catch (const timeout_error&) {  // the window is over
-        if (reset.empty())
-          throw timeout_error("store validate", 0,
-                              detail::cat("the store at ", c.where(),
-                                          " did not answer torch 2.x's validation (VALIDATE + "
-                                          "PING) within ",
-                                          window_ms.count(), " ms", hint));
-      } catch (const peer_error& e) {  // reset or closed before answering: retry in the window
-        reset = e.what();
-      }
-      if (window->expired())
-        throw protocol_error(0, detail::cat("the store at ", c.where(),
-                                            " closed every connection before answering torch "
-                                            "2.x's validation (VALIDATE + PING) for ",
-                                            window_ms.count(), " ms (last: ", reset, ")", hint));
-      std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(
-          backoff, std::chrono::milliseconds(std::max(1, window->poll_ms()))));
-      backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
-    }
+    c.fd_ = detail::c10d::connect_validated(c.o_.host, c.o_.port, deadline, window_ms);
+    c.deadline_ = detail::Deadline::after(c.o_.timeout);
+    return c;
   }
 
   const TcpStoreClientOptions& options() const noexcept { return o_; }
@@ -329,19 +298,6 @@ class TcpStoreClient {
  private:
   std::string where() const { return detail::cat(o_.host, ":", o_.port); }
   std::string full(std::string_view key) const { return o_.key_prefix + std::string(key); }
-
-  //! VALIDATE + PING (torch >= 2.4's opening), bounded by deadline_.
-  void handshake() {
-    detail::c10d::Out q;
-    const auto nonce = static_cast<std::uint32_t>(::getpid());
-    q.u8(0).u32(detail::c10d::kValidationMagic).u8(13).u32(nonce);
-    send(q.bytes(), "PING");
-    std::uint32_t back = 0;
-    recv(&back, 4, "PING");
-    if (back != nonce)
-      throw protocol_error(0, detail::cat("the TCPStore at ", where(), " answered PING ", nonce,
-                                          " with ", back, ": not a torch TCPStore server"));
-  }
 
   //! Starts a request: checks the dialect has the command and opens the request's deadline.
   detail::c10d::Out start(detail::c10d::Cmd c) {

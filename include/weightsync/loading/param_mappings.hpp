@@ -142,6 +142,125 @@ inline int fused_piece_role(std::string_view name) {
   return -1;
 }
 
+//! Where a mapped trainer name lands: its mapping, and the pieces stacked before it in its fused
+//! engine parameter.
+struct ParamMappingEntry {
+  std::size_t mapping;
+  std::vector<std::size_t> before;
+};
+using ParamMappingIndex = std::unordered_map<std::string, ParamMappingEntry>;
+
+//! The mappings grouped by engine name: the pieces of each, the names in first-seen order.
+struct ParamMappingGroups {
+  std::unordered_map<std::string, std::vector<std::size_t>> pieces;
+  std::vector<std::string> order;
+};
+
+//! Step 1 of param_mappings_map: indexes the mappings by trainer name and groups them by engine
+//! name. @throws config_error for a trainer name that appears twice or a needs_permute without
+//! a head_dim.
+inline void index_param_mappings(const ParamMappings& pm, std::int64_t head_dim,
+                                 ParamMappingIndex& index, ParamMappingGroups& groups) {
+  for (std::size_t i = 0; i < pm.mappings.size(); ++i) {
+    const auto& m = pm.mappings[i];
+    const std::string f = "param_mappings." + m.trainer_name;
+    if (m.needs_permute && head_dim <= 0)
+      throw config_error(f + ".needs_permute", "needs a head_dim");
+    if (!index.emplace(m.trainer_name, ParamMappingEntry{i, {}}).second)
+      throw config_error(f, "appears twice");
+    auto [g, fresh] = groups.pieces.try_emplace(m.vllm_name);
+    if (fresh) groups.order.push_back(m.vllm_name);
+    g->second.push_back(i);
+  }
+}
+
+//! Step 2: the stacking order of each fused engine parameter (the well-known roles' order when
+//! every piece has a distinct one, else the mappings' order), recorded in each piece's `before`.
+//! @throws config_error for a scalar fused with other tensors.
+inline void order_fused_pieces(const ParamMappings& pm, ParamMappingGroups& groups,
+                               ParamMappingIndex& index) {
+  for (const auto& name : groups.order) {
+    auto& pieces = groups.pieces[name];
+    if (pieces.size() < 2) continue;
+    std::vector<int> roles;
+    for (const std::size_t i : pieces) {
+      const auto& m = pm.mappings[i];
+      if (m.local_shape.empty())
+        throw config_error("param_mappings." + m.trainer_name + ".local_shape",
+                           "a scalar cannot be fused into '" + name + "' with other tensors");
+      roles.push_back(fused_piece_role(m.trainer_name));
+    }
+    auto sorted = roles;
+    std::sort(sorted.begin(), sorted.end());
+    const bool by_role =
+        sorted.front() >= 0 && std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end();
+    if (by_role)
+      std::stable_sort(pieces.begin(), pieces.end(), [&](std::size_t a, std::size_t b) {
+        return fused_piece_role(pm.mappings[a].trainer_name) <
+               fused_piece_role(pm.mappings[b].trainer_name);
+      });
+    for (std::size_t k = 0; k < pieces.size(); ++k)
+      index.at(pm.mappings[pieces[k]].trainer_name)
+          .before.assign(pieces.begin(), pieces.begin() + k);
+  }
+}
+
+//! Which of accepted_shapes() the received `t` has: {scaled by dp, scaled by tp}. Replicated
+//! first: where the dp and tp scalings collide (tp_shard_dim 0, equal degrees) a wrong guess then
+//! fails loudly (the whole tensor does not fit a sharded parameter). @throws config_error when
+//! none fits.
+inline std::pair<bool, bool> received_scaling(const ParamMappings& pm, const ParamMapping& m,
+                                              const TensorMeta& t) {
+  for (const auto& [dp, tpd] : {std::pair{true, false}, std::pair{false, false},
+                                std::pair{true, true}, std::pair{false, true}})
+    if (pm.scaled_shape(m, dp, tpd) == t.shape) return {dp, tpd};
+  throw config_error(
+      "param_mappings." + m.trainer_name + ".local_shape",
+      cat(shape_string(m.local_shape), " does not match the received shape ", shape_string(t.shape),
+          " at tp_degree ", pm.tp_degree, ", dp_shard_degree ", pm.dp_shard_degree));
+}
+
+//! Step 3, for each received tensor: the Placement on engine rank `tp` of tensor `t`, mapped by
+//! `e` (see param_mappings_map).
+inline Placement param_mapping_placement(const ParamMappings& pm, const ParamMappingEntry& e,
+                                         TpConfig tp, std::int64_t head_dim, const TensorMeta& t) {
+  const ParamMapping& m = pm.mappings[e.mapping];
+  const std::string f = "param_mappings." + m.trainer_name;
+  const auto scale = received_scaling(pm, m, t);
+  const bool dp_scaled = scale.first, tp_scaled = scale.second;
+  const auto sharded = [&](const ParamMapping& x) {
+    return tp_scaled && pm.tp_degree > 1 &&
+           static_cast<std::size_t>(x.tp_shard_dim) < x.local_shape.size();
+  };
+  Placement p{m.vllm_name};
+  const std::int64_t rows = t.shape.empty() ? 1 : t.shape[0];
+  if (m.needs_permute) {
+    if (rows % head_dim != 0)
+      throw config_error(f + ".needs_permute",
+                         cat(rows, " rows are not a multiple of head_dim ", head_dim));
+    p.permute_heads = rows / head_dim;
+  }
+  if (sharded(m) && tp.size > 1) {
+    if (m.tp_shard_dim > 1 || static_cast<std::size_t>(m.tp_shard_dim) >= t.shape.size())
+      throw config_error(f + ".tp_shard_dim", cat("cannot shard dim ", m.tp_shard_dim, " of shape ",
+                                                  shape_string(t.shape)));
+    p.slice_dim = m.tp_shard_dim;
+    std::tie(p.slice_begin, p.slice_len) =
+        even_shard(t.shape[static_cast<std::size_t>(m.tp_shard_dim)], tp.size, tp.rank,
+                   "tensor '" + t.name + "'");
+  }
+  // A fused piece starts after this rank's rows of the pieces before it (read from their
+  // local_shape, scaled the way this tensor's is).
+  for (const std::size_t j : e.before) {
+    const ParamMapping& o = pm.mappings[j];
+    const std::int64_t full = pm.scaled_shape(o, dp_scaled, tp_scaled)[0];
+    p.dst_row += sharded(o) && o.tp_shard_dim == 0
+                     ? even_shard(full, tp.size, tp.rank, "param_mappings." + o.trainer_name).second
+                     : full;
+  }
+  return p;
+}
+
 }  // namespace detail
 
 //! A LoadMap for the engine rank `tp` from parsed mappings: exact renames; tensors the trainer
@@ -152,98 +271,14 @@ inline int fused_piece_role(std::string_view name) {
 inline LoadMap param_mappings_map(const ParamMappings& pm, TpConfig tp, std::int64_t head_dim = 0) {
   if (tp.size < 1 || tp.rank < 0 || tp.rank >= tp.size)
     throw config_error("tp", detail::cat("rank ", tp.rank, " of ", tp.size, " is out of range"));
-  struct Entry {
-    std::size_t mapping;
-    std::vector<std::size_t> before;  // the pieces stacked before it in its fused parameter
-  };
-  std::unordered_map<std::string, Entry> index;
-  std::unordered_map<std::string, std::vector<std::size_t>> groups;  // engine name -> pieces
-  std::vector<std::string> group_order;
-  for (std::size_t i = 0; i < pm.mappings.size(); ++i) {
-    const auto& m = pm.mappings[i];
-    const std::string f = "param_mappings." + m.trainer_name;
-    if (m.needs_permute && head_dim <= 0)
-      throw config_error(f + ".needs_permute", "needs a head_dim");
-    if (!index.emplace(m.trainer_name, Entry{i, {}}).second) throw config_error(f, "appears twice");
-    auto [g, fresh] = groups.try_emplace(m.vllm_name);
-    if (fresh) group_order.push_back(m.vllm_name);
-    g->second.push_back(i);
-  }
-  for (const auto& name : group_order) {
-    auto& pieces = groups[name];
-    if (pieces.size() < 2) continue;
-    std::vector<int> roles;
-    for (const std::size_t i : pieces) {
-      const auto& m = pm.mappings[i];
-      if (m.local_shape.empty())
-        throw config_error("param_mappings." + m.trainer_name + ".local_shape",
-                           "a scalar cannot be fused into '" + name + "' with other tensors");
-      roles.push_back(detail::fused_piece_role(m.trainer_name));
-    }
-    auto sorted = roles;
-    std::sort(sorted.begin(), sorted.end());
-    const bool by_role =
-        sorted.front() >= 0 && std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end();
-    if (by_role)
-      std::stable_sort(pieces.begin(), pieces.end(), [&](std::size_t a, std::size_t b) {
-        return detail::fused_piece_role(pm.mappings[a].trainer_name) <
-               detail::fused_piece_role(pm.mappings[b].trainer_name);
-      });
-    for (std::size_t k = 0; k < pieces.size(); ++k)
-      index.at(pm.mappings[pieces[k]].trainer_name)
-          .before.assign(pieces.begin(), pieces.begin() + k);
-  }
+  detail::ParamMappingIndex index;
+  detail::ParamMappingGroups groups;
+  detail::index_param_mappings(pm, head_dim, index, groups);
+  detail::order_fused_pieces(pm, groups, index);
   return [pm, index, tp, head_dim](const TensorMeta& t) -> std::optional<Placement> {
     auto it = index.find(t.name);
     if (it == index.end()) return std::nullopt;
-    const ParamMapping& m = pm.mappings[it->second.mapping];
-    const std::string f = "param_mappings." + m.trainer_name;
-    // Replicated first: where the dp and tp scalings collide (tp_shard_dim 0, equal degrees) a
-    // wrong guess then fails loudly (the whole tensor does not fit a sharded parameter).
-    std::optional<std::pair<bool, bool>> scale;
-    for (const auto& [dp, tpd] : {std::pair{true, false}, std::pair{false, false},
-                                  std::pair{true, true}, std::pair{false, true}})
-      if (!scale && pm.scaled_shape(m, dp, tpd) == t.shape) scale.emplace(dp, tpd);
-    if (!scale)
-      throw config_error(
-          f + ".local_shape",
-          detail::cat(detail::shape_string(m.local_shape), " does not match the received shape ",
-                      detail::shape_string(t.shape), " at tp_degree ", pm.tp_degree,
-                      ", dp_shard_degree ", pm.dp_shard_degree));
-    const bool dp_scaled = scale->first, tp_scaled = scale->second;
-    const auto sharded = [&](const ParamMapping& x) {
-      return tp_scaled && pm.tp_degree > 1 &&
-             static_cast<std::size_t>(x.tp_shard_dim) < x.local_shape.size();
-    };
-    Placement p{m.vllm_name};
-    const std::int64_t rows = t.shape.empty() ? 1 : t.shape[0];
-    if (m.needs_permute) {
-      if (rows % head_dim != 0)
-        throw config_error(f + ".needs_permute",
-                           detail::cat(rows, " rows are not a multiple of head_dim ", head_dim));
-      p.permute_heads = rows / head_dim;
-    }
-    if (sharded(m) && tp.size > 1) {
-      if (m.tp_shard_dim > 1 || static_cast<std::size_t>(m.tp_shard_dim) >= t.shape.size())
-        throw config_error(f + ".tp_shard_dim",
-                           detail::cat("cannot shard dim ", m.tp_shard_dim, " of shape ",
-                                       detail::shape_string(t.shape)));
-      p.slice_dim = m.tp_shard_dim;
-      std::tie(p.slice_begin, p.slice_len) =
-          even_shard(t.shape[static_cast<std::size_t>(m.tp_shard_dim)], tp.size, tp.rank,
-                     "tensor '" + t.name + "'");
-    }
-    // A fused piece starts after this rank's rows of the pieces before it (read from their
-    // local_shape, scaled the way this tensor's is).
-    for (const std::size_t j : it->second.before) {
-      const ParamMapping& o = pm.mappings[j];
-      const std::int64_t full = pm.scaled_shape(o, dp_scaled, tp_scaled)[0];
-      p.dst_row +=
-          sharded(o) && o.tp_shard_dim == 0
-              ? even_shard(full, tp.size, tp.rank, "param_mappings." + o.trainer_name).second
-              : full;
-    }
-    return p;
+    return detail::param_mapping_placement(pm, it->second, tp, head_dim, t);
   };
 }
 
