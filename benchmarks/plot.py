@@ -20,6 +20,7 @@ import argparse
 import collections
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -38,6 +39,21 @@ def load(paths, memory):
                     continue
                 rows.append(r)
     return rows
+
+
+def machine(rows):
+    """The GPUs the rows were measured on, e.g. '2x H200' (from each row's device lines)."""
+    seen = set()
+    for r in rows:
+        gpus, names = set(), set()
+        for d in r.get("devices") or []:
+            m = re.search(r"\[([0-9a-fA-F:.]+)\]\s+(?:NVIDIA\s+)?(.*)$", str(d))
+            if m:
+                gpus.add(m.group(1))
+                names.add(m.group(2).strip())
+        if names:
+            seen.add(f"{len(gpus)}x {'/'.join(sorted(names))}")
+    return ", ".join(sorted(seen)) or "unknown GPUs"
 
 
 def gnuplot(script):
@@ -78,7 +94,7 @@ def bw_vs_buffer(rows, out):
             plots.append(f"{max(raw):.2f} with lines dashtype 2 lw 2 title 'raw ncclBroadcast'")
         gnuplot(f"""set terminal pngcairo size 900,540
 set output '{png}'
-set title 'weightsync {layout}: bandwidth vs buffer size B (2x H200)'
+set title 'weightsync {layout}: bandwidth vs buffer size B ({machine(rows)})'
 set xlabel 'buffer size B (MiB)'
 set ylabel 'algbw (GB/s)'
 set logscale x 2
@@ -120,7 +136,7 @@ def latency_curve(rows, out):
     plots = [f'"{dat}" index {i} using 1:2 with linespoints title columnheader(1)' for i in range(len(series))]
     gnuplot(f"""set terminal pngcairo size 1000,620
 set output '{png}'
-set title 'time per sync against bytes per sync, defaults (2x H200, lower is better)'
+set title 'time per sync against bytes per sync, defaults ({machine(rows)}, lower is better)'
 set xlabel 'bytes per sync'
 set ylabel 'time (us)'
 set logscale xy
@@ -166,7 +182,7 @@ def time_vs_raw(rows, out):
     cols = ", ".join(f"'' using {j + 2}:xtic(1) title columnheader({j + 2})" for j in range(1, len(impls)))
     gnuplot(f"""set terminal pngcairo size 1250,560
 set output '{png}'
-set title 'time per full sync, best of each implementation (2x H200, lower is better)'
+set title 'time per full sync, best of each implementation ({machine(rows)}, lower is better)'
 set ylabel 'ms (log scale)'
 set logscale y
 set style data histogram
