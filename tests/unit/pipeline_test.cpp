@@ -160,6 +160,52 @@ void one_round(int rank, HostCommunicator& comm, const std::vector<TensorMeta>& 
   }
 }
 
+// A consumer whose load_weights throws "disk full" on its `fail_at`-th call: returns what the
+// consumer threw; `calls` gets the number of load_weights calls.
+std::string consume_failing(HostCommunicator& comm, const std::vector<TensorMeta>& metas,
+                            const TransferOptions& opt, workspace_for<HostCommunicator>& ws,
+                            int fail_at, int& calls) {
+  calls = 0;
+  try {
+    packed_broadcast_consumer(
+        metas, comm, 0,
+        [&](std::span<const TensorView>, HostStream) {
+          if (++calls == fail_at) throw std::runtime_error("disk full");
+        },
+        opt, ws);
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A transfer the handshake must refuse: rank 0 offers `sent`, the consumers expect `expected`;
+// no consumer may ask for a destination or load anything. Returns what the E thrown said.
+template <class E>
+std::string refused_round(int rank, HostCommunicator& comm, const std::vector<TensorMeta>& sent,
+                          const std::vector<TensorMeta>& expected, TransferOptions opt,
+                          workspace_for<HostCommunicator>& ws, std::uint64_t seed) {
+  try {
+    if (rank == 0) {
+      Model m(sent, seed, 0);
+      packed_broadcast_producer(sent, m.items(), comm, 0, opt, ws);
+    } else {
+      opt.destination = [](const TensorMeta&) -> void* {
+        throw std::runtime_error("a destination was asked for after a refused handshake");
+      };
+      packed_broadcast_consumer(
+          expected, comm, 0,
+          [](std::span<const TensorView>, HostStream) {
+            throw std::runtime_error("loaded after a refused handshake");
+          },
+          opt, ws);
+    }
+  } catch (const E& e) {
+    return e.what();
+  }
+  return "";
+}
+
 struct Config {
   bool packed;
   int k;
@@ -322,16 +368,7 @@ TEST_CASE("pipeline: a load_weights that throws ends that consumer and fails the
         throw std::runtime_error("producer message: " + failure);
     } else if (rank == 1) {
       int calls = 0;
-      try {
-        packed_broadcast_consumer(
-            metas, comm, 0,
-            [&](std::span<const TensorView>, HostStream) {
-              if (++calls == 3) throw std::runtime_error("disk full");
-            },
-            opt, ws);
-      } catch (const std::runtime_error& e) {
-        failure = e.what();
-      }
+      failure = consume_failing(comm, metas, opt, ws, 3, calls);
       if (failure != "disk full") throw std::runtime_error("consumer 1 got: " + failure);
       if (calls != 3) throw std::runtime_error("load_weights was called after it failed");
     } else {
@@ -362,45 +399,14 @@ TEST_CASE(
       packed_broadcast_producer(metas, m.items(), comm, 0, opt, ws);
     } else if (rank == 1) {
       int calls = 0;
-      std::string failure;
-      try {
-        packed_broadcast_consumer(
-            metas, comm, 0,
-            [&](std::span<const TensorView>, HostStream) {
-              if (++calls == 2) throw std::runtime_error("disk full");
-            },
-            opt, ws);
-      } catch (const std::runtime_error& e) {
-        failure = e.what();
-      }
+      const std::string failure = consume_failing(comm, metas, opt, ws, 2, calls);
       if (failure != "disk full") throw std::runtime_error("consumer 1 got: " + failure);
     } else {
       consume_round(comm, metas, opt, ws, 4, 0, 0);
     }
     // 2. The next transfer is refused on every rank with a remote_error naming rank 1, and moves
     // nothing: no load, no destination asked for.
-    std::string refused;
-    try {
-      if (rank == 0) {
-        Model m(metas, 4, 1);
-        packed_broadcast_producer(metas, m.items(), comm, 0, opt, ws);
-      } else {
-        TransferOptions o = opt;
-        o.destination = [](const TensorMeta&) -> void* {
-          throw std::runtime_error("a destination was asked for after a refused handshake");
-        };
-        packed_broadcast_consumer(
-            metas, comm, 0,
-            [](std::span<const TensorView>, HostStream) {
-              throw std::runtime_error("loaded after a refused handshake");
-            },
-            o, ws);
-      }
-    } catch (const remote_error& e) {
-      if (e.peer() != 1)
-        throw std::runtime_error("the refusal names rank " + std::to_string(e.peer()));
-      refused = e.what();
-    }
+    const std::string refused = refused_round<remote_error>(rank, comm, metas, metas, opt, ws, 4);
     if (refused.find("rank 1 failed an earlier transfer: load_weights failed on chunk ") ==
             std::string::npos ||
         refused.find("disk full") == std::string::npos)
@@ -454,25 +460,7 @@ TEST_CASE(
       if (kind == 3) o.num_buffers = 3;
       if (kind == 4) o.acknowledge = Acknowledge::each_transfer;
     }
-    std::string refused;
-    try {
-      if (rank == 0) {
-        Model m(metas, 8, 3);
-        packed_broadcast_producer(metas, m.items(), comm, 0, o, ws);
-      } else {
-        o.destination = [](const TensorMeta&) -> void* {
-          throw std::runtime_error("a destination was asked for after a refused handshake");
-        };
-        packed_broadcast_consumer(
-            changed, comm, 0,
-            [](std::span<const TensorView>, HostStream) {
-              throw std::runtime_error("loaded after a refused handshake");
-            },
-            o, ws);
-      }
-    } catch (const protocol_error& e) {
-      refused = e.what();
-    }
+    const std::string refused = refused_round<protocol_error>(rank, comm, metas, changed, o, ws, 8);
     const char* want[] = {
         "total bytes differs", "metadata (names, dtypes, shapes) differs",
         "packed_buffer_size_bytes differs", "packed_num_buffers differs",
