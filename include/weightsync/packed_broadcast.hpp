@@ -53,9 +53,10 @@ namespace weightsync {
 //! @returns what was sent, once every operation it enqueued has completed.
 //! @throws config_error for a bad option, or for an item that does not match its metadata (also
 //!   delivered to every consumer, which throws remote_error; the communicator stays usable);
-//!   remote_error when a consumer reports failure; protocol_error when the handshake finds a
-//!   mismatch; timeout_error or peer_error when a peer is stuck or gone (the communicator is then
-//!   aborted).
+//!   remote_error when a consumer reports failure (of this transfer with
+//!   Acknowledge::each_transfer, of the previous one otherwise, before any byte moves);
+//!   protocol_error when the handshake finds a mismatch; timeout_error or peer_error when a peer
+//!   is stuck or gone (the communicator is then aborted).
 template <Communicator C, TensorIterator R>
 TransferStats packed_broadcast_producer(std::span<const TensorMeta> metas, R&& items, C& comm,
                                         int root, const TransferOptions& opt,
@@ -64,7 +65,8 @@ TransferStats packed_broadcast_producer(std::span<const TensorMeta> metas, R&& i
   return detail::ProducerRun<C, std::remove_reference_t<R>>(comm, ws, opt, metas, root, items)();
 }
 
-//! As above, with a workspace used for this call only.
+//! As above, with a workspace used for this call only (a ring allocated per call; see
+//! Acknowledge::next_transfer for what a workspace carries between transfers).
 template <Communicator C, TensorIterator R>
 TransferStats packed_broadcast_producer(std::span<const TensorMeta> metas, R&& items, C& comm,
                                         int root, const TransferOptions& opt = {}) {
@@ -76,10 +78,11 @@ TransferStats packed_broadcast_producer(std::span<const TensorMeta> metas, R&& i
 //! (tensors with a destination, see TransferOptions::destination, are written there instead).
 //!
 //! @param load_weights  LoadWeightsFn: (std::span<const TensorView>, stream) -> void. Views are
-//! valid
-//!   only during the call; work it enqueues on the stream may still read them. A zero-size
+//!   valid only during the call; work it enqueues on the stream may still read them. A zero-size
 //!   tensor's view has a null data pointer. If it throws, the consumer keeps the wire in step to
-//!   the end of the plan without loading more, reports the failure to every rank, and rethrows it.
+//!   the end of the plan without loading more, rethrows it, and reports it to every rank: at once
+//!   with Acknowledge::each_transfer, otherwise in the next transfer's handshake (which the
+//!   workspace carries: with a workspace used for one call only, nobody else learns of it).
 //! @returns once every tensor has landed and every operation it enqueued has completed.
 //! @throws remote_error when the producer reports failure (nothing of the failed chunk or later
 //!   chunks is loaded; the communicator stays usable), protocol_error on a handshake mismatch or a
@@ -94,7 +97,8 @@ packed_broadcast_consumer(std::span<const TensorMeta> metas, C& comm, int root, 
                                                             load_weights)();
 }
 
-//! As above, with a workspace used for this call only.
+//! As above, with a workspace used for this call only (a ring allocated per call, and a failure
+//! of load_weights is not carried to the next transfer: see Acknowledge::next_transfer).
 template <Communicator C, class F>
 requires LoadWeightsFn<F, typename C::stream_type> TransferStats
 packed_broadcast_consumer(std::span<const TensorMeta> metas, C& comm, int root, F&& load_weights,

@@ -32,6 +32,7 @@ enum class Acknowledge : std::uint8_t {
   //! exchange). A failure the other ranks could not see (a consumer's load_weights threw) makes
   //! the next transfer fail on every rank with a remote_error naming that rank, before any byte of
   //! it moves; a failure in the last transfer before shutdown is reported by its own rank only.
+  //! The consumer's Workspace carries the failure to the next transfer (the engines keep one).
   next_transfer,
   //! At the end of every transfer (one more exchange): every rank returns knowing every rank's
   //! outcome; a consumer's failure is a remote_error on the producer in the same call.
