@@ -52,6 +52,34 @@ class StoreEngine {
     auto it = conns_.find(conn);
     return it != conns_.end() && !it->second.in.empty();
   }
+  //! Bytes of keys and values held, as counted against TcpStoreLimits::max_store_bytes.
+  std::size_t stored_bytes() const { return bytes_; }
+
+  //! Recounts the state: "" when it is consistent, else what is not (for tests and the fuzzer).
+  //! The byte count matches what is stored and stays within its bound; no empty queue or waiter
+  //! list is kept (each would be memory no bound counts); every waiter is an open connection
+  //! that still waits.
+  std::string check_invariants() const {
+    std::size_t n = 0;
+    for (const auto& [k, v] : kv_) n += k.size() + v.size();
+    for (const auto& [k, dq] : queues_) {
+      if (dq.empty()) return cat("an empty queue '", k, "' is kept");
+      for (const auto& v : dq) n += v.size();
+    }
+    if (n != bytes_) return cat("the store counts ", bytes_, " bytes but holds ", n);
+    if (bytes_ > lim_.max_store_bytes)
+      return cat("the store holds ", bytes_, " bytes, over its bound of ", lim_.max_store_bytes);
+    for (const auto& [k, conns] : waiters_) {
+      if (conns.empty()) return cat("an empty waiter list for '", k, "' is kept");
+      for (int c : conns) {
+        auto it = conns_.find(c);
+        if (it == conns_.end()) return cat("connection ", c, " waits for '", k, "' but is closed");
+        if (it->second.awaited == 0)
+          return cat("connection ", c, " is listed as waiting for '", k, "' but waits for nothing");
+      }
+    }
+    return {};
+  }
 
   //! Feeds bytes received on `conn`; appends the replies to `out`. Returns "" or, when the
   //! connection must be dropped (garbage, over a bound, a bad handshake), the reason.
@@ -228,13 +256,18 @@ class StoreEngine {
         return {};
       }
       case Cmd::queue_pop: {
-        auto& dq = queues_[q.keys[0]];
-        o.i64(static_cast<std::int64_t>(dq.size()));
-        if (!dq.empty()) {
-          bytes_ -= dq.front().size();
-          o.str(dq.front());
-          dq.pop_front();
+        // (find, not []: a pop of a missing queue must not leave an entry that no bound counts)
+        auto it = queues_.find(q.keys[0]);
+        if (it == queues_.end()) {
+          o.i64(0);
+          break;
         }
+        auto& dq = it->second;
+        o.i64(static_cast<std::int64_t>(dq.size()));
+        bytes_ -= dq.front().size();
+        o.str(dq.front());
+        dq.pop_front();
+        if (dq.empty()) queues_.erase(it);
         break;
       }
       case Cmd::queue_len: {
@@ -352,32 +385,91 @@ class StoreEngine {
 
 namespace weightsync::detail {
 
-//! libFuzzer-friendly entry: feeds `data` to a fresh StoreEngine as two interleaved connections
-//! (split at the first byte's value), in small pieces, and checks the engine's invariants. Never
-//! throws on any input (a refusal is a returned reason); returns 0 like LLVMFuzzerTestOneInput.
-inline int store_fuzz_one(const std::uint8_t* data, std::size_t size) {
+namespace c10d {
+
+//! Feeds `stream` to connection `conn` of `e` in pieces of `piece` bytes until it is dropped;
+//! returns the replies to `conn` back to back, the drop reason in `why`.
+inline std::string store_fuzz_feed(StoreEngine& e, int conn, std::string_view stream,
+                                   std::size_t piece, std::string& why) {
+  std::vector<Reply> out;
+  std::string replies;
+  for (std::size_t pos = 0; pos < stream.size() && why.empty(); pos += piece) {
+    why = e.feed(conn, stream.substr(pos, piece), out);
+    for (auto& r : out) replies += r.bytes;
+    out.clear();
+  }
+  return replies;
+}
+
+}  // namespace c10d
+
+//! libFuzzer-friendly entry (tests/fuzz/fuzz_tcp_store.cpp, and a random-input unit test). Byte 0
+//! chooses how the rest, a client's byte stream (a torch 2.x client opens with VALIDATE), is fed
+//! to a fresh StoreEngine with small limits: in pieces of 1, 2, 3, 5, 8, 13, 64 bytes or at once
+//! (bits 0-2), to one connection or, with bit 3, to two connections that send the same stream
+//! interleaved piece by piece (one's SETs then wake the other's WAITs). Checks, after every piece,
+//! that replies go only to open connections and that StoreEngine::check_invariants holds; for one
+//! connection, that the replies and the verdict do not depend on how the stream was cut.
+//! Returns 0, or 1 when a check failed (`why`, when given, says which). Never throws.
+inline int store_fuzz_one(const std::uint8_t* data, std::size_t size, std::string* why = nullptr) {
+  auto failed = [&](std::string what) {
+    if (why) *why = std::move(what);
+    return 1;
+  };
+  if (size == 0) return 0;
   TcpStoreLimits lim;
-  lim.max_key_bytes = 256;
-  lim.max_value_bytes = 4096;
-  lim.max_keys_per_request = 64;
-  lim.max_store_bytes = 1 << 20;
+  lim.max_key_bytes = 64;
+  lim.max_value_bytes = 512;
+  lim.max_keys_per_request = 16;
+  lim.max_store_bytes = 2048;
+  static constexpr std::size_t kPieces[8] = {1, 2, 3, 5, 8, 13, 64, std::size_t(-1)};
+  const std::size_t piece = kPieces[data[0] & 7];
+  const bool two = (data[0] & 8) != 0;
+  const std::string_view in(reinterpret_cast<const char*>(data) + 1, size - 1);
+  if (!two) {
+    c10d::StoreEngine whole(lim), cut(lim);
+    whole.open(1);
+    cut.open(1);
+    std::string why_whole, why_cut;
+    const std::string a = c10d::store_fuzz_feed(whole, 1, in, in.size() + 1, why_whole);
+    const std::string b = c10d::store_fuzz_feed(cut, 1, in, piece, why_cut);
+    if (a != b) return failed(cat("replies differ when the stream is cut in pieces of ", piece));
+    if (why_whole != why_cut)
+      return failed(cat("verdict differs when cut in pieces of ", piece, ": '", why_whole,
+                        "' vs '", why_cut, "'"));
+    if (whole.num_keys() != cut.num_keys() || whole.stored_bytes() != cut.stored_bytes())
+      return failed("the store differs when the stream is cut in pieces");
+    for (auto* e : {&whole, &cut})
+      if (auto bad = e->check_invariants(); !bad.empty()) return failed(bad);
+    whole.close(1);
+    cut.close(1);
+    if (auto bad = cut.check_invariants(); !bad.empty()) return failed("after close: " + bad);
+    return 0;
+  }
   c10d::StoreEngine e(lim);
   e.open(1);
   e.open(2);
-  std::vector<c10d::Reply> out;
-  const std::string_view in(reinterpret_cast<const char*>(data), size);
-  const std::size_t split = size ? (data[0] % 8) + 1 : 1;
   bool alive[3] = {false, true, true};
-  for (std::size_t pos = 0, turn = 0; pos < in.size(); pos += split, ++turn) {
-    const int c = 1 + static_cast<int>(turn % 2);
-    if (!alive[c]) continue;
-    if (!e.feed(c, in.substr(pos, split), out).empty()) {
-      e.close(c);
-      alive[c] = false;
+  std::vector<c10d::Reply> out;
+  for (std::size_t pos = 0; pos < in.size() && (alive[1] || alive[2]); pos += piece) {
+    for (int c = 1; c <= 2; ++c) {
+      if (!alive[c]) continue;
+      const bool drop = !e.feed(c, in.substr(pos, piece), out).empty();
+      for (const auto& r : out)
+        if (r.conn < 1 || r.conn > 2 || !alive[r.conn])
+          return failed(cat("a reply to connection ", r.conn, ", which is not open"));
+      out.clear();
+      if (drop) {
+        e.close(c);
+        alive[c] = false;
+      }
+      if (auto bad = e.check_invariants(); !bad.empty()) return failed(bad);
     }
   }
   e.close(1);
   e.close(2);
+  if (e.connections() != 0) return failed("connections left after closing both");
+  if (auto bad = e.check_invariants(); !bad.empty()) return failed("after close: " + bad);
   return 0;
 }
 
