@@ -143,7 +143,9 @@ TEST_CASE("demo server under abuse: every bad request is a 4xx with a message an
     CHECK(in_string.error.find("nested deeper") == std::string::npos);
     const long peak_after = memory_kib(server.pid(), "VmHWM");
     INFO("server peak before " << peak_before << " KiB, after " << peak_after << " KiB");
-    CHECK(peak_after - peak_before < 100 * 1024);  // the bodies themselves, a few copies
+    // Seen: +40 MiB with the limit (the bodies and their copies; more under ASan, whose
+    // quarantine keeps freed bodies), +900 MiB without it.
+    CHECK(peak_after - peak_before < 256 * 1024);
   }
   {
     for (const std::string path : {"/init_weight_transfer_engine", "/update_weights",
