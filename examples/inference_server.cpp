@@ -158,8 +158,12 @@ int main(int argc, char** argv) try {
   ws::http::apply_limits(server, ro);
   ws::http::add_vllm_routes(server, engine, hooks, ro);
   server.Post("/v1/predict", [&](const httplib::Request& req, httplib::Response& res) {
-    auto body = json::parse(req.body, nullptr, false);
-    if (body.is_discarded() || !body.is_object() || !body.contains("inputs") || !body["inputs"].is_array()) {
+    if (!ws::http::detail::admitted(ro, req, res, false)) return;
+    // (the routes' parser: bad JSON and JSON nested deeper than ro.max_json_depth are 400s)
+    auto parsed = ws::http::detail::body_json(req, res, ro.max_json_depth);
+    if (!parsed) return;
+    const json& body = *parsed;
+    if (!body.contains("inputs") || !body.at("inputs").is_array()) {
       res.status = 400;
       res.set_content(json{{"error", "expected {\"inputs\": [[x, y], ...]}"}}.dump(), "application/json");
       return;
@@ -170,7 +174,7 @@ int main(int argc, char** argv) try {
       w = live;
     }
     json classes = json::array();
-    for (const auto& p : body["inputs"]) {
+    for (const auto& p : body.at("inputs")) {
       // Finite and within float's range (a larger double converted to float is undefined).
       auto coord = [](const json& x) {
         return x.is_number() && std::isfinite(x.get<double>()) && std::fabs(x.get<double>()) <= 1e30;

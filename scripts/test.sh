@@ -5,7 +5,9 @@
 # every CTest test. GPU tests report "Skipped" with their reason on a machine without a GPU.
 #   bash scripts/test.sh [extra cmake args...]
 # Environment: WEIGHTSYNC_FUZZ=OFF skips the fuzz tests (label "fuzz", 20 s per parser; they need
-# clang, installed when missing); WEIGHTSYNC_SANITIZE="asan" or "asan tsan" then runs
+# clang and its libFuzzer runtime, installed when missing), ON (CI) fails where they cannot be
+# installed or built, AUTO (default) runs them where they can; WEIGHTSYNC_SANITIZE="asan" or
+# "asan tsan" then runs
 # scripts/sanitize.sh for each (CI sets asan).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,19 +1,22 @@
 // SPDX-FileCopyrightText: 2026 weightsync contributors
 // SPDX-License-Identifier: Apache-2.0
-// The demo server under abuse: malformed JSON, wrong types, huge bodies, deep nesting, overflowing
-// shapes, a million names, calls out of order, many clients at once, a missing token. Every case
+// The demo server under abuse: malformed JSON, wrong types, huge bodies, deep nesting (up to the
+// body limit), overflowing shapes, a million names, lifecycle calls out of order (init, start,
+// update, finish, with an update in flight), many clients at once, a missing token. Every case
 // gets a 4xx with a JSON message, and the server keeps serving /v1/predict with the weights of its
 // last sync, within bounded memory.
 #include <weightsync/detail/socket.hpp>
 #include <weightsync/http/control_plane.hpp>
 
 #include <atomic>
-#include <mutex>
 #include <fstream>
+#include <future>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "demo_model.hpp"
 #include "demo_process.hpp"
 #include "support/catch.hpp"
 #include "support/process.hpp"
@@ -114,6 +117,36 @@ TEST_CASE("demo server under abuse: every bad request is a 4xx with a message an
   REQUIRE(before.at("weight_version") == "step-1");
   const long rss_before = memory_kib(server.pid(), "VmRSS");
 
+  {
+    // Nesting at the body limit: refused before parsing (nlohmann, unbounded, would spend ~70 bytes
+    // per level: ~0.3 GB for 4 M levels, ~0.6 GB for 8 MiB of '['). First, while the server's
+    // peak (VmHWM) is still its baseline, so that the peak measures these requests.
+    const std::size_t limit = 8388608;
+    const std::string head = "{\"update_info\": ";
+    const std::size_t levels = (limit - head.size() - 1) / 2;
+    std::string deep = head + nested(levels) + "}";
+    deep.append(limit - deep.size(), ' ');
+    REQUIRE(deep.size() == limit);
+    const long peak_before = memory_kib(server.pid(), "VmHWM");
+    const Answer a = post(h, "/update_weights", deep);
+    CHECK_REFUSED(a, 400);
+    CHECK(a.error.find("nested deeper than 64") != std::string::npos);
+    CHECK_REFUSED(post(h, "/init_weight_transfer_engine", std::string(limit, '[')), 400);
+    CHECK_REFUSED(post(h, "/v1/predict", std::string(limit, '{')), 400);
+    // Bodies nested exactly to the limit still reach the route (and fail on their fields).
+    const Answer at_limit = post(h, "/update_weights", "{\"update_info\": " + nested(63) + "}");
+    CHECK_REFUSED(at_limit, 400);
+    CHECK(at_limit.error.find("nested deeper") == std::string::npos);
+    // (brackets inside strings do not count)
+    const Answer in_string = post(h, "/finish_weight_update",
+                                  "{\"weight_version\": \"" + std::string(1000, '[') + "\"}");
+    CHECK(in_string.error.find("nested deeper") == std::string::npos);
+    const long peak_after = memory_kib(server.pid(), "VmHWM");
+    INFO("server peak before " << peak_before << " KiB, after " << peak_after << " KiB");
+    // Seen: +40 MiB with the limit (the bodies and their copies; more under ASan, whose
+    // quarantine keeps freed bodies), +900 MiB without it.
+    CHECK(peak_after - peak_before < 256 * 1024);
+  }
   {
     for (const std::string path : {"/init_weight_transfer_engine", "/update_weights",
                                    "/finish_weight_update", "/pause", "/start_weight_update"}) {
@@ -226,6 +259,118 @@ TEST_CASE("demo server under abuse: every bad request is a 4xx with a message an
   CHECK(rss_after > 0);
   CHECK(peak < 1024 * 1024);  // 1 GiB: a few copies of the largest admitted (8 MiB) body
   CHECK(rss_after < rss_before + 512 * 1024);
+  CHECK(post(h, "/shutdown", "").status == 200);
+  CHECK(server.wait(10s) == 0);
+}
+
+TEST_CASE("demo server: lifecycle calls out of order are 409s with a message and the session "
+          "survives",
+          "[e2e][abuse]") {
+  const int port = ws_test::free_port();
+  Proc server = ws_e2e::start_server(port);
+  httplib::Client h("127.0.0.1", port);
+  h.set_read_timeout(60, 0);
+  const std::string update = json{{"update_info", {{"names", json::array()},
+                                                   {"dtype_names", json::array()},
+                                                   {"shapes", json::array()}}}}.dump();
+  // Before init: nothing but init is allowed.
+  CHECK_REFUSED(post(h, "/start_weight_update", "{}"), 409);
+  CHECK_REFUSED(post(h, "/update_weights", update), 409);
+  CHECK_REFUSED(post(h, "/finish_weight_update", "{}"), 409);
+
+  // This test is the trainer (in process, host backend), with the demo's HF pieces.
+  ws::NcclInitInfo info;
+  info.master_address = "127.0.0.1";
+  info.master_port = ws_test::free_port();
+  info.world_size = 2;
+  info.rank_offset = 1;
+  info.packed = true;
+  info.packed_buffer_size_bytes = 4096;  // 3 chunks: [0, 7) [7, 9) [9, 12)
+  ws::TrainerEngine::Options to;
+  to.engine.timeout = 30s;
+  ws::TrainerEngine trainer(to);
+  auto init = std::async(std::launch::async, [&] {
+    return post(h, "/init_weight_transfer_engine", json{{"init_info", info}}.dump());
+  });
+  trainer.trainer_init(info);
+  REQUIRE(init.get().status == 200);
+  CHECK_REFUSED(post(h, "/update_weights", update), 409);  // not started
+  CHECK_REFUSED(post(h, "/finish_weight_update", "{}"), 409);
+  REQUIRE(post(h, "/start_weight_update", "{}").status == 200);
+  CHECK_REFUSED(post(h, "/start_weight_update", "{}"), 409);  // started twice
+
+  // An update in flight: the trainer's source holds back tensor 8. It is taken for chunk 1, after
+  // the handshake, which needs the server's side: the server is then inside update_weights.
+  const auto metas = demo::hf_metas();
+  demo::Mlp model;
+  demo::init_random(model, 99);
+  const auto ptrs = demo::hf_pointers(model);
+  std::promise<void> reached, release;
+  auto released = release.get_future().share();
+  struct Source {
+    const std::vector<ws::TensorMeta>& m;
+    const std::vector<const void*>& p;
+    std::promise<void>& reached;
+    std::shared_future<void> released;
+    std::vector<ws::TensorMeta> metas() const { return m; }
+    ws::AnyTensorRange iterate() {
+      return ws::AnyTensorRange([this, i = std::size_t{0}](ws::SourceTensorRef& out) mutable {
+        if (i == m.size()) return false;
+        if (i == 8) {
+          reached.set_value();
+          released.wait();
+        }
+        out = {&m[i], p[i]};
+        ++i;
+        return true;
+      });
+    }
+  } src{metas, ptrs, reached, released};
+  auto in_flight = std::async(std::launch::async, [&] {
+    return post(h, "/update_weights", json{{"update_info", trainer.update_info(metas)}}.dump());
+  });
+  auto sent = std::async(std::launch::async, [&] { return trainer.send_weights(src); });
+  const bool held = reached.get_future().wait_for(30s) == std::future_status::ready;
+  {
+    INFO("the trainer never reached tensor 8");
+    CHECK(held);
+  }
+  if (held) {
+    httplib::Client c("127.0.0.1", port);  // (h's connection is busy with the update)
+    c.set_read_timeout(30, 0);
+    const Answer reinit = post(c, "/init_weight_transfer_engine", json{{"init_info", info}}.dump());
+    CHECK_REFUSED(reinit, 409);  // init twice, while an update runs
+    CHECK(reinit.error.find("while update_weights is running") != std::string::npos);
+    CHECK_REFUSED(post(c, "/start_weight_update", "{}"), 409);
+    const Answer second = post(c, "/update_weights", update);
+    CHECK_REFUSED(second, 409);
+    CHECK(second.error.find("another update_weights is running") != std::string::npos);
+    const Answer early = post(c, "/finish_weight_update", R"({"weight_version": "early"})");
+    CHECK_REFUSED(early, 409);
+    CHECK(early.error.find("while update_weights is running") != std::string::npos);
+  }
+  release.set_value();
+  CHECK(sent.get().tensors == metas.size());
+  CHECK(in_flight.get().status == 200);
+  REQUIRE(post(h, "/finish_weight_update", R"({"weight_version": "lifecycle-1"})").status == 200);
+
+  // After finish: no session.
+  const Answer late = post(h, "/update_weights", update);
+  CHECK_REFUSED(late, 409);
+  CHECK(late.error.find("without start_weight_update") != std::string::npos);
+  CHECK_REFUSED(post(h, "/finish_weight_update", R"({"weight_version": "evil"})"), 409);
+  // A new session can still start and end (no version: the version stays).
+  CHECK(post(h, "/start_weight_update", "{}").status == 200);
+  CHECK(post(h, "/finish_weight_update", "{}").status == 200);
+
+  // The server serves what the trainer sent, under the version of the session that sent it.
+  const json answer = predict(h);
+  CHECK(answer.at("weight_version") == "lifecycle-1");
+  std::vector<int> expected;
+  for (const auto& p : kInputs.at("inputs"))
+    expected.push_back(demo::predict(model, p[0].get<float>(), p[1].get<float>()));
+  CHECK(answer.at("classes").get<std::vector<int>>() == expected);
+  trainer.shutdown();
   CHECK(post(h, "/shutdown", "").status == 200);
   CHECK(server.wait(10s) == 0);
 }

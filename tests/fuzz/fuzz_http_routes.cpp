@@ -1,14 +1,26 @@
 // SPDX-FileCopyrightText: 2026 weightsync contributors
 // SPDX-License-Identifier: Apache-2.0
 // The HTTP route bodies: what every vLLM route does with a request before it reaches the engine
-// (size limit, token, JSON body, the route's fields). The first byte picks the route; every input
-// ends in 200 (valid) or a 4xx with a JSON {"error": ...}, never another exception.
+// (size limit, token, JSON body and its depth limit, the route's fields). The first byte picks the
+// route, the token and the depth limit (default, or 2..8); every input ends in 200 (valid) or a
+// 4xx with a JSON {"error": ...}, never another exception, and no accepted body nests deeper than
+// the limit.
 #include <weightsync/http/control_plane.hpp>
+
+#include <algorithm>
 
 #include "fuzz_support.hpp"
 
 namespace ws = weightsync;
 namespace d = weightsync::http::detail;
+
+// Nesting depth of a parsed value (a scalar: 0).
+static int depth(const nlohmann::json& j) {
+  int d = 0;
+  if (j.is_structured())
+    for (const auto& x : j) d = std::max(d, depth(x));
+  return j.is_structured() ? d + 1 : 0;
+}
 
 WS_FUZZ_ENTRY {
   if (size < 1) return 0;
@@ -24,11 +36,14 @@ WS_FUZZ_ENTRY {
     ws_fuzz::require(nlohmann::json::parse(res.body).contains("error"), "refusal without an error");
     return 0;
   }
-  auto body = d::body_json(req, res);
+  const int depth_bits = (data[0] >> 2) & 7;  // 0: the default limit (64)
+  if (depth_bits) o.max_json_depth = 1 + depth_bits;
+  auto body = d::body_json(req, res, o.max_json_depth);
   if (!body) {
     ws_fuzz::require(res.status == 400, "bad JSON answered with another status");
     return 0;
   }
+  ws_fuzz::require(depth(*body) <= o.max_json_depth, "JSON deeper than the limit was accepted");
   d::guarded(res, "fuzz", [&] {
     switch (data[0] % 4) {
       case 0: (void)d::parse_init_body(*body); break;

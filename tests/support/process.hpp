@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <random>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <stdexcept>
@@ -101,6 +102,13 @@ inline int free_port() {
     if (ok) return port;
   }
   throw std::runtime_error("no free port in 20000..31999");
+}
+
+//! WEIGHTSYNC_TEST_SMALL=1 (scripts/sanitize.sh tsan sets it): the tests whose deadlines assume
+//! native speed use smaller models, so that making the model does not eat the deadline.
+inline bool small_models() {
+  const char* v = std::getenv("WEIGHTSYNC_TEST_SMALL");
+  return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
 }
 
 class Processes {

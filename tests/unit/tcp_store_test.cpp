@@ -389,8 +389,42 @@ TEST_CASE("tcp_store: the engine survives random input (fuzz entry point)", "[un
       buf[1] = 0;
       std::memcpy(buf.data() + 2, &detail::c10d::kValidationMagic, 4);
     }
-    CHECK(detail::store_fuzz_one(buf.data(), buf.size()) == 0);
+    std::string why;
+    const int rc = detail::store_fuzz_one(buf.data(), buf.size(), &why);
+    INFO("input " << i << ": " << why);
+    CHECK(rc == 0);
   }
+}
+
+TEST_CASE("tcp_store: the engine keeps no entry for a queue popped while missing or emptied",
+          "[unit][tcp_store]") {
+  using namespace detail::c10d;
+  StoreEngine e;
+  e.open(1);
+  std::vector<Reply> out;
+  Out q;
+  q.u8(0).u32(kValidationMagic);
+  const int pop = byte_of(Cmd::queue_pop, TcpStoreWire::torch2);
+  const int push = byte_of(Cmd::queue_push, TcpStoreWire::torch2);
+  for (int i = 0; i < 100; ++i)
+    q.u8(static_cast<std::uint8_t>(pop)).str("/missing" + std::to_string(i));
+  q.u8(static_cast<std::uint8_t>(push)).str("/q").str("v");
+  q.u8(static_cast<std::uint8_t>(pop)).str("/q");
+  REQUIRE(e.feed(1, q.bytes(), out).empty());
+  CHECK(out.size() == 101);
+  CHECK(e.check_invariants().empty());
+  CHECK(e.stored_bytes() == 0);
+  // A SET over the store's bound is refused (the connection dropped) and nothing is counted.
+  TcpStoreLimits tiny;
+  tiny.max_store_bytes = 4;
+  StoreEngine t(tiny);
+  t.open(1);
+  Out s;
+  s.u8(0).u32(kValidationMagic);
+  s.u8(static_cast<std::uint8_t>(byte_of(Cmd::set, TcpStoreWire::torch2))).str("/k").str("toolong");
+  CHECK_FALSE(t.feed(1, s.bytes(), out).empty());  // over the store's bound: refused
+  CHECK(t.check_invariants().empty());
+  CHECK(t.stored_bytes() == 0);
 }
 
 TEST_CASE(

@@ -172,13 +172,40 @@ class StoreEngine {
 
 namespace weightsync::detail {
 
+namespace c10d {
+
+//! Feeds `stream` to a fresh connection of a fresh engine in pieces of `piece` bytes until it is
+//! dropped; returns the replies back to back, and the drop reason in `why`.
+inline std::string store_fuzz_replies(const TcpStoreLimits& lim, std::string_view stream,
+                                      std::size_t piece, std::string& why) {
+  StoreEngine e(lim);
+  e.open(1);
+  std::vector<Reply> out;
+  std::string replies;
+  for (std::size_t pos = 0; pos < stream.size() && why.empty(); pos += piece) {
+    why = e.feed(1, stream.substr(pos, piece), out);
+    for (auto& r : out) replies += r.bytes;
+    out.clear();
+  }
+  return replies;
+}
+
+}  // namespace c10d
+
 //! libFuzzer-friendly entry: feeds `data` to a fresh StoreEngine as two interleaved connections
 //! (split at the first byte's value), in small pieces, then checks what must hold whatever the
 //! input: the engine's bookkeeping (StoreEngine::check_invariants), replies only to open
-//! connections, and a fresh torch 2.x connection still answered (VALIDATE, then PING). Any
-//! violation calls std::abort(), which libFuzzer reports. Never throws; returns 0 like
-//! LLVMFuzzerTestOneInput.
-inline int store_fuzz_one(const std::uint8_t* data, std::size_t size) {
+//! connections, a fresh torch 2.x connection still answered (VALIDATE, then PING), and, fed to one
+//! connection, the same replies and verdict whether the stream comes at once or in pieces. Never
+//! throws. Returns 0; on a violation, 1 with `why` set when `why` is given, else std::abort()
+//! (which libFuzzer reports).
+inline int store_fuzz_one(const std::uint8_t* data, std::size_t size, std::string* why = nullptr) {
+  bool violated = false;
+  auto fail = [&](const std::string& what) {
+    if (!why) std::abort();
+    if (!violated) *why = what;
+    violated = true;
+  };
   TcpStoreLimits lim;
   lim.max_key_bytes = 256;
   lim.max_value_bytes = 4096;
@@ -194,17 +221,18 @@ inline int store_fuzz_one(const std::uint8_t* data, std::size_t size) {
   const std::size_t split = size ? (data[0] % 8) + 1 : 1;
   bool alive[3] = {false, true, true};
   auto check = [&] {
-    if (!e.check_invariants().empty()) std::abort();
+    if (auto bad = e.check_invariants(); !bad.empty()) fail(bad);
     for (const auto& r : out)
-      if (r.conn < 1 || r.conn > 2 || !alive[r.conn] || r.bytes.empty()) std::abort();
+      if (r.conn < 1 || r.conn > 2 || !alive[r.conn] || r.bytes.empty())
+        fail(cat("a reply to connection ", r.conn, ", which is not open or sent nothing"));
     out.clear();
   };
-  for (std::size_t pos = 0, turn = 0; pos < in.size(); pos += split, ++turn) {
+  for (std::size_t pos = 0, turn = 0; pos < in.size() && !violated; pos += split, ++turn) {
     const int c = 1 + static_cast<int>(turn % 2);
     if (!alive[c]) continue;
-    const std::string why = e.feed(c, in.substr(pos, split), out);
+    const std::string reason = e.feed(c, in.substr(pos, split), out);
     check();  // before closing: the replies of a connection's last good requests are legitimate
-    if (!why.empty()) {
+    if (!reason.empty()) {
       e.close(c);
       alive[c] = false;
       check();
@@ -218,13 +246,19 @@ inline int store_fuzz_one(const std::uint8_t* data, std::size_t size) {
   e.open(3);
   c10d::Out hello;
   hello.u8(0).u32(c10d::kValidationMagic).u8(13).u32(0x5eed1234u);
-  if (!e.feed(3, hello.bytes(), out).empty()) std::abort();
+  if (!e.feed(3, hello.bytes(), out).empty()) fail("a well-behaved client was refused");
   if (out.size() != 1 || out[0].conn != 3 || out[0].bytes != std::string("\x34\x12\xed\x5e", 4))
-    std::abort();
+    fail("a well-behaved client's PING was not answered");
   out.clear();
   e.close(3);
-  if (!e.check_invariants().empty() || e.connections() != 0) std::abort();
-  return 0;
+  if (!e.check_invariants().empty() || e.connections() != 0) fail("state left after every close");
+  // One connection: the answers do not depend on how the stream is cut.
+  std::string why_whole, why_cut;
+  const auto whole = c10d::store_fuzz_replies(lim, in, in.size() + 1, why_whole);
+  const auto cut = c10d::store_fuzz_replies(lim, in, split, why_cut);
+  if (whole != cut || why_whole != why_cut)
+    fail(cat("the replies differ when the stream is cut in pieces of ", split, " bytes"));
+  return violated ? 1 : 0;
 }
 
 }  // namespace weightsync::detail

@@ -58,6 +58,10 @@ struct RouteOptions {
   //! Requests whose body is larger are refused with 413 (applied with set_payload_max_length by
   //! apply_limits; the routes also check the body they got). 0: no limit.
   std::size_t max_body_bytes = std::size_t{16} << 20;
+  //! JSON bodies whose arrays and objects nest deeper are refused with 400 before they are
+  //! parsed: nlohmann has no depth limit and spends ~70 bytes per level, so a body of '[' alone
+  //! would cost ~70x its size. vLLM's bodies need 4 levels. 0: no limit.
+  int max_json_depth = 64;
   //! When not empty, the routes that change the engine's state (init, start, update, finish, pause,
   //! resume) need "Authorization: Bearer <token>"; others get 401. The GET routes stay open.
   std::string bearer_token;
@@ -70,10 +74,41 @@ inline void reply(httplib::Response& res, int status, const nlohmann::json& body
   res.set_content(body.dump(), "application/json");
 }
 
+//! True when arrays and objects in `text` nest deeper than `max_depth` (brackets inside strings do
+//! not count). One pass, no allocation: it runs before the parser. Malformed JSON is left to the
+//! parser.
+inline bool json_nests_deeper(std::string_view text, int max_depth) {
+  int depth = 0;
+  bool in_str = false, esc = false;
+  for (const char c : text) {
+    if (in_str) {
+      if (esc)
+        esc = false;
+      else if (c == '\\')
+        esc = true;
+      else if (c == '"')
+        in_str = false;
+    } else if (c == '"') {
+      in_str = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) return true;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return false;
+}
+
 //! Parses the request body as a JSON object (empty body: {}). Answers 400 and returns nullopt on
-//! bad JSON.
-inline std::optional<nlohmann::json> body_json(const httplib::Request& req, httplib::Response& res) {
+//! bad JSON, or JSON nested deeper than `max_depth` (RouteOptions::max_json_depth; 0: no limit).
+inline std::optional<nlohmann::json> body_json(const httplib::Request& req, httplib::Response& res,
+                                               int max_depth = RouteOptions{}.max_json_depth) {
   if (req.body.empty()) return nlohmann::json::object();
+  if (max_depth > 0 && json_nests_deeper(req.body, max_depth)) {
+    reply(res, 400, {{"error", weightsync::detail::cat("Invalid JSON: nested deeper than ",
+                                                       max_depth, " levels")}});
+    return std::nullopt;
+  }
   auto j = nlohmann::json::parse(req.body, nullptr, false);
   if (j.is_discarded() || !j.is_object()) {
     reply(res, 400, {{"error", "Invalid JSON format: the body must be a JSON object"}});
@@ -175,86 +210,90 @@ inline void apply_limits(httplib::Server& server, const RouteOptions& o) {
   });
 }
 
-//! Adds vLLM's weight-transfer routes for `engine` to `server`. `engine` and the hooks must outlive
-//! the server. See RouteOptions for the body limit and the optional bearer token (apply_limits
-//! also sets the server-wide limit).
-inline void add_vllm_routes(httplib::Server& server, WeightTransferEngine& engine, RouteHooks hooks,
-                            RouteOptions options = {}) {
-  using detail::admitted;
-  using detail::body_json;
-  using detail::guarded;
-  using detail::reply;
-  auto h = std::make_shared<RouteHooks>(std::move(hooks));
-  auto o = std::make_shared<RouteOptions>(std::move(options));
-  server.Post("/init_weight_transfer_engine", [&engine, o](const httplib::Request& req,
-                                                           httplib::Response& res) {
-    if (!admitted(*o, req, res, true)) return;
-    auto body = body_json(req, res);
+namespace detail {
+
+//! The routes shared state: the engine, the hooks and the options, alive as long as the server.
+struct RouteContext {
+  WeightTransferEngine& engine;
+  RouteHooks hooks;
+  RouteOptions options;
+};
+using RouteContextPtr = std::shared_ptr<const RouteContext>;
+
+//! A POST route that changes the engine's state: admitted (size, token), its JSON body parsed,
+//! then `f(req, res, body)` run guarded (errors mapped to statuses).
+template <class F>
+void post_route(httplib::Server& server, const char* path, RouteContextPtr ctx, F f) {
+  server.Post(path, [ctx, path, f](const httplib::Request& req, httplib::Response& res) {
+    if (!admitted(ctx->options, req, res, true)) return;
+    auto body = body_json(req, res, ctx->options.max_json_depth);
     if (!body) return;
-    guarded(res, "/init_weight_transfer_engine", [&] {
-      engine.init_transfer_engine(detail::parse_init_body(*body));
-      reply(res, 200, {{"message", "Weight transfer initialized"}});
-    });
+    guarded(res, path, [&] { f(req, res, *body); });
   });
-  server.Post("/start_weight_update", [&engine, h, o](const httplib::Request& req,
-                                                      httplib::Response& res) {
-    if (!admitted(*o, req, res, true)) return;
-    auto body = body_json(req, res);  // vLLM versions send {} or {"is_checkpoint_format": ...}
-    if (!body) return;
-    guarded(res, "/start_weight_update", [&] {
-      engine.start_weight_update();
-      if (h->on_start) h->on_start();
-      reply(res, 200, {{"message", "Weight update started"}});
-    });
-  });
-  server.Post("/update_weights", [&engine, h, o](const httplib::Request& req, httplib::Response& res) {
-    if (!admitted(*o, req, res, true)) return;
-    auto body = body_json(req, res);
-    if (!body) return;
-    guarded(res, "/update_weights", [&] {
-      const auto info = detail::parse_update_body(*body);
-      try {
-        const auto st = engine.update_weights(info, h->load, h->destination);
-        reply(res, 200, {{"message", "Weights updated"}, {"tensors", st.tensors}, {"bytes", st.bytes},
-                         {"chunks", st.chunks}});
-      } catch (const state_error&) {
-        throw;  // nothing was received: no session to end
-      } catch (const std::exception& e) {
-        if (h->on_update_failed) h->on_update_failed(e.what());
-        throw;
-      }
-    });
-  });
-  server.Post("/finish_weight_update", [&engine, h, o](const httplib::Request& req,
-                                                       httplib::Response& res) {
-    if (!admitted(*o, req, res, true)) return;
-    auto body = body_json(req, res);
-    if (!body) return;
-    guarded(res, "/finish_weight_update", [&] {
-      const auto version = detail::parse_finish_body(*body);
-      engine.finish_weight_update(version);
-      if (h->on_finish) h->on_finish(version.value_or(""));
-      reply(res, 200, {{"message", "Weight update finished"}, {"weight_version", engine.weight_version()}});
-    });
-  });
-  server.Post("/pause", [&engine, o](const httplib::Request& req, httplib::Response& res) {
-    if (!admitted(*o, req, res, true)) return;
-    auto body = body_json(req, res);
-    if (!body) return;
-    guarded(res, "/pause", [&] {
-      const std::string query = req.has_param("mode") ? req.get_param_value("mode") : "";
-      const auto mode = detail::parse_pause_body(*body, req.has_param("mode") ? &query : nullptr);
-      engine.pause(parse_pause_mode(mode));
-      reply(res, 200, {{"status", "paused"}, {"mode", mode}});
-    });
-  });
-  server.Post("/resume", [&engine, o](const httplib::Request& req, httplib::Response& res) {
-    if (!admitted(*o, req, res, true)) return;
+}
+
+//! /init_weight_transfer_engine and /start_weight_update.
+inline void add_session_routes(httplib::Server& server, const RouteContextPtr& ctx) {
+  post_route(server, "/init_weight_transfer_engine", ctx,
+             [ctx](const httplib::Request&, httplib::Response& res, const nlohmann::json& body) {
+               ctx->engine.init_transfer_engine(parse_init_body(body));
+               reply(res, 200, {{"message", "Weight transfer initialized"}});
+             });
+  // vLLM versions send {} or {"is_checkpoint_format": ...}
+  post_route(server, "/start_weight_update", ctx,
+             [ctx](const httplib::Request&, httplib::Response& res, const nlohmann::json&) {
+               ctx->engine.start_weight_update();
+               if (ctx->hooks.on_start) ctx->hooks.on_start();
+               reply(res, 200, {{"message", "Weight update started"}});
+             });
+}
+
+//! /update_weights and /finish_weight_update.
+inline void add_update_routes(httplib::Server& server, const RouteContextPtr& ctx) {
+  post_route(server, "/update_weights", ctx,
+             [ctx](const httplib::Request&, httplib::Response& res, const nlohmann::json& body) {
+               const auto info = parse_update_body(body);
+               const RouteHooks& h = ctx->hooks;
+               try {
+                 const auto st = ctx->engine.update_weights(info, h.load, h.destination);
+                 reply(res, 200, {{"message", "Weights updated"}, {"tensors", st.tensors},
+                                  {"bytes", st.bytes}, {"chunks", st.chunks}});
+               } catch (const state_error&) {
+                 throw;  // nothing was received: no session to end
+               } catch (const std::exception& e) {
+                 if (h.on_update_failed) h.on_update_failed(e.what());
+                 throw;
+               }
+             });
+  post_route(server, "/finish_weight_update", ctx,
+             [ctx](const httplib::Request&, httplib::Response& res, const nlohmann::json& body) {
+               const auto version = parse_finish_body(body);
+               ctx->engine.finish_weight_update(version);
+               if (ctx->hooks.on_finish) ctx->hooks.on_finish(version.value_or(""));
+               reply(res, 200, {{"message", "Weight update finished"},
+                                {"weight_version", ctx->engine.weight_version()}});
+             });
+}
+
+//! /pause, /resume and the GET routes (status; open without the token).
+inline void add_pause_and_status_routes(httplib::Server& server, const RouteContextPtr& ctx) {
+  post_route(server, "/pause", ctx,
+             [ctx](const httplib::Request& req, httplib::Response& res,
+                   const nlohmann::json& body) {
+               const bool q = req.has_param("mode");
+               const std::string query = q ? req.get_param_value("mode") : "";
+               const auto mode = parse_pause_body(body, q ? &query : nullptr);
+               ctx->engine.pause(parse_pause_mode(mode));
+               reply(res, 200, {{"status", "paused"}, {"mode", mode}});
+             });
+  server.Post("/resume", [ctx](const httplib::Request& req, httplib::Response& res) {
+    if (!admitted(ctx->options, req, res, true)) return;  // (its body, if any, is ignored)
     guarded(res, "/resume", [&] {
-      engine.resume();
+      ctx->engine.resume();
       reply(res, 200, {{"status", "resumed"}});
     });
   });
+  WeightTransferEngine& engine = ctx->engine;
   server.Get("/is_paused", [&engine](const httplib::Request&, httplib::Response& res) {
     reply(res, 200, {{"is_paused", engine.is_paused()}});
   });
@@ -264,6 +303,20 @@ inline void add_vllm_routes(httplib::Server& server, WeightTransferEngine& engin
   server.Get("/weight_info", [&engine](const httplib::Request&, httplib::Response& res) {
     reply(res, 200, {{"weight_version", engine.weight_version()}});
   });
+}
+
+}  // namespace detail
+
+//! Adds vLLM's weight-transfer routes for `engine` to `server`. `engine` and the hooks must outlive
+//! the server. See RouteOptions for the body limit, the JSON depth limit and the optional bearer
+//! token (apply_limits also sets the server-wide body limit).
+inline void add_vllm_routes(httplib::Server& server, WeightTransferEngine& engine, RouteHooks hooks,
+                            RouteOptions options = {}) {
+  auto ctx = std::make_shared<const detail::RouteContext>(
+      detail::RouteContext{engine, std::move(hooks), std::move(options)});
+  detail::add_session_routes(server, ctx);
+  detail::add_update_routes(server, ctx);
+  detail::add_pause_and_status_routes(server, ctx);
 }
 
 //! A trainer's client for one server's vLLM routes. Every call has a deadline; a refused
