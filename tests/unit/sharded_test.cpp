@@ -6,6 +6,7 @@
 #include <weightsync/host/communicator.hpp>
 #include <weightsync/sharded_broadcast.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -127,11 +128,33 @@ TEST_CASE("sharded: the plan interleaves roots and fits every step in one slot",
   for (const auto& p : plan.pieces) bytes += p.bytes();
   CHECK(bytes == plan.total_bytes);
   for (int r = 0; r < 3; ++r) CHECK(!plan.chunks[static_cast<std::size_t>(r)].empty());
+  // Interleaved: step s carries chunk s of EVERY root that has one, so there are as many steps as
+  // the longest root has chunks (not the sum), and step 0 holds a chunk of each of the 3 roots.
+  std::size_t longest = 0, fewest = plan.total_chunks;
+  for (const auto& c : plan.chunks) {
+    longest = std::max(longest, c.size());
+    fewest = std::min(fewest, c.size());
+  }
+  CHECK(plan.steps == longest);
+  CHECK(plan.steps < plan.total_chunks);
+  REQUIRE(fewest >= 2);  // the layout gives every root several chunks at B = 100
   for (std::size_t s = 0; s < plan.steps; ++s) {
     std::size_t step = 0;
+    int roots = 0;
     for (int r = 0; r < 3; ++r)
-      if (const auto* c = plan.chunk(r, s)) step += c->bytes;
+      if (const auto* c = plan.chunk(r, s)) {
+        step += c->bytes;
+        ++roots;
+        // Root r's chunk s is what carries its pieces at step s, in the slot's region of r.
+        for (std::size_t p = c->begin; p < c->end; ++p) {
+          const auto idx = plan.owned[static_cast<std::size_t>(r)][p];
+          CHECK(plan.piece_step[idx] == s);
+          CHECK(plan.piece_slot[idx] >= plan.offset(s, r));
+        }
+      }
     CHECK(step <= plan.slot_bytes);
+    INFO("step " << s);
+    if (s < fewest) CHECK(roots == 3);
   }
   // A different split is a different digest; the same pieces spelled differently are not.
   auto specs2 = specs;
