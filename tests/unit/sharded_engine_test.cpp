@@ -253,8 +253,10 @@ TEST_CASE("sharded engines: a trainer rank killed mid-sync fails every rank with
   const std::vector<ShardSpec> specs = {{0, {}, {}}, {1, {}, {}}};
   ws_test::Processes procs;
   const int port = ws_test::free_port();
+  ws_test::SharedCounters rounds(world);  // rounds each rank has completed
+  const auto t0 = std::chrono::steady_clock::now();
   for (int r = 0; r < m; ++r)
-    procs.spawn([=] {
+    procs.spawn([=, &rounds] {
       struct Source {
         const std::vector<TensorMeta>* m;
         const std::vector<ShardSpec>* s;
@@ -274,10 +276,13 @@ TEST_CASE("sharded engines: a trainer rank killed mid-sync fails every rank with
       auto info = host_info(port, world, m);
       info.packed_buffer_size_bytes = 1 << 20;
       t.trainer_init(info);
-      for (int round = 0; round < 100000; ++round) t.send_weights(src);
+      for (int round = 0; round < 100000; ++round) {
+        t.send_weights(src);
+        rounds[static_cast<std::size_t>(r)]++;
+      }
     });
   for (int w = 0; w < n; ++w)
-    procs.spawn([=] {
+    procs.spawn([=, &rounds] {
       WeightTransferEngine e(worker_options(w, n, 2000ms));
       auto info = host_info(port, world, m);
       info.packed_buffer_size_bytes = 1 << 20;
@@ -285,17 +290,24 @@ TEST_CASE("sharded engines: a trainer rank killed mid-sync fails every rank with
       NcclUpdateInfo u = NcclUpdateInfo::from_metas(metas);
       u.shards.emplace(specs.begin(), specs.end());
       e.start_weight_update();
-      for (int round = 0; round < 100000; ++round)
+      for (int round = 0; round < 100000; ++round) {
         e.update_weights(u, [](std::span<const TensorView>, void*) {});
+        rounds[static_cast<std::size_t>(m + w)]++;
+      }
     });
-  std::this_thread::sleep_for(1000ms);
+  // The kill lands once every rank has completed a round (mid-sync, not in the rendezvous).
+  (void)rounds.wait_all_at_least(1, 20s);
+  const long rounds_before_kill = rounds.min();
+  const double killed_at =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   procs.kill(1);
   const auto res = procs.wait_all(15s);
+  CHECK(rounds_before_kill >= 1);
   for (int r : {0, 2, 3, 4}) {
     INFO(r << ": " << ws_test::outcome_name(res[r].outcome) << ": " << res[r].message);
     CHECK((res[r].outcome == Outcome::peer || res[r].outcome == Outcome::timeout ||
            res[r].outcome == Outcome::state));
-    CHECK(res[r].seconds < 1.0 + 2.0 + 2.0 + 1.0);
+    CHECK(res[r].seconds < killed_at + 2.0 + 2.0 + 1.0);
   }
 }
 

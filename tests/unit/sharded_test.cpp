@@ -245,8 +245,10 @@ TEST_CASE("sharded: a trainer rank killed mid-sync fails every other rank within
   const std::vector<TensorMeta> metas = {{"big", DType::float32, {4 << 20}},
                                          {"big2", DType::float32, {2 << 20, 2}}};
   const std::vector<ShardSpec> specs = {{0, {}, {}}, {1, {}, {}}};
+  ws_test::SharedCounters rounds(world);  // rounds each rank has completed
+  const auto t0 = std::chrono::steady_clock::now();
   for (int rank = 0; rank < world; ++rank)
-    procs.spawn([=] {
+    procs.spawn([=, &rounds] {
       auto comm = connect(port, rank, world, 2000ms);
       workspace_for<HostCommunicator> ws;
       std::vector<std::vector<std::byte>> shard;
@@ -262,16 +264,22 @@ TEST_CASE("sharded: a trainer rank killed mid-sync fails every other rank within
         else
           sharded_broadcast_consumer(metas, specs, comm, m,
                                      [](std::span<const TensorView>, HostStream) {}, opt, ws);
+        rounds[static_cast<std::size_t>(rank)]++;
       }
     });
-  std::this_thread::sleep_for(800ms);
+  // The kill lands once every rank has completed a round (mid-sync, not in the rendezvous).
+  (void)rounds.wait_all_at_least(1, 20s);
+  const long rounds_before_kill = rounds.min();
+  const double killed_at =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   procs.kill(1);
   const auto res = procs.wait_all(15s);
+  CHECK(rounds_before_kill >= 1);
   for (int rank : {0, 2, 3}) {
     INFO(rank << ": " << ws_test::outcome_name(res[rank].outcome) << ": " << res[rank].message);
     CHECK((res[rank].outcome == Outcome::peer || res[rank].outcome == Outcome::timeout ||
            res[rank].outcome == Outcome::state));
-    CHECK(res[rank].seconds < 0.8 + 2.0 + 2.0 + 1.0);
+    CHECK(res[rank].seconds < killed_at + 2.0 + 2.0 + 1.0);
   }
 }
 
