@@ -173,10 +173,11 @@ struct NcclUpdateInfo {
     return shards.has_value() || src_placements.has_value() || num_trainer_ranks.has_value();
   }
   //! M: num_trainer_ranks, else a * b of src_mesh_dims, else `rank_offset` (the init info's).
+  //! @throws config_error("src_mesh_dims") for a mesh that is not two ints >= 1, or whose product
+  //!   does not fit an int.
   int trainer_ranks(int rank_offset) const {
     if (num_trainer_ranks) return *num_trainer_ranks;
-    if (src_mesh_dims && src_mesh_dims->size() == 2)
-      return static_cast<int>((*src_mesh_dims)[0] * (*src_mesh_dims)[1]);
+    if (src_mesh_dims) return m2n_mesh_size(*src_mesh_dims);
     return rank_offset;
   }
 
@@ -256,12 +257,12 @@ struct NcclUpdateInfo {
       throw config_error("src_placements", "required with src_mesh_dims");
     if (num_trainer_ranks && *num_trainer_ranks < 1)
       throw config_error("num_trainer_ranks", detail::cat("must be >= 1, got ", *num_trainer_ranks));
+    const int mesh = src_mesh_dims ? m2n_mesh_size(*src_mesh_dims) : 0;
     (void)shard_specs();
-    if (num_trainer_ranks && src_mesh_dims &&
-        *num_trainer_ranks != (*src_mesh_dims)[0] * (*src_mesh_dims)[1])
-      throw config_error("num_trainer_ranks",
-                         detail::cat(*num_trainer_ranks, " trainer ranks, but src_mesh_dims has ",
-                                     (*src_mesh_dims)[0] * (*src_mesh_dims)[1]));
+    if (num_trainer_ranks && src_mesh_dims && *num_trainer_ranks != mesh)
+      throw config_error(
+          "num_trainer_ranks",
+          detail::cat(*num_trainer_ranks, " trainer ranks, but src_mesh_dims has ", mesh));
   }
 
   friend bool operator==(const NcclUpdateInfo&, const NcclUpdateInfo&) = default;

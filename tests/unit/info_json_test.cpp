@@ -375,3 +375,32 @@ TEST_CASE("update info: num_trainer_ranks gives M - absent, the M2N mesh or rank
   j["num_trainer_ranks"] = 0;
   CHECK(config_failure([&] { (void)j.get<NcclUpdateInfo>(); }).first == "num_trainer_ranks");
 }
+
+TEST_CASE("update info: an M2N mesh whose ranks do not fit an int is a config_error - not a wrap",
+          "[unit][json][sharded]") {
+  auto field_of = [](const json& j) {
+    return config_failure([&] { (void)j.get<NcclUpdateInfo>(); }).first;
+  };
+  // 65536 x 65536 = 2^32 ranks: as an int it wrapped to 0.
+  auto j = json::parse(R"({"names": ["a"], "dtype_names": ["float32"], "shapes": [[4]],
+      "src_mesh_dims": [65536, 65536], "src_placements": [null]})");
+  CHECK(field_of(j) == "src_mesh_dims");
+  // A product past int64 (signed overflow) next to num_trainer_ranks.
+  j["src_mesh_dims"] = json::array({std::int64_t{1} << 32, std::int64_t{1} << 32});
+  j["num_trainer_ranks"] = 4;
+  CHECK(field_of(j) == "src_mesh_dims");
+  // The same through the C++ structs, which skip the JSON checks.
+  NcclUpdateInfo u;
+  u.names = {"a"};
+  u.dtype_names = {"float32"};
+  u.shapes = {{4}};
+  u.src_mesh_dims = std::vector<std::int64_t>{65536, 65536};
+  u.src_placements.emplace(1, std::vector<std::int64_t>{-1, 0});
+  CHECK(config_failure([&] { (void)u.trainer_ranks(1); }).first == "src_mesh_dims");
+  CHECK(config_failure([&] {
+          (void)shard_spec_from_m2n({std::int64_t{1} << 31, 1}, std::vector<std::int64_t>{-1, 0},
+                                    "src_placements[0]");
+        }).first == "src_mesh_dims");
+  CHECK(m2n_mesh_size({46340, 46340}) == 46340 * 46340);  // the largest square that fits
+  CHECK(config_failure([&] { (void)m2n_mesh_size({46341, 46341}); }).first == "src_mesh_dims");
+}
