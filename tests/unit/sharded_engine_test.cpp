@@ -5,9 +5,11 @@
 // several trainer ranks, a trainer killed mid-sync.
 #include <weightsync/engine.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -86,6 +88,41 @@ void receive_and_check(WeightTransferEngine& e, const nlohmann::json& update_jso
   for (std::size_t i = 0; i < metas.size(); ++i)
     if (got[i] != want[i])
       throw std::runtime_error("tensor '" + metas[i].name + "' differs from the full tensor");
+}
+
+// A trainer rank's pieces of `full` (split by `specs`), cut by the test's own arithmetic.
+struct CutSource {
+  std::vector<TensorMeta> m;
+  std::vector<ShardSpec> s;
+  std::vector<std::vector<std::byte>> local;
+  std::vector<std::size_t> local_tensor;
+  CutSource(std::vector<TensorMeta> metas, std::vector<ShardSpec> specs,
+            const std::vector<std::vector<std::byte>>& full, int trainers, int rank)
+      : m(std::move(metas)), s(std::move(specs)) {
+    for (std::size_t i = 0; i < m.size(); ++i)
+      for (const auto& p : ws_test::test_pieces(m[i], s[i], trainers))
+        if (p.rank == rank) {
+          local.push_back(ws_test::cut(m[i], full[i], s[i].dim, p.begin, p.end));
+          local_tensor.push_back(i);
+        }
+  }
+  std::vector<TensorMeta> metas() const { return m; }
+  std::vector<ShardSpec> shard_specs() const { return s; }
+  std::vector<SourceTensorRef> iterate() const {
+    std::vector<SourceTensorRef> v;
+    for (std::size_t k = 0; k < local.size(); ++k)
+      v.push_back({&m[local_tensor[k]], local[k].data()});
+    return v;
+  }
+};
+static_assert(ShardedWeightSource<CutSource>);
+
+// Deterministic bytes of tensor `name` in round `round`.
+std::vector<std::byte> fill(const TensorMeta& t, int round) {
+  std::vector<std::byte> b(t.nbytes());
+  const std::size_t h = std::hash<std::string>{}(t.name) + static_cast<std::size_t>(round) * 7919;
+  for (std::size_t k = 0; k < b.size(); ++k) b[k] = std::byte((k * 31 + h) & 0xFF);
+  return b;
 }
 
 void expect_all_ok(ws_test::Processes& procs, std::chrono::seconds limit = 60s) {
@@ -195,6 +232,67 @@ TEST_CASE("sharded engines: vLLM's M2N JSON (src_mesh_dims, src_placements)",
       WeightTransferEngine e(worker_options(w, n));
       e.init_transfer_engine(host_info(port, world, m));
       receive_and_check(e, update, metas, full);
+    });
+  expect_all_ok(procs);
+}
+
+TEST_CASE("sharded engines: vLLM's M2N init info JSON - then updates of names only",
+          "[unit][engine][sharded]") {
+  // What vLLM's nccl_m2n trainer sends the workers: a 2 x 2 trainer mesh (M = 4, rank i * 2 + j),
+  // 2 workers, the whole plan at init.
+  constexpr int m = 4, n = 2;  // world_size 6
+  const int port = ws_test::free_port();
+  auto init_json = nlohmann::json::parse(R"({"master_address": "127.0.0.1", "master_port": 1,
+      "rank_offset": 4, "world_size": 6, "src_mesh_dims": [2, 2], "dst_mesh_dims": [1, 2],
+      "names": ["embed", "q", "norm", "w", "e3"],
+      "dtype_names": ["bfloat16", "float32", "float32", "float16", "int32"],
+      "shapes": [[8, 4], [4, 6], [5], [6, 10], [2, 4, 6]],
+      "src_placements": [[0, -1], [-1, 1], null, [1, -1], [-1, 2]],
+      "nccl_unique_id_b64": null, "max_cta": null})");
+  init_json["master_port"] = port;
+  // Round 0: every tensor in declared order (vLLM's trainer); round 1: a subset, reordered.
+  const std::vector<nlohmann::json> updates = {
+      nlohmann::json::parse(R"({"names": ["embed", "q", "norm", "w", "e3"]})"),
+      nlohmann::json::parse(R"({"names": ["w", "norm", "embed"]})")};
+  ws_test::Processes procs;
+  for (int r = 0; r < m; ++r)
+    procs.spawn([=] {
+      const auto init = init_json.get<M2NInitInfo>();
+      TrainerEngine::Options o;
+      o.engine = host_options();
+      o.trainer_rank = r;
+      o.trainer_world = m;
+      TrainerEngine t(o);
+      t.trainer_init(init.rendezvous());
+      for (int round = 0; round < 2; ++round) {
+        const auto u = init.update(updates[static_cast<std::size_t>(round)].get<M2NUpdateInfo>());
+        const auto metas = u.metas();
+        std::vector<std::vector<std::byte>> full;
+        for (const auto& meta : metas) full.push_back(fill(meta, round));
+        CutSource src(metas, u.shard_specs(), full, m, r);
+        t.send_weights(src);
+      }
+    });
+  for (int w = 0; w < n; ++w)
+    procs.spawn([=] {
+      WeightTransferEngine e(worker_options(w, n));
+      e.init_transfer_engine(init_json);  // as vLLM's JSON, unchanged
+      if (e.rank() != m + w) throw std::runtime_error("worker rank " + std::to_string(e.rank()));
+      for (int round = 0; round < 2; ++round) {
+        const auto& update = updates[static_cast<std::size_t>(round)];
+        std::vector<TensorMeta> metas;
+        std::vector<std::vector<std::byte>> full;
+        const auto names = update.at("names").get<std::vector<std::string>>();
+        const auto all = init_json.at("names").get<std::vector<std::string>>();
+        for (const auto& name : names) {
+          const auto i =
+              static_cast<std::size_t>(std::find(all.begin(), all.end(), name) - all.begin());
+          metas.push_back({name, parse_dtype(init_json["dtype_names"][i].get<std::string>()),
+                           init_json["shapes"][i].get<std::vector<std::int64_t>>()});
+          full.push_back(fill(metas.back(), round));
+        }
+        receive_and_check(e, update, metas, full);  // {"names": [...]}, as vLLM sends it
+      }
     });
   expect_all_ok(procs);
 }

@@ -23,11 +23,12 @@
 #include <chrono>
 #include <exception>
 #include <functional>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <variant>
 
 #include <nlohmann/json.hpp>
 
@@ -83,14 +84,21 @@ inline std::optional<nlohmann::json> body_json(const httplib::Request& req, http
 }
 
 //! The route bodies' parsers (no engine involved): @throws config_error naming the field.
-inline NcclInitInfo parse_init_body(const nlohmann::json& body) {
+//! The init info of either vLLM backend (nccl or nccl_m2n, see parse_init_info).
+inline AnyInitInfo parse_init_body(const nlohmann::json& body) {
   if (!body.contains("init_info")) throw config_error("init_info", "Missing 'init_info' in request body");
-  return body.at("init_info").get<NcclInitInfo>();
+  return parse_init_info(body.at("init_info"));
 }
-inline NcclUpdateInfo parse_update_body(const nlohmann::json& body) {
+//! The body's update_info, unparsed: how to read it depends on the engine's init info
+//! (WeightTransferEngine::parse_update_info).
+inline const nlohmann::json& update_info_of(const nlohmann::json& body) {
   if (!body.contains("update_info"))
     throw config_error("update_info", "Missing 'update_info' in request body");
-  return body.at("update_info").get<NcclUpdateInfo>();
+  return body.at("update_info");
+}
+//! An NcclUpdateInfo body (an engine initialized with an NcclInitInfo reads this).
+inline NcclUpdateInfo parse_update_body(const nlohmann::json& body) {
+  return update_info_of(body).get<NcclUpdateInfo>();
 }
 inline std::optional<std::string> parse_finish_body(const nlohmann::json& body) {
   auto it = body.find("weight_version");
@@ -192,7 +200,8 @@ inline void add_vllm_routes(httplib::Server& server, WeightTransferEngine& engin
     auto body = body_json(req, res);
     if (!body) return;
     guarded(res, "/init_weight_transfer_engine", [&] {
-      engine.init_transfer_engine(detail::parse_init_body(*body));
+      std::visit([&engine](const auto& info) { engine.init_transfer_engine(info); },
+                 detail::parse_init_body(*body));
       reply(res, 200, {{"message", "Weight transfer initialized"}});
     });
   });
@@ -212,7 +221,7 @@ inline void add_vllm_routes(httplib::Server& server, WeightTransferEngine& engin
     auto body = body_json(req, res);
     if (!body) return;
     guarded(res, "/update_weights", [&] {
-      const auto info = detail::parse_update_body(*body);
+      const auto info = engine.parse_update_info(detail::update_info_of(*body));
       try {
         const auto st = engine.update_weights(info, h->load, h->destination);
         reply(res, 200, {{"message", "Weights updated"}, {"tensors", st.tensors}, {"bytes", st.bytes},
@@ -283,8 +292,15 @@ class VllmClient {
   void init_weight_transfer_engine(const NcclInitInfo& info) {
     post("/init_weight_transfer_engine", {{"init_info", info}});
   }
+  //! vLLM's nccl_m2n: the plan at init, then updates of names only.
+  void init_weight_transfer_engine(const M2NInitInfo& info) {
+    post("/init_weight_transfer_engine", {{"init_info", info}});
+  }
   void start_weight_update() { post("/start_weight_update", nlohmann::json::object()); }
   nlohmann::json update_weights(const NcclUpdateInfo& info) {
+    return post("/update_weights", {{"update_info", info}});
+  }
+  nlohmann::json update_weights(const M2NUpdateInfo& info) {
     return post("/update_weights", {{"update_info", info}});
   }
   void finish_weight_update(std::optional<std::string> version = std::nullopt) {
