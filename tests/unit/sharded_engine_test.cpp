@@ -297,6 +297,42 @@ TEST_CASE("sharded engines: vLLM's M2N init info JSON - then updates of names on
   expect_all_ok(procs);
 }
 
+TEST_CASE("sharded engines: a worker whose rank would be a trainer rank is refused at init",
+          "[unit][engine][sharded]") {
+  // M = 2 known at init (Options::trainer_ranks), rank_offset 1: this worker would be rank 1.
+  auto o = worker_options(0, 1, 3s);
+  o.trainer_ranks = 2;
+  WeightTransferEngine e(o);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    e.init_transfer_engine(host_info(ws_test::free_port(), 3, 1));
+    FAIL("a worker joined as trainer rank 1");
+  } catch (const config_error& x) {
+    CHECK(x.field() == "rank_offset");
+    CHECK(std::string(x.what()).find("would be a trainer rank") != std::string::npos);
+  }
+  // Refused before any rendezvous (nobody listens on that port: joining would time out).
+  CHECK(std::chrono::steady_clock::now() - t0 < 1s);
+  CHECK_FALSE(e.initialized());
+  // An M2N init info says M itself (rank_offset = the trainer mesh); it must agree.
+  const auto m2n = nlohmann::json::parse(R"({"master_address": "127.0.0.1", "master_port": 1,
+      "rank_offset": 1, "world_size": 3, "src_mesh_dims": [1, 1], "dst_mesh_dims": [2, 1],
+      "names": [], "dtype_names": [], "shapes": [], "src_placements": []})");
+  try {
+    e.init_transfer_engine(m2n);
+    FAIL("an M2N init info with 1 trainer rank, on an engine told 2");
+  } catch (const config_error& x) {
+    CHECK(x.field() == "rank_offset");
+  }
+  o.trainer_ranks = -1;
+  try {
+    WeightTransferEngine bad(o);
+    FAIL("trainer_ranks -1 accepted");
+  } catch (const config_error& x) {
+    CHECK(x.field() == "trainer_ranks");
+  }
+}
+
 TEST_CASE("sharded engines: a plain source with M trainer ranks: rank 0 sends everything",
           "[unit][engine][sharded]") {
   constexpr int m = 2, n = 2, world = 4;

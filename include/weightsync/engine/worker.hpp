@@ -59,6 +59,11 @@ class WeightTransferEngine {
     //! Between transfers, a watchdog checks this often that the trainer is still there (0: off).
     //! When it is gone, the engine logs it, ends a started session, and calls Hooks::failure.
     std::chrono::milliseconds liveness_interval{500};
+    //! M, the trainer ranks of the group (ranks 0..M-1), when known at init; 0: not known (an
+    //! M2N init info says it; else each update does, see NcclUpdateInfo::trainer_ranks).
+    //! init_transfer_engine refuses a worker whose rank would be a trainer rank (below M), and an
+    //! M2N init info whose rank_offset differs.
+    int trainer_ranks = 0;
   };
   //! Callbacks of the embedding server.
   struct Hooks {
@@ -69,7 +74,11 @@ class WeightTransferEngine {
   };
 
   WeightTransferEngine() : WeightTransferEngine(Options()) {}
-  explicit WeightTransferEngine(Options o) : opt_(std::move(o)) { opt_.parallel.validate(); }
+  explicit WeightTransferEngine(Options o) : opt_(std::move(o)) {
+    opt_.parallel.validate();
+    if (opt_.trainer_ranks < 0)
+      throw config_error("trainer_ranks", detail::cat("must be >= 0, got ", opt_.trainer_ranks));
+  }
   WeightTransferEngine(const WeightTransferEngine&) = delete;
   WeightTransferEngine& operator=(const WeightTransferEngine&) = delete;
   ~WeightTransferEngine() {
@@ -84,6 +93,8 @@ class WeightTransferEngine {
 
   //! Joins the trainer's group (blocks until every rank has joined). Allowed again after a failure
   //! or shutdown, and between sessions; not during one.
+  //! @throws config_error for a bad init info, or a worker rank that is 0, a trainer rank (below
+  //!   Options::trainer_ranks), or outside world_size.
   void init_transfer_engine(const NcclInitInfo& info) { init(info, nullptr); }
   //! vLLM's nccl_m2n: joins the group as above and keeps the plan, so that updates may name only
   //! their tensors (M2NUpdateInfo). Every update is a sharded transfer from the rank_offset
@@ -136,7 +147,7 @@ class WeightTransferEngine {
       if (busy_) throw state_error("update_weights while another update_weights is running");
       metas = info.metas();
       specs = info.shard_specs();
-      trainers = info.trainer_ranks(init_.rank_offset);
+      trainers = info.trainer_ranks(trainers_ > 0 ? trainers_ : init_.rank_offset);
       sharded = info.sharded();
       t = transfer_options(init_, info, opt_.engine);
       t.destination = destination;
@@ -295,6 +306,19 @@ class WeightTransferEngine {
                       ") needs world_size > ", rank, ", got ", info.world_size));
     if (rank == 0)
       throw config_error("rank_offset", "rank 0 is the trainer's; workers need rank_offset >= 1");
+    if (m2n && opt_.trainer_ranks > 0 && opt_.trainer_ranks != m2n->rank_offset)
+      throw config_error("rank_offset",
+                         detail::cat("the M2N init info has ", m2n->rank_offset,
+                                     " trainer ranks (rank_offset, src_mesh_dims), this engine ",
+                                     opt_.trainer_ranks, " (Options::trainer_ranks)"));
+    const int trainers = m2n ? m2n->rank_offset : opt_.trainer_ranks;
+    if (rank < trainers)
+      throw config_error(
+          "rank_offset",
+          detail::cat("this worker's rank ", rank, " would be a trainer rank: ranks 0..",
+                      trainers - 1, " are the ", trainers, " trainer ranks' (",
+                      m2n ? "the M2N init info" : "Options::trainer_ranks",
+                      "), so rank_offset must be >= ", trainers, ", got ", info.rank_offset));
     if (backend_) backend_->shutdown();
     backend_.reset();
     m2n_.reset();
@@ -303,6 +327,7 @@ class WeightTransferEngine {
     b->init(info, rank, opt_.engine);
     backend_ = std::move(b);
     init_ = info;
+    trainers_ = trainers;
     if (m2n) m2n_ = std::make_shared<const M2NInitInfo>(*m2n);
     state_ = State::ready;
     if (opt_.liveness_interval.count() > 0 && !watchdog_.joinable())
@@ -361,6 +386,8 @@ class WeightTransferEngine {
   Hooks hooks_;
   std::shared_ptr<Backend> backend_;
   NcclInitInfo init_;
+  //! M when known at init (Options::trainer_ranks, or an M2N init info's rank_offset); 0: not.
+  int trainers_ = 0;
   //! The plan of an M2N init info (null after an NcclInitInfo).
   std::shared_ptr<const M2NInitInfo> m2n_;
   State state_ = State::uninitialized;
