@@ -63,8 +63,8 @@ inline PackingFields read_packing(const JsonObject& o) {
   PackingFields p;
   if (auto* x = o.optional("packed")) p.packed = json_bool(*x, "packed");
   if (auto* x = o.optional("packed_buffer_size_bytes"))
-    p.packed_buffer_size_bytes = json_int_in(*x, "packed_buffer_size_bytes", 1,
-                                             std::numeric_limits<std::int64_t>::max());
+    p.packed_buffer_size_bytes =
+        json_int_in(*x, "packed_buffer_size_bytes", 1, std::numeric_limits<std::int64_t>::max());
   if (auto* x = o.optional("packed_num_buffers"))
     p.packed_num_buffers =
         static_cast<int>(json_int_in(*x, "packed_num_buffers", 1, kMaxPackedNumBuffers));
@@ -84,9 +84,8 @@ inline std::array<std::byte, kNcclUniqueIdBytes> decode_unique_id_b64(const std:
   auto bytes = detail::base64_decode(b64, why);
   if (!bytes) throw config_error("nccl_unique_id_b64", "not valid standard base64: " + why);
   if (bytes->size() != kNcclUniqueIdBytes)
-    throw config_error("nccl_unique_id_b64",
-                       detail::cat("must decode to ", kNcclUniqueIdBytes, " bytes, got ",
-                                   bytes->size()));
+    throw config_error("nccl_unique_id_b64", detail::cat("must decode to ", kNcclUniqueIdBytes,
+                                                         " bytes, got ", bytes->size()));
   std::array<std::byte, kNcclUniqueIdBytes> out{};
   for (std::size_t i = 0; i < out.size(); ++i) out[i] = (*bytes)[i];
   return out;
@@ -108,12 +107,13 @@ struct NcclInitInfo {
 
   //! @throws config_error naming the first field at fault.
   void validate() const {
-    if (world_size < 1) throw config_error("world_size", detail::cat("must be >= 1, got ", world_size));
+    if (world_size < 1)
+      throw config_error("world_size", detail::cat("must be >= 1, got ", world_size));
     if (rank_offset < 0)
       throw config_error("rank_offset", detail::cat("must be >= 0, got ", rank_offset));
     if (rank_offset >= world_size)
-      throw config_error("rank_offset", detail::cat("must be < world_size (", world_size, "), got ",
-                                                    rank_offset));
+      throw config_error("rank_offset",
+                         detail::cat("must be < world_size (", world_size, "), got ", rank_offset));
     const bool tcp = master_address.has_value() || master_port.has_value();
     if (tcp && uses_unique_id())
       throw config_error("nccl_unique_id_b64",
@@ -202,8 +202,7 @@ struct NcclUpdateInfo {
       } else if (src_placements) {
         out[i] = shard_spec_from_m2n(*src_mesh_dims, (*src_placements)[i],
                                      detail::cat("src_placements[", i, "]"));
-        if (out[i].split() &&
-            out[i].dim >= static_cast<int>(ms[i].shape.size()))
+        if (out[i].split() && out[i].dim >= static_cast<int>(ms[i].shape.size()))
           throw config_error(detail::cat("src_placements[", i, "]"),
                              detail::cat("tensor '", names[i], "' has ", ms[i].shape.size(),
                                          " dims; cannot shard dim ", out[i].dim));
@@ -241,8 +240,9 @@ struct NcclUpdateInfo {
       m.shape = shapes[i];
       for (std::size_t d = 0; d < m.shape.size(); ++d)
         if (m.shape[d] < 0)
-          throw config_error(detail::cat("shapes[", i, "][", d, "]"),
-                             detail::cat("negative dim ", m.shape[d], " for tensor '", names[i], "'"));
+          throw config_error(
+              detail::cat("shapes[", i, "][", d, "]"),
+              detail::cat("negative dim ", m.shape[d], " for tensor '", names[i], "'"));
       try {
         m.validate();
       } catch (const config_error& e) {
@@ -263,7 +263,8 @@ struct NcclUpdateInfo {
     if (src_mesh_dims && !src_placements)
       throw config_error("src_placements", "required with src_mesh_dims");
     if (num_trainer_ranks && *num_trainer_ranks < 1)
-      throw config_error("num_trainer_ranks", detail::cat("must be >= 1, got ", *num_trainer_ranks));
+      throw config_error("num_trainer_ranks",
+                         detail::cat("must be >= 1, got ", *num_trainer_ranks));
     const int mesh = src_mesh_dims ? m2n_mesh_size(*src_mesh_dims) : 0;
     (void)shard_specs();
     if (num_trainer_ranks && src_mesh_dims && *num_trainer_ranks != mesh)
@@ -280,11 +281,11 @@ struct NcclUpdateInfo {
       throw config_error("dtype_names", detail::cat("has ", dtype_names.size(),
                                                     " entries but names has ", names.size()));
     if (shapes.size() != names.size())
-      throw config_error("shapes", detail::cat("has ", shapes.size(), " entries but names has ",
-                                               names.size()));
+      throw config_error(
+          "shapes", detail::cat("has ", shapes.size(), " entries but names has ", names.size()));
     if (shards && shards->size() != names.size())
-      throw config_error("shards", detail::cat("has ", shards->size(), " entries but names has ",
-                                               names.size()));
+      throw config_error(
+          "shards", detail::cat("has ", shards->size(), " entries but names has ", names.size()));
     if (src_placements && src_placements->size() != names.size())
       throw config_error("src_placements", detail::cat("has ", src_placements->size(),
                                                        " entries but names has ", names.size()));
@@ -353,10 +354,10 @@ inline void to_json(nlohmann::json& j, const NcclUpdateInfo& v) {
 
 inline void from_json(const nlohmann::json& j, NcclUpdateInfo& v) {
   using namespace detail;
-  JsonObject o(j, "update_info",
-               {"names", "dtype_names", "shapes", "packed", "packed_buffer_size_bytes",
-                "packed_num_buffers", "is_checkpoint_format", "shards", "num_trainer_ranks",
-                "src_mesh_dims", "src_placements"});
+  JsonObject o(
+      j, "update_info",
+      {"names", "dtype_names", "shapes", "packed", "packed_buffer_size_bytes", "packed_num_buffers",
+       "is_checkpoint_format", "shards", "num_trainer_ranks", "src_mesh_dims", "src_placements"});
   NcclUpdateInfo r;
   const auto& names = o.required("names");
   require_array(names, "names");
@@ -385,8 +386,8 @@ inline void from_json(const nlohmann::json& j, NcclUpdateInfo& v) {
     r.is_checkpoint_format = json_bool(*x, "is_checkpoint_format");
   if (auto* x = o.optional("shards")) r.shards = read_shards(*x);
   if (auto* x = o.optional("num_trainer_ranks"))
-    r.num_trainer_ranks = static_cast<int>(
-        json_int_in(*x, "num_trainer_ranks", 1, std::numeric_limits<int>::max()));
+    r.num_trainer_ranks =
+        static_cast<int>(json_int_in(*x, "num_trainer_ranks", 1, std::numeric_limits<int>::max()));
   if (auto* x = o.optional("src_mesh_dims")) r.src_mesh_dims = json_ints(*x, "src_mesh_dims", 1);
   if (auto* x = o.optional("src_placements")) r.src_placements = read_placements(*x);
   r.validate();

@@ -35,13 +35,36 @@
 namespace ws_test {
 
 //! What a child's function threw, by weightsync error type.
-enum class Outcome { ok, config, protocol, timeout, peer, remote, state, system, other_ws, std_exc,
-                     unknown, killed, hung };
+enum class Outcome {
+  ok,
+  config,
+  protocol,
+  timeout,
+  peer,
+  remote,
+  state,
+  system,
+  other_ws,
+  std_exc,
+  unknown,
+  killed,
+  hung
+};
 
 inline const char* outcome_name(Outcome o) {
-  static const char* names[] = {"ok", "config_error", "protocol_error", "timeout_error",
-                                "peer_error", "remote_error", "state_error", "system_error",
-                                "weightsync::error", "std::exception", "unknown", "killed", "hung"};
+  static const char* names[] = {"ok",
+                                "config_error",
+                                "protocol_error",
+                                "timeout_error",
+                                "peer_error",
+                                "remote_error",
+                                "state_error",
+                                "system_error",
+                                "weightsync::error",
+                                "std::exception",
+                                "unknown",
+                                "killed",
+                                "hung"};
   return names[static_cast<int>(o)];
 }
 
@@ -170,7 +193,8 @@ class Processes {
         std::string buf;
         char tmp[4096];
         ssize_t n;
-        while ((n = ::read(k.fd, tmp, sizeof tmp)) > 0) buf.append(tmp, static_cast<std::size_t>(n));
+        while ((n = ::read(k.fd, tmp, sizeof tmp)) > 0)
+          buf.append(tmp, static_cast<std::size_t>(n));
         ::close(k.fd);
         if (WIFSIGNALED(status) || buf.empty()) {
           out[i].outcome = Outcome::killed;

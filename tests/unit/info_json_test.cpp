@@ -95,7 +95,8 @@ TEST_CASE("init info errors name the field", "[unit][json]") {
       {R"({"packed_num_buffers": 9})", "packed_num_buffers", "must be in 1..8, got 9"},
       {R"({"master_address": 5})", "master_address", "expected a string"},
       {R"({"master_port": null})", "master_port", "required with master_address"},
-      {R"({"master_address": null, "master_port": null})", "master_address", "need nccl_unique_id_b64"},
+      {R"({"master_address": null, "master_port": null})", "master_address",
+       "need nccl_unique_id_b64"},
       {R"({"nccl_unique_id_b64": "AAAA"})", "nccl_unique_id_b64", "not both"},
   };
   for (const auto& c : cases) {
@@ -125,7 +126,7 @@ TEST_CASE("unique id: bad base64 and wrong length are errors", "[unit][json]") {
   };
   CHECK_NOTHROW(uid_info(uid_b64()).get<NcclInitInfo>());
   for (const std::string& bad : {std::string("!!!!"), std::string("abc"), uid_b64() + "=",
-                                std::string("ab=c"), uid_b64().replace(4, 1, "-")}) {
+                                 std::string("ab=c"), uid_b64().replace(4, 1, "-")}) {
     auto [field, what] = config_failure([&] { (void)uid_info(bad).get<NcclInitInfo>(); });
     CHECK(field == "nccl_unique_id_b64");
     CHECK(what.find("base64") != std::string::npos);
@@ -239,9 +240,10 @@ TEST_CASE("update info: shards parse, round-trip, and give one ShardSpec per ten
   CHECK(j.get<NcclUpdateInfo>().shard_specs()[2] == ShardSpec{-1, {}, {2}});
 }
 
-TEST_CASE("update info: vLLM's plain JSON means trainer rank 0 sends everything, and writes no "
-          "sharding keys",
-          "[unit][json][sharded]") {
+TEST_CASE(
+    "update info: vLLM's plain JSON means trainer rank 0 sends everything, and writes no "
+    "sharding keys",
+    "[unit][json][sharded]") {
   const auto u = json::parse(R"({"names": ["a", "b"], "dtype_names": ["float32", "int8"],
       "shapes": [[2, 3], []], "packed": true})")
                      .get<NcclUpdateInfo>();

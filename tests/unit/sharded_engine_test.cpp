@@ -209,7 +209,8 @@ TEST_CASE("sharded engines: vLLM's M2N JSON (src_mesh_dims, src_placements)",
         std::vector<ShardSpec> shard_specs() const { return s; }
         std::vector<SourceTensorRef> iterate() const {
           std::vector<SourceTensorRef> v;
-          for (std::size_t i = 0; i < local.size(); ++i) v.push_back({local_meta[i], local[i].data()});
+          for (std::size_t i = 0; i < local.size(); ++i)
+            v.push_back({local_meta[i], local[i].data()});
           return v;
         }
       } src{metas, specs, {}, {}};
@@ -445,8 +446,9 @@ TEST_CASE("sharded engines: a trainer rank killed mid-sync fails every rank with
   }
 }
 
-TEST_CASE("sharded engines: trainer_rank outside 0..M-1, or workers on trainer ranks, are config_errors",
-          "[unit][engine][sharded]") {
+TEST_CASE(
+    "sharded engines: trainer_rank outside 0..M-1, or workers on trainer ranks, are config_errors",
+    "[unit][engine][sharded]") {
   TrainerEngine::Options o;
   o.engine = host_options();
   o.trainer_rank = 2;
@@ -490,9 +492,10 @@ TEST_CASE("sharded engines: a worker given an unsharded update fails with every 
     const ShardedModel want(m, -1, 4, 0);
     e.start_weight_update();
     // vLLM's plain JSON: "trainer rank 0 sends everything", which is not what the trainers do.
-    e.update_weights(NcclUpdateInfo::from_metas(want.metas), [](std::span<const TensorView>, void*) {
-      throw std::runtime_error("loaded after a mismatch");
-    });
+    e.update_weights(NcclUpdateInfo::from_metas(want.metas),
+                     [](std::span<const TensorView>, void*) {
+                       throw std::runtime_error("loaded after a mismatch");
+                     });
   });
   const auto res = procs.wait_all(30s);
   for (std::size_t r = 0; r < res.size(); ++r) {

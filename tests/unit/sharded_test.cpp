@@ -110,8 +110,7 @@ void run_round_trips(int m, int n) {
 
 }  // namespace
 
-TEST_CASE("sharded: M = 2, 3 trainer ranks x N = 1, 2, 4 workers, bit-exact",
-          "[unit][sharded]") {
+TEST_CASE("sharded: M = 2, 3 trainer ranks x N = 1, 2, 4 workers, bit-exact", "[unit][sharded]") {
   for (const int m : {2, 3})
     for (const int n : {1, 2, 4}) run_round_trips(m, n);
 }
@@ -182,11 +181,12 @@ TEST_CASE("sharded handshake: differing shard specs fail every rank before any b
       if (rank < m) {
         sharded_broadcast_producer(model.metas, model.specs, model.items(), comm, m, opt);
       } else {
-        sharded_broadcast_consumer(model.metas, model.specs, comm, m,
-                                   [](std::span<const TensorView>, HostStream) {
-                                     throw std::runtime_error("loaded after a mismatch");
-                                   },
-                                   opt);
+        sharded_broadcast_consumer(
+            model.metas, model.specs, comm, m,
+            [](std::span<const TensorView>, HostStream) {
+              throw std::runtime_error("loaded after a mismatch");
+            },
+            opt);
       }
     });
   const auto res = procs.wait_all(30s);
@@ -219,8 +219,9 @@ TEST_CASE("sharded: a trainer's wrong item fails it and every other rank cleanly
         }
         sharded_broadcast_producer(model.metas, model.specs, items, comm, m, opt, ws);
       } else {
-        sharded_broadcast_consumer(model.metas, model.specs, comm, m,
-                                   [](std::span<const TensorView>, HostStream) {}, opt, ws);
+        sharded_broadcast_consumer(
+            model.metas, model.specs, comm, m, [](std::span<const TensorView>, HostStream) {}, opt,
+            ws);
       }
       // The communicator stays usable: a good round follows.
       const ShardedModel next(m, rank, 5, 1);
@@ -262,8 +263,8 @@ TEST_CASE("sharded: a trainer rank killed mid-sync fails every other rank within
         if (rank < m)
           sharded_broadcast_producer(metas, specs, items, comm, m, opt, ws);
         else
-          sharded_broadcast_consumer(metas, specs, comm, m,
-                                     [](std::span<const TensorView>, HostStream) {}, opt, ws);
+          sharded_broadcast_consumer(
+              metas, specs, comm, m, [](std::span<const TensorView>, HostStream) {}, opt, ws);
         rounds[static_cast<std::size_t>(rank)]++;
       }
     });
@@ -315,8 +316,8 @@ TEST_CASE("sharded: workspace places of split tensors are reused, never while st
       for (std::size_t j = i + 1; j < metas.size(); ++j) {
         const bool live_together =
             first(i) <= plan.complete_step[j] && first(j) <= plan.complete_step[i];
-        const bool bytes_overlap = off[i] < off[j] + metas[j].nbytes() &&
-                                   off[j] < off[i] + metas[i].nbytes();
+        const bool bytes_overlap =
+            off[i] < off[j] + metas[j].nbytes() && off[j] < off[i] + metas[i].nbytes();
         CHECK_FALSE((live_together && bytes_overlap));
       }
   }

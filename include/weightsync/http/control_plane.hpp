@@ -6,9 +6,9 @@
 //! vLLM's weight-transfer control routes over HTTP (cpp-httplib), for a C++ inference server, and
 //! a client for them, for a C++ trainer:
 //!   POST /init_weight_transfer_engine {"init_info": {...}}      POST /start_weight_update
-//!   POST /update_weights {"update_info": {...}}                 POST /finish_weight_update {"weight_version": "..."}
-//!   POST /pause (?mode=abort|wait|keep, or {"mode": ...})       POST /resume
-//!   GET  /is_paused    GET /get_world_size    GET /weight_info
+//!   POST /update_weights {"update_info": {...}}                 POST /finish_weight_update
+//!   {"weight_version": "..."} POST /pause (?mode=abort|wait|keep, or {"mode": ...})       POST
+//!   /resume GET  /is_paused    GET /get_world_size    GET /weight_info
 //! Bad JSON or a bad field: 400 with {"error": ...}; a body over RouteOptions::max_body_bytes: 413;
 //! a missing or wrong bearer token (when one is set): 401; a call in the wrong state: 409; a failed
 //! transfer: 500 (the engine's session is then over and the previous weights stay in use).
@@ -73,7 +73,8 @@ inline void reply(httplib::Response& res, int status, const nlohmann::json& body
 
 //! Parses the request body as a JSON object (empty body: {}). Answers 400 and returns nullopt on
 //! bad JSON.
-inline std::optional<nlohmann::json> body_json(const httplib::Request& req, httplib::Response& res) {
+inline std::optional<nlohmann::json> body_json(const httplib::Request& req,
+                                               httplib::Response& res) {
   if (req.body.empty()) return nlohmann::json::object();
   auto j = nlohmann::json::parse(req.body, nullptr, false);
   if (j.is_discarded() || !j.is_object()) {
@@ -86,7 +87,8 @@ inline std::optional<nlohmann::json> body_json(const httplib::Request& req, http
 //! The route bodies' parsers (no engine involved): @throws config_error naming the field.
 //! The init info of either vLLM backend (nccl or nccl_m2n, see parse_init_info).
 inline AnyInitInfo parse_init_body(const nlohmann::json& body) {
-  if (!body.contains("init_info")) throw config_error("init_info", "Missing 'init_info' in request body");
+  if (!body.contains("init_info"))
+    throw config_error("init_info", "Missing 'init_info' in request body");
   return parse_init_info(body.at("init_info"));
 }
 //! The body's update_info, unparsed: how to read it depends on the engine's init info
@@ -122,7 +124,8 @@ inline bool same_secret(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;  // the length is no secret
   unsigned diff = 0;
   for (std::size_t k = 0; k < a.size(); ++k)
-    diff |= static_cast<unsigned>(static_cast<unsigned char>(a[k]) ^ static_cast<unsigned char>(b[k]));
+    diff |=
+        static_cast<unsigned>(static_cast<unsigned char>(a[k]) ^ static_cast<unsigned char>(b[k]));
   return diff == 0;
 }
 
@@ -130,9 +133,9 @@ inline bool same_secret(std::string_view a, std::string_view b) {
 inline bool admitted(const RouteOptions& o, const httplib::Request& req, httplib::Response& res,
                      bool changes_state) {
   if (o.max_body_bytes > 0 && req.body.size() > o.max_body_bytes) {
-    reply(res, 413, {{"error", weightsync::detail::cat("request body of ", req.body.size(),
-                                                       " bytes exceeds the limit of ",
-                                                       o.max_body_bytes)}});
+    reply(res, 413,
+          {{"error", weightsync::detail::cat("request body of ", req.body.size(),
+                                             " bytes exceeds the limit of ", o.max_body_bytes)}});
     return false;
   }
   if (!changes_state || o.bearer_token.empty()) return true;
@@ -141,7 +144,8 @@ inline bool admitted(const RouteOptions& o, const httplib::Request& req, httplib
   if (auth.size() <= kBearer.size() || auth.compare(0, kBearer.size(), kBearer) != 0 ||
       !same_secret(std::string_view(auth).substr(kBearer.size()), o.bearer_token)) {
     res.set_header("WWW-Authenticate", "Bearer");
-    reply(res, 401, {{"error", "this route needs 'Authorization: Bearer <token>' with the server's token"}});
+    reply(res, 401,
+          {{"error", "this route needs 'Authorization: Bearer <token>' with the server's token"}});
     return false;
   }
   return true;
@@ -170,17 +174,18 @@ void guarded(httplib::Response& res, const char* route, F&& f) {
 //! every 4xx/5xx without a body a JSON {"error": ...} message.
 inline void apply_limits(httplib::Server& server, const RouteOptions& o) {
   if (o.max_body_bytes > 0) server.set_payload_max_length(o.max_body_bytes);
-  server.set_error_handler([max = o.max_body_bytes](const httplib::Request&, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    std::string msg = weightsync::detail::cat("HTTP ", res.status);
-    if (res.status == 413)
-      msg = weightsync::detail::cat("request body exceeds the limit of ", max, " bytes");
-    else if (res.status == 404)
-      msg = "no such route";
-    else if (res.status == 400)
-      msg = "malformed HTTP request";
-    res.set_content(nlohmann::json{{"error", msg}}.dump(), "application/json");
-  });
+  server.set_error_handler(
+      [max = o.max_body_bytes](const httplib::Request&, httplib::Response& res) {
+        if (!res.body.empty()) return;
+        std::string msg = weightsync::detail::cat("HTTP ", res.status);
+        if (res.status == 413)
+          msg = weightsync::detail::cat("request body exceeds the limit of ", max, " bytes");
+        else if (res.status == 404)
+          msg = "no such route";
+        else if (res.status == 400)
+          msg = "malformed HTTP request";
+        res.set_content(nlohmann::json{{"error", msg}}.dump(), "application/json");
+      });
 }
 
 //! Adds vLLM's weight-transfer routes for `engine` to `server`. `engine` and the hooks must outlive
@@ -194,46 +199,50 @@ inline void add_vllm_routes(httplib::Server& server, WeightTransferEngine& engin
   using detail::reply;
   auto h = std::make_shared<RouteHooks>(std::move(hooks));
   auto o = std::make_shared<RouteOptions>(std::move(options));
-  server.Post("/init_weight_transfer_engine", [&engine, o](const httplib::Request& req,
-                                                           httplib::Response& res) {
-    if (!admitted(*o, req, res, true)) return;
-    auto body = body_json(req, res);
-    if (!body) return;
-    guarded(res, "/init_weight_transfer_engine", [&] {
-      std::visit([&engine](const auto& info) { engine.init_transfer_engine(info); },
-                 detail::parse_init_body(*body));
-      reply(res, 200, {{"message", "Weight transfer initialized"}});
-    });
-  });
-  server.Post("/start_weight_update", [&engine, h, o](const httplib::Request& req,
-                                                      httplib::Response& res) {
-    if (!admitted(*o, req, res, true)) return;
-    auto body = body_json(req, res);  // vLLM versions send {} or {"is_checkpoint_format": ...}
-    if (!body) return;
-    guarded(res, "/start_weight_update", [&] {
-      engine.start_weight_update();
-      if (h->on_start) h->on_start();
-      reply(res, 200, {{"message", "Weight update started"}});
-    });
-  });
-  server.Post("/update_weights", [&engine, h, o](const httplib::Request& req, httplib::Response& res) {
-    if (!admitted(*o, req, res, true)) return;
-    auto body = body_json(req, res);
-    if (!body) return;
-    guarded(res, "/update_weights", [&] {
-      const auto info = engine.parse_update_info(detail::update_info_of(*body));
-      try {
-        const auto st = engine.update_weights(info, h->load, h->destination);
-        reply(res, 200, {{"message", "Weights updated"}, {"tensors", st.tensors}, {"bytes", st.bytes},
-                         {"chunks", st.chunks}});
-      } catch (const state_error&) {
-        throw;  // nothing was received: no session to end
-      } catch (const std::exception& e) {
-        if (h->on_update_failed) h->on_update_failed(e.what());
-        throw;
-      }
-    });
-  });
+  server.Post("/init_weight_transfer_engine",
+              [&engine, o](const httplib::Request& req, httplib::Response& res) {
+                if (!admitted(*o, req, res, true)) return;
+                auto body = body_json(req, res);
+                if (!body) return;
+                guarded(res, "/init_weight_transfer_engine", [&] {
+                  std::visit([&engine](const auto& info) { engine.init_transfer_engine(info); },
+                             detail::parse_init_body(*body));
+                  reply(res, 200, {{"message", "Weight transfer initialized"}});
+                });
+              });
+  server.Post(
+      "/start_weight_update", [&engine, h, o](const httplib::Request& req, httplib::Response& res) {
+        if (!admitted(*o, req, res, true)) return;
+        auto body = body_json(req, res);  // vLLM versions send {} or {"is_checkpoint_format": ...}
+        if (!body) return;
+        guarded(res, "/start_weight_update", [&] {
+          engine.start_weight_update();
+          if (h->on_start) h->on_start();
+          reply(res, 200, {{"message", "Weight update started"}});
+        });
+      });
+  server.Post("/update_weights",
+              [&engine, h, o](const httplib::Request& req, httplib::Response& res) {
+                if (!admitted(*o, req, res, true)) return;
+                auto body = body_json(req, res);
+                if (!body) return;
+                guarded(res, "/update_weights", [&] {
+                  const auto info = engine.parse_update_info(detail::update_info_of(*body));
+                  try {
+                    const auto st = engine.update_weights(info, h->load, h->destination);
+                    reply(res, 200,
+                          {{"message", "Weights updated"},
+                           {"tensors", st.tensors},
+                           {"bytes", st.bytes},
+                           {"chunks", st.chunks}});
+                  } catch (const state_error&) {
+                    throw;  // nothing was received: no session to end
+                  } catch (const std::exception& e) {
+                    if (h->on_update_failed) h->on_update_failed(e.what());
+                    throw;
+                  }
+                });
+              });
   server.Post("/finish_weight_update", [&engine, h, o](const httplib::Request& req,
                                                        httplib::Response& res) {
     if (!admitted(*o, req, res, true)) return;
@@ -243,7 +252,8 @@ inline void add_vllm_routes(httplib::Server& server, WeightTransferEngine& engin
       const auto version = detail::parse_finish_body(*body);
       engine.finish_weight_update(version);
       if (h->on_finish) h->on_finish(version.value_or(""));
-      reply(res, 200, {{"message", "Weight update finished"}, {"weight_version", engine.weight_version()}});
+      reply(res, 200,
+            {{"message", "Weight update finished"}, {"weight_version", engine.weight_version()}});
     });
   });
   server.Post("/pause", [&engine, o](const httplib::Request& req, httplib::Response& res) {
@@ -311,7 +321,9 @@ class VllmClient {
   void resume() { post("/resume", nlohmann::json::object()); }
   bool is_paused() { return get("/is_paused").at("is_paused").get<bool>(); }
   int get_world_size() { return get("/get_world_size").at("world_size").get<int>(); }
-  std::string weight_version() { return get("/weight_info").at("weight_version").get<std::string>(); }
+  std::string weight_version() {
+    return get("/weight_info").at("weight_version").get<std::string>();
+  }
 
   nlohmann::json post(const std::string& path, const nlohmann::json& body) {
     auto r = client_.Post(path, body.dump(), "application/json");
@@ -326,14 +338,17 @@ class VllmClient {
  private:
   nlohmann::json check(const char* method, const std::string& path, const httplib::Result& r) {
     if (!r)
-      throw peer_error(-1, weightsync::detail::cat(method, " ", url_, path, " failed: ",
-                                                   httplib::to_string(r.error())));
+      throw peer_error(-1, weightsync::detail::cat(method, " ", url_, path,
+                                                   " failed: ", httplib::to_string(r.error())));
     auto j = nlohmann::json::parse(r->body, nullptr, false);
     if (r->status < 200 || r->status >= 300)
-      throw remote_error(-1, weightsync::detail::cat(
-                                 method, " ", url_, path, " answered ", r->status, ": ",
-                                 (!j.is_discarded() && j.contains("error")) ? j["error"].dump() : r->body));
-    if (j.is_discarded()) throw protocol_error(-1, weightsync::detail::cat(method, " ", url_, path, " answered non-JSON"));
+      throw remote_error(
+          -1, weightsync::detail::cat(
+                  method, " ", url_, path, " answered ", r->status, ": ",
+                  (!j.is_discarded() && j.contains("error")) ? j["error"].dump() : r->body));
+    if (j.is_discarded())
+      throw protocol_error(-1,
+                           weightsync::detail::cat(method, " ", url_, path, " answered non-JSON"));
     return j;
   }
   std::string url_;
