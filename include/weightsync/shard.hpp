@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <span>
 #include <string>
@@ -129,6 +130,19 @@ inline std::vector<ShardPiece> shard_pieces(const TensorMeta& meta, std::size_t 
   return out;
 }
 
+//! The ranks of vLLM's 2-D M2N mesh `dims` ([a, b]: a * b), checked without overflow.
+//! @throws config_error(field) unless `dims` is two ints >= 1 whose product fits an int.
+inline int m2n_mesh_size(const std::vector<std::int64_t>& dims,
+                         const std::string& field = "src_mesh_dims") {
+  if (dims.size() != 2 || dims[0] < 1 || dims[1] < 1)
+    throw config_error(field, "must be two positive ints");
+  constexpr std::int64_t most = std::numeric_limits<int>::max();
+  if (dims[0] > most / dims[1])
+    throw config_error(
+        field, detail::cat("a mesh of ", dims[0], " x ", dims[1], " ranks is more than ", most));
+  return static_cast<int>(dims[0] * dims[1]);
+}
+
 //! vLLM's M2N layout (m2n_engine.py: `src_mesh_dims` [a, b], trainer rank = i * b + j, and per
 //! parameter `src_placements`: null for replicated, or one code per mesh axis, -1 = replicate,
 //! d >= 0 = shard tensor dim d over that axis) as a ShardSpec: the shard axis's ranks at index 0 of
@@ -136,8 +150,7 @@ inline std::vector<ShardPiece> shard_pieces(const TensorMeta& meta, std::size_t 
 inline ShardSpec shard_spec_from_m2n(const std::vector<std::int64_t>& mesh_dims,
                                      const std::optional<std::vector<std::int64_t>>& placements,
                                      const std::string& field) {
-  if (mesh_dims.size() != 2 || mesh_dims[0] < 1 || mesh_dims[1] < 1)
-    throw config_error("src_mesh_dims", "must be two positive ints");
+  (void)m2n_mesh_size(mesh_dims);  // so that every rank below fits an int
   ShardSpec s;
   if (!placements) return s;
   if (placements->size() != 2) throw config_error(field, "must have one code per mesh axis (2)");

@@ -57,7 +57,8 @@ TEST_CASE("demo: a trainer killed mid-sync leaves the server serving the old wei
   const int port = ws_test::free_port();
   Proc server = start_server(port);
   const std::string url = "http://127.0.0.1:" + std::to_string(port);
-  Proc first = start({WEIGHTSYNC_DEMO_TRAINER, "--server", url, "--syncs", "3", "--die-at-sync", "2"});
+  Proc first =
+      start({WEIGHTSYNC_DEMO_TRAINER, "--server", url, "--syncs", "3", "--die-at-sync", "2"});
   const int rc = first.wait(60s);
   INFO("trainer:\n" << first.output() << "\nserver:\n" << server.output());
   REQUIRE(rc == 128 + SIGKILL);
@@ -89,11 +90,29 @@ TEST_CASE("demo server: bad requests get 400, calls out of order 409", "[e2e][de
   CHECK(status("/init_weight_transfer_engine", "{not json") == 400);
   CHECK(status("/init_weight_transfer_engine", "{}") == 400);  // missing init_info
   CHECK(status("/init_weight_transfer_engine", R"({"init_info": {"world_size": 2}})") == 400);
-  CHECK(status("/init_weight_transfer_engine",
-               R"({"init_info": {"master_address": "127.0.0.1", "master_port": 0, "rank_offset": 1, "world_size": 2}})") == 400);
+  CHECK(
+      status(
+          "/init_weight_transfer_engine",
+          R"({"init_info": {"master_address": "127.0.0.1", "master_port": 0, "rank_offset": 1, "world_size": 2}})") ==
+      400);
+  // vLLM's nccl_m2n init info is read as one: its own fault is named, not an unknown key.
+  auto m2n = h.Post("/init_weight_transfer_engine",
+                    R"({"init_info": {"master_address": "127.0.0.1", "master_port": 1,
+                        "rank_offset": 1, "world_size": 3, "src_mesh_dims": [1, 1],
+                        "dst_mesh_dims": [1, 1], "names": [], "dtype_names": [], "shapes": [],
+                        "src_placements": [], "nccl_unique_id_b64": null, "max_cta": null}})",
+                    "application/json");
+  REQUIRE(m2n);
+  CHECK(m2n->status == 400);
+  CHECK(m2n->body.find("dst_mesh_dims") != std::string::npos);
+  CHECK(m2n->body.find("must cover the 2 workers") != std::string::npos);
   CHECK(status("/update_weights", "{}") == 400);  // missing update_info
-  CHECK(status("/update_weights", R"({"update_info": {"names": ["a"], "dtype_names": ["float9"], "shapes": [[1]]}})") == 400);
-  CHECK(status("/update_weights", R"({"update_info": {"names": [], "dtype_names": [], "shapes": []}})") == 409);
+  CHECK(
+      status("/update_weights",
+             R"({"update_info": {"names": ["a"], "dtype_names": ["float9"], "shapes": [[1]]}})") ==
+      400);
+  CHECK(status("/update_weights",
+               R"({"update_info": {"names": [], "dtype_names": [], "shapes": []}})") == 409);
   CHECK(status("/start_weight_update", "{}") == 409);  // before init
   CHECK(status("/finish_weight_update", "{}") == 409);
   CHECK(status("/pause", R"({"mode": "sometimes"})") == 400);

@@ -11,17 +11,21 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <random>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <new>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -32,13 +36,36 @@
 namespace ws_test {
 
 //! What a child's function threw, by weightsync error type.
-enum class Outcome { ok, config, protocol, timeout, peer, remote, state, system, other_ws, std_exc,
-                     unknown, killed, hung };
+enum class Outcome {
+  ok,
+  config,
+  protocol,
+  timeout,
+  peer,
+  remote,
+  state,
+  system,
+  other_ws,
+  std_exc,
+  unknown,
+  killed,
+  hung
+};
 
 inline const char* outcome_name(Outcome o) {
-  static const char* names[] = {"ok", "config_error", "protocol_error", "timeout_error",
-                                "peer_error", "remote_error", "state_error", "system_error",
-                                "weightsync::error", "std::exception", "unknown", "killed", "hung"};
+  static const char* names[] = {"ok",
+                                "config_error",
+                                "protocol_error",
+                                "timeout_error",
+                                "peer_error",
+                                "remote_error",
+                                "state_error",
+                                "system_error",
+                                "weightsync::error",
+                                "std::exception",
+                                "unknown",
+                                "killed",
+                                "hung"};
   return names[static_cast<int>(o)];
 }
 
@@ -174,7 +201,8 @@ class Processes {
         std::string buf;
         char tmp[4096];
         ssize_t n;
-        while ((n = ::read(k.fd, tmp, sizeof tmp)) > 0) buf.append(tmp, static_cast<std::size_t>(n));
+        while ((n = ::read(k.fd, tmp, sizeof tmp)) > 0)
+          buf.append(tmp, static_cast<std::size_t>(n));
         ::close(k.fd);
         if (WIFSIGNALED(status) || buf.empty()) {
           out[i].outcome = Outcome::killed;
@@ -226,6 +254,48 @@ class Processes {
       }
   }
   std::vector<Kid> kids_;
+};
+
+//! Counters in memory shared with the children forked after it (an anonymous MAP_SHARED mapping):
+//! a child counts what it has done (say, rounds completed) and the parent reads it, e.g. to kill a
+//! rank only once every rank has completed a round, so that the kill lands mid-sync and not in the
+//! rendezvous.
+class SharedCounters {
+ public:
+  using Counter = std::atomic<long>;
+  static_assert(Counter::is_always_lock_free, "a lock-free atomic works across processes");
+
+  explicit SharedCounters(std::size_t n) : n_(n) {
+    void* p = ::mmap(nullptr, bytes(), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::runtime_error("mmap of the shared counters");
+    c_ = static_cast<Counter*>(p);
+    for (std::size_t i = 0; i < n_; ++i) new (&c_[i]) Counter(0);
+  }
+  SharedCounters(const SharedCounters&) = delete;
+  SharedCounters& operator=(const SharedCounters&) = delete;
+  ~SharedCounters() { ::munmap(c_, bytes()); }
+
+  Counter& operator[](std::size_t i) { return c_[i]; }
+  //! The smallest counter now.
+  long min() const {
+    long m = n_ ? c_[0].load() : 0;
+    for (std::size_t i = 1; i < n_; ++i) m = std::min(m, c_[i].load());
+    return m;
+  }
+  //! Waits until every counter is >= v, at most `limit`; @returns whether they all got there.
+  bool wait_all_at_least(long v, std::chrono::milliseconds limit) const {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (min() < v) {
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return true;
+  }
+
+ private:
+  std::size_t bytes() const { return (n_ ? n_ : 1) * sizeof(Counter); }
+  std::size_t n_;
+  Counter* c_ = nullptr;
 };
 
 }  // namespace ws_test

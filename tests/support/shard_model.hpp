@@ -64,9 +64,11 @@ inline std::vector<TestPiece> test_pieces(const TensorMeta& t, const ShardSpec& 
   if (s.dim < 0) return {{s.ranks.empty() ? 0 : s.ranks[0], 0, 1}};
   const std::int64_t n = t.shape[static_cast<std::size_t>(s.dim)];
   std::vector<std::int64_t> sizes = s.sizes;
-  if (sizes.empty()) {
-    const std::int64_t per = (n + m - 1) / m;
-    for (int r = 0; r < m; ++r) sizes.push_back(std::max<std::int64_t>(0, std::min(per, n - per * r)));
+  if (sizes.empty()) {  // torch.chunk over the pieces: one per rank listed, else one per trainer
+    const int k = s.ranks.empty() ? m : static_cast<int>(s.ranks.size());
+    const std::int64_t per = (n + k - 1) / k;
+    for (int r = 0; r < k; ++r)
+      sizes.push_back(std::max<std::int64_t>(0, std::min(per, n - per * r)));
   }
   std::vector<TestPiece> out;
   std::int64_t at = 0;

@@ -4,6 +4,8 @@
 #include <weightsync/info.hpp>
 
 #include <string>
+#include <variant>
+#include <vector>
 
 #include "support/catch.hpp"
 
@@ -93,7 +95,8 @@ TEST_CASE("init info errors name the field", "[unit][json]") {
       {R"({"packed_num_buffers": 9})", "packed_num_buffers", "must be in 1..8, got 9"},
       {R"({"master_address": 5})", "master_address", "expected a string"},
       {R"({"master_port": null})", "master_port", "required with master_address"},
-      {R"({"master_address": null, "master_port": null})", "master_address", "need nccl_unique_id_b64"},
+      {R"({"master_address": null, "master_port": null})", "master_address",
+       "need nccl_unique_id_b64"},
       {R"({"nccl_unique_id_b64": "AAAA"})", "nccl_unique_id_b64", "not both"},
   };
   for (const auto& c : cases) {
@@ -123,7 +126,7 @@ TEST_CASE("unique id: bad base64 and wrong length are errors", "[unit][json]") {
   };
   CHECK_NOTHROW(uid_info(uid_b64()).get<NcclInitInfo>());
   for (const std::string& bad : {std::string("!!!!"), std::string("abc"), uid_b64() + "=",
-                                std::string("ab=c"), uid_b64().replace(4, 1, "-")}) {
+                                 std::string("ab=c"), uid_b64().replace(4, 1, "-")}) {
     auto [field, what] = config_failure([&] { (void)uid_info(bad).get<NcclInitInfo>(); });
     CHECK(field == "nccl_unique_id_b64");
     CHECK(what.find("base64") != std::string::npos);
@@ -237,9 +240,10 @@ TEST_CASE("update info: shards parse, round-trip, and give one ShardSpec per ten
   CHECK(j.get<NcclUpdateInfo>().shard_specs()[2] == ShardSpec{-1, {}, {2}});
 }
 
-TEST_CASE("update info: vLLM's plain JSON means trainer rank 0 sends everything, and writes no "
-          "sharding keys",
-          "[unit][json][sharded]") {
+TEST_CASE(
+    "update info: vLLM's plain JSON means trainer rank 0 sends everything, and writes no "
+    "sharding keys",
+    "[unit][json][sharded]") {
   const auto u = json::parse(R"({"names": ["a", "b"], "dtype_names": ["float32", "int8"],
       "shapes": [[2, 3], []], "packed": true})")
                      .get<NcclUpdateInfo>();
@@ -374,4 +378,187 @@ TEST_CASE("update info: num_trainer_ranks gives M - absent, the M2N mesh or rank
   CHECK(config_failure([&] { (void)m2n.get<NcclUpdateInfo>(); }).first == "num_trainer_ranks");
   j["num_trainer_ranks"] = 0;
   CHECK(config_failure([&] { (void)j.get<NcclUpdateInfo>(); }).first == "num_trainer_ranks");
+}
+
+TEST_CASE("update info: an M2N mesh whose ranks do not fit an int is a config_error - not a wrap",
+          "[unit][json][sharded]") {
+  auto field_of = [](const json& j) {
+    return config_failure([&] { (void)j.get<NcclUpdateInfo>(); }).first;
+  };
+  // 65536 x 65536 = 2^32 ranks: as an int it wrapped to 0.
+  auto j = json::parse(R"({"names": ["a"], "dtype_names": ["float32"], "shapes": [[4]],
+      "src_mesh_dims": [65536, 65536], "src_placements": [null]})");
+  CHECK(field_of(j) == "src_mesh_dims");
+  // A product past int64 (signed overflow) next to num_trainer_ranks.
+  j["src_mesh_dims"] = json::array({std::int64_t{1} << 32, std::int64_t{1} << 32});
+  j["num_trainer_ranks"] = 4;
+  CHECK(field_of(j) == "src_mesh_dims");
+  // The same through the C++ structs, which skip the JSON checks.
+  NcclUpdateInfo u;
+  u.names = {"a"};
+  u.dtype_names = {"float32"};
+  u.shapes = {{4}};
+  u.src_mesh_dims = std::vector<std::int64_t>{65536, 65536};
+  u.src_placements.emplace(1, std::vector<std::int64_t>{-1, 0});
+  CHECK(config_failure([&] { (void)u.trainer_ranks(1); }).first == "src_mesh_dims");
+  CHECK(config_failure([&] {
+          (void)shard_spec_from_m2n({std::int64_t{1} << 31, 1}, std::vector<std::int64_t>{-1, 0},
+                                    "src_placements[0]");
+        }).first == "src_mesh_dims");
+  CHECK(m2n_mesh_size({46340, 46340}) == 46340 * 46340);  // the largest square that fits
+  CHECK(config_failure([&] { (void)m2n_mesh_size({46341, 46341}); }).first == "src_mesh_dims");
+}
+
+namespace {
+// json.dumps(asdict(M2NWeightTransferInitInfo(...))) (vllm/distributed/weight_transfer/
+// m2n_engine.py): a 2 x 2 trainer mesh (rank_offset 4) and 2 workers; embed sharded on dim 0 over
+// mesh axis 0, q on dim 1 over axis 1, norm replicated.
+json m2n_init_json() {
+  return json::parse(R"({"master_address": "10.0.0.1", "master_port": 29500, "rank_offset": 4,
+      "world_size": 6, "src_mesh_dims": [2, 2], "dst_mesh_dims": [1, 2],
+      "names": ["embed", "q", "norm"], "dtype_names": ["bfloat16", "float32", "float32"],
+      "shapes": [[8, 4], [4, 6], [4]], "src_placements": [[0, -1], [-1, 1], null],
+      "nccl_unique_id_b64": null, "max_cta": null})");
+}
+}  // namespace
+
+TEST_CASE("vLLM's M2N init info JSON parses unchanged and keeps the plan",
+          "[unit][json][sharded]") {
+  const auto j = m2n_init_json();
+  const auto info = j.get<M2NInitInfo>();
+  CHECK(info.master_address == "10.0.0.1");
+  CHECK(info.master_port == 29500);
+  CHECK(info.rank_offset == 4);
+  CHECK(info.world_size == 6);
+  CHECK(info.src_mesh_dims == std::vector<std::int64_t>{2, 2});
+  CHECK(info.dst_mesh_dims == std::vector<std::int64_t>{1, 2});
+  CHECK(info.names == std::vector<std::string>{"embed", "q", "norm"});
+  CHECK(info.shapes[1] == std::vector<std::int64_t>{4, 6});
+  CHECK_FALSE(info.src_placements[2].has_value());
+  CHECK_FALSE(info.nccl_unique_id_b64.has_value());
+  CHECK_FALSE(info.max_cta.has_value());
+  CHECK(json(info).get<M2NInitInfo>() == info);
+  // parse_init_info (what the engine and the HTTP route use) tells the two backends apart.
+  const auto any = parse_init_info(j);
+  REQUIRE(std::holds_alternative<M2NInitInfo>(any));
+  CHECK(std::get<M2NInitInfo>(any) == info);
+  const auto nccl = json::parse(R"({"master_address": "10.0.0.1", "master_port": 29500,
+      "rank_offset": 1, "world_size": 5})");
+  CHECK(std::holds_alternative<NcclInitInfo>(parse_init_info(nccl)));
+  // Without the None values, and with a unique id and max_cta instead.
+  auto k = j;
+  k.erase("nccl_unique_id_b64");
+  k.erase("max_cta");
+  CHECK(k.get<M2NInitInfo>() == info);
+  k.erase("master_address");
+  k.erase("master_port");
+  k["nccl_unique_id_b64"] = uid_b64();
+  k["max_cta"] = 16;
+  const auto uid = k.get<M2NInitInfo>();
+  CHECK(uid.rendezvous().uses_unique_id());
+  CHECK(uid.max_cta == 16);
+  // The group to join: the rendezvous fields, the packing defaults.
+  const auto r = info.rendezvous();
+  CHECK(r.master_address == "10.0.0.1");
+  CHECK(r.rank_offset == 4);
+  CHECK(r.world_size == 6);
+  CHECK_FALSE(r.packed);
+  // The plan: M = 4; embed's pieces on ranks 0 and 2 (axis 0), q's on 0 and 1 (axis 1).
+  const auto plan = info.plan();
+  CHECK(plan.trainer_ranks(0) == 4);
+  const auto specs = plan.shard_specs();
+  CHECK(specs[0] == ShardSpec{0, {}, {0, 2}});
+  CHECK(specs[1] == ShardSpec{1, {}, {0, 1}});
+  CHECK(specs[2] == ShardSpec{});
+}
+
+TEST_CASE("M2N update info: names only - resolved against the init info's plan",
+          "[unit][json][sharded]") {
+  const auto init = m2n_init_json().get<M2NInitInfo>();
+  // What vLLM's trainer sends each round: every name, in declared order.
+  const auto all = json::parse(R"({"names": ["embed", "q", "norm"]})").get<M2NUpdateInfo>();
+  CHECK(init.update(all) == init.plan());
+  // Any subset, in any order (the trainer sends in that order).
+  const auto some = json::parse(R"({"names": ["norm", "embed"]})").get<M2NUpdateInfo>();
+  const auto u = init.update(some);
+  CHECK(u.names == std::vector<std::string>{"norm", "embed"});
+  CHECK(u.dtype_names == std::vector<std::string>{"float32", "bfloat16"});
+  CHECK(u.shapes == std::vector<std::vector<std::int64_t>>{{4}, {8, 4}});
+  CHECK(u.trainer_ranks(0) == 4);
+  const auto specs = u.shard_specs();
+  CHECK(specs[0] == ShardSpec{});
+  CHECK(specs[1] == ShardSpec{0, {}, {0, 2}});
+  // vLLM's base-class field (newer versions) is carried; written only when false.
+  const auto kernel = json::parse(R"({"names": [], "is_checkpoint_format": false})");
+  CHECK_FALSE(kernel.get<M2NUpdateInfo>().is_checkpoint_format);
+  CHECK(json(kernel.get<M2NUpdateInfo>()) == kernel);
+  CHECK(json(all) == json::parse(R"({"names": ["embed", "q", "norm"]})"));
+  // Errors name the field.
+  auto field_of = [&](const json& j) {
+    return config_failure([&] { (void)init.update(j.get<M2NUpdateInfo>()); }).first;
+  };
+  CHECK(field_of(json::parse(R"({"names": ["q", "lm_head"]})")) == "names[1]");
+  CHECK(field_of(json::parse(R"({"names": ["q"], "dtype_names": ["float32"]})")) == "dtype_names");
+  CHECK(field_of(json::parse(R"({"names": "q"})")) == "names");
+  CHECK(field_of(json::parse(R"({"names": [3]})")) == "names[0]");
+  CHECK(field_of(json::object()) == "names");
+}
+
+TEST_CASE("M2N init info: vLLM's checks and ours are config_errors naming the field",
+          "[unit][json][sharded]") {
+  auto field_of = [](const json& j) {
+    return config_failure([&] { (void)j.get<M2NInitInfo>(); }).first;
+  };
+  auto message_of = [](const json& j) {
+    return config_failure([&] { (void)j.get<M2NInitInfo>(); }).second;
+  };
+  const auto good = m2n_init_json();
+  auto with = [&](const char* key, json v) {
+    auto j = good;
+    j[key] = std::move(v);
+    return j;
+  };
+  auto without = [&](const char* key) {
+    auto j = good;
+    j.erase(key);
+    return j;
+  };
+  CHECK(field_of(without("src_mesh_dims")) == "src_mesh_dims");
+  CHECK(field_of(without("dst_mesh_dims")) == "dst_mesh_dims");
+  CHECK(field_of(without("src_placements")) == "src_placements");
+  CHECK(field_of(with("packed", true)) == "packed");  // NcclInitInfo's, not vLLM's M2N
+  CHECK(field_of(with("shards", json::array())) == "shards");
+  // vLLM: the source mesh covers the rank_offset trainer ranks, the destination the workers.
+  CHECK(field_of(with("src_mesh_dims", {2, 1})) == "src_mesh_dims");
+  CHECK(message_of(with("src_mesh_dims", {2, 1})).find("4 trainer ranks") != std::string::npos);
+  CHECK(field_of(with("src_mesh_dims", {65536, 65536})) == "src_mesh_dims");  // no int wrap
+  CHECK(field_of(with("src_mesh_dims", {2, 2, 1})) == "src_mesh_dims");
+  CHECK(field_of(with("dst_mesh_dims", {2, 2})) == "dst_mesh_dims");
+  CHECK(field_of(with("dst_mesh_dims", {2})) == "dst_mesh_dims");
+  CHECK(field_of(with("dst_mesh_dims", {2, 0})) == "dst_mesh_dims[1]");
+  CHECK(field_of(with("rank_offset", 6)) == "rank_offset");
+  CHECK(field_of(with("rank_offset", 0)) == "rank_offset");
+  CHECK(field_of(with("world_size", 1)) == "world_size");
+  CHECK(field_of(with("dtype_names", {"bfloat16", "float32"})) == "dtype_names");
+  CHECK(field_of(with("shapes", {{8, 4}})) == "shapes");
+  CHECK(field_of(with("src_placements", {nullptr})) == "src_placements");
+  CHECK(field_of(with("dtype_names", {"bfloat16", "float9", "float32"})) == "dtype_names[1]");
+  CHECK(field_of(with("shapes", {{8, 4}, {4, -6}, {4}})) == "shapes[1][1]");
+  CHECK(field_of(with("names", {"embed", "q", "embed"})) == "names[2]");
+  // Placements: one sharding axis, a dim the tensor has, an even split (vLLM's validate_layout).
+  CHECK(field_of(with("src_placements", {{0, 1}, {-1, 1}, nullptr})) == "src_placements[0]");
+  CHECK(field_of(with("src_placements", {{0, -1}, {-1, 1}, {1, -1}})) == "src_placements[2]");
+  CHECK(field_of(with("src_placements", {{-2, 0}, {-1, 1}, nullptr})) == "src_placements[0][0]");
+  CHECK(field_of(with("shapes", {{7, 4}, {4, 6}, {4}})) == "src_placements[0]");  // 7 over 2
+  CHECK(message_of(with("shapes", {{7, 4}, {4, 6}, {4}})).find("evenly") != std::string::npos);
+  // The rendezvous: NcclInitInfo's rules.
+  CHECK(field_of(without("master_address")) == "master_address");
+  CHECK(field_of(with("nccl_unique_id_b64", uid_b64())) == "nccl_unique_id_b64");
+  CHECK(field_of(with("master_port", 0)) == "master_port");
+  CHECK(field_of(with("max_cta", 0)) == "max_cta");
+  CHECK(field_of(with("max_cta", "8")) == "max_cta");
+  // An init info with any M2N key is read as vLLM's M2N one, and says what it lacks.
+  auto nccl = json::parse(R"({"master_address": "10.0.0.1", "master_port": 29500,
+      "rank_offset": 1, "world_size": 3, "dst_mesh_dims": [1, 2]})");
+  CHECK(config_failure([&] { (void)parse_init_info(nccl); }).first == "src_mesh_dims");
 }

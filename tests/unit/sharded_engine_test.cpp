@@ -5,9 +5,11 @@
 // several trainer ranks, a trainer killed mid-sync.
 #include <weightsync/engine.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -86,6 +88,41 @@ void receive_and_check(WeightTransferEngine& e, const nlohmann::json& update_jso
   for (std::size_t i = 0; i < metas.size(); ++i)
     if (got[i] != want[i])
       throw std::runtime_error("tensor '" + metas[i].name + "' differs from the full tensor");
+}
+
+// A trainer rank's pieces of `full` (split by `specs`), cut by the test's own arithmetic.
+struct CutSource {
+  std::vector<TensorMeta> m;
+  std::vector<ShardSpec> s;
+  std::vector<std::vector<std::byte>> local;
+  std::vector<std::size_t> local_tensor;
+  CutSource(std::vector<TensorMeta> metas, std::vector<ShardSpec> specs,
+            const std::vector<std::vector<std::byte>>& full, int trainers, int rank)
+      : m(std::move(metas)), s(std::move(specs)) {
+    for (std::size_t i = 0; i < m.size(); ++i)
+      for (const auto& p : ws_test::test_pieces(m[i], s[i], trainers))
+        if (p.rank == rank) {
+          local.push_back(ws_test::cut(m[i], full[i], s[i].dim, p.begin, p.end));
+          local_tensor.push_back(i);
+        }
+  }
+  std::vector<TensorMeta> metas() const { return m; }
+  std::vector<ShardSpec> shard_specs() const { return s; }
+  std::vector<SourceTensorRef> iterate() const {
+    std::vector<SourceTensorRef> v;
+    for (std::size_t k = 0; k < local.size(); ++k)
+      v.push_back({&m[local_tensor[k]], local[k].data()});
+    return v;
+  }
+};
+static_assert(ShardedWeightSource<CutSource>);
+
+// Deterministic bytes of tensor `name` in round `round`.
+std::vector<std::byte> fill(const TensorMeta& t, int round) {
+  std::vector<std::byte> b(t.nbytes());
+  const std::size_t h = std::hash<std::string>{}(t.name) + static_cast<std::size_t>(round) * 7919;
+  for (std::size_t k = 0; k < b.size(); ++k) b[k] = std::byte((k * 31 + h) & 0xFF);
+  return b;
 }
 
 void expect_all_ok(ws_test::Processes& procs, std::chrono::seconds limit = 60s) {
@@ -172,7 +209,8 @@ TEST_CASE("sharded engines: vLLM's M2N JSON (src_mesh_dims, src_placements)",
         std::vector<ShardSpec> shard_specs() const { return s; }
         std::vector<SourceTensorRef> iterate() const {
           std::vector<SourceTensorRef> v;
-          for (std::size_t i = 0; i < local.size(); ++i) v.push_back({local_meta[i], local[i].data()});
+          for (std::size_t i = 0; i < local.size(); ++i)
+            v.push_back({local_meta[i], local[i].data()});
           return v;
         }
       } src{metas, specs, {}, {}};
@@ -197,6 +235,103 @@ TEST_CASE("sharded engines: vLLM's M2N JSON (src_mesh_dims, src_placements)",
       receive_and_check(e, update, metas, full);
     });
   expect_all_ok(procs);
+}
+
+TEST_CASE("sharded engines: vLLM's M2N init info JSON - then updates of names only",
+          "[unit][engine][sharded]") {
+  // What vLLM's nccl_m2n trainer sends the workers: a 2 x 2 trainer mesh (M = 4, rank i * 2 + j),
+  // 2 workers, the whole plan at init.
+  constexpr int m = 4, n = 2;  // world_size 6
+  const int port = ws_test::free_port();
+  auto init_json = nlohmann::json::parse(R"({"master_address": "127.0.0.1", "master_port": 1,
+      "rank_offset": 4, "world_size": 6, "src_mesh_dims": [2, 2], "dst_mesh_dims": [1, 2],
+      "names": ["embed", "q", "norm", "w", "e3"],
+      "dtype_names": ["bfloat16", "float32", "float32", "float16", "int32"],
+      "shapes": [[8, 4], [4, 6], [5], [6, 10], [2, 4, 6]],
+      "src_placements": [[0, -1], [-1, 1], null, [1, -1], [-1, 2]],
+      "nccl_unique_id_b64": null, "max_cta": null})");
+  init_json["master_port"] = port;
+  // Round 0: every tensor in declared order (vLLM's trainer); round 1: a subset, reordered.
+  const std::vector<nlohmann::json> updates = {
+      nlohmann::json::parse(R"({"names": ["embed", "q", "norm", "w", "e3"]})"),
+      nlohmann::json::parse(R"({"names": ["w", "norm", "embed"]})")};
+  ws_test::Processes procs;
+  for (int r = 0; r < m; ++r)
+    procs.spawn([=] {
+      const auto init = init_json.get<M2NInitInfo>();
+      TrainerEngine::Options o;
+      o.engine = host_options();
+      o.trainer_rank = r;
+      o.trainer_world = m;
+      TrainerEngine t(o);
+      t.trainer_init(init.rendezvous());
+      for (int round = 0; round < 2; ++round) {
+        const auto u = init.update(updates[static_cast<std::size_t>(round)].get<M2NUpdateInfo>());
+        const auto metas = u.metas();
+        std::vector<std::vector<std::byte>> full;
+        for (const auto& meta : metas) full.push_back(fill(meta, round));
+        CutSource src(metas, u.shard_specs(), full, m, r);
+        t.send_weights(src);
+      }
+    });
+  for (int w = 0; w < n; ++w)
+    procs.spawn([=] {
+      WeightTransferEngine e(worker_options(w, n));
+      e.init_transfer_engine(init_json);  // as vLLM's JSON, unchanged
+      if (e.rank() != m + w) throw std::runtime_error("worker rank " + std::to_string(e.rank()));
+      for (int round = 0; round < 2; ++round) {
+        const auto& update = updates[static_cast<std::size_t>(round)];
+        std::vector<TensorMeta> metas;
+        std::vector<std::vector<std::byte>> full;
+        const auto names = update.at("names").get<std::vector<std::string>>();
+        const auto all = init_json.at("names").get<std::vector<std::string>>();
+        for (const auto& name : names) {
+          const auto i =
+              static_cast<std::size_t>(std::find(all.begin(), all.end(), name) - all.begin());
+          metas.push_back({name, parse_dtype(init_json["dtype_names"][i].get<std::string>()),
+                           init_json["shapes"][i].get<std::vector<std::int64_t>>()});
+          full.push_back(fill(metas.back(), round));
+        }
+        receive_and_check(e, update, metas, full);  // {"names": [...]}, as vLLM sends it
+      }
+    });
+  expect_all_ok(procs);
+}
+
+TEST_CASE("sharded engines: a worker whose rank would be a trainer rank is refused at init",
+          "[unit][engine][sharded]") {
+  // M = 2 known at init (Options::trainer_ranks), rank_offset 1: this worker would be rank 1.
+  auto o = worker_options(0, 1, 3s);
+  o.trainer_ranks = 2;
+  WeightTransferEngine e(o);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    e.init_transfer_engine(host_info(ws_test::free_port(), 3, 1));
+    FAIL("a worker joined as trainer rank 1");
+  } catch (const config_error& x) {
+    CHECK(x.field() == "rank_offset");
+    CHECK(std::string(x.what()).find("would be a trainer rank") != std::string::npos);
+  }
+  // Refused before any rendezvous (nobody listens on that port: joining would time out).
+  CHECK(std::chrono::steady_clock::now() - t0 < 1s);
+  CHECK_FALSE(e.initialized());
+  // An M2N init info says M itself (rank_offset = the trainer mesh); it must agree.
+  const auto m2n = nlohmann::json::parse(R"({"master_address": "127.0.0.1", "master_port": 1,
+      "rank_offset": 1, "world_size": 3, "src_mesh_dims": [1, 1], "dst_mesh_dims": [2, 1],
+      "names": [], "dtype_names": [], "shapes": [], "src_placements": []})");
+  try {
+    e.init_transfer_engine(m2n);
+    FAIL("an M2N init info with 1 trainer rank, on an engine told 2");
+  } catch (const config_error& x) {
+    CHECK(x.field() == "rank_offset");
+  }
+  o.trainer_ranks = -1;
+  try {
+    WeightTransferEngine bad(o);
+    FAIL("trainer_ranks -1 accepted");
+  } catch (const config_error& x) {
+    CHECK(x.field() == "trainer_ranks");
+  }
 }
 
 TEST_CASE("sharded engines: a plain source with M trainer ranks: rank 0 sends everything",
@@ -253,8 +388,10 @@ TEST_CASE("sharded engines: a trainer rank killed mid-sync fails every rank with
   const std::vector<ShardSpec> specs = {{0, {}, {}}, {1, {}, {}}};
   ws_test::Processes procs;
   const int port = ws_test::free_port();
+  ws_test::SharedCounters rounds(world);  // rounds each rank has completed
+  const auto t0 = std::chrono::steady_clock::now();
   for (int r = 0; r < m; ++r)
-    procs.spawn([=] {
+    procs.spawn([=, &rounds] {
       struct Source {
         const std::vector<TensorMeta>* m;
         const std::vector<ShardSpec>* s;
@@ -274,10 +411,13 @@ TEST_CASE("sharded engines: a trainer rank killed mid-sync fails every rank with
       auto info = host_info(port, world, m);
       info.packed_buffer_size_bytes = 1 << 20;
       t.trainer_init(info);
-      for (int round = 0; round < 100000; ++round) t.send_weights(src);
+      for (int round = 0; round < 100000; ++round) {
+        t.send_weights(src);
+        rounds[static_cast<std::size_t>(r)]++;
+      }
     });
   for (int w = 0; w < n; ++w)
-    procs.spawn([=] {
+    procs.spawn([=, &rounds] {
       WeightTransferEngine e(worker_options(w, n, 2000ms));
       auto info = host_info(port, world, m);
       info.packed_buffer_size_bytes = 1 << 20;
@@ -285,22 +425,30 @@ TEST_CASE("sharded engines: a trainer rank killed mid-sync fails every rank with
       NcclUpdateInfo u = NcclUpdateInfo::from_metas(metas);
       u.shards.emplace(specs.begin(), specs.end());
       e.start_weight_update();
-      for (int round = 0; round < 100000; ++round)
+      for (int round = 0; round < 100000; ++round) {
         e.update_weights(u, [](std::span<const TensorView>, void*) {});
+        rounds[static_cast<std::size_t>(m + w)]++;
+      }
     });
-  std::this_thread::sleep_for(1000ms);
+  // The kill lands once every rank has completed a round (mid-sync, not in the rendezvous).
+  (void)rounds.wait_all_at_least(1, 20s);
+  const long rounds_before_kill = rounds.min();
+  const double killed_at =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   procs.kill(1);
   const auto res = procs.wait_all(15s);
+  CHECK(rounds_before_kill >= 1);
   for (int r : {0, 2, 3, 4}) {
     INFO(r << ": " << ws_test::outcome_name(res[r].outcome) << ": " << res[r].message);
     CHECK((res[r].outcome == Outcome::peer || res[r].outcome == Outcome::timeout ||
            res[r].outcome == Outcome::state));
-    CHECK(res[r].seconds < 1.0 + 2.0 + 2.0 + 1.0);
+    CHECK(res[r].seconds < killed_at + 2.0 + 2.0 + 1.0);
   }
 }
 
-TEST_CASE("sharded engines: trainer_rank outside 0..M-1, or workers on trainer ranks, are config_errors",
-          "[unit][engine][sharded]") {
+TEST_CASE(
+    "sharded engines: trainer_rank outside 0..M-1, or workers on trainer ranks, are config_errors",
+    "[unit][engine][sharded]") {
   TrainerEngine::Options o;
   o.engine = host_options();
   o.trainer_rank = 2;
@@ -344,9 +492,10 @@ TEST_CASE("sharded engines: a worker given an unsharded update fails with every 
     const ShardedModel want(m, -1, 4, 0);
     e.start_weight_update();
     // vLLM's plain JSON: "trainer rank 0 sends everything", which is not what the trainers do.
-    e.update_weights(NcclUpdateInfo::from_metas(want.metas), [](std::span<const TensorView>, void*) {
-      throw std::runtime_error("loaded after a mismatch");
-    });
+    e.update_weights(NcclUpdateInfo::from_metas(want.metas),
+                     [](std::span<const TensorView>, void*) {
+                       throw std::runtime_error("loaded after a mismatch");
+                     });
   });
   const auto res = procs.wait_all(30s);
   for (std::size_t r = 0; r < res.size(); ++r) {

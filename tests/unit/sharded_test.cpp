@@ -6,6 +6,7 @@
 #include <weightsync/host/communicator.hpp>
 #include <weightsync/sharded_broadcast.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -109,8 +110,7 @@ void run_round_trips(int m, int n) {
 
 }  // namespace
 
-TEST_CASE("sharded: M = 2, 3 trainer ranks x N = 1, 2, 4 workers, bit-exact",
-          "[unit][sharded]") {
+TEST_CASE("sharded: M = 2, 3 trainer ranks x N = 1, 2, 4 workers, bit-exact", "[unit][sharded]") {
   for (const int m : {2, 3})
     for (const int n : {1, 2, 4}) run_round_trips(m, n);
 }
@@ -127,11 +127,33 @@ TEST_CASE("sharded: the plan interleaves roots and fits every step in one slot",
   for (const auto& p : plan.pieces) bytes += p.bytes();
   CHECK(bytes == plan.total_bytes);
   for (int r = 0; r < 3; ++r) CHECK(!plan.chunks[static_cast<std::size_t>(r)].empty());
+  // Interleaved: step s carries chunk s of EVERY root that has one, so there are as many steps as
+  // the longest root has chunks (not the sum), and step 0 holds a chunk of each of the 3 roots.
+  std::size_t longest = 0, fewest = plan.total_chunks;
+  for (const auto& c : plan.chunks) {
+    longest = std::max(longest, c.size());
+    fewest = std::min(fewest, c.size());
+  }
+  CHECK(plan.steps == longest);
+  CHECK(plan.steps < plan.total_chunks);
+  REQUIRE(fewest >= 2);  // the layout gives every root several chunks at B = 100
   for (std::size_t s = 0; s < plan.steps; ++s) {
     std::size_t step = 0;
+    int roots = 0;
     for (int r = 0; r < 3; ++r)
-      if (const auto* c = plan.chunk(r, s)) step += c->bytes;
+      if (const auto* c = plan.chunk(r, s)) {
+        step += c->bytes;
+        ++roots;
+        // Root r's chunk s is what carries its pieces at step s, in the slot's region of r.
+        for (std::size_t p = c->begin; p < c->end; ++p) {
+          const auto idx = plan.owned[static_cast<std::size_t>(r)][p];
+          CHECK(plan.piece_step[idx] == s);
+          CHECK(plan.piece_slot[idx] >= plan.offset(s, r));
+        }
+      }
     CHECK(step <= plan.slot_bytes);
+    INFO("step " << s);
+    if (s < fewest) CHECK(roots == 3);
   }
   // A different split is a different digest; the same pieces spelled differently are not.
   auto specs2 = specs;
@@ -159,11 +181,12 @@ TEST_CASE("sharded handshake: differing shard specs fail every rank before any b
       if (rank < m) {
         sharded_broadcast_producer(model.metas, model.specs, model.items(), comm, m, opt);
       } else {
-        sharded_broadcast_consumer(model.metas, model.specs, comm, m,
-                                   [](std::span<const TensorView>, HostStream) {
-                                     throw std::runtime_error("loaded after a mismatch");
-                                   },
-                                   opt);
+        sharded_broadcast_consumer(
+            model.metas, model.specs, comm, m,
+            [](std::span<const TensorView>, HostStream) {
+              throw std::runtime_error("loaded after a mismatch");
+            },
+            opt);
       }
     });
   const auto res = procs.wait_all(30s);
@@ -196,8 +219,9 @@ TEST_CASE("sharded: a trainer's wrong item fails it and every other rank cleanly
         }
         sharded_broadcast_producer(model.metas, model.specs, items, comm, m, opt, ws);
       } else {
-        sharded_broadcast_consumer(model.metas, model.specs, comm, m,
-                                   [](std::span<const TensorView>, HostStream) {}, opt, ws);
+        sharded_broadcast_consumer(
+            model.metas, model.specs, comm, m, [](std::span<const TensorView>, HostStream) {}, opt,
+            ws);
       }
       // The communicator stays usable: a good round follows.
       const ShardedModel next(m, rank, 5, 1);
@@ -222,8 +246,10 @@ TEST_CASE("sharded: a trainer rank killed mid-sync fails every other rank within
   const std::vector<TensorMeta> metas = {{"big", DType::float32, {4 << 20}},
                                          {"big2", DType::float32, {2 << 20, 2}}};
   const std::vector<ShardSpec> specs = {{0, {}, {}}, {1, {}, {}}};
+  ws_test::SharedCounters rounds(world);  // rounds each rank has completed
+  const auto t0 = std::chrono::steady_clock::now();
   for (int rank = 0; rank < world; ++rank)
-    procs.spawn([=] {
+    procs.spawn([=, &rounds] {
       auto comm = connect(port, rank, world, 2000ms);
       workspace_for<HostCommunicator> ws;
       std::vector<std::vector<std::byte>> shard;
@@ -237,18 +263,24 @@ TEST_CASE("sharded: a trainer rank killed mid-sync fails every other rank within
         if (rank < m)
           sharded_broadcast_producer(metas, specs, items, comm, m, opt, ws);
         else
-          sharded_broadcast_consumer(metas, specs, comm, m,
-                                     [](std::span<const TensorView>, HostStream) {}, opt, ws);
+          sharded_broadcast_consumer(
+              metas, specs, comm, m, [](std::span<const TensorView>, HostStream) {}, opt, ws);
+        rounds[static_cast<std::size_t>(rank)]++;
       }
     });
-  std::this_thread::sleep_for(800ms);
+  // The kill lands once every rank has completed a round (mid-sync, not in the rendezvous).
+  (void)rounds.wait_all_at_least(1, 20s);
+  const long rounds_before_kill = rounds.min();
+  const double killed_at =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   procs.kill(1);
   const auto res = procs.wait_all(15s);
+  CHECK(rounds_before_kill >= 1);
   for (int rank : {0, 2, 3}) {
     INFO(rank << ": " << ws_test::outcome_name(res[rank].outcome) << ": " << res[rank].message);
     CHECK((res[rank].outcome == Outcome::peer || res[rank].outcome == Outcome::timeout ||
            res[rank].outcome == Outcome::state));
-    CHECK(res[rank].seconds < 0.8 + 2.0 + 2.0 + 1.0);
+    CHECK(res[rank].seconds < killed_at + 2.0 + 2.0 + 1.0);
   }
 }
 
@@ -284,8 +316,8 @@ TEST_CASE("sharded: workspace places of split tensors are reused, never while st
       for (std::size_t j = i + 1; j < metas.size(); ++j) {
         const bool live_together =
             first(i) <= plan.complete_step[j] && first(j) <= plan.complete_step[i];
-        const bool bytes_overlap = off[i] < off[j] + metas[j].nbytes() &&
-                                   off[j] < off[i] + metas[i].nbytes();
+        const bool bytes_overlap =
+            off[i] < off[j] + metas[j].nbytes() && off[j] < off[i] + metas[i].nbytes();
         CHECK_FALSE((live_together && bytes_overlap));
       }
   }

@@ -22,6 +22,7 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -58,6 +59,11 @@ class WeightTransferEngine {
     //! Between transfers, a watchdog checks this often that the trainer is still there (0: off).
     //! When it is gone, the engine logs it, ends a started session, and calls Hooks::failure.
     std::chrono::milliseconds liveness_interval{500};
+    //! M, the trainer ranks of the group (ranks 0..M-1), when known at init; 0: not known (an
+    //! M2N init info says it; else each update does, see NcclUpdateInfo::trainer_ranks).
+    //! init_transfer_engine refuses a worker whose rank would be a trainer rank (below M), and an
+    //! M2N init info whose rank_offset differs.
+    int trainer_ranks = 0;
   };
   //! Callbacks of the embedding server.
   struct Hooks {
@@ -68,7 +74,11 @@ class WeightTransferEngine {
   };
 
   WeightTransferEngine() : WeightTransferEngine(Options()) {}
-  explicit WeightTransferEngine(Options o) : opt_(std::move(o)) { opt_.parallel.validate(); }
+  explicit WeightTransferEngine(Options o) : opt_(std::move(o)) {
+    opt_.parallel.validate();
+    if (opt_.trainer_ranks < 0)
+      throw config_error("trainer_ranks", detail::cat("must be >= 0, got ", opt_.trainer_ranks));
+  }
   WeightTransferEngine(const WeightTransferEngine&) = delete;
   WeightTransferEngine& operator=(const WeightTransferEngine&) = delete;
   ~WeightTransferEngine() {
@@ -83,37 +93,19 @@ class WeightTransferEngine {
 
   //! Joins the trainer's group (blocks until every rank has joined). Allowed again after a failure
   //! or shutdown, and between sessions; not during one.
-  void init_transfer_engine(const NcclInitInfo& info) {
-    std::unique_lock lock(mutex_);
-    if (busy_) throw state_error("init_transfer_engine while update_weights is running");
-    if (state_ == State::updating) {
-      // A session whose trainer went away before sending: a new trainer takes over.
-      log(LogLevel::warning, "init_transfer_engine abandons a started weight update");
-      state_ = State::ready;
-    }
+  //! @throws config_error for a bad init info, or a worker rank that is 0, a trainer rank (below
+  //!   Options::trainer_ranks), or outside world_size.
+  void init_transfer_engine(const NcclInitInfo& info) { init(info, nullptr); }
+  //! vLLM's nccl_m2n: joins the group as above and keeps the plan, so that updates may name only
+  //! their tensors (M2NUpdateInfo). Every update is a sharded transfer from the rank_offset
+  //! trainer ranks; workers receive full tensors (see M2NInitInfo).
+  void init_transfer_engine(const M2NInitInfo& info) {
     info.validate();
-    const int rank = worker_rank(opt_.parallel, info.rank_offset);
-    if (rank >= info.world_size)
-      throw config_error(
-          "world_size",
-          detail::cat("this worker's rank ", rank, " (dp_index ", opt_.parallel.data_parallel_index,
-                      ", local_rank ", opt_.parallel.local_rank, ", rank_offset ", info.rank_offset,
-                      ") needs world_size > ", rank, ", got ", info.world_size));
-    if (rank == 0)
-      throw config_error("rank_offset", "rank 0 is the trainer's; workers need rank_offset >= 1");
-    if (backend_) backend_->shutdown();
-    backend_.reset();
-    state_ = State::uninitialized;
-    std::shared_ptr<Backend> b = BackendRegistry::global().make(opt_.engine.backend);
-    b->init(info, rank, opt_.engine);
-    backend_ = std::move(b);
-    init_ = info;
-    state_ = State::ready;
-    if (opt_.liveness_interval.count() > 0 && !watchdog_.joinable())
-      watchdog_ = std::thread([this] { watch(); });
+    init(info.rendezvous(), &info);
   }
+  //! Either init info as vLLM sends it (parse_init_info: NCCL's or M2N's).
   void init_transfer_engine(const nlohmann::json& init_info) {
-    init_transfer_engine(init_info.get<NcclInitInfo>());
+    std::visit([this](const auto& i) { init_transfer_engine(i); }, parse_init_info(init_info));
   }
 
   void start_weight_update() {
@@ -155,7 +147,7 @@ class WeightTransferEngine {
       if (busy_) throw state_error("update_weights while another update_weights is running");
       metas = info.metas();
       specs = info.shard_specs();
-      trainers = info.trainer_ranks(init_.rank_offset);
+      trainers = info.trainer_ranks(trainers_ > 0 ? trainers_ : init_.rank_offset);
       sharded = info.sharded();
       t = transfer_options(init_, info, opt_.engine);
       t.destination = destination;
@@ -178,12 +170,37 @@ class WeightTransferEngine {
       throw;
     }
   }
+  //! vLLM's nccl_m2n update: the tensors `info` names, with the dtypes, shapes and placements of
+  //! the M2N init info. @throws config_error("dtype_names") when the engine was initialized
+  //!   with an NcclInitInfo (no plan to refer to); config_error("names[k]") for a name the plan
+  //!   does not have.
+  TransferStats update_weights(const M2NUpdateInfo& info, const AnyLoadWeights& load,
+                               const AnyDestination& destination = {}) {
+    return update_weights(resolve(info), load, destination);
+  }
+  //! An update info as vLLM sends it: M2NUpdateInfo after an M2N init, else NcclUpdateInfo.
   TransferStats update_weights(const nlohmann::json& update_info, const AnyLoadWeights& load,
                                const AnyDestination& destination = {}) {
-    return update_weights(update_info.get<NcclUpdateInfo>(), load, destination);
+    return update_weights(parse_update_info(update_info), load, destination);
+  }
+  //! Reads an update info the way this engine's init asks: after an M2N init info, vLLM's
+  //! M2NUpdateInfo (names only, resolved against the plan); else NcclUpdateInfo. Strict either way.
+  //! @throws config_error naming the field.
+  NcclUpdateInfo parse_update_info(const nlohmann::json& update_info) const {
+    std::shared_ptr<const M2NInitInfo> m2n;
+    {
+      std::lock_guard lock(mutex_);
+      m2n = m2n_;
+    }
+    if (!m2n) return update_info.get<NcclUpdateInfo>();
+    return m2n->update(update_info.get<M2NUpdateInfo>());
   }
   //! vLLM's other name for update_weights.
   TransferStats receive_weights(const NcclUpdateInfo& info, const AnyLoadWeights& load,
+                                const AnyDestination& destination = {}) {
+    return update_weights(info, load, destination);
+  }
+  TransferStats receive_weights(const M2NUpdateInfo& info, const AnyLoadWeights& load,
                                 const AnyDestination& destination = {}) {
     return update_weights(info, load, destination);
   }
@@ -271,6 +288,68 @@ class WeightTransferEngine {
  private:
   enum class State { uninitialized, ready, updating };
 
+  void init(const NcclInitInfo& info, const M2NInitInfo* m2n) {
+    std::unique_lock lock(mutex_);
+    if (busy_) throw state_error("init_transfer_engine while update_weights is running");
+    if (state_ == State::updating) {
+      // A session whose trainer went away before sending: a new trainer takes over.
+      log(LogLevel::warning, "init_transfer_engine abandons a started weight update");
+      state_ = State::ready;
+    }
+    info.validate();
+    const int rank = worker_rank(opt_.parallel, info.rank_offset);
+    if (rank >= info.world_size)
+      throw config_error(
+          "world_size",
+          detail::cat("this worker's rank ", rank, " (dp_index ", opt_.parallel.data_parallel_index,
+                      ", local_rank ", opt_.parallel.local_rank, ", rank_offset ", info.rank_offset,
+                      ") needs world_size > ", rank, ", got ", info.world_size));
+    if (rank == 0)
+      throw config_error("rank_offset", "rank 0 is the trainer's; workers need rank_offset >= 1");
+    if (m2n && opt_.trainer_ranks > 0 && opt_.trainer_ranks != m2n->rank_offset)
+      throw config_error("rank_offset",
+                         detail::cat("the M2N init info has ", m2n->rank_offset,
+                                     " trainer ranks (rank_offset, src_mesh_dims), this engine ",
+                                     opt_.trainer_ranks, " (Options::trainer_ranks)"));
+    const int trainers = m2n ? m2n->rank_offset : opt_.trainer_ranks;
+    if (rank < trainers)
+      throw config_error(
+          "rank_offset",
+          detail::cat("this worker's rank ", rank, " would be a trainer rank: ranks 0..",
+                      trainers - 1, " are the ", trainers, " trainer ranks' (",
+                      m2n ? "the M2N init info" : "Options::trainer_ranks",
+                      "), so rank_offset must be >= ", trainers, ", got ", info.rank_offset));
+    if (backend_) backend_->shutdown();
+    backend_.reset();
+    m2n_.reset();
+    state_ = State::uninitialized;
+    std::shared_ptr<Backend> b = BackendRegistry::global().make(opt_.engine.backend);
+    b->init(info, rank, opt_.engine);
+    backend_ = std::move(b);
+    init_ = info;
+    trainers_ = trainers;
+    if (m2n) m2n_ = std::make_shared<const M2NInitInfo>(*m2n);
+    state_ = State::ready;
+    if (opt_.liveness_interval.count() > 0 && !watchdog_.joinable())
+      watchdog_ = std::thread([this] { watch(); });
+  }
+
+  NcclUpdateInfo resolve(const M2NUpdateInfo& info) const {
+    std::shared_ptr<const M2NInitInfo> m2n;
+    {
+      std::lock_guard lock(mutex_);
+      if (state_ == State::uninitialized)
+        throw state_error("update_weights before init_transfer_engine");
+      m2n = m2n_;
+    }
+    if (!m2n)
+      throw config_error("dtype_names",
+                         "an update info of names only (vLLM's nccl_m2n) refers to the plan of an "
+                         "M2N init info, but this engine was initialized with an NCCL one: send "
+                         "dtype_names and shapes too");
+    return m2n->update(info);
+  }
+
   void watch() {
     std::unique_lock lock(mutex_);
     while (!stop_) {
@@ -307,6 +386,10 @@ class WeightTransferEngine {
   Hooks hooks_;
   std::shared_ptr<Backend> backend_;
   NcclInitInfo init_;
+  //! M when known at init (Options::trainer_ranks, or an M2N init info's rank_offset); 0: not.
+  int trainers_ = 0;
+  //! The plan of an M2N init info (null after an NcclInitInfo).
+  std::shared_ptr<const M2NInitInfo> m2n_;
   State state_ = State::uninitialized;
   bool busy_ = false;
   std::string version_ = "default";

@@ -5,10 +5,11 @@
 //! @file
 //! vLLM's weight-transfer control routes over HTTP (cpp-httplib), for a C++ inference server, and
 //! a client for them, for a C++ trainer:
-//!   POST /init_weight_transfer_engine {"init_info": {...}}      POST /start_weight_update
-//!   POST /update_weights {"update_info": {...}}                 POST /finish_weight_update {"weight_version": "..."}
-//!   POST /pause (?mode=abort|wait|keep, or {"mode": ...})       POST /resume
-//!   GET  /is_paused    GET /get_world_size    GET /weight_info
+//! - POST /init_weight_transfer_engine {"init_info": {...}} (vLLM's nccl or nccl_m2n init info)
+//! - POST /start_weight_update, POST /update_weights {"update_info": {...}}
+//! - POST /finish_weight_update {"weight_version": "..."}
+//! - POST /pause (?mode=abort|wait|keep, or {"mode": ...}), POST /resume
+//! - GET /is_paused, GET /get_world_size, GET /weight_info
 //! Bad JSON or a bad field: 400 with {"error": ...}; a body over RouteOptions::max_body_bytes: 413;
 //! a missing or wrong bearer token (when one is set): 401; a call in the wrong state: 409; a failed
 //! transfer: 500 (the engine's session is then over and the previous weights stay in use).
@@ -23,11 +24,12 @@
 #include <chrono>
 #include <exception>
 #include <functional>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <variant>
 
 #include <nlohmann/json.hpp>
 
@@ -105,8 +107,9 @@ inline std::optional<nlohmann::json> body_json(const httplib::Request& req, http
                                                int max_depth = RouteOptions{}.max_json_depth) {
   if (req.body.empty()) return nlohmann::json::object();
   if (max_depth > 0 && json_nests_deeper(req.body, max_depth)) {
-    reply(res, 400, {{"error", weightsync::detail::cat("Invalid JSON: nested deeper than ",
-                                                       max_depth, " levels")}});
+    reply(res, 400,
+          {{"error",
+            weightsync::detail::cat("Invalid JSON: nested deeper than ", max_depth, " levels")}});
     return std::nullopt;
   }
   auto j = nlohmann::json::parse(req.body, nullptr, false);
@@ -118,14 +121,22 @@ inline std::optional<nlohmann::json> body_json(const httplib::Request& req, http
 }
 
 //! The route bodies' parsers (no engine involved): @throws config_error naming the field.
-inline NcclInitInfo parse_init_body(const nlohmann::json& body) {
-  if (!body.contains("init_info")) throw config_error("init_info", "Missing 'init_info' in request body");
-  return body.at("init_info").get<NcclInitInfo>();
+//! The init info of either vLLM backend (nccl or nccl_m2n, see parse_init_info).
+inline AnyInitInfo parse_init_body(const nlohmann::json& body) {
+  if (!body.contains("init_info"))
+    throw config_error("init_info", "Missing 'init_info' in request body");
+  return parse_init_info(body.at("init_info"));
 }
-inline NcclUpdateInfo parse_update_body(const nlohmann::json& body) {
+//! The body's update_info, unparsed: how to read it depends on the engine's init info
+//! (WeightTransferEngine::parse_update_info).
+inline const nlohmann::json& update_info_of(const nlohmann::json& body) {
   if (!body.contains("update_info"))
     throw config_error("update_info", "Missing 'update_info' in request body");
-  return body.at("update_info").get<NcclUpdateInfo>();
+  return body.at("update_info");
+}
+//! An NcclUpdateInfo body (an engine initialized with an NcclInitInfo reads this).
+inline NcclUpdateInfo parse_update_body(const nlohmann::json& body) {
+  return update_info_of(body).get<NcclUpdateInfo>();
 }
 inline std::optional<std::string> parse_finish_body(const nlohmann::json& body) {
   auto it = body.find("weight_version");
@@ -149,7 +160,8 @@ inline bool same_secret(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;  // the length is no secret
   unsigned diff = 0;
   for (std::size_t k = 0; k < a.size(); ++k)
-    diff |= static_cast<unsigned>(static_cast<unsigned char>(a[k]) ^ static_cast<unsigned char>(b[k]));
+    diff |=
+        static_cast<unsigned>(static_cast<unsigned char>(a[k]) ^ static_cast<unsigned char>(b[k]));
   return diff == 0;
 }
 
@@ -157,9 +169,9 @@ inline bool same_secret(std::string_view a, std::string_view b) {
 inline bool admitted(const RouteOptions& o, const httplib::Request& req, httplib::Response& res,
                      bool changes_state) {
   if (o.max_body_bytes > 0 && req.body.size() > o.max_body_bytes) {
-    reply(res, 413, {{"error", weightsync::detail::cat("request body of ", req.body.size(),
-                                                       " bytes exceeds the limit of ",
-                                                       o.max_body_bytes)}});
+    reply(res, 413,
+          {{"error", weightsync::detail::cat("request body of ", req.body.size(),
+                                             " bytes exceeds the limit of ", o.max_body_bytes)}});
     return false;
   }
   if (!changes_state || o.bearer_token.empty()) return true;
@@ -168,7 +180,8 @@ inline bool admitted(const RouteOptions& o, const httplib::Request& req, httplib
   if (auth.size() <= kBearer.size() || auth.compare(0, kBearer.size(), kBearer) != 0 ||
       !same_secret(std::string_view(auth).substr(kBearer.size()), o.bearer_token)) {
     res.set_header("WWW-Authenticate", "Bearer");
-    reply(res, 401, {{"error", "this route needs 'Authorization: Bearer <token>' with the server's token"}});
+    reply(res, 401,
+          {{"error", "this route needs 'Authorization: Bearer <token>' with the server's token"}});
     return false;
   }
   return true;
@@ -197,17 +210,18 @@ void guarded(httplib::Response& res, const char* route, F&& f) {
 //! every 4xx/5xx without a body a JSON {"error": ...} message.
 inline void apply_limits(httplib::Server& server, const RouteOptions& o) {
   if (o.max_body_bytes > 0) server.set_payload_max_length(o.max_body_bytes);
-  server.set_error_handler([max = o.max_body_bytes](const httplib::Request&, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    std::string msg = weightsync::detail::cat("HTTP ", res.status);
-    if (res.status == 413)
-      msg = weightsync::detail::cat("request body exceeds the limit of ", max, " bytes");
-    else if (res.status == 404)
-      msg = "no such route";
-    else if (res.status == 400)
-      msg = "malformed HTTP request";
-    res.set_content(nlohmann::json{{"error", msg}}.dump(), "application/json");
-  });
+  server.set_error_handler(
+      [max = o.max_body_bytes](const httplib::Request&, httplib::Response& res) {
+        if (!res.body.empty()) return;
+        std::string msg = weightsync::detail::cat("HTTP ", res.status);
+        if (res.status == 413)
+          msg = weightsync::detail::cat("request body exceeds the limit of ", max, " bytes");
+        else if (res.status == 404)
+          msg = "no such route";
+        else if (res.status == 400)
+          msg = "malformed HTTP request";
+        res.set_content(nlohmann::json{{"error", msg}}.dump(), "application/json");
+      });
 }
 
 namespace detail {
@@ -236,7 +250,8 @@ void post_route(httplib::Server& server, const char* path, RouteContextPtr ctx, 
 inline void add_session_routes(httplib::Server& server, const RouteContextPtr& ctx) {
   post_route(server, "/init_weight_transfer_engine", ctx,
              [ctx](const httplib::Request&, httplib::Response& res, const nlohmann::json& body) {
-               ctx->engine.init_transfer_engine(parse_init_body(body));
+               std::visit([&](const auto& info) { ctx->engine.init_transfer_engine(info); },
+                          parse_init_body(body));
                reply(res, 200, {{"message", "Weight transfer initialized"}});
              });
   // vLLM versions send {} or {"is_checkpoint_format": ...}
@@ -252,12 +267,15 @@ inline void add_session_routes(httplib::Server& server, const RouteContextPtr& c
 inline void add_update_routes(httplib::Server& server, const RouteContextPtr& ctx) {
   post_route(server, "/update_weights", ctx,
              [ctx](const httplib::Request&, httplib::Response& res, const nlohmann::json& body) {
-               const auto info = parse_update_body(body);
+               const auto info = ctx->engine.parse_update_info(update_info_of(body));
                const RouteHooks& h = ctx->hooks;
                try {
                  const auto st = ctx->engine.update_weights(info, h.load, h.destination);
-                 reply(res, 200, {{"message", "Weights updated"}, {"tensors", st.tensors},
-                                  {"bytes", st.bytes}, {"chunks", st.chunks}});
+                 reply(res, 200,
+                       {{"message", "Weights updated"},
+                        {"tensors", st.tensors},
+                        {"bytes", st.bytes},
+                        {"chunks", st.chunks}});
                } catch (const state_error&) {
                  throw;  // nothing was received: no session to end
                } catch (const std::exception& e) {
@@ -270,22 +288,23 @@ inline void add_update_routes(httplib::Server& server, const RouteContextPtr& ct
                const auto version = parse_finish_body(body);
                ctx->engine.finish_weight_update(version);
                if (ctx->hooks.on_finish) ctx->hooks.on_finish(version.value_or(""));
-               reply(res, 200, {{"message", "Weight update finished"},
-                                {"weight_version", ctx->engine.weight_version()}});
+               reply(res, 200,
+                     {{"message", "Weight update finished"},
+                      {"weight_version", ctx->engine.weight_version()}});
              });
 }
 
 //! /pause, /resume and the GET routes (status; open without the token).
 inline void add_pause_and_status_routes(httplib::Server& server, const RouteContextPtr& ctx) {
-  post_route(server, "/pause", ctx,
-             [ctx](const httplib::Request& req, httplib::Response& res,
-                   const nlohmann::json& body) {
-               const bool q = req.has_param("mode");
-               const std::string query = q ? req.get_param_value("mode") : "";
-               const auto mode = parse_pause_body(body, q ? &query : nullptr);
-               ctx->engine.pause(parse_pause_mode(mode));
-               reply(res, 200, {{"status", "paused"}, {"mode", mode}});
-             });
+  post_route(
+      server, "/pause", ctx,
+      [ctx](const httplib::Request& req, httplib::Response& res, const nlohmann::json& body) {
+        const bool q = req.has_param("mode");
+        const std::string query = q ? req.get_param_value("mode") : "";
+        const auto mode = parse_pause_body(body, q ? &query : nullptr);
+        ctx->engine.pause(parse_pause_mode(mode));
+        reply(res, 200, {{"status", "paused"}, {"mode", mode}});
+      });
   server.Post("/resume", [ctx](const httplib::Request& req, httplib::Response& res) {
     if (!admitted(ctx->options, req, res, true)) return;  // (its body, if any, is ignored)
     guarded(res, "/resume", [&] {
@@ -336,8 +355,15 @@ class VllmClient {
   void init_weight_transfer_engine(const NcclInitInfo& info) {
     post("/init_weight_transfer_engine", {{"init_info", info}});
   }
+  //! vLLM's nccl_m2n: the plan at init, then updates of names only.
+  void init_weight_transfer_engine(const M2NInitInfo& info) {
+    post("/init_weight_transfer_engine", {{"init_info", info}});
+  }
   void start_weight_update() { post("/start_weight_update", nlohmann::json::object()); }
   nlohmann::json update_weights(const NcclUpdateInfo& info) {
+    return post("/update_weights", {{"update_info", info}});
+  }
+  nlohmann::json update_weights(const M2NUpdateInfo& info) {
     return post("/update_weights", {{"update_info", info}});
   }
   void finish_weight_update(std::optional<std::string> version = std::nullopt) {
@@ -348,7 +374,9 @@ class VllmClient {
   void resume() { post("/resume", nlohmann::json::object()); }
   bool is_paused() { return get("/is_paused").at("is_paused").get<bool>(); }
   int get_world_size() { return get("/get_world_size").at("world_size").get<int>(); }
-  std::string weight_version() { return get("/weight_info").at("weight_version").get<std::string>(); }
+  std::string weight_version() {
+    return get("/weight_info").at("weight_version").get<std::string>();
+  }
 
   nlohmann::json post(const std::string& path, const nlohmann::json& body) {
     auto r = client_.Post(path, body.dump(), "application/json");
@@ -363,14 +391,17 @@ class VllmClient {
  private:
   nlohmann::json check(const char* method, const std::string& path, const httplib::Result& r) {
     if (!r)
-      throw peer_error(-1, weightsync::detail::cat(method, " ", url_, path, " failed: ",
-                                                   httplib::to_string(r.error())));
+      throw peer_error(-1, weightsync::detail::cat(method, " ", url_, path,
+                                                   " failed: ", httplib::to_string(r.error())));
     auto j = nlohmann::json::parse(r->body, nullptr, false);
     if (r->status < 200 || r->status >= 300)
-      throw remote_error(-1, weightsync::detail::cat(
-                                 method, " ", url_, path, " answered ", r->status, ": ",
-                                 (!j.is_discarded() && j.contains("error")) ? j["error"].dump() : r->body));
-    if (j.is_discarded()) throw protocol_error(-1, weightsync::detail::cat(method, " ", url_, path, " answered non-JSON"));
+      throw remote_error(
+          -1, weightsync::detail::cat(
+                  method, " ", url_, path, " answered ", r->status, ": ",
+                  (!j.is_discarded() && j.contains("error")) ? j["error"].dump() : r->body));
+    if (j.is_discarded())
+      throw protocol_error(-1,
+                           weightsync::detail::cat(method, " ", url_, path, " answered non-JSON"));
     return j;
   }
   std::string url_;
