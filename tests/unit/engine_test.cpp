@@ -87,7 +87,8 @@ void expect_round(const std::vector<std::vector<std::byte>>& got, int round) {
   TestSource want(round);
   for (std::size_t i = 0; i < got.size(); ++i)
     if (got[i] != want.data[i])
-      throw std::runtime_error("tensor " + want.m[i].name + " differs in round " + std::to_string(round));
+      throw std::runtime_error("tensor " + want.m[i].name + " differs in round " +
+                               std::to_string(round));
 }
 
 template <class F>
@@ -121,7 +122,9 @@ void receive_round(WeightTransferEngine& e, int round, std::optional<std::string
   e.finish_weight_update(version);
 }
 
-void expect_all_ok(ws_test::Processes& procs) { ws_test::expect_all_ok(procs.wait_all(45s)); }
+void expect_all_ok(ws_test::Processes& procs) {
+  ws_test::expect_all_ok(procs.wait_all(45s));
+}
 
 }  // namespace
 
@@ -208,6 +211,72 @@ TEST_CASE("engine rounds: init, start, update, finish with versions, and state e
   expect_all_ok(procs);
 }
 
+TEST_CASE(
+    "engine: a worker's failed load reaches the trainer - in the same send with "
+    "acknowledge each_transfer - or as the refusal of the next send by default",
+    "[unit][engine]") {
+  for (const auto mode : {Acknowledge::each_transfer, Acknowledge::next_transfer}) {
+    ws_test::Processes procs;
+    const int port = ws_test::free_port();
+    EngineOptions o = host_options();
+    o.acknowledge = mode;
+    const bool each = mode == Acknowledge::each_transfer;
+    procs.spawn([=] {
+      TrainerEngine t(ws_test::options_for<TrainerEngine>(o));
+      t.trainer_init(host_info(port, 2));
+      TestSource r1(1), r2(2), r3(3);
+      std::string reported;
+      for (auto* src : {&r1, &r2}) {  // each: the first send fails; next: the second is refused
+        try {
+          t.send_weights(*src);
+        } catch (const remote_error& e) {
+          if (e.peer() != 1)
+            throw std::runtime_error("the error names rank " + std::to_string(e.peer()));
+          reported = e.what();
+          break;
+        }
+      }
+      if (reported.find("disk full") == std::string::npos)
+        throw std::runtime_error("the trainer got: '" + reported + "'");
+      if (each) t.send_weights(r2);  // next_transfer: r2 was the refused send
+      t.send_weights(r3);
+    });
+    procs.spawn([=] {
+      WeightTransferEngine e(ws_test::options_for<WeightTransferEngine>(o));
+      e.init_transfer_engine(host_info(port, 2));
+      const auto u = NcclUpdateInfo::from_metas(TestSource(0).metas());
+      e.start_weight_update();
+      bool failed = false;
+      try {
+        e.update_weights(
+            u, [](std::span<const TensorView>, void*) { throw std::runtime_error("disk full"); });
+      } catch (const std::runtime_error& x) {
+        failed = std::string(x.what()) == "disk full";
+      }
+      if (!failed) throw std::runtime_error("the worker's own call did not report its failure");
+      if (!each) {  // the trainer's next send is refused here too, before any byte moves
+        e.start_weight_update();
+        bool refused = false;
+        try {
+          receive(e, u);
+        } catch (const remote_error&) {
+          refused = true;
+        }
+        if (!refused) throw std::runtime_error("the next transfer was not refused");
+      }
+      e.start_weight_update();
+      expect_round(receive(e, u), 2 + (each ? 0 : 1));
+      e.finish_weight_update("ok");
+      if (each) {
+        e.start_weight_update();
+        expect_round(receive(e, u), 3);
+        e.finish_weight_update("ok3");
+      }
+    });
+    expect_all_ok(procs);
+  }
+}
+
 TEST_CASE("engine: a failing round ends the session and the next round works", "[unit][engine]") {
   ws_test::Processes procs;
   const int port = ws_test::free_port();
@@ -219,7 +288,8 @@ TEST_CASE("engine: a failing round ends the session and the next round works", "
     try {
       t.send_weights(bad);
     } catch (const config_error& e) {
-      threw = std::string(e.what()).find("dtype int32 where float32 was declared") != std::string::npos;
+      threw =
+          std::string(e.what()).find("dtype int32 where float32 was declared") != std::string::npos;
     }
     if (!threw) throw std::runtime_error("the trainer did not report its bad tensor");
     TestSource good(7);
@@ -239,7 +309,8 @@ TEST_CASE("engine: a failing round ends the session and the next round works", "
     if (!remote) throw std::runtime_error("the worker did not see the trainer's failure");
     if (e.updating()) throw std::runtime_error("the failed update did not end the session");
     expect_state_error([&] { e.finish_weight_update("bad"); }, "without start_weight_update");
-    if (e.weight_version() != "default") throw std::runtime_error("a failed update changed the version");
+    if (e.weight_version() != "default")
+      throw std::runtime_error("a failed update changed the version");
     e.start_weight_update();
     expect_round(receive(e, u), 7);
     e.finish_weight_update("v7");

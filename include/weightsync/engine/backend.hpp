@@ -114,6 +114,8 @@ struct EngineOptions {
   std::string token;  //!< shared rendezvous token (empty: none)
   Protocol protocol = Protocol::weightsync;
   std::size_t direct_threshold_bytes = 0;  //!< see TransferOptions
+  //! When outcomes are exchanged (see Acknowledge); the trainer and every worker must agree.
+  Acknowledge acknowledge = Acknowledge::next_transfer;
   //! Blocking NCCL launches under the launch watchdog (see NcclOptions::blocking); Protocol::vllm
   //! always uses non-blocking ones (vLLM's workers do not take part in the split it needs).
   bool nccl_blocking = true;

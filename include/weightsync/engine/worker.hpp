@@ -282,6 +282,7 @@ class WeightTransferEngine {
     t.protocol = e.protocol;
     t.timeout = e.timeout;
     t.direct_threshold_bytes = e.protocol == Protocol::weightsync ? e.direct_threshold_bytes : 0;
+    t.acknowledge = e.acknowledge;
     return t;
   }
 
