@@ -352,6 +352,27 @@ inline void to_json(nlohmann::json& j, const NcclUpdateInfo& v) {
   }
 }
 
+namespace detail {
+//! The required `names`, `dtype_names` and `shapes` of an update (or M2N init) info, each element
+//! checked and named in the error (their lengths are validate()'s business).
+inline void read_tensor_lists(const JsonObject& o, std::vector<std::string>& names,
+                              std::vector<std::string>& dtype_names,
+                              std::vector<std::vector<std::int64_t>>& shapes) {
+  const auto& n = o.required("names");
+  require_array(n, "names");
+  for (std::size_t i = 0; i < n.size(); ++i)
+    names.push_back(json_string(n[i], cat("names[", i, "]")));
+  const auto& d = o.required("dtype_names");
+  require_array(d, "dtype_names");
+  for (std::size_t i = 0; i < d.size(); ++i)
+    dtype_names.push_back(json_string(d[i], cat("dtype_names[", i, "]")));
+  const auto& sh = o.required("shapes");
+  require_array(sh, "shapes");
+  for (std::size_t i = 0; i < sh.size(); ++i)
+    shapes.push_back(json_ints(sh[i], cat("shapes[", i, "]"), 0));
+}
+}  // namespace detail
+
 inline void from_json(const nlohmann::json& j, NcclUpdateInfo& v) {
   using namespace detail;
   JsonObject o(
@@ -359,25 +380,7 @@ inline void from_json(const nlohmann::json& j, NcclUpdateInfo& v) {
       {"names", "dtype_names", "shapes", "packed", "packed_buffer_size_bytes", "packed_num_buffers",
        "is_checkpoint_format", "shards", "num_trainer_ranks", "src_mesh_dims", "src_placements"});
   NcclUpdateInfo r;
-  const auto& names = o.required("names");
-  require_array(names, "names");
-  for (std::size_t i = 0; i < names.size(); ++i)
-    r.names.push_back(json_string(names[i], cat("names[", i, "]")));
-  const auto& dts = o.required("dtype_names");
-  require_array(dts, "dtype_names");
-  for (std::size_t i = 0; i < dts.size(); ++i)
-    r.dtype_names.push_back(json_string(dts[i], cat("dtype_names[", i, "]")));
-  const auto& shapes = o.required("shapes");
-  require_array(shapes, "shapes");
-  for (std::size_t i = 0; i < shapes.size(); ++i) {
-    const auto& s = shapes[i];
-    require_array(s, cat("shapes[", i, "]"));
-    std::vector<std::int64_t> shape;
-    for (std::size_t d = 0; d < s.size(); ++d)
-      shape.push_back(json_int_in(s[d], cat("shapes[", i, "][", d, "]"), 0,
-                                  std::numeric_limits<std::int64_t>::max()));
-    r.shapes.push_back(std::move(shape));
-  }
+  read_tensor_lists(o, r.names, r.dtype_names, r.shapes);
   const auto p = read_packing(o);
   r.packed = p.packed;
   r.packed_buffer_size_bytes = p.packed_buffer_size_bytes;
@@ -579,18 +582,7 @@ inline void from_json(const nlohmann::json& j, M2NInitInfo& v) {
       json_int_in(o.required("world_size"), "world_size", 2, std::numeric_limits<int>::max()));
   r.src_mesh_dims = json_ints(o.required("src_mesh_dims"), "src_mesh_dims", 1);
   r.dst_mesh_dims = json_ints(o.required("dst_mesh_dims"), "dst_mesh_dims", 1);
-  const auto& names = o.required("names");
-  require_array(names, "names");
-  for (std::size_t i = 0; i < names.size(); ++i)
-    r.names.push_back(json_string(names[i], cat("names[", i, "]")));
-  const auto& dts = o.required("dtype_names");
-  require_array(dts, "dtype_names");
-  for (std::size_t i = 0; i < dts.size(); ++i)
-    r.dtype_names.push_back(json_string(dts[i], cat("dtype_names[", i, "]")));
-  const auto& shapes = o.required("shapes");
-  require_array(shapes, "shapes");
-  for (std::size_t i = 0; i < shapes.size(); ++i)
-    r.shapes.push_back(json_ints(shapes[i], cat("shapes[", i, "]"), 0));
+  read_tensor_lists(o, r.names, r.dtype_names, r.shapes);
   r.src_placements = read_placements(o.required("src_placements"));
   if (auto* x = o.optional("nccl_unique_id_b64"))
     r.nccl_unique_id_b64 = json_string(*x, "nccl_unique_id_b64");
