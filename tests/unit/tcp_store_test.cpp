@@ -396,6 +396,24 @@ TEST_CASE("tcp_store: the engine survives random input (fuzz entry point)", "[un
   }
 }
 
+TEST_CASE("tcp_store: a MULTI_GET of no keys sends nothing and the connection goes on",
+          "[unit][tcp_store]") {
+  // Found by fuzz.tcp_store (corpus/tcp_store/regress_multi_get_no_keys): the engine queued an
+  // empty reply. torch's server sends nothing for it either.
+  using namespace detail::c10d;
+  StoreEngine e;
+  e.open(1);
+  std::vector<Reply> out;
+  Out q;
+  q.u8(0).u32(kValidationMagic);
+  q.u8(static_cast<std::uint8_t>(byte_of(Cmd::multi_get, TcpStoreWire::torch2))).i64(0);
+  q.u8(static_cast<std::uint8_t>(byte_of(Cmd::ping, TcpStoreWire::torch2))).u32(0x5eed1234u);
+  REQUIRE(e.feed(1, q.bytes(), out).empty());
+  REQUIRE(out.size() == 1);  // the PING's answer only
+  CHECK(out[0].bytes == std::string("\x34\x12\xed\x5e", 4));
+  CHECK(e.check_invariants().empty());
+}
+
 TEST_CASE("tcp_store: the engine keeps no entry for a queue popped while missing or emptied",
           "[unit][tcp_store]") {
   using namespace detail::c10d;

@@ -92,8 +92,10 @@ class StoreCommands {
  private:
   static std::string stop_waiting() { return std::string(1, '\0'); }
 
+  //! Queues `o` for `conn`; an empty answer (MULTI_GET of no keys, as torch's server) sends
+  //! nothing.
   static std::string answer(int conn, Out& o, std::vector<Reply>& out) {
-    out.push_back({conn, std::move(o.bytes())});
+    if (!o.bytes().empty()) out.push_back({conn, std::move(o.bytes())});
     return {};
   }
 
