@@ -300,7 +300,9 @@ TEST_CASE("demo server: lifecycle calls out of order are 409s with a message and
   CHECK_REFUSED(post(h, "/start_weight_update", "{}"), 409);  // started twice
 
   // An update in flight: the trainer's source holds back tensor 8. It is taken for chunk 1, after
-  // the handshake, which needs the server's side: the server is then inside update_weights.
+  // the handshake, which needs the server's side: the server is then inside update_weights. (The
+  // engine asks a source for a tensor only when its chunk is taken, see AnyTensorRange; before
+  // that, taking chunk 0 read two tensors ahead and this test raced with the server's join.)
   const auto metas = demo::hf_metas();
   demo::Mlp model;
   demo::init_random(model, 99);

@@ -149,6 +149,37 @@ TEST_CASE("worker rank follows vLLM's formula", "[unit][engine]") {
   CHECK_THROWS_AS(worker_rank(p, -1), config_error);
 }
 
+TEST_CASE("AnyTensorRange asks its generator for a tensor only when it is looked at",
+          "[unit][engine]") {
+  const std::vector<TensorMeta> m = {{"a", DType::int8, {1}}, {"b", DType::int8, {2}}};
+  const std::byte bytes[2] = {};
+  int calls = 0;
+  AnyTensorRange r([&, i = std::size_t{0}](SourceTensorRef& out) mutable {
+    ++calls;
+    if (i == m.size()) return false;
+    out = {&m[i], bytes};
+    ++i;
+    return true;
+  });
+  auto it = r.begin();
+  CHECK(calls == 0);
+  CHECK((*it).meta().name == "a");
+  CHECK(calls == 1);
+  ++it;  // moves on; asks for nothing yet
+  CHECK(calls == 1);
+  CHECK_FALSE(it == r.end());
+  CHECK(calls == 2);
+  CHECK((*it).meta().name == "b");
+  CHECK(calls == 2);
+  ++it;
+  ++it;  // consumes the end marker without a look: the generator is asked once more, then never
+  CHECK(calls == 3);
+  CHECK(it == r.end());
+  ++it;
+  CHECK(it == r.end());
+  CHECK(calls == 3);
+}
+
 TEST_CASE("backend registry: unknown and duplicate names are errors listing the known ones",
           "[unit][engine]") {
   auto& reg = BackendRegistry::global();

@@ -28,7 +28,7 @@ class Hash64 {
       n -= 8;
     }
     std::uint64_t tail = 0;
-    std::memcpy(&tail, b, n);
+    if (n > 0) std::memcpy(&tail, b, n);  // (an empty string_view may hold nullptr)
     word(tail ^ (std::uint64_t{n} << 56));
     return *this;
   }

@@ -71,6 +71,11 @@ using AnyDestination = std::function<void*(const TensorMeta&)>;
 
 //! A single-pass range over a generator of SourceTensorRef; models TensorIterator. Lets a backend
 //! chosen at run time iterate a trainer's tensors without knowing their type.
+//!
+//! Lazy: the generator is asked for the next tensor only when the iterator is dereferenced or
+//! compared with the end, never by ++. A source that materializes each tensor (a gather in the
+//! trainer's own group, a staging copy) is therefore asked for tensor i only when the pipeline
+//! takes tensor i: the first chunk is taken before the handshake, the others after it.
 class AnyTensorRange {
  public:
   //! Fills the argument and returns true, or returns false at the end.
@@ -82,21 +87,31 @@ class AnyTensorRange {
     using value_type = SourceTensorRef;
     using difference_type = std::ptrdiff_t;
     iterator() = default;
-    explicit iterator(AnyTensorRange* r) : r_(r) { advance(); }
-    const SourceTensorRef& operator*() const { return cur_; }
+    explicit iterator(AnyTensorRange* r) : r_(r), pending_(true) {}
+    const SourceTensorRef& operator*() const {
+      fetch();
+      return cur_;
+    }
     iterator& operator++() {
-      advance();
+      fetch();  // the current one is consumed, even when it was never looked at
+      pending_ = r_ != nullptr;
       return *this;
     }
-    void operator++(int) { advance(); }
-    friend bool operator==(const iterator& it, std::default_sentinel_t) { return it.r_ == nullptr; }
+    void operator++(int) { ++*this; }
+    friend bool operator==(const iterator& it, std::default_sentinel_t) {
+      it.fetch();
+      return it.r_ == nullptr;
+    }
 
    private:
-    void advance() {
+    void fetch() const {
+      if (!pending_) return;
+      pending_ = false;
       if (r_ && !r_->next_(cur_)) r_ = nullptr;
     }
-    AnyTensorRange* r_ = nullptr;
-    SourceTensorRef cur_{};
+    mutable AnyTensorRange* r_ = nullptr;
+    mutable bool pending_ = false;
+    mutable SourceTensorRef cur_{};
   };
   iterator begin() { return iterator(this); }
   std::default_sentinel_t end() { return {}; }

@@ -120,12 +120,14 @@ class TrainerEngine {
     }
     auto it = std::ranges::begin(range);
     auto end = std::ranges::end(range);
-    AnyTensorRange items([&](SourceTensorRef& out) {
+    // The source's iterator moves on only when the next tensor is asked for (see AnyTensorRange).
+    AnyTensorRange items([&, started = false](SourceTensorRef& out) mutable {
+      if (started) ++it;
+      started = true;
       if (it == end) return false;
       auto&& item = *it;
       out.meta_ = &static_cast<const TensorMeta&>(item.meta());
       out.data_ = item.data();
-      ++it;
       return true;
     });
     if (!sharded_source && trainers() == 1) return backend_->send(metas, items, t);
