@@ -21,6 +21,7 @@
 
 #include "support/catch.hpp"
 #include "support/process.hpp"
+#include "support/qwen3_loading.hpp"
 #include "support/role.hpp"
 #include "support/spawn.hpp"
 
@@ -33,81 +34,6 @@ int gpu_count() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
   return n;
-}
-
-struct HfTensors {
-  std::vector<TensorMeta> metas;
-  std::vector<std::vector<std::uint16_t>> host;  // bf16 bits, never NaN
-  void add(std::string name, std::vector<std::int64_t> shape) {
-    metas.push_back({std::move(name), DType::bfloat16, std::move(shape)});
-    host.emplace_back(metas.back().numel());
-    std::uint64_t x = 0x9e3779b97f4a7c15ull * metas.size();
-    for (auto& v : host.back()) {
-      x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
-      v = static_cast<std::uint16_t>((x * 0x2545f4914f6cdd1dull) >> 48) & 0xbfff;
-    }
-  }
-};
-
-HfTensors qwen3_layers(const ModelConfig& c, int layers) {
-  HfTensors t;
-  const std::int64_t H = c.hidden, Q = c.n_heads * c.head_dim, KV = c.n_kv_heads * c.head_dim,
-                     I = c.intermediate;
-  for (int l = 0; l < layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    t.add(p + "input_layernorm.weight", {H});
-    t.add(p + "self_attn.q_proj.weight", {Q, H});
-    t.add(p + "self_attn.k_proj.weight", {KV, H});
-    t.add(p + "self_attn.v_proj.weight", {KV, H});
-    t.add(p + "self_attn.o_proj.weight", {H, Q});
-    t.add(p + "self_attn.q_norm.weight", {c.head_dim});
-    t.add(p + "self_attn.k_norm.weight", {c.head_dim});
-    t.add(p + "post_attention_layernorm.weight", {H});
-    t.add(p + "mlp.gate_proj.weight", {I, H});
-    t.add(p + "mlp.up_proj.weight", {I, H});
-    t.add(p + "mlp.down_proj.weight", {H, I});
-  }
-  return t;
-}
-
-struct Table {
-  std::vector<ParamInfo> params;
-  std::vector<std::vector<std::byte>> host;
-  std::vector<DeviceBuffer> dev;
-};
-
-// vLLM-layout parameters of TP rank `rank` of `tp`, in host memory and (when device >= 0) on it.
-Table vllm_params(const ModelConfig& c, int layers, int tp, int device) {
-  Table t;
-  const std::int64_t H = c.hidden, hd = c.head_dim, q = c.n_heads / tp * hd,
-                     kv = c.n_kv_heads / tp * hd;
-  auto add = [&](std::string name, DType d, std::vector<std::int64_t> shape) {
-    const std::size_t n = TensorMeta{name, d, shape}.nbytes();
-    void* ptr = nullptr;
-    if (device >= 0) {
-      t.dev.emplace_back(n, device);
-      detail::check(cudaMemset(t.dev.back().data(), 0xCD, n), "cudaMemset");
-      ptr = t.dev.back().data();
-    } else {
-      t.host.emplace_back(n, std::byte{0xCD});
-      ptr = t.host.back().data();
-    }
-    t.params.push_back({std::move(name), ptr, d, std::move(shape)});
-  };
-  t.host.reserve(64);
-  t.dev.reserve(64);
-  for (int l = 0; l < layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    add(p + "input_layernorm.weight", DType::float32, {H});
-    add(p + "self_attn.qkv_proj.weight", DType::bfloat16, {q + 2 * kv, H});
-    add(p + "self_attn.o_proj.weight", DType::bfloat16, {H, c.n_heads * hd / tp});
-    add(p + "self_attn.q_norm.weight", DType::float32, {hd});
-    add(p + "self_attn.k_norm.weight", DType::float32, {hd});
-    add(p + "post_attention_layernorm.weight", DType::float32, {H});
-    add(p + "mlp.gate_up_proj.weight", DType::bfloat16, {2 * c.intermediate / tp, H});
-    add(p + "mlp.down_proj.weight", DType::bfloat16, {H, c.intermediate / tp});
-  }
-  return t;
 }
 
 }  // namespace
@@ -142,7 +68,7 @@ TEST_CASE("nccl loading: Qwen3-8B shapes through rename + fuse + shard + permute
 
   ModelConfig c = qwen3_8b_config();  // full Qwen3-8B layer shapes, 2 layers
   const int layers = 2;
-  const HfTensors hf = qwen3_layers(c, layers);
+  const ws_test::HfTensors hf = ws_test::qwen3_layers(c, layers);
   int round = 0;
   for (const int tp : {1, 2})
     for (const bool permute : {false, true}) {
@@ -152,42 +78,17 @@ TEST_CASE("nccl loading: Qwen3-8B shapes through rename + fuse + shard + permute
       opt.packed = true;
       ++round;
       if (role.rank == 0) {
-        std::vector<DeviceBuffer> src;
-        std::vector<SourceTensorRef> items;
-        for (std::size_t i = 0; i < hf.metas.size(); ++i) {
-          src.emplace_back(hf.metas[i].nbytes(), device);
-          detail::check(cudaMemcpy(src.back().data(), hf.host[i].data(), hf.metas[i].nbytes(),
-                                   cudaMemcpyHostToDevice),
-                        "cudaMemcpy");
-          items.push_back({&hf.metas[i], src.back().data()});
-        }
-        packed_broadcast_producer(hf.metas, items, comm, 0, opt);
+        const auto src = hf.to_device(device);
+        packed_broadcast_producer(hf.metas, src.items, comm, 0, opt);
         continue;
       }
-      Table dev = vllm_params(c, layers, tp, device);
+      ws_test::ParamTable dev = ws_test::vllm_params(c, layers, tp, device);
       const auto plan = plan_loading(hf.metas, dev.params, qwen3_map(c, {rank, tp}));
       opt.destination = plan.destination_fn();
       packed_broadcast_consumer(hf.metas, comm, 0, plan.loader<cudaStream_t>(), opt);
       detail::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-      // The host path for the same tensors (checked against plain loops in the CPU tests).
-      Table host = vllm_params(c, layers, tp, -1);
-      const auto hplan = plan_loading(hf.metas, host.params, qwen3_map(c, {rank, tp}));
-      std::vector<TensorView> views;
-      for (std::size_t i = 0; i < hf.metas.size(); ++i) {
-        if (void* d = hplan.destination(hf.metas[i]))
-          std::memcpy(d, hf.host[i].data(), hf.metas[i].nbytes());
-        else
-          views.push_back(
-              {&hf.metas[i], const_cast<std::uint16_t*>(hf.host[i].data()), hf.metas[i].nbytes()});
-      }
-      hplan.load(std::span<const TensorView>(views), HostStream{});
-      for (std::size_t i = 0; i < dev.params.size(); ++i) {
-        std::vector<std::byte> got(host.host[i].size());
-        detail::check(cudaMemcpy(got.data(), dev.dev[i].data(), got.size(), cudaMemcpyDeviceToHost),
-                      "cudaMemcpy");
-        INFO("round " << round << " tp " << tp << " permute " << permute << " parameter "
-                      << dev.params[i].name);
-        REQUIRE(got == host.host[i]);
-      }
+      ws_test::require_as_host_path(
+          hf, c, layers, tp, rank, dev,
+          detail::cat("round ", round, " tp ", tp, " permute ", permute));
     }
 }

@@ -170,7 +170,7 @@ TEST_CASE("ipc names: GPU UUIDs print as nvidia-smi does and the registry has ip
           "[ipc]") {
   std::array<char, 16> u{};
   for (int i = 0; i < 16; ++i) u[static_cast<std::size_t>(i)] = static_cast<char>(i * 17);
-  CHECK(detail::Placement::uuid_string(u) == "GPU-00112233-4455-6677-8899-aabbccddeeff");
+  CHECK(detail::ProcessLocation::uuid_string(u) == "GPU-00112233-4455-6677-8899-aabbccddeeff");
   const auto names = BackendRegistry::global().names();
   CHECK(std::count(names.begin(), names.end(), "ipc") == 1);
   CHECK(std::count(names.begin(), names.end(), "p2p") == 1);
@@ -179,7 +179,7 @@ TEST_CASE("ipc names: GPU UUIDs print as nvidia-smi does and the registry has ip
   CHECK(!BackendRegistry::global().make("p2p")->initialized());
 }
 TEST_CASE("ipc handshake: placement refusals name what differs", "[ipc]") {
-  detail::Placement here;
+  detail::ProcessLocation here;
   here.boot_id = "boot-a";
   here.host = "node-1";
   here.uuid.fill('\x11');

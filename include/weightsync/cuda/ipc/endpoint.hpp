@@ -59,7 +59,7 @@ struct IpcEndpoint {
       throw config_error("copy_streams", cat("must be in 1..16, got ", opt.copy_streams));
     if (opt.piece_bytes == 0) throw config_error("piece_bytes", "must be > 0");
     DriverApi::get();  // fail early when the driver lacks what we need
-    here = Placement::here(device);
+    here = ProcessLocation::here(device);
     ctrl = HostCommunicator::connect(rv, op_timeout);
     CurrentDeviceGuard g(device);
     puller.emplace(device, opt);
@@ -142,7 +142,7 @@ struct IpcEndpoint {
 
   IpcOptions opt;
   int device = -1;
-  Placement here;
+  ProcessLocation here;
   HostCommunicator ctrl;
   CudaStream stream;             //!< consumer: the pulls join here; load_weights gets it
   std::optional<Puller> puller;  //!< consumer: copy-engine streams, batched copy kernel

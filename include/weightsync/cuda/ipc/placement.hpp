@@ -28,14 +28,14 @@
 namespace weightsync::detail {
 
 //! Where a process runs: the node (boot id and host name) and the GPU (UUID).
-struct Placement {
+struct ProcessLocation {
   std::string boot_id;
   std::string host;
   std::array<char, 16> uuid{};
   std::int32_t pid = 0;
 
-  static Placement here(int device) {
-    Placement p;
+  static ProcessLocation here(int device) {
+    ProcessLocation p;
     std::ifstream f("/proc/sys/kernel/random/boot_id");
     std::getline(f, p.boot_id);
     char h[256] = {};
@@ -75,7 +75,8 @@ inline int device_with_uuid(const std::array<char, 16>& uuid) {
 //! sides use the same backend; one node (boot id and host name); `ipc`: one GPU; `p2p`: the
 //! producer's GPU is visible here and reachable by peer access. @throws protocol_error saying
 //! which.
-inline void check_placement(const IpcPlan& plan, const Placement& here, bool same_gpu, int device) {
+inline void check_placement(const IpcPlan& plan, const ProcessLocation& here, bool same_gpu,
+                            int device) {
   const char* name = same_gpu ? "ipc" : "p2p";
   if (plan.same_gpu != (same_gpu ? 1 : 0))
     throw protocol_error(0, cat("ipc handshake: the producer uses the ",
@@ -87,13 +88,13 @@ inline void check_placement(const IpcPlan& plan, const Placement& here, bool sam
   if (plan.uuid == here.uuid) return;
   if (same_gpu)
     throw protocol_error(
-        0, cat("ipc handshake: the producer is on ", Placement::uuid_string(plan.uuid),
-               ", this consumer on ", Placement::uuid_string(here.uuid),
+        0, cat("ipc handshake: the producer is on ", ProcessLocation::uuid_string(plan.uuid),
+               ", this consumer on ", ProcessLocation::uuid_string(here.uuid),
                ": the ipc backend needs one GPU; use p2p (or nccl) across GPUs"));
   const int d = device_with_uuid(plan.uuid);
   if (d < 0)
     throw protocol_error(
-        0, cat("p2p handshake: the producer's GPU ", Placement::uuid_string(plan.uuid),
+        0, cat("p2p handshake: the producer's GPU ", ProcessLocation::uuid_string(plan.uuid),
                " is not visible to this process (CUDA_VISIBLE_DEVICES?)"));
   int can = 0;
   check(cudaDeviceCanAccessPeer(&can, device, d), "cudaDeviceCanAccessPeer");
