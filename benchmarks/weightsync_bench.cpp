@@ -9,7 +9,7 @@
 //                    [--mode packed,zerocopy,unpacked,unpacked-zc] [--direct 0,32M]
 //                    [--protocol weightsync|vllm] [--warmup 3] [--iters 10] [--json FILE]
 //                    [--backend nccl|ipc|p2p] [--copy-streams 2] [--piece 1G] [--non-blocking]
-//                    [--ipc-wait poll|block]
+//                    [--ipc-wait poll|block] [--tp 2] [--tp-rank 0]
 //
 // The launcher starts --np processes of itself (one GPU each, rank % device count), which meet
 // at a TCP rendezvous on 127.0.0.1. Each iteration: the consumers poison their destinations, all
@@ -20,6 +20,10 @@
 //   zerocopy     chunks through the ring; destinations given, single tensors received in place
 //   unpacked     one broadcast per tensor into a slot; load_weights copies it
 //   unpacked-zc  one broadcast per tensor, straight from the source into the destination
+//   mapped       zerocopy into vLLM's parameters of TP rank --tp-rank of --tp (fused qkv and
+//                gate_up, sharded, vocab-parallel embeddings) through the loading planner and the
+//                Qwen3 map (dense layouts: dense8b, small1b); in place where a tensor lands whole,
+//                else one batched gather per chunk. Verified against the same plan run locally.
 // With --backend ipc (both processes on GPU 0) or p2p (rank r on GPU r), the consumer pulls from
 // the producer's memory through CUDA IPC (copy engines, no NCCL kernel):
 //   zerocopy     pulled from the producer's tensors straight into the destinations
@@ -31,6 +35,7 @@
 #include <weightsync/cuda/ipc.hpp>
 #include <weightsync/cuda/stream.hpp>
 #include <weightsync/layouts.hpp>
+#include <weightsync/loading.hpp>
 #include <weightsync/nccl/communicator.hpp>
 #include <weightsync/packed_broadcast.hpp>
 
@@ -78,6 +83,8 @@ struct Args {
   int timeout_s = 120;
   std::size_t gap = 0;    // bytes between tensors: 0 = one flat buffer, > 0 = scattered parameters
   bool blocking = true;  // blocking NCCL launches (NcclOptions::blocking; --non-blocking: off)
+  int tp = 2;            // --mode mapped: the consumer is TP rank tp_rank of tp
+  int tp_rank = 0;
   // set by the launcher for its children
   int rank = -1;
   int port = 0;
@@ -155,6 +162,8 @@ Args parse(int argc, char** argv) {
     else if (k == "--json") a.json_path = val();
     else if (k == "--timeout") a.timeout_s = std::stoi(val());
     else if (k == "--gap") a.gap = parse_size(val());
+    else if (k == "--tp") a.tp = std::stoi(val());
+    else if (k == "--tp-rank") a.tp_rank = std::stoi(val());
     else if (k == "--blocking" || k == "--non-blocking") {
       a.blocking = k == "--blocking";
       a.argv.push_back(k);
@@ -177,8 +186,12 @@ Args parse(int argc, char** argv) {
   if (a.backend != "nccl" && a.backend != "ipc" && a.backend != "p2p")
     throw std::invalid_argument("--backend must be nccl, ipc or p2p, got " + a.backend);
   for (const auto& m : a.modes)
-    if (m != "packed" && m != "zerocopy" && m != "unpacked" && m != "unpacked-zc" && m != "staged")
+    if (m != "packed" && m != "zerocopy" && m != "unpacked" && m != "unpacked-zc" && m != "staged" &&
+        m != "mapped")
       throw std::invalid_argument("unknown mode " + m);
+  if (a.tp < 1 || a.tp_rank < 0 || a.tp_rank >= a.tp)
+    throw std::invalid_argument("--tp-rank must be in [0, --tp), got " + std::to_string(a.tp_rank) +
+                                " of " + std::to_string(a.tp));
   return a;
 }
 
@@ -211,6 +224,127 @@ std::string iso_now() {
 }
 
 // One child process: a rank.
+// --mode mapped, the consumer's side: vLLM's parameters of one TP rank for a dense Qwen3-style
+// layout, the load plan into them, and a reference computed by the same plan from a local copy of
+// the producer's bytes (the plan itself is checked against plain loops in the tests).
+class Mapped {
+ public:
+  // The Qwen3 configuration of a dense layout (nullopt: experts, no embeddings, or no layers).
+  static std::optional<ws::ModelConfig> config_of(const std::vector<ws::TensorMeta>& metas) {
+    auto find = [&](const std::string& n) -> const ws::TensorMeta* {
+      for (const auto& m : metas)
+        if (m.name == n) return &m;
+      return nullptr;
+    };
+    const auto* embed = find("model.embed_tokens.weight");
+    const auto* q = find("model.layers.0.self_attn.q_proj.weight");
+    const auto* k = find("model.layers.0.self_attn.k_proj.weight");
+    const auto* gate = find("model.layers.0.mlp.gate_proj.weight");
+    const auto* qn = find("model.layers.0.self_attn.q_norm.weight");
+    if (!embed || !q || !k || !gate || !qn) return std::nullopt;
+    ws::ModelConfig c;
+    c.hidden = embed->shape[1];
+    c.head_dim = qn->shape[0];
+    c.n_heads = q->shape[0] / c.head_dim;
+    c.n_kv_heads = k->shape[0] / c.head_dim;
+    c.intermediate = gate->shape[0];
+    c.tie_word_embeddings = find("lm_head.weight") == nullptr;
+    return c;
+  }
+
+  Mapped(const std::vector<ws::TensorMeta>& metas, const ws::ModelConfig& c, ws::TpConfig tp,
+         int device, std::size_t gap, cudaStream_t s) {
+    int layers = 0;
+    while (has(metas, ws::detail::cat("model.layers.", layers, ".input_layernorm.weight"))) ++layers;
+    const std::int64_t vocab = metas.front().shape[0];  // model.embed_tokens.weight
+    params_ = make_params(c, layers, vocab, tp, device, bufs_);
+    ref_params_ = make_params(c, layers, vocab, tp, device, ref_bufs_);
+    plan_ = ws::plan_loading(metas, params_, ws::qwen3_map(c, tp));
+    // The reference: the same plan over a local copy of the producer's bytes (pattern 1).
+    ws_test::DeviceModel local(metas, device, gap);
+    local.fill(1, s);
+    const auto ref = ws::plan_loading(metas, ref_params_, ws::qwen3_map(c, tp));
+    std::vector<ws::TensorView> views;
+    for (std::size_t i = 0; i < metas.size(); ++i) {
+      if (void* d = ref.destination(metas[i]))
+        ws::detail::check(cudaMemcpyAsync(d, local.data(i), metas[i].nbytes(),
+                                          cudaMemcpyDeviceToDevice, s),
+                          "cudaMemcpyAsync");
+      else
+        views.push_back({&metas[i], local.data(i), metas[i].nbytes()});
+    }
+    ref.load(std::span<const ws::TensorView>(views), s);
+    ws::detail::check(cudaMalloc(reinterpret_cast<void**>(&counter_), sizeof *counter_), "cudaMalloc");
+    ws::detail::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  }
+  ~Mapped() { cudaFree(counter_); }
+  Mapped(const Mapped&) = delete;
+  Mapped& operator=(const Mapped&) = delete;
+
+  const ws::LoadPlan& plan() const { return *plan_; }
+  std::size_t param_bytes() const {
+    std::size_t n = 0;
+    for (const auto& b : bufs_) n += b.size();
+    return n;
+  }
+  void poison(cudaStream_t s) {
+    for (auto& b : bufs_)
+      ws::detail::check(cudaMemsetAsync(b.data(), 0xCD, b.size(), s), "cudaMemsetAsync");
+  }
+  // Bytes of the parameters that differ from the reference.
+  unsigned long long count_wrong(cudaStream_t s) {
+    ws::detail::check(cudaMemsetAsync(counter_, 0, sizeof *counter_, s), "cudaMemsetAsync");
+    for (std::size_t i = 0; i < bufs_.size(); ++i)
+      ws_pattern::count_diff(bufs_[i].data(), ref_bufs_[i].data(), bufs_[i].size(), counter_, s);
+    unsigned long long host = 0;
+    ws::detail::check(cudaMemcpyAsync(&host, counter_, sizeof host, cudaMemcpyDeviceToHost, s),
+                      "cudaMemcpyAsync");
+    ws::detail::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    return host;
+  }
+
+ private:
+  static bool has(const std::vector<ws::TensorMeta>& metas, const std::string& n) {
+    return std::any_of(metas.begin(), metas.end(), [&](const auto& m) { return m.name == n; });
+  }
+  // vLLM's parameter names and per-rank shapes for a dense Qwen3 model (bf16 throughout).
+  static std::vector<ws::ParamInfo> make_params(const ws::ModelConfig& c, int layers,
+                                                std::int64_t vocab, ws::TpConfig tp, int device,
+                                                std::vector<ws::DeviceBuffer>& bufs) {
+    std::vector<ws::ParamInfo> out;
+    const std::int64_t H = c.hidden, hd = c.head_dim, n = tp.size;
+    const std::int64_t kv_heads = c.n_kv_heads >= n ? c.n_kv_heads / n : 1;
+    const std::int64_t pad = c.vocab_padding > 0 ? c.vocab_padding : 1;
+    const std::int64_t vocab_rows = (vocab + pad - 1) / pad * pad / n;
+    auto add = [&](std::string name, std::vector<std::int64_t> shape) {
+      const std::size_t bytes = ws::TensorMeta{name, ws::DType::bfloat16, shape}.nbytes();
+      bufs.emplace_back(bytes, device);
+      out.push_back({std::move(name), bufs.back().data(), ws::DType::bfloat16, std::move(shape)});
+    };
+    bufs.reserve(static_cast<std::size_t>(8 * layers + 3));
+    add("model.embed_tokens.weight", {vocab_rows, H});
+    for (int l = 0; l < layers; ++l) {
+      const std::string p = ws::detail::cat("model.layers.", l, ".");
+      add(p + "self_attn.qkv_proj.weight", {(c.n_heads / n + 2 * kv_heads) * hd, H});
+      add(p + "self_attn.o_proj.weight", {H, c.n_heads * hd / n});
+      add(p + "self_attn.q_norm.weight", {hd});
+      add(p + "self_attn.k_norm.weight", {hd});
+      add(p + "mlp.gate_up_proj.weight", {2 * c.intermediate / n, H});
+      add(p + "mlp.down_proj.weight", {H, c.intermediate / n});
+      add(p + "input_layernorm.weight", {H});
+      add(p + "post_attention_layernorm.weight", {H});
+    }
+    add("model.norm.weight", {H});
+    if (!c.tie_word_embeddings) add("lm_head.weight", {vocab_rows, H});
+    return out;
+  }
+
+  std::vector<ws::DeviceBuffer> bufs_, ref_bufs_;
+  std::vector<ws::ParamInfo> params_, ref_params_;
+  std::optional<ws::LoadPlan> plan_;
+  unsigned long long* counter_ = nullptr;
+};
+
 class Bench {
  public:
   explicit Bench(const Args& a)
@@ -535,6 +669,14 @@ class Bench {
             if (ipc_ && mode != "staged" && (b != a_.buffer_sizes.front() || k != a_.num_buffers.front()))
               continue;  // B and K only shape the staged path
             if (direct && (unpacked || a_.protocol == "vllm")) continue;
+            const bool mapped = mode == "mapped";
+            const auto mcfg = mapped ? Mapped::config_of(metas) : std::nullopt;
+            if (mapped && !mcfg) {
+              if (rank() == 0)
+                std::fprintf(stderr, "mapped: %s is not a dense Qwen3-style layout; skipped\n",
+                             layout.c_str());
+              continue;
+            }
             if (rank() == 0)
               std::fprintf(stderr, "[%d/%d] %s %s B=%s K=%d direct=%s\n", config, configs, layout.c_str(),
                            mode.c_str(), size_label(b).c_str(), k, size_label(direct).c_str());
@@ -550,6 +692,21 @@ class Bench {
             auto index = [&](const ws::TensorMeta* m) { return static_cast<std::size_t>(m - metas.data()); };
             if (zc && !producer)
               opt.destination = [&](const ws::TensorMeta& m) -> void* { return model.data(index(&m)); };
+            std::optional<Mapped> mp;
+            if (mapped && !producer) {
+              mp.emplace(metas, *mcfg, ws::TpConfig{a_.tp_rank, a_.tp}, device_, a_.gap, s());
+              opt.destination = mp->plan().destination_fn();
+            }
+            if (mapped) {  // what the plan does, from the consumer (rank 1)
+              double c[3] = {0, 0, 0};
+              if (mp)
+                c[0] = double(mp->plan().in_place_count()), c[1] = double(mp->plan().gather_count()),
+                c[2] = double(mp->param_bytes());
+              for (double& d : c) d = sum_over_ranks(rank() == 1 ? d : 0.0);
+              if (rank() == 0)
+                std::printf("#   mapped to TP rank %d of %d: %.0f tensors in place, %.0f gathered, "
+                            "%.0f parameter bytes\n", a_.tp_rank, a_.tp, c[0], c[1], c[2]);
+            }
             std::vector<ws::SourceTensorRef> items;
             for (std::size_t i = 0; i < metas.size(); ++i) items.push_back({&metas[i], model.data(i)});
             ws::workspace_for<ws::NcclCommunicator> wsp{ws::CudaPolicy(device_)};
@@ -557,8 +714,11 @@ class Bench {
             ws::TransferStats st;
             auto [ev, wall] = time_it(
                 [&](int i) {
-                  if (i > 0 && !producer) wrong += model.count_wrong(1, s());
-                  poison(i);
+                  if (i > 0 && !producer) wrong += mp ? mp->count_wrong(s()) : model.count_wrong(1, s());
+                  if (mp)
+                    mp->poison(s());
+                  else
+                    poison(i);
                 },
                 [&](int) {
                   auto load = [&](std::span<const ws::TensorView> batch, cudaStream_t stream) {
@@ -571,20 +731,26 @@ class Bench {
                   if (ipc_ && producer) {
                     opt.source_stream = s();
                     st = ipc_->send(metas, items, opt);
+                  } else if (ipc_ && mp) {
+                    st = ipc_->receive(metas, opt, mp->plan().loader<cudaStream_t>());
                   } else if (ipc_) {
                     st = ipc_->receive(metas, opt, load);
                   } else if (producer) {
                     opt.source_stream = s();
                     st = ws::packed_broadcast_producer(metas, items, *comm_, 0, opt, wsp);
+                  } else if (mp) {
+                    st = ws::packed_broadcast_consumer(metas, *comm_, 0,
+                                                       mp->plan().loader<cudaStream_t>(), opt, wsp);
                   } else {
                     st = ws::packed_broadcast_consumer(metas, *comm_, 0, load, opt, wsp);
                   }
                 });
-            wrong += verify();
+            wrong += mp ? mp->count_wrong(s()) : verify();
             wrong = static_cast<unsigned long long>(sum_over_ranks(double(wrong)));
             const std::size_t ring_mine = ipc_ ? (producer ? st.ring_bytes : 0) : wsp.device_bytes();
             const double ring_c = sum_over_ranks(producer ? 0.0 : double(ring_mine));
             std::string impl = mode;
+            if (mapped) impl = ws::detail::cat("mapped-tp", a_.tp, "r", a_.tp_rank);
             if (direct) impl += "+d" + size_label(direct);
             Row r;
             r.layout = layout;

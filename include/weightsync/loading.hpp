@@ -6,8 +6,15 @@
 //! Model-aware loading: placements and rename maps, the param_mappings file, the HF -> vLLM model
 //! maps, and the destination planner.
 
+#include "weightsync/config.hpp"
 #include "weightsync/loading/cast.hpp"
 #include "weightsync/loading/models.hpp"
 #include "weightsync/loading/param_mappings.hpp"
 #include "weightsync/loading/placement.hpp"
 #include "weightsync/loading/planner.hpp"
+#if WEIGHTSYNC_HAS_CUDA
+// LoadPlan::load and loader() on a cudaStream_t. Always with CUDA: a plan that gathers would
+// otherwise compile without it and fail at run time, and two translation units that disagree on
+// it would instantiate LoadPlan::load<cudaStream_t> differently.
+#include "weightsync/cuda/gather.hpp"
+#endif

@@ -59,6 +59,14 @@ __global__ void count_kernel(const std::uint8_t* p, std::size_t n, std::uint64_t
   if (bad) atomicAdd(wrong, bad);
 }
 
+__global__ void diff_kernel(const std::uint8_t* a, const std::uint8_t* b, std::size_t n,
+                            unsigned long long* wrong) {
+  const std::size_t stride = std::size_t(blockDim.x) * gridDim.x;
+  unsigned long long bad = 0;
+  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    bad += a[i] != b[i];
+  if (bad) atomicAdd(wrong, bad);
+}
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
 }
@@ -91,6 +99,13 @@ void count_wrong(const void* p, std::size_t n, std::uint64_t seed, unsigned long
   check(cudaGetLastError(), "count_kernel");
 }
 
+void count_diff(const void* a, const void* b, std::size_t n, unsigned long long* wrong,
+                cudaStream_t stream) {
+  if (n == 0) return;
+  diff_kernel<<<blocks_for(n), 256, 0, stream>>>(static_cast<const std::uint8_t*>(a),
+                                                 static_cast<const std::uint8_t*>(b), n, wrong);
+  check(cudaGetLastError(), "diff_kernel");
+}
 std::uint8_t expected_byte(std::uint64_t seed, std::size_t i) { return byte_at(seed, i); }
 
 }  // namespace ws_pattern

@@ -22,6 +22,9 @@ void count_wrong(const void* p, std::size_t n, std::uint64_t seed, unsigned long
                  cudaStream_t stream);
 
 //! The pattern's byte at offset `i` (host side, for spot checks).
+//! Adds to *wrong (device memory) the number of bytes where a[0, n) and b[0, n) differ.
+void count_diff(const void* a, const void* b, std::size_t n, unsigned long long* wrong,
+                cudaStream_t stream);
 std::uint8_t expected_byte(std::uint64_t seed, std::size_t i);
 
 }  // namespace ws_pattern

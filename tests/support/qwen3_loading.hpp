@@ -33,20 +33,27 @@ struct HfTensors {
       v = static_cast<std::uint16_t>((x * 0x2545f4914f6cdd1dull) >> 48) & 0xbfff;
     }
   }
-  //! The tensors copied to `device`, and the items that point at them.
+  //! The tensors copied to `device`, back to back (256-byte aligned) in one allocation of whole
+  //! 2 MiB pages, as PyTorch's caching allocator holds them, and the items that point at them.
   struct OnDevice {
-    std::vector<weightsync::DeviceBuffer> buffers;
+    weightsync::DeviceBuffer arena;
     std::vector<weightsync::SourceTensorRef> items;
   };
   OnDevice to_device(int device) const {
-    OnDevice d;
-    d.buffers.reserve(metas.size());
+    std::vector<std::size_t> offsets;
+    std::size_t total = 0;
+    for (const auto& m : metas) {
+      offsets.push_back(total);
+      total += (m.nbytes() + 255) / 256 * 256;
+    }
+    OnDevice d{weightsync::DeviceBuffer((total + (2u << 20) - 1) / (2u << 20) * (2u << 20), device),
+               {}};
+    auto* base = static_cast<std::byte*>(d.arena.data());
     for (std::size_t i = 0; i < metas.size(); ++i) {
-      d.buffers.emplace_back(metas[i].nbytes(), device);
-      weightsync::detail::check(cudaMemcpy(d.buffers.back().data(), host[i].data(),
-                                           metas[i].nbytes(), cudaMemcpyHostToDevice),
+      weightsync::detail::check(cudaMemcpy(base + offsets[i], host[i].data(), metas[i].nbytes(),
+                                           cudaMemcpyHostToDevice),
                                 "cudaMemcpy");
-      d.items.push_back({&metas[i], d.buffers.back().data()});
+      d.items.push_back({&metas[i], base + offsets[i]});
     }
     return d;
   }

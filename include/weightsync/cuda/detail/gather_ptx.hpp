@@ -13,70 +13,189 @@ inline constexpr const char kGatherPtx[] = R"WSPTX(
 )
 .maxntid 256, 1, 1
 {
-	.reg .pred 	%p<61>;
+	.reg .pred 	%p<71>;
 	.reg .b16 	%rs<20>;
-	.reg .b32 	%r<184>;
-	.reg .b64 	%rd<154>;
-	mov.b64 	%rd68, ws_gather_param_0;
+	.reg .b32 	%r<221>;
+	.reg .b64 	%rd<247>;
+	mov.b64 	%rd108, ws_gather_param_0;
 	mov.u32 	%r51, %ctaid.x;
-	cvt.u64.u32 	%rd140, %r51;
+	cvt.u64.u32 	%rd224, %r51;
 	ld.param.u64 	%rd4, [ws_gather_param_0];
-	setp.le.u64 	%p1, %rd4, %rd140;
-	@%p1 bra 	$L__BB0_82;
+	setp.le.u64 	%p1, %rd4, %rd224;
+	@%p1 bra 	$L__BB0_101;
 	mov.u32 	%r52, %ntid.x;
 	cvt.u64.u32 	%rd5, %r52;
+	bra.uni 	$L__BB0_2;
+$L__BB0_83:
+	mul.lo.s64 	%rd186, %rd10, %rd15;
+	shr.u64 	%rd187, %rd186, 4;
+	mov.u32 	%r162, %tid.x;
+	cvt.u64.u32 	%rd188, %r162;
+	add.s64 	%rd238, %rd187, %rd188;
+	mul.lo.s64 	%rd189, %rd12, %rd15;
+	shr.u64 	%rd73, %rd189, 4;
+	setp.ge.u64 	%p62, %rd238, %rd73;
+	@%p62 bra 	$L__BB0_100;
+	ld.param.u64 	%rd74, [%rd11+16];
+	ld.param.u64 	%rd75, [%rd11+32];
+	setp.eq.s64 	%p63, %rd75, 0;
+	ld.param.u64 	%rd190, [%rd11+-24];
+	cvta.to.global.u64 	%rd76, %rd190;
+	ld.param.u64 	%rd191, [%rd11+-16];
+	cvta.to.global.u64 	%rd77, %rd191;
+	@%p63 bra 	$L__BB0_96;
+	shr.u64 	%rd192, %rd75, 63;
+	add.s64 	%rd193, %rd75, %rd192;
+	shr.s64 	%rd78, %rd193, 1;
+$L__BB0_86:
+	shl.b64 	%rd80, %rd238, 4;
+	or.b64  	%rd194, %rd80, %rd16;
+	and.b64  	%rd195, %rd194, -4294967296;
+	setp.eq.s64 	%p64, %rd195, 0;
+	@%p64 bra 	$L__BB0_88;
+	div.u64 	%rd239, %rd80, %rd16;
+	mul.lo.s64 	%rd196, %rd239, %rd16;
+	sub.s64 	%rd240, %rd80, %rd196;
+	bra.uni 	$L__BB0_89;
+$L__BB0_88:
+	cvt.u32.u64 	%r163, %rd16;
+	cvt.u32.u64 	%r164, %rd80;
+	div.u32 	%r165, %r164, %r163;
+	mul.lo.s32 	%r166, %r165, %r163;
+	sub.s32 	%r167, %r164, %r166;
+	cvt.u64.u32 	%rd239, %r165;
+	cvt.u64.u32 	%rd240, %r167;
+$L__BB0_89:
+	add.s64 	%rd87, %rd74, %rd239;
+	or.b64  	%rd197, %rd87, %rd75;
+	and.b64  	%rd198, %rd197, -4294967296;
+	setp.eq.s64 	%p65, %rd198, 0;
+	@%p65 bra 	$L__BB0_91;
+	rem.s64 	%rd241, %rd87, %rd75;
+	bra.uni 	$L__BB0_92;
+$L__BB0_91:
+	cvt.u32.u64 	%r168, %rd75;
+	cvt.u32.u64 	%r169, %rd87;
+	rem.u32 	%r170, %r169, %r168;
+	cvt.u64.u32 	%rd241, %r170;
+$L__BB0_92:
+	or.b64  	%rd199, %rd241, %rd78;
+	and.b64  	%rd200, %rd199, -4294967296;
+	setp.eq.s64 	%p66, %rd200, 0;
+	@%p66 bra 	$L__BB0_94;
+	div.s64 	%rd242, %rd241, %rd78;
+	mul.lo.s64 	%rd201, %rd242, %rd78;
+	sub.s64 	%rd243, %rd241, %rd201;
+	bra.uni 	$L__BB0_95;
+$L__BB0_94:
+	cvt.u32.u64 	%r171, %rd78;
+	cvt.u32.u64 	%r172, %rd241;
+	div.u32 	%r173, %r172, %r171;
+	mul.lo.s32 	%r174, %r173, %r171;
+	sub.s32 	%r175, %r172, %r174;
+	cvt.u64.u32 	%rd242, %r173;
+	cvt.u64.u32 	%rd243, %r175;
+$L__BB0_95:
+	shl.b64 	%rd202, %rd243, 1;
+	sub.s64 	%rd203, %rd87, %rd241;
+	add.s64 	%rd204, %rd203, %rd202;
+	add.s64 	%rd205, %rd204, %rd242;
+	mul.lo.s64 	%rd206, %rd17, %rd205;
+	add.s64 	%rd207, %rd206, %rd18;
+	mul.lo.s64 	%rd208, %rd207, %rd15;
+	add.s64 	%rd209, %rd208, %rd240;
+	add.s64 	%rd210, %rd76, %rd209;
+	add.s64 	%rd211, %rd77, %rd80;
+	ld.global.v4.u32 	{%r176, %r177, %r178, %r179}, [%rd210];
+	st.global.v4.u32 	[%rd211], {%r176, %r177, %r178, %r179};
+	add.s64 	%rd238, %rd238, %rd5;
+	setp.lt.u64 	%p67, %rd238, %rd73;
+	@%p67 bra 	$L__BB0_86;
+	bra.uni 	$L__BB0_100;
+$L__BB0_96:
+	shl.b64 	%rd99, %rd238, 4;
+	or.b64  	%rd212, %rd99, %rd16;
+	and.b64  	%rd213, %rd212, -4294967296;
+	setp.eq.s64 	%p68, %rd213, 0;
+	@%p68 bra 	$L__BB0_98;
+	div.u64 	%rd245, %rd99, %rd16;
+	mul.lo.s64 	%rd214, %rd245, %rd16;
+	sub.s64 	%rd246, %rd99, %rd214;
+	bra.uni 	$L__BB0_99;
+$L__BB0_98:
+	cvt.u32.u64 	%r184, %rd16;
+	cvt.u32.u64 	%r185, %rd99;
+	div.u32 	%r186, %r185, %r184;
+	mul.lo.s32 	%r187, %r186, %r184;
+	sub.s32 	%r188, %r185, %r187;
+	cvt.u64.u32 	%rd245, %r186;
+	cvt.u64.u32 	%rd246, %r188;
+$L__BB0_99:
+	add.s64 	%rd215, %rd74, %rd245;
+	mul.lo.s64 	%rd216, %rd17, %rd215;
+	add.s64 	%rd217, %rd216, %rd18;
+	mul.lo.s64 	%rd218, %rd217, %rd15;
+	add.s64 	%rd219, %rd218, %rd246;
+	add.s64 	%rd220, %rd76, %rd219;
+	add.s64 	%rd221, %rd77, %rd99;
+	ld.global.v4.u32 	{%r189, %r190, %r191, %r192}, [%rd220];
+	st.global.v4.u32 	[%rd221], {%r189, %r190, %r191, %r192};
+	add.s64 	%rd238, %rd238, %rd5;
+	setp.lt.u64 	%p69, %rd238, %rd73;
+	@%p69 bra 	$L__BB0_96;
+	bra.uni 	$L__BB0_100;
 $L__BB0_2:
-	ld.param.u32 	%r165, [%rd68+8];
-	setp.eq.s32 	%p2, %r165, 1;
-	mov.u32 	%r170, 0;
+	ld.param.u32 	%r202, [%rd108+8];
+	setp.eq.s32 	%p2, %r202, 1;
+	mov.u32 	%r207, 0;
 	@%p2 bra 	$L__BB0_5;
-	ld.param.u32 	%r167, [%rd68+8];
-	add.s32 	%r169, %r167, -1;
-	mov.u32 	%r170, 0;
+	ld.param.u32 	%r204, [%rd108+8];
+	add.s32 	%r206, %r204, -1;
+	mov.u32 	%r207, 0;
 $L__BB0_4:
-	add.s32 	%r55, %r170, %r169;
+	add.s32 	%r55, %r207, %r206;
 	shr.u32 	%r56, %r55, 1;
-	mul.wide.u32 	%rd69, %r56, 80;
-	add.s64 	%rd70, %rd68, %rd69;
-	ld.param.u64 	%rd71, [%rd70+80];
-	setp.gt.u64 	%p3, %rd71, %rd140;
+	mul.wide.u32 	%rd109, %r56, 80;
+	add.s64 	%rd110, %rd108, %rd109;
+	ld.param.u64 	%rd111, [%rd110+80];
+	setp.gt.u64 	%p3, %rd111, %rd224;
 	add.s32 	%r57, %r56, 1;
-	selp.b32 	%r169, %r56, %r169, %p3;
-	selp.b32 	%r170, %r170, %r57, %p3;
-	setp.lt.u32 	%p4, %r170, %r169;
+	selp.b32 	%r206, %r56, %r206, %p3;
+	selp.b32 	%r207, %r207, %r57, %p3;
+	setp.lt.u32 	%p4, %r207, %r206;
 	@%p4 bra 	$L__BB0_4;
 $L__BB0_5:
-	cvt.u64.u32 	%rd7, %r170;
-	setp.eq.s32 	%p5, %r170, 0;
-	mov.u64 	%rd141, 0;
+	cvt.u64.u32 	%rd7, %r207;
+	setp.eq.s32 	%p5, %r207, 0;
+	mov.u64 	%rd225, 0;
 	@%p5 bra 	$L__BB0_7;
 	cvt.u32.u64 	%r58, %rd7;
 	add.s32 	%r59, %r58, -1;
-	mul.wide.u32 	%rd73, %r59, 80;
-	add.s64 	%rd74, %rd68, %rd73;
-	ld.param.u64 	%rd141, [%rd74+80];
+	mul.wide.u32 	%rd113, %r59, 80;
+	add.s64 	%rd114, %rd108, %rd113;
+	ld.param.u64 	%rd225, [%rd114+80];
 $L__BB0_7:
-	sub.s64 	%rd75, %rd140, %rd141;
-	shl.b64 	%rd10, %rd75, 13;
-	mul.lo.s64 	%rd76, %rd7, 80;
-	add.s64 	%rd77, %rd68, %rd76;
-	add.s64 	%rd11, %rd77, 40;
-	ld.param.u64 	%rd78, [%rd77+48];
-	ld.param.u64 	%rd79, [%rd77+40];
-	mul.lo.s64 	%rd80, %rd78, %rd79;
-	add.s64 	%rd81, %rd10, 8192;
-	min.u64 	%rd12, %rd81, %rd80;
-	ld.param.u32 	%r8, [%rd77+88];
+	sub.s64 	%rd115, %rd224, %rd225;
+	shl.b64 	%rd10, %rd115, 13;
+	mul.lo.s64 	%rd116, %rd7, 80;
+	add.s64 	%rd117, %rd108, %rd116;
+	add.s64 	%rd11, %rd117, 40;
+	ld.param.u64 	%rd118, [%rd117+48];
+	ld.param.u64 	%rd119, [%rd117+40];
+	mul.lo.s64 	%rd120, %rd118, %rd119;
+	add.s64 	%rd121, %rd10, 8192;
+	min.u64 	%rd12, %rd121, %rd120;
+	ld.param.u32 	%r8, [%rd117+88];
 	setp.eq.s32 	%p6, %r8, 3;
-	mov.u32 	%r172, 1;
-	mov.u32 	%r171, %r172;
+	mov.u32 	%r209, 1;
+	mov.u32 	%r208, %r209;
 	@%p6 bra 	$L__BB0_9;
 	setp.eq.s32 	%p7, %r8, 6;
 	setp.eq.s32 	%p8, %r8, 5;
 	setp.eq.s32 	%p9, %r8, 0;
 	or.pred  	%p10, %p9, %p8;
 	selp.b32 	%r61, 4, 2, %p10;
-	selp.b32 	%r171, 8, %r61, %p7;
+	selp.b32 	%r208, 8, %r61, %p7;
 $L__BB0_9:
 	ld.param.u32 	%r11, [%rd11+52];
 	setp.eq.s32 	%p11, %r11, 3;
@@ -86,54 +205,303 @@ $L__BB0_9:
 	setp.eq.s32 	%p14, %r11, 0;
 	or.pred  	%p15, %p14, %p13;
 	selp.b32 	%r63, 4, 2, %p15;
-	selp.b32 	%r172, 8, %r63, %p12;
+	selp.b32 	%r209, 8, %r63, %p12;
 $L__BB0_11:
-	mov.u32 	%r64, %tid.x;
-	cvt.u64.u32 	%rd82, %r64;
-	add.s64 	%rd142, %rd10, %rd82;
-	setp.ge.u64 	%p16, %rd142, %rd12;
-	@%p16 bra 	$L__BB0_81;
-	ld.param.u64 	%rd83, [%rd11+-24];
-	ld.param.u64 	%rd84, [%rd11+-16];
-	ld.param.v2.u32 	{%r65, %r66}, [%rd11+48];
-	ld.param.u64 	%rd14, [%rd11+8];
-	ld.param.u64 	%rd15, [%rd11+16];
-	ld.param.u64 	%rd16, [%rd11+32];
-	cvta.to.global.u64 	%rd17, %rd83;
-	ld.param.u64 	%rd18, [%rd11+-8];
-	ld.param.u64 	%rd19, [%rd11+24];
-	cvta.to.global.u64 	%rd21, %rd84;
-	cvt.u64.u32 	%rd22, %r172;
-	max.u32 	%r67, %r171, 1;
-	max.u32 	%r68, %r172, 1;
-	add.s32 	%r15, %r68, -1;
-	and.b32  	%r16, %r67, 3;
-	and.b32  	%r17, %r68, 3;
-	sub.s32 	%r18, %r68, %r17;
-	sub.s32 	%r19, %r16, %r67;
-	add.s32 	%r69, %r172, -1;
-	cvt.u64.u32 	%rd85, %r69;
-	and.b64  	%rd23, %rd84, %rd85;
-	add.s32 	%r70, %r171, -1;
-	cvt.u64.u32 	%rd86, %r70;
-	and.b64  	%rd24, %rd83, %rd86;
-	bra.uni 	$L__BB0_13;
-$L__BB0_55:
-	setp.gt.u32 	%p41, %r43, 1199570943;
-	@%p41 bra 	$L__BB0_60;
-	bra.uni 	$L__BB0_56;
-$L__BB0_60:
-	or.b16  	%rs19, %rs19, 31744;
-	bra.uni 	$L__BB0_63;
-$L__BB0_56:
-	setp.lt.u32 	%p42, %r43, 947912704;
-	@%p42 bra 	$L__BB0_58;
+	ld.param.u64 	%rd13, [%rd11+-24];
+	ld.param.u64 	%rd14, [%rd11+-16];
+	ld.param.v2.u32 	{%r64, %r65}, [%rd11+48];
+	setp.ne.s32 	%p16, %r64, %r65;
+	cvt.u64.u32 	%rd15, %r208;
+	ld.param.u64 	%rd122, [%rd11+8];
+	mul.lo.s64 	%rd16, %rd122, %rd15;
+	@%p16 bra 	$L__BB0_13;
+	ld.param.u64 	%rd17, [%rd11+-8];
+	mul.lo.s64 	%rd123, %rd17, %rd15;
+	ld.param.u64 	%rd18, [%rd11+24];
+	mul.lo.s64 	%rd124, %rd18, %rd15;
+	or.b64  	%rd125, %rd13, %rd16;
+	or.b64  	%rd126, %rd125, %rd14;
+	or.b64  	%rd127, %rd126, %rd123;
+	or.b64  	%rd128, %rd127, %rd124;
+	and.b64  	%rd129, %rd128, 15;
+	setp.eq.s64 	%p17, %rd129, 0;
+	@%p17 bra 	$L__BB0_83;
+$L__BB0_13:
+	mov.u32 	%r66, %tid.x;
+	cvt.u64.u32 	%rd130, %r66;
+	add.s64 	%rd226, %rd10, %rd130;
+	setp.ge.u64 	%p18, %rd226, %rd12;
+	@%p18 bra 	$L__BB0_100;
+	ld.param.u64 	%rd20, [%rd11+8];
+	ld.param.u64 	%rd21, [%rd11+16];
+	ld.param.u64 	%rd22, [%rd11+32];
+	ld.param.u64 	%rd131, [%rd11+-24];
+	cvta.to.global.u64 	%rd23, %rd131;
+	ld.param.u64 	%rd24, [%rd11+-8];
+	ld.param.u64 	%rd25, [%rd11+24];
+	ld.param.u64 	%rd132, [%rd11+-16];
+	cvta.to.global.u64 	%rd26, %rd132;
+	cvt.u64.u32 	%rd27, %r209;
+	max.u32 	%r67, %r208, 1;
+	max.u32 	%r68, %r209, 1;
+	and.b32  	%r18, %r67, 3;
+	and.b32  	%r19, %r68, 3;
+	sub.s32 	%r20, %r68, %r19;
+	sub.s32 	%r21, %r18, %r67;
+	add.s32 	%r69, %r208, -1;
+	cvt.u64.u32 	%rd133, %r69;
+	and.b64  	%rd28, %rd13, %rd133;
+	add.s32 	%r70, %r209, -1;
+	cvt.u64.u32 	%rd134, %r70;
+	and.b64  	%rd29, %rd14, %rd134;
+$L__BB0_15:
+	or.b64  	%rd135, %rd226, %rd20;
+	and.b64  	%rd136, %rd135, -4294967296;
+	setp.eq.s64 	%p19, %rd136, 0;
+	@%p19 bra 	$L__BB0_17;
+	div.u64 	%rd227, %rd226, %rd20;
+	mul.lo.s64 	%rd137, %rd227, %rd20;
+	sub.s64 	%rd228, %rd226, %rd137;
+	bra.uni 	$L__BB0_18;
+$L__BB0_17:
+	cvt.u32.u64 	%r71, %rd20;
+	cvt.u32.u64 	%r72, %rd226;
+	div.u32 	%r73, %r72, %r71;
+	mul.lo.s32 	%r74, %r73, %r71;
+	sub.s32 	%r75, %r72, %r74;
+	cvt.u64.u32 	%rd227, %r73;
+	cvt.u64.u32 	%rd228, %r75;
+$L__BB0_18:
+	add.s64 	%rd232, %rd21, %rd227;
+	setp.eq.s64 	%p20, %rd22, 0;
+	@%p20 bra 	$L__BB0_26;
+	ld.param.u64 	%rd38, [%rd11+32];
+	or.b64  	%rd138, %rd232, %rd38;
+	and.b64  	%rd139, %rd138, -4294967296;
+	setp.eq.s64 	%p21, %rd139, 0;
+	@%p21 bra 	$L__BB0_21;
+	rem.s64 	%rd229, %rd232, %rd38;
+	bra.uni 	$L__BB0_22;
+$L__BB0_21:
+	cvt.u32.u64 	%r76, %rd38;
+	cvt.u32.u64 	%r77, %rd232;
+	rem.u32 	%r78, %r77, %r76;
+	cvt.u64.u32 	%rd229, %r78;
+$L__BB0_22:
+	shr.u64 	%rd140, %rd38, 63;
+	add.s64 	%rd141, %rd38, %rd140;
+	shr.s64 	%rd42, %rd141, 1;
+	or.b64  	%rd142, %rd229, %rd42;
+	and.b64  	%rd143, %rd142, -4294967296;
+	setp.eq.s64 	%p22, %rd143, 0;
+	@%p22 bra 	$L__BB0_24;
+	div.s64 	%rd230, %rd229, %rd42;
+	mul.lo.s64 	%rd144, %rd230, %rd42;
+	sub.s64 	%rd231, %rd229, %rd144;
+	bra.uni 	$L__BB0_25;
+$L__BB0_24:
+	cvt.u32.u64 	%r79, %rd42;
+	cvt.u32.u64 	%r80, %rd229;
+	div.u32 	%r81, %r80, %r79;
+	mul.lo.s32 	%r82, %r81, %r79;
+	sub.s32 	%r83, %r80, %r82;
+	cvt.u64.u32 	%rd230, %r81;
+	cvt.u64.u32 	%rd231, %r83;
+$L__BB0_25:
+	shl.b64 	%rd145, %rd231, 1;
+	sub.s64 	%rd146, %rd232, %rd229;
+	add.s64 	%rd147, %rd146, %rd145;
+	add.s64 	%rd232, %rd147, %rd230;
+$L__BB0_26:
+	add.s64 	%rd148, %rd25, %rd228;
+	mul.lo.s64 	%rd149, %rd24, %rd232;
+	add.s64 	%rd150, %rd148, %rd149;
+	mul.lo.s64 	%rd151, %rd150, %rd15;
+	add.s64 	%rd51, %rd23, %rd151;
+	setp.eq.s64 	%p23, %rd28, 0;
+	@%p23 bra 	$L__BB0_34;
+	max.u32 	%r199, %r208, 1;
+	add.s32 	%r198, %r199, -1;
+	setp.lt.u32 	%p24, %r198, 3;
+	mov.u64 	%rd236, 0;
+	mov.u32 	%r213, 0;
+	@%p24 bra 	$L__BB0_30;
+	mov.u64 	%rd236, 0;
+	mov.u32 	%r210, 0;
+	mov.u32 	%r211, 24;
+	mov.u32 	%r213, %r210;
+$L__BB0_29:
+	cvt.u64.u32 	%rd155, %r213;
+	add.s64 	%rd156, %rd51, %rd155;
+	ld.global.u8 	%rd157, [%rd156];
+	shl.b64 	%rd158, %rd157, %r210;
+	or.b64  	%rd159, %rd158, %rd236;
+	ld.global.u8 	%rd160, [%rd156+1];
+	add.s32 	%r88, %r210, 8;
+	shl.b64 	%rd161, %rd160, %r88;
+	or.b64  	%rd162, %rd161, %rd159;
+	ld.global.u8 	%rd163, [%rd156+2];
+	add.s32 	%r89, %r211, -8;
+	shl.b64 	%rd164, %rd163, %r89;
+	or.b64  	%rd165, %rd164, %rd162;
+	ld.global.u8 	%rd166, [%rd156+3];
+	shl.b64 	%rd167, %rd166, %r211;
+	or.b64  	%rd236, %rd167, %rd165;
+	add.s32 	%r213, %r213, 4;
+	add.s32 	%r90, %r21, %r213;
+	setp.ne.s32 	%p25, %r90, 0;
+	add.s32 	%r26, %r211, 32;
+	add.s32 	%r210, %r211, 8;
+	mov.u32 	%r211, %r26;
+	@%p25 bra 	$L__BB0_29;
+$L__BB0_30:
+	setp.eq.s32 	%p26, %r18, 0;
+	@%p26 bra 	$L__BB0_41;
+	setp.eq.s32 	%p27, %r18, 1;
+	cvt.u64.u32 	%rd168, %r213;
+	add.s64 	%rd56, %rd51, %rd168;
+	ld.global.u8 	%rd169, [%rd56];
+	shl.b32 	%r91, %r213, 3;
+	shl.b64 	%rd170, %rd169, %r91;
+	or.b64  	%rd236, %rd170, %rd236;
+	@%p27 bra 	$L__BB0_41;
+	setp.eq.s32 	%p28, %r18, 2;
+	ld.global.u8 	%rd171, [%rd56+1];
+	add.s32 	%r93, %r91, 8;
+	shl.b64 	%rd172, %rd171, %r93;
+	or.b64  	%rd236, %rd172, %rd236;
+	@%p28 bra 	$L__BB0_41;
+	ld.global.u8 	%rd173, [%rd56+2];
+	add.s32 	%r95, %r91, 16;
+	shl.b64 	%rd174, %rd173, %r95;
+	or.b64  	%rd236, %rd174, %rd236;
+	bra.uni 	$L__BB0_41;
+$L__BB0_34:
+	setp.eq.s32 	%p29, %r208, 1;
+	@%p29 bra 	$L__BB0_39;
+	setp.eq.s32 	%p30, %r208, 2;
+	@%p30 bra 	$L__BB0_38;
+	setp.ne.s32 	%p31, %r208, 4;
+	@%p31 bra 	$L__BB0_40;
+	ld.global.u32 	%rd236, [%rd51];
+	bra.uni 	$L__BB0_41;
+$L__BB0_38:
+	ld.global.u16 	%rd236, [%rd51];
+	bra.uni 	$L__BB0_41;
+$L__BB0_39:
+	ld.global.u8 	%rd236, [%rd51];
+	bra.uni 	$L__BB0_41;
+$L__BB0_40:
+	ld.global.u64 	%rd236, [%rd51];
+$L__BB0_41:
+	setp.eq.s32 	%p32, %r64, %r65;
+	@%p32 bra 	$L__BB0_67;
+	ld.param.v2.u32 	{%r97, %r98}, [%rd11+48];
+	setp.eq.s32 	%p33, %r97, 0;
+	@%p33 bra 	$L__BB0_52;
+	setp.ne.s32 	%p34, %r97, 1;
+	@%p34 bra 	$L__BB0_53;
+	cvt.u16.u64 	%rs10, %rd236;
+	cvt.u32.u64 	%r99, %rd236;
+	shl.b32 	%r100, %r99, 16;
+	and.b32  	%r216, %r100, -2147483648;
+	shr.u16 	%rs11, %rs10, 10;
+	and.b16  	%rs1, %rs11, 31;
+	and.b16  	%rs2, %rs10, 1023;
+	and.b32  	%r215, %r99, 1023;
+	setp.eq.s16 	%p35, %rs1, 31;
+	@%p35 bra 	$L__BB0_51;
+	bra.uni 	$L__BB0_45;
+$L__BB0_51:
+	setp.eq.s16 	%p39, %rs2, 0;
+	shl.b32 	%r113, %r215, 13;
+	or.b32  	%r114, %r113, 4194304;
+	selp.b32 	%r115, 0, %r114, %p39;
+	or.b32  	%r116, %r216, %r115;
+	or.b32  	%r216, %r116, 2139095040;
+	bra.uni 	$L__BB0_54;
+$L__BB0_52:
+	cvt.u32.u64 	%r216, %rd236;
+	bra.uni 	$L__BB0_54;
+$L__BB0_53:
+	cvt.u32.u64 	%r117, %rd236;
+	shl.b32 	%r216, %r117, 16;
+	bra.uni 	$L__BB0_54;
+$L__BB0_45:
+	setp.eq.s16 	%p36, %rs1, 0;
+	@%p36 bra 	$L__BB0_47;
+	add.s16 	%rs12, %rs1, 112;
+	cvt.u32.u16 	%r101, %rs12;
+	shl.b32 	%r102, %r101, 23;
+	shl.b32 	%r103, %r215, 13;
+	or.b32  	%r104, %r103, %r216;
+	or.b32  	%r216, %r104, %r102;
+	bra.uni 	$L__BB0_54;
+$L__BB0_47:
+	setp.eq.s16 	%p37, %rs2, 0;
+	@%p37 bra 	$L__BB0_54;
+	mov.u32 	%r214, 0;
+$L__BB0_49:
+	shl.b32 	%r36, %r215, 1;
+	add.s32 	%r214, %r214, 1;
+	and.b32  	%r106, %r215, 512;
+	setp.eq.s32 	%p38, %r106, 0;
+	mov.u32 	%r215, %r36;
+	@%p38 bra 	$L__BB0_49;
+	shl.b32 	%r107, %r214, 23;
+	mov.u32 	%r108, 947912704;
+	sub.s32 	%r109, %r108, %r107;
+	shl.b32 	%r110, %r36, 13;
+	and.b32  	%r111, %r110, 8372224;
+	or.b32  	%r112, %r109, %r216;
+	or.b32  	%r216, %r112, %r111;
+$L__BB0_54:
+	setp.eq.s32 	%p40, %r98, 0;
+	@%p40 bra 	$L__BB0_66;
+	setp.ne.s32 	%p41, %r98, 1;
+	@%p41 bra 	$L__BB0_64;
+	shr.u32 	%r119, %r216, 16;
+	cvt.u16.u32 	%rs13, %r119;
+	and.b16  	%rs19, %rs13, -32768;
+	and.b32  	%r43, %r216, 2147483647;
+	setp.gt.u32 	%p42, %r43, 2139095040;
+	@%p42 bra 	$L__BB0_63;
 	bra.uni 	$L__BB0_57;
+$L__BB0_63:
+	shr.u32 	%r142, %r216, 13;
+	cvt.u16.u32 	%rs16, %r142;
+	and.b16  	%rs17, %rs16, 511;
+	or.b16  	%rs18, %rs17, %rs19;
+	or.b16  	%rs19, %rs18, 32256;
+	bra.uni 	$L__BB0_65;
+$L__BB0_64:
+	and.b32  	%r143, %r216, 2147483647;
+	setp.gt.u32 	%p51, %r143, 2139095040;
+	shr.u32 	%r144, %r216, 16;
+	or.b32  	%r145, %r144, 64;
+	and.b32  	%r146, %r144, 1;
+	add.s32 	%r147, %r216, %r146;
+	add.s32 	%r148, %r147, 32767;
+	shr.u32 	%r149, %r148, 16;
+	selp.b32 	%r150, %r145, %r149, %p51;
+	cvt.u16.u32 	%rs19, %r150;
+	bra.uni 	$L__BB0_65;
+$L__BB0_57:
+	setp.gt.u32 	%p43, %r43, 1199570943;
+	@%p43 bra 	$L__BB0_62;
+	bra.uni 	$L__BB0_58;
+$L__BB0_62:
+	or.b16  	%rs19, %rs19, 31744;
+	bra.uni 	$L__BB0_65;
 $L__BB0_58:
-	setp.lt.u32 	%p43, %r43, 855638016;
-	@%p43 bra 	$L__BB0_63;
+	setp.lt.u32 	%p44, %r43, 947912704;
+	@%p44 bra 	$L__BB0_60;
+	bra.uni 	$L__BB0_59;
+$L__BB0_60:
+	setp.lt.u32 	%p45, %r43, 855638016;
+	@%p45 bra 	$L__BB0_65;
 	shr.u32 	%r125, %r43, 23;
-	and.b32  	%r126, %r179, 8388607;
+	and.b32  	%r126, %r216, 8388607;
 	or.b32  	%r127, %r126, 8388608;
 	mov.u32 	%r128, 126;
 	sub.s32 	%r129, %r128, %r125;
@@ -146,338 +514,108 @@ $L__BB0_58:
 	sub.s32 	%r136, %r135, %r125;
 	mov.u32 	%r137, 1;
 	shl.b32 	%r138, %r137, %r136;
-	setp.gt.u32 	%p44, %r134, %r138;
-	setp.eq.s32 	%p45, %r134, %r138;
+	setp.gt.u32 	%p46, %r134, %r138;
+	setp.eq.s32 	%p47, %r134, %r138;
 	and.b32  	%r139, %r130, 1;
-	setp.eq.b32 	%p46, %r139, 1;
-	and.pred  	%p47, %p45, %p46;
-	or.pred  	%p48, %p44, %p47;
-	selp.u32 	%r140, 1, 0, %p48;
+	setp.eq.b32 	%p48, %r139, 1;
+	and.pred  	%p49, %p47, %p48;
+	or.pred  	%p50, %p46, %p49;
+	selp.u32 	%r140, 1, 0, %p50;
 	add.s32 	%r141, %r130, %r140;
 	cvt.u16.u32 	%rs15, %r141;
 	or.b16  	%rs19, %rs19, %rs15;
-	bra.uni 	$L__BB0_63;
-$L__BB0_57:
-	shr.u32 	%r120, %r179, 13;
+	bra.uni 	$L__BB0_65;
+$L__BB0_59:
+	shr.u32 	%r120, %r216, 13;
 	and.b32  	%r121, %r120, 1;
-	add.s32 	%r122, %r179, %r121;
+	add.s32 	%r122, %r216, %r121;
 	add.s32 	%r123, %r122, 134221823;
 	shr.u32 	%r124, %r123, 13;
 	cvt.u16.u32 	%rs14, %r124;
 	or.b16  	%rs19, %rs19, %rs14;
-	bra.uni 	$L__BB0_63;
-$L__BB0_13:
-	or.b64  	%rd87, %rd142, %rd14;
-	and.b64  	%rd88, %rd87, -4294967296;
-	setp.eq.s64 	%p17, %rd88, 0;
-	@%p17 bra 	$L__BB0_15;
-	div.u64 	%rd143, %rd142, %rd14;
-	mul.lo.s64 	%rd89, %rd143, %rd14;
-	sub.s64 	%rd144, %rd142, %rd89;
-	bra.uni 	$L__BB0_16;
-$L__BB0_15:
-	cvt.u32.u64 	%r71, %rd14;
-	cvt.u32.u64 	%r72, %rd142;
-	div.u32 	%r73, %r72, %r71;
-	mul.lo.s32 	%r74, %r73, %r71;
-	sub.s32 	%r75, %r72, %r74;
-	cvt.u64.u32 	%rd143, %r73;
-	cvt.u64.u32 	%rd144, %r75;
-$L__BB0_16:
-	add.s64 	%rd148, %rd15, %rd143;
-	setp.eq.s64 	%p18, %rd16, 0;
-	@%p18 bra 	$L__BB0_24;
-	ld.param.u64 	%rd33, [%rd11+32];
-	or.b64  	%rd90, %rd148, %rd33;
-	and.b64  	%rd91, %rd90, -4294967296;
-	setp.eq.s64 	%p19, %rd91, 0;
-	@%p19 bra 	$L__BB0_19;
-	rem.s64 	%rd145, %rd148, %rd33;
-	bra.uni 	$L__BB0_20;
-$L__BB0_19:
-	cvt.u32.u64 	%r76, %rd33;
-	cvt.u32.u64 	%r77, %rd148;
-	rem.u32 	%r78, %r77, %r76;
-	cvt.u64.u32 	%rd145, %r78;
-$L__BB0_20:
-	shr.u64 	%rd92, %rd33, 63;
-	add.s64 	%rd93, %rd33, %rd92;
-	shr.s64 	%rd37, %rd93, 1;
-	or.b64  	%rd94, %rd145, %rd37;
-	and.b64  	%rd95, %rd94, -4294967296;
-	setp.eq.s64 	%p20, %rd95, 0;
-	@%p20 bra 	$L__BB0_22;
-	div.s64 	%rd146, %rd145, %rd37;
-	mul.lo.s64 	%rd96, %rd146, %rd37;
-	sub.s64 	%rd147, %rd145, %rd96;
-	bra.uni 	$L__BB0_23;
-$L__BB0_22:
-	cvt.u32.u64 	%r79, %rd37;
-	cvt.u32.u64 	%r80, %rd145;
-	div.u32 	%r81, %r80, %r79;
-	mul.lo.s32 	%r82, %r81, %r79;
-	sub.s32 	%r83, %r80, %r82;
-	cvt.u64.u32 	%rd146, %r81;
-	cvt.u64.u32 	%rd147, %r83;
-$L__BB0_23:
-	shl.b64 	%rd97, %rd147, 1;
-	sub.s64 	%rd98, %rd148, %rd145;
-	add.s64 	%rd99, %rd98, %rd97;
-	add.s64 	%rd148, %rd99, %rd146;
-$L__BB0_24:
-	cvt.u64.u32 	%rd139, %r171;
-	add.s64 	%rd100, %rd19, %rd144;
-	mul.lo.s64 	%rd101, %rd18, %rd148;
-	add.s64 	%rd102, %rd100, %rd101;
-	mul.lo.s64 	%rd103, %rd102, %rd139;
-	add.s64 	%rd46, %rd17, %rd103;
-	setp.eq.s64 	%p21, %rd24, 0;
-	@%p21 bra 	$L__BB0_32;
-	max.u32 	%r164, %r171, 1;
-	add.s32 	%r163, %r164, -1;
-	setp.lt.u32 	%p22, %r163, 3;
-	mov.u64 	%rd152, 0;
-	mov.u32 	%r176, 0;
-	@%p22 bra 	$L__BB0_28;
-	mov.u64 	%rd152, 0;
-	mov.u32 	%r173, 0;
-	mov.u32 	%r174, 24;
-	mov.u32 	%r176, %r173;
-$L__BB0_27:
-	cvt.u64.u32 	%rd107, %r176;
-	add.s64 	%rd108, %rd46, %rd107;
-	ld.global.u8 	%rd109, [%rd108];
-	shl.b64 	%rd110, %rd109, %r173;
-	or.b64  	%rd111, %rd110, %rd152;
-	ld.global.u8 	%rd112, [%rd108+1];
-	add.s32 	%r88, %r173, 8;
-	shl.b64 	%rd113, %rd112, %r88;
-	or.b64  	%rd114, %rd113, %rd111;
-	ld.global.u8 	%rd115, [%rd108+2];
-	add.s32 	%r89, %r174, -8;
-	shl.b64 	%rd116, %rd115, %r89;
-	or.b64  	%rd117, %rd116, %rd114;
-	ld.global.u8 	%rd118, [%rd108+3];
-	shl.b64 	%rd119, %rd118, %r174;
-	or.b64  	%rd152, %rd119, %rd117;
-	add.s32 	%r176, %r176, 4;
-	add.s32 	%r90, %r19, %r176;
-	setp.ne.s32 	%p23, %r90, 0;
-	add.s32 	%r26, %r174, 32;
-	add.s32 	%r173, %r174, 8;
-	mov.u32 	%r174, %r26;
-	@%p23 bra 	$L__BB0_27;
-$L__BB0_28:
-	setp.eq.s32 	%p24, %r16, 0;
-	@%p24 bra 	$L__BB0_39;
-	setp.eq.s32 	%p25, %r16, 1;
-	cvt.u64.u32 	%rd120, %r176;
-	add.s64 	%rd51, %rd46, %rd120;
-	ld.global.u8 	%rd121, [%rd51];
-	shl.b32 	%r91, %r176, 3;
-	shl.b64 	%rd122, %rd121, %r91;
-	or.b64  	%rd152, %rd122, %rd152;
-	@%p25 bra 	$L__BB0_39;
-	setp.eq.s32 	%p26, %r16, 2;
-	ld.global.u8 	%rd123, [%rd51+1];
-	add.s32 	%r93, %r91, 8;
-	shl.b64 	%rd124, %rd123, %r93;
-	or.b64  	%rd152, %rd124, %rd152;
-	@%p26 bra 	$L__BB0_39;
-	ld.global.u8 	%rd125, [%rd51+2];
-	add.s32 	%r95, %r91, 16;
-	shl.b64 	%rd126, %rd125, %r95;
-	or.b64  	%rd152, %rd126, %rd152;
-	bra.uni 	$L__BB0_39;
-$L__BB0_32:
-	setp.eq.s32 	%p27, %r171, 1;
-	@%p27 bra 	$L__BB0_37;
-	setp.eq.s32 	%p28, %r171, 2;
-	@%p28 bra 	$L__BB0_36;
-	setp.ne.s32 	%p29, %r171, 4;
-	@%p29 bra 	$L__BB0_38;
-	ld.global.u32 	%rd152, [%rd46];
-	bra.uni 	$L__BB0_39;
-$L__BB0_36:
-	ld.global.u16 	%rd152, [%rd46];
-	bra.uni 	$L__BB0_39;
-$L__BB0_37:
-	ld.global.u8 	%rd152, [%rd46];
-	bra.uni 	$L__BB0_39;
-$L__BB0_38:
-	ld.global.u64 	%rd152, [%rd46];
-$L__BB0_39:
-	setp.eq.s32 	%p30, %r65, %r66;
-	@%p30 bra 	$L__BB0_65;
-	ld.param.v2.u32 	{%r97, %r98}, [%rd11+48];
-	setp.eq.s32 	%p31, %r97, 0;
-	@%p31 bra 	$L__BB0_50;
-	setp.ne.s32 	%p32, %r97, 1;
-	@%p32 bra 	$L__BB0_51;
-	cvt.u16.u64 	%rs10, %rd152;
-	cvt.u32.u64 	%r99, %rd152;
-	shl.b32 	%r100, %r99, 16;
-	and.b32  	%r179, %r100, -2147483648;
-	shr.u16 	%rs11, %rs10, 10;
-	and.b16  	%rs1, %rs11, 31;
-	and.b16  	%rs2, %rs10, 1023;
-	and.b32  	%r178, %r99, 1023;
-	setp.eq.s16 	%p33, %rs1, 31;
-	@%p33 bra 	$L__BB0_49;
-	bra.uni 	$L__BB0_43;
-$L__BB0_49:
-	setp.eq.s16 	%p37, %rs2, 0;
-	shl.b32 	%r113, %r178, 13;
-	or.b32  	%r114, %r113, 4194304;
-	selp.b32 	%r115, 0, %r114, %p37;
-	or.b32  	%r116, %r179, %r115;
-	or.b32  	%r179, %r116, 2139095040;
-	bra.uni 	$L__BB0_52;
-$L__BB0_50:
-	cvt.u32.u64 	%r179, %rd152;
-	bra.uni 	$L__BB0_52;
-$L__BB0_51:
-	cvt.u32.u64 	%r117, %rd152;
-	shl.b32 	%r179, %r117, 16;
-	bra.uni 	$L__BB0_52;
-$L__BB0_43:
-	setp.eq.s16 	%p34, %rs1, 0;
-	@%p34 bra 	$L__BB0_45;
-	add.s16 	%rs12, %rs1, 112;
-	cvt.u32.u16 	%r101, %rs12;
-	shl.b32 	%r102, %r101, 23;
-	shl.b32 	%r103, %r178, 13;
-	or.b32  	%r104, %r103, %r179;
-	or.b32  	%r179, %r104, %r102;
-	bra.uni 	$L__BB0_52;
-$L__BB0_45:
-	setp.eq.s16 	%p35, %rs2, 0;
-	@%p35 bra 	$L__BB0_52;
-	mov.u32 	%r177, 0;
-$L__BB0_47:
-	shl.b32 	%r36, %r178, 1;
-	add.s32 	%r177, %r177, 1;
-	and.b32  	%r106, %r178, 512;
-	setp.eq.s32 	%p36, %r106, 0;
-	mov.u32 	%r178, %r36;
-	@%p36 bra 	$L__BB0_47;
-	shl.b32 	%r107, %r177, 23;
-	mov.u32 	%r108, 947912704;
-	sub.s32 	%r109, %r108, %r107;
-	shl.b32 	%r110, %r36, 13;
-	and.b32  	%r111, %r110, 8372224;
-	or.b32  	%r112, %r109, %r179;
-	or.b32  	%r179, %r112, %r111;
-$L__BB0_52:
-	setp.eq.s32 	%p38, %r98, 0;
-	@%p38 bra 	$L__BB0_64;
-	setp.ne.s32 	%p39, %r98, 1;
-	@%p39 bra 	$L__BB0_62;
-	shr.u32 	%r119, %r179, 16;
-	cvt.u16.u32 	%rs13, %r119;
-	and.b16  	%rs19, %rs13, -32768;
-	and.b32  	%r43, %r179, 2147483647;
-	setp.gt.u32 	%p40, %r43, 2139095040;
-	@%p40 bra 	$L__BB0_61;
-	bra.uni 	$L__BB0_55;
-$L__BB0_61:
-	shr.u32 	%r142, %r179, 13;
-	cvt.u16.u32 	%rs16, %r142;
-	and.b16  	%rs17, %rs16, 511;
-	or.b16  	%rs18, %rs17, %rs19;
-	or.b16  	%rs19, %rs18, 32256;
-	bra.uni 	$L__BB0_63;
-$L__BB0_62:
-	and.b32  	%r143, %r179, 2147483647;
-	setp.gt.u32 	%p49, %r143, 2139095040;
-	shr.u32 	%r144, %r179, 16;
-	or.b32  	%r145, %r144, 64;
-	and.b32  	%r146, %r144, 1;
-	add.s32 	%r147, %r179, %r146;
-	add.s32 	%r148, %r147, 32767;
-	shr.u32 	%r149, %r148, 16;
-	selp.b32 	%r150, %r145, %r149, %p49;
-	cvt.u16.u32 	%rs19, %r150;
-$L__BB0_63:
-	cvt.u32.u16 	%r179, %rs19;
-$L__BB0_64:
-	cvt.u64.u32 	%rd152, %r179;
 $L__BB0_65:
-	mul.lo.s64 	%rd127, %rd142, %rd22;
-	add.s64 	%rd63, %rd21, %rd127;
-	setp.eq.s64 	%p50, %rd23, 0;
-	@%p50 bra 	$L__BB0_73;
-	setp.lt.u32 	%p51, %r15, 3;
-	mov.u32 	%r183, 0;
-	@%p51 bra 	$L__BB0_69;
-	mov.u32 	%r183, 0;
-	mov.u32 	%r182, %r18;
-$L__BB0_68:
-	shl.b32 	%r153, %r183, 3;
-	shr.u64 	%rd128, %rd152, %r153;
-	cvt.u64.u32 	%rd129, %r183;
-	add.s64 	%rd130, %rd63, %rd129;
-	st.global.u8 	[%rd130], %rd128;
+	cvt.u32.u16 	%r216, %rs19;
+$L__BB0_66:
+	cvt.u64.u32 	%rd236, %r216;
+$L__BB0_67:
+	mul.lo.s64 	%rd175, %rd226, %rd27;
+	add.s64 	%rd68, %rd26, %rd175;
+	setp.eq.s64 	%p52, %rd29, 0;
+	@%p52 bra 	$L__BB0_75;
+	max.u32 	%r201, %r209, 1;
+	add.s32 	%r200, %r201, -1;
+	setp.lt.u32 	%p53, %r200, 3;
+	mov.u32 	%r220, 0;
+	@%p53 bra 	$L__BB0_71;
+	mov.u32 	%r220, 0;
+	mov.u32 	%r219, %r20;
+$L__BB0_70:
+	shl.b32 	%r153, %r220, 3;
+	shr.u64 	%rd176, %rd236, %r153;
+	cvt.u64.u32 	%rd177, %r220;
+	add.s64 	%rd178, %rd68, %rd177;
+	st.global.u8 	[%rd178], %rd176;
 	add.s32 	%r154, %r153, 8;
-	shr.u64 	%rd131, %rd152, %r154;
-	st.global.u8 	[%rd130+1], %rd131;
+	shr.u64 	%rd179, %rd236, %r154;
+	st.global.u8 	[%rd178+1], %rd179;
 	add.s32 	%r155, %r153, 16;
-	shr.u64 	%rd132, %rd152, %r155;
-	st.global.u8 	[%rd130+2], %rd132;
+	shr.u64 	%rd180, %rd236, %r155;
+	st.global.u8 	[%rd178+2], %rd180;
 	add.s32 	%r156, %r153, 24;
-	shr.u64 	%rd133, %rd152, %r156;
-	st.global.u8 	[%rd130+3], %rd133;
-	add.s32 	%r183, %r183, 4;
-	add.s32 	%r182, %r182, -4;
-	setp.ne.s32 	%p52, %r182, 0;
-	@%p52 bra 	$L__BB0_68;
-$L__BB0_69:
-	setp.eq.s32 	%p53, %r17, 0;
-	@%p53 bra 	$L__BB0_80;
-	setp.eq.s32 	%p54, %r17, 1;
-	shl.b32 	%r157, %r183, 3;
-	shr.u64 	%rd134, %rd152, %r157;
-	cvt.u64.u32 	%rd135, %r183;
-	add.s64 	%rd64, %rd63, %rd135;
-	st.global.u8 	[%rd64], %rd134;
-	@%p54 bra 	$L__BB0_80;
-	setp.eq.s32 	%p55, %r17, 2;
+	shr.u64 	%rd181, %rd236, %r156;
+	st.global.u8 	[%rd178+3], %rd181;
+	add.s32 	%r220, %r220, 4;
+	add.s32 	%r219, %r219, -4;
+	setp.ne.s32 	%p54, %r219, 0;
+	@%p54 bra 	$L__BB0_70;
+$L__BB0_71:
+	setp.eq.s32 	%p55, %r19, 0;
+	@%p55 bra 	$L__BB0_82;
+	setp.eq.s32 	%p56, %r19, 1;
+	shl.b32 	%r157, %r220, 3;
+	shr.u64 	%rd182, %rd236, %r157;
+	cvt.u64.u32 	%rd183, %r220;
+	add.s64 	%rd69, %rd68, %rd183;
+	st.global.u8 	[%rd69], %rd182;
+	@%p56 bra 	$L__BB0_82;
+	setp.eq.s32 	%p57, %r19, 2;
 	add.s32 	%r159, %r157, 8;
-	shr.u64 	%rd136, %rd152, %r159;
-	st.global.u8 	[%rd64+1], %rd136;
-	@%p55 bra 	$L__BB0_80;
+	shr.u64 	%rd184, %rd236, %r159;
+	st.global.u8 	[%rd69+1], %rd184;
+	@%p57 bra 	$L__BB0_82;
 	add.s32 	%r161, %r157, 16;
-	shr.u64 	%rd137, %rd152, %r161;
-	st.global.u8 	[%rd64+2], %rd137;
-	bra.uni 	$L__BB0_80;
-$L__BB0_73:
-	setp.eq.s32 	%p56, %r172, 1;
-	@%p56 bra 	$L__BB0_78;
-	setp.eq.s32 	%p57, %r172, 2;
-	@%p57 bra 	$L__BB0_77;
-	setp.ne.s32 	%p58, %r172, 4;
-	@%p58 bra 	$L__BB0_79;
-	st.global.u32 	[%rd63], %rd152;
-	bra.uni 	$L__BB0_80;
-$L__BB0_77:
-	st.global.u16 	[%rd63], %rd152;
-	bra.uni 	$L__BB0_80;
-$L__BB0_78:
-	st.global.u8 	[%rd63], %rd152;
-	bra.uni 	$L__BB0_80;
+	shr.u64 	%rd185, %rd236, %r161;
+	st.global.u8 	[%rd69+2], %rd185;
+	bra.uni 	$L__BB0_82;
+$L__BB0_75:
+	setp.eq.s32 	%p58, %r209, 1;
+	@%p58 bra 	$L__BB0_80;
+	setp.eq.s32 	%p59, %r209, 2;
+	@%p59 bra 	$L__BB0_79;
+	setp.ne.s32 	%p60, %r209, 4;
+	@%p60 bra 	$L__BB0_81;
+	st.global.u32 	[%rd68], %rd236;
+	bra.uni 	$L__BB0_82;
 $L__BB0_79:
-	st.global.u64 	[%rd63], %rd152;
+	st.global.u16 	[%rd68], %rd236;
+	bra.uni 	$L__BB0_82;
 $L__BB0_80:
-	add.s64 	%rd142, %rd142, %rd5;
-	setp.lt.u64 	%p59, %rd142, %rd12;
-	@%p59 bra 	$L__BB0_13;
+	st.global.u8 	[%rd68], %rd236;
+	bra.uni 	$L__BB0_82;
 $L__BB0_81:
-	mov.u32 	%r162, %nctaid.x;
-	cvt.u64.u32 	%rd138, %r162;
-	add.s64 	%rd140, %rd140, %rd138;
-	setp.lt.u64 	%p60, %rd140, %rd4;
-	@%p60 bra 	$L__BB0_2;
+	st.global.u64 	[%rd68], %rd236;
 $L__BB0_82:
+	add.s64 	%rd226, %rd226, %rd5;
+	setp.lt.u64 	%p61, %rd226, %rd12;
+	@%p61 bra 	$L__BB0_15;
+$L__BB0_100:
+	ld.param.u64 	%rd223, [ws_gather_param_0];
+	mov.u32 	%r197, %nctaid.x;
+	cvt.u64.u32 	%rd222, %r197;
+	add.s64 	%rd224, %rd224, %rd222;
+	setp.lt.u64 	%p70, %rd224, %rd223;
+	@%p70 bra 	$L__BB0_2;
+$L__BB0_101:
 	ret;
 }
 )WSPTX";
