@@ -4,9 +4,13 @@
 # On a machine with GPUs: configure with CUDA for Hopper (sm_90), build, run the GPU tests
 # (ctest -L gpu) and a benchmark smoke run, writing logs to a folder.
 #   bash scripts/gpu-check.sh [LOG_DIR=gpu-logs] [extra benchmark args...]
-# WS_SKIP_TESTS=1 skips the GPU tests, WS_CPU_TESTS=0 the CPU tests (run by default: the GPU
+# WS_SKIP_TESTS=1 skips the GPU tests, WS_CTEST_ARGS="-R regex" selects some, WS_CPU_TESTS=0 the CPU tests (run by default: the GPU
 # machines have Catch2 v3, CI has v2); WS_BENCH="args" replaces the benchmark's arguments;
 # WS_PY_BENCH="args" also runs the Python reference benchmark with those arguments.
+# Multi-rank NCCL tests run wherever there is one GPU: with fewer GPUs than ranks (or
+# WS_SHARE_GPU=1) the ranks share devices over NCCL's socket transport (tests/support/gpu_peers.hpp).
+# The last lines are an honest summary: "N passed, M failed, K skipped" (CTest counts skips as
+# passes) and every skipped test with its reason (scripts/ctest-summary.py).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0
@@ -25,19 +29,25 @@ rc=0
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
   -DWEIGHTSYNC_WITH_CUDA=ON -DWEIGHTSYNC_WITH_NCCL=ON -DWEIGHTSYNC_BUILD_TESTS=ON \
   -DWEIGHTSYNC_BUILD_BENCHMARKS=ON -DWEIGHTSYNC_BUILD_EXAMPLES=ON 2>&1 | tee "$logs/configure.txt" | grep -E "weightsync|NCCL|Catch2|Error" || true
-if ! cmake --build "$build" -j "$(nproc)" > "$logs/build.txt" 2>&1; then
+# WS_BUILD_TARGETS="a b": build only those targets (e.g. the GPU test executables and the bench).
+targets=()
+for t in ${WS_BUILD_TARGETS:-}; do targets+=(--target "$t"); done
+start=$SECONDS
+if ! cmake --build "$build" -j "$(nproc)" "${targets[@]}" > "$logs/build.txt" 2>&1; then
   tail -50 "$logs/build.txt"
   echo "BUILD FAILED"
   exit 1
 fi
-echo "build ok"
+echo "build ok ($((SECONDS - start)) s)"
 if [ "${WS_CPU_TESTS:-1}" = 1 ]; then
   ctest --test-dir "$build" -LE gpu --no-tests=error -j 16 > "$logs/ctest-cpu.txt" 2>&1 || rc=1
   grep -E "tests passed|Failed|\*\*\*" "$logs/ctest-cpu.txt" | head -20
 fi
 if [ "${WS_SKIP_TESTS:-0}" != 1 ]; then
-  ctest --test-dir "$build" -L gpu --output-on-failure --no-tests=error ${WS_CTEST_ARGS:-} > "$logs/ctest-gpu.txt" 2>&1 || rc=1
-  grep -E "tests passed|Test +#|verified|free device|consumer failed|packed|Skipped" "$logs/ctest-gpu.txt" | sed 's/^ *//' | head -60
+  ctest --test-dir "$build" -L gpu --output-on-failure --no-tests=error -V \
+    --output-junit "$(realpath "$logs")/ctest-gpu.xml" ${WS_CTEST_ARGS:-} > "$logs/ctest-gpu.txt" 2>&1 || rc=1
+  grep -E "Test +#|\[ws-test\] mode|verified|free device|consumer failed|bit-exact|NOT RUN" "$logs/ctest-gpu.txt" | sed 's/^ *//' | head -120
+  python3 scripts/ctest-summary.py "$logs/ctest-gpu.xml" --list | tee "$logs/summary.txt" || rc=1
 fi
 bench_args=${WS_BENCH:---layout small1b,lora8b --mode packed,zerocopy --iters 5 --warmup 2}
 if [ -x "$build/benchmarks/weightsync_bench" ] && [ "$bench_args" != none ]; then

@@ -105,11 +105,25 @@ inline std::vector<TensorMeta> synthetic(std::size_t count, std::size_t bytes) {
   return v;
 }
 
-//! Names accepted by by_name().
-inline constexpr std::string_view kNames[] = {"dense8b", "moe30b", "small1b", "lora8b"};
+//! The fixed cost of one sync: one bf16 tensor of 4 KiB.
+inline std::vector<TensorMeta> tiny() {
+  return synthetic(1, 4096);
+}
 
-//! A layout by name: dense8b, moe30b, small1b, lora8b, or synthetic:<count>x<bytes>.
+//! The per-tensor cost: 504 bf16 tensors of 64 B (lora8b's tensor count, 32 KiB in all).
+inline std::vector<TensorMeta> tiny504() {
+  return synthetic(504, 64);
+}
+
+//! Names accepted by by_name().
+inline constexpr std::string_view kNames[] = {"dense8b", "moe30b", "small1b",
+                                              "lora8b",  "tiny",   "tiny504"};
+
+//! A layout by name: dense8b, moe30b, small1b, lora8b, tiny, tiny504, or
+//! synthetic:<count>x<bytes>.
 inline std::vector<TensorMeta> by_name(std::string_view name) {
+  if (name == "tiny") return tiny();
+  if (name == "tiny504") return tiny504();
   if (name == "dense8b") return dense8b();
   if (name == "moe30b") return moe30b();
   if (name == "small1b") return small1b();
@@ -126,7 +140,8 @@ inline std::vector<TensorMeta> by_name(std::string_view name) {
                                      std::string(name) + "'");
   }
   throw config_error("layout", "unknown layout '" + std::string(name) +
-                                   "' (known: dense8b, moe30b, small1b, lora8b, synthetic:<count>x<bytes>)");
+                                   "' (known: dense8b, moe30b, small1b, lora8b, tiny, tiny504, "
+                                   "synthetic:<count>x<bytes>)");
 }
 
 inline std::size_t total_bytes(const std::vector<TensorMeta>& metas) {

@@ -2,7 +2,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Interop with a peer that follows vLLM's worker (and vLLM's producer) exactly:
 // tests/interop/vllm_peer.py, PyTorch + CuPy's NCCL, no code from this library.
-// The C++ side runs in this process on GPU 0; the Python peer on GPU 1.
+// The C++ side runs in this process on GPU 0; the Python peer on GPU 1, or on GPU 0 too on a
+// one-GPU machine, each process with its own NCCL_HOSTID (support/gpu_peers.hpp: GpuSharing).
 #include <weightsync/cuda/stream.hpp>
 #include <weightsync/engine.hpp>
 #include <weightsync/layouts.hpp>
@@ -18,8 +19,8 @@
 #include <string>
 
 #include "support/catch.hpp"
-#include "support/engine_options.hpp"
 #include "support/child.hpp"
+#include "support/engine_options.hpp"
 #include "support/gpu_model.hpp"
 #include "support/gpu_peers.hpp"
 #include "support/gpu_round.hpp"
@@ -60,19 +61,46 @@ void require_same_nccl() {
 using Peer = ws_test::Child;
 constexpr auto kPeerLimit = 150s;
 
+// Where the Python peer runs: GPU 1, or GPU 0 beside this process on a one-GPU machine, with its
+// own NCCL_HOSTID (and this process with another), so that NCCL takes the two for two hosts.
+struct PythonPlacement {
+  int device = 1;
+  ws_test::EnvVars env;
+};
+PythonPlacement& python_placement() {
+  static PythonPlacement p;
+  return p;
+}
+
+// Call first in every test, before this process's first NCCL call: announces the mode and, when
+// the GPU is shared, sets this process's NCCL_HOSTID and the peer's.
+void place_ranks() {
+  const auto sharing = ws_test::announce_sharing(2, 2);
+  auto& p = python_placement();
+  p.device = 1 % ws_test::device_count();
+  p.env.clear();
+  if (!sharing.shared) return;
+  const std::string tag = std::to_string(::getpid());
+  for (const auto& [k, v] : ws_test::nccl_net_env(tag, 0)) ::setenv(k.c_str(), v.c_str(), 1);
+  p.env = ws_test::nccl_net_env(tag, 1);
+}
+
 Peer run_peer(const std::string& mode, const std::string& init_path, const std::string& update_path,
               int round) {
   const std::string script = std::string(WEIGHTSYNC_SOURCE_DIR) + "/tests/interop/vllm_peer.py";
+  const auto& place = python_placement();
   return Peer({"python3", script, "--init-info", init_path, "--update-info", update_path, "--mode",
-               mode, "--device", "1", "--round", std::to_string(round), "--timeout-s", "120"},
-              init_path + "." + mode + ".log");
+               mode, "--device", std::to_string(place.device), "--round", std::to_string(round),
+               "--timeout-s", "120"},
+              init_path + "." + mode + ".log", place.env);
 }
 
 // Starts tests/interop/<script> with `args` (python3), output to a log file.
 Peer run_script(const std::string& script, std::vector<std::string> args) {
   args.insert(args.begin(), std::string(WEIGHTSYNC_SOURCE_DIR) + "/tests/interop/" + script);
   args.insert(args.begin(), "python3");
-  return Peer(args, "/tmp/ws_interop_" + script + "_" + std::to_string(::getpid()) + ".log");
+  return Peer(args, "/tmp/ws_interop_" + script + "_" + std::to_string(::getpid()) + ".log",
+              python_placement().env);
 }
 
 // vLLM's TCP mode init info: the trainer (rank 0) hosts the store on 127.0.0.1:<free port>.
@@ -112,8 +140,8 @@ EngineOptions vllm_engine_options() {
 
 TEST_CASE("interop: a C++ trainer feeds a vLLM-style worker - packed and unpacked dense8b",
           "[gpu][nccl][multi_gpu][interop]") {
-  if (ws_test::device_count() < 2) WS_SKIP("needs 2 GPUs, found " << ws_test::device_count());
   if (const auto why = python_peer_missing(); !why.empty()) WS_SKIP(why);
+  place_ranks();
   require_same_nccl();
   detail::check(cudaSetDevice(0), "cudaSetDevice");
   const auto metas = layouts::dense8b();
@@ -143,8 +171,8 @@ TEST_CASE("interop: a C++ trainer feeds a vLLM-style worker - packed and unpacke
 
 TEST_CASE("interop: a vLLM-style producer feeds the C++ worker engine - packed and unpacked",
           "[gpu][nccl][multi_gpu][interop]") {
-  if (ws_test::device_count() < 2) WS_SKIP("needs 2 GPUs, found " << ws_test::device_count());
   if (const auto why = python_peer_missing(); !why.empty()) WS_SKIP(why);
+  place_ranks();
   require_same_nccl();
   detail::check(cudaSetDevice(0), "cudaSetDevice");
   const auto metas = layouts::dense8b();
@@ -176,8 +204,8 @@ TEST_CASE("interop: a vLLM-style producer feeds the C++ worker engine - packed a
 
 TEST_CASE("interop: TCP mode - a C++ trainer hosts vLLM's store and feeds a vLLM-style worker",
           "[gpu][nccl][multi_gpu][interop][tcp_store]") {
-  if (ws_test::device_count() < 2) WS_SKIP("needs 2 GPUs, found " << ws_test::device_count());
   if (const auto why = python_peer_missing(); !why.empty()) WS_SKIP(why);
+  place_ranks();
   require_same_nccl();
   detail::check(cudaSetDevice(0), "cudaSetDevice");
   const auto metas = layouts::dense8b();
@@ -207,8 +235,8 @@ TEST_CASE("interop: TCP mode - a C++ trainer hosts vLLM's store and feeds a vLLM
 
 TEST_CASE("interop: TCP mode - a vLLM-style trainer (trainer_init) feeds the C++ worker engine",
           "[gpu][nccl][multi_gpu][interop][tcp_store]") {
-  if (ws_test::device_count() < 2) WS_SKIP("needs 2 GPUs, found " << ws_test::device_count());
   if (const auto why = python_peer_missing(); !why.empty()) WS_SKIP(why);
+  place_ranks();
   require_same_nccl();
   detail::check(cudaSetDevice(0), "cudaSetDevice");
   const auto metas = layouts::dense8b();
@@ -240,8 +268,8 @@ TEST_CASE("interop: TCP mode - a vLLM-style trainer (trainer_init) feeds the C++
 
 TEST_CASE("interop: a torch.distributed NCCL group - broadcast Python -> C++ and C++ -> Python",
           "[gpu][nccl][multi_gpu][interop][torch_pg]") {
-  if (ws_test::device_count() < 2) WS_SKIP("needs 2 GPUs, found " << ws_test::device_count());
   if (const auto why = python_peer_missing(); !why.empty()) WS_SKIP(why);
+  place_ranks();
   require_same_nccl();
   const std::size_t n = (64u << 20) + 3;
   std::vector<std::uint8_t> expected(n);
@@ -249,9 +277,11 @@ TEST_CASE("interop: a torch.distributed NCCL group - broadcast Python -> C++ and
   for (const std::string group : {"", "weight_sync"}) {
     for (int cpp_rank : {1, 0}) {  // C++ receives from a hosting Python rank 0, then the reverse
       const int port = ws_test::free_port();
-      std::vector<std::string> args = {"--port", std::to_string(port), "--rank",
-                                       std::to_string(1 - cpp_rank), "--src", "0",
-                                       "--nbytes", std::to_string(n), "--device", "1"};
+      std::vector<std::string> args = {"--port",   std::to_string(port),
+                                       "--rank",   std::to_string(1 - cpp_rank),
+                                       "--src",    "0",
+                                       "--nbytes", std::to_string(n),
+                                       "--device", std::to_string(python_placement().device)};
       if (!group.empty()) args.insert(args.end(), {"--group", group});
       Peer peer = run_script("torch_pg_peer.py", args);
       StoreGroupOptions g;
@@ -267,8 +297,10 @@ TEST_CASE("interop: a torch.distributed NCCL group - broadcast Python -> C++ and
       auto c = TorchGroupCommunicator::create(g, keys, no);
       void* d = nullptr;
       detail::check(cudaMalloc(&d, n), "cudaMalloc");
-      if (cpp_rank == 0) detail::check(cudaMemcpy(d, expected.data(), n, cudaMemcpyHostToDevice), "copy");
-      else detail::check(cudaMemset(d, 0, n), "memset");
+      if (cpp_rank == 0)
+        detail::check(cudaMemcpy(d, expected.data(), n, cudaMemcpyHostToDevice), "copy");
+      else
+        detail::check(cudaMemset(d, 0, n), "memset");
       CudaStream s(0);
       c.comm().broadcast(d, n, 0, s.get());
       c.comm().synchronize(s.get());

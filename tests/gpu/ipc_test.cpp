@@ -322,7 +322,7 @@ TEST_CASE("ipc producer killed mid-transfer: the consumer fails within the deadl
 
 TEST_CASE("p2p round trips GPU 0 -> GPU 1: dense8b full size and mixed, views and zero-copy",
           "[gpu][ipc][multi_gpu]") {
-  if (ws_test::ran_as_parent(2, 240s)) return;
+  if (ws_test::ran_as_parent_on_distinct_gpus(2, 240s)) return;
   Peer p = connect_peer(Kind::p2p);
   REQUIRE(p.device == p.rank);
   std::uint64_t round = 0;
@@ -351,7 +351,7 @@ TEST_CASE("p2p round trips GPU 0 -> GPU 1: dense8b full size and mixed, views an
 }
 
 TEST_CASE("ipc refuses peers on two GPUs, p2p and ipc refuse each other", "[gpu][ipc][multi_gpu]") {
-  if (ws_test::ran_as_parent(2, 120s)) return;
+  if (ws_test::ran_as_parent_on_distinct_gpus(2, 120s)) return;
   const auto& r = ws_test::role();
   const int device = r.rank;
   detail::check(cudaSetDevice(device), "cudaSetDevice");
@@ -585,7 +585,9 @@ TEST_CASE("p2p sharded: trainer shards on GPU 0 and 1, a worker on each, dense8b
   const char* name =
       "p2p sharded: trainer shards on GPU 0 and 1, a worker on each, dense8b bit-exact";
   if (!ws_test::role().is_peer()) {
-    if (device_count() < 2) WS_SKIP("needs 2 GPUs, found " << device_count());
+    if (device_count() < 2)
+      WS_SKIP("needs 2 distinct GPUs (copy engines between devices), found "
+              << device_count() << "; shared-GPU mode cannot stand in for this one");
     return run_sharded_peers(name);
   }
   const auto& r = ws_test::role();

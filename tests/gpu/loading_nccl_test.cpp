@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "support/catch.hpp"
+#include "support/gpu_peers.hpp"
 #include "support/process.hpp"
 #include "support/qwen3_loading.hpp"
 #include "support/role.hpp"
@@ -42,14 +43,7 @@ TEST_CASE("nccl loading: Qwen3-8B shapes through rename + fuse + shard + permute
           "[gpu][nccl][multi_gpu][loading]") {
   const auto& role = ws_test::role();
   if (!role.is_peer()) {
-    if (gpu_count() < 2) WS_SKIP("needs 2 GPUs, found " << gpu_count());
-    const auto results = ws_test::run_peers(
-        "nccl loading: Qwen3-8B shapes through rename + fuse + shard + permute + cast, bit-exact",
-        2, ws_test::free_port(), "", 300s);
-    for (std::size_t i = 0; i < results.size(); ++i) {
-      INFO("rank " << i << " exit " << results[i].exit_code << "\n" << results[i].output);
-      CHECK(results[i].exit_code == 0);
-    }
+    ws_test::run_peers_expect_ok(ws_test::current_test_name(), 2, 300s);
     return;
   }
   const int device = role.rank % gpu_count();
@@ -87,8 +81,7 @@ TEST_CASE("nccl loading: Qwen3-8B shapes through rename + fuse + shard + permute
       opt.destination = plan.destination_fn();
       packed_broadcast_consumer(hf.metas, comm, 0, plan.loader<cudaStream_t>(), opt);
       detail::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-      ws_test::require_as_host_path(
-          hf, c, layers, tp, rank, dev,
-          detail::cat("round ", round, " tp ", tp, " permute ", permute));
+      ws_test::require_as_host_path(hf, c, layers, tp, rank, dev,
+                                    detail::cat("round ", round, " tp ", tp, " permute ", permute));
     }
 }

@@ -1,10 +1,12 @@
 // SPDX-FileCopyrightText: 2026 weightsync contributors
 // SPDX-License-Identifier: Apache-2.0
-// NCCL round trips across two processes on two GPUs. Each TEST_CASE runs twice: as the parent
+// NCCL round trips across two processes, on two GPUs or sharing one (support/gpu_peers.hpp:
+// GpuSharing; NCCL's socket transport then). Each TEST_CASE runs twice: as the parent
 // (spawns the peers, enforces the deadline, checks their exit codes) and, in the peers
 // (--ws-rank), as rank 0 (producer) or rank 1 (consumer). Every tensor is compared bit-exactly on
 // the device with what the producer generated; destinations are poisoned before every round.
 #include <cstdint>
+#include <weightsync/cuda/device_buffer.hpp>
 #include <weightsync/cuda/stream.hpp>
 #include <weightsync/engine.hpp>
 #include <weightsync/layouts.hpp>
@@ -98,7 +100,8 @@ TEST_CASE("nccl round trips: packed and unpacked - K 1-3 - several B - views and
           REQUIRE(wrong == 0);
           verified += model.bytes();
         }
-  if (p.rank == 1) say("verified " + std::to_string(verified) + " bytes in " + std::to_string(round) + " rounds");
+  if (p.rank == 1)
+    say("verified " + std::to_string(verified) + " bytes in " + std::to_string(round) + " rounds");
 }
 
 TEST_CASE("nccl full-size dense8b and moe30b layouts", "[gpu][nccl][multi_gpu]") {
@@ -107,6 +110,19 @@ TEST_CASE("nccl full-size dense8b and moe30b layouts", "[gpu][nccl][multi_gpu]")
   std::size_t verified = 0;
   for (const char* name : {"dense8b", "moe30b"}) {
     const auto metas = layouts::by_name(name);
+    const std::size_t need =
+        layouts::total_bytes(metas) + (std::size_t{6} << 30);  // model + ring + NCCL
+    if (ws_test::peer_shares_gpu()) {
+      // Both ranks hold the model on one device: say so where it cannot fit (an 80 GB H100 and
+      // moe30b), on both ranks alike, rather than fail with an out-of-memory error.
+      std::size_t free_b = 0, total_b = 0;
+      detail::check(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+      if (total_b < 2 * need) {
+        say(std::string(name) + ": NOT RUN on this device: 2 ranks x " + std::to_string(need) +
+            " bytes do not fit in " + std::to_string(total_b));
+        continue;
+      }
+    }
     ws_test::DeviceModel model(metas, p.device);
     workspace_for<NcclCommunicator> ws(CudaPolicy(p.device));
     struct Case {
@@ -121,7 +137,8 @@ TEST_CASE("nccl full-size dense8b and moe30b layouts", "[gpu][nccl][multi_gpu]")
       opt.packed = c.packed;
       const auto t0 = std::chrono::steady_clock::now();
       const auto wrong = round_trip(p, metas, model, opt, ws, ++round, c.mode);
-      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       INFO(name << " packed " << c.packed << " zero-copy " << (c.mode == Mode::zero_copy));
       REQUIRE(wrong == 0);
       verified += model.bytes();
@@ -134,31 +151,45 @@ TEST_CASE("nccl full-size dense8b and moe30b layouts", "[gpu][nccl][multi_gpu]")
   if (p.rank == 1) say("verified " + std::to_string(verified) + " bytes bit-exact");
 }
 
+// Both ranks stop at the same point: a 1-byte broadcast from rank 0, waited for on the host.
+void barrier(Peer& p, void* byte) {
+  p.comm.broadcast(byte, 1, 0, p.stream.get());
+  p.comm.synchronize(p.stream.get());
+}
+
 TEST_CASE("nccl 100 back-to-back syncs keep device memory flat", "[gpu][nccl][multi_gpu]") {
   if (ws_test::ran_as_parent(2, 300s)) return;
   Peer p = connect_peer();
   const auto metas = layouts::small1b();
   ws_test::DeviceModel model(metas, p.device);
   workspace_for<NcclCommunicator> ws(CudaPolicy(p.device));
+  DeviceBuffer byte(1, p.device);
   TransferOptions opt;
   opt.buffer_size_bytes = 256 << 20;
+  // cudaMemGetInfo counts the whole GPU. When the ranks share it, each measures only while both
+  // stand still between two barriers (after round 1 every allocation of both must be done): the
+  // free memory is then flat only if neither rank's grows.
   std::size_t free_after_first = 0, total = 0;
   for (int round = 1; round <= 100; ++round) {
     REQUIRE(round_trip(p, metas, model, opt, ws, static_cast<std::uint64_t>(round),
                        round % 2 ? Mode::views : Mode::zero_copy) == 0);
+    barrier(p, byte.data());
     std::size_t free_now = 0;
     detail::check(cudaMemGetInfo(&free_now, &total), "cudaMemGetInfo");
+    barrier(p, byte.data());
     if (round == 1) free_after_first = free_now;
     INFO("round " << round);
     REQUIRE(free_now == free_after_first);
   }
-  say("rank " + std::to_string(p.rank) + ": free device memory " + std::to_string(free_after_first) +
-      " bytes after round 1 and after round 100");
+  say("rank " + std::to_string(p.rank) + ": free device memory " +
+      std::to_string(free_after_first) + " bytes after round 1 and after round 100" +
+      (ws_test::peer_shares_gpu() ? " (shared GPU: both ranks' memory, measured at a barrier)"
+                                  : ""));
 }
 
 TEST_CASE("nccl producer killed mid-transfer: the consumer fails within the deadline",
           "[gpu][nccl][multi_gpu]") {
-    // Rank 0 is killed 8 s after start (rendezvous, init and a few rounds are done by then).
+  // Rank 0 is killed 8 s after start (rendezvous, init and a few rounds are done by then).
   if (ws_test::ran_as_parent_killing(2, 0, 8000ms, 120s)) return;
   Peer p = connect_peer(10s);
   const auto metas = layouts::dense8b();
@@ -167,7 +198,8 @@ TEST_CASE("nccl producer killed mid-transfer: the consumer fails within the dead
   TransferOptions opt;
   opt.timeout = 10s;
   if (p.rank == 0) {
-    for (std::uint64_t round = 1;; ++round) round_trip(p, metas, model, opt, ws, round, Mode::views);
+    for (std::uint64_t round = 1;; ++round)
+      round_trip(p, metas, model, opt, ws, round, Mode::views);
   }  // killed by the parent after 8 s
   // Outside REQUIRE: Catch would swallow the exception this test waits for.
   const auto end = ws_test::until_failure([&](std::uint64_t round) {
@@ -181,11 +213,9 @@ TEST_CASE("nccl producer killed mid-transfer: the consumer fails within the dead
 
 TEST_CASE("nccl unique-id mode round trip: weightsync and vllm wire", "[gpu][nccl][multi_gpu]") {
   if (!ws_test::role().is_peer()) {
-    if (device_count() < 2) WS_SKIP("needs 2 GPUs, found " << device_count());
     const std::string uid_file = "/tmp/ws_uid_" + std::to_string(::getpid());
-    const auto results = ws_test::run_peers(ws_test::current_test_name(), 2, 0, uid_file, 120s);
+    ws_test::run_peers_expect_ok(ws_test::current_test_name(), 2, 120s, 2, uid_file);
     ::unlink(uid_file.c_str());
-    ws_test::expect_peers_passed(results);
     return;
   }
   const auto& r = ws_test::role();
@@ -247,10 +277,12 @@ TEST_CASE("nccl faults keep the communicator usable: bad item and failing load_w
     REQUIRE_THROWS_AS(packed_broadcast_producer(metas, items, p.comm, 0, opt, ws), config_error);
   } else {
     try {
-      packed_broadcast_consumer(metas, p.comm, 0, [](std::span<const TensorView>, cudaStream_t) {}, opt, ws);
+      packed_broadcast_consumer(
+          metas, p.comm, 0, [](std::span<const TensorView>, cudaStream_t) {}, opt, ws);
       FAIL("the consumer did not see the producer's failure");
     } catch (const remote_error& e) {
-      CHECK(std::string(e.what()).find("dtype float16 where bfloat16 was declared") != std::string::npos);
+      CHECK(std::string(e.what()).find("dtype float16 where bfloat16 was declared") !=
+            std::string::npos);
     }
   }
   REQUIRE(p.comm.healthy());
@@ -265,13 +297,13 @@ TEST_CASE("nccl faults keep the communicator usable: bad item and failing load_w
     REQUIRE_THROWS_AS(packed_broadcast_producer(metas, items, p.comm, 0, opt, ws), remote_error);
     opt.source_stream = nullptr;
   } else {
-    REQUIRE_THROWS_WITH(
-        packed_broadcast_consumer(metas, p.comm, 0,
-                                  [](std::span<const TensorView>, cudaStream_t) {
-                                    throw std::runtime_error("out of patience");
-                                  },
-                                  opt, ws),
-        "out of patience");
+    REQUIRE_THROWS_WITH(packed_broadcast_consumer(
+                            metas, p.comm, 0,
+                            [](std::span<const TensorView>, cudaStream_t) {
+                              throw std::runtime_error("out of patience");
+                            },
+                            opt, ws),
+                        "out of patience");
   }
   REQUIRE(p.comm.healthy());
   REQUIRE(round_trip(p, metas, model, opt, ws, 3, Mode::zero_copy) == 0);
@@ -326,9 +358,7 @@ TEST_CASE("nccl engines: trainer and worker rounds with versions and a failing r
   for (int round = 1; round <= 3; ++round) {
     ws_test::poison_now(model, s.get());
     e.start_weight_update();
-    auto run = [&] {
-      ws_test::update_half_in_place(e, u, metas, model);
-    };
+    auto run = [&] { ws_test::update_half_in_place(e, u, metas, model); };
     if (round == 2) {
       REQUIRE_THROWS_AS(run(), remote_error);
       REQUIRE(!e.updating());
@@ -342,4 +372,28 @@ TEST_CASE("nccl engines: trainer and worker rounds with versions and a failing r
   REQUIRE(e.weight_version() == "v3");
   say("engine rounds ok: version " + e.weight_version() + ", " + std::to_string(model.bytes()) +
       " bytes verified per round");
+}
+
+TEST_CASE("nccl 1 trainer -> 3 workers as four processes: packed and unpacked, bit-exact",
+          "[gpu][nccl][multi_gpu]") {
+  if (ws_test::ran_as_parent(4, 300s, 4)) return;
+  Peer p = connect_peer();
+  REQUIRE(p.comm.size() == 4);
+  std::uint64_t round = 0;
+  for (const char* name : {"mixed", "small1b"}) {
+    const auto metas = std::string(name) == "mixed" ? ws_test::mixed_layout() : layouts::small1b();
+    ws_test::DeviceModel model(metas, p.device);
+    workspace_for<NcclCommunicator> ws(CudaPolicy(p.device));
+    for (bool packed : {true, false})
+      for (Mode mode : {Mode::views, Mode::zero_copy}) {
+        TransferOptions opt;
+        opt.packed = packed;
+        opt.num_buffers = packed ? 2 : 1;
+        opt.buffer_size_bytes = std::size_t{64} << 20;
+        INFO(name << " packed " << packed << " zero-copy " << (mode == Mode::zero_copy));
+        REQUIRE(round_trip(p, metas, model, opt, ws, ++round, mode) == 0);
+      }
+    if (p.rank > 0)
+      say("worker rank " + std::to_string(p.rank) + ": " + name + " 4 rounds bit-exact");
+  }
 }

@@ -155,8 +155,24 @@ def tcp_rendezvous(cfg, rank, world, new_uid):
         uid = pickle.loads(store.get("broadcast_from/0/0"))
         if not isinstance(uid, ncclUniqueId):
             raise ValueError(f"broadcast_from/0/0 unpickled to {type(uid)}, not ncclUniqueId")
-    tcp_rendezvous.keep = (store, listen_socket)  # the store must outlive NCCL init
+    tcp_rendezvous.keep = [store, listen_socket]  # the store must outlive NCCL init
     return bytes(bytearray((b + 256) % 256 for b in uid.internal))
+
+
+def release_tcp_rendezvous():
+    """Stops the store before closing the listening socket it polls. vLLM keeps that socket alive
+    inside its group for the store's whole life. Left to interpreter teardown, the socket could be
+    closed first, and torch's store daemon then aborts the process on the closed fd ("Unexpected
+    poll revent on the master's listening socket: 32", POLLNVAL)."""
+    keep = getattr(tcp_rendezvous, "keep", None)
+    if not keep:
+        return
+    tcp_rendezvous.keep = None
+    store, listen_socket = keep
+    keep.clear()
+    del store  # the last reference: the store's daemon thread stops here
+    if listen_socket is not None:
+        listen_socket.close()
 
 
 def make_comm(nccl, world, uid, rank):
@@ -342,6 +358,7 @@ def main():
         print(f"vllm_peer produce: {n_tensors} tensors, {n_bytes} bytes, {nchunks} chunks "
               f"({layout}), {n_bcasts} broadcasts", flush=True)
     comm.destroy()  # local teardown, still under the watchdog
+    release_tcp_rendezvous()
     watchdog.cancel()
     faulthandler.cancel_dump_traceback_later()
     return 0 if not wrong else 1

@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -23,12 +24,16 @@
 
 namespace ws_test {
 
+//! Environment variables set (or replaced) in a child, on top of this process's environment.
+using EnvVars = std::vector<std::pair<std::string, std::string>>;
+
 class Child {
  public:
   //! Starts `argv[0]` (a path, or a name looked up in PATH) with `argv`. `log`: the output file,
   //! truncated; one ending in XXXXXX is a template for a new temporary file, removed with the
-  //! Child.
-  Child(const std::vector<std::string>& argv, std::string log) : log_(std::move(log)) {
+  //! Child. `env`: variables set in the child (replacing this process's values of them).
+  Child(const std::vector<std::string>& argv, std::string log, const EnvVars& env = {})
+      : log_(std::move(log)) {
     int fd = -1;
     if (log_.size() >= 6 && log_.compare(log_.size() - 6, 6, "XXXXXX") == 0) {
       fd = ::mkstemp(log_.data());
@@ -40,12 +45,25 @@ class Child {
     std::vector<const char*> args;
     for (const auto& a : argv) args.push_back(a.c_str());
     args.push_back(nullptr);
+    // The child's environment, built before fork (nothing but async-signal-safe calls after it).
+    std::vector<std::string> env_strings;
+    for (char** e = environ; *e; ++e) {
+      const char* eq = std::strchr(*e, '=');
+      const std::string name(*e, eq ? static_cast<std::size_t>(eq - *e) : std::strlen(*e));
+      bool replaced = false;
+      for (const auto& [k, v] : env) replaced = replaced || k == name;
+      if (!replaced) env_strings.emplace_back(*e);
+    }
+    for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
+    std::vector<char*> envp;
+    for (auto& e : env_strings) envp.push_back(e.data());
+    envp.push_back(nullptr);
     std::fflush(nullptr);
     pid_ = ::fork();
     if (pid_ == 0) {
       ::dup2(fd, 1);
       ::dup2(fd, 2);
-      ::execvp(args[0], const_cast<char* const*>(args.data()));
+      ::execvpe(args[0], const_cast<char* const*>(args.data()), envp.data());
       ::_exit(127);
     }
     ::close(fd);

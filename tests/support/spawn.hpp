@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -30,11 +31,16 @@ inline std::string self_exe() {
   return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
 }
 
-//! Starts `world` peers running test `test_name`; `kill_rank`/`kill_after` optionally SIGKILLs one.
+//! Extra environment of peer `rank` (e.g. a distinct NCCL_HOSTID when ranks share a GPU).
+using PeerEnv = std::function<EnvVars(int rank)>;
+
+//! Starts `world` peers running test `test_name`; `kill_rank`/`kill_after` optionally SIGKILLs one;
+//! `env` (optional) adds variables to each peer's environment.
 inline std::vector<PeerResult> run_peers(const std::string& test_name, int world, int port,
                                          const std::string& arg, std::chrono::seconds limit,
                                          int kill_rank = -1,
-                                         std::chrono::milliseconds kill_after = {}) {
+                                         std::chrono::milliseconds kill_after = {},
+                                         const PeerEnv& env = {}) {
   using Clock = std::chrono::steady_clock;
   const std::string exe = self_exe();
   // The test name as a Catch test spec: ',' '[' ']' '\\' are special there. A peer that matched no
@@ -56,7 +62,7 @@ inline std::vector<PeerResult> run_peers(const std::string& test_name, int world
                              "--ws-port", std::to_string(port)});
     // Catch2 v3 refuses an empty option value: --ws-arg only when there is one.
     if (!arg.empty()) args.insert(args.end(), {"--ws-arg", arg});
-    kids.emplace_back(args, "/tmp/ws_peer_XXXXXX");
+    kids.emplace_back(args, "/tmp/ws_peer_XXXXXX", env ? env(r) : EnvVars{});
     start.push_back(Clock::now());
   }
   std::vector<PeerResult> out(kids.size());

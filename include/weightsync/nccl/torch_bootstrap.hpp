@@ -57,6 +57,10 @@ inline NcclCommunicator vllm_tcp_communicator(const StoreGroupOptions& g, NcclOp
   if (g.rank == 0) id = detail::generate_unique_id_bytes(n.device);
   id = vllm_exchange_unique_id(group, id);
   n.vllm_warmup = true;  // PyNcclCommunicator always runs it
+  // No blocking child: splitting one off is a collective that a vLLM rank never runs, so our
+  // rank would wait in ncclCommSplit until its deadline.
+  n.blocking = false;
+  n.connect_all = false;
   return NcclCommunicator::init(NcclUniqueId(id), g.rank, g.world_size, n);
 }
 
@@ -89,6 +93,10 @@ class TorchGroupCommunicator {
     if (g.rank == 0) id = detail::generate_unique_id_bytes(n.device);
     id = torch_exchange_unique_id(c.store_, keys, id, comm_index);
     n.vllm_warmup = false;  // ProcessGroupNCCL runs no warm-up collective
+    // Nor does it split a child off its communicator: a blocking child (NcclOptions::blocking)
+    // would make our rank wait in ncclCommSplit for a collective the Python ranks never run.
+    n.blocking = false;
+    n.connect_all = false;
     c.comm_ = NcclCommunicator::init(NcclUniqueId(id), g.rank, g.world_size, n);
     return c;
   }
@@ -97,7 +105,7 @@ class TorchGroupCommunicator {
   StoreGroup& store() noexcept { return store_; }
 
  private:
-  StoreGroup store_;      // declared first: destroyed after the communicator
+  StoreGroup store_;  // declared first: destroyed after the communicator
   NcclCommunicator comm_;
 };
 
