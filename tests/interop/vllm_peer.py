@@ -160,19 +160,21 @@ def tcp_rendezvous(cfg, rank, world, new_uid):
 
 
 def release_tcp_rendezvous():
-    """Stops the store before closing the listening socket it polls. vLLM keeps that socket alive
-    inside its group for the store's whole life. Left to interpreter teardown, the socket could be
-    closed first, and torch's store daemon then aborts the process on the closed fd ("Unexpected
-    poll revent on the master's listening socket: 32", POLLNVAL)."""
+    """Stops the store, which owns the listening socket's fd (master_listen_fd): the store polls it
+    and closes it when it is destroyed. Left to interpreter teardown, the Python socket object
+    could close the fd first, and torch's store daemon then aborts the process on the closed fd
+    ("Unexpected poll revent on the master's listening socket: 32", POLLNVAL). So the socket object
+    lets go of the fd without closing it (detach), and the store goes first. vLLM keeps that socket
+    alive inside its group for the store's whole life."""
     keep = getattr(tcp_rendezvous, "keep", None)
     if not keep:
         return
     tcp_rendezvous.keep = None
     store, listen_socket = keep
     keep.clear()
-    del store  # the last reference: the store's daemon thread stops here
     if listen_socket is not None:
-        listen_socket.close()
+        listen_socket.detach()  # the store owns the fd now; never close it twice
+    del store  # the last reference: the store's daemon thread stops and closes the fd
 
 
 def make_comm(nccl, world, uid, rank):
