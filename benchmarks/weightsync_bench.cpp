@@ -80,6 +80,15 @@ bool shared_gpu() {
   return v && std::string(v) == "1";
 }
 
+// Whether an MPS control daemon is running for this process's pipe directory
+// (CUDA_MPS_PIPE_DIRECTORY, default /tmp/nvidia-mps): processes that share a GPU then run their
+// kernels side by side instead of in time slices. "" when not.
+std::string mps_pipe() {
+  const char* d = std::getenv("CUDA_MPS_PIPE_DIRECTORY");
+  const std::string dir = d && *d ? d : "/tmp/nvidia-mps";
+  return ::access((dir + "/control").c_str(), F_OK) == 0 ? dir : "";
+}
+
 struct Args {
   int np = 2;
   std::vector<std::string> layouts{"dense8b"};
@@ -580,6 +589,15 @@ class Bench {
                 a_.np, a_.warmup, a_.iters, a_.backend.c_str(), a_.protocol.c_str(), a_.blocking ? "blocking" : "non-blocking");
     if (shared_gpu())
       std::printf("# transport: %s (%d ranks share %s)\n", kSharedNote, a_.np, device_name_.c_str());
+    if (shared_gpu() || a_.backend == "ipc") {
+      const std::string mps = mps_pipe();
+      if (!mps.empty())
+        std::printf("# mps: active (control pipe in %s): the processes on the GPU run side by side\n",
+                    mps.c_str());
+      else
+        std::printf("# mps: not running: processes sharing the GPU run in time slices, and a wait "
+                    "on the other process can cost a slice (ms); nvidia-cuda-mps-control -d (README)\n");
+    }
     if (ipc_)
       std::printf("# ipc: copy streams %d, piece %s, waits %s\n", a_.copy_streams, size_label(a_.piece).c_str(),
                   a_.ipc_block ? "block" : "poll");
@@ -650,6 +668,7 @@ class Bench {
     }
     j["nccl_blocking"] = a_.blocking;
     j["shared_gpu"] = shared_gpu();
+    j["mps"] = !mps_pipe().empty();
     if (shared_gpu()) j["note"] = kSharedNote;
     j["impl"] = r.impl;
     j["time"] = r.ev.median;
