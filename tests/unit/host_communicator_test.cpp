@@ -103,3 +103,61 @@ TEST_CASE("host broadcast: ranks that disagree on the operation get a protocol e
   CHECK(res[2].outcome == Outcome::protocol);
   CHECK(res[2].message.find("expects root 0 and 50 bytes") != std::string::npos);
 }
+
+TEST_CASE("host grouped broadcasts: one from every rank runs as a ring allgather, bit-exact",
+          "[unit][host]") {
+  const int world = GENERATE(2, 3, 4);
+  ws_test::Processes procs;
+  const int port = ws_test::free_port();
+  procs.spawn_ranks(world, [=](int rank) {
+    auto comm = connect(port, rank, world);
+    for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{256}, (std::size_t{2} << 20) + 3}) {
+      std::vector<std::vector<unsigned char>> blocks(static_cast<std::size_t>(world));
+      for (int r = 0; r < world; ++r)
+        blocks[static_cast<std::size_t>(r)] =
+            r == rank ? pattern(n, static_cast<unsigned>(r * 31 + n)) : std::vector<unsigned char>(n, 0xCD);
+      comm.group_start();
+      for (int r = 0; r < world; ++r) comm.broadcast(blocks[static_cast<std::size_t>(r)].data(), n, r);
+      comm.group_end();
+      for (int r = 0; r < world; ++r)
+        if (blocks[static_cast<std::size_t>(r)] != pattern(n, static_cast<unsigned>(r * 31 + n)))
+          throw std::runtime_error("rank " + std::to_string(rank) + ": block of rank " +
+                                   std::to_string(r) + " wrong, n=" + std::to_string(n));
+      // A group that is not an allgather (two roots of different sizes) runs in order, and a
+      // plain broadcast after it still lines up.
+      std::vector<unsigned char> a = rank == 0 ? pattern(n + 5, 1) : std::vector<unsigned char>(n + 5, 0);
+      std::vector<unsigned char> b = rank == world - 1 ? pattern(7, 2) : std::vector<unsigned char>(7, 0);
+      comm.group_start();
+      comm.broadcast(a.data(), a.size(), 0);
+      comm.broadcast(b.data(), b.size(), world - 1);
+      comm.group_end();
+      std::vector<unsigned char> c = rank == 1 ? pattern(99, 3) : std::vector<unsigned char>(99, 0);
+      comm.broadcast(c.data(), c.size(), 1);
+      if (a != pattern(n + 5, 1) || b != pattern(7, 2) || c != pattern(99, 3))
+        throw std::runtime_error("rank " + std::to_string(rank) + ": mixed group wrong");
+    }
+  });
+  ws_test::expect_all_ok(procs.wait_all(30s));
+}
+
+TEST_CASE("host grouped broadcasts: ranks that disagree (allgather vs broadcasts) fail, no hang",
+          "[unit][host]") {
+  ws_test::Processes procs;
+  const int port = ws_test::free_port();
+  procs.spawn_ranks(2, [=](int rank) {
+    auto comm = connect(port, rank, 2, 1500ms);
+    std::vector<unsigned char> x(64, 1), y(64, 2);
+    if (rank == 0) {
+      comm.group_start();
+      comm.broadcast(x.data(), 64, 0);
+      comm.broadcast(y.data(), 64, 1);
+      comm.group_end();
+    } else {
+      comm.broadcast(x.data(), 64, 0);
+      comm.broadcast(y.data(), 64, 1);
+    }
+  });
+  const auto res = procs.wait_all(10s);
+  for (const auto& r : res) CHECK(r.outcome != Outcome::ok);
+  for (const auto& r : res) CHECK(r.outcome != Outcome::hung);
+}

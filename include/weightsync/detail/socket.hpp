@@ -280,6 +280,56 @@ inline void recv_all(int fd, void* data, std::size_t n, Deadline deadline, const
   }
 }
 
+//! Sends `sn` bytes on `out` while receiving `rn` bytes on `in`, both before `deadline`, whichever
+//! is ready first: two ranks that send to each other at once never wait for each other's reads
+//! (a ring step of an allgather). @throws as send_all and recv_all, naming `out_peer`/`in_peer`.
+inline void send_recv_all(int out, const void* sdata, std::size_t sn, int in, void* rdata,
+                          std::size_t rn, Deadline deadline, const std::string& phase,
+                          int out_peer, int in_peer) {
+  auto* sp = static_cast<const char*>(sdata);
+  auto* rp = static_cast<char*>(rdata);
+  while (sn > 0 || rn > 0) {
+    bool progressed = false;
+    if (sn > 0) {
+      const ssize_t k = ::send(out, sp, sn, MSG_NOSIGNAL);
+      if (k > 0) {
+        sp += k;
+        sn -= static_cast<std::size_t>(k);
+        progressed = true;
+      } else if (k < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) {
+        throw peer_error(out_peer, cat(phase, ": connection to rank ", out_peer,
+                                       " lost while sending: ", errno_string(errno)));
+      }
+    }
+    if (rn > 0) {
+      const ssize_t k = ::recv(in, rp, rn, 0);
+      if (k > 0) {
+        rp += k;
+        rn -= static_cast<std::size_t>(k);
+        progressed = true;
+      } else if (k == 0) {
+        throw peer_error(in_peer, cat(phase, ": rank ", in_peer, " closed the connection (", rn,
+                                      " bytes still expected; did it exit or abort?)"));
+      } else if (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) {
+        throw peer_error(in_peer, cat(phase, ": connection to rank ", in_peer,
+                                      " lost while receiving: ", errno_string(errno)));
+      }
+    }
+    if (progressed || (sn == 0 && rn == 0)) continue;
+    pollfd pf[2] = {{out, static_cast<short>(sn > 0 ? POLLOUT : 0), 0},
+                    {in, static_cast<short>(rn > 0 ? POLLIN : 0), 0}};
+    const int rc = ::poll(pf, 2, deadline.poll_ms());
+    if (rc == 0 || (rc < 0 && errno != EINTR && deadline.expired())) {
+      if (rn > 0)
+        throw timeout_error(phase, in_peer, cat("nothing from rank ", in_peer,
+                                                " before the deadline (", rn,
+                                                " bytes still expected)"));
+      throw timeout_error(phase, out_peer,
+                          cat("rank ", out_peer, " stopped reading (", sn, " bytes still to send)"));
+    }
+  }
+}
+
 //! True when the connection has been closed or reset by the peer; never consumes data.
 inline bool peer_closed(int fd) {
   pollfd pf{fd, POLLIN, 0};

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "weightsync/concepts.hpp"
 #include "weightsync/detail/format.hpp"
@@ -112,6 +113,10 @@ class HostCommunicator {
     if (aborted_) throw state_error("host communicator was aborted: " + abort_reason_);
     if (root < 0 || root >= size_)
       throw config_error("root", detail::cat("must be in 0..", size_ - 1, ", got ", root));
+    if (group_depth_ > 0) {
+      pending_.push_back({buf, bytes, root});
+      return;
+    }
     const std::uint64_t seq = seq_++;
     if (size_ == 1) return;
     try {
@@ -119,6 +124,37 @@ class HostCommunicator {
     } catch (...) {
       // A failed collective leaves the ring in an unknown state: fail fast on every rank.
       abort("broadcast failed");
+      throw;
+    }
+  }
+
+  //! Begins a group: the broadcasts issued until the matching group_end() run there, together.
+  //! A group whose broadcasts come one from every rank, all of one size (an allgather, as the
+  //! pipeline's handshake issues), runs as a ring allgather: size() - 1 steps in which every rank
+  //! sends and receives at once, one latency a step instead of one a broadcast. Any other group
+  //! runs its broadcasts in the order issued. Buffers must stay valid until group_end().
+  void group_start() { ++group_depth_; }
+
+  //! Ends a group (see group_start()); runs what it holds. @throws as broadcast().
+  void group_end() {
+    if (group_depth_ == 0) throw state_error("group_end without group_start");
+    if (--group_depth_ > 0) return;
+    auto ops = std::move(pending_);
+    pending_.clear();
+    if (ops.empty()) return;
+    if (aborted_) throw state_error("host communicator was aborted: " + abort_reason_);
+    const std::uint64_t seq = seq_;
+    seq_ += ops.size();
+    if (size_ == 1) return;
+    try {
+      if (is_allgather(ops)) {
+        run_allgather(ops, seq);
+      } else {
+        for (std::size_t i = 0; i < ops.size(); ++i)
+          run_broadcast(static_cast<char*>(ops[i].buf), ops[i].bytes, ops[i].root, seq + i);
+      }
+    } catch (...) {
+      abort("grouped broadcast failed");
       throw;
     }
   }
@@ -144,6 +180,63 @@ class HostCommunicator {
  private:
   static constexpr std::size_t kPiece = std::size_t{1} << 20;
   static constexpr std::size_t kHeaderBytes = 24;
+
+  struct PendingBroadcast {
+    void* buf;
+    std::size_t bytes;
+    int root;
+  };
+
+  //! One broadcast from every rank, all of one size.
+  bool is_allgather(const std::vector<PendingBroadcast>& ops) const {
+    if (ops.size() != static_cast<std::size_t>(size_)) return false;
+    std::vector<char> seen(ops.size(), 0);
+    for (const auto& op : ops) {
+      if (op.bytes != ops.front().bytes || seen[static_cast<std::size_t>(op.root)]) return false;
+      seen[static_cast<std::size_t>(op.root)] = 1;
+    }
+    return true;
+  }
+
+  //! Ring allgather: in step s every rank sends the block of rank (rank - s) to its successor and
+  //! receives the block of rank (rank - s - 1) from its predecessor, both at once. Each step's
+  //! header carries the group's sequence number and the step, so ranks that disagree fail.
+  void run_allgather(const std::vector<PendingBroadcast>& ops, std::uint64_t seq) {
+    std::vector<char*> block(ops.size());
+    for (const auto& op : ops) block[static_cast<std::size_t>(op.root)] = static_cast<char*>(op.buf);
+    const std::size_t bytes = ops.front().bytes;
+    const int succ = (rank_ + 1) % size_;
+    const int pred = (rank_ + size_ - 1) % size_;
+    for (int step = 0; step < size_ - 1; ++step) {
+      const int out = (rank_ - step + size_) % size_;
+      const int in = (rank_ - step - 1 + 2 * size_) % size_;
+      detail::Writer w;
+      w.u32(detail::kWireMagic);
+      w.i32(-1 - step);  // never a root: a broadcast header on the other side fails the check
+      w.u64(seq);
+      w.u64(bytes);
+      char out_hdr[kHeaderBytes], in_hdr[kHeaderBytes];
+      std::memcpy(out_hdr, w.bytes().data(), kHeaderBytes);
+      const auto deadline = detail::Deadline::after(timeout_);
+      detail::send_recv_all(succ_.get(), out_hdr, kHeaderBytes, pred_.get(), in_hdr, kHeaderBytes,
+                            deadline, "allgather", succ, pred);
+      detail::Reader r(std::string_view(in_hdr, kHeaderBytes), pred, "allgather header");
+      const auto magic = r.u32();
+      const int their_step = -1 - r.i32();
+      const auto their_seq = r.u64();
+      const auto their_bytes = r.u64();
+      if (magic != detail::kWireMagic || their_step != step || their_seq != seq ||
+          their_bytes != bytes)
+        throw protocol_error(pred, detail::cat("grouped broadcasts #", seq, " on rank ", rank_,
+                                               " run as an allgather of ", bytes,
+                                               " bytes a rank; rank ", pred,
+                                               " sent something else (the ranks disagree on the "
+                                               "operation)"));
+      detail::send_recv_all(succ_.get(), block[static_cast<std::size_t>(out)], bytes, pred_.get(),
+                            block[static_cast<std::size_t>(in)], bytes, deadline, "allgather",
+                            succ, pred);
+    }
+  }
 
   void run_broadcast(char* buf, std::size_t bytes, int root, std::uint64_t seq) {
     const int pos = (rank_ - root + size_) % size_;
@@ -189,6 +282,8 @@ class HostCommunicator {
   std::chrono::milliseconds timeout_{60000};
   std::uint64_t session_ = 0;
   std::uint64_t seq_ = 0;
+  int group_depth_ = 0;
+  std::vector<PendingBroadcast> pending_;
   detail::Fd succ_;
   detail::Fd pred_;
   ControlChannel control_;
@@ -197,6 +292,7 @@ class HostCommunicator {
 };
 
 static_assert(Communicator<HostCommunicator>);
+static_assert(GroupedCommunicator<HostCommunicator>);
 static_assert(MonitoredCommunicator<HostCommunicator>);
 
 }  // namespace weightsync
