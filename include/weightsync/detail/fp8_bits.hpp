@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "weightsync/detail/float_bits.hpp"  // WEIGHTSYNC_HOST_DEVICE
+#include "float_bits.hpp"  // WEIGHTSYNC_HOST_DEVICE (relative: nvcc compiles the kernels without -I)
 
 namespace weightsync::detail {
 
