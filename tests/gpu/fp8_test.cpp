@@ -193,10 +193,10 @@ TEST_CASE("fp8 kernels: bit-exact with the host implementation, all layouts", "[
       CHECK(mismatches(got, want, false) == 0);
     }
   }
-  // a 3-D tensor per channel and per tensor, a 0-dim one per tensor, an empty one
+  // a 3-D tensor per channel and per tensor, a 0-dim one per tensor, empty ones
   for (const TensorMeta& m :
        {TensorMeta{"e", DType::bfloat16, {8, 16, 24}}, TensorMeta{"s", DType::float32, {}},
-        TensorMeta{"z", DType::bfloat16, {0, 64}}})
+        TensorMeta{"z", DType::bfloat16, {0, 64}}, TensorMeta{"c", DType::float32, {5, 0}}})
     for (Fp8Scaling mode : {Fp8Scaling::per_tensor, Fp8Scaling::per_channel}) {
       if (m.shape.empty() && mode == Fp8Scaling::per_channel) continue;
       CAPTURE(m.name, fp8_scaling_name(mode));

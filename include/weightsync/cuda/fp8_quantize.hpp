@@ -101,12 +101,13 @@ inline void quantize_fp8(const TensorMeta& m, const void* src, Fp8Scaling s, voi
                          "cudaLaunchKernel(ws_fp8_tensor_convert)");
     return;
   }
-  if (n == 0) return;  // no scale to write either (a [0, c] block grid is empty)
   if (s == Fp8Scaling::per_channel) {
+    if (x.rows == 0) return;  // no rows, no scales ([rows, 0]: the kernel writes scales of 1)
     const auto grid = static_cast<unsigned>(std::min<long long>(x.rows, 1LL << 20));
     detail::fp8_launch(k.rows, dim3(grid), p, stream, "cudaLaunchKernel(ws_fp8_rows)");
     return;
   }
+  if (n == 0) return;  // an empty block grid: no scale either
   const long long gx = (x.cols + kFp8Block - 1) / kFp8Block;
   const long long gy = (x.rows + kFp8Block - 1) / kFp8Block;
   if (gy > 65535 || gx > 0x7fffffffLL)
