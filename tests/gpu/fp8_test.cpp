@@ -5,9 +5,12 @@
 // four scale layouts, special values (zero / inf / NaN blocks, subnormals, signed zeros), outputs
 // poisoned before each launch. Then, where `python3 -c "import torch"` works, against torch's
 // plain formula (tests/gpu/fp8_torch_ref.py); otherwise that part is skipped visibly.
+// Last, Fp8Source with CudaFp8Quantizer over device tensors: the bytes it hands out, item by
+// item, are the host reference's.
 #include <weightsync/cuda/check.hpp>
 #include <weightsync/cuda/device_buffer.hpp>
 #include <weightsync/cuda/fp8_quantize.hpp>
+#include <weightsync/cuda/fp8_source.hpp>
 #include <weightsync/fp8/quantize.hpp>
 
 #include <cuda_runtime_api.h>
@@ -239,5 +242,84 @@ TEST_CASE("fp8 kernels: against torch's plain formula (tests/gpu/fp8_torch_ref.p
       CHECK(mismatches(got, torch_r, true) == 0);
     }
   }
+  cudaStreamDestroy(stream);
+}
+
+namespace {
+// Device tensors of a few projections and a norm, as a WeightSource.
+struct DeviceModel {
+  std::vector<TensorMeta> m;
+  std::vector<std::vector<std::byte>> host;
+  std::vector<DeviceBuffer> dev;
+  DeviceModel() {
+    int d = 0;
+    detail::check(cudaGetDevice(&d), "cudaGetDevice");
+    const std::vector<std::pair<std::string, std::vector<std::int64_t>>> t = {
+        {"model.embed_tokens.weight", {300, 256}},
+        {"model.layers.0.self_attn.q_proj.weight", {256, 256}},
+        {"model.layers.0.self_attn.k_proj.weight", {128, 256}},
+        {"model.layers.0.input_layernorm.weight", {256}},
+        {"model.layers.0.mlp.down_proj.weight", {256, 330}},
+        {"model.layers.1.self_attn.q_proj.weight", {256, 256}},
+        {"model.layers.1.mlp.up_proj.weight", {640, 256}},
+        {"lm_head.weight", {300, 256}}};
+    unsigned seed = 7;
+    for (const auto& [name, shape] : t) {
+      m.push_back({name, DType::bfloat16, shape});
+      host.push_back(
+          make_input(DType::bfloat16, shape[0], shape.size() > 1 ? shape[1] : 1, seed++, false));
+      dev.emplace_back(host.back().size(), d);
+      detail::check(cudaMemcpy(dev.back().data(), host.back().data(), host.back().size(),
+                               cudaMemcpyHostToDevice),
+                    "cudaMemcpy");
+    }
+  }
+  std::vector<TensorMeta> metas() const { return m; }
+  std::vector<SourceTensorRef> iterate() {
+    std::vector<SourceTensorRef> v;
+    for (std::size_t i = 0; i < m.size(); ++i) v.push_back({&m[i], dev[i].data()});
+    return v;
+  }
+};
+}  // namespace
+
+TEST_CASE("fp8 source on the device: the checkpoint's bytes, from K + 1 arenas", "[gpu][fp8]") {
+  DeviceModel model;
+  Fp8SourceOptions o;
+  o.buffer_size_bytes = 64 * 1024;  // chunks of ~1-2 projections: every arena is reused
+  o.num_buffers = 2;
+  cudaStream_t stream = nullptr;
+  detail::check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  Fp8Source<DeviceModel, CudaFp8Quantizer> fp8(model, o, CudaFp8Quantizer{stream, -1});
+  const auto metas = fp8.metas();
+  auto range = fp8.iterate();
+  std::size_t i = 0, src = 0;
+  for (auto it = range.begin(); it != range.end(); ++it, ++i) {
+    const auto& t = *it;
+    REQUIRE(i < metas.size());
+    CAPTURE(metas[i].name);
+    CHECK(t.meta().name == metas[i].name);
+    std::vector<std::byte> got(t.meta().nbytes());
+    detail::check(cudaMemcpy(got.data(), t.data(), got.size(), cudaMemcpyDeviceToHost),
+                  "cudaMemcpy");
+    const TensorMeta& sm = model.m[src];
+    if (!fp8.quantized(sm)) {
+      CHECK(got == model.host[src]);
+      ++src;
+      continue;
+    }
+    const Result want = host_quantize(sm, model.host[src], o.scaling);
+    CHECK(std::memcmp(got.data(), want.w.data(), want.w.size()) == 0);
+    ++it, ++i;  // the scales follow
+    REQUIRE(i < metas.size());
+    CHECK((*it).meta().name == sm.name + "_scale_inv");
+    std::vector<float> s(want.s.size());
+    detail::check(cudaMemcpy(s.data(), (*it).data(), s.size() * 4, cudaMemcpyDeviceToHost),
+                  "cudaMemcpy");
+    CHECK(std::memcmp(s.data(), want.s.data(), s.size() * 4) == 0);
+    ++src;
+  }
+  CHECK(i == metas.size());
+  CHECK(src == model.m.size());
   cudaStreamDestroy(stream);
 }
