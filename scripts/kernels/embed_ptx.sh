@@ -2,20 +2,24 @@
 # SPDX-FileCopyrightText: 2026 weightsync contributors
 # SPDX-License-Identifier: Apache-2.0
 # Regenerates include/weightsync/cuda/detail/batched_copy_ptx.hpp from batched_copy.cu, or
-# another kernel's header: bash scripts/kernels/embed_ptx.sh [nvcc] [output] [source.cu] [symbol]
+# another kernel's header: bash scripts/kernels/embed_ptx.sh [nvcc] [output] [source.cu] [symbol] [arch]
 #   bash scripts/kernels/embed_ptx.sh nvcc include/weightsync/cuda/detail/gather_ptx.hpp \
 #        scripts/kernels/gather.cu kGatherPtx
+#   bash scripts/kernels/embed_ptx.sh nvcc include/weightsync/cuda/detail/fp8_quantize_ptx.hpp \
+#        scripts/kernels/fp8_quantize.cu kFp8QuantizePtx compute_89
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 nvcc=${1:-nvcc}
 out=${2:-$here/../../include/weightsync/cuda/detail/batched_copy_ptx.hpp}
 src=${3:-$here/batched_copy.cu}
 sym=${4:-kBatchedCopyPtx}
+arch=${5:-compute_75}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-# compute_75: the oldest architecture nvcc 13 emits (32 KiB kernel parameters need >= sm_70); the driver JIT-compiles it for
-# the GPU at hand (Hopper included) the first time it is loaded.
-"$nvcc" -ptx -arch=compute_75 -O3 -o "$tmp/k.ptx" "$src"
+# compute_75 by default: the oldest architecture nvcc 13 emits (32 KiB kernel parameters need >= sm_70); the driver
+# JIT-compiles it for the GPU at hand (Hopper included) the first time it is loaded. A kernel that needs newer
+# instructions names its architecture (the FP8 kernels: compute_89, for cvt.rn.satfinite.e4m3x2.f32).
+"$nvcc" -ptx -arch="$arch" -O3 -o "$tmp/k.ptx" "$src"
 {
   echo "// SPDX-FileCopyrightText: 2026 weightsync contributors"
   echo "// SPDX-License-Identifier: Apache-2.0"

@@ -1,0 +1,122 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+//! @file
+//! FP8 quantization on a CUDA stream: quantize_fp8(meta, src, scaling, dst, scales, stream)
+//! writes what quantize_fp8_host (<weightsync/fp8/quantize.hpp>) writes, bit for bit. The kernels
+//! ship as PTX text (detail/fp8_quantize_ptx.hpp, from scripts/kernels/fp8_quantize.cu, built
+//! for compute_89: they need an sm_89 or later GPU) and are loaded on first use with
+//! cudaLibraryLoadData, so including this header needs no nvcc.
+
+#include "weightsync/config.hpp"
+#if !WEIGHTSYNC_HAS_CUDA
+#error "<weightsync/cuda/fp8_quantize.hpp> needs the CUDA runtime (WEIGHTSYNC_HAS_CUDA=0)"
+#endif
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "weightsync/cuda/check.hpp"
+#include "weightsync/cuda/detail/fp8_quantize_ptx.hpp"
+#include "weightsync/detail/format.hpp"
+#include "weightsync/error.hpp"
+#include "weightsync/fp8/quantize.hpp"
+#include "weightsync/kernels/fp8_abi.hpp"
+
+namespace weightsync {
+namespace detail {
+
+//! The loaded FP8 kernels (a context-independent library, loaded on first use, for the life of
+//! the process).
+class Fp8Kernels {
+ public:
+  static const Fp8Kernels& instance() {
+    static Fp8Kernels k;
+    return k;
+  }
+  cudaKernel_t block_bf16 = nullptr, block_f32 = nullptr, rows = nullptr, tensor_amax = nullptr,
+               tensor_finalize = nullptr, tensor_convert = nullptr;
+
+ private:
+  Fp8Kernels() {
+    cudaLibrary_t lib = nullptr;
+    check(cudaLibraryLoadData(&lib, kFp8QuantizePtx, nullptr, nullptr, 0, nullptr, nullptr, 0),
+          "cudaLibraryLoadData(ws_fp8)");
+    const auto get = [&](cudaKernel_t& k, const char* name) {
+      check(cudaLibraryGetKernel(&k, lib, name), "cudaLibraryGetKernel(ws_fp8)");
+    };
+    get(block_bf16, "ws_fp8_block_bf16");
+    get(block_f32, "ws_fp8_block_f32");
+    get(rows, "ws_fp8_rows");
+    get(tensor_amax, "ws_fp8_tensor_amax");
+    get(tensor_finalize, "ws_fp8_tensor_finalize");
+    get(tensor_convert, "ws_fp8_tensor_convert");
+  }
+};
+
+inline void fp8_launch(cudaKernel_t k, dim3 grid, kernels::Fp8Params& p, cudaStream_t s,
+                       const char* what) {
+  void* args[] = {&p};
+  check(cudaLaunchKernel(reinterpret_cast<const void*>(k), grid, dim3(kernels::kFp8Threads), args,
+                         0, s),
+        what);
+}
+
+}  // namespace detail
+
+//! Quantizes `src` (meta `m`: bfloat16 or float32, device memory) into `dst` (m.numel() bytes of
+//! float8_e4m3fn, device memory) and `scales` (fp32, device memory, the element count of
+//! fp8_scale_shape(m, s)), in `stream` order. Nothing is synchronized.
+//! @throws config_error naming the tensor (dtype, rank, a block grid over CUDA's limits);
+//! cuda_error from the launches.
+inline void quantize_fp8(const TensorMeta& m, const void* src, Fp8Scaling s, void* dst,
+                         float* scales, cudaStream_t stream) {
+  using namespace kernels;
+  const Fp8Matrix x = fp8_matrix(m, s);
+  const auto& k = detail::Fp8Kernels::instance();
+  Fp8Params p{src,
+              dst,
+              scales,
+              x.rows,
+              x.cols,
+              m.dtype == DType::bfloat16 ? kFp8SrcBfloat16 : kFp8SrcFloat32,
+              static_cast<std::uint32_t>(s)};
+  const long long n = x.rows * x.cols;
+  if (s == Fp8Scaling::per_tensor) {
+    // scales[0] holds the amax bits between the passes; an empty tensor's amax is 0: scale 1
+    detail::check(cudaMemsetAsync(scales, 0, sizeof(float), stream), "cudaMemsetAsync(fp8 amax)");
+    const auto grid = static_cast<unsigned>(
+        std::clamp<long long>((n + 8LL * kFp8Threads - 1) / (8LL * kFp8Threads), 1, 4096));
+    if (n > 0)
+      detail::fp8_launch(k.tensor_amax, dim3(grid), p, stream,
+                         "cudaLaunchKernel(ws_fp8_tensor_amax)");
+    detail::fp8_launch(k.tensor_finalize, dim3(1), p, stream,
+                       "cudaLaunchKernel(ws_fp8_tensor_finalize)");
+    if (n > 0)
+      detail::fp8_launch(k.tensor_convert, dim3(grid), p, stream,
+                         "cudaLaunchKernel(ws_fp8_tensor_convert)");
+    return;
+  }
+  if (s == Fp8Scaling::per_channel) {
+    if (x.rows == 0) return;  // no rows, no scales ([rows, 0]: the kernel writes scales of 1)
+    const auto grid = static_cast<unsigned>(std::min<long long>(x.rows, 1LL << 20));
+    detail::fp8_launch(k.rows, dim3(grid), p, stream, "cudaLaunchKernel(ws_fp8_rows)");
+    return;
+  }
+  if (n == 0) return;  // an empty block grid: no scale either
+  const long long gx = (x.cols + kFp8Block - 1) / kFp8Block;
+  const long long gy = (x.rows + kFp8Block - 1) / kFp8Block;
+  if (gy > 65535 || gx > 0x7fffffffLL)
+    throw config_error(m.name + ".shape",
+                       detail::cat("a grid of ", gy, " x ", gx,
+                                   " 128x128 blocks is over CUDA's limits (65535 block rows)"));
+  detail::fp8_launch(m.dtype == DType::bfloat16 ? k.block_bf16 : k.block_f32,
+                     dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), p, stream,
+                     "cudaLaunchKernel(ws_fp8_block)");
+}
+
+}  // namespace weightsync
