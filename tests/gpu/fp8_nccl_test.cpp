@@ -5,7 +5,7 @@
 // arenas), the consumer checks every received byte against quantize_fp8_host of the same bf16
 // tensors. Packed with K = 1, 2, 3 and small chunks (every arena reused many times while
 // broadcasts are in flight), and unpacked. On a machine with one GPU both ranks share it through
-// NCCL's socket transport (a distinct NCCL_HOSTID per rank, as docs/DESIGN describes).
+// NCCL's socket transport (support/gpu_peers.hpp: a distinct NCCL_HOSTID per rank process).
 #include <weightsync/cuda/check.hpp>
 #include <weightsync/cuda/device_buffer.hpp>
 #include <weightsync/cuda/fp8_source.hpp>
@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "support/catch.hpp"
+#include "support/gpu_peers.hpp"
 #include "support/process.hpp"
 #include "support/role.hpp"
 #include "support/spawn.hpp"
@@ -127,22 +128,10 @@ TEST_CASE("nccl fp8 source: a bf16 device model arrives as its FP8 checkpoint, b
           "[gpu][nccl][fp8]") {
   const auto& role = ws_test::role();
   if (!role.is_peer()) {
-    const auto results = ws_test::run_peers(
-        "nccl fp8 source: a bf16 device model arrives as its FP8 checkpoint, bit-exact", 2,
-        ws_test::free_port(), "", 300s);
-    for (std::size_t i = 0; i < results.size(); ++i) {
-      INFO("rank " << i << " exit " << results[i].exit_code << "\n" << results[i].output);
-      CHECK(results[i].exit_code == 0);
-    }
+    ws_test::run_peers_expect_ok(ws_test::current_test_name(), 2, 300s);
     return;
   }
-  const int gpus = gpu_count();
-  const int device = role.rank % gpus;
-  if (gpus == 1) {  // two ranks on one GPU: NCCL's socket transport, one "host" per rank
-    ::setenv("NCCL_HOSTID", ("ws-fp8-rank-" + std::to_string(role.rank)).c_str(), 1);
-    ::setenv("NCCL_SOCKET_IFNAME", "lo", 1);
-    ::setenv("NCCL_IB_DISABLE", "1", 1);
-  }
+  const int device = role.rank % gpu_count();
   detail::check(cudaSetDevice(device), "cudaSetDevice");
   RendezvousOptions o;
   o.address = "127.0.0.1";
