@@ -37,6 +37,7 @@
 #if WEIGHTSYNC_BENCH_GPU
 #include <weightsync/cuda/event.hpp>
 #include <weightsync/cuda/ipc.hpp>
+#include <weightsync/cuda/mps.hpp>
 #include <weightsync/cuda/stream.hpp>
 #include <weightsync/loading.hpp>
 #include <weightsync/nccl/communicator.hpp>
@@ -80,15 +81,6 @@ bool shared_gpu() {
   return v && std::string(v) == "1";
 }
 
-// Whether an MPS control daemon is running for this process's pipe directory
-// (CUDA_MPS_PIPE_DIRECTORY, default /tmp/nvidia-mps): processes that share a GPU then run their
-// kernels side by side instead of in time slices. "" when not.
-std::string mps_pipe() {
-  const char* d = std::getenv("CUDA_MPS_PIPE_DIRECTORY");
-  const std::string dir = d && *d ? d : "/tmp/nvidia-mps";
-  return ::access((dir + "/control").c_str(), F_OK) == 0 ? dir : "";
-}
-
 struct Args {
   int np = 2;
   std::vector<std::string> layouts{"dense8b"};
@@ -98,14 +90,14 @@ struct Args {
   std::vector<std::size_t> direct{0};
   std::string protocol = "weightsync";
   std::string backend = "nccl";
-  int copy_streams = 2;                   // IpcOptions::copy_streams
-  bool ipc_block = false;                 // IpcOptions::blocking_waits (--ipc-wait block)
+  int copy_streams = 2;                      // IpcOptions::copy_streams
+  bool ipc_block = false;                    // IpcOptions::blocking_waits (--ipc-wait block)
   std::size_t piece = std::size_t{1} << 30;  // IpcOptions::piece_bytes
   int warmup = 3;
   int iters = 10;
   std::string json_path;
   int timeout_s = 120;
-  std::size_t gap = 0;    // bytes between tensors: 0 = one flat buffer, > 0 = scattered parameters
+  std::size_t gap = 0;   // bytes between tensors: 0 = one flat buffer, > 0 = scattered parameters
   bool blocking = true;  // blocking NCCL launches (NcclOptions::blocking; --non-blocking: off)
   int tp = 2;            // --mode mapped: the consumer is TP rank tp_rank of tp
   int tp_rank = 0;
@@ -141,10 +133,20 @@ std::size_t parse_size(const std::string& s, const std::string& what) {
   std::size_t mult = 1;
   if (idx < s.size()) {
     switch (s[idx]) {
-      case 'K': case 'k': mult = std::size_t{1} << 10; break;
-      case 'M': case 'm': mult = std::size_t{1} << 20; break;
-      case 'G': case 'g': mult = std::size_t{1} << 30; break;
-      default: throw std::invalid_argument(what + ": '" + s + "' is not a size (e.g. 4096, 64M, 1G)");
+      case 'K':
+      case 'k':
+        mult = std::size_t{1} << 10;
+        break;
+      case 'M':
+      case 'm':
+        mult = std::size_t{1} << 20;
+        break;
+      case 'G':
+      case 'g':
+        mult = std::size_t{1} << 30;
+        break;
+      default:
+        throw std::invalid_argument(what + ": '" + s + "' is not a size (e.g. 4096, 64M, 1G)");
     }
     ++idx;
     if (idx < s.size() && (s[idx] == 'i' || s[idx] == 'I')) ++idx;  // "MiB"-style
@@ -173,7 +175,8 @@ int parse_int(const std::string& s, const std::string& what, int lo, int hi) {
   return static_cast<int>(v);
 }
 
-constexpr const char* kUsage = R"(weightsync_bench: time full weight syncs (rank 0 -> every other rank) for
+constexpr const char* kUsage =
+    R"(weightsync_bench: time full weight syncs (rank 0 -> every other rank) for
 benchmark layouts, beside a raw broadcast (or copy) of the same bytes in the same processes.
 Every received byte is checked (#wrong); destinations are poisoned before each iteration.
 
@@ -218,47 +221,69 @@ Args parse(int argc, char** argv) {
       if (i + 1 >= argc) throw std::invalid_argument(k + " needs a value");
       return argv[++i];
     };
-    if (k == "--np") a.np = parse_int(val(), k, 1, 1024);
-    else if (k == "--layout") a.layouts = split(val());
+    if (k == "--np")
+      a.np = parse_int(val(), k, 1, 1024);
+    else if (k == "--layout")
+      a.layouts = split(val());
     else if (k == "--buffer-size") {
       a.buffer_sizes.clear();
       for (auto& s : split(val())) a.buffer_sizes.push_back(parse_size(s, k));
     } else if (k == "--num-buffers") {
       a.num_buffers.clear();
       for (auto& s : split(val())) a.num_buffers.push_back(parse_int(s, k, 1, 8));
-    } else if (k == "--mode") a.modes = split(val());
+    } else if (k == "--mode")
+      a.modes = split(val());
     else if (k == "--direct") {
       a.direct.clear();
       for (auto& s : split(val())) a.direct.push_back(parse_size(s, k));
-    } else if (k == "--protocol") a.protocol = val();
-    else if (k == "--backend") a.backend = val();
-    else if (k == "--copy-streams") a.copy_streams = parse_int(val(), k, 1, 64);
-    else if (k == "--piece") a.piece = parse_size(val(), k);
+    } else if (k == "--protocol")
+      a.protocol = val();
+    else if (k == "--backend")
+      a.backend = val();
+    else if (k == "--copy-streams")
+      a.copy_streams = parse_int(val(), k, 1, 64);
+    else if (k == "--piece")
+      a.piece = parse_size(val(), k);
     else if (k == "--ipc-wait") {
       const std::string w = val();
-      if (w != "poll" && w != "block") throw std::invalid_argument("--ipc-wait must be poll or block, got " + w);
+      if (w != "poll" && w != "block")
+        throw std::invalid_argument("--ipc-wait must be poll or block, got " + w);
       a.ipc_block = w == "block";
-    }
-    else if (k == "--warmup") a.warmup = parse_int(val(), k, 0, 1000000);
-    else if (k == "--iters") a.iters = parse_int(val(), k, 1, 1000000);
-    else if (k == "--json") a.json_path = val();
-    else if (k == "--timeout") a.timeout_s = parse_int(val(), k, 1, 86400);
-    else if (k == "--gap") a.gap = parse_size(val(), k);
-    else if (k == "--tp") a.tp = parse_int(val(), k, 1, 1024);
-    else if (k == "--tp-rank") a.tp_rank = parse_int(val(), k, 0, 1023);
+    } else if (k == "--warmup")
+      a.warmup = parse_int(val(), k, 0, 1000000);
+    else if (k == "--iters")
+      a.iters = parse_int(val(), k, 1, 1000000);
+    else if (k == "--json")
+      a.json_path = val();
+    else if (k == "--timeout")
+      a.timeout_s = parse_int(val(), k, 1, 86400);
+    else if (k == "--gap")
+      a.gap = parse_size(val(), k);
+    else if (k == "--tp")
+      a.tp = parse_int(val(), k, 1, 1024);
+    else if (k == "--tp-rank")
+      a.tp_rank = parse_int(val(), k, 0, 1023);
     else if (k == "--blocking" || k == "--non-blocking") {
       a.blocking = k == "--blocking";
       a.argv.push_back(k);
       continue;
-    }
-    else if (k == "--rank") { a.rank = parse_int(val(), k, 0, 1023); continue; }
-    else if (k == "--port") { a.port = parse_int(val(), k, 1, 65535); continue; }
-    else if (k == "--raw-port") { a.raw_port = parse_int(val(), k, 1, 65535); continue; }
-    else if (k == "--ipc-port") { a.ipc_port = parse_int(val(), k, 1, 65535); continue; }
-    else if (k == "-h" || k == "--help") {
+    } else if (k == "--rank") {
+      a.rank = parse_int(val(), k, 0, 1023);
+      continue;
+    } else if (k == "--port") {
+      a.port = parse_int(val(), k, 1, 65535);
+      continue;
+    } else if (k == "--raw-port") {
+      a.raw_port = parse_int(val(), k, 1, 65535);
+      continue;
+    } else if (k == "--ipc-port") {
+      a.ipc_port = parse_int(val(), k, 1, 65535);
+      continue;
+    } else if (k == "-h" || k == "--help") {
       std::fputs(kUsage, stdout);
       std::exit(0);
-    } else throw std::invalid_argument("unknown option " + k + " (weightsync_bench --help lists them)");
+    } else
+      throw std::invalid_argument("unknown option " + k + " (weightsync_bench --help lists them)");
     if (k != "--rank" && k != "--port") {
       a.argv.push_back(k);
       a.argv.push_back(argv[i]);
@@ -271,11 +296,13 @@ Args parse(int argc, char** argv) {
   if (a.backend == "host")
     for (const auto& m : a.modes)
       if (m != "packed" && m != "zerocopy" && m != "unpacked" && m != "unpacked-zc")
-        throw std::invalid_argument("--mode " + m + " is not a host mode (packed, zerocopy, unpacked, unpacked-zc)");
+        throw std::invalid_argument(
+            "--mode " + m + " is not a host mode (packed, zerocopy, unpacked, unpacked-zc)");
   for (const auto& m : a.modes)
-    if (m != "packed" && m != "zerocopy" && m != "unpacked" && m != "unpacked-zc" && m != "staged" &&
-        m != "mapped")
-      throw std::invalid_argument("--mode: unknown mode " + m + " (weightsync_bench --help lists them)");
+    if (m != "packed" && m != "zerocopy" && m != "unpacked" && m != "unpacked-zc" &&
+        m != "staged" && m != "mapped")
+      throw std::invalid_argument("--mode: unknown mode " + m +
+                                  " (weightsync_bench --help lists them)");
   if (a.tp < 1 || a.tp_rank < 0 || a.tp_rank >= a.tp)
     throw std::invalid_argument("--tp-rank must be in [0, --tp), got " + std::to_string(a.tp_rank) +
                                 " of " + std::to_string(a.tp));
@@ -343,7 +370,8 @@ class Mapped {
   Mapped(const std::vector<ws::TensorMeta>& metas, const ws::ModelConfig& c, ws::TpConfig tp,
          int device, std::size_t gap, cudaStream_t s) {
     int layers = 0;
-    while (has(metas, ws::detail::cat("model.layers.", layers, ".input_layernorm.weight"))) ++layers;
+    while (has(metas, ws::detail::cat("model.layers.", layers, ".input_layernorm.weight")))
+      ++layers;
     const std::int64_t vocab = metas.front().shape[0];  // model.embed_tokens.weight
     params_ = make_params(c, layers, vocab, tp, device, bufs_);
     ref_params_ = make_params(c, layers, vocab, tp, device, ref_bufs_);
@@ -355,14 +383,15 @@ class Mapped {
     std::vector<ws::TensorView> views;
     for (std::size_t i = 0; i < metas.size(); ++i) {
       if (void* d = ref.destination(metas[i]))
-        ws::detail::check(cudaMemcpyAsync(d, local.data(i), metas[i].nbytes(),
-                                          cudaMemcpyDeviceToDevice, s),
-                          "cudaMemcpyAsync");
+        ws::detail::check(
+            cudaMemcpyAsync(d, local.data(i), metas[i].nbytes(), cudaMemcpyDeviceToDevice, s),
+            "cudaMemcpyAsync");
       else
         views.push_back({&metas[i], local.data(i), metas[i].nbytes()});
     }
     ref.load(std::span<const ws::TensorView>(views), s);
-    ws::detail::check(cudaMalloc(reinterpret_cast<void**>(&counter_), sizeof *counter_), "cudaMalloc");
+    ws::detail::check(cudaMalloc(reinterpret_cast<void**>(&counter_), sizeof *counter_),
+                      "cudaMalloc");
     ws::detail::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
   }
   ~Mapped() { cudaFree(counter_); }
@@ -531,9 +560,11 @@ class Bench {
       }
       return {h[0], h[1]};
     }
-    ws::detail::check(cudaMemcpyAsync(scratch_, h, sizeof h, cudaMemcpyHostToDevice, s()), "cudaMemcpyAsync");
+    ws::detail::check(cudaMemcpyAsync(scratch_, h, sizeof h, cudaMemcpyHostToDevice, s()),
+                      "cudaMemcpyAsync");
     comm_->all_reduce(scratch_, scratch_, 2, ncclFloat64, ncclMax, s());
-    ws::detail::check(cudaMemcpyAsync(h, scratch_, sizeof h, cudaMemcpyDeviceToHost, s()), "cudaMemcpyAsync");
+    ws::detail::check(cudaMemcpyAsync(h, scratch_, sizeof h, cudaMemcpyDeviceToHost, s()),
+                      "cudaMemcpyAsync");
     comm_->synchronize(s());
     return {h[0], h[1]};
   }
@@ -542,9 +573,11 @@ class Bench {
       const auto all = host_gather(&x, 1);
       return std::accumulate(all.begin(), all.end(), 0.0);
     }
-    ws::detail::check(cudaMemcpyAsync(scratch_, &x, sizeof x, cudaMemcpyHostToDevice, s()), "cudaMemcpyAsync");
+    ws::detail::check(cudaMemcpyAsync(scratch_, &x, sizeof x, cudaMemcpyHostToDevice, s()),
+                      "cudaMemcpyAsync");
     comm_->all_reduce(scratch_, scratch_, 1, ncclFloat64, ncclSum, s());
-    ws::detail::check(cudaMemcpyAsync(&x, scratch_, sizeof x, cudaMemcpyDeviceToHost, s()), "cudaMemcpyAsync");
+    ws::detail::check(cudaMemcpyAsync(&x, scratch_, sizeof x, cudaMemcpyDeviceToHost, s()),
+                      "cudaMemcpyAsync");
     comm_->synchronize(s());
     return x;
   }
@@ -563,8 +596,8 @@ class Bench {
     ::gethostname(host, sizeof host - 1);
     // Gather every rank's line through rank 0 (a 256-byte broadcast from each rank).
     char line[256] = {};
-    std::snprintf(line, sizeof line, "#  Rank %2d Pid %6d on %.40s device %2d [%.20s] %.80s", rank(),
-                  static_cast<int>(::getpid()), host, device_, bus, prop.name);
+    std::snprintf(line, sizeof line, "#  Rank %2d Pid %6d on %.40s device %2d [%.20s] %.80s",
+                  rank(), static_cast<int>(::getpid()), host, device_, bus, prop.name);
     devices_ = json::array();
     for (int r = 0; r < a_.np; ++r) {
       char buf[256];
@@ -573,9 +606,11 @@ class Bench {
         ipc_->control().broadcast(buf, sizeof buf, r);
       } else {
         ws::DeviceBuffer d(sizeof buf, device_);
-        ws::detail::check(cudaMemcpyAsync(d.data(), buf, sizeof buf, cudaMemcpyHostToDevice, s()), "memcpy");
+        ws::detail::check(cudaMemcpyAsync(d.data(), buf, sizeof buf, cudaMemcpyHostToDevice, s()),
+                          "memcpy");
         comm_->broadcast(d.data(), sizeof buf, r, s());
-        ws::detail::check(cudaMemcpyAsync(buf, d.data(), sizeof buf, cudaMemcpyDeviceToHost, s()), "memcpy");
+        ws::detail::check(cudaMemcpyAsync(buf, d.data(), sizeof buf, cudaMemcpyDeviceToHost, s()),
+                          "memcpy");
         comm_->synchronize(s());
       }
       lines_.push_back(buf);
@@ -585,22 +620,20 @@ class Bench {
     if (rank() != 0) return;
     std::printf("# weightsync-bench %s nccl-headers=%d nccl-library=%d cudart=%d\n",
                 WEIGHTSYNC_VERSION_STRING, NCCL_VERSION_CODE, v, rt);
-    std::printf("# ranks: %d root: 0 warmup: %d iters: %d timing: cuda-events, max over ranks, median; backend: %s; protocol: %s; nccl launches: %s\n",
-                a_.np, a_.warmup, a_.iters, a_.backend.c_str(), a_.protocol.c_str(), a_.blocking ? "blocking" : "non-blocking");
+    std::printf(
+        "# ranks: %d root: 0 warmup: %d iters: %d timing: cuda-events, max over ranks, median; "
+        "backend: %s; protocol: %s; nccl launches: %s\n",
+        a_.np, a_.warmup, a_.iters, a_.backend.c_str(), a_.protocol.c_str(),
+        a_.blocking ? "blocking" : "non-blocking");
     if (shared_gpu())
-      std::printf("# transport: %s (%d ranks share %s)\n", kSharedNote, a_.np, device_name_.c_str());
+      std::printf("# transport: %s (%d ranks share %s)\n", kSharedNote, a_.np,
+                  device_name_.c_str());
     if (shared_gpu() || a_.backend == "ipc") {
-      const std::string mps = mps_pipe();
-      if (!mps.empty())
-        std::printf("# mps: active (control pipe in %s): the processes on the GPU run side by side\n",
-                    mps.c_str());
-      else
-        std::printf("# mps: not running: processes sharing the GPU run in time slices, and a wait "
-                    "on the other process can cost a slice (ms); nvidia-cuda-mps-control -d (README)\n");
+      std::printf("# mps: %s\n", ws::mps_note().c_str());
     }
     if (ipc_)
-      std::printf("# ipc: copy streams %d, piece %s, waits %s\n", a_.copy_streams, size_label(a_.piece).c_str(),
-                  a_.ipc_block ? "block" : "poll");
+      std::printf("# ipc: copy streams %d, piece %s, waits %s\n", a_.copy_streams,
+                  size_label(a_.piece).c_str(), a_.ipc_block ? "block" : "poll");
     for (const auto& l : lines_) std::printf("%s\n", l.c_str());
     std::fflush(stdout);
   }
@@ -619,9 +652,11 @@ class Bench {
                           std::size_t bytes) {
     if (rank() != 0) return;
     std::printf("#\n# layout: %s tensors: %zu bytes: %zu dtype: bf16 memory: %s\n", layout.c_str(),
-                metas.size(), bytes, a_.gap ? ("scattered (gap " + size_label(a_.gap) + ")").c_str() : "contiguous");
-    std::printf("#%13s %9s %7s %11s %5s %14s %10s %8s %8s %7s %7s %9s\n", "size", "tensors", "chunks",
-                "buffer", "nbuf", "impl", "time", "algbw", "busbw", "#wrong", "vs_raw", "ring");
+                metas.size(), bytes,
+                a_.gap ? ("scattered (gap " + size_label(a_.gap) + ")").c_str() : "contiguous");
+    std::printf("#%13s %9s %7s %11s %5s %14s %10s %8s %8s %7s %7s %9s\n", "size", "tensors",
+                "chunks", "buffer", "nbuf", "impl", "time", "algbw", "busbw", "#wrong", "vs_raw",
+                "ring");
     std::printf("#%13s %9s %7s %11s %5s %14s %10s %8s %8s %7s %7s %9s\n", "(B)", "", "", "(B)", "",
                 "", "(us)", "(GB/s)", "(GB/s)", "", "(%)", "(MB)");
     std::fflush(stdout);
@@ -634,7 +669,8 @@ class Bench {
     std::printf(" %13zu %9zu %7zu %11s %5s %14s %10.1f %8.2f %8.2f %7llu %7.1f %9.1f%s\n", r.size,
                 r.count, r.chunks, r.buffer ? std::to_string(r.buffer).c_str() : "-",
                 r.nbuf ? std::to_string(r.nbuf).c_str() : "-", r.impl.c_str(), r.ev.median, algbw,
-                algbw, r.wrong, 100.0 * r.ratio, double(std::max(r.ring_producer, r.ring_consumer)) / 1e6,
+                algbw, r.wrong, 100.0 * r.ratio,
+                double(std::max(r.ring_producer, r.ring_consumer)) / 1e6,
                 shared_gpu() ? (std::string("  # ") + kSharedNote).c_str() : "");
     std::fflush(stdout);
     if (a_.json_path.empty()) return;
@@ -668,7 +704,7 @@ class Bench {
     }
     j["nccl_blocking"] = a_.blocking;
     j["shared_gpu"] = shared_gpu();
-    j["mps"] = !mps_pipe().empty();
+    j["mps"] = ws::mps_active();
     if (shared_gpu()) j["note"] = kSharedNote;
     j["impl"] = r.impl;
     j["time"] = r.ev.median;
@@ -680,8 +716,8 @@ class Bench {
     j["extra_device_bytes"] = {{"producer", r.ring_producer}, {"consumer", r.ring_consumer}};
     j["warmup_iters"] = a_.warmup;
     j["iters"] = a_.iters;
-    j["stats"] = {{"min_us", r.ev.min}, {"p50_us", r.ev.median}, {"p99_us", r.ev.p99},
-                  {"stdev_us", r.ev.stdev}, {"cv_pct", r.ev.cv_pct}, {"times_us", r.ev.times},
+    j["stats"] = {{"min_us", r.ev.min},          {"p50_us", r.ev.median}, {"p99_us", r.ev.p99},
+                  {"stdev_us", r.ev.stdev},      {"cv_pct", r.ev.cv_pct}, {"times_us", r.ev.times},
                   {"wall_p50_us", r.wall.median}};
     std::ofstream(a_.json_path, std::ios::app) << j.dump() << "\n";
   }
@@ -698,7 +734,8 @@ class Bench {
       body(i);
       end_.record(s());
       end_.synchronize();
-      const double w = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+      const double w =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
       const double e = ws::TimedEvent::elapsed(start_, end_).count();
       const auto [me, mw] = max_over_ranks(e, w);
       if (i >= a_.warmup) {
@@ -717,9 +754,7 @@ class Bench {
     const bool producer = rank() == 0;
     if (producer) model.fill(1, s());
     ws::detail::check(cudaStreamSynchronize(s()), "cudaStreamSynchronize");
-    auto verify = [&]() -> unsigned long long {
-      return producer ? 0 : model.count_wrong(1, s());
-    };
+    auto verify = [&]() -> unsigned long long { return producer ? 0 : model.count_wrong(1, s()); };
     auto poison = [&](int) {
       if (!producer) model.poison(s());
     };
@@ -759,7 +794,8 @@ class Bench {
     }
 
     int config = 0;
-    const int configs = static_cast<int>(a_.modes.size() * a_.buffer_sizes.size() * a_.num_buffers.size() * a_.direct.size());
+    const int configs = static_cast<int>(a_.modes.size() * a_.buffer_sizes.size() *
+                                         a_.num_buffers.size() * a_.direct.size());
     for (const auto& mode : a_.modes)
       for (const std::size_t b : a_.buffer_sizes)
         for (const int k : a_.num_buffers)
@@ -769,7 +805,8 @@ class Bench {
             if (unpacked && (b != a_.buffer_sizes.front() || direct != a_.direct.front())) continue;
             if (ipc_ && (unpacked || direct)) continue;  // not IPC modes
             if (!ipc_ && mode == "staged") continue;
-            if (ipc_ && mode != "staged" && (b != a_.buffer_sizes.front() || k != a_.num_buffers.front()))
+            if (ipc_ && mode != "staged" &&
+                (b != a_.buffer_sizes.front() || k != a_.num_buffers.front()))
               continue;  // B and K only shape the staged path
             if (direct && (unpacked || a_.protocol == "vllm")) continue;
             const bool mapped = mode == "mapped";
@@ -781,8 +818,9 @@ class Bench {
               continue;
             }
             if (rank() == 0)
-              std::fprintf(stderr, "[%d/%d] %s %s B=%s K=%d direct=%s\n", config, configs, layout.c_str(),
-                           mode.c_str(), size_label(b).c_str(), k, size_label(direct).c_str());
+              std::fprintf(stderr, "[%d/%d] %s %s B=%s K=%d direct=%s\n", config, configs,
+                           layout.c_str(), mode.c_str(), size_label(b).c_str(), k,
+                           size_label(direct).c_str());
             ws::TransferOptions opt;
             opt.packed = !unpacked;
             opt.buffer_size_bytes = b;
@@ -792,9 +830,13 @@ class Bench {
             opt.timeout = std::chrono::seconds(a_.timeout_s);
             const bool zc = mode == "zerocopy" || mode == "unpacked-zc" || mode == "staged";
             if (ipc_) ipc_->options().export_sources = mode != "staged";
-            auto index = [&](const ws::TensorMeta* m) { return static_cast<std::size_t>(m - metas.data()); };
+            auto index = [&](const ws::TensorMeta* m) {
+              return static_cast<std::size_t>(m - metas.data());
+            };
             if (zc && !producer)
-              opt.destination = [&](const ws::TensorMeta& m) -> void* { return model.data(index(&m)); };
+              opt.destination = [&](const ws::TensorMeta& m) -> void* {
+                return model.data(index(&m));
+              };
             std::optional<Mapped> mp;
             if (mapped && !producer) {
               mp.emplace(metas, *mcfg, ws::TpConfig{a_.tp_rank, a_.tp}, device_, a_.gap, s());
@@ -803,21 +845,25 @@ class Bench {
             if (mapped) {  // what the plan does, from the consumer (rank 1)
               double c[3] = {0, 0, 0};
               if (mp)
-                c[0] = double(mp->plan().in_place_count()), c[1] = double(mp->plan().gather_count()),
-                c[2] = double(mp->param_bytes());
+                c[0] = double(mp->plan().in_place_count()),
+                c[1] = double(mp->plan().gather_count()), c[2] = double(mp->param_bytes());
               for (double& d : c) d = sum_over_ranks(rank() == 1 ? d : 0.0);
               if (rank() == 0)
-                std::printf("#   mapped to TP rank %d of %d: %.0f tensors in place, %.0f gathered, "
-                            "%.0f parameter bytes\n", a_.tp_rank, a_.tp, c[0], c[1], c[2]);
+                std::printf(
+                    "#   mapped to TP rank %d of %d: %.0f tensors in place, %.0f gathered, "
+                    "%.0f parameter bytes\n",
+                    a_.tp_rank, a_.tp, c[0], c[1], c[2]);
             }
             std::vector<ws::SourceTensorRef> items;
-            for (std::size_t i = 0; i < metas.size(); ++i) items.push_back({&metas[i], model.data(i)});
+            for (std::size_t i = 0; i < metas.size(); ++i)
+              items.push_back({&metas[i], model.data(i)});
             ws::workspace_for<ws::NcclCommunicator> wsp{ws::CudaPolicy(device_)};
             unsigned long long wrong = 0;
             ws::TransferStats st;
             auto [ev, wall] = time_it(
                 [&](int i) {
-                  if (i > 0 && !producer) wrong += mp ? mp->count_wrong(s()) : model.count_wrong(1, s());
+                  if (i > 0 && !producer)
+                    wrong += mp ? mp->count_wrong(s()) : model.count_wrong(1, s());
                   if (mp)
                     mp->poison(s());
                   else
@@ -827,9 +873,10 @@ class Bench {
                   auto load = [&](std::span<const ws::TensorView> batch, cudaStream_t stream) {
                     for (const auto& v : batch)
                       if (v.nbytes)
-                        ws::detail::check(cudaMemcpyAsync(model.data(index(v.meta)), v.data, v.nbytes,
-                                                          cudaMemcpyDeviceToDevice, stream),
-                                          "cudaMemcpyAsync");
+                        ws::detail::check(
+                            cudaMemcpyAsync(model.data(index(v.meta)), v.data, v.nbytes,
+                                            cudaMemcpyDeviceToDevice, stream),
+                            "cudaMemcpyAsync");
                   };
                   if (ipc_ && producer) {
                     opt.source_stream = s();
@@ -850,7 +897,8 @@ class Bench {
                 });
             wrong += mp ? mp->count_wrong(s()) : verify();
             wrong = static_cast<unsigned long long>(sum_over_ranks(double(wrong)));
-            const std::size_t ring_mine = ipc_ ? (producer ? st.ring_bytes : 0) : wsp.device_bytes();
+            const std::size_t ring_mine =
+                ipc_ ? (producer ? st.ring_bytes : 0) : wsp.device_bytes();
             const double ring_c = sum_over_ranks(producer ? 0.0 : double(ring_mine));
             std::string impl = mode;
             if (mapped) impl = ws::detail::cat("mapped-tp", a_.tp, "r", a_.tp_rank);
@@ -874,15 +922,23 @@ class Bench {
             failures += wrong != 0;
             if (ipc_) {  // where each side's time went (ranks 0 and 1, last iteration)
               const auto& x = ipc_->stats();
-              double v[6] = {x.plan_us, x.prepare_us, x.enqueue_us, x.wait_us, x.status_us, x.pull_device_us};
+              double v[6] = {x.plan_us, x.prepare_us, x.enqueue_us,
+                             x.wait_us, x.status_us,  x.pull_device_us};
               for (double& d : v) d = sum_over_ranks(rank() == 1 ? d : 0.0);
-              double p[6] = {x.check_us, x.source_us, x.place_us, x.send_plan_us, x.staging_us, x.outcomes_us};
+              double p[6] = {x.check_us,     x.source_us,  x.place_us,
+                             x.send_plan_us, x.staging_us, x.outcomes_us};
               for (double& d : p) d = sum_over_ranks(rank() == 0 ? d : 0.0);
               if (rank() == 0) {
-                std::printf("#   producer us: check %.1f, source %.1f, place %.1f, send plan %.1f, staging %.1f, "
-                            "outcomes %.1f\n", p[0], p[1], p[2], p[3], p[4], p[5]);
-                std::printf("#   consumer us: plan %.1f, prepare %.1f, enqueue %.1f, wait %.1f, status %.1f; "
-                            "pull on device %.1f\n", v[0], v[1], v[2], v[3], v[4], v[5]);
+                std::printf(
+                    "#   producer us: check %.1f, source %.1f, place %.1f, send plan %.1f, staging "
+                    "%.1f, "
+                    "outcomes %.1f\n",
+                    p[0], p[1], p[2], p[3], p[4], p[5]);
+                std::printf(
+                    "#   consumer us: plan %.1f, prepare %.1f, enqueue %.1f, wait %.1f, status "
+                    "%.1f; "
+                    "pull on device %.1f\n",
+                    v[0], v[1], v[2], v[3], v[4], v[5]);
               }
             }
           }
@@ -927,14 +983,15 @@ int run_host(const Args& a) {
   if (a.rank == 0) {
     std::printf("# weightsync-bench %s backend: host (host memory, TCP on 127.0.0.1)\n",
                 WEIGHTSYNC_VERSION_STRING);
-    std::printf("# ranks: %d root: 0 warmup: %d iters: %d timing: host clock, max over ranks, median\n",
-                a.np, a.warmup, a.iters);
+    std::printf(
+        "# ranks: %d root: 0 warmup: %d iters: %d timing: host clock, max over ranks, median\n",
+        a.np, a.warmup, a.iters);
     std::printf("#  Host %s, %u hardware threads\n", host, std::thread::hardware_concurrency());
   }
   o.table = [&](const std::string& layout, std::size_t tensors, std::size_t bytes) {
     if (a.rank != 0) return;
-    std::printf("#\n# layout: %s tensors: %zu bytes: %zu dtype: bf16 memory: host\n", layout.c_str(),
-                tensors, bytes);
+    std::printf("#\n# layout: %s tensors: %zu bytes: %zu dtype: bf16 memory: host\n",
+                layout.c_str(), tensors, bytes);
     std::printf("#%13s %9s %7s %11s %5s %14s %10s %8s %8s %7s %7s\n", "size", "tensors", "chunks",
                 "buffer", "nbuf", "impl", "time", "algbw", "busbw", "#wrong", "vs_raw");
     std::printf("#%13s %9s %7s %11s %5s %14s %10s %8s %8s %7s %7s\n", "(B)", "", "", "(B)", "", "",
@@ -977,12 +1034,17 @@ int run_host(const Args& a) {
               {"warmup_iters", a.warmup},
               {"iters", a.iters},
               {"stats",
-               {{"min_us", st.min}, {"p50_us", st.median}, {"p99_us", st.p99},
-                {"stdev_us", st.stdev}, {"cv_pct", st.cv_pct}, {"times_us", st.times}}}};
+               {{"min_us", st.min},
+                {"p50_us", st.median},
+                {"p99_us", st.p99},
+                {"stdev_us", st.stdev},
+                {"cv_pct", st.cv_pct},
+                {"times_us", st.times}}}};
     std::ofstream(a.json_path, std::ios::app) << j.dump() << "\n";
   };
   const int failures = host_bench::run_rank(o);
-  if (a.rank == 0) std::printf("# Out of bounds values : %d %s\n", failures, failures ? "FAILED" : "OK");
+  if (a.rank == 0)
+    std::printf("# Out of bounds values : %d %s\n", failures, failures ? "FAILED" : "OK");
   return failures ? 1 : 0;
 }
 
@@ -1000,10 +1062,11 @@ int launch(const Args& a, const char* self) {
   if (a.backend != "host" && cudaGetDeviceCount(&ndev) != cudaSuccess) ndev = 0;
 #endif
   const char* share = std::getenv("WS_SHARE_GPU");
-  const bool shared = a.backend == "nccl" && ndev > 0 &&
-                      (ndev < a.np || (share && std::string(share) == "1"));
+  const bool shared =
+      a.backend == "nccl" && ndev > 0 && (ndev < a.np || (share && std::string(share) == "1"));
   if (shared)
-    std::fprintf(stderr, "weightsync_bench: %d ranks on %d GPU(s): shared GPU, NCCL net transport "
+    std::fprintf(stderr,
+                 "weightsync_bench: %d ranks on %d GPU(s): shared GPU, NCCL net transport "
                  "(one NCCL_HOSTID per rank, sockets on lo): functional, not a link figure\n",
                  a.np, ndev);
   std::vector<pid_t> kids;
@@ -1022,7 +1085,8 @@ int launch(const Args& a, const char* self) {
     const pid_t pid = ::fork();
     if (pid == 0) {
       if (shared) {  // (the launcher is single-threaded: setenv between fork and exec is safe)
-        const std::string host_id = "wsbench-" + std::to_string(::getppid()) + "-" + std::to_string(r);
+        const std::string host_id =
+            "wsbench-" + std::to_string(::getppid()) + "-" + std::to_string(r);
         ::setenv("NCCL_HOSTID", host_id.c_str(), 1);
         ::setenv("NCCL_SOCKET_IFNAME", "lo", 0);
         ::setenv("NCCL_IB_DISABLE", "1", 0);
@@ -1042,7 +1106,8 @@ int launch(const Args& a, const char* self) {
     ::waitpid(kids[i], &st, 0);
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
       std::fprintf(stderr, "weightsync_bench: rank %zu failed (%s %d)\n", i,
-                   WIFEXITED(st) ? "exit" : "signal", WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+                   WIFEXITED(st) ? "exit" : "signal",
+                   WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
       rc = 1;
       for (auto k : kids) ::kill(k, SIGTERM);
     }

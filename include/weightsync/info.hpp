@@ -34,15 +34,10 @@
 #include "weightsync/error.hpp"
 #include "weightsync/shard.hpp"
 #include "weightsync/tensor_meta.hpp"
+#include "weightsync/tuning.hpp"
 
 namespace weightsync {
 
-//! vLLM's DEFAULT_PACKED_BUFFER_SIZE_BYTES (1 GiB).
-inline constexpr std::int64_t kDefaultPackedBufferSizeBytes = std::int64_t{1} << 30;
-//! vLLM's DEFAULT_PACKED_NUM_BUFFERS.
-inline constexpr int kDefaultPackedNumBuffers = 2;
-//! Upper bound on packed_num_buffers.
-inline constexpr int kMaxPackedNumBuffers = 8;
 //! Size of an ncclUniqueId (NCCL_UNIQUE_ID_BYTES).
 inline constexpr std::size_t kNcclUniqueIdBytes = 128;
 

@@ -13,8 +13,8 @@
 
 #include "weightsync/detail/format.hpp"
 #include "weightsync/error.hpp"
-#include "weightsync/info.hpp"
 #include "weightsync/tensor_meta.hpp"
+#include "weightsync/tuning.hpp"
 
 namespace weightsync {
 

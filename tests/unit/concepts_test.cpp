@@ -31,7 +31,8 @@ struct NoData {
 TEST_CASE("concept models and non-models", "[unit][concepts]") {
   STATIC_REQUIRE(Communicator<HostCommunicator>);
   STATIC_REQUIRE(MonitoredCommunicator<HostCommunicator>);
-  STATIC_REQUIRE(!GroupedCommunicator<HostCommunicator>);
+  STATIC_REQUIRE(GroupedCommunicator<HostCommunicator>);  // a group of one broadcast per rank is an allgather
+  STATIC_REQUIRE(!GroupedCommunicator<MiniComm>);
   STATIC_REQUIRE(Communicator<MiniComm>);
   STATIC_REQUIRE(!MonitoredCommunicator<MiniComm>);
   STATIC_REQUIRE(!Communicator<NoStream>);

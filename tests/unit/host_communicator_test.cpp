@@ -22,7 +22,8 @@ using namespace std::chrono_literals;
 using ws_test::Outcome;
 
 namespace {
-HostCommunicator connect(int port, int rank, int world, std::chrono::milliseconds op_timeout = 3000ms) {
+HostCommunicator connect(int port, int rank, int world,
+                         std::chrono::milliseconds op_timeout = 3000ms) {
   return ws_test::connect_host(port, rank, world, 8000ms, op_timeout);
 }
 
@@ -41,8 +42,8 @@ TEST_CASE("host broadcast: every root, several sizes, bit-exact", "[unit][host]"
   procs.spawn_ranks(world, [=](int rank) {
     auto comm = connect(port, rank, world);
     for (int root = 0; root < world; ++root)
-      for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{4097},
-                            (std::size_t{3} << 20) + 5}) {
+      for (std::size_t n :
+           {std::size_t{0}, std::size_t{1}, std::size_t{4097}, (std::size_t{3} << 20) + 5}) {
         const auto want = pattern(n, static_cast<unsigned>(root * 7919 + n));
         std::vector<unsigned char> buf = rank == root ? want : std::vector<unsigned char>(n, 0xAB);
         comm.broadcast(buf.data(), n, root);
@@ -111,13 +112,16 @@ TEST_CASE("host grouped broadcasts: one from every rank runs as a ring allgather
   const int port = ws_test::free_port();
   procs.spawn_ranks(world, [=](int rank) {
     auto comm = connect(port, rank, world);
-    for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{256}, (std::size_t{2} << 20) + 3}) {
+    for (std::size_t n :
+         {std::size_t{0}, std::size_t{1}, std::size_t{256}, (std::size_t{2} << 20) + 3}) {
       std::vector<std::vector<unsigned char>> blocks(static_cast<std::size_t>(world));
       for (int r = 0; r < world; ++r)
-        blocks[static_cast<std::size_t>(r)] =
-            r == rank ? pattern(n, static_cast<unsigned>(r * 31 + n)) : std::vector<unsigned char>(n, 0xCD);
+        blocks[static_cast<std::size_t>(r)] = r == rank
+                                                  ? pattern(n, static_cast<unsigned>(r * 31 + n))
+                                                  : std::vector<unsigned char>(n, 0xCD);
       comm.group_start();
-      for (int r = 0; r < world; ++r) comm.broadcast(blocks[static_cast<std::size_t>(r)].data(), n, r);
+      for (int r = 0; r < world; ++r)
+        comm.broadcast(blocks[static_cast<std::size_t>(r)].data(), n, r);
       comm.group_end();
       for (int r = 0; r < world; ++r)
         if (blocks[static_cast<std::size_t>(r)] != pattern(n, static_cast<unsigned>(r * 31 + n)))
@@ -125,8 +129,10 @@ TEST_CASE("host grouped broadcasts: one from every rank runs as a ring allgather
                                    std::to_string(r) + " wrong, n=" + std::to_string(n));
       // A group that is not an allgather (two roots of different sizes) runs in order, and a
       // plain broadcast after it still lines up.
-      std::vector<unsigned char> a = rank == 0 ? pattern(n + 5, 1) : std::vector<unsigned char>(n + 5, 0);
-      std::vector<unsigned char> b = rank == world - 1 ? pattern(7, 2) : std::vector<unsigned char>(7, 0);
+      std::vector<unsigned char> a =
+          rank == 0 ? pattern(n + 5, 1) : std::vector<unsigned char>(n + 5, 0);
+      std::vector<unsigned char> b =
+          rank == world - 1 ? pattern(7, 2) : std::vector<unsigned char>(7, 0);
       comm.group_start();
       comm.broadcast(a.data(), a.size(), 0);
       comm.broadcast(b.data(), b.size(), world - 1);

@@ -47,7 +47,9 @@ struct Deadline {
   }
 };
 
-inline std::string errno_string(int err) { return cat(std::strerror(err), " (errno ", err, ")"); }
+inline std::string errno_string(int err) {
+  return cat(std::strerror(err), " (errno ", err, ")");
+}
 
 //! Owning file descriptor. Move-only; -1 is the empty state.
 class Fd {
@@ -104,7 +106,8 @@ inline std::unique_ptr<addrinfo, AddrInfoDeleter> resolve(const std::string& hos
   hints.ai_flags = passive ? AI_PASSIVE : 0;
   addrinfo* res = nullptr;
   const std::string service = std::to_string(port);
-  const int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &res);
+  const int rc =
+      ::getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &res);
   if (rc != 0)
     throw config_error("master_address", cat("cannot resolve '", host, "': ", ::gai_strerror(rc)));
   return std::unique_ptr<addrinfo, AddrInfoDeleter>(res);
@@ -161,8 +164,8 @@ inline std::string local_address(int fd) {
 
 //! Connects to host:port, retrying refused connections until `deadline` (the listener may not
 //! be up yet). @throws timeout_error naming `phase` and `peer`.
-inline Fd connect_tcp(const std::string& host, int port, Deadline deadline, const std::string& phase,
-                      int peer) {
+inline Fd connect_tcp(const std::string& host, int port, Deadline deadline,
+                      const std::string& phase, int peer) {
   std::string last = "no attempt";
   auto backoff = std::chrono::milliseconds(5);
   while (true) {
@@ -196,8 +199,8 @@ inline Fd connect_tcp(const std::string& host, int port, Deadline deadline, cons
       last = errno_string(errno);
     }
     if (deadline.expired())
-      throw timeout_error(phase, peer,
-                          cat("could not connect to ", host, ":", port, " (last error: ", last, ")"));
+      throw timeout_error(
+          phase, peer, cat("could not connect to ", host, ":", port, " (last error: ", last, ")"));
     std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(
         backoff, std::chrono::milliseconds(std::max(1, deadline.poll_ms()))));
     backoff = std::min(backoff * 2, std::chrono::milliseconds(200));
@@ -239,14 +242,14 @@ inline void send_all(int fd, const void* data, std::size_t n, Deadline deadline,
       pollfd pf{fd, POLLOUT, 0};
       const int rc = ::poll(&pf, 1, deadline.poll_ms());
       if (rc == 0 || (rc < 0 && errno != EINTR && deadline.expired()))
-        throw timeout_error(phase, peer, cat("rank ", peer, " stopped reading (", n,
-                                             " bytes still to send)"));
+        throw timeout_error(phase, peer,
+                            cat("rank ", peer, " stopped reading (", n, " bytes still to send)"));
       if (deadline.expired() && !(pf.revents & POLLOUT))
         throw timeout_error(phase, peer, cat("rank ", peer, " stopped reading"));
       continue;
     }
-    throw peer_error(peer, cat(phase, ": connection to rank ", peer, " lost while sending: ",
-                               errno_string(errno)));
+    throw peer_error(peer, cat(phase, ": connection to rank ", peer,
+                               " lost while sending: ", errno_string(errno)));
   }
 }
 
@@ -270,13 +273,13 @@ inline void recv_all(int fd, void* data, std::size_t n, Deadline deadline, const
       pollfd pf{fd, POLLIN, 0};
       const int rc = ::poll(&pf, 1, deadline.poll_ms());
       if (rc == 0)
-        throw timeout_error(phase, peer,
-                            cat("nothing from rank ", peer, " before the deadline (", n,
-                                " bytes still expected)"));
+        throw timeout_error(
+            phase, peer,
+            cat("nothing from rank ", peer, " before the deadline (", n, " bytes still expected)"));
       continue;
     }
-    throw peer_error(peer, cat(phase, ": connection to rank ", peer, " lost while receiving: ",
-                               errno_string(errno)));
+    throw peer_error(peer, cat(phase, ": connection to rank ", peer,
+                               " lost while receiving: ", errno_string(errno)));
   }
 }
 
@@ -284,8 +287,8 @@ inline void recv_all(int fd, void* data, std::size_t n, Deadline deadline, const
 //! is ready first: two ranks that send to each other at once never wait for each other's reads
 //! (a ring step of an allgather). @throws as send_all and recv_all, naming `out_peer`/`in_peer`.
 inline void send_recv_all(int out, const void* sdata, std::size_t sn, int in, void* rdata,
-                          std::size_t rn, Deadline deadline, const std::string& phase,
-                          int out_peer, int in_peer) {
+                          std::size_t rn, Deadline deadline, const std::string& phase, int out_peer,
+                          int in_peer) {
   auto* sp = static_cast<const char*>(sdata);
   auto* rp = static_cast<char*>(rdata);
   while (sn > 0 || rn > 0) {
@@ -321,11 +324,12 @@ inline void send_recv_all(int out, const void* sdata, std::size_t sn, int in, vo
     const int rc = ::poll(pf, 2, deadline.poll_ms());
     if (rc == 0 || (rc < 0 && errno != EINTR && deadline.expired())) {
       if (rn > 0)
-        throw timeout_error(phase, in_peer, cat("nothing from rank ", in_peer,
-                                                " before the deadline (", rn,
-                                                " bytes still expected)"));
-      throw timeout_error(phase, out_peer,
-                          cat("rank ", out_peer, " stopped reading (", sn, " bytes still to send)"));
+        throw timeout_error(phase, in_peer,
+                            cat("nothing from rank ", in_peer, " before the deadline (", rn,
+                                " bytes still expected)"));
+      throw timeout_error(
+          phase, out_peer,
+          cat("rank ", out_peer, " stopped reading (", sn, " bytes still to send)"));
     }
   }
 }

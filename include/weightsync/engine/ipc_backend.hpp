@@ -17,8 +17,10 @@
 #include <string>
 
 #include "weightsync/cuda/ipc.hpp"
+#include "weightsync/cuda/mps.hpp"
 #include "weightsync/engine/backend.hpp"
 #include "weightsync/engine/transport.hpp"
+#include "weightsync/log.hpp"
 
 namespace weightsync {
 
@@ -28,7 +30,10 @@ namespace weightsync {
 class IpcEnd {
  public:
   IpcEnd(const RendezvousOptions& rv, int device, IpcOptions opt, std::chrono::milliseconds timeout)
-      : t_(rv, device, opt, timeout) {}
+      : t_(rv, device, opt, timeout) {
+    // Colocated processes share one GPU: say whether MPS lets them run side by side.
+    if (opt.same_gpu) log(mps_active() ? LogLevel::info : LogLevel::warning, "ipc: " + mps_note());
+  }
 
   int rank() const noexcept { return t_.rank(); }
   int size() const noexcept { return t_.size(); }

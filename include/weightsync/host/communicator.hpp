@@ -75,26 +75,30 @@ class HostCommunicator {
     while (!c.pred_) {
       detail::Fd fd = detail::accept_tcp(listener.get(), deadline);
       if (!fd)
-        throw timeout_error("link", pred, detail::cat("rank ", pred, " did not connect to rank ",
-                                                      c.rank_, "'s data port in time"));
+        throw timeout_error("link", pred,
+                            detail::cat("rank ", pred, " did not connect to rank ", c.rank_,
+                                        "'s data port in time"));
       try {
         char buf[detail::kMsgHeaderBytes + 12];
-        detail::recv_all(fd.get(), buf, sizeof buf,
-                         detail::Deadline{std::min(deadline.at, detail::Deadline::after(o.hello_timeout).at)},
-                         "link", pred);
+        detail::recv_all(
+            fd.get(), buf, sizeof buf,
+            detail::Deadline{std::min(deadline.at, detail::Deadline::after(o.hello_timeout).at)},
+            "link", pred);
         const auto h = detail::parse_header(buf);
         detail::Reader r(std::string_view(buf + detail::kMsgHeaderBytes, 12), pred, "link");
         const auto session = r.u64();
         const int from = r.i32();
-        if (h.magic != detail::kWireMagic || h.type != static_cast<std::uint16_t>(detail::MsgType::link) ||
-            session != c.session_ || from != pred) {
-          log(LogLevel::warning, detail::cat("link: rank ", c.rank_,
-                                             " dropped a connection that is not rank ", pred));
+        if (h.magic != detail::kWireMagic ||
+            h.type != static_cast<std::uint16_t>(detail::MsgType::link) || session != c.session_ ||
+            from != pred) {
+          log(LogLevel::warning,
+              detail::cat("link: rank ", c.rank_, " dropped a connection that is not rank ", pred));
           continue;
         }
         c.pred_ = std::move(fd);
       } catch (const error& e) {
-        log(LogLevel::warning, detail::cat("link: rank ", c.rank_, " dropped a connection: ", e.what()));
+        log(LogLevel::warning,
+            detail::cat("link: rank ", c.rank_, " dropped a connection: ", e.what()));
       }
     }
     return c;
@@ -203,7 +207,8 @@ class HostCommunicator {
   //! header carries the group's sequence number and the step, so ranks that disagree fail.
   void run_allgather(const std::vector<PendingBroadcast>& ops, std::uint64_t seq) {
     std::vector<char*> block(ops.size());
-    for (const auto& op : ops) block[static_cast<std::size_t>(op.root)] = static_cast<char*>(op.buf);
+    for (const auto& op : ops)
+      block[static_cast<std::size_t>(op.root)] = static_cast<char*>(op.buf);
     const std::size_t bytes = ops.front().bytes;
     const int succ = (rank_ + 1) % size_;
     const int pred = (rank_ + size_ - 1) % size_;
@@ -227,14 +232,14 @@ class HostCommunicator {
       const auto their_bytes = r.u64();
       if (magic != detail::kWireMagic || their_step != step || their_seq != seq ||
           their_bytes != bytes)
-        throw protocol_error(pred, detail::cat("grouped broadcasts #", seq, " on rank ", rank_,
-                                               " run as an allgather of ", bytes,
-                                               " bytes a rank; rank ", pred,
-                                               " sent something else (the ranks disagree on the "
-                                               "operation)"));
+        throw protocol_error(
+            pred, detail::cat("grouped broadcasts #", seq, " on rank ", rank_,
+                              " run as an allgather of ", bytes, " bytes a rank; rank ", pred,
+                              " sent something else (the ranks disagree on the "
+                              "operation)"));
       detail::send_recv_all(succ_.get(), block[static_cast<std::size_t>(out)], bytes, pred_.get(),
-                            block[static_cast<std::size_t>(in)], bytes, deadline, "allgather",
-                            succ, pred);
+                            block[static_cast<std::size_t>(in)], bytes, deadline, "allgather", succ,
+                            pred);
     }
   }
 
@@ -264,11 +269,13 @@ class HostCommunicator {
     const int their_root = r.i32();
     const auto their_seq = r.u64();
     const auto their_bytes = r.u64();
-    if (magic != detail::kWireMagic || their_root != root || their_seq != seq || their_bytes != bytes)
-      throw protocol_error(pred, detail::cat("broadcast #", seq, " on rank ", rank_, " expects root ",
-                                             root, " and ", bytes, " bytes; the ring carries root ",
-                                             their_root, ", ", their_bytes, " bytes, operation #",
-                                             their_seq, " (the ranks disagree on the operation)"));
+    if (magic != detail::kWireMagic || their_root != root || their_seq != seq ||
+        their_bytes != bytes)
+      throw protocol_error(
+          pred,
+          detail::cat("broadcast #", seq, " on rank ", rank_, " expects root ", root, " and ",
+                      bytes, " bytes; the ring carries root ", their_root, ", ", their_bytes,
+                      " bytes, operation #", their_seq, " (the ranks disagree on the operation)"));
     if (forward) detail::send_all(succ_.get(), hdr, kHeaderBytes, progress(), "broadcast", succ);
     for (std::size_t off = 0; off < bytes; off += kPiece) {
       const std::size_t n = std::min(kPiece, bytes - off);
