@@ -76,7 +76,7 @@ namespace {
 // Set by the launcher in ranks that share a GPU (NCCL's net transport between them).
 constexpr const char* kSharedGpuVar = "WS_BENCH_SHARED_GPU";
 constexpr const char* kSharedNote = "shared GPU, NCCL net transport: functional, not a link figure";
-bool shared_gpu() {
+[[maybe_unused]] bool shared_gpu() {
   const char* v = std::getenv(kSharedGpuVar);
   return v && std::string(v) == "1";
 }
@@ -205,7 +205,7 @@ usage: weightsync_bench [options]
 Output: nccl-tests-style table on stdout (lines starting with # are headers), progress on stderr.
 )";
 
-std::string size_label(std::size_t b) {
+[[maybe_unused]] std::string size_label(std::size_t b) {
   if (b == 0) return "0";
   if (b % (std::size_t{1} << 30) == 0) return std::to_string(b >> 30) + "G";
   if (b % (std::size_t{1} << 20) == 0) return std::to_string(b >> 20) + "M";
