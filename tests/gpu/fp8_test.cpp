@@ -214,7 +214,7 @@ TEST_CASE("fp8 kernels: against torch's plain formula (tests/gpu/fp8_torch_ref.p
           "[gpu][fp8][torch]") {
   if (!have_torch()) WS_SKIP("python3 cannot import torch: the torch comparison did not run");
   const std::string dir = "fp8_torch_ref_tmp";
-  std::system(("mkdir -p " + dir).c_str());
+  REQUIRE(std::system(("mkdir -p " + dir).c_str()) == 0);
   cudaStream_t stream = nullptr;
   detail::check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
   unsigned seed = 100;
