@@ -103,6 +103,9 @@ Result device_quantize(const TensorMeta& m, const std::vector<std::byte>& in, Fp
                 "cudaMemcpy");
   detail::check(cudaMemset(dst.data(), 0xab, dst.size()), "cudaMemset");
   detail::check(cudaMemset(sc.data(), 0xcd, sc.size()), "cudaMemset");
+  // The memsets run on the legacy default stream, which a non-blocking `stream` does not wait
+  // for: without this, a late poison could land on scales the kernel already wrote.
+  detail::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   quantize_fp8(m, src.data() + offset, mode, dst.data(), reinterpret_cast<float*>(sc.data()),
                stream);
   detail::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
@@ -274,6 +277,9 @@ struct DeviceModel {
                                cudaMemcpyHostToDevice),
                     "cudaMemcpy");
     }
+    // A pageable cudaMemcpy may return before its DMA lands; the quantizer's non-blocking stream
+    // would not wait for it.
+    detail::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   }
   std::vector<TensorMeta> metas() const { return m; }
   std::vector<SourceTensorRef> iterate() {
