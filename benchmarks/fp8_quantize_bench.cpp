@@ -130,6 +130,8 @@ int main(int argc, char** argv) {
                          Fp8Scaling::per_channel}) {
       DeviceBuffer sc(scale_count(m, s) * 4, 0);
       detail::check(cudaMemset(dst.data(), 0xab, dst.size()), "cudaMemset");
+      // (the legacy stream's memset and upload must land before the non-blocking stream reads)
+      detail::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
       quantize_fp8(m, src.data(), s, dst.data(), reinterpret_cast<float*>(sc.data()), stream);
       detail::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
       const bool whole = std::string(sh.name) == "q_proj";

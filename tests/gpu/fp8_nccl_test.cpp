@@ -83,6 +83,7 @@ struct DeviceSource {
       detail::check(cudaMemcpy(dev.back().data(), h.data(), h.size(), cudaMemcpyHostToDevice),
                     "cudaMemcpy");
     }
+    detail::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");  // see fp8_test.cpp
   }
   std::vector<TensorMeta> metas() const { return model->m; }
   std::vector<SourceTensorRef> iterate() {
