@@ -36,6 +36,7 @@
 #include <weightsync/packed_broadcast.hpp>
 #if WEIGHTSYNC_BENCH_GPU
 #include <weightsync/cuda/event.hpp>
+#include <weightsync/cuda/fp8_source.hpp>
 #include <weightsync/cuda/ipc.hpp>
 #include <weightsync/cuda/mps.hpp>
 #include <weightsync/cuda/stream.hpp>
@@ -55,6 +56,7 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <optional>
@@ -99,6 +101,7 @@ struct Args {
   int timeout_s = 120;
   std::size_t gap = 0;   // bytes between tensors: 0 = one flat buffer, > 0 = scattered parameters
   bool blocking = true;  // blocking NCCL launches (NcclOptions::blocking; --non-blocking: off)
+  bool fp8 = false;      // --fp8: also send the layout as its FP8 checkpoint (nccl backend)
   int tp = 2;            // --mode mapped: the consumer is TP rank tp_rank of tp
   int tp_rank = 0;
   // set by the launcher for its children
@@ -200,6 +203,10 @@ usage: weightsync_bench [options]
   --timeout S          seconds for every wait (default 120)
   --gap S              bytes between tensors (default 0: one flat arena)
   --non-blocking       NCCL launches through a non-blocking communicator
+  --fp8                nccl: after each bf16 row, the same sync with the trainer's tensors
+                       quantized on the fly (Fp8Source: the linear projections as float8_e4m3fn
+                       with 128x128 block scales, the rest bf16); every received byte checked
+                       against the consumer's own quantization of the same weights
   --copy-streams N, --piece S, --ipc-wait poll|block   ipc/p2p tuning
   -h, --help           this text
 Output: nccl-tests-style table on stdout (lines starting with # are headers), progress on stderr.
@@ -263,7 +270,11 @@ Args parse(int argc, char** argv) {
       a.tp = parse_int(val(), k, 1, 1024);
     else if (k == "--tp-rank")
       a.tp_rank = parse_int(val(), k, 0, 1023);
-    else if (k == "--blocking" || k == "--non-blocking") {
+    else if (k == "--fp8") {
+      a.fp8 = true;
+      a.argv.push_back(k);
+      continue;
+    } else if (k == "--blocking" || k == "--non-blocking") {
       a.blocking = k == "--blocking";
       a.argv.push_back(k);
       continue;
@@ -293,6 +304,10 @@ Args parse(int argc, char** argv) {
   if (a.backend != "nccl" && a.backend != "ipc" && a.backend != "p2p" && a.backend != "host")
     throw std::invalid_argument("--backend must be nccl, ipc, p2p or host, got " + a.backend);
   for (const auto& l : a.layouts) (void)ws::layouts::by_name(l);  // names a bad one now
+  if (a.fp8 && a.backend != "nccl")
+    throw std::invalid_argument(
+        "--fp8 needs --backend nccl (ipc and p2p pull every tensor of a "
+        "sync at once: an on-the-fly source would need a whole FP8 copy)");
   if (a.backend == "host")
     for (const auto& m : a.modes)
       if (m != "packed" && m != "zerocopy" && m != "unpacked" && m != "unpacked-zc")
@@ -746,6 +761,128 @@ class Bench {
     return {stats_of(ev), stats_of(wall)};
   }
 
+  // --fp8: the same layout as its FP8 checkpoint, quantized on the producer as the pipeline
+  // takes each tensor (Fp8Source + CudaFp8Quantizer, block 128 x 128 scales), received into the
+  // consumer's FP8 parameters and checked byte for byte against the consumer's own quantization
+  // of the same bf16 weights (the kernels are checked against the host and torch in the tests).
+  int run_fp8(const std::string& layout, const std::vector<ws::TensorMeta>& metas,
+              ws_test::DeviceModel& model, const std::map<std::string, double>& bf16_time) {
+    struct Src {
+      const std::vector<ws::TensorMeta>* m;
+      const ws_test::DeviceModel* d;
+      std::vector<ws::TensorMeta> metas() const { return *m; }
+      std::vector<ws::SourceTensorRef> iterate() const {
+        std::vector<ws::SourceTensorRef> v;
+        for (std::size_t i = 0; i < m->size(); ++i) v.push_back({&(*m)[i], d->data(i)});
+        return v;
+      }
+    };
+    const bool producer = rank() == 0;
+    int failures = 0;
+    for (const auto& mode : a_.modes) {
+      if (mode != "packed" && mode != "zerocopy") continue;
+      ws::Fp8SourceOptions fo;
+      fo.packed = true;
+      fo.buffer_size_bytes = a_.buffer_sizes.front();
+      fo.num_buffers = a_.num_buffers.front();
+      Src src{&metas, &model};
+      ws::Fp8Source<Src, ws::CudaFp8Quantizer> fp8(src, fo, ws::CudaFp8Quantizer{s(), device_});
+      const auto metas8 = fp8.metas();
+      ws_test::DeviceModel got(metas8, device_), want(metas8, device_);
+      std::size_t bytes8 = 0;
+      for (const auto& m : metas8) bytes8 += m.nbytes();
+      if (!producer) {  // the reference: the consumer quantizes the same weights itself
+        ws_test::DeviceModel mine(metas, device_, a_.gap);
+        mine.fill(1, s());
+        Src own{&metas, &mine};
+        ws::Fp8Source<Src, ws::CudaFp8Quantizer> ref(own, fo, ws::CudaFp8Quantizer{s(), device_});
+        std::size_t i = 0;
+        for (const auto& t : ref.iterate()) {
+          if (t.meta().nbytes())
+            ws::detail::check(cudaMemcpyAsync(want.data(i), t.data(), t.meta().nbytes(),
+                                              cudaMemcpyDeviceToDevice, s()),
+                              "cudaMemcpyAsync");
+          ++i;
+        }
+        ws::detail::check(cudaStreamSynchronize(s()), "cudaStreamSynchronize");
+      }
+      ws::TransferOptions opt;
+      opt.buffer_size_bytes = fo.buffer_size_bytes;
+      opt.num_buffers = fo.num_buffers;
+      opt.protocol = a_.protocol == "vllm" ? ws::Protocol::vllm : ws::Protocol::weightsync;
+      opt.timeout = std::chrono::seconds(a_.timeout_s);
+      auto index = [&](const ws::TensorMeta* m) {
+        return static_cast<std::size_t>(m - metas8.data());
+      };
+      if (mode == "zerocopy" && !producer)
+        opt.destination = [&](const ws::TensorMeta& m) -> void* { return got.data(index(&m)); };
+      ws::workspace_for<ws::NcclCommunicator> wsp{ws::CudaPolicy(device_)};
+      ws::TransferStats st;
+      unsigned long long wrong = 0;
+      auto diff = [&]() -> unsigned long long {
+        if (producer) return 0;
+        unsigned long long* counter = nullptr;
+        ws::detail::check(cudaMalloc(reinterpret_cast<void**>(&counter), sizeof *counter),
+                          "cudaMalloc");
+        ws::detail::check(cudaMemsetAsync(counter, 0, sizeof *counter, s()), "cudaMemsetAsync");
+        ws_pattern::count_diff(got.arena(), want.arena(), got.extent(), counter, s());
+        unsigned long long host = 0;
+        ws::detail::check(cudaMemcpyAsync(&host, counter, sizeof host, cudaMemcpyDeviceToHost, s()),
+                          "cudaMemcpyAsync");
+        ws::detail::check(cudaStreamSynchronize(s()), "cudaStreamSynchronize");
+        cudaFree(counter);
+        return host;
+      };
+      auto [ev, wall] = time_it(
+          [&](int i) {
+            if (i > 0) wrong += diff();
+            if (!producer) got.poison(s());
+          },
+          [&](int) {
+            if (producer) {
+              opt.source_stream = s();
+              auto items = fp8.iterate();
+              st = ws::packed_broadcast_producer(metas8, items, *comm_, 0, opt, wsp);
+              return;
+            }
+            st = ws::packed_broadcast_consumer(
+                metas8, *comm_, 0,
+                [&](std::span<const ws::TensorView> batch, cudaStream_t stream) {
+                  for (const auto& v : batch)
+                    if (v.nbytes)
+                      ws::detail::check(cudaMemcpyAsync(got.data(index(v.meta)), v.data, v.nbytes,
+                                                        cudaMemcpyDeviceToDevice, stream),
+                                        "cudaMemcpyAsync");
+                },
+                opt, wsp);
+          });
+      wrong += diff();
+      wrong = static_cast<unsigned long long>(sum_over_ranks(double(wrong)));
+      Row r;
+      r.layout = layout;
+      r.impl = "fp8-" + mode;
+      r.size = bytes8;
+      r.count = metas8.size();
+      r.chunks = st.chunks;
+      r.buffer = fo.buffer_size_bytes;
+      r.nbuf = fo.num_buffers;
+      r.ev = ev;
+      r.wall = wall;
+      r.wrong = wrong;
+      const auto b = bf16_time.find(mode);
+      r.ratio = b != bf16_time.end() ? b->second / ev.median : 0.0;
+      emit(r);
+      if (rank() == 0)
+        std::printf(
+            "#   fp8 %s: wire bytes %zu = %.3f x bf16 (%zu); time %.1f us = %.3f x the bf16 "
+            "row (vs_raw column: bf16 row / fp8 row); producer arenas %.1f MB\n",
+            mode.c_str(), bytes8, double(bytes8) / double(model.bytes()), model.bytes(), ev.median,
+            b != bf16_time.end() ? ev.median / b->second : 0.0, double(fp8.arena_bytes()) / 1e6);
+      failures += wrong != 0;
+    }
+    return failures;
+  }
+
   int run_layout(const std::string& layout) {
     const auto metas = ws::layouts::by_name(layout);
     ws_test::DeviceModel model(metas, device_, a_.gap);
@@ -759,6 +896,7 @@ class Bench {
       if (!producer) model.poison(s());
     };
     int failures = 0;
+    std::map<std::string, double> bf16_time;  // mode -> median (us), for the --fp8 ratio
 
     // Raw ncclBroadcast of the model's bytes as one buffer (the arena; with --gap it also carries
     // the gaps, so raw moves slightly more than the payload and is verified the same way).
@@ -919,6 +1057,7 @@ class Bench {
             r.ring_producer = producer ? ring_mine : 0;
             r.ring_consumer = static_cast<std::size_t>(ring_c / double(std::max(1, a_.np - 1)));
             emit(r);
+            if (!mapped && !direct) bf16_time[mode] = ev.median;
             failures += wrong != 0;
             if (ipc_) {  // where each side's time went (ranks 0 and 1, last iteration)
               const auto& x = ipc_->stats();
@@ -942,6 +1081,7 @@ class Bench {
               }
             }
           }
+    if (a_.fp8) failures += run_fp8(layout, metas, model, bf16_time);
     return failures;
   }
 
