@@ -105,7 +105,7 @@ int lowest_free_fd() {
 
 }  // namespace
 
-TEST_CASE("tcp_store server: when full, the longest idle connection makes room; WAITs stay",
+TEST_CASE("tcp_store server: when full, the longest idle connection makes room, WAITs stay",
           "[unit][tcp_store][hardening]") {
   LogCapture log;
   TcpStoreServerOptions so;
