@@ -114,6 +114,9 @@ int main(int argc, char** argv) try {
     std::fputs(kUsage, stdout);
     return 0;
   }
+  // cpp-httplib 0.11's client writes without MSG_NOSIGNAL: a server that answers early and closes
+  // (413, 401) would kill us with SIGPIPE instead of letting the error say what happened.
+  ::signal(SIGPIPE, SIG_IGN);
   std::string urls = "http://127.0.0.1:8000", backend = "host", token;
   int device = 0, syncs = 4, epochs_per_sync = 1, transfer_port = 0, die_at_sync = -1;
   long long timeout_s = 30;

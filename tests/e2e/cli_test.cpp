@@ -3,6 +3,8 @@
 // The example binaries' command lines (issue 27) and the trainer's errors (issue 28): --help
 // starts nothing, a bad argument is named, a byte count reads 1M as 1 MiB, and a trainer whose
 // server is missing or refuses its token fails at once with that reason.
+#include <weightsync/detail/socket.hpp>
+
 #include <string>
 #include <vector>
 
@@ -116,4 +118,20 @@ TEST_CASE("trainer with --token: a wrong or missing token is the server's 401, a
   INFO(out << "\nserver:\n" << server.output());
   CHECK(rc == 0);
   CHECK(has(out, "answers match the trainer's"));
+}
+
+TEST_CASE("trainer: a server that never answers is a timeout within the trainer's deadline",
+          "[e2e][cli][demo]") {
+  // A listener nobody accepts on: connections complete in the kernel, no answer ever comes.
+  auto l = weightsync::detail::listen_tcp("127.0.0.1", 0);
+  const std::string url =
+      "http://127.0.0.1:" + std::to_string(weightsync::detail::local_port(l.get()));
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto [rc, out] =
+      run({WEIGHTSYNC_DEMO_TRAINER, "--server", url, "--timeout-s", "1"}, 20000ms);
+  INFO(out);
+  CHECK(rc == 2);
+  CHECK(has(out, url));
+  CHECK(has(out, "timed out"));
+  CHECK(std::chrono::steady_clock::now() - t0 < 10s);  // --timeout-s 1 + the HTTP grace of 5 s
 }

@@ -372,7 +372,9 @@ inline void add_vllm_routes(httplib::Server& server, WeightTransferEngine& engin
 
 //! A trainer's client for one server's vLLM routes. Every call has a deadline; a connection that
 //! fails is a peer_error saying how (refused, timed out, reset), an error status a remote_error
-//! carrying the server's status and message.
+//! carrying the server's status and message. cpp-httplib 0.11's client writes without
+//! MSG_NOSIGNAL: a process that may see a server close early (a 413 or 401 before the whole body
+//! is sent) should ignore SIGPIPE (examples/trainer.cpp does).
 class VllmClient {
  public:
   //! `base_url` like "http://127.0.0.1:8000"; `timeout` bounds each request (updates included);
