@@ -213,6 +213,18 @@ TEST_CASE("tcp_store server: out of file descriptors, new peers are closed, old 
   CHECK(b.get("k") == "v");
 }
 
+TEST_CASE("tcp_store server: max_connections above the descriptor limit is logged at start",
+          "[unit][tcp_store][hardening]") {
+  LogCapture log;
+  rlimit rl{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &rl) == 0);
+  TcpStoreServerOptions so;
+  so.limits.max_connections =
+      rl.rlim_cur == RLIM_INFINITY ? std::size_t{1} << 40 : static_cast<std::size_t>(rl.rlim_cur);
+  TcpStoreServer server(so);
+  CHECK(log.count("RLIMIT_NOFILE soft limit") == (rl.rlim_cur == RLIM_INFINITY ? 0u : 1u));
+}
+
 TEST_CASE("tcp_store server: a client that half-closes after its requests gets every reply",
           "[unit][tcp_store][hardening]") {
   TcpStoreServer server;

@@ -85,6 +85,16 @@ class TcpStoreServer {
     wake_r_ = detail::Fd(p[0]);
     wake_w_ = detail::Fd(p[1]);
     spare_ = detail::Fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    rlimit rl{};
+    if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        o_.limits.max_connections + 64 > rl.rlim_cur)
+      log(LogLevel::warning,
+          detail::cat("TCPStore server: max_connections ", o_.limits.max_connections,
+                      " is near or above this process's descriptor limit (RLIMIT_NOFILE soft "
+                      "limit ",
+                      static_cast<long long>(rl.rlim_cur),
+                      "): connections past it are closed at once; raise `ulimit -n` or lower "
+                      "max_connections"));
     thread_ = std::thread([this] { run(); });
   }
   TcpStoreServer(const TcpStoreServer&) = delete;
@@ -192,6 +202,16 @@ class TcpStoreServer {
       if (fd) ++fd_refused_;
       fd.reset();
       spare_ = detail::Fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+      rlimit rl{};
+      if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+          o_.limits.max_connections + 64 > rl.rlim_cur)
+        log(LogLevel::warning,
+            detail::cat("TCPStore server: max_connections ", o_.limits.max_connections,
+                        " is near or above this process's descriptor limit (RLIMIT_NOFILE soft "
+                        "limit ",
+                        static_cast<long long>(rl.rlim_cur),
+                        "): connections past it are closed at once; raise `ulimit -n` or lower "
+                        "max_connections"));
       if (spare_) return;
     }
     accept_paused_until_ = Clock::now() + o_.accept_backoff;
