@@ -4,11 +4,13 @@
 // trainer through vLLM's weight-transfer routes (weightsync::http::add_vllm_routes).
 //
 //   inference_server [--port 8000] [--host 127.0.0.1] [--backend host|nccl] [--device 0]
-//                    [--max-body-bytes 16777216] [--token T]
+//                    [--max-body-bytes 16M] [--token T] [--threads 8] [--max-queued 64]
+//                    [--header-timeout-ms 10000] [--max-header-bytes 64K] [--max-headers 100]
 //
 // --token (or the environment variable WEIGHTSYNC_HTTP_TOKEN): the routes that change weights or
 // state (the vLLM POST routes and /shutdown) then need "Authorization: Bearer T". Bodies over
-// --max-body-bytes are refused with 413.
+// --max-body-bytes are refused with 413. The HTTP limits are weightsync::http::ServerLimits
+// (README, "Security").
 //
 //   POST /v1/predict {"inputs": [[x, y], ...]} -> {"classes": [...], "weight_version": "..."}
 //   POST /shutdown                              -> stops the server
@@ -33,6 +35,7 @@
 
 #include <sys/socket.h>
 
+#include "cli.hpp"
 #include "demo_model.hpp"
 
 namespace ws = weightsync;
@@ -45,22 +48,57 @@ void on_signal(int) {
 }
 }  // namespace
 
+constexpr const char* kUsage =
+    "usage: inference_server [--port 8000] [--host 127.0.0.1] [--backend host|nccl] [--device 0]\n"
+    "                        [--max-body-bytes 16M] [--token T] [--threads 8] [--max-queued 64]\n"
+    "                        [--header-timeout-ms 10000] [--max-header-bytes 64K] [--max-headers "
+    "100]\n"
+    "Serves a small MLP's predictions (POST /v1/predict) and takes new weights from a trainer\n"
+    "through vLLM's weight-transfer routes. --token (or WEIGHTSYNC_HTTP_TOKEN): the "
+    "state-changing\n"
+    "routes need 'Authorization: Bearer T'. Byte counts take K, M, G (KiB, MiB, GiB).\n";
+
 int main(int argc, char** argv) try {
+  if (cli::wants_help(argc, argv)) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
   std::string host = "127.0.0.1", backend = "host";
   int port = 8000, device = 0;
   ws::http::RouteOptions ro;
+  ws::http::ServerLimits sl;
   if (const char* t = std::getenv("WEIGHTSYNC_HTTP_TOKEN")) ro.bearer_token = t;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--port") port = std::stoi(v);
-    else if (k == "--host") host = v;
-    else if (k == "--backend") backend = v;
-    else if (k == "--device") device = std::stoi(v);
-    else if (k == "--max-body-bytes") ro.max_body_bytes = std::stoull(v);
-    else if (k == "--token") ro.bearer_token = v;
-    else throw ws::config_error(k, "unknown option (known: --port --host --backend --device "
-                                   "--max-body-bytes --token)");
-  }
+  cli::parse_pairs(argc, argv, [&](const std::string& k, const std::string& v) {
+    if (k == "--port")
+      port = static_cast<int>(cli::parse_int(k, v, 0, 65535));
+    else if (k == "--host")
+      host = v;
+    else if (k == "--backend") {
+      if (v != "host" && v != "nccl")
+        throw ws::config_error(k, "expected host or nccl, got '" + v + "'");
+      backend = v;
+    } else if (k == "--device")
+      device = static_cast<int>(cli::parse_int(k, v, 0, 1023));
+    else if (k == "--max-body-bytes")
+      ro.max_body_bytes = cli::parse_bytes(k, v);
+    else if (k == "--token")
+      ro.bearer_token = v;
+    else if (k == "--threads")
+      sl.threads = static_cast<std::size_t>(cli::parse_int(k, v, 1, 1024));
+    else if (k == "--max-queued")
+      sl.max_queued = static_cast<std::size_t>(cli::parse_int(k, v, 0, 1 << 20));
+    else if (k == "--header-timeout-ms")
+      sl.header_timeout = std::chrono::milliseconds(cli::parse_int(k, v, 1, 3600000));
+    else if (k == "--max-header-bytes")
+      sl.max_header_bytes = cli::parse_bytes(k, v);
+    else if (k == "--max-headers")
+      sl.max_header_count = static_cast<std::size_t>(cli::parse_int(k, v, 1, 1 << 20));
+    else
+      throw ws::config_error(k,
+                             "unknown option (known: --port --host --backend --device "
+                             "--max-body-bytes --token --threads --max-queued "
+                             "--header-timeout-ms --max-header-bytes --max-headers; --help)");
+  });
 #if WEIGHTSYNC_HAS_CUDA
   if (backend != "host") ws::detail::check(cudaSetDevice(device), "cudaSetDevice");
 #endif
@@ -116,13 +154,15 @@ int main(int argc, char** argv) try {
     std::size_t off = 0;
     for (const auto& v : batch) {
       if (v.nbytes)
-        ws::detail::check(cudaMemcpyAsync(scratch.data() + off, v.data, v.nbytes, cudaMemcpyDeviceToHost,
-                                          static_cast<cudaStream_t>(stream)),
-                          "cudaMemcpyAsync");
+        ws::detail::check(
+            cudaMemcpyAsync(scratch.data() + off, v.data, v.nbytes, cudaMemcpyDeviceToHost,
+                            static_cast<cudaStream_t>(stream)),
+            "cudaMemcpyAsync");
       host_views.push_back({v.meta, scratch.data() + off, v.nbytes});
       off += v.nbytes;
     }
-    ws::detail::check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "cudaStreamSynchronize");
+    ws::detail::check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)),
+                      "cudaStreamSynchronize");
     plan->load(std::span<const ws::TensorView>(host_views), ws::HostStream{});
 #endif
   };
@@ -132,10 +172,12 @@ int main(int argc, char** argv) try {
     // Checks every piece's name, shape and rows against the fused parameters before any byte moves.
     plan.emplace(ws::plan_loading(hf, demo::param_table(staging), demo::load_map(),
                                   {.require_full_coverage = true}));
-    std::printf("[server] load plan: %zu HF pieces into %zu fused parameters (%zu received in place, "
-                "%zu copied)\n", hf.size(), demo::metas().size(),
-                backend == "host" ? plan->in_place_count() : std::size_t{0},
-                backend == "host" ? plan->gather_count() : plan->in_place_count() + plan->gather_count());
+    std::printf(
+        "[server] load plan: %zu HF pieces into %zu fused parameters (%zu received in place, "
+        "%zu copied)\n",
+        hf.size(), demo::metas().size(),
+        backend == "host" ? plan->in_place_count() : std::size_t{0},
+        backend == "host" ? plan->gather_count() : plan->in_place_count() + plan->gather_count());
     std::fflush(stdout);
   };
   hooks.on_finish = [&](const std::string& v) {
@@ -151,13 +193,13 @@ int main(int argc, char** argv) try {
     std::fflush(stdout);
   };
 
-  httplib::Server server;
+  ws::http::ControlServer server(sl);
   g_server = &server;
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   ws::http::apply_limits(server, ro);
   ws::http::add_vllm_routes(server, engine, hooks, ro);
-  server.Post("/v1/predict", [&](const httplib::Request& req, httplib::Response& res) {
+  server.post("/v1/predict", [&](const httplib::Request& req, httplib::Response& res) {
     if (!ws::http::detail::admitted(ro, req, res, false)) return;
     // (the routes' parser: bad JSON and JSON nested deeper than ro.max_json_depth are 400s)
     auto parsed = ws::http::detail::body_json(req, res, ro.max_json_depth);
@@ -165,7 +207,8 @@ int main(int argc, char** argv) try {
     const json& body = *parsed;
     if (!body.contains("inputs") || !body.at("inputs").is_array()) {
       res.status = 400;
-      res.set_content(json{{"error", "expected {\"inputs\": [[x, y], ...]}"}}.dump(), "application/json");
+      res.set_content(json{{"error", "expected {\"inputs\": [[x, y], ...]}"}}.dump(),
+                      "application/json");
       return;
     }
     demo::Mlp w;
@@ -177,22 +220,26 @@ int main(int argc, char** argv) try {
     for (const auto& p : body.at("inputs")) {
       // Finite and within float's range (a larger double converted to float is undefined).
       auto coord = [](const json& x) {
-        return x.is_number() && std::isfinite(x.get<double>()) && std::fabs(x.get<double>()) <= 1e30;
+        return x.is_number() && std::isfinite(x.get<double>()) &&
+               std::fabs(x.get<double>()) <= 1e30;
       };
       if (!p.is_array() || p.size() != 2 || !coord(p[0]) || !coord(p[1])) {
         res.status = 400;
-        res.set_content(json{{"error", "every input is [x, y], finite numbers of magnitude <= 1e30"}}.dump(),
-                        "application/json");
+        res.set_content(
+            json{{"error", "every input is [x, y], finite numbers of magnitude <= 1e30"}}.dump(),
+            "application/json");
         return;
       }
       classes.push_back(demo::predict(w, static_cast<float>(p[0].get<double>()),
                                       static_cast<float>(p[1].get<double>())));
     }
-    res.set_content(json{{"classes", classes}, {"weight_version", engine.weight_version()},
-                         {"paused", engine.is_paused()}}.dump(),
+    res.set_content(json{{"classes", classes},
+                         {"weight_version", engine.weight_version()},
+                         {"paused", engine.is_paused()}}
+                        .dump(),
                     "application/json");
   });
-  server.Post("/shutdown", [&](const httplib::Request& req, httplib::Response& res) {
+  server.post("/shutdown", [&](const httplib::Request& req, httplib::Response& res) {
     if (!ws::http::detail::admitted(ro, req, res, true)) return;
     res.set_content(json{{"status", "stopping"}}.dump(), "application/json");
     server.stop();
@@ -209,9 +256,11 @@ int main(int argc, char** argv) try {
   if (!server.bind_to_port(host, port))
     throw ws::config_error("port", host + ":" + std::to_string(port) + " is not available");
   if (listen_fd >= 0) ::listen(listen_fd, 1024);  // Linux: listen() again sets the new backlog
-  std::printf("[server] serving a random MLP on http://%s:%d (backend %s, body limit %zu bytes, "
-              "bearer token %s)\n", host.c_str(), port, backend.c_str(), ro.max_body_bytes,
-              ro.bearer_token.empty() ? "off" : "required");
+  std::printf(
+      "[server] serving a random MLP on http://%s:%d (backend %s, body limit %zu bytes, "
+      "bearer token %s, %zu threads, %zu queued at most)\n",
+      host.c_str(), port, backend.c_str(), ro.max_body_bytes,
+      ro.bearer_token.empty() ? "off" : "required", sl.threads, sl.max_queued);
   std::fflush(stdout);
   server.listen_after_bind();
   engine.shutdown();

@@ -7,7 +7,13 @@
 //
 //   trainer --server http://127.0.0.1:8000[,http://...] [--backend host|nccl] [--device 0]
 //           [--syncs 4] [--epochs-per-sync 1] [--transfer-port 0 (any)] [--die-at-sync N]
+//           [--token T] [--timeout-s 30]
 //
+// --token (or WEIGHTSYNC_HTTP_TOKEN): sent as "Authorization: Bearer T" to every server.
+// --timeout-s: one deadline for the transfer group's rendezvous and each HTTP call's answer (the
+// HTTP calls get 5 s more, so that a server's own timeout error arrives before ours). A server
+// that refuses or fails its init call ends the run at once with that error, not after the
+// rendezvous' deadline.
 // --die-at-sync N kills this process (SIGKILL) in the middle of sync N's transfer: the test of a
 // trainer that crashes while the server is receiving.
 #include <weightsync/engine.hpp>
@@ -20,13 +26,16 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <future>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "cli.hpp"
 #include "demo_model.hpp"
 
 namespace ws = weightsync;
@@ -91,25 +100,67 @@ void on_all(std::vector<ws::http::VllmClient>& servers, F f) {
 
 }  // namespace
 
+constexpr const char* kUsage =
+    "usage: trainer [--server http://127.0.0.1:8000[,http://...]] [--backend host|nccl] [--device "
+    "0]\n"
+    "               [--syncs 4] [--epochs-per-sync 1] [--transfer-port 0] [--die-at-sync N]\n"
+    "               [--token T] [--timeout-s 30]\n"
+    "Trains a small MLP and pushes its weights into the inference servers through vLLM's routes.\n"
+    "--token (or WEIGHTSYNC_HTTP_TOKEN): the servers' bearer token. --timeout-s: the deadline of\n"
+    "the rendezvous and of each HTTP call. --transfer-port 0: any free port.\n";
+
 int main(int argc, char** argv) try {
-  std::string urls = "http://127.0.0.1:8000", backend = "host";
-  int device = 0, syncs = 4, epochs_per_sync = 1, transfer_port = 0, die_at_sync = -1;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--server") urls = v;
-    else if (k == "--backend") backend = v;
-    else if (k == "--device") device = std::stoi(v);
-    else if (k == "--syncs") syncs = std::stoi(v);
-    else if (k == "--epochs-per-sync") epochs_per_sync = std::stoi(v);
-    else if (k == "--transfer-port") transfer_port = std::stoi(v);
-    else if (k == "--die-at-sync") die_at_sync = std::stoi(v);
-    else throw ws::config_error(k, "unknown option");
+  if (cli::wants_help(argc, argv)) {
+    std::fputs(kUsage, stdout);
+    return 0;
   }
+  // cpp-httplib 0.11's client writes without MSG_NOSIGNAL: a server that answers early and closes
+  // (413, 401) would kill us with SIGPIPE instead of letting the error say what happened.
+  ::signal(SIGPIPE, SIG_IGN);
+  std::string urls = "http://127.0.0.1:8000", backend = "host", token;
+  int device = 0, syncs = 4, epochs_per_sync = 1, transfer_port = 0, die_at_sync = -1;
+  long long timeout_s = 30;
+  if (const char* t = std::getenv("WEIGHTSYNC_HTTP_TOKEN")) token = t;
+  cli::parse_pairs(argc, argv, [&](const std::string& k, const std::string& v) {
+    if (k == "--server")
+      urls = v;
+    else if (k == "--backend") {
+      if (v != "host" && v != "nccl")
+        throw ws::config_error(k, "expected host or nccl, got '" + v + "'");
+      backend = v;
+    } else if (k == "--device")
+      device = static_cast<int>(cli::parse_int(k, v, 0, 1023));
+    else if (k == "--syncs")
+      syncs = static_cast<int>(cli::parse_int(k, v, 0, 1000000));
+    else if (k == "--epochs-per-sync")
+      epochs_per_sync = static_cast<int>(cli::parse_int(k, v, 1, 1000000));
+    else if (k == "--transfer-port")
+      transfer_port = static_cast<int>(cli::parse_int(k, v, 0, 65535));
+    else if (k == "--die-at-sync")
+      die_at_sync = static_cast<int>(cli::parse_int(k, v, 1, 1000000));
+    else if (k == "--token")
+      token = v;
+    else if (k == "--timeout-s")
+      timeout_s = cli::parse_int(k, v, 1, 86400);
+    else
+      throw ws::config_error(k,
+                             "unknown option (known: --server --backend --device --syncs "
+                             "--epochs-per-sync --transfer-port --die-at-sync --token "
+                             "--timeout-s; --help)");
+  });
 #if WEIGHTSYNC_HAS_CUDA
   if (backend != "host") ws::detail::check(cudaSetDevice(device), "cudaSetDevice");
 #endif
+  const auto deadline = std::chrono::seconds(timeout_s);
   std::vector<ws::http::VllmClient> servers;
-  for (const auto& u : split(urls)) servers.emplace_back(u, std::chrono::seconds(60));
+  for (const auto& u : split(urls)) {
+    if (u.rfind("http://", 0) != 0)
+      throw ws::config_error("--server", "expected http://host:port, got '" + u + "'");
+    servers.emplace_back(u, deadline + std::chrono::seconds(5), token);
+  }
+  // Every server must answer before anything starts: a wrong URL is "connection refused" now,
+  // not a rendezvous timeout later.
+  for (auto& c : servers) (void)c.get_world_size();
 
   const auto train = demo::spirals(200, 1), eval = demo::spirals(100, 2);
   demo::Mlp model;
@@ -132,7 +183,7 @@ int main(int argc, char** argv) try {
   ws::TrainerEngine::Options to;
   to.engine.backend = backend;
   to.engine.device = device;
-  to.engine.timeout = std::chrono::seconds(30);
+  to.engine.timeout = deadline;
   ws::TrainerEngine trainer(to);
   {
     auto inits = std::async(std::launch::async, [&] {
@@ -142,11 +193,44 @@ int main(int argc, char** argv) try {
         c.init_weight_transfer_engine(mine);
       });
     });
-    trainer.trainer_init(info);
-    inits.get();
+    auto rendezvous = std::async(std::launch::async, [&] { trainer.trainer_init(info); });
+    // Whichever fails first is the error to report: an init call that fails (refused, 401, 400,
+    // 500, reset) means its server will never join, so waiting out the rendezvous would only
+    // hide the reason.
+    while (rendezvous.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready) {
+      if (inits.wait_for(std::chrono::seconds(0)) != std::future_status::ready) continue;
+      try {
+        inits.get();
+      } catch (const std::exception& e) {
+        // The rendezvous has no cancel: report and leave now, without waiting for it.
+        std::fprintf(stderr, "trainer: %s\n", e.what());
+        std::fflush(nullptr);
+        std::_Exit(2);
+      }
+      break;  // every init call answered: the rendezvous completes or fails on its own
+    }
+    try {
+      rendezvous.get();
+    } catch (const std::exception& e) {
+      // An init call's own error says more than "never joined"; wait a moment for one.
+      std::string why = e.what();
+      if (inits.valid() && inits.wait_for(std::chrono::seconds(1)) == std::future_status::ready) {
+        try {
+          inits.get();
+        } catch (const std::exception& h) {
+          why = std::string(h.what()) + " (and the rendezvous failed: " + why + ")";
+        }
+      } else if (inits.valid()) {
+        why += " (the servers' init calls have not answered: a server that hangs?)";
+      }
+      std::fprintf(stderr, "trainer: %s\n", why.c_str());
+      std::fflush(nullptr);
+      std::_Exit(2);  // an unanswered init call cannot be cancelled: do not wait for it
+    }
+    if (inits.valid()) inits.get();
   }
-  std::printf("[trainer] %zu server(s) joined over the %s backend (world size %d)\n", servers.size(),
-              backend.c_str(), info.world_size);
+  std::printf("[trainer] %zu server(s) joined over the %s backend (world size %d)\n",
+              servers.size(), backend.c_str(), info.world_size);
   for (std::size_t i = 0; i < servers.size(); ++i)
     std::printf("[trainer] before training, %s answers with accuracy %.3f (weights '%s')\n",
                 servers[i].url().c_str(), accuracy_of(server_predictions(servers[i], eval), eval),
@@ -215,14 +299,16 @@ int main(int argc, char** argv) try {
     });
     // 3. Every server now answers exactly as our own copy of the model does.
     std::vector<int> own_pred;
-    for (std::size_t i = 0; i < eval.size(); ++i) own_pred.push_back(demo::predict(model, eval.x[i], eval.y[i]));
+    for (std::size_t i = 0; i < eval.size(); ++i)
+      own_pred.push_back(demo::predict(model, eval.x[i], eval.y[i]));
     for (auto& c : servers) {
       const auto pred = server_predictions(c, eval);
       const bool same = pred == own_pred;
-      std::printf("[trainer] sync %d (%zu tensors, %zu bytes, %zu chunks): loss %.3f, trainer accuracy "
-                  "%.3f, %s accuracy %.3f, weights '%s', %s\n",
-                  s, st.tensors, st.bytes, st.chunks, loss, own, c.url().c_str(), accuracy_of(pred, eval),
-                  c.weight_version().c_str(), same ? "answers match the trainer's" : "ANSWERS DIFFER");
+      std::printf(
+          "[trainer] sync %d (%zu tensors, %zu bytes, %zu chunks): loss %.3f, trainer accuracy "
+          "%.3f, %s accuracy %.3f, weights '%s', %s\n",
+          s, st.tensors, st.bytes, st.chunks, loss, own, c.url().c_str(), accuracy_of(pred, eval),
+          c.weight_version().c_str(), same ? "answers match the trainer's" : "ANSWERS DIFFER");
       if (!same || c.weight_version() != version) {
         std::fprintf(stderr, "trainer: %s does not serve the weights just sent\n", c.url().c_str());
         return 1;

@@ -1089,6 +1089,7 @@ TEST_CASE("tcp_store: max_connections, max_store_bytes and max_pending_output",
     TcpStoreServer server(so);
     auto a = TcpStoreClient::connect(copts(server.port()));
     a.set("big", std::string(1 << 20, 'x'));
+    REQUIRE(a.get("big").size() == (1u << 20));  // SET has no reply: stored before the GETs
     auto fd = raw_connect(server.port());
     std::string gets = validate_bytes();
     for (int i = 0; i < 64; ++i) {

@@ -68,6 +68,13 @@ class StoreEngine {
     auto it = conns_.find(conn);
     return it != conns_.end() && !it->second.in.empty();
   }
+  //! The bytes of `conn`'s incomplete request held so far (the server's memory budget counts them).
+  std::size_t pending_bytes(int conn) const {
+    auto it = conns_.find(conn);
+    return it == conns_.end() ? 0 : it->second.in.size();
+  }
+  //! Whether `conn` has a WAIT pending (it may then be silent for as long as the WAIT lasts).
+  bool waiting(int conn) const { return conns_.count(conn) != 0 && store_.waiting(conn); }
   //! Tests only: called before each request runs; whatever it throws stands for a request that
   //! fails half-way (bad_alloc, say).
   std::function<void(Cmd)> fault_hook;
@@ -159,6 +166,7 @@ class StoreEngine {
         if (out[i].conn == conn) replied += out[i].bytes.size();
     }
     c.in.erase(0, pos);
+    if (c.in.empty() && c.in.capacity() > (std::size_t{64} << 10)) std::string().swap(c.in);
     return why;
   }
 

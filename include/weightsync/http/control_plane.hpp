@@ -13,6 +13,8 @@
 //! Bad JSON or a bad field: 400 with {"error": ...}; a body over RouteOptions::max_body_bytes: 413;
 //! a missing or wrong bearer token (when one is set): 401; a call in the wrong state: 409; a failed
 //! transfer: 500 (the engine's session is then over and the previous weights stay in use).
+//! A known path with another method: 405 with an Allow header (on a ControlServer, which also
+//! bounds threads, queue, headers and timeouts: <weightsync/http/server.hpp>).
 //! Optional: built only where cpp-httplib is available (CMake: WEIGHTSYNC_HAS_HTTPLIB).
 
 #if !defined(__has_include) || !__has_include(<httplib.h>)
@@ -34,8 +36,10 @@
 #include <nlohmann/json.hpp>
 
 #include "weightsync/detail/format.hpp"
+#include "weightsync/detail/socket.hpp"
 #include "weightsync/engine.hpp"
 #include "weightsync/error.hpp"
+#include "weightsync/http/server.hpp"
 #include "weightsync/info.hpp"
 #include "weightsync/log.hpp"
 
@@ -207,21 +211,42 @@ void guarded(httplib::Response& res, const char* route, F&& f) {
 }  // namespace detail
 
 //! Makes `server` refuse bodies above `o.max_body_bytes` with 413 before reading them, and give
-//! every 4xx/5xx without a body a JSON {"error": ...} message.
+//! every 4xx/5xx without a body a JSON {"error": ...} message that says what was refused. On a
+//! ControlServer, a known path asked with another method gets 405 and an Allow header.
 inline void apply_limits(httplib::Server& server, const RouteOptions& o) {
   if (o.max_body_bytes > 0) server.set_payload_max_length(o.max_body_bytes);
-  server.set_error_handler(
-      [max = o.max_body_bytes](const httplib::Request&, httplib::Response& res) {
-        if (!res.body.empty()) return;
-        std::string msg = weightsync::detail::cat("HTTP ", res.status);
-        if (res.status == 413)
-          msg = weightsync::detail::cat("request body exceeds the limit of ", max, " bytes");
-        else if (res.status == 404)
-          msg = "no such route";
-        else if (res.status == 400)
-          msg = "malformed HTTP request";
-        res.set_content(nlohmann::json{{"error", msg}}.dump(), "application/json");
-      });
+  auto* control = dynamic_cast<ControlServer*>(&server);
+  server.set_error_handler([max = o.max_body_bytes, control](const httplib::Request& req,
+                                                             httplib::Response& res) {
+    if (!res.body.empty()) return;
+    std::string msg = weightsync::detail::cat("HTTP ", res.status);
+    if (res.status == 413) {
+      const auto length = req.get_header_value<std::uint64_t>("Content-Length");
+      const std::string type = req.get_header_value("Content-Type");
+      if (type.rfind("application/x-www-form-urlencoded", 0) == 0 && (max == 0 || length <= max))
+        msg = weightsync::detail::cat(
+            "cpp-httplib refuses form-encoded bodies (Content-Type: ", type,
+            ", what `curl -d` sends) over ", CPPHTTPLIB_FORM_URL_ENCODED_PAYLOAD_MAX_LENGTH,
+            " bytes; send the JSON with Content-Type: application/json");
+      else
+        msg = weightsync::detail::cat("request body", length ? " of " : "",
+                                      length ? std::to_string(length) + " bytes" : std::string(),
+                                      " exceeds the limit of ", max, " bytes");
+    } else if (res.status == 404) {
+      const std::string allow = control ? control->allowed_methods(req.path) : std::string();
+      if (!allow.empty()) {
+        res.status = 405;
+        res.set_header("Allow", allow);
+        msg = weightsync::detail::cat("method ", req.method, " is not allowed on ", req.path,
+                                      " (allowed: ", allow, ")");
+      } else {
+        msg = "no such route";
+      }
+    } else if (res.status == 400) {
+      msg = "malformed HTTP request";
+    }
+    res.set_content(nlohmann::json{{"error", msg}}.dump(), "application/json");
+  });
 }
 
 namespace detail {
@@ -238,6 +263,7 @@ using RouteContextPtr = std::shared_ptr<const RouteContext>;
 //! then `f(req, res, body)` run guarded (errors mapped to statuses).
 template <class F>
 void post_route(httplib::Server& server, const char* path, RouteContextPtr ctx, F f) {
+  if (auto* c = dynamic_cast<ControlServer*>(&server)) c->note_route("POST", path);
   server.Post(path, [ctx, path, f](const httplib::Request& req, httplib::Response& res) {
     if (!admitted(ctx->options, req, res, true)) return;
     auto body = body_json(req, res, ctx->options.max_json_depth);
@@ -305,6 +331,12 @@ inline void add_pause_and_status_routes(httplib::Server& server, const RouteCont
         ctx->engine.pause(parse_pause_mode(mode));
         reply(res, 200, {{"status", "paused"}, {"mode", mode}});
       });
+  auto* control = dynamic_cast<ControlServer*>(&server);
+  if (control) {
+    control->note_route("POST", "/resume");
+    for (const char* path : {"/is_paused", "/get_world_size", "/weight_info"})
+      control->note_route("GET", path);
+  }
   server.Post("/resume", [ctx](const httplib::Request& req, httplib::Response& res) {
     if (!admitted(ctx->options, req, res, true)) return;  // (its body, if any, is ignored)
     guarded(res, "/resume", [&] {
@@ -338,18 +370,35 @@ inline void add_vllm_routes(httplib::Server& server, WeightTransferEngine& engin
   detail::add_pause_and_status_routes(server, ctx);
 }
 
-//! A trainer's client for one server's vLLM routes. Every call has a deadline; a refused
-//! connection is a peer_error, an error status a remote_error carrying the server's message.
+//! A trainer's client for one server's vLLM routes. Every call has a deadline; a connection that
+//! fails is a peer_error saying how (refused, timed out, reset), an error status a remote_error
+//! carrying the server's status and message. cpp-httplib 0.11's client writes without
+//! MSG_NOSIGNAL: a process that may see a server close early (a 413 or 401 before the whole body
+//! is sent) should ignore SIGPIPE (examples/trainer.cpp does).
 class VllmClient {
  public:
-  //! `base_url` like "http://127.0.0.1:8000"; `timeout` bounds each request (updates included).
+  //! `base_url` like "http://127.0.0.1:8000"; `timeout` bounds each request (updates included);
+  //! `bearer_token` (when not empty) is sent as "Authorization: Bearer <token>" with every request
+  //! (the server's RouteOptions::bearer_token).
   explicit VllmClient(std::string base_url,
-                      std::chrono::milliseconds timeout = std::chrono::seconds(300))
-      : url_(std::move(base_url)), client_(url_) {
-    const auto s = std::chrono::duration_cast<std::chrono::seconds>(timeout).count();
+                      std::chrono::milliseconds timeout = std::chrono::seconds(300),
+                      std::string bearer_token = {})
+      : url_(std::move(base_url)), timeout_(timeout), client_(url_) {
+    if (!client_.is_valid())
+      throw config_error("server",
+                         weightsync::detail::cat("'", url_, "' is no http://host:port URL"));
+    const auto ms = timeout.count();
     client_.set_connection_timeout(5, 0);
-    client_.set_read_timeout(static_cast<time_t>(s), 0);
-    client_.set_write_timeout(static_cast<time_t>(s), 0);
+    client_.set_read_timeout(static_cast<time_t>(ms / 1000), static_cast<time_t>(ms % 1000) * 1000);
+    client_.set_write_timeout(static_cast<time_t>(ms / 1000),
+                              static_cast<time_t>(ms % 1000) * 1000);
+    set_bearer_token(std::move(bearer_token));
+  }
+
+  //! Sends "Authorization: Bearer <token>" from now on ("" sends none).
+  void set_bearer_token(std::string token) {
+    token_ = std::move(token);
+    if (!token_.empty()) client_.set_bearer_token_auth(token_);
   }
 
   void init_weight_transfer_engine(const NcclInitInfo& info) {
@@ -379,32 +428,93 @@ class VllmClient {
   }
 
   nlohmann::json post(const std::string& path, const nlohmann::json& body) {
+    const auto t0 = std::chrono::steady_clock::now();
     auto r = client_.Post(path, body.dump(), "application/json");
-    return check("POST", path, r);
+    return check("POST", path, r, t0);
   }
   nlohmann::json get(const std::string& path) {
+    const auto t0 = std::chrono::steady_clock::now();
     auto r = client_.Get(path);
-    return check("GET", path, r);
+    return check("GET", path, r, t0);
   }
   const std::string& url() const noexcept { return url_; }
 
  private:
-  nlohmann::json check(const char* method, const std::string& path, const httplib::Result& r) {
+  //! What httplib's error means, as far as can be told: it says "Connection" for a refused and an
+  //! unreachable peer alike, and "Read" for a timeout and a reset alike.
+  std::string why_failed(httplib::Error e, std::chrono::steady_clock::duration took) const {
+    using E = httplib::Error;
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(took).count();
+    switch (e) {
+      case E::Connection:
+      case E::ConnectionTimeout: {
+        // Ask the kernel what a connect gives now (refused, unreachable, timed out).
+        std::string detail = e == E::ConnectionTimeout ? "connect timed out after 5 s" : "";
+        try {
+          const auto hp = host_port();
+          weightsync::detail::connect_tcp(
+              hp.first, hp.second,
+              weightsync::detail::Deadline::after(std::chrono::milliseconds(100)), "http", -1);
+          if (detail.empty()) detail = "could not connect";
+        } catch (const std::exception& x) {
+          const std::string w = x.what();
+          if (w.find("refused") != std::string::npos)
+            detail = "connection refused (nothing listens there)";
+          else if (detail.empty())
+            detail = "could not connect: " + w;
+        }
+        return detail;
+      }
+      case E::Read:
+        if (took + std::chrono::milliseconds(250) >= timeout_)
+          return weightsync::detail::cat("no answer within the read timeout of ", timeout_.count(),
+                                         " ms (timed out)");
+        return weightsync::detail::cat("the server closed or reset the connection after ", ms,
+                                       " ms without answering");
+      case E::Write:
+        return weightsync::detail::cat("sending the request failed after ", ms,
+                                       " ms (connection reset, or the write timed out)");
+      default:
+        return httplib::to_string(e);
+    }
+  }
+  std::pair<std::string, int> host_port() const {
+    std::string rest = url_;
+    if (auto p = rest.find("://"); p != std::string::npos) rest = rest.substr(p + 3);
+    if (auto p = rest.find('/'); p != std::string::npos) rest = rest.substr(0, p);
+    int port = 80;
+    if (auto p = rest.rfind(':');
+        p != std::string::npos && rest.find(']', p) == std::string::npos) {
+      port = std::atoi(rest.c_str() + p + 1);
+      rest = rest.substr(0, p);
+    }
+    if (rest.size() > 2 && rest.front() == '[') rest = rest.substr(1, rest.size() - 2);
+    return {rest, port};
+  }
+  nlohmann::json check(const char* method, const std::string& path, const httplib::Result& r,
+                       std::chrono::steady_clock::time_point t0) {
     if (!r)
-      throw peer_error(-1, weightsync::detail::cat(method, " ", url_, path,
-                                                   " failed: ", httplib::to_string(r.error())));
+      throw peer_error(-1, weightsync::detail::cat(
+                               method, " ", url_, path, " failed: ",
+                               why_failed(r.error(), std::chrono::steady_clock::now() - t0)));
     auto j = nlohmann::json::parse(r->body, nullptr, false);
     if (r->status < 200 || r->status >= 300)
       throw remote_error(
-          -1, weightsync::detail::cat(
-                  method, " ", url_, path, " answered ", r->status, ": ",
-                  (!j.is_discarded() && j.contains("error")) ? j["error"].dump() : r->body));
+          -1,
+          weightsync::detail::cat(
+              method, " ", url_, path, " answered ", r->status, ": ",
+              (!j.is_discarded() && j.contains("error")) ? j["error"].dump() : r->body,
+              r->status == 401 ? (token_.empty() ? " (no bearer token was sent: --token)"
+                                                 : " (the bearer token sent is not the server's)")
+                               : ""));
     if (j.is_discarded())
       throw protocol_error(-1,
                            weightsync::detail::cat(method, " ", url_, path, " answered non-JSON"));
     return j;
   }
   std::string url_;
+  std::chrono::milliseconds timeout_;
+  std::string token_;
   httplib::Client client_;
 };
 

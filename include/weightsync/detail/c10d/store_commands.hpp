@@ -35,6 +35,8 @@ class StoreCommands {
   void open(int conn) { waiters_.open(conn); }
   //! Forgets a connection and the keys it was waiting for.
   void close(int conn) { waiters_.close(conn); }
+  //! Whether `conn` (an open connection) has a WAIT pending.
+  bool waiting(int conn) const { return waiters_.waiting(conn); }
   const StoreData& data() const { return data_; }
 
   //! "" when the bookkeeping of the keys and of the WAITs is consistent, else what is wrong.
