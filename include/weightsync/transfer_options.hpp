@@ -69,6 +69,11 @@ struct TransferOptions {
   //! nullptr to be handed a view instead. Tensors with a destination are written there directly
   //! (single-tensor chunks are received in place) and are not passed to load_weights.
   std::function<void*(const TensorMeta&)> destination;
+  //! Consumer, Acknowledge::each_transfer only: a failure that any rank reports in the
+  //! acknowledgement fails this rank's call too (a remote_error naming the first such rank), so
+  //! that every rank of the group returns the same verdict. Shadow updates commit on it
+  //! (engine/shadow.hpp). Off: a consumer fails only for its own failure or the producer's.
+  bool all_or_nothing = false;
 
   void validate() const {
     if (buffer_size_bytes == 0) throw config_error("buffer_size_bytes", "must be >= 1, got 0");

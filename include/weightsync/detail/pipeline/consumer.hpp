@@ -53,6 +53,12 @@ class ConsumerRun {
       run_.drain("broadcast");
       for (const auto& a : acks)
         if (a.rank == run_.root && !a.ok() && remote_.empty()) note_remote(a.text(), run_.root);
+      if (run_.opt.all_or_nothing && ok())  // another consumer's failure is this rank's too
+        for (const auto& a : acks)
+          if (!a.ok() && a.rank != run_.comm.rank()) {
+            note_remote(a.text(), a.rank);
+            break;
+          }
     } catch (...) {
       run_.abort_comm(failure_.empty() ? "consumer failed" : failure_);
       throw;
@@ -60,7 +66,9 @@ class ConsumerRun {
     if (failure_ptr_) std::rethrow_exception(failure_ptr_);
     if (!remote_.empty())
       throw remote_error(remote_rank_,
-                         cat("the producer (rank ", remote_rank_, ") failed: ", remote_));
+                         remote_rank_ == run_.root
+                             ? cat("the producer (rank ", remote_rank_, ") failed: ", remote_)
+                             : cat("rank ", remote_rank_, " failed (all_or_nothing): ", remote_));
     return run_.stats(reused);
   }
 

@@ -107,7 +107,7 @@ class ShardedRun {
     if (!remote_.empty())
       throw remote_error(remote_rank_, cat("trainer rank ", remote_rank_, " failed: ", remote_));
     for (const auto& a : acks)
-      if (!a.ok() && a.rank != me_ && (producer() || a.rank < m()))
+      if (!a.ok() && a.rank != me_ && (producer() || a.rank < m() || run_.opt.all_or_nothing))
         throw remote_error(a.rank, cat("rank ", a.rank, " failed: ", a.text()));
     auto st = run_.stats(reused);
     st.chunks = plan_.total_chunks;
