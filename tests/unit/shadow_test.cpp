@@ -388,3 +388,52 @@ TEST_CASE(
   });
   ws_test::expect_all_ok(procs.wait_all(60s));
 }
+
+TEST_CASE(
+    "shadow mode: a deadline on rank 2 (its load outlives the timeout) fails the update on every "
+    "rank and neither flips",
+    "[unit][shadow][engine]") {
+  ws_test::Processes procs;
+  const int port = ws_test::free_port();
+  procs.spawn([=] {
+    TrainerEngine t(ws_test::options_for<TrainerEngine>(shadow_engine(2s)));
+    t.trainer_init(host_info(port, 3));
+    Model r1(1), r2(2);
+    t.send_weights(r1);
+    bool failed = false;
+    try {
+      t.send_weights(r2);
+    } catch (const weightsync::error&) {
+      failed = true;
+    }
+    if (!failed) throw std::runtime_error("the trainer's round 2 did not fail");
+  });
+  for (int local = 0; local < 2; ++local) {
+    procs.spawn([=] {
+      WeightTransferEngine e(worker_options(local, 2, 2s));
+      ServerWeights server(local);
+      e.register_parameters(server.table());
+      e.init_transfer_engine(host_info(port, 3));
+      e.start_weight_update();
+      receive_round(e, local, false);
+      e.finish_weight_update("v1");
+      e.start_weight_update();
+      const auto u = NcclUpdateInfo::from_metas(Model(0).metas());
+      bool failed = false;
+      try {
+        e.update_weights(u, [&](std::span<const TensorView>, void*) {
+          if (local == 1) std::this_thread::sleep_for(3s);  // past every rank's deadline
+          const auto shadow = e.shadow_snapshot();
+          std::memset(shadow->at("w2").data, 0x5a, shadow->at("w2").nbytes());
+        });
+      } catch (const weightsync::error&) {
+        failed = true;
+      }
+      if (!failed) throw std::runtime_error("round 2 did not fail on this rank");
+      const auto now = e.acquire();
+      if (now->version() != "v1") throw std::runtime_error("flipped to " + now->version());
+      expect_snapshot(*now, 1, local);
+    });
+  }
+  ws_test::expect_all_ok(procs.wait_all(60s));
+}
