@@ -77,6 +77,7 @@ EngineOptions shadow_engine(std::chrono::milliseconds timeout = 15s) {
   o.backend = "host";
   o.timeout = timeout;
   o.acknowledge = Acknowledge::each_transfer;
+  o.checksum = true;  // every chunk verified before the commit
   return o;
 }
 
@@ -225,6 +226,15 @@ TEST_CASE("shadow mode: options that cannot commit together are refused, naming 
   o.engine.backend = "nccl";
   CHECK(field_of(o) == "shadow.memory");
   CHECK(field_of(worker_options(0, 1)).empty());
+  CHECK(WeightTransferEngine::transfer_options({}, {}, shadow_engine()).checksum);
+  auto ipc = shadow_engine();
+  ipc.backend = "ipc";
+  try {
+    (void)WeightTransferEngine::transfer_options({}, {}, ipc);
+    FAIL("the ipc backend accepted checksums");
+  } catch (const config_error& e) {
+    CHECK(e.field() == "checksum");
+  }
 
   WeightTransferEngine in_place;
   CHECK_THROWS_AS(in_place.register_parameters({}), config_error);

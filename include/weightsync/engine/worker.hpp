@@ -354,6 +354,9 @@ class WeightTransferEngine {
     t.timeout = e.timeout;
     t.direct_threshold_bytes = e.protocol == Protocol::weightsync ? e.direct_threshold_bytes : 0;
     t.acknowledge = e.acknowledge;
+    t.checksum = e.checksum;
+    if (e.checksum && (e.backend == "ipc" || e.backend == "p2p"))
+      throw config_error("checksum", "the " + e.backend + " backend does not carry checksums yet");
     return t;
   }
 
