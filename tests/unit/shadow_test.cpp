@@ -18,6 +18,7 @@
 #include "support/host_world.hpp"
 #include "support/outcomes.hpp"
 #include "support/process.hpp"
+#include "support/shard_model.hpp"
 
 using namespace weightsync;
 using namespace std::chrono_literals;
@@ -445,5 +446,101 @@ TEST_CASE(
       expect_snapshot(*now, 1, local);
     });
   }
+  ws_test::expect_all_ok(procs.wait_all(60s));
+}
+
+TEST_CASE(
+    "shadow mode: sharded trainers (M=2) and 2 workers - a failed load on one worker fails both "
+    "workers and neither flips",
+    "[unit][shadow][engine][sharded]") {
+  constexpr int m = 2, n = 2, world = m + n;
+  struct Source {
+    ws_test::ShardedModel model;
+    std::vector<TensorMeta> metas() const { return model.metas; }
+    std::vector<ShardSpec> shard_specs() const { return model.specs; }
+    std::vector<SourceTensorRef> iterate() const { return model.items(); }
+  };
+  auto info = [](int port) {
+    NcclInitInfo i = ws_test::loopback_init_info(port, world, m);
+    i.packed = true;
+    i.packed_buffer_size_bytes = 200;
+    return i;
+  };
+  ws_test::Processes procs;
+  const int port = ws_test::free_port();
+  for (int r = 0; r < m; ++r)
+    procs.spawn([=] {
+      TrainerEngine::Options o;
+      o.engine = shadow_engine();
+      o.engine.checksum = false;  // sharded transfers carry none yet
+      o.trainer_rank = r;
+      o.trainer_world = m;
+      TrainerEngine t(o);
+      t.trainer_init(info(port));
+      for (int round = 1; round <= 3; ++round) {
+        Source src{ws_test::ShardedModel(m, r, 5, round)};
+        bool failed = false;
+        try {
+          t.send_weights(src);
+        } catch (const remote_error& e) {
+          failed = e.peer() == m + 1;
+        }
+        if (failed != (round == 2))
+          throw std::runtime_error("trainer round " + std::to_string(round) +
+                                   ": unexpected outcome");
+      }
+    });
+  for (int w = 0; w < n; ++w)
+    procs.spawn([=] {
+      auto o = worker_options(0, 1);
+      o.engine.checksum = false;
+      o.parallel.data_parallel_size = n;
+      o.parallel.data_parallel_index = w;
+      WeightTransferEngine e(o);
+      // Every tensor but the last is registered (lands in the shadow); the last goes to load.
+      const ws_test::ShardedModel initial(m, -1, 5, 0);
+      auto live = initial.full;
+      std::vector<ShadowParameter> table;
+      for (std::size_t i = 0; i + 1 < initial.metas.size(); ++i)
+        table.push_back({initial.metas[i], live[i].data(), nullptr});
+      e.register_parameters(table);
+      e.init_transfer_engine(info(port));
+      auto expect_live = [&](int round) {
+        const ws_test::ShardedModel want(m, -1, 5, round);
+        const auto s = e.acquire();
+        if (s->version() != "r" + std::to_string(round))
+          throw std::runtime_error("live is " + s->version() + ", not r" + std::to_string(round));
+        for (std::size_t i = 0; i + 1 < want.metas.size(); ++i)
+          if (!want.full[i].empty() &&
+              std::memcmp(s->at(want.metas[i].name).data, want.full[i].data(), want.full[i].size()))
+            throw std::runtime_error(want.metas[i].name + " is not round " + std::to_string(round));
+      };
+      for (int round = 1; round <= 3; ++round) {
+        const ws_test::ShardedModel want(m, -1, 5, round);
+        TrainerEngine::Options to;
+        to.trainer_world = m;
+        auto u = TrainerEngine(to).update_info(want.metas, want.specs);
+        u.packed.reset();
+        u.packed_buffer_size_bytes.reset();
+        u.packed_num_buffers.reset();
+        e.start_weight_update();
+        try {
+          e.update_weights(u, [&](std::span<const TensorView> batch, void*) {
+            if (round == 2 && w == 1) throw std::runtime_error("disk full");
+            for (const auto& v : batch)
+              if (v.name() != want.metas.back().name)
+                throw std::runtime_error("unexpected view of " + v.name());
+          });
+          e.finish_weight_update("r" + std::to_string(round));
+          if (round == 2)
+            throw std::runtime_error("round 2 succeeded on worker " + std::to_string(w));
+        } catch (const remote_error& x) {
+          if (round != 2 || w != 0 || x.peer() != m + 1) throw;
+        } catch (const std::runtime_error& x) {
+          if (round != 2 || w != 1 || std::string(x.what()) != "disk full") throw;
+        }
+        expect_live(round == 2 ? 1 : round);
+      }
+    });
   ws_test::expect_all_ok(procs.wait_all(60s));
 }
