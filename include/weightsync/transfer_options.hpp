@@ -69,6 +69,19 @@ struct TransferOptions {
   //! nullptr to be handed a view instead. Tensors with a destination are written there directly
   //! (single-tensor chunks are received in place) and are not passed to load_weights.
   std::function<void*(const TensorMeta&)> destination;
+  //! Consumer, Acknowledge::each_transfer only: a failure that any rank reports in the
+  //! acknowledgement fails this rank's call too (a remote_error naming the first such rank), so
+  //! that every rank of the group returns the same verdict. Shadow updates commit on it
+  //! (engine/shadow.hpp). Off: a consumer fails only for its own failure or the producer's.
+  bool all_or_nothing = false;
+  //! Protocol::weightsync, whole-tensor transfers: the producer sends a Hash64 of each chunk's
+  //! tensor bytes in the chunk's status frame, and the consumer checks it before loading the chunk;
+  //! a mismatch is that consumer's failure (protocol_error naming the producer), reported in the
+  //! acknowledgement, so with all_or_nothing no rank commits. Both sides must agree (handshake).
+  //! Host memory only for now (the host backend): the hash runs on the host. TODO: a GPU kernel
+  //! for the CUDA backends (until then they refuse it with config_error("checksum")), overlapped
+  //! with the transfer.
+  bool checksum = false;
 
   void validate() const {
     if (buffer_size_bytes == 0) throw config_error("buffer_size_bytes", "must be >= 1, got 0");

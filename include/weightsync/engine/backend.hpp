@@ -131,6 +131,8 @@ struct EngineOptions {
   std::size_t direct_threshold_bytes = 0;  //!< see TransferOptions
   //! When outcomes are exchanged (see Acknowledge); the trainer and every worker must agree.
   Acknowledge acknowledge = Acknowledge::next_transfer;
+  //! Per-chunk checksums (see TransferOptions::checksum); the trainer and every worker must agree.
+  bool checksum = false;
   //! Blocking NCCL launches under the launch watchdog (see NcclOptions::blocking); Protocol::vllm
   //! always uses non-blocking ones (vLLM's workers do not take part in the split it needs).
   bool nccl_blocking = true;

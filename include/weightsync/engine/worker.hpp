@@ -13,6 +13,7 @@
 //! next start works; if the failure broke the communicator, the next start says so and a new
 //! init_transfer_engine() is needed.
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -30,6 +31,7 @@
 #include "weightsync/detail/format.hpp"
 #include "weightsync/engine/backend.hpp"
 #include "weightsync/engine/registry.hpp"
+#include "weightsync/engine/shadow.hpp"
 #include "weightsync/error.hpp"
 #include "weightsync/info.hpp"
 #include "weightsync/log.hpp"
@@ -64,6 +66,9 @@ class WeightTransferEngine {
     //! init_transfer_engine refuses a worker whose rank would be a trainer rank (below M), and an
     //! M2N init info whose rank_offset differs.
     int trainer_ranks = 0;
+    //! Shadow mode (off: syncs write in place). Needs Acknowledge::each_transfer and
+    //! Protocol::weightsync, and register_parameters() before the first start; see shadow.hpp.
+    ShadowOptions shadow;
   };
   //! Callbacks of the embedding server.
   struct Hooks {
@@ -78,6 +83,7 @@ class WeightTransferEngine {
     opt_.parallel.validate();
     if (opt_.trainer_ranks < 0)
       throw config_error("trainer_ranks", detail::cat("must be >= 0, got ", opt_.trainer_ranks));
+    detail::check_shadow_options(opt_.shadow, opt_.engine);
   }
   WeightTransferEngine(const WeightTransferEngine&) = delete;
   WeightTransferEngine& operator=(const WeightTransferEngine&) = delete;
@@ -108,8 +114,11 @@ class WeightTransferEngine {
     std::visit([this](const auto& i) { init_transfer_engine(i); }, parse_init_info(init_info));
   }
 
+  //! In shadow mode, first waits (within EngineOptions::timeout) until no snapshot holds the copy
+  //! that becomes the shadow, then copies the live version into it (ShadowOptions).
+  //! @throws timeout_error("shadow") naming the version still held; the session does not start.
   void start_weight_update() {
-    std::lock_guard lock(mutex_);
+    std::unique_lock lock(mutex_);
     if (state_ == State::uninitialized)
       throw state_error("start_weight_update before init_transfer_engine");
     if (state_ == State::updating)
@@ -118,8 +127,26 @@ class WeightTransferEngine {
       throw state_error(
           "the transfer group failed in an earlier update; call init_transfer_engine "
           "again");
+    if (opt_.shadow.enabled && !shadow_)
+      throw state_error("shadow mode: register_parameters before start_weight_update");
     state_ = State::updating;
     updates_in_session_ = 0;
+    if (!shadow_) return;
+    // Waits for the readers of the next shadow without the lock (status queries answer); busy_
+    // keeps updates, finish and shutdown out meanwhile.
+    busy_ = true;
+    auto shadow = shadow_;
+    lock.unlock();
+    try {
+      shadow->begin(opt_.engine.timeout, opt_.shadow.copy_live_at_start);
+    } catch (...) {
+      lock.lock();
+      busy_ = false;
+      state_ = State::ready;
+      throw;
+    }
+    lock.lock();
+    busy_ = false;
   }
 
   //! Receives one update (blocks until it has landed). `load` gets every tensor without a
@@ -151,6 +178,7 @@ class WeightTransferEngine {
       sharded = info.sharded();
       t = transfer_options(init_, info, opt_.engine);
       t.destination = destination;
+      if (shadow_) detail::shadow_transfer(shadow_, t);
       backend = backend_;
       busy_ = true;
     }
@@ -167,6 +195,7 @@ class WeightTransferEngine {
       std::lock_guard lock(mutex_);
       busy_ = false;
       state_ = State::ready;  // the session is over; the next start begins a new one
+      if (shadow_) detail::discard_shadow(*shadow_, backend->rank(), std::current_exception());
       throw;
     }
   }
@@ -205,14 +234,56 @@ class WeightTransferEngine {
     return update_weights(info, load, destination);
   }
 
-  //! Ends the session; the version changes only here, and only when given.
+  //! Ends the session; the version changes only here, and only when given. In shadow mode it
+  //! publishes the shadow (when an update landed in this session) as the live version, at once
+  //! for every later acquire().
   void finish_weight_update(std::optional<std::string> version = std::nullopt) {
     std::lock_guard lock(mutex_);
     if (state_ != State::updating)
       throw state_error("finish_weight_update without start_weight_update");
     if (busy_) throw state_error("finish_weight_update while update_weights is running");
     if (version) version_ = *version;
+    if (shadow_ && updates_in_session_ > 0)
+      shadow_->publish(version_);
+    else if (shadow_ && version)
+      shadow_->relabel(version_);
     state_ = State::ready;
+  }
+
+  //! Shadow mode: the server's parameters (name, dtype, shape, live memory, optionally a second
+  //! copy); the library allocates the missing second copies and logs the memory cost. Between
+  //! sessions only; registering again replaces the table (snapshots of the old one stay valid).
+  //! @throws config_error("shadow.enabled") when shadow mode is off; config_error naming a bad
+  //!   parameter.
+  void register_parameters(std::vector<ShadowParameter> params) {
+    if (!opt_.shadow.enabled)
+      throw config_error("shadow.enabled",
+                         "register_parameters needs shadow mode (Options::shadow)");
+    std::lock_guard lock(mutex_);
+    if (state_ == State::updating || busy_)
+      throw state_error("register_parameters during a weight update");
+    auto w = std::make_shared<ShadowWeights>(std::move(params), opt_.shadow.memory, version_);
+    detail::log_shadow_cost(*w, backend_ ? backend_->rank() : -1);
+    std::lock_guard shadow_lock(shadow_mutex_);
+    shadow_ = std::move(w);
+  }
+  //! Shadow mode: the live version for one forward pass (never waits on a sync).
+  //! @throws state_error before register_parameters.
+  std::shared_ptr<const Snapshot> acquire() const {
+    std::lock_guard lock(shadow_mutex_);  // not mutex_: init and the watchdog hold that one
+    if (!shadow_) throw state_error("acquire: no parameters registered (shadow mode)");
+    return shadow_->acquire();
+  }
+  //! Shadow mode, during a session: the copy being written (load_weights writes the tensors it
+  //! transforms (fused, sharded) there); null outside a session.
+  std::shared_ptr<const Snapshot> shadow_snapshot() const {
+    std::lock_guard lock(mutex_);
+    return shadow_ && state_ == State::updating ? shadow_->shadow() : nullptr;
+  }
+  //! Shadow mode: the bytes the library allocated for the second copies (0 before registering).
+  std::size_t shadow_extra_bytes() const {
+    std::lock_guard lock(mutex_);
+    return shadow_ ? shadow_->extra_bytes() : 0;
   }
 
   std::string weight_version() const {
@@ -283,6 +354,9 @@ class WeightTransferEngine {
     t.timeout = e.timeout;
     t.direct_threshold_bytes = e.protocol == Protocol::weightsync ? e.direct_threshold_bytes : 0;
     t.acknowledge = e.acknowledge;
+    t.checksum = e.checksum;
+    if (e.checksum && (e.backend == "ipc" || e.backend == "p2p"))
+      throw config_error("checksum", "the " + e.backend + " backend does not carry checksums yet");
     return t;
   }
 
@@ -320,6 +394,8 @@ class WeightTransferEngine {
                       trainers - 1, " are the ", trainers, " trainer ranks' (",
                       m2n ? "the M2N init info" : "Options::trainer_ranks",
                       "), so rank_offset must be >= ", trainers, ", got ", info.rank_offset));
+    if (opt_.shadow.enabled)
+      detail::check_shadow_group(opt_.engine.backend, info.world_size - std::max(trainers, 1));
     if (backend_) backend_->shutdown();
     backend_.reset();
     m2n_.reset();
@@ -396,6 +472,10 @@ class WeightTransferEngine {
   std::string version_ = "default";
   int updates_in_session_ = 0;
   bool paused_ = false;
+  //! Shadow mode's two copies (null: in place, or nothing registered yet). Written under both
+  //! mutexes, read under either: acquire() takes shadow_mutex_ only.
+  std::shared_ptr<ShadowWeights> shadow_;
+  mutable std::mutex shadow_mutex_;
 };
 
 }  // namespace weightsync

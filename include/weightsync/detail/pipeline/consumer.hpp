@@ -34,6 +34,7 @@ class ConsumerRun {
     auto& ws = run_.ws;
     const std::size_t n = run_.plan.size();
     const std::size_t K = run_.slots();
+    check_checksum_support(run_);
     bool reused = ws.ensure_frames(run_.status0() + (run_.plan.framed ? K : 0));
     ws.ensure_streams(K);
     // The handshake runs before any destination is asked for: a mismatch touches nothing, and the
@@ -53,6 +54,12 @@ class ConsumerRun {
       run_.drain("broadcast");
       for (const auto& a : acks)
         if (a.rank == run_.root && !a.ok() && remote_.empty()) note_remote(a.text(), run_.root);
+      if (run_.opt.all_or_nothing && ok())  // another consumer's failure is this rank's too
+        for (const auto& a : acks)
+          if (!a.ok() && a.rank != run_.comm.rank()) {
+            note_remote(a.text(), a.rank);
+            break;
+          }
     } catch (...) {
       run_.abort_comm(failure_.empty() ? "consumer failed" : failure_);
       throw;
@@ -60,7 +67,9 @@ class ConsumerRun {
     if (failure_ptr_) std::rethrow_exception(failure_ptr_);
     if (!remote_.empty())
       throw remote_error(remote_rank_,
-                         cat("the producer (rank ", remote_rank_, ") failed: ", remote_));
+                         remote_rank_ == run_.root
+                             ? cat("the producer (rank ", remote_rank_, ") failed: ", remote_)
+                             : cat("rank ", remote_rank_, " failed (all_or_nothing): ", remote_));
     return run_.stats(reused);
   }
 
@@ -216,6 +225,42 @@ class ConsumerRun {
     }
   }
 
+  //! TransferOptions::checksum: hashes chunk c's tensors where they lie now (destination, slot) in
+  //! the producer's order and compares with its status frame. Host memory only (see
+  //! check_checksum_support). A mismatch is this rank's failure, reported in the acknowledgement.
+  void verify(std::size_t c) {
+    const Chunk& ch = run_.plan.chunks[c];
+    const bool placed = in_place(c);
+    const std::byte* slot = run_.ws.slots[c % run_.slots()].data();
+    std::size_t off = 0, direct_off = placed ? 0 : run_.plan.regions[c].bytes;
+    Hash64 h;
+    for (std::size_t i = ch.begin; i < ch.end; ++i) {
+      const std::size_t nb = run_.metas[i].nbytes();
+      const auto* dest = static_cast<const std::byte*>(dest_[i]);
+      const std::byte* p = nullptr;
+      if (run_.plan.direct[i]) {
+        p = dest ? dest : slot + direct_off;
+        if (!dest) direct_off += nb;
+      } else if (nb > 0) {
+        p = dest ? dest : slot + off;
+        if (!placed) off += nb;
+      }
+      if (nb > 0) h.bytes(p, nb);
+    }
+    const Frame f = *run_.frame_host(run_.status0() + c % run_.slots());
+    if (h.value() == f.digest) return;
+    failure_ = cat("chunk ", c, " (tensors ", ch.begin, "..", ch.end - 1,
+                   "): checksum mismatch: rank ", run_.root, " sent digest 0x", hex(f.digest),
+                   ", received bytes hash to 0x", hex(h.value()));
+    failure_ptr_ = std::make_exception_ptr(protocol_error(run_.root, failure_));
+  }
+  static std::string hex(std::uint64_t v) {
+    static const char* d = "0123456789abcdef";
+    std::string s(16, '0');
+    for (int i = 15; i >= 0; --i, v >>= 4) s[static_cast<std::size_t>(i)] = d[v & 15];
+    return s;
+  }
+
   //! Hands chunk c's views to load_weights; a failure is kept and reported in the acknowledgement.
   void load(std::size_t c, stream_type s) {
     build_views(c);
@@ -252,6 +297,7 @@ class ConsumerRun {
       }
       if (good && split != Split::region_first) scatter_region(c, s);
     }
+    if (ok() && run_.opt.checksum && run_.plan.chunks[c].bytes > 0) verify(c);
     if (ok()) load(c, s);
     ws.policy.record(ws.unpacked[k], s);
   }

@@ -14,12 +14,14 @@
 #include <ios>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "weightsync/detail/format.hpp"
 #include "weightsync/detail/frame.hpp"
 #include "weightsync/detail/pipeline/run.hpp"
 #include "weightsync/error.hpp"
+#include "weightsync/host/device_policy.hpp"
 
 namespace weightsync::detail {
 
@@ -51,7 +53,7 @@ std::vector<Frame> allgather_frames(PipelineRun<C>& run, Frame mine, const std::
 }
 
 //! Bits of a handshake frame's `packed` field.
-inline constexpr std::uint8_t kPackedBit = 1, kAckEachBit = 2;
+inline constexpr std::uint8_t kPackedBit = 1, kAckEachBit = 2, kChecksumBit = 4;
 
 //! This rank's handshake frame: its role and its view of the transfer, and (code, message) its
 //! failure of an earlier transfer that no other rank has seen yet.
@@ -63,7 +65,8 @@ Frame handshake_frame(PipelineRun<C>& run) {
   f.rank = run.comm.rank();
   f.packed = static_cast<std::uint8_t>(
       (run.opt.packed ? kPackedBit : 0) |
-      (run.opt.acknowledge == Acknowledge::each_transfer ? kAckEachBit : 0));
+      (run.opt.acknowledge == Acknowledge::each_transfer ? kAckEachBit : 0) |
+      (run.opt.checksum ? kChecksumBit : 0));
   if (!run.ws.pending_failure.empty()) {
     f.code = static_cast<std::uint16_t>(FrameCode::failed);
     f.set_message("\n" + run.ws.pending_failure);  // after the (empty) marker, see sharded_marker
@@ -112,6 +115,8 @@ inline std::string handshake_differences(const std::vector<Frame>& all, int root
     diff(r, "packed", p0 ? "true" : "false", px ? "true" : "false");
     diff(r, "acknowledge", r0.packed & kAckEachBit ? "each_transfer" : "next_transfer",
          x.packed & kAckEachBit ? "each_transfer" : "next_transfer");
+    diff(r, "checksum", r0.packed & kChecksumBit ? "on" : "off",
+         x.packed & kChecksumBit ? "on" : "off");
     if (p0 && px) diff(r, "packed_buffer_size_bytes", r0.buffer_size, x.buffer_size);
     diff(r, "packed_num_buffers", r0.num_buffers, x.num_buffers);
     diff(r, "direct_threshold_bytes", r0.chunk_rule, x.chunk_rule);
@@ -169,6 +174,19 @@ std::uint64_t handshake(PipelineRun<C>& run) {
                    [&](const std::vector<Frame>& all, int& first_bad) {
                      return handshake_differences(all, run.root, first_bad);
                    });
+}
+
+//! Per-chunk checksums (TransferOptions::checksum) read the chunk on the host.
+//! @throws config_error("checksum") where that cannot work.
+template <class C>
+void check_checksum_support(const PipelineRun<C>& run) {
+  if (!run.opt.checksum) return;
+  if (!run.plan.framed)
+    throw config_error("checksum", "needs Protocol::weightsync (the status frames carry it)");
+  if constexpr (!std::is_same_v<policy_t<C>, HostPolicy>)
+    throw config_error("checksum",
+                       "per-chunk checksums run on the host: the host backend only, until the GPU "
+                       "kernel lands (TODO)");
 }
 
 //! Exchanges every rank's outcome of the transfer ("" = ok).

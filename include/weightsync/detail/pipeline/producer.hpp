@@ -37,6 +37,8 @@ class ProducerRun {
     auto& ws = run_.ws;
     const std::size_t n = run_.plan.size();
     const std::size_t K = run_.slots();
+    check_checksum_support(run_);
+    digests_.assign(n, 0);
     bool reused = ws.ensure_frames(run_.status0() + (run_.plan.framed ? n : 0));
     // Only a region of several tensors needs a slot; a lone tensor is sent from its own memory.
     reused = ws.ensure_slots(run_.plan.packing_slot_bytes(), K) && reused;
@@ -108,10 +110,12 @@ class ProducerRun {
       f.rank = run_.comm.rank();
       f.transfer_id = id;
       f.chunk = c;
+      f.digest = digests_[c];
       *run_.frame_host(run_.status0() + c) = f;
     }
     run_.ws.policy.copy_from_host(run_.frame_dev(run_.status0()), run_.frame_host(run_.status0()),
                                   n * kFrameBytes, run_.comm_stream());
+    frames_written_ = true;
   }
 
   //! Takes chunk c's items from the iterator, checking each against its metadata.
@@ -154,6 +158,7 @@ class ProducerRun {
   //! Checks chunk c's items and enqueues the packing of its region into slot c % K.
   void prepare(std::size_t c) {
     take_items(c);
+    checksum(c);
     region_src_ = nullptr;
     const Chunk& ch = run_.plan.chunks[c];
     const auto& region = run_.plan.regions[c];
@@ -182,6 +187,21 @@ class ProducerRun {
     ws.flush_copies(s);
     ws.policy.record(ws.packed[k], s);
     region_src_ = slot;
+  }
+
+  //! TransferOptions::checksum: chunk c's digest, in its status frame (before the chunk is sent).
+  void checksum(std::size_t c) {
+    if (!run_.opt.checksum || !failure_.empty()) return;
+    const Chunk& ch = run_.plan.chunks[c];
+    Hash64 h;
+    for (std::size_t i = ch.begin; i < ch.end; ++i)
+      if (const std::size_t nb = run_.metas[i].nbytes()) h.bytes(run_.ws.sources[i - ch.begin], nb);
+    digests_[c] = h.value();
+    if (!frames_written_) return;  // write_status_frames puts it there
+    const std::size_t st = run_.status0() + c;
+    run_.frame_host(st)->digest = digests_[c];
+    run_.ws.policy.copy_from_host(run_.frame_dev(st), run_.frame_host(st), kFrameBytes,
+                                  run_.comm_stream());
   }
 
   //! After a failure the wire still carries the chunk's bytes: junk of the right size.
@@ -242,6 +262,8 @@ class ProducerRun {
   const void* region_src_ = nullptr;
   std::string failure_;  // set once an item is wrong; every later frame and the ack carry it
   std::exception_ptr failure_ptr_;
+  std::vector<std::uint64_t> digests_;  // TransferOptions::checksum: one per chunk
+  bool frames_written_ = false;
 };
 
 }  // namespace weightsync::detail
