@@ -22,6 +22,7 @@
 #include "weightsync/packed_broadcast.hpp"
 #include "weightsync/sharded_broadcast.hpp"
 #if WEIGHTSYNC_HAS_NCCL
+#include "weightsync/cuda/check.hpp"
 #include "weightsync/nccl/communicator.hpp"
 #include "weightsync/nccl/torch_bootstrap.hpp"
 #include "weightsync/nccl/unique_id.hpp"
@@ -114,6 +115,7 @@ inline std::unique_ptr<Backend> make_host_backend() {
 inline std::unique_ptr<Backend> make_nccl_backend() {
   return make_comm_backend<NcclCommunicator>(
       "nccl", [](const NcclInitInfo& info, int rank, const EngineOptions& o) {
+        detail::require_cuda_device("nccl", o.device);  // at once, not after a rendezvous timeout
         NcclOptions n;
         n.device = o.device;
         n.timeout = o.timeout;

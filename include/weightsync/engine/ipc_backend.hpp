@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 
+#include "weightsync/cuda/check.hpp"
 #include "weightsync/cuda/ipc.hpp"
 #include "weightsync/engine/backend.hpp"
 #include "weightsync/engine/transport.hpp"
@@ -72,6 +73,7 @@ inline std::unique_ptr<Backend> make_ipc_end_backend(IpcOptions io) {
           throw config_error("protocol", std::string(name) +
                                              " backend: only Protocol::weightsync (vLLM's wire "
                                              "is NCCL)");
+        require_cuda_device(name, o.device);  // at once, not after a rendezvous timeout
         return IpcEnd(rendezvous_options(info, rank, o, name), o.device, io, o.timeout);
       });
 }
