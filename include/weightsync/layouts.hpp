@@ -108,7 +108,8 @@ inline std::vector<TensorMeta> synthetic(std::size_t count, std::size_t bytes) {
 //! Names accepted by by_name().
 inline constexpr std::string_view kNames[] = {"dense8b", "moe30b", "small1b", "lora8b"};
 
-//! A layout by name: dense8b, moe30b, small1b, lora8b, or synthetic:<count>x<bytes>.
+//! A layout by name: dense8b, moe30b, small1b, lora8b, or synthetic:COUNTxBYTES (e.g.
+//! synthetic:512x2097152).
 inline std::vector<TensorMeta> by_name(std::string_view name) {
   if (name == "dense8b") return dense8b();
   if (name == "moe30b") return moe30b();
@@ -125,8 +126,9 @@ inline std::vector<TensorMeta> by_name(std::string_view name) {
     throw config_error("layout", "synthetic layouts are written synthetic:<count>x<bytes>, got '" +
                                      std::string(name) + "'");
   }
-  throw config_error("layout", "unknown layout '" + std::string(name) +
-                                   "' (known: dense8b, moe30b, small1b, lora8b, synthetic:<count>x<bytes>)");
+  throw config_error("layout",
+                     "unknown layout '" + std::string(name) +
+                         "' (known: dense8b, moe30b, small1b, lora8b, synthetic:<count>x<bytes>)");
 }
 
 inline std::size_t total_bytes(const std::vector<TensorMeta>& metas) {
