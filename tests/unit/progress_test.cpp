@@ -88,7 +88,7 @@ void check_calls(const std::vector<TransferProgress>& calls, const TransferStats
 
 }  // namespace
 
-TEST_CASE("progress: both engines report bytes, chunks and rate; stats carry per-phase times",
+TEST_CASE("progress: both engines report bytes, chunks and rate, and stats carry per-phase times",
           "[unit][engine][progress]") {
   ws_test::Processes procs;
   const int port = ws_test::free_port();

@@ -115,7 +115,6 @@ inline std::unique_ptr<Backend> make_host_backend() {
 inline std::unique_ptr<Backend> make_nccl_backend() {
   return make_comm_backend<NcclCommunicator>(
       "nccl", [](const NcclInitInfo& info, int rank, const EngineOptions& o) {
-        detail::require_cuda_device("nccl", o.device);  // at once, not after a rendezvous timeout
         NcclOptions n;
         n.device = o.device;
         n.timeout = o.timeout;
@@ -125,10 +124,14 @@ inline std::unique_ptr<Backend> make_nccl_backend() {
         const bool ours = o.protocol == Protocol::weightsync;
         n.blocking = o.nccl_blocking && ours;
         n.connect_all = ours;
-        if (info.uses_unique_id())
-          return NcclCommunicator::init(NcclUniqueId::from_base64(*info.nccl_unique_id_b64), rank,
-                                        info.world_size, n);
+        // The init info is checked first, then the GPU: at once, not after a rendezvous timeout.
+        if (info.uses_unique_id()) {
+          const auto id = NcclUniqueId::from_base64(*info.nccl_unique_id_b64);
+          detail::require_cuda_device("nccl", o.device);
+          return NcclCommunicator::init(id, rank, info.world_size, n);
+        }
         const auto r = detail::rendezvous_options(info, rank, o, "nccl");
+        detail::require_cuda_device("nccl", o.device);
         if (!ours)  // vLLM's TCP mode: its TCPStore and pickled unique id
           return vllm_tcp_communicator(r.address, r.port, rank, info.world_size, n);
         return NcclCommunicator::connect(r, n);
