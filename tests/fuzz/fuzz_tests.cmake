@@ -40,11 +40,16 @@ message(STATUS "weightsync: fuzz tests with ${WEIGHTSYNC_CLANGXX}, ${WEIGHTSYNC_
 
 set(_ws_fz_src "${CMAKE_CURRENT_SOURCE_DIR}/fuzz")
 set(_ws_fz_bin "${CMAKE_CURRENT_BINARY_DIR}/fuzz")
-set(_ws_fz_build_cmd sh -c "'${CMAKE_COMMAND}' -S '${_ws_fz_src}' -B '${_ws_fz_bin}' -G '${CMAKE_GENERATOR}' -DCMAKE_BUILD_TYPE=RelWithDebInfo '-DCMAKE_CXX_COMPILER=${WEIGHTSYNC_CLANGXX}' >'${_ws_fz_bin}.configure.log' 2>&1 || { cat '${_ws_fz_bin}.configure.log'; exit 1; }; '${CMAKE_COMMAND}' --build '${_ws_fz_bin}'")
+# (a script, not a command line: a list variable would split the shell's ';')
+set(_ws_fz_build_sh "${CMAKE_CURRENT_BINARY_DIR}/fuzz_build.sh")
+file(CONFIGURE OUTPUT "${_ws_fz_build_sh}" CONTENT "#!/bin/sh
+'${CMAKE_COMMAND}' -S '${_ws_fz_src}' -B '${_ws_fz_bin}' -G '${CMAKE_GENERATOR}' -DCMAKE_BUILD_TYPE=RelWithDebInfo '-DCMAKE_CXX_COMPILER=${WEIGHTSYNC_CLANGXX}' >'${_ws_fz_bin}.configure.log' 2>&1 || { cat '${_ws_fz_bin}.configure.log'; exit 1; }
+exec '${CMAKE_COMMAND}' --build '${_ws_fz_bin}'
+")
 # Part of the build ("all"): a custom target always runs; when nothing changed it is a no-op.
-add_custom_target(weightsync_fuzz_targets ALL COMMAND ${_ws_fz_build_cmd}
+add_custom_target(weightsync_fuzz_targets ALL COMMAND sh "${_ws_fz_build_sh}"
   COMMENT "Building the fuzz targets with ${WEIGHTSYNC_CLANGXX} (tests/fuzz)" VERBATIM)
-add_test(NAME fuzz.build COMMAND ${_ws_fz_build_cmd})
+add_test(NAME fuzz.build COMMAND sh "${_ws_fz_build_sh}")
 set_tests_properties(fuzz.build PROPERTIES FIXTURES_SETUP ws_fuzz_built LABELS "fuzz" TIMEOUT 900)
 
 file(GLOB _ws_fz_targets RELATIVE "${_ws_fz_src}" CONFIGURE_DEPENDS "${_ws_fz_src}/fuzz_*.cpp")
