@@ -100,7 +100,8 @@ inline std::string metadata_wire(std::span<const TensorMeta> metas, std::size_t&
     out.append(m.name.data(), name_len);
     out.push_back(static_cast<char>(m.dtype));
     out.push_back(static_cast<char>(ndim));
-    out.append(reinterpret_cast<const char*>(m.shape.data()), ndim * sizeof(std::int64_t));
+    if (ndim > 0)
+      out.append(reinterpret_cast<const char*>(m.shape.data()), ndim * sizeof(std::int64_t));
     ++count;
   }
   return out;
@@ -132,7 +133,8 @@ inline std::vector<WireMeta> parse_metadata_wire(std::string_view b) {
     at += 2;
     if (at + ndim * sizeof(std::int64_t) > b.size()) break;
     w.shape.resize(ndim);
-    std::memcpy(w.shape.data(), b.data() + at, ndim * sizeof(std::int64_t));
+    if (ndim > 0)  // (a 0-dim tensor's empty vector has no data(): no memcpy from/to null)
+      std::memcpy(w.shape.data(), b.data() + at, ndim * sizeof(std::int64_t));
     at += ndim * sizeof(std::int64_t);
     out.push_back(std::move(w));
   }
