@@ -14,7 +14,17 @@ Charts:
   time_vs_raw.png            per layout: raw ncclBroadcast and each implementation's best time (ms),
                              the IPC backends (--backend ipc/p2p) included, with ipc's baseline: one
                              device-local copy of the same bytes
-Needs gnuplot (Debian: gnuplot-nox). Only the Python standard library is used.
+Rows are grouped by the GPU they were measured on (each row's "device", else its device lines):
+one set of charts per device, never two devices in one chart. With rows of several devices each
+device's charts go to a subfolder of --out named after it (h200/, h100_80gb_hbm3/); with one,
+straight into --out.
+
+Units: GB/s and "bytes" axes are decimal (1 GB = 1e9 B), as nccl-tests reports them; the
+log-scale byte axis has its ticks at powers of ten and labels them in decimal units (1 kB, 1 MB,
+1 GB). The buffer-size axis is in MiB (2^20 B) with ticks at powers of two.
+
+Needs gnuplot (Debian/Ubuntu: apt-get install gnuplot-nox; it says so and exits 2 without it).
+Only the Python standard library is used.
 """
 import argparse
 import collections
@@ -54,6 +64,23 @@ def machine(rows):
         if names:
             seen.add(f"{len(gpus)}x {'/'.join(sorted(names))}")
     return ", ".join(sorted(seen)) or "unknown GPUs"
+
+
+def device_of(r):
+    """The GPU a row was measured on ('NVIDIA H200'), from its "device" or its device lines."""
+    if r.get("device"):
+        return str(r["device"]).strip()
+    for d in r.get("devices") or []:
+        m = re.search(r"\[[0-9a-fA-F:.]+\]\s+(.*)$", str(d))
+        if m:
+            return m.group(1).strip()
+    return "unknown"
+
+
+def slug(device):
+    """'NVIDIA H100 80GB HBM3' -> 'h100_80gb_hbm3'."""
+    d = re.sub(r"^NVIDIA\s+", "", device)
+    return re.sub(r"[^a-z0-9]+", "_", d.lower()).strip("_") or "unknown"
 
 
 def gnuplot(script):
@@ -137,10 +164,10 @@ def latency_curve(rows, out):
     gnuplot(f"""set terminal pngcairo size 1000,620
 set output '{png}'
 set title 'time per sync against bytes per sync, defaults ({machine(rows)}, lower is better)'
-set xlabel 'bytes per sync'
+set xlabel 'bytes per sync (decimal: 1 kB = 1000 B)'
 set ylabel 'time (us)'
 set logscale xy
-set format x '%.0b%B'
+set format x '%.0s %cB'
 set key top left
 set grid
 plot {', '.join(plots)}
@@ -202,10 +229,21 @@ def main():
     ap.add_argument("--memory", default="contiguous", help="contiguous, scattered, or '' for both")
     args = ap.parse_args()
     if not shutil.which("gnuplot"):
-        sys.exit("plot.py: gnuplot is not installed (apt-get install gnuplot-nox)")
+        print("plot.py: needs gnuplot, which is not installed or not on PATH "
+              "(Debian/Ubuntu: apt-get install gnuplot-nox)", file=sys.stderr)
+        sys.exit(2)
     os.makedirs(args.out, exist_ok=True)
     rows = load(args.files, args.memory)
-    made = bw_vs_buffer(rows, args.out) + time_vs_raw(rows, args.out) + latency_curve(rows, args.out)
+    groups = collections.defaultdict(list)
+    for r in rows:
+        groups[device_of(r)].append(r)
+    made = []
+    for device, rs in sorted(groups.items()):
+        out = args.out
+        if len(groups) > 1:  # one folder per device: never two devices in one chart
+            out = os.path.join(args.out, slug(device))
+            os.makedirs(out, exist_ok=True)
+        made += bw_vs_buffer(rs, out) + time_vs_raw(rs, out) + latency_curve(rs, out)
     for m in made:
         print("wrote", m)
 

@@ -38,8 +38,13 @@ esac
 source scripts/deps.sh
 ws_install_deps
 build=${WEIGHTSYNC_SANITIZE_BUILD_DIR:-build/$mode}
+launcher=()
+[ -n "${CMAKE_CXX_COMPILER_LAUNCHER:-}" ] && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER="$CMAKE_CXX_COMPILER_LAUNCHER")
+# -O1 -g1 (line tables: the reports' stack traces keep file:line): the usual sanitizer build, and
+# much cheaper to compile than -O2 -g.
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEIGHTSYNC_WITH_CUDA=OFF \
-  -DWEIGHTSYNC_BUILD_BENCHMARKS=OFF -DWEIGHTSYNC_FUZZ=OFF \
+  -DWEIGHTSYNC_BUILD_BENCHMARKS=OFF -DWEIGHTSYNC_FUZZ=OFF "${launcher[@]}" \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
   -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="$flags"
 targets=(weightsync_unit_tests)
 # (the demo's server and trainer, and so the e2e tests, exist only where cpp-httplib was found)

@@ -2,28 +2,64 @@
 # SPDX-FileCopyrightText: 2026 weightsync contributors
 # SPDX-License-Identifier: Apache-2.0
 # Builds weightsync and runs its tests: installs missing Debian packages, configures, builds, runs
-# every CTest test. GPU tests report "Skipped" with their reason on a machine without a GPU.
-#   bash scripts/test.sh [extra cmake args...]
-# Environment: WEIGHTSYNC_FUZZ=OFF skips the fuzz tests (label "fuzz", 20 s per parser; they need
-# clang and its libFuzzer runtime, installed when missing), ON (CI) fails where they cannot be
-# installed or built, AUTO (default) runs them where they can; WEIGHTSYNC_SANITIZE="asan" or
-# "asan tsan" then runs
-# scripts/sanitize.sh for each (CI sets asan).
+# every CTest test, and prints the time each phase took. GPU tests are built and run only where a
+# GPU is present (WEIGHTSYNC_BUILD_GPU_TESTS=AUTO; pass -DWEIGHTSYNC_BUILD_GPU_TESTS=ON to build
+# them anyway).
+#   bash scripts/test.sh [--quick] [extra cmake args...]
+#   --quick   builds only the CPU unit tests and runs them (ctest -L unit): the fast inner loop.
+# Environment: WEIGHTSYNC_FUZZ=OFF skips the fuzz tests (label "fuzz", WEIGHTSYNC_FUZZ_SECONDS per
+# parser after replaying its corpus; they need clang and its libFuzzer runtime, installed when
+# missing), ON (CI) fails where they cannot be installed or built, AUTO (default) runs them where
+# they can; WEIGHTSYNC_SANITIZE="asan" or "asan tsan" then runs scripts/sanitize.sh for each (CI
+# sets asan). CMAKE_CXX_COMPILER_LAUNCHER=ccache (environment) speeds up rebuilds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+quick=0
+if [ "${1:-}" = --quick ]; then
+  quick=1
+  shift
+fi
+times=()
+phase_start=$SECONDS
+phase_done() {
+  times+=("$1 $((SECONDS - phase_start)) s")
+  phase_start=$SECONDS
+}
+report_times() {
+  local IFS=,
+  echo "== time per phase: ${times[*]} (total $SECONDS s)"
+}
+trap report_times EXIT
 source scripts/deps.sh
 # python3-torch (Debian: torch 1.13, CPU; 177 packages, ~148 MB of archives on a bare Debian 12)
 # lets the TCPStore interop tests talk to torch's own client and server; they skip without it.
 # WEIGHTSYNC_TEST_EXTRA_PKGS="" leaves it out.
 ws_install_deps ${WEIGHTSYNC_TEST_EXTRA_PKGS-python3-torch}
 # The fuzz tests (label "fuzz") need clang; WEIGHTSYNC_FUZZ=OFF leaves them out.
-[ "${WEIGHTSYNC_FUZZ:-AUTO}" = OFF ] || ws_install_fuzz_deps
+fuzz=${WEIGHTSYNC_FUZZ:-AUTO}
+[ $quick = 1 ] && fuzz=OFF
+[ "$fuzz" = OFF ] || ws_install_fuzz_deps
+phase_done deps
 build=${WEIGHTSYNC_BUILD_DIR:-build/test}
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEIGHTSYNC_FUZZ="${WEIGHTSYNC_FUZZ:-AUTO}" "$@"
+launcher=()
+[ -n "${CMAKE_CXX_COMPILER_LAUNCHER:-}" ] && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER="$CMAKE_CXX_COMPILER_LAUNCHER")
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEIGHTSYNC_FUZZ="$fuzz" \
+  "${launcher[@]}" "$@"
+phase_done configure
+if [ $quick = 1 ]; then
+  cmake --build "$build" -j "$(nproc)" --target weightsync_unit_tests
+  phase_done build
+  ctest --test-dir "$build" --output-on-failure --no-tests=error -j "$(nproc)" -L unit
+  phase_done tests
+  exit 0
+fi
 cmake --build "$build" -j "$(nproc)"
+phase_done build
 ctest --test-dir "$build" --output-on-failure --no-tests=error -j "$(nproc)"
+phase_done tests
 # Sanitizer runs of the CPU tests: WEIGHTSYNC_SANITIZE="asan" (what CI sets), "asan tsan", or "".
 for mode in ${WEIGHTSYNC_SANITIZE:-}; do
   echo "== sanitizer run: $mode"
   bash scripts/sanitize.sh "$mode"
+  phase_done "sanitizer-$mode"
 done

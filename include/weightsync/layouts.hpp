@@ -120,7 +120,7 @@ inline constexpr std::string_view kNames[] = {"dense8b", "moe30b", "small1b",
                                               "lora8b",  "tiny",   "tiny504"};
 
 //! A layout by name: dense8b, moe30b, small1b, lora8b, tiny, tiny504, or
-//! synthetic:<count>x<bytes>.
+//! synthetic:COUNTxBYTES (e.g. synthetic:512x2097152).
 inline std::vector<TensorMeta> by_name(std::string_view name) {
   if (name == "tiny") return tiny();
   if (name == "tiny504") return tiny504();

@@ -48,8 +48,9 @@ namespace weightsync {
 //!               shape) before it is sent, and the count must match. Bytes must stay valid and
 //!               unchanged until this returns.
 //! @param comm   the group; this rank must be `root`
+//! @param root   this rank: the one that sends
 //! @param opt    see TransferOptions (source_stream: the stream that produced the weights)
-//! @param ws     ring kept between calls (see Workspace)
+//! @param workspace  ring kept between calls (see Workspace)
 //! @returns what was sent, once every operation it enqueued has completed.
 //! @throws config_error for a bad option, or for an item that does not match its metadata (also
 //!   delivered to every consumer, which throws remote_error; the communicator stays usable);
@@ -77,6 +78,11 @@ TransferStats packed_broadcast_producer(std::span<const TensorMeta> metas, R&& i
 //! Receives `metas.size()` tensors from `root` and hands them to `load_weights`, one call per chunk
 //! (tensors with a destination, see TransferOptions::destination, are written there instead).
 //!
+//! @param metas  the declared metadata, identical to what the producer passes
+//! @param comm   the group
+//! @param root   the producer's rank
+//! @param opt    see TransferOptions (destination, progress)
+//! @param workspace  ring kept between calls, and the failure it carries to the next transfer
 //! @param load_weights  LoadWeightsFn: (std::span<const TensorView>, stream) -> void. Views are
 //!   valid only during the call; work it enqueues on the stream may still read them. A zero-size
 //!   tensor's view has a null data pointer. If it throws, the consumer keeps the wire in step to

@@ -62,7 +62,10 @@ struct NoLoad {
 //!                 tensor's metadata, data() the piece's bytes, contiguous (the local shard, e.g.
 //!                 DTensor.to_local()); a piece of 0 bytes may have a null data(). Bytes must stay
 //!                 valid and unchanged until this returns.
+//! @param comm     the group; this rank is one of 0..trainers-1
 //! @param trainers M, the number of trainer ranks (NcclInitInfo::rank_offset)
+//! @param opt      see TransferOptions
+//! @param workspace ring kept between calls (see Workspace)
 //! @throws as packed_broadcast_producer; config_error for specs that do not fit the metadata.
 template <Communicator C, TensorIterator R>
 TransferStats sharded_broadcast_producer(std::span<const TensorMeta> metas,
@@ -72,8 +75,8 @@ TransferStats sharded_broadcast_producer(std::span<const TensorMeta> metas,
   auto& ws = detail::WorkspaceAccess::state(workspace);
   using Items = std::remove_reference_t<R>;
   detail::NoLoad none;
-  return detail::ShardedRun<C, Items, detail::NoLoad>(comm, ws, opt, metas, specs, trainers,
-                                                      &items, &none)();
+  return detail::ShardedRun<C, Items, detail::NoLoad>(comm, ws, opt, metas, specs, trainers, &items,
+                                                      &none)();
 }
 
 //! As above, with a workspace used for this call only.
@@ -91,10 +94,9 @@ TransferStats sharded_broadcast_producer(std::span<const TensorMeta> metas,
 //! tensors in declared order within a call). Runs on every worker rank trainers..size-1.
 //! @throws as packed_broadcast_consumer (remote_error names the trainer rank that failed).
 template <Communicator C, class F>
-requires LoadWeightsFn<F, typename C::stream_type> TransferStats
-sharded_broadcast_consumer(std::span<const TensorMeta> metas, std::span<const ShardSpec> specs,
-                           C& comm, int trainers, F&& load_weights, const TransferOptions& opt,
-                           workspace_for<C>& workspace) {
+requires LoadWeightsFn<F, typename C::stream_type> TransferStats sharded_broadcast_consumer(
+    std::span<const TensorMeta> metas, std::span<const ShardSpec> specs, C& comm, int trainers,
+    F&& load_weights, const TransferOptions& opt, workspace_for<C>& workspace) {
   auto& ws = detail::WorkspaceAccess::state(workspace);
   using Load = std::remove_reference_t<F>;
   using NoItems = std::vector<SourceTensorRef>;
@@ -104,10 +106,9 @@ sharded_broadcast_consumer(std::span<const TensorMeta> metas, std::span<const Sh
 
 //! As above, with a workspace used for this call only.
 template <Communicator C, class F>
-requires LoadWeightsFn<F, typename C::stream_type> TransferStats
-sharded_broadcast_consumer(std::span<const TensorMeta> metas, std::span<const ShardSpec> specs,
-                           C& comm, int trainers, F&& load_weights,
-                           const TransferOptions& opt = {}) {
+requires LoadWeightsFn<F, typename C::stream_type> TransferStats sharded_broadcast_consumer(
+    std::span<const TensorMeta> metas, std::span<const ShardSpec> specs, C& comm, int trainers,
+    F&& load_weights, const TransferOptions& opt = {}) {
   workspace_for<C> ws(detail::make_policy<detail::policy_t<C>>(comm));
   return sharded_broadcast_consumer(metas, specs, comm, trainers, std::forward<F>(load_weights),
                                     opt, ws);

@@ -39,6 +39,39 @@ enum class Acknowledge : std::uint8_t {
   each_transfer,
 };
 
+//! Where a transfer stands: what a progress callback (TransferOptions::progress,
+//! EngineOptions::progress) is handed.
+//!
+//! When it is called: on the thread that runs the transfer, once with 0 bytes done when the data
+//! phase begins (after the handshake), then after each chunk of the plan (chunk_plan's chunks,
+//! `chunk` of `chunks`; on the producer a chunk counts once it has been handed to the transport,
+//! on a consumer once load_weights returned for it), and last with bytes_done == bytes_total when
+//! this rank's part of the data is complete (done()). A transfer that fails stops calling it.
+//! The whole-tensor transfers of the collective backends ("host", "nccl") make every call; the
+//! sharded transfers and the IPC backends make none themselves, and through the engines
+//! (EngineOptions::progress) they still give the last one, with the totals. The
+//! callback should be cheap (it runs between chunks): print a line, store the numbers. It should
+//! not throw: an exception it throws ends the transfer with that exception, and the
+//! communicator is aborted as after any failure in the middle of a transfer.
+//!
+//! @snippet tests/unit/progress_test.cpp progress line
+struct TransferProgress {
+  std::size_t bytes_done = 0;           //!< payload bytes of the chunks done so far
+  std::size_t bytes_total = 0;          //!< payload bytes of the whole transfer
+  std::size_t chunk = 0;                //!< chunks done so far (0 .. chunks)
+  std::size_t chunks = 0;               //!< chunks in the plan
+  std::chrono::nanoseconds elapsed{0};  //!< since the data phase began
+  //! Payload bytes per second so far (0 before any time has passed).
+  double bytes_per_second() const {
+    const double s = std::chrono::duration<double>(elapsed).count();
+    return s > 0 ? static_cast<double>(bytes_done) / s : 0.0;
+  }
+  bool done() const { return bytes_done == bytes_total && chunk == chunks; }
+};
+
+//! A progress callback; see TransferProgress for when it runs.
+using ProgressFn = std::function<void(const TransferProgress&)>;
+
 //! Options shared by producer and consumer. Both sides must agree on packed, B, K and acknowledge
 //! (the handshake checks it).
 struct TransferOptions {
@@ -82,6 +115,9 @@ struct TransferOptions {
   //! for the CUDA backends (until then they refuse it with config_error("checksum")), overlapped
   //! with the transfer.
   bool checksum = false;
+  //! Optional, either side: called as the transfer moves on (see TransferProgress). Needs no
+  //! agreement between the sides.
+  ProgressFn progress;
 
   void validate() const {
     if (buffer_size_bytes == 0) throw config_error("buffer_size_bytes", "must be >= 1, got 0");
@@ -92,15 +128,33 @@ struct TransferOptions {
   }
 };
 
-//! What a transfer did.
+//! What a transfer did, on this rank.
+//!
+//! Phase times (wall clock on this rank; zero where a transport does not measure them, as the
+//! IPC backends do not split their phases): `handshake` is the frame exchange that compares
+//! every rank's view before any byte of weights moves (0 on vLLM's wire, which has none); `data`
+//! runs from its end until this rank's last chunk is done (a consumer's load_weights calls
+//! included, and `load` is the part of it spent inside load_weights); `finish` is what follows:
+//! the acknowledgement (Acknowledge::each_transfer) and the wait for the last operations;
+//! `total` is the whole call.
 struct TransferStats {
   std::size_t tensors = 0;
   std::size_t chunks = 0;
-  std::size_t bytes = 0;                 //!< payload bytes (sum of tensor sizes)
-  std::size_t slot_bytes = 0;            //!< capacity of one ring slot (0: none needed)
-  std::size_t ring_bytes = 0;            //!< memory the ring holds (slots and frames)
-  bool reused_ring = false;              //!< the ring of an earlier call was reused
-  std::uint64_t contiguous_regions = 0;  //!< producer: regions sent without packing (cumulative)
+  std::size_t bytes = 0;                  //!< payload bytes (sum of tensor sizes)
+  std::size_t slot_bytes = 0;             //!< capacity of one ring slot (0: none needed)
+  std::size_t ring_bytes = 0;             //!< memory the ring holds (slots and frames)
+  bool reused_ring = false;               //!< the ring of an earlier call was reused
+  std::uint64_t contiguous_regions = 0;   //!< producer: regions sent without packing (cumulative)
+  std::chrono::nanoseconds handshake{0};  //!< the handshake (see above)
+  std::chrono::nanoseconds data{0};       //!< the data phase, load_weights included
+  std::chrono::nanoseconds load{0};       //!< consumer: inside load_weights (part of data)
+  std::chrono::nanoseconds finish{0};     //!< acknowledgement and the final wait
+  std::chrono::nanoseconds total{0};      //!< the whole call
+  //! Payload bytes per second of the data phase (0 when it was not measured).
+  double data_bytes_per_second() const {
+    const double s = std::chrono::duration<double>(data).count();
+    return s > 0 ? static_cast<double>(bytes) / s : 0.0;
+  }
 };
 
 }  // namespace weightsync

@@ -2,6 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # cmake -DMODE=<find_package|add_subdirectory> -DSRC=<consumer dir> -DBIN=<build dir>
 #       [-DPREFIX=<CMAKE_PREFIX_PATH>] [-DWS_DIR=<weightsync_DIR>] [-DWS_SOURCE=<weightsync source>]
+#       [-DHTTP=ON (also build and run consumer_http against weightsync::http)]
 #       -P run_consumer.cmake
 file(REMOVE_RECURSE "${BIN}")
 set(args -S "${SRC}" -B "${BIN}" -G Ninja -DWS_CONSUMER_MODE=${MODE})
@@ -14,6 +15,9 @@ endif()
 if(WS_SOURCE)
   list(APPEND args "-DWS_SOURCE_DIR=${WS_SOURCE}")
 endif()
+if(HTTP)
+  list(APPEND args -DWS_CONSUMER_HTTP=ON)
+endif()
 foreach(step IN ITEMS configure build run)
   if(step STREQUAL "configure")
     execute_process(COMMAND "${CMAKE_COMMAND}" ${args} RESULT_VARIABLE rc)
@@ -21,6 +25,9 @@ foreach(step IN ITEMS configure build run)
     execute_process(COMMAND "${CMAKE_COMMAND}" --build "${BIN}" RESULT_VARIABLE rc)
   else()
     execute_process(COMMAND "${BIN}/consumer" RESULT_VARIABLE rc)
+    if(rc EQUAL 0 AND HTTP)
+      execute_process(COMMAND "${BIN}/consumer_http" RESULT_VARIABLE rc)
+    endif()
   endif()
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "consumer ${MODE}: ${step} failed (${rc})")

@@ -50,6 +50,24 @@ inline void check(cudaError_t status, const char* api,
   throw cuda_error(status, api, loc);
 }
 
+//! Says "no CUDA device" at once, before a GPU backend starts its rendezvous (which would
+//! otherwise wait for its peers and report a timeout): throws config_error("backend") naming
+//! `backend`, when the runtime sees no device (no driver, no GPU, CUDA_VISIBLE_DEVICES empty), or
+//! config_error("device") when `device` (>= 0) is not one of them.
+inline void require_cuda_device(const char* backend, int device = -1) {
+  int n = 0;
+  const cudaError_t status = cudaGetDeviceCount(&n);
+  if (status != cudaSuccess) (void)cudaGetLastError();
+  if (status != cudaSuccess || n == 0)
+    throw config_error(
+        "backend", cat(backend, " backend: no CUDA device (cudaGetDeviceCount: ",
+                       status == cudaSuccess ? "0 devices" : cudaGetErrorName(status), "); the ",
+                       backend, " backend needs a GPU, the host backend does not"));
+  if (device >= n)
+    throw config_error("device", cat(backend, " backend: device ", device, " asked for, but ", n,
+                                     " CUDA device(s) are visible (0..", n - 1, ")"));
+}
+
 //! For cleanup paths: logs a failure instead of throwing, and returns the status.
 inline cudaError_t check_nothrow(cudaError_t status, const char* api) noexcept {
   if (status != cudaSuccess) {

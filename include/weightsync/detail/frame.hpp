@@ -15,6 +15,8 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "weightsync/detail/format.hpp"
 #include "weightsync/detail/hash.hpp"
@@ -27,7 +29,9 @@ namespace weightsync::detail {
 
 inline constexpr std::uint32_t kFrameMagic = 0x46535357u;  // "WSSF"
 inline constexpr std::size_t kFrameBytes = 256;
-enum class FrameKind : std::uint16_t { handshake = 1, status = 2, ack = 3 };
+//! metadata: after a handshake whose metadata digests differ, each rank's size of its metadata
+//! list (`total_bytes`, `num_tensors`), before the lists themselves (see metadata_wire).
+enum class FrameKind : std::uint16_t { handshake = 1, status = 2, ack = 3, metadata = 4 };
 enum class FrameCode : std::uint16_t { ok = 0, failed = 1, mismatch = 2 };
 enum class Role : std::uint8_t { producer = 1, consumer = 2 };
 
@@ -73,6 +77,99 @@ inline std::uint64_t metadata_digest(std::span<const TensorMeta> metas) {
     h.bytes(m.shape.data(), m.shape.size() * sizeof(std::int64_t));
   }
   return h.value();
+}
+
+//! The metadata list on the wire, exchanged only to say which tensor differs when the digests
+//! differ: per tensor a u16 name length, the name (at most kMetadataWireMaxName bytes), a u8
+//! dtype, a u8 rank, then the dims as i64 (little-endian host order, as every frame). At most
+//! kMetadataWireMaxBytes: a longer list is cut after the last whole tensor (the comparison then
+//! covers that prefix).
+inline constexpr std::size_t kMetadataWireMaxBytes = std::size_t{1} << 20;
+inline constexpr std::size_t kMetadataWireMaxName = 1024;
+
+inline std::string metadata_wire(std::span<const TensorMeta> metas, std::size_t& count) {
+  std::string out;
+  count = 0;
+  for (const auto& m : metas) {
+    const std::size_t name_len = std::min(m.name.size(), kMetadataWireMaxName);
+    const std::size_t ndim = std::min<std::size_t>(m.shape.size(), 255);
+    const std::size_t need = 2 + name_len + 2 + ndim * sizeof(std::int64_t);
+    if (out.size() + need > kMetadataWireMaxBytes) break;
+    const auto n16 = static_cast<std::uint16_t>(name_len);
+    out.append(reinterpret_cast<const char*>(&n16), 2);
+    out.append(m.name.data(), name_len);
+    out.push_back(static_cast<char>(m.dtype));
+    out.push_back(static_cast<char>(ndim));
+    if (ndim > 0)
+      out.append(reinterpret_cast<const char*>(m.shape.data()), ndim * sizeof(std::int64_t));
+    ++count;
+  }
+  return out;
+}
+
+//! One tensor of a metadata list read back from the wire (the dtype as its raw code: a peer may
+//! send one this build does not know).
+struct WireMeta {
+  std::string name;
+  std::uint8_t dtype = 0;
+  std::vector<std::int64_t> shape;
+  bool operator==(const WireMeta&) const = default;
+};
+
+//! Parses metadata_wire's bytes; stops at the first malformed entry (a peer's bytes are untrusted).
+inline std::vector<WireMeta> parse_metadata_wire(std::string_view b) {
+  std::vector<WireMeta> out;
+  std::size_t at = 0;
+  while (at + 2 <= b.size()) {
+    std::uint16_t n = 0;
+    std::memcpy(&n, b.data() + at, 2);
+    at += 2;
+    if (n > kMetadataWireMaxName || at + n + 2 > b.size()) break;
+    WireMeta w;
+    w.name.assign(b.data() + at, n);
+    at += n;
+    w.dtype = static_cast<std::uint8_t>(b[at]);
+    const std::size_t ndim = static_cast<std::uint8_t>(b[at + 1]);
+    at += 2;
+    if (at + ndim * sizeof(std::int64_t) > b.size()) break;
+    w.shape.resize(ndim);
+    if (ndim > 0)  // (a 0-dim tensor's empty vector has no data(): no memcpy from/to null)
+      std::memcpy(w.shape.data(), b.data() + at, ndim * sizeof(std::int64_t));
+    at += ndim * sizeof(std::int64_t);
+    out.push_back(std::move(w));
+  }
+  return out;
+}
+
+inline std::string describe_wire_meta(const WireMeta& m) {
+  const bool known = m.dtype <= static_cast<std::uint8_t>(DType::float8_e5m2);
+  return cat("'", m.name, "' ",
+             known ? std::string(dtype_name(static_cast<DType>(m.dtype)))
+                   : cat("dtype#", static_cast<int>(m.dtype)),
+             " ", shape_string(m.shape));
+}
+
+//! The first tensor at which rank `r`'s list differs from rank `ref`'s ("" when the lists agree as
+//! far as both were sent). `total_ref` / `total_r`: the tensor counts each rank declared.
+inline std::string first_metadata_difference(const std::vector<WireMeta>& want,
+                                             std::size_t total_ref, int ref,
+                                             const std::vector<WireMeta>& got, std::size_t total_r,
+                                             int r) {
+  const std::size_t n = std::min(want.size(), got.size());
+  for (std::size_t i = 0; i < n; ++i)
+    if (!(want[i] == got[i]))
+      return cat("first differing tensor: index ", i, ": rank ", ref, " has ",
+                 describe_wire_meta(want[i]), ", rank ", r, " has ", describe_wire_meta(got[i]));
+  if (total_ref != total_r) {
+    if (want.size() > n)
+      return cat("first differing tensor: index ", n, ": rank ", ref, " has ",
+                 describe_wire_meta(want[n]), ", rank ", r, " has no tensor there (", total_r,
+                 " tensors)");
+    if (got.size() > n)
+      return cat("first differing tensor: index ", n, ": rank ", ref, " has no tensor there (",
+                 total_ref, " tensors), rank ", r, " has ", describe_wire_meta(got[n]));
+  }
+  return "";
 }
 
 inline std::string describe_item_mismatch(const TensorMeta& want, const TensorMeta& got,

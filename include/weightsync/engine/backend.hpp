@@ -136,6 +136,12 @@ struct EngineOptions {
   //! Blocking NCCL launches under the launch watchdog (see NcclOptions::blocking); Protocol::vllm
   //! always uses non-blocking ones (vLLM's workers do not take part in the split it needs).
   bool nccl_blocking = true;
+  //! Optional progress callback of every transfer this engine runs (send_weights,
+  //! update_weights): bytes done / total, chunk / chunks, elapsed time and rate; see
+  //! TransferProgress for when it is called. A shell's progress line:
+  //!
+  //! @snippet tests/unit/progress_test.cpp progress line
+  ProgressFn progress;
 };
 
 //! A transport the engines drive. Implementations: CommBackend<HostCommunicator> ("host"),
@@ -177,6 +183,30 @@ class Backend {
 };
 
 namespace detail {
+//! Runs a backend's transfer `call` with `t.progress` watched: a backend that does not report
+//! (the IPC ones) still gives the callback its last call, with the totals, when it returns.
+template <class F>
+TransferStats with_progress(TransferOptions& t, F&& call) {
+  if (!t.progress) return call();
+  ProgressFn user = std::move(t.progress);
+  bool ended = false;
+  t.progress = [&](const TransferProgress& p) {
+    if (p.done()) ended = true;
+    user(p);
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  TransferStats st = call();
+  if (!ended) {
+    TransferProgress p;
+    p.bytes_done = p.bytes_total = st.bytes;
+    p.chunk = p.chunks = st.chunks;
+    p.elapsed =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
+    user(p);
+  }
+  return st;
+}
+
 inline RendezvousOptions rendezvous_options(const NcclInitInfo& info, int rank,
                                             const EngineOptions& o, const char* backend) {
   if (!info.master_address || !info.master_port)

@@ -22,6 +22,7 @@
 #include "weightsync/packed_broadcast.hpp"
 #include "weightsync/sharded_broadcast.hpp"
 #if WEIGHTSYNC_HAS_NCCL
+#include "weightsync/cuda/check.hpp"
 #include "weightsync/nccl/communicator.hpp"
 #include "weightsync/nccl/torch_bootstrap.hpp"
 #include "weightsync/nccl/unique_id.hpp"
@@ -123,10 +124,14 @@ inline std::unique_ptr<Backend> make_nccl_backend() {
         const bool ours = o.protocol == Protocol::weightsync;
         n.blocking = o.nccl_blocking && ours;
         n.connect_all = ours;
-        if (info.uses_unique_id())
-          return NcclCommunicator::init(NcclUniqueId::from_base64(*info.nccl_unique_id_b64), rank,
-                                        info.world_size, n);
+        // The init info is checked first, then the GPU: at once, not after a rendezvous timeout.
+        if (info.uses_unique_id()) {
+          const auto id = NcclUniqueId::from_base64(*info.nccl_unique_id_b64);
+          detail::require_cuda_device("nccl", o.device);
+          return NcclCommunicator::init(id, rank, info.world_size, n);
+        }
         const auto r = detail::rendezvous_options(info, rank, o, "nccl");
+        detail::require_cuda_device("nccl", o.device);
         if (!ours)  // vLLM's TCP mode: its TCPStore and pickled unique id
           return vllm_tcp_communicator(r.address, r.port, rank, info.world_size, n);
         return NcclCommunicator::connect(r, n);

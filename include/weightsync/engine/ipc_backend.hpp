@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 
+#include "weightsync/cuda/check.hpp"
 #include "weightsync/cuda/ipc.hpp"
 #include "weightsync/cuda/mps.hpp"
 #include "weightsync/engine/backend.hpp"
@@ -77,7 +78,9 @@ inline std::unique_ptr<Backend> make_ipc_end_backend(IpcOptions io) {
           throw config_error("protocol", std::string(name) +
                                              " backend: only Protocol::weightsync (vLLM's wire "
                                              "is NCCL)");
-        return IpcEnd(rendezvous_options(info, rank, o, name), o.device, io, o.timeout);
+        auto rv = rendezvous_options(info, rank, o, name);  // the init info first, then the GPU
+        require_cuda_device(name, o.device);  // at once, not after a rendezvous timeout
+        return IpcEnd(rv, o.device, io, o.timeout);
       });
 }
 }  // namespace detail

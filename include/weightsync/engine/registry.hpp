@@ -6,6 +6,8 @@
 //! BackendRegistry: backends by name; the built-ins ("host"; "nccl" with NCCL; "ipc" and "p2p"
 //! with CUDA) are registered on first use, and applications may add their own.
 
+#include "weightsync/config.hpp"
+
 #include <functional>
 #include <map>
 #include <memory>
@@ -37,14 +39,30 @@ class BackendRegistry {
                                         "' is already registered (known: " + known_locked() + ")");
     factories_[name] = std::move(f);
   }
-  //! @throws config_error for an unknown name, listing the known ones.
+  //! @throws config_error for an unknown name, listing the known ones; for a built-in backend
+  //!   this build left out ("nccl" without NCCL, "ipc"/"p2p" without CUDA), saying so.
   std::unique_ptr<Backend> make(const std::string& name) const {
     std::lock_guard lock(mutex_);
     auto it = factories_.find(name);
-    if (it == factories_.end())
-      throw config_error("backend",
-                         "unknown backend '" + name + "' (known: " + known_locked() + ")");
+    if (it == factories_.end()) {
+      const std::string why = not_compiled_in(name, WEIGHTSYNC_HAS_CUDA, WEIGHTSYNC_HAS_NCCL);
+      throw config_error(
+          "backend", why.empty() ? "unknown backend '" + name + "' (known: " + known_locked() + ")"
+                                 : why + " (known: " + known_locked() + ")");
+    }
     return it->second();
+  }
+  //! Why the built-in backend `name` is missing from a build with these features ("" when it is
+  //! not a built-in one, or would be there).
+  static std::string not_compiled_in(const std::string& name, bool has_cuda, bool has_nccl) {
+    if (name == "nccl" && !has_nccl)
+      return "nccl backend not compiled in (this build has no NCCL: configure with the CUDA "
+             "toolkit and NCCL, WEIGHTSYNC_WITH_NCCL=ON)";
+    if ((name == "ipc" || name == "p2p") && !has_cuda)
+      return name +
+             " backend not compiled in (this build has no CUDA: configure with the CUDA toolkit, "
+             "WEIGHTSYNC_WITH_CUDA=ON)";
+    return "";
   }
   std::vector<std::string> names() const {
     std::lock_guard lock(mutex_);

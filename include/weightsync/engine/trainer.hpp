@@ -112,11 +112,12 @@ class TrainerEngine {
       for (auto it = std::ranges::begin(range); it != std::ranges::end(range); ++it) (void)*it;
     if (!is_sender()) return {};
     if (!backend_) throw state_error("send_weights before trainer_init");
-    const auto t = WeightTransferEngine::transfer_options(init_, overrides, opt_.engine);
+    auto t = WeightTransferEngine::transfer_options(init_, overrides, opt_.engine);
     if (!sharded_source) specs.assign(metas.size(), ShardSpec{});
     if (drop) {  // a plain source on trainer rank > 0: no pieces here, but a part in every step
       AnyTensorRange none([](SourceTensorRef&) { return false; });
-      return backend_->send_sharded(metas, specs, trainers(), none, t);
+      return detail::with_progress(
+          t, [&] { return backend_->send_sharded(metas, specs, trainers(), none, t); });
     }
     auto it = std::ranges::begin(range);
     auto end = std::ranges::end(range);
@@ -130,8 +131,10 @@ class TrainerEngine {
       out.data_ = item.data();
       return true;
     });
-    if (!sharded_source && trainers() == 1) return backend_->send(metas, items, t);
-    return backend_->send_sharded(metas, specs, trainers(), items, t);
+    return detail::with_progress(t, [&] {
+      if (!sharded_source && trainers() == 1) return backend_->send(metas, items, t);
+      return backend_->send_sharded(metas, specs, trainers(), items, t);
+    });
   }
 
   //! The update info a worker needs for `metas` (names, dtype names, shapes), with this trainer's

@@ -185,8 +185,10 @@ class WeightTransferEngine {
     try {
       // Sharded when the update says so (NcclUpdateInfo::sharded); the handshake refuses a
       // trainer that disagrees.
-      auto st = sharded ? backend->receive_sharded(metas, specs, trainers, t, load)
-                        : backend->receive(metas, t, load);
+      auto st = detail::with_progress(t, [&] {
+        return sharded ? backend->receive_sharded(metas, specs, trainers, t, load)
+                       : backend->receive(metas, t, load);
+      });
       std::lock_guard lock(mutex_);
       busy_ = false;
       ++updates_in_session_;
@@ -354,6 +356,7 @@ class WeightTransferEngine {
     t.timeout = e.timeout;
     t.direct_threshold_bytes = e.protocol == Protocol::weightsync ? e.direct_threshold_bytes : 0;
     t.acknowledge = e.acknowledge;
+    t.progress = e.progress;
     t.checksum = e.checksum;
     if (e.checksum && (e.backend == "ipc" || e.backend == "p2p"))
       throw config_error("checksum", "the " + e.backend + " backend does not carry checksums yet");

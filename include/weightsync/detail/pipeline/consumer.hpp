@@ -43,11 +43,14 @@ class ConsumerRun {
     try {
       place_destinations();
       reused = ws.ensure_slots(slot_bytes_needed(), K) && reused;
+      run_.begin_data();
       std::size_t posted = 0;
       for (std::size_t c = 0; c < n; ++c) {
         while (posted < n && posted < c + K) post(posted++);
         receive(c);
+        if (ok()) run_.chunk_done(c);
       }
+      run_.end_data();
       std::vector<Frame> acks;
       if (run_.plan.framed) acks = conclude(run_, id_, failure_);
       for (std::size_t k = 0; k < K; ++k) run_.await(ws.unpacked[k], "unpack");
@@ -265,6 +268,12 @@ class ConsumerRun {
   void load(std::size_t c, stream_type s) {
     build_views(c);
     if (run_.ws.views.empty()) return;
+    const auto t0 = Run::Clock::now();
+    struct Timed {  // counts the time inside load_weights, also when it throws
+      Run& run;
+      typename Run::Clock::time_point t0;
+      ~Timed() { run.load_time += Run::Clock::now() - t0; }
+    } timed{run_, t0};
     try {
       std::invoke(load_, std::span<const TensorView>(run_.ws.views), s);
     } catch (const std::exception& e) {

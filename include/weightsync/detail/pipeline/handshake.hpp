@@ -14,6 +14,7 @@
 #include <ios>
 #include <random>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -147,6 +148,63 @@ inline std::string earlier_failures(const std::vector<Frame>& all, int& first) {
   return out;
 }
 
+//! After a handshake in which some rank's metadata digest differs from rank `ref`'s (every rank
+//! sees the same frames, so every rank runs this or none does): every rank sends its metadata list
+//! (metadata_wire, at most kMetadataWireMaxBytes) to every other, and each rank names, for each
+//! rank that differs, the first tensor that differs. Not run when a protocol version differs (an
+//! older peer would not take part). Bounded by the transfer's timeout like every wait.
+template <class C>
+std::string metadata_differences(PipelineRun<C>& run, const std::vector<Frame>& all, int ref) {
+  const std::size_t n = run.world();
+  bool differ = false;
+  for (const auto& f : all) {
+    if (f.version != kProtocolVersion) return "";
+    differ = differ || f.digest != all[static_cast<std::size_t>(ref)].digest;
+  }
+  if (!differ) return "";
+  std::size_t count = 0;
+  const std::string mine = metadata_wire(run.metas, count);
+  Frame f;
+  f.kind = static_cast<std::uint16_t>(FrameKind::metadata);
+  f.role = static_cast<std::uint8_t>(run.role);
+  f.rank = run.comm.rank();
+  f.total_bytes = mine.size();
+  f.num_tensors = count;
+  const auto sizes = allgather_frames(run, f, "handshake (metadata lists)");
+  std::vector<std::size_t> offset(n + 1, 0);
+  for (std::size_t r = 0; r < n; ++r)
+    offset[r + 1] = offset[r] + std::min<std::size_t>(sizes[r].total_bytes, kMetadataWireMaxBytes);
+  if (offset[n] == 0) return "";
+  auto dev = run.ws.policy.alloc(offset[n]);
+  std::string host(offset[n], '\0');
+  const auto me = static_cast<std::size_t>(run.comm.rank());
+  std::byte* base = dev.data();
+  if (!mine.empty())
+    run.ws.policy.copy_from_host(base + offset[me], mine.data(), mine.size(), run.comm_stream());
+  run.group([&] {
+    for (std::size_t r = 0; r < n; ++r)
+      if (offset[r + 1] > offset[r])
+        run.comm.broadcast(base + offset[r], offset[r + 1] - offset[r], static_cast<int>(r),
+                           run.comm_stream());
+  });
+  run.ws.policy.copy_to_host(host.data(), base, offset[n], run.comm_stream());
+  run.drain("handshake (metadata lists)");
+  const auto list = [&](std::size_t r) {
+    return parse_metadata_wire(std::string_view(host).substr(offset[r], offset[r + 1] - offset[r]));
+  };
+  const auto want = list(static_cast<std::size_t>(ref));
+  std::string out;
+  for (std::size_t r = 0; r < n; ++r) {
+    if (static_cast<int>(r) == ref || all[r].digest == all[static_cast<std::size_t>(ref)].digest)
+      continue;
+    const std::string d =
+        first_metadata_difference(want, all[static_cast<std::size_t>(ref)].num_tensors, ref,
+                                  list(r), all[r].num_tensors, static_cast<int>(r));
+    if (!d.empty()) out += (out.empty() ? "" : "; ") + d;
+  }
+  return out;
+}
+
 //! Compares every rank's view of the transfer, and settles the earlier transfers: every rank sees
 //! the same frames, so every rank throws the same error or none (the communicator stays usable).
 //! @throws protocol_error when the views differ; remote_error when a rank reports that an earlier
@@ -157,8 +215,10 @@ std::uint64_t handshake(PipelineRun<C>& run, Frame mine, int id_from, Difference
   const auto all = allgather_frames(run, mine, "handshake");
   run.ws.pending_failure.clear();  // every rank has seen it now
   int first_bad = -1, first_failed = -1;
-  const std::string diffs = differences(all, first_bad);
+  std::string diffs = differences(all, first_bad);
   const std::string failed = earlier_failures(all, first_failed);
+  if (const std::string which = metadata_differences(run, all, id_from); !which.empty())
+    diffs += "; " + which;
   if (!diffs.empty())
     throw protocol_error(first_bad, "handshake: " + diffs +
                                         (failed.empty() ? "" : " (and earlier: " + failed + ")"));

@@ -53,9 +53,11 @@ class ProducerRun {
     const std::uint64_t id = run_.plan.framed ? handshake(run_) : 0;
     std::vector<Frame> acks;
     try {
+      run_.begin_data();
       write_status_frames(id);
       for (std::size_t c = 0; c < n; ++c) {
         send(c);
+        if (failure_.empty()) run_.chunk_done(c);
         if (c + 1 == n) break;
         // Bound the run-ahead to K chunks, and give the deadline a chance to fire.
         if (c + 1 >= K) run_.await(ws.slot_free[(c + 1) % K], "broadcast");
@@ -63,6 +65,7 @@ class ProducerRun {
       }
       if (failure_.empty() && it_ != end_)
         fail(std::make_exception_ptr(too_many_items(run_.metas.size())));
+      run_.end_data();
       if (run_.plan.framed) acks = conclude(run_, id, failure_);
       run_.drain("broadcast");
     } catch (const std::exception& e) {

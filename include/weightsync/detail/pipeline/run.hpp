@@ -7,6 +7,7 @@
 //! workspace, the options, the plan — and the three things every step of it needs: bounded waits
 //! that watch the group, fused launches, and the frames area.
 
+#include <chrono>
 #include <cstddef>
 #include <exception>
 #include <span>
@@ -114,8 +115,52 @@ struct PipelineRun {
     }
   }
 
+  // Phase clock (see TransferStats) and progress (see TransferProgress).
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point started = Clock::now(), data_started = started, data_ended = started;
+  std::chrono::nanoseconds load_time{0};
+  std::size_t bytes_done = 0, chunks_done = 0;
+
+  //! The handshake is over: the data phase begins (and progress reports 0 bytes, when `report_it`).
+  void begin_data(bool report_it = true) {
+    data_started = data_ended = Clock::now();
+    if (report_it) report();
+  }
+  //! This rank's data is complete, without a progress call (sharded transfers: their steps are
+  //! not the plan's chunks; the engines make the last call).
+  void end_data_quietly() { data_ended = Clock::now(); }
+  //! Chunk c is done on this rank.
+  void chunk_done(std::size_t c) {
+    bytes_done += plan.chunks[c].bytes;
+    ++chunks_done;
+    data_ended = Clock::now();
+    report();
+  }
+  //! This rank's data is complete (after the last chunk; also for a plan without chunks).
+  void end_data() {
+    data_ended = Clock::now();
+    if (plan.size() == 0) report();
+  }
+  void report() const {
+    if (!opt.progress) return;
+    TransferProgress p;
+    p.bytes_done = bytes_done;
+    p.bytes_total = plan.total_bytes;
+    p.chunk = chunks_done;
+    p.chunks = plan.size();
+    p.elapsed = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - data_started);
+    opt.progress(p);
+  }
+
   TransferStats stats(bool reused) const {
     TransferStats s;
+    const auto now = Clock::now();
+    using ns = std::chrono::nanoseconds;
+    s.handshake = std::chrono::duration_cast<ns>(data_started - started);
+    s.data = std::chrono::duration_cast<ns>(data_ended - data_started);
+    s.load = load_time;
+    s.finish = std::chrono::duration_cast<ns>(now - data_ended);
+    s.total = std::chrono::duration_cast<ns>(now - started);
     s.tensors = metas.size();
     s.chunks = plan.size();
     s.bytes = plan.total_bytes;

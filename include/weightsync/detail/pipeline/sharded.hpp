@@ -90,6 +90,7 @@ class ShardedRun {
     id_ = sharded_handshake(run_, plan_);
     std::vector<Frame> acks;
     try {
+      run_.begin_data(false);
       if (!producer()) place_destinations();
       std::size_t posted = 0;
       for (std::size_t s = 0; s < S; ++s) {
@@ -98,6 +99,7 @@ class ShardedRun {
       }
       if (producer() && failure_.empty() && *it_ != *end_)
         fail(std::make_exception_ptr(too_many_items(consumed_)));
+      run_.end_data_quietly();
       acks = conclude(run_, id_, failure_);
       for (std::size_t k = 0; k < K; ++k) run_.await(ws.unpacked[k], "unpack");
       run_.drain("broadcast");
