@@ -151,9 +151,10 @@ TEST_CASE("nccl full-size dense8b and moe30b layouts", "[gpu][nccl][multi_gpu]")
   if (p.rank == 1) say("verified " + std::to_string(verified) + " bytes bit-exact");
 }
 
-// Both ranks stop at the same point: a 1-byte broadcast from rank 0, waited for on the host.
-void barrier(Peer& p, void* byte) {
-  p.comm.broadcast(byte, 1, 0, p.stream.get());
+// Both ranks stop at the same point: an all-reduce, waited for on the host. (A broadcast would not
+// do: its root may complete as soon as its bytes are sent, before the other rank arrives.)
+void barrier(Peer& p, void* word) {
+  p.comm.all_reduce(word, word, 1, ncclFloat32, ncclSum, p.stream.get());
   p.comm.synchronize(p.stream.get());
 }
 
@@ -163,7 +164,7 @@ TEST_CASE("nccl 100 back-to-back syncs keep device memory flat", "[gpu][nccl][mu
   const auto metas = layouts::small1b();
   ws_test::DeviceModel model(metas, p.device);
   workspace_for<NcclCommunicator> ws(CudaPolicy(p.device));
-  DeviceBuffer byte(1, p.device);
+  DeviceBuffer byte(sizeof(float), p.device);
   TransferOptions opt;
   opt.buffer_size_bytes = 256 << 20;
   // cudaMemGetInfo counts the whole GPU. When the ranks share it, each measures only while both
