@@ -37,6 +37,7 @@
 
 #include "cli.hpp"
 #include "demo_model.hpp"
+#include "progress_line.hpp"
 
 namespace ws = weightsync;
 using nlohmann::json;
@@ -113,6 +114,7 @@ int main(int argc, char** argv) try {
   eo.engine.backend = backend;
   eo.engine.device = device;
   eo.engine.timeout = std::chrono::seconds(30);
+  eo.engine.progress = demo::progress_line("[server]");  // on a terminal only
   ws::WeightTransferEngine engine(eo);
   engine.set_hooks({[](ws::PauseMode m) {
                       std::printf("[server] paused (%s)\n", ws::pause_mode_name(m));

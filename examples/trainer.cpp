@@ -37,6 +37,7 @@
 
 #include "cli.hpp"
 #include "demo_model.hpp"
+#include "progress_line.hpp"
 
 namespace ws = weightsync;
 using nlohmann::json;
@@ -184,6 +185,7 @@ int main(int argc, char** argv) try {
   to.engine.backend = backend;
   to.engine.device = device;
   to.engine.timeout = deadline;
+  to.engine.progress = demo::progress_line("[trainer]");  // on a terminal only
   ws::TrainerEngine trainer(to);
   {
     auto inits = std::async(std::launch::async, [&] {
@@ -292,6 +294,7 @@ int main(int argc, char** argv) try {
       });
     });
     const auto st = trainer.send_weights(src);
+    std::printf("[trainer] sent: %s\n", demo::summary(st).c_str());
     updates.get();
     on_all(servers, [&](ws::http::VllmClient& c, std::size_t) {
       c.finish_weight_update(version);
