@@ -294,6 +294,10 @@ TEST_CASE(
           reader_error = x.what();
         }
       });
+      // The syncs start once the reader runs (on a busy machine its thread may start late; the
+      // five rounds can take only milliseconds).
+      for (int i = 0; i < 5000 && reads == 0; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
       std::string error;
       try {
         std::shared_ptr<const Snapshot> held;
