@@ -12,6 +12,9 @@
 #include "support/catch.hpp"
 #include "support/process.hpp"
 
+// (a namespace per test source: the sources build as unity translation units)
+namespace ws_test_cli_test {
+
 using namespace std::chrono_literals;
 using ws_e2e::Proc;
 using ws_e2e::start;
@@ -135,3 +138,5 @@ TEST_CASE("trainer: a server that never answers is a timeout within the trainer'
   CHECK(has(out, "timed out"));
   CHECK(std::chrono::steady_clock::now() - t0 < 10s);  // --timeout-s 1 + the HTTP grace of 5 s
 }
+
+}  // namespace ws_test_cli_test

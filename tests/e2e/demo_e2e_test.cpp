@@ -15,6 +15,9 @@
 #include "support/child.hpp"
 #include "support/process.hpp"
 
+// (a namespace per test source: the sources build as unity translation units)
+namespace ws_test_demo_e2e_test {
+
 using namespace std::chrono_literals;
 namespace ws = weightsync;
 using nlohmann::json;
@@ -125,3 +128,5 @@ TEST_CASE("demo server: bad requests get 400, calls out of order 409", "[e2e][de
   CHECK(status("/shutdown", "") == 200);
   CHECK(server.wait(10s) == 0);
 }
+
+}  // namespace ws_test_demo_e2e_test

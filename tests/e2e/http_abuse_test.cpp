@@ -21,6 +21,9 @@
 #include "support/catch.hpp"
 #include "support/process.hpp"
 
+// (a namespace per test source: the sources build as unity translation units)
+namespace ws_test_http_abuse_test {
+
 using namespace std::chrono_literals;
 namespace ws = weightsync;
 using nlohmann::json;
@@ -402,3 +405,5 @@ TEST_CASE("demo server with a token: state-changing routes need it and reads sta
   CHECK(post(h, "/shutdown", "", ok).status == 200);
   CHECK(server.wait(10s) == 0);
 }
+
+}  // namespace ws_test_http_abuse_test

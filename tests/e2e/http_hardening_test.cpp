@@ -15,6 +15,9 @@
 
 #include "support/catch.hpp"
 
+// (a namespace per test source: the sources build as unity translation units)
+namespace ws_test_http_hardening_test {
+
 using namespace std::chrono_literals;
 namespace ws = weightsync;
 namespace http = weightsync::http;
@@ -309,3 +312,5 @@ TEST_CASE("vllm client: refused, reset and timed out are told apart, and the tok
     CHECK(seen == "Bearer s3cret");
   }
 }
+
+}  // namespace ws_test_http_hardening_test

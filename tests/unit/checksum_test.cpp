@@ -16,6 +16,9 @@
 #include "support/outcomes.hpp"
 #include "support/process.hpp"
 
+// (a namespace per test source: the sources build as unity translation units)
+namespace ws_test_checksum_test {
+
 using namespace weightsync;
 using namespace std::chrono_literals;
 
@@ -158,3 +161,5 @@ TEST_CASE("checksum: a flipped byte fails every rank before the commit and the n
   for (int rank = 0; rank < 3; ++rank) procs.spawn([=] { run_rank(port, rank); });
   ws_test::expect_all_ok(procs.wait_all(60s));
 }
+
+}  // namespace ws_test_checksum_test

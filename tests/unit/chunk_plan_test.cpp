@@ -1,11 +1,15 @@
 // SPDX-FileCopyrightText: 2026 weightsync contributors
 // SPDX-License-Identifier: Apache-2.0
 #include <weightsync/chunk_plan.hpp>
+#include <weightsync/layouts.hpp>
 
 #include <random>
 #include <vector>
 
 #include "support/catch.hpp"
+
+// (a namespace per test source: the sources build as unity translation units)
+namespace ws_test_chunk_plan_test {
 
 using namespace weightsync;
 
@@ -120,8 +124,6 @@ TEST_CASE("chunk plan property: matches the naive rule on random layouts", "[uni
   CHECK(oversize > 0);
 }
 
-#include <weightsync/layouts.hpp>
-
 TEST_CASE("benchmark layouts match DESIGN.md", "[unit][chunk_plan][layouts]") {
   using namespace weightsync::layouts;
   CHECK(dense8b().size() == 399);
@@ -137,3 +139,5 @@ TEST_CASE("benchmark layouts match DESIGN.md", "[unit][chunk_plan][layouts]") {
   CHECK_THROWS_AS(by_name("synthetic:3"), config_error);
   CHECK_THROWS_AS(by_name("dense9b"), config_error);
 }
+
+}  // namespace ws_test_chunk_plan_test

@@ -9,6 +9,9 @@
 
 #include "support/catch.hpp"
 
+// (a namespace per test source: the sources build as unity translation units)
+namespace ws_test_concepts_test {
+
 using namespace weightsync;
 
 namespace {
@@ -51,3 +54,5 @@ TEST_CASE("concept models and non-models", "[unit][concepts]") {
   auto wrong = [](const TensorView&) {};
   STATIC_REQUIRE(!LoadWeightsFn<decltype(wrong), HostStream>);
 }
+
+}  // namespace ws_test_concepts_test

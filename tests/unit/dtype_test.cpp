@@ -9,6 +9,9 @@
 
 #include "support/catch.hpp"
 
+// (a namespace per test source: the sources build as unity translation units)
+namespace ws_test_dtype_test {
+
 using namespace weightsync;
 
 TEST_CASE("dtype names, sizes and parsing round-trip", "[unit][dtype]") {
@@ -71,3 +74,5 @@ TEST_CASE("TensorMeta rejects negative dims and overflow", "[unit][dtype]") {
   TensorMeta zero{"z", DType::float32, {big, 0, big}};
   CHECK(zero.nbytes() == 0);
 }
+
+}  // namespace ws_test_dtype_test

@@ -17,6 +17,9 @@
 #include "support/outcomes.hpp"
 #include "support/process.hpp"
 
+// (a namespace per test source: the sources build as unity translation units)
+namespace ws_test_engine_test {
+
 using namespace weightsync;
 using namespace std::chrono_literals;
 
@@ -408,3 +411,5 @@ TEST_CASE("trainer engine: non-sender ranks iterate but do not send", "[unit][en
   Counting d;
   CHECK_THROWS_AS(sender.send_weights(d), state_error);
 }
+
+}  // namespace ws_test_engine_test

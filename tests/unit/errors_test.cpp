@@ -19,6 +19,9 @@
 #include <cuda_runtime_api.h>
 #endif
 
+// (a namespace per test source: the sources build as unity translation units)
+namespace ws_test_errors_test {
+
 using namespace weightsync;
 using namespace std::chrono_literals;
 
@@ -202,3 +205,5 @@ TEST_CASE("metadata lists on the wire: round trip, bounds, and garbage", "[unit]
   CHECK(count < many.size());
   CHECK(parse_metadata_wire(big).size() == count);
 }
+
+}  // namespace ws_test_errors_test

@@ -20,6 +20,9 @@
 #include "support/outcomes.hpp"
 #include "support/process.hpp"
 
+// (a namespace per test source: the sources build as unity translation units)
+namespace ws_test_fp8_source_test {
+
 using namespace weightsync;
 using namespace std::chrono_literals;
 
@@ -226,3 +229,5 @@ TEST_CASE("fp8 source: a host trainer engine sends the FP8 checkpoint to a host 
     ws_test::expect_all_ok(procs.wait_all(60s));
   }
 }
+
+}  // namespace ws_test_fp8_source_test

@@ -15,6 +15,9 @@
 
 #include "support/catch.hpp"
 
+// (a namespace per test source: the sources build as unity translation units)
+namespace ws_test_fp8_test {
+
 using namespace weightsync;
 using weightsync::detail::fp8_e4m3_from_quotient;
 using weightsync::detail::fp8_e4m3_to_f32;
@@ -316,3 +319,5 @@ TEST_CASE("fp8: shapes and dtypes that do not fit are errors naming the tensor",
   CHECK(parse_fp8_scaling("block128_ue8m0") == Fp8Scaling::block128_ue8m0);
   CHECK_THROWS_AS(parse_fp8_scaling("mxfp8"), config_error);
 }
+
+}  // namespace ws_test_fp8_test

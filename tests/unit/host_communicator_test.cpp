@@ -17,6 +17,9 @@
 #include "support/outcomes.hpp"
 #include "support/process.hpp"
 
+// (a namespace per test source: the sources build as unity translation units)
+namespace ws_test_host_communicator_test {
+
 using namespace weightsync;
 using namespace std::chrono_literals;
 using ws_test::Outcome;
@@ -167,3 +170,5 @@ TEST_CASE("host grouped broadcasts: ranks that disagree (allgather vs broadcasts
   for (const auto& r : res) CHECK(r.outcome != Outcome::ok);
   for (const auto& r : res) CHECK(r.outcome != Outcome::hung);
 }
+
+}  // namespace ws_test_host_communicator_test

@@ -9,6 +9,9 @@
 
 #include "support/catch.hpp"
 
+// (a namespace per test source: the sources build as unity translation units)
+namespace ws_test_info_json_test {
+
 using namespace weightsync;
 using nlohmann::json;
 
@@ -562,3 +565,5 @@ TEST_CASE("M2N init info: vLLM's checks and ours are config_errors naming the fi
       "rank_offset": 1, "world_size": 3, "dst_mesh_dims": [1, 2]})");
   CHECK(config_failure([&] { (void)parse_init_info(nccl); }).first == "src_mesh_dims");
 }
+
+}  // namespace ws_test_info_json_test

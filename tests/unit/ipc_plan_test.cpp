@@ -16,6 +16,9 @@
 
 #include "support/catch.hpp"
 
+// (a namespace per test source: the sources build as unity translation units)
+namespace ws_test_ipc_plan_test {
+
 using namespace weightsync;
 using weightsync::detail::IpcPlan;
 using weightsync::detail::IpcWhere;
@@ -243,3 +246,5 @@ TEST_CASE("ipc and p2p backends refuse init info they cannot use, before touchin
   }
 }
 #endif
+
+}  // namespace ws_test_ipc_plan_test

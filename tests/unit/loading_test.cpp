@@ -23,6 +23,9 @@
 #include "support/catch.hpp"
 #include "support/process.hpp"
 
+// (a namespace per test source: the sources build as unity translation units)
+namespace ws_test_loading_test {
+
 using namespace weightsync;
 using namespace std::chrono_literals;
 
@@ -1026,3 +1029,5 @@ TEST_CASE("loading: Qwen3-30B-A3B experts stacked into w13/w2 at TP 1, 2, 4, rea
   INFO("tp " << tp);
   run_processes(moe30b(), tp, tp != 2);
 }
+
+}  // namespace ws_test_loading_test

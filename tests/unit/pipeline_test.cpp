@@ -17,6 +17,9 @@
 #include "support/outcomes.hpp"
 #include "support/process.hpp"
 
+// (a namespace per test source: the sources build as unity translation units)
+namespace ws_test_pipeline_test {
+
 using namespace weightsync;
 using namespace std::chrono_literals;
 using ws_test::Outcome;
@@ -632,3 +635,5 @@ TEST_CASE("pipeline: contiguous sources and destinations skip packing and unpack
   });
   ws_test::expect_all_ok(procs.wait_all(30s));
 }
+
+}  // namespace ws_test_pipeline_test

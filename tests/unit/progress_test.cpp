@@ -18,6 +18,9 @@
 #include "support/outcomes.hpp"
 #include "support/process.hpp"
 
+// (a namespace per test source: the sources build as unity translation units)
+namespace ws_test_progress_test {
+
 using namespace weightsync;
 using namespace std::chrono_literals;
 
@@ -167,3 +170,5 @@ TEST_CASE("progress: a transfer without chunks still makes its last call", "[uni
   });
   ws_test::expect_all_ok(procs.wait_all(60s));
 }
+
+}  // namespace ws_test_progress_test

@@ -17,6 +17,9 @@
 #include "support/catch.hpp"
 #include "support/process.hpp"
 
+// (a namespace per test source: the sources build as unity translation units)
+namespace ws_test_rendezvous_abuse_test {
+
 using namespace std::chrono_literals;
 using namespace weightsync;
 using ws_test::Outcome;
@@ -202,3 +205,5 @@ TEST_CASE("rendezvous abuse: hello and welcome decoders refuse lies about length
   for (std::size_t n = 0; n < w.bytes().size(); ++n)
     CHECK_THROWS_AS(detail::parse_welcome(w.bytes().substr(0, n), 2, 64), protocol_error);
 }
+
+}  // namespace ws_test_rendezvous_abuse_test

@@ -13,6 +13,9 @@
 #include "support/outcomes.hpp"
 #include "support/process.hpp"
 
+// (a namespace per test source: the sources build as unity translation units)
+namespace ws_test_rendezvous_test {
+
 using namespace weightsync;
 using namespace std::chrono_literals;
 using ws_test::Outcome;
@@ -214,3 +217,5 @@ TEST_CASE("rendezvous: the control channel reports a peer that dies", "[unit][re
   CHECK(res[0].message.find("rank 2 is gone") != std::string::npos);
   CHECK(res[0].seconds < 2.0);
 }
+
+}  // namespace ws_test_rendezvous_test

@@ -20,6 +20,9 @@
 #include "support/catch.hpp"
 #include "support/process.hpp"
 
+// (a namespace per test source: the sources build as unity translation units)
+namespace ws_test_safetensors_test {
+
 using namespace weightsync;
 using namespace std::chrono_literals;
 
@@ -375,3 +378,5 @@ TEST_CASE("safetensors: a header with moe30b's 18867 names writes and parses",
   CHECK(f.metas() == metas);  // data order is the writer's order
   ::unlink(path.c_str());
 }
+
+}  // namespace ws_test_safetensors_test

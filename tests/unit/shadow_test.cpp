@@ -20,6 +20,9 @@
 #include "support/process.hpp"
 #include "support/shard_model.hpp"
 
+// (a namespace per test source: the sources build as unity translation units)
+namespace ws_test_shadow_test {
+
 using namespace weightsync;
 using namespace std::chrono_literals;
 
@@ -548,3 +551,5 @@ TEST_CASE(
     });
   ws_test::expect_all_ok(procs.wait_all(60s));
 }
+
+}  // namespace ws_test_shadow_test

@@ -19,6 +19,9 @@
 #include "support/process.hpp"
 #include "support/shard_model.hpp"
 
+// (a namespace per test source: the sources build as unity translation units)
+namespace ws_test_sharded_engine_test {
+
 using namespace weightsync;
 using namespace std::chrono_literals;
 using ws_test::Outcome;
@@ -503,3 +506,5 @@ TEST_CASE("sharded engines: a worker given an unsharded update fails with every 
     CHECK(res[r].outcome == Outcome::protocol);
   }
 }
+
+}  // namespace ws_test_sharded_engine_test

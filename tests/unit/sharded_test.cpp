@@ -18,6 +18,9 @@
 #include "support/process.hpp"
 #include "support/shard_model.hpp"
 
+// (a namespace per test source: the sources build as unity translation units)
+namespace ws_test_sharded_test {
+
 using namespace weightsync;
 using namespace std::chrono_literals;
 using ws_test::Outcome;
@@ -322,3 +325,5 @@ TEST_CASE("sharded: workspace places of split tensors are reused, never while st
       }
   }
 }
+
+}  // namespace ws_test_sharded_test

@@ -22,6 +22,9 @@
 
 #include "support/catch.hpp"
 
+// (a namespace per test source: the sources build as unity translation units)
+namespace ws_test_tcp_store_hardening_test {
+
 using namespace weightsync;
 using namespace std::chrono_literals;
 using detail::c10d::Cmd;
@@ -307,3 +310,5 @@ TEST_CASE("tcp_store: README's keys-per-request bound is the code's", "[unit][tc
     ++mentions;
   CHECK(mentions >= 2);
 }
+
+}  // namespace ws_test_tcp_store_hardening_test

@@ -25,6 +25,9 @@
 #include "support/catch.hpp"
 #include "support/process.hpp"
 
+// (a namespace per test source: the sources build as unity translation units)
+namespace ws_test_tcp_store_test {
+
 using namespace weightsync;
 using namespace std::chrono_literals;
 
@@ -1103,3 +1106,5 @@ TEST_CASE("tcp_store: max_connections, max_store_bytes and max_pending_output",
   }
   set_log_handler(nullptr);
 }
+
+}  // namespace ws_test_tcp_store_test

@@ -19,6 +19,9 @@
 #include "support/catch.hpp"
 #include "support/process.hpp"
 
+// (a namespace per test source: the sources build as unity translation units)
+namespace ws_test_tcp_store_torch_test {
+
 using namespace weightsync;
 using namespace std::chrono_literals;
 
@@ -289,3 +292,5 @@ TEST_CASE("vllm_pickle: the template round-trips and anything else is refused by
   CHECK(p.substr(0, 111) == head);
   CHECK(p.substr(239) == std::string("\x94\x86\x94\x86\x94R\x94.", 8));
 }
+
+}  // namespace ws_test_tcp_store_torch_test
