@@ -245,6 +245,6 @@ TEST_CASE("ipc and p2p backends refuse init info they cannot use, before touchin
     CHECK(!b->initialized());
   }
 }
-#endif
-
 }  // namespace ws_test_ipc_plan_test
+
+#endif
