@@ -131,6 +131,21 @@ struct NcclInitInfo {
   friend bool operator==(const NcclInitInfo&, const NcclInitInfo&) = default;
 };
 
+//! A delta sync (<weightsync/delta/source.hpp>): the tensors travel as delta blobs against the
+//! version the receivers hold. JSON: "delta": {"base_version": "v7", "bucket_elems": 16384,
+//! "payload_bytes": [n0, n1, ...]}.
+struct DeltaUpdate {
+  //! The version the blobs apply to; every receiver must hold it (the handshake refuses the
+  //! transfer on every rank otherwise). "" for a full sync (nothing to match).
+  std::string base_version;
+  //! Elements per bucket of the blobs (<weightsync/delta/format.hpp>).
+  std::int64_t bucket_elems = 16384;
+  //! Per tensor (in `names` order): the delta blob's size in bytes; -1 when the tensor is sent
+  //! whole, 0 when it did not change (nothing is sent for it).
+  std::vector<std::int64_t> payload_bytes;
+  friend bool operator==(const DeltaUpdate&, const DeltaUpdate&) = default;
+};
+
 //! What one weight update carries: the ordered tensor list, optionally the packing settings
 //! (which then override the init values for this update), and optionally how each tensor is split
 //! over the M trainer ranks 0..M-1 of the group (a sharded transfer: every trainer rank sends the
@@ -169,6 +184,13 @@ struct NcclUpdateInfo {
 
   //! M, the trainer ranks in the group of a sharded transfer (see above).
   std::optional<int> num_trainer_ranks;
+
+  //! A delta sync (see DeltaUpdate); absent: every tensor is sent whole.
+  std::optional<DeltaUpdate> delta;
+  //! vLLM's sparse_nccl update: per tensor, the number of (int32 flat index, value) pairs sent
+  //! for it, as two broadcasts (indices, then values) applied in place. See
+  //! <weightsync/delta/source.hpp> for how it differs from `delta`.
+  std::optional<std::vector<std::int64_t>> num_updates_list;
 
   //! Whether this is a sharded transfer (any of shards, src_placements, num_trainer_ranks).
   bool sharded() const {
@@ -266,6 +288,46 @@ struct NcclUpdateInfo {
       throw config_error(
           "num_trainer_ranks",
           detail::cat(*num_trainer_ranks, " trainer ranks, but src_mesh_dims has ", mesh));
+    if (delta) {
+      if (sharded()) throw config_error("delta", "a delta sync has one root (not sharded)");
+      if (num_updates_list) throw config_error("delta", "give delta or num_updates_list, not both");
+      if (delta->bucket_elems < 32 || delta->bucket_elems > 65536 || delta->bucket_elems % 32 != 0)
+        throw config_error("delta.bucket_elems", detail::cat("must be a multiple of 32 in [32, 65536], got ",
+                                                             delta->bucket_elems));
+      if (delta->payload_bytes.size() != names.size())
+        throw config_error("delta.payload_bytes",
+                           detail::cat("has ", delta->payload_bytes.size(),
+                                       " entries but names has ", names.size()));
+      for (std::size_t i = 0; i < names.size(); ++i)
+        if (delta->payload_bytes[i] < -1)
+          throw config_error(detail::cat("delta.payload_bytes[", i, "]"),
+                             detail::cat("must be -1 (whole), 0 (unchanged) or a size, got ",
+                                         delta->payload_bytes[i]));
+      if (delta->base_version.empty())
+        for (std::size_t i = 0; i < names.size(); ++i)
+          if (delta->payload_bytes[i] != -1)
+            throw config_error(detail::cat("delta.payload_bytes[", i, "]"),
+                               "a sync without base_version sends every tensor whole (-1)");
+    }
+    if (num_updates_list) {
+      if (sharded()) throw config_error("num_updates_list", "a sparse update has one root");
+      if (num_updates_list->size() != names.size())
+        throw config_error("num_updates_list",
+                           detail::cat("has ", num_updates_list->size(), " entries but names has ",
+                                       names.size()));
+      const auto ms = metas();
+      for (std::size_t i = 0; i < names.size(); ++i) {
+        const std::int64_t n = (*num_updates_list)[i];
+        if (n < 0 || static_cast<std::uint64_t>(n) > ms[i].numel())
+          throw config_error(detail::cat("num_updates_list[", i, "]"),
+                             detail::cat(n, " updates for tensor '", names[i], "' of ",
+                                         ms[i].numel(), " elements"));
+        if (ms[i].numel() > 2147483647ull)
+          throw config_error(detail::cat("shapes[", i, "]"),
+                             detail::cat("tensor '", names[i], "' has more elements than an "
+                                         "int32 index reaches"));
+      }
+    }
   }
 
   friend bool operator==(const NcclUpdateInfo&, const NcclUpdateInfo&) = default;
@@ -339,6 +401,11 @@ inline void to_json(nlohmann::json& j, const NcclUpdateInfo& v) {
   // Only when set: vLLM's NCCLWeightTransferUpdateInfo does not know these keys.
   if (v.shards) j["shards"] = detail::write_shards(*v.shards);
   if (v.num_trainer_ranks) j["num_trainer_ranks"] = *v.num_trainer_ranks;
+  if (v.delta)
+    j["delta"] = {{"base_version", v.delta->base_version},
+                  {"bucket_elems", v.delta->bucket_elems},
+                  {"payload_bytes", v.delta->payload_bytes}};
+  if (v.num_updates_list) j["num_updates_list"] = *v.num_updates_list;
   if (v.src_mesh_dims) j["src_mesh_dims"] = *v.src_mesh_dims;
   if (v.src_placements) {
     nlohmann::json a = nlohmann::json::array();
@@ -373,7 +440,8 @@ inline void from_json(const nlohmann::json& j, NcclUpdateInfo& v) {
   JsonObject o(
       j, "update_info",
       {"names", "dtype_names", "shapes", "packed", "packed_buffer_size_bytes", "packed_num_buffers",
-       "is_checkpoint_format", "shards", "num_trainer_ranks", "src_mesh_dims", "src_placements"});
+       "is_checkpoint_format", "shards", "num_trainer_ranks", "src_mesh_dims", "src_placements",
+       "delta", "num_updates_list"});
   NcclUpdateInfo r;
   read_tensor_lists(o, r.names, r.dtype_names, r.shapes);
   const auto p = read_packing(o);
@@ -388,6 +456,17 @@ inline void from_json(const nlohmann::json& j, NcclUpdateInfo& v) {
         static_cast<int>(json_int_in(*x, "num_trainer_ranks", 1, std::numeric_limits<int>::max()));
   if (auto* x = o.optional("src_mesh_dims")) r.src_mesh_dims = json_ints(*x, "src_mesh_dims", 1);
   if (auto* x = o.optional("src_placements")) r.src_placements = read_placements(*x);
+  if (auto* x = o.optional("delta")) {
+    JsonObject d(*x, "delta", {"base_version", "bucket_elems", "payload_bytes"});
+    DeltaUpdate u;
+    u.base_version = json_string(d.required("base_version"), "delta.base_version");
+    if (auto* b = d.optional("bucket_elems"))
+      u.bucket_elems = json_int_in(*b, "delta.bucket_elems", 32, 65536);
+    u.payload_bytes = json_ints(d.required("payload_bytes"), "delta.payload_bytes", -1);
+    r.delta = std::move(u);
+  }
+  if (auto* x = o.optional("num_updates_list"))
+    r.num_updates_list = json_ints(*x, "num_updates_list", 0);
   r.validate();
   v = std::move(r);
 }

@@ -28,6 +28,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "weightsync/delta/receive.hpp"
 #include "weightsync/detail/format.hpp"
 #include "weightsync/engine/backend.hpp"
 #include "weightsync/engine/registry.hpp"
@@ -163,6 +164,8 @@ class WeightTransferEngine {
     std::vector<ShardSpec> specs;
     int trainers = 1;
     bool sharded = false;
+    std::shared_ptr<detail::UpdateReceiver> rx;  // a delta or sparse update lands through it
+    AnyLoadWeights rx_load;
     {
       // The lock guards the state only; the transfer runs without it, so that status queries
       // (weight_version, is_paused) answer during an update.
@@ -179,6 +182,13 @@ class WeightTransferEngine {
       t = transfer_options(init_, info, opt_.engine);
       t.destination = destination;
       if (shadow_) detail::shadow_transfer(shadow_, t);
+      if (info.delta || info.num_updates_list) {
+        rx = delta_receiver(info, t, load);
+        metas = rx->metas();
+        specs.assign(metas.size(), ShardSpec{});
+        t.destination = rx->destination();
+        rx_load = rx->load();
+      }
       backend = backend_;
       busy_ = true;
     }
@@ -186,8 +196,8 @@ class WeightTransferEngine {
       // Sharded when the update says so (NcclUpdateInfo::sharded); the handshake refuses a
       // trainer that disagrees.
       auto st = detail::with_progress(t, [&] {
-        return sharded ? backend->receive_sharded(metas, specs, trainers, t, load)
-                       : backend->receive(metas, t, load);
+        return sharded ? backend->receive_sharded(metas, specs, trainers, t, rx ? rx_load : load)
+                       : backend->receive(metas, t, rx ? rx_load : load);
       });
       std::lock_guard lock(mutex_);
       busy_ = false;
@@ -197,6 +207,9 @@ class WeightTransferEngine {
       std::lock_guard lock(mutex_);
       busy_ = false;
       state_ = State::ready;  // the session is over; the next start begins a new one
+      // Some tensors may have landed: the weights are no longer any named version, so no delta
+      // may build on them until a whole update lands (see delta_base()).
+      base_ok_ = false;
       if (shadow_) detail::discard_shadow(*shadow_, backend->rank(), std::current_exception());
       throw;
     }
@@ -245,6 +258,8 @@ class WeightTransferEngine {
       throw state_error("finish_weight_update without start_weight_update");
     if (busy_) throw state_error("finish_weight_update while update_weights is running");
     if (version) version_ = *version;
+    // The weights are version_ again, unless an update landed and no version names it.
+    if (updates_in_session_ > 0) base_ok_ = version.has_value();
     if (shadow_ && updates_in_session_ > 0)
       shadow_->publish(version_);
     else if (shadow_ && version)
@@ -363,8 +378,41 @@ class WeightTransferEngine {
     return t;
   }
 
+  //! The version a delta update may build on (what this rank's handshake marker says): the
+  //! current version, or why there is none (a failed update, weights changed without a version).
+  std::string delta_base() const {
+    std::lock_guard lock(mutex_);
+    return held_base();
+  }
+
  private:
   enum class State { uninitialized, ready, updating };
+
+  //! (under mutex_) See delta_base().
+  std::string held_base() const {
+    return base_ok_ ? version_
+                    : "<none: an update since the last named version failed or was not named>";
+  }
+
+  //! (under mutex_) The receiver of a delta / sparse update. A delta's marker carries this rank's
+  //! base, or why it cannot apply the delta, so that the handshake refuses on every rank.
+  std::shared_ptr<detail::UpdateReceiver> delta_receiver(const NcclUpdateInfo& info,
+                                                         const TransferOptions& t,
+                                                         const AnyLoadWeights& load) const {
+    const bool device = backend_->name() != "host";
+    if (info.delta && t.protocol != Protocol::weightsync)
+      throw config_error("delta", "a delta update needs the weightsync protocol (its handshake "
+                                  "checks the base version on every rank)");
+    const std::string held = held_base();
+    auto rx = std::make_shared<detail::UpdateReceiver>(detail::update_wire(info, held), load,
+                                                       t.destination, device);
+    if (const std::string why = rx->cannot_apply(); !why.empty()) {
+      if (!info.delta || info.delta->base_version.empty()) throw config_error("destination", why);
+      rx = std::make_shared<detail::UpdateReceiver>(
+          detail::update_wire(info, "<cannot apply: " + why + ">"), load, t.destination, device);
+    }
+    return rx;
+  }
 
   void init(const NcclInitInfo& info, const M2NInitInfo* m2n) {
     std::unique_lock lock(mutex_);
@@ -473,6 +521,7 @@ class WeightTransferEngine {
   State state_ = State::uninitialized;
   bool busy_ = false;
   std::string version_ = "default";
+  bool base_ok_ = true;  //!< the weights are version_ (see delta_base())
   int updates_in_session_ = 0;
   bool paused_ = false;
   //! Shadow mode's two copies (null: in place, or nothing registered yet). Written under both

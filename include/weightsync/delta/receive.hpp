@@ -1,0 +1,196 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+//! @file
+//! The wire of a delta or sparse update, and the receiving side of it: which tensors travel (the
+//! blobs, the whole tensors, vLLM's index/value pairs) and how each one lands, in place.
+//!
+//! A delta sync's first wire tensor is a zero-byte marker whose name carries the version the rank
+//! holds (the trainer: the delta's base). The handshake compares every rank's metadata before a
+//! byte moves, so a receiver that holds another version (or none it can vouch for) makes the
+//! transfer fail on every rank, with the first differing tensor, i.e. both versions, named:
+//! nothing is applied onto the wrong base.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "weightsync/delta/codec.hpp"
+#include "weightsync/detail/format.hpp"
+#include "weightsync/dtype.hpp"
+#include "weightsync/engine/backend.hpp"
+#include "weightsync/error.hpp"
+#include "weightsync/info.hpp"
+#include "weightsync/tensor_meta.hpp"
+
+namespace weightsync::detail {
+
+//! The marker tensor's name prefix; the rest of the name is the version the rank holds.
+inline constexpr const char* kDeltaMarker = "weightsync.delta.base_version=";
+//! Suffix of the index tensor of a sparse (vLLM sparse_nccl) pair.
+inline constexpr const char* kSparseIndices = ".__indices__";
+
+//! What a wire tensor is.
+struct WireTensor {
+  enum class Kind : std::uint8_t { whole, blob, marker, sparse_indices, sparse_values };
+  Kind kind = Kind::whole;
+  std::size_t tensor = 0;  //!< index into the update's tensors
+};
+
+//! The wire of an update with `delta` or `num_updates_list` (and of a plain one: every tensor
+//! whole). `held`: the version this rank vouches for (the marker's text).
+struct UpdateWire {
+  std::vector<TensorMeta> tensors;  //!< the update's tensors (names, dtypes, shapes)
+  std::vector<TensorMeta> metas;    //!< what travels, in order
+  std::vector<WireTensor> what;     //!< per wire tensor
+};
+
+inline UpdateWire update_wire(const NcclUpdateInfo& u, const std::string& held) {
+  UpdateWire w;
+  w.tensors = u.metas();
+  auto add = [&](TensorMeta m, WireTensor::Kind k, std::size_t i) {
+    w.metas.push_back(std::move(m));
+    w.what.push_back({k, i});
+  };
+  if (u.delta && !u.delta->base_version.empty())
+    add(TensorMeta{kDeltaMarker + held, DType::uint8, {0}}, WireTensor::Kind::marker, 0);
+  for (std::size_t i = 0; i < w.tensors.size(); ++i) {
+    const TensorMeta& t = w.tensors[i];
+    if (u.num_updates_list) {
+      const std::int64_t n = (*u.num_updates_list)[i];
+      if (n == 0) continue;  // (vLLM broadcasts two empty tensors: no bytes either way)
+      add(TensorMeta{t.name + kSparseIndices, DType::int32, {n}}, WireTensor::Kind::sparse_indices, i);
+      add(TensorMeta{t.name, t.dtype, {n}}, WireTensor::Kind::sparse_values, i);
+      continue;
+    }
+    const std::int64_t p = u.delta ? u.delta->payload_bytes[i] : -1;
+    if (p == -1)
+      add(t, WireTensor::Kind::whole, i);
+    else if (p > 0)
+      add(TensorMeta{t.name, DType::uint8, {p}}, WireTensor::Kind::blob, i);
+  }
+  return w;
+}
+
+//! Applies `n` (int32 flat index, value) pairs to `dst` (host memory), after checking every index.
+//! @throws protocol_error naming the tensor and the first bad index; nothing is written then.
+inline void apply_sparse_host(const TensorMeta& t, void* dst, const std::int32_t* idx,
+                              const std::byte* values, std::size_t n) {
+  const std::size_t eb = dtype_size(t.dtype);
+  const std::uint64_t numel = t.numel();
+  for (std::size_t k = 0; k < n; ++k)
+    if (idx[k] < 0 || static_cast<std::uint64_t>(idx[k]) >= numel)
+      throw protocol_error(-1, cat("sparse update of ", t.name, ": index ", idx[k], " (entry ", k,
+                                   ") outside its ", numel, " elements"));
+  auto* d = static_cast<std::byte*>(dst);
+  for (std::size_t k = 0; k < n; ++k)
+    std::memcpy(d + static_cast<std::size_t>(idx[k]) * eb, values + k * eb, eb);
+}
+
+//! Lands a delta / sparse update: wraps the caller's load_weights and destination. Whole tensors
+//! go where they always go; blobs and index/value pairs are applied in place onto the caller's
+//! destination of their tensor (so every changed tensor needs one). Host memory (the host
+//! backend); the device path needs <weightsync/cuda/delta.hpp>.
+class UpdateReceiver {
+ public:
+  UpdateReceiver(UpdateWire wire, AnyLoadWeights load, AnyDestination destination, bool device)
+      : w_(std::move(wire)), load_(std::move(load)), dest_(std::move(destination)), device_(device) {}
+
+  //! Whether every tensor applied in place has a destination; else the reason (the marker then
+  //! carries it, so every rank refuses the transfer).
+  std::string cannot_apply() const {
+    for (std::size_t k = 0; k < w_.metas.size(); ++k) {
+      const auto kind = w_.what[k].kind;
+      if (kind != WireTensor::Kind::blob && kind != WireTensor::Kind::sparse_values) continue;
+      const TensorMeta& t = w_.tensors[w_.what[k].tensor];
+      if (!dest_ || dest_(t) == nullptr)
+        return cat("no destination for ", t.name, " (a delta applies in place)");
+      if (device_)
+        return cat("the delta of ", t.name, " lands in device memory: not built in yet");
+    }
+    return "";
+  }
+
+  const std::vector<TensorMeta>& metas() const { return w_.metas; }
+
+  AnyDestination destination() {
+    return [this](const TensorMeta& m) -> void* {
+      const std::size_t k = find(m);
+      if (w_.what[k].kind == WireTensor::Kind::whole && dest_) return dest_(m);
+      return nullptr;  // blobs, pairs and the marker come as views
+    };
+  }
+
+  AnyLoadWeights load() {
+    return [this](std::span<const TensorView> views, void* stream) {
+      std::vector<TensorView> pass;
+      for (const TensorView& v : views) {
+        const std::size_t k = find(*v.meta);
+        const WireTensor& x = w_.what[k];
+        const TensorMeta& t = w_.tensors[x.tensor];
+        switch (x.kind) {
+          case WireTensor::Kind::whole:
+            pass.push_back(v);
+            break;
+          case WireTensor::Kind::marker:
+            break;
+          case WireTensor::Kind::blob: {
+            void* dst = dest_(t);
+            delta::apply_delta_host(static_cast<const std::byte*>(v.data), v.nbytes, dst,
+                                    t.numel(), static_cast<unsigned>(dtype_size(t.dtype)), t.name);
+            applied_bytes_ += v.nbytes;
+            break;
+          }
+          case WireTensor::Kind::sparse_indices:
+            indices_.assign(static_cast<const std::int32_t*>(v.data),
+                            static_cast<const std::int32_t*>(v.data) + v.nbytes / 4);
+            indices_of_ = x.tensor;
+            break;
+          case WireTensor::Kind::sparse_values:
+            if (indices_of_ != x.tensor)
+              throw protocol_error(-1, cat("sparse update of ", t.name, ": values before indices"));
+            apply_sparse_host(t, dest_(t), indices_.data(), static_cast<const std::byte*>(v.data),
+                              indices_.size());
+            applied_bytes_ += v.nbytes + indices_.size() * 4;
+            indices_of_ = static_cast<std::size_t>(-1);
+            break;
+        }
+      }
+      if (!pass.empty() && load_) load_(pass, stream);
+    };
+  }
+
+  //! Payload bytes applied in place so far.
+  std::uint64_t applied_bytes() const { return applied_bytes_; }
+
+ private:
+  //! The wire index of a meta the pipeline hands back (the pipeline keeps the order, so a moving
+  //! cursor finds it at once; the name search is the fallback).
+  std::size_t find(const TensorMeta& m) {
+    for (std::size_t n = 0; n < w_.metas.size(); ++n) {
+      const std::size_t k = (cursor_ + n) % w_.metas.size();
+      if (&w_.metas[k] == &m || w_.metas[k] == m) {
+        cursor_ = k;
+        return k;
+      }
+    }
+    throw protocol_error(-1, cat("received a tensor the update does not have: ", m.name));
+  }
+
+  UpdateWire w_;
+  AnyLoadWeights load_;
+  AnyDestination dest_;
+  bool device_;
+  std::vector<std::int32_t> indices_;
+  std::size_t indices_of_ = static_cast<std::size_t>(-1);
+  std::size_t cursor_ = 0;
+  std::uint64_t applied_bytes_ = 0;
+};
+
+}  // namespace weightsync::detail

@@ -1,0 +1,412 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+//! @file
+//! DeltaSource: a WeightSource adapter that sends only what changed since the last version every
+//! receiver holds. It keeps that version as its reference (a full copy of the sent tensors, in
+//! the codec's memory: 1x the model), diffs the source against it, and sends each tensor as a
+//! delta blob (<weightsync/delta/format.hpp>), whole, or not at all (unchanged). Receivers apply
+//! the blobs in place (WeightTransferEngine::update_weights with NcclUpdateInfo::delta).
+//!
+//! A round:
+//! @code
+//!   DeltaSource d(model);
+//!   NcclUpdateInfo info = d.prepare("v8", trainer.update_info(model.metas()));
+//!   // send `info` to the workers (HTTP), which call update_weights(info, ...) and
+//!   // finish_weight_update("v8")
+//!   trainer.send_weights(d);
+//!   d.commit();  // every rank has it: "v8" becomes the reference
+//! @endcode
+//!
+//! Bit-exact by construction: an element is "changed" when any of its bits differ from the
+//! reference, and the reference is only ever what the receivers were sent (commit() applies the
+//! same blobs to it). Nothing rests on a hash or a sample.
+//! - The first round, a round after invalidate(), a round whose metadata changed, a round after
+//!   one that was prepared but never committed (the receivers' state is then unknown), and every
+//!   anchor_every-th round send everything whole, with no base version.
+//! - The handshake refuses a delta on every rank when a receiver does not hold the base version
+//!   (see <weightsync/delta/receive.hpp>); prepare the next round again: it goes whole.
+//!
+//! The source's tensor memory must stay valid and unchanged from prepare() until commit() (a
+//! model's parameters between two optimizer steps).
+//!
+//! How it differs from vLLM's sparse_nccl (which WeightTransferEngine also receives, see
+//! NcclUpdateInfo::num_updates_list): sparse_nccl sends two broadcasts per parameter (int32 flat
+//! indices, then values: 6 bytes per changed bf16 element), at TP = 1, with no base-version check.
+//! Here a tensor is cut into buckets, each encoded in the smallest of raw / bitmask / uint16
+//! offsets (4 bytes per changed bf16 element at low density), the blobs ride the packed pipeline
+//! (few large messages), dense tensors go whole, and a wrong base is refused before a byte moves.
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <ranges>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "weightsync/delta/codec.hpp"
+#include "weightsync/delta/format.hpp"
+#include "weightsync/delta/receive.hpp"
+#include "weightsync/detail/format.hpp"
+#include "weightsync/engine/backend.hpp"
+#include "weightsync/error.hpp"
+#include "weightsync/info.hpp"
+#include "weightsync/tensor_meta.hpp"
+
+namespace weightsync {
+
+enum class DeltaMode {
+  automatic,  //!< per tensor: a blob when it is at most max_payload_fraction of the tensor
+  always,     //!< every changed tensor as a blob (unless it is not smaller than the tensor)
+  never,      //!< every round whole (the reference is still kept, for a later switch)
+};
+
+struct DeltaOptions {
+  DeltaMode mode = DeltaMode::automatic;
+  //! automatic: a tensor goes whole when its blob would exceed this share of its bytes (the
+  //! receiver's apply and the encode then cost more than they save on a fast link). 1.0 sends
+  //! every blob smaller than its tensor.
+  double max_payload_fraction = 0.5;
+  std::uint32_t bucket_elems = delta::kDefaultBucketElems;
+  //! Every anchor_every-th round goes whole (0: only when needed). Bounds how long a receiver
+  //! that joined late, or a reference that went bad, can go unnoticed: nothing else can go wrong
+  //! silently, so the default is 0.
+  int anchor_every = 0;
+};
+
+//! What the last prepare() found.
+struct DeltaStats {
+  bool whole_round = false;          //!< everything sent whole (no base version)
+  std::uint64_t tensor_bytes = 0;    //!< the tensors' bytes (what a full sync sends)
+  std::uint64_t wire_bytes = 0;      //!< what this round sends: blobs + whole tensors
+  std::uint64_t changed_elements = 0;
+  std::size_t whole = 0, blobs = 0, unchanged = 0;  //!< tensors
+  std::chrono::nanoseconds encode{0};  //!< diff + encode (prepare)
+  std::chrono::nanoseconds commit{0};  //!< reference update (commit)
+};
+
+//! One tensor of a batch to diff: numel elements of elem_bytes at src, against ref.
+struct DeltaJob {
+  const void* src = nullptr;
+  const void* ref = nullptr;
+  std::uint64_t numel = 0;
+  unsigned elem_bytes = 0;
+};
+
+//! The host codec (host memory: the host backend).
+class HostDeltaCodec {
+ public:
+  using Buffer = std::vector<std::byte>;
+  Buffer alloc(std::size_t bytes) const { return Buffer(bytes); }
+  static std::byte* data(Buffer& b) { return b.data(); }
+  void copy(void* dst, const void* src, std::size_t bytes) const {
+    if (bytes > 0) std::memcpy(dst, src, bytes);
+  }
+  //! Each job's blob size (and keeps the jobs for encode()).
+  std::vector<std::uint64_t> measure(std::span<const DeltaJob> jobs, std::uint32_t bucket_elems) {
+    jobs_.assign(jobs.begin(), jobs.end());
+    bucket_ = bucket_elems;
+    counts_.clear();
+    changed_ = 0;
+    std::vector<std::uint64_t> sizes;
+    for (const auto& j : jobs_) {
+      counts_.push_back(delta::bucket_changes_host(j.src, j.ref, j.numel, j.elem_bytes, bucket_));
+      for (auto c : counts_.back()) changed_ += c;
+      sizes.push_back(delta::blob_bytes_for(counts_.back(), j.numel, j.elem_bytes, bucket_));
+    }
+    return sizes;
+  }
+  std::uint64_t changed_elements() const { return changed_; }
+  //! Encodes job i into outs[i] (skipped when nullptr).
+  void encode(std::span<void* const> outs) {
+    for (std::size_t i = 0; i < jobs_.size() && i < outs.size(); ++i)
+      if (outs[i] != nullptr) {
+        const auto& j = jobs_[i];
+        const std::uint64_t n = delta::blob_bytes_for(counts_[i], j.numel, j.elem_bytes, bucket_);
+        delta::encode_delta_host(j.src, j.ref, j.numel, j.elem_bytes, bucket_, counts_[i],
+                                 static_cast<std::byte*>(outs[i]), n);
+      }
+  }
+  void apply(const void* blob, std::uint64_t bytes, void* dst, std::uint64_t numel,
+             unsigned elem_bytes, const std::string& name) const {
+    delta::apply_delta_host(static_cast<const std::byte*>(blob), bytes, dst, numel, elem_bytes,
+                            name);
+  }
+  void finish() const {}
+
+ private:
+  std::vector<DeltaJob> jobs_;
+  std::vector<std::vector<std::uint32_t>> counts_;
+  std::uint32_t bucket_ = delta::kDefaultBucketElems;
+  std::uint64_t changed_ = 0;
+};
+
+//! A WeightSource (S) sent as deltas against the last committed version; models WeightSource
+//! (its metas() / iterate() are the wire of the prepared round). One round at a time.
+template <class S, class Codec = HostDeltaCodec>
+class DeltaSource {
+ public:
+  explicit DeltaSource(S& source, DeltaOptions opt = {}, Codec codec = Codec())
+      : src_(source), opt_(opt), codec_(std::move(codec)) {
+    if (!(opt_.max_payload_fraction > 0.0 && opt_.max_payload_fraction <= 1.0))
+      throw config_error("max_payload_fraction",
+                         detail::cat("must be in (0, 1], got ", opt_.max_payload_fraction));
+    if (opt_.bucket_elems < 32 || opt_.bucket_elems > delta::kMaxBucketElems ||
+        opt_.bucket_elems % 32 != 0)
+      throw config_error("bucket_elems", detail::cat("must be a multiple of 32 in [32, ",
+                                                     delta::kMaxBucketElems, "], got ",
+                                                     opt_.bucket_elems));
+    if (opt_.anchor_every < 0)
+      throw config_error("anchor_every", detail::cat("must be >= 0, got ", opt_.anchor_every));
+  }
+
+  //! Diffs the source against the reference and encodes the round that makes `version`; returns
+  //! `info` (TrainerEngine::update_info of the source's metas) with its `delta` set. Every
+  //! receiver must be given that info.
+  //! @throws config_error for an empty version, a sharded info, or a source that does not yield
+  //!   its declared tensors.
+  NcclUpdateInfo prepare(std::string version, NcclUpdateInfo info) {
+    if (version.empty()) throw config_error("version", "a delta round needs a version name");
+    if (info.sharded()) throw config_error("delta", "a delta round has one root (not sharded)");
+    const auto started = std::chrono::steady_clock::now();
+    metas_ = src_.metas();
+    if (info.metas() != metas_)
+      throw config_error("info", "the update info does not describe the source's tensors");
+    collect();
+    const bool whole = !has_ref_ || pending_ || ref_metas_ != metas_ ||
+                       opt_.mode == DeltaMode::never ||
+                       (opt_.anchor_every > 0 && rounds_ % opt_.anchor_every == 0);
+    pending_ = true;
+    target_ = std::move(version);
+    stats_ = DeltaStats{};
+    stats_.whole_round = whole;
+    DeltaUpdate d;
+    d.bucket_elems = opt_.bucket_elems;
+    d.payload_bytes.assign(metas_.size(), -1);
+    blobs_.clear();
+    blob_at_.assign(metas_.size(), 0);
+    if (!whole) {
+      d.base_version = base_;
+      std::vector<DeltaJob> jobs;
+      for (std::size_t i = 0; i < metas_.size(); ++i)
+        jobs.push_back({data_[i], Codec::data(refs_[i]), metas_[i].numel(),
+                        static_cast<unsigned>(dtype_size(metas_[i].dtype))});
+      const auto sizes = codec_.measure(jobs, opt_.bucket_elems);
+      stats_.changed_elements = codec_.changed_elements();
+      std::uint64_t arena = 0;
+      for (std::size_t i = 0; i < metas_.size(); ++i) {
+        const std::uint64_t full = metas_[i].nbytes();
+        // (a blob of only its header and directory: no bucket changed)
+        const bool same = sizes[i] == delta::blob_prefix_bytes(
+                                          delta::bucket_count(metas_[i].numel(), opt_.bucket_elems));
+        if (full == 0 || same) {
+          d.payload_bytes[i] = 0;
+        } else if (sizes[i] < full &&
+                   (opt_.mode == DeltaMode::always ||
+                    static_cast<double>(sizes[i]) <=
+                        opt_.max_payload_fraction * static_cast<double>(full))) {
+          d.payload_bytes[i] = static_cast<std::int64_t>(sizes[i]);
+          blob_at_[i] = arena;
+          arena += sizes[i];
+        }
+      }
+      if (arena > 0) blobs_ = codec_.alloc(arena);
+      std::vector<void*> outs(metas_.size(), nullptr);
+      for (std::size_t i = 0; i < metas_.size(); ++i)
+        if (d.payload_bytes[i] > 0) outs[i] = Codec::data(blobs_) + blob_at_[i];
+      codec_.encode(outs);
+    }
+    for (std::size_t i = 0; i < metas_.size(); ++i) {
+      const std::int64_t p = d.payload_bytes[i];
+      stats_.tensor_bytes += metas_[i].nbytes();
+      if (p == -1) {
+        ++stats_.whole;
+        stats_.wire_bytes += metas_[i].nbytes();
+      } else if (p == 0) {
+        ++stats_.unchanged;
+      } else {
+        ++stats_.blobs;
+        stats_.wire_bytes += static_cast<std::uint64_t>(p);
+      }
+    }
+    info.delta = std::move(d);
+    info.num_updates_list.reset();
+    info.validate();
+    wire_ = detail::update_wire(info, base_);
+    delta_ = *info.delta;
+    stats_.encode = std::chrono::duration_cast<std::chrono::nanoseconds>(
+        std::chrono::steady_clock::now() - started);
+    return info;
+  }
+
+  //! The prepared round's wire (WeightSource).
+  std::vector<TensorMeta> metas() const { return wire_.metas; }
+
+  //! The prepared round's tensors (WeightSource): the marker, blobs and whole tensors.
+  AnyTensorRange iterate() {
+    if (!pending_) throw state_error("DeltaSource::iterate before prepare");
+    return AnyTensorRange([this, k = std::size_t{0}](SourceTensorRef& out) mutable {
+      if (k >= wire_.metas.size()) return false;
+      const auto& x = wire_.what[k];
+      const void* p = nullptr;
+      switch (x.kind) {
+        case detail::WireTensor::Kind::marker:
+          p = &marker_byte_;
+          break;
+        case detail::WireTensor::Kind::whole:
+          p = data_[x.tensor];
+          break;
+        case detail::WireTensor::Kind::blob:
+          p = Codec::data(blobs_) + blob_at_[x.tensor];
+          break;
+        default:
+          throw state_error("DeltaSource: a sparse pair in a delta round");
+      }
+      out = SourceTensorRef{&wire_.metas[k], p};
+      ++k;
+      return true;
+    });
+  }
+
+  //! The prepared round landed on every rank: the reference becomes it (whole tensors copied,
+  //! blobs applied, as the receivers did), and its version the next round's base.
+  void commit() {
+    if (!pending_) throw state_error("DeltaSource::commit without a prepared round");
+    const auto started = std::chrono::steady_clock::now();
+    if (ref_metas_ != metas_) {
+      refs_.clear();
+      for (const auto& m : metas_) refs_.push_back(codec_.alloc(m.nbytes()));
+      ref_metas_ = metas_;
+    }
+    for (std::size_t i = 0; i < metas_.size(); ++i) {
+      const std::int64_t p = delta_.payload_bytes[i];
+      if (p == -1)
+        codec_.copy(Codec::data(refs_[i]), data_[i], metas_[i].nbytes());
+      else if (p > 0)
+        codec_.apply(Codec::data(blobs_) + blob_at_[i], static_cast<std::uint64_t>(p),
+                     Codec::data(refs_[i]), metas_[i].numel(),
+                     static_cast<unsigned>(dtype_size(metas_[i].dtype)), metas_[i].name);
+    }
+    codec_.finish();
+    has_ref_ = true;
+    pending_ = false;
+    base_ = target_;
+    ++rounds_;
+    stats_.commit = std::chrono::duration_cast<std::chrono::nanoseconds>(
+        std::chrono::steady_clock::now() - started);
+  }
+
+  //! Forgets the reference's standing: the next round goes whole.
+  void invalidate() { has_ref_ = false; }
+
+  //! The version the next delta builds on ("" before the first commit).
+  const std::string& base_version() const { return base_; }
+  const DeltaStats& stats() const { return stats_; }
+  //! The reference's memory, in bytes.
+  std::uint64_t reference_bytes() const {
+    std::uint64_t n = 0;
+    for (const auto& m : ref_metas_) n += m.nbytes();
+    return n;
+  }
+
+ private:
+  //! The source's tensors' addresses, checked against its declared metadata.
+  void collect() {
+    data_.assign(metas_.size(), nullptr);
+    auto&& range = src_.iterate();
+    std::size_t i = 0;
+    for (auto it = std::ranges::begin(range); it != std::ranges::end(range); ++it, ++i) {
+      auto&& item = *it;
+      if (i >= metas_.size())
+        throw config_error("source", detail::cat("yields more than the ", metas_.size(),
+                                                 " declared tensors"));
+      const TensorMeta& m = item.meta();
+      if (m.name != metas_[i].name || m.dtype != metas_[i].dtype || m.shape != metas_[i].shape)
+        throw config_error(metas_[i].name,
+                           detail::cat("the source yields ", m.name, " ", dtype_name(m.dtype),
+                                       " where ", dtype_name(metas_[i].dtype), " was declared"));
+      data_[i] = item.data();
+    }
+    if (i != metas_.size())
+      throw config_error("source", detail::cat("yields ", i, " of its ", metas_.size(),
+                                               " declared tensors"));
+  }
+
+  S& src_;
+  DeltaOptions opt_;
+  Codec codec_;
+  std::vector<TensorMeta> metas_, ref_metas_;
+  std::vector<const void*> data_;
+  std::vector<typename Codec::Buffer> refs_;
+  typename Codec::Buffer blobs_{};
+  std::vector<std::uint64_t> blob_at_;
+  detail::UpdateWire wire_;
+  DeltaUpdate delta_;
+  DeltaStats stats_;
+  std::string base_, target_;
+  bool has_ref_ = false, pending_ = false;
+  std::uint64_t rounds_ = 0;
+  static constexpr std::byte marker_byte_{0};
+};
+
+//! One tensor's patch in vLLM's sparse_nccl form: int32 flat indices and their values.
+struct SparsePatch {
+  TensorMeta tensor;
+  std::vector<std::int32_t> indices;
+  std::vector<std::byte> values;  //!< indices.size() elements of tensor.dtype
+};
+
+//! Speaks vLLM's sparse_nccl: update_info() has names / dtype_names / shapes / num_updates_list,
+//! and the wire is two tensors per patch (indices, then values), each its own broadcast when sent
+//! unpacked with Protocol::vllm, which is what a vLLM sparse worker reads. Models WeightSource.
+class SparseSource {
+ public:
+  explicit SparseSource(std::vector<SparsePatch> patches) : p_(std::move(patches)) {
+    NcclUpdateInfo u;
+    for (std::size_t i = 0; i < p_.size(); ++i) {
+      const auto& x = p_[i];
+      const std::size_t eb = dtype_size(x.tensor.dtype);
+      if (x.values.size() != x.indices.size() * eb)
+        throw config_error(detail::cat("patches[", i, "].values"),
+                           detail::cat(x.values.size(), " bytes for ", x.indices.size(),
+                                       " indices of ", dtype_name(x.tensor.dtype)));
+      u.names.push_back(x.tensor.name);
+      u.dtype_names.emplace_back(dtype_name(x.tensor.dtype));
+      u.shapes.push_back(x.tensor.shape);
+    }
+    u.num_updates_list.emplace();
+    for (const auto& x : p_)
+      u.num_updates_list->push_back(static_cast<std::int64_t>(x.indices.size()));
+    u.packed = false;  // sparse_nccl refuses packed updates
+    u.validate();
+    info_ = u;
+    wire_ = detail::update_wire(u, "");
+  }
+  //! The update info a worker (vLLM's or ours) needs.
+  const NcclUpdateInfo& update_info() const { return info_; }
+  std::vector<TensorMeta> metas() const { return wire_.metas; }
+  std::vector<SourceTensorRef> iterate() const {
+    std::vector<SourceTensorRef> v;
+    for (std::size_t k = 0; k < wire_.metas.size(); ++k) {
+      const auto& x = wire_.what[k];
+      const auto& patch = p_[x.tensor];
+      v.push_back({&wire_.metas[k], x.kind == detail::WireTensor::Kind::sparse_indices
+                                        ? static_cast<const void*>(patch.indices.data())
+                                        : static_cast<const void*>(patch.values.data())});
+    }
+    return v;
+  }
+
+ private:
+  std::vector<SparsePatch> p_;
+  NcclUpdateInfo info_;
+  detail::UpdateWire wire_;
+};
+
+}  // namespace weightsync
