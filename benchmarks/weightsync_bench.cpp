@@ -36,6 +36,7 @@
 #include <weightsync/packed_broadcast.hpp>
 #if WEIGHTSYNC_BENCH_GPU
 #include <weightsync/cuda/event.hpp>
+#include <weightsync/cuda/delta_source.hpp>
 #include <weightsync/cuda/fp8_source.hpp>
 #include <weightsync/cuda/ipc.hpp>
 #include <weightsync/cuda/mps.hpp>
@@ -102,6 +103,7 @@ struct Args {
   std::size_t gap = 0;   // bytes between tensors: 0 = one flat buffer, > 0 = scattered parameters
   bool blocking = true;  // blocking NCCL launches (NcclOptions::blocking; --non-blocking: off)
   bool fp8 = false;      // --fp8: also send the layout as its FP8 checkpoint (nccl backend)
+  std::vector<double> delta;  // --delta: densities of the delta rows (nccl backend)
   int tp = 2;            // --mode mapped: the consumer is TP rank tp_rank of tp
   int tp_rank = 0;
   // set by the launcher for its children
@@ -207,6 +209,12 @@ usage: weightsync_bench [options]
                        quantized on the fly (Fp8Source: the linear projections as float8_e4m3fn
                        with 128x128 block scales, the rest bf16); every received byte checked
                        against the consumer's own quantization of the same weights
+  --delta D[,D...]     nccl: after the bf16 rows, delta syncs (DeltaSource + CudaDeltaCodec):
+                       both sides hold version v0, the trainer changes a D share of the bf16
+                       elements (one bit each, deterministic random positions), encodes against
+                       its reference and sends the blobs; the consumer applies them in place.
+                       Row time: encode + transfer + apply (max over ranks) against the packed
+                       bf16 row; every received byte checked against the consumer's own step
   --copy-streams N, --piece S, --ipc-wait poll|block   ipc/p2p tuning
   -h, --help           this text
 Output: nccl-tests-style table on stdout (lines starting with # are headers), progress on stderr.
@@ -270,7 +278,19 @@ Args parse(int argc, char** argv) {
       a.tp = parse_int(val(), k, 1, 1024);
     else if (k == "--tp-rank")
       a.tp_rank = parse_int(val(), k, 0, 1023);
-    else if (k == "--fp8") {
+    else if (k == "--delta") {
+      for (const auto& s : split(val())) {
+        std::size_t used = 0;
+        double d = -1;
+        try {
+          d = std::stod(s, &used);
+        } catch (const std::exception&) {
+        }
+        if (used != s.size() || !(d > 0.0 && d <= 1.0))
+          throw std::invalid_argument("--delta: '" + s + "' is not a density in (0, 1]");
+        a.delta.push_back(d);
+      }
+    } else if (k == "--fp8") {
       a.fp8 = true;
       a.argv.push_back(k);
       continue;
@@ -308,6 +328,8 @@ Args parse(int argc, char** argv) {
     throw std::invalid_argument(
         "--fp8 needs --backend nccl (ipc and p2p pull every tensor of a "
         "sync at once: an on-the-fly source would need a whole FP8 copy)");
+  if (!a.delta.empty() && a.backend != "nccl")
+    throw std::invalid_argument("--delta needs --backend nccl");
   if (a.backend == "host")
     for (const auto& m : a.modes)
       if (m != "packed" && m != "zerocopy" && m != "unpacked" && m != "unpacked-zc")
@@ -883,6 +905,181 @@ class Bench {
     return failures;
   }
 
+  // --delta: delta syncs of the layout. Both sides start from v0 (the pattern of round 1); the
+  // trainer's step changes a `density` share of its bf16 elements; DeltaSource (CudaDeltaCodec)
+  // encodes against its reference (seeded with v0 before each iteration, untimed) and sends the
+  // blobs and whole tensors through the packed pipeline; the consumer's UpdateReceiver applies
+  // them in place into its parameters. Checked against the consumer's own step of v0.
+  int run_delta(const std::string& layout, const std::vector<ws::TensorMeta>& metas,
+                ws_test::DeviceModel& model, const std::map<std::string, double>& full_time) {
+    struct Src {
+      const std::vector<ws::TensorMeta>* m;
+      const ws_test::DeviceModel* d;
+      std::vector<ws::TensorMeta> metas() const { return *m; }
+      std::vector<ws::SourceTensorRef> iterate() const {
+        std::vector<ws::SourceTensorRef> v;
+        for (std::size_t i = 0; i < m->size(); ++i) v.push_back({&(*m)[i], d->data(i)});
+        return v;
+      }
+    };
+    for (const auto& m : metas)
+      if (ws::dtype_size(m.dtype) != 2)
+        throw std::invalid_argument("--delta: layout " + layout + " has a tensor that is not 2-byte");
+    const bool producer = rank() == 0;
+    int failures = 0;
+    ws_test::DeviceModel base(metas, device_, a_.gap);
+    base.fill(1, s());
+    std::optional<ws_test::DeviceModel> want;
+    if (!producer) want.emplace(metas, device_, a_.gap);
+    std::map<std::string, std::size_t> index;
+    for (std::size_t i = 0; i < metas.size(); ++i) index[metas[i].name] = i;
+    auto copy_all = [&](const ws_test::DeviceModel& to, const ws_test::DeviceModel& from) {
+      ws::detail::check(cudaMemcpyAsync(to.arena(), from.arena(), from.arena_bytes(),
+                                        cudaMemcpyDeviceToDevice, s()),
+                        "cudaMemcpyAsync");
+    };
+    auto step = [&](const ws_test::DeviceModel& m, double density, std::uint64_t seed) {
+      for (std::size_t i = 0; i < metas.size(); ++i)
+        ws_pattern::mutate16(m.data(i), metas[i].nbytes(), density, seed + i, s());
+    };
+    ws::TransferOptions opt;
+    opt.buffer_size_bytes = a_.buffer_sizes.front();
+    opt.num_buffers = a_.num_buffers.front();
+    opt.protocol = a_.protocol == "vllm" ? ws::Protocol::vllm : ws::Protocol::weightsync;
+    opt.timeout = std::chrono::seconds(a_.timeout_s);
+    ws::workspace_for<ws::NcclCommunicator> wsp{ws::CudaPolicy(device_)};
+    Src src{&metas, &model};
+    ws::DeltaSource<Src, ws::CudaDeltaCodec> d(src, {}, ws::CudaDeltaCodec(s(), device_));
+    auto plain = ws::NcclUpdateInfo::from_metas(metas);
+    plain.packed = true;
+    ws::DeviceBuffer sizes_dev(metas.size() * sizeof(std::int64_t), device_);
+    const auto full = full_time.find("packed");
+    for (std::size_t di = 0; di < a_.delta.size(); ++di) {
+      const double density = a_.delta[di];
+      const std::uint64_t seed = 7000 + 1000 * di;
+      auto reset = [&] {  // every rank holds v0; the trainer then takes its step
+        copy_all(model, base);
+        if (producer) {
+          ws::detail::check(cudaStreamSynchronize(s()), "cudaStreamSynchronize");
+          d.seed("v0");
+          step(model, density, seed);
+        }
+        ws::detail::check(cudaStreamSynchronize(s()), "cudaStreamSynchronize");
+      };
+      // The update info (HTTP in a real setup): the trainer's payload sizes, broadcast here.
+      std::vector<std::int64_t> payload(metas.size(), 0);
+      if (producer) {
+        reset();
+        payload = d.prepare("v1", plain).delta->payload_bytes;
+        d.invalidate();
+      } else {
+        copy_all(*want, base);
+        step(*want, density, seed);
+      }
+      ws::detail::check(cudaMemcpyAsync(sizes_dev.data(), payload.data(), sizes_dev.size(),
+                                        cudaMemcpyHostToDevice, s()),
+                        "cudaMemcpyAsync");
+      comm_->broadcast(sizes_dev.data(), sizes_dev.size(), 0, s());
+      ws::detail::check(cudaMemcpyAsync(payload.data(), sizes_dev.data(), sizes_dev.size(),
+                                        cudaMemcpyDeviceToHost, s()),
+                        "cudaMemcpyAsync");
+      ws::detail::check(cudaStreamSynchronize(s()), "cudaStreamSynchronize");
+      auto info = plain;
+      info.delta = ws::DeltaUpdate{"v0", ws::delta::kDefaultBucketElems, payload};
+      const auto wire = ws::detail::update_wire(info, "v0");
+      std::uint64_t wire_bytes = 0;
+      for (const auto& m : wire.metas) wire_bytes += m.nbytes();
+      std::vector<double> encode_us, load_us;
+      ws::TransferStats st;
+      unsigned long long wrong = 0;
+      auto diff = [&]() -> unsigned long long {
+        if (producer) return 0;
+        unsigned long long* counter = nullptr;
+        ws::detail::check(cudaMalloc(reinterpret_cast<void**>(&counter), sizeof *counter),
+                          "cudaMalloc");
+        ws::detail::check(cudaMemsetAsync(counter, 0, sizeof *counter, s()), "cudaMemsetAsync");
+        ws_pattern::count_diff(model.arena(), want->arena(), model.extent(), counter, s());
+        unsigned long long host = 0;
+        ws::detail::check(cudaMemcpyAsync(&host, counter, sizeof host, cudaMemcpyDeviceToHost, s()),
+                          "cudaMemcpyAsync");
+        ws::detail::check(cudaStreamSynchronize(s()), "cudaStreamSynchronize");
+        cudaFree(counter);
+        return host;
+      };
+      double commit_us = 0;
+      auto [ev, wall] = time_it(
+          [&](int i) {
+            if (i > 0) wrong += diff();
+            reset();
+          },
+          [&](int) {
+            if (producer) {
+              const auto got = d.prepare("v1", plain);
+              if (got.delta->payload_bytes != payload)
+                throw std::runtime_error("--delta: the step is not deterministic");
+              encode_us.push_back(std::chrono::duration<double, std::micro>(d.stats().encode).count());
+              opt.source_stream = s();
+              auto items = d.iterate();
+              const auto wm = d.metas();
+              st = ws::packed_broadcast_producer(wm, items, *comm_, 0, opt, wsp);
+              return;
+            }
+            ws::detail::UpdateReceiver rx(
+                wire, nullptr,
+                [&](const ws::TensorMeta& m) -> void* { return model.data(index.at(m.name)); },
+                true);
+            auto o = opt;
+            o.destination = rx.destination();
+            auto load = rx.load();
+            st = ws::packed_broadcast_consumer(
+                rx.metas(), *comm_, 0,
+                [&](std::span<const ws::TensorView> batch, cudaStream_t stream) {
+                  load(batch, stream);
+                },
+                o, wsp);
+            load_us.push_back(std::chrono::duration<double, std::micro>(st.load).count());
+          });
+      wrong += diff();
+      if (producer) {
+        const auto t0 = std::chrono::steady_clock::now();
+        d.commit();
+        commit_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+      }
+      wrong = static_cast<unsigned long long>(sum_over_ranks(double(wrong)));
+      auto med = [](std::vector<double> v) {
+        if (v.empty()) return 0.0;
+        std::sort(v.begin(), v.end());
+        return v[v.size() / 2];
+      };
+      const auto [enc, ld] = max_over_ranks(med(encode_us), med(load_us));
+      const double cmt = max_over_ranks(commit_us, 0).first;
+      Row r;
+      r.layout = layout;
+      r.impl = "delta-" + std::to_string(density).substr(0, 6);
+      r.size = wire_bytes;
+      r.count = wire.metas.size();
+      r.chunks = st.chunks;
+      r.buffer = opt.buffer_size_bytes;
+      r.nbuf = opt.num_buffers;
+      r.ev = ev;
+      r.wall = wall;
+      r.wrong = wrong;
+      r.ratio = full != full_time.end() ? full->second / ev.median : 0.0;
+      emit(r);
+      if (rank() == 0)
+        std::printf(
+            "#   delta %.4g: payload %zu B = %.3f%% of %zu; encode %.1f us = %.1f GB/s of source; "
+            "apply (consumer load_weights) %.1f us = %.1f GB/s of payload; reference update "
+            "%.1f us; sync %.1f us vs full packed %.1f us: %.1fx\n",
+            density, static_cast<std::size_t>(wire_bytes), 100.0 * double(wire_bytes) / double(model.bytes()),
+            model.bytes(), enc, enc > 0 ? double(model.bytes()) / enc / 1e3 : 0.0, ld,
+            ld > 0 ? double(wire_bytes) / ld / 1e3 : 0.0, cmt, ev.median,
+            full != full_time.end() ? full->second : 0.0, r.ratio);
+      failures += wrong != 0;
+    }
+    return failures;
+  }
+
   int run_layout(const std::string& layout) {
     const auto metas = ws::layouts::by_name(layout);
     ws_test::DeviceModel model(metas, device_, a_.gap);
@@ -1082,6 +1279,7 @@ class Bench {
             }
           }
     if (a_.fp8) failures += run_fp8(layout, metas, model, bf16_time);
+    if (!a_.delta.empty()) failures += run_delta(layout, metas, model, bf16_time);
     return failures;
   }
 

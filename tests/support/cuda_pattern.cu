@@ -67,6 +67,17 @@ __global__ void diff_kernel(const std::uint8_t* a, const std::uint8_t* b, std::s
     bad += a[i] != b[i];
   if (bad) atomicAdd(wrong, bad);
 }
+// The delta benchmarks' step: each 2-byte element i changes (one bit flipped) when
+// mix(seed, i) falls below `threshold` (density * 2^32): a deterministic, position-random share.
+__global__ void mutate16_kernel(std::uint16_t* p, std::size_t n, std::uint64_t seed,
+                                std::uint32_t threshold) {
+  const std::size_t stride = std::size_t(blockDim.x) * gridDim.x;
+  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const std::uint64_t h = word(seed, i);
+    if (static_cast<std::uint32_t>(h) < threshold)
+      p[i] = static_cast<std::uint16_t>(p[i] ^ (1u << ((h >> 32) & 15)));
+  }
+}
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
 }
@@ -107,5 +118,15 @@ void count_diff(const void* a, const void* b, std::size_t n, unsigned long long*
   check(cudaGetLastError(), "diff_kernel");
 }
 std::uint8_t expected_byte(std::uint64_t seed, std::size_t i) { return byte_at(seed, i); }
+
+void mutate16(void* p, std::size_t n, double density, std::uint64_t seed, cudaStream_t stream) {
+  if (n < 2) return;
+  if (reinterpret_cast<std::uintptr_t>(p) % 2 != 0) throw std::runtime_error("mutate16: odd address");
+  const double t = density * 4294967296.0;
+  const auto threshold = static_cast<std::uint32_t>(t >= 4294967295.0 ? 4294967295.0 : t);
+  mutate16_kernel<<<blocks_for(n), 256, 0, stream>>>(static_cast<std::uint16_t*>(p), n / 2, seed,
+                                                     threshold);
+  check(cudaGetLastError(), "mutate16_kernel");
+}
 
 }  // namespace ws_pattern

@@ -27,4 +27,8 @@ void count_diff(const void* a, const void* b, std::size_t n, unsigned long long*
                 cudaStream_t stream);
 std::uint8_t expected_byte(std::uint64_t seed, std::size_t i);
 
+//! The delta benchmarks' training step: flips one bit in a `density` share of the 2-byte
+//! elements of p[0, n) (deterministic in `seed`, positions spread at random), on `stream`.
+void mutate16(void* p, std::size_t n, double density, std::uint64_t seed, cudaStream_t stream);
+
 }  // namespace ws_pattern

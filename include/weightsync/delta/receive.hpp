@@ -16,11 +16,13 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "weightsync/config.hpp"
 #include "weightsync/delta/codec.hpp"
 #include "weightsync/detail/format.hpp"
 #include "weightsync/dtype.hpp"
@@ -28,6 +30,11 @@
 #include "weightsync/error.hpp"
 #include "weightsync/info.hpp"
 #include "weightsync/tensor_meta.hpp"
+#if WEIGHTSYNC_HAS_CUDA
+#include <cuda_runtime_api.h>
+
+#include "weightsync/cuda/delta.hpp"
+#endif
 
 namespace weightsync::detail {
 
@@ -95,8 +102,11 @@ inline void apply_sparse_host(const TensorMeta& t, void* dst, const std::int32_t
 
 //! Lands a delta / sparse update: wraps the caller's load_weights and destination. Whole tensors
 //! go where they always go; blobs and index/value pairs are applied in place onto the caller's
-//! destination of their tensor (so every changed tensor needs one). Host memory (the host
-//! backend); the device path needs <weightsync/cuda/delta.hpp>.
+//! destination of their tensor (so every changed tensor needs one). Host memory on the host
+//! backend; device memory on the CUDA backends, where the blobs of each chunk are checked and
+//! applied by one batch of kernels on the chunk's stream (<weightsync/cuda/delta.hpp>), and the
+//! chunk's load_weights call ends only when they have run (so a bad blob fails that chunk, and
+//! the trainer hears of it). vLLM's sparse pairs: host memory only, for now.
 class UpdateReceiver {
  public:
   UpdateReceiver(UpdateWire wire, AnyLoadWeights load, AnyDestination destination, bool device)
@@ -111,8 +121,12 @@ class UpdateReceiver {
       const TensorMeta& t = w_.tensors[w_.what[k].tensor];
       if (!dest_ || dest_(t) == nullptr)
         return cat("no destination for ", t.name, " (a delta applies in place)");
-      if (device_)
-        return cat("the delta of ", t.name, " lands in device memory: not built in yet");
+      if (device_ && kind == WireTensor::Kind::sparse_values)
+        return cat("the sparse update of ", t.name,
+                   " lands in device memory: sparse pairs are applied on the host backend only");
+#if !WEIGHTSYNC_HAS_CUDA
+      if (device_) return cat("the delta of ", t.name, " lands in device memory: no CUDA here");
+#endif
     }
     return "";
   }
@@ -142,9 +156,16 @@ class UpdateReceiver {
             break;
           case WireTensor::Kind::blob: {
             void* dst = dest_(t);
-            delta::apply_delta_host(static_cast<const std::byte*>(v.data), v.nbytes, dst,
-                                    t.numel(), static_cast<unsigned>(dtype_size(t.dtype)), t.name);
+            const auto eb = static_cast<unsigned>(dtype_size(t.dtype));
             applied_bytes_ += v.nbytes;
+            if (!device_) {
+              delta::apply_delta_host(static_cast<const std::byte*>(v.data), v.nbytes, dst,
+                                      t.numel(), eb, t.name);
+              break;
+            }
+#if WEIGHTSYNC_HAS_CUDA
+            device_blobs_.push_back({v.data, v.nbytes, dst, t.numel(), eb, t.name});
+#endif
             break;
           }
           case WireTensor::Kind::sparse_indices:
@@ -162,6 +183,15 @@ class UpdateReceiver {
             break;
         }
       }
+#if WEIGHTSYNC_HAS_CUDA
+      if (!device_blobs_.empty()) {
+        if (!applier_) applier_.emplace();
+        const auto s = static_cast<cudaStream_t>(stream);
+        applier_->apply(device_blobs_, s);
+        device_blobs_.clear();
+        applier_->finish(s);  // the ring slot is reused after this call: the blobs must be in
+      }
+#endif
       if (!pass.empty() && load_) load_(pass, stream);
     };
   }
@@ -191,6 +221,10 @@ class UpdateReceiver {
   std::size_t indices_of_ = static_cast<std::size_t>(-1);
   std::size_t cursor_ = 0;
   std::uint64_t applied_bytes_ = 0;
+#if WEIGHTSYNC_HAS_CUDA
+  std::vector<delta::DeltaApplyBlob> device_blobs_;
+  std::optional<delta::CudaDeltaApplier> applier_;
+#endif
 };
 
 }  // namespace weightsync::detail

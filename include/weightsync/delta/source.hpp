@@ -305,6 +305,25 @@ class DeltaSource {
   //! Forgets the reference's standing: the next round goes whole.
   void invalidate() { has_ref_ = false; }
 
+  //! The receivers already hold the source's current tensors as `version` (they loaded the same
+  //! checkpoint): those become the reference without a round, and the next round a delta.
+  void seed(std::string version) {
+    if (version.empty()) throw config_error("version", "a seed needs a version name");
+    metas_ = src_.metas();
+    collect();
+    if (ref_metas_ != metas_) {
+      refs_.clear();
+      for (const auto& m : metas_) refs_.push_back(codec_.alloc(m.nbytes()));
+      ref_metas_ = metas_;
+    }
+    for (std::size_t i = 0; i < metas_.size(); ++i)
+      codec_.copy(Codec::data(refs_[i]), data_[i], metas_[i].nbytes());
+    codec_.finish();
+    has_ref_ = true;
+    pending_ = false;
+    base_ = std::move(version);
+  }
+
   //! The version the next delta builds on ("" before the first commit).
   const std::string& base_version() const { return base_; }
   const DeltaStats& stats() const { return stats_; }

@@ -1,0 +1,85 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+//! @file
+//! CudaDeltaCodec: DeltaSource's codec for device memory (the CUDA backends). The reference, the
+//! blobs and the diff live on the GPU; the kernels are <weightsync/cuda/delta.hpp>'s.
+//! @code
+//!   DeltaSource<Model, CudaDeltaCodec> d(model, {}, CudaDeltaCodec(stream, device));
+//! @endcode
+
+#include "weightsync/config.hpp"
+#if !WEIGHTSYNC_HAS_CUDA
+#error "<weightsync/cuda/delta_source.hpp> needs the CUDA runtime (WEIGHTSYNC_HAS_CUDA=0)"
+#endif
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "weightsync/cuda/check.hpp"
+#include "weightsync/cuda/delta.hpp"
+#include "weightsync/cuda/device_buffer.hpp"
+#include "weightsync/delta/source.hpp"
+#include "weightsync/detail/format.hpp"
+#include "weightsync/error.hpp"
+
+namespace weightsync {
+
+//! Device memory, kernels on `stream` (of `device`). prepare() returns with the blobs written
+//! (the stream synchronized); commit() returns with the reference updated.
+class CudaDeltaCodec {
+ public:
+  using Buffer = DeviceBuffer;
+  CudaDeltaCodec(cudaStream_t stream, int device,
+                 std::uint32_t bucket_elems = delta::kDefaultBucketElems)
+      : s_(stream), device_(device) {
+    detail::check(cudaSetDevice(device), "cudaSetDevice");
+    enc_ = std::make_unique<delta::CudaDeltaEncoder>(bucket_elems);
+    app_ = std::make_unique<delta::CudaDeltaApplier>(bucket_elems);
+  }
+  Buffer alloc(std::size_t bytes) const { return DeviceBuffer(bytes, device_); }
+  static std::byte* data(Buffer& b) { return b.data(); }
+  void copy(void* dst, const void* src, std::size_t bytes) const {
+    if (bytes > 0)
+      detail::check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s_),
+                    "cudaMemcpyAsync (delta reference)");
+  }
+  std::vector<std::uint64_t> measure(std::span<const DeltaJob> jobs, std::uint32_t bucket_elems) {
+    if (bucket_elems != enc_->bucket_elems())
+      throw config_error("bucket_elems",
+                         detail::cat("the codec was made for ", enc_->bucket_elems(),
+                                     ", the options say ", bucket_elems));
+    std::vector<delta::DeltaJob> j;
+    j.reserve(jobs.size());
+    for (const auto& x : jobs) j.push_back({x.src, x.ref, x.numel, x.elem_bytes});
+    return enc_->measure(j, s_);
+  }
+  std::uint64_t changed_elements() const { return enc_->changed_elements(); }
+  void encode(std::span<void* const> outs) {
+    enc_->encode(outs, s_);
+    detail::check(cudaStreamSynchronize(s_), "cudaStreamSynchronize (delta encode)");
+  }
+  void apply(const void* blob, std::uint64_t bytes, void* dst, std::uint64_t numel,
+             unsigned elem_bytes, const std::string& name) {
+    app_->apply(blob, bytes, dst, numel, elem_bytes, name, s_);
+  }
+  void finish() {
+    app_->finish(s_);
+    detail::check(cudaStreamSynchronize(s_), "cudaStreamSynchronize (delta reference)");
+  }
+
+ private:
+  cudaStream_t s_;
+  int device_;
+  std::unique_ptr<delta::CudaDeltaEncoder> enc_;
+  std::unique_ptr<delta::CudaDeltaApplier> app_;
+};
+
+}  // namespace weightsync
