@@ -5,7 +5,8 @@
 //! @file
 //! The delta blob: how one tensor's changes since a reference version travel. Plain C++17 (no
 //! library headers), shared by the host codec (<weightsync/delta/codec.hpp>) and the CUDA
-//! kernels (scripts/kernels/delta.cu), so both sides read the same layout.
+//! kernels (scripts/kernels/delta.cu, which compiles the functions below as __host__ __device__),
+//! so both sides read the same layout and choose the same encodings.
 //!
 //! A tensor of `numel` elements of `elem_bytes` bytes is cut into buckets of `bucket_elems`
 //! elements (the last one may be shorter). An element has changed when its bytes differ from the
@@ -32,6 +33,8 @@
 
 #include <cstddef>
 #include <cstdint>
+
+#include "../detail/float_bits.hpp"  // WEIGHTSYNC_HOST_DEVICE (relative: nvcc compiles the kernels without -I)
 
 namespace weightsync::delta {
 
@@ -62,25 +65,30 @@ struct BucketEntry {
 };
 static_assert(sizeof(BucketEntry) == 16, "BucketEntry is a wire format");
 
-constexpr std::uint64_t align8(std::uint64_t n) { return (n + 7) / 8 * 8; }
+WEIGHTSYNC_HOST_DEVICE constexpr std::uint64_t align8(std::uint64_t n) {
+  return (n + 7) / 8 * 8;
+}
 
 //! Elements in bucket `b` of a tensor of `numel` elements.
-constexpr std::uint64_t bucket_len(std::uint64_t numel, std::uint32_t bucket_elems,
-                                   std::uint64_t b) {
+WEIGHTSYNC_HOST_DEVICE constexpr std::uint64_t bucket_len(std::uint64_t numel,
+                                                          std::uint32_t bucket_elems,
+                                                          std::uint64_t b) {
   const std::uint64_t begin = b * bucket_elems;
   return numel - begin < bucket_elems ? numel - begin : bucket_elems;
 }
-constexpr std::uint64_t bucket_count(std::uint64_t numel, std::uint32_t bucket_elems) {
+WEIGHTSYNC_HOST_DEVICE constexpr std::uint64_t bucket_count(std::uint64_t numel,
+                                                            std::uint32_t bucket_elems) {
   return (numel + bucket_elems - 1) / bucket_elems;
 }
 //! Bytes before the first payload.
-constexpr std::uint64_t blob_prefix_bytes(std::uint64_t n_buckets) {
+WEIGHTSYNC_HOST_DEVICE constexpr std::uint64_t blob_prefix_bytes(std::uint64_t n_buckets) {
   return sizeof(BlobHeader) + n_buckets * sizeof(BucketEntry);
 }
 
 //! Payload bytes of a bucket of `len` elements with `count` changed, encoded as `k`.
-constexpr std::uint64_t payload_bytes(BucketKind k, std::uint64_t len, std::uint64_t count,
-                                      std::uint64_t elem_bytes) {
+WEIGHTSYNC_HOST_DEVICE constexpr std::uint64_t payload_bytes(BucketKind k, std::uint64_t len,
+                                                             std::uint64_t count,
+                                                             std::uint64_t elem_bytes) {
   switch (k) {
     case BucketKind::unchanged:
       return 0;
@@ -95,7 +103,8 @@ constexpr std::uint64_t payload_bytes(BucketKind k, std::uint64_t len, std::uint
 }
 
 //! The smallest encoding (ties: raw, then bitmask, then sparse).
-constexpr BucketKind choose_kind(std::uint64_t len, std::uint64_t count, std::uint64_t elem_bytes) {
+WEIGHTSYNC_HOST_DEVICE constexpr BucketKind choose_kind(std::uint64_t len, std::uint64_t count,
+                                                        std::uint64_t elem_bytes) {
   if (count == 0) return BucketKind::unchanged;
   const std::uint64_t raw = payload_bytes(BucketKind::raw, len, count, elem_bytes);
   const std::uint64_t mask = payload_bytes(BucketKind::bitmask, len, count, elem_bytes);

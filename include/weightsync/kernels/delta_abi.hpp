@@ -1,0 +1,130 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+//! @file
+//! The ABI of the delta codec kernels (scripts/kernels/delta.cu): the parameter blocks the kernels
+//! take by value, the per-tensor records they read and write in device memory, and the error codes
+//! of the blob checks. Plain C++17 included by the .cu source (nvcc) and by the launcher
+//! (<weightsync/cuda/delta.hpp>, g++), so the static_asserts below check the layout on both sides.
+//!
+//! Buckets of every tensor of a batch are numbered one after another ("global" buckets). Encode:
+//! ws_delta_index, ws_delta_count, ws_delta_chunks, ws_delta_top (measure), ws_delta_encode.
+//! Apply: ws_delta_vhead, ws_delta_vbase, ws_delta_vchunks, ws_delta_vtop, ws_delta_vcheck,
+//! ws_delta_vdescribe, ws_delta_apply.
+
+#include <cstddef>
+#include <cstdint>
+
+namespace weightsync::kernels {
+
+//! Threads of every CTA but the single-CTA scans (kDeltaScanThreads).
+inline constexpr int kDeltaThreads = 256;
+inline constexpr int kDeltaScanThreads = 1024;
+//! Buckets per chunk of the encoder's payload-offset scan (8 per thread of ws_delta_chunks).
+inline constexpr std::uint32_t kDeltaEncodeChunk = 2048;
+//! Buckets per chunk of the checker's directory scan (1 per thread); chunks never span blobs.
+inline constexpr std::uint32_t kDeltaCheckChunk = 256;
+
+//! DeltaApplyState::err when the blob is good. Otherwise err = (position << 8) | code, position 0
+//! for the header, b + 1 for bucket b, n_buckets + 1 for the end of the blob: the smallest key is
+//! the first error check_delta_blob (<weightsync/delta/codec.hpp>) would report.
+inline constexpr std::uint64_t kDeltaNoError = ~std::uint64_t{0};
+// header (position 0), in check order
+inline constexpr std::uint32_t kDeltaErrShort = 1;  //!< a = blob_bytes
+inline constexpr std::uint32_t kDeltaErrMagic = 2;
+inline constexpr std::uint32_t kDeltaErrElemBytes = 3;    //!< a = header's, b = tensor's
+inline constexpr std::uint32_t kDeltaErrNumel = 4;        //!< a = header's, b = tensor's
+inline constexpr std::uint32_t kDeltaErrBucketElems = 5;  //!< a = header's
+inline constexpr std::uint32_t kDeltaErrNBuckets = 6;     //!< a = header's, b = needed
+inline constexpr std::uint32_t kDeltaErrBlobBytes = 7;    //!< a = header's, b = received
+inline constexpr std::uint32_t kDeltaErrDirectory = 8;    //!< directory past the end
+// bucket b (position b + 1), in check order
+inline constexpr std::uint32_t kDeltaErrKind = 1;       //!< a = kind
+inline constexpr std::uint32_t kDeltaErrUnchanged = 2;  //!< unchanged with a payload
+inline constexpr std::uint32_t kDeltaErrCount = 3;      //!< a = count, b = len
+inline constexpr std::uint32_t kDeltaErrOffset = 4;     //!< a = offset, b = expected
+inline constexpr std::uint32_t kDeltaErrPastEnd = 5;    //!< payload past the end
+inline constexpr std::uint32_t kDeltaErrBitmask = 6;    //!< a = bits set, b = count
+inline constexpr std::uint32_t kDeltaErrSparse = 7;     //!< a = offset, b = len
+// position n_buckets + 1
+inline constexpr std::uint32_t kDeltaErrTrailing = 1;  //!< a = bytes after the last payload
+
+//! One tensor of an encode batch.
+struct DeltaEncodeJob {
+  const void* src;
+  const void* ref;
+  std::uint64_t numel;
+  std::uint64_t bucket_base;  //!< its first global bucket
+  std::uint32_t n_buckets;
+  std::uint32_t elem_bytes;
+};
+static_assert(sizeof(DeltaEncodeJob) == 40, "DeltaEncodeJob is an ABI: 2 pointers, 2 u64, 2 u32");
+static_assert(offsetof(DeltaEncodeJob, bucket_base) == 24 &&
+              offsetof(DeltaEncodeJob, elem_bytes) == 36);
+
+//! Written by ws_delta_top for each job.
+struct DeltaEncodeResult {
+  std::uint64_t blob_bytes;
+  std::uint64_t scan_base;  //!< the batch-wide payload scan at the job's first bucket
+};
+static_assert(sizeof(DeltaEncodeResult) == 16, "DeltaEncodeResult is an ABI");
+
+struct DeltaEncodeParams {
+  const DeltaEncodeJob* jobs;
+  DeltaEncodeResult* results;
+  void* const* outs;             //!< each job's blob (ws_delta_encode)
+  std::uint32_t* bucket_job;     //!< [n_buckets] the job of each global bucket
+  std::uint32_t* counts;         //!< [n_buckets] changed elements
+  std::uint32_t* mask;           //!< [n_buckets * bucket_elems / 32] changed bits
+  std::uint32_t* local;          //!< [n_buckets] payload offset inside the bucket's chunk
+  std::uint64_t* chunk_base;     //!< [n_chunks + 1] chunk sums, then their exclusive scan
+  std::uint64_t* chunk_changed;  //!< [n_chunks] changed elements per chunk
+  std::uint64_t* totals;         //!< [2] changed elements, payload bytes of the batch
+  std::uint64_t n_buckets;
+  std::uint32_t n_jobs;
+  std::uint32_t bucket_elems;
+};
+static_assert(sizeof(DeltaEncodeParams) == 96,
+              "DeltaEncodeParams is an ABI: 10 pointers, u64, 2 u32");
+static_assert(offsetof(DeltaEncodeParams, n_buckets) == 80 &&
+              offsetof(DeltaEncodeParams, bucket_elems) == 92);
+
+//! One blob of an apply batch (blob 8-byte aligned).
+struct DeltaApplyJob {
+  const void* blob;
+  void* dst;
+  std::uint64_t blob_bytes;
+  std::uint64_t numel;
+  std::uint32_t elem_bytes;
+  std::uint32_t reserved;
+};
+static_assert(sizeof(DeltaApplyJob) == 40, "DeltaApplyJob is an ABI: 2 pointers, 2 u64, 2 u32");
+static_assert(offsetof(DeltaApplyJob, numel) == 24 && offsetof(DeltaApplyJob, elem_bytes) == 32);
+
+//! Written by the check kernels for each blob; read back by the host after the batch.
+struct DeltaApplyState {
+  std::uint64_t bucket_base;   //!< first global bucket
+  std::uint64_t chunk_base;    //!< first global check chunk
+  std::uint32_t n_buckets;     //!< the header's, 0 when the header is bad
+  std::uint32_t bucket_elems;  //!< the header's
+  std::uint64_t err;           //!< kDeltaNoError or the first error's key
+  std::uint64_t a, b;          //!< the error's details (see the codes)
+  std::uint64_t trail_at;      //!< where the last payload ends (for kDeltaErrTrailing)
+  std::uint64_t reserved;
+};
+static_assert(sizeof(DeltaApplyState) == 64, "DeltaApplyState is an ABI");
+static_assert(offsetof(DeltaApplyState, err) == 24 && offsetof(DeltaApplyState, trail_at) == 48);
+
+struct DeltaApplyParams {
+  const DeltaApplyJob* jobs;
+  DeltaApplyState* state;
+  std::uint64_t* chunk_sums;  //!< [n_chunks] payload bytes per check chunk, then their scan
+  std::uint64_t* totals;      //!< [2] global buckets, check chunks
+  std::uint32_t n_jobs;
+  std::uint32_t reserved;
+};
+static_assert(sizeof(DeltaApplyParams) == 40, "DeltaApplyParams is an ABI: 4 pointers, 2 u32");
+static_assert(offsetof(DeltaApplyParams, n_jobs) == 32);
+
+}  // namespace weightsync::kernels

@@ -1,0 +1,745 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
+// Source of the PTX embedded in include/weightsync/cuda/detail/delta_ptx.hpp. Regenerate with
+// `bash scripts/kernels/embed_ptx.sh nvcc include/weightsync/cuda/detail/delta_ptx.hpp
+// scripts/kernels/delta.cu kDeltaPtx` after any change to it, to
+// include/weightsync/delta/format.hpp or to include/weightsync/kernels/delta_abi.hpp (a CTest
+// checks that they agree).
+//
+// The delta codec of include/weightsync/delta/codec.hpp on the GPU: the same blobs, byte for byte
+// (padding zeros included), and the same checks before anything is applied. Buckets of every
+// tensor of a batch are numbered one after another (global buckets); kernels take them
+// grid-stride, one CTA (256 threads) per bucket unless said otherwise.
+//
+// Encode (parameters DeltaEncodeParams):
+// - ws_delta_index: the job of each global bucket.
+// - ws_delta_count: compares src with ref bitwise (16-byte loads when both are 16-byte aligned,
+//   else element by element) and writes the bucket's changed bits (the bitmask encoding's words,
+//   kept in scratch so that encode reads src only where it changed, and ref never) and its count.
+// - ws_delta_chunks: payload bytes per bucket (choose_kind), scanned inside chunks of 2048.
+// - ws_delta_top (one CTA): scans the chunk sums; each job's blob size and scan base.
+// - ws_delta_encode: the header (extra CTAs after the buckets), each bucket's directory entry and
+//   payload; the bitmask / sparse values are compacted with a CTA-wide scan of the words' counts.
+// Apply (parameters DeltaApplyParams): the checks of check_delta_blob, then the writes; a blob
+// with any error is not written at all.
+// - ws_delta_vhead (thread per blob): the header; the blob's bucket count (0 when bad).
+// - ws_delta_vbase (one CTA): global bucket and check-chunk bases of the blobs.
+// - ws_delta_vchunks: payload bytes per check chunk of 256 directory entries.
+// - ws_delta_vtop (one CTA): scans the chunk sums.
+// - ws_delta_vcheck: each bucket's entry (kind, count, offset == where the previous payload
+//   ended, bounds) and payload (bitmask popcount, sparse offsets ascending and < len); errors go
+//   to DeltaApplyState::err with atomicMin, so the smallest key (the first error in the host's
+//   check order) wins.
+// - ws_delta_vdescribe (thread per bad blob): recomputes the details of that first error.
+// - ws_delta_apply: writes the good blobs' payloads into their tensors.
+#include "../../include/weightsync/delta/format.hpp"
+#include "../../include/weightsync/kernels/delta_abi.hpp"
+
+namespace wk = weightsync::kernels;
+namespace wdl = weightsync::delta;
+using u64 = unsigned long long;
+
+#define WS_THREADS 256
+#define WS_SCAN_THREADS 1024
+#define WS_FULL 0xffffffffu
+static_assert(WS_THREADS == wk::kDeltaThreads, "threads per CTA");
+static_assert(WS_SCAN_THREADS == wk::kDeltaScanThreads, "threads of the scan CTAs");
+static_assert(wk::kDeltaEncodeChunk == 8 * WS_THREADS, "8 buckets per thread of ws_delta_chunks");
+static_assert(wk::kDeltaCheckChunk == WS_THREADS, "1 entry per thread of ws_delta_vchunks");
+
+// ---------------------------------------------------------------------------------------------
+// CTA-wide helpers
+
+template <class T>
+__device__ __forceinline__ T ws_warp_incl(T v) {
+  const unsigned lane = threadIdx.x & 31u;
+#pragma unroll
+  for (unsigned o = 1; o < 32; o <<= 1) {
+    const T n = __shfl_up_sync(WS_FULL, v, o);
+    if (lane >= o) v += n;
+  }
+  return v;
+}
+
+// Exclusive scan over a CTA of NT threads; `total` gets the sum. `red`: NT / 32 shared Ts.
+template <int NT, class T>
+__device__ __forceinline__ T ws_block_excl(T v, T* red, T& total) {
+  constexpr unsigned NW = NT / 32;
+  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+  const T incl = ws_warp_incl(v);
+  if (lane == 31) red[warp] = incl;
+  __syncthreads();
+  if (warp == 0) {
+    T x = lane < NW ? red[lane] : T(0);
+    x = ws_warp_incl(x);
+    if (lane < NW) red[lane] = x;
+  }
+  __syncthreads();
+  const T before = warp ? red[warp - 1] : T(0);
+  total = red[NW - 1];
+  __syncthreads();  // red may be written again
+  return before + incl - v;
+}
+
+template <int NT, class T>
+__device__ __forceinline__ T ws_block_sum(T v, T* red) {
+  T total;
+  (void)ws_block_excl<NT>(v, red, total);
+  return total;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Elements at any alignment
+
+__device__ __forceinline__ u64 ws_load(const unsigned char* p, unsigned eb) {
+  if ((reinterpret_cast<u64>(p) & (eb - 1)) == 0) {
+    switch (eb) {
+      case 1:
+        return *p;
+      case 2:
+        return *reinterpret_cast<const unsigned short*>(p);
+      case 4:
+        return *reinterpret_cast<const unsigned*>(p);
+      default:
+        return *reinterpret_cast<const u64*>(p);
+    }
+  }
+  u64 v = 0;
+  for (unsigned k = 0; k < eb; ++k) v |= static_cast<u64>(p[k]) << (8 * k);
+  return v;
+}
+
+__device__ __forceinline__ void ws_store(unsigned char* p, unsigned eb, u64 v) {
+  if ((reinterpret_cast<u64>(p) & (eb - 1)) == 0) {
+    switch (eb) {
+      case 1:
+        *p = static_cast<unsigned char>(v);
+        return;
+      case 2:
+        *reinterpret_cast<unsigned short*>(p) = static_cast<unsigned short>(v);
+        return;
+      case 4:
+        *reinterpret_cast<unsigned*>(p) = static_cast<unsigned>(v);
+        return;
+      default:
+        *reinterpret_cast<u64*>(p) = v;
+        return;
+    }
+  }
+  for (unsigned k = 0; k < eb; ++k) p[k] = static_cast<unsigned char>(v >> (8 * k));
+}
+
+// Copies n bytes from s to d and, when `pad`, zeros up to align8(n): 16- or 8-byte units when
+// both sides are aligned so, bytes otherwise (and for the tail).
+__device__ __forceinline__ void ws_copy(unsigned char* d, const unsigned char* s, u64 n, bool pad) {
+  const u64 a = reinterpret_cast<u64>(d) | reinterpret_cast<u64>(s);
+  u64 done = 0;
+  if ((a & 15) == 0) {
+    const u64 n16 = n / 16;
+    for (u64 u = threadIdx.x; u < n16; u += WS_THREADS)
+      reinterpret_cast<uint4*>(d)[u] = reinterpret_cast<const uint4*>(s)[u];
+    done = n16 * 16;
+  } else if ((a & 7) == 0) {
+    const u64 n8 = n / 8;
+    for (u64 u = threadIdx.x; u < n8; u += WS_THREADS)
+      reinterpret_cast<uint2*>(d)[u] = reinterpret_cast<const uint2*>(s)[u];
+    done = n8 * 8;
+  }
+  const u64 end = pad ? wdl::align8(n) : n;
+  for (u64 k = done + threadIdx.x; k < end; k += WS_THREADS) d[k] = k < n ? s[k] : 0;
+}
+
+// Calls f(i, rank) for every set bit i < len of `words` (W words, LSB first), rank counting the
+// set bits before it; the CTA scans the words' popcounts. `red`: WS_THREADS / 32 unsigneds.
+template <class F>
+__device__ __forceinline__ void ws_for_each_set(const unsigned* words, u64 W, u64 len,
+                                                unsigned* red, F&& f) {
+  unsigned carry = 0;
+  for (u64 w0 = 0; w0 < W; w0 += WS_THREADS) {
+    const u64 w = w0 + threadIdx.x;
+    unsigned word = 0;
+    if (w < W) {
+      word = words[w];
+      if (w == (len - 1) / 32 && len % 32 != 0) word &= (1u << (len % 32)) - 1;
+    }
+    unsigned total;
+    unsigned rank = carry + ws_block_excl<WS_THREADS>(static_cast<unsigned>(__popc(word)), red, total);
+    carry += total;
+    while (word != 0) {
+      const unsigned bit = static_cast<unsigned>(__ffs(word)) - 1;
+      word &= word - 1;
+      f(w * 32 + bit, rank++);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Encode
+
+extern "C" __global__ void __launch_bounds__(WS_THREADS)
+    ws_delta_index(const __grid_constant__ wk::DeltaEncodeParams p) {
+  for (unsigned j = blockIdx.x; j < p.n_jobs; j += gridDim.x) {
+    const wk::DeltaEncodeJob J = p.jobs[j];
+    for (u64 b = threadIdx.x; b < J.n_buckets; b += WS_THREADS) p.bucket_job[J.bucket_base + b] = j;
+  }
+}
+
+// The changed bits of one 16-byte vector of EB-byte elements (element k: bit k).
+template <unsigned EB>
+__device__ __forceinline__ unsigned ws_vec_bits(const uint4& a, const uint4& b) {
+  if (EB == 1) {
+    const auto e = [](unsigned w) {
+      return (w & 1u) | ((w >> 7) & 2u) | ((w >> 14) & 4u) | ((w >> 21) & 8u);
+    };
+    return e(__vcmpne4(a.x, b.x)) | (e(__vcmpne4(a.y, b.y)) << 4) |
+           (e(__vcmpne4(a.z, b.z)) << 8) | (e(__vcmpne4(a.w, b.w)) << 12);
+  }
+  if (EB == 2) {
+    const auto e = [](unsigned w) { return (w & 1u) | ((w >> 15) & 2u); };
+    return e(__vcmpne2(a.x, b.x)) | (e(__vcmpne2(a.y, b.y)) << 2) |
+           (e(__vcmpne2(a.z, b.z)) << 4) | (e(__vcmpne2(a.w, b.w)) << 6);
+  }
+  if (EB == 4)
+    return static_cast<unsigned>(a.x != b.x) | (static_cast<unsigned>(a.y != b.y) << 1) |
+           (static_cast<unsigned>(a.z != b.z) << 2) | (static_cast<unsigned>(a.w != b.w) << 3);
+  return static_cast<unsigned>(a.x != b.x || a.y != b.y) |
+         (static_cast<unsigned>(a.z != b.z || a.w != b.w) << 1);
+}
+
+// nvec 16-byte vectors (whole mask words): 4 vectors of each side in flight per thread; each
+// vector gives 16 / EB bits, and the 32 / (16 / EB) lanes of a word OR theirs together.
+template <unsigned EB>
+__device__ __forceinline__ void ws_count_vec(const uint4* s, const uint4* r, u64 nvec,
+                                             unsigned* mask, unsigned& count) {
+  constexpr unsigned B = 16 / EB, G = 32 / B;
+  const unsigned lane = threadIdx.x & 31u;
+  for (u64 v0 = 0; v0 < nvec; v0 += 4 * WS_THREADS) {
+    uint4 a[4], b[4];
+#pragma unroll
+    for (unsigned u = 0; u < 4; ++u) {
+      const u64 v = v0 + u * WS_THREADS + threadIdx.x;
+      if (v < nvec) {
+        a[u] = __ldcs(s + v);
+        b[u] = __ldcs(r + v);
+      } else {
+        a[u] = b[u] = make_uint4(0, 0, 0, 0);
+      }
+    }
+#pragma unroll
+    for (unsigned u = 0; u < 4; ++u) {
+      const u64 v = v0 + u * WS_THREADS + threadIdx.x;
+      const unsigned bits = ws_vec_bits<EB>(a[u], b[u]);
+      count += static_cast<unsigned>(__popc(bits));
+      unsigned word = bits << (B * (lane % G));
+#pragma unroll
+      for (unsigned o = 1; o < G; o <<= 1) word |= __shfl_xor_sync(WS_FULL, word, o);
+      if (v < nvec && lane % G == 0) mask[v / G] = word;
+    }
+  }
+}
+
+// Words [w_begin, ceil(len / 32)) element by element: a warp per word, one ballot.
+__device__ __forceinline__ void ws_count_words(const unsigned char* s, const unsigned char* r,
+                                               unsigned eb, u64 w_begin, u64 len, unsigned* mask,
+                                               unsigned& count) {
+  const u64 nw = (len + 31) / 32;
+  for (u64 w = w_begin + (threadIdx.x >> 5); w < nw; w += WS_THREADS / 32) {
+    const u64 i = w * 32 + (threadIdx.x & 31u);
+    const bool d = i < len && ws_load(s + i * eb, eb) != ws_load(r + i * eb, eb);
+    const unsigned word = __ballot_sync(WS_FULL, d);
+    if ((threadIdx.x & 31u) == 0) mask[w] = word;
+    count += d ? 1u : 0u;
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(WS_THREADS)
+    ws_delta_count(const __grid_constant__ wk::DeltaEncodeParams p) {
+  __shared__ unsigned red[WS_THREADS / 32];
+  const u64 wpb = p.bucket_elems / 32;
+  for (u64 g = blockIdx.x; g < p.n_buckets; g += gridDim.x) {
+    const wk::DeltaEncodeJob J = p.jobs[p.bucket_job[g]];
+    const u64 b = g - J.bucket_base, begin = b * p.bucket_elems;
+    const u64 len = wdl::bucket_len(J.numel, p.bucket_elems, b);
+    const unsigned eb = J.elem_bytes;
+    const auto* s = static_cast<const unsigned char*>(J.src) + begin * eb;
+    const auto* r = static_cast<const unsigned char*>(J.ref) + begin * eb;
+    unsigned* mask = p.mask + g * wpb;
+    unsigned count = 0;
+    u64 done = 0;  // words
+    if (((reinterpret_cast<u64>(s) | reinterpret_cast<u64>(r)) & 15) == 0) {
+      done = len / 32;  // whole words are whole 16-byte vectors (32 * eb bytes)
+      const u64 nvec = done * 2 * eb;
+      const auto* sv = reinterpret_cast<const uint4*>(s);
+      const auto* rv = reinterpret_cast<const uint4*>(r);
+      switch (eb) {
+        case 1:
+          ws_count_vec<1>(sv, rv, nvec, mask, count);
+          break;
+        case 2:
+          ws_count_vec<2>(sv, rv, nvec, mask, count);
+          break;
+        case 4:
+          ws_count_vec<4>(sv, rv, nvec, mask, count);
+          break;
+        default:
+          ws_count_vec<8>(sv, rv, nvec, mask, count);
+          break;
+      }
+    }
+    ws_count_words(s, r, eb, done, len, mask, count);
+    const unsigned total = ws_block_sum<WS_THREADS>(count, red);
+    if (threadIdx.x == 0) p.counts[g] = total;
+  }
+}
+
+// Payload bytes of global bucket g (its changed count in `count`).
+__device__ __forceinline__ u64 ws_enc_size(const wk::DeltaEncodeParams& p, u64 g, unsigned& count) {
+  const wk::DeltaEncodeJob J = p.jobs[p.bucket_job[g]];
+  const u64 len = wdl::bucket_len(J.numel, p.bucket_elems, g - J.bucket_base);
+  count = p.counts[g];
+  return wdl::payload_bytes(wdl::choose_kind(len, count, J.elem_bytes), len, count, J.elem_bytes);
+}
+
+extern "C" __global__ void __launch_bounds__(WS_THREADS)
+    ws_delta_chunks(const __grid_constant__ wk::DeltaEncodeParams p) {
+  __shared__ u64 red[WS_THREADS / 32];
+  constexpr unsigned C = wk::kDeltaEncodeChunk, K = C / WS_THREADS;
+  const u64 nc = (p.n_buckets + C - 1) / C;
+  for (u64 c = blockIdx.x; c < nc; c += gridDim.x) {
+    const u64 g0 = c * C + threadIdx.x * K;
+    u64 size[K], sum = 0, changed = 0;
+#pragma unroll
+    for (unsigned k = 0; k < K; ++k) {
+      unsigned count = 0;
+      size[k] = g0 + k < p.n_buckets ? ws_enc_size(p, g0 + k, count) : 0;
+      sum += size[k];
+      changed += count;
+    }
+    u64 total;
+    u64 at = ws_block_excl<WS_THREADS>(sum, red, total);
+#pragma unroll
+    for (unsigned k = 0; k < K; ++k) {
+      if (g0 + k < p.n_buckets) p.local[g0 + k] = static_cast<unsigned>(at);  // < 2^30
+      at += size[k];
+    }
+    changed = ws_block_sum<WS_THREADS>(changed, red);
+    if (threadIdx.x == 0) {
+      p.chunk_base[c] = total;
+      p.chunk_changed[c] = changed;
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(WS_SCAN_THREADS)
+    ws_delta_top(const __grid_constant__ wk::DeltaEncodeParams p) {
+  __shared__ u64 red[WS_SCAN_THREADS / 32];
+  constexpr unsigned C = wk::kDeltaEncodeChunk;
+  const u64 nc = (p.n_buckets + C - 1) / C;
+  u64 carry = 0, changed = 0;
+  for (u64 c0 = 0; c0 < nc; c0 += WS_SCAN_THREADS) {
+    const u64 c = c0 + threadIdx.x;
+    const u64 v = c < nc ? p.chunk_base[c] : 0;
+    changed += c < nc ? p.chunk_changed[c] : 0;
+    u64 total;
+    const u64 ex = ws_block_excl<WS_SCAN_THREADS>(v, red, total);
+    if (c < nc) p.chunk_base[c] = carry + ex;
+    carry += total;
+  }
+  changed = ws_block_sum<WS_SCAN_THREADS>(changed, red);  // (its barriers publish chunk_base)
+  if (threadIdx.x == 0) {
+    p.chunk_base[nc] = carry;
+    p.totals[0] = changed;
+    p.totals[1] = carry;
+  }
+  // the batch-wide exclusive scan of payload bytes at global bucket x
+  const auto scan_at = [&](u64 x) { return x < p.n_buckets ? p.chunk_base[x / C] + p.local[x] : carry; };
+  for (unsigned j = threadIdx.x; j < p.n_jobs; j += WS_SCAN_THREADS) {
+    const wk::DeltaEncodeJob J = p.jobs[j];
+    const u64 s0 = scan_at(J.bucket_base), s1 = scan_at(J.bucket_base + J.n_buckets);
+    p.results[j] = wk::DeltaEncodeResult{wdl::blob_prefix_bytes(J.n_buckets) + s1 - s0, s0};
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(WS_THREADS)
+    ws_delta_encode(const __grid_constant__ wk::DeltaEncodeParams p) {
+  __shared__ unsigned red[WS_THREADS / 32];
+  constexpr unsigned C = wk::kDeltaEncodeChunk;
+  const u64 wpb = p.bucket_elems / 32;
+  const u64 items = p.n_buckets + (p.n_jobs + WS_THREADS - 1) / WS_THREADS;
+  for (u64 it = blockIdx.x; it < items; it += gridDim.x) {
+    if (it >= p.n_buckets) {  // the headers, a thread per job
+      const u64 j = (it - p.n_buckets) * WS_THREADS + threadIdx.x;
+      if (j < p.n_jobs) {
+        const wk::DeltaEncodeJob J = p.jobs[j];
+        wdl::BlobHeader h{};
+        h.magic = wdl::kBlobMagic;
+        h.elem_bytes = static_cast<unsigned char>(J.elem_bytes);
+        h.bucket_elems = p.bucket_elems;
+        h.n_buckets = J.n_buckets;
+        h.numel = J.numel;
+        h.blob_bytes = p.results[j].blob_bytes;
+        *static_cast<wdl::BlobHeader*>(p.outs[j]) = h;
+      }
+      continue;
+    }
+    const u64 g = it;
+    const unsigned j = p.bucket_job[g];
+    const wk::DeltaEncodeJob J = p.jobs[j];
+    const unsigned eb = J.elem_bytes;
+    const u64 b = g - J.bucket_base, begin = b * p.bucket_elems;
+    const u64 len = wdl::bucket_len(J.numel, p.bucket_elems, b);
+    const unsigned count = p.counts[g];
+    const wdl::BucketKind kind = wdl::choose_kind(len, count, eb);
+    auto* out = static_cast<unsigned char*>(p.outs[j]);
+    const u64 off = wdl::blob_prefix_bytes(J.n_buckets) + p.chunk_base[g / C] + p.local[g] -
+                    p.results[j].scan_base;
+    if (threadIdx.x == 0) {
+      wdl::BucketEntry e{};
+      e.offset = kind == wdl::BucketKind::unchanged ? 0 : off;
+      e.count = kind == wdl::BucketKind::raw ? static_cast<unsigned>(len) : count;
+      e.kind = static_cast<unsigned char>(kind);
+      *reinterpret_cast<wdl::BucketEntry*>(out + sizeof(wdl::BlobHeader) +
+                                            b * sizeof(wdl::BucketEntry)) = e;
+    }
+    if (kind == wdl::BucketKind::unchanged) continue;
+    unsigned char* pl = out + off;
+    const auto* s = static_cast<const unsigned char*>(J.src) + begin * eb;
+    if (kind == wdl::BucketKind::raw) {
+      ws_copy(pl, s, len * eb, true);
+      continue;
+    }
+    const unsigned* words = p.mask + g * wpb;
+    const u64 W = (len + 31) / 32;
+    unsigned char* values;
+    unsigned short* offs = nullptr;
+    if (kind == wdl::BucketKind::bitmask) {
+      for (u64 w = threadIdx.x; w < (W + 1) / 2 * 2; w += WS_THREADS)
+        reinterpret_cast<unsigned*>(pl)[w] = w < W ? words[w] : 0u;
+      values = pl + wdl::align8(W * 4);
+    } else {
+      offs = reinterpret_cast<unsigned short*>(pl);
+      const u64 n = u64{count} * 2;
+      if (threadIdx.x < wdl::align8(n) - n) pl[n + threadIdx.x] = 0;
+      values = pl + wdl::align8(n);
+    }
+    const u64 nv = u64{count} * eb;
+    if (threadIdx.x < wdl::align8(nv) - nv) values[nv + threadIdx.x] = 0;
+    ws_for_each_set(words, W, len, red, [&](u64 i, unsigned rank) {
+      ws_store(values + u64{rank} * eb, eb, ws_load(s + i * eb, eb));
+      if (offs != nullptr) offs[rank] = static_cast<unsigned short>(i);
+    });
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Apply
+
+// The largest i < n whose base (bucket or check-chunk) is <= x: the blob of global bucket or
+// chunk x (blobs without buckets share the next one's base and are never the largest).
+template <bool CHUNKS>
+__device__ __forceinline__ unsigned ws_find(const wk::DeltaApplyState* st, unsigned n, u64 x) {
+  unsigned lo = 0, hi = n;
+  while (hi - lo > 1) {
+    const unsigned mid = (lo + hi) / 2;
+    if ((CHUNKS ? st[mid].chunk_base : st[mid].bucket_base) <= x)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+__device__ __forceinline__ const wdl::BucketEntry* ws_dir(const wk::DeltaApplyJob& J) {
+  return reinterpret_cast<const wdl::BucketEntry*>(static_cast<const unsigned char*>(J.blob) +
+                                                   sizeof(wdl::BlobHeader));
+}
+
+// Payload bytes of a directory entry whose kind and count are sane, else 0 (ws_entry_code says
+// why it is not).
+__device__ __forceinline__ u64 ws_entry_size(const wdl::BucketEntry& e, u64 len, unsigned eb) {
+  if (e.kind == 0 || e.kind > 3 || e.count == 0 || e.count > len || (e.kind == 1 && e.count != len))
+    return 0;
+  return wdl::payload_bytes(static_cast<wdl::BucketKind>(e.kind), len, e.count, eb);
+}
+
+// check_delta_blob's checks of one entry, in its order (0: fine); `at`: where the payloads
+// before it end.
+__device__ __forceinline__ unsigned ws_entry_code(const wdl::BucketEntry& e, u64 len, unsigned eb,
+                                                  u64 at, u64 blob_bytes) {
+  if (e.kind > 3) return wk::kDeltaErrKind;
+  if (e.kind == 0) return e.count != 0 || e.offset != 0 ? wk::kDeltaErrUnchanged : 0;
+  if (e.count == 0 || e.count > len || (e.kind == 1 && e.count != len)) return wk::kDeltaErrCount;
+  if (e.offset != at) return wk::kDeltaErrOffset;
+  // (at > blob_bytes only after an earlier bad entry, which wins; but never read past the end)
+  if (at > blob_bytes || ws_entry_size(e, len, eb) > blob_bytes - at) return wk::kDeltaErrPastEnd;
+  return 0;
+}
+
+__device__ __forceinline__ void ws_fail(wk::DeltaApplyState* st, u64 position, unsigned code) {
+  atomicMin(reinterpret_cast<u64*>(&st->err), (position << 8) | code);
+}
+
+extern "C" __global__ void __launch_bounds__(WS_THREADS)
+    ws_delta_vhead(const __grid_constant__ wk::DeltaApplyParams p) {
+  for (u64 i = u64{blockIdx.x} * WS_THREADS + threadIdx.x; i < p.n_jobs;
+       i += u64{gridDim.x} * WS_THREADS) {
+    const wk::DeltaApplyJob J = p.jobs[i];
+    wk::DeltaApplyState st{};
+    st.err = wk::kDeltaNoError;
+    unsigned code = 0;
+    u64 a = 0, b = 0;
+    if (J.blob_bytes < sizeof(wdl::BlobHeader)) {
+      code = wk::kDeltaErrShort;
+      a = J.blob_bytes;
+    } else {
+      const wdl::BlobHeader h = *static_cast<const wdl::BlobHeader*>(J.blob);
+      if (h.magic != wdl::kBlobMagic) {
+        code = wk::kDeltaErrMagic;
+      } else if (h.elem_bytes != J.elem_bytes) {
+        code = wk::kDeltaErrElemBytes, a = h.elem_bytes, b = J.elem_bytes;
+      } else if (h.numel != J.numel) {
+        code = wk::kDeltaErrNumel, a = h.numel, b = J.numel;
+      } else if (h.bucket_elems == 0 || h.bucket_elems > wdl::kMaxBucketElems ||
+                 h.bucket_elems % 32 != 0) {
+        code = wk::kDeltaErrBucketElems, a = h.bucket_elems;
+      } else if (h.n_buckets != wdl::bucket_count(J.numel, h.bucket_elems)) {
+        code = wk::kDeltaErrNBuckets, a = h.n_buckets, b = wdl::bucket_count(J.numel, h.bucket_elems);
+      } else if (h.blob_bytes != J.blob_bytes) {
+        code = wk::kDeltaErrBlobBytes, a = h.blob_bytes, b = J.blob_bytes;
+      } else if (wdl::blob_prefix_bytes(h.n_buckets) > J.blob_bytes) {
+        code = wk::kDeltaErrDirectory;
+      } else {
+        st.n_buckets = h.n_buckets;
+        st.bucket_elems = h.bucket_elems;
+        if (h.n_buckets == 0 && J.blob_bytes != wdl::blob_prefix_bytes(0)) {
+          st.err = (u64{1} << 8) | wk::kDeltaErrTrailing;  // position n_buckets + 1
+          st.trail_at = wdl::blob_prefix_bytes(0);
+        }
+      }
+    }
+    if (code != 0) {
+      st.err = code;  // position 0
+      st.a = a;
+      st.b = b;
+    }
+    p.state[i] = st;
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(WS_SCAN_THREADS)
+    ws_delta_vbase(const __grid_constant__ wk::DeltaApplyParams p) {
+  __shared__ u64 red[WS_SCAN_THREADS / 32];
+  constexpr unsigned CC = wk::kDeltaCheckChunk;
+  u64 buckets = 0, chunks = 0;
+  for (u64 i0 = 0; i0 < p.n_jobs; i0 += WS_SCAN_THREADS) {
+    const u64 i = i0 + threadIdx.x;
+    const u64 nb = i < p.n_jobs ? p.state[i].n_buckets : 0;
+    u64 tb, tc;
+    const u64 eb = ws_block_excl<WS_SCAN_THREADS>(nb, red, tb);
+    const u64 ec = ws_block_excl<WS_SCAN_THREADS>((nb + CC - 1) / CC, red, tc);
+    if (i < p.n_jobs) {
+      p.state[i].bucket_base = buckets + eb;
+      p.state[i].chunk_base = chunks + ec;
+    }
+    buckets += tb;
+    chunks += tc;
+  }
+  if (threadIdx.x == 0) {
+    p.totals[0] = buckets;
+    p.totals[1] = chunks;
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(WS_THREADS)
+    ws_delta_vchunks(const __grid_constant__ wk::DeltaApplyParams p) {
+  __shared__ u64 red[WS_THREADS / 32];
+  constexpr unsigned CC = wk::kDeltaCheckChunk;
+  const u64 nc = p.totals[1];
+  for (u64 c = blockIdx.x; c < nc; c += gridDim.x) {
+    const unsigned i = ws_find<true>(p.state, p.n_jobs, c);
+    const wk::DeltaApplyState st = p.state[i];
+    const wk::DeltaApplyJob J = p.jobs[i];
+    const u64 b = (c - st.chunk_base) * CC + threadIdx.x;
+    u64 size = 0;
+    if (b < st.n_buckets)
+      size = ws_entry_size(ws_dir(J)[b], wdl::bucket_len(J.numel, st.bucket_elems, b), J.elem_bytes);
+    size = ws_block_sum<WS_THREADS>(size, red);
+    if (threadIdx.x == 0) p.chunk_sums[c] = size;
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(WS_SCAN_THREADS)
+    ws_delta_vtop(const __grid_constant__ wk::DeltaApplyParams p) {
+  __shared__ u64 red[WS_SCAN_THREADS / 32];
+  const u64 nc = p.totals[1];
+  u64 carry = 0;
+  for (u64 c0 = 0; c0 < nc; c0 += WS_SCAN_THREADS) {
+    const u64 c = c0 + threadIdx.x;
+    u64 total;
+    const u64 v = c < nc ? p.chunk_sums[c] : 0;
+    const u64 ex = ws_block_excl<WS_SCAN_THREADS>(v, red, total);
+    if (c < nc) p.chunk_sums[c] = carry + ex;
+    carry += total;
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(WS_THREADS)
+    ws_delta_vcheck(const __grid_constant__ wk::DeltaApplyParams p) {
+  __shared__ u64 red[WS_THREADS / 32];
+  constexpr unsigned CC = wk::kDeltaCheckChunk;
+  const u64 n = p.totals[0];
+  for (u64 g = blockIdx.x; g < n; g += gridDim.x) {
+    const unsigned i = ws_find<false>(p.state, p.n_jobs, g);
+    wk::DeltaApplyState* stp = p.state + i;
+    const wk::DeltaApplyState st = *stp;
+    const wk::DeltaApplyJob J = p.jobs[i];
+    const unsigned eb = J.elem_bytes;
+    const u64 b = g - st.bucket_base;
+    const wdl::BucketEntry* dir = ws_dir(J);
+    // where bucket b's payload must start: the payloads of the buckets before it
+    const u64 k = b / CC, h = k * CC + threadIdx.x;
+    u64 part = 0;
+    if (h < b) part = ws_entry_size(dir[h], wdl::bucket_len(J.numel, st.bucket_elems, h), eb);
+    part = ws_block_sum<WS_THREADS>(part, red);
+    const u64 at = wdl::blob_prefix_bytes(st.n_buckets) + p.chunk_sums[st.chunk_base + k] -
+                   p.chunk_sums[st.chunk_base] + part;
+    const wdl::BucketEntry e = dir[b];
+    const u64 len = wdl::bucket_len(J.numel, st.bucket_elems, b);
+    const unsigned code = ws_entry_code(e, len, eb, at, J.blob_bytes);
+    if (code != 0) {
+      if (threadIdx.x == 0) ws_fail(stp, b + 1, code);
+      continue;
+    }
+    const auto* pl = static_cast<const unsigned char*>(J.blob) + e.offset;
+    if (e.kind == static_cast<unsigned char>(wdl::BucketKind::bitmask)) {
+      const auto* words = reinterpret_cast<const unsigned*>(pl);
+      const u64 W = (len + 31) / 32;
+      u64 ones = 0;
+      for (u64 w = threadIdx.x; w < W; w += WS_THREADS) {
+        unsigned word = words[w];
+        if (w == (len - 1) / 32 && len % 32 != 0) word &= (1u << (len % 32)) - 1;
+        ones += static_cast<u64>(__popc(word));
+      }
+      ones = ws_block_sum<WS_THREADS>(ones, red);
+      if (ones != e.count) {
+        if (threadIdx.x == 0) ws_fail(stp, b + 1, wk::kDeltaErrBitmask);
+        continue;
+      }
+    } else if (e.kind == static_cast<unsigned char>(wdl::BucketKind::sparse)) {
+      const auto* offs = reinterpret_cast<const unsigned short*>(pl);
+      int bad = 0;
+      for (u64 v = threadIdx.x; v < e.count; v += WS_THREADS)
+        if (offs[v] >= len || (v > 0 && offs[v] <= offs[v - 1])) bad = 1;
+      if (__syncthreads_or(bad)) {
+        if (threadIdx.x == 0) ws_fail(stp, b + 1, wk::kDeltaErrSparse);
+        continue;
+      }
+    }
+    if (b + 1 == st.n_buckets) {  // the last payload must end the blob
+      const u64 end = at + ws_entry_size(e, len, eb);
+      if (end != J.blob_bytes && threadIdx.x == 0) {
+        stp->trail_at = end;
+        ws_fail(stp, u64{st.n_buckets} + 1, wk::kDeltaErrTrailing);
+      }
+    }
+  }
+}
+
+// The details of each bad blob's first error (its key is final now); one thread per blob, the
+// error path only.
+extern "C" __global__ void __launch_bounds__(WS_THREADS)
+    ws_delta_vdescribe(const __grid_constant__ wk::DeltaApplyParams p) {
+  constexpr unsigned CC = wk::kDeltaCheckChunk;
+  for (u64 i = u64{blockIdx.x} * WS_THREADS + threadIdx.x; i < p.n_jobs;
+       i += u64{gridDim.x} * WS_THREADS) {
+    wk::DeltaApplyState& st = p.state[i];
+    const u64 key = st.err, position = key >> 8;
+    if (key == wk::kDeltaNoError || position == 0) continue;  // fine, or the header's (done)
+    const wk::DeltaApplyJob J = p.jobs[i];
+    const unsigned eb = J.elem_bytes;
+    if (position == u64{st.n_buckets} + 1) {
+      st.a = J.blob_bytes - st.trail_at;
+      continue;
+    }
+    const u64 b = position - 1;
+    const wdl::BucketEntry* dir = ws_dir(J);
+    const wdl::BucketEntry e = dir[b];
+    const u64 len = wdl::bucket_len(J.numel, st.bucket_elems, b);
+    const auto* pl = static_cast<const unsigned char*>(J.blob) + e.offset;
+    switch (static_cast<unsigned>(key & 0xff)) {
+      case wk::kDeltaErrKind:
+        st.a = e.kind;
+        break;
+      case wk::kDeltaErrCount:
+        st.a = e.count, st.b = len;
+        break;
+      case wk::kDeltaErrOffset: {
+        const u64 k = b / CC;
+        u64 at = wdl::blob_prefix_bytes(st.n_buckets) + p.chunk_sums[st.chunk_base + k] -
+                 p.chunk_sums[st.chunk_base];
+        for (u64 h = k * CC; h < b; ++h)
+          at += ws_entry_size(dir[h], wdl::bucket_len(J.numel, st.bucket_elems, h), eb);
+        st.a = e.offset, st.b = at;
+        break;
+      }
+      case wk::kDeltaErrBitmask: {
+        const auto* words = reinterpret_cast<const unsigned*>(pl);
+        u64 ones = 0;
+        for (u64 w = 0; w < (len + 31) / 32; ++w) {
+          unsigned word = words[w];
+          if (w == (len - 1) / 32 && len % 32 != 0) word &= (1u << (len % 32)) - 1;
+          ones += static_cast<u64>(__popc(word));
+        }
+        st.a = ones, st.b = e.count;
+        break;
+      }
+      case wk::kDeltaErrSparse: {
+        const auto* offs = reinterpret_cast<const unsigned short*>(pl);
+        long long last = -1;
+        for (u64 v = 0; v < e.count; ++v) {
+          if (offs[v] <= last || offs[v] >= len) {
+            st.a = offs[v], st.b = len;
+            break;
+          }
+          last = offs[v];
+        }
+        break;
+      }
+      default:
+        break;
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(WS_THREADS)
+    ws_delta_apply(const __grid_constant__ wk::DeltaApplyParams p) {
+  __shared__ unsigned red[WS_THREADS / 32];
+  const u64 n = p.totals[0];
+  for (u64 g = blockIdx.x; g < n; g += gridDim.x) {
+    const unsigned i = ws_find<false>(p.state, p.n_jobs, g);
+    const wk::DeltaApplyState st = p.state[i];
+    if (st.err != wk::kDeltaNoError) continue;  // a bad blob writes nothing
+    const wk::DeltaApplyJob J = p.jobs[i];
+    const unsigned eb = J.elem_bytes;
+    const u64 b = g - st.bucket_base;
+    const wdl::BucketEntry e = ws_dir(J)[b];
+    if (e.kind == static_cast<unsigned char>(wdl::BucketKind::unchanged)) continue;
+    const u64 len = wdl::bucket_len(J.numel, st.bucket_elems, b);
+    const auto* pl = static_cast<const unsigned char*>(J.blob) + e.offset;
+    auto* d = static_cast<unsigned char*>(J.dst) + b * st.bucket_elems * eb;
+    if (e.kind == static_cast<unsigned char>(wdl::BucketKind::raw)) {
+      ws_copy(d, pl, len * eb, false);
+    } else if (e.kind == static_cast<unsigned char>(wdl::BucketKind::bitmask)) {
+      const u64 W = (len + 31) / 32;
+      const unsigned char* values = pl + wdl::align8(W * 4);
+      ws_for_each_set(reinterpret_cast<const unsigned*>(pl), W, len, red, [&](u64 x, unsigned r) {
+        ws_store(d + x * eb, eb, ws_load(values + u64{r} * eb, eb));
+      });
+    } else {
+      const auto* offs = reinterpret_cast<const unsigned short*>(pl);
+      const unsigned char* values = pl + wdl::align8(u64{e.count} * 2);
+      for (u64 v = threadIdx.x; v < e.count; v += WS_THREADS)
+        ws_store(d + u64{offs[v]} * eb, eb, ws_load(values + v * eb, eb));
+    }
+  }
+}
