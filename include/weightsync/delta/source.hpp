@@ -189,7 +189,7 @@ class DeltaSource {
     DeltaUpdate d;
     d.bucket_elems = opt_.bucket_elems;
     d.payload_bytes.assign(metas_.size(), -1);
-    blobs_.clear();
+    blobs_ = typename Codec::Buffer{};
     blob_at_.assign(metas_.size(), 0);
     if (!whole) {
       d.base_version = base_;

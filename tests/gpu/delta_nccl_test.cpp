@@ -1,0 +1,167 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
+// Delta syncs over NCCL between the engines (two processes, on two GPUs or sharing one): a
+// trainer's DeltaSource (CudaDeltaCodec) feeds a WeightTransferEngine that applies the blobs in
+// place on the GPU. Rounds of random deltas end bit-exact; a delta onto a wrong base is refused
+// on both ranks with nothing written, and the next round goes whole and repairs it.
+//
+// The update info travels over HTTP in a real setup; here the worker derives the same info from
+// its own twin of the trainer's model (the step is deterministic), which is also what it checks
+// its weights against.
+#include <weightsync/cuda/delta_source.hpp>
+#include <weightsync/cuda/stream.hpp>
+#include <weightsync/delta/source.hpp>
+#include <weightsync/engine.hpp>
+#include <weightsync/layouts.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "support/catch.hpp"
+#include "support/cuda_pattern.hpp"
+#include "support/engine_options.hpp"
+#include "support/gpu_model.hpp"
+#include "support/gpu_peers.hpp"
+#include "support/gpu_round.hpp"
+#include "support/host_world.hpp"
+#include "support/role.hpp"
+
+using namespace weightsync;
+using namespace std::chrono_literals;
+using ws_test::device_count;
+using ws_test::say;
+
+namespace {
+
+struct DeviceSource {
+  const std::vector<TensorMeta>* m;
+  const ws_test::DeviceModel* d;
+  std::vector<TensorMeta> metas() const { return *m; }
+  std::vector<SourceTensorRef> iterate() const {
+    std::vector<SourceTensorRef> v;
+    for (std::size_t i = 0; i < m->size(); ++i) v.push_back({&(*m)[i], d->data(i)});
+    return v;
+  }
+};
+
+// Round r's training step (deterministic): a density[r] share of every tensor's elements.
+constexpr double kDensity[] = {0, 0.001, 0.01, 0.1, 0.6, 0.01, 0.01, 0.02};
+void step(const ws_test::DeviceModel& m, const std::vector<TensorMeta>& metas, int round,
+          cudaStream_t s) {
+  for (std::size_t i = 0; i < metas.size(); ++i)
+    ws_pattern::mutate16(m.data(i), metas[i].nbytes(), kDensity[round],
+                         static_cast<std::uint64_t>(round) * 1000 + i, s);
+  detail::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+}
+
+unsigned long long differing(const ws_test::DeviceModel& a, const ws_test::DeviceModel& b,
+                             cudaStream_t s) {
+  unsigned long long* counter = nullptr;
+  detail::check(cudaMalloc(reinterpret_cast<void**>(&counter), sizeof *counter), "cudaMalloc");
+  detail::check(cudaMemsetAsync(counter, 0, sizeof *counter, s), "cudaMemsetAsync");
+  ws_pattern::count_diff(a.arena(), b.arena(), a.extent(), counter, s);
+  unsigned long long host = 0;
+  detail::check(cudaMemcpyAsync(&host, counter, sizeof host, cudaMemcpyDeviceToHost, s),
+                "cudaMemcpyAsync");
+  detail::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  cudaFree(counter);
+  return host;
+}
+
+}  // namespace
+
+TEST_CASE("nccl delta rounds: bit-exact on the GPU, a wrong base refused on both ranks, then "
+          "repaired by a whole round",
+          "[gpu][nccl][multi_gpu][engine][delta]") {
+  if (ws_test::ran_as_parent(2, 240s)) return;
+  const auto& r = ws_test::role();
+  const int device = r.rank % device_count();
+  detail::check(cudaSetDevice(device), "cudaSetDevice");
+  NcclInitInfo info = ws_test::loopback_init_info(r.port, 2);
+  info.packed = true;
+  info.packed_buffer_size_bytes = 64 << 20;
+  const EngineOptions eo = ws_test::gpu_engine_options("nccl", device, 60s);
+  const auto metas = layouts::small1b();
+  CudaStream s(device);
+  // Both ranks' trainer model (the worker's is its twin of it), v0 = the pattern of round 1.
+  ws_test::DeviceModel model(metas, device);
+  ws_test::fill_now(model, 1, s.get());
+  DeviceSource src{&metas, &model};
+  DeltaOptions o;
+  DeltaSource<DeviceSource, CudaDeltaCodec> d(src, o, CudaDeltaCodec(s.get(), device));
+  d.seed("default");  // what a server that loaded the same checkpoint holds
+  constexpr int kRounds = 7;
+  const auto plain = [&] {
+    auto u = NcclUpdateInfo::from_metas(metas);
+    u.packed = true;
+    u.packed_buffer_size_bytes = info.packed_buffer_size_bytes;
+    return u;
+  }();
+  if (r.rank == 0) {
+    TrainerEngine t(ws_test::options_for<TrainerEngine>(eo));
+    t.trainer_init(info);
+    for (int round = 1; round <= kRounds; ++round) {
+      step(model, metas, round, s.get());
+      const auto u = d.prepare("v" + std::to_string(round), plain);
+      const auto& st = d.stats();
+      say("round " + std::to_string(round) + ": " + (st.whole_round ? "whole" : "delta") +
+          ", wire " + std::to_string(st.wire_bytes) + " of " + std::to_string(st.tensor_bytes) +
+          " bytes, " + std::to_string(st.blobs) + " blobs, " + std::to_string(st.whole) +
+          " whole");
+      REQUIRE(st.whole_round == (round == 6));  // 6: after the refused round 5
+      if (round == 5) {  // the worker named round 4 otherwise: refused before a byte moved
+        try {
+          t.send_weights(d);
+          FAIL("a delta onto a wrong base was sent");
+        } catch (const protocol_error& e) {
+          const std::string what = e.what();
+          CHECK(what.find("base_version=v4-other") != std::string::npos);
+          CHECK(what.find("base_version=v4") != std::string::npos);
+        }
+        continue;  // not committed: the next round goes whole
+      }
+      t.send_weights(d);
+      d.commit();
+    }
+    return;
+  }
+  // The worker: its own parameters (start as v0), and the twin it checks them against.
+  ws_test::DeviceModel params(metas, device);
+  ws_test::fill_now(params, 1, s.get());
+  std::map<std::string, std::size_t> index;
+  for (std::size_t i = 0; i < metas.size(); ++i) index[metas[i].name] = i;
+  WeightTransferEngine e(ws_test::options_for<WeightTransferEngine>(eo));
+  e.init_transfer_engine(info);
+  for (int round = 1; round <= kRounds; ++round) {
+    step(model, metas, round, s.get());
+    const auto u = d.prepare("v" + std::to_string(round), plain);
+    REQUIRE(u.delta);
+    e.start_weight_update();
+    auto run = [&] {
+      return e.update_weights(
+          nlohmann::json(u),
+          [](std::span<const TensorView> views, void*) {
+            for (const auto& v : views)
+              if (v.nbytes > 0) throw std::runtime_error(v.name() + " came as a view");
+          },
+          [&](const TensorMeta& m) -> void* { return params.data(index.at(m.name)); });
+    };
+    if (round == 5) {
+      ws_test::DeviceModel before(metas, device);
+      detail::check(cudaMemcpy(before.arena(), params.arena(), params.arena_bytes(),
+                               cudaMemcpyDeviceToDevice),
+                    "cudaMemcpy");
+      REQUIRE_THROWS_AS(run(), protocol_error);
+      REQUIRE(differing(before, params, s.get()) == 0);  // nothing applied
+      continue;
+    }
+    run();
+    d.commit();
+    e.finish_weight_update(round == 4 ? "v4-other" : "v" + std::to_string(round));
+    REQUIRE(differing(params, model, s.get()) == 0);
+  }
+  say("delta rounds ok: " + std::to_string(model.bytes()) + " bytes verified per round");
+}
