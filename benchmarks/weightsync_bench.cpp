@@ -940,7 +940,7 @@ class Bench {
     };
     auto step = [&](const ws_test::DeviceModel& m, double density, std::uint64_t seed) {
       for (std::size_t i = 0; i < metas.size(); ++i)
-        ws_pattern::mutate16(m.data(i), metas[i].nbytes(), density, seed + i, s());
+        ws_pattern::perturb(m.data(i), metas[i].numel(), 2, density, seed + i, s());
     };
     ws::TransferOptions opt;
     opt.buffer_size_bytes = a_.buffer_sizes.front();

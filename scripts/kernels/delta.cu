@@ -24,14 +24,16 @@
 // with any error is not written at all.
 // - ws_delta_vhead (thread per blob): the header; the blob's bucket count (0 when bad).
 // - ws_delta_vbase (one CTA): global bucket and check-chunk bases of the blobs.
-// - ws_delta_vchunks: payload bytes per check chunk of 256 directory entries.
+// - ws_delta_vchunks: payload bytes per check chunk of 256 directory entries (chunks never span
+//   blobs), and the chunk's blob, so that the kernels below find a bucket's blob in one load.
 // - ws_delta_vtop (one CTA): scans the chunk sums.
-// - ws_delta_vcheck: each bucket's entry (kind, count, offset == where the previous payload
-//   ended, bounds) and payload (bitmask popcount, sparse offsets ascending and < len); errors go
-//   to DeltaApplyState::err with atomicMin, so the smallest key (the first error in the host's
-//   check order) wins.
+// - ws_delta_vcheck (a CTA per check-chunk slot, i.e. per bucket): each bucket's entry (kind,
+//   count, offset == where the previous payload ended, bounds) and payload (bitmask popcount,
+//   sparse offsets ascending and < len); errors go to DeltaApplyState::err with atomicMin, so the
+//   smallest key (the first error in the host's check order) wins.
 // - ws_delta_vdescribe (thread per bad blob): recomputes the details of that first error.
-// - ws_delta_apply: writes the good blobs' payloads into their tensors.
+// - ws_delta_apply (a CTA per check-chunk slot): writes the good blobs' payloads into their
+//   tensors.
 #include "../../include/weightsync/delta/format.hpp"
 #include "../../include/weightsync/kernels/delta_abi.hpp"
 
@@ -163,7 +165,8 @@ __device__ __forceinline__ void ws_for_each_set(const unsigned* words, u64 W, u6
       if (w == (len - 1) / 32 && len % 32 != 0) word &= (1u << (len % 32)) - 1;
     }
     unsigned total;
-    unsigned rank = carry + ws_block_excl<WS_THREADS>(static_cast<unsigned>(__popc(word)), red, total);
+    unsigned rank =
+        carry + ws_block_excl<WS_THREADS>(static_cast<unsigned>(__popc(word)), red, total);
     carry += total;
     while (word != 0) {
       const unsigned bit = static_cast<unsigned>(__ffs(word)) - 1;
@@ -191,13 +194,13 @@ __device__ __forceinline__ unsigned ws_vec_bits(const uint4& a, const uint4& b) 
     const auto e = [](unsigned w) {
       return (w & 1u) | ((w >> 7) & 2u) | ((w >> 14) & 4u) | ((w >> 21) & 8u);
     };
-    return e(__vcmpne4(a.x, b.x)) | (e(__vcmpne4(a.y, b.y)) << 4) |
-           (e(__vcmpne4(a.z, b.z)) << 8) | (e(__vcmpne4(a.w, b.w)) << 12);
+    return e(__vcmpne4(a.x, b.x)) | (e(__vcmpne4(a.y, b.y)) << 4) | (e(__vcmpne4(a.z, b.z)) << 8) |
+           (e(__vcmpne4(a.w, b.w)) << 12);
   }
   if (EB == 2) {
     const auto e = [](unsigned w) { return (w & 1u) | ((w >> 15) & 2u); };
-    return e(__vcmpne2(a.x, b.x)) | (e(__vcmpne2(a.y, b.y)) << 2) |
-           (e(__vcmpne2(a.z, b.z)) << 4) | (e(__vcmpne2(a.w, b.w)) << 6);
+    return e(__vcmpne2(a.x, b.x)) | (e(__vcmpne2(a.y, b.y)) << 2) | (e(__vcmpne2(a.z, b.z)) << 4) |
+           (e(__vcmpne2(a.w, b.w)) << 6);
   }
   if (EB == 4)
     return static_cast<unsigned>(a.x != b.x) | (static_cast<unsigned>(a.y != b.y) << 1) |
@@ -352,7 +355,9 @@ extern "C" __global__ void __launch_bounds__(WS_SCAN_THREADS)
     p.totals[1] = carry;
   }
   // the batch-wide exclusive scan of payload bytes at global bucket x
-  const auto scan_at = [&](u64 x) { return x < p.n_buckets ? p.chunk_base[x / C] + p.local[x] : carry; };
+  const auto scan_at = [&](u64 x) {
+    return x < p.n_buckets ? p.chunk_base[x / C] + p.local[x] : carry;
+  };
   for (unsigned j = threadIdx.x; j < p.n_jobs; j += WS_SCAN_THREADS) {
     const wk::DeltaEncodeJob J = p.jobs[j];
     const u64 s0 = scan_at(J.bucket_base), s1 = scan_at(J.bucket_base + J.n_buckets);
@@ -399,7 +404,7 @@ extern "C" __global__ void __launch_bounds__(WS_THREADS)
       e.count = kind == wdl::BucketKind::raw ? static_cast<unsigned>(len) : count;
       e.kind = static_cast<unsigned char>(kind);
       *reinterpret_cast<wdl::BucketEntry*>(out + sizeof(wdl::BlobHeader) +
-                                            b * sizeof(wdl::BucketEntry)) = e;
+                                           b * sizeof(wdl::BucketEntry)) = e;
     }
     if (kind == wdl::BucketKind::unchanged) continue;
     unsigned char* pl = out + off;
@@ -434,14 +439,13 @@ extern "C" __global__ void __launch_bounds__(WS_THREADS)
 // ---------------------------------------------------------------------------------------------
 // Apply
 
-// The largest i < n whose base (bucket or check-chunk) is <= x: the blob of global bucket or
-// chunk x (blobs without buckets share the next one's base and are never the largest).
-template <bool CHUNKS>
-__device__ __forceinline__ unsigned ws_find(const wk::DeltaApplyState* st, unsigned n, u64 x) {
+// The largest i < n whose first check chunk is <= c: the blob of check chunk c (blobs without
+// buckets share the next one's base and are never the largest).
+__device__ __forceinline__ unsigned ws_find(const wk::DeltaApplyState* st, unsigned n, u64 c) {
   unsigned lo = 0, hi = n;
   while (hi - lo > 1) {
     const unsigned mid = (lo + hi) / 2;
-    if ((CHUNKS ? st[mid].chunk_base : st[mid].bucket_base) <= x)
+    if (st[mid].chunk_base <= c)
       lo = mid;
     else
       hi = mid;
@@ -503,7 +507,8 @@ extern "C" __global__ void __launch_bounds__(WS_THREADS)
                  h.bucket_elems % 32 != 0) {
         code = wk::kDeltaErrBucketElems, a = h.bucket_elems;
       } else if (h.n_buckets != wdl::bucket_count(J.numel, h.bucket_elems)) {
-        code = wk::kDeltaErrNBuckets, a = h.n_buckets, b = wdl::bucket_count(J.numel, h.bucket_elems);
+        code = wk::kDeltaErrNBuckets, a = h.n_buckets,
+        b = wdl::bucket_count(J.numel, h.bucket_elems);
       } else if (h.blob_bytes != J.blob_bytes) {
         code = wk::kDeltaErrBlobBytes, a = h.blob_bytes, b = J.blob_bytes;
       } else if (wdl::blob_prefix_bytes(h.n_buckets) > J.blob_bytes) {
@@ -556,15 +561,19 @@ extern "C" __global__ void __launch_bounds__(WS_THREADS)
   constexpr unsigned CC = wk::kDeltaCheckChunk;
   const u64 nc = p.totals[1];
   for (u64 c = blockIdx.x; c < nc; c += gridDim.x) {
-    const unsigned i = ws_find<true>(p.state, p.n_jobs, c);
+    const unsigned i = ws_find(p.state, p.n_jobs, c);
     const wk::DeltaApplyState st = p.state[i];
     const wk::DeltaApplyJob J = p.jobs[i];
     const u64 b = (c - st.chunk_base) * CC + threadIdx.x;
     u64 size = 0;
     if (b < st.n_buckets)
-      size = ws_entry_size(ws_dir(J)[b], wdl::bucket_len(J.numel, st.bucket_elems, b), J.elem_bytes);
+      size =
+          ws_entry_size(ws_dir(J)[b], wdl::bucket_len(J.numel, st.bucket_elems, b), J.elem_bytes);
     size = ws_block_sum<WS_THREADS>(size, red);
-    if (threadIdx.x == 0) p.chunk_sums[c] = size;
+    if (threadIdx.x == 0) {
+      p.chunk_sums[c] = size;
+      p.chunk_blob[c] = i;
+    }
   }
 }
 
@@ -587,14 +596,15 @@ extern "C" __global__ void __launch_bounds__(WS_THREADS)
     ws_delta_vcheck(const __grid_constant__ wk::DeltaApplyParams p) {
   __shared__ u64 red[WS_THREADS / 32];
   constexpr unsigned CC = wk::kDeltaCheckChunk;
-  const u64 n = p.totals[0];
-  for (u64 g = blockIdx.x; g < n; g += gridDim.x) {
-    const unsigned i = ws_find<false>(p.state, p.n_jobs, g);
+  const u64 slots = p.totals[1] * CC;
+  for (u64 v = blockIdx.x; v < slots; v += gridDim.x) {
+    const unsigned i = p.chunk_blob[v / CC];
     wk::DeltaApplyState* stp = p.state + i;
     const wk::DeltaApplyState st = *stp;
+    const u64 b = (v / CC - st.chunk_base) * CC + v % CC;
+    if (b >= st.n_buckets) continue;  // past the blob's last bucket
     const wk::DeltaApplyJob J = p.jobs[i];
     const unsigned eb = J.elem_bytes;
-    const u64 b = g - st.bucket_base;
     const wdl::BucketEntry* dir = ws_dir(J);
     // where bucket b's payload must start: the payloads of the buckets before it
     const u64 k = b / CC, h = k * CC + threadIdx.x;
@@ -714,14 +724,15 @@ extern "C" __global__ void __launch_bounds__(WS_THREADS)
 extern "C" __global__ void __launch_bounds__(WS_THREADS)
     ws_delta_apply(const __grid_constant__ wk::DeltaApplyParams p) {
   __shared__ unsigned red[WS_THREADS / 32];
-  const u64 n = p.totals[0];
-  for (u64 g = blockIdx.x; g < n; g += gridDim.x) {
-    const unsigned i = ws_find<false>(p.state, p.n_jobs, g);
+  constexpr unsigned CC = wk::kDeltaCheckChunk;
+  const u64 slots = p.totals[1] * CC;
+  for (u64 v = blockIdx.x; v < slots; v += gridDim.x) {
+    const unsigned i = p.chunk_blob[v / CC];
     const wk::DeltaApplyState st = p.state[i];
-    if (st.err != wk::kDeltaNoError) continue;  // a bad blob writes nothing
+    const u64 b = (v / CC - st.chunk_base) * CC + v % CC;
+    if (b >= st.n_buckets || st.err != wk::kDeltaNoError) continue;  // a bad blob writes nothing
     const wk::DeltaApplyJob J = p.jobs[i];
     const unsigned eb = J.elem_bytes;
-    const u64 b = g - st.bucket_base;
     const wdl::BucketEntry e = ws_dir(J)[b];
     if (e.kind == static_cast<unsigned char>(wdl::BucketKind::unchanged)) continue;
     const u64 len = wdl::bucket_len(J.numel, st.bucket_elems, b);

@@ -52,8 +52,8 @@ constexpr double kDensity[] = {0, 0.001, 0.01, 0.1, 0.6, 0.01, 0.01, 0.02};
 void step(const ws_test::DeviceModel& m, const std::vector<TensorMeta>& metas, int round,
           cudaStream_t s) {
   for (std::size_t i = 0; i < metas.size(); ++i)
-    ws_pattern::mutate16(m.data(i), metas[i].nbytes(), kDensity[round],
-                         static_cast<std::uint64_t>(round) * 1000 + i, s);
+    ws_pattern::perturb(m.data(i), metas[i].numel(), static_cast<unsigned>(dtype_size(metas[i].dtype)),
+                        kDensity[round], static_cast<std::uint64_t>(round) * 1000 + i, s);
   detail::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
 }
 

@@ -67,17 +67,34 @@ __global__ void diff_kernel(const std::uint8_t* a, const std::uint8_t* b, std::s
     bad += a[i] != b[i];
   if (bad) atomicAdd(wrong, bad);
 }
-// The delta benchmarks' step: each 2-byte element i changes (one bit flipped) when
-// mix(seed, i) falls below `threshold` (density * 2^32): a deterministic, position-random share.
-__global__ void mutate16_kernel(std::uint16_t* p, std::size_t n, std::uint64_t seed,
-                                std::uint32_t threshold) {
+// Element i (of eb bytes, eb-aligned) changes iff mix(seed ^ i * K) < threshold (all when
+// `all`): its bits are XORed with a nonzero value of the element's width.
+__global__ void perturb_kernel(std::uint8_t* p, std::size_t n, unsigned eb, std::uint64_t threshold,
+                               bool all, std::uint64_t seed) {
   const std::size_t stride = std::size_t(blockDim.x) * gridDim.x;
+  const std::uint64_t width = eb == 8 ? ~0ull : (1ull << (8 * eb)) - 1;
   for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const std::uint64_t h = word(seed, i);
-    if (static_cast<std::uint32_t>(h) < threshold)
-      p[i] = static_cast<std::uint16_t>(p[i] ^ (1u << ((h >> 32) & 15)));
+    const std::uint64_t h = mix(seed ^ (i * 0xd1b54a32d192ed03ull));
+    if (!all && h >= threshold) continue;
+    std::uint64_t x = mix(h) & width;
+    if (x == 0) x = 1;
+    switch (eb) {
+      case 1:
+        p[i] ^= static_cast<std::uint8_t>(x);
+        break;
+      case 2:
+        reinterpret_cast<std::uint16_t*>(p)[i] ^= static_cast<std::uint16_t>(x);
+        break;
+      case 4:
+        reinterpret_cast<std::uint32_t*>(p)[i] ^= static_cast<std::uint32_t>(x);
+        break;
+      default:
+        reinterpret_cast<std::uint64_t*>(p)[i] ^= x;
+        break;
+    }
   }
 }
+
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
 }
@@ -117,16 +134,23 @@ void count_diff(const void* a, const void* b, std::size_t n, unsigned long long*
                                                  static_cast<const std::uint8_t*>(b), n, wrong);
   check(cudaGetLastError(), "diff_kernel");
 }
-std::uint8_t expected_byte(std::uint64_t seed, std::size_t i) { return byte_at(seed, i); }
+std::uint8_t expected_byte(std::uint64_t seed, std::size_t i) {
+  return byte_at(seed, i);
+}
 
-void mutate16(void* p, std::size_t n, double density, std::uint64_t seed, cudaStream_t stream) {
-  if (n < 2) return;
-  if (reinterpret_cast<std::uintptr_t>(p) % 2 != 0) throw std::runtime_error("mutate16: odd address");
-  const double t = density * 4294967296.0;
-  const auto threshold = static_cast<std::uint32_t>(t >= 4294967295.0 ? 4294967295.0 : t);
-  mutate16_kernel<<<blocks_for(n), 256, 0, stream>>>(static_cast<std::uint16_t*>(p), n / 2, seed,
-                                                     threshold);
-  check(cudaGetLastError(), "mutate16_kernel");
+void perturb(void* p, std::size_t n, unsigned elem_bytes, double fraction, std::uint64_t seed,
+             cudaStream_t stream) {
+  if (elem_bytes != 1 && elem_bytes != 2 && elem_bytes != 4 && elem_bytes != 8)
+    throw std::invalid_argument("perturb: elem_bytes must be 1, 2, 4 or 8");
+  if (reinterpret_cast<std::uintptr_t>(p) % elem_bytes != 0)
+    throw std::invalid_argument("perturb: p must be aligned to elem_bytes");
+  if (n == 0 || fraction <= 0) return;
+  const bool all = fraction >= 1;
+  const auto threshold = all ? 0ull : static_cast<std::uint64_t>(fraction * 18446744073709551616.0);
+  const std::size_t b = (n + 255) / 256;
+  perturb_kernel<<<static_cast<unsigned>(b > 8192 ? 8192 : b), 256, 0, stream>>>(
+      static_cast<std::uint8_t*>(p), n, elem_bytes, threshold, all, seed);
+  check(cudaGetLastError(), "perturb_kernel");
 }
 
 }  // namespace ws_pattern

@@ -27,8 +27,11 @@ void count_diff(const void* a, const void* b, std::size_t n, unsigned long long*
                 cudaStream_t stream);
 std::uint8_t expected_byte(std::uint64_t seed, std::size_t i);
 
-//! The delta benchmarks' training step: flips one bit in a `density` share of the 2-byte
-//! elements of p[0, n) (deterministic in `seed`, positions spread at random), on `stream`.
-void mutate16(void* p, std::size_t n, double density, std::uint64_t seed, cudaStream_t stream);
+//! A deterministic training step: changes about `fraction` of the `n` elements of `elem_bytes`
+//! bytes at `p` (aligned to elem_bytes), at positions that look random (a hash of seed and index
+//! decides each one); a changed element's bits are XORed with a nonzero value, so it differs.
+//! @throws std::invalid_argument for elem_bytes not 1/2/4/8 or a misaligned p.
+void perturb(void* p, std::size_t n, unsigned elem_bytes, double fraction, std::uint64_t seed,
+             cudaStream_t stream);
 
 }  // namespace ws_pattern

@@ -344,7 +344,7 @@ class CudaDeltaApplier {
     namespace wk = weightsync::kernels;
     if (!calls_.empty() && s != stream_)
       throw config_error("stream", "every apply() before a finish() must use the same stream");
-    std::uint64_t est_buckets = 0, max_chunks = 0;
+    std::uint64_t est_slots = 0, max_chunks = 0;
     for (std::size_t i = 0; i < blobs.size(); ++i) {
       const DeltaApplyBlob& b = blobs[i];
       const std::string f = cat("blobs[", i, "] (", b.name, ")");
@@ -353,7 +353,8 @@ class CudaDeltaApplier {
       if (reinterpret_cast<std::uintptr_t>(b.blob) % 8 != 0)
         throw config_error(f + ".blob", "a blob must be 8-byte aligned");
       if (b.numel > 0 && b.dst == nullptr) throw config_error(f + ".dst", "null");
-      est_buckets += bucket_count(b.numel, hint_);
+      constexpr std::uint64_t cc = kernels::kDeltaCheckChunk;
+      est_slots += (bucket_count(b.numel, hint_) + cc - 1) / cc * cc;
       // a good header has n_buckets = ceil(numel / bucket_elems), bucket_elems >= 32
       max_chunks +=
           (bucket_count(b.numel, 32) + kernels::kDeltaCheckChunk - 1) / kernels::kDeltaCheckChunk;
@@ -381,6 +382,7 @@ class CudaDeltaApplier {
     };
     const std::size_t o_jobs = take(m * sizeof(wk::DeltaApplyJob));
     const std::size_t o_chunks = take(std::max<std::uint64_t>(max_chunks, 1) * 8);
+    const std::size_t o_chunk_blob = take(std::max<std::uint64_t>(max_chunks, 1) * 4);
     const std::size_t o_totals = take(16);
     if (scratch_.size() < at) {
       if (!calls_.empty()) check(cudaStreamSynchronize(s), "cudaStreamSynchronize(delta apply)");
@@ -394,6 +396,7 @@ class CudaDeltaApplier {
     p.jobs = reinterpret_cast<const wk::DeltaApplyJob*>(a + o_jobs);
     p.state = state;
     p.chunk_sums = reinterpret_cast<std::uint64_t*>(a + o_chunks);
+    p.chunk_blob = reinterpret_cast<std::uint32_t*>(a + o_chunk_blob);
     p.totals = reinterpret_cast<std::uint64_t*>(a + o_totals);
     p.n_jobs = static_cast<std::uint32_t>(m);
     check(cudaMemcpyAsync(a + o_jobs, jobs_.data(), m * sizeof(wk::DeltaApplyJob),
@@ -405,13 +408,13 @@ class CudaDeltaApplier {
     detail::delta_launch(k.vhead, per_blob, t, p, s, "cudaLaunchKernel(ws_delta_vhead)");
     detail::delta_launch(k.vbase, 1, wk::kDeltaScanThreads, p, s,
                          "cudaLaunchKernel(ws_delta_vbase)");
-    detail::delta_launch(
-        k.vchunks, (est_buckets + kernels::kDeltaCheckChunk - 1) / kernels::kDeltaCheckChunk + m, t,
-        p, s, "cudaLaunchKernel(ws_delta_vchunks)");
+    detail::delta_launch(k.vchunks, est_slots / kernels::kDeltaCheckChunk, t, p, s,
+                         "cudaLaunchKernel(ws_delta_vchunks)");
     detail::delta_launch(k.vtop, 1, wk::kDeltaScanThreads, p, s, "cudaLaunchKernel(ws_delta_vtop)");
-    detail::delta_launch(k.vcheck, est_buckets, t, p, s, "cudaLaunchKernel(ws_delta_vcheck)");
+    // a CTA per check-chunk slot (per bucket, when the blobs have the hinted bucket size)
+    detail::delta_launch(k.vcheck, est_slots, t, p, s, "cudaLaunchKernel(ws_delta_vcheck)");
     detail::delta_launch(k.vdescribe, per_blob, t, p, s, "cudaLaunchKernel(ws_delta_vdescribe)");
-    detail::delta_launch(k.apply, est_buckets, t, p, s, "cudaLaunchKernel(ws_delta_apply)");
+    detail::delta_launch(k.apply, est_slots, t, p, s, "cudaLaunchKernel(ws_delta_apply)");
     stream_ = s;
     calls_.push_back(Call{block_, used_, m});
     used_ += m;

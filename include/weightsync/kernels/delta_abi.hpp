@@ -116,15 +116,18 @@ struct DeltaApplyState {
 static_assert(sizeof(DeltaApplyState) == 64, "DeltaApplyState is an ABI");
 static_assert(offsetof(DeltaApplyState, err) == 24 && offsetof(DeltaApplyState, trail_at) == 48);
 
+//! ws_delta_vcheck and ws_delta_apply take check-chunk slots grid-stride: slot v is bucket
+//! v % kDeltaCheckChunk of chunk v / kDeltaCheckChunk (past its blob's last bucket: nothing).
 struct DeltaApplyParams {
   const DeltaApplyJob* jobs;
   DeltaApplyState* state;
   std::uint64_t* chunk_sums;  //!< [n_chunks] payload bytes per check chunk, then their scan
+  std::uint32_t* chunk_blob;  //!< [n_chunks] the blob of each check chunk
   std::uint64_t* totals;      //!< [2] global buckets, check chunks
   std::uint32_t n_jobs;
   std::uint32_t reserved;
 };
-static_assert(sizeof(DeltaApplyParams) == 40, "DeltaApplyParams is an ABI: 4 pointers, 2 u32");
-static_assert(offsetof(DeltaApplyParams, n_jobs) == 32);
+static_assert(sizeof(DeltaApplyParams) == 48, "DeltaApplyParams is an ABI: 5 pointers, 2 u32");
+static_assert(offsetof(DeltaApplyParams, totals) == 32 && offsetof(DeltaApplyParams, n_jobs) == 40);
 
 }  // namespace weightsync::kernels

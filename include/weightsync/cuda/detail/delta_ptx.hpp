@@ -4117,7 +4117,7 @@ $L__BB4_131:
 }
 	// .globl	ws_delta_vhead
 .visible .entry ws_delta_vhead(
-	.param .align 8 .b8 ws_delta_vhead_param_0[40]
+	.param .align 8 .b8 ws_delta_vhead_param_0[48]
 )
 .maxntid 256, 1, 1
 {
@@ -4131,13 +4131,13 @@ $L__BB4_131:
 	mov.u32 	%r10, %tid.x;
 	cvt.u64.u32 	%rd30, %r10;
 	add.s64 	%rd76, %rd29, %rd30;
-	add.s64 	%rd2, %rd27, 32;
-	ld.param.u32 	%r1, [ws_delta_vhead_param_0+32];
+	add.s64 	%rd2, %rd27, 40;
+	ld.param.u32 	%r1, [ws_delta_vhead_param_0+40];
 	cvt.u64.u32 	%rd31, %r1;
 	setp.ge.u64 	%p1, %rd76, %rd31;
 	@%p1 bra 	$L__BB5_17;
-	ld.param.u64 	%rd3, [%rd2+-32];
-	ld.param.u64 	%rd4, [%rd2+-24];
+	ld.param.u64 	%rd3, [%rd2+-40];
+	ld.param.u64 	%rd4, [%rd2+-32];
 	cvta.to.global.u64 	%rd35, %rd3;
 	cvta.to.global.u64 	%rd71, %rd4;
 	bra.uni 	$L__BB5_2;
@@ -4282,7 +4282,7 @@ $L__BB5_17:
 }
 	// .globl	ws_delta_vbase
 .visible .entry ws_delta_vbase(
-	.param .align 8 .b8 ws_delta_vbase_param_0[40]
+	.param .align 8 .b8 ws_delta_vbase_param_0[48]
 )
 .maxntid 1024, 1, 1
 {
@@ -4292,14 +4292,14 @@ $L__BB5_17:
 	// demoted variable
 	.shared .align 8 .b8 _ZZ14ws_delta_vbaseE3red[256];
 	mov.b64 	%rd22, ws_delta_vbase_param_0;
-	add.s64 	%rd1, %rd22, 32;
-	ld.param.u32 	%r1, [ws_delta_vbase_param_0+32];
+	add.s64 	%rd1, %rd22, 40;
+	ld.param.u32 	%r1, [ws_delta_vbase_param_0+40];
 	mov.u64 	%rd127, 0;
 	setp.eq.s32 	%p1, %r1, 0;
 	mov.u64 	%rd128, %rd127;
 	@%p1 bra 	$L__BB6_19;
 	mov.u32 	%r4, %tid.x;
-	ld.param.u64 	%rd29, [%rd1+-24];
+	ld.param.u64 	%rd29, [%rd1+-32];
 	mov.u64 	%rd122, 0;
 	cvta.to.global.u64 	%rd30, %rd29;
 	mul.wide.u32 	%rd31, %r4, 64;
@@ -4310,7 +4310,7 @@ $L__BB5_17:
 	mov.u64 	%rd128, %rd122;
 	mov.u64 	%rd127, %rd122;
 $L__BB6_2:
-	ld.param.u32 	%r163, [ws_delta_vbase_param_0+32];
+	ld.param.u32 	%r163, [ws_delta_vbase_param_0+40];
 	add.s64 	%rd7, %rd33, %rd122;
 	cvt.u64.u32 	%rd34, %r163;
 	setp.ge.u64 	%p2, %rd7, %rd34;
@@ -4633,7 +4633,7 @@ $L__BB6_16:
 	add.s64 	%rd110, %rd109, %rd126;
 	st.global.u64 	[%rd121], %rd110;
 $L__BB6_18:
-	ld.param.u32 	%r162, [ws_delta_vbase_param_0+32];
+	ld.param.u32 	%r162, [ws_delta_vbase_param_0+40];
 	cvt.u64.u32 	%rd115, %r162;
 	add.s64 	%rd128, %rd11, %rd128;
 	add.s64 	%rd127, %rd15, %rd127;
@@ -4646,7 +4646,7 @@ $L__BB6_19:
 	setp.ne.s32 	%p71, %r159, 0;
 	@%p71 bra 	$L__BB6_21;
 	mov.b64 	%rd116, ws_delta_vbase_param_0;
-	ld.param.u64 	%rd113, [%rd116+24];
+	ld.param.u64 	%rd113, [%rd116+32];
 	cvta.to.global.u64 	%rd114, %rd113;
 	st.global.u64 	[%rd114], %rd128;
 	st.global.u64 	[%rd114+8], %rd127;
@@ -4655,90 +4655,92 @@ $L__BB6_21:
 }
 	// .globl	ws_delta_vchunks
 .visible .entry ws_delta_vchunks(
-	.param .align 8 .b8 ws_delta_vchunks_param_0[40]
+	.param .align 8 .b8 ws_delta_vchunks_param_0[48]
 )
 .maxntid 256, 1, 1
 {
 	.reg .pred 	%p<51>;
 	.reg .b16 	%rs<6>;
 	.reg .b32 	%r<96>;
-	.reg .b64 	%rd<111>;
+	.reg .b64 	%rd<115>;
 	// demoted variable
 	.shared .align 8 .b8 _ZZ16ws_delta_vchunksE3red[64];
-	mov.b64 	%rd26, ws_delta_vchunks_param_0;
-	add.s64 	%rd1, %rd26, 24;
-	ld.param.u64 	%rd28, [ws_delta_vchunks_param_0+24];
-	cvta.to.global.u64 	%rd29, %rd28;
+	mov.b64 	%rd27, ws_delta_vchunks_param_0;
+	add.s64 	%rd1, %rd27, 32;
+	ld.param.u64 	%rd29, [ws_delta_vchunks_param_0+32];
+	cvta.to.global.u64 	%rd30, %rd29;
 	mov.u32 	%r7, %ctaid.x;
-	cvt.u64.u32 	%rd108, %r7;
-	ld.global.u64 	%rd3, [%rd29+8];
-	setp.le.u64 	%p1, %rd3, %rd108;
+	cvt.u64.u32 	%rd112, %r7;
+	ld.global.u64 	%rd3, [%rd30+8];
+	setp.le.u64 	%p1, %rd3, %rd112;
 	@%p1 bra 	$L__BB7_26;
-	ld.param.u64 	%rd4, [%rd1+-16];
+	ld.param.u64 	%rd4, [%rd1+-24];
 	ld.param.u32 	%r1, [%rd1+8];
-	ld.param.u64 	%rd5, [%rd1+-24];
-	ld.param.u64 	%rd6, [%rd1+-8];
-	cvta.to.global.u64 	%rd37, %rd5;
-	cvta.to.global.u64 	%rd104, %rd6;
+	ld.param.u64 	%rd5, [%rd1+-32];
+	ld.param.u64 	%rd6, [%rd1+-16];
+	ld.param.u64 	%rd7, [%rd1+-8];
+	cvta.to.global.u64 	%rd38, %rd5;
+	cvta.to.global.u64 	%rd105, %rd6;
+	cvta.to.global.u64 	%rd108, %rd7;
 $L__BB7_2:
 	setp.lt.u32 	%p2, %r1, 2;
 	mov.u32 	%r95, 0;
 	@%p2 bra 	$L__BB7_5;
-	cvta.to.global.u64 	%rd8, %rd4;
+	cvta.to.global.u64 	%rd9, %rd4;
 	mov.u32 	%r95, 0;
 	mov.u32 	%r93, %r1;
 $L__BB7_4:
 	add.s32 	%r10, %r93, %r95;
 	shr.u32 	%r11, %r10, 1;
-	mul.wide.u32 	%rd30, %r11, 64;
-	add.s64 	%rd31, %rd8, %rd30;
-	ld.global.u64 	%rd32, [%rd31+8];
-	setp.le.u64 	%p3, %rd32, %rd108;
+	mul.wide.u32 	%rd31, %r11, 64;
+	add.s64 	%rd32, %rd9, %rd31;
+	ld.global.u64 	%rd33, [%rd32+8];
+	setp.le.u64 	%p3, %rd33, %rd112;
 	selp.b32 	%r95, %r11, %r95, %p3;
 	selp.b32 	%r93, %r93, %r11, %p3;
 	sub.s32 	%r12, %r93, %r95;
 	setp.gt.u32 	%p4, %r12, 1;
 	@%p4 bra 	$L__BB7_4;
 $L__BB7_5:
-	cvta.to.global.u64 	%rd34, %rd4;
-	mul.wide.u32 	%rd35, %r95, 64;
-	add.s64 	%rd36, %rd34, %rd35;
-	add.s64 	%rd9, %rd36, 8;
-	mul.wide.u32 	%rd38, %r95, 40;
-	add.s64 	%rd39, %rd37, %rd38;
-	add.s64 	%rd10, %rd39, 32;
-	ld.global.u32 	%rd11, [%rd39+32];
-	mov.u64 	%rd109, 0;
-	ld.global.u64 	%rd40, [%rd36+8];
-	sub.s64 	%rd41, %rd108, %rd40;
-	shl.b64 	%rd42, %rd41, 8;
+	cvta.to.global.u64 	%rd35, %rd4;
+	mul.wide.u32 	%rd36, %r95, 64;
+	add.s64 	%rd37, %rd35, %rd36;
+	add.s64 	%rd10, %rd37, 8;
+	mul.wide.u32 	%rd39, %r95, 40;
+	add.s64 	%rd40, %rd38, %rd39;
+	add.s64 	%rd11, %rd40, 32;
+	ld.global.u32 	%rd12, [%rd40+32];
+	mov.u64 	%rd113, 0;
+	ld.global.u64 	%rd41, [%rd37+8];
+	sub.s64 	%rd42, %rd112, %rd41;
+	shl.b64 	%rd43, %rd42, 8;
 	mov.u32 	%r13, %tid.x;
-	cvt.u64.u32 	%rd43, %r13;
-	add.s64 	%rd12, %rd42, %rd43;
-	ld.global.u32 	%rd44, [%rd36+16];
-	setp.ge.u64 	%p5, %rd12, %rd44;
+	cvt.u64.u32 	%rd44, %r13;
+	add.s64 	%rd13, %rd43, %rd44;
+	ld.global.u32 	%rd45, [%rd37+16];
+	setp.ge.u64 	%p5, %rd13, %rd45;
 	@%p5 bra 	$L__BB7_16;
-	ld.global.u64 	%rd46, [%rd10+-32];
-	shl.b64 	%rd47, %rd12, 4;
-	add.s64 	%rd48, %rd46, %rd47;
-	ld.global.u32 	%rd49, [%rd9+12];
-	mul.lo.s64 	%rd50, %rd12, %rd49;
-	ld.global.u64 	%rd51, [%rd10+-8];
-	sub.s64 	%rd52, %rd51, %rd50;
-	min.u64 	%rd13, %rd52, %rd49;
-	add.s64 	%rd14, %rd48, 44;
-	ld.u8 	%rs1, [%rd48+44];
+	ld.global.u64 	%rd47, [%rd11+-32];
+	shl.b64 	%rd48, %rd13, 4;
+	add.s64 	%rd49, %rd47, %rd48;
+	ld.global.u32 	%rd50, [%rd10+12];
+	mul.lo.s64 	%rd51, %rd13, %rd50;
+	ld.global.u64 	%rd52, [%rd11+-8];
+	sub.s64 	%rd53, %rd52, %rd51;
+	min.u64 	%rd14, %rd53, %rd50;
+	add.s64 	%rd15, %rd49, 44;
+	ld.u8 	%rs1, [%rd49+44];
 	add.s16 	%rs2, %rs1, -1;
 	and.b16  	%rs3, %rs2, 255;
 	setp.gt.u16 	%p6, %rs3, 2;
 	@%p6 bra 	$L__BB7_16;
-	ld.u32 	%rd15, [%rd14+-4];
-	setp.eq.s64 	%p7, %rd15, 0;
+	ld.u32 	%rd16, [%rd15+-4];
+	setp.eq.s64 	%p7, %rd16, 0;
 	@%p7 bra 	$L__BB7_16;
-	setp.lt.u64 	%p8, %rd13, %rd15;
+	setp.lt.u64 	%p8, %rd14, %rd16;
 	@%p8 bra 	$L__BB7_16;
 	setp.eq.s16 	%p9, %rs1, 1;
-	setp.ne.s64 	%p10, %rd13, %rd15;
+	setp.ne.s64 	%p10, %rd14, %rd16;
 	and.pred  	%p11, %p9, %p10;
 	@%p11 bra 	$L__BB7_16;
 	@%p9 bra 	$L__BB7_14;
@@ -4746,29 +4748,29 @@ $L__BB7_5:
 	@%p13 bra 	$L__BB7_15;
 	setp.ne.s16 	%p14, %rs1, 2;
 	@%p14 bra 	$L__BB7_16;
-	add.s64 	%rd57, %rd13, 31;
-	shr.u64 	%rd58, %rd57, 3;
-	and.b64  	%rd59, %rd58, 1073741820;
-	add.s64 	%rd60, %rd59, 7;
-	and.b64  	%rd61, %rd60, 2147483640;
-	mul.lo.s64 	%rd62, %rd15, %rd11;
-	add.s64 	%rd63, %rd62, 7;
-	and.b64  	%rd64, %rd63, -8;
-	add.s64 	%rd109, %rd64, %rd61;
+	add.s64 	%rd58, %rd14, 31;
+	shr.u64 	%rd59, %rd58, 3;
+	and.b64  	%rd60, %rd59, 1073741820;
+	add.s64 	%rd61, %rd60, 7;
+	and.b64  	%rd62, %rd61, 2147483640;
+	mul.lo.s64 	%rd63, %rd16, %rd12;
+	add.s64 	%rd64, %rd63, 7;
+	and.b64  	%rd65, %rd64, -8;
+	add.s64 	%rd113, %rd65, %rd62;
 	bra.uni 	$L__BB7_16;
 $L__BB7_14:
-	mul.lo.s64 	%rd65, %rd13, %rd11;
-	add.s64 	%rd66, %rd65, 7;
-	and.b64  	%rd109, %rd66, -8;
+	mul.lo.s64 	%rd66, %rd14, %rd12;
+	add.s64 	%rd67, %rd66, 7;
+	and.b64  	%rd113, %rd67, -8;
 	bra.uni 	$L__BB7_16;
 $L__BB7_15:
-	shl.b64 	%rd67, %rd15, 1;
-	add.s64 	%rd68, %rd67, 7;
-	and.b64  	%rd69, %rd68, 17179869176;
-	mul.lo.s64 	%rd70, %rd15, %rd11;
-	add.s64 	%rd71, %rd70, 7;
-	and.b64  	%rd72, %rd71, -8;
-	add.s64 	%rd109, %rd72, %rd69;
+	shl.b64 	%rd68, %rd16, 1;
+	add.s64 	%rd69, %rd68, 7;
+	and.b64  	%rd70, %rd69, 17179869176;
+	mul.lo.s64 	%rd71, %rd16, %rd12;
+	add.s64 	%rd72, %rd71, 7;
+	and.b64  	%rd73, %rd72, -8;
+	add.s64 	%rd113, %rd73, %rd70;
 $L__BB7_16:
 	and.b32  	%r35, %r13, 31;
 	setp.lt.u32 	%p15, %r35, 16;
@@ -4783,76 +4785,76 @@ $L__BB7_16:
 	mov.u32 	%r40, 8;
 	setp.ne.s32 	%p20, %r35, 31;
 	// begin inline asm
-	mov.b64 {%r14,%r15}, %rd109;
+	mov.b64 {%r14,%r15}, %rd113;
 	// end inline asm
 	mov.u32 	%r41, 1;
 	mov.u32 	%r42, -1;
 	shfl.sync.up.b32 	%r17|%p21, %r15, %r41, %r39, %r42;
 	shfl.sync.up.b32 	%r16|%p22, %r14, %r41, %r39, %r42;
 	// begin inline asm
-	mov.b64 %rd74, {%r16,%r17};
+	mov.b64 %rd75, {%r16,%r17};
 	// end inline asm
-	selp.b64 	%rd83, 0, %rd74, %p18;
-	add.s64 	%rd75, %rd83, %rd109;
+	selp.b64 	%rd84, 0, %rd75, %p18;
+	add.s64 	%rd76, %rd84, %rd113;
 	// begin inline asm
-	mov.b64 {%r18,%r19}, %rd75;
+	mov.b64 {%r18,%r19}, %rd76;
 	// end inline asm
 	shfl.sync.up.b32 	%r21|%p23, %r19, %r38, %r39, %r42;
 	shfl.sync.up.b32 	%r20|%p24, %r18, %r38, %r39, %r42;
 	// begin inline asm
-	mov.b64 %rd76, {%r20,%r21};
+	mov.b64 %rd77, {%r20,%r21};
 	// end inline asm
-	selp.b64 	%rd84, 0, %rd76, %p17;
-	add.s64 	%rd77, %rd84, %rd75;
+	selp.b64 	%rd85, 0, %rd77, %p17;
+	add.s64 	%rd78, %rd85, %rd76;
 	// begin inline asm
-	mov.b64 {%r22,%r23}, %rd77;
+	mov.b64 {%r22,%r23}, %rd78;
 	// end inline asm
 	shfl.sync.up.b32 	%r25|%p25, %r23, %r37, %r39, %r42;
 	shfl.sync.up.b32 	%r24|%p26, %r22, %r37, %r39, %r42;
 	// begin inline asm
-	mov.b64 %rd78, {%r24,%r25};
+	mov.b64 %rd79, {%r24,%r25};
 	// end inline asm
-	selp.b64 	%rd85, 0, %rd78, %p16;
-	add.s64 	%rd79, %rd85, %rd77;
+	selp.b64 	%rd86, 0, %rd79, %p16;
+	add.s64 	%rd80, %rd86, %rd78;
 	// begin inline asm
-	mov.b64 {%r26,%r27}, %rd79;
+	mov.b64 {%r26,%r27}, %rd80;
 	// end inline asm
 	shfl.sync.up.b32 	%r29|%p27, %r27, %r40, %r39, %r42;
 	shfl.sync.up.b32 	%r28|%p28, %r26, %r40, %r39, %r42;
 	// begin inline asm
-	mov.b64 %rd80, {%r28,%r29};
+	mov.b64 %rd81, {%r28,%r29};
 	// end inline asm
-	selp.b64 	%rd86, 0, %rd80, %p19;
-	add.s64 	%rd81, %rd86, %rd79;
+	selp.b64 	%rd87, 0, %rd81, %p19;
+	add.s64 	%rd82, %rd87, %rd80;
 	// begin inline asm
-	mov.b64 {%r30,%r31}, %rd81;
+	mov.b64 {%r30,%r31}, %rd82;
 	// end inline asm
 	shfl.sync.up.b32 	%r33|%p29, %r31, %r36, %r39, %r42;
 	shfl.sync.up.b32 	%r32|%p30, %r30, %r36, %r39, %r42;
 	// begin inline asm
-	mov.b64 %rd82, {%r32,%r33};
+	mov.b64 %rd83, {%r32,%r33};
 	// end inline asm
-	selp.b64 	%rd87, 0, %rd82, %p15;
-	add.s64 	%rd20, %rd87, %rd81;
+	selp.b64 	%rd88, 0, %rd83, %p15;
+	add.s64 	%rd21, %rd88, %rd82;
 	@%p20 bra 	$L__BB7_18;
 	shr.u32 	%r44, %r13, 2;
 	and.b32  	%r45, %r44, 1073741816;
 	mov.u32 	%r46, _ZZ16ws_delta_vchunksE3red;
 	add.s32 	%r47, %r46, %r45;
-	st.shared.u64 	[%r47], %rd20;
+	st.shared.u64 	[%r47], %rd21;
 $L__BB7_18:
 	shr.u32 	%r49, %r13, 5;
 	setp.ne.s32 	%p31, %r49, 0;
 	bar.sync 	0;
 	@%p31 bra 	$L__BB7_23;
 	setp.gt.u32 	%p32, %r35, 7;
-	mov.u64 	%rd110, 0;
+	mov.u64 	%rd114, 0;
 	@%p32 bra 	$L__BB7_21;
 	shl.b32 	%r53, %r13, 3;
 	and.b32  	%r54, %r53, 248;
 	mov.u32 	%r55, _ZZ16ws_delta_vchunksE3red;
 	add.s32 	%r56, %r55, %r54;
-	ld.shared.u64 	%rd110, [%r56];
+	ld.shared.u64 	%rd114, [%r56];
 $L__BB7_21:
 	mov.u32 	%r79, 16;
 	mov.u32 	%r80, 4;
@@ -4860,84 +4862,87 @@ $L__BB7_21:
 	mov.u32 	%r82, 0;
 	mov.u32 	%r83, 8;
 	// begin inline asm
-	mov.b64 {%r57,%r58}, %rd110;
+	mov.b64 {%r57,%r58}, %rd114;
 	// end inline asm
 	mov.u32 	%r84, 1;
 	mov.u32 	%r85, -1;
 	shfl.sync.up.b32 	%r60|%p39, %r58, %r84, %r82, %r85;
 	shfl.sync.up.b32 	%r59|%p40, %r57, %r84, %r82, %r85;
 	// begin inline asm
-	mov.b64 %rd90, {%r59,%r60};
+	mov.b64 %rd91, {%r59,%r60};
 	// end inline asm
-	selp.b64 	%rd99, 0, %rd90, %p18;
-	add.s64 	%rd91, %rd99, %rd110;
+	selp.b64 	%rd100, 0, %rd91, %p18;
+	add.s64 	%rd92, %rd100, %rd114;
 	// begin inline asm
-	mov.b64 {%r61,%r62}, %rd91;
+	mov.b64 {%r61,%r62}, %rd92;
 	// end inline asm
 	shfl.sync.up.b32 	%r64|%p41, %r62, %r81, %r82, %r85;
 	shfl.sync.up.b32 	%r63|%p42, %r61, %r81, %r82, %r85;
 	// begin inline asm
-	mov.b64 %rd92, {%r63,%r64};
+	mov.b64 %rd93, {%r63,%r64};
 	// end inline asm
-	selp.b64 	%rd100, 0, %rd92, %p17;
-	add.s64 	%rd93, %rd100, %rd91;
+	selp.b64 	%rd101, 0, %rd93, %p17;
+	add.s64 	%rd94, %rd101, %rd92;
 	// begin inline asm
-	mov.b64 {%r65,%r66}, %rd93;
+	mov.b64 {%r65,%r66}, %rd94;
 	// end inline asm
 	shfl.sync.up.b32 	%r68|%p43, %r66, %r80, %r82, %r85;
 	shfl.sync.up.b32 	%r67|%p44, %r65, %r80, %r82, %r85;
 	// begin inline asm
-	mov.b64 %rd94, {%r67,%r68};
+	mov.b64 %rd95, {%r67,%r68};
 	// end inline asm
-	selp.b64 	%rd101, 0, %rd94, %p16;
-	add.s64 	%rd95, %rd101, %rd93;
+	selp.b64 	%rd102, 0, %rd95, %p16;
+	add.s64 	%rd96, %rd102, %rd94;
 	// begin inline asm
-	mov.b64 {%r69,%r70}, %rd95;
+	mov.b64 {%r69,%r70}, %rd96;
 	// end inline asm
 	shfl.sync.up.b32 	%r72|%p45, %r70, %r83, %r82, %r85;
 	shfl.sync.up.b32 	%r71|%p46, %r69, %r83, %r82, %r85;
 	// begin inline asm
-	mov.b64 %rd96, {%r71,%r72};
+	mov.b64 %rd97, {%r71,%r72};
 	// end inline asm
-	selp.b64 	%rd102, 0, %rd96, %p19;
-	add.s64 	%rd97, %rd102, %rd95;
+	selp.b64 	%rd103, 0, %rd97, %p19;
+	add.s64 	%rd98, %rd103, %rd96;
 	// begin inline asm
-	mov.b64 {%r73,%r74}, %rd97;
+	mov.b64 {%r73,%r74}, %rd98;
 	// end inline asm
 	shfl.sync.up.b32 	%r76|%p47, %r74, %r79, %r82, %r85;
 	shfl.sync.up.b32 	%r75|%p48, %r73, %r79, %r82, %r85;
 	// begin inline asm
-	mov.b64 %rd98, {%r75,%r76};
+	mov.b64 %rd99, {%r75,%r76};
 	// end inline asm
-	selp.b64 	%rd103, 0, %rd98, %p15;
-	add.s64 	%rd23, %rd103, %rd97;
+	selp.b64 	%rd104, 0, %rd99, %p15;
+	add.s64 	%rd24, %rd104, %rd98;
 	@%p32 bra 	$L__BB7_23;
 	shl.b32 	%r87, %r13, 3;
 	and.b32  	%r88, %r87, 248;
 	mov.u32 	%r89, _ZZ16ws_delta_vchunksE3red;
 	add.s32 	%r90, %r89, %r88;
-	st.shared.u64 	[%r90], %rd23;
+	st.shared.u64 	[%r90], %rd24;
 $L__BB7_23:
 	setp.ne.s32 	%p49, %r13, 0;
 	bar.sync 	0;
-	ld.shared.u64 	%rd24, [_ZZ16ws_delta_vchunksE3red+56];
+	ld.shared.u64 	%rd25, [_ZZ16ws_delta_vchunksE3red+56];
 	bar.sync 	0;
 	@%p49 bra 	$L__BB7_25;
-	shl.b64 	%rd105, %rd108, 3;
-	add.s64 	%rd106, %rd104, %rd105;
-	st.global.u64 	[%rd106], %rd24;
+	shl.b64 	%rd106, %rd112, 3;
+	add.s64 	%rd107, %rd105, %rd106;
+	st.global.u64 	[%rd107], %rd25;
+	shl.b64 	%rd109, %rd112, 2;
+	add.s64 	%rd110, %rd108, %rd109;
+	st.global.u32 	[%rd110], %r95;
 $L__BB7_25:
 	mov.u32 	%r92, %nctaid.x;
-	cvt.u64.u32 	%rd107, %r92;
-	add.s64 	%rd108, %rd108, %rd107;
-	setp.lt.u64 	%p50, %rd108, %rd3;
+	cvt.u64.u32 	%rd111, %r92;
+	add.s64 	%rd112, %rd112, %rd111;
+	setp.lt.u64 	%p50, %rd112, %rd3;
 	@%p50 bra 	$L__BB7_2;
 $L__BB7_26:
 	ret;
 }
 	// .globl	ws_delta_vtop
 .visible .entry ws_delta_vtop(
-	.param .align 8 .b8 ws_delta_vtop_param_0[40]
+	.param .align 8 .b8 ws_delta_vtop_param_0[48]
 )
 .maxntid 1024, 1, 1
 {
@@ -4947,14 +4952,14 @@ $L__BB7_26:
 	// demoted variable
 	.shared .align 8 .b8 _ZZ13ws_delta_vtopE3red[256];
 	mov.b64 	%rd16, ws_delta_vtop_param_0;
-	add.s64 	%rd1, %rd16, 24;
-	ld.param.u64 	%rd18, [ws_delta_vtop_param_0+24];
+	add.s64 	%rd1, %rd16, 32;
+	ld.param.u64 	%rd18, [ws_delta_vtop_param_0+32];
 	cvta.to.global.u64 	%rd19, %rd18;
 	ld.global.u64 	%rd2, [%rd19+8];
 	setp.eq.s64 	%p1, %rd2, 0;
 	@%p1 bra 	$L__BB8_13;
 	mov.u32 	%r3, %tid.x;
-	ld.param.u64 	%rd3, [%rd1+-8];
+	ld.param.u64 	%rd3, [%rd1+-16];
 	mov.u64 	%rd62, 0;
 	and.b32  	%r1, %r3, 31;
 	shr.u32 	%r2, %r3, 5;
@@ -5137,853 +5142,842 @@ $L__BB8_13:
 }
 	// .globl	ws_delta_vcheck
 .visible .entry ws_delta_vcheck(
-	.param .align 8 .b8 ws_delta_vcheck_param_0[40]
+	.param .align 8 .b8 ws_delta_vcheck_param_0[48]
 )
 .maxntid 256, 1, 1
 {
-	.reg .pred 	%p<206>;
+	.reg .pred 	%p<204>;
 	.reg .b16 	%rs<24>;
-	.reg .b32 	%r<248>;
-	.reg .b64 	%rd<350>;
+	.reg .b32 	%r<231>;
+	.reg .b64 	%rd<355>;
 	// demoted variable
 	.shared .align 8 .b8 _ZZ15ws_delta_vcheckE3red[64];
 	mov.b64 	%rd80, ws_delta_vcheck_param_0;
-	add.s64 	%rd1, %rd80, 24;
-	ld.param.u64 	%rd82, [ws_delta_vcheck_param_0+24];
+	add.s64 	%rd1, %rd80, 32;
+	ld.param.u64 	%rd82, [ws_delta_vcheck_param_0+32];
 	cvta.to.global.u64 	%rd83, %rd82;
-	mov.u32 	%r22, %ctaid.x;
-	cvt.u64.u32 	%rd333, %r22;
-	ld.global.u64 	%rd3, [%rd83];
-	setp.le.u64 	%p19, %rd3, %rd333;
-	@%p19 bra 	$L__BB9_104;
-	ld.param.u64 	%rd4, [%rd1+-16];
-	ld.param.u32 	%r1, [%rd1+8];
+	ld.global.u64 	%rd84, [%rd83+8];
+	shl.b64 	%rd2, %rd84, 8;
+	mov.u32 	%r15, %ctaid.x;
+	cvt.u64.u32 	%rd338, %r15;
+	setp.le.u64 	%p19, %rd2, %rd338;
+	@%p19 bra 	$L__BB9_102;
+	ld.param.u64 	%rd4, [%rd1+-8];
 	ld.param.u64 	%rd5, [%rd1+-24];
-	mov.u32 	%r23, %tid.x;
-	cvt.u64.u32 	%rd6, %r23;
-	ld.param.u64 	%rd7, [%rd1+-8];
-	cvta.to.global.u64 	%rd91, %rd5;
-	cvta.to.global.u64 	%rd158, %rd7;
+	ld.param.u64 	%rd6, [%rd1+-32];
+	mov.u32 	%r16, %tid.x;
+	cvt.u64.u32 	%rd7, %r16;
+	ld.param.u64 	%rd8, [%rd1+-16];
+	cvta.to.global.u64 	%rd85, %rd4;
+	cvta.to.global.u64 	%rd97, %rd6;
+	and.b32  	%r41, %r16, 31;
+	cvta.to.global.u64 	%rd163, %rd8;
 	bra.uni 	$L__BB9_2;
-$L__BB9_33:
-	mul.lo.s64 	%rd181, %rd32, %rd14;
-	add.s64 	%rd182, %rd181, 7;
-	and.b64  	%rd336, %rd182, -8;
-	bra.uni 	$L__BB9_35;
-$L__BB9_34:
-	shl.b64 	%rd183, %rd31, 1;
-	add.s64 	%rd184, %rd183, 7;
-	and.b64  	%rd185, %rd184, 17179869176;
-	mul.lo.s64 	%rd186, %rd31, %rd14;
+$L__BB9_31:
+	mul.lo.s64 	%rd186, %rd32, %rd16;
 	add.s64 	%rd187, %rd186, 7;
-	and.b64  	%rd188, %rd187, -8;
-	add.s64 	%rd336, %rd188, %rd185;
-$L__BB9_35:
-	sub.s64 	%rd189, %rd12, %rd29;
-	setp.gt.u64 	%p80, %rd336, %rd189;
-	selp.b32 	%r243, 5, 0, %p80;
-	bra.uni 	$L__BB9_37;
+	and.b64  	%rd341, %rd187, -8;
+	bra.uni 	$L__BB9_33;
+$L__BB9_32:
+	shl.b64 	%rd188, %rd31, 1;
+	add.s64 	%rd189, %rd188, 7;
+	and.b64  	%rd190, %rd189, 17179869176;
+	mul.lo.s64 	%rd191, %rd31, %rd16;
+	add.s64 	%rd192, %rd191, 7;
+	and.b64  	%rd193, %rd192, -8;
+	add.s64 	%rd341, %rd193, %rd190;
+$L__BB9_33:
+	sub.s64 	%rd194, %rd14, %rd29;
+	setp.gt.u64 	%p78, %rd341, %rd194;
+	selp.b32 	%r226, 5, 0, %p78;
+	bra.uni 	$L__BB9_35;
 $L__BB9_2:
-	setp.lt.u32 	%p20, %r1, 2;
-	mov.u32 	%r242, 0;
-	@%p20 bra 	$L__BB9_5;
-	cvta.to.global.u64 	%rd9, %rd4;
-	mov.u32 	%r242, 0;
-	mov.u32 	%r240, %r1;
-$L__BB9_4:
-	add.s32 	%r26, %r240, %r242;
-	shr.u32 	%r27, %r26, 1;
-	mul.wide.u32 	%rd84, %r27, 64;
-	add.s64 	%rd85, %rd9, %rd84;
-	ld.global.u64 	%rd86, [%rd85];
-	setp.le.u64 	%p21, %rd86, %rd333;
-	selp.b32 	%r242, %r27, %r242, %p21;
-	selp.b32 	%r240, %r240, %r27, %p21;
-	sub.s32 	%r28, %r240, %r242;
-	setp.gt.u32 	%p22, %r28, 1;
-	@%p22 bra 	$L__BB9_4;
-$L__BB9_5:
-	cvta.to.global.u64 	%rd88, %rd4;
-	mul.wide.u32 	%rd89, %r242, 64;
-	add.s64 	%rd90, %rd88, %rd89;
-	ld.global.u64 	%rd10, [%rd90+8];
-	mov.u64 	%rd334, 0;
-	ld.global.v2.u32 	{%r29, %r30}, [%rd90+16];
-	mul.wide.u32 	%rd92, %r242, 40;
-	add.s64 	%rd93, %rd91, %rd92;
-	ld.global.u64 	%rd11, [%rd93];
-	ld.global.u64 	%rd12, [%rd93+16];
-	ld.global.u64 	%rd13, [%rd93+24];
-	ld.global.u32 	%rd14, [%rd93+32];
-	ld.global.u64 	%rd94, [%rd90];
-	sub.s64 	%rd15, %rd333, %rd94;
-	and.b64  	%rd95, %rd15, -256;
-	add.s64 	%rd16, %rd95, %rd6;
-	setp.ge.u64 	%p23, %rd16, %rd15;
-	@%p23 bra 	$L__BB9_16;
-	shl.b64 	%rd97, %rd16, 4;
-	add.s64 	%rd98, %rd11, %rd97;
-	cvt.u64.u32 	%rd99, %r30;
-	mul.lo.s64 	%rd100, %rd16, %rd99;
-	sub.s64 	%rd101, %rd13, %rd100;
-	min.u64 	%rd17, %rd101, %rd99;
-	add.s64 	%rd18, %rd98, 44;
-	ld.u8 	%rs1, [%rd98+44];
+	shr.u64 	%rd86, %rd338, 6;
+	and.b64  	%rd87, %rd86, 288230376151711740;
+	add.s64 	%rd88, %rd85, %rd87;
+	ld.global.u32 	%r1, [%rd88];
+	cvta.to.global.u64 	%rd89, %rd5;
+	mul.wide.u32 	%rd90, %r1, 64;
+	add.s64 	%rd91, %rd89, %rd90;
+	ld.global.v2.u32 	{%r17, %r18}, [%rd91+16];
+	ld.global.u64 	%rd10, [%rd91+8];
+	shl.b64 	%rd92, %rd10, 8;
+	sub.s64 	%rd93, %rd338, %rd92;
+	and.b64  	%rd94, %rd93, -256;
+	and.b64  	%rd95, %rd338, 255;
+	or.b64  	%rd11, %rd94, %rd95;
+	cvt.u64.u32 	%rd12, %r17;
+	setp.ge.u64 	%p20, %rd11, %rd12;
+	@%p20 bra 	$L__BB9_101;
+	mul.wide.u32 	%rd98, %r1, 40;
+	add.s64 	%rd99, %rd97, %rd98;
+	ld.global.u64 	%rd13, [%rd99];
+	mov.u64 	%rd339, 0;
+	ld.global.u64 	%rd14, [%rd99+16];
+	ld.global.u64 	%rd15, [%rd99+24];
+	ld.global.u32 	%rd16, [%rd99+32];
+	and.b64  	%rd100, %rd11, -256;
+	add.s64 	%rd17, %rd100, %rd7;
+	setp.ge.u64 	%p21, %rd17, %rd11;
+	@%p21 bra 	$L__BB9_14;
+	shl.b64 	%rd102, %rd17, 4;
+	add.s64 	%rd103, %rd13, %rd102;
+	cvt.u64.u32 	%rd104, %r18;
+	mul.lo.s64 	%rd105, %rd17, %rd104;
+	sub.s64 	%rd106, %rd15, %rd105;
+	min.u64 	%rd18, %rd106, %rd104;
+	add.s64 	%rd19, %rd103, 44;
+	ld.u8 	%rs1, [%rd103+44];
 	add.s16 	%rs11, %rs1, -1;
 	and.b16  	%rs12, %rs11, 255;
-	setp.gt.u16 	%p24, %rs12, 2;
-	@%p24 bra 	$L__BB9_16;
-	ld.u32 	%rd19, [%rd18+-4];
-	setp.eq.s64 	%p25, %rd19, 0;
-	@%p25 bra 	$L__BB9_16;
-	setp.lt.u64 	%p26, %rd17, %rd19;
-	@%p26 bra 	$L__BB9_16;
-	setp.eq.s16 	%p27, %rs1, 1;
-	setp.ne.s64 	%p28, %rd17, %rd19;
-	and.pred  	%p29, %p27, %p28;
-	@%p29 bra 	$L__BB9_16;
+	setp.gt.u16 	%p22, %rs12, 2;
+	@%p22 bra 	$L__BB9_14;
+	ld.u32 	%rd20, [%rd19+-4];
+	setp.eq.s64 	%p23, %rd20, 0;
+	@%p23 bra 	$L__BB9_14;
+	setp.lt.u64 	%p24, %rd18, %rd20;
+	@%p24 bra 	$L__BB9_14;
+	setp.eq.s16 	%p25, %rs1, 1;
+	setp.ne.s64 	%p26, %rd18, %rd20;
+	and.pred  	%p27, %p25, %p26;
 	@%p27 bra 	$L__BB9_14;
-	setp.eq.s16 	%p31, %rs1, 3;
-	@%p31 bra 	$L__BB9_15;
-	setp.ne.s16 	%p32, %rs1, 2;
-	@%p32 bra 	$L__BB9_16;
-	add.s64 	%rd106, %rd17, 31;
-	shr.u64 	%rd107, %rd106, 3;
-	and.b64  	%rd108, %rd107, 1073741820;
-	add.s64 	%rd109, %rd108, 7;
-	and.b64  	%rd110, %rd109, 2147483640;
-	mul.lo.s64 	%rd111, %rd19, %rd14;
-	add.s64 	%rd112, %rd111, 7;
-	and.b64  	%rd113, %rd112, -8;
-	add.s64 	%rd334, %rd113, %rd110;
-	bra.uni 	$L__BB9_16;
-$L__BB9_14:
-	mul.lo.s64 	%rd114, %rd17, %rd14;
-	add.s64 	%rd115, %rd114, 7;
-	and.b64  	%rd334, %rd115, -8;
-	bra.uni 	$L__BB9_16;
-$L__BB9_15:
-	shl.b64 	%rd116, %rd19, 1;
+	@%p25 bra 	$L__BB9_12;
+	setp.eq.s16 	%p29, %rs1, 3;
+	@%p29 bra 	$L__BB9_13;
+	setp.ne.s16 	%p30, %rs1, 2;
+	@%p30 bra 	$L__BB9_14;
+	add.s64 	%rd111, %rd18, 31;
+	shr.u64 	%rd112, %rd111, 3;
+	and.b64  	%rd113, %rd112, 1073741820;
+	add.s64 	%rd114, %rd113, 7;
+	and.b64  	%rd115, %rd114, 2147483640;
+	mul.lo.s64 	%rd116, %rd20, %rd16;
 	add.s64 	%rd117, %rd116, 7;
-	and.b64  	%rd118, %rd117, 17179869176;
-	mul.lo.s64 	%rd119, %rd19, %rd14;
+	and.b64  	%rd118, %rd117, -8;
+	add.s64 	%rd339, %rd118, %rd115;
+	bra.uni 	$L__BB9_14;
+$L__BB9_12:
+	mul.lo.s64 	%rd119, %rd18, %rd16;
 	add.s64 	%rd120, %rd119, 7;
-	and.b64  	%rd121, %rd120, -8;
-	add.s64 	%rd334, %rd121, %rd118;
+	and.b64  	%rd339, %rd120, -8;
+	bra.uni 	$L__BB9_14;
+$L__BB9_13:
+	shl.b64 	%rd121, %rd20, 1;
+	add.s64 	%rd122, %rd121, 7;
+	and.b64  	%rd123, %rd122, 17179869176;
+	mul.lo.s64 	%rd124, %rd20, %rd16;
+	add.s64 	%rd125, %rd124, 7;
+	and.b64  	%rd126, %rd125, -8;
+	add.s64 	%rd339, %rd126, %rd123;
+$L__BB9_14:
+	setp.lt.u32 	%p31, %r41, 16;
+	mov.u32 	%r42, 16;
+	setp.lt.u32 	%p32, %r41, 4;
+	mov.u32 	%r43, 4;
+	setp.lt.u32 	%p33, %r41, 2;
+	mov.u32 	%r44, 2;
+	setp.eq.s32 	%p34, %r41, 0;
+	mov.u32 	%r45, 0;
+	setp.lt.u32 	%p35, %r41, 8;
+	mov.u32 	%r46, 8;
+	setp.ne.s32 	%p36, %r41, 31;
+	// begin inline asm
+	mov.b64 {%r20,%r21}, %rd339;
+	// end inline asm
+	mov.u32 	%r47, 1;
+	mov.u32 	%r48, -1;
+	shfl.sync.up.b32 	%r23|%p37, %r21, %r47, %r45, %r48;
+	shfl.sync.up.b32 	%r22|%p38, %r20, %r47, %r45, %r48;
+	// begin inline asm
+	mov.b64 %rd128, {%r22,%r23};
+	// end inline asm
+	selp.b64 	%rd137, 0, %rd128, %p34;
+	add.s64 	%rd129, %rd137, %rd339;
+	// begin inline asm
+	mov.b64 {%r24,%r25}, %rd129;
+	// end inline asm
+	shfl.sync.up.b32 	%r27|%p39, %r25, %r44, %r45, %r48;
+	shfl.sync.up.b32 	%r26|%p40, %r24, %r44, %r45, %r48;
+	// begin inline asm
+	mov.b64 %rd130, {%r26,%r27};
+	// end inline asm
+	selp.b64 	%rd138, 0, %rd130, %p33;
+	add.s64 	%rd131, %rd138, %rd129;
+	// begin inline asm
+	mov.b64 {%r28,%r29}, %rd131;
+	// end inline asm
+	shfl.sync.up.b32 	%r31|%p41, %r29, %r43, %r45, %r48;
+	shfl.sync.up.b32 	%r30|%p42, %r28, %r43, %r45, %r48;
+	// begin inline asm
+	mov.b64 %rd132, {%r30,%r31};
+	// end inline asm
+	selp.b64 	%rd139, 0, %rd132, %p32;
+	add.s64 	%rd133, %rd139, %rd131;
+	// begin inline asm
+	mov.b64 {%r32,%r33}, %rd133;
+	// end inline asm
+	shfl.sync.up.b32 	%r35|%p43, %r33, %r46, %r45, %r48;
+	shfl.sync.up.b32 	%r34|%p44, %r32, %r46, %r45, %r48;
+	// begin inline asm
+	mov.b64 %rd134, {%r34,%r35};
+	// end inline asm
+	selp.b64 	%rd140, 0, %rd134, %p35;
+	add.s64 	%rd135, %rd140, %rd133;
+	// begin inline asm
+	mov.b64 {%r36,%r37}, %rd135;
+	// end inline asm
+	shfl.sync.up.b32 	%r39|%p45, %r37, %r42, %r45, %r48;
+	shfl.sync.up.b32 	%r38|%p46, %r36, %r42, %r45, %r48;
+	// begin inline asm
+	mov.b64 %rd136, {%r38,%r39};
+	// end inline asm
+	selp.b64 	%rd141, 0, %rd136, %p31;
+	add.s64 	%rd25, %rd141, %rd135;
+	@%p36 bra 	$L__BB9_16;
+	shr.u32 	%r50, %r16, 2;
+	and.b32  	%r51, %r50, 1073741816;
+	mov.u32 	%r52, _ZZ15ws_delta_vcheckE3red;
+	add.s32 	%r53, %r52, %r51;
+	st.shared.u64 	[%r53], %rd25;
 $L__BB9_16:
-	and.b32  	%r52, %r23, 31;
-	setp.lt.u32 	%p33, %r52, 16;
-	mov.u32 	%r53, 16;
-	setp.lt.u32 	%p34, %r52, 4;
-	mov.u32 	%r54, 4;
-	setp.lt.u32 	%p35, %r52, 2;
-	mov.u32 	%r55, 2;
-	setp.eq.s32 	%p36, %r52, 0;
-	mov.u32 	%r56, 0;
-	setp.lt.u32 	%p37, %r52, 8;
-	mov.u32 	%r57, 8;
-	setp.ne.s32 	%p38, %r52, 31;
-	// begin inline asm
-	mov.b64 {%r31,%r32}, %rd334;
-	// end inline asm
-	mov.u32 	%r58, 1;
-	mov.u32 	%r59, -1;
-	shfl.sync.up.b32 	%r34|%p39, %r32, %r58, %r56, %r59;
-	shfl.sync.up.b32 	%r33|%p40, %r31, %r58, %r56, %r59;
-	// begin inline asm
-	mov.b64 %rd123, {%r33,%r34};
-	// end inline asm
-	selp.b64 	%rd132, 0, %rd123, %p36;
-	add.s64 	%rd124, %rd132, %rd334;
-	// begin inline asm
-	mov.b64 {%r35,%r36}, %rd124;
-	// end inline asm
-	shfl.sync.up.b32 	%r38|%p41, %r36, %r55, %r56, %r59;
-	shfl.sync.up.b32 	%r37|%p42, %r35, %r55, %r56, %r59;
-	// begin inline asm
-	mov.b64 %rd125, {%r37,%r38};
-	// end inline asm
-	selp.b64 	%rd133, 0, %rd125, %p35;
-	add.s64 	%rd126, %rd133, %rd124;
-	// begin inline asm
-	mov.b64 {%r39,%r40}, %rd126;
-	// end inline asm
-	shfl.sync.up.b32 	%r42|%p43, %r40, %r54, %r56, %r59;
-	shfl.sync.up.b32 	%r41|%p44, %r39, %r54, %r56, %r59;
-	// begin inline asm
-	mov.b64 %rd127, {%r41,%r42};
-	// end inline asm
-	selp.b64 	%rd134, 0, %rd127, %p34;
-	add.s64 	%rd128, %rd134, %rd126;
-	// begin inline asm
-	mov.b64 {%r43,%r44}, %rd128;
-	// end inline asm
-	shfl.sync.up.b32 	%r46|%p45, %r44, %r57, %r56, %r59;
-	shfl.sync.up.b32 	%r45|%p46, %r43, %r57, %r56, %r59;
-	// begin inline asm
-	mov.b64 %rd129, {%r45,%r46};
-	// end inline asm
-	selp.b64 	%rd135, 0, %rd129, %p37;
-	add.s64 	%rd130, %rd135, %rd128;
-	// begin inline asm
-	mov.b64 {%r47,%r48}, %rd130;
-	// end inline asm
-	shfl.sync.up.b32 	%r50|%p47, %r48, %r53, %r56, %r59;
-	shfl.sync.up.b32 	%r49|%p48, %r47, %r53, %r56, %r59;
-	// begin inline asm
-	mov.b64 %rd131, {%r49,%r50};
-	// end inline asm
-	selp.b64 	%rd136, 0, %rd131, %p33;
-	add.s64 	%rd24, %rd136, %rd130;
-	@%p38 bra 	$L__BB9_18;
-	shr.u32 	%r61, %r23, 2;
-	and.b32  	%r62, %r61, 1073741816;
-	mov.u32 	%r63, _ZZ15ws_delta_vcheckE3red;
-	add.s32 	%r64, %r63, %r62;
-	st.shared.u64 	[%r64], %rd24;
-$L__BB9_18:
-	shr.u32 	%r66, %r23, 5;
-	setp.ne.s32 	%p49, %r66, 0;
+	shr.u32 	%r55, %r16, 5;
+	setp.ne.s32 	%p47, %r55, 0;
 	bar.sync 	0;
-	@%p49 bra 	$L__BB9_23;
-	and.b32  	%r239, %r23, 31;
-	setp.gt.u32 	%p50, %r239, 7;
-	mov.u64 	%rd335, 0;
-	@%p50 bra 	$L__BB9_21;
-	shl.b32 	%r70, %r23, 3;
-	and.b32  	%r71, %r70, 248;
-	mov.u32 	%r72, _ZZ15ws_delta_vcheckE3red;
-	add.s32 	%r73, %r72, %r71;
-	ld.shared.u64 	%rd335, [%r73];
+	@%p47 bra 	$L__BB9_21;
+	setp.gt.u32 	%p48, %r41, 7;
+	mov.u64 	%rd340, 0;
+	@%p48 bra 	$L__BB9_19;
+	shl.b32 	%r59, %r16, 3;
+	and.b32  	%r60, %r59, 248;
+	mov.u32 	%r61, _ZZ15ws_delta_vcheckE3red;
+	add.s32 	%r62, %r61, %r60;
+	ld.shared.u64 	%rd340, [%r62];
+$L__BB9_19:
+	mov.u32 	%r85, 16;
+	mov.u32 	%r86, 4;
+	mov.u32 	%r87, 2;
+	mov.u32 	%r88, 0;
+	mov.u32 	%r89, 8;
+	// begin inline asm
+	mov.b64 {%r63,%r64}, %rd340;
+	// end inline asm
+	mov.u32 	%r90, 1;
+	mov.u32 	%r91, -1;
+	shfl.sync.up.b32 	%r66|%p55, %r64, %r90, %r88, %r91;
+	shfl.sync.up.b32 	%r65|%p56, %r63, %r90, %r88, %r91;
+	// begin inline asm
+	mov.b64 %rd144, {%r65,%r66};
+	// end inline asm
+	selp.b64 	%rd153, 0, %rd144, %p34;
+	add.s64 	%rd145, %rd153, %rd340;
+	// begin inline asm
+	mov.b64 {%r67,%r68}, %rd145;
+	// end inline asm
+	shfl.sync.up.b32 	%r70|%p57, %r68, %r87, %r88, %r91;
+	shfl.sync.up.b32 	%r69|%p58, %r67, %r87, %r88, %r91;
+	// begin inline asm
+	mov.b64 %rd146, {%r69,%r70};
+	// end inline asm
+	selp.b64 	%rd154, 0, %rd146, %p33;
+	add.s64 	%rd147, %rd154, %rd145;
+	// begin inline asm
+	mov.b64 {%r71,%r72}, %rd147;
+	// end inline asm
+	shfl.sync.up.b32 	%r74|%p59, %r72, %r86, %r88, %r91;
+	shfl.sync.up.b32 	%r73|%p60, %r71, %r86, %r88, %r91;
+	// begin inline asm
+	mov.b64 %rd148, {%r73,%r74};
+	// end inline asm
+	selp.b64 	%rd155, 0, %rd148, %p32;
+	add.s64 	%rd149, %rd155, %rd147;
+	// begin inline asm
+	mov.b64 {%r75,%r76}, %rd149;
+	// end inline asm
+	shfl.sync.up.b32 	%r78|%p61, %r76, %r89, %r88, %r91;
+	shfl.sync.up.b32 	%r77|%p62, %r75, %r89, %r88, %r91;
+	// begin inline asm
+	mov.b64 %rd150, {%r77,%r78};
+	// end inline asm
+	selp.b64 	%rd156, 0, %rd150, %p35;
+	add.s64 	%rd151, %rd156, %rd149;
+	// begin inline asm
+	mov.b64 {%r79,%r80}, %rd151;
+	// end inline asm
+	shfl.sync.up.b32 	%r82|%p63, %r80, %r85, %r88, %r91;
+	shfl.sync.up.b32 	%r81|%p64, %r79, %r85, %r88, %r91;
+	// begin inline asm
+	mov.b64 %rd152, {%r81,%r82};
+	// end inline asm
+	selp.b64 	%rd157, 0, %rd152, %p31;
+	add.s64 	%rd28, %rd157, %rd151;
+	@%p48 bra 	$L__BB9_21;
+	shl.b32 	%r93, %r16, 3;
+	and.b32  	%r94, %r93, 248;
+	mov.u32 	%r95, _ZZ15ws_delta_vcheckE3red;
+	add.s32 	%r96, %r95, %r94;
+	st.shared.u64 	[%r96], %rd28;
 $L__BB9_21:
-	mov.u32 	%r96, 16;
-	mov.u32 	%r97, 4;
-	mov.u32 	%r98, 2;
-	mov.u32 	%r99, 0;
-	mov.u32 	%r100, 8;
-	// begin inline asm
-	mov.b64 {%r74,%r75}, %rd335;
-	// end inline asm
-	mov.u32 	%r101, 1;
-	mov.u32 	%r102, -1;
-	shfl.sync.up.b32 	%r77|%p57, %r75, %r101, %r99, %r102;
-	shfl.sync.up.b32 	%r76|%p58, %r74, %r101, %r99, %r102;
-	// begin inline asm
-	mov.b64 %rd139, {%r76,%r77};
-	// end inline asm
-	selp.b64 	%rd148, 0, %rd139, %p36;
-	add.s64 	%rd140, %rd148, %rd335;
-	// begin inline asm
-	mov.b64 {%r78,%r79}, %rd140;
-	// end inline asm
-	shfl.sync.up.b32 	%r81|%p59, %r79, %r98, %r99, %r102;
-	shfl.sync.up.b32 	%r80|%p60, %r78, %r98, %r99, %r102;
-	// begin inline asm
-	mov.b64 %rd141, {%r80,%r81};
-	// end inline asm
-	selp.b64 	%rd149, 0, %rd141, %p35;
-	add.s64 	%rd142, %rd149, %rd140;
-	// begin inline asm
-	mov.b64 {%r82,%r83}, %rd142;
-	// end inline asm
-	shfl.sync.up.b32 	%r85|%p61, %r83, %r97, %r99, %r102;
-	shfl.sync.up.b32 	%r84|%p62, %r82, %r97, %r99, %r102;
-	// begin inline asm
-	mov.b64 %rd143, {%r84,%r85};
-	// end inline asm
-	selp.b64 	%rd150, 0, %rd143, %p34;
-	add.s64 	%rd144, %rd150, %rd142;
-	// begin inline asm
-	mov.b64 {%r86,%r87}, %rd144;
-	// end inline asm
-	shfl.sync.up.b32 	%r89|%p63, %r87, %r100, %r99, %r102;
-	shfl.sync.up.b32 	%r88|%p64, %r86, %r100, %r99, %r102;
-	// begin inline asm
-	mov.b64 %rd145, {%r88,%r89};
-	// end inline asm
-	selp.b64 	%rd151, 0, %rd145, %p37;
-	add.s64 	%rd146, %rd151, %rd144;
-	// begin inline asm
-	mov.b64 {%r90,%r91}, %rd146;
-	// end inline asm
-	shfl.sync.up.b32 	%r93|%p65, %r91, %r96, %r99, %r102;
-	shfl.sync.up.b32 	%r92|%p66, %r90, %r96, %r99, %r102;
-	// begin inline asm
-	mov.b64 %rd147, {%r92,%r93};
-	// end inline asm
-	selp.b64 	%rd152, 0, %rd147, %p33;
-	add.s64 	%rd27, %rd152, %rd146;
-	@%p50 bra 	$L__BB9_23;
-	shl.b32 	%r104, %r23, 3;
-	and.b32  	%r105, %r104, 248;
-	mov.u32 	%r106, _ZZ15ws_delta_vcheckE3red;
-	add.s32 	%r107, %r106, %r105;
-	st.shared.u64 	[%r107], %rd27;
-$L__BB9_23:
-	shl.b64 	%rd153, %rd15, 4;
-	add.s64 	%rd154, %rd11, %rd153;
+	shl.b64 	%rd158, %rd11, 4;
+	add.s64 	%rd159, %rd13, %rd158;
 	bar.sync 	0;
-	ld.shared.u64 	%rd155, [_ZZ15ws_delta_vcheckE3red+56];
+	ld.shared.u64 	%rd160, [_ZZ15ws_delta_vcheckE3red+56];
 	bar.sync 	0;
-	cvt.u64.u32 	%rd28, %r29;
-	mul.wide.u32 	%rd156, %r29, 16;
-	add.s64 	%rd157, %rd156, %rd155;
-	shr.u64 	%rd159, %rd15, 8;
-	add.s64 	%rd160, %rd159, %rd10;
-	shl.b64 	%rd161, %rd160, 3;
-	add.s64 	%rd162, %rd158, %rd161;
-	shl.b64 	%rd163, %rd10, 3;
-	add.s64 	%rd164, %rd158, %rd163;
-	ld.global.u64 	%rd165, [%rd162];
-	add.s64 	%rd166, %rd157, %rd165;
-	add.s64 	%rd167, %rd166, 32;
-	ld.global.u64 	%rd168, [%rd164];
-	sub.s64 	%rd29, %rd167, %rd168;
-	ld.u64 	%rd30, [%rd154+32];
-	ld.u32 	%rd31, [%rd154+40];
-	ld.u8 	%rs3, [%rd154+44];
-	cvt.u64.u32 	%rd169, %r30;
-	mul.lo.s64 	%rd170, %rd15, %rd169;
-	sub.s64 	%rd171, %rd13, %rd170;
-	min.u64 	%rd32, %rd171, %rd169;
-	setp.gt.u16 	%p67, %rs3, 3;
-	mov.u32 	%r243, 1;
-	@%p67 bra 	$L__BB9_37;
-	setp.eq.s16 	%p68, %rs3, 0;
-	@%p68 bra 	$L__BB9_36;
-	cvt.u32.u64 	%r110, %rd31;
-	setp.eq.s32 	%p69, %r110, 0;
-	setp.lt.u64 	%p70, %rd32, %rd31;
-	or.pred  	%p71, %p69, %p70;
-	mov.u32 	%r243, 3;
-	@%p71 bra 	$L__BB9_37;
-	setp.eq.s16 	%p72, %rs3, 1;
-	setp.ne.s64 	%p73, %rd32, %rd31;
-	and.pred  	%p74, %p72, %p73;
-	@%p74 bra 	$L__BB9_37;
-	setp.ne.s64 	%p75, %rd30, %rd29;
-	mov.u32 	%r243, 4;
-	@%p75 bra 	$L__BB9_37;
-	setp.lt.u64 	%p76, %rd12, %rd29;
-	mov.u32 	%r243, 5;
-	@%p76 bra 	$L__BB9_37;
-	mov.u64 	%rd336, 0;
-	@%p72 bra 	$L__BB9_33;
-	setp.eq.s16 	%p78, %rs3, 3;
-	@%p78 bra 	$L__BB9_34;
-	setp.ne.s16 	%p79, %rs3, 2;
-	@%p79 bra 	$L__BB9_35;
-	add.s64 	%rd173, %rd32, 31;
-	shr.u64 	%rd174, %rd173, 3;
-	and.b64  	%rd175, %rd174, 1073741820;
-	add.s64 	%rd176, %rd175, 7;
-	and.b64  	%rd177, %rd176, 2147483640;
-	mul.lo.s64 	%rd178, %rd31, %rd14;
-	add.s64 	%rd179, %rd178, 7;
-	and.b64  	%rd180, %rd179, -8;
-	add.s64 	%rd336, %rd180, %rd177;
-	bra.uni 	$L__BB9_35;
-$L__BB9_36:
-	cvt.u32.u64 	%r114, %rd31;
-	setp.eq.s32 	%p81, %r114, 0;
-	setp.eq.s64 	%p82, %rd30, 0;
-	and.pred  	%p83, %p82, %p81;
-	selp.b32 	%r243, 0, 2, %p83;
-$L__BB9_37:
-	setp.eq.s32 	%p84, %r243, 0;
-	@%p84 bra 	$L__BB9_40;
-	cvt.u32.u64 	%r115, %rd6;
-	setp.ne.s32 	%p85, %r115, 0;
-	@%p85 bra 	$L__BB9_103;
-	add.s64 	%rd193, %rd90, 24;
-	shl.b64 	%rd194, %rd15, 8;
-	add.s64 	%rd195, %rd194, 256;
-	cvt.u64.u32 	%rd196, %r243;
-	or.b64  	%rd197, %rd195, %rd196;
-	atom.global.min.u64 	%rd198, [%rd193], %rd197;
-	bra.uni 	$L__BB9_103;
-$L__BB9_40:
-	add.s64 	%rd38, %rd11, %rd30;
-	setp.eq.s16 	%p86, %rs3, 2;
-	@%p86 bra 	$L__BB9_74;
-	bra.uni 	$L__BB9_41;
-$L__BB9_74:
-	add.s64 	%rd238, %rd32, 31;
-	shr.u64 	%rd50, %rd238, 5;
-	setp.le.u64 	%p125, %rd50, %rd6;
-	mov.u64 	%rd347, 0;
-	@%p125 bra 	$L__BB9_82;
-	add.s64 	%rd241, %rd32, -1;
-	shr.u64 	%rd51, %rd241, 5;
+	shl.b64 	%rd161, %rd12, 4;
+	add.s64 	%rd162, %rd161, %rd160;
+	shr.u64 	%rd164, %rd11, 8;
+	add.s64 	%rd165, %rd164, %rd10;
+	shl.b64 	%rd166, %rd165, 3;
+	add.s64 	%rd167, %rd163, %rd166;
+	shl.b64 	%rd168, %rd10, 3;
+	add.s64 	%rd169, %rd163, %rd168;
+	ld.global.u64 	%rd170, [%rd167];
+	add.s64 	%rd171, %rd162, %rd170;
+	add.s64 	%rd172, %rd171, 32;
+	ld.global.u64 	%rd173, [%rd169];
+	sub.s64 	%rd29, %rd172, %rd173;
+	ld.u64 	%rd30, [%rd159+32];
+	ld.u32 	%rd31, [%rd159+40];
+	ld.u8 	%rs3, [%rd159+44];
+	cvt.u64.u32 	%rd174, %r18;
+	mul.lo.s64 	%rd175, %rd11, %rd174;
+	sub.s64 	%rd176, %rd15, %rd175;
+	min.u64 	%rd32, %rd176, %rd174;
+	setp.gt.u16 	%p65, %rs3, 3;
+	mov.u32 	%r226, 1;
+	@%p65 bra 	$L__BB9_35;
+	setp.eq.s16 	%p66, %rs3, 0;
+	@%p66 bra 	$L__BB9_34;
+	cvt.u32.u64 	%r99, %rd31;
+	setp.eq.s32 	%p67, %r99, 0;
+	setp.lt.u64 	%p68, %rd32, %rd31;
+	or.pred  	%p69, %p67, %p68;
+	mov.u32 	%r226, 3;
+	@%p69 bra 	$L__BB9_35;
+	setp.eq.s16 	%p70, %rs3, 1;
+	setp.ne.s64 	%p71, %rd32, %rd31;
+	and.pred  	%p72, %p70, %p71;
+	@%p72 bra 	$L__BB9_35;
+	setp.ne.s64 	%p73, %rd30, %rd29;
+	mov.u32 	%r226, 4;
+	@%p73 bra 	$L__BB9_35;
+	setp.lt.u64 	%p74, %rd14, %rd29;
+	mov.u32 	%r226, 5;
+	@%p74 bra 	$L__BB9_35;
+	mov.u64 	%rd341, 0;
+	@%p70 bra 	$L__BB9_31;
+	setp.eq.s16 	%p76, %rs3, 3;
+	@%p76 bra 	$L__BB9_32;
+	setp.ne.s16 	%p77, %rs3, 2;
+	@%p77 bra 	$L__BB9_33;
+	add.s64 	%rd178, %rd32, 31;
+	shr.u64 	%rd179, %rd178, 3;
+	and.b64  	%rd180, %rd179, 1073741820;
+	add.s64 	%rd181, %rd180, 7;
+	and.b64  	%rd182, %rd181, 2147483640;
+	mul.lo.s64 	%rd183, %rd31, %rd16;
+	add.s64 	%rd184, %rd183, 7;
+	and.b64  	%rd185, %rd184, -8;
+	add.s64 	%rd341, %rd185, %rd182;
+	bra.uni 	$L__BB9_33;
+$L__BB9_34:
+	cvt.u32.u64 	%r103, %rd31;
+	setp.eq.s32 	%p79, %r103, 0;
+	setp.eq.s64 	%p80, %rd30, 0;
+	and.pred  	%p81, %p80, %p79;
+	selp.b32 	%r226, 0, 2, %p81;
+$L__BB9_35:
+	setp.eq.s32 	%p82, %r226, 0;
+	@%p82 bra 	$L__BB9_38;
+	cvt.u32.u64 	%r104, %rd7;
+	setp.ne.s32 	%p83, %r104, 0;
+	@%p83 bra 	$L__BB9_101;
+	add.s64 	%rd198, %rd91, 24;
+	shl.b64 	%rd199, %rd11, 8;
+	add.s64 	%rd200, %rd199, 256;
+	cvt.u64.u32 	%rd201, %r226;
+	or.b64  	%rd202, %rd200, %rd201;
+	atom.global.min.u64 	%rd203, [%rd198], %rd202;
+	bra.uni 	$L__BB9_101;
+$L__BB9_38:
+	add.s64 	%rd38, %rd13, %rd30;
+	setp.eq.s16 	%p84, %rs3, 2;
+	@%p84 bra 	$L__BB9_72;
+	bra.uni 	$L__BB9_39;
+$L__BB9_72:
+	add.s64 	%rd243, %rd32, 31;
+	shr.u64 	%rd50, %rd243, 5;
+	setp.le.u64 	%p123, %rd50, %rd7;
+	mov.u64 	%rd352, 0;
+	@%p123 bra 	$L__BB9_80;
+	add.s64 	%rd246, %rd32, -1;
+	shr.u64 	%rd51, %rd246, 5;
 	and.b64  	%rd52, %rd32, 31;
-	cvt.u32.u64 	%r124, %rd52;
-	mov.u32 	%r125, -1;
-	shl.b32 	%r126, %r125, %r124;
-	not.b32 	%r21, %r126;
-	not.b64 	%rd242, %rd6;
-	add.s64 	%rd243, %rd50, %rd242;
-	shr.u64 	%rd244, %rd243, 8;
-	add.s64 	%rd53, %rd244, 1;
+	cvt.u32.u64 	%r113, %rd52;
+	mov.u32 	%r114, -1;
+	shl.b32 	%r115, %r114, %r113;
+	not.b32 	%r14, %r115;
+	not.b64 	%rd247, %rd7;
+	add.s64 	%rd248, %rd50, %rd247;
+	shr.u64 	%rd249, %rd248, 8;
+	add.s64 	%rd53, %rd249, 1;
 	and.b64  	%rd54, %rd53, 3;
-	setp.lt.u64 	%p126, %rd243, 768;
-	mov.u64 	%rd347, 0;
-	mov.u64 	%rd345, %rd6;
-	@%p126 bra 	$L__BB9_78;
-	mov.u64 	%rd347, 0;
-	sub.s64 	%rd343, %rd53, %rd54;
+	setp.lt.u64 	%p124, %rd248, 768;
+	mov.u64 	%rd352, 0;
+	mov.u64 	%rd350, %rd7;
+	@%p124 bra 	$L__BB9_76;
+	mov.u64 	%rd352, 0;
+	sub.s64 	%rd348, %rd53, %rd54;
 	setp.ne.s64 	%p17, %rd52, 0;
-	mov.u64 	%rd345, %rd6;
-$L__BB9_77:
-	shl.b64 	%rd246, %rd345, 2;
-	add.s64 	%rd247, %rd38, %rd246;
-	setp.eq.s64 	%p127, %rd345, %rd51;
+	mov.u64 	%rd350, %rd7;
+$L__BB9_75:
+	shl.b64 	%rd251, %rd350, 2;
+	add.s64 	%rd252, %rd38, %rd251;
+	setp.eq.s64 	%p125, %rd350, %rd51;
+	and.pred  	%p126, %p125, %p17;
+	selp.b32 	%r116, %r14, -1, %p126;
+	ld.u32 	%r117, [%rd252];
+	and.b32  	%r118, %r117, %r116;
+	popc.b32 	%r119, %r118;
+	cvt.u64.u32 	%rd253, %r119;
+	add.s64 	%rd254, %rd352, %rd253;
+	add.s64 	%rd255, %rd350, 256;
+	setp.eq.s64 	%p127, %rd255, %rd51;
 	and.pred  	%p128, %p127, %p17;
-	selp.b32 	%r127, %r21, -1, %p128;
-	ld.u32 	%r128, [%rd247];
-	and.b32  	%r129, %r128, %r127;
-	popc.b32 	%r130, %r129;
-	cvt.u64.u32 	%rd248, %r130;
-	add.s64 	%rd249, %rd347, %rd248;
-	add.s64 	%rd250, %rd345, 256;
-	setp.eq.s64 	%p129, %rd250, %rd51;
+	selp.b32 	%r120, %r14, -1, %p128;
+	ld.u32 	%r121, [%rd252+1024];
+	and.b32  	%r122, %r121, %r120;
+	popc.b32 	%r123, %r122;
+	cvt.u64.u32 	%rd256, %r123;
+	add.s64 	%rd257, %rd254, %rd256;
+	add.s64 	%rd258, %rd350, 512;
+	setp.eq.s64 	%p129, %rd258, %rd51;
 	and.pred  	%p130, %p129, %p17;
-	selp.b32 	%r131, %r21, -1, %p130;
-	ld.u32 	%r132, [%rd247+1024];
-	and.b32  	%r133, %r132, %r131;
-	popc.b32 	%r134, %r133;
-	cvt.u64.u32 	%rd251, %r134;
-	add.s64 	%rd252, %rd249, %rd251;
-	add.s64 	%rd253, %rd345, 512;
-	setp.eq.s64 	%p131, %rd253, %rd51;
+	selp.b32 	%r124, %r14, -1, %p130;
+	ld.u32 	%r125, [%rd252+2048];
+	and.b32  	%r126, %r125, %r124;
+	popc.b32 	%r127, %r126;
+	cvt.u64.u32 	%rd259, %r127;
+	add.s64 	%rd260, %rd257, %rd259;
+	add.s64 	%rd261, %rd350, 768;
+	setp.eq.s64 	%p131, %rd261, %rd51;
 	and.pred  	%p132, %p131, %p17;
-	selp.b32 	%r135, %r21, -1, %p132;
-	ld.u32 	%r136, [%rd247+2048];
-	and.b32  	%r137, %r136, %r135;
-	popc.b32 	%r138, %r137;
-	cvt.u64.u32 	%rd254, %r138;
-	add.s64 	%rd255, %rd252, %rd254;
-	add.s64 	%rd256, %rd345, 768;
-	setp.eq.s64 	%p133, %rd256, %rd51;
-	and.pred  	%p134, %p133, %p17;
-	selp.b32 	%r139, %r21, -1, %p134;
-	ld.u32 	%r140, [%rd247+3072];
-	and.b32  	%r141, %r140, %r139;
-	popc.b32 	%r142, %r141;
-	cvt.u64.u32 	%rd257, %r142;
-	add.s64 	%rd347, %rd255, %rd257;
-	add.s64 	%rd345, %rd345, 1024;
-	add.s64 	%rd343, %rd343, -4;
-	setp.ne.s64 	%p135, %rd343, 0;
-	@%p135 bra 	$L__BB9_77;
-$L__BB9_78:
-	setp.eq.s64 	%p136, %rd54, 0;
-	@%p136 bra 	$L__BB9_82;
-	shl.b64 	%rd258, %rd345, 2;
-	add.s64 	%rd65, %rd38, %rd258;
+	selp.b32 	%r128, %r14, -1, %p132;
+	ld.u32 	%r129, [%rd252+3072];
+	and.b32  	%r130, %r129, %r128;
+	popc.b32 	%r131, %r130;
+	cvt.u64.u32 	%rd262, %r131;
+	add.s64 	%rd352, %rd260, %rd262;
+	add.s64 	%rd350, %rd350, 1024;
+	add.s64 	%rd348, %rd348, -4;
+	setp.ne.s64 	%p133, %rd348, 0;
+	@%p133 bra 	$L__BB9_75;
+$L__BB9_76:
+	setp.eq.s64 	%p134, %rd54, 0;
+	@%p134 bra 	$L__BB9_80;
+	shl.b64 	%rd263, %rd350, 2;
+	add.s64 	%rd65, %rd38, %rd263;
 	setp.ne.s64 	%p18, %rd52, 0;
-	setp.eq.s64 	%p137, %rd345, %rd51;
-	and.pred  	%p138, %p137, %p18;
-	selp.b32 	%r143, %r21, -1, %p138;
-	ld.u32 	%r144, [%rd65];
-	and.b32  	%r145, %r144, %r143;
-	popc.b32 	%r146, %r145;
-	cvt.u64.u32 	%rd259, %r146;
-	add.s64 	%rd347, %rd347, %rd259;
-	setp.eq.s64 	%p139, %rd54, 1;
-	@%p139 bra 	$L__BB9_82;
-	add.s64 	%rd260, %rd345, 256;
-	setp.eq.s64 	%p140, %rd260, %rd51;
-	and.pred  	%p141, %p140, %p18;
-	selp.b32 	%r147, %r21, -1, %p141;
-	ld.u32 	%r148, [%rd65+1024];
-	and.b32  	%r149, %r148, %r147;
-	popc.b32 	%r150, %r149;
-	cvt.u64.u32 	%rd261, %r150;
-	add.s64 	%rd347, %rd347, %rd261;
-	setp.eq.s64 	%p142, %rd54, 2;
-	@%p142 bra 	$L__BB9_82;
-	add.s64 	%rd262, %rd345, 512;
-	setp.eq.s64 	%p143, %rd262, %rd51;
-	and.pred  	%p144, %p143, %p18;
-	selp.b32 	%r151, %r21, -1, %p144;
-	ld.u32 	%r152, [%rd65+2048];
-	and.b32  	%r153, %r152, %r151;
-	popc.b32 	%r154, %r153;
-	cvt.u64.u32 	%rd263, %r154;
-	add.s64 	%rd347, %rd347, %rd263;
+	setp.eq.s64 	%p135, %rd350, %rd51;
+	and.pred  	%p136, %p135, %p18;
+	selp.b32 	%r132, %r14, -1, %p136;
+	ld.u32 	%r133, [%rd65];
+	and.b32  	%r134, %r133, %r132;
+	popc.b32 	%r135, %r134;
+	cvt.u64.u32 	%rd264, %r135;
+	add.s64 	%rd352, %rd352, %rd264;
+	setp.eq.s64 	%p137, %rd54, 1;
+	@%p137 bra 	$L__BB9_80;
+	add.s64 	%rd265, %rd350, 256;
+	setp.eq.s64 	%p138, %rd265, %rd51;
+	and.pred  	%p139, %p138, %p18;
+	selp.b32 	%r136, %r14, -1, %p139;
+	ld.u32 	%r137, [%rd65+1024];
+	and.b32  	%r138, %r137, %r136;
+	popc.b32 	%r139, %r138;
+	cvt.u64.u32 	%rd266, %r139;
+	add.s64 	%rd352, %rd352, %rd266;
+	setp.eq.s64 	%p140, %rd54, 2;
+	@%p140 bra 	$L__BB9_80;
+	add.s64 	%rd267, %rd350, 512;
+	setp.eq.s64 	%p141, %rd267, %rd51;
+	and.pred  	%p142, %p141, %p18;
+	selp.b32 	%r140, %r14, -1, %p142;
+	ld.u32 	%r141, [%rd65+2048];
+	and.b32  	%r142, %r141, %r140;
+	popc.b32 	%r143, %r142;
+	cvt.u64.u32 	%rd268, %r143;
+	add.s64 	%rd352, %rd352, %rd268;
+$L__BB9_80:
+	setp.ne.s32 	%p195, %r41, 31;
+	mov.u32 	%r166, 16;
+	mov.u32 	%r167, 4;
+	mov.u32 	%r168, 2;
+	mov.u32 	%r169, 0;
+	mov.u32 	%r170, 8;
+	// begin inline asm
+	mov.b64 {%r144,%r145}, %rd352;
+	// end inline asm
+	mov.u32 	%r171, 1;
+	mov.u32 	%r172, -1;
+	shfl.sync.up.b32 	%r147|%p149, %r145, %r171, %r169, %r172;
+	shfl.sync.up.b32 	%r146|%p150, %r144, %r171, %r169, %r172;
+	// begin inline asm
+	mov.b64 %rd270, {%r146,%r147};
+	// end inline asm
+	selp.b64 	%rd279, 0, %rd270, %p34;
+	add.s64 	%rd271, %rd279, %rd352;
+	// begin inline asm
+	mov.b64 {%r148,%r149}, %rd271;
+	// end inline asm
+	shfl.sync.up.b32 	%r151|%p151, %r149, %r168, %r169, %r172;
+	shfl.sync.up.b32 	%r150|%p152, %r148, %r168, %r169, %r172;
+	// begin inline asm
+	mov.b64 %rd272, {%r150,%r151};
+	// end inline asm
+	selp.b64 	%rd280, 0, %rd272, %p33;
+	add.s64 	%rd273, %rd280, %rd271;
+	// begin inline asm
+	mov.b64 {%r152,%r153}, %rd273;
+	// end inline asm
+	shfl.sync.up.b32 	%r155|%p153, %r153, %r167, %r169, %r172;
+	shfl.sync.up.b32 	%r154|%p154, %r152, %r167, %r169, %r172;
+	// begin inline asm
+	mov.b64 %rd274, {%r154,%r155};
+	// end inline asm
+	selp.b64 	%rd281, 0, %rd274, %p32;
+	add.s64 	%rd275, %rd281, %rd273;
+	// begin inline asm
+	mov.b64 {%r156,%r157}, %rd275;
+	// end inline asm
+	shfl.sync.up.b32 	%r159|%p155, %r157, %r170, %r169, %r172;
+	shfl.sync.up.b32 	%r158|%p156, %r156, %r170, %r169, %r172;
+	// begin inline asm
+	mov.b64 %rd276, {%r158,%r159};
+	// end inline asm
+	selp.b64 	%rd282, 0, %rd276, %p35;
+	add.s64 	%rd277, %rd282, %rd275;
+	// begin inline asm
+	mov.b64 {%r160,%r161}, %rd277;
+	// end inline asm
+	shfl.sync.up.b32 	%r163|%p157, %r161, %r166, %r169, %r172;
+	shfl.sync.up.b32 	%r162|%p158, %r160, %r166, %r169, %r172;
+	// begin inline asm
+	mov.b64 %rd278, {%r162,%r163};
+	// end inline asm
+	selp.b64 	%rd283, 0, %rd278, %p31;
+	add.s64 	%rd70, %rd283, %rd277;
+	@%p195 bra 	$L__BB9_82;
+	shr.u32 	%r174, %r16, 2;
+	and.b32  	%r175, %r174, 1073741816;
+	mov.u32 	%r176, _ZZ15ws_delta_vcheckE3red;
+	add.s32 	%r177, %r176, %r175;
+	st.shared.u64 	[%r177], %rd70;
 $L__BB9_82:
-	and.b32  	%r236, %r23, 31;
-	setp.ne.s32 	%p197, %r236, 31;
-	mov.u32 	%r177, 16;
-	mov.u32 	%r178, 4;
-	mov.u32 	%r179, 2;
-	mov.u32 	%r180, 0;
-	mov.u32 	%r181, 8;
-	// begin inline asm
-	mov.b64 {%r155,%r156}, %rd347;
-	// end inline asm
-	mov.u32 	%r182, 1;
-	mov.u32 	%r183, -1;
-	shfl.sync.up.b32 	%r158|%p151, %r156, %r182, %r180, %r183;
-	shfl.sync.up.b32 	%r157|%p152, %r155, %r182, %r180, %r183;
-	// begin inline asm
-	mov.b64 %rd265, {%r157,%r158};
-	// end inline asm
-	selp.b64 	%rd274, 0, %rd265, %p36;
-	add.s64 	%rd266, %rd274, %rd347;
-	// begin inline asm
-	mov.b64 {%r159,%r160}, %rd266;
-	// end inline asm
-	shfl.sync.up.b32 	%r162|%p153, %r160, %r179, %r180, %r183;
-	shfl.sync.up.b32 	%r161|%p154, %r159, %r179, %r180, %r183;
-	// begin inline asm
-	mov.b64 %rd267, {%r161,%r162};
-	// end inline asm
-	selp.b64 	%rd275, 0, %rd267, %p35;
-	add.s64 	%rd268, %rd275, %rd266;
-	// begin inline asm
-	mov.b64 {%r163,%r164}, %rd268;
-	// end inline asm
-	shfl.sync.up.b32 	%r166|%p155, %r164, %r178, %r180, %r183;
-	shfl.sync.up.b32 	%r165|%p156, %r163, %r178, %r180, %r183;
-	// begin inline asm
-	mov.b64 %rd269, {%r165,%r166};
-	// end inline asm
-	selp.b64 	%rd276, 0, %rd269, %p34;
-	add.s64 	%rd270, %rd276, %rd268;
-	// begin inline asm
-	mov.b64 {%r167,%r168}, %rd270;
-	// end inline asm
-	shfl.sync.up.b32 	%r170|%p157, %r168, %r181, %r180, %r183;
-	shfl.sync.up.b32 	%r169|%p158, %r167, %r181, %r180, %r183;
-	// begin inline asm
-	mov.b64 %rd271, {%r169,%r170};
-	// end inline asm
-	selp.b64 	%rd277, 0, %rd271, %p37;
-	add.s64 	%rd272, %rd277, %rd270;
-	// begin inline asm
-	mov.b64 {%r171,%r172}, %rd272;
-	// end inline asm
-	shfl.sync.up.b32 	%r174|%p159, %r172, %r177, %r180, %r183;
-	shfl.sync.up.b32 	%r173|%p160, %r171, %r177, %r180, %r183;
-	// begin inline asm
-	mov.b64 %rd273, {%r173,%r174};
-	// end inline asm
-	selp.b64 	%rd278, 0, %rd273, %p33;
-	add.s64 	%rd70, %rd278, %rd272;
-	@%p197 bra 	$L__BB9_84;
-	shr.u32 	%r185, %r23, 2;
-	and.b32  	%r186, %r185, 1073741816;
-	mov.u32 	%r187, _ZZ15ws_delta_vcheckE3red;
-	add.s32 	%r188, %r187, %r186;
-	st.shared.u64 	[%r188], %rd70;
-$L__BB9_84:
-	shr.u32 	%r237, %r23, 5;
-	setp.ne.s32 	%p198, %r237, 0;
+	shr.u32 	%r225, %r16, 5;
+	setp.ne.s32 	%p196, %r225, 0;
 	bar.sync 	0;
-	@%p198 bra 	$L__BB9_89;
-	and.b32  	%r238, %r23, 31;
-	setp.gt.u32 	%p162, %r238, 7;
-	mov.u64 	%rd348, 0;
-	@%p162 bra 	$L__BB9_87;
-	shl.b32 	%r194, %r23, 3;
-	and.b32  	%r195, %r194, 248;
-	mov.u32 	%r196, _ZZ15ws_delta_vcheckE3red;
-	add.s32 	%r197, %r196, %r195;
-	ld.shared.u64 	%rd348, [%r197];
+	@%p196 bra 	$L__BB9_87;
+	setp.gt.u32 	%p160, %r41, 7;
+	mov.u64 	%rd353, 0;
+	@%p160 bra 	$L__BB9_85;
+	shl.b32 	%r183, %r16, 3;
+	and.b32  	%r184, %r183, 248;
+	mov.u32 	%r185, _ZZ15ws_delta_vcheckE3red;
+	add.s32 	%r186, %r185, %r184;
+	ld.shared.u64 	%rd353, [%r186];
+$L__BB9_85:
+	mov.u32 	%r209, 16;
+	mov.u32 	%r210, 4;
+	mov.u32 	%r211, 2;
+	mov.u32 	%r212, 0;
+	mov.u32 	%r213, 8;
+	// begin inline asm
+	mov.b64 {%r187,%r188}, %rd353;
+	// end inline asm
+	mov.u32 	%r214, 1;
+	mov.u32 	%r215, -1;
+	shfl.sync.up.b32 	%r190|%p167, %r188, %r214, %r212, %r215;
+	shfl.sync.up.b32 	%r189|%p168, %r187, %r214, %r212, %r215;
+	// begin inline asm
+	mov.b64 %rd286, {%r189,%r190};
+	// end inline asm
+	selp.b64 	%rd295, 0, %rd286, %p34;
+	add.s64 	%rd287, %rd295, %rd353;
+	// begin inline asm
+	mov.b64 {%r191,%r192}, %rd287;
+	// end inline asm
+	shfl.sync.up.b32 	%r194|%p169, %r192, %r211, %r212, %r215;
+	shfl.sync.up.b32 	%r193|%p170, %r191, %r211, %r212, %r215;
+	// begin inline asm
+	mov.b64 %rd288, {%r193,%r194};
+	// end inline asm
+	selp.b64 	%rd296, 0, %rd288, %p33;
+	add.s64 	%rd289, %rd296, %rd287;
+	// begin inline asm
+	mov.b64 {%r195,%r196}, %rd289;
+	// end inline asm
+	shfl.sync.up.b32 	%r198|%p171, %r196, %r210, %r212, %r215;
+	shfl.sync.up.b32 	%r197|%p172, %r195, %r210, %r212, %r215;
+	// begin inline asm
+	mov.b64 %rd290, {%r197,%r198};
+	// end inline asm
+	selp.b64 	%rd297, 0, %rd290, %p32;
+	add.s64 	%rd291, %rd297, %rd289;
+	// begin inline asm
+	mov.b64 {%r199,%r200}, %rd291;
+	// end inline asm
+	shfl.sync.up.b32 	%r202|%p173, %r200, %r213, %r212, %r215;
+	shfl.sync.up.b32 	%r201|%p174, %r199, %r213, %r212, %r215;
+	// begin inline asm
+	mov.b64 %rd292, {%r201,%r202};
+	// end inline asm
+	selp.b64 	%rd298, 0, %rd292, %p35;
+	add.s64 	%rd293, %rd298, %rd291;
+	// begin inline asm
+	mov.b64 {%r203,%r204}, %rd293;
+	// end inline asm
+	shfl.sync.up.b32 	%r206|%p175, %r204, %r209, %r212, %r215;
+	shfl.sync.up.b32 	%r205|%p176, %r203, %r209, %r212, %r215;
+	// begin inline asm
+	mov.b64 %rd294, {%r205,%r206};
+	// end inline asm
+	selp.b64 	%rd299, 0, %rd294, %p31;
+	add.s64 	%rd73, %rd299, %rd293;
+	@%p160 bra 	$L__BB9_87;
+	shl.b32 	%r217, %r16, 3;
+	and.b32  	%r218, %r217, 248;
+	mov.u32 	%r219, _ZZ15ws_delta_vcheckE3red;
+	add.s32 	%r220, %r219, %r218;
+	st.shared.u64 	[%r220], %rd73;
 $L__BB9_87:
-	mov.u32 	%r220, 16;
-	mov.u32 	%r221, 4;
-	mov.u32 	%r222, 2;
-	mov.u32 	%r223, 0;
-	mov.u32 	%r224, 8;
-	// begin inline asm
-	mov.b64 {%r198,%r199}, %rd348;
-	// end inline asm
-	mov.u32 	%r225, 1;
-	mov.u32 	%r226, -1;
-	shfl.sync.up.b32 	%r201|%p169, %r199, %r225, %r223, %r226;
-	shfl.sync.up.b32 	%r200|%p170, %r198, %r225, %r223, %r226;
-	// begin inline asm
-	mov.b64 %rd281, {%r200,%r201};
-	// end inline asm
-	selp.b64 	%rd290, 0, %rd281, %p36;
-	add.s64 	%rd282, %rd290, %rd348;
-	// begin inline asm
-	mov.b64 {%r202,%r203}, %rd282;
-	// end inline asm
-	shfl.sync.up.b32 	%r205|%p171, %r203, %r222, %r223, %r226;
-	shfl.sync.up.b32 	%r204|%p172, %r202, %r222, %r223, %r226;
-	// begin inline asm
-	mov.b64 %rd283, {%r204,%r205};
-	// end inline asm
-	selp.b64 	%rd291, 0, %rd283, %p35;
-	add.s64 	%rd284, %rd291, %rd282;
-	// begin inline asm
-	mov.b64 {%r206,%r207}, %rd284;
-	// end inline asm
-	shfl.sync.up.b32 	%r209|%p173, %r207, %r221, %r223, %r226;
-	shfl.sync.up.b32 	%r208|%p174, %r206, %r221, %r223, %r226;
-	// begin inline asm
-	mov.b64 %rd285, {%r208,%r209};
-	// end inline asm
-	selp.b64 	%rd292, 0, %rd285, %p34;
-	add.s64 	%rd286, %rd292, %rd284;
-	// begin inline asm
-	mov.b64 {%r210,%r211}, %rd286;
-	// end inline asm
-	shfl.sync.up.b32 	%r213|%p175, %r211, %r224, %r223, %r226;
-	shfl.sync.up.b32 	%r212|%p176, %r210, %r224, %r223, %r226;
-	// begin inline asm
-	mov.b64 %rd287, {%r212,%r213};
-	// end inline asm
-	selp.b64 	%rd293, 0, %rd287, %p37;
-	add.s64 	%rd288, %rd293, %rd286;
-	// begin inline asm
-	mov.b64 {%r214,%r215}, %rd288;
-	// end inline asm
-	shfl.sync.up.b32 	%r217|%p177, %r215, %r220, %r223, %r226;
-	shfl.sync.up.b32 	%r216|%p178, %r214, %r220, %r223, %r226;
-	// begin inline asm
-	mov.b64 %rd289, {%r216,%r217};
-	// end inline asm
-	selp.b64 	%rd294, 0, %rd289, %p33;
-	add.s64 	%rd73, %rd294, %rd288;
-	@%p162 bra 	$L__BB9_89;
-	shl.b32 	%r228, %r23, 3;
-	and.b32  	%r229, %r228, 248;
-	mov.u32 	%r230, _ZZ15ws_delta_vcheckE3red;
-	add.s32 	%r231, %r230, %r229;
-	st.shared.u64 	[%r231], %rd73;
-$L__BB9_89:
 	bar.sync 	0;
-	ld.shared.u64 	%rd295, [_ZZ15ws_delta_vcheckE3red+56];
+	ld.shared.u64 	%rd300, [_ZZ15ws_delta_vcheckE3red+56];
 	bar.sync 	0;
-	setp.eq.s64 	%p179, %rd295, %rd31;
-	@%p179 bra 	$L__BB9_92;
-	cvt.u32.u64 	%r232, %rd6;
-	setp.ne.s32 	%p180, %r232, 0;
-	@%p180 bra 	$L__BB9_103;
-	add.s64 	%rd299, %rd90, 24;
-	shl.b64 	%rd300, %rd15, 8;
-	add.s64 	%rd301, %rd300, 256;
-	or.b64  	%rd302, %rd301, 6;
-	atom.global.min.u64 	%rd303, [%rd299], %rd302;
-	bra.uni 	$L__BB9_103;
-$L__BB9_41:
-	setp.ne.s16 	%p87, %rs3, 3;
-	@%p87 bra 	$L__BB9_92;
-	cvt.u32.u64 	%r117, %rd31;
-	cvt.u32.u64 	%r118, %rd6;
-	setp.ge.u32 	%p88, %r118, %r117;
-	mov.u32 	%r247, 0;
-	@%p88 bra 	$L__BB9_71;
-	not.b64 	%rd39, %rd6;
-	add.s64 	%rd199, %rd39, %rd31;
-	setp.lt.u64 	%p89, %rd199, 768;
-	mov.u32 	%r247, 0;
-	mov.u64 	%rd340, %rd6;
-	@%p89 bra 	$L__BB9_58;
-	shr.u64 	%rd201, %rd199, 8;
-	add.s64 	%rd202, %rd201, 1;
-	and.b64  	%rd203, %rd202, 3;
-	sub.s64 	%rd338, %rd202, %rd203;
-	shl.b64 	%rd204, %rd6, 1;
-	add.s64 	%rd205, %rd11, %rd204;
-	add.s64 	%rd339, %rd205, %rd30;
-	mov.u32 	%r247, 0;
-	mov.u64 	%rd340, %rd6;
-$L__BB9_45:
-	ld.u16 	%rs4, [%rd339];
-	cvt.u64.u16 	%rd206, %rs4;
-	setp.le.u64 	%p91, %rd32, %rd206;
+	setp.eq.s64 	%p177, %rd300, %rd31;
+	@%p177 bra 	$L__BB9_90;
+	cvt.u32.u64 	%r221, %rd7;
+	setp.ne.s32 	%p178, %r221, 0;
+	@%p178 bra 	$L__BB9_101;
+	add.s64 	%rd304, %rd91, 24;
+	shl.b64 	%rd305, %rd11, 8;
+	add.s64 	%rd306, %rd305, 256;
+	or.b64  	%rd307, %rd306, 6;
+	atom.global.min.u64 	%rd308, [%rd304], %rd307;
+	bra.uni 	$L__BB9_101;
+$L__BB9_39:
+	setp.ne.s16 	%p85, %rs3, 3;
+	@%p85 bra 	$L__BB9_90;
+	cvt.u32.u64 	%r106, %rd31;
+	cvt.u32.u64 	%r107, %rd7;
+	setp.ge.u32 	%p86, %r107, %r106;
+	mov.u32 	%r230, 0;
+	@%p86 bra 	$L__BB9_69;
+	not.b64 	%rd39, %rd7;
+	add.s64 	%rd204, %rd39, %rd31;
+	setp.lt.u64 	%p87, %rd204, 768;
+	mov.u32 	%r230, 0;
+	mov.u64 	%rd345, %rd7;
+	@%p87 bra 	$L__BB9_56;
+	shr.u64 	%rd206, %rd204, 8;
+	add.s64 	%rd207, %rd206, 1;
+	and.b64  	%rd208, %rd207, 3;
+	sub.s64 	%rd343, %rd207, %rd208;
+	shl.b64 	%rd209, %rd7, 1;
+	add.s64 	%rd210, %rd13, %rd209;
+	add.s64 	%rd344, %rd210, %rd30;
+	mov.u32 	%r230, 0;
+	mov.u64 	%rd345, %rd7;
+$L__BB9_43:
+	ld.u16 	%rs4, [%rd344];
+	cvt.u64.u16 	%rd211, %rs4;
+	setp.le.u64 	%p89, %rd32, %rd211;
+	mov.pred 	%p198, -1;
+	mov.pred 	%p197, %p198;
+	@%p89 bra 	$L__BB9_46;
+	setp.eq.s64 	%p91, %rd345, 0;
+	mov.pred 	%p197, 0;
+	@%p91 bra 	$L__BB9_46;
+	ld.u16 	%rs15, [%rd344+-2];
+	setp.le.u16 	%p197, %rs4, %rs15;
+$L__BB9_46:
+	ld.u16 	%rs5, [%rd344+512];
+	cvt.u64.u16 	%rd212, %rs5;
+	setp.le.u64 	%p93, %rd32, %rd212;
+	@%p93 bra 	$L__BB9_49;
+	setp.eq.s64 	%p95, %rd345, -256;
+	mov.pred 	%p198, 0;
+	@%p95 bra 	$L__BB9_49;
+	ld.u16 	%rs16, [%rd344+510];
+	setp.le.u16 	%p198, %rs5, %rs16;
+$L__BB9_49:
+	or.pred  	%p5, %p198, %p197;
+	ld.u16 	%rs6, [%rd344+1024];
+	cvt.u64.u16 	%rd213, %rs6;
+	setp.le.u64 	%p97, %rd32, %rd213;
 	mov.pred 	%p200, -1;
 	mov.pred 	%p199, %p200;
-	@%p91 bra 	$L__BB9_48;
-	setp.eq.s64 	%p93, %rd340, 0;
+	@%p97 bra 	$L__BB9_52;
+	setp.eq.s64 	%p99, %rd345, -512;
 	mov.pred 	%p199, 0;
-	@%p93 bra 	$L__BB9_48;
-	ld.u16 	%rs15, [%rd339+-2];
-	setp.le.u16 	%p199, %rs4, %rs15;
-$L__BB9_48:
-	ld.u16 	%rs5, [%rd339+512];
-	cvt.u64.u16 	%rd207, %rs5;
-	setp.le.u64 	%p95, %rd32, %rd207;
-	@%p95 bra 	$L__BB9_51;
-	setp.eq.s64 	%p97, %rd340, -256;
+	@%p99 bra 	$L__BB9_52;
+	ld.u16 	%rs17, [%rd344+1022];
+	setp.le.u16 	%p199, %rs6, %rs17;
+$L__BB9_52:
+	or.pred  	%p8, %p199, %p5;
+	ld.u16 	%rs7, [%rd344+1536];
+	cvt.u64.u16 	%rd214, %rs7;
+	setp.le.u64 	%p101, %rd32, %rd214;
+	@%p101 bra 	$L__BB9_55;
+	setp.eq.s64 	%p103, %rd345, -768;
 	mov.pred 	%p200, 0;
-	@%p97 bra 	$L__BB9_51;
-	ld.u16 	%rs16, [%rd339+510];
-	setp.le.u16 	%p200, %rs5, %rs16;
-$L__BB9_51:
-	or.pred  	%p5, %p200, %p199;
-	ld.u16 	%rs6, [%rd339+1024];
-	cvt.u64.u16 	%rd208, %rs6;
-	setp.le.u64 	%p99, %rd32, %rd208;
-	mov.pred 	%p202, -1;
-	mov.pred 	%p201, %p202;
-	@%p99 bra 	$L__BB9_54;
-	setp.eq.s64 	%p101, %rd340, -512;
-	mov.pred 	%p201, 0;
-	@%p101 bra 	$L__BB9_54;
-	ld.u16 	%rs17, [%rd339+1022];
-	setp.le.u16 	%p201, %rs6, %rs17;
-$L__BB9_54:
-	or.pred  	%p8, %p201, %p5;
-	ld.u16 	%rs7, [%rd339+1536];
-	cvt.u64.u16 	%rd209, %rs7;
-	setp.le.u64 	%p103, %rd32, %rd209;
-	@%p103 bra 	$L__BB9_57;
-	setp.eq.s64 	%p105, %rd340, -768;
-	mov.pred 	%p202, 0;
-	@%p105 bra 	$L__BB9_57;
-	ld.u16 	%rs18, [%rd339+1534];
-	setp.le.u16 	%p202, %rs7, %rs18;
-$L__BB9_57:
-	add.s64 	%rd339, %rd339, 2048;
-	or.pred  	%p106, %p202, %p8;
-	selp.b32 	%r247, 1, %r247, %p106;
-	add.s64 	%rd340, %rd340, 1024;
-	add.s64 	%rd338, %rd338, -4;
-	setp.ne.s64 	%p107, %rd338, 0;
-	@%p107 bra 	$L__BB9_45;
-$L__BB9_58:
-	shr.u64 	%rd212, %rd199, 8;
-	add.s64 	%rd213, %rd212, 1;
-	and.b64  	%rd214, %rd213, 3;
-	setp.eq.s64 	%p108, %rd214, 0;
-	@%p108 bra 	$L__BB9_71;
-	shl.b64 	%rd215, %rd340, 1;
-	add.s64 	%rd49, %rd38, %rd215;
+	@%p103 bra 	$L__BB9_55;
+	ld.u16 	%rs18, [%rd344+1534];
+	setp.le.u16 	%p200, %rs7, %rs18;
+$L__BB9_55:
+	add.s64 	%rd344, %rd344, 2048;
+	or.pred  	%p104, %p200, %p8;
+	selp.b32 	%r230, 1, %r230, %p104;
+	add.s64 	%rd345, %rd345, 1024;
+	add.s64 	%rd343, %rd343, -4;
+	setp.ne.s64 	%p105, %rd343, 0;
+	@%p105 bra 	$L__BB9_43;
+$L__BB9_56:
+	shr.u64 	%rd217, %rd204, 8;
+	add.s64 	%rd218, %rd217, 1;
+	and.b64  	%rd219, %rd218, 3;
+	setp.eq.s64 	%p106, %rd219, 0;
+	@%p106 bra 	$L__BB9_69;
+	shl.b64 	%rd220, %rd345, 1;
+	add.s64 	%rd49, %rd38, %rd220;
 	ld.u16 	%rs8, [%rd49];
-	cvt.u64.u16 	%rd216, %rs8;
-	setp.le.u64 	%p110, %rd32, %rd216;
-	mov.pred 	%p203, -1;
-	@%p110 bra 	$L__BB9_62;
-	setp.eq.s64 	%p112, %rd340, 0;
-	mov.pred 	%p203, 0;
-	@%p112 bra 	$L__BB9_62;
+	cvt.u64.u16 	%rd221, %rs8;
+	setp.le.u64 	%p108, %rd32, %rd221;
+	mov.pred 	%p201, -1;
+	@%p108 bra 	$L__BB9_60;
+	setp.eq.s64 	%p110, %rd345, 0;
+	mov.pred 	%p201, 0;
+	@%p110 bra 	$L__BB9_60;
 	ld.u16 	%rs19, [%rd49+-2];
-	setp.le.u16 	%p203, %rs8, %rs19;
-$L__BB9_62:
-	selp.b32 	%r247, 1, %r247, %p203;
-	setp.eq.s64 	%p113, %rd214, 1;
-	@%p113 bra 	$L__BB9_71;
+	setp.le.u16 	%p201, %rs8, %rs19;
+$L__BB9_60:
+	selp.b32 	%r230, 1, %r230, %p201;
+	setp.eq.s64 	%p111, %rd219, 1;
+	@%p111 bra 	$L__BB9_69;
 	ld.u16 	%rs9, [%rd49+512];
-	cvt.u64.u16 	%rd222, %rs9;
-	setp.le.u64 	%p115, %rd32, %rd222;
-	mov.pred 	%p204, -1;
-	@%p115 bra 	$L__BB9_66;
-	setp.eq.s64 	%p117, %rd340, -256;
-	mov.pred 	%p204, 0;
-	@%p117 bra 	$L__BB9_66;
+	cvt.u64.u16 	%rd227, %rs9;
+	setp.le.u64 	%p113, %rd32, %rd227;
+	mov.pred 	%p202, -1;
+	@%p113 bra 	$L__BB9_64;
+	setp.eq.s64 	%p115, %rd345, -256;
+	mov.pred 	%p202, 0;
+	@%p115 bra 	$L__BB9_64;
 	ld.u16 	%rs20, [%rd49+510];
-	setp.le.u16 	%p204, %rs9, %rs20;
-$L__BB9_66:
-	selp.b32 	%r247, 1, %r247, %p204;
-	setp.eq.s64 	%p118, %rd214, 2;
-	@%p118 bra 	$L__BB9_71;
+	setp.le.u16 	%p202, %rs9, %rs20;
+$L__BB9_64:
+	selp.b32 	%r230, 1, %r230, %p202;
+	setp.eq.s64 	%p116, %rd219, 2;
+	@%p116 bra 	$L__BB9_69;
 	ld.u16 	%rs10, [%rd49+1024];
-	cvt.u64.u16 	%rd228, %rs10;
-	setp.le.u64 	%p120, %rd32, %rd228;
-	mov.pred 	%p205, -1;
-	@%p120 bra 	$L__BB9_70;
-	setp.eq.s64 	%p122, %rd340, -512;
-	mov.pred 	%p205, 0;
-	@%p122 bra 	$L__BB9_70;
+	cvt.u64.u16 	%rd233, %rs10;
+	setp.le.u64 	%p118, %rd32, %rd233;
+	mov.pred 	%p203, -1;
+	@%p118 bra 	$L__BB9_68;
+	setp.eq.s64 	%p120, %rd345, -512;
+	mov.pred 	%p203, 0;
+	@%p120 bra 	$L__BB9_68;
 	ld.u16 	%rs21, [%rd49+1022];
-	setp.le.u16 	%p205, %rs10, %rs21;
-$L__BB9_70:
-	selp.b32 	%r247, 1, %r247, %p205;
-$L__BB9_71:
+	setp.le.u16 	%p203, %rs10, %rs21;
+$L__BB9_68:
+	selp.b32 	%r230, 1, %r230, %p203;
+$L__BB9_69:
 	{ 
 	.reg .pred 	%p1; 
 	.reg .pred 	%p2; 
-	setp.ne.u32 	%p1, %r247, 0; 
+	setp.ne.u32 	%p1, %r230, 0; 
 	bar.red.or.pred 	%p2, 0, %p1; 
-	selp.u32 	%r122, 1, 0, %p2; 
+	selp.u32 	%r111, 1, 0, %p2; 
 	}
-	setp.eq.s32 	%p123, %r122, 0;
-	@%p123 bra 	$L__BB9_92;
-	setp.ne.s32 	%p124, %r118, 0;
-	@%p124 bra 	$L__BB9_103;
-	add.s64 	%rd232, %rd90, 24;
-	shl.b64 	%rd233, %rd15, 8;
-	add.s64 	%rd234, %rd233, 256;
-	or.b64  	%rd235, %rd234, 7;
-	atom.global.min.u64 	%rd236, [%rd232], %rd235;
-	bra.uni 	$L__BB9_103;
-$L__BB9_92:
-	add.s64 	%rd304, %rd15, 1;
-	setp.ne.s64 	%p181, %rd304, %rd28;
-	@%p181 bra 	$L__BB9_103;
-	cvt.u32.u64 	%r233, %rd31;
+	setp.eq.s32 	%p121, %r111, 0;
+	@%p121 bra 	$L__BB9_90;
+	setp.ne.s32 	%p122, %r107, 0;
+	@%p122 bra 	$L__BB9_101;
+	add.s64 	%rd237, %rd91, 24;
+	shl.b64 	%rd238, %rd11, 8;
+	add.s64 	%rd239, %rd238, 256;
+	or.b64  	%rd240, %rd239, 7;
+	atom.global.min.u64 	%rd241, [%rd237], %rd240;
+	bra.uni 	$L__BB9_101;
+$L__BB9_90:
+	add.s64 	%rd309, %rd11, 1;
+	setp.ne.s64 	%p179, %rd309, %rd12;
+	@%p179 bra 	$L__BB9_101;
+	cvt.u32.u64 	%r222, %rd31;
 	add.s16 	%rs22, %rs3, -1;
 	and.b16  	%rs23, %rs22, 255;
-	setp.gt.u16 	%p182, %rs23, 2;
-	setp.eq.s32 	%p183, %r233, 0;
+	setp.gt.u16 	%p180, %rs23, 2;
+	setp.eq.s32 	%p181, %r222, 0;
+	or.pred  	%p182, %p181, %p180;
+	setp.lt.u64 	%p183, %rd32, %rd31;
 	or.pred  	%p184, %p183, %p182;
-	setp.lt.u64 	%p185, %rd32, %rd31;
-	or.pred  	%p186, %p185, %p184;
-	mov.u64 	%rd349, 0;
-	@%p186 bra 	$L__BB9_101;
-	setp.eq.s16 	%p187, %rs3, 1;
-	setp.ne.s64 	%p188, %rd32, %rd31;
-	and.pred  	%p189, %p187, %p188;
-	@%p189 bra 	$L__BB9_101;
+	mov.u64 	%rd354, 0;
+	@%p184 bra 	$L__BB9_99;
+	setp.eq.s16 	%p185, %rs3, 1;
+	setp.ne.s64 	%p186, %rd32, %rd31;
+	and.pred  	%p187, %p185, %p186;
 	@%p187 bra 	$L__BB9_99;
-	setp.eq.s16 	%p191, %rs3, 3;
-	@%p191 bra 	$L__BB9_100;
-	setp.ne.s16 	%p192, %rs3, 2;
-	@%p192 bra 	$L__BB9_101;
-	add.s64 	%rd308, %rd32, 31;
-	shr.u64 	%rd309, %rd308, 3;
-	and.b64  	%rd310, %rd309, 1073741820;
-	add.s64 	%rd311, %rd310, 7;
-	and.b64  	%rd312, %rd311, 2147483640;
-	mul.lo.s64 	%rd313, %rd31, %rd14;
-	add.s64 	%rd314, %rd313, 7;
-	and.b64  	%rd315, %rd314, -8;
-	add.s64 	%rd349, %rd315, %rd312;
-	bra.uni 	$L__BB9_101;
-$L__BB9_99:
-	mul.lo.s64 	%rd316, %rd32, %rd14;
-	add.s64 	%rd317, %rd316, 7;
-	and.b64  	%rd349, %rd317, -8;
-	bra.uni 	$L__BB9_101;
-$L__BB9_100:
-	shl.b64 	%rd318, %rd31, 1;
+	@%p185 bra 	$L__BB9_97;
+	setp.eq.s16 	%p189, %rs3, 3;
+	@%p189 bra 	$L__BB9_98;
+	setp.ne.s16 	%p190, %rs3, 2;
+	@%p190 bra 	$L__BB9_99;
+	add.s64 	%rd313, %rd32, 31;
+	shr.u64 	%rd314, %rd313, 3;
+	and.b64  	%rd315, %rd314, 1073741820;
+	add.s64 	%rd316, %rd315, 7;
+	and.b64  	%rd317, %rd316, 2147483640;
+	mul.lo.s64 	%rd318, %rd31, %rd16;
 	add.s64 	%rd319, %rd318, 7;
-	and.b64  	%rd320, %rd319, 17179869176;
-	mul.lo.s64 	%rd321, %rd31, %rd14;
+	and.b64  	%rd320, %rd319, -8;
+	add.s64 	%rd354, %rd320, %rd317;
+	bra.uni 	$L__BB9_99;
+$L__BB9_97:
+	mul.lo.s64 	%rd321, %rd32, %rd16;
 	add.s64 	%rd322, %rd321, 7;
-	and.b64  	%rd323, %rd322, -8;
-	add.s64 	%rd349, %rd323, %rd320;
+	and.b64  	%rd354, %rd322, -8;
+	bra.uni 	$L__BB9_99;
+$L__BB9_98:
+	shl.b64 	%rd323, %rd31, 1;
+	add.s64 	%rd324, %rd323, 7;
+	and.b64  	%rd325, %rd324, 17179869176;
+	mul.lo.s64 	%rd326, %rd31, %rd16;
+	add.s64 	%rd327, %rd326, 7;
+	and.b64  	%rd328, %rd327, -8;
+	add.s64 	%rd354, %rd328, %rd325;
+$L__BB9_99:
+	cvt.u32.u64 	%r223, %rd7;
+	setp.ne.s32 	%p191, %r223, 0;
+	add.s64 	%rd78, %rd354, %rd29;
+	setp.eq.s64 	%p192, %rd78, %rd14;
+	or.pred  	%p193, %p191, %p192;
+	@%p193 bra 	$L__BB9_101;
+	st.global.u64 	[%rd91+48], %rd78;
+	add.s64 	%rd332, %rd91, 24;
+	shl.b64 	%rd333, %rd12, 8;
+	add.s64 	%rd334, %rd333, 256;
+	or.b64  	%rd335, %rd334, 1;
+	atom.global.min.u64 	%rd336, [%rd332], %rd335;
 $L__BB9_101:
-	cvt.u32.u64 	%r234, %rd6;
-	setp.ne.s32 	%p193, %r234, 0;
-	add.s64 	%rd78, %rd349, %rd29;
-	setp.eq.s64 	%p194, %rd78, %rd12;
-	or.pred  	%p195, %p193, %p194;
-	@%p195 bra 	$L__BB9_103;
-	st.global.u64 	[%rd90+48], %rd78;
-	add.s64 	%rd327, %rd90, 24;
-	shl.b64 	%rd328, %rd28, 8;
-	add.s64 	%rd329, %rd328, 256;
-	or.b64  	%rd330, %rd329, 1;
-	atom.global.min.u64 	%rd331, [%rd327], %rd330;
-$L__BB9_103:
-	mov.u32 	%r235, %nctaid.x;
-	cvt.u64.u32 	%rd332, %r235;
-	add.s64 	%rd333, %rd333, %rd332;
-	setp.lt.u64 	%p196, %rd333, %rd3;
-	@%p196 bra 	$L__BB9_2;
-$L__BB9_104:
+	mov.u32 	%r224, %nctaid.x;
+	cvt.u64.u32 	%rd337, %r224;
+	add.s64 	%rd338, %rd338, %rd337;
+	setp.lt.u64 	%p194, %rd338, %rd2;
+	@%p194 bra 	$L__BB9_2;
+$L__BB9_102:
 	ret;
 }
 	// .globl	ws_delta_vdescribe
 .visible .entry ws_delta_vdescribe(
-	.param .align 8 .b8 ws_delta_vdescribe_param_0[40]
+	.param .align 8 .b8 ws_delta_vdescribe_param_0[48]
 )
 .maxntid 256, 1, 1
 {
@@ -5997,14 +5991,14 @@ $L__BB9_104:
 	mov.u32 	%r5, %tid.x;
 	cvt.u64.u32 	%rd85, %r5;
 	add.s64 	%rd239, %rd84, %rd85;
-	add.s64 	%rd2, %rd82, 32;
-	ld.param.u32 	%r1, [ws_delta_vdescribe_param_0+32];
+	add.s64 	%rd2, %rd82, 40;
+	ld.param.u32 	%r1, [ws_delta_vdescribe_param_0+40];
 	cvt.u64.u32 	%rd86, %r1;
 	setp.ge.u64 	%p3, %rd239, %rd86;
 	@%p3 bra 	$L__BB10_64;
-	ld.param.u64 	%rd3, [%rd2+-24];
-	ld.param.u64 	%rd4, [%rd2+-32];
-	ld.param.u64 	%rd5, [%rd2+-16];
+	ld.param.u64 	%rd3, [%rd2+-32];
+	ld.param.u64 	%rd4, [%rd2+-40];
+	ld.param.u64 	%rd5, [%rd2+-24];
 	cvta.to.global.u64 	%rd87, %rd3;
 	cvta.to.global.u64 	%rd90, %rd4;
 	cvta.to.global.u64 	%rd135, %rd5;
@@ -6403,739 +6397,729 @@ $L__BB10_64:
 }
 	// .globl	ws_delta_apply
 .visible .entry ws_delta_apply(
-	.param .align 8 .b8 ws_delta_apply_param_0[40]
+	.param .align 8 .b8 ws_delta_apply_param_0[48]
 )
 .maxntid 256, 1, 1
 {
-	.reg .pred 	%p<110>;
+	.reg .pred 	%p<109>;
 	.reg .b16 	%rs<10>;
-	.reg .b32 	%r<318>;
-	.reg .b64 	%rd<278>;
+	.reg .b32 	%r<309>;
+	.reg .b64 	%rd<284>;
 	// demoted variable
 	.shared .align 4 .b8 _ZZ14ws_delta_applyN10weightsync7kernels16DeltaApplyParamsEE3red[32];
-	mov.b64 	%rd110, ws_delta_apply_param_0;
-	add.s64 	%rd1, %rd110, 24;
-	ld.param.u64 	%rd112, [ws_delta_apply_param_0+24];
-	cvta.to.global.u64 	%rd113, %rd112;
-	mov.u32 	%r54, %ctaid.x;
-	cvt.u64.u32 	%rd260, %r54;
-	ld.global.u64 	%rd3, [%rd113];
-	setp.le.u64 	%p1, %rd3, %rd260;
-	@%p1 bra 	$L__BB11_119;
-	ld.param.u64 	%rd4, [%rd1+-16];
-	ld.param.u32 	%r1, [%rd1+8];
+	mov.b64 	%rd109, ws_delta_apply_param_0;
+	add.s64 	%rd1, %rd109, 32;
+	ld.param.u64 	%rd111, [ws_delta_apply_param_0+32];
+	cvta.to.global.u64 	%rd112, %rd111;
+	ld.global.u64 	%rd113, [%rd112+8];
+	shl.b64 	%rd2, %rd113, 8;
+	mov.u32 	%r50, %ctaid.x;
+	cvt.u64.u32 	%rd266, %r50;
+	setp.le.u64 	%p1, %rd2, %rd266;
+	@%p1 bra 	$L__BB11_116;
+	ld.param.u64 	%rd4, [%rd1+-8];
 	ld.param.u64 	%rd5, [%rd1+-24];
-	mov.u32 	%r55, %tid.x;
-	cvt.u64.u32 	%rd6, %r55;
-	and.b32  	%r2, %r55, 31;
-	shr.u32 	%r3, %r55, 5;
-	shl.b32 	%r56, %r3, 2;
-	mov.u32 	%r57, _ZZ14ws_delta_applyN10weightsync7kernels16DeltaApplyParamsEE3red;
-	add.s32 	%r4, %r57, %r56;
-	shl.b32 	%r58, %r55, 2;
-	and.b32  	%r59, %r58, 124;
-	add.s32 	%r5, %r57, %r59;
-	cvta.to.global.u64 	%rd121, %rd5;
-	bra.uni 	$L__BB11_2;
-$L__BB11_6:
-	mul.lo.s64 	%rd122, %rd9, 40;
-	add.s64 	%rd11, %rd121, %rd122;
+	ld.param.u64 	%rd6, [%rd1+-32];
+	mov.u32 	%r51, %tid.x;
+	cvt.u64.u32 	%rd7, %r51;
+	and.b32  	%r1, %r51, 31;
+	shr.u32 	%r2, %r51, 5;
+	shl.b32 	%r52, %r2, 2;
+	mov.u32 	%r53, _ZZ14ws_delta_applyN10weightsync7kernels16DeltaApplyParamsEE3red;
+	add.s32 	%r3, %r53, %r52;
+	shl.b32 	%r54, %r51, 2;
+	and.b32  	%r55, %r54, 124;
+	add.s32 	%r4, %r53, %r55;
+	cvta.to.global.u64 	%rd114, %rd4;
+	cvta.to.global.u64 	%rd118, %rd5;
+	cvta.to.global.u64 	%rd128, %rd6;
+$L__BB11_2:
+	shr.u64 	%rd115, %rd266, 6;
+	and.b64  	%rd116, %rd115, 288230376151711740;
+	add.s64 	%rd117, %rd114, %rd116;
+	ld.global.u32 	%r56, [%rd117];
+	cvt.u64.u32 	%rd9, %r56;
+	mul.wide.u32 	%rd119, %r56, 64;
+	add.s64 	%rd120, %rd118, %rd119;
+	ld.global.v2.u32 	{%r57, %r58}, [%rd120+16];
+	ld.global.u64 	%rd121, [%rd120+8];
+	shl.b64 	%rd122, %rd121, 8;
+	sub.s64 	%rd123, %rd266, %rd122;
+	and.b64  	%rd124, %rd123, -256;
+	and.b64  	%rd125, %rd266, 255;
+	or.b64  	%rd10, %rd124, %rd125;
+	cvt.u64.u32 	%rd126, %r57;
+	setp.ge.u64 	%p2, %rd10, %rd126;
+	ld.global.u64 	%rd127, [%rd120+24];
+	setp.ne.s64 	%p3, %rd127, -1;
+	or.pred  	%p4, %p3, %p2;
+	@%p4 bra 	$L__BB11_115;
+	mul.lo.s64 	%rd129, %rd9, 40;
+	add.s64 	%rd11, %rd128, %rd129;
 	ld.global.u32 	%rd12, [%rd11+32];
-	ld.global.u64 	%rd123, [%rd10+-20];
-	sub.s64 	%rd13, %rd260, %rd123;
-	ld.global.u64 	%rd14, [%rd11];
-	shl.b64 	%rd124, %rd13, 4;
-	add.s64 	%rd125, %rd14, %rd124;
-	ld.u64 	%rd15, [%rd125+32];
-	ld.u32 	%rd16, [%rd125+40];
-	ld.u8 	%rs1, [%rd125+44];
-	setp.eq.s16 	%p6, %rs1, 0;
-	@%p6 bra 	$L__BB11_118;
-	ld.global.u32 	%rd126, [%rd10];
-	mul.lo.s64 	%rd127, %rd13, %rd126;
-	ld.global.u64 	%rd128, [%rd11+24];
-	sub.s64 	%rd129, %rd128, %rd127;
-	min.u64 	%rd17, %rd129, %rd126;
-	add.s64 	%rd18, %rd14, %rd15;
-	mul.lo.s64 	%rd130, %rd127, %rd12;
-	ld.global.u64 	%rd131, [%rd11+8];
-	add.s64 	%rd19, %rd131, %rd130;
-	setp.eq.s16 	%p7, %rs1, 1;
-	@%p7 bra 	$L__BB11_93;
-	bra.uni 	$L__BB11_8;
-$L__BB11_93:
-	mul.lo.s64 	%rd69, %rd17, %rd12;
-	or.b64  	%rd70, %rd19, %rd18;
-	and.b64  	%rd227, %rd70, 15;
-	setp.eq.s64 	%p84, %rd227, 0;
-	@%p84 bra 	$L__BB11_103;
-	and.b64  	%rd229, %rd70, 7;
-	setp.ne.s64 	%p85, %rd229, 0;
-	mov.u64 	%rd275, 0;
-	@%p85 bra 	$L__BB11_111;
-	shr.u64 	%rd71, %rd69, 3;
-	setp.le.u64 	%p86, %rd71, %rd6;
-	@%p86 bra 	$L__BB11_102;
-	cvt.u64.u32 	%rd271, %r55;
-	not.b64 	%rd230, %rd271;
-	add.s64 	%rd73, %rd71, %rd230;
-	shr.u64 	%rd231, %rd73, 8;
-	add.s64 	%rd232, %rd231, 1;
-	and.b64  	%rd74, %rd232, 3;
-	setp.eq.s64 	%p87, %rd74, 0;
-	@%p87 bra 	$L__BB11_100;
-	cvt.u64.u32 	%rd233, %r55;
-	mul.wide.u32 	%rd234, %r55, 8;
-	add.s64 	%rd75, %rd18, %rd234;
-	ld.v2.u32 	{%r188, %r189}, [%rd75];
-	add.s64 	%rd76, %rd19, %rd234;
-	st.v2.u32 	[%rd76], {%r188, %r189};
-	add.s64 	%rd271, %rd233, 256;
-	setp.eq.s64 	%p88, %rd74, 1;
-	@%p88 bra 	$L__BB11_100;
-	ld.v2.u32 	{%r192, %r193}, [%rd75+2048];
-	st.v2.u32 	[%rd76+2048], {%r192, %r193};
-	add.s64 	%rd271, %rd233, 512;
-	setp.eq.s64 	%p89, %rd74, 2;
-	@%p89 bra 	$L__BB11_100;
-	ld.v2.u32 	{%r197, %r198}, [%rd75+4096];
-	st.v2.u32 	[%rd76+4096], {%r197, %r198};
-	add.s64 	%rd271, %rd233, 768;
-$L__BB11_100:
-	setp.lt.u64 	%p90, %rd73, 768;
-	@%p90 bra 	$L__BB11_102;
-$L__BB11_101:
-	shl.b64 	%rd237, %rd271, 3;
-	add.s64 	%rd238, %rd18, %rd237;
-	ld.v2.u32 	{%r202, %r203}, [%rd238];
-	add.s64 	%rd239, %rd19, %rd237;
-	st.v2.u32 	[%rd239], {%r202, %r203};
-	ld.v2.u32 	{%r206, %r207}, [%rd238+2048];
-	st.v2.u32 	[%rd239+2048], {%r206, %r207};
-	ld.v2.u32 	{%r210, %r211}, [%rd238+4096];
-	st.v2.u32 	[%rd239+4096], {%r210, %r211};
-	ld.v2.u32 	{%r214, %r215}, [%rd238+6144];
-	st.v2.u32 	[%rd239+6144], {%r214, %r215};
-	add.s64 	%rd271, %rd271, 1024;
-	setp.lt.u64 	%p91, %rd271, %rd71;
-	@%p91 bra 	$L__BB11_101;
-$L__BB11_102:
-	and.b64  	%rd275, %rd69, -8;
-	bra.uni 	$L__BB11_111;
-$L__BB11_8:
-	setp.eq.s16 	%p8, %rs1, 2;
-	@%p8 bra 	$L__BB11_44;
-	bra.uni 	$L__BB11_9;
-$L__BB11_44:
-	add.s64 	%rd177, %rd17, 31;
-	shr.u64 	%rd42, %rd177, 5;
-	setp.eq.s64 	%p31, %rd42, 0;
-	@%p31 bra 	$L__BB11_118;
-	cvt.u32.u64 	%r99, %rd12;
-	add.s64 	%rd179, %rd17, -1;
-	shr.u64 	%rd43, %rd179, 5;
-	and.b64  	%rd44, %rd17, 31;
-	add.s32 	%r100, %r99, -1;
-	cvt.u64.u32 	%rd45, %r100;
-	and.b32  	%r26, %r99, 3;
-	shl.b64 	%rd180, %rd42, 2;
-	add.s64 	%rd181, %rd180, 7;
-	and.b64  	%rd182, %rd181, 2147483640;
-	add.s64 	%rd46, %rd182, %rd15;
-	mov.u32 	%r306, 0;
-	mov.u64 	%rd266, 0;
-$L__BB11_46:
-	mov.u32 	%r311, 0;
-	add.s64 	%rd48, %rd266, %rd6;
-	setp.ge.u64 	%p32, %rd48, %rd42;
-	@%p32 bra 	$L__BB11_48;
-	add.s64 	%rd259, %rd266, %rd6;
-	setp.ne.s64 	%p33, %rd44, 0;
-	shl.b64 	%rd183, %rd259, 2;
-	add.s64 	%rd184, %rd18, %rd183;
-	setp.eq.s64 	%p34, %rd259, %rd43;
-	and.pred  	%p35, %p34, %p33;
-	cvt.u32.u64 	%r102, %rd44;
-	mov.u32 	%r103, -1;
-	shl.b32 	%r104, %r103, %r102;
-	not.b32 	%r105, %r104;
-	selp.b32 	%r106, %r105, -1, %p35;
-	ld.u32 	%r107, [%rd184];
-	and.b32  	%r311, %r107, %r106;
-$L__BB11_48:
-	popc.b32 	%r31, %r311;
-	mov.u32 	%r108, 0;
-	mov.u32 	%r109, 1;
-	mov.u32 	%r110, -1;
-	shfl.sync.up.b32 	%r111|%p36, %r31, %r109, %r108, %r110;
-	setp.eq.s32 	%p37, %r2, 0;
-	selp.b32 	%r112, 0, %r111, %p37;
-	add.s32 	%r113, %r112, %r31;
-	mov.u32 	%r114, 2;
-	shfl.sync.up.b32 	%r115|%p38, %r113, %r114, %r108, %r110;
-	setp.lt.u32 	%p39, %r2, 2;
-	selp.b32 	%r116, 0, %r115, %p39;
-	add.s32 	%r117, %r116, %r113;
-	mov.u32 	%r118, 4;
-	shfl.sync.up.b32 	%r119|%p40, %r117, %r118, %r108, %r110;
-	setp.lt.u32 	%p41, %r2, 4;
-	selp.b32 	%r120, 0, %r119, %p41;
-	add.s32 	%r121, %r120, %r117;
-	mov.u32 	%r122, 8;
-	shfl.sync.up.b32 	%r123|%p42, %r121, %r122, %r108, %r110;
-	setp.lt.u32 	%p43, %r2, 8;
-	selp.b32 	%r124, 0, %r123, %p43;
-	add.s32 	%r125, %r124, %r121;
-	mov.u32 	%r126, 16;
-	shfl.sync.up.b32 	%r127|%p44, %r125, %r126, %r108, %r110;
-	setp.lt.u32 	%p45, %r2, 16;
-	selp.b32 	%r128, 0, %r127, %p45;
-	add.s32 	%r32, %r128, %r125;
-	setp.ne.s32 	%p46, %r2, 31;
-	@%p46 bra 	$L__BB11_50;
-	st.shared.u32 	[%r4], %r32;
-$L__BB11_50:
-	setp.ne.s32 	%p47, %r3, 0;
-	bar.sync 	0;
-	@%p47 bra 	$L__BB11_55;
-	setp.gt.u32 	%p48, %r2, 7;
-	mov.u32 	%r129, 0;
-	mov.u32 	%r308, %r129;
-	@%p48 bra 	$L__BB11_53;
-	ld.shared.u32 	%r308, [%r5];
-$L__BB11_53:
-	setp.lt.u32 	%p109, %r2, 16;
-	setp.lt.u32 	%p108, %r2, 8;
-	setp.lt.u32 	%p107, %r2, 4;
-	setp.lt.u32 	%p106, %r2, 2;
-	setp.eq.s32 	%p105, %r2, 0;
-	mov.u32 	%r131, 1;
-	mov.u32 	%r132, -1;
-	shfl.sync.up.b32 	%r133|%p49, %r308, %r131, %r129, %r132;
-	selp.b32 	%r134, 0, %r133, %p105;
-	add.s32 	%r135, %r134, %r308;
-	mov.u32 	%r136, 2;
-	shfl.sync.up.b32 	%r137|%p51, %r135, %r136, %r129, %r132;
-	selp.b32 	%r138, 0, %r137, %p106;
-	add.s32 	%r139, %r138, %r135;
-	mov.u32 	%r140, 4;
-	shfl.sync.up.b32 	%r141|%p53, %r139, %r140, %r129, %r132;
-	selp.b32 	%r142, 0, %r141, %p107;
-	add.s32 	%r143, %r142, %r139;
-	mov.u32 	%r144, 8;
-	shfl.sync.up.b32 	%r145|%p55, %r143, %r144, %r129, %r132;
-	selp.b32 	%r146, 0, %r145, %p108;
-	add.s32 	%r147, %r146, %r143;
-	mov.u32 	%r148, 16;
-	shfl.sync.up.b32 	%r149|%p58, %r147, %r148, %r129, %r132;
-	selp.b32 	%r150, 0, %r149, %p109;
-	add.s32 	%r35, %r150, %r147;
-	@%p48 bra 	$L__BB11_55;
-	st.shared.u32 	[%r5], %r35;
-$L__BB11_55:
-	setp.eq.s32 	%p60, %r3, 0;
-	mov.u32 	%r309, 0;
-	bar.sync 	0;
-	@%p60 bra 	$L__BB11_57;
-	ld.shared.u32 	%r309, [%r4+-4];
-$L__BB11_57:
-	popc.b32 	%r280, %r311;
-	ld.shared.u32 	%r152, [_ZZ14ws_delta_applyN10weightsync7kernels16DeltaApplyParamsEE3red+28];
-	bar.sync 	0;
-	sub.s32 	%r153, %r306, %r280;
-	add.s32 	%r154, %r153, %r32;
-	add.s32 	%r310, %r154, %r309;
-	add.s32 	%r306, %r152, %r306;
-	setp.eq.s32 	%p61, %r311, 0;
-	@%p61 bra 	$L__BB11_92;
-	add.s64 	%rd258, %rd266, %rd6;
-	shl.b64 	%rd49, %rd258, 5;
-$L__BB11_59:
-	mov.u32 	%r41, %r311;
-	add.s32 	%r155, %r41, -1;
-	and.b32  	%r311, %r155, %r41;
-	cvt.u64.u32 	%rd185, %r310;
-	mul.lo.s64 	%rd186, %rd185, %rd12;
-	add.s64 	%rd187, %rd46, %rd186;
-	add.s64 	%rd50, %rd14, %rd187;
-	and.b64  	%rd188, %rd50, %rd45;
-	setp.eq.s64 	%p62, %rd188, 0;
-	@%p62 bra 	$L__BB11_68;
-	cvt.u32.u64 	%r281, %rd12;
-	setp.eq.s32 	%p63, %r281, 0;
-	mov.u64 	%rd270, 0;
-	@%p63 bra 	$L__BB11_75;
-	cvt.u32.u64 	%r158, %rd45;
-	setp.lt.u32 	%p64, %r158, 3;
-	mov.u64 	%rd270, 0;
-	mov.u32 	%r314, 0;
-	@%p64 bra 	$L__BB11_64;
-	cvt.u32.u64 	%r284, %rd12;
-	and.b32  	%r283, %r284, 3;
-	sub.s32 	%r313, %r284, %r283;
-	mov.u64 	%rd270, 0;
-	mov.u32 	%r314, 0;
-$L__BB11_63:
-	cvt.u64.u32 	%rd193, %r314;
-	add.s64 	%rd194, %rd50, %rd193;
-	ld.u8 	%rd195, [%rd194];
-	shl.b32 	%r160, %r314, 3;
-	shl.b64 	%rd196, %rd195, %r160;
-	or.b64  	%rd197, %rd196, %rd270;
-	ld.u8 	%rd198, [%rd194+1];
-	add.s32 	%r161, %r160, 8;
-	shl.b64 	%rd199, %rd198, %r161;
-	or.b64  	%rd200, %rd199, %rd197;
-	ld.u8 	%rd201, [%rd194+2];
-	add.s32 	%r162, %r160, 16;
-	shl.b64 	%rd202, %rd201, %r162;
-	or.b64  	%rd203, %rd202, %rd200;
-	ld.u8 	%rd204, [%rd194+3];
-	add.s32 	%r163, %r160, 24;
-	shl.b64 	%rd205, %rd204, %r163;
-	or.b64  	%rd270, %rd205, %rd203;
-	add.s32 	%r314, %r314, 4;
-	add.s32 	%r313, %r313, -4;
-	setp.ne.s32 	%p65, %r313, 0;
-	@%p65 bra 	$L__BB11_63;
-$L__BB11_64:
-	setp.eq.s32 	%p66, %r26, 0;
-	@%p66 bra 	$L__BB11_75;
-	setp.eq.s32 	%p67, %r26, 1;
-	cvt.u64.u32 	%rd206, %r314;
-	add.s64 	%rd55, %rd50, %rd206;
-	ld.u8 	%rd207, [%rd55];
-	shl.b32 	%r164, %r314, 3;
-	shl.b64 	%rd208, %rd207, %r164;
-	or.b64  	%rd270, %rd208, %rd270;
-	@%p67 bra 	$L__BB11_75;
-	setp.eq.s32 	%p68, %r26, 2;
-	ld.u8 	%rd209, [%rd55+1];
-	add.s32 	%r166, %r164, 8;
-	shl.b64 	%rd210, %rd209, %r166;
-	or.b64  	%rd270, %rd210, %rd270;
-	@%p68 bra 	$L__BB11_75;
-	ld.u8 	%rd211, [%rd55+2];
-	add.s32 	%r168, %r164, 16;
-	shl.b64 	%rd212, %rd211, %r168;
-	or.b64  	%rd270, %rd212, %rd270;
-	bra.uni 	$L__BB11_75;
-$L__BB11_68:
-	cvt.u32.u64 	%r292, %rd12;
-	setp.eq.s32 	%p69, %r292, 1;
-	@%p69 bra 	$L__BB11_73;
-	cvt.u32.u64 	%r293, %rd12;
-	setp.eq.s32 	%p70, %r293, 2;
-	@%p70 bra 	$L__BB11_72;
-	cvt.u32.u64 	%r294, %rd12;
-	setp.ne.s32 	%p71, %r294, 4;
-	@%p71 bra 	$L__BB11_74;
-	ld.u32 	%rd270, [%rd50];
-	bra.uni 	$L__BB11_75;
-$L__BB11_72:
-	ld.u16 	%rd270, [%rd50];
-	bra.uni 	$L__BB11_75;
-$L__BB11_73:
-	ld.u8 	%rd270, [%rd50];
-	bra.uni 	$L__BB11_75;
-$L__BB11_74:
-	ld.u64 	%rd270, [%rd50];
-$L__BB11_75:
-	brev.b32 	%r170, %r41;
-	bfind.shiftamt.u32 	%r171, %r170;
-	cvt.u64.u32 	%rd213, %r171;
-	add.s64 	%rd214, %rd49, %rd213;
-	mul.lo.s64 	%rd215, %rd214, %rd12;
-	add.s64 	%rd65, %rd19, %rd215;
-	and.b64  	%rd216, %rd65, %rd45;
-	setp.eq.s64 	%p72, %rd216, 0;
-	@%p72 bra 	$L__BB11_84;
-	cvt.u32.u64 	%r285, %rd12;
-	setp.eq.s32 	%p73, %r285, 0;
-	@%p73 bra 	$L__BB11_91;
-	cvt.u32.u64 	%r174, %rd45;
-	setp.lt.u32 	%p74, %r174, 3;
-	mov.u32 	%r317, 0;
-	@%p74 bra 	$L__BB11_80;
-	cvt.u32.u64 	%r288, %rd12;
-	and.b32  	%r287, %r288, 3;
-	sub.s32 	%r316, %r288, %r287;
-	mov.u32 	%r317, 0;
-$L__BB11_79:
-	shl.b32 	%r176, %r317, 3;
-	shr.u64 	%rd217, %rd270, %r176;
-	cvt.u64.u32 	%rd218, %r317;
-	add.s64 	%rd219, %rd65, %rd218;
-	st.u8 	[%rd219], %rd217;
-	add.s32 	%r177, %r176, 8;
-	shr.u64 	%rd220, %rd270, %r177;
-	st.u8 	[%rd219+1], %rd220;
-	add.s32 	%r178, %r176, 16;
-	shr.u64 	%rd221, %rd270, %r178;
-	st.u8 	[%rd219+2], %rd221;
-	add.s32 	%r179, %r176, 24;
-	shr.u64 	%rd222, %rd270, %r179;
-	st.u8 	[%rd219+3], %rd222;
-	add.s32 	%r317, %r317, 4;
-	add.s32 	%r316, %r316, -4;
-	setp.ne.s32 	%p75, %r316, 0;
-	@%p75 bra 	$L__BB11_79;
-$L__BB11_80:
-	setp.eq.s32 	%p76, %r26, 0;
-	@%p76 bra 	$L__BB11_91;
-	setp.eq.s32 	%p77, %r26, 1;
-	shl.b32 	%r180, %r317, 3;
-	shr.u64 	%rd223, %rd270, %r180;
-	cvt.u64.u32 	%rd224, %r317;
-	add.s64 	%rd66, %rd65, %rd224;
-	st.u8 	[%rd66], %rd223;
-	@%p77 bra 	$L__BB11_91;
-	setp.eq.s32 	%p78, %r26, 2;
-	add.s32 	%r182, %r180, 8;
-	shr.u64 	%rd225, %rd270, %r182;
-	st.u8 	[%rd66+1], %rd225;
-	@%p78 bra 	$L__BB11_91;
-	add.s32 	%r184, %r180, 16;
-	shr.u64 	%rd226, %rd270, %r184;
-	st.u8 	[%rd66+2], %rd226;
-	bra.uni 	$L__BB11_91;
-$L__BB11_84:
-	cvt.u32.u64 	%r289, %rd12;
-	setp.eq.s32 	%p79, %r289, 1;
-	@%p79 bra 	$L__BB11_89;
-	cvt.u32.u64 	%r290, %rd12;
-	setp.eq.s32 	%p80, %r290, 2;
-	@%p80 bra 	$L__BB11_88;
-	cvt.u32.u64 	%r291, %rd12;
-	setp.ne.s32 	%p81, %r291, 4;
-	@%p81 bra 	$L__BB11_90;
-	st.u32 	[%rd65], %rd270;
-	bra.uni 	$L__BB11_91;
-$L__BB11_88:
-	st.u16 	[%rd65], %rd270;
-	bra.uni 	$L__BB11_91;
-$L__BB11_89:
-	st.u8 	[%rd65], %rd270;
-	bra.uni 	$L__BB11_91;
+	ld.global.u64 	%rd13, [%rd11];
+	shl.b64 	%rd130, %rd10, 4;
+	add.s64 	%rd131, %rd13, %rd130;
+	ld.u64 	%rd14, [%rd131+32];
+	ld.u32 	%rd15, [%rd131+40];
+	ld.u8 	%rs1, [%rd131+44];
+	setp.eq.s16 	%p5, %rs1, 0;
+	@%p5 bra 	$L__BB11_115;
+	cvt.u64.u32 	%rd132, %r58;
+	mul.lo.s64 	%rd133, %rd10, %rd132;
+	ld.global.u64 	%rd134, [%rd11+24];
+	sub.s64 	%rd135, %rd134, %rd133;
+	min.u64 	%rd16, %rd135, %rd132;
+	add.s64 	%rd17, %rd13, %rd14;
+	mul.lo.s64 	%rd136, %rd133, %rd12;
+	ld.global.u64 	%rd137, [%rd11+8];
+	add.s64 	%rd18, %rd137, %rd136;
+	setp.eq.s16 	%p6, %rs1, 1;
+	@%p6 bra 	$L__BB11_90;
+	bra.uni 	$L__BB11_5;
 $L__BB11_90:
-	st.u64 	[%rd65], %rd270;
-$L__BB11_91:
-	setp.ne.s32 	%p82, %r311, 0;
-	add.s32 	%r310, %r310, 1;
-	@%p82 bra 	$L__BB11_59;
-$L__BB11_92:
-	add.s64 	%rd266, %rd266, 256;
-	setp.lt.u64 	%p83, %rd266, %rd42;
-	@%p83 bra 	$L__BB11_46;
-	bra.uni 	$L__BB11_118;
-$L__BB11_9:
-	cvt.u32.u64 	%r65, %rd16;
-	cvt.u32.u64 	%r66, %rd6;
-	setp.ge.u32 	%p9, %r66, %r65;
-	@%p9 bra 	$L__BB11_118;
-	cvt.u32.u64 	%r67, %rd12;
-	add.s32 	%r68, %r67, -1;
-	cvt.u64.u32 	%rd20, %r68;
-	and.b32  	%r11, %r67, 3;
-	sub.s32 	%r12, %r67, %r11;
-	sub.s32 	%r13, %r11, %r67;
-	shl.b64 	%rd132, %rd16, 1;
-	add.s64 	%rd133, %rd132, 7;
-	and.b64  	%rd134, %rd133, 17179869176;
-	add.s64 	%rd21, %rd134, %rd15;
-	mov.u64 	%rd261, %rd6;
-$L__BB11_11:
-	shl.b64 	%rd135, %rd261, 1;
-	add.s64 	%rd136, %rd18, %rd135;
-	ld.u16 	%rs2, [%rd136];
-	mul.lo.s64 	%rd137, %rd261, %rd12;
-	add.s64 	%rd138, %rd21, %rd137;
-	add.s64 	%rd23, %rd14, %rd138;
-	and.b64  	%rd139, %rd23, %rd20;
-	setp.eq.s64 	%p10, %rd139, 0;
-	@%p10 bra 	$L__BB11_20;
-	setp.eq.s32 	%p11, %r67, 0;
-	mov.u64 	%rd265, 0;
-	@%p11 bra 	$L__BB11_27;
-	cvt.u32.u64 	%r71, %rd20;
-	setp.lt.u32 	%p12, %r71, 3;
-	mov.u64 	%rd265, 0;
+	mul.lo.s64 	%rd68, %rd16, %rd12;
+	or.b64  	%rd69, %rd18, %rd17;
+	and.b64  	%rd233, %rd69, 15;
+	setp.eq.s64 	%p83, %rd233, 0;
+	@%p83 bra 	$L__BB11_100;
+	and.b64  	%rd235, %rd69, 7;
+	setp.ne.s64 	%p84, %rd235, 0;
+	mov.u64 	%rd281, 0;
+	@%p84 bra 	$L__BB11_108;
+	shr.u64 	%rd70, %rd68, 3;
+	setp.le.u64 	%p85, %rd70, %rd7;
+	@%p85 bra 	$L__BB11_99;
+	cvt.u64.u32 	%rd277, %r51;
+	not.b64 	%rd236, %rd277;
+	add.s64 	%rd72, %rd70, %rd236;
+	shr.u64 	%rd237, %rd72, 8;
+	add.s64 	%rd238, %rd237, 1;
+	and.b64  	%rd73, %rd238, 3;
+	setp.eq.s64 	%p86, %rd73, 0;
+	@%p86 bra 	$L__BB11_97;
+	cvt.u64.u32 	%rd239, %r51;
+	mul.wide.u32 	%rd240, %r51, 8;
+	add.s64 	%rd74, %rd17, %rd240;
+	ld.v2.u32 	{%r182, %r183}, [%rd74];
+	add.s64 	%rd75, %rd18, %rd240;
+	st.v2.u32 	[%rd75], {%r182, %r183};
+	add.s64 	%rd277, %rd239, 256;
+	setp.eq.s64 	%p87, %rd73, 1;
+	@%p87 bra 	$L__BB11_97;
+	ld.v2.u32 	{%r186, %r187}, [%rd74+2048];
+	st.v2.u32 	[%rd75+2048], {%r186, %r187};
+	add.s64 	%rd277, %rd239, 512;
+	setp.eq.s64 	%p88, %rd73, 2;
+	@%p88 bra 	$L__BB11_97;
+	ld.v2.u32 	{%r191, %r192}, [%rd74+4096];
+	st.v2.u32 	[%rd75+4096], {%r191, %r192};
+	add.s64 	%rd277, %rd239, 768;
+$L__BB11_97:
+	setp.lt.u64 	%p89, %rd72, 768;
+	@%p89 bra 	$L__BB11_99;
+$L__BB11_98:
+	shl.b64 	%rd243, %rd277, 3;
+	add.s64 	%rd244, %rd17, %rd243;
+	ld.v2.u32 	{%r196, %r197}, [%rd244];
+	add.s64 	%rd245, %rd18, %rd243;
+	st.v2.u32 	[%rd245], {%r196, %r197};
+	ld.v2.u32 	{%r200, %r201}, [%rd244+2048];
+	st.v2.u32 	[%rd245+2048], {%r200, %r201};
+	ld.v2.u32 	{%r204, %r205}, [%rd244+4096];
+	st.v2.u32 	[%rd245+4096], {%r204, %r205};
+	ld.v2.u32 	{%r208, %r209}, [%rd244+6144];
+	st.v2.u32 	[%rd245+6144], {%r208, %r209};
+	add.s64 	%rd277, %rd277, 1024;
+	setp.lt.u64 	%p90, %rd277, %rd70;
+	@%p90 bra 	$L__BB11_98;
+$L__BB11_99:
+	and.b64  	%rd281, %rd68, -8;
+	bra.uni 	$L__BB11_108;
+$L__BB11_5:
+	setp.eq.s16 	%p7, %rs1, 2;
+	@%p7 bra 	$L__BB11_41;
+	bra.uni 	$L__BB11_6;
+$L__BB11_41:
+	add.s64 	%rd183, %rd16, 31;
+	shr.u64 	%rd41, %rd183, 5;
+	setp.eq.s64 	%p30, %rd41, 0;
+	@%p30 bra 	$L__BB11_115;
+	cvt.u32.u64 	%r93, %rd12;
+	add.s64 	%rd185, %rd16, -1;
+	shr.u64 	%rd42, %rd185, 5;
+	and.b64  	%rd43, %rd16, 31;
+	add.s32 	%r94, %r93, -1;
+	cvt.u64.u32 	%rd44, %r94;
+	and.b32  	%r22, %r93, 3;
+	shl.b64 	%rd186, %rd41, 2;
+	add.s64 	%rd187, %rd186, 7;
+	and.b64  	%rd188, %rd187, 2147483640;
+	add.s64 	%rd45, %rd188, %rd14;
+	mov.u32 	%r297, 0;
+	mov.u64 	%rd272, 0;
+$L__BB11_43:
 	mov.u32 	%r302, 0;
-	@%p12 bra 	$L__BB11_16;
-	mov.u64 	%rd265, 0;
-	mov.u32 	%r299, 0;
-	mov.u32 	%r300, 24;
-	mov.u32 	%r302, %r299;
-$L__BB11_15:
-	cvt.u64.u32 	%rd144, %r302;
-	add.s64 	%rd145, %rd23, %rd144;
-	ld.u8 	%rd146, [%rd145];
-	shl.b64 	%rd147, %rd146, %r299;
-	or.b64  	%rd148, %rd147, %rd265;
-	ld.u8 	%rd149, [%rd145+1];
-	add.s32 	%r75, %r299, 8;
-	shl.b64 	%rd150, %rd149, %r75;
-	or.b64  	%rd151, %rd150, %rd148;
-	ld.u8 	%rd152, [%rd145+2];
-	add.s32 	%r76, %r300, -8;
-	shl.b64 	%rd153, %rd152, %r76;
-	or.b64  	%rd154, %rd153, %rd151;
-	ld.u8 	%rd155, [%rd145+3];
-	shl.b64 	%rd156, %rd155, %r300;
-	or.b64  	%rd265, %rd156, %rd154;
-	add.s32 	%r302, %r302, 4;
-	add.s32 	%r77, %r13, %r302;
-	setp.ne.s32 	%p13, %r77, 0;
-	add.s32 	%r18, %r300, 32;
-	add.s32 	%r299, %r300, 8;
-	mov.u32 	%r300, %r18;
-	@%p13 bra 	$L__BB11_15;
-$L__BB11_16:
-	setp.eq.s32 	%p14, %r11, 0;
-	@%p14 bra 	$L__BB11_27;
-	setp.eq.s32 	%p15, %r11, 1;
-	cvt.u64.u32 	%rd157, %r302;
-	add.s64 	%rd28, %rd23, %rd157;
-	ld.u8 	%rd158, [%rd28];
-	shl.b32 	%r78, %r302, 3;
-	shl.b64 	%rd159, %rd158, %r78;
-	or.b64  	%rd265, %rd159, %rd265;
-	@%p15 bra 	$L__BB11_27;
-	setp.eq.s32 	%p16, %r11, 2;
-	ld.u8 	%rd160, [%rd28+1];
-	add.s32 	%r80, %r78, 8;
-	shl.b64 	%rd161, %rd160, %r80;
-	or.b64  	%rd265, %rd161, %rd265;
-	@%p16 bra 	$L__BB11_27;
-	ld.u8 	%rd162, [%rd28+2];
-	add.s32 	%r82, %r78, 16;
-	shl.b64 	%rd163, %rd162, %r82;
-	or.b64  	%rd265, %rd163, %rd265;
-	bra.uni 	$L__BB11_27;
-$L__BB11_20:
-	setp.eq.s32 	%p17, %r67, 1;
-	@%p17 bra 	$L__BB11_25;
-	setp.eq.s32 	%p18, %r67, 2;
-	@%p18 bra 	$L__BB11_24;
-	setp.ne.s32 	%p19, %r67, 4;
-	@%p19 bra 	$L__BB11_26;
-	ld.u32 	%rd265, [%rd23];
-	bra.uni 	$L__BB11_27;
-$L__BB11_25:
-	ld.u8 	%rd265, [%rd23];
-	bra.uni 	$L__BB11_27;
-$L__BB11_24:
-	ld.u16 	%rd265, [%rd23];
-	bra.uni 	$L__BB11_27;
-$L__BB11_26:
-	ld.u64 	%rd265, [%rd23];
-$L__BB11_27:
-	cvt.u64.u16 	%rd164, %rs2;
-	mul.lo.s64 	%rd165, %rd164, %rd12;
-	add.s64 	%rd38, %rd19, %rd165;
-	and.b64  	%rd166, %rd38, %rd20;
-	setp.eq.s64 	%p20, %rd166, 0;
-	@%p20 bra 	$L__BB11_36;
-	setp.eq.s32 	%p21, %r67, 0;
-	@%p21 bra 	$L__BB11_43;
-	cvt.u32.u64 	%r86, %rd20;
-	setp.lt.u32 	%p22, %r86, 3;
+	add.s64 	%rd47, %rd272, %rd7;
+	setp.ge.u64 	%p31, %rd47, %rd41;
+	@%p31 bra 	$L__BB11_45;
+	add.s64 	%rd265, %rd272, %rd7;
+	setp.ne.s64 	%p32, %rd43, 0;
+	shl.b64 	%rd189, %rd265, 2;
+	add.s64 	%rd190, %rd17, %rd189;
+	setp.eq.s64 	%p33, %rd265, %rd42;
+	and.pred  	%p34, %p33, %p32;
+	cvt.u32.u64 	%r96, %rd43;
+	mov.u32 	%r97, -1;
+	shl.b32 	%r98, %r97, %r96;
+	not.b32 	%r99, %r98;
+	selp.b32 	%r100, %r99, -1, %p34;
+	ld.u32 	%r101, [%rd190];
+	and.b32  	%r302, %r101, %r100;
+$L__BB11_45:
+	popc.b32 	%r27, %r302;
+	mov.u32 	%r102, 0;
+	mov.u32 	%r103, 1;
+	mov.u32 	%r104, -1;
+	shfl.sync.up.b32 	%r105|%p35, %r27, %r103, %r102, %r104;
+	setp.eq.s32 	%p36, %r1, 0;
+	selp.b32 	%r106, 0, %r105, %p36;
+	add.s32 	%r107, %r106, %r27;
+	mov.u32 	%r108, 2;
+	shfl.sync.up.b32 	%r109|%p37, %r107, %r108, %r102, %r104;
+	setp.lt.u32 	%p38, %r1, 2;
+	selp.b32 	%r110, 0, %r109, %p38;
+	add.s32 	%r111, %r110, %r107;
+	mov.u32 	%r112, 4;
+	shfl.sync.up.b32 	%r113|%p39, %r111, %r112, %r102, %r104;
+	setp.lt.u32 	%p40, %r1, 4;
+	selp.b32 	%r114, 0, %r113, %p40;
+	add.s32 	%r115, %r114, %r111;
+	mov.u32 	%r116, 8;
+	shfl.sync.up.b32 	%r117|%p41, %r115, %r116, %r102, %r104;
+	setp.lt.u32 	%p42, %r1, 8;
+	selp.b32 	%r118, 0, %r117, %p42;
+	add.s32 	%r119, %r118, %r115;
+	mov.u32 	%r120, 16;
+	shfl.sync.up.b32 	%r121|%p43, %r119, %r120, %r102, %r104;
+	setp.lt.u32 	%p44, %r1, 16;
+	selp.b32 	%r122, 0, %r121, %p44;
+	add.s32 	%r28, %r122, %r119;
+	setp.ne.s32 	%p45, %r1, 31;
+	@%p45 bra 	$L__BB11_47;
+	st.shared.u32 	[%r3], %r28;
+$L__BB11_47:
+	setp.ne.s32 	%p46, %r2, 0;
+	bar.sync 	0;
+	@%p46 bra 	$L__BB11_52;
+	setp.gt.u32 	%p47, %r1, 7;
+	mov.u32 	%r123, 0;
+	mov.u32 	%r299, %r123;
+	@%p47 bra 	$L__BB11_50;
+	ld.shared.u32 	%r299, [%r4];
+$L__BB11_50:
+	setp.lt.u32 	%p108, %r1, 16;
+	setp.lt.u32 	%p107, %r1, 8;
+	setp.lt.u32 	%p106, %r1, 4;
+	setp.lt.u32 	%p105, %r1, 2;
+	setp.eq.s32 	%p104, %r1, 0;
+	mov.u32 	%r125, 1;
+	mov.u32 	%r126, -1;
+	shfl.sync.up.b32 	%r127|%p48, %r299, %r125, %r123, %r126;
+	selp.b32 	%r128, 0, %r127, %p104;
+	add.s32 	%r129, %r128, %r299;
+	mov.u32 	%r130, 2;
+	shfl.sync.up.b32 	%r131|%p50, %r129, %r130, %r123, %r126;
+	selp.b32 	%r132, 0, %r131, %p105;
+	add.s32 	%r133, %r132, %r129;
+	mov.u32 	%r134, 4;
+	shfl.sync.up.b32 	%r135|%p52, %r133, %r134, %r123, %r126;
+	selp.b32 	%r136, 0, %r135, %p106;
+	add.s32 	%r137, %r136, %r133;
+	mov.u32 	%r138, 8;
+	shfl.sync.up.b32 	%r139|%p54, %r137, %r138, %r123, %r126;
+	selp.b32 	%r140, 0, %r139, %p107;
+	add.s32 	%r141, %r140, %r137;
+	mov.u32 	%r142, 16;
+	shfl.sync.up.b32 	%r143|%p57, %r141, %r142, %r123, %r126;
+	selp.b32 	%r144, 0, %r143, %p108;
+	add.s32 	%r31, %r144, %r141;
+	@%p47 bra 	$L__BB11_52;
+	st.shared.u32 	[%r4], %r31;
+$L__BB11_52:
+	setp.eq.s32 	%p59, %r2, 0;
+	mov.u32 	%r300, 0;
+	bar.sync 	0;
+	@%p59 bra 	$L__BB11_54;
+	ld.shared.u32 	%r300, [%r3+-4];
+$L__BB11_54:
+	popc.b32 	%r274, %r302;
+	ld.shared.u32 	%r146, [_ZZ14ws_delta_applyN10weightsync7kernels16DeltaApplyParamsEE3red+28];
+	bar.sync 	0;
+	sub.s32 	%r147, %r297, %r274;
+	add.s32 	%r148, %r147, %r28;
+	add.s32 	%r301, %r148, %r300;
+	add.s32 	%r297, %r146, %r297;
+	setp.eq.s32 	%p60, %r302, 0;
+	@%p60 bra 	$L__BB11_89;
+	add.s64 	%rd264, %rd272, %rd7;
+	shl.b64 	%rd48, %rd264, 5;
+$L__BB11_56:
+	mov.u32 	%r37, %r302;
+	add.s32 	%r149, %r37, -1;
+	and.b32  	%r302, %r149, %r37;
+	cvt.u64.u32 	%rd191, %r301;
+	mul.lo.s64 	%rd192, %rd191, %rd12;
+	add.s64 	%rd193, %rd45, %rd192;
+	add.s64 	%rd49, %rd13, %rd193;
+	and.b64  	%rd194, %rd49, %rd44;
+	setp.eq.s64 	%p61, %rd194, 0;
+	@%p61 bra 	$L__BB11_65;
+	cvt.u32.u64 	%r275, %rd12;
+	setp.eq.s32 	%p62, %r275, 0;
+	mov.u64 	%rd276, 0;
+	@%p62 bra 	$L__BB11_72;
+	cvt.u32.u64 	%r152, %rd44;
+	setp.lt.u32 	%p63, %r152, 3;
+	mov.u64 	%rd276, 0;
 	mov.u32 	%r305, 0;
-	@%p22 bra 	$L__BB11_32;
+	@%p63 bra 	$L__BB11_61;
+	cvt.u32.u64 	%r278, %rd12;
+	and.b32  	%r277, %r278, 3;
+	sub.s32 	%r304, %r278, %r277;
+	mov.u64 	%rd276, 0;
 	mov.u32 	%r305, 0;
-	mov.u32 	%r304, %r12;
-$L__BB11_31:
-	shl.b32 	%r88, %r305, 3;
-	shr.u64 	%rd167, %rd265, %r88;
-	cvt.u64.u32 	%rd168, %r305;
-	add.s64 	%rd169, %rd38, %rd168;
-	st.u8 	[%rd169], %rd167;
-	add.s32 	%r89, %r88, 8;
-	shr.u64 	%rd170, %rd265, %r89;
-	st.u8 	[%rd169+1], %rd170;
-	add.s32 	%r90, %r88, 16;
-	shr.u64 	%rd171, %rd265, %r90;
-	st.u8 	[%rd169+2], %rd171;
-	add.s32 	%r91, %r88, 24;
-	shr.u64 	%rd172, %rd265, %r91;
-	st.u8 	[%rd169+3], %rd172;
+$L__BB11_60:
+	cvt.u64.u32 	%rd199, %r305;
+	add.s64 	%rd200, %rd49, %rd199;
+	ld.u8 	%rd201, [%rd200];
+	shl.b32 	%r154, %r305, 3;
+	shl.b64 	%rd202, %rd201, %r154;
+	or.b64  	%rd203, %rd202, %rd276;
+	ld.u8 	%rd204, [%rd200+1];
+	add.s32 	%r155, %r154, 8;
+	shl.b64 	%rd205, %rd204, %r155;
+	or.b64  	%rd206, %rd205, %rd203;
+	ld.u8 	%rd207, [%rd200+2];
+	add.s32 	%r156, %r154, 16;
+	shl.b64 	%rd208, %rd207, %r156;
+	or.b64  	%rd209, %rd208, %rd206;
+	ld.u8 	%rd210, [%rd200+3];
+	add.s32 	%r157, %r154, 24;
+	shl.b64 	%rd211, %rd210, %r157;
+	or.b64  	%rd276, %rd211, %rd209;
 	add.s32 	%r305, %r305, 4;
 	add.s32 	%r304, %r304, -4;
-	setp.ne.s32 	%p23, %r304, 0;
-	@%p23 bra 	$L__BB11_31;
-$L__BB11_32:
-	setp.eq.s32 	%p24, %r11, 0;
-	@%p24 bra 	$L__BB11_43;
-	setp.eq.s32 	%p25, %r11, 1;
-	shl.b32 	%r92, %r305, 3;
-	shr.u64 	%rd173, %rd265, %r92;
-	cvt.u64.u32 	%rd174, %r305;
-	add.s64 	%rd39, %rd38, %rd174;
-	st.u8 	[%rd39], %rd173;
-	@%p25 bra 	$L__BB11_43;
-	setp.eq.s32 	%p26, %r11, 2;
-	add.s32 	%r94, %r92, 8;
-	shr.u64 	%rd175, %rd265, %r94;
-	st.u8 	[%rd39+1], %rd175;
-	@%p26 bra 	$L__BB11_43;
-	add.s32 	%r96, %r92, 16;
-	shr.u64 	%rd176, %rd265, %r96;
-	st.u8 	[%rd39+2], %rd176;
-	bra.uni 	$L__BB11_43;
-$L__BB11_36:
-	setp.eq.s32 	%p27, %r67, 1;
-	@%p27 bra 	$L__BB11_41;
-	setp.eq.s32 	%p28, %r67, 2;
-	@%p28 bra 	$L__BB11_40;
-	setp.ne.s32 	%p29, %r67, 4;
-	@%p29 bra 	$L__BB11_42;
-	st.u32 	[%rd38], %rd265;
-	bra.uni 	$L__BB11_43;
-$L__BB11_41:
-	st.u8 	[%rd38], %rd265;
-	bra.uni 	$L__BB11_43;
+	setp.ne.s32 	%p64, %r304, 0;
+	@%p64 bra 	$L__BB11_60;
+$L__BB11_61:
+	setp.eq.s32 	%p65, %r22, 0;
+	@%p65 bra 	$L__BB11_72;
+	setp.eq.s32 	%p66, %r22, 1;
+	cvt.u64.u32 	%rd212, %r305;
+	add.s64 	%rd54, %rd49, %rd212;
+	ld.u8 	%rd213, [%rd54];
+	shl.b32 	%r158, %r305, 3;
+	shl.b64 	%rd214, %rd213, %r158;
+	or.b64  	%rd276, %rd214, %rd276;
+	@%p66 bra 	$L__BB11_72;
+	setp.eq.s32 	%p67, %r22, 2;
+	ld.u8 	%rd215, [%rd54+1];
+	add.s32 	%r160, %r158, 8;
+	shl.b64 	%rd216, %rd215, %r160;
+	or.b64  	%rd276, %rd216, %rd276;
+	@%p67 bra 	$L__BB11_72;
+	ld.u8 	%rd217, [%rd54+2];
+	add.s32 	%r162, %r158, 16;
+	shl.b64 	%rd218, %rd217, %r162;
+	or.b64  	%rd276, %rd218, %rd276;
+	bra.uni 	$L__BB11_72;
+$L__BB11_65:
+	cvt.u32.u64 	%r286, %rd12;
+	setp.eq.s32 	%p68, %r286, 1;
+	@%p68 bra 	$L__BB11_70;
+	cvt.u32.u64 	%r287, %rd12;
+	setp.eq.s32 	%p69, %r287, 2;
+	@%p69 bra 	$L__BB11_69;
+	cvt.u32.u64 	%r288, %rd12;
+	setp.ne.s32 	%p70, %r288, 4;
+	@%p70 bra 	$L__BB11_71;
+	ld.u32 	%rd276, [%rd49];
+	bra.uni 	$L__BB11_72;
+$L__BB11_69:
+	ld.u16 	%rd276, [%rd49];
+	bra.uni 	$L__BB11_72;
+$L__BB11_70:
+	ld.u8 	%rd276, [%rd49];
+	bra.uni 	$L__BB11_72;
+$L__BB11_71:
+	ld.u64 	%rd276, [%rd49];
+$L__BB11_72:
+	brev.b32 	%r164, %r37;
+	bfind.shiftamt.u32 	%r165, %r164;
+	cvt.u64.u32 	%rd219, %r165;
+	add.s64 	%rd220, %rd48, %rd219;
+	mul.lo.s64 	%rd221, %rd220, %rd12;
+	add.s64 	%rd64, %rd18, %rd221;
+	and.b64  	%rd222, %rd64, %rd44;
+	setp.eq.s64 	%p71, %rd222, 0;
+	@%p71 bra 	$L__BB11_81;
+	cvt.u32.u64 	%r279, %rd12;
+	setp.eq.s32 	%p72, %r279, 0;
+	@%p72 bra 	$L__BB11_88;
+	cvt.u32.u64 	%r168, %rd44;
+	setp.lt.u32 	%p73, %r168, 3;
+	mov.u32 	%r308, 0;
+	@%p73 bra 	$L__BB11_77;
+	cvt.u32.u64 	%r282, %rd12;
+	and.b32  	%r281, %r282, 3;
+	sub.s32 	%r307, %r282, %r281;
+	mov.u32 	%r308, 0;
+$L__BB11_76:
+	shl.b32 	%r170, %r308, 3;
+	shr.u64 	%rd223, %rd276, %r170;
+	cvt.u64.u32 	%rd224, %r308;
+	add.s64 	%rd225, %rd64, %rd224;
+	st.u8 	[%rd225], %rd223;
+	add.s32 	%r171, %r170, 8;
+	shr.u64 	%rd226, %rd276, %r171;
+	st.u8 	[%rd225+1], %rd226;
+	add.s32 	%r172, %r170, 16;
+	shr.u64 	%rd227, %rd276, %r172;
+	st.u8 	[%rd225+2], %rd227;
+	add.s32 	%r173, %r170, 24;
+	shr.u64 	%rd228, %rd276, %r173;
+	st.u8 	[%rd225+3], %rd228;
+	add.s32 	%r308, %r308, 4;
+	add.s32 	%r307, %r307, -4;
+	setp.ne.s32 	%p74, %r307, 0;
+	@%p74 bra 	$L__BB11_76;
+$L__BB11_77:
+	setp.eq.s32 	%p75, %r22, 0;
+	@%p75 bra 	$L__BB11_88;
+	setp.eq.s32 	%p76, %r22, 1;
+	shl.b32 	%r174, %r308, 3;
+	shr.u64 	%rd229, %rd276, %r174;
+	cvt.u64.u32 	%rd230, %r308;
+	add.s64 	%rd65, %rd64, %rd230;
+	st.u8 	[%rd65], %rd229;
+	@%p76 bra 	$L__BB11_88;
+	setp.eq.s32 	%p77, %r22, 2;
+	add.s32 	%r176, %r174, 8;
+	shr.u64 	%rd231, %rd276, %r176;
+	st.u8 	[%rd65+1], %rd231;
+	@%p77 bra 	$L__BB11_88;
+	add.s32 	%r178, %r174, 16;
+	shr.u64 	%rd232, %rd276, %r178;
+	st.u8 	[%rd65+2], %rd232;
+	bra.uni 	$L__BB11_88;
+$L__BB11_81:
+	cvt.u32.u64 	%r283, %rd12;
+	setp.eq.s32 	%p78, %r283, 1;
+	@%p78 bra 	$L__BB11_86;
+	cvt.u32.u64 	%r284, %rd12;
+	setp.eq.s32 	%p79, %r284, 2;
+	@%p79 bra 	$L__BB11_85;
+	cvt.u32.u64 	%r285, %rd12;
+	setp.ne.s32 	%p80, %r285, 4;
+	@%p80 bra 	$L__BB11_87;
+	st.u32 	[%rd64], %rd276;
+	bra.uni 	$L__BB11_88;
+$L__BB11_85:
+	st.u16 	[%rd64], %rd276;
+	bra.uni 	$L__BB11_88;
+$L__BB11_86:
+	st.u8 	[%rd64], %rd276;
+	bra.uni 	$L__BB11_88;
+$L__BB11_87:
+	st.u64 	[%rd64], %rd276;
+$L__BB11_88:
+	setp.ne.s32 	%p81, %r302, 0;
+	add.s32 	%r301, %r301, 1;
+	@%p81 bra 	$L__BB11_56;
+$L__BB11_89:
+	add.s64 	%rd272, %rd272, 256;
+	setp.lt.u64 	%p82, %rd272, %rd41;
+	@%p82 bra 	$L__BB11_43;
+	bra.uni 	$L__BB11_115;
+$L__BB11_6:
+	cvt.u32.u64 	%r59, %rd15;
+	cvt.u32.u64 	%r60, %rd7;
+	setp.ge.u32 	%p8, %r60, %r59;
+	@%p8 bra 	$L__BB11_115;
+	cvt.u32.u64 	%r61, %rd12;
+	add.s32 	%r62, %r61, -1;
+	cvt.u64.u32 	%rd19, %r62;
+	and.b32  	%r7, %r61, 3;
+	sub.s32 	%r8, %r61, %r7;
+	sub.s32 	%r9, %r7, %r61;
+	shl.b64 	%rd138, %rd15, 1;
+	add.s64 	%rd139, %rd138, 7;
+	and.b64  	%rd140, %rd139, 17179869176;
+	add.s64 	%rd20, %rd140, %rd14;
+	mov.u64 	%rd267, %rd7;
+$L__BB11_8:
+	shl.b64 	%rd141, %rd267, 1;
+	add.s64 	%rd142, %rd17, %rd141;
+	ld.u16 	%rs2, [%rd142];
+	mul.lo.s64 	%rd143, %rd267, %rd12;
+	add.s64 	%rd144, %rd20, %rd143;
+	add.s64 	%rd22, %rd13, %rd144;
+	and.b64  	%rd145, %rd22, %rd19;
+	setp.eq.s64 	%p9, %rd145, 0;
+	@%p9 bra 	$L__BB11_17;
+	setp.eq.s32 	%p10, %r61, 0;
+	mov.u64 	%rd271, 0;
+	@%p10 bra 	$L__BB11_24;
+	cvt.u32.u64 	%r65, %rd19;
+	setp.lt.u32 	%p11, %r65, 3;
+	mov.u64 	%rd271, 0;
+	mov.u32 	%r293, 0;
+	@%p11 bra 	$L__BB11_13;
+	mov.u64 	%rd271, 0;
+	mov.u32 	%r290, 0;
+	mov.u32 	%r291, 24;
+	mov.u32 	%r293, %r290;
+$L__BB11_12:
+	cvt.u64.u32 	%rd150, %r293;
+	add.s64 	%rd151, %rd22, %rd150;
+	ld.u8 	%rd152, [%rd151];
+	shl.b64 	%rd153, %rd152, %r290;
+	or.b64  	%rd154, %rd153, %rd271;
+	ld.u8 	%rd155, [%rd151+1];
+	add.s32 	%r69, %r290, 8;
+	shl.b64 	%rd156, %rd155, %r69;
+	or.b64  	%rd157, %rd156, %rd154;
+	ld.u8 	%rd158, [%rd151+2];
+	add.s32 	%r70, %r291, -8;
+	shl.b64 	%rd159, %rd158, %r70;
+	or.b64  	%rd160, %rd159, %rd157;
+	ld.u8 	%rd161, [%rd151+3];
+	shl.b64 	%rd162, %rd161, %r291;
+	or.b64  	%rd271, %rd162, %rd160;
+	add.s32 	%r293, %r293, 4;
+	add.s32 	%r71, %r9, %r293;
+	setp.ne.s32 	%p12, %r71, 0;
+	add.s32 	%r14, %r291, 32;
+	add.s32 	%r290, %r291, 8;
+	mov.u32 	%r291, %r14;
+	@%p12 bra 	$L__BB11_12;
+$L__BB11_13:
+	setp.eq.s32 	%p13, %r7, 0;
+	@%p13 bra 	$L__BB11_24;
+	setp.eq.s32 	%p14, %r7, 1;
+	cvt.u64.u32 	%rd163, %r293;
+	add.s64 	%rd27, %rd22, %rd163;
+	ld.u8 	%rd164, [%rd27];
+	shl.b32 	%r72, %r293, 3;
+	shl.b64 	%rd165, %rd164, %r72;
+	or.b64  	%rd271, %rd165, %rd271;
+	@%p14 bra 	$L__BB11_24;
+	setp.eq.s32 	%p15, %r7, 2;
+	ld.u8 	%rd166, [%rd27+1];
+	add.s32 	%r74, %r72, 8;
+	shl.b64 	%rd167, %rd166, %r74;
+	or.b64  	%rd271, %rd167, %rd271;
+	@%p15 bra 	$L__BB11_24;
+	ld.u8 	%rd168, [%rd27+2];
+	add.s32 	%r76, %r72, 16;
+	shl.b64 	%rd169, %rd168, %r76;
+	or.b64  	%rd271, %rd169, %rd271;
+	bra.uni 	$L__BB11_24;
+$L__BB11_17:
+	setp.eq.s32 	%p16, %r61, 1;
+	@%p16 bra 	$L__BB11_22;
+	setp.eq.s32 	%p17, %r61, 2;
+	@%p17 bra 	$L__BB11_21;
+	setp.ne.s32 	%p18, %r61, 4;
+	@%p18 bra 	$L__BB11_23;
+	ld.u32 	%rd271, [%rd22];
+	bra.uni 	$L__BB11_24;
+$L__BB11_22:
+	ld.u8 	%rd271, [%rd22];
+	bra.uni 	$L__BB11_24;
+$L__BB11_21:
+	ld.u16 	%rd271, [%rd22];
+	bra.uni 	$L__BB11_24;
+$L__BB11_23:
+	ld.u64 	%rd271, [%rd22];
+$L__BB11_24:
+	cvt.u64.u16 	%rd170, %rs2;
+	mul.lo.s64 	%rd171, %rd170, %rd12;
+	add.s64 	%rd37, %rd18, %rd171;
+	and.b64  	%rd172, %rd37, %rd19;
+	setp.eq.s64 	%p19, %rd172, 0;
+	@%p19 bra 	$L__BB11_33;
+	setp.eq.s32 	%p20, %r61, 0;
+	@%p20 bra 	$L__BB11_40;
+	cvt.u32.u64 	%r80, %rd19;
+	setp.lt.u32 	%p21, %r80, 3;
+	mov.u32 	%r296, 0;
+	@%p21 bra 	$L__BB11_29;
+	mov.u32 	%r296, 0;
+	mov.u32 	%r295, %r8;
+$L__BB11_28:
+	shl.b32 	%r82, %r296, 3;
+	shr.u64 	%rd173, %rd271, %r82;
+	cvt.u64.u32 	%rd174, %r296;
+	add.s64 	%rd175, %rd37, %rd174;
+	st.u8 	[%rd175], %rd173;
+	add.s32 	%r83, %r82, 8;
+	shr.u64 	%rd176, %rd271, %r83;
+	st.u8 	[%rd175+1], %rd176;
+	add.s32 	%r84, %r82, 16;
+	shr.u64 	%rd177, %rd271, %r84;
+	st.u8 	[%rd175+2], %rd177;
+	add.s32 	%r85, %r82, 24;
+	shr.u64 	%rd178, %rd271, %r85;
+	st.u8 	[%rd175+3], %rd178;
+	add.s32 	%r296, %r296, 4;
+	add.s32 	%r295, %r295, -4;
+	setp.ne.s32 	%p22, %r295, 0;
+	@%p22 bra 	$L__BB11_28;
+$L__BB11_29:
+	setp.eq.s32 	%p23, %r7, 0;
+	@%p23 bra 	$L__BB11_40;
+	setp.eq.s32 	%p24, %r7, 1;
+	shl.b32 	%r86, %r296, 3;
+	shr.u64 	%rd179, %rd271, %r86;
+	cvt.u64.u32 	%rd180, %r296;
+	add.s64 	%rd38, %rd37, %rd180;
+	st.u8 	[%rd38], %rd179;
+	@%p24 bra 	$L__BB11_40;
+	setp.eq.s32 	%p25, %r7, 2;
+	add.s32 	%r88, %r86, 8;
+	shr.u64 	%rd181, %rd271, %r88;
+	st.u8 	[%rd38+1], %rd181;
+	@%p25 bra 	$L__BB11_40;
+	add.s32 	%r90, %r86, 16;
+	shr.u64 	%rd182, %rd271, %r90;
+	st.u8 	[%rd38+2], %rd182;
+	bra.uni 	$L__BB11_40;
+$L__BB11_33:
+	setp.eq.s32 	%p26, %r61, 1;
+	@%p26 bra 	$L__BB11_38;
+	setp.eq.s32 	%p27, %r61, 2;
+	@%p27 bra 	$L__BB11_37;
+	setp.ne.s32 	%p28, %r61, 4;
+	@%p28 bra 	$L__BB11_39;
+	st.u32 	[%rd37], %rd271;
+	bra.uni 	$L__BB11_40;
+$L__BB11_38:
+	st.u8 	[%rd37], %rd271;
+	bra.uni 	$L__BB11_40;
+$L__BB11_37:
+	st.u16 	[%rd37], %rd271;
+	bra.uni 	$L__BB11_40;
+$L__BB11_39:
+	st.u64 	[%rd37], %rd271;
 $L__BB11_40:
-	st.u16 	[%rd38], %rd265;
-	bra.uni 	$L__BB11_43;
-$L__BB11_42:
-	st.u64 	[%rd38], %rd265;
-$L__BB11_43:
-	add.s64 	%rd261, %rd261, 256;
-	setp.lt.u64 	%p30, %rd261, %rd16;
-	@%p30 bra 	$L__BB11_11;
-	bra.uni 	$L__BB11_118;
-$L__BB11_103:
-	shr.u64 	%rd84, %rd69, 4;
-	setp.le.u64 	%p92, %rd84, %rd6;
-	@%p92 bra 	$L__BB11_110;
-	cvt.u64.u32 	%rd273, %r55;
-	not.b64 	%rd240, %rd273;
-	add.s64 	%rd86, %rd84, %rd240;
-	shr.u64 	%rd241, %rd86, 8;
-	add.s64 	%rd242, %rd241, 1;
-	and.b64  	%rd87, %rd242, 3;
-	setp.eq.s64 	%p93, %rd87, 0;
-	@%p93 bra 	$L__BB11_108;
-	cvt.u64.u32 	%rd243, %r55;
-	mul.wide.u32 	%rd244, %r55, 16;
-	add.s64 	%rd89, %rd19, %rd244;
-	add.s64 	%rd88, %rd18, %rd244;
-	ld.v4.u32 	{%r220, %r221, %r222, %r223}, [%rd88];
-	st.v4.u32 	[%rd89], {%r220, %r221, %r222, %r223};
-	add.s64 	%rd273, %rd243, 256;
-	setp.eq.s64 	%p94, %rd87, 1;
-	@%p94 bra 	$L__BB11_108;
-	ld.v4.u32 	{%r228, %r229, %r230, %r231}, [%rd88+4096];
-	st.v4.u32 	[%rd89+4096], {%r228, %r229, %r230, %r231};
-	add.s64 	%rd273, %rd243, 512;
-	setp.eq.s64 	%p95, %rd87, 2;
-	@%p95 bra 	$L__BB11_108;
-	ld.v4.u32 	{%r237, %r238, %r239, %r240}, [%rd88+8192];
-	st.v4.u32 	[%rd89+8192], {%r237, %r238, %r239, %r240};
-	add.s64 	%rd273, %rd243, 768;
+	add.s64 	%rd267, %rd267, 256;
+	setp.lt.u64 	%p29, %rd267, %rd15;
+	@%p29 bra 	$L__BB11_8;
+	bra.uni 	$L__BB11_115;
+$L__BB11_100:
+	shr.u64 	%rd83, %rd68, 4;
+	setp.le.u64 	%p91, %rd83, %rd7;
+	@%p91 bra 	$L__BB11_107;
+	cvt.u64.u32 	%rd279, %r51;
+	not.b64 	%rd246, %rd279;
+	add.s64 	%rd85, %rd83, %rd246;
+	shr.u64 	%rd247, %rd85, 8;
+	add.s64 	%rd248, %rd247, 1;
+	and.b64  	%rd86, %rd248, 3;
+	setp.eq.s64 	%p92, %rd86, 0;
+	@%p92 bra 	$L__BB11_105;
+	cvt.u64.u32 	%rd249, %r51;
+	mul.wide.u32 	%rd250, %r51, 16;
+	add.s64 	%rd88, %rd18, %rd250;
+	add.s64 	%rd87, %rd17, %rd250;
+	ld.v4.u32 	{%r214, %r215, %r216, %r217}, [%rd87];
+	st.v4.u32 	[%rd88], {%r214, %r215, %r216, %r217};
+	add.s64 	%rd279, %rd249, 256;
+	setp.eq.s64 	%p93, %rd86, 1;
+	@%p93 bra 	$L__BB11_105;
+	ld.v4.u32 	{%r222, %r223, %r224, %r225}, [%rd87+4096];
+	st.v4.u32 	[%rd88+4096], {%r222, %r223, %r224, %r225};
+	add.s64 	%rd279, %rd249, 512;
+	setp.eq.s64 	%p94, %rd86, 2;
+	@%p94 bra 	$L__BB11_105;
+	ld.v4.u32 	{%r231, %r232, %r233, %r234}, [%rd87+8192];
+	st.v4.u32 	[%rd88+8192], {%r231, %r232, %r233, %r234};
+	add.s64 	%rd279, %rd249, 768;
+$L__BB11_105:
+	setp.lt.u64 	%p95, %rd85, 768;
+	@%p95 bra 	$L__BB11_107;
+$L__BB11_106:
+	shl.b64 	%rd253, %rd279, 4;
+	add.s64 	%rd254, %rd18, %rd253;
+	add.s64 	%rd255, %rd17, %rd253;
+	ld.v4.u32 	{%r240, %r241, %r242, %r243}, [%rd255];
+	st.v4.u32 	[%rd254], {%r240, %r241, %r242, %r243};
+	ld.v4.u32 	{%r248, %r249, %r250, %r251}, [%rd255+4096];
+	st.v4.u32 	[%rd254+4096], {%r248, %r249, %r250, %r251};
+	ld.v4.u32 	{%r256, %r257, %r258, %r259}, [%rd255+8192];
+	st.v4.u32 	[%rd254+8192], {%r256, %r257, %r258, %r259};
+	ld.v4.u32 	{%r264, %r265, %r266, %r267}, [%rd255+12288];
+	st.v4.u32 	[%rd254+12288], {%r264, %r265, %r266, %r267};
+	add.s64 	%rd279, %rd279, 1024;
+	setp.lt.u64 	%p96, %rd279, %rd83;
+	@%p96 bra 	$L__BB11_106;
+$L__BB11_107:
+	and.b64  	%rd281, %rd68, -16;
 $L__BB11_108:
-	setp.lt.u64 	%p96, %rd86, 768;
-	@%p96 bra 	$L__BB11_110;
-$L__BB11_109:
-	shl.b64 	%rd247, %rd273, 4;
-	add.s64 	%rd248, %rd19, %rd247;
-	add.s64 	%rd249, %rd18, %rd247;
-	ld.v4.u32 	{%r246, %r247, %r248, %r249}, [%rd249];
-	st.v4.u32 	[%rd248], {%r246, %r247, %r248, %r249};
-	ld.v4.u32 	{%r254, %r255, %r256, %r257}, [%rd249+4096];
-	st.v4.u32 	[%rd248+4096], {%r254, %r255, %r256, %r257};
-	ld.v4.u32 	{%r262, %r263, %r264, %r265}, [%rd249+8192];
-	st.v4.u32 	[%rd248+8192], {%r262, %r263, %r264, %r265};
-	ld.v4.u32 	{%r270, %r271, %r272, %r273}, [%rd249+12288];
-	st.v4.u32 	[%rd248+12288], {%r270, %r271, %r272, %r273};
-	add.s64 	%rd273, %rd273, 1024;
-	setp.lt.u64 	%p97, %rd273, %rd84;
-	@%p97 bra 	$L__BB11_109;
-$L__BB11_110:
-	and.b64  	%rd275, %rd69, -16;
-$L__BB11_111:
-	add.s64 	%rd98, %rd275, %rd6;
-	setp.ge.u64 	%p98, %rd98, %rd69;
-	@%p98 bra 	$L__BB11_118;
-	cvt.u64.u32 	%rd250, %r55;
-	not.b64 	%rd251, %rd250;
-	add.s64 	%rd252, %rd69, %rd251;
-	sub.s64 	%rd99, %rd252, %rd275;
-	shr.u64 	%rd253, %rd99, 8;
-	add.s64 	%rd254, %rd253, 1;
-	and.b64  	%rd100, %rd254, 3;
-	setp.eq.s64 	%p99, %rd100, 0;
-	mov.u64 	%rd276, %rd98;
-	@%p99 bra 	$L__BB11_116;
-	add.s64 	%rd101, %rd18, %rd98;
-	ld.u8 	%rs3, [%rd101];
-	add.s64 	%rd102, %rd19, %rd98;
-	st.u8 	[%rd102], %rs3;
-	add.s64 	%rd276, %rd98, 256;
-	setp.eq.s64 	%p100, %rd100, 1;
-	@%p100 bra 	$L__BB11_116;
-	ld.u8 	%rs4, [%rd101+256];
-	st.u8 	[%rd102+256], %rs4;
-	add.s64 	%rd276, %rd98, 512;
-	setp.eq.s64 	%p101, %rd100, 2;
-	@%p101 bra 	$L__BB11_116;
-	ld.u8 	%rs5, [%rd101+512];
-	st.u8 	[%rd102+512], %rs5;
-	add.s64 	%rd276, %rd98, 768;
+	add.s64 	%rd97, %rd281, %rd7;
+	setp.ge.u64 	%p97, %rd97, %rd68;
+	@%p97 bra 	$L__BB11_115;
+	cvt.u64.u32 	%rd256, %r51;
+	not.b64 	%rd257, %rd256;
+	add.s64 	%rd258, %rd68, %rd257;
+	sub.s64 	%rd98, %rd258, %rd281;
+	shr.u64 	%rd259, %rd98, 8;
+	add.s64 	%rd260, %rd259, 1;
+	and.b64  	%rd99, %rd260, 3;
+	setp.eq.s64 	%p98, %rd99, 0;
+	mov.u64 	%rd282, %rd97;
+	@%p98 bra 	$L__BB11_113;
+	add.s64 	%rd100, %rd17, %rd97;
+	ld.u8 	%rs3, [%rd100];
+	add.s64 	%rd101, %rd18, %rd97;
+	st.u8 	[%rd101], %rs3;
+	add.s64 	%rd282, %rd97, 256;
+	setp.eq.s64 	%p99, %rd99, 1;
+	@%p99 bra 	$L__BB11_113;
+	ld.u8 	%rs4, [%rd100+256];
+	st.u8 	[%rd101+256], %rs4;
+	add.s64 	%rd282, %rd97, 512;
+	setp.eq.s64 	%p100, %rd99, 2;
+	@%p100 bra 	$L__BB11_113;
+	ld.u8 	%rs5, [%rd100+512];
+	st.u8 	[%rd101+512], %rs5;
+	add.s64 	%rd282, %rd97, 768;
+$L__BB11_113:
+	setp.lt.u64 	%p101, %rd98, 768;
+	@%p101 bra 	$L__BB11_115;
+$L__BB11_114:
+	add.s64 	%rd261, %rd17, %rd282;
+	ld.u8 	%rs6, [%rd261];
+	add.s64 	%rd262, %rd18, %rd282;
+	st.u8 	[%rd262], %rs6;
+	ld.u8 	%rs7, [%rd261+256];
+	st.u8 	[%rd262+256], %rs7;
+	ld.u8 	%rs8, [%rd261+512];
+	st.u8 	[%rd262+512], %rs8;
+	ld.u8 	%rs9, [%rd261+768];
+	st.u8 	[%rd262+768], %rs9;
+	add.s64 	%rd282, %rd282, 1024;
+	setp.lt.u64 	%p102, %rd282, %rd68;
+	@%p102 bra 	$L__BB11_114;
+$L__BB11_115:
+	mov.u32 	%r273, %nctaid.x;
+	cvt.u64.u32 	%rd263, %r273;
+	add.s64 	%rd266, %rd266, %rd263;
+	setp.lt.u64 	%p103, %rd266, %rd2;
+	@%p103 bra 	$L__BB11_2;
 $L__BB11_116:
-	setp.lt.u64 	%p102, %rd99, 768;
-	@%p102 bra 	$L__BB11_118;
-$L__BB11_117:
-	add.s64 	%rd255, %rd18, %rd276;
-	ld.u8 	%rs6, [%rd255];
-	add.s64 	%rd256, %rd19, %rd276;
-	st.u8 	[%rd256], %rs6;
-	ld.u8 	%rs7, [%rd255+256];
-	st.u8 	[%rd256+256], %rs7;
-	ld.u8 	%rs8, [%rd255+512];
-	st.u8 	[%rd256+512], %rs8;
-	ld.u8 	%rs9, [%rd255+768];
-	st.u8 	[%rd256+768], %rs9;
-	add.s64 	%rd276, %rd276, 1024;
-	setp.lt.u64 	%p103, %rd276, %rd69;
-	@%p103 bra 	$L__BB11_117;
-	bra.uni 	$L__BB11_118;
-$L__BB11_2:
-	setp.lt.u32 	%p2, %r1, 2;
-	mov.u32 	%r298, 0;
-	@%p2 bra 	$L__BB11_5;
-	cvta.to.global.u64 	%rd8, %rd4;
-	mov.u32 	%r298, 0;
-	mov.u32 	%r296, %r1;
-$L__BB11_4:
-	add.s32 	%r62, %r296, %r298;
-	shr.u32 	%r63, %r62, 1;
-	mul.wide.u32 	%rd114, %r63, 64;
-	add.s64 	%rd115, %rd8, %rd114;
-	ld.global.u64 	%rd116, [%rd115];
-	setp.le.u64 	%p3, %rd116, %rd260;
-	selp.b32 	%r298, %r63, %r298, %p3;
-	selp.b32 	%r296, %r296, %r63, %p3;
-	sub.s32 	%r64, %r296, %r298;
-	setp.gt.u32 	%p4, %r64, 1;
-	@%p4 bra 	$L__BB11_4;
-$L__BB11_5:
-	cvta.to.global.u64 	%rd117, %rd4;
-	cvt.u64.u32 	%rd9, %r298;
-	mul.wide.u32 	%rd118, %r298, 64;
-	add.s64 	%rd119, %rd117, %rd118;
-	add.s64 	%rd10, %rd119, 20;
-	ld.global.u64 	%rd120, [%rd119+24];
-	setp.ne.s64 	%p5, %rd120, -1;
-	@%p5 bra 	$L__BB11_118;
-	bra.uni 	$L__BB11_6;
-$L__BB11_118:
-	mov.u32 	%r279, %nctaid.x;
-	cvt.u64.u32 	%rd257, %r279;
-	add.s64 	%rd260, %rd260, %rd257;
-	setp.lt.u64 	%p104, %rd260, %rd3;
-	@%p104 bra 	$L__BB11_2;
-$L__BB11_119:
 	ret;
 }
 )WSPTX";
