@@ -374,7 +374,7 @@ extern "C" __global__ void __launch_bounds__(WS_THREADS)
   for (u64 it = blockIdx.x; it < items; it += gridDim.x) {
     if (it >= p.n_buckets) {  // the headers, a thread per job
       const u64 j = (it - p.n_buckets) * WS_THREADS + threadIdx.x;
-      if (j < p.n_jobs) {
+      if (j < p.n_jobs && p.outs[j] != nullptr) {  // (a null out: the job is not encoded)
         const wk::DeltaEncodeJob J = p.jobs[j];
         wdl::BlobHeader h{};
         h.magic = wdl::kBlobMagic;
@@ -389,6 +389,7 @@ extern "C" __global__ void __launch_bounds__(WS_THREADS)
     }
     const u64 g = it;
     const unsigned j = p.bucket_job[g];
+    if (p.outs[j] == nullptr) continue;  // not encoded (the caller sends it whole)
     const wk::DeltaEncodeJob J = p.jobs[j];
     const unsigned eb = J.elem_bytes;
     const u64 b = g - J.bucket_base, begin = b * p.bucket_elems;

@@ -264,10 +264,11 @@ class CudaDeltaEncoder {
   }
 
   //! Writes each job of the last measure() into outs[i] (device memory, 8-byte aligned, at least
-  //! the measured size), in stream order on `s`; nothing is synchronized. May be called again
+  //! the measured size; nullptr: that job is not encoded), in stream order on `s`; nothing is
+  //! synchronized. May be called again
   //! (the same blobs) until the next measure().
   //! @throws config_error("outs") without a measure() or for a count that differs from its jobs,
-  //! config_error("outs[i]") for a null or misaligned blob; cuda_error.
+  //! config_error("outs[i]") for a misaligned blob; cuda_error.
   void encode(std::span<void* const> outs, cudaStream_t s) {
     using weightsync::detail::cat;
     namespace wk = weightsync::kernels;
@@ -276,9 +277,8 @@ class CudaDeltaEncoder {
       throw config_error(
           "outs", cat(outs.size(), " blobs where the last measure() had ", jobs_.size(), " jobs"));
     for (std::size_t i = 0; i < outs.size(); ++i)
-      if (outs[i] == nullptr || reinterpret_cast<std::uintptr_t>(outs[i]) % 8 != 0)
-        throw config_error(cat("outs[", i, "]"),
-                           outs[i] == nullptr ? "null" : "a blob must be 8-byte aligned");
+      if (reinterpret_cast<std::uintptr_t>(outs[i]) % 8 != 0)
+        throw config_error(cat("outs[", i, "]"), "a blob must be 8-byte aligned");
     if (outs.empty()) return;
     outs_.assign(outs.begin(), outs.end());
     weightsync::detail::check(
