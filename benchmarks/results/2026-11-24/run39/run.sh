@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Run 39 (H200, 2026-11-24): the delta GPU tests, then delta syncs against full syncs over the
+# shared-GPU NCCL path (two ranks on one GPU, NCCL's socket transport) in weightsync_bench.
+set -u
+out=$1
+mkdir -p "$out"
+export NCCL_NVLS_ENABLE=0
+export WS_BUILD_TARGETS="weightsync_gpu_tests weightsync_nccl_tests weightsync_bench delta_codec_bench"
+export WS_CTEST_ARGS="-R delta"
+export WS_CPU_TESTS=0
+export WS_BENCH=none
+timeout 300 bash scripts/gpu-check.sh "$out" > "$out/gpu-check.txt" 2>&1
+echo "gpu-check rc=$?" >> "$out/gpu-check.txt"
+timeout 240 build/gpu/benchmarks/weightsync_bench --np 2 --backend nccl --layout small1b,dense8b \
+  --mode packed --iters 3 --warmup 1 --delta 0.001,0.01,0.1 --json "$out/bench.jsonl" \
+  > "$out/bench.txt" 2> "$out/bench-progress.txt"
+echo "bench rc=$?" >> "$out/bench.txt"
