@@ -335,6 +335,82 @@ struct Server {
 
 }  // namespace
 
+TEST_CASE("delta source: whole rounds exactly when needed, anchors, and no reference on a link as "
+          "fast as the diff",
+          "[unit][delta]") {
+  Model src;
+  const auto plain = NcclUpdateInfo::from_metas(src.metas());
+  DeltaOptions o;
+  o.bucket_elems = 1024;
+  DeltaSource<Model> d(src, o);
+  auto u = d.prepare("v1", plain);
+  CHECK(d.stats().whole_round);  // the first round
+  CHECK(u.delta->base_version.empty());
+  CHECK(d.stats().wire_bytes == d.stats().tensor_bytes);
+  d.commit();
+  CHECK(d.base_version() == "v1");
+  CHECK(d.reference_bytes() == d.stats().tensor_bytes);
+  src.step(2, 0.01);
+  u = d.prepare("v2", plain);
+  CHECK_FALSE(d.stats().whole_round);
+  CHECK(u.delta->base_version == "v1");
+  CHECK(d.stats().blobs > 0);
+  CHECK(d.stats().wire_bytes * 5 < d.stats().tensor_bytes);
+  u = d.prepare("v2", plain);  // v2 was never committed: the receivers' state is unknown
+  CHECK(d.stats().whole_round);
+  d.commit();
+  u = d.prepare("v3", plain);  // nothing changed since v2
+  CHECK_FALSE(d.stats().whole_round);
+  CHECK(d.stats().wire_bytes == 0);
+  CHECK(d.stats().unchanged == src.m.size());
+  d.commit();
+  d.invalidate();
+  CHECK(d.prepare("v4", plain).delta->base_version.empty());
+  d.commit();
+
+  DeltaOptions a = o;
+  a.anchor_every = 2;
+  DeltaSource<Model> anchored(src, a);
+  std::vector<bool> whole;
+  for (int r = 1; r <= 5; ++r) {
+    (void)anchored.prepare("a" + std::to_string(r), plain);
+    whole.push_back(anchored.stats().whole_round);
+    anchored.commit();
+  }
+  CHECK(whole == std::vector<bool>{true, false, true, false, true});
+
+  DeltaOptions fast = o;
+  fast.link_bytes_per_s = 1e15;  // faster than any diff: never worth it
+  DeltaSource<Model> f(src, fast);
+  for (int r = 1; r <= 2; ++r) {
+    (void)f.prepare("f" + std::to_string(r), plain);
+    CHECK(f.stats().whole_round);
+    f.commit();
+    CHECK(f.reference_bytes() == 0);  // nothing kept, nothing to update
+  }
+
+  auto field_of = [&](DeltaOptions x) -> std::string {
+    try {
+      DeltaSource<Model> bad(src, x);
+    } catch (const config_error& e) {
+      return e.field();
+    }
+    return "";
+  };
+  DeltaOptions x = o;
+  x.max_payload_fraction = 0;
+  CHECK(field_of(x) == "max_payload_fraction");
+  x = o;
+  x.bucket_elems = 33;
+  CHECK(field_of(x) == "bucket_elems");
+  x = o;
+  x.anchor_every = -1;
+  CHECK(field_of(x) == "anchor_every");
+  CHECK_THROWS_AS(d.prepare("", plain), config_error);
+  DeltaSource<Model> fresh(src, o);
+  CHECK_THROWS_AS(fresh.commit(), state_error);
+}
+
 TEST_CASE("delta rounds over the host backend end bit-exact on every rank, a wrong base is "
           "refused on every rank, then a whole round repairs it",
           "[unit][delta][engine]") {

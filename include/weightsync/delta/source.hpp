@@ -78,6 +78,15 @@ struct DeltaOptions {
   //! that joined late, or a reference that went bad, can go unnoticed: nothing else can go wrong
   //! silently, so the default is 0.
   int anchor_every = 0;
+  //! automatic: the link's speed in bytes/s, when known (0: unknown, taken as slower than the
+  //! diff). A link at least as fast as the diff (encode_bytes_per_s) gains nothing from deltas:
+  //! such a round goes whole without diffing, and keeps no reference (nothing to update after
+  //! it), so it costs what a full sync costs. Colocated ipc runs at HBM speed (about 2e12 on an
+  //! H200): set it there, or use DeltaMode::never.
+  double link_bytes_per_s = 0;
+  //! automatic: the diff's speed, in bytes of source per second; replaced by the measured speed
+  //! after each delta round.
+  double encode_bytes_per_s = 1e12;
 };
 
 //! What the last prepare() found.
@@ -164,6 +173,12 @@ class DeltaSource {
                                                      opt_.bucket_elems));
     if (opt_.anchor_every < 0)
       throw config_error("anchor_every", detail::cat("must be >= 0, got ", opt_.anchor_every));
+    if (!(opt_.link_bytes_per_s >= 0))
+      throw config_error("link_bytes_per_s", detail::cat("must be >= 0, got ", opt_.link_bytes_per_s));
+    if (!(opt_.encode_bytes_per_s > 0))
+      throw config_error("encode_bytes_per_s",
+                         detail::cat("must be > 0, got ", opt_.encode_bytes_per_s));
+    encode_rate_ = opt_.encode_bytes_per_s;
   }
 
   //! Diffs the source against the reference and encodes the round that makes `version`; returns
@@ -179,8 +194,11 @@ class DeltaSource {
     if (info.metas() != metas_)
       throw config_error("info", "the update info does not describe the source's tensors");
     collect();
+    // A link as fast as the diff: deltas cannot win; no reference is kept either.
+    fast_link_ = opt_.mode == DeltaMode::automatic && opt_.link_bytes_per_s > 0 &&
+                 opt_.link_bytes_per_s >= encode_rate_;
     const bool whole = !has_ref_ || pending_ || ref_metas_ != metas_ ||
-                       opt_.mode == DeltaMode::never ||
+                       opt_.mode == DeltaMode::never || fast_link_ ||
                        (opt_.anchor_every > 0 && rounds_ % opt_.anchor_every == 0);
     pending_ = true;
     target_ = std::move(version);
@@ -242,6 +260,9 @@ class DeltaSource {
     delta_ = *info.delta;
     stats_.encode = std::chrono::duration_cast<std::chrono::nanoseconds>(
         std::chrono::steady_clock::now() - started);
+    if (!whole && stats_.encode.count() > 0)
+      encode_rate_ = static_cast<double>(stats_.tensor_bytes) * 1e9 /
+                     static_cast<double>(stats_.encode.count());
     return info;
   }
 
@@ -279,6 +300,15 @@ class DeltaSource {
   void commit() {
     if (!pending_) throw state_error("DeltaSource::commit without a prepared round");
     const auto started = std::chrono::steady_clock::now();
+    if (fast_link_) {  // whole rounds only: no reference to keep up to date
+      refs_.clear();
+      ref_metas_.clear();
+      has_ref_ = false;
+      pending_ = false;
+      base_ = target_;
+      ++rounds_;
+      return;
+    }
     if (ref_metas_ != metas_) {
       refs_.clear();
       for (const auto& m : metas_) refs_.push_back(codec_.alloc(m.nbytes()));
@@ -369,7 +399,8 @@ class DeltaSource {
   DeltaUpdate delta_;
   DeltaStats stats_;
   std::string base_, target_;
-  bool has_ref_ = false, pending_ = false;
+  bool has_ref_ = false, pending_ = false, fast_link_ = false;
+  double encode_rate_ = 0;
   std::uint64_t rounds_ = 0;
   static constexpr std::byte marker_byte_{0};
 };
