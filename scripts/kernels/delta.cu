@@ -9,7 +9,9 @@
 // The delta codec of include/weightsync/delta/codec.hpp on the GPU: the same blobs, byte for byte
 // (padding zeros included), and the same checks before anything is applied. Buckets of every
 // tensor of a batch are numbered one after another (global buckets); kernels take them
-// grid-stride, one CTA (256 threads) per bucket unless said otherwise.
+// grid-stride, one CTA (256 threads) per bucket unless said otherwise (encode, the payload
+// checks and apply take a warp per bucket: at low densities a bucket has a few hundred changes,
+// too little for a CTA, and a grid of a CTA per bucket is bound by latency).
 //
 // Encode (parameters DeltaEncodeParams):
 // - ws_delta_index: the job of each global bucket.
@@ -18,8 +20,10 @@
 //   kept in scratch so that encode reads src only where it changed, and ref never) and its count.
 // - ws_delta_chunks: payload bytes per bucket (choose_kind), scanned inside chunks of 2048.
 // - ws_delta_top (one CTA): scans the chunk sums; each job's blob size and scan base.
-// - ws_delta_encode: the header (extra CTAs after the buckets), each bucket's directory entry and
-//   payload; the bitmask / sparse values are compacted with a CTA-wide scan of the words' counts.
+// - ws_delta_encode (a warp per bucket): the header (extra CTAs after the buckets), each bucket's
+//   directory entry and payload; raw copied wide, bitmask values compacted element-wise (lane l
+//   takes bit l of each word), sparse offsets ranked per lane's run of words, then the values
+//   gathered through them.
 // Apply (parameters DeltaApplyParams): the checks of check_delta_blob, then the writes; a blob
 // with any error is not written at all.
 // - ws_delta_vhead (thread per blob): the header; the blob's bucket count (0 when bad).
@@ -27,12 +31,13 @@
 // - ws_delta_vchunks: payload bytes per check chunk of 256 directory entries (chunks never span
 //   blobs), and the chunk's blob, so that the kernels below find a bucket's blob in one load.
 // - ws_delta_vtop (one CTA): scans the chunk sums.
-// - ws_delta_vcheck (a CTA per check-chunk slot, i.e. per bucket): each bucket's entry (kind,
-//   count, offset == where the previous payload ended, bounds) and payload (bitmask popcount,
-//   sparse offsets ascending and < len); errors go to DeltaApplyState::err with atomicMin, so the
-//   smallest key (the first error in the host's check order) wins.
+// - ws_delta_vcheck (a CTA per check chunk): a thread per entry (kind, count, offset == where the
+//   previous payload ended, from one CTA-wide scan of the sizes; bounds), then a warp per payload
+//   (bitmask popcount, sparse offsets ascending and < len) of the entries that passed; errors go
+//   to DeltaApplyState::err with atomicMin, so the smallest key (the first error in the host's
+//   check order) wins.
 // - ws_delta_vdescribe (thread per bad blob): recomputes the details of that first error.
-// - ws_delta_apply (a CTA per check-chunk slot): writes the good blobs' payloads into their
+// - ws_delta_apply (a warp per check-chunk slot): writes the good blobs' payloads into their
 //   tensors.
 #include "../../include/weightsync/delta/format.hpp"
 #include "../../include/weightsync/kernels/delta_abi.hpp"
@@ -131,47 +136,94 @@ __device__ __forceinline__ void ws_store(unsigned char* p, unsigned eb, u64 v) {
   for (unsigned k = 0; k < eb; ++k) p[k] = static_cast<unsigned char>(v >> (8 * k));
 }
 
-// Copies n bytes from s to d and, when `pad`, zeros up to align8(n): 16- or 8-byte units when
-// both sides are aligned so, bytes otherwise (and for the tail).
-__device__ __forceinline__ void ws_copy(unsigned char* d, const unsigned char* s, u64 n, bool pad) {
+// ---------------------------------------------------------------------------------------------
+// Warp-wide helpers (a warp per bucket: encode, the payload checks, apply)
+
+__device__ __forceinline__ unsigned ws_lane() {
+  return threadIdx.x & 31u;
+}
+
+// Exclusive scan over the warp; `total` gets the sum.
+__device__ __forceinline__ unsigned ws_warp_excl(unsigned v, unsigned& total) {
+  const unsigned incl = ws_warp_incl(v);
+  total = __shfl_sync(WS_FULL, incl, 31);
+  return incl - v;
+}
+
+// Word w of a bucket's bitmask with the bits at or past len cleared.
+__device__ __forceinline__ unsigned ws_word(const unsigned* words, u64 w, u64 len) {
+  unsigned word = words[w];
+  if (w == (len - 1) / 32 && len % 32 != 0) word &= (1u << (len % 32)) - 1;
+  return word;
+}
+
+// The warp copies n bytes from s to d and, when `pad`, zeros up to align8(n): 16- or 8-byte
+// units (4 in flight per lane) when both sides are aligned so, bytes otherwise (and the tail).
+__device__ __forceinline__ void ws_copy_warp(unsigned char* d, const unsigned char* s, u64 n,
+                                             bool pad) {
+  const unsigned lane = ws_lane();
   const u64 a = reinterpret_cast<u64>(d) | reinterpret_cast<u64>(s);
   u64 done = 0;
   if ((a & 15) == 0) {
     const u64 n16 = n / 16;
-    for (u64 u = threadIdx.x; u < n16; u += WS_THREADS)
-      reinterpret_cast<uint4*>(d)[u] = reinterpret_cast<const uint4*>(s)[u];
+    const auto* sv = reinterpret_cast<const uint4*>(s);
+    auto* dv = reinterpret_cast<uint4*>(d);
+    u64 u = lane;
+    for (; u + 96 < n16; u += 128) {
+      const uint4 x0 = sv[u], x1 = sv[u + 32], x2 = sv[u + 64], x3 = sv[u + 96];
+      dv[u] = x0, dv[u + 32] = x1, dv[u + 64] = x2, dv[u + 96] = x3;
+    }
+    for (; u < n16; u += 32) dv[u] = sv[u];
     done = n16 * 16;
   } else if ((a & 7) == 0) {
     const u64 n8 = n / 8;
-    for (u64 u = threadIdx.x; u < n8; u += WS_THREADS)
-      reinterpret_cast<uint2*>(d)[u] = reinterpret_cast<const uint2*>(s)[u];
+    const auto* sv = reinterpret_cast<const uint2*>(s);
+    auto* dv = reinterpret_cast<uint2*>(d);
+    u64 u = lane;
+    for (; u + 96 < n8; u += 128) {
+      const uint2 x0 = sv[u], x1 = sv[u + 32], x2 = sv[u + 64], x3 = sv[u + 96];
+      dv[u] = x0, dv[u + 32] = x1, dv[u + 64] = x2, dv[u + 96] = x3;
+    }
+    for (; u < n8; u += 32) dv[u] = sv[u];
     done = n8 * 8;
   }
   const u64 end = pad ? wdl::align8(n) : n;
-  for (u64 k = done + threadIdx.x; k < end; k += WS_THREADS) d[k] = k < n ? s[k] : 0;
+  for (u64 k = done + lane; k < end; k += 32) d[k] = k < n ? s[k] : 0;
 }
 
-// Calls f(i, rank) for every set bit i < len of `words` (W words, LSB first), rank counting the
-// set bits before it; the CTA scans the words' popcounts. `red`: WS_THREADS / 32 unsigneds.
-template <class F>
-__device__ __forceinline__ void ws_for_each_set(const unsigned* words, u64 W, u64 len,
-                                                unsigned* red, F&& f) {
+// Calls load(i, rank) then store(i, rank, value) for every set bit i < len of `words` (W words,
+// LSB first), rank counting the set bits before it. Element-wise: lane l takes bit l of each
+// word, so the values (consecutive ranks) and the elements (consecutive i) are both touched
+// coalesced; 8 words' loads are in flight before their stores. For dense masks (bitmask kind).
+template <class L, class S>
+__device__ __forceinline__ void ws_bitmask_warp(const unsigned* words, u64 W, u64 len, L&& load,
+                                                S&& store) {
+  constexpr unsigned U = 8;
+  const unsigned lane = ws_lane(), lt = (1u << lane) - 1;
   unsigned carry = 0;
-  for (u64 w0 = 0; w0 < W; w0 += WS_THREADS) {
-    const u64 w = w0 + threadIdx.x;
-    unsigned word = 0;
-    if (w < W) {
-      word = words[w];
-      if (w == (len - 1) / 32 && len % 32 != 0) word &= (1u << (len % 32)) - 1;
-    }
+  for (u64 g = 0; g < W; g += 32) {
+    const u64 w = g + lane;
+    const unsigned word = w < W ? ws_word(words, w, len) : 0u;
     unsigned total;
-    unsigned rank =
-        carry + ws_block_excl<WS_THREADS>(static_cast<unsigned>(__popc(word)), red, total);
+    const unsigned base = carry + ws_warp_excl(static_cast<unsigned>(__popc(word)), total);
     carry += total;
-    while (word != 0) {
-      const unsigned bit = static_cast<unsigned>(__ffs(word)) - 1;
-      word &= word - 1;
-      f(w * 32 + bit, rank++);
+#pragma unroll 1
+    for (unsigned k0 = 0; k0 < 32; k0 += U) {
+      unsigned wk[U], rk[U], any = 0;
+#pragma unroll
+      for (unsigned u = 0; u < U; ++u) {
+        wk[u] = __shfl_sync(WS_FULL, word, k0 + u);
+        rk[u] = __shfl_sync(WS_FULL, base, k0 + u) + static_cast<unsigned>(__popc(wk[u] & lt));
+        any |= wk[u];
+      }
+      if (any == 0) continue;  // (warp-uniform)
+      u64 x[U];
+#pragma unroll
+      for (unsigned u = 0; u < U; ++u)
+        x[u] = (wk[u] >> lane) & 1u ? load((g + k0 + u) * 32 + lane, rk[u]) : 0;
+#pragma unroll
+      for (unsigned u = 0; u < U; ++u)
+        if ((wk[u] >> lane) & 1u) store((g + k0 + u) * 32 + lane, rk[u], x[u]);
     }
   }
 }
@@ -365,15 +417,79 @@ extern "C" __global__ void __launch_bounds__(WS_SCAN_THREADS)
   }
 }
 
-extern "C" __global__ void __launch_bounds__(WS_THREADS)
+// The sparse payload of a bucket (count set bits in `words`, which measure left clean past len):
+// lane l ranks the set bits of its own run of words (a warp scan of the runs' popcounts) and
+// writes their offsets; then the warp reads the offsets back and gathers the values, 256 in
+// flight (8 per lane), so a bucket costs a few round trips however its changes fall.
+__device__ __forceinline__ void ws_encode_sparse(const unsigned* words, u64 W, u64 len,
+                                                 unsigned count, const unsigned char* s,
+                                                 unsigned eb, unsigned char* pl) {
+  constexpr unsigned U = 8;
+  const unsigned lane = ws_lane();
+  auto* offs = reinterpret_cast<unsigned short*>(pl);
+  const u64 K = (W + 31) / 32;  // words per lane
+  const u64 w0 = min(W, lane * K), w1 = min(W, w0 + K);
+  const bool vec = K % 4 == 0 && W % 4 == 0 && len % 32 == 0 &&
+                   (reinterpret_cast<u64>(words) & 15) == 0;
+  unsigned n = 0;
+  if (vec) {  // (then w0, w1 are multiples of 4)
+#pragma unroll 4
+    for (u64 w = w0; w < w1; w += 4) {
+      const uint4 q = *reinterpret_cast<const uint4*>(words + w);
+      n += static_cast<unsigned>(__popc(q.x) + __popc(q.y) + __popc(q.z) + __popc(q.w));
+    }
+  } else {
+#pragma unroll 4
+    for (u64 w = w0; w < w1; ++w) n += static_cast<unsigned>(__popc(ws_word(words, w, len)));
+  }
+  unsigned total;
+  unsigned r = ws_warp_excl(n, total);
+  for (u64 w = w0; w < w1; ++w) {
+    unsigned word = ws_word(words, w, len);
+    while (word != 0) {
+      const unsigned bit = static_cast<unsigned>(__ffs(word)) - 1;
+      word &= word - 1;
+      offs[r++] = static_cast<unsigned short>(w * 32 + bit);
+    }
+  }
+  const u64 n2 = u64{count} * 2, nv = u64{count} * eb;
+  unsigned char* values = pl + wdl::align8(n2);
+  if (lane < wdl::align8(n2) - n2) pl[n2 + lane] = 0;
+  if (lane < wdl::align8(nv) - nv) values[nv + lane] = 0;
+  __syncwarp();  // (orders the offsets' stores before the other lanes' loads)
+  for (u64 v0 = 0; v0 < count; v0 += 32 * U) {
+    unsigned o[U];
+    u64 x[U];
+#pragma unroll
+    for (unsigned u = 0; u < U; ++u) {
+      const u64 v = v0 + u * 32 + lane;
+      o[u] = v < count ? offs[v] : 0u;
+    }
+#pragma unroll
+    for (unsigned u = 0; u < U; ++u) {
+      const u64 v = v0 + u * 32 + lane;
+      x[u] = v < count ? ws_load(s + u64{o[u]} * eb, eb) : 0;
+    }
+#pragma unroll
+    for (unsigned u = 0; u < U; ++u) {
+      const u64 v = v0 + u * 32 + lane;
+      if (v < count) ws_store(values + v * eb, eb, x[u]);
+    }
+  }
+}
+
+// A warp per bucket (kDeltaThreads / 32 buckets per CTA), then CTAs of headers (a thread per job).
+// (4 CTAs per SM: 64 registers, no spills.)
+extern "C" __global__ void __launch_bounds__(WS_THREADS, 4)
     ws_delta_encode(const __grid_constant__ wk::DeltaEncodeParams p) {
-  __shared__ unsigned red[WS_THREADS / 32];
-  constexpr unsigned C = wk::kDeltaEncodeChunk;
+  constexpr unsigned C = wk::kDeltaEncodeChunk, NW = WS_THREADS / 32;
   const u64 wpb = p.bucket_elems / 32;
-  const u64 items = p.n_buckets + (p.n_jobs + WS_THREADS - 1) / WS_THREADS;
+  const u64 bctas = (p.n_buckets + NW - 1) / NW;
+  const u64 items = bctas + (p.n_jobs + WS_THREADS - 1) / WS_THREADS;
+  const unsigned lane = ws_lane();
   for (u64 it = blockIdx.x; it < items; it += gridDim.x) {
-    if (it >= p.n_buckets) {  // the headers, a thread per job
-      const u64 j = (it - p.n_buckets) * WS_THREADS + threadIdx.x;
+    if (it >= bctas) {  // the headers, a thread per job
+      const u64 j = (it - bctas) * WS_THREADS + threadIdx.x;
       if (j < p.n_jobs && p.outs[j] != nullptr) {  // (a null out: the job is not encoded)
         const wk::DeltaEncodeJob J = p.jobs[j];
         wdl::BlobHeader h{};
@@ -387,19 +503,20 @@ extern "C" __global__ void __launch_bounds__(WS_THREADS)
       }
       continue;
     }
-    const u64 g = it;
+    const u64 g = it * NW + (threadIdx.x >> 5);
+    if (g >= p.n_buckets) continue;
     const unsigned j = p.bucket_job[g];
-    if (p.outs[j] == nullptr) continue;  // not encoded (the caller sends it whole)
+    auto* out = static_cast<unsigned char*>(p.outs[j]);
+    if (out == nullptr) continue;  // not encoded (the caller sends it whole)
     const wk::DeltaEncodeJob J = p.jobs[j];
     const unsigned eb = J.elem_bytes;
     const u64 b = g - J.bucket_base, begin = b * p.bucket_elems;
     const u64 len = wdl::bucket_len(J.numel, p.bucket_elems, b);
     const unsigned count = p.counts[g];
     const wdl::BucketKind kind = wdl::choose_kind(len, count, eb);
-    auto* out = static_cast<unsigned char*>(p.outs[j]);
     const u64 off = wdl::blob_prefix_bytes(J.n_buckets) + p.chunk_base[g / C] + p.local[g] -
                     p.results[j].scan_base;
-    if (threadIdx.x == 0) {
+    if (lane == 0) {
       wdl::BucketEntry e{};
       e.offset = kind == wdl::BucketKind::unchanged ? 0 : off;
       e.count = kind == wdl::BucketKind::raw ? static_cast<unsigned>(len) : count;
@@ -411,29 +528,25 @@ extern "C" __global__ void __launch_bounds__(WS_THREADS)
     unsigned char* pl = out + off;
     const auto* s = static_cast<const unsigned char*>(J.src) + begin * eb;
     if (kind == wdl::BucketKind::raw) {
-      ws_copy(pl, s, len * eb, true);
+      ws_copy_warp(pl, s, len * eb, true);
       continue;
     }
     const unsigned* words = p.mask + g * wpb;
     const u64 W = (len + 31) / 32;
-    unsigned char* values;
-    unsigned short* offs = nullptr;
-    if (kind == wdl::BucketKind::bitmask) {
-      for (u64 w = threadIdx.x; w < (W + 1) / 2 * 2; w += WS_THREADS)
-        reinterpret_cast<unsigned*>(pl)[w] = w < W ? words[w] : 0u;
-      values = pl + wdl::align8(W * 4);
-    } else {
-      offs = reinterpret_cast<unsigned short*>(pl);
-      const u64 n = u64{count} * 2;
-      if (threadIdx.x < wdl::align8(n) - n) pl[n + threadIdx.x] = 0;
-      values = pl + wdl::align8(n);
+    if (kind == wdl::BucketKind::sparse) {
+      ws_encode_sparse(words, W, len, count, s, eb, pl);
+      continue;
     }
+    // bitmask: the words (padded to 8 bytes), then the values
+    auto* ow = reinterpret_cast<unsigned*>(pl);
+    if (lane == 0 && W % 2 != 0) ow[W] = 0u;
+    for (u64 w = lane; w < W; w += 32) ow[w] = ws_word(words, w, len);
+    unsigned char* values = pl + wdl::align8(W * 4);
     const u64 nv = u64{count} * eb;
-    if (threadIdx.x < wdl::align8(nv) - nv) values[nv + threadIdx.x] = 0;
-    ws_for_each_set(words, W, len, red, [&](u64 i, unsigned rank) {
-      ws_store(values + u64{rank} * eb, eb, ws_load(s + i * eb, eb));
-      if (offs != nullptr) offs[rank] = static_cast<unsigned short>(i);
-    });
+    if (lane < wdl::align8(nv) - nv) values[nv + lane] = 0;
+    ws_bitmask_warp(
+        words, W, len, [&](u64 i, unsigned) { return ws_load(s + i * eb, eb); },
+        [&](u64, unsigned r, u64 x) { ws_store(values + u64{r} * eb, eb, x); });
   }
 }
 
@@ -593,66 +706,109 @@ extern "C" __global__ void __launch_bounds__(WS_SCAN_THREADS)
   }
 }
 
+// Bitmask payload check: the set bits of the bucket's W words (the warp reads W * 4 bytes).
+__device__ __forceinline__ unsigned ws_ones_warp(const unsigned* words, u64 W, u64 len) {
+  unsigned ones = 0;
+#pragma unroll 4
+  for (u64 w = ws_lane(); w < W; w += 32) ones += static_cast<unsigned>(__popc(ws_word(words, w, len)));
+#pragma unroll
+  for (unsigned o = 16; o > 0; o >>= 1) ones += __shfl_xor_sync(WS_FULL, ones, o);
+  return ones;
+}
+
+// Sparse payload check: offsets[0, count) ascending and < len (the warp reads count * 2 bytes).
+__device__ __forceinline__ bool ws_sparse_ok_warp(const unsigned short* offs, unsigned count,
+                                                  u64 len) {
+  constexpr unsigned U = 8;
+  const unsigned lane = ws_lane();
+  unsigned last = 0;  // the offset before this pass's first (v > 0 only)
+  bool bad = false;
+  for (u64 v0 = 0; v0 < count; v0 += 32 * U) {
+    unsigned o[U];
+#pragma unroll
+    for (unsigned u = 0; u < U; ++u) {
+      const u64 v = v0 + u * 32 + lane;
+      o[u] = v < count ? offs[v] : 0u;
+    }
+#pragma unroll
+    for (unsigned u = 0; u < U; ++u) {
+      const u64 v = v0 + u * 32 + lane;
+      unsigned prev = __shfl_up_sync(WS_FULL, o[u], 1);
+      if (lane == 0) prev = last;
+      last = __shfl_sync(WS_FULL, o[u], 31);
+      if (v < count && (o[u] >= len || (v > 0 && o[u] <= prev))) bad = true;
+    }
+  }
+  return !__any_sync(WS_FULL, bad);
+}
+
+// A CTA per check chunk: a thread per directory entry finds where its payload must start (one
+// CTA-wide scan of the entries' sizes on top of the chunk scan) and checks the entry; then a warp
+// per bitmask / sparse bucket checks its payload (only for entries that passed, so only inside
+// the blob). The chunk's first error goes to the blob's key with one atomicMin.
 extern "C" __global__ void __launch_bounds__(WS_THREADS)
     ws_delta_vcheck(const __grid_constant__ wk::DeltaApplyParams p) {
   __shared__ u64 red[WS_THREADS / 32];
-  constexpr unsigned CC = wk::kDeltaCheckChunk;
-  const u64 slots = p.totals[1] * CC;
-  for (u64 v = blockIdx.x; v < slots; v += gridDim.x) {
-    const unsigned i = p.chunk_blob[v / CC];
+  __shared__ u64 s_off[wk::kDeltaCheckChunk];
+  __shared__ unsigned s_count[wk::kDeltaCheckChunk];
+  __shared__ unsigned char s_kind[wk::kDeltaCheckChunk];  // 0: no payload check
+  __shared__ u64 s_key;
+  constexpr unsigned CC = wk::kDeltaCheckChunk, NW = WS_THREADS / 32;
+  const u64 nc = p.totals[1];
+  const unsigned lane = ws_lane(), warp = threadIdx.x >> 5;
+  for (u64 c = blockIdx.x; c < nc; c += gridDim.x) {
+    if (threadIdx.x == 0) s_key = wk::kDeltaNoError;  // (read last by thread 0 itself)
+    const unsigned i = p.chunk_blob[c];
     wk::DeltaApplyState* stp = p.state + i;
-    const wk::DeltaApplyState st = *stp;
-    const u64 b = (v / CC - st.chunk_base) * CC + v % CC;
-    if (b >= st.n_buckets) continue;  // past the blob's last bucket
+    const u64 chunk_base = stp->chunk_base;  // (err is being updated: not read here)
+    const u64 n_buckets = stp->n_buckets;
+    const unsigned bucket_elems = stp->bucket_elems;
     const wk::DeltaApplyJob J = p.jobs[i];
     const unsigned eb = J.elem_bytes;
-    const wdl::BucketEntry* dir = ws_dir(J);
-    // where bucket b's payload must start: the payloads of the buckets before it
-    const u64 k = b / CC, h = k * CC + threadIdx.x;
-    u64 part = 0;
-    if (h < b) part = ws_entry_size(dir[h], wdl::bucket_len(J.numel, st.bucket_elems, h), eb);
-    part = ws_block_sum<WS_THREADS>(part, red);
-    const u64 at = wdl::blob_prefix_bytes(st.n_buckets) + p.chunk_sums[st.chunk_base + k] -
-                   p.chunk_sums[st.chunk_base] + part;
-    const wdl::BucketEntry e = dir[b];
-    const u64 len = wdl::bucket_len(J.numel, st.bucket_elems, b);
-    const unsigned code = ws_entry_code(e, len, eb, at, J.blob_bytes);
+    const u64 b0 = (c - chunk_base) * CC, b = b0 + threadIdx.x;
+    const bool has = b < n_buckets;
+    wdl::BucketEntry e{};
+    u64 len = 0, size = 0;
+    if (has) {
+      e = ws_dir(J)[b];
+      len = wdl::bucket_len(J.numel, bucket_elems, b);
+      size = ws_entry_size(e, len, eb);
+    }
+    u64 sum;
+    const u64 at = wdl::blob_prefix_bytes(n_buckets) + p.chunk_sums[c] - p.chunk_sums[chunk_base] +
+                   ws_block_excl<WS_THREADS>(size, red, sum);  // (its barriers order s_key)
+    const unsigned code = has ? ws_entry_code(e, len, eb, at, J.blob_bytes) : 0;
     if (code != 0) {
-      if (threadIdx.x == 0) ws_fail(stp, b + 1, code);
-      continue;
+      atomicMin(&s_key, ((b + 1) << 8) | code);
+    } else if (has && b + 1 == n_buckets && at + size != J.blob_bytes) {
+      stp->trail_at = at + size;  // (the last payload must end the blob)
+      atomicMin(&s_key, ((n_buckets + 1) << 8) | wk::kDeltaErrTrailing);
     }
-    const auto* pl = static_cast<const unsigned char*>(J.blob) + e.offset;
-    if (e.kind == static_cast<unsigned char>(wdl::BucketKind::bitmask)) {
-      const auto* words = reinterpret_cast<const unsigned*>(pl);
-      const u64 W = (len + 31) / 32;
-      u64 ones = 0;
-      for (u64 w = threadIdx.x; w < W; w += WS_THREADS) {
-        unsigned word = words[w];
-        if (w == (len - 1) / 32 && len % 32 != 0) word &= (1u << (len % 32)) - 1;
-        ones += static_cast<u64>(__popc(word));
-      }
-      ones = ws_block_sum<WS_THREADS>(ones, red);
-      if (ones != e.count) {
-        if (threadIdx.x == 0) ws_fail(stp, b + 1, wk::kDeltaErrBitmask);
-        continue;
-      }
-    } else if (e.kind == static_cast<unsigned char>(wdl::BucketKind::sparse)) {
-      const auto* offs = reinterpret_cast<const unsigned short*>(pl);
-      int bad = 0;
-      for (u64 v = threadIdx.x; v < e.count; v += WS_THREADS)
-        if (offs[v] >= len || (v > 0 && offs[v] <= offs[v - 1])) bad = 1;
-      if (__syncthreads_or(bad)) {
-        if (threadIdx.x == 0) ws_fail(stp, b + 1, wk::kDeltaErrSparse);
-        continue;
-      }
-    }
-    if (b + 1 == st.n_buckets) {  // the last payload must end the blob
-      const u64 end = at + ws_entry_size(e, len, eb);
-      if (end != J.blob_bytes && threadIdx.x == 0) {
-        stp->trail_at = end;
-        ws_fail(stp, u64{st.n_buckets} + 1, wk::kDeltaErrTrailing);
+    const bool check = has && code == 0 &&
+                       (e.kind == static_cast<unsigned char>(wdl::BucketKind::bitmask) ||
+                        e.kind == static_cast<unsigned char>(wdl::BucketKind::sparse));
+    s_kind[threadIdx.x] = check ? e.kind : 0;
+    s_off[threadIdx.x] = e.offset;
+    s_count[threadIdx.x] = e.count;
+    __syncthreads();
+    for (unsigned k = warp; k < CC; k += NW) {
+      const unsigned char kind = s_kind[k];
+      if (kind == 0) continue;
+      const u64 bk = b0 + k, lk = wdl::bucket_len(J.numel, bucket_elems, bk);
+      const auto* pl = static_cast<const unsigned char*>(J.blob) + s_off[k];
+      const unsigned count = s_count[k];
+      if (kind == static_cast<unsigned char>(wdl::BucketKind::bitmask)) {
+        if (ws_ones_warp(reinterpret_cast<const unsigned*>(pl), (lk + 31) / 32, lk) != count &&
+            lane == 0)
+          atomicMin(&s_key, ((bk + 1) << 8) | wk::kDeltaErrBitmask);
+      } else if (!ws_sparse_ok_warp(reinterpret_cast<const unsigned short*>(pl), count, lk) &&
+                 lane == 0) {
+        atomicMin(&s_key, ((bk + 1) << 8) | wk::kDeltaErrSparse);
       }
     }
+    __syncthreads();
+    if (threadIdx.x == 0 && s_key != wk::kDeltaNoError)
+      atomicMin(reinterpret_cast<u64*>(&stp->err), s_key);
   }
 }
 
@@ -722,12 +878,14 @@ extern "C" __global__ void __launch_bounds__(WS_THREADS)
   }
 }
 
+// A warp per check-chunk slot (kDeltaThreads / 32 slots per CTA, all of one chunk): raw buckets
+// copied wide, bitmask ones element-wise (ws_bitmask_warp), sparse ones 256 values in flight.
 extern "C" __global__ void __launch_bounds__(WS_THREADS)
     ws_delta_apply(const __grid_constant__ wk::DeltaApplyParams p) {
-  __shared__ unsigned red[WS_THREADS / 32];
-  constexpr unsigned CC = wk::kDeltaCheckChunk;
+  constexpr unsigned CC = wk::kDeltaCheckChunk, NW = WS_THREADS / 32, U = 8;
   const u64 slots = p.totals[1] * CC;
-  for (u64 v = blockIdx.x; v < slots; v += gridDim.x) {
+  const unsigned lane = ws_lane();
+  for (u64 v = u64{blockIdx.x} * NW + (threadIdx.x >> 5); v < slots; v += u64{gridDim.x} * NW) {
     const unsigned i = p.chunk_blob[v / CC];
     const wk::DeltaApplyState st = p.state[i];
     const u64 b = (v / CC - st.chunk_base) * CC + v % CC;
@@ -740,18 +898,32 @@ extern "C" __global__ void __launch_bounds__(WS_THREADS)
     const auto* pl = static_cast<const unsigned char*>(J.blob) + e.offset;
     auto* d = static_cast<unsigned char*>(J.dst) + b * st.bucket_elems * eb;
     if (e.kind == static_cast<unsigned char>(wdl::BucketKind::raw)) {
-      ws_copy(d, pl, len * eb, false);
+      ws_copy_warp(d, pl, len * eb, false);
     } else if (e.kind == static_cast<unsigned char>(wdl::BucketKind::bitmask)) {
       const u64 W = (len + 31) / 32;
       const unsigned char* values = pl + wdl::align8(W * 4);
-      ws_for_each_set(reinterpret_cast<const unsigned*>(pl), W, len, red, [&](u64 x, unsigned r) {
-        ws_store(d + x * eb, eb, ws_load(values + u64{r} * eb, eb));
-      });
+      ws_bitmask_warp(
+          reinterpret_cast<const unsigned*>(pl), W, len,
+          [&](u64, unsigned r) { return ws_load(values + u64{r} * eb, eb); },
+          [&](u64 x, unsigned, u64 val) { ws_store(d + x * eb, eb, val); });
     } else {
       const auto* offs = reinterpret_cast<const unsigned short*>(pl);
       const unsigned char* values = pl + wdl::align8(u64{e.count} * 2);
-      for (u64 v = threadIdx.x; v < e.count; v += WS_THREADS)
-        ws_store(d + u64{offs[v]} * eb, eb, ws_load(values + v * eb, eb));
+      for (u64 v0 = 0; v0 < e.count; v0 += 32 * U) {
+        unsigned o[U];
+        u64 x[U];
+#pragma unroll
+        for (unsigned u = 0; u < U; ++u) {
+          const u64 k = v0 + u * 32 + lane;
+          o[u] = k < e.count ? offs[k] : 0u;
+          x[u] = k < e.count ? ws_load(values + k * eb, eb) : 0;
+        }
+#pragma unroll
+        for (unsigned u = 0; u < U; ++u) {
+          const u64 k = v0 + u * 32 + lane;
+          if (k < e.count) ws_store(d + u64{o[u]} * eb, eb, x[u]);
+        }
+      }
     }
   }
 }

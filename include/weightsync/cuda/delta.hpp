@@ -285,8 +285,9 @@ class CudaDeltaEncoder {
         cudaMemcpyAsync(const_cast<void**>(p_.outs), outs_.data(), outs_.size() * sizeof(void*),
                         cudaMemcpyHostToDevice, s),
         "cudaMemcpyAsync(delta outs)");
-    const std::uint64_t items =
-        n_buckets_ + (jobs_.size() + wk::kDeltaThreads - 1) / wk::kDeltaThreads;
+    // a warp per bucket, then a thread per job's header
+    const std::uint64_t items = (n_buckets_ + wk::kDeltaWarps - 1) / wk::kDeltaWarps +
+                                (jobs_.size() + wk::kDeltaThreads - 1) / wk::kDeltaThreads;
     detail::delta_launch(detail::DeltaKernels::instance().encode, items, wk::kDeltaThreads, p_, s,
                          "cudaLaunchKernel(ws_delta_encode)");
   }
@@ -411,10 +412,13 @@ class CudaDeltaApplier {
     detail::delta_launch(k.vchunks, est_slots / kernels::kDeltaCheckChunk, t, p, s,
                          "cudaLaunchKernel(ws_delta_vchunks)");
     detail::delta_launch(k.vtop, 1, wk::kDeltaScanThreads, p, s, "cudaLaunchKernel(ws_delta_vtop)");
-    // a CTA per check-chunk slot (per bucket, when the blobs have the hinted bucket size)
-    detail::delta_launch(k.vcheck, est_slots, t, p, s, "cudaLaunchKernel(ws_delta_vcheck)");
+    // vcheck: a CTA per check chunk; apply: a warp per check-chunk slot (per bucket, when the
+    // blobs have the hinted bucket size)
+    detail::delta_launch(k.vcheck, est_slots / kernels::kDeltaCheckChunk, t, p, s,
+                         "cudaLaunchKernel(ws_delta_vcheck)");
     detail::delta_launch(k.vdescribe, per_blob, t, p, s, "cudaLaunchKernel(ws_delta_vdescribe)");
-    detail::delta_launch(k.apply, est_slots, t, p, s, "cudaLaunchKernel(ws_delta_apply)");
+    detail::delta_launch(k.apply, est_slots / wk::kDeltaWarps, t, p, s,
+                         "cudaLaunchKernel(ws_delta_apply)");
     stream_ = s;
     calls_.push_back(Call{block_, used_, m});
     used_ += m;

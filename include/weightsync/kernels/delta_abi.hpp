@@ -21,6 +21,8 @@ namespace weightsync::kernels {
 //! Threads of every CTA but the single-CTA scans (kDeltaScanThreads).
 inline constexpr int kDeltaThreads = 256;
 inline constexpr int kDeltaScanThreads = 1024;
+//! Warps per CTA: ws_delta_encode and ws_delta_apply take a bucket per warp.
+inline constexpr int kDeltaWarps = kDeltaThreads / 32;
 //! Buckets per chunk of the encoder's payload-offset scan (8 per thread of ws_delta_chunks).
 inline constexpr std::uint32_t kDeltaEncodeChunk = 2048;
 //! Buckets per chunk of the checker's directory scan (1 per thread); chunks never span blobs.
@@ -116,8 +118,9 @@ struct DeltaApplyState {
 static_assert(sizeof(DeltaApplyState) == 64, "DeltaApplyState is an ABI");
 static_assert(offsetof(DeltaApplyState, err) == 24 && offsetof(DeltaApplyState, trail_at) == 48);
 
-//! ws_delta_vcheck and ws_delta_apply take check-chunk slots grid-stride: slot v is bucket
-//! v % kDeltaCheckChunk of chunk v / kDeltaCheckChunk (past its blob's last bucket: nothing).
+//! ws_delta_vcheck takes check chunks grid-stride (a CTA each); ws_delta_apply takes check-chunk
+//! slots grid-stride, a warp each: slot v is bucket v % kDeltaCheckChunk of chunk
+//! v / kDeltaCheckChunk (past its blob's last bucket: nothing).
 struct DeltaApplyParams {
   const DeltaApplyJob* jobs;
   DeltaApplyState* state;
