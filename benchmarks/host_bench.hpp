@@ -11,6 +11,8 @@
 // host clock times the sync on every rank, and the iteration's time is the maximum over ranks.
 // Every received byte is checked against the producer's pattern (#wrong).
 
+#include <weightsync/delta/receive.hpp>
+#include <weightsync/delta/source.hpp>
 #include <weightsync/host/communicator.hpp>
 #include <weightsync/layouts.hpp>
 #include <weightsync/packed_broadcast.hpp>
@@ -21,6 +23,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -36,6 +39,11 @@ struct Options {
   std::vector<std::size_t> buffer_sizes;
   std::vector<int> num_buffers;
   int warmup = 3, iters = 10, timeout_s = 120;
+  std::vector<double> delta;  //!< densities of the delta rows (after the full rows)
+  //! A delta row's note: density, wire bytes, encode / apply / reference update (us, medians).
+  std::function<void(double density, std::size_t wire, std::size_t bytes, double encode_us,
+                     double apply_us, double commit_us, double sync_us, double full_us)>
+      delta_note;
   //! One timed sample per iteration: median/min/p99 etc. are computed by the caller's stats.
   std::function<void(const std::string& layout, const std::string& impl, std::size_t bytes,
                      std::size_t tensors, std::size_t chunks, std::size_t buffer, int nbuf,
@@ -129,6 +137,7 @@ inline int run_rank(const Options& o) {
     auto raw = time_it(poison, [&] { comm.broadcast(arena.data(), bytes, 0, hs); });
     wrong = static_cast<unsigned long long>(sum_over_ranks(double(wrong_bytes())));
     const double raw_median = median(raw);
+    double full_median = raw_median;  // the packed row's, for the delta rows
     if (o.emit) o.emit(layout, "raw-host", bytes, metas.size(), 1, 0, 0, raw, wrong, raw_median);
     failures += wrong != 0;
 
@@ -169,11 +178,128 @@ inline int run_rank(const Options& o) {
                 opt, wsp);
           });
           wrong = static_cast<unsigned long long>(sum_over_ranks(double(wrong_bytes())));
+          if (mode == "packed" && b == o.buffer_sizes.front() && k == o.num_buffers.front())
+            full_median = median(times);
           if (o.emit)
             o.emit(layout, mode, bytes, metas.size(), st.chunks, unpacked ? 0 : b, unpacked ? 0 : k,
                    times, wrong, raw_median);
           failures += wrong != 0;
         }
+
+    // Delta rows: every rank holds v0 (the pattern); the trainer's step flips one bit in a
+    // `density` share of the 2-byte elements (positions from a hash: deterministic); DeltaSource
+    // encodes against its reference (seeded with v0 before each iteration, untimed) and the
+    // consumer's UpdateReceiver applies the blobs in place. vs_raw: against the packed full row.
+    struct Source {
+      const std::vector<ws::TensorMeta>* m;
+      std::vector<std::uint8_t>* a;
+      const std::vector<std::size_t>* off;
+      std::vector<ws::TensorMeta> metas() const { return *m; }
+      std::vector<ws::SourceTensorRef> iterate() const {
+        std::vector<ws::SourceTensorRef> v;
+        for (std::size_t i = 0; i < m->size(); ++i) v.push_back({&(*m)[i], a->data() + (*off)[i]});
+        return v;
+      }
+    };
+    auto step = [&](std::vector<std::uint8_t>& a, double density, std::uint64_t seed) {
+      const auto threshold = static_cast<std::uint64_t>(density * 18446744073709551615.0);
+      for (std::size_t e = 0; e + 1 < a.size(); e += 2) {
+        std::uint64_t x = seed * 0x9e3779b97f4a7c15ull + e;  // splitmix64
+        x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+        x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+        x ^= x >> 31;
+        if (x < threshold) a[e + (x >> 40) % 2] ^= static_cast<std::uint8_t>(1u << ((x >> 48) % 8));
+      }
+    };
+    Source src{&metas, &arena, &off};
+    ws::DeltaSource<Source> d(src);
+    auto plain = ws::NcclUpdateInfo::from_metas(metas);
+    plain.packed = true;
+    plain.packed_buffer_size_bytes = static_cast<std::int64_t>(o.buffer_sizes.front());
+    plain.packed_num_buffers = o.num_buffers.front();
+    for (std::size_t di = 0; di < o.delta.size(); ++di) {
+      const double density = o.delta[di];
+      const std::uint64_t seed = 7000 + 1000 * di;
+      std::vector<std::uint8_t> want = expected;
+      step(want, density, seed);
+      auto reset = [&] {
+        arena = expected;
+        if (producer) {
+          d.seed("v0");
+          arena = want;
+        }
+      };
+      std::vector<std::int64_t> payload(metas.size(), 0);
+      if (producer) {
+        reset();
+        payload = d.prepare("v1", plain).delta->payload_bytes;
+        d.invalidate();
+      }
+      comm.broadcast(payload.data(), payload.size() * sizeof(std::int64_t), 0, hs);
+      auto info = plain;
+      info.delta = ws::DeltaUpdate{"v0", ws::delta::kDefaultBucketElems, payload};
+      const auto wire = ws::detail::update_wire(info, "v0");
+      std::size_t wire_bytes = 0;
+      for (const auto& m : wire.metas) wire_bytes += m.nbytes();
+      std::vector<double> enc, app;
+      unsigned long long bad = 0;
+      ws::TransferOptions opt;
+      opt.buffer_size_bytes = o.buffer_sizes.front();
+      opt.num_buffers = o.num_buffers.front();
+      opt.timeout = std::chrono::seconds(o.timeout_s);
+      ws::TransferStats st;
+      int iteration = 0;
+      auto times = time_it(
+          [&] {
+            if (iteration++ > 0 && !producer) bad += arena != want;
+            reset();
+          },
+          [&] {
+            if (producer) {
+              (void)d.prepare("v1", plain);
+              enc.push_back(std::chrono::duration<double, std::micro>(d.stats().encode).count());
+              const auto wm = d.metas();
+              auto items2 = d.iterate();
+              st = ws::packed_broadcast_producer(wm, items2, comm, 0, opt, wsp);
+              return;
+            }
+            ws::detail::UpdateReceiver rx(
+                wire, nullptr,
+                [&](const ws::TensorMeta& m) -> void* {
+                  for (std::size_t i = 0; i < metas.size(); ++i)
+                    if (metas[i].name == m.name) return arena.data() + off[i];
+                  return nullptr;
+                },
+                false);
+            auto o2 = opt;
+            o2.destination = rx.destination();
+            auto load = rx.load();
+            st = ws::packed_broadcast_consumer(
+                rx.metas(), comm, 0,
+                [&](std::span<const ws::TensorView> batch, ws::HostStream) { load(batch, nullptr); },
+                o2, wsp);
+            app.push_back(std::chrono::duration<double, std::micro>(st.load).count());
+          });
+      if (!producer) bad += arena != want;
+      double commit_us = 0;
+      if (producer) {
+        const auto t0 = Clock::now();
+        d.commit();
+        commit_us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+      }
+      wrong = static_cast<unsigned long long>(sum_over_ranks(double(bad)));
+      const double e = max_over_ranks(enc.empty() ? 0.0 : median(enc));
+      const double ap = max_over_ranks(app.empty() ? 0.0 : median(app));
+      const double c = max_over_ranks(commit_us);
+      char impl[32];
+      std::snprintf(impl, sizeof impl, "delta-%.4g", density);
+      if (o.emit)
+        o.emit(layout, impl, wire_bytes, wire.metas.size(), st.chunks, o.buffer_sizes.front(),
+               o.num_buffers.front(), times, wrong, full_median);
+      if (o.delta_note)
+        o.delta_note(density, wire_bytes, bytes, e, ap, c, median(times), full_median);
+      failures += wrong != 0;
+    }
   }
   return failures;
 }

@@ -209,12 +209,13 @@ usage: weightsync_bench [options]
                        quantized on the fly (Fp8Source: the linear projections as float8_e4m3fn
                        with 128x128 block scales, the rest bf16); every received byte checked
                        against the consumer's own quantization of the same weights
-  --delta D[,D...]     nccl: after the bf16 rows, delta syncs (DeltaSource + CudaDeltaCodec):
-                       both sides hold version v0, the trainer changes a D share of the bf16
-                       elements (one bit each, deterministic random positions), encodes against
-                       its reference and sends the blobs; the consumer applies them in place.
-                       Row time: encode + transfer + apply (max over ranks) against the packed
-                       bf16 row; every received byte checked against the consumer's own step
+  --delta D[,D...]     nccl or host: after the bf16 rows, delta syncs (DeltaSource; on nccl
+                       with CudaDeltaCodec): both sides hold version v0, the trainer changes a
+                       D share of the bf16 elements (one bit each, deterministic random
+                       positions), encodes against its reference and sends the blobs; the
+                       consumer applies them in place. Row time: encode + transfer + apply (max
+                       over ranks) against the packed bf16 row; every received byte checked
+                       against the consumer's own step
   --copy-streams N, --piece S, --ipc-wait poll|block   ipc/p2p tuning
   -h, --help           this text
 Output: nccl-tests-style table on stdout (lines starting with # are headers), progress on stderr.
@@ -328,8 +329,8 @@ Args parse(int argc, char** argv) {
     throw std::invalid_argument(
         "--fp8 needs --backend nccl (ipc and p2p pull every tensor of a "
         "sync at once: an on-the-fly source would need a whole FP8 copy)");
-  if (!a.delta.empty() && a.backend != "nccl")
-    throw std::invalid_argument("--delta needs --backend nccl");
+  if (!a.delta.empty() && a.backend != "nccl" && a.backend != "host")
+    throw std::invalid_argument("--delta needs --backend nccl or host");
   if (a.backend == "host")
     for (const auto& m : a.modes)
       if (m != "packed" && m != "zerocopy" && m != "unpacked" && m != "unpacked-zc")
@@ -1316,6 +1317,19 @@ int run_host(const Args& a) {
   o.warmup = a.warmup;
   o.iters = a.iters;
   o.timeout_s = a.timeout_s;
+  o.delta = a.delta;
+  o.delta_note = [&](double density, std::size_t wire, std::size_t bytes, double enc, double app,
+                     double commit, double sync, double full) {
+    if (a.rank != 0) return;
+    std::printf(
+        "#   delta %.4g: payload %zu B = %.3f%% of %zu; encode %.1f us = %.2f GB/s of source; "
+        "apply (consumer load_weights) %.1f us; reference update %.1f us; sync %.1f us vs full "
+        "packed %.1f us: %.1fx\n",
+        density, wire, 100.0 * double(wire) / double(bytes), bytes, enc,
+        enc > 0 ? double(bytes) / enc / 1e3 : 0.0, app, commit, sync, full,
+        sync > 0 ? full / sync : 0.0);
+    std::fflush(stdout);
+  };
   char host[64] = {};
   ::gethostname(host, sizeof host - 1);
   if (a.rank == 0) {
