@@ -18,3 +18,8 @@ timeout 150 build/gpu/benchmarks/weightsync_bench --np 2 --backend nccl --layout
   --mode packed --iters 3 --warmup 1 --delta 0.001,0.01,0.1 --json "$out/bench.jsonl" \
   > "$out/bench.txt" 2> "$out/bench-progress.txt"
 echo "bench rc=$?" >> "$out/bench.txt"
+# the host backend's delta rows (host memory, TCP on 127.0.0.1)
+timeout 120 build/gpu/benchmarks/weightsync_bench --np 2 --backend host --layout small1b \
+  --mode packed --iters 3 --warmup 1 --delta 0.001,0.01,0.1 --json "$out/host.jsonl" \
+  > "$out/host.txt" 2> "$out/host-progress.txt"
+echo "host rc=$?" >> "$out/host.txt"
