@@ -40,9 +40,11 @@ struct Options {
   std::vector<int> num_buffers;
   int warmup = 3, iters = 10, timeout_s = 120;
   std::vector<double> delta;  //!< densities of the delta rows (after the full rows)
+  bool delta_always = false;  //!< DeltaMode::always instead of automatic
   //! A delta row's note: density, wire bytes, encode / apply / reference update (us, medians).
   std::function<void(double density, std::size_t wire, std::size_t bytes, double encode_us,
-                     double apply_us, double commit_us, double sync_us, double full_us)>
+                     double apply_us, double commit_us, double sync_us, double full_us,
+                     bool whole_round)>
       delta_note;
   //! One timed sample per iteration: median/min/p99 etc. are computed by the caller's stats.
   std::function<void(const std::string& layout, const std::string& impl, std::size_t bytes,
@@ -212,7 +214,11 @@ inline int run_rank(const Options& o) {
       }
     };
     Source src{&metas, &arena, &off};
-    ws::DeltaSource<Source> d(src);
+    // DeltaMode::automatic, told the link's speed as the full packed row measured it.
+    ws::DeltaOptions dopt;
+    if (o.delta_always) dopt.mode = ws::DeltaMode::always;
+    if (full_median > 0) dopt.link_bytes_per_s = double(bytes) / (full_median * 1e-6);
+    ws::DeltaSource<Source> d(src, dopt);
     auto plain = ws::NcclUpdateInfo::from_metas(metas);
     plain.packed = true;
     plain.packed_buffer_size_bytes = static_cast<std::int64_t>(o.buffer_sizes.front());
@@ -229,15 +235,21 @@ inline int run_rank(const Options& o) {
           arena = want;
         }
       };
-      std::vector<std::int64_t> payload(metas.size(), 0);
+      std::vector<std::int64_t> payload(metas.size() + 1, 0);  // + whether the round is whole
       if (producer) {
         reset();
-        payload = d.prepare("v1", plain).delta->payload_bytes;
+        const auto first = d.prepare("v1", plain);
+        std::copy(first.delta->payload_bytes.begin(), first.delta->payload_bytes.end(),
+                  payload.begin());
+        payload.back() = first.delta->base_version.empty() ? 1 : 0;
         d.invalidate();
       }
       comm.broadcast(payload.data(), payload.size() * sizeof(std::int64_t), 0, hs);
+      const bool whole_round = payload.back() != 0;
+      payload.pop_back();
       auto info = plain;
-      info.delta = ws::DeltaUpdate{"v0", ws::delta::kDefaultBucketElems, payload};
+      info.delta =
+          ws::DeltaUpdate{whole_round ? "" : "v0", ws::delta::kDefaultBucketElems, payload};
       const auto wire = ws::detail::update_wire(info, "v0");
       std::size_t wire_bytes = 0;
       for (const auto& m : wire.metas) wire_bytes += m.nbytes();
@@ -297,7 +309,7 @@ inline int run_rank(const Options& o) {
         o.emit(layout, impl, wire_bytes, wire.metas.size(), st.chunks, o.buffer_sizes.front(),
                o.num_buffers.front(), times, wrong, full_median);
       if (o.delta_note)
-        o.delta_note(density, wire_bytes, bytes, e, ap, c, median(times), full_median);
+        o.delta_note(density, wire_bytes, bytes, e, ap, c, median(times), full_median, whole_round);
       failures += wrong != 0;
     }
   }

@@ -104,6 +104,7 @@ struct Args {
   bool blocking = true;  // blocking NCCL launches (NcclOptions::blocking; --non-blocking: off)
   bool fp8 = false;      // --fp8: also send the layout as its FP8 checkpoint (nccl backend)
   std::vector<double> delta;  // --delta: densities of the delta rows (nccl backend)
+  bool delta_always = false;  // --delta-mode always (default auto)
   int tp = 2;            // --mode mapped: the consumer is TP rank tp_rank of tp
   int tp_rank = 0;
   // set by the launcher for its children
@@ -216,6 +217,9 @@ usage: weightsync_bench [options]
                        consumer applies them in place. Row time: encode + transfer + apply (max
                        over ranks) against the packed bf16 row; every received byte checked
                        against the consumer's own step
+  --delta-mode M       auto (default: DeltaMode::automatic, told the link speed the packed row
+                       measured: a link as fast as the diff sends whole) or always (a blob for
+                       every changed tensor smaller than its blob)
   --copy-streams N, --piece S, --ipc-wait poll|block   ipc/p2p tuning
   -h, --help           this text
 Output: nccl-tests-style table on stdout (lines starting with # are headers), progress on stderr.
@@ -291,6 +295,11 @@ Args parse(int argc, char** argv) {
           throw std::invalid_argument("--delta: '" + s + "' is not a density in (0, 1]");
         a.delta.push_back(d);
       }
+    } else if (k == "--delta-mode") {
+      const std::string m = val();
+      if (m != "auto" && m != "always")
+        throw std::invalid_argument("--delta-mode must be auto or always, got " + m);
+      a.delta_always = m == "always";
     } else if (k == "--fp8") {
       a.fp8 = true;
       a.argv.push_back(k);
@@ -950,11 +959,16 @@ class Bench {
     opt.timeout = std::chrono::seconds(a_.timeout_s);
     ws::workspace_for<ws::NcclCommunicator> wsp{ws::CudaPolicy(device_)};
     Src src{&metas, &model};
-    ws::DeltaSource<Src, ws::CudaDeltaCodec> d(src, {}, ws::CudaDeltaCodec(s(), device_));
+    const auto full = full_time.find("packed");
+    // DeltaMode::automatic, told the link's speed as the full packed row of this run measured it.
+    ws::DeltaOptions dopt;
+    if (a_.delta_always) dopt.mode = ws::DeltaMode::always;
+    if (full != full_time.end() && full->second > 0)
+      dopt.link_bytes_per_s = double(model.bytes()) / (full->second * 1e-6);
+    ws::DeltaSource<Src, ws::CudaDeltaCodec> d(src, dopt, ws::CudaDeltaCodec(s(), device_));
     auto plain = ws::NcclUpdateInfo::from_metas(metas);
     plain.packed = true;
-    ws::DeviceBuffer sizes_dev(metas.size() * sizeof(std::int64_t), device_);
-    const auto full = full_time.find("packed");
+    ws::DeviceBuffer sizes_dev((metas.size() + 1) * sizeof(std::int64_t), device_);
     for (std::size_t di = 0; di < a_.delta.size(); ++di) {
       const double density = a_.delta[di];
       const std::uint64_t seed = 7000 + 1000 * di;
@@ -968,10 +982,13 @@ class Bench {
         ws::detail::check(cudaStreamSynchronize(s()), "cudaStreamSynchronize");
       };
       // The update info (HTTP in a real setup): the trainer's payload sizes, broadcast here.
-      std::vector<std::int64_t> payload(metas.size(), 0);
+      std::vector<std::int64_t> payload(metas.size() + 1, 0);  // + whether the round is whole
       if (producer) {
         reset();
-        payload = d.prepare("v1", plain).delta->payload_bytes;
+        const auto first = d.prepare("v1", plain);
+        std::copy(first.delta->payload_bytes.begin(), first.delta->payload_bytes.end(),
+                  payload.begin());
+        payload.back() = first.delta->base_version.empty() ? 1 : 0;
         d.invalidate();
       } else {
         copy_all(*want, base);
@@ -985,8 +1002,11 @@ class Bench {
                                         cudaMemcpyDeviceToHost, s()),
                         "cudaMemcpyAsync");
       ws::detail::check(cudaStreamSynchronize(s()), "cudaStreamSynchronize");
+      const bool whole_round = payload.back() != 0;
+      payload.pop_back();
       auto info = plain;
-      info.delta = ws::DeltaUpdate{"v0", ws::delta::kDefaultBucketElems, payload};
+      info.delta =
+          ws::DeltaUpdate{whole_round ? "" : "v0", ws::delta::kDefaultBucketElems, payload};
       const auto wire = ws::detail::update_wire(info, "v0");
       std::uint64_t wire_bytes = 0;
       for (const auto& m : wire.metas) wire_bytes += m.nbytes();
@@ -1016,7 +1036,7 @@ class Bench {
           [&](int) {
             if (producer) {
               const auto got = d.prepare("v1", plain);
-              if (got.delta->payload_bytes != payload)
+              if (got.delta->payload_bytes != payload || got.delta->base_version.empty() != whole_round)
                 throw std::runtime_error("--delta: the step is not deterministic");
               encode_us.push_back(std::chrono::duration<double, std::micro>(d.stats().encode).count());
               opt.source_stream = s();
@@ -1071,11 +1091,12 @@ class Bench {
         std::printf(
             "#   delta %.4g: payload %zu B = %.3f%% of %zu; encode %.1f us = %.1f GB/s of source; "
             "apply (consumer load_weights) %.1f us = %.1f GB/s of payload; reference update "
-            "%.1f us; sync %.1f us vs full packed %.1f us: %.1fx\n",
+            "%.1f us; sync %.1f us vs full packed %.1f us: %.1fx%s\n",
             density, static_cast<std::size_t>(wire_bytes), 100.0 * double(wire_bytes) / double(model.bytes()),
             model.bytes(), enc, enc > 0 ? double(model.bytes()) / enc / 1e3 : 0.0, ld,
             ld > 0 ? double(wire_bytes) / ld / 1e3 : 0.0, cmt, ev.median,
-            full != full_time.end() ? full->second : 0.0, r.ratio);
+            full != full_time.end() ? full->second : 0.0, r.ratio,
+            whole_round ? " (automatic: whole, the link is as fast as the diff)" : "");
       failures += wrong != 0;
     }
     return failures;
@@ -1318,16 +1339,18 @@ int run_host(const Args& a) {
   o.iters = a.iters;
   o.timeout_s = a.timeout_s;
   o.delta = a.delta;
+  o.delta_always = a.delta_always;
   o.delta_note = [&](double density, std::size_t wire, std::size_t bytes, double enc, double app,
-                     double commit, double sync, double full) {
+                     double commit, double sync, double full, bool whole) {
     if (a.rank != 0) return;
     std::printf(
         "#   delta %.4g: payload %zu B = %.3f%% of %zu; encode %.1f us = %.2f GB/s of source; "
         "apply (consumer load_weights) %.1f us; reference update %.1f us; sync %.1f us vs full "
-        "packed %.1f us: %.1fx\n",
+        "packed %.1f us: %.1fx%s\n",
         density, wire, 100.0 * double(wire) / double(bytes), bytes, enc,
         enc > 0 ? double(bytes) / enc / 1e3 : 0.0, app, commit, sync, full,
-        sync > 0 ? full / sync : 0.0);
+        sync > 0 ? full / sync : 0.0,
+        whole ? " (automatic: whole, the link is as fast as the diff)" : "");
     std::fflush(stdout);
   };
   char host[64] = {};

@@ -389,6 +389,19 @@ TEST_CASE("delta source: whole rounds exactly when needed, anchors, and no refer
     CHECK(f.reference_bytes() == 0);  // nothing kept, nothing to update
   }
 
+  // The link's speed, learnt from a round's stats: 1 TB/s is faster than the host diff.
+  DeltaSource<Model> learn(src, o);
+  (void)learn.prepare("l1", plain);
+  TransferStats round;
+  round.bytes = 1'000'000'000;
+  round.data = std::chrono::milliseconds(1);
+  learn.commit(round);
+  CHECK(std::abs(learn.link_bytes_per_s() - 1e12) < 1e3);
+  (void)learn.prepare("l2", plain);
+  CHECK(learn.stats().whole_round);
+  learn.commit(round);
+  CHECK(learn.reference_bytes() == 0);
+
   auto field_of = [&](DeltaOptions x) -> std::string {
     try {
       DeltaSource<Model> bad(src, x);

@@ -37,6 +37,9 @@ namespace weightsync {
 class CudaDeltaCodec {
  public:
   using Buffer = DeviceBuffer;
+  //! What DeltaOptions::automatic assumes before it has measured (an H200 diffs dense8b at
+  //! about 1.2-1.7e12 bytes of source per second: BENCHMARKS.md, run 40).
+  static constexpr double kEncodeBytesPerS = 1e12;
   CudaDeltaCodec(cudaStream_t stream, int device,
                  std::uint32_t bucket_elems = delta::kDefaultBucketElems)
       : s_(stream), device_(device) {

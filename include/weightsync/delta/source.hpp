@@ -39,7 +39,11 @@
 //! (few large messages), dense tensors go whole, and a wrong base is refused before a byte moves.
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <exception>
+#include <mutex>
+#include <thread>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -78,15 +82,16 @@ struct DeltaOptions {
   //! that joined late, or a reference that went bad, can go unnoticed: nothing else can go wrong
   //! silently, so the default is 0.
   int anchor_every = 0;
-  //! automatic: the link's speed in bytes/s, when known (0: unknown, taken as slower than the
-  //! diff). A link at least as fast as the diff (encode_bytes_per_s) gains nothing from deltas:
-  //! such a round goes whole without diffing, and keeps no reference (nothing to update after
-  //! it), so it costs what a full sync costs. Colocated ipc runs at HBM speed (about 2e12 on an
-  //! H200): set it there, or use DeltaMode::never.
+  //! automatic: the link's speed in bytes/s, when known (0: unknown until commit(stats) measures
+  //! it; taken as slower than the diff until then). A delta round costs about
+  //! bytes / encode + wire / link against bytes / link for a whole one, so with s the last delta
+  //! round's wire share, a link at least (1 - s) x as fast as the diff gains nothing: such a
+  //! round goes whole without diffing, and keeps no reference (nothing to update after it), so it
+  //! costs what a full sync costs. Colocated ipc runs at HBM speed (about 2e12 on an H200).
   double link_bytes_per_s = 0;
-  //! automatic: the diff's speed, in bytes of source per second; replaced by the measured speed
-  //! after each delta round.
-  double encode_bytes_per_s = 1e12;
+  //! automatic: the diff's speed, in bytes of source per second (0: the codec's estimate,
+  //! Codec::kEncodeBytesPerS); replaced by the measured speed after each delta round.
+  double encode_bytes_per_s = 0;
 };
 
 //! What the last prepare() found.
@@ -108,10 +113,13 @@ struct DeltaJob {
   unsigned elem_bytes = 0;
 };
 
-//! The host codec (host memory: the host backend).
+//! The host codec (host memory: the host backend). measure, encode and apply spread the tensors
+//! over the hardware threads.
 class HostDeltaCodec {
  public:
   using Buffer = std::vector<std::byte>;
+  //! What DeltaOptions::automatic assumes before it has measured: one core's memcmp-bound diff.
+  static constexpr double kEncodeBytesPerS = 1e9;
   Buffer alloc(std::size_t bytes) const { return Buffer(bytes); }
   static std::byte* data(Buffer& b) { return b.data(); }
   void copy(void* dst, const void* src, std::size_t bytes) const {
@@ -123,33 +131,80 @@ class HostDeltaCodec {
     bucket_ = bucket_elems;
     counts_.clear();
     changed_ = 0;
-    std::vector<std::uint64_t> sizes;
-    for (const auto& j : jobs_) {
-      counts_.push_back(delta::bucket_changes_host(j.src, j.ref, j.numel, j.elem_bytes, bucket_));
-      for (auto c : counts_.back()) changed_ += c;
-      sizes.push_back(delta::blob_bytes_for(counts_.back(), j.numel, j.elem_bytes, bucket_));
-    }
+    counts_.assign(jobs_.size(), {});
+    std::vector<std::uint64_t> sizes(jobs_.size());
+    parallel(jobs_.size(), [&](std::size_t i) {
+      const auto& j = jobs_[i];
+      counts_[i] = delta::bucket_changes_host(j.src, j.ref, j.numel, j.elem_bytes, bucket_);
+      sizes[i] = delta::blob_bytes_for(counts_[i], j.numel, j.elem_bytes, bucket_);
+    });
+    for (const auto& c : counts_)
+      for (auto x : c) changed_ += x;
     return sizes;
   }
   std::uint64_t changed_elements() const { return changed_; }
   //! Encodes job i into outs[i] (skipped when nullptr).
   void encode(std::span<void* const> outs) {
-    for (std::size_t i = 0; i < jobs_.size() && i < outs.size(); ++i)
-      if (outs[i] != nullptr) {
-        const auto& j = jobs_[i];
-        const std::uint64_t n = delta::blob_bytes_for(counts_[i], j.numel, j.elem_bytes, bucket_);
-        delta::encode_delta_host(j.src, j.ref, j.numel, j.elem_bytes, bucket_, counts_[i],
-                                 static_cast<std::byte*>(outs[i]), n);
-      }
+    parallel(std::min(jobs_.size(), outs.size()), [&](std::size_t i) {
+      if (outs[i] == nullptr) return;
+      const auto& j = jobs_[i];
+      const std::uint64_t n = delta::blob_bytes_for(counts_[i], j.numel, j.elem_bytes, bucket_);
+      delta::encode_delta_host(j.src, j.ref, j.numel, j.elem_bytes, bucket_, counts_[i],
+                               static_cast<std::byte*>(outs[i]), n);
+    });
   }
+  //! Queues an apply; finish() runs the queue over the hardware threads.
   void apply(const void* blob, std::uint64_t bytes, void* dst, std::uint64_t numel,
-             unsigned elem_bytes, const std::string& name) const {
-    delta::apply_delta_host(static_cast<const std::byte*>(blob), bytes, dst, numel, elem_bytes,
-                            name);
+             unsigned elem_bytes, const std::string& name) {
+    applies_.push_back({blob, bytes, dst, numel, elem_bytes, name});
   }
-  void finish() const {}
+  void finish() {
+    auto queue = std::move(applies_);
+    applies_.clear();
+    parallel(queue.size(), [&](std::size_t i) {
+      const auto& a = queue[i];
+      delta::apply_delta_host(static_cast<const std::byte*>(a.blob), a.bytes, a.dst, a.numel,
+                              a.elem_bytes, a.name);
+    });
+  }
+
+  //! Runs fn(0..n-1) over min(n, hardware threads) threads; rethrows the first exception.
+  template <class F>
+  static void parallel(std::size_t n, F&& fn) {
+    const std::size_t threads =
+        std::min<std::size_t>(n, std::max(1u, std::thread::hardware_concurrency()));
+    if (threads <= 1) {
+      for (std::size_t i = 0; i < n; ++i) fn(i);
+      return;
+    }
+    std::atomic<std::size_t> next{0};
+    std::exception_ptr first;
+    std::mutex m;
+    auto work = [&] {
+      for (std::size_t i; (i = next.fetch_add(1)) < n;) try {
+          fn(i);
+        } catch (...) {
+          std::lock_guard lock(m);
+          if (!first) first = std::current_exception();
+        }
+    };
+    std::vector<std::thread> pool;
+    for (std::size_t k = 1; k < threads; ++k) pool.emplace_back(work);
+    work();
+    for (auto& th : pool) th.join();
+    if (first) std::rethrow_exception(first);
+  }
 
  private:
+  struct Apply {
+    const void* blob;
+    std::uint64_t bytes;
+    void* dst;
+    std::uint64_t numel;
+    unsigned elem_bytes;
+    std::string name;
+  };
+  std::vector<Apply> applies_;
   std::vector<DeltaJob> jobs_;
   std::vector<std::vector<std::uint32_t>> counts_;
   std::uint32_t bucket_ = delta::kDefaultBucketElems;
@@ -175,10 +230,11 @@ class DeltaSource {
       throw config_error("anchor_every", detail::cat("must be >= 0, got ", opt_.anchor_every));
     if (!(opt_.link_bytes_per_s >= 0))
       throw config_error("link_bytes_per_s", detail::cat("must be >= 0, got ", opt_.link_bytes_per_s));
-    if (!(opt_.encode_bytes_per_s > 0))
+    if (!(opt_.encode_bytes_per_s >= 0))
       throw config_error("encode_bytes_per_s",
-                         detail::cat("must be > 0, got ", opt_.encode_bytes_per_s));
-    encode_rate_ = opt_.encode_bytes_per_s;
+                         detail::cat("must be >= 0, got ", opt_.encode_bytes_per_s));
+    encode_rate_ = opt_.encode_bytes_per_s > 0 ? opt_.encode_bytes_per_s : Codec::kEncodeBytesPerS;
+    link_rate_ = opt_.link_bytes_per_s;
   }
 
   //! Diffs the source against the reference and encodes the round that makes `version`; returns
@@ -195,8 +251,8 @@ class DeltaSource {
       throw config_error("info", "the update info does not describe the source's tensors");
     collect();
     // A link as fast as the diff: deltas cannot win; no reference is kept either.
-    fast_link_ = opt_.mode == DeltaMode::automatic && opt_.link_bytes_per_s > 0 &&
-                 opt_.link_bytes_per_s >= encode_rate_;
+    fast_link_ = opt_.mode == DeltaMode::automatic && link_rate_ > 0 &&
+                 link_rate_ >= (1.0 - wire_share_) * encode_rate_;
     const bool whole = !has_ref_ || pending_ || ref_metas_ != metas_ ||
                        opt_.mode == DeltaMode::never || fast_link_ ||
                        (opt_.anchor_every > 0 && rounds_ % opt_.anchor_every == 0);
@@ -260,9 +316,12 @@ class DeltaSource {
     delta_ = *info.delta;
     stats_.encode = std::chrono::duration_cast<std::chrono::nanoseconds>(
         std::chrono::steady_clock::now() - started);
-    if (!whole && stats_.encode.count() > 0)
+    if (!whole && stats_.encode.count() > 0) {
       encode_rate_ = static_cast<double>(stats_.tensor_bytes) * 1e9 /
                      static_cast<double>(stats_.encode.count());
+      if (stats_.tensor_bytes > 0)
+        wire_share_ = static_cast<double>(stats_.wire_bytes) / static_cast<double>(stats_.tensor_bytes);
+    }
     return info;
   }
 
@@ -297,6 +356,18 @@ class DeltaSource {
 
   //! The prepared round landed on every rank: the reference becomes it (whole tensors copied,
   //! blobs applied, as the receivers did), and its version the next round's base.
+  //! As commit(), and learns the link's speed from the round's TransferStats (its data phase),
+  //! for DeltaMode::automatic.
+  void commit(const TransferStats& round) {
+    commit();
+    const double r = round.data_bytes_per_second();
+    if (r > 0) link_rate_ = r;
+  }
+  //! The link speed the automatic mode goes by (bytes/s; 0: unknown).
+  double link_bytes_per_s() const { return link_rate_; }
+  //! The diff speed the automatic mode goes by (bytes of source per second).
+  double encode_bytes_per_s() const { return encode_rate_; }
+
   void commit() {
     if (!pending_) throw state_error("DeltaSource::commit without a prepared round");
     const auto started = std::chrono::steady_clock::now();
@@ -400,7 +471,7 @@ class DeltaSource {
   DeltaStats stats_;
   std::string base_, target_;
   bool has_ref_ = false, pending_ = false, fast_link_ = false;
-  double encode_rate_ = 0;
+  double encode_rate_ = 0, link_rate_ = 0, wire_share_ = 0;
   std::uint64_t rounds_ = 0;
   static constexpr std::byte marker_byte_{0};
 };
