@@ -423,8 +423,7 @@ extern "C" __global__ void __launch_bounds__(WS_SCAN_THREADS)
 // flight (8 per lane), so a bucket costs a few round trips however its changes fall.
 __device__ __forceinline__ void ws_encode_sparse(const unsigned* words, u64 W, u64 len,
                                                  unsigned count, const unsigned char* s,
-                                                 unsigned eb, unsigned char* pl,
-                                                 unsigned char* rb) {
+                                                 unsigned eb, unsigned char* pl) {
   constexpr unsigned U = 8;
   const unsigned lane = ws_lane();
   auto* offs = reinterpret_cast<unsigned short*>(pl);
@@ -474,17 +473,14 @@ __device__ __forceinline__ void ws_encode_sparse(const unsigned* words, u64 W, u
 #pragma unroll
     for (unsigned u = 0; u < U; ++u) {
       const u64 v = v0 + u * 32 + lane;
-      if (v < count) {
-        ws_store(values + v * eb, eb, x[u]);
-        if (rb != nullptr) ws_store(rb + u64{o[u]} * eb, eb, x[u]);  // the reference update
-      }
+      if (v < count) ws_store(values + v * eb, eb, x[u]);
     }
   }
 }
 
 // A warp per bucket (kDeltaThreads / 32 buckets per CTA), then CTAs of headers (a thread per job).
-// (3 CTAs per SM: up to 80 registers; at 4 (64 registers) the fused reference update spilled.)
-extern "C" __global__ void __launch_bounds__(WS_THREADS, 3)
+// (4 CTAs per SM: 64 registers, no spills.)
+extern "C" __global__ void __launch_bounds__(WS_THREADS, 4)
     ws_delta_encode(const __grid_constant__ wk::DeltaEncodeParams p) {
   constexpr unsigned C = wk::kDeltaEncodeChunk, NW = WS_THREADS / 32;
   const u64 wpb = p.bucket_elems / 32;
@@ -531,18 +527,14 @@ extern "C" __global__ void __launch_bounds__(WS_THREADS, 3)
     if (kind == wdl::BucketKind::unchanged) continue;
     unsigned char* pl = out + off;
     const auto* s = static_cast<const unsigned char*>(J.src) + begin * eb;
-    // (the reference is the caller's memory, written only where the blob changes it)
-    unsigned char* rb =
-        p.update_ref ? static_cast<unsigned char*>(const_cast<void*>(J.ref)) + begin * eb : nullptr;
     if (kind == wdl::BucketKind::raw) {
       ws_copy_warp(pl, s, len * eb, true);
-      if (rb != nullptr) ws_copy_warp(rb, s, len * eb, true);
       continue;
     }
     const unsigned* words = p.mask + g * wpb;
     const u64 W = (len + 31) / 32;
     if (kind == wdl::BucketKind::sparse) {
-      ws_encode_sparse(words, W, len, count, s, eb, pl, rb);
+      ws_encode_sparse(words, W, len, count, s, eb, pl);
       continue;
     }
     // bitmask: the words (padded to 8 bytes), then the values
@@ -554,10 +546,7 @@ extern "C" __global__ void __launch_bounds__(WS_THREADS, 3)
     if (lane < wdl::align8(nv) - nv) values[nv + lane] = 0;
     ws_bitmask_warp(
         words, W, len, [&](u64 i, unsigned) { return ws_load(s + i * eb, eb); },
-        [&](u64 i, unsigned r, u64 x) {
-          ws_store(values + u64{r} * eb, eb, x);
-          if (rb != nullptr) ws_store(rb + i * eb, eb, x);  // the reference update
-        });
+        [&](u64, unsigned r, u64 x) { ws_store(values + u64{r} * eb, eb, x); });
   }
 }
 

@@ -269,10 +269,7 @@ class CudaDeltaEncoder {
   //! (the same blobs) until the next measure().
   //! @throws config_error("outs") without a measure() or for a count that differs from its jobs,
   //! config_error("outs[i]") for a misaligned blob; cuda_error.
-  //! `update_ref`: also write every element the blob changes into the job's `ref` (which must
-  //! then be writable device memory), so that ref equals src wherever a blob was written: the
-  //! trainer's reference update fused into the encode (no separate apply of the blob onto it).
-  void encode(std::span<void* const> outs, cudaStream_t s, bool update_ref = false) {
+  void encode(std::span<void* const> outs, cudaStream_t s) {
     using weightsync::detail::cat;
     namespace wk = weightsync::kernels;
     if (!measured_) throw config_error("outs", "encode() needs a measure() first");
@@ -284,7 +281,6 @@ class CudaDeltaEncoder {
         throw config_error(cat("outs[", i, "]"), "a blob must be 8-byte aligned");
     if (outs.empty()) return;
     outs_.assign(outs.begin(), outs.end());
-    p_.update_ref = update_ref ? 1u : 0u;
     weightsync::detail::check(
         cudaMemcpyAsync(const_cast<void**>(p_.outs), outs_.data(), outs_.size() * sizeof(void*),
                         cudaMemcpyHostToDevice, s),

@@ -65,9 +65,8 @@ class CudaDeltaCodec {
     return enc_->measure(j, s_);
   }
   std::uint64_t changed_elements() const { return enc_->changed_elements(); }
-  //! `update_ref`: see CudaDeltaEncoder::encode (the reference update fused into the encode).
-  void encode(std::span<void* const> outs, bool update_ref = false) {
-    enc_->encode(outs, s_, update_ref);
+  void encode(std::span<void* const> outs) {
+    enc_->encode(outs, s_);
     detail::check(cudaStreamSynchronize(s_), "cudaStreamSynchronize (delta encode)");
   }
   void apply(const void* blob, std::uint64_t bytes, void* dst, std::uint64_t numel,

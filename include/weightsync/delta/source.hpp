@@ -20,9 +20,8 @@
 //! @endcode
 //!
 //! Bit-exact by construction: an element is "changed" when any of its bits differ from the
-//! reference, and a delta is only ever built on a reference equal to what every receiver holds
-//! (the encode writes each change into the reference as it writes the blob; a round that is not
-//! committed makes the next one whole). Nothing rests on a hash or a sample.
+//! reference, and the reference is only ever what the receivers were sent (commit() applies the
+//! same blobs to it). Nothing rests on a hash or a sample.
 //! - The first round, a round after invalidate(), a round whose metadata changed, a round after
 //!   one that was prepared but never committed (the receivers' state is then unknown), and every
 //!   anchor_every-th round send everything whole, with no base version.
@@ -144,17 +143,14 @@ class HostDeltaCodec {
     return sizes;
   }
   std::uint64_t changed_elements() const { return changed_; }
-  //! Encodes job i into outs[i] (skipped when nullptr). `update_ref`: then also applies the blob
-  //! onto the job's ref (writable), which thereby equals its src.
-  void encode(std::span<void* const> outs, bool update_ref = false) {
+  //! Encodes job i into outs[i] (skipped when nullptr).
+  void encode(std::span<void* const> outs) {
     parallel(std::min(jobs_.size(), outs.size()), [&](std::size_t i) {
       if (outs[i] == nullptr) return;
       const auto& j = jobs_[i];
       const std::uint64_t n = delta::blob_bytes_for(counts_[i], j.numel, j.elem_bytes, bucket_);
-      auto* blob = static_cast<std::byte*>(outs[i]);
-      delta::encode_delta_host(j.src, j.ref, j.numel, j.elem_bytes, bucket_, counts_[i], blob, n);
-      if (update_ref)
-        delta::apply_delta_host(blob, n, const_cast<void*>(j.ref), j.numel, j.elem_bytes, "reference");
+      delta::encode_delta_host(j.src, j.ref, j.numel, j.elem_bytes, bucket_, counts_[i],
+                               static_cast<std::byte*>(outs[i]), n);
     });
   }
   //! Queues an apply; finish() runs the queue over the hardware threads.
@@ -298,10 +294,7 @@ class DeltaSource {
       std::vector<void*> outs(metas_.size(), nullptr);
       for (std::size_t i = 0; i < metas_.size(); ++i)
         if (d.payload_bytes[i] > 0) outs[i] = Codec::data(blobs_) + blob_at_[i];
-      // The reference takes this round's changes as they are encoded: a round that is never
-      // committed makes the next one whole (pending_), so a reference ahead of the receivers is
-      // never diffed against.
-      codec_.encode(outs, true);
+      codec_.encode(outs);
     }
     for (std::size_t i = 0; i < metas_.size(); ++i) {
       const std::int64_t p = d.payload_bytes[i];
@@ -392,10 +385,15 @@ class DeltaSource {
       for (const auto& m : metas_) refs_.push_back(codec_.alloc(m.nbytes()));
       ref_metas_ = metas_;
     }
-    // Whole tensors are copied; blobs were applied to the reference as prepare() encoded them.
-    for (std::size_t i = 0; i < metas_.size(); ++i)
-      if (delta_.payload_bytes[i] == -1)
+    for (std::size_t i = 0; i < metas_.size(); ++i) {
+      const std::int64_t p = delta_.payload_bytes[i];
+      if (p == -1)
         codec_.copy(Codec::data(refs_[i]), data_[i], metas_[i].nbytes());
+      else if (p > 0)
+        codec_.apply(Codec::data(blobs_) + blob_at_[i], static_cast<std::uint64_t>(p),
+                     Codec::data(refs_[i]), metas_[i].numel(),
+                     static_cast<unsigned>(dtype_size(metas_[i].dtype)), metas_[i].name);
+    }
     codec_.finish();
     has_ref_ = true;
     pending_ = false;

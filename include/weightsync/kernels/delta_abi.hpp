@@ -86,16 +86,11 @@ struct DeltaEncodeParams {
   std::uint64_t n_buckets;
   std::uint32_t n_jobs;
   std::uint32_t bucket_elems;
-  //! ws_delta_encode: also write each changed element into the job's ref (ref becomes src
-  //! wherever the blob says so: the reference update, fused into the encode).
-  std::uint32_t update_ref;
-  std::uint32_t reserved;
 };
-static_assert(sizeof(DeltaEncodeParams) == 104,
-              "DeltaEncodeParams is an ABI: 10 pointers, u64, 4 u32");
+static_assert(sizeof(DeltaEncodeParams) == 96,
+              "DeltaEncodeParams is an ABI: 10 pointers, u64, 2 u32");
 static_assert(offsetof(DeltaEncodeParams, n_buckets) == 80 &&
-              offsetof(DeltaEncodeParams, bucket_elems) == 92 &&
-              offsetof(DeltaEncodeParams, update_ref) == 96);
+              offsetof(DeltaEncodeParams, bucket_elems) == 92);
 
 //! One blob of an apply batch (blob 8-byte aligned).
 struct DeltaApplyJob {
