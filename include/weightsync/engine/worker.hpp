@@ -207,9 +207,10 @@ class WeightTransferEngine {
       std::lock_guard lock(mutex_);
       busy_ = false;
       state_ = State::ready;  // the session is over; the next start begins a new one
-      // Some tensors may have landed: the weights are no longer any named version, so no delta
-      // may build on them until a whole update lands (see delta_base()).
-      base_ok_ = false;
+      // In place, some tensors may have landed: the weights are no longer any named version, so
+      // no delta may build on them until a whole update lands (see delta_base()). In shadow mode
+      // the live version is untouched (the shadow is discarded).
+      if (!shadow_) base_ok_ = false;
       if (shadow_) detail::discard_shadow(*shadow_, backend->rank(), std::current_exception());
       throw;
     }
@@ -406,8 +407,13 @@ class WeightTransferEngine {
     const std::string held = held_base();
     auto rx = std::make_shared<detail::UpdateReceiver>(detail::update_wire(info, held), load,
                                                        t.destination, device);
-    if (const std::string why = rx->cannot_apply(); !why.empty()) {
-      if (!info.delta || info.delta->base_version.empty()) throw config_error("destination", why);
+    const bool delta = info.delta && !info.delta->base_version.empty();
+    std::string why = rx->cannot_apply();
+    if (why.empty() && (delta || info.num_updates_list) && shadow_ &&
+        !opt_.shadow.copy_live_at_start)
+      why = "shadow mode without copy_live_at_start: the shadow does not hold the live version";
+    if (!why.empty()) {
+      if (!delta) throw config_error(info.num_updates_list ? "num_updates_list" : "destination", why);
       rx = std::make_shared<detail::UpdateReceiver>(
           detail::update_wire(info, "<cannot apply: " + why + ">"), load, t.destination, device);
     }
