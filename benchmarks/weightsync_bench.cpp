@@ -799,16 +799,7 @@ class Bench {
   // of the same bf16 weights (the kernels are checked against the host and torch in the tests).
   int run_fp8(const std::string& layout, const std::vector<ws::TensorMeta>& metas,
               ws_test::DeviceModel& model, const std::map<std::string, double>& bf16_time) {
-    struct Src {
-      const std::vector<ws::TensorMeta>* m;
-      const ws_test::DeviceModel* d;
-      std::vector<ws::TensorMeta> metas() const { return *m; }
-      std::vector<ws::SourceTensorRef> iterate() const {
-        std::vector<ws::SourceTensorRef> v;
-        for (std::size_t i = 0; i < m->size(); ++i) v.push_back({&(*m)[i], d->data(i)});
-        return v;
-      }
-    };
+    using Src = ws_test::ModelSource;
     const bool producer = rank() == 0;
     int failures = 0;
     for (const auto& mode : a_.modes) {
@@ -817,7 +808,7 @@ class Bench {
       fo.packed = true;
       fo.buffer_size_bytes = a_.buffer_sizes.front();
       fo.num_buffers = a_.num_buffers.front();
-      Src src{&metas, &model};
+      Src src{metas, model};
       ws::Fp8Source<Src, ws::CudaFp8Quantizer> fp8(src, fo, ws::CudaFp8Quantizer{s(), device_});
       const auto metas8 = fp8.metas();
       ws_test::DeviceModel got(metas8, device_), want(metas8, device_);
@@ -826,7 +817,7 @@ class Bench {
       if (!producer) {  // the reference: the consumer quantizes the same weights itself
         ws_test::DeviceModel mine(metas, device_, a_.gap);
         mine.fill(1, s());
-        Src own{&metas, &mine};
+        Src own{metas, mine};
         ws::Fp8Source<Src, ws::CudaFp8Quantizer> ref(own, fo, ws::CudaFp8Quantizer{s(), device_});
         std::size_t i = 0;
         for (const auto& t : ref.iterate()) {
@@ -851,20 +842,7 @@ class Bench {
       ws::workspace_for<ws::NcclCommunicator> wsp{ws::CudaPolicy(device_)};
       ws::TransferStats st;
       unsigned long long wrong = 0;
-      auto diff = [&]() -> unsigned long long {
-        if (producer) return 0;
-        unsigned long long* counter = nullptr;
-        ws::detail::check(cudaMalloc(reinterpret_cast<void**>(&counter), sizeof *counter),
-                          "cudaMalloc");
-        ws::detail::check(cudaMemsetAsync(counter, 0, sizeof *counter, s()), "cudaMemsetAsync");
-        ws_pattern::count_diff(got.arena(), want.arena(), got.extent(), counter, s());
-        unsigned long long host = 0;
-        ws::detail::check(cudaMemcpyAsync(&host, counter, sizeof host, cudaMemcpyDeviceToHost, s()),
-                          "cudaMemcpyAsync");
-        ws::detail::check(cudaStreamSynchronize(s()), "cudaStreamSynchronize");
-        cudaFree(counter);
-        return host;
-      };
+      auto diff = [&]() -> unsigned long long { return producer ? 0 : got.count_diff(want, s()); };
       auto [ev, wall] = time_it(
           [&](int i) {
             if (i > 0) wrong += diff();
@@ -922,16 +900,7 @@ class Bench {
   // them in place into its parameters. Checked against the consumer's own step of v0.
   int run_delta(const std::string& layout, const std::vector<ws::TensorMeta>& metas,
                 ws_test::DeviceModel& model, const std::map<std::string, double>& full_time) {
-    struct Src {
-      const std::vector<ws::TensorMeta>* m;
-      const ws_test::DeviceModel* d;
-      std::vector<ws::TensorMeta> metas() const { return *m; }
-      std::vector<ws::SourceTensorRef> iterate() const {
-        std::vector<ws::SourceTensorRef> v;
-        for (std::size_t i = 0; i < m->size(); ++i) v.push_back({&(*m)[i], d->data(i)});
-        return v;
-      }
-    };
+    using Src = ws_test::ModelSource;
     for (const auto& m : metas)
       if (ws::dtype_size(m.dtype) != 2)
         throw std::invalid_argument("--delta: layout " + layout + " has a tensor that is not 2-byte");
@@ -958,7 +927,7 @@ class Bench {
     opt.protocol = a_.protocol == "vllm" ? ws::Protocol::vllm : ws::Protocol::weightsync;
     opt.timeout = std::chrono::seconds(a_.timeout_s);
     ws::workspace_for<ws::NcclCommunicator> wsp{ws::CudaPolicy(device_)};
-    Src src{&metas, &model};
+    Src src{metas, model};
     const auto full = full_time.find("packed");
     // DeltaMode::automatic, told the link's speed as the full packed row of this run measured it.
     ws::DeltaOptions dopt;
@@ -1014,18 +983,7 @@ class Bench {
       ws::TransferStats st;
       unsigned long long wrong = 0;
       auto diff = [&]() -> unsigned long long {
-        if (producer) return 0;
-        unsigned long long* counter = nullptr;
-        ws::detail::check(cudaMalloc(reinterpret_cast<void**>(&counter), sizeof *counter),
-                          "cudaMalloc");
-        ws::detail::check(cudaMemsetAsync(counter, 0, sizeof *counter, s()), "cudaMemsetAsync");
-        ws_pattern::count_diff(model.arena(), want->arena(), model.extent(), counter, s());
-        unsigned long long host = 0;
-        ws::detail::check(cudaMemcpyAsync(&host, counter, sizeof host, cudaMemcpyDeviceToHost, s()),
-                          "cudaMemcpyAsync");
-        ws::detail::check(cudaStreamSynchronize(s()), "cudaStreamSynchronize");
-        cudaFree(counter);
-        return host;
+        return producer ? 0 : model.count_diff(*want, s());
       };
       double commit_us = 0;
       auto [ev, wall] = time_it(

@@ -36,17 +36,6 @@ using ws_test::say;
 
 namespace {
 
-struct DeviceSource {
-  const std::vector<TensorMeta>* m;
-  const ws_test::DeviceModel* d;
-  std::vector<TensorMeta> metas() const { return *m; }
-  std::vector<SourceTensorRef> iterate() const {
-    std::vector<SourceTensorRef> v;
-    for (std::size_t i = 0; i < m->size(); ++i) v.push_back({&(*m)[i], d->data(i)});
-    return v;
-  }
-};
-
 // Round r's training step (deterministic): a density[r] share of every tensor's elements.
 constexpr double kDensity[] = {0, 0.001, 0.01, 0.1, 0.6, 0.01, 0.01, 0.02};
 void step(const ws_test::DeviceModel& m, const std::vector<TensorMeta>& metas, int round,
@@ -55,20 +44,6 @@ void step(const ws_test::DeviceModel& m, const std::vector<TensorMeta>& metas, i
     ws_pattern::perturb(m.data(i), metas[i].numel(), static_cast<unsigned>(dtype_size(metas[i].dtype)),
                         kDensity[round], static_cast<std::uint64_t>(round) * 1000 + i, s);
   detail::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
-}
-
-unsigned long long differing(const ws_test::DeviceModel& a, const ws_test::DeviceModel& b,
-                             cudaStream_t s) {
-  unsigned long long* counter = nullptr;
-  detail::check(cudaMalloc(reinterpret_cast<void**>(&counter), sizeof *counter), "cudaMalloc");
-  detail::check(cudaMemsetAsync(counter, 0, sizeof *counter, s), "cudaMemsetAsync");
-  ws_pattern::count_diff(a.arena(), b.arena(), a.extent(), counter, s);
-  unsigned long long host = 0;
-  detail::check(cudaMemcpyAsync(&host, counter, sizeof host, cudaMemcpyDeviceToHost, s),
-                "cudaMemcpyAsync");
-  detail::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
-  cudaFree(counter);
-  return host;
 }
 
 }  // namespace
@@ -89,9 +64,9 @@ TEST_CASE("nccl delta rounds: bit-exact on the GPU, a wrong base refused on both
   // Both ranks' trainer model (the worker's is its twin of it), v0 = the pattern of round 1.
   ws_test::DeviceModel model(metas, device);
   ws_test::fill_now(model, 1, s.get());
-  DeviceSource src{&metas, &model};
+  ws_test::ModelSource src{metas, model};
   DeltaOptions o;
-  DeltaSource<DeviceSource, CudaDeltaCodec> d(src, o, CudaDeltaCodec(s.get(), device));
+  DeltaSource<ws_test::ModelSource, CudaDeltaCodec> d(src, o, CudaDeltaCodec(s.get(), device));
   d.seed("default");  // what a server that loaded the same checkpoint holds
   constexpr int kRounds = 7;
   const auto plain = [&] {
@@ -155,13 +130,13 @@ TEST_CASE("nccl delta rounds: bit-exact on the GPU, a wrong base refused on both
                                cudaMemcpyDeviceToDevice),
                     "cudaMemcpy");
       REQUIRE_THROWS_AS(run(), protocol_error);
-      REQUIRE(differing(before, params, s.get()) == 0);  // nothing applied
+      REQUIRE(before.count_diff(params, s.get()) == 0);  // nothing applied
       continue;
     }
     run();
     d.commit();
     e.finish_weight_update(round == 4 ? "v4-other" : "v" + std::to_string(round));
-    REQUIRE(differing(params, model, s.get()) == 0);
+    REQUIRE(params.count_diff(model, s.get()) == 0);
   }
   say("delta rounds ok: " + std::to_string(model.bytes()) + " bytes verified per round");
 }

@@ -107,6 +107,17 @@ class DeviceModel {
     return host;
   }
 
+  //! Bytes where this model and `other` (the same layout) differ. Synchronizes `s`.
+  unsigned long long count_diff(const DeviceModel& other, cudaStream_t s) const {
+    weightsync::detail::check(cudaMemsetAsync(counter_, 0, sizeof *counter_, s), "cudaMemsetAsync");
+    ws_pattern::count_diff(arena(), other.arena(), extent(), counter_, s);
+    unsigned long long host = 0;
+    weightsync::detail::check(cudaMemcpyAsync(&host, counter_, sizeof host, cudaMemcpyDeviceToHost, s),
+                              "cudaMemcpyAsync");
+    weightsync::detail::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    return host;
+  }
+
  private:
   const std::vector<weightsync::TensorMeta>* metas_;
   std::vector<std::size_t> offsets_;

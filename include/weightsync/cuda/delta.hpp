@@ -39,21 +39,13 @@
 #include "weightsync/cuda/check.hpp"
 #include "weightsync/cuda/detail/delta_ptx.hpp"
 #include "weightsync/cuda/device_buffer.hpp"
+#include "weightsync/delta/codec.hpp"
 #include "weightsync/delta/format.hpp"
 #include "weightsync/detail/format.hpp"
 #include "weightsync/error.hpp"
 #include "weightsync/kernels/delta_abi.hpp"
 
 namespace weightsync::delta {
-
-//! One tensor to encode: `src` against `ref` (device memory, numel elements of elem_bytes bytes,
-//! compared bitwise).
-struct DeltaJob {
-  const void* src = nullptr;
-  const void* ref = nullptr;
-  std::uint64_t numel = 0;
-  unsigned elem_bytes = 0;
-};
 
 //! One blob to apply: `blob` (device memory, 8-byte aligned, blob_bytes bytes) onto `dst`
 //! (device memory, numel elements of elem_bytes bytes). `name` names the tensor in errors.

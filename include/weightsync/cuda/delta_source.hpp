@@ -54,15 +54,13 @@ class CudaDeltaCodec {
       detail::check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s_),
                     "cudaMemcpyAsync (delta reference)");
   }
-  std::vector<std::uint64_t> measure(std::span<const DeltaJob> jobs, std::uint32_t bucket_elems) {
+  std::vector<std::uint64_t> measure(std::span<const delta::DeltaJob> jobs,
+                                     std::uint32_t bucket_elems) {
     if (bucket_elems != enc_->bucket_elems())
       throw config_error("bucket_elems",
                          detail::cat("the codec was made for ", enc_->bucket_elems(),
                                      ", the options say ", bucket_elems));
-    std::vector<delta::DeltaJob> j;
-    j.reserve(jobs.size());
-    for (const auto& x : jobs) j.push_back({x.src, x.ref, x.numel, x.elem_bytes});
-    return enc_->measure(j, s_);
+    return enc_->measure(jobs, s_);
   }
   std::uint64_t changed_elements() const { return enc_->changed_elements(); }
   void encode(std::span<void* const> outs) {

@@ -22,6 +22,16 @@
 #include "weightsync/error.hpp"
 
 namespace weightsync::delta {
+
+//! One tensor of a batch to diff: `src` against `ref` (numel elements of elem_bytes bytes,
+//! compared bitwise; host memory for the host codec, device memory for the CUDA one).
+struct DeltaJob {
+  const void* src = nullptr;
+  const void* ref = nullptr;
+  std::uint64_t numel = 0;
+  unsigned elem_bytes = 0;
+};
+
 namespace detail {
 
 inline bool elem_differs(const std::byte* a, const std::byte* b, unsigned eb) {

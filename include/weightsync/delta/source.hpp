@@ -105,14 +105,6 @@ struct DeltaStats {
   std::chrono::nanoseconds commit{0};  //!< reference update (commit)
 };
 
-//! One tensor of a batch to diff: numel elements of elem_bytes at src, against ref.
-struct DeltaJob {
-  const void* src = nullptr;
-  const void* ref = nullptr;
-  std::uint64_t numel = 0;
-  unsigned elem_bytes = 0;
-};
-
 //! The host codec (host memory: the host backend). measure, encode and apply spread the tensors
 //! over the hardware threads.
 class HostDeltaCodec {
@@ -126,7 +118,7 @@ class HostDeltaCodec {
     if (bytes > 0) std::memcpy(dst, src, bytes);
   }
   //! Each job's blob size (and keeps the jobs for encode()).
-  std::vector<std::uint64_t> measure(std::span<const DeltaJob> jobs, std::uint32_t bucket_elems) {
+  std::vector<std::uint64_t> measure(std::span<const delta::DeltaJob> jobs, std::uint32_t bucket_elems) {
     jobs_.assign(jobs.begin(), jobs.end());
     bucket_ = bucket_elems;
     counts_.clear();
@@ -205,7 +197,7 @@ class HostDeltaCodec {
     std::string name;
   };
   std::vector<Apply> applies_;
-  std::vector<DeltaJob> jobs_;
+  std::vector<delta::DeltaJob> jobs_;
   std::vector<std::vector<std::uint32_t>> counts_;
   std::uint32_t bucket_ = delta::kDefaultBucketElems;
   std::uint64_t changed_ = 0;
@@ -267,7 +259,7 @@ class DeltaSource {
     blob_at_.assign(metas_.size(), 0);
     if (!whole) {
       d.base_version = base_;
-      std::vector<DeltaJob> jobs;
+      std::vector<delta::DeltaJob> jobs;
       for (std::size_t i = 0; i < metas_.size(); ++i)
         jobs.push_back({data_[i], Codec::data(refs_[i]), metas_[i].numel(),
                         static_cast<unsigned>(dtype_size(metas_[i].dtype))});
