@@ -509,6 +509,62 @@ TEST_CASE("delta rounds over the host backend end bit-exact on every rank, a wro
   ws_test::expect_all_ok(procs.wait_all(120s));
 }
 
+TEST_CASE("delta in shadow mode: without copy_live_at_start the shadow does not hold the base, "
+          "so the delta is refused on every rank",
+          "[unit][delta][engine][shadow]") {
+  ws_test::Processes procs;
+  const int port = ws_test::free_port();
+  const std::string dir = temp_dir();
+  procs.spawn([=] {  // the trainer: its reference is what the server loaded ("default")
+    TrainerEngine t(ws_test::options_for<TrainerEngine>(host_engine()));
+    t.trainer_init(host_info(port, 2));
+    Model src;
+    DeltaSource<Model> d(src);
+    d.seed("default");
+    src.step(1, 0.01);
+    const auto info = d.prepare("v1", t.update_info(src.metas()));
+    if (d.stats().whole_round) throw std::runtime_error("round 1 went whole");
+    write_file(dir + "/info.json", nlohmann::json(info).dump());
+    try {
+      t.send_weights(d);
+    } catch (const protocol_error& e) {
+      if (std::string(e.what()).find("copy_live_at_start") == std::string::npos)
+        throw std::runtime_error(std::string("the refusal does not say why: ") + e.what());
+      return;
+    }
+    throw std::runtime_error("a delta reached a shadow that does not hold its base");
+  });
+  procs.spawn([=] {
+    auto o = ws_test::options_for<WeightTransferEngine>(host_engine());
+    o.shadow.enabled = true;
+    o.shadow.copy_live_at_start = false;
+    WeightTransferEngine e(o);
+    Server server;
+    std::vector<ShadowParameter> table;
+    for (std::size_t i = 0; i < server.model.m.size(); ++i)
+      table.push_back({server.model.m[i], server.model.data[i].data(), nullptr});
+    e.register_parameters(table);
+    e.init_transfer_engine(host_info(port, 2));
+    const auto info =
+        nlohmann::json::parse(wait_for_file(dir + "/info.json", 20s)).get<NcclUpdateInfo>();
+    e.start_weight_update();
+    const Model before = server.model;
+    try {
+      e.update_weights(info, [](std::span<const TensorView>, void*) {});
+    } catch (const protocol_error& x) {
+      if (std::string(x.what()).find("copy_live_at_start") == std::string::npos)
+        throw std::runtime_error(std::string("the refusal does not say why: ") + x.what());
+      if (server.model.data != before.data) throw std::runtime_error("the refused delta wrote");
+      if (e.acquire()->version() != "default") throw std::runtime_error("the live version moved");
+      if (e.delta_base() != "default")
+        throw std::runtime_error("a refused update in shadow mode lost the base: " + e.delta_base());
+      return;
+    }
+    throw std::runtime_error("the worker accepted a delta onto a shadow without its base");
+  });
+  ws_test::expect_all_ok(procs.wait_all(60s));
+}
+
 TEST_CASE("vLLM sparse_nccl: our trainer speaks it (two broadcasts per tensor, Protocol::vllm) "
           "and our worker applies it in place",
           "[unit][delta][engine]") {
