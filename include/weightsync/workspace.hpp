@@ -61,6 +61,13 @@ struct WorkspaceState {
     frames_count = count;
     return false;
   }
+  //! The handshake area: one block per rank (its frame, then its eager bytes; see
+  //! handshake_block_bytes), on the device and mirrored on the host. Allocated once per size.
+  void ensure_handshake(std::size_t bytes) {
+    if (handshake.size() == bytes) return;
+    handshake = policy.alloc(bytes);
+    handshake_host = policy.alloc_host(bytes);
+  }
   //! Slots only grow (a plan that needs less reuses them): a consumer that alternates between
   //! destinations and views does not reallocate every round. @returns true when nothing had to
   //! be allocated.
@@ -99,7 +106,7 @@ struct WorkspaceState {
       policy.copy_batch(copy_dst.data(), copy_src.data(), copy_size.data(), copy_dst.size(), s);
   }
   std::size_t bytes_held() const noexcept {
-    return slot_bytes * slots.size() + frames.size() + scratch.size();
+    return slot_bytes * slots.size() + frames.size() + scratch.size() + handshake.size();
   }
 
   Policy policy;
@@ -112,6 +119,8 @@ struct WorkspaceState {
   typename Policy::Buffer frames;
   typename Policy::HostBuffer frames_host;
   std::size_t frames_count = 0;
+  typename Policy::Buffer handshake;  // see ensure_handshake
+  typename Policy::HostBuffer handshake_host;
   typename Policy::Buffer scratch;
   std::uint64_t transfers = 0;
   //! This rank's failure of an earlier transfer that no other rank has seen yet

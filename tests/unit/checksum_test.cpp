@@ -25,7 +25,7 @@ using namespace std::chrono_literals;
 namespace {
 
 // A HostCommunicator that can flip the first byte of the next weights buffer it receives (any
-// broadcast that is not a frame), as a faulty link would.
+// broadcast that is not a frame or a handshake block), as a faulty link would.
 struct CorruptingComm {
   using stream_type = HostStream;
   explicit CorruptingComm(HostCommunicator& comm) : c(comm) {}
@@ -57,7 +57,9 @@ struct CorruptingComm {
   void check() { c.check(); }
   void abort(const std::string& why) noexcept { c.abort(why); }
   void maybe_corrupt(void* buf, std::size_t bytes) {
-    if (!corrupt_next || bytes == detail::kFrameBytes || bytes == 0) return;
+    if (!corrupt_next || bytes == detail::kFrameBytes || bytes == 0 ||
+        bytes == detail::handshake_block_bytes(static_cast<std::size_t>(c.size())))
+      return;
     static_cast<unsigned char*>(buf)[0] ^= 0x01;
     corrupt_next = false;
   }

@@ -66,6 +66,22 @@ struct Frame {
 static_assert(sizeof(Frame) == kFrameBytes);
 static_assert(std::is_trivially_copyable_v<Frame>);
 
+//! The eager protocol (as MPI's eager sends): each rank's handshake block is its frame followed by
+//! eager bytes, the same size on every rank, so ranks that disagree about the root still run the
+//! same operation and learn of the disagreement from the frames. A transfer whose bytes fit there
+//! travels inside the handshake: one exchange per sync instead of two. The eager bytes of all
+//! ranks together are bounded by kHandshakeEagerTotal (a large group pays no more per handshake);
+//! with 2 ranks, a transfer of up to 7.75 KiB is eager.
+inline constexpr std::size_t kHandshakeEagerTotal = std::size_t{16} << 10;
+inline constexpr std::size_t handshake_block_bytes(std::size_t world) {
+  const std::size_t share = world == 0 ? 0 : kHandshakeEagerTotal / world / kFrameBytes * kFrameBytes;
+  return share > kFrameBytes ? share : kFrameBytes;
+}
+inline constexpr std::size_t eager_capacity(std::size_t world) {
+  return handshake_block_bytes(world) - kFrameBytes;
+}
+static_assert(eager_capacity(2) == 7936 && eager_capacity(64) == 0 && eager_capacity(1000) == 0);
+
 //! Digest of the ordered metadata: names, dtypes, shapes (Hash64).
 inline std::uint64_t metadata_digest(std::span<const TensorMeta> metas) {
   Hash64 h;

@@ -20,7 +20,7 @@ namespace weightsync::detail {
 //! Magic of every control message: "WSRV" read as a little-endian u32.
 inline constexpr std::uint32_t kWireMagic = 0x56525357u;
 //! Bumped on any incompatible change of the control messages, frames or handshake.
-inline constexpr std::uint16_t kProtocolVersion = 2;
+inline constexpr std::uint16_t kProtocolVersion = 3;  // 3: the handshake carries small transfers (eager)
 
 enum class MsgType : std::uint16_t { hello = 1, welcome = 2, reject = 3, abort = 4, goodbye = 5, link = 6 };
 

@@ -42,13 +42,17 @@ class ConsumerRun {
     id_ = run_.plan.framed ? handshake(run_) : 0;
     try {
       place_destinations();
-      reused = ws.ensure_slots(slot_bytes_needed(), K) && reused;
+      if (!run_.eager) reused = ws.ensure_slots(slot_bytes_needed(), K) && reused;
       run_.begin_data();
-      std::size_t posted = 0;
-      for (std::size_t c = 0; c < n; ++c) {
-        while (posted < n && posted < c + K) post(posted++);
-        receive(c);
-        if (ok()) run_.chunk_done(c);
+      if (run_.eager) {
+        receive_eager();
+      } else {
+        std::size_t posted = 0;
+        for (std::size_t c = 0; c < n; ++c) {
+          while (posted < n && posted < c + K) post(posted++);
+          receive(c);
+          if (ok()) run_.chunk_done(c);
+        }
       }
       run_.end_data();
       std::vector<Frame> acks;
@@ -264,9 +268,44 @@ class ConsumerRun {
     return s;
   }
 
+  //! The producer's bytes came with the handshake (kEagerBit), back to back in the declared order
+  //! in its eager bytes: copies them to the destinations and hands the rest to load_weights, on
+  //! slot 0's stream (the handshake's wait has already seen them arrive).
+  void receive_eager() {
+    const std::size_t cap = eager_capacity(run_.world());
+    if (run_.plan.total_bytes > cap)
+      throw protocol_error(run_.root, cat("rank ", run_.root, " sent ", run_.plan.total_bytes,
+                                          " bytes with the handshake, where ", cap, " fit"));
+    auto& ws = run_.ws;
+    const auto s = run_.slot_stream(0);
+    std::byte* from = run_.eager_dev(static_cast<std::size_t>(run_.root));
+    ws.clear_copies();
+    ws.views.clear();
+    std::size_t off = 0;
+    for (std::size_t i = 0; i < run_.metas.size(); ++i) {
+      const std::size_t nb = run_.metas[i].nbytes();
+      if (dest_[i]) {
+        if (nb > 0) ws.add_copy(dest_[i], from + off, nb);
+      } else {
+        ws.views.push_back(TensorView{&run_.metas[i], nb > 0 ? from + off : nullptr, nb});
+      }
+      off += nb;
+    }
+    ws.flush_copies(s);
+    call_load(0, s);
+    ws.policy.record(ws.unpacked[0], s);
+    if (ok())
+      for (std::size_t c = 0; c < run_.plan.size(); ++c) run_.chunk_done(c);
+  }
+
   //! Hands chunk c's views to load_weights; a failure is kept and reported in the acknowledgement.
   void load(std::size_t c, stream_type s) {
     build_views(c);
+    call_load(c, s);
+  }
+  //! Hands the views in ws.views (chunk c's) to load_weights; a failure is kept and reported in
+  //! the acknowledgement.
+  void call_load(std::size_t c, stream_type s) {
     if (run_.ws.views.empty()) return;
     const auto t0 = Run::Clock::now();
     struct Timed {  // counts the time inside load_weights, also when it throws

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <ios>
 #include <random>
 #include <string>
@@ -25,6 +26,19 @@
 #include "weightsync/host/device_policy.hpp"
 
 namespace weightsync::detail {
+
+//! Checks that `frames[r]` is rank r's weightsync frame; aborts and throws protocol_error if not.
+template <class C>
+void check_frames(PipelineRun<C>& run, const std::vector<Frame>& frames, const std::string& phase) {
+  for (std::size_t r = 0; r < frames.size(); ++r)
+    if (frames[r].magic != kFrameMagic || frames[r].rank != static_cast<std::int32_t>(r)) {
+      run.abort_comm(phase + ": a peer sent garbage");
+      throw protocol_error(static_cast<int>(r), cat(phase, ": rank ", r,
+                                                    " sent no valid weightsync frame (is it a "
+                                                    "weightsync peer of protocol ",
+                                                    kProtocolVersion, "?)"));
+    }
+}
 
 //! Every rank contributes `mine`; returns all frames, indexed by rank.
 template <class C>
@@ -42,19 +56,42 @@ std::vector<Frame> allgather_frames(PipelineRun<C>& run, Frame mine, const std::
                              run.comm_stream());
   run.drain(phase);
   std::vector<Frame> out(run.frame_host(0), run.frame_host(0) + n);
-  for (std::size_t r = 0; r < n; ++r)
-    if (out[r].magic != kFrameMagic || out[r].rank != static_cast<std::int32_t>(r)) {
-      run.abort_comm(phase + ": a peer sent garbage");
-      throw protocol_error(static_cast<int>(r), cat(phase, ": rank ", r,
-                                                    " sent no valid weightsync frame (is it a "
-                                                    "weightsync peer of protocol ",
-                                                    kProtocolVersion, "?)"));
-    }
+  check_frames(run, out, phase);
+  return out;
+}
+
+//! The handshake's all-gather: every rank contributes one block of handshake_block_bytes (its
+//! frame, then its eager bytes, which the producer may have written already: see
+//! PipelineRun::eager_dev). The blocks stay on the device (the consumer reads the producer's
+//! eager bytes there); returns the frames, indexed by rank.
+template <class C>
+std::vector<Frame> exchange_handshake(PipelineRun<C>& run, Frame mine) {
+  const std::size_t n = run.world();
+  const std::size_t block = handshake_block_bytes(n);
+  const auto me = static_cast<std::size_t>(run.comm.rank());
+  auto& ws = run.ws;
+  ws.ensure_handshake(n * block);
+  std::byte* host = ws.handshake_host.data();
+  std::memcpy(host + me * block, &mine, kFrameBytes);
+  ws.policy.copy_from_host(ws.handshake.data() + me * block, host + me * block, kFrameBytes,
+                           run.comm_stream());
+  run.group([&] {
+    for (std::size_t r = 0; r < n; ++r)
+      run.comm.broadcast(ws.handshake.data() + r * block, block, static_cast<int>(r),
+                         run.comm_stream());
+  });
+  ws.policy.copy_to_host(host, ws.handshake.data(), n * block, run.comm_stream());
+  run.drain("handshake");
+  std::vector<Frame> out(n);
+  for (std::size_t r = 0; r < n; ++r) std::memcpy(&out[r], host + r * block, kFrameBytes);
+  check_frames(run, out, "handshake");
   return out;
 }
 
 //! Bits of a handshake frame's `packed` field.
-inline constexpr std::uint8_t kPackedBit = 1, kAckEachBit = 2, kChecksumBit = 4;
+//! kEagerBit (the producer's frame only): this transfer's bytes are in the producer's eager bytes of
+//! the handshake, and no data phase follows.
+inline constexpr std::uint8_t kPackedBit = 1, kAckEachBit = 2, kChecksumBit = 4, kEagerBit = 8;
 
 //! This rank's handshake frame: its role and its view of the transfer, and (code, message) its
 //! failure of an earlier transfer that no other rank has seen yet.
@@ -212,7 +249,8 @@ std::string metadata_differences(PipelineRun<C>& run, const std::vector<Frame>& 
 //! @returns the transfer id chosen by rank `id_from`.
 template <class C, class Differences>
 std::uint64_t handshake(PipelineRun<C>& run, Frame mine, int id_from, Differences&& differences) {
-  const auto all = allgather_frames(run, mine, "handshake");
+  run.eager = false;
+  const auto all = exchange_handshake(run, mine);
   run.ws.pending_failure.clear();  // every rank has seen it now
   int first_bad = -1, first_failed = -1;
   std::string diffs = differences(all, first_bad);
@@ -226,11 +264,15 @@ std::uint64_t handshake(PipelineRun<C>& run, Frame mine, int id_from, Difference
     throw remote_error(first_failed,
                        cat("an earlier transfer failed: ", failed,
                            "; this transfer was refused on every rank before any byte moved"));
+  run.eager = (all[static_cast<std::size_t>(id_from)].packed & kEagerBit) != 0;
   return all[static_cast<std::size_t>(id_from)].transfer_id;
 }
+//! The whole-tensor handshake; `bits` go into this rank's `packed` field (kEagerBit).
 template <class C>
-std::uint64_t handshake(PipelineRun<C>& run) {
-  return handshake(run, handshake_frame(run), run.root,
+std::uint64_t handshake(PipelineRun<C>& run, std::uint8_t bits = 0) {
+  Frame mine = handshake_frame(run);
+  mine.packed |= bits;
+  return handshake(run, mine, run.root,
                    [&](const std::vector<Frame>& all, int& first_bad) {
                      return handshake_differences(all, run.root, first_bad);
                    });

@@ -40,31 +40,37 @@ class ProducerRun {
     check_checksum_support(run_);
     digests_.assign(n, 0);
     bool reused = ws.ensure_frames(run_.status0() + (run_.plan.framed ? n : 0));
+    bool eager = false;
     // Only a region of several tensors needs a slot; a lone tensor is sent from its own memory.
     reused = ws.ensure_slots(run_.plan.packing_slot_bytes(), K) && reused;
     try {
       order_after_source();
-      if (n > 0) prepare(0);  // the first packing overlaps the handshake
+      eager = pack_eager();
+      if (!eager && n > 0) prepare(0);  // the first packing overlaps the handshake
     } catch (const std::exception& e) {
       run_.abort_comm(e.what());
       throw;
     }
     // A mismatch throws the same protocol_error on every rank; the communicator stays usable.
-    const std::uint64_t id = run_.plan.framed ? handshake(run_) : 0;
+    const std::uint64_t id = run_.plan.framed ? handshake(run_, eager ? kEagerBit : 0) : 0;
     std::vector<Frame> acks;
     try {
       run_.begin_data();
-      write_status_frames(id);
-      for (std::size_t c = 0; c < n; ++c) {
-        send(c);
-        if (failure_.empty()) run_.chunk_done(c);
-        if (c + 1 == n) break;
-        // Bound the run-ahead to K chunks, and give the deadline a chance to fire.
-        if (c + 1 >= K) run_.await(ws.slot_free[(c + 1) % K], "broadcast");
-        prepare(c + 1);
+      if (run_.eager) {  // the bytes went with the handshake
+        for (std::size_t c = 0; c < n; ++c) run_.chunk_done(c);
+      } else {
+        write_status_frames(id);
+        for (std::size_t c = 0; c < n; ++c) {
+          send(c);
+          if (failure_.empty()) run_.chunk_done(c);
+          if (c + 1 == n) break;
+          // Bound the run-ahead to K chunks, and give the deadline a chance to fire.
+          if (c + 1 >= K) run_.await(ws.slot_free[(c + 1) % K], "broadcast");
+          prepare(c + 1);
+        }
+        if (failure_.empty() && it_ != end_)
+          fail(std::make_exception_ptr(too_many_items(run_.metas.size())));
       }
-      if (failure_.empty() && it_ != end_)
-        fail(std::make_exception_ptr(too_many_items(run_.metas.size())));
       run_.end_data();
       if (run_.plan.framed) acks = conclude(run_, id, failure_);
       run_.drain("broadcast");
@@ -139,6 +145,37 @@ class ProducerRun {
       // vLLM's wire has no way to say so: abort, so that no consumer waits on us.
       if (!run_.plan.framed) throw;
     }
+  }
+
+  //! A framed transfer whose bytes fit in the handshake's eager bytes (eager_capacity) is packed
+  //! there now, on the communication stream, every item checked first: the handshake then carries
+  //! it, and no data phase follows. @returns whether it was; after a wrong item it was not, and
+  //! the data phase says so on the wire as usual (take_items has noted the failure).
+  bool pack_eager() {
+    const auto& plan = run_.plan;
+    const std::size_t world = run_.world();
+    if (!plan.framed || run_.opt.checksum || run_.metas.empty() ||
+        plan.total_bytes > eager_capacity(world))
+      return false;
+    auto& ws = run_.ws;
+    ws.ensure_handshake(world * handshake_block_bytes(world));
+    std::byte* to = run_.eager_dev(static_cast<std::size_t>(run_.comm.rank()));
+    ws.clear_copies();
+    std::size_t off = 0;
+    for (std::size_t c = 0; c < plan.size() && failure_.empty(); ++c) {
+      take_items(c);
+      const Chunk& ch = plan.chunks[c];
+      for (std::size_t i = ch.begin; i < ch.end && failure_.empty(); ++i) {
+        const std::size_t nb = run_.metas[i].nbytes();
+        if (nb > 0) ws.add_copy(to + off, ws.sources[i - ch.begin], nb);
+        off += nb;
+      }
+    }
+    if (failure_.empty() && it_ != end_)
+      fail(std::make_exception_ptr(too_many_items(run_.metas.size())));
+    if (!failure_.empty()) return false;
+    ws.flush_copies(run_.comm_stream());
+    return true;
   }
 
   //! Where chunk c's region already lies back to back in the declared order (a flat parameter

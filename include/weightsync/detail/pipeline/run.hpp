@@ -61,6 +61,12 @@ struct PipelineRun {
   Frame* frame_host(std::size_t i) {
     return reinterpret_cast<Frame*>(ws.frames_host.data() + i * kFrameBytes);
   }
+  //! Rank r's eager bytes in the handshake area (eager_capacity(world()) of them).
+  std::byte* eager_dev(std::size_t r) {
+    return ws.handshake.data() + r * handshake_block_bytes(world()) + kFrameBytes;
+  }
+  //! This transfer's bytes travel inside the handshake (see kEagerBit); set by the handshake.
+  bool eager = false;
   stream_type comm_stream() { return ws.comm_stream->get(); }
   stream_type slot_stream(std::size_t k) { return ws.slot_streams[k].get(); }
   std::size_t slots() const { return static_cast<std::size_t>(opt.num_buffers); }

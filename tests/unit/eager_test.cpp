@@ -1,0 +1,223 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
+// The eager protocol (detail/frame.hpp: handshake_block_bytes): a transfer whose bytes fit in the
+// handshake travels inside it, one exchange per sync; a larger one falls back to the data phase.
+// Every failure path keeps its contract: nothing is written on a refusal, the communicator stays
+// usable, and the failure of one sync is reported in the next handshake.
+#include <weightsync/host/communicator.hpp>
+#include <weightsync/packed_broadcast.hpp>
+
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "support/catch.hpp"
+#include "support/host_world.hpp"
+#include "support/outcomes.hpp"
+#include "support/process.hpp"
+
+// (a namespace per test source: the sources build as unity translation units)
+namespace ws_test_eager_test {
+
+using namespace weightsync;
+using namespace std::chrono_literals;
+
+namespace {
+
+// A HostCommunicator that counts exchanges: a group, or a broadcast outside one.
+struct CountingComm {
+  using stream_type = HostStream;
+  explicit CountingComm(HostCommunicator& comm) : c(comm) {}
+  HostCommunicator& c;
+  int exchanges = 0;
+  int depth = 0;
+
+  int rank() const { return c.rank(); }
+  int size() const { return c.size(); }
+  void broadcast(void* buf, std::size_t bytes, int root, HostStream s) {
+    c.broadcast(buf, bytes, root, s);
+    if (depth == 0) ++exchanges;
+  }
+  void group_start() {
+    c.group_start();
+    ++depth;
+  }
+  void group_end() {
+    c.group_end();
+    if (--depth == 0) ++exchanges;
+  }
+  void check() { c.check(); }
+  void abort(const std::string& why) noexcept { c.abort(why); }
+};
+static_assert(GroupedCommunicator<CountingComm> && MonitoredCommunicator<CountingComm>);
+
+// 3 KiB and some odd tensors: eager with 2 ranks (eager_capacity(2) = 7936 bytes).
+std::vector<TensorMeta> small() {
+  return {{"embed", DType::bfloat16, {32, 32}},
+          {"scalar", DType::float32, {}},
+          {"empty", DType::bfloat16, {0, 16}},
+          {"q", DType::float16, {16, 16}},
+          {"mask", DType::bool_, {7}},
+          {"lm_head", DType::bfloat16, {16, 32}}};
+}
+// 64 KiB: not eager.
+std::vector<TensorMeta> large() {
+  return {{"a", DType::bfloat16, {128, 128}}, {"b", DType::float32, {64, 64}}};
+}
+
+std::vector<std::vector<std::byte>> model(const std::vector<TensorMeta>& metas, int round) {
+  std::vector<std::vector<std::byte>> d;
+  for (std::size_t i = 0; i < metas.size(); ++i) {
+    d.emplace_back(metas[i].nbytes());
+    std::mt19937 rng(static_cast<unsigned>(round * 1000 + static_cast<int>(i)));
+    for (auto& b : d.back()) b = std::byte(rng());
+  }
+  return d;
+}
+std::vector<std::vector<std::byte>> poisoned(const std::vector<TensorMeta>& metas) {
+  std::vector<std::vector<std::byte>> d;
+  for (const auto& m : metas) d.emplace_back(m.nbytes(), std::byte{0xa5});
+  return d;
+}
+
+std::size_t total_bytes(const std::vector<TensorMeta>& metas) {
+  std::size_t n = 0;
+  for (const auto& m : metas) n += m.nbytes();
+  return n;
+}
+
+[[noreturn]] void fail(int round, int rank, const std::string& what) {
+  throw std::runtime_error("round " + std::to_string(round) + " on rank " +
+                           std::to_string(rank) + ": " + what);
+}
+
+// Rounds (2 ranks, Acknowledge::next_transfer, a small buffer so that the small model would
+// take 2 chunks without the eager path):
+//   1 small: one exchange on each rank; "embed" and "q" in place, the rest as views;
+//   2 large: more than one exchange (handshake, then the data);
+//   3 small, the producer's "q" item has the wrong dtype: config_error there, remote_error on the
+//     consumer, whose destinations stay poisoned (a wrong transfer is not packed eagerly: the
+//     data phase carries the failure, as before);
+//   4 small, the consumer declares another shape: protocol_error on both, nothing written;
+//   5 small, the consumer's load_weights throws: it rethrows; the producer returns;
+//   6 small: refused on both ranks before any byte moves (rank 1 failed round 5), nothing written;
+//   7 small: one exchange again, bit-exact.
+void run_rank(int port, int rank) {
+  auto host = ws_test::connect_host(port, rank, 2, 15s, 15s);
+  CountingComm comm{host};
+  workspace_for<CountingComm> ws;
+  TransferOptions opt;
+  opt.buffer_size_bytes = 2048;
+  opt.num_buffers = 2;
+  opt.timeout = 15s;
+  if (total_bytes(small()) > detail::eager_capacity(2) || total_bytes(small()) <= 2048)
+    throw std::logic_error("the small model must be eager and need two chunks without it");
+  for (int round = 1; round <= 7; ++round) {
+    const auto metas = round == 2 ? large() : small();
+    auto want = model(metas, round);
+    auto got = poisoned(metas);
+    const int before = comm.exchanges;
+    std::string what;
+    int peer = -1;
+    try {
+      if (rank == 0) {
+        auto bad = metas;
+        if (round == 3) bad[3].dtype = DType::bfloat16;  // "q": the item says bf16, the meta fp16
+        std::vector<SourceTensorRef> items;
+        for (std::size_t i = 0; i < metas.size(); ++i) items.push_back({&bad[i], want[i].data()});
+        packed_broadcast_producer(metas, items, comm, 0, opt, ws);
+      } else {
+        auto mine = metas;
+        if (round == 4) mine[0].shape = {32, 31};
+        TransferOptions o = opt;
+        o.destination = [&](const TensorMeta& m) -> void* {
+          const auto i = static_cast<std::size_t>(&m - mine.data());
+          return m.name == "embed" || m.name == "q" ? got[i].data() : nullptr;
+        };
+        packed_broadcast_consumer(
+            mine, comm, 0,
+            [&](std::span<const TensorView> batch, HostStream) {
+              if (round == 5) throw std::runtime_error("the engine is out of memory");
+              for (const auto& v : batch) {
+                const auto i = static_cast<std::size_t>(v.meta - mine.data());
+                if (v.nbytes) std::memcpy(got[i].data(), v.data, v.nbytes);
+              }
+            },
+            o, ws);
+        if (got != want) fail(round, rank, "the received bytes differ");
+      }
+    } catch (const protocol_error& e) {
+      what = e.what();
+      peer = e.peer();
+    } catch (const remote_error& e) {
+      what = e.what();
+      peer = e.peer();
+    } catch (const config_error& e) {
+      what = e.what();
+    } catch (const std::runtime_error& e) {
+      if (std::string(e.what()).find("round ") == 0) throw;
+      what = e.what();
+    }
+    const int exchanges = comm.exchanges - before;
+    const bool untouched = got == poisoned(metas);
+    switch (round) {
+      case 1:
+      case 7:
+        if (!what.empty()) fail(round, rank, what);
+        if (exchanges != 1) fail(round, rank, std::to_string(exchanges) + " exchanges, not 1");
+        break;
+      case 2:
+        if (!what.empty()) fail(round, rank, what);
+        if (exchanges < 2) fail(round, rank, "a large sync took one exchange");
+        break;
+      case 3:
+        if (rank == 0 ? what.find("dtype") == std::string::npos
+                      : (peer != 0 || what.find("dtype") == std::string::npos))
+          fail(round, rank, "the wrong item was not reported: '" + what + "'");
+        if (rank == 1 && !untouched) fail(round, rank, "bytes of a failed transfer were written");
+        break;
+      case 4:
+        if (what.find("handshake") == std::string::npos)
+          fail(round, rank, "the mismatch was not refused: '" + what + "'");
+        if (rank == 1 && !untouched) fail(round, rank, "a refused transfer wrote bytes");
+        if (exchanges < 1) fail(round, rank, "no handshake");
+        break;
+      case 5:
+        if (rank == 0 && !what.empty()) fail(round, rank, what);
+        if (rank == 1 && what.find("out of memory") == std::string::npos)
+          fail(round, rank, "load_weights' error was not rethrown: '" + what + "'");
+        break;
+      case 6:
+        if (peer != 1 || what.find("out of memory") == std::string::npos)
+          fail(round, rank, "rank 1's earlier failure was not reported: '" + what + "'");
+        if (rank == 1 && !untouched) fail(round, rank, "a refused transfer wrote bytes");
+        if (exchanges != 1) fail(round, rank, std::to_string(exchanges) + " exchanges, not 1");
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("eager: a sync that fits in the handshake is one exchange, and fails as cleanly",
+          "[unit][eager]") {
+  ws_test::Processes procs;
+  const int port = ws_test::free_port();
+  for (int rank = 0; rank < 2; ++rank) procs.spawn([=] { run_rank(port, rank); });
+  ws_test::expect_all_ok(procs.wait_all(60s));
+}
+
+TEST_CASE("eager: the handshake block sizes", "[unit][eager]") {
+  CHECK(detail::handshake_block_bytes(1) == 16384);
+  CHECK(detail::eager_capacity(2) == 7936);
+  CHECK(detail::eager_capacity(3) == 5376 - detail::kFrameBytes);
+  CHECK(detail::eager_capacity(64) == 0);
+  CHECK(detail::handshake_block_bytes(100000) == detail::kFrameBytes);
+}
+
+}  // namespace ws_test_eager_test
