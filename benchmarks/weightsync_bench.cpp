@@ -9,7 +9,7 @@
 //                    [--mode packed,zerocopy,unpacked,unpacked-zc] [--direct 0,32M]
 //                    [--protocol weightsync|vllm] [--warmup 3] [--iters 10] [--json FILE]
 //                    [--backend nccl|ipc|p2p] [--copy-streams 2] [--piece 1G] [--non-blocking]
-//                    [--ipc-wait poll|block] [--tp 2] [--tp-rank 0]
+//                    [--ipc-wait poll|block] [--ipc-control shm|tcp] [--tp 2] [--tp-rank 0]
 //
 // The launcher starts --np processes of itself (one GPU each, rank % device count), which meet
 // at a TCP rendezvous on 127.0.0.1. Each iteration: the consumers poison their destinations, all
@@ -95,6 +95,7 @@ struct Args {
   std::string backend = "nccl";
   int copy_streams = 2;                      // IpcOptions::copy_streams
   bool ipc_block = false;                    // IpcOptions::blocking_waits (--ipc-wait block)
+  bool ipc_tcp = false;  // IpcOptions::shared_memory_control = false (--ipc-control tcp)
   std::size_t piece = std::size_t{1} << 30;  // IpcOptions::piece_bytes
   int warmup = 3;
   int iters = 10;
@@ -221,6 +222,8 @@ usage: weightsync_bench [options]
                        measured: a link as fast as the diff sends whole) or always (a blob for
                        every changed tensor smaller than its blob)
   --copy-streams N, --piece S, --ipc-wait poll|block   ipc/p2p tuning
+  --ipc-control shm|tcp  ipc/p2p: the per-sync messages through a shared-memory mailbox (default)
+                       or TCP on loopback (IpcOptions::shared_memory_control)
   -h, --help           this text
 Output: nccl-tests-style table on stdout (lines starting with # are headers), progress on stderr.
 )";
@@ -269,6 +272,11 @@ Args parse(int argc, char** argv) {
       if (w != "poll" && w != "block")
         throw std::invalid_argument("--ipc-wait must be poll or block, got " + w);
       a.ipc_block = w == "block";
+    } else if (k == "--ipc-control") {
+      const std::string w = val();
+      if (w != "shm" && w != "tcp")
+        throw std::invalid_argument("--ipc-control must be shm or tcp, got " + w);
+      a.ipc_tcp = w == "tcp";
     } else if (k == "--warmup")
       a.warmup = parse_int(val(), k, 0, 1000000);
     else if (k == "--iters")
@@ -541,6 +549,7 @@ class Bench {
       io.copy_streams = a.copy_streams;
       io.piece_bytes = a.piece;
       io.blocking_waits = a.ipc_block;
+      io.shared_memory_control = !a.ipc_tcp;
       ipc_.emplace(o, device_, io, std::chrono::seconds(a.timeout_s));
     }
     ws::detail::check(cudaMalloc(reinterpret_cast<void**>(&scratch_), 64), "cudaMalloc");
@@ -679,8 +688,9 @@ class Bench {
       std::printf("# mps: %s\n", ws::mps_note().c_str());
     }
     if (ipc_)
-      std::printf("# ipc: copy streams %d, piece %s, waits %s\n", a_.copy_streams,
-                  size_label(a_.piece).c_str(), a_.ipc_block ? "block" : "poll");
+      std::printf("# ipc: copy streams %d, piece %s, waits %s, control %s\n", a_.copy_streams,
+                  size_label(a_.piece).c_str(), a_.ipc_block ? "block" : "poll",
+                  a_.ipc_tcp ? "tcp" : "shm");
     for (const auto& l : lines_) std::printf("%s\n", l.c_str());
     std::fflush(stdout);
   }
@@ -747,6 +757,7 @@ class Bench {
     if (ipc_) {
       j["copy_streams"] = a_.copy_streams;
       j["ipc_wait"] = a_.ipc_block ? "block" : "poll";
+      j["ipc_control"] = ipc_->shared_memory_control_active() ? "shm" : "tcp";
       j["piece_bytes"] = a_.piece;
     }
     j["nccl_blocking"] = a_.blocking;
@@ -1247,9 +1258,9 @@ class Bench {
               if (rank() == 0) {
                 std::printf(
                     "#   producer us: check %.1f, source %.1f, place %.1f, send plan %.1f, staging "
-                    "%.1f, "
-                    "outcomes %.1f\n",
-                    p[0], p[1], p[2], p[3], p[4], p[5]);
+                    "%.1f, outcomes %.1f; control %s\n",
+                    p[0], p[1], p[2], p[3], p[4], p[5],
+                    ipc_->shared_memory_control_active() ? "shm" : "tcp");
                 std::printf(
                     "#   consumer us: plan %.1f, prepare %.1f, enqueue %.1f, wait %.1f, status "
                     "%.1f; "

@@ -103,6 +103,8 @@ TEST_CASE("ipc colocated round trips: exported and staged, K 1-3, views and zero
       REQUIRE(round_trip(p, metas, model, opt, ++round, mode) == 0);
     }
   say(stats_line(p));
+  // The per-sync messages went through the shared-memory mailbox (the default), on both sides.
+  CHECK(p.t.shared_memory_control_active());
   if (p.rank == 0) {
     CHECK(p.t.stats().exported == 1);
     CHECK(p.t.stats().staged == 0);
@@ -144,6 +146,27 @@ TEST_CASE("ipc colocated round trips: exported and staged, K 1-3, views and zero
     p.t.close_mappings();
     CHECK(p.t.stats().closed == p.t.stats().opened);
   }
+}
+
+TEST_CASE("ipc control over TCP when a consumer does not take the mailbox, bit-exact",
+          "[gpu][ipc]") {
+  if (ws_test::ran_as_parent(1, 120s)) return;
+  IpcOptions io;
+  io.shared_memory_control = ws_test::role().rank == 0;  // the producer offers, the consumer not
+  Peer p = connect_peer(Kind::ipc, 30s, io);
+  const auto metas = ws_test::mixed_layout();
+  ws_test::DeviceModel model(metas, p.device, 4096);
+  std::uint64_t round = 0;
+  for (bool exported : {true, false})
+    for (Mode mode : {Mode::views, Mode::zero_copy}) {
+      p.t.options().export_sources = exported;
+      TransferOptions opt;
+      opt.buffer_size_bytes = 8 << 20;
+      INFO("TCP control, exported " << exported << ", mode " << int(mode));
+      REQUIRE(round_trip(p, metas, model, opt, ++round, mode) == 0);
+    }
+  CHECK_FALSE(p.t.shared_memory_control_active());  // on both sides: all or none
+  say(detail::cat("rank ", p.rank, ": control over TCP, ", round, " rounds bit-exact"));
 }
 
 TEST_CASE(

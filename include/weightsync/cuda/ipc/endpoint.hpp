@@ -41,6 +41,8 @@
 #include "weightsync/detail/pipeline/wait.hpp"
 #include "weightsync/error.hpp"
 #include "weightsync/host/communicator.hpp"
+#include "weightsync/host/shm_mailbox.hpp"
+#include "weightsync/log.hpp"
 #include "weightsync/tensor_meta.hpp"
 #include "weightsync/transfer_options.hpp"
 
@@ -140,6 +142,63 @@ struct IpcEndpoint {
     await_stream(stream.get(), o, "ipc drain");
   }
 
+  //! Whole-tensor syncs: sets up the shared-memory mailbox (IpcOptions::shared_memory_control) on
+  //! the first call, on every member at once (rank 0 makes it, names it on the socket, every
+  //! consumer says whether it opened it; used only if all did), then starts the next round.
+  void begin_round() {
+    if (!mailbox_decided) decide_mailbox();
+    ++round;
+  }
+  bool mailbox_active() const noexcept { return static_cast<bool>(mailbox); }
+
+  //! Rank 0: sends this round's plan message (the mailbox, or the socket; a blob too long for the
+  //! mailbox is announced there and follows on the socket).
+  void post_blob(const std::string& blob) {
+    if (!mailbox) return channel().send_blob(blob);
+    mailbox.post(round, blob);
+    if (blob.size() > ShmMailbox::kInlineBytes) channel().send_blob(blob);
+  }
+  //! A consumer: this round's plan message from rank 0, at most `limit` bytes.
+  std::string take_blob(std::uint64_t limit, const char* what) {
+    if (!mailbox) return channel().receive_blob(limit, what);
+    auto m = mailbox.receive(round, ctrl.timeout(), [&] { watch(); }, what);
+    if (m.inline_) return std::move(m.blob);
+    if (m.bytes > limit)
+      throw protocol_error(0, cat(what, " of ", m.bytes, " bytes announced by rank 0"));
+    std::string s = channel().receive_blob(limit, what);
+    if (s.size() != m.bytes)
+      throw protocol_error(0, cat(what, ": ", m.bytes, " bytes announced, ", s.size(), " sent"));
+    return s;
+  }
+  //! Every consumer's outcome of this round, indexed by rank (as ControlMessages::gather_outcomes);
+  //! a consumer only posts its own.
+  std::vector<ControlMessages::Outcome> gather_outcomes(FrameCode code, const std::string& why) {
+    if (!mailbox) return channel().gather_outcomes(code, why);
+    std::vector<ControlMessages::Outcome> out(static_cast<std::size_t>(size()));
+    channel().guarded([&] {
+      if (rank() != 0) {
+        auto& o = out[static_cast<std::size_t>(rank())];
+        o.frame.kind = static_cast<std::uint16_t>(FrameKind::ack);
+        o.frame.rank = rank();
+        o.frame.code = static_cast<std::uint16_t>(code);
+        o.frame.set_message(why);
+        o.text = why.substr(0, ShmMailbox::kOutcomeText);
+        o.frame.total_bytes = o.text.size();
+        mailbox.post_outcome(rank() - 1, round, o.frame, o.text);
+        return;
+      }
+      for (int r = 1; r < size(); ++r) {
+        auto& o = out[static_cast<std::size_t>(r)];
+        o.frame = mailbox.receive_outcome(r - 1, round, o.text, ctrl.timeout(), [&] { watch(); },
+                                          "ipc outcomes");
+        if (o.frame.magic != kFrameMagic || o.frame.rank != r ||
+            o.frame.total_bytes != o.text.size())
+          throw protocol_error(r, cat("rank ", r, " sent no valid outcome frame"));
+      }
+    });
+    return out;
+  }
+
   IpcOptions opt;
   int device = -1;
   ProcessLocation here;
@@ -151,11 +210,50 @@ struct IpcEndpoint {
   IpcStats stats;
   ExportCache exports;    //!< producer
   DeviceBuffer assembly;  //!< consumer, sharded syncs: tensors assembled for load_weights
+  ShmMailbox mailbox;     //!< whole-tensor syncs' messages, when every member opened it
+  bool mailbox_decided = false;
+  std::uint64_t round = 0;  //!< whole-tensor syncs so far (the mailbox's round number)
   MappingCache mappings;  //!< consumer: declared last, closed before the streams go
 
- private:
+  //! Throws (aborting the channel) when a peer is known to be gone.
   void watch() {
     channel().guarded([&] { ctrl.check(); });
+  }
+
+ private:
+  void decide_mailbox() {
+    channel().guarded([&] {
+      std::string name;
+      if (rank() == 0 && opt.shared_memory_control && size() > 1) {
+        try {
+          mailbox = ShmMailbox::create(size() - 1);
+          name = mailbox.name();
+        } catch (const config_error& e) {
+          log(LogLevel::info, cat("ipc: control messages over TCP: ", e.what()));
+        }
+      }
+      if (rank() == 0)
+        channel().send_blob(name);
+      else
+        name = channel().receive_blob(4096, "ipc mailbox name");
+      std::uint8_t all = name.empty() ? 0 : 1;
+      for (int r = 1; r < size(); ++r) {
+        std::uint8_t opened = 0;
+        if (r == rank() && all && opt.shared_memory_control) {
+          try {
+            mailbox = ShmMailbox::open(name, size() - 1);
+            opened = 1;
+          } catch (const config_error& e) {
+            log(LogLevel::info, cat("ipc: control messages over TCP: ", e.what()));
+          }
+        }
+        ctrl.broadcast(&opened, 1, r);
+        all = all && opened;
+      }
+      mailbox.unlink();
+      if (!all) mailbox = ShmMailbox{};
+    });
+    mailbox_decided = true;
   }
   [[noreturn]] void expire(const TransferOptions& o, const char* phase) {
     const std::string what = cat("device work not done within ", o.timeout.count(), " ms (rank ",

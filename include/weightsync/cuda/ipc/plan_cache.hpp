@@ -36,7 +36,7 @@ class PlanSender {
     std::string bytes = plan.encode();
     if (ok_ && bytes == sent_) return resend(ep);
     ++round_;
-    ep.channel().send_blob(bytes);
+    ep.post_blob(bytes);
     hash_ = plan_hash(bytes);
     sent_ = std::move(bytes);
     ok_ = false;
@@ -45,7 +45,7 @@ class PlanSender {
   //! knows nothing it was made from changed). @pre reusable()
   void resend(IpcEndpoint& ep) {
     ep.stats.plans_reused++;
-    ep.channel().send_blob(encode_same_plan(round_, hash_));
+    ep.post_blob(encode_same_plan(round_, hash_));
   }
   //! Whether every rank succeeded with the plan last sent (only then may it be named again).
   void outcome(bool every_rank_ok) noexcept { ok_ = every_rank_ok; }
@@ -74,7 +74,7 @@ class PlanReceiver {
   //! not hold that round.
   IpcPlan receive(IpcEndpoint& ep, const Accepted*& reused) {
     reused = nullptr;
-    const std::string blob = ep.channel().receive_blob(std::uint64_t{1} << 30, "ipc plan");
+    const std::string blob = ep.take_blob(std::uint64_t{1} << 30, "ipc plan");
     if (auto same = decode_same_plan(blob)) {
       if (!accepted_ || same->round != round_ || same->hash != hash_)
         throw protocol_error(0, cat("ipc plan: the producer says \"same plan as round ",

@@ -75,6 +75,9 @@ class IpcTransport {
   void check() { ep_.ctrl.check(); }
   void abort(const std::string& why) noexcept { ep_.ctrl.abort(why); }
   const IpcStats& stats() const noexcept { return ep_.stats; }
+  //! Whether the per-sync messages go through the shared-memory mailbox (decided at the first
+  //! whole-tensor sync; see IpcOptions::shared_memory_control).
+  bool shared_memory_control_active() const noexcept { return ep_.mailbox_active(); }
   //! The settings; may be changed between transfers (same_gpu only before the first).
   IpcOptions& options() noexcept { return ep_.opt; }
   HostCommunicator& control() noexcept { return ep_.ctrl; }
@@ -96,6 +99,7 @@ class IpcTransport {
     ep_.begin(opt);
     CurrentDeviceGuard g(ep_.device);
     AbortOnThrow abort_on_throw(ep_.ctrl, "ipc producer failed");
+    ep_.begin_round();
     Phases t;
     IpcPlan plan = ep_.plan_header(metas);
     std::vector<const std::byte*> src;
@@ -125,7 +129,7 @@ class IpcTransport {
     t.mark();
     if (!failure) staging_.run(ep_, src, opt);
     t.mark();
-    const auto outcomes = ep_.channel().gather_outcomes(FrameCode::ok, "");
+    const auto outcomes = ep_.gather_outcomes(FrameCode::ok, "");
     t.mark();
     sent_.outcome(!failure && std::all_of(outcomes.begin(), outcomes.end(),
                                           [](const auto& o) { return o.ok(); }));
@@ -158,6 +162,7 @@ class IpcTransport {
     ep_.begin(opt);
     CurrentDeviceGuard g(ep_.device);
     AbortOnThrow abort_on_throw(ep_.ctrl, "ipc consumer failed");
+    ep_.begin_round();
     Phases t;
     // An unreadable plan leaves us unable to follow the hand-offs: the guard aborts the transport.
     const PlanReceiver::Accepted* reused = nullptr;
@@ -179,7 +184,7 @@ class IpcTransport {
     else
       ep_.drain(opt);  // nothing of ours may still run when the caller gets the error
     t.mark();
-    ep_.channel().gather_outcomes(c.code, c.why);
+    ep_.gather_outcomes(c.code, c.why);
     t.mark();
     abort_on_throw.disarm();  // in step with the producer: what follows leaves the channel usable
     auto& s = ep_.stats;
