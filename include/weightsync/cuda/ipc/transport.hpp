@@ -164,9 +164,12 @@ class IpcTransport {
     AbortOnThrow abort_on_throw(ep_.ctrl, "ipc consumer failed");
     ep_.begin_round();
     Phases t;
+    // Our side of the check, while the producer prepares its plan (off the critical path).
+    const std::uint64_t digest = metadata_digest(metas);
     // An unreadable plan leaves us unable to follow the hand-offs: the guard aborts the transport.
     const PlanReceiver::Accepted* reused = nullptr;
     Consume c(metas, opt, load, received_.receive(ep_, reused));
+    c.digest = digest;
     t.mark();
     accept_plan(c, reused);
     t.mark();
@@ -337,7 +340,6 @@ class IpcTransport {
     c.attempt([&] {
       using namespace detail;
       if (!c.plan.error.empty()) throw remote_error(0, c.plan.error);
-      c.digest = metadata_digest(c.metas);
       if (reused && reused->metas_digest == c.digest) {
         c.base = reused->base;
         c.staged = reused->staged;

@@ -57,7 +57,8 @@ class ConsumerRun {
       run_.end_data();
       std::vector<Frame> acks;
       if (run_.plan.framed) acks = conclude(run_, id_, failure_);
-      for (std::size_t k = 0; k < K; ++k) run_.await(ws.unpacked[k], "unpack");
+      if (!run_.eager)  // (the eager bytes were unpacked on the communication stream)
+        for (std::size_t k = 0; k < K; ++k) run_.await(ws.unpacked[k], "unpack");
       run_.drain("broadcast");
       for (const auto& a : acks)
         if (a.rank == run_.root && !a.ok() && remote_.empty()) note_remote(a.text(), run_.root);
@@ -270,14 +271,14 @@ class ConsumerRun {
 
   //! The producer's bytes came with the handshake (kEagerBit), back to back in the declared order
   //! in its eager bytes: copies them to the destinations and hands the rest to load_weights, on
-  //! slot 0's stream (the handshake's wait has already seen them arrive).
+  //! the communication stream (whose final drain then covers them: one wait for the whole sync).
   void receive_eager() {
     const std::size_t cap = eager_capacity(run_.world());
     if (run_.plan.total_bytes > cap)
       throw protocol_error(run_.root, cat("rank ", run_.root, " sent ", run_.plan.total_bytes,
                                           " bytes with the handshake, where ", cap, " fit"));
     auto& ws = run_.ws;
-    const auto s = run_.slot_stream(0);
+    const auto s = run_.comm_stream();
     std::byte* from = run_.eager_dev(static_cast<std::size_t>(run_.root));
     ws.clear_copies();
     ws.views.clear();
@@ -293,7 +294,6 @@ class ConsumerRun {
     }
     ws.flush_copies(s);
     call_load(0, s);
-    ws.policy.record(ws.unpacked[0], s);
     if (ok())
       for (std::size_t c = 0; c < run_.plan.size(); ++c) run_.chunk_done(c);
   }
