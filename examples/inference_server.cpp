@@ -410,6 +410,10 @@ int main(int argc, char** argv) try {
     ::setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
     listen_fd = s;
   });
+  // TCP_NODELAY (inherited by the accepted sockets): an answer's headers and body go out as two
+  // writes, and on a kept-alive connection Nagle would hold the body back until the client's
+  // delayed ACK (40 ms a request).
+  server.set_tcp_nodelay(true);
   if (!server.bind_to_port(host, port))
     throw ws::config_error("port", host + ":" + std::to_string(port) + " is not available");
   if (listen_fd >= 0) ::listen(listen_fd, 1024);  // Linux: listen() again sets the new backlog
