@@ -127,7 +127,7 @@ constexpr const char* kUsage =
     "the rendezvous and of each HTTP call. --transfer-port 0: any free port.\n"
     "--shadow on: syncs without pausing the servers (inference_server --shadow on).\n"
     "--fail-every N: every Nth sync fails midway on purpose (a wrong item, or an abort); the\n"
-    "servers must keep serving the previous version. --weights-dir DIR: each version's weights\n"
+    "servers must keep the previous version live. --weights-dir DIR: each version's weights\n"
     "go to DIR/<version>.bin and the outcome of each sync to DIR/syncs.txt. --piece-delay-ms N:\n"
     "a pause before each piece sent (a slow sync).\n";
 
