@@ -39,6 +39,13 @@ inline long long parse_int(const std::string& name, const std::string& text, lon
   return v;
 }
 
+//! A switch: "on" or "off" (also "true"/"false", "1"/"0").
+inline bool parse_on_off(const std::string& name, const std::string& text) {
+  if (text == "on" || text == "true" || text == "1") return true;
+  if (text == "off" || text == "false" || text == "0") return false;
+  throw weightsync::config_error(name, "expected on or off, got '" + text + "'");
+}
+
 //! A byte count: a whole number, optionally with a binary suffix K, M, G (KiB, MiB, GiB; "KiB",
 //! "MiB", "GiB" and a trailing "B" are accepted too): "1M" is 1048576 bytes.
 inline std::size_t parse_bytes(const std::string& name, const std::string& text) {

@@ -13,8 +13,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <fstream>
 #include <optional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -127,30 +129,77 @@ struct Activations {
   float h1[kHidden], h2[kHidden], logits[kClasses];
 };
 
-inline void forward(const Mlp& m, float x, float y, Activations& a) {
+//! The six fused tensors wherever they lie (an Mlp's vectors, or a snapshot of the server's
+//! parameters in shadow mode), in metas() order.
+struct MlpView {
+  const float* t[6] = {};
+};
+
+inline MlpView view(const Mlp& m) {
+  MlpView v;
+  for (std::size_t i = 0; i < 6; ++i) v.t[i] = m.tensor(i).data();
+  return v;
+}
+
+inline void forward(const MlpView& m, float x, float y, Activations& a) {
+  const float *w1 = m.t[0], *b1 = m.t[1], *w2 = m.t[2], *b2 = m.t[3], *w3 = m.t[4], *b3 = m.t[5];
   for (int j = 0; j < kHidden; ++j) {
-    const float z = m.w1[j * kIn] * x + m.w1[j * kIn + 1] * y + m.b1[j];
+    const float z = w1[j * kIn] * x + w1[j * kIn + 1] * y + b1[j];
     a.h1[j] = z > 0 ? z : 0;
   }
   for (int j = 0; j < kHidden; ++j) {
-    float z = m.b2[j];
-    for (int k = 0; k < kHidden; ++k) z += m.w2[j * kHidden + k] * a.h1[k];
+    float z = b2[j];
+    for (int k = 0; k < kHidden; ++k) z += w2[j * kHidden + k] * a.h1[k];
     a.h2[j] = z > 0 ? z : 0;
   }
   for (int c = 0; c < kClasses; ++c) {
-    float z = m.b3[c];
-    for (int k = 0; k < kHidden; ++k) z += m.w3[c * kHidden + k] * a.h2[k];
+    float z = b3[c];
+    for (int k = 0; k < kHidden; ++k) z += w3[c * kHidden + k] * a.h2[k];
     a.logits[c] = z;
   }
 }
 
-inline int predict(const Mlp& m, float x, float y) {
-  Activations a;
-  forward(m, x, y, a);
+inline void forward(const Mlp& m, float x, float y, Activations& a) { forward(view(m), x, y, a); }
+
+inline int argmax(const float (&logits)[kClasses]) {
   int best = 0;
   for (int c = 1; c < kClasses; ++c)
-    if (a.logits[c] > a.logits[best]) best = c;
+    if (logits[c] > logits[best]) best = c;
   return best;
+}
+
+inline int predict(const MlpView& m, float x, float y) {
+  Activations a;
+  forward(m, x, y, a);
+  return argmax(a.logits);
+}
+
+inline int predict(const Mlp& m, float x, float y) { return predict(view(m), x, y); }
+
+//! The server's weights before its first sync ("default").
+inline constexpr unsigned kServerInitSeed = 12345;
+
+//! One version's weights as a file: the six fused tensors' float32 bytes back to back (metas()
+//! order, host byte order). The trainer writes one per sync (--weights-dir) for the checker.
+inline void save(const Mlp& m, const std::string& path) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  for (std::size_t i = 0; i < 6; ++i)
+    f.write(reinterpret_cast<const char*>(m.tensor(i).data()),
+            static_cast<std::streamsize>(m.tensor(i).size() * sizeof(float)));
+  f.flush();
+  if (!f) throw std::runtime_error("could not write the weights file '" + path + "'");
+}
+
+//! @throws std::runtime_error naming the file when it is missing or not exactly one Mlp.
+inline Mlp load(const std::string& path) {
+  Mlp m;
+  std::ifstream f(path, std::ios::binary);
+  for (std::size_t i = 0; i < 6 && f; ++i)
+    f.read(reinterpret_cast<char*>(m.tensor(i).data()),
+           static_cast<std::streamsize>(m.tensor(i).size() * sizeof(float)));
+  if (!f || f.peek() != std::ifstream::traits_type::eof())
+    throw std::runtime_error("the weights file '" + path + "' is missing or not one MLP");
+  return m;
 }
 
 struct Dataset {
