@@ -100,7 +100,10 @@ struct TransferOptions {
   std::size_t split_min_region_bytes = std::size_t{64} << 20;
   //! Consumer, optional: where a tensor should land (device memory of meta.nbytes() bytes), or
   //! nullptr to be handed a view instead. Tensors with a destination are written there directly
-  //! (single-tensor chunks are received in place) and are not passed to load_weights.
+  //! (single-tensor chunks are received in place) and are not passed to load_weights. It may be
+  //! asked before the transfer is known to be accepted (the ipc consumer asks while the plan is on
+  //! its way), and more than once per tensor: it must answer the same during one call, and asking
+  //! writes nothing.
   std::function<void*(const TensorMeta&)> destination;
   //! Consumer, Acknowledge::each_transfer only: a failure that any rank reports in the
   //! acknowledgement fails this rank's call too (a remote_error naming the first such rank), so

@@ -90,6 +90,8 @@ class PlanReceiver {
     accepted_.reset();
     return IpcPlan::decode(blob);
   }
+  //! The plan accepted last round (what "same plan" would name), or nullptr.
+  const Accepted* last() const noexcept { return accepted_ ? &*accepted_ : nullptr; }
   //! Keeps `a` (a plan this side accepted and pulled from) for "same plan as round N".
   void keep(Accepted a) { accepted_ = std::move(a); }
   //! Forgets the last plan (a failed round may not be named again).

@@ -71,14 +71,28 @@ class Puller {
   }
 
   //! Enqueues `pieces` after the work already on `main`; `main` continues once they are done.
+  //! A single copy-engine operation runs on `main` itself: forking it to a copy stream and
+  //! joining back would cost four more API calls and buy nothing.
   void enqueue(const std::vector<CopyPiece>& pieces, cudaStream_t main, const IpcOptions& opt,
                std::span<const CopyPiece2D> strided = {}) {
-    check(cudaEventRecord(start_.get(), main), "cudaEventRecord");
     kd_.clear();
     ks_.clear();
     kn_.clear();
+    std::size_t ops = strided.size();
+    for (const auto& p : pieces)
+      if (p.bytes >= opt.kernel_below_bytes) ops += (p.bytes + opt.piece_bytes - 1) / opt.piece_bytes;
+    const bool fork = ops > 1;
+    if (fork) check(cudaEventRecord(start_.get(), main), "cudaEventRecord");
     std::size_t next = 0;
     used_.assign(streams_.size(), 0);
+    auto stream = [&]() -> cudaStream_t {  // the next copy stream, ordered after `main`'s work
+      if (!fork) return main;
+      auto& s = streams_[next];
+      if (!used_[next]) check(cudaStreamWaitEvent(s.get(), start_.get(), 0), "cudaStreamWaitEvent");
+      used_[next] = 1;
+      next = (next + 1) % streams_.size();
+      return s.get();
+    };
     for (const auto& p : pieces) {
       if (p.bytes < opt.kernel_below_bytes) {
         kd_.push_back(p.dst);
@@ -88,24 +102,14 @@ class Puller {
       }
       for (std::size_t off = 0; off < p.bytes; off += opt.piece_bytes) {
         const std::size_t n = std::min(opt.piece_bytes, p.bytes - off);
-        auto& s = streams_[next];
-        if (!used_[next])
-          check(cudaStreamWaitEvent(s.get(), start_.get(), 0), "cudaStreamWaitEvent");
-        used_[next] = 1;
-        check(cudaMemcpyAsync(p.dst + off, p.src + off, n, cudaMemcpyDeviceToDevice, s.get()),
+        check(cudaMemcpyAsync(p.dst + off, p.src + off, n, cudaMemcpyDeviceToDevice, stream()),
               "cudaMemcpyAsync(pull)");
-        next = (next + 1) % streams_.size();
       }
     }
-    for (const auto& p : strided) {  // one copy-engine operation each, spread over the streams
-      auto& s = streams_[next];
-      if (!used_[next]) check(cudaStreamWaitEvent(s.get(), start_.get(), 0), "cudaStreamWaitEvent");
-      used_[next] = 1;
+    for (const auto& p : strided)  // one copy-engine operation each, spread over the streams
       check(cudaMemcpy2DAsync(p.dst, p.dst_pitch, p.src, p.src_pitch, p.width, p.blocks,
-                              cudaMemcpyDeviceToDevice, s.get()),
+                              cudaMemcpyDeviceToDevice, stream()),
             "cudaMemcpy2DAsync(pull)");
-      next = (next + 1) % streams_.size();
-    }
     if (kd_.size() == 1)
       check(cudaMemcpyAsync(kd_[0], ks_[0], kn_[0], cudaMemcpyDeviceToDevice, main),
             "cudaMemcpyAsync(pull)");
