@@ -1271,6 +1271,19 @@ class Bench {
                     "pull on device %.1f\n",
                     v[0], v[1], v[2], v[3], v[4], v[5]);
               }
+            } else if (a_.protocol == "weightsync") {  // TransferStats, ranks 0 and 1, last iteration
+              auto us = [](std::chrono::nanoseconds d) { return double(d.count()) / 1e3; };
+              double q[2][4];
+              for (int who = 0; who < 2; ++who) {
+                const double mine[4] = {us(st.handshake), us(st.data), us(st.finish), us(st.total)};
+                for (int j = 0; j < 4; ++j) q[who][j] = sum_over_ranks(rank() == who ? mine[j] : 0.0);
+              }
+              if (rank() == 0)
+                for (int who = 0; who < 2; ++who)
+                  std::printf("#   %s host us (last iteration): handshake %.1f, data %.1f, finish "
+                              "%.1f, total %.1f\n",
+                              who == 0 ? "producer" : "consumer", q[who][0], q[who][1], q[who][2],
+                              q[who][3]);
             }
           }
     if (a_.fp8) failures += run_fp8(layout, metas, model, bf16_time);
