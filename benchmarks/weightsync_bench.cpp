@@ -8,7 +8,7 @@
 //                    [--buffer-size 16M,64M,256M,1G,2G] [--num-buffers 1,2,3]
 //                    [--mode packed,zerocopy,unpacked,unpacked-zc] [--direct 0,32M]
 //                    [--protocol weightsync|vllm] [--warmup 3] [--iters 10] [--json FILE]
-//                    [--backend nccl|ipc|p2p] [--copy-streams 2] [--piece 1G] [--non-blocking]
+//                    [--backend nccl|ipc|p2p] [--copy-streams 2] [--piece 0] [--non-blocking]
 //                    [--ipc-wait poll|block] [--ipc-control shm|tcp] [--tp 2] [--tp-rank 0]
 //
 // The launcher starts --np processes of itself (one GPU each, rank % device count), which meet
@@ -96,7 +96,7 @@ struct Args {
   int copy_streams = 2;                      // IpcOptions::copy_streams
   bool ipc_block = false;                    // IpcOptions::blocking_waits (--ipc-wait block)
   bool ipc_tcp = false;  // IpcOptions::shared_memory_control = false (--ipc-control tcp)
-  std::size_t piece = std::size_t{1} << 30;  // IpcOptions::piece_bytes
+  std::size_t piece = 0;  // IpcOptions::piece_bytes (0: automatic)
   int warmup = 3;
   int iters = 10;
   std::string json_path;
@@ -693,7 +693,7 @@ class Bench {
     }
     if (ipc_)
       std::printf("# ipc: copy streams %d, piece %s, waits %s, control %s\n", a_.copy_streams,
-                  size_label(a_.piece).c_str(), a_.ipc_block ? "block" : "poll",
+                  a_.piece ? size_label(a_.piece).c_str() : "auto", a_.ipc_block ? "block" : "poll",
                   a_.ipc_tcp ? "tcp" : "shm");
     for (const auto& l : lines_) std::printf("%s\n", l.c_str());
     std::fflush(stdout);

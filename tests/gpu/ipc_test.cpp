@@ -126,6 +126,19 @@ TEST_CASE("ipc colocated round trips: exported and staged, K 1-3, views and zero
         if (p.rank == 0)
           CHECK(p.t.stats().staged == metas.size() - 2);  // all but the two empty ones
       }
+  // 2b. Pulls cut into 4 KiB pieces over the copy streams, none through the batched kernel (on
+  // one GPU a pull is not cut by default: IpcOptions::piece_bytes = 0).
+  p.t.options().export_sources = true;
+  p.t.options().piece_bytes = 4096;
+  p.t.options().kernel_below_bytes = 0;
+  for (Mode mode : {Mode::views, Mode::zero_copy}) {
+    TransferOptions opt;
+    opt.buffer_size_bytes = 8 << 20;
+    INFO("exported, 4 KiB pieces, mode " << int(mode));
+    REQUIRE(round_trip(p, metas, model, opt, ++round, mode) == 0);
+  }
+  p.t.options().piece_bytes = 0;
+  p.t.options().kernel_below_bytes = IpcOptions{}.kernel_below_bytes;
   // 3. The same with blocking waits (the host sleeps until a host function wakes it), exported
   // then staged, so that the last round leaves only the slot ring mapped.
   p.t.options().blocking_waits = true;

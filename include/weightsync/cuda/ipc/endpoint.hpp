@@ -59,7 +59,6 @@ struct IpcEndpoint {
         mappings(device) {
     if (opt.copy_streams < 1 || opt.copy_streams > 16)
       throw config_error("copy_streams", cat("must be in 1..16, got ", opt.copy_streams));
-    if (opt.piece_bytes == 0) throw config_error("piece_bytes", "must be > 0");
     DriverApi::get();  // fail early when the driver lacks what we need
     here = ProcessLocation::here(device);
     ctrl = HostCommunicator::connect(rv, op_timeout);

@@ -78,9 +78,10 @@ class Puller {
     kd_.clear();
     ks_.clear();
     kn_.clear();
+    const std::size_t piece = opt.piece();
     std::size_t ops = strided.size();
     for (const auto& p : pieces)
-      if (p.bytes >= opt.kernel_below_bytes) ops += (p.bytes + opt.piece_bytes - 1) / opt.piece_bytes;
+      if (p.bytes >= opt.kernel_below_bytes) ops += p.bytes / piece + (p.bytes % piece != 0);
     const bool fork = ops > 1;
     if (fork) check(cudaEventRecord(start_.get(), main), "cudaEventRecord");
     std::size_t next = 0;
@@ -100,10 +101,11 @@ class Puller {
         kn_.push_back(p.bytes);
         continue;
       }
-      for (std::size_t off = 0; off < p.bytes; off += opt.piece_bytes) {
-        const std::size_t n = std::min(opt.piece_bytes, p.bytes - off);
+      for (std::size_t off = 0; off < p.bytes;) {
+        const std::size_t n = std::min(piece, p.bytes - off);
         check(cudaMemcpyAsync(p.dst + off, p.src + off, n, cudaMemcpyDeviceToDevice, stream()),
               "cudaMemcpyAsync(pull)");
+        off += n;
       }
     }
     for (const auto& p : strided)  // one copy-engine operation each, spread over the streams
