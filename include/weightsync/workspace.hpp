@@ -127,6 +127,7 @@ struct WorkspaceState {
   //! (Acknowledge::next_transfer): it travels in the next handshake frame.
   std::string pending_failure;
   std::uint64_t contiguous_regions = 0;  //!< regions sent or received in place (statistics)
+  MetadataDigestCache digests;  // the handshake's metadata digest
   // Per-chunk lists, reserved once so that the chunk loop does not allocate.
   std::vector<const void*> sources;  // producer: the current chunk's item pointers
   std::vector<void*> copy_dst;

@@ -220,4 +220,22 @@ TEST_CASE("eager: the handshake block sizes", "[unit][eager]") {
   CHECK(detail::handshake_block_bytes(100000) == detail::kFrameBytes);
 }
 
+TEST_CASE("metadata digest cache: the same digest as the hash, and a change in place is seen",
+          "[unit][eager]") {
+  detail::MetadataDigestCache cache;
+  auto metas = small();
+  const auto d0 = detail::metadata_digest(metas);
+  CHECK(cache(metas) == d0);
+  CHECK(cache(metas) == d0);  // from the cache
+  metas[3].shape = {16, 17};  // the same vector, changed in place
+  CHECK(cache(metas) == detail::metadata_digest(metas));
+  CHECK(cache(metas) != d0);
+  metas[3].shape = {16, 16};
+  metas[0].name = "embed2";
+  CHECK(cache(metas) == detail::metadata_digest(metas));
+  metas.pop_back();
+  CHECK(cache(metas) == detail::metadata_digest(metas));
+  CHECK(cache(std::span<const TensorMeta>{}) == detail::metadata_digest({}));
+}
+
 }  // namespace ws_test_eager_test

@@ -235,16 +235,23 @@ class NcclCommunicator {
     detail::CurrentDeviceGuard g(device_);
     CudaEvent e(device_);
     e.record(stream);
-    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    const auto start = std::chrono::steady_clock::now();
+    const auto deadline = start + timeout_;
+    // Yields for the first 2 ms so that a short wait ends within microseconds (a 50 us sleep
+    // here put up to ~50 us of skew between ranks leaving a barrier: run 53), then sleeps.
     while (!e.ready()) {
+      const auto now = std::chrono::steady_clock::now();
       check();
-      if (std::chrono::steady_clock::now() >= deadline) {
+      if (now >= deadline) {
         abort("synchronize timed out");
         throw timeout_error(
             "synchronize", -1,
             detail::cat("stream work did not complete within ", timeout_.count(), " ms; aborted"));
       }
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      if (now - start < std::chrono::milliseconds(2))
+        std::this_thread::yield();
+      else
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
 

@@ -95,14 +95,14 @@ struct IpcEndpoint {
   }
 
   //! A plan with this producer's identity and the digest of `metas`.
-  IpcPlan plan_header(std::span<const TensorMeta> metas) const {
+  IpcPlan plan_header(std::span<const TensorMeta> metas) {
     IpcPlan plan;
     plan.same_gpu = opt.same_gpu ? 1 : 0;
     plan.boot_id = here.boot_id;
     plan.host = here.host;
     plan.uuid = here.uuid;
     plan.pid = here.pid;
-    plan.digest = metadata_digest(metas);
+    plan.digest = digests(metas);
     plan.num_tensors = metas.size();
     return plan;
   }
@@ -209,6 +209,7 @@ struct IpcEndpoint {
   IpcStats stats;
   ExportCache exports;    //!< producer
   DeviceBuffer assembly;  //!< consumer, sharded syncs: tensors assembled for load_weights
+  MetadataDigestCache digests;  //!< whole-tensor syncs: the digest of this side's metadata
   ShmMailbox mailbox;     //!< whole-tensor syncs' messages, when every member opened it
   bool mailbox_decided = false;
   std::uint64_t round = 0;  //!< whole-tensor syncs so far (the mailbox's round number)

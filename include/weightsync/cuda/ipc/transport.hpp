@@ -165,7 +165,7 @@ class IpcTransport {
     ep_.begin_round();
     Phases t;
     // Our side of the check, while the producer prepares its plan (off the critical path).
-    const std::uint64_t digest = metadata_digest(metas);
+    const std::uint64_t digest = ep_.digests(metas);
     // And the copies as last round's plan makes them: a plan is usually the same from round to
     // round, and they are used only if the producer names that very plan again.
     Prebuilt pre;

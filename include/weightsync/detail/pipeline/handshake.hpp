@@ -116,7 +116,7 @@ Frame handshake_frame(PipelineRun<C>& run) {
   f.chunk = run.opt.split_min_region_bytes;  // the handshake frame carries the split threshold here
   f.num_tensors = run.metas.size();
   f.total_bytes = run.plan.total_bytes;
-  f.digest = metadata_digest(run.metas);
+  f.digest = run.ws.digests(run.metas);
   if (run.role == Role::producer) {
     // Unique per transfer; no need for /dev/urandom on every call.
     static const std::uint64_t seed =
