@@ -36,6 +36,7 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "weightsync/concepts.hpp"
 #include "weightsync/cuda/check.hpp"
@@ -157,9 +158,20 @@ class NcclCommunicator {
   //! False once an error was seen or abort() was called.
   bool healthy() const noexcept { return comm_ != nullptr && !failed_; }
 
-  //! In-place broadcast of `bytes` bytes from `root` (sendbuff == recvbuff), on `stream`.
+  //! In-place broadcast of `bytes` bytes from `root` (sendbuff == recvbuff), on `stream`. Inside a
+  //! group it is issued at group_end (see there).
   void broadcast(void* buf, std::size_t bytes, int root, cudaStream_t stream) {
     usable("ncclBroadcast");
+    if (root < 0 || root >= size_) fail(ncclInvalidArgument, "ncclBroadcast (root out of range)");
+    if (group_depth_ > 0) {
+      pending_.push_back({static_cast<char*>(buf), bytes, root, stream});
+      return;
+    }
+    launch_broadcast(buf, bytes, root, stream);
+  }
+
+ private:
+  void launch_broadcast(void* buf, std::size_t bytes, int root, cudaStream_t stream) {
     ncclResult_t r;
     {
       detail::LaunchWatchdog::Guard g(group_depth_ == 0 ? watchdog_.get() : nullptr, timeout_);
@@ -168,9 +180,11 @@ class NcclCommunicator {
     enqueue(r, "ncclBroadcast");
   }
 
+ public:
   void all_reduce(const void* send, void* recv, std::size_t count, ncclDataType_t type,
                   ncclRedOp_t op, cudaStream_t stream) {
     usable("ncclAllReduce");
+    issue_pending();  // in the order issued
     ncclResult_t r;
     {
       detail::LaunchWatchdog::Guard g(group_depth_ == 0 ? watchdog_.get() : nullptr, timeout_);
@@ -185,7 +199,20 @@ class NcclCommunicator {
     if (r != ncclSuccess) fail(r, "ncclGroupStart");
     ++group_depth_;
   }
+  //! Ends a group. Its broadcasts are issued here, in the order given, except for a group of
+  //! one broadcast from every rank, all of one size, at consecutive blocks of one buffer (the
+  //! framed protocol's handshake and acknowledgement): that runs as one in-place ncclAllGather,
+  //! in which every rank sends and receives at once, instead of one broadcast after another.
   void group_end() {
+    if (group_depth_ == 1) {
+      try {
+        issue_pending();
+      } catch (...) {
+        --group_depth_;
+        (void)ncclGroupEnd();
+        throw;
+      }
+    }
     --group_depth_;
     ncclResult_t r;
     {
@@ -266,9 +293,45 @@ class NcclCommunicator {
     std::swap(failed_, o.failed_);
     std::swap(aborted_, o.aborted_);
     std::swap(group_depth_, o.group_depth_);
+    std::swap(pending_, o.pending_);
     std::swap(abort_reason_, o.abort_reason_);
     std::swap(control_, o.control_);
     std::swap(watchdog_, o.watchdog_);
+  }
+
+  struct PendingBroadcast {
+    char* buf;
+    std::size_t bytes;
+    int root;
+    cudaStream_t stream;
+  };
+  //! Where a group of broadcasts is an all-gather (see group_end): the buffer of rank 0's block.
+  char* allgather_base(const std::vector<PendingBroadcast>& ops) const {
+    if (ops.size() != static_cast<std::size_t>(size_) || size_ < 2) return nullptr;
+    const std::size_t bytes = ops.front().bytes;
+    const auto& first = ops.front();
+    char* base = first.buf - static_cast<std::ptrdiff_t>(static_cast<std::size_t>(first.root) * bytes);
+    std::vector<char> seen(ops.size(), 0);
+    for (const auto& op : ops) {
+      if (op.bytes != bytes || op.stream != first.stream || seen[static_cast<std::size_t>(op.root)] ||
+          op.buf != base + static_cast<std::size_t>(op.root) * bytes)
+        return nullptr;
+      seen[static_cast<std::size_t>(op.root)] = 1;
+    }
+    return bytes > 0 ? base : nullptr;
+  }
+  void issue_pending() {
+    if (pending_.empty()) return;
+    const auto ops = std::exchange(pending_, {});
+    if (char* base = allgather_base(ops)) {
+      const std::size_t bytes = ops.front().bytes;
+      usable("ncclAllGather");
+      const auto r = ncclAllGather(base + static_cast<std::size_t>(rank_) * bytes, base, bytes,
+                                   ncclUint8, comm_, ops.front().stream);
+      enqueue(r, "ncclAllGather");
+      return;
+    }
+    for (const auto& op : ops) launch_broadcast(op.buf, op.bytes, op.root, op.stream);
   }
 
   void usable(const char* api) const {
@@ -427,6 +490,7 @@ class NcclCommunicator {
   bool failed_ = false;
   bool aborted_ = false;
   int group_depth_ = 0;
+  std::vector<PendingBroadcast> pending_;  // a group's broadcasts, issued at group_end
   std::string abort_reason_;
   ControlChannel control_;
   std::unique_ptr<detail::LaunchWatchdog> watchdog_;  // blocking launches only
