@@ -40,24 +40,35 @@ void check_frames(PipelineRun<C>& run, const std::vector<Frame>& frames, const s
     }
 }
 
-//! Every rank contributes `mine`; returns all frames, indexed by rank.
+//! Every rank contributes one block of `block` bytes that begins with its frame `mine` (the rest
+//! of its block, if any, it has written on the device already): an all-gather over `dev` (n
+//! blocks, which stay on the device) mirrored into `host`. Returns the frames, indexed by rank.
 template <class C>
-std::vector<Frame> allgather_frames(PipelineRun<C>& run, Frame mine, const std::string& phase) {
+std::vector<Frame> allgather_blocks(PipelineRun<C>& run, std::byte* dev, std::byte* host,
+                                    std::size_t block, const Frame& mine,
+                                    const std::string& phase) {
   const std::size_t n = run.world();
   const auto me = static_cast<std::size_t>(run.comm.rank());
-  *run.frame_host(me) = mine;
-  run.ws.policy.copy_from_host(run.frame_dev(me), run.frame_host(me), kFrameBytes,
+  std::memcpy(host + me * block, &mine, kFrameBytes);
+  run.ws.policy.copy_from_host(dev + me * block, host + me * block, kFrameBytes,
                                run.comm_stream());
   run.group([&] {
     for (std::size_t r = 0; r < n; ++r)
-      run.comm.broadcast(run.frame_dev(r), kFrameBytes, static_cast<int>(r), run.comm_stream());
+      run.comm.broadcast(dev + r * block, block, static_cast<int>(r), run.comm_stream());
   });
-  run.ws.policy.copy_to_host(run.frame_host(0), run.frame_dev(0), n * kFrameBytes,
-                             run.comm_stream());
+  run.ws.policy.copy_to_host(host, dev, n * block, run.comm_stream());
   run.drain(phase);
-  std::vector<Frame> out(run.frame_host(0), run.frame_host(0) + n);
+  std::vector<Frame> out(n);
+  for (std::size_t r = 0; r < n; ++r) std::memcpy(&out[r], host + r * block, kFrameBytes);
   check_frames(run, out, phase);
   return out;
+}
+
+//! Every rank contributes `mine`; returns all frames, indexed by rank.
+template <class C>
+std::vector<Frame> allgather_frames(PipelineRun<C>& run, Frame mine, const std::string& phase) {
+  return allgather_blocks(run, run.frame_dev(0), run.ws.frames_host.data(), kFrameBytes, mine,
+                          phase);
 }
 
 //! The handshake's all-gather: every rank contributes one block of handshake_block_bytes (its
@@ -66,26 +77,10 @@ std::vector<Frame> allgather_frames(PipelineRun<C>& run, Frame mine, const std::
 //! eager bytes there); returns the frames, indexed by rank.
 template <class C>
 std::vector<Frame> exchange_handshake(PipelineRun<C>& run, Frame mine) {
-  const std::size_t n = run.world();
-  const std::size_t block = handshake_block_bytes(n);
-  const auto me = static_cast<std::size_t>(run.comm.rank());
-  auto& ws = run.ws;
-  ws.ensure_handshake(n * block);
-  std::byte* host = ws.handshake_host.data();
-  std::memcpy(host + me * block, &mine, kFrameBytes);
-  ws.policy.copy_from_host(ws.handshake.data() + me * block, host + me * block, kFrameBytes,
-                           run.comm_stream());
-  run.group([&] {
-    for (std::size_t r = 0; r < n; ++r)
-      run.comm.broadcast(ws.handshake.data() + r * block, block, static_cast<int>(r),
-                         run.comm_stream());
-  });
-  ws.policy.copy_to_host(host, ws.handshake.data(), n * block, run.comm_stream());
-  run.drain("handshake");
-  std::vector<Frame> out(n);
-  for (std::size_t r = 0; r < n; ++r) std::memcpy(&out[r], host + r * block, kFrameBytes);
-  check_frames(run, out, "handshake");
-  return out;
+  const std::size_t block = handshake_block_bytes(run.world());
+  run.ws.ensure_handshake(run.world() * block);
+  return allgather_blocks(run, run.ws.handshake.data(), run.ws.handshake_host.data(), block, mine,
+                          "handshake");
 }
 
 //! Bits of a handshake frame's `packed` field.
