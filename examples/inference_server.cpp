@@ -35,6 +35,7 @@
 // fails midway leaves what is served untouched. Needs --backend host (the model runs on the CPU)
 // and a trainer that syncs the same way (trainer --shadow on: each transfer's outcome is voted on
 // by every rank, Acknowledge::each_transfer).
+#include <weightsync/backends.hpp>
 #include <weightsync/engine.hpp>
 #include <weightsync/http/control_plane.hpp>
 #if WEIGHTSYNC_HAS_CUDA

@@ -28,6 +28,7 @@
 // fused tensors, see demo::save), and after it appends "<version> ok" or "<version> failed" to
 // DIR/syncs.txt: a client can check every answer against the version it names.
 // --piece-delay-ms N: waits N ms before each piece it sends (a slow sync: requests overlap it).
+#include <weightsync/backends.hpp>
 #include <weightsync/engine.hpp>
 #include <weightsync/http/control_plane.hpp>
 #if WEIGHTSYNC_HAS_CUDA

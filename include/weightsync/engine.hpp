@@ -6,12 +6,14 @@
 //! The engines: WeightTransferEngine on the inference side (vLLM's worker API: init, start, update,
 //! finish with a version, shutdown; engine/worker.hpp) and TrainerEngine on the training side
 //! (trainer_init, send_weights; engine/trainer.hpp), over backends chosen by name from a registry
-//! (engine/registry.hpp): "host" and "nccl" (engine/comm_backend.hpp), "ipc" and "p2p"
-//! (engine/ipc_backend.hpp), all behind the Backend interface (engine/backend.hpp).
+//! (engine/registry.hpp), all behind the Backend interface (engine/backend.hpp). Registers the
+//! default backend, "host" (host/backend.hpp); the GPU backends register from their own headers:
+//! "nccl" (nccl/backend.hpp), "ipc" and "p2p" (cuda/ipc/backend.hpp), or all of them through
+//! <weightsync/backends.hpp>.
 
 #include "weightsync/engine/backend.hpp"
-#include "weightsync/engine/comm_backend.hpp"
-#include "weightsync/engine/ipc_backend.hpp"
+#include "weightsync/engine/group_info.hpp"
 #include "weightsync/engine/registry.hpp"
 #include "weightsync/engine/trainer.hpp"
 #include "weightsync/engine/worker.hpp"
+#include "weightsync/host/backend.hpp"

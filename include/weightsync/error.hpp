@@ -7,6 +7,7 @@
 //! message starts with a stable prefix, e.g. "[weightsync.config] packed_num_buffers: ...".
 //! cuda_error and nccl_error live in <weightsync/cuda/check.hpp> and <weightsync/nccl/check.hpp>.
 
+#include <exception>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -94,5 +95,18 @@ class system_error : public error {
  private:
   int errno_;
 };
+
+namespace detail {
+//! What an exception says (for status messages to peers, and failures held as exception_ptr).
+inline std::string what_of(const std::exception_ptr& p) {
+  try {
+    std::rethrow_exception(p);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "an exception that is not a std::exception";
+  }
+}
+}  // namespace detail
 
 }  // namespace weightsync

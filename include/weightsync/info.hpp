@@ -31,6 +31,7 @@
 #include "weightsync/detail/json_read.hpp"
 #include "weightsync/detail/shard_json.hpp"
 #include "weightsync/dtype.hpp"
+#include "weightsync/engine/group_info.hpp"
 #include "weightsync/error.hpp"
 #include "weightsync/shard.hpp"
 #include "weightsync/tensor_meta.hpp"
@@ -38,13 +39,7 @@
 
 namespace weightsync {
 
-//! Size of an ncclUniqueId (NCCL_UNIQUE_ID_BYTES).
-inline constexpr std::size_t kNcclUniqueIdBytes = 128;
-
 namespace detail {
-inline void check_port(std::int64_t v) {
-  if (v < 1 || v > 65535) throw config_error("master_port", cat("must be in 1..65535, got ", v));
-}
 inline void check_buffer_size(std::int64_t v) {
   if (v < 1) throw config_error("packed_buffer_size_bytes", cat("must be >= 1, got ", v));
 }
@@ -126,6 +121,19 @@ struct NcclInitInfo {
     }
     detail::check_buffer_size(packed_buffer_size_bytes);
     detail::check_num_buffers(packed_num_buffers);
+  }
+
+  //! The group this info describes, as the backends take it (Backend::init): the unique id
+  //! decoded from base64, no vLLM fields (rank_offset and packing are the engines').
+  //! @throws config_error as validate() does.
+  GroupInfo group_info() const {
+    validate();
+    GroupInfo g;
+    g.world_size = world_size;
+    g.master_address = master_address;
+    g.master_port = master_port;
+    if (uses_unique_id()) g.nccl_unique_id = decode_unique_id_b64(*nccl_unique_id_b64);
+    return g;
   }
 
   friend bool operator==(const NcclInitInfo&, const NcclInitInfo&) = default;

@@ -38,6 +38,15 @@ struct ShardSpec {
   friend bool operator==(const ShardSpec&, const ShardSpec&) = default;
 };
 
+//! How a transfer is split over trainer ranks: ranks 0..trainers-1 each send the pieces that
+//! `specs` (one per tensor, in declared order) give them; the other ranks receive. Handed to
+//! Backend::send / receive (nullptr there: one root sends whole tensors). A view: the specs must
+//! outlive the call.
+struct ShardLayout {
+  std::span<const ShardSpec> specs;
+  int trainers = 1;
+};
+
 //! One piece of a tensor: rows [begin, end) of dim `dim` (the whole tensor when not split), held
 //! by trainer rank `rank`. Inside the full tensor (row-major) it is `blocks` blocks of
 //! `block_bytes` bytes, the first at byte `offset`, one every `pitch` bytes (blocks == 1 for a

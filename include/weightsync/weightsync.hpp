@@ -42,5 +42,5 @@
 #include "weightsync/nccl/torch_bootstrap.hpp"
 #include "weightsync/nccl/unique_id.hpp"
 #endif
+#include "weightsync/backends.hpp"
 #include "weightsync/engine.hpp"
-#include "weightsync/layouts.hpp"

@@ -1,6 +1,6 @@
 // SPDX-FileCopyrightText: 2026 weightsync contributors
 // SPDX-License-Identifier: Apache-2.0
-// Must not compile: HalfTransport can send and receive whole tensors but not shards.
+// Must not compile: SendOnly can send whole tensors but not receive them.
 #include <weightsync/engine/transport.hpp>
 
 #include <span>
@@ -8,7 +8,8 @@
 
 using namespace weightsync;
 
-struct HalfTransport {
+struct SendOnly {
+  using stream_type = int;
   int rank() const { return 0; }
   int size() const { return 2; }
   bool healthy() const { return true; }
@@ -17,13 +18,9 @@ struct HalfTransport {
   TransferStats send(std::span<const TensorMeta>, AnyTensorRange&, const TransferOptions&) {
     return {};
   }
-  TransferStats receive(std::span<const TensorMeta>, const TransferOptions&,
-                        const AnyLoadWeights&) {
-    return {};
-  }
 };
 
 int main() {
-  auto make = [](const NcclInitInfo&, int, const EngineOptions&) { return HalfTransport{}; };
-  TransportBackend<HalfTransport, decltype(make)> b("half", make);
+  auto make = [](const GroupInfo&, int, const EngineOptions&) { return SendOnly{}; };
+  TransportBackend<SendOnly, decltype(make)> b("send-only", make);
 }

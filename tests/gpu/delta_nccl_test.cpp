@@ -12,6 +12,7 @@
 #include <weightsync/cuda/stream.hpp>
 #include <weightsync/delta/source.hpp>
 #include <weightsync/engine.hpp>
+#include <weightsync/nccl/backend.hpp>
 #include <weightsync/layouts.hpp>
 
 #include <chrono>

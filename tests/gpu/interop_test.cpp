@@ -6,6 +6,7 @@
 // one-GPU machine, each process with its own NCCL_HOSTID (support/gpu_peers.hpp: GpuSharing).
 #include <weightsync/cuda/stream.hpp>
 #include <weightsync/engine.hpp>
+#include <weightsync/nccl/backend.hpp>
 #include <weightsync/layouts.hpp>
 #include <weightsync/nccl/torch_bootstrap.hpp>
 

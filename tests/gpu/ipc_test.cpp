@@ -7,6 +7,7 @@
 // destinations are poisoned before every round.
 #include <weightsync/cuda/ipc.hpp>
 #include <weightsync/cuda/stream.hpp>
+#include <weightsync/cuda/ipc/backend.hpp>
 #include <weightsync/engine.hpp>
 #include <weightsync/layouts.hpp>
 #include <weightsync/shard.hpp>

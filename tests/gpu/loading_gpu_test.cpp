@@ -3,7 +3,7 @@
 // The load planner on a CUDA stream: Qwen3-8B attention shapes through rename + fuse + shard +
 // rotary permute + cast, and fp32/fp16/bf16 casts, gathered by the batched kernel on the device,
 // compared bit for bit with the host path (itself checked against plain-loop references in
-// tests/unit/loading_test.cpp).
+// tests/unit/loading_cast_test.cpp and loading_models_test.cpp).
 #include <weightsync/cuda/check.hpp>
 #include <weightsync/cuda/device_buffer.hpp>
 #include <weightsync/cuda/gather.hpp>
@@ -190,7 +190,7 @@ TEST_CASE("loading gpu: fp32 / fp16 / bf16 casts with slices match the host path
 TEST_CASE("loading gpu: NaN and infinity inputs cast exactly as the host path does",
           "[gpu][loading]") {
   // The host path is checked against a plain-loop reference (NaN payloads included) in
-  // tests/unit/loading_test.cpp; the kernel must give the same bits.
+  // tests/unit/loading_cast_test.cpp; the kernel must give the same bits.
   const std::size_t misalign = GENERATE(0u, 2u);
   INFO("sources misaligned by " << misalign << " bytes");
   Tensors t;

@@ -9,6 +9,7 @@
 #include <weightsync/cuda/device_buffer.hpp>
 #include <weightsync/cuda/stream.hpp>
 #include <weightsync/engine.hpp>
+#include <weightsync/nccl/backend.hpp>
 #include <weightsync/layouts.hpp>
 #include <weightsync/nccl/communicator.hpp>
 #include <weightsync/packed_broadcast.hpp>

@@ -8,6 +8,7 @@
 //! into the parameters), and counts the bytes that differ from the pattern.
 
 #include <weightsync/cuda/check.hpp>
+#include <weightsync/backends.hpp>
 #include <weightsync/engine.hpp>
 #include <weightsync/tensor_meta.hpp>
 

@@ -2,6 +2,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Errors that say what failed: a backend this build left out, a GPU backend on a machine without
 // a GPU, and a metadata mismatch in the handshake (the first differing tensor, both sides).
+#include <weightsync/backends.hpp>
 #include <weightsync/engine.hpp>
 
 #include <chrono>

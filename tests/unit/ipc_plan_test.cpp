@@ -6,6 +6,7 @@
 
 #if WEIGHTSYNC_HAS_CUDA
 #include <weightsync/cuda/ipc.hpp>
+#include <weightsync/cuda/ipc/backend.hpp>
 #include <weightsync/engine.hpp>
 
 #include <algorithm>
@@ -218,11 +219,10 @@ TEST_CASE("ipc handshake: placement refusals name what differs", "[ipc]") {
   refused(other, true, "the ipc backend needs one GPU");
 }
 TEST_CASE("ipc and p2p backends refuse init info they cannot use, before touching a GPU", "[ipc]") {
-  NcclInitInfo info;
-  std::vector<std::byte> id(128, std::byte{7});
-  info.nccl_unique_id_b64 = detail::base64_encode(id);  // vLLM's mode: no TCP rendezvous to meet at
+  GroupInfo info;
+  info.nccl_unique_id.emplace();
+  info.nccl_unique_id->fill(std::byte{7});  // vLLM's mode: no TCP rendezvous to meet at
   info.world_size = 2;
-  info.rank_offset = 1;
   EngineOptions eo;
   for (const char* name : {"ipc", "p2p"}) {
     auto b = BackendRegistry::global().make(name);
@@ -233,11 +233,10 @@ TEST_CASE("ipc and p2p backends refuse init info they cannot use, before touchin
       CHECK(std::string(e.what()).find(std::string("the ") + name + " backend needs master_address") !=
             std::string::npos);
     }
-    NcclInitInfo tcp;
+    GroupInfo tcp;
     tcp.master_address = "127.0.0.1";
     tcp.master_port = 29555;
     tcp.world_size = 2;
-    tcp.rank_offset = 1;
     EngineOptions vllm_wire;
     vllm_wire.protocol = Protocol::vllm;
     CHECK_THROWS_AS(b->init(tcp, 1, vllm_wire), config_error);  // vLLM's wire is NCCL's

@@ -54,11 +54,9 @@ void consumer(const std::string& name, int index) {
     if (m.bytes != n) throw std::runtime_error("round " + std::to_string(round) + ": size");
     if (m.inline_ != (n <= ShmMailbox::kInlineBytes) || (m.inline_ && m.blob != payload(round, n)))
       throw std::runtime_error("round " + std::to_string(round) + ": bytes differ");
-    Frame f;
-    f.rank = index + 1;
-    f.transfer_id = round;
+    Frame f(detail::FrameKind::ack, detail::Role::consumer, index + 1, round);
     const std::string text = round == 7 ? std::string(5000, 'x') : "";
-    if (round == 7) f.code = static_cast<std::uint16_t>(detail::FrameCode::failed);
+    if (round == 7) f.head.code = static_cast<std::uint16_t>(detail::FrameCode::failed);
     box.post_outcome(index, round, f, text);
   }
 }
@@ -82,8 +80,8 @@ TEST_CASE("shm mailbox: 2000 rounds between three processes arrive whole and in 
     for (int i = 0; i < kConsumers; ++i) {
       std::string text;
       const Frame f = box.receive_outcome(i, round, text, 10s, watch, "test outcome");
-      REQUIRE(f.transfer_id == round);
-      REQUIRE(f.rank == i + 1);
+      REQUIRE(f.head.transfer_id == round);
+      REQUIRE(f.head.rank == i + 1);
       REQUIRE(f.ok() == (round != 7));
       REQUIRE(text.size() == (round == 7 ? ShmMailbox::kOutcomeText : 0));
     }

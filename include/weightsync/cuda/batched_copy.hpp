@@ -3,11 +3,13 @@
 #pragma once
 
 //! @file
-//! A gather/scatter copy kernel for packing and unpacking: one launch moves up to 960 pieces of any
-//! size and alignment, using the SMs at device-memory bandwidth, where copy engines pay a fixed
-//! cost per piece. The kernel ships as PTX text (detail/batched_copy_ptx.hpp, generated from
-//! scripts/kernels/batched_copy.cu) and is loaded at run time with cudaLibraryLoadData, so that
-//! including this header needs no nvcc. If it cannot be loaded, callers fall back to copy engines.
+//! A gather/scatter copy kernel for packing and unpacking: one launch moves up to
+//! kernels::kMaxCopyDescs (960) pieces of any size and alignment, using the SMs at device-memory
+//! bandwidth, where copy engines pay a fixed cost per piece. The kernel ships as PTX text
+//! (detail/batched_copy_ptx.hpp, generated from kernels/batched_copy.cu; its ABI:
+//! <weightsync/kernels/batched_copy_abi.hpp>) and is loaded at run time with cudaLibraryLoadData,
+//! so that including this header needs no nvcc. If it cannot be loaded, callers fall back to copy
+//! engines.
 
 #include "weightsync/config.hpp"
 #if !WEIGHTSYNC_HAS_CUDA
@@ -24,26 +26,10 @@
 
 #include "weightsync/cuda/check.hpp"
 #include "weightsync/cuda/detail/batched_copy_ptx.hpp"
+#include "weightsync/kernels/batched_copy_abi.hpp"
 #include "weightsync/log.hpp"
 
 namespace weightsync::detail {
-
-inline constexpr std::size_t kMaxCopyDescs = 960;  // must match WS_MAX_DESCS
-inline constexpr std::size_t kCopyTileBytes = 65536;  // must match WS_TILE_BYTES
-
-struct CopyDesc {
-  const void* src;
-  void* dst;
-  unsigned long long bytes;
-  unsigned long long tile_end;
-};
-struct CopyBatchParams {
-  unsigned long long total_tiles;
-  unsigned int count;
-  unsigned int pad;
-  CopyDesc d[kMaxCopyDescs];
-};
-static_assert(sizeof(CopyBatchParams) == 16 + 32 * kMaxCopyDescs);
 
 //! The loaded kernel (context-independent library), or null when loading failed (logged once).
 class BatchedCopyKernel {
@@ -56,15 +42,17 @@ class BatchedCopyKernel {
   //! Copies `count` pieces on `stream`; `sms` is the device's multiprocessor count.
   void launch(void* const* dst, const void* const* src, const std::size_t* n, std::size_t count,
               cudaStream_t stream, int sms) const {
-    CopyBatchParams p;
+    kernels::CopyBatchParams p;
     std::size_t i = 0;
     while (i < count) {
       p.count = 0;
       p.total_tiles = 0;
-      for (; i < count && p.count < kMaxCopyDescs; ++i) {
+      for (; i < count && p.count < kernels::kMaxCopyDescs; ++i) {
         if (n[i] == 0) continue;
-        p.total_tiles += (n[i] + kCopyTileBytes - 1) / kCopyTileBytes;
-        p.d[p.count++] = CopyDesc{src[i], dst[i], n[i], p.total_tiles};
+        p.total_tiles += (n[i] + kernels::kCopyTileBytes - 1) / kernels::kCopyTileBytes;
+        p.d[p.count++] =
+            kernels::CopyDesc{static_cast<const unsigned char*>(src[i]),
+                              static_cast<unsigned char*>(dst[i]), n[i], p.total_tiles};
       }
       if (p.count == 0) continue;
       // One short-lived block per tile (not a persistent grid), so that the blocks of NCCL's
@@ -72,8 +60,8 @@ class BatchedCopyKernel {
       (void)sms;
       const auto grid = static_cast<unsigned>(std::min<unsigned long long>(p.total_tiles, 0x7fffffffull));
       void* args[] = {&p};
-      check(cudaLaunchKernel(reinterpret_cast<const void*>(kernel_), dim3(grid), dim3(512), args, 0,
-                             stream),
+      check(cudaLaunchKernel(reinterpret_cast<const void*>(kernel_), dim3(grid),
+                             dim3(kernels::kCopyThreads), args, 0, stream),
             "cudaLaunchKernel(ws_batched_copy)");
     }
   }

@@ -6,7 +6,7 @@
 //! The delta codec on a CUDA stream: CudaDeltaEncoder writes the blobs encode_delta_host
 //! (<weightsync/delta/codec.hpp>) writes, byte for byte, and CudaDeltaApplier checks and applies
 //! blobs as apply_delta_host does (a blob that fails a check writes nothing). The kernels ship as
-//! PTX text (detail/delta_ptx.hpp, from scripts/kernels/delta.cu, built for compute_75) and are
+//! PTX text (detail/delta_ptx.hpp, from kernels/delta.cu, built for compute_75) and are
 //! loaded on first use with cudaLibraryLoadData, so including this header needs no nvcc.
 //!
 //! Encoding is two-phase, because a blob's size must be known (to allocate and announce it)

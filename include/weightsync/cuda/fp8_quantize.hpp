@@ -5,7 +5,7 @@
 //! @file
 //! FP8 quantization on a CUDA stream: quantize_fp8(meta, src, scaling, dst, scales, stream)
 //! writes what quantize_fp8_host (<weightsync/fp8/quantize.hpp>) writes, bit for bit. The kernels
-//! ship as PTX text (detail/fp8_quantize_ptx.hpp, from scripts/kernels/fp8_quantize.cu, built
+//! ship as PTX text (detail/fp8_quantize_ptx.hpp, from kernels/fp8_quantize.cu, built
 //! for compute_89: they need an sm_89 or later GPU) and are loaded on first use with
 //! cudaLibraryLoadData, so including this header needs no nvcc.
 

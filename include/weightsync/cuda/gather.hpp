@@ -5,11 +5,12 @@
 //! @file
 //! The load planner's gathers (slice, rotary permute, cast) on a CUDA stream: one launch of a
 //! batched kernel per load() call (per received chunk), never a launch per tensor. The kernel
-//! ships as PTX text (detail/gather_ptx.hpp, generated from scripts/kernels/gather.cu) and is
-//! loaded at run time with cudaLibraryLoadData, so including this header needs no nvcc. It copies
-//! elements of any size (1, 2, 4, 8 bytes, from sources of any alignment) and converts among
-//! float32 / float16 / bfloat16 with the host path's own bit-level code.
-//! Including it enables LoadPlan::load on cudaStream_t (GatherExecutor<cudaStream_t>).
+//! ships as PTX text (detail/gather_ptx.hpp, generated from kernels/gather.cu; its ABI:
+//! <weightsync/kernels/gather_abi.hpp>) and is loaded at run time with cudaLibraryLoadData, so
+//! including this header needs no nvcc. It copies elements of any size (1, 2, 4, 8 bytes, from
+//! sources of any alignment) and converts among float32 / float16 / bfloat16 with the host path's
+//! own bit-level code. Including it enables LoadPlan::load on cudaStream_t
+//! (GatherExecutor<cudaStream_t>).
 
 #include "weightsync/config.hpp"
 #if !WEIGHTSYNC_HAS_CUDA
@@ -28,52 +29,37 @@
 #include "weightsync/cuda/detail/gather_ptx.hpp"
 #include "weightsync/detail/format.hpp"
 #include "weightsync/error.hpp"
+#include "weightsync/kernels/gather_abi.hpp"
 #include "weightsync/loading/cast.hpp"
 #include "weightsync/loading/planner.hpp"
 
 namespace weightsync {
 namespace detail {
 
-inline constexpr std::size_t kMaxGathers = 384;          // must match WS_MAX_GATHERS
-inline constexpr unsigned long long kGatherTile = 8192;  // must match WS_GATHER_TILE
-
-struct GatherDesc {  // must match WsGather
-  const void* src;
-  void* dst;
-  long long src_cols, rows, cols, row0, col0, head_rows;
-  unsigned long long tile_end;
-  unsigned int src_type, dst_type;
-};
-struct GatherBatchParams {  // must match WsGatherBatch
-  unsigned long long total_tiles;
-  unsigned int count;
-  unsigned int pad;
-  GatherDesc g[kMaxGathers];
-};
-static_assert(sizeof(GatherDesc) == 80 && sizeof(GatherBatchParams) == 16 + 80 * kMaxGathers);
-
-//! The kernel's codes for a gather's source and destination dtypes: a conversion among float32
-//! (0), float16 (1) and bfloat16 (2) when they differ; a plain copy of 1- (3), 2- (4), 4- (5) or
-//! 8-byte (6) elements when they are equal (any dtype). These are exactly the pairs
+//! The kernel's element codes (kernels/gather_abi.hpp) for a gather's source and destination
+//! dtypes: a conversion among float32, float16 and bfloat16 when they differ; a plain copy of
+//! 1-, 2-, 4- or 8-byte elements when they are equal (any dtype). These are exactly the pairs
 //! plan_loading() accepts, so a planned gather always runs.
 //! @throws config_error naming both dtypes for any other pair.
 inline std::pair<unsigned, unsigned> gather_type_codes(DType src, DType dst) {
   if (src == dst) {
     switch (dtype_size(src)) {
       case 1:
-        return {3, 3};
+        return {kernels::kGatherCopy1, kernels::kGatherCopy1};
       case 2:
-        return {4, 4};
+        return {kernels::kGatherCopy2, kernels::kGatherCopy2};
       case 4:
-        return {5, 5};
+        return {kernels::kGatherCopy4, kernels::kGatherCopy4};
       case 8:
-        return {6, 6};
+        return {kernels::kGatherCopy8, kernels::kGatherCopy8};
       default:
         break;
     }
   } else if (castable_dtype(src) && castable_dtype(dst)) {
     const auto code = [](DType d) -> unsigned {
-      return d == DType::float32 ? 0 : d == DType::float16 ? 1 : 2;
+      return d == DType::float32   ? kernels::kGatherFloat32
+             : d == DType::float16 ? kernels::kGatherFloat16
+                                   : kernels::kGatherBfloat16;
     };
     return {code(src), code(dst)};
   }
@@ -89,8 +75,8 @@ class GatherKernel {
     return k;
   }
 
-  //! Launches the gathers `ops` (sources `srcs`), WS_MAX_GATHERS per launch. Every op is checked
-  //! before the first launch: an op the kernel cannot run writes nothing at all.
+  //! Launches the gathers `ops` (sources `srcs`), kernels::kMaxGathers per launch. Every op is
+  //! checked before the first launch: an op the kernel cannot run writes nothing at all.
   void launch(std::span<const GatherOp> ops, std::span<const void* const> srcs,
               cudaStream_t stream) const {
     if (srcs.size() != ops.size())
@@ -101,27 +87,36 @@ class GatherKernel {
           o.head_rows < 0 || (o.head_rows % 2) != 0)
         throw config_error("gather", "negative extent or odd rotary head");
     }
-    GatherBatchParams p;
+    kernels::GatherBatchParams p;
     std::size_t i = 0;
     while (i < ops.size()) {
       p.count = 0;
       p.total_tiles = 0;
-      for (; i < ops.size() && p.count < kMaxGathers; ++i) {
+      for (; i < ops.size() && p.count < kernels::kMaxGathers; ++i) {
         const GatherOp& o = ops[i];
         const auto n =
             static_cast<unsigned long long>(o.rows) * static_cast<unsigned long long>(o.cols);
         if (n == 0) continue;
-        p.total_tiles += (n + kGatherTile - 1) / kGatherTile;
+        p.total_tiles += (n + kernels::kGatherTile - 1) / kernels::kGatherTile;
         const auto [st, dt] = gather_type_codes(o.src_dtype, o.dst_dtype);
-        p.g[p.count++] = GatherDesc{srcs[i], o.dst,       o.src_cols,    o.rows, o.cols, o.row0,
-                                    o.col0,  o.head_rows, p.total_tiles, st,     dt};
+        p.g[p.count++] = kernels::GatherDesc{static_cast<const unsigned char*>(srcs[i]),
+                                             reinterpret_cast<unsigned char*>(o.dst),
+                                             o.src_cols,
+                                             o.rows,
+                                             o.cols,
+                                             o.row0,
+                                             o.col0,
+                                             o.head_rows,
+                                             p.total_tiles,
+                                             st,
+                                             dt};
       }
       if (p.count == 0) continue;
       const auto grid =
           static_cast<unsigned>(std::min<unsigned long long>(p.total_tiles, 0x7fffffffull));
       void* args[] = {&p};
-      check(cudaLaunchKernel(reinterpret_cast<const void*>(kernel_), dim3(grid), dim3(256), args, 0,
-                             stream),
+      check(cudaLaunchKernel(reinterpret_cast<const void*>(kernel_), dim3(grid),
+                             dim3(kernels::kGatherThreads), args, 0, stream),
             "cudaLaunchKernel(ws_gather)");
     }
   }

@@ -5,7 +5,7 @@
 //! @file
 //! The delta blob: how one tensor's changes since a reference version travel. Plain C++17 (no
 //! library headers), shared by the host codec (<weightsync/delta/codec.hpp>) and the CUDA
-//! kernels (scripts/kernels/delta.cu, which compiles the functions below as __host__ __device__),
+//! kernels (kernels/delta.cu, which compiles the functions below as __host__ __device__),
 //! so both sides read the same layout and choose the same encodings.
 //!
 //! A tensor of `numel` elements of `elem_bytes` bytes is cut into buckets of `bucket_elems`

@@ -22,17 +22,6 @@
 
 namespace weightsync::detail {
 
-//! What an exception says (for status messages to peers).
-inline std::string what_of(const std::exception_ptr& p) {
-  try {
-    std::rethrow_exception(p);
-  } catch (const std::exception& e) {
-    return e.what();
-  } catch (...) {
-    return "an exception that is not a std::exception";
-  }
-}
-
 //! Aborts the control channel when the scope is left by an exception (so that no peer waits for a
 //! step this side will never take), unless disarmed for an orderly failure.
 class AbortOnThrow {
@@ -96,11 +85,26 @@ class ControlMessages {
     });
   }
 
-  //! A rank's outcome: its frame, and the whole message (a frame holds only the first 175 bytes).
+  //! A rank's outcome: its frame, and the whole message (a frame holds only the first
+  //! sizeof(AckBody::message) - 1 bytes).
   struct Outcome {
     Frame frame;
     std::string text;
     bool ok() const { return frame.ok(); }
+    //! This rank's outcome (`why` cut to `max` bytes).
+    static Outcome of(int rank, FrameCode code, const std::string& why, std::size_t max) {
+      Outcome o;
+      o.frame = Frame(FrameKind::ack, Role::consumer, rank);
+      o.text = why.substr(0, max);
+      o.frame.fail(code, o.text);  // (code ok: an empty text)
+      o.frame.ack.message_bytes = o.text.size();
+      return o;
+    }
+    //! Whether `frame` is rank r's outcome frame, announcing a message of at most `max` bytes.
+    bool valid(int r, std::size_t max) const {
+      return frame.head.magic == kFrameMagic && frame.kind() == FrameKind::ack &&
+             frame.head.rank == r && frame.ack.message_bytes <= max;
+    }
   };
 
   //! Every consumer's outcome, indexed by rank (rank 0's entry is ok): `code` and `why` are this
@@ -110,21 +114,15 @@ class ControlMessages {
     guarded([&] {
       for (int r = first_; r < c_.size(); ++r) {
         Outcome& o = out[static_cast<std::size_t>(r)];
+        if (r == c_.rank()) o = Outcome::of(r, code, why, kMaxMessage);
         Frame& f = o.frame;
-        if (r == c_.rank()) {
-          f.kind = static_cast<std::uint16_t>(FrameKind::ack);
-          f.rank = r;
-          f.code = static_cast<std::uint16_t>(code);
-          f.set_message(why);
-          o.text = why.substr(0, kMaxMessage);
-          f.total_bytes = o.text.size();
-        }
         c_.broadcast(&f, sizeof f, r);
-        if (f.magic != kFrameMagic || f.rank != r || f.total_bytes > kMaxMessage)
+        if (!o.valid(r, kMaxMessage))
           throw protocol_error(r, cat("rank ", r, " sent no valid outcome frame"));
         if (r != c_.rank()) o.text = f.text();
-        if (f.total_bytes > o.text.size() || (r == c_.rank() && f.total_bytes > f.text().size())) {
-          o.text.resize(static_cast<std::size_t>(f.total_bytes));
+        const auto bytes = static_cast<std::size_t>(f.ack.message_bytes);
+        if (bytes > o.text.size() || (r == c_.rank() && bytes > f.text().size())) {
+          o.text.resize(bytes);
           c_.broadcast(o.text.data(), o.text.size(), r);
         }
       }
@@ -137,7 +135,7 @@ class ControlMessages {
     for (int r = first_; r < c_.size(); ++r) {
       const Outcome& o = outcomes[static_cast<std::size_t>(r)];
       if (r == c_.rank() || o.ok()) continue;
-      if (o.frame.code == static_cast<std::uint16_t>(FrameCode::mismatch))
+      if (o.frame.head.code == static_cast<std::uint16_t>(FrameCode::mismatch))
         throw protocol_error(r, o.text);
       throw remote_error(r, o.text);
     }

@@ -6,7 +6,7 @@
 //! Conversions among the bits of float32, float16 and bfloat16: round to nearest even, overflow to
 //! infinity, subnormals kept, and a NaN becomes a quiet NaN of the same sign that keeps the top
 //! bits of its payload. Plain integer code (C++17, no library but `<cstdint>`) shared by the host
-//! path (<weightsync/loading/cast.hpp>) and the CUDA gather kernel (scripts/kernels/gather.cu,
+//! path (<weightsync/loading/cast.hpp>) and the CUDA gather kernel (kernels/gather.cu,
 //! which nvcc compiles with these functions as __host__ __device__), so both give the same bits
 //! for every input, NaNs included; the hardware conversions (__float2half_rn) canonicalize NaNs.
 

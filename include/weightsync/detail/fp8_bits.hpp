@@ -5,7 +5,7 @@
 //! @file
 //! The scalar arithmetic of the FP8 (float8_e4m3fn) quantization, as plain C++17 shared by the
 //! host implementation (<weightsync/fp8/quantize.hpp>) and the CUDA kernels
-//! (scripts/kernels/fp8_quantize.cu, which compiles these functions as __host__ __device__), so
+//! (kernels/fp8_quantize.cu, which compiles these functions as __host__ __device__), so
 //! that both compute each scale from the same bits the same way. The reference they implement is
 //! torch's plain formula (see fp8/quantize.hpp):
 //!   scale = amax / 448 (fp32 division; 1 when that is 0), q = (x.float() / scale) (fp32

@@ -30,41 +30,167 @@ namespace weightsync::detail {
 inline constexpr std::uint32_t kFrameMagic = 0x46535357u;  // "WSSF"
 inline constexpr std::size_t kFrameBytes = 256;
 //! metadata: after a handshake whose metadata digests differ, each rank's size of its metadata
-//! list (`total_bytes`, `num_tensors`), before the lists themselves (see metadata_wire).
+//! list (MetadataBody), before the lists themselves (see metadata_wire).
 enum class FrameKind : std::uint16_t { handshake = 1, status = 2, ack = 3, metadata = 4 };
 enum class FrameCode : std::uint16_t { ok = 0, failed = 1, mismatch = 2 };
 enum class Role : std::uint8_t { producer = 1, consumer = 2 };
 
-//! The fixed-size frame of the handshake, the status and the acknowledgement.
-struct Frame {
+//! Bits of FrameHeader::flags.
+//! kFrameEager (the producer's handshake frame): this transfer's bytes are in the producer's eager
+//! bytes of the handshake, and no data phase follows.
+inline constexpr std::uint8_t kFrameEager = 1;
+
+//! The header every frame begins with. Its first 16 bytes are laid out as in every earlier
+//! protocol version, so that a peer of another version is recognised as such (check_frames).
+struct FrameHeader {
   std::uint32_t magic = kFrameMagic;
   std::uint16_t version = kProtocolVersion;
-  std::uint16_t kind = 0;
-  std::uint16_t code = 0;
-  std::uint8_t role = 0;
-  std::uint8_t packed = 0;
+  std::uint16_t kind = 0;  //!< FrameKind
+  std::uint16_t code = 0;  //!< FrameCode
+  std::uint8_t role = 0;   //!< Role
+  std::uint8_t flags = 0;  //!< kFrameEager
   std::int32_t rank = -1;
   std::uint64_t transfer_id = 0;
-  std::uint64_t chunk = 0;
-  std::uint64_t tensor = 0;
-  std::uint64_t buffer_size = 0;
-  std::uint32_t num_buffers = 0;
-  std::uint32_t chunk_rule = 0;
-  std::uint64_t num_tensors = 0;
-  std::uint64_t total_bytes = 0;
-  std::uint64_t digest = 0;
-  char message[kFrameBytes - 80] = {};
-
-  void set_message(std::string_view m) {
-    const std::size_t n = std::min(m.size(), sizeof message - 1);
-    std::memcpy(message, m.data(), n);
-    message[n] = '\0';
-  }
-  std::string text() const { return std::string(message, strnlen(message, sizeof message)); }
-  bool ok() const { return code == static_cast<std::uint16_t>(FrameCode::ok); }
 };
-static_assert(sizeof(Frame) == kFrameBytes);
+static_assert(sizeof(FrameHeader) == 24 && offsetof(FrameHeader, rank) == 12);
+inline constexpr std::size_t kFrameBodyBytes = kFrameBytes - sizeof(FrameHeader);
+
+//! What every rank of a transfer must agree on, compared in the handshake. Derived from the
+//! options and the plan by agreement() only; every field is compared by visit_agreement(), and a
+//! static_assert there fails the build when a field is added here but not there.
+struct Agreement {
+  std::uint64_t buffer_size_bytes;       //!< TransferOptions (B); compared when both pack
+  std::uint64_t direct_threshold_bytes;  //!< TransferOptions, full width
+  std::uint64_t split_min_region_bytes;  //!< TransferOptions, full width
+  std::uint64_t num_tensors;
+  std::uint64_t total_bytes;
+  std::uint64_t metadata_digest;  //!< metadata_digest of names, dtypes, shapes
+  std::uint64_t pieces_digest;    //!< sharded: the resolved pieces (ShardedPlan); else 0
+  std::uint32_t num_buffers;      //!< TransferOptions (K)
+  std::int32_t trainers;          //!< 0: one root sends whole tensors; M: ranks 0..M-1 shard
+  std::uint8_t packed;
+  std::uint8_t acknowledge;  //!< Acknowledge
+  std::uint8_t checksum;
+  std::uint8_t reserved[5];
+  bool operator==(const Agreement&) const = default;
+};
+static_assert(sizeof(Agreement) == 72 && std::is_trivial_v<Agreement>);
+
+//! FrameKind::handshake: this rank's view of the transfer, and (code failed) its failure of an
+//! earlier transfer that no other rank has seen yet.
+struct HandshakeBody {
+  Agreement agreed;
+  char failure[kFrameBodyBytes - sizeof(Agreement)];
+};
+//! FrameKind::status: one chunk (or sharded step) of a root; code failed: the root failed, and the
+//! chunk's bytes are junk.
+struct StatusBody {
+  std::uint64_t chunk;
+  std::uint64_t checksum;  //!< Hash64 of the chunk's tensor bytes (TransferOptions::checksum)
+  char message[kFrameBodyBytes - 16];
+};
+//! FrameKind::ack: a rank's outcome of a transfer (code ok or failed / mismatch, with why).
+struct AckBody {
+  std::uint64_t message_bytes;  //!< the whole message's length (it may follow the frame)
+  char message[kFrameBodyBytes - 8];
+};
+//! FrameKind::metadata: the size of this rank's metadata list (metadata_wire), sent next.
+struct MetadataBody {
+  std::uint64_t list_bytes;
+  std::uint64_t num_tensors;
+};
+// The bodies are trivial (a Frame zeroes its whole body): value-initialise one made on its own.
+static_assert(sizeof(HandshakeBody) == kFrameBodyBytes && sizeof(StatusBody) == kFrameBodyBytes &&
+              sizeof(AckBody) == kFrameBodyBytes && sizeof(MetadataBody) <= kFrameBodyBytes);
+
+//! A fixed 256-byte frame: the header, then the body of its kind.
+struct Frame {
+  FrameHeader head;
+  union {
+    std::byte raw[kFrameBodyBytes] = {};
+    HandshakeBody handshake;
+    StatusBody status;
+    AckBody ack;
+    MetadataBody metadata;
+  };
+
+  Frame() = default;
+  Frame(FrameKind kind, Role role, int rank, std::uint64_t transfer_id = 0) {
+    head.kind = static_cast<std::uint16_t>(kind);
+    head.role = static_cast<std::uint8_t>(role);
+    head.rank = rank;
+    head.transfer_id = transfer_id;
+  }
+  FrameKind kind() const { return static_cast<FrameKind>(head.kind); }
+  bool ok() const { return head.code == static_cast<std::uint16_t>(FrameCode::ok); }
+  //! The body's text field of `f`'s kind (empty for a kind without one).
+  template <class Self>
+  static auto text_area(Self& f) {
+    using Char = std::conditional_t<std::is_const_v<Self>, const char, char>;
+    switch (f.kind()) {
+      case FrameKind::handshake: return std::span<Char>(f.handshake.failure);
+      case FrameKind::status: return std::span<Char>(f.status.message);
+      case FrameKind::ack: return std::span<Char>(f.ack.message);
+      case FrameKind::metadata: break;
+    }
+    return std::span<Char>();
+  }
+  //! Marks the frame failed (or mismatched) with `why` in its body's text ("" of a kind without).
+  void fail(FrameCode code, std::string_view why) {
+    head.code = static_cast<std::uint16_t>(code);
+    if (const auto t = text_area(*this); !t.empty()) {
+      const std::size_t n = std::min(why.size(), t.size() - 1);
+      std::memcpy(t.data(), why.data(), n);
+      t[n] = '\0';
+    }
+  }
+  //! The text the body of its kind carries ("" for none).
+  std::string text() const {
+    const auto t = text_area(*this);
+    return t.empty() ? std::string() : std::string(t.data(), strnlen(t.data(), t.size()));
+  }
+};
+static_assert(sizeof(Frame) == kFrameBytes && offsetof(Frame, raw) == sizeof(FrameHeader));
 static_assert(std::is_trivially_copyable_v<Frame>);
+
+//! How visit_agreement's caller reports a field that differs.
+enum class Shown : std::uint8_t {
+  number,        //!< as a number
+  if_packed,     //!< as a number, compared only when both sides pack (vLLM ignores B unpacked)
+  boolean,       //!< true / false
+  on_off,        //!< on / off
+  acknowledge,   //!< next_transfer / each_transfer
+  metadata,      //!< a digest of the metadata (then the first differing tensor is looked for)
+  pieces,        //!< a digest of the shard pieces
+  trainers,      //!< the sharding itself: reported before every other field
+};
+
+//! Calls `f(name, a_field, b_field, Shown)` for every field of Agreement (but `reserved`), in the
+//! order a mismatch is reported. The static_assert below fails the build when Agreement gains a
+//! field that is not visited here, so a new agreed setting cannot be left out of the comparison.
+template <class F>
+constexpr void visit_agreement(const Agreement& a, const Agreement& b, F&& f) {
+  f("trainers", a.trainers, b.trainers, Shown::trainers);
+  f("packed", a.packed, b.packed, Shown::boolean);
+  f("acknowledge", a.acknowledge, b.acknowledge, Shown::acknowledge);
+  f("checksum", a.checksum, b.checksum, Shown::on_off);
+  f("packed_buffer_size_bytes", a.buffer_size_bytes, b.buffer_size_bytes, Shown::if_packed);
+  f("packed_num_buffers", a.num_buffers, b.num_buffers, Shown::number);
+  f("direct_threshold_bytes", a.direct_threshold_bytes, b.direct_threshold_bytes, Shown::number);
+  f("split_min_region_bytes", a.split_min_region_bytes, b.split_min_region_bytes, Shown::number);
+  f("tensor count", a.num_tensors, b.num_tensors, Shown::number);
+  f("total bytes", a.total_bytes, b.total_bytes, Shown::number);
+  f("metadata", a.metadata_digest, b.metadata_digest, Shown::metadata);
+  f("shard pieces", a.pieces_digest, b.pieces_digest, Shown::pieces);
+}
+constexpr std::size_t visited_agreement_bytes() {
+  std::size_t n = 0;
+  visit_agreement(Agreement{}, Agreement{},
+                  [&](const char*, const auto& x, const auto&, Shown) { n += sizeof(x); });
+  return n;
+}
+static_assert(visited_agreement_bytes() + sizeof(Agreement::reserved) == sizeof(Agreement),
+              "a field of Agreement is not compared: add it to visit_agreement()");
 
 //! The eager protocol (as MPI's eager sends): each rank's handshake block is its frame followed by
 //! eager bytes, the same size on every rank, so ranks that disagree about the root still run the

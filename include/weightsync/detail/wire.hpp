@@ -20,7 +20,9 @@ namespace weightsync::detail {
 //! Magic of every control message: "WSRV" read as a little-endian u32.
 inline constexpr std::uint32_t kWireMagic = 0x56525357u;
 //! Bumped on any incompatible change of the control messages, frames or handshake.
-inline constexpr std::uint16_t kProtocolVersion = 3;  // 3: the handshake carries small transfers (eager)
+//! 3: the handshake carries small transfers (eager). 4: frames are a header and one body per kind;
+//! the agreed settings travel at full width; one handshake for whole and sharded transfers.
+inline constexpr std::uint16_t kProtocolVersion = 4;
 
 enum class MsgType : std::uint16_t { hello = 1, welcome = 2, reject = 3, abort = 4, goodbye = 5, link = 6 };
 

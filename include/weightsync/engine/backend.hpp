@@ -5,7 +5,8 @@
 //! @file
 //! The engines' view of a transport: Backend (init, send, receive, health), the options every
 //! backend takes, the type-erased load/destination/source types that let a backend be chosen by
-//! name at run time, and the worker-rank rule of vLLM.
+//! name at run time, and the worker-rank rule of vLLM. Knows nothing of vLLM's JSON: a backend
+//! joins the group a GroupInfo (engine/group_info.hpp) describes.
 
 #include <chrono>
 #include <cstddef>
@@ -13,13 +14,14 @@
 #include <iterator>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "weightsync/concepts.hpp"
 #include "weightsync/detail/format.hpp"
+#include "weightsync/engine/group_info.hpp"
 #include "weightsync/error.hpp"
 #include "weightsync/host/rendezvous.hpp"
-#include "weightsync/info.hpp"
 #include "weightsync/shard.hpp"
 #include "weightsync/tensor_meta.hpp"
 #include "weightsync/transfer_options.hpp"
@@ -66,6 +68,27 @@ inline int worker_rank(const ParallelConfig& p, int rank_offset) {
 //! load_weights, type-erased for backends chosen at run time: the stream is a cudaStream_t on the
 //! GPU backends and nullptr on the host backend.
 using AnyLoadWeights = std::function<void(std::span<const TensorView>, void* stream)>;
+//! An AnyLoadWeights as a transport with streams of type `Stream` calls it (what
+//! TransportBackend hands Transport::receive): a pointer stream (cudaStream_t) is passed on as
+//! void*, any other (the host's) as nullptr. The one place that types an AnyLoadWeights; it
+//! refers to `load`, which must outlive it.
+template <class Stream>
+class LoadOn {
+ public:
+  explicit LoadOn(const AnyLoadWeights& load) : load_(&load) {}
+  void operator()(std::span<const TensorView> v, Stream s) const {
+    if constexpr (std::is_pointer_v<Stream>) {
+      (*load_)(v, static_cast<void*>(s));
+    } else {
+      (void)s;
+      (*load_)(v, nullptr);
+    }
+  }
+
+ private:
+  const AnyLoadWeights* load_;
+};
+
 //! Where a tensor should land (nullptr: hand me a view). See TransferOptions::destination.
 using AnyDestination = std::function<void*(const TensorMeta&)>;
 
@@ -144,14 +167,19 @@ struct EngineOptions {
   ProgressFn progress;
 };
 
-//! A transport the engines drive. Implementations: CommBackend<HostCommunicator> ("host"),
-//! CommBackend<NcclCommunicator> ("nccl"), IpcBackend ("ipc", "p2p").
+//! A transport the engines drive, chosen by name from the BackendRegistry (engine/registry.hpp).
+//! The built-ins are TransportBackend<T> (engine/transport.hpp) over a Transport T:
+//! CollectiveTransport<HostCommunicator> ("host", host/backend.hpp),
+//! CollectiveTransport<NcclCommunicator> ("nccl", nccl/backend.hpp) and IpcTransport ("ipc", "p2p",
+//! cuda/ipc/backend.hpp). A new transport models Transport and uses make_transport_backend rather
+//! than deriving from Backend; a class that derives from it overrides every pure virtual below.
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
-  //! Joins the group described by `info` as `rank`. Blocks until every rank has joined.
-  virtual void init(const NcclInitInfo& info, int rank, const EngineOptions& o) = 0;
+  //! Joins the group described by `info` as `rank` (0..info.world_size-1). Blocks until every
+  //! rank has joined. The engines convert vLLM's NcclInitInfo with NcclInitInfo::group_info().
+  virtual void init(const GroupInfo& info, int rank, const EngineOptions& o) = 0;
   virtual bool initialized() const noexcept = 0;
   //! False once the communicator failed or was aborted (a new init is needed).
   virtual bool healthy() const noexcept = 0;
@@ -160,26 +188,40 @@ class Backend {
   //! Throws if a peer is known to be gone or the communicator failed. Non-blocking; never called
   //! during a transfer.
   virtual void check() = 0;
-  virtual TransferStats receive(std::span<const TensorMeta> metas, TransferOptions opt,
-                                const AnyLoadWeights& load) = 0;
+  //! Offers `items`: from rank 0, one per entry of `metas`, in order (`shards` nullptr); or, with
+  //! a ShardLayout, from each trainer rank 0..trainers-1, one per piece it holds, in declared
+  //! order (see sharded_broadcast.hpp). A backend whose transport has no sharded transfers throws
+  //! config_error("backend") for a layout.
   virtual TransferStats send(std::span<const TensorMeta> metas, AnyTensorRange& items,
-                             TransferOptions opt) = 0;
-  //! Sharded transfers (see sharded_broadcast.hpp): ranks 0..trainers-1 are the trainer ranks,
-  //! each sending the pieces `specs` give it (`items`: one per piece it holds, in declared
-  //! order); the other ranks receive. A backend without them throws config_error("backend").
-  virtual TransferStats receive_sharded(std::span<const TensorMeta> metas,
-                                        std::span<const ShardSpec> specs, int trainers,
-                                        TransferOptions opt, const AnyLoadWeights& load) {
-    (void)metas, (void)specs, (void)trainers, (void)opt, (void)load;
-    throw config_error("backend", name() + " backend: sharded transfers are not implemented");
-  }
-  virtual TransferStats send_sharded(std::span<const TensorMeta> metas,
-                                     std::span<const ShardSpec> specs, int trainers,
-                                     AnyTensorRange& items, TransferOptions opt) {
-    (void)metas, (void)specs, (void)trainers, (void)items, (void)opt;
-    throw config_error("backend", name() + " backend: sharded transfers are not implemented");
-  }
+                             TransferOptions opt, const ShardLayout* shards) = 0;
+  //! Receives what send offers: views are handed to `load`, destinations filled in place.
+  virtual TransferStats receive(std::span<const TensorMeta> metas, TransferOptions opt,
+                                const AnyLoadWeights& load, const ShardLayout* shards) = 0;
   virtual void shutdown() noexcept = 0;
+
+  //! A whole-tensor transfer from rank 0.
+  TransferStats send(std::span<const TensorMeta> metas, AnyTensorRange& items,
+                     TransferOptions opt) {
+    return send(metas, items, std::move(opt), nullptr);
+  }
+  TransferStats receive(std::span<const TensorMeta> metas, TransferOptions opt,
+                        const AnyLoadWeights& load) {
+    return receive(metas, std::move(opt), load, nullptr);
+  }
+  //! Deprecated, kept for one release: send(metas, items, opt, &layout).
+  [[deprecated("use send(metas, items, opt, &layout) with a ShardLayout")]] TransferStats
+  send_sharded(std::span<const TensorMeta> metas, std::span<const ShardSpec> specs, int trainers,
+               AnyTensorRange& items, TransferOptions opt) {
+    const ShardLayout layout{specs, trainers};
+    return send(metas, items, std::move(opt), &layout);
+  }
+  //! Deprecated, kept for one release: receive(metas, opt, load, &layout).
+  [[deprecated("use receive(metas, opt, load, &layout) with a ShardLayout")]] TransferStats
+  receive_sharded(std::span<const TensorMeta> metas, std::span<const ShardSpec> specs,
+                  int trainers, TransferOptions opt, const AnyLoadWeights& load) {
+    const ShardLayout layout{specs, trainers};
+    return receive(metas, std::move(opt), load, &layout);
+  }
 };
 
 namespace detail {
@@ -207,7 +249,9 @@ TransferStats with_progress(TransferOptions& t, F&& call) {
   return st;
 }
 
-inline RendezvousOptions rendezvous_options(const NcclInitInfo& info, int rank,
+//! The TCP rendezvous of `info` for `backend` at `rank`.
+//! @throws config_error("master_address") when `info` has none (a unique id instead).
+inline RendezvousOptions rendezvous_options(const GroupInfo& info, int rank,
                                             const EngineOptions& o, const char* backend) {
   if (!info.master_address || !info.master_port)
     throw config_error("master_address",

@@ -91,7 +91,7 @@ class TrainerEngine {
     init_ = info;
     if (!is_sender()) return;
     auto b = BackendRegistry::global().make(opt_.engine.backend);
-    b->init(info, m > 1 ? opt_.trainer_rank : 0, opt_.engine);
+    b->init(info.group_info(), m > 1 ? opt_.trainer_rank : 0, opt_.engine);
     backend_ = std::move(b);
   }
 
@@ -114,10 +114,12 @@ class TrainerEngine {
     if (!backend_) throw state_error("send_weights before trainer_init");
     auto t = WeightTransferEngine::transfer_options(init_, overrides, opt_.engine);
     if (!sharded_source) specs.assign(metas.size(), ShardSpec{});
+    // Whole tensors from rank 0, unless the source is sharded or several trainer ranks send.
+    const ShardLayout layout{specs, trainers()};
+    const ShardLayout* shards = sharded_source || trainers() > 1 ? &layout : nullptr;
     if (drop) {  // a plain source on trainer rank > 0: no pieces here, but a part in every step
       AnyTensorRange none([](SourceTensorRef&) { return false; });
-      return detail::with_progress(
-          t, [&] { return backend_->send_sharded(metas, specs, trainers(), none, t); });
+      return detail::with_progress(t, [&] { return backend_->send(metas, none, t, shards); });
     }
     auto it = std::ranges::begin(range);
     auto end = std::ranges::end(range);
@@ -131,10 +133,7 @@ class TrainerEngine {
       out.data_ = item.data();
       return true;
     });
-    return detail::with_progress(t, [&] {
-      if (!sharded_source && trainers() == 1) return backend_->send(metas, items, t);
-      return backend_->send_sharded(metas, specs, trainers(), items, t);
-    });
+    return detail::with_progress(t, [&] { return backend_->send(metas, items, t, shards); });
   }
 
   //! The update info a worker needs for `metas` (names, dtype names, shapes), with this trainer's

@@ -195,9 +195,9 @@ class WeightTransferEngine {
     try {
       // Sharded when the update says so (NcclUpdateInfo::sharded); the handshake refuses a
       // trainer that disagrees.
+      const ShardLayout layout{specs, trainers};
       auto st = detail::with_progress(t, [&] {
-        return sharded ? backend->receive_sharded(metas, specs, trainers, t, rx ? rx_load : load)
-                       : backend->receive(metas, t, rx ? rx_load : load);
+        return backend->receive(metas, t, rx ? rx_load : load, sharded ? &layout : nullptr);
       });
       std::lock_guard lock(mutex_);
       busy_ = false;
@@ -458,7 +458,7 @@ class WeightTransferEngine {
     m2n_.reset();
     state_ = State::uninitialized;
     std::shared_ptr<Backend> b = BackendRegistry::global().make(opt_.engine.backend);
-    b->init(info, rank, opt_.engine);
+    b->init(info.group_info(), rank, opt_.engine);
     backend_ = std::move(b);
     init_ = info;
     trainers_ = trainers;

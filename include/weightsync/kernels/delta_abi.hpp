@@ -3,7 +3,7 @@
 #pragma once
 
 //! @file
-//! The ABI of the delta codec kernels (scripts/kernels/delta.cu): the parameter blocks the kernels
+//! The ABI of the delta codec kernels (kernels/delta.cu): the parameter blocks the kernels
 //! take by value, the per-tensor records they read and write in device memory, and the error codes
 //! of the blob checks. Plain C++17 included by the .cu source (nvcc) and by the launcher
 //! (<weightsync/cuda/delta.hpp>, g++), so the static_asserts below check the layout on both sides.

@@ -3,7 +3,7 @@
 #pragma once
 
 //! @file
-//! The ABI of the FP8 quantize kernels (scripts/kernels/fp8_quantize.cu): the parameter block
+//! The ABI of the FP8 quantize kernels (kernels/fp8_quantize.cu): the parameter block
 //! every kernel takes by value and the named codes in it. Plain C++17 included by the .cu source
 //! (nvcc) and by the launcher (<weightsync/cuda/fp8_quantize.hpp>, g++), so the static_asserts
 //! below check the layout on both sides.

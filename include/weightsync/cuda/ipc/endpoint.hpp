@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -47,6 +48,9 @@
 #include "weightsync/transfer_options.hpp"
 
 namespace weightsync::detail {
+
+//! load_weights of an IPC consumer: views and the stream they are valid on.
+using IpcLoadFn = std::function<void(std::span<const TensorView>, cudaStream_t)>;
 
 struct IpcEndpoint {
   //! Joins the group (the rendezvous of HostCommunicator) on CUDA device `device` (-1: current).
@@ -177,12 +181,7 @@ struct IpcEndpoint {
     channel().guarded([&] {
       if (rank() != 0) {
         auto& o = out[static_cast<std::size_t>(rank())];
-        o.frame.kind = static_cast<std::uint16_t>(FrameKind::ack);
-        o.frame.rank = rank();
-        o.frame.code = static_cast<std::uint16_t>(code);
-        o.frame.set_message(why);
-        o.text = why.substr(0, ShmMailbox::kOutcomeText);
-        o.frame.total_bytes = o.text.size();
+        o = ControlMessages::Outcome::of(rank(), code, why, ShmMailbox::kOutcomeText);
         mailbox.post_outcome(rank() - 1, round, o.frame, o.text);
         return;
       }
@@ -190,8 +189,7 @@ struct IpcEndpoint {
         auto& o = out[static_cast<std::size_t>(r)];
         o.frame = mailbox.receive_outcome(r - 1, round, o.text, ctrl.timeout(), [&] { watch(); },
                                           "ipc outcomes");
-        if (o.frame.magic != kFrameMagic || o.frame.rank != r ||
-            o.frame.total_bytes != o.text.size())
+        if (!o.valid(r, ShmMailbox::kOutcomeText) || o.frame.ack.message_bytes != o.text.size())
           throw protocol_error(r, cat("rank ", r, " sent no valid outcome frame"));
       }
     });

@@ -32,6 +32,7 @@
 #include "weightsync/concepts.hpp"
 #include "weightsync/cuda/check.hpp"
 #include "weightsync/cuda/event.hpp"
+#include "weightsync/cuda/ipc/detail/sharded_sync.hpp"
 #include "weightsync/cuda/ipc/endpoint.hpp"
 #include "weightsync/cuda/ipc/plan_cache.hpp"
 #include "weightsync/cuda/ipc/staging.hpp"
@@ -41,16 +42,20 @@
 #include "weightsync/detail/ipc_plan.hpp"
 #include "weightsync/error.hpp"
 #include "weightsync/host/communicator.hpp"
+#include "weightsync/shard.hpp"
 #include "weightsync/tensor_meta.hpp"
 #include "weightsync/transfer_options.hpp"
 
 namespace weightsync {
 
-//! One end of an IPC transfer group: rank 0 produces, ranks 1.. consume. Move-only; owns its
-//! control connections, streams, slots and mappings.
+//! One end of an IPC transfer group: rank 0 produces, ranks 1.. consume (or, sharded, trainer
+//! ranks 0..M-1 produce). Move-only; owns its control connections, streams, slots and mappings.
+//! Models ShardedTransport (engine/transport.hpp): the "ipc" and "p2p" backends are
+//! TransportBackend<IpcTransport> (cuda/ipc/backend.hpp).
 class IpcTransport {
  public:
-  using LoadFn = std::function<void(std::span<const TensorView>, cudaStream_t)>;
+  using stream_type = cudaStream_t;
+  using LoadFn = detail::IpcLoadFn;
 
   //! Joins the group (the rendezvous of HostCommunicator) on CUDA device `device` (-1: current).
   IpcTransport(const RendezvousOptions& rv, int device, IpcOptions opt,
@@ -145,6 +150,21 @@ class IpcTransport {
     st.slot_bytes = staging_.stride();
     st.ring_bytes = staging_.bytes_held();
     return st;
+  }
+
+  //! Trainer rank (0..trainers-1) of a sharded sync: offers this rank's pieces (see
+  //! <weightsync/cuda/ipc/sharded.hpp> for what `items` yields) and returns once every consumer
+  //! has pulled everything. Same errors as send.
+  template <TensorIterator R>
+  TransferStats send_shards(std::span<const TensorMeta> metas, std::span<const ShardSpec> specs,
+                            int trainers, R&& items, const TransferOptions& opt) {
+    return detail::send_shards_on(ep_, metas, specs, trainers, std::forward<R>(items), opt);
+  }
+  //! Inference rank (trainers..) of a sharded sync: pulls every piece from the trainer rank
+  //! holding it (see <weightsync/cuda/ipc/sharded.hpp>). Same errors as receive.
+  TransferStats receive_shards(std::span<const TensorMeta> metas, std::span<const ShardSpec> specs,
+                               int trainers, const TransferOptions& opt, const LoadFn& load) {
+    return detail::receive_shards_on(ep_, metas, specs, trainers, opt, load);
   }
 
   //! Rank >= 1: pulls the tensors of the producer's plan. Tensors with opt.destination are copied

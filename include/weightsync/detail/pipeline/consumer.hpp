@@ -61,11 +61,12 @@ class ConsumerRun {
         for (std::size_t k = 0; k < K; ++k) run_.await(ws.unpacked[k], "unpack");
       run_.drain("broadcast");
       for (const auto& a : acks)
-        if (a.rank == run_.root && !a.ok() && remote_.empty()) note_remote(a.text(), run_.root);
+        if (a.head.rank == run_.root && !a.ok() && remote_.empty())
+          note_remote(a.text(), run_.root);
       if (run_.opt.all_or_nothing && ok())  // another consumer's failure is this rank's too
         for (const auto& a : acks)
-          if (!a.ok() && a.rank != run_.comm.rank()) {
-            note_remote(a.text(), a.rank);
+          if (!a.ok() && a.head.rank != run_.comm.rank()) {
+            note_remote(a.text(), a.head.rank);
             break;
           }
     } catch (...) {
@@ -179,15 +180,14 @@ class ConsumerRun {
     if (!run_.plan.framed) return;
     const Frame f = *run_.frame_host(run_.status0() + c % run_.slots());
     const int root = run_.root;
-    if (f.magic != kFrameMagic || f.kind != static_cast<std::uint16_t>(FrameKind::status) ||
-        f.transfer_id != id_)
+    if (f.head.magic != kFrameMagic || f.kind() != FrameKind::status || f.head.transfer_id != id_)
       throw protocol_error(root, cat("chunk ", c, ": the status frame from rank ", root,
                                      " is not this transfer's (desynchronised peers)"));
     if (!f.ok()) {
-      if (remote_.empty()) note_remote(f.text(), f.rank);
-    } else if (f.chunk != c) {
+      if (remote_.empty()) note_remote(f.text(), f.head.rank);
+    } else if (f.status.chunk != c) {
       throw protocol_error(root, cat("expected chunk ", c, " from rank ", root, ", got chunk ",
-                                     f.chunk, " (desynchronised peers)"));
+                                     f.status.chunk, " (desynchronised peers)"));
     }
   }
 
@@ -256,9 +256,9 @@ class ConsumerRun {
       if (nb > 0) h.bytes(p, nb);
     }
     const Frame f = *run_.frame_host(run_.status0() + c % run_.slots());
-    if (h.value() == f.digest) return;
+    if (h.value() == f.status.checksum) return;
     failure_ = cat("chunk ", c, " (tensors ", ch.begin, "..", ch.end - 1,
-                   "): checksum mismatch: rank ", run_.root, " sent digest 0x", hex(f.digest),
+                   "): checksum mismatch: rank ", run_.root, " sent digest 0x", hex(f.status.checksum),
                    ", received bytes hash to 0x", hex(h.value()));
     failure_ptr_ = std::make_exception_ptr(protocol_error(run_.root, failure_));
   }
@@ -269,7 +269,7 @@ class ConsumerRun {
     return s;
   }
 
-  //! The producer's bytes came with the handshake (kEagerBit), back to back in the declared order
+  //! The producer's bytes came with the handshake (kFrameEager), back to back in the declared order
   //! in its eager bytes: copies them to the destinations and hands the rest to load_weights, on
   //! the communication stream (whose final drain then covers them: one wait for the whole sync).
   void receive_eager() {

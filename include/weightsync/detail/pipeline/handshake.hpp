@@ -31,7 +31,7 @@ namespace weightsync::detail {
 template <class C>
 void check_frames(PipelineRun<C>& run, const std::vector<Frame>& frames, const std::string& phase) {
   for (std::size_t r = 0; r < frames.size(); ++r)
-    if (frames[r].magic != kFrameMagic || frames[r].rank != static_cast<std::int32_t>(r)) {
+    if (frames[r].head.magic != kFrameMagic || frames[r].head.rank != static_cast<std::int32_t>(r)) {
       run.abort_comm(phase + ": a peer sent garbage");
       throw protocol_error(static_cast<int>(r), cat(phase, ": rank ", r,
                                                     " sent no valid weightsync frame (is it a "
@@ -83,99 +83,140 @@ std::vector<Frame> exchange_handshake(PipelineRun<C>& run, Frame mine) {
                           "handshake");
 }
 
-//! Bits of a handshake frame's `packed` field.
-//! kEagerBit (the producer's frame only): this transfer's bytes are in the producer's eager bytes of
-//! the handshake, and no data phase follows.
-inline constexpr std::uint8_t kPackedBit = 1, kAckEachBit = 2, kChecksumBit = 4, kEagerBit = 8;
+//! How a transfer is sharded: trainers == 0 is a whole-tensor transfer from one root; M > 0 are
+//! trainer ranks 0..M-1 sending the pieces whose digest is pieces_digest (ShardedPlan).
+struct Sharding {
+  int trainers = 0;
+  std::uint64_t pieces_digest = 0;
+};
 
-//! This rank's handshake frame: its role and its view of the transfer, and (code, message) its
+//! What this rank must agree on with every other: the one place the handshake is derived from the
+//! options and the plan (visit_agreement compares every field).
+template <class C>
+Agreement agreement(PipelineRun<C>& run, Sharding sharding) {
+  Agreement a{};
+  a.buffer_size_bytes = run.opt.buffer_size_bytes;
+  a.direct_threshold_bytes = run.opt.direct_threshold_bytes;
+  a.split_min_region_bytes = run.opt.split_min_region_bytes;
+  a.num_tensors = run.metas.size();
+  a.total_bytes = run.plan.total_bytes;
+  a.metadata_digest = run.ws.digests(run.metas);
+  a.pieces_digest = sharding.pieces_digest;
+  a.num_buffers = static_cast<std::uint32_t>(run.opt.num_buffers);
+  a.trainers = sharding.trainers;
+  a.packed = run.opt.packed ? 1 : 0;
+  a.acknowledge = static_cast<std::uint8_t>(run.opt.acknowledge);
+  a.checksum = run.opt.checksum ? 1 : 0;
+  return a;
+}
+
+//! This rank's handshake frame: its role and its view of the transfer, and (code failed) its
 //! failure of an earlier transfer that no other rank has seen yet.
 template <class C>
-Frame handshake_frame(PipelineRun<C>& run) {
-  Frame f;
-  f.kind = static_cast<std::uint16_t>(FrameKind::handshake);
-  f.role = static_cast<std::uint8_t>(run.role);
-  f.rank = run.comm.rank();
-  f.packed = static_cast<std::uint8_t>(
-      (run.opt.packed ? kPackedBit : 0) |
-      (run.opt.acknowledge == Acknowledge::each_transfer ? kAckEachBit : 0) |
-      (run.opt.checksum ? kChecksumBit : 0));
-  if (!run.ws.pending_failure.empty()) {
-    f.code = static_cast<std::uint16_t>(FrameCode::failed);
-    f.set_message("\n" + run.ws.pending_failure);  // after the (empty) marker, see sharded_marker
-  }
-  f.buffer_size = run.opt.buffer_size_bytes;
-  f.num_buffers = static_cast<std::uint32_t>(run.opt.num_buffers);
-  f.chunk_rule = static_cast<std::uint32_t>(
-      std::min<std::size_t>(run.opt.direct_threshold_bytes, 0xffffffffu));
-  f.chunk = run.opt.split_min_region_bytes;  // the handshake frame carries the split threshold here
-  f.num_tensors = run.metas.size();
-  f.total_bytes = run.plan.total_bytes;
-  f.digest = run.ws.digests(run.metas);
+Frame handshake_frame(PipelineRun<C>& run, Sharding sharding) {
+  Frame f(FrameKind::handshake, run.role, run.comm.rank());
+  f.handshake.agreed = agreement(run, sharding);
+  if (!run.ws.pending_failure.empty()) f.fail(FrameCode::failed, run.ws.pending_failure);
   if (run.role == Role::producer) {
     // Unique per transfer; no need for /dev/urandom on every call.
     static const std::uint64_t seed =
         (std::uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
-    f.transfer_id = seed + 0x9e3779b97f4a7c15ull * ++run.ws.transfers;
+    f.head.transfer_id = seed + 0x9e3779b97f4a7c15ull * ++run.ws.transfers;
   }
   return f;
 }
 
-//! What differs between the root's frame and the others' ("" when nothing); `first_bad` gets the
-//! first rank at fault.
-inline std::string handshake_differences(const std::vector<Frame>& all, int root, int& first_bad) {
-  const Frame& r0 = all[static_cast<std::size_t>(root)];
+//! The rank whose view the others are compared with: the root, or rank 0 of a sharded transfer.
+inline int reference_rank(int root, const Agreement& mine) { return mine.trainers > 0 ? 0 : root; }
+
+//! One field of `want` (rank ref's) against rank r's, described ("" when they agree).
+template <class T>
+std::string describe_field(const char* field, T want, T got, Shown how, const Agreement& a,
+                           const Agreement& b, int ref, std::size_t r) {
+  if (want == got) return "";
+  const auto u = [](auto v) { return static_cast<std::uint64_t>(v); };
+  switch (how) {
+    case Shown::trainers: return "";  // reported before the other fields
+    case Shown::if_packed:
+      if (!(a.packed && b.packed)) return "";
+      break;
+    case Shown::number: break;
+    case Shown::boolean:
+      return cat(field, " differs: rank ", ref, " has ", want ? "true" : "false", ", rank ", r,
+                 " has ", got ? "true" : "false");
+    case Shown::on_off:
+      return cat(field, " differs: rank ", ref, " has ", want ? "on" : "off", ", rank ", r, " has ",
+                 got ? "on" : "off");
+    case Shown::acknowledge: {
+      const auto name = [](auto v) {
+        return v == static_cast<decltype(v)>(Acknowledge::each_transfer) ? "each_transfer"
+                                                                         : "next_transfer";
+      };
+      return cat(field, " differs: rank ", ref, " has ", name(want), ", rank ", r, " has ",
+                 name(got));
+    }
+    case Shown::metadata:
+      return cat("metadata (names, dtypes, shapes) differs: rank ", ref, " digest 0x", std::hex,
+                 u(want), ", rank ", std::dec, r, " digest 0x", std::hex, u(got));
+    case Shown::pieces:
+      return cat("shard specs differ: rank ", ref, " pieces digest 0x", std::hex, u(want),
+                 ", rank ", std::dec, r, " digest 0x", std::hex, u(got));
+  }
+  return cat(field, " differs: rank ", ref, " has ", u(want), ", rank ", r, " has ", u(got));
+}
+
+//! What differs between rank `ref`'s frame and the others' ("" when nothing), as this rank
+//! (`mine`) sees it; `first_bad` gets the first rank at fault. Every rank sees the same frames, so
+//! a difference makes every rank throw (a rank whose sharding differs from this rank's is named
+//! here and its other fields are not compared).
+inline std::string handshake_differences(const std::vector<Frame>& all, int ref,
+                                         const Agreement& mine, int& first_bad) {
+  const Frame& r0 = all[static_cast<std::size_t>(ref)];
   std::string diffs;
   first_bad = -1;
   auto note = [&](std::size_t r, const std::string& what) {
+    if (what.empty()) return;
     if (first_bad < 0) first_bad = static_cast<int>(r);
     diffs += (diffs.empty() ? "" : "; ") + what;
   };
-  auto diff = [&](std::size_t r, const char* field, auto root_value, auto value) {
-    if (!(root_value == value))
-      note(r,
-           cat(field, " differs: rank ", root, " has ", root_value, ", rank ", r, " has ", value));
-  };
+  const int m = mine.trainers;
   for (std::size_t r = 0; r < all.size(); ++r) {
     const Frame& x = all[r];
-    const auto want = static_cast<int>(r) == root ? Role::producer : Role::consumer;
-    if (x.role != static_cast<std::uint8_t>(want))
-      note(r, cat("rank ", r, " runs as ", x.role == 1 ? "producer" : "consumer",
-                  " but the root is rank ", root));
-    if (static_cast<int>(r) == root) continue;
-    diff(r, "protocol version", r0.version, x.version);
-    const bool p0 = r0.packed & kPackedBit, px = x.packed & kPackedBit;
-    diff(r, "packed", p0 ? "true" : "false", px ? "true" : "false");
-    diff(r, "acknowledge", r0.packed & kAckEachBit ? "each_transfer" : "next_transfer",
-         x.packed & kAckEachBit ? "each_transfer" : "next_transfer");
-    diff(r, "checksum", r0.packed & kChecksumBit ? "on" : "off",
-         x.packed & kChecksumBit ? "on" : "off");
-    if (p0 && px) diff(r, "packed_buffer_size_bytes", r0.buffer_size, x.buffer_size);
-    diff(r, "packed_num_buffers", r0.num_buffers, x.num_buffers);
-    diff(r, "direct_threshold_bytes", r0.chunk_rule, x.chunk_rule);
-    diff(r, "split_min_region_bytes", r0.chunk, x.chunk);
-    diff(r, "tensor count", r0.num_tensors, x.num_tensors);
-    diff(r, "total bytes", r0.total_bytes, x.total_bytes);
-    if (r0.digest != x.digest)
-      note(r, cat("metadata (names, dtypes, shapes) differs: rank ", root, " digest 0x", std::hex,
-                  r0.digest, ", rank ", std::dec, r, " digest 0x", std::hex, x.digest));
+    const Agreement& got = x.handshake.agreed;
+    const bool producer = m > 0 ? static_cast<int>(r) < m : static_cast<int>(r) == ref;
+    if (x.head.role != static_cast<std::uint8_t>(producer ? Role::producer : Role::consumer))
+      note(r, cat("rank ", r, " runs as ", x.head.role == 1 ? "producer" : "consumer",
+                  m > 0 ? cat(" but ranks 0..", m - 1, " are the trainers")
+                        : cat(" but the root is rank ", ref)));
+    if (x.head.version != kProtocolVersion) {
+      note(r, cat("protocol version differs: rank ", r, " speaks ", x.head.version, ", this rank ",
+                  kProtocolVersion));
+      continue;  // its body may be laid out otherwise
+    }
+    if (got.trainers != m) {
+      note(r, got.trainers == 0 ? cat("rank ", r, " runs an unsharded transfer; this rank a sharded one (M=", m, ")")
+              : m == 0 ? cat("rank ", r, " runs a sharded transfer (M=", got.trainers, "); this rank an unsharded one")
+                       : cat("trainer count differs: rank ", r, " has M=", got.trainers, ", this rank M=", m));
+      continue;
+    }
+    if (static_cast<int>(r) == ref) continue;
+    visit_agreement(r0.handshake.agreed, got, [&](const char* field, auto want, auto have, Shown how) {
+      note(r, describe_field(field, want, have, how, r0.handshake.agreed, got, ref, r));
+    });
   }
-  return diffs;
+  return diffs.empty() || m == 0 ? diffs : "(sharded) " + diffs;
 }
 
-//! The failures of earlier transfers that the handshake frames carry (code failed; the message
-//! after its first line says what failed) ("" when none); `first` gets
-//! the first rank that failed.
+//! The failures of earlier transfers that the handshake frames carry (code failed; the body's
+//! failure says what failed) ("" when none); `first` gets the first rank that failed.
 inline std::string earlier_failures(const std::vector<Frame>& all, int& first) {
   std::string out;
   first = -1;
   for (const auto& f : all) {
     if (f.ok()) continue;
-    if (first < 0) first = f.rank;
-    const std::string t = f.text();
-    const auto nl = t.find('\n');
-    out += cat(out.empty() ? "" : "; ", "rank ", f.rank,
-               " failed an earlier transfer: ", nl == std::string::npos ? t : t.substr(nl + 1));
+    if (first < 0) first = f.head.rank;
+    out += cat(out.empty() ? "" : "; ", "rank ", f.head.rank, " failed an earlier transfer: ",
+               f.text());
   }
   return out;
 }
@@ -189,23 +230,21 @@ template <class C>
 std::string metadata_differences(PipelineRun<C>& run, const std::vector<Frame>& all, int ref) {
   const std::size_t n = run.world();
   bool differ = false;
-  for (const auto& f : all) {
-    if (f.version != kProtocolVersion) return "";
-    differ = differ || f.digest != all[static_cast<std::size_t>(ref)].digest;
+  const auto digest = [&](std::size_t r) { return all[r].handshake.agreed.metadata_digest; };
+  for (std::size_t r = 0; r < n; ++r) {
+    if (all[r].head.version != kProtocolVersion) return "";
+    differ = differ || digest(r) != digest(static_cast<std::size_t>(ref));
   }
   if (!differ) return "";
   std::size_t count = 0;
   const std::string mine = metadata_wire(run.metas, count);
-  Frame f;
-  f.kind = static_cast<std::uint16_t>(FrameKind::metadata);
-  f.role = static_cast<std::uint8_t>(run.role);
-  f.rank = run.comm.rank();
-  f.total_bytes = mine.size();
-  f.num_tensors = count;
+  Frame f(FrameKind::metadata, run.role, run.comm.rank());
+  f.metadata.list_bytes = mine.size();
+  f.metadata.num_tensors = count;
   const auto sizes = allgather_frames(run, f, "handshake (metadata lists)");
   std::vector<std::size_t> offset(n + 1, 0);
   for (std::size_t r = 0; r < n; ++r)
-    offset[r + 1] = offset[r] + std::min<std::size_t>(sizes[r].total_bytes, kMetadataWireMaxBytes);
+    offset[r + 1] = offset[r] + std::min<std::size_t>(sizes[r].metadata.list_bytes, kMetadataWireMaxBytes);
   if (offset[n] == 0) return "";
   auto dev = run.ws.policy.alloc(offset[n]);
   std::string host(offset[n], '\0');
@@ -227,11 +266,10 @@ std::string metadata_differences(PipelineRun<C>& run, const std::vector<Frame>& 
   const auto want = list(static_cast<std::size_t>(ref));
   std::string out;
   for (std::size_t r = 0; r < n; ++r) {
-    if (static_cast<int>(r) == ref || all[r].digest == all[static_cast<std::size_t>(ref)].digest)
-      continue;
-    const std::string d =
-        first_metadata_difference(want, all[static_cast<std::size_t>(ref)].num_tensors, ref,
-                                  list(r), all[r].num_tensors, static_cast<int>(r));
+    if (static_cast<int>(r) == ref || digest(r) == digest(static_cast<std::size_t>(ref))) continue;
+    const std::string d = first_metadata_difference(
+        want, all[static_cast<std::size_t>(ref)].handshake.agreed.num_tensors, ref, list(r),
+        all[r].handshake.agreed.num_tensors, static_cast<int>(r));
     if (!d.empty()) out += (out.empty() ? "" : "; ") + d;
   }
   return out;
@@ -239,18 +277,24 @@ std::string metadata_differences(PipelineRun<C>& run, const std::vector<Frame>& 
 
 //! Compares every rank's view of the transfer, and settles the earlier transfers: every rank sees
 //! the same frames, so every rank throws the same error or none (the communicator stays usable).
+//! One handshake for whole-tensor and sharded transfers (`sharding`); `flags` go into this rank's
+//! header (kFrameEager).
 //! @throws protocol_error when the views differ; remote_error when a rank reports that an earlier
 //!   transfer failed there (Acknowledge::next_transfer), before any byte of this one moves.
-//! @returns the transfer id chosen by rank `id_from`.
-template <class C, class Differences>
-std::uint64_t handshake(PipelineRun<C>& run, Frame mine, int id_from, Differences&& differences) {
+//! @returns the transfer id chosen by the reference rank (the root; rank 0 when sharded).
+template <class C>
+std::uint64_t handshake(PipelineRun<C>& run, Sharding sharding = {}, std::uint8_t flags = 0) {
   run.eager = false;
+  Frame mine = handshake_frame(run, sharding);
+  mine.head.flags = flags;
+  const Agreement agreed = mine.handshake.agreed;
+  const int ref = reference_rank(run.root, agreed);
   const auto all = exchange_handshake(run, mine);
   run.ws.pending_failure.clear();  // every rank has seen it now
   int first_bad = -1, first_failed = -1;
-  std::string diffs = differences(all, first_bad);
+  std::string diffs = handshake_differences(all, ref, agreed, first_bad);
   const std::string failed = earlier_failures(all, first_failed);
-  if (const std::string which = metadata_differences(run, all, id_from); !which.empty())
+  if (const std::string which = metadata_differences(run, all, ref); !which.empty())
     diffs += "; " + which;
   if (!diffs.empty())
     throw protocol_error(first_bad, "handshake: " + diffs +
@@ -259,18 +303,9 @@ std::uint64_t handshake(PipelineRun<C>& run, Frame mine, int id_from, Difference
     throw remote_error(first_failed,
                        cat("an earlier transfer failed: ", failed,
                            "; this transfer was refused on every rank before any byte moved"));
-  run.eager = (all[static_cast<std::size_t>(id_from)].packed & kEagerBit) != 0;
-  return all[static_cast<std::size_t>(id_from)].transfer_id;
-}
-//! The whole-tensor handshake; `bits` go into this rank's `packed` field (kEagerBit).
-template <class C>
-std::uint64_t handshake(PipelineRun<C>& run, std::uint8_t bits = 0) {
-  Frame mine = handshake_frame(run);
-  mine.packed |= bits;
-  return handshake(run, mine, run.root,
-                   [&](const std::vector<Frame>& all, int& first_bad) {
-                     return handshake_differences(all, run.root, first_bad);
-                   });
+  const FrameHeader& head = all[static_cast<std::size_t>(ref)].head;
+  run.eager = (head.flags & kFrameEager) != 0;
+  return head.transfer_id;
 }
 
 //! Per-chunk checksums (TransferOptions::checksum) read the chunk on the host.
@@ -289,13 +324,9 @@ void check_checksum_support(const PipelineRun<C>& run) {
 //! Exchanges every rank's outcome of the transfer ("" = ok).
 template <class C>
 std::vector<Frame> acknowledge(PipelineRun<C>& run, std::uint64_t id, const std::string& failure) {
-  Frame f;
-  f.kind = static_cast<std::uint16_t>(FrameKind::ack);
-  f.role = static_cast<std::uint8_t>(run.role);
-  f.rank = run.comm.rank();
-  f.transfer_id = id;
-  f.code = static_cast<std::uint16_t>(failure.empty() ? FrameCode::ok : FrameCode::failed);
-  f.set_message(failure);
+  Frame f(FrameKind::ack, run.role, run.comm.rank(), id);
+  if (!failure.empty()) f.fail(FrameCode::failed, failure);
+  f.ack.message_bytes = failure.size();
   return allgather_frames(run, f, "acknowledgement");
 }
 

@@ -44,7 +44,7 @@ class ProducerRun {
     // Only a region of several tensors needs a slot; a lone tensor is sent from its own memory.
     reused = ws.ensure_slots(run_.plan.packing_slot_bytes(), K) && reused;
     try {
-      order_after_source();
+      run_.order_after_source();
       eager = pack_eager();
       if (!eager && n > 0) prepare(0);  // the first packing overlaps the handshake
     } catch (const std::exception& e) {
@@ -52,7 +52,7 @@ class ProducerRun {
       throw;
     }
     // A mismatch throws the same protocol_error on every rank; the communicator stays usable.
-    const std::uint64_t id = run_.plan.framed ? handshake(run_, eager ? kEagerBit : 0) : 0;
+    const std::uint64_t id = run_.plan.framed ? handshake(run_, {}, eager ? kFrameEager : 0) : 0;
     std::vector<Frame> acks;
     try {
       run_.begin_data();
@@ -82,8 +82,8 @@ class ProducerRun {
     if (failure_ptr_) std::rethrow_exception(failure_ptr_);
     for (const auto& a : acks)
       if (!a.ok())
-        throw remote_error(a.rank,
-                           cat("rank ", a.rank, " failed to receive the weights: ", a.text()));
+        throw remote_error(a.head.rank, cat("rank ", a.head.rank,
+                                            " failed to receive the weights: ", a.text()));
     return run_.stats(reused);
   }
 
@@ -92,21 +92,7 @@ class ProducerRun {
 
   void fail(std::exception_ptr p) {
     failure_ptr_ = p;
-    try {
-      std::rethrow_exception(p);
-    } catch (const std::exception& e) {
-      failure_ = e.what();
-    }
-  }
-
-  //! Orders every read of the weights after the work already enqueued on the producing stream.
-  void order_after_source() {
-    auto& ws = run_.ws;
-    if (!run_.opt.source_stream) return;
-    ws.policy.record(*ws.source_ready, ws.policy.external_stream(run_.opt.source_stream));
-    ws.policy.wait(run_.comm_stream(), *ws.source_ready);
-    for (std::size_t k = 0; k < run_.slots(); ++k)
-      ws.policy.wait(run_.slot_stream(k), *ws.source_ready);
+    failure_ = what_of(p);
   }
 
   //! The status frames of every chunk, copied to the device once.
@@ -114,12 +100,9 @@ class ProducerRun {
     const std::size_t n = run_.plan.size();
     if (!run_.plan.framed || n == 0) return;
     for (std::size_t c = 0; c < n; ++c) {
-      Frame f;
-      f.kind = static_cast<std::uint16_t>(FrameKind::status);
-      f.rank = run_.comm.rank();
-      f.transfer_id = id;
-      f.chunk = c;
-      f.digest = digests_[c];
+      Frame f(FrameKind::status, Role::producer, run_.comm.rank(), id);
+      f.status.chunk = c;
+      f.status.checksum = digests_[c];
       *run_.frame_host(run_.status0() + c) = f;
     }
     run_.ws.policy.copy_from_host(run_.frame_dev(run_.status0()), run_.frame_host(run_.status0()),
@@ -239,7 +222,7 @@ class ProducerRun {
     digests_[c] = h.value();
     if (!frames_written_) return;  // write_status_frames puts it there
     const std::size_t st = run_.status0() + c;
-    run_.frame_host(st)->digest = digests_[c];
+    run_.frame_host(st)->status.checksum = digests_[c];
     run_.ws.policy.copy_from_host(run_.frame_dev(st), run_.frame_host(st), kFrameBytes,
                                   run_.comm_stream());
   }
@@ -249,9 +232,7 @@ class ProducerRun {
     auto& ws = run_.ws;
     const std::size_t st = run_.status0() + c;
     Frame* ef = run_.frame_host(st);
-    ef->code = static_cast<std::uint16_t>(FrameCode::failed);
-    ef->tensor = consumed_;
-    ef->set_message(failure_);
+    ef->fail(FrameCode::failed, failure_);
     ws.policy.copy_from_host(run_.frame_dev(st), ef, kFrameBytes, run_.comm_stream());
     const std::size_t bytes = run_.plan.chunks[c].bytes;
     if (ws.slot_bytes >= bytes) return ws.slots[c % run_.slots()].data();

@@ -65,11 +65,20 @@ struct PipelineRun {
   std::byte* eager_dev(std::size_t r) {
     return ws.handshake.data() + r * handshake_block_bytes(world()) + kFrameBytes;
   }
-  //! This transfer's bytes travel inside the handshake (see kEagerBit); set by the handshake.
+  //! This transfer's bytes travel inside the handshake (see kFrameEager); set by the handshake.
   bool eager = false;
   stream_type comm_stream() { return ws.comm_stream->get(); }
   stream_type slot_stream(std::size_t k) { return ws.slot_streams[k].get(); }
   std::size_t slots() const { return static_cast<std::size_t>(opt.num_buffers); }
+
+  //! Producer: orders every read of the weights after the work already enqueued on the producing
+  //! stream (TransferOptions::source_stream).
+  void order_after_source() {
+    if (!opt.source_stream) return;
+    ws.policy.record(*ws.source_ready, ws.policy.external_stream(opt.source_stream));
+    ws.policy.wait(comm_stream(), *ws.source_ready);
+    for (std::size_t k = 0; k < slots(); ++k) ws.policy.wait(slot_stream(k), *ws.source_ready);
+  }
 
   //! Aborts the communicator (if it can) so that no peer waits on us; never throws.
   void abort_comm(const std::string& why) noexcept {

@@ -28,7 +28,6 @@
 #include "weightsync/detail/frame.hpp"
 #include "weightsync/detail/pipeline/handshake.hpp"
 #include "weightsync/detail/pipeline/run.hpp"
-#include "weightsync/detail/pipeline/sharded_handshake.hpp"
 #include "weightsync/detail/pipeline/sharded_plan.hpp"
 #include "weightsync/error.hpp"
 #include "weightsync/shard.hpp"
@@ -85,9 +84,9 @@ class ShardedRun {
     const std::size_t S = plan_.steps, K = run_.slots();
     bool reused = ws.ensure_frames(run_.status0() + K * m());
     reused = ws.ensure_slots(plan_.slot_bytes, K) && reused;
-    if (producer()) order_after_source();
+    if (producer()) run_.order_after_source();
     // A mismatch throws the same protocol_error on every rank; the communicator stays usable.
-    id_ = sharded_handshake(run_, plan_);
+    id_ = handshake(run_, Sharding{plan_.trainers, plan_.digest});
     std::vector<Frame> acks;
     try {
       run_.begin_data(false);
@@ -111,8 +110,9 @@ class ShardedRun {
     if (!remote_.empty())
       throw remote_error(remote_rank_, cat("trainer rank ", remote_rank_, " failed: ", remote_));
     for (const auto& a : acks)
-      if (!a.ok() && a.rank != me_ && (producer() || a.rank < m() || run_.opt.all_or_nothing))
-        throw remote_error(a.rank, cat("rank ", a.rank, " failed: ", a.text()));
+      if (!a.ok() && a.head.rank != me_ &&
+          (producer() || a.head.rank < m() || run_.opt.all_or_nothing))
+        throw remote_error(a.head.rank, cat("rank ", a.head.rank, " failed: ", a.text()));
     auto st = run_.stats(reused);
     st.chunks = plan_.total_chunks;
     return st;
@@ -135,20 +135,7 @@ class ShardedRun {
 
   void fail(std::exception_ptr p) {
     failure_ptr_ = p;
-    try {
-      std::rethrow_exception(p);
-    } catch (const std::exception& e) {
-      failure_ = e.what();
-    }
-  }
-
-  void order_after_source() {
-    auto& ws = run_.ws;
-    if (!run_.opt.source_stream) return;
-    ws.policy.record(*ws.source_ready, ws.policy.external_stream(run_.opt.source_stream));
-    ws.policy.wait(run_.comm_stream(), *ws.source_ready);
-    for (std::size_t k = 0; k < run_.slots(); ++k)
-      ws.policy.wait(run_.slot_stream(k), *ws.source_ready);
+    failure_ = what_of(p);
   }
 
   //! Consumer: every destination, and the workspace offsets of split tensors without one.
@@ -219,16 +206,9 @@ class ShardedRun {
   //! This rank's status frame of step s, copied to the device on the communication stream.
   void write_status(std::size_t s) {
     const std::size_t st = status_index(s % run_.slots(), me_);
-    Frame f;
-    f.kind = static_cast<std::uint16_t>(FrameKind::status);
-    f.rank = me_;
-    f.transfer_id = id_;
-    f.chunk = s;
-    if (!failure_.empty()) {
-      f.code = static_cast<std::uint16_t>(FrameCode::failed);
-      f.tensor = consumed_;
-      f.set_message(failure_);
-    }
+    Frame f(FrameKind::status, Role::producer, me_, id_);
+    f.status.chunk = s;
+    if (!failure_.empty()) f.fail(FrameCode::failed, failure_);
     *run_.frame_host(st) = f;
     run_.ws.policy.copy_from_host(run_.frame_dev(st), run_.frame_host(st), kFrameBytes,
                                   run_.comm_stream());
@@ -281,8 +261,8 @@ class ShardedRun {
     for (int r = 0; r < m(); ++r) {
       if (!plan_.chunk(r, s)) continue;
       const Frame f = *run_.frame_host(status_index(k, r));
-      if (f.magic != kFrameMagic || f.kind != static_cast<std::uint16_t>(FrameKind::status) ||
-          f.transfer_id != id_ || f.rank != r)
+      if (f.head.magic != kFrameMagic || f.kind() != FrameKind::status ||
+          f.head.transfer_id != id_ || f.head.rank != r)
         throw protocol_error(r, cat("step ", s, ": the status frame from rank ", r,
                                     " is not this transfer's (desynchronised peers)"));
       if (!f.ok()) {
@@ -290,8 +270,9 @@ class ShardedRun {
           remote_ = f.text();
           remote_rank_ = r;
         }
-      } else if (f.chunk != s) {
-        throw protocol_error(r, cat("expected chunk ", s, " from rank ", r, ", got chunk ", f.chunk,
+      } else if (f.status.chunk != s) {
+        throw protocol_error(r, cat("expected chunk ", s, " from rank ", r, ", got chunk ",
+                                    f.status.chunk,
                                     " (desynchronised peers)"));
       }
     }

@@ -1,42 +1,35 @@
 // SPDX-FileCopyrightText: 2026 weightsync contributors
 // SPDX-License-Identifier: Apache-2.0
 // Source of the PTX embedded in include/weightsync/cuda/detail/gather_ptx.hpp. Regenerate with
-// `bash scripts/kernels/embed_ptx.sh nvcc include/weightsync/cuda/detail/gather_ptx.hpp
-// scripts/kernels/gather.cu kGatherPtx` after any change to it or to
-// include/weightsync/detail/float_bits.hpp (a CTest checks that they agree).
+// `bash kernels/embed_ptx.sh nvcc include/weightsync/cuda/detail/gather_ptx.hpp
+// kernels/gather.cu kGatherPtx` after any change to it, to
+// include/weightsync/detail/float_bits.hpp or to include/weightsync/kernels/gather_abi.hpp (a
+// CTest checks that they agree). gather_abi.hpp is the ABI shared with the launcher
+// (<weightsync/cuda/gather.hpp>): the parameter block, its limits and the element codes.
 //
-// One launch runs up to WS_MAX_GATHERS load-planner gathers (weightsync::GatherOp): for each,
+// One launch runs up to kMaxGathers load-planner gathers (weightsync::GatherOp): for each,
 // out[d][c] = cast(src[perm(row0 + d)][col0 + c]) for d < rows, c < cols, where perm is the
 // rotary permutation of w.view(H, R/H/2, 2, C).transpose(1, 2) (identity when head_rows == 0).
-// Work is cut into tiles of WS_GATHER_TILE output elements numbered across all gathers; blocks
+// Work is cut into tiles of kGatherTile output elements numbered across all gathers; blocks
 // take tiles grid-stride and find their gather by binary search over the cumulative tile counts.
-// dtype codes: 0 float32, 1 float16, 2 bfloat16 (converted when the two sides differ), 3, 4, 5, 6
-// elements of 1, 2, 4, 8 bytes (the same code on both sides: a plain copy, for any dtype). The
-// conversions are the host path's own integer code (weightsync/detail/float_bits.hpp), so the
-// device writes exactly the host's bits, NaNs included. Packed chunks hold tensors back to back,
-// so a source need not be aligned to its element size: such a gather moves bytes one at a time.
-#include "../../include/weightsync/detail/float_bits.hpp"
+// Element codes: kGatherFloat32, kGatherFloat16, kGatherBfloat16 (converted when the two sides
+// differ), kGatherCopy1/2/4/8 (elements of 1, 2, 4, 8 bytes, the same code on both sides: a
+// plain copy, for any dtype). The conversions are the host path's own integer code
+// (weightsync/detail/float_bits.hpp), so the device writes exactly the host's bits, NaNs
+// included. Packed chunks hold tensors back to back, so a source need not be aligned to its
+// element size: such a gather moves bytes one at a time.
+#include "../include/weightsync/detail/float_bits.hpp"
+#include "../include/weightsync/kernels/gather_abi.hpp"
 
-#define WS_MAX_GATHERS 384
-#define WS_GATHER_TILE 8192ull
+namespace wk = weightsync::kernels;
+static_assert(wk::kGatherTile % 16 == 0, "tiles start at whole 16-byte vectors (the copy path)");
 
-struct WsGather {
-  const unsigned char* src;
-  unsigned char* dst;
-  long long src_cols, rows, cols, row0, col0, head_rows;
-  unsigned long long tile_end;  // cumulative tiles up to and including this gather
-  unsigned int src_type, dst_type;
-};
-
-struct WsGatherBatch {
-  unsigned long long total_tiles;
-  unsigned int count;
-  unsigned int pad;
-  WsGather g[WS_MAX_GATHERS];
-};
-
+// Element bytes of a code.
 __device__ __forceinline__ unsigned ws_size(unsigned t) {
-  return t == 3 ? 1u : t == 6 ? 8u : (t == 0 || t == 5) ? 4u : 2u;
+  return t == wk::kGatherCopy1                                ? 1u
+         : t == wk::kGatherCopy8                              ? 8u
+         : (t == wk::kGatherFloat32 || t == wk::kGatherCopy4) ? 4u
+                                                              : 2u;
 }
 
 __device__ __forceinline__ unsigned long long ws_load(const unsigned char* p, unsigned n,
@@ -72,14 +65,16 @@ __device__ __forceinline__ unsigned long long ws_convert(unsigned long long v, u
                                                          unsigned to) {
   using namespace weightsync::detail;
   const unsigned short h = static_cast<unsigned short>(v);
-  const unsigned u = from == 0   ? static_cast<unsigned>(v)
-                     : from == 1 ? fp16_bits_to_f32(h)
-                                 : bf16_bits_to_f32(h);
-  return to == 0 ? u : to == 1 ? f32_bits_to_fp16(u) : f32_bits_to_bf16(u);
+  const unsigned u = from == wk::kGatherFloat32   ? static_cast<unsigned>(v)
+                     : from == wk::kGatherFloat16 ? fp16_bits_to_f32(h)
+                                                  : bf16_bits_to_f32(h);
+  return to == wk::kGatherFloat32   ? u
+         : to == wk::kGatherFloat16 ? f32_bits_to_fp16(u)
+                                    : f32_bits_to_bf16(u);
 }
 
-extern "C" __global__ void __launch_bounds__(256)
-    ws_gather(const __grid_constant__ WsGatherBatch b) {
+extern "C" __global__ void __launch_bounds__(wk::kGatherThreads)
+    ws_gather(const __grid_constant__ wk::GatherBatchParams b) {
   for (unsigned long long t = blockIdx.x; t < b.total_tiles; t += gridDim.x) {
     unsigned lo = 0, hi = b.count - 1;
     while (lo < hi) {
@@ -89,11 +84,12 @@ extern "C" __global__ void __launch_bounds__(256)
       else
         lo = mid + 1;
     }
-    const WsGather& g = b.g[lo];
+    const wk::GatherDesc& g = b.g[lo];
     const unsigned long long first = lo ? b.g[lo - 1].tile_end : 0;
-    const unsigned long long begin = (t - first) * WS_GATHER_TILE;
+    const unsigned long long begin = (t - first) * wk::kGatherTile;
     const unsigned long long total = static_cast<unsigned long long>(g.rows) * g.cols;
-    const unsigned long long end = begin + WS_GATHER_TILE < total ? begin + WS_GATHER_TILE : total;
+    const unsigned long long end =
+        begin + wk::kGatherTile < total ? begin + wk::kGatherTile : total;
     const unsigned ss = ws_size(g.src_type), ds = ws_size(g.dst_type);
     // Element offsets are multiples of the element size: the base addresses decide alignment.
     const bool src_aligned = (reinterpret_cast<unsigned long long>(g.src) & (ss - 1)) == 0;
@@ -101,7 +97,7 @@ extern "C" __global__ void __launch_bounds__(256)
     const bool copy = g.src_type == g.dst_type;
     // A plain copy whose rows are whole 16-byte vectors on both sides (every slice of a bf16
     // weight with a multiple of 8 columns at a multiple of 8): 16 bytes per load and store, one
-    // division per vector instead of per element. Tiles start at multiples of WS_GATHER_TILE
+    // division per vector instead of per element. Tiles start at multiples of kGatherTile
     // elements, so at whole vectors; the permutation moves whole rows, so it applies unchanged.
     const unsigned long long row_bytes = static_cast<unsigned long long>(g.cols) * ss;
     if (copy && ((reinterpret_cast<unsigned long long>(g.src) | reinterpret_cast<unsigned long long>(g.dst) |

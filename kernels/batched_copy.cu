@@ -1,30 +1,19 @@
 // SPDX-FileCopyrightText: 2026 weightsync contributors
 // SPDX-License-Identifier: Apache-2.0
 // Source of the PTX embedded in include/weightsync/cuda/detail/batched_copy_ptx.hpp. Regenerate
-// with scripts/kernels/embed_ptx.sh after any change (a CTest checks that they agree).
+// with kernels/embed_ptx.sh after any change to it or to
+// include/weightsync/kernels/batched_copy_abi.hpp, the ABI shared with the launcher
+// (<weightsync/cuda/batched_copy.hpp>) (a CTest checks that they agree).
 //
-// One launch copies up to kMaxDescs (src, dst, bytes) pieces. Work is cut into 64 KiB tiles
+// One launch copies up to kMaxCopyDescs (src, dst, bytes) pieces. Work is cut into 64 KiB tiles
 // numbered across all pieces; blocks take tiles grid-stride and find their piece by binary search
 // over the cumulative tile counts. The descriptor table travels as a __grid_constant__ kernel
 // parameter (<= 32 KiB, CUDA >= 12.1), so no staging buffer or host sync is needed.
 #include <cstdint>
 
-#define WS_MAX_DESCS 960
-#define WS_TILE_BYTES 65536ull
+#include "../include/weightsync/kernels/batched_copy_abi.hpp"
 
-struct WsCopyDesc {
-  const unsigned char* src;
-  unsigned char* dst;
-  unsigned long long bytes;
-  unsigned long long tile_end;  // cumulative tiles up to and including this piece
-};
-
-struct WsCopyBatch {
-  unsigned long long total_tiles;
-  unsigned int count;
-  unsigned int pad;
-  WsCopyDesc d[WS_MAX_DESCS];
-};
+namespace wk = weightsync::kernels;
 
 template <class V>
 __device__ __forceinline__ void copy_vec(const unsigned char* s, unsigned char* q, unsigned long long n) {
@@ -43,7 +32,8 @@ __device__ __forceinline__ void copy_vec(const unsigned char* s, unsigned char* 
   for (; i < m; i += blockDim.x) qv[i] = sv[i];
 }
 
-extern "C" __global__ void __launch_bounds__(512) ws_batched_copy(const __grid_constant__ WsCopyBatch b) {
+extern "C" __global__ void __launch_bounds__(wk::kCopyThreads)
+    ws_batched_copy(const __grid_constant__ wk::CopyBatchParams b) {
   for (unsigned long long t = blockIdx.x; t < b.total_tiles; t += gridDim.x) {
     unsigned lo = 0, hi = b.count - 1;
     while (lo < hi) {
@@ -52,9 +42,9 @@ extern "C" __global__ void __launch_bounds__(512) ws_batched_copy(const __grid_c
       else lo = mid + 1;
     }
     const unsigned long long first = lo ? b.d[lo - 1].tile_end : 0;
-    const unsigned long long off = (t - first) * WS_TILE_BYTES;
+    const unsigned long long off = (t - first) * wk::kCopyTileBytes;
     const unsigned long long left = b.d[lo].bytes - off;
-    const unsigned long long n = left < WS_TILE_BYTES ? left : WS_TILE_BYTES;
+    const unsigned long long n = left < wk::kCopyTileBytes ? left : wk::kCopyTileBytes;
     const unsigned char* s = b.d[lo].src + off;
     unsigned char* q = b.d[lo].dst + off;
     const unsigned long long align = reinterpret_cast<unsigned long long>(s) |

@@ -1,8 +1,8 @@
 // SPDX-FileCopyrightText: 2026 weightsync contributors
 // SPDX-License-Identifier: Apache-2.0
 // Source of the PTX embedded in include/weightsync/cuda/detail/fp8_quantize_ptx.hpp. Regenerate
-// with `bash scripts/kernels/embed_ptx.sh nvcc include/weightsync/cuda/detail/fp8_quantize_ptx.hpp
-// scripts/kernels/fp8_quantize.cu kFp8QuantizePtx compute_89` after any change to it, to
+// with `bash kernels/embed_ptx.sh nvcc include/weightsync/cuda/detail/fp8_quantize_ptx.hpp
+// kernels/fp8_quantize.cu kFp8QuantizePtx compute_89` after any change to it, to
 // include/weightsync/detail/fp8_bits.hpp or to include/weightsync/kernels/fp8_abi.hpp (a CTest
 // checks that they agree). compute_89: cvt.rn.satfinite.e4m3x2.f32 needs sm_89 or later.
 //
@@ -22,8 +22,8 @@
 // - ws_fp8_tensor_amax, ws_fp8_tensor_finalize, ws_fp8_tensor_convert: per-tensor; the amax bits
 //   are reduced with atomicMax into scales[0] (zeroed by the launcher), turned into the scale in
 //   place, then every element is converted.
-#include "../../include/weightsync/detail/fp8_bits.hpp"
-#include "../../include/weightsync/kernels/fp8_abi.hpp"
+#include "../include/weightsync/detail/fp8_bits.hpp"
+#include "../include/weightsync/kernels/fp8_abi.hpp"
 
 using weightsync::kernels::Fp8Params;
 namespace wd = weightsync::detail;

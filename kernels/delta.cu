@@ -1,8 +1,8 @@
 // SPDX-FileCopyrightText: 2026 weightsync contributors
 // SPDX-License-Identifier: Apache-2.0
 // Source of the PTX embedded in include/weightsync/cuda/detail/delta_ptx.hpp. Regenerate with
-// `bash scripts/kernels/embed_ptx.sh nvcc include/weightsync/cuda/detail/delta_ptx.hpp
-// scripts/kernels/delta.cu kDeltaPtx` after any change to it, to
+// `bash kernels/embed_ptx.sh nvcc include/weightsync/cuda/detail/delta_ptx.hpp
+// kernels/delta.cu kDeltaPtx` after any change to it, to
 // include/weightsync/delta/format.hpp or to include/weightsync/kernels/delta_abi.hpp (a CTest
 // checks that they agree).
 //
@@ -39,8 +39,8 @@
 // - ws_delta_vdescribe (thread per bad blob): recomputes the details of that first error.
 // - ws_delta_apply (a warp per check-chunk slot): writes the good blobs' payloads into their
 //   tensors.
-#include "../../include/weightsync/delta/format.hpp"
-#include "../../include/weightsync/kernels/delta_abi.hpp"
+#include "../include/weightsync/delta/format.hpp"
+#include "../include/weightsync/kernels/delta_abi.hpp"
 
 namespace wk = weightsync::kernels;
 namespace wdl = weightsync::delta;
