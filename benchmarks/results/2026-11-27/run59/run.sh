@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Run 59 (one GPU, after run 58 on the same warm machine): before/after #26 part 1 in one run under
-# one MPS daemon. A: the tree of 98bf388 (protocol 3), unpacked into bench-old/ before the call;
+# Run 59 (2026-11-27, one GPU, after run 58 on the same warm machine): before/after #26 part 1 in one run under
+# one MPS daemon. A: the tree of 98bf388 (protocol 3), in bench-old/ (carried);
 # B: this tree (protocol 4; build/gpu of run 58). Alternated A B A B: ipc tiny and dense8b
 # zerocopy (20 iterations), nccl tiny and tiny504 zerocopy, 2 ranks sharing the GPU (30).
 set -u

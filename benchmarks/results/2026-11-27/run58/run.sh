@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run 58 (one GPU): #26 part 1 merged: protocol 4 (a frame header plus one body per kind, every
+# Run 58 (2026-11-27, one GPU; written 2026-11-25, first run now): #26 part 1 merged: protocol 4 (a frame header plus one body per kind, every
 # agreed setting compared at full width, one handshake for whole and sharded syncs), backends
 # taking a neutral GroupInfo and registering from their own headers, the gather kernel ABI.
 # Every GPU test (multi-rank ones share the GPU) and the CPU suite (Catch2 v3).
