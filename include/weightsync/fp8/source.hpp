@@ -14,7 +14,7 @@
 //! (fp8 + scales, 256-byte aligned), chunk c using arena c % (K + 1). Extra memory is therefore
 //! (K + 1) x (largest chunk's quantized bytes) <= (K + 1) x (B + the largest fp8 tensor and its
 //! scales), never a whole-model copy. That is safe because the producer takes chunk c's tensors
-//! only after chunk c - K has left (it runs at most K chunks ahead: detail/pipeline/producer.hpp),
+//! only after chunk c - K has left (it runs at most K chunks ahead: detail/pipeline/schedule.hpp),
 //! so the arena of chunk c - K - 1 is free. This holds for the comm backends ("host", "nccl");
 //! the options must carry the transfer's packed / buffer_size_bytes / num_buffers.
 //!
