@@ -12,7 +12,7 @@
 
 #include "weightsync/config.hpp"
 #if !WEIGHTSYNC_HAS_CUDA
-#error "<weightsync/cuda/ipc/transport.hpp> needs the CUDA runtime (WEIGHTSYNC_HAS_CUDA=0)"
+#error "<weightsync/ipc/transport.hpp> needs the CUDA runtime (WEIGHTSYNC_HAS_CUDA=0)"
 #endif
 
 #include <cuda_runtime.h>
@@ -32,16 +32,16 @@
 #include "weightsync/concepts.hpp"
 #include "weightsync/cuda/check.hpp"
 #include "weightsync/cuda/event.hpp"
-#include "weightsync/cuda/ipc/detail/sharded_sync.hpp"
-#include "weightsync/cuda/ipc/endpoint.hpp"
-#include "weightsync/cuda/ipc/plan_cache.hpp"
-#include "weightsync/cuda/ipc/staging.hpp"
-#include "weightsync/detail/control_messages.hpp"
 #include "weightsync/detail/format.hpp"
 #include "weightsync/detail/frame.hpp"
-#include "weightsync/detail/ipc_plan.hpp"
 #include "weightsync/error.hpp"
 #include "weightsync/host/communicator.hpp"
+#include "weightsync/ipc/detail/control_messages.hpp"
+#include "weightsync/ipc/detail/endpoint.hpp"
+#include "weightsync/ipc/detail/plan.hpp"
+#include "weightsync/ipc/detail/plan_cache.hpp"
+#include "weightsync/ipc/detail/sharded_sync.hpp"
+#include "weightsync/ipc/detail/staging.hpp"
 #include "weightsync/shard.hpp"
 #include "weightsync/tensor_meta.hpp"
 #include "weightsync/transfer_options.hpp"
@@ -51,7 +51,7 @@ namespace weightsync {
 //! One end of an IPC transfer group: rank 0 produces, ranks 1.. consume (or, sharded, trainer
 //! ranks 0..M-1 produce). Move-only; owns its control connections, streams, slots and mappings.
 //! Models ShardedTransport (engine/transport.hpp): the "ipc" and "p2p" backends are
-//! TransportBackend<IpcTransport> (cuda/ipc/backend.hpp).
+//! TransportBackend<IpcTransport> (ipc/backend.hpp).
 class IpcTransport {
  public:
   using stream_type = cudaStream_t;
@@ -86,7 +86,7 @@ class IpcTransport {
   //! The settings; may be changed between transfers (same_gpu only before the first).
   IpcOptions& options() noexcept { return ep_.opt; }
   HostCommunicator& control() noexcept { return ep_.ctrl; }
-  //! What this end holds, for the sharded syncs (cuda/ipc/sharded.hpp). Internal.
+  //! What this end holds, for the sharded syncs (ipc/sharded.hpp). Internal.
   detail::IpcEndpoint& endpoint() noexcept { return ep_; }
 
   //! Rank 0: offers `metas.size()` tensors from `items` (device memory of this process, in the
@@ -153,7 +153,7 @@ class IpcTransport {
   }
 
   //! Trainer rank (0..trainers-1) of a sharded sync: offers this rank's pieces (see
-  //! <weightsync/cuda/ipc/sharded.hpp> for what `items` yields) and returns once every consumer
+  //! <weightsync/ipc/sharded.hpp> for what `items` yields) and returns once every consumer
   //! has pulled everything. Same errors as send.
   template <TensorIterator R>
   TransferStats send_shards(std::span<const TensorMeta> metas, std::span<const ShardSpec> specs,
@@ -161,7 +161,7 @@ class IpcTransport {
     return detail::send_shards_on(ep_, metas, specs, trainers, std::forward<R>(items), opt);
   }
   //! Inference rank (trainers..) of a sharded sync: pulls every piece from the trainer rank
-  //! holding it (see <weightsync/cuda/ipc/sharded.hpp>). Same errors as receive.
+  //! holding it (see <weightsync/ipc/sharded.hpp>). Same errors as receive.
   TransferStats receive_shards(std::span<const TensorMeta> metas, std::span<const ShardSpec> specs,
                                int trainers, const TransferOptions& opt, const LoadFn& load) {
     return detail::receive_shards_on(ep_, metas, specs, trainers, opt, load);

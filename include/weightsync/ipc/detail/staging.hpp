@@ -11,7 +11,7 @@
 
 #include "weightsync/config.hpp"
 #if !WEIGHTSYNC_HAS_CUDA
-#error "<weightsync/cuda/ipc/staging.hpp> needs the CUDA runtime (WEIGHTSYNC_HAS_CUDA=0)"
+#error "<weightsync/ipc/detail/staging.hpp> needs the CUDA runtime (WEIGHTSYNC_HAS_CUDA=0)"
 #endif
 
 #include <cuda_runtime.h>
@@ -26,12 +26,12 @@
 #include "weightsync/cuda/check.hpp"
 #include "weightsync/cuda/device_buffer.hpp"
 #include "weightsync/cuda/event.hpp"
-#include "weightsync/cuda/ipc/endpoint.hpp"
-#include "weightsync/cuda/ipc/pull.hpp"
 #include "weightsync/detail/format.hpp"
-#include "weightsync/detail/ipc_plan.hpp"
 #include "weightsync/error.hpp"
 #include "weightsync/info.hpp"
+#include "weightsync/ipc/detail/endpoint.hpp"
+#include "weightsync/ipc/detail/plan.hpp"
+#include "weightsync/ipc/detail/pull.hpp"
 #include "weightsync/tensor_meta.hpp"
 #include "weightsync/transfer_options.hpp"
 

@@ -10,7 +10,7 @@
 
 #include "weightsync/config.hpp"
 #if !WEIGHTSYNC_HAS_CUDA
-#error "<weightsync/cuda/ipc/plan_cache.hpp> needs the CUDA runtime (WEIGHTSYNC_HAS_CUDA=0)"
+#error "<weightsync/ipc/detail/plan_cache.hpp> needs the CUDA runtime (WEIGHTSYNC_HAS_CUDA=0)"
 #endif
 
 #include <cstddef>
@@ -20,10 +20,10 @@
 #include <utility>
 #include <vector>
 
-#include "weightsync/cuda/ipc/endpoint.hpp"
 #include "weightsync/detail/format.hpp"
-#include "weightsync/detail/ipc_plan.hpp"
 #include "weightsync/error.hpp"
+#include "weightsync/ipc/detail/endpoint.hpp"
+#include "weightsync/ipc/detail/plan.hpp"
 
 namespace weightsync::detail {
 

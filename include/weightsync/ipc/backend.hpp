@@ -9,7 +9,7 @@
 
 #include "weightsync/config.hpp"
 #if !WEIGHTSYNC_HAS_CUDA
-#error "<weightsync/cuda/ipc/backend.hpp> needs the CUDA runtime (WEIGHTSYNC_HAS_CUDA=0)"
+#error "<weightsync/ipc/backend.hpp> needs the CUDA runtime (WEIGHTSYNC_HAS_CUDA=0)"
 #endif
 
 #include <cuda_runtime.h>
@@ -20,12 +20,12 @@
 #include <string>
 
 #include "weightsync/cuda/check.hpp"
-#include "weightsync/cuda/ipc.hpp"
 #include "weightsync/cuda/mps.hpp"
 #include "weightsync/engine/backend.hpp"
 #include "weightsync/engine/group_info.hpp"
 #include "weightsync/engine/registry.hpp"
 #include "weightsync/engine/transport.hpp"
+#include "weightsync/ipc.hpp"
 #include "weightsync/log.hpp"
 
 namespace weightsync {

@@ -9,7 +9,7 @@
 
 #include "weightsync/config.hpp"
 #if !WEIGHTSYNC_HAS_CUDA
-#error "<weightsync/cuda/ipc/exporter.hpp> needs the CUDA runtime (WEIGHTSYNC_HAS_CUDA=0)"
+#error "<weightsync/ipc/detail/exporter.hpp> needs the CUDA runtime (WEIGHTSYNC_HAS_CUDA=0)"
 #endif
 
 #include <cuda_runtime.h>
@@ -22,10 +22,10 @@
 #include <string>
 #include <vector>
 
-#include "weightsync/cuda/ipc/driver.hpp"
-#include "weightsync/cuda/ipc/options.hpp"
 #include "weightsync/detail/format.hpp"
-#include "weightsync/detail/ipc_plan.hpp"
+#include "weightsync/ipc/detail/driver.hpp"
+#include "weightsync/ipc/detail/plan.hpp"
+#include "weightsync/ipc/options.hpp"
 #include "weightsync/log.hpp"
 
 namespace weightsync::detail {

@@ -19,14 +19,14 @@
 
 #include "weightsync/config.hpp"
 #if !WEIGHTSYNC_HAS_CUDA
-#error "<weightsync/cuda/ipc/sharded.hpp> needs the CUDA runtime (WEIGHTSYNC_HAS_CUDA=0)"
+#error "<weightsync/ipc/sharded.hpp> needs the CUDA runtime (WEIGHTSYNC_HAS_CUDA=0)"
 #endif
 
 #include <span>
 #include <utility>
 
 #include "weightsync/concepts.hpp"
-#include "weightsync/cuda/ipc/transport.hpp"
+#include "weightsync/ipc/transport.hpp"
 #include "weightsync/shard.hpp"
 #include "weightsync/tensor_meta.hpp"
 #include "weightsync/transfer_options.hpp"

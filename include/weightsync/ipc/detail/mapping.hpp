@@ -10,7 +10,7 @@
 
 #include "weightsync/config.hpp"
 #if !WEIGHTSYNC_HAS_CUDA
-#error "<weightsync/cuda/ipc/mapping.hpp> needs the CUDA runtime (WEIGHTSYNC_HAS_CUDA=0)"
+#error "<weightsync/ipc/detail/mapping.hpp> needs the CUDA runtime (WEIGHTSYNC_HAS_CUDA=0)"
 #endif
 
 #include <cuda_runtime.h>
@@ -26,9 +26,9 @@
 #include <vector>
 
 #include "weightsync/cuda/check.hpp"
-#include "weightsync/cuda/ipc/driver.hpp"
-#include "weightsync/cuda/ipc/options.hpp"
-#include "weightsync/detail/ipc_plan.hpp"
+#include "weightsync/ipc/detail/driver.hpp"
+#include "weightsync/ipc/detail/plan.hpp"
+#include "weightsync/ipc/options.hpp"
 
 namespace weightsync::detail {
 

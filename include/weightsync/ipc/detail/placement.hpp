@@ -8,7 +8,7 @@
 
 #include "weightsync/config.hpp"
 #if !WEIGHTSYNC_HAS_CUDA
-#error "<weightsync/cuda/ipc/placement.hpp> needs the CUDA runtime (WEIGHTSYNC_HAS_CUDA=0)"
+#error "<weightsync/ipc/detail/placement.hpp> needs the CUDA runtime (WEIGHTSYNC_HAS_CUDA=0)"
 #endif
 
 #include <cuda_runtime.h>
@@ -22,8 +22,8 @@
 
 #include "weightsync/cuda/check.hpp"
 #include "weightsync/detail/format.hpp"
-#include "weightsync/detail/ipc_plan.hpp"
 #include "weightsync/error.hpp"
+#include "weightsync/ipc/detail/plan.hpp"
 
 namespace weightsync::detail {
 

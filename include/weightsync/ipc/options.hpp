@@ -7,7 +7,7 @@
 
 #include "weightsync/config.hpp"
 #if !WEIGHTSYNC_HAS_CUDA
-#error "<weightsync/cuda/ipc/options.hpp> needs the CUDA runtime (WEIGHTSYNC_HAS_CUDA=0)"
+#error "<weightsync/ipc/options.hpp> needs the CUDA runtime (WEIGHTSYNC_HAS_CUDA=0)"
 #endif
 
 #include <cstddef>
@@ -42,7 +42,7 @@ struct IpcOptions {
   //! it) instead of polling an event; no CPU is spent waiting, at the cost of the wake-up.
   bool blocking_waits = false;
   //! true: the per-sync messages of whole-tensor syncs (the plan, or "same plan as round N", and
-  //! every consumer's outcome) go through a shared-memory mailbox (host/shm_mailbox.hpp): about a
+  //! every consumer's outcome) go through a shared-memory mailbox (ipc/detail/shm_mailbox.hpp): about a
   //! microsecond each instead of a TCP round trip on loopback. Used only when every member of the
   //! group wants it and could open the segment; otherwise TCP, as with false.
   bool shared_memory_control = true;

@@ -9,7 +9,7 @@
 
 #include "weightsync/config.hpp"
 #if !WEIGHTSYNC_HAS_CUDA
-#error "<weightsync/cuda/ipc/pull.hpp> needs the CUDA runtime (WEIGHTSYNC_HAS_CUDA=0)"
+#error "<weightsync/ipc/detail/pull.hpp> needs the CUDA runtime (WEIGHTSYNC_HAS_CUDA=0)"
 #endif
 
 #include <cuda_runtime.h>
@@ -22,8 +22,8 @@
 #include "weightsync/cuda/check.hpp"
 #include "weightsync/cuda/device_policy.hpp"
 #include "weightsync/cuda/event.hpp"
-#include "weightsync/cuda/ipc/options.hpp"
 #include "weightsync/cuda/stream.hpp"
+#include "weightsync/ipc/options.hpp"
 
 namespace weightsync::detail {
 
