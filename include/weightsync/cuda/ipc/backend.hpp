@@ -1,0 +1,14 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+//! @file
+//! @deprecated Moved to <weightsync/ipc/backend.hpp>; this forwarding header goes in the next
+//! release.
+
+#include "weightsync/config.hpp"
+#if !WEIGHTSYNC_HAS_CUDA
+#error "<weightsync/cuda/ipc/backend.hpp> needs the CUDA runtime (WEIGHTSYNC_HAS_CUDA=0)"
+#endif
+
+#include "weightsync/ipc/backend.hpp"  // IWYU pragma: export
