@@ -4,8 +4,8 @@
 
 //! @file
 //! The CUDA IPC backends "ipc" (one GPU) and "p2p" (one node): TransportBackend<IpcTransport>,
-//! IpcTransport being the Transport itself (no adapter). Including this header registers both with BackendRegistry::global()
-//! (<weightsync/backends.hpp> includes it).
+//! IpcTransport being the Transport itself (no adapter). Including this header registers both
+//! with BackendRegistry::global() (<weightsync/backends.hpp> includes it).
 
 #include "weightsync/config.hpp"
 #if !WEIGHTSYNC_HAS_CUDA

@@ -42,8 +42,8 @@ struct IpcOptions {
   //! it) instead of polling an event; no CPU is spent waiting, at the cost of the wake-up.
   bool blocking_waits = false;
   //! true: the per-sync messages of whole-tensor syncs (the plan, or "same plan as round N", and
-  //! every consumer's outcome) go through a shared-memory mailbox (ipc/detail/shm_mailbox.hpp): about a
-  //! microsecond each instead of a TCP round trip on loopback. Used only when every member of the
+  //! every consumer's outcome) go through a shared-memory mailbox (ipc/detail/shm_mailbox.hpp):
+  //! about a microsecond each instead of a TCP round trip on loopback. Used only when every member of the
   //! group wants it and could open the segment; otherwise TCP, as with false.
   bool shared_memory_control = true;
 };

@@ -33,11 +33,11 @@
 #include <thread>
 #include <utility>
 
+#include "weightsync/c10d/client.hpp"
+#include "weightsync/c10d/server.hpp"
+#include "weightsync/c10d/vllm_pickle.hpp"
 #include "weightsync/detail/format.hpp"
 #include "weightsync/error.hpp"
-#include "weightsync/host/tcp_store_client.hpp"
-#include "weightsync/host/tcp_store_server.hpp"
-#include "weightsync/host/vllm_pickle.hpp"
 
 namespace weightsync {
 

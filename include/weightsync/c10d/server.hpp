@@ -35,10 +35,10 @@
 #include <utility>
 #include <vector>
 
+#include "weightsync/c10d/detail/store_engine.hpp"
 #include "weightsync/detail/format.hpp"
 #include "weightsync/detail/socket.hpp"
 #include "weightsync/error.hpp"
-#include "weightsync/host/tcp_store_engine.hpp"
 #include "weightsync/log.hpp"
 
 namespace weightsync {

@@ -14,7 +14,7 @@
 //! waiter keeps waiting. QUEUE_PUSH wakes one waiter whose keys all exist (libuv's
 //! wakeupOneWaitingClient), so that one pushed item is popped by one client.
 //!
-//! The parts: the keys and queues and their bounds (detail/c10d/store_data.hpp), the pending
+//! The parts: the keys and queues and their bounds (c10d/detail/store_data.hpp), the pending
 //! WAITs (store_waiters.hpp), what each command does (store_commands.hpp), and reading requests
 //! (request_scan.hpp). This header holds the connections: the handshake, the dialect, the bytes
 //! not yet read, the reply budget.
@@ -30,10 +30,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "weightsync/detail/c10d/request_scan.hpp"
-#include "weightsync/detail/c10d/store_commands.hpp"
+#include "weightsync/c10d/detail/request_scan.hpp"
+#include "weightsync/c10d/detail/store_commands.hpp"
+#include "weightsync/c10d/wire.hpp"
 #include "weightsync/detail/format.hpp"
-#include "weightsync/host/tcp_store_wire.hpp"
 
 namespace weightsync::detail::c10d {
 

@@ -20,11 +20,11 @@
 #include <utility>
 #include <vector>
 
-#include "weightsync/detail/c10d/store_connect.hpp"
+#include "weightsync/c10d/detail/store_connect.hpp"
+#include "weightsync/c10d/wire.hpp"
 #include "weightsync/detail/format.hpp"
 #include "weightsync/detail/socket.hpp"
 #include "weightsync/error.hpp"
-#include "weightsync/host/tcp_store_wire.hpp"
 
 namespace weightsync {
 

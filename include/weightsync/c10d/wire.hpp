@@ -48,7 +48,7 @@
 //!
 //! This header holds the dialects, the bounds and the command table, and writes requests and
 //! replies (Out). Reading them, incrementally and within the bounds, is
-//! weightsync/detail/c10d/request_scan.hpp.
+//! weightsync/c10d/detail/request_scan.hpp.
 
 #include <cstddef>
 #include <cstdint>
