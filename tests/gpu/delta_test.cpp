@@ -114,11 +114,27 @@ Pair make_pair(std::uint64_t numel, unsigned eb, double density, std::uint64_t s
   return p;
 }
 
-// Encodes on the GPU (one job) and returns the blob.
+// Encodes on the GPU (one job) and returns the blob; `update`: measure also writes the source
+// into the reference (checked here: the reference equals the source after it, and nothing around
+// it was written).
 Bytes gpu_encode(CudaDeltaEncoder& enc, const Dev& src, const Dev& ref, std::uint64_t numel,
-                 unsigned eb, cudaStream_t s, std::uint64_t* changed = nullptr) {
+                 unsigned eb, cudaStream_t s, std::uint64_t* changed = nullptr,
+                 bool update = false) {
   const DeltaJob job{src.data(), ref.data(), numel, eb};
-  const auto sizes = enc.measure(std::span<const DeltaJob>(&job, 1), s);
+  const auto sizes = enc.measure(std::span<const DeltaJob>(&job, 1), s, update);
+  if (update) {
+    CHECK(ref.get() == src.get());
+    Bytes around(ref.offset + 16);
+    weightsync::detail::check(
+        cudaMemcpy(around.data(), ref.buf.data() + ref.offset + ref.size, 16,
+                   cudaMemcpyDeviceToHost),
+        "cudaMemcpy");
+    if (ref.offset > 0)
+      weightsync::detail::check(
+          cudaMemcpy(around.data() + 16, ref.buf.data(), ref.offset, cudaMemcpyDeviceToHost),
+          "cudaMemcpy");
+    for (auto b : around) CHECK(b == std::byte{0x5a});
+  }
   REQUIRE(sizes.size() == 1);
   if (changed) *changed = enc.changed_elements();
   Bytes poison(sizes[0], std::byte{0xee});
@@ -158,9 +174,9 @@ TEST_CASE("delta kernels: blobs byte-identical to the host codec, applied bit-ex
   std::uint64_t seed = 1;
   for (std::uint32_t be : {kDefaultBucketElems, 1024u}) {
     CudaDeltaEncoder enc(be);
-    CudaDeltaApplier app(be);
+    CudaDeltaApplier app(be), app_sectors(be, SparseWrites::sectors);
     for (unsigned eb : {1u, 2u, 4u, 8u})
-      for (double density : {0.0, 0.001, 0.01, 0.1, 0.5, 1.0})
+      for (double density : {0.0, 0.001, 0.01, 0.03, 0.1, 0.5, 1.0})
         for (std::uint64_t numel : {std::uint64_t{3} * be + 777, std::uint64_t{2} * be}) {
           const bool special = density == 0.01;
           for (std::size_t offset : {std::size_t{0}, std::size_t{eb}}) {  // eb: misaligned
@@ -171,13 +187,16 @@ TEST_CASE("delta kernels: blobs byte-identical to the host codec, applied bit-ex
             Bytes want(blob_bytes_for(counts, numel, eb, be));
             encode_delta_host(p.src.data(), p.ref.data(), numel, eb, be, counts, want.data(),
                               want.size());
-            const Dev src(p.src, offset), ref(p.ref, offset);
+            const Dev src(p.src, offset), ref(p.ref, offset), ref2(p.ref, offset);
             std::uint64_t changed = 0;
             const Bytes got = gpu_encode(enc, src, ref, numel, eb, st.s, &changed);
             CHECK(changed == popcount_total(counts));
             REQUIRE(got.size() == want.size());
             CHECK(got == want);
             CHECK(gpu_apply(app, got, p.ref, numel, eb, st.s, offset) == p.src);
+            CHECK(gpu_apply(app_sectors, got, p.ref, numel, eb, st.s, offset) == p.src);
+            // the reference update inside measure: the same blob, and ref becomes src
+            CHECK(gpu_encode(enc, src, ref2, numel, eb, st.s, nullptr, true) == want);
           }
         }
   }

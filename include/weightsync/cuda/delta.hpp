@@ -17,8 +17,10 @@
 //!   ... allocate / announce sizes[i] bytes for each blob ...
 //!   enc.encode(outs, stream);                          // stream-ordered, no synchronization
 //! @endcode
-//! measure() keeps a bit per element in device scratch (1/8 byte per element: 1/16 of a bf16
-//! tensor's size), so encode() reads the source only where it changed and the reference never.
+//! measure() keeps, per bucket, either the bucket's sparse payload (a sparse bucket whose list
+//! fits: encode() then copies it) or a bit per element, in device scratch of 1/8 byte per element
+//! (1/16 of a bf16 tensor's size), so encode() reads the source only where it changed and the
+//! reference never. measure(jobs, s, true) also updates the references (see measure()).
 
 #include "weightsync/config.hpp"
 #if !WEIGHTSYNC_HAS_CUDA
@@ -56,6 +58,15 @@ struct DeltaApplyBlob {
   std::uint64_t numel = 0;
   unsigned elem_bytes = 0;
   std::string name;
+};
+
+//! How CudaDeltaApplier writes a sparse bucket's values into the destination.
+enum class SparseWrites {
+  //! each value where it goes, 2 bytes for bf16 (the memory system merges partial sectors)
+  scattered,
+  //! each touched 32-byte sector read, merged and written whole (no partial-sector writes; the
+  //! destination 32-byte aligned, else element by element)
+  sectors,
 };
 
 namespace detail {
@@ -145,11 +156,21 @@ class CudaDeltaEncoder {
   CudaDeltaEncoder& operator=(CudaDeltaEncoder&&) noexcept = default;
 
   //! Compares every job's src with its ref (stream order on `s`) and returns each job's blob
-  //! size in bytes; synchronizes `s` once for the whole batch. The sources and references must
-  //! stay unchanged until the encode() that follows has run.
+  //! size in bytes; synchronizes `s` once for the whole batch. The sources must stay unchanged
+  //! until the encode() that follows has run (encode() reads the sources, never the references).
+  //!
+  //! With `update_reference`, the same pass also writes each source into its reference (the
+  //! 16-byte vectors whose 32-byte sector changed: whole-sector writes), so that afterwards every
+  //! ref equals its src: the trainer's reference update costs about the changed sectors' bytes
+  //! of writes inside a pass that reads everything anyway, instead of a separate apply of the
+  //! blobs (scattered partial-sector writes, about 3.4 ms for dense8b at 1 % on an H200, run 40).
+  //! The references must then be writable device memory, and the caller must treat them as the
+  //! new version from here on (DeltaSource does: a round that is not committed is followed by a
+  //! whole one).
   //! @throws config_error naming the job's field (elem_bytes, a null pointer, too many buckets);
   //! cuda_error.
-  std::vector<std::uint64_t> measure(std::span<const DeltaJob> jobs, cudaStream_t s) {
+  std::vector<std::uint64_t> measure(std::span<const DeltaJob> jobs, cudaStream_t s,
+                                     bool update_reference = false) {
     using weightsync::detail::cat;
     using weightsync::detail::check;
     namespace wk = weightsync::kernels;
@@ -220,6 +241,7 @@ class CudaDeltaEncoder {
     p_.n_buckets = n;
     p_.n_jobs = static_cast<std::uint32_t>(m);
     p_.bucket_elems = bucket_elems_;
+    p_.flags = update_reference ? wk::kDeltaUpdateRef : 0u;
     // (pageable source: staged before cudaMemcpyAsync returns, so jobs_ may change after)
     check(cudaMemcpyAsync(a + o_jobs, jobs_.data(), m * sizeof(wk::DeltaEncodeJob),
                           cudaMemcpyHostToDevice, s),
@@ -310,10 +332,13 @@ class CudaDeltaEncoder {
 class CudaDeltaApplier {
  public:
   //! `bucket_elems_hint`: the bucket size blobs are expected to have (it sizes the grids; any
-  //! valid bucket size is applied correctly).
-  explicit CudaDeltaApplier(std::uint32_t bucket_elems_hint = kDefaultBucketElems)
+  //! valid bucket size is applied correctly). `writes`: how sparse buckets are written (the
+  //! result is the same bytes either way).
+  explicit CudaDeltaApplier(std::uint32_t bucket_elems_hint = kDefaultBucketElems,
+                            SparseWrites writes = SparseWrites::scattered)
       : hint_(std::clamp<std::uint32_t>(bucket_elems_hint, 32, kMaxBucketElems)),
-        device_(weightsync::detail::current_device()) {}
+        device_(weightsync::detail::current_device()),
+        writes_(writes) {}
   CudaDeltaApplier(const CudaDeltaApplier&) = delete;
   CudaDeltaApplier& operator=(const CudaDeltaApplier&) = delete;
   CudaDeltaApplier(CudaDeltaApplier&&) noexcept = default;
@@ -392,6 +417,7 @@ class CudaDeltaApplier {
     p.chunk_blob = reinterpret_cast<std::uint32_t*>(a + o_chunk_blob);
     p.totals = reinterpret_cast<std::uint64_t*>(a + o_totals);
     p.n_jobs = static_cast<std::uint32_t>(m);
+    p.flags = writes_ == SparseWrites::sectors ? wk::kDeltaApplySectors : 0u;
     check(cudaMemcpyAsync(a + o_jobs, jobs_.data(), m * sizeof(wk::DeltaApplyJob),
                           cudaMemcpyHostToDevice, s),
           "cudaMemcpyAsync(delta apply jobs)");
@@ -527,6 +553,7 @@ class CudaDeltaApplier {
 
   std::uint32_t hint_;
   int device_;
+  SparseWrites writes_;
   DeviceBuffer scratch_;
   std::vector<DeviceBuffer> state_blocks_;
   std::size_t block_ = 0, used_ = 0;
