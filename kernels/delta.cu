@@ -1184,6 +1184,8 @@ struct WsSlot {
   wdl::BucketEntry e;
   const unsigned char* pl;
   unsigned char* d;
+  const wk::DeltaGather* g;  // through a load plan's gather (d unused), or null
+  u64 begin;                 // the bucket's first element in its tensor
   u64 len;
   unsigned eb;
 };
@@ -1199,8 +1201,39 @@ __device__ __forceinline__ bool ws_slot(const wk::DeltaApplyParams& p, u64 v, Ws
   x.eb = J.elem_bytes;
   x.len = wdl::bucket_len(J.numel, st.bucket_elems, b);
   x.pl = static_cast<const unsigned char*>(J.blob) + x.e.offset;
-  x.d = static_cast<unsigned char*>(J.dst) + b * st.bucket_elems * x.eb;
+  x.begin = b * st.bucket_elems;
+  x.g = J.gather != 0 ? p.gathers + (J.gather - 1) : nullptr;
+  x.d = x.g != nullptr ? nullptr : static_cast<unsigned char*>(J.dst) + x.begin * x.eb;
   return true;
+}
+
+// Element e of a gathered tensor (value v, eb bytes) into its place, cast (see DeltaGather).
+__device__ __forceinline__ void ws_store_gather(const wk::DeltaGather& G, unsigned eb, u64 e,
+                                                u64 v) {
+  namespace wd = weightsync::detail;
+  const u64 cols = static_cast<u64>(G.src_cols);
+  const long long r = static_cast<long long>(e / cols), c = static_cast<long long>(e % cols);
+  if (c < G.col0 || c >= G.col0 + G.cols) return;
+  long long s = r;
+  if (G.head_rows != 0) {
+    const long long H = G.head_rows, q = r % H;
+    s = r / H * H + q % 2 * (H / 2) + q / 2;
+  }
+  const long long d = s - G.row0;
+  if (d < 0 || d >= G.rows) return;
+  unsigned db = eb;
+  if (G.src_kind != G.dst_kind) {
+    const auto h = static_cast<std::uint16_t>(v);
+    const std::uint32_t f = G.src_kind == wk::kDeltaCastF32   ? static_cast<std::uint32_t>(v)
+                            : G.src_kind == wk::kDeltaCastF16 ? wd::fp16_bits_to_f32(h)
+                                                              : wd::bf16_bits_to_f32(h);
+    v = G.dst_kind == wk::kDeltaCastF32   ? f
+        : G.dst_kind == wk::kDeltaCastF16 ? wd::f32_bits_to_fp16(f)
+                                          : wd::f32_bits_to_bf16(f);
+    db = G.dst_kind == wk::kDeltaCastF32 ? 4u : 2u;
+  }
+  ws_store(static_cast<unsigned char*>(G.dst) + static_cast<u64>(d * G.cols + c - G.col0) * db, db,
+           v);
 }
 
 // Sparse, kDeltaApplySectors: the warp takes 32 changes at a time (ascending offsets); the first
@@ -1305,6 +1338,19 @@ __device__ __forceinline__ void ws_sparse_scatter_warp(const unsigned short* off
 // A raw or bitmask bucket, by the whole CTA.
 __device__ __forceinline__ void ws_apply_cta(const WsSlot& x, u64* red, unsigned* wred) {
   const unsigned eb = x.eb;
+  if (x.g != nullptr) {  // through a gather: element by element
+    if (x.e.kind == static_cast<unsigned char>(wdl::BucketKind::raw)) {
+      for (u64 i = threadIdx.x; i < x.len; i += WS_THREADS)
+        ws_store_gather(*x.g, eb, x.begin + i, ws_load(x.pl + i * eb, eb));
+    } else {
+      const u64 W = (x.len + 31) / 32;
+      const unsigned char* values = x.pl + wdl::align8(W * 4);
+      ws_bits_cta(reinterpret_cast<const unsigned*>(x.pl), W, x.len, wred, [&](u64 i, unsigned r) {
+        ws_store_gather(*x.g, eb, x.begin + i, ws_load(values + u64{r} * eb, eb));
+      });
+    }
+    return;
+  }
   if (x.e.kind == static_cast<unsigned char>(wdl::BucketKind::raw)) {
     ws_copy<WS_THREADS>(x.d, x.pl, x.len * eb, false, threadIdx.x);
     return;
@@ -1355,7 +1401,10 @@ extern "C" __global__ void __launch_bounds__(WS_THREADS)
       if (x.e.kind == static_cast<unsigned char>(wdl::BucketKind::sparse)) {
         const auto* offs = reinterpret_cast<const unsigned short*>(x.pl);
         const unsigned char* values = x.pl + wdl::align8(u64{x.e.count} * 2);
-        if (sectors)
+        if (x.g != nullptr) {
+          for (u64 k = ws_lane(); k < x.e.count; k += 32)
+            ws_store_gather(*x.g, x.eb, x.begin + offs[k], ws_load(values + k * x.eb, x.eb));
+        } else if (sectors)
           ws_sparse_sectors_warp(offs, values, x.e.count, x.d, x.len, x.eb);
         else
           ws_sparse_scatter_warp(offs, values, x.e.count, x.d, x.eb);
@@ -1369,4 +1418,32 @@ extern "C" __global__ void __launch_bounds__(WS_THREADS)
       if (coop[k] != 0 && ws_slot(p, v0 + k, x)) ws_apply_cta(x, red, wred);
     __syncthreads();  // (coop is written again)
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// vLLM's sparse pairs (SparsePairsParams)
+
+extern "C" __global__ void __launch_bounds__(WS_THREADS)
+    ws_sparse_check(const __grid_constant__ wk::SparsePairsParams p) {
+  for (u64 k = u64{blockIdx.x} * WS_THREADS + threadIdx.x; k < p.n; k += u64{gridDim.x} * WS_THREADS) {
+    const long long i = p.idx[k];
+    if (i < 0 || static_cast<u64>(i) >= p.numel) atomicMin(reinterpret_cast<u64*>(p.state), k);
+    if (k > 0 && i <= p.idx[k - 1]) atomicMin(reinterpret_cast<u64*>(p.state + 1), k);
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(WS_THREADS)
+    ws_sparse_scatter(const __grid_constant__ wk::SparsePairsParams p) {
+  if (p.state[0] != wk::kDeltaNoError) return;  // a bad index: nothing is written
+  const unsigned eb = p.elem_bytes;
+  const auto* v = static_cast<const unsigned char*>(p.values);
+  auto* d = static_cast<unsigned char*>(p.dst);
+  if (p.state[1] != wk::kDeltaNoError) {  // not strictly ascending: in order, on one thread
+    if (blockIdx.x == 0 && threadIdx.x == 0)
+      for (u64 k = 0; k < p.n; ++k)
+        ws_store(d + static_cast<u64>(p.idx[k]) * eb, eb, ws_load(v + k * eb, eb));
+    return;
+  }
+  for (u64 k = u64{blockIdx.x} * WS_THREADS + threadIdx.x; k < p.n; k += u64{gridDim.x} * WS_THREADS)
+    ws_store(d + static_cast<u64>(p.idx[k]) * eb, eb, ws_load(v + k * eb, eb));
 }

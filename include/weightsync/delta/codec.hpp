@@ -263,6 +263,45 @@ inline void check_delta_blob(const std::byte* blob, std::uint64_t blob_bytes, st
   if (at != blob_bytes) throw bad(cat(blob_bytes - at, " bytes after the last payload"));
 }
 
+//! Calls fn(i, value) for every element a checked blob carries (i: its index in the tensor;
+//! value: its eb bytes in the blob), in ascending i. The blob must have passed check_delta_blob.
+template <class F>
+void for_each_delta_element(const std::byte* blob, std::uint64_t numel, unsigned eb, F&& fn) {
+  BlobHeader h;
+  std::memcpy(&h, blob, sizeof h);
+  for (std::uint64_t b = 0; b < h.n_buckets; ++b) {
+    BucketEntry e;
+    std::memcpy(&e, blob + sizeof(BlobHeader) + b * sizeof(BucketEntry), sizeof e);
+    const auto k = static_cast<BucketKind>(e.kind);
+    if (k == BucketKind::unchanged) continue;
+    const std::uint64_t begin = b * h.bucket_elems, len = bucket_len(numel, h.bucket_elems, b);
+    const std::byte* p = blob + e.offset;
+    if (k == BucketKind::raw) {
+      for (std::uint64_t i = 0; i < len; ++i) fn(begin + i, p + i * eb);
+    } else if (k == BucketKind::bitmask) {
+      const std::byte* values = p + align8((len + 31) / 32 * 4);
+      std::uint64_t v = 0;
+      for (std::uint64_t w = 0; w < (len + 31) / 32; ++w) {
+        std::uint32_t word;
+        std::memcpy(&word, p + w * 4, 4);
+        while (word != 0) {
+          const std::uint64_t i = w * 32 + static_cast<std::uint64_t>(__builtin_ctz(word));
+          word &= word - 1;
+          if (i >= len) break;
+          fn(begin + i, values + v++ * eb);
+        }
+      }
+    } else {
+      const std::byte* values = p + align8(std::uint64_t{e.count} * 2);
+      for (std::uint64_t v = 0; v < e.count; ++v) {
+        std::uint16_t off;
+        std::memcpy(&off, p + v * 2, 2);
+        fn(begin + off, values + v * eb);
+      }
+    }
+  }
+}
+
 //! Applies a blob to `dst` (numel elements of eb bytes) in place, after check_delta_blob.
 inline void apply_delta_host(const std::byte* blob, std::uint64_t blob_bytes, void* dst,
                              std::uint64_t numel, unsigned eb, const std::string& what) {

@@ -127,14 +127,31 @@ static_assert(offsetof(DeltaEncodeParams, n_buckets) == 80 &&
               offsetof(DeltaEncodeParams, bucket_elems) == 92 &&
               offsetof(DeltaEncodeParams, flags) == 96);
 
+//! Float kinds of DeltaGather's casts (0: the same dtype on both sides, bytes copied).
+inline constexpr std::uint32_t kDeltaCastF32 = 1;
+inline constexpr std::uint32_t kDeltaCastF16 = 2;
+inline constexpr std::uint32_t kDeltaCastBF16 = 3;
+
+//! A blob applied through a load plan's gather (GatherOp of <weightsync/loading/planner.hpp>):
+//! element e of the tensor, at source row r = e / src_cols and column c = e % src_cols, lands at
+//! dst[d * cols + c - col0] for d = unpermuted(r) - row0 in [0, rows) and c in [col0, col0 + cols)
+//! (unpermuted: the inverse rotary permutation of head_rows rows, none when 0), cast from
+//! src_kind to dst_kind; other elements are not this rank's.
+struct DeltaGather {
+  void* dst;
+  std::int64_t src_cols, rows, cols, row0, col0, head_rows;
+  std::uint32_t src_kind, dst_kind;
+};
+static_assert(sizeof(DeltaGather) == 64, "DeltaGather is an ABI: a pointer, 6 i64, 2 u32");
+
 //! One blob of an apply batch (blob 8-byte aligned).
 struct DeltaApplyJob {
   const void* blob;
-  void* dst;
+  void* dst;  //!< (unused when gather != 0)
   std::uint64_t blob_bytes;
   std::uint64_t numel;
   std::uint32_t elem_bytes;
-  std::uint32_t reserved;
+  std::uint32_t gather;  //!< 0, or 1 + its index in DeltaApplyParams::gathers
 };
 static_assert(sizeof(DeltaApplyJob) == 40, "DeltaApplyJob is an ABI: 2 pointers, 2 u64, 2 u32");
 static_assert(offsetof(DeltaApplyJob, numel) == 24 && offsetof(DeltaApplyJob, elem_bytes) == 32);
@@ -162,10 +179,29 @@ struct DeltaApplyParams {
   std::uint64_t* chunk_sums;  //!< [n_chunks] payload bytes per check chunk, then their scan
   std::uint32_t* chunk_blob;  //!< [n_chunks] the blob of each check chunk
   std::uint64_t* totals;      //!< [2] global buckets, check chunks
+  const DeltaGather* gathers;  //!< the jobs' gathers (DeltaApplyJob::gather)
   std::uint32_t n_jobs;
   std::uint32_t flags;  //!< kDeltaApplySectors or 0
 };
-static_assert(sizeof(DeltaApplyParams) == 48, "DeltaApplyParams is an ABI: 5 pointers, 2 u32");
-static_assert(offsetof(DeltaApplyParams, totals) == 32 && offsetof(DeltaApplyParams, n_jobs) == 40);
+static_assert(sizeof(DeltaApplyParams) == 56, "DeltaApplyParams is an ABI: 6 pointers, 2 u32");
+static_assert(offsetof(DeltaApplyParams, totals) == 32 && offsetof(DeltaApplyParams, n_jobs) == 48);
+
+//! vLLM's sparse_nccl pairs applied on the GPU (ws_sparse_check, then ws_sparse_scatter):
+//! values[k] (elem_bytes each) to dst[idx[k]] for k < n. state[0]: the first entry whose index is
+//! outside [0, numel) (kDeltaNoError: none; then nothing is written); state[1]: the first entry
+//! whose index is not above the one before it (kDeltaNoError: strictly ascending, so the pairs are
+//! written in parallel; otherwise one thread writes them in order, the last of a repeated index
+//! winning, as the host does).
+struct SparsePairsParams {
+  const std::int32_t* idx;
+  const void* values;
+  void* dst;
+  std::uint64_t* state;
+  std::uint64_t n;
+  std::uint64_t numel;
+  std::uint32_t elem_bytes;
+  std::uint32_t reserved;
+};
+static_assert(sizeof(SparsePairsParams) == 56, "SparsePairsParams is an ABI: 4 pointers, 2 u64, 2 u32");
 
 }  // namespace weightsync::kernels

@@ -13557,7 +13557,7 @@ $L__BB4_922:
 }
 	// .globl	ws_delta_vhead
 .visible .entry ws_delta_vhead(
-	.param .align 8 .b8 ws_delta_vhead_param_0[48]
+	.param .align 8 .b8 ws_delta_vhead_param_0[56]
 )
 .maxntid 256, 1, 1
 {
@@ -13571,13 +13571,13 @@ $L__BB4_922:
 	mov.u32 	%r10, %tid.x;
 	cvt.u64.u32 	%rd30, %r10;
 	add.s64 	%rd76, %rd29, %rd30;
-	add.s64 	%rd2, %rd27, 40;
-	ld.param.u32 	%r1, [ws_delta_vhead_param_0+40];
+	add.s64 	%rd2, %rd27, 48;
+	ld.param.u32 	%r1, [ws_delta_vhead_param_0+48];
 	cvt.u64.u32 	%rd31, %r1;
 	setp.ge.u64 	%p1, %rd76, %rd31;
 	@%p1 bra 	$L__BB5_17;
-	ld.param.u64 	%rd3, [%rd2+-40];
-	ld.param.u64 	%rd4, [%rd2+-32];
+	ld.param.u64 	%rd3, [%rd2+-48];
+	ld.param.u64 	%rd4, [%rd2+-40];
 	cvta.to.global.u64 	%rd35, %rd3;
 	cvta.to.global.u64 	%rd71, %rd4;
 	bra.uni 	$L__BB5_2;
@@ -13722,7 +13722,7 @@ $L__BB5_17:
 }
 	// .globl	ws_delta_vbase
 .visible .entry ws_delta_vbase(
-	.param .align 8 .b8 ws_delta_vbase_param_0[48]
+	.param .align 8 .b8 ws_delta_vbase_param_0[56]
 )
 .maxntid 1024, 1, 1
 {
@@ -13732,14 +13732,14 @@ $L__BB5_17:
 	// demoted variable
 	.shared .align 8 .b8 _ZZ14ws_delta_vbaseE3red[256];
 	mov.b64 	%rd22, ws_delta_vbase_param_0;
-	add.s64 	%rd1, %rd22, 40;
-	ld.param.u32 	%r1, [ws_delta_vbase_param_0+40];
+	add.s64 	%rd1, %rd22, 48;
+	ld.param.u32 	%r1, [ws_delta_vbase_param_0+48];
 	mov.u64 	%rd127, 0;
 	setp.eq.s32 	%p1, %r1, 0;
 	mov.u64 	%rd128, %rd127;
 	@%p1 bra 	$L__BB6_19;
 	mov.u32 	%r4, %tid.x;
-	ld.param.u64 	%rd29, [%rd1+-32];
+	ld.param.u64 	%rd29, [%rd1+-40];
 	mov.u64 	%rd122, 0;
 	cvta.to.global.u64 	%rd30, %rd29;
 	mul.wide.u32 	%rd31, %r4, 64;
@@ -13750,7 +13750,7 @@ $L__BB5_17:
 	mov.u64 	%rd128, %rd122;
 	mov.u64 	%rd127, %rd122;
 $L__BB6_2:
-	ld.param.u32 	%r163, [ws_delta_vbase_param_0+40];
+	ld.param.u32 	%r163, [ws_delta_vbase_param_0+48];
 	add.s64 	%rd7, %rd33, %rd122;
 	cvt.u64.u32 	%rd34, %r163;
 	setp.ge.u64 	%p2, %rd7, %rd34;
@@ -14073,7 +14073,7 @@ $L__BB6_16:
 	add.s64 	%rd110, %rd109, %rd126;
 	st.global.u64 	[%rd121], %rd110;
 $L__BB6_18:
-	ld.param.u32 	%r162, [ws_delta_vbase_param_0+40];
+	ld.param.u32 	%r162, [ws_delta_vbase_param_0+48];
 	cvt.u64.u32 	%rd115, %r162;
 	add.s64 	%rd128, %rd11, %rd128;
 	add.s64 	%rd127, %rd15, %rd127;
@@ -14095,7 +14095,7 @@ $L__BB6_21:
 }
 	// .globl	ws_delta_vchunks
 .visible .entry ws_delta_vchunks(
-	.param .align 8 .b8 ws_delta_vchunks_param_0[48]
+	.param .align 8 .b8 ws_delta_vchunks_param_0[56]
 )
 .maxntid 256, 1, 1
 {
@@ -14115,7 +14115,7 @@ $L__BB6_21:
 	setp.le.u64 	%p1, %rd3, %rd112;
 	@%p1 bra 	$L__BB7_26;
 	ld.param.u64 	%rd4, [%rd1+-24];
-	ld.param.u32 	%r1, [%rd1+8];
+	ld.param.u32 	%r1, [%rd1+16];
 	ld.param.u64 	%rd5, [%rd1+-32];
 	ld.param.u64 	%rd6, [%rd1+-16];
 	ld.param.u64 	%rd7, [%rd1+-8];
@@ -14382,7 +14382,7 @@ $L__BB7_26:
 }
 	// .globl	ws_delta_vtop
 .visible .entry ws_delta_vtop(
-	.param .align 8 .b8 ws_delta_vtop_param_0[48]
+	.param .align 8 .b8 ws_delta_vtop_param_0[56]
 )
 .maxntid 1024, 1, 1
 {
@@ -14582,7 +14582,7 @@ $L__BB8_13:
 }
 	// .globl	ws_delta_vcheck
 .visible .entry ws_delta_vcheck(
-	.param .align 8 .b8 ws_delta_vcheck_param_0[48]
+	.param .align 8 .b8 ws_delta_vcheck_param_0[56]
 )
 .maxntid 256, 1, 1
 {
@@ -15388,7 +15388,7 @@ $L__BB9_85:
 }
 	// .globl	ws_delta_vdescribe
 .visible .entry ws_delta_vdescribe(
-	.param .align 8 .b8 ws_delta_vdescribe_param_0[48]
+	.param .align 8 .b8 ws_delta_vdescribe_param_0[56]
 )
 .maxntid 256, 1, 1
 {
@@ -15402,14 +15402,14 @@ $L__BB9_85:
 	mov.u32 	%r5, %tid.x;
 	cvt.u64.u32 	%rd85, %r5;
 	add.s64 	%rd239, %rd84, %rd85;
-	add.s64 	%rd2, %rd82, 40;
-	ld.param.u32 	%r1, [ws_delta_vdescribe_param_0+40];
+	add.s64 	%rd2, %rd82, 48;
+	ld.param.u32 	%r1, [ws_delta_vdescribe_param_0+48];
 	cvt.u64.u32 	%rd86, %r1;
 	setp.ge.u64 	%p3, %rd239, %rd86;
 	@%p3 bra 	$L__BB10_64;
-	ld.param.u64 	%rd3, [%rd2+-32];
-	ld.param.u64 	%rd4, [%rd2+-40];
-	ld.param.u64 	%rd5, [%rd2+-24];
+	ld.param.u64 	%rd3, [%rd2+-40];
+	ld.param.u64 	%rd4, [%rd2+-48];
+	ld.param.u64 	%rd5, [%rd2+-32];
 	cvta.to.global.u64 	%rd87, %rd3;
 	cvta.to.global.u64 	%rd90, %rd4;
 	cvta.to.global.u64 	%rd135, %rd5;
@@ -15808,5936 +15808,7654 @@ $L__BB10_64:
 }
 	// .globl	ws_delta_apply
 .visible .entry ws_delta_apply(
-	.param .align 8 .b8 ws_delta_apply_param_0[48]
+	.param .align 8 .b8 ws_delta_apply_param_0[56]
 )
 .maxntid 256, 1, 1
 {
-	.reg .pred 	%p<913>;
-	.reg .b16 	%rs<50>;
-	.reg .b32 	%r<3667>;
-	.reg .b64 	%rd<1708>;
+	.reg .pred 	%p<1085>;
+	.reg .b16 	%rs<111>;
+	.reg .b32 	%r<4064>;
+	.reg .b64 	%rd<2112>;
 	// demoted variable
 	.shared .align 8 .b8 _ZZ14ws_delta_applyE3red[64];
 	// demoted variable
 	.shared .align 4 .b8 _ZZ14ws_delta_applyE4wred[32];
 	// demoted variable
 	.shared .align 1 .b8 _ZZ14ws_delta_applyE4coop[8];
-	mov.b64 	%rd430, ws_delta_apply_param_0;
-	add.s64 	%rd1, %rd430, 32;
-	ld.param.u64 	%rd432, [ws_delta_apply_param_0+32];
-	cvta.to.global.u64 	%rd433, %rd432;
-	ld.global.u64 	%rd434, [%rd433+8];
-	shl.b64 	%rd2, %rd434, 8;
+	mov.b64 	%rd588, ws_delta_apply_param_0;
+	ld.param.u64 	%rd589, [ws_delta_apply_param_0+32];
+	cvta.to.global.u64 	%rd590, %rd589;
+	ld.global.u64 	%rd591, [%rd590+8];
+	shl.b64 	%rd1, %rd591, 8;
 	mov.u32 	%r1, %tid.x;
 	shr.u32 	%r2, %r1, 5;
-	mov.u32 	%r986, %ctaid.x;
-	mul.wide.u32 	%rd1616, %r986, 8;
-	setp.ge.u64 	%p3, %rd1616, %rd2;
-	@%p3 bra 	$L__BB11_890;
-	ld.param.u32 	%r3, [%rd1+12];
-	cvt.u64.u32 	%rd4, %r2;
-	ld.param.u64 	%rd7, [%rd1+-32];
-	cvt.u64.u32 	%rd8, %r1;
-	and.b32  	%r987, %r1, 31;
-	cvt.u64.u32 	%rd9, %r987;
-	shl.b32 	%r988, %r2, 3;
-	mov.u32 	%r989, _ZZ14ws_delta_applyE3red;
-	add.s32 	%r4, %r989, %r988;
-	shl.b32 	%r990, %r1, 3;
-	and.b32  	%r991, %r990, 248;
-	add.s32 	%r5, %r989, %r991;
-	and.b32  	%r995, %r3, 1;
+	ld.param.u32 	%r3, [ws_delta_apply_param_0+52];
+	mov.u32 	%r1094, %ctaid.x;
+	mul.wide.u32 	%rd1978, %r1094, 8;
+	setp.ge.u64 	%p3, %rd1978, %rd1;
+	@%p3 bra 	$L__BB11_1125;
+	cvt.u64.u32 	%rd3, %r2;
+	cvt.u64.u32 	%rd4, %r1;
+	and.b32  	%r1095, %r1, 31;
+	mov.u32 	%r1096, 1;
+	shl.b32 	%r4, %r1096, %r1095;
+	cvt.u64.u32 	%rd5, %r1095;
+	mov.u32 	%r1097, -1;
+	shl.b32 	%r1098, %r1097, %r1095;
+	not.b32 	%r5, %r1098;
+	shl.b32 	%r1099, %r2, 3;
+	mov.u32 	%r1100, _ZZ14ws_delta_applyE3red;
+	add.s32 	%r6, %r1100, %r1099;
+	shl.b32 	%r1101, %r1, 3;
+	and.b32  	%r1102, %r1101, 248;
+	add.s32 	%r7, %r1100, %r1102;
+	and.b32  	%r1199, %r3, 1;
 $L__BB11_2:
-	mov.b64 	%rd1604, ws_delta_apply_param_0;
-	add.s64 	%rd1603, %rd1604, 32;
-	ld.param.u64 	%rd1602, [%rd1603+-24];
-	ld.param.u64 	%rd1601, [%rd1603+-8];
-	add.s64 	%rd435, %rd1616, %rd4;
-	cvta.to.global.u64 	%rd436, %rd1601;
-	shr.u64 	%rd437, %rd435, 6;
-	and.b64  	%rd438, %rd437, 288230376151711740;
-	add.s64 	%rd439, %rd436, %rd438;
-	ld.global.u32 	%r992, [%rd439];
-	cvt.u64.u32 	%rd11, %r992;
-	cvta.to.global.u64 	%rd440, %rd1602;
-	mul.wide.u32 	%rd441, %r992, 64;
-	add.s64 	%rd442, %rd440, %rd441;
-	ld.global.v2.u32 	{%r993, %r994}, [%rd442+16];
-	ld.global.u64 	%rd443, [%rd442+8];
-	shl.b64 	%rd444, %rd443, 8;
-	sub.s64 	%rd445, %rd435, %rd444;
-	and.b64  	%rd446, %rd445, -256;
-	and.b64  	%rd447, %rd435, 255;
-	or.b64  	%rd12, %rd446, %rd447;
-	cvt.u64.u32 	%rd448, %r993;
-	setp.ge.u64 	%p4, %rd12, %rd448;
-	ld.global.u64 	%rd449, [%rd442+24];
-	setp.ne.s64 	%p5, %rd449, -1;
+	ld.param.u64 	%rd593, [%rd588+24];
+	cvta.to.global.u64 	%rd594, %rd593;
+	add.s64 	%rd595, %rd1978, %rd3;
+	shr.u64 	%rd596, %rd595, 6;
+	and.b64  	%rd597, %rd596, 288230376151711740;
+	add.s64 	%rd598, %rd594, %rd597;
+	ld.param.u64 	%rd599, [%rd588+8];
+	cvta.to.global.u64 	%rd600, %rd599;
+	ld.global.u32 	%r1103, [%rd598];
+	cvt.u64.u32 	%rd7, %r1103;
+	mul.wide.u32 	%rd601, %r1103, 64;
+	add.s64 	%rd602, %rd600, %rd601;
+	ld.global.v2.u32 	{%r1104, %r1105}, [%rd602+16];
+	ld.global.u64 	%rd603, [%rd602+8];
+	shl.b64 	%rd604, %rd603, 8;
+	sub.s64 	%rd605, %rd595, %rd604;
+	and.b64  	%rd606, %rd605, -256;
+	and.b64  	%rd607, %rd595, 255;
+	or.b64  	%rd8, %rd606, %rd607;
+	cvt.u64.u32 	%rd608, %r1104;
+	setp.ge.u64 	%p4, %rd8, %rd608;
+	ld.global.u64 	%rd609, [%rd602+24];
+	setp.ne.s64 	%p5, %rd609, -1;
 	or.pred  	%p6, %p5, %p4;
-	mov.u16 	%rs49, 0;
-	@%p6 bra 	$L__BB11_412;
-	mov.u16 	%rs49, 0;
-	cvta.to.global.u64 	%rd450, %rd7;
-	mul.lo.s64 	%rd451, %rd11, 40;
-	add.s64 	%rd13, %rd450, %rd451;
-	ld.global.u32 	%rd14, [%rd13+32];
-	ld.global.u64 	%rd15, [%rd13];
-	shl.b64 	%rd452, %rd12, 4;
-	add.s64 	%rd453, %rd15, %rd452;
-	add.s64 	%rd16, %rd453, 40;
-	ld.u32 	%rd17, [%rd453+40];
-	ld.u8 	%rs1, [%rd453+44];
+	mov.u16 	%rs108, 0;
+	@%p6 bra 	$L__BB11_490;
+	mov.u16 	%rs108, 0;
+	ld.param.u64 	%rd611, [%rd588];
+	cvta.to.global.u64 	%rd612, %rd611;
+	mul.lo.s64 	%rd613, %rd7, 40;
+	add.s64 	%rd9, %rd612, %rd613;
+	ld.global.v2.u32 	{%r1106, %r1107}, [%rd9+32];
+	ld.global.u64 	%rd10, [%rd9];
+	shl.b64 	%rd614, %rd8, 4;
+	add.s64 	%rd615, %rd10, %rd614;
+	add.s64 	%rd11, %rd615, 40;
+	ld.u32 	%rd12, [%rd615+40];
+	ld.u8 	%rs1, [%rd615+44];
 	setp.eq.s16 	%p7, %rs1, 0;
-	@%p7 bra 	$L__BB11_412;
-	cvt.u64.u32 	%rd454, %r994;
-	mul.lo.s64 	%rd455, %rd12, %rd454;
-	ld.global.u64 	%rd456, [%rd13+24];
-	sub.s64 	%rd457, %rd456, %rd455;
-	min.u64 	%rd18, %rd457, %rd454;
-	ld.u64 	%rd458, [%rd16+-8];
-	add.s64 	%rd19, %rd15, %rd458;
-	mul.lo.s64 	%rd459, %rd455, %rd14;
-	ld.global.u64 	%rd460, [%rd13+8];
-	add.s64 	%rd20, %rd460, %rd459;
-	setp.ne.s16 	%p8, %rs1, 3;
-	mov.u16 	%rs49, 1;
-	@%p8 bra 	$L__BB11_412;
-	setp.eq.b32 	%p9, %r995, 1;
-	mov.pred 	%p10, 0;
-	xor.pred  	%p11, %p9, %p10;
-	not.pred 	%p12, %p11;
-	shl.b64 	%rd461, %rd17, 1;
-	add.s64 	%rd462, %rd461, 7;
-	and.b64  	%rd21, %rd462, 17179869176;
-	mov.u16 	%rs49, 0;
-	@%p12 bra 	$L__BB11_121;
-	bra.uni 	$L__BB11_6;
-$L__BB11_121:
-	cvt.u32.u64 	%r1191, %rd17;
-	setp.eq.s32 	%p141, %r1191, 0;
-	@%p141 bra 	$L__BB11_412;
-	cvt.u32.u64 	%r1192, %rd14;
-	add.s32 	%r1193, %r1192, -1;
-	cvt.u64.u32 	%rd56, %r1193;
-	and.b32  	%r239, %r1192, 3;
-	sub.s32 	%r240, %r1192, %r239;
-	mov.u64 	%rd1623, 0;
-$L__BB11_123:
-	mov.u64 	%rd1624, 0;
-	add.s64 	%rd58, %rd1623, %rd9;
-	setp.ge.u64 	%p142, %rd58, %rd17;
-	shl.b64 	%rd529, %rd58, 1;
-	add.s64 	%rd59, %rd19, %rd529;
-	@%p142 bra 	$L__BB11_125;
-	ld.u16 	%rd1624, [%rd59];
-$L__BB11_125:
-	add.s64 	%rd1606, %rd1623, %rd9;
-	setp.ge.u64 	%p897, %rd1606, %rd17;
-	mov.u64 	%rd1629, 0;
-	mov.u64 	%rd1628, %rd1629;
-	@%p897 bra 	$L__BB11_142;
-	add.s64 	%rd1612, %rd1623, %rd9;
-	mul.lo.s64 	%rd531, %rd1612, %rd14;
-	add.s64 	%rd532, %rd531, %rd21;
-	add.s64 	%rd62, %rd19, %rd532;
-	and.b64  	%rd533, %rd62, %rd56;
-	setp.eq.s64 	%p144, %rd533, 0;
-	@%p144 bra 	$L__BB11_135;
-	setp.eq.s32 	%p145, %r1192, 0;
-	mov.u64 	%rd1628, %rd1629;
-	@%p145 bra 	$L__BB11_142;
-	cvt.u32.u64 	%r1196, %rd56;
-	setp.lt.u32 	%p146, %r1196, 3;
-	mov.u64 	%rd1628, 0;
-	mov.u32 	%r3416, 0;
-	@%p146 bra 	$L__BB11_131;
-	mov.u64 	%rd1628, 0;
-	mov.u32 	%r3416, 0;
-	mov.u32 	%r3415, %r240;
-$L__BB11_130:
-	cvt.u64.u32 	%rd538, %r3416;
-	add.s64 	%rd539, %rd62, %rd538;
-	ld.u8 	%rd540, [%rd539];
-	shl.b32 	%r1198, %r3416, 3;
-	shl.b64 	%rd541, %rd540, %r1198;
-	or.b64  	%rd542, %rd541, %rd1628;
-	ld.u8 	%rd543, [%rd539+1];
-	add.s32 	%r1199, %r1198, 8;
-	shl.b64 	%rd544, %rd543, %r1199;
-	or.b64  	%rd545, %rd544, %rd542;
-	ld.u8 	%rd546, [%rd539+2];
-	add.s32 	%r1200, %r1198, 16;
-	shl.b64 	%rd547, %rd546, %r1200;
-	or.b64  	%rd548, %rd547, %rd545;
-	ld.u8 	%rd549, [%rd539+3];
-	add.s32 	%r1201, %r1198, 24;
-	shl.b64 	%rd550, %rd549, %r1201;
-	or.b64  	%rd1628, %rd550, %rd548;
-	add.s32 	%r3416, %r3416, 4;
-	add.s32 	%r3415, %r3415, -4;
-	setp.ne.s32 	%p147, %r3415, 0;
-	@%p147 bra 	$L__BB11_130;
-$L__BB11_131:
-	setp.eq.s32 	%p148, %r239, 0;
-	@%p148 bra 	$L__BB11_142;
-	setp.eq.s32 	%p149, %r239, 1;
-	cvt.u64.u32 	%rd551, %r3416;
-	add.s64 	%rd67, %rd62, %rd551;
-	ld.u8 	%rd552, [%rd67];
-	shl.b32 	%r1202, %r3416, 3;
-	shl.b64 	%rd553, %rd552, %r1202;
-	or.b64  	%rd1628, %rd553, %rd1628;
-	@%p149 bra 	$L__BB11_142;
-	setp.eq.s32 	%p150, %r239, 2;
-	ld.u8 	%rd554, [%rd67+1];
-	add.s32 	%r1204, %r1202, 8;
-	shl.b64 	%rd555, %rd554, %r1204;
-	or.b64  	%rd1628, %rd555, %rd1628;
-	@%p150 bra 	$L__BB11_142;
-	ld.u8 	%rd556, [%rd67+2];
-	add.s32 	%r1206, %r1202, 16;
-	shl.b64 	%rd557, %rd556, %r1206;
-	or.b64  	%rd1628, %rd557, %rd1628;
-	bra.uni 	$L__BB11_142;
-$L__BB11_135:
-	setp.eq.s32 	%p151, %r1192, 1;
-	@%p151 bra 	$L__BB11_140;
-	setp.eq.s32 	%p152, %r1192, 2;
-	@%p152 bra 	$L__BB11_139;
-	setp.ne.s32 	%p153, %r1192, 4;
-	@%p153 bra 	$L__BB11_141;
-	ld.u32 	%rd1628, [%rd62];
-	bra.uni 	$L__BB11_142;
-$L__BB11_140:
-	ld.u8 	%rd1628, [%rd62];
-	bra.uni 	$L__BB11_142;
-$L__BB11_139:
-	ld.u16 	%rd1628, [%rd62];
-	bra.uni 	$L__BB11_142;
-$L__BB11_141:
-	ld.u64 	%rd1628, [%rd62];
-$L__BB11_142:
-	add.s64 	%rd1607, %rd1623, %rd9;
-	add.s64 	%rd77, %rd1607, 32;
-	setp.ge.u64 	%p154, %rd77, %rd17;
-	@%p154 bra 	$L__BB11_144;
-	ld.u16 	%rd1629, [%rd59+64];
-$L__BB11_144:
-	mov.u64 	%rd1634, 0;
-	mov.u64 	%rd1633, %rd1634;
-	@%p154 bra 	$L__BB11_161;
-	mul.lo.s64 	%rd560, %rd77, %rd14;
-	add.s64 	%rd561, %rd560, %rd21;
-	add.s64 	%rd80, %rd19, %rd561;
-	and.b64  	%rd562, %rd80, %rd56;
-	setp.eq.s64 	%p156, %rd562, 0;
-	@%p156 bra 	$L__BB11_154;
-	setp.eq.s32 	%p157, %r1192, 0;
-	mov.u64 	%rd1633, %rd1634;
-	@%p157 bra 	$L__BB11_161;
-	cvt.u32.u64 	%r1210, %rd56;
-	setp.lt.u32 	%p158, %r1210, 3;
-	mov.u64 	%rd1633, 0;
-	mov.u32 	%r3419, 0;
-	@%p158 bra 	$L__BB11_150;
-	mov.u64 	%rd1633, 0;
-	mov.u32 	%r3419, 0;
-	mov.u32 	%r3418, %r240;
-$L__BB11_149:
-	cvt.u64.u32 	%rd567, %r3419;
-	add.s64 	%rd568, %rd80, %rd567;
-	ld.u8 	%rd569, [%rd568];
-	shl.b32 	%r1212, %r3419, 3;
-	shl.b64 	%rd570, %rd569, %r1212;
-	or.b64  	%rd571, %rd570, %rd1633;
-	ld.u8 	%rd572, [%rd568+1];
-	add.s32 	%r1213, %r1212, 8;
-	shl.b64 	%rd573, %rd572, %r1213;
-	or.b64  	%rd574, %rd573, %rd571;
-	ld.u8 	%rd575, [%rd568+2];
-	add.s32 	%r1214, %r1212, 16;
-	shl.b64 	%rd576, %rd575, %r1214;
-	or.b64  	%rd577, %rd576, %rd574;
-	ld.u8 	%rd578, [%rd568+3];
-	add.s32 	%r1215, %r1212, 24;
-	shl.b64 	%rd579, %rd578, %r1215;
-	or.b64  	%rd1633, %rd579, %rd577;
-	add.s32 	%r3419, %r3419, 4;
-	add.s32 	%r3418, %r3418, -4;
-	setp.ne.s32 	%p159, %r3418, 0;
-	@%p159 bra 	$L__BB11_149;
-$L__BB11_150:
-	setp.eq.s32 	%p160, %r239, 0;
-	@%p160 bra 	$L__BB11_161;
-	setp.eq.s32 	%p161, %r239, 1;
-	cvt.u64.u32 	%rd580, %r3419;
-	add.s64 	%rd85, %rd80, %rd580;
-	ld.u8 	%rd581, [%rd85];
-	shl.b32 	%r1216, %r3419, 3;
-	shl.b64 	%rd582, %rd581, %r1216;
-	or.b64  	%rd1633, %rd582, %rd1633;
-	@%p161 bra 	$L__BB11_161;
-	setp.eq.s32 	%p162, %r239, 2;
-	ld.u8 	%rd583, [%rd85+1];
-	add.s32 	%r1218, %r1216, 8;
-	shl.b64 	%rd584, %rd583, %r1218;
-	or.b64  	%rd1633, %rd584, %rd1633;
-	@%p162 bra 	$L__BB11_161;
-	ld.u8 	%rd585, [%rd85+2];
-	add.s32 	%r1220, %r1216, 16;
-	shl.b64 	%rd586, %rd585, %r1220;
-	or.b64  	%rd1633, %rd586, %rd1633;
-	bra.uni 	$L__BB11_161;
-$L__BB11_154:
-	setp.eq.s32 	%p163, %r1192, 1;
-	@%p163 bra 	$L__BB11_159;
-	setp.eq.s32 	%p164, %r1192, 2;
-	@%p164 bra 	$L__BB11_158;
-	setp.ne.s32 	%p165, %r1192, 4;
-	@%p165 bra 	$L__BB11_160;
-	ld.u32 	%rd1633, [%rd80];
-	bra.uni 	$L__BB11_161;
-$L__BB11_159:
-	ld.u8 	%rd1633, [%rd80];
-	bra.uni 	$L__BB11_161;
-$L__BB11_158:
-	ld.u16 	%rd1633, [%rd80];
-	bra.uni 	$L__BB11_161;
-$L__BB11_160:
-	ld.u64 	%rd1633, [%rd80];
-$L__BB11_161:
-	add.s64 	%rd1608, %rd1623, %rd9;
-	add.s64 	%rd95, %rd1608, 64;
-	setp.ge.u64 	%p166, %rd95, %rd17;
-	@%p166 bra 	$L__BB11_163;
-	ld.u16 	%rd1634, [%rd59+128];
-$L__BB11_163:
-	mov.u64 	%rd1639, 0;
-	mov.u64 	%rd1638, %rd1639;
-	@%p166 bra 	$L__BB11_180;
-	mul.lo.s64 	%rd589, %rd95, %rd14;
-	add.s64 	%rd590, %rd589, %rd21;
-	add.s64 	%rd98, %rd19, %rd590;
-	and.b64  	%rd591, %rd98, %rd56;
-	setp.eq.s64 	%p168, %rd591, 0;
-	@%p168 bra 	$L__BB11_173;
-	setp.eq.s32 	%p169, %r1192, 0;
-	mov.u64 	%rd1638, %rd1639;
-	@%p169 bra 	$L__BB11_180;
-	cvt.u32.u64 	%r1224, %rd56;
-	setp.lt.u32 	%p170, %r1224, 3;
-	mov.u64 	%rd1638, 0;
-	mov.u32 	%r3422, 0;
-	@%p170 bra 	$L__BB11_169;
-	mov.u64 	%rd1638, 0;
-	mov.u32 	%r3422, 0;
-	mov.u32 	%r3421, %r240;
-$L__BB11_168:
-	cvt.u64.u32 	%rd596, %r3422;
-	add.s64 	%rd597, %rd98, %rd596;
-	ld.u8 	%rd598, [%rd597];
-	shl.b32 	%r1226, %r3422, 3;
-	shl.b64 	%rd599, %rd598, %r1226;
-	or.b64  	%rd600, %rd599, %rd1638;
-	ld.u8 	%rd601, [%rd597+1];
-	add.s32 	%r1227, %r1226, 8;
-	shl.b64 	%rd602, %rd601, %r1227;
-	or.b64  	%rd603, %rd602, %rd600;
-	ld.u8 	%rd604, [%rd597+2];
-	add.s32 	%r1228, %r1226, 16;
-	shl.b64 	%rd605, %rd604, %r1228;
-	or.b64  	%rd606, %rd605, %rd603;
-	ld.u8 	%rd607, [%rd597+3];
-	add.s32 	%r1229, %r1226, 24;
-	shl.b64 	%rd608, %rd607, %r1229;
-	or.b64  	%rd1638, %rd608, %rd606;
-	add.s32 	%r3422, %r3422, 4;
-	add.s32 	%r3421, %r3421, -4;
-	setp.ne.s32 	%p171, %r3421, 0;
-	@%p171 bra 	$L__BB11_168;
-$L__BB11_169:
-	setp.eq.s32 	%p172, %r239, 0;
-	@%p172 bra 	$L__BB11_180;
-	setp.eq.s32 	%p173, %r239, 1;
-	cvt.u64.u32 	%rd609, %r3422;
-	add.s64 	%rd103, %rd98, %rd609;
-	ld.u8 	%rd610, [%rd103];
-	shl.b32 	%r1230, %r3422, 3;
-	shl.b64 	%rd611, %rd610, %r1230;
-	or.b64  	%rd1638, %rd611, %rd1638;
-	@%p173 bra 	$L__BB11_180;
-	setp.eq.s32 	%p174, %r239, 2;
-	ld.u8 	%rd612, [%rd103+1];
-	add.s32 	%r1232, %r1230, 8;
-	shl.b64 	%rd613, %rd612, %r1232;
-	or.b64  	%rd1638, %rd613, %rd1638;
-	@%p174 bra 	$L__BB11_180;
-	ld.u8 	%rd614, [%rd103+2];
-	add.s32 	%r1234, %r1230, 16;
-	shl.b64 	%rd615, %rd614, %r1234;
-	or.b64  	%rd1638, %rd615, %rd1638;
-	bra.uni 	$L__BB11_180;
-$L__BB11_173:
-	setp.eq.s32 	%p175, %r1192, 1;
-	@%p175 bra 	$L__BB11_178;
-	setp.eq.s32 	%p176, %r1192, 2;
-	@%p176 bra 	$L__BB11_177;
-	setp.ne.s32 	%p177, %r1192, 4;
-	@%p177 bra 	$L__BB11_179;
-	ld.u32 	%rd1638, [%rd98];
-	bra.uni 	$L__BB11_180;
-$L__BB11_178:
-	ld.u8 	%rd1638, [%rd98];
-	bra.uni 	$L__BB11_180;
-$L__BB11_177:
-	ld.u16 	%rd1638, [%rd98];
-	bra.uni 	$L__BB11_180;
-$L__BB11_179:
-	ld.u64 	%rd1638, [%rd98];
-$L__BB11_180:
-	add.s64 	%rd1609, %rd1623, %rd9;
-	add.s64 	%rd113, %rd1609, 96;
-	setp.ge.u64 	%p178, %rd113, %rd17;
-	@%p178 bra 	$L__BB11_182;
-	ld.u16 	%rd1639, [%rd59+192];
-$L__BB11_182:
-	mov.u64 	%rd1644, 0;
-	mov.u64 	%rd1643, %rd1644;
-	@%p178 bra 	$L__BB11_199;
-	mul.lo.s64 	%rd618, %rd113, %rd14;
-	add.s64 	%rd619, %rd618, %rd21;
-	add.s64 	%rd116, %rd19, %rd619;
-	and.b64  	%rd620, %rd116, %rd56;
-	setp.eq.s64 	%p180, %rd620, 0;
-	@%p180 bra 	$L__BB11_192;
-	setp.eq.s32 	%p181, %r1192, 0;
-	mov.u64 	%rd1643, %rd1644;
-	@%p181 bra 	$L__BB11_199;
-	cvt.u32.u64 	%r1238, %rd56;
-	setp.lt.u32 	%p182, %r1238, 3;
-	mov.u64 	%rd1643, 0;
-	mov.u32 	%r3425, 0;
-	@%p182 bra 	$L__BB11_188;
-	mov.u64 	%rd1643, 0;
-	mov.u32 	%r3425, 0;
-	mov.u32 	%r3424, %r240;
-$L__BB11_187:
-	cvt.u64.u32 	%rd625, %r3425;
-	add.s64 	%rd626, %rd116, %rd625;
-	ld.u8 	%rd627, [%rd626];
-	shl.b32 	%r1240, %r3425, 3;
-	shl.b64 	%rd628, %rd627, %r1240;
-	or.b64  	%rd629, %rd628, %rd1643;
-	ld.u8 	%rd630, [%rd626+1];
-	add.s32 	%r1241, %r1240, 8;
-	shl.b64 	%rd631, %rd630, %r1241;
-	or.b64  	%rd632, %rd631, %rd629;
-	ld.u8 	%rd633, [%rd626+2];
-	add.s32 	%r1242, %r1240, 16;
-	shl.b64 	%rd634, %rd633, %r1242;
-	or.b64  	%rd635, %rd634, %rd632;
-	ld.u8 	%rd636, [%rd626+3];
-	add.s32 	%r1243, %r1240, 24;
-	shl.b64 	%rd637, %rd636, %r1243;
-	or.b64  	%rd1643, %rd637, %rd635;
-	add.s32 	%r3425, %r3425, 4;
-	add.s32 	%r3424, %r3424, -4;
-	setp.ne.s32 	%p183, %r3424, 0;
-	@%p183 bra 	$L__BB11_187;
-$L__BB11_188:
-	setp.eq.s32 	%p184, %r239, 0;
-	@%p184 bra 	$L__BB11_199;
-	setp.eq.s32 	%p185, %r239, 1;
-	cvt.u64.u32 	%rd638, %r3425;
-	add.s64 	%rd121, %rd116, %rd638;
-	ld.u8 	%rd639, [%rd121];
-	shl.b32 	%r1244, %r3425, 3;
-	shl.b64 	%rd640, %rd639, %r1244;
-	or.b64  	%rd1643, %rd640, %rd1643;
-	@%p185 bra 	$L__BB11_199;
-	setp.eq.s32 	%p186, %r239, 2;
-	ld.u8 	%rd641, [%rd121+1];
-	add.s32 	%r1246, %r1244, 8;
-	shl.b64 	%rd642, %rd641, %r1246;
-	or.b64  	%rd1643, %rd642, %rd1643;
-	@%p186 bra 	$L__BB11_199;
-	ld.u8 	%rd643, [%rd121+2];
-	add.s32 	%r1248, %r1244, 16;
-	shl.b64 	%rd644, %rd643, %r1248;
-	or.b64  	%rd1643, %rd644, %rd1643;
-	bra.uni 	$L__BB11_199;
-$L__BB11_192:
-	setp.eq.s32 	%p187, %r1192, 1;
-	@%p187 bra 	$L__BB11_197;
-	setp.eq.s32 	%p188, %r1192, 2;
-	@%p188 bra 	$L__BB11_196;
-	setp.ne.s32 	%p189, %r1192, 4;
-	@%p189 bra 	$L__BB11_198;
-	ld.u32 	%rd1643, [%rd116];
-	bra.uni 	$L__BB11_199;
-$L__BB11_197:
-	ld.u8 	%rd1643, [%rd116];
-	bra.uni 	$L__BB11_199;
-$L__BB11_196:
-	ld.u16 	%rd1643, [%rd116];
-	bra.uni 	$L__BB11_199;
-$L__BB11_198:
-	ld.u64 	%rd1643, [%rd116];
-$L__BB11_199:
-	add.s64 	%rd1610, %rd1623, %rd9;
-	add.s64 	%rd131, %rd1610, 128;
-	setp.ge.u64 	%p190, %rd131, %rd17;
-	@%p190 bra 	$L__BB11_201;
-	ld.u16 	%rd1644, [%rd59+256];
-$L__BB11_201:
-	mov.u64 	%rd1649, 0;
-	mov.u64 	%rd1648, %rd1649;
-	@%p190 bra 	$L__BB11_218;
-	mul.lo.s64 	%rd647, %rd131, %rd14;
-	add.s64 	%rd648, %rd647, %rd21;
-	add.s64 	%rd134, %rd19, %rd648;
-	and.b64  	%rd649, %rd134, %rd56;
-	setp.eq.s64 	%p192, %rd649, 0;
-	@%p192 bra 	$L__BB11_211;
-	setp.eq.s32 	%p193, %r1192, 0;
-	mov.u64 	%rd1648, %rd1649;
-	@%p193 bra 	$L__BB11_218;
-	cvt.u32.u64 	%r1252, %rd56;
-	setp.lt.u32 	%p194, %r1252, 3;
-	mov.u64 	%rd1648, 0;
-	mov.u32 	%r3428, 0;
-	@%p194 bra 	$L__BB11_207;
-	mov.u64 	%rd1648, 0;
-	mov.u32 	%r3428, 0;
-	mov.u32 	%r3427, %r240;
-$L__BB11_206:
-	cvt.u64.u32 	%rd654, %r3428;
-	add.s64 	%rd655, %rd134, %rd654;
-	ld.u8 	%rd656, [%rd655];
-	shl.b32 	%r1254, %r3428, 3;
-	shl.b64 	%rd657, %rd656, %r1254;
-	or.b64  	%rd658, %rd657, %rd1648;
-	ld.u8 	%rd659, [%rd655+1];
-	add.s32 	%r1255, %r1254, 8;
-	shl.b64 	%rd660, %rd659, %r1255;
-	or.b64  	%rd661, %rd660, %rd658;
-	ld.u8 	%rd662, [%rd655+2];
-	add.s32 	%r1256, %r1254, 16;
-	shl.b64 	%rd663, %rd662, %r1256;
-	or.b64  	%rd664, %rd663, %rd661;
-	ld.u8 	%rd665, [%rd655+3];
-	add.s32 	%r1257, %r1254, 24;
-	shl.b64 	%rd666, %rd665, %r1257;
-	or.b64  	%rd1648, %rd666, %rd664;
-	add.s32 	%r3428, %r3428, 4;
-	add.s32 	%r3427, %r3427, -4;
-	setp.ne.s32 	%p195, %r3427, 0;
-	@%p195 bra 	$L__BB11_206;
-$L__BB11_207:
-	setp.eq.s32 	%p196, %r239, 0;
-	@%p196 bra 	$L__BB11_218;
-	setp.eq.s32 	%p197, %r239, 1;
-	cvt.u64.u32 	%rd667, %r3428;
-	add.s64 	%rd139, %rd134, %rd667;
-	ld.u8 	%rd668, [%rd139];
-	shl.b32 	%r1258, %r3428, 3;
-	shl.b64 	%rd669, %rd668, %r1258;
-	or.b64  	%rd1648, %rd669, %rd1648;
-	@%p197 bra 	$L__BB11_218;
-	setp.eq.s32 	%p198, %r239, 2;
-	ld.u8 	%rd670, [%rd139+1];
-	add.s32 	%r1260, %r1258, 8;
-	shl.b64 	%rd671, %rd670, %r1260;
-	or.b64  	%rd1648, %rd671, %rd1648;
-	@%p198 bra 	$L__BB11_218;
-	ld.u8 	%rd672, [%rd139+2];
-	add.s32 	%r1262, %r1258, 16;
-	shl.b64 	%rd673, %rd672, %r1262;
-	or.b64  	%rd1648, %rd673, %rd1648;
-	bra.uni 	$L__BB11_218;
-$L__BB11_211:
-	setp.eq.s32 	%p199, %r1192, 1;
-	@%p199 bra 	$L__BB11_216;
-	setp.eq.s32 	%p200, %r1192, 2;
-	@%p200 bra 	$L__BB11_215;
-	setp.ne.s32 	%p201, %r1192, 4;
-	@%p201 bra 	$L__BB11_217;
-	ld.u32 	%rd1648, [%rd134];
-	bra.uni 	$L__BB11_218;
-$L__BB11_216:
-	ld.u8 	%rd1648, [%rd134];
-	bra.uni 	$L__BB11_218;
-$L__BB11_215:
-	ld.u16 	%rd1648, [%rd134];
-	bra.uni 	$L__BB11_218;
-$L__BB11_217:
-	ld.u64 	%rd1648, [%rd134];
-$L__BB11_218:
-	add.s64 	%rd1611, %rd1623, %rd9;
-	add.s64 	%rd149, %rd1611, 160;
-	setp.ge.u64 	%p202, %rd149, %rd17;
-	@%p202 bra 	$L__BB11_220;
-	ld.u16 	%rd1649, [%rd59+320];
-$L__BB11_220:
-	mov.u64 	%rd1653, 0;
-	@%p202 bra 	$L__BB11_237;
-	mul.lo.s64 	%rd676, %rd149, %rd14;
-	add.s64 	%rd677, %rd676, %rd21;
-	add.s64 	%rd152, %rd19, %rd677;
-	and.b64  	%rd678, %rd152, %rd56;
-	setp.eq.s64 	%p204, %rd678, 0;
-	@%p204 bra 	$L__BB11_230;
-	mov.u64 	%rd1653, 0;
-	setp.eq.s32 	%p205, %r1192, 0;
-	@%p205 bra 	$L__BB11_237;
-	cvt.u32.u64 	%r1266, %rd56;
-	setp.lt.u32 	%p206, %r1266, 3;
-	mov.u64 	%rd1653, 0;
-	mov.u32 	%r3431, 0;
-	@%p206 bra 	$L__BB11_226;
-	mov.u64 	%rd1653, 0;
-	mov.u32 	%r3431, 0;
-	mov.u32 	%r3430, %r240;
-$L__BB11_225:
-	cvt.u64.u32 	%rd683, %r3431;
-	add.s64 	%rd684, %rd152, %rd683;
-	ld.u8 	%rd685, [%rd684];
-	shl.b32 	%r1268, %r3431, 3;
-	shl.b64 	%rd686, %rd685, %r1268;
-	or.b64  	%rd687, %rd686, %rd1653;
-	ld.u8 	%rd688, [%rd684+1];
-	add.s32 	%r1269, %r1268, 8;
-	shl.b64 	%rd689, %rd688, %r1269;
-	or.b64  	%rd690, %rd689, %rd687;
-	ld.u8 	%rd691, [%rd684+2];
-	add.s32 	%r1270, %r1268, 16;
-	shl.b64 	%rd692, %rd691, %r1270;
-	or.b64  	%rd693, %rd692, %rd690;
-	ld.u8 	%rd694, [%rd684+3];
-	add.s32 	%r1271, %r1268, 24;
-	shl.b64 	%rd695, %rd694, %r1271;
-	or.b64  	%rd1653, %rd695, %rd693;
-	add.s32 	%r3431, %r3431, 4;
-	add.s32 	%r3430, %r3430, -4;
-	setp.ne.s32 	%p207, %r3430, 0;
-	@%p207 bra 	$L__BB11_225;
-$L__BB11_226:
-	setp.eq.s32 	%p208, %r239, 0;
-	@%p208 bra 	$L__BB11_237;
-	setp.eq.s32 	%p209, %r239, 1;
-	cvt.u64.u32 	%rd696, %r3431;
-	add.s64 	%rd157, %rd152, %rd696;
-	ld.u8 	%rd697, [%rd157];
-	shl.b32 	%r1272, %r3431, 3;
-	shl.b64 	%rd698, %rd697, %r1272;
-	or.b64  	%rd1653, %rd698, %rd1653;
-	@%p209 bra 	$L__BB11_237;
-	setp.eq.s32 	%p210, %r239, 2;
-	ld.u8 	%rd699, [%rd157+1];
-	add.s32 	%r1274, %r1272, 8;
-	shl.b64 	%rd700, %rd699, %r1274;
-	or.b64  	%rd1653, %rd700, %rd1653;
-	@%p210 bra 	$L__BB11_237;
-	ld.u8 	%rd701, [%rd157+2];
-	add.s32 	%r1276, %r1272, 16;
-	shl.b64 	%rd702, %rd701, %r1276;
-	or.b64  	%rd1653, %rd702, %rd1653;
-	bra.uni 	$L__BB11_237;
-$L__BB11_230:
-	setp.eq.s32 	%p211, %r1192, 1;
-	@%p211 bra 	$L__BB11_235;
-	setp.eq.s32 	%p212, %r1192, 2;
-	@%p212 bra 	$L__BB11_234;
-	setp.ne.s32 	%p213, %r1192, 4;
-	@%p213 bra 	$L__BB11_236;
-	ld.u32 	%rd1653, [%rd152];
-	bra.uni 	$L__BB11_237;
-$L__BB11_235:
-	ld.u8 	%rd1653, [%rd152];
-	bra.uni 	$L__BB11_237;
-$L__BB11_234:
-	ld.u16 	%rd1653, [%rd152];
-	bra.uni 	$L__BB11_237;
-$L__BB11_236:
-	ld.u64 	%rd1653, [%rd152];
-$L__BB11_237:
-	mov.u64 	%rd1654, 0;
-	add.s64 	%rd1596, %rd1623, %rd9;
-	add.s64 	%rd167, %rd1596, 192;
-	setp.ge.u64 	%p214, %rd167, %rd17;
-	@%p214 bra 	$L__BB11_239;
-	ld.u16 	%rd1654, [%rd59+384];
-$L__BB11_239:
-	mov.u64 	%rd1658, 0;
-	@%p214 bra 	$L__BB11_256;
-	mul.lo.s64 	%rd705, %rd167, %rd14;
-	add.s64 	%rd706, %rd705, %rd21;
-	add.s64 	%rd170, %rd19, %rd706;
-	and.b64  	%rd707, %rd170, %rd56;
-	setp.eq.s64 	%p216, %rd707, 0;
-	@%p216 bra 	$L__BB11_249;
-	mov.u64 	%rd1658, 0;
-	setp.eq.s32 	%p217, %r1192, 0;
-	@%p217 bra 	$L__BB11_256;
-	cvt.u32.u64 	%r1280, %rd56;
-	setp.lt.u32 	%p218, %r1280, 3;
-	mov.u64 	%rd1658, 0;
-	mov.u32 	%r3434, 0;
-	@%p218 bra 	$L__BB11_245;
-	mov.u64 	%rd1658, 0;
-	mov.u32 	%r3434, 0;
-	mov.u32 	%r3433, %r240;
-$L__BB11_244:
-	cvt.u64.u32 	%rd712, %r3434;
-	add.s64 	%rd713, %rd170, %rd712;
-	ld.u8 	%rd714, [%rd713];
-	shl.b32 	%r1282, %r3434, 3;
-	shl.b64 	%rd715, %rd714, %r1282;
-	or.b64  	%rd716, %rd715, %rd1658;
-	ld.u8 	%rd717, [%rd713+1];
-	add.s32 	%r1283, %r1282, 8;
-	shl.b64 	%rd718, %rd717, %r1283;
-	or.b64  	%rd719, %rd718, %rd716;
-	ld.u8 	%rd720, [%rd713+2];
-	add.s32 	%r1284, %r1282, 16;
-	shl.b64 	%rd721, %rd720, %r1284;
-	or.b64  	%rd722, %rd721, %rd719;
-	ld.u8 	%rd723, [%rd713+3];
-	add.s32 	%r1285, %r1282, 24;
-	shl.b64 	%rd724, %rd723, %r1285;
-	or.b64  	%rd1658, %rd724, %rd722;
-	add.s32 	%r3434, %r3434, 4;
-	add.s32 	%r3433, %r3433, -4;
-	setp.ne.s32 	%p219, %r3433, 0;
-	@%p219 bra 	$L__BB11_244;
-$L__BB11_245:
-	setp.eq.s32 	%p220, %r239, 0;
-	@%p220 bra 	$L__BB11_256;
-	setp.eq.s32 	%p221, %r239, 1;
-	cvt.u64.u32 	%rd725, %r3434;
-	add.s64 	%rd175, %rd170, %rd725;
-	ld.u8 	%rd726, [%rd175];
-	shl.b32 	%r1286, %r3434, 3;
-	shl.b64 	%rd727, %rd726, %r1286;
-	or.b64  	%rd1658, %rd727, %rd1658;
-	@%p221 bra 	$L__BB11_256;
-	shl.b32 	%r3296, %r3434, 3;
-	setp.eq.s32 	%p222, %r239, 2;
-	ld.u8 	%rd728, [%rd175+1];
-	add.s32 	%r1288, %r3296, 8;
-	shl.b64 	%rd729, %rd728, %r1288;
-	or.b64  	%rd1658, %rd729, %rd1658;
-	@%p222 bra 	$L__BB11_256;
-	shl.b32 	%r3297, %r3434, 3;
-	ld.u8 	%rd730, [%rd175+2];
-	add.s32 	%r1290, %r3297, 16;
-	shl.b64 	%rd731, %rd730, %r1290;
-	or.b64  	%rd1658, %rd731, %rd1658;
-	bra.uni 	$L__BB11_256;
-$L__BB11_249:
-	setp.eq.s32 	%p223, %r1192, 1;
-	@%p223 bra 	$L__BB11_254;
-	setp.eq.s32 	%p224, %r1192, 2;
-	@%p224 bra 	$L__BB11_253;
-	setp.ne.s32 	%p225, %r1192, 4;
-	@%p225 bra 	$L__BB11_255;
-	ld.u32 	%rd1658, [%rd170];
-	bra.uni 	$L__BB11_256;
-$L__BB11_254:
-	ld.u8 	%rd1658, [%rd170];
-	bra.uni 	$L__BB11_256;
-$L__BB11_253:
-	ld.u16 	%rd1658, [%rd170];
-	bra.uni 	$L__BB11_256;
-$L__BB11_255:
-	ld.u64 	%rd1658, [%rd170];
-$L__BB11_256:
-	mov.u64 	%rd1659, 0;
-	add.s64 	%rd1598, %rd1623, %rd9;
-	add.s64 	%rd185, %rd1598, 224;
-	setp.ge.u64 	%p226, %rd185, %rd17;
-	@%p226 bra 	$L__BB11_258;
-	ld.u16 	%rd1659, [%rd59+448];
-$L__BB11_258:
-	mov.u64 	%rd1663, 0;
-	@%p226 bra 	$L__BB11_275;
-	mul.lo.s64 	%rd734, %rd185, %rd14;
-	add.s64 	%rd735, %rd734, %rd21;
-	add.s64 	%rd188, %rd19, %rd735;
-	and.b64  	%rd736, %rd188, %rd56;
-	setp.eq.s64 	%p228, %rd736, 0;
-	@%p228 bra 	$L__BB11_268;
-	mov.u64 	%rd1663, 0;
-	setp.eq.s32 	%p229, %r1192, 0;
-	@%p229 bra 	$L__BB11_275;
-	cvt.u32.u64 	%r1294, %rd56;
-	setp.lt.u32 	%p230, %r1294, 3;
-	mov.u64 	%rd1663, 0;
-	mov.u32 	%r3437, 0;
-	@%p230 bra 	$L__BB11_264;
-	mov.u64 	%rd1663, 0;
-	mov.u32 	%r3437, 0;
-	mov.u32 	%r3436, %r240;
-$L__BB11_263:
-	cvt.u64.u32 	%rd741, %r3437;
-	add.s64 	%rd742, %rd188, %rd741;
-	ld.u8 	%rd743, [%rd742];
-	shl.b32 	%r1296, %r3437, 3;
-	shl.b64 	%rd744, %rd743, %r1296;
-	or.b64  	%rd745, %rd744, %rd1663;
-	ld.u8 	%rd746, [%rd742+1];
-	add.s32 	%r1297, %r1296, 8;
-	shl.b64 	%rd747, %rd746, %r1297;
-	or.b64  	%rd748, %rd747, %rd745;
-	ld.u8 	%rd749, [%rd742+2];
-	add.s32 	%r1298, %r1296, 16;
-	shl.b64 	%rd750, %rd749, %r1298;
-	or.b64  	%rd751, %rd750, %rd748;
-	ld.u8 	%rd752, [%rd742+3];
-	add.s32 	%r1299, %r1296, 24;
-	shl.b64 	%rd753, %rd752, %r1299;
-	or.b64  	%rd1663, %rd753, %rd751;
-	add.s32 	%r3437, %r3437, 4;
-	add.s32 	%r3436, %r3436, -4;
-	setp.ne.s32 	%p231, %r3436, 0;
-	@%p231 bra 	$L__BB11_263;
-$L__BB11_264:
-	setp.eq.s32 	%p232, %r239, 0;
-	@%p232 bra 	$L__BB11_275;
-	setp.eq.s32 	%p233, %r239, 1;
-	cvt.u64.u32 	%rd754, %r3437;
-	add.s64 	%rd193, %rd188, %rd754;
-	ld.u8 	%rd755, [%rd193];
-	shl.b32 	%r1300, %r3437, 3;
-	shl.b64 	%rd756, %rd755, %r1300;
-	or.b64  	%rd1663, %rd756, %rd1663;
-	@%p233 bra 	$L__BB11_275;
-	shl.b32 	%r3298, %r3437, 3;
-	setp.eq.s32 	%p234, %r239, 2;
-	ld.u8 	%rd757, [%rd193+1];
-	add.s32 	%r1302, %r3298, 8;
-	shl.b64 	%rd758, %rd757, %r1302;
-	or.b64  	%rd1663, %rd758, %rd1663;
-	@%p234 bra 	$L__BB11_275;
-	shl.b32 	%r3299, %r3437, 3;
-	ld.u8 	%rd759, [%rd193+2];
-	add.s32 	%r1304, %r3299, 16;
-	shl.b64 	%rd760, %rd759, %r1304;
-	or.b64  	%rd1663, %rd760, %rd1663;
-	bra.uni 	$L__BB11_275;
-$L__BB11_268:
-	setp.eq.s32 	%p235, %r1192, 1;
-	@%p235 bra 	$L__BB11_273;
-	setp.eq.s32 	%p236, %r1192, 2;
-	@%p236 bra 	$L__BB11_272;
-	setp.ne.s32 	%p237, %r1192, 4;
-	@%p237 bra 	$L__BB11_274;
-	ld.u32 	%rd1663, [%rd188];
-	bra.uni 	$L__BB11_275;
-$L__BB11_273:
-	ld.u8 	%rd1663, [%rd188];
-	bra.uni 	$L__BB11_275;
-$L__BB11_272:
-	ld.u16 	%rd1663, [%rd188];
-	bra.uni 	$L__BB11_275;
-$L__BB11_274:
-	ld.u64 	%rd1663, [%rd188];
-$L__BB11_275:
-	add.s64 	%rd1599, %rd1623, %rd9;
-	setp.ge.u64 	%p896, %rd1599, %rd17;
-	@%p896 bra 	$L__BB11_292;
-	mul.lo.s64 	%rd761, %rd1624, %rd14;
-	add.s64 	%rd203, %rd20, %rd761;
-	and.b64  	%rd762, %rd203, %rd56;
-	setp.eq.s64 	%p239, %rd762, 0;
-	@%p239 bra 	$L__BB11_285;
-	setp.eq.s32 	%p240, %r1192, 0;
-	@%p240 bra 	$L__BB11_292;
-	cvt.u32.u64 	%r1308, %rd56;
-	setp.lt.u32 	%p241, %r1308, 3;
-	mov.u32 	%r3440, 0;
-	@%p241 bra 	$L__BB11_281;
-	mov.u32 	%r3440, 0;
-	mov.u32 	%r3439, %r240;
-$L__BB11_280:
-	shl.b32 	%r1310, %r3440, 3;
-	shr.u64 	%rd763, %rd1628, %r1310;
-	cvt.u64.u32 	%rd764, %r3440;
-	add.s64 	%rd765, %rd203, %rd764;
-	st.u8 	[%rd765], %rd763;
-	add.s32 	%r1311, %r1310, 8;
-	shr.u64 	%rd766, %rd1628, %r1311;
-	st.u8 	[%rd765+1], %rd766;
-	add.s32 	%r1312, %r1310, 16;
-	shr.u64 	%rd767, %rd1628, %r1312;
-	st.u8 	[%rd765+2], %rd767;
-	add.s32 	%r1313, %r1310, 24;
-	shr.u64 	%rd768, %rd1628, %r1313;
-	st.u8 	[%rd765+3], %rd768;
-	add.s32 	%r3440, %r3440, 4;
-	add.s32 	%r3439, %r3439, -4;
-	setp.ne.s32 	%p242, %r3439, 0;
-	@%p242 bra 	$L__BB11_280;
-$L__BB11_281:
-	setp.eq.s32 	%p243, %r239, 0;
-	@%p243 bra 	$L__BB11_292;
-	setp.eq.s32 	%p244, %r239, 1;
-	shl.b32 	%r1314, %r3440, 3;
-	shr.u64 	%rd769, %rd1628, %r1314;
-	cvt.u64.u32 	%rd770, %r3440;
-	add.s64 	%rd204, %rd203, %rd770;
-	st.u8 	[%rd204], %rd769;
-	@%p244 bra 	$L__BB11_292;
-	shl.b32 	%r3300, %r3440, 3;
-	setp.eq.s32 	%p245, %r239, 2;
-	add.s32 	%r1316, %r3300, 8;
-	shr.u64 	%rd771, %rd1628, %r1316;
-	st.u8 	[%rd204+1], %rd771;
-	@%p245 bra 	$L__BB11_292;
-	shl.b32 	%r3301, %r3440, 3;
-	add.s32 	%r1318, %r3301, 16;
-	shr.u64 	%rd772, %rd1628, %r1318;
-	st.u8 	[%rd204+2], %rd772;
-	bra.uni 	$L__BB11_292;
-$L__BB11_285:
-	setp.eq.s32 	%p246, %r1192, 1;
-	@%p246 bra 	$L__BB11_290;
-	setp.eq.s32 	%p247, %r1192, 2;
-	@%p247 bra 	$L__BB11_289;
-	setp.ne.s32 	%p248, %r1192, 4;
-	@%p248 bra 	$L__BB11_291;
-	st.u32 	[%rd203], %rd1628;
-	bra.uni 	$L__BB11_292;
-$L__BB11_290:
-	st.u8 	[%rd203], %rd1628;
-	bra.uni 	$L__BB11_292;
-$L__BB11_289:
-	st.u16 	[%rd203], %rd1628;
-	bra.uni 	$L__BB11_292;
-$L__BB11_291:
-	st.u64 	[%rd203], %rd1628;
-$L__BB11_292:
-	@%p154 bra 	$L__BB11_309;
-	mul.lo.s64 	%rd773, %rd1629, %rd14;
-	add.s64 	%rd206, %rd20, %rd773;
-	and.b64  	%rd774, %rd206, %rd56;
-	setp.eq.s64 	%p250, %rd774, 0;
-	@%p250 bra 	$L__BB11_302;
-	setp.eq.s32 	%p251, %r1192, 0;
-	@%p251 bra 	$L__BB11_309;
-	cvt.u32.u64 	%r1322, %rd56;
-	setp.lt.u32 	%p252, %r1322, 3;
-	mov.u32 	%r3443, 0;
-	@%p252 bra 	$L__BB11_298;
-	mov.u32 	%r3443, 0;
-	mov.u32 	%r3442, %r240;
-$L__BB11_297:
-	shl.b32 	%r1324, %r3443, 3;
-	shr.u64 	%rd775, %rd1633, %r1324;
-	cvt.u64.u32 	%rd776, %r3443;
-	add.s64 	%rd777, %rd206, %rd776;
-	st.u8 	[%rd777], %rd775;
-	add.s32 	%r1325, %r1324, 8;
-	shr.u64 	%rd778, %rd1633, %r1325;
-	st.u8 	[%rd777+1], %rd778;
-	add.s32 	%r1326, %r1324, 16;
-	shr.u64 	%rd779, %rd1633, %r1326;
-	st.u8 	[%rd777+2], %rd779;
-	add.s32 	%r1327, %r1324, 24;
-	shr.u64 	%rd780, %rd1633, %r1327;
-	st.u8 	[%rd777+3], %rd780;
-	add.s32 	%r3443, %r3443, 4;
-	add.s32 	%r3442, %r3442, -4;
-	setp.ne.s32 	%p253, %r3442, 0;
-	@%p253 bra 	$L__BB11_297;
-$L__BB11_298:
-	setp.eq.s32 	%p254, %r239, 0;
-	@%p254 bra 	$L__BB11_309;
-	setp.eq.s32 	%p255, %r239, 1;
-	shl.b32 	%r1328, %r3443, 3;
-	shr.u64 	%rd781, %rd1633, %r1328;
-	cvt.u64.u32 	%rd782, %r3443;
-	add.s64 	%rd207, %rd206, %rd782;
-	st.u8 	[%rd207], %rd781;
-	@%p255 bra 	$L__BB11_309;
-	setp.eq.s32 	%p256, %r239, 2;
-	add.s32 	%r1330, %r1328, 8;
-	shr.u64 	%rd783, %rd1633, %r1330;
-	st.u8 	[%rd207+1], %rd783;
-	@%p256 bra 	$L__BB11_309;
-	add.s32 	%r1332, %r1328, 16;
-	shr.u64 	%rd784, %rd1633, %r1332;
-	st.u8 	[%rd207+2], %rd784;
-	bra.uni 	$L__BB11_309;
-$L__BB11_302:
-	setp.eq.s32 	%p257, %r1192, 1;
-	@%p257 bra 	$L__BB11_307;
-	setp.eq.s32 	%p258, %r1192, 2;
-	@%p258 bra 	$L__BB11_306;
-	setp.ne.s32 	%p259, %r1192, 4;
-	@%p259 bra 	$L__BB11_308;
-	st.u32 	[%rd206], %rd1633;
-	bra.uni 	$L__BB11_309;
-$L__BB11_307:
-	st.u8 	[%rd206], %rd1633;
-	bra.uni 	$L__BB11_309;
-$L__BB11_306:
-	st.u16 	[%rd206], %rd1633;
-	bra.uni 	$L__BB11_309;
-$L__BB11_308:
-	st.u64 	[%rd206], %rd1633;
-$L__BB11_309:
-	@%p166 bra 	$L__BB11_326;
-	mul.lo.s64 	%rd785, %rd1634, %rd14;
-	add.s64 	%rd209, %rd20, %rd785;
-	and.b64  	%rd786, %rd209, %rd56;
-	setp.eq.s64 	%p261, %rd786, 0;
-	@%p261 bra 	$L__BB11_319;
-	setp.eq.s32 	%p262, %r1192, 0;
-	@%p262 bra 	$L__BB11_326;
-	cvt.u32.u64 	%r1336, %rd56;
-	setp.lt.u32 	%p263, %r1336, 3;
-	mov.u32 	%r3446, 0;
-	@%p263 bra 	$L__BB11_315;
-	mov.u32 	%r3446, 0;
-	mov.u32 	%r3445, %r240;
-$L__BB11_314:
-	shl.b32 	%r1338, %r3446, 3;
-	shr.u64 	%rd787, %rd1638, %r1338;
-	cvt.u64.u32 	%rd788, %r3446;
-	add.s64 	%rd789, %rd209, %rd788;
-	st.u8 	[%rd789], %rd787;
-	add.s32 	%r1339, %r1338, 8;
-	shr.u64 	%rd790, %rd1638, %r1339;
-	st.u8 	[%rd789+1], %rd790;
-	add.s32 	%r1340, %r1338, 16;
-	shr.u64 	%rd791, %rd1638, %r1340;
-	st.u8 	[%rd789+2], %rd791;
-	add.s32 	%r1341, %r1338, 24;
-	shr.u64 	%rd792, %rd1638, %r1341;
-	st.u8 	[%rd789+3], %rd792;
-	add.s32 	%r3446, %r3446, 4;
-	add.s32 	%r3445, %r3445, -4;
-	setp.ne.s32 	%p264, %r3445, 0;
-	@%p264 bra 	$L__BB11_314;
-$L__BB11_315:
-	setp.eq.s32 	%p265, %r239, 0;
-	@%p265 bra 	$L__BB11_326;
-	setp.eq.s32 	%p266, %r239, 1;
-	shl.b32 	%r1342, %r3446, 3;
-	shr.u64 	%rd793, %rd1638, %r1342;
-	cvt.u64.u32 	%rd794, %r3446;
-	add.s64 	%rd210, %rd209, %rd794;
-	st.u8 	[%rd210], %rd793;
-	@%p266 bra 	$L__BB11_326;
-	setp.eq.s32 	%p267, %r239, 2;
-	add.s32 	%r1344, %r1342, 8;
-	shr.u64 	%rd795, %rd1638, %r1344;
-	st.u8 	[%rd210+1], %rd795;
-	@%p267 bra 	$L__BB11_326;
-	add.s32 	%r1346, %r1342, 16;
-	shr.u64 	%rd796, %rd1638, %r1346;
-	st.u8 	[%rd210+2], %rd796;
-	bra.uni 	$L__BB11_326;
-$L__BB11_319:
-	setp.eq.s32 	%p268, %r1192, 1;
-	@%p268 bra 	$L__BB11_324;
-	setp.eq.s32 	%p269, %r1192, 2;
-	@%p269 bra 	$L__BB11_323;
-	setp.ne.s32 	%p270, %r1192, 4;
-	@%p270 bra 	$L__BB11_325;
-	st.u32 	[%rd209], %rd1638;
-	bra.uni 	$L__BB11_326;
-$L__BB11_324:
-	st.u8 	[%rd209], %rd1638;
-	bra.uni 	$L__BB11_326;
-$L__BB11_323:
-	st.u16 	[%rd209], %rd1638;
-	bra.uni 	$L__BB11_326;
-$L__BB11_325:
-	st.u64 	[%rd209], %rd1638;
-$L__BB11_326:
-	@%p178 bra 	$L__BB11_343;
-	mul.lo.s64 	%rd797, %rd1639, %rd14;
-	add.s64 	%rd212, %rd20, %rd797;
-	and.b64  	%rd798, %rd212, %rd56;
-	setp.eq.s64 	%p272, %rd798, 0;
-	@%p272 bra 	$L__BB11_336;
-	setp.eq.s32 	%p273, %r1192, 0;
-	@%p273 bra 	$L__BB11_343;
-	cvt.u32.u64 	%r1350, %rd56;
-	setp.lt.u32 	%p274, %r1350, 3;
-	mov.u32 	%r3449, 0;
-	@%p274 bra 	$L__BB11_332;
-	mov.u32 	%r3449, 0;
-	mov.u32 	%r3448, %r240;
-$L__BB11_331:
-	shl.b32 	%r1352, %r3449, 3;
-	shr.u64 	%rd799, %rd1643, %r1352;
-	cvt.u64.u32 	%rd800, %r3449;
-	add.s64 	%rd801, %rd212, %rd800;
-	st.u8 	[%rd801], %rd799;
-	add.s32 	%r1353, %r1352, 8;
-	shr.u64 	%rd802, %rd1643, %r1353;
-	st.u8 	[%rd801+1], %rd802;
-	add.s32 	%r1354, %r1352, 16;
-	shr.u64 	%rd803, %rd1643, %r1354;
-	st.u8 	[%rd801+2], %rd803;
-	add.s32 	%r1355, %r1352, 24;
-	shr.u64 	%rd804, %rd1643, %r1355;
-	st.u8 	[%rd801+3], %rd804;
-	add.s32 	%r3449, %r3449, 4;
-	add.s32 	%r3448, %r3448, -4;
-	setp.ne.s32 	%p275, %r3448, 0;
-	@%p275 bra 	$L__BB11_331;
-$L__BB11_332:
-	setp.eq.s32 	%p276, %r239, 0;
-	@%p276 bra 	$L__BB11_343;
-	setp.eq.s32 	%p277, %r239, 1;
-	shl.b32 	%r1356, %r3449, 3;
-	shr.u64 	%rd805, %rd1643, %r1356;
-	cvt.u64.u32 	%rd806, %r3449;
-	add.s64 	%rd213, %rd212, %rd806;
-	st.u8 	[%rd213], %rd805;
-	@%p277 bra 	$L__BB11_343;
-	setp.eq.s32 	%p278, %r239, 2;
-	add.s32 	%r1358, %r1356, 8;
-	shr.u64 	%rd807, %rd1643, %r1358;
-	st.u8 	[%rd213+1], %rd807;
-	@%p278 bra 	$L__BB11_343;
-	add.s32 	%r1360, %r1356, 16;
-	shr.u64 	%rd808, %rd1643, %r1360;
-	st.u8 	[%rd213+2], %rd808;
-	bra.uni 	$L__BB11_343;
-$L__BB11_336:
-	setp.eq.s32 	%p279, %r1192, 1;
-	@%p279 bra 	$L__BB11_341;
-	setp.eq.s32 	%p280, %r1192, 2;
-	@%p280 bra 	$L__BB11_340;
-	setp.ne.s32 	%p281, %r1192, 4;
-	@%p281 bra 	$L__BB11_342;
-	st.u32 	[%rd212], %rd1643;
-	bra.uni 	$L__BB11_343;
-$L__BB11_341:
-	st.u8 	[%rd212], %rd1643;
-	bra.uni 	$L__BB11_343;
-$L__BB11_340:
-	st.u16 	[%rd212], %rd1643;
-	bra.uni 	$L__BB11_343;
-$L__BB11_342:
-	st.u64 	[%rd212], %rd1643;
-$L__BB11_343:
-	@%p190 bra 	$L__BB11_360;
-	mul.lo.s64 	%rd809, %rd1644, %rd14;
-	add.s64 	%rd215, %rd20, %rd809;
-	and.b64  	%rd810, %rd215, %rd56;
-	setp.eq.s64 	%p283, %rd810, 0;
-	@%p283 bra 	$L__BB11_353;
-	setp.eq.s32 	%p284, %r1192, 0;
-	@%p284 bra 	$L__BB11_360;
-	cvt.u32.u64 	%r1364, %rd56;
-	setp.lt.u32 	%p285, %r1364, 3;
-	mov.u32 	%r3452, 0;
-	@%p285 bra 	$L__BB11_349;
-	mov.u32 	%r3452, 0;
-	mov.u32 	%r3451, %r240;
-$L__BB11_348:
-	shl.b32 	%r1366, %r3452, 3;
-	shr.u64 	%rd811, %rd1648, %r1366;
-	cvt.u64.u32 	%rd812, %r3452;
-	add.s64 	%rd813, %rd215, %rd812;
-	st.u8 	[%rd813], %rd811;
-	add.s32 	%r1367, %r1366, 8;
-	shr.u64 	%rd814, %rd1648, %r1367;
-	st.u8 	[%rd813+1], %rd814;
-	add.s32 	%r1368, %r1366, 16;
-	shr.u64 	%rd815, %rd1648, %r1368;
-	st.u8 	[%rd813+2], %rd815;
-	add.s32 	%r1369, %r1366, 24;
-	shr.u64 	%rd816, %rd1648, %r1369;
-	st.u8 	[%rd813+3], %rd816;
-	add.s32 	%r3452, %r3452, 4;
-	add.s32 	%r3451, %r3451, -4;
-	setp.ne.s32 	%p286, %r3451, 0;
-	@%p286 bra 	$L__BB11_348;
-$L__BB11_349:
-	setp.eq.s32 	%p287, %r239, 0;
-	@%p287 bra 	$L__BB11_360;
-	setp.eq.s32 	%p288, %r239, 1;
-	shl.b32 	%r1370, %r3452, 3;
-	shr.u64 	%rd817, %rd1648, %r1370;
-	cvt.u64.u32 	%rd818, %r3452;
-	add.s64 	%rd216, %rd215, %rd818;
-	st.u8 	[%rd216], %rd817;
-	@%p288 bra 	$L__BB11_360;
-	setp.eq.s32 	%p289, %r239, 2;
-	add.s32 	%r1372, %r1370, 8;
-	shr.u64 	%rd819, %rd1648, %r1372;
-	st.u8 	[%rd216+1], %rd819;
-	@%p289 bra 	$L__BB11_360;
-	add.s32 	%r1374, %r1370, 16;
-	shr.u64 	%rd820, %rd1648, %r1374;
-	st.u8 	[%rd216+2], %rd820;
-	bra.uni 	$L__BB11_360;
-$L__BB11_353:
-	setp.eq.s32 	%p290, %r1192, 1;
-	@%p290 bra 	$L__BB11_358;
-	setp.eq.s32 	%p291, %r1192, 2;
-	@%p291 bra 	$L__BB11_357;
-	setp.ne.s32 	%p292, %r1192, 4;
-	@%p292 bra 	$L__BB11_359;
-	st.u32 	[%rd215], %rd1648;
-	bra.uni 	$L__BB11_360;
-$L__BB11_358:
-	st.u8 	[%rd215], %rd1648;
-	bra.uni 	$L__BB11_360;
-$L__BB11_357:
-	st.u16 	[%rd215], %rd1648;
-	bra.uni 	$L__BB11_360;
-$L__BB11_359:
-	st.u64 	[%rd215], %rd1648;
-$L__BB11_360:
-	@%p202 bra 	$L__BB11_377;
-	mul.lo.s64 	%rd821, %rd1649, %rd14;
-	add.s64 	%rd218, %rd20, %rd821;
-	and.b64  	%rd822, %rd218, %rd56;
-	setp.eq.s64 	%p294, %rd822, 0;
-	@%p294 bra 	$L__BB11_370;
-	setp.eq.s32 	%p295, %r1192, 0;
-	@%p295 bra 	$L__BB11_377;
-	cvt.u32.u64 	%r1378, %rd56;
-	setp.lt.u32 	%p296, %r1378, 3;
-	mov.u32 	%r3455, 0;
-	@%p296 bra 	$L__BB11_366;
-	mov.u32 	%r3455, 0;
-	mov.u32 	%r3454, %r240;
-$L__BB11_365:
-	shl.b32 	%r1380, %r3455, 3;
-	shr.u64 	%rd823, %rd1653, %r1380;
-	cvt.u64.u32 	%rd824, %r3455;
-	add.s64 	%rd825, %rd218, %rd824;
-	st.u8 	[%rd825], %rd823;
-	add.s32 	%r1381, %r1380, 8;
-	shr.u64 	%rd826, %rd1653, %r1381;
-	st.u8 	[%rd825+1], %rd826;
-	add.s32 	%r1382, %r1380, 16;
-	shr.u64 	%rd827, %rd1653, %r1382;
-	st.u8 	[%rd825+2], %rd827;
-	add.s32 	%r1383, %r1380, 24;
-	shr.u64 	%rd828, %rd1653, %r1383;
-	st.u8 	[%rd825+3], %rd828;
-	add.s32 	%r3455, %r3455, 4;
-	add.s32 	%r3454, %r3454, -4;
-	setp.ne.s32 	%p297, %r3454, 0;
-	@%p297 bra 	$L__BB11_365;
-$L__BB11_366:
-	setp.eq.s32 	%p298, %r239, 0;
-	@%p298 bra 	$L__BB11_377;
-	setp.eq.s32 	%p299, %r239, 1;
-	shl.b32 	%r1384, %r3455, 3;
-	shr.u64 	%rd829, %rd1653, %r1384;
-	cvt.u64.u32 	%rd830, %r3455;
-	add.s64 	%rd219, %rd218, %rd830;
-	st.u8 	[%rd219], %rd829;
-	@%p299 bra 	$L__BB11_377;
-	setp.eq.s32 	%p300, %r239, 2;
-	add.s32 	%r1386, %r1384, 8;
-	shr.u64 	%rd831, %rd1653, %r1386;
-	st.u8 	[%rd219+1], %rd831;
-	@%p300 bra 	$L__BB11_377;
-	add.s32 	%r1388, %r1384, 16;
-	shr.u64 	%rd832, %rd1653, %r1388;
-	st.u8 	[%rd219+2], %rd832;
-	bra.uni 	$L__BB11_377;
-$L__BB11_370:
-	setp.eq.s32 	%p301, %r1192, 1;
-	@%p301 bra 	$L__BB11_375;
-	setp.eq.s32 	%p302, %r1192, 2;
-	@%p302 bra 	$L__BB11_374;
-	setp.ne.s32 	%p303, %r1192, 4;
-	@%p303 bra 	$L__BB11_376;
-	st.u32 	[%rd218], %rd1653;
-	bra.uni 	$L__BB11_377;
-$L__BB11_375:
-	st.u8 	[%rd218], %rd1653;
-	bra.uni 	$L__BB11_377;
-$L__BB11_374:
-	st.u16 	[%rd218], %rd1653;
-	bra.uni 	$L__BB11_377;
-$L__BB11_376:
-	st.u64 	[%rd218], %rd1653;
-$L__BB11_377:
-	@%p214 bra 	$L__BB11_394;
-	mul.lo.s64 	%rd833, %rd1654, %rd14;
-	add.s64 	%rd221, %rd20, %rd833;
-	and.b64  	%rd834, %rd221, %rd56;
-	setp.eq.s64 	%p305, %rd834, 0;
-	@%p305 bra 	$L__BB11_387;
-	setp.eq.s32 	%p306, %r1192, 0;
-	@%p306 bra 	$L__BB11_394;
-	cvt.u32.u64 	%r1392, %rd56;
-	setp.lt.u32 	%p307, %r1392, 3;
-	mov.u32 	%r3458, 0;
-	@%p307 bra 	$L__BB11_383;
-	mov.u32 	%r3458, 0;
-	mov.u32 	%r3457, %r240;
-$L__BB11_382:
-	shl.b32 	%r1394, %r3458, 3;
-	shr.u64 	%rd835, %rd1658, %r1394;
-	cvt.u64.u32 	%rd836, %r3458;
-	add.s64 	%rd837, %rd221, %rd836;
-	st.u8 	[%rd837], %rd835;
-	add.s32 	%r1395, %r1394, 8;
-	shr.u64 	%rd838, %rd1658, %r1395;
-	st.u8 	[%rd837+1], %rd838;
-	add.s32 	%r1396, %r1394, 16;
-	shr.u64 	%rd839, %rd1658, %r1396;
-	st.u8 	[%rd837+2], %rd839;
-	add.s32 	%r1397, %r1394, 24;
-	shr.u64 	%rd840, %rd1658, %r1397;
-	st.u8 	[%rd837+3], %rd840;
-	add.s32 	%r3458, %r3458, 4;
-	add.s32 	%r3457, %r3457, -4;
-	setp.ne.s32 	%p308, %r3457, 0;
-	@%p308 bra 	$L__BB11_382;
-$L__BB11_383:
-	setp.eq.s32 	%p309, %r239, 0;
-	@%p309 bra 	$L__BB11_394;
-	setp.eq.s32 	%p310, %r239, 1;
-	shl.b32 	%r1398, %r3458, 3;
-	shr.u64 	%rd841, %rd1658, %r1398;
-	cvt.u64.u32 	%rd842, %r3458;
-	add.s64 	%rd222, %rd221, %rd842;
-	st.u8 	[%rd222], %rd841;
-	@%p310 bra 	$L__BB11_394;
-	setp.eq.s32 	%p311, %r239, 2;
-	add.s32 	%r1400, %r1398, 8;
-	shr.u64 	%rd843, %rd1658, %r1400;
-	st.u8 	[%rd222+1], %rd843;
-	@%p311 bra 	$L__BB11_394;
-	add.s32 	%r1402, %r1398, 16;
-	shr.u64 	%rd844, %rd1658, %r1402;
-	st.u8 	[%rd222+2], %rd844;
-	bra.uni 	$L__BB11_394;
-$L__BB11_387:
-	setp.eq.s32 	%p312, %r1192, 1;
-	@%p312 bra 	$L__BB11_392;
-	setp.eq.s32 	%p313, %r1192, 2;
-	@%p313 bra 	$L__BB11_391;
-	setp.ne.s32 	%p314, %r1192, 4;
-	@%p314 bra 	$L__BB11_393;
-	st.u32 	[%rd221], %rd1658;
-	bra.uni 	$L__BB11_394;
-$L__BB11_392:
-	st.u8 	[%rd221], %rd1658;
-	bra.uni 	$L__BB11_394;
-$L__BB11_391:
-	st.u16 	[%rd221], %rd1658;
-	bra.uni 	$L__BB11_394;
-$L__BB11_393:
-	st.u64 	[%rd221], %rd1658;
-$L__BB11_394:
-	@%p226 bra 	$L__BB11_411;
-	mul.lo.s64 	%rd845, %rd1659, %rd14;
-	add.s64 	%rd224, %rd20, %rd845;
-	and.b64  	%rd846, %rd224, %rd56;
-	setp.eq.s64 	%p316, %rd846, 0;
-	@%p316 bra 	$L__BB11_404;
-	setp.eq.s32 	%p317, %r1192, 0;
-	@%p317 bra 	$L__BB11_411;
-	cvt.u32.u64 	%r1406, %rd56;
-	setp.lt.u32 	%p318, %r1406, 3;
-	mov.u32 	%r3461, 0;
-	@%p318 bra 	$L__BB11_400;
-	mov.u32 	%r3461, 0;
-	mov.u32 	%r3460, %r240;
-$L__BB11_399:
-	shl.b32 	%r1408, %r3461, 3;
-	shr.u64 	%rd847, %rd1663, %r1408;
-	cvt.u64.u32 	%rd848, %r3461;
-	add.s64 	%rd849, %rd224, %rd848;
-	st.u8 	[%rd849], %rd847;
-	add.s32 	%r1409, %r1408, 8;
-	shr.u64 	%rd850, %rd1663, %r1409;
-	st.u8 	[%rd849+1], %rd850;
-	add.s32 	%r1410, %r1408, 16;
-	shr.u64 	%rd851, %rd1663, %r1410;
-	st.u8 	[%rd849+2], %rd851;
-	add.s32 	%r1411, %r1408, 24;
-	shr.u64 	%rd852, %rd1663, %r1411;
-	st.u8 	[%rd849+3], %rd852;
-	add.s32 	%r3461, %r3461, 4;
-	add.s32 	%r3460, %r3460, -4;
-	setp.ne.s32 	%p319, %r3460, 0;
-	@%p319 bra 	$L__BB11_399;
-$L__BB11_400:
-	setp.eq.s32 	%p320, %r239, 0;
-	@%p320 bra 	$L__BB11_411;
-	setp.eq.s32 	%p321, %r239, 1;
-	shl.b32 	%r1412, %r3461, 3;
-	shr.u64 	%rd853, %rd1663, %r1412;
-	cvt.u64.u32 	%rd854, %r3461;
-	add.s64 	%rd225, %rd224, %rd854;
-	st.u8 	[%rd225], %rd853;
-	@%p321 bra 	$L__BB11_411;
-	setp.eq.s32 	%p322, %r239, 2;
-	add.s32 	%r1414, %r1412, 8;
-	shr.u64 	%rd855, %rd1663, %r1414;
-	st.u8 	[%rd225+1], %rd855;
-	@%p322 bra 	$L__BB11_411;
-	add.s32 	%r1416, %r1412, 16;
-	shr.u64 	%rd856, %rd1663, %r1416;
-	st.u8 	[%rd225+2], %rd856;
-	bra.uni 	$L__BB11_411;
-$L__BB11_404:
-	setp.eq.s32 	%p323, %r1192, 1;
-	@%p323 bra 	$L__BB11_409;
-	setp.eq.s32 	%p324, %r1192, 2;
-	@%p324 bra 	$L__BB11_408;
-	setp.ne.s32 	%p325, %r1192, 4;
-	@%p325 bra 	$L__BB11_410;
-	st.u32 	[%rd224], %rd1663;
-	bra.uni 	$L__BB11_411;
-$L__BB11_409:
-	st.u8 	[%rd224], %rd1663;
-	bra.uni 	$L__BB11_411;
-$L__BB11_408:
-	st.u16 	[%rd224], %rd1663;
-	bra.uni 	$L__BB11_411;
-$L__BB11_410:
-	st.u64 	[%rd224], %rd1663;
-$L__BB11_411:
-	mov.u16 	%rs49, 0;
-	add.s64 	%rd1623, %rd1623, 256;
-	setp.lt.u64 	%p326, %rd1623, %rd17;
-	@%p326 bra 	$L__BB11_123;
-	bra.uni 	$L__BB11_412;
+	@%p7 bra 	$L__BB11_490;
+	ld.global.u64 	%rd13, [%rd9+8];
+	mov.u64 	%rd1981, 0;
+	cvt.u64.u32 	%rd618, %r1105;
+	mul.lo.s64 	%rd14, %rd8, %rd618;
+	ld.global.u64 	%rd619, [%rd9+24];
+	sub.s64 	%rd620, %rd619, %rd14;
+	min.u64 	%rd15, %rd620, %rd618;
+	ld.u64 	%rd621, [%rd11+-8];
+	add.s64 	%rd16, %rd10, %rd621;
+	setp.eq.s32 	%p8, %r1107, 0;
+	mov.u64 	%rd1979, %rd1981;
+	mov.u64 	%rd1980, %rd1981;
+	@%p8 bra 	$L__BB11_6;
+	ld.param.u64 	%rd623, [%rd588+40];
+	cvta.to.global.u64 	%rd624, %rd623;
+	add.s32 	%r1108, %r1107, -1;
+	mul.wide.u32 	%rd625, %r1108, 64;
+	add.s64 	%rd1979, %rd624, %rd625;
+	add.s64 	%rd1980, %rd623, %rd625;
 $L__BB11_6:
-	cvt.u32.u64 	%r996, %rd17;
-	setp.eq.s32 	%p13, %r996, 0;
-	@%p13 bra 	$L__BB11_412;
-	cvt.u32.u64 	%r997, %rd14;
-	add.s32 	%r998, %r997, -1;
-	cvt.u64.u32 	%rd22, %r998;
-	and.b32  	%r8, %r997, 3;
-	mul.lo.s64 	%rd464, %rd18, %rd14;
-	shr.u64 	%rd465, %rd464, 5;
-	and.b64  	%rd466, %rd20, 31;
-	setp.eq.s64 	%p14, %rd466, 0;
-	mov.u64 	%rd1617, 0;
-	selp.b64 	%rd23, %rd465, 0, %p14;
+	setp.ne.s64 	%p9, %rd1980, 0;
+	@%p9 bra 	$L__BB11_8;
+	cvt.u64.u32 	%rd627, %r1106;
+	mul.lo.s64 	%rd628, %rd14, %rd627;
+	add.s64 	%rd1981, %rd13, %rd628;
 $L__BB11_8:
-	mov.u64 	%rd1621, 0;
-	add.s64 	%rd25, %rd1617, %rd9;
-	setp.ge.u64 	%p15, %rd25, %rd17;
-	mov.u64 	%rd1622, %rd1621;
-	@%p15 bra 	$L__BB11_25;
-	shl.b64 	%rd469, %rd25, 1;
-	add.s64 	%rd470, %rd19, %rd469;
-	ld.u16 	%rd1621, [%rd470];
-	mul.lo.s64 	%rd471, %rd25, %rd14;
-	add.s64 	%rd472, %rd471, %rd21;
-	add.s64 	%rd27, %rd19, %rd472;
-	and.b64  	%rd473, %rd27, %rd22;
-	setp.eq.s64 	%p16, %rd473, 0;
-	@%p16 bra 	$L__BB11_18;
-	mov.u64 	%rd1622, 0;
-	setp.eq.s32 	%p17, %r997, 0;
-	@%p17 bra 	$L__BB11_25;
-	cvt.u32.u64 	%r1004, %rd22;
-	setp.lt.u32 	%p18, %r1004, 3;
-	mov.u64 	%rd1622, 0;
-	mov.u32 	%r3321, 0;
-	@%p18 bra 	$L__BB11_14;
-	mov.u64 	%rd1622, 0;
-	mov.u32 	%r3318, 0;
-	mov.u32 	%r3319, 24;
-	mov.u32 	%r3321, %r3318;
-$L__BB11_13:
-	and.b32  	%r3295, %r997, 3;
-	sub.s32 	%r3294, %r3295, %r997;
-	cvt.u64.u32 	%rd478, %r3321;
-	add.s64 	%rd479, %rd27, %rd478;
-	ld.u8 	%rd480, [%rd479];
-	shl.b64 	%rd481, %rd480, %r3318;
-	or.b64  	%rd482, %rd481, %rd1622;
-	ld.u8 	%rd483, [%rd479+1];
-	add.s32 	%r1008, %r3318, 8;
-	shl.b64 	%rd484, %rd483, %r1008;
-	or.b64  	%rd485, %rd484, %rd482;
-	ld.u8 	%rd486, [%rd479+2];
-	add.s32 	%r1009, %r3319, -8;
-	shl.b64 	%rd487, %rd486, %r1009;
-	or.b64  	%rd488, %rd487, %rd485;
-	ld.u8 	%rd489, [%rd479+3];
-	shl.b64 	%rd490, %rd489, %r3319;
-	or.b64  	%rd1622, %rd490, %rd488;
-	add.s32 	%r3321, %r3321, 4;
-	add.s32 	%r1010, %r3294, %r3321;
-	setp.ne.s32 	%p19, %r1010, 0;
-	add.s32 	%r16, %r3319, 32;
-	add.s32 	%r3318, %r3319, 8;
-	mov.u32 	%r3319, %r16;
-	@%p19 bra 	$L__BB11_13;
-$L__BB11_14:
-	setp.eq.s32 	%p20, %r8, 0;
-	@%p20 bra 	$L__BB11_25;
-	setp.eq.s32 	%p21, %r8, 1;
-	cvt.u64.u32 	%rd491, %r3321;
-	add.s64 	%rd32, %rd27, %rd491;
-	ld.u8 	%rd492, [%rd32];
-	shl.b32 	%r1011, %r3321, 3;
-	shl.b64 	%rd493, %rd492, %r1011;
-	or.b64  	%rd1622, %rd493, %rd1622;
-	@%p21 bra 	$L__BB11_25;
-	setp.eq.s32 	%p22, %r8, 2;
-	ld.u8 	%rd494, [%rd32+1];
-	add.s32 	%r1013, %r1011, 8;
-	shl.b64 	%rd495, %rd494, %r1013;
-	or.b64  	%rd1622, %rd495, %rd1622;
-	@%p22 bra 	$L__BB11_25;
-	ld.u8 	%rd496, [%rd32+2];
-	add.s32 	%r1015, %r1011, 16;
-	shl.b64 	%rd497, %rd496, %r1015;
-	or.b64  	%rd1622, %rd497, %rd1622;
-	bra.uni 	$L__BB11_25;
-$L__BB11_18:
-	setp.eq.s32 	%p23, %r997, 1;
-	@%p23 bra 	$L__BB11_23;
-	setp.eq.s32 	%p24, %r997, 2;
-	@%p24 bra 	$L__BB11_22;
-	setp.ne.s32 	%p25, %r997, 4;
-	@%p25 bra 	$L__BB11_24;
-	ld.u32 	%rd1622, [%rd27];
-	bra.uni 	$L__BB11_25;
-$L__BB11_23:
-	ld.u8 	%rd1622, [%rd27];
-	bra.uni 	$L__BB11_25;
-$L__BB11_22:
-	ld.u16 	%rd1622, [%rd27];
-	bra.uni 	$L__BB11_25;
-$L__BB11_24:
-	ld.u64 	%rd1622, [%rd27];
-$L__BB11_25:
-	mul.lo.s64 	%rd43, %rd1621, %rd14;
-	shr.u64 	%rd44, %rd43, 5;
-	setp.lt.u64 	%p26, %rd44, %rd23;
-	setp.lt.u64 	%p27, %rd25, %rd17;
-	and.pred  	%p1, %p27, %p26;
-	xor.pred  	%p28, %p27, %p1;
-	not.pred 	%p29, %p28;
-	@%p29 bra 	$L__BB11_42;
-	add.s64 	%rd45, %rd20, %rd43;
-	and.b64  	%rd498, %rd45, %rd22;
-	setp.eq.s64 	%p30, %rd498, 0;
-	@%p30 bra 	$L__BB11_35;
-	setp.eq.s32 	%p31, %r997, 0;
-	@%p31 bra 	$L__BB11_42;
-	cvt.u32.u64 	%r1019, %rd22;
-	setp.lt.u32 	%p32, %r1019, 3;
-	mov.u32 	%r3324, 0;
-	@%p32 bra 	$L__BB11_31;
-	and.b32  	%r3293, %r997, 3;
-	sub.s32 	%r3323, %r997, %r3293;
-	mov.u32 	%r3324, 0;
-$L__BB11_30:
-	shl.b32 	%r1021, %r3324, 3;
-	shr.u64 	%rd499, %rd1622, %r1021;
-	cvt.u64.u32 	%rd500, %r3324;
-	add.s64 	%rd501, %rd45, %rd500;
-	st.u8 	[%rd501], %rd499;
-	add.s32 	%r1022, %r1021, 8;
-	shr.u64 	%rd502, %rd1622, %r1022;
-	st.u8 	[%rd501+1], %rd502;
-	add.s32 	%r1023, %r1021, 16;
-	shr.u64 	%rd503, %rd1622, %r1023;
-	st.u8 	[%rd501+2], %rd503;
-	add.s32 	%r1024, %r1021, 24;
-	shr.u64 	%rd504, %rd1622, %r1024;
-	st.u8 	[%rd501+3], %rd504;
-	add.s32 	%r3324, %r3324, 4;
-	add.s32 	%r3323, %r3323, -4;
-	setp.ne.s32 	%p33, %r3323, 0;
-	@%p33 bra 	$L__BB11_30;
-$L__BB11_31:
-	setp.eq.s32 	%p34, %r8, 0;
-	@%p34 bra 	$L__BB11_42;
-	setp.eq.s32 	%p35, %r8, 1;
-	shl.b32 	%r1025, %r3324, 3;
-	shr.u64 	%rd505, %rd1622, %r1025;
-	cvt.u64.u32 	%rd506, %r3324;
-	add.s64 	%rd46, %rd45, %rd506;
-	st.u8 	[%rd46], %rd505;
-	@%p35 bra 	$L__BB11_42;
-	setp.eq.s32 	%p36, %r8, 2;
-	add.s32 	%r1027, %r1025, 8;
-	shr.u64 	%rd507, %rd1622, %r1027;
-	st.u8 	[%rd46+1], %rd507;
-	@%p36 bra 	$L__BB11_42;
-	add.s32 	%r1029, %r1025, 16;
-	shr.u64 	%rd508, %rd1622, %r1029;
-	st.u8 	[%rd46+2], %rd508;
-	bra.uni 	$L__BB11_42;
-$L__BB11_35:
-	setp.eq.s32 	%p37, %r997, 1;
-	@%p37 bra 	$L__BB11_40;
-	setp.eq.s32 	%p38, %r997, 2;
-	@%p38 bra 	$L__BB11_39;
-	setp.ne.s32 	%p39, %r997, 4;
-	@%p39 bra 	$L__BB11_41;
-	st.u32 	[%rd45], %rd1622;
-	bra.uni 	$L__BB11_42;
-$L__BB11_40:
-	st.u8 	[%rd45], %rd1622;
-	bra.uni 	$L__BB11_42;
-$L__BB11_39:
-	st.u16 	[%rd45], %rd1622;
-	bra.uni 	$L__BB11_42;
-$L__BB11_41:
-	st.u64 	[%rd45], %rd1622;
-$L__BB11_42:
-	mov.u32 	%r3291, -2;
-	shl.b32 	%r3290, %r3291, %r987;
-	cvt.u32.u64 	%r1043, %rd9;
-	setp.eq.s32 	%p40, %r1043, 0;
+	setp.ne.s16 	%p10, %rs1, 3;
+	mov.u16 	%rs108, 1;
+	@%p10 bra 	$L__BB11_490;
+	setp.eq.s64 	%p11, %rd1980, 0;
+	shl.b64 	%rd629, %rd12, 1;
+	add.s64 	%rd630, %rd629, 7;
+	and.b64  	%rd23, %rd630, 17179869176;
+	@%p11 bra 	$L__BB11_83;
+	mov.u16 	%rs108, 0;
+	cvt.u32.u64 	%r1109, %rd5;
+	cvt.u32.u64 	%r1110, %rd12;
+	setp.ge.u32 	%p12, %r1109, %r1110;
+	@%p12 bra 	$L__BB11_490;
+	cvt.u64.u32 	%rd24, %r1106;
+	add.s32 	%r1111, %r1106, -1;
+	cvt.u64.u32 	%rd25, %r1111;
+	and.b32  	%r12, %r1106, 3;
+	sub.s32 	%r13, %r12, %r1106;
+	mov.u64 	%rd1982, %rd5;
+	bra.uni 	$L__BB11_12;
+$L__BB11_83:
+	setp.eq.b32 	%p62, %r1199, 1;
+	mov.pred 	%p63, 0;
+	xor.pred  	%p64, %p62, %p63;
+	mov.u16 	%rs108, 0;
+	not.pred 	%p65, %p64;
+	@%p65 bra 	$L__BB11_199;
+	bra.uni 	$L__BB11_84;
+$L__BB11_199:
+	cvt.u32.u64 	%r1385, %rd12;
+	setp.eq.s32 	%p194, %r1385, 0;
+	@%p194 bra 	$L__BB11_490;
+	cvt.u64.u32 	%rd105, %r1106;
+	add.s32 	%r1386, %r1106, -1;
+	cvt.u64.u32 	%rd106, %r1386;
+	and.b32  	%r274, %r1106, 3;
+	sub.s32 	%r275, %r1106, %r274;
+	mov.u64 	%rd2000, 0;
+$L__BB11_201:
+	mov.u64 	%rd2001, 0;
+	add.s64 	%rd108, %rd2000, %rd5;
+	setp.ge.u64 	%p195, %rd108, %rd12;
+	shl.b64 	%rd762, %rd108, 1;
+	add.s64 	%rd109, %rd16, %rd762;
+	@%p195 bra 	$L__BB11_203;
+	ld.u16 	%rd2001, [%rd109];
+$L__BB11_203:
+	add.s64 	%rd1969, %rd2000, %rd5;
+	setp.ge.u64 	%p1069, %rd1969, %rd12;
+	mov.u64 	%rd2006, 0;
+	mov.u64 	%rd2005, %rd2006;
+	@%p1069 bra 	$L__BB11_220;
+	add.s64 	%rd1976, %rd2000, %rd5;
+	mul.lo.s64 	%rd764, %rd1976, %rd105;
+	add.s64 	%rd765, %rd764, %rd23;
+	add.s64 	%rd112, %rd16, %rd765;
+	and.b64  	%rd766, %rd112, %rd106;
+	setp.eq.s64 	%p197, %rd766, 0;
+	@%p197 bra 	$L__BB11_213;
+	setp.eq.s32 	%p198, %r1106, 0;
+	mov.u64 	%rd2005, %rd2006;
+	@%p198 bra 	$L__BB11_220;
+	cvt.u32.u64 	%r1388, %rd106;
+	setp.lt.u32 	%p199, %r1388, 3;
+	mov.u64 	%rd2005, 0;
+	mov.u32 	%r3789, 0;
+	@%p199 bra 	$L__BB11_209;
+	mov.u64 	%rd2005, 0;
+	mov.u32 	%r3789, 0;
+	mov.u32 	%r3788, %r275;
+$L__BB11_208:
+	cvt.u64.u32 	%rd771, %r3789;
+	add.s64 	%rd772, %rd112, %rd771;
+	ld.u8 	%rd773, [%rd772];
+	shl.b32 	%r1390, %r3789, 3;
+	shl.b64 	%rd774, %rd773, %r1390;
+	or.b64  	%rd775, %rd774, %rd2005;
+	ld.u8 	%rd776, [%rd772+1];
+	add.s32 	%r1391, %r1390, 8;
+	shl.b64 	%rd777, %rd776, %r1391;
+	or.b64  	%rd778, %rd777, %rd775;
+	ld.u8 	%rd779, [%rd772+2];
+	add.s32 	%r1392, %r1390, 16;
+	shl.b64 	%rd780, %rd779, %r1392;
+	or.b64  	%rd781, %rd780, %rd778;
+	ld.u8 	%rd782, [%rd772+3];
+	add.s32 	%r1393, %r1390, 24;
+	shl.b64 	%rd783, %rd782, %r1393;
+	or.b64  	%rd2005, %rd783, %rd781;
+	add.s32 	%r3789, %r3789, 4;
+	add.s32 	%r3788, %r3788, -4;
+	setp.ne.s32 	%p200, %r3788, 0;
+	@%p200 bra 	$L__BB11_208;
+$L__BB11_209:
+	setp.eq.s32 	%p201, %r274, 0;
+	@%p201 bra 	$L__BB11_220;
+	setp.eq.s32 	%p202, %r274, 1;
+	cvt.u64.u32 	%rd784, %r3789;
+	add.s64 	%rd117, %rd112, %rd784;
+	ld.u8 	%rd785, [%rd117];
+	shl.b32 	%r1394, %r3789, 3;
+	shl.b64 	%rd786, %rd785, %r1394;
+	or.b64  	%rd2005, %rd786, %rd2005;
+	@%p202 bra 	$L__BB11_220;
+	setp.eq.s32 	%p203, %r274, 2;
+	ld.u8 	%rd787, [%rd117+1];
+	add.s32 	%r1396, %r1394, 8;
+	shl.b64 	%rd788, %rd787, %r1396;
+	or.b64  	%rd2005, %rd788, %rd2005;
+	@%p203 bra 	$L__BB11_220;
+	ld.u8 	%rd789, [%rd117+2];
+	add.s32 	%r1398, %r1394, 16;
+	shl.b64 	%rd790, %rd789, %r1398;
+	or.b64  	%rd2005, %rd790, %rd2005;
+	bra.uni 	$L__BB11_220;
+$L__BB11_213:
+	setp.eq.s32 	%p204, %r1106, 1;
+	@%p204 bra 	$L__BB11_218;
+	setp.eq.s32 	%p205, %r1106, 2;
+	@%p205 bra 	$L__BB11_217;
+	setp.ne.s32 	%p206, %r1106, 4;
+	@%p206 bra 	$L__BB11_219;
+	ld.u32 	%rd2005, [%rd112];
+	bra.uni 	$L__BB11_220;
+$L__BB11_218:
+	ld.u8 	%rd2005, [%rd112];
+	bra.uni 	$L__BB11_220;
+$L__BB11_217:
+	ld.u16 	%rd2005, [%rd112];
+	bra.uni 	$L__BB11_220;
+$L__BB11_219:
+	ld.u64 	%rd2005, [%rd112];
+$L__BB11_220:
+	add.s64 	%rd1970, %rd2000, %rd5;
+	add.s64 	%rd127, %rd1970, 32;
+	setp.ge.u64 	%p207, %rd127, %rd12;
+	@%p207 bra 	$L__BB11_222;
+	ld.u16 	%rd2006, [%rd109+64];
+$L__BB11_222:
+	mov.u64 	%rd2011, 0;
+	mov.u64 	%rd2010, %rd2011;
+	@%p207 bra 	$L__BB11_239;
+	mul.lo.s64 	%rd793, %rd127, %rd105;
+	add.s64 	%rd794, %rd793, %rd23;
+	add.s64 	%rd130, %rd16, %rd794;
+	and.b64  	%rd795, %rd130, %rd106;
+	setp.eq.s64 	%p209, %rd795, 0;
+	@%p209 bra 	$L__BB11_232;
+	setp.eq.s32 	%p210, %r1106, 0;
+	mov.u64 	%rd2010, %rd2011;
+	@%p210 bra 	$L__BB11_239;
+	cvt.u32.u64 	%r1400, %rd106;
+	setp.lt.u32 	%p211, %r1400, 3;
+	mov.u64 	%rd2010, 0;
+	mov.u32 	%r3792, 0;
+	@%p211 bra 	$L__BB11_228;
+	mov.u64 	%rd2010, 0;
+	mov.u32 	%r3792, 0;
+	mov.u32 	%r3791, %r275;
+$L__BB11_227:
+	cvt.u64.u32 	%rd800, %r3792;
+	add.s64 	%rd801, %rd130, %rd800;
+	ld.u8 	%rd802, [%rd801];
+	shl.b32 	%r1402, %r3792, 3;
+	shl.b64 	%rd803, %rd802, %r1402;
+	or.b64  	%rd804, %rd803, %rd2010;
+	ld.u8 	%rd805, [%rd801+1];
+	add.s32 	%r1403, %r1402, 8;
+	shl.b64 	%rd806, %rd805, %r1403;
+	or.b64  	%rd807, %rd806, %rd804;
+	ld.u8 	%rd808, [%rd801+2];
+	add.s32 	%r1404, %r1402, 16;
+	shl.b64 	%rd809, %rd808, %r1404;
+	or.b64  	%rd810, %rd809, %rd807;
+	ld.u8 	%rd811, [%rd801+3];
+	add.s32 	%r1405, %r1402, 24;
+	shl.b64 	%rd812, %rd811, %r1405;
+	or.b64  	%rd2010, %rd812, %rd810;
+	add.s32 	%r3792, %r3792, 4;
+	add.s32 	%r3791, %r3791, -4;
+	setp.ne.s32 	%p212, %r3791, 0;
+	@%p212 bra 	$L__BB11_227;
+$L__BB11_228:
+	setp.eq.s32 	%p213, %r274, 0;
+	@%p213 bra 	$L__BB11_239;
+	setp.eq.s32 	%p214, %r274, 1;
+	cvt.u64.u32 	%rd813, %r3792;
+	add.s64 	%rd135, %rd130, %rd813;
+	ld.u8 	%rd814, [%rd135];
+	shl.b32 	%r1406, %r3792, 3;
+	shl.b64 	%rd815, %rd814, %r1406;
+	or.b64  	%rd2010, %rd815, %rd2010;
+	@%p214 bra 	$L__BB11_239;
+	setp.eq.s32 	%p215, %r274, 2;
+	ld.u8 	%rd816, [%rd135+1];
+	add.s32 	%r1408, %r1406, 8;
+	shl.b64 	%rd817, %rd816, %r1408;
+	or.b64  	%rd2010, %rd817, %rd2010;
+	@%p215 bra 	$L__BB11_239;
+	ld.u8 	%rd818, [%rd135+2];
+	add.s32 	%r1410, %r1406, 16;
+	shl.b64 	%rd819, %rd818, %r1410;
+	or.b64  	%rd2010, %rd819, %rd2010;
+	bra.uni 	$L__BB11_239;
+$L__BB11_232:
+	setp.eq.s32 	%p216, %r1106, 1;
+	@%p216 bra 	$L__BB11_237;
+	setp.eq.s32 	%p217, %r1106, 2;
+	@%p217 bra 	$L__BB11_236;
+	setp.ne.s32 	%p218, %r1106, 4;
+	@%p218 bra 	$L__BB11_238;
+	ld.u32 	%rd2010, [%rd130];
+	bra.uni 	$L__BB11_239;
+$L__BB11_237:
+	ld.u8 	%rd2010, [%rd130];
+	bra.uni 	$L__BB11_239;
+$L__BB11_236:
+	ld.u16 	%rd2010, [%rd130];
+	bra.uni 	$L__BB11_239;
+$L__BB11_238:
+	ld.u64 	%rd2010, [%rd130];
+$L__BB11_239:
+	add.s64 	%rd1971, %rd2000, %rd5;
+	add.s64 	%rd145, %rd1971, 64;
+	setp.ge.u64 	%p219, %rd145, %rd12;
+	@%p219 bra 	$L__BB11_241;
+	ld.u16 	%rd2011, [%rd109+128];
+$L__BB11_241:
+	mov.u64 	%rd2016, 0;
+	mov.u64 	%rd2015, %rd2016;
+	@%p219 bra 	$L__BB11_258;
+	mul.lo.s64 	%rd822, %rd145, %rd105;
+	add.s64 	%rd823, %rd822, %rd23;
+	add.s64 	%rd148, %rd16, %rd823;
+	and.b64  	%rd824, %rd148, %rd106;
+	setp.eq.s64 	%p221, %rd824, 0;
+	@%p221 bra 	$L__BB11_251;
+	setp.eq.s32 	%p222, %r1106, 0;
+	mov.u64 	%rd2015, %rd2016;
+	@%p222 bra 	$L__BB11_258;
+	cvt.u32.u64 	%r1412, %rd106;
+	setp.lt.u32 	%p223, %r1412, 3;
+	mov.u64 	%rd2015, 0;
+	mov.u32 	%r3795, 0;
+	@%p223 bra 	$L__BB11_247;
+	mov.u64 	%rd2015, 0;
+	mov.u32 	%r3795, 0;
+	mov.u32 	%r3794, %r275;
+$L__BB11_246:
+	cvt.u64.u32 	%rd829, %r3795;
+	add.s64 	%rd830, %rd148, %rd829;
+	ld.u8 	%rd831, [%rd830];
+	shl.b32 	%r1414, %r3795, 3;
+	shl.b64 	%rd832, %rd831, %r1414;
+	or.b64  	%rd833, %rd832, %rd2015;
+	ld.u8 	%rd834, [%rd830+1];
+	add.s32 	%r1415, %r1414, 8;
+	shl.b64 	%rd835, %rd834, %r1415;
+	or.b64  	%rd836, %rd835, %rd833;
+	ld.u8 	%rd837, [%rd830+2];
+	add.s32 	%r1416, %r1414, 16;
+	shl.b64 	%rd838, %rd837, %r1416;
+	or.b64  	%rd839, %rd838, %rd836;
+	ld.u8 	%rd840, [%rd830+3];
+	add.s32 	%r1417, %r1414, 24;
+	shl.b64 	%rd841, %rd840, %r1417;
+	or.b64  	%rd2015, %rd841, %rd839;
+	add.s32 	%r3795, %r3795, 4;
+	add.s32 	%r3794, %r3794, -4;
+	setp.ne.s32 	%p224, %r3794, 0;
+	@%p224 bra 	$L__BB11_246;
+$L__BB11_247:
+	setp.eq.s32 	%p225, %r274, 0;
+	@%p225 bra 	$L__BB11_258;
+	setp.eq.s32 	%p226, %r274, 1;
+	cvt.u64.u32 	%rd842, %r3795;
+	add.s64 	%rd153, %rd148, %rd842;
+	ld.u8 	%rd843, [%rd153];
+	shl.b32 	%r1418, %r3795, 3;
+	shl.b64 	%rd844, %rd843, %r1418;
+	or.b64  	%rd2015, %rd844, %rd2015;
+	@%p226 bra 	$L__BB11_258;
+	setp.eq.s32 	%p227, %r274, 2;
+	ld.u8 	%rd845, [%rd153+1];
+	add.s32 	%r1420, %r1418, 8;
+	shl.b64 	%rd846, %rd845, %r1420;
+	or.b64  	%rd2015, %rd846, %rd2015;
+	@%p227 bra 	$L__BB11_258;
+	ld.u8 	%rd847, [%rd153+2];
+	add.s32 	%r1422, %r1418, 16;
+	shl.b64 	%rd848, %rd847, %r1422;
+	or.b64  	%rd2015, %rd848, %rd2015;
+	bra.uni 	$L__BB11_258;
+$L__BB11_251:
+	setp.eq.s32 	%p228, %r1106, 1;
+	@%p228 bra 	$L__BB11_256;
+	setp.eq.s32 	%p229, %r1106, 2;
+	@%p229 bra 	$L__BB11_255;
+	setp.ne.s32 	%p230, %r1106, 4;
+	@%p230 bra 	$L__BB11_257;
+	ld.u32 	%rd2015, [%rd148];
+	bra.uni 	$L__BB11_258;
+$L__BB11_256:
+	ld.u8 	%rd2015, [%rd148];
+	bra.uni 	$L__BB11_258;
+$L__BB11_255:
+	ld.u16 	%rd2015, [%rd148];
+	bra.uni 	$L__BB11_258;
+$L__BB11_257:
+	ld.u64 	%rd2015, [%rd148];
+$L__BB11_258:
+	add.s64 	%rd1972, %rd2000, %rd5;
+	add.s64 	%rd163, %rd1972, 96;
+	setp.ge.u64 	%p231, %rd163, %rd12;
+	@%p231 bra 	$L__BB11_260;
+	ld.u16 	%rd2016, [%rd109+192];
+$L__BB11_260:
+	mov.u64 	%rd2021, 0;
+	mov.u64 	%rd2020, %rd2021;
+	@%p231 bra 	$L__BB11_277;
+	mul.lo.s64 	%rd851, %rd163, %rd105;
+	add.s64 	%rd852, %rd851, %rd23;
+	add.s64 	%rd166, %rd16, %rd852;
+	and.b64  	%rd853, %rd166, %rd106;
+	setp.eq.s64 	%p233, %rd853, 0;
+	@%p233 bra 	$L__BB11_270;
+	setp.eq.s32 	%p234, %r1106, 0;
+	mov.u64 	%rd2020, %rd2021;
+	@%p234 bra 	$L__BB11_277;
+	cvt.u32.u64 	%r1424, %rd106;
+	setp.lt.u32 	%p235, %r1424, 3;
+	mov.u64 	%rd2020, 0;
+	mov.u32 	%r3798, 0;
+	@%p235 bra 	$L__BB11_266;
+	mov.u64 	%rd2020, 0;
+	mov.u32 	%r3798, 0;
+	mov.u32 	%r3797, %r275;
+$L__BB11_265:
+	cvt.u64.u32 	%rd858, %r3798;
+	add.s64 	%rd859, %rd166, %rd858;
+	ld.u8 	%rd860, [%rd859];
+	shl.b32 	%r1426, %r3798, 3;
+	shl.b64 	%rd861, %rd860, %r1426;
+	or.b64  	%rd862, %rd861, %rd2020;
+	ld.u8 	%rd863, [%rd859+1];
+	add.s32 	%r1427, %r1426, 8;
+	shl.b64 	%rd864, %rd863, %r1427;
+	or.b64  	%rd865, %rd864, %rd862;
+	ld.u8 	%rd866, [%rd859+2];
+	add.s32 	%r1428, %r1426, 16;
+	shl.b64 	%rd867, %rd866, %r1428;
+	or.b64  	%rd868, %rd867, %rd865;
+	ld.u8 	%rd869, [%rd859+3];
+	add.s32 	%r1429, %r1426, 24;
+	shl.b64 	%rd870, %rd869, %r1429;
+	or.b64  	%rd2020, %rd870, %rd868;
+	add.s32 	%r3798, %r3798, 4;
+	add.s32 	%r3797, %r3797, -4;
+	setp.ne.s32 	%p236, %r3797, 0;
+	@%p236 bra 	$L__BB11_265;
+$L__BB11_266:
+	setp.eq.s32 	%p237, %r274, 0;
+	@%p237 bra 	$L__BB11_277;
+	setp.eq.s32 	%p238, %r274, 1;
+	cvt.u64.u32 	%rd871, %r3798;
+	add.s64 	%rd171, %rd166, %rd871;
+	ld.u8 	%rd872, [%rd171];
+	shl.b32 	%r1430, %r3798, 3;
+	shl.b64 	%rd873, %rd872, %r1430;
+	or.b64  	%rd2020, %rd873, %rd2020;
+	@%p238 bra 	$L__BB11_277;
+	setp.eq.s32 	%p239, %r274, 2;
+	ld.u8 	%rd874, [%rd171+1];
+	add.s32 	%r1432, %r1430, 8;
+	shl.b64 	%rd875, %rd874, %r1432;
+	or.b64  	%rd2020, %rd875, %rd2020;
+	@%p239 bra 	$L__BB11_277;
+	ld.u8 	%rd876, [%rd171+2];
+	add.s32 	%r1434, %r1430, 16;
+	shl.b64 	%rd877, %rd876, %r1434;
+	or.b64  	%rd2020, %rd877, %rd2020;
+	bra.uni 	$L__BB11_277;
+$L__BB11_270:
+	setp.eq.s32 	%p240, %r1106, 1;
+	@%p240 bra 	$L__BB11_275;
+	setp.eq.s32 	%p241, %r1106, 2;
+	@%p241 bra 	$L__BB11_274;
+	setp.ne.s32 	%p242, %r1106, 4;
+	@%p242 bra 	$L__BB11_276;
+	ld.u32 	%rd2020, [%rd166];
+	bra.uni 	$L__BB11_277;
+$L__BB11_275:
+	ld.u8 	%rd2020, [%rd166];
+	bra.uni 	$L__BB11_277;
+$L__BB11_274:
+	ld.u16 	%rd2020, [%rd166];
+	bra.uni 	$L__BB11_277;
+$L__BB11_276:
+	ld.u64 	%rd2020, [%rd166];
+$L__BB11_277:
+	add.s64 	%rd1973, %rd2000, %rd5;
+	add.s64 	%rd181, %rd1973, 128;
+	setp.ge.u64 	%p243, %rd181, %rd12;
+	@%p243 bra 	$L__BB11_279;
+	ld.u16 	%rd2021, [%rd109+256];
+$L__BB11_279:
+	mov.u64 	%rd2026, 0;
+	mov.u64 	%rd2025, %rd2026;
+	@%p243 bra 	$L__BB11_296;
+	mul.lo.s64 	%rd880, %rd181, %rd105;
+	add.s64 	%rd881, %rd880, %rd23;
+	add.s64 	%rd184, %rd16, %rd881;
+	and.b64  	%rd882, %rd184, %rd106;
+	setp.eq.s64 	%p245, %rd882, 0;
+	@%p245 bra 	$L__BB11_289;
+	setp.eq.s32 	%p246, %r1106, 0;
+	mov.u64 	%rd2025, %rd2026;
+	@%p246 bra 	$L__BB11_296;
+	cvt.u32.u64 	%r1436, %rd106;
+	setp.lt.u32 	%p247, %r1436, 3;
+	mov.u64 	%rd2025, 0;
+	mov.u32 	%r3801, 0;
+	@%p247 bra 	$L__BB11_285;
+	mov.u64 	%rd2025, 0;
+	mov.u32 	%r3801, 0;
+	mov.u32 	%r3800, %r275;
+$L__BB11_284:
+	cvt.u64.u32 	%rd887, %r3801;
+	add.s64 	%rd888, %rd184, %rd887;
+	ld.u8 	%rd889, [%rd888];
+	shl.b32 	%r1438, %r3801, 3;
+	shl.b64 	%rd890, %rd889, %r1438;
+	or.b64  	%rd891, %rd890, %rd2025;
+	ld.u8 	%rd892, [%rd888+1];
+	add.s32 	%r1439, %r1438, 8;
+	shl.b64 	%rd893, %rd892, %r1439;
+	or.b64  	%rd894, %rd893, %rd891;
+	ld.u8 	%rd895, [%rd888+2];
+	add.s32 	%r1440, %r1438, 16;
+	shl.b64 	%rd896, %rd895, %r1440;
+	or.b64  	%rd897, %rd896, %rd894;
+	ld.u8 	%rd898, [%rd888+3];
+	add.s32 	%r1441, %r1438, 24;
+	shl.b64 	%rd899, %rd898, %r1441;
+	or.b64  	%rd2025, %rd899, %rd897;
+	add.s32 	%r3801, %r3801, 4;
+	add.s32 	%r3800, %r3800, -4;
+	setp.ne.s32 	%p248, %r3800, 0;
+	@%p248 bra 	$L__BB11_284;
+$L__BB11_285:
+	setp.eq.s32 	%p249, %r274, 0;
+	@%p249 bra 	$L__BB11_296;
+	setp.eq.s32 	%p250, %r274, 1;
+	cvt.u64.u32 	%rd900, %r3801;
+	add.s64 	%rd189, %rd184, %rd900;
+	ld.u8 	%rd901, [%rd189];
+	shl.b32 	%r1442, %r3801, 3;
+	shl.b64 	%rd902, %rd901, %r1442;
+	or.b64  	%rd2025, %rd902, %rd2025;
+	@%p250 bra 	$L__BB11_296;
+	setp.eq.s32 	%p251, %r274, 2;
+	ld.u8 	%rd903, [%rd189+1];
+	add.s32 	%r1444, %r1442, 8;
+	shl.b64 	%rd904, %rd903, %r1444;
+	or.b64  	%rd2025, %rd904, %rd2025;
+	@%p251 bra 	$L__BB11_296;
+	ld.u8 	%rd905, [%rd189+2];
+	add.s32 	%r1446, %r1442, 16;
+	shl.b64 	%rd906, %rd905, %r1446;
+	or.b64  	%rd2025, %rd906, %rd2025;
+	bra.uni 	$L__BB11_296;
+$L__BB11_289:
+	setp.eq.s32 	%p252, %r1106, 1;
+	@%p252 bra 	$L__BB11_294;
+	setp.eq.s32 	%p253, %r1106, 2;
+	@%p253 bra 	$L__BB11_293;
+	setp.ne.s32 	%p254, %r1106, 4;
+	@%p254 bra 	$L__BB11_295;
+	ld.u32 	%rd2025, [%rd184];
+	bra.uni 	$L__BB11_296;
+$L__BB11_294:
+	ld.u8 	%rd2025, [%rd184];
+	bra.uni 	$L__BB11_296;
+$L__BB11_293:
+	ld.u16 	%rd2025, [%rd184];
+	bra.uni 	$L__BB11_296;
+$L__BB11_295:
+	ld.u64 	%rd2025, [%rd184];
+$L__BB11_296:
+	add.s64 	%rd1974, %rd2000, %rd5;
+	add.s64 	%rd199, %rd1974, 160;
+	setp.ge.u64 	%p255, %rd199, %rd12;
+	@%p255 bra 	$L__BB11_298;
+	ld.u16 	%rd2026, [%rd109+320];
+$L__BB11_298:
+	mov.u64 	%rd2031, 0;
+	mov.u64 	%rd2030, %rd2031;
+	@%p255 bra 	$L__BB11_315;
+	mul.lo.s64 	%rd909, %rd199, %rd105;
+	add.s64 	%rd910, %rd909, %rd23;
+	add.s64 	%rd202, %rd16, %rd910;
+	and.b64  	%rd911, %rd202, %rd106;
+	setp.eq.s64 	%p257, %rd911, 0;
+	@%p257 bra 	$L__BB11_308;
+	setp.eq.s32 	%p258, %r1106, 0;
+	mov.u64 	%rd2030, %rd2031;
+	@%p258 bra 	$L__BB11_315;
+	cvt.u32.u64 	%r1448, %rd106;
+	setp.lt.u32 	%p259, %r1448, 3;
+	mov.u64 	%rd2030, 0;
+	mov.u32 	%r3804, 0;
+	@%p259 bra 	$L__BB11_304;
+	mov.u64 	%rd2030, 0;
+	mov.u32 	%r3804, 0;
+	mov.u32 	%r3803, %r275;
+$L__BB11_303:
+	cvt.u64.u32 	%rd916, %r3804;
+	add.s64 	%rd917, %rd202, %rd916;
+	ld.u8 	%rd918, [%rd917];
+	shl.b32 	%r1450, %r3804, 3;
+	shl.b64 	%rd919, %rd918, %r1450;
+	or.b64  	%rd920, %rd919, %rd2030;
+	ld.u8 	%rd921, [%rd917+1];
+	add.s32 	%r1451, %r1450, 8;
+	shl.b64 	%rd922, %rd921, %r1451;
+	or.b64  	%rd923, %rd922, %rd920;
+	ld.u8 	%rd924, [%rd917+2];
+	add.s32 	%r1452, %r1450, 16;
+	shl.b64 	%rd925, %rd924, %r1452;
+	or.b64  	%rd926, %rd925, %rd923;
+	ld.u8 	%rd927, [%rd917+3];
+	add.s32 	%r1453, %r1450, 24;
+	shl.b64 	%rd928, %rd927, %r1453;
+	or.b64  	%rd2030, %rd928, %rd926;
+	add.s32 	%r3804, %r3804, 4;
+	add.s32 	%r3803, %r3803, -4;
+	setp.ne.s32 	%p260, %r3803, 0;
+	@%p260 bra 	$L__BB11_303;
+$L__BB11_304:
+	setp.eq.s32 	%p261, %r274, 0;
+	@%p261 bra 	$L__BB11_315;
+	setp.eq.s32 	%p262, %r274, 1;
+	cvt.u64.u32 	%rd929, %r3804;
+	add.s64 	%rd207, %rd202, %rd929;
+	ld.u8 	%rd930, [%rd207];
+	shl.b32 	%r1454, %r3804, 3;
+	shl.b64 	%rd931, %rd930, %r1454;
+	or.b64  	%rd2030, %rd931, %rd2030;
+	@%p262 bra 	$L__BB11_315;
+	setp.eq.s32 	%p263, %r274, 2;
+	ld.u8 	%rd932, [%rd207+1];
+	add.s32 	%r1456, %r1454, 8;
+	shl.b64 	%rd933, %rd932, %r1456;
+	or.b64  	%rd2030, %rd933, %rd2030;
+	@%p263 bra 	$L__BB11_315;
+	ld.u8 	%rd934, [%rd207+2];
+	add.s32 	%r1458, %r1454, 16;
+	shl.b64 	%rd935, %rd934, %r1458;
+	or.b64  	%rd2030, %rd935, %rd2030;
+	bra.uni 	$L__BB11_315;
+$L__BB11_308:
+	setp.eq.s32 	%p264, %r1106, 1;
+	@%p264 bra 	$L__BB11_313;
+	setp.eq.s32 	%p265, %r1106, 2;
+	@%p265 bra 	$L__BB11_312;
+	setp.ne.s32 	%p266, %r1106, 4;
+	@%p266 bra 	$L__BB11_314;
+	ld.u32 	%rd2030, [%rd202];
+	bra.uni 	$L__BB11_315;
+$L__BB11_313:
+	ld.u8 	%rd2030, [%rd202];
+	bra.uni 	$L__BB11_315;
+$L__BB11_312:
+	ld.u16 	%rd2030, [%rd202];
+	bra.uni 	$L__BB11_315;
+$L__BB11_314:
+	ld.u64 	%rd2030, [%rd202];
+$L__BB11_315:
+	add.s64 	%rd1975, %rd2000, %rd5;
+	add.s64 	%rd217, %rd1975, 192;
+	setp.ge.u64 	%p267, %rd217, %rd12;
+	@%p267 bra 	$L__BB11_317;
+	ld.u16 	%rd2031, [%rd109+384];
+$L__BB11_317:
+	mov.u64 	%rd2035, 0;
+	@%p267 bra 	$L__BB11_334;
+	mul.lo.s64 	%rd938, %rd217, %rd105;
+	add.s64 	%rd939, %rd938, %rd23;
+	add.s64 	%rd220, %rd16, %rd939;
+	and.b64  	%rd940, %rd220, %rd106;
+	setp.eq.s64 	%p269, %rd940, 0;
+	@%p269 bra 	$L__BB11_327;
+	mov.u64 	%rd2035, 0;
+	setp.eq.s32 	%p270, %r1106, 0;
+	@%p270 bra 	$L__BB11_334;
+	cvt.u32.u64 	%r1460, %rd106;
+	setp.lt.u32 	%p271, %r1460, 3;
+	mov.u64 	%rd2035, 0;
+	mov.u32 	%r3807, 0;
+	@%p271 bra 	$L__BB11_323;
+	mov.u64 	%rd2035, 0;
+	mov.u32 	%r3807, 0;
+	mov.u32 	%r3806, %r275;
+$L__BB11_322:
+	cvt.u64.u32 	%rd945, %r3807;
+	add.s64 	%rd946, %rd220, %rd945;
+	ld.u8 	%rd947, [%rd946];
+	shl.b32 	%r1462, %r3807, 3;
+	shl.b64 	%rd948, %rd947, %r1462;
+	or.b64  	%rd949, %rd948, %rd2035;
+	ld.u8 	%rd950, [%rd946+1];
+	add.s32 	%r1463, %r1462, 8;
+	shl.b64 	%rd951, %rd950, %r1463;
+	or.b64  	%rd952, %rd951, %rd949;
+	ld.u8 	%rd953, [%rd946+2];
+	add.s32 	%r1464, %r1462, 16;
+	shl.b64 	%rd954, %rd953, %r1464;
+	or.b64  	%rd955, %rd954, %rd952;
+	ld.u8 	%rd956, [%rd946+3];
+	add.s32 	%r1465, %r1462, 24;
+	shl.b64 	%rd957, %rd956, %r1465;
+	or.b64  	%rd2035, %rd957, %rd955;
+	add.s32 	%r3807, %r3807, 4;
+	add.s32 	%r3806, %r3806, -4;
+	setp.ne.s32 	%p272, %r3806, 0;
+	@%p272 bra 	$L__BB11_322;
+$L__BB11_323:
+	setp.eq.s32 	%p273, %r274, 0;
+	@%p273 bra 	$L__BB11_334;
+	setp.eq.s32 	%p274, %r274, 1;
+	cvt.u64.u32 	%rd958, %r3807;
+	add.s64 	%rd225, %rd220, %rd958;
+	ld.u8 	%rd959, [%rd225];
+	shl.b32 	%r1466, %r3807, 3;
+	shl.b64 	%rd960, %rd959, %r1466;
+	or.b64  	%rd2035, %rd960, %rd2035;
+	@%p274 bra 	$L__BB11_334;
+	setp.eq.s32 	%p275, %r274, 2;
+	ld.u8 	%rd961, [%rd225+1];
+	add.s32 	%r1468, %r1466, 8;
+	shl.b64 	%rd962, %rd961, %r1468;
+	or.b64  	%rd2035, %rd962, %rd2035;
+	@%p275 bra 	$L__BB11_334;
+	ld.u8 	%rd963, [%rd225+2];
+	add.s32 	%r1470, %r1466, 16;
+	shl.b64 	%rd964, %rd963, %r1470;
+	or.b64  	%rd2035, %rd964, %rd2035;
+	bra.uni 	$L__BB11_334;
+$L__BB11_327:
+	setp.eq.s32 	%p276, %r1106, 1;
+	@%p276 bra 	$L__BB11_332;
+	setp.eq.s32 	%p277, %r1106, 2;
+	@%p277 bra 	$L__BB11_331;
+	setp.ne.s32 	%p278, %r1106, 4;
+	@%p278 bra 	$L__BB11_333;
+	ld.u32 	%rd2035, [%rd220];
+	bra.uni 	$L__BB11_334;
+$L__BB11_332:
+	ld.u8 	%rd2035, [%rd220];
+	bra.uni 	$L__BB11_334;
+$L__BB11_331:
+	ld.u16 	%rd2035, [%rd220];
+	bra.uni 	$L__BB11_334;
+$L__BB11_333:
+	ld.u64 	%rd2035, [%rd220];
+$L__BB11_334:
+	mov.u64 	%rd2036, 0;
+	add.s64 	%rd1964, %rd2000, %rd5;
+	add.s64 	%rd235, %rd1964, 224;
+	setp.ge.u64 	%p279, %rd235, %rd12;
+	@%p279 bra 	$L__BB11_336;
+	ld.u16 	%rd2036, [%rd109+448];
+$L__BB11_336:
+	mov.u64 	%rd2040, 0;
+	@%p279 bra 	$L__BB11_353;
+	mul.lo.s64 	%rd967, %rd235, %rd105;
+	add.s64 	%rd968, %rd967, %rd23;
+	add.s64 	%rd238, %rd16, %rd968;
+	and.b64  	%rd969, %rd238, %rd106;
+	setp.eq.s64 	%p281, %rd969, 0;
+	@%p281 bra 	$L__BB11_346;
+	mov.u64 	%rd2040, 0;
+	setp.eq.s32 	%p282, %r1106, 0;
+	@%p282 bra 	$L__BB11_353;
+	cvt.u32.u64 	%r1472, %rd106;
+	setp.lt.u32 	%p283, %r1472, 3;
+	mov.u64 	%rd2040, 0;
+	mov.u32 	%r3810, 0;
+	@%p283 bra 	$L__BB11_342;
+	mov.u64 	%rd2040, 0;
+	mov.u32 	%r3810, 0;
+	mov.u32 	%r3809, %r275;
+$L__BB11_341:
+	cvt.u64.u32 	%rd974, %r3810;
+	add.s64 	%rd975, %rd238, %rd974;
+	ld.u8 	%rd976, [%rd975];
+	shl.b32 	%r1474, %r3810, 3;
+	shl.b64 	%rd977, %rd976, %r1474;
+	or.b64  	%rd978, %rd977, %rd2040;
+	ld.u8 	%rd979, [%rd975+1];
+	add.s32 	%r1475, %r1474, 8;
+	shl.b64 	%rd980, %rd979, %r1475;
+	or.b64  	%rd981, %rd980, %rd978;
+	ld.u8 	%rd982, [%rd975+2];
+	add.s32 	%r1476, %r1474, 16;
+	shl.b64 	%rd983, %rd982, %r1476;
+	or.b64  	%rd984, %rd983, %rd981;
+	ld.u8 	%rd985, [%rd975+3];
+	add.s32 	%r1477, %r1474, 24;
+	shl.b64 	%rd986, %rd985, %r1477;
+	or.b64  	%rd2040, %rd986, %rd984;
+	add.s32 	%r3810, %r3810, 4;
+	add.s32 	%r3809, %r3809, -4;
+	setp.ne.s32 	%p284, %r3809, 0;
+	@%p284 bra 	$L__BB11_341;
+$L__BB11_342:
+	setp.eq.s32 	%p285, %r274, 0;
+	@%p285 bra 	$L__BB11_353;
+	setp.eq.s32 	%p286, %r274, 1;
+	cvt.u64.u32 	%rd987, %r3810;
+	add.s64 	%rd243, %rd238, %rd987;
+	ld.u8 	%rd988, [%rd243];
+	shl.b32 	%r1478, %r3810, 3;
+	shl.b64 	%rd989, %rd988, %r1478;
+	or.b64  	%rd2040, %rd989, %rd2040;
+	@%p286 bra 	$L__BB11_353;
+	setp.eq.s32 	%p287, %r274, 2;
+	ld.u8 	%rd990, [%rd243+1];
+	add.s32 	%r1480, %r1478, 8;
+	shl.b64 	%rd991, %rd990, %r1480;
+	or.b64  	%rd2040, %rd991, %rd2040;
+	@%p287 bra 	$L__BB11_353;
+	ld.u8 	%rd992, [%rd243+2];
+	add.s32 	%r1482, %r1478, 16;
+	shl.b64 	%rd993, %rd992, %r1482;
+	or.b64  	%rd2040, %rd993, %rd2040;
+	bra.uni 	$L__BB11_353;
+$L__BB11_346:
+	setp.eq.s32 	%p288, %r1106, 1;
+	@%p288 bra 	$L__BB11_351;
+	setp.eq.s32 	%p289, %r1106, 2;
+	@%p289 bra 	$L__BB11_350;
+	setp.ne.s32 	%p290, %r1106, 4;
+	@%p290 bra 	$L__BB11_352;
+	ld.u32 	%rd2040, [%rd238];
+	bra.uni 	$L__BB11_353;
+$L__BB11_351:
+	ld.u8 	%rd2040, [%rd238];
+	bra.uni 	$L__BB11_353;
+$L__BB11_350:
+	ld.u16 	%rd2040, [%rd238];
+	bra.uni 	$L__BB11_353;
+$L__BB11_352:
+	ld.u64 	%rd2040, [%rd238];
+$L__BB11_353:
+	add.s64 	%rd1966, %rd2000, %rd5;
+	setp.ge.u64 	%p1068, %rd1966, %rd12;
+	@%p1068 bra 	$L__BB11_370;
+	mul.lo.s64 	%rd994, %rd2001, %rd105;
+	add.s64 	%rd253, %rd1981, %rd994;
+	and.b64  	%rd995, %rd253, %rd106;
+	setp.eq.s64 	%p292, %rd995, 0;
+	@%p292 bra 	$L__BB11_363;
+	setp.eq.s32 	%p293, %r1106, 0;
+	@%p293 bra 	$L__BB11_370;
+	cvt.u32.u64 	%r1484, %rd106;
+	setp.lt.u32 	%p294, %r1484, 3;
+	mov.u32 	%r3813, 0;
+	@%p294 bra 	$L__BB11_359;
+	mov.u32 	%r3813, 0;
+	mov.u32 	%r3812, %r275;
+$L__BB11_358:
+	shl.b32 	%r1486, %r3813, 3;
+	shr.u64 	%rd996, %rd2005, %r1486;
+	cvt.u64.u32 	%rd997, %r3813;
+	add.s64 	%rd998, %rd253, %rd997;
+	st.u8 	[%rd998], %rd996;
+	add.s32 	%r1487, %r1486, 8;
+	shr.u64 	%rd999, %rd2005, %r1487;
+	st.u8 	[%rd998+1], %rd999;
+	add.s32 	%r1488, %r1486, 16;
+	shr.u64 	%rd1000, %rd2005, %r1488;
+	st.u8 	[%rd998+2], %rd1000;
+	add.s32 	%r1489, %r1486, 24;
+	shr.u64 	%rd1001, %rd2005, %r1489;
+	st.u8 	[%rd998+3], %rd1001;
+	add.s32 	%r3813, %r3813, 4;
+	add.s32 	%r3812, %r3812, -4;
+	setp.ne.s32 	%p295, %r3812, 0;
+	@%p295 bra 	$L__BB11_358;
+$L__BB11_359:
+	setp.eq.s32 	%p296, %r274, 0;
+	@%p296 bra 	$L__BB11_370;
+	setp.eq.s32 	%p297, %r274, 1;
+	shl.b32 	%r1490, %r3813, 3;
+	shr.u64 	%rd1002, %rd2005, %r1490;
+	cvt.u64.u32 	%rd1003, %r3813;
+	add.s64 	%rd254, %rd253, %rd1003;
+	st.u8 	[%rd254], %rd1002;
+	@%p297 bra 	$L__BB11_370;
+	setp.eq.s32 	%p298, %r274, 2;
+	add.s32 	%r1492, %r1490, 8;
+	shr.u64 	%rd1004, %rd2005, %r1492;
+	st.u8 	[%rd254+1], %rd1004;
+	@%p298 bra 	$L__BB11_370;
+	add.s32 	%r1494, %r1490, 16;
+	shr.u64 	%rd1005, %rd2005, %r1494;
+	st.u8 	[%rd254+2], %rd1005;
+	bra.uni 	$L__BB11_370;
+$L__BB11_363:
+	setp.eq.s32 	%p299, %r1106, 1;
+	@%p299 bra 	$L__BB11_368;
+	setp.eq.s32 	%p300, %r1106, 2;
+	@%p300 bra 	$L__BB11_367;
+	setp.ne.s32 	%p301, %r1106, 4;
+	@%p301 bra 	$L__BB11_369;
+	st.u32 	[%rd253], %rd2005;
+	bra.uni 	$L__BB11_370;
+$L__BB11_368:
+	st.u8 	[%rd253], %rd2005;
+	bra.uni 	$L__BB11_370;
+$L__BB11_367:
+	st.u16 	[%rd253], %rd2005;
+	bra.uni 	$L__BB11_370;
+$L__BB11_369:
+	st.u64 	[%rd253], %rd2005;
+$L__BB11_370:
+	@%p207 bra 	$L__BB11_387;
+	mul.lo.s64 	%rd1006, %rd2006, %rd105;
+	add.s64 	%rd256, %rd1981, %rd1006;
+	and.b64  	%rd1007, %rd256, %rd106;
+	setp.eq.s64 	%p303, %rd1007, 0;
+	@%p303 bra 	$L__BB11_380;
+	setp.eq.s32 	%p304, %r1106, 0;
+	@%p304 bra 	$L__BB11_387;
+	cvt.u32.u64 	%r1496, %rd106;
+	setp.lt.u32 	%p305, %r1496, 3;
+	mov.u32 	%r3816, 0;
+	@%p305 bra 	$L__BB11_376;
+	mov.u32 	%r3816, 0;
+	mov.u32 	%r3815, %r275;
+$L__BB11_375:
+	shl.b32 	%r1498, %r3816, 3;
+	shr.u64 	%rd1008, %rd2010, %r1498;
+	cvt.u64.u32 	%rd1009, %r3816;
+	add.s64 	%rd1010, %rd256, %rd1009;
+	st.u8 	[%rd1010], %rd1008;
+	add.s32 	%r1499, %r1498, 8;
+	shr.u64 	%rd1011, %rd2010, %r1499;
+	st.u8 	[%rd1010+1], %rd1011;
+	add.s32 	%r1500, %r1498, 16;
+	shr.u64 	%rd1012, %rd2010, %r1500;
+	st.u8 	[%rd1010+2], %rd1012;
+	add.s32 	%r1501, %r1498, 24;
+	shr.u64 	%rd1013, %rd2010, %r1501;
+	st.u8 	[%rd1010+3], %rd1013;
+	add.s32 	%r3816, %r3816, 4;
+	add.s32 	%r3815, %r3815, -4;
+	setp.ne.s32 	%p306, %r3815, 0;
+	@%p306 bra 	$L__BB11_375;
+$L__BB11_376:
+	setp.eq.s32 	%p307, %r274, 0;
+	@%p307 bra 	$L__BB11_387;
+	setp.eq.s32 	%p308, %r274, 1;
+	shl.b32 	%r1502, %r3816, 3;
+	shr.u64 	%rd1014, %rd2010, %r1502;
+	cvt.u64.u32 	%rd1015, %r3816;
+	add.s64 	%rd257, %rd256, %rd1015;
+	st.u8 	[%rd257], %rd1014;
+	@%p308 bra 	$L__BB11_387;
+	setp.eq.s32 	%p309, %r274, 2;
+	add.s32 	%r1504, %r1502, 8;
+	shr.u64 	%rd1016, %rd2010, %r1504;
+	st.u8 	[%rd257+1], %rd1016;
+	@%p309 bra 	$L__BB11_387;
+	add.s32 	%r1506, %r1502, 16;
+	shr.u64 	%rd1017, %rd2010, %r1506;
+	st.u8 	[%rd257+2], %rd1017;
+	bra.uni 	$L__BB11_387;
+$L__BB11_380:
+	setp.eq.s32 	%p310, %r1106, 1;
+	@%p310 bra 	$L__BB11_385;
+	setp.eq.s32 	%p311, %r1106, 2;
+	@%p311 bra 	$L__BB11_384;
+	setp.ne.s32 	%p312, %r1106, 4;
+	@%p312 bra 	$L__BB11_386;
+	st.u32 	[%rd256], %rd2010;
+	bra.uni 	$L__BB11_387;
+$L__BB11_385:
+	st.u8 	[%rd256], %rd2010;
+	bra.uni 	$L__BB11_387;
+$L__BB11_384:
+	st.u16 	[%rd256], %rd2010;
+	bra.uni 	$L__BB11_387;
+$L__BB11_386:
+	st.u64 	[%rd256], %rd2010;
+$L__BB11_387:
+	@%p219 bra 	$L__BB11_404;
+	mul.lo.s64 	%rd1018, %rd2011, %rd105;
+	add.s64 	%rd259, %rd1981, %rd1018;
+	and.b64  	%rd1019, %rd259, %rd106;
+	setp.eq.s64 	%p314, %rd1019, 0;
+	@%p314 bra 	$L__BB11_397;
+	setp.eq.s32 	%p315, %r1106, 0;
+	@%p315 bra 	$L__BB11_404;
+	cvt.u32.u64 	%r1508, %rd106;
+	setp.lt.u32 	%p316, %r1508, 3;
+	mov.u32 	%r3819, 0;
+	@%p316 bra 	$L__BB11_393;
+	mov.u32 	%r3819, 0;
+	mov.u32 	%r3818, %r275;
+$L__BB11_392:
+	shl.b32 	%r1510, %r3819, 3;
+	shr.u64 	%rd1020, %rd2015, %r1510;
+	cvt.u64.u32 	%rd1021, %r3819;
+	add.s64 	%rd1022, %rd259, %rd1021;
+	st.u8 	[%rd1022], %rd1020;
+	add.s32 	%r1511, %r1510, 8;
+	shr.u64 	%rd1023, %rd2015, %r1511;
+	st.u8 	[%rd1022+1], %rd1023;
+	add.s32 	%r1512, %r1510, 16;
+	shr.u64 	%rd1024, %rd2015, %r1512;
+	st.u8 	[%rd1022+2], %rd1024;
+	add.s32 	%r1513, %r1510, 24;
+	shr.u64 	%rd1025, %rd2015, %r1513;
+	st.u8 	[%rd1022+3], %rd1025;
+	add.s32 	%r3819, %r3819, 4;
+	add.s32 	%r3818, %r3818, -4;
+	setp.ne.s32 	%p317, %r3818, 0;
+	@%p317 bra 	$L__BB11_392;
+$L__BB11_393:
+	setp.eq.s32 	%p318, %r274, 0;
+	@%p318 bra 	$L__BB11_404;
+	setp.eq.s32 	%p319, %r274, 1;
+	shl.b32 	%r1514, %r3819, 3;
+	shr.u64 	%rd1026, %rd2015, %r1514;
+	cvt.u64.u32 	%rd1027, %r3819;
+	add.s64 	%rd260, %rd259, %rd1027;
+	st.u8 	[%rd260], %rd1026;
+	@%p319 bra 	$L__BB11_404;
+	setp.eq.s32 	%p320, %r274, 2;
+	add.s32 	%r1516, %r1514, 8;
+	shr.u64 	%rd1028, %rd2015, %r1516;
+	st.u8 	[%rd260+1], %rd1028;
+	@%p320 bra 	$L__BB11_404;
+	add.s32 	%r1518, %r1514, 16;
+	shr.u64 	%rd1029, %rd2015, %r1518;
+	st.u8 	[%rd260+2], %rd1029;
+	bra.uni 	$L__BB11_404;
+$L__BB11_397:
+	setp.eq.s32 	%p321, %r1106, 1;
+	@%p321 bra 	$L__BB11_402;
+	setp.eq.s32 	%p322, %r1106, 2;
+	@%p322 bra 	$L__BB11_401;
+	setp.ne.s32 	%p323, %r1106, 4;
+	@%p323 bra 	$L__BB11_403;
+	st.u32 	[%rd259], %rd2015;
+	bra.uni 	$L__BB11_404;
+$L__BB11_402:
+	st.u8 	[%rd259], %rd2015;
+	bra.uni 	$L__BB11_404;
+$L__BB11_401:
+	st.u16 	[%rd259], %rd2015;
+	bra.uni 	$L__BB11_404;
+$L__BB11_403:
+	st.u64 	[%rd259], %rd2015;
+$L__BB11_404:
+	@%p231 bra 	$L__BB11_421;
+	mul.lo.s64 	%rd1030, %rd2016, %rd105;
+	add.s64 	%rd262, %rd1981, %rd1030;
+	and.b64  	%rd1031, %rd262, %rd106;
+	setp.eq.s64 	%p325, %rd1031, 0;
+	@%p325 bra 	$L__BB11_414;
+	setp.eq.s32 	%p326, %r1106, 0;
+	@%p326 bra 	$L__BB11_421;
+	cvt.u32.u64 	%r1520, %rd106;
+	setp.lt.u32 	%p327, %r1520, 3;
+	mov.u32 	%r3822, 0;
+	@%p327 bra 	$L__BB11_410;
+	mov.u32 	%r3822, 0;
+	mov.u32 	%r3821, %r275;
+$L__BB11_409:
+	shl.b32 	%r1522, %r3822, 3;
+	shr.u64 	%rd1032, %rd2020, %r1522;
+	cvt.u64.u32 	%rd1033, %r3822;
+	add.s64 	%rd1034, %rd262, %rd1033;
+	st.u8 	[%rd1034], %rd1032;
+	add.s32 	%r1523, %r1522, 8;
+	shr.u64 	%rd1035, %rd2020, %r1523;
+	st.u8 	[%rd1034+1], %rd1035;
+	add.s32 	%r1524, %r1522, 16;
+	shr.u64 	%rd1036, %rd2020, %r1524;
+	st.u8 	[%rd1034+2], %rd1036;
+	add.s32 	%r1525, %r1522, 24;
+	shr.u64 	%rd1037, %rd2020, %r1525;
+	st.u8 	[%rd1034+3], %rd1037;
+	add.s32 	%r3822, %r3822, 4;
+	add.s32 	%r3821, %r3821, -4;
+	setp.ne.s32 	%p328, %r3821, 0;
+	@%p328 bra 	$L__BB11_409;
+$L__BB11_410:
+	setp.eq.s32 	%p329, %r274, 0;
+	@%p329 bra 	$L__BB11_421;
+	setp.eq.s32 	%p330, %r274, 1;
+	shl.b32 	%r1526, %r3822, 3;
+	shr.u64 	%rd1038, %rd2020, %r1526;
+	cvt.u64.u32 	%rd1039, %r3822;
+	add.s64 	%rd263, %rd262, %rd1039;
+	st.u8 	[%rd263], %rd1038;
+	@%p330 bra 	$L__BB11_421;
+	setp.eq.s32 	%p331, %r274, 2;
+	add.s32 	%r1528, %r1526, 8;
+	shr.u64 	%rd1040, %rd2020, %r1528;
+	st.u8 	[%rd263+1], %rd1040;
+	@%p331 bra 	$L__BB11_421;
+	add.s32 	%r1530, %r1526, 16;
+	shr.u64 	%rd1041, %rd2020, %r1530;
+	st.u8 	[%rd263+2], %rd1041;
+	bra.uni 	$L__BB11_421;
+$L__BB11_414:
+	setp.eq.s32 	%p332, %r1106, 1;
+	@%p332 bra 	$L__BB11_419;
+	setp.eq.s32 	%p333, %r1106, 2;
+	@%p333 bra 	$L__BB11_418;
+	setp.ne.s32 	%p334, %r1106, 4;
+	@%p334 bra 	$L__BB11_420;
+	st.u32 	[%rd262], %rd2020;
+	bra.uni 	$L__BB11_421;
+$L__BB11_419:
+	st.u8 	[%rd262], %rd2020;
+	bra.uni 	$L__BB11_421;
+$L__BB11_418:
+	st.u16 	[%rd262], %rd2020;
+	bra.uni 	$L__BB11_421;
+$L__BB11_420:
+	st.u64 	[%rd262], %rd2020;
+$L__BB11_421:
+	@%p243 bra 	$L__BB11_438;
+	mul.lo.s64 	%rd1042, %rd2021, %rd105;
+	add.s64 	%rd265, %rd1981, %rd1042;
+	and.b64  	%rd1043, %rd265, %rd106;
+	setp.eq.s64 	%p336, %rd1043, 0;
+	@%p336 bra 	$L__BB11_431;
+	setp.eq.s32 	%p337, %r1106, 0;
+	@%p337 bra 	$L__BB11_438;
+	cvt.u32.u64 	%r1532, %rd106;
+	setp.lt.u32 	%p338, %r1532, 3;
+	mov.u32 	%r3825, 0;
+	@%p338 bra 	$L__BB11_427;
+	mov.u32 	%r3825, 0;
+	mov.u32 	%r3824, %r275;
+$L__BB11_426:
+	shl.b32 	%r1534, %r3825, 3;
+	shr.u64 	%rd1044, %rd2025, %r1534;
+	cvt.u64.u32 	%rd1045, %r3825;
+	add.s64 	%rd1046, %rd265, %rd1045;
+	st.u8 	[%rd1046], %rd1044;
+	add.s32 	%r1535, %r1534, 8;
+	shr.u64 	%rd1047, %rd2025, %r1535;
+	st.u8 	[%rd1046+1], %rd1047;
+	add.s32 	%r1536, %r1534, 16;
+	shr.u64 	%rd1048, %rd2025, %r1536;
+	st.u8 	[%rd1046+2], %rd1048;
+	add.s32 	%r1537, %r1534, 24;
+	shr.u64 	%rd1049, %rd2025, %r1537;
+	st.u8 	[%rd1046+3], %rd1049;
+	add.s32 	%r3825, %r3825, 4;
+	add.s32 	%r3824, %r3824, -4;
+	setp.ne.s32 	%p339, %r3824, 0;
+	@%p339 bra 	$L__BB11_426;
+$L__BB11_427:
+	setp.eq.s32 	%p340, %r274, 0;
+	@%p340 bra 	$L__BB11_438;
+	setp.eq.s32 	%p341, %r274, 1;
+	shl.b32 	%r1538, %r3825, 3;
+	shr.u64 	%rd1050, %rd2025, %r1538;
+	cvt.u64.u32 	%rd1051, %r3825;
+	add.s64 	%rd266, %rd265, %rd1051;
+	st.u8 	[%rd266], %rd1050;
+	@%p341 bra 	$L__BB11_438;
+	setp.eq.s32 	%p342, %r274, 2;
+	add.s32 	%r1540, %r1538, 8;
+	shr.u64 	%rd1052, %rd2025, %r1540;
+	st.u8 	[%rd266+1], %rd1052;
+	@%p342 bra 	$L__BB11_438;
+	add.s32 	%r1542, %r1538, 16;
+	shr.u64 	%rd1053, %rd2025, %r1542;
+	st.u8 	[%rd266+2], %rd1053;
+	bra.uni 	$L__BB11_438;
+$L__BB11_431:
+	setp.eq.s32 	%p343, %r1106, 1;
+	@%p343 bra 	$L__BB11_436;
+	setp.eq.s32 	%p344, %r1106, 2;
+	@%p344 bra 	$L__BB11_435;
+	setp.ne.s32 	%p345, %r1106, 4;
+	@%p345 bra 	$L__BB11_437;
+	st.u32 	[%rd265], %rd2025;
+	bra.uni 	$L__BB11_438;
+$L__BB11_436:
+	st.u8 	[%rd265], %rd2025;
+	bra.uni 	$L__BB11_438;
+$L__BB11_435:
+	st.u16 	[%rd265], %rd2025;
+	bra.uni 	$L__BB11_438;
+$L__BB11_437:
+	st.u64 	[%rd265], %rd2025;
+$L__BB11_438:
+	@%p255 bra 	$L__BB11_455;
+	mul.lo.s64 	%rd1054, %rd2026, %rd105;
+	add.s64 	%rd268, %rd1981, %rd1054;
+	and.b64  	%rd1055, %rd268, %rd106;
+	setp.eq.s64 	%p347, %rd1055, 0;
+	@%p347 bra 	$L__BB11_448;
+	setp.eq.s32 	%p348, %r1106, 0;
+	@%p348 bra 	$L__BB11_455;
+	cvt.u32.u64 	%r1544, %rd106;
+	setp.lt.u32 	%p349, %r1544, 3;
+	mov.u32 	%r3828, 0;
+	@%p349 bra 	$L__BB11_444;
+	mov.u32 	%r3828, 0;
+	mov.u32 	%r3827, %r275;
+$L__BB11_443:
+	shl.b32 	%r1546, %r3828, 3;
+	shr.u64 	%rd1056, %rd2030, %r1546;
+	cvt.u64.u32 	%rd1057, %r3828;
+	add.s64 	%rd1058, %rd268, %rd1057;
+	st.u8 	[%rd1058], %rd1056;
+	add.s32 	%r1547, %r1546, 8;
+	shr.u64 	%rd1059, %rd2030, %r1547;
+	st.u8 	[%rd1058+1], %rd1059;
+	add.s32 	%r1548, %r1546, 16;
+	shr.u64 	%rd1060, %rd2030, %r1548;
+	st.u8 	[%rd1058+2], %rd1060;
+	add.s32 	%r1549, %r1546, 24;
+	shr.u64 	%rd1061, %rd2030, %r1549;
+	st.u8 	[%rd1058+3], %rd1061;
+	add.s32 	%r3828, %r3828, 4;
+	add.s32 	%r3827, %r3827, -4;
+	setp.ne.s32 	%p350, %r3827, 0;
+	@%p350 bra 	$L__BB11_443;
+$L__BB11_444:
+	setp.eq.s32 	%p351, %r274, 0;
+	@%p351 bra 	$L__BB11_455;
+	setp.eq.s32 	%p352, %r274, 1;
+	shl.b32 	%r1550, %r3828, 3;
+	shr.u64 	%rd1062, %rd2030, %r1550;
+	cvt.u64.u32 	%rd1063, %r3828;
+	add.s64 	%rd269, %rd268, %rd1063;
+	st.u8 	[%rd269], %rd1062;
+	@%p352 bra 	$L__BB11_455;
+	setp.eq.s32 	%p353, %r274, 2;
+	add.s32 	%r1552, %r1550, 8;
+	shr.u64 	%rd1064, %rd2030, %r1552;
+	st.u8 	[%rd269+1], %rd1064;
+	@%p353 bra 	$L__BB11_455;
+	add.s32 	%r1554, %r1550, 16;
+	shr.u64 	%rd1065, %rd2030, %r1554;
+	st.u8 	[%rd269+2], %rd1065;
+	bra.uni 	$L__BB11_455;
+$L__BB11_448:
+	setp.eq.s32 	%p354, %r1106, 1;
+	@%p354 bra 	$L__BB11_453;
+	setp.eq.s32 	%p355, %r1106, 2;
+	@%p355 bra 	$L__BB11_452;
+	setp.ne.s32 	%p356, %r1106, 4;
+	@%p356 bra 	$L__BB11_454;
+	st.u32 	[%rd268], %rd2030;
+	bra.uni 	$L__BB11_455;
+$L__BB11_453:
+	st.u8 	[%rd268], %rd2030;
+	bra.uni 	$L__BB11_455;
+$L__BB11_452:
+	st.u16 	[%rd268], %rd2030;
+	bra.uni 	$L__BB11_455;
+$L__BB11_454:
+	st.u64 	[%rd268], %rd2030;
+$L__BB11_455:
+	@%p267 bra 	$L__BB11_472;
+	mul.lo.s64 	%rd1066, %rd2031, %rd105;
+	add.s64 	%rd271, %rd1981, %rd1066;
+	and.b64  	%rd1067, %rd271, %rd106;
+	setp.eq.s64 	%p358, %rd1067, 0;
+	@%p358 bra 	$L__BB11_465;
+	setp.eq.s32 	%p359, %r1106, 0;
+	@%p359 bra 	$L__BB11_472;
+	cvt.u32.u64 	%r1556, %rd106;
+	setp.lt.u32 	%p360, %r1556, 3;
+	mov.u32 	%r3831, 0;
+	@%p360 bra 	$L__BB11_461;
+	mov.u32 	%r3831, 0;
+	mov.u32 	%r3830, %r275;
+$L__BB11_460:
+	shl.b32 	%r1558, %r3831, 3;
+	shr.u64 	%rd1068, %rd2035, %r1558;
+	cvt.u64.u32 	%rd1069, %r3831;
+	add.s64 	%rd1070, %rd271, %rd1069;
+	st.u8 	[%rd1070], %rd1068;
+	add.s32 	%r1559, %r1558, 8;
+	shr.u64 	%rd1071, %rd2035, %r1559;
+	st.u8 	[%rd1070+1], %rd1071;
+	add.s32 	%r1560, %r1558, 16;
+	shr.u64 	%rd1072, %rd2035, %r1560;
+	st.u8 	[%rd1070+2], %rd1072;
+	add.s32 	%r1561, %r1558, 24;
+	shr.u64 	%rd1073, %rd2035, %r1561;
+	st.u8 	[%rd1070+3], %rd1073;
+	add.s32 	%r3831, %r3831, 4;
+	add.s32 	%r3830, %r3830, -4;
+	setp.ne.s32 	%p361, %r3830, 0;
+	@%p361 bra 	$L__BB11_460;
+$L__BB11_461:
+	setp.eq.s32 	%p362, %r274, 0;
+	@%p362 bra 	$L__BB11_472;
+	setp.eq.s32 	%p363, %r274, 1;
+	shl.b32 	%r1562, %r3831, 3;
+	shr.u64 	%rd1074, %rd2035, %r1562;
+	cvt.u64.u32 	%rd1075, %r3831;
+	add.s64 	%rd272, %rd271, %rd1075;
+	st.u8 	[%rd272], %rd1074;
+	@%p363 bra 	$L__BB11_472;
+	setp.eq.s32 	%p364, %r274, 2;
+	add.s32 	%r1564, %r1562, 8;
+	shr.u64 	%rd1076, %rd2035, %r1564;
+	st.u8 	[%rd272+1], %rd1076;
+	@%p364 bra 	$L__BB11_472;
+	add.s32 	%r1566, %r1562, 16;
+	shr.u64 	%rd1077, %rd2035, %r1566;
+	st.u8 	[%rd272+2], %rd1077;
+	bra.uni 	$L__BB11_472;
+$L__BB11_465:
+	setp.eq.s32 	%p365, %r1106, 1;
+	@%p365 bra 	$L__BB11_470;
+	setp.eq.s32 	%p366, %r1106, 2;
+	@%p366 bra 	$L__BB11_469;
+	setp.ne.s32 	%p367, %r1106, 4;
+	@%p367 bra 	$L__BB11_471;
+	st.u32 	[%rd271], %rd2035;
+	bra.uni 	$L__BB11_472;
+$L__BB11_470:
+	st.u8 	[%rd271], %rd2035;
+	bra.uni 	$L__BB11_472;
+$L__BB11_469:
+	st.u16 	[%rd271], %rd2035;
+	bra.uni 	$L__BB11_472;
+$L__BB11_471:
+	st.u64 	[%rd271], %rd2035;
+$L__BB11_472:
+	@%p279 bra 	$L__BB11_489;
+	mul.lo.s64 	%rd1078, %rd2036, %rd105;
+	add.s64 	%rd274, %rd1981, %rd1078;
+	and.b64  	%rd1079, %rd274, %rd106;
+	setp.eq.s64 	%p369, %rd1079, 0;
+	@%p369 bra 	$L__BB11_482;
+	setp.eq.s32 	%p370, %r1106, 0;
+	@%p370 bra 	$L__BB11_489;
+	cvt.u32.u64 	%r1568, %rd106;
+	setp.lt.u32 	%p371, %r1568, 3;
+	mov.u32 	%r3834, 0;
+	@%p371 bra 	$L__BB11_478;
+	mov.u32 	%r3834, 0;
+	mov.u32 	%r3833, %r275;
+$L__BB11_477:
+	shl.b32 	%r1570, %r3834, 3;
+	shr.u64 	%rd1080, %rd2040, %r1570;
+	cvt.u64.u32 	%rd1081, %r3834;
+	add.s64 	%rd1082, %rd274, %rd1081;
+	st.u8 	[%rd1082], %rd1080;
+	add.s32 	%r1571, %r1570, 8;
+	shr.u64 	%rd1083, %rd2040, %r1571;
+	st.u8 	[%rd1082+1], %rd1083;
+	add.s32 	%r1572, %r1570, 16;
+	shr.u64 	%rd1084, %rd2040, %r1572;
+	st.u8 	[%rd1082+2], %rd1084;
+	add.s32 	%r1573, %r1570, 24;
+	shr.u64 	%rd1085, %rd2040, %r1573;
+	st.u8 	[%rd1082+3], %rd1085;
+	add.s32 	%r3834, %r3834, 4;
+	add.s32 	%r3833, %r3833, -4;
+	setp.ne.s32 	%p372, %r3833, 0;
+	@%p372 bra 	$L__BB11_477;
+$L__BB11_478:
+	setp.eq.s32 	%p373, %r274, 0;
+	@%p373 bra 	$L__BB11_489;
+	setp.eq.s32 	%p374, %r274, 1;
+	shl.b32 	%r1574, %r3834, 3;
+	shr.u64 	%rd1086, %rd2040, %r1574;
+	cvt.u64.u32 	%rd1087, %r3834;
+	add.s64 	%rd275, %rd274, %rd1087;
+	st.u8 	[%rd275], %rd1086;
+	@%p374 bra 	$L__BB11_489;
+	setp.eq.s32 	%p375, %r274, 2;
+	add.s32 	%r1576, %r1574, 8;
+	shr.u64 	%rd1088, %rd2040, %r1576;
+	st.u8 	[%rd275+1], %rd1088;
+	@%p375 bra 	$L__BB11_489;
+	add.s32 	%r1578, %r1574, 16;
+	shr.u64 	%rd1089, %rd2040, %r1578;
+	st.u8 	[%rd275+2], %rd1089;
+	bra.uni 	$L__BB11_489;
+$L__BB11_482:
+	setp.eq.s32 	%p376, %r1106, 1;
+	@%p376 bra 	$L__BB11_487;
+	setp.eq.s32 	%p377, %r1106, 2;
+	@%p377 bra 	$L__BB11_486;
+	setp.ne.s32 	%p378, %r1106, 4;
+	@%p378 bra 	$L__BB11_488;
+	st.u32 	[%rd274], %rd2040;
+	bra.uni 	$L__BB11_489;
+$L__BB11_487:
+	st.u8 	[%rd274], %rd2040;
+	bra.uni 	$L__BB11_489;
+$L__BB11_486:
+	st.u16 	[%rd274], %rd2040;
+	bra.uni 	$L__BB11_489;
+$L__BB11_488:
+	st.u64 	[%rd274], %rd2040;
+$L__BB11_489:
+	mov.u16 	%rs108, 0;
+	add.s64 	%rd2000, %rd2000, 256;
+	setp.lt.u64 	%p379, %rd2000, %rd12;
+	@%p379 bra 	$L__BB11_201;
+	bra.uni 	$L__BB11_490;
+$L__BB11_84:
+	cvt.u32.u64 	%r1200, %rd12;
+	cvt.u64.u32 	%rd70, %r1106;
+	setp.eq.s32 	%p66, %r1200, 0;
+	@%p66 bra 	$L__BB11_490;
+	and.b32  	%r3629, %r1, 31;
+	add.s32 	%r1201, %r1106, -1;
+	cvt.u64.u32 	%rd71, %r1201;
+	and.b32  	%r47, %r1106, 3;
+	sub.s32 	%r48, %r1106, %r47;
+	mov.u32 	%r1204, -2;
+	shl.b32 	%r49, %r1204, %r3629;
+	mul.lo.s64 	%rd697, %rd15, %rd70;
+	shr.u64 	%rd698, %rd697, 5;
+	and.b64  	%rd699, %rd1981, 31;
+	setp.eq.s64 	%p67, %rd699, 0;
+	mov.u64 	%rd696, 0;
+	selp.b64 	%rd72, %rd698, 0, %p67;
+	mov.u64 	%rd1994, %rd696;
+$L__BB11_86:
+	add.s64 	%rd74, %rd1994, %rd5;
+	setp.ge.u64 	%p68, %rd74, %rd12;
+	mov.u64 	%rd1998, %rd696;
+	mov.u64 	%rd1999, %rd696;
+	@%p68 bra 	$L__BB11_103;
+	shl.b64 	%rd702, %rd74, 1;
+	add.s64 	%rd703, %rd16, %rd702;
+	ld.u16 	%rd1998, [%rd703];
+	mul.lo.s64 	%rd704, %rd74, %rd70;
+	add.s64 	%rd705, %rd704, %rd23;
+	add.s64 	%rd76, %rd16, %rd705;
+	and.b64  	%rd706, %rd76, %rd71;
+	setp.eq.s64 	%p69, %rd706, 0;
+	@%p69 bra 	$L__BB11_96;
+	setp.eq.s32 	%p70, %r1106, 0;
+	mov.u64 	%rd1999, %rd696;
+	@%p70 bra 	$L__BB11_103;
+	cvt.u32.u64 	%r1206, %rd71;
+	setp.lt.u32 	%p71, %r1206, 3;
+	mov.u64 	%rd1999, 0;
+	mov.u32 	%r3694, 0;
+	@%p71 bra 	$L__BB11_92;
+	mov.u64 	%rd1999, 0;
+	mov.u32 	%r3694, 0;
+	mov.u32 	%r3693, %r48;
+$L__BB11_91:
+	cvt.u64.u32 	%rd711, %r3694;
+	add.s64 	%rd712, %rd76, %rd711;
+	ld.u8 	%rd713, [%rd712];
+	shl.b32 	%r1208, %r3694, 3;
+	shl.b64 	%rd714, %rd713, %r1208;
+	or.b64  	%rd715, %rd714, %rd1999;
+	ld.u8 	%rd716, [%rd712+1];
+	add.s32 	%r1209, %r1208, 8;
+	shl.b64 	%rd717, %rd716, %r1209;
+	or.b64  	%rd718, %rd717, %rd715;
+	ld.u8 	%rd719, [%rd712+2];
+	add.s32 	%r1210, %r1208, 16;
+	shl.b64 	%rd720, %rd719, %r1210;
+	or.b64  	%rd721, %rd720, %rd718;
+	ld.u8 	%rd722, [%rd712+3];
+	add.s32 	%r1211, %r1208, 24;
+	shl.b64 	%rd723, %rd722, %r1211;
+	or.b64  	%rd1999, %rd723, %rd721;
+	add.s32 	%r3694, %r3694, 4;
+	add.s32 	%r3693, %r3693, -4;
+	setp.ne.s32 	%p72, %r3693, 0;
+	@%p72 bra 	$L__BB11_91;
+$L__BB11_92:
+	setp.eq.s32 	%p73, %r47, 0;
+	@%p73 bra 	$L__BB11_103;
+	setp.eq.s32 	%p74, %r47, 1;
+	cvt.u64.u32 	%rd724, %r3694;
+	add.s64 	%rd81, %rd76, %rd724;
+	ld.u8 	%rd725, [%rd81];
+	shl.b32 	%r1212, %r3694, 3;
+	shl.b64 	%rd726, %rd725, %r1212;
+	or.b64  	%rd1999, %rd726, %rd1999;
+	@%p74 bra 	$L__BB11_103;
+	setp.eq.s32 	%p75, %r47, 2;
+	ld.u8 	%rd727, [%rd81+1];
+	add.s32 	%r1214, %r1212, 8;
+	shl.b64 	%rd728, %rd727, %r1214;
+	or.b64  	%rd1999, %rd728, %rd1999;
+	@%p75 bra 	$L__BB11_103;
+	ld.u8 	%rd729, [%rd81+2];
+	add.s32 	%r1216, %r1212, 16;
+	shl.b64 	%rd730, %rd729, %r1216;
+	or.b64  	%rd1999, %rd730, %rd1999;
+	bra.uni 	$L__BB11_103;
+$L__BB11_96:
+	setp.eq.s32 	%p76, %r1106, 1;
+	@%p76 bra 	$L__BB11_101;
+	setp.eq.s32 	%p77, %r1106, 2;
+	@%p77 bra 	$L__BB11_100;
+	setp.ne.s32 	%p78, %r1106, 4;
+	@%p78 bra 	$L__BB11_102;
+	ld.u32 	%rd1999, [%rd76];
+	bra.uni 	$L__BB11_103;
+$L__BB11_101:
+	ld.u8 	%rd1999, [%rd76];
+	bra.uni 	$L__BB11_103;
+$L__BB11_100:
+	ld.u16 	%rd1999, [%rd76];
+	bra.uni 	$L__BB11_103;
+$L__BB11_102:
+	ld.u64 	%rd1999, [%rd76];
+$L__BB11_103:
+	mul.lo.s64 	%rd92, %rd1998, %rd70;
+	shr.u64 	%rd93, %rd92, 5;
+	setp.lt.u64 	%p79, %rd93, %rd72;
+	setp.lt.u64 	%p80, %rd74, %rd12;
+	and.pred  	%p1, %p80, %p79;
+	xor.pred  	%p81, %p80, %p1;
+	not.pred 	%p82, %p81;
+	@%p82 bra 	$L__BB11_120;
+	add.s64 	%rd94, %rd1981, %rd92;
+	and.b64  	%rd731, %rd94, %rd71;
+	setp.eq.s64 	%p83, %rd731, 0;
+	@%p83 bra 	$L__BB11_113;
+	setp.eq.s32 	%p84, %r1106, 0;
+	@%p84 bra 	$L__BB11_120;
+	cvt.u32.u64 	%r1218, %rd71;
+	setp.lt.u32 	%p85, %r1218, 3;
+	mov.u32 	%r3697, 0;
+	@%p85 bra 	$L__BB11_109;
+	mov.u32 	%r3697, 0;
+	mov.u32 	%r3696, %r48;
+$L__BB11_108:
+	shl.b32 	%r1220, %r3697, 3;
+	shr.u64 	%rd732, %rd1999, %r1220;
+	cvt.u64.u32 	%rd733, %r3697;
+	add.s64 	%rd734, %rd94, %rd733;
+	st.u8 	[%rd734], %rd732;
+	add.s32 	%r1221, %r1220, 8;
+	shr.u64 	%rd735, %rd1999, %r1221;
+	st.u8 	[%rd734+1], %rd735;
+	add.s32 	%r1222, %r1220, 16;
+	shr.u64 	%rd736, %rd1999, %r1222;
+	st.u8 	[%rd734+2], %rd736;
+	add.s32 	%r1223, %r1220, 24;
+	shr.u64 	%rd737, %rd1999, %r1223;
+	st.u8 	[%rd734+3], %rd737;
+	add.s32 	%r3697, %r3697, 4;
+	add.s32 	%r3696, %r3696, -4;
+	setp.ne.s32 	%p86, %r3696, 0;
+	@%p86 bra 	$L__BB11_108;
+$L__BB11_109:
+	setp.eq.s32 	%p87, %r47, 0;
+	@%p87 bra 	$L__BB11_120;
+	setp.eq.s32 	%p88, %r47, 1;
+	shl.b32 	%r1224, %r3697, 3;
+	shr.u64 	%rd738, %rd1999, %r1224;
+	cvt.u64.u32 	%rd739, %r3697;
+	add.s64 	%rd95, %rd94, %rd739;
+	st.u8 	[%rd95], %rd738;
+	@%p88 bra 	$L__BB11_120;
+	setp.eq.s32 	%p89, %r47, 2;
+	add.s32 	%r1226, %r1224, 8;
+	shr.u64 	%rd740, %rd1999, %r1226;
+	st.u8 	[%rd95+1], %rd740;
+	@%p89 bra 	$L__BB11_120;
+	add.s32 	%r1228, %r1224, 16;
+	shr.u64 	%rd741, %rd1999, %r1228;
+	st.u8 	[%rd95+2], %rd741;
+	bra.uni 	$L__BB11_120;
+$L__BB11_113:
+	setp.eq.s32 	%p90, %r1106, 1;
+	@%p90 bra 	$L__BB11_118;
+	setp.eq.s32 	%p91, %r1106, 2;
+	@%p91 bra 	$L__BB11_117;
+	setp.ne.s32 	%p92, %r1106, 4;
+	@%p92 bra 	$L__BB11_119;
+	st.u32 	[%rd94], %rd1999;
+	bra.uni 	$L__BB11_120;
+$L__BB11_118:
+	st.u8 	[%rd94], %rd1999;
+	bra.uni 	$L__BB11_120;
+$L__BB11_117:
+	st.u16 	[%rd94], %rd1999;
+	bra.uni 	$L__BB11_120;
+$L__BB11_119:
+	st.u64 	[%rd94], %rd1999;
+$L__BB11_120:
+	cvt.u32.u64 	%r1241, %rd5;
+	setp.eq.s32 	%p93, %r1241, 0;
 	// begin inline asm
-	mov.b64 {%r1031,%r1032}, %rd44;
+	mov.b64 {%r1229,%r1230}, %rd93;
 	// end inline asm
-	mov.u32 	%r1044, 1;
-	mov.u32 	%r1045, -1;
-	mov.u32 	%r3353, 0;
-	shfl.sync.up.b32 	%r1034|%p41, %r1032, %r1044, %r3353, %r1045;
-	shfl.sync.up.b32 	%r1033|%p42, %r1031, %r1044, %r3353, %r1045;
+	mov.u32 	%r1242, 1;
+	mov.u32 	%r1243, -1;
+	mov.u32 	%r3726, 0;
+	shfl.sync.up.b32 	%r1232|%p94, %r1230, %r1242, %r3726, %r1243;
+	shfl.sync.up.b32 	%r1231|%p95, %r1229, %r1242, %r3726, %r1243;
 	// begin inline asm
-	mov.b64 %rd510, {%r1033,%r1034};
+	mov.b64 %rd743, {%r1231,%r1232};
 	// end inline asm
-	setp.ne.s64 	%p43, %rd510, %rd44;
-	or.pred  	%p44, %p40, %p43;
-	and.pred  	%p2, %p1, %p44;
-	vote.sync.ballot.b32 	%r1046, %p2, %r1045;
-	vote.sync.ballot.b32 	%r1047, %p1, %r1045;
-	not.b32 	%r1048, %r1047;
-	or.b32  	%r1049, %r1046, %r1048;
-	and.b32  	%r1050, %r1049, %r3290;
-	setp.eq.s32 	%p47, %r1050, 0;
-	brev.b32 	%r1051, %r1050;
-	bfind.shiftamt.u32 	%r1052, %r1051;
-	selp.b32 	%r1053, 32, %r1052, %p47;
-	sub.s32 	%r1054, %r1053, %r1043;
-	selp.b32 	%r24, %r1054, 0, %p2;
-	mov.u32 	%r1055, 31;
-	mov.u32 	%r1056, 16;
-	shfl.sync.bfly.b32 	%r1057|%p48, %r24, %r1056, %r1055, %r1045;
-	max.u32 	%r1058, %r24, %r1057;
-	mov.u32 	%r1059, 8;
-	shfl.sync.bfly.b32 	%r1060|%p49, %r1058, %r1059, %r1055, %r1045;
-	max.u32 	%r1061, %r1058, %r1060;
-	mov.u32 	%r1062, 4;
-	shfl.sync.bfly.b32 	%r1063|%p50, %r1061, %r1062, %r1055, %r1045;
-	max.u32 	%r1064, %r1061, %r1063;
-	mov.u32 	%r1065, 2;
-	shfl.sync.bfly.b32 	%r1066|%p51, %r1064, %r1065, %r1055, %r1045;
-	max.u32 	%r1067, %r1064, %r1066;
-	shfl.sync.bfly.b32 	%r1068|%p52, %r1067, %r1044, %r1055, %r1045;
-	max.u32 	%r25, %r1067, %r1068;
-	and.b64  	%rd511, %rd43, 281474976710624;
-	add.s64 	%rd48, %rd20, %rd511;
-	not.pred 	%p53, %p2;
-	mov.u32 	%r3354, %r3353;
-	mov.u32 	%r3355, %r3353;
-	mov.u32 	%r3356, %r3353;
-	mov.u32 	%r3357, %r3353;
-	mov.u32 	%r3358, %r3353;
-	mov.u32 	%r3359, %r3353;
-	mov.u32 	%r3360, %r3353;
-	@%p53 bra 	$L__BB11_44;
-	ld.v4.u32 	{%r3353, %r3354, %r3355, %r3356}, [%rd48];
-	ld.v4.u32 	{%r3357, %r3358, %r3359, %r3360}, [%rd48+16];
-$L__BB11_44:
-	setp.eq.s32 	%p54, %r25, 0;
-	@%p54 bra 	$L__BB11_118;
-	and.b32  	%r42, %r25, 1;
-	setp.eq.s32 	%p55, %r25, 1;
-	mov.u32 	%r3387, 0;
-	@%p55 bra 	$L__BB11_94;
-	sub.s32 	%r3342, %r25, %r42;
-	mov.u32 	%r3387, 0;
-$L__BB11_47:
-	add.s32 	%r1095, %r3387, %r1;
-	and.b32  	%r1096, %r1095, 31;
-	mov.u32 	%r1097, 31;
+	setp.ne.s64 	%p96, %rd743, %rd93;
+	or.pred  	%p97, %p93, %p96;
+	and.pred  	%p2, %p1, %p97;
+	vote.sync.ballot.b32 	%r1244, %p2, %r1243;
+	vote.sync.ballot.b32 	%r1245, %p1, %r1243;
+	not.b32 	%r1246, %r1245;
+	or.b32  	%r1247, %r1244, %r1246;
+	and.b32  	%r1248, %r1247, %r49;
+	setp.eq.s32 	%p100, %r1248, 0;
+	brev.b32 	%r1249, %r1248;
+	bfind.shiftamt.u32 	%r1250, %r1249;
+	selp.b32 	%r1251, 32, %r1250, %p100;
+	sub.s32 	%r1252, %r1251, %r1241;
+	selp.b32 	%r60, %r1252, 0, %p2;
+	mov.u32 	%r1253, 31;
+	mov.u32 	%r1254, 16;
+	shfl.sync.bfly.b32 	%r1255|%p101, %r60, %r1254, %r1253, %r1243;
+	max.u32 	%r1256, %r60, %r1255;
+	mov.u32 	%r1257, 8;
+	shfl.sync.bfly.b32 	%r1258|%p102, %r1256, %r1257, %r1253, %r1243;
+	max.u32 	%r1259, %r1256, %r1258;
+	mov.u32 	%r1260, 4;
+	shfl.sync.bfly.b32 	%r1261|%p103, %r1259, %r1260, %r1253, %r1243;
+	max.u32 	%r1262, %r1259, %r1261;
+	mov.u32 	%r1263, 2;
+	shfl.sync.bfly.b32 	%r1264|%p104, %r1262, %r1263, %r1253, %r1243;
+	max.u32 	%r1265, %r1262, %r1264;
+	shfl.sync.bfly.b32 	%r1266|%p105, %r1265, %r1242, %r1253, %r1243;
+	max.u32 	%r61, %r1265, %r1266;
+	and.b64  	%rd744, %rd92, 281474976710624;
+	add.s64 	%rd97, %rd1981, %rd744;
+	not.pred 	%p106, %p2;
+	mov.u32 	%r3727, %r3726;
+	mov.u32 	%r3728, %r3726;
+	mov.u32 	%r3729, %r3726;
+	mov.u32 	%r3730, %r3726;
+	mov.u32 	%r3731, %r3726;
+	mov.u32 	%r3732, %r3726;
+	mov.u32 	%r3733, %r3726;
+	@%p106 bra 	$L__BB11_122;
+	ld.v4.u32 	{%r3726, %r3727, %r3728, %r3729}, [%rd97];
+	ld.v4.u32 	{%r3730, %r3731, %r3732, %r3733}, [%rd97+16];
+$L__BB11_122:
+	setp.eq.s32 	%p107, %r61, 0;
+	@%p107 bra 	$L__BB11_196;
+	and.b32  	%r78, %r61, 1;
+	setp.eq.s32 	%p108, %r61, 1;
+	mov.u32 	%r3760, 0;
+	@%p108 bra 	$L__BB11_172;
+	sub.s32 	%r3715, %r61, %r78;
+	mov.u32 	%r3760, 0;
+$L__BB11_125:
+	add.s32 	%r1293, %r3760, %r1;
+	and.b32  	%r1294, %r1293, 31;
+	mov.u32 	%r1295, 31;
 	// begin inline asm
-	mov.b64 {%r1087,%r1088}, %rd1622;
+	mov.b64 {%r1285,%r1286}, %rd1999;
 	// end inline asm
-	mov.u32 	%r1098, -1;
-	shfl.sync.idx.b32 	%r1090|%p56, %r1088, %r1096, %r1097, %r1098;
-	shfl.sync.idx.b32 	%r1089|%p57, %r1087, %r1096, %r1097, %r1098;
+	mov.u32 	%r1296, -1;
+	shfl.sync.idx.b32 	%r1288|%p109, %r1286, %r1294, %r1295, %r1296;
+	shfl.sync.idx.b32 	%r1287|%p110, %r1285, %r1294, %r1295, %r1296;
 	// begin inline asm
-	mov.b64 %rd513, {%r1089,%r1090};
+	mov.b64 %rd746, {%r1287,%r1288};
 	// end inline asm
 	// begin inline asm
-	mov.b64 {%r1091,%r1092}, %rd43;
+	mov.b64 {%r1289,%r1290}, %rd92;
 	// end inline asm
-	shfl.sync.idx.b32 	%r1094|%p58, %r1092, %r1096, %r1097, %r1098;
-	shfl.sync.idx.b32 	%r1093|%p59, %r1091, %r1096, %r1097, %r1098;
+	shfl.sync.idx.b32 	%r1292|%p111, %r1290, %r1294, %r1295, %r1296;
+	shfl.sync.idx.b32 	%r1291|%p112, %r1289, %r1294, %r1295, %r1296;
 	// begin inline asm
-	mov.b64 %rd515, {%r1093,%r1094};
+	mov.b64 %rd748, {%r1291,%r1292};
 	// end inline asm
-	setp.ge.u32 	%p60, %r3387, %r24;
-	@%p60 bra 	$L__BB11_70;
-	cvt.u32.u64 	%r55, %rd515;
-	and.b32  	%r56, %r55, 16;
-	setp.eq.s32 	%p61, %r56, 0;
-	mov.u32 	%r65, %r3357;
-	mov.u32 	%r66, %r3358;
-	mov.u32 	%r3351, %r3359;
-	mov.u32 	%r3352, %r3360;
-	@%p61 bra 	$L__BB11_49;
-	bra.uni 	$L__BB11_50;
-$L__BB11_49:
-	mov.u32 	%r65, %r3353;
-	mov.u32 	%r66, %r3354;
-	mov.u32 	%r3351, %r3355;
-	mov.u32 	%r3352, %r3356;
-$L__BB11_50:
-	and.b32  	%r69, %r55, 15;
-	setp.eq.s32 	%p62, %r997, 1;
-	@%p62 bra 	$L__BB11_62;
-	setp.eq.s32 	%p63, %r997, 2;
-	@%p63 bra 	$L__BB11_56;
-	setp.ne.s32 	%p64, %r997, 4;
-	@%p64 bra 	$L__BB11_68;
-	shr.u32 	%r70, %r69, 2;
-	cvt.u32.u64 	%r71, %rd513;
-	cvt.u16.u32 	%rs18, %r70;
-	setp.eq.s16 	%p65, %rs18, 0;
-	mov.u32 	%r3349, %r71;
-	mov.u32 	%r3350, %r66;
-	@%p65 bra 	$L__BB11_69;
-	setp.ne.s16 	%p66, %rs18, 1;
-	mov.u32 	%r3349, %r65;
-	mov.u32 	%r3350, %r71;
-	@%p66 bra 	$L__BB11_55;
-	bra.uni 	$L__BB11_69;
-$L__BB11_55:
-	setp.eq.s32 	%p67, %r70, 2;
-	selp.b32 	%r3351, %r71, %r3351, %p67;
-	selp.b32 	%r3352, %r3352, %r71, %p67;
-	mov.u32 	%r3349, %r65;
-	mov.u32 	%r3350, %r66;
-	bra.uni 	$L__BB11_69;
+	setp.ge.u32 	%p113, %r3760, %r60;
+	@%p113 bra 	$L__BB11_148;
+	cvt.u32.u64 	%r90, %rd748;
+	and.b32  	%r91, %r90, 16;
+	setp.eq.s32 	%p114, %r91, 0;
+	mov.u32 	%r100, %r3730;
+	mov.u32 	%r101, %r3731;
+	mov.u32 	%r3724, %r3732;
+	mov.u32 	%r3725, %r3733;
+	@%p114 bra 	$L__BB11_127;
+	bra.uni 	$L__BB11_128;
+$L__BB11_127:
+	mov.u32 	%r100, %r3726;
+	mov.u32 	%r101, %r3727;
+	mov.u32 	%r3724, %r3728;
+	mov.u32 	%r3725, %r3729;
+$L__BB11_128:
+	and.b32  	%r104, %r90, 15;
+	setp.eq.s32 	%p115, %r1106, 1;
+	@%p115 bra 	$L__BB11_140;
+	setp.eq.s32 	%p116, %r1106, 2;
+	@%p116 bra 	$L__BB11_134;
+	setp.ne.s32 	%p117, %r1106, 4;
+	@%p117 bra 	$L__BB11_146;
+	shr.u32 	%r105, %r104, 2;
+	cvt.u32.u64 	%r106, %rd746;
+	cvt.u16.u32 	%rs56, %r105;
+	setp.eq.s16 	%p118, %rs56, 0;
+	mov.u32 	%r3722, %r106;
+	mov.u32 	%r3723, %r101;
+	@%p118 bra 	$L__BB11_147;
+	setp.ne.s16 	%p119, %rs56, 1;
+	mov.u32 	%r3722, %r100;
+	mov.u32 	%r3723, %r106;
+	@%p119 bra 	$L__BB11_133;
+	bra.uni 	$L__BB11_147;
+$L__BB11_133:
+	setp.eq.s32 	%p120, %r105, 2;
+	selp.b32 	%r3724, %r106, %r3724, %p120;
+	selp.b32 	%r3725, %r3725, %r106, %p120;
+	mov.u32 	%r3722, %r100;
+	mov.u32 	%r3723, %r101;
+	bra.uni 	$L__BB11_147;
+$L__BB11_134:
+	shr.u32 	%r109, %r104, 2;
+	cvt.u16.u32 	%rs11, %r109;
+	setp.eq.s16 	%p121, %rs11, 0;
+	mov.u32 	%r3720, %r100;
+	@%p121 bra 	$L__BB11_137;
+	setp.ne.s16 	%p122, %rs11, 1;
+	mov.u32 	%r3720, %r101;
+	@%p122 bra 	$L__BB11_136;
+	bra.uni 	$L__BB11_137;
+$L__BB11_136:
+	setp.eq.s32 	%p123, %r109, 2;
+	selp.b32 	%r3720, %r3724, %r3725, %p123;
+$L__BB11_137:
+	shl.b32 	%r1297, %r104, 3;
+	and.b32  	%r1298, %r1297, 16;
+	mov.u32 	%r1299, 65535;
+	shl.b32 	%r1300, %r1299, %r1298;
+	not.b32 	%r1301, %r1300;
+	and.b32  	%r1302, %r3720, %r1301;
+	cvt.u32.u64 	%r1303, %rd746;
+	and.b32  	%r1304, %r1303, 65535;
+	shl.b32 	%r1305, %r1304, %r1298;
+	or.b32  	%r112, %r1302, %r1305;
+	mov.u32 	%r3722, %r112;
+	mov.u32 	%r3723, %r101;
+	@%p121 bra 	$L__BB11_147;
+	setp.ne.s16 	%p125, %rs11, 1;
+	mov.u32 	%r3722, %r100;
+	mov.u32 	%r3723, %r112;
+	@%p125 bra 	$L__BB11_139;
+	bra.uni 	$L__BB11_147;
+$L__BB11_139:
+	setp.eq.s32 	%p126, %r109, 2;
+	selp.b32 	%r3724, %r112, %r3724, %p126;
+	selp.b32 	%r3725, %r3725, %r112, %p126;
+	mov.u32 	%r3722, %r100;
+	mov.u32 	%r3723, %r101;
+	bra.uni 	$L__BB11_147;
+$L__BB11_140:
+	shr.u32 	%r115, %r104, 2;
+	cvt.u16.u32 	%rs12, %r115;
+	setp.eq.s16 	%p127, %rs12, 0;
+	mov.u32 	%r3721, %r100;
+	@%p127 bra 	$L__BB11_143;
+	setp.ne.s16 	%p128, %rs12, 1;
+	mov.u32 	%r3721, %r101;
+	@%p128 bra 	$L__BB11_142;
+	bra.uni 	$L__BB11_143;
+$L__BB11_142:
+	setp.eq.s32 	%p129, %r115, 2;
+	selp.b32 	%r3721, %r3724, %r3725, %p129;
+$L__BB11_143:
+	shl.b32 	%r1306, %r90, 3;
+	and.b32  	%r1307, %r1306, 24;
+	mov.u32 	%r1308, 255;
+	shl.b32 	%r1309, %r1308, %r1307;
+	not.b32 	%r1310, %r1309;
+	and.b32  	%r1311, %r3721, %r1310;
+	cvt.u32.u64 	%r1312, %rd746;
+	and.b32  	%r1313, %r1312, 255;
+	shl.b32 	%r1314, %r1313, %r1307;
+	or.b32  	%r118, %r1311, %r1314;
+	mov.u32 	%r3722, %r118;
+	mov.u32 	%r3723, %r101;
+	@%p127 bra 	$L__BB11_147;
+	setp.ne.s16 	%p131, %rs12, 1;
+	mov.u32 	%r3722, %r100;
+	mov.u32 	%r3723, %r118;
+	@%p131 bra 	$L__BB11_145;
+	bra.uni 	$L__BB11_147;
+$L__BB11_145:
+	setp.eq.s32 	%p132, %r115, 2;
+	selp.b32 	%r3724, %r118, %r3724, %p132;
+	selp.b32 	%r3725, %r3725, %r118, %p132;
+	mov.u32 	%r3722, %r100;
+	mov.u32 	%r3723, %r101;
+	bra.uni 	$L__BB11_147;
+$L__BB11_146:
+	shr.u32 	%r1315, %r104, 3;
+	setp.eq.s32 	%p133, %r1315, 0;
+	setp.eq.s32 	%p134, %r1315, 1;
+	cvt.u32.u64 	%r1316, %rd746;
+	selp.b32 	%r3722, %r1316, %r100, %p133;
+	selp.b32 	%r3724, %r1316, %r3724, %p134;
+	shr.u64 	%rd749, %rd746, 32;
+	cvt.u32.u64 	%r1317, %rd749;
+	selp.b32 	%r3723, %r1317, %r101, %p133;
+	selp.b32 	%r3725, %r3725, %r1317, %p133;
+$L__BB11_147:
+	selp.b32 	%r3727, %r3723, %r3727, %p114;
+	selp.b32 	%r3726, %r3722, %r3726, %p114;
+	selp.b32 	%r3728, %r3724, %r3728, %p114;
+	selp.b32 	%r3729, %r3725, %r3729, %p114;
+	selp.b32 	%r3731, %r3731, %r3723, %p114;
+	selp.b32 	%r3730, %r3730, %r3722, %p114;
+	selp.b32 	%r3732, %r3732, %r3724, %p114;
+	selp.b32 	%r3733, %r3733, %r3725, %p114;
+$L__BB11_148:
+	add.s32 	%r1326, %r3760, 1;
+	add.s32 	%r1327, %r1326, %r1;
+	and.b32  	%r1328, %r1327, 31;
+	// begin inline asm
+	mov.b64 {%r1318,%r1319}, %rd1999;
+	// end inline asm
+	shfl.sync.idx.b32 	%r1321|%p136, %r1319, %r1328, %r1295, %r1296;
+	shfl.sync.idx.b32 	%r1320|%p137, %r1318, %r1328, %r1295, %r1296;
+	// begin inline asm
+	mov.b64 %rd751, {%r1320,%r1321};
+	// end inline asm
+	// begin inline asm
+	mov.b64 {%r1322,%r1323}, %rd92;
+	// end inline asm
+	shfl.sync.idx.b32 	%r1325|%p138, %r1323, %r1328, %r1295, %r1296;
+	shfl.sync.idx.b32 	%r1324|%p139, %r1322, %r1328, %r1295, %r1296;
+	// begin inline asm
+	mov.b64 %rd753, {%r1324,%r1325};
+	// end inline asm
+	setp.ge.u32 	%p140, %r1326, %r60;
+	@%p140 bra 	$L__BB11_171;
+	cvt.u32.u64 	%r145, %rd753;
+	and.b32  	%r146, %r145, 16;
+	setp.eq.s32 	%p141, %r146, 0;
+	mov.u32 	%r155, %r3730;
+	mov.u32 	%r156, %r3731;
+	mov.u32 	%r3742, %r3732;
+	mov.u32 	%r3743, %r3733;
+	@%p141 bra 	$L__BB11_150;
+	bra.uni 	$L__BB11_151;
+$L__BB11_150:
+	mov.u32 	%r155, %r3726;
+	mov.u32 	%r156, %r3727;
+	mov.u32 	%r3742, %r3728;
+	mov.u32 	%r3743, %r3729;
+$L__BB11_151:
+	and.b32  	%r159, %r145, 15;
+	setp.eq.s32 	%p142, %r1106, 1;
+	@%p142 bra 	$L__BB11_163;
+	setp.eq.s32 	%p143, %r1106, 2;
+	@%p143 bra 	$L__BB11_157;
+	setp.ne.s32 	%p144, %r1106, 4;
+	@%p144 bra 	$L__BB11_169;
+	shr.u32 	%r160, %r159, 2;
+	cvt.u32.u64 	%r161, %rd751;
+	cvt.u16.u32 	%rs61, %r160;
+	setp.eq.s16 	%p145, %rs61, 0;
+	mov.u32 	%r3740, %r161;
+	mov.u32 	%r3741, %r156;
+	@%p145 bra 	$L__BB11_170;
+	setp.ne.s16 	%p146, %rs61, 1;
+	mov.u32 	%r3740, %r155;
+	mov.u32 	%r3741, %r161;
+	@%p146 bra 	$L__BB11_156;
+	bra.uni 	$L__BB11_170;
+$L__BB11_156:
+	setp.eq.s32 	%p147, %r160, 2;
+	selp.b32 	%r3742, %r161, %r3742, %p147;
+	selp.b32 	%r3743, %r3743, %r161, %p147;
+	mov.u32 	%r3740, %r155;
+	mov.u32 	%r3741, %r156;
+	bra.uni 	$L__BB11_170;
+$L__BB11_157:
+	shr.u32 	%r164, %r159, 2;
+	cvt.u16.u32 	%rs13, %r164;
+	setp.eq.s16 	%p148, %rs13, 0;
+	mov.u32 	%r3738, %r155;
+	@%p148 bra 	$L__BB11_160;
+	setp.ne.s16 	%p149, %rs13, 1;
+	mov.u32 	%r3738, %r156;
+	@%p149 bra 	$L__BB11_159;
+	bra.uni 	$L__BB11_160;
+$L__BB11_159:
+	setp.eq.s32 	%p150, %r164, 2;
+	selp.b32 	%r3738, %r3742, %r3743, %p150;
+$L__BB11_160:
+	shl.b32 	%r1331, %r159, 3;
+	and.b32  	%r1332, %r1331, 16;
+	mov.u32 	%r1333, 65535;
+	shl.b32 	%r1334, %r1333, %r1332;
+	not.b32 	%r1335, %r1334;
+	and.b32  	%r1336, %r3738, %r1335;
+	cvt.u32.u64 	%r1337, %rd751;
+	and.b32  	%r1338, %r1337, 65535;
+	shl.b32 	%r1339, %r1338, %r1332;
+	or.b32  	%r167, %r1336, %r1339;
+	mov.u32 	%r3740, %r167;
+	mov.u32 	%r3741, %r156;
+	@%p148 bra 	$L__BB11_170;
+	setp.ne.s16 	%p152, %rs13, 1;
+	mov.u32 	%r3740, %r155;
+	mov.u32 	%r3741, %r167;
+	@%p152 bra 	$L__BB11_162;
+	bra.uni 	$L__BB11_170;
+$L__BB11_162:
+	setp.eq.s32 	%p153, %r164, 2;
+	selp.b32 	%r3742, %r167, %r3742, %p153;
+	selp.b32 	%r3743, %r3743, %r167, %p153;
+	mov.u32 	%r3740, %r155;
+	mov.u32 	%r3741, %r156;
+	bra.uni 	$L__BB11_170;
+$L__BB11_163:
+	shr.u32 	%r170, %r159, 2;
+	cvt.u16.u32 	%rs14, %r170;
+	setp.eq.s16 	%p154, %rs14, 0;
+	mov.u32 	%r3739, %r155;
+	@%p154 bra 	$L__BB11_166;
+	setp.ne.s16 	%p155, %rs14, 1;
+	mov.u32 	%r3739, %r156;
+	@%p155 bra 	$L__BB11_165;
+	bra.uni 	$L__BB11_166;
+$L__BB11_165:
+	setp.eq.s32 	%p156, %r170, 2;
+	selp.b32 	%r3739, %r3742, %r3743, %p156;
+$L__BB11_166:
+	shl.b32 	%r1340, %r145, 3;
+	and.b32  	%r1341, %r1340, 24;
+	mov.u32 	%r1342, 255;
+	shl.b32 	%r1343, %r1342, %r1341;
+	not.b32 	%r1344, %r1343;
+	and.b32  	%r1345, %r3739, %r1344;
+	cvt.u32.u64 	%r1346, %rd751;
+	and.b32  	%r1347, %r1346, 255;
+	shl.b32 	%r1348, %r1347, %r1341;
+	or.b32  	%r173, %r1345, %r1348;
+	mov.u32 	%r3740, %r173;
+	mov.u32 	%r3741, %r156;
+	@%p154 bra 	$L__BB11_170;
+	setp.ne.s16 	%p158, %rs14, 1;
+	mov.u32 	%r3740, %r155;
+	mov.u32 	%r3741, %r173;
+	@%p158 bra 	$L__BB11_168;
+	bra.uni 	$L__BB11_170;
+$L__BB11_168:
+	setp.eq.s32 	%p159, %r170, 2;
+	selp.b32 	%r3742, %r173, %r3742, %p159;
+	selp.b32 	%r3743, %r3743, %r173, %p159;
+	mov.u32 	%r3740, %r155;
+	mov.u32 	%r3741, %r156;
+	bra.uni 	$L__BB11_170;
+$L__BB11_169:
+	shr.u32 	%r1349, %r159, 3;
+	setp.eq.s32 	%p160, %r1349, 0;
+	setp.eq.s32 	%p161, %r1349, 1;
+	cvt.u32.u64 	%r1350, %rd751;
+	selp.b32 	%r3740, %r1350, %r155, %p160;
+	selp.b32 	%r3742, %r1350, %r3742, %p161;
+	shr.u64 	%rd754, %rd751, 32;
+	cvt.u32.u64 	%r1351, %rd754;
+	selp.b32 	%r3741, %r1351, %r156, %p160;
+	selp.b32 	%r3743, %r3743, %r1351, %p160;
+$L__BB11_170:
+	selp.b32 	%r3727, %r3741, %r3727, %p141;
+	selp.b32 	%r3726, %r3740, %r3726, %p141;
+	selp.b32 	%r3728, %r3742, %r3728, %p141;
+	selp.b32 	%r3729, %r3743, %r3729, %p141;
+	selp.b32 	%r3731, %r3731, %r3741, %p141;
+	selp.b32 	%r3730, %r3730, %r3740, %p141;
+	selp.b32 	%r3732, %r3732, %r3742, %p141;
+	selp.b32 	%r3733, %r3733, %r3743, %p141;
+$L__BB11_171:
+	add.s32 	%r3760, %r3760, 2;
+	add.s32 	%r3715, %r3715, -2;
+	setp.ne.s32 	%p163, %r3715, 0;
+	@%p163 bra 	$L__BB11_125;
+$L__BB11_172:
+	setp.eq.s32 	%p164, %r78, 0;
+	@%p164 bra 	$L__BB11_196;
+	add.s32 	%r1360, %r3760, %r1;
+	and.b32  	%r1361, %r1360, 31;
+	mov.u32 	%r1362, 31;
+	// begin inline asm
+	mov.b64 {%r1352,%r1353}, %rd1999;
+	// end inline asm
+	mov.u32 	%r1363, -1;
+	shfl.sync.idx.b32 	%r1355|%p165, %r1353, %r1361, %r1362, %r1363;
+	shfl.sync.idx.b32 	%r1354|%p166, %r1352, %r1361, %r1362, %r1363;
+	// begin inline asm
+	mov.b64 %rd756, {%r1354,%r1355};
+	// end inline asm
+	// begin inline asm
+	mov.b64 {%r1356,%r1357}, %rd92;
+	// end inline asm
+	shfl.sync.idx.b32 	%r1359|%p167, %r1357, %r1361, %r1362, %r1363;
+	shfl.sync.idx.b32 	%r1358|%p168, %r1356, %r1361, %r1362, %r1363;
+	// begin inline asm
+	mov.b64 %rd758, {%r1358,%r1359};
+	// end inline asm
+	setp.ge.u32 	%p169, %r3760, %r60;
+	@%p169 bra 	$L__BB11_196;
+	cvt.u32.u64 	%r219, %rd758;
+	and.b32  	%r220, %r219, 16;
+	setp.eq.s32 	%p170, %r220, 0;
+	mov.u32 	%r229, %r3730;
+	mov.u32 	%r230, %r3731;
+	mov.u32 	%r3777, %r3732;
+	mov.u32 	%r3778, %r3733;
+	@%p170 bra 	$L__BB11_175;
+	bra.uni 	$L__BB11_176;
+$L__BB11_175:
+	mov.u32 	%r229, %r3726;
+	mov.u32 	%r230, %r3727;
+	mov.u32 	%r3777, %r3728;
+	mov.u32 	%r3778, %r3729;
+$L__BB11_176:
+	and.b32  	%r233, %r219, 15;
+	setp.eq.s32 	%p171, %r1106, 1;
+	@%p171 bra 	$L__BB11_188;
+	setp.eq.s32 	%p172, %r1106, 2;
+	@%p172 bra 	$L__BB11_182;
+	setp.ne.s32 	%p173, %r1106, 4;
+	@%p173 bra 	$L__BB11_194;
+	shr.u32 	%r234, %r233, 2;
+	cvt.u32.u64 	%r235, %rd756;
+	cvt.u16.u32 	%rs66, %r234;
+	setp.eq.s16 	%p174, %rs66, 0;
+	mov.u32 	%r3775, %r235;
+	mov.u32 	%r3776, %r230;
+	@%p174 bra 	$L__BB11_195;
+	setp.ne.s16 	%p175, %rs66, 1;
+	mov.u32 	%r3775, %r229;
+	mov.u32 	%r3776, %r235;
+	@%p175 bra 	$L__BB11_181;
+	bra.uni 	$L__BB11_195;
+$L__BB11_181:
+	setp.eq.s32 	%p176, %r234, 2;
+	selp.b32 	%r3777, %r235, %r3777, %p176;
+	selp.b32 	%r3778, %r3778, %r235, %p176;
+	mov.u32 	%r3775, %r229;
+	mov.u32 	%r3776, %r230;
+	bra.uni 	$L__BB11_195;
+$L__BB11_182:
+	shr.u32 	%r238, %r233, 2;
+	cvt.u16.u32 	%rs15, %r238;
+	setp.eq.s16 	%p177, %rs15, 0;
+	mov.u32 	%r3773, %r229;
+	@%p177 bra 	$L__BB11_185;
+	setp.ne.s16 	%p178, %rs15, 1;
+	mov.u32 	%r3773, %r230;
+	@%p178 bra 	$L__BB11_184;
+	bra.uni 	$L__BB11_185;
+$L__BB11_184:
+	setp.eq.s32 	%p179, %r238, 2;
+	selp.b32 	%r3773, %r3777, %r3778, %p179;
+$L__BB11_185:
+	shl.b32 	%r1364, %r233, 3;
+	and.b32  	%r1365, %r1364, 16;
+	mov.u32 	%r1366, 65535;
+	shl.b32 	%r1367, %r1366, %r1365;
+	not.b32 	%r1368, %r1367;
+	and.b32  	%r1369, %r3773, %r1368;
+	cvt.u32.u64 	%r1370, %rd756;
+	and.b32  	%r1371, %r1370, 65535;
+	shl.b32 	%r1372, %r1371, %r1365;
+	or.b32  	%r241, %r1369, %r1372;
+	mov.u32 	%r3775, %r241;
+	mov.u32 	%r3776, %r230;
+	@%p177 bra 	$L__BB11_195;
+	setp.ne.s16 	%p181, %rs15, 1;
+	mov.u32 	%r3775, %r229;
+	mov.u32 	%r3776, %r241;
+	@%p181 bra 	$L__BB11_187;
+	bra.uni 	$L__BB11_195;
+$L__BB11_187:
+	setp.eq.s32 	%p182, %r238, 2;
+	selp.b32 	%r3777, %r241, %r3777, %p182;
+	selp.b32 	%r3778, %r3778, %r241, %p182;
+	mov.u32 	%r3775, %r229;
+	mov.u32 	%r3776, %r230;
+	bra.uni 	$L__BB11_195;
+$L__BB11_188:
+	shr.u32 	%r244, %r233, 2;
+	cvt.u16.u32 	%rs16, %r244;
+	setp.eq.s16 	%p183, %rs16, 0;
+	mov.u32 	%r3774, %r229;
+	@%p183 bra 	$L__BB11_191;
+	setp.ne.s16 	%p184, %rs16, 1;
+	mov.u32 	%r3774, %r230;
+	@%p184 bra 	$L__BB11_190;
+	bra.uni 	$L__BB11_191;
+$L__BB11_190:
+	setp.eq.s32 	%p185, %r244, 2;
+	selp.b32 	%r3774, %r3777, %r3778, %p185;
+$L__BB11_191:
+	shl.b32 	%r1373, %r219, 3;
+	and.b32  	%r1374, %r1373, 24;
+	mov.u32 	%r1375, 255;
+	shl.b32 	%r1376, %r1375, %r1374;
+	not.b32 	%r1377, %r1376;
+	and.b32  	%r1378, %r3774, %r1377;
+	cvt.u32.u64 	%r1379, %rd756;
+	and.b32  	%r1380, %r1379, 255;
+	shl.b32 	%r1381, %r1380, %r1374;
+	or.b32  	%r247, %r1378, %r1381;
+	mov.u32 	%r3775, %r247;
+	mov.u32 	%r3776, %r230;
+	@%p183 bra 	$L__BB11_195;
+	setp.ne.s16 	%p187, %rs16, 1;
+	mov.u32 	%r3775, %r229;
+	mov.u32 	%r3776, %r247;
+	@%p187 bra 	$L__BB11_193;
+	bra.uni 	$L__BB11_195;
+$L__BB11_193:
+	setp.eq.s32 	%p188, %r244, 2;
+	selp.b32 	%r3777, %r247, %r3777, %p188;
+	selp.b32 	%r3778, %r3778, %r247, %p188;
+	mov.u32 	%r3775, %r229;
+	mov.u32 	%r3776, %r230;
+	bra.uni 	$L__BB11_195;
+$L__BB11_194:
+	shr.u32 	%r1382, %r233, 3;
+	setp.eq.s32 	%p189, %r1382, 0;
+	setp.eq.s32 	%p190, %r1382, 1;
+	cvt.u32.u64 	%r1383, %rd756;
+	selp.b32 	%r3775, %r1383, %r229, %p189;
+	selp.b32 	%r3777, %r1383, %r3777, %p190;
+	shr.u64 	%rd759, %rd756, 32;
+	cvt.u32.u64 	%r1384, %rd759;
+	selp.b32 	%r3776, %r1384, %r230, %p189;
+	selp.b32 	%r3778, %r3778, %r1384, %p189;
+$L__BB11_195:
+	selp.b32 	%r3727, %r3776, %r3727, %p170;
+	selp.b32 	%r3726, %r3775, %r3726, %p170;
+	selp.b32 	%r3728, %r3777, %r3728, %p170;
+	selp.b32 	%r3729, %r3778, %r3729, %p170;
+	selp.b32 	%r3731, %r3731, %r3776, %p170;
+	selp.b32 	%r3730, %r3730, %r3775, %p170;
+	selp.b32 	%r3732, %r3732, %r3777, %p170;
+	selp.b32 	%r3733, %r3733, %r3778, %p170;
+$L__BB11_196:
+	@%p106 bra 	$L__BB11_198;
+	st.v4.u32 	[%rd97], {%r3726, %r3727, %r3728, %r3729};
+	st.v4.u32 	[%rd97+16], {%r3730, %r3731, %r3732, %r3733};
+$L__BB11_198:
+	mov.u16 	%rs108, 0;
+	bar.warp.sync 	-1;
+	add.s64 	%rd1994, %rd1994, 32;
+	setp.lt.u64 	%p193, %rd1994, %rd12;
+	@%p193 bra 	$L__BB11_86;
+	bra.uni 	$L__BB11_490;
+$L__BB11_57:
+	setp.gt.u32 	%p42, %r35, 1199570943;
+	@%p42 bra 	$L__BB11_62;
+	bra.uni 	$L__BB11_58;
 $L__BB11_62:
-	shr.u32 	%r80, %r69, 2;
-	cvt.u16.u32 	%rs3, %r80;
-	setp.eq.s16 	%p74, %rs3, 0;
-	mov.u32 	%r3348, %r65;
-	@%p74 bra 	$L__BB11_65;
-	setp.ne.s16 	%p75, %rs3, 1;
-	mov.u32 	%r3348, %r66;
-	@%p75 bra 	$L__BB11_64;
-	bra.uni 	$L__BB11_65;
-$L__BB11_64:
-	setp.eq.s32 	%p76, %r80, 2;
-	selp.b32 	%r3348, %r3351, %r3352, %p76;
-$L__BB11_65:
-	shl.b32 	%r1109, %r55, 3;
-	and.b32  	%r1110, %r1109, 24;
-	mov.u32 	%r1111, 255;
-	shl.b32 	%r1112, %r1111, %r1110;
-	not.b32 	%r1113, %r1112;
-	and.b32  	%r1114, %r3348, %r1113;
-	cvt.u32.u64 	%r1115, %rd513;
-	and.b32  	%r1116, %r1115, 255;
-	shl.b32 	%r1117, %r1116, %r1110;
-	or.b32  	%r83, %r1114, %r1117;
-	mov.u32 	%r3349, %r83;
-	mov.u32 	%r3350, %r66;
-	@%p74 bra 	$L__BB11_69;
-	setp.ne.s16 	%p78, %rs3, 1;
-	mov.u32 	%r3349, %r65;
-	mov.u32 	%r3350, %r83;
-	@%p78 bra 	$L__BB11_67;
-	bra.uni 	$L__BB11_69;
-$L__BB11_67:
-	setp.eq.s32 	%p79, %r80, 2;
-	selp.b32 	%r3351, %r83, %r3351, %p79;
-	selp.b32 	%r3352, %r3352, %r83, %p79;
-	mov.u32 	%r3349, %r65;
-	mov.u32 	%r3350, %r66;
-	bra.uni 	$L__BB11_69;
-$L__BB11_56:
-	shr.u32 	%r74, %r69, 2;
-	cvt.u16.u32 	%rs2, %r74;
-	setp.eq.s16 	%p68, %rs2, 0;
-	mov.u32 	%r3347, %r65;
-	@%p68 bra 	$L__BB11_59;
-	setp.ne.s16 	%p69, %rs2, 1;
-	mov.u32 	%r3347, %r66;
-	@%p69 bra 	$L__BB11_58;
-	bra.uni 	$L__BB11_59;
+	or.b16  	%rs107, %rs107, 31744;
+	bra.uni 	$L__BB11_64;
 $L__BB11_58:
-	setp.eq.s32 	%p70, %r74, 2;
-	selp.b32 	%r3347, %r3351, %r3352, %p70;
+	setp.lt.u32 	%p43, %r35, 947912704;
+	@%p43 bra 	$L__BB11_60;
+	bra.uni 	$L__BB11_59;
+$L__BB11_60:
+	setp.lt.u32 	%p44, %r35, 855638016;
+	@%p44 bra 	$L__BB11_64;
+	shr.u32 	%r1168, %r35, 23;
+	and.b32  	%r1169, %r3686, 8388607;
+	or.b32  	%r1170, %r1169, 8388608;
+	mov.u32 	%r1171, 126;
+	sub.s32 	%r1172, %r1171, %r1168;
+	shr.u32 	%r1173, %r1170, %r1172;
+	mov.u32 	%r1174, -1;
+	shl.b32 	%r1175, %r1174, %r1172;
+	not.b32 	%r1176, %r1175;
+	and.b32  	%r1177, %r1170, %r1176;
+	mov.u32 	%r1178, 125;
+	sub.s32 	%r1179, %r1178, %r1168;
+	mov.u32 	%r1180, 1;
+	shl.b32 	%r1181, %r1180, %r1179;
+	setp.gt.u32 	%p45, %r1177, %r1181;
+	setp.eq.s32 	%p46, %r1177, %r1181;
+	and.b32  	%r1182, %r1173, 1;
+	setp.eq.b32 	%p47, %r1182, 1;
+	and.pred  	%p48, %p46, %p47;
+	or.pred  	%p49, %p45, %p48;
+	selp.u32 	%r1183, 1, 0, %p49;
+	add.s32 	%r1184, %r1173, %r1183;
+	cvt.u16.u32 	%rs50, %r1184;
+	or.b16  	%rs107, %rs107, %rs50;
+	bra.uni 	$L__BB11_64;
 $L__BB11_59:
-	shl.b32 	%r1100, %r69, 3;
-	and.b32  	%r1101, %r1100, 16;
-	mov.u32 	%r1102, 65535;
-	shl.b32 	%r1103, %r1102, %r1101;
-	not.b32 	%r1104, %r1103;
-	and.b32  	%r1105, %r3347, %r1104;
-	cvt.u32.u64 	%r1106, %rd513;
-	and.b32  	%r1107, %r1106, 65535;
-	shl.b32 	%r1108, %r1107, %r1101;
-	or.b32  	%r77, %r1105, %r1108;
-	mov.u32 	%r3349, %r77;
-	mov.u32 	%r3350, %r66;
-	@%p68 bra 	$L__BB11_69;
-	setp.ne.s16 	%p72, %rs2, 1;
-	mov.u32 	%r3349, %r65;
-	mov.u32 	%r3350, %r77;
-	@%p72 bra 	$L__BB11_61;
-	bra.uni 	$L__BB11_69;
-$L__BB11_61:
-	setp.eq.s32 	%p73, %r74, 2;
-	selp.b32 	%r3351, %r77, %r3351, %p73;
-	selp.b32 	%r3352, %r3352, %r77, %p73;
-	mov.u32 	%r3349, %r65;
-	mov.u32 	%r3350, %r66;
-	bra.uni 	$L__BB11_69;
-$L__BB11_68:
-	shr.u32 	%r1118, %r69, 3;
-	setp.eq.s32 	%p80, %r1118, 0;
-	setp.eq.s32 	%p81, %r1118, 1;
-	cvt.u32.u64 	%r1119, %rd513;
-	selp.b32 	%r3349, %r1119, %r65, %p80;
-	selp.b32 	%r3351, %r1119, %r3351, %p81;
-	shr.u64 	%rd516, %rd513, 32;
-	cvt.u32.u64 	%r1120, %rd516;
-	selp.b32 	%r3350, %r1120, %r66, %p80;
-	selp.b32 	%r3352, %r3352, %r1120, %p80;
-$L__BB11_69:
-	selp.b32 	%r3354, %r3350, %r3354, %p61;
-	selp.b32 	%r3353, %r3349, %r3353, %p61;
-	selp.b32 	%r3355, %r3351, %r3355, %p61;
-	selp.b32 	%r3356, %r3352, %r3356, %p61;
-	selp.b32 	%r3358, %r3358, %r3350, %p61;
-	selp.b32 	%r3357, %r3357, %r3349, %p61;
-	selp.b32 	%r3359, %r3359, %r3351, %p61;
-	selp.b32 	%r3360, %r3360, %r3352, %p61;
+	shr.u32 	%r1163, %r3686, 13;
+	and.b32  	%r1164, %r1163, 1;
+	add.s32 	%r1165, %r3686, %r1164;
+	add.s32 	%r1166, %r1165, 134221823;
+	shr.u32 	%r1167, %r1166, 13;
+	cvt.u16.u32 	%rs49, %r1167;
+	or.b16  	%rs107, %rs107, %rs49;
+	bra.uni 	$L__BB11_64;
+$L__BB11_12:
+	shl.b64 	%rd631, %rd1982, 1;
+	add.s64 	%rd632, %rd16, %rd631;
+	ld.u16 	%rd633, [%rd632];
+	add.s64 	%rd27, %rd14, %rd633;
+	mul.lo.s64 	%rd634, %rd1982, %rd24;
+	add.s64 	%rd635, %rd634, %rd23;
+	add.s64 	%rd28, %rd16, %rd635;
+	and.b64  	%rd636, %rd28, %rd25;
+	setp.eq.s64 	%p13, %rd636, 0;
+	@%p13 bra 	$L__BB11_21;
+	setp.eq.s32 	%p14, %r1106, 0;
+	mov.u64 	%rd1986, 0;
+	@%p14 bra 	$L__BB11_28;
+	cvt.u32.u64 	%r1113, %rd25;
+	setp.lt.u32 	%p15, %r1113, 3;
+	mov.u64 	%rd1986, 0;
+	mov.u32 	%r3683, 0;
+	@%p15 bra 	$L__BB11_17;
+	mov.u64 	%rd1986, 0;
+	mov.u32 	%r3680, 0;
+	mov.u32 	%r3681, 24;
+	mov.u32 	%r3683, %r3680;
+$L__BB11_16:
+	cvt.u64.u32 	%rd641, %r3683;
+	add.s64 	%rd642, %rd28, %rd641;
+	ld.u8 	%rd643, [%rd642];
+	shl.b64 	%rd644, %rd643, %r3680;
+	or.b64  	%rd645, %rd644, %rd1986;
+	ld.u8 	%rd646, [%rd642+1];
+	add.s32 	%r1117, %r3680, 8;
+	shl.b64 	%rd647, %rd646, %r1117;
+	or.b64  	%rd648, %rd647, %rd645;
+	ld.u8 	%rd649, [%rd642+2];
+	add.s32 	%r1118, %r3681, -8;
+	shl.b64 	%rd650, %rd649, %r1118;
+	or.b64  	%rd651, %rd650, %rd648;
+	ld.u8 	%rd652, [%rd642+3];
+	shl.b64 	%rd653, %rd652, %r3681;
+	or.b64  	%rd1986, %rd653, %rd651;
+	add.s32 	%r3683, %r3683, 4;
+	add.s32 	%r1119, %r13, %r3683;
+	setp.ne.s32 	%p16, %r1119, 0;
+	add.s32 	%r18, %r3681, 32;
+	add.s32 	%r3680, %r3681, 8;
+	mov.u32 	%r3681, %r18;
+	@%p16 bra 	$L__BB11_16;
+$L__BB11_17:
+	setp.eq.s32 	%p17, %r12, 0;
+	@%p17 bra 	$L__BB11_28;
+	setp.eq.s32 	%p18, %r12, 1;
+	cvt.u64.u32 	%rd654, %r3683;
+	add.s64 	%rd33, %rd28, %rd654;
+	ld.u8 	%rd655, [%rd33];
+	shl.b32 	%r1120, %r3683, 3;
+	shl.b64 	%rd656, %rd655, %r1120;
+	or.b64  	%rd1986, %rd656, %rd1986;
+	@%p18 bra 	$L__BB11_28;
+	setp.eq.s32 	%p19, %r12, 2;
+	ld.u8 	%rd657, [%rd33+1];
+	add.s32 	%r1122, %r1120, 8;
+	shl.b64 	%rd658, %rd657, %r1122;
+	or.b64  	%rd1986, %rd658, %rd1986;
+	@%p19 bra 	$L__BB11_28;
+	ld.u8 	%rd659, [%rd33+2];
+	add.s32 	%r1124, %r1120, 16;
+	shl.b64 	%rd660, %rd659, %r1124;
+	or.b64  	%rd1986, %rd660, %rd1986;
+	bra.uni 	$L__BB11_28;
+$L__BB11_21:
+	setp.eq.s32 	%p20, %r1106, 1;
+	@%p20 bra 	$L__BB11_26;
+	setp.eq.s32 	%p21, %r1106, 2;
+	@%p21 bra 	$L__BB11_25;
+	setp.ne.s32 	%p22, %r1106, 4;
+	@%p22 bra 	$L__BB11_27;
+	ld.u32 	%rd1986, [%rd28];
+	bra.uni 	$L__BB11_28;
+$L__BB11_26:
+	ld.u8 	%rd1986, [%rd28];
+	bra.uni 	$L__BB11_28;
+$L__BB11_25:
+	ld.u16 	%rd1986, [%rd28];
+	bra.uni 	$L__BB11_28;
+$L__BB11_27:
+	ld.u64 	%rd1986, [%rd28];
+$L__BB11_28:
+	ld.global.u64 	%rd44, [%rd1979+8];
+	or.b64  	%rd661, %rd27, %rd44;
+	and.b64  	%rd662, %rd661, -4294967296;
+	setp.eq.s64 	%p23, %rd662, 0;
+	@%p23 bra 	$L__BB11_30;
+	div.u64 	%rd1990, %rd27, %rd44;
+	mul.lo.s64 	%rd663, %rd1990, %rd44;
+	sub.s64 	%rd1988, %rd27, %rd663;
+	bra.uni 	$L__BB11_31;
+$L__BB11_30:
+	cvt.u32.u64 	%r1125, %rd44;
+	cvt.u32.u64 	%r1126, %rd27;
+	div.u32 	%r1127, %r1126, %r1125;
+	mul.lo.s32 	%r1128, %r1127, %r1125;
+	sub.s32 	%r1129, %r1126, %r1128;
+	cvt.u64.u32 	%rd1990, %r1127;
+	cvt.u64.u32 	%rd1988, %r1129;
+$L__BB11_31:
+	ld.global.u64 	%rd51, [%rd1979+40];
+	setp.lt.s64 	%p24, %rd1988, %rd51;
+	@%p24 bra 	$L__BB11_82;
+	ld.global.u64 	%rd52, [%rd1979+24];
+	add.s64 	%rd664, %rd52, %rd51;
+	setp.ge.s64 	%p25, %rd1988, %rd664;
+	@%p25 bra 	$L__BB11_82;
+	ld.global.u64 	%rd53, [%rd1979+48];
+	setp.eq.s64 	%p26, %rd53, 0;
+	@%p26 bra 	$L__BB11_38;
+	or.b64  	%rd665, %rd1990, %rd53;
+	and.b64  	%rd666, %rd665, -4294967296;
+	setp.eq.s64 	%p27, %rd666, 0;
+	@%p27 bra 	$L__BB11_36;
+	rem.s64 	%rd1989, %rd1990, %rd53;
+	bra.uni 	$L__BB11_37;
+$L__BB11_36:
+	cvt.u32.u64 	%r1130, %rd53;
+	cvt.u32.u64 	%r1131, %rd1990;
+	rem.u32 	%r1132, %r1131, %r1130;
+	cvt.u64.u32 	%rd1989, %r1132;
+$L__BB11_37:
+	shr.u64 	%rd667, %rd53, 63;
+	add.s64 	%rd668, %rd53, %rd667;
+	shr.s64 	%rd669, %rd668, 1;
+	shr.u64 	%rd670, %rd1989, 63;
+	add.s64 	%rd671, %rd1989, %rd670;
+	shr.s64 	%rd672, %rd671, 1;
+	and.b64  	%rd673, %rd671, -2;
+	sub.s64 	%rd674, %rd1989, %rd673;
+	mul.lo.s64 	%rd675, %rd674, %rd669;
+	sub.s64 	%rd676, %rd1990, %rd1989;
+	add.s64 	%rd677, %rd676, %rd672;
+	add.s64 	%rd1990, %rd677, %rd675;
+$L__BB11_38:
+	ld.global.u64 	%rd678, [%rd1979+32];
+	sub.s64 	%rd59, %rd1990, %rd678;
+	setp.lt.s64 	%p28, %rd59, 0;
+	@%p28 bra 	$L__BB11_82;
+	ld.global.u64 	%rd679, [%rd1979+16];
+	setp.ge.s64 	%p29, %rd59, %rd679;
+	@%p29 bra 	$L__BB11_82;
+	ld.global.v2.u32 	{%r1133, %r1134}, [%rd1979+56];
+	setp.eq.s32 	%p30, %r1133, %r1134;
+	mov.u64 	%rd1991, %rd25;
+	mov.u64 	%rd1992, %rd24;
+	mov.u32 	%r3688, %r1106;
+	@%p30 bra 	$L__BB11_66;
+	setp.eq.s32 	%p31, %r1133, 1;
+	@%p31 bra 	$L__BB11_52;
+	bra.uni 	$L__BB11_42;
+$L__BB11_52:
+	cvt.u32.u64 	%r3686, %rd1986;
+	bra.uni 	$L__BB11_53;
+$L__BB11_42:
+	setp.eq.s32 	%p32, %r1133, 2;
+	@%p32 bra 	$L__BB11_44;
+	bra.uni 	$L__BB11_43;
+$L__BB11_44:
+	cvt.u16.u64 	%rs45, %rd1986;
+	cvt.u32.u64 	%r1136, %rd1986;
+	shl.b32 	%r1137, %r1136, 16;
+	and.b32  	%r3686, %r1137, -2147483648;
+	shr.u16 	%rs46, %rs45, 10;
+	and.b16  	%rs2, %rs46, 31;
+	and.b16  	%rs3, %rs45, 1023;
+	and.b32  	%r3685, %r1136, 1023;
+	setp.eq.s16 	%p33, %rs2, 31;
+	@%p33 bra 	$L__BB11_51;
+	bra.uni 	$L__BB11_45;
+$L__BB11_51:
+	setp.eq.s16 	%p37, %rs3, 0;
+	shl.b32 	%r1150, %r3685, 13;
+	or.b32  	%r1151, %r1150, 4194304;
+	selp.b32 	%r1152, 0, %r1151, %p37;
+	or.b32  	%r1153, %r3686, %r1152;
+	or.b32  	%r3686, %r1153, 2139095040;
+	bra.uni 	$L__BB11_53;
+$L__BB11_43:
+	cvt.u32.u64 	%r1135, %rd1986;
+	shl.b32 	%r3686, %r1135, 16;
+	bra.uni 	$L__BB11_53;
+$L__BB11_45:
+	setp.eq.s16 	%p34, %rs2, 0;
+	@%p34 bra 	$L__BB11_47;
+	add.s16 	%rs47, %rs2, 112;
+	cvt.u32.u16 	%r1138, %rs47;
+	shl.b32 	%r1139, %r1138, 23;
+	shl.b32 	%r1140, %r3685, 13;
+	or.b32  	%r1141, %r1140, %r3686;
+	or.b32  	%r3686, %r1141, %r1139;
+	bra.uni 	$L__BB11_53;
+$L__BB11_47:
+	setp.eq.s16 	%p35, %rs3, 0;
+	@%p35 bra 	$L__BB11_53;
+	mov.u32 	%r3684, 0;
+$L__BB11_49:
+	shl.b32 	%r29, %r3685, 1;
+	add.s32 	%r3684, %r3684, 1;
+	and.b32  	%r1143, %r3685, 512;
+	setp.eq.s32 	%p36, %r1143, 0;
+	mov.u32 	%r3685, %r29;
+	@%p36 bra 	$L__BB11_49;
+	shl.b32 	%r1144, %r3684, 23;
+	mov.u32 	%r1145, 947912704;
+	sub.s32 	%r1146, %r1145, %r1144;
+	shl.b32 	%r1147, %r29, 13;
+	and.b32  	%r1148, %r1147, 8372224;
+	or.b32  	%r1149, %r1146, %r3686;
+	or.b32  	%r3686, %r1149, %r1148;
+$L__BB11_53:
+	setp.eq.s32 	%p38, %r1134, 1;
+	@%p38 bra 	$L__BB11_65;
+	setp.eq.s32 	%p39, %r1134, 2;
+	@%p39 bra 	$L__BB11_56;
+	bra.uni 	$L__BB11_55;
+$L__BB11_56:
+	shr.u32 	%r1162, %r3686, 16;
+	cvt.u16.u32 	%rs48, %r1162;
+	and.b16  	%rs107, %rs48, -32768;
+	and.b32  	%r35, %r3686, 2147483647;
+	setp.gt.u32 	%p41, %r35, 2139095040;
+	@%p41 bra 	$L__BB11_63;
+	bra.uni 	$L__BB11_57;
+$L__BB11_63:
+	shr.u32 	%r1185, %r3686, 13;
+	cvt.u16.u32 	%rs51, %r1185;
+	and.b16  	%rs52, %rs51, 511;
+	or.b16  	%rs53, %rs107, %rs52;
+	or.b16  	%rs107, %rs53, 32256;
+	bra.uni 	$L__BB11_64;
+$L__BB11_55:
+	and.b32  	%r1154, %r3686, 2147483647;
+	setp.gt.u32 	%p40, %r1154, 2139095040;
+	shr.u32 	%r1155, %r3686, 16;
+	or.b32  	%r1156, %r1155, 64;
+	and.b32  	%r1157, %r1155, 1;
+	add.s32 	%r1158, %r3686, %r1157;
+	add.s32 	%r1159, %r1158, 32767;
+	shr.u32 	%r1160, %r1159, 16;
+	selp.b32 	%r1161, %r1156, %r1160, %p40;
+	cvt.u16.u32 	%rs107, %r1161;
+$L__BB11_64:
+	cvt.u32.u16 	%r3686, %rs107;
+$L__BB11_65:
+	cvt.u64.u32 	%rd1986, %r3686;
+	selp.b32 	%r3688, 4, 2, %p38;
+	cvt.u64.u32 	%rd1992, %r3688;
+	add.s32 	%r1186, %r3688, -1;
+	cvt.u64.u32 	%rd1991, %r1186;
+$L__BB11_66:
+	mul.lo.s64 	%rd680, %rd52, %rd59;
+	add.s64 	%rd681, %rd680, %rd1988;
+	sub.s64 	%rd682, %rd681, %rd51;
+	mul.lo.s64 	%rd683, %rd682, %rd1992;
+	ld.global.u64 	%rd684, [%rd1979];
+	add.s64 	%rd66, %rd684, %rd683;
+	and.b64  	%rd685, %rd1991, %rd66;
+	setp.eq.s64 	%p51, %rd685, 0;
+	@%p51 bra 	$L__BB11_75;
+	setp.eq.s32 	%p52, %r3688, 0;
+	@%p52 bra 	$L__BB11_82;
+	add.s32 	%r1188, %r3688, -1;
+	and.b32  	%r40, %r3688, 3;
+	setp.lt.u32 	%p53, %r1188, 3;
+	mov.u32 	%r3691, 0;
+	@%p53 bra 	$L__BB11_71;
+	sub.s32 	%r3690, %r3688, %r40;
+	mov.u32 	%r3691, 0;
 $L__BB11_70:
-	add.s32 	%r1129, %r3387, 1;
-	add.s32 	%r1130, %r1129, %r1;
-	and.b32  	%r1131, %r1130, 31;
-	// begin inline asm
-	mov.b64 {%r1121,%r1122}, %rd1622;
-	// end inline asm
-	shfl.sync.idx.b32 	%r1124|%p83, %r1122, %r1131, %r1097, %r1098;
-	shfl.sync.idx.b32 	%r1123|%p84, %r1121, %r1131, %r1097, %r1098;
-	// begin inline asm
-	mov.b64 %rd518, {%r1123,%r1124};
-	// end inline asm
-	// begin inline asm
-	mov.b64 {%r1125,%r1126}, %rd43;
-	// end inline asm
-	shfl.sync.idx.b32 	%r1128|%p85, %r1126, %r1131, %r1097, %r1098;
-	shfl.sync.idx.b32 	%r1127|%p86, %r1125, %r1131, %r1097, %r1098;
-	// begin inline asm
-	mov.b64 %rd520, {%r1127,%r1128};
-	// end inline asm
-	setp.ge.u32 	%p87, %r1129, %r24;
-	@%p87 bra 	$L__BB11_93;
-	cvt.u32.u64 	%r110, %rd520;
-	and.b32  	%r111, %r110, 16;
-	setp.eq.s32 	%p88, %r111, 0;
-	mov.u32 	%r120, %r3357;
-	mov.u32 	%r121, %r3358;
-	mov.u32 	%r3369, %r3359;
-	mov.u32 	%r3370, %r3360;
-	@%p88 bra 	$L__BB11_72;
-	bra.uni 	$L__BB11_73;
-$L__BB11_72:
-	mov.u32 	%r120, %r3353;
-	mov.u32 	%r121, %r3354;
-	mov.u32 	%r3369, %r3355;
-	mov.u32 	%r3370, %r3356;
-$L__BB11_73:
-	and.b32  	%r124, %r110, 15;
-	setp.eq.s32 	%p89, %r997, 1;
-	@%p89 bra 	$L__BB11_85;
-	setp.eq.s32 	%p90, %r997, 2;
-	@%p90 bra 	$L__BB11_79;
-	setp.ne.s32 	%p91, %r997, 4;
-	@%p91 bra 	$L__BB11_91;
-	shr.u32 	%r125, %r124, 2;
-	cvt.u32.u64 	%r126, %rd518;
-	cvt.u16.u32 	%rs23, %r125;
-	setp.eq.s16 	%p92, %rs23, 0;
-	mov.u32 	%r3367, %r126;
-	mov.u32 	%r3368, %r121;
-	@%p92 bra 	$L__BB11_92;
-	setp.ne.s16 	%p93, %rs23, 1;
-	mov.u32 	%r3367, %r120;
-	mov.u32 	%r3368, %r126;
-	@%p93 bra 	$L__BB11_78;
-	bra.uni 	$L__BB11_92;
-$L__BB11_78:
-	setp.eq.s32 	%p94, %r125, 2;
-	selp.b32 	%r3369, %r126, %r3369, %p94;
-	selp.b32 	%r3370, %r3370, %r126, %p94;
-	mov.u32 	%r3367, %r120;
-	mov.u32 	%r3368, %r121;
-	bra.uni 	$L__BB11_92;
-$L__BB11_85:
-	shr.u32 	%r135, %r124, 2;
-	cvt.u16.u32 	%rs5, %r135;
-	setp.eq.s16 	%p101, %rs5, 0;
-	mov.u32 	%r3366, %r120;
-	@%p101 bra 	$L__BB11_88;
-	setp.ne.s16 	%p102, %rs5, 1;
-	mov.u32 	%r3366, %r121;
-	@%p102 bra 	$L__BB11_87;
-	bra.uni 	$L__BB11_88;
-$L__BB11_87:
-	setp.eq.s32 	%p103, %r135, 2;
-	selp.b32 	%r3366, %r3369, %r3370, %p103;
-$L__BB11_88:
-	shl.b32 	%r1144, %r110, 3;
-	and.b32  	%r1145, %r1144, 24;
-	mov.u32 	%r1146, 255;
-	shl.b32 	%r1147, %r1146, %r1145;
-	not.b32 	%r1148, %r1147;
-	and.b32  	%r1149, %r3366, %r1148;
-	cvt.u32.u64 	%r1150, %rd518;
-	and.b32  	%r1151, %r1150, 255;
-	shl.b32 	%r1152, %r1151, %r1145;
-	or.b32  	%r138, %r1149, %r1152;
-	mov.u32 	%r3367, %r138;
-	mov.u32 	%r3368, %r121;
-	@%p101 bra 	$L__BB11_92;
-	setp.ne.s16 	%p105, %rs5, 1;
-	mov.u32 	%r3367, %r120;
-	mov.u32 	%r3368, %r138;
-	@%p105 bra 	$L__BB11_90;
-	bra.uni 	$L__BB11_92;
-$L__BB11_90:
-	setp.eq.s32 	%p106, %r135, 2;
-	selp.b32 	%r3369, %r138, %r3369, %p106;
-	selp.b32 	%r3370, %r3370, %r138, %p106;
-	mov.u32 	%r3367, %r120;
-	mov.u32 	%r3368, %r121;
-	bra.uni 	$L__BB11_92;
+	shl.b32 	%r1190, %r3691, 3;
+	shr.u64 	%rd686, %rd1986, %r1190;
+	cvt.u64.u32 	%rd687, %r3691;
+	add.s64 	%rd688, %rd66, %rd687;
+	st.u8 	[%rd688], %rd686;
+	add.s32 	%r1191, %r1190, 8;
+	shr.u64 	%rd689, %rd1986, %r1191;
+	st.u8 	[%rd688+1], %rd689;
+	add.s32 	%r1192, %r1190, 16;
+	shr.u64 	%rd690, %rd1986, %r1192;
+	st.u8 	[%rd688+2], %rd690;
+	add.s32 	%r1193, %r1190, 24;
+	shr.u64 	%rd691, %rd1986, %r1193;
+	st.u8 	[%rd688+3], %rd691;
+	add.s32 	%r3691, %r3691, 4;
+	add.s32 	%r3690, %r3690, -4;
+	setp.ne.s32 	%p54, %r3690, 0;
+	@%p54 bra 	$L__BB11_70;
+$L__BB11_71:
+	setp.eq.s32 	%p55, %r40, 0;
+	@%p55 bra 	$L__BB11_82;
+	shl.b32 	%r1194, %r3691, 3;
+	shr.u64 	%rd692, %rd1986, %r1194;
+	cvt.u64.u32 	%rd693, %r3691;
+	add.s64 	%rd67, %rd66, %rd693;
+	st.u8 	[%rd67], %rd692;
+	setp.eq.s32 	%p56, %r40, 1;
+	@%p56 bra 	$L__BB11_82;
+	add.s32 	%r1196, %r1194, 8;
+	shr.u64 	%rd694, %rd1986, %r1196;
+	st.u8 	[%rd67+1], %rd694;
+	setp.eq.s32 	%p57, %r40, 2;
+	@%p57 bra 	$L__BB11_82;
+	add.s32 	%r1198, %r1194, 16;
+	shr.u64 	%rd695, %rd1986, %r1198;
+	st.u8 	[%rd67+2], %rd695;
+	bra.uni 	$L__BB11_82;
+$L__BB11_75:
+	setp.eq.s32 	%p58, %r3688, 1;
+	@%p58 bra 	$L__BB11_80;
+	setp.eq.s32 	%p59, %r3688, 2;
+	@%p59 bra 	$L__BB11_79;
+	setp.ne.s32 	%p60, %r3688, 4;
+	@%p60 bra 	$L__BB11_81;
+	st.u32 	[%rd66], %rd1986;
+	bra.uni 	$L__BB11_82;
 $L__BB11_79:
-	shr.u32 	%r129, %r124, 2;
-	cvt.u16.u32 	%rs4, %r129;
-	setp.eq.s16 	%p95, %rs4, 0;
-	mov.u32 	%r3365, %r120;
-	@%p95 bra 	$L__BB11_82;
-	setp.ne.s16 	%p96, %rs4, 1;
-	mov.u32 	%r3365, %r121;
-	@%p96 bra 	$L__BB11_81;
+	st.u16 	[%rd66], %rd1986;
+	bra.uni 	$L__BB11_82;
+$L__BB11_80:
+	st.u8 	[%rd66], %rd1986;
 	bra.uni 	$L__BB11_82;
 $L__BB11_81:
-	setp.eq.s32 	%p97, %r129, 2;
-	selp.b32 	%r3365, %r3369, %r3370, %p97;
+	st.u64 	[%rd66], %rd1986;
 $L__BB11_82:
-	shl.b32 	%r1135, %r124, 3;
-	and.b32  	%r1136, %r1135, 16;
-	mov.u32 	%r1137, 65535;
-	shl.b32 	%r1138, %r1137, %r1136;
-	not.b32 	%r1139, %r1138;
-	and.b32  	%r1140, %r3365, %r1139;
-	cvt.u32.u64 	%r1141, %rd518;
-	and.b32  	%r1142, %r1141, 65535;
-	shl.b32 	%r1143, %r1142, %r1136;
-	or.b32  	%r132, %r1140, %r1143;
-	mov.u32 	%r3367, %r132;
-	mov.u32 	%r3368, %r121;
-	@%p95 bra 	$L__BB11_92;
-	setp.ne.s16 	%p99, %rs4, 1;
-	mov.u32 	%r3367, %r120;
-	mov.u32 	%r3368, %r132;
-	@%p99 bra 	$L__BB11_84;
-	bra.uni 	$L__BB11_92;
-$L__BB11_84:
-	setp.eq.s32 	%p100, %r129, 2;
-	selp.b32 	%r3369, %r132, %r3369, %p100;
-	selp.b32 	%r3370, %r3370, %r132, %p100;
-	mov.u32 	%r3367, %r120;
-	mov.u32 	%r3368, %r121;
-	bra.uni 	$L__BB11_92;
-$L__BB11_91:
-	shr.u32 	%r1153, %r124, 3;
-	setp.eq.s32 	%p107, %r1153, 0;
-	setp.eq.s32 	%p108, %r1153, 1;
-	cvt.u32.u64 	%r1154, %rd518;
-	selp.b32 	%r3367, %r1154, %r120, %p107;
-	selp.b32 	%r3369, %r1154, %r3369, %p108;
-	shr.u64 	%rd521, %rd518, 32;
-	cvt.u32.u64 	%r1155, %rd521;
-	selp.b32 	%r3368, %r1155, %r121, %p107;
-	selp.b32 	%r3370, %r3370, %r1155, %p107;
-$L__BB11_92:
-	selp.b32 	%r3354, %r3368, %r3354, %p88;
-	selp.b32 	%r3353, %r3367, %r3353, %p88;
-	selp.b32 	%r3355, %r3369, %r3355, %p88;
-	selp.b32 	%r3356, %r3370, %r3356, %p88;
-	selp.b32 	%r3358, %r3358, %r3368, %p88;
-	selp.b32 	%r3357, %r3357, %r3367, %p88;
-	selp.b32 	%r3359, %r3359, %r3369, %p88;
-	selp.b32 	%r3360, %r3360, %r3370, %p88;
-$L__BB11_93:
-	add.s32 	%r3387, %r3387, 2;
-	add.s32 	%r3342, %r3342, -2;
-	setp.ne.s32 	%p110, %r3342, 0;
-	@%p110 bra 	$L__BB11_47;
-$L__BB11_94:
-	setp.eq.s32 	%p111, %r42, 0;
-	@%p111 bra 	$L__BB11_118;
-	add.s32 	%r1165, %r3387, %r1;
-	and.b32  	%r1166, %r1165, 31;
-	mov.u32 	%r1167, 31;
-	// begin inline asm
-	mov.b64 {%r1156,%r1157}, %rd1622;
-	// end inline asm
-	mov.u32 	%r1168, -1;
-	shfl.sync.idx.b32 	%r1159|%p112, %r1157, %r1166, %r1167, %r1168;
-	shfl.sync.idx.b32 	%r1158|%p113, %r1156, %r1166, %r1167, %r1168;
-	// begin inline asm
-	mov.b64 %rd523, {%r1158,%r1159};
-	// end inline asm
-	// begin inline asm
-	mov.b64 {%r1160,%r1161}, %rd43;
-	// end inline asm
-	shfl.sync.idx.b32 	%r1163|%p114, %r1161, %r1166, %r1167, %r1168;
-	shfl.sync.idx.b32 	%r1162|%p115, %r1160, %r1166, %r1167, %r1168;
-	// begin inline asm
-	mov.b64 %rd525, {%r1162,%r1163};
-	// end inline asm
-	setp.ge.u32 	%p116, %r3387, %r24;
-	@%p116 bra 	$L__BB11_118;
-	cvt.u32.u64 	%r184, %rd525;
-	and.b32  	%r185, %r184, 16;
-	setp.eq.s32 	%p117, %r185, 0;
-	mov.u32 	%r194, %r3357;
-	mov.u32 	%r195, %r3358;
-	mov.u32 	%r3404, %r3359;
-	mov.u32 	%r3405, %r3360;
-	@%p117 bra 	$L__BB11_97;
-	bra.uni 	$L__BB11_98;
-$L__BB11_97:
-	mov.u32 	%r194, %r3353;
-	mov.u32 	%r195, %r3354;
-	mov.u32 	%r3404, %r3355;
-	mov.u32 	%r3405, %r3356;
-$L__BB11_98:
-	and.b32  	%r198, %r184, 15;
-	setp.eq.s32 	%p118, %r997, 1;
-	@%p118 bra 	$L__BB11_110;
-	setp.eq.s32 	%p119, %r997, 2;
-	@%p119 bra 	$L__BB11_104;
-	setp.ne.s32 	%p120, %r997, 4;
-	@%p120 bra 	$L__BB11_116;
-	shr.u32 	%r199, %r198, 2;
-	cvt.u32.u64 	%r200, %rd523;
-	cvt.u16.u32 	%rs28, %r199;
-	setp.eq.s16 	%p121, %rs28, 0;
-	mov.u32 	%r3402, %r200;
-	mov.u32 	%r3403, %r195;
-	@%p121 bra 	$L__BB11_117;
-	setp.ne.s16 	%p122, %rs28, 1;
-	mov.u32 	%r3402, %r194;
-	mov.u32 	%r3403, %r200;
-	@%p122 bra 	$L__BB11_103;
-	bra.uni 	$L__BB11_117;
-$L__BB11_103:
-	setp.eq.s32 	%p123, %r199, 2;
-	selp.b32 	%r3404, %r200, %r3404, %p123;
-	selp.b32 	%r3405, %r3405, %r200, %p123;
-	mov.u32 	%r3402, %r194;
-	mov.u32 	%r3403, %r195;
-	bra.uni 	$L__BB11_117;
-$L__BB11_110:
-	shr.u32 	%r209, %r198, 2;
-	cvt.u16.u32 	%rs7, %r209;
-	setp.eq.s16 	%p130, %rs7, 0;
-	mov.u32 	%r3401, %r194;
-	@%p130 bra 	$L__BB11_113;
-	setp.ne.s16 	%p131, %rs7, 1;
-	mov.u32 	%r3401, %r195;
-	@%p131 bra 	$L__BB11_112;
-	bra.uni 	$L__BB11_113;
-$L__BB11_112:
-	setp.eq.s32 	%p132, %r209, 2;
-	selp.b32 	%r3401, %r3404, %r3405, %p132;
-$L__BB11_113:
-	shl.b32 	%r1179, %r184, 3;
-	and.b32  	%r1180, %r1179, 24;
-	mov.u32 	%r1181, 255;
-	shl.b32 	%r1182, %r1181, %r1180;
-	not.b32 	%r1183, %r1182;
-	and.b32  	%r1184, %r3401, %r1183;
-	cvt.u32.u64 	%r1185, %rd523;
-	and.b32  	%r1186, %r1185, 255;
-	shl.b32 	%r1187, %r1186, %r1180;
-	or.b32  	%r212, %r1184, %r1187;
-	mov.u32 	%r3402, %r212;
-	mov.u32 	%r3403, %r195;
-	@%p130 bra 	$L__BB11_117;
-	setp.ne.s16 	%p134, %rs7, 1;
-	mov.u32 	%r3402, %r194;
-	mov.u32 	%r3403, %r212;
-	@%p134 bra 	$L__BB11_115;
-	bra.uni 	$L__BB11_117;
-$L__BB11_115:
-	setp.eq.s32 	%p135, %r209, 2;
-	selp.b32 	%r3404, %r212, %r3404, %p135;
-	selp.b32 	%r3405, %r3405, %r212, %p135;
-	mov.u32 	%r3402, %r194;
-	mov.u32 	%r3403, %r195;
-	bra.uni 	$L__BB11_117;
-$L__BB11_104:
-	shr.u32 	%r203, %r198, 2;
-	cvt.u16.u32 	%rs6, %r203;
-	setp.eq.s16 	%p124, %rs6, 0;
-	mov.u32 	%r3400, %r194;
-	@%p124 bra 	$L__BB11_107;
-	setp.ne.s16 	%p125, %rs6, 1;
-	mov.u32 	%r3400, %r195;
-	@%p125 bra 	$L__BB11_106;
-	bra.uni 	$L__BB11_107;
-$L__BB11_106:
-	setp.eq.s32 	%p126, %r203, 2;
-	selp.b32 	%r3400, %r3404, %r3405, %p126;
-$L__BB11_107:
-	shl.b32 	%r1170, %r198, 3;
-	and.b32  	%r1171, %r1170, 16;
-	mov.u32 	%r1172, 65535;
-	shl.b32 	%r1173, %r1172, %r1171;
-	not.b32 	%r1174, %r1173;
-	and.b32  	%r1175, %r3400, %r1174;
-	cvt.u32.u64 	%r1176, %rd523;
-	and.b32  	%r1177, %r1176, 65535;
-	shl.b32 	%r1178, %r1177, %r1171;
-	or.b32  	%r206, %r1175, %r1178;
-	mov.u32 	%r3402, %r206;
-	mov.u32 	%r3403, %r195;
-	@%p124 bra 	$L__BB11_117;
-	setp.ne.s16 	%p128, %rs6, 1;
-	mov.u32 	%r3402, %r194;
-	mov.u32 	%r3403, %r206;
-	@%p128 bra 	$L__BB11_109;
-	bra.uni 	$L__BB11_117;
-$L__BB11_109:
-	setp.eq.s32 	%p129, %r203, 2;
-	selp.b32 	%r3404, %r206, %r3404, %p129;
-	selp.b32 	%r3405, %r3405, %r206, %p129;
-	mov.u32 	%r3402, %r194;
-	mov.u32 	%r3403, %r195;
-	bra.uni 	$L__BB11_117;
-$L__BB11_116:
-	shr.u32 	%r1188, %r198, 3;
-	setp.eq.s32 	%p136, %r1188, 0;
-	setp.eq.s32 	%p137, %r1188, 1;
-	cvt.u32.u64 	%r1189, %rd523;
-	selp.b32 	%r3402, %r1189, %r194, %p136;
-	selp.b32 	%r3404, %r1189, %r3404, %p137;
-	shr.u64 	%rd526, %rd523, 32;
-	cvt.u32.u64 	%r1190, %rd526;
-	selp.b32 	%r3403, %r1190, %r195, %p136;
-	selp.b32 	%r3405, %r3405, %r1190, %p136;
-$L__BB11_117:
-	selp.b32 	%r3354, %r3403, %r3354, %p117;
-	selp.b32 	%r3353, %r3402, %r3353, %p117;
-	selp.b32 	%r3355, %r3404, %r3355, %p117;
-	selp.b32 	%r3356, %r3405, %r3356, %p117;
-	selp.b32 	%r3358, %r3358, %r3403, %p117;
-	selp.b32 	%r3357, %r3357, %r3402, %p117;
-	selp.b32 	%r3359, %r3359, %r3404, %p117;
-	selp.b32 	%r3360, %r3360, %r3405, %p117;
-$L__BB11_118:
-	@%p53 bra 	$L__BB11_120;
-	st.v4.u32 	[%rd48], {%r3353, %r3354, %r3355, %r3356};
-	st.v4.u32 	[%rd48+16], {%r3357, %r3358, %r3359, %r3360};
-$L__BB11_120:
-	mov.u16 	%rs49, 0;
-	bar.warp.sync 	-1;
-	add.s64 	%rd1617, %rd1617, 32;
-	setp.lt.u64 	%p140, %rd1617, %rd17;
-	@%p140 bra 	$L__BB11_8;
-$L__BB11_412:
-	cvt.u32.u64 	%r1418, %rd9;
-	setp.ne.s32 	%p327, %r1418, 0;
-	@%p327 bra 	$L__BB11_414;
-	mov.u32 	%r1421, _ZZ14ws_delta_applyE4coop;
-	add.s32 	%r1422, %r1421, %r2;
-	st.shared.u8 	[%r1422], %rs49;
-$L__BB11_414:
-	bar.sync 	0;
-	mov.u32 	%r3462, 0;
-	bra.uni 	$L__BB11_415;
-$L__BB11_460:
-	cvt.u32.u64 	%r1513, %rd231;
-	mul.lo.s64 	%rd934, %rd234, %rd231;
-	shr.u64 	%rd264, %rd934, 4;
-	setp.eq.s32 	%p371, %r1513, 1;
-	@%p371 bra 	$L__BB11_631;
-	setp.eq.s32 	%p372, %r1513, 2;
-	@%p372 bra 	$L__BB11_531;
-	setp.ne.s32 	%p373, %r1513, 4;
-	@%p373 bra 	$L__BB11_795;
-	setp.eq.s64 	%p374, %rd264, 0;
-	@%p374 bra 	$L__BB11_888;
-	add.s64 	%rd265, %rd239, %rd235;
-	mov.u64 	%rd1669, 0;
-	mov.u32 	%r3471, 0;
-$L__BB11_465:
-	mov.u32 	%r3472, 0;
-	add.s64 	%rd267, %rd1669, %rd8;
-	setp.ge.u64 	%p375, %rd267, %rd264;
-	@%p375 bra 	$L__BB11_467;
-	shr.u64 	%rd936, %rd267, 1;
-	and.b64  	%rd937, %rd936, 2305843009213693948;
-	add.s64 	%rd938, %rd236, %rd937;
-	cvt.u32.u64 	%r1516, %rd267;
-	shl.b32 	%r1517, %r1516, 2;
-	and.b32  	%r1518, %r1517, 28;
-	ld.u32 	%r1519, [%rd938];
-	shr.u32 	%r1520, %r1519, %r1518;
-	and.b32  	%r3472, %r1520, 15;
-$L__BB11_467:
-	add.s64 	%rd268, %rd267, 256;
-	setp.ge.u64 	%p376, %rd268, %rd264;
-	mov.u32 	%r3474, 0;
-	mov.u32 	%r3473, %r3474;
-	@%p376 bra 	$L__BB11_469;
-	shr.u64 	%rd939, %rd268, 1;
-	and.b64  	%rd940, %rd939, 2305843009213693948;
-	add.s64 	%rd941, %rd236, %rd940;
-	cvt.u32.u64 	%r1522, %rd268;
-	shl.b32 	%r1523, %r1522, 2;
-	and.b32  	%r1524, %r1523, 28;
-	ld.u32 	%r1525, [%rd941];
-	shr.u32 	%r1526, %r1525, %r1524;
-	and.b32  	%r3473, %r1526, 15;
-$L__BB11_469:
-	add.s64 	%rd269, %rd267, 512;
-	setp.ge.u64 	%p377, %rd269, %rd264;
-	@%p377 bra 	$L__BB11_471;
-	shr.u64 	%rd942, %rd269, 1;
-	and.b64  	%rd943, %rd942, 2305843009213693948;
-	add.s64 	%rd944, %rd236, %rd943;
-	cvt.u32.u64 	%r1528, %rd269;
-	shl.b32 	%r1529, %r1528, 2;
-	and.b32  	%r1530, %r1529, 28;
-	ld.u32 	%r1531, [%rd944];
-	shr.u32 	%r1532, %r1531, %r1530;
-	and.b32  	%r3474, %r1532, 15;
-$L__BB11_471:
-	add.s64 	%rd270, %rd267, 768;
-	setp.ge.u64 	%p378, %rd270, %rd264;
-	mov.u32 	%r3476, 0;
-	mov.u32 	%r3475, %r3476;
-	@%p378 bra 	$L__BB11_473;
-	shr.u64 	%rd945, %rd270, 1;
-	and.b64  	%rd946, %rd945, 2305843009213693948;
-	add.s64 	%rd947, %rd236, %rd946;
-	cvt.u32.u64 	%r1534, %rd270;
-	shl.b32 	%r1535, %r1534, 2;
-	and.b32  	%r1536, %r1535, 28;
-	ld.u32 	%r1537, [%rd947];
-	shr.u32 	%r1538, %r1537, %r1536;
-	and.b32  	%r3475, %r1538, 15;
-$L__BB11_473:
-	mov.u32 	%r1543, 31;
-	mov.u32 	%r1544, 1;
-	mov.u32 	%r1545, -1;
-	shfl.sync.bfly.b32 	%r1546|%p379, %r3472, %r1544, %r1543, %r1545;
-	or.b32  	%r354, %r1546, %r3472;
-	setp.eq.s32 	%p380, %r354, 0;
-	shl.b64 	%rd948, %rd267, 4;
-	add.s64 	%rd271, %rd237, %rd948;
-	mov.u32 	%r3477, %r3476;
-	mov.u32 	%r3478, %r3476;
-	mov.u32 	%r3479, %r3476;
-	@%p380 bra 	$L__BB11_475;
-	ld.v4.u32 	{%r3476, %r3477, %r3478, %r3479}, [%rd271];
-$L__BB11_475:
-	shfl.sync.bfly.b32 	%r1558|%p381, %r3473, %r1544, %r1543, %r1545;
-	or.b32  	%r363, %r1558, %r3473;
-	setp.eq.s32 	%p382, %r363, 0;
-	mov.u32 	%r3484, 0;
-	mov.u32 	%r3480, %r3484;
-	mov.u32 	%r3481, %r3484;
-	mov.u32 	%r3482, %r3484;
-	mov.u32 	%r3483, %r3484;
-	@%p382 bra 	$L__BB11_477;
-	ld.v4.u32 	{%r3480, %r3481, %r3482, %r3483}, [%rd271+4096];
-$L__BB11_477:
-	mov.u32 	%r1567, 31;
-	mov.u32 	%r1568, 1;
-	mov.u32 	%r1569, -1;
-	shfl.sync.bfly.b32 	%r1570|%p383, %r3474, %r1568, %r1567, %r1569;
-	or.b32  	%r372, %r1570, %r3474;
-	setp.eq.s32 	%p384, %r372, 0;
-	mov.u32 	%r3485, %r3484;
-	mov.u32 	%r3486, %r3484;
-	mov.u32 	%r3487, %r3484;
-	@%p384 bra 	$L__BB11_479;
-	ld.v4.u32 	{%r3484, %r3485, %r3486, %r3487}, [%rd271+8192];
-$L__BB11_479:
-	shfl.sync.bfly.b32 	%r1582|%p385, %r3475, %r1568, %r1567, %r1569;
-	or.b32  	%r381, %r1582, %r3475;
-	setp.eq.s32 	%p386, %r381, 0;
-	mov.u32 	%r1578, 0;
-	mov.u32 	%r3488, %r1578;
-	mov.u32 	%r3489, %r1578;
-	mov.u32 	%r3490, %r1578;
-	mov.u32 	%r3491, %r1578;
-	@%p386 bra 	$L__BB11_481;
-	ld.v4.u32 	{%r3488, %r3489, %r3490, %r3491}, [%rd271+12288];
-$L__BB11_481:
-	cvt.u32.u64 	%r3265, %rd9;
-	setp.lt.u32 	%p387, %r3265, 16;
-	mov.u32 	%r1608, 16;
-	setp.lt.u32 	%p388, %r3265, 4;
-	mov.u32 	%r1609, 4;
-	setp.lt.u32 	%p389, %r3265, 2;
-	mov.u32 	%r1610, 2;
-	setp.lt.u32 	%p390, %r3265, 8;
-	mov.u32 	%r1611, 8;
-	setp.ne.s32 	%p391, %r3265, 31;
-	setp.eq.s32 	%p392, %r3265, 0;
-	popc.b32 	%r1613, %r3475;
-	cvt.u64.u32 	%rd959, %r1613;
-	shl.b64 	%rd960, %rd959, 48;
-	popc.b32 	%r1614, %r3473;
-	shl.b32 	%r1615, %r1614, 16;
-	popc.b32 	%r1616, %r3472;
-	or.b32  	%r1617, %r1615, %r1616;
-	cvt.u64.u32 	%rd961, %r1617;
-	popc.b32 	%r1618, %r3474;
-	cvt.u64.u32 	%rd962, %r1618;
-	bfi.b64 	%rd963, %rd962, %rd961, 32, 32;
-	or.b64  	%rd949, %rd960, %rd963;
-	// begin inline asm
-	mov.b64 {%r1587,%r1588}, %rd949;
-	// end inline asm
-	mov.u32 	%r1619, 1;
-	mov.u32 	%r1620, -1;
-	shfl.sync.up.b32 	%r1590|%p393, %r1588, %r1619, %r1578, %r1620;
-	shfl.sync.up.b32 	%r1589|%p394, %r1587, %r1619, %r1578, %r1620;
-	// begin inline asm
-	mov.b64 %rd950, {%r1589,%r1590};
-	// end inline asm
-	selp.b64 	%rd964, 0, %rd950, %p392;
-	add.s64 	%rd951, %rd964, %rd949;
-	// begin inline asm
-	mov.b64 {%r1591,%r1592}, %rd951;
-	// end inline asm
-	shfl.sync.up.b32 	%r1594|%p395, %r1592, %r1610, %r1578, %r1620;
-	shfl.sync.up.b32 	%r1593|%p396, %r1591, %r1610, %r1578, %r1620;
-	// begin inline asm
-	mov.b64 %rd952, {%r1593,%r1594};
-	// end inline asm
-	selp.b64 	%rd965, 0, %rd952, %p389;
-	add.s64 	%rd953, %rd965, %rd951;
-	// begin inline asm
-	mov.b64 {%r1595,%r1596}, %rd953;
-	// end inline asm
-	shfl.sync.up.b32 	%r1598|%p397, %r1596, %r1609, %r1578, %r1620;
-	shfl.sync.up.b32 	%r1597|%p398, %r1595, %r1609, %r1578, %r1620;
-	// begin inline asm
-	mov.b64 %rd954, {%r1597,%r1598};
-	// end inline asm
-	selp.b64 	%rd966, 0, %rd954, %p388;
-	add.s64 	%rd955, %rd966, %rd953;
-	// begin inline asm
-	mov.b64 {%r1599,%r1600}, %rd955;
-	// end inline asm
-	shfl.sync.up.b32 	%r1602|%p399, %r1600, %r1611, %r1578, %r1620;
-	shfl.sync.up.b32 	%r1601|%p400, %r1599, %r1611, %r1578, %r1620;
-	// begin inline asm
-	mov.b64 %rd956, {%r1601,%r1602};
-	// end inline asm
-	selp.b64 	%rd967, 0, %rd956, %p390;
-	add.s64 	%rd957, %rd967, %rd955;
-	// begin inline asm
-	mov.b64 {%r1603,%r1604}, %rd957;
-	// end inline asm
-	shfl.sync.up.b32 	%r1606|%p401, %r1604, %r1608, %r1578, %r1620;
-	shfl.sync.up.b32 	%r1605|%p402, %r1603, %r1608, %r1578, %r1620;
-	// begin inline asm
-	mov.b64 %rd958, {%r1605,%r1606};
-	// end inline asm
-	selp.b64 	%rd968, 0, %rd958, %p387;
-	add.s64 	%rd273, %rd968, %rd957;
-	@%p391 bra 	$L__BB11_483;
-	st.shared.u64 	[%r4], %rd273;
-$L__BB11_483:
-	setp.ne.s32 	%p403, %r2, 0;
-	bar.sync 	0;
-	@%p403 bra 	$L__BB11_488;
-	cvt.u32.u64 	%r3266, %rd9;
-	setp.gt.u32 	%p404, %r3266, 7;
-	mov.u64 	%rd1670, 0;
-	@%p404 bra 	$L__BB11_486;
-	ld.shared.u64 	%rd1670, [%r5];
-$L__BB11_486:
-	setp.lt.u32 	%p865, %r3265, 16;
-	setp.lt.u32 	%p864, %r3265, 8;
-	setp.lt.u32 	%p863, %r3265, 4;
-	setp.lt.u32 	%p862, %r3265, 2;
-	cvt.u32.u64 	%r3267, %rd9;
-	setp.eq.s32 	%p861, %r3265, 0;
-	mov.u32 	%r1643, 16;
-	mov.u32 	%r1644, 4;
-	mov.u32 	%r1645, 2;
-	mov.u32 	%r1646, 8;
-	mov.u32 	%r1647, 0;
-	// begin inline asm
-	mov.b64 {%r1622,%r1623}, %rd1670;
-	// end inline asm
-	mov.u32 	%r1648, 1;
-	mov.u32 	%r1649, -1;
-	shfl.sync.up.b32 	%r1625|%p411, %r1623, %r1648, %r1647, %r1649;
-	shfl.sync.up.b32 	%r1624|%p412, %r1622, %r1648, %r1647, %r1649;
-	// begin inline asm
-	mov.b64 %rd971, {%r1624,%r1625};
-	// end inline asm
-	selp.b64 	%rd980, 0, %rd971, %p861;
-	add.s64 	%rd972, %rd980, %rd1670;
-	// begin inline asm
-	mov.b64 {%r1626,%r1627}, %rd972;
-	// end inline asm
-	shfl.sync.up.b32 	%r1629|%p413, %r1627, %r1645, %r1647, %r1649;
-	shfl.sync.up.b32 	%r1628|%p414, %r1626, %r1645, %r1647, %r1649;
-	// begin inline asm
-	mov.b64 %rd973, {%r1628,%r1629};
-	// end inline asm
-	selp.b64 	%rd981, 0, %rd973, %p862;
-	add.s64 	%rd974, %rd981, %rd972;
-	// begin inline asm
-	mov.b64 {%r1630,%r1631}, %rd974;
-	// end inline asm
-	shfl.sync.up.b32 	%r1633|%p415, %r1631, %r1644, %r1647, %r1649;
-	shfl.sync.up.b32 	%r1632|%p416, %r1630, %r1644, %r1647, %r1649;
-	// begin inline asm
-	mov.b64 %rd975, {%r1632,%r1633};
-	// end inline asm
-	selp.b64 	%rd982, 0, %rd975, %p863;
-	add.s64 	%rd976, %rd982, %rd974;
-	// begin inline asm
-	mov.b64 {%r1634,%r1635}, %rd976;
-	// end inline asm
-	shfl.sync.up.b32 	%r1637|%p417, %r1635, %r1646, %r1647, %r1649;
-	shfl.sync.up.b32 	%r1636|%p418, %r1634, %r1646, %r1647, %r1649;
-	// begin inline asm
-	mov.b64 %rd977, {%r1636,%r1637};
-	// end inline asm
-	selp.b64 	%rd983, 0, %rd977, %p864;
-	add.s64 	%rd978, %rd983, %rd976;
-	// begin inline asm
-	mov.b64 {%r1638,%r1639}, %rd978;
-	// end inline asm
-	shfl.sync.up.b32 	%r1641|%p419, %r1639, %r1643, %r1647, %r1649;
-	shfl.sync.up.b32 	%r1640|%p420, %r1638, %r1643, %r1647, %r1649;
-	// begin inline asm
-	mov.b64 %rd979, {%r1640,%r1641};
-	// end inline asm
-	selp.b64 	%rd984, 0, %rd979, %p865;
-	add.s64 	%rd276, %rd984, %rd978;
-	@%p404 bra 	$L__BB11_488;
-	st.shared.u64 	[%r5], %rd276;
-$L__BB11_488:
-	setp.eq.s32 	%p421, %r2, 0;
-	bar.sync 	0;
-	mov.u64 	%rd1671, 0;
-	@%p421 bra 	$L__BB11_490;
-	ld.shared.u64 	%rd1671, [%r4+-8];
+	mov.u16 	%rs108, 0;
+	add.s64 	%rd1982, %rd1982, 32;
+	setp.lt.u64 	%p61, %rd1982, %rd12;
+	@%p61 bra 	$L__BB11_12;
 $L__BB11_490:
-	ld.shared.u64 	%rd279, [_ZZ14ws_delta_applyE3red+56];
-	mov.u32 	%r3493, 0;
-	bar.sync 	0;
-	sub.s64 	%rd986, %rd273, %rd949;
-	add.s64 	%rd280, %rd986, %rd1671;
-	cvt.u32.u64 	%r1651, %rd280;
-	and.b32  	%r1652, %r1651, 65535;
-	add.s32 	%r390, %r1652, %r3471;
-	and.b32  	%r391, %r3472, 1;
-	setp.eq.s32 	%p422, %r391, 0;
-	mov.u32 	%r3492, %r3493;
-	@%p422 bra 	$L__BB11_492;
-	mul.wide.u32 	%rd987, %r390, 4;
-	add.s64 	%rd988, %rd265, %rd987;
-	add.s64 	%rd989, %rd232, %rd988;
-	ld.u32 	%r3492, [%rd989];
+	cvt.u32.u64 	%r1579, %rd5;
+	setp.ne.s32 	%p380, %r1579, 0;
+	@%p380 bra 	$L__BB11_492;
+	mov.u32 	%r1582, _ZZ14ws_delta_applyE4coop;
+	add.s32 	%r1583, %r1582, %r2;
+	st.shared.u8 	[%r1583], %rs108;
 $L__BB11_492:
-	and.b32  	%r394, %r3472, 2;
-	setp.eq.s32 	%p423, %r394, 0;
-	@%p423 bra 	$L__BB11_494;
-	popc.b32 	%r1654, %r391;
-	add.s32 	%r1655, %r390, %r1654;
-	mul.wide.u32 	%rd990, %r1655, 4;
-	add.s64 	%rd991, %rd265, %rd990;
-	add.s64 	%rd992, %rd232, %rd991;
-	ld.u32 	%r3493, [%rd992];
-$L__BB11_494:
-	and.b32  	%r397, %r3472, 4;
-	setp.eq.s32 	%p424, %r397, 0;
-	mov.u32 	%r3495, 0;
-	mov.u32 	%r3494, %r3495;
-	@%p424 bra 	$L__BB11_496;
-	and.b32  	%r1657, %r3472, 3;
-	popc.b32 	%r1658, %r1657;
-	add.s32 	%r1659, %r390, %r1658;
-	mul.wide.u32 	%rd993, %r1659, 4;
-	add.s64 	%rd994, %rd265, %rd993;
-	add.s64 	%rd995, %rd232, %rd994;
-	ld.u32 	%r3494, [%rd995];
-$L__BB11_496:
-	and.b32  	%r400, %r3472, 8;
-	setp.eq.s32 	%p425, %r400, 0;
-	@%p425 bra 	$L__BB11_498;
-	and.b32  	%r1661, %r3472, 7;
-	popc.b32 	%r1662, %r1661;
-	add.s32 	%r1663, %r390, %r1662;
-	mul.wide.u32 	%rd996, %r1663, 4;
-	add.s64 	%rd997, %rd265, %rd996;
-	add.s64 	%rd998, %rd232, %rd997;
-	ld.u32 	%r3495, [%rd998];
-$L__BB11_498:
-	selp.b32 	%r403, %r3476, %r3492, %p422;
-	selp.b32 	%r404, %r3477, %r3493, %p423;
-	selp.b32 	%r405, %r3478, %r3494, %p424;
-	selp.b32 	%r406, %r3479, %r3495, %p425;
-	@%p380 bra 	$L__BB11_500;
-	st.v4.u32 	[%rd271], {%r403, %r404, %r405, %r406};
-$L__BB11_500:
-	cvt.u32.u64 	%r1665, %rd279;
-	and.b32  	%r1666, %r1665, 65535;
-	add.s32 	%r407, %r1666, %r3471;
-	shr.u32 	%r1668, %r1651, 16;
-	add.s32 	%r408, %r1668, %r407;
-	and.b32  	%r409, %r3473, 1;
-	setp.eq.s32 	%p431, %r409, 0;
-	mov.u32 	%r3497, 0;
-	mov.u32 	%r3496, %r3497;
-	@%p431 bra 	$L__BB11_502;
-	mul.wide.u32 	%rd999, %r408, 4;
-	add.s64 	%rd1000, %rd265, %rd999;
-	add.s64 	%rd1001, %rd232, %rd1000;
-	ld.u32 	%r3496, [%rd1001];
-$L__BB11_502:
-	and.b32  	%r412, %r3473, 2;
-	setp.eq.s32 	%p432, %r412, 0;
-	@%p432 bra 	$L__BB11_504;
-	popc.b32 	%r1670, %r409;
-	add.s32 	%r1671, %r408, %r1670;
-	mul.wide.u32 	%rd1002, %r1671, 4;
-	add.s64 	%rd1003, %rd265, %rd1002;
-	add.s64 	%rd1004, %rd232, %rd1003;
-	ld.u32 	%r3497, [%rd1004];
-$L__BB11_504:
-	and.b32  	%r415, %r3473, 4;
-	setp.eq.s32 	%p433, %r415, 0;
-	mov.u32 	%r3499, 0;
-	mov.u32 	%r3498, %r3499;
-	@%p433 bra 	$L__BB11_506;
-	and.b32  	%r1673, %r3473, 3;
-	popc.b32 	%r1674, %r1673;
-	add.s32 	%r1675, %r408, %r1674;
-	mul.wide.u32 	%rd1005, %r1675, 4;
-	add.s64 	%rd1006, %rd265, %rd1005;
-	add.s64 	%rd1007, %rd232, %rd1006;
-	ld.u32 	%r3498, [%rd1007];
-$L__BB11_506:
-	and.b32  	%r418, %r3473, 8;
-	setp.eq.s32 	%p434, %r418, 0;
-	@%p434 bra 	$L__BB11_508;
-	and.b32  	%r1677, %r3473, 7;
-	popc.b32 	%r1678, %r1677;
-	add.s32 	%r1679, %r408, %r1678;
-	mul.wide.u32 	%rd1008, %r1679, 4;
-	add.s64 	%rd1009, %rd265, %rd1008;
-	add.s64 	%rd1010, %rd232, %rd1009;
-	ld.u32 	%r3499, [%rd1010];
-$L__BB11_508:
-	selp.b32 	%r421, %r3480, %r3496, %p431;
-	selp.b32 	%r422, %r3481, %r3497, %p432;
-	selp.b32 	%r423, %r3482, %r3498, %p433;
-	selp.b32 	%r424, %r3483, %r3499, %p434;
-	@%p382 bra 	$L__BB11_510;
-	st.v4.u32 	[%rd271+4096], {%r421, %r422, %r423, %r424};
-$L__BB11_510:
-	shr.u32 	%r1682, %r1665, 16;
-	add.s32 	%r425, %r1682, %r407;
-	shr.u64 	%rd1011, %rd280, 32;
-	cvt.u32.u64 	%r1683, %rd1011;
-	and.b32  	%r1684, %r1683, 65535;
-	add.s32 	%r426, %r1684, %r425;
-	and.b32  	%r427, %r3474, 1;
-	setp.eq.s32 	%p440, %r427, 0;
-	mov.u32 	%r3501, 0;
-	mov.u32 	%r3500, %r3501;
-	@%p440 bra 	$L__BB11_512;
-	mul.wide.u32 	%rd1012, %r426, 4;
-	add.s64 	%rd1013, %rd265, %rd1012;
-	add.s64 	%rd1014, %rd232, %rd1013;
-	ld.u32 	%r3500, [%rd1014];
-$L__BB11_512:
-	and.b32  	%r430, %r3474, 2;
-	setp.eq.s32 	%p441, %r430, 0;
-	@%p441 bra 	$L__BB11_514;
-	popc.b32 	%r1686, %r427;
-	add.s32 	%r1687, %r426, %r1686;
-	mul.wide.u32 	%rd1015, %r1687, 4;
-	add.s64 	%rd1016, %rd265, %rd1015;
-	add.s64 	%rd1017, %rd232, %rd1016;
-	ld.u32 	%r3501, [%rd1017];
-$L__BB11_514:
-	and.b32  	%r433, %r3474, 4;
-	setp.eq.s32 	%p442, %r433, 0;
-	mov.u32 	%r3503, 0;
-	mov.u32 	%r3502, %r3503;
-	@%p442 bra 	$L__BB11_516;
-	and.b32  	%r1689, %r3474, 3;
-	popc.b32 	%r1690, %r1689;
-	add.s32 	%r1691, %r426, %r1690;
-	mul.wide.u32 	%rd1018, %r1691, 4;
-	add.s64 	%rd1019, %rd265, %rd1018;
-	add.s64 	%rd1020, %rd232, %rd1019;
-	ld.u32 	%r3502, [%rd1020];
-$L__BB11_516:
-	and.b32  	%r436, %r3474, 8;
-	setp.eq.s32 	%p443, %r436, 0;
-	@%p443 bra 	$L__BB11_518;
-	and.b32  	%r1693, %r3474, 7;
-	popc.b32 	%r1694, %r1693;
-	add.s32 	%r1695, %r426, %r1694;
-	mul.wide.u32 	%rd1021, %r1695, 4;
-	add.s64 	%rd1022, %rd265, %rd1021;
-	add.s64 	%rd1023, %rd232, %rd1022;
-	ld.u32 	%r3503, [%rd1023];
-$L__BB11_518:
-	selp.b32 	%r439, %r3484, %r3500, %p440;
-	selp.b32 	%r440, %r3485, %r3501, %p441;
-	selp.b32 	%r441, %r3486, %r3502, %p442;
-	selp.b32 	%r442, %r3487, %r3503, %p443;
-	@%p384 bra 	$L__BB11_520;
-	st.v4.u32 	[%rd271+8192], {%r439, %r440, %r441, %r442};
-$L__BB11_520:
-	shr.u64 	%rd1024, %rd279, 32;
-	cvt.u32.u64 	%r1697, %rd1024;
-	and.b32  	%r1698, %r1697, 65535;
-	add.s32 	%r443, %r1698, %r425;
-	shr.u64 	%rd1025, %rd280, 48;
-	cvt.u32.u64 	%r1699, %rd1025;
-	add.s32 	%r444, %r443, %r1699;
-	and.b32  	%r445, %r3475, 1;
-	setp.eq.s32 	%p449, %r445, 0;
-	mov.u32 	%r3505, 0;
-	mov.u32 	%r3504, %r3505;
-	@%p449 bra 	$L__BB11_522;
-	mul.wide.u32 	%rd1026, %r444, 4;
-	add.s64 	%rd1027, %rd265, %rd1026;
-	add.s64 	%rd1028, %rd232, %rd1027;
-	ld.u32 	%r3504, [%rd1028];
-$L__BB11_522:
-	and.b32  	%r448, %r3475, 2;
-	setp.eq.s32 	%p450, %r448, 0;
-	@%p450 bra 	$L__BB11_524;
-	popc.b32 	%r1701, %r445;
-	add.s32 	%r1702, %r444, %r1701;
-	mul.wide.u32 	%rd1029, %r1702, 4;
-	add.s64 	%rd1030, %rd265, %rd1029;
-	add.s64 	%rd1031, %rd232, %rd1030;
-	ld.u32 	%r3505, [%rd1031];
-$L__BB11_524:
-	and.b32  	%r451, %r3475, 4;
-	setp.eq.s32 	%p451, %r451, 0;
-	mov.u32 	%r3507, 0;
-	mov.u32 	%r3506, %r3507;
-	@%p451 bra 	$L__BB11_526;
-	and.b32  	%r1704, %r3475, 3;
-	popc.b32 	%r1705, %r1704;
-	add.s32 	%r1706, %r444, %r1705;
-	mul.wide.u32 	%rd1032, %r1706, 4;
-	add.s64 	%rd1033, %rd265, %rd1032;
-	add.s64 	%rd1034, %rd232, %rd1033;
-	ld.u32 	%r3506, [%rd1034];
-$L__BB11_526:
-	and.b32  	%r454, %r3475, 8;
-	setp.eq.s32 	%p452, %r454, 0;
-	@%p452 bra 	$L__BB11_528;
-	and.b32  	%r1708, %r3475, 7;
-	popc.b32 	%r1709, %r1708;
-	add.s32 	%r1710, %r444, %r1709;
-	mul.wide.u32 	%rd1035, %r1710, 4;
-	add.s64 	%rd1036, %rd265, %rd1035;
-	add.s64 	%rd1037, %rd232, %rd1036;
-	ld.u32 	%r3507, [%rd1037];
-$L__BB11_528:
-	selp.b32 	%r457, %r3488, %r3504, %p449;
-	selp.b32 	%r458, %r3489, %r3505, %p450;
-	selp.b32 	%r459, %r3490, %r3506, %p451;
-	selp.b32 	%r460, %r3491, %r3507, %p452;
-	@%p386 bra 	$L__BB11_530;
-	st.v4.u32 	[%rd271+12288], {%r457, %r458, %r459, %r460};
-$L__BB11_530:
-	shr.u64 	%rd1038, %rd279, 48;
-	cvt.u32.u64 	%r1711, %rd1038;
-	add.s32 	%r3471, %r443, %r1711;
-	add.s64 	%rd1669, %rd1669, 1024;
-	setp.lt.u64 	%p458, %rd1669, %rd264;
-	@%p458 bra 	$L__BB11_465;
-	bra.uni 	$L__BB11_888;
-$L__BB11_631:
-	setp.eq.s64 	%p576, %rd264, 0;
-	@%p576 bra 	$L__BB11_888;
-	add.s64 	%rd299, %rd239, %rd235;
-	mov.u64 	%rd1675, 0;
-	mov.u32 	%r3561, 0;
-$L__BB11_633:
-	mov.u32 	%r3562, 0;
-	add.s64 	%rd301, %rd1675, %rd8;
-	setp.ge.u64 	%p577, %rd301, %rd264;
-	@%p577 bra 	$L__BB11_635;
-	shl.b64 	%rd1188, %rd301, 1;
-	and.b64  	%rd1189, %rd1188, 2305843009213693948;
-	add.s64 	%rd1190, %rd236, %rd1189;
-	cvt.u32.u64 	%r2056, %rd301;
-	shl.b32 	%r2057, %r2056, 4;
-	and.b32  	%r2058, %r2057, 16;
-	ld.u32 	%r2059, [%rd1190];
-	shr.u32 	%r2060, %r2059, %r2058;
-	and.b32  	%r3562, %r2060, 65535;
-$L__BB11_635:
-	add.s64 	%rd302, %rd301, 256;
-	setp.ge.u64 	%p578, %rd302, %rd264;
-	mov.u32 	%r3564, 0;
-	mov.u32 	%r3563, %r3564;
-	@%p578 bra 	$L__BB11_637;
-	shl.b64 	%rd1191, %rd302, 1;
-	and.b64  	%rd1192, %rd1191, 2305843009213693948;
-	add.s64 	%rd1193, %rd236, %rd1192;
-	cvt.u32.u64 	%r2062, %rd302;
-	shl.b32 	%r2063, %r2062, 4;
-	and.b32  	%r2064, %r2063, 16;
-	ld.u32 	%r2065, [%rd1193];
-	shr.u32 	%r2066, %r2065, %r2064;
-	and.b32  	%r3563, %r2066, 65535;
-$L__BB11_637:
-	add.s64 	%rd303, %rd301, 512;
-	setp.ge.u64 	%p579, %rd303, %rd264;
-	@%p579 bra 	$L__BB11_639;
-	shl.b64 	%rd1194, %rd303, 1;
-	and.b64  	%rd1195, %rd1194, 2305843009213693948;
-	add.s64 	%rd1196, %rd236, %rd1195;
-	cvt.u32.u64 	%r2068, %rd303;
-	shl.b32 	%r2069, %r2068, 4;
-	and.b32  	%r2070, %r2069, 16;
-	ld.u32 	%r2071, [%rd1196];
-	shr.u32 	%r2072, %r2071, %r2070;
-	and.b32  	%r3564, %r2072, 65535;
-$L__BB11_639:
-	add.s64 	%rd304, %rd301, 768;
-	setp.ge.u64 	%p580, %rd304, %rd264;
-	mov.u32 	%r3566, 0;
-	mov.u32 	%r3565, %r3566;
-	@%p580 bra 	$L__BB11_641;
-	shl.b64 	%rd1197, %rd304, 1;
-	and.b64  	%rd1198, %rd1197, 2305843009213693948;
-	add.s64 	%rd1199, %rd236, %rd1198;
-	cvt.u32.u64 	%r2074, %rd304;
-	shl.b32 	%r2075, %r2074, 4;
-	and.b32  	%r2076, %r2075, 16;
-	ld.u32 	%r2077, [%rd1199];
-	shr.u32 	%r2078, %r2077, %r2076;
-	and.b32  	%r3565, %r2078, 65535;
-$L__BB11_641:
-	mov.u32 	%r2083, 31;
-	mov.u32 	%r2084, 1;
-	mov.u32 	%r2085, -1;
-	shfl.sync.bfly.b32 	%r2086|%p581, %r3562, %r2084, %r2083, %r2085;
-	or.b32  	%r648, %r2086, %r3562;
-	setp.eq.s32 	%p582, %r648, 0;
-	shl.b64 	%rd1200, %rd301, 4;
-	add.s64 	%rd305, %rd237, %rd1200;
-	mov.u32 	%r3567, %r3566;
-	mov.u32 	%r3568, %r3566;
-	mov.u32 	%r3569, %r3566;
-	@%p582 bra 	$L__BB11_643;
-	ld.v4.u32 	{%r3566, %r3567, %r3568, %r3569}, [%rd305];
-$L__BB11_643:
-	shfl.sync.bfly.b32 	%r2098|%p583, %r3563, %r2084, %r2083, %r2085;
-	or.b32  	%r657, %r2098, %r3563;
-	setp.eq.s32 	%p584, %r657, 0;
-	mov.u32 	%r3574, 0;
-	mov.u32 	%r3570, %r3574;
-	mov.u32 	%r3571, %r3574;
-	mov.u32 	%r3572, %r3574;
-	mov.u32 	%r3573, %r3574;
-	@%p584 bra 	$L__BB11_645;
-	ld.v4.u32 	{%r3570, %r3571, %r3572, %r3573}, [%rd305+4096];
-$L__BB11_645:
-	mov.u32 	%r2107, 31;
-	mov.u32 	%r2108, 1;
-	mov.u32 	%r2109, -1;
-	shfl.sync.bfly.b32 	%r2110|%p585, %r3564, %r2108, %r2107, %r2109;
-	or.b32  	%r666, %r2110, %r3564;
-	setp.eq.s32 	%p586, %r666, 0;
-	mov.u32 	%r3575, %r3574;
-	mov.u32 	%r3576, %r3574;
-	mov.u32 	%r3577, %r3574;
-	@%p586 bra 	$L__BB11_647;
-	ld.v4.u32 	{%r3574, %r3575, %r3576, %r3577}, [%rd305+8192];
-$L__BB11_647:
-	shfl.sync.bfly.b32 	%r2122|%p587, %r3565, %r2108, %r2107, %r2109;
-	or.b32  	%r675, %r2122, %r3565;
-	setp.eq.s32 	%p588, %r675, 0;
-	mov.u32 	%r2118, 0;
-	mov.u32 	%r3578, %r2118;
-	mov.u32 	%r3579, %r2118;
-	mov.u32 	%r3580, %r2118;
-	mov.u32 	%r3581, %r2118;
-	@%p588 bra 	$L__BB11_649;
-	ld.v4.u32 	{%r3578, %r3579, %r3580, %r3581}, [%rd305+12288];
-$L__BB11_649:
-	cvt.u32.u64 	%r3262, %rd9;
-	setp.lt.u32 	%p589, %r3262, 16;
-	mov.u32 	%r2148, 16;
-	setp.lt.u32 	%p590, %r3262, 4;
-	mov.u32 	%r2149, 4;
-	setp.lt.u32 	%p591, %r3262, 2;
-	mov.u32 	%r2150, 2;
-	setp.lt.u32 	%p592, %r3262, 8;
-	mov.u32 	%r2151, 8;
-	setp.ne.s32 	%p593, %r3262, 31;
-	setp.eq.s32 	%p594, %r3262, 0;
-	popc.b32 	%r2153, %r3565;
-	cvt.u64.u32 	%rd1211, %r2153;
-	shl.b64 	%rd1212, %rd1211, 48;
-	popc.b32 	%r2154, %r3563;
-	shl.b32 	%r2155, %r2154, 16;
-	popc.b32 	%r2156, %r3562;
-	or.b32  	%r2157, %r2155, %r2156;
-	cvt.u64.u32 	%rd1213, %r2157;
-	popc.b32 	%r2158, %r3564;
-	cvt.u64.u32 	%rd1214, %r2158;
-	bfi.b64 	%rd1215, %rd1214, %rd1213, 32, 32;
-	or.b64  	%rd1201, %rd1212, %rd1215;
-	// begin inline asm
-	mov.b64 {%r2127,%r2128}, %rd1201;
-	// end inline asm
-	mov.u32 	%r2159, 1;
-	mov.u32 	%r2160, -1;
-	shfl.sync.up.b32 	%r2130|%p595, %r2128, %r2159, %r2118, %r2160;
-	shfl.sync.up.b32 	%r2129|%p596, %r2127, %r2159, %r2118, %r2160;
-	// begin inline asm
-	mov.b64 %rd1202, {%r2129,%r2130};
-	// end inline asm
-	selp.b64 	%rd1216, 0, %rd1202, %p594;
-	add.s64 	%rd1203, %rd1216, %rd1201;
-	// begin inline asm
-	mov.b64 {%r2131,%r2132}, %rd1203;
-	// end inline asm
-	shfl.sync.up.b32 	%r2134|%p597, %r2132, %r2150, %r2118, %r2160;
-	shfl.sync.up.b32 	%r2133|%p598, %r2131, %r2150, %r2118, %r2160;
-	// begin inline asm
-	mov.b64 %rd1204, {%r2133,%r2134};
-	// end inline asm
-	selp.b64 	%rd1217, 0, %rd1204, %p591;
-	add.s64 	%rd1205, %rd1217, %rd1203;
-	// begin inline asm
-	mov.b64 {%r2135,%r2136}, %rd1205;
-	// end inline asm
-	shfl.sync.up.b32 	%r2138|%p599, %r2136, %r2149, %r2118, %r2160;
-	shfl.sync.up.b32 	%r2137|%p600, %r2135, %r2149, %r2118, %r2160;
-	// begin inline asm
-	mov.b64 %rd1206, {%r2137,%r2138};
-	// end inline asm
-	selp.b64 	%rd1218, 0, %rd1206, %p590;
-	add.s64 	%rd1207, %rd1218, %rd1205;
-	// begin inline asm
-	mov.b64 {%r2139,%r2140}, %rd1207;
-	// end inline asm
-	shfl.sync.up.b32 	%r2142|%p601, %r2140, %r2151, %r2118, %r2160;
-	shfl.sync.up.b32 	%r2141|%p602, %r2139, %r2151, %r2118, %r2160;
-	// begin inline asm
-	mov.b64 %rd1208, {%r2141,%r2142};
-	// end inline asm
-	selp.b64 	%rd1219, 0, %rd1208, %p592;
-	add.s64 	%rd1209, %rd1219, %rd1207;
-	// begin inline asm
-	mov.b64 {%r2143,%r2144}, %rd1209;
-	// end inline asm
-	shfl.sync.up.b32 	%r2146|%p603, %r2144, %r2148, %r2118, %r2160;
-	shfl.sync.up.b32 	%r2145|%p604, %r2143, %r2148, %r2118, %r2160;
-	// begin inline asm
-	mov.b64 %rd1210, {%r2145,%r2146};
-	// end inline asm
-	selp.b64 	%rd1220, 0, %rd1210, %p589;
-	add.s64 	%rd307, %rd1220, %rd1209;
-	@%p593 bra 	$L__BB11_651;
-	st.shared.u64 	[%r4], %rd307;
-$L__BB11_651:
-	setp.ne.s32 	%p605, %r2, 0;
 	bar.sync 	0;
-	@%p605 bra 	$L__BB11_656;
-	cvt.u32.u64 	%r3263, %rd9;
-	setp.gt.u32 	%p606, %r3263, 7;
-	mov.u64 	%rd1676, 0;
-	@%p606 bra 	$L__BB11_654;
-	ld.shared.u64 	%rd1676, [%r5];
-$L__BB11_654:
-	cvt.u32.u64 	%r3271, %rd9;
-	setp.lt.u32 	%p875, %r3271, 16;
-	setp.lt.u32 	%p874, %r3271, 8;
-	setp.lt.u32 	%p873, %r3271, 4;
-	setp.lt.u32 	%p872, %r3271, 2;
-	setp.eq.s32 	%p871, %r3271, 0;
-	mov.u32 	%r2183, 16;
-	mov.u32 	%r2184, 4;
-	mov.u32 	%r2185, 2;
-	mov.u32 	%r2186, 8;
-	mov.u32 	%r2187, 0;
-	// begin inline asm
-	mov.b64 {%r2162,%r2163}, %rd1676;
-	// end inline asm
-	mov.u32 	%r2188, 1;
-	mov.u32 	%r2189, -1;
-	shfl.sync.up.b32 	%r2165|%p613, %r2163, %r2188, %r2187, %r2189;
-	shfl.sync.up.b32 	%r2164|%p614, %r2162, %r2188, %r2187, %r2189;
-	// begin inline asm
-	mov.b64 %rd1223, {%r2164,%r2165};
-	// end inline asm
-	selp.b64 	%rd1232, 0, %rd1223, %p871;
-	add.s64 	%rd1224, %rd1232, %rd1676;
-	// begin inline asm
-	mov.b64 {%r2166,%r2167}, %rd1224;
-	// end inline asm
-	shfl.sync.up.b32 	%r2169|%p615, %r2167, %r2185, %r2187, %r2189;
-	shfl.sync.up.b32 	%r2168|%p616, %r2166, %r2185, %r2187, %r2189;
-	// begin inline asm
-	mov.b64 %rd1225, {%r2168,%r2169};
-	// end inline asm
-	selp.b64 	%rd1233, 0, %rd1225, %p872;
-	add.s64 	%rd1226, %rd1233, %rd1224;
-	// begin inline asm
-	mov.b64 {%r2170,%r2171}, %rd1226;
-	// end inline asm
-	shfl.sync.up.b32 	%r2173|%p617, %r2171, %r2184, %r2187, %r2189;
-	shfl.sync.up.b32 	%r2172|%p618, %r2170, %r2184, %r2187, %r2189;
-	// begin inline asm
-	mov.b64 %rd1227, {%r2172,%r2173};
-	// end inline asm
-	selp.b64 	%rd1234, 0, %rd1227, %p873;
-	add.s64 	%rd1228, %rd1234, %rd1226;
-	// begin inline asm
-	mov.b64 {%r2174,%r2175}, %rd1228;
-	// end inline asm
-	shfl.sync.up.b32 	%r2177|%p619, %r2175, %r2186, %r2187, %r2189;
-	shfl.sync.up.b32 	%r2176|%p620, %r2174, %r2186, %r2187, %r2189;
-	// begin inline asm
-	mov.b64 %rd1229, {%r2176,%r2177};
-	// end inline asm
-	selp.b64 	%rd1235, 0, %rd1229, %p874;
-	add.s64 	%rd1230, %rd1235, %rd1228;
-	// begin inline asm
-	mov.b64 {%r2178,%r2179}, %rd1230;
-	// end inline asm
-	shfl.sync.up.b32 	%r2181|%p621, %r2179, %r2183, %r2187, %r2189;
-	shfl.sync.up.b32 	%r2180|%p622, %r2178, %r2183, %r2187, %r2189;
-	// begin inline asm
-	mov.b64 %rd1231, {%r2180,%r2181};
-	// end inline asm
-	selp.b64 	%rd1236, 0, %rd1231, %p875;
-	add.s64 	%rd310, %rd1236, %rd1230;
-	@%p606 bra 	$L__BB11_656;
-	st.shared.u64 	[%r5], %rd310;
-$L__BB11_656:
-	setp.eq.s32 	%p623, %r2, 0;
-	bar.sync 	0;
-	mov.u64 	%rd1677, 0;
-	@%p623 bra 	$L__BB11_658;
-	ld.shared.u64 	%rd1677, [%r4+-8];
-$L__BB11_658:
-	ld.shared.u64 	%rd313, [_ZZ14ws_delta_applyE3red+56];
-	mov.u32 	%r3583, 0;
-	bar.sync 	0;
-	sub.s64 	%rd1238, %rd307, %rd1201;
-	add.s64 	%rd314, %rd1238, %rd1677;
-	cvt.u32.u64 	%r2191, %rd314;
-	and.b32  	%r2192, %r2191, 65535;
-	add.s32 	%r684, %r2192, %r3561;
-	and.b32  	%r685, %r3562, 1;
-	setp.eq.s32 	%p624, %r685, 0;
-	mov.u32 	%r3582, %r3583;
-	@%p624 bra 	$L__BB11_660;
-	cvt.u64.u32 	%rd1239, %r684;
-	add.s64 	%rd1240, %rd299, %rd1239;
-	add.s64 	%rd1241, %rd232, %rd1240;
-	ld.u8 	%r3582, [%rd1241];
-$L__BB11_660:
-	and.b32  	%r688, %r3562, 2;
-	setp.eq.s32 	%p625, %r688, 0;
-	@%p625 bra 	$L__BB11_662;
-	popc.b32 	%r2194, %r685;
-	add.s32 	%r2195, %r684, %r2194;
-	cvt.u64.u32 	%rd1242, %r2195;
-	add.s64 	%rd1243, %rd299, %rd1242;
-	add.s64 	%rd1244, %rd232, %rd1243;
-	ld.u8 	%r3583, [%rd1244];
-$L__BB11_662:
-	and.b32  	%r691, %r3562, 4;
-	setp.eq.s32 	%p626, %r691, 0;
-	mov.u32 	%r3585, 0;
-	mov.u32 	%r3584, %r3585;
-	@%p626 bra 	$L__BB11_664;
-	and.b32  	%r2197, %r3562, 3;
-	popc.b32 	%r2198, %r2197;
-	add.s32 	%r2199, %r684, %r2198;
-	cvt.u64.u32 	%rd1245, %r2199;
-	add.s64 	%rd1246, %rd299, %rd1245;
-	add.s64 	%rd1247, %rd232, %rd1246;
-	ld.u8 	%r3584, [%rd1247];
-$L__BB11_664:
-	and.b32  	%r694, %r3562, 8;
-	setp.eq.s32 	%p627, %r694, 0;
-	@%p627 bra 	$L__BB11_666;
-	and.b32  	%r2201, %r3562, 7;
-	popc.b32 	%r2202, %r2201;
-	add.s32 	%r2203, %r684, %r2202;
-	cvt.u64.u32 	%rd1248, %r2203;
-	add.s64 	%rd1249, %rd299, %rd1248;
-	add.s64 	%rd1250, %rd232, %rd1249;
-	ld.u8 	%r3585, [%rd1250];
-$L__BB11_666:
-	and.b32  	%r697, %r3562, 16;
-	setp.eq.s32 	%p628, %r697, 0;
-	mov.u32 	%r3587, 0;
-	mov.u32 	%r3586, %r3587;
-	@%p628 bra 	$L__BB11_668;
-	and.b32  	%r2205, %r3562, 15;
-	popc.b32 	%r2206, %r2205;
-	add.s32 	%r2207, %r684, %r2206;
-	cvt.u64.u32 	%rd1251, %r2207;
-	add.s64 	%rd1252, %rd299, %rd1251;
-	add.s64 	%rd1253, %rd232, %rd1252;
-	ld.u8 	%r3586, [%rd1253];
-$L__BB11_668:
-	and.b32  	%r700, %r3562, 32;
-	setp.eq.s32 	%p629, %r700, 0;
-	@%p629 bra 	$L__BB11_670;
-	and.b32  	%r2209, %r3562, 31;
-	popc.b32 	%r2210, %r2209;
-	add.s32 	%r2211, %r684, %r2210;
-	cvt.u64.u32 	%rd1254, %r2211;
-	add.s64 	%rd1255, %rd299, %rd1254;
-	add.s64 	%rd1256, %rd232, %rd1255;
-	ld.u8 	%r3587, [%rd1256];
-$L__BB11_670:
-	and.b32  	%r703, %r3562, 64;
-	setp.eq.s32 	%p630, %r703, 0;
-	mov.u32 	%r3589, 0;
-	mov.u32 	%r3588, %r3589;
-	@%p630 bra 	$L__BB11_672;
-	and.b32  	%r2213, %r3562, 63;
-	popc.b32 	%r2214, %r2213;
-	add.s32 	%r2215, %r684, %r2214;
-	cvt.u64.u32 	%rd1257, %r2215;
-	add.s64 	%rd1258, %rd299, %rd1257;
-	add.s64 	%rd1259, %rd232, %rd1258;
-	ld.u8 	%r3588, [%rd1259];
-$L__BB11_672:
-	and.b32  	%r706, %r3562, 128;
-	setp.eq.s32 	%p631, %r706, 0;
-	@%p631 bra 	$L__BB11_674;
-	and.b32  	%r2217, %r3562, 127;
-	popc.b32 	%r2218, %r2217;
-	add.s32 	%r2219, %r684, %r2218;
-	cvt.u64.u32 	%rd1260, %r2219;
-	add.s64 	%rd1261, %rd299, %rd1260;
-	add.s64 	%rd1262, %rd232, %rd1261;
-	ld.u8 	%r3589, [%rd1262];
-$L__BB11_674:
-	and.b32  	%r709, %r3562, 256;
-	setp.eq.s32 	%p632, %r709, 0;
-	mov.u32 	%r3591, 0;
-	mov.u32 	%r3590, %r3591;
-	@%p632 bra 	$L__BB11_676;
-	and.b32  	%r2221, %r3562, 255;
-	popc.b32 	%r2222, %r2221;
-	add.s32 	%r2223, %r684, %r2222;
-	cvt.u64.u32 	%rd1263, %r2223;
-	add.s64 	%rd1264, %rd299, %rd1263;
-	add.s64 	%rd1265, %rd232, %rd1264;
-	ld.u8 	%r3590, [%rd1265];
-$L__BB11_676:
-	and.b32  	%r712, %r3562, 512;
-	setp.eq.s32 	%p633, %r712, 0;
-	@%p633 bra 	$L__BB11_678;
-	and.b32  	%r2225, %r3562, 511;
-	popc.b32 	%r2226, %r2225;
-	add.s32 	%r2227, %r684, %r2226;
-	cvt.u64.u32 	%rd1266, %r2227;
-	add.s64 	%rd1267, %rd299, %rd1266;
-	add.s64 	%rd1268, %rd232, %rd1267;
-	ld.u8 	%r3591, [%rd1268];
-$L__BB11_678:
-	and.b32  	%r715, %r3562, 1024;
-	setp.eq.s32 	%p634, %r715, 0;
-	mov.u32 	%r3593, 0;
-	mov.u32 	%r3592, %r3593;
-	@%p634 bra 	$L__BB11_680;
-	and.b32  	%r2229, %r3562, 1023;
-	popc.b32 	%r2230, %r2229;
-	add.s32 	%r2231, %r684, %r2230;
-	cvt.u64.u32 	%rd1269, %r2231;
-	add.s64 	%rd1270, %rd299, %rd1269;
-	add.s64 	%rd1271, %rd232, %rd1270;
-	ld.u8 	%r3592, [%rd1271];
-$L__BB11_680:
-	and.b32  	%r718, %r3562, 2048;
-	setp.eq.s32 	%p635, %r718, 0;
-	@%p635 bra 	$L__BB11_682;
-	and.b32  	%r2233, %r3562, 2047;
-	popc.b32 	%r2234, %r2233;
-	add.s32 	%r2235, %r684, %r2234;
-	cvt.u64.u32 	%rd1272, %r2235;
-	add.s64 	%rd1273, %rd299, %rd1272;
-	add.s64 	%rd1274, %rd232, %rd1273;
-	ld.u8 	%r3593, [%rd1274];
-$L__BB11_682:
-	and.b32  	%r721, %r3562, 4096;
-	setp.eq.s32 	%p636, %r721, 0;
-	mov.u32 	%r3595, 0;
-	mov.u32 	%r3594, %r3595;
-	@%p636 bra 	$L__BB11_684;
-	and.b32  	%r2237, %r3562, 4095;
-	popc.b32 	%r2238, %r2237;
-	add.s32 	%r2239, %r684, %r2238;
-	cvt.u64.u32 	%rd1275, %r2239;
-	add.s64 	%rd1276, %rd299, %rd1275;
-	add.s64 	%rd1277, %rd232, %rd1276;
-	ld.u8 	%r3594, [%rd1277];
-$L__BB11_684:
-	and.b32  	%r724, %r3562, 8192;
-	setp.eq.s32 	%p637, %r724, 0;
-	@%p637 bra 	$L__BB11_686;
-	and.b32  	%r2241, %r3562, 8191;
-	popc.b32 	%r2242, %r2241;
-	add.s32 	%r2243, %r684, %r2242;
-	cvt.u64.u32 	%rd1278, %r2243;
-	add.s64 	%rd1279, %rd299, %rd1278;
-	add.s64 	%rd1280, %rd232, %rd1279;
-	ld.u8 	%r3595, [%rd1280];
-$L__BB11_686:
-	and.b32  	%r727, %r3562, 16384;
-	setp.eq.s32 	%p638, %r727, 0;
-	mov.u32 	%r3597, 0;
-	mov.u32 	%r3596, %r3597;
-	@%p638 bra 	$L__BB11_688;
-	and.b32  	%r2245, %r3562, 16383;
-	popc.b32 	%r2246, %r2245;
-	add.s32 	%r2247, %r684, %r2246;
-	cvt.u64.u32 	%rd1281, %r2247;
-	add.s64 	%rd1282, %rd299, %rd1281;
-	add.s64 	%rd1283, %rd232, %rd1282;
-	ld.u8 	%r3596, [%rd1283];
-$L__BB11_688:
-	cvt.u16.u32 	%rs10, %r3562;
-	setp.gt.s16 	%p639, %rs10, -1;
-	@%p639 bra 	$L__BB11_690;
-	and.b32  	%r2249, %r3562, 32767;
-	popc.b32 	%r2250, %r2249;
-	add.s32 	%r2251, %r684, %r2250;
-	cvt.u64.u32 	%rd1284, %r2251;
-	add.s64 	%rd1285, %rd299, %rd1284;
-	add.s64 	%rd1286, %rd232, %rd1285;
-	ld.u8 	%r3597, [%rd1286];
-$L__BB11_690:
-	and.b32  	%r3288, %r3562, 16384;
-	setp.eq.s32 	%p895, %r3288, 0;
-	and.b32  	%r3287, %r3562, 8192;
-	setp.eq.s32 	%p894, %r3287, 0;
-	and.b32  	%r3286, %r3562, 4096;
-	setp.eq.s32 	%p893, %r3286, 0;
-	and.b32  	%r3285, %r3562, 2048;
-	setp.eq.s32 	%p892, %r3285, 0;
-	and.b32  	%r3284, %r3562, 1024;
-	setp.eq.s32 	%p891, %r3284, 0;
-	and.b32  	%r3283, %r3562, 512;
-	setp.eq.s32 	%p890, %r3283, 0;
-	and.b32  	%r3282, %r3562, 256;
-	setp.eq.s32 	%p889, %r3282, 0;
-	and.b32  	%r3281, %r3562, 128;
-	setp.eq.s32 	%p888, %r3281, 0;
-	and.b32  	%r3280, %r3562, 64;
-	setp.eq.s32 	%p887, %r3280, 0;
-	and.b32  	%r3279, %r3562, 32;
-	setp.eq.s32 	%p886, %r3279, 0;
-	and.b32  	%r3278, %r3562, 16;
-	setp.eq.s32 	%p885, %r3278, 0;
-	and.b32  	%r3277, %r3562, 8;
-	setp.eq.s32 	%p884, %r3277, 0;
-	and.b32  	%r3276, %r3562, 4;
-	setp.eq.s32 	%p883, %r3276, 0;
-	and.b32  	%r3275, %r3562, 2;
-	setp.eq.s32 	%p882, %r3275, 0;
-	and.b32  	%r3274, %r3562, 1;
-	setp.eq.s32 	%p881, %r3274, 0;
-	and.b32  	%r2252, %r3566, -256;
-	or.b32  	%r2253, %r2252, %r3582;
-	selp.b32 	%r2254, %r3566, %r2253, %p881;
-	and.b32  	%r2255, %r2254, -65281;
-	shl.b32 	%r2256, %r3583, 8;
-	or.b32  	%r2257, %r2255, %r2256;
-	selp.b32 	%r2258, %r2254, %r2257, %p882;
-	and.b32  	%r2259, %r2258, -16711681;
-	shl.b32 	%r2260, %r3584, 16;
-	or.b32  	%r2261, %r2259, %r2260;
-	selp.b32 	%r2262, %r2258, %r2261, %p883;
-	and.b32  	%r2263, %r2262, 16777215;
-	prmt.b32 	%r2264, %r3585, %r2263, 1620;
-	selp.b32 	%r744, %r2262, %r2264, %p884;
-	and.b32  	%r2265, %r3567, -256;
-	or.b32  	%r2266, %r2265, %r3586;
-	selp.b32 	%r2267, %r3567, %r2266, %p885;
-	and.b32  	%r2268, %r2267, -65281;
-	shl.b32 	%r2269, %r3587, 8;
-	or.b32  	%r2270, %r2268, %r2269;
-	selp.b32 	%r2271, %r2267, %r2270, %p886;
-	and.b32  	%r2272, %r2271, -16711681;
-	shl.b32 	%r2273, %r3588, 16;
-	or.b32  	%r2274, %r2272, %r2273;
-	selp.b32 	%r2275, %r2271, %r2274, %p887;
-	and.b32  	%r2276, %r2275, 16777215;
-	prmt.b32 	%r2277, %r3589, %r2276, 1620;
-	selp.b32 	%r745, %r2275, %r2277, %p888;
-	and.b32  	%r2278, %r3568, -256;
-	or.b32  	%r2279, %r2278, %r3590;
-	selp.b32 	%r2280, %r3568, %r2279, %p889;
-	and.b32  	%r2281, %r2280, -65281;
-	shl.b32 	%r2282, %r3591, 8;
-	or.b32  	%r2283, %r2281, %r2282;
-	selp.b32 	%r2284, %r2280, %r2283, %p890;
-	and.b32  	%r2285, %r2284, -16711681;
-	shl.b32 	%r2286, %r3592, 16;
-	or.b32  	%r2287, %r2285, %r2286;
-	selp.b32 	%r2288, %r2284, %r2287, %p891;
-	and.b32  	%r2289, %r2288, 16777215;
-	prmt.b32 	%r2290, %r3593, %r2289, 1620;
-	selp.b32 	%r746, %r2288, %r2290, %p892;
-	and.b32  	%r2291, %r3569, -256;
-	or.b32  	%r2292, %r2291, %r3594;
-	selp.b32 	%r2293, %r3569, %r2292, %p893;
-	and.b32  	%r2294, %r2293, -65281;
-	shl.b32 	%r2295, %r3595, 8;
-	or.b32  	%r2296, %r2294, %r2295;
-	selp.b32 	%r2297, %r2293, %r2296, %p894;
-	and.b32  	%r2298, %r2297, -16711681;
-	shl.b32 	%r2299, %r3596, 16;
-	or.b32  	%r2300, %r2298, %r2299;
-	selp.b32 	%r2301, %r2297, %r2300, %p895;
-	and.b32  	%r2302, %r2301, 16777215;
-	prmt.b32 	%r2303, %r3597, %r2302, 1620;
-	selp.b32 	%r747, %r2301, %r2303, %p639;
-	@%p582 bra 	$L__BB11_692;
-	st.v4.u32 	[%rd305], {%r744, %r745, %r746, %r747};
-$L__BB11_692:
-	cvt.u32.u64 	%r3289, %rd314;
-	cvt.u32.u64 	%r2305, %rd313;
-	and.b32  	%r2306, %r2305, 65535;
-	add.s32 	%r748, %r2306, %r3561;
-	shr.u32 	%r2308, %r3289, 16;
-	add.s32 	%r749, %r2308, %r748;
-	and.b32  	%r750, %r3563, 1;
-	setp.eq.s32 	%p657, %r750, 0;
-	mov.u32 	%r3599, 0;
-	mov.u32 	%r3598, %r3599;
-	@%p657 bra 	$L__BB11_694;
-	cvt.u64.u32 	%rd1287, %r749;
-	add.s64 	%rd1288, %rd299, %rd1287;
-	add.s64 	%rd1289, %rd232, %rd1288;
-	ld.u8 	%r3598, [%rd1289];
-$L__BB11_694:
-	and.b32  	%r753, %r3563, 2;
-	setp.eq.s32 	%p658, %r753, 0;
-	@%p658 bra 	$L__BB11_696;
-	popc.b32 	%r2310, %r750;
-	add.s32 	%r2311, %r749, %r2310;
-	cvt.u64.u32 	%rd1290, %r2311;
-	add.s64 	%rd1291, %rd299, %rd1290;
-	add.s64 	%rd1292, %rd232, %rd1291;
-	ld.u8 	%r3599, [%rd1292];
-$L__BB11_696:
-	and.b32  	%r756, %r3563, 4;
-	setp.eq.s32 	%p659, %r756, 0;
-	mov.u32 	%r3601, 0;
-	mov.u32 	%r3600, %r3601;
-	@%p659 bra 	$L__BB11_698;
-	and.b32  	%r2313, %r3563, 3;
-	popc.b32 	%r2314, %r2313;
-	add.s32 	%r2315, %r749, %r2314;
-	cvt.u64.u32 	%rd1293, %r2315;
-	add.s64 	%rd1294, %rd299, %rd1293;
-	add.s64 	%rd1295, %rd232, %rd1294;
-	ld.u8 	%r3600, [%rd1295];
-$L__BB11_698:
-	and.b32  	%r759, %r3563, 8;
-	setp.eq.s32 	%p660, %r759, 0;
-	@%p660 bra 	$L__BB11_700;
-	and.b32  	%r2317, %r3563, 7;
-	popc.b32 	%r2318, %r2317;
-	add.s32 	%r2319, %r749, %r2318;
-	cvt.u64.u32 	%rd1296, %r2319;
-	add.s64 	%rd1297, %rd299, %rd1296;
-	add.s64 	%rd1298, %rd232, %rd1297;
-	ld.u8 	%r3601, [%rd1298];
+	mov.u32 	%r3835, 0;
+	bra.uni 	$L__BB11_493;
+$L__BB11_695:
+	cvt.u64.u32 	%rd1304, %r1590;
+	mul.lo.s64 	%rd1305, %rd289, %rd1304;
+	shr.u64 	%rd422, %rd1305, 4;
+	setp.eq.s32 	%p542, %r1590, 1;
+	@%p542 bra 	$L__BB11_866;
+	setp.eq.s32 	%p543, %r1590, 2;
+	@%p543 bra 	$L__BB11_766;
+	setp.ne.s32 	%p544, %r1590, 4;
+	@%p544 bra 	$L__BB11_1030;
+	setp.eq.s64 	%p545, %rd422, 0;
+	@%p545 bra 	$L__BB11_1123;
+	add.s64 	%rd423, %rd396, %rd290;
+	mov.u64 	%rd2073, 0;
+	mov.u32 	%r3868, 0;
 $L__BB11_700:
-	and.b32  	%r762, %r3563, 16;
-	setp.eq.s32 	%p661, %r762, 0;
-	mov.u32 	%r3603, 0;
-	mov.u32 	%r3602, %r3603;
-	@%p661 bra 	$L__BB11_702;
-	and.b32  	%r2321, %r3563, 15;
-	popc.b32 	%r2322, %r2321;
-	add.s32 	%r2323, %r749, %r2322;
-	cvt.u64.u32 	%rd1299, %r2323;
-	add.s64 	%rd1300, %rd299, %rd1299;
-	add.s64 	%rd1301, %rd232, %rd1300;
-	ld.u8 	%r3602, [%rd1301];
+	mov.u32 	%r3869, 0;
+	add.s64 	%rd425, %rd2073, %rd4;
+	setp.ge.u64 	%p546, %rd425, %rd422;
+	@%p546 bra 	$L__BB11_702;
+	shr.u64 	%rd1307, %rd425, 1;
+	and.b64  	%rd1308, %rd1307, 2305843009213693948;
+	add.s64 	%rd1309, %rd297, %rd1308;
+	cvt.u32.u64 	%r1888, %rd425;
+	shl.b32 	%r1889, %r1888, 2;
+	and.b32  	%r1890, %r1889, 28;
+	ld.u32 	%r1891, [%rd1309];
+	shr.u32 	%r1892, %r1891, %r1890;
+	and.b32  	%r3869, %r1892, 15;
 $L__BB11_702:
-	and.b32  	%r765, %r3563, 32;
-	setp.eq.s32 	%p662, %r765, 0;
-	@%p662 bra 	$L__BB11_704;
-	and.b32  	%r2325, %r3563, 31;
-	popc.b32 	%r2326, %r2325;
-	add.s32 	%r2327, %r749, %r2326;
-	cvt.u64.u32 	%rd1302, %r2327;
-	add.s64 	%rd1303, %rd299, %rd1302;
-	add.s64 	%rd1304, %rd232, %rd1303;
-	ld.u8 	%r3603, [%rd1304];
+	add.s64 	%rd426, %rd425, 256;
+	setp.ge.u64 	%p547, %rd426, %rd422;
+	mov.u32 	%r3871, 0;
+	mov.u32 	%r3870, %r3871;
+	@%p547 bra 	$L__BB11_704;
+	shr.u64 	%rd1310, %rd426, 1;
+	and.b64  	%rd1311, %rd1310, 2305843009213693948;
+	add.s64 	%rd1312, %rd297, %rd1311;
+	cvt.u32.u64 	%r1894, %rd426;
+	shl.b32 	%r1895, %r1894, 2;
+	and.b32  	%r1896, %r1895, 28;
+	ld.u32 	%r1897, [%rd1312];
+	shr.u32 	%r1898, %r1897, %r1896;
+	and.b32  	%r3870, %r1898, 15;
 $L__BB11_704:
-	and.b32  	%r768, %r3563, 64;
-	setp.eq.s32 	%p663, %r768, 0;
-	mov.u32 	%r3605, 0;
-	mov.u32 	%r3604, %r3605;
-	@%p663 bra 	$L__BB11_706;
-	and.b32  	%r2329, %r3563, 63;
-	popc.b32 	%r2330, %r2329;
-	add.s32 	%r2331, %r749, %r2330;
-	cvt.u64.u32 	%rd1305, %r2331;
-	add.s64 	%rd1306, %rd299, %rd1305;
-	add.s64 	%rd1307, %rd232, %rd1306;
-	ld.u8 	%r3604, [%rd1307];
+	add.s64 	%rd427, %rd425, 512;
+	setp.ge.u64 	%p548, %rd427, %rd422;
+	@%p548 bra 	$L__BB11_706;
+	shr.u64 	%rd1313, %rd427, 1;
+	and.b64  	%rd1314, %rd1313, 2305843009213693948;
+	add.s64 	%rd1315, %rd297, %rd1314;
+	cvt.u32.u64 	%r1900, %rd427;
+	shl.b32 	%r1901, %r1900, 2;
+	and.b32  	%r1902, %r1901, 28;
+	ld.u32 	%r1903, [%rd1315];
+	shr.u32 	%r1904, %r1903, %r1902;
+	and.b32  	%r3871, %r1904, 15;
 $L__BB11_706:
-	and.b32  	%r771, %r3563, 128;
-	setp.eq.s32 	%p664, %r771, 0;
-	@%p664 bra 	$L__BB11_708;
-	and.b32  	%r2333, %r3563, 127;
-	popc.b32 	%r2334, %r2333;
-	add.s32 	%r2335, %r749, %r2334;
-	cvt.u64.u32 	%rd1308, %r2335;
-	add.s64 	%rd1309, %rd299, %rd1308;
-	add.s64 	%rd1310, %rd232, %rd1309;
-	ld.u8 	%r3605, [%rd1310];
+	add.s64 	%rd428, %rd425, 768;
+	setp.ge.u64 	%p549, %rd428, %rd422;
+	mov.u32 	%r3873, 0;
+	mov.u32 	%r3872, %r3873;
+	@%p549 bra 	$L__BB11_708;
+	shr.u64 	%rd1316, %rd428, 1;
+	and.b64  	%rd1317, %rd1316, 2305843009213693948;
+	add.s64 	%rd1318, %rd297, %rd1317;
+	cvt.u32.u64 	%r1906, %rd428;
+	shl.b32 	%r1907, %r1906, 2;
+	and.b32  	%r1908, %r1907, 28;
+	ld.u32 	%r1909, [%rd1318];
+	shr.u32 	%r1910, %r1909, %r1908;
+	and.b32  	%r3872, %r1910, 15;
 $L__BB11_708:
-	and.b32  	%r774, %r3563, 256;
-	setp.eq.s32 	%p665, %r774, 0;
-	mov.u32 	%r3607, 0;
-	mov.u32 	%r3606, %r3607;
-	@%p665 bra 	$L__BB11_710;
-	and.b32  	%r2337, %r3563, 255;
-	popc.b32 	%r2338, %r2337;
-	add.s32 	%r2339, %r749, %r2338;
-	cvt.u64.u32 	%rd1311, %r2339;
-	add.s64 	%rd1312, %rd299, %rd1311;
-	add.s64 	%rd1313, %rd232, %rd1312;
-	ld.u8 	%r3606, [%rd1313];
+	mov.u32 	%r1915, 31;
+	mov.u32 	%r1916, 1;
+	mov.u32 	%r1917, -1;
+	shfl.sync.bfly.b32 	%r1918|%p550, %r3869, %r1916, %r1915, %r1917;
+	or.b32  	%r462, %r1918, %r3869;
+	setp.eq.s32 	%p551, %r462, 0;
+	shl.b64 	%rd1319, %rd425, 4;
+	add.s64 	%rd429, %rd2043, %rd1319;
+	mov.u32 	%r3874, %r3873;
+	mov.u32 	%r3875, %r3873;
+	mov.u32 	%r3876, %r3873;
+	@%p551 bra 	$L__BB11_710;
+	ld.v4.u32 	{%r3873, %r3874, %r3875, %r3876}, [%rd429];
 $L__BB11_710:
-	and.b32  	%r777, %r3563, 512;
-	setp.eq.s32 	%p666, %r777, 0;
-	@%p666 bra 	$L__BB11_712;
-	and.b32  	%r2341, %r3563, 511;
-	popc.b32 	%r2342, %r2341;
-	add.s32 	%r2343, %r749, %r2342;
-	cvt.u64.u32 	%rd1314, %r2343;
-	add.s64 	%rd1315, %rd299, %rd1314;
-	add.s64 	%rd1316, %rd232, %rd1315;
-	ld.u8 	%r3607, [%rd1316];
+	shfl.sync.bfly.b32 	%r1930|%p552, %r3870, %r1916, %r1915, %r1917;
+	or.b32  	%r471, %r1930, %r3870;
+	setp.eq.s32 	%p553, %r471, 0;
+	mov.u32 	%r3881, 0;
+	mov.u32 	%r3877, %r3881;
+	mov.u32 	%r3878, %r3881;
+	mov.u32 	%r3879, %r3881;
+	mov.u32 	%r3880, %r3881;
+	@%p553 bra 	$L__BB11_712;
+	ld.v4.u32 	{%r3877, %r3878, %r3879, %r3880}, [%rd429+4096];
 $L__BB11_712:
-	and.b32  	%r780, %r3563, 1024;
-	setp.eq.s32 	%p667, %r780, 0;
-	mov.u32 	%r3609, 0;
-	mov.u32 	%r3608, %r3609;
-	@%p667 bra 	$L__BB11_714;
-	and.b32  	%r2345, %r3563, 1023;
-	popc.b32 	%r2346, %r2345;
-	add.s32 	%r2347, %r749, %r2346;
-	cvt.u64.u32 	%rd1317, %r2347;
-	add.s64 	%rd1318, %rd299, %rd1317;
-	add.s64 	%rd1319, %rd232, %rd1318;
-	ld.u8 	%r3608, [%rd1319];
+	mov.u32 	%r1939, 31;
+	mov.u32 	%r1940, 1;
+	mov.u32 	%r1941, -1;
+	shfl.sync.bfly.b32 	%r1942|%p554, %r3871, %r1940, %r1939, %r1941;
+	or.b32  	%r480, %r1942, %r3871;
+	setp.eq.s32 	%p555, %r480, 0;
+	mov.u32 	%r3882, %r3881;
+	mov.u32 	%r3883, %r3881;
+	mov.u32 	%r3884, %r3881;
+	@%p555 bra 	$L__BB11_714;
+	ld.v4.u32 	{%r3881, %r3882, %r3883, %r3884}, [%rd429+8192];
 $L__BB11_714:
-	and.b32  	%r783, %r3563, 2048;
-	setp.eq.s32 	%p668, %r783, 0;
-	@%p668 bra 	$L__BB11_716;
-	and.b32  	%r2349, %r3563, 2047;
-	popc.b32 	%r2350, %r2349;
-	add.s32 	%r2351, %r749, %r2350;
-	cvt.u64.u32 	%rd1320, %r2351;
-	add.s64 	%rd1321, %rd299, %rd1320;
-	add.s64 	%rd1322, %rd232, %rd1321;
-	ld.u8 	%r3609, [%rd1322];
+	shfl.sync.bfly.b32 	%r1954|%p556, %r3872, %r1940, %r1939, %r1941;
+	or.b32  	%r489, %r1954, %r3872;
+	setp.eq.s32 	%p557, %r489, 0;
+	mov.u32 	%r1950, 0;
+	mov.u32 	%r3885, %r1950;
+	mov.u32 	%r3886, %r1950;
+	mov.u32 	%r3887, %r1950;
+	mov.u32 	%r3888, %r1950;
+	@%p557 bra 	$L__BB11_716;
+	ld.v4.u32 	{%r3885, %r3886, %r3887, %r3888}, [%rd429+12288];
 $L__BB11_716:
-	and.b32  	%r786, %r3563, 4096;
-	setp.eq.s32 	%p669, %r786, 0;
-	mov.u32 	%r3611, 0;
-	mov.u32 	%r3610, %r3611;
-	@%p669 bra 	$L__BB11_718;
-	and.b32  	%r2353, %r3563, 4095;
-	popc.b32 	%r2354, %r2353;
-	add.s32 	%r2355, %r749, %r2354;
-	cvt.u64.u32 	%rd1323, %r2355;
-	add.s64 	%rd1324, %rd299, %rd1323;
-	add.s64 	%rd1325, %rd232, %rd1324;
-	ld.u8 	%r3610, [%rd1325];
+	cvt.u32.u64 	%r3631, %rd5;
+	setp.lt.u32 	%p558, %r3631, 16;
+	mov.u32 	%r1980, 16;
+	setp.lt.u32 	%p559, %r3631, 4;
+	mov.u32 	%r1981, 4;
+	setp.lt.u32 	%p560, %r3631, 2;
+	mov.u32 	%r1982, 2;
+	setp.lt.u32 	%p561, %r3631, 8;
+	mov.u32 	%r1983, 8;
+	setp.ne.s32 	%p562, %r3631, 31;
+	setp.eq.s32 	%p563, %r3631, 0;
+	popc.b32 	%r1985, %r3872;
+	cvt.u64.u32 	%rd1330, %r1985;
+	shl.b64 	%rd1331, %rd1330, 48;
+	popc.b32 	%r1986, %r3870;
+	shl.b32 	%r1987, %r1986, 16;
+	popc.b32 	%r1988, %r3869;
+	or.b32  	%r1989, %r1987, %r1988;
+	cvt.u64.u32 	%rd1332, %r1989;
+	popc.b32 	%r1990, %r3871;
+	cvt.u64.u32 	%rd1333, %r1990;
+	bfi.b64 	%rd1334, %rd1333, %rd1332, 32, 32;
+	or.b64  	%rd1320, %rd1331, %rd1334;
+	// begin inline asm
+	mov.b64 {%r1959,%r1960}, %rd1320;
+	// end inline asm
+	mov.u32 	%r1991, 1;
+	mov.u32 	%r1992, -1;
+	shfl.sync.up.b32 	%r1962|%p564, %r1960, %r1991, %r1950, %r1992;
+	shfl.sync.up.b32 	%r1961|%p565, %r1959, %r1991, %r1950, %r1992;
+	// begin inline asm
+	mov.b64 %rd1321, {%r1961,%r1962};
+	// end inline asm
+	selp.b64 	%rd1335, 0, %rd1321, %p563;
+	add.s64 	%rd1322, %rd1335, %rd1320;
+	// begin inline asm
+	mov.b64 {%r1963,%r1964}, %rd1322;
+	// end inline asm
+	shfl.sync.up.b32 	%r1966|%p566, %r1964, %r1982, %r1950, %r1992;
+	shfl.sync.up.b32 	%r1965|%p567, %r1963, %r1982, %r1950, %r1992;
+	// begin inline asm
+	mov.b64 %rd1323, {%r1965,%r1966};
+	// end inline asm
+	selp.b64 	%rd1336, 0, %rd1323, %p560;
+	add.s64 	%rd1324, %rd1336, %rd1322;
+	// begin inline asm
+	mov.b64 {%r1967,%r1968}, %rd1324;
+	// end inline asm
+	shfl.sync.up.b32 	%r1970|%p568, %r1968, %r1981, %r1950, %r1992;
+	shfl.sync.up.b32 	%r1969|%p569, %r1967, %r1981, %r1950, %r1992;
+	// begin inline asm
+	mov.b64 %rd1325, {%r1969,%r1970};
+	// end inline asm
+	selp.b64 	%rd1337, 0, %rd1325, %p559;
+	add.s64 	%rd1326, %rd1337, %rd1324;
+	// begin inline asm
+	mov.b64 {%r1971,%r1972}, %rd1326;
+	// end inline asm
+	shfl.sync.up.b32 	%r1974|%p570, %r1972, %r1983, %r1950, %r1992;
+	shfl.sync.up.b32 	%r1973|%p571, %r1971, %r1983, %r1950, %r1992;
+	// begin inline asm
+	mov.b64 %rd1327, {%r1973,%r1974};
+	// end inline asm
+	selp.b64 	%rd1338, 0, %rd1327, %p561;
+	add.s64 	%rd1328, %rd1338, %rd1326;
+	// begin inline asm
+	mov.b64 {%r1975,%r1976}, %rd1328;
+	// end inline asm
+	shfl.sync.up.b32 	%r1978|%p572, %r1976, %r1980, %r1950, %r1992;
+	shfl.sync.up.b32 	%r1977|%p573, %r1975, %r1980, %r1950, %r1992;
+	// begin inline asm
+	mov.b64 %rd1329, {%r1977,%r1978};
+	// end inline asm
+	selp.b64 	%rd1339, 0, %rd1329, %p558;
+	add.s64 	%rd431, %rd1339, %rd1328;
+	@%p562 bra 	$L__BB11_718;
+	st.shared.u64 	[%r6], %rd431;
 $L__BB11_718:
-	and.b32  	%r789, %r3563, 8192;
-	setp.eq.s32 	%p670, %r789, 0;
-	@%p670 bra 	$L__BB11_720;
-	and.b32  	%r2357, %r3563, 8191;
-	popc.b32 	%r2358, %r2357;
-	add.s32 	%r2359, %r749, %r2358;
-	cvt.u64.u32 	%rd1326, %r2359;
-	add.s64 	%rd1327, %rd299, %rd1326;
-	add.s64 	%rd1328, %rd232, %rd1327;
-	ld.u8 	%r3611, [%rd1328];
-$L__BB11_720:
-	and.b32  	%r792, %r3563, 16384;
-	setp.eq.s32 	%p671, %r792, 0;
-	mov.u32 	%r3613, 0;
-	mov.u32 	%r3612, %r3613;
-	@%p671 bra 	$L__BB11_722;
-	and.b32  	%r2361, %r3563, 16383;
-	popc.b32 	%r2362, %r2361;
-	add.s32 	%r2363, %r749, %r2362;
-	cvt.u64.u32 	%rd1329, %r2363;
-	add.s64 	%rd1330, %rd299, %rd1329;
-	add.s64 	%rd1331, %rd232, %rd1330;
-	ld.u8 	%r3612, [%rd1331];
-$L__BB11_722:
-	cvt.u16.u32 	%rs11, %r3563;
-	setp.gt.s16 	%p672, %rs11, -1;
-	@%p672 bra 	$L__BB11_724;
-	and.b32  	%r2365, %r3563, 32767;
-	popc.b32 	%r2366, %r2365;
-	add.s32 	%r2367, %r749, %r2366;
-	cvt.u64.u32 	%rd1332, %r2367;
-	add.s64 	%rd1333, %rd299, %rd1332;
-	add.s64 	%rd1334, %rd232, %rd1333;
-	ld.u8 	%r3613, [%rd1334];
-$L__BB11_724:
-	and.b32  	%r3317, %r3563, 16384;
-	setp.eq.s32 	%p912, %r3317, 0;
-	and.b32  	%r3316, %r3563, 8192;
-	setp.eq.s32 	%p911, %r3316, 0;
-	and.b32  	%r3314, %r3563, 4096;
-	setp.eq.s32 	%p910, %r3314, 0;
-	and.b32  	%r3313, %r3563, 2048;
-	setp.eq.s32 	%p909, %r3313, 0;
-	and.b32  	%r3312, %r3563, 1024;
-	setp.eq.s32 	%p908, %r3312, 0;
-	and.b32  	%r3311, %r3563, 512;
-	setp.eq.s32 	%p907, %r3311, 0;
-	and.b32  	%r3310, %r3563, 256;
-	setp.eq.s32 	%p906, %r3310, 0;
-	and.b32  	%r3309, %r3563, 128;
-	setp.eq.s32 	%p905, %r3309, 0;
-	and.b32  	%r3308, %r3563, 64;
-	setp.eq.s32 	%p904, %r3308, 0;
-	and.b32  	%r3307, %r3563, 32;
-	setp.eq.s32 	%p903, %r3307, 0;
-	and.b32  	%r3306, %r3563, 16;
-	setp.eq.s32 	%p902, %r3306, 0;
-	and.b32  	%r3305, %r3563, 8;
-	setp.eq.s32 	%p901, %r3305, 0;
-	and.b32  	%r3304, %r3563, 4;
-	setp.eq.s32 	%p900, %r3304, 0;
-	and.b32  	%r3303, %r3563, 2;
-	setp.eq.s32 	%p899, %r3303, 0;
-	and.b32  	%r3302, %r3563, 1;
-	setp.eq.s32 	%p898, %r3302, 0;
-	and.b32  	%r2368, %r3570, -256;
-	or.b32  	%r2369, %r2368, %r3598;
-	selp.b32 	%r2370, %r3570, %r2369, %p898;
-	and.b32  	%r2371, %r2370, -65281;
-	shl.b32 	%r2372, %r3599, 8;
-	or.b32  	%r2373, %r2371, %r2372;
-	selp.b32 	%r2374, %r2370, %r2373, %p899;
-	and.b32  	%r2375, %r2374, -16711681;
-	shl.b32 	%r2376, %r3600, 16;
-	or.b32  	%r2377, %r2375, %r2376;
-	selp.b32 	%r2378, %r2374, %r2377, %p900;
-	and.b32  	%r2379, %r2378, 16777215;
-	prmt.b32 	%r2380, %r3601, %r2379, 1620;
-	selp.b32 	%r797, %r2378, %r2380, %p901;
-	and.b32  	%r2381, %r3571, -256;
-	or.b32  	%r2382, %r2381, %r3602;
-	selp.b32 	%r2383, %r3571, %r2382, %p902;
-	and.b32  	%r2384, %r2383, -65281;
-	shl.b32 	%r2385, %r3603, 8;
-	or.b32  	%r2386, %r2384, %r2385;
-	selp.b32 	%r2387, %r2383, %r2386, %p903;
-	and.b32  	%r2388, %r2387, -16711681;
-	shl.b32 	%r2389, %r3604, 16;
-	or.b32  	%r2390, %r2388, %r2389;
-	selp.b32 	%r2391, %r2387, %r2390, %p904;
-	and.b32  	%r2392, %r2391, 16777215;
-	prmt.b32 	%r2393, %r3605, %r2392, 1620;
-	selp.b32 	%r798, %r2391, %r2393, %p905;
-	and.b32  	%r2394, %r3572, -256;
-	or.b32  	%r2395, %r2394, %r3606;
-	selp.b32 	%r2396, %r3572, %r2395, %p906;
-	and.b32  	%r2397, %r2396, -65281;
-	shl.b32 	%r2398, %r3607, 8;
-	or.b32  	%r2399, %r2397, %r2398;
-	selp.b32 	%r2400, %r2396, %r2399, %p907;
-	and.b32  	%r2401, %r2400, -16711681;
-	shl.b32 	%r2402, %r3608, 16;
-	or.b32  	%r2403, %r2401, %r2402;
-	selp.b32 	%r2404, %r2400, %r2403, %p908;
-	and.b32  	%r2405, %r2404, 16777215;
-	prmt.b32 	%r2406, %r3609, %r2405, 1620;
-	selp.b32 	%r799, %r2404, %r2406, %p909;
-	and.b32  	%r2407, %r3573, -256;
-	or.b32  	%r2408, %r2407, %r3610;
-	selp.b32 	%r2409, %r3573, %r2408, %p910;
-	and.b32  	%r2410, %r2409, -65281;
-	shl.b32 	%r2411, %r3611, 8;
-	or.b32  	%r2412, %r2410, %r2411;
-	selp.b32 	%r2413, %r2409, %r2412, %p911;
-	and.b32  	%r2414, %r2413, -16711681;
-	shl.b32 	%r2415, %r3612, 16;
-	or.b32  	%r2416, %r2414, %r2415;
-	selp.b32 	%r2417, %r2413, %r2416, %p912;
-	and.b32  	%r2418, %r2417, 16777215;
-	prmt.b32 	%r2419, %r3613, %r2418, 1620;
-	selp.b32 	%r800, %r2417, %r2419, %p672;
-	@%p584 bra 	$L__BB11_726;
-	st.v4.u32 	[%rd305+4096], {%r797, %r798, %r799, %r800};
-$L__BB11_726:
-	cvt.u32.u64 	%r3315, %rd313;
-	shr.u32 	%r2422, %r3315, 16;
-	add.s32 	%r801, %r2422, %r748;
-	shr.u64 	%rd1335, %rd314, 32;
-	cvt.u32.u64 	%r2423, %rd1335;
-	and.b32  	%r2424, %r2423, 65535;
-	add.s32 	%r802, %r2424, %r801;
-	and.b32  	%r803, %r3564, 1;
-	setp.eq.s32 	%p690, %r803, 0;
-	mov.u32 	%r3615, 0;
-	mov.u32 	%r3614, %r3615;
-	@%p690 bra 	$L__BB11_728;
-	cvt.u64.u32 	%rd1336, %r802;
-	add.s64 	%rd1337, %rd299, %rd1336;
-	add.s64 	%rd1338, %rd232, %rd1337;
-	ld.u8 	%r3614, [%rd1338];
-$L__BB11_728:
-	and.b32  	%r806, %r3564, 2;
-	setp.eq.s32 	%p691, %r806, 0;
-	@%p691 bra 	$L__BB11_730;
-	popc.b32 	%r2426, %r803;
-	add.s32 	%r2427, %r802, %r2426;
-	cvt.u64.u32 	%rd1339, %r2427;
-	add.s64 	%rd1340, %rd299, %rd1339;
-	add.s64 	%rd1341, %rd232, %rd1340;
-	ld.u8 	%r3615, [%rd1341];
-$L__BB11_730:
-	and.b32  	%r809, %r3564, 4;
-	setp.eq.s32 	%p692, %r809, 0;
-	mov.u32 	%r3617, 0;
-	mov.u32 	%r3616, %r3617;
-	@%p692 bra 	$L__BB11_732;
-	and.b32  	%r2429, %r3564, 3;
-	popc.b32 	%r2430, %r2429;
-	add.s32 	%r2431, %r802, %r2430;
-	cvt.u64.u32 	%rd1342, %r2431;
-	add.s64 	%rd1343, %rd299, %rd1342;
-	add.s64 	%rd1344, %rd232, %rd1343;
-	ld.u8 	%r3616, [%rd1344];
-$L__BB11_732:
-	and.b32  	%r812, %r3564, 8;
-	setp.eq.s32 	%p693, %r812, 0;
-	@%p693 bra 	$L__BB11_734;
-	and.b32  	%r2433, %r3564, 7;
-	popc.b32 	%r2434, %r2433;
-	add.s32 	%r2435, %r802, %r2434;
-	cvt.u64.u32 	%rd1345, %r2435;
-	add.s64 	%rd1346, %rd299, %rd1345;
-	add.s64 	%rd1347, %rd232, %rd1346;
-	ld.u8 	%r3617, [%rd1347];
-$L__BB11_734:
-	and.b32  	%r815, %r3564, 16;
-	setp.eq.s32 	%p694, %r815, 0;
-	mov.u32 	%r3619, 0;
-	mov.u32 	%r3618, %r3619;
-	@%p694 bra 	$L__BB11_736;
-	and.b32  	%r2437, %r3564, 15;
-	popc.b32 	%r2438, %r2437;
-	add.s32 	%r2439, %r802, %r2438;
-	cvt.u64.u32 	%rd1348, %r2439;
-	add.s64 	%rd1349, %rd299, %rd1348;
-	add.s64 	%rd1350, %rd232, %rd1349;
-	ld.u8 	%r3618, [%rd1350];
-$L__BB11_736:
-	and.b32  	%r818, %r3564, 32;
-	setp.eq.s32 	%p695, %r818, 0;
-	@%p695 bra 	$L__BB11_738;
-	and.b32  	%r2441, %r3564, 31;
-	popc.b32 	%r2442, %r2441;
-	add.s32 	%r2443, %r802, %r2442;
-	cvt.u64.u32 	%rd1351, %r2443;
-	add.s64 	%rd1352, %rd299, %rd1351;
-	add.s64 	%rd1353, %rd232, %rd1352;
-	ld.u8 	%r3619, [%rd1353];
-$L__BB11_738:
-	and.b32  	%r821, %r3564, 64;
-	setp.eq.s32 	%p696, %r821, 0;
-	mov.u32 	%r3621, 0;
-	mov.u32 	%r3620, %r3621;
-	@%p696 bra 	$L__BB11_740;
-	and.b32  	%r2445, %r3564, 63;
-	popc.b32 	%r2446, %r2445;
-	add.s32 	%r2447, %r802, %r2446;
-	cvt.u64.u32 	%rd1354, %r2447;
-	add.s64 	%rd1355, %rd299, %rd1354;
-	add.s64 	%rd1356, %rd232, %rd1355;
-	ld.u8 	%r3620, [%rd1356];
-$L__BB11_740:
-	and.b32  	%r824, %r3564, 128;
-	setp.eq.s32 	%p697, %r824, 0;
-	@%p697 bra 	$L__BB11_742;
-	and.b32  	%r2449, %r3564, 127;
-	popc.b32 	%r2450, %r2449;
-	add.s32 	%r2451, %r802, %r2450;
-	cvt.u64.u32 	%rd1357, %r2451;
-	add.s64 	%rd1358, %rd299, %rd1357;
-	add.s64 	%rd1359, %rd232, %rd1358;
-	ld.u8 	%r3621, [%rd1359];
-$L__BB11_742:
-	and.b32  	%r827, %r3564, 256;
-	setp.eq.s32 	%p698, %r827, 0;
-	mov.u32 	%r3623, 0;
-	mov.u32 	%r3622, %r3623;
-	@%p698 bra 	$L__BB11_744;
-	and.b32  	%r2453, %r3564, 255;
-	popc.b32 	%r2454, %r2453;
-	add.s32 	%r2455, %r802, %r2454;
-	cvt.u64.u32 	%rd1360, %r2455;
-	add.s64 	%rd1361, %rd299, %rd1360;
-	add.s64 	%rd1362, %rd232, %rd1361;
-	ld.u8 	%r3622, [%rd1362];
-$L__BB11_744:
-	and.b32  	%r830, %r3564, 512;
-	setp.eq.s32 	%p699, %r830, 0;
-	@%p699 bra 	$L__BB11_746;
-	and.b32  	%r2457, %r3564, 511;
-	popc.b32 	%r2458, %r2457;
-	add.s32 	%r2459, %r802, %r2458;
-	cvt.u64.u32 	%rd1363, %r2459;
-	add.s64 	%rd1364, %rd299, %rd1363;
-	add.s64 	%rd1365, %rd232, %rd1364;
-	ld.u8 	%r3623, [%rd1365];
-$L__BB11_746:
-	and.b32  	%r833, %r3564, 1024;
-	setp.eq.s32 	%p700, %r833, 0;
-	mov.u32 	%r3625, 0;
-	mov.u32 	%r3624, %r3625;
-	@%p700 bra 	$L__BB11_748;
-	and.b32  	%r2461, %r3564, 1023;
-	popc.b32 	%r2462, %r2461;
-	add.s32 	%r2463, %r802, %r2462;
-	cvt.u64.u32 	%rd1366, %r2463;
-	add.s64 	%rd1367, %rd299, %rd1366;
-	add.s64 	%rd1368, %rd232, %rd1367;
-	ld.u8 	%r3624, [%rd1368];
-$L__BB11_748:
-	and.b32  	%r836, %r3564, 2048;
-	setp.eq.s32 	%p701, %r836, 0;
-	@%p701 bra 	$L__BB11_750;
-	and.b32  	%r2465, %r3564, 2047;
-	popc.b32 	%r2466, %r2465;
-	add.s32 	%r2467, %r802, %r2466;
-	cvt.u64.u32 	%rd1369, %r2467;
-	add.s64 	%rd1370, %rd299, %rd1369;
-	add.s64 	%rd1371, %rd232, %rd1370;
-	ld.u8 	%r3625, [%rd1371];
-$L__BB11_750:
-	and.b32  	%r839, %r3564, 4096;
-	setp.eq.s32 	%p702, %r839, 0;
-	mov.u32 	%r3627, 0;
-	mov.u32 	%r3626, %r3627;
-	@%p702 bra 	$L__BB11_752;
-	and.b32  	%r2469, %r3564, 4095;
-	popc.b32 	%r2470, %r2469;
-	add.s32 	%r2471, %r802, %r2470;
-	cvt.u64.u32 	%rd1372, %r2471;
-	add.s64 	%rd1373, %rd299, %rd1372;
-	add.s64 	%rd1374, %rd232, %rd1373;
-	ld.u8 	%r3626, [%rd1374];
-$L__BB11_752:
-	and.b32  	%r842, %r3564, 8192;
-	setp.eq.s32 	%p703, %r842, 0;
-	@%p703 bra 	$L__BB11_754;
-	and.b32  	%r2473, %r3564, 8191;
-	popc.b32 	%r2474, %r2473;
-	add.s32 	%r2475, %r802, %r2474;
-	cvt.u64.u32 	%rd1375, %r2475;
-	add.s64 	%rd1376, %rd299, %rd1375;
-	add.s64 	%rd1377, %rd232, %rd1376;
-	ld.u8 	%r3627, [%rd1377];
-$L__BB11_754:
-	and.b32  	%r845, %r3564, 16384;
-	setp.eq.s32 	%p704, %r845, 0;
-	mov.u32 	%r3629, 0;
-	mov.u32 	%r3628, %r3629;
-	@%p704 bra 	$L__BB11_756;
-	and.b32  	%r2477, %r3564, 16383;
-	popc.b32 	%r2478, %r2477;
-	add.s32 	%r2479, %r802, %r2478;
-	cvt.u64.u32 	%rd1378, %r2479;
-	add.s64 	%rd1379, %rd299, %rd1378;
-	add.s64 	%rd1380, %rd232, %rd1379;
-	ld.u8 	%r3628, [%rd1380];
-$L__BB11_756:
-	cvt.u16.u32 	%rs12, %r3564;
-	setp.gt.s16 	%p705, %rs12, -1;
-	@%p705 bra 	$L__BB11_758;
-	and.b32  	%r2481, %r3564, 32767;
-	popc.b32 	%r2482, %r2481;
-	add.s32 	%r2483, %r802, %r2482;
-	cvt.u64.u32 	%rd1381, %r2483;
-	add.s64 	%rd1382, %rd299, %rd1381;
-	add.s64 	%rd1383, %rd232, %rd1382;
-	ld.u8 	%r3629, [%rd1383];
-$L__BB11_758:
-	and.b32  	%r2484, %r3574, -256;
-	or.b32  	%r2485, %r2484, %r3614;
-	selp.b32 	%r2486, %r3574, %r2485, %p690;
-	and.b32  	%r2487, %r2486, -65281;
-	shl.b32 	%r2488, %r3615, 8;
-	or.b32  	%r2489, %r2487, %r2488;
-	selp.b32 	%r2490, %r2486, %r2489, %p691;
-	and.b32  	%r2491, %r2490, -16711681;
-	shl.b32 	%r2492, %r3616, 16;
-	or.b32  	%r2493, %r2491, %r2492;
-	selp.b32 	%r2494, %r2490, %r2493, %p692;
-	and.b32  	%r2495, %r2494, 16777215;
-	prmt.b32 	%r2496, %r3617, %r2495, 1620;
-	selp.b32 	%r850, %r2494, %r2496, %p693;
-	and.b32  	%r2497, %r3575, -256;
-	or.b32  	%r2498, %r2497, %r3618;
-	selp.b32 	%r2499, %r3575, %r2498, %p694;
-	and.b32  	%r2500, %r2499, -65281;
-	shl.b32 	%r2501, %r3619, 8;
-	or.b32  	%r2502, %r2500, %r2501;
-	selp.b32 	%r2503, %r2499, %r2502, %p695;
-	and.b32  	%r2504, %r2503, -16711681;
-	shl.b32 	%r2505, %r3620, 16;
-	or.b32  	%r2506, %r2504, %r2505;
-	selp.b32 	%r2507, %r2503, %r2506, %p696;
-	and.b32  	%r2508, %r2507, 16777215;
-	prmt.b32 	%r2509, %r3621, %r2508, 1620;
-	selp.b32 	%r851, %r2507, %r2509, %p697;
-	and.b32  	%r2510, %r3576, -256;
-	or.b32  	%r2511, %r2510, %r3622;
-	selp.b32 	%r2512, %r3576, %r2511, %p698;
-	and.b32  	%r2513, %r2512, -65281;
-	shl.b32 	%r2514, %r3623, 8;
-	or.b32  	%r2515, %r2513, %r2514;
-	selp.b32 	%r2516, %r2512, %r2515, %p699;
-	and.b32  	%r2517, %r2516, -16711681;
-	shl.b32 	%r2518, %r3624, 16;
-	or.b32  	%r2519, %r2517, %r2518;
-	selp.b32 	%r2520, %r2516, %r2519, %p700;
-	and.b32  	%r2521, %r2520, 16777215;
-	prmt.b32 	%r2522, %r3625, %r2521, 1620;
-	selp.b32 	%r852, %r2520, %r2522, %p701;
-	and.b32  	%r2523, %r3577, -256;
-	or.b32  	%r2524, %r2523, %r3626;
-	selp.b32 	%r2525, %r3577, %r2524, %p702;
-	and.b32  	%r2526, %r2525, -65281;
-	shl.b32 	%r2527, %r3627, 8;
-	or.b32  	%r2528, %r2526, %r2527;
-	selp.b32 	%r2529, %r2525, %r2528, %p703;
-	and.b32  	%r2530, %r2529, -16711681;
-	shl.b32 	%r2531, %r3628, 16;
-	or.b32  	%r2532, %r2530, %r2531;
-	selp.b32 	%r2533, %r2529, %r2532, %p704;
-	and.b32  	%r2534, %r2533, 16777215;
-	prmt.b32 	%r2535, %r3629, %r2534, 1620;
-	selp.b32 	%r853, %r2533, %r2535, %p705;
-	@%p586 bra 	$L__BB11_760;
-	st.v4.u32 	[%rd305+8192], {%r850, %r851, %r852, %r853};
-$L__BB11_760:
-	shr.u64 	%rd1384, %rd313, 32;
-	cvt.u32.u64 	%r2537, %rd1384;
-	and.b32  	%r2538, %r2537, 65535;
-	add.s32 	%r854, %r2538, %r801;
-	shr.u64 	%rd1385, %rd314, 48;
-	cvt.u32.u64 	%r2539, %rd1385;
-	add.s32 	%r855, %r854, %r2539;
-	and.b32  	%r856, %r3565, 1;
-	setp.eq.s32 	%p723, %r856, 0;
-	mov.u32 	%r3631, 0;
-	mov.u32 	%r3630, %r3631;
-	@%p723 bra 	$L__BB11_762;
-	cvt.u64.u32 	%rd1386, %r855;
-	add.s64 	%rd1387, %rd299, %rd1386;
-	add.s64 	%rd1388, %rd232, %rd1387;
-	ld.u8 	%r3630, [%rd1388];
-$L__BB11_762:
-	and.b32  	%r859, %r3565, 2;
-	setp.eq.s32 	%p724, %r859, 0;
-	@%p724 bra 	$L__BB11_764;
-	popc.b32 	%r2541, %r856;
-	add.s32 	%r2542, %r855, %r2541;
-	cvt.u64.u32 	%rd1389, %r2542;
-	add.s64 	%rd1390, %rd299, %rd1389;
-	add.s64 	%rd1391, %rd232, %rd1390;
-	ld.u8 	%r3631, [%rd1391];
-$L__BB11_764:
-	and.b32  	%r862, %r3565, 4;
-	setp.eq.s32 	%p725, %r862, 0;
-	mov.u32 	%r3633, 0;
-	mov.u32 	%r3632, %r3633;
-	@%p725 bra 	$L__BB11_766;
-	and.b32  	%r2544, %r3565, 3;
-	popc.b32 	%r2545, %r2544;
-	add.s32 	%r2546, %r855, %r2545;
-	cvt.u64.u32 	%rd1392, %r2546;
-	add.s64 	%rd1393, %rd299, %rd1392;
-	add.s64 	%rd1394, %rd232, %rd1393;
-	ld.u8 	%r3632, [%rd1394];
-$L__BB11_766:
-	and.b32  	%r865, %r3565, 8;
-	setp.eq.s32 	%p726, %r865, 0;
-	@%p726 bra 	$L__BB11_768;
-	and.b32  	%r2548, %r3565, 7;
-	popc.b32 	%r2549, %r2548;
-	add.s32 	%r2550, %r855, %r2549;
-	cvt.u64.u32 	%rd1395, %r2550;
-	add.s64 	%rd1396, %rd299, %rd1395;
-	add.s64 	%rd1397, %rd232, %rd1396;
-	ld.u8 	%r3633, [%rd1397];
-$L__BB11_768:
-	and.b32  	%r868, %r3565, 16;
-	setp.eq.s32 	%p727, %r868, 0;
-	mov.u32 	%r3635, 0;
-	mov.u32 	%r3634, %r3635;
-	@%p727 bra 	$L__BB11_770;
-	and.b32  	%r2552, %r3565, 15;
-	popc.b32 	%r2553, %r2552;
-	add.s32 	%r2554, %r855, %r2553;
-	cvt.u64.u32 	%rd1398, %r2554;
-	add.s64 	%rd1399, %rd299, %rd1398;
-	add.s64 	%rd1400, %rd232, %rd1399;
-	ld.u8 	%r3634, [%rd1400];
-$L__BB11_770:
-	and.b32  	%r871, %r3565, 32;
-	setp.eq.s32 	%p728, %r871, 0;
-	@%p728 bra 	$L__BB11_772;
-	and.b32  	%r2556, %r3565, 31;
-	popc.b32 	%r2557, %r2556;
-	add.s32 	%r2558, %r855, %r2557;
-	cvt.u64.u32 	%rd1401, %r2558;
-	add.s64 	%rd1402, %rd299, %rd1401;
-	add.s64 	%rd1403, %rd232, %rd1402;
-	ld.u8 	%r3635, [%rd1403];
-$L__BB11_772:
-	and.b32  	%r874, %r3565, 64;
-	setp.eq.s32 	%p729, %r874, 0;
-	mov.u32 	%r3637, 0;
-	mov.u32 	%r3636, %r3637;
-	@%p729 bra 	$L__BB11_774;
-	and.b32  	%r2560, %r3565, 63;
-	popc.b32 	%r2561, %r2560;
-	add.s32 	%r2562, %r855, %r2561;
-	cvt.u64.u32 	%rd1404, %r2562;
-	add.s64 	%rd1405, %rd299, %rd1404;
-	add.s64 	%rd1406, %rd232, %rd1405;
-	ld.u8 	%r3636, [%rd1406];
-$L__BB11_774:
-	and.b32  	%r877, %r3565, 128;
-	setp.eq.s32 	%p730, %r877, 0;
-	@%p730 bra 	$L__BB11_776;
-	and.b32  	%r2564, %r3565, 127;
-	popc.b32 	%r2565, %r2564;
-	add.s32 	%r2566, %r855, %r2565;
-	cvt.u64.u32 	%rd1407, %r2566;
-	add.s64 	%rd1408, %rd299, %rd1407;
-	add.s64 	%rd1409, %rd232, %rd1408;
-	ld.u8 	%r3637, [%rd1409];
-$L__BB11_776:
-	and.b32  	%r880, %r3565, 256;
-	setp.eq.s32 	%p731, %r880, 0;
-	mov.u32 	%r3639, 0;
-	mov.u32 	%r3638, %r3639;
-	@%p731 bra 	$L__BB11_778;
-	and.b32  	%r2568, %r3565, 255;
-	popc.b32 	%r2569, %r2568;
-	add.s32 	%r2570, %r855, %r2569;
-	cvt.u64.u32 	%rd1410, %r2570;
-	add.s64 	%rd1411, %rd299, %rd1410;
-	add.s64 	%rd1412, %rd232, %rd1411;
-	ld.u8 	%r3638, [%rd1412];
-$L__BB11_778:
-	and.b32  	%r883, %r3565, 512;
-	setp.eq.s32 	%p732, %r883, 0;
-	@%p732 bra 	$L__BB11_780;
-	and.b32  	%r2572, %r3565, 511;
-	popc.b32 	%r2573, %r2572;
-	add.s32 	%r2574, %r855, %r2573;
-	cvt.u64.u32 	%rd1413, %r2574;
-	add.s64 	%rd1414, %rd299, %rd1413;
-	add.s64 	%rd1415, %rd232, %rd1414;
-	ld.u8 	%r3639, [%rd1415];
-$L__BB11_780:
-	and.b32  	%r886, %r3565, 1024;
-	setp.eq.s32 	%p733, %r886, 0;
-	mov.u32 	%r3641, 0;
-	mov.u32 	%r3640, %r3641;
-	@%p733 bra 	$L__BB11_782;
-	and.b32  	%r2576, %r3565, 1023;
-	popc.b32 	%r2577, %r2576;
-	add.s32 	%r2578, %r855, %r2577;
-	cvt.u64.u32 	%rd1416, %r2578;
-	add.s64 	%rd1417, %rd299, %rd1416;
-	add.s64 	%rd1418, %rd232, %rd1417;
-	ld.u8 	%r3640, [%rd1418];
-$L__BB11_782:
-	and.b32  	%r889, %r3565, 2048;
-	setp.eq.s32 	%p734, %r889, 0;
-	@%p734 bra 	$L__BB11_784;
-	and.b32  	%r2580, %r3565, 2047;
-	popc.b32 	%r2581, %r2580;
-	add.s32 	%r2582, %r855, %r2581;
-	cvt.u64.u32 	%rd1419, %r2582;
-	add.s64 	%rd1420, %rd299, %rd1419;
-	add.s64 	%rd1421, %rd232, %rd1420;
-	ld.u8 	%r3641, [%rd1421];
-$L__BB11_784:
-	and.b32  	%r892, %r3565, 4096;
-	setp.eq.s32 	%p735, %r892, 0;
-	mov.u32 	%r3643, 0;
-	mov.u32 	%r3642, %r3643;
-	@%p735 bra 	$L__BB11_786;
-	and.b32  	%r2584, %r3565, 4095;
-	popc.b32 	%r2585, %r2584;
-	add.s32 	%r2586, %r855, %r2585;
-	cvt.u64.u32 	%rd1422, %r2586;
-	add.s64 	%rd1423, %rd299, %rd1422;
-	add.s64 	%rd1424, %rd232, %rd1423;
-	ld.u8 	%r3642, [%rd1424];
-$L__BB11_786:
-	and.b32  	%r895, %r3565, 8192;
-	setp.eq.s32 	%p736, %r895, 0;
-	@%p736 bra 	$L__BB11_788;
-	and.b32  	%r2588, %r3565, 8191;
-	popc.b32 	%r2589, %r2588;
-	add.s32 	%r2590, %r855, %r2589;
-	cvt.u64.u32 	%rd1425, %r2590;
-	add.s64 	%rd1426, %rd299, %rd1425;
-	add.s64 	%rd1427, %rd232, %rd1426;
-	ld.u8 	%r3643, [%rd1427];
-$L__BB11_788:
-	and.b32  	%r898, %r3565, 16384;
-	setp.eq.s32 	%p737, %r898, 0;
-	mov.u32 	%r3645, 0;
-	mov.u32 	%r3644, %r3645;
-	@%p737 bra 	$L__BB11_790;
-	and.b32  	%r2592, %r3565, 16383;
-	popc.b32 	%r2593, %r2592;
-	add.s32 	%r2594, %r855, %r2593;
-	cvt.u64.u32 	%rd1428, %r2594;
-	add.s64 	%rd1429, %rd299, %rd1428;
-	add.s64 	%rd1430, %rd232, %rd1429;
-	ld.u8 	%r3644, [%rd1430];
-$L__BB11_790:
-	cvt.u16.u32 	%rs13, %r3565;
-	setp.gt.s16 	%p738, %rs13, -1;
-	@%p738 bra 	$L__BB11_792;
-	and.b32  	%r2596, %r3565, 32767;
-	popc.b32 	%r2597, %r2596;
-	add.s32 	%r2598, %r855, %r2597;
-	cvt.u64.u32 	%rd1431, %r2598;
-	add.s64 	%rd1432, %rd299, %rd1431;
-	add.s64 	%rd1433, %rd232, %rd1432;
-	ld.u8 	%r3645, [%rd1433];
-$L__BB11_792:
-	and.b32  	%r2599, %r3578, -256;
-	or.b32  	%r2600, %r2599, %r3630;
-	selp.b32 	%r2601, %r3578, %r2600, %p723;
-	and.b32  	%r2602, %r2601, -65281;
-	shl.b32 	%r2603, %r3631, 8;
-	or.b32  	%r2604, %r2602, %r2603;
-	selp.b32 	%r2605, %r2601, %r2604, %p724;
-	and.b32  	%r2606, %r2605, -16711681;
-	shl.b32 	%r2607, %r3632, 16;
-	or.b32  	%r2608, %r2606, %r2607;
-	selp.b32 	%r2609, %r2605, %r2608, %p725;
-	and.b32  	%r2610, %r2609, 16777215;
-	prmt.b32 	%r2611, %r3633, %r2610, 1620;
-	selp.b32 	%r903, %r2609, %r2611, %p726;
-	and.b32  	%r2612, %r3579, -256;
-	or.b32  	%r2613, %r2612, %r3634;
-	selp.b32 	%r2614, %r3579, %r2613, %p727;
-	and.b32  	%r2615, %r2614, -65281;
-	shl.b32 	%r2616, %r3635, 8;
-	or.b32  	%r2617, %r2615, %r2616;
-	selp.b32 	%r2618, %r2614, %r2617, %p728;
-	and.b32  	%r2619, %r2618, -16711681;
-	shl.b32 	%r2620, %r3636, 16;
-	or.b32  	%r2621, %r2619, %r2620;
-	selp.b32 	%r2622, %r2618, %r2621, %p729;
-	and.b32  	%r2623, %r2622, 16777215;
-	prmt.b32 	%r2624, %r3637, %r2623, 1620;
-	selp.b32 	%r904, %r2622, %r2624, %p730;
-	and.b32  	%r2625, %r3580, -256;
-	or.b32  	%r2626, %r2625, %r3638;
-	selp.b32 	%r2627, %r3580, %r2626, %p731;
-	and.b32  	%r2628, %r2627, -65281;
-	shl.b32 	%r2629, %r3639, 8;
-	or.b32  	%r2630, %r2628, %r2629;
-	selp.b32 	%r2631, %r2627, %r2630, %p732;
-	and.b32  	%r2632, %r2631, -16711681;
-	shl.b32 	%r2633, %r3640, 16;
-	or.b32  	%r2634, %r2632, %r2633;
-	selp.b32 	%r2635, %r2631, %r2634, %p733;
-	and.b32  	%r2636, %r2635, 16777215;
-	prmt.b32 	%r2637, %r3641, %r2636, 1620;
-	selp.b32 	%r905, %r2635, %r2637, %p734;
-	and.b32  	%r2638, %r3581, -256;
-	or.b32  	%r2639, %r2638, %r3642;
-	selp.b32 	%r2640, %r3581, %r2639, %p735;
-	and.b32  	%r2641, %r2640, -65281;
-	shl.b32 	%r2642, %r3643, 8;
-	or.b32  	%r2643, %r2641, %r2642;
-	selp.b32 	%r2644, %r2640, %r2643, %p736;
-	and.b32  	%r2645, %r2644, -16711681;
-	shl.b32 	%r2646, %r3644, 16;
-	or.b32  	%r2647, %r2645, %r2646;
-	selp.b32 	%r2648, %r2644, %r2647, %p737;
-	and.b32  	%r2649, %r2648, 16777215;
-	prmt.b32 	%r2650, %r3645, %r2649, 1620;
-	selp.b32 	%r906, %r2648, %r2650, %p738;
-	@%p588 bra 	$L__BB11_794;
-	st.v4.u32 	[%rd305+12288], {%r903, %r904, %r905, %r906};
-$L__BB11_794:
-	shr.u64 	%rd1434, %rd313, 48;
-	cvt.u32.u64 	%r2651, %rd1434;
-	add.s32 	%r3561, %r854, %r2651;
-	add.s64 	%rd1675, %rd1675, 1024;
-	setp.lt.u64 	%p756, %rd1675, %rd264;
-	@%p756 bra 	$L__BB11_633;
-	bra.uni 	$L__BB11_888;
-$L__BB11_531:
-	setp.eq.s64 	%p459, %rd264, 0;
-	@%p459 bra 	$L__BB11_888;
-	add.s64 	%rd282, %rd239, %rd235;
-	mov.u64 	%rd1672, 0;
-	mov.u32 	%r3508, 0;
-$L__BB11_533:
-	mov.u32 	%r3509, 0;
-	add.s64 	%rd284, %rd1672, %rd8;
-	setp.ge.u64 	%p460, %rd284, %rd264;
-	@%p460 bra 	$L__BB11_535;
-	and.b64  	%rd1040, %rd284, 2305843009213693948;
-	add.s64 	%rd1041, %rd236, %rd1040;
-	cvt.u32.u64 	%r1714, %rd284;
-	shl.b32 	%r1715, %r1714, 3;
-	and.b32  	%r1716, %r1715, 24;
-	ld.u32 	%r1717, [%rd1041];
-	shr.u32 	%r1718, %r1717, %r1716;
-	and.b32  	%r3509, %r1718, 255;
-$L__BB11_535:
-	add.s64 	%rd285, %rd284, 256;
-	setp.ge.u64 	%p461, %rd285, %rd264;
-	mov.u32 	%r3511, 0;
-	mov.u32 	%r3510, %r3511;
-	@%p461 bra 	$L__BB11_537;
-	and.b64  	%rd1042, %rd285, 2305843009213693948;
-	add.s64 	%rd1043, %rd236, %rd1042;
-	cvt.u32.u64 	%r1720, %rd285;
-	shl.b32 	%r1721, %r1720, 3;
-	and.b32  	%r1722, %r1721, 24;
-	ld.u32 	%r1723, [%rd1043];
-	shr.u32 	%r1724, %r1723, %r1722;
-	and.b32  	%r3510, %r1724, 255;
-$L__BB11_537:
-	add.s64 	%rd286, %rd284, 512;
-	setp.ge.u64 	%p462, %rd286, %rd264;
-	@%p462 bra 	$L__BB11_539;
-	and.b64  	%rd1044, %rd286, 2305843009213693948;
-	add.s64 	%rd1045, %rd236, %rd1044;
-	cvt.u32.u64 	%r1726, %rd286;
-	shl.b32 	%r1727, %r1726, 3;
-	and.b32  	%r1728, %r1727, 24;
-	ld.u32 	%r1729, [%rd1045];
-	shr.u32 	%r1730, %r1729, %r1728;
-	and.b32  	%r3511, %r1730, 255;
-$L__BB11_539:
-	add.s64 	%rd287, %rd284, 768;
-	setp.ge.u64 	%p463, %rd287, %rd264;
-	mov.u32 	%r3513, 0;
-	mov.u32 	%r3512, %r3513;
-	@%p463 bra 	$L__BB11_541;
-	and.b64  	%rd1046, %rd287, 2305843009213693948;
-	add.s64 	%rd1047, %rd236, %rd1046;
-	cvt.u32.u64 	%r1732, %rd287;
-	shl.b32 	%r1733, %r1732, 3;
-	and.b32  	%r1734, %r1733, 24;
-	ld.u32 	%r1735, [%rd1047];
-	shr.u32 	%r1736, %r1735, %r1734;
-	and.b32  	%r3512, %r1736, 255;
-$L__BB11_541:
-	mov.u32 	%r1741, 31;
-	mov.u32 	%r1742, 1;
-	mov.u32 	%r1743, -1;
-	shfl.sync.bfly.b32 	%r1744|%p464, %r3509, %r1742, %r1741, %r1743;
-	or.b32  	%r471, %r1744, %r3509;
-	setp.eq.s32 	%p465, %r471, 0;
-	shl.b64 	%rd1048, %rd284, 4;
-	add.s64 	%rd288, %rd237, %rd1048;
-	mov.u32 	%r3514, %r3513;
-	mov.u32 	%r3515, %r3513;
-	mov.u32 	%r3516, %r3513;
-	@%p465 bra 	$L__BB11_543;
-	ld.v4.u32 	{%r3513, %r3514, %r3515, %r3516}, [%rd288];
-$L__BB11_543:
-	shfl.sync.bfly.b32 	%r1756|%p466, %r3510, %r1742, %r1741, %r1743;
-	or.b32  	%r480, %r1756, %r3510;
-	setp.eq.s32 	%p467, %r480, 0;
-	mov.u32 	%r3521, 0;
-	mov.u32 	%r3517, %r3521;
-	mov.u32 	%r3518, %r3521;
-	mov.u32 	%r3519, %r3521;
-	mov.u32 	%r3520, %r3521;
-	@%p467 bra 	$L__BB11_545;
-	ld.v4.u32 	{%r3517, %r3518, %r3519, %r3520}, [%rd288+4096];
-$L__BB11_545:
-	mov.u32 	%r1765, 31;
-	mov.u32 	%r1766, 1;
-	mov.u32 	%r1767, -1;
-	shfl.sync.bfly.b32 	%r1768|%p468, %r3511, %r1766, %r1765, %r1767;
-	or.b32  	%r489, %r1768, %r3511;
-	setp.eq.s32 	%p469, %r489, 0;
-	mov.u32 	%r3522, %r3521;
-	mov.u32 	%r3523, %r3521;
-	mov.u32 	%r3524, %r3521;
-	@%p469 bra 	$L__BB11_547;
-	ld.v4.u32 	{%r3521, %r3522, %r3523, %r3524}, [%rd288+8192];
-$L__BB11_547:
-	shfl.sync.bfly.b32 	%r1780|%p470, %r3512, %r1766, %r1765, %r1767;
-	or.b32  	%r498, %r1780, %r3512;
-	setp.eq.s32 	%p471, %r498, 0;
-	mov.u32 	%r1776, 0;
-	mov.u32 	%r3525, %r1776;
-	mov.u32 	%r3526, %r1776;
-	mov.u32 	%r3527, %r1776;
-	mov.u32 	%r3528, %r1776;
-	@%p471 bra 	$L__BB11_549;
-	ld.v4.u32 	{%r3525, %r3526, %r3527, %r3528}, [%rd288+12288];
-$L__BB11_549:
-	cvt.u32.u64 	%r3260, %rd9;
-	setp.lt.u32 	%p472, %r3260, 16;
-	mov.u32 	%r1806, 16;
-	setp.lt.u32 	%p473, %r3260, 4;
-	mov.u32 	%r1807, 4;
-	setp.lt.u32 	%p474, %r3260, 2;
-	mov.u32 	%r1808, 2;
-	setp.lt.u32 	%p475, %r3260, 8;
-	mov.u32 	%r1809, 8;
-	setp.ne.s32 	%p476, %r3260, 31;
-	setp.eq.s32 	%p477, %r3260, 0;
-	popc.b32 	%r1811, %r3512;
-	cvt.u64.u32 	%rd1059, %r1811;
-	shl.b64 	%rd1060, %rd1059, 48;
-	popc.b32 	%r1812, %r3510;
-	shl.b32 	%r1813, %r1812, 16;
-	popc.b32 	%r1814, %r3509;
-	or.b32  	%r1815, %r1813, %r1814;
-	cvt.u64.u32 	%rd1061, %r1815;
-	popc.b32 	%r1816, %r3511;
-	cvt.u64.u32 	%rd1062, %r1816;
-	bfi.b64 	%rd1063, %rd1062, %rd1061, 32, 32;
-	or.b64  	%rd1049, %rd1060, %rd1063;
-	// begin inline asm
-	mov.b64 {%r1785,%r1786}, %rd1049;
-	// end inline asm
-	mov.u32 	%r1817, 1;
-	mov.u32 	%r1818, -1;
-	shfl.sync.up.b32 	%r1788|%p478, %r1786, %r1817, %r1776, %r1818;
-	shfl.sync.up.b32 	%r1787|%p479, %r1785, %r1817, %r1776, %r1818;
-	// begin inline asm
-	mov.b64 %rd1050, {%r1787,%r1788};
-	// end inline asm
-	selp.b64 	%rd1064, 0, %rd1050, %p477;
-	add.s64 	%rd1051, %rd1064, %rd1049;
-	// begin inline asm
-	mov.b64 {%r1789,%r1790}, %rd1051;
-	// end inline asm
-	shfl.sync.up.b32 	%r1792|%p480, %r1790, %r1808, %r1776, %r1818;
-	shfl.sync.up.b32 	%r1791|%p481, %r1789, %r1808, %r1776, %r1818;
-	// begin inline asm
-	mov.b64 %rd1052, {%r1791,%r1792};
-	// end inline asm
-	selp.b64 	%rd1065, 0, %rd1052, %p474;
-	add.s64 	%rd1053, %rd1065, %rd1051;
-	// begin inline asm
-	mov.b64 {%r1793,%r1794}, %rd1053;
-	// end inline asm
-	shfl.sync.up.b32 	%r1796|%p482, %r1794, %r1807, %r1776, %r1818;
-	shfl.sync.up.b32 	%r1795|%p483, %r1793, %r1807, %r1776, %r1818;
-	// begin inline asm
-	mov.b64 %rd1054, {%r1795,%r1796};
-	// end inline asm
-	selp.b64 	%rd1066, 0, %rd1054, %p473;
-	add.s64 	%rd1055, %rd1066, %rd1053;
-	// begin inline asm
-	mov.b64 {%r1797,%r1798}, %rd1055;
-	// end inline asm
-	shfl.sync.up.b32 	%r1800|%p484, %r1798, %r1809, %r1776, %r1818;
-	shfl.sync.up.b32 	%r1799|%p485, %r1797, %r1809, %r1776, %r1818;
-	// begin inline asm
-	mov.b64 %rd1056, {%r1799,%r1800};
-	// end inline asm
-	selp.b64 	%rd1067, 0, %rd1056, %p475;
-	add.s64 	%rd1057, %rd1067, %rd1055;
-	// begin inline asm
-	mov.b64 {%r1801,%r1802}, %rd1057;
-	// end inline asm
-	shfl.sync.up.b32 	%r1804|%p486, %r1802, %r1806, %r1776, %r1818;
-	shfl.sync.up.b32 	%r1803|%p487, %r1801, %r1806, %r1776, %r1818;
-	// begin inline asm
-	mov.b64 %rd1058, {%r1803,%r1804};
-	// end inline asm
-	selp.b64 	%rd1068, 0, %rd1058, %p472;
-	add.s64 	%rd290, %rd1068, %rd1057;
-	@%p476 bra 	$L__BB11_551;
-	st.shared.u64 	[%r4], %rd290;
-$L__BB11_551:
-	setp.ne.s32 	%p488, %r2, 0;
+	setp.ne.s32 	%p574, %r2, 0;
 	bar.sync 	0;
-	@%p488 bra 	$L__BB11_556;
-	cvt.u32.u64 	%r3261, %rd9;
-	setp.gt.u32 	%p489, %r3261, 7;
-	mov.u64 	%rd1673, 0;
-	@%p489 bra 	$L__BB11_554;
-	ld.shared.u64 	%rd1673, [%r5];
-$L__BB11_554:
-	cvt.u32.u64 	%r3269, %rd9;
-	setp.lt.u32 	%p870, %r3269, 16;
-	setp.lt.u32 	%p869, %r3269, 8;
-	setp.lt.u32 	%p868, %r3269, 4;
-	setp.lt.u32 	%p867, %r3269, 2;
-	setp.eq.s32 	%p866, %r3269, 0;
-	mov.u32 	%r1841, 16;
-	mov.u32 	%r1842, 4;
-	mov.u32 	%r1843, 2;
-	mov.u32 	%r1844, 8;
-	mov.u32 	%r1845, 0;
+	@%p574 bra 	$L__BB11_723;
+	cvt.u32.u64 	%r3637, %rd5;
+	setp.gt.u32 	%p575, %r3637, 7;
+	mov.u64 	%rd2074, 0;
+	@%p575 bra 	$L__BB11_721;
+	ld.shared.u64 	%rd2074, [%r7];
+$L__BB11_721:
+	setp.lt.u32 	%p1035, %r3631, 16;
+	setp.lt.u32 	%p1034, %r3631, 8;
+	setp.lt.u32 	%p1033, %r3631, 4;
+	setp.lt.u32 	%p1032, %r3631, 2;
+	cvt.u32.u64 	%r3632, %rd5;
+	setp.eq.s32 	%p1031, %r3631, 0;
+	mov.u32 	%r2015, 16;
+	mov.u32 	%r2016, 4;
+	mov.u32 	%r2017, 2;
+	mov.u32 	%r2018, 8;
+	mov.u32 	%r2019, 0;
 	// begin inline asm
-	mov.b64 {%r1820,%r1821}, %rd1673;
+	mov.b64 {%r1994,%r1995}, %rd2074;
 	// end inline asm
-	mov.u32 	%r1846, 1;
-	mov.u32 	%r1847, -1;
-	shfl.sync.up.b32 	%r1823|%p496, %r1821, %r1846, %r1845, %r1847;
-	shfl.sync.up.b32 	%r1822|%p497, %r1820, %r1846, %r1845, %r1847;
+	mov.u32 	%r2020, 1;
+	mov.u32 	%r2021, -1;
+	shfl.sync.up.b32 	%r1997|%p582, %r1995, %r2020, %r2019, %r2021;
+	shfl.sync.up.b32 	%r1996|%p583, %r1994, %r2020, %r2019, %r2021;
 	// begin inline asm
-	mov.b64 %rd1071, {%r1822,%r1823};
+	mov.b64 %rd1342, {%r1996,%r1997};
 	// end inline asm
-	selp.b64 	%rd1080, 0, %rd1071, %p866;
-	add.s64 	%rd1072, %rd1080, %rd1673;
+	selp.b64 	%rd1351, 0, %rd1342, %p1031;
+	add.s64 	%rd1343, %rd1351, %rd2074;
 	// begin inline asm
-	mov.b64 {%r1824,%r1825}, %rd1072;
+	mov.b64 {%r1998,%r1999}, %rd1343;
 	// end inline asm
-	shfl.sync.up.b32 	%r1827|%p498, %r1825, %r1843, %r1845, %r1847;
-	shfl.sync.up.b32 	%r1826|%p499, %r1824, %r1843, %r1845, %r1847;
+	shfl.sync.up.b32 	%r2001|%p584, %r1999, %r2017, %r2019, %r2021;
+	shfl.sync.up.b32 	%r2000|%p585, %r1998, %r2017, %r2019, %r2021;
 	// begin inline asm
-	mov.b64 %rd1073, {%r1826,%r1827};
+	mov.b64 %rd1344, {%r2000,%r2001};
 	// end inline asm
-	selp.b64 	%rd1081, 0, %rd1073, %p867;
-	add.s64 	%rd1074, %rd1081, %rd1072;
+	selp.b64 	%rd1352, 0, %rd1344, %p1032;
+	add.s64 	%rd1345, %rd1352, %rd1343;
 	// begin inline asm
-	mov.b64 {%r1828,%r1829}, %rd1074;
+	mov.b64 {%r2002,%r2003}, %rd1345;
 	// end inline asm
-	shfl.sync.up.b32 	%r1831|%p500, %r1829, %r1842, %r1845, %r1847;
-	shfl.sync.up.b32 	%r1830|%p501, %r1828, %r1842, %r1845, %r1847;
+	shfl.sync.up.b32 	%r2005|%p586, %r2003, %r2016, %r2019, %r2021;
+	shfl.sync.up.b32 	%r2004|%p587, %r2002, %r2016, %r2019, %r2021;
 	// begin inline asm
-	mov.b64 %rd1075, {%r1830,%r1831};
+	mov.b64 %rd1346, {%r2004,%r2005};
 	// end inline asm
-	selp.b64 	%rd1082, 0, %rd1075, %p868;
-	add.s64 	%rd1076, %rd1082, %rd1074;
+	selp.b64 	%rd1353, 0, %rd1346, %p1033;
+	add.s64 	%rd1347, %rd1353, %rd1345;
 	// begin inline asm
-	mov.b64 {%r1832,%r1833}, %rd1076;
+	mov.b64 {%r2006,%r2007}, %rd1347;
 	// end inline asm
-	shfl.sync.up.b32 	%r1835|%p502, %r1833, %r1844, %r1845, %r1847;
-	shfl.sync.up.b32 	%r1834|%p503, %r1832, %r1844, %r1845, %r1847;
+	shfl.sync.up.b32 	%r2009|%p588, %r2007, %r2018, %r2019, %r2021;
+	shfl.sync.up.b32 	%r2008|%p589, %r2006, %r2018, %r2019, %r2021;
 	// begin inline asm
-	mov.b64 %rd1077, {%r1834,%r1835};
+	mov.b64 %rd1348, {%r2008,%r2009};
 	// end inline asm
-	selp.b64 	%rd1083, 0, %rd1077, %p869;
-	add.s64 	%rd1078, %rd1083, %rd1076;
+	selp.b64 	%rd1354, 0, %rd1348, %p1034;
+	add.s64 	%rd1349, %rd1354, %rd1347;
 	// begin inline asm
-	mov.b64 {%r1836,%r1837}, %rd1078;
+	mov.b64 {%r2010,%r2011}, %rd1349;
 	// end inline asm
-	shfl.sync.up.b32 	%r1839|%p504, %r1837, %r1841, %r1845, %r1847;
-	shfl.sync.up.b32 	%r1838|%p505, %r1836, %r1841, %r1845, %r1847;
+	shfl.sync.up.b32 	%r2013|%p590, %r2011, %r2015, %r2019, %r2021;
+	shfl.sync.up.b32 	%r2012|%p591, %r2010, %r2015, %r2019, %r2021;
 	// begin inline asm
-	mov.b64 %rd1079, {%r1838,%r1839};
+	mov.b64 %rd1350, {%r2012,%r2013};
 	// end inline asm
-	selp.b64 	%rd1084, 0, %rd1079, %p870;
-	add.s64 	%rd293, %rd1084, %rd1078;
-	@%p489 bra 	$L__BB11_556;
-	st.shared.u64 	[%r5], %rd293;
-$L__BB11_556:
-	setp.eq.s32 	%p506, %r2, 0;
+	selp.b64 	%rd1355, 0, %rd1350, %p1035;
+	add.s64 	%rd434, %rd1355, %rd1349;
+	@%p575 bra 	$L__BB11_723;
+	st.shared.u64 	[%r7], %rd434;
+$L__BB11_723:
+	setp.eq.s32 	%p592, %r2, 0;
 	bar.sync 	0;
-	mov.u64 	%rd1674, 0;
-	@%p506 bra 	$L__BB11_558;
-	ld.shared.u64 	%rd1674, [%r4+-8];
-$L__BB11_558:
-	ld.shared.u64 	%rd296, [_ZZ14ws_delta_applyE3red+56];
-	mov.u32 	%r3530, 0;
+	mov.u64 	%rd2075, 0;
+	@%p592 bra 	$L__BB11_725;
+	ld.shared.u64 	%rd2075, [%r6+-8];
+$L__BB11_725:
+	ld.shared.u64 	%rd437, [_ZZ14ws_delta_applyE3red+56];
+	mov.u32 	%r3890, 0;
 	bar.sync 	0;
-	sub.s64 	%rd1086, %rd290, %rd1049;
-	add.s64 	%rd297, %rd1086, %rd1674;
-	cvt.u32.u64 	%r1849, %rd297;
-	and.b32  	%r1850, %r1849, 65535;
-	add.s32 	%r507, %r1850, %r3508;
-	and.b32  	%r508, %r3509, 1;
-	setp.eq.s32 	%p507, %r508, 0;
-	mov.u32 	%r3529, %r3530;
-	@%p507 bra 	$L__BB11_560;
-	mul.wide.u32 	%rd1087, %r507, 2;
-	add.s64 	%rd1088, %rd282, %rd1087;
-	add.s64 	%rd1089, %rd232, %rd1088;
-	ld.u16 	%r3529, [%rd1089];
-$L__BB11_560:
-	and.b32  	%r511, %r3509, 2;
-	setp.eq.s32 	%p508, %r511, 0;
-	@%p508 bra 	$L__BB11_562;
-	popc.b32 	%r1852, %r508;
-	add.s32 	%r1853, %r507, %r1852;
-	mul.wide.u32 	%rd1090, %r1853, 2;
-	add.s64 	%rd1091, %rd282, %rd1090;
-	add.s64 	%rd1092, %rd232, %rd1091;
-	ld.u16 	%r3530, [%rd1092];
-$L__BB11_562:
-	and.b32  	%r514, %r3509, 4;
-	setp.eq.s32 	%p509, %r514, 0;
-	mov.u32 	%r3532, 0;
-	mov.u32 	%r3531, %r3532;
-	@%p509 bra 	$L__BB11_564;
-	and.b32  	%r1855, %r3509, 3;
-	popc.b32 	%r1856, %r1855;
-	add.s32 	%r1857, %r507, %r1856;
-	mul.wide.u32 	%rd1093, %r1857, 2;
-	add.s64 	%rd1094, %rd282, %rd1093;
-	add.s64 	%rd1095, %rd232, %rd1094;
-	ld.u16 	%r3531, [%rd1095];
-$L__BB11_564:
-	and.b32  	%r517, %r3509, 8;
-	setp.eq.s32 	%p510, %r517, 0;
-	@%p510 bra 	$L__BB11_566;
-	and.b32  	%r1859, %r3509, 7;
-	popc.b32 	%r1860, %r1859;
-	add.s32 	%r1861, %r507, %r1860;
-	mul.wide.u32 	%rd1096, %r1861, 2;
-	add.s64 	%rd1097, %rd282, %rd1096;
-	add.s64 	%rd1098, %rd232, %rd1097;
-	ld.u16 	%r3532, [%rd1098];
-$L__BB11_566:
-	and.b32  	%r520, %r3509, 16;
-	setp.eq.s32 	%p511, %r520, 0;
-	mov.u32 	%r3534, 0;
-	mov.u32 	%r3533, %r3534;
-	@%p511 bra 	$L__BB11_568;
-	and.b32  	%r1863, %r3509, 15;
-	popc.b32 	%r1864, %r1863;
-	add.s32 	%r1865, %r507, %r1864;
-	mul.wide.u32 	%rd1099, %r1865, 2;
-	add.s64 	%rd1100, %rd282, %rd1099;
-	add.s64 	%rd1101, %rd232, %rd1100;
-	ld.u16 	%r3533, [%rd1101];
-$L__BB11_568:
-	and.b32  	%r523, %r3509, 32;
-	setp.eq.s32 	%p512, %r523, 0;
-	@%p512 bra 	$L__BB11_570;
-	and.b32  	%r1867, %r3509, 31;
-	popc.b32 	%r1868, %r1867;
-	add.s32 	%r1869, %r507, %r1868;
-	mul.wide.u32 	%rd1102, %r1869, 2;
-	add.s64 	%rd1103, %rd282, %rd1102;
-	add.s64 	%rd1104, %rd232, %rd1103;
-	ld.u16 	%r3534, [%rd1104];
-$L__BB11_570:
-	and.b32  	%r526, %r3509, 64;
-	setp.eq.s32 	%p513, %r526, 0;
-	mov.u32 	%r3536, 0;
-	mov.u32 	%r3535, %r3536;
-	@%p513 bra 	$L__BB11_572;
-	and.b32  	%r1871, %r3509, 63;
-	popc.b32 	%r1872, %r1871;
-	add.s32 	%r1873, %r507, %r1872;
-	mul.wide.u32 	%rd1105, %r1873, 2;
-	add.s64 	%rd1106, %rd282, %rd1105;
-	add.s64 	%rd1107, %rd232, %rd1106;
-	ld.u16 	%r3535, [%rd1107];
-$L__BB11_572:
-	and.b32  	%r529, %r3509, 128;
-	setp.eq.s32 	%p514, %r529, 0;
-	@%p514 bra 	$L__BB11_574;
-	and.b32  	%r1875, %r3509, 127;
-	popc.b32 	%r1876, %r1875;
-	add.s32 	%r1877, %r507, %r1876;
-	mul.wide.u32 	%rd1108, %r1877, 2;
-	add.s64 	%rd1109, %rd282, %rd1108;
-	add.s64 	%rd1110, %rd232, %rd1109;
-	ld.u16 	%r3536, [%rd1110];
-$L__BB11_574:
-	and.b32  	%r1878, %r3513, -65536;
-	or.b32  	%r1879, %r1878, %r3529;
-	selp.b32 	%r1880, %r3513, %r1879, %p507;
-	and.b32  	%r1881, %r1880, 65535;
-	prmt.b32 	%r1882, %r3530, %r1881, 4180;
-	selp.b32 	%r544, %r1880, %r1882, %p508;
-	and.b32  	%r1883, %r3514, -65536;
-	or.b32  	%r1884, %r1883, %r3531;
-	selp.b32 	%r1885, %r3514, %r1884, %p509;
-	and.b32  	%r1886, %r1885, 65535;
-	prmt.b32 	%r1887, %r3532, %r1886, 4180;
-	selp.b32 	%r545, %r1885, %r1887, %p510;
-	and.b32  	%r1888, %r3515, -65536;
-	or.b32  	%r1889, %r1888, %r3533;
-	selp.b32 	%r1890, %r3515, %r1889, %p511;
-	and.b32  	%r1891, %r1890, 65535;
-	prmt.b32 	%r1892, %r3534, %r1891, 4180;
-	selp.b32 	%r546, %r1890, %r1892, %p512;
-	and.b32  	%r1893, %r3516, -65536;
-	or.b32  	%r1894, %r1893, %r3535;
-	selp.b32 	%r1895, %r3516, %r1894, %p513;
-	and.b32  	%r1896, %r1895, 65535;
-	prmt.b32 	%r1897, %r3536, %r1896, 4180;
-	selp.b32 	%r547, %r1895, %r1897, %p514;
-	@%p465 bra 	$L__BB11_576;
-	st.v4.u32 	[%rd288], {%r544, %r545, %r546, %r547};
-$L__BB11_576:
-	cvt.u32.u64 	%r1899, %rd296;
-	and.b32  	%r1900, %r1899, 65535;
-	add.s32 	%r548, %r1900, %r3508;
-	shr.u32 	%r1902, %r1849, 16;
-	add.s32 	%r549, %r1902, %r548;
-	and.b32  	%r550, %r3510, 1;
-	setp.eq.s32 	%p524, %r550, 0;
-	mov.u32 	%r3538, 0;
-	mov.u32 	%r3537, %r3538;
-	@%p524 bra 	$L__BB11_578;
-	mul.wide.u32 	%rd1111, %r549, 2;
-	add.s64 	%rd1112, %rd282, %rd1111;
-	add.s64 	%rd1113, %rd232, %rd1112;
-	ld.u16 	%r3537, [%rd1113];
-$L__BB11_578:
-	and.b32  	%r553, %r3510, 2;
-	setp.eq.s32 	%p525, %r553, 0;
-	@%p525 bra 	$L__BB11_580;
-	popc.b32 	%r1904, %r550;
-	add.s32 	%r1905, %r549, %r1904;
-	mul.wide.u32 	%rd1114, %r1905, 2;
-	add.s64 	%rd1115, %rd282, %rd1114;
-	add.s64 	%rd1116, %rd232, %rd1115;
-	ld.u16 	%r3538, [%rd1116];
-$L__BB11_580:
-	and.b32  	%r556, %r3510, 4;
-	setp.eq.s32 	%p526, %r556, 0;
-	mov.u32 	%r3540, 0;
-	mov.u32 	%r3539, %r3540;
-	@%p526 bra 	$L__BB11_582;
-	and.b32  	%r1907, %r3510, 3;
-	popc.b32 	%r1908, %r1907;
-	add.s32 	%r1909, %r549, %r1908;
-	mul.wide.u32 	%rd1117, %r1909, 2;
-	add.s64 	%rd1118, %rd282, %rd1117;
-	add.s64 	%rd1119, %rd232, %rd1118;
-	ld.u16 	%r3539, [%rd1119];
-$L__BB11_582:
-	and.b32  	%r559, %r3510, 8;
-	setp.eq.s32 	%p527, %r559, 0;
-	@%p527 bra 	$L__BB11_584;
-	and.b32  	%r1911, %r3510, 7;
-	popc.b32 	%r1912, %r1911;
-	add.s32 	%r1913, %r549, %r1912;
-	mul.wide.u32 	%rd1120, %r1913, 2;
-	add.s64 	%rd1121, %rd282, %rd1120;
-	add.s64 	%rd1122, %rd232, %rd1121;
-	ld.u16 	%r3540, [%rd1122];
-$L__BB11_584:
-	and.b32  	%r562, %r3510, 16;
-	setp.eq.s32 	%p528, %r562, 0;
-	mov.u32 	%r3542, 0;
-	mov.u32 	%r3541, %r3542;
-	@%p528 bra 	$L__BB11_586;
-	and.b32  	%r1915, %r3510, 15;
-	popc.b32 	%r1916, %r1915;
-	add.s32 	%r1917, %r549, %r1916;
-	mul.wide.u32 	%rd1123, %r1917, 2;
-	add.s64 	%rd1124, %rd282, %rd1123;
-	add.s64 	%rd1125, %rd232, %rd1124;
-	ld.u16 	%r3541, [%rd1125];
-$L__BB11_586:
-	and.b32  	%r565, %r3510, 32;
-	setp.eq.s32 	%p529, %r565, 0;
-	@%p529 bra 	$L__BB11_588;
-	and.b32  	%r1919, %r3510, 31;
-	popc.b32 	%r1920, %r1919;
-	add.s32 	%r1921, %r549, %r1920;
-	mul.wide.u32 	%rd1126, %r1921, 2;
-	add.s64 	%rd1127, %rd282, %rd1126;
-	add.s64 	%rd1128, %rd232, %rd1127;
-	ld.u16 	%r3542, [%rd1128];
-$L__BB11_588:
-	and.b32  	%r568, %r3510, 64;
-	setp.eq.s32 	%p530, %r568, 0;
-	mov.u32 	%r3544, 0;
-	mov.u32 	%r3543, %r3544;
-	@%p530 bra 	$L__BB11_590;
-	and.b32  	%r1923, %r3510, 63;
-	popc.b32 	%r1924, %r1923;
-	add.s32 	%r1925, %r549, %r1924;
-	mul.wide.u32 	%rd1129, %r1925, 2;
-	add.s64 	%rd1130, %rd282, %rd1129;
-	add.s64 	%rd1131, %rd232, %rd1130;
-	ld.u16 	%r3543, [%rd1131];
-$L__BB11_590:
-	and.b32  	%r571, %r3510, 128;
-	setp.eq.s32 	%p531, %r571, 0;
-	@%p531 bra 	$L__BB11_592;
-	and.b32  	%r1927, %r3510, 127;
-	popc.b32 	%r1928, %r1927;
-	add.s32 	%r1929, %r549, %r1928;
-	mul.wide.u32 	%rd1132, %r1929, 2;
-	add.s64 	%rd1133, %rd282, %rd1132;
-	add.s64 	%rd1134, %rd232, %rd1133;
-	ld.u16 	%r3544, [%rd1134];
-$L__BB11_592:
-	and.b32  	%r1930, %r3517, -65536;
-	or.b32  	%r1931, %r1930, %r3537;
-	selp.b32 	%r1932, %r3517, %r1931, %p524;
-	and.b32  	%r1933, %r1932, 65535;
-	prmt.b32 	%r1934, %r3538, %r1933, 4180;
-	selp.b32 	%r574, %r1932, %r1934, %p525;
-	and.b32  	%r1935, %r3518, -65536;
-	or.b32  	%r1936, %r1935, %r3539;
-	selp.b32 	%r1937, %r3518, %r1936, %p526;
-	and.b32  	%r1938, %r1937, 65535;
-	prmt.b32 	%r1939, %r3540, %r1938, 4180;
-	selp.b32 	%r575, %r1937, %r1939, %p527;
-	and.b32  	%r1940, %r3519, -65536;
-	or.b32  	%r1941, %r1940, %r3541;
-	selp.b32 	%r1942, %r3519, %r1941, %p528;
-	and.b32  	%r1943, %r1942, 65535;
-	prmt.b32 	%r1944, %r3542, %r1943, 4180;
-	selp.b32 	%r576, %r1942, %r1944, %p529;
-	and.b32  	%r1945, %r3520, -65536;
-	or.b32  	%r1946, %r1945, %r3543;
-	selp.b32 	%r1947, %r3520, %r1946, %p530;
-	and.b32  	%r1948, %r1947, 65535;
-	prmt.b32 	%r1949, %r3544, %r1948, 4180;
-	selp.b32 	%r577, %r1947, %r1949, %p531;
-	@%p467 bra 	$L__BB11_594;
-	st.v4.u32 	[%rd288+4096], {%r574, %r575, %r576, %r577};
-$L__BB11_594:
-	shr.u32 	%r1952, %r1899, 16;
-	add.s32 	%r578, %r1952, %r548;
-	shr.u64 	%rd1135, %rd297, 32;
-	cvt.u32.u64 	%r1953, %rd1135;
-	and.b32  	%r1954, %r1953, 65535;
-	add.s32 	%r579, %r1954, %r578;
-	and.b32  	%r580, %r3511, 1;
-	setp.eq.s32 	%p541, %r580, 0;
-	mov.u32 	%r3546, 0;
-	mov.u32 	%r3545, %r3546;
-	@%p541 bra 	$L__BB11_596;
-	mul.wide.u32 	%rd1136, %r579, 2;
-	add.s64 	%rd1137, %rd282, %rd1136;
-	add.s64 	%rd1138, %rd232, %rd1137;
-	ld.u16 	%r3545, [%rd1138];
-$L__BB11_596:
-	and.b32  	%r583, %r3511, 2;
-	setp.eq.s32 	%p542, %r583, 0;
-	@%p542 bra 	$L__BB11_598;
-	popc.b32 	%r1956, %r580;
-	add.s32 	%r1957, %r579, %r1956;
-	mul.wide.u32 	%rd1139, %r1957, 2;
-	add.s64 	%rd1140, %rd282, %rd1139;
-	add.s64 	%rd1141, %rd232, %rd1140;
-	ld.u16 	%r3546, [%rd1141];
-$L__BB11_598:
-	and.b32  	%r586, %r3511, 4;
-	setp.eq.s32 	%p543, %r586, 0;
-	mov.u32 	%r3548, 0;
-	mov.u32 	%r3547, %r3548;
-	@%p543 bra 	$L__BB11_600;
-	and.b32  	%r1959, %r3511, 3;
-	popc.b32 	%r1960, %r1959;
-	add.s32 	%r1961, %r579, %r1960;
-	mul.wide.u32 	%rd1142, %r1961, 2;
-	add.s64 	%rd1143, %rd282, %rd1142;
-	add.s64 	%rd1144, %rd232, %rd1143;
-	ld.u16 	%r3547, [%rd1144];
-$L__BB11_600:
-	and.b32  	%r589, %r3511, 8;
-	setp.eq.s32 	%p544, %r589, 0;
-	@%p544 bra 	$L__BB11_602;
-	and.b32  	%r1963, %r3511, 7;
-	popc.b32 	%r1964, %r1963;
-	add.s32 	%r1965, %r579, %r1964;
-	mul.wide.u32 	%rd1145, %r1965, 2;
-	add.s64 	%rd1146, %rd282, %rd1145;
-	add.s64 	%rd1147, %rd232, %rd1146;
-	ld.u16 	%r3548, [%rd1147];
-$L__BB11_602:
-	and.b32  	%r592, %r3511, 16;
-	setp.eq.s32 	%p545, %r592, 0;
-	mov.u32 	%r3550, 0;
-	mov.u32 	%r3549, %r3550;
-	@%p545 bra 	$L__BB11_604;
-	and.b32  	%r1967, %r3511, 15;
-	popc.b32 	%r1968, %r1967;
-	add.s32 	%r1969, %r579, %r1968;
-	mul.wide.u32 	%rd1148, %r1969, 2;
-	add.s64 	%rd1149, %rd282, %rd1148;
-	add.s64 	%rd1150, %rd232, %rd1149;
-	ld.u16 	%r3549, [%rd1150];
-$L__BB11_604:
-	and.b32  	%r595, %r3511, 32;
-	setp.eq.s32 	%p546, %r595, 0;
-	@%p546 bra 	$L__BB11_606;
-	and.b32  	%r1971, %r3511, 31;
-	popc.b32 	%r1972, %r1971;
-	add.s32 	%r1973, %r579, %r1972;
-	mul.wide.u32 	%rd1151, %r1973, 2;
-	add.s64 	%rd1152, %rd282, %rd1151;
-	add.s64 	%rd1153, %rd232, %rd1152;
-	ld.u16 	%r3550, [%rd1153];
-$L__BB11_606:
-	and.b32  	%r598, %r3511, 64;
-	setp.eq.s32 	%p547, %r598, 0;
-	mov.u32 	%r3552, 0;
-	mov.u32 	%r3551, %r3552;
-	@%p547 bra 	$L__BB11_608;
-	and.b32  	%r1975, %r3511, 63;
-	popc.b32 	%r1976, %r1975;
-	add.s32 	%r1977, %r579, %r1976;
-	mul.wide.u32 	%rd1154, %r1977, 2;
-	add.s64 	%rd1155, %rd282, %rd1154;
-	add.s64 	%rd1156, %rd232, %rd1155;
-	ld.u16 	%r3551, [%rd1156];
-$L__BB11_608:
-	and.b32  	%r601, %r3511, 128;
-	setp.eq.s32 	%p548, %r601, 0;
-	@%p548 bra 	$L__BB11_610;
-	and.b32  	%r1979, %r3511, 127;
-	popc.b32 	%r1980, %r1979;
-	add.s32 	%r1981, %r579, %r1980;
-	mul.wide.u32 	%rd1157, %r1981, 2;
-	add.s64 	%rd1158, %rd282, %rd1157;
-	add.s64 	%rd1159, %rd232, %rd1158;
-	ld.u16 	%r3552, [%rd1159];
-$L__BB11_610:
-	and.b32  	%r1982, %r3521, -65536;
-	or.b32  	%r1983, %r1982, %r3545;
-	selp.b32 	%r1984, %r3521, %r1983, %p541;
-	and.b32  	%r1985, %r1984, 65535;
-	prmt.b32 	%r1986, %r3546, %r1985, 4180;
-	selp.b32 	%r604, %r1984, %r1986, %p542;
-	and.b32  	%r1987, %r3522, -65536;
-	or.b32  	%r1988, %r1987, %r3547;
-	selp.b32 	%r1989, %r3522, %r1988, %p543;
-	and.b32  	%r1990, %r1989, 65535;
-	prmt.b32 	%r1991, %r3548, %r1990, 4180;
-	selp.b32 	%r605, %r1989, %r1991, %p544;
-	and.b32  	%r1992, %r3523, -65536;
-	or.b32  	%r1993, %r1992, %r3549;
-	selp.b32 	%r1994, %r3523, %r1993, %p545;
-	and.b32  	%r1995, %r1994, 65535;
-	prmt.b32 	%r1996, %r3550, %r1995, 4180;
-	selp.b32 	%r606, %r1994, %r1996, %p546;
-	and.b32  	%r1997, %r3524, -65536;
-	or.b32  	%r1998, %r1997, %r3551;
-	selp.b32 	%r1999, %r3524, %r1998, %p547;
-	and.b32  	%r2000, %r1999, 65535;
-	prmt.b32 	%r2001, %r3552, %r2000, 4180;
-	selp.b32 	%r607, %r1999, %r2001, %p548;
-	@%p469 bra 	$L__BB11_612;
-	st.v4.u32 	[%rd288+8192], {%r604, %r605, %r606, %r607};
-$L__BB11_612:
-	shr.u64 	%rd1160, %rd296, 32;
-	cvt.u32.u64 	%r2003, %rd1160;
-	and.b32  	%r2004, %r2003, 65535;
-	add.s32 	%r608, %r2004, %r578;
-	shr.u64 	%rd1161, %rd297, 48;
-	cvt.u32.u64 	%r2005, %rd1161;
-	add.s32 	%r609, %r608, %r2005;
-	and.b32  	%r610, %r3512, 1;
-	setp.eq.s32 	%p558, %r610, 0;
-	mov.u32 	%r3554, 0;
-	mov.u32 	%r3553, %r3554;
-	@%p558 bra 	$L__BB11_614;
-	mul.wide.u32 	%rd1162, %r609, 2;
-	add.s64 	%rd1163, %rd282, %rd1162;
-	add.s64 	%rd1164, %rd232, %rd1163;
-	ld.u16 	%r3553, [%rd1164];
-$L__BB11_614:
-	and.b32  	%r613, %r3512, 2;
-	setp.eq.s32 	%p559, %r613, 0;
-	@%p559 bra 	$L__BB11_616;
-	popc.b32 	%r2007, %r610;
-	add.s32 	%r2008, %r609, %r2007;
-	mul.wide.u32 	%rd1165, %r2008, 2;
-	add.s64 	%rd1166, %rd282, %rd1165;
-	add.s64 	%rd1167, %rd232, %rd1166;
-	ld.u16 	%r3554, [%rd1167];
-$L__BB11_616:
-	and.b32  	%r616, %r3512, 4;
-	setp.eq.s32 	%p560, %r616, 0;
-	mov.u32 	%r3556, 0;
-	mov.u32 	%r3555, %r3556;
-	@%p560 bra 	$L__BB11_618;
-	and.b32  	%r2010, %r3512, 3;
-	popc.b32 	%r2011, %r2010;
-	add.s32 	%r2012, %r609, %r2011;
-	mul.wide.u32 	%rd1168, %r2012, 2;
-	add.s64 	%rd1169, %rd282, %rd1168;
-	add.s64 	%rd1170, %rd232, %rd1169;
-	ld.u16 	%r3555, [%rd1170];
-$L__BB11_618:
-	and.b32  	%r619, %r3512, 8;
-	setp.eq.s32 	%p561, %r619, 0;
-	@%p561 bra 	$L__BB11_620;
-	and.b32  	%r2014, %r3512, 7;
-	popc.b32 	%r2015, %r2014;
-	add.s32 	%r2016, %r609, %r2015;
-	mul.wide.u32 	%rd1171, %r2016, 2;
-	add.s64 	%rd1172, %rd282, %rd1171;
-	add.s64 	%rd1173, %rd232, %rd1172;
-	ld.u16 	%r3556, [%rd1173];
-$L__BB11_620:
-	and.b32  	%r622, %r3512, 16;
-	setp.eq.s32 	%p562, %r622, 0;
-	mov.u32 	%r3558, 0;
-	mov.u32 	%r3557, %r3558;
-	@%p562 bra 	$L__BB11_622;
-	and.b32  	%r2018, %r3512, 15;
-	popc.b32 	%r2019, %r2018;
-	add.s32 	%r2020, %r609, %r2019;
-	mul.wide.u32 	%rd1174, %r2020, 2;
-	add.s64 	%rd1175, %rd282, %rd1174;
-	add.s64 	%rd1176, %rd232, %rd1175;
-	ld.u16 	%r3557, [%rd1176];
-$L__BB11_622:
-	and.b32  	%r625, %r3512, 32;
-	setp.eq.s32 	%p563, %r625, 0;
-	@%p563 bra 	$L__BB11_624;
-	and.b32  	%r2022, %r3512, 31;
-	popc.b32 	%r2023, %r2022;
-	add.s32 	%r2024, %r609, %r2023;
-	mul.wide.u32 	%rd1177, %r2024, 2;
-	add.s64 	%rd1178, %rd282, %rd1177;
-	add.s64 	%rd1179, %rd232, %rd1178;
-	ld.u16 	%r3558, [%rd1179];
-$L__BB11_624:
-	and.b32  	%r628, %r3512, 64;
-	setp.eq.s32 	%p564, %r628, 0;
-	mov.u32 	%r3560, 0;
-	mov.u32 	%r3559, %r3560;
-	@%p564 bra 	$L__BB11_626;
-	and.b32  	%r2026, %r3512, 63;
-	popc.b32 	%r2027, %r2026;
-	add.s32 	%r2028, %r609, %r2027;
-	mul.wide.u32 	%rd1180, %r2028, 2;
-	add.s64 	%rd1181, %rd282, %rd1180;
-	add.s64 	%rd1182, %rd232, %rd1181;
-	ld.u16 	%r3559, [%rd1182];
-$L__BB11_626:
-	and.b32  	%r631, %r3512, 128;
-	setp.eq.s32 	%p565, %r631, 0;
-	@%p565 bra 	$L__BB11_628;
-	and.b32  	%r2030, %r3512, 127;
-	popc.b32 	%r2031, %r2030;
-	add.s32 	%r2032, %r609, %r2031;
-	mul.wide.u32 	%rd1183, %r2032, 2;
-	add.s64 	%rd1184, %rd282, %rd1183;
-	add.s64 	%rd1185, %rd232, %rd1184;
-	ld.u16 	%r3560, [%rd1185];
-$L__BB11_628:
-	and.b32  	%r2033, %r3525, -65536;
-	or.b32  	%r2034, %r2033, %r3553;
-	selp.b32 	%r2035, %r3525, %r2034, %p558;
-	and.b32  	%r2036, %r2035, 65535;
-	prmt.b32 	%r2037, %r3554, %r2036, 4180;
-	selp.b32 	%r634, %r2035, %r2037, %p559;
-	and.b32  	%r2038, %r3526, -65536;
-	or.b32  	%r2039, %r2038, %r3555;
-	selp.b32 	%r2040, %r3526, %r2039, %p560;
-	and.b32  	%r2041, %r2040, 65535;
-	prmt.b32 	%r2042, %r3556, %r2041, 4180;
-	selp.b32 	%r635, %r2040, %r2042, %p561;
-	and.b32  	%r2043, %r3527, -65536;
-	or.b32  	%r2044, %r2043, %r3557;
-	selp.b32 	%r2045, %r3527, %r2044, %p562;
-	and.b32  	%r2046, %r2045, 65535;
-	prmt.b32 	%r2047, %r3558, %r2046, 4180;
-	selp.b32 	%r636, %r2045, %r2047, %p563;
-	and.b32  	%r2048, %r3528, -65536;
-	or.b32  	%r2049, %r2048, %r3559;
-	selp.b32 	%r2050, %r3528, %r2049, %p564;
-	and.b32  	%r2051, %r2050, 65535;
-	prmt.b32 	%r2052, %r3560, %r2051, 4180;
-	selp.b32 	%r637, %r2050, %r2052, %p565;
-	@%p471 bra 	$L__BB11_630;
-	st.v4.u32 	[%rd288+12288], {%r634, %r635, %r636, %r637};
-$L__BB11_630:
-	shr.u64 	%rd1186, %rd296, 48;
-	cvt.u32.u64 	%r2053, %rd1186;
-	add.s32 	%r3508, %r608, %r2053;
-	add.s64 	%rd1672, %rd1672, 1024;
-	setp.lt.u64 	%p575, %rd1672, %rd264;
-	@%p575 bra 	$L__BB11_533;
-	bra.uni 	$L__BB11_888;
-$L__BB11_795:
-	setp.eq.s64 	%p757, %rd264, 0;
-	@%p757 bra 	$L__BB11_888;
-	add.s64 	%rd316, %rd239, %rd235;
-	mov.u64 	%rd1678, 0;
-	mov.u32 	%r3646, 0;
-$L__BB11_797:
-	mov.u32 	%r3647, 0;
-	add.s64 	%rd318, %rd1678, %rd8;
-	setp.ge.u64 	%p758, %rd318, %rd264;
-	@%p758 bra 	$L__BB11_799;
-	shr.u64 	%rd1436, %rd318, 2;
-	and.b64  	%rd1437, %rd1436, 2305843009213693948;
-	add.s64 	%rd1438, %rd236, %rd1437;
-	cvt.u32.u64 	%r2654, %rd318;
-	shl.b32 	%r2655, %r2654, 1;
-	and.b32  	%r2656, %r2655, 30;
-	ld.u32 	%r2657, [%rd1438];
-	shr.u32 	%r2658, %r2657, %r2656;
-	and.b32  	%r3647, %r2658, 3;
-$L__BB11_799:
-	add.s64 	%rd319, %rd318, 256;
-	setp.ge.u64 	%p759, %rd319, %rd264;
-	mov.u32 	%r3649, 0;
-	mov.u32 	%r3648, %r3649;
-	@%p759 bra 	$L__BB11_801;
-	shr.u64 	%rd1439, %rd319, 2;
-	and.b64  	%rd1440, %rd1439, 2305843009213693948;
-	add.s64 	%rd1441, %rd236, %rd1440;
-	cvt.u32.u64 	%r2660, %rd319;
-	shl.b32 	%r2661, %r2660, 1;
-	and.b32  	%r2662, %r2661, 30;
-	ld.u32 	%r2663, [%rd1441];
-	shr.u32 	%r2664, %r2663, %r2662;
-	and.b32  	%r3648, %r2664, 3;
-$L__BB11_801:
-	add.s64 	%rd320, %rd318, 512;
-	setp.ge.u64 	%p760, %rd320, %rd264;
-	@%p760 bra 	$L__BB11_803;
-	shr.u64 	%rd1442, %rd320, 2;
-	and.b64  	%rd1443, %rd1442, 2305843009213693948;
-	add.s64 	%rd1444, %rd236, %rd1443;
-	cvt.u32.u64 	%r2666, %rd320;
-	shl.b32 	%r2667, %r2666, 1;
-	and.b32  	%r2668, %r2667, 30;
-	ld.u32 	%r2669, [%rd1444];
-	shr.u32 	%r2670, %r2669, %r2668;
-	and.b32  	%r3649, %r2670, 3;
-$L__BB11_803:
-	add.s64 	%rd321, %rd318, 768;
-	setp.ge.u64 	%p761, %rd321, %rd264;
-	mov.u32 	%r3651, 0;
-	mov.u32 	%r3650, %r3651;
-	@%p761 bra 	$L__BB11_805;
-	shr.u64 	%rd1445, %rd321, 2;
-	and.b64  	%rd1446, %rd1445, 2305843009213693948;
-	add.s64 	%rd1447, %rd236, %rd1446;
-	cvt.u32.u64 	%r2672, %rd321;
-	shl.b32 	%r2673, %r2672, 1;
-	and.b32  	%r2674, %r2673, 30;
-	ld.u32 	%r2675, [%rd1447];
-	shr.u32 	%r2676, %r2675, %r2674;
-	and.b32  	%r3650, %r2676, 3;
-$L__BB11_805:
-	mov.u32 	%r2681, 31;
-	mov.u32 	%r2682, 1;
-	mov.u32 	%r2683, -1;
-	shfl.sync.bfly.b32 	%r2684|%p762, %r3647, %r2682, %r2681, %r2683;
-	or.b32  	%r917, %r2684, %r3647;
-	setp.eq.s32 	%p763, %r917, 0;
-	shl.b64 	%rd1448, %rd318, 4;
-	add.s64 	%rd322, %rd237, %rd1448;
-	mov.u32 	%r3652, %r3651;
-	mov.u32 	%r3653, %r3651;
-	mov.u32 	%r3654, %r3651;
-	@%p763 bra 	$L__BB11_807;
-	ld.v4.u32 	{%r3651, %r3652, %r3653, %r3654}, [%rd322];
-$L__BB11_807:
-	shfl.sync.bfly.b32 	%r2696|%p764, %r3648, %r2682, %r2681, %r2683;
-	or.b32  	%r926, %r2696, %r3648;
-	setp.eq.s32 	%p765, %r926, 0;
-	mov.u32 	%r3659, 0;
-	mov.u32 	%r3655, %r3659;
-	mov.u32 	%r3656, %r3659;
-	mov.u32 	%r3657, %r3659;
-	mov.u32 	%r3658, %r3659;
-	@%p765 bra 	$L__BB11_809;
-	ld.v4.u32 	{%r3655, %r3656, %r3657, %r3658}, [%rd322+4096];
-$L__BB11_809:
-	mov.u32 	%r2705, 31;
-	mov.u32 	%r2706, 1;
-	mov.u32 	%r2707, -1;
-	shfl.sync.bfly.b32 	%r2708|%p766, %r3649, %r2706, %r2705, %r2707;
-	or.b32  	%r935, %r2708, %r3649;
-	setp.eq.s32 	%p767, %r935, 0;
-	mov.u32 	%r3660, %r3659;
-	mov.u32 	%r3661, %r3659;
-	mov.u32 	%r3662, %r3659;
-	@%p767 bra 	$L__BB11_811;
-	ld.v4.u32 	{%r3659, %r3660, %r3661, %r3662}, [%rd322+8192];
-$L__BB11_811:
-	shfl.sync.bfly.b32 	%r2720|%p768, %r3650, %r2706, %r2705, %r2707;
-	or.b32  	%r944, %r2720, %r3650;
-	setp.eq.s32 	%p769, %r944, 0;
-	mov.u32 	%r2716, 0;
-	mov.u32 	%r3663, %r2716;
-	mov.u32 	%r3664, %r2716;
-	mov.u32 	%r3665, %r2716;
-	mov.u32 	%r3666, %r2716;
-	@%p769 bra 	$L__BB11_813;
-	ld.v4.u32 	{%r3663, %r3664, %r3665, %r3666}, [%rd322+12288];
-$L__BB11_813:
-	cvt.u32.u64 	%r3258, %rd9;
-	setp.lt.u32 	%p770, %r3258, 16;
-	mov.u32 	%r2746, 16;
-	setp.lt.u32 	%p771, %r3258, 4;
-	mov.u32 	%r2747, 4;
-	setp.lt.u32 	%p772, %r3258, 2;
-	mov.u32 	%r2748, 2;
-	setp.lt.u32 	%p773, %r3258, 8;
-	mov.u32 	%r2749, 8;
-	setp.ne.s32 	%p774, %r3258, 31;
-	setp.eq.s32 	%p775, %r3258, 0;
-	popc.b32 	%r2751, %r3650;
-	cvt.u64.u32 	%rd1459, %r2751;
-	shl.b64 	%rd1460, %rd1459, 48;
-	popc.b32 	%r2752, %r3648;
-	shl.b32 	%r2753, %r2752, 16;
-	popc.b32 	%r2754, %r3647;
-	or.b32  	%r2755, %r2753, %r2754;
-	cvt.u64.u32 	%rd1461, %r2755;
-	popc.b32 	%r2756, %r3649;
-	cvt.u64.u32 	%rd1462, %r2756;
-	bfi.b64 	%rd1463, %rd1462, %rd1461, 32, 32;
-	or.b64  	%rd1449, %rd1460, %rd1463;
-	// begin inline asm
-	mov.b64 {%r2725,%r2726}, %rd1449;
-	// end inline asm
-	mov.u32 	%r2757, 1;
-	mov.u32 	%r2758, -1;
-	shfl.sync.up.b32 	%r2728|%p776, %r2726, %r2757, %r2716, %r2758;
-	shfl.sync.up.b32 	%r2727|%p777, %r2725, %r2757, %r2716, %r2758;
-	// begin inline asm
-	mov.b64 %rd1450, {%r2727,%r2728};
-	// end inline asm
-	selp.b64 	%rd1464, 0, %rd1450, %p775;
-	add.s64 	%rd1451, %rd1464, %rd1449;
-	// begin inline asm
-	mov.b64 {%r2729,%r2730}, %rd1451;
-	// end inline asm
-	shfl.sync.up.b32 	%r2732|%p778, %r2730, %r2748, %r2716, %r2758;
-	shfl.sync.up.b32 	%r2731|%p779, %r2729, %r2748, %r2716, %r2758;
-	// begin inline asm
-	mov.b64 %rd1452, {%r2731,%r2732};
-	// end inline asm
-	selp.b64 	%rd1465, 0, %rd1452, %p772;
-	add.s64 	%rd1453, %rd1465, %rd1451;
-	// begin inline asm
-	mov.b64 {%r2733,%r2734}, %rd1453;
-	// end inline asm
-	shfl.sync.up.b32 	%r2736|%p780, %r2734, %r2747, %r2716, %r2758;
-	shfl.sync.up.b32 	%r2735|%p781, %r2733, %r2747, %r2716, %r2758;
-	// begin inline asm
-	mov.b64 %rd1454, {%r2735,%r2736};
-	// end inline asm
-	selp.b64 	%rd1466, 0, %rd1454, %p771;
-	add.s64 	%rd1455, %rd1466, %rd1453;
-	// begin inline asm
-	mov.b64 {%r2737,%r2738}, %rd1455;
-	// end inline asm
-	shfl.sync.up.b32 	%r2740|%p782, %r2738, %r2749, %r2716, %r2758;
-	shfl.sync.up.b32 	%r2739|%p783, %r2737, %r2749, %r2716, %r2758;
-	// begin inline asm
-	mov.b64 %rd1456, {%r2739,%r2740};
-	// end inline asm
-	selp.b64 	%rd1467, 0, %rd1456, %p773;
-	add.s64 	%rd1457, %rd1467, %rd1455;
-	// begin inline asm
-	mov.b64 {%r2741,%r2742}, %rd1457;
-	// end inline asm
-	shfl.sync.up.b32 	%r2744|%p784, %r2742, %r2746, %r2716, %r2758;
-	shfl.sync.up.b32 	%r2743|%p785, %r2741, %r2746, %r2716, %r2758;
-	// begin inline asm
-	mov.b64 %rd1458, {%r2743,%r2744};
-	// end inline asm
-	selp.b64 	%rd1468, 0, %rd1458, %p770;
-	add.s64 	%rd324, %rd1468, %rd1457;
-	@%p774 bra 	$L__BB11_815;
-	st.shared.u64 	[%r4], %rd324;
-$L__BB11_815:
-	setp.ne.s32 	%p786, %r2, 0;
-	bar.sync 	0;
-	@%p786 bra 	$L__BB11_820;
-	cvt.u32.u64 	%r3259, %rd9;
-	setp.gt.u32 	%p787, %r3259, 7;
-	mov.u64 	%rd1679, 0;
-	@%p787 bra 	$L__BB11_818;
-	ld.shared.u64 	%rd1679, [%r5];
-$L__BB11_818:
-	cvt.u32.u64 	%r3273, %rd9;
-	setp.lt.u32 	%p880, %r3273, 16;
-	setp.lt.u32 	%p879, %r3273, 8;
-	setp.lt.u32 	%p878, %r3273, 4;
-	setp.lt.u32 	%p877, %r3273, 2;
-	setp.eq.s32 	%p876, %r3273, 0;
-	mov.u32 	%r2781, 16;
-	mov.u32 	%r2782, 4;
-	mov.u32 	%r2783, 2;
-	mov.u32 	%r2784, 8;
-	mov.u32 	%r2785, 0;
-	// begin inline asm
-	mov.b64 {%r2760,%r2761}, %rd1679;
-	// end inline asm
-	mov.u32 	%r2786, 1;
-	mov.u32 	%r2787, -1;
-	shfl.sync.up.b32 	%r2763|%p794, %r2761, %r2786, %r2785, %r2787;
-	shfl.sync.up.b32 	%r2762|%p795, %r2760, %r2786, %r2785, %r2787;
-	// begin inline asm
-	mov.b64 %rd1471, {%r2762,%r2763};
-	// end inline asm
-	selp.b64 	%rd1480, 0, %rd1471, %p876;
-	add.s64 	%rd1472, %rd1480, %rd1679;
-	// begin inline asm
-	mov.b64 {%r2764,%r2765}, %rd1472;
-	// end inline asm
-	shfl.sync.up.b32 	%r2767|%p796, %r2765, %r2783, %r2785, %r2787;
-	shfl.sync.up.b32 	%r2766|%p797, %r2764, %r2783, %r2785, %r2787;
-	// begin inline asm
-	mov.b64 %rd1473, {%r2766,%r2767};
-	// end inline asm
-	selp.b64 	%rd1481, 0, %rd1473, %p877;
-	add.s64 	%rd1474, %rd1481, %rd1472;
-	// begin inline asm
-	mov.b64 {%r2768,%r2769}, %rd1474;
-	// end inline asm
-	shfl.sync.up.b32 	%r2771|%p798, %r2769, %r2782, %r2785, %r2787;
-	shfl.sync.up.b32 	%r2770|%p799, %r2768, %r2782, %r2785, %r2787;
-	// begin inline asm
-	mov.b64 %rd1475, {%r2770,%r2771};
-	// end inline asm
-	selp.b64 	%rd1482, 0, %rd1475, %p878;
-	add.s64 	%rd1476, %rd1482, %rd1474;
-	// begin inline asm
-	mov.b64 {%r2772,%r2773}, %rd1476;
-	// end inline asm
-	shfl.sync.up.b32 	%r2775|%p800, %r2773, %r2784, %r2785, %r2787;
-	shfl.sync.up.b32 	%r2774|%p801, %r2772, %r2784, %r2785, %r2787;
-	// begin inline asm
-	mov.b64 %rd1477, {%r2774,%r2775};
-	// end inline asm
-	selp.b64 	%rd1483, 0, %rd1477, %p879;
-	add.s64 	%rd1478, %rd1483, %rd1476;
-	// begin inline asm
-	mov.b64 {%r2776,%r2777}, %rd1478;
-	// end inline asm
-	shfl.sync.up.b32 	%r2779|%p802, %r2777, %r2781, %r2785, %r2787;
-	shfl.sync.up.b32 	%r2778|%p803, %r2776, %r2781, %r2785, %r2787;
-	// begin inline asm
-	mov.b64 %rd1479, {%r2778,%r2779};
-	// end inline asm
-	selp.b64 	%rd1484, 0, %rd1479, %p880;
-	add.s64 	%rd327, %rd1484, %rd1478;
-	@%p787 bra 	$L__BB11_820;
-	st.shared.u64 	[%r5], %rd327;
-$L__BB11_820:
-	setp.eq.s32 	%p804, %r2, 0;
-	bar.sync 	0;
-	mov.u64 	%rd1681, 0;
-	mov.u64 	%rd1680, %rd1681;
-	@%p804 bra 	$L__BB11_822;
-	ld.shared.u64 	%rd1680, [%r4+-8];
-$L__BB11_822:
-	ld.shared.u64 	%rd330, [_ZZ14ws_delta_applyE3red+56];
-	bar.sync 	0;
-	sub.s64 	%rd1487, %rd324, %rd1449;
-	add.s64 	%rd331, %rd1487, %rd1680;
-	cvt.u32.u64 	%r2788, %rd331;
-	and.b32  	%r2789, %r2788, 65535;
-	add.s32 	%r953, %r2789, %r3646;
-	and.b32  	%r954, %r3647, 1;
-	setp.eq.s32 	%p805, %r954, 0;
-	@%p805 bra 	$L__BB11_824;
-	mul.wide.u32 	%rd1488, %r953, 8;
-	add.s64 	%rd1489, %rd316, %rd1488;
-	add.s64 	%rd1490, %rd232, %rd1489;
-	ld.u64 	%rd1681, [%rd1490];
-$L__BB11_824:
-	and.b32  	%r955, %r3647, 2;
-	setp.eq.s32 	%p806, %r955, 0;
-	mov.u64 	%rd1682, 0;
-	@%p806 bra 	$L__BB11_826;
-	popc.b32 	%r2790, %r954;
-	add.s32 	%r2791, %r953, %r2790;
-	mul.wide.u32 	%rd1492, %r2791, 8;
-	add.s64 	%rd1493, %rd316, %rd1492;
-	add.s64 	%rd1494, %rd232, %rd1493;
-	ld.u64 	%rd1682, [%rd1494];
-$L__BB11_826:
-	shr.u64 	%rd1495, %rd1681, 32;
-	cvt.u32.u64 	%r2792, %rd1495;
-	selp.b32 	%r956, %r3652, %r2792, %p805;
-	cvt.u32.u64 	%r2793, %rd1681;
-	selp.b32 	%r957, %r3651, %r2793, %p805;
-	shr.u64 	%rd1496, %rd1682, 32;
-	cvt.u32.u64 	%r2794, %rd1496;
-	selp.b32 	%r958, %r3654, %r2794, %p806;
-	cvt.u32.u64 	%r2795, %rd1682;
-	selp.b32 	%r959, %r3653, %r2795, %p806;
-	@%p763 bra 	$L__BB11_828;
-	st.v4.u32 	[%rd322], {%r957, %r956, %r959, %r958};
-$L__BB11_828:
-	cvt.u32.u64 	%r2796, %rd330;
-	and.b32  	%r2797, %r2796, 65535;
-	add.s32 	%r960, %r2797, %r3646;
-	shr.u32 	%r2799, %r2788, 16;
-	add.s32 	%r961, %r2799, %r960;
-	and.b32  	%r962, %r3648, 1;
-	setp.eq.s32 	%p810, %r962, 0;
-	mov.u64 	%rd1684, 0;
-	mov.u64 	%rd1683, %rd1684;
-	@%p810 bra 	$L__BB11_830;
-	mul.wide.u32 	%rd1498, %r961, 8;
-	add.s64 	%rd1499, %rd316, %rd1498;
-	add.s64 	%rd1500, %rd232, %rd1499;
-	ld.u64 	%rd1683, [%rd1500];
-$L__BB11_830:
-	and.b32  	%r963, %r3648, 2;
-	setp.eq.s32 	%p811, %r963, 0;
-	@%p811 bra 	$L__BB11_832;
-	popc.b32 	%r2800, %r962;
-	add.s32 	%r2801, %r961, %r2800;
-	mul.wide.u32 	%rd1502, %r2801, 8;
-	add.s64 	%rd1503, %rd316, %rd1502;
-	add.s64 	%rd1504, %rd232, %rd1503;
-	ld.u64 	%rd1684, [%rd1504];
-$L__BB11_832:
-	shr.u64 	%rd1505, %rd1683, 32;
-	cvt.u32.u64 	%r2802, %rd1505;
-	selp.b32 	%r964, %r3656, %r2802, %p810;
-	cvt.u32.u64 	%r2803, %rd1683;
-	selp.b32 	%r965, %r3655, %r2803, %p810;
-	shr.u64 	%rd1506, %rd1684, 32;
-	cvt.u32.u64 	%r2804, %rd1506;
-	selp.b32 	%r966, %r3658, %r2804, %p811;
-	cvt.u32.u64 	%r2805, %rd1684;
-	selp.b32 	%r967, %r3657, %r2805, %p811;
-	@%p765 bra 	$L__BB11_834;
-	st.v4.u32 	[%rd322+4096], {%r965, %r964, %r967, %r966};
-$L__BB11_834:
-	shr.u32 	%r2807, %r2796, 16;
-	add.s32 	%r968, %r2807, %r960;
-	shr.u64 	%rd1508, %rd331, 32;
-	cvt.u32.u64 	%r2808, %rd1508;
-	and.b32  	%r2809, %r2808, 65535;
-	add.s32 	%r969, %r2809, %r968;
-	and.b32  	%r970, %r3649, 1;
-	setp.eq.s32 	%p815, %r970, 0;
-	mov.u64 	%rd1686, 0;
-	mov.u64 	%rd1685, %rd1686;
-	@%p815 bra 	$L__BB11_836;
-	mul.wide.u32 	%rd1509, %r969, 8;
-	add.s64 	%rd1510, %rd316, %rd1509;
-	add.s64 	%rd1511, %rd232, %rd1510;
-	ld.u64 	%rd1685, [%rd1511];
-$L__BB11_836:
-	and.b32  	%r971, %r3649, 2;
-	setp.eq.s32 	%p816, %r971, 0;
-	@%p816 bra 	$L__BB11_838;
-	popc.b32 	%r2810, %r970;
-	add.s32 	%r2811, %r969, %r2810;
-	mul.wide.u32 	%rd1513, %r2811, 8;
-	add.s64 	%rd1514, %rd316, %rd1513;
-	add.s64 	%rd1515, %rd232, %rd1514;
-	ld.u64 	%rd1686, [%rd1515];
-$L__BB11_838:
-	shr.u64 	%rd1516, %rd1685, 32;
-	cvt.u32.u64 	%r2812, %rd1516;
-	selp.b32 	%r972, %r3660, %r2812, %p815;
-	cvt.u32.u64 	%r2813, %rd1685;
-	selp.b32 	%r973, %r3659, %r2813, %p815;
-	shr.u64 	%rd1517, %rd1686, 32;
-	cvt.u32.u64 	%r2814, %rd1517;
-	selp.b32 	%r974, %r3662, %r2814, %p816;
-	cvt.u32.u64 	%r2815, %rd1686;
-	selp.b32 	%r975, %r3661, %r2815, %p816;
-	@%p767 bra 	$L__BB11_840;
-	st.v4.u32 	[%rd322+8192], {%r973, %r972, %r975, %r974};
-$L__BB11_840:
-	shr.u64 	%rd1519, %rd330, 32;
-	cvt.u32.u64 	%r2816, %rd1519;
-	and.b32  	%r2817, %r2816, 65535;
-	add.s32 	%r976, %r2817, %r968;
-	shr.u64 	%rd1520, %rd331, 48;
-	cvt.u32.u64 	%r2818, %rd1520;
-	add.s32 	%r977, %r976, %r2818;
-	and.b32  	%r978, %r3650, 1;
-	setp.eq.s32 	%p820, %r978, 0;
-	mov.u64 	%rd1688, 0;
-	mov.u64 	%rd1687, %rd1688;
-	@%p820 bra 	$L__BB11_842;
-	mul.wide.u32 	%rd1521, %r977, 8;
-	add.s64 	%rd1522, %rd316, %rd1521;
-	add.s64 	%rd1523, %rd232, %rd1522;
-	ld.u64 	%rd1687, [%rd1523];
-$L__BB11_842:
-	and.b32  	%r979, %r3650, 2;
-	setp.eq.s32 	%p821, %r979, 0;
-	@%p821 bra 	$L__BB11_844;
-	popc.b32 	%r2819, %r978;
-	add.s32 	%r2820, %r977, %r2819;
-	mul.wide.u32 	%rd1525, %r2820, 8;
-	add.s64 	%rd1526, %rd316, %rd1525;
-	add.s64 	%rd1527, %rd232, %rd1526;
-	ld.u64 	%rd1688, [%rd1527];
-$L__BB11_844:
-	shr.u64 	%rd1528, %rd1687, 32;
-	cvt.u32.u64 	%r2821, %rd1528;
-	selp.b32 	%r980, %r3664, %r2821, %p820;
-	cvt.u32.u64 	%r2822, %rd1687;
-	selp.b32 	%r981, %r3663, %r2822, %p820;
-	shr.u64 	%rd1529, %rd1688, 32;
-	cvt.u32.u64 	%r2823, %rd1529;
-	selp.b32 	%r982, %r3666, %r2823, %p821;
-	cvt.u32.u64 	%r2824, %rd1688;
-	selp.b32 	%r983, %r3665, %r2824, %p821;
-	@%p769 bra 	$L__BB11_846;
-	st.v4.u32 	[%rd322+12288], {%r981, %r980, %r983, %r982};
-$L__BB11_846:
-	shr.u64 	%rd1530, %rd330, 48;
-	cvt.u32.u64 	%r2825, %rd1530;
-	add.s32 	%r3646, %r976, %r2825;
-	add.s64 	%rd1678, %rd1678, 1024;
-	setp.lt.u64 	%p825, %rd1678, %rd264;
-	@%p825 bra 	$L__BB11_797;
-	bra.uni 	$L__BB11_888;
-$L__BB11_415:
-	mov.u32 	%r1424, _ZZ14ws_delta_applyE4coop;
-	add.s32 	%r1425, %r1424, %r3462;
-	ld.shared.u8 	%rs36, [%r1425];
-	setp.eq.s16 	%p328, %rs36, 0;
-	@%p328 bra 	$L__BB11_888;
-	mov.b64 	%rd1592, ws_delta_apply_param_0;
-	add.s64 	%rd1591, %rd1592, 32;
-	ld.param.u64 	%rd1590, [%rd1591+-24];
-	cvta.to.global.u64 	%rd1589, %rd1590;
-	ld.param.u64 	%rd1588, [%rd1591+-8];
-	cvta.to.global.u64 	%rd1587, %rd1588;
-	cvt.u64.u32 	%rd857, %r3462;
-	add.s64 	%rd858, %rd1616, %rd857;
-	shr.u64 	%rd860, %rd858, 6;
-	and.b64  	%rd861, %rd860, 288230376151711740;
-	add.s64 	%rd862, %rd1587, %rd861;
-	ld.global.u32 	%r1426, [%rd862];
-	cvt.u64.u32 	%rd228, %r1426;
-	mul.wide.u32 	%rd864, %r1426, 64;
-	add.s64 	%rd865, %rd1589, %rd864;
-	ld.global.v2.u32 	{%r1427, %r1428}, [%rd865+16];
-	ld.global.u64 	%rd866, [%rd865+8];
-	shl.b64 	%rd867, %rd866, 8;
-	sub.s64 	%rd868, %rd858, %rd867;
-	and.b64  	%rd869, %rd868, -256;
-	and.b64  	%rd870, %rd858, 255;
-	or.b64  	%rd229, %rd869, %rd870;
-	cvt.u64.u32 	%rd871, %r1427;
-	setp.ge.u64 	%p329, %rd229, %rd871;
-	ld.global.u64 	%rd872, [%rd865+24];
-	setp.ne.s64 	%p330, %rd872, -1;
-	or.pred  	%p331, %p330, %p329;
-	@%p331 bra 	$L__BB11_888;
-	cvta.to.global.u64 	%rd873, %rd7;
-	mul.lo.s64 	%rd874, %rd228, 40;
-	add.s64 	%rd230, %rd873, %rd874;
-	ld.global.u32 	%rd231, [%rd230+32];
-	ld.global.u64 	%rd232, [%rd230];
-	shl.b64 	%rd875, %rd229, 4;
-	add.s64 	%rd876, %rd232, %rd875;
-	add.s64 	%rd233, %rd876, 44;
-	ld.u8 	%rs9, [%rd876+44];
-	setp.eq.s16 	%p332, %rs9, 0;
-	@%p332 bra 	$L__BB11_888;
-	cvt.u64.u32 	%rd877, %r1428;
-	mul.lo.s64 	%rd878, %rd229, %rd877;
-	ld.global.u64 	%rd879, [%rd230+24];
-	sub.s64 	%rd880, %rd879, %rd878;
-	min.u64 	%rd234, %rd880, %rd877;
-	ld.u64 	%rd235, [%rd233+-12];
-	add.s64 	%rd236, %rd232, %rd235;
-	mul.lo.s64 	%rd881, %rd878, %rd231;
-	ld.global.u64 	%rd882, [%rd230+8];
-	add.s64 	%rd237, %rd882, %rd881;
-	setp.eq.s16 	%p333, %rs9, 1;
-	@%p333 bra 	$L__BB11_847;
-	bra.uni 	$L__BB11_419;
-$L__BB11_847:
-	mul.lo.s64 	%rd349, %rd234, %rd231;
-	or.b64  	%rd350, %rd237, %rd236;
-	and.b64  	%rd1531, %rd350, 15;
-	setp.eq.s64 	%p826, %rd1531, 0;
-	@%p826 bra 	$L__BB11_865;
-	and.b64  	%rd1533, %rd350, 7;
-	setp.ne.s64 	%p827, %rd1533, 0;
-	mov.u64 	%rd1705, 0;
-	@%p827 bra 	$L__BB11_881;
-	shr.u64 	%rd351, %rd349, 3;
-	cvt.u64.u32 	%rd1691, %r1;
-	add.s64 	%rd1534, %rd1691, 768;
-	setp.ge.u64 	%p828, %rd1534, %rd351;
-	@%p828 bra 	$L__BB11_857;
-	cvt.u64.u32 	%rd1691, %r1;
-	mov.u64 	%rd1536, -769;
-	sub.s64 	%rd1537, %rd1536, %rd1691;
-	add.s64 	%rd354, %rd1537, %rd351;
-	shr.u64 	%rd1538, %rd354, 10;
-	add.s64 	%rd1539, %rd1538, 1;
-	and.b64  	%rd355, %rd1539, 3;
-	setp.eq.s64 	%p829, %rd355, 0;
-	add.s64 	%rd1689, %rd1691, 768;
-	@%p829 bra 	$L__BB11_854;
-	cvt.u64.u32 	%rd1540, %r1;
-	mul.wide.u32 	%rd1541, %r1, 8;
-	add.s64 	%rd357, %rd236, %rd1541;
-	ld.v2.u32 	{%r2829, %r2830}, [%rd357+2048];
-	ld.v2.u32 	{%r2833, %r2834}, [%rd357+4096];
-	ld.v2.u32 	{%r2837, %r2838}, [%rd357+6144];
-	ld.v2.u32 	{%r2841, %r2842}, [%rd357];
-	add.s64 	%rd358, %rd237, %rd1541;
-	st.v2.u32 	[%rd358], {%r2841, %r2842};
-	st.v2.u32 	[%rd358+2048], {%r2829, %r2830};
-	st.v2.u32 	[%rd358+4096], {%r2833, %r2834};
-	st.v2.u32 	[%rd358+6144], {%r2837, %r2838};
-	add.s64 	%rd1689, %rd1540, 1792;
-	add.s64 	%rd1691, %rd1540, 1024;
-	setp.eq.s64 	%p830, %rd355, 1;
-	@%p830 bra 	$L__BB11_854;
-	ld.v2.u32 	{%r2845, %r2846}, [%rd357+10240];
-	ld.v2.u32 	{%r2849, %r2850}, [%rd357+12288];
-	ld.v2.u32 	{%r2853, %r2854}, [%rd357+14336];
-	ld.v2.u32 	{%r2857, %r2858}, [%rd357+8192];
-	st.v2.u32 	[%rd358+8192], {%r2857, %r2858};
-	st.v2.u32 	[%rd358+10240], {%r2845, %r2846};
-	st.v2.u32 	[%rd358+12288], {%r2849, %r2850};
-	st.v2.u32 	[%rd358+14336], {%r2853, %r2854};
-	add.s64 	%rd1689, %rd1540, 2816;
-	add.s64 	%rd1691, %rd1540, 2048;
-	setp.eq.s64 	%p831, %rd355, 2;
-	@%p831 bra 	$L__BB11_854;
-	ld.v2.u32 	{%r2862, %r2863}, [%rd357+18432];
-	ld.v2.u32 	{%r2866, %r2867}, [%rd357+20480];
-	ld.v2.u32 	{%r2870, %r2871}, [%rd357+22528];
-	ld.v2.u32 	{%r2874, %r2875}, [%rd357+16384];
-	st.v2.u32 	[%rd358+16384], {%r2874, %r2875};
-	st.v2.u32 	[%rd358+18432], {%r2862, %r2863};
-	st.v2.u32 	[%rd358+20480], {%r2866, %r2867};
-	st.v2.u32 	[%rd358+22528], {%r2870, %r2871};
-	add.s64 	%rd1689, %rd1540, 3840;
-	add.s64 	%rd1691, %rd1540, 3072;
-$L__BB11_854:
-	setp.lt.u64 	%p832, %rd354, 3072;
-	@%p832 bra 	$L__BB11_857;
-	mov.u64 	%rd1693, %rd1691;
-$L__BB11_856:
-	shl.b64 	%rd1544, %rd1693, 3;
-	add.s64 	%rd1545, %rd236, %rd1544;
-	ld.v2.u32 	{%r2879, %r2880}, [%rd1545+2048];
-	ld.v2.u32 	{%r2883, %r2884}, [%rd1545+4096];
-	shl.b64 	%rd1546, %rd1689, 3;
-	add.s64 	%rd1547, %rd236, %rd1546;
-	ld.v2.u32 	{%r2887, %r2888}, [%rd1547];
-	ld.v2.u32 	{%r2891, %r2892}, [%rd1545];
-	add.s64 	%rd1548, %rd237, %rd1544;
-	st.v2.u32 	[%rd1548], {%r2891, %r2892};
-	st.v2.u32 	[%rd1548+2048], {%r2879, %r2880};
-	st.v2.u32 	[%rd1548+4096], {%r2883, %r2884};
-	add.s64 	%rd1549, %rd237, %rd1546;
-	st.v2.u32 	[%rd1549], {%r2887, %r2888};
-	ld.v2.u32 	{%r2895, %r2896}, [%rd1545+10240];
-	ld.v2.u32 	{%r2899, %r2900}, [%rd1545+12288];
-	ld.v2.u32 	{%r2903, %r2904}, [%rd1545+14336];
-	ld.v2.u32 	{%r2907, %r2908}, [%rd1545+8192];
-	st.v2.u32 	[%rd1548+8192], {%r2907, %r2908};
-	st.v2.u32 	[%rd1548+10240], {%r2895, %r2896};
-	st.v2.u32 	[%rd1548+12288], {%r2899, %r2900};
-	st.v2.u32 	[%rd1548+14336], {%r2903, %r2904};
-	ld.v2.u32 	{%r2911, %r2912}, [%rd1545+18432];
-	ld.v2.u32 	{%r2915, %r2916}, [%rd1545+20480];
-	ld.v2.u32 	{%r2919, %r2920}, [%rd1545+22528];
-	ld.v2.u32 	{%r2923, %r2924}, [%rd1545+16384];
-	st.v2.u32 	[%rd1548+16384], {%r2923, %r2924};
-	st.v2.u32 	[%rd1548+18432], {%r2911, %r2912};
-	st.v2.u32 	[%rd1548+20480], {%r2915, %r2916};
-	st.v2.u32 	[%rd1548+22528], {%r2919, %r2920};
-	ld.v2.u32 	{%r2927, %r2928}, [%rd1545+26624];
-	ld.v2.u32 	{%r2931, %r2932}, [%rd1545+28672];
-	ld.v2.u32 	{%r2935, %r2936}, [%rd1545+30720];
-	ld.v2.u32 	{%r2939, %r2940}, [%rd1545+24576];
-	st.v2.u32 	[%rd1548+24576], {%r2939, %r2940};
-	st.v2.u32 	[%rd1548+26624], {%r2927, %r2928};
-	st.v2.u32 	[%rd1548+28672], {%r2931, %r2932};
-	st.v2.u32 	[%rd1548+30720], {%r2935, %r2936};
-	add.s64 	%rd1691, %rd1693, 4096;
-	add.s64 	%rd1689, %rd1693, 4864;
-	setp.lt.u64 	%p833, %rd1689, %rd351;
-	mov.u64 	%rd1693, %rd1691;
-	@%p833 bra 	$L__BB11_856;
-$L__BB11_857:
-	setp.ge.u64 	%p834, %rd1691, %rd351;
-	@%p834 bra 	$L__BB11_864;
-	not.b64 	%rd1550, %rd1691;
-	add.s64 	%rd373, %rd351, %rd1550;
-	shr.u64 	%rd1551, %rd373, 8;
-	add.s64 	%rd1552, %rd1551, 1;
-	and.b64  	%rd374, %rd1552, 3;
-	setp.eq.s64 	%p835, %rd374, 0;
-	mov.u64 	%rd1695, %rd1691;
-	@%p835 bra 	$L__BB11_862;
-	shl.b64 	%rd1553, %rd1691, 3;
-	add.s64 	%rd375, %rd236, %rd1553;
-	ld.v2.u32 	{%r2943, %r2944}, [%rd375];
-	add.s64 	%rd376, %rd237, %rd1553;
-	st.v2.u32 	[%rd376], {%r2943, %r2944};
-	add.s64 	%rd1695, %rd1691, 256;
-	setp.eq.s64 	%p836, %rd374, 1;
-	@%p836 bra 	$L__BB11_862;
-	ld.v2.u32 	{%r2947, %r2948}, [%rd375+2048];
-	st.v2.u32 	[%rd376+2048], {%r2947, %r2948};
-	add.s64 	%rd1695, %rd1691, 512;
-	setp.eq.s64 	%p837, %rd374, 2;
-	@%p837 bra 	$L__BB11_862;
-	ld.v2.u32 	{%r2951, %r2952}, [%rd375+4096];
-	st.v2.u32 	[%rd376+4096], {%r2951, %r2952};
-	add.s64 	%rd1695, %rd1691, 768;
-$L__BB11_862:
-	setp.lt.u64 	%p838, %rd373, 768;
-	@%p838 bra 	$L__BB11_864;
-$L__BB11_863:
-	shl.b64 	%rd1554, %rd1695, 3;
-	add.s64 	%rd1555, %rd236, %rd1554;
-	ld.v2.u32 	{%r2955, %r2956}, [%rd1555];
-	add.s64 	%rd1556, %rd237, %rd1554;
-	st.v2.u32 	[%rd1556], {%r2955, %r2956};
-	ld.v2.u32 	{%r2959, %r2960}, [%rd1555+2048];
-	st.v2.u32 	[%rd1556+2048], {%r2959, %r2960};
-	ld.v2.u32 	{%r2963, %r2964}, [%rd1555+4096];
-	st.v2.u32 	[%rd1556+4096], {%r2963, %r2964};
-	ld.v2.u32 	{%r2967, %r2968}, [%rd1555+6144];
-	st.v2.u32 	[%rd1556+6144], {%r2967, %r2968};
-	add.s64 	%rd1695, %rd1695, 1024;
-	setp.lt.u64 	%p839, %rd1695, %rd351;
-	@%p839 bra 	$L__BB11_863;
-$L__BB11_864:
-	and.b64  	%rd1705, %rd349, -8;
-	bra.uni 	$L__BB11_881;
-$L__BB11_419:
-	add.s64 	%rd883, %rd234, 31;
-	shr.u64 	%rd238, %rd883, 5;
-	shl.b64 	%rd884, %rd238, 2;
-	add.s64 	%rd885, %rd884, 7;
-	and.b64  	%rd239, %rd885, 2147483640;
-	and.b64  	%rd886, %rd237, 15;
-	and.b64  	%rd240, %rd234, 31;
-	or.b64  	%rd887, %rd886, %rd240;
-	setp.eq.s64 	%p334, %rd887, 0;
-	@%p334 bra 	$L__BB11_460;
-	setp.eq.s64 	%p335, %rd238, 0;
-	@%p335 bra 	$L__BB11_888;
-	cvt.u32.u64 	%r1430, %rd231;
-	add.s64 	%rd889, %rd234, -1;
-	shr.u64 	%rd241, %rd889, 5;
-	cvt.u32.u64 	%r1431, %rd240;
-	mov.u32 	%r1432, -1;
-	shl.b32 	%r1433, %r1432, %r1431;
-	not.b32 	%r324, %r1433;
-	add.s32 	%r1434, %r1430, -1;
-	cvt.u64.u32 	%rd242, %r1434;
-	and.b32  	%r325, %r1430, 3;
-	sub.s32 	%r326, %r1430, %r325;
-	mov.u32 	%r1436, 1;
-	shl.b32 	%r328, %r1436, %r987;
-	mov.u32 	%r1429, 0;
-	mov.u64 	%rd1664, 0;
-	mov.u32 	%r3463, %r1429;
-$L__BB11_422:
-	add.s64 	%rd244, %rd1664, %rd4;
-	setp.ge.u64 	%p336, %rd244, %rd238;
-	mov.u32 	%r3464, %r1429;
-	@%p336 bra 	$L__BB11_424;
-	setp.eq.s64 	%p337, %rd240, 0;
-	shl.b64 	%rd890, %rd244, 2;
-	add.s64 	%rd891, %rd236, %rd890;
-	setp.ne.s64 	%p338, %rd241, %rd244;
-	or.pred  	%p339, %p337, %p338;
-	selp.b32 	%r1438, -1, %r324, %p339;
-	ld.u32 	%r1439, [%rd891];
-	and.b32  	%r3464, %r1439, %r1438;
-$L__BB11_424:
-	cvt.u32.u64 	%r3257, %rd9;
-	setp.ne.s32 	%p860, %r3257, 0;
-	@%p860 bra 	$L__BB11_426;
-	popc.b32 	%r1441, %r3464;
-	shr.u32 	%r1443, %r1, 3;
-	and.b32  	%r1444, %r1443, 536870908;
-	mov.u32 	%r1445, _ZZ14ws_delta_applyE4wred;
-	add.s32 	%r1446, %r1445, %r1444;
-	st.shared.u32 	[%r1446], %r1441;
-$L__BB11_426:
-	setp.gt.u32 	%p341, %r1, 255;
-	bar.sync 	0;
-	ld.shared.u32 	%r1447, [_ZZ14ws_delta_applyE4wred];
-	setp.eq.s32 	%p342, %r2, 0;
-	selp.b32 	%r1448, 0, %r1447, %p342;
-	ld.shared.u32 	%r1449, [_ZZ14ws_delta_applyE4wred+4];
-	setp.gt.u32 	%p343, %r1, 63;
-	selp.b32 	%r1450, %r1449, 0, %p343;
-	add.s32 	%r1451, %r1450, %r1448;
-	add.s32 	%r1452, %r1449, %r1447;
-	ld.shared.u32 	%r1453, [_ZZ14ws_delta_applyE4wred+8];
-	setp.gt.u32 	%p344, %r1, 95;
-	selp.b32 	%r1454, %r1453, 0, %p344;
-	add.s32 	%r1455, %r1454, %r1451;
-	add.s32 	%r1456, %r1453, %r1452;
-	ld.shared.u32 	%r1457, [_ZZ14ws_delta_applyE4wred+12];
-	setp.gt.u32 	%p345, %r1, 127;
-	selp.b32 	%r1458, %r1457, 0, %p345;
-	add.s32 	%r1459, %r1458, %r1455;
-	add.s32 	%r1460, %r1457, %r1456;
-	ld.shared.u32 	%r1461, [_ZZ14ws_delta_applyE4wred+16];
-	setp.gt.u32 	%p346, %r1, 159;
-	selp.b32 	%r1462, %r1461, 0, %p346;
-	add.s32 	%r1463, %r1462, %r1459;
-	add.s32 	%r1464, %r1461, %r1460;
-	ld.shared.u32 	%r1465, [_ZZ14ws_delta_applyE4wred+20];
-	setp.gt.u32 	%p347, %r1, 191;
-	selp.b32 	%r1466, %r1465, 0, %p347;
-	add.s32 	%r1467, %r1466, %r1463;
-	add.s32 	%r1468, %r1465, %r1464;
-	ld.shared.u32 	%r1469, [_ZZ14ws_delta_applyE4wred+24];
-	setp.gt.u32 	%p348, %r1, 223;
-	selp.b32 	%r1470, %r1469, 0, %p348;
-	add.s32 	%r1471, %r1470, %r1467;
-	add.s32 	%r1472, %r1469, %r1468;
-	ld.shared.u32 	%r1473, [_ZZ14ws_delta_applyE4wred+28];
-	selp.b32 	%r1474, %r1473, 0, %p341;
-	add.s32 	%r332, %r1474, %r1471;
-	add.s32 	%r333, %r1473, %r1472;
-	bar.sync 	0;
-	and.b32  	%r1475, %r3464, %r328;
-	setp.eq.s32 	%p349, %r1475, 0;
-	@%p349 bra 	$L__BB11_459;
-	mov.u32 	%r1478, -1;
-	shl.b32 	%r1479, %r1478, %r987;
-	not.b32 	%r1480, %r1479;
-	and.b32  	%r1481, %r3464, %r1480;
-	popc.b32 	%r1482, %r1481;
-	add.s32 	%r1483, %r1482, %r3463;
-	add.s32 	%r1484, %r1483, %r332;
-	cvt.u64.u32 	%rd892, %r1484;
-	mul.lo.s64 	%rd893, %rd892, %rd231;
-	add.s64 	%rd894, %rd893, %rd239;
-	add.s64 	%rd245, %rd236, %rd894;
-	and.b64  	%rd895, %rd245, %rd242;
-	setp.eq.s64 	%p350, %rd895, 0;
-	@%p350 bra 	$L__BB11_436;
-	setp.eq.s32 	%p351, %r1430, 0;
-	mov.u64 	%rd1668, 0;
-	@%p351 bra 	$L__BB11_443;
-	cvt.u32.u64 	%r1487, %rd242;
-	setp.lt.u32 	%p352, %r1487, 3;
-	mov.u64 	%rd1668, 0;
-	mov.u32 	%r3467, 0;
-	@%p352 bra 	$L__BB11_432;
-	mov.u64 	%rd1668, 0;
-	mov.u32 	%r3467, 0;
-	mov.u32 	%r3466, %r326;
-$L__BB11_431:
-	cvt.u64.u32 	%rd900, %r3467;
-	add.s64 	%rd901, %rd245, %rd900;
-	ld.u8 	%rd902, [%rd901];
-	shl.b32 	%r1489, %r3467, 3;
-	shl.b64 	%rd903, %rd902, %r1489;
-	or.b64  	%rd904, %rd903, %rd1668;
-	ld.u8 	%rd905, [%rd901+1];
-	add.s32 	%r1490, %r1489, 8;
-	shl.b64 	%rd906, %rd905, %r1490;
-	or.b64  	%rd907, %rd906, %rd904;
-	ld.u8 	%rd908, [%rd901+2];
-	add.s32 	%r1491, %r1489, 16;
-	shl.b64 	%rd909, %rd908, %r1491;
-	or.b64  	%rd910, %rd909, %rd907;
-	ld.u8 	%rd911, [%rd901+3];
-	add.s32 	%r1492, %r1489, 24;
-	shl.b64 	%rd912, %rd911, %r1492;
-	or.b64  	%rd1668, %rd912, %rd910;
-	add.s32 	%r3467, %r3467, 4;
-	add.s32 	%r3466, %r3466, -4;
-	setp.ne.s32 	%p353, %r3466, 0;
-	@%p353 bra 	$L__BB11_431;
-$L__BB11_432:
-	setp.eq.s32 	%p354, %r325, 0;
-	@%p354 bra 	$L__BB11_443;
-	setp.eq.s32 	%p355, %r325, 1;
-	cvt.u64.u32 	%rd913, %r3467;
-	add.s64 	%rd250, %rd245, %rd913;
-	ld.u8 	%rd914, [%rd250];
-	shl.b32 	%r1493, %r3467, 3;
-	shl.b64 	%rd915, %rd914, %r1493;
-	or.b64  	%rd1668, %rd915, %rd1668;
-	@%p355 bra 	$L__BB11_443;
-	setp.eq.s32 	%p356, %r325, 2;
-	ld.u8 	%rd916, [%rd250+1];
-	add.s32 	%r1495, %r1493, 8;
-	shl.b64 	%rd917, %rd916, %r1495;
-	or.b64  	%rd1668, %rd917, %rd1668;
-	@%p356 bra 	$L__BB11_443;
-	ld.u8 	%rd918, [%rd250+2];
-	add.s32 	%r1497, %r1493, 16;
-	shl.b64 	%rd919, %rd918, %r1497;
-	or.b64  	%rd1668, %rd919, %rd1668;
-	bra.uni 	$L__BB11_443;
-$L__BB11_436:
-	setp.eq.s32 	%p357, %r1430, 1;
-	@%p357 bra 	$L__BB11_441;
-	setp.eq.s32 	%p358, %r1430, 2;
-	@%p358 bra 	$L__BB11_440;
-	setp.ne.s32 	%p359, %r1430, 4;
-	@%p359 bra 	$L__BB11_442;
-	ld.u32 	%rd1668, [%rd245];
-	bra.uni 	$L__BB11_443;
-$L__BB11_441:
-	ld.u8 	%rd1668, [%rd245];
-	bra.uni 	$L__BB11_443;
-$L__BB11_440:
-	ld.u16 	%rd1668, [%rd245];
-	bra.uni 	$L__BB11_443;
-$L__BB11_442:
-	ld.u64 	%rd1668, [%rd245];
-$L__BB11_443:
-	shl.b64 	%rd920, %rd244, 5;
-	or.b64  	%rd921, %rd920, %rd9;
-	mul.lo.s64 	%rd922, %rd921, %rd231;
-	add.s64 	%rd260, %rd237, %rd922;
-	and.b64  	%rd923, %rd260, %rd242;
-	setp.eq.s64 	%p360, %rd923, 0;
-	@%p360 bra 	$L__BB11_452;
-	setp.eq.s32 	%p361, %r1430, 0;
-	@%p361 bra 	$L__BB11_459;
-	cvt.u32.u64 	%r1501, %rd242;
-	setp.lt.u32 	%p362, %r1501, 3;
-	mov.u32 	%r3470, 0;
-	@%p362 bra 	$L__BB11_448;
-	mov.u32 	%r3470, 0;
-	mov.u32 	%r3469, %r326;
-$L__BB11_447:
-	shl.b32 	%r1503, %r3470, 3;
-	shr.u64 	%rd924, %rd1668, %r1503;
-	cvt.u64.u32 	%rd925, %r3470;
-	add.s64 	%rd926, %rd260, %rd925;
-	st.u8 	[%rd926], %rd924;
-	add.s32 	%r1504, %r1503, 8;
-	shr.u64 	%rd927, %rd1668, %r1504;
-	st.u8 	[%rd926+1], %rd927;
-	add.s32 	%r1505, %r1503, 16;
-	shr.u64 	%rd928, %rd1668, %r1505;
-	st.u8 	[%rd926+2], %rd928;
-	add.s32 	%r1506, %r1503, 24;
-	shr.u64 	%rd929, %rd1668, %r1506;
-	st.u8 	[%rd926+3], %rd929;
-	add.s32 	%r3470, %r3470, 4;
-	add.s32 	%r3469, %r3469, -4;
-	setp.ne.s32 	%p363, %r3469, 0;
-	@%p363 bra 	$L__BB11_447;
-$L__BB11_448:
-	setp.eq.s32 	%p364, %r325, 0;
-	@%p364 bra 	$L__BB11_459;
-	setp.eq.s32 	%p365, %r325, 1;
-	shl.b32 	%r1507, %r3470, 3;
-	shr.u64 	%rd930, %rd1668, %r1507;
-	cvt.u64.u32 	%rd931, %r3470;
-	add.s64 	%rd261, %rd260, %rd931;
-	st.u8 	[%rd261], %rd930;
-	@%p365 bra 	$L__BB11_459;
-	setp.eq.s32 	%p366, %r325, 2;
-	add.s32 	%r1509, %r1507, 8;
-	shr.u64 	%rd932, %rd1668, %r1509;
-	st.u8 	[%rd261+1], %rd932;
-	@%p366 bra 	$L__BB11_459;
-	add.s32 	%r1511, %r1507, 16;
-	shr.u64 	%rd933, %rd1668, %r1511;
-	st.u8 	[%rd261+2], %rd933;
-	bra.uni 	$L__BB11_459;
-$L__BB11_452:
-	setp.eq.s32 	%p367, %r1430, 1;
-	@%p367 bra 	$L__BB11_457;
-	setp.eq.s32 	%p368, %r1430, 2;
-	@%p368 bra 	$L__BB11_456;
-	setp.ne.s32 	%p369, %r1430, 4;
-	@%p369 bra 	$L__BB11_458;
-	st.u32 	[%rd260], %rd1668;
-	bra.uni 	$L__BB11_459;
-$L__BB11_457:
-	st.u8 	[%rd260], %rd1668;
-	bra.uni 	$L__BB11_459;
-$L__BB11_456:
-	st.u16 	[%rd260], %rd1668;
-	bra.uni 	$L__BB11_459;
-$L__BB11_458:
-	st.u64 	[%rd260], %rd1668;
-$L__BB11_459:
-	add.s32 	%r3463, %r333, %r3463;
-	add.s64 	%rd1664, %rd1664, 8;
-	setp.lt.u64 	%p370, %rd1664, %rd238;
-	@%p370 bra 	$L__BB11_422;
-	bra.uni 	$L__BB11_888;
-$L__BB11_865:
-	shr.u64 	%rd384, %rd349, 4;
-	add.s64 	%rd1557, %rd8, 768;
-	setp.ge.u64 	%p840, %rd1557, %rd384;
-	mov.u64 	%rd1699, %rd8;
-	@%p840 bra 	$L__BB11_873;
-	cvt.u64.u32 	%rd1699, %r1;
-	mov.u64 	%rd1559, -769;
-	sub.s64 	%rd1560, %rd1559, %rd1699;
-	add.s64 	%rd387, %rd1560, %rd384;
-	shr.u64 	%rd1561, %rd387, 10;
-	add.s64 	%rd1562, %rd1561, 1;
-	and.b64  	%rd388, %rd1562, 3;
-	setp.eq.s64 	%p841, %rd388, 0;
-	add.s64 	%rd1697, %rd1699, 768;
-	@%p841 bra 	$L__BB11_870;
-	cvt.u64.u32 	%rd1563, %r1;
-	mul.wide.u32 	%rd1564, %r1, 16;
-	add.s64 	%rd390, %rd236, %rd1564;
-	ld.v4.u32 	{%r2974, %r2975, %r2976, %r2977}, [%rd390+4096];
-	ld.v4.u32 	{%r2982, %r2983, %r2984, %r2985}, [%rd390+8192];
-	ld.v4.u32 	{%r2990, %r2991, %r2992, %r2993}, [%rd390+12288];
-	add.s64 	%rd391, %rd237, %rd1564;
-	ld.v4.u32 	{%r2998, %r2999, %r3000, %r3001}, [%rd390];
-	st.v4.u32 	[%rd391], {%r2998, %r2999, %r3000, %r3001};
-	st.v4.u32 	[%rd391+4096], {%r2974, %r2975, %r2976, %r2977};
-	st.v4.u32 	[%rd391+8192], {%r2982, %r2983, %r2984, %r2985};
-	st.v4.u32 	[%rd391+12288], {%r2990, %r2991, %r2992, %r2993};
-	add.s64 	%rd1697, %rd1563, 1792;
-	add.s64 	%rd1699, %rd1563, 1024;
-	setp.eq.s64 	%p842, %rd388, 1;
-	@%p842 bra 	$L__BB11_870;
-	ld.v4.u32 	{%r3006, %r3007, %r3008, %r3009}, [%rd390+20480];
-	ld.v4.u32 	{%r3014, %r3015, %r3016, %r3017}, [%rd390+24576];
-	ld.v4.u32 	{%r3022, %r3023, %r3024, %r3025}, [%rd390+28672];
-	ld.v4.u32 	{%r3030, %r3031, %r3032, %r3033}, [%rd390+16384];
-	st.v4.u32 	[%rd391+16384], {%r3030, %r3031, %r3032, %r3033};
-	st.v4.u32 	[%rd391+20480], {%r3006, %r3007, %r3008, %r3009};
-	st.v4.u32 	[%rd391+24576], {%r3014, %r3015, %r3016, %r3017};
-	st.v4.u32 	[%rd391+28672], {%r3022, %r3023, %r3024, %r3025};
-	add.s64 	%rd1697, %rd1563, 2816;
-	add.s64 	%rd1699, %rd1563, 2048;
-	setp.eq.s64 	%p843, %rd388, 2;
-	@%p843 bra 	$L__BB11_870;
-	ld.v4.u32 	{%r3039, %r3040, %r3041, %r3042}, [%rd390+36864];
-	ld.v4.u32 	{%r3047, %r3048, %r3049, %r3050}, [%rd390+40960];
-	ld.v4.u32 	{%r3055, %r3056, %r3057, %r3058}, [%rd390+45056];
-	ld.v4.u32 	{%r3063, %r3064, %r3065, %r3066}, [%rd390+32768];
-	st.v4.u32 	[%rd391+32768], {%r3063, %r3064, %r3065, %r3066};
-	st.v4.u32 	[%rd391+36864], {%r3039, %r3040, %r3041, %r3042};
-	st.v4.u32 	[%rd391+40960], {%r3047, %r3048, %r3049, %r3050};
-	st.v4.u32 	[%rd391+45056], {%r3055, %r3056, %r3057, %r3058};
-	add.s64 	%rd1697, %rd1563, 3840;
-	add.s64 	%rd1699, %rd1563, 3072;
+	sub.s64 	%rd1357, %rd431, %rd1320;
+	add.s64 	%rd438, %rd1357, %rd2075;
+	cvt.u32.u64 	%r2023, %rd438;
+	and.b32  	%r2024, %r2023, 65535;
+	add.s32 	%r498, %r2024, %r3868;
+	and.b32  	%r499, %r3869, 1;
+	setp.eq.s32 	%p593, %r499, 0;
+	mov.u32 	%r3889, %r3890;
+	@%p593 bra 	$L__BB11_727;
+	mul.wide.u32 	%rd1358, %r498, 4;
+	add.s64 	%rd1359, %rd423, %rd1358;
+	add.s64 	%rd1360, %rd285, %rd1359;
+	ld.u32 	%r3889, [%rd1360];
+$L__BB11_727:
+	and.b32  	%r502, %r3869, 2;
+	setp.eq.s32 	%p594, %r502, 0;
+	@%p594 bra 	$L__BB11_729;
+	popc.b32 	%r2026, %r499;
+	add.s32 	%r2027, %r498, %r2026;
+	mul.wide.u32 	%rd1361, %r2027, 4;
+	add.s64 	%rd1362, %rd423, %rd1361;
+	add.s64 	%rd1363, %rd285, %rd1362;
+	ld.u32 	%r3890, [%rd1363];
+$L__BB11_729:
+	and.b32  	%r505, %r3869, 4;
+	setp.eq.s32 	%p595, %r505, 0;
+	mov.u32 	%r3892, 0;
+	mov.u32 	%r3891, %r3892;
+	@%p595 bra 	$L__BB11_731;
+	and.b32  	%r2029, %r3869, 3;
+	popc.b32 	%r2030, %r2029;
+	add.s32 	%r2031, %r498, %r2030;
+	mul.wide.u32 	%rd1364, %r2031, 4;
+	add.s64 	%rd1365, %rd423, %rd1364;
+	add.s64 	%rd1366, %rd285, %rd1365;
+	ld.u32 	%r3891, [%rd1366];
+$L__BB11_731:
+	and.b32  	%r508, %r3869, 8;
+	setp.eq.s32 	%p596, %r508, 0;
+	@%p596 bra 	$L__BB11_733;
+	and.b32  	%r2033, %r3869, 7;
+	popc.b32 	%r2034, %r2033;
+	add.s32 	%r2035, %r498, %r2034;
+	mul.wide.u32 	%rd1367, %r2035, 4;
+	add.s64 	%rd1368, %rd423, %rd1367;
+	add.s64 	%rd1369, %rd285, %rd1368;
+	ld.u32 	%r3892, [%rd1369];
+$L__BB11_733:
+	selp.b32 	%r511, %r3873, %r3889, %p593;
+	selp.b32 	%r512, %r3874, %r3890, %p594;
+	selp.b32 	%r513, %r3875, %r3891, %p595;
+	selp.b32 	%r514, %r3876, %r3892, %p596;
+	@%p551 bra 	$L__BB11_735;
+	st.v4.u32 	[%rd429], {%r511, %r512, %r513, %r514};
+$L__BB11_735:
+	cvt.u32.u64 	%r2037, %rd437;
+	and.b32  	%r2038, %r2037, 65535;
+	add.s32 	%r515, %r2038, %r3868;
+	shr.u32 	%r2040, %r2023, 16;
+	add.s32 	%r516, %r2040, %r515;
+	and.b32  	%r517, %r3870, 1;
+	setp.eq.s32 	%p602, %r517, 0;
+	mov.u32 	%r3894, 0;
+	mov.u32 	%r3893, %r3894;
+	@%p602 bra 	$L__BB11_737;
+	mul.wide.u32 	%rd1370, %r516, 4;
+	add.s64 	%rd1371, %rd423, %rd1370;
+	add.s64 	%rd1372, %rd285, %rd1371;
+	ld.u32 	%r3893, [%rd1372];
+$L__BB11_737:
+	and.b32  	%r520, %r3870, 2;
+	setp.eq.s32 	%p603, %r520, 0;
+	@%p603 bra 	$L__BB11_739;
+	popc.b32 	%r2042, %r517;
+	add.s32 	%r2043, %r516, %r2042;
+	mul.wide.u32 	%rd1373, %r2043, 4;
+	add.s64 	%rd1374, %rd423, %rd1373;
+	add.s64 	%rd1375, %rd285, %rd1374;
+	ld.u32 	%r3894, [%rd1375];
+$L__BB11_739:
+	and.b32  	%r523, %r3870, 4;
+	setp.eq.s32 	%p604, %r523, 0;
+	mov.u32 	%r3896, 0;
+	mov.u32 	%r3895, %r3896;
+	@%p604 bra 	$L__BB11_741;
+	and.b32  	%r2045, %r3870, 3;
+	popc.b32 	%r2046, %r2045;
+	add.s32 	%r2047, %r516, %r2046;
+	mul.wide.u32 	%rd1376, %r2047, 4;
+	add.s64 	%rd1377, %rd423, %rd1376;
+	add.s64 	%rd1378, %rd285, %rd1377;
+	ld.u32 	%r3895, [%rd1378];
+$L__BB11_741:
+	and.b32  	%r526, %r3870, 8;
+	setp.eq.s32 	%p605, %r526, 0;
+	@%p605 bra 	$L__BB11_743;
+	and.b32  	%r2049, %r3870, 7;
+	popc.b32 	%r2050, %r2049;
+	add.s32 	%r2051, %r516, %r2050;
+	mul.wide.u32 	%rd1379, %r2051, 4;
+	add.s64 	%rd1380, %rd423, %rd1379;
+	add.s64 	%rd1381, %rd285, %rd1380;
+	ld.u32 	%r3896, [%rd1381];
+$L__BB11_743:
+	selp.b32 	%r529, %r3877, %r3893, %p602;
+	selp.b32 	%r530, %r3878, %r3894, %p603;
+	selp.b32 	%r531, %r3879, %r3895, %p604;
+	selp.b32 	%r532, %r3880, %r3896, %p605;
+	@%p553 bra 	$L__BB11_745;
+	st.v4.u32 	[%rd429+4096], {%r529, %r530, %r531, %r532};
+$L__BB11_745:
+	shr.u32 	%r2054, %r2037, 16;
+	add.s32 	%r533, %r2054, %r515;
+	shr.u64 	%rd1382, %rd438, 32;
+	cvt.u32.u64 	%r2055, %rd1382;
+	and.b32  	%r2056, %r2055, 65535;
+	add.s32 	%r534, %r2056, %r533;
+	and.b32  	%r535, %r3871, 1;
+	setp.eq.s32 	%p611, %r535, 0;
+	mov.u32 	%r3898, 0;
+	mov.u32 	%r3897, %r3898;
+	@%p611 bra 	$L__BB11_747;
+	mul.wide.u32 	%rd1383, %r534, 4;
+	add.s64 	%rd1384, %rd423, %rd1383;
+	add.s64 	%rd1385, %rd285, %rd1384;
+	ld.u32 	%r3897, [%rd1385];
+$L__BB11_747:
+	and.b32  	%r538, %r3871, 2;
+	setp.eq.s32 	%p612, %r538, 0;
+	@%p612 bra 	$L__BB11_749;
+	popc.b32 	%r2058, %r535;
+	add.s32 	%r2059, %r534, %r2058;
+	mul.wide.u32 	%rd1386, %r2059, 4;
+	add.s64 	%rd1387, %rd423, %rd1386;
+	add.s64 	%rd1388, %rd285, %rd1387;
+	ld.u32 	%r3898, [%rd1388];
+$L__BB11_749:
+	and.b32  	%r541, %r3871, 4;
+	setp.eq.s32 	%p613, %r541, 0;
+	mov.u32 	%r3900, 0;
+	mov.u32 	%r3899, %r3900;
+	@%p613 bra 	$L__BB11_751;
+	and.b32  	%r2061, %r3871, 3;
+	popc.b32 	%r2062, %r2061;
+	add.s32 	%r2063, %r534, %r2062;
+	mul.wide.u32 	%rd1389, %r2063, 4;
+	add.s64 	%rd1390, %rd423, %rd1389;
+	add.s64 	%rd1391, %rd285, %rd1390;
+	ld.u32 	%r3899, [%rd1391];
+$L__BB11_751:
+	and.b32  	%r544, %r3871, 8;
+	setp.eq.s32 	%p614, %r544, 0;
+	@%p614 bra 	$L__BB11_753;
+	and.b32  	%r2065, %r3871, 7;
+	popc.b32 	%r2066, %r2065;
+	add.s32 	%r2067, %r534, %r2066;
+	mul.wide.u32 	%rd1392, %r2067, 4;
+	add.s64 	%rd1393, %rd423, %rd1392;
+	add.s64 	%rd1394, %rd285, %rd1393;
+	ld.u32 	%r3900, [%rd1394];
+$L__BB11_753:
+	selp.b32 	%r547, %r3881, %r3897, %p611;
+	selp.b32 	%r548, %r3882, %r3898, %p612;
+	selp.b32 	%r549, %r3883, %r3899, %p613;
+	selp.b32 	%r550, %r3884, %r3900, %p614;
+	@%p555 bra 	$L__BB11_755;
+	st.v4.u32 	[%rd429+8192], {%r547, %r548, %r549, %r550};
+$L__BB11_755:
+	shr.u64 	%rd1395, %rd437, 32;
+	cvt.u32.u64 	%r2069, %rd1395;
+	and.b32  	%r2070, %r2069, 65535;
+	add.s32 	%r551, %r2070, %r533;
+	shr.u64 	%rd1396, %rd438, 48;
+	cvt.u32.u64 	%r2071, %rd1396;
+	add.s32 	%r552, %r551, %r2071;
+	and.b32  	%r553, %r3872, 1;
+	setp.eq.s32 	%p620, %r553, 0;
+	mov.u32 	%r3902, 0;
+	mov.u32 	%r3901, %r3902;
+	@%p620 bra 	$L__BB11_757;
+	mul.wide.u32 	%rd1397, %r552, 4;
+	add.s64 	%rd1398, %rd423, %rd1397;
+	add.s64 	%rd1399, %rd285, %rd1398;
+	ld.u32 	%r3901, [%rd1399];
+$L__BB11_757:
+	and.b32  	%r556, %r3872, 2;
+	setp.eq.s32 	%p621, %r556, 0;
+	@%p621 bra 	$L__BB11_759;
+	popc.b32 	%r2073, %r553;
+	add.s32 	%r2074, %r552, %r2073;
+	mul.wide.u32 	%rd1400, %r2074, 4;
+	add.s64 	%rd1401, %rd423, %rd1400;
+	add.s64 	%rd1402, %rd285, %rd1401;
+	ld.u32 	%r3902, [%rd1402];
+$L__BB11_759:
+	and.b32  	%r559, %r3872, 4;
+	setp.eq.s32 	%p622, %r559, 0;
+	mov.u32 	%r3904, 0;
+	mov.u32 	%r3903, %r3904;
+	@%p622 bra 	$L__BB11_761;
+	and.b32  	%r2076, %r3872, 3;
+	popc.b32 	%r2077, %r2076;
+	add.s32 	%r2078, %r552, %r2077;
+	mul.wide.u32 	%rd1403, %r2078, 4;
+	add.s64 	%rd1404, %rd423, %rd1403;
+	add.s64 	%rd1405, %rd285, %rd1404;
+	ld.u32 	%r3903, [%rd1405];
+$L__BB11_761:
+	and.b32  	%r562, %r3872, 8;
+	setp.eq.s32 	%p623, %r562, 0;
+	@%p623 bra 	$L__BB11_763;
+	and.b32  	%r2080, %r3872, 7;
+	popc.b32 	%r2081, %r2080;
+	add.s32 	%r2082, %r552, %r2081;
+	mul.wide.u32 	%rd1406, %r2082, 4;
+	add.s64 	%rd1407, %rd423, %rd1406;
+	add.s64 	%rd1408, %rd285, %rd1407;
+	ld.u32 	%r3904, [%rd1408];
+$L__BB11_763:
+	selp.b32 	%r565, %r3885, %r3901, %p620;
+	selp.b32 	%r566, %r3886, %r3902, %p621;
+	selp.b32 	%r567, %r3887, %r3903, %p622;
+	selp.b32 	%r568, %r3888, %r3904, %p623;
+	@%p557 bra 	$L__BB11_765;
+	st.v4.u32 	[%rd429+12288], {%r565, %r566, %r567, %r568};
+$L__BB11_765:
+	shr.u64 	%rd1409, %rd437, 48;
+	cvt.u32.u64 	%r2083, %rd1409;
+	add.s32 	%r3868, %r551, %r2083;
+	add.s64 	%rd2073, %rd2073, 1024;
+	setp.lt.u64 	%p629, %rd2073, %rd422;
+	@%p629 bra 	$L__BB11_700;
+	bra.uni 	$L__BB11_1123;
+$L__BB11_866:
+	setp.eq.s64 	%p747, %rd422, 0;
+	@%p747 bra 	$L__BB11_1123;
+	add.s64 	%rd457, %rd396, %rd290;
+	mov.u64 	%rd2079, 0;
+	mov.u32 	%r3958, 0;
+$L__BB11_868:
+	mov.u32 	%r3959, 0;
+	add.s64 	%rd459, %rd2079, %rd4;
+	setp.ge.u64 	%p748, %rd459, %rd422;
+	@%p748 bra 	$L__BB11_870;
+	shl.b64 	%rd1559, %rd459, 1;
+	and.b64  	%rd1560, %rd1559, 2305843009213693948;
+	add.s64 	%rd1561, %rd297, %rd1560;
+	cvt.u32.u64 	%r2428, %rd459;
+	shl.b32 	%r2429, %r2428, 4;
+	and.b32  	%r2430, %r2429, 16;
+	ld.u32 	%r2431, [%rd1561];
+	shr.u32 	%r2432, %r2431, %r2430;
+	and.b32  	%r3959, %r2432, 65535;
 $L__BB11_870:
-	setp.lt.u64 	%p844, %rd387, 3072;
-	@%p844 bra 	$L__BB11_873;
-	mov.u64 	%rd1701, %rd1699;
+	add.s64 	%rd460, %rd459, 256;
+	setp.ge.u64 	%p749, %rd460, %rd422;
+	mov.u32 	%r3961, 0;
+	mov.u32 	%r3960, %r3961;
+	@%p749 bra 	$L__BB11_872;
+	shl.b64 	%rd1562, %rd460, 1;
+	and.b64  	%rd1563, %rd1562, 2305843009213693948;
+	add.s64 	%rd1564, %rd297, %rd1563;
+	cvt.u32.u64 	%r2434, %rd460;
+	shl.b32 	%r2435, %r2434, 4;
+	and.b32  	%r2436, %r2435, 16;
+	ld.u32 	%r2437, [%rd1564];
+	shr.u32 	%r2438, %r2437, %r2436;
+	and.b32  	%r3960, %r2438, 65535;
 $L__BB11_872:
-	shl.b64 	%rd1567, %rd1701, 4;
-	add.s64 	%rd1568, %rd236, %rd1567;
-	ld.v4.u32 	{%r3072, %r3073, %r3074, %r3075}, [%rd1568+4096];
-	ld.v4.u32 	{%r3080, %r3081, %r3082, %r3083}, [%rd1568+8192];
-	shl.b64 	%rd1569, %rd1697, 4;
-	add.s64 	%rd1570, %rd236, %rd1569;
-	ld.v4.u32 	{%r3088, %r3089, %r3090, %r3091}, [%rd1570];
-	add.s64 	%rd1571, %rd237, %rd1567;
-	ld.v4.u32 	{%r3096, %r3097, %r3098, %r3099}, [%rd1568];
-	st.v4.u32 	[%rd1571], {%r3096, %r3097, %r3098, %r3099};
-	st.v4.u32 	[%rd1571+4096], {%r3072, %r3073, %r3074, %r3075};
-	st.v4.u32 	[%rd1571+8192], {%r3080, %r3081, %r3082, %r3083};
-	add.s64 	%rd1572, %rd237, %rd1569;
-	st.v4.u32 	[%rd1572], {%r3088, %r3089, %r3090, %r3091};
-	ld.v4.u32 	{%r3104, %r3105, %r3106, %r3107}, [%rd1568+20480];
-	ld.v4.u32 	{%r3112, %r3113, %r3114, %r3115}, [%rd1568+24576];
-	ld.v4.u32 	{%r3120, %r3121, %r3122, %r3123}, [%rd1568+28672];
-	ld.v4.u32 	{%r3128, %r3129, %r3130, %r3131}, [%rd1568+16384];
-	st.v4.u32 	[%rd1571+16384], {%r3128, %r3129, %r3130, %r3131};
-	st.v4.u32 	[%rd1571+20480], {%r3104, %r3105, %r3106, %r3107};
-	st.v4.u32 	[%rd1571+24576], {%r3112, %r3113, %r3114, %r3115};
-	st.v4.u32 	[%rd1571+28672], {%r3120, %r3121, %r3122, %r3123};
-	ld.v4.u32 	{%r3136, %r3137, %r3138, %r3139}, [%rd1568+36864];
-	ld.v4.u32 	{%r3144, %r3145, %r3146, %r3147}, [%rd1568+40960];
-	ld.v4.u32 	{%r3152, %r3153, %r3154, %r3155}, [%rd1568+45056];
-	ld.v4.u32 	{%r3160, %r3161, %r3162, %r3163}, [%rd1568+32768];
-	st.v4.u32 	[%rd1571+32768], {%r3160, %r3161, %r3162, %r3163};
-	st.v4.u32 	[%rd1571+36864], {%r3136, %r3137, %r3138, %r3139};
-	st.v4.u32 	[%rd1571+40960], {%r3144, %r3145, %r3146, %r3147};
-	st.v4.u32 	[%rd1571+45056], {%r3152, %r3153, %r3154, %r3155};
-	ld.v4.u32 	{%r3168, %r3169, %r3170, %r3171}, [%rd1568+53248];
-	ld.v4.u32 	{%r3176, %r3177, %r3178, %r3179}, [%rd1568+57344];
-	ld.v4.u32 	{%r3184, %r3185, %r3186, %r3187}, [%rd1568+61440];
-	ld.v4.u32 	{%r3192, %r3193, %r3194, %r3195}, [%rd1568+49152];
-	st.v4.u32 	[%rd1571+49152], {%r3192, %r3193, %r3194, %r3195};
-	st.v4.u32 	[%rd1571+53248], {%r3168, %r3169, %r3170, %r3171};
-	st.v4.u32 	[%rd1571+57344], {%r3176, %r3177, %r3178, %r3179};
-	st.v4.u32 	[%rd1571+61440], {%r3184, %r3185, %r3186, %r3187};
-	add.s64 	%rd1699, %rd1701, 4096;
-	add.s64 	%rd1697, %rd1701, 4864;
-	setp.lt.u64 	%p845, %rd1697, %rd384;
-	mov.u64 	%rd1701, %rd1699;
-	@%p845 bra 	$L__BB11_872;
-$L__BB11_873:
-	setp.ge.u64 	%p846, %rd1699, %rd384;
-	@%p846 bra 	$L__BB11_880;
-	not.b64 	%rd1573, %rd1699;
-	add.s64 	%rd406, %rd384, %rd1573;
-	shr.u64 	%rd1574, %rd406, 8;
-	add.s64 	%rd1575, %rd1574, 1;
-	and.b64  	%rd407, %rd1575, 3;
-	setp.eq.s64 	%p847, %rd407, 0;
-	mov.u64 	%rd1703, %rd1699;
-	@%p847 bra 	$L__BB11_878;
-	shl.b64 	%rd1576, %rd1699, 4;
-	add.s64 	%rd409, %rd237, %rd1576;
-	add.s64 	%rd408, %rd236, %rd1576;
-	ld.v4.u32 	{%r3200, %r3201, %r3202, %r3203}, [%rd408];
-	st.v4.u32 	[%rd409], {%r3200, %r3201, %r3202, %r3203};
-	add.s64 	%rd1703, %rd1699, 256;
-	setp.eq.s64 	%p848, %rd407, 1;
-	@%p848 bra 	$L__BB11_878;
-	ld.v4.u32 	{%r3208, %r3209, %r3210, %r3211}, [%rd408+4096];
-	st.v4.u32 	[%rd409+4096], {%r3208, %r3209, %r3210, %r3211};
-	add.s64 	%rd1703, %rd1699, 512;
-	setp.eq.s64 	%p849, %rd407, 2;
-	@%p849 bra 	$L__BB11_878;
-	ld.v4.u32 	{%r3216, %r3217, %r3218, %r3219}, [%rd408+8192];
-	st.v4.u32 	[%rd409+8192], {%r3216, %r3217, %r3218, %r3219};
-	add.s64 	%rd1703, %rd1699, 768;
+	add.s64 	%rd461, %rd459, 512;
+	setp.ge.u64 	%p750, %rd461, %rd422;
+	@%p750 bra 	$L__BB11_874;
+	shl.b64 	%rd1565, %rd461, 1;
+	and.b64  	%rd1566, %rd1565, 2305843009213693948;
+	add.s64 	%rd1567, %rd297, %rd1566;
+	cvt.u32.u64 	%r2440, %rd461;
+	shl.b32 	%r2441, %r2440, 4;
+	and.b32  	%r2442, %r2441, 16;
+	ld.u32 	%r2443, [%rd1567];
+	shr.u32 	%r2444, %r2443, %r2442;
+	and.b32  	%r3961, %r2444, 65535;
+$L__BB11_874:
+	add.s64 	%rd462, %rd459, 768;
+	setp.ge.u64 	%p751, %rd462, %rd422;
+	mov.u32 	%r3963, 0;
+	mov.u32 	%r3962, %r3963;
+	@%p751 bra 	$L__BB11_876;
+	shl.b64 	%rd1568, %rd462, 1;
+	and.b64  	%rd1569, %rd1568, 2305843009213693948;
+	add.s64 	%rd1570, %rd297, %rd1569;
+	cvt.u32.u64 	%r2446, %rd462;
+	shl.b32 	%r2447, %r2446, 4;
+	and.b32  	%r2448, %r2447, 16;
+	ld.u32 	%r2449, [%rd1570];
+	shr.u32 	%r2450, %r2449, %r2448;
+	and.b32  	%r3962, %r2450, 65535;
+$L__BB11_876:
+	mov.u32 	%r2455, 31;
+	mov.u32 	%r2456, 1;
+	mov.u32 	%r2457, -1;
+	shfl.sync.bfly.b32 	%r2458|%p752, %r3959, %r2456, %r2455, %r2457;
+	or.b32  	%r756, %r2458, %r3959;
+	setp.eq.s32 	%p753, %r756, 0;
+	shl.b64 	%rd1571, %rd459, 4;
+	add.s64 	%rd463, %rd2043, %rd1571;
+	mov.u32 	%r3964, %r3963;
+	mov.u32 	%r3965, %r3963;
+	mov.u32 	%r3966, %r3963;
+	@%p753 bra 	$L__BB11_878;
+	ld.v4.u32 	{%r3963, %r3964, %r3965, %r3966}, [%rd463];
 $L__BB11_878:
-	setp.lt.u64 	%p850, %rd406, 768;
-	@%p850 bra 	$L__BB11_880;
-$L__BB11_879:
-	shl.b64 	%rd1577, %rd1703, 4;
-	add.s64 	%rd1578, %rd237, %rd1577;
-	add.s64 	%rd1579, %rd236, %rd1577;
-	ld.v4.u32 	{%r3224, %r3225, %r3226, %r3227}, [%rd1579];
-	st.v4.u32 	[%rd1578], {%r3224, %r3225, %r3226, %r3227};
-	ld.v4.u32 	{%r3232, %r3233, %r3234, %r3235}, [%rd1579+4096];
-	st.v4.u32 	[%rd1578+4096], {%r3232, %r3233, %r3234, %r3235};
-	ld.v4.u32 	{%r3240, %r3241, %r3242, %r3243}, [%rd1579+8192];
-	st.v4.u32 	[%rd1578+8192], {%r3240, %r3241, %r3242, %r3243};
-	ld.v4.u32 	{%r3248, %r3249, %r3250, %r3251}, [%rd1579+12288];
-	st.v4.u32 	[%rd1578+12288], {%r3248, %r3249, %r3250, %r3251};
-	add.s64 	%rd1703, %rd1703, 1024;
-	setp.lt.u64 	%p851, %rd1703, %rd384;
-	@%p851 bra 	$L__BB11_879;
+	shfl.sync.bfly.b32 	%r2470|%p754, %r3960, %r2456, %r2455, %r2457;
+	or.b32  	%r765, %r2470, %r3960;
+	setp.eq.s32 	%p755, %r765, 0;
+	mov.u32 	%r3971, 0;
+	mov.u32 	%r3967, %r3971;
+	mov.u32 	%r3968, %r3971;
+	mov.u32 	%r3969, %r3971;
+	mov.u32 	%r3970, %r3971;
+	@%p755 bra 	$L__BB11_880;
+	ld.v4.u32 	{%r3967, %r3968, %r3969, %r3970}, [%rd463+4096];
 $L__BB11_880:
-	and.b64  	%rd1705, %rd349, -16;
-$L__BB11_881:
-	add.s64 	%rd418, %rd1705, %rd8;
-	setp.ge.u64 	%p852, %rd418, %rd349;
-	@%p852 bra 	$L__BB11_888;
-	not.b64 	%rd1580, %rd8;
-	add.s64 	%rd1581, %rd349, %rd1580;
-	sub.s64 	%rd419, %rd1581, %rd1705;
-	shr.u64 	%rd1582, %rd419, 8;
-	add.s64 	%rd1583, %rd1582, 1;
-	and.b64  	%rd420, %rd1583, 3;
-	setp.eq.s64 	%p853, %rd420, 0;
-	mov.u64 	%rd1706, %rd418;
-	@%p853 bra 	$L__BB11_886;
-	add.s64 	%rd421, %rd236, %rd418;
-	ld.u8 	%rs37, [%rd421];
-	add.s64 	%rd422, %rd237, %rd418;
-	st.u8 	[%rd422], %rs37;
-	add.s64 	%rd1706, %rd418, 256;
-	setp.eq.s64 	%p854, %rd420, 1;
-	@%p854 bra 	$L__BB11_886;
-	ld.u8 	%rs38, [%rd421+256];
-	st.u8 	[%rd422+256], %rs38;
-	add.s64 	%rd1706, %rd418, 512;
-	setp.eq.s64 	%p855, %rd420, 2;
-	@%p855 bra 	$L__BB11_886;
-	ld.u8 	%rs39, [%rd421+512];
-	st.u8 	[%rd422+512], %rs39;
-	add.s64 	%rd1706, %rd418, 768;
+	mov.u32 	%r2479, 31;
+	mov.u32 	%r2480, 1;
+	mov.u32 	%r2481, -1;
+	shfl.sync.bfly.b32 	%r2482|%p756, %r3961, %r2480, %r2479, %r2481;
+	or.b32  	%r774, %r2482, %r3961;
+	setp.eq.s32 	%p757, %r774, 0;
+	mov.u32 	%r3972, %r3971;
+	mov.u32 	%r3973, %r3971;
+	mov.u32 	%r3974, %r3971;
+	@%p757 bra 	$L__BB11_882;
+	ld.v4.u32 	{%r3971, %r3972, %r3973, %r3974}, [%rd463+8192];
+$L__BB11_882:
+	shfl.sync.bfly.b32 	%r2494|%p758, %r3962, %r2480, %r2479, %r2481;
+	or.b32  	%r783, %r2494, %r3962;
+	setp.eq.s32 	%p759, %r783, 0;
+	mov.u32 	%r2490, 0;
+	mov.u32 	%r3975, %r2490;
+	mov.u32 	%r3976, %r2490;
+	mov.u32 	%r3977, %r2490;
+	mov.u32 	%r3978, %r2490;
+	@%p759 bra 	$L__BB11_884;
+	ld.v4.u32 	{%r3975, %r3976, %r3977, %r3978}, [%rd463+12288];
+$L__BB11_884:
+	cvt.u32.u64 	%r3638, %rd5;
+	setp.lt.u32 	%p760, %r3638, 16;
+	mov.u32 	%r2520, 16;
+	setp.lt.u32 	%p761, %r3638, 4;
+	mov.u32 	%r2521, 4;
+	setp.lt.u32 	%p762, %r3638, 2;
+	mov.u32 	%r2522, 2;
+	setp.lt.u32 	%p763, %r3638, 8;
+	mov.u32 	%r2523, 8;
+	setp.ne.s32 	%p764, %r3638, 31;
+	setp.eq.s32 	%p765, %r3638, 0;
+	popc.b32 	%r2525, %r3962;
+	cvt.u64.u32 	%rd1582, %r2525;
+	shl.b64 	%rd1583, %rd1582, 48;
+	popc.b32 	%r2526, %r3960;
+	shl.b32 	%r2527, %r2526, 16;
+	popc.b32 	%r2528, %r3959;
+	or.b32  	%r2529, %r2527, %r2528;
+	cvt.u64.u32 	%rd1584, %r2529;
+	popc.b32 	%r2530, %r3961;
+	cvt.u64.u32 	%rd1585, %r2530;
+	bfi.b64 	%rd1586, %rd1585, %rd1584, 32, 32;
+	or.b64  	%rd1572, %rd1583, %rd1586;
+	// begin inline asm
+	mov.b64 {%r2499,%r2500}, %rd1572;
+	// end inline asm
+	mov.u32 	%r2531, 1;
+	mov.u32 	%r2532, -1;
+	shfl.sync.up.b32 	%r2502|%p766, %r2500, %r2531, %r2490, %r2532;
+	shfl.sync.up.b32 	%r2501|%p767, %r2499, %r2531, %r2490, %r2532;
+	// begin inline asm
+	mov.b64 %rd1573, {%r2501,%r2502};
+	// end inline asm
+	selp.b64 	%rd1587, 0, %rd1573, %p765;
+	add.s64 	%rd1574, %rd1587, %rd1572;
+	// begin inline asm
+	mov.b64 {%r2503,%r2504}, %rd1574;
+	// end inline asm
+	shfl.sync.up.b32 	%r2506|%p768, %r2504, %r2522, %r2490, %r2532;
+	shfl.sync.up.b32 	%r2505|%p769, %r2503, %r2522, %r2490, %r2532;
+	// begin inline asm
+	mov.b64 %rd1575, {%r2505,%r2506};
+	// end inline asm
+	selp.b64 	%rd1588, 0, %rd1575, %p762;
+	add.s64 	%rd1576, %rd1588, %rd1574;
+	// begin inline asm
+	mov.b64 {%r2507,%r2508}, %rd1576;
+	// end inline asm
+	shfl.sync.up.b32 	%r2510|%p770, %r2508, %r2521, %r2490, %r2532;
+	shfl.sync.up.b32 	%r2509|%p771, %r2507, %r2521, %r2490, %r2532;
+	// begin inline asm
+	mov.b64 %rd1577, {%r2509,%r2510};
+	// end inline asm
+	selp.b64 	%rd1589, 0, %rd1577, %p761;
+	add.s64 	%rd1578, %rd1589, %rd1576;
+	// begin inline asm
+	mov.b64 {%r2511,%r2512}, %rd1578;
+	// end inline asm
+	shfl.sync.up.b32 	%r2514|%p772, %r2512, %r2523, %r2490, %r2532;
+	shfl.sync.up.b32 	%r2513|%p773, %r2511, %r2523, %r2490, %r2532;
+	// begin inline asm
+	mov.b64 %rd1579, {%r2513,%r2514};
+	// end inline asm
+	selp.b64 	%rd1590, 0, %rd1579, %p763;
+	add.s64 	%rd1580, %rd1590, %rd1578;
+	// begin inline asm
+	mov.b64 {%r2515,%r2516}, %rd1580;
+	// end inline asm
+	shfl.sync.up.b32 	%r2518|%p774, %r2516, %r2520, %r2490, %r2532;
+	shfl.sync.up.b32 	%r2517|%p775, %r2515, %r2520, %r2490, %r2532;
+	// begin inline asm
+	mov.b64 %rd1581, {%r2517,%r2518};
+	// end inline asm
+	selp.b64 	%rd1591, 0, %rd1581, %p760;
+	add.s64 	%rd465, %rd1591, %rd1580;
+	@%p764 bra 	$L__BB11_886;
+	st.shared.u64 	[%r6], %rd465;
 $L__BB11_886:
-	setp.lt.u64 	%p856, %rd419, 768;
-	@%p856 bra 	$L__BB11_888;
-$L__BB11_887:
-	add.s64 	%rd1584, %rd236, %rd1706;
-	ld.u8 	%rs40, [%rd1584];
-	add.s64 	%rd1585, %rd237, %rd1706;
-	st.u8 	[%rd1585], %rs40;
-	ld.u8 	%rs41, [%rd1584+256];
-	st.u8 	[%rd1585+256], %rs41;
-	ld.u8 	%rs42, [%rd1584+512];
-	st.u8 	[%rd1585+512], %rs42;
-	ld.u8 	%rs43, [%rd1584+768];
-	st.u8 	[%rd1585+768], %rs43;
-	add.s64 	%rd1706, %rd1706, 1024;
-	setp.lt.u64 	%p857, %rd1706, %rd349;
-	@%p857 bra 	$L__BB11_887;
-$L__BB11_888:
-	add.s32 	%r3462, %r3462, 1;
-	setp.lt.u32 	%p858, %r3462, 8;
-	@%p858 bra 	$L__BB11_415;
-	shl.b64 	%rd1600, %rd434, 8;
+	setp.ne.s32 	%p776, %r2, 0;
 	bar.sync 	0;
-	mov.u32 	%r3256, %nctaid.x;
-	mul.wide.u32 	%rd1586, %r3256, 8;
-	add.s64 	%rd1616, %rd1616, %rd1586;
-	setp.lt.u64 	%p859, %rd1616, %rd1600;
-	@%p859 bra 	$L__BB11_2;
-$L__BB11_890:
+	@%p776 bra 	$L__BB11_891;
+	cvt.u32.u64 	%r3639, %rd5;
+	setp.gt.u32 	%p777, %r3639, 7;
+	mov.u64 	%rd2080, 0;
+	@%p777 bra 	$L__BB11_889;
+	ld.shared.u64 	%rd2080, [%r7];
+$L__BB11_889:
+	cvt.u32.u64 	%r3645, %rd5;
+	setp.lt.u32 	%p1047, %r3645, 16;
+	setp.lt.u32 	%p1046, %r3645, 8;
+	setp.lt.u32 	%p1045, %r3645, 4;
+	setp.lt.u32 	%p1044, %r3645, 2;
+	setp.eq.s32 	%p1043, %r3645, 0;
+	mov.u32 	%r2555, 16;
+	mov.u32 	%r2556, 4;
+	mov.u32 	%r2557, 2;
+	mov.u32 	%r2558, 8;
+	mov.u32 	%r2559, 0;
+	// begin inline asm
+	mov.b64 {%r2534,%r2535}, %rd2080;
+	// end inline asm
+	mov.u32 	%r2560, 1;
+	mov.u32 	%r2561, -1;
+	shfl.sync.up.b32 	%r2537|%p784, %r2535, %r2560, %r2559, %r2561;
+	shfl.sync.up.b32 	%r2536|%p785, %r2534, %r2560, %r2559, %r2561;
+	// begin inline asm
+	mov.b64 %rd1594, {%r2536,%r2537};
+	// end inline asm
+	selp.b64 	%rd1603, 0, %rd1594, %p1043;
+	add.s64 	%rd1595, %rd1603, %rd2080;
+	// begin inline asm
+	mov.b64 {%r2538,%r2539}, %rd1595;
+	// end inline asm
+	shfl.sync.up.b32 	%r2541|%p786, %r2539, %r2557, %r2559, %r2561;
+	shfl.sync.up.b32 	%r2540|%p787, %r2538, %r2557, %r2559, %r2561;
+	// begin inline asm
+	mov.b64 %rd1596, {%r2540,%r2541};
+	// end inline asm
+	selp.b64 	%rd1604, 0, %rd1596, %p1044;
+	add.s64 	%rd1597, %rd1604, %rd1595;
+	// begin inline asm
+	mov.b64 {%r2542,%r2543}, %rd1597;
+	// end inline asm
+	shfl.sync.up.b32 	%r2545|%p788, %r2543, %r2556, %r2559, %r2561;
+	shfl.sync.up.b32 	%r2544|%p789, %r2542, %r2556, %r2559, %r2561;
+	// begin inline asm
+	mov.b64 %rd1598, {%r2544,%r2545};
+	// end inline asm
+	selp.b64 	%rd1605, 0, %rd1598, %p1045;
+	add.s64 	%rd1599, %rd1605, %rd1597;
+	// begin inline asm
+	mov.b64 {%r2546,%r2547}, %rd1599;
+	// end inline asm
+	shfl.sync.up.b32 	%r2549|%p790, %r2547, %r2558, %r2559, %r2561;
+	shfl.sync.up.b32 	%r2548|%p791, %r2546, %r2558, %r2559, %r2561;
+	// begin inline asm
+	mov.b64 %rd1600, {%r2548,%r2549};
+	// end inline asm
+	selp.b64 	%rd1606, 0, %rd1600, %p1046;
+	add.s64 	%rd1601, %rd1606, %rd1599;
+	// begin inline asm
+	mov.b64 {%r2550,%r2551}, %rd1601;
+	// end inline asm
+	shfl.sync.up.b32 	%r2553|%p792, %r2551, %r2555, %r2559, %r2561;
+	shfl.sync.up.b32 	%r2552|%p793, %r2550, %r2555, %r2559, %r2561;
+	// begin inline asm
+	mov.b64 %rd1602, {%r2552,%r2553};
+	// end inline asm
+	selp.b64 	%rd1607, 0, %rd1602, %p1047;
+	add.s64 	%rd468, %rd1607, %rd1601;
+	@%p777 bra 	$L__BB11_891;
+	st.shared.u64 	[%r7], %rd468;
+$L__BB11_891:
+	setp.eq.s32 	%p794, %r2, 0;
+	bar.sync 	0;
+	mov.u64 	%rd2081, 0;
+	@%p794 bra 	$L__BB11_893;
+	ld.shared.u64 	%rd2081, [%r6+-8];
+$L__BB11_893:
+	ld.shared.u64 	%rd471, [_ZZ14ws_delta_applyE3red+56];
+	mov.u32 	%r3980, 0;
+	bar.sync 	0;
+	sub.s64 	%rd1609, %rd465, %rd1572;
+	add.s64 	%rd472, %rd1609, %rd2081;
+	cvt.u32.u64 	%r2563, %rd472;
+	and.b32  	%r2564, %r2563, 65535;
+	add.s32 	%r792, %r2564, %r3958;
+	and.b32  	%r793, %r3959, 1;
+	setp.eq.s32 	%p795, %r793, 0;
+	mov.u32 	%r3979, %r3980;
+	@%p795 bra 	$L__BB11_895;
+	cvt.u64.u32 	%rd1610, %r792;
+	add.s64 	%rd1611, %rd457, %rd1610;
+	add.s64 	%rd1612, %rd285, %rd1611;
+	ld.u8 	%r3979, [%rd1612];
+$L__BB11_895:
+	and.b32  	%r796, %r3959, 2;
+	setp.eq.s32 	%p796, %r796, 0;
+	@%p796 bra 	$L__BB11_897;
+	popc.b32 	%r2566, %r793;
+	add.s32 	%r2567, %r792, %r2566;
+	cvt.u64.u32 	%rd1613, %r2567;
+	add.s64 	%rd1614, %rd457, %rd1613;
+	add.s64 	%rd1615, %rd285, %rd1614;
+	ld.u8 	%r3980, [%rd1615];
+$L__BB11_897:
+	and.b32  	%r799, %r3959, 4;
+	setp.eq.s32 	%p797, %r799, 0;
+	mov.u32 	%r3982, 0;
+	mov.u32 	%r3981, %r3982;
+	@%p797 bra 	$L__BB11_899;
+	and.b32  	%r2569, %r3959, 3;
+	popc.b32 	%r2570, %r2569;
+	add.s32 	%r2571, %r792, %r2570;
+	cvt.u64.u32 	%rd1616, %r2571;
+	add.s64 	%rd1617, %rd457, %rd1616;
+	add.s64 	%rd1618, %rd285, %rd1617;
+	ld.u8 	%r3981, [%rd1618];
+$L__BB11_899:
+	and.b32  	%r802, %r3959, 8;
+	setp.eq.s32 	%p798, %r802, 0;
+	@%p798 bra 	$L__BB11_901;
+	and.b32  	%r2573, %r3959, 7;
+	popc.b32 	%r2574, %r2573;
+	add.s32 	%r2575, %r792, %r2574;
+	cvt.u64.u32 	%rd1619, %r2575;
+	add.s64 	%rd1620, %rd457, %rd1619;
+	add.s64 	%rd1621, %rd285, %rd1620;
+	ld.u8 	%r3982, [%rd1621];
+$L__BB11_901:
+	and.b32  	%r805, %r3959, 16;
+	setp.eq.s32 	%p799, %r805, 0;
+	mov.u32 	%r3984, 0;
+	mov.u32 	%r3983, %r3984;
+	@%p799 bra 	$L__BB11_903;
+	and.b32  	%r2577, %r3959, 15;
+	popc.b32 	%r2578, %r2577;
+	add.s32 	%r2579, %r792, %r2578;
+	cvt.u64.u32 	%rd1622, %r2579;
+	add.s64 	%rd1623, %rd457, %rd1622;
+	add.s64 	%rd1624, %rd285, %rd1623;
+	ld.u8 	%r3983, [%rd1624];
+$L__BB11_903:
+	and.b32  	%r808, %r3959, 32;
+	setp.eq.s32 	%p800, %r808, 0;
+	@%p800 bra 	$L__BB11_905;
+	and.b32  	%r2581, %r3959, 31;
+	popc.b32 	%r2582, %r2581;
+	add.s32 	%r2583, %r792, %r2582;
+	cvt.u64.u32 	%rd1625, %r2583;
+	add.s64 	%rd1626, %rd457, %rd1625;
+	add.s64 	%rd1627, %rd285, %rd1626;
+	ld.u8 	%r3984, [%rd1627];
+$L__BB11_905:
+	and.b32  	%r811, %r3959, 64;
+	setp.eq.s32 	%p801, %r811, 0;
+	mov.u32 	%r3986, 0;
+	mov.u32 	%r3985, %r3986;
+	@%p801 bra 	$L__BB11_907;
+	and.b32  	%r2585, %r3959, 63;
+	popc.b32 	%r2586, %r2585;
+	add.s32 	%r2587, %r792, %r2586;
+	cvt.u64.u32 	%rd1628, %r2587;
+	add.s64 	%rd1629, %rd457, %rd1628;
+	add.s64 	%rd1630, %rd285, %rd1629;
+	ld.u8 	%r3985, [%rd1630];
+$L__BB11_907:
+	and.b32  	%r814, %r3959, 128;
+	setp.eq.s32 	%p802, %r814, 0;
+	@%p802 bra 	$L__BB11_909;
+	and.b32  	%r2589, %r3959, 127;
+	popc.b32 	%r2590, %r2589;
+	add.s32 	%r2591, %r792, %r2590;
+	cvt.u64.u32 	%rd1631, %r2591;
+	add.s64 	%rd1632, %rd457, %rd1631;
+	add.s64 	%rd1633, %rd285, %rd1632;
+	ld.u8 	%r3986, [%rd1633];
+$L__BB11_909:
+	and.b32  	%r817, %r3959, 256;
+	setp.eq.s32 	%p803, %r817, 0;
+	mov.u32 	%r3988, 0;
+	mov.u32 	%r3987, %r3988;
+	@%p803 bra 	$L__BB11_911;
+	and.b32  	%r2593, %r3959, 255;
+	popc.b32 	%r2594, %r2593;
+	add.s32 	%r2595, %r792, %r2594;
+	cvt.u64.u32 	%rd1634, %r2595;
+	add.s64 	%rd1635, %rd457, %rd1634;
+	add.s64 	%rd1636, %rd285, %rd1635;
+	ld.u8 	%r3987, [%rd1636];
+$L__BB11_911:
+	and.b32  	%r820, %r3959, 512;
+	setp.eq.s32 	%p804, %r820, 0;
+	@%p804 bra 	$L__BB11_913;
+	and.b32  	%r2597, %r3959, 511;
+	popc.b32 	%r2598, %r2597;
+	add.s32 	%r2599, %r792, %r2598;
+	cvt.u64.u32 	%rd1637, %r2599;
+	add.s64 	%rd1638, %rd457, %rd1637;
+	add.s64 	%rd1639, %rd285, %rd1638;
+	ld.u8 	%r3988, [%rd1639];
+$L__BB11_913:
+	and.b32  	%r823, %r3959, 1024;
+	setp.eq.s32 	%p805, %r823, 0;
+	mov.u32 	%r3990, 0;
+	mov.u32 	%r3989, %r3990;
+	@%p805 bra 	$L__BB11_915;
+	and.b32  	%r2601, %r3959, 1023;
+	popc.b32 	%r2602, %r2601;
+	add.s32 	%r2603, %r792, %r2602;
+	cvt.u64.u32 	%rd1640, %r2603;
+	add.s64 	%rd1641, %rd457, %rd1640;
+	add.s64 	%rd1642, %rd285, %rd1641;
+	ld.u8 	%r3989, [%rd1642];
+$L__BB11_915:
+	and.b32  	%r826, %r3959, 2048;
+	setp.eq.s32 	%p806, %r826, 0;
+	@%p806 bra 	$L__BB11_917;
+	and.b32  	%r2605, %r3959, 2047;
+	popc.b32 	%r2606, %r2605;
+	add.s32 	%r2607, %r792, %r2606;
+	cvt.u64.u32 	%rd1643, %r2607;
+	add.s64 	%rd1644, %rd457, %rd1643;
+	add.s64 	%rd1645, %rd285, %rd1644;
+	ld.u8 	%r3990, [%rd1645];
+$L__BB11_917:
+	and.b32  	%r829, %r3959, 4096;
+	setp.eq.s32 	%p807, %r829, 0;
+	mov.u32 	%r3992, 0;
+	mov.u32 	%r3991, %r3992;
+	@%p807 bra 	$L__BB11_919;
+	and.b32  	%r2609, %r3959, 4095;
+	popc.b32 	%r2610, %r2609;
+	add.s32 	%r2611, %r792, %r2610;
+	cvt.u64.u32 	%rd1646, %r2611;
+	add.s64 	%rd1647, %rd457, %rd1646;
+	add.s64 	%rd1648, %rd285, %rd1647;
+	ld.u8 	%r3991, [%rd1648];
+$L__BB11_919:
+	and.b32  	%r832, %r3959, 8192;
+	setp.eq.s32 	%p808, %r832, 0;
+	@%p808 bra 	$L__BB11_921;
+	and.b32  	%r2613, %r3959, 8191;
+	popc.b32 	%r2614, %r2613;
+	add.s32 	%r2615, %r792, %r2614;
+	cvt.u64.u32 	%rd1649, %r2615;
+	add.s64 	%rd1650, %rd457, %rd1649;
+	add.s64 	%rd1651, %rd285, %rd1650;
+	ld.u8 	%r3992, [%rd1651];
+$L__BB11_921:
+	and.b32  	%r835, %r3959, 16384;
+	setp.eq.s32 	%p809, %r835, 0;
+	mov.u32 	%r3994, 0;
+	mov.u32 	%r3993, %r3994;
+	@%p809 bra 	$L__BB11_923;
+	and.b32  	%r2617, %r3959, 16383;
+	popc.b32 	%r2618, %r2617;
+	add.s32 	%r2619, %r792, %r2618;
+	cvt.u64.u32 	%rd1652, %r2619;
+	add.s64 	%rd1653, %rd457, %rd1652;
+	add.s64 	%rd1654, %rd285, %rd1653;
+	ld.u8 	%r3993, [%rd1654];
+$L__BB11_923:
+	cvt.u16.u32 	%rs37, %r3959;
+	setp.gt.s16 	%p810, %rs37, -1;
+	@%p810 bra 	$L__BB11_925;
+	and.b32  	%r2621, %r3959, 32767;
+	popc.b32 	%r2622, %r2621;
+	add.s32 	%r2623, %r792, %r2622;
+	cvt.u64.u32 	%rd1655, %r2623;
+	add.s64 	%rd1656, %rd457, %rd1655;
+	add.s64 	%rd1657, %rd285, %rd1656;
+	ld.u8 	%r3994, [%rd1657];
+$L__BB11_925:
+	and.b32  	%r3662, %r3959, 16384;
+	setp.eq.s32 	%p1067, %r3662, 0;
+	and.b32  	%r3661, %r3959, 8192;
+	setp.eq.s32 	%p1066, %r3661, 0;
+	and.b32  	%r3660, %r3959, 4096;
+	setp.eq.s32 	%p1065, %r3660, 0;
+	and.b32  	%r3659, %r3959, 2048;
+	setp.eq.s32 	%p1064, %r3659, 0;
+	and.b32  	%r3658, %r3959, 1024;
+	setp.eq.s32 	%p1063, %r3658, 0;
+	and.b32  	%r3657, %r3959, 512;
+	setp.eq.s32 	%p1062, %r3657, 0;
+	and.b32  	%r3656, %r3959, 256;
+	setp.eq.s32 	%p1061, %r3656, 0;
+	and.b32  	%r3655, %r3959, 128;
+	setp.eq.s32 	%p1060, %r3655, 0;
+	and.b32  	%r3654, %r3959, 64;
+	setp.eq.s32 	%p1059, %r3654, 0;
+	and.b32  	%r3653, %r3959, 32;
+	setp.eq.s32 	%p1058, %r3653, 0;
+	and.b32  	%r3652, %r3959, 16;
+	setp.eq.s32 	%p1057, %r3652, 0;
+	and.b32  	%r3651, %r3959, 8;
+	setp.eq.s32 	%p1056, %r3651, 0;
+	and.b32  	%r3650, %r3959, 4;
+	setp.eq.s32 	%p1055, %r3650, 0;
+	and.b32  	%r3649, %r3959, 2;
+	setp.eq.s32 	%p1054, %r3649, 0;
+	and.b32  	%r3648, %r3959, 1;
+	setp.eq.s32 	%p1053, %r3648, 0;
+	and.b32  	%r2624, %r3963, -256;
+	or.b32  	%r2625, %r2624, %r3979;
+	selp.b32 	%r2626, %r3963, %r2625, %p1053;
+	and.b32  	%r2627, %r2626, -65281;
+	shl.b32 	%r2628, %r3980, 8;
+	or.b32  	%r2629, %r2627, %r2628;
+	selp.b32 	%r2630, %r2626, %r2629, %p1054;
+	and.b32  	%r2631, %r2630, -16711681;
+	shl.b32 	%r2632, %r3981, 16;
+	or.b32  	%r2633, %r2631, %r2632;
+	selp.b32 	%r2634, %r2630, %r2633, %p1055;
+	and.b32  	%r2635, %r2634, 16777215;
+	prmt.b32 	%r2636, %r3982, %r2635, 1620;
+	selp.b32 	%r852, %r2634, %r2636, %p1056;
+	and.b32  	%r2637, %r3964, -256;
+	or.b32  	%r2638, %r2637, %r3983;
+	selp.b32 	%r2639, %r3964, %r2638, %p1057;
+	and.b32  	%r2640, %r2639, -65281;
+	shl.b32 	%r2641, %r3984, 8;
+	or.b32  	%r2642, %r2640, %r2641;
+	selp.b32 	%r2643, %r2639, %r2642, %p1058;
+	and.b32  	%r2644, %r2643, -16711681;
+	shl.b32 	%r2645, %r3985, 16;
+	or.b32  	%r2646, %r2644, %r2645;
+	selp.b32 	%r2647, %r2643, %r2646, %p1059;
+	and.b32  	%r2648, %r2647, 16777215;
+	prmt.b32 	%r2649, %r3986, %r2648, 1620;
+	selp.b32 	%r853, %r2647, %r2649, %p1060;
+	and.b32  	%r2650, %r3965, -256;
+	or.b32  	%r2651, %r2650, %r3987;
+	selp.b32 	%r2652, %r3965, %r2651, %p1061;
+	and.b32  	%r2653, %r2652, -65281;
+	shl.b32 	%r2654, %r3988, 8;
+	or.b32  	%r2655, %r2653, %r2654;
+	selp.b32 	%r2656, %r2652, %r2655, %p1062;
+	and.b32  	%r2657, %r2656, -16711681;
+	shl.b32 	%r2658, %r3989, 16;
+	or.b32  	%r2659, %r2657, %r2658;
+	selp.b32 	%r2660, %r2656, %r2659, %p1063;
+	and.b32  	%r2661, %r2660, 16777215;
+	prmt.b32 	%r2662, %r3990, %r2661, 1620;
+	selp.b32 	%r854, %r2660, %r2662, %p1064;
+	and.b32  	%r2663, %r3966, -256;
+	or.b32  	%r2664, %r2663, %r3991;
+	selp.b32 	%r2665, %r3966, %r2664, %p1065;
+	and.b32  	%r2666, %r2665, -65281;
+	shl.b32 	%r2667, %r3992, 8;
+	or.b32  	%r2668, %r2666, %r2667;
+	selp.b32 	%r2669, %r2665, %r2668, %p1066;
+	and.b32  	%r2670, %r2669, -16711681;
+	shl.b32 	%r2671, %r3993, 16;
+	or.b32  	%r2672, %r2670, %r2671;
+	selp.b32 	%r2673, %r2669, %r2672, %p1067;
+	and.b32  	%r2674, %r2673, 16777215;
+	prmt.b32 	%r2675, %r3994, %r2674, 1620;
+	selp.b32 	%r855, %r2673, %r2675, %p810;
+	@%p753 bra 	$L__BB11_927;
+	st.v4.u32 	[%rd463], {%r852, %r853, %r854, %r855};
+$L__BB11_927:
+	cvt.u32.u64 	%r3663, %rd472;
+	cvt.u32.u64 	%r2677, %rd471;
+	and.b32  	%r2678, %r2677, 65535;
+	add.s32 	%r856, %r2678, %r3958;
+	shr.u32 	%r2680, %r3663, 16;
+	add.s32 	%r857, %r2680, %r856;
+	and.b32  	%r858, %r3960, 1;
+	setp.eq.s32 	%p828, %r858, 0;
+	mov.u32 	%r3996, 0;
+	mov.u32 	%r3995, %r3996;
+	@%p828 bra 	$L__BB11_929;
+	cvt.u64.u32 	%rd1658, %r857;
+	add.s64 	%rd1659, %rd457, %rd1658;
+	add.s64 	%rd1660, %rd285, %rd1659;
+	ld.u8 	%r3995, [%rd1660];
+$L__BB11_929:
+	and.b32  	%r861, %r3960, 2;
+	setp.eq.s32 	%p829, %r861, 0;
+	@%p829 bra 	$L__BB11_931;
+	popc.b32 	%r2682, %r858;
+	add.s32 	%r2683, %r857, %r2682;
+	cvt.u64.u32 	%rd1661, %r2683;
+	add.s64 	%rd1662, %rd457, %rd1661;
+	add.s64 	%rd1663, %rd285, %rd1662;
+	ld.u8 	%r3996, [%rd1663];
+$L__BB11_931:
+	and.b32  	%r864, %r3960, 4;
+	setp.eq.s32 	%p830, %r864, 0;
+	mov.u32 	%r3998, 0;
+	mov.u32 	%r3997, %r3998;
+	@%p830 bra 	$L__BB11_933;
+	and.b32  	%r2685, %r3960, 3;
+	popc.b32 	%r2686, %r2685;
+	add.s32 	%r2687, %r857, %r2686;
+	cvt.u64.u32 	%rd1664, %r2687;
+	add.s64 	%rd1665, %rd457, %rd1664;
+	add.s64 	%rd1666, %rd285, %rd1665;
+	ld.u8 	%r3997, [%rd1666];
+$L__BB11_933:
+	and.b32  	%r867, %r3960, 8;
+	setp.eq.s32 	%p831, %r867, 0;
+	@%p831 bra 	$L__BB11_935;
+	and.b32  	%r2689, %r3960, 7;
+	popc.b32 	%r2690, %r2689;
+	add.s32 	%r2691, %r857, %r2690;
+	cvt.u64.u32 	%rd1667, %r2691;
+	add.s64 	%rd1668, %rd457, %rd1667;
+	add.s64 	%rd1669, %rd285, %rd1668;
+	ld.u8 	%r3998, [%rd1669];
+$L__BB11_935:
+	and.b32  	%r870, %r3960, 16;
+	setp.eq.s32 	%p832, %r870, 0;
+	mov.u32 	%r4000, 0;
+	mov.u32 	%r3999, %r4000;
+	@%p832 bra 	$L__BB11_937;
+	and.b32  	%r2693, %r3960, 15;
+	popc.b32 	%r2694, %r2693;
+	add.s32 	%r2695, %r857, %r2694;
+	cvt.u64.u32 	%rd1670, %r2695;
+	add.s64 	%rd1671, %rd457, %rd1670;
+	add.s64 	%rd1672, %rd285, %rd1671;
+	ld.u8 	%r3999, [%rd1672];
+$L__BB11_937:
+	and.b32  	%r873, %r3960, 32;
+	setp.eq.s32 	%p833, %r873, 0;
+	@%p833 bra 	$L__BB11_939;
+	and.b32  	%r2697, %r3960, 31;
+	popc.b32 	%r2698, %r2697;
+	add.s32 	%r2699, %r857, %r2698;
+	cvt.u64.u32 	%rd1673, %r2699;
+	add.s64 	%rd1674, %rd457, %rd1673;
+	add.s64 	%rd1675, %rd285, %rd1674;
+	ld.u8 	%r4000, [%rd1675];
+$L__BB11_939:
+	and.b32  	%r876, %r3960, 64;
+	setp.eq.s32 	%p834, %r876, 0;
+	mov.u32 	%r4002, 0;
+	mov.u32 	%r4001, %r4002;
+	@%p834 bra 	$L__BB11_941;
+	and.b32  	%r2701, %r3960, 63;
+	popc.b32 	%r2702, %r2701;
+	add.s32 	%r2703, %r857, %r2702;
+	cvt.u64.u32 	%rd1676, %r2703;
+	add.s64 	%rd1677, %rd457, %rd1676;
+	add.s64 	%rd1678, %rd285, %rd1677;
+	ld.u8 	%r4001, [%rd1678];
+$L__BB11_941:
+	and.b32  	%r879, %r3960, 128;
+	setp.eq.s32 	%p835, %r879, 0;
+	@%p835 bra 	$L__BB11_943;
+	and.b32  	%r2705, %r3960, 127;
+	popc.b32 	%r2706, %r2705;
+	add.s32 	%r2707, %r857, %r2706;
+	cvt.u64.u32 	%rd1679, %r2707;
+	add.s64 	%rd1680, %rd457, %rd1679;
+	add.s64 	%rd1681, %rd285, %rd1680;
+	ld.u8 	%r4002, [%rd1681];
+$L__BB11_943:
+	and.b32  	%r882, %r3960, 256;
+	setp.eq.s32 	%p836, %r882, 0;
+	mov.u32 	%r4004, 0;
+	mov.u32 	%r4003, %r4004;
+	@%p836 bra 	$L__BB11_945;
+	and.b32  	%r2709, %r3960, 255;
+	popc.b32 	%r2710, %r2709;
+	add.s32 	%r2711, %r857, %r2710;
+	cvt.u64.u32 	%rd1682, %r2711;
+	add.s64 	%rd1683, %rd457, %rd1682;
+	add.s64 	%rd1684, %rd285, %rd1683;
+	ld.u8 	%r4003, [%rd1684];
+$L__BB11_945:
+	and.b32  	%r885, %r3960, 512;
+	setp.eq.s32 	%p837, %r885, 0;
+	@%p837 bra 	$L__BB11_947;
+	and.b32  	%r2713, %r3960, 511;
+	popc.b32 	%r2714, %r2713;
+	add.s32 	%r2715, %r857, %r2714;
+	cvt.u64.u32 	%rd1685, %r2715;
+	add.s64 	%rd1686, %rd457, %rd1685;
+	add.s64 	%rd1687, %rd285, %rd1686;
+	ld.u8 	%r4004, [%rd1687];
+$L__BB11_947:
+	and.b32  	%r888, %r3960, 1024;
+	setp.eq.s32 	%p838, %r888, 0;
+	mov.u32 	%r4006, 0;
+	mov.u32 	%r4005, %r4006;
+	@%p838 bra 	$L__BB11_949;
+	and.b32  	%r2717, %r3960, 1023;
+	popc.b32 	%r2718, %r2717;
+	add.s32 	%r2719, %r857, %r2718;
+	cvt.u64.u32 	%rd1688, %r2719;
+	add.s64 	%rd1689, %rd457, %rd1688;
+	add.s64 	%rd1690, %rd285, %rd1689;
+	ld.u8 	%r4005, [%rd1690];
+$L__BB11_949:
+	and.b32  	%r891, %r3960, 2048;
+	setp.eq.s32 	%p839, %r891, 0;
+	@%p839 bra 	$L__BB11_951;
+	and.b32  	%r2721, %r3960, 2047;
+	popc.b32 	%r2722, %r2721;
+	add.s32 	%r2723, %r857, %r2722;
+	cvt.u64.u32 	%rd1691, %r2723;
+	add.s64 	%rd1692, %rd457, %rd1691;
+	add.s64 	%rd1693, %rd285, %rd1692;
+	ld.u8 	%r4006, [%rd1693];
+$L__BB11_951:
+	and.b32  	%r894, %r3960, 4096;
+	setp.eq.s32 	%p840, %r894, 0;
+	mov.u32 	%r4008, 0;
+	mov.u32 	%r4007, %r4008;
+	@%p840 bra 	$L__BB11_953;
+	and.b32  	%r2725, %r3960, 4095;
+	popc.b32 	%r2726, %r2725;
+	add.s32 	%r2727, %r857, %r2726;
+	cvt.u64.u32 	%rd1694, %r2727;
+	add.s64 	%rd1695, %rd457, %rd1694;
+	add.s64 	%rd1696, %rd285, %rd1695;
+	ld.u8 	%r4007, [%rd1696];
+$L__BB11_953:
+	and.b32  	%r897, %r3960, 8192;
+	setp.eq.s32 	%p841, %r897, 0;
+	@%p841 bra 	$L__BB11_955;
+	and.b32  	%r2729, %r3960, 8191;
+	popc.b32 	%r2730, %r2729;
+	add.s32 	%r2731, %r857, %r2730;
+	cvt.u64.u32 	%rd1697, %r2731;
+	add.s64 	%rd1698, %rd457, %rd1697;
+	add.s64 	%rd1699, %rd285, %rd1698;
+	ld.u8 	%r4008, [%rd1699];
+$L__BB11_955:
+	and.b32  	%r900, %r3960, 16384;
+	setp.eq.s32 	%p842, %r900, 0;
+	mov.u32 	%r4010, 0;
+	mov.u32 	%r4009, %r4010;
+	@%p842 bra 	$L__BB11_957;
+	and.b32  	%r2733, %r3960, 16383;
+	popc.b32 	%r2734, %r2733;
+	add.s32 	%r2735, %r857, %r2734;
+	cvt.u64.u32 	%rd1700, %r2735;
+	add.s64 	%rd1701, %rd457, %rd1700;
+	add.s64 	%rd1702, %rd285, %rd1701;
+	ld.u8 	%r4009, [%rd1702];
+$L__BB11_957:
+	cvt.u16.u32 	%rs38, %r3960;
+	setp.gt.s16 	%p843, %rs38, -1;
+	@%p843 bra 	$L__BB11_959;
+	and.b32  	%r2737, %r3960, 32767;
+	popc.b32 	%r2738, %r2737;
+	add.s32 	%r2739, %r857, %r2738;
+	cvt.u64.u32 	%rd1703, %r2739;
+	add.s64 	%rd1704, %rd457, %rd1703;
+	add.s64 	%rd1705, %rd285, %rd1704;
+	ld.u8 	%r4010, [%rd1705];
+$L__BB11_959:
+	and.b32  	%r3679, %r3960, 16384;
+	setp.eq.s32 	%p1084, %r3679, 0;
+	and.b32  	%r3678, %r3960, 8192;
+	setp.eq.s32 	%p1083, %r3678, 0;
+	and.b32  	%r3676, %r3960, 4096;
+	setp.eq.s32 	%p1082, %r3676, 0;
+	and.b32  	%r3675, %r3960, 2048;
+	setp.eq.s32 	%p1081, %r3675, 0;
+	and.b32  	%r3674, %r3960, 1024;
+	setp.eq.s32 	%p1080, %r3674, 0;
+	and.b32  	%r3673, %r3960, 512;
+	setp.eq.s32 	%p1079, %r3673, 0;
+	and.b32  	%r3672, %r3960, 256;
+	setp.eq.s32 	%p1078, %r3672, 0;
+	and.b32  	%r3671, %r3960, 128;
+	setp.eq.s32 	%p1077, %r3671, 0;
+	and.b32  	%r3670, %r3960, 64;
+	setp.eq.s32 	%p1076, %r3670, 0;
+	and.b32  	%r3669, %r3960, 32;
+	setp.eq.s32 	%p1075, %r3669, 0;
+	and.b32  	%r3668, %r3960, 16;
+	setp.eq.s32 	%p1074, %r3668, 0;
+	and.b32  	%r3667, %r3960, 8;
+	setp.eq.s32 	%p1073, %r3667, 0;
+	and.b32  	%r3666, %r3960, 4;
+	setp.eq.s32 	%p1072, %r3666, 0;
+	and.b32  	%r3665, %r3960, 2;
+	setp.eq.s32 	%p1071, %r3665, 0;
+	and.b32  	%r3664, %r3960, 1;
+	setp.eq.s32 	%p1070, %r3664, 0;
+	and.b32  	%r2740, %r3967, -256;
+	or.b32  	%r2741, %r2740, %r3995;
+	selp.b32 	%r2742, %r3967, %r2741, %p1070;
+	and.b32  	%r2743, %r2742, -65281;
+	shl.b32 	%r2744, %r3996, 8;
+	or.b32  	%r2745, %r2743, %r2744;
+	selp.b32 	%r2746, %r2742, %r2745, %p1071;
+	and.b32  	%r2747, %r2746, -16711681;
+	shl.b32 	%r2748, %r3997, 16;
+	or.b32  	%r2749, %r2747, %r2748;
+	selp.b32 	%r2750, %r2746, %r2749, %p1072;
+	and.b32  	%r2751, %r2750, 16777215;
+	prmt.b32 	%r2752, %r3998, %r2751, 1620;
+	selp.b32 	%r905, %r2750, %r2752, %p1073;
+	and.b32  	%r2753, %r3968, -256;
+	or.b32  	%r2754, %r2753, %r3999;
+	selp.b32 	%r2755, %r3968, %r2754, %p1074;
+	and.b32  	%r2756, %r2755, -65281;
+	shl.b32 	%r2757, %r4000, 8;
+	or.b32  	%r2758, %r2756, %r2757;
+	selp.b32 	%r2759, %r2755, %r2758, %p1075;
+	and.b32  	%r2760, %r2759, -16711681;
+	shl.b32 	%r2761, %r4001, 16;
+	or.b32  	%r2762, %r2760, %r2761;
+	selp.b32 	%r2763, %r2759, %r2762, %p1076;
+	and.b32  	%r2764, %r2763, 16777215;
+	prmt.b32 	%r2765, %r4002, %r2764, 1620;
+	selp.b32 	%r906, %r2763, %r2765, %p1077;
+	and.b32  	%r2766, %r3969, -256;
+	or.b32  	%r2767, %r2766, %r4003;
+	selp.b32 	%r2768, %r3969, %r2767, %p1078;
+	and.b32  	%r2769, %r2768, -65281;
+	shl.b32 	%r2770, %r4004, 8;
+	or.b32  	%r2771, %r2769, %r2770;
+	selp.b32 	%r2772, %r2768, %r2771, %p1079;
+	and.b32  	%r2773, %r2772, -16711681;
+	shl.b32 	%r2774, %r4005, 16;
+	or.b32  	%r2775, %r2773, %r2774;
+	selp.b32 	%r2776, %r2772, %r2775, %p1080;
+	and.b32  	%r2777, %r2776, 16777215;
+	prmt.b32 	%r2778, %r4006, %r2777, 1620;
+	selp.b32 	%r907, %r2776, %r2778, %p1081;
+	and.b32  	%r2779, %r3970, -256;
+	or.b32  	%r2780, %r2779, %r4007;
+	selp.b32 	%r2781, %r3970, %r2780, %p1082;
+	and.b32  	%r2782, %r2781, -65281;
+	shl.b32 	%r2783, %r4008, 8;
+	or.b32  	%r2784, %r2782, %r2783;
+	selp.b32 	%r2785, %r2781, %r2784, %p1083;
+	and.b32  	%r2786, %r2785, -16711681;
+	shl.b32 	%r2787, %r4009, 16;
+	or.b32  	%r2788, %r2786, %r2787;
+	selp.b32 	%r2789, %r2785, %r2788, %p1084;
+	and.b32  	%r2790, %r2789, 16777215;
+	prmt.b32 	%r2791, %r4010, %r2790, 1620;
+	selp.b32 	%r908, %r2789, %r2791, %p843;
+	@%p755 bra 	$L__BB11_961;
+	st.v4.u32 	[%rd463+4096], {%r905, %r906, %r907, %r908};
+$L__BB11_961:
+	cvt.u32.u64 	%r3677, %rd471;
+	shr.u32 	%r2794, %r3677, 16;
+	add.s32 	%r909, %r2794, %r856;
+	shr.u64 	%rd1706, %rd472, 32;
+	cvt.u32.u64 	%r2795, %rd1706;
+	and.b32  	%r2796, %r2795, 65535;
+	add.s32 	%r910, %r2796, %r909;
+	and.b32  	%r911, %r3961, 1;
+	setp.eq.s32 	%p861, %r911, 0;
+	mov.u32 	%r4012, 0;
+	mov.u32 	%r4011, %r4012;
+	@%p861 bra 	$L__BB11_963;
+	cvt.u64.u32 	%rd1707, %r910;
+	add.s64 	%rd1708, %rd457, %rd1707;
+	add.s64 	%rd1709, %rd285, %rd1708;
+	ld.u8 	%r4011, [%rd1709];
+$L__BB11_963:
+	and.b32  	%r914, %r3961, 2;
+	setp.eq.s32 	%p862, %r914, 0;
+	@%p862 bra 	$L__BB11_965;
+	popc.b32 	%r2798, %r911;
+	add.s32 	%r2799, %r910, %r2798;
+	cvt.u64.u32 	%rd1710, %r2799;
+	add.s64 	%rd1711, %rd457, %rd1710;
+	add.s64 	%rd1712, %rd285, %rd1711;
+	ld.u8 	%r4012, [%rd1712];
+$L__BB11_965:
+	and.b32  	%r917, %r3961, 4;
+	setp.eq.s32 	%p863, %r917, 0;
+	mov.u32 	%r4014, 0;
+	mov.u32 	%r4013, %r4014;
+	@%p863 bra 	$L__BB11_967;
+	and.b32  	%r2801, %r3961, 3;
+	popc.b32 	%r2802, %r2801;
+	add.s32 	%r2803, %r910, %r2802;
+	cvt.u64.u32 	%rd1713, %r2803;
+	add.s64 	%rd1714, %rd457, %rd1713;
+	add.s64 	%rd1715, %rd285, %rd1714;
+	ld.u8 	%r4013, [%rd1715];
+$L__BB11_967:
+	and.b32  	%r920, %r3961, 8;
+	setp.eq.s32 	%p864, %r920, 0;
+	@%p864 bra 	$L__BB11_969;
+	and.b32  	%r2805, %r3961, 7;
+	popc.b32 	%r2806, %r2805;
+	add.s32 	%r2807, %r910, %r2806;
+	cvt.u64.u32 	%rd1716, %r2807;
+	add.s64 	%rd1717, %rd457, %rd1716;
+	add.s64 	%rd1718, %rd285, %rd1717;
+	ld.u8 	%r4014, [%rd1718];
+$L__BB11_969:
+	and.b32  	%r923, %r3961, 16;
+	setp.eq.s32 	%p865, %r923, 0;
+	mov.u32 	%r4016, 0;
+	mov.u32 	%r4015, %r4016;
+	@%p865 bra 	$L__BB11_971;
+	and.b32  	%r2809, %r3961, 15;
+	popc.b32 	%r2810, %r2809;
+	add.s32 	%r2811, %r910, %r2810;
+	cvt.u64.u32 	%rd1719, %r2811;
+	add.s64 	%rd1720, %rd457, %rd1719;
+	add.s64 	%rd1721, %rd285, %rd1720;
+	ld.u8 	%r4015, [%rd1721];
+$L__BB11_971:
+	and.b32  	%r926, %r3961, 32;
+	setp.eq.s32 	%p866, %r926, 0;
+	@%p866 bra 	$L__BB11_973;
+	and.b32  	%r2813, %r3961, 31;
+	popc.b32 	%r2814, %r2813;
+	add.s32 	%r2815, %r910, %r2814;
+	cvt.u64.u32 	%rd1722, %r2815;
+	add.s64 	%rd1723, %rd457, %rd1722;
+	add.s64 	%rd1724, %rd285, %rd1723;
+	ld.u8 	%r4016, [%rd1724];
+$L__BB11_973:
+	and.b32  	%r929, %r3961, 64;
+	setp.eq.s32 	%p867, %r929, 0;
+	mov.u32 	%r4018, 0;
+	mov.u32 	%r4017, %r4018;
+	@%p867 bra 	$L__BB11_975;
+	and.b32  	%r2817, %r3961, 63;
+	popc.b32 	%r2818, %r2817;
+	add.s32 	%r2819, %r910, %r2818;
+	cvt.u64.u32 	%rd1725, %r2819;
+	add.s64 	%rd1726, %rd457, %rd1725;
+	add.s64 	%rd1727, %rd285, %rd1726;
+	ld.u8 	%r4017, [%rd1727];
+$L__BB11_975:
+	and.b32  	%r932, %r3961, 128;
+	setp.eq.s32 	%p868, %r932, 0;
+	@%p868 bra 	$L__BB11_977;
+	and.b32  	%r2821, %r3961, 127;
+	popc.b32 	%r2822, %r2821;
+	add.s32 	%r2823, %r910, %r2822;
+	cvt.u64.u32 	%rd1728, %r2823;
+	add.s64 	%rd1729, %rd457, %rd1728;
+	add.s64 	%rd1730, %rd285, %rd1729;
+	ld.u8 	%r4018, [%rd1730];
+$L__BB11_977:
+	and.b32  	%r935, %r3961, 256;
+	setp.eq.s32 	%p869, %r935, 0;
+	mov.u32 	%r4020, 0;
+	mov.u32 	%r4019, %r4020;
+	@%p869 bra 	$L__BB11_979;
+	and.b32  	%r2825, %r3961, 255;
+	popc.b32 	%r2826, %r2825;
+	add.s32 	%r2827, %r910, %r2826;
+	cvt.u64.u32 	%rd1731, %r2827;
+	add.s64 	%rd1732, %rd457, %rd1731;
+	add.s64 	%rd1733, %rd285, %rd1732;
+	ld.u8 	%r4019, [%rd1733];
+$L__BB11_979:
+	and.b32  	%r938, %r3961, 512;
+	setp.eq.s32 	%p870, %r938, 0;
+	@%p870 bra 	$L__BB11_981;
+	and.b32  	%r2829, %r3961, 511;
+	popc.b32 	%r2830, %r2829;
+	add.s32 	%r2831, %r910, %r2830;
+	cvt.u64.u32 	%rd1734, %r2831;
+	add.s64 	%rd1735, %rd457, %rd1734;
+	add.s64 	%rd1736, %rd285, %rd1735;
+	ld.u8 	%r4020, [%rd1736];
+$L__BB11_981:
+	and.b32  	%r941, %r3961, 1024;
+	setp.eq.s32 	%p871, %r941, 0;
+	mov.u32 	%r4022, 0;
+	mov.u32 	%r4021, %r4022;
+	@%p871 bra 	$L__BB11_983;
+	and.b32  	%r2833, %r3961, 1023;
+	popc.b32 	%r2834, %r2833;
+	add.s32 	%r2835, %r910, %r2834;
+	cvt.u64.u32 	%rd1737, %r2835;
+	add.s64 	%rd1738, %rd457, %rd1737;
+	add.s64 	%rd1739, %rd285, %rd1738;
+	ld.u8 	%r4021, [%rd1739];
+$L__BB11_983:
+	and.b32  	%r944, %r3961, 2048;
+	setp.eq.s32 	%p872, %r944, 0;
+	@%p872 bra 	$L__BB11_985;
+	and.b32  	%r2837, %r3961, 2047;
+	popc.b32 	%r2838, %r2837;
+	add.s32 	%r2839, %r910, %r2838;
+	cvt.u64.u32 	%rd1740, %r2839;
+	add.s64 	%rd1741, %rd457, %rd1740;
+	add.s64 	%rd1742, %rd285, %rd1741;
+	ld.u8 	%r4022, [%rd1742];
+$L__BB11_985:
+	and.b32  	%r947, %r3961, 4096;
+	setp.eq.s32 	%p873, %r947, 0;
+	mov.u32 	%r4024, 0;
+	mov.u32 	%r4023, %r4024;
+	@%p873 bra 	$L__BB11_987;
+	and.b32  	%r2841, %r3961, 4095;
+	popc.b32 	%r2842, %r2841;
+	add.s32 	%r2843, %r910, %r2842;
+	cvt.u64.u32 	%rd1743, %r2843;
+	add.s64 	%rd1744, %rd457, %rd1743;
+	add.s64 	%rd1745, %rd285, %rd1744;
+	ld.u8 	%r4023, [%rd1745];
+$L__BB11_987:
+	and.b32  	%r950, %r3961, 8192;
+	setp.eq.s32 	%p874, %r950, 0;
+	@%p874 bra 	$L__BB11_989;
+	and.b32  	%r2845, %r3961, 8191;
+	popc.b32 	%r2846, %r2845;
+	add.s32 	%r2847, %r910, %r2846;
+	cvt.u64.u32 	%rd1746, %r2847;
+	add.s64 	%rd1747, %rd457, %rd1746;
+	add.s64 	%rd1748, %rd285, %rd1747;
+	ld.u8 	%r4024, [%rd1748];
+$L__BB11_989:
+	and.b32  	%r953, %r3961, 16384;
+	setp.eq.s32 	%p875, %r953, 0;
+	mov.u32 	%r4026, 0;
+	mov.u32 	%r4025, %r4026;
+	@%p875 bra 	$L__BB11_991;
+	and.b32  	%r2849, %r3961, 16383;
+	popc.b32 	%r2850, %r2849;
+	add.s32 	%r2851, %r910, %r2850;
+	cvt.u64.u32 	%rd1749, %r2851;
+	add.s64 	%rd1750, %rd457, %rd1749;
+	add.s64 	%rd1751, %rd285, %rd1750;
+	ld.u8 	%r4025, [%rd1751];
+$L__BB11_991:
+	cvt.u16.u32 	%rs39, %r3961;
+	setp.gt.s16 	%p876, %rs39, -1;
+	@%p876 bra 	$L__BB11_993;
+	and.b32  	%r2853, %r3961, 32767;
+	popc.b32 	%r2854, %r2853;
+	add.s32 	%r2855, %r910, %r2854;
+	cvt.u64.u32 	%rd1752, %r2855;
+	add.s64 	%rd1753, %rd457, %rd1752;
+	add.s64 	%rd1754, %rd285, %rd1753;
+	ld.u8 	%r4026, [%rd1754];
+$L__BB11_993:
+	and.b32  	%r2856, %r3971, -256;
+	or.b32  	%r2857, %r2856, %r4011;
+	selp.b32 	%r2858, %r3971, %r2857, %p861;
+	and.b32  	%r2859, %r2858, -65281;
+	shl.b32 	%r2860, %r4012, 8;
+	or.b32  	%r2861, %r2859, %r2860;
+	selp.b32 	%r2862, %r2858, %r2861, %p862;
+	and.b32  	%r2863, %r2862, -16711681;
+	shl.b32 	%r2864, %r4013, 16;
+	or.b32  	%r2865, %r2863, %r2864;
+	selp.b32 	%r2866, %r2862, %r2865, %p863;
+	and.b32  	%r2867, %r2866, 16777215;
+	prmt.b32 	%r2868, %r4014, %r2867, 1620;
+	selp.b32 	%r958, %r2866, %r2868, %p864;
+	and.b32  	%r2869, %r3972, -256;
+	or.b32  	%r2870, %r2869, %r4015;
+	selp.b32 	%r2871, %r3972, %r2870, %p865;
+	and.b32  	%r2872, %r2871, -65281;
+	shl.b32 	%r2873, %r4016, 8;
+	or.b32  	%r2874, %r2872, %r2873;
+	selp.b32 	%r2875, %r2871, %r2874, %p866;
+	and.b32  	%r2876, %r2875, -16711681;
+	shl.b32 	%r2877, %r4017, 16;
+	or.b32  	%r2878, %r2876, %r2877;
+	selp.b32 	%r2879, %r2875, %r2878, %p867;
+	and.b32  	%r2880, %r2879, 16777215;
+	prmt.b32 	%r2881, %r4018, %r2880, 1620;
+	selp.b32 	%r959, %r2879, %r2881, %p868;
+	and.b32  	%r2882, %r3973, -256;
+	or.b32  	%r2883, %r2882, %r4019;
+	selp.b32 	%r2884, %r3973, %r2883, %p869;
+	and.b32  	%r2885, %r2884, -65281;
+	shl.b32 	%r2886, %r4020, 8;
+	or.b32  	%r2887, %r2885, %r2886;
+	selp.b32 	%r2888, %r2884, %r2887, %p870;
+	and.b32  	%r2889, %r2888, -16711681;
+	shl.b32 	%r2890, %r4021, 16;
+	or.b32  	%r2891, %r2889, %r2890;
+	selp.b32 	%r2892, %r2888, %r2891, %p871;
+	and.b32  	%r2893, %r2892, 16777215;
+	prmt.b32 	%r2894, %r4022, %r2893, 1620;
+	selp.b32 	%r960, %r2892, %r2894, %p872;
+	and.b32  	%r2895, %r3974, -256;
+	or.b32  	%r2896, %r2895, %r4023;
+	selp.b32 	%r2897, %r3974, %r2896, %p873;
+	and.b32  	%r2898, %r2897, -65281;
+	shl.b32 	%r2899, %r4024, 8;
+	or.b32  	%r2900, %r2898, %r2899;
+	selp.b32 	%r2901, %r2897, %r2900, %p874;
+	and.b32  	%r2902, %r2901, -16711681;
+	shl.b32 	%r2903, %r4025, 16;
+	or.b32  	%r2904, %r2902, %r2903;
+	selp.b32 	%r2905, %r2901, %r2904, %p875;
+	and.b32  	%r2906, %r2905, 16777215;
+	prmt.b32 	%r2907, %r4026, %r2906, 1620;
+	selp.b32 	%r961, %r2905, %r2907, %p876;
+	@%p757 bra 	$L__BB11_995;
+	st.v4.u32 	[%rd463+8192], {%r958, %r959, %r960, %r961};
+$L__BB11_995:
+	shr.u64 	%rd1755, %rd471, 32;
+	cvt.u32.u64 	%r2909, %rd1755;
+	and.b32  	%r2910, %r2909, 65535;
+	add.s32 	%r962, %r2910, %r909;
+	shr.u64 	%rd1756, %rd472, 48;
+	cvt.u32.u64 	%r2911, %rd1756;
+	add.s32 	%r963, %r962, %r2911;
+	and.b32  	%r964, %r3962, 1;
+	setp.eq.s32 	%p894, %r964, 0;
+	mov.u32 	%r4028, 0;
+	mov.u32 	%r4027, %r4028;
+	@%p894 bra 	$L__BB11_997;
+	cvt.u64.u32 	%rd1757, %r963;
+	add.s64 	%rd1758, %rd457, %rd1757;
+	add.s64 	%rd1759, %rd285, %rd1758;
+	ld.u8 	%r4027, [%rd1759];
+$L__BB11_997:
+	and.b32  	%r967, %r3962, 2;
+	setp.eq.s32 	%p895, %r967, 0;
+	@%p895 bra 	$L__BB11_999;
+	popc.b32 	%r2913, %r964;
+	add.s32 	%r2914, %r963, %r2913;
+	cvt.u64.u32 	%rd1760, %r2914;
+	add.s64 	%rd1761, %rd457, %rd1760;
+	add.s64 	%rd1762, %rd285, %rd1761;
+	ld.u8 	%r4028, [%rd1762];
+$L__BB11_999:
+	and.b32  	%r970, %r3962, 4;
+	setp.eq.s32 	%p896, %r970, 0;
+	mov.u32 	%r4030, 0;
+	mov.u32 	%r4029, %r4030;
+	@%p896 bra 	$L__BB11_1001;
+	and.b32  	%r2916, %r3962, 3;
+	popc.b32 	%r2917, %r2916;
+	add.s32 	%r2918, %r963, %r2917;
+	cvt.u64.u32 	%rd1763, %r2918;
+	add.s64 	%rd1764, %rd457, %rd1763;
+	add.s64 	%rd1765, %rd285, %rd1764;
+	ld.u8 	%r4029, [%rd1765];
+$L__BB11_1001:
+	and.b32  	%r973, %r3962, 8;
+	setp.eq.s32 	%p897, %r973, 0;
+	@%p897 bra 	$L__BB11_1003;
+	and.b32  	%r2920, %r3962, 7;
+	popc.b32 	%r2921, %r2920;
+	add.s32 	%r2922, %r963, %r2921;
+	cvt.u64.u32 	%rd1766, %r2922;
+	add.s64 	%rd1767, %rd457, %rd1766;
+	add.s64 	%rd1768, %rd285, %rd1767;
+	ld.u8 	%r4030, [%rd1768];
+$L__BB11_1003:
+	and.b32  	%r976, %r3962, 16;
+	setp.eq.s32 	%p898, %r976, 0;
+	mov.u32 	%r4032, 0;
+	mov.u32 	%r4031, %r4032;
+	@%p898 bra 	$L__BB11_1005;
+	and.b32  	%r2924, %r3962, 15;
+	popc.b32 	%r2925, %r2924;
+	add.s32 	%r2926, %r963, %r2925;
+	cvt.u64.u32 	%rd1769, %r2926;
+	add.s64 	%rd1770, %rd457, %rd1769;
+	add.s64 	%rd1771, %rd285, %rd1770;
+	ld.u8 	%r4031, [%rd1771];
+$L__BB11_1005:
+	and.b32  	%r979, %r3962, 32;
+	setp.eq.s32 	%p899, %r979, 0;
+	@%p899 bra 	$L__BB11_1007;
+	and.b32  	%r2928, %r3962, 31;
+	popc.b32 	%r2929, %r2928;
+	add.s32 	%r2930, %r963, %r2929;
+	cvt.u64.u32 	%rd1772, %r2930;
+	add.s64 	%rd1773, %rd457, %rd1772;
+	add.s64 	%rd1774, %rd285, %rd1773;
+	ld.u8 	%r4032, [%rd1774];
+$L__BB11_1007:
+	and.b32  	%r982, %r3962, 64;
+	setp.eq.s32 	%p900, %r982, 0;
+	mov.u32 	%r4034, 0;
+	mov.u32 	%r4033, %r4034;
+	@%p900 bra 	$L__BB11_1009;
+	and.b32  	%r2932, %r3962, 63;
+	popc.b32 	%r2933, %r2932;
+	add.s32 	%r2934, %r963, %r2933;
+	cvt.u64.u32 	%rd1775, %r2934;
+	add.s64 	%rd1776, %rd457, %rd1775;
+	add.s64 	%rd1777, %rd285, %rd1776;
+	ld.u8 	%r4033, [%rd1777];
+$L__BB11_1009:
+	and.b32  	%r985, %r3962, 128;
+	setp.eq.s32 	%p901, %r985, 0;
+	@%p901 bra 	$L__BB11_1011;
+	and.b32  	%r2936, %r3962, 127;
+	popc.b32 	%r2937, %r2936;
+	add.s32 	%r2938, %r963, %r2937;
+	cvt.u64.u32 	%rd1778, %r2938;
+	add.s64 	%rd1779, %rd457, %rd1778;
+	add.s64 	%rd1780, %rd285, %rd1779;
+	ld.u8 	%r4034, [%rd1780];
+$L__BB11_1011:
+	and.b32  	%r988, %r3962, 256;
+	setp.eq.s32 	%p902, %r988, 0;
+	mov.u32 	%r4036, 0;
+	mov.u32 	%r4035, %r4036;
+	@%p902 bra 	$L__BB11_1013;
+	and.b32  	%r2940, %r3962, 255;
+	popc.b32 	%r2941, %r2940;
+	add.s32 	%r2942, %r963, %r2941;
+	cvt.u64.u32 	%rd1781, %r2942;
+	add.s64 	%rd1782, %rd457, %rd1781;
+	add.s64 	%rd1783, %rd285, %rd1782;
+	ld.u8 	%r4035, [%rd1783];
+$L__BB11_1013:
+	and.b32  	%r991, %r3962, 512;
+	setp.eq.s32 	%p903, %r991, 0;
+	@%p903 bra 	$L__BB11_1015;
+	and.b32  	%r2944, %r3962, 511;
+	popc.b32 	%r2945, %r2944;
+	add.s32 	%r2946, %r963, %r2945;
+	cvt.u64.u32 	%rd1784, %r2946;
+	add.s64 	%rd1785, %rd457, %rd1784;
+	add.s64 	%rd1786, %rd285, %rd1785;
+	ld.u8 	%r4036, [%rd1786];
+$L__BB11_1015:
+	and.b32  	%r994, %r3962, 1024;
+	setp.eq.s32 	%p904, %r994, 0;
+	mov.u32 	%r4038, 0;
+	mov.u32 	%r4037, %r4038;
+	@%p904 bra 	$L__BB11_1017;
+	and.b32  	%r2948, %r3962, 1023;
+	popc.b32 	%r2949, %r2948;
+	add.s32 	%r2950, %r963, %r2949;
+	cvt.u64.u32 	%rd1787, %r2950;
+	add.s64 	%rd1788, %rd457, %rd1787;
+	add.s64 	%rd1789, %rd285, %rd1788;
+	ld.u8 	%r4037, [%rd1789];
+$L__BB11_1017:
+	and.b32  	%r997, %r3962, 2048;
+	setp.eq.s32 	%p905, %r997, 0;
+	@%p905 bra 	$L__BB11_1019;
+	and.b32  	%r2952, %r3962, 2047;
+	popc.b32 	%r2953, %r2952;
+	add.s32 	%r2954, %r963, %r2953;
+	cvt.u64.u32 	%rd1790, %r2954;
+	add.s64 	%rd1791, %rd457, %rd1790;
+	add.s64 	%rd1792, %rd285, %rd1791;
+	ld.u8 	%r4038, [%rd1792];
+$L__BB11_1019:
+	and.b32  	%r1000, %r3962, 4096;
+	setp.eq.s32 	%p906, %r1000, 0;
+	mov.u32 	%r4040, 0;
+	mov.u32 	%r4039, %r4040;
+	@%p906 bra 	$L__BB11_1021;
+	and.b32  	%r2956, %r3962, 4095;
+	popc.b32 	%r2957, %r2956;
+	add.s32 	%r2958, %r963, %r2957;
+	cvt.u64.u32 	%rd1793, %r2958;
+	add.s64 	%rd1794, %rd457, %rd1793;
+	add.s64 	%rd1795, %rd285, %rd1794;
+	ld.u8 	%r4039, [%rd1795];
+$L__BB11_1021:
+	and.b32  	%r1003, %r3962, 8192;
+	setp.eq.s32 	%p907, %r1003, 0;
+	@%p907 bra 	$L__BB11_1023;
+	and.b32  	%r2960, %r3962, 8191;
+	popc.b32 	%r2961, %r2960;
+	add.s32 	%r2962, %r963, %r2961;
+	cvt.u64.u32 	%rd1796, %r2962;
+	add.s64 	%rd1797, %rd457, %rd1796;
+	add.s64 	%rd1798, %rd285, %rd1797;
+	ld.u8 	%r4040, [%rd1798];
+$L__BB11_1023:
+	and.b32  	%r1006, %r3962, 16384;
+	setp.eq.s32 	%p908, %r1006, 0;
+	mov.u32 	%r4042, 0;
+	mov.u32 	%r4041, %r4042;
+	@%p908 bra 	$L__BB11_1025;
+	and.b32  	%r2964, %r3962, 16383;
+	popc.b32 	%r2965, %r2964;
+	add.s32 	%r2966, %r963, %r2965;
+	cvt.u64.u32 	%rd1799, %r2966;
+	add.s64 	%rd1800, %rd457, %rd1799;
+	add.s64 	%rd1801, %rd285, %rd1800;
+	ld.u8 	%r4041, [%rd1801];
+$L__BB11_1025:
+	cvt.u16.u32 	%rs40, %r3962;
+	setp.gt.s16 	%p909, %rs40, -1;
+	@%p909 bra 	$L__BB11_1027;
+	and.b32  	%r2968, %r3962, 32767;
+	popc.b32 	%r2969, %r2968;
+	add.s32 	%r2970, %r963, %r2969;
+	cvt.u64.u32 	%rd1802, %r2970;
+	add.s64 	%rd1803, %rd457, %rd1802;
+	add.s64 	%rd1804, %rd285, %rd1803;
+	ld.u8 	%r4042, [%rd1804];
+$L__BB11_1027:
+	and.b32  	%r2971, %r3975, -256;
+	or.b32  	%r2972, %r2971, %r4027;
+	selp.b32 	%r2973, %r3975, %r2972, %p894;
+	and.b32  	%r2974, %r2973, -65281;
+	shl.b32 	%r2975, %r4028, 8;
+	or.b32  	%r2976, %r2974, %r2975;
+	selp.b32 	%r2977, %r2973, %r2976, %p895;
+	and.b32  	%r2978, %r2977, -16711681;
+	shl.b32 	%r2979, %r4029, 16;
+	or.b32  	%r2980, %r2978, %r2979;
+	selp.b32 	%r2981, %r2977, %r2980, %p896;
+	and.b32  	%r2982, %r2981, 16777215;
+	prmt.b32 	%r2983, %r4030, %r2982, 1620;
+	selp.b32 	%r1011, %r2981, %r2983, %p897;
+	and.b32  	%r2984, %r3976, -256;
+	or.b32  	%r2985, %r2984, %r4031;
+	selp.b32 	%r2986, %r3976, %r2985, %p898;
+	and.b32  	%r2987, %r2986, -65281;
+	shl.b32 	%r2988, %r4032, 8;
+	or.b32  	%r2989, %r2987, %r2988;
+	selp.b32 	%r2990, %r2986, %r2989, %p899;
+	and.b32  	%r2991, %r2990, -16711681;
+	shl.b32 	%r2992, %r4033, 16;
+	or.b32  	%r2993, %r2991, %r2992;
+	selp.b32 	%r2994, %r2990, %r2993, %p900;
+	and.b32  	%r2995, %r2994, 16777215;
+	prmt.b32 	%r2996, %r4034, %r2995, 1620;
+	selp.b32 	%r1012, %r2994, %r2996, %p901;
+	and.b32  	%r2997, %r3977, -256;
+	or.b32  	%r2998, %r2997, %r4035;
+	selp.b32 	%r2999, %r3977, %r2998, %p902;
+	and.b32  	%r3000, %r2999, -65281;
+	shl.b32 	%r3001, %r4036, 8;
+	or.b32  	%r3002, %r3000, %r3001;
+	selp.b32 	%r3003, %r2999, %r3002, %p903;
+	and.b32  	%r3004, %r3003, -16711681;
+	shl.b32 	%r3005, %r4037, 16;
+	or.b32  	%r3006, %r3004, %r3005;
+	selp.b32 	%r3007, %r3003, %r3006, %p904;
+	and.b32  	%r3008, %r3007, 16777215;
+	prmt.b32 	%r3009, %r4038, %r3008, 1620;
+	selp.b32 	%r1013, %r3007, %r3009, %p905;
+	and.b32  	%r3010, %r3978, -256;
+	or.b32  	%r3011, %r3010, %r4039;
+	selp.b32 	%r3012, %r3978, %r3011, %p906;
+	and.b32  	%r3013, %r3012, -65281;
+	shl.b32 	%r3014, %r4040, 8;
+	or.b32  	%r3015, %r3013, %r3014;
+	selp.b32 	%r3016, %r3012, %r3015, %p907;
+	and.b32  	%r3017, %r3016, -16711681;
+	shl.b32 	%r3018, %r4041, 16;
+	or.b32  	%r3019, %r3017, %r3018;
+	selp.b32 	%r3020, %r3016, %r3019, %p908;
+	and.b32  	%r3021, %r3020, 16777215;
+	prmt.b32 	%r3022, %r4042, %r3021, 1620;
+	selp.b32 	%r1014, %r3020, %r3022, %p909;
+	@%p759 bra 	$L__BB11_1029;
+	st.v4.u32 	[%rd463+12288], {%r1011, %r1012, %r1013, %r1014};
+$L__BB11_1029:
+	shr.u64 	%rd1805, %rd471, 48;
+	cvt.u32.u64 	%r3023, %rd1805;
+	add.s32 	%r3958, %r962, %r3023;
+	add.s64 	%rd2079, %rd2079, 1024;
+	setp.lt.u64 	%p927, %rd2079, %rd422;
+	@%p927 bra 	$L__BB11_868;
+	bra.uni 	$L__BB11_1123;
+$L__BB11_766:
+	setp.eq.s64 	%p630, %rd422, 0;
+	@%p630 bra 	$L__BB11_1123;
+	add.s64 	%rd440, %rd396, %rd290;
+	mov.u64 	%rd2076, 0;
+	mov.u32 	%r3905, 0;
+$L__BB11_768:
+	mov.u32 	%r3906, 0;
+	add.s64 	%rd442, %rd2076, %rd4;
+	setp.ge.u64 	%p631, %rd442, %rd422;
+	@%p631 bra 	$L__BB11_770;
+	and.b64  	%rd1411, %rd442, 2305843009213693948;
+	add.s64 	%rd1412, %rd297, %rd1411;
+	cvt.u32.u64 	%r2086, %rd442;
+	shl.b32 	%r2087, %r2086, 3;
+	and.b32  	%r2088, %r2087, 24;
+	ld.u32 	%r2089, [%rd1412];
+	shr.u32 	%r2090, %r2089, %r2088;
+	and.b32  	%r3906, %r2090, 255;
+$L__BB11_770:
+	add.s64 	%rd443, %rd442, 256;
+	setp.ge.u64 	%p632, %rd443, %rd422;
+	mov.u32 	%r3908, 0;
+	mov.u32 	%r3907, %r3908;
+	@%p632 bra 	$L__BB11_772;
+	and.b64  	%rd1413, %rd443, 2305843009213693948;
+	add.s64 	%rd1414, %rd297, %rd1413;
+	cvt.u32.u64 	%r2092, %rd443;
+	shl.b32 	%r2093, %r2092, 3;
+	and.b32  	%r2094, %r2093, 24;
+	ld.u32 	%r2095, [%rd1414];
+	shr.u32 	%r2096, %r2095, %r2094;
+	and.b32  	%r3907, %r2096, 255;
+$L__BB11_772:
+	add.s64 	%rd444, %rd442, 512;
+	setp.ge.u64 	%p633, %rd444, %rd422;
+	@%p633 bra 	$L__BB11_774;
+	and.b64  	%rd1415, %rd444, 2305843009213693948;
+	add.s64 	%rd1416, %rd297, %rd1415;
+	cvt.u32.u64 	%r2098, %rd444;
+	shl.b32 	%r2099, %r2098, 3;
+	and.b32  	%r2100, %r2099, 24;
+	ld.u32 	%r2101, [%rd1416];
+	shr.u32 	%r2102, %r2101, %r2100;
+	and.b32  	%r3908, %r2102, 255;
+$L__BB11_774:
+	add.s64 	%rd445, %rd442, 768;
+	setp.ge.u64 	%p634, %rd445, %rd422;
+	mov.u32 	%r3910, 0;
+	mov.u32 	%r3909, %r3910;
+	@%p634 bra 	$L__BB11_776;
+	and.b64  	%rd1417, %rd445, 2305843009213693948;
+	add.s64 	%rd1418, %rd297, %rd1417;
+	cvt.u32.u64 	%r2104, %rd445;
+	shl.b32 	%r2105, %r2104, 3;
+	and.b32  	%r2106, %r2105, 24;
+	ld.u32 	%r2107, [%rd1418];
+	shr.u32 	%r2108, %r2107, %r2106;
+	and.b32  	%r3909, %r2108, 255;
+$L__BB11_776:
+	mov.u32 	%r2113, 31;
+	mov.u32 	%r2114, 1;
+	mov.u32 	%r2115, -1;
+	shfl.sync.bfly.b32 	%r2116|%p635, %r3906, %r2114, %r2113, %r2115;
+	or.b32  	%r579, %r2116, %r3906;
+	setp.eq.s32 	%p636, %r579, 0;
+	shl.b64 	%rd1419, %rd442, 4;
+	add.s64 	%rd446, %rd2043, %rd1419;
+	mov.u32 	%r3911, %r3910;
+	mov.u32 	%r3912, %r3910;
+	mov.u32 	%r3913, %r3910;
+	@%p636 bra 	$L__BB11_778;
+	ld.v4.u32 	{%r3910, %r3911, %r3912, %r3913}, [%rd446];
+$L__BB11_778:
+	shfl.sync.bfly.b32 	%r2128|%p637, %r3907, %r2114, %r2113, %r2115;
+	or.b32  	%r588, %r2128, %r3907;
+	setp.eq.s32 	%p638, %r588, 0;
+	mov.u32 	%r3918, 0;
+	mov.u32 	%r3914, %r3918;
+	mov.u32 	%r3915, %r3918;
+	mov.u32 	%r3916, %r3918;
+	mov.u32 	%r3917, %r3918;
+	@%p638 bra 	$L__BB11_780;
+	ld.v4.u32 	{%r3914, %r3915, %r3916, %r3917}, [%rd446+4096];
+$L__BB11_780:
+	mov.u32 	%r2137, 31;
+	mov.u32 	%r2138, 1;
+	mov.u32 	%r2139, -1;
+	shfl.sync.bfly.b32 	%r2140|%p639, %r3908, %r2138, %r2137, %r2139;
+	or.b32  	%r597, %r2140, %r3908;
+	setp.eq.s32 	%p640, %r597, 0;
+	mov.u32 	%r3919, %r3918;
+	mov.u32 	%r3920, %r3918;
+	mov.u32 	%r3921, %r3918;
+	@%p640 bra 	$L__BB11_782;
+	ld.v4.u32 	{%r3918, %r3919, %r3920, %r3921}, [%rd446+8192];
+$L__BB11_782:
+	shfl.sync.bfly.b32 	%r2152|%p641, %r3909, %r2138, %r2137, %r2139;
+	or.b32  	%r606, %r2152, %r3909;
+	setp.eq.s32 	%p642, %r606, 0;
+	mov.u32 	%r2148, 0;
+	mov.u32 	%r3922, %r2148;
+	mov.u32 	%r3923, %r2148;
+	mov.u32 	%r3924, %r2148;
+	mov.u32 	%r3925, %r2148;
+	@%p642 bra 	$L__BB11_784;
+	ld.v4.u32 	{%r3922, %r3923, %r3924, %r3925}, [%rd446+12288];
+$L__BB11_784:
+	cvt.u32.u64 	%r3641, %rd5;
+	setp.lt.u32 	%p643, %r3641, 16;
+	mov.u32 	%r2178, 16;
+	setp.lt.u32 	%p644, %r3641, 4;
+	mov.u32 	%r2179, 4;
+	setp.lt.u32 	%p645, %r3641, 2;
+	mov.u32 	%r2180, 2;
+	setp.lt.u32 	%p646, %r3641, 8;
+	mov.u32 	%r2181, 8;
+	setp.ne.s32 	%p647, %r3641, 31;
+	setp.eq.s32 	%p648, %r3641, 0;
+	popc.b32 	%r2183, %r3909;
+	cvt.u64.u32 	%rd1430, %r2183;
+	shl.b64 	%rd1431, %rd1430, 48;
+	popc.b32 	%r2184, %r3907;
+	shl.b32 	%r2185, %r2184, 16;
+	popc.b32 	%r2186, %r3906;
+	or.b32  	%r2187, %r2185, %r2186;
+	cvt.u64.u32 	%rd1432, %r2187;
+	popc.b32 	%r2188, %r3908;
+	cvt.u64.u32 	%rd1433, %r2188;
+	bfi.b64 	%rd1434, %rd1433, %rd1432, 32, 32;
+	or.b64  	%rd1420, %rd1431, %rd1434;
+	// begin inline asm
+	mov.b64 {%r2157,%r2158}, %rd1420;
+	// end inline asm
+	mov.u32 	%r2189, 1;
+	mov.u32 	%r2190, -1;
+	shfl.sync.up.b32 	%r2160|%p649, %r2158, %r2189, %r2148, %r2190;
+	shfl.sync.up.b32 	%r2159|%p650, %r2157, %r2189, %r2148, %r2190;
+	// begin inline asm
+	mov.b64 %rd1421, {%r2159,%r2160};
+	// end inline asm
+	selp.b64 	%rd1435, 0, %rd1421, %p648;
+	add.s64 	%rd1422, %rd1435, %rd1420;
+	// begin inline asm
+	mov.b64 {%r2161,%r2162}, %rd1422;
+	// end inline asm
+	shfl.sync.up.b32 	%r2164|%p651, %r2162, %r2180, %r2148, %r2190;
+	shfl.sync.up.b32 	%r2163|%p652, %r2161, %r2180, %r2148, %r2190;
+	// begin inline asm
+	mov.b64 %rd1423, {%r2163,%r2164};
+	// end inline asm
+	selp.b64 	%rd1436, 0, %rd1423, %p645;
+	add.s64 	%rd1424, %rd1436, %rd1422;
+	// begin inline asm
+	mov.b64 {%r2165,%r2166}, %rd1424;
+	// end inline asm
+	shfl.sync.up.b32 	%r2168|%p653, %r2166, %r2179, %r2148, %r2190;
+	shfl.sync.up.b32 	%r2167|%p654, %r2165, %r2179, %r2148, %r2190;
+	// begin inline asm
+	mov.b64 %rd1425, {%r2167,%r2168};
+	// end inline asm
+	selp.b64 	%rd1437, 0, %rd1425, %p644;
+	add.s64 	%rd1426, %rd1437, %rd1424;
+	// begin inline asm
+	mov.b64 {%r2169,%r2170}, %rd1426;
+	// end inline asm
+	shfl.sync.up.b32 	%r2172|%p655, %r2170, %r2181, %r2148, %r2190;
+	shfl.sync.up.b32 	%r2171|%p656, %r2169, %r2181, %r2148, %r2190;
+	// begin inline asm
+	mov.b64 %rd1427, {%r2171,%r2172};
+	// end inline asm
+	selp.b64 	%rd1438, 0, %rd1427, %p646;
+	add.s64 	%rd1428, %rd1438, %rd1426;
+	// begin inline asm
+	mov.b64 {%r2173,%r2174}, %rd1428;
+	// end inline asm
+	shfl.sync.up.b32 	%r2176|%p657, %r2174, %r2178, %r2148, %r2190;
+	shfl.sync.up.b32 	%r2175|%p658, %r2173, %r2178, %r2148, %r2190;
+	// begin inline asm
+	mov.b64 %rd1429, {%r2175,%r2176};
+	// end inline asm
+	selp.b64 	%rd1439, 0, %rd1429, %p643;
+	add.s64 	%rd448, %rd1439, %rd1428;
+	@%p647 bra 	$L__BB11_786;
+	st.shared.u64 	[%r6], %rd448;
+$L__BB11_786:
+	setp.ne.s32 	%p659, %r2, 0;
+	bar.sync 	0;
+	@%p659 bra 	$L__BB11_791;
+	cvt.u32.u64 	%r3642, %rd5;
+	setp.gt.u32 	%p660, %r3642, 7;
+	mov.u64 	%rd2077, 0;
+	@%p660 bra 	$L__BB11_789;
+	ld.shared.u64 	%rd2077, [%r7];
+$L__BB11_789:
+	setp.lt.u32 	%p1042, %r3641, 16;
+	setp.lt.u32 	%p1041, %r3641, 8;
+	setp.lt.u32 	%p1040, %r3641, 4;
+	setp.lt.u32 	%p1039, %r3641, 2;
+	cvt.u32.u64 	%r3643, %rd5;
+	setp.eq.s32 	%p1038, %r3641, 0;
+	mov.u32 	%r2213, 16;
+	mov.u32 	%r2214, 4;
+	mov.u32 	%r2215, 2;
+	mov.u32 	%r2216, 8;
+	mov.u32 	%r2217, 0;
+	// begin inline asm
+	mov.b64 {%r2192,%r2193}, %rd2077;
+	// end inline asm
+	mov.u32 	%r2218, 1;
+	mov.u32 	%r2219, -1;
+	shfl.sync.up.b32 	%r2195|%p667, %r2193, %r2218, %r2217, %r2219;
+	shfl.sync.up.b32 	%r2194|%p668, %r2192, %r2218, %r2217, %r2219;
+	// begin inline asm
+	mov.b64 %rd1442, {%r2194,%r2195};
+	// end inline asm
+	selp.b64 	%rd1451, 0, %rd1442, %p1038;
+	add.s64 	%rd1443, %rd1451, %rd2077;
+	// begin inline asm
+	mov.b64 {%r2196,%r2197}, %rd1443;
+	// end inline asm
+	shfl.sync.up.b32 	%r2199|%p669, %r2197, %r2215, %r2217, %r2219;
+	shfl.sync.up.b32 	%r2198|%p670, %r2196, %r2215, %r2217, %r2219;
+	// begin inline asm
+	mov.b64 %rd1444, {%r2198,%r2199};
+	// end inline asm
+	selp.b64 	%rd1452, 0, %rd1444, %p1039;
+	add.s64 	%rd1445, %rd1452, %rd1443;
+	// begin inline asm
+	mov.b64 {%r2200,%r2201}, %rd1445;
+	// end inline asm
+	shfl.sync.up.b32 	%r2203|%p671, %r2201, %r2214, %r2217, %r2219;
+	shfl.sync.up.b32 	%r2202|%p672, %r2200, %r2214, %r2217, %r2219;
+	// begin inline asm
+	mov.b64 %rd1446, {%r2202,%r2203};
+	// end inline asm
+	selp.b64 	%rd1453, 0, %rd1446, %p1040;
+	add.s64 	%rd1447, %rd1453, %rd1445;
+	// begin inline asm
+	mov.b64 {%r2204,%r2205}, %rd1447;
+	// end inline asm
+	shfl.sync.up.b32 	%r2207|%p673, %r2205, %r2216, %r2217, %r2219;
+	shfl.sync.up.b32 	%r2206|%p674, %r2204, %r2216, %r2217, %r2219;
+	// begin inline asm
+	mov.b64 %rd1448, {%r2206,%r2207};
+	// end inline asm
+	selp.b64 	%rd1454, 0, %rd1448, %p1041;
+	add.s64 	%rd1449, %rd1454, %rd1447;
+	// begin inline asm
+	mov.b64 {%r2208,%r2209}, %rd1449;
+	// end inline asm
+	shfl.sync.up.b32 	%r2211|%p675, %r2209, %r2213, %r2217, %r2219;
+	shfl.sync.up.b32 	%r2210|%p676, %r2208, %r2213, %r2217, %r2219;
+	// begin inline asm
+	mov.b64 %rd1450, {%r2210,%r2211};
+	// end inline asm
+	selp.b64 	%rd1455, 0, %rd1450, %p1042;
+	add.s64 	%rd451, %rd1455, %rd1449;
+	@%p660 bra 	$L__BB11_791;
+	st.shared.u64 	[%r7], %rd451;
+$L__BB11_791:
+	setp.eq.s32 	%p677, %r2, 0;
+	bar.sync 	0;
+	mov.u64 	%rd2078, 0;
+	@%p677 bra 	$L__BB11_793;
+	ld.shared.u64 	%rd2078, [%r6+-8];
+$L__BB11_793:
+	ld.shared.u64 	%rd454, [_ZZ14ws_delta_applyE3red+56];
+	mov.u32 	%r3927, 0;
+	bar.sync 	0;
+	sub.s64 	%rd1457, %rd448, %rd1420;
+	add.s64 	%rd455, %rd1457, %rd2078;
+	cvt.u32.u64 	%r2221, %rd455;
+	and.b32  	%r2222, %r2221, 65535;
+	add.s32 	%r615, %r2222, %r3905;
+	and.b32  	%r616, %r3906, 1;
+	setp.eq.s32 	%p678, %r616, 0;
+	mov.u32 	%r3926, %r3927;
+	@%p678 bra 	$L__BB11_795;
+	mul.wide.u32 	%rd1458, %r615, 2;
+	add.s64 	%rd1459, %rd440, %rd1458;
+	add.s64 	%rd1460, %rd285, %rd1459;
+	ld.u16 	%r3926, [%rd1460];
+$L__BB11_795:
+	and.b32  	%r619, %r3906, 2;
+	setp.eq.s32 	%p679, %r619, 0;
+	@%p679 bra 	$L__BB11_797;
+	popc.b32 	%r2224, %r616;
+	add.s32 	%r2225, %r615, %r2224;
+	mul.wide.u32 	%rd1461, %r2225, 2;
+	add.s64 	%rd1462, %rd440, %rd1461;
+	add.s64 	%rd1463, %rd285, %rd1462;
+	ld.u16 	%r3927, [%rd1463];
+$L__BB11_797:
+	and.b32  	%r622, %r3906, 4;
+	setp.eq.s32 	%p680, %r622, 0;
+	mov.u32 	%r3929, 0;
+	mov.u32 	%r3928, %r3929;
+	@%p680 bra 	$L__BB11_799;
+	and.b32  	%r2227, %r3906, 3;
+	popc.b32 	%r2228, %r2227;
+	add.s32 	%r2229, %r615, %r2228;
+	mul.wide.u32 	%rd1464, %r2229, 2;
+	add.s64 	%rd1465, %rd440, %rd1464;
+	add.s64 	%rd1466, %rd285, %rd1465;
+	ld.u16 	%r3928, [%rd1466];
+$L__BB11_799:
+	and.b32  	%r625, %r3906, 8;
+	setp.eq.s32 	%p681, %r625, 0;
+	@%p681 bra 	$L__BB11_801;
+	and.b32  	%r2231, %r3906, 7;
+	popc.b32 	%r2232, %r2231;
+	add.s32 	%r2233, %r615, %r2232;
+	mul.wide.u32 	%rd1467, %r2233, 2;
+	add.s64 	%rd1468, %rd440, %rd1467;
+	add.s64 	%rd1469, %rd285, %rd1468;
+	ld.u16 	%r3929, [%rd1469];
+$L__BB11_801:
+	and.b32  	%r628, %r3906, 16;
+	setp.eq.s32 	%p682, %r628, 0;
+	mov.u32 	%r3931, 0;
+	mov.u32 	%r3930, %r3931;
+	@%p682 bra 	$L__BB11_803;
+	and.b32  	%r2235, %r3906, 15;
+	popc.b32 	%r2236, %r2235;
+	add.s32 	%r2237, %r615, %r2236;
+	mul.wide.u32 	%rd1470, %r2237, 2;
+	add.s64 	%rd1471, %rd440, %rd1470;
+	add.s64 	%rd1472, %rd285, %rd1471;
+	ld.u16 	%r3930, [%rd1472];
+$L__BB11_803:
+	and.b32  	%r631, %r3906, 32;
+	setp.eq.s32 	%p683, %r631, 0;
+	@%p683 bra 	$L__BB11_805;
+	and.b32  	%r2239, %r3906, 31;
+	popc.b32 	%r2240, %r2239;
+	add.s32 	%r2241, %r615, %r2240;
+	mul.wide.u32 	%rd1473, %r2241, 2;
+	add.s64 	%rd1474, %rd440, %rd1473;
+	add.s64 	%rd1475, %rd285, %rd1474;
+	ld.u16 	%r3931, [%rd1475];
+$L__BB11_805:
+	and.b32  	%r634, %r3906, 64;
+	setp.eq.s32 	%p684, %r634, 0;
+	mov.u32 	%r3933, 0;
+	mov.u32 	%r3932, %r3933;
+	@%p684 bra 	$L__BB11_807;
+	and.b32  	%r2243, %r3906, 63;
+	popc.b32 	%r2244, %r2243;
+	add.s32 	%r2245, %r615, %r2244;
+	mul.wide.u32 	%rd1476, %r2245, 2;
+	add.s64 	%rd1477, %rd440, %rd1476;
+	add.s64 	%rd1478, %rd285, %rd1477;
+	ld.u16 	%r3932, [%rd1478];
+$L__BB11_807:
+	and.b32  	%r637, %r3906, 128;
+	setp.eq.s32 	%p685, %r637, 0;
+	@%p685 bra 	$L__BB11_809;
+	and.b32  	%r2247, %r3906, 127;
+	popc.b32 	%r2248, %r2247;
+	add.s32 	%r2249, %r615, %r2248;
+	mul.wide.u32 	%rd1479, %r2249, 2;
+	add.s64 	%rd1480, %rd440, %rd1479;
+	add.s64 	%rd1481, %rd285, %rd1480;
+	ld.u16 	%r3933, [%rd1481];
+$L__BB11_809:
+	and.b32  	%r2250, %r3910, -65536;
+	or.b32  	%r2251, %r2250, %r3926;
+	selp.b32 	%r2252, %r3910, %r2251, %p678;
+	and.b32  	%r2253, %r2252, 65535;
+	prmt.b32 	%r2254, %r3927, %r2253, 4180;
+	selp.b32 	%r652, %r2252, %r2254, %p679;
+	and.b32  	%r2255, %r3911, -65536;
+	or.b32  	%r2256, %r2255, %r3928;
+	selp.b32 	%r2257, %r3911, %r2256, %p680;
+	and.b32  	%r2258, %r2257, 65535;
+	prmt.b32 	%r2259, %r3929, %r2258, 4180;
+	selp.b32 	%r653, %r2257, %r2259, %p681;
+	and.b32  	%r2260, %r3912, -65536;
+	or.b32  	%r2261, %r2260, %r3930;
+	selp.b32 	%r2262, %r3912, %r2261, %p682;
+	and.b32  	%r2263, %r2262, 65535;
+	prmt.b32 	%r2264, %r3931, %r2263, 4180;
+	selp.b32 	%r654, %r2262, %r2264, %p683;
+	and.b32  	%r2265, %r3913, -65536;
+	or.b32  	%r2266, %r2265, %r3932;
+	selp.b32 	%r2267, %r3913, %r2266, %p684;
+	and.b32  	%r2268, %r2267, 65535;
+	prmt.b32 	%r2269, %r3933, %r2268, 4180;
+	selp.b32 	%r655, %r2267, %r2269, %p685;
+	@%p636 bra 	$L__BB11_811;
+	st.v4.u32 	[%rd446], {%r652, %r653, %r654, %r655};
+$L__BB11_811:
+	cvt.u32.u64 	%r2271, %rd454;
+	and.b32  	%r2272, %r2271, 65535;
+	add.s32 	%r656, %r2272, %r3905;
+	shr.u32 	%r2274, %r2221, 16;
+	add.s32 	%r657, %r2274, %r656;
+	and.b32  	%r658, %r3907, 1;
+	setp.eq.s32 	%p695, %r658, 0;
+	mov.u32 	%r3935, 0;
+	mov.u32 	%r3934, %r3935;
+	@%p695 bra 	$L__BB11_813;
+	mul.wide.u32 	%rd1482, %r657, 2;
+	add.s64 	%rd1483, %rd440, %rd1482;
+	add.s64 	%rd1484, %rd285, %rd1483;
+	ld.u16 	%r3934, [%rd1484];
+$L__BB11_813:
+	and.b32  	%r661, %r3907, 2;
+	setp.eq.s32 	%p696, %r661, 0;
+	@%p696 bra 	$L__BB11_815;
+	popc.b32 	%r2276, %r658;
+	add.s32 	%r2277, %r657, %r2276;
+	mul.wide.u32 	%rd1485, %r2277, 2;
+	add.s64 	%rd1486, %rd440, %rd1485;
+	add.s64 	%rd1487, %rd285, %rd1486;
+	ld.u16 	%r3935, [%rd1487];
+$L__BB11_815:
+	and.b32  	%r664, %r3907, 4;
+	setp.eq.s32 	%p697, %r664, 0;
+	mov.u32 	%r3937, 0;
+	mov.u32 	%r3936, %r3937;
+	@%p697 bra 	$L__BB11_817;
+	and.b32  	%r2279, %r3907, 3;
+	popc.b32 	%r2280, %r2279;
+	add.s32 	%r2281, %r657, %r2280;
+	mul.wide.u32 	%rd1488, %r2281, 2;
+	add.s64 	%rd1489, %rd440, %rd1488;
+	add.s64 	%rd1490, %rd285, %rd1489;
+	ld.u16 	%r3936, [%rd1490];
+$L__BB11_817:
+	and.b32  	%r667, %r3907, 8;
+	setp.eq.s32 	%p698, %r667, 0;
+	@%p698 bra 	$L__BB11_819;
+	and.b32  	%r2283, %r3907, 7;
+	popc.b32 	%r2284, %r2283;
+	add.s32 	%r2285, %r657, %r2284;
+	mul.wide.u32 	%rd1491, %r2285, 2;
+	add.s64 	%rd1492, %rd440, %rd1491;
+	add.s64 	%rd1493, %rd285, %rd1492;
+	ld.u16 	%r3937, [%rd1493];
+$L__BB11_819:
+	and.b32  	%r670, %r3907, 16;
+	setp.eq.s32 	%p699, %r670, 0;
+	mov.u32 	%r3939, 0;
+	mov.u32 	%r3938, %r3939;
+	@%p699 bra 	$L__BB11_821;
+	and.b32  	%r2287, %r3907, 15;
+	popc.b32 	%r2288, %r2287;
+	add.s32 	%r2289, %r657, %r2288;
+	mul.wide.u32 	%rd1494, %r2289, 2;
+	add.s64 	%rd1495, %rd440, %rd1494;
+	add.s64 	%rd1496, %rd285, %rd1495;
+	ld.u16 	%r3938, [%rd1496];
+$L__BB11_821:
+	and.b32  	%r673, %r3907, 32;
+	setp.eq.s32 	%p700, %r673, 0;
+	@%p700 bra 	$L__BB11_823;
+	and.b32  	%r2291, %r3907, 31;
+	popc.b32 	%r2292, %r2291;
+	add.s32 	%r2293, %r657, %r2292;
+	mul.wide.u32 	%rd1497, %r2293, 2;
+	add.s64 	%rd1498, %rd440, %rd1497;
+	add.s64 	%rd1499, %rd285, %rd1498;
+	ld.u16 	%r3939, [%rd1499];
+$L__BB11_823:
+	and.b32  	%r676, %r3907, 64;
+	setp.eq.s32 	%p701, %r676, 0;
+	mov.u32 	%r3941, 0;
+	mov.u32 	%r3940, %r3941;
+	@%p701 bra 	$L__BB11_825;
+	and.b32  	%r2295, %r3907, 63;
+	popc.b32 	%r2296, %r2295;
+	add.s32 	%r2297, %r657, %r2296;
+	mul.wide.u32 	%rd1500, %r2297, 2;
+	add.s64 	%rd1501, %rd440, %rd1500;
+	add.s64 	%rd1502, %rd285, %rd1501;
+	ld.u16 	%r3940, [%rd1502];
+$L__BB11_825:
+	and.b32  	%r679, %r3907, 128;
+	setp.eq.s32 	%p702, %r679, 0;
+	@%p702 bra 	$L__BB11_827;
+	and.b32  	%r2299, %r3907, 127;
+	popc.b32 	%r2300, %r2299;
+	add.s32 	%r2301, %r657, %r2300;
+	mul.wide.u32 	%rd1503, %r2301, 2;
+	add.s64 	%rd1504, %rd440, %rd1503;
+	add.s64 	%rd1505, %rd285, %rd1504;
+	ld.u16 	%r3941, [%rd1505];
+$L__BB11_827:
+	and.b32  	%r2302, %r3914, -65536;
+	or.b32  	%r2303, %r2302, %r3934;
+	selp.b32 	%r2304, %r3914, %r2303, %p695;
+	and.b32  	%r2305, %r2304, 65535;
+	prmt.b32 	%r2306, %r3935, %r2305, 4180;
+	selp.b32 	%r682, %r2304, %r2306, %p696;
+	and.b32  	%r2307, %r3915, -65536;
+	or.b32  	%r2308, %r2307, %r3936;
+	selp.b32 	%r2309, %r3915, %r2308, %p697;
+	and.b32  	%r2310, %r2309, 65535;
+	prmt.b32 	%r2311, %r3937, %r2310, 4180;
+	selp.b32 	%r683, %r2309, %r2311, %p698;
+	and.b32  	%r2312, %r3916, -65536;
+	or.b32  	%r2313, %r2312, %r3938;
+	selp.b32 	%r2314, %r3916, %r2313, %p699;
+	and.b32  	%r2315, %r2314, 65535;
+	prmt.b32 	%r2316, %r3939, %r2315, 4180;
+	selp.b32 	%r684, %r2314, %r2316, %p700;
+	and.b32  	%r2317, %r3917, -65536;
+	or.b32  	%r2318, %r2317, %r3940;
+	selp.b32 	%r2319, %r3917, %r2318, %p701;
+	and.b32  	%r2320, %r2319, 65535;
+	prmt.b32 	%r2321, %r3941, %r2320, 4180;
+	selp.b32 	%r685, %r2319, %r2321, %p702;
+	@%p638 bra 	$L__BB11_829;
+	st.v4.u32 	[%rd446+4096], {%r682, %r683, %r684, %r685};
+$L__BB11_829:
+	shr.u32 	%r2324, %r2271, 16;
+	add.s32 	%r686, %r2324, %r656;
+	shr.u64 	%rd1506, %rd455, 32;
+	cvt.u32.u64 	%r2325, %rd1506;
+	and.b32  	%r2326, %r2325, 65535;
+	add.s32 	%r687, %r2326, %r686;
+	and.b32  	%r688, %r3908, 1;
+	setp.eq.s32 	%p712, %r688, 0;
+	mov.u32 	%r3943, 0;
+	mov.u32 	%r3942, %r3943;
+	@%p712 bra 	$L__BB11_831;
+	mul.wide.u32 	%rd1507, %r687, 2;
+	add.s64 	%rd1508, %rd440, %rd1507;
+	add.s64 	%rd1509, %rd285, %rd1508;
+	ld.u16 	%r3942, [%rd1509];
+$L__BB11_831:
+	and.b32  	%r691, %r3908, 2;
+	setp.eq.s32 	%p713, %r691, 0;
+	@%p713 bra 	$L__BB11_833;
+	popc.b32 	%r2328, %r688;
+	add.s32 	%r2329, %r687, %r2328;
+	mul.wide.u32 	%rd1510, %r2329, 2;
+	add.s64 	%rd1511, %rd440, %rd1510;
+	add.s64 	%rd1512, %rd285, %rd1511;
+	ld.u16 	%r3943, [%rd1512];
+$L__BB11_833:
+	and.b32  	%r694, %r3908, 4;
+	setp.eq.s32 	%p714, %r694, 0;
+	mov.u32 	%r3945, 0;
+	mov.u32 	%r3944, %r3945;
+	@%p714 bra 	$L__BB11_835;
+	and.b32  	%r2331, %r3908, 3;
+	popc.b32 	%r2332, %r2331;
+	add.s32 	%r2333, %r687, %r2332;
+	mul.wide.u32 	%rd1513, %r2333, 2;
+	add.s64 	%rd1514, %rd440, %rd1513;
+	add.s64 	%rd1515, %rd285, %rd1514;
+	ld.u16 	%r3944, [%rd1515];
+$L__BB11_835:
+	and.b32  	%r697, %r3908, 8;
+	setp.eq.s32 	%p715, %r697, 0;
+	@%p715 bra 	$L__BB11_837;
+	and.b32  	%r2335, %r3908, 7;
+	popc.b32 	%r2336, %r2335;
+	add.s32 	%r2337, %r687, %r2336;
+	mul.wide.u32 	%rd1516, %r2337, 2;
+	add.s64 	%rd1517, %rd440, %rd1516;
+	add.s64 	%rd1518, %rd285, %rd1517;
+	ld.u16 	%r3945, [%rd1518];
+$L__BB11_837:
+	and.b32  	%r700, %r3908, 16;
+	setp.eq.s32 	%p716, %r700, 0;
+	mov.u32 	%r3947, 0;
+	mov.u32 	%r3946, %r3947;
+	@%p716 bra 	$L__BB11_839;
+	and.b32  	%r2339, %r3908, 15;
+	popc.b32 	%r2340, %r2339;
+	add.s32 	%r2341, %r687, %r2340;
+	mul.wide.u32 	%rd1519, %r2341, 2;
+	add.s64 	%rd1520, %rd440, %rd1519;
+	add.s64 	%rd1521, %rd285, %rd1520;
+	ld.u16 	%r3946, [%rd1521];
+$L__BB11_839:
+	and.b32  	%r703, %r3908, 32;
+	setp.eq.s32 	%p717, %r703, 0;
+	@%p717 bra 	$L__BB11_841;
+	and.b32  	%r2343, %r3908, 31;
+	popc.b32 	%r2344, %r2343;
+	add.s32 	%r2345, %r687, %r2344;
+	mul.wide.u32 	%rd1522, %r2345, 2;
+	add.s64 	%rd1523, %rd440, %rd1522;
+	add.s64 	%rd1524, %rd285, %rd1523;
+	ld.u16 	%r3947, [%rd1524];
+$L__BB11_841:
+	and.b32  	%r706, %r3908, 64;
+	setp.eq.s32 	%p718, %r706, 0;
+	mov.u32 	%r3949, 0;
+	mov.u32 	%r3948, %r3949;
+	@%p718 bra 	$L__BB11_843;
+	and.b32  	%r2347, %r3908, 63;
+	popc.b32 	%r2348, %r2347;
+	add.s32 	%r2349, %r687, %r2348;
+	mul.wide.u32 	%rd1525, %r2349, 2;
+	add.s64 	%rd1526, %rd440, %rd1525;
+	add.s64 	%rd1527, %rd285, %rd1526;
+	ld.u16 	%r3948, [%rd1527];
+$L__BB11_843:
+	and.b32  	%r709, %r3908, 128;
+	setp.eq.s32 	%p719, %r709, 0;
+	@%p719 bra 	$L__BB11_845;
+	and.b32  	%r2351, %r3908, 127;
+	popc.b32 	%r2352, %r2351;
+	add.s32 	%r2353, %r687, %r2352;
+	mul.wide.u32 	%rd1528, %r2353, 2;
+	add.s64 	%rd1529, %rd440, %rd1528;
+	add.s64 	%rd1530, %rd285, %rd1529;
+	ld.u16 	%r3949, [%rd1530];
+$L__BB11_845:
+	and.b32  	%r2354, %r3918, -65536;
+	or.b32  	%r2355, %r2354, %r3942;
+	selp.b32 	%r2356, %r3918, %r2355, %p712;
+	and.b32  	%r2357, %r2356, 65535;
+	prmt.b32 	%r2358, %r3943, %r2357, 4180;
+	selp.b32 	%r712, %r2356, %r2358, %p713;
+	and.b32  	%r2359, %r3919, -65536;
+	or.b32  	%r2360, %r2359, %r3944;
+	selp.b32 	%r2361, %r3919, %r2360, %p714;
+	and.b32  	%r2362, %r2361, 65535;
+	prmt.b32 	%r2363, %r3945, %r2362, 4180;
+	selp.b32 	%r713, %r2361, %r2363, %p715;
+	and.b32  	%r2364, %r3920, -65536;
+	or.b32  	%r2365, %r2364, %r3946;
+	selp.b32 	%r2366, %r3920, %r2365, %p716;
+	and.b32  	%r2367, %r2366, 65535;
+	prmt.b32 	%r2368, %r3947, %r2367, 4180;
+	selp.b32 	%r714, %r2366, %r2368, %p717;
+	and.b32  	%r2369, %r3921, -65536;
+	or.b32  	%r2370, %r2369, %r3948;
+	selp.b32 	%r2371, %r3921, %r2370, %p718;
+	and.b32  	%r2372, %r2371, 65535;
+	prmt.b32 	%r2373, %r3949, %r2372, 4180;
+	selp.b32 	%r715, %r2371, %r2373, %p719;
+	@%p640 bra 	$L__BB11_847;
+	st.v4.u32 	[%rd446+8192], {%r712, %r713, %r714, %r715};
+$L__BB11_847:
+	shr.u64 	%rd1531, %rd454, 32;
+	cvt.u32.u64 	%r2375, %rd1531;
+	and.b32  	%r2376, %r2375, 65535;
+	add.s32 	%r716, %r2376, %r686;
+	shr.u64 	%rd1532, %rd455, 48;
+	cvt.u32.u64 	%r2377, %rd1532;
+	add.s32 	%r717, %r716, %r2377;
+	and.b32  	%r718, %r3909, 1;
+	setp.eq.s32 	%p729, %r718, 0;
+	mov.u32 	%r3951, 0;
+	mov.u32 	%r3950, %r3951;
+	@%p729 bra 	$L__BB11_849;
+	mul.wide.u32 	%rd1533, %r717, 2;
+	add.s64 	%rd1534, %rd440, %rd1533;
+	add.s64 	%rd1535, %rd285, %rd1534;
+	ld.u16 	%r3950, [%rd1535];
+$L__BB11_849:
+	and.b32  	%r721, %r3909, 2;
+	setp.eq.s32 	%p730, %r721, 0;
+	@%p730 bra 	$L__BB11_851;
+	popc.b32 	%r2379, %r718;
+	add.s32 	%r2380, %r717, %r2379;
+	mul.wide.u32 	%rd1536, %r2380, 2;
+	add.s64 	%rd1537, %rd440, %rd1536;
+	add.s64 	%rd1538, %rd285, %rd1537;
+	ld.u16 	%r3951, [%rd1538];
+$L__BB11_851:
+	and.b32  	%r724, %r3909, 4;
+	setp.eq.s32 	%p731, %r724, 0;
+	mov.u32 	%r3953, 0;
+	mov.u32 	%r3952, %r3953;
+	@%p731 bra 	$L__BB11_853;
+	and.b32  	%r2382, %r3909, 3;
+	popc.b32 	%r2383, %r2382;
+	add.s32 	%r2384, %r717, %r2383;
+	mul.wide.u32 	%rd1539, %r2384, 2;
+	add.s64 	%rd1540, %rd440, %rd1539;
+	add.s64 	%rd1541, %rd285, %rd1540;
+	ld.u16 	%r3952, [%rd1541];
+$L__BB11_853:
+	and.b32  	%r727, %r3909, 8;
+	setp.eq.s32 	%p732, %r727, 0;
+	@%p732 bra 	$L__BB11_855;
+	and.b32  	%r2386, %r3909, 7;
+	popc.b32 	%r2387, %r2386;
+	add.s32 	%r2388, %r717, %r2387;
+	mul.wide.u32 	%rd1542, %r2388, 2;
+	add.s64 	%rd1543, %rd440, %rd1542;
+	add.s64 	%rd1544, %rd285, %rd1543;
+	ld.u16 	%r3953, [%rd1544];
+$L__BB11_855:
+	and.b32  	%r730, %r3909, 16;
+	setp.eq.s32 	%p733, %r730, 0;
+	mov.u32 	%r3955, 0;
+	mov.u32 	%r3954, %r3955;
+	@%p733 bra 	$L__BB11_857;
+	and.b32  	%r2390, %r3909, 15;
+	popc.b32 	%r2391, %r2390;
+	add.s32 	%r2392, %r717, %r2391;
+	mul.wide.u32 	%rd1545, %r2392, 2;
+	add.s64 	%rd1546, %rd440, %rd1545;
+	add.s64 	%rd1547, %rd285, %rd1546;
+	ld.u16 	%r3954, [%rd1547];
+$L__BB11_857:
+	and.b32  	%r733, %r3909, 32;
+	setp.eq.s32 	%p734, %r733, 0;
+	@%p734 bra 	$L__BB11_859;
+	and.b32  	%r2394, %r3909, 31;
+	popc.b32 	%r2395, %r2394;
+	add.s32 	%r2396, %r717, %r2395;
+	mul.wide.u32 	%rd1548, %r2396, 2;
+	add.s64 	%rd1549, %rd440, %rd1548;
+	add.s64 	%rd1550, %rd285, %rd1549;
+	ld.u16 	%r3955, [%rd1550];
+$L__BB11_859:
+	and.b32  	%r736, %r3909, 64;
+	setp.eq.s32 	%p735, %r736, 0;
+	mov.u32 	%r3957, 0;
+	mov.u32 	%r3956, %r3957;
+	@%p735 bra 	$L__BB11_861;
+	and.b32  	%r2398, %r3909, 63;
+	popc.b32 	%r2399, %r2398;
+	add.s32 	%r2400, %r717, %r2399;
+	mul.wide.u32 	%rd1551, %r2400, 2;
+	add.s64 	%rd1552, %rd440, %rd1551;
+	add.s64 	%rd1553, %rd285, %rd1552;
+	ld.u16 	%r3956, [%rd1553];
+$L__BB11_861:
+	and.b32  	%r739, %r3909, 128;
+	setp.eq.s32 	%p736, %r739, 0;
+	@%p736 bra 	$L__BB11_863;
+	and.b32  	%r2402, %r3909, 127;
+	popc.b32 	%r2403, %r2402;
+	add.s32 	%r2404, %r717, %r2403;
+	mul.wide.u32 	%rd1554, %r2404, 2;
+	add.s64 	%rd1555, %rd440, %rd1554;
+	add.s64 	%rd1556, %rd285, %rd1555;
+	ld.u16 	%r3957, [%rd1556];
+$L__BB11_863:
+	and.b32  	%r2405, %r3922, -65536;
+	or.b32  	%r2406, %r2405, %r3950;
+	selp.b32 	%r2407, %r3922, %r2406, %p729;
+	and.b32  	%r2408, %r2407, 65535;
+	prmt.b32 	%r2409, %r3951, %r2408, 4180;
+	selp.b32 	%r742, %r2407, %r2409, %p730;
+	and.b32  	%r2410, %r3923, -65536;
+	or.b32  	%r2411, %r2410, %r3952;
+	selp.b32 	%r2412, %r3923, %r2411, %p731;
+	and.b32  	%r2413, %r2412, 65535;
+	prmt.b32 	%r2414, %r3953, %r2413, 4180;
+	selp.b32 	%r743, %r2412, %r2414, %p732;
+	and.b32  	%r2415, %r3924, -65536;
+	or.b32  	%r2416, %r2415, %r3954;
+	selp.b32 	%r2417, %r3924, %r2416, %p733;
+	and.b32  	%r2418, %r2417, 65535;
+	prmt.b32 	%r2419, %r3955, %r2418, 4180;
+	selp.b32 	%r744, %r2417, %r2419, %p734;
+	and.b32  	%r2420, %r3925, -65536;
+	or.b32  	%r2421, %r2420, %r3956;
+	selp.b32 	%r2422, %r3925, %r2421, %p735;
+	and.b32  	%r2423, %r2422, 65535;
+	prmt.b32 	%r2424, %r3957, %r2423, 4180;
+	selp.b32 	%r745, %r2422, %r2424, %p736;
+	@%p642 bra 	$L__BB11_865;
+	st.v4.u32 	[%rd446+12288], {%r742, %r743, %r744, %r745};
+$L__BB11_865:
+	shr.u64 	%rd1557, %rd454, 48;
+	cvt.u32.u64 	%r2425, %rd1557;
+	add.s32 	%r3905, %r716, %r2425;
+	add.s64 	%rd2076, %rd2076, 1024;
+	setp.lt.u64 	%p746, %rd2076, %rd422;
+	@%p746 bra 	$L__BB11_768;
+	bra.uni 	$L__BB11_1123;
+$L__BB11_1030:
+	setp.eq.s64 	%p928, %rd422, 0;
+	@%p928 bra 	$L__BB11_1123;
+	add.s64 	%rd474, %rd396, %rd290;
+	mov.u64 	%rd2082, 0;
+	mov.u32 	%r4043, 0;
+$L__BB11_1032:
+	mov.u32 	%r4044, 0;
+	add.s64 	%rd476, %rd2082, %rd4;
+	setp.ge.u64 	%p929, %rd476, %rd422;
+	@%p929 bra 	$L__BB11_1034;
+	shr.u64 	%rd1807, %rd476, 2;
+	and.b64  	%rd1808, %rd1807, 2305843009213693948;
+	add.s64 	%rd1809, %rd297, %rd1808;
+	cvt.u32.u64 	%r3026, %rd476;
+	shl.b32 	%r3027, %r3026, 1;
+	and.b32  	%r3028, %r3027, 30;
+	ld.u32 	%r3029, [%rd1809];
+	shr.u32 	%r3030, %r3029, %r3028;
+	and.b32  	%r4044, %r3030, 3;
+$L__BB11_1034:
+	add.s64 	%rd477, %rd476, 256;
+	setp.ge.u64 	%p930, %rd477, %rd422;
+	mov.u32 	%r4046, 0;
+	mov.u32 	%r4045, %r4046;
+	@%p930 bra 	$L__BB11_1036;
+	shr.u64 	%rd1810, %rd477, 2;
+	and.b64  	%rd1811, %rd1810, 2305843009213693948;
+	add.s64 	%rd1812, %rd297, %rd1811;
+	cvt.u32.u64 	%r3032, %rd477;
+	shl.b32 	%r3033, %r3032, 1;
+	and.b32  	%r3034, %r3033, 30;
+	ld.u32 	%r3035, [%rd1812];
+	shr.u32 	%r3036, %r3035, %r3034;
+	and.b32  	%r4045, %r3036, 3;
+$L__BB11_1036:
+	add.s64 	%rd478, %rd476, 512;
+	setp.ge.u64 	%p931, %rd478, %rd422;
+	@%p931 bra 	$L__BB11_1038;
+	shr.u64 	%rd1813, %rd478, 2;
+	and.b64  	%rd1814, %rd1813, 2305843009213693948;
+	add.s64 	%rd1815, %rd297, %rd1814;
+	cvt.u32.u64 	%r3038, %rd478;
+	shl.b32 	%r3039, %r3038, 1;
+	and.b32  	%r3040, %r3039, 30;
+	ld.u32 	%r3041, [%rd1815];
+	shr.u32 	%r3042, %r3041, %r3040;
+	and.b32  	%r4046, %r3042, 3;
+$L__BB11_1038:
+	add.s64 	%rd479, %rd476, 768;
+	setp.ge.u64 	%p932, %rd479, %rd422;
+	mov.u32 	%r4048, 0;
+	mov.u32 	%r4047, %r4048;
+	@%p932 bra 	$L__BB11_1040;
+	shr.u64 	%rd1816, %rd479, 2;
+	and.b64  	%rd1817, %rd1816, 2305843009213693948;
+	add.s64 	%rd1818, %rd297, %rd1817;
+	cvt.u32.u64 	%r3044, %rd479;
+	shl.b32 	%r3045, %r3044, 1;
+	and.b32  	%r3046, %r3045, 30;
+	ld.u32 	%r3047, [%rd1818];
+	shr.u32 	%r3048, %r3047, %r3046;
+	and.b32  	%r4047, %r3048, 3;
+$L__BB11_1040:
+	mov.u32 	%r3053, 31;
+	mov.u32 	%r3054, 1;
+	mov.u32 	%r3055, -1;
+	shfl.sync.bfly.b32 	%r3056|%p933, %r4044, %r3054, %r3053, %r3055;
+	or.b32  	%r1025, %r3056, %r4044;
+	setp.eq.s32 	%p934, %r1025, 0;
+	shl.b64 	%rd1819, %rd476, 4;
+	add.s64 	%rd480, %rd2043, %rd1819;
+	mov.u32 	%r4049, %r4048;
+	mov.u32 	%r4050, %r4048;
+	mov.u32 	%r4051, %r4048;
+	@%p934 bra 	$L__BB11_1042;
+	ld.v4.u32 	{%r4048, %r4049, %r4050, %r4051}, [%rd480];
+$L__BB11_1042:
+	shfl.sync.bfly.b32 	%r3068|%p935, %r4045, %r3054, %r3053, %r3055;
+	or.b32  	%r1034, %r3068, %r4045;
+	setp.eq.s32 	%p936, %r1034, 0;
+	mov.u32 	%r4056, 0;
+	mov.u32 	%r4052, %r4056;
+	mov.u32 	%r4053, %r4056;
+	mov.u32 	%r4054, %r4056;
+	mov.u32 	%r4055, %r4056;
+	@%p936 bra 	$L__BB11_1044;
+	ld.v4.u32 	{%r4052, %r4053, %r4054, %r4055}, [%rd480+4096];
+$L__BB11_1044:
+	mov.u32 	%r3077, 31;
+	mov.u32 	%r3078, 1;
+	mov.u32 	%r3079, -1;
+	shfl.sync.bfly.b32 	%r3080|%p937, %r4046, %r3078, %r3077, %r3079;
+	or.b32  	%r1043, %r3080, %r4046;
+	setp.eq.s32 	%p938, %r1043, 0;
+	mov.u32 	%r4057, %r4056;
+	mov.u32 	%r4058, %r4056;
+	mov.u32 	%r4059, %r4056;
+	@%p938 bra 	$L__BB11_1046;
+	ld.v4.u32 	{%r4056, %r4057, %r4058, %r4059}, [%rd480+8192];
+$L__BB11_1046:
+	shfl.sync.bfly.b32 	%r3092|%p939, %r4047, %r3078, %r3077, %r3079;
+	or.b32  	%r1052, %r3092, %r4047;
+	setp.eq.s32 	%p940, %r1052, 0;
+	mov.u32 	%r3088, 0;
+	mov.u32 	%r4060, %r3088;
+	mov.u32 	%r4061, %r3088;
+	mov.u32 	%r4062, %r3088;
+	mov.u32 	%r4063, %r3088;
+	@%p940 bra 	$L__BB11_1048;
+	ld.v4.u32 	{%r4060, %r4061, %r4062, %r4063}, [%rd480+12288];
+$L__BB11_1048:
+	cvt.u32.u64 	%r3635, %rd5;
+	setp.lt.u32 	%p941, %r3635, 16;
+	mov.u32 	%r3118, 16;
+	setp.lt.u32 	%p942, %r3635, 4;
+	mov.u32 	%r3119, 4;
+	setp.lt.u32 	%p943, %r3635, 2;
+	mov.u32 	%r3120, 2;
+	setp.lt.u32 	%p944, %r3635, 8;
+	mov.u32 	%r3121, 8;
+	setp.ne.s32 	%p945, %r3635, 31;
+	setp.eq.s32 	%p946, %r3635, 0;
+	popc.b32 	%r3123, %r4047;
+	cvt.u64.u32 	%rd1830, %r3123;
+	shl.b64 	%rd1831, %rd1830, 48;
+	popc.b32 	%r3124, %r4045;
+	shl.b32 	%r3125, %r3124, 16;
+	popc.b32 	%r3126, %r4044;
+	or.b32  	%r3127, %r3125, %r3126;
+	cvt.u64.u32 	%rd1832, %r3127;
+	popc.b32 	%r3128, %r4046;
+	cvt.u64.u32 	%rd1833, %r3128;
+	bfi.b64 	%rd1834, %rd1833, %rd1832, 32, 32;
+	or.b64  	%rd1820, %rd1831, %rd1834;
+	// begin inline asm
+	mov.b64 {%r3097,%r3098}, %rd1820;
+	// end inline asm
+	mov.u32 	%r3129, 1;
+	mov.u32 	%r3130, -1;
+	shfl.sync.up.b32 	%r3100|%p947, %r3098, %r3129, %r3088, %r3130;
+	shfl.sync.up.b32 	%r3099|%p948, %r3097, %r3129, %r3088, %r3130;
+	// begin inline asm
+	mov.b64 %rd1821, {%r3099,%r3100};
+	// end inline asm
+	selp.b64 	%rd1835, 0, %rd1821, %p946;
+	add.s64 	%rd1822, %rd1835, %rd1820;
+	// begin inline asm
+	mov.b64 {%r3101,%r3102}, %rd1822;
+	// end inline asm
+	shfl.sync.up.b32 	%r3104|%p949, %r3102, %r3120, %r3088, %r3130;
+	shfl.sync.up.b32 	%r3103|%p950, %r3101, %r3120, %r3088, %r3130;
+	// begin inline asm
+	mov.b64 %rd1823, {%r3103,%r3104};
+	// end inline asm
+	selp.b64 	%rd1836, 0, %rd1823, %p943;
+	add.s64 	%rd1824, %rd1836, %rd1822;
+	// begin inline asm
+	mov.b64 {%r3105,%r3106}, %rd1824;
+	// end inline asm
+	shfl.sync.up.b32 	%r3108|%p951, %r3106, %r3119, %r3088, %r3130;
+	shfl.sync.up.b32 	%r3107|%p952, %r3105, %r3119, %r3088, %r3130;
+	// begin inline asm
+	mov.b64 %rd1825, {%r3107,%r3108};
+	// end inline asm
+	selp.b64 	%rd1837, 0, %rd1825, %p942;
+	add.s64 	%rd1826, %rd1837, %rd1824;
+	// begin inline asm
+	mov.b64 {%r3109,%r3110}, %rd1826;
+	// end inline asm
+	shfl.sync.up.b32 	%r3112|%p953, %r3110, %r3121, %r3088, %r3130;
+	shfl.sync.up.b32 	%r3111|%p954, %r3109, %r3121, %r3088, %r3130;
+	// begin inline asm
+	mov.b64 %rd1827, {%r3111,%r3112};
+	// end inline asm
+	selp.b64 	%rd1838, 0, %rd1827, %p944;
+	add.s64 	%rd1828, %rd1838, %rd1826;
+	// begin inline asm
+	mov.b64 {%r3113,%r3114}, %rd1828;
+	// end inline asm
+	shfl.sync.up.b32 	%r3116|%p955, %r3114, %r3118, %r3088, %r3130;
+	shfl.sync.up.b32 	%r3115|%p956, %r3113, %r3118, %r3088, %r3130;
+	// begin inline asm
+	mov.b64 %rd1829, {%r3115,%r3116};
+	// end inline asm
+	selp.b64 	%rd1839, 0, %rd1829, %p941;
+	add.s64 	%rd482, %rd1839, %rd1828;
+	@%p945 bra 	$L__BB11_1050;
+	st.shared.u64 	[%r6], %rd482;
+$L__BB11_1050:
+	setp.ne.s32 	%p957, %r2, 0;
+	bar.sync 	0;
+	@%p957 bra 	$L__BB11_1055;
+	cvt.u32.u64 	%r3636, %rd5;
+	setp.gt.u32 	%p958, %r3636, 7;
+	mov.u64 	%rd2083, 0;
+	@%p958 bra 	$L__BB11_1053;
+	ld.shared.u64 	%rd2083, [%r7];
+$L__BB11_1053:
+	cvt.u32.u64 	%r3647, %rd5;
+	setp.lt.u32 	%p1052, %r3647, 16;
+	setp.lt.u32 	%p1051, %r3647, 8;
+	setp.lt.u32 	%p1050, %r3647, 4;
+	setp.lt.u32 	%p1049, %r3647, 2;
+	setp.eq.s32 	%p1048, %r3647, 0;
+	mov.u32 	%r3153, 16;
+	mov.u32 	%r3154, 4;
+	mov.u32 	%r3155, 2;
+	mov.u32 	%r3156, 8;
+	mov.u32 	%r3157, 0;
+	// begin inline asm
+	mov.b64 {%r3132,%r3133}, %rd2083;
+	// end inline asm
+	mov.u32 	%r3158, 1;
+	mov.u32 	%r3159, -1;
+	shfl.sync.up.b32 	%r3135|%p965, %r3133, %r3158, %r3157, %r3159;
+	shfl.sync.up.b32 	%r3134|%p966, %r3132, %r3158, %r3157, %r3159;
+	// begin inline asm
+	mov.b64 %rd1842, {%r3134,%r3135};
+	// end inline asm
+	selp.b64 	%rd1851, 0, %rd1842, %p1048;
+	add.s64 	%rd1843, %rd1851, %rd2083;
+	// begin inline asm
+	mov.b64 {%r3136,%r3137}, %rd1843;
+	// end inline asm
+	shfl.sync.up.b32 	%r3139|%p967, %r3137, %r3155, %r3157, %r3159;
+	shfl.sync.up.b32 	%r3138|%p968, %r3136, %r3155, %r3157, %r3159;
+	// begin inline asm
+	mov.b64 %rd1844, {%r3138,%r3139};
+	// end inline asm
+	selp.b64 	%rd1852, 0, %rd1844, %p1049;
+	add.s64 	%rd1845, %rd1852, %rd1843;
+	// begin inline asm
+	mov.b64 {%r3140,%r3141}, %rd1845;
+	// end inline asm
+	shfl.sync.up.b32 	%r3143|%p969, %r3141, %r3154, %r3157, %r3159;
+	shfl.sync.up.b32 	%r3142|%p970, %r3140, %r3154, %r3157, %r3159;
+	// begin inline asm
+	mov.b64 %rd1846, {%r3142,%r3143};
+	// end inline asm
+	selp.b64 	%rd1853, 0, %rd1846, %p1050;
+	add.s64 	%rd1847, %rd1853, %rd1845;
+	// begin inline asm
+	mov.b64 {%r3144,%r3145}, %rd1847;
+	// end inline asm
+	shfl.sync.up.b32 	%r3147|%p971, %r3145, %r3156, %r3157, %r3159;
+	shfl.sync.up.b32 	%r3146|%p972, %r3144, %r3156, %r3157, %r3159;
+	// begin inline asm
+	mov.b64 %rd1848, {%r3146,%r3147};
+	// end inline asm
+	selp.b64 	%rd1854, 0, %rd1848, %p1051;
+	add.s64 	%rd1849, %rd1854, %rd1847;
+	// begin inline asm
+	mov.b64 {%r3148,%r3149}, %rd1849;
+	// end inline asm
+	shfl.sync.up.b32 	%r3151|%p973, %r3149, %r3153, %r3157, %r3159;
+	shfl.sync.up.b32 	%r3150|%p974, %r3148, %r3153, %r3157, %r3159;
+	// begin inline asm
+	mov.b64 %rd1850, {%r3150,%r3151};
+	// end inline asm
+	selp.b64 	%rd1855, 0, %rd1850, %p1052;
+	add.s64 	%rd485, %rd1855, %rd1849;
+	@%p958 bra 	$L__BB11_1055;
+	st.shared.u64 	[%r7], %rd485;
+$L__BB11_1055:
+	setp.eq.s32 	%p975, %r2, 0;
+	bar.sync 	0;
+	mov.u64 	%rd2085, 0;
+	mov.u64 	%rd2084, %rd2085;
+	@%p975 bra 	$L__BB11_1057;
+	ld.shared.u64 	%rd2084, [%r6+-8];
+$L__BB11_1057:
+	ld.shared.u64 	%rd488, [_ZZ14ws_delta_applyE3red+56];
+	bar.sync 	0;
+	sub.s64 	%rd1858, %rd482, %rd1820;
+	add.s64 	%rd489, %rd1858, %rd2084;
+	cvt.u32.u64 	%r3160, %rd489;
+	and.b32  	%r3161, %r3160, 65535;
+	add.s32 	%r1061, %r3161, %r4043;
+	and.b32  	%r1062, %r4044, 1;
+	setp.eq.s32 	%p976, %r1062, 0;
+	@%p976 bra 	$L__BB11_1059;
+	mul.wide.u32 	%rd1859, %r1061, 8;
+	add.s64 	%rd1860, %rd474, %rd1859;
+	add.s64 	%rd1861, %rd285, %rd1860;
+	ld.u64 	%rd2085, [%rd1861];
+$L__BB11_1059:
+	and.b32  	%r1063, %r4044, 2;
+	setp.eq.s32 	%p977, %r1063, 0;
+	mov.u64 	%rd2086, 0;
+	@%p977 bra 	$L__BB11_1061;
+	popc.b32 	%r3162, %r1062;
+	add.s32 	%r3163, %r1061, %r3162;
+	mul.wide.u32 	%rd1863, %r3163, 8;
+	add.s64 	%rd1864, %rd474, %rd1863;
+	add.s64 	%rd1865, %rd285, %rd1864;
+	ld.u64 	%rd2086, [%rd1865];
+$L__BB11_1061:
+	shr.u64 	%rd1866, %rd2085, 32;
+	cvt.u32.u64 	%r3164, %rd1866;
+	selp.b32 	%r1064, %r4049, %r3164, %p976;
+	cvt.u32.u64 	%r3165, %rd2085;
+	selp.b32 	%r1065, %r4048, %r3165, %p976;
+	shr.u64 	%rd1867, %rd2086, 32;
+	cvt.u32.u64 	%r3166, %rd1867;
+	selp.b32 	%r1066, %r4051, %r3166, %p977;
+	cvt.u32.u64 	%r3167, %rd2086;
+	selp.b32 	%r1067, %r4050, %r3167, %p977;
+	@%p934 bra 	$L__BB11_1063;
+	st.v4.u32 	[%rd480], {%r1065, %r1064, %r1067, %r1066};
+$L__BB11_1063:
+	cvt.u32.u64 	%r3168, %rd488;
+	and.b32  	%r3169, %r3168, 65535;
+	add.s32 	%r1068, %r3169, %r4043;
+	shr.u32 	%r3171, %r3160, 16;
+	add.s32 	%r1069, %r3171, %r1068;
+	and.b32  	%r1070, %r4045, 1;
+	setp.eq.s32 	%p981, %r1070, 0;
+	mov.u64 	%rd2088, 0;
+	mov.u64 	%rd2087, %rd2088;
+	@%p981 bra 	$L__BB11_1065;
+	mul.wide.u32 	%rd1869, %r1069, 8;
+	add.s64 	%rd1870, %rd474, %rd1869;
+	add.s64 	%rd1871, %rd285, %rd1870;
+	ld.u64 	%rd2087, [%rd1871];
+$L__BB11_1065:
+	and.b32  	%r1071, %r4045, 2;
+	setp.eq.s32 	%p982, %r1071, 0;
+	@%p982 bra 	$L__BB11_1067;
+	popc.b32 	%r3172, %r1070;
+	add.s32 	%r3173, %r1069, %r3172;
+	mul.wide.u32 	%rd1873, %r3173, 8;
+	add.s64 	%rd1874, %rd474, %rd1873;
+	add.s64 	%rd1875, %rd285, %rd1874;
+	ld.u64 	%rd2088, [%rd1875];
+$L__BB11_1067:
+	shr.u64 	%rd1876, %rd2087, 32;
+	cvt.u32.u64 	%r3174, %rd1876;
+	selp.b32 	%r1072, %r4053, %r3174, %p981;
+	cvt.u32.u64 	%r3175, %rd2087;
+	selp.b32 	%r1073, %r4052, %r3175, %p981;
+	shr.u64 	%rd1877, %rd2088, 32;
+	cvt.u32.u64 	%r3176, %rd1877;
+	selp.b32 	%r1074, %r4055, %r3176, %p982;
+	cvt.u32.u64 	%r3177, %rd2088;
+	selp.b32 	%r1075, %r4054, %r3177, %p982;
+	@%p936 bra 	$L__BB11_1069;
+	st.v4.u32 	[%rd480+4096], {%r1073, %r1072, %r1075, %r1074};
+$L__BB11_1069:
+	shr.u32 	%r3179, %r3168, 16;
+	add.s32 	%r1076, %r3179, %r1068;
+	shr.u64 	%rd1879, %rd489, 32;
+	cvt.u32.u64 	%r3180, %rd1879;
+	and.b32  	%r3181, %r3180, 65535;
+	add.s32 	%r1077, %r3181, %r1076;
+	and.b32  	%r1078, %r4046, 1;
+	setp.eq.s32 	%p986, %r1078, 0;
+	mov.u64 	%rd2090, 0;
+	mov.u64 	%rd2089, %rd2090;
+	@%p986 bra 	$L__BB11_1071;
+	mul.wide.u32 	%rd1880, %r1077, 8;
+	add.s64 	%rd1881, %rd474, %rd1880;
+	add.s64 	%rd1882, %rd285, %rd1881;
+	ld.u64 	%rd2089, [%rd1882];
+$L__BB11_1071:
+	and.b32  	%r1079, %r4046, 2;
+	setp.eq.s32 	%p987, %r1079, 0;
+	@%p987 bra 	$L__BB11_1073;
+	popc.b32 	%r3182, %r1078;
+	add.s32 	%r3183, %r1077, %r3182;
+	mul.wide.u32 	%rd1884, %r3183, 8;
+	add.s64 	%rd1885, %rd474, %rd1884;
+	add.s64 	%rd1886, %rd285, %rd1885;
+	ld.u64 	%rd2090, [%rd1886];
+$L__BB11_1073:
+	shr.u64 	%rd1887, %rd2089, 32;
+	cvt.u32.u64 	%r3184, %rd1887;
+	selp.b32 	%r1080, %r4057, %r3184, %p986;
+	cvt.u32.u64 	%r3185, %rd2089;
+	selp.b32 	%r1081, %r4056, %r3185, %p986;
+	shr.u64 	%rd1888, %rd2090, 32;
+	cvt.u32.u64 	%r3186, %rd1888;
+	selp.b32 	%r1082, %r4059, %r3186, %p987;
+	cvt.u32.u64 	%r3187, %rd2090;
+	selp.b32 	%r1083, %r4058, %r3187, %p987;
+	@%p938 bra 	$L__BB11_1075;
+	st.v4.u32 	[%rd480+8192], {%r1081, %r1080, %r1083, %r1082};
+$L__BB11_1075:
+	shr.u64 	%rd1890, %rd488, 32;
+	cvt.u32.u64 	%r3188, %rd1890;
+	and.b32  	%r3189, %r3188, 65535;
+	add.s32 	%r1084, %r3189, %r1076;
+	shr.u64 	%rd1891, %rd489, 48;
+	cvt.u32.u64 	%r3190, %rd1891;
+	add.s32 	%r1085, %r1084, %r3190;
+	and.b32  	%r1086, %r4047, 1;
+	setp.eq.s32 	%p991, %r1086, 0;
+	mov.u64 	%rd2092, 0;
+	mov.u64 	%rd2091, %rd2092;
+	@%p991 bra 	$L__BB11_1077;
+	mul.wide.u32 	%rd1892, %r1085, 8;
+	add.s64 	%rd1893, %rd474, %rd1892;
+	add.s64 	%rd1894, %rd285, %rd1893;
+	ld.u64 	%rd2091, [%rd1894];
+$L__BB11_1077:
+	and.b32  	%r1087, %r4047, 2;
+	setp.eq.s32 	%p992, %r1087, 0;
+	@%p992 bra 	$L__BB11_1079;
+	popc.b32 	%r3191, %r1086;
+	add.s32 	%r3192, %r1085, %r3191;
+	mul.wide.u32 	%rd1896, %r3192, 8;
+	add.s64 	%rd1897, %rd474, %rd1896;
+	add.s64 	%rd1898, %rd285, %rd1897;
+	ld.u64 	%rd2092, [%rd1898];
+$L__BB11_1079:
+	shr.u64 	%rd1899, %rd2091, 32;
+	cvt.u32.u64 	%r3193, %rd1899;
+	selp.b32 	%r1088, %r4061, %r3193, %p991;
+	cvt.u32.u64 	%r3194, %rd2091;
+	selp.b32 	%r1089, %r4060, %r3194, %p991;
+	shr.u64 	%rd1900, %rd2092, 32;
+	cvt.u32.u64 	%r3195, %rd1900;
+	selp.b32 	%r1090, %r4063, %r3195, %p992;
+	cvt.u32.u64 	%r3196, %rd2092;
+	selp.b32 	%r1091, %r4062, %r3196, %p992;
+	@%p940 bra 	$L__BB11_1081;
+	st.v4.u32 	[%rd480+12288], {%r1089, %r1088, %r1091, %r1090};
+$L__BB11_1081:
+	shr.u64 	%rd1901, %rd488, 48;
+	cvt.u32.u64 	%r3197, %rd1901;
+	add.s32 	%r4043, %r1084, %r3197;
+	add.s64 	%rd2082, %rd2082, 1024;
+	setp.lt.u64 	%p996, %rd2082, %rd422;
+	@%p996 bra 	$L__BB11_1032;
+	bra.uni 	$L__BB11_1123;
+$L__BB11_493:
+	mov.u32 	%r1585, _ZZ14ws_delta_applyE4coop;
+	add.s32 	%r1586, %r1585, %r3835;
+	ld.shared.u8 	%rs74, [%r1586];
+	setp.eq.s16 	%p381, %rs74, 0;
+	@%p381 bra 	$L__BB11_1123;
+	ld.param.u64 	%rd1960, [%rd588+8];
+	ld.param.u64 	%rd1959, [%rd588+24];
+	cvt.u64.u32 	%rd1091, %r3835;
+	add.s64 	%rd1092, %rd1978, %rd1091;
+	cvta.to.global.u64 	%rd1093, %rd1959;
+	shr.u64 	%rd1094, %rd1092, 6;
+	and.b64  	%rd1095, %rd1094, 288230376151711740;
+	add.s64 	%rd1096, %rd1093, %rd1095;
+	ld.global.u32 	%r1587, [%rd1096];
+	cvt.u64.u32 	%rd282, %r1587;
+	cvta.to.global.u64 	%rd1097, %rd1960;
+	mul.wide.u32 	%rd1098, %r1587, 64;
+	add.s64 	%rd1099, %rd1097, %rd1098;
+	ld.global.v2.u32 	{%r1588, %r1589}, [%rd1099+16];
+	ld.global.u64 	%rd1100, [%rd1099+8];
+	shl.b64 	%rd1101, %rd1100, 8;
+	sub.s64 	%rd1102, %rd1092, %rd1101;
+	and.b64  	%rd1103, %rd1102, -256;
+	and.b64  	%rd1104, %rd1092, 255;
+	or.b64  	%rd283, %rd1103, %rd1104;
+	cvt.u64.u32 	%rd1105, %r1588;
+	setp.ge.u64 	%p382, %rd283, %rd1105;
+	ld.global.u64 	%rd1106, [%rd1099+24];
+	setp.ne.s64 	%p383, %rd1106, -1;
+	or.pred  	%p384, %p383, %p382;
+	@%p384 bra 	$L__BB11_1123;
+	ld.param.u64 	%rd1961, [%rd588];
+	cvta.to.global.u64 	%rd1107, %rd1961;
+	mul.lo.s64 	%rd1108, %rd282, 40;
+	add.s64 	%rd284, %rd1107, %rd1108;
+	ld.global.v2.u32 	{%r1590, %r1591}, [%rd284+32];
+	ld.global.u64 	%rd285, [%rd284];
+	shl.b64 	%rd1109, %rd283, 4;
+	add.s64 	%rd1110, %rd285, %rd1109;
+	add.s64 	%rd286, %rd1110, 44;
+	ld.u8 	%rs18, [%rd1110+44];
+	setp.eq.s16 	%p385, %rs18, 0;
+	@%p385 bra 	$L__BB11_1123;
+	ld.global.u64 	%rd287, [%rd284+8];
+	mov.u64 	%rd2043, 0;
+	cvt.u64.u32 	%rd1113, %r1589;
+	mul.lo.s64 	%rd288, %rd283, %rd1113;
+	ld.global.u64 	%rd1114, [%rd284+24];
+	sub.s64 	%rd1115, %rd1114, %rd288;
+	min.u64 	%rd289, %rd1115, %rd1113;
+	ld.u64 	%rd290, [%rd286+-12];
+	setp.eq.s32 	%p386, %r1591, 0;
+	mov.u64 	%rd2041, %rd2043;
+	mov.u64 	%rd2042, %rd2043;
+	@%p386 bra 	$L__BB11_498;
+	ld.param.u64 	%rd1962, [%rd588+40];
+	add.s32 	%r1592, %r1591, -1;
+	cvta.to.global.u64 	%rd1116, %rd1962;
+	mul.wide.u32 	%rd1117, %r1592, 64;
+	add.s64 	%rd2041, %rd1116, %rd1117;
+	add.s64 	%rd2042, %rd1962, %rd1117;
+$L__BB11_498:
+	setp.ne.s64 	%p387, %rd2042, 0;
+	@%p387 bra 	$L__BB11_500;
+	cvt.u64.u32 	%rd1119, %r1590;
+	mul.lo.s64 	%rd1120, %rd288, %rd1119;
+	add.s64 	%rd2043, %rd287, %rd1120;
+$L__BB11_500:
+	add.s64 	%rd297, %rd285, %rd290;
+	setp.eq.s64 	%p388, %rd2042, 0;
+	@%p388 bra 	$L__BB11_653;
+	setp.eq.s16 	%p389, %rs18, 1;
+	@%p389 bra 	$L__BB11_580;
+	bra.uni 	$L__BB11_502;
+$L__BB11_580:
+	setp.le.u64 	%p454, %rd289, %rd4;
+	@%p454 bra 	$L__BB11_1123;
+	cvt.u64.u32 	%rd350, %r1590;
+	add.s32 	%r1727, %r1590, -1;
+	cvt.u64.u32 	%rd351, %r1727;
+	and.b32  	%r401, %r1590, 3;
+	sub.s32 	%r402, %r1590, %r401;
+	mov.u64 	%rd2056, %rd4;
+$L__BB11_582:
+	add.s64 	%rd353, %rd2056, %rd288;
+	mul.lo.s64 	%rd1192, %rd2056, %rd350;
+	add.s64 	%rd354, %rd297, %rd1192;
+	and.b64  	%rd1193, %rd354, %rd351;
+	setp.eq.s64 	%p455, %rd1193, 0;
+	@%p455 bra 	$L__BB11_591;
+	setp.eq.s32 	%p456, %r1590, 0;
+	mov.u64 	%rd2060, 0;
+	@%p456 bra 	$L__BB11_598;
+	cvt.u32.u64 	%r1729, %rd351;
+	setp.lt.u32 	%p457, %r1729, 3;
+	mov.u64 	%rd2060, 0;
+	mov.u32 	%r3851, 0;
+	@%p457 bra 	$L__BB11_587;
+	mov.u64 	%rd2060, 0;
+	mov.u32 	%r3851, 0;
+	mov.u32 	%r3850, %r402;
+$L__BB11_586:
+	cvt.u64.u32 	%rd1198, %r3851;
+	add.s64 	%rd1199, %rd354, %rd1198;
+	ld.u8 	%rd1200, [%rd1199];
+	shl.b32 	%r1731, %r3851, 3;
+	shl.b64 	%rd1201, %rd1200, %r1731;
+	or.b64  	%rd1202, %rd1201, %rd2060;
+	ld.u8 	%rd1203, [%rd1199+1];
+	add.s32 	%r1732, %r1731, 8;
+	shl.b64 	%rd1204, %rd1203, %r1732;
+	or.b64  	%rd1205, %rd1204, %rd1202;
+	ld.u8 	%rd1206, [%rd1199+2];
+	add.s32 	%r1733, %r1731, 16;
+	shl.b64 	%rd1207, %rd1206, %r1733;
+	or.b64  	%rd1208, %rd1207, %rd1205;
+	ld.u8 	%rd1209, [%rd1199+3];
+	add.s32 	%r1734, %r1731, 24;
+	shl.b64 	%rd1210, %rd1209, %r1734;
+	or.b64  	%rd2060, %rd1210, %rd1208;
+	add.s32 	%r3851, %r3851, 4;
+	add.s32 	%r3850, %r3850, -4;
+	setp.ne.s32 	%p458, %r3850, 0;
+	@%p458 bra 	$L__BB11_586;
+$L__BB11_587:
+	setp.eq.s32 	%p459, %r401, 0;
+	@%p459 bra 	$L__BB11_598;
+	setp.eq.s32 	%p460, %r401, 1;
+	cvt.u64.u32 	%rd1211, %r3851;
+	add.s64 	%rd359, %rd354, %rd1211;
+	ld.u8 	%rd1212, [%rd359];
+	shl.b32 	%r1735, %r3851, 3;
+	shl.b64 	%rd1213, %rd1212, %r1735;
+	or.b64  	%rd2060, %rd1213, %rd2060;
+	@%p460 bra 	$L__BB11_598;
+	setp.eq.s32 	%p461, %r401, 2;
+	ld.u8 	%rd1214, [%rd359+1];
+	add.s32 	%r1737, %r1735, 8;
+	shl.b64 	%rd1215, %rd1214, %r1737;
+	or.b64  	%rd2060, %rd1215, %rd2060;
+	@%p461 bra 	$L__BB11_598;
+	ld.u8 	%rd1216, [%rd359+2];
+	add.s32 	%r1739, %r1735, 16;
+	shl.b64 	%rd1217, %rd1216, %r1739;
+	or.b64  	%rd2060, %rd1217, %rd2060;
+	bra.uni 	$L__BB11_598;
+$L__BB11_591:
+	setp.eq.s32 	%p462, %r1590, 1;
+	@%p462 bra 	$L__BB11_596;
+	setp.eq.s32 	%p463, %r1590, 2;
+	@%p463 bra 	$L__BB11_595;
+	setp.ne.s32 	%p464, %r1590, 4;
+	@%p464 bra 	$L__BB11_597;
+	ld.u32 	%rd2060, [%rd354];
+	bra.uni 	$L__BB11_598;
+$L__BB11_595:
+	ld.u16 	%rd2060, [%rd354];
+	bra.uni 	$L__BB11_598;
+$L__BB11_596:
+	ld.u8 	%rd2060, [%rd354];
+	bra.uni 	$L__BB11_598;
+$L__BB11_597:
+	ld.u64 	%rd2060, [%rd354];
+$L__BB11_598:
+	ld.global.u64 	%rd369, [%rd2041+8];
+	or.b64  	%rd1218, %rd353, %rd369;
+	and.b64  	%rd1219, %rd1218, -4294967296;
+	setp.eq.s64 	%p465, %rd1219, 0;
+	@%p465 bra 	$L__BB11_600;
+	div.u64 	%rd2064, %rd353, %rd369;
+	mul.lo.s64 	%rd1220, %rd2064, %rd369;
+	sub.s64 	%rd2062, %rd353, %rd1220;
+	bra.uni 	$L__BB11_601;
+$L__BB11_600:
+	cvt.u32.u64 	%r1740, %rd369;
+	cvt.u32.u64 	%r1741, %rd353;
+	div.u32 	%r1742, %r1741, %r1740;
+	mul.lo.s32 	%r1743, %r1742, %r1740;
+	sub.s32 	%r1744, %r1741, %r1743;
+	cvt.u64.u32 	%rd2064, %r1742;
+	cvt.u64.u32 	%rd2062, %r1744;
+$L__BB11_601:
+	ld.global.u64 	%rd376, [%rd2041+40];
+	setp.lt.s64 	%p466, %rd2062, %rd376;
+	@%p466 bra 	$L__BB11_652;
+	ld.global.u64 	%rd377, [%rd2041+24];
+	add.s64 	%rd1221, %rd377, %rd376;
+	setp.ge.s64 	%p467, %rd2062, %rd1221;
+	@%p467 bra 	$L__BB11_652;
+	ld.global.u64 	%rd378, [%rd2041+48];
+	setp.eq.s64 	%p468, %rd378, 0;
+	@%p468 bra 	$L__BB11_608;
+	or.b64  	%rd1222, %rd2064, %rd378;
+	and.b64  	%rd1223, %rd1222, -4294967296;
+	setp.eq.s64 	%p469, %rd1223, 0;
+	@%p469 bra 	$L__BB11_606;
+	rem.s64 	%rd2063, %rd2064, %rd378;
+	bra.uni 	$L__BB11_607;
+$L__BB11_606:
+	cvt.u32.u64 	%r1745, %rd378;
+	cvt.u32.u64 	%r1746, %rd2064;
+	rem.u32 	%r1747, %r1746, %r1745;
+	cvt.u64.u32 	%rd2063, %r1747;
+$L__BB11_607:
+	shr.u64 	%rd1224, %rd378, 63;
+	add.s64 	%rd1225, %rd378, %rd1224;
+	shr.s64 	%rd1226, %rd1225, 1;
+	shr.u64 	%rd1227, %rd2063, 63;
+	add.s64 	%rd1228, %rd2063, %rd1227;
+	shr.s64 	%rd1229, %rd1228, 1;
+	and.b64  	%rd1230, %rd1228, -2;
+	sub.s64 	%rd1231, %rd2063, %rd1230;
+	mul.lo.s64 	%rd1232, %rd1231, %rd1226;
+	sub.s64 	%rd1233, %rd2064, %rd2063;
+	add.s64 	%rd1234, %rd1233, %rd1229;
+	add.s64 	%rd2064, %rd1234, %rd1232;
+$L__BB11_608:
+	ld.global.u64 	%rd1235, [%rd2041+32];
+	sub.s64 	%rd384, %rd2064, %rd1235;
+	setp.lt.s64 	%p470, %rd384, 0;
+	@%p470 bra 	$L__BB11_652;
+	ld.global.u64 	%rd1236, [%rd2041+16];
+	setp.ge.s64 	%p471, %rd384, %rd1236;
+	@%p471 bra 	$L__BB11_652;
+	ld.global.v2.u32 	{%r1748, %r1749}, [%rd2041+56];
+	setp.eq.s32 	%p472, %r1748, %r1749;
+	mov.u64 	%rd2065, %rd351;
+	mov.u64 	%rd2066, %rd350;
+	mov.u32 	%r3856, %r1590;
+	@%p472 bra 	$L__BB11_636;
+	setp.eq.s32 	%p473, %r1748, 1;
+	@%p473 bra 	$L__BB11_622;
+	bra.uni 	$L__BB11_612;
+$L__BB11_622:
+	cvt.u32.u64 	%r3854, %rd2060;
+	bra.uni 	$L__BB11_623;
+$L__BB11_612:
+	setp.eq.s32 	%p474, %r1748, 2;
+	@%p474 bra 	$L__BB11_614;
+	bra.uni 	$L__BB11_613;
+$L__BB11_614:
+	cvt.u16.u64 	%rs84, %rd2060;
+	cvt.u32.u64 	%r1751, %rd2060;
+	shl.b32 	%r1752, %r1751, 16;
+	and.b32  	%r3854, %r1752, -2147483648;
+	shr.u16 	%rs85, %rs84, 10;
+	and.b16  	%rs28, %rs85, 31;
+	and.b16  	%rs29, %rs84, 1023;
+	and.b32  	%r3853, %r1751, 1023;
+	setp.eq.s16 	%p475, %rs28, 31;
+	@%p475 bra 	$L__BB11_621;
+	bra.uni 	$L__BB11_615;
+$L__BB11_621:
+	setp.eq.s16 	%p479, %rs29, 0;
+	shl.b32 	%r1765, %r3853, 13;
+	or.b32  	%r1766, %r1765, 4194304;
+	selp.b32 	%r1767, 0, %r1766, %p479;
+	or.b32  	%r1768, %r3854, %r1767;
+	or.b32  	%r3854, %r1768, 2139095040;
+	bra.uni 	$L__BB11_623;
+$L__BB11_613:
+	cvt.u32.u64 	%r1750, %rd2060;
+	shl.b32 	%r3854, %r1750, 16;
+	bra.uni 	$L__BB11_623;
+$L__BB11_615:
+	setp.eq.s16 	%p476, %rs28, 0;
+	@%p476 bra 	$L__BB11_617;
+	add.s16 	%rs86, %rs28, 112;
+	cvt.u32.u16 	%r1753, %rs86;
+	shl.b32 	%r1754, %r1753, 23;
+	shl.b32 	%r1755, %r3853, 13;
+	or.b32  	%r1756, %r1755, %r3854;
+	or.b32  	%r3854, %r1756, %r1754;
+	bra.uni 	$L__BB11_623;
+$L__BB11_617:
+	setp.eq.s16 	%p477, %rs29, 0;
+	@%p477 bra 	$L__BB11_623;
+	mov.u32 	%r3852, 0;
+$L__BB11_619:
+	shl.b32 	%r416, %r3853, 1;
+	add.s32 	%r3852, %r3852, 1;
+	and.b32  	%r1758, %r3853, 512;
+	setp.eq.s32 	%p478, %r1758, 0;
+	mov.u32 	%r3853, %r416;
+	@%p478 bra 	$L__BB11_619;
+	shl.b32 	%r1759, %r3852, 23;
+	mov.u32 	%r1760, 947912704;
+	sub.s32 	%r1761, %r1760, %r1759;
+	shl.b32 	%r1762, %r416, 13;
+	and.b32  	%r1763, %r1762, 8372224;
+	or.b32  	%r1764, %r1761, %r3854;
+	or.b32  	%r3854, %r1764, %r1763;
+$L__BB11_623:
+	setp.eq.s32 	%p480, %r1749, 1;
+	@%p480 bra 	$L__BB11_635;
+	setp.eq.s32 	%p481, %r1749, 2;
+	@%p481 bra 	$L__BB11_626;
+	bra.uni 	$L__BB11_625;
+$L__BB11_626:
+	shr.u32 	%r1777, %r3854, 16;
+	cvt.u16.u32 	%rs87, %r1777;
+	and.b16  	%rs110, %rs87, -32768;
+	and.b32  	%r422, %r3854, 2147483647;
+	setp.gt.u32 	%p483, %r422, 2139095040;
+	@%p483 bra 	$L__BB11_633;
+	bra.uni 	$L__BB11_627;
+$L__BB11_633:
+	shr.u32 	%r1800, %r3854, 13;
+	cvt.u16.u32 	%rs90, %r1800;
+	and.b16  	%rs91, %rs90, 511;
+	or.b16  	%rs92, %rs110, %rs91;
+	or.b16  	%rs110, %rs92, 32256;
+	bra.uni 	$L__BB11_634;
+$L__BB11_625:
+	and.b32  	%r1769, %r3854, 2147483647;
+	setp.gt.u32 	%p482, %r1769, 2139095040;
+	shr.u32 	%r1770, %r3854, 16;
+	or.b32  	%r1771, %r1770, 64;
+	and.b32  	%r1772, %r1770, 1;
+	add.s32 	%r1773, %r3854, %r1772;
+	add.s32 	%r1774, %r1773, 32767;
+	shr.u32 	%r1775, %r1774, 16;
+	selp.b32 	%r1776, %r1771, %r1775, %p482;
+	cvt.u16.u32 	%rs110, %r1776;
+	bra.uni 	$L__BB11_634;
+$L__BB11_627:
+	setp.gt.u32 	%p484, %r422, 1199570943;
+	@%p484 bra 	$L__BB11_632;
+	bra.uni 	$L__BB11_628;
+$L__BB11_632:
+	or.b16  	%rs110, %rs110, 31744;
+	bra.uni 	$L__BB11_634;
+$L__BB11_628:
+	setp.lt.u32 	%p485, %r422, 947912704;
+	@%p485 bra 	$L__BB11_630;
+	bra.uni 	$L__BB11_629;
+$L__BB11_630:
+	setp.lt.u32 	%p486, %r422, 855638016;
+	@%p486 bra 	$L__BB11_634;
+	shr.u32 	%r1783, %r422, 23;
+	and.b32  	%r1784, %r3854, 8388607;
+	or.b32  	%r1785, %r1784, 8388608;
+	mov.u32 	%r1786, 126;
+	sub.s32 	%r1787, %r1786, %r1783;
+	shr.u32 	%r1788, %r1785, %r1787;
+	mov.u32 	%r1789, -1;
+	shl.b32 	%r1790, %r1789, %r1787;
+	not.b32 	%r1791, %r1790;
+	and.b32  	%r1792, %r1785, %r1791;
+	mov.u32 	%r1793, 125;
+	sub.s32 	%r1794, %r1793, %r1783;
+	mov.u32 	%r1795, 1;
+	shl.b32 	%r1796, %r1795, %r1794;
+	setp.gt.u32 	%p487, %r1792, %r1796;
+	setp.eq.s32 	%p488, %r1792, %r1796;
+	and.b32  	%r1797, %r1788, 1;
+	setp.eq.b32 	%p489, %r1797, 1;
+	and.pred  	%p490, %p488, %p489;
+	or.pred  	%p491, %p487, %p490;
+	selp.u32 	%r1798, 1, 0, %p491;
+	add.s32 	%r1799, %r1788, %r1798;
+	cvt.u16.u32 	%rs89, %r1799;
+	or.b16  	%rs110, %rs110, %rs89;
+	bra.uni 	$L__BB11_634;
+$L__BB11_629:
+	shr.u32 	%r1778, %r3854, 13;
+	and.b32  	%r1779, %r1778, 1;
+	add.s32 	%r1780, %r3854, %r1779;
+	add.s32 	%r1781, %r1780, 134221823;
+	shr.u32 	%r1782, %r1781, 13;
+	cvt.u16.u32 	%rs88, %r1782;
+	or.b16  	%rs110, %rs110, %rs88;
+$L__BB11_634:
+	cvt.u32.u16 	%r3854, %rs110;
+$L__BB11_635:
+	cvt.u64.u32 	%rd2060, %r3854;
+	selp.b32 	%r3856, 4, 2, %p480;
+	cvt.u64.u32 	%rd2066, %r3856;
+	add.s32 	%r1801, %r3856, -1;
+	cvt.u64.u32 	%rd2065, %r1801;
+$L__BB11_636:
+	mul.lo.s64 	%rd1237, %rd377, %rd384;
+	add.s64 	%rd1238, %rd1237, %rd2062;
+	sub.s64 	%rd1239, %rd1238, %rd376;
+	mul.lo.s64 	%rd1240, %rd1239, %rd2066;
+	ld.global.u64 	%rd1241, [%rd2041];
+	add.s64 	%rd391, %rd1241, %rd1240;
+	and.b64  	%rd1242, %rd2065, %rd391;
+	setp.eq.s64 	%p493, %rd1242, 0;
+	@%p493 bra 	$L__BB11_645;
+	setp.eq.s32 	%p494, %r3856, 0;
+	@%p494 bra 	$L__BB11_652;
+	add.s32 	%r1803, %r3856, -1;
+	and.b32  	%r427, %r3856, 3;
+	setp.lt.u32 	%p495, %r1803, 3;
+	mov.u32 	%r3859, 0;
+	@%p495 bra 	$L__BB11_641;
+	sub.s32 	%r3858, %r3856, %r427;
+	mov.u32 	%r3859, 0;
+$L__BB11_640:
+	shl.b32 	%r1805, %r3859, 3;
+	shr.u64 	%rd1243, %rd2060, %r1805;
+	cvt.u64.u32 	%rd1244, %r3859;
+	add.s64 	%rd1245, %rd391, %rd1244;
+	st.u8 	[%rd1245], %rd1243;
+	add.s32 	%r1806, %r1805, 8;
+	shr.u64 	%rd1246, %rd2060, %r1806;
+	st.u8 	[%rd1245+1], %rd1246;
+	add.s32 	%r1807, %r1805, 16;
+	shr.u64 	%rd1247, %rd2060, %r1807;
+	st.u8 	[%rd1245+2], %rd1247;
+	add.s32 	%r1808, %r1805, 24;
+	shr.u64 	%rd1248, %rd2060, %r1808;
+	st.u8 	[%rd1245+3], %rd1248;
+	add.s32 	%r3859, %r3859, 4;
+	add.s32 	%r3858, %r3858, -4;
+	setp.ne.s32 	%p496, %r3858, 0;
+	@%p496 bra 	$L__BB11_640;
+$L__BB11_641:
+	setp.eq.s32 	%p497, %r427, 0;
+	@%p497 bra 	$L__BB11_652;
+	shl.b32 	%r1809, %r3859, 3;
+	shr.u64 	%rd1249, %rd2060, %r1809;
+	cvt.u64.u32 	%rd1250, %r3859;
+	add.s64 	%rd392, %rd391, %rd1250;
+	st.u8 	[%rd392], %rd1249;
+	setp.eq.s32 	%p498, %r427, 1;
+	@%p498 bra 	$L__BB11_652;
+	add.s32 	%r1811, %r1809, 8;
+	shr.u64 	%rd1251, %rd2060, %r1811;
+	st.u8 	[%rd392+1], %rd1251;
+	setp.eq.s32 	%p499, %r427, 2;
+	@%p499 bra 	$L__BB11_652;
+	add.s32 	%r1813, %r1809, 16;
+	shr.u64 	%rd1252, %rd2060, %r1813;
+	st.u8 	[%rd392+2], %rd1252;
+	bra.uni 	$L__BB11_652;
+$L__BB11_645:
+	setp.eq.s32 	%p500, %r3856, 1;
+	@%p500 bra 	$L__BB11_650;
+	setp.eq.s32 	%p501, %r3856, 2;
+	@%p501 bra 	$L__BB11_649;
+	setp.ne.s32 	%p502, %r3856, 4;
+	@%p502 bra 	$L__BB11_651;
+	st.u32 	[%rd391], %rd2060;
+	bra.uni 	$L__BB11_652;
+$L__BB11_649:
+	st.u16 	[%rd391], %rd2060;
+	bra.uni 	$L__BB11_652;
+$L__BB11_650:
+	st.u8 	[%rd391], %rd2060;
+	bra.uni 	$L__BB11_652;
+$L__BB11_651:
+	st.u64 	[%rd391], %rd2060;
+$L__BB11_652:
+	add.s64 	%rd2056, %rd2056, 256;
+	setp.lt.u64 	%p503, %rd2056, %rd289;
+	@%p503 bra 	$L__BB11_582;
+	bra.uni 	$L__BB11_1123;
+$L__BB11_653:
+	setp.eq.s16 	%p504, %rs18, 1;
+	@%p504 bra 	$L__BB11_1082;
+	bra.uni 	$L__BB11_654;
+$L__BB11_1082:
+	cvt.u64.u32 	%rd1902, %r1590;
+	mul.lo.s64 	%rd507, %rd289, %rd1902;
+	or.b64  	%rd508, %rd2043, %rd297;
+	and.b64  	%rd1903, %rd508, 15;
+	setp.eq.s64 	%p997, %rd1903, 0;
+	@%p997 bra 	$L__BB11_1100;
+	and.b64  	%rd1905, %rd508, 7;
+	setp.ne.s64 	%p998, %rd1905, 0;
+	mov.u64 	%rd2109, 0;
+	@%p998 bra 	$L__BB11_1116;
+	shr.u64 	%rd509, %rd507, 3;
+	cvt.u64.u32 	%rd2095, %r1;
+	add.s64 	%rd1906, %rd2095, 768;
+	setp.ge.u64 	%p999, %rd1906, %rd509;
+	@%p999 bra 	$L__BB11_1092;
+	cvt.u64.u32 	%rd2095, %r1;
+	mov.u64 	%rd1908, -769;
+	sub.s64 	%rd1909, %rd1908, %rd2095;
+	add.s64 	%rd512, %rd1909, %rd509;
+	shr.u64 	%rd1910, %rd512, 10;
+	add.s64 	%rd1911, %rd1910, 1;
+	and.b64  	%rd513, %rd1911, 3;
+	setp.eq.s64 	%p1000, %rd513, 0;
+	add.s64 	%rd2093, %rd2095, 768;
+	@%p1000 bra 	$L__BB11_1089;
+	cvt.u64.u32 	%rd1912, %r1;
+	mul.wide.u32 	%rd1913, %r1, 8;
+	add.s64 	%rd515, %rd297, %rd1913;
+	ld.v2.u32 	{%r3201, %r3202}, [%rd515+2048];
+	ld.v2.u32 	{%r3205, %r3206}, [%rd515+4096];
+	ld.v2.u32 	{%r3209, %r3210}, [%rd515+6144];
+	ld.v2.u32 	{%r3213, %r3214}, [%rd515];
+	add.s64 	%rd516, %rd2043, %rd1913;
+	st.v2.u32 	[%rd516], {%r3213, %r3214};
+	st.v2.u32 	[%rd516+2048], {%r3201, %r3202};
+	st.v2.u32 	[%rd516+4096], {%r3205, %r3206};
+	st.v2.u32 	[%rd516+6144], {%r3209, %r3210};
+	add.s64 	%rd2093, %rd1912, 1792;
+	add.s64 	%rd2095, %rd1912, 1024;
+	setp.eq.s64 	%p1001, %rd513, 1;
+	@%p1001 bra 	$L__BB11_1089;
+	ld.v2.u32 	{%r3217, %r3218}, [%rd515+10240];
+	ld.v2.u32 	{%r3221, %r3222}, [%rd515+12288];
+	ld.v2.u32 	{%r3225, %r3226}, [%rd515+14336];
+	ld.v2.u32 	{%r3229, %r3230}, [%rd515+8192];
+	st.v2.u32 	[%rd516+8192], {%r3229, %r3230};
+	st.v2.u32 	[%rd516+10240], {%r3217, %r3218};
+	st.v2.u32 	[%rd516+12288], {%r3221, %r3222};
+	st.v2.u32 	[%rd516+14336], {%r3225, %r3226};
+	add.s64 	%rd2093, %rd1912, 2816;
+	add.s64 	%rd2095, %rd1912, 2048;
+	setp.eq.s64 	%p1002, %rd513, 2;
+	@%p1002 bra 	$L__BB11_1089;
+	ld.v2.u32 	{%r3234, %r3235}, [%rd515+18432];
+	ld.v2.u32 	{%r3238, %r3239}, [%rd515+20480];
+	ld.v2.u32 	{%r3242, %r3243}, [%rd515+22528];
+	ld.v2.u32 	{%r3246, %r3247}, [%rd515+16384];
+	st.v2.u32 	[%rd516+16384], {%r3246, %r3247};
+	st.v2.u32 	[%rd516+18432], {%r3234, %r3235};
+	st.v2.u32 	[%rd516+20480], {%r3238, %r3239};
+	st.v2.u32 	[%rd516+22528], {%r3242, %r3243};
+	add.s64 	%rd2093, %rd1912, 3840;
+	add.s64 	%rd2095, %rd1912, 3072;
+$L__BB11_1089:
+	setp.lt.u64 	%p1003, %rd512, 3072;
+	@%p1003 bra 	$L__BB11_1092;
+	mov.u64 	%rd2097, %rd2095;
+$L__BB11_1091:
+	shl.b64 	%rd1916, %rd2097, 3;
+	add.s64 	%rd1917, %rd297, %rd1916;
+	ld.v2.u32 	{%r3251, %r3252}, [%rd1917+2048];
+	ld.v2.u32 	{%r3255, %r3256}, [%rd1917+4096];
+	shl.b64 	%rd1918, %rd2093, 3;
+	add.s64 	%rd1919, %rd297, %rd1918;
+	ld.v2.u32 	{%r3259, %r3260}, [%rd1919];
+	ld.v2.u32 	{%r3263, %r3264}, [%rd1917];
+	add.s64 	%rd1920, %rd2043, %rd1916;
+	st.v2.u32 	[%rd1920], {%r3263, %r3264};
+	st.v2.u32 	[%rd1920+2048], {%r3251, %r3252};
+	st.v2.u32 	[%rd1920+4096], {%r3255, %r3256};
+	add.s64 	%rd1921, %rd2043, %rd1918;
+	st.v2.u32 	[%rd1921], {%r3259, %r3260};
+	ld.v2.u32 	{%r3267, %r3268}, [%rd1917+10240];
+	ld.v2.u32 	{%r3271, %r3272}, [%rd1917+12288];
+	ld.v2.u32 	{%r3275, %r3276}, [%rd1917+14336];
+	ld.v2.u32 	{%r3279, %r3280}, [%rd1917+8192];
+	st.v2.u32 	[%rd1920+8192], {%r3279, %r3280};
+	st.v2.u32 	[%rd1920+10240], {%r3267, %r3268};
+	st.v2.u32 	[%rd1920+12288], {%r3271, %r3272};
+	st.v2.u32 	[%rd1920+14336], {%r3275, %r3276};
+	ld.v2.u32 	{%r3283, %r3284}, [%rd1917+18432];
+	ld.v2.u32 	{%r3287, %r3288}, [%rd1917+20480];
+	ld.v2.u32 	{%r3291, %r3292}, [%rd1917+22528];
+	ld.v2.u32 	{%r3295, %r3296}, [%rd1917+16384];
+	st.v2.u32 	[%rd1920+16384], {%r3295, %r3296};
+	st.v2.u32 	[%rd1920+18432], {%r3283, %r3284};
+	st.v2.u32 	[%rd1920+20480], {%r3287, %r3288};
+	st.v2.u32 	[%rd1920+22528], {%r3291, %r3292};
+	ld.v2.u32 	{%r3299, %r3300}, [%rd1917+26624];
+	ld.v2.u32 	{%r3303, %r3304}, [%rd1917+28672];
+	ld.v2.u32 	{%r3307, %r3308}, [%rd1917+30720];
+	ld.v2.u32 	{%r3311, %r3312}, [%rd1917+24576];
+	st.v2.u32 	[%rd1920+24576], {%r3311, %r3312};
+	st.v2.u32 	[%rd1920+26624], {%r3299, %r3300};
+	st.v2.u32 	[%rd1920+28672], {%r3303, %r3304};
+	st.v2.u32 	[%rd1920+30720], {%r3307, %r3308};
+	add.s64 	%rd2095, %rd2097, 4096;
+	add.s64 	%rd2093, %rd2097, 4864;
+	setp.lt.u64 	%p1004, %rd2093, %rd509;
+	mov.u64 	%rd2097, %rd2095;
+	@%p1004 bra 	$L__BB11_1091;
+$L__BB11_1092:
+	setp.ge.u64 	%p1005, %rd2095, %rd509;
+	@%p1005 bra 	$L__BB11_1099;
+	not.b64 	%rd1922, %rd2095;
+	add.s64 	%rd531, %rd509, %rd1922;
+	shr.u64 	%rd1923, %rd531, 8;
+	add.s64 	%rd1924, %rd1923, 1;
+	and.b64  	%rd532, %rd1924, 3;
+	setp.eq.s64 	%p1006, %rd532, 0;
+	mov.u64 	%rd2099, %rd2095;
+	@%p1006 bra 	$L__BB11_1097;
+	shl.b64 	%rd1925, %rd2095, 3;
+	add.s64 	%rd533, %rd297, %rd1925;
+	ld.v2.u32 	{%r3315, %r3316}, [%rd533];
+	add.s64 	%rd534, %rd2043, %rd1925;
+	st.v2.u32 	[%rd534], {%r3315, %r3316};
+	add.s64 	%rd2099, %rd2095, 256;
+	setp.eq.s64 	%p1007, %rd532, 1;
+	@%p1007 bra 	$L__BB11_1097;
+	ld.v2.u32 	{%r3319, %r3320}, [%rd533+2048];
+	st.v2.u32 	[%rd534+2048], {%r3319, %r3320};
+	add.s64 	%rd2099, %rd2095, 512;
+	setp.eq.s64 	%p1008, %rd532, 2;
+	@%p1008 bra 	$L__BB11_1097;
+	ld.v2.u32 	{%r3323, %r3324}, [%rd533+4096];
+	st.v2.u32 	[%rd534+4096], {%r3323, %r3324};
+	add.s64 	%rd2099, %rd2095, 768;
+$L__BB11_1097:
+	setp.lt.u64 	%p1009, %rd531, 768;
+	@%p1009 bra 	$L__BB11_1099;
+$L__BB11_1098:
+	shl.b64 	%rd1926, %rd2099, 3;
+	add.s64 	%rd1927, %rd297, %rd1926;
+	ld.v2.u32 	{%r3327, %r3328}, [%rd1927];
+	add.s64 	%rd1928, %rd2043, %rd1926;
+	st.v2.u32 	[%rd1928], {%r3327, %r3328};
+	ld.v2.u32 	{%r3331, %r3332}, [%rd1927+2048];
+	st.v2.u32 	[%rd1928+2048], {%r3331, %r3332};
+	ld.v2.u32 	{%r3335, %r3336}, [%rd1927+4096];
+	st.v2.u32 	[%rd1928+4096], {%r3335, %r3336};
+	ld.v2.u32 	{%r3339, %r3340}, [%rd1927+6144];
+	st.v2.u32 	[%rd1928+6144], {%r3339, %r3340};
+	add.s64 	%rd2099, %rd2099, 1024;
+	setp.lt.u64 	%p1010, %rd2099, %rd509;
+	@%p1010 bra 	$L__BB11_1098;
+$L__BB11_1099:
+	and.b64  	%rd2109, %rd507, -8;
+	bra.uni 	$L__BB11_1116;
+$L__BB11_502:
+	add.s64 	%rd1121, %rd289, 31;
+	shr.u64 	%rd299, %rd1121, 5;
+	setp.eq.s64 	%p390, %rd299, 0;
+	@%p390 bra 	$L__BB11_1123;
+	add.s64 	%rd1123, %rd289, -1;
+	shr.u64 	%rd300, %rd1123, 5;
+	and.b64  	%rd301, %rd289, 31;
+	cvt.u32.u64 	%r1594, %rd301;
+	mov.u32 	%r1595, -1;
+	shl.b32 	%r1596, %r1595, %r1594;
+	not.b32 	%r361, %r1596;
+	add.s64 	%rd302, %rd288, %rd5;
+	cvt.u64.u32 	%rd303, %r1590;
+	add.s32 	%r1597, %r1590, -1;
+	cvt.u64.u32 	%rd304, %r1597;
+	and.b32  	%r362, %r1590, 3;
+	sub.s32 	%r363, %r1590, %r362;
+	shl.b64 	%rd1124, %rd299, 2;
+	add.s64 	%rd1125, %rd1124, 7;
+	and.b64  	%rd305, %rd1125, 2147483640;
+	mov.u32 	%r1593, 0;
+	mov.u64 	%rd2044, 0;
+	mov.u32 	%r3836, %r1593;
+$L__BB11_504:
+	add.s64 	%rd307, %rd2044, %rd3;
+	setp.ge.u64 	%p391, %rd307, %rd299;
+	mov.u32 	%r3837, %r1593;
+	@%p391 bra 	$L__BB11_506;
+	setp.ne.s64 	%p392, %rd301, 0;
+	shl.b64 	%rd1126, %rd307, 2;
+	add.s64 	%rd1127, %rd297, %rd1126;
+	setp.eq.s64 	%p393, %rd300, %rd307;
+	and.pred  	%p394, %p393, %p392;
+	selp.b32 	%r1599, %r361, -1, %p394;
+	ld.u32 	%r1600, [%rd1127];
+	and.b32  	%r3837, %r1600, %r1599;
+$L__BB11_506:
+	cvt.u32.u64 	%r3633, %rd5;
+	setp.ne.s32 	%p1036, %r3633, 0;
+	@%p1036 bra 	$L__BB11_508;
+	popc.b32 	%r1602, %r3837;
+	shr.u32 	%r1604, %r1, 3;
+	and.b32  	%r1605, %r1604, 536870908;
+	mov.u32 	%r1606, _ZZ14ws_delta_applyE4wred;
+	add.s32 	%r1607, %r1606, %r1605;
+	st.shared.u32 	[%r1607], %r1602;
+$L__BB11_508:
+	setp.gt.u32 	%p396, %r1, 255;
+	bar.sync 	0;
+	ld.shared.u32 	%r1608, [_ZZ14ws_delta_applyE4wred];
+	setp.eq.s32 	%p397, %r2, 0;
+	selp.b32 	%r1609, 0, %r1608, %p397;
+	ld.shared.u32 	%r1610, [_ZZ14ws_delta_applyE4wred+4];
+	setp.gt.u32 	%p398, %r1, 63;
+	selp.b32 	%r1611, %r1610, 0, %p398;
+	add.s32 	%r1612, %r1611, %r1609;
+	add.s32 	%r1613, %r1610, %r1608;
+	ld.shared.u32 	%r1614, [_ZZ14ws_delta_applyE4wred+8];
+	setp.gt.u32 	%p399, %r1, 95;
+	selp.b32 	%r1615, %r1614, 0, %p399;
+	add.s32 	%r1616, %r1615, %r1612;
+	add.s32 	%r1617, %r1614, %r1613;
+	ld.shared.u32 	%r1618, [_ZZ14ws_delta_applyE4wred+12];
+	setp.gt.u32 	%p400, %r1, 127;
+	selp.b32 	%r1619, %r1618, 0, %p400;
+	add.s32 	%r1620, %r1619, %r1616;
+	add.s32 	%r1621, %r1618, %r1617;
+	ld.shared.u32 	%r1622, [_ZZ14ws_delta_applyE4wred+16];
+	setp.gt.u32 	%p401, %r1, 159;
+	selp.b32 	%r1623, %r1622, 0, %p401;
+	add.s32 	%r1624, %r1623, %r1620;
+	add.s32 	%r1625, %r1622, %r1621;
+	ld.shared.u32 	%r1626, [_ZZ14ws_delta_applyE4wred+20];
+	setp.gt.u32 	%p402, %r1, 191;
+	selp.b32 	%r1627, %r1626, 0, %p402;
+	add.s32 	%r1628, %r1627, %r1624;
+	add.s32 	%r1629, %r1626, %r1625;
+	ld.shared.u32 	%r1630, [_ZZ14ws_delta_applyE4wred+24];
+	setp.gt.u32 	%p403, %r1, 223;
+	selp.b32 	%r1631, %r1630, 0, %p403;
+	add.s32 	%r1632, %r1631, %r1628;
+	add.s32 	%r1633, %r1630, %r1629;
+	ld.shared.u32 	%r1634, [_ZZ14ws_delta_applyE4wred+28];
+	selp.b32 	%r1635, %r1634, 0, %p396;
+	add.s32 	%r367, %r1635, %r1632;
+	add.s32 	%r368, %r1634, %r1633;
+	bar.sync 	0;
+	and.b32  	%r1636, %r3837, %r4;
+	setp.eq.s32 	%p404, %r1636, 0;
+	@%p404 bra 	$L__BB11_579;
+	shl.b64 	%rd1128, %rd307, 5;
+	and.b32  	%r1637, %r3837, %r5;
+	popc.b32 	%r1638, %r1637;
+	add.s32 	%r1639, %r1638, %r3836;
+	add.s32 	%r1640, %r1639, %r367;
+	add.s64 	%rd308, %rd302, %rd1128;
+	cvt.u64.u32 	%rd1129, %r1640;
+	mul.lo.s64 	%rd1130, %rd1129, %rd303;
+	add.s64 	%rd1131, %rd1130, %rd305;
+	add.s64 	%rd309, %rd297, %rd1131;
+	and.b64  	%rd1132, %rd309, %rd304;
+	setp.eq.s64 	%p405, %rd1132, 0;
+	@%p405 bra 	$L__BB11_518;
+	setp.eq.s32 	%p406, %r1590, 0;
+	mov.u64 	%rd2048, 0;
+	@%p406 bra 	$L__BB11_525;
+	cvt.u32.u64 	%r1642, %rd304;
+	setp.lt.u32 	%p407, %r1642, 3;
+	mov.u64 	%rd2048, 0;
+	mov.u32 	%r3840, 0;
+	@%p407 bra 	$L__BB11_514;
+	mov.u64 	%rd2048, 0;
+	mov.u32 	%r3840, 0;
+	mov.u32 	%r3839, %r363;
+$L__BB11_513:
+	cvt.u64.u32 	%rd1137, %r3840;
+	add.s64 	%rd1138, %rd309, %rd1137;
+	ld.u8 	%rd1139, [%rd1138];
+	shl.b32 	%r1644, %r3840, 3;
+	shl.b64 	%rd1140, %rd1139, %r1644;
+	or.b64  	%rd1141, %rd1140, %rd2048;
+	ld.u8 	%rd1142, [%rd1138+1];
+	add.s32 	%r1645, %r1644, 8;
+	shl.b64 	%rd1143, %rd1142, %r1645;
+	or.b64  	%rd1144, %rd1143, %rd1141;
+	ld.u8 	%rd1145, [%rd1138+2];
+	add.s32 	%r1646, %r1644, 16;
+	shl.b64 	%rd1146, %rd1145, %r1646;
+	or.b64  	%rd1147, %rd1146, %rd1144;
+	ld.u8 	%rd1148, [%rd1138+3];
+	add.s32 	%r1647, %r1644, 24;
+	shl.b64 	%rd1149, %rd1148, %r1647;
+	or.b64  	%rd2048, %rd1149, %rd1147;
+	add.s32 	%r3840, %r3840, 4;
+	add.s32 	%r3839, %r3839, -4;
+	setp.ne.s32 	%p408, %r3839, 0;
+	@%p408 bra 	$L__BB11_513;
+$L__BB11_514:
+	setp.eq.s32 	%p409, %r362, 0;
+	@%p409 bra 	$L__BB11_525;
+	setp.eq.s32 	%p410, %r362, 1;
+	cvt.u64.u32 	%rd1150, %r3840;
+	add.s64 	%rd314, %rd309, %rd1150;
+	ld.u8 	%rd1151, [%rd314];
+	shl.b32 	%r1648, %r3840, 3;
+	shl.b64 	%rd1152, %rd1151, %r1648;
+	or.b64  	%rd2048, %rd1152, %rd2048;
+	@%p410 bra 	$L__BB11_525;
+	setp.eq.s32 	%p411, %r362, 2;
+	ld.u8 	%rd1153, [%rd314+1];
+	add.s32 	%r1650, %r1648, 8;
+	shl.b64 	%rd1154, %rd1153, %r1650;
+	or.b64  	%rd2048, %rd1154, %rd2048;
+	@%p411 bra 	$L__BB11_525;
+	ld.u8 	%rd1155, [%rd314+2];
+	add.s32 	%r1652, %r1648, 16;
+	shl.b64 	%rd1156, %rd1155, %r1652;
+	or.b64  	%rd2048, %rd1156, %rd2048;
+	bra.uni 	$L__BB11_525;
+$L__BB11_518:
+	setp.eq.s32 	%p412, %r1590, 1;
+	@%p412 bra 	$L__BB11_523;
+	setp.eq.s32 	%p413, %r1590, 2;
+	@%p413 bra 	$L__BB11_522;
+	setp.ne.s32 	%p414, %r1590, 4;
+	@%p414 bra 	$L__BB11_524;
+	ld.u32 	%rd2048, [%rd309];
+	bra.uni 	$L__BB11_525;
+$L__BB11_522:
+	ld.u16 	%rd2048, [%rd309];
+	bra.uni 	$L__BB11_525;
+$L__BB11_523:
+	ld.u8 	%rd2048, [%rd309];
+	bra.uni 	$L__BB11_525;
+$L__BB11_524:
+	ld.u64 	%rd2048, [%rd309];
+$L__BB11_525:
+	ld.global.u64 	%rd324, [%rd2041+8];
+	or.b64  	%rd1157, %rd308, %rd324;
+	and.b64  	%rd1158, %rd1157, -4294967296;
+	setp.eq.s64 	%p415, %rd1158, 0;
+	@%p415 bra 	$L__BB11_527;
+	div.u64 	%rd2052, %rd308, %rd324;
+	mul.lo.s64 	%rd1159, %rd2052, %rd324;
+	sub.s64 	%rd2050, %rd308, %rd1159;
+	bra.uni 	$L__BB11_528;
+$L__BB11_527:
+	cvt.u32.u64 	%r1653, %rd324;
+	cvt.u32.u64 	%r1654, %rd308;
+	div.u32 	%r1655, %r1654, %r1653;
+	mul.lo.s32 	%r1656, %r1655, %r1653;
+	sub.s32 	%r1657, %r1654, %r1656;
+	cvt.u64.u32 	%rd2052, %r1655;
+	cvt.u64.u32 	%rd2050, %r1657;
+$L__BB11_528:
+	ld.global.u64 	%rd331, [%rd2041+40];
+	setp.lt.s64 	%p416, %rd2050, %rd331;
+	@%p416 bra 	$L__BB11_579;
+	ld.global.u64 	%rd332, [%rd2041+24];
+	add.s64 	%rd1160, %rd332, %rd331;
+	setp.ge.s64 	%p417, %rd2050, %rd1160;
+	@%p417 bra 	$L__BB11_579;
+	ld.global.u64 	%rd333, [%rd2041+48];
+	setp.eq.s64 	%p418, %rd333, 0;
+	@%p418 bra 	$L__BB11_535;
+	or.b64  	%rd1161, %rd2052, %rd333;
+	and.b64  	%rd1162, %rd1161, -4294967296;
+	setp.eq.s64 	%p419, %rd1162, 0;
+	@%p419 bra 	$L__BB11_533;
+	rem.s64 	%rd2051, %rd2052, %rd333;
+	bra.uni 	$L__BB11_534;
+$L__BB11_533:
+	cvt.u32.u64 	%r1658, %rd333;
+	cvt.u32.u64 	%r1659, %rd2052;
+	rem.u32 	%r1660, %r1659, %r1658;
+	cvt.u64.u32 	%rd2051, %r1660;
+$L__BB11_534:
+	shr.u64 	%rd1163, %rd333, 63;
+	add.s64 	%rd1164, %rd333, %rd1163;
+	shr.s64 	%rd1165, %rd1164, 1;
+	shr.u64 	%rd1166, %rd2051, 63;
+	add.s64 	%rd1167, %rd2051, %rd1166;
+	shr.s64 	%rd1168, %rd1167, 1;
+	and.b64  	%rd1169, %rd1167, -2;
+	sub.s64 	%rd1170, %rd2051, %rd1169;
+	mul.lo.s64 	%rd1171, %rd1170, %rd1165;
+	sub.s64 	%rd1172, %rd2052, %rd2051;
+	add.s64 	%rd1173, %rd1172, %rd1168;
+	add.s64 	%rd2052, %rd1173, %rd1171;
+$L__BB11_535:
+	ld.global.u64 	%rd1174, [%rd2041+32];
+	sub.s64 	%rd339, %rd2052, %rd1174;
+	setp.lt.s64 	%p420, %rd339, 0;
+	@%p420 bra 	$L__BB11_579;
+	ld.global.u64 	%rd1175, [%rd2041+16];
+	setp.ge.s64 	%p421, %rd339, %rd1175;
+	@%p421 bra 	$L__BB11_579;
+	ld.global.v2.u32 	{%r1661, %r1662}, [%rd2041+56];
+	setp.eq.s32 	%p422, %r1661, %r1662;
+	mov.u64 	%rd2053, %rd304;
+	mov.u64 	%rd2054, %rd303;
+	mov.u32 	%r3845, %r1590;
+	@%p422 bra 	$L__BB11_563;
+	setp.eq.s32 	%p423, %r1661, 1;
+	@%p423 bra 	$L__BB11_549;
+	bra.uni 	$L__BB11_539;
+$L__BB11_549:
+	cvt.u32.u64 	%r3843, %rd2048;
+	bra.uni 	$L__BB11_550;
+$L__BB11_539:
+	setp.eq.s32 	%p424, %r1661, 2;
+	@%p424 bra 	$L__BB11_541;
+	bra.uni 	$L__BB11_540;
+$L__BB11_541:
+	cvt.u16.u64 	%rs75, %rd2048;
+	cvt.u32.u64 	%r1664, %rd2048;
+	shl.b32 	%r1665, %r1664, 16;
+	and.b32  	%r3843, %r1665, -2147483648;
+	shr.u16 	%rs76, %rs75, 10;
+	and.b16  	%rs19, %rs76, 31;
+	and.b16  	%rs20, %rs75, 1023;
+	and.b32  	%r3842, %r1664, 1023;
+	setp.eq.s16 	%p425, %rs19, 31;
+	@%p425 bra 	$L__BB11_548;
+	bra.uni 	$L__BB11_542;
+$L__BB11_548:
+	setp.eq.s16 	%p429, %rs20, 0;
+	shl.b32 	%r1678, %r3842, 13;
+	or.b32  	%r1679, %r1678, 4194304;
+	selp.b32 	%r1680, 0, %r1679, %p429;
+	or.b32  	%r1681, %r3843, %r1680;
+	or.b32  	%r3843, %r1681, 2139095040;
+	bra.uni 	$L__BB11_550;
+$L__BB11_540:
+	cvt.u32.u64 	%r1663, %rd2048;
+	shl.b32 	%r3843, %r1663, 16;
+	bra.uni 	$L__BB11_550;
+$L__BB11_542:
+	setp.eq.s16 	%p426, %rs19, 0;
+	@%p426 bra 	$L__BB11_544;
+	add.s16 	%rs77, %rs19, 112;
+	cvt.u32.u16 	%r1666, %rs77;
+	shl.b32 	%r1667, %r1666, 23;
+	shl.b32 	%r1668, %r3842, 13;
+	or.b32  	%r1669, %r1668, %r3843;
+	or.b32  	%r3843, %r1669, %r1667;
+	bra.uni 	$L__BB11_550;
+$L__BB11_544:
+	setp.eq.s16 	%p427, %rs20, 0;
+	@%p427 bra 	$L__BB11_550;
+	mov.u32 	%r3841, 0;
+$L__BB11_546:
+	shl.b32 	%r382, %r3842, 1;
+	add.s32 	%r3841, %r3841, 1;
+	and.b32  	%r1671, %r3842, 512;
+	setp.eq.s32 	%p428, %r1671, 0;
+	mov.u32 	%r3842, %r382;
+	@%p428 bra 	$L__BB11_546;
+	shl.b32 	%r1672, %r3841, 23;
+	mov.u32 	%r1673, 947912704;
+	sub.s32 	%r1674, %r1673, %r1672;
+	shl.b32 	%r1675, %r382, 13;
+	and.b32  	%r1676, %r1675, 8372224;
+	or.b32  	%r1677, %r1674, %r3843;
+	or.b32  	%r3843, %r1677, %r1676;
+$L__BB11_550:
+	setp.eq.s32 	%p430, %r1662, 1;
+	@%p430 bra 	$L__BB11_562;
+	setp.eq.s32 	%p431, %r1662, 2;
+	@%p431 bra 	$L__BB11_553;
+	bra.uni 	$L__BB11_552;
+$L__BB11_553:
+	shr.u32 	%r1690, %r3843, 16;
+	cvt.u16.u32 	%rs78, %r1690;
+	and.b16  	%rs109, %rs78, -32768;
+	and.b32  	%r388, %r3843, 2147483647;
+	setp.gt.u32 	%p433, %r388, 2139095040;
+	@%p433 bra 	$L__BB11_560;
+	bra.uni 	$L__BB11_554;
+$L__BB11_560:
+	shr.u32 	%r1713, %r3843, 13;
+	cvt.u16.u32 	%rs81, %r1713;
+	and.b16  	%rs82, %rs81, 511;
+	or.b16  	%rs83, %rs109, %rs82;
+	or.b16  	%rs109, %rs83, 32256;
+	bra.uni 	$L__BB11_561;
+$L__BB11_552:
+	and.b32  	%r1682, %r3843, 2147483647;
+	setp.gt.u32 	%p432, %r1682, 2139095040;
+	shr.u32 	%r1683, %r3843, 16;
+	or.b32  	%r1684, %r1683, 64;
+	and.b32  	%r1685, %r1683, 1;
+	add.s32 	%r1686, %r3843, %r1685;
+	add.s32 	%r1687, %r1686, 32767;
+	shr.u32 	%r1688, %r1687, 16;
+	selp.b32 	%r1689, %r1684, %r1688, %p432;
+	cvt.u16.u32 	%rs109, %r1689;
+	bra.uni 	$L__BB11_561;
+$L__BB11_554:
+	setp.gt.u32 	%p434, %r388, 1199570943;
+	@%p434 bra 	$L__BB11_559;
+	bra.uni 	$L__BB11_555;
+$L__BB11_559:
+	or.b16  	%rs109, %rs109, 31744;
+	bra.uni 	$L__BB11_561;
+$L__BB11_555:
+	setp.lt.u32 	%p435, %r388, 947912704;
+	@%p435 bra 	$L__BB11_557;
+	bra.uni 	$L__BB11_556;
+$L__BB11_557:
+	setp.lt.u32 	%p436, %r388, 855638016;
+	@%p436 bra 	$L__BB11_561;
+	shr.u32 	%r1696, %r388, 23;
+	and.b32  	%r1697, %r3843, 8388607;
+	or.b32  	%r1698, %r1697, 8388608;
+	mov.u32 	%r1699, 126;
+	sub.s32 	%r1700, %r1699, %r1696;
+	shr.u32 	%r1701, %r1698, %r1700;
+	mov.u32 	%r1702, -1;
+	shl.b32 	%r1703, %r1702, %r1700;
+	not.b32 	%r1704, %r1703;
+	and.b32  	%r1705, %r1698, %r1704;
+	mov.u32 	%r1706, 125;
+	sub.s32 	%r1707, %r1706, %r1696;
+	mov.u32 	%r1708, 1;
+	shl.b32 	%r1709, %r1708, %r1707;
+	setp.gt.u32 	%p437, %r1705, %r1709;
+	setp.eq.s32 	%p438, %r1705, %r1709;
+	and.b32  	%r1710, %r1701, 1;
+	setp.eq.b32 	%p439, %r1710, 1;
+	and.pred  	%p440, %p438, %p439;
+	or.pred  	%p441, %p437, %p440;
+	selp.u32 	%r1711, 1, 0, %p441;
+	add.s32 	%r1712, %r1701, %r1711;
+	cvt.u16.u32 	%rs80, %r1712;
+	or.b16  	%rs109, %rs109, %rs80;
+	bra.uni 	$L__BB11_561;
+$L__BB11_556:
+	shr.u32 	%r1691, %r3843, 13;
+	and.b32  	%r1692, %r1691, 1;
+	add.s32 	%r1693, %r3843, %r1692;
+	add.s32 	%r1694, %r1693, 134221823;
+	shr.u32 	%r1695, %r1694, 13;
+	cvt.u16.u32 	%rs79, %r1695;
+	or.b16  	%rs109, %rs109, %rs79;
+$L__BB11_561:
+	cvt.u32.u16 	%r3843, %rs109;
+$L__BB11_562:
+	cvt.u64.u32 	%rd2048, %r3843;
+	selp.b32 	%r3845, 4, 2, %p430;
+	cvt.u64.u32 	%rd2054, %r3845;
+	add.s32 	%r1714, %r3845, -1;
+	cvt.u64.u32 	%rd2053, %r1714;
+$L__BB11_563:
+	mul.lo.s64 	%rd1176, %rd332, %rd339;
+	add.s64 	%rd1177, %rd1176, %rd2050;
+	sub.s64 	%rd1178, %rd1177, %rd331;
+	mul.lo.s64 	%rd1179, %rd1178, %rd2054;
+	ld.global.u64 	%rd1180, [%rd2041];
+	add.s64 	%rd346, %rd1180, %rd1179;
+	and.b64  	%rd1181, %rd2053, %rd346;
+	setp.eq.s64 	%p443, %rd1181, 0;
+	@%p443 bra 	$L__BB11_572;
+	setp.eq.s32 	%p444, %r3845, 0;
+	@%p444 bra 	$L__BB11_579;
+	add.s32 	%r1716, %r3845, -1;
+	and.b32  	%r393, %r3845, 3;
+	setp.lt.u32 	%p445, %r1716, 3;
+	mov.u32 	%r3848, 0;
+	@%p445 bra 	$L__BB11_568;
+	sub.s32 	%r3847, %r3845, %r393;
+	mov.u32 	%r3848, 0;
+$L__BB11_567:
+	shl.b32 	%r1718, %r3848, 3;
+	shr.u64 	%rd1182, %rd2048, %r1718;
+	cvt.u64.u32 	%rd1183, %r3848;
+	add.s64 	%rd1184, %rd346, %rd1183;
+	st.u8 	[%rd1184], %rd1182;
+	add.s32 	%r1719, %r1718, 8;
+	shr.u64 	%rd1185, %rd2048, %r1719;
+	st.u8 	[%rd1184+1], %rd1185;
+	add.s32 	%r1720, %r1718, 16;
+	shr.u64 	%rd1186, %rd2048, %r1720;
+	st.u8 	[%rd1184+2], %rd1186;
+	add.s32 	%r1721, %r1718, 24;
+	shr.u64 	%rd1187, %rd2048, %r1721;
+	st.u8 	[%rd1184+3], %rd1187;
+	add.s32 	%r3848, %r3848, 4;
+	add.s32 	%r3847, %r3847, -4;
+	setp.ne.s32 	%p446, %r3847, 0;
+	@%p446 bra 	$L__BB11_567;
+$L__BB11_568:
+	setp.eq.s32 	%p447, %r393, 0;
+	@%p447 bra 	$L__BB11_579;
+	shl.b32 	%r1722, %r3848, 3;
+	shr.u64 	%rd1188, %rd2048, %r1722;
+	cvt.u64.u32 	%rd1189, %r3848;
+	add.s64 	%rd347, %rd346, %rd1189;
+	st.u8 	[%rd347], %rd1188;
+	setp.eq.s32 	%p448, %r393, 1;
+	@%p448 bra 	$L__BB11_579;
+	add.s32 	%r1724, %r1722, 8;
+	shr.u64 	%rd1190, %rd2048, %r1724;
+	st.u8 	[%rd347+1], %rd1190;
+	setp.eq.s32 	%p449, %r393, 2;
+	@%p449 bra 	$L__BB11_579;
+	add.s32 	%r1726, %r1722, 16;
+	shr.u64 	%rd1191, %rd2048, %r1726;
+	st.u8 	[%rd347+2], %rd1191;
+	bra.uni 	$L__BB11_579;
+$L__BB11_572:
+	setp.eq.s32 	%p450, %r3845, 1;
+	@%p450 bra 	$L__BB11_577;
+	setp.eq.s32 	%p451, %r3845, 2;
+	@%p451 bra 	$L__BB11_576;
+	setp.ne.s32 	%p452, %r3845, 4;
+	@%p452 bra 	$L__BB11_578;
+	st.u32 	[%rd346], %rd2048;
+	bra.uni 	$L__BB11_579;
+$L__BB11_576:
+	st.u16 	[%rd346], %rd2048;
+	bra.uni 	$L__BB11_579;
+$L__BB11_577:
+	st.u8 	[%rd346], %rd2048;
+	bra.uni 	$L__BB11_579;
+$L__BB11_578:
+	st.u64 	[%rd346], %rd2048;
+$L__BB11_579:
+	add.s32 	%r3836, %r368, %r3836;
+	add.s64 	%rd2044, %rd2044, 8;
+	setp.lt.u64 	%p453, %rd2044, %rd299;
+	@%p453 bra 	$L__BB11_504;
+	bra.uni 	$L__BB11_1123;
+$L__BB11_654:
+	add.s64 	%rd1253, %rd289, 31;
+	shr.u64 	%rd395, %rd1253, 5;
+	shl.b64 	%rd1254, %rd395, 2;
+	add.s64 	%rd1255, %rd1254, 7;
+	and.b64  	%rd396, %rd1255, 2147483640;
+	and.b64  	%rd1256, %rd2043, 15;
+	and.b64  	%rd397, %rd289, 31;
+	or.b64  	%rd1257, %rd1256, %rd397;
+	setp.eq.s64 	%p505, %rd1257, 0;
+	@%p505 bra 	$L__BB11_695;
+	setp.eq.s64 	%p506, %rd395, 0;
+	@%p506 bra 	$L__BB11_1123;
+	add.s64 	%rd1259, %rd289, -1;
+	shr.u64 	%rd398, %rd1259, 5;
+	cvt.u32.u64 	%r1815, %rd397;
+	mov.u32 	%r1816, -1;
+	shl.b32 	%r1817, %r1816, %r1815;
+	not.b32 	%r434, %r1817;
+	cvt.u64.u32 	%rd399, %r1590;
+	add.s32 	%r1818, %r1590, -1;
+	cvt.u64.u32 	%rd400, %r1818;
+	and.b32  	%r435, %r1590, 3;
+	sub.s32 	%r436, %r1590, %r435;
+	mov.u32 	%r1814, 0;
+	mov.u64 	%rd2068, 0;
+	mov.u32 	%r3860, %r1814;
+$L__BB11_657:
+	add.s64 	%rd402, %rd2068, %rd3;
+	setp.ge.u64 	%p507, %rd402, %rd395;
+	mov.u32 	%r3861, %r1814;
+	@%p507 bra 	$L__BB11_659;
+	setp.eq.s64 	%p508, %rd397, 0;
+	shl.b64 	%rd1260, %rd402, 2;
+	add.s64 	%rd1261, %rd297, %rd1260;
+	setp.ne.s64 	%p509, %rd398, %rd402;
+	or.pred  	%p510, %p508, %p509;
+	selp.b32 	%r1820, -1, %r434, %p510;
+	ld.u32 	%r1821, [%rd1261];
+	and.b32  	%r3861, %r1821, %r1820;
+$L__BB11_659:
+	cvt.u32.u64 	%r3634, %rd5;
+	setp.ne.s32 	%p1037, %r3634, 0;
+	@%p1037 bra 	$L__BB11_661;
+	popc.b32 	%r1823, %r3861;
+	shr.u32 	%r1825, %r1, 3;
+	and.b32  	%r1826, %r1825, 536870908;
+	mov.u32 	%r1827, _ZZ14ws_delta_applyE4wred;
+	add.s32 	%r1828, %r1827, %r1826;
+	st.shared.u32 	[%r1828], %r1823;
+$L__BB11_661:
+	setp.gt.u32 	%p512, %r1, 255;
+	bar.sync 	0;
+	ld.shared.u32 	%r1829, [_ZZ14ws_delta_applyE4wred];
+	setp.eq.s32 	%p513, %r2, 0;
+	selp.b32 	%r1830, 0, %r1829, %p513;
+	ld.shared.u32 	%r1831, [_ZZ14ws_delta_applyE4wred+4];
+	setp.gt.u32 	%p514, %r1, 63;
+	selp.b32 	%r1832, %r1831, 0, %p514;
+	add.s32 	%r1833, %r1832, %r1830;
+	add.s32 	%r1834, %r1831, %r1829;
+	ld.shared.u32 	%r1835, [_ZZ14ws_delta_applyE4wred+8];
+	setp.gt.u32 	%p515, %r1, 95;
+	selp.b32 	%r1836, %r1835, 0, %p515;
+	add.s32 	%r1837, %r1836, %r1833;
+	add.s32 	%r1838, %r1835, %r1834;
+	ld.shared.u32 	%r1839, [_ZZ14ws_delta_applyE4wred+12];
+	setp.gt.u32 	%p516, %r1, 127;
+	selp.b32 	%r1840, %r1839, 0, %p516;
+	add.s32 	%r1841, %r1840, %r1837;
+	add.s32 	%r1842, %r1839, %r1838;
+	ld.shared.u32 	%r1843, [_ZZ14ws_delta_applyE4wred+16];
+	setp.gt.u32 	%p517, %r1, 159;
+	selp.b32 	%r1844, %r1843, 0, %p517;
+	add.s32 	%r1845, %r1844, %r1841;
+	add.s32 	%r1846, %r1843, %r1842;
+	ld.shared.u32 	%r1847, [_ZZ14ws_delta_applyE4wred+20];
+	setp.gt.u32 	%p518, %r1, 191;
+	selp.b32 	%r1848, %r1847, 0, %p518;
+	add.s32 	%r1849, %r1848, %r1845;
+	add.s32 	%r1850, %r1847, %r1846;
+	ld.shared.u32 	%r1851, [_ZZ14ws_delta_applyE4wred+24];
+	setp.gt.u32 	%p519, %r1, 223;
+	selp.b32 	%r1852, %r1851, 0, %p519;
+	add.s32 	%r1853, %r1852, %r1849;
+	add.s32 	%r1854, %r1851, %r1850;
+	ld.shared.u32 	%r1855, [_ZZ14ws_delta_applyE4wred+28];
+	selp.b32 	%r1856, %r1855, 0, %p512;
+	add.s32 	%r440, %r1856, %r1853;
+	add.s32 	%r441, %r1855, %r1854;
+	bar.sync 	0;
+	and.b32  	%r1857, %r3861, %r4;
+	setp.eq.s32 	%p520, %r1857, 0;
+	@%p520 bra 	$L__BB11_694;
+	and.b32  	%r1858, %r3861, %r5;
+	popc.b32 	%r1859, %r1858;
+	add.s32 	%r1860, %r1859, %r3860;
+	add.s32 	%r1861, %r1860, %r440;
+	cvt.u64.u32 	%rd1262, %r1861;
+	mul.lo.s64 	%rd1263, %rd1262, %rd399;
+	add.s64 	%rd1264, %rd1263, %rd396;
+	add.s64 	%rd403, %rd297, %rd1264;
+	and.b64  	%rd1265, %rd403, %rd400;
+	setp.eq.s64 	%p521, %rd1265, 0;
+	@%p521 bra 	$L__BB11_671;
+	setp.eq.s32 	%p522, %r1590, 0;
+	mov.u64 	%rd2072, 0;
+	@%p522 bra 	$L__BB11_678;
+	cvt.u32.u64 	%r1863, %rd400;
+	setp.lt.u32 	%p523, %r1863, 3;
+	mov.u64 	%rd2072, 0;
+	mov.u32 	%r3864, 0;
+	@%p523 bra 	$L__BB11_667;
+	mov.u64 	%rd2072, 0;
+	mov.u32 	%r3864, 0;
+	mov.u32 	%r3863, %r436;
+$L__BB11_666:
+	cvt.u64.u32 	%rd1270, %r3864;
+	add.s64 	%rd1271, %rd403, %rd1270;
+	ld.u8 	%rd1272, [%rd1271];
+	shl.b32 	%r1865, %r3864, 3;
+	shl.b64 	%rd1273, %rd1272, %r1865;
+	or.b64  	%rd1274, %rd1273, %rd2072;
+	ld.u8 	%rd1275, [%rd1271+1];
+	add.s32 	%r1866, %r1865, 8;
+	shl.b64 	%rd1276, %rd1275, %r1866;
+	or.b64  	%rd1277, %rd1276, %rd1274;
+	ld.u8 	%rd1278, [%rd1271+2];
+	add.s32 	%r1867, %r1865, 16;
+	shl.b64 	%rd1279, %rd1278, %r1867;
+	or.b64  	%rd1280, %rd1279, %rd1277;
+	ld.u8 	%rd1281, [%rd1271+3];
+	add.s32 	%r1868, %r1865, 24;
+	shl.b64 	%rd1282, %rd1281, %r1868;
+	or.b64  	%rd2072, %rd1282, %rd1280;
+	add.s32 	%r3864, %r3864, 4;
+	add.s32 	%r3863, %r3863, -4;
+	setp.ne.s32 	%p524, %r3863, 0;
+	@%p524 bra 	$L__BB11_666;
+$L__BB11_667:
+	setp.eq.s32 	%p525, %r435, 0;
+	@%p525 bra 	$L__BB11_678;
+	setp.eq.s32 	%p526, %r435, 1;
+	cvt.u64.u32 	%rd1283, %r3864;
+	add.s64 	%rd408, %rd403, %rd1283;
+	ld.u8 	%rd1284, [%rd408];
+	shl.b32 	%r1869, %r3864, 3;
+	shl.b64 	%rd1285, %rd1284, %r1869;
+	or.b64  	%rd2072, %rd1285, %rd2072;
+	@%p526 bra 	$L__BB11_678;
+	setp.eq.s32 	%p527, %r435, 2;
+	ld.u8 	%rd1286, [%rd408+1];
+	add.s32 	%r1871, %r1869, 8;
+	shl.b64 	%rd1287, %rd1286, %r1871;
+	or.b64  	%rd2072, %rd1287, %rd2072;
+	@%p527 bra 	$L__BB11_678;
+	ld.u8 	%rd1288, [%rd408+2];
+	add.s32 	%r1873, %r1869, 16;
+	shl.b64 	%rd1289, %rd1288, %r1873;
+	or.b64  	%rd2072, %rd1289, %rd2072;
+	bra.uni 	$L__BB11_678;
+$L__BB11_671:
+	setp.eq.s32 	%p528, %r1590, 1;
+	@%p528 bra 	$L__BB11_676;
+	setp.eq.s32 	%p529, %r1590, 2;
+	@%p529 bra 	$L__BB11_675;
+	setp.ne.s32 	%p530, %r1590, 4;
+	@%p530 bra 	$L__BB11_677;
+	ld.u32 	%rd2072, [%rd403];
+	bra.uni 	$L__BB11_678;
+$L__BB11_675:
+	ld.u16 	%rd2072, [%rd403];
+	bra.uni 	$L__BB11_678;
+$L__BB11_676:
+	ld.u8 	%rd2072, [%rd403];
+	bra.uni 	$L__BB11_678;
+$L__BB11_677:
+	ld.u64 	%rd2072, [%rd403];
+$L__BB11_678:
+	shl.b64 	%rd1290, %rd402, 5;
+	or.b64  	%rd1291, %rd1290, %rd5;
+	mul.lo.s64 	%rd1292, %rd1291, %rd399;
+	add.s64 	%rd418, %rd2043, %rd1292;
+	and.b64  	%rd1293, %rd418, %rd400;
+	setp.eq.s64 	%p531, %rd1293, 0;
+	@%p531 bra 	$L__BB11_687;
+	setp.eq.s32 	%p532, %r1590, 0;
+	@%p532 bra 	$L__BB11_694;
+	cvt.u32.u64 	%r1875, %rd400;
+	setp.lt.u32 	%p533, %r1875, 3;
+	mov.u32 	%r3867, 0;
+	@%p533 bra 	$L__BB11_683;
+	mov.u32 	%r3867, 0;
+	mov.u32 	%r3866, %r436;
+$L__BB11_682:
+	shl.b32 	%r1877, %r3867, 3;
+	shr.u64 	%rd1294, %rd2072, %r1877;
+	cvt.u64.u32 	%rd1295, %r3867;
+	add.s64 	%rd1296, %rd418, %rd1295;
+	st.u8 	[%rd1296], %rd1294;
+	add.s32 	%r1878, %r1877, 8;
+	shr.u64 	%rd1297, %rd2072, %r1878;
+	st.u8 	[%rd1296+1], %rd1297;
+	add.s32 	%r1879, %r1877, 16;
+	shr.u64 	%rd1298, %rd2072, %r1879;
+	st.u8 	[%rd1296+2], %rd1298;
+	add.s32 	%r1880, %r1877, 24;
+	shr.u64 	%rd1299, %rd2072, %r1880;
+	st.u8 	[%rd1296+3], %rd1299;
+	add.s32 	%r3867, %r3867, 4;
+	add.s32 	%r3866, %r3866, -4;
+	setp.ne.s32 	%p534, %r3866, 0;
+	@%p534 bra 	$L__BB11_682;
+$L__BB11_683:
+	setp.eq.s32 	%p535, %r435, 0;
+	@%p535 bra 	$L__BB11_694;
+	setp.eq.s32 	%p536, %r435, 1;
+	shl.b32 	%r1881, %r3867, 3;
+	shr.u64 	%rd1300, %rd2072, %r1881;
+	cvt.u64.u32 	%rd1301, %r3867;
+	add.s64 	%rd419, %rd418, %rd1301;
+	st.u8 	[%rd419], %rd1300;
+	@%p536 bra 	$L__BB11_694;
+	setp.eq.s32 	%p537, %r435, 2;
+	add.s32 	%r1883, %r1881, 8;
+	shr.u64 	%rd1302, %rd2072, %r1883;
+	st.u8 	[%rd419+1], %rd1302;
+	@%p537 bra 	$L__BB11_694;
+	add.s32 	%r1885, %r1881, 16;
+	shr.u64 	%rd1303, %rd2072, %r1885;
+	st.u8 	[%rd419+2], %rd1303;
+	bra.uni 	$L__BB11_694;
+$L__BB11_687:
+	setp.eq.s32 	%p538, %r1590, 1;
+	@%p538 bra 	$L__BB11_692;
+	setp.eq.s32 	%p539, %r1590, 2;
+	@%p539 bra 	$L__BB11_691;
+	setp.ne.s32 	%p540, %r1590, 4;
+	@%p540 bra 	$L__BB11_693;
+	st.u32 	[%rd418], %rd2072;
+	bra.uni 	$L__BB11_694;
+$L__BB11_691:
+	st.u16 	[%rd418], %rd2072;
+	bra.uni 	$L__BB11_694;
+$L__BB11_692:
+	st.u8 	[%rd418], %rd2072;
+	bra.uni 	$L__BB11_694;
+$L__BB11_693:
+	st.u64 	[%rd418], %rd2072;
+$L__BB11_694:
+	add.s32 	%r3860, %r441, %r3860;
+	add.s64 	%rd2068, %rd2068, 8;
+	setp.lt.u64 	%p541, %rd2068, %rd395;
+	@%p541 bra 	$L__BB11_657;
+	bra.uni 	$L__BB11_1123;
+$L__BB11_1100:
+	shr.u64 	%rd542, %rd507, 4;
+	cvt.u64.u32 	%rd2103, %r1;
+	add.s64 	%rd1929, %rd2103, 768;
+	setp.ge.u64 	%p1011, %rd1929, %rd542;
+	@%p1011 bra 	$L__BB11_1108;
+	cvt.u64.u32 	%rd2103, %r1;
+	mov.u64 	%rd1931, -769;
+	sub.s64 	%rd1932, %rd1931, %rd2103;
+	add.s64 	%rd545, %rd1932, %rd542;
+	shr.u64 	%rd1933, %rd545, 10;
+	add.s64 	%rd1934, %rd1933, 1;
+	and.b64  	%rd546, %rd1934, 3;
+	setp.eq.s64 	%p1012, %rd546, 0;
+	add.s64 	%rd2101, %rd2103, 768;
+	@%p1012 bra 	$L__BB11_1105;
+	cvt.u64.u32 	%rd1935, %r1;
+	mul.wide.u32 	%rd1936, %r1, 16;
+	add.s64 	%rd548, %rd297, %rd1936;
+	ld.v4.u32 	{%r3346, %r3347, %r3348, %r3349}, [%rd548+4096];
+	ld.v4.u32 	{%r3354, %r3355, %r3356, %r3357}, [%rd548+8192];
+	ld.v4.u32 	{%r3362, %r3363, %r3364, %r3365}, [%rd548+12288];
+	add.s64 	%rd549, %rd2043, %rd1936;
+	ld.v4.u32 	{%r3370, %r3371, %r3372, %r3373}, [%rd548];
+	st.v4.u32 	[%rd549], {%r3370, %r3371, %r3372, %r3373};
+	st.v4.u32 	[%rd549+4096], {%r3346, %r3347, %r3348, %r3349};
+	st.v4.u32 	[%rd549+8192], {%r3354, %r3355, %r3356, %r3357};
+	st.v4.u32 	[%rd549+12288], {%r3362, %r3363, %r3364, %r3365};
+	add.s64 	%rd2101, %rd1935, 1792;
+	add.s64 	%rd2103, %rd1935, 1024;
+	setp.eq.s64 	%p1013, %rd546, 1;
+	@%p1013 bra 	$L__BB11_1105;
+	ld.v4.u32 	{%r3378, %r3379, %r3380, %r3381}, [%rd548+20480];
+	ld.v4.u32 	{%r3386, %r3387, %r3388, %r3389}, [%rd548+24576];
+	ld.v4.u32 	{%r3394, %r3395, %r3396, %r3397}, [%rd548+28672];
+	ld.v4.u32 	{%r3402, %r3403, %r3404, %r3405}, [%rd548+16384];
+	st.v4.u32 	[%rd549+16384], {%r3402, %r3403, %r3404, %r3405};
+	st.v4.u32 	[%rd549+20480], {%r3378, %r3379, %r3380, %r3381};
+	st.v4.u32 	[%rd549+24576], {%r3386, %r3387, %r3388, %r3389};
+	st.v4.u32 	[%rd549+28672], {%r3394, %r3395, %r3396, %r3397};
+	add.s64 	%rd2101, %rd1935, 2816;
+	add.s64 	%rd2103, %rd1935, 2048;
+	setp.eq.s64 	%p1014, %rd546, 2;
+	@%p1014 bra 	$L__BB11_1105;
+	ld.v4.u32 	{%r3411, %r3412, %r3413, %r3414}, [%rd548+36864];
+	ld.v4.u32 	{%r3419, %r3420, %r3421, %r3422}, [%rd548+40960];
+	ld.v4.u32 	{%r3427, %r3428, %r3429, %r3430}, [%rd548+45056];
+	ld.v4.u32 	{%r3435, %r3436, %r3437, %r3438}, [%rd548+32768];
+	st.v4.u32 	[%rd549+32768], {%r3435, %r3436, %r3437, %r3438};
+	st.v4.u32 	[%rd549+36864], {%r3411, %r3412, %r3413, %r3414};
+	st.v4.u32 	[%rd549+40960], {%r3419, %r3420, %r3421, %r3422};
+	st.v4.u32 	[%rd549+45056], {%r3427, %r3428, %r3429, %r3430};
+	add.s64 	%rd2101, %rd1935, 3840;
+	add.s64 	%rd2103, %rd1935, 3072;
+$L__BB11_1105:
+	setp.lt.u64 	%p1015, %rd545, 3072;
+	@%p1015 bra 	$L__BB11_1108;
+	mov.u64 	%rd2105, %rd2103;
+$L__BB11_1107:
+	shl.b64 	%rd1939, %rd2105, 4;
+	add.s64 	%rd1940, %rd297, %rd1939;
+	ld.v4.u32 	{%r3444, %r3445, %r3446, %r3447}, [%rd1940+4096];
+	ld.v4.u32 	{%r3452, %r3453, %r3454, %r3455}, [%rd1940+8192];
+	shl.b64 	%rd1941, %rd2101, 4;
+	add.s64 	%rd1942, %rd297, %rd1941;
+	ld.v4.u32 	{%r3460, %r3461, %r3462, %r3463}, [%rd1942];
+	add.s64 	%rd1943, %rd2043, %rd1939;
+	ld.v4.u32 	{%r3468, %r3469, %r3470, %r3471}, [%rd1940];
+	st.v4.u32 	[%rd1943], {%r3468, %r3469, %r3470, %r3471};
+	st.v4.u32 	[%rd1943+4096], {%r3444, %r3445, %r3446, %r3447};
+	st.v4.u32 	[%rd1943+8192], {%r3452, %r3453, %r3454, %r3455};
+	add.s64 	%rd1944, %rd2043, %rd1941;
+	st.v4.u32 	[%rd1944], {%r3460, %r3461, %r3462, %r3463};
+	ld.v4.u32 	{%r3476, %r3477, %r3478, %r3479}, [%rd1940+20480];
+	ld.v4.u32 	{%r3484, %r3485, %r3486, %r3487}, [%rd1940+24576];
+	ld.v4.u32 	{%r3492, %r3493, %r3494, %r3495}, [%rd1940+28672];
+	ld.v4.u32 	{%r3500, %r3501, %r3502, %r3503}, [%rd1940+16384];
+	st.v4.u32 	[%rd1943+16384], {%r3500, %r3501, %r3502, %r3503};
+	st.v4.u32 	[%rd1943+20480], {%r3476, %r3477, %r3478, %r3479};
+	st.v4.u32 	[%rd1943+24576], {%r3484, %r3485, %r3486, %r3487};
+	st.v4.u32 	[%rd1943+28672], {%r3492, %r3493, %r3494, %r3495};
+	ld.v4.u32 	{%r3508, %r3509, %r3510, %r3511}, [%rd1940+36864];
+	ld.v4.u32 	{%r3516, %r3517, %r3518, %r3519}, [%rd1940+40960];
+	ld.v4.u32 	{%r3524, %r3525, %r3526, %r3527}, [%rd1940+45056];
+	ld.v4.u32 	{%r3532, %r3533, %r3534, %r3535}, [%rd1940+32768];
+	st.v4.u32 	[%rd1943+32768], {%r3532, %r3533, %r3534, %r3535};
+	st.v4.u32 	[%rd1943+36864], {%r3508, %r3509, %r3510, %r3511};
+	st.v4.u32 	[%rd1943+40960], {%r3516, %r3517, %r3518, %r3519};
+	st.v4.u32 	[%rd1943+45056], {%r3524, %r3525, %r3526, %r3527};
+	ld.v4.u32 	{%r3540, %r3541, %r3542, %r3543}, [%rd1940+53248];
+	ld.v4.u32 	{%r3548, %r3549, %r3550, %r3551}, [%rd1940+57344];
+	ld.v4.u32 	{%r3556, %r3557, %r3558, %r3559}, [%rd1940+61440];
+	ld.v4.u32 	{%r3564, %r3565, %r3566, %r3567}, [%rd1940+49152];
+	st.v4.u32 	[%rd1943+49152], {%r3564, %r3565, %r3566, %r3567};
+	st.v4.u32 	[%rd1943+53248], {%r3540, %r3541, %r3542, %r3543};
+	st.v4.u32 	[%rd1943+57344], {%r3548, %r3549, %r3550, %r3551};
+	st.v4.u32 	[%rd1943+61440], {%r3556, %r3557, %r3558, %r3559};
+	add.s64 	%rd2103, %rd2105, 4096;
+	add.s64 	%rd2101, %rd2105, 4864;
+	setp.lt.u64 	%p1016, %rd2101, %rd542;
+	mov.u64 	%rd2105, %rd2103;
+	@%p1016 bra 	$L__BB11_1107;
+$L__BB11_1108:
+	setp.ge.u64 	%p1017, %rd2103, %rd542;
+	@%p1017 bra 	$L__BB11_1115;
+	not.b64 	%rd1945, %rd2103;
+	add.s64 	%rd564, %rd542, %rd1945;
+	shr.u64 	%rd1946, %rd564, 8;
+	add.s64 	%rd1947, %rd1946, 1;
+	and.b64  	%rd565, %rd1947, 3;
+	setp.eq.s64 	%p1018, %rd565, 0;
+	mov.u64 	%rd2107, %rd2103;
+	@%p1018 bra 	$L__BB11_1113;
+	shl.b64 	%rd1948, %rd2103, 4;
+	add.s64 	%rd567, %rd2043, %rd1948;
+	add.s64 	%rd566, %rd297, %rd1948;
+	ld.v4.u32 	{%r3572, %r3573, %r3574, %r3575}, [%rd566];
+	st.v4.u32 	[%rd567], {%r3572, %r3573, %r3574, %r3575};
+	add.s64 	%rd2107, %rd2103, 256;
+	setp.eq.s64 	%p1019, %rd565, 1;
+	@%p1019 bra 	$L__BB11_1113;
+	ld.v4.u32 	{%r3580, %r3581, %r3582, %r3583}, [%rd566+4096];
+	st.v4.u32 	[%rd567+4096], {%r3580, %r3581, %r3582, %r3583};
+	add.s64 	%rd2107, %rd2103, 512;
+	setp.eq.s64 	%p1020, %rd565, 2;
+	@%p1020 bra 	$L__BB11_1113;
+	ld.v4.u32 	{%r3588, %r3589, %r3590, %r3591}, [%rd566+8192];
+	st.v4.u32 	[%rd567+8192], {%r3588, %r3589, %r3590, %r3591};
+	add.s64 	%rd2107, %rd2103, 768;
+$L__BB11_1113:
+	setp.lt.u64 	%p1021, %rd564, 768;
+	@%p1021 bra 	$L__BB11_1115;
+$L__BB11_1114:
+	shl.b64 	%rd1949, %rd2107, 4;
+	add.s64 	%rd1950, %rd2043, %rd1949;
+	add.s64 	%rd1951, %rd297, %rd1949;
+	ld.v4.u32 	{%r3596, %r3597, %r3598, %r3599}, [%rd1951];
+	st.v4.u32 	[%rd1950], {%r3596, %r3597, %r3598, %r3599};
+	ld.v4.u32 	{%r3604, %r3605, %r3606, %r3607}, [%rd1951+4096];
+	st.v4.u32 	[%rd1950+4096], {%r3604, %r3605, %r3606, %r3607};
+	ld.v4.u32 	{%r3612, %r3613, %r3614, %r3615}, [%rd1951+8192];
+	st.v4.u32 	[%rd1950+8192], {%r3612, %r3613, %r3614, %r3615};
+	ld.v4.u32 	{%r3620, %r3621, %r3622, %r3623}, [%rd1951+12288];
+	st.v4.u32 	[%rd1950+12288], {%r3620, %r3621, %r3622, %r3623};
+	add.s64 	%rd2107, %rd2107, 1024;
+	setp.lt.u64 	%p1022, %rd2107, %rd542;
+	@%p1022 bra 	$L__BB11_1114;
+$L__BB11_1115:
+	and.b64  	%rd2109, %rd507, -16;
+$L__BB11_1116:
+	add.s64 	%rd576, %rd2109, %rd4;
+	setp.ge.u64 	%p1023, %rd576, %rd507;
+	@%p1023 bra 	$L__BB11_1123;
+	not.b64 	%rd1952, %rd4;
+	add.s64 	%rd1953, %rd507, %rd1952;
+	sub.s64 	%rd577, %rd1953, %rd2109;
+	shr.u64 	%rd1954, %rd577, 8;
+	add.s64 	%rd1955, %rd1954, 1;
+	and.b64  	%rd578, %rd1955, 3;
+	setp.eq.s64 	%p1024, %rd578, 0;
+	mov.u64 	%rd2110, %rd576;
+	@%p1024 bra 	$L__BB11_1121;
+	add.s64 	%rd579, %rd297, %rd576;
+	ld.u8 	%rs93, [%rd579];
+	add.s64 	%rd580, %rd2043, %rd576;
+	st.u8 	[%rd580], %rs93;
+	add.s64 	%rd2110, %rd576, 256;
+	setp.eq.s64 	%p1025, %rd578, 1;
+	@%p1025 bra 	$L__BB11_1121;
+	ld.u8 	%rs94, [%rd579+256];
+	st.u8 	[%rd580+256], %rs94;
+	add.s64 	%rd2110, %rd576, 512;
+	setp.eq.s64 	%p1026, %rd578, 2;
+	@%p1026 bra 	$L__BB11_1121;
+	ld.u8 	%rs95, [%rd579+512];
+	st.u8 	[%rd580+512], %rs95;
+	add.s64 	%rd2110, %rd576, 768;
+$L__BB11_1121:
+	setp.lt.u64 	%p1027, %rd577, 768;
+	@%p1027 bra 	$L__BB11_1123;
+$L__BB11_1122:
+	add.s64 	%rd1956, %rd297, %rd2110;
+	ld.u8 	%rs96, [%rd1956];
+	add.s64 	%rd1957, %rd2043, %rd2110;
+	st.u8 	[%rd1957], %rs96;
+	ld.u8 	%rs97, [%rd1956+256];
+	st.u8 	[%rd1957+256], %rs97;
+	ld.u8 	%rs98, [%rd1956+512];
+	st.u8 	[%rd1957+512], %rs98;
+	ld.u8 	%rs99, [%rd1956+768];
+	st.u8 	[%rd1957+768], %rs99;
+	add.s64 	%rd2110, %rd2110, 1024;
+	setp.lt.u64 	%p1028, %rd2110, %rd507;
+	@%p1028 bra 	$L__BB11_1122;
+$L__BB11_1123:
+	add.s32 	%r3835, %r3835, 1;
+	setp.lt.u32 	%p1029, %r3835, 8;
+	@%p1029 bra 	$L__BB11_493;
+	shl.b64 	%rd1967, %rd591, 8;
+	bar.sync 	0;
+	mov.u32 	%r3628, %nctaid.x;
+	mul.wide.u32 	%rd1958, %r3628, 8;
+	add.s64 	%rd1978, %rd1978, %rd1958;
+	setp.lt.u64 	%p1030, %rd1978, %rd1967;
+	@%p1030 bra 	$L__BB11_2;
+$L__BB11_1125:
 	ret;
+}
+	// .globl	ws_sparse_check
+.visible .entry ws_sparse_check(
+	.param .align 8 .b8 ws_sparse_check_param_0[56]
+)
+.maxntid 256, 1, 1
+{
+	.reg .pred 	%p<8>;
+	.reg .b32 	%r<6>;
+	.reg .b64 	%rd<24>;
+	mov.b64 	%rd11, ws_sparse_check_param_0;
+	mov.u32 	%r2, %ctaid.x;
+	mul.wide.u32 	%rd13, %r2, 256;
+	mov.u32 	%r3, %tid.x;
+	cvt.u64.u32 	%rd14, %r3;
+	add.s64 	%rd23, %rd13, %rd14;
+	add.s64 	%rd2, %rd11, 32;
+	ld.param.u64 	%rd3, [ws_sparse_check_param_0+32];
+	setp.ge.u64 	%p1, %rd23, %rd3;
+	@%p1 bra 	$L__BB12_8;
+	ld.param.u64 	%rd4, [%rd2+-32];
+	ld.param.u64 	%rd5, [%rd2+8];
+	ld.param.u64 	%rd6, [%rd2+-8];
+	mov.u32 	%r4, %nctaid.x;
+	mul.wide.u32 	%rd7, %r4, 256;
+	cvta.to.global.u64 	%rd15, %rd4;
+$L__BB12_2:
+	shl.b64 	%rd16, %rd23, 2;
+	add.s64 	%rd9, %rd15, %rd16;
+	ld.global.u32 	%r1, [%rd9];
+	cvt.s64.s32 	%rd17, %r1;
+	setp.gt.s32 	%p2, %r1, -1;
+	setp.gt.u64 	%p3, %rd5, %rd17;
+	and.pred  	%p4, %p2, %p3;
+	@%p4 bra 	$L__BB12_4;
+	cvta.to.global.u64 	%rd18, %rd6;
+	atom.global.min.u64 	%rd19, [%rd18], %rd23;
+$L__BB12_4:
+	setp.eq.s64 	%p5, %rd23, 0;
+	@%p5 bra 	$L__BB12_7;
+	ld.global.u32 	%r5, [%rd9+-4];
+	setp.gt.s32 	%p6, %r1, %r5;
+	@%p6 bra 	$L__BB12_7;
+	cvta.to.global.u64 	%rd20, %rd6;
+	add.s64 	%rd21, %rd20, 8;
+	atom.global.min.u64 	%rd22, [%rd21], %rd23;
+$L__BB12_7:
+	add.s64 	%rd23, %rd23, %rd7;
+	setp.lt.u64 	%p7, %rd23, %rd3;
+	@%p7 bra 	$L__BB12_2;
+$L__BB12_8:
+	ret;
+}
+	// .globl	ws_sparse_scatter
+.visible .entry ws_sparse_scatter(
+	.param .align 8 .b8 ws_sparse_scatter_param_0[56]
+)
+.maxntid 256, 1, 1
+{
+	.reg .pred 	%p<48>;
+	.reg .b32 	%r<111>;
+	.reg .b64 	%rd<163>;
+	mov.b64 	%rd57, ws_sparse_scatter_param_0;
+	add.s64 	%rd1, %rd57, 24;
+	ld.param.u64 	%rd59, [ws_sparse_scatter_param_0+24];
+	cvta.to.global.u64 	%rd2, %rd59;
+	ld.global.u64 	%rd60, [%rd2];
+	setp.ne.s64 	%p1, %rd60, -1;
+	@%p1 bra 	$L__BB13_73;
+	bra.uni 	$L__BB13_1;
+$L__BB13_73:
+	ret;
+$L__BB13_1:
+	ld.param.u32 	%rd4, [%rd1+24];
+	ld.param.u64 	%rd5, [%rd1+-16];
+	cvta.to.global.u64 	%rd6, %rd5;
+	ld.param.u64 	%rd7, [%rd1+-8];
+	cvta.to.global.u64 	%rd8, %rd7;
+	ld.global.u64 	%rd61, [%rd2+8];
+	setp.eq.s64 	%p2, %rd61, -1;
+	mov.u32 	%r1, %ctaid.x;
+	@%p2 bra 	$L__BB13_38;
+	mov.u32 	%r31, %tid.x;
+	or.b32  	%r32, %r1, %r31;
+	setp.ne.s32 	%p3, %r32, 0;
+	@%p3 bra 	$L__BB13_73;
+	ld.param.u64 	%rd9, [%rd1+8];
+	setp.eq.s64 	%p4, %rd9, 0;
+	@%p4 bra 	$L__BB13_73;
+	cvt.u32.u64 	%r33, %rd4;
+	ld.param.u64 	%rd63, [%rd1+-24];
+	mov.u64 	%rd153, 0;
+	cvta.to.global.u64 	%rd10, %rd63;
+	add.s32 	%r35, %r33, -1;
+	cvt.u64.u32 	%rd11, %r35;
+	and.b32  	%r2, %r33, 3;
+	sub.s32 	%r3, %r33, %r2;
+$L__BB13_5:
+	shl.b64 	%rd64, %rd153, 2;
+	add.s64 	%rd65, %rd10, %rd64;
+	ld.global.u32 	%r4, [%rd65];
+	mul.lo.s64 	%rd66, %rd153, %rd4;
+	add.s64 	%rd13, %rd6, %rd66;
+	add.s64 	%rd67, %rd5, %rd66;
+	and.b64  	%rd68, %rd67, %rd11;
+	setp.eq.s64 	%p5, %rd68, 0;
+	@%p5 bra 	$L__BB13_14;
+	setp.eq.s32 	%p6, %r33, 0;
+	mov.u64 	%rd157, 0;
+	@%p6 bra 	$L__BB13_21;
+	cvt.u32.u64 	%r38, %rd11;
+	setp.lt.u32 	%p7, %r38, 3;
+	mov.u64 	%rd157, 0;
+	mov.u32 	%r100, 0;
+	@%p7 bra 	$L__BB13_10;
+	mov.u64 	%rd157, 0;
+	mov.u32 	%r100, 0;
+	mov.u32 	%r99, %r3;
+$L__BB13_9:
+	cvt.u64.u32 	%rd73, %r100;
+	add.s64 	%rd74, %rd13, %rd73;
+	ld.global.u8 	%rd75, [%rd74];
+	shl.b32 	%r40, %r100, 3;
+	shl.b64 	%rd76, %rd75, %r40;
+	or.b64  	%rd77, %rd76, %rd157;
+	ld.global.u8 	%rd78, [%rd74+1];
+	add.s32 	%r41, %r40, 8;
+	shl.b64 	%rd79, %rd78, %r41;
+	or.b64  	%rd80, %rd79, %rd77;
+	ld.global.u8 	%rd81, [%rd74+2];
+	add.s32 	%r42, %r40, 16;
+	shl.b64 	%rd82, %rd81, %r42;
+	or.b64  	%rd83, %rd82, %rd80;
+	ld.global.u8 	%rd84, [%rd74+3];
+	add.s32 	%r43, %r40, 24;
+	shl.b64 	%rd85, %rd84, %r43;
+	or.b64  	%rd157, %rd85, %rd83;
+	add.s32 	%r100, %r100, 4;
+	add.s32 	%r99, %r99, -4;
+	setp.ne.s32 	%p8, %r99, 0;
+	@%p8 bra 	$L__BB13_9;
+$L__BB13_10:
+	setp.eq.s32 	%p9, %r2, 0;
+	@%p9 bra 	$L__BB13_21;
+	setp.eq.s32 	%p10, %r2, 1;
+	cvt.u64.u32 	%rd86, %r100;
+	add.s64 	%rd18, %rd13, %rd86;
+	ld.global.u8 	%rd87, [%rd18];
+	shl.b32 	%r44, %r100, 3;
+	shl.b64 	%rd88, %rd87, %r44;
+	or.b64  	%rd157, %rd88, %rd157;
+	@%p10 bra 	$L__BB13_21;
+	setp.eq.s32 	%p11, %r2, 2;
+	ld.global.u8 	%rd89, [%rd18+1];
+	add.s32 	%r46, %r44, 8;
+	shl.b64 	%rd90, %rd89, %r46;
+	or.b64  	%rd157, %rd90, %rd157;
+	@%p11 bra 	$L__BB13_21;
+	ld.global.u8 	%rd91, [%rd18+2];
+	add.s32 	%r48, %r44, 16;
+	shl.b64 	%rd92, %rd91, %r48;
+	or.b64  	%rd157, %rd92, %rd157;
+	bra.uni 	$L__BB13_21;
+$L__BB13_14:
+	setp.eq.s32 	%p12, %r33, 1;
+	@%p12 bra 	$L__BB13_19;
+	setp.eq.s32 	%p13, %r33, 2;
+	@%p13 bra 	$L__BB13_18;
+	setp.ne.s32 	%p14, %r33, 4;
+	@%p14 bra 	$L__BB13_20;
+	ld.global.u32 	%rd157, [%rd13];
+	bra.uni 	$L__BB13_21;
+$L__BB13_18:
+	ld.global.u16 	%rd157, [%rd13];
+	bra.uni 	$L__BB13_21;
+$L__BB13_19:
+	ld.global.u8 	%rd157, [%rd13];
+	bra.uni 	$L__BB13_21;
+$L__BB13_20:
+	ld.global.u64 	%rd157, [%rd13];
+$L__BB13_21:
+	cvt.s64.s32 	%rd93, %r4;
+	mul.lo.s64 	%rd94, %rd93, %rd4;
+	add.s64 	%rd28, %rd8, %rd94;
+	add.s64 	%rd95, %rd7, %rd94;
+	and.b64  	%rd96, %rd95, %rd11;
+	setp.eq.s64 	%p15, %rd96, 0;
+	@%p15 bra 	$L__BB13_30;
+	setp.eq.s32 	%p16, %r33, 0;
+	@%p16 bra 	$L__BB13_37;
+	cvt.u32.u64 	%r52, %rd11;
+	setp.lt.u32 	%p17, %r52, 3;
+	mov.u32 	%r103, 0;
+	@%p17 bra 	$L__BB13_26;
+	mov.u32 	%r103, 0;
+	mov.u32 	%r102, %r3;
+$L__BB13_25:
+	shl.b32 	%r54, %r103, 3;
+	shr.u64 	%rd97, %rd157, %r54;
+	cvt.u64.u32 	%rd98, %r103;
+	add.s64 	%rd99, %rd28, %rd98;
+	st.global.u8 	[%rd99], %rd97;
+	add.s32 	%r55, %r54, 8;
+	shr.u64 	%rd100, %rd157, %r55;
+	st.global.u8 	[%rd99+1], %rd100;
+	add.s32 	%r56, %r54, 16;
+	shr.u64 	%rd101, %rd157, %r56;
+	st.global.u8 	[%rd99+2], %rd101;
+	add.s32 	%r57, %r54, 24;
+	shr.u64 	%rd102, %rd157, %r57;
+	st.global.u8 	[%rd99+3], %rd102;
+	add.s32 	%r103, %r103, 4;
+	add.s32 	%r102, %r102, -4;
+	setp.ne.s32 	%p18, %r102, 0;
+	@%p18 bra 	$L__BB13_25;
+$L__BB13_26:
+	setp.eq.s32 	%p19, %r2, 0;
+	@%p19 bra 	$L__BB13_37;
+	setp.eq.s32 	%p20, %r2, 1;
+	shl.b32 	%r58, %r103, 3;
+	shr.u64 	%rd103, %rd157, %r58;
+	cvt.u64.u32 	%rd104, %r103;
+	add.s64 	%rd29, %rd28, %rd104;
+	st.global.u8 	[%rd29], %rd103;
+	@%p20 bra 	$L__BB13_37;
+	setp.eq.s32 	%p21, %r2, 2;
+	add.s32 	%r60, %r58, 8;
+	shr.u64 	%rd105, %rd157, %r60;
+	st.global.u8 	[%rd29+1], %rd105;
+	@%p21 bra 	$L__BB13_37;
+	add.s32 	%r62, %r58, 16;
+	shr.u64 	%rd106, %rd157, %r62;
+	st.global.u8 	[%rd29+2], %rd106;
+	bra.uni 	$L__BB13_37;
+$L__BB13_30:
+	setp.eq.s32 	%p22, %r33, 1;
+	@%p22 bra 	$L__BB13_35;
+	setp.eq.s32 	%p23, %r33, 2;
+	@%p23 bra 	$L__BB13_34;
+	setp.ne.s32 	%p24, %r33, 4;
+	@%p24 bra 	$L__BB13_36;
+	st.global.u32 	[%rd28], %rd157;
+	bra.uni 	$L__BB13_37;
+$L__BB13_34:
+	st.global.u16 	[%rd28], %rd157;
+	bra.uni 	$L__BB13_37;
+$L__BB13_35:
+	st.global.u8 	[%rd28], %rd157;
+	bra.uni 	$L__BB13_37;
+$L__BB13_36:
+	st.global.u64 	[%rd28], %rd157;
+$L__BB13_37:
+	add.s64 	%rd153, %rd153, 1;
+	setp.lt.u64 	%p25, %rd153, %rd9;
+	@%p25 bra 	$L__BB13_5;
+	bra.uni 	$L__BB13_73;
+$L__BB13_38:
+	mul.wide.u32 	%rd107, %r1, 256;
+	mov.u32 	%r64, %tid.x;
+	cvt.u64.u32 	%rd108, %r64;
+	add.s64 	%rd158, %rd107, %rd108;
+	ld.param.u64 	%rd33, [%rd1+8];
+	setp.ge.u64 	%p26, %rd158, %rd33;
+	@%p26 bra 	$L__BB13_73;
+	cvt.u32.u64 	%r65, %rd4;
+	ld.param.u64 	%rd109, [%rd1+-24];
+	cvta.to.global.u64 	%rd34, %rd109;
+	add.s32 	%r66, %r65, -1;
+	cvt.u64.u32 	%rd35, %r66;
+	mov.u32 	%r67, %nctaid.x;
+	mul.wide.u32 	%rd36, %r67, 256;
+	and.b32  	%r15, %r65, 3;
+	sub.s32 	%r16, %r65, %r15;
+	sub.s32 	%r17, %r15, %r65;
+$L__BB13_40:
+	shl.b64 	%rd110, %rd158, 2;
+	add.s64 	%rd111, %rd34, %rd110;
+	ld.global.u32 	%r18, [%rd111];
+	mul.lo.s64 	%rd112, %rd158, %rd4;
+	add.s64 	%rd38, %rd6, %rd112;
+	add.s64 	%rd113, %rd5, %rd112;
+	and.b64  	%rd114, %rd113, %rd35;
+	setp.eq.s64 	%p27, %rd114, 0;
+	@%p27 bra 	$L__BB13_49;
+	setp.eq.s32 	%p28, %r65, 0;
+	mov.u64 	%rd162, 0;
+	@%p28 bra 	$L__BB13_56;
+	cvt.u32.u64 	%r71, %rd35;
+	setp.lt.u32 	%p29, %r71, 3;
+	mov.u64 	%rd162, 0;
+	mov.u32 	%r107, 0;
+	@%p29 bra 	$L__BB13_45;
+	mov.u64 	%rd162, 0;
+	mov.u32 	%r104, 0;
+	mov.u32 	%r105, 24;
+	mov.u32 	%r107, %r104;
+$L__BB13_44:
+	cvt.u64.u32 	%rd119, %r107;
+	add.s64 	%rd120, %rd38, %rd119;
+	ld.global.u8 	%rd121, [%rd120];
+	shl.b64 	%rd122, %rd121, %r104;
+	or.b64  	%rd123, %rd122, %rd162;
+	ld.global.u8 	%rd124, [%rd120+1];
+	add.s32 	%r75, %r104, 8;
+	shl.b64 	%rd125, %rd124, %r75;
+	or.b64  	%rd126, %rd125, %rd123;
+	ld.global.u8 	%rd127, [%rd120+2];
+	add.s32 	%r76, %r105, -8;
+	shl.b64 	%rd128, %rd127, %r76;
+	or.b64  	%rd129, %rd128, %rd126;
+	ld.global.u8 	%rd130, [%rd120+3];
+	shl.b64 	%rd131, %rd130, %r105;
+	or.b64  	%rd162, %rd131, %rd129;
+	add.s32 	%r105, %r105, 32;
+	add.s32 	%r104, %r104, 32;
+	add.s32 	%r107, %r107, 4;
+	add.s32 	%r77, %r17, %r107;
+	setp.ne.s32 	%p30, %r77, 0;
+	@%p30 bra 	$L__BB13_44;
+$L__BB13_45:
+	setp.eq.s32 	%p31, %r15, 0;
+	@%p31 bra 	$L__BB13_56;
+	setp.eq.s32 	%p32, %r15, 1;
+	cvt.u64.u32 	%rd132, %r107;
+	add.s64 	%rd43, %rd38, %rd132;
+	ld.global.u8 	%rd133, [%rd43];
+	shl.b32 	%r78, %r107, 3;
+	shl.b64 	%rd134, %rd133, %r78;
+	or.b64  	%rd162, %rd134, %rd162;
+	@%p32 bra 	$L__BB13_56;
+	setp.eq.s32 	%p33, %r15, 2;
+	ld.global.u8 	%rd135, [%rd43+1];
+	add.s32 	%r80, %r78, 8;
+	shl.b64 	%rd136, %rd135, %r80;
+	or.b64  	%rd162, %rd136, %rd162;
+	@%p33 bra 	$L__BB13_56;
+	ld.global.u8 	%rd137, [%rd43+2];
+	add.s32 	%r82, %r78, 16;
+	shl.b64 	%rd138, %rd137, %r82;
+	or.b64  	%rd162, %rd138, %rd162;
+	bra.uni 	$L__BB13_56;
+$L__BB13_49:
+	setp.eq.s32 	%p34, %r65, 1;
+	@%p34 bra 	$L__BB13_54;
+	setp.eq.s32 	%p35, %r65, 2;
+	@%p35 bra 	$L__BB13_53;
+	setp.ne.s32 	%p36, %r65, 4;
+	@%p36 bra 	$L__BB13_55;
+	ld.global.u32 	%rd162, [%rd38];
+	bra.uni 	$L__BB13_56;
+$L__BB13_54:
+	ld.global.u8 	%rd162, [%rd38];
+	bra.uni 	$L__BB13_56;
+$L__BB13_53:
+	ld.global.u16 	%rd162, [%rd38];
+	bra.uni 	$L__BB13_56;
+$L__BB13_55:
+	ld.global.u64 	%rd162, [%rd38];
+$L__BB13_56:
+	cvt.s64.s32 	%rd139, %r18;
+	mul.lo.s64 	%rd140, %rd139, %rd4;
+	add.s64 	%rd53, %rd8, %rd140;
+	add.s64 	%rd141, %rd7, %rd140;
+	and.b64  	%rd142, %rd141, %rd35;
+	setp.eq.s64 	%p37, %rd142, 0;
+	@%p37 bra 	$L__BB13_65;
+	setp.eq.s32 	%p38, %r65, 0;
+	@%p38 bra 	$L__BB13_72;
+	cvt.u32.u64 	%r86, %rd35;
+	setp.lt.u32 	%p39, %r86, 3;
+	mov.u32 	%r110, 0;
+	@%p39 bra 	$L__BB13_61;
+	mov.u32 	%r110, 0;
+	mov.u32 	%r109, %r16;
+$L__BB13_60:
+	shl.b32 	%r88, %r110, 3;
+	shr.u64 	%rd143, %rd162, %r88;
+	cvt.u64.u32 	%rd144, %r110;
+	add.s64 	%rd145, %rd53, %rd144;
+	st.global.u8 	[%rd145], %rd143;
+	add.s32 	%r89, %r88, 8;
+	shr.u64 	%rd146, %rd162, %r89;
+	st.global.u8 	[%rd145+1], %rd146;
+	add.s32 	%r90, %r88, 16;
+	shr.u64 	%rd147, %rd162, %r90;
+	st.global.u8 	[%rd145+2], %rd147;
+	add.s32 	%r91, %r88, 24;
+	shr.u64 	%rd148, %rd162, %r91;
+	st.global.u8 	[%rd145+3], %rd148;
+	add.s32 	%r110, %r110, 4;
+	add.s32 	%r109, %r109, -4;
+	setp.ne.s32 	%p40, %r109, 0;
+	@%p40 bra 	$L__BB13_60;
+$L__BB13_61:
+	setp.eq.s32 	%p41, %r15, 0;
+	@%p41 bra 	$L__BB13_72;
+	setp.eq.s32 	%p42, %r15, 1;
+	shl.b32 	%r92, %r110, 3;
+	shr.u64 	%rd149, %rd162, %r92;
+	cvt.u64.u32 	%rd150, %r110;
+	add.s64 	%rd54, %rd53, %rd150;
+	st.global.u8 	[%rd54], %rd149;
+	@%p42 bra 	$L__BB13_72;
+	setp.eq.s32 	%p43, %r15, 2;
+	add.s32 	%r94, %r92, 8;
+	shr.u64 	%rd151, %rd162, %r94;
+	st.global.u8 	[%rd54+1], %rd151;
+	@%p43 bra 	$L__BB13_72;
+	add.s32 	%r96, %r92, 16;
+	shr.u64 	%rd152, %rd162, %r96;
+	st.global.u8 	[%rd54+2], %rd152;
+	bra.uni 	$L__BB13_72;
+$L__BB13_65:
+	setp.eq.s32 	%p44, %r65, 1;
+	@%p44 bra 	$L__BB13_70;
+	setp.eq.s32 	%p45, %r65, 2;
+	@%p45 bra 	$L__BB13_69;
+	setp.ne.s32 	%p46, %r65, 4;
+	@%p46 bra 	$L__BB13_71;
+	st.global.u32 	[%rd53], %rd162;
+	bra.uni 	$L__BB13_72;
+$L__BB13_70:
+	st.global.u8 	[%rd53], %rd162;
+	bra.uni 	$L__BB13_72;
+$L__BB13_69:
+	st.global.u16 	[%rd53], %rd162;
+	bra.uni 	$L__BB13_72;
+$L__BB13_71:
+	st.global.u64 	[%rd53], %rd162;
+$L__BB13_72:
+	add.s64 	%rd158, %rd158, %rd36;
+	setp.lt.u64 	%p47, %rd158, %rd33;
+	@%p47 bra 	$L__BB13_40;
+	bra.uni 	$L__BB13_73;
 }
 )WSPTX";
 }  // namespace weightsync::detail
