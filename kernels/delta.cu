@@ -446,8 +446,10 @@ extern "C" __global__ void __launch_bounds__(WS_THREADS, 3)
     }
     count = ws_measure_words(s, r, eb, done, len, m, count, wred);
     __syncthreads();  // smask complete; the list's stores ordered before the mask's below
-    const bool list = count <= m.cap && wdl::choose_kind(len, count, eb) == wdl::BucketKind::sparse;
-    if (!list)
+    // encode reads the bits of a bitmask bucket and of a sparse one whose list did not fit; an
+    // unchanged or raw bucket needs neither
+    const wdl::BucketKind kind = wdl::choose_kind(len, count, eb);
+    if (kind == wdl::BucketKind::bitmask || (kind == wdl::BucketKind::sparse && count > m.cap))
       for (u64 w = threadIdx.x; w < (len + 31) / 32; w += WS_THREADS) slot[w] = smask[w];
     if (threadIdx.x == 0) p.counts[g] = count;
     __syncthreads();  // smask is the next bucket's
