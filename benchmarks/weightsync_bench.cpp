@@ -211,12 +211,13 @@ usage: weightsync_bench [options]
                        quantized on the fly (Fp8Source: the linear projections as float8_e4m3fn
                        with 128x128 block scales, the rest bf16); every received byte checked
                        against the consumer's own quantization of the same weights
-  --delta D[,D...]     nccl or host: after the bf16 rows, delta syncs (DeltaSource; on nccl
-                       with CudaDeltaCodec): both sides hold version v0, the trainer changes a
+  --delta D[,D...]     nccl, ipc or host: after the bf16 rows, delta syncs (DeltaSource; on
+                       the GPU with CudaDeltaCodec): both sides hold version v0, the trainer changes a
                        D share of the bf16 elements (one bit each, deterministic random
                        positions), encodes against its reference and sends the blobs; the
                        consumer applies them in place. Row time: encode + transfer + apply (max
-                       over ranks) against the packed bf16 row; every received byte checked
+                       over ranks) against the faster of the packed / zerocopy bf16 rows; every
+                       received byte checked
                        against the consumer's own step
   --delta-mode M       auto (default: DeltaMode::automatic, told the link speed the packed row
                        measured: a link as fast as the diff sends whole) or always (a blob for
@@ -346,8 +347,8 @@ Args parse(int argc, char** argv) {
     throw std::invalid_argument(
         "--fp8 needs --backend nccl (ipc and p2p pull every tensor of a "
         "sync at once: an on-the-fly source would need a whole FP8 copy)");
-  if (!a.delta.empty() && a.backend != "nccl" && a.backend != "host")
-    throw std::invalid_argument("--delta needs --backend nccl or host");
+  if (!a.delta.empty() && a.backend != "nccl" && a.backend != "host" && a.backend != "ipc")
+    throw std::invalid_argument("--delta needs --backend nccl, ipc or host");
   if (a.backend == "host")
     for (const auto& m : a.modes)
       if (m != "packed" && m != "zerocopy" && m != "unpacked" && m != "unpacked-zc")
@@ -943,7 +944,12 @@ class Bench {
     opt.timeout = std::chrono::seconds(a_.timeout_s);
     ws::workspace_for<ws::NcclCommunicator> wsp{ws::CudaPolicy(device_)};
     Src src{metas, model};
-    const auto full = full_time.find("packed");
+    // the baseline: the faster full row of packed and zerocopy (ipc: zerocopy lands in place, as
+    // a delta round's whole tensors do)
+    auto full = full_time.find("packed");
+    if (const auto z = full_time.find("zerocopy");
+        z != full_time.end() && (full == full_time.end() || z->second < full->second))
+      full = z;
     // DeltaMode::automatic, told the link's speed as the full packed row of this run measured it.
     ws::DeltaOptions dopt;
     if (a_.delta_always) dopt.mode = ws::DeltaMode::always;
@@ -978,13 +984,17 @@ class Bench {
         copy_all(*want, base);
         step(*want, density, seed);
       }
-      ws::detail::check(cudaMemcpyAsync(sizes_dev.data(), payload.data(), sizes_dev.size(),
-                                        cudaMemcpyHostToDevice, s()),
-                        "cudaMemcpyAsync");
-      comm_->broadcast(sizes_dev.data(), sizes_dev.size(), 0, s());
-      ws::detail::check(cudaMemcpyAsync(payload.data(), sizes_dev.data(), sizes_dev.size(),
-                                        cudaMemcpyDeviceToHost, s()),
-                        "cudaMemcpyAsync");
+      if (ipc_) {  // (ipc: over the host control channel)
+        ipc_->control().broadcast(payload.data(), payload.size() * sizeof(std::int64_t), 0);
+      } else {
+        ws::detail::check(cudaMemcpyAsync(sizes_dev.data(), payload.data(), sizes_dev.size(),
+                                          cudaMemcpyHostToDevice, s()),
+                          "cudaMemcpyAsync");
+        comm_->broadcast(sizes_dev.data(), sizes_dev.size(), 0, s());
+        ws::detail::check(cudaMemcpyAsync(payload.data(), sizes_dev.data(), sizes_dev.size(),
+                                          cudaMemcpyDeviceToHost, s()),
+                          "cudaMemcpyAsync");
+      }
       ws::detail::check(cudaStreamSynchronize(s()), "cudaStreamSynchronize");
       const bool whole_round = payload.back() != 0;
       payload.pop_back();
@@ -1015,7 +1025,8 @@ class Bench {
               opt.source_stream = s();
               auto items = d.iterate();
               const auto wm = d.metas();
-              st = ws::packed_broadcast_producer(wm, items, *comm_, 0, opt, wsp);
+              st = ipc_ ? ipc_->send(wm, items, opt)
+                        : ws::packed_broadcast_producer(wm, items, *comm_, 0, opt, wsp);
               return;
             }
             ws::detail::UpdateReceiver rx(
@@ -1025,12 +1036,11 @@ class Bench {
             auto o = opt;
             o.destination = rx.destination();
             auto load = rx.load();
-            st = ws::packed_broadcast_consumer(
-                rx.metas(), *comm_, 0,
-                [&](std::span<const ws::TensorView> batch, cudaStream_t stream) {
-                  load(batch, stream);
-                },
-                o, wsp);
+            auto land = [&](std::span<const ws::TensorView> batch, cudaStream_t stream) {
+              load(batch, stream);
+            };
+            st = ipc_ ? ipc_->receive(rx.metas(), o, land)
+                      : ws::packed_broadcast_consumer(rx.metas(), *comm_, 0, land, o, wsp);
             load_us.push_back(std::chrono::duration<double, std::micro>(st.load).count());
           });
       wrong += diff();
@@ -1064,10 +1074,11 @@ class Bench {
         std::printf(
             "#   delta %.4g: payload %zu B = %.3f%% of %zu; encode %.1f us = %.1f GB/s of source; "
             "apply (consumer load_weights) %.1f us = %.1f GB/s of payload; reference update "
-            "%.1f us; sync %.1f us vs full packed %.1f us: %.1fx%s\n",
+            "%.1f us; sync %.1f us vs full %s %.1f us: %.3fx%s\n",
             density, static_cast<std::size_t>(wire_bytes), 100.0 * double(wire_bytes) / double(model.bytes()),
             model.bytes(), enc, enc > 0 ? double(model.bytes()) / enc / 1e3 : 0.0, ld,
             ld > 0 ? double(wire_bytes) / ld / 1e3 : 0.0, cmt, ev.median,
+            full != full_time.end() ? full->first.c_str() : "-",
             full != full_time.end() ? full->second : 0.0, r.ratio,
             whole_round ? " (automatic: whole, the link is as fast as the diff)" : "");
       failures += wrong != 0;

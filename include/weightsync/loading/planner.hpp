@@ -90,6 +90,13 @@ inline std::int64_t permuted_row(std::int64_t s, std::int64_t head_rows) noexcep
   return h * head_rows + (w % half) * 2 + w / half;
 }
 
+//! The inverse of permuted_row: the permuted row that reads source row `r` (what a delta of a
+//! permuted tensor needs: a changed element's source row tells where it lands).
+inline std::int64_t unpermuted_row(std::int64_t r, std::int64_t head_rows) noexcept {
+  const std::int64_t h = r / head_rows, q = r % head_rows, half = head_rows / 2;
+  return h * head_rows + (q % 2) * half + q / 2;
+}
+
 //! Runs one gather on the host.
 inline void run_gather_host(const GatherOp& op, const std::byte* src) {
   const std::size_t ss = dtype_size(op.src_dtype), ds = dtype_size(op.dst_dtype);
