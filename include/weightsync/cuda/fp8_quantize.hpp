@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "weightsync/cuda/check.hpp"
 #include "weightsync/cuda/detail/fp8_quantize_ptx.hpp"
@@ -68,6 +69,51 @@ inline void fp8_launch(cudaKernel_t k, dim3 grid, kernels::Fp8Params& p, cudaStr
 
 }  // namespace detail
 
+//! Quantizes the view `p` (kernels/fp8_abi.hpp; src, dst and scales in device memory) in
+//! `stream` order: what quantize_fp8_view_host writes for the same parameters, bit for bit.
+//! `what` names the tensor in errors. Nothing is synchronized.
+//! @throws config_error naming `what` for a block grid over CUDA's limits; cuda_error from the
+//! launches.
+inline void quantize_fp8_view(kernels::Fp8Params p, cudaStream_t stream,
+                              const std::string& what = "fp8 view") {
+  using namespace kernels;
+  const auto& k = detail::Fp8Kernels::instance();
+  const long long n = p.rows * p.cols;
+  if (p.mode == kFp8PerTensor) {
+    // scales[0] holds the amax bits between the passes; an empty source's amax is 0: scale 1
+    const long long ns = p.src_rows * p.src_cols;
+    detail::check(cudaMemsetAsync(p.scales, 0, sizeof(float), stream), "cudaMemsetAsync(fp8 amax)");
+    const auto grid_of = [](long long e) {
+      return static_cast<unsigned>(
+          std::clamp<long long>((e + 8LL * kFp8Threads - 1) / (8LL * kFp8Threads), 1, 4096));
+    };
+    if (ns > 0)
+      detail::fp8_launch(k.tensor_amax, dim3(grid_of(ns)), p, stream,
+                         "cudaLaunchKernel(ws_fp8_tensor_amax)");
+    detail::fp8_launch(k.tensor_finalize, dim3(1), p, stream,
+                       "cudaLaunchKernel(ws_fp8_tensor_finalize)");
+    if (n > 0)
+      detail::fp8_launch(k.tensor_convert, dim3(grid_of(n)), p, stream,
+                         "cudaLaunchKernel(ws_fp8_tensor_convert)");
+    return;
+  }
+  if (p.mode == kFp8PerChannel) {
+    if (p.rows == 0) return;  // no rows, no scales ([rows, 0]: the kernel writes scales of 1)
+    const auto grid = static_cast<unsigned>(std::min<long long>(p.rows, 1LL << 20));
+    detail::fp8_launch(k.rows, dim3(grid), p, stream, "cudaLaunchKernel(ws_fp8_rows)");
+    return;
+  }
+  if (n == 0) return;  // an empty block grid: no scale either
+  const long long gx = (p.cols + kFp8Block - 1) / kFp8Block;
+  const long long gy = (p.rows + kFp8Block - 1) / kFp8Block;
+  if (gy > 65535 || gx > 0x7fffffffLL)
+    throw config_error(what, detail::cat("a grid of ", gy, " x ", gx,
+                                         " 128x128 blocks is over CUDA's limits (65535 block rows)"));
+  detail::fp8_launch(p.src_type == kFp8SrcBfloat16 ? k.block_bf16 : k.block_f32,
+                     dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), p, stream,
+                     "cudaLaunchKernel(ws_fp8_block)");
+}
+
 //! Quantizes `src` (meta `m`: bfloat16 or float32, device memory) into `dst` (m.numel() bytes of
 //! float8_e4m3fn, device memory) and `scales` (fp32, device memory, the element count of
 //! fp8_scale_shape(m, s)), in `stream` order. Nothing is synchronized.
@@ -75,48 +121,7 @@ inline void fp8_launch(cudaKernel_t k, dim3 grid, kernels::Fp8Params& p, cudaStr
 //! cuda_error from the launches.
 inline void quantize_fp8(const TensorMeta& m, const void* src, Fp8Scaling s, void* dst,
                          float* scales, cudaStream_t stream) {
-  using namespace kernels;
-  const Fp8Matrix x = fp8_matrix(m, s);
-  const auto& k = detail::Fp8Kernels::instance();
-  Fp8Params p{src,
-              dst,
-              scales,
-              x.rows,
-              x.cols,
-              m.dtype == DType::bfloat16 ? kFp8SrcBfloat16 : kFp8SrcFloat32,
-              static_cast<std::uint32_t>(s)};
-  const long long n = x.rows * x.cols;
-  if (s == Fp8Scaling::per_tensor) {
-    // scales[0] holds the amax bits between the passes; an empty tensor's amax is 0: scale 1
-    detail::check(cudaMemsetAsync(scales, 0, sizeof(float), stream), "cudaMemsetAsync(fp8 amax)");
-    const auto grid = static_cast<unsigned>(
-        std::clamp<long long>((n + 8LL * kFp8Threads - 1) / (8LL * kFp8Threads), 1, 4096));
-    if (n > 0)
-      detail::fp8_launch(k.tensor_amax, dim3(grid), p, stream,
-                         "cudaLaunchKernel(ws_fp8_tensor_amax)");
-    detail::fp8_launch(k.tensor_finalize, dim3(1), p, stream,
-                       "cudaLaunchKernel(ws_fp8_tensor_finalize)");
-    if (n > 0)
-      detail::fp8_launch(k.tensor_convert, dim3(grid), p, stream,
-                         "cudaLaunchKernel(ws_fp8_tensor_convert)");
-    return;
-  }
-  if (s == Fp8Scaling::per_channel) {
-    if (x.rows == 0) return;  // no rows, no scales ([rows, 0]: the kernel writes scales of 1)
-    const auto grid = static_cast<unsigned>(std::min<long long>(x.rows, 1LL << 20));
-    detail::fp8_launch(k.rows, dim3(grid), p, stream, "cudaLaunchKernel(ws_fp8_rows)");
-    return;
-  }
-  if (n == 0) return;  // an empty block grid: no scale either
-  const long long gx = (x.cols + kFp8Block - 1) / kFp8Block;
-  const long long gy = (x.rows + kFp8Block - 1) / kFp8Block;
-  if (gy > 65535 || gx > 0x7fffffffLL)
-    throw config_error(m.name + ".shape",
-                       detail::cat("a grid of ", gy, " x ", gx,
-                                   " 128x128 blocks is over CUDA's limits (65535 block rows)"));
-  detail::fp8_launch(m.dtype == DType::bfloat16 ? k.block_bf16 : k.block_f32,
-                     dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), p, stream,
-                     "cudaLaunchKernel(ws_fp8_block)");
+  quantize_fp8_view(fp8_whole_view(m, s, src, dst, scales), stream, m.name + ".shape");
 }
 
 }  // namespace weightsync

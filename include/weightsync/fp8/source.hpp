@@ -65,13 +65,6 @@ struct Fp8SourceOptions {
   }
 };
 
-//! The scale tensor's name for weight `name`: `.weight` -> `.weight_scale_inv` (block layouts)
-//! or `.weight_scale` (per tensor / channel); any other name gets the suffix appended.
-inline std::string fp8_scale_name(const std::string& name, Fp8Scaling s) {
-  const char* suffix = fp8_block_scaling(s) ? "_scale_inv" : "_scale";
-  return name + suffix;
-}
-
 //! Quantizes into host memory (the host backend).
 struct HostFp8Quantizer {
   using Buffer = std::vector<std::byte>;
