@@ -29,6 +29,8 @@
 //   each thread loads its 8 (bf16) or 16 (fp32) vectors once into registers (streaming loads),
 //   the CTA reduces the amax, and the registers are converted: the input is read once. Otherwise
 //   (odd shapes) elements are loaded one at a time, twice.
+// - ws_fp8_block_batch_bf16 / ws_fp8_block_batch_f32: the same for a batch of views
+//   (kernels::Fp8Batch), one launch for all the pieces of a load() call.
 // - ws_fp8_rows: per-channel, one CTA per view row (grid-stride): the amax over the whole source
 //   row, then the view's columns converted (a second pass, which hits L2).
 // - ws_fp8_tensor_amax, ws_fp8_tensor_finalize, ws_fp8_tensor_convert: per-tensor; the amax bits
@@ -164,20 +166,19 @@ __device__ __forceinline__ void ws_block_store(const Fp8Params& p, const uint4 (
 }
 
 template <bool BF16>
-__device__ __forceinline__ void ws_block(const Fp8Params& p) {
+__device__ __forceinline__ void ws_block(const Fp8Params& p, unsigned bx, unsigned by) {
   constexpr unsigned EPV = BF16 ? 8 : 4;           // elements per 16-byte vector
   constexpr unsigned ES = BF16 ? 2 : 4;            // element size
   constexpr unsigned VPR = 128 / EPV;              // vectors per block row
   constexpr unsigned NV = 128 * VPR / WS_THREADS;  // vectors per thread
   constexpr unsigned RPS = WS_THREADS / VPR;       // block rows per step of the CTA
   __shared__ unsigned red[WS_THREADS / 32];
-  const long long r0 = static_cast<long long>(blockIdx.y) * 128;
-  const long long c0 = static_cast<long long>(blockIdx.x) * 128;
+  const long long r0 = static_cast<long long>(by) * 128;
+  const long long c0 = static_cast<long long>(bx) * 128;
   const bool ue8m0 = p.mode == weightsync::kernels::kFp8Block128Ue8m0;
   const auto* src = static_cast<const unsigned char*>(p.src);
   auto* dst = static_cast<unsigned char*>(p.dst);
-  float* scale_out =
-      p.scales + static_cast<unsigned long long>(blockIdx.y) * p.scale_stride + blockIdx.x;
+  float* scale_out = p.scales + static_cast<unsigned long long>(by) * p.scale_stride + bx;
   if (ws_vec_ok(p, EPV)) {
     // Thread t takes column vector t % VPR of rows t / VPR, t / VPR + RPS, ...: a warp reads
     // whole 256-byte row segments.
@@ -218,8 +219,8 @@ __device__ __forceinline__ void ws_block(const Fp8Params& p) {
   for (unsigned e = threadIdx.x; e < 128u * 128u; e += WS_THREADS) {
     const long long row = r0 + e / 128, col = c0 + e % 128;
     if (row < p.rows && col < p.cols) {
-      const float x = __uint_as_float(
-          ws_load_bits(src, BF16, ws_src_row(p, row) * p.src_cols + p.col0 + col));
+      const float x =
+          __uint_as_float(ws_load_bits(src, BF16, ws_src_row(p, row) * p.src_cols + p.col0 + col));
       dst[row * p.cols + col] = static_cast<unsigned char>(d.cvt2(x, 0.0f) & 0xffu);
     }
   }
@@ -227,12 +228,43 @@ __device__ __forceinline__ void ws_block(const Fp8Params& p) {
 
 extern "C" __global__ void __launch_bounds__(WS_THREADS, 4)
     ws_fp8_block_bf16(const __grid_constant__ Fp8Params p) {
-  ws_block<true>(p);
+  ws_block<true>(p, blockIdx.x, blockIdx.y);
 }
 
 extern "C" __global__ void __launch_bounds__(WS_THREADS)
     ws_fp8_block_f32(const __grid_constant__ Fp8Params p) {
-  ws_block<false>(p);
+  ws_block<false>(p, blockIdx.x, blockIdx.y);
+}
+
+// A batch of block-mode views of one source type (the load planner's pieces of a chunk: many
+// small expert tensors in one launch): CTAs take the batch's blocks grid-stride and find their
+// view by binary search over the cumulative block counts.
+template <bool BF16>
+__device__ __forceinline__ void ws_block_batch(const weightsync::kernels::Fp8Batch& b) {
+  for (unsigned long long t = blockIdx.x; t < b.total_blocks; t += gridDim.x) {
+    unsigned lo = 0, hi = b.count - 1;
+    while (lo < hi) {
+      const unsigned mid = (lo + hi) / 2;
+      if (b.block_end[mid] > t)
+        hi = mid;
+      else
+        lo = mid + 1;
+    }
+    const Fp8Params& p = b.v[lo];
+    const unsigned long long local = t - (lo ? b.block_end[lo - 1] : 0);
+    const unsigned long long gx = static_cast<unsigned long long>(p.cols + 127) / 128;
+    ws_block<BF16>(p, static_cast<unsigned>(local % gx), static_cast<unsigned>(local / gx));
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(WS_THREADS, 4)
+    ws_fp8_block_batch_bf16(const __grid_constant__ weightsync::kernels::Fp8Batch b) {
+  ws_block_batch<true>(b);
+}
+
+extern "C" __global__ void __launch_bounds__(WS_THREADS)
+    ws_fp8_block_batch_f32(const __grid_constant__ weightsync::kernels::Fp8Batch b) {
+  ws_block_batch<false>(b);
 }
 
 // The amax bits of source elements [begin, end) (vectorized when `vec`: begin and end whole
@@ -279,8 +311,8 @@ __device__ __forceinline__ void ws_range_convert(const Fp8Params& p, unsigned lo
 template <bool BF16, bool FAST>
 __device__ __forceinline__ void ws_convert_with(const Fp8Params& p, unsigned long long begin,
                                                 unsigned long long n, unsigned char* out,
-                                                unsigned long long first,
-                                                unsigned long long stride, bool vec, float s) {
+                                                unsigned long long first, unsigned long long stride,
+                                                bool vec, float s) {
   ws_range_convert<BF16, FAST>(p, begin, n, out, first, stride, vec,
                                WsDiv<FAST>{s, FAST ? __frcp_rn(s) : 0.0f});
 }
@@ -306,14 +338,13 @@ __device__ __forceinline__ void ws_rows(const Fp8Params& p) {
   auto* dst = static_cast<unsigned char*>(p.dst);
   for (long long d = blockIdx.x; d < p.rows; d += gridDim.x) {
     const unsigned long long b = static_cast<unsigned long long>(ws_src_row(p, d)) * src_cols;
-    const unsigned amax =
-        ws_block_max(ws_range_amax<BF16>(p, b, b + src_cols, threadIdx.x, WS_THREADS, vec_src), red);
+    const unsigned amax = ws_block_max(
+        ws_range_amax<BF16>(p, b, b + src_cols, threadIdx.x, WS_THREADS, vec_src), red);
     const float s = __uint_as_float(wd::fp8_scale_bits(amax, false));
     if (threadIdx.x == 0) p.scales[d] = s;
-    ws_convert<BF16>(p, b + static_cast<unsigned long long>(p.col0),
-                     static_cast<unsigned long long>(p.cols),
-                     dst + static_cast<unsigned long long>(d) * p.cols, threadIdx.x, WS_THREADS,
-                     vec, s);
+    ws_convert<BF16>(
+        p, b + static_cast<unsigned long long>(p.col0), static_cast<unsigned long long>(p.cols),
+        dst + static_cast<unsigned long long>(d) * p.cols, threadIdx.x, WS_THREADS, vec, s);
   }
 }
 

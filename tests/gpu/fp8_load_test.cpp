@@ -15,6 +15,8 @@
 
 #include <cstdint>
 #include <cstring>
+#include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -114,8 +116,8 @@ TEST_CASE("fp8 on load, CUDA: bit-exact with the host path, all layouts, TP 1 an
           "[gpu][fp8][loading]") {
   const bool moe = GENERATE(false, true);
   const bool permute = GENERATE(false, true);
-  const Fp8Scaling s = GENERATE(Fp8Scaling::block128, Fp8Scaling::block128_ue8m0,
-                                Fp8Scaling::per_channel);
+  const Fp8Scaling s =
+      GENERATE(Fp8Scaling::block128, Fp8Scaling::block128_ue8m0, Fp8Scaling::per_channel);
   const Dims d = fp8_dims(moe, permute);
   const HfModel hf = fp8_model(d);
   const Tensors bf16 = as_is(hf), f32 = to_f32(bf16), ckpt = checkpoint(hf, s);
@@ -157,9 +159,8 @@ TEST_CASE("fp8 on load, CUDA: per-tensor scales of a column shard", "[gpu][fp8][
     PlanOptions opt;
     opt.fp8_scaling = Fp8Scaling::per_tensor;
     opt.ignore_unmapped = true;
-    load_both(bf16, b,
-              RenameMap({rank, 2}).add("model.layers.0.self_attn.o_proj.weight", "o8", 1), opt,
-              false, 0);
+    load_both(bf16, b, RenameMap({rank, 2}).add("model.layers.0.self_attn.o_proj.weight", "o8", 1),
+              opt, false, 0);
     CHECK(b.differing() == std::vector<std::string>{});
   }
 }
@@ -210,4 +211,50 @@ TEST_CASE("fp8 on load, CUDA: a derived copy is rebuilt on the load's stream aft
   CHECK(got == want);
   CHECK(std::vector<std::byte>(want.size(), std::byte{0xCD}) != want);  // the scales were written
   detail::check(cudaStreamDestroy(s), "cudaStreamDestroy");
+}
+
+TEST_CASE("fp8 on load, CUDA: 600 expert pieces in one load(), batched launches, bit-exact",
+          "[gpu][fp8][loading]") {
+  // 300 experts x (gate, up) of [128, 256], bfloat16 and float32 in turn, into w13 [300, 256,
+  // 256]: gate rows [0, 128), up rows [128, 256). More pieces than kFp8MaxBatch per source type:
+  // several batched launches of each kernel.
+  Tensors t;
+  std::mt19937 rng(9);
+  for (int e = 0; e < 300; ++e)
+    for (const char* w : {"gate", "up"}) {
+      t.metas.push_back({"experts." + std::to_string(e) + "." + w,
+                         e % 2 ? DType::float32 : DType::bfloat16,
+                         {128, 256}});
+      t.data.emplace_back(t.metas.back().nbytes());
+      auto& b = t.data.back();
+      if (t.metas.back().dtype == DType::bfloat16) {
+        for (std::size_t i = 0; i + 2 <= b.size(); i += 2) {
+          const auto h = static_cast<std::uint16_t>(rng() & 0xbfff);
+          std::memcpy(b.data() + i, &h, 2);
+        }
+      } else {
+        for (std::size_t i = 0; i + 4 <= b.size(); i += 4) {
+          const auto u = static_cast<std::uint32_t>(rng() & 0xbfffffffu);
+          std::memcpy(b.data() + i, &u, 4);
+        }
+      }
+    }
+  for (const Fp8Scaling s : {Fp8Scaling::block128, Fp8Scaling::block128_ue8m0}) {
+    Engine e;
+    e.add("w13", DType::float8_e4m3fn, {300, 256, 256});
+    e.add("w13_scale_inv", DType::float32, {300, 2, 2});
+    Both b(std::move(e));
+    const LoadMap map = [](const TensorMeta& m) {
+      Placement p{"w13"};
+      p.expert = std::stoll(m.name.substr(8));
+      p.dst_row = m.name.ends_with("up") ? 128 : 0;
+      return std::optional<Placement>(p);
+    };
+    PlanOptions opt;
+    opt.fp8_scaling = s;
+    std::size_t nq = 0;
+    load_both(t, b, map, opt, false, 0, &nq);
+    CHECK(nq == 600);
+    CHECK(b.differing() == std::vector<std::string>{});
+  }
 }

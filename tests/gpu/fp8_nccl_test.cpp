@@ -2,10 +2,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // Fp8Source over NCCL, two processes: the producer sends a bf16 device model as its FP8
 // checkpoint (Fp8Source<_, CudaFp8Quantizer>: quantized when the pipeline asks, into K + 1 chunk
-// arenas, or into the producer's ring slots), the consumer checks every received byte against quantize_fp8_host of the same bf16
-// tensors. Packed with K = 1, 2, 3 and small chunks (every arena reused many times while
-// broadcasts are in flight), and unpacked. On a machine with one GPU both ranks share it through
-// NCCL's socket transport (support/gpu_peers.hpp: a distinct NCCL_HOSTID per rank process).
+// arenas, or into the producer's ring slots), the consumer checks every received byte against
+// quantize_fp8_host of the same bf16 tensors. Packed with K = 1, 2, 3 and small chunks (every arena
+// reused many times while broadcasts are in flight), and unpacked. On a machine with one GPU both
+// ranks share it through NCCL's socket transport (support/gpu_peers.hpp: a distinct NCCL_HOSTID per
+// rank process).
 #include <weightsync/cuda/check.hpp>
 #include <weightsync/cuda/device_buffer.hpp>
 #include <weightsync/cuda/device_policy.hpp>
@@ -186,28 +187,29 @@ TEST_CASE("nccl fp8 source: a bf16 device model arrives as its FP8 checkpoint, b
     const auto metas = Fp8Source<MetasOnly>(declared, fo).metas();
     const auto want = expected(model, metas, fo);
     for (int again = 0; again < (r.ring ? 2 : 1); ++again) {
-    std::size_t seen = 0, bad = 0;
-    std::string first_bad;
-    packed_broadcast_consumer(
-        metas, comm, 0,
-        [&](std::span<const TensorView> batch, cudaStream_t s) {
-          for (const auto& v : batch) {
-            std::size_t i = 0;
-            while (metas[i].name != v.name()) ++i;
-            std::vector<std::byte> got(v.nbytes);
-            detail::check(cudaMemcpyAsync(got.data(), v.data, v.nbytes, cudaMemcpyDeviceToHost, s),
-                          "cudaMemcpyAsync");
-            detail::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
-            if (got != want[i] && bad++ == 0) first_bad = metas[i].name;
-            ++seen;
-          }
-        },
-        opt);
-    if (bad != 0)
-      throw std::runtime_error(detail::cat(bad, " tensors differ, the first ", first_bad,
-                                           " (packed ", r.packed, ", K ", r.k, ", ring ", r.ring,
-                                           ")"));
-    if (seen != metas.size()) throw std::runtime_error("not every tensor arrived");
+      std::size_t seen = 0, bad = 0;
+      std::string first_bad;
+      packed_broadcast_consumer(
+          metas, comm, 0,
+          [&](std::span<const TensorView> batch, cudaStream_t s) {
+            for (const auto& v : batch) {
+              std::size_t i = 0;
+              while (metas[i].name != v.name()) ++i;
+              std::vector<std::byte> got(v.nbytes);
+              detail::check(
+                  cudaMemcpyAsync(got.data(), v.data, v.nbytes, cudaMemcpyDeviceToHost, s),
+                  "cudaMemcpyAsync");
+              detail::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+              if (got != want[i] && bad++ == 0) first_bad = metas[i].name;
+              ++seen;
+            }
+          },
+          opt);
+      if (bad != 0)
+        throw std::runtime_error(detail::cat(bad, " tensors differ, the first ", first_bad,
+                                             " (packed ", r.packed, ", K ", r.k, ", ring ", r.ring,
+                                             ")"));
+      if (seen != metas.size()) throw std::runtime_error("not every tensor arrived");
     }
   }
 }

@@ -33,11 +33,12 @@ inline bool fp8_param(const std::string& n) {
 }
 
 //! The trainer tensors an FP8 checkpoint quantizes (Fp8SourceOptions' default: `_proj.weight`).
-inline bool fp8_tensor(const std::string& n) { return n.ends_with("_proj.weight"); }
+inline bool fp8_tensor(const std::string& n) {
+  return n.ends_with("_proj.weight");
+}
 
 //! The shape of FP8 parameter `shape`'s scales ([E,] + the layout of its [rows, cols]).
-inline std::vector<std::int64_t> scale_shape(const std::vector<std::int64_t>& shape,
-                                             Fp8Scaling s) {
+inline std::vector<std::int64_t> scale_shape(const std::vector<std::int64_t>& shape, Fp8Scaling s) {
   std::vector<std::int64_t> out;
   std::size_t at = 0;
   if (shape.size() == 3) out.push_back(shape[at++]);
@@ -128,12 +129,12 @@ inline void add_specials(std::vector<std::uint16_t>& w, std::int64_t R, std::int
   if (R < 256 || C < 256) return;
   for (std::int64_t r = 0; r < 128; ++r)
     for (std::int64_t c = 0; c < 128; ++c) at(r, c) = (r + c) % 2 ? 0x8000 : 0x0000;
-  at(5, 130) = 0x7f80;   // +inf
-  at(140, 7) = 0x7fc1;   // NaN
-  at(141, 9) = 0xff80;   // -inf next to it
+  at(5, 130) = 0x7f80;  // +inf
+  at(140, 7) = 0x7fc1;  // NaN
+  at(141, 9) = 0xff80;  // -inf next to it
   for (std::int64_t r = 128; r < 256; ++r)
-    for (std::int64_t c = 128; c < 256; ++c) at(r, c) = static_cast<std::uint16_t>(
-                                                 (at(r, c) & 0x807f) | 0x0380);  // ~2^-120
+    for (std::int64_t c = 128; c < 256; ++c)
+      at(r, c) = static_cast<std::uint16_t>((at(r, c) & 0x807f) | 0x0380);  // ~2^-120
 }
 
 //! Qwen3-style dimensions whose every TP shard (1, 2) is whole 128-blocks: hidden 256, 4 heads of
@@ -165,7 +166,8 @@ inline HfModel fp8_model(const Dims& d) {
 
 //! The map of `d` at `tp` (Qwen3 or Qwen3-MoE).
 inline weightsync::LoadMap fp8_map(const Dims& d, int rank, int tp) {
-  return d.moe ? weightsync::qwen3_moe_map(d.cfg, {rank, tp}) : weightsync::qwen3_map(d.cfg, {rank, tp});
+  return d.moe ? weightsync::qwen3_moe_map(d.cfg, {rank, tp})
+               : weightsync::qwen3_map(d.cfg, {rank, tp});
 }
 
 }  // namespace ws_test::fp8_loading

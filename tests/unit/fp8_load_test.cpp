@@ -53,8 +53,8 @@ TEST_CASE("fp8 on load: quantized on load == the FP8 checkpoint loaded as it is,
           "[unit][fp8][loading]") {
   const bool moe = GENERATE(false, true);
   const bool permute = GENERATE(false, true);
-  const Fp8Scaling s = GENERATE(Fp8Scaling::block128, Fp8Scaling::block128_ue8m0,
-                                Fp8Scaling::per_channel);
+  const Fp8Scaling s =
+      GENERATE(Fp8Scaling::block128, Fp8Scaling::block128_ue8m0, Fp8Scaling::per_channel);
   CAPTURE(moe, permute, fp8_scaling_name(s));
   const Dims d = fp8_dims(moe, permute);
   const HfModel hf = fp8_model(d);
@@ -92,10 +92,11 @@ TEST_CASE("fp8 on load: block scales are the host quantizer's over the engine's 
       if (!fp8_param(p.name)) continue;
       CAPTURE(p.name, rank);
       const std::int64_t E = p.shape.size() == 3 ? p.shape[0] : 1;
-      const TensorMeta slice{p.name, DType::bfloat16, {p.shape[p.shape.size() - 2], p.shape.back()}};
+      const TensorMeta slice{
+          p.name, DType::bfloat16, {p.shape[p.shape.size() - 2], p.shape.back()}};
       const auto per_w = slice.numel();
-      const auto per_s = static_cast<std::size_t>((slice.shape[0] + 127) / 128 *
-                                                  ((slice.shape[1] + 127) / 128));
+      const auto per_s =
+          static_cast<std::size_t>((slice.shape[0] + 127) / 128 * ((slice.shape[1] + 127) / 128));
       const auto& w = e8.at(p.name);
       const auto& sc = e8.at(fp8_scale_name(p.name, s));
       for (std::int64_t x = 0; x < E; ++x) {
@@ -131,7 +132,8 @@ TEST_CASE("fp8 on load: per-tensor scales, a column shard keeps the whole tensor
     CHECK(std::memcmp(&got_s, &want_s, 4) == 0);
     bool same = true;
     for (int r = 0; r < 256; ++r)
-      same = same && std::memcmp(got.data() + r * 256, want.data() + r * 512 + rank * 256, 256) == 0;
+      same =
+          same && std::memcmp(got.data() + r * 256, want.data() + r * 512 + rank * 256, 256) == 0;
     CHECK(same);
   }
 }
@@ -153,12 +155,14 @@ TEST_CASE("fp8 on load: a piece that cuts a 128x128 block is refused, naming ten
   void* m = mem.data();
   // A column shard of 384 columns over TP 2: rank 1's columns start at 192.
   CHECK(has(err({{"o", DType::bfloat16, {256, 384}}},
-                {{"o8", m, DType::float8_e4m3fn, {256, 192}}, {"o8_scale_inv", m, DType::float32, {2, 2}}},
+                {{"o8", m, DType::float8_e4m3fn, {256, 192}},
+                 {"o8_scale_inv", m, DType::float32, {2, 2}}},
                 RenameMap({1, 2}).add("o", "o8", 1)),
             {"'o' -> 'o8'", "columns [192, 384)", "128x128 FP8 block", "refused"}));
   // Rank 0 of the same: columns [0, 192) end inside a block of the source.
   CHECK(has(err({{"o", DType::bfloat16, {256, 384}}},
-                {{"o8", m, DType::float8_e4m3fn, {256, 192}}, {"o8_scale_inv", m, DType::float32, {2, 2}}},
+                {{"o8", m, DType::float8_e4m3fn, {256, 192}},
+                 {"o8_scale_inv", m, DType::float32, {2, 2}}},
                 RenameMap({0, 2}).add("o", "o8", 1)),
             {"'o' -> 'o8'", "columns [0, 192)"}));
   // Two fused pieces of 64 rows: the first ends inside the parameter's first block.
@@ -166,13 +170,15 @@ TEST_CASE("fp8 on load: a piece that cuts a 128x128 block is refused, naming ten
     return std::optional<Placement>(Placement{"w8", -1, t.name == "a" ? 0 : 64});
   };
   CHECK(has(err({{"a", DType::bfloat16, {64, 128}}, {"b", DType::bfloat16, {64, 128}}},
-                {{"w8", m, DType::float8_e4m3fn, {128, 128}}, {"w8_scale_inv", m, DType::float32, {1, 1}}},
+                {{"w8", m, DType::float8_e4m3fn, {128, 128}},
+                 {"w8_scale_inv", m, DType::float32, {1, 1}}},
                 fused),
             {"'a' -> 'w8'", "rows [0, 64) of 128", "another fused piece"}));
   // ... which per-channel scales take (each row its own scale), and per-tensor refuses.
-  CHECK(err({{"a", DType::bfloat16, {64, 128}}, {"b", DType::bfloat16, {64, 128}}},
-            {{"w8", m, DType::float8_e4m3fn, {128, 128}}, {"w8_scale", m, DType::float32, {128, 1}}},
-            fused, Fp8Scaling::per_channel) == "no error");
+  CHECK(
+      err({{"a", DType::bfloat16, {64, 128}}, {"b", DType::bfloat16, {64, 128}}},
+          {{"w8", m, DType::float8_e4m3fn, {128, 128}}, {"w8_scale", m, DType::float32, {128, 1}}},
+          fused, Fp8Scaling::per_channel) == "no error");
   CHECK(has(err({{"a", DType::bfloat16, {64, 128}}, {"b", DType::bfloat16, {64, 128}}},
                 {{"w8", m, DType::float8_e4m3fn, {128, 128}}, {"w8_scale", m, DType::float32, {}}},
                 fused, Fp8Scaling::per_tensor),
@@ -182,16 +188,19 @@ TEST_CASE("fp8 on load: a piece that cuts a 128x128 block is refused, naming ten
                 RenameMap().add("a", "w8")),
             {"'a' -> 'w8'", "no scale parameter 'w8_scale_inv'"}));
   CHECK(has(err({{"a", DType::bfloat16, {256, 128}}},
-                {{"w8", m, DType::float8_e4m3fn, {256, 128}}, {"w8_scale_inv", m, DType::float32, {1, 1}}},
+                {{"w8", m, DType::float8_e4m3fn, {256, 128}},
+                 {"w8_scale_inv", m, DType::float32, {1, 1}}},
                 RenameMap().add("a", "w8")),
             {"'w8_scale_inv'", "needs 2"}));
   CHECK(has(err({{"a", DType::float16, {128, 128}}},
-                {{"w8", m, DType::float8_e4m3fn, {128, 128}}, {"w8_scale_inv", m, DType::float32, {1, 1}}},
+                {{"w8", m, DType::float8_e4m3fn, {128, 128}},
+                 {"w8_scale_inv", m, DType::float32, {1, 1}}},
                 RenameMap().add("a", "w8")),
             {"'a' -> 'w8'", "bfloat16 or float32, got float16"}));
   // An FP8 sender: a rotary permute of 256 rows per head moves rows between blocks.
   CHECK(has(err({{"a", DType::float8_e4m3fn, {256, 128}}, {"a_scale_inv", DType::float32, {2, 1}}},
-                {{"w8", m, DType::float8_e4m3fn, {256, 128}}, {"w8_scale_inv", m, DType::float32, {2, 1}}},
+                {{"w8", m, DType::float8_e4m3fn, {256, 128}},
+                 {"w8_scale_inv", m, DType::float32, {2, 1}}},
                 RenameMap().add(RenameRule{NamePattern("a"), NamePattern("w8"), -1, 1, 0})),
             {"'a' -> 'w8'", "rotary permute of 256 rows", "without dequantizing"}));
   // ... and an FP8 tensor with scales into a bf16 parameter (never dequantized).
@@ -200,7 +209,8 @@ TEST_CASE("fp8 on load: a piece that cuts a 128x128 block is refused, naming ten
             {"'a' -> 'w'", "cannot cast float8_e4m3fn to bfloat16"}));
   // A shard on 128-boundaries is fine: 512 columns over TP 2.
   CHECK(err({{"o", DType::bfloat16, {256, 512}}},
-            {{"o8", m, DType::float8_e4m3fn, {256, 256}}, {"o8_scale_inv", m, DType::float32, {2, 2}}},
+            {{"o8", m, DType::float8_e4m3fn, {256, 256}},
+             {"o8_scale_inv", m, DType::float32, {2, 2}}},
             RenameMap({1, 2}).add("o", "o8", 1)) == "no error");
 }
 
@@ -249,7 +259,8 @@ TEST_CASE("fp8 on load: derived copies are rebuilt once per update, after their 
     const auto* s = static_cast<const float*>(sp.data);
     bool ok = true;
     for (int r = 0; r < 8; ++r)
-      for (int c = 0; c < 2; ++c) ok = ok && std::memcmp(&swizzled[c * 8 + r], &s[r * 2 + c], 4) == 0;
+      for (int c = 0; c < 2; ++c)
+        ok = ok && std::memcmp(&swizzled[c * 8 + r], &s[r * 2 + c], 4) == 0;
     CHECK(ok);
   }
   // An unknown source, or no hook: refused when the plan is made.
@@ -285,11 +296,13 @@ TEST_CASE("fp8 views: quantize_fp8_view_host against materialized views", "[unit
     for (std::int64_t d = 0; d < v.rows; ++d) {
       std::int64_t r = v.row0 + d;
       if (v.head_rows) r = detail::permuted_row(r, v.head_rows);
-      std::memcpy(&mat[static_cast<std::size_t>(d * v.cols)], &src[static_cast<std::size_t>(r * C + v.col0)],
+      std::memcpy(&mat[static_cast<std::size_t>(d * v.cols)],
+                  &src[static_cast<std::size_t>(r * C + v.col0)],
                   static_cast<std::size_t>(v.cols) * 2);
     }
     const TensorMeta vm{"v", DType::bfloat16, {v.rows, v.cols}};
-    for (Fp8Scaling s : {Fp8Scaling::block128, Fp8Scaling::block128_ue8m0, Fp8Scaling::per_channel}) {
+    for (Fp8Scaling s :
+         {Fp8Scaling::block128, Fp8Scaling::block128_ue8m0, Fp8Scaling::per_channel}) {
       CAPTURE(fp8_scaling_name(s));
       kernels::Fp8Params p = fp8_whole_view(whole, s, src.data(), nullptr, nullptr);
       p.rows = v.rows;
@@ -314,10 +327,12 @@ TEST_CASE("fp8 views: quantize_fp8_view_host against materialized views", "[unit
                       static_cast<std::size_t>(C) * 2);
         }
         std::vector<std::uint8_t> full(rows.size());
-        quantize_fp8_host({"r", DType::bfloat16, {v.rows, C}}, rows.data(), s, full.data(), ws.data());
+        quantize_fp8_host({"r", DType::bfloat16, {v.rows, C}}, rows.data(), s, full.data(),
+                          ws.data());
         for (std::int64_t d = 0; d < v.rows; ++d)
           std::memcpy(&want[static_cast<std::size_t>(d * v.cols)],
-                      &full[static_cast<std::size_t>(d * C + v.col0)], static_cast<std::size_t>(v.cols));
+                      &full[static_cast<std::size_t>(d * C + v.col0)],
+                      static_cast<std::size_t>(v.cols));
       } else {
         quantize_fp8_host(vm, mat.data(), s, want.data(), ws.data());
       }

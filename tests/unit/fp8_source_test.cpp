@@ -232,7 +232,6 @@ TEST_CASE("fp8 source: a host trainer engine sends the FP8 checkpoint to a host 
   }
 }
 
-
 TEST_CASE("fp8 source in the ring: quantized into the producer's slots, sent from there, bit-exact",
           "[unit][fp8]") {
   // Chunks of ~2 projections over K = 2 slots (the ring is reused many times), with a weight whose

@@ -357,7 +357,8 @@ void fast_quotient_matches(std::uint32_t step) {
     const float x = fp8_f32_from_bits(xa | (static_cast<std::uint32_t>(r >> 31) & 0x80000000u));
     const float s = fp8_f32_from_bits(sb);
     ++pairs;
-    if (fp8_e4m3_from_quotient(x / s) != fp8_e4m3_from_quotient(fp8_quotient_fast(x, s, 1.0f / s)) &&
+    if (fp8_e4m3_from_quotient(x / s) !=
+            fp8_e4m3_from_quotient(fp8_quotient_fast(x, s, 1.0f / s)) &&
         bad++ < 5)
       UNSCOPED_INFO("fp32: amax bits " << amax << ", x bits " << xa);
   }

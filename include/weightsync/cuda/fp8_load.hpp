@@ -5,9 +5,11 @@
 //! @file
 //! Quantize on load on a CUDA stream: Fp8LoadExecutor<cudaStream_t> runs the load planner's
 //! quantize ops (GatherOp::quantize(): a bfloat16 / float32 piece into an FP8 parameter and its
-//! scales; <weightsync/loading/planner.hpp>) with the FP8 kernels (<weightsync/cuda/fp8_quantize.hpp>),
-//! one launch per piece (three for per-tensor scales), in stream order. The kernels write the bits
-//! quantize_fp8_view_host writes, so the host and CUDA paths of a plan agree bit for bit.
+//! scales; <weightsync/loading/planner.hpp>) with the FP8 kernels
+//! (<weightsync/cuda/fp8_quantize.hpp>) in stream order: block-scaled pieces batched, one launch
+//! per kernels::kFp8MaxBatch of them; per-channel pieces one launch each, per-tensor three. The
+//! kernels write the bits quantize_fp8_view_host writes, so the host and CUDA paths of a plan agree
+//! bit for bit.
 
 #include "weightsync/config.hpp"
 #if !WEIGHTSYNC_HAS_CUDA
@@ -18,6 +20,7 @@
 
 #include <cstddef>
 #include <span>
+#include <vector>
 
 #include "weightsync/cuda/fp8_quantize.hpp"
 #include "weightsync/detail/format.hpp"
@@ -35,10 +38,14 @@ struct Fp8LoadExecutor<cudaStream_t> {
                   cudaStream_t s) {
     if (srcs.size() != ops.size())
       throw config_error("srcs", detail::cat(srcs.size(), " sources for ", ops.size(), " ops"));
+    views_.clear();
     for (std::size_t i = 0; i < ops.size(); ++i)
-      quantize_fp8_view(detail::fp8_load_view(ops[i], srcs[i]), s,
-                        detail::cat("quantize on load of tensor #", ops[i].tensor));
+      views_.push_back(detail::fp8_load_view(ops[i], srcs[i]));
+    quantize_fp8_views(views_, s, "quantize on load");
   }
+
+ private:
+  static inline thread_local std::vector<kernels::Fp8Params> views_;
 };
 
 }  // namespace weightsync

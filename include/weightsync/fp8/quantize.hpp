@@ -243,7 +243,8 @@ inline void quantize_fp8_view_host(const kernels::Fp8Params& p) {
   const bool bf16 = p.src_type == kernels::kFp8SrcBfloat16;
   const auto at = [&](std::int64_t d, std::int64_t c) {
     return detail::fp8_load_bits(
-        src, bf16, static_cast<std::size_t>(detail::fp8_view_src_row(p, d) * p.src_cols + p.col0 + c));
+        src, bf16,
+        static_cast<std::size_t>(detail::fp8_view_src_row(p, d) * p.src_cols + p.col0 + c));
   };
   const auto convert = [&](std::int64_t d0, std::int64_t d1, std::int64_t c0, std::int64_t c1,
                            float scale) {
@@ -266,9 +267,9 @@ inline void quantize_fp8_view_host(const kernels::Fp8Params& p) {
     case kernels::kFp8PerChannel:
       for (std::int64_t d = 0; d < p.rows; ++d) {
         // the whole source row: a column shard keeps its row's checkpoint scale
-        const std::byte* row = src + static_cast<std::size_t>(detail::fp8_view_src_row(p, d) *
-                                                               p.src_cols) *
-                                         (bf16 ? 2 : 4);
+        const std::byte* row =
+            src +
+            static_cast<std::size_t>(detail::fp8_view_src_row(p, d) * p.src_cols) * (bf16 ? 2 : 4);
         std::uint32_t amax = 0;
         for (std::int64_t c = 0; c < p.src_cols; ++c)
           amax = std::max(amax, detail::fp8_abs_bits(

@@ -50,8 +50,8 @@
 #include <vector>
 
 #include "weightsync/chunk_plan.hpp"
-#include "weightsync/detail/pipeline/plan.hpp"
 #include "weightsync/detail/format.hpp"
+#include "weightsync/detail/pipeline/plan.hpp"
 #include "weightsync/engine/backend.hpp"
 #include "weightsync/error.hpp"
 #include "weightsync/fp8/quantize.hpp"
@@ -171,7 +171,8 @@ class Fp8Source {
     opt_.buffer_size_bytes = opt.buffer_size_bytes;
     opt_.num_buffers = opt.num_buffers;
     const detail::TransferPlan plan(out_, opt);
-    const bool direct = std::any_of(plan.direct.begin(), plan.direct.end(), [](char d) { return d != 0; });
+    const bool direct =
+        std::any_of(plan.direct.begin(), plan.direct.end(), [](char d) { return d != 0; });
     if (direct || plan.total_bytes <= kRingMinBytes) {  // sent another way: the arenas
       plan_arenas();
       slot_mode_ = false;
@@ -261,7 +262,8 @@ class Fp8Source {
     if (!slot || slot_bytes_() < ring_need_)
       throw state_error(detail::cat("Fp8Source: the workspace's ring (", slot_bytes_(),
                                     "-byte slots) is not the one of this transfer's plan (",
-                                    ring_need_, " bytes); pass the producer's workspace and "
+                                    ring_need_,
+                                    " bytes); pass the producer's workspace and "
                                     "options to iterate()"));
     return slot + offset_[i];
   }
@@ -309,11 +311,11 @@ class Fp8Source {
       return true;
     }
     if (!same)
-      throw config_error(src_metas_[si].name,
-                         detail::cat("the source yields ", m.name, " ", dtype_name(m.dtype), " ",
-                                     detail::shape_string(m.shape), " where ",
-                                     dtype_name(src_metas_[si].dtype), " ",
-                                     detail::shape_string(src_metas_[si].shape), " was declared"));
+      throw config_error(
+          src_metas_[si].name,
+          detail::cat("the source yields ", m.name, " ", dtype_name(m.dtype), " ",
+                      detail::shape_string(m.shape), " where ", dtype_name(src_metas_[si].dtype),
+                      " ", detail::shape_string(src_metas_[si].shape), " was declared"));
     std::byte* w = ring_place(wi);
     const bool with = chunk_of_[wi + 1] == chunk_of_[wi];
     ring_scale_at_ = with ? ring_place(wi + 1) : nullptr;

@@ -157,8 +157,7 @@ inline kernels::Fp8Params fp8_load_view(const GatherOp& op, const void* src) noe
   p.scales = op.scales;
   p.rows = op.rows;
   p.cols = op.cols;
-  p.src_type =
-      op.src_dtype == DType::bfloat16 ? kernels::kFp8SrcBfloat16 : kernels::kFp8SrcFloat32;
+  p.src_type = op.src_dtype == DType::bfloat16 ? kernels::kFp8SrcBfloat16 : kernels::kFp8SrcFloat32;
   p.mode = static_cast<std::uint32_t>(op.scaling);
   p.src_rows = op.src_rows;
   p.src_cols = op.src_cols;
@@ -360,7 +359,8 @@ class LoadPlan {
     for (std::size_t d = 0; d < derived_.size(); ++d) {
       if (fired_[d] || derived_sources_[d].empty()) continue;
       bool complete = true;
-      for (const std::size_t prm : derived_sources_[d]) complete = complete && done_[prm] == writers_[prm];
+      for (const std::size_t prm : derived_sources_[d])
+        complete = complete && done_[prm] == writers_[prm];
       if (!complete) continue;
       fired_[d] = 1;
       derived_[d].rebuild(stream);
@@ -405,10 +405,9 @@ inline GatherOp resolve_placement(const TensorMeta& m, const weightsync::Placeme
       m.shape.empty() ? 1 : m.numel() / std::max<std::size_t>(1, static_cast<std::size_t>(R)));
   const bool quantize = prm.dtype == DType::float8_e4m3fn && m.dtype != prm.dtype;
   if (quantize && m.dtype != DType::bfloat16 && m.dtype != DType::float32)
-    throw config_error(f, cat("quantize on load takes bfloat16 or float32, got ",
-                              dtype_name(m.dtype)));
-  if (!quantize && m.dtype != prm.dtype &&
-      !(castable_dtype(m.dtype) && castable_dtype(prm.dtype)))
+    throw config_error(
+        f, cat("quantize on load takes bfloat16 or float32, got ", dtype_name(m.dtype)));
+  if (!quantize && m.dtype != prm.dtype && !(castable_dtype(m.dtype) && castable_dtype(prm.dtype)))
     throw config_error(f, cat("cannot cast ", dtype_name(m.dtype), " to ", dtype_name(prm.dtype)));
   GatherOp op;
   op.src_dtype = m.dtype;
@@ -465,9 +464,8 @@ inline GatherOp resolve_placement(const TensorMeta& m, const weightsync::Placeme
 inline Fp8Scaling received_scale_layout(const TensorMeta& w, const TensorMeta& s) {
   const std::string f = "tensor '" + s.name + "'";
   if (s.dtype != DType::float32)
-    throw config_error(f + ".dtype",
-                       cat("the scales of FP8 tensor '", w.name, "' must be float32, got ",
-                           dtype_name(s.dtype)));
+    throw config_error(f + ".dtype", cat("the scales of FP8 tensor '", w.name,
+                                         "' must be float32, got ", dtype_name(s.dtype)));
   const std::int64_t R = w.shape.empty() ? 1 : w.shape[0];
   const auto C = static_cast<std::int64_t>(
       w.shape.empty() ? 1 : w.numel() / std::max<std::size_t>(1, static_cast<std::size_t>(R)));
@@ -478,8 +476,8 @@ inline Fp8Scaling received_scale_layout(const TensorMeta& w, const TensorMeta& s
   if (s.shape == V{R, 1} || s.shape == V{R}) return Fp8Scaling::per_channel;
   if (s.shape.empty() || s.shape == V{1}) return Fp8Scaling::per_tensor;
   throw config_error(f + ".shape",
-                     cat(shape_string(s.shape), " is no scale layout of FP8 tensor '", w.name,
-                         "' ", shape_string(w.shape), " (block 128x128 [", (R + B - 1) / B, ", ",
+                     cat(shape_string(s.shape), " is no scale layout of FP8 tensor '", w.name, "' ",
+                         shape_string(w.shape), " (block 128x128 [", (R + B - 1) / B, ", ",
                          (C + B - 1) / B, "], per-channel [", R, ", 1], per-tensor [])"));
 }
 
@@ -491,18 +489,20 @@ inline void check_fp8_blocks(const std::string& f, const GatherOp& op, const Pla
     return begin % B == 0 && (len % B == 0 || begin + len == extent);
   };
   if (!ends_ok(op.row0, op.rows, at.src_rows))
-    throw config_error(f, cat("its rows [", op.row0, ", ", op.row0 + op.rows, ") of ",
-                              at.src_rows, " (a tensor-parallel shard) cut a 128x128 FP8 block: "
+    throw config_error(f, cat("its rows [", op.row0, ", ", op.row0 + op.rows, ") of ", at.src_rows,
+                              " (a tensor-parallel shard) cut a 128x128 FP8 block: "
                               "block scales need shards on 128-row boundaries; refused"));
   if (!ends_ok(op.col0, op.cols, at.src_cols))
-    throw config_error(f, cat("its columns [", op.col0, ", ", op.col0 + op.cols, ") of ",
-                              at.src_cols, " (a tensor-parallel shard) cut a 128x128 FP8 block: "
-                              "block scales need shards on 128-column boundaries; refused"));
+    throw config_error(f,
+                       cat("its columns [", op.col0, ", ", op.col0 + op.cols, ") of ", at.src_cols,
+                           " (a tensor-parallel shard) cut a 128x128 FP8 block: "
+                           "block scales need shards on 128-column boundaries; refused"));
   if (!ends_ok(at.dst_row, op.rows, at.rows_p))
-    throw config_error(f, cat("it lands at rows [", at.dst_row, ", ", at.dst_row + op.rows,
-                              ") of ", at.rows_p, ", which cut a 128x128 FP8 block that another "
-                              "fused piece shares: block scales need pieces on 128-row "
-                              "boundaries; refused"));
+    throw config_error(
+        f, cat("it lands at rows [", at.dst_row, ", ", at.dst_row + op.rows, ") of ", at.rows_p,
+               ", which cut a 128x128 FP8 block that another "
+               "fused piece shares: block scales need pieces on 128-row "
+               "boundaries; refused"));
 }
 
 //! The scale parameter of FP8 parameter `prm` for layout `s` (named fp8_scale_name(prm.name, s)),
@@ -526,7 +526,7 @@ inline std::size_t fp8_scale_param(const std::string& f, const ParamInfo& prm,
                        cat("FP8 scales are float32, got ", dtype_name(sp.dtype)));
   constexpr std::int64_t B = kernels::kFp8Block;
   stride = (at.cols_p + B - 1) / B;
-  per_expert = fp8_block_scaling(s)          ? (at.rows_p + B - 1) / B * stride
+  per_expert = fp8_block_scaling(s)           ? (at.rows_p + B - 1) / B * stride
                : s == Fp8Scaling::per_channel ? at.rows_p
                                               : 1;
   const std::int64_t slices = at.expert >= 0 ? prm.shape[0] : 1;
@@ -540,8 +540,8 @@ inline std::size_t fp8_scale_param(const std::string& f, const ParamInfo& prm,
 }
 
 //! The first scale of piece `op` in its scale parameter (element index), for layout `s`.
-inline std::int64_t fp8_scale_offset(const PlacedRegion& at, Fp8Scaling s,
-                                     std::int64_t per_expert, std::int64_t stride) {
+inline std::int64_t fp8_scale_offset(const PlacedRegion& at, Fp8Scaling s, std::int64_t per_expert,
+                                     std::int64_t stride) {
   const std::int64_t base = at.expert >= 0 ? at.expert * per_expert : 0;
   if (fp8_block_scaling(s)) return base + at.dst_row / kernels::kFp8Block * stride;
   return base + (s == Fp8Scaling::per_channel ? at.dst_row : 0);
@@ -559,8 +559,8 @@ inline std::int64_t fp8_scale_count(const GatherOp& op, Fp8Scaling s, std::int64
 inline void check_fp8_whole(const std::string& f, const GatherOp& op, const PlacedRegion& at) {
   if (op.rows != at.rows_p)
     throw config_error(f, cat("a per-tensor FP8 scale needs the whole parameter from one tensor, "
-                              "but this piece writes rows [", at.dst_row, ", ",
-                              at.dst_row + op.rows, ") of ", at.rows_p,
+                              "but this piece writes rows [",
+                              at.dst_row, ", ", at.dst_row + op.rows, ") of ", at.rows_p,
                               " (a fused parameter); refused: use block or per-channel scales"));
 }
 
@@ -644,13 +644,13 @@ inline LoadPlan plan_loading(std::span<const TensorMeta> metas, std::span<const 
       if (fp8_block_scaling(s)) {
         if (m.shape.size() != 2)
           throw config_error(f, detail::cat(fp8_scaling_name(s), " scales need a 2-D weight, got ",
-                                    detail::shape_string(m.shape)));
+                                            detail::shape_string(m.shape)));
         detail::check_fp8_blocks(f, op, where[i]);
       }
       if (s == Fp8Scaling::per_tensor) detail::check_fp8_whole(f, op, where[i]);
       std::int64_t per = 0, stride = 0;
-      const std::size_t sp = detail::fp8_scale_param(f, prm, where[i], s, params, by_name, true,
-                                                     per, stride);
+      const std::size_t sp =
+          detail::fp8_scale_param(f, prm, where[i], s, params, by_name, true, per, stride);
       const std::int64_t off = detail::fp8_scale_offset(where[i], s, per, stride);
       op.scaling = s;
       op.scale_stride = stride;
@@ -674,8 +674,8 @@ inline LoadPlan plan_loading(std::span<const TensorMeta> metas, std::span<const 
     const std::string f = "tensor '" + metas[w].name + "' -> '" + prm.name + "'";
     if (prm.dtype != DType::float8_e4m3fn)
       throw config_error(f, detail::cat("an FP8 tensor with scales ('", sm.name,
-                                "') needs a float8_e4m3fn parameter, got ", dtype_name(prm.dtype),
-                                " (it is never dequantized)"));
+                                        "') needs a float8_e4m3fn parameter, got ",
+                                        dtype_name(prm.dtype), " (it is never dequantized)"));
     GatherOp op;
     op.tensor = si;
     op.src_dtype = sm.dtype;
@@ -687,10 +687,11 @@ inline LoadPlan plan_loading(std::span<const TensorMeta> metas, std::span<const 
     if (fp8_block_scaling(s)) {
       detail::check_fp8_blocks(f, wop, at);
       if (wop.head_rows && B % wop.head_rows != 0)
-        throw config_error(f, detail::cat("a rotary permute of ", wop.head_rows,
-                                  " rows per head moves rows between 128-row blocks of an FP8 "
-                                  "tensor: its block scales cannot follow without dequantizing; "
-                                  "refused"));
+        throw config_error(
+            f, detail::cat("a rotary permute of ", wop.head_rows,
+                           " rows per head moves rows between 128-row blocks of an FP8 "
+                           "tensor: its block scales cannot follow without dequantizing; "
+                           "refused"));
       op.src_cols = sm.shape[1];
       op.rows = (wop.rows + B - 1) / B;
       op.cols = stride;
@@ -737,8 +738,7 @@ inline LoadPlan plan_loading(std::span<const TensorMeta> metas, std::span<const 
   for (const auto& w : plan.writes_)
     for (const std::size_t prm : w) ++plan.writers_[prm];
   for (const DerivedCopy& d : opt.derived) {
-    if (!d.rebuild)
-      throw config_error("derived copy '" + d.name + "'", "has no rebuild hook");
+    if (!d.rebuild) throw config_error("derived copy '" + d.name + "'", "has no rebuild hook");
     std::vector<std::size_t> src;
     for (const auto& n : d.sources) {
       auto it = by_name.find(n);

@@ -8,6 +8,8 @@ inline constexpr const char kFp8QuantizePtx[] = R"WSPTX(
 .target sm_89
 .address_size 64
 	// .globl	ws_fp8_block_bf16
+.shared .align 4 .b8 _ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red[32];
+.shared .align 4 .b8 _ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red[32];
 .visible .entry ws_fp8_block_bf16(
 	.param .align 8 .b8 ws_fp8_block_bf16_param_0[96]
 )
@@ -19,8 +21,6 @@ inline constexpr const char kFp8QuantizePtx[] = R"WSPTX(
 	.reg .f32 	%f<696>;
 	.reg .b32 	%r<1424>;
 	.reg .b64 	%rd<934>;
-	// demoted variable
-	.shared .align 4 .b8 _ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red[32];
 	mov.b64 	%rd253, ws_fp8_block_bf16_param_0;
 	mov.u32 	%r134, %ctaid.y;
 	cvt.u64.u32 	%rd254, %r134;
@@ -63,7 +63,7 @@ $L__BB0_4:
 	mov.u32 	%r1420, %tid.x;
 	shr.u32 	%r136, %r1420, 3;
 	and.b32  	%r137, %r136, 536870908;
-	mov.u32 	%r138, _ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red;
+	mov.u32 	%r138, _ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red;
 	add.s32 	%r3, %r138, %r137;
 	@%p260 bra 	$L__BB0_128;
 	bra.uni 	$L__BB0_5;
@@ -950,20 +950,20 @@ $L__BB0_85:
 	st.shared.u32 	[%r445], %r84;
 $L__BB0_87:
 	bar.sync 	0;
-	ld.shared.u32 	%r447, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red+4];
-	ld.shared.u32 	%r448, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red];
+	ld.shared.u32 	%r447, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+4];
+	ld.shared.u32 	%r448, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red];
 	max.u32 	%r449, %r448, %r447;
-	ld.shared.u32 	%r450, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red+8];
+	ld.shared.u32 	%r450, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+8];
 	max.u32 	%r451, %r449, %r450;
-	ld.shared.u32 	%r452, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red+12];
+	ld.shared.u32 	%r452, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+12];
 	max.u32 	%r453, %r451, %r452;
-	ld.shared.u32 	%r454, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red+16];
+	ld.shared.u32 	%r454, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+16];
 	max.u32 	%r455, %r453, %r454;
-	ld.shared.u32 	%r456, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red+20];
+	ld.shared.u32 	%r456, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+20];
 	max.u32 	%r457, %r455, %r456;
-	ld.shared.u32 	%r458, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red+24];
+	ld.shared.u32 	%r458, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+24];
 	max.u32 	%r459, %r457, %r458;
-	ld.shared.u32 	%r460, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red+28];
+	ld.shared.u32 	%r460, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+28];
 	max.u32 	%r85, %r459, %r460;
 	bar.sync 	0;
 	setp.gt.u32 	%p59, %r85, 2139095040;
@@ -2775,20 +2775,20 @@ $L__BB0_172:
 	st.shared.u32 	[%r3], %r115;
 $L__BB0_174:
 	bar.sync 	0;
-	ld.shared.u32 	%r1305, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red+4];
-	ld.shared.u32 	%r1306, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red];
+	ld.shared.u32 	%r1305, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+4];
+	ld.shared.u32 	%r1306, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red];
 	max.u32 	%r1307, %r1306, %r1305;
-	ld.shared.u32 	%r1308, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red+8];
+	ld.shared.u32 	%r1308, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+8];
 	max.u32 	%r1309, %r1307, %r1308;
-	ld.shared.u32 	%r1310, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red+12];
+	ld.shared.u32 	%r1310, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+12];
 	max.u32 	%r1311, %r1309, %r1310;
-	ld.shared.u32 	%r1312, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red+16];
+	ld.shared.u32 	%r1312, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+16];
 	max.u32 	%r1313, %r1311, %r1312;
-	ld.shared.u32 	%r1314, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red+20];
+	ld.shared.u32 	%r1314, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+20];
 	max.u32 	%r1315, %r1313, %r1314;
-	ld.shared.u32 	%r1316, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red+24];
+	ld.shared.u32 	%r1316, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+24];
 	max.u32 	%r1317, %r1315, %r1316;
-	ld.shared.u32 	%r1318, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red+28];
+	ld.shared.u32 	%r1318, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+28];
 	max.u32 	%r116, %r1317, %r1318;
 	bar.sync 	0;
 	setp.gt.u32 	%p215, %r116, 2139095040;
@@ -3121,8 +3121,6 @@ $L__BB0_227:
 	.reg .f32 	%f<787>;
 	.reg .b32 	%r<1551>;
 	.reg .b64 	%rd<1647>;
-	// demoted variable
-	.shared .align 4 .b8 _ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red[32];
 	mov.b64 	%rd388, ws_fp8_block_f32_param_0;
 	mov.u32 	%r94, %ctaid.y;
 	cvt.u64.u32 	%rd389, %r94;
@@ -3165,7 +3163,7 @@ $L__BB1_4:
 	mov.u32 	%r1547, %tid.x;
 	shr.u32 	%r96, %r1547, 3;
 	and.b32  	%r97, %r96, 536870908;
-	mov.u32 	%r98, _ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red;
+	mov.u32 	%r98, _ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red;
 	add.s32 	%r3, %r98, %r97;
 	@%p337 bra 	$L__BB1_240;
 	bra.uni 	$L__BB1_5;
@@ -4591,7 +4589,7 @@ $L__BB1_165:
 	and.b32  	%r432, %r1502, 31;
 	setp.ne.s32 	%p105, %r432, 0;
 	@%p105 bra 	$L__BB1_167;
-	mov.u32 	%r1508, _ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red;
+	mov.u32 	%r1508, _ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red;
 	mov.u32 	%r1507, %tid.x;
 	shr.u32 	%r434, %r1507, 3;
 	and.b32  	%r435, %r434, 536870908;
@@ -4599,20 +4597,20 @@ $L__BB1_165:
 	st.shared.u32 	[%r437], %r44;
 $L__BB1_167:
 	bar.sync 	0;
-	ld.shared.u32 	%r439, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red+4];
-	ld.shared.u32 	%r440, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red];
+	ld.shared.u32 	%r439, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+4];
+	ld.shared.u32 	%r440, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red];
 	max.u32 	%r441, %r440, %r439;
-	ld.shared.u32 	%r442, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red+8];
+	ld.shared.u32 	%r442, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+8];
 	max.u32 	%r443, %r441, %r442;
-	ld.shared.u32 	%r444, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red+12];
+	ld.shared.u32 	%r444, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+12];
 	max.u32 	%r445, %r443, %r444;
-	ld.shared.u32 	%r446, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red+16];
+	ld.shared.u32 	%r446, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+16];
 	max.u32 	%r447, %r445, %r446;
-	ld.shared.u32 	%r448, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red+20];
+	ld.shared.u32 	%r448, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+20];
 	max.u32 	%r449, %r447, %r448;
-	ld.shared.u32 	%r450, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red+24];
+	ld.shared.u32 	%r450, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+24];
 	max.u32 	%r451, %r449, %r450;
-	ld.shared.u32 	%r452, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red+28];
+	ld.shared.u32 	%r452, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+28];
 	max.u32 	%r45, %r451, %r452;
 	bar.sync 	0;
 	setp.gt.u32 	%p106, %r45, 2139095040;
@@ -6462,20 +6460,20 @@ $L__BB1_284:
 	st.shared.u32 	[%r3], %r75;
 $L__BB1_286:
 	bar.sync 	0;
-	ld.shared.u32 	%r1430, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red+4];
-	ld.shared.u32 	%r1431, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red];
+	ld.shared.u32 	%r1430, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+4];
+	ld.shared.u32 	%r1431, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red];
 	max.u32 	%r1432, %r1431, %r1430;
-	ld.shared.u32 	%r1433, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red+8];
+	ld.shared.u32 	%r1433, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+8];
 	max.u32 	%r1434, %r1432, %r1433;
-	ld.shared.u32 	%r1435, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red+12];
+	ld.shared.u32 	%r1435, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+12];
 	max.u32 	%r1436, %r1434, %r1435;
-	ld.shared.u32 	%r1437, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red+16];
+	ld.shared.u32 	%r1437, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+16];
 	max.u32 	%r1438, %r1436, %r1437;
-	ld.shared.u32 	%r1439, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red+20];
+	ld.shared.u32 	%r1439, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+20];
 	max.u32 	%r1440, %r1438, %r1439;
-	ld.shared.u32 	%r1441, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red+24];
+	ld.shared.u32 	%r1441, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+24];
 	max.u32 	%r1442, %r1440, %r1441;
-	ld.shared.u32 	%r1443, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red+28];
+	ld.shared.u32 	%r1443, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+28];
 	max.u32 	%r76, %r1442, %r1443;
 	bar.sync 	0;
 	setp.gt.u32 	%p301, %r76, 2139095040;
@@ -6791,6 +6789,6997 @@ $L__BB1_338:
 $L__BB1_339:
 	ret;
 }
+	// .globl	ws_fp8_block_batch_bf16
+.visible .entry ws_fp8_block_batch_bf16(
+	.param .align 8 .b8 ws_fp8_block_batch_bf16_param_0[26640]
+)
+.maxntid 256, 1, 1
+.minnctapersm 4
+{
+	.reg .pred 	%p<242>;
+	.reg .b16 	%rs<91>;
+	.reg .f32 	%f<696>;
+	.reg .b32 	%r<1273>;
+	.reg .b64 	%rd<771>;
+	mov.b64 	%rd267, ws_fp8_block_batch_bf16_param_0;
+	mov.u32 	%r141, %ctaid.x;
+	cvt.u64.u32 	%rd711, %r141;
+	ld.param.u64 	%rd3, [ws_fp8_block_batch_bf16_param_0];
+	setp.le.u64 	%p1, %rd3, %rd711;
+	@%p1 bra 	$L__BB2_268;
+$L__BB2_1:
+	ld.param.u32 	%r1206, [%rd267+8];
+	setp.eq.s32 	%p2, %r1206, 1;
+	mov.u32 	%r1213, 0;
+	@%p2 bra 	$L__BB2_4;
+	ld.param.u32 	%r1208, [%rd267+8];
+	add.s32 	%r1211, %r1208, -1;
+	mov.u32 	%r1213, 0;
+$L__BB2_3:
+	add.s32 	%r144, %r1211, %r1213;
+	shr.u32 	%r145, %r144, 1;
+	mul.wide.u32 	%rd268, %r145, 8;
+	add.s64 	%rd269, %rd267, %rd268;
+	ld.param.u64 	%rd270, [%rd269+16];
+	setp.gt.u64 	%p3, %rd270, %rd711;
+	add.s32 	%r146, %r145, 1;
+	selp.b32 	%r1213, %r1213, %r146, %p3;
+	selp.b32 	%r1211, %r145, %r1211, %p3;
+	setp.lt.u32 	%p4, %r1213, %r1211;
+	@%p4 bra 	$L__BB2_3;
+$L__BB2_4:
+	cvt.u64.u32 	%rd6, %r1213;
+	setp.eq.s32 	%p5, %r1213, 0;
+	mov.u64 	%rd712, 0;
+	@%p5 bra 	$L__BB2_6;
+	cvt.u32.u64 	%r147, %rd6;
+	add.s32 	%r148, %r147, -1;
+	mul.wide.u32 	%rd273, %r148, 8;
+	add.s64 	%rd274, %rd267, %rd273;
+	ld.param.u64 	%rd712, [%rd274+16];
+$L__BB2_6:
+	mul.lo.s64 	%rd276, %rd6, 96;
+	add.s64 	%rd277, %rd267, %rd276;
+	add.s64 	%rd9, %rd277, 2096;
+	ld.param.u64 	%rd278, [%rd277+2096];
+	add.s64 	%rd279, %rd278, 127;
+	shr.u64 	%rd10, %rd279, 7;
+	sub.s64 	%rd11, %rd711, %rd712;
+	or.b64  	%rd280, %rd11, %rd10;
+	and.b64  	%rd281, %rd280, -4294967296;
+	setp.eq.s64 	%p6, %rd281, 0;
+	@%p6 bra 	$L__BB2_8;
+	div.u64 	%rd713, %rd11, %rd10;
+	mul.lo.s64 	%rd282, %rd713, %rd10;
+	sub.s64 	%rd714, %rd11, %rd282;
+	bra.uni 	$L__BB2_9;
+$L__BB2_8:
+	cvt.u32.u64 	%r149, %rd10;
+	cvt.u32.u64 	%r150, %rd11;
+	div.u32 	%r151, %r150, %r149;
+	mul.lo.s32 	%r152, %r151, %r149;
+	sub.s32 	%r153, %r150, %r152;
+	cvt.u64.u32 	%rd713, %r151;
+	cvt.u64.u32 	%rd714, %r153;
+$L__BB2_9:
+	and.b64  	%rd283, %rd713, 4294967295;
+	shl.b64 	%rd284, %rd713, 7;
+	and.b64  	%rd18, %rd284, 549755813760;
+	and.b64  	%rd285, %rd714, 4294967295;
+	shl.b64 	%rd286, %rd714, 7;
+	and.b64  	%rd19, %rd286, 549755813760;
+	ld.param.u64 	%rd20, [%rd9+-32];
+	cvta.to.global.u64 	%rd21, %rd20;
+	ld.param.u64 	%rd287, [%rd9+-24];
+	cvta.to.global.u64 	%rd22, %rd287;
+	ld.param.u64 	%rd288, [%rd9+-16];
+	cvta.to.global.u64 	%rd289, %rd288;
+	ld.param.u64 	%rd290, [%rd9+56];
+	mul.lo.s64 	%rd291, %rd290, %rd283;
+	add.s64 	%rd292, %rd291, %rd285;
+	shl.b64 	%rd293, %rd292, 2;
+	add.s64 	%rd23, %rd289, %rd293;
+	ld.param.u8 	%rs6, [%rd9+24];
+	and.b16  	%rs7, %rs6, 7;
+	setp.ne.s16 	%p7, %rs7, 0;
+	mov.u16 	%rs90, 0;
+	mov.u16 	%rs89, %rs90;
+	@%p7 bra 	$L__BB2_11;
+	ld.param.u8 	%rs8, [%rd9+-32];
+	and.b16  	%rs9, %rs8, 15;
+	setp.eq.s16 	%p8, %rs9, 0;
+	selp.u16 	%rs89, 1, 0, %p8;
+$L__BB2_11:
+	setp.eq.s16 	%p9, %rs89, 0;
+	@%p9 bra 	$L__BB2_15;
+	ld.param.u8 	%rs12, [%rd9+40];
+	and.b16  	%rs13, %rs12, 7;
+	setp.ne.s16 	%p10, %rs13, 0;
+	@%p10 bra 	$L__BB2_15;
+	ld.param.u8 	%rs15, [%rd9];
+	and.b16  	%rs16, %rs15, 7;
+	setp.ne.s16 	%p11, %rs16, 0;
+	@%p11 bra 	$L__BB2_15;
+	ld.param.u8 	%rs17, [%rd9+-24];
+	and.b16  	%rs18, %rs17, 7;
+	setp.eq.s16 	%p12, %rs18, 0;
+	selp.u16 	%rs90, 1, 0, %p12;
+$L__BB2_15:
+	setp.eq.s16 	%p13, %rs90, 0;
+	@%p13 bra 	$L__BB2_163;
+	mov.u32 	%r156, %tid.x;
+	shl.b32 	%r157, %r156, 3;
+	and.b32  	%r158, %r157, 120;
+	cvt.u64.u32 	%rd294, %r158;
+	add.s64 	%rd25, %rd19, %rd294;
+	shr.u32 	%r159, %r156, 4;
+	cvt.u64.u32 	%rd295, %r159;
+	add.s64 	%rd26, %rd18, %rd295;
+	ld.param.u64 	%rd296, [%rd9+-8];
+	setp.ge.s64 	%p14, %rd26, %rd296;
+	mov.u32 	%r1223, 0;
+	@%p14 bra 	$L__BB2_27;
+	ld.param.u64 	%rd297, [%rd9];
+	setp.ge.s64 	%p15, %rd25, %rd297;
+	@%p15 bra 	$L__BB2_27;
+	ld.param.u64 	%rd298, [%rd9+32];
+	add.s64 	%rd718, %rd298, %rd26;
+	ld.param.u64 	%rd28, [%rd9+48];
+	setp.eq.s64 	%p16, %rd28, 0;
+	@%p16 bra 	$L__BB2_26;
+	or.b64  	%rd299, %rd718, %rd28;
+	and.b64  	%rd300, %rd299, -4294967296;
+	setp.eq.s64 	%p17, %rd300, 0;
+	@%p17 bra 	$L__BB2_21;
+	rem.s64 	%rd715, %rd718, %rd28;
+	bra.uni 	$L__BB2_22;
+$L__BB2_163:
+	mov.u32 	%r1270, %tid.x;
+	setp.gt.u32 	%p161, %r1270, 16383;
+	mov.u32 	%r1261, 0;
+	@%p161 bra 	$L__BB2_210;
+	mov.u32 	%r1263, %tid.x;
+	mov.u32 	%r1065, 16383;
+	sub.s32 	%r1066, %r1065, %r1263;
+	shr.u32 	%r1067, %r1066, 8;
+	setp.eq.s32 	%p162, %r1067, 0;
+	mov.u32 	%r1261, 0;
+	ld.param.u64 	%rd164, [%rd9+-8];
+	@%p162 bra 	$L__BB2_195;
+	mov.u32 	%r1263, %tid.x;
+	and.b32  	%r1069, %r1263, 127;
+	cvt.u64.u32 	%rd522, %r1069;
+	add.s64 	%rd165, %rd19, %rd522;
+	sub.s32 	%r1071, %r1065, %r1263;
+	shr.u32 	%r1072, %r1071, 8;
+	add.s32 	%r1073, %r1072, 1;
+	and.b32  	%r1074, %r1073, 1;
+	sub.s32 	%r1257, %r1073, %r1074;
+	mov.u32 	%r1261, 0;
+$L__BB2_166:
+	shr.u32 	%r1075, %r1263, 7;
+	cvt.u64.u32 	%rd523, %r1075;
+	add.s64 	%rd166, %rd18, %rd523;
+	setp.ge.s64 	%p163, %rd166, %rd164;
+	@%p163 bra 	$L__BB2_180;
+	ld.param.u64 	%rd524, [%rd9];
+	setp.ge.s64 	%p164, %rd165, %rd524;
+	@%p164 bra 	$L__BB2_180;
+	ld.param.u64 	%rd525, [%rd9+32];
+	add.s64 	%rd750, %rd525, %rd166;
+	ld.param.u64 	%rd168, [%rd9+48];
+	setp.eq.s64 	%p165, %rd168, 0;
+	@%p165 bra 	$L__BB2_176;
+	or.b64  	%rd526, %rd750, %rd168;
+	and.b64  	%rd527, %rd526, -4294967296;
+	setp.eq.s64 	%p166, %rd527, 0;
+	@%p166 bra 	$L__BB2_171;
+	rem.s64 	%rd747, %rd750, %rd168;
+	bra.uni 	$L__BB2_172;
+$L__BB2_171:
+	cvt.u32.u64 	%r1076, %rd168;
+	cvt.u32.u64 	%r1077, %rd750;
+	rem.u32 	%r1078, %r1077, %r1076;
+	cvt.u64.u32 	%rd747, %r1078;
+$L__BB2_172:
+	shr.u64 	%rd528, %rd168, 63;
+	add.s64 	%rd529, %rd168, %rd528;
+	shr.s64 	%rd172, %rd529, 1;
+	or.b64  	%rd530, %rd747, %rd172;
+	and.b64  	%rd531, %rd530, -4294967296;
+	setp.eq.s64 	%p167, %rd531, 0;
+	@%p167 bra 	$L__BB2_174;
+	div.s64 	%rd748, %rd747, %rd172;
+	mul.lo.s64 	%rd532, %rd748, %rd172;
+	sub.s64 	%rd749, %rd747, %rd532;
+	bra.uni 	$L__BB2_175;
+$L__BB2_174:
+	cvt.u32.u64 	%r1079, %rd172;
+	cvt.u32.u64 	%r1080, %rd747;
+	div.u32 	%r1081, %r1080, %r1079;
+	mul.lo.s32 	%r1082, %r1081, %r1079;
+	sub.s32 	%r1083, %r1080, %r1082;
+	cvt.u64.u32 	%rd748, %r1081;
+	cvt.u64.u32 	%rd749, %r1083;
+$L__BB2_175:
+	shl.b64 	%rd533, %rd749, 1;
+	sub.s64 	%rd534, %rd750, %rd747;
+	add.s64 	%rd535, %rd534, %rd533;
+	add.s64 	%rd750, %rd535, %rd748;
+$L__BB2_176:
+	ld.param.u64 	%rd536, [%rd9+24];
+	mul.lo.s64 	%rd537, %rd536, %rd750;
+	ld.param.u64 	%rd538, [%rd9+40];
+	add.s64 	%rd539, %rd538, %rd165;
+	add.s64 	%rd540, %rd539, %rd537;
+	shl.b64 	%rd541, %rd540, 1;
+	add.s64 	%rd181, %rd21, %rd541;
+	add.s64 	%rd542, %rd20, %rd541;
+	and.b64  	%rd543, %rd542, 1;
+	setp.eq.b64 	%p168, %rd543, 1;
+	mov.pred 	%p169, 0;
+	xor.pred  	%p170, %p168, %p169;
+	not.pred 	%p171, %p170;
+	@%p171 bra 	$L__BB2_178;
+	bra.uni 	$L__BB2_177;
+$L__BB2_178:
+	ld.global.u16 	%r1258, [%rd181];
+	bra.uni 	$L__BB2_179;
+$L__BB2_177:
+	ld.global.u8 	%r1084, [%rd181];
+	ld.global.u8 	%r1085, [%rd181+1];
+	prmt.b32 	%r1258, %r1085, %r1084, 30212;
+$L__BB2_179:
+	shl.b32 	%r1086, %r1258, 16;
+	and.b32  	%r1087, %r1086, 2147418112;
+	max.u32 	%r1261, %r1261, %r1087;
+$L__BB2_180:
+	add.s32 	%r1088, %r1263, 256;
+	shr.u32 	%r1089, %r1088, 7;
+	cvt.u64.u32 	%rd544, %r1089;
+	add.s64 	%rd182, %rd18, %rd544;
+	setp.ge.s64 	%p172, %rd182, %rd164;
+	@%p172 bra 	$L__BB2_194;
+	ld.param.u64 	%rd545, [%rd9];
+	setp.ge.s64 	%p173, %rd165, %rd545;
+	@%p173 bra 	$L__BB2_194;
+	ld.param.u64 	%rd546, [%rd9+32];
+	add.s64 	%rd754, %rd546, %rd182;
+	ld.param.u64 	%rd184, [%rd9+48];
+	setp.eq.s64 	%p174, %rd184, 0;
+	@%p174 bra 	$L__BB2_190;
+	or.b64  	%rd547, %rd754, %rd184;
+	and.b64  	%rd548, %rd547, -4294967296;
+	setp.eq.s64 	%p175, %rd548, 0;
+	@%p175 bra 	$L__BB2_185;
+	rem.s64 	%rd751, %rd754, %rd184;
+	bra.uni 	$L__BB2_186;
+$L__BB2_185:
+	cvt.u32.u64 	%r1090, %rd184;
+	cvt.u32.u64 	%r1091, %rd754;
+	rem.u32 	%r1092, %r1091, %r1090;
+	cvt.u64.u32 	%rd751, %r1092;
+$L__BB2_186:
+	shr.u64 	%rd549, %rd184, 63;
+	add.s64 	%rd550, %rd184, %rd549;
+	shr.s64 	%rd188, %rd550, 1;
+	or.b64  	%rd551, %rd751, %rd188;
+	and.b64  	%rd552, %rd551, -4294967296;
+	setp.eq.s64 	%p176, %rd552, 0;
+	@%p176 bra 	$L__BB2_188;
+	div.s64 	%rd752, %rd751, %rd188;
+	mul.lo.s64 	%rd553, %rd752, %rd188;
+	sub.s64 	%rd753, %rd751, %rd553;
+	bra.uni 	$L__BB2_189;
+$L__BB2_188:
+	cvt.u32.u64 	%r1093, %rd188;
+	cvt.u32.u64 	%r1094, %rd751;
+	div.u32 	%r1095, %r1094, %r1093;
+	mul.lo.s32 	%r1096, %r1095, %r1093;
+	sub.s32 	%r1097, %r1094, %r1096;
+	cvt.u64.u32 	%rd752, %r1095;
+	cvt.u64.u32 	%rd753, %r1097;
+$L__BB2_189:
+	shl.b64 	%rd554, %rd753, 1;
+	sub.s64 	%rd555, %rd754, %rd751;
+	add.s64 	%rd556, %rd555, %rd554;
+	add.s64 	%rd754, %rd556, %rd752;
+$L__BB2_190:
+	ld.param.u64 	%rd557, [%rd9+24];
+	mul.lo.s64 	%rd558, %rd557, %rd754;
+	ld.param.u64 	%rd559, [%rd9+40];
+	add.s64 	%rd560, %rd559, %rd165;
+	add.s64 	%rd561, %rd560, %rd558;
+	shl.b64 	%rd562, %rd561, 1;
+	add.s64 	%rd197, %rd21, %rd562;
+	add.s64 	%rd563, %rd20, %rd562;
+	and.b64  	%rd564, %rd563, 1;
+	setp.eq.b64 	%p177, %rd564, 1;
+	mov.pred 	%p178, 0;
+	xor.pred  	%p179, %p177, %p178;
+	not.pred 	%p180, %p179;
+	@%p180 bra 	$L__BB2_192;
+	bra.uni 	$L__BB2_191;
+$L__BB2_192:
+	ld.global.u16 	%r1260, [%rd197];
+	bra.uni 	$L__BB2_193;
+$L__BB2_191:
+	ld.global.u8 	%r1098, [%rd197];
+	ld.global.u8 	%r1099, [%rd197+1];
+	prmt.b32 	%r1260, %r1099, %r1098, 30212;
+$L__BB2_193:
+	shl.b32 	%r1100, %r1260, 16;
+	and.b32  	%r1101, %r1100, 2147418112;
+	max.u32 	%r1261, %r1261, %r1101;
+$L__BB2_194:
+	add.s32 	%r1263, %r1263, 512;
+	add.s32 	%r1257, %r1257, -2;
+	setp.ne.s32 	%p181, %r1257, 0;
+	@%p181 bra 	$L__BB2_166;
+$L__BB2_195:
+	add.s32 	%r1106, %r1067, 1;
+	and.b32  	%r1107, %r1106, 1;
+	setp.eq.b32 	%p182, %r1107, 1;
+	mov.pred 	%p183, 0;
+	xor.pred  	%p184, %p182, %p183;
+	not.pred 	%p185, %p184;
+	@%p185 bra 	$L__BB2_210;
+	shr.u32 	%r1108, %r1263, 7;
+	cvt.u64.u32 	%rd565, %r1108;
+	add.s64 	%rd198, %rd18, %rd565;
+	and.b32  	%r1109, %r1263, 127;
+	cvt.u64.u32 	%rd566, %r1109;
+	add.s64 	%rd199, %rd19, %rd566;
+	setp.ge.s64 	%p186, %rd198, %rd164;
+	@%p186 bra 	$L__BB2_210;
+	ld.param.u64 	%rd567, [%rd9];
+	setp.ge.s64 	%p187, %rd199, %rd567;
+	@%p187 bra 	$L__BB2_210;
+	ld.param.u64 	%rd568, [%rd9+32];
+	add.s64 	%rd758, %rd568, %rd198;
+	ld.param.u64 	%rd201, [%rd9+48];
+	setp.eq.s64 	%p188, %rd201, 0;
+	@%p188 bra 	$L__BB2_206;
+	or.b64  	%rd569, %rd758, %rd201;
+	and.b64  	%rd570, %rd569, -4294967296;
+	setp.eq.s64 	%p189, %rd570, 0;
+	@%p189 bra 	$L__BB2_201;
+	rem.s64 	%rd755, %rd758, %rd201;
+	bra.uni 	$L__BB2_202;
+$L__BB2_21:
+	cvt.u32.u64 	%r162, %rd28;
+	cvt.u32.u64 	%r163, %rd718;
+	rem.u32 	%r164, %r163, %r162;
+	cvt.u64.u32 	%rd715, %r164;
+$L__BB2_22:
+	shr.u64 	%rd301, %rd28, 63;
+	add.s64 	%rd302, %rd28, %rd301;
+	shr.s64 	%rd32, %rd302, 1;
+	or.b64  	%rd303, %rd715, %rd32;
+	and.b64  	%rd304, %rd303, -4294967296;
+	setp.eq.s64 	%p18, %rd304, 0;
+	@%p18 bra 	$L__BB2_24;
+	div.s64 	%rd716, %rd715, %rd32;
+	mul.lo.s64 	%rd305, %rd716, %rd32;
+	sub.s64 	%rd717, %rd715, %rd305;
+	bra.uni 	$L__BB2_25;
+$L__BB2_24:
+	cvt.u32.u64 	%r165, %rd32;
+	cvt.u32.u64 	%r166, %rd715;
+	div.u32 	%r167, %r166, %r165;
+	mul.lo.s32 	%r168, %r167, %r165;
+	sub.s32 	%r169, %r166, %r168;
+	cvt.u64.u32 	%rd716, %r167;
+	cvt.u64.u32 	%rd717, %r169;
+$L__BB2_25:
+	shl.b64 	%rd306, %rd717, 1;
+	sub.s64 	%rd307, %rd718, %rd715;
+	add.s64 	%rd308, %rd307, %rd306;
+	add.s64 	%rd718, %rd308, %rd716;
+$L__BB2_26:
+	ld.param.u64 	%rd310, [%rd9+24];
+	mul.lo.s64 	%rd311, %rd310, %rd718;
+	ld.param.u64 	%rd312, [%rd9+40];
+	add.s64 	%rd313, %rd312, %rd25;
+	add.s64 	%rd314, %rd313, %rd311;
+	shl.b64 	%rd315, %rd314, 1;
+	add.s64 	%rd309, %rd20, %rd315;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1217,%r1216,%r1215,%r1214}, [%rd309];
+	// end inline asm
+	and.b32  	%r174, %r1217, 2147450879;
+	and.b32  	%r175, %r1216, 2147450879;
+	and.b32  	%r176, %r1217, 32767;
+	and.b32  	%r177, %r1216, 32767;
+	max.u32 	%r178, %r176, %r177;
+	max.u32 	%r179, %r174, %r175;
+	and.b32  	%r180, %r179, 2147418112;
+	or.b32  	%r181, %r180, %r178;
+	and.b32  	%r182, %r1215, 2147450879;
+	and.b32  	%r183, %r1214, 2147450879;
+	and.b32  	%r184, %r1215, 32767;
+	and.b32  	%r185, %r1214, 32767;
+	max.u32 	%r186, %r184, %r185;
+	max.u32 	%r187, %r182, %r183;
+	and.b32  	%r188, %r187, 2147418112;
+	or.b32  	%r189, %r188, %r186;
+	max.u32 	%r190, %r178, %r186;
+	max.u32 	%r191, %r181, %r189;
+	shr.u32 	%r192, %r191, 16;
+	max.u32 	%r193, %r190, %r192;
+	shl.b32 	%r194, %r193, 16;
+	setp.eq.s32 	%p19, %r193, 0;
+	selp.b32 	%r1223, 0, %r194, %p19;
+$L__BB2_27:
+	ld.param.u64 	%rd316, [%rd9+-8];
+	add.s64 	%rd41, %rd26, 16;
+	setp.ge.s64 	%p20, %rd41, %rd316;
+	@%p20 bra 	$L__BB2_38;
+	ld.param.u64 	%rd317, [%rd9];
+	setp.ge.s64 	%p21, %rd25, %rd317;
+	@%p21 bra 	$L__BB2_38;
+	ld.param.u64 	%rd318, [%rd9+32];
+	add.s64 	%rd722, %rd318, %rd41;
+	ld.param.u64 	%rd43, [%rd9+48];
+	setp.eq.s64 	%p22, %rd43, 0;
+	@%p22 bra 	$L__BB2_37;
+	or.b64  	%rd319, %rd722, %rd43;
+	and.b64  	%rd320, %rd319, -4294967296;
+	setp.eq.s64 	%p23, %rd320, 0;
+	@%p23 bra 	$L__BB2_32;
+	rem.s64 	%rd719, %rd722, %rd43;
+	bra.uni 	$L__BB2_33;
+$L__BB2_32:
+	cvt.u32.u64 	%r197, %rd43;
+	cvt.u32.u64 	%r198, %rd722;
+	rem.u32 	%r199, %r198, %r197;
+	cvt.u64.u32 	%rd719, %r199;
+$L__BB2_33:
+	shr.u64 	%rd321, %rd43, 63;
+	add.s64 	%rd322, %rd43, %rd321;
+	shr.s64 	%rd47, %rd322, 1;
+	or.b64  	%rd323, %rd719, %rd47;
+	and.b64  	%rd324, %rd323, -4294967296;
+	setp.eq.s64 	%p24, %rd324, 0;
+	@%p24 bra 	$L__BB2_35;
+	div.s64 	%rd720, %rd719, %rd47;
+	mul.lo.s64 	%rd325, %rd720, %rd47;
+	sub.s64 	%rd721, %rd719, %rd325;
+	bra.uni 	$L__BB2_36;
+$L__BB2_35:
+	cvt.u32.u64 	%r200, %rd47;
+	cvt.u32.u64 	%r201, %rd719;
+	div.u32 	%r202, %r201, %r200;
+	mul.lo.s32 	%r203, %r202, %r200;
+	sub.s32 	%r204, %r201, %r203;
+	cvt.u64.u32 	%rd720, %r202;
+	cvt.u64.u32 	%rd721, %r204;
+$L__BB2_36:
+	shl.b64 	%rd326, %rd721, 1;
+	sub.s64 	%rd327, %rd722, %rd719;
+	add.s64 	%rd328, %rd327, %rd326;
+	add.s64 	%rd722, %rd328, %rd720;
+$L__BB2_37:
+	ld.param.u64 	%rd330, [%rd9+24];
+	mul.lo.s64 	%rd331, %rd330, %rd722;
+	ld.param.u64 	%rd332, [%rd9+40];
+	add.s64 	%rd333, %rd332, %rd25;
+	add.s64 	%rd334, %rd333, %rd331;
+	shl.b64 	%rd335, %rd334, 1;
+	add.s64 	%rd329, %rd20, %rd335;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1222,%r1221,%r1220,%r1219}, [%rd329];
+	// end inline asm
+	and.b32  	%r209, %r1222, 2147450879;
+	and.b32  	%r210, %r1221, 2147450879;
+	and.b32  	%r211, %r1222, 32767;
+	and.b32  	%r212, %r1221, 32767;
+	max.u32 	%r213, %r211, %r212;
+	max.u32 	%r214, %r209, %r210;
+	and.b32  	%r215, %r214, 2147418112;
+	or.b32  	%r216, %r215, %r213;
+	and.b32  	%r217, %r1220, 2147450879;
+	and.b32  	%r218, %r1219, 2147450879;
+	and.b32  	%r219, %r1220, 32767;
+	and.b32  	%r220, %r1219, 32767;
+	max.u32 	%r221, %r219, %r220;
+	max.u32 	%r222, %r217, %r218;
+	and.b32  	%r223, %r222, 2147418112;
+	or.b32  	%r224, %r223, %r221;
+	max.u32 	%r225, %r213, %r221;
+	max.u32 	%r226, %r216, %r224;
+	shr.u32 	%r227, %r226, 16;
+	max.u32 	%r228, %r225, %r227;
+	shl.b32 	%r229, %r228, 16;
+	max.u32 	%r1223, %r1223, %r229;
+$L__BB2_38:
+	ld.param.u64 	%rd336, [%rd9+-8];
+	add.s64 	%rd56, %rd26, 32;
+	setp.ge.s64 	%p25, %rd56, %rd336;
+	@%p25 bra 	$L__BB2_49;
+	ld.param.u64 	%rd337, [%rd9];
+	setp.ge.s64 	%p26, %rd25, %rd337;
+	@%p26 bra 	$L__BB2_49;
+	add.s64 	%rd671, %rd26, 32;
+	ld.param.u64 	%rd338, [%rd9+32];
+	add.s64 	%rd726, %rd338, %rd671;
+	ld.param.u64 	%rd58, [%rd9+48];
+	setp.eq.s64 	%p27, %rd58, 0;
+	@%p27 bra 	$L__BB2_48;
+	or.b64  	%rd339, %rd726, %rd58;
+	and.b64  	%rd340, %rd339, -4294967296;
+	setp.eq.s64 	%p28, %rd340, 0;
+	@%p28 bra 	$L__BB2_43;
+	rem.s64 	%rd723, %rd726, %rd58;
+	bra.uni 	$L__BB2_44;
+$L__BB2_43:
+	cvt.u32.u64 	%r232, %rd58;
+	cvt.u32.u64 	%r233, %rd726;
+	rem.u32 	%r234, %r233, %r232;
+	cvt.u64.u32 	%rd723, %r234;
+$L__BB2_44:
+	shr.u64 	%rd341, %rd58, 63;
+	add.s64 	%rd342, %rd58, %rd341;
+	shr.s64 	%rd62, %rd342, 1;
+	or.b64  	%rd343, %rd723, %rd62;
+	and.b64  	%rd344, %rd343, -4294967296;
+	setp.eq.s64 	%p29, %rd344, 0;
+	@%p29 bra 	$L__BB2_46;
+	div.s64 	%rd724, %rd723, %rd62;
+	mul.lo.s64 	%rd345, %rd724, %rd62;
+	sub.s64 	%rd725, %rd723, %rd345;
+	bra.uni 	$L__BB2_47;
+$L__BB2_46:
+	cvt.u32.u64 	%r235, %rd62;
+	cvt.u32.u64 	%r236, %rd723;
+	div.u32 	%r237, %r236, %r235;
+	mul.lo.s32 	%r238, %r237, %r235;
+	sub.s32 	%r239, %r236, %r238;
+	cvt.u64.u32 	%rd724, %r237;
+	cvt.u64.u32 	%rd725, %r239;
+$L__BB2_47:
+	shl.b64 	%rd346, %rd725, 1;
+	sub.s64 	%rd347, %rd726, %rd723;
+	add.s64 	%rd348, %rd347, %rd346;
+	add.s64 	%rd726, %rd348, %rd724;
+$L__BB2_48:
+	ld.param.u64 	%rd350, [%rd9+24];
+	mul.lo.s64 	%rd351, %rd350, %rd726;
+	ld.param.u64 	%rd352, [%rd9+40];
+	add.s64 	%rd353, %rd352, %rd25;
+	add.s64 	%rd354, %rd353, %rd351;
+	shl.b64 	%rd355, %rd354, 1;
+	add.s64 	%rd349, %rd20, %rd355;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1227,%r1226,%r1225,%r1224}, [%rd349];
+	// end inline asm
+	and.b32  	%r244, %r1227, 2147450879;
+	and.b32  	%r245, %r1226, 2147450879;
+	and.b32  	%r246, %r1227, 32767;
+	and.b32  	%r247, %r1226, 32767;
+	max.u32 	%r248, %r246, %r247;
+	max.u32 	%r249, %r244, %r245;
+	and.b32  	%r250, %r249, 2147418112;
+	or.b32  	%r251, %r250, %r248;
+	and.b32  	%r252, %r1225, 2147450879;
+	and.b32  	%r253, %r1224, 2147450879;
+	and.b32  	%r254, %r1225, 32767;
+	and.b32  	%r255, %r1224, 32767;
+	max.u32 	%r256, %r254, %r255;
+	max.u32 	%r257, %r252, %r253;
+	and.b32  	%r258, %r257, 2147418112;
+	or.b32  	%r259, %r258, %r256;
+	max.u32 	%r260, %r248, %r256;
+	max.u32 	%r261, %r251, %r259;
+	shr.u32 	%r262, %r261, 16;
+	max.u32 	%r263, %r260, %r262;
+	shl.b32 	%r264, %r263, 16;
+	max.u32 	%r1223, %r1223, %r264;
+$L__BB2_49:
+	ld.param.u64 	%rd356, [%rd9+-8];
+	add.s64 	%rd71, %rd26, 48;
+	setp.ge.s64 	%p30, %rd71, %rd356;
+	@%p30 bra 	$L__BB2_60;
+	ld.param.u64 	%rd357, [%rd9];
+	setp.ge.s64 	%p31, %rd25, %rd357;
+	@%p31 bra 	$L__BB2_60;
+	add.s64 	%rd670, %rd26, 48;
+	ld.param.u64 	%rd358, [%rd9+32];
+	add.s64 	%rd730, %rd358, %rd670;
+	ld.param.u64 	%rd73, [%rd9+48];
+	setp.eq.s64 	%p32, %rd73, 0;
+	@%p32 bra 	$L__BB2_59;
+	or.b64  	%rd359, %rd730, %rd73;
+	and.b64  	%rd360, %rd359, -4294967296;
+	setp.eq.s64 	%p33, %rd360, 0;
+	@%p33 bra 	$L__BB2_54;
+	rem.s64 	%rd727, %rd730, %rd73;
+	bra.uni 	$L__BB2_55;
+$L__BB2_54:
+	cvt.u32.u64 	%r267, %rd73;
+	cvt.u32.u64 	%r268, %rd730;
+	rem.u32 	%r269, %r268, %r267;
+	cvt.u64.u32 	%rd727, %r269;
+$L__BB2_55:
+	shr.u64 	%rd361, %rd73, 63;
+	add.s64 	%rd362, %rd73, %rd361;
+	shr.s64 	%rd77, %rd362, 1;
+	or.b64  	%rd363, %rd727, %rd77;
+	and.b64  	%rd364, %rd363, -4294967296;
+	setp.eq.s64 	%p34, %rd364, 0;
+	@%p34 bra 	$L__BB2_57;
+	div.s64 	%rd728, %rd727, %rd77;
+	mul.lo.s64 	%rd365, %rd728, %rd77;
+	sub.s64 	%rd729, %rd727, %rd365;
+	bra.uni 	$L__BB2_58;
+$L__BB2_57:
+	cvt.u32.u64 	%r270, %rd77;
+	cvt.u32.u64 	%r271, %rd727;
+	div.u32 	%r272, %r271, %r270;
+	mul.lo.s32 	%r273, %r272, %r270;
+	sub.s32 	%r274, %r271, %r273;
+	cvt.u64.u32 	%rd728, %r272;
+	cvt.u64.u32 	%rd729, %r274;
+$L__BB2_58:
+	shl.b64 	%rd366, %rd729, 1;
+	sub.s64 	%rd367, %rd730, %rd727;
+	add.s64 	%rd368, %rd367, %rd366;
+	add.s64 	%rd730, %rd368, %rd728;
+$L__BB2_59:
+	ld.param.u64 	%rd370, [%rd9+24];
+	mul.lo.s64 	%rd371, %rd370, %rd730;
+	ld.param.u64 	%rd372, [%rd9+40];
+	add.s64 	%rd373, %rd372, %rd25;
+	add.s64 	%rd374, %rd373, %rd371;
+	shl.b64 	%rd375, %rd374, 1;
+	add.s64 	%rd369, %rd20, %rd375;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1232,%r1231,%r1230,%r1229}, [%rd369];
+	// end inline asm
+	and.b32  	%r279, %r1232, 2147450879;
+	and.b32  	%r280, %r1231, 2147450879;
+	and.b32  	%r281, %r1232, 32767;
+	and.b32  	%r282, %r1231, 32767;
+	max.u32 	%r283, %r281, %r282;
+	max.u32 	%r284, %r279, %r280;
+	and.b32  	%r285, %r284, 2147418112;
+	or.b32  	%r286, %r285, %r283;
+	and.b32  	%r287, %r1230, 2147450879;
+	and.b32  	%r288, %r1229, 2147450879;
+	and.b32  	%r289, %r1230, 32767;
+	and.b32  	%r290, %r1229, 32767;
+	max.u32 	%r291, %r289, %r290;
+	max.u32 	%r292, %r287, %r288;
+	and.b32  	%r293, %r292, 2147418112;
+	or.b32  	%r294, %r293, %r291;
+	max.u32 	%r295, %r283, %r291;
+	max.u32 	%r296, %r286, %r294;
+	shr.u32 	%r297, %r296, 16;
+	max.u32 	%r298, %r295, %r297;
+	shl.b32 	%r299, %r298, 16;
+	max.u32 	%r1223, %r1223, %r299;
+$L__BB2_60:
+	ld.param.u64 	%rd376, [%rd9+-8];
+	add.s64 	%rd86, %rd26, 64;
+	setp.ge.s64 	%p35, %rd86, %rd376;
+	@%p35 bra 	$L__BB2_71;
+	ld.param.u64 	%rd377, [%rd9];
+	setp.ge.s64 	%p36, %rd25, %rd377;
+	@%p36 bra 	$L__BB2_71;
+	add.s64 	%rd669, %rd26, 64;
+	ld.param.u64 	%rd378, [%rd9+32];
+	add.s64 	%rd734, %rd378, %rd669;
+	ld.param.u64 	%rd88, [%rd9+48];
+	setp.eq.s64 	%p37, %rd88, 0;
+	@%p37 bra 	$L__BB2_70;
+	or.b64  	%rd379, %rd734, %rd88;
+	and.b64  	%rd380, %rd379, -4294967296;
+	setp.eq.s64 	%p38, %rd380, 0;
+	@%p38 bra 	$L__BB2_65;
+	rem.s64 	%rd731, %rd734, %rd88;
+	bra.uni 	$L__BB2_66;
+$L__BB2_65:
+	cvt.u32.u64 	%r302, %rd88;
+	cvt.u32.u64 	%r303, %rd734;
+	rem.u32 	%r304, %r303, %r302;
+	cvt.u64.u32 	%rd731, %r304;
+$L__BB2_66:
+	shr.u64 	%rd381, %rd88, 63;
+	add.s64 	%rd382, %rd88, %rd381;
+	shr.s64 	%rd92, %rd382, 1;
+	or.b64  	%rd383, %rd731, %rd92;
+	and.b64  	%rd384, %rd383, -4294967296;
+	setp.eq.s64 	%p39, %rd384, 0;
+	@%p39 bra 	$L__BB2_68;
+	div.s64 	%rd732, %rd731, %rd92;
+	mul.lo.s64 	%rd385, %rd732, %rd92;
+	sub.s64 	%rd733, %rd731, %rd385;
+	bra.uni 	$L__BB2_69;
+$L__BB2_68:
+	cvt.u32.u64 	%r305, %rd92;
+	cvt.u32.u64 	%r306, %rd731;
+	div.u32 	%r307, %r306, %r305;
+	mul.lo.s32 	%r308, %r307, %r305;
+	sub.s32 	%r309, %r306, %r308;
+	cvt.u64.u32 	%rd732, %r307;
+	cvt.u64.u32 	%rd733, %r309;
+$L__BB2_69:
+	shl.b64 	%rd386, %rd733, 1;
+	sub.s64 	%rd387, %rd734, %rd731;
+	add.s64 	%rd388, %rd387, %rd386;
+	add.s64 	%rd734, %rd388, %rd732;
+$L__BB2_70:
+	ld.param.u64 	%rd390, [%rd9+24];
+	mul.lo.s64 	%rd391, %rd390, %rd734;
+	ld.param.u64 	%rd392, [%rd9+40];
+	add.s64 	%rd393, %rd392, %rd25;
+	add.s64 	%rd394, %rd393, %rd391;
+	shl.b64 	%rd395, %rd394, 1;
+	add.s64 	%rd389, %rd20, %rd395;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1237,%r1236,%r1235,%r1234}, [%rd389];
+	// end inline asm
+	and.b32  	%r314, %r1237, 2147450879;
+	and.b32  	%r315, %r1236, 2147450879;
+	and.b32  	%r316, %r1237, 32767;
+	and.b32  	%r317, %r1236, 32767;
+	max.u32 	%r318, %r316, %r317;
+	max.u32 	%r319, %r314, %r315;
+	and.b32  	%r320, %r319, 2147418112;
+	or.b32  	%r321, %r320, %r318;
+	and.b32  	%r322, %r1235, 2147450879;
+	and.b32  	%r323, %r1234, 2147450879;
+	and.b32  	%r324, %r1235, 32767;
+	and.b32  	%r325, %r1234, 32767;
+	max.u32 	%r326, %r324, %r325;
+	max.u32 	%r327, %r322, %r323;
+	and.b32  	%r328, %r327, 2147418112;
+	or.b32  	%r329, %r328, %r326;
+	max.u32 	%r330, %r318, %r326;
+	max.u32 	%r331, %r321, %r329;
+	shr.u32 	%r332, %r331, 16;
+	max.u32 	%r333, %r330, %r332;
+	shl.b32 	%r334, %r333, 16;
+	max.u32 	%r1223, %r1223, %r334;
+$L__BB2_71:
+	ld.param.u64 	%rd396, [%rd9+-8];
+	add.s64 	%rd101, %rd26, 80;
+	setp.ge.s64 	%p40, %rd101, %rd396;
+	@%p40 bra 	$L__BB2_82;
+	ld.param.u64 	%rd397, [%rd9];
+	setp.ge.s64 	%p41, %rd25, %rd397;
+	@%p41 bra 	$L__BB2_82;
+	add.s64 	%rd705, %rd26, 80;
+	ld.param.u64 	%rd398, [%rd9+32];
+	add.s64 	%rd738, %rd398, %rd705;
+	ld.param.u64 	%rd103, [%rd9+48];
+	setp.eq.s64 	%p42, %rd103, 0;
+	@%p42 bra 	$L__BB2_81;
+	ld.param.u64 	%rd706, [%rd9+48];
+	or.b64  	%rd399, %rd738, %rd706;
+	and.b64  	%rd400, %rd399, -4294967296;
+	setp.eq.s64 	%p43, %rd400, 0;
+	@%p43 bra 	$L__BB2_76;
+	ld.param.u64 	%rd707, [%rd9+48];
+	rem.s64 	%rd735, %rd738, %rd707;
+	bra.uni 	$L__BB2_77;
+$L__BB2_76:
+	ld.param.u64 	%rd709, [%rd9+48];
+	cvt.u32.u64 	%r337, %rd709;
+	cvt.u32.u64 	%r338, %rd738;
+	rem.u32 	%r339, %r338, %r337;
+	cvt.u64.u32 	%rd735, %r339;
+$L__BB2_77:
+	ld.param.u64 	%rd708, [%rd9+48];
+	shr.u64 	%rd401, %rd708, 63;
+	add.s64 	%rd402, %rd708, %rd401;
+	shr.s64 	%rd107, %rd402, 1;
+	or.b64  	%rd403, %rd735, %rd107;
+	and.b64  	%rd404, %rd403, -4294967296;
+	setp.eq.s64 	%p44, %rd404, 0;
+	@%p44 bra 	$L__BB2_79;
+	div.s64 	%rd736, %rd735, %rd107;
+	mul.lo.s64 	%rd405, %rd736, %rd107;
+	sub.s64 	%rd737, %rd735, %rd405;
+	bra.uni 	$L__BB2_80;
+$L__BB2_79:
+	cvt.u32.u64 	%r340, %rd107;
+	cvt.u32.u64 	%r341, %rd735;
+	div.u32 	%r342, %r341, %r340;
+	mul.lo.s32 	%r343, %r342, %r340;
+	sub.s32 	%r344, %r341, %r343;
+	cvt.u64.u32 	%rd736, %r342;
+	cvt.u64.u32 	%rd737, %r344;
+$L__BB2_80:
+	shl.b64 	%rd406, %rd737, 1;
+	sub.s64 	%rd407, %rd738, %rd735;
+	add.s64 	%rd408, %rd407, %rd406;
+	add.s64 	%rd738, %rd408, %rd736;
+$L__BB2_81:
+	ld.param.u64 	%rd410, [%rd9+24];
+	mul.lo.s64 	%rd411, %rd410, %rd738;
+	ld.param.u64 	%rd412, [%rd9+40];
+	add.s64 	%rd413, %rd412, %rd25;
+	add.s64 	%rd414, %rd413, %rd411;
+	shl.b64 	%rd415, %rd414, 1;
+	add.s64 	%rd409, %rd20, %rd415;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1242,%r1241,%r1240,%r1239}, [%rd409];
+	// end inline asm
+	and.b32  	%r349, %r1242, 2147450879;
+	and.b32  	%r350, %r1241, 2147450879;
+	and.b32  	%r351, %r1242, 32767;
+	and.b32  	%r352, %r1241, 32767;
+	max.u32 	%r353, %r351, %r352;
+	max.u32 	%r354, %r349, %r350;
+	and.b32  	%r355, %r354, 2147418112;
+	or.b32  	%r356, %r355, %r353;
+	and.b32  	%r357, %r1240, 2147450879;
+	and.b32  	%r358, %r1239, 2147450879;
+	and.b32  	%r359, %r1240, 32767;
+	and.b32  	%r360, %r1239, 32767;
+	max.u32 	%r361, %r359, %r360;
+	max.u32 	%r362, %r357, %r358;
+	and.b32  	%r363, %r362, 2147418112;
+	or.b32  	%r364, %r363, %r361;
+	max.u32 	%r365, %r353, %r361;
+	max.u32 	%r366, %r356, %r364;
+	shr.u32 	%r367, %r366, 16;
+	max.u32 	%r368, %r365, %r367;
+	shl.b32 	%r369, %r368, 16;
+	max.u32 	%r1223, %r1223, %r369;
+$L__BB2_82:
+	ld.param.u64 	%rd416, [%rd9+-8];
+	add.s64 	%rd116, %rd26, 96;
+	setp.ge.s64 	%p45, %rd116, %rd416;
+	@%p45 bra 	$L__BB2_93;
+	ld.param.u64 	%rd417, [%rd9];
+	setp.ge.s64 	%p46, %rd25, %rd417;
+	@%p46 bra 	$L__BB2_93;
+	add.s64 	%rd710, %rd26, 96;
+	ld.param.u64 	%rd418, [%rd9+32];
+	add.s64 	%rd742, %rd418, %rd710;
+	ld.param.u64 	%rd118, [%rd9+48];
+	setp.eq.s64 	%p47, %rd118, 0;
+	@%p47 bra 	$L__BB2_92;
+	or.b64  	%rd419, %rd742, %rd118;
+	and.b64  	%rd420, %rd419, -4294967296;
+	setp.eq.s64 	%p48, %rd420, 0;
+	@%p48 bra 	$L__BB2_87;
+	ld.param.u64 	%rd693, [%rd9+48];
+	rem.s64 	%rd739, %rd742, %rd693;
+	bra.uni 	$L__BB2_88;
+$L__BB2_87:
+	ld.param.u64 	%rd695, [%rd9+48];
+	cvt.u32.u64 	%r372, %rd695;
+	cvt.u32.u64 	%r373, %rd742;
+	rem.u32 	%r374, %r373, %r372;
+	cvt.u64.u32 	%rd739, %r374;
+$L__BB2_88:
+	ld.param.u64 	%rd694, [%rd9+48];
+	shr.u64 	%rd421, %rd694, 63;
+	add.s64 	%rd422, %rd694, %rd421;
+	shr.s64 	%rd122, %rd422, 1;
+	or.b64  	%rd423, %rd739, %rd122;
+	and.b64  	%rd424, %rd423, -4294967296;
+	setp.eq.s64 	%p49, %rd424, 0;
+	@%p49 bra 	$L__BB2_90;
+	div.s64 	%rd740, %rd739, %rd122;
+	mul.lo.s64 	%rd425, %rd740, %rd122;
+	sub.s64 	%rd741, %rd739, %rd425;
+	bra.uni 	$L__BB2_91;
+$L__BB2_90:
+	cvt.u32.u64 	%r375, %rd122;
+	cvt.u32.u64 	%r376, %rd739;
+	div.u32 	%r377, %r376, %r375;
+	mul.lo.s32 	%r378, %r377, %r375;
+	sub.s32 	%r379, %r376, %r378;
+	cvt.u64.u32 	%rd740, %r377;
+	cvt.u64.u32 	%rd741, %r379;
+$L__BB2_91:
+	shl.b64 	%rd426, %rd741, 1;
+	sub.s64 	%rd427, %rd742, %rd739;
+	add.s64 	%rd428, %rd427, %rd426;
+	add.s64 	%rd742, %rd428, %rd740;
+$L__BB2_92:
+	ld.param.u64 	%rd430, [%rd9+24];
+	mul.lo.s64 	%rd431, %rd430, %rd742;
+	ld.param.u64 	%rd432, [%rd9+40];
+	add.s64 	%rd433, %rd432, %rd25;
+	add.s64 	%rd434, %rd433, %rd431;
+	shl.b64 	%rd435, %rd434, 1;
+	add.s64 	%rd429, %rd20, %rd435;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1247,%r1246,%r1245,%r1244}, [%rd429];
+	// end inline asm
+	and.b32  	%r384, %r1247, 2147450879;
+	and.b32  	%r385, %r1246, 2147450879;
+	and.b32  	%r386, %r1247, 32767;
+	and.b32  	%r387, %r1246, 32767;
+	max.u32 	%r388, %r386, %r387;
+	max.u32 	%r389, %r384, %r385;
+	and.b32  	%r390, %r389, 2147418112;
+	or.b32  	%r391, %r390, %r388;
+	and.b32  	%r392, %r1245, 2147450879;
+	and.b32  	%r393, %r1244, 2147450879;
+	and.b32  	%r394, %r1245, 32767;
+	and.b32  	%r395, %r1244, 32767;
+	max.u32 	%r396, %r394, %r395;
+	max.u32 	%r397, %r392, %r393;
+	and.b32  	%r398, %r397, 2147418112;
+	or.b32  	%r399, %r398, %r396;
+	max.u32 	%r400, %r388, %r396;
+	max.u32 	%r401, %r391, %r399;
+	shr.u32 	%r402, %r401, 16;
+	max.u32 	%r403, %r400, %r402;
+	shl.b32 	%r404, %r403, 16;
+	max.u32 	%r1223, %r1223, %r404;
+$L__BB2_93:
+	ld.param.u64 	%rd436, [%rd9+-8];
+	add.s64 	%rd131, %rd26, 112;
+	setp.ge.s64 	%p50, %rd131, %rd436;
+	@%p50 bra 	$L__BB2_104;
+	ld.param.u64 	%rd437, [%rd9];
+	setp.ge.s64 	%p51, %rd25, %rd437;
+	@%p51 bra 	$L__BB2_104;
+	add.s64 	%rd700, %rd26, 112;
+	ld.param.u64 	%rd438, [%rd9+32];
+	add.s64 	%rd746, %rd438, %rd700;
+	ld.param.u64 	%rd133, [%rd9+48];
+	setp.eq.s64 	%p52, %rd133, 0;
+	@%p52 bra 	$L__BB2_103;
+	ld.param.u64 	%rd701, [%rd9+48];
+	or.b64  	%rd439, %rd746, %rd701;
+	and.b64  	%rd440, %rd439, -4294967296;
+	setp.eq.s64 	%p53, %rd440, 0;
+	@%p53 bra 	$L__BB2_98;
+	ld.param.u64 	%rd702, [%rd9+48];
+	rem.s64 	%rd743, %rd746, %rd702;
+	bra.uni 	$L__BB2_99;
+$L__BB2_98:
+	ld.param.u64 	%rd704, [%rd9+48];
+	cvt.u32.u64 	%r407, %rd704;
+	cvt.u32.u64 	%r408, %rd746;
+	rem.u32 	%r409, %r408, %r407;
+	cvt.u64.u32 	%rd743, %r409;
+$L__BB2_99:
+	ld.param.u64 	%rd703, [%rd9+48];
+	shr.u64 	%rd441, %rd703, 63;
+	add.s64 	%rd442, %rd703, %rd441;
+	shr.s64 	%rd137, %rd442, 1;
+	or.b64  	%rd443, %rd743, %rd137;
+	and.b64  	%rd444, %rd443, -4294967296;
+	setp.eq.s64 	%p54, %rd444, 0;
+	@%p54 bra 	$L__BB2_101;
+	div.s64 	%rd744, %rd743, %rd137;
+	mul.lo.s64 	%rd445, %rd744, %rd137;
+	sub.s64 	%rd745, %rd743, %rd445;
+	bra.uni 	$L__BB2_102;
+$L__BB2_101:
+	cvt.u32.u64 	%r410, %rd137;
+	cvt.u32.u64 	%r411, %rd743;
+	div.u32 	%r412, %r411, %r410;
+	mul.lo.s32 	%r413, %r412, %r410;
+	sub.s32 	%r414, %r411, %r413;
+	cvt.u64.u32 	%rd744, %r412;
+	cvt.u64.u32 	%rd745, %r414;
+$L__BB2_102:
+	shl.b64 	%rd446, %rd745, 1;
+	sub.s64 	%rd447, %rd746, %rd743;
+	add.s64 	%rd448, %rd447, %rd446;
+	add.s64 	%rd746, %rd448, %rd744;
+$L__BB2_103:
+	ld.param.u64 	%rd450, [%rd9+24];
+	mul.lo.s64 	%rd451, %rd450, %rd746;
+	ld.param.u64 	%rd452, [%rd9+40];
+	add.s64 	%rd453, %rd452, %rd25;
+	add.s64 	%rd454, %rd453, %rd451;
+	shl.b64 	%rd455, %rd454, 1;
+	add.s64 	%rd449, %rd20, %rd455;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1252,%r1251,%r1250,%r1249}, [%rd449];
+	// end inline asm
+	and.b32  	%r419, %r1252, 2147450879;
+	and.b32  	%r420, %r1251, 2147450879;
+	and.b32  	%r421, %r1252, 32767;
+	and.b32  	%r422, %r1251, 32767;
+	max.u32 	%r423, %r421, %r422;
+	max.u32 	%r424, %r419, %r420;
+	and.b32  	%r425, %r424, 2147418112;
+	or.b32  	%r426, %r425, %r423;
+	and.b32  	%r427, %r1250, 2147450879;
+	and.b32  	%r428, %r1249, 2147450879;
+	and.b32  	%r429, %r1250, 32767;
+	and.b32  	%r430, %r1249, 32767;
+	max.u32 	%r431, %r429, %r430;
+	max.u32 	%r432, %r427, %r428;
+	and.b32  	%r433, %r432, 2147418112;
+	or.b32  	%r434, %r433, %r431;
+	max.u32 	%r435, %r423, %r431;
+	max.u32 	%r436, %r426, %r434;
+	shr.u32 	%r437, %r436, 16;
+	max.u32 	%r438, %r435, %r437;
+	shl.b32 	%r439, %r438, 16;
+	max.u32 	%r1223, %r1223, %r439;
+$L__BB2_104:
+	mov.u32 	%r1203, %tid.x;
+	and.b32  	%r441, %r1203, 31;
+	setp.ne.s32 	%p55, %r441, 0;
+	mov.u32 	%r442, -1;
+	redux.sync.max.u32 %r89, %r1223, %r442;
+	@%p55 bra 	$L__BB2_106;
+	mov.u32 	%r1210, %tid.x;
+	shr.u32 	%r444, %r1210, 3;
+	and.b32  	%r445, %r444, 536870908;
+	mov.u32 	%r446, _ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red;
+	add.s32 	%r447, %r446, %r445;
+	st.shared.u32 	[%r447], %r89;
+$L__BB2_106:
+	bar.sync 	0;
+	ld.shared.u32 	%r449, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+4];
+	ld.shared.u32 	%r450, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red];
+	max.u32 	%r451, %r450, %r449;
+	ld.shared.u32 	%r452, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+8];
+	max.u32 	%r453, %r451, %r452;
+	ld.shared.u32 	%r454, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+12];
+	max.u32 	%r455, %r453, %r454;
+	ld.shared.u32 	%r456, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+16];
+	max.u32 	%r457, %r455, %r456;
+	ld.shared.u32 	%r458, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+20];
+	max.u32 	%r459, %r457, %r458;
+	ld.shared.u32 	%r460, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+24];
+	max.u32 	%r461, %r459, %r460;
+	ld.shared.u32 	%r462, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+28];
+	max.u32 	%r90, %r461, %r462;
+	bar.sync 	0;
+	setp.gt.u32 	%p56, %r90, 2139095040;
+	mov.u32 	%r1254, 2143289344;
+	@%p56 bra 	$L__BB2_112;
+	mov.b32 	%f4, %r90;
+	mov.f32 	%f5, 0f43E00000;
+	div.rn.f32 	%f6, %f4, %f5;
+	mov.b32 	%r91, %f6;
+	setp.eq.s32 	%p57, %r91, 0;
+	mov.u32 	%r1254, 1065353216;
+	@%p57 bra 	$L__BB2_112;
+	ld.param.u32 	%r1204, [%rd9+12];
+	setp.ne.s32 	%p58, %r1204, 1;
+	setp.eq.s32 	%p59, %r91, 2139095040;
+	or.pred  	%p60, %p59, %p58;
+	mov.u32 	%r1254, %r91;
+	@%p60 bra 	$L__BB2_112;
+	setp.lt.u32 	%p61, %r91, 8388608;
+	mov.u32 	%r1254, 8388608;
+	@%p61 bra 	$L__BB2_112;
+	and.b32  	%r465, %r91, 8388607;
+	setp.eq.s32 	%p62, %r465, 0;
+	mov.u32 	%r1254, %r91;
+	@%p62 bra 	$L__BB2_112;
+	and.b32  	%r466, %r91, 2139095040;
+	add.s32 	%r1254, %r466, 8388608;
+$L__BB2_112:
+	mov.u32 	%r1205, %tid.x;
+	setp.ne.s32 	%p63, %r1205, 0;
+	mov.b32 	%f1, %r1254;
+	@%p63 bra 	$L__BB2_114;
+	st.global.u32 	[%rd23], %r1254;
+$L__BB2_114:
+	add.s32 	%r468, %r1254, -226492416;
+	setp.gt.u32 	%p64, %r468, 1677721600;
+	@%p64 bra 	$L__BB2_139;
+	bra.uni 	$L__BB2_115;
+$L__BB2_139:
+	ld.param.u64 	%rd489, [%rd9+-24];
+	cvta.to.global.u64 	%rd155, %rd489;
+	ld.param.u64 	%rd490, [%rd9+-8];
+	setp.ge.s64 	%p81, %rd26, %rd490;
+	@%p81 bra 	$L__BB2_142;
+	ld.param.u64 	%rd156, [%rd9];
+	setp.le.s64 	%p82, %rd156, %rd25;
+	@%p82 bra 	$L__BB2_142;
+	mul.lo.s64 	%rd491, %rd156, %rd26;
+	add.s64 	%rd492, %rd491, %rd25;
+	add.s64 	%rd493, %rd155, %rd492;
+	shl.b32 	%r741, %r1217, 16;
+	mov.b32 	%f399, %r741;
+	and.b32  	%r742, %r1217, -65536;
+	mov.b32 	%f400, %r742;
+	div.rn.f32 	%f401, %f399, %f1;
+	div.rn.f32 	%f402, %f400, %f1;
+	mov.f32 	%f403, 0fC3E00000;
+	max.f32 	%f404, %f401, %f403;
+	mov.f32 	%f405, 0f43E00000;
+	min.f32 	%f392, %f404, %f405;
+	max.f32 	%f406, %f402, %f403;
+	min.f32 	%f391, %f406, %f405;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs51, %f391, %f392;
+	// end inline asm
+	cvt.u32.u16 	%r743, %rs51;
+	setp.nan.f32 	%p83, %f401, %f401;
+	and.b32  	%r744, %r743, 65280;
+	or.b32  	%r745, %r744, 127;
+	selp.b32 	%r746, %r745, %r743, %p83;
+	setp.nan.f32 	%p84, %f402, %f402;
+	and.b32  	%r747, %r746, 255;
+	or.b32  	%r748, %r747, 32512;
+	selp.b32 	%r749, %r748, %r746, %p84;
+	shl.b32 	%r750, %r1216, 16;
+	mov.b32 	%f407, %r750;
+	and.b32  	%r751, %r1216, -65536;
+	mov.b32 	%f408, %r751;
+	div.rn.f32 	%f409, %f407, %f1;
+	div.rn.f32 	%f410, %f408, %f1;
+	max.f32 	%f411, %f409, %f403;
+	min.f32 	%f394, %f411, %f405;
+	max.f32 	%f412, %f410, %f403;
+	min.f32 	%f393, %f412, %f405;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs52, %f393, %f394;
+	// end inline asm
+	cvt.u32.u16 	%r752, %rs52;
+	setp.nan.f32 	%p85, %f409, %f409;
+	and.b32  	%r753, %r752, 65280;
+	or.b32  	%r754, %r753, 127;
+	selp.b32 	%r755, %r754, %r752, %p85;
+	setp.nan.f32 	%p86, %f410, %f410;
+	and.b32  	%r756, %r755, 255;
+	or.b32  	%r757, %r756, 32512;
+	selp.b32 	%r758, %r757, %r755, %p86;
+	shl.b32 	%r759, %r758, 16;
+	shl.b32 	%r760, %r1215, 16;
+	mov.b32 	%f413, %r760;
+	and.b32  	%r761, %r1215, -65536;
+	mov.b32 	%f414, %r761;
+	div.rn.f32 	%f415, %f413, %f1;
+	div.rn.f32 	%f416, %f414, %f1;
+	max.f32 	%f417, %f415, %f403;
+	min.f32 	%f396, %f417, %f405;
+	max.f32 	%f418, %f416, %f403;
+	min.f32 	%f395, %f418, %f405;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs53, %f395, %f396;
+	// end inline asm
+	cvt.u32.u16 	%r762, %rs53;
+	setp.nan.f32 	%p87, %f415, %f415;
+	and.b32  	%r763, %r762, 65280;
+	or.b32  	%r764, %r763, 127;
+	selp.b32 	%r765, %r764, %r762, %p87;
+	setp.nan.f32 	%p88, %f416, %f416;
+	and.b32  	%r766, %r765, 255;
+	or.b32  	%r767, %r766, 32512;
+	selp.b32 	%r768, %r767, %r765, %p88;
+	shl.b32 	%r769, %r1214, 16;
+	mov.b32 	%f419, %r769;
+	and.b32  	%r770, %r1214, -65536;
+	mov.b32 	%f420, %r770;
+	div.rn.f32 	%f421, %f419, %f1;
+	div.rn.f32 	%f422, %f420, %f1;
+	max.f32 	%f423, %f421, %f403;
+	min.f32 	%f398, %f423, %f405;
+	max.f32 	%f424, %f422, %f403;
+	min.f32 	%f397, %f424, %f405;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs54, %f397, %f398;
+	// end inline asm
+	cvt.u32.u16 	%r771, %rs54;
+	setp.nan.f32 	%p89, %f421, %f421;
+	and.b32  	%r772, %r771, 65280;
+	or.b32  	%r773, %r772, 127;
+	selp.b32 	%r774, %r773, %r771, %p89;
+	setp.nan.f32 	%p90, %f422, %f422;
+	and.b32  	%r775, %r774, 255;
+	or.b32  	%r776, %r775, 32512;
+	selp.b32 	%r777, %r776, %r774, %p90;
+	shl.b32 	%r778, %r777, 16;
+	or.b32  	%r779, %r778, %r768;
+	or.b32  	%r780, %r759, %r749;
+	st.global.v2.u32 	[%rd493], {%r780, %r779};
+$L__BB2_142:
+	add.s64 	%rd683, %rd26, 16;
+	ld.param.u64 	%rd494, [%rd9+-8];
+	setp.ge.s64 	%p91, %rd683, %rd494;
+	@%p91 bra 	$L__BB2_145;
+	ld.param.u64 	%rd157, [%rd9];
+	setp.le.s64 	%p92, %rd157, %rd25;
+	@%p92 bra 	$L__BB2_145;
+	add.s64 	%rd684, %rd26, 16;
+	mul.lo.s64 	%rd495, %rd157, %rd684;
+	add.s64 	%rd496, %rd495, %rd25;
+	add.s64 	%rd497, %rd155, %rd496;
+	shl.b32 	%r781, %r1222, 16;
+	mov.b32 	%f433, %r781;
+	and.b32  	%r782, %r1222, -65536;
+	mov.b32 	%f434, %r782;
+	div.rn.f32 	%f435, %f433, %f1;
+	div.rn.f32 	%f436, %f434, %f1;
+	mov.f32 	%f437, 0fC3E00000;
+	max.f32 	%f438, %f435, %f437;
+	mov.f32 	%f439, 0f43E00000;
+	min.f32 	%f426, %f438, %f439;
+	max.f32 	%f440, %f436, %f437;
+	min.f32 	%f425, %f440, %f439;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs55, %f425, %f426;
+	// end inline asm
+	cvt.u32.u16 	%r783, %rs55;
+	setp.nan.f32 	%p93, %f435, %f435;
+	and.b32  	%r784, %r783, 65280;
+	or.b32  	%r785, %r784, 127;
+	selp.b32 	%r786, %r785, %r783, %p93;
+	setp.nan.f32 	%p94, %f436, %f436;
+	and.b32  	%r787, %r786, 255;
+	or.b32  	%r788, %r787, 32512;
+	selp.b32 	%r789, %r788, %r786, %p94;
+	shl.b32 	%r790, %r1221, 16;
+	mov.b32 	%f441, %r790;
+	and.b32  	%r791, %r1221, -65536;
+	mov.b32 	%f442, %r791;
+	div.rn.f32 	%f443, %f441, %f1;
+	div.rn.f32 	%f444, %f442, %f1;
+	max.f32 	%f445, %f443, %f437;
+	min.f32 	%f428, %f445, %f439;
+	max.f32 	%f446, %f444, %f437;
+	min.f32 	%f427, %f446, %f439;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs56, %f427, %f428;
+	// end inline asm
+	cvt.u32.u16 	%r792, %rs56;
+	setp.nan.f32 	%p95, %f443, %f443;
+	and.b32  	%r793, %r792, 65280;
+	or.b32  	%r794, %r793, 127;
+	selp.b32 	%r795, %r794, %r792, %p95;
+	setp.nan.f32 	%p96, %f444, %f444;
+	and.b32  	%r796, %r795, 255;
+	or.b32  	%r797, %r796, 32512;
+	selp.b32 	%r798, %r797, %r795, %p96;
+	shl.b32 	%r799, %r798, 16;
+	shl.b32 	%r800, %r1220, 16;
+	mov.b32 	%f447, %r800;
+	and.b32  	%r801, %r1220, -65536;
+	mov.b32 	%f448, %r801;
+	div.rn.f32 	%f449, %f447, %f1;
+	div.rn.f32 	%f450, %f448, %f1;
+	max.f32 	%f451, %f449, %f437;
+	min.f32 	%f430, %f451, %f439;
+	max.f32 	%f452, %f450, %f437;
+	min.f32 	%f429, %f452, %f439;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs57, %f429, %f430;
+	// end inline asm
+	cvt.u32.u16 	%r802, %rs57;
+	setp.nan.f32 	%p97, %f449, %f449;
+	and.b32  	%r803, %r802, 65280;
+	or.b32  	%r804, %r803, 127;
+	selp.b32 	%r805, %r804, %r802, %p97;
+	setp.nan.f32 	%p98, %f450, %f450;
+	and.b32  	%r806, %r805, 255;
+	or.b32  	%r807, %r806, 32512;
+	selp.b32 	%r808, %r807, %r805, %p98;
+	shl.b32 	%r809, %r1219, 16;
+	mov.b32 	%f453, %r809;
+	and.b32  	%r810, %r1219, -65536;
+	mov.b32 	%f454, %r810;
+	div.rn.f32 	%f455, %f453, %f1;
+	div.rn.f32 	%f456, %f454, %f1;
+	max.f32 	%f457, %f455, %f437;
+	min.f32 	%f432, %f457, %f439;
+	max.f32 	%f458, %f456, %f437;
+	min.f32 	%f431, %f458, %f439;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs58, %f431, %f432;
+	// end inline asm
+	cvt.u32.u16 	%r811, %rs58;
+	setp.nan.f32 	%p99, %f455, %f455;
+	and.b32  	%r812, %r811, 65280;
+	or.b32  	%r813, %r812, 127;
+	selp.b32 	%r814, %r813, %r811, %p99;
+	setp.nan.f32 	%p100, %f456, %f456;
+	and.b32  	%r815, %r814, 255;
+	or.b32  	%r816, %r815, 32512;
+	selp.b32 	%r817, %r816, %r814, %p100;
+	shl.b32 	%r818, %r817, 16;
+	or.b32  	%r819, %r818, %r808;
+	or.b32  	%r820, %r799, %r789;
+	st.global.v2.u32 	[%rd497], {%r820, %r819};
+$L__BB2_145:
+	add.s64 	%rd675, %rd26, 32;
+	ld.param.u64 	%rd498, [%rd9+-8];
+	setp.ge.s64 	%p101, %rd675, %rd498;
+	@%p101 bra 	$L__BB2_148;
+	ld.param.u64 	%rd158, [%rd9];
+	setp.le.s64 	%p102, %rd158, %rd25;
+	@%p102 bra 	$L__BB2_148;
+	add.s64 	%rd680, %rd26, 32;
+	mul.lo.s64 	%rd499, %rd158, %rd680;
+	add.s64 	%rd500, %rd499, %rd25;
+	add.s64 	%rd501, %rd155, %rd500;
+	shl.b32 	%r821, %r1227, 16;
+	mov.b32 	%f467, %r821;
+	and.b32  	%r822, %r1227, -65536;
+	mov.b32 	%f468, %r822;
+	div.rn.f32 	%f469, %f467, %f1;
+	div.rn.f32 	%f470, %f468, %f1;
+	mov.f32 	%f471, 0fC3E00000;
+	max.f32 	%f472, %f469, %f471;
+	mov.f32 	%f473, 0f43E00000;
+	min.f32 	%f460, %f472, %f473;
+	max.f32 	%f474, %f470, %f471;
+	min.f32 	%f459, %f474, %f473;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs59, %f459, %f460;
+	// end inline asm
+	cvt.u32.u16 	%r823, %rs59;
+	setp.nan.f32 	%p103, %f469, %f469;
+	and.b32  	%r824, %r823, 65280;
+	or.b32  	%r825, %r824, 127;
+	selp.b32 	%r826, %r825, %r823, %p103;
+	setp.nan.f32 	%p104, %f470, %f470;
+	and.b32  	%r827, %r826, 255;
+	or.b32  	%r828, %r827, 32512;
+	selp.b32 	%r829, %r828, %r826, %p104;
+	shl.b32 	%r830, %r1226, 16;
+	mov.b32 	%f475, %r830;
+	and.b32  	%r831, %r1226, -65536;
+	mov.b32 	%f476, %r831;
+	div.rn.f32 	%f477, %f475, %f1;
+	div.rn.f32 	%f478, %f476, %f1;
+	max.f32 	%f479, %f477, %f471;
+	min.f32 	%f462, %f479, %f473;
+	max.f32 	%f480, %f478, %f471;
+	min.f32 	%f461, %f480, %f473;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs60, %f461, %f462;
+	// end inline asm
+	cvt.u32.u16 	%r832, %rs60;
+	setp.nan.f32 	%p105, %f477, %f477;
+	and.b32  	%r833, %r832, 65280;
+	or.b32  	%r834, %r833, 127;
+	selp.b32 	%r835, %r834, %r832, %p105;
+	setp.nan.f32 	%p106, %f478, %f478;
+	and.b32  	%r836, %r835, 255;
+	or.b32  	%r837, %r836, 32512;
+	selp.b32 	%r838, %r837, %r835, %p106;
+	shl.b32 	%r839, %r838, 16;
+	shl.b32 	%r840, %r1225, 16;
+	mov.b32 	%f481, %r840;
+	and.b32  	%r841, %r1225, -65536;
+	mov.b32 	%f482, %r841;
+	div.rn.f32 	%f483, %f481, %f1;
+	div.rn.f32 	%f484, %f482, %f1;
+	max.f32 	%f485, %f483, %f471;
+	min.f32 	%f464, %f485, %f473;
+	max.f32 	%f486, %f484, %f471;
+	min.f32 	%f463, %f486, %f473;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs61, %f463, %f464;
+	// end inline asm
+	cvt.u32.u16 	%r842, %rs61;
+	setp.nan.f32 	%p107, %f483, %f483;
+	and.b32  	%r843, %r842, 65280;
+	or.b32  	%r844, %r843, 127;
+	selp.b32 	%r845, %r844, %r842, %p107;
+	setp.nan.f32 	%p108, %f484, %f484;
+	and.b32  	%r846, %r845, 255;
+	or.b32  	%r847, %r846, 32512;
+	selp.b32 	%r848, %r847, %r845, %p108;
+	shl.b32 	%r849, %r1224, 16;
+	mov.b32 	%f487, %r849;
+	and.b32  	%r850, %r1224, -65536;
+	mov.b32 	%f488, %r850;
+	div.rn.f32 	%f489, %f487, %f1;
+	div.rn.f32 	%f490, %f488, %f1;
+	max.f32 	%f491, %f489, %f471;
+	min.f32 	%f466, %f491, %f473;
+	max.f32 	%f492, %f490, %f471;
+	min.f32 	%f465, %f492, %f473;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs62, %f465, %f466;
+	// end inline asm
+	cvt.u32.u16 	%r851, %rs62;
+	setp.nan.f32 	%p109, %f489, %f489;
+	and.b32  	%r852, %r851, 65280;
+	or.b32  	%r853, %r852, 127;
+	selp.b32 	%r854, %r853, %r851, %p109;
+	setp.nan.f32 	%p110, %f490, %f490;
+	and.b32  	%r855, %r854, 255;
+	or.b32  	%r856, %r855, 32512;
+	selp.b32 	%r857, %r856, %r854, %p110;
+	shl.b32 	%r858, %r857, 16;
+	or.b32  	%r859, %r858, %r848;
+	or.b32  	%r860, %r839, %r829;
+	st.global.v2.u32 	[%rd501], {%r860, %r859};
+$L__BB2_148:
+	add.s64 	%rd676, %rd26, 48;
+	ld.param.u64 	%rd502, [%rd9+-8];
+	setp.ge.s64 	%p111, %rd676, %rd502;
+	@%p111 bra 	$L__BB2_151;
+	ld.param.u64 	%rd159, [%rd9];
+	setp.le.s64 	%p112, %rd159, %rd25;
+	@%p112 bra 	$L__BB2_151;
+	add.s64 	%rd679, %rd26, 48;
+	mul.lo.s64 	%rd503, %rd159, %rd679;
+	add.s64 	%rd504, %rd503, %rd25;
+	add.s64 	%rd505, %rd155, %rd504;
+	shl.b32 	%r861, %r1232, 16;
+	mov.b32 	%f501, %r861;
+	and.b32  	%r862, %r1232, -65536;
+	mov.b32 	%f502, %r862;
+	div.rn.f32 	%f503, %f501, %f1;
+	div.rn.f32 	%f504, %f502, %f1;
+	mov.f32 	%f505, 0fC3E00000;
+	max.f32 	%f506, %f503, %f505;
+	mov.f32 	%f507, 0f43E00000;
+	min.f32 	%f494, %f506, %f507;
+	max.f32 	%f508, %f504, %f505;
+	min.f32 	%f493, %f508, %f507;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs63, %f493, %f494;
+	// end inline asm
+	cvt.u32.u16 	%r863, %rs63;
+	setp.nan.f32 	%p113, %f503, %f503;
+	and.b32  	%r864, %r863, 65280;
+	or.b32  	%r865, %r864, 127;
+	selp.b32 	%r866, %r865, %r863, %p113;
+	setp.nan.f32 	%p114, %f504, %f504;
+	and.b32  	%r867, %r866, 255;
+	or.b32  	%r868, %r867, 32512;
+	selp.b32 	%r869, %r868, %r866, %p114;
+	shl.b32 	%r870, %r1231, 16;
+	mov.b32 	%f509, %r870;
+	and.b32  	%r871, %r1231, -65536;
+	mov.b32 	%f510, %r871;
+	div.rn.f32 	%f511, %f509, %f1;
+	div.rn.f32 	%f512, %f510, %f1;
+	max.f32 	%f513, %f511, %f505;
+	min.f32 	%f496, %f513, %f507;
+	max.f32 	%f514, %f512, %f505;
+	min.f32 	%f495, %f514, %f507;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs64, %f495, %f496;
+	// end inline asm
+	cvt.u32.u16 	%r872, %rs64;
+	setp.nan.f32 	%p115, %f511, %f511;
+	and.b32  	%r873, %r872, 65280;
+	or.b32  	%r874, %r873, 127;
+	selp.b32 	%r875, %r874, %r872, %p115;
+	setp.nan.f32 	%p116, %f512, %f512;
+	and.b32  	%r876, %r875, 255;
+	or.b32  	%r877, %r876, 32512;
+	selp.b32 	%r878, %r877, %r875, %p116;
+	shl.b32 	%r879, %r878, 16;
+	shl.b32 	%r880, %r1230, 16;
+	mov.b32 	%f515, %r880;
+	and.b32  	%r881, %r1230, -65536;
+	mov.b32 	%f516, %r881;
+	div.rn.f32 	%f517, %f515, %f1;
+	div.rn.f32 	%f518, %f516, %f1;
+	max.f32 	%f519, %f517, %f505;
+	min.f32 	%f498, %f519, %f507;
+	max.f32 	%f520, %f518, %f505;
+	min.f32 	%f497, %f520, %f507;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs65, %f497, %f498;
+	// end inline asm
+	cvt.u32.u16 	%r882, %rs65;
+	setp.nan.f32 	%p117, %f517, %f517;
+	and.b32  	%r883, %r882, 65280;
+	or.b32  	%r884, %r883, 127;
+	selp.b32 	%r885, %r884, %r882, %p117;
+	setp.nan.f32 	%p118, %f518, %f518;
+	and.b32  	%r886, %r885, 255;
+	or.b32  	%r887, %r886, 32512;
+	selp.b32 	%r888, %r887, %r885, %p118;
+	shl.b32 	%r889, %r1229, 16;
+	mov.b32 	%f521, %r889;
+	and.b32  	%r890, %r1229, -65536;
+	mov.b32 	%f522, %r890;
+	div.rn.f32 	%f523, %f521, %f1;
+	div.rn.f32 	%f524, %f522, %f1;
+	max.f32 	%f525, %f523, %f505;
+	min.f32 	%f500, %f525, %f507;
+	max.f32 	%f526, %f524, %f505;
+	min.f32 	%f499, %f526, %f507;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs66, %f499, %f500;
+	// end inline asm
+	cvt.u32.u16 	%r891, %rs66;
+	setp.nan.f32 	%p119, %f523, %f523;
+	and.b32  	%r892, %r891, 65280;
+	or.b32  	%r893, %r892, 127;
+	selp.b32 	%r894, %r893, %r891, %p119;
+	setp.nan.f32 	%p120, %f524, %f524;
+	and.b32  	%r895, %r894, 255;
+	or.b32  	%r896, %r895, 32512;
+	selp.b32 	%r897, %r896, %r894, %p120;
+	shl.b32 	%r898, %r897, 16;
+	or.b32  	%r899, %r898, %r888;
+	or.b32  	%r900, %r879, %r869;
+	st.global.v2.u32 	[%rd505], {%r900, %r899};
+$L__BB2_151:
+	add.s64 	%rd677, %rd26, 64;
+	ld.param.u64 	%rd506, [%rd9+-8];
+	setp.ge.s64 	%p121, %rd677, %rd506;
+	@%p121 bra 	$L__BB2_154;
+	ld.param.u64 	%rd160, [%rd9];
+	setp.le.s64 	%p122, %rd160, %rd25;
+	@%p122 bra 	$L__BB2_154;
+	add.s64 	%rd678, %rd26, 64;
+	mul.lo.s64 	%rd507, %rd160, %rd678;
+	add.s64 	%rd508, %rd507, %rd25;
+	add.s64 	%rd509, %rd155, %rd508;
+	shl.b32 	%r901, %r1237, 16;
+	mov.b32 	%f535, %r901;
+	and.b32  	%r902, %r1237, -65536;
+	mov.b32 	%f536, %r902;
+	div.rn.f32 	%f537, %f535, %f1;
+	div.rn.f32 	%f538, %f536, %f1;
+	mov.f32 	%f539, 0fC3E00000;
+	max.f32 	%f540, %f537, %f539;
+	mov.f32 	%f541, 0f43E00000;
+	min.f32 	%f528, %f540, %f541;
+	max.f32 	%f542, %f538, %f539;
+	min.f32 	%f527, %f542, %f541;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs67, %f527, %f528;
+	// end inline asm
+	cvt.u32.u16 	%r903, %rs67;
+	setp.nan.f32 	%p123, %f537, %f537;
+	and.b32  	%r904, %r903, 65280;
+	or.b32  	%r905, %r904, 127;
+	selp.b32 	%r906, %r905, %r903, %p123;
+	setp.nan.f32 	%p124, %f538, %f538;
+	and.b32  	%r907, %r906, 255;
+	or.b32  	%r908, %r907, 32512;
+	selp.b32 	%r909, %r908, %r906, %p124;
+	shl.b32 	%r910, %r1236, 16;
+	mov.b32 	%f543, %r910;
+	and.b32  	%r911, %r1236, -65536;
+	mov.b32 	%f544, %r911;
+	div.rn.f32 	%f545, %f543, %f1;
+	div.rn.f32 	%f546, %f544, %f1;
+	max.f32 	%f547, %f545, %f539;
+	min.f32 	%f530, %f547, %f541;
+	max.f32 	%f548, %f546, %f539;
+	min.f32 	%f529, %f548, %f541;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs68, %f529, %f530;
+	// end inline asm
+	cvt.u32.u16 	%r912, %rs68;
+	setp.nan.f32 	%p125, %f545, %f545;
+	and.b32  	%r913, %r912, 65280;
+	or.b32  	%r914, %r913, 127;
+	selp.b32 	%r915, %r914, %r912, %p125;
+	setp.nan.f32 	%p126, %f546, %f546;
+	and.b32  	%r916, %r915, 255;
+	or.b32  	%r917, %r916, 32512;
+	selp.b32 	%r918, %r917, %r915, %p126;
+	shl.b32 	%r919, %r918, 16;
+	shl.b32 	%r920, %r1235, 16;
+	mov.b32 	%f549, %r920;
+	and.b32  	%r921, %r1235, -65536;
+	mov.b32 	%f550, %r921;
+	div.rn.f32 	%f551, %f549, %f1;
+	div.rn.f32 	%f552, %f550, %f1;
+	max.f32 	%f553, %f551, %f539;
+	min.f32 	%f532, %f553, %f541;
+	max.f32 	%f554, %f552, %f539;
+	min.f32 	%f531, %f554, %f541;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs69, %f531, %f532;
+	// end inline asm
+	cvt.u32.u16 	%r922, %rs69;
+	setp.nan.f32 	%p127, %f551, %f551;
+	and.b32  	%r923, %r922, 65280;
+	or.b32  	%r924, %r923, 127;
+	selp.b32 	%r925, %r924, %r922, %p127;
+	setp.nan.f32 	%p128, %f552, %f552;
+	and.b32  	%r926, %r925, 255;
+	or.b32  	%r927, %r926, 32512;
+	selp.b32 	%r928, %r927, %r925, %p128;
+	shl.b32 	%r929, %r1234, 16;
+	mov.b32 	%f555, %r929;
+	and.b32  	%r930, %r1234, -65536;
+	mov.b32 	%f556, %r930;
+	div.rn.f32 	%f557, %f555, %f1;
+	div.rn.f32 	%f558, %f556, %f1;
+	max.f32 	%f559, %f557, %f539;
+	min.f32 	%f534, %f559, %f541;
+	max.f32 	%f560, %f558, %f539;
+	min.f32 	%f533, %f560, %f541;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs70, %f533, %f534;
+	// end inline asm
+	cvt.u32.u16 	%r931, %rs70;
+	setp.nan.f32 	%p129, %f557, %f557;
+	and.b32  	%r932, %r931, 65280;
+	or.b32  	%r933, %r932, 127;
+	selp.b32 	%r934, %r933, %r931, %p129;
+	setp.nan.f32 	%p130, %f558, %f558;
+	and.b32  	%r935, %r934, 255;
+	or.b32  	%r936, %r935, 32512;
+	selp.b32 	%r937, %r936, %r934, %p130;
+	shl.b32 	%r938, %r937, 16;
+	or.b32  	%r939, %r938, %r928;
+	or.b32  	%r940, %r919, %r909;
+	st.global.v2.u32 	[%rd509], {%r940, %r939};
+$L__BB2_154:
+	add.s64 	%rd687, %rd26, 80;
+	ld.param.u64 	%rd510, [%rd9+-8];
+	setp.ge.s64 	%p131, %rd687, %rd510;
+	@%p131 bra 	$L__BB2_157;
+	ld.param.u64 	%rd161, [%rd9];
+	setp.le.s64 	%p132, %rd161, %rd25;
+	@%p132 bra 	$L__BB2_157;
+	add.s64 	%rd688, %rd26, 80;
+	mul.lo.s64 	%rd511, %rd161, %rd688;
+	add.s64 	%rd512, %rd511, %rd25;
+	add.s64 	%rd513, %rd155, %rd512;
+	shl.b32 	%r941, %r1242, 16;
+	mov.b32 	%f569, %r941;
+	and.b32  	%r942, %r1242, -65536;
+	mov.b32 	%f570, %r942;
+	div.rn.f32 	%f571, %f569, %f1;
+	div.rn.f32 	%f572, %f570, %f1;
+	mov.f32 	%f573, 0fC3E00000;
+	max.f32 	%f574, %f571, %f573;
+	mov.f32 	%f575, 0f43E00000;
+	min.f32 	%f562, %f574, %f575;
+	max.f32 	%f576, %f572, %f573;
+	min.f32 	%f561, %f576, %f575;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs71, %f561, %f562;
+	// end inline asm
+	cvt.u32.u16 	%r943, %rs71;
+	setp.nan.f32 	%p133, %f571, %f571;
+	and.b32  	%r944, %r943, 65280;
+	or.b32  	%r945, %r944, 127;
+	selp.b32 	%r946, %r945, %r943, %p133;
+	setp.nan.f32 	%p134, %f572, %f572;
+	and.b32  	%r947, %r946, 255;
+	or.b32  	%r948, %r947, 32512;
+	selp.b32 	%r949, %r948, %r946, %p134;
+	shl.b32 	%r950, %r1241, 16;
+	mov.b32 	%f577, %r950;
+	and.b32  	%r951, %r1241, -65536;
+	mov.b32 	%f578, %r951;
+	div.rn.f32 	%f579, %f577, %f1;
+	div.rn.f32 	%f580, %f578, %f1;
+	max.f32 	%f581, %f579, %f573;
+	min.f32 	%f564, %f581, %f575;
+	max.f32 	%f582, %f580, %f573;
+	min.f32 	%f563, %f582, %f575;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs72, %f563, %f564;
+	// end inline asm
+	cvt.u32.u16 	%r952, %rs72;
+	setp.nan.f32 	%p135, %f579, %f579;
+	and.b32  	%r953, %r952, 65280;
+	or.b32  	%r954, %r953, 127;
+	selp.b32 	%r955, %r954, %r952, %p135;
+	setp.nan.f32 	%p136, %f580, %f580;
+	and.b32  	%r956, %r955, 255;
+	or.b32  	%r957, %r956, 32512;
+	selp.b32 	%r958, %r957, %r955, %p136;
+	shl.b32 	%r959, %r958, 16;
+	shl.b32 	%r960, %r1240, 16;
+	mov.b32 	%f583, %r960;
+	and.b32  	%r961, %r1240, -65536;
+	mov.b32 	%f584, %r961;
+	div.rn.f32 	%f585, %f583, %f1;
+	div.rn.f32 	%f586, %f584, %f1;
+	max.f32 	%f587, %f585, %f573;
+	min.f32 	%f566, %f587, %f575;
+	max.f32 	%f588, %f586, %f573;
+	min.f32 	%f565, %f588, %f575;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs73, %f565, %f566;
+	// end inline asm
+	cvt.u32.u16 	%r962, %rs73;
+	setp.nan.f32 	%p137, %f585, %f585;
+	and.b32  	%r963, %r962, 65280;
+	or.b32  	%r964, %r963, 127;
+	selp.b32 	%r965, %r964, %r962, %p137;
+	setp.nan.f32 	%p138, %f586, %f586;
+	and.b32  	%r966, %r965, 255;
+	or.b32  	%r967, %r966, 32512;
+	selp.b32 	%r968, %r967, %r965, %p138;
+	shl.b32 	%r969, %r1239, 16;
+	mov.b32 	%f589, %r969;
+	and.b32  	%r970, %r1239, -65536;
+	mov.b32 	%f590, %r970;
+	div.rn.f32 	%f591, %f589, %f1;
+	div.rn.f32 	%f592, %f590, %f1;
+	max.f32 	%f593, %f591, %f573;
+	min.f32 	%f568, %f593, %f575;
+	max.f32 	%f594, %f592, %f573;
+	min.f32 	%f567, %f594, %f575;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs74, %f567, %f568;
+	// end inline asm
+	cvt.u32.u16 	%r971, %rs74;
+	setp.nan.f32 	%p139, %f591, %f591;
+	and.b32  	%r972, %r971, 65280;
+	or.b32  	%r973, %r972, 127;
+	selp.b32 	%r974, %r973, %r971, %p139;
+	setp.nan.f32 	%p140, %f592, %f592;
+	and.b32  	%r975, %r974, 255;
+	or.b32  	%r976, %r975, 32512;
+	selp.b32 	%r977, %r976, %r974, %p140;
+	shl.b32 	%r978, %r977, 16;
+	or.b32  	%r979, %r978, %r968;
+	or.b32  	%r980, %r959, %r949;
+	st.global.v2.u32 	[%rd513], {%r980, %r979};
+$L__BB2_157:
+	add.s64 	%rd691, %rd26, 96;
+	ld.param.u64 	%rd514, [%rd9+-8];
+	setp.ge.s64 	%p141, %rd691, %rd514;
+	@%p141 bra 	$L__BB2_160;
+	ld.param.u64 	%rd162, [%rd9];
+	setp.le.s64 	%p142, %rd162, %rd25;
+	@%p142 bra 	$L__BB2_160;
+	add.s64 	%rd692, %rd26, 96;
+	mul.lo.s64 	%rd515, %rd162, %rd692;
+	add.s64 	%rd516, %rd515, %rd25;
+	add.s64 	%rd517, %rd155, %rd516;
+	shl.b32 	%r981, %r1247, 16;
+	mov.b32 	%f603, %r981;
+	and.b32  	%r982, %r1247, -65536;
+	mov.b32 	%f604, %r982;
+	div.rn.f32 	%f605, %f603, %f1;
+	div.rn.f32 	%f606, %f604, %f1;
+	mov.f32 	%f607, 0fC3E00000;
+	max.f32 	%f608, %f605, %f607;
+	mov.f32 	%f609, 0f43E00000;
+	min.f32 	%f596, %f608, %f609;
+	max.f32 	%f610, %f606, %f607;
+	min.f32 	%f595, %f610, %f609;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs75, %f595, %f596;
+	// end inline asm
+	cvt.u32.u16 	%r983, %rs75;
+	setp.nan.f32 	%p143, %f605, %f605;
+	and.b32  	%r984, %r983, 65280;
+	or.b32  	%r985, %r984, 127;
+	selp.b32 	%r986, %r985, %r983, %p143;
+	setp.nan.f32 	%p144, %f606, %f606;
+	and.b32  	%r987, %r986, 255;
+	or.b32  	%r988, %r987, 32512;
+	selp.b32 	%r989, %r988, %r986, %p144;
+	shl.b32 	%r990, %r1246, 16;
+	mov.b32 	%f611, %r990;
+	and.b32  	%r991, %r1246, -65536;
+	mov.b32 	%f612, %r991;
+	div.rn.f32 	%f613, %f611, %f1;
+	div.rn.f32 	%f614, %f612, %f1;
+	max.f32 	%f615, %f613, %f607;
+	min.f32 	%f598, %f615, %f609;
+	max.f32 	%f616, %f614, %f607;
+	min.f32 	%f597, %f616, %f609;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs76, %f597, %f598;
+	// end inline asm
+	cvt.u32.u16 	%r992, %rs76;
+	setp.nan.f32 	%p145, %f613, %f613;
+	and.b32  	%r993, %r992, 65280;
+	or.b32  	%r994, %r993, 127;
+	selp.b32 	%r995, %r994, %r992, %p145;
+	setp.nan.f32 	%p146, %f614, %f614;
+	and.b32  	%r996, %r995, 255;
+	or.b32  	%r997, %r996, 32512;
+	selp.b32 	%r998, %r997, %r995, %p146;
+	shl.b32 	%r999, %r998, 16;
+	shl.b32 	%r1000, %r1245, 16;
+	mov.b32 	%f617, %r1000;
+	and.b32  	%r1001, %r1245, -65536;
+	mov.b32 	%f618, %r1001;
+	div.rn.f32 	%f619, %f617, %f1;
+	div.rn.f32 	%f620, %f618, %f1;
+	max.f32 	%f621, %f619, %f607;
+	min.f32 	%f600, %f621, %f609;
+	max.f32 	%f622, %f620, %f607;
+	min.f32 	%f599, %f622, %f609;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs77, %f599, %f600;
+	// end inline asm
+	cvt.u32.u16 	%r1002, %rs77;
+	setp.nan.f32 	%p147, %f619, %f619;
+	and.b32  	%r1003, %r1002, 65280;
+	or.b32  	%r1004, %r1003, 127;
+	selp.b32 	%r1005, %r1004, %r1002, %p147;
+	setp.nan.f32 	%p148, %f620, %f620;
+	and.b32  	%r1006, %r1005, 255;
+	or.b32  	%r1007, %r1006, 32512;
+	selp.b32 	%r1008, %r1007, %r1005, %p148;
+	shl.b32 	%r1009, %r1244, 16;
+	mov.b32 	%f623, %r1009;
+	and.b32  	%r1010, %r1244, -65536;
+	mov.b32 	%f624, %r1010;
+	div.rn.f32 	%f625, %f623, %f1;
+	div.rn.f32 	%f626, %f624, %f1;
+	max.f32 	%f627, %f625, %f607;
+	min.f32 	%f602, %f627, %f609;
+	max.f32 	%f628, %f626, %f607;
+	min.f32 	%f601, %f628, %f609;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs78, %f601, %f602;
+	// end inline asm
+	cvt.u32.u16 	%r1011, %rs78;
+	setp.nan.f32 	%p149, %f625, %f625;
+	and.b32  	%r1012, %r1011, 65280;
+	or.b32  	%r1013, %r1012, 127;
+	selp.b32 	%r1014, %r1013, %r1011, %p149;
+	setp.nan.f32 	%p150, %f626, %f626;
+	and.b32  	%r1015, %r1014, 255;
+	or.b32  	%r1016, %r1015, 32512;
+	selp.b32 	%r1017, %r1016, %r1014, %p150;
+	shl.b32 	%r1018, %r1017, 16;
+	or.b32  	%r1019, %r1018, %r1008;
+	or.b32  	%r1020, %r999, %r989;
+	st.global.v2.u32 	[%rd517], {%r1020, %r1019};
+$L__BB2_160:
+	add.s64 	%rd698, %rd26, 112;
+	ld.param.u64 	%rd518, [%rd9+-8];
+	setp.ge.s64 	%p151, %rd698, %rd518;
+	@%p151 bra 	$L__BB2_267;
+	ld.param.u64 	%rd163, [%rd9];
+	setp.le.s64 	%p152, %rd163, %rd25;
+	@%p152 bra 	$L__BB2_267;
+	add.s64 	%rd699, %rd26, 112;
+	mul.lo.s64 	%rd519, %rd163, %rd699;
+	add.s64 	%rd520, %rd519, %rd25;
+	add.s64 	%rd521, %rd155, %rd520;
+	shl.b32 	%r1021, %r1252, 16;
+	mov.b32 	%f637, %r1021;
+	and.b32  	%r1022, %r1252, -65536;
+	mov.b32 	%f638, %r1022;
+	div.rn.f32 	%f639, %f637, %f1;
+	div.rn.f32 	%f640, %f638, %f1;
+	mov.f32 	%f641, 0fC3E00000;
+	max.f32 	%f642, %f639, %f641;
+	mov.f32 	%f643, 0f43E00000;
+	min.f32 	%f630, %f642, %f643;
+	max.f32 	%f644, %f640, %f641;
+	min.f32 	%f629, %f644, %f643;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs79, %f629, %f630;
+	// end inline asm
+	cvt.u32.u16 	%r1023, %rs79;
+	setp.nan.f32 	%p153, %f639, %f639;
+	and.b32  	%r1024, %r1023, 65280;
+	or.b32  	%r1025, %r1024, 127;
+	selp.b32 	%r1026, %r1025, %r1023, %p153;
+	setp.nan.f32 	%p154, %f640, %f640;
+	and.b32  	%r1027, %r1026, 255;
+	or.b32  	%r1028, %r1027, 32512;
+	selp.b32 	%r1029, %r1028, %r1026, %p154;
+	shl.b32 	%r1030, %r1251, 16;
+	mov.b32 	%f645, %r1030;
+	and.b32  	%r1031, %r1251, -65536;
+	mov.b32 	%f646, %r1031;
+	div.rn.f32 	%f647, %f645, %f1;
+	div.rn.f32 	%f648, %f646, %f1;
+	max.f32 	%f649, %f647, %f641;
+	min.f32 	%f632, %f649, %f643;
+	max.f32 	%f650, %f648, %f641;
+	min.f32 	%f631, %f650, %f643;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs80, %f631, %f632;
+	// end inline asm
+	cvt.u32.u16 	%r1032, %rs80;
+	setp.nan.f32 	%p155, %f647, %f647;
+	and.b32  	%r1033, %r1032, 65280;
+	or.b32  	%r1034, %r1033, 127;
+	selp.b32 	%r1035, %r1034, %r1032, %p155;
+	setp.nan.f32 	%p156, %f648, %f648;
+	and.b32  	%r1036, %r1035, 255;
+	or.b32  	%r1037, %r1036, 32512;
+	selp.b32 	%r1038, %r1037, %r1035, %p156;
+	shl.b32 	%r1039, %r1038, 16;
+	shl.b32 	%r1040, %r1250, 16;
+	mov.b32 	%f651, %r1040;
+	and.b32  	%r1041, %r1250, -65536;
+	mov.b32 	%f652, %r1041;
+	div.rn.f32 	%f653, %f651, %f1;
+	div.rn.f32 	%f654, %f652, %f1;
+	max.f32 	%f655, %f653, %f641;
+	min.f32 	%f634, %f655, %f643;
+	max.f32 	%f656, %f654, %f641;
+	min.f32 	%f633, %f656, %f643;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs81, %f633, %f634;
+	// end inline asm
+	cvt.u32.u16 	%r1042, %rs81;
+	setp.nan.f32 	%p157, %f653, %f653;
+	and.b32  	%r1043, %r1042, 65280;
+	or.b32  	%r1044, %r1043, 127;
+	selp.b32 	%r1045, %r1044, %r1042, %p157;
+	setp.nan.f32 	%p158, %f654, %f654;
+	and.b32  	%r1046, %r1045, 255;
+	or.b32  	%r1047, %r1046, 32512;
+	selp.b32 	%r1048, %r1047, %r1045, %p158;
+	shl.b32 	%r1049, %r1249, 16;
+	mov.b32 	%f657, %r1049;
+	and.b32  	%r1050, %r1249, -65536;
+	mov.b32 	%f658, %r1050;
+	div.rn.f32 	%f659, %f657, %f1;
+	div.rn.f32 	%f660, %f658, %f1;
+	max.f32 	%f661, %f659, %f641;
+	min.f32 	%f636, %f661, %f643;
+	max.f32 	%f662, %f660, %f641;
+	min.f32 	%f635, %f662, %f643;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs82, %f635, %f636;
+	// end inline asm
+	cvt.u32.u16 	%r1051, %rs82;
+	setp.nan.f32 	%p159, %f659, %f659;
+	and.b32  	%r1052, %r1051, 65280;
+	or.b32  	%r1053, %r1052, 127;
+	selp.b32 	%r1054, %r1053, %r1051, %p159;
+	setp.nan.f32 	%p160, %f660, %f660;
+	and.b32  	%r1055, %r1054, 255;
+	or.b32  	%r1056, %r1055, 32512;
+	selp.b32 	%r1057, %r1056, %r1054, %p160;
+	shl.b32 	%r1058, %r1057, 16;
+	or.b32  	%r1059, %r1058, %r1048;
+	or.b32  	%r1060, %r1039, %r1029;
+	st.global.v2.u32 	[%rd521], {%r1060, %r1059};
+	bra.uni 	$L__BB2_267;
+$L__BB2_115:
+	rcp.rn.f32 	%f2, %f1;
+	ld.param.u64 	%rd456, [%rd9+-24];
+	cvta.to.global.u64 	%rd146, %rd456;
+	ld.param.u64 	%rd457, [%rd9+-8];
+	setp.ge.s64 	%p65, %rd26, %rd457;
+	@%p65 bra 	$L__BB2_118;
+	ld.param.u64 	%rd147, [%rd9];
+	setp.le.s64 	%p66, %rd147, %rd25;
+	@%p66 bra 	$L__BB2_118;
+	mul.lo.s64 	%rd458, %rd147, %rd26;
+	add.s64 	%rd459, %rd458, %rd25;
+	add.s64 	%rd460, %rd146, %rd459;
+	shl.b32 	%r469, %r1217, 16;
+	mov.b32 	%f15, %r469;
+	and.b32  	%r470, %r1217, -65536;
+	mov.b32 	%f16, %r470;
+	mul.rn.f32 	%f17, %f15, %f2;
+	neg.f32 	%f18, %f17;
+	fma.rn.f32 	%f19, %f18, %f1, %f15;
+	fma.rn.f32 	%f20, %f19, %f2, %f17;
+	mov.b32 	%r471, %f20;
+	and.b32  	%r472, %r469, -2147483648;
+	or.b32  	%r473, %r472, %r471;
+	mov.b32 	%f8, %r473;
+	mul.rn.f32 	%f21, %f16, %f2;
+	neg.f32 	%f22, %f21;
+	fma.rn.f32 	%f23, %f22, %f1, %f16;
+	fma.rn.f32 	%f24, %f23, %f2, %f21;
+	mov.b32 	%r474, %f24;
+	and.b32  	%r475, %r1217, -2147483648;
+	or.b32  	%r476, %r475, %r474;
+	mov.b32 	%f7, %r476;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs19, %f7, %f8;
+	// end inline asm
+	shl.b32 	%r477, %r1216, 16;
+	mov.b32 	%f25, %r477;
+	and.b32  	%r478, %r1216, -65536;
+	mov.b32 	%f26, %r478;
+	mul.rn.f32 	%f27, %f25, %f2;
+	neg.f32 	%f28, %f27;
+	fma.rn.f32 	%f29, %f28, %f1, %f25;
+	fma.rn.f32 	%f30, %f29, %f2, %f27;
+	mov.b32 	%r479, %f30;
+	and.b32  	%r480, %r477, -2147483648;
+	or.b32  	%r481, %r480, %r479;
+	mov.b32 	%f10, %r481;
+	mul.rn.f32 	%f31, %f26, %f2;
+	neg.f32 	%f32, %f31;
+	fma.rn.f32 	%f33, %f32, %f1, %f26;
+	fma.rn.f32 	%f34, %f33, %f2, %f31;
+	mov.b32 	%r482, %f34;
+	and.b32  	%r483, %r1216, -2147483648;
+	or.b32  	%r484, %r483, %r482;
+	mov.b32 	%f9, %r484;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs20, %f9, %f10;
+	// end inline asm
+	shl.b32 	%r485, %r1215, 16;
+	mov.b32 	%f35, %r485;
+	and.b32  	%r486, %r1215, -65536;
+	mov.b32 	%f36, %r486;
+	mul.rn.f32 	%f37, %f35, %f2;
+	neg.f32 	%f38, %f37;
+	fma.rn.f32 	%f39, %f38, %f1, %f35;
+	fma.rn.f32 	%f40, %f39, %f2, %f37;
+	mov.b32 	%r487, %f40;
+	and.b32  	%r488, %r485, -2147483648;
+	or.b32  	%r489, %r488, %r487;
+	mov.b32 	%f12, %r489;
+	mul.rn.f32 	%f41, %f36, %f2;
+	neg.f32 	%f42, %f41;
+	fma.rn.f32 	%f43, %f42, %f1, %f36;
+	fma.rn.f32 	%f44, %f43, %f2, %f41;
+	mov.b32 	%r490, %f44;
+	and.b32  	%r491, %r1215, -2147483648;
+	or.b32  	%r492, %r491, %r490;
+	mov.b32 	%f11, %r492;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs21, %f11, %f12;
+	// end inline asm
+	shl.b32 	%r493, %r1214, 16;
+	mov.b32 	%f45, %r493;
+	and.b32  	%r494, %r1214, -65536;
+	mov.b32 	%f46, %r494;
+	mul.rn.f32 	%f47, %f45, %f2;
+	neg.f32 	%f48, %f47;
+	fma.rn.f32 	%f49, %f48, %f1, %f45;
+	fma.rn.f32 	%f50, %f49, %f2, %f47;
+	mov.b32 	%r495, %f50;
+	and.b32  	%r496, %r493, -2147483648;
+	or.b32  	%r497, %r496, %r495;
+	mov.b32 	%f14, %r497;
+	mul.rn.f32 	%f51, %f46, %f2;
+	neg.f32 	%f52, %f51;
+	fma.rn.f32 	%f53, %f52, %f1, %f46;
+	fma.rn.f32 	%f54, %f53, %f2, %f51;
+	mov.b32 	%r498, %f54;
+	and.b32  	%r499, %r1214, -2147483648;
+	or.b32  	%r500, %r499, %r498;
+	mov.b32 	%f13, %r500;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs22, %f13, %f14;
+	// end inline asm
+	mov.b32 	%r501, {%rs21, %rs22};
+	mov.b32 	%r502, {%rs19, %rs20};
+	st.global.v2.u32 	[%rd460], {%r502, %r501};
+$L__BB2_118:
+	add.s64 	%rd681, %rd26, 16;
+	ld.param.u64 	%rd461, [%rd9+-8];
+	setp.ge.s64 	%p67, %rd681, %rd461;
+	@%p67 bra 	$L__BB2_121;
+	ld.param.u64 	%rd148, [%rd9];
+	setp.le.s64 	%p68, %rd148, %rd25;
+	@%p68 bra 	$L__BB2_121;
+	add.s64 	%rd682, %rd26, 16;
+	mul.lo.s64 	%rd462, %rd148, %rd682;
+	add.s64 	%rd463, %rd462, %rd25;
+	add.s64 	%rd464, %rd146, %rd463;
+	shl.b32 	%r503, %r1222, 16;
+	mov.b32 	%f63, %r503;
+	and.b32  	%r504, %r1222, -65536;
+	mov.b32 	%f64, %r504;
+	mul.rn.f32 	%f65, %f63, %f2;
+	neg.f32 	%f66, %f65;
+	fma.rn.f32 	%f67, %f66, %f1, %f63;
+	fma.rn.f32 	%f68, %f67, %f2, %f65;
+	mov.b32 	%r505, %f68;
+	and.b32  	%r506, %r503, -2147483648;
+	or.b32  	%r507, %r506, %r505;
+	mov.b32 	%f56, %r507;
+	mul.rn.f32 	%f69, %f64, %f2;
+	neg.f32 	%f70, %f69;
+	fma.rn.f32 	%f71, %f70, %f1, %f64;
+	fma.rn.f32 	%f72, %f71, %f2, %f69;
+	mov.b32 	%r508, %f72;
+	and.b32  	%r509, %r1222, -2147483648;
+	or.b32  	%r510, %r509, %r508;
+	mov.b32 	%f55, %r510;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs23, %f55, %f56;
+	// end inline asm
+	shl.b32 	%r511, %r1221, 16;
+	mov.b32 	%f73, %r511;
+	and.b32  	%r512, %r1221, -65536;
+	mov.b32 	%f74, %r512;
+	mul.rn.f32 	%f75, %f73, %f2;
+	neg.f32 	%f76, %f75;
+	fma.rn.f32 	%f77, %f76, %f1, %f73;
+	fma.rn.f32 	%f78, %f77, %f2, %f75;
+	mov.b32 	%r513, %f78;
+	and.b32  	%r514, %r511, -2147483648;
+	or.b32  	%r515, %r514, %r513;
+	mov.b32 	%f58, %r515;
+	mul.rn.f32 	%f79, %f74, %f2;
+	neg.f32 	%f80, %f79;
+	fma.rn.f32 	%f81, %f80, %f1, %f74;
+	fma.rn.f32 	%f82, %f81, %f2, %f79;
+	mov.b32 	%r516, %f82;
+	and.b32  	%r517, %r1221, -2147483648;
+	or.b32  	%r518, %r517, %r516;
+	mov.b32 	%f57, %r518;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs24, %f57, %f58;
+	// end inline asm
+	shl.b32 	%r519, %r1220, 16;
+	mov.b32 	%f83, %r519;
+	and.b32  	%r520, %r1220, -65536;
+	mov.b32 	%f84, %r520;
+	mul.rn.f32 	%f85, %f83, %f2;
+	neg.f32 	%f86, %f85;
+	fma.rn.f32 	%f87, %f86, %f1, %f83;
+	fma.rn.f32 	%f88, %f87, %f2, %f85;
+	mov.b32 	%r521, %f88;
+	and.b32  	%r522, %r519, -2147483648;
+	or.b32  	%r523, %r522, %r521;
+	mov.b32 	%f60, %r523;
+	mul.rn.f32 	%f89, %f84, %f2;
+	neg.f32 	%f90, %f89;
+	fma.rn.f32 	%f91, %f90, %f1, %f84;
+	fma.rn.f32 	%f92, %f91, %f2, %f89;
+	mov.b32 	%r524, %f92;
+	and.b32  	%r525, %r1220, -2147483648;
+	or.b32  	%r526, %r525, %r524;
+	mov.b32 	%f59, %r526;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs25, %f59, %f60;
+	// end inline asm
+	shl.b32 	%r527, %r1219, 16;
+	mov.b32 	%f93, %r527;
+	and.b32  	%r528, %r1219, -65536;
+	mov.b32 	%f94, %r528;
+	mul.rn.f32 	%f95, %f93, %f2;
+	neg.f32 	%f96, %f95;
+	fma.rn.f32 	%f97, %f96, %f1, %f93;
+	fma.rn.f32 	%f98, %f97, %f2, %f95;
+	mov.b32 	%r529, %f98;
+	and.b32  	%r530, %r527, -2147483648;
+	or.b32  	%r531, %r530, %r529;
+	mov.b32 	%f62, %r531;
+	mul.rn.f32 	%f99, %f94, %f2;
+	neg.f32 	%f100, %f99;
+	fma.rn.f32 	%f101, %f100, %f1, %f94;
+	fma.rn.f32 	%f102, %f101, %f2, %f99;
+	mov.b32 	%r532, %f102;
+	and.b32  	%r533, %r1219, -2147483648;
+	or.b32  	%r534, %r533, %r532;
+	mov.b32 	%f61, %r534;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs26, %f61, %f62;
+	// end inline asm
+	mov.b32 	%r535, {%rs25, %rs26};
+	mov.b32 	%r536, {%rs23, %rs24};
+	st.global.v2.u32 	[%rd464], {%r536, %r535};
+$L__BB2_121:
+	add.s64 	%rd665, %rd26, 32;
+	ld.param.u64 	%rd465, [%rd9+-8];
+	setp.ge.s64 	%p69, %rd665, %rd465;
+	@%p69 bra 	$L__BB2_124;
+	ld.param.u64 	%rd149, [%rd9];
+	setp.le.s64 	%p70, %rd149, %rd25;
+	@%p70 bra 	$L__BB2_124;
+	add.s64 	%rd674, %rd26, 32;
+	mul.lo.s64 	%rd466, %rd149, %rd674;
+	add.s64 	%rd467, %rd466, %rd25;
+	add.s64 	%rd468, %rd146, %rd467;
+	shl.b32 	%r537, %r1227, 16;
+	mov.b32 	%f111, %r537;
+	and.b32  	%r538, %r1227, -65536;
+	mov.b32 	%f112, %r538;
+	mul.rn.f32 	%f113, %f111, %f2;
+	neg.f32 	%f114, %f113;
+	fma.rn.f32 	%f115, %f114, %f1, %f111;
+	fma.rn.f32 	%f116, %f115, %f2, %f113;
+	mov.b32 	%r539, %f116;
+	and.b32  	%r540, %r537, -2147483648;
+	or.b32  	%r541, %r540, %r539;
+	mov.b32 	%f104, %r541;
+	mul.rn.f32 	%f117, %f112, %f2;
+	neg.f32 	%f118, %f117;
+	fma.rn.f32 	%f119, %f118, %f1, %f112;
+	fma.rn.f32 	%f120, %f119, %f2, %f117;
+	mov.b32 	%r542, %f120;
+	and.b32  	%r543, %r1227, -2147483648;
+	or.b32  	%r544, %r543, %r542;
+	mov.b32 	%f103, %r544;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs27, %f103, %f104;
+	// end inline asm
+	shl.b32 	%r545, %r1226, 16;
+	mov.b32 	%f121, %r545;
+	and.b32  	%r546, %r1226, -65536;
+	mov.b32 	%f122, %r546;
+	mul.rn.f32 	%f123, %f121, %f2;
+	neg.f32 	%f124, %f123;
+	fma.rn.f32 	%f125, %f124, %f1, %f121;
+	fma.rn.f32 	%f126, %f125, %f2, %f123;
+	mov.b32 	%r547, %f126;
+	and.b32  	%r548, %r545, -2147483648;
+	or.b32  	%r549, %r548, %r547;
+	mov.b32 	%f106, %r549;
+	mul.rn.f32 	%f127, %f122, %f2;
+	neg.f32 	%f128, %f127;
+	fma.rn.f32 	%f129, %f128, %f1, %f122;
+	fma.rn.f32 	%f130, %f129, %f2, %f127;
+	mov.b32 	%r550, %f130;
+	and.b32  	%r551, %r1226, -2147483648;
+	or.b32  	%r552, %r551, %r550;
+	mov.b32 	%f105, %r552;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs28, %f105, %f106;
+	// end inline asm
+	shl.b32 	%r553, %r1225, 16;
+	mov.b32 	%f131, %r553;
+	and.b32  	%r554, %r1225, -65536;
+	mov.b32 	%f132, %r554;
+	mul.rn.f32 	%f133, %f131, %f2;
+	neg.f32 	%f134, %f133;
+	fma.rn.f32 	%f135, %f134, %f1, %f131;
+	fma.rn.f32 	%f136, %f135, %f2, %f133;
+	mov.b32 	%r555, %f136;
+	and.b32  	%r556, %r553, -2147483648;
+	or.b32  	%r557, %r556, %r555;
+	mov.b32 	%f108, %r557;
+	mul.rn.f32 	%f137, %f132, %f2;
+	neg.f32 	%f138, %f137;
+	fma.rn.f32 	%f139, %f138, %f1, %f132;
+	fma.rn.f32 	%f140, %f139, %f2, %f137;
+	mov.b32 	%r558, %f140;
+	and.b32  	%r559, %r1225, -2147483648;
+	or.b32  	%r560, %r559, %r558;
+	mov.b32 	%f107, %r560;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs29, %f107, %f108;
+	// end inline asm
+	shl.b32 	%r561, %r1224, 16;
+	mov.b32 	%f141, %r561;
+	and.b32  	%r562, %r1224, -65536;
+	mov.b32 	%f142, %r562;
+	mul.rn.f32 	%f143, %f141, %f2;
+	neg.f32 	%f144, %f143;
+	fma.rn.f32 	%f145, %f144, %f1, %f141;
+	fma.rn.f32 	%f146, %f145, %f2, %f143;
+	mov.b32 	%r563, %f146;
+	and.b32  	%r564, %r561, -2147483648;
+	or.b32  	%r565, %r564, %r563;
+	mov.b32 	%f110, %r565;
+	mul.rn.f32 	%f147, %f142, %f2;
+	neg.f32 	%f148, %f147;
+	fma.rn.f32 	%f149, %f148, %f1, %f142;
+	fma.rn.f32 	%f150, %f149, %f2, %f147;
+	mov.b32 	%r566, %f150;
+	and.b32  	%r567, %r1224, -2147483648;
+	or.b32  	%r568, %r567, %r566;
+	mov.b32 	%f109, %r568;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs30, %f109, %f110;
+	// end inline asm
+	mov.b32 	%r569, {%rs29, %rs30};
+	mov.b32 	%r570, {%rs27, %rs28};
+	st.global.v2.u32 	[%rd468], {%r570, %r569};
+$L__BB2_124:
+	add.s64 	%rd666, %rd26, 48;
+	ld.param.u64 	%rd469, [%rd9+-8];
+	setp.ge.s64 	%p71, %rd666, %rd469;
+	@%p71 bra 	$L__BB2_127;
+	ld.param.u64 	%rd150, [%rd9];
+	setp.le.s64 	%p72, %rd150, %rd25;
+	@%p72 bra 	$L__BB2_127;
+	add.s64 	%rd673, %rd26, 48;
+	mul.lo.s64 	%rd470, %rd150, %rd673;
+	add.s64 	%rd471, %rd470, %rd25;
+	add.s64 	%rd472, %rd146, %rd471;
+	shl.b32 	%r571, %r1232, 16;
+	mov.b32 	%f159, %r571;
+	and.b32  	%r572, %r1232, -65536;
+	mov.b32 	%f160, %r572;
+	mul.rn.f32 	%f161, %f159, %f2;
+	neg.f32 	%f162, %f161;
+	fma.rn.f32 	%f163, %f162, %f1, %f159;
+	fma.rn.f32 	%f164, %f163, %f2, %f161;
+	mov.b32 	%r573, %f164;
+	and.b32  	%r574, %r571, -2147483648;
+	or.b32  	%r575, %r574, %r573;
+	mov.b32 	%f152, %r575;
+	mul.rn.f32 	%f165, %f160, %f2;
+	neg.f32 	%f166, %f165;
+	fma.rn.f32 	%f167, %f166, %f1, %f160;
+	fma.rn.f32 	%f168, %f167, %f2, %f165;
+	mov.b32 	%r576, %f168;
+	and.b32  	%r577, %r1232, -2147483648;
+	or.b32  	%r578, %r577, %r576;
+	mov.b32 	%f151, %r578;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs31, %f151, %f152;
+	// end inline asm
+	shl.b32 	%r579, %r1231, 16;
+	mov.b32 	%f169, %r579;
+	and.b32  	%r580, %r1231, -65536;
+	mov.b32 	%f170, %r580;
+	mul.rn.f32 	%f171, %f169, %f2;
+	neg.f32 	%f172, %f171;
+	fma.rn.f32 	%f173, %f172, %f1, %f169;
+	fma.rn.f32 	%f174, %f173, %f2, %f171;
+	mov.b32 	%r581, %f174;
+	and.b32  	%r582, %r579, -2147483648;
+	or.b32  	%r583, %r582, %r581;
+	mov.b32 	%f154, %r583;
+	mul.rn.f32 	%f175, %f170, %f2;
+	neg.f32 	%f176, %f175;
+	fma.rn.f32 	%f177, %f176, %f1, %f170;
+	fma.rn.f32 	%f178, %f177, %f2, %f175;
+	mov.b32 	%r584, %f178;
+	and.b32  	%r585, %r1231, -2147483648;
+	or.b32  	%r586, %r585, %r584;
+	mov.b32 	%f153, %r586;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs32, %f153, %f154;
+	// end inline asm
+	shl.b32 	%r587, %r1230, 16;
+	mov.b32 	%f179, %r587;
+	and.b32  	%r588, %r1230, -65536;
+	mov.b32 	%f180, %r588;
+	mul.rn.f32 	%f181, %f179, %f2;
+	neg.f32 	%f182, %f181;
+	fma.rn.f32 	%f183, %f182, %f1, %f179;
+	fma.rn.f32 	%f184, %f183, %f2, %f181;
+	mov.b32 	%r589, %f184;
+	and.b32  	%r590, %r587, -2147483648;
+	or.b32  	%r591, %r590, %r589;
+	mov.b32 	%f156, %r591;
+	mul.rn.f32 	%f185, %f180, %f2;
+	neg.f32 	%f186, %f185;
+	fma.rn.f32 	%f187, %f186, %f1, %f180;
+	fma.rn.f32 	%f188, %f187, %f2, %f185;
+	mov.b32 	%r592, %f188;
+	and.b32  	%r593, %r1230, -2147483648;
+	or.b32  	%r594, %r593, %r592;
+	mov.b32 	%f155, %r594;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs33, %f155, %f156;
+	// end inline asm
+	shl.b32 	%r595, %r1229, 16;
+	mov.b32 	%f189, %r595;
+	and.b32  	%r596, %r1229, -65536;
+	mov.b32 	%f190, %r596;
+	mul.rn.f32 	%f191, %f189, %f2;
+	neg.f32 	%f192, %f191;
+	fma.rn.f32 	%f193, %f192, %f1, %f189;
+	fma.rn.f32 	%f194, %f193, %f2, %f191;
+	mov.b32 	%r597, %f194;
+	and.b32  	%r598, %r595, -2147483648;
+	or.b32  	%r599, %r598, %r597;
+	mov.b32 	%f158, %r599;
+	mul.rn.f32 	%f195, %f190, %f2;
+	neg.f32 	%f196, %f195;
+	fma.rn.f32 	%f197, %f196, %f1, %f190;
+	fma.rn.f32 	%f198, %f197, %f2, %f195;
+	mov.b32 	%r600, %f198;
+	and.b32  	%r601, %r1229, -2147483648;
+	or.b32  	%r602, %r601, %r600;
+	mov.b32 	%f157, %r602;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs34, %f157, %f158;
+	// end inline asm
+	mov.b32 	%r603, {%rs33, %rs34};
+	mov.b32 	%r604, {%rs31, %rs32};
+	st.global.v2.u32 	[%rd472], {%r604, %r603};
+$L__BB2_127:
+	add.s64 	%rd667, %rd26, 64;
+	ld.param.u64 	%rd473, [%rd9+-8];
+	setp.ge.s64 	%p73, %rd667, %rd473;
+	@%p73 bra 	$L__BB2_130;
+	ld.param.u64 	%rd151, [%rd9];
+	setp.le.s64 	%p74, %rd151, %rd25;
+	@%p74 bra 	$L__BB2_130;
+	add.s64 	%rd672, %rd26, 64;
+	mul.lo.s64 	%rd474, %rd151, %rd672;
+	add.s64 	%rd475, %rd474, %rd25;
+	add.s64 	%rd476, %rd146, %rd475;
+	shl.b32 	%r605, %r1237, 16;
+	mov.b32 	%f207, %r605;
+	and.b32  	%r606, %r1237, -65536;
+	mov.b32 	%f208, %r606;
+	mul.rn.f32 	%f209, %f207, %f2;
+	neg.f32 	%f210, %f209;
+	fma.rn.f32 	%f211, %f210, %f1, %f207;
+	fma.rn.f32 	%f212, %f211, %f2, %f209;
+	mov.b32 	%r607, %f212;
+	and.b32  	%r608, %r605, -2147483648;
+	or.b32  	%r609, %r608, %r607;
+	mov.b32 	%f200, %r609;
+	mul.rn.f32 	%f213, %f208, %f2;
+	neg.f32 	%f214, %f213;
+	fma.rn.f32 	%f215, %f214, %f1, %f208;
+	fma.rn.f32 	%f216, %f215, %f2, %f213;
+	mov.b32 	%r610, %f216;
+	and.b32  	%r611, %r1237, -2147483648;
+	or.b32  	%r612, %r611, %r610;
+	mov.b32 	%f199, %r612;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs35, %f199, %f200;
+	// end inline asm
+	shl.b32 	%r613, %r1236, 16;
+	mov.b32 	%f217, %r613;
+	and.b32  	%r614, %r1236, -65536;
+	mov.b32 	%f218, %r614;
+	mul.rn.f32 	%f219, %f217, %f2;
+	neg.f32 	%f220, %f219;
+	fma.rn.f32 	%f221, %f220, %f1, %f217;
+	fma.rn.f32 	%f222, %f221, %f2, %f219;
+	mov.b32 	%r615, %f222;
+	and.b32  	%r616, %r613, -2147483648;
+	or.b32  	%r617, %r616, %r615;
+	mov.b32 	%f202, %r617;
+	mul.rn.f32 	%f223, %f218, %f2;
+	neg.f32 	%f224, %f223;
+	fma.rn.f32 	%f225, %f224, %f1, %f218;
+	fma.rn.f32 	%f226, %f225, %f2, %f223;
+	mov.b32 	%r618, %f226;
+	and.b32  	%r619, %r1236, -2147483648;
+	or.b32  	%r620, %r619, %r618;
+	mov.b32 	%f201, %r620;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs36, %f201, %f202;
+	// end inline asm
+	shl.b32 	%r621, %r1235, 16;
+	mov.b32 	%f227, %r621;
+	and.b32  	%r622, %r1235, -65536;
+	mov.b32 	%f228, %r622;
+	mul.rn.f32 	%f229, %f227, %f2;
+	neg.f32 	%f230, %f229;
+	fma.rn.f32 	%f231, %f230, %f1, %f227;
+	fma.rn.f32 	%f232, %f231, %f2, %f229;
+	mov.b32 	%r623, %f232;
+	and.b32  	%r624, %r621, -2147483648;
+	or.b32  	%r625, %r624, %r623;
+	mov.b32 	%f204, %r625;
+	mul.rn.f32 	%f233, %f228, %f2;
+	neg.f32 	%f234, %f233;
+	fma.rn.f32 	%f235, %f234, %f1, %f228;
+	fma.rn.f32 	%f236, %f235, %f2, %f233;
+	mov.b32 	%r626, %f236;
+	and.b32  	%r627, %r1235, -2147483648;
+	or.b32  	%r628, %r627, %r626;
+	mov.b32 	%f203, %r628;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs37, %f203, %f204;
+	// end inline asm
+	shl.b32 	%r629, %r1234, 16;
+	mov.b32 	%f237, %r629;
+	and.b32  	%r630, %r1234, -65536;
+	mov.b32 	%f238, %r630;
+	mul.rn.f32 	%f239, %f237, %f2;
+	neg.f32 	%f240, %f239;
+	fma.rn.f32 	%f241, %f240, %f1, %f237;
+	fma.rn.f32 	%f242, %f241, %f2, %f239;
+	mov.b32 	%r631, %f242;
+	and.b32  	%r632, %r629, -2147483648;
+	or.b32  	%r633, %r632, %r631;
+	mov.b32 	%f206, %r633;
+	mul.rn.f32 	%f243, %f238, %f2;
+	neg.f32 	%f244, %f243;
+	fma.rn.f32 	%f245, %f244, %f1, %f238;
+	fma.rn.f32 	%f246, %f245, %f2, %f243;
+	mov.b32 	%r634, %f246;
+	and.b32  	%r635, %r1234, -2147483648;
+	or.b32  	%r636, %r635, %r634;
+	mov.b32 	%f205, %r636;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs38, %f205, %f206;
+	// end inline asm
+	mov.b32 	%r637, {%rs37, %rs38};
+	mov.b32 	%r638, {%rs35, %rs36};
+	st.global.v2.u32 	[%rd476], {%r638, %r637};
+$L__BB2_130:
+	add.s64 	%rd685, %rd26, 80;
+	ld.param.u64 	%rd477, [%rd9+-8];
+	setp.ge.s64 	%p75, %rd685, %rd477;
+	@%p75 bra 	$L__BB2_133;
+	ld.param.u64 	%rd152, [%rd9];
+	setp.le.s64 	%p76, %rd152, %rd25;
+	@%p76 bra 	$L__BB2_133;
+	add.s64 	%rd686, %rd26, 80;
+	mul.lo.s64 	%rd478, %rd152, %rd686;
+	add.s64 	%rd479, %rd478, %rd25;
+	add.s64 	%rd480, %rd146, %rd479;
+	shl.b32 	%r639, %r1242, 16;
+	mov.b32 	%f255, %r639;
+	and.b32  	%r640, %r1242, -65536;
+	mov.b32 	%f256, %r640;
+	mul.rn.f32 	%f257, %f255, %f2;
+	neg.f32 	%f258, %f257;
+	fma.rn.f32 	%f259, %f258, %f1, %f255;
+	fma.rn.f32 	%f260, %f259, %f2, %f257;
+	mov.b32 	%r641, %f260;
+	and.b32  	%r642, %r639, -2147483648;
+	or.b32  	%r643, %r642, %r641;
+	mov.b32 	%f248, %r643;
+	mul.rn.f32 	%f261, %f256, %f2;
+	neg.f32 	%f262, %f261;
+	fma.rn.f32 	%f263, %f262, %f1, %f256;
+	fma.rn.f32 	%f264, %f263, %f2, %f261;
+	mov.b32 	%r644, %f264;
+	and.b32  	%r645, %r1242, -2147483648;
+	or.b32  	%r646, %r645, %r644;
+	mov.b32 	%f247, %r646;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs39, %f247, %f248;
+	// end inline asm
+	shl.b32 	%r647, %r1241, 16;
+	mov.b32 	%f265, %r647;
+	and.b32  	%r648, %r1241, -65536;
+	mov.b32 	%f266, %r648;
+	mul.rn.f32 	%f267, %f265, %f2;
+	neg.f32 	%f268, %f267;
+	fma.rn.f32 	%f269, %f268, %f1, %f265;
+	fma.rn.f32 	%f270, %f269, %f2, %f267;
+	mov.b32 	%r649, %f270;
+	and.b32  	%r650, %r647, -2147483648;
+	or.b32  	%r651, %r650, %r649;
+	mov.b32 	%f250, %r651;
+	mul.rn.f32 	%f271, %f266, %f2;
+	neg.f32 	%f272, %f271;
+	fma.rn.f32 	%f273, %f272, %f1, %f266;
+	fma.rn.f32 	%f274, %f273, %f2, %f271;
+	mov.b32 	%r652, %f274;
+	and.b32  	%r653, %r1241, -2147483648;
+	or.b32  	%r654, %r653, %r652;
+	mov.b32 	%f249, %r654;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs40, %f249, %f250;
+	// end inline asm
+	shl.b32 	%r655, %r1240, 16;
+	mov.b32 	%f275, %r655;
+	and.b32  	%r656, %r1240, -65536;
+	mov.b32 	%f276, %r656;
+	mul.rn.f32 	%f277, %f275, %f2;
+	neg.f32 	%f278, %f277;
+	fma.rn.f32 	%f279, %f278, %f1, %f275;
+	fma.rn.f32 	%f280, %f279, %f2, %f277;
+	mov.b32 	%r657, %f280;
+	and.b32  	%r658, %r655, -2147483648;
+	or.b32  	%r659, %r658, %r657;
+	mov.b32 	%f252, %r659;
+	mul.rn.f32 	%f281, %f276, %f2;
+	neg.f32 	%f282, %f281;
+	fma.rn.f32 	%f283, %f282, %f1, %f276;
+	fma.rn.f32 	%f284, %f283, %f2, %f281;
+	mov.b32 	%r660, %f284;
+	and.b32  	%r661, %r1240, -2147483648;
+	or.b32  	%r662, %r661, %r660;
+	mov.b32 	%f251, %r662;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs41, %f251, %f252;
+	// end inline asm
+	shl.b32 	%r663, %r1239, 16;
+	mov.b32 	%f285, %r663;
+	and.b32  	%r664, %r1239, -65536;
+	mov.b32 	%f286, %r664;
+	mul.rn.f32 	%f287, %f285, %f2;
+	neg.f32 	%f288, %f287;
+	fma.rn.f32 	%f289, %f288, %f1, %f285;
+	fma.rn.f32 	%f290, %f289, %f2, %f287;
+	mov.b32 	%r665, %f290;
+	and.b32  	%r666, %r663, -2147483648;
+	or.b32  	%r667, %r666, %r665;
+	mov.b32 	%f254, %r667;
+	mul.rn.f32 	%f291, %f286, %f2;
+	neg.f32 	%f292, %f291;
+	fma.rn.f32 	%f293, %f292, %f1, %f286;
+	fma.rn.f32 	%f294, %f293, %f2, %f291;
+	mov.b32 	%r668, %f294;
+	and.b32  	%r669, %r1239, -2147483648;
+	or.b32  	%r670, %r669, %r668;
+	mov.b32 	%f253, %r670;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs42, %f253, %f254;
+	// end inline asm
+	mov.b32 	%r671, {%rs41, %rs42};
+	mov.b32 	%r672, {%rs39, %rs40};
+	st.global.v2.u32 	[%rd480], {%r672, %r671};
+$L__BB2_133:
+	add.s64 	%rd689, %rd26, 96;
+	ld.param.u64 	%rd481, [%rd9+-8];
+	setp.ge.s64 	%p77, %rd689, %rd481;
+	@%p77 bra 	$L__BB2_136;
+	ld.param.u64 	%rd153, [%rd9];
+	setp.le.s64 	%p78, %rd153, %rd25;
+	@%p78 bra 	$L__BB2_136;
+	add.s64 	%rd690, %rd26, 96;
+	mul.lo.s64 	%rd482, %rd153, %rd690;
+	add.s64 	%rd483, %rd482, %rd25;
+	add.s64 	%rd484, %rd146, %rd483;
+	shl.b32 	%r673, %r1247, 16;
+	mov.b32 	%f303, %r673;
+	and.b32  	%r674, %r1247, -65536;
+	mov.b32 	%f304, %r674;
+	mul.rn.f32 	%f305, %f303, %f2;
+	neg.f32 	%f306, %f305;
+	fma.rn.f32 	%f307, %f306, %f1, %f303;
+	fma.rn.f32 	%f308, %f307, %f2, %f305;
+	mov.b32 	%r675, %f308;
+	and.b32  	%r676, %r673, -2147483648;
+	or.b32  	%r677, %r676, %r675;
+	mov.b32 	%f296, %r677;
+	mul.rn.f32 	%f309, %f304, %f2;
+	neg.f32 	%f310, %f309;
+	fma.rn.f32 	%f311, %f310, %f1, %f304;
+	fma.rn.f32 	%f312, %f311, %f2, %f309;
+	mov.b32 	%r678, %f312;
+	and.b32  	%r679, %r1247, -2147483648;
+	or.b32  	%r680, %r679, %r678;
+	mov.b32 	%f295, %r680;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs43, %f295, %f296;
+	// end inline asm
+	shl.b32 	%r681, %r1246, 16;
+	mov.b32 	%f313, %r681;
+	and.b32  	%r682, %r1246, -65536;
+	mov.b32 	%f314, %r682;
+	mul.rn.f32 	%f315, %f313, %f2;
+	neg.f32 	%f316, %f315;
+	fma.rn.f32 	%f317, %f316, %f1, %f313;
+	fma.rn.f32 	%f318, %f317, %f2, %f315;
+	mov.b32 	%r683, %f318;
+	and.b32  	%r684, %r681, -2147483648;
+	or.b32  	%r685, %r684, %r683;
+	mov.b32 	%f298, %r685;
+	mul.rn.f32 	%f319, %f314, %f2;
+	neg.f32 	%f320, %f319;
+	fma.rn.f32 	%f321, %f320, %f1, %f314;
+	fma.rn.f32 	%f322, %f321, %f2, %f319;
+	mov.b32 	%r686, %f322;
+	and.b32  	%r687, %r1246, -2147483648;
+	or.b32  	%r688, %r687, %r686;
+	mov.b32 	%f297, %r688;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs44, %f297, %f298;
+	// end inline asm
+	shl.b32 	%r689, %r1245, 16;
+	mov.b32 	%f323, %r689;
+	and.b32  	%r690, %r1245, -65536;
+	mov.b32 	%f324, %r690;
+	mul.rn.f32 	%f325, %f323, %f2;
+	neg.f32 	%f326, %f325;
+	fma.rn.f32 	%f327, %f326, %f1, %f323;
+	fma.rn.f32 	%f328, %f327, %f2, %f325;
+	mov.b32 	%r691, %f328;
+	and.b32  	%r692, %r689, -2147483648;
+	or.b32  	%r693, %r692, %r691;
+	mov.b32 	%f300, %r693;
+	mul.rn.f32 	%f329, %f324, %f2;
+	neg.f32 	%f330, %f329;
+	fma.rn.f32 	%f331, %f330, %f1, %f324;
+	fma.rn.f32 	%f332, %f331, %f2, %f329;
+	mov.b32 	%r694, %f332;
+	and.b32  	%r695, %r1245, -2147483648;
+	or.b32  	%r696, %r695, %r694;
+	mov.b32 	%f299, %r696;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs45, %f299, %f300;
+	// end inline asm
+	shl.b32 	%r697, %r1244, 16;
+	mov.b32 	%f333, %r697;
+	and.b32  	%r698, %r1244, -65536;
+	mov.b32 	%f334, %r698;
+	mul.rn.f32 	%f335, %f333, %f2;
+	neg.f32 	%f336, %f335;
+	fma.rn.f32 	%f337, %f336, %f1, %f333;
+	fma.rn.f32 	%f338, %f337, %f2, %f335;
+	mov.b32 	%r699, %f338;
+	and.b32  	%r700, %r697, -2147483648;
+	or.b32  	%r701, %r700, %r699;
+	mov.b32 	%f302, %r701;
+	mul.rn.f32 	%f339, %f334, %f2;
+	neg.f32 	%f340, %f339;
+	fma.rn.f32 	%f341, %f340, %f1, %f334;
+	fma.rn.f32 	%f342, %f341, %f2, %f339;
+	mov.b32 	%r702, %f342;
+	and.b32  	%r703, %r1244, -2147483648;
+	or.b32  	%r704, %r703, %r702;
+	mov.b32 	%f301, %r704;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs46, %f301, %f302;
+	// end inline asm
+	mov.b32 	%r705, {%rs45, %rs46};
+	mov.b32 	%r706, {%rs43, %rs44};
+	st.global.v2.u32 	[%rd484], {%r706, %r705};
+$L__BB2_136:
+	add.s64 	%rd696, %rd26, 112;
+	ld.param.u64 	%rd485, [%rd9+-8];
+	setp.ge.s64 	%p79, %rd696, %rd485;
+	@%p79 bra 	$L__BB2_267;
+	ld.param.u64 	%rd154, [%rd9];
+	setp.le.s64 	%p80, %rd154, %rd25;
+	@%p80 bra 	$L__BB2_267;
+	add.s64 	%rd697, %rd26, 112;
+	mul.lo.s64 	%rd486, %rd154, %rd697;
+	add.s64 	%rd487, %rd486, %rd25;
+	add.s64 	%rd488, %rd146, %rd487;
+	shl.b32 	%r707, %r1252, 16;
+	mov.b32 	%f351, %r707;
+	and.b32  	%r708, %r1252, -65536;
+	mov.b32 	%f352, %r708;
+	mul.rn.f32 	%f353, %f351, %f2;
+	neg.f32 	%f354, %f353;
+	fma.rn.f32 	%f355, %f354, %f1, %f351;
+	fma.rn.f32 	%f356, %f355, %f2, %f353;
+	mov.b32 	%r709, %f356;
+	and.b32  	%r710, %r707, -2147483648;
+	or.b32  	%r711, %r710, %r709;
+	mov.b32 	%f344, %r711;
+	mul.rn.f32 	%f357, %f352, %f2;
+	neg.f32 	%f358, %f357;
+	fma.rn.f32 	%f359, %f358, %f1, %f352;
+	fma.rn.f32 	%f360, %f359, %f2, %f357;
+	mov.b32 	%r712, %f360;
+	and.b32  	%r713, %r1252, -2147483648;
+	or.b32  	%r714, %r713, %r712;
+	mov.b32 	%f343, %r714;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs47, %f343, %f344;
+	// end inline asm
+	shl.b32 	%r715, %r1251, 16;
+	mov.b32 	%f361, %r715;
+	and.b32  	%r716, %r1251, -65536;
+	mov.b32 	%f362, %r716;
+	mul.rn.f32 	%f363, %f361, %f2;
+	neg.f32 	%f364, %f363;
+	fma.rn.f32 	%f365, %f364, %f1, %f361;
+	fma.rn.f32 	%f366, %f365, %f2, %f363;
+	mov.b32 	%r717, %f366;
+	and.b32  	%r718, %r715, -2147483648;
+	or.b32  	%r719, %r718, %r717;
+	mov.b32 	%f346, %r719;
+	mul.rn.f32 	%f367, %f362, %f2;
+	neg.f32 	%f368, %f367;
+	fma.rn.f32 	%f369, %f368, %f1, %f362;
+	fma.rn.f32 	%f370, %f369, %f2, %f367;
+	mov.b32 	%r720, %f370;
+	and.b32  	%r721, %r1251, -2147483648;
+	or.b32  	%r722, %r721, %r720;
+	mov.b32 	%f345, %r722;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs48, %f345, %f346;
+	// end inline asm
+	shl.b32 	%r723, %r1250, 16;
+	mov.b32 	%f371, %r723;
+	and.b32  	%r724, %r1250, -65536;
+	mov.b32 	%f372, %r724;
+	mul.rn.f32 	%f373, %f371, %f2;
+	neg.f32 	%f374, %f373;
+	fma.rn.f32 	%f375, %f374, %f1, %f371;
+	fma.rn.f32 	%f376, %f375, %f2, %f373;
+	mov.b32 	%r725, %f376;
+	and.b32  	%r726, %r723, -2147483648;
+	or.b32  	%r727, %r726, %r725;
+	mov.b32 	%f348, %r727;
+	mul.rn.f32 	%f377, %f372, %f2;
+	neg.f32 	%f378, %f377;
+	fma.rn.f32 	%f379, %f378, %f1, %f372;
+	fma.rn.f32 	%f380, %f379, %f2, %f377;
+	mov.b32 	%r728, %f380;
+	and.b32  	%r729, %r1250, -2147483648;
+	or.b32  	%r730, %r729, %r728;
+	mov.b32 	%f347, %r730;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs49, %f347, %f348;
+	// end inline asm
+	shl.b32 	%r731, %r1249, 16;
+	mov.b32 	%f381, %r731;
+	and.b32  	%r732, %r1249, -65536;
+	mov.b32 	%f382, %r732;
+	mul.rn.f32 	%f383, %f381, %f2;
+	neg.f32 	%f384, %f383;
+	fma.rn.f32 	%f385, %f384, %f1, %f381;
+	fma.rn.f32 	%f386, %f385, %f2, %f383;
+	mov.b32 	%r733, %f386;
+	and.b32  	%r734, %r731, -2147483648;
+	or.b32  	%r735, %r734, %r733;
+	mov.b32 	%f350, %r735;
+	mul.rn.f32 	%f387, %f382, %f2;
+	neg.f32 	%f388, %f387;
+	fma.rn.f32 	%f389, %f388, %f1, %f382;
+	fma.rn.f32 	%f390, %f389, %f2, %f387;
+	mov.b32 	%r736, %f390;
+	and.b32  	%r737, %r1249, -2147483648;
+	or.b32  	%r738, %r737, %r736;
+	mov.b32 	%f349, %r738;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs50, %f349, %f350;
+	// end inline asm
+	mov.b32 	%r739, {%rs49, %rs50};
+	mov.b32 	%r740, {%rs47, %rs48};
+	st.global.v2.u32 	[%rd488], {%r740, %r739};
+	bra.uni 	$L__BB2_267;
+$L__BB2_201:
+	cvt.u32.u64 	%r1110, %rd201;
+	cvt.u32.u64 	%r1111, %rd758;
+	rem.u32 	%r1112, %r1111, %r1110;
+	cvt.u64.u32 	%rd755, %r1112;
+$L__BB2_202:
+	shr.u64 	%rd571, %rd201, 63;
+	add.s64 	%rd572, %rd201, %rd571;
+	shr.s64 	%rd205, %rd572, 1;
+	or.b64  	%rd573, %rd755, %rd205;
+	and.b64  	%rd574, %rd573, -4294967296;
+	setp.eq.s64 	%p190, %rd574, 0;
+	@%p190 bra 	$L__BB2_204;
+	div.s64 	%rd756, %rd755, %rd205;
+	mul.lo.s64 	%rd575, %rd756, %rd205;
+	sub.s64 	%rd757, %rd755, %rd575;
+	bra.uni 	$L__BB2_205;
+$L__BB2_204:
+	cvt.u32.u64 	%r1113, %rd205;
+	cvt.u32.u64 	%r1114, %rd755;
+	div.u32 	%r1115, %r1114, %r1113;
+	mul.lo.s32 	%r1116, %r1115, %r1113;
+	sub.s32 	%r1117, %r1114, %r1116;
+	cvt.u64.u32 	%rd756, %r1115;
+	cvt.u64.u32 	%rd757, %r1117;
+$L__BB2_205:
+	shl.b64 	%rd576, %rd757, 1;
+	sub.s64 	%rd577, %rd758, %rd755;
+	add.s64 	%rd578, %rd577, %rd576;
+	add.s64 	%rd758, %rd578, %rd756;
+$L__BB2_206:
+	ld.param.u64 	%rd579, [%rd9+24];
+	mul.lo.s64 	%rd580, %rd579, %rd758;
+	ld.param.u64 	%rd581, [%rd9+40];
+	add.s64 	%rd582, %rd581, %rd199;
+	add.s64 	%rd583, %rd582, %rd580;
+	shl.b64 	%rd584, %rd583, 1;
+	add.s64 	%rd214, %rd21, %rd584;
+	add.s64 	%rd585, %rd20, %rd584;
+	and.b64  	%rd586, %rd585, 1;
+	setp.eq.b64 	%p191, %rd586, 1;
+	mov.pred 	%p192, 0;
+	xor.pred  	%p193, %p191, %p192;
+	not.pred 	%p194, %p193;
+	@%p194 bra 	$L__BB2_208;
+	bra.uni 	$L__BB2_207;
+$L__BB2_208:
+	ld.global.u16 	%r1265, [%rd214];
+	bra.uni 	$L__BB2_209;
+$L__BB2_207:
+	ld.global.u8 	%r1118, [%rd214];
+	ld.global.u8 	%r1119, [%rd214+1];
+	prmt.b32 	%r1265, %r1119, %r1118, 30212;
+$L__BB2_209:
+	shl.b32 	%r1120, %r1265, 16;
+	and.b32  	%r1121, %r1120, 2147418112;
+	max.u32 	%r1261, %r1261, %r1121;
+$L__BB2_210:
+	and.b32  	%r1123, %r1270, 31;
+	setp.ne.s32 	%p195, %r1123, 0;
+	mov.u32 	%r1124, -1;
+	redux.sync.max.u32 %r120, %r1261, %r1124;
+	@%p195 bra 	$L__BB2_212;
+	mov.u32 	%r1125, %tid.x;
+	shr.u32 	%r1126, %r1125, 3;
+	and.b32  	%r1127, %r1126, 536870908;
+	mov.u32 	%r1128, _ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red;
+	add.s32 	%r1129, %r1128, %r1127;
+	st.shared.u32 	[%r1129], %r120;
+$L__BB2_212:
+	bar.sync 	0;
+	ld.shared.u32 	%r1131, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+4];
+	ld.shared.u32 	%r1132, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red];
+	max.u32 	%r1133, %r1132, %r1131;
+	ld.shared.u32 	%r1134, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+8];
+	max.u32 	%r1135, %r1133, %r1134;
+	ld.shared.u32 	%r1136, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+12];
+	max.u32 	%r1137, %r1135, %r1136;
+	ld.shared.u32 	%r1138, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+16];
+	max.u32 	%r1139, %r1137, %r1138;
+	ld.shared.u32 	%r1140, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+20];
+	max.u32 	%r1141, %r1139, %r1140;
+	ld.shared.u32 	%r1142, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+24];
+	max.u32 	%r1143, %r1141, %r1142;
+	ld.shared.u32 	%r1144, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+28];
+	max.u32 	%r121, %r1143, %r1144;
+	bar.sync 	0;
+	setp.gt.u32 	%p196, %r121, 2139095040;
+	mov.u32 	%r1267, 2143289344;
+	@%p196 bra 	$L__BB2_218;
+	mov.b32 	%f663, %r121;
+	mov.f32 	%f664, 0f43E00000;
+	div.rn.f32 	%f665, %f663, %f664;
+	mov.b32 	%r122, %f665;
+	setp.eq.s32 	%p197, %r122, 0;
+	mov.u32 	%r1267, 1065353216;
+	@%p197 bra 	$L__BB2_218;
+	ld.param.u32 	%r1209, [%rd9+12];
+	setp.ne.s32 	%p198, %r1209, 1;
+	setp.eq.s32 	%p199, %r122, 2139095040;
+	or.pred  	%p200, %p199, %p198;
+	mov.u32 	%r1267, %r122;
+	@%p200 bra 	$L__BB2_218;
+	setp.lt.u32 	%p201, %r122, 8388608;
+	mov.u32 	%r1267, 8388608;
+	@%p201 bra 	$L__BB2_218;
+	and.b32  	%r1147, %r122, 8388607;
+	setp.eq.s32 	%p202, %r1147, 0;
+	mov.u32 	%r1267, %r122;
+	@%p202 bra 	$L__BB2_218;
+	and.b32  	%r1148, %r122, 2139095040;
+	add.s32 	%r1267, %r1148, 8388608;
+$L__BB2_218:
+	setp.ne.s32 	%p203, %r1270, 0;
+	mov.b32 	%f3, %r1267;
+	@%p203 bra 	$L__BB2_220;
+	st.global.u32 	[%rd23], %r1267;
+$L__BB2_220:
+	@%p161 bra 	$L__BB2_267;
+	mov.u32 	%r1151, 16383;
+	sub.s32 	%r1152, %r1151, %r1270;
+	shr.u32 	%r1153, %r1152, 8;
+	add.s32 	%r1154, %r1153, 1;
+	and.b32  	%r1155, %r1154, 1;
+	setp.eq.b32 	%p205, %r1155, 1;
+	mov.pred 	%p206, 0;
+	xor.pred  	%p207, %p205, %p206;
+	not.pred 	%p208, %p207;
+	ld.param.u64 	%rd215, [%rd9+-8];
+	@%p208 bra 	$L__BB2_236;
+	mov.u32 	%r1156, %tid.x;
+	shr.u32 	%r1157, %r1156, 7;
+	cvt.u64.u32 	%rd587, %r1157;
+	add.s64 	%rd216, %rd18, %rd587;
+	and.b32  	%r1158, %r1156, 127;
+	cvt.u64.u32 	%rd588, %r1158;
+	add.s64 	%rd217, %rd19, %rd588;
+	setp.ge.s64 	%p209, %rd216, %rd215;
+	add.s32 	%r1270, %r1156, 256;
+	@%p209 bra 	$L__BB2_236;
+	ld.param.u64 	%rd589, [%rd9];
+	setp.ge.s64 	%p210, %rd217, %rd589;
+	@%p210 bra 	$L__BB2_236;
+	ld.param.u64 	%rd590, [%rd9+32];
+	add.s64 	%rd762, %rd590, %rd216;
+	ld.param.u64 	%rd219, [%rd9+48];
+	setp.eq.s64 	%p211, %rd219, 0;
+	@%p211 bra 	$L__BB2_232;
+	or.b64  	%rd591, %rd762, %rd219;
+	and.b64  	%rd592, %rd591, -4294967296;
+	setp.eq.s64 	%p212, %rd592, 0;
+	@%p212 bra 	$L__BB2_227;
+	rem.s64 	%rd759, %rd762, %rd219;
+	bra.uni 	$L__BB2_228;
+$L__BB2_227:
+	cvt.u32.u64 	%r1160, %rd219;
+	cvt.u32.u64 	%r1161, %rd762;
+	rem.u32 	%r1162, %r1161, %r1160;
+	cvt.u64.u32 	%rd759, %r1162;
+$L__BB2_228:
+	shr.u64 	%rd593, %rd219, 63;
+	add.s64 	%rd594, %rd219, %rd593;
+	shr.s64 	%rd223, %rd594, 1;
+	or.b64  	%rd595, %rd759, %rd223;
+	and.b64  	%rd596, %rd595, -4294967296;
+	setp.eq.s64 	%p213, %rd596, 0;
+	@%p213 bra 	$L__BB2_230;
+	div.s64 	%rd760, %rd759, %rd223;
+	mul.lo.s64 	%rd597, %rd760, %rd223;
+	sub.s64 	%rd761, %rd759, %rd597;
+	bra.uni 	$L__BB2_231;
+$L__BB2_230:
+	cvt.u32.u64 	%r1163, %rd223;
+	cvt.u32.u64 	%r1164, %rd759;
+	div.u32 	%r1165, %r1164, %r1163;
+	mul.lo.s32 	%r1166, %r1165, %r1163;
+	sub.s32 	%r1167, %r1164, %r1166;
+	cvt.u64.u32 	%rd760, %r1165;
+	cvt.u64.u32 	%rd761, %r1167;
+$L__BB2_231:
+	shl.b64 	%rd598, %rd761, 1;
+	sub.s64 	%rd599, %rd762, %rd759;
+	add.s64 	%rd600, %rd599, %rd598;
+	add.s64 	%rd762, %rd600, %rd760;
+$L__BB2_232:
+	ld.param.u64 	%rd601, [%rd9+24];
+	mul.lo.s64 	%rd602, %rd601, %rd762;
+	ld.param.u64 	%rd603, [%rd9+40];
+	add.s64 	%rd604, %rd603, %rd217;
+	add.s64 	%rd605, %rd604, %rd602;
+	shl.b64 	%rd606, %rd605, 1;
+	add.s64 	%rd232, %rd21, %rd606;
+	add.s64 	%rd607, %rd20, %rd606;
+	and.b64  	%rd608, %rd607, 1;
+	setp.eq.b64 	%p214, %rd608, 1;
+	mov.pred 	%p215, 0;
+	xor.pred  	%p216, %p214, %p215;
+	not.pred 	%p217, %p216;
+	@%p217 bra 	$L__BB2_234;
+	bra.uni 	$L__BB2_233;
+$L__BB2_234:
+	ld.global.u16 	%r1268, [%rd232];
+	bra.uni 	$L__BB2_235;
+$L__BB2_233:
+	ld.global.u8 	%r1168, [%rd232];
+	ld.global.u8 	%r1169, [%rd232+1];
+	prmt.b32 	%r1268, %r1169, %r1168, 30212;
+$L__BB2_235:
+	shl.b32 	%r1170, %r1268, 16;
+	mov.b32 	%f668, %r1170;
+	div.rn.f32 	%f669, %f668, %f3;
+	mov.f32 	%f670, 0fC3E00000;
+	max.f32 	%f671, %f669, %f670;
+	mov.f32 	%f672, 0f43E00000;
+	min.f32 	%f667, %f671, %f672;
+	mov.f32 	%f673, 0f00000000;
+	div.rn.f32 	%f674, %f673, %f3;
+	max.f32 	%f675, %f674, %f670;
+	min.f32 	%f666, %f675, %f672;
+	setp.nan.f32 	%p218, %f669, %f669;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs83, %f666, %f667;
+	// end inline asm
+	selp.b16 	%rs84, 127, %rs83, %p218;
+	ld.param.u64 	%rd609, [%rd9];
+	mul.lo.s64 	%rd610, %rd609, %rd216;
+	add.s64 	%rd611, %rd610, %rd217;
+	add.s64 	%rd612, %rd22, %rd611;
+	st.global.u8 	[%rd612], %rs84;
+$L__BB2_236:
+	setp.eq.s32 	%p219, %r1153, 0;
+	@%p219 bra 	$L__BB2_267;
+	and.b32  	%r1176, %r1270, 127;
+	cvt.u64.u32 	%rd613, %r1176;
+	add.s64 	%rd233, %rd19, %rd613;
+$L__BB2_238:
+	shr.u32 	%r1177, %r1270, 7;
+	cvt.u64.u32 	%rd614, %r1177;
+	add.s64 	%rd234, %rd18, %rd614;
+	setp.ge.s64 	%p220, %rd234, %rd215;
+	@%p220 bra 	$L__BB2_252;
+	ld.param.u64 	%rd615, [%rd9];
+	setp.ge.s64 	%p221, %rd233, %rd615;
+	@%p221 bra 	$L__BB2_252;
+	ld.param.u64 	%rd616, [%rd9+32];
+	add.s64 	%rd766, %rd616, %rd234;
+	ld.param.u64 	%rd236, [%rd9+48];
+	setp.eq.s64 	%p222, %rd236, 0;
+	@%p222 bra 	$L__BB2_248;
+	or.b64  	%rd617, %rd766, %rd236;
+	and.b64  	%rd618, %rd617, -4294967296;
+	setp.eq.s64 	%p223, %rd618, 0;
+	@%p223 bra 	$L__BB2_243;
+	rem.s64 	%rd763, %rd766, %rd236;
+	bra.uni 	$L__BB2_244;
+$L__BB2_243:
+	cvt.u32.u64 	%r1178, %rd236;
+	cvt.u32.u64 	%r1179, %rd766;
+	rem.u32 	%r1180, %r1179, %r1178;
+	cvt.u64.u32 	%rd763, %r1180;
+$L__BB2_244:
+	shr.u64 	%rd619, %rd236, 63;
+	add.s64 	%rd620, %rd236, %rd619;
+	shr.s64 	%rd240, %rd620, 1;
+	or.b64  	%rd621, %rd763, %rd240;
+	and.b64  	%rd622, %rd621, -4294967296;
+	setp.eq.s64 	%p224, %rd622, 0;
+	@%p224 bra 	$L__BB2_246;
+	div.s64 	%rd764, %rd763, %rd240;
+	mul.lo.s64 	%rd623, %rd764, %rd240;
+	sub.s64 	%rd765, %rd763, %rd623;
+	bra.uni 	$L__BB2_247;
+$L__BB2_246:
+	cvt.u32.u64 	%r1181, %rd240;
+	cvt.u32.u64 	%r1182, %rd763;
+	div.u32 	%r1183, %r1182, %r1181;
+	mul.lo.s32 	%r1184, %r1183, %r1181;
+	sub.s32 	%r1185, %r1182, %r1184;
+	cvt.u64.u32 	%rd764, %r1183;
+	cvt.u64.u32 	%rd765, %r1185;
+$L__BB2_247:
+	shl.b64 	%rd624, %rd765, 1;
+	sub.s64 	%rd625, %rd766, %rd763;
+	add.s64 	%rd626, %rd625, %rd624;
+	add.s64 	%rd766, %rd626, %rd764;
+$L__BB2_248:
+	ld.param.u64 	%rd627, [%rd9+24];
+	mul.lo.s64 	%rd628, %rd627, %rd766;
+	ld.param.u64 	%rd629, [%rd9+40];
+	add.s64 	%rd630, %rd629, %rd233;
+	add.s64 	%rd631, %rd630, %rd628;
+	shl.b64 	%rd632, %rd631, 1;
+	add.s64 	%rd249, %rd21, %rd632;
+	add.s64 	%rd633, %rd20, %rd632;
+	and.b64  	%rd634, %rd633, 1;
+	setp.eq.b64 	%p225, %rd634, 1;
+	mov.pred 	%p226, 0;
+	xor.pred  	%p227, %p225, %p226;
+	not.pred 	%p228, %p227;
+	@%p228 bra 	$L__BB2_250;
+	bra.uni 	$L__BB2_249;
+$L__BB2_250:
+	ld.global.u16 	%r1271, [%rd249];
+	bra.uni 	$L__BB2_251;
+$L__BB2_249:
+	ld.global.u8 	%r1186, [%rd249];
+	ld.global.u8 	%r1187, [%rd249+1];
+	prmt.b32 	%r1271, %r1187, %r1186, 30212;
+$L__BB2_251:
+	shl.b32 	%r1188, %r1271, 16;
+	mov.b32 	%f678, %r1188;
+	div.rn.f32 	%f679, %f678, %f3;
+	mov.f32 	%f680, 0fC3E00000;
+	max.f32 	%f681, %f679, %f680;
+	mov.f32 	%f682, 0f43E00000;
+	min.f32 	%f677, %f681, %f682;
+	mov.f32 	%f683, 0f00000000;
+	div.rn.f32 	%f684, %f683, %f3;
+	max.f32 	%f685, %f684, %f680;
+	min.f32 	%f676, %f685, %f682;
+	setp.nan.f32 	%p229, %f679, %f679;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs85, %f676, %f677;
+	// end inline asm
+	selp.b16 	%rs86, 127, %rs85, %p229;
+	ld.param.u64 	%rd635, [%rd9];
+	mul.lo.s64 	%rd636, %rd635, %rd234;
+	add.s64 	%rd637, %rd636, %rd233;
+	add.s64 	%rd638, %rd22, %rd637;
+	st.global.u8 	[%rd638], %rs86;
+$L__BB2_252:
+	add.s32 	%r1189, %r1270, 256;
+	shr.u32 	%r1190, %r1189, 7;
+	cvt.u64.u32 	%rd639, %r1190;
+	add.s64 	%rd250, %rd18, %rd639;
+	setp.ge.s64 	%p230, %rd250, %rd215;
+	@%p230 bra 	$L__BB2_266;
+	ld.param.u64 	%rd640, [%rd9];
+	setp.ge.s64 	%p231, %rd233, %rd640;
+	@%p231 bra 	$L__BB2_266;
+	ld.param.u64 	%rd641, [%rd9+32];
+	add.s64 	%rd770, %rd641, %rd250;
+	ld.param.u64 	%rd252, [%rd9+48];
+	setp.eq.s64 	%p232, %rd252, 0;
+	@%p232 bra 	$L__BB2_262;
+	or.b64  	%rd642, %rd770, %rd252;
+	and.b64  	%rd643, %rd642, -4294967296;
+	setp.eq.s64 	%p233, %rd643, 0;
+	@%p233 bra 	$L__BB2_257;
+	rem.s64 	%rd767, %rd770, %rd252;
+	bra.uni 	$L__BB2_258;
+$L__BB2_257:
+	cvt.u32.u64 	%r1191, %rd252;
+	cvt.u32.u64 	%r1192, %rd770;
+	rem.u32 	%r1193, %r1192, %r1191;
+	cvt.u64.u32 	%rd767, %r1193;
+$L__BB2_258:
+	shr.u64 	%rd644, %rd252, 63;
+	add.s64 	%rd645, %rd252, %rd644;
+	shr.s64 	%rd256, %rd645, 1;
+	or.b64  	%rd646, %rd767, %rd256;
+	and.b64  	%rd647, %rd646, -4294967296;
+	setp.eq.s64 	%p234, %rd647, 0;
+	@%p234 bra 	$L__BB2_260;
+	div.s64 	%rd768, %rd767, %rd256;
+	mul.lo.s64 	%rd648, %rd768, %rd256;
+	sub.s64 	%rd769, %rd767, %rd648;
+	bra.uni 	$L__BB2_261;
+$L__BB2_260:
+	cvt.u32.u64 	%r1194, %rd256;
+	cvt.u32.u64 	%r1195, %rd767;
+	div.u32 	%r1196, %r1195, %r1194;
+	mul.lo.s32 	%r1197, %r1196, %r1194;
+	sub.s32 	%r1198, %r1195, %r1197;
+	cvt.u64.u32 	%rd768, %r1196;
+	cvt.u64.u32 	%rd769, %r1198;
+$L__BB2_261:
+	shl.b64 	%rd649, %rd769, 1;
+	sub.s64 	%rd650, %rd770, %rd767;
+	add.s64 	%rd651, %rd650, %rd649;
+	add.s64 	%rd770, %rd651, %rd768;
+$L__BB2_262:
+	ld.param.u64 	%rd652, [%rd9+24];
+	mul.lo.s64 	%rd653, %rd652, %rd770;
+	ld.param.u64 	%rd654, [%rd9+40];
+	add.s64 	%rd655, %rd654, %rd233;
+	add.s64 	%rd656, %rd655, %rd653;
+	shl.b64 	%rd657, %rd656, 1;
+	add.s64 	%rd265, %rd21, %rd657;
+	add.s64 	%rd658, %rd20, %rd657;
+	and.b64  	%rd659, %rd658, 1;
+	setp.eq.b64 	%p235, %rd659, 1;
+	mov.pred 	%p236, 0;
+	xor.pred  	%p237, %p235, %p236;
+	not.pred 	%p238, %p237;
+	@%p238 bra 	$L__BB2_264;
+	bra.uni 	$L__BB2_263;
+$L__BB2_264:
+	ld.global.u16 	%r1272, [%rd265];
+	bra.uni 	$L__BB2_265;
+$L__BB2_263:
+	ld.global.u8 	%r1199, [%rd265];
+	ld.global.u8 	%r1200, [%rd265+1];
+	prmt.b32 	%r1272, %r1200, %r1199, 30212;
+$L__BB2_265:
+	shl.b32 	%r1201, %r1272, 16;
+	mov.b32 	%f688, %r1201;
+	div.rn.f32 	%f689, %f688, %f3;
+	mov.f32 	%f690, 0fC3E00000;
+	max.f32 	%f691, %f689, %f690;
+	mov.f32 	%f692, 0f43E00000;
+	min.f32 	%f687, %f691, %f692;
+	mov.f32 	%f693, 0f00000000;
+	div.rn.f32 	%f694, %f693, %f3;
+	max.f32 	%f695, %f694, %f690;
+	min.f32 	%f686, %f695, %f692;
+	setp.nan.f32 	%p239, %f689, %f689;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs87, %f686, %f687;
+	// end inline asm
+	selp.b16 	%rs88, 127, %rs87, %p239;
+	ld.param.u64 	%rd660, [%rd9];
+	mul.lo.s64 	%rd661, %rd660, %rd250;
+	add.s64 	%rd662, %rd661, %rd233;
+	add.s64 	%rd663, %rd22, %rd662;
+	st.global.u8 	[%rd663], %rs88;
+$L__BB2_266:
+	add.s32 	%r1270, %r1270, 512;
+	setp.lt.u32 	%p240, %r1270, 16384;
+	@%p240 bra 	$L__BB2_238;
+$L__BB2_267:
+	ld.param.u64 	%rd668, [ws_fp8_block_batch_bf16_param_0];
+	mov.u32 	%r1202, %nctaid.x;
+	cvt.u64.u32 	%rd664, %r1202;
+	add.s64 	%rd711, %rd711, %rd664;
+	setp.lt.u64 	%p241, %rd711, %rd668;
+	@%p241 bra 	$L__BB2_1;
+$L__BB2_268:
+	ret;
+}
+	// .globl	ws_fp8_block_batch_f32
+.visible .entry ws_fp8_block_batch_f32(
+	.param .align 8 .b8 ws_fp8_block_batch_f32_param_0[26640]
+)
+.maxntid 256, 1, 1
+{
+	.reg .pred 	%p<295>;
+	.reg .b16 	%rs<91>;
+	.reg .f32 	%f<712>;
+	.reg .b32 	%r<1338>;
+	.reg .b64 	%rd<1205>;
+	mov.b64 	%rd403, ws_fp8_block_batch_f32_param_0;
+	mov.u32 	%r221, %ctaid.x;
+	cvt.u64.u32 	%rd1113, %r221;
+	ld.param.u64 	%rd3, [ws_fp8_block_batch_f32_param_0];
+	setp.le.u64 	%p1, %rd3, %rd1113;
+	@%p1 bra 	$L__BB3_404;
+$L__BB3_1:
+	ld.param.u32 	%r1231, [%rd403+8];
+	setp.eq.s32 	%p2, %r1231, 1;
+	mov.u32 	%r1238, 0;
+	@%p2 bra 	$L__BB3_4;
+	ld.param.u32 	%r1233, [%rd403+8];
+	add.s32 	%r1236, %r1233, -1;
+	mov.u32 	%r1238, 0;
+$L__BB3_3:
+	add.s32 	%r224, %r1236, %r1238;
+	shr.u32 	%r225, %r224, 1;
+	mul.wide.u32 	%rd404, %r225, 8;
+	add.s64 	%rd405, %rd403, %rd404;
+	ld.param.u64 	%rd406, [%rd405+16];
+	setp.gt.u64 	%p3, %rd406, %rd1113;
+	add.s32 	%r226, %r225, 1;
+	selp.b32 	%r1238, %r1238, %r226, %p3;
+	selp.b32 	%r1236, %r225, %r1236, %p3;
+	setp.lt.u32 	%p4, %r1238, %r1236;
+	@%p4 bra 	$L__BB3_3;
+$L__BB3_4:
+	cvt.u64.u32 	%rd6, %r1238;
+	setp.eq.s32 	%p5, %r1238, 0;
+	mov.u64 	%rd1114, 0;
+	@%p5 bra 	$L__BB3_6;
+	cvt.u32.u64 	%r227, %rd6;
+	add.s32 	%r228, %r227, -1;
+	mul.wide.u32 	%rd409, %r228, 8;
+	add.s64 	%rd410, %rd403, %rd409;
+	ld.param.u64 	%rd1114, [%rd410+16];
+$L__BB3_6:
+	mul.lo.s64 	%rd412, %rd6, 96;
+	add.s64 	%rd413, %rd403, %rd412;
+	add.s64 	%rd9, %rd413, 2096;
+	ld.param.u64 	%rd414, [%rd413+2096];
+	add.s64 	%rd415, %rd414, 127;
+	shr.u64 	%rd10, %rd415, 7;
+	sub.s64 	%rd11, %rd1113, %rd1114;
+	or.b64  	%rd416, %rd11, %rd10;
+	and.b64  	%rd417, %rd416, -4294967296;
+	setp.eq.s64 	%p6, %rd417, 0;
+	@%p6 bra 	$L__BB3_8;
+	div.u64 	%rd1115, %rd11, %rd10;
+	mul.lo.s64 	%rd418, %rd1115, %rd10;
+	sub.s64 	%rd1116, %rd11, %rd418;
+	bra.uni 	$L__BB3_9;
+$L__BB3_8:
+	cvt.u32.u64 	%r229, %rd10;
+	cvt.u32.u64 	%r230, %rd11;
+	div.u32 	%r231, %r230, %r229;
+	mul.lo.s32 	%r232, %r231, %r229;
+	sub.s32 	%r233, %r230, %r232;
+	cvt.u64.u32 	%rd1115, %r231;
+	cvt.u64.u32 	%rd1116, %r233;
+$L__BB3_9:
+	and.b64  	%rd419, %rd1115, 4294967295;
+	shl.b64 	%rd420, %rd1115, 7;
+	and.b64  	%rd18, %rd420, 549755813760;
+	and.b64  	%rd421, %rd1116, 4294967295;
+	shl.b64 	%rd422, %rd1116, 7;
+	and.b64  	%rd19, %rd422, 549755813760;
+	ld.param.u64 	%rd20, [%rd9+-32];
+	cvta.to.global.u64 	%rd21, %rd20;
+	ld.param.u64 	%rd423, [%rd9+-24];
+	cvta.to.global.u64 	%rd22, %rd423;
+	ld.param.u64 	%rd424, [%rd9+-16];
+	cvta.to.global.u64 	%rd425, %rd424;
+	ld.param.u64 	%rd426, [%rd9+56];
+	mul.lo.s64 	%rd427, %rd426, %rd419;
+	add.s64 	%rd428, %rd427, %rd421;
+	shl.b64 	%rd429, %rd428, 2;
+	add.s64 	%rd23, %rd425, %rd429;
+	ld.param.u8 	%rs6, [%rd9+24];
+	and.b16  	%rs7, %rs6, 3;
+	setp.ne.s16 	%p7, %rs7, 0;
+	mov.u16 	%rs90, 0;
+	mov.u16 	%rs89, %rs90;
+	@%p7 bra 	$L__BB3_11;
+	ld.param.u8 	%rs8, [%rd9+-32];
+	and.b16  	%rs9, %rs8, 15;
+	setp.eq.s16 	%p8, %rs9, 0;
+	selp.u16 	%rs89, 1, 0, %p8;
+$L__BB3_11:
+	setp.eq.s16 	%p9, %rs89, 0;
+	@%p9 bra 	$L__BB3_15;
+	ld.param.u8 	%rs12, [%rd9+40];
+	and.b16  	%rs13, %rs12, 3;
+	setp.ne.s16 	%p10, %rs13, 0;
+	@%p10 bra 	$L__BB3_15;
+	ld.param.u8 	%rs15, [%rd9];
+	and.b16  	%rs16, %rs15, 3;
+	setp.ne.s16 	%p11, %rs16, 0;
+	@%p11 bra 	$L__BB3_15;
+	ld.param.u8 	%rs17, [%rd9+-24];
+	and.b16  	%rs18, %rs17, 3;
+	setp.eq.s16 	%p12, %rs18, 0;
+	selp.u16 	%rs90, 1, 0, %p12;
+$L__BB3_15:
+	setp.eq.s16 	%p13, %rs90, 0;
+	@%p13 bra 	$L__BB3_299;
+	mov.u32 	%r236, %tid.x;
+	shl.b32 	%r237, %r236, 2;
+	and.b32  	%r238, %r237, 124;
+	cvt.u64.u32 	%rd430, %r238;
+	add.s64 	%rd25, %rd19, %rd430;
+	shr.u32 	%r239, %r236, 5;
+	cvt.u64.u32 	%rd431, %r239;
+	add.s64 	%rd26, %rd18, %rd431;
+	ld.param.u64 	%rd432, [%rd9+-8];
+	setp.ge.s64 	%p14, %rd26, %rd432;
+	mov.u32 	%r1248, 0;
+	@%p14 bra 	$L__BB3_27;
+	ld.param.u64 	%rd433, [%rd9];
+	setp.ge.s64 	%p15, %rd25, %rd433;
+	@%p15 bra 	$L__BB3_27;
+	ld.param.u64 	%rd434, [%rd9+32];
+	add.s64 	%rd1120, %rd434, %rd26;
+	ld.param.u64 	%rd28, [%rd9+48];
+	setp.eq.s64 	%p16, %rd28, 0;
+	@%p16 bra 	$L__BB3_26;
+	or.b64  	%rd435, %rd1120, %rd28;
+	and.b64  	%rd436, %rd435, -4294967296;
+	setp.eq.s64 	%p17, %rd436, 0;
+	@%p17 bra 	$L__BB3_21;
+	rem.s64 	%rd1117, %rd1120, %rd28;
+	bra.uni 	$L__BB3_22;
+$L__BB3_299:
+	mov.u32 	%r1335, %tid.x;
+	setp.gt.u32 	%p232, %r1335, 16383;
+	mov.u32 	%r1326, 0;
+	@%p232 bra 	$L__BB3_346;
+	mov.u32 	%r1328, %tid.x;
+	mov.u32 	%r1072, 16383;
+	sub.s32 	%r1073, %r1072, %r1328;
+	shr.u32 	%r1074, %r1073, 8;
+	setp.eq.s32 	%p233, %r1074, 0;
+	mov.u32 	%r1326, 0;
+	ld.param.u64 	%rd300, [%rd9+-8];
+	@%p233 bra 	$L__BB3_331;
+	mov.u32 	%r1328, %tid.x;
+	and.b32  	%r1076, %r1328, 127;
+	cvt.u64.u32 	%rd882, %r1076;
+	add.s64 	%rd301, %rd19, %rd882;
+	sub.s32 	%r1078, %r1072, %r1328;
+	shr.u32 	%r1079, %r1078, 8;
+	add.s32 	%r1080, %r1079, 1;
+	and.b32  	%r1081, %r1080, 1;
+	sub.s32 	%r1322, %r1080, %r1081;
+	mov.u32 	%r1326, 0;
+$L__BB3_302:
+	shr.u32 	%r1082, %r1328, 7;
+	cvt.u64.u32 	%rd883, %r1082;
+	add.s64 	%rd302, %rd18, %rd883;
+	setp.ge.s64 	%p234, %rd302, %rd300;
+	@%p234 bra 	$L__BB3_316;
+	ld.param.u64 	%rd884, [%rd9];
+	setp.ge.s64 	%p235, %rd301, %rd884;
+	@%p235 bra 	$L__BB3_316;
+	ld.param.u64 	%rd885, [%rd9+32];
+	add.s64 	%rd1184, %rd885, %rd302;
+	ld.param.u64 	%rd304, [%rd9+48];
+	setp.eq.s64 	%p236, %rd304, 0;
+	@%p236 bra 	$L__BB3_312;
+	or.b64  	%rd886, %rd1184, %rd304;
+	and.b64  	%rd887, %rd886, -4294967296;
+	setp.eq.s64 	%p237, %rd887, 0;
+	@%p237 bra 	$L__BB3_307;
+	rem.s64 	%rd1181, %rd1184, %rd304;
+	bra.uni 	$L__BB3_308;
+$L__BB3_307:
+	cvt.u32.u64 	%r1083, %rd304;
+	cvt.u32.u64 	%r1084, %rd1184;
+	rem.u32 	%r1085, %r1084, %r1083;
+	cvt.u64.u32 	%rd1181, %r1085;
+$L__BB3_308:
+	shr.u64 	%rd888, %rd304, 63;
+	add.s64 	%rd889, %rd304, %rd888;
+	shr.s64 	%rd308, %rd889, 1;
+	or.b64  	%rd890, %rd1181, %rd308;
+	and.b64  	%rd891, %rd890, -4294967296;
+	setp.eq.s64 	%p238, %rd891, 0;
+	@%p238 bra 	$L__BB3_310;
+	div.s64 	%rd1182, %rd1181, %rd308;
+	mul.lo.s64 	%rd892, %rd1182, %rd308;
+	sub.s64 	%rd1183, %rd1181, %rd892;
+	bra.uni 	$L__BB3_311;
+$L__BB3_310:
+	cvt.u32.u64 	%r1086, %rd308;
+	cvt.u32.u64 	%r1087, %rd1181;
+	div.u32 	%r1088, %r1087, %r1086;
+	mul.lo.s32 	%r1089, %r1088, %r1086;
+	sub.s32 	%r1090, %r1087, %r1089;
+	cvt.u64.u32 	%rd1182, %r1088;
+	cvt.u64.u32 	%rd1183, %r1090;
+$L__BB3_311:
+	shl.b64 	%rd893, %rd1183, 1;
+	sub.s64 	%rd894, %rd1184, %rd1181;
+	add.s64 	%rd895, %rd894, %rd893;
+	add.s64 	%rd1184, %rd895, %rd1182;
+$L__BB3_312:
+	ld.param.u64 	%rd896, [%rd9+24];
+	mul.lo.s64 	%rd897, %rd896, %rd1184;
+	ld.param.u64 	%rd898, [%rd9+40];
+	add.s64 	%rd899, %rd898, %rd301;
+	add.s64 	%rd900, %rd899, %rd897;
+	shl.b64 	%rd901, %rd900, 2;
+	add.s64 	%rd317, %rd21, %rd901;
+	add.s64 	%rd902, %rd20, %rd901;
+	and.b64  	%rd903, %rd902, 3;
+	setp.eq.s64 	%p239, %rd903, 0;
+	@%p239 bra 	$L__BB3_314;
+	ld.global.u8 	%r1091, [%rd317];
+	ld.global.u8 	%r1092, [%rd317+1];
+	prmt.b32 	%r1093, %r1092, %r1091, 30212;
+	ld.global.u8 	%r1094, [%rd317+2];
+	prmt.b32 	%r1095, %r1094, %r1093, 28756;
+	ld.global.u8 	%r1096, [%rd317+3];
+	prmt.b32 	%r1323, %r1096, %r1095, 1620;
+	bra.uni 	$L__BB3_315;
+$L__BB3_314:
+	ld.global.u32 	%r1323, [%rd317];
+$L__BB3_315:
+	and.b32  	%r1097, %r1323, 2147483647;
+	max.u32 	%r1326, %r1326, %r1097;
+$L__BB3_316:
+	add.s32 	%r1098, %r1328, 256;
+	shr.u32 	%r1099, %r1098, 7;
+	cvt.u64.u32 	%rd904, %r1099;
+	add.s64 	%rd318, %rd18, %rd904;
+	setp.ge.s64 	%p240, %rd318, %rd300;
+	@%p240 bra 	$L__BB3_330;
+	ld.param.u64 	%rd905, [%rd9];
+	setp.ge.s64 	%p241, %rd301, %rd905;
+	@%p241 bra 	$L__BB3_330;
+	ld.param.u64 	%rd906, [%rd9+32];
+	add.s64 	%rd1188, %rd906, %rd318;
+	ld.param.u64 	%rd320, [%rd9+48];
+	setp.eq.s64 	%p242, %rd320, 0;
+	@%p242 bra 	$L__BB3_326;
+	or.b64  	%rd907, %rd1188, %rd320;
+	and.b64  	%rd908, %rd907, -4294967296;
+	setp.eq.s64 	%p243, %rd908, 0;
+	@%p243 bra 	$L__BB3_321;
+	rem.s64 	%rd1185, %rd1188, %rd320;
+	bra.uni 	$L__BB3_322;
+$L__BB3_321:
+	cvt.u32.u64 	%r1100, %rd320;
+	cvt.u32.u64 	%r1101, %rd1188;
+	rem.u32 	%r1102, %r1101, %r1100;
+	cvt.u64.u32 	%rd1185, %r1102;
+$L__BB3_322:
+	shr.u64 	%rd909, %rd320, 63;
+	add.s64 	%rd910, %rd320, %rd909;
+	shr.s64 	%rd324, %rd910, 1;
+	or.b64  	%rd911, %rd1185, %rd324;
+	and.b64  	%rd912, %rd911, -4294967296;
+	setp.eq.s64 	%p244, %rd912, 0;
+	@%p244 bra 	$L__BB3_324;
+	div.s64 	%rd1186, %rd1185, %rd324;
+	mul.lo.s64 	%rd913, %rd1186, %rd324;
+	sub.s64 	%rd1187, %rd1185, %rd913;
+	bra.uni 	$L__BB3_325;
+$L__BB3_324:
+	cvt.u32.u64 	%r1103, %rd324;
+	cvt.u32.u64 	%r1104, %rd1185;
+	div.u32 	%r1105, %r1104, %r1103;
+	mul.lo.s32 	%r1106, %r1105, %r1103;
+	sub.s32 	%r1107, %r1104, %r1106;
+	cvt.u64.u32 	%rd1186, %r1105;
+	cvt.u64.u32 	%rd1187, %r1107;
+$L__BB3_325:
+	shl.b64 	%rd914, %rd1187, 1;
+	sub.s64 	%rd915, %rd1188, %rd1185;
+	add.s64 	%rd916, %rd915, %rd914;
+	add.s64 	%rd1188, %rd916, %rd1186;
+$L__BB3_326:
+	ld.param.u64 	%rd917, [%rd9+24];
+	mul.lo.s64 	%rd918, %rd917, %rd1188;
+	ld.param.u64 	%rd919, [%rd9+40];
+	add.s64 	%rd920, %rd919, %rd301;
+	add.s64 	%rd921, %rd920, %rd918;
+	shl.b64 	%rd922, %rd921, 2;
+	add.s64 	%rd333, %rd21, %rd922;
+	add.s64 	%rd923, %rd20, %rd922;
+	and.b64  	%rd924, %rd923, 3;
+	setp.eq.s64 	%p245, %rd924, 0;
+	@%p245 bra 	$L__BB3_328;
+	ld.global.u8 	%r1108, [%rd333];
+	ld.global.u8 	%r1109, [%rd333+1];
+	prmt.b32 	%r1110, %r1109, %r1108, 30212;
+	ld.global.u8 	%r1111, [%rd333+2];
+	prmt.b32 	%r1112, %r1111, %r1110, 28756;
+	ld.global.u8 	%r1113, [%rd333+3];
+	prmt.b32 	%r1325, %r1113, %r1112, 1620;
+	bra.uni 	$L__BB3_329;
+$L__BB3_328:
+	ld.global.u32 	%r1325, [%rd333];
+$L__BB3_329:
+	and.b32  	%r1114, %r1325, 2147483647;
+	max.u32 	%r1326, %r1326, %r1114;
+$L__BB3_330:
+	add.s32 	%r1328, %r1328, 512;
+	add.s32 	%r1322, %r1322, -2;
+	setp.ne.s32 	%p246, %r1322, 0;
+	@%p246 bra 	$L__BB3_302;
+$L__BB3_331:
+	add.s32 	%r1119, %r1074, 1;
+	and.b32  	%r1120, %r1119, 1;
+	setp.eq.b32 	%p247, %r1120, 1;
+	mov.pred 	%p248, 0;
+	xor.pred  	%p249, %p247, %p248;
+	not.pred 	%p250, %p249;
+	@%p250 bra 	$L__BB3_346;
+	shr.u32 	%r1121, %r1328, 7;
+	cvt.u64.u32 	%rd925, %r1121;
+	add.s64 	%rd334, %rd18, %rd925;
+	and.b32  	%r1122, %r1328, 127;
+	cvt.u64.u32 	%rd926, %r1122;
+	add.s64 	%rd335, %rd19, %rd926;
+	setp.ge.s64 	%p251, %rd334, %rd300;
+	@%p251 bra 	$L__BB3_346;
+	ld.param.u64 	%rd927, [%rd9];
+	setp.ge.s64 	%p252, %rd335, %rd927;
+	@%p252 bra 	$L__BB3_346;
+	ld.param.u64 	%rd928, [%rd9+32];
+	add.s64 	%rd1192, %rd928, %rd334;
+	ld.param.u64 	%rd337, [%rd9+48];
+	setp.eq.s64 	%p253, %rd337, 0;
+	@%p253 bra 	$L__BB3_342;
+	or.b64  	%rd929, %rd1192, %rd337;
+	and.b64  	%rd930, %rd929, -4294967296;
+	setp.eq.s64 	%p254, %rd930, 0;
+	@%p254 bra 	$L__BB3_337;
+	rem.s64 	%rd1189, %rd1192, %rd337;
+	bra.uni 	$L__BB3_338;
+$L__BB3_21:
+	cvt.u32.u64 	%r242, %rd28;
+	cvt.u32.u64 	%r243, %rd1120;
+	rem.u32 	%r244, %r243, %r242;
+	cvt.u64.u32 	%rd1117, %r244;
+$L__BB3_22:
+	shr.u64 	%rd437, %rd28, 63;
+	add.s64 	%rd438, %rd28, %rd437;
+	shr.s64 	%rd32, %rd438, 1;
+	or.b64  	%rd439, %rd1117, %rd32;
+	and.b64  	%rd440, %rd439, -4294967296;
+	setp.eq.s64 	%p18, %rd440, 0;
+	@%p18 bra 	$L__BB3_24;
+	div.s64 	%rd1118, %rd1117, %rd32;
+	mul.lo.s64 	%rd441, %rd1118, %rd32;
+	sub.s64 	%rd1119, %rd1117, %rd441;
+	bra.uni 	$L__BB3_25;
+$L__BB3_24:
+	cvt.u32.u64 	%r245, %rd32;
+	cvt.u32.u64 	%r246, %rd1117;
+	div.u32 	%r247, %r246, %r245;
+	mul.lo.s32 	%r248, %r247, %r245;
+	sub.s32 	%r249, %r246, %r248;
+	cvt.u64.u32 	%rd1118, %r247;
+	cvt.u64.u32 	%rd1119, %r249;
+$L__BB3_25:
+	shl.b64 	%rd442, %rd1119, 1;
+	sub.s64 	%rd443, %rd1120, %rd1117;
+	add.s64 	%rd444, %rd443, %rd442;
+	add.s64 	%rd1120, %rd444, %rd1118;
+$L__BB3_26:
+	ld.param.u64 	%rd446, [%rd9+24];
+	mul.lo.s64 	%rd447, %rd446, %rd1120;
+	ld.param.u64 	%rd448, [%rd9+40];
+	add.s64 	%rd449, %rd448, %rd25;
+	add.s64 	%rd450, %rd449, %rd447;
+	shl.b64 	%rd451, %rd450, 2;
+	add.s64 	%rd445, %rd20, %rd451;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1242,%r1241,%r1240,%r1239}, [%rd445];
+	// end inline asm
+	and.b32  	%r254, %r1242, 2147483647;
+	and.b32  	%r255, %r1241, 2147483647;
+	max.u32 	%r256, %r254, %r255;
+	and.b32  	%r257, %r1240, 2147483647;
+	and.b32  	%r258, %r1239, 2147483647;
+	max.u32 	%r259, %r257, %r258;
+	max.u32 	%r1248, %r256, %r259;
+$L__BB3_27:
+	ld.param.u64 	%rd452, [%rd9+-8];
+	add.s64 	%rd41, %rd26, 8;
+	setp.ge.s64 	%p19, %rd41, %rd452;
+	@%p19 bra 	$L__BB3_38;
+	ld.param.u64 	%rd453, [%rd9];
+	setp.ge.s64 	%p20, %rd25, %rd453;
+	@%p20 bra 	$L__BB3_38;
+	ld.param.u64 	%rd454, [%rd9+32];
+	add.s64 	%rd1124, %rd454, %rd41;
+	ld.param.u64 	%rd43, [%rd9+48];
+	setp.eq.s64 	%p21, %rd43, 0;
+	@%p21 bra 	$L__BB3_37;
+	or.b64  	%rd455, %rd1124, %rd43;
+	and.b64  	%rd456, %rd455, -4294967296;
+	setp.eq.s64 	%p22, %rd456, 0;
+	@%p22 bra 	$L__BB3_32;
+	rem.s64 	%rd1121, %rd1124, %rd43;
+	bra.uni 	$L__BB3_33;
+$L__BB3_32:
+	cvt.u32.u64 	%r262, %rd43;
+	cvt.u32.u64 	%r263, %rd1124;
+	rem.u32 	%r264, %r263, %r262;
+	cvt.u64.u32 	%rd1121, %r264;
+$L__BB3_33:
+	shr.u64 	%rd457, %rd43, 63;
+	add.s64 	%rd458, %rd43, %rd457;
+	shr.s64 	%rd47, %rd458, 1;
+	or.b64  	%rd459, %rd1121, %rd47;
+	and.b64  	%rd460, %rd459, -4294967296;
+	setp.eq.s64 	%p23, %rd460, 0;
+	@%p23 bra 	$L__BB3_35;
+	div.s64 	%rd1122, %rd1121, %rd47;
+	mul.lo.s64 	%rd461, %rd1122, %rd47;
+	sub.s64 	%rd1123, %rd1121, %rd461;
+	bra.uni 	$L__BB3_36;
+$L__BB3_35:
+	cvt.u32.u64 	%r265, %rd47;
+	cvt.u32.u64 	%r266, %rd1121;
+	div.u32 	%r267, %r266, %r265;
+	mul.lo.s32 	%r268, %r267, %r265;
+	sub.s32 	%r269, %r266, %r268;
+	cvt.u64.u32 	%rd1122, %r267;
+	cvt.u64.u32 	%rd1123, %r269;
+$L__BB3_36:
+	shl.b64 	%rd462, %rd1123, 1;
+	sub.s64 	%rd463, %rd1124, %rd1121;
+	add.s64 	%rd464, %rd463, %rd462;
+	add.s64 	%rd1124, %rd464, %rd1122;
+$L__BB3_37:
+	ld.param.u64 	%rd466, [%rd9+24];
+	mul.lo.s64 	%rd467, %rd466, %rd1124;
+	ld.param.u64 	%rd468, [%rd9+40];
+	add.s64 	%rd469, %rd468, %rd25;
+	add.s64 	%rd470, %rd469, %rd467;
+	shl.b64 	%rd471, %rd470, 2;
+	add.s64 	%rd465, %rd20, %rd471;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1247,%r1246,%r1245,%r1244}, [%rd465];
+	// end inline asm
+	and.b32  	%r274, %r1247, 2147483647;
+	and.b32  	%r275, %r1246, 2147483647;
+	max.u32 	%r276, %r274, %r275;
+	and.b32  	%r277, %r1245, 2147483647;
+	and.b32  	%r278, %r1244, 2147483647;
+	max.u32 	%r279, %r277, %r278;
+	max.u32 	%r280, %r276, %r279;
+	max.u32 	%r1248, %r1248, %r280;
+$L__BB3_38:
+	ld.param.u64 	%rd472, [%rd9+-8];
+	add.s64 	%rd56, %rd26, 16;
+	setp.ge.s64 	%p24, %rd56, %rd472;
+	@%p24 bra 	$L__BB3_49;
+	ld.param.u64 	%rd473, [%rd9];
+	setp.ge.s64 	%p25, %rd25, %rd473;
+	@%p25 bra 	$L__BB3_49;
+	add.s64 	%rd1039, %rd26, 16;
+	ld.param.u64 	%rd474, [%rd9+32];
+	add.s64 	%rd1128, %rd474, %rd1039;
+	ld.param.u64 	%rd58, [%rd9+48];
+	setp.eq.s64 	%p26, %rd58, 0;
+	@%p26 bra 	$L__BB3_48;
+	or.b64  	%rd475, %rd1128, %rd58;
+	and.b64  	%rd476, %rd475, -4294967296;
+	setp.eq.s64 	%p27, %rd476, 0;
+	@%p27 bra 	$L__BB3_43;
+	rem.s64 	%rd1125, %rd1128, %rd58;
+	bra.uni 	$L__BB3_44;
+$L__BB3_43:
+	cvt.u32.u64 	%r283, %rd58;
+	cvt.u32.u64 	%r284, %rd1128;
+	rem.u32 	%r285, %r284, %r283;
+	cvt.u64.u32 	%rd1125, %r285;
+$L__BB3_44:
+	shr.u64 	%rd477, %rd58, 63;
+	add.s64 	%rd478, %rd58, %rd477;
+	shr.s64 	%rd62, %rd478, 1;
+	or.b64  	%rd479, %rd1125, %rd62;
+	and.b64  	%rd480, %rd479, -4294967296;
+	setp.eq.s64 	%p28, %rd480, 0;
+	@%p28 bra 	$L__BB3_46;
+	div.s64 	%rd1126, %rd1125, %rd62;
+	mul.lo.s64 	%rd481, %rd1126, %rd62;
+	sub.s64 	%rd1127, %rd1125, %rd481;
+	bra.uni 	$L__BB3_47;
+$L__BB3_46:
+	cvt.u32.u64 	%r286, %rd62;
+	cvt.u32.u64 	%r287, %rd1125;
+	div.u32 	%r288, %r287, %r286;
+	mul.lo.s32 	%r289, %r288, %r286;
+	sub.s32 	%r290, %r287, %r289;
+	cvt.u64.u32 	%rd1126, %r288;
+	cvt.u64.u32 	%rd1127, %r290;
+$L__BB3_47:
+	shl.b64 	%rd482, %rd1127, 1;
+	sub.s64 	%rd483, %rd1128, %rd1125;
+	add.s64 	%rd484, %rd483, %rd482;
+	add.s64 	%rd1128, %rd484, %rd1126;
+$L__BB3_48:
+	ld.param.u64 	%rd486, [%rd9+24];
+	mul.lo.s64 	%rd487, %rd486, %rd1128;
+	ld.param.u64 	%rd488, [%rd9+40];
+	add.s64 	%rd489, %rd488, %rd25;
+	add.s64 	%rd490, %rd489, %rd487;
+	shl.b64 	%rd491, %rd490, 2;
+	add.s64 	%rd485, %rd20, %rd491;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1252,%r1251,%r1250,%r1249}, [%rd485];
+	// end inline asm
+	and.b32  	%r295, %r1252, 2147483647;
+	and.b32  	%r296, %r1251, 2147483647;
+	max.u32 	%r297, %r295, %r296;
+	and.b32  	%r298, %r1250, 2147483647;
+	and.b32  	%r299, %r1249, 2147483647;
+	max.u32 	%r300, %r298, %r299;
+	max.u32 	%r301, %r297, %r300;
+	max.u32 	%r1248, %r1248, %r301;
+$L__BB3_49:
+	ld.param.u64 	%rd492, [%rd9+-8];
+	add.s64 	%rd71, %rd26, 24;
+	setp.ge.s64 	%p29, %rd71, %rd492;
+	@%p29 bra 	$L__BB3_60;
+	ld.param.u64 	%rd493, [%rd9];
+	setp.ge.s64 	%p30, %rd25, %rd493;
+	@%p30 bra 	$L__BB3_60;
+	add.s64 	%rd1038, %rd26, 24;
+	ld.param.u64 	%rd494, [%rd9+32];
+	add.s64 	%rd1132, %rd494, %rd1038;
+	ld.param.u64 	%rd73, [%rd9+48];
+	setp.eq.s64 	%p31, %rd73, 0;
+	@%p31 bra 	$L__BB3_59;
+	or.b64  	%rd495, %rd1132, %rd73;
+	and.b64  	%rd496, %rd495, -4294967296;
+	setp.eq.s64 	%p32, %rd496, 0;
+	@%p32 bra 	$L__BB3_54;
+	rem.s64 	%rd1129, %rd1132, %rd73;
+	bra.uni 	$L__BB3_55;
+$L__BB3_54:
+	cvt.u32.u64 	%r304, %rd73;
+	cvt.u32.u64 	%r305, %rd1132;
+	rem.u32 	%r306, %r305, %r304;
+	cvt.u64.u32 	%rd1129, %r306;
+$L__BB3_55:
+	shr.u64 	%rd497, %rd73, 63;
+	add.s64 	%rd498, %rd73, %rd497;
+	shr.s64 	%rd77, %rd498, 1;
+	or.b64  	%rd499, %rd1129, %rd77;
+	and.b64  	%rd500, %rd499, -4294967296;
+	setp.eq.s64 	%p33, %rd500, 0;
+	@%p33 bra 	$L__BB3_57;
+	div.s64 	%rd1130, %rd1129, %rd77;
+	mul.lo.s64 	%rd501, %rd1130, %rd77;
+	sub.s64 	%rd1131, %rd1129, %rd501;
+	bra.uni 	$L__BB3_58;
+$L__BB3_57:
+	cvt.u32.u64 	%r307, %rd77;
+	cvt.u32.u64 	%r308, %rd1129;
+	div.u32 	%r309, %r308, %r307;
+	mul.lo.s32 	%r310, %r309, %r307;
+	sub.s32 	%r311, %r308, %r310;
+	cvt.u64.u32 	%rd1130, %r309;
+	cvt.u64.u32 	%rd1131, %r311;
+$L__BB3_58:
+	shl.b64 	%rd502, %rd1131, 1;
+	sub.s64 	%rd503, %rd1132, %rd1129;
+	add.s64 	%rd504, %rd503, %rd502;
+	add.s64 	%rd1132, %rd504, %rd1130;
+$L__BB3_59:
+	ld.param.u64 	%rd506, [%rd9+24];
+	mul.lo.s64 	%rd507, %rd506, %rd1132;
+	ld.param.u64 	%rd508, [%rd9+40];
+	add.s64 	%rd509, %rd508, %rd25;
+	add.s64 	%rd510, %rd509, %rd507;
+	shl.b64 	%rd511, %rd510, 2;
+	add.s64 	%rd505, %rd20, %rd511;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1257,%r1256,%r1255,%r1254}, [%rd505];
+	// end inline asm
+	and.b32  	%r316, %r1257, 2147483647;
+	and.b32  	%r317, %r1256, 2147483647;
+	max.u32 	%r318, %r316, %r317;
+	and.b32  	%r319, %r1255, 2147483647;
+	and.b32  	%r320, %r1254, 2147483647;
+	max.u32 	%r321, %r319, %r320;
+	max.u32 	%r322, %r318, %r321;
+	max.u32 	%r1248, %r1248, %r322;
+$L__BB3_60:
+	ld.param.u64 	%rd512, [%rd9+-8];
+	add.s64 	%rd86, %rd26, 32;
+	setp.ge.s64 	%p34, %rd86, %rd512;
+	@%p34 bra 	$L__BB3_71;
+	ld.param.u64 	%rd513, [%rd9];
+	setp.ge.s64 	%p35, %rd25, %rd513;
+	@%p35 bra 	$L__BB3_71;
+	add.s64 	%rd1037, %rd26, 32;
+	ld.param.u64 	%rd514, [%rd9+32];
+	add.s64 	%rd1136, %rd514, %rd1037;
+	ld.param.u64 	%rd88, [%rd9+48];
+	setp.eq.s64 	%p36, %rd88, 0;
+	@%p36 bra 	$L__BB3_70;
+	or.b64  	%rd515, %rd1136, %rd88;
+	and.b64  	%rd516, %rd515, -4294967296;
+	setp.eq.s64 	%p37, %rd516, 0;
+	@%p37 bra 	$L__BB3_65;
+	rem.s64 	%rd1133, %rd1136, %rd88;
+	bra.uni 	$L__BB3_66;
+$L__BB3_65:
+	cvt.u32.u64 	%r325, %rd88;
+	cvt.u32.u64 	%r326, %rd1136;
+	rem.u32 	%r327, %r326, %r325;
+	cvt.u64.u32 	%rd1133, %r327;
+$L__BB3_66:
+	shr.u64 	%rd517, %rd88, 63;
+	add.s64 	%rd518, %rd88, %rd517;
+	shr.s64 	%rd92, %rd518, 1;
+	or.b64  	%rd519, %rd1133, %rd92;
+	and.b64  	%rd520, %rd519, -4294967296;
+	setp.eq.s64 	%p38, %rd520, 0;
+	@%p38 bra 	$L__BB3_68;
+	div.s64 	%rd1134, %rd1133, %rd92;
+	mul.lo.s64 	%rd521, %rd1134, %rd92;
+	sub.s64 	%rd1135, %rd1133, %rd521;
+	bra.uni 	$L__BB3_69;
+$L__BB3_68:
+	cvt.u32.u64 	%r328, %rd92;
+	cvt.u32.u64 	%r329, %rd1133;
+	div.u32 	%r330, %r329, %r328;
+	mul.lo.s32 	%r331, %r330, %r328;
+	sub.s32 	%r332, %r329, %r331;
+	cvt.u64.u32 	%rd1134, %r330;
+	cvt.u64.u32 	%rd1135, %r332;
+$L__BB3_69:
+	shl.b64 	%rd522, %rd1135, 1;
+	sub.s64 	%rd523, %rd1136, %rd1133;
+	add.s64 	%rd524, %rd523, %rd522;
+	add.s64 	%rd1136, %rd524, %rd1134;
+$L__BB3_70:
+	ld.param.u64 	%rd526, [%rd9+24];
+	mul.lo.s64 	%rd527, %rd526, %rd1136;
+	ld.param.u64 	%rd528, [%rd9+40];
+	add.s64 	%rd529, %rd528, %rd25;
+	add.s64 	%rd530, %rd529, %rd527;
+	shl.b64 	%rd531, %rd530, 2;
+	add.s64 	%rd525, %rd20, %rd531;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1262,%r1261,%r1260,%r1259}, [%rd525];
+	// end inline asm
+	and.b32  	%r337, %r1262, 2147483647;
+	and.b32  	%r338, %r1261, 2147483647;
+	max.u32 	%r339, %r337, %r338;
+	and.b32  	%r340, %r1260, 2147483647;
+	and.b32  	%r341, %r1259, 2147483647;
+	max.u32 	%r342, %r340, %r341;
+	max.u32 	%r343, %r339, %r342;
+	max.u32 	%r1248, %r1248, %r343;
+$L__BB3_71:
+	ld.param.u64 	%rd532, [%rd9+-8];
+	add.s64 	%rd101, %rd26, 40;
+	setp.ge.s64 	%p39, %rd101, %rd532;
+	@%p39 bra 	$L__BB3_82;
+	ld.param.u64 	%rd533, [%rd9];
+	setp.ge.s64 	%p40, %rd25, %rd533;
+	@%p40 bra 	$L__BB3_82;
+	add.s64 	%rd1036, %rd26, 40;
+	ld.param.u64 	%rd534, [%rd9+32];
+	add.s64 	%rd1140, %rd534, %rd1036;
+	ld.param.u64 	%rd103, [%rd9+48];
+	setp.eq.s64 	%p41, %rd103, 0;
+	@%p41 bra 	$L__BB3_81;
+	or.b64  	%rd535, %rd1140, %rd103;
+	and.b64  	%rd536, %rd535, -4294967296;
+	setp.eq.s64 	%p42, %rd536, 0;
+	@%p42 bra 	$L__BB3_76;
+	rem.s64 	%rd1137, %rd1140, %rd103;
+	bra.uni 	$L__BB3_77;
+$L__BB3_76:
+	cvt.u32.u64 	%r346, %rd103;
+	cvt.u32.u64 	%r347, %rd1140;
+	rem.u32 	%r348, %r347, %r346;
+	cvt.u64.u32 	%rd1137, %r348;
+$L__BB3_77:
+	shr.u64 	%rd537, %rd103, 63;
+	add.s64 	%rd538, %rd103, %rd537;
+	shr.s64 	%rd107, %rd538, 1;
+	or.b64  	%rd539, %rd1137, %rd107;
+	and.b64  	%rd540, %rd539, -4294967296;
+	setp.eq.s64 	%p43, %rd540, 0;
+	@%p43 bra 	$L__BB3_79;
+	div.s64 	%rd1138, %rd1137, %rd107;
+	mul.lo.s64 	%rd541, %rd1138, %rd107;
+	sub.s64 	%rd1139, %rd1137, %rd541;
+	bra.uni 	$L__BB3_80;
+$L__BB3_79:
+	cvt.u32.u64 	%r349, %rd107;
+	cvt.u32.u64 	%r350, %rd1137;
+	div.u32 	%r351, %r350, %r349;
+	mul.lo.s32 	%r352, %r351, %r349;
+	sub.s32 	%r353, %r350, %r352;
+	cvt.u64.u32 	%rd1138, %r351;
+	cvt.u64.u32 	%rd1139, %r353;
+$L__BB3_80:
+	shl.b64 	%rd542, %rd1139, 1;
+	sub.s64 	%rd543, %rd1140, %rd1137;
+	add.s64 	%rd544, %rd543, %rd542;
+	add.s64 	%rd1140, %rd544, %rd1138;
+$L__BB3_81:
+	ld.param.u64 	%rd546, [%rd9+24];
+	mul.lo.s64 	%rd547, %rd546, %rd1140;
+	ld.param.u64 	%rd548, [%rd9+40];
+	add.s64 	%rd549, %rd548, %rd25;
+	add.s64 	%rd550, %rd549, %rd547;
+	shl.b64 	%rd551, %rd550, 2;
+	add.s64 	%rd545, %rd20, %rd551;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1267,%r1266,%r1265,%r1264}, [%rd545];
+	// end inline asm
+	and.b32  	%r358, %r1267, 2147483647;
+	and.b32  	%r359, %r1266, 2147483647;
+	max.u32 	%r360, %r358, %r359;
+	and.b32  	%r361, %r1265, 2147483647;
+	and.b32  	%r362, %r1264, 2147483647;
+	max.u32 	%r363, %r361, %r362;
+	max.u32 	%r364, %r360, %r363;
+	max.u32 	%r1248, %r1248, %r364;
+$L__BB3_82:
+	ld.param.u64 	%rd552, [%rd9+-8];
+	add.s64 	%rd116, %rd26, 48;
+	setp.ge.s64 	%p44, %rd116, %rd552;
+	@%p44 bra 	$L__BB3_93;
+	ld.param.u64 	%rd553, [%rd9];
+	setp.ge.s64 	%p45, %rd25, %rd553;
+	@%p45 bra 	$L__BB3_93;
+	add.s64 	%rd1035, %rd26, 48;
+	ld.param.u64 	%rd554, [%rd9+32];
+	add.s64 	%rd1144, %rd554, %rd1035;
+	ld.param.u64 	%rd118, [%rd9+48];
+	setp.eq.s64 	%p46, %rd118, 0;
+	@%p46 bra 	$L__BB3_92;
+	or.b64  	%rd555, %rd1144, %rd118;
+	and.b64  	%rd556, %rd555, -4294967296;
+	setp.eq.s64 	%p47, %rd556, 0;
+	@%p47 bra 	$L__BB3_87;
+	rem.s64 	%rd1141, %rd1144, %rd118;
+	bra.uni 	$L__BB3_88;
+$L__BB3_87:
+	cvt.u32.u64 	%r367, %rd118;
+	cvt.u32.u64 	%r368, %rd1144;
+	rem.u32 	%r369, %r368, %r367;
+	cvt.u64.u32 	%rd1141, %r369;
+$L__BB3_88:
+	shr.u64 	%rd557, %rd118, 63;
+	add.s64 	%rd558, %rd118, %rd557;
+	shr.s64 	%rd122, %rd558, 1;
+	or.b64  	%rd559, %rd1141, %rd122;
+	and.b64  	%rd560, %rd559, -4294967296;
+	setp.eq.s64 	%p48, %rd560, 0;
+	@%p48 bra 	$L__BB3_90;
+	div.s64 	%rd1142, %rd1141, %rd122;
+	mul.lo.s64 	%rd561, %rd1142, %rd122;
+	sub.s64 	%rd1143, %rd1141, %rd561;
+	bra.uni 	$L__BB3_91;
+$L__BB3_90:
+	cvt.u32.u64 	%r370, %rd122;
+	cvt.u32.u64 	%r371, %rd1141;
+	div.u32 	%r372, %r371, %r370;
+	mul.lo.s32 	%r373, %r372, %r370;
+	sub.s32 	%r374, %r371, %r373;
+	cvt.u64.u32 	%rd1142, %r372;
+	cvt.u64.u32 	%rd1143, %r374;
+$L__BB3_91:
+	shl.b64 	%rd562, %rd1143, 1;
+	sub.s64 	%rd563, %rd1144, %rd1141;
+	add.s64 	%rd564, %rd563, %rd562;
+	add.s64 	%rd1144, %rd564, %rd1142;
+$L__BB3_92:
+	ld.param.u64 	%rd566, [%rd9+24];
+	mul.lo.s64 	%rd567, %rd566, %rd1144;
+	ld.param.u64 	%rd568, [%rd9+40];
+	add.s64 	%rd569, %rd568, %rd25;
+	add.s64 	%rd570, %rd569, %rd567;
+	shl.b64 	%rd571, %rd570, 2;
+	add.s64 	%rd565, %rd20, %rd571;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1272,%r1271,%r1270,%r1269}, [%rd565];
+	// end inline asm
+	and.b32  	%r379, %r1272, 2147483647;
+	and.b32  	%r380, %r1271, 2147483647;
+	max.u32 	%r381, %r379, %r380;
+	and.b32  	%r382, %r1270, 2147483647;
+	and.b32  	%r383, %r1269, 2147483647;
+	max.u32 	%r384, %r382, %r383;
+	max.u32 	%r385, %r381, %r384;
+	max.u32 	%r1248, %r1248, %r385;
+$L__BB3_93:
+	ld.param.u64 	%rd572, [%rd9+-8];
+	add.s64 	%rd131, %rd26, 56;
+	setp.ge.s64 	%p49, %rd131, %rd572;
+	@%p49 bra 	$L__BB3_104;
+	ld.param.u64 	%rd573, [%rd9];
+	setp.ge.s64 	%p50, %rd25, %rd573;
+	@%p50 bra 	$L__BB3_104;
+	add.s64 	%rd1034, %rd26, 56;
+	ld.param.u64 	%rd574, [%rd9+32];
+	add.s64 	%rd1148, %rd574, %rd1034;
+	ld.param.u64 	%rd133, [%rd9+48];
+	setp.eq.s64 	%p51, %rd133, 0;
+	@%p51 bra 	$L__BB3_103;
+	or.b64  	%rd575, %rd1148, %rd133;
+	and.b64  	%rd576, %rd575, -4294967296;
+	setp.eq.s64 	%p52, %rd576, 0;
+	@%p52 bra 	$L__BB3_98;
+	rem.s64 	%rd1145, %rd1148, %rd133;
+	bra.uni 	$L__BB3_99;
+$L__BB3_98:
+	cvt.u32.u64 	%r388, %rd133;
+	cvt.u32.u64 	%r389, %rd1148;
+	rem.u32 	%r390, %r389, %r388;
+	cvt.u64.u32 	%rd1145, %r390;
+$L__BB3_99:
+	shr.u64 	%rd577, %rd133, 63;
+	add.s64 	%rd578, %rd133, %rd577;
+	shr.s64 	%rd137, %rd578, 1;
+	or.b64  	%rd579, %rd1145, %rd137;
+	and.b64  	%rd580, %rd579, -4294967296;
+	setp.eq.s64 	%p53, %rd580, 0;
+	@%p53 bra 	$L__BB3_101;
+	div.s64 	%rd1146, %rd1145, %rd137;
+	mul.lo.s64 	%rd581, %rd1146, %rd137;
+	sub.s64 	%rd1147, %rd1145, %rd581;
+	bra.uni 	$L__BB3_102;
+$L__BB3_101:
+	cvt.u32.u64 	%r391, %rd137;
+	cvt.u32.u64 	%r392, %rd1145;
+	div.u32 	%r393, %r392, %r391;
+	mul.lo.s32 	%r394, %r393, %r391;
+	sub.s32 	%r395, %r392, %r394;
+	cvt.u64.u32 	%rd1146, %r393;
+	cvt.u64.u32 	%rd1147, %r395;
+$L__BB3_102:
+	shl.b64 	%rd582, %rd1147, 1;
+	sub.s64 	%rd583, %rd1148, %rd1145;
+	add.s64 	%rd584, %rd583, %rd582;
+	add.s64 	%rd1148, %rd584, %rd1146;
+$L__BB3_103:
+	ld.param.u64 	%rd586, [%rd9+24];
+	mul.lo.s64 	%rd587, %rd586, %rd1148;
+	ld.param.u64 	%rd588, [%rd9+40];
+	add.s64 	%rd589, %rd588, %rd25;
+	add.s64 	%rd590, %rd589, %rd587;
+	shl.b64 	%rd591, %rd590, 2;
+	add.s64 	%rd585, %rd20, %rd591;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1277,%r1276,%r1275,%r1274}, [%rd585];
+	// end inline asm
+	and.b32  	%r400, %r1277, 2147483647;
+	and.b32  	%r401, %r1276, 2147483647;
+	max.u32 	%r402, %r400, %r401;
+	and.b32  	%r403, %r1275, 2147483647;
+	and.b32  	%r404, %r1274, 2147483647;
+	max.u32 	%r405, %r403, %r404;
+	max.u32 	%r406, %r402, %r405;
+	max.u32 	%r1248, %r1248, %r406;
+$L__BB3_104:
+	ld.param.u64 	%rd592, [%rd9+-8];
+	add.s64 	%rd146, %rd26, 64;
+	setp.ge.s64 	%p54, %rd146, %rd592;
+	@%p54 bra 	$L__BB3_115;
+	ld.param.u64 	%rd593, [%rd9];
+	setp.ge.s64 	%p55, %rd25, %rd593;
+	@%p55 bra 	$L__BB3_115;
+	add.s64 	%rd1033, %rd26, 64;
+	ld.param.u64 	%rd594, [%rd9+32];
+	add.s64 	%rd1152, %rd594, %rd1033;
+	ld.param.u64 	%rd148, [%rd9+48];
+	setp.eq.s64 	%p56, %rd148, 0;
+	@%p56 bra 	$L__BB3_114;
+	or.b64  	%rd595, %rd1152, %rd148;
+	and.b64  	%rd596, %rd595, -4294967296;
+	setp.eq.s64 	%p57, %rd596, 0;
+	@%p57 bra 	$L__BB3_109;
+	rem.s64 	%rd1149, %rd1152, %rd148;
+	bra.uni 	$L__BB3_110;
+$L__BB3_109:
+	cvt.u32.u64 	%r409, %rd148;
+	cvt.u32.u64 	%r410, %rd1152;
+	rem.u32 	%r411, %r410, %r409;
+	cvt.u64.u32 	%rd1149, %r411;
+$L__BB3_110:
+	shr.u64 	%rd597, %rd148, 63;
+	add.s64 	%rd598, %rd148, %rd597;
+	shr.s64 	%rd152, %rd598, 1;
+	or.b64  	%rd599, %rd1149, %rd152;
+	and.b64  	%rd600, %rd599, -4294967296;
+	setp.eq.s64 	%p58, %rd600, 0;
+	@%p58 bra 	$L__BB3_112;
+	div.s64 	%rd1150, %rd1149, %rd152;
+	mul.lo.s64 	%rd601, %rd1150, %rd152;
+	sub.s64 	%rd1151, %rd1149, %rd601;
+	bra.uni 	$L__BB3_113;
+$L__BB3_112:
+	cvt.u32.u64 	%r412, %rd152;
+	cvt.u32.u64 	%r413, %rd1149;
+	div.u32 	%r414, %r413, %r412;
+	mul.lo.s32 	%r415, %r414, %r412;
+	sub.s32 	%r416, %r413, %r415;
+	cvt.u64.u32 	%rd1150, %r414;
+	cvt.u64.u32 	%rd1151, %r416;
+$L__BB3_113:
+	shl.b64 	%rd602, %rd1151, 1;
+	sub.s64 	%rd603, %rd1152, %rd1149;
+	add.s64 	%rd604, %rd603, %rd602;
+	add.s64 	%rd1152, %rd604, %rd1150;
+$L__BB3_114:
+	ld.param.u64 	%rd606, [%rd9+24];
+	mul.lo.s64 	%rd607, %rd606, %rd1152;
+	ld.param.u64 	%rd608, [%rd9+40];
+	add.s64 	%rd609, %rd608, %rd25;
+	add.s64 	%rd610, %rd609, %rd607;
+	shl.b64 	%rd611, %rd610, 2;
+	add.s64 	%rd605, %rd20, %rd611;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1282,%r1281,%r1280,%r1279}, [%rd605];
+	// end inline asm
+	and.b32  	%r421, %r1282, 2147483647;
+	and.b32  	%r422, %r1281, 2147483647;
+	max.u32 	%r423, %r421, %r422;
+	and.b32  	%r424, %r1280, 2147483647;
+	and.b32  	%r425, %r1279, 2147483647;
+	max.u32 	%r426, %r424, %r425;
+	max.u32 	%r427, %r423, %r426;
+	max.u32 	%r1248, %r1248, %r427;
+$L__BB3_115:
+	ld.param.u64 	%rd612, [%rd9+-8];
+	add.s64 	%rd161, %rd26, 72;
+	setp.ge.s64 	%p59, %rd161, %rd612;
+	@%p59 bra 	$L__BB3_126;
+	ld.param.u64 	%rd613, [%rd9];
+	setp.ge.s64 	%p60, %rd25, %rd613;
+	@%p60 bra 	$L__BB3_126;
+	ld.param.u64 	%rd614, [%rd9+32];
+	add.s64 	%rd1156, %rd614, %rd161;
+	ld.param.u64 	%rd163, [%rd9+48];
+	setp.eq.s64 	%p61, %rd163, 0;
+	@%p61 bra 	$L__BB3_125;
+	or.b64  	%rd615, %rd1156, %rd163;
+	and.b64  	%rd616, %rd615, -4294967296;
+	setp.eq.s64 	%p62, %rd616, 0;
+	@%p62 bra 	$L__BB3_120;
+	rem.s64 	%rd1153, %rd1156, %rd163;
+	bra.uni 	$L__BB3_121;
+$L__BB3_120:
+	cvt.u32.u64 	%r430, %rd163;
+	cvt.u32.u64 	%r431, %rd1156;
+	rem.u32 	%r432, %r431, %r430;
+	cvt.u64.u32 	%rd1153, %r432;
+$L__BB3_121:
+	shr.u64 	%rd617, %rd163, 63;
+	add.s64 	%rd618, %rd163, %rd617;
+	shr.s64 	%rd167, %rd618, 1;
+	or.b64  	%rd619, %rd1153, %rd167;
+	and.b64  	%rd620, %rd619, -4294967296;
+	setp.eq.s64 	%p63, %rd620, 0;
+	@%p63 bra 	$L__BB3_123;
+	div.s64 	%rd1154, %rd1153, %rd167;
+	mul.lo.s64 	%rd621, %rd1154, %rd167;
+	sub.s64 	%rd1155, %rd1153, %rd621;
+	bra.uni 	$L__BB3_124;
+$L__BB3_123:
+	cvt.u32.u64 	%r433, %rd167;
+	cvt.u32.u64 	%r434, %rd1153;
+	div.u32 	%r435, %r434, %r433;
+	mul.lo.s32 	%r436, %r435, %r433;
+	sub.s32 	%r437, %r434, %r436;
+	cvt.u64.u32 	%rd1154, %r435;
+	cvt.u64.u32 	%rd1155, %r437;
+$L__BB3_124:
+	shl.b64 	%rd622, %rd1155, 1;
+	sub.s64 	%rd623, %rd1156, %rd1153;
+	add.s64 	%rd624, %rd623, %rd622;
+	add.s64 	%rd1156, %rd624, %rd1154;
+$L__BB3_125:
+	ld.param.u64 	%rd626, [%rd9+24];
+	mul.lo.s64 	%rd627, %rd626, %rd1156;
+	ld.param.u64 	%rd628, [%rd9+40];
+	add.s64 	%rd629, %rd628, %rd25;
+	add.s64 	%rd630, %rd629, %rd627;
+	shl.b64 	%rd631, %rd630, 2;
+	add.s64 	%rd625, %rd20, %rd631;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1287,%r1286,%r1285,%r1284}, [%rd625];
+	// end inline asm
+	and.b32  	%r442, %r1287, 2147483647;
+	and.b32  	%r443, %r1286, 2147483647;
+	max.u32 	%r444, %r442, %r443;
+	and.b32  	%r445, %r1285, 2147483647;
+	and.b32  	%r446, %r1284, 2147483647;
+	max.u32 	%r447, %r445, %r446;
+	max.u32 	%r448, %r444, %r447;
+	max.u32 	%r1248, %r1248, %r448;
+$L__BB3_126:
+	ld.param.u64 	%rd632, [%rd9+-8];
+	add.s64 	%rd176, %rd26, 80;
+	setp.ge.s64 	%p64, %rd176, %rd632;
+	@%p64 bra 	$L__BB3_137;
+	ld.param.u64 	%rd633, [%rd9];
+	setp.ge.s64 	%p65, %rd25, %rd633;
+	@%p65 bra 	$L__BB3_137;
+	ld.param.u64 	%rd634, [%rd9+32];
+	add.s64 	%rd1160, %rd634, %rd176;
+	ld.param.u64 	%rd178, [%rd9+48];
+	setp.eq.s64 	%p66, %rd178, 0;
+	@%p66 bra 	$L__BB3_136;
+	or.b64  	%rd635, %rd1160, %rd178;
+	and.b64  	%rd636, %rd635, -4294967296;
+	setp.eq.s64 	%p67, %rd636, 0;
+	@%p67 bra 	$L__BB3_131;
+	rem.s64 	%rd1157, %rd1160, %rd178;
+	bra.uni 	$L__BB3_132;
+$L__BB3_131:
+	cvt.u32.u64 	%r451, %rd178;
+	cvt.u32.u64 	%r452, %rd1160;
+	rem.u32 	%r453, %r452, %r451;
+	cvt.u64.u32 	%rd1157, %r453;
+$L__BB3_132:
+	shr.u64 	%rd637, %rd178, 63;
+	add.s64 	%rd638, %rd178, %rd637;
+	shr.s64 	%rd182, %rd638, 1;
+	or.b64  	%rd639, %rd1157, %rd182;
+	and.b64  	%rd640, %rd639, -4294967296;
+	setp.eq.s64 	%p68, %rd640, 0;
+	@%p68 bra 	$L__BB3_134;
+	div.s64 	%rd1158, %rd1157, %rd182;
+	mul.lo.s64 	%rd641, %rd1158, %rd182;
+	sub.s64 	%rd1159, %rd1157, %rd641;
+	bra.uni 	$L__BB3_135;
+$L__BB3_134:
+	cvt.u32.u64 	%r454, %rd182;
+	cvt.u32.u64 	%r455, %rd1157;
+	div.u32 	%r456, %r455, %r454;
+	mul.lo.s32 	%r457, %r456, %r454;
+	sub.s32 	%r458, %r455, %r457;
+	cvt.u64.u32 	%rd1158, %r456;
+	cvt.u64.u32 	%rd1159, %r458;
+$L__BB3_135:
+	shl.b64 	%rd642, %rd1159, 1;
+	sub.s64 	%rd643, %rd1160, %rd1157;
+	add.s64 	%rd644, %rd643, %rd642;
+	add.s64 	%rd1160, %rd644, %rd1158;
+$L__BB3_136:
+	ld.param.u64 	%rd646, [%rd9+24];
+	mul.lo.s64 	%rd647, %rd646, %rd1160;
+	ld.param.u64 	%rd648, [%rd9+40];
+	add.s64 	%rd649, %rd648, %rd25;
+	add.s64 	%rd650, %rd649, %rd647;
+	shl.b64 	%rd651, %rd650, 2;
+	add.s64 	%rd645, %rd20, %rd651;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1292,%r1291,%r1290,%r1289}, [%rd645];
+	// end inline asm
+	and.b32  	%r463, %r1292, 2147483647;
+	and.b32  	%r464, %r1291, 2147483647;
+	max.u32 	%r465, %r463, %r464;
+	and.b32  	%r466, %r1290, 2147483647;
+	and.b32  	%r467, %r1289, 2147483647;
+	max.u32 	%r468, %r466, %r467;
+	max.u32 	%r469, %r465, %r468;
+	max.u32 	%r1248, %r1248, %r469;
+$L__BB3_137:
+	ld.param.u64 	%rd652, [%rd9+-8];
+	add.s64 	%rd191, %rd26, 88;
+	setp.ge.s64 	%p69, %rd191, %rd652;
+	@%p69 bra 	$L__BB3_148;
+	ld.param.u64 	%rd653, [%rd9];
+	setp.ge.s64 	%p70, %rd25, %rd653;
+	@%p70 bra 	$L__BB3_148;
+	ld.param.u64 	%rd654, [%rd9+32];
+	add.s64 	%rd1164, %rd654, %rd191;
+	ld.param.u64 	%rd193, [%rd9+48];
+	setp.eq.s64 	%p71, %rd193, 0;
+	@%p71 bra 	$L__BB3_147;
+	or.b64  	%rd655, %rd1164, %rd193;
+	and.b64  	%rd656, %rd655, -4294967296;
+	setp.eq.s64 	%p72, %rd656, 0;
+	@%p72 bra 	$L__BB3_142;
+	rem.s64 	%rd1161, %rd1164, %rd193;
+	bra.uni 	$L__BB3_143;
+$L__BB3_142:
+	cvt.u32.u64 	%r472, %rd193;
+	cvt.u32.u64 	%r473, %rd1164;
+	rem.u32 	%r474, %r473, %r472;
+	cvt.u64.u32 	%rd1161, %r474;
+$L__BB3_143:
+	ld.param.u64 	%rd1101, [%rd9+48];
+	shr.u64 	%rd657, %rd1101, 63;
+	add.s64 	%rd658, %rd1101, %rd657;
+	shr.s64 	%rd197, %rd658, 1;
+	or.b64  	%rd659, %rd1161, %rd197;
+	and.b64  	%rd660, %rd659, -4294967296;
+	setp.eq.s64 	%p73, %rd660, 0;
+	@%p73 bra 	$L__BB3_145;
+	div.s64 	%rd1162, %rd1161, %rd197;
+	mul.lo.s64 	%rd661, %rd1162, %rd197;
+	sub.s64 	%rd1163, %rd1161, %rd661;
+	bra.uni 	$L__BB3_146;
+$L__BB3_145:
+	cvt.u32.u64 	%r475, %rd197;
+	cvt.u32.u64 	%r476, %rd1161;
+	div.u32 	%r477, %r476, %r475;
+	mul.lo.s32 	%r478, %r477, %r475;
+	sub.s32 	%r479, %r476, %r478;
+	cvt.u64.u32 	%rd1162, %r477;
+	cvt.u64.u32 	%rd1163, %r479;
+$L__BB3_146:
+	shl.b64 	%rd662, %rd1163, 1;
+	sub.s64 	%rd663, %rd1164, %rd1161;
+	add.s64 	%rd664, %rd663, %rd662;
+	add.s64 	%rd1164, %rd664, %rd1162;
+$L__BB3_147:
+	ld.param.u64 	%rd666, [%rd9+24];
+	mul.lo.s64 	%rd667, %rd666, %rd1164;
+	ld.param.u64 	%rd668, [%rd9+40];
+	add.s64 	%rd669, %rd668, %rd25;
+	add.s64 	%rd670, %rd669, %rd667;
+	shl.b64 	%rd671, %rd670, 2;
+	add.s64 	%rd665, %rd20, %rd671;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1297,%r1296,%r1295,%r1294}, [%rd665];
+	// end inline asm
+	and.b32  	%r484, %r1297, 2147483647;
+	and.b32  	%r485, %r1296, 2147483647;
+	max.u32 	%r486, %r484, %r485;
+	and.b32  	%r487, %r1295, 2147483647;
+	and.b32  	%r488, %r1294, 2147483647;
+	max.u32 	%r489, %r487, %r488;
+	max.u32 	%r490, %r486, %r489;
+	max.u32 	%r1248, %r1248, %r490;
+$L__BB3_148:
+	ld.param.u64 	%rd672, [%rd9+-8];
+	add.s64 	%rd206, %rd26, 96;
+	setp.ge.s64 	%p74, %rd206, %rd672;
+	@%p74 bra 	$L__BB3_159;
+	ld.param.u64 	%rd673, [%rd9];
+	setp.ge.s64 	%p75, %rd25, %rd673;
+	@%p75 bra 	$L__BB3_159;
+	add.s64 	%rd1102, %rd26, 96;
+	ld.param.u64 	%rd674, [%rd9+32];
+	add.s64 	%rd1168, %rd674, %rd1102;
+	ld.param.u64 	%rd208, [%rd9+48];
+	setp.eq.s64 	%p76, %rd208, 0;
+	@%p76 bra 	$L__BB3_158;
+	ld.param.u64 	%rd1103, [%rd9+48];
+	or.b64  	%rd675, %rd1168, %rd1103;
+	and.b64  	%rd676, %rd675, -4294967296;
+	setp.eq.s64 	%p77, %rd676, 0;
+	@%p77 bra 	$L__BB3_153;
+	ld.param.u64 	%rd1104, [%rd9+48];
+	rem.s64 	%rd1165, %rd1168, %rd1104;
+	bra.uni 	$L__BB3_154;
+$L__BB3_153:
+	ld.param.u64 	%rd1106, [%rd9+48];
+	cvt.u32.u64 	%r493, %rd1106;
+	cvt.u32.u64 	%r494, %rd1168;
+	rem.u32 	%r495, %r494, %r493;
+	cvt.u64.u32 	%rd1165, %r495;
+$L__BB3_154:
+	ld.param.u64 	%rd1105, [%rd9+48];
+	shr.u64 	%rd677, %rd1105, 63;
+	add.s64 	%rd678, %rd1105, %rd677;
+	shr.s64 	%rd212, %rd678, 1;
+	or.b64  	%rd679, %rd1165, %rd212;
+	and.b64  	%rd680, %rd679, -4294967296;
+	setp.eq.s64 	%p78, %rd680, 0;
+	@%p78 bra 	$L__BB3_156;
+	div.s64 	%rd1166, %rd1165, %rd212;
+	mul.lo.s64 	%rd681, %rd1166, %rd212;
+	sub.s64 	%rd1167, %rd1165, %rd681;
+	bra.uni 	$L__BB3_157;
+$L__BB3_156:
+	cvt.u32.u64 	%r496, %rd212;
+	cvt.u32.u64 	%r497, %rd1165;
+	div.u32 	%r498, %r497, %r496;
+	mul.lo.s32 	%r499, %r498, %r496;
+	sub.s32 	%r500, %r497, %r499;
+	cvt.u64.u32 	%rd1166, %r498;
+	cvt.u64.u32 	%rd1167, %r500;
+$L__BB3_157:
+	shl.b64 	%rd682, %rd1167, 1;
+	sub.s64 	%rd683, %rd1168, %rd1165;
+	add.s64 	%rd684, %rd683, %rd682;
+	add.s64 	%rd1168, %rd684, %rd1166;
+$L__BB3_158:
+	ld.param.u64 	%rd686, [%rd9+24];
+	mul.lo.s64 	%rd687, %rd686, %rd1168;
+	ld.param.u64 	%rd688, [%rd9+40];
+	add.s64 	%rd689, %rd688, %rd25;
+	add.s64 	%rd690, %rd689, %rd687;
+	shl.b64 	%rd691, %rd690, 2;
+	add.s64 	%rd685, %rd20, %rd691;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1302,%r1301,%r1300,%r1299}, [%rd685];
+	// end inline asm
+	and.b32  	%r505, %r1302, 2147483647;
+	and.b32  	%r506, %r1301, 2147483647;
+	max.u32 	%r507, %r505, %r506;
+	and.b32  	%r508, %r1300, 2147483647;
+	and.b32  	%r509, %r1299, 2147483647;
+	max.u32 	%r510, %r508, %r509;
+	max.u32 	%r511, %r507, %r510;
+	max.u32 	%r1248, %r1248, %r511;
+$L__BB3_159:
+	ld.param.u64 	%rd692, [%rd9+-8];
+	add.s64 	%rd221, %rd26, 104;
+	setp.ge.s64 	%p79, %rd221, %rd692;
+	@%p79 bra 	$L__BB3_170;
+	ld.param.u64 	%rd693, [%rd9];
+	setp.ge.s64 	%p80, %rd25, %rd693;
+	@%p80 bra 	$L__BB3_170;
+	add.s64 	%rd1107, %rd26, 104;
+	ld.param.u64 	%rd694, [%rd9+32];
+	add.s64 	%rd1172, %rd694, %rd1107;
+	ld.param.u64 	%rd223, [%rd9+48];
+	setp.eq.s64 	%p81, %rd223, 0;
+	@%p81 bra 	$L__BB3_169;
+	ld.param.u64 	%rd1108, [%rd9+48];
+	or.b64  	%rd695, %rd1172, %rd1108;
+	and.b64  	%rd696, %rd695, -4294967296;
+	setp.eq.s64 	%p82, %rd696, 0;
+	@%p82 bra 	$L__BB3_164;
+	ld.param.u64 	%rd1109, [%rd9+48];
+	rem.s64 	%rd1169, %rd1172, %rd1109;
+	bra.uni 	$L__BB3_165;
+$L__BB3_164:
+	ld.param.u64 	%rd1111, [%rd9+48];
+	cvt.u32.u64 	%r514, %rd1111;
+	cvt.u32.u64 	%r515, %rd1172;
+	rem.u32 	%r516, %r515, %r514;
+	cvt.u64.u32 	%rd1169, %r516;
+$L__BB3_165:
+	ld.param.u64 	%rd1110, [%rd9+48];
+	shr.u64 	%rd697, %rd1110, 63;
+	add.s64 	%rd698, %rd1110, %rd697;
+	shr.s64 	%rd227, %rd698, 1;
+	or.b64  	%rd699, %rd1169, %rd227;
+	and.b64  	%rd700, %rd699, -4294967296;
+	setp.eq.s64 	%p83, %rd700, 0;
+	@%p83 bra 	$L__BB3_167;
+	div.s64 	%rd1170, %rd1169, %rd227;
+	mul.lo.s64 	%rd701, %rd1170, %rd227;
+	sub.s64 	%rd1171, %rd1169, %rd701;
+	bra.uni 	$L__BB3_168;
+$L__BB3_167:
+	cvt.u32.u64 	%r517, %rd227;
+	cvt.u32.u64 	%r518, %rd1169;
+	div.u32 	%r519, %r518, %r517;
+	mul.lo.s32 	%r520, %r519, %r517;
+	sub.s32 	%r521, %r518, %r520;
+	cvt.u64.u32 	%rd1170, %r519;
+	cvt.u64.u32 	%rd1171, %r521;
+$L__BB3_168:
+	shl.b64 	%rd702, %rd1171, 1;
+	sub.s64 	%rd703, %rd1172, %rd1169;
+	add.s64 	%rd704, %rd703, %rd702;
+	add.s64 	%rd1172, %rd704, %rd1170;
+$L__BB3_169:
+	ld.param.u64 	%rd706, [%rd9+24];
+	mul.lo.s64 	%rd707, %rd706, %rd1172;
+	ld.param.u64 	%rd708, [%rd9+40];
+	add.s64 	%rd709, %rd708, %rd25;
+	add.s64 	%rd710, %rd709, %rd707;
+	shl.b64 	%rd711, %rd710, 2;
+	add.s64 	%rd705, %rd20, %rd711;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1307,%r1306,%r1305,%r1304}, [%rd705];
+	// end inline asm
+	and.b32  	%r526, %r1307, 2147483647;
+	and.b32  	%r527, %r1306, 2147483647;
+	max.u32 	%r528, %r526, %r527;
+	and.b32  	%r529, %r1305, 2147483647;
+	and.b32  	%r530, %r1304, 2147483647;
+	max.u32 	%r531, %r529, %r530;
+	max.u32 	%r532, %r528, %r531;
+	max.u32 	%r1248, %r1248, %r532;
+$L__BB3_170:
+	ld.param.u64 	%rd712, [%rd9+-8];
+	add.s64 	%rd236, %rd26, 112;
+	setp.ge.s64 	%p84, %rd236, %rd712;
+	@%p84 bra 	$L__BB3_181;
+	ld.param.u64 	%rd713, [%rd9];
+	setp.ge.s64 	%p85, %rd25, %rd713;
+	@%p85 bra 	$L__BB3_181;
+	add.s64 	%rd1112, %rd26, 112;
+	ld.param.u64 	%rd714, [%rd9+32];
+	add.s64 	%rd1176, %rd714, %rd1112;
+	ld.param.u64 	%rd238, [%rd9+48];
+	setp.eq.s64 	%p86, %rd238, 0;
+	@%p86 bra 	$L__BB3_180;
+	or.b64  	%rd715, %rd1176, %rd238;
+	and.b64  	%rd716, %rd715, -4294967296;
+	setp.eq.s64 	%p87, %rd716, 0;
+	@%p87 bra 	$L__BB3_175;
+	ld.param.u64 	%rd1089, [%rd9+48];
+	rem.s64 	%rd1173, %rd1176, %rd1089;
+	bra.uni 	$L__BB3_176;
+$L__BB3_175:
+	ld.param.u64 	%rd1091, [%rd9+48];
+	cvt.u32.u64 	%r535, %rd1091;
+	cvt.u32.u64 	%r536, %rd1176;
+	rem.u32 	%r537, %r536, %r535;
+	cvt.u64.u32 	%rd1173, %r537;
+$L__BB3_176:
+	ld.param.u64 	%rd1090, [%rd9+48];
+	shr.u64 	%rd717, %rd1090, 63;
+	add.s64 	%rd718, %rd1090, %rd717;
+	shr.s64 	%rd242, %rd718, 1;
+	or.b64  	%rd719, %rd1173, %rd242;
+	and.b64  	%rd720, %rd719, -4294967296;
+	setp.eq.s64 	%p88, %rd720, 0;
+	@%p88 bra 	$L__BB3_178;
+	div.s64 	%rd1174, %rd1173, %rd242;
+	mul.lo.s64 	%rd721, %rd1174, %rd242;
+	sub.s64 	%rd1175, %rd1173, %rd721;
+	bra.uni 	$L__BB3_179;
+$L__BB3_178:
+	cvt.u32.u64 	%r538, %rd242;
+	cvt.u32.u64 	%r539, %rd1173;
+	div.u32 	%r540, %r539, %r538;
+	mul.lo.s32 	%r541, %r540, %r538;
+	sub.s32 	%r542, %r539, %r541;
+	cvt.u64.u32 	%rd1174, %r540;
+	cvt.u64.u32 	%rd1175, %r542;
+$L__BB3_179:
+	shl.b64 	%rd722, %rd1175, 1;
+	sub.s64 	%rd723, %rd1176, %rd1173;
+	add.s64 	%rd724, %rd723, %rd722;
+	add.s64 	%rd1176, %rd724, %rd1174;
+$L__BB3_180:
+	ld.param.u64 	%rd726, [%rd9+24];
+	mul.lo.s64 	%rd727, %rd726, %rd1176;
+	ld.param.u64 	%rd728, [%rd9+40];
+	add.s64 	%rd729, %rd728, %rd25;
+	add.s64 	%rd730, %rd729, %rd727;
+	shl.b64 	%rd731, %rd730, 2;
+	add.s64 	%rd725, %rd20, %rd731;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1312,%r1311,%r1310,%r1309}, [%rd725];
+	// end inline asm
+	and.b32  	%r547, %r1312, 2147483647;
+	and.b32  	%r548, %r1311, 2147483647;
+	max.u32 	%r549, %r547, %r548;
+	and.b32  	%r550, %r1310, 2147483647;
+	and.b32  	%r551, %r1309, 2147483647;
+	max.u32 	%r552, %r550, %r551;
+	max.u32 	%r553, %r549, %r552;
+	max.u32 	%r1248, %r1248, %r553;
+$L__BB3_181:
+	ld.param.u64 	%rd732, [%rd9+-8];
+	add.s64 	%rd251, %rd26, 120;
+	setp.ge.s64 	%p89, %rd251, %rd732;
+	@%p89 bra 	$L__BB3_192;
+	ld.param.u64 	%rd733, [%rd9];
+	setp.ge.s64 	%p90, %rd25, %rd733;
+	@%p90 bra 	$L__BB3_192;
+	add.s64 	%rd1096, %rd26, 120;
+	ld.param.u64 	%rd734, [%rd9+32];
+	add.s64 	%rd1180, %rd734, %rd1096;
+	ld.param.u64 	%rd253, [%rd9+48];
+	setp.eq.s64 	%p91, %rd253, 0;
+	@%p91 bra 	$L__BB3_191;
+	ld.param.u64 	%rd1097, [%rd9+48];
+	or.b64  	%rd735, %rd1180, %rd1097;
+	and.b64  	%rd736, %rd735, -4294967296;
+	setp.eq.s64 	%p92, %rd736, 0;
+	@%p92 bra 	$L__BB3_186;
+	ld.param.u64 	%rd1098, [%rd9+48];
+	rem.s64 	%rd1177, %rd1180, %rd1098;
+	bra.uni 	$L__BB3_187;
+$L__BB3_186:
+	ld.param.u64 	%rd1100, [%rd9+48];
+	cvt.u32.u64 	%r556, %rd1100;
+	cvt.u32.u64 	%r557, %rd1180;
+	rem.u32 	%r558, %r557, %r556;
+	cvt.u64.u32 	%rd1177, %r558;
+$L__BB3_187:
+	ld.param.u64 	%rd1099, [%rd9+48];
+	shr.u64 	%rd737, %rd1099, 63;
+	add.s64 	%rd738, %rd1099, %rd737;
+	shr.s64 	%rd257, %rd738, 1;
+	or.b64  	%rd739, %rd1177, %rd257;
+	and.b64  	%rd740, %rd739, -4294967296;
+	setp.eq.s64 	%p93, %rd740, 0;
+	@%p93 bra 	$L__BB3_189;
+	div.s64 	%rd1178, %rd1177, %rd257;
+	mul.lo.s64 	%rd741, %rd1178, %rd257;
+	sub.s64 	%rd1179, %rd1177, %rd741;
+	bra.uni 	$L__BB3_190;
+$L__BB3_189:
+	cvt.u32.u64 	%r559, %rd257;
+	cvt.u32.u64 	%r560, %rd1177;
+	div.u32 	%r561, %r560, %r559;
+	mul.lo.s32 	%r562, %r561, %r559;
+	sub.s32 	%r563, %r560, %r562;
+	cvt.u64.u32 	%rd1178, %r561;
+	cvt.u64.u32 	%rd1179, %r563;
+$L__BB3_190:
+	shl.b64 	%rd742, %rd1179, 1;
+	sub.s64 	%rd743, %rd1180, %rd1177;
+	add.s64 	%rd744, %rd743, %rd742;
+	add.s64 	%rd1180, %rd744, %rd1178;
+$L__BB3_191:
+	ld.param.u64 	%rd746, [%rd9+24];
+	mul.lo.s64 	%rd747, %rd746, %rd1180;
+	ld.param.u64 	%rd748, [%rd9+40];
+	add.s64 	%rd749, %rd748, %rd25;
+	add.s64 	%rd750, %rd749, %rd747;
+	shl.b64 	%rd751, %rd750, 2;
+	add.s64 	%rd745, %rd20, %rd751;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1317,%r1316,%r1315,%r1314}, [%rd745];
+	// end inline asm
+	and.b32  	%r568, %r1317, 2147483647;
+	and.b32  	%r569, %r1316, 2147483647;
+	max.u32 	%r570, %r568, %r569;
+	and.b32  	%r571, %r1315, 2147483647;
+	and.b32  	%r572, %r1314, 2147483647;
+	max.u32 	%r573, %r571, %r572;
+	max.u32 	%r574, %r570, %r573;
+	max.u32 	%r1248, %r1248, %r574;
+$L__BB3_192:
+	mov.u32 	%r1228, %tid.x;
+	and.b32  	%r576, %r1228, 31;
+	setp.ne.s32 	%p94, %r576, 0;
+	mov.u32 	%r577, -1;
+	redux.sync.max.u32 %r169, %r1248, %r577;
+	@%p94 bra 	$L__BB3_194;
+	mov.u32 	%r1235, %tid.x;
+	shr.u32 	%r579, %r1235, 3;
+	and.b32  	%r580, %r579, 536870908;
+	mov.u32 	%r581, _ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red;
+	add.s32 	%r582, %r581, %r580;
+	st.shared.u32 	[%r582], %r169;
+$L__BB3_194:
+	bar.sync 	0;
+	ld.shared.u32 	%r584, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+4];
+	ld.shared.u32 	%r585, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red];
+	max.u32 	%r586, %r585, %r584;
+	ld.shared.u32 	%r587, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+8];
+	max.u32 	%r588, %r586, %r587;
+	ld.shared.u32 	%r589, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+12];
+	max.u32 	%r590, %r588, %r589;
+	ld.shared.u32 	%r591, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+16];
+	max.u32 	%r592, %r590, %r591;
+	ld.shared.u32 	%r593, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+20];
+	max.u32 	%r594, %r592, %r593;
+	ld.shared.u32 	%r595, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+24];
+	max.u32 	%r596, %r594, %r595;
+	ld.shared.u32 	%r597, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+28];
+	max.u32 	%r170, %r596, %r597;
+	bar.sync 	0;
+	setp.gt.u32 	%p95, %r170, 2139095040;
+	mov.u32 	%r1319, 2143289344;
+	@%p95 bra 	$L__BB3_200;
+	mov.b32 	%f4, %r170;
+	mov.f32 	%f5, 0f43E00000;
+	div.rn.f32 	%f6, %f4, %f5;
+	mov.b32 	%r171, %f6;
+	setp.eq.s32 	%p96, %r171, 0;
+	mov.u32 	%r1319, 1065353216;
+	@%p96 bra 	$L__BB3_200;
+	ld.param.u32 	%r1229, [%rd9+12];
+	setp.ne.s32 	%p97, %r1229, 1;
+	setp.eq.s32 	%p98, %r171, 2139095040;
+	or.pred  	%p99, %p98, %p97;
+	mov.u32 	%r1319, %r171;
+	@%p99 bra 	$L__BB3_200;
+	setp.lt.u32 	%p100, %r171, 8388608;
+	mov.u32 	%r1319, 8388608;
+	@%p100 bra 	$L__BB3_200;
+	and.b32  	%r600, %r171, 8388607;
+	setp.eq.s32 	%p101, %r600, 0;
+	mov.u32 	%r1319, %r171;
+	@%p101 bra 	$L__BB3_200;
+	and.b32  	%r601, %r171, 2139095040;
+	add.s32 	%r1319, %r601, 8388608;
+$L__BB3_200:
+	mov.u32 	%r1230, %tid.x;
+	setp.ne.s32 	%p102, %r1230, 0;
+	mov.b32 	%f1, %r1319;
+	@%p102 bra 	$L__BB3_202;
+	st.global.u32 	[%rd23], %r1319;
+$L__BB3_202:
+	add.s32 	%r603, %r1319, -226492416;
+	setp.gt.u32 	%p103, %r603, 1677721600;
+	@%p103 bra 	$L__BB3_251;
+	bra.uni 	$L__BB3_203;
+$L__BB3_251:
+	ld.param.u64 	%rd817, [%rd9+-24];
+	cvta.to.global.u64 	%rd283, %rd817;
+	ld.param.u64 	%rd818, [%rd9+-8];
+	setp.ge.s64 	%p136, %rd26, %rd818;
+	@%p136 bra 	$L__BB3_254;
+	ld.param.u64 	%rd284, [%rd9];
+	setp.le.s64 	%p137, %rd284, %rd25;
+	@%p137 bra 	$L__BB3_254;
+	mul.lo.s64 	%rd819, %rd284, %rd26;
+	add.s64 	%rd820, %rd819, %rd25;
+	add.s64 	%rd821, %rd283, %rd820;
+	mov.b32 	%f395, %r1242;
+	div.rn.f32 	%f396, %f395, %f1;
+	mov.b32 	%f397, %r1241;
+	div.rn.f32 	%f398, %f397, %f1;
+	mov.f32 	%f399, 0fC3E00000;
+	max.f32 	%f400, %f396, %f399;
+	mov.f32 	%f401, 0f43E00000;
+	min.f32 	%f392, %f400, %f401;
+	max.f32 	%f402, %f398, %f399;
+	min.f32 	%f391, %f402, %f401;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs51, %f391, %f392;
+	// end inline asm
+	cvt.u32.u16 	%r812, %rs51;
+	setp.nan.f32 	%p138, %f396, %f396;
+	and.b32  	%r813, %r812, 65280;
+	or.b32  	%r814, %r813, 127;
+	selp.b32 	%r815, %r814, %r812, %p138;
+	setp.nan.f32 	%p139, %f398, %f398;
+	and.b32  	%r816, %r815, 255;
+	or.b32  	%r817, %r816, 32512;
+	selp.b32 	%r818, %r817, %r815, %p139;
+	mov.b32 	%f403, %r1240;
+	div.rn.f32 	%f404, %f403, %f1;
+	mov.b32 	%f405, %r1239;
+	div.rn.f32 	%f406, %f405, %f1;
+	max.f32 	%f407, %f404, %f399;
+	min.f32 	%f394, %f407, %f401;
+	max.f32 	%f408, %f406, %f399;
+	min.f32 	%f393, %f408, %f401;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs52, %f393, %f394;
+	// end inline asm
+	cvt.u32.u16 	%r819, %rs52;
+	setp.nan.f32 	%p140, %f404, %f404;
+	and.b32  	%r820, %r819, 65280;
+	or.b32  	%r821, %r820, 127;
+	selp.b32 	%r822, %r821, %r819, %p140;
+	setp.nan.f32 	%p141, %f406, %f406;
+	and.b32  	%r823, %r822, 255;
+	or.b32  	%r824, %r823, 32512;
+	selp.b32 	%r825, %r824, %r822, %p141;
+	shl.b32 	%r826, %r825, 16;
+	or.b32  	%r827, %r826, %r818;
+	st.global.u32 	[%rd821], %r827;
+$L__BB3_254:
+	add.s64 	%rd1067, %rd26, 8;
+	ld.param.u64 	%rd822, [%rd9+-8];
+	setp.ge.s64 	%p142, %rd1067, %rd822;
+	@%p142 bra 	$L__BB3_257;
+	ld.param.u64 	%rd285, [%rd9];
+	setp.le.s64 	%p143, %rd285, %rd25;
+	@%p143 bra 	$L__BB3_257;
+	add.s64 	%rd1072, %rd26, 8;
+	mul.lo.s64 	%rd823, %rd285, %rd1072;
+	add.s64 	%rd824, %rd823, %rd25;
+	add.s64 	%rd825, %rd283, %rd824;
+	mov.b32 	%f413, %r1247;
+	div.rn.f32 	%f414, %f413, %f1;
+	mov.b32 	%f415, %r1246;
+	div.rn.f32 	%f416, %f415, %f1;
+	mov.f32 	%f417, 0fC3E00000;
+	max.f32 	%f418, %f414, %f417;
+	mov.f32 	%f419, 0f43E00000;
+	min.f32 	%f410, %f418, %f419;
+	max.f32 	%f420, %f416, %f417;
+	min.f32 	%f409, %f420, %f419;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs53, %f409, %f410;
+	// end inline asm
+	cvt.u32.u16 	%r828, %rs53;
+	setp.nan.f32 	%p144, %f414, %f414;
+	and.b32  	%r829, %r828, 65280;
+	or.b32  	%r830, %r829, 127;
+	selp.b32 	%r831, %r830, %r828, %p144;
+	setp.nan.f32 	%p145, %f416, %f416;
+	and.b32  	%r832, %r831, 255;
+	or.b32  	%r833, %r832, 32512;
+	selp.b32 	%r834, %r833, %r831, %p145;
+	mov.b32 	%f421, %r1245;
+	div.rn.f32 	%f422, %f421, %f1;
+	mov.b32 	%f423, %r1244;
+	div.rn.f32 	%f424, %f423, %f1;
+	max.f32 	%f425, %f422, %f417;
+	min.f32 	%f412, %f425, %f419;
+	max.f32 	%f426, %f424, %f417;
+	min.f32 	%f411, %f426, %f419;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs54, %f411, %f412;
+	// end inline asm
+	cvt.u32.u16 	%r835, %rs54;
+	setp.nan.f32 	%p146, %f422, %f422;
+	and.b32  	%r836, %r835, 65280;
+	or.b32  	%r837, %r836, 127;
+	selp.b32 	%r838, %r837, %r835, %p146;
+	setp.nan.f32 	%p147, %f424, %f424;
+	and.b32  	%r839, %r838, 255;
+	or.b32  	%r840, %r839, 32512;
+	selp.b32 	%r841, %r840, %r838, %p147;
+	shl.b32 	%r842, %r841, 16;
+	or.b32  	%r843, %r842, %r834;
+	st.global.u32 	[%rd825], %r843;
+$L__BB3_257:
+	add.s64 	%rd1047, %rd26, 16;
+	ld.param.u64 	%rd826, [%rd9+-8];
+	setp.ge.s64 	%p148, %rd1047, %rd826;
+	@%p148 bra 	$L__BB3_260;
+	ld.param.u64 	%rd286, [%rd9];
+	setp.le.s64 	%p149, %rd286, %rd25;
+	@%p149 bra 	$L__BB3_260;
+	add.s64 	%rd1060, %rd26, 16;
+	mul.lo.s64 	%rd827, %rd286, %rd1060;
+	add.s64 	%rd828, %rd827, %rd25;
+	add.s64 	%rd829, %rd283, %rd828;
+	mov.b32 	%f431, %r1252;
+	div.rn.f32 	%f432, %f431, %f1;
+	mov.b32 	%f433, %r1251;
+	div.rn.f32 	%f434, %f433, %f1;
+	mov.f32 	%f435, 0fC3E00000;
+	max.f32 	%f436, %f432, %f435;
+	mov.f32 	%f437, 0f43E00000;
+	min.f32 	%f428, %f436, %f437;
+	max.f32 	%f438, %f434, %f435;
+	min.f32 	%f427, %f438, %f437;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs55, %f427, %f428;
+	// end inline asm
+	cvt.u32.u16 	%r844, %rs55;
+	setp.nan.f32 	%p150, %f432, %f432;
+	and.b32  	%r845, %r844, 65280;
+	or.b32  	%r846, %r845, 127;
+	selp.b32 	%r847, %r846, %r844, %p150;
+	setp.nan.f32 	%p151, %f434, %f434;
+	and.b32  	%r848, %r847, 255;
+	or.b32  	%r849, %r848, 32512;
+	selp.b32 	%r850, %r849, %r847, %p151;
+	mov.b32 	%f439, %r1250;
+	div.rn.f32 	%f440, %f439, %f1;
+	mov.b32 	%f441, %r1249;
+	div.rn.f32 	%f442, %f441, %f1;
+	max.f32 	%f443, %f440, %f435;
+	min.f32 	%f430, %f443, %f437;
+	max.f32 	%f444, %f442, %f435;
+	min.f32 	%f429, %f444, %f437;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs56, %f429, %f430;
+	// end inline asm
+	cvt.u32.u16 	%r851, %rs56;
+	setp.nan.f32 	%p152, %f440, %f440;
+	and.b32  	%r852, %r851, 65280;
+	or.b32  	%r853, %r852, 127;
+	selp.b32 	%r854, %r853, %r851, %p152;
+	setp.nan.f32 	%p153, %f442, %f442;
+	and.b32  	%r855, %r854, 255;
+	or.b32  	%r856, %r855, 32512;
+	selp.b32 	%r857, %r856, %r854, %p153;
+	shl.b32 	%r858, %r857, 16;
+	or.b32  	%r859, %r858, %r850;
+	st.global.u32 	[%rd829], %r859;
+$L__BB3_260:
+	add.s64 	%rd1048, %rd26, 24;
+	ld.param.u64 	%rd830, [%rd9+-8];
+	setp.ge.s64 	%p154, %rd1048, %rd830;
+	@%p154 bra 	$L__BB3_263;
+	ld.param.u64 	%rd287, [%rd9];
+	setp.le.s64 	%p155, %rd287, %rd25;
+	@%p155 bra 	$L__BB3_263;
+	add.s64 	%rd1059, %rd26, 24;
+	mul.lo.s64 	%rd831, %rd287, %rd1059;
+	add.s64 	%rd832, %rd831, %rd25;
+	add.s64 	%rd833, %rd283, %rd832;
+	mov.b32 	%f449, %r1257;
+	div.rn.f32 	%f450, %f449, %f1;
+	mov.b32 	%f451, %r1256;
+	div.rn.f32 	%f452, %f451, %f1;
+	mov.f32 	%f453, 0fC3E00000;
+	max.f32 	%f454, %f450, %f453;
+	mov.f32 	%f455, 0f43E00000;
+	min.f32 	%f446, %f454, %f455;
+	max.f32 	%f456, %f452, %f453;
+	min.f32 	%f445, %f456, %f455;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs57, %f445, %f446;
+	// end inline asm
+	cvt.u32.u16 	%r860, %rs57;
+	setp.nan.f32 	%p156, %f450, %f450;
+	and.b32  	%r861, %r860, 65280;
+	or.b32  	%r862, %r861, 127;
+	selp.b32 	%r863, %r862, %r860, %p156;
+	setp.nan.f32 	%p157, %f452, %f452;
+	and.b32  	%r864, %r863, 255;
+	or.b32  	%r865, %r864, 32512;
+	selp.b32 	%r866, %r865, %r863, %p157;
+	mov.b32 	%f457, %r1255;
+	div.rn.f32 	%f458, %f457, %f1;
+	mov.b32 	%f459, %r1254;
+	div.rn.f32 	%f460, %f459, %f1;
+	max.f32 	%f461, %f458, %f453;
+	min.f32 	%f448, %f461, %f455;
+	max.f32 	%f462, %f460, %f453;
+	min.f32 	%f447, %f462, %f455;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs58, %f447, %f448;
+	// end inline asm
+	cvt.u32.u16 	%r867, %rs58;
+	setp.nan.f32 	%p158, %f458, %f458;
+	and.b32  	%r868, %r867, 65280;
+	or.b32  	%r869, %r868, 127;
+	selp.b32 	%r870, %r869, %r867, %p158;
+	setp.nan.f32 	%p159, %f460, %f460;
+	and.b32  	%r871, %r870, 255;
+	or.b32  	%r872, %r871, 32512;
+	selp.b32 	%r873, %r872, %r870, %p159;
+	shl.b32 	%r874, %r873, 16;
+	or.b32  	%r875, %r874, %r866;
+	st.global.u32 	[%rd833], %r875;
+$L__BB3_263:
+	add.s64 	%rd1049, %rd26, 32;
+	ld.param.u64 	%rd834, [%rd9+-8];
+	setp.ge.s64 	%p160, %rd1049, %rd834;
+	@%p160 bra 	$L__BB3_266;
+	ld.param.u64 	%rd288, [%rd9];
+	setp.le.s64 	%p161, %rd288, %rd25;
+	@%p161 bra 	$L__BB3_266;
+	add.s64 	%rd1058, %rd26, 32;
+	mul.lo.s64 	%rd835, %rd288, %rd1058;
+	add.s64 	%rd836, %rd835, %rd25;
+	add.s64 	%rd837, %rd283, %rd836;
+	mov.b32 	%f467, %r1262;
+	div.rn.f32 	%f468, %f467, %f1;
+	mov.b32 	%f469, %r1261;
+	div.rn.f32 	%f470, %f469, %f1;
+	mov.f32 	%f471, 0fC3E00000;
+	max.f32 	%f472, %f468, %f471;
+	mov.f32 	%f473, 0f43E00000;
+	min.f32 	%f464, %f472, %f473;
+	max.f32 	%f474, %f470, %f471;
+	min.f32 	%f463, %f474, %f473;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs59, %f463, %f464;
+	// end inline asm
+	cvt.u32.u16 	%r876, %rs59;
+	setp.nan.f32 	%p162, %f468, %f468;
+	and.b32  	%r877, %r876, 65280;
+	or.b32  	%r878, %r877, 127;
+	selp.b32 	%r879, %r878, %r876, %p162;
+	setp.nan.f32 	%p163, %f470, %f470;
+	and.b32  	%r880, %r879, 255;
+	or.b32  	%r881, %r880, 32512;
+	selp.b32 	%r882, %r881, %r879, %p163;
+	mov.b32 	%f475, %r1260;
+	div.rn.f32 	%f476, %f475, %f1;
+	mov.b32 	%f477, %r1259;
+	div.rn.f32 	%f478, %f477, %f1;
+	max.f32 	%f479, %f476, %f471;
+	min.f32 	%f466, %f479, %f473;
+	max.f32 	%f480, %f478, %f471;
+	min.f32 	%f465, %f480, %f473;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs60, %f465, %f466;
+	// end inline asm
+	cvt.u32.u16 	%r883, %rs60;
+	setp.nan.f32 	%p164, %f476, %f476;
+	and.b32  	%r884, %r883, 65280;
+	or.b32  	%r885, %r884, 127;
+	selp.b32 	%r886, %r885, %r883, %p164;
+	setp.nan.f32 	%p165, %f478, %f478;
+	and.b32  	%r887, %r886, 255;
+	or.b32  	%r888, %r887, 32512;
+	selp.b32 	%r889, %r888, %r886, %p165;
+	shl.b32 	%r890, %r889, 16;
+	or.b32  	%r891, %r890, %r882;
+	st.global.u32 	[%rd837], %r891;
+$L__BB3_266:
+	add.s64 	%rd1050, %rd26, 40;
+	ld.param.u64 	%rd838, [%rd9+-8];
+	setp.ge.s64 	%p166, %rd1050, %rd838;
+	@%p166 bra 	$L__BB3_269;
+	ld.param.u64 	%rd289, [%rd9];
+	setp.le.s64 	%p167, %rd289, %rd25;
+	@%p167 bra 	$L__BB3_269;
+	add.s64 	%rd1057, %rd26, 40;
+	mul.lo.s64 	%rd839, %rd289, %rd1057;
+	add.s64 	%rd840, %rd839, %rd25;
+	add.s64 	%rd841, %rd283, %rd840;
+	mov.b32 	%f485, %r1267;
+	div.rn.f32 	%f486, %f485, %f1;
+	mov.b32 	%f487, %r1266;
+	div.rn.f32 	%f488, %f487, %f1;
+	mov.f32 	%f489, 0fC3E00000;
+	max.f32 	%f490, %f486, %f489;
+	mov.f32 	%f491, 0f43E00000;
+	min.f32 	%f482, %f490, %f491;
+	max.f32 	%f492, %f488, %f489;
+	min.f32 	%f481, %f492, %f491;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs61, %f481, %f482;
+	// end inline asm
+	cvt.u32.u16 	%r892, %rs61;
+	setp.nan.f32 	%p168, %f486, %f486;
+	and.b32  	%r893, %r892, 65280;
+	or.b32  	%r894, %r893, 127;
+	selp.b32 	%r895, %r894, %r892, %p168;
+	setp.nan.f32 	%p169, %f488, %f488;
+	and.b32  	%r896, %r895, 255;
+	or.b32  	%r897, %r896, 32512;
+	selp.b32 	%r898, %r897, %r895, %p169;
+	mov.b32 	%f493, %r1265;
+	div.rn.f32 	%f494, %f493, %f1;
+	mov.b32 	%f495, %r1264;
+	div.rn.f32 	%f496, %f495, %f1;
+	max.f32 	%f497, %f494, %f489;
+	min.f32 	%f484, %f497, %f491;
+	max.f32 	%f498, %f496, %f489;
+	min.f32 	%f483, %f498, %f491;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs62, %f483, %f484;
+	// end inline asm
+	cvt.u32.u16 	%r899, %rs62;
+	setp.nan.f32 	%p170, %f494, %f494;
+	and.b32  	%r900, %r899, 65280;
+	or.b32  	%r901, %r900, 127;
+	selp.b32 	%r902, %r901, %r899, %p170;
+	setp.nan.f32 	%p171, %f496, %f496;
+	and.b32  	%r903, %r902, 255;
+	or.b32  	%r904, %r903, 32512;
+	selp.b32 	%r905, %r904, %r902, %p171;
+	shl.b32 	%r906, %r905, 16;
+	or.b32  	%r907, %r906, %r898;
+	st.global.u32 	[%rd841], %r907;
+$L__BB3_269:
+	add.s64 	%rd1051, %rd26, 48;
+	ld.param.u64 	%rd842, [%rd9+-8];
+	setp.ge.s64 	%p172, %rd1051, %rd842;
+	@%p172 bra 	$L__BB3_272;
+	ld.param.u64 	%rd290, [%rd9];
+	setp.le.s64 	%p173, %rd290, %rd25;
+	@%p173 bra 	$L__BB3_272;
+	add.s64 	%rd1056, %rd26, 48;
+	mul.lo.s64 	%rd843, %rd290, %rd1056;
+	add.s64 	%rd844, %rd843, %rd25;
+	add.s64 	%rd845, %rd283, %rd844;
+	mov.b32 	%f503, %r1272;
+	div.rn.f32 	%f504, %f503, %f1;
+	mov.b32 	%f505, %r1271;
+	div.rn.f32 	%f506, %f505, %f1;
+	mov.f32 	%f507, 0fC3E00000;
+	max.f32 	%f508, %f504, %f507;
+	mov.f32 	%f509, 0f43E00000;
+	min.f32 	%f500, %f508, %f509;
+	max.f32 	%f510, %f506, %f507;
+	min.f32 	%f499, %f510, %f509;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs63, %f499, %f500;
+	// end inline asm
+	cvt.u32.u16 	%r908, %rs63;
+	setp.nan.f32 	%p174, %f504, %f504;
+	and.b32  	%r909, %r908, 65280;
+	or.b32  	%r910, %r909, 127;
+	selp.b32 	%r911, %r910, %r908, %p174;
+	setp.nan.f32 	%p175, %f506, %f506;
+	and.b32  	%r912, %r911, 255;
+	or.b32  	%r913, %r912, 32512;
+	selp.b32 	%r914, %r913, %r911, %p175;
+	mov.b32 	%f511, %r1270;
+	div.rn.f32 	%f512, %f511, %f1;
+	mov.b32 	%f513, %r1269;
+	div.rn.f32 	%f514, %f513, %f1;
+	max.f32 	%f515, %f512, %f507;
+	min.f32 	%f502, %f515, %f509;
+	max.f32 	%f516, %f514, %f507;
+	min.f32 	%f501, %f516, %f509;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs64, %f501, %f502;
+	// end inline asm
+	cvt.u32.u16 	%r915, %rs64;
+	setp.nan.f32 	%p176, %f512, %f512;
+	and.b32  	%r916, %r915, 65280;
+	or.b32  	%r917, %r916, 127;
+	selp.b32 	%r918, %r917, %r915, %p176;
+	setp.nan.f32 	%p177, %f514, %f514;
+	and.b32  	%r919, %r918, 255;
+	or.b32  	%r920, %r919, 32512;
+	selp.b32 	%r921, %r920, %r918, %p177;
+	shl.b32 	%r922, %r921, 16;
+	or.b32  	%r923, %r922, %r914;
+	st.global.u32 	[%rd845], %r923;
+$L__BB3_272:
+	add.s64 	%rd1052, %rd26, 56;
+	ld.param.u64 	%rd846, [%rd9+-8];
+	setp.ge.s64 	%p178, %rd1052, %rd846;
+	@%p178 bra 	$L__BB3_275;
+	ld.param.u64 	%rd291, [%rd9];
+	setp.le.s64 	%p179, %rd291, %rd25;
+	@%p179 bra 	$L__BB3_275;
+	add.s64 	%rd1055, %rd26, 56;
+	mul.lo.s64 	%rd847, %rd291, %rd1055;
+	add.s64 	%rd848, %rd847, %rd25;
+	add.s64 	%rd849, %rd283, %rd848;
+	mov.b32 	%f521, %r1277;
+	div.rn.f32 	%f522, %f521, %f1;
+	mov.b32 	%f523, %r1276;
+	div.rn.f32 	%f524, %f523, %f1;
+	mov.f32 	%f525, 0fC3E00000;
+	max.f32 	%f526, %f522, %f525;
+	mov.f32 	%f527, 0f43E00000;
+	min.f32 	%f518, %f526, %f527;
+	max.f32 	%f528, %f524, %f525;
+	min.f32 	%f517, %f528, %f527;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs65, %f517, %f518;
+	// end inline asm
+	cvt.u32.u16 	%r924, %rs65;
+	setp.nan.f32 	%p180, %f522, %f522;
+	and.b32  	%r925, %r924, 65280;
+	or.b32  	%r926, %r925, 127;
+	selp.b32 	%r927, %r926, %r924, %p180;
+	setp.nan.f32 	%p181, %f524, %f524;
+	and.b32  	%r928, %r927, 255;
+	or.b32  	%r929, %r928, 32512;
+	selp.b32 	%r930, %r929, %r927, %p181;
+	mov.b32 	%f529, %r1275;
+	div.rn.f32 	%f530, %f529, %f1;
+	mov.b32 	%f531, %r1274;
+	div.rn.f32 	%f532, %f531, %f1;
+	max.f32 	%f533, %f530, %f525;
+	min.f32 	%f520, %f533, %f527;
+	max.f32 	%f534, %f532, %f525;
+	min.f32 	%f519, %f534, %f527;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs66, %f519, %f520;
+	// end inline asm
+	cvt.u32.u16 	%r931, %rs66;
+	setp.nan.f32 	%p182, %f530, %f530;
+	and.b32  	%r932, %r931, 65280;
+	or.b32  	%r933, %r932, 127;
+	selp.b32 	%r934, %r933, %r931, %p182;
+	setp.nan.f32 	%p183, %f532, %f532;
+	and.b32  	%r935, %r934, 255;
+	or.b32  	%r936, %r935, 32512;
+	selp.b32 	%r937, %r936, %r934, %p183;
+	shl.b32 	%r938, %r937, 16;
+	or.b32  	%r939, %r938, %r930;
+	st.global.u32 	[%rd849], %r939;
+$L__BB3_275:
+	add.s64 	%rd1053, %rd26, 64;
+	ld.param.u64 	%rd850, [%rd9+-8];
+	setp.ge.s64 	%p184, %rd1053, %rd850;
+	@%p184 bra 	$L__BB3_278;
+	ld.param.u64 	%rd292, [%rd9];
+	setp.le.s64 	%p185, %rd292, %rd25;
+	@%p185 bra 	$L__BB3_278;
+	add.s64 	%rd1054, %rd26, 64;
+	mul.lo.s64 	%rd851, %rd292, %rd1054;
+	add.s64 	%rd852, %rd851, %rd25;
+	add.s64 	%rd853, %rd283, %rd852;
+	mov.b32 	%f539, %r1282;
+	div.rn.f32 	%f540, %f539, %f1;
+	mov.b32 	%f541, %r1281;
+	div.rn.f32 	%f542, %f541, %f1;
+	mov.f32 	%f543, 0fC3E00000;
+	max.f32 	%f544, %f540, %f543;
+	mov.f32 	%f545, 0f43E00000;
+	min.f32 	%f536, %f544, %f545;
+	max.f32 	%f546, %f542, %f543;
+	min.f32 	%f535, %f546, %f545;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs67, %f535, %f536;
+	// end inline asm
+	cvt.u32.u16 	%r940, %rs67;
+	setp.nan.f32 	%p186, %f540, %f540;
+	and.b32  	%r941, %r940, 65280;
+	or.b32  	%r942, %r941, 127;
+	selp.b32 	%r943, %r942, %r940, %p186;
+	setp.nan.f32 	%p187, %f542, %f542;
+	and.b32  	%r944, %r943, 255;
+	or.b32  	%r945, %r944, 32512;
+	selp.b32 	%r946, %r945, %r943, %p187;
+	mov.b32 	%f547, %r1280;
+	div.rn.f32 	%f548, %f547, %f1;
+	mov.b32 	%f549, %r1279;
+	div.rn.f32 	%f550, %f549, %f1;
+	max.f32 	%f551, %f548, %f543;
+	min.f32 	%f538, %f551, %f545;
+	max.f32 	%f552, %f550, %f543;
+	min.f32 	%f537, %f552, %f545;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs68, %f537, %f538;
+	// end inline asm
+	cvt.u32.u16 	%r947, %rs68;
+	setp.nan.f32 	%p188, %f548, %f548;
+	and.b32  	%r948, %r947, 65280;
+	or.b32  	%r949, %r948, 127;
+	selp.b32 	%r950, %r949, %r947, %p188;
+	setp.nan.f32 	%p189, %f550, %f550;
+	and.b32  	%r951, %r950, 255;
+	or.b32  	%r952, %r951, 32512;
+	selp.b32 	%r953, %r952, %r950, %p189;
+	shl.b32 	%r954, %r953, 16;
+	or.b32  	%r955, %r954, %r946;
+	st.global.u32 	[%rd853], %r955;
+$L__BB3_278:
+	add.s64 	%rd1068, %rd26, 72;
+	ld.param.u64 	%rd854, [%rd9+-8];
+	setp.ge.s64 	%p190, %rd1068, %rd854;
+	@%p190 bra 	$L__BB3_281;
+	ld.param.u64 	%rd293, [%rd9];
+	setp.le.s64 	%p191, %rd293, %rd25;
+	@%p191 bra 	$L__BB3_281;
+	add.s64 	%rd1071, %rd26, 72;
+	mul.lo.s64 	%rd855, %rd293, %rd1071;
+	add.s64 	%rd856, %rd855, %rd25;
+	add.s64 	%rd857, %rd283, %rd856;
+	mov.b32 	%f557, %r1287;
+	div.rn.f32 	%f558, %f557, %f1;
+	mov.b32 	%f559, %r1286;
+	div.rn.f32 	%f560, %f559, %f1;
+	mov.f32 	%f561, 0fC3E00000;
+	max.f32 	%f562, %f558, %f561;
+	mov.f32 	%f563, 0f43E00000;
+	min.f32 	%f554, %f562, %f563;
+	max.f32 	%f564, %f560, %f561;
+	min.f32 	%f553, %f564, %f563;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs69, %f553, %f554;
+	// end inline asm
+	cvt.u32.u16 	%r956, %rs69;
+	setp.nan.f32 	%p192, %f558, %f558;
+	and.b32  	%r957, %r956, 65280;
+	or.b32  	%r958, %r957, 127;
+	selp.b32 	%r959, %r958, %r956, %p192;
+	setp.nan.f32 	%p193, %f560, %f560;
+	and.b32  	%r960, %r959, 255;
+	or.b32  	%r961, %r960, 32512;
+	selp.b32 	%r962, %r961, %r959, %p193;
+	mov.b32 	%f565, %r1285;
+	div.rn.f32 	%f566, %f565, %f1;
+	mov.b32 	%f567, %r1284;
+	div.rn.f32 	%f568, %f567, %f1;
+	max.f32 	%f569, %f566, %f561;
+	min.f32 	%f556, %f569, %f563;
+	max.f32 	%f570, %f568, %f561;
+	min.f32 	%f555, %f570, %f563;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs70, %f555, %f556;
+	// end inline asm
+	cvt.u32.u16 	%r963, %rs70;
+	setp.nan.f32 	%p194, %f566, %f566;
+	and.b32  	%r964, %r963, 65280;
+	or.b32  	%r965, %r964, 127;
+	selp.b32 	%r966, %r965, %r963, %p194;
+	setp.nan.f32 	%p195, %f568, %f568;
+	and.b32  	%r967, %r966, 255;
+	or.b32  	%r968, %r967, 32512;
+	selp.b32 	%r969, %r968, %r966, %p195;
+	shl.b32 	%r970, %r969, 16;
+	or.b32  	%r971, %r970, %r962;
+	st.global.u32 	[%rd857], %r971;
+$L__BB3_281:
+	add.s64 	%rd1069, %rd26, 80;
+	ld.param.u64 	%rd858, [%rd9+-8];
+	setp.ge.s64 	%p196, %rd1069, %rd858;
+	@%p196 bra 	$L__BB3_284;
+	ld.param.u64 	%rd294, [%rd9];
+	setp.le.s64 	%p197, %rd294, %rd25;
+	@%p197 bra 	$L__BB3_284;
+	add.s64 	%rd1070, %rd26, 80;
+	mul.lo.s64 	%rd859, %rd294, %rd1070;
+	add.s64 	%rd860, %rd859, %rd25;
+	add.s64 	%rd861, %rd283, %rd860;
+	mov.b32 	%f575, %r1292;
+	div.rn.f32 	%f576, %f575, %f1;
+	mov.b32 	%f577, %r1291;
+	div.rn.f32 	%f578, %f577, %f1;
+	mov.f32 	%f579, 0fC3E00000;
+	max.f32 	%f580, %f576, %f579;
+	mov.f32 	%f581, 0f43E00000;
+	min.f32 	%f572, %f580, %f581;
+	max.f32 	%f582, %f578, %f579;
+	min.f32 	%f571, %f582, %f581;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs71, %f571, %f572;
+	// end inline asm
+	cvt.u32.u16 	%r972, %rs71;
+	setp.nan.f32 	%p198, %f576, %f576;
+	and.b32  	%r973, %r972, 65280;
+	or.b32  	%r974, %r973, 127;
+	selp.b32 	%r975, %r974, %r972, %p198;
+	setp.nan.f32 	%p199, %f578, %f578;
+	and.b32  	%r976, %r975, 255;
+	or.b32  	%r977, %r976, 32512;
+	selp.b32 	%r978, %r977, %r975, %p199;
+	mov.b32 	%f583, %r1290;
+	div.rn.f32 	%f584, %f583, %f1;
+	mov.b32 	%f585, %r1289;
+	div.rn.f32 	%f586, %f585, %f1;
+	max.f32 	%f587, %f584, %f579;
+	min.f32 	%f574, %f587, %f581;
+	max.f32 	%f588, %f586, %f579;
+	min.f32 	%f573, %f588, %f581;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs72, %f573, %f574;
+	// end inline asm
+	cvt.u32.u16 	%r979, %rs72;
+	setp.nan.f32 	%p200, %f584, %f584;
+	and.b32  	%r980, %r979, 65280;
+	or.b32  	%r981, %r980, 127;
+	selp.b32 	%r982, %r981, %r979, %p200;
+	setp.nan.f32 	%p201, %f586, %f586;
+	and.b32  	%r983, %r982, 255;
+	or.b32  	%r984, %r983, 32512;
+	selp.b32 	%r985, %r984, %r982, %p201;
+	shl.b32 	%r986, %r985, 16;
+	or.b32  	%r987, %r986, %r978;
+	st.global.u32 	[%rd861], %r987;
+$L__BB3_284:
+	add.s64 	%rd1077, %rd26, 88;
+	ld.param.u64 	%rd862, [%rd9+-8];
+	setp.ge.s64 	%p202, %rd1077, %rd862;
+	@%p202 bra 	$L__BB3_287;
+	ld.param.u64 	%rd295, [%rd9];
+	setp.le.s64 	%p203, %rd295, %rd25;
+	@%p203 bra 	$L__BB3_287;
+	add.s64 	%rd1080, %rd26, 88;
+	mul.lo.s64 	%rd863, %rd295, %rd1080;
+	add.s64 	%rd864, %rd863, %rd25;
+	add.s64 	%rd865, %rd283, %rd864;
+	mov.b32 	%f593, %r1297;
+	div.rn.f32 	%f594, %f593, %f1;
+	mov.b32 	%f595, %r1296;
+	div.rn.f32 	%f596, %f595, %f1;
+	mov.f32 	%f597, 0fC3E00000;
+	max.f32 	%f598, %f594, %f597;
+	mov.f32 	%f599, 0f43E00000;
+	min.f32 	%f590, %f598, %f599;
+	max.f32 	%f600, %f596, %f597;
+	min.f32 	%f589, %f600, %f599;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs73, %f589, %f590;
+	// end inline asm
+	cvt.u32.u16 	%r988, %rs73;
+	setp.nan.f32 	%p204, %f594, %f594;
+	and.b32  	%r989, %r988, 65280;
+	or.b32  	%r990, %r989, 127;
+	selp.b32 	%r991, %r990, %r988, %p204;
+	setp.nan.f32 	%p205, %f596, %f596;
+	and.b32  	%r992, %r991, 255;
+	or.b32  	%r993, %r992, 32512;
+	selp.b32 	%r994, %r993, %r991, %p205;
+	mov.b32 	%f601, %r1295;
+	div.rn.f32 	%f602, %f601, %f1;
+	mov.b32 	%f603, %r1294;
+	div.rn.f32 	%f604, %f603, %f1;
+	max.f32 	%f605, %f602, %f597;
+	min.f32 	%f592, %f605, %f599;
+	max.f32 	%f606, %f604, %f597;
+	min.f32 	%f591, %f606, %f599;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs74, %f591, %f592;
+	// end inline asm
+	cvt.u32.u16 	%r995, %rs74;
+	setp.nan.f32 	%p206, %f602, %f602;
+	and.b32  	%r996, %r995, 65280;
+	or.b32  	%r997, %r996, 127;
+	selp.b32 	%r998, %r997, %r995, %p206;
+	setp.nan.f32 	%p207, %f604, %f604;
+	and.b32  	%r999, %r998, 255;
+	or.b32  	%r1000, %r999, 32512;
+	selp.b32 	%r1001, %r1000, %r998, %p207;
+	shl.b32 	%r1002, %r1001, 16;
+	or.b32  	%r1003, %r1002, %r994;
+	st.global.u32 	[%rd865], %r1003;
+$L__BB3_287:
+	add.s64 	%rd1078, %rd26, 96;
+	ld.param.u64 	%rd866, [%rd9+-8];
+	setp.ge.s64 	%p208, %rd1078, %rd866;
+	@%p208 bra 	$L__BB3_290;
+	ld.param.u64 	%rd296, [%rd9];
+	setp.le.s64 	%p209, %rd296, %rd25;
+	@%p209 bra 	$L__BB3_290;
+	add.s64 	%rd1079, %rd26, 96;
+	mul.lo.s64 	%rd867, %rd296, %rd1079;
+	add.s64 	%rd868, %rd867, %rd25;
+	add.s64 	%rd869, %rd283, %rd868;
+	mov.b32 	%f611, %r1302;
+	div.rn.f32 	%f612, %f611, %f1;
+	mov.b32 	%f613, %r1301;
+	div.rn.f32 	%f614, %f613, %f1;
+	mov.f32 	%f615, 0fC3E00000;
+	max.f32 	%f616, %f612, %f615;
+	mov.f32 	%f617, 0f43E00000;
+	min.f32 	%f608, %f616, %f617;
+	max.f32 	%f618, %f614, %f615;
+	min.f32 	%f607, %f618, %f617;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs75, %f607, %f608;
+	// end inline asm
+	cvt.u32.u16 	%r1004, %rs75;
+	setp.nan.f32 	%p210, %f612, %f612;
+	and.b32  	%r1005, %r1004, 65280;
+	or.b32  	%r1006, %r1005, 127;
+	selp.b32 	%r1007, %r1006, %r1004, %p210;
+	setp.nan.f32 	%p211, %f614, %f614;
+	and.b32  	%r1008, %r1007, 255;
+	or.b32  	%r1009, %r1008, 32512;
+	selp.b32 	%r1010, %r1009, %r1007, %p211;
+	mov.b32 	%f619, %r1300;
+	div.rn.f32 	%f620, %f619, %f1;
+	mov.b32 	%f621, %r1299;
+	div.rn.f32 	%f622, %f621, %f1;
+	max.f32 	%f623, %f620, %f615;
+	min.f32 	%f610, %f623, %f617;
+	max.f32 	%f624, %f622, %f615;
+	min.f32 	%f609, %f624, %f617;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs76, %f609, %f610;
+	// end inline asm
+	cvt.u32.u16 	%r1011, %rs76;
+	setp.nan.f32 	%p212, %f620, %f620;
+	and.b32  	%r1012, %r1011, 65280;
+	or.b32  	%r1013, %r1012, 127;
+	selp.b32 	%r1014, %r1013, %r1011, %p212;
+	setp.nan.f32 	%p213, %f622, %f622;
+	and.b32  	%r1015, %r1014, 255;
+	or.b32  	%r1016, %r1015, 32512;
+	selp.b32 	%r1017, %r1016, %r1014, %p213;
+	shl.b32 	%r1018, %r1017, 16;
+	or.b32  	%r1019, %r1018, %r1010;
+	st.global.u32 	[%rd869], %r1019;
+$L__BB3_290:
+	add.s64 	%rd1085, %rd26, 104;
+	ld.param.u64 	%rd870, [%rd9+-8];
+	setp.ge.s64 	%p214, %rd1085, %rd870;
+	@%p214 bra 	$L__BB3_293;
+	ld.param.u64 	%rd297, [%rd9];
+	setp.le.s64 	%p215, %rd297, %rd25;
+	@%p215 bra 	$L__BB3_293;
+	add.s64 	%rd1088, %rd26, 104;
+	mul.lo.s64 	%rd871, %rd297, %rd1088;
+	add.s64 	%rd872, %rd871, %rd25;
+	add.s64 	%rd873, %rd283, %rd872;
+	mov.b32 	%f629, %r1307;
+	div.rn.f32 	%f630, %f629, %f1;
+	mov.b32 	%f631, %r1306;
+	div.rn.f32 	%f632, %f631, %f1;
+	mov.f32 	%f633, 0fC3E00000;
+	max.f32 	%f634, %f630, %f633;
+	mov.f32 	%f635, 0f43E00000;
+	min.f32 	%f626, %f634, %f635;
+	max.f32 	%f636, %f632, %f633;
+	min.f32 	%f625, %f636, %f635;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs77, %f625, %f626;
+	// end inline asm
+	cvt.u32.u16 	%r1020, %rs77;
+	setp.nan.f32 	%p216, %f630, %f630;
+	and.b32  	%r1021, %r1020, 65280;
+	or.b32  	%r1022, %r1021, 127;
+	selp.b32 	%r1023, %r1022, %r1020, %p216;
+	setp.nan.f32 	%p217, %f632, %f632;
+	and.b32  	%r1024, %r1023, 255;
+	or.b32  	%r1025, %r1024, 32512;
+	selp.b32 	%r1026, %r1025, %r1023, %p217;
+	mov.b32 	%f637, %r1305;
+	div.rn.f32 	%f638, %f637, %f1;
+	mov.b32 	%f639, %r1304;
+	div.rn.f32 	%f640, %f639, %f1;
+	max.f32 	%f641, %f638, %f633;
+	min.f32 	%f628, %f641, %f635;
+	max.f32 	%f642, %f640, %f633;
+	min.f32 	%f627, %f642, %f635;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs78, %f627, %f628;
+	// end inline asm
+	cvt.u32.u16 	%r1027, %rs78;
+	setp.nan.f32 	%p218, %f638, %f638;
+	and.b32  	%r1028, %r1027, 65280;
+	or.b32  	%r1029, %r1028, 127;
+	selp.b32 	%r1030, %r1029, %r1027, %p218;
+	setp.nan.f32 	%p219, %f640, %f640;
+	and.b32  	%r1031, %r1030, 255;
+	or.b32  	%r1032, %r1031, 32512;
+	selp.b32 	%r1033, %r1032, %r1030, %p219;
+	shl.b32 	%r1034, %r1033, 16;
+	or.b32  	%r1035, %r1034, %r1026;
+	st.global.u32 	[%rd873], %r1035;
+$L__BB3_293:
+	add.s64 	%rd1086, %rd26, 112;
+	ld.param.u64 	%rd874, [%rd9+-8];
+	setp.ge.s64 	%p220, %rd1086, %rd874;
+	@%p220 bra 	$L__BB3_296;
+	ld.param.u64 	%rd298, [%rd9];
+	setp.le.s64 	%p221, %rd298, %rd25;
+	@%p221 bra 	$L__BB3_296;
+	add.s64 	%rd1087, %rd26, 112;
+	mul.lo.s64 	%rd875, %rd298, %rd1087;
+	add.s64 	%rd876, %rd875, %rd25;
+	add.s64 	%rd877, %rd283, %rd876;
+	mov.b32 	%f647, %r1312;
+	div.rn.f32 	%f648, %f647, %f1;
+	mov.b32 	%f649, %r1311;
+	div.rn.f32 	%f650, %f649, %f1;
+	mov.f32 	%f651, 0fC3E00000;
+	max.f32 	%f652, %f648, %f651;
+	mov.f32 	%f653, 0f43E00000;
+	min.f32 	%f644, %f652, %f653;
+	max.f32 	%f654, %f650, %f651;
+	min.f32 	%f643, %f654, %f653;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs79, %f643, %f644;
+	// end inline asm
+	cvt.u32.u16 	%r1036, %rs79;
+	setp.nan.f32 	%p222, %f648, %f648;
+	and.b32  	%r1037, %r1036, 65280;
+	or.b32  	%r1038, %r1037, 127;
+	selp.b32 	%r1039, %r1038, %r1036, %p222;
+	setp.nan.f32 	%p223, %f650, %f650;
+	and.b32  	%r1040, %r1039, 255;
+	or.b32  	%r1041, %r1040, 32512;
+	selp.b32 	%r1042, %r1041, %r1039, %p223;
+	mov.b32 	%f655, %r1310;
+	div.rn.f32 	%f656, %f655, %f1;
+	mov.b32 	%f657, %r1309;
+	div.rn.f32 	%f658, %f657, %f1;
+	max.f32 	%f659, %f656, %f651;
+	min.f32 	%f646, %f659, %f653;
+	max.f32 	%f660, %f658, %f651;
+	min.f32 	%f645, %f660, %f653;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs80, %f645, %f646;
+	// end inline asm
+	cvt.u32.u16 	%r1043, %rs80;
+	setp.nan.f32 	%p224, %f656, %f656;
+	and.b32  	%r1044, %r1043, 65280;
+	or.b32  	%r1045, %r1044, 127;
+	selp.b32 	%r1046, %r1045, %r1043, %p224;
+	setp.nan.f32 	%p225, %f658, %f658;
+	and.b32  	%r1047, %r1046, 255;
+	or.b32  	%r1048, %r1047, 32512;
+	selp.b32 	%r1049, %r1048, %r1046, %p225;
+	shl.b32 	%r1050, %r1049, 16;
+	or.b32  	%r1051, %r1050, %r1042;
+	st.global.u32 	[%rd877], %r1051;
+$L__BB3_296:
+	add.s64 	%rd1094, %rd26, 120;
+	ld.param.u64 	%rd878, [%rd9+-8];
+	setp.ge.s64 	%p226, %rd1094, %rd878;
+	@%p226 bra 	$L__BB3_403;
+	ld.param.u64 	%rd299, [%rd9];
+	setp.le.s64 	%p227, %rd299, %rd25;
+	@%p227 bra 	$L__BB3_403;
+	add.s64 	%rd1095, %rd26, 120;
+	mul.lo.s64 	%rd879, %rd299, %rd1095;
+	add.s64 	%rd880, %rd879, %rd25;
+	add.s64 	%rd881, %rd283, %rd880;
+	mov.b32 	%f665, %r1317;
+	div.rn.f32 	%f666, %f665, %f1;
+	mov.b32 	%f667, %r1316;
+	div.rn.f32 	%f668, %f667, %f1;
+	mov.f32 	%f669, 0fC3E00000;
+	max.f32 	%f670, %f666, %f669;
+	mov.f32 	%f671, 0f43E00000;
+	min.f32 	%f662, %f670, %f671;
+	max.f32 	%f672, %f668, %f669;
+	min.f32 	%f661, %f672, %f671;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs81, %f661, %f662;
+	// end inline asm
+	cvt.u32.u16 	%r1052, %rs81;
+	setp.nan.f32 	%p228, %f666, %f666;
+	and.b32  	%r1053, %r1052, 65280;
+	or.b32  	%r1054, %r1053, 127;
+	selp.b32 	%r1055, %r1054, %r1052, %p228;
+	setp.nan.f32 	%p229, %f668, %f668;
+	and.b32  	%r1056, %r1055, 255;
+	or.b32  	%r1057, %r1056, 32512;
+	selp.b32 	%r1058, %r1057, %r1055, %p229;
+	mov.b32 	%f673, %r1315;
+	div.rn.f32 	%f674, %f673, %f1;
+	mov.b32 	%f675, %r1314;
+	div.rn.f32 	%f676, %f675, %f1;
+	max.f32 	%f677, %f674, %f669;
+	min.f32 	%f664, %f677, %f671;
+	max.f32 	%f678, %f676, %f669;
+	min.f32 	%f663, %f678, %f671;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs82, %f663, %f664;
+	// end inline asm
+	cvt.u32.u16 	%r1059, %rs82;
+	setp.nan.f32 	%p230, %f674, %f674;
+	and.b32  	%r1060, %r1059, 65280;
+	or.b32  	%r1061, %r1060, 127;
+	selp.b32 	%r1062, %r1061, %r1059, %p230;
+	setp.nan.f32 	%p231, %f676, %f676;
+	and.b32  	%r1063, %r1062, 255;
+	or.b32  	%r1064, %r1063, 32512;
+	selp.b32 	%r1065, %r1064, %r1062, %p231;
+	shl.b32 	%r1066, %r1065, 16;
+	or.b32  	%r1067, %r1066, %r1058;
+	st.global.u32 	[%rd881], %r1067;
+	bra.uni 	$L__BB3_403;
+$L__BB3_203:
+	rcp.rn.f32 	%f2, %f1;
+	ld.param.u64 	%rd752, [%rd9+-24];
+	cvta.to.global.u64 	%rd266, %rd752;
+	ld.param.u64 	%rd753, [%rd9+-8];
+	setp.ge.s64 	%p104, %rd26, %rd753;
+	@%p104 bra 	$L__BB3_206;
+	ld.param.u64 	%rd267, [%rd9];
+	setp.le.s64 	%p105, %rd267, %rd25;
+	@%p105 bra 	$L__BB3_206;
+	mul.lo.s64 	%rd754, %rd267, %rd26;
+	add.s64 	%rd755, %rd754, %rd25;
+	add.s64 	%rd756, %rd266, %rd755;
+	mov.b32 	%f11, %r1242;
+	mul.rn.f32 	%f12, %f11, %f2;
+	neg.f32 	%f13, %f12;
+	fma.rn.f32 	%f14, %f13, %f1, %f11;
+	fma.rn.f32 	%f15, %f14, %f2, %f12;
+	mov.b32 	%r604, %f15;
+	and.b32  	%r605, %r1242, -2147483648;
+	or.b32  	%r606, %r605, %r604;
+	mov.b32 	%f8, %r606;
+	mov.b32 	%f16, %r1241;
+	mul.rn.f32 	%f17, %f16, %f2;
+	neg.f32 	%f18, %f17;
+	fma.rn.f32 	%f19, %f18, %f1, %f16;
+	fma.rn.f32 	%f20, %f19, %f2, %f17;
+	mov.b32 	%r607, %f20;
+	and.b32  	%r608, %r1241, -2147483648;
+	or.b32  	%r609, %r608, %r607;
+	mov.b32 	%f7, %r609;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs19, %f7, %f8;
+	// end inline asm
+	mov.b32 	%f21, %r1240;
+	mul.rn.f32 	%f22, %f21, %f2;
+	neg.f32 	%f23, %f22;
+	fma.rn.f32 	%f24, %f23, %f1, %f21;
+	fma.rn.f32 	%f25, %f24, %f2, %f22;
+	mov.b32 	%r610, %f25;
+	and.b32  	%r611, %r1240, -2147483648;
+	or.b32  	%r612, %r611, %r610;
+	mov.b32 	%f10, %r612;
+	mov.b32 	%f26, %r1239;
+	mul.rn.f32 	%f27, %f26, %f2;
+	neg.f32 	%f28, %f27;
+	fma.rn.f32 	%f29, %f28, %f1, %f26;
+	fma.rn.f32 	%f30, %f29, %f2, %f27;
+	mov.b32 	%r613, %f30;
+	and.b32  	%r614, %r1239, -2147483648;
+	or.b32  	%r615, %r614, %r613;
+	mov.b32 	%f9, %r615;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs20, %f9, %f10;
+	// end inline asm
+	mov.b32 	%r616, {%rs19, %rs20};
+	st.global.u32 	[%rd756], %r616;
+$L__BB3_206:
+	add.s64 	%rd1061, %rd26, 8;
+	ld.param.u64 	%rd757, [%rd9+-8];
+	setp.ge.s64 	%p106, %rd1061, %rd757;
+	@%p106 bra 	$L__BB3_209;
+	ld.param.u64 	%rd268, [%rd9];
+	setp.le.s64 	%p107, %rd268, %rd25;
+	@%p107 bra 	$L__BB3_209;
+	add.s64 	%rd1066, %rd26, 8;
+	mul.lo.s64 	%rd758, %rd268, %rd1066;
+	add.s64 	%rd759, %rd758, %rd25;
+	add.s64 	%rd760, %rd266, %rd759;
+	mov.b32 	%f35, %r1247;
+	mul.rn.f32 	%f36, %f35, %f2;
+	neg.f32 	%f37, %f36;
+	fma.rn.f32 	%f38, %f37, %f1, %f35;
+	fma.rn.f32 	%f39, %f38, %f2, %f36;
+	mov.b32 	%r617, %f39;
+	and.b32  	%r618, %r1247, -2147483648;
+	or.b32  	%r619, %r618, %r617;
+	mov.b32 	%f32, %r619;
+	mov.b32 	%f40, %r1246;
+	mul.rn.f32 	%f41, %f40, %f2;
+	neg.f32 	%f42, %f41;
+	fma.rn.f32 	%f43, %f42, %f1, %f40;
+	fma.rn.f32 	%f44, %f43, %f2, %f41;
+	mov.b32 	%r620, %f44;
+	and.b32  	%r621, %r1246, -2147483648;
+	or.b32  	%r622, %r621, %r620;
+	mov.b32 	%f31, %r622;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs21, %f31, %f32;
+	// end inline asm
+	mov.b32 	%f45, %r1245;
+	mul.rn.f32 	%f46, %f45, %f2;
+	neg.f32 	%f47, %f46;
+	fma.rn.f32 	%f48, %f47, %f1, %f45;
+	fma.rn.f32 	%f49, %f48, %f2, %f46;
+	mov.b32 	%r623, %f49;
+	and.b32  	%r624, %r1245, -2147483648;
+	or.b32  	%r625, %r624, %r623;
+	mov.b32 	%f34, %r625;
+	mov.b32 	%f50, %r1244;
+	mul.rn.f32 	%f51, %f50, %f2;
+	neg.f32 	%f52, %f51;
+	fma.rn.f32 	%f53, %f52, %f1, %f50;
+	fma.rn.f32 	%f54, %f53, %f2, %f51;
+	mov.b32 	%r626, %f54;
+	and.b32  	%r627, %r1244, -2147483648;
+	or.b32  	%r628, %r627, %r626;
+	mov.b32 	%f33, %r628;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs22, %f33, %f34;
+	// end inline asm
+	mov.b32 	%r629, {%rs21, %rs22};
+	st.global.u32 	[%rd760], %r629;
+$L__BB3_209:
+	add.s64 	%rd1025, %rd26, 16;
+	ld.param.u64 	%rd761, [%rd9+-8];
+	setp.ge.s64 	%p108, %rd1025, %rd761;
+	@%p108 bra 	$L__BB3_212;
+	ld.param.u64 	%rd269, [%rd9];
+	setp.le.s64 	%p109, %rd269, %rd25;
+	@%p109 bra 	$L__BB3_212;
+	add.s64 	%rd1046, %rd26, 16;
+	mul.lo.s64 	%rd762, %rd269, %rd1046;
+	add.s64 	%rd763, %rd762, %rd25;
+	add.s64 	%rd764, %rd266, %rd763;
+	mov.b32 	%f59, %r1252;
+	mul.rn.f32 	%f60, %f59, %f2;
+	neg.f32 	%f61, %f60;
+	fma.rn.f32 	%f62, %f61, %f1, %f59;
+	fma.rn.f32 	%f63, %f62, %f2, %f60;
+	mov.b32 	%r630, %f63;
+	and.b32  	%r631, %r1252, -2147483648;
+	or.b32  	%r632, %r631, %r630;
+	mov.b32 	%f56, %r632;
+	mov.b32 	%f64, %r1251;
+	mul.rn.f32 	%f65, %f64, %f2;
+	neg.f32 	%f66, %f65;
+	fma.rn.f32 	%f67, %f66, %f1, %f64;
+	fma.rn.f32 	%f68, %f67, %f2, %f65;
+	mov.b32 	%r633, %f68;
+	and.b32  	%r634, %r1251, -2147483648;
+	or.b32  	%r635, %r634, %r633;
+	mov.b32 	%f55, %r635;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs23, %f55, %f56;
+	// end inline asm
+	mov.b32 	%f69, %r1250;
+	mul.rn.f32 	%f70, %f69, %f2;
+	neg.f32 	%f71, %f70;
+	fma.rn.f32 	%f72, %f71, %f1, %f69;
+	fma.rn.f32 	%f73, %f72, %f2, %f70;
+	mov.b32 	%r636, %f73;
+	and.b32  	%r637, %r1250, -2147483648;
+	or.b32  	%r638, %r637, %r636;
+	mov.b32 	%f58, %r638;
+	mov.b32 	%f74, %r1249;
+	mul.rn.f32 	%f75, %f74, %f2;
+	neg.f32 	%f76, %f75;
+	fma.rn.f32 	%f77, %f76, %f1, %f74;
+	fma.rn.f32 	%f78, %f77, %f2, %f75;
+	mov.b32 	%r639, %f78;
+	and.b32  	%r640, %r1249, -2147483648;
+	or.b32  	%r641, %r640, %r639;
+	mov.b32 	%f57, %r641;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs24, %f57, %f58;
+	// end inline asm
+	mov.b32 	%r642, {%rs23, %rs24};
+	st.global.u32 	[%rd764], %r642;
+$L__BB3_212:
+	add.s64 	%rd1026, %rd26, 24;
+	ld.param.u64 	%rd765, [%rd9+-8];
+	setp.ge.s64 	%p110, %rd1026, %rd765;
+	@%p110 bra 	$L__BB3_215;
+	ld.param.u64 	%rd270, [%rd9];
+	setp.le.s64 	%p111, %rd270, %rd25;
+	@%p111 bra 	$L__BB3_215;
+	add.s64 	%rd1045, %rd26, 24;
+	mul.lo.s64 	%rd766, %rd270, %rd1045;
+	add.s64 	%rd767, %rd766, %rd25;
+	add.s64 	%rd768, %rd266, %rd767;
+	mov.b32 	%f83, %r1257;
+	mul.rn.f32 	%f84, %f83, %f2;
+	neg.f32 	%f85, %f84;
+	fma.rn.f32 	%f86, %f85, %f1, %f83;
+	fma.rn.f32 	%f87, %f86, %f2, %f84;
+	mov.b32 	%r643, %f87;
+	and.b32  	%r644, %r1257, -2147483648;
+	or.b32  	%r645, %r644, %r643;
+	mov.b32 	%f80, %r645;
+	mov.b32 	%f88, %r1256;
+	mul.rn.f32 	%f89, %f88, %f2;
+	neg.f32 	%f90, %f89;
+	fma.rn.f32 	%f91, %f90, %f1, %f88;
+	fma.rn.f32 	%f92, %f91, %f2, %f89;
+	mov.b32 	%r646, %f92;
+	and.b32  	%r647, %r1256, -2147483648;
+	or.b32  	%r648, %r647, %r646;
+	mov.b32 	%f79, %r648;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs25, %f79, %f80;
+	// end inline asm
+	mov.b32 	%f93, %r1255;
+	mul.rn.f32 	%f94, %f93, %f2;
+	neg.f32 	%f95, %f94;
+	fma.rn.f32 	%f96, %f95, %f1, %f93;
+	fma.rn.f32 	%f97, %f96, %f2, %f94;
+	mov.b32 	%r649, %f97;
+	and.b32  	%r650, %r1255, -2147483648;
+	or.b32  	%r651, %r650, %r649;
+	mov.b32 	%f82, %r651;
+	mov.b32 	%f98, %r1254;
+	mul.rn.f32 	%f99, %f98, %f2;
+	neg.f32 	%f100, %f99;
+	fma.rn.f32 	%f101, %f100, %f1, %f98;
+	fma.rn.f32 	%f102, %f101, %f2, %f99;
+	mov.b32 	%r652, %f102;
+	and.b32  	%r653, %r1254, -2147483648;
+	or.b32  	%r654, %r653, %r652;
+	mov.b32 	%f81, %r654;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs26, %f81, %f82;
+	// end inline asm
+	mov.b32 	%r655, {%rs25, %rs26};
+	st.global.u32 	[%rd768], %r655;
+$L__BB3_215:
+	add.s64 	%rd1027, %rd26, 32;
+	ld.param.u64 	%rd769, [%rd9+-8];
+	setp.ge.s64 	%p112, %rd1027, %rd769;
+	@%p112 bra 	$L__BB3_218;
+	ld.param.u64 	%rd271, [%rd9];
+	setp.le.s64 	%p113, %rd271, %rd25;
+	@%p113 bra 	$L__BB3_218;
+	add.s64 	%rd1044, %rd26, 32;
+	mul.lo.s64 	%rd770, %rd271, %rd1044;
+	add.s64 	%rd771, %rd770, %rd25;
+	add.s64 	%rd772, %rd266, %rd771;
+	mov.b32 	%f107, %r1262;
+	mul.rn.f32 	%f108, %f107, %f2;
+	neg.f32 	%f109, %f108;
+	fma.rn.f32 	%f110, %f109, %f1, %f107;
+	fma.rn.f32 	%f111, %f110, %f2, %f108;
+	mov.b32 	%r656, %f111;
+	and.b32  	%r657, %r1262, -2147483648;
+	or.b32  	%r658, %r657, %r656;
+	mov.b32 	%f104, %r658;
+	mov.b32 	%f112, %r1261;
+	mul.rn.f32 	%f113, %f112, %f2;
+	neg.f32 	%f114, %f113;
+	fma.rn.f32 	%f115, %f114, %f1, %f112;
+	fma.rn.f32 	%f116, %f115, %f2, %f113;
+	mov.b32 	%r659, %f116;
+	and.b32  	%r660, %r1261, -2147483648;
+	or.b32  	%r661, %r660, %r659;
+	mov.b32 	%f103, %r661;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs27, %f103, %f104;
+	// end inline asm
+	mov.b32 	%f117, %r1260;
+	mul.rn.f32 	%f118, %f117, %f2;
+	neg.f32 	%f119, %f118;
+	fma.rn.f32 	%f120, %f119, %f1, %f117;
+	fma.rn.f32 	%f121, %f120, %f2, %f118;
+	mov.b32 	%r662, %f121;
+	and.b32  	%r663, %r1260, -2147483648;
+	or.b32  	%r664, %r663, %r662;
+	mov.b32 	%f106, %r664;
+	mov.b32 	%f122, %r1259;
+	mul.rn.f32 	%f123, %f122, %f2;
+	neg.f32 	%f124, %f123;
+	fma.rn.f32 	%f125, %f124, %f1, %f122;
+	fma.rn.f32 	%f126, %f125, %f2, %f123;
+	mov.b32 	%r665, %f126;
+	and.b32  	%r666, %r1259, -2147483648;
+	or.b32  	%r667, %r666, %r665;
+	mov.b32 	%f105, %r667;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs28, %f105, %f106;
+	// end inline asm
+	mov.b32 	%r668, {%rs27, %rs28};
+	st.global.u32 	[%rd772], %r668;
+$L__BB3_218:
+	add.s64 	%rd1028, %rd26, 40;
+	ld.param.u64 	%rd773, [%rd9+-8];
+	setp.ge.s64 	%p114, %rd1028, %rd773;
+	@%p114 bra 	$L__BB3_221;
+	ld.param.u64 	%rd272, [%rd9];
+	setp.le.s64 	%p115, %rd272, %rd25;
+	@%p115 bra 	$L__BB3_221;
+	add.s64 	%rd1043, %rd26, 40;
+	mul.lo.s64 	%rd774, %rd272, %rd1043;
+	add.s64 	%rd775, %rd774, %rd25;
+	add.s64 	%rd776, %rd266, %rd775;
+	mov.b32 	%f131, %r1267;
+	mul.rn.f32 	%f132, %f131, %f2;
+	neg.f32 	%f133, %f132;
+	fma.rn.f32 	%f134, %f133, %f1, %f131;
+	fma.rn.f32 	%f135, %f134, %f2, %f132;
+	mov.b32 	%r669, %f135;
+	and.b32  	%r670, %r1267, -2147483648;
+	or.b32  	%r671, %r670, %r669;
+	mov.b32 	%f128, %r671;
+	mov.b32 	%f136, %r1266;
+	mul.rn.f32 	%f137, %f136, %f2;
+	neg.f32 	%f138, %f137;
+	fma.rn.f32 	%f139, %f138, %f1, %f136;
+	fma.rn.f32 	%f140, %f139, %f2, %f137;
+	mov.b32 	%r672, %f140;
+	and.b32  	%r673, %r1266, -2147483648;
+	or.b32  	%r674, %r673, %r672;
+	mov.b32 	%f127, %r674;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs29, %f127, %f128;
+	// end inline asm
+	mov.b32 	%f141, %r1265;
+	mul.rn.f32 	%f142, %f141, %f2;
+	neg.f32 	%f143, %f142;
+	fma.rn.f32 	%f144, %f143, %f1, %f141;
+	fma.rn.f32 	%f145, %f144, %f2, %f142;
+	mov.b32 	%r675, %f145;
+	and.b32  	%r676, %r1265, -2147483648;
+	or.b32  	%r677, %r676, %r675;
+	mov.b32 	%f130, %r677;
+	mov.b32 	%f146, %r1264;
+	mul.rn.f32 	%f147, %f146, %f2;
+	neg.f32 	%f148, %f147;
+	fma.rn.f32 	%f149, %f148, %f1, %f146;
+	fma.rn.f32 	%f150, %f149, %f2, %f147;
+	mov.b32 	%r678, %f150;
+	and.b32  	%r679, %r1264, -2147483648;
+	or.b32  	%r680, %r679, %r678;
+	mov.b32 	%f129, %r680;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs30, %f129, %f130;
+	// end inline asm
+	mov.b32 	%r681, {%rs29, %rs30};
+	st.global.u32 	[%rd776], %r681;
+$L__BB3_221:
+	add.s64 	%rd1029, %rd26, 48;
+	ld.param.u64 	%rd777, [%rd9+-8];
+	setp.ge.s64 	%p116, %rd1029, %rd777;
+	@%p116 bra 	$L__BB3_224;
+	ld.param.u64 	%rd273, [%rd9];
+	setp.le.s64 	%p117, %rd273, %rd25;
+	@%p117 bra 	$L__BB3_224;
+	add.s64 	%rd1042, %rd26, 48;
+	mul.lo.s64 	%rd778, %rd273, %rd1042;
+	add.s64 	%rd779, %rd778, %rd25;
+	add.s64 	%rd780, %rd266, %rd779;
+	mov.b32 	%f155, %r1272;
+	mul.rn.f32 	%f156, %f155, %f2;
+	neg.f32 	%f157, %f156;
+	fma.rn.f32 	%f158, %f157, %f1, %f155;
+	fma.rn.f32 	%f159, %f158, %f2, %f156;
+	mov.b32 	%r682, %f159;
+	and.b32  	%r683, %r1272, -2147483648;
+	or.b32  	%r684, %r683, %r682;
+	mov.b32 	%f152, %r684;
+	mov.b32 	%f160, %r1271;
+	mul.rn.f32 	%f161, %f160, %f2;
+	neg.f32 	%f162, %f161;
+	fma.rn.f32 	%f163, %f162, %f1, %f160;
+	fma.rn.f32 	%f164, %f163, %f2, %f161;
+	mov.b32 	%r685, %f164;
+	and.b32  	%r686, %r1271, -2147483648;
+	or.b32  	%r687, %r686, %r685;
+	mov.b32 	%f151, %r687;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs31, %f151, %f152;
+	// end inline asm
+	mov.b32 	%f165, %r1270;
+	mul.rn.f32 	%f166, %f165, %f2;
+	neg.f32 	%f167, %f166;
+	fma.rn.f32 	%f168, %f167, %f1, %f165;
+	fma.rn.f32 	%f169, %f168, %f2, %f166;
+	mov.b32 	%r688, %f169;
+	and.b32  	%r689, %r1270, -2147483648;
+	or.b32  	%r690, %r689, %r688;
+	mov.b32 	%f154, %r690;
+	mov.b32 	%f170, %r1269;
+	mul.rn.f32 	%f171, %f170, %f2;
+	neg.f32 	%f172, %f171;
+	fma.rn.f32 	%f173, %f172, %f1, %f170;
+	fma.rn.f32 	%f174, %f173, %f2, %f171;
+	mov.b32 	%r691, %f174;
+	and.b32  	%r692, %r1269, -2147483648;
+	or.b32  	%r693, %r692, %r691;
+	mov.b32 	%f153, %r693;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs32, %f153, %f154;
+	// end inline asm
+	mov.b32 	%r694, {%rs31, %rs32};
+	st.global.u32 	[%rd780], %r694;
+$L__BB3_224:
+	add.s64 	%rd1030, %rd26, 56;
+	ld.param.u64 	%rd781, [%rd9+-8];
+	setp.ge.s64 	%p118, %rd1030, %rd781;
+	@%p118 bra 	$L__BB3_227;
+	ld.param.u64 	%rd274, [%rd9];
+	setp.le.s64 	%p119, %rd274, %rd25;
+	@%p119 bra 	$L__BB3_227;
+	add.s64 	%rd1041, %rd26, 56;
+	mul.lo.s64 	%rd782, %rd274, %rd1041;
+	add.s64 	%rd783, %rd782, %rd25;
+	add.s64 	%rd784, %rd266, %rd783;
+	mov.b32 	%f179, %r1277;
+	mul.rn.f32 	%f180, %f179, %f2;
+	neg.f32 	%f181, %f180;
+	fma.rn.f32 	%f182, %f181, %f1, %f179;
+	fma.rn.f32 	%f183, %f182, %f2, %f180;
+	mov.b32 	%r695, %f183;
+	and.b32  	%r696, %r1277, -2147483648;
+	or.b32  	%r697, %r696, %r695;
+	mov.b32 	%f176, %r697;
+	mov.b32 	%f184, %r1276;
+	mul.rn.f32 	%f185, %f184, %f2;
+	neg.f32 	%f186, %f185;
+	fma.rn.f32 	%f187, %f186, %f1, %f184;
+	fma.rn.f32 	%f188, %f187, %f2, %f185;
+	mov.b32 	%r698, %f188;
+	and.b32  	%r699, %r1276, -2147483648;
+	or.b32  	%r700, %r699, %r698;
+	mov.b32 	%f175, %r700;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs33, %f175, %f176;
+	// end inline asm
+	mov.b32 	%f189, %r1275;
+	mul.rn.f32 	%f190, %f189, %f2;
+	neg.f32 	%f191, %f190;
+	fma.rn.f32 	%f192, %f191, %f1, %f189;
+	fma.rn.f32 	%f193, %f192, %f2, %f190;
+	mov.b32 	%r701, %f193;
+	and.b32  	%r702, %r1275, -2147483648;
+	or.b32  	%r703, %r702, %r701;
+	mov.b32 	%f178, %r703;
+	mov.b32 	%f194, %r1274;
+	mul.rn.f32 	%f195, %f194, %f2;
+	neg.f32 	%f196, %f195;
+	fma.rn.f32 	%f197, %f196, %f1, %f194;
+	fma.rn.f32 	%f198, %f197, %f2, %f195;
+	mov.b32 	%r704, %f198;
+	and.b32  	%r705, %r1274, -2147483648;
+	or.b32  	%r706, %r705, %r704;
+	mov.b32 	%f177, %r706;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs34, %f177, %f178;
+	// end inline asm
+	mov.b32 	%r707, {%rs33, %rs34};
+	st.global.u32 	[%rd784], %r707;
+$L__BB3_227:
+	add.s64 	%rd1031, %rd26, 64;
+	ld.param.u64 	%rd785, [%rd9+-8];
+	setp.ge.s64 	%p120, %rd1031, %rd785;
+	@%p120 bra 	$L__BB3_230;
+	ld.param.u64 	%rd275, [%rd9];
+	setp.le.s64 	%p121, %rd275, %rd25;
+	@%p121 bra 	$L__BB3_230;
+	add.s64 	%rd1040, %rd26, 64;
+	mul.lo.s64 	%rd786, %rd275, %rd1040;
+	add.s64 	%rd787, %rd786, %rd25;
+	add.s64 	%rd788, %rd266, %rd787;
+	mov.b32 	%f203, %r1282;
+	mul.rn.f32 	%f204, %f203, %f2;
+	neg.f32 	%f205, %f204;
+	fma.rn.f32 	%f206, %f205, %f1, %f203;
+	fma.rn.f32 	%f207, %f206, %f2, %f204;
+	mov.b32 	%r708, %f207;
+	and.b32  	%r709, %r1282, -2147483648;
+	or.b32  	%r710, %r709, %r708;
+	mov.b32 	%f200, %r710;
+	mov.b32 	%f208, %r1281;
+	mul.rn.f32 	%f209, %f208, %f2;
+	neg.f32 	%f210, %f209;
+	fma.rn.f32 	%f211, %f210, %f1, %f208;
+	fma.rn.f32 	%f212, %f211, %f2, %f209;
+	mov.b32 	%r711, %f212;
+	and.b32  	%r712, %r1281, -2147483648;
+	or.b32  	%r713, %r712, %r711;
+	mov.b32 	%f199, %r713;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs35, %f199, %f200;
+	// end inline asm
+	mov.b32 	%f213, %r1280;
+	mul.rn.f32 	%f214, %f213, %f2;
+	neg.f32 	%f215, %f214;
+	fma.rn.f32 	%f216, %f215, %f1, %f213;
+	fma.rn.f32 	%f217, %f216, %f2, %f214;
+	mov.b32 	%r714, %f217;
+	and.b32  	%r715, %r1280, -2147483648;
+	or.b32  	%r716, %r715, %r714;
+	mov.b32 	%f202, %r716;
+	mov.b32 	%f218, %r1279;
+	mul.rn.f32 	%f219, %f218, %f2;
+	neg.f32 	%f220, %f219;
+	fma.rn.f32 	%f221, %f220, %f1, %f218;
+	fma.rn.f32 	%f222, %f221, %f2, %f219;
+	mov.b32 	%r717, %f222;
+	and.b32  	%r718, %r1279, -2147483648;
+	or.b32  	%r719, %r718, %r717;
+	mov.b32 	%f201, %r719;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs36, %f201, %f202;
+	// end inline asm
+	mov.b32 	%r720, {%rs35, %rs36};
+	st.global.u32 	[%rd788], %r720;
+$L__BB3_230:
+	add.s64 	%rd1062, %rd26, 72;
+	ld.param.u64 	%rd789, [%rd9+-8];
+	setp.ge.s64 	%p122, %rd1062, %rd789;
+	@%p122 bra 	$L__BB3_233;
+	ld.param.u64 	%rd276, [%rd9];
+	setp.le.s64 	%p123, %rd276, %rd25;
+	@%p123 bra 	$L__BB3_233;
+	add.s64 	%rd1065, %rd26, 72;
+	mul.lo.s64 	%rd790, %rd276, %rd1065;
+	add.s64 	%rd791, %rd790, %rd25;
+	add.s64 	%rd792, %rd266, %rd791;
+	mov.b32 	%f227, %r1287;
+	mul.rn.f32 	%f228, %f227, %f2;
+	neg.f32 	%f229, %f228;
+	fma.rn.f32 	%f230, %f229, %f1, %f227;
+	fma.rn.f32 	%f231, %f230, %f2, %f228;
+	mov.b32 	%r721, %f231;
+	and.b32  	%r722, %r1287, -2147483648;
+	or.b32  	%r723, %r722, %r721;
+	mov.b32 	%f224, %r723;
+	mov.b32 	%f232, %r1286;
+	mul.rn.f32 	%f233, %f232, %f2;
+	neg.f32 	%f234, %f233;
+	fma.rn.f32 	%f235, %f234, %f1, %f232;
+	fma.rn.f32 	%f236, %f235, %f2, %f233;
+	mov.b32 	%r724, %f236;
+	and.b32  	%r725, %r1286, -2147483648;
+	or.b32  	%r726, %r725, %r724;
+	mov.b32 	%f223, %r726;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs37, %f223, %f224;
+	// end inline asm
+	mov.b32 	%f237, %r1285;
+	mul.rn.f32 	%f238, %f237, %f2;
+	neg.f32 	%f239, %f238;
+	fma.rn.f32 	%f240, %f239, %f1, %f237;
+	fma.rn.f32 	%f241, %f240, %f2, %f238;
+	mov.b32 	%r727, %f241;
+	and.b32  	%r728, %r1285, -2147483648;
+	or.b32  	%r729, %r728, %r727;
+	mov.b32 	%f226, %r729;
+	mov.b32 	%f242, %r1284;
+	mul.rn.f32 	%f243, %f242, %f2;
+	neg.f32 	%f244, %f243;
+	fma.rn.f32 	%f245, %f244, %f1, %f242;
+	fma.rn.f32 	%f246, %f245, %f2, %f243;
+	mov.b32 	%r730, %f246;
+	and.b32  	%r731, %r1284, -2147483648;
+	or.b32  	%r732, %r731, %r730;
+	mov.b32 	%f225, %r732;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs38, %f225, %f226;
+	// end inline asm
+	mov.b32 	%r733, {%rs37, %rs38};
+	st.global.u32 	[%rd792], %r733;
+$L__BB3_233:
+	add.s64 	%rd1063, %rd26, 80;
+	ld.param.u64 	%rd793, [%rd9+-8];
+	setp.ge.s64 	%p124, %rd1063, %rd793;
+	@%p124 bra 	$L__BB3_236;
+	ld.param.u64 	%rd277, [%rd9];
+	setp.le.s64 	%p125, %rd277, %rd25;
+	@%p125 bra 	$L__BB3_236;
+	add.s64 	%rd1064, %rd26, 80;
+	mul.lo.s64 	%rd794, %rd277, %rd1064;
+	add.s64 	%rd795, %rd794, %rd25;
+	add.s64 	%rd796, %rd266, %rd795;
+	mov.b32 	%f251, %r1292;
+	mul.rn.f32 	%f252, %f251, %f2;
+	neg.f32 	%f253, %f252;
+	fma.rn.f32 	%f254, %f253, %f1, %f251;
+	fma.rn.f32 	%f255, %f254, %f2, %f252;
+	mov.b32 	%r734, %f255;
+	and.b32  	%r735, %r1292, -2147483648;
+	or.b32  	%r736, %r735, %r734;
+	mov.b32 	%f248, %r736;
+	mov.b32 	%f256, %r1291;
+	mul.rn.f32 	%f257, %f256, %f2;
+	neg.f32 	%f258, %f257;
+	fma.rn.f32 	%f259, %f258, %f1, %f256;
+	fma.rn.f32 	%f260, %f259, %f2, %f257;
+	mov.b32 	%r737, %f260;
+	and.b32  	%r738, %r1291, -2147483648;
+	or.b32  	%r739, %r738, %r737;
+	mov.b32 	%f247, %r739;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs39, %f247, %f248;
+	// end inline asm
+	mov.b32 	%f261, %r1290;
+	mul.rn.f32 	%f262, %f261, %f2;
+	neg.f32 	%f263, %f262;
+	fma.rn.f32 	%f264, %f263, %f1, %f261;
+	fma.rn.f32 	%f265, %f264, %f2, %f262;
+	mov.b32 	%r740, %f265;
+	and.b32  	%r741, %r1290, -2147483648;
+	or.b32  	%r742, %r741, %r740;
+	mov.b32 	%f250, %r742;
+	mov.b32 	%f266, %r1289;
+	mul.rn.f32 	%f267, %f266, %f2;
+	neg.f32 	%f268, %f267;
+	fma.rn.f32 	%f269, %f268, %f1, %f266;
+	fma.rn.f32 	%f270, %f269, %f2, %f267;
+	mov.b32 	%r743, %f270;
+	and.b32  	%r744, %r1289, -2147483648;
+	or.b32  	%r745, %r744, %r743;
+	mov.b32 	%f249, %r745;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs40, %f249, %f250;
+	// end inline asm
+	mov.b32 	%r746, {%rs39, %rs40};
+	st.global.u32 	[%rd796], %r746;
+$L__BB3_236:
+	add.s64 	%rd1073, %rd26, 88;
+	ld.param.u64 	%rd797, [%rd9+-8];
+	setp.ge.s64 	%p126, %rd1073, %rd797;
+	@%p126 bra 	$L__BB3_239;
+	ld.param.u64 	%rd278, [%rd9];
+	setp.le.s64 	%p127, %rd278, %rd25;
+	@%p127 bra 	$L__BB3_239;
+	add.s64 	%rd1076, %rd26, 88;
+	mul.lo.s64 	%rd798, %rd278, %rd1076;
+	add.s64 	%rd799, %rd798, %rd25;
+	add.s64 	%rd800, %rd266, %rd799;
+	mov.b32 	%f275, %r1297;
+	mul.rn.f32 	%f276, %f275, %f2;
+	neg.f32 	%f277, %f276;
+	fma.rn.f32 	%f278, %f277, %f1, %f275;
+	fma.rn.f32 	%f279, %f278, %f2, %f276;
+	mov.b32 	%r747, %f279;
+	and.b32  	%r748, %r1297, -2147483648;
+	or.b32  	%r749, %r748, %r747;
+	mov.b32 	%f272, %r749;
+	mov.b32 	%f280, %r1296;
+	mul.rn.f32 	%f281, %f280, %f2;
+	neg.f32 	%f282, %f281;
+	fma.rn.f32 	%f283, %f282, %f1, %f280;
+	fma.rn.f32 	%f284, %f283, %f2, %f281;
+	mov.b32 	%r750, %f284;
+	and.b32  	%r751, %r1296, -2147483648;
+	or.b32  	%r752, %r751, %r750;
+	mov.b32 	%f271, %r752;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs41, %f271, %f272;
+	// end inline asm
+	mov.b32 	%f285, %r1295;
+	mul.rn.f32 	%f286, %f285, %f2;
+	neg.f32 	%f287, %f286;
+	fma.rn.f32 	%f288, %f287, %f1, %f285;
+	fma.rn.f32 	%f289, %f288, %f2, %f286;
+	mov.b32 	%r753, %f289;
+	and.b32  	%r754, %r1295, -2147483648;
+	or.b32  	%r755, %r754, %r753;
+	mov.b32 	%f274, %r755;
+	mov.b32 	%f290, %r1294;
+	mul.rn.f32 	%f291, %f290, %f2;
+	neg.f32 	%f292, %f291;
+	fma.rn.f32 	%f293, %f292, %f1, %f290;
+	fma.rn.f32 	%f294, %f293, %f2, %f291;
+	mov.b32 	%r756, %f294;
+	and.b32  	%r757, %r1294, -2147483648;
+	or.b32  	%r758, %r757, %r756;
+	mov.b32 	%f273, %r758;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs42, %f273, %f274;
+	// end inline asm
+	mov.b32 	%r759, {%rs41, %rs42};
+	st.global.u32 	[%rd800], %r759;
+$L__BB3_239:
+	add.s64 	%rd1074, %rd26, 96;
+	ld.param.u64 	%rd801, [%rd9+-8];
+	setp.ge.s64 	%p128, %rd1074, %rd801;
+	@%p128 bra 	$L__BB3_242;
+	ld.param.u64 	%rd279, [%rd9];
+	setp.le.s64 	%p129, %rd279, %rd25;
+	@%p129 bra 	$L__BB3_242;
+	add.s64 	%rd1075, %rd26, 96;
+	mul.lo.s64 	%rd802, %rd279, %rd1075;
+	add.s64 	%rd803, %rd802, %rd25;
+	add.s64 	%rd804, %rd266, %rd803;
+	mov.b32 	%f299, %r1302;
+	mul.rn.f32 	%f300, %f299, %f2;
+	neg.f32 	%f301, %f300;
+	fma.rn.f32 	%f302, %f301, %f1, %f299;
+	fma.rn.f32 	%f303, %f302, %f2, %f300;
+	mov.b32 	%r760, %f303;
+	and.b32  	%r761, %r1302, -2147483648;
+	or.b32  	%r762, %r761, %r760;
+	mov.b32 	%f296, %r762;
+	mov.b32 	%f304, %r1301;
+	mul.rn.f32 	%f305, %f304, %f2;
+	neg.f32 	%f306, %f305;
+	fma.rn.f32 	%f307, %f306, %f1, %f304;
+	fma.rn.f32 	%f308, %f307, %f2, %f305;
+	mov.b32 	%r763, %f308;
+	and.b32  	%r764, %r1301, -2147483648;
+	or.b32  	%r765, %r764, %r763;
+	mov.b32 	%f295, %r765;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs43, %f295, %f296;
+	// end inline asm
+	mov.b32 	%f309, %r1300;
+	mul.rn.f32 	%f310, %f309, %f2;
+	neg.f32 	%f311, %f310;
+	fma.rn.f32 	%f312, %f311, %f1, %f309;
+	fma.rn.f32 	%f313, %f312, %f2, %f310;
+	mov.b32 	%r766, %f313;
+	and.b32  	%r767, %r1300, -2147483648;
+	or.b32  	%r768, %r767, %r766;
+	mov.b32 	%f298, %r768;
+	mov.b32 	%f314, %r1299;
+	mul.rn.f32 	%f315, %f314, %f2;
+	neg.f32 	%f316, %f315;
+	fma.rn.f32 	%f317, %f316, %f1, %f314;
+	fma.rn.f32 	%f318, %f317, %f2, %f315;
+	mov.b32 	%r769, %f318;
+	and.b32  	%r770, %r1299, -2147483648;
+	or.b32  	%r771, %r770, %r769;
+	mov.b32 	%f297, %r771;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs44, %f297, %f298;
+	// end inline asm
+	mov.b32 	%r772, {%rs43, %rs44};
+	st.global.u32 	[%rd804], %r772;
+$L__BB3_242:
+	add.s64 	%rd1081, %rd26, 104;
+	ld.param.u64 	%rd805, [%rd9+-8];
+	setp.ge.s64 	%p130, %rd1081, %rd805;
+	@%p130 bra 	$L__BB3_245;
+	ld.param.u64 	%rd280, [%rd9];
+	setp.le.s64 	%p131, %rd280, %rd25;
+	@%p131 bra 	$L__BB3_245;
+	add.s64 	%rd1084, %rd26, 104;
+	mul.lo.s64 	%rd806, %rd280, %rd1084;
+	add.s64 	%rd807, %rd806, %rd25;
+	add.s64 	%rd808, %rd266, %rd807;
+	mov.b32 	%f323, %r1307;
+	mul.rn.f32 	%f324, %f323, %f2;
+	neg.f32 	%f325, %f324;
+	fma.rn.f32 	%f326, %f325, %f1, %f323;
+	fma.rn.f32 	%f327, %f326, %f2, %f324;
+	mov.b32 	%r773, %f327;
+	and.b32  	%r774, %r1307, -2147483648;
+	or.b32  	%r775, %r774, %r773;
+	mov.b32 	%f320, %r775;
+	mov.b32 	%f328, %r1306;
+	mul.rn.f32 	%f329, %f328, %f2;
+	neg.f32 	%f330, %f329;
+	fma.rn.f32 	%f331, %f330, %f1, %f328;
+	fma.rn.f32 	%f332, %f331, %f2, %f329;
+	mov.b32 	%r776, %f332;
+	and.b32  	%r777, %r1306, -2147483648;
+	or.b32  	%r778, %r777, %r776;
+	mov.b32 	%f319, %r778;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs45, %f319, %f320;
+	// end inline asm
+	mov.b32 	%f333, %r1305;
+	mul.rn.f32 	%f334, %f333, %f2;
+	neg.f32 	%f335, %f334;
+	fma.rn.f32 	%f336, %f335, %f1, %f333;
+	fma.rn.f32 	%f337, %f336, %f2, %f334;
+	mov.b32 	%r779, %f337;
+	and.b32  	%r780, %r1305, -2147483648;
+	or.b32  	%r781, %r780, %r779;
+	mov.b32 	%f322, %r781;
+	mov.b32 	%f338, %r1304;
+	mul.rn.f32 	%f339, %f338, %f2;
+	neg.f32 	%f340, %f339;
+	fma.rn.f32 	%f341, %f340, %f1, %f338;
+	fma.rn.f32 	%f342, %f341, %f2, %f339;
+	mov.b32 	%r782, %f342;
+	and.b32  	%r783, %r1304, -2147483648;
+	or.b32  	%r784, %r783, %r782;
+	mov.b32 	%f321, %r784;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs46, %f321, %f322;
+	// end inline asm
+	mov.b32 	%r785, {%rs45, %rs46};
+	st.global.u32 	[%rd808], %r785;
+$L__BB3_245:
+	add.s64 	%rd1082, %rd26, 112;
+	ld.param.u64 	%rd809, [%rd9+-8];
+	setp.ge.s64 	%p132, %rd1082, %rd809;
+	@%p132 bra 	$L__BB3_248;
+	ld.param.u64 	%rd281, [%rd9];
+	setp.le.s64 	%p133, %rd281, %rd25;
+	@%p133 bra 	$L__BB3_248;
+	add.s64 	%rd1083, %rd26, 112;
+	mul.lo.s64 	%rd810, %rd281, %rd1083;
+	add.s64 	%rd811, %rd810, %rd25;
+	add.s64 	%rd812, %rd266, %rd811;
+	mov.b32 	%f347, %r1312;
+	mul.rn.f32 	%f348, %f347, %f2;
+	neg.f32 	%f349, %f348;
+	fma.rn.f32 	%f350, %f349, %f1, %f347;
+	fma.rn.f32 	%f351, %f350, %f2, %f348;
+	mov.b32 	%r786, %f351;
+	and.b32  	%r787, %r1312, -2147483648;
+	or.b32  	%r788, %r787, %r786;
+	mov.b32 	%f344, %r788;
+	mov.b32 	%f352, %r1311;
+	mul.rn.f32 	%f353, %f352, %f2;
+	neg.f32 	%f354, %f353;
+	fma.rn.f32 	%f355, %f354, %f1, %f352;
+	fma.rn.f32 	%f356, %f355, %f2, %f353;
+	mov.b32 	%r789, %f356;
+	and.b32  	%r790, %r1311, -2147483648;
+	or.b32  	%r791, %r790, %r789;
+	mov.b32 	%f343, %r791;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs47, %f343, %f344;
+	// end inline asm
+	mov.b32 	%f357, %r1310;
+	mul.rn.f32 	%f358, %f357, %f2;
+	neg.f32 	%f359, %f358;
+	fma.rn.f32 	%f360, %f359, %f1, %f357;
+	fma.rn.f32 	%f361, %f360, %f2, %f358;
+	mov.b32 	%r792, %f361;
+	and.b32  	%r793, %r1310, -2147483648;
+	or.b32  	%r794, %r793, %r792;
+	mov.b32 	%f346, %r794;
+	mov.b32 	%f362, %r1309;
+	mul.rn.f32 	%f363, %f362, %f2;
+	neg.f32 	%f364, %f363;
+	fma.rn.f32 	%f365, %f364, %f1, %f362;
+	fma.rn.f32 	%f366, %f365, %f2, %f363;
+	mov.b32 	%r795, %f366;
+	and.b32  	%r796, %r1309, -2147483648;
+	or.b32  	%r797, %r796, %r795;
+	mov.b32 	%f345, %r797;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs48, %f345, %f346;
+	// end inline asm
+	mov.b32 	%r798, {%rs47, %rs48};
+	st.global.u32 	[%rd812], %r798;
+$L__BB3_248:
+	add.s64 	%rd1092, %rd26, 120;
+	ld.param.u64 	%rd813, [%rd9+-8];
+	setp.ge.s64 	%p134, %rd1092, %rd813;
+	@%p134 bra 	$L__BB3_403;
+	ld.param.u64 	%rd282, [%rd9];
+	setp.le.s64 	%p135, %rd282, %rd25;
+	@%p135 bra 	$L__BB3_403;
+	add.s64 	%rd1093, %rd26, 120;
+	mul.lo.s64 	%rd814, %rd282, %rd1093;
+	add.s64 	%rd815, %rd814, %rd25;
+	add.s64 	%rd816, %rd266, %rd815;
+	mov.b32 	%f371, %r1317;
+	mul.rn.f32 	%f372, %f371, %f2;
+	neg.f32 	%f373, %f372;
+	fma.rn.f32 	%f374, %f373, %f1, %f371;
+	fma.rn.f32 	%f375, %f374, %f2, %f372;
+	mov.b32 	%r799, %f375;
+	and.b32  	%r800, %r1317, -2147483648;
+	or.b32  	%r801, %r800, %r799;
+	mov.b32 	%f368, %r801;
+	mov.b32 	%f376, %r1316;
+	mul.rn.f32 	%f377, %f376, %f2;
+	neg.f32 	%f378, %f377;
+	fma.rn.f32 	%f379, %f378, %f1, %f376;
+	fma.rn.f32 	%f380, %f379, %f2, %f377;
+	mov.b32 	%r802, %f380;
+	and.b32  	%r803, %r1316, -2147483648;
+	or.b32  	%r804, %r803, %r802;
+	mov.b32 	%f367, %r804;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs49, %f367, %f368;
+	// end inline asm
+	mov.b32 	%f381, %r1315;
+	mul.rn.f32 	%f382, %f381, %f2;
+	neg.f32 	%f383, %f382;
+	fma.rn.f32 	%f384, %f383, %f1, %f381;
+	fma.rn.f32 	%f385, %f384, %f2, %f382;
+	mov.b32 	%r805, %f385;
+	and.b32  	%r806, %r1315, -2147483648;
+	or.b32  	%r807, %r806, %r805;
+	mov.b32 	%f370, %r807;
+	mov.b32 	%f386, %r1314;
+	mul.rn.f32 	%f387, %f386, %f2;
+	neg.f32 	%f388, %f387;
+	fma.rn.f32 	%f389, %f388, %f1, %f386;
+	fma.rn.f32 	%f390, %f389, %f2, %f387;
+	mov.b32 	%r808, %f390;
+	and.b32  	%r809, %r1314, -2147483648;
+	or.b32  	%r810, %r809, %r808;
+	mov.b32 	%f369, %r810;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs50, %f369, %f370;
+	// end inline asm
+	mov.b32 	%r811, {%rs49, %rs50};
+	st.global.u32 	[%rd816], %r811;
+	bra.uni 	$L__BB3_403;
+$L__BB3_337:
+	cvt.u32.u64 	%r1123, %rd337;
+	cvt.u32.u64 	%r1124, %rd1192;
+	rem.u32 	%r1125, %r1124, %r1123;
+	cvt.u64.u32 	%rd1189, %r1125;
+$L__BB3_338:
+	shr.u64 	%rd931, %rd337, 63;
+	add.s64 	%rd932, %rd337, %rd931;
+	shr.s64 	%rd341, %rd932, 1;
+	or.b64  	%rd933, %rd1189, %rd341;
+	and.b64  	%rd934, %rd933, -4294967296;
+	setp.eq.s64 	%p255, %rd934, 0;
+	@%p255 bra 	$L__BB3_340;
+	div.s64 	%rd1190, %rd1189, %rd341;
+	mul.lo.s64 	%rd935, %rd1190, %rd341;
+	sub.s64 	%rd1191, %rd1189, %rd935;
+	bra.uni 	$L__BB3_341;
+$L__BB3_340:
+	cvt.u32.u64 	%r1126, %rd341;
+	cvt.u32.u64 	%r1127, %rd1189;
+	div.u32 	%r1128, %r1127, %r1126;
+	mul.lo.s32 	%r1129, %r1128, %r1126;
+	sub.s32 	%r1130, %r1127, %r1129;
+	cvt.u64.u32 	%rd1190, %r1128;
+	cvt.u64.u32 	%rd1191, %r1130;
+$L__BB3_341:
+	shl.b64 	%rd936, %rd1191, 1;
+	sub.s64 	%rd937, %rd1192, %rd1189;
+	add.s64 	%rd938, %rd937, %rd936;
+	add.s64 	%rd1192, %rd938, %rd1190;
+$L__BB3_342:
+	ld.param.u64 	%rd939, [%rd9+24];
+	mul.lo.s64 	%rd940, %rd939, %rd1192;
+	ld.param.u64 	%rd941, [%rd9+40];
+	add.s64 	%rd942, %rd941, %rd335;
+	add.s64 	%rd943, %rd942, %rd940;
+	shl.b64 	%rd944, %rd943, 2;
+	add.s64 	%rd350, %rd21, %rd944;
+	add.s64 	%rd945, %rd20, %rd944;
+	and.b64  	%rd946, %rd945, 3;
+	setp.eq.s64 	%p256, %rd946, 0;
+	@%p256 bra 	$L__BB3_344;
+	ld.global.u8 	%r1131, [%rd350];
+	ld.global.u8 	%r1132, [%rd350+1];
+	prmt.b32 	%r1133, %r1132, %r1131, 30212;
+	ld.global.u8 	%r1134, [%rd350+2];
+	prmt.b32 	%r1135, %r1134, %r1133, 28756;
+	ld.global.u8 	%r1136, [%rd350+3];
+	prmt.b32 	%r1330, %r1136, %r1135, 1620;
+	bra.uni 	$L__BB3_345;
+$L__BB3_344:
+	ld.global.u32 	%r1330, [%rd350];
+$L__BB3_345:
+	and.b32  	%r1137, %r1330, 2147483647;
+	max.u32 	%r1326, %r1326, %r1137;
+$L__BB3_346:
+	and.b32  	%r1139, %r1335, 31;
+	setp.ne.s32 	%p257, %r1139, 0;
+	mov.u32 	%r1140, -1;
+	redux.sync.max.u32 %r200, %r1326, %r1140;
+	@%p257 bra 	$L__BB3_348;
+	mov.u32 	%r1141, %tid.x;
+	shr.u32 	%r1142, %r1141, 3;
+	and.b32  	%r1143, %r1142, 536870908;
+	mov.u32 	%r1144, _ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red;
+	add.s32 	%r1145, %r1144, %r1143;
+	st.shared.u32 	[%r1145], %r200;
+$L__BB3_348:
+	bar.sync 	0;
+	ld.shared.u32 	%r1147, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+4];
+	ld.shared.u32 	%r1148, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red];
+	max.u32 	%r1149, %r1148, %r1147;
+	ld.shared.u32 	%r1150, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+8];
+	max.u32 	%r1151, %r1149, %r1150;
+	ld.shared.u32 	%r1152, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+12];
+	max.u32 	%r1153, %r1151, %r1152;
+	ld.shared.u32 	%r1154, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+16];
+	max.u32 	%r1155, %r1153, %r1154;
+	ld.shared.u32 	%r1156, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+20];
+	max.u32 	%r1157, %r1155, %r1156;
+	ld.shared.u32 	%r1158, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+24];
+	max.u32 	%r1159, %r1157, %r1158;
+	ld.shared.u32 	%r1160, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+28];
+	max.u32 	%r201, %r1159, %r1160;
+	bar.sync 	0;
+	setp.gt.u32 	%p258, %r201, 2139095040;
+	mov.u32 	%r1332, 2143289344;
+	@%p258 bra 	$L__BB3_354;
+	mov.b32 	%f679, %r201;
+	mov.f32 	%f680, 0f43E00000;
+	div.rn.f32 	%f681, %f679, %f680;
+	mov.b32 	%r202, %f681;
+	setp.eq.s32 	%p259, %r202, 0;
+	mov.u32 	%r1332, 1065353216;
+	@%p259 bra 	$L__BB3_354;
+	ld.param.u32 	%r1234, [%rd9+12];
+	setp.ne.s32 	%p260, %r1234, 1;
+	setp.eq.s32 	%p261, %r202, 2139095040;
+	or.pred  	%p262, %p261, %p260;
+	mov.u32 	%r1332, %r202;
+	@%p262 bra 	$L__BB3_354;
+	setp.lt.u32 	%p263, %r202, 8388608;
+	mov.u32 	%r1332, 8388608;
+	@%p263 bra 	$L__BB3_354;
+	and.b32  	%r1163, %r202, 8388607;
+	setp.eq.s32 	%p264, %r1163, 0;
+	mov.u32 	%r1332, %r202;
+	@%p264 bra 	$L__BB3_354;
+	and.b32  	%r1164, %r202, 2139095040;
+	add.s32 	%r1332, %r1164, 8388608;
+$L__BB3_354:
+	setp.ne.s32 	%p265, %r1335, 0;
+	mov.b32 	%f3, %r1332;
+	@%p265 bra 	$L__BB3_356;
+	st.global.u32 	[%rd23], %r1332;
+$L__BB3_356:
+	@%p232 bra 	$L__BB3_403;
+	mov.u32 	%r1167, 16383;
+	sub.s32 	%r1168, %r1167, %r1335;
+	shr.u32 	%r1169, %r1168, 8;
+	add.s32 	%r1170, %r1169, 1;
+	and.b32  	%r1171, %r1170, 1;
+	setp.eq.b32 	%p267, %r1171, 1;
+	mov.pred 	%p268, 0;
+	xor.pred  	%p269, %p267, %p268;
+	not.pred 	%p270, %p269;
+	ld.param.u64 	%rd351, [%rd9+-8];
+	@%p270 bra 	$L__BB3_372;
+	mov.u32 	%r1172, %tid.x;
+	shr.u32 	%r1173, %r1172, 7;
+	cvt.u64.u32 	%rd947, %r1173;
+	add.s64 	%rd352, %rd18, %rd947;
+	and.b32  	%r1174, %r1172, 127;
+	cvt.u64.u32 	%rd948, %r1174;
+	add.s64 	%rd353, %rd19, %rd948;
+	setp.ge.s64 	%p271, %rd352, %rd351;
+	add.s32 	%r1335, %r1172, 256;
+	@%p271 bra 	$L__BB3_372;
+	ld.param.u64 	%rd949, [%rd9];
+	setp.ge.s64 	%p272, %rd353, %rd949;
+	@%p272 bra 	$L__BB3_372;
+	ld.param.u64 	%rd950, [%rd9+32];
+	add.s64 	%rd1196, %rd950, %rd352;
+	ld.param.u64 	%rd355, [%rd9+48];
+	setp.eq.s64 	%p273, %rd355, 0;
+	@%p273 bra 	$L__BB3_368;
+	or.b64  	%rd951, %rd1196, %rd355;
+	and.b64  	%rd952, %rd951, -4294967296;
+	setp.eq.s64 	%p274, %rd952, 0;
+	@%p274 bra 	$L__BB3_363;
+	rem.s64 	%rd1193, %rd1196, %rd355;
+	bra.uni 	$L__BB3_364;
+$L__BB3_363:
+	cvt.u32.u64 	%r1176, %rd355;
+	cvt.u32.u64 	%r1177, %rd1196;
+	rem.u32 	%r1178, %r1177, %r1176;
+	cvt.u64.u32 	%rd1193, %r1178;
+$L__BB3_364:
+	shr.u64 	%rd953, %rd355, 63;
+	add.s64 	%rd954, %rd355, %rd953;
+	shr.s64 	%rd359, %rd954, 1;
+	or.b64  	%rd955, %rd1193, %rd359;
+	and.b64  	%rd956, %rd955, -4294967296;
+	setp.eq.s64 	%p275, %rd956, 0;
+	@%p275 bra 	$L__BB3_366;
+	div.s64 	%rd1194, %rd1193, %rd359;
+	mul.lo.s64 	%rd957, %rd1194, %rd359;
+	sub.s64 	%rd1195, %rd1193, %rd957;
+	bra.uni 	$L__BB3_367;
+$L__BB3_366:
+	cvt.u32.u64 	%r1179, %rd359;
+	cvt.u32.u64 	%r1180, %rd1193;
+	div.u32 	%r1181, %r1180, %r1179;
+	mul.lo.s32 	%r1182, %r1181, %r1179;
+	sub.s32 	%r1183, %r1180, %r1182;
+	cvt.u64.u32 	%rd1194, %r1181;
+	cvt.u64.u32 	%rd1195, %r1183;
+$L__BB3_367:
+	shl.b64 	%rd958, %rd1195, 1;
+	sub.s64 	%rd959, %rd1196, %rd1193;
+	add.s64 	%rd960, %rd959, %rd958;
+	add.s64 	%rd1196, %rd960, %rd1194;
+$L__BB3_368:
+	ld.param.u64 	%rd961, [%rd9+24];
+	mul.lo.s64 	%rd962, %rd961, %rd1196;
+	ld.param.u64 	%rd963, [%rd9+40];
+	add.s64 	%rd964, %rd963, %rd353;
+	add.s64 	%rd965, %rd964, %rd962;
+	shl.b64 	%rd966, %rd965, 2;
+	add.s64 	%rd368, %rd21, %rd966;
+	add.s64 	%rd967, %rd20, %rd966;
+	and.b64  	%rd968, %rd967, 3;
+	setp.eq.s64 	%p276, %rd968, 0;
+	@%p276 bra 	$L__BB3_370;
+	ld.global.u8 	%r1184, [%rd368];
+	ld.global.u8 	%r1185, [%rd368+1];
+	prmt.b32 	%r1186, %r1185, %r1184, 30212;
+	ld.global.u8 	%r1187, [%rd368+2];
+	prmt.b32 	%r1188, %r1187, %r1186, 28756;
+	ld.global.u8 	%r1189, [%rd368+3];
+	prmt.b32 	%r1333, %r1189, %r1188, 1620;
+	bra.uni 	$L__BB3_371;
+$L__BB3_370:
+	ld.global.u32 	%r1333, [%rd368];
+$L__BB3_371:
+	mov.b32 	%f684, %r1333;
+	div.rn.f32 	%f685, %f684, %f3;
+	mov.f32 	%f686, 0fC3E00000;
+	max.f32 	%f687, %f685, %f686;
+	mov.f32 	%f688, 0f43E00000;
+	min.f32 	%f683, %f687, %f688;
+	mov.f32 	%f689, 0f00000000;
+	div.rn.f32 	%f690, %f689, %f3;
+	max.f32 	%f691, %f690, %f686;
+	min.f32 	%f682, %f691, %f688;
+	setp.nan.f32 	%p277, %f685, %f685;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs83, %f682, %f683;
+	// end inline asm
+	selp.b16 	%rs84, 127, %rs83, %p277;
+	ld.param.u64 	%rd969, [%rd9];
+	mul.lo.s64 	%rd970, %rd969, %rd352;
+	add.s64 	%rd971, %rd970, %rd353;
+	add.s64 	%rd972, %rd22, %rd971;
+	st.global.u8 	[%rd972], %rs84;
+$L__BB3_372:
+	setp.eq.s32 	%p278, %r1169, 0;
+	@%p278 bra 	$L__BB3_403;
+	and.b32  	%r1195, %r1335, 127;
+	cvt.u64.u32 	%rd973, %r1195;
+	add.s64 	%rd369, %rd19, %rd973;
+$L__BB3_374:
+	shr.u32 	%r1196, %r1335, 7;
+	cvt.u64.u32 	%rd974, %r1196;
+	add.s64 	%rd370, %rd18, %rd974;
+	setp.ge.s64 	%p279, %rd370, %rd351;
+	@%p279 bra 	$L__BB3_388;
+	ld.param.u64 	%rd975, [%rd9];
+	setp.ge.s64 	%p280, %rd369, %rd975;
+	@%p280 bra 	$L__BB3_388;
+	ld.param.u64 	%rd976, [%rd9+32];
+	add.s64 	%rd1200, %rd976, %rd370;
+	ld.param.u64 	%rd372, [%rd9+48];
+	setp.eq.s64 	%p281, %rd372, 0;
+	@%p281 bra 	$L__BB3_384;
+	or.b64  	%rd977, %rd1200, %rd372;
+	and.b64  	%rd978, %rd977, -4294967296;
+	setp.eq.s64 	%p282, %rd978, 0;
+	@%p282 bra 	$L__BB3_379;
+	rem.s64 	%rd1197, %rd1200, %rd372;
+	bra.uni 	$L__BB3_380;
+$L__BB3_379:
+	cvt.u32.u64 	%r1197, %rd372;
+	cvt.u32.u64 	%r1198, %rd1200;
+	rem.u32 	%r1199, %r1198, %r1197;
+	cvt.u64.u32 	%rd1197, %r1199;
+$L__BB3_380:
+	shr.u64 	%rd979, %rd372, 63;
+	add.s64 	%rd980, %rd372, %rd979;
+	shr.s64 	%rd376, %rd980, 1;
+	or.b64  	%rd981, %rd1197, %rd376;
+	and.b64  	%rd982, %rd981, -4294967296;
+	setp.eq.s64 	%p283, %rd982, 0;
+	@%p283 bra 	$L__BB3_382;
+	div.s64 	%rd1198, %rd1197, %rd376;
+	mul.lo.s64 	%rd983, %rd1198, %rd376;
+	sub.s64 	%rd1199, %rd1197, %rd983;
+	bra.uni 	$L__BB3_383;
+$L__BB3_382:
+	cvt.u32.u64 	%r1200, %rd376;
+	cvt.u32.u64 	%r1201, %rd1197;
+	div.u32 	%r1202, %r1201, %r1200;
+	mul.lo.s32 	%r1203, %r1202, %r1200;
+	sub.s32 	%r1204, %r1201, %r1203;
+	cvt.u64.u32 	%rd1198, %r1202;
+	cvt.u64.u32 	%rd1199, %r1204;
+$L__BB3_383:
+	shl.b64 	%rd984, %rd1199, 1;
+	sub.s64 	%rd985, %rd1200, %rd1197;
+	add.s64 	%rd986, %rd985, %rd984;
+	add.s64 	%rd1200, %rd986, %rd1198;
+$L__BB3_384:
+	ld.param.u64 	%rd987, [%rd9+24];
+	mul.lo.s64 	%rd988, %rd987, %rd1200;
+	ld.param.u64 	%rd989, [%rd9+40];
+	add.s64 	%rd990, %rd989, %rd369;
+	add.s64 	%rd991, %rd990, %rd988;
+	shl.b64 	%rd992, %rd991, 2;
+	add.s64 	%rd385, %rd21, %rd992;
+	add.s64 	%rd993, %rd20, %rd992;
+	and.b64  	%rd994, %rd993, 3;
+	setp.eq.s64 	%p284, %rd994, 0;
+	@%p284 bra 	$L__BB3_386;
+	ld.global.u8 	%r1205, [%rd385];
+	ld.global.u8 	%r1206, [%rd385+1];
+	prmt.b32 	%r1207, %r1206, %r1205, 30212;
+	ld.global.u8 	%r1208, [%rd385+2];
+	prmt.b32 	%r1209, %r1208, %r1207, 28756;
+	ld.global.u8 	%r1210, [%rd385+3];
+	prmt.b32 	%r1336, %r1210, %r1209, 1620;
+	bra.uni 	$L__BB3_387;
+$L__BB3_386:
+	ld.global.u32 	%r1336, [%rd385];
+$L__BB3_387:
+	mov.b32 	%f694, %r1336;
+	div.rn.f32 	%f695, %f694, %f3;
+	mov.f32 	%f696, 0fC3E00000;
+	max.f32 	%f697, %f695, %f696;
+	mov.f32 	%f698, 0f43E00000;
+	min.f32 	%f693, %f697, %f698;
+	mov.f32 	%f699, 0f00000000;
+	div.rn.f32 	%f700, %f699, %f3;
+	max.f32 	%f701, %f700, %f696;
+	min.f32 	%f692, %f701, %f698;
+	setp.nan.f32 	%p285, %f695, %f695;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs85, %f692, %f693;
+	// end inline asm
+	selp.b16 	%rs86, 127, %rs85, %p285;
+	ld.param.u64 	%rd995, [%rd9];
+	mul.lo.s64 	%rd996, %rd995, %rd370;
+	add.s64 	%rd997, %rd996, %rd369;
+	add.s64 	%rd998, %rd22, %rd997;
+	st.global.u8 	[%rd998], %rs86;
+$L__BB3_388:
+	add.s32 	%r1211, %r1335, 256;
+	shr.u32 	%r1212, %r1211, 7;
+	cvt.u64.u32 	%rd999, %r1212;
+	add.s64 	%rd386, %rd18, %rd999;
+	setp.ge.s64 	%p286, %rd386, %rd351;
+	@%p286 bra 	$L__BB3_402;
+	ld.param.u64 	%rd1000, [%rd9];
+	setp.ge.s64 	%p287, %rd369, %rd1000;
+	@%p287 bra 	$L__BB3_402;
+	ld.param.u64 	%rd1001, [%rd9+32];
+	add.s64 	%rd1204, %rd1001, %rd386;
+	ld.param.u64 	%rd388, [%rd9+48];
+	setp.eq.s64 	%p288, %rd388, 0;
+	@%p288 bra 	$L__BB3_398;
+	or.b64  	%rd1002, %rd1204, %rd388;
+	and.b64  	%rd1003, %rd1002, -4294967296;
+	setp.eq.s64 	%p289, %rd1003, 0;
+	@%p289 bra 	$L__BB3_393;
+	rem.s64 	%rd1201, %rd1204, %rd388;
+	bra.uni 	$L__BB3_394;
+$L__BB3_393:
+	cvt.u32.u64 	%r1213, %rd388;
+	cvt.u32.u64 	%r1214, %rd1204;
+	rem.u32 	%r1215, %r1214, %r1213;
+	cvt.u64.u32 	%rd1201, %r1215;
+$L__BB3_394:
+	shr.u64 	%rd1004, %rd388, 63;
+	add.s64 	%rd1005, %rd388, %rd1004;
+	shr.s64 	%rd392, %rd1005, 1;
+	or.b64  	%rd1006, %rd1201, %rd392;
+	and.b64  	%rd1007, %rd1006, -4294967296;
+	setp.eq.s64 	%p290, %rd1007, 0;
+	@%p290 bra 	$L__BB3_396;
+	div.s64 	%rd1202, %rd1201, %rd392;
+	mul.lo.s64 	%rd1008, %rd1202, %rd392;
+	sub.s64 	%rd1203, %rd1201, %rd1008;
+	bra.uni 	$L__BB3_397;
+$L__BB3_396:
+	cvt.u32.u64 	%r1216, %rd392;
+	cvt.u32.u64 	%r1217, %rd1201;
+	div.u32 	%r1218, %r1217, %r1216;
+	mul.lo.s32 	%r1219, %r1218, %r1216;
+	sub.s32 	%r1220, %r1217, %r1219;
+	cvt.u64.u32 	%rd1202, %r1218;
+	cvt.u64.u32 	%rd1203, %r1220;
+$L__BB3_397:
+	shl.b64 	%rd1009, %rd1203, 1;
+	sub.s64 	%rd1010, %rd1204, %rd1201;
+	add.s64 	%rd1011, %rd1010, %rd1009;
+	add.s64 	%rd1204, %rd1011, %rd1202;
+$L__BB3_398:
+	ld.param.u64 	%rd1012, [%rd9+24];
+	mul.lo.s64 	%rd1013, %rd1012, %rd1204;
+	ld.param.u64 	%rd1014, [%rd9+40];
+	add.s64 	%rd1015, %rd1014, %rd369;
+	add.s64 	%rd1016, %rd1015, %rd1013;
+	shl.b64 	%rd1017, %rd1016, 2;
+	add.s64 	%rd401, %rd21, %rd1017;
+	add.s64 	%rd1018, %rd20, %rd1017;
+	and.b64  	%rd1019, %rd1018, 3;
+	setp.eq.s64 	%p291, %rd1019, 0;
+	@%p291 bra 	$L__BB3_400;
+	ld.global.u8 	%r1221, [%rd401];
+	ld.global.u8 	%r1222, [%rd401+1];
+	prmt.b32 	%r1223, %r1222, %r1221, 30212;
+	ld.global.u8 	%r1224, [%rd401+2];
+	prmt.b32 	%r1225, %r1224, %r1223, 28756;
+	ld.global.u8 	%r1226, [%rd401+3];
+	prmt.b32 	%r1337, %r1226, %r1225, 1620;
+	bra.uni 	$L__BB3_401;
+$L__BB3_400:
+	ld.global.u32 	%r1337, [%rd401];
+$L__BB3_401:
+	mov.b32 	%f704, %r1337;
+	div.rn.f32 	%f705, %f704, %f3;
+	mov.f32 	%f706, 0fC3E00000;
+	max.f32 	%f707, %f705, %f706;
+	mov.f32 	%f708, 0f43E00000;
+	min.f32 	%f703, %f707, %f708;
+	mov.f32 	%f709, 0f00000000;
+	div.rn.f32 	%f710, %f709, %f3;
+	max.f32 	%f711, %f710, %f706;
+	min.f32 	%f702, %f711, %f708;
+	setp.nan.f32 	%p292, %f705, %f705;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs87, %f702, %f703;
+	// end inline asm
+	selp.b16 	%rs88, 127, %rs87, %p292;
+	ld.param.u64 	%rd1020, [%rd9];
+	mul.lo.s64 	%rd1021, %rd1020, %rd386;
+	add.s64 	%rd1022, %rd1021, %rd369;
+	add.s64 	%rd1023, %rd22, %rd1022;
+	st.global.u8 	[%rd1023], %rs88;
+$L__BB3_402:
+	add.s32 	%r1335, %r1335, 512;
+	setp.lt.u32 	%p293, %r1335, 16384;
+	@%p293 bra 	$L__BB3_374;
+$L__BB3_403:
+	ld.param.u64 	%rd1032, [ws_fp8_block_batch_f32_param_0];
+	mov.u32 	%r1227, %nctaid.x;
+	cvt.u64.u32 	%rd1024, %r1227;
+	add.s64 	%rd1113, %rd1113, %rd1024;
+	setp.lt.u64 	%p294, %rd1113, %rd1032;
+	@%p294 bra 	$L__BB3_1;
+$L__BB3_404:
+	ret;
+}
 	// .globl	ws_fp8_rows
 .visible .entry ws_fp8_rows(
 	.param .align 8 .b8 ws_fp8_rows_param_0[96]
@@ -6811,36 +13800,36 @@ $L__BB1_339:
 	ld.param.u32 	%r47, [ws_fp8_rows_param_0+40];
 	setp.eq.s32 	%p1, %r47, 1;
 	ld.param.u64 	%rd2, [ws_fp8_rows_param_0+56];
-	@%p1 bra 	$L__BB2_64;
-	bra.uni 	$L__BB2_1;
-$L__BB2_64:
+	@%p1 bra 	$L__BB4_64;
+	bra.uni 	$L__BB4_1;
+$L__BB4_64:
 	and.b64  	%rd254, %rd2, 7;
 	ld.param.u64 	%rd74, [%rd1+-40];
 	and.b64  	%rd255, %rd74, 15;
 	or.b64  	%rd256, %rd255, %rd254;
 	setp.ne.s64 	%p76, %rd256, 0;
 	mov.u16 	%rs58, 0;
-	@%p76 bra 	$L__BB2_68;
+	@%p76 bra 	$L__BB4_68;
 	ld.param.u8 	%rs39, [%rd1+32];
 	and.b16  	%rs40, %rs39, 7;
 	setp.ne.s16 	%p77, %rs40, 0;
-	@%p77 bra 	$L__BB2_68;
+	@%p77 bra 	$L__BB4_68;
 	ld.param.u8 	%rs42, [%rd1+-8];
 	and.b16  	%rs43, %rs42, 7;
 	setp.ne.s16 	%p78, %rs43, 0;
-	@%p78 bra 	$L__BB2_68;
+	@%p78 bra 	$L__BB4_68;
 	ld.param.u8 	%rs44, [%rd1+-32];
 	and.b16  	%rs45, %rs44, 7;
 	setp.eq.s16 	%p79, %rs45, 0;
 	selp.u16 	%rs58, 1, 0, %p79;
-$L__BB2_68:
+$L__BB4_68:
 	ld.param.u64 	%rd75, [%rd1+16];
 	ld.param.u64 	%rd76, [%rd1+-32];
 	mov.u32 	%r412, %ctaid.x;
 	cvt.u64.u32 	%rd325, %r412;
 	ld.param.u64 	%rd78, [%rd1+-16];
 	setp.le.s64 	%p80, %rd78, %rd325;
-	@%p80 bra 	$L__BB2_121;
+	@%p80 bra 	$L__BB4_121;
 	ld.param.u64 	%rd79, [%rd1+24];
 	mov.u32 	%r413, %tid.x;
 	cvt.u64.u32 	%rd80, %r413;
@@ -6856,52 +13845,52 @@ $L__BB2_68:
 	cvt.u32.u64 	%r414, %rd83;
 	cvt.u32.u64 	%r417, %rd84;
 	cvta.to.global.u64 	%rd280, %rd85;
-$L__BB2_70:
+$L__BB4_70:
 	add.s64 	%rd329, %rd79, %rd325;
 	setp.eq.s64 	%p81, %rd83, 0;
-	@%p81 bra 	$L__BB2_78;
+	@%p81 bra 	$L__BB4_78;
 	or.b64  	%rd259, %rd329, %rd83;
 	and.b64  	%rd260, %rd259, -4294967296;
 	setp.eq.s64 	%p82, %rd260, 0;
-	@%p82 bra 	$L__BB2_73;
+	@%p82 bra 	$L__BB4_73;
 	rem.s64 	%rd326, %rd329, %rd83;
-	bra.uni 	$L__BB2_74;
-$L__BB2_73:
+	bra.uni 	$L__BB4_74;
+$L__BB4_73:
 	cvt.u32.u64 	%r415, %rd329;
 	rem.u32 	%r416, %r415, %r414;
 	cvt.u64.u32 	%rd326, %r416;
-$L__BB2_74:
+$L__BB4_74:
 	or.b64  	%rd261, %rd326, %rd84;
 	and.b64  	%rd262, %rd261, -4294967296;
 	setp.eq.s64 	%p83, %rd262, 0;
-	@%p83 bra 	$L__BB2_76;
+	@%p83 bra 	$L__BB4_76;
 	div.s64 	%rd327, %rd326, %rd84;
 	mul.lo.s64 	%rd263, %rd327, %rd84;
 	sub.s64 	%rd328, %rd326, %rd263;
-	bra.uni 	$L__BB2_77;
-$L__BB2_76:
+	bra.uni 	$L__BB4_77;
+$L__BB4_76:
 	cvt.u32.u64 	%r418, %rd326;
 	div.u32 	%r419, %r418, %r417;
 	mul.lo.s32 	%r420, %r419, %r417;
 	sub.s32 	%r421, %r418, %r420;
 	cvt.u64.u32 	%rd327, %r419;
 	cvt.u64.u32 	%rd328, %r421;
-$L__BB2_77:
+$L__BB4_77:
 	shl.b64 	%rd264, %rd328, 1;
 	sub.s64 	%rd265, %rd329, %rd326;
 	add.s64 	%rd266, %rd265, %rd264;
 	add.s64 	%rd329, %rd266, %rd327;
-$L__BB2_78:
+$L__BB4_78:
 	setp.eq.s64 	%p84, %rd256, 0;
 	mul.lo.s64 	%rd101, %rd329, %rd75;
 	add.s64 	%rd102, %rd101, %rd75;
-	@%p84 bra 	$L__BB2_85;
+	@%p84 bra 	$L__BB4_85;
 	add.s64 	%rd330, %rd101, %rd80;
 	setp.ge.u64 	%p85, %rd330, %rd102;
 	mov.u32 	%r770, 0;
-	@%p85 bra 	$L__BB2_93;
+	@%p85 bra 	$L__BB4_93;
 	mov.u32 	%r770, 0;
-$L__BB2_81:
+$L__BB4_81:
 	shl.b64 	%rd270, %rd330, 1;
 	add.s64 	%rd105, %rd82, %rd270;
 	add.s64 	%rd271, %rd81, %rd270;
@@ -6910,30 +13899,30 @@ $L__BB2_81:
 	mov.pred 	%p87, 0;
 	xor.pred  	%p88, %p86, %p87;
 	not.pred 	%p89, %p88;
-	@%p89 bra 	$L__BB2_83;
-	bra.uni 	$L__BB2_82;
-$L__BB2_83:
+	@%p89 bra 	$L__BB4_83;
+	bra.uni 	$L__BB4_82;
+$L__BB4_83:
 	ld.global.u16 	%r766, [%rd105];
-	bra.uni 	$L__BB2_84;
-$L__BB2_82:
+	bra.uni 	$L__BB4_84;
+$L__BB4_82:
 	ld.global.u8 	%r424, [%rd105];
 	ld.global.u8 	%r425, [%rd105+1];
 	prmt.b32 	%r766, %r425, %r424, 30212;
-$L__BB2_84:
+$L__BB4_84:
 	shl.b32 	%r426, %r766, 16;
 	and.b32  	%r427, %r426, 2147418112;
 	max.u32 	%r770, %r770, %r427;
 	add.s64 	%rd330, %rd330, 256;
 	setp.lt.u64 	%p90, %rd330, %rd102;
-	@%p90 bra 	$L__BB2_81;
-	bra.uni 	$L__BB2_93;
-$L__BB2_85:
+	@%p90 bra 	$L__BB4_81;
+	bra.uni 	$L__BB4_93;
+$L__BB4_85:
 	shr.u64 	%rd107, %rd101, 3;
 	add.s64 	%rd333, %rd107, %rd80;
 	shr.u64 	%rd109, %rd102, 3;
 	setp.ge.u64 	%p91, %rd333, %rd109;
 	mov.u32 	%r770, 0;
-	@%p91 bra 	$L__BB2_93;
+	@%p91 bra 	$L__BB4_93;
 	not.b64 	%rd273, %rd80;
 	add.s64 	%rd274, %rd109, %rd273;
 	sub.s64 	%rd275, %rd274, %rd107;
@@ -6942,10 +13931,10 @@ $L__BB2_85:
 	and.b64  	%rd111, %rd110, 3;
 	setp.lt.u64 	%p92, %rd275, 768;
 	mov.u32 	%r770, 0;
-	@%p92 bra 	$L__BB2_89;
+	@%p92 bra 	$L__BB4_89;
 	sub.s64 	%rd332, %rd110, %rd111;
 	mov.u32 	%r770, 0;
-$L__BB2_88:
+$L__BB4_88:
 	shl.b64 	%rd277, %rd333, 4;
 	add.s64 	%rd278, %rd82, %rd277;
 	ld.global.v4.u32 	{%r432, %r433, %r434, %r435}, [%rd278];
@@ -7043,10 +14032,10 @@ $L__BB2_88:
 	add.s64 	%rd333, %rd333, 1024;
 	add.s64 	%rd332, %rd332, -4;
 	setp.ne.s64 	%p93, %rd332, 0;
-	@%p93 bra 	$L__BB2_88;
-$L__BB2_89:
+	@%p93 bra 	$L__BB4_88;
+$L__BB4_89:
 	setp.eq.s64 	%p94, %rd111, 0;
-	@%p94 bra 	$L__BB2_93;
+	@%p94 bra 	$L__BB4_93;
 	shl.b64 	%rd279, %rd333, 4;
 	add.s64 	%rd118, %rd82, %rd279;
 	ld.global.v4.u32 	{%r551, %r552, %r553, %r554}, [%rd118];
@@ -7073,7 +14062,7 @@ $L__BB2_89:
 	shl.b32 	%r579, %r578, 16;
 	max.u32 	%r770, %r770, %r579;
 	setp.eq.s64 	%p95, %rd111, 1;
-	@%p95 bra 	$L__BB2_93;
+	@%p95 bra 	$L__BB4_93;
 	ld.global.v4.u32 	{%r580, %r581, %r582, %r583}, [%rd118+4096];
 	and.b32  	%r588, %r580, 2147450879;
 	and.b32  	%r589, %r581, 2147450879;
@@ -7098,7 +14087,7 @@ $L__BB2_89:
 	shl.b32 	%r608, %r607, 16;
 	max.u32 	%r770, %r770, %r608;
 	setp.eq.s64 	%p96, %rd111, 2;
-	@%p96 bra 	$L__BB2_93;
+	@%p96 bra 	$L__BB4_93;
 	ld.global.v4.u32 	{%r609, %r610, %r611, %r612}, [%rd118+8192];
 	and.b32  	%r617, %r609, 2147450879;
 	and.b32  	%r618, %r610, 2147450879;
@@ -7122,18 +14111,18 @@ $L__BB2_89:
 	max.u32 	%r636, %r633, %r635;
 	shl.b32 	%r637, %r636, 16;
 	max.u32 	%r770, %r770, %r637;
-$L__BB2_93:
+$L__BB4_93:
 	and.b32  	%r639, %r413, 31;
 	setp.ne.s32 	%p97, %r639, 0;
 	mov.u32 	%r640, -1;
 	redux.sync.max.u32 %r37, %r770, %r640;
-	@%p97 bra 	$L__BB2_95;
+	@%p97 bra 	$L__BB4_95;
 	shr.u32 	%r642, %r413, 3;
 	and.b32  	%r643, %r642, 536870908;
 	mov.u32 	%r644, _ZZ7ws_rowsILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red;
 	add.s32 	%r645, %r644, %r643;
 	st.shared.u32 	[%r645], %r37;
-$L__BB2_95:
+$L__BB4_95:
 	bar.sync 	0;
 	ld.shared.u32 	%r647, [_ZZ7ws_rowsILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red+4];
 	ld.shared.u32 	%r648, [_ZZ7ws_rowsILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red];
@@ -7153,38 +14142,38 @@ $L__BB2_95:
 	bar.sync 	0;
 	setp.gt.u32 	%p98, %r38, 2139095040;
 	mov.u32 	%r771, 2143289344;
-	@%p98 bra 	$L__BB2_97;
+	@%p98 bra 	$L__BB4_97;
 	mov.b32 	%f221, %r38;
 	mov.f32 	%f222, 0f43E00000;
 	div.rn.f32 	%f223, %f221, %f222;
 	mov.b32 	%r661, %f223;
 	setp.eq.s32 	%p99, %r661, 0;
 	selp.b32 	%r771, 1065353216, %r661, %p99;
-$L__BB2_97:
+$L__BB4_97:
 	cvt.u32.u64 	%r662, %rd80;
 	setp.ne.s32 	%p100, %r662, 0;
 	mov.b32 	%f3, %r771;
-	@%p100 bra 	$L__BB2_99;
+	@%p100 bra 	$L__BB4_99;
 	shl.b64 	%rd281, %rd325, 2;
 	add.s64 	%rd282, %rd280, %rd281;
 	st.global.u32 	[%rd282], %r771;
-$L__BB2_99:
+$L__BB4_99:
 	add.s64 	%rd119, %rd86, %rd101;
 	mul.lo.s64 	%rd120, %rd87, %rd325;
 	add.s32 	%r663, %r771, -226492416;
 	setp.gt.u32 	%p101, %r663, 1677721600;
-	@%p101 bra 	$L__BB2_110;
-	bra.uni 	$L__BB2_100;
-$L__BB2_110:
+	@%p101 bra 	$L__BB4_110;
+	bra.uni 	$L__BB4_100;
+$L__BB4_110:
 	setp.eq.s16 	%p111, %rs58, 0;
 	shl.b64 	%rd134, %rd119, 1;
-	@%p111 bra 	$L__BB2_114;
+	@%p111 bra 	$L__BB4_114;
 	shr.u64 	%rd135, %rd87, 3;
 	setp.le.u64 	%p112, %rd135, %rd80;
-	@%p112 bra 	$L__BB2_120;
+	@%p112 bra 	$L__BB4_120;
 	cvta.to.global.u64 	%rd136, %rd76;
 	mov.u64 	%rd338, %rd80;
-$L__BB2_113:
+$L__BB4_113:
 	shl.b64 	%rd297, %rd338, 4;
 	add.s64 	%rd298, %rd297, %rd134;
 	add.s64 	%rd296, %rd81, %rd298;
@@ -7291,16 +14280,16 @@ $L__BB2_113:
 	st.global.v2.u32 	[%rd301], {%r751, %r750};
 	add.s64 	%rd338, %rd338, 256;
 	setp.lt.u64 	%p121, %rd338, %rd135;
-	@%p121 bra 	$L__BB2_113;
-	bra.uni 	$L__BB2_120;
-$L__BB2_100:
+	@%p121 bra 	$L__BB4_113;
+	bra.uni 	$L__BB4_120;
+$L__BB4_100:
 	setp.eq.s16 	%p102, %rs58, 0;
 	rcp.rn.f32 	%f4, %f3;
 	shl.b64 	%rd121, %rd119, 1;
-	@%p102 bra 	$L__BB2_104;
+	@%p102 bra 	$L__BB4_104;
 	shr.u64 	%rd122, %rd87, 3;
 	setp.le.u64 	%p103, %rd122, %rd80;
-	@%p103 bra 	$L__BB2_120;
+	@%p103 bra 	$L__BB4_120;
 	shl.b64 	%rd283, %rd80, 4;
 	add.s64 	%rd284, %rd81, %rd283;
 	add.s64 	%rd335, %rd284, %rd121;
@@ -7309,7 +14298,7 @@ $L__BB2_100:
 	add.s64 	%rd287, %rd286, %rd285;
 	add.s64 	%rd334, %rd287, %rd120;
 	mov.u64 	%rd336, %rd80;
-$L__BB2_103:
+$L__BB4_103:
 	// begin inline asm
 	ld.global.cs.v4.u32 {%r664,%r665,%r666,%r667}, [%rd335];
 	// end inline asm
@@ -7412,14 +14401,14 @@ $L__BB2_103:
 	add.s64 	%rd334, %rd334, 2048;
 	add.s64 	%rd336, %rd336, 256;
 	setp.lt.u64 	%p104, %rd336, %rd122;
-	@%p104 bra 	$L__BB2_103;
-	bra.uni 	$L__BB2_120;
-$L__BB2_114:
+	@%p104 bra 	$L__BB4_103;
+	bra.uni 	$L__BB4_120;
+$L__BB4_114:
 	setp.le.u64 	%p122, %rd87, %rd80;
-	@%p122 bra 	$L__BB2_120;
+	@%p122 bra 	$L__BB4_120;
 	cvta.to.global.u64 	%rd139, %rd76;
 	mov.u64 	%rd339, %rd80;
-$L__BB2_116:
+$L__BB4_116:
 	shl.b64 	%rd302, %rd339, 1;
 	add.s64 	%rd303, %rd302, %rd134;
 	add.s64 	%rd141, %rd82, %rd303;
@@ -7429,16 +14418,16 @@ $L__BB2_116:
 	mov.pred 	%p124, 0;
 	xor.pred  	%p125, %p123, %p124;
 	not.pred 	%p126, %p125;
-	@%p126 bra 	$L__BB2_118;
-	bra.uni 	$L__BB2_117;
-$L__BB2_118:
+	@%p126 bra 	$L__BB4_118;
+	bra.uni 	$L__BB4_117;
+$L__BB4_118:
 	ld.global.u16 	%r773, [%rd141];
-	bra.uni 	$L__BB2_119;
-$L__BB2_117:
+	bra.uni 	$L__BB4_119;
+$L__BB4_117:
 	ld.global.u8 	%r752, [%rd141];
 	ld.global.u8 	%r753, [%rd141+1];
 	prmt.b32 	%r773, %r753, %r752, 30212;
-$L__BB2_119:
+$L__BB4_119:
 	shl.b32 	%r754, %r773, 16;
 	mov.b32 	%f319, %r754;
 	div.rn.f32 	%f320, %f319, %f3;
@@ -7460,13 +14449,13 @@ $L__BB2_119:
 	st.global.u8 	[%rd307], %rs56;
 	add.s64 	%rd339, %rd339, 256;
 	setp.lt.u64 	%p128, %rd339, %rd87;
-	@%p128 bra 	$L__BB2_116;
-	bra.uni 	$L__BB2_120;
-$L__BB2_104:
+	@%p128 bra 	$L__BB4_116;
+	bra.uni 	$L__BB4_120;
+$L__BB4_104:
 	setp.le.u64 	%p105, %rd87, %rd80;
-	@%p105 bra 	$L__BB2_120;
+	@%p105 bra 	$L__BB4_120;
 	mov.u64 	%rd337, %rd80;
-$L__BB2_106:
+$L__BB4_106:
 	shl.b64 	%rd289, %rd337, 1;
 	add.s64 	%rd290, %rd289, %rd121;
 	add.s64 	%rd132, %rd82, %rd290;
@@ -7476,16 +14465,16 @@ $L__BB2_106:
 	mov.pred 	%p107, 0;
 	xor.pred  	%p108, %p106, %p107;
 	not.pred 	%p109, %p108;
-	@%p109 bra 	$L__BB2_108;
-	bra.uni 	$L__BB2_107;
-$L__BB2_108:
+	@%p109 bra 	$L__BB4_108;
+	bra.uni 	$L__BB4_107;
+$L__BB4_108:
 	ld.global.u16 	%r772, [%rd132];
-	bra.uni 	$L__BB2_109;
-$L__BB2_107:
+	bra.uni 	$L__BB4_109;
+$L__BB4_107:
 	ld.global.u8 	%r702, [%rd132];
 	ld.global.u8 	%r703, [%rd132+1];
 	prmt.b32 	%r772, %r703, %r702, 30212;
-$L__BB2_109:
+$L__BB4_109:
 	shl.b32 	%r704, %r772, 16;
 	mov.b32 	%f274, %r704;
 	mul.rn.f32 	%f275, %f274, %f4;
@@ -7510,35 +14499,35 @@ $L__BB2_109:
 	st.global.u8 	[%rd295], %rs50;
 	add.s64 	%rd337, %rd337, 256;
 	setp.lt.u64 	%p110, %rd337, %rd87;
-	@%p110 bra 	$L__BB2_106;
-$L__BB2_120:
+	@%p110 bra 	$L__BB4_106;
+$L__BB4_120:
 	mov.u32 	%r755, %nctaid.x;
 	cvt.u64.u32 	%rd308, %r755;
 	add.s64 	%rd325, %rd325, %rd308;
 	setp.lt.s64 	%p129, %rd325, %rd78;
-	@%p129 bra 	$L__BB2_70;
-	bra.uni 	$L__BB2_121;
-$L__BB2_1:
+	@%p129 bra 	$L__BB4_70;
+	bra.uni 	$L__BB4_121;
+$L__BB4_1:
 	and.b64  	%rd146, %rd2, 3;
 	ld.param.u64 	%rd3, [%rd1+-40];
 	and.b64  	%rd147, %rd3, 15;
 	or.b64  	%rd148, %rd147, %rd146;
 	setp.ne.s64 	%p2, %rd148, 0;
 	mov.u16 	%rs57, 0;
-	@%p2 bra 	$L__BB2_5;
+	@%p2 bra 	$L__BB4_5;
 	ld.param.u8 	%rs7, [%rd1+32];
 	and.b16  	%rs8, %rs7, 3;
 	setp.ne.s16 	%p3, %rs8, 0;
-	@%p3 bra 	$L__BB2_5;
+	@%p3 bra 	$L__BB4_5;
 	ld.param.u8 	%rs10, [%rd1+-8];
 	and.b16  	%rs11, %rs10, 3;
 	setp.ne.s16 	%p4, %rs11, 0;
-	@%p4 bra 	$L__BB2_5;
+	@%p4 bra 	$L__BB4_5;
 	ld.param.u8 	%rs12, [%rd1+-32];
 	and.b16  	%rs13, %rs12, 3;
 	setp.eq.s16 	%p5, %rs13, 0;
 	selp.u16 	%rs57, 1, 0, %p5;
-$L__BB2_5:
+$L__BB4_5:
 	ld.param.u64 	%rd4, [%rd1+16];
 	ld.param.u64 	%rd149, [%rd1+-32];
 	cvta.to.global.u64 	%rd5, %rd149;
@@ -7546,7 +14535,7 @@ $L__BB2_5:
 	cvt.u64.u32 	%rd310, %r48;
 	ld.param.u64 	%rd7, [%rd1+-16];
 	setp.le.s64 	%p6, %rd7, %rd310;
-	@%p6 bra 	$L__BB2_121;
+	@%p6 bra 	$L__BB4_121;
 	ld.param.u64 	%rd8, [%rd1+24];
 	mov.u32 	%r49, %tid.x;
 	cvt.u64.u32 	%rd9, %r49;
@@ -7561,59 +14550,59 @@ $L__BB2_5:
 	cvt.u32.u64 	%r50, %rd11;
 	cvt.u32.u64 	%r53, %rd12;
 	cvta.to.global.u64 	%rd174, %rd13;
-$L__BB2_7:
+$L__BB4_7:
 	add.s64 	%rd314, %rd8, %rd310;
 	setp.eq.s64 	%p7, %rd11, 0;
-	@%p7 bra 	$L__BB2_15;
+	@%p7 bra 	$L__BB4_15;
 	or.b64  	%rd152, %rd314, %rd11;
 	and.b64  	%rd153, %rd152, -4294967296;
 	setp.eq.s64 	%p8, %rd153, 0;
-	@%p8 bra 	$L__BB2_10;
+	@%p8 bra 	$L__BB4_10;
 	rem.s64 	%rd311, %rd314, %rd11;
-	bra.uni 	$L__BB2_11;
-$L__BB2_10:
+	bra.uni 	$L__BB4_11;
+$L__BB4_10:
 	cvt.u32.u64 	%r51, %rd314;
 	rem.u32 	%r52, %r51, %r50;
 	cvt.u64.u32 	%rd311, %r52;
-$L__BB2_11:
+$L__BB4_11:
 	or.b64  	%rd154, %rd311, %rd12;
 	and.b64  	%rd155, %rd154, -4294967296;
 	setp.eq.s64 	%p9, %rd155, 0;
-	@%p9 bra 	$L__BB2_13;
+	@%p9 bra 	$L__BB4_13;
 	div.s64 	%rd312, %rd311, %rd12;
 	mul.lo.s64 	%rd156, %rd312, %rd12;
 	sub.s64 	%rd313, %rd311, %rd156;
-	bra.uni 	$L__BB2_14;
-$L__BB2_13:
+	bra.uni 	$L__BB4_14;
+$L__BB4_13:
 	cvt.u32.u64 	%r54, %rd311;
 	div.u32 	%r55, %r54, %r53;
 	mul.lo.s32 	%r56, %r55, %r53;
 	sub.s32 	%r57, %r54, %r56;
 	cvt.u64.u32 	%rd312, %r55;
 	cvt.u64.u32 	%rd313, %r57;
-$L__BB2_14:
+$L__BB4_14:
 	shl.b64 	%rd157, %rd313, 1;
 	sub.s64 	%rd158, %rd314, %rd311;
 	add.s64 	%rd159, %rd158, %rd157;
 	add.s64 	%rd314, %rd159, %rd312;
-$L__BB2_15:
+$L__BB4_15:
 	setp.eq.s64 	%p10, %rd148, 0;
 	mul.lo.s64 	%rd29, %rd314, %rd4;
 	add.s64 	%rd30, %rd29, %rd4;
-	@%p10 bra 	$L__BB2_22;
+	@%p10 bra 	$L__BB4_22;
 	add.s64 	%rd315, %rd29, %rd9;
 	setp.ge.u64 	%p11, %rd315, %rd30;
 	mov.u32 	%r761, 0;
-	@%p11 bra 	$L__BB2_30;
+	@%p11 bra 	$L__BB4_30;
 	cvta.to.global.u64 	%rd32, %rd10;
 	mov.u32 	%r761, 0;
-$L__BB2_18:
+$L__BB4_18:
 	shl.b64 	%rd163, %rd315, 2;
 	add.s64 	%rd34, %rd32, %rd163;
 	add.s64 	%rd164, %rd10, %rd163;
 	and.b64  	%rd165, %rd164, 3;
 	setp.eq.s64 	%p12, %rd165, 0;
-	@%p12 bra 	$L__BB2_20;
+	@%p12 bra 	$L__BB4_20;
 	ld.global.u8 	%r60, [%rd34];
 	ld.global.u8 	%r61, [%rd34+1];
 	prmt.b32 	%r62, %r61, %r60, 30212;
@@ -7621,23 +14610,23 @@ $L__BB2_18:
 	prmt.b32 	%r64, %r63, %r62, 28756;
 	ld.global.u8 	%r65, [%rd34+3];
 	prmt.b32 	%r757, %r65, %r64, 1620;
-	bra.uni 	$L__BB2_21;
-$L__BB2_20:
+	bra.uni 	$L__BB4_21;
+$L__BB4_20:
 	ld.global.u32 	%r757, [%rd34];
-$L__BB2_21:
+$L__BB4_21:
 	and.b32  	%r66, %r757, 2147483647;
 	max.u32 	%r761, %r761, %r66;
 	add.s64 	%rd315, %rd315, 256;
 	setp.lt.u64 	%p13, %rd315, %rd30;
-	@%p13 bra 	$L__BB2_18;
-	bra.uni 	$L__BB2_30;
-$L__BB2_22:
+	@%p13 bra 	$L__BB4_18;
+	bra.uni 	$L__BB4_30;
+$L__BB4_22:
 	shr.u64 	%rd36, %rd29, 2;
 	add.s64 	%rd318, %rd36, %rd9;
 	shr.u64 	%rd38, %rd30, 2;
 	setp.ge.u64 	%p14, %rd318, %rd38;
 	mov.u32 	%r761, 0;
-	@%p14 bra 	$L__BB2_30;
+	@%p14 bra 	$L__BB4_30;
 	not.b64 	%rd166, %rd9;
 	add.s64 	%rd167, %rd38, %rd166;
 	sub.s64 	%rd168, %rd167, %rd36;
@@ -7646,11 +14635,11 @@ $L__BB2_22:
 	and.b64  	%rd40, %rd39, 3;
 	setp.lt.u64 	%p15, %rd168, 768;
 	mov.u32 	%r761, 0;
-	@%p15 bra 	$L__BB2_26;
+	@%p15 bra 	$L__BB4_26;
 	sub.s64 	%rd317, %rd39, %rd40;
 	cvta.to.global.u64 	%rd42, %rd10;
 	mov.u32 	%r761, 0;
-$L__BB2_25:
+$L__BB4_25:
 	shl.b64 	%rd170, %rd318, 4;
 	add.s64 	%rd171, %rd42, %rd170;
 	ld.global.v4.u32 	{%r71, %r72, %r73, %r74}, [%rd171];
@@ -7692,10 +14681,10 @@ $L__BB2_25:
 	add.s64 	%rd318, %rd318, 1024;
 	add.s64 	%rd317, %rd317, -4;
 	setp.ne.s64 	%p16, %rd317, 0;
-	@%p16 bra 	$L__BB2_25;
-$L__BB2_26:
+	@%p16 bra 	$L__BB4_25;
+$L__BB4_26:
 	setp.eq.s64 	%p17, %rd40, 0;
-	@%p17 bra 	$L__BB2_30;
+	@%p17 bra 	$L__BB4_30;
 	shl.b64 	%rd172, %rd318, 4;
 	cvta.to.global.u64 	%rd173, %rd10;
 	add.s64 	%rd48, %rd173, %rd172;
@@ -7709,7 +14698,7 @@ $L__BB2_26:
 	max.u32 	%r148, %r144, %r147;
 	max.u32 	%r761, %r761, %r148;
 	setp.eq.s64 	%p18, %rd40, 1;
-	@%p18 bra 	$L__BB2_30;
+	@%p18 bra 	$L__BB4_30;
 	ld.global.v4.u32 	{%r149, %r150, %r151, %r152}, [%rd48+4096];
 	and.b32  	%r157, %r149, 2147483647;
 	and.b32  	%r158, %r150, 2147483647;
@@ -7720,7 +14709,7 @@ $L__BB2_26:
 	max.u32 	%r163, %r159, %r162;
 	max.u32 	%r761, %r761, %r163;
 	setp.eq.s64 	%p19, %rd40, 2;
-	@%p19 bra 	$L__BB2_30;
+	@%p19 bra 	$L__BB4_30;
 	ld.global.v4.u32 	{%r164, %r165, %r166, %r167}, [%rd48+8192];
 	and.b32  	%r172, %r164, 2147483647;
 	and.b32  	%r173, %r165, 2147483647;
@@ -7730,18 +14719,18 @@ $L__BB2_26:
 	max.u32 	%r177, %r175, %r176;
 	max.u32 	%r178, %r174, %r177;
 	max.u32 	%r761, %r761, %r178;
-$L__BB2_30:
+$L__BB4_30:
 	and.b32  	%r180, %r49, 31;
 	setp.ne.s32 	%p20, %r180, 0;
 	mov.u32 	%r181, -1;
 	redux.sync.max.u32 %r14, %r761, %r181;
-	@%p20 bra 	$L__BB2_32;
+	@%p20 bra 	$L__BB4_32;
 	shr.u32 	%r183, %r49, 3;
 	and.b32  	%r184, %r183, 536870908;
 	mov.u32 	%r185, _ZZ7ws_rowsILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red;
 	add.s32 	%r186, %r185, %r184;
 	st.shared.u32 	[%r186], %r14;
-$L__BB2_32:
+$L__BB4_32:
 	bar.sync 	0;
 	ld.shared.u32 	%r188, [_ZZ7ws_rowsILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red+4];
 	ld.shared.u32 	%r189, [_ZZ7ws_rowsILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red];
@@ -7761,22 +14750,22 @@ $L__BB2_32:
 	bar.sync 	0;
 	setp.gt.u32 	%p21, %r15, 2139095040;
 	mov.u32 	%r762, 2143289344;
-	@%p21 bra 	$L__BB2_34;
+	@%p21 bra 	$L__BB4_34;
 	mov.b32 	%f5, %r15;
 	mov.f32 	%f6, 0f43E00000;
 	div.rn.f32 	%f7, %f5, %f6;
 	mov.b32 	%r202, %f7;
 	setp.eq.s32 	%p22, %r202, 0;
 	selp.b32 	%r762, 1065353216, %r202, %p22;
-$L__BB2_34:
+$L__BB4_34:
 	cvt.u32.u64 	%r203, %rd9;
 	setp.ne.s32 	%p23, %r203, 0;
 	mov.b32 	%f1, %r762;
-	@%p23 bra 	$L__BB2_36;
+	@%p23 bra 	$L__BB4_36;
 	shl.b64 	%rd175, %rd310, 2;
 	add.s64 	%rd176, %rd174, %rd175;
 	st.global.u32 	[%rd176], %r762;
-$L__BB2_36:
+$L__BB4_36:
 	add.s64 	%rd49, %rd14, %rd29;
 	add.s32 	%r204, %r762, -226492416;
 	setp.gt.u32 	%p24, %r204, 1677721600;
@@ -7784,15 +14773,15 @@ $L__BB2_36:
 	mul.lo.s64 	%rd50, %rd15, %rd310;
 	add.s64 	%rd178, %rd177, %rd50;
 	add.s64 	%rd51, %rd5, %rd178;
-	@%p24 bra 	$L__BB2_49;
-	bra.uni 	$L__BB2_37;
-$L__BB2_49:
+	@%p24 bra 	$L__BB4_49;
+	bra.uni 	$L__BB4_37;
+$L__BB4_49:
 	setp.eq.s16 	%p36, %rs57, 0;
 	shl.b64 	%rd61, %rd49, 2;
-	@%p36 bra 	$L__BB2_57;
+	@%p36 bra 	$L__BB4_57;
 	shr.u64 	%rd62, %rd15, 2;
 	setp.le.u64 	%p37, %rd62, %rd9;
-	@%p37 bra 	$L__BB2_63;
+	@%p37 bra 	$L__BB4_63;
 	not.b64 	%rd207, %rd9;
 	add.s64 	%rd208, %rd62, %rd207;
 	shr.u64 	%rd209, %rd208, 8;
@@ -7800,7 +14789,7 @@ $L__BB2_49:
 	and.b64  	%rd211, %rd210, 3;
 	setp.eq.s64 	%p38, %rd211, 0;
 	mov.u64 	%rd322, %rd9;
-	@%p38 bra 	$L__BB2_55;
+	@%p38 bra 	$L__BB4_55;
 	setp.eq.s64 	%p39, %rd211, 1;
 	shl.b64 	%rd219, %rd9, 4;
 	add.s64 	%rd220, %rd219, %rd61;
@@ -7854,7 +14843,7 @@ $L__BB2_49:
 	or.b32  	%r284, %r283, %r275;
 	st.global.u32 	[%rd51], %r284;
 	add.s64 	%rd322, %rd9, 256;
-	@%p39 bra 	$L__BB2_55;
+	@%p39 bra 	$L__BB4_55;
 	setp.eq.s64 	%p44, %rd211, 2;
 	add.s64 	%rd221, %rd212, 4096;
 	// begin inline asm
@@ -7904,7 +14893,7 @@ $L__BB2_49:
 	or.b32  	%r304, %r303, %r295;
 	st.global.u32 	[%rd51+1024], %r304;
 	add.s64 	%rd322, %rd9, 512;
-	@%p44 bra 	$L__BB2_55;
+	@%p44 bra 	$L__BB4_55;
 	add.s64 	%rd231, %rd212, 8192;
 	// begin inline asm
 	ld.global.cs.v4.u32 {%r305,%r306,%r307,%r308}, [%rd231];
@@ -7955,10 +14944,10 @@ $L__BB2_49:
 	or.b32  	%r324, %r323, %r315;
 	st.global.u32 	[%rd51+2048], %r324;
 	add.s64 	%rd322, %rd9, 768;
-$L__BB2_55:
+$L__BB4_55:
 	setp.lt.u64 	%p53, %rd208, 768;
-	@%p53 bra 	$L__BB2_63;
-$L__BB2_56:
+	@%p53 bra 	$L__BB4_63;
+$L__BB4_56:
 	shr.u64 	%rd309, %rd15, 2;
 	shl.b64 	%rd242, %rd322, 4;
 	add.s64 	%rd243, %rd242, %rd61;
@@ -8157,16 +15146,16 @@ $L__BB2_56:
 	st.global.u32 	[%rd246+3072], %r404;
 	add.s64 	%rd322, %rd322, 1024;
 	setp.lt.u64 	%p70, %rd322, %rd309;
-	@%p70 bra 	$L__BB2_56;
-	bra.uni 	$L__BB2_63;
-$L__BB2_37:
+	@%p70 bra 	$L__BB4_56;
+	bra.uni 	$L__BB4_63;
+$L__BB4_37:
 	setp.eq.s16 	%p25, %rs57, 0;
 	rcp.rn.f32 	%f2, %f1;
 	shl.b64 	%rd52, %rd49, 2;
-	@%p25 bra 	$L__BB2_43;
+	@%p25 bra 	$L__BB4_43;
 	shr.u64 	%rd53, %rd15, 2;
 	setp.le.u64 	%p26, %rd53, %rd9;
-	@%p26 bra 	$L__BB2_63;
+	@%p26 bra 	$L__BB4_63;
 	not.b64 	%rd180, %rd9;
 	add.s64 	%rd181, %rd53, %rd180;
 	shr.u64 	%rd182, %rd181, 8;
@@ -8177,7 +15166,7 @@ $L__BB2_37:
 	xor.pred  	%p29, %p27, %p28;
 	not.pred 	%p30, %p29;
 	mov.u64 	%rd320, %rd9;
-	@%p30 bra 	$L__BB2_41;
+	@%p30 bra 	$L__BB4_41;
 	shl.b64 	%rd186, %rd9, 4;
 	add.s64 	%rd187, %rd186, %rd52;
 	add.s64 	%rd185, %rd10, %rd187;
@@ -8229,10 +15218,10 @@ $L__BB2_37:
 	mov.b32 	%r221, {%rs14, %rs15};
 	st.global.u32 	[%rd51], %r221;
 	add.s64 	%rd320, %rd9, 256;
-$L__BB2_41:
+$L__BB4_41:
 	setp.eq.s64 	%p31, %rd182, 0;
-	@%p31 bra 	$L__BB2_63;
-$L__BB2_42:
+	@%p31 bra 	$L__BB4_63;
+$L__BB4_42:
 	shl.b64 	%rd194, %rd320, 4;
 	add.s64 	%rd195, %rd194, %rd52;
 	add.s64 	%rd192, %rd10, %rd195;
@@ -8336,21 +15325,21 @@ $L__BB2_42:
 	st.global.u32 	[%rd198+1024], %r255;
 	add.s64 	%rd320, %rd320, 512;
 	setp.lt.u64 	%p32, %rd320, %rd53;
-	@%p32 bra 	$L__BB2_42;
-	bra.uni 	$L__BB2_63;
-$L__BB2_57:
+	@%p32 bra 	$L__BB4_42;
+	bra.uni 	$L__BB4_63;
+$L__BB4_57:
 	setp.le.u64 	%p71, %rd15, %rd9;
-	@%p71 bra 	$L__BB2_63;
+	@%p71 bra 	$L__BB4_63;
 	cvta.to.global.u64 	%rd69, %rd10;
 	mov.u64 	%rd324, %rd9;
-$L__BB2_59:
+$L__BB4_59:
 	shl.b64 	%rd247, %rd324, 2;
 	add.s64 	%rd248, %rd247, %rd61;
 	add.s64 	%rd71, %rd69, %rd248;
 	add.s64 	%rd249, %rd10, %rd248;
 	and.b64  	%rd250, %rd249, 3;
 	setp.eq.s64 	%p72, %rd250, 0;
-	@%p72 bra 	$L__BB2_61;
+	@%p72 bra 	$L__BB4_61;
 	ld.global.u8 	%r405, [%rd71];
 	ld.global.u8 	%r406, [%rd71+1];
 	prmt.b32 	%r407, %r406, %r405, 30212;
@@ -8358,10 +15347,10 @@ $L__BB2_59:
 	prmt.b32 	%r409, %r408, %r407, 28756;
 	ld.global.u8 	%r410, [%rd71+3];
 	prmt.b32 	%r764, %r410, %r409, 1620;
-	bra.uni 	$L__BB2_62;
-$L__BB2_61:
+	bra.uni 	$L__BB4_62;
+$L__BB4_61:
 	ld.global.u32 	%r764, [%rd71];
-$L__BB2_62:
+$L__BB4_62:
 	mov.b32 	%f213, %r764;
 	div.rn.f32 	%f214, %f213, %f1;
 	mov.f32 	%f215, 0fC3E00000;
@@ -8382,13 +15371,13 @@ $L__BB2_62:
 	st.global.u8 	[%rd252], %rs36;
 	add.s64 	%rd324, %rd324, 256;
 	setp.lt.u64 	%p74, %rd324, %rd15;
-	@%p74 bra 	$L__BB2_59;
-	bra.uni 	$L__BB2_63;
-$L__BB2_43:
+	@%p74 bra 	$L__BB4_59;
+	bra.uni 	$L__BB4_63;
+$L__BB4_43:
 	setp.le.u64 	%p33, %rd15, %rd9;
-	@%p33 bra 	$L__BB2_63;
+	@%p33 bra 	$L__BB4_63;
 	mov.u64 	%rd321, %rd9;
-$L__BB2_45:
+$L__BB4_45:
 	shl.b64 	%rd199, %rd321, 2;
 	add.s64 	%rd200, %rd199, %rd52;
 	cvta.to.global.u64 	%rd201, %rd10;
@@ -8396,7 +15385,7 @@ $L__BB2_45:
 	add.s64 	%rd202, %rd10, %rd200;
 	and.b64  	%rd203, %rd202, 3;
 	setp.eq.s64 	%p34, %rd203, 0;
-	@%p34 bra 	$L__BB2_47;
+	@%p34 bra 	$L__BB4_47;
 	ld.global.u8 	%r256, [%rd59];
 	ld.global.u8 	%r257, [%rd59+1];
 	prmt.b32 	%r258, %r257, %r256, 30212;
@@ -8404,10 +15393,10 @@ $L__BB2_45:
 	prmt.b32 	%r260, %r259, %r258, 28756;
 	ld.global.u8 	%r261, [%rd59+3];
 	prmt.b32 	%r763, %r261, %r260, 1620;
-	bra.uni 	$L__BB2_48;
-$L__BB2_47:
+	bra.uni 	$L__BB4_48;
+$L__BB4_47:
 	ld.global.u32 	%r763, [%rd59];
-$L__BB2_48:
+$L__BB4_48:
 	mov.b32 	%f82, %r763;
 	mul.rn.f32 	%f83, %f82, %f2;
 	neg.f32 	%f84, %f83;
@@ -8430,14 +15419,14 @@ $L__BB2_48:
 	st.global.u8 	[%rd205], %rs20;
 	add.s64 	%rd321, %rd321, 256;
 	setp.lt.u64 	%p35, %rd321, %rd15;
-	@%p35 bra 	$L__BB2_45;
-$L__BB2_63:
+	@%p35 bra 	$L__BB4_45;
+$L__BB4_63:
 	mov.u32 	%r411, %nctaid.x;
 	cvt.u64.u32 	%rd253, %r411;
 	add.s64 	%rd310, %rd310, %rd253;
 	setp.lt.s64 	%p75, %rd310, %rd7;
-	@%p75 bra 	$L__BB2_7;
-$L__BB2_121:
+	@%p75 bra 	$L__BB4_7;
+$L__BB4_121:
 	ret;
 }
 	// .globl	ws_fp8_tensor_amax
@@ -8460,9 +15449,9 @@ $L__BB2_121:
 	ld.param.u64 	%rd25, [ws_fp8_tensor_amax_param_0+56];
 	ld.param.u64 	%rd26, [ws_fp8_tensor_amax_param_0+48];
 	mul.lo.s64 	%rd2, %rd25, %rd26;
-	@%p1 bra 	$L__BB3_15;
-	bra.uni 	$L__BB3_1;
-$L__BB3_15:
+	@%p1 bra 	$L__BB5_15;
+	bra.uni 	$L__BB5_1;
+$L__BB5_15:
 	and.b64  	%rd39, %rd2, 7;
 	ld.param.u64 	%rd15, [%rd1+-40];
 	and.b64  	%rd40, %rd15, 15;
@@ -8476,12 +15465,12 @@ $L__BB3_15:
 	mov.u32 	%r74, %nctaid.x;
 	mul.wide.u32 	%rd14, %r74, 256;
 	cvta.to.global.u64 	%rd16, %rd15;
-	@%p10 bra 	$L__BB3_22;
+	@%p10 bra 	$L__BB5_22;
 	setp.ge.u64 	%p11, %rd53, %rd2;
 	mov.u32 	%r140, 0;
-	@%p11 bra 	$L__BB3_25;
+	@%p11 bra 	$L__BB5_25;
 	mov.u32 	%r140, 0;
-$L__BB3_18:
+$L__BB5_18:
 	shl.b64 	%rd44, %rd53, 1;
 	add.s64 	%rd18, %rd16, %rd44;
 	add.s64 	%rd45, %rd15, %rd44;
@@ -8490,24 +15479,24 @@ $L__BB3_18:
 	mov.pred 	%p13, 0;
 	xor.pred  	%p14, %p12, %p13;
 	not.pred 	%p15, %p14;
-	@%p15 bra 	$L__BB3_20;
-	bra.uni 	$L__BB3_19;
-$L__BB3_20:
+	@%p15 bra 	$L__BB5_20;
+	bra.uni 	$L__BB5_19;
+$L__BB5_20:
 	ld.global.u16 	%r138, [%rd18];
-	bra.uni 	$L__BB3_21;
-$L__BB3_19:
+	bra.uni 	$L__BB5_21;
+$L__BB5_19:
 	ld.global.u8 	%r77, [%rd18];
 	ld.global.u8 	%r78, [%rd18+1];
 	prmt.b32 	%r138, %r78, %r77, 30212;
-$L__BB3_21:
+$L__BB5_21:
 	shl.b32 	%r79, %r138, 16;
 	and.b32  	%r80, %r79, 2147418112;
 	max.u32 	%r140, %r140, %r80;
 	add.s64 	%rd53, %rd53, %rd14;
 	setp.lt.u64 	%p16, %rd53, %rd2;
-	@%p16 bra 	$L__BB3_18;
-	bra.uni 	$L__BB3_25;
-$L__BB3_1:
+	@%p16 bra 	$L__BB5_18;
+	bra.uni 	$L__BB5_25;
+$L__BB5_1:
 	and.b64  	%rd27, %rd2, 3;
 	ld.param.u64 	%rd5, [%rd1+-40];
 	and.b64  	%rd28, %rd5, 15;
@@ -8521,18 +15510,18 @@ $L__BB3_1:
 	mov.u32 	%r25, %nctaid.x;
 	mul.wide.u32 	%rd4, %r25, 256;
 	cvta.to.global.u64 	%rd6, %rd5;
-	@%p2 bra 	$L__BB3_8;
+	@%p2 bra 	$L__BB5_8;
 	setp.ge.u64 	%p3, %rd51, %rd2;
 	mov.u32 	%r136, 0;
-	@%p3 bra 	$L__BB3_11;
+	@%p3 bra 	$L__BB5_11;
 	mov.u32 	%r136, 0;
-$L__BB3_4:
+$L__BB5_4:
 	shl.b64 	%rd32, %rd51, 2;
 	add.s64 	%rd8, %rd6, %rd32;
 	add.s64 	%rd33, %rd5, %rd32;
 	and.b64  	%rd34, %rd33, 3;
 	setp.eq.s64 	%p4, %rd34, 0;
-	@%p4 bra 	$L__BB3_6;
+	@%p4 bra 	$L__BB5_6;
 	ld.global.u8 	%r28, [%rd8];
 	ld.global.u8 	%r29, [%rd8+1];
 	prmt.b32 	%r30, %r29, %r28, 30212;
@@ -8540,23 +15529,23 @@ $L__BB3_4:
 	prmt.b32 	%r32, %r31, %r30, 28756;
 	ld.global.u8 	%r33, [%rd8+3];
 	prmt.b32 	%r134, %r33, %r32, 1620;
-	bra.uni 	$L__BB3_7;
-$L__BB3_6:
+	bra.uni 	$L__BB5_7;
+$L__BB5_6:
 	ld.global.u32 	%r134, [%rd8];
-$L__BB3_7:
+$L__BB5_7:
 	and.b32  	%r34, %r134, 2147483647;
 	max.u32 	%r136, %r136, %r34;
 	add.s64 	%rd51, %rd51, %rd4;
 	setp.lt.u64 	%p5, %rd51, %rd2;
-	@%p5 bra 	$L__BB3_4;
-	bra.uni 	$L__BB3_11;
-$L__BB3_22:
+	@%p5 bra 	$L__BB5_4;
+	bra.uni 	$L__BB5_11;
+$L__BB5_22:
 	shr.u64 	%rd20, %rd2, 3;
 	setp.ge.u64 	%p17, %rd53, %rd20;
 	mov.u32 	%r140, 0;
-	@%p17 bra 	$L__BB3_25;
+	@%p17 bra 	$L__BB5_25;
 	mov.u32 	%r140, 0;
-$L__BB3_24:
+$L__BB5_24:
 	shl.b64 	%rd47, %rd53, 4;
 	add.s64 	%rd48, %rd16, %rd47;
 	ld.global.v4.u32 	{%r83, %r84, %r85, %r86}, [%rd48];
@@ -8584,19 +15573,19 @@ $L__BB3_24:
 	max.u32 	%r140, %r140, %r111;
 	add.s64 	%rd53, %rd53, %rd14;
 	setp.lt.u64 	%p18, %rd53, %rd20;
-	@%p18 bra 	$L__BB3_24;
-$L__BB3_25:
+	@%p18 bra 	$L__BB5_24;
+$L__BB5_25:
 	mov.u32 	%r112, -1;
 	redux.sync.max.u32 %r21, %r140, %r112;
 	and.b32  	%r113, %r12, 31;
 	setp.ne.s32 	%p19, %r113, 0;
-	@%p19 bra 	$L__BB3_27;
+	@%p19 bra 	$L__BB5_27;
 	shr.u32 	%r114, %r12, 3;
 	and.b32  	%r115, %r114, 536870908;
 	mov.u32 	%r116, _ZZ14ws_tensor_amaxILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red;
 	add.s32 	%r117, %r116, %r115;
 	st.shared.u32 	[%r117], %r21;
-$L__BB3_27:
+$L__BB5_27:
 	bar.sync 	0;
 	ld.shared.u32 	%r118, [_ZZ14ws_tensor_amaxILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red+4];
 	ld.shared.u32 	%r119, [_ZZ14ws_tensor_amaxILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red];
@@ -8615,18 +15604,18 @@ $L__BB3_27:
 	max.u32 	%r22, %r130, %r131;
 	bar.sync 	0;
 	setp.ne.s32 	%p20, %r12, 0;
-	@%p20 bra 	$L__BB3_29;
+	@%p20 bra 	$L__BB5_29;
 	ld.param.u64 	%rd49, [%rd1+-24];
 	cvta.to.global.u64 	%rd50, %rd49;
 	atom.global.max.u32 	%r132, [%rd50], %r22;
-	bra.uni 	$L__BB3_29;
-$L__BB3_8:
+	bra.uni 	$L__BB5_29;
+$L__BB5_8:
 	shr.u64 	%rd10, %rd2, 2;
 	setp.ge.u64 	%p6, %rd51, %rd10;
 	mov.u32 	%r136, 0;
-	@%p6 bra 	$L__BB3_11;
+	@%p6 bra 	$L__BB5_11;
 	mov.u32 	%r136, 0;
-$L__BB3_10:
+$L__BB5_10:
 	shl.b64 	%rd35, %rd51, 4;
 	add.s64 	%rd36, %rd6, %rd35;
 	ld.global.v4.u32 	{%r37, %r38, %r39, %r40}, [%rd36];
@@ -8640,19 +15629,19 @@ $L__BB3_10:
 	max.u32 	%r136, %r136, %r51;
 	add.s64 	%rd51, %rd51, %rd4;
 	setp.lt.u64 	%p7, %rd51, %rd10;
-	@%p7 bra 	$L__BB3_10;
-$L__BB3_11:
+	@%p7 bra 	$L__BB5_10;
+$L__BB5_11:
 	mov.u32 	%r52, -1;
 	redux.sync.max.u32 %r10, %r136, %r52;
 	and.b32  	%r53, %r1, 31;
 	setp.ne.s32 	%p8, %r53, 0;
-	@%p8 bra 	$L__BB3_13;
+	@%p8 bra 	$L__BB5_13;
 	shr.u32 	%r54, %r1, 3;
 	and.b32  	%r55, %r54, 536870908;
 	mov.u32 	%r56, _ZZ14ws_tensor_amaxILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red;
 	add.s32 	%r57, %r56, %r55;
 	st.shared.u32 	[%r57], %r10;
-$L__BB3_13:
+$L__BB5_13:
 	bar.sync 	0;
 	ld.shared.u32 	%r58, [_ZZ14ws_tensor_amaxILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red+4];
 	ld.shared.u32 	%r59, [_ZZ14ws_tensor_amaxILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red];
@@ -8671,11 +15660,11 @@ $L__BB3_13:
 	max.u32 	%r11, %r70, %r71;
 	bar.sync 	0;
 	setp.ne.s32 	%p9, %r1, 0;
-	@%p9 bra 	$L__BB3_29;
+	@%p9 bra 	$L__BB5_29;
 	ld.param.u64 	%rd37, [%rd1+-24];
 	cvta.to.global.u64 	%rd38, %rd37;
 	atom.global.max.u32 	%r72, [%rd38], %r11;
-$L__BB3_29:
+$L__BB5_29:
 	ret;
 }
 	// .globl	ws_fp8_tensor_finalize
@@ -8692,13 +15681,13 @@ $L__BB3_29:
 	mov.u32 	%r3, %ctaid.x;
 	or.b32  	%r4, %r2, %r3;
 	setp.ne.s32 	%p1, %r4, 0;
-	@%p1 bra 	$L__BB4_4;
+	@%p1 bra 	$L__BB6_4;
 	ld.param.u64 	%rd4, [%rd2+16];
 	cvta.to.global.u64 	%rd1, %rd4;
 	ld.global.u32 	%r1, [%rd1];
 	setp.gt.u32 	%p2, %r1, 2139095040;
 	mov.f32 	%f7, 0f7FC00000;
-	@%p2 bra 	$L__BB4_3;
+	@%p2 bra 	$L__BB6_3;
 	mov.b32 	%f4, %r1;
 	mov.f32 	%f5, 0f43E00000;
 	div.rn.f32 	%f6, %f4, %f5;
@@ -8706,9 +15695,9 @@ $L__BB3_29:
 	setp.eq.s32 	%p3, %r5, 0;
 	selp.b32 	%r6, 1065353216, %r5, %p3;
 	mov.b32 	%f7, %r6;
-$L__BB4_3:
+$L__BB6_3:
 	st.global.f32 	[%rd1], %f7;
-$L__BB4_4:
+$L__BB6_4:
 	ret;
 }
 	// .globl	ws_fp8_tensor_convert
@@ -8736,32 +15725,32 @@ $L__BB4_4:
 	or.b64  	%rd155, %rd153, %rd154;
 	ld.param.u64 	%rd156, [ws_fp8_tensor_convert_param_0+80];
 	or.b64  	%rd3, %rd155, %rd156;
-	@%p1 bra 	$L__BB5_67;
-	bra.uni 	$L__BB5_1;
-$L__BB5_67:
+	@%p1 bra 	$L__BB7_67;
+	bra.uni 	$L__BB7_1;
+$L__BB7_67:
 	setp.ne.s64 	%p82, %rd3, 0;
-	@%p82 bra 	$L__BB5_69;
+	@%p82 bra 	$L__BB7_69;
 	ld.param.u64 	%rd235, [%rd1+-8];
 	ld.param.u64 	%rd79, [%rd1+16];
 	setp.eq.s64 	%p83, %rd79, %rd235;
-	@%p83 bra 	$L__BB5_105;
-	bra.uni 	$L__BB5_69;
-$L__BB5_105:
+	@%p83 bra 	$L__BB7_105;
+	bra.uni 	$L__BB7_69;
+$L__BB7_105:
 	ld.param.u64 	%rd273, [%rd1+-16];
 	mul.lo.s64 	%rd129, %rd79, %rd273;
 	and.b64  	%rd274, %rd129, 7;
 	setp.ne.s64 	%p121, %rd274, 0;
 	mov.u16 	%rs94, 0;
-	@%p121 bra 	$L__BB5_108;
+	@%p121 bra 	$L__BB7_108;
 	ld.param.u8 	%rs76, [%rd1+-40];
 	and.b16  	%rs77, %rs76, 15;
 	setp.ne.s16 	%p122, %rs77, 0;
-	@%p122 bra 	$L__BB5_108;
+	@%p122 bra 	$L__BB7_108;
 	ld.param.u8 	%rs78, [%rd1+-32];
 	and.b16  	%rs79, %rs78, 7;
 	setp.eq.s16 	%p123, %rs79, 0;
 	selp.u16 	%rs94, 1, 0, %p123;
-$L__BB5_108:
+$L__BB7_108:
 	mov.u32 	%r408, %ctaid.x;
 	mul.wide.u32 	%rd275, %r408, 256;
 	mov.u32 	%r409, %tid.x;
@@ -8772,16 +15761,16 @@ $L__BB5_108:
 	mov.b32 	%r411, %f1;
 	add.s32 	%r412, %r411, -226492416;
 	setp.gt.u32 	%p124, %r412, 1677721600;
-	@%p124 bra 	$L__BB5_118;
-	bra.uni 	$L__BB5_109;
-$L__BB5_118:
+	@%p124 bra 	$L__BB7_118;
+	bra.uni 	$L__BB7_109;
+$L__BB7_118:
 	ld.param.u64 	%rd140, [%rd1+-40];
 	setp.eq.s16 	%p134, %rs94, 0;
-	@%p134 bra 	$L__BB5_121;
+	@%p134 bra 	$L__BB7_121;
 	shr.u64 	%rd141, %rd129, 3;
 	setp.ge.u64 	%p135, %rd130, %rd141;
-	@%p135 bra 	$L__BB5_127;
-$L__BB5_120:
+	@%p135 bra 	$L__BB7_127;
+$L__BB7_120:
 	shl.b64 	%rd286, %rd130, 4;
 	add.s64 	%rd285, %rd140, %rd286;
 	// begin inline asm
@@ -8886,32 +15875,32 @@ $L__BB5_120:
 	st.global.v2.u32 	[%rd288], {%r500, %r499};
 	add.s64 	%rd130, %rd130, %rd131;
 	setp.lt.u64 	%p144, %rd130, %rd141;
-	@%p144 bra 	$L__BB5_120;
-	bra.uni 	$L__BB5_127;
-$L__BB5_1:
+	@%p144 bra 	$L__BB7_120;
+	bra.uni 	$L__BB7_127;
+$L__BB7_1:
 	setp.ne.s64 	%p2, %rd3, 0;
-	@%p2 bra 	$L__BB5_3;
+	@%p2 bra 	$L__BB7_3;
 	ld.param.u64 	%rd157, [%rd1+-8];
 	ld.param.u64 	%rd4, [%rd1+16];
 	setp.eq.s64 	%p3, %rd4, %rd157;
-	@%p3 bra 	$L__BB5_45;
-	bra.uni 	$L__BB5_3;
-$L__BB5_45:
+	@%p3 bra 	$L__BB7_45;
+	bra.uni 	$L__BB7_3;
+$L__BB7_45:
 	ld.param.u64 	%rd215, [%rd1+-16];
 	mul.lo.s64 	%rd60, %rd4, %rd215;
 	and.b64  	%rd216, %rd60, 3;
 	setp.ne.s64 	%p61, %rd216, 0;
 	mov.u16 	%rs92, 0;
-	@%p61 bra 	$L__BB5_48;
+	@%p61 bra 	$L__BB7_48;
 	ld.param.u8 	%rs43, [%rd1+-40];
 	and.b16  	%rs44, %rs43, 15;
 	setp.ne.s16 	%p62, %rs44, 0;
-	@%p62 bra 	$L__BB5_48;
+	@%p62 bra 	$L__BB7_48;
 	ld.param.u8 	%rs45, [%rd1+-32];
 	and.b16  	%rs46, %rs45, 3;
 	setp.eq.s16 	%p63, %rs46, 0;
 	selp.u16 	%rs92, 1, 0, %p63;
-$L__BB5_48:
+$L__BB7_48:
 	mov.u32 	%r248, %ctaid.x;
 	mul.wide.u32 	%rd217, %r248, 256;
 	mov.u32 	%r249, %tid.x;
@@ -8922,16 +15911,16 @@ $L__BB5_48:
 	mov.b32 	%r251, %f1;
 	add.s32 	%r252, %r251, -226492416;
 	setp.gt.u32 	%p64, %r252, 1677721600;
-	@%p64 bra 	$L__BB5_58;
-	bra.uni 	$L__BB5_49;
-$L__BB5_58:
+	@%p64 bra 	$L__BB7_58;
+	bra.uni 	$L__BB7_49;
+$L__BB7_58:
 	ld.param.u64 	%rd71, [%rd1+-40];
 	setp.eq.s16 	%p71, %rs92, 0;
-	@%p71 bra 	$L__BB5_61;
+	@%p71 bra 	$L__BB7_61;
 	shr.u64 	%rd72, %rd60, 2;
 	setp.ge.u64 	%p72, %rd61, %rd72;
-	@%p72 bra 	$L__BB5_127;
-$L__BB5_60:
+	@%p72 bra 	$L__BB7_127;
+$L__BB7_60:
 	shl.b64 	%rd228, %rd61, 4;
 	add.s64 	%rd227, %rd71, %rd228;
 	// begin inline asm
@@ -8986,9 +15975,9 @@ $L__BB5_60:
 	st.global.u32 	[%rd230], %r298;
 	add.s64 	%rd61, %rd61, %rd62;
 	setp.lt.u64 	%p77, %rd61, %rd72;
-	@%p77 bra 	$L__BB5_60;
-	bra.uni 	$L__BB5_127;
-$L__BB5_69:
+	@%p77 bra 	$L__BB7_60;
+	bra.uni 	$L__BB7_127;
+$L__BB7_69:
 	ld.param.u64 	%rd236, [%rd1+16];
 	and.b64  	%rd237, %rd236, 7;
 	ld.param.u64 	%rd238, [%rd1+-40];
@@ -8996,25 +15985,25 @@ $L__BB5_69:
 	or.b64  	%rd240, %rd239, %rd237;
 	setp.ne.s64 	%p84, %rd240, 0;
 	mov.u16 	%rs93, 0;
-	@%p84 bra 	$L__BB5_73;
+	@%p84 bra 	$L__BB7_73;
 	ld.param.u8 	%rs56, [%rd1+32];
 	and.b16  	%rs57, %rs56, 7;
 	setp.ne.s16 	%p85, %rs57, 0;
-	@%p85 bra 	$L__BB5_73;
+	@%p85 bra 	$L__BB7_73;
 	ld.param.u8 	%rs59, [%rd1+-8];
 	and.b16  	%rs60, %rs59, 7;
 	setp.ne.s16 	%p86, %rs60, 0;
-	@%p86 bra 	$L__BB5_73;
+	@%p86 bra 	$L__BB7_73;
 	ld.param.u8 	%rs61, [%rd1+-32];
 	and.b16  	%rs62, %rs61, 7;
 	setp.eq.s16 	%p87, %rs62, 0;
 	selp.u16 	%rs93, 1, 0, %p87;
-$L__BB5_73:
+$L__BB7_73:
 	mov.u32 	%r305, %ctaid.x;
 	cvt.u64.u32 	%rd309, %r305;
 	ld.param.u64 	%rd81, [%rd1+-16];
 	setp.le.s64 	%p88, %rd81, %rd309;
-	@%p88 bra 	$L__BB5_127;
+	@%p88 bra 	$L__BB7_127;
 	ld.param.u64 	%rd82, [%rd1+24];
 	ld.param.u64 	%rd83, [%rd1+16];
 	ld.param.u64 	%rd84, [%rd1+32];
@@ -9039,56 +16028,56 @@ $L__BB5_73:
 	cvt.u32.u64 	%r309, %rd86;
 	cvt.u32.u64 	%r312, %rd87;
 	rcp.rn.f32 	%f4, %f1;
-$L__BB5_75:
+$L__BB7_75:
 	add.s64 	%rd313, %rd82, %rd309;
 	setp.eq.s64 	%p89, %rd86, 0;
-	@%p89 bra 	$L__BB5_83;
+	@%p89 bra 	$L__BB7_83;
 	or.b64  	%rd245, %rd313, %rd86;
 	and.b64  	%rd246, %rd245, -4294967296;
 	setp.eq.s64 	%p90, %rd246, 0;
-	@%p90 bra 	$L__BB5_78;
+	@%p90 bra 	$L__BB7_78;
 	rem.s64 	%rd310, %rd313, %rd86;
-	bra.uni 	$L__BB5_79;
-$L__BB5_78:
+	bra.uni 	$L__BB7_79;
+$L__BB7_78:
 	cvt.u32.u64 	%r310, %rd313;
 	rem.u32 	%r311, %r310, %r309;
 	cvt.u64.u32 	%rd310, %r311;
-$L__BB5_79:
+$L__BB7_79:
 	or.b64  	%rd247, %rd310, %rd87;
 	and.b64  	%rd248, %rd247, -4294967296;
 	setp.eq.s64 	%p91, %rd248, 0;
-	@%p91 bra 	$L__BB5_81;
+	@%p91 bra 	$L__BB7_81;
 	div.s64 	%rd311, %rd310, %rd87;
 	mul.lo.s64 	%rd249, %rd311, %rd87;
 	sub.s64 	%rd312, %rd310, %rd249;
-	bra.uni 	$L__BB5_82;
-$L__BB5_81:
+	bra.uni 	$L__BB7_82;
+$L__BB7_81:
 	cvt.u32.u64 	%r313, %rd310;
 	div.u32 	%r314, %r313, %r312;
 	mul.lo.s32 	%r315, %r314, %r312;
 	sub.s32 	%r316, %r313, %r315;
 	cvt.u64.u32 	%rd311, %r314;
 	cvt.u64.u32 	%rd312, %r316;
-$L__BB5_82:
+$L__BB7_82:
 	shl.b64 	%rd250, %rd312, 1;
 	sub.s64 	%rd251, %rd313, %rd310;
 	add.s64 	%rd252, %rd251, %rd250;
 	add.s64 	%rd313, %rd252, %rd311;
-$L__BB5_83:
+$L__BB7_83:
 	mul.lo.s64 	%rd253, %rd83, %rd313;
 	add.s64 	%rd108, %rd253, %rd84;
 	mul.lo.s64 	%rd109, %rd91, %rd309;
 	setp.gt.u32 	%p92, %r13, 1677721600;
-	@%p92 bra 	$L__BB5_94;
-	bra.uni 	$L__BB5_84;
-$L__BB5_94:
+	@%p92 bra 	$L__BB7_94;
+	bra.uni 	$L__BB7_84;
+$L__BB7_94:
 	setp.eq.s16 	%p102, %rs93, 0;
 	shl.b64 	%rd122, %rd108, 1;
-	@%p102 bra 	$L__BB5_98;
+	@%p102 bra 	$L__BB7_98;
 	setp.le.u64 	%p103, %rd92, %rd85;
-	@%p103 bra 	$L__BB5_104;
+	@%p103 bra 	$L__BB7_104;
 	mov.u64 	%rd318, %rd85;
-$L__BB5_97:
+$L__BB7_97:
 	shl.b64 	%rd262, %rd318, 4;
 	add.s64 	%rd263, %rd262, %rd122;
 	add.s64 	%rd261, %rd88, %rd263;
@@ -9195,18 +16184,18 @@ $L__BB5_97:
 	st.global.v2.u32 	[%rd266], {%r404, %r403};
 	add.s64 	%rd318, %rd318, 256;
 	setp.lt.u64 	%p112, %rd318, %rd92;
-	@%p112 bra 	$L__BB5_97;
-	bra.uni 	$L__BB5_104;
-$L__BB5_84:
+	@%p112 bra 	$L__BB7_97;
+	bra.uni 	$L__BB7_104;
+$L__BB7_84:
 	setp.eq.s16 	%p93, %rs93, 0;
 	shl.b64 	%rd110, %rd108, 1;
-	@%p93 bra 	$L__BB5_88;
+	@%p93 bra 	$L__BB7_88;
 	setp.le.u64 	%p94, %rd92, %rd85;
-	@%p94 bra 	$L__BB5_104;
+	@%p94 bra 	$L__BB7_104;
 	add.s64 	%rd315, %rd93, %rd110;
 	add.s64 	%rd314, %rd94, %rd109;
 	mov.u64 	%rd316, %rd85;
-$L__BB5_87:
+$L__BB7_87:
 	// begin inline asm
 	ld.global.cs.v4.u32 {%r317,%r318,%r319,%r320}, [%rd315];
 	// end inline asm
@@ -9309,13 +16298,13 @@ $L__BB5_87:
 	add.s64 	%rd314, %rd314, 2048;
 	add.s64 	%rd316, %rd316, 256;
 	setp.lt.u64 	%p95, %rd316, %rd92;
-	@%p95 bra 	$L__BB5_87;
-	bra.uni 	$L__BB5_104;
-$L__BB5_98:
+	@%p95 bra 	$L__BB7_87;
+	bra.uni 	$L__BB7_104;
+$L__BB7_98:
 	setp.le.u64 	%p113, %rd91, %rd85;
-	@%p113 bra 	$L__BB5_104;
+	@%p113 bra 	$L__BB7_104;
 	mov.u64 	%rd319, %rd85;
-$L__BB5_100:
+$L__BB7_100:
 	shl.b64 	%rd267, %rd319, 1;
 	add.s64 	%rd268, %rd267, %rd122;
 	add.s64 	%rd126, %rd89, %rd268;
@@ -9325,16 +16314,16 @@ $L__BB5_100:
 	mov.pred 	%p115, 0;
 	xor.pred  	%p116, %p114, %p115;
 	not.pred 	%p117, %p116;
-	@%p117 bra 	$L__BB5_102;
-	bra.uni 	$L__BB5_101;
-$L__BB5_102:
+	@%p117 bra 	$L__BB7_102;
+	bra.uni 	$L__BB7_101;
+$L__BB7_102:
 	ld.global.u16 	%r509, [%rd126];
-	bra.uni 	$L__BB5_103;
-$L__BB5_101:
+	bra.uni 	$L__BB7_103;
+$L__BB7_101:
 	ld.global.u8 	%r405, [%rd126];
 	ld.global.u8 	%r406, [%rd126+1];
 	prmt.b32 	%r509, %r406, %r405, 30212;
-$L__BB5_103:
+$L__BB7_103:
 	shl.b32 	%r407, %r509, 16;
 	mov.b32 	%f377, %r407;
 	div.rn.f32 	%f378, %f377, %f1;
@@ -9356,13 +16345,13 @@ $L__BB5_103:
 	st.global.u8 	[%rd272], %rs73;
 	add.s64 	%rd319, %rd319, 256;
 	setp.lt.u64 	%p119, %rd319, %rd91;
-	@%p119 bra 	$L__BB5_100;
-	bra.uni 	$L__BB5_104;
-$L__BB5_88:
+	@%p119 bra 	$L__BB7_100;
+	bra.uni 	$L__BB7_104;
+$L__BB7_88:
 	setp.le.u64 	%p96, %rd91, %rd85;
-	@%p96 bra 	$L__BB5_104;
+	@%p96 bra 	$L__BB7_104;
 	mov.u64 	%rd317, %rd85;
-$L__BB5_90:
+$L__BB7_90:
 	shl.b64 	%rd255, %rd317, 1;
 	add.s64 	%rd256, %rd255, %rd110;
 	add.s64 	%rd120, %rd89, %rd256;
@@ -9372,16 +16361,16 @@ $L__BB5_90:
 	mov.pred 	%p98, 0;
 	xor.pred  	%p99, %p97, %p98;
 	not.pred 	%p100, %p99;
-	@%p100 bra 	$L__BB5_92;
-	bra.uni 	$L__BB5_91;
-$L__BB5_92:
+	@%p100 bra 	$L__BB7_92;
+	bra.uni 	$L__BB7_91;
+$L__BB7_92:
 	ld.global.u16 	%r508, [%rd120];
-	bra.uni 	$L__BB5_93;
-$L__BB5_91:
+	bra.uni 	$L__BB7_93;
+$L__BB7_91:
 	ld.global.u8 	%r355, [%rd120];
 	ld.global.u8 	%r356, [%rd120+1];
 	prmt.b32 	%r508, %r356, %r355, 30212;
-$L__BB5_93:
+$L__BB7_93:
 	shl.b32 	%r357, %r508, 16;
 	mov.b32 	%f332, %r357;
 	mul.rn.f32 	%f333, %f332, %f4;
@@ -9405,13 +16394,13 @@ $L__BB5_93:
 	st.global.u8 	[%rd260], %rs67;
 	add.s64 	%rd317, %rd317, 256;
 	setp.lt.u64 	%p101, %rd317, %rd91;
-	@%p101 bra 	$L__BB5_90;
-$L__BB5_104:
+	@%p101 bra 	$L__BB7_90;
+$L__BB7_104:
 	add.s64 	%rd309, %rd309, %rd90;
 	setp.lt.s64 	%p120, %rd309, %rd81;
-	@%p120 bra 	$L__BB5_75;
-	bra.uni 	$L__BB5_127;
-$L__BB5_3:
+	@%p120 bra 	$L__BB7_75;
+	bra.uni 	$L__BB7_127;
+$L__BB7_3:
 	ld.param.u64 	%rd158, [%rd1+16];
 	and.b64  	%rd159, %rd158, 3;
 	ld.param.u64 	%rd160, [%rd1+-40];
@@ -9419,25 +16408,25 @@ $L__BB5_3:
 	or.b64  	%rd162, %rd161, %rd159;
 	setp.ne.s64 	%p4, %rd162, 0;
 	mov.u16 	%rs91, 0;
-	@%p4 bra 	$L__BB5_7;
+	@%p4 bra 	$L__BB7_7;
 	ld.param.u8 	%rs11, [%rd1+32];
 	and.b16  	%rs12, %rs11, 3;
 	setp.ne.s16 	%p5, %rs12, 0;
-	@%p5 bra 	$L__BB5_7;
+	@%p5 bra 	$L__BB7_7;
 	ld.param.u8 	%rs14, [%rd1+-8];
 	and.b16  	%rs15, %rs14, 3;
 	setp.ne.s16 	%p6, %rs15, 0;
-	@%p6 bra 	$L__BB5_7;
+	@%p6 bra 	$L__BB7_7;
 	ld.param.u8 	%rs16, [%rd1+-32];
 	and.b16  	%rs17, %rs16, 3;
 	setp.eq.s16 	%p7, %rs17, 0;
 	selp.u16 	%rs91, 1, 0, %p7;
-$L__BB5_7:
+$L__BB7_7:
 	mov.u32 	%r27, %ctaid.x;
 	cvt.u64.u32 	%rd294, %r27;
 	ld.param.u64 	%rd6, [%rd1+-16];
 	setp.le.s64 	%p8, %rd6, %rd294;
-	@%p8 bra 	$L__BB5_127;
+	@%p8 bra 	$L__BB7_127;
 	ld.param.u64 	%rd7, [%rd1+24];
 	ld.param.u64 	%rd8, [%rd1+16];
 	ld.param.u64 	%rd9, [%rd1+32];
@@ -9469,60 +16458,60 @@ $L__BB5_7:
 	mov.b32 	%r38, %f1;
 	add.s32 	%r39, %r38, -226492416;
 	rcp.rn.f32 	%f2, %f1;
-$L__BB5_9:
+$L__BB7_9:
 	add.s64 	%rd298, %rd7, %rd294;
 	setp.eq.s64 	%p9, %rd11, 0;
-	@%p9 bra 	$L__BB5_17;
+	@%p9 bra 	$L__BB7_17;
 	or.b64  	%rd167, %rd298, %rd11;
 	and.b64  	%rd168, %rd167, -4294967296;
 	setp.eq.s64 	%p10, %rd168, 0;
-	@%p10 bra 	$L__BB5_12;
+	@%p10 bra 	$L__BB7_12;
 	rem.s64 	%rd295, %rd298, %rd11;
-	bra.uni 	$L__BB5_13;
-$L__BB5_12:
+	bra.uni 	$L__BB7_13;
+$L__BB7_12:
 	cvt.u32.u64 	%r31, %rd298;
 	rem.u32 	%r32, %r31, %r30;
 	cvt.u64.u32 	%rd295, %r32;
-$L__BB5_13:
+$L__BB7_13:
 	or.b64  	%rd169, %rd295, %rd12;
 	and.b64  	%rd170, %rd169, -4294967296;
 	setp.eq.s64 	%p11, %rd170, 0;
-	@%p11 bra 	$L__BB5_15;
+	@%p11 bra 	$L__BB7_15;
 	div.s64 	%rd296, %rd295, %rd12;
 	mul.lo.s64 	%rd171, %rd296, %rd12;
 	sub.s64 	%rd297, %rd295, %rd171;
-	bra.uni 	$L__BB5_16;
-$L__BB5_15:
+	bra.uni 	$L__BB7_16;
+$L__BB7_15:
 	cvt.u32.u64 	%r34, %rd295;
 	div.u32 	%r35, %r34, %r33;
 	mul.lo.s32 	%r36, %r35, %r33;
 	sub.s32 	%r37, %r34, %r36;
 	cvt.u64.u32 	%rd296, %r35;
 	cvt.u64.u32 	%rd297, %r37;
-$L__BB5_16:
+$L__BB7_16:
 	add.s64 	%rd293, %rd7, %rd294;
 	shl.b64 	%rd172, %rd297, 1;
 	sub.s64 	%rd173, %rd293, %rd295;
 	add.s64 	%rd174, %rd173, %rd172;
 	add.s64 	%rd298, %rd174, %rd296;
-$L__BB5_17:
+$L__BB7_17:
 	setp.gt.u32 	%p12, %r39, 1677721600;
 	mul.lo.s64 	%rd175, %rd8, %rd298;
 	add.s64 	%rd40, %rd175, %rd9;
 	mul.lo.s64 	%rd41, %rd16, %rd294;
 	add.s64 	%rd176, %rd23, %rd41;
 	add.s64 	%rd42, %rd2, %rd176;
-	@%p12 bra 	$L__BB5_30;
-	bra.uni 	$L__BB5_18;
-$L__BB5_30:
+	@%p12 bra 	$L__BB7_30;
+	bra.uni 	$L__BB7_18;
+$L__BB7_30:
 	setp.eq.s16 	%p21, %rs91, 0;
 	shl.b64 	%rd50, %rd40, 2;
-	@%p21 bra 	$L__BB5_38;
+	@%p21 bra 	$L__BB7_38;
 	setp.le.u64 	%p22, %rd17, %rd10;
-	@%p22 bra 	$L__BB5_44;
+	@%p22 bra 	$L__BB7_44;
 	setp.eq.s64 	%p23, %rd20, 0;
 	mov.u64 	%rd302, %rd10;
-	@%p23 bra 	$L__BB5_36;
+	@%p23 bra 	$L__BB7_36;
 	setp.eq.s64 	%p24, %rd20, 1;
 	add.s64 	%rd193, %rd22, %rd50;
 	add.s64 	%rd192, %rd13, %rd193;
@@ -9575,7 +16564,7 @@ $L__BB5_30:
 	or.b32  	%r119, %r118, %r110;
 	st.global.u32 	[%rd42], %r119;
 	mov.u64 	%rd302, %rd24;
-	@%p24 bra 	$L__BB5_36;
+	@%p24 bra 	$L__BB7_36;
 	setp.eq.s64 	%p29, %rd20, 2;
 	add.s64 	%rd195, %rd25, %rd50;
 	add.s64 	%rd194, %rd13, %rd195;
@@ -9627,7 +16616,7 @@ $L__BB5_30:
 	st.global.u32 	[%rd42+1024], %r139;
 	cvt.u64.u32 	%rd196, %r28;
 	add.s64 	%rd302, %rd196, 512;
-	@%p29 bra 	$L__BB5_36;
+	@%p29 bra 	$L__BB7_36;
 	add.s64 	%rd198, %rd26, %rd50;
 	add.s64 	%rd197, %rd13, %rd198;
 	// begin inline asm
@@ -9679,10 +16668,10 @@ $L__BB5_30:
 	or.b32  	%r160, %r159, %r151;
 	st.global.u32 	[%rd42+2048], %r160;
 	add.s64 	%rd302, %rd196, 768;
-$L__BB5_36:
+$L__BB7_36:
 	setp.lt.u64 	%p38, %rd18, 768;
-	@%p38 bra 	$L__BB5_44;
-$L__BB5_37:
+	@%p38 bra 	$L__BB7_44;
+$L__BB7_37:
 	shl.b64 	%rd204, %rd302, 4;
 	add.s64 	%rd205, %rd204, %rd50;
 	add.s64 	%rd200, %rd13, %rd205;
@@ -9880,17 +16869,17 @@ $L__BB5_37:
 	st.global.u32 	[%rd208+3072], %r241;
 	add.s64 	%rd302, %rd302, 1024;
 	setp.lt.u64 	%p55, %rd302, %rd17;
-	@%p55 bra 	$L__BB5_37;
-	bra.uni 	$L__BB5_44;
-$L__BB5_18:
+	@%p55 bra 	$L__BB7_37;
+	bra.uni 	$L__BB7_44;
+$L__BB7_18:
 	setp.eq.s16 	%p13, %rs91, 0;
 	shl.b64 	%rd43, %rd40, 2;
-	@%p13 bra 	$L__BB5_24;
+	@%p13 bra 	$L__BB7_24;
 	setp.le.u64 	%p14, %rd17, %rd10;
-	@%p14 bra 	$L__BB5_44;
+	@%p14 bra 	$L__BB7_44;
 	setp.eq.s64 	%p15, %rd21, 0;
 	mov.u64 	%rd300, %rd10;
-	@%p15 bra 	$L__BB5_22;
+	@%p15 bra 	$L__BB7_22;
 	add.s64 	%rd178, %rd22, %rd43;
 	add.s64 	%rd177, %rd13, %rd178;
 	// begin inline asm
@@ -9941,10 +16930,10 @@ $L__BB5_18:
 	mov.b32 	%r56, {%rs18, %rs19};
 	st.global.u32 	[%rd42], %r56;
 	mov.u64 	%rd300, %rd24;
-$L__BB5_22:
+$L__BB7_22:
 	setp.eq.s64 	%p16, %rd19, 0;
-	@%p16 bra 	$L__BB5_44;
-$L__BB5_23:
+	@%p16 bra 	$L__BB7_44;
+$L__BB7_23:
 	shl.b64 	%rd181, %rd300, 4;
 	add.s64 	%rd182, %rd181, %rd43;
 	add.s64 	%rd179, %rd13, %rd182;
@@ -10048,20 +17037,20 @@ $L__BB5_23:
 	st.global.u32 	[%rd185+1024], %r90;
 	add.s64 	%rd300, %rd300, 512;
 	setp.lt.u64 	%p17, %rd300, %rd17;
-	@%p17 bra 	$L__BB5_23;
-	bra.uni 	$L__BB5_44;
-$L__BB5_38:
+	@%p17 bra 	$L__BB7_23;
+	bra.uni 	$L__BB7_44;
+$L__BB7_38:
 	setp.le.u64 	%p56, %rd16, %rd10;
-	@%p56 bra 	$L__BB5_44;
+	@%p56 bra 	$L__BB7_44;
 	mov.u64 	%rd304, %rd10;
-$L__BB5_40:
+$L__BB7_40:
 	shl.b64 	%rd209, %rd304, 2;
 	add.s64 	%rd210, %rd209, %rd50;
 	add.s64 	%rd57, %rd14, %rd210;
 	add.s64 	%rd211, %rd13, %rd210;
 	and.b64  	%rd212, %rd211, 3;
 	setp.eq.s64 	%p57, %rd212, 0;
-	@%p57 bra 	$L__BB5_42;
+	@%p57 bra 	$L__BB7_42;
 	ld.global.u8 	%r242, [%rd57];
 	ld.global.u8 	%r243, [%rd57+1];
 	prmt.b32 	%r244, %r243, %r242, 30212;
@@ -10069,10 +17058,10 @@ $L__BB5_40:
 	prmt.b32 	%r246, %r245, %r244, 28756;
 	ld.global.u8 	%r247, [%rd57+3];
 	prmt.b32 	%r505, %r247, %r246, 1620;
-	bra.uni 	$L__BB5_43;
-$L__BB5_42:
+	bra.uni 	$L__BB7_43;
+$L__BB7_42:
 	ld.global.u32 	%r505, [%rd57];
-$L__BB5_43:
+$L__BB7_43:
 	mov.b32 	%f211, %r505;
 	div.rn.f32 	%f212, %f211, %f1;
 	mov.f32 	%f213, 0fC3E00000;
@@ -10093,20 +17082,20 @@ $L__BB5_43:
 	st.global.u8 	[%rd214], %rs40;
 	add.s64 	%rd304, %rd304, 256;
 	setp.lt.u64 	%p59, %rd304, %rd16;
-	@%p59 bra 	$L__BB5_40;
-	bra.uni 	$L__BB5_44;
-$L__BB5_24:
+	@%p59 bra 	$L__BB7_40;
+	bra.uni 	$L__BB7_44;
+$L__BB7_24:
 	setp.le.u64 	%p18, %rd16, %rd10;
-	@%p18 bra 	$L__BB5_44;
+	@%p18 bra 	$L__BB7_44;
 	mov.u64 	%rd301, %rd10;
-$L__BB5_26:
+$L__BB7_26:
 	shl.b64 	%rd186, %rd301, 2;
 	add.s64 	%rd187, %rd186, %rd43;
 	add.s64 	%rd48, %rd14, %rd187;
 	add.s64 	%rd188, %rd13, %rd187;
 	and.b64  	%rd189, %rd188, 3;
 	setp.eq.s64 	%p19, %rd189, 0;
-	@%p19 bra 	$L__BB5_28;
+	@%p19 bra 	$L__BB7_28;
 	ld.global.u8 	%r91, [%rd48];
 	ld.global.u8 	%r92, [%rd48+1];
 	prmt.b32 	%r93, %r92, %r91, 30212;
@@ -10114,10 +17103,10 @@ $L__BB5_26:
 	prmt.b32 	%r95, %r94, %r93, 28756;
 	ld.global.u8 	%r96, [%rd48+3];
 	prmt.b32 	%r504, %r96, %r95, 1620;
-	bra.uni 	$L__BB5_29;
-$L__BB5_28:
+	bra.uni 	$L__BB7_29;
+$L__BB7_28:
 	ld.global.u32 	%r504, [%rd48];
-$L__BB5_29:
+$L__BB7_29:
 	mov.b32 	%f80, %r504;
 	mul.rn.f32 	%f81, %f80, %f2;
 	neg.f32 	%f82, %f81;
@@ -10140,22 +17129,22 @@ $L__BB5_29:
 	st.global.u8 	[%rd191], %rs24;
 	add.s64 	%rd301, %rd301, 256;
 	setp.lt.u64 	%p20, %rd301, %rd16;
-	@%p20 bra 	$L__BB5_26;
-$L__BB5_44:
+	@%p20 bra 	$L__BB7_26;
+$L__BB7_44:
 	add.s64 	%rd294, %rd294, %rd15;
 	setp.lt.s64 	%p60, %rd294, %rd6;
-	@%p60 bra 	$L__BB5_9;
-$L__BB5_127:
+	@%p60 bra 	$L__BB7_9;
+$L__BB7_127:
 	ret;
-$L__BB5_109:
+$L__BB7_109:
 	rcp.rn.f32 	%f5, %f1;
 	ld.param.u64 	%rd132, [%rd1+-40];
 	setp.eq.s16 	%p125, %rs94, 0;
-	@%p125 bra 	$L__BB5_112;
+	@%p125 bra 	$L__BB7_112;
 	shr.u64 	%rd133, %rd129, 3;
 	setp.ge.u64 	%p126, %rd130, %rd133;
-	@%p126 bra 	$L__BB5_127;
-$L__BB5_111:
+	@%p126 bra 	$L__BB7_127;
+$L__BB7_111:
 	shl.b64 	%rd278, %rd130, 4;
 	add.s64 	%rd277, %rd132, %rd278;
 	// begin inline asm
@@ -10260,17 +17249,17 @@ $L__BB5_111:
 	st.global.v2.u32 	[%rd280], {%r450, %r449};
 	add.s64 	%rd130, %rd130, %rd131;
 	setp.lt.u64 	%p127, %rd130, %rd133;
-	@%p127 bra 	$L__BB5_111;
-	bra.uni 	$L__BB5_127;
-$L__BB5_49:
+	@%p127 bra 	$L__BB7_111;
+	bra.uni 	$L__BB7_127;
+$L__BB7_49:
 	rcp.rn.f32 	%f3, %f1;
 	ld.param.u64 	%rd63, [%rd1+-40];
 	setp.eq.s16 	%p65, %rs92, 0;
-	@%p65 bra 	$L__BB5_52;
+	@%p65 bra 	$L__BB7_52;
 	shr.u64 	%rd64, %rd60, 2;
 	setp.ge.u64 	%p66, %rd61, %rd64;
-	@%p66 bra 	$L__BB5_127;
-$L__BB5_51:
+	@%p66 bra 	$L__BB7_127;
+$L__BB7_51:
 	shl.b64 	%rd220, %rd61, 4;
 	add.s64 	%rd219, %rd63, %rd220;
 	// begin inline asm
@@ -10324,13 +17313,13 @@ $L__BB5_51:
 	st.global.u32 	[%rd222], %r269;
 	add.s64 	%rd61, %rd61, %rd62;
 	setp.lt.u64 	%p67, %rd61, %rd64;
-	@%p67 bra 	$L__BB5_51;
-	bra.uni 	$L__BB5_127;
-$L__BB5_121:
+	@%p67 bra 	$L__BB7_51;
+	bra.uni 	$L__BB7_127;
+$L__BB7_121:
 	setp.ge.u64 	%p145, %rd130, %rd129;
-	@%p145 bra 	$L__BB5_127;
+	@%p145 bra 	$L__BB7_127;
 	cvta.to.global.u64 	%rd144, %rd140;
-$L__BB5_123:
+$L__BB7_123:
 	shl.b64 	%rd289, %rd130, 1;
 	add.s64 	%rd146, %rd144, %rd289;
 	add.s64 	%rd290, %rd140, %rd289;
@@ -10339,16 +17328,16 @@ $L__BB5_123:
 	mov.pred 	%p147, 0;
 	xor.pred  	%p148, %p146, %p147;
 	not.pred 	%p149, %p148;
-	@%p149 bra 	$L__BB5_125;
-	bra.uni 	$L__BB5_124;
-$L__BB5_125:
+	@%p149 bra 	$L__BB7_125;
+	bra.uni 	$L__BB7_124;
+$L__BB7_125:
 	ld.global.u16 	%r511, [%rd146];
-	bra.uni 	$L__BB5_126;
-$L__BB5_124:
+	bra.uni 	$L__BB7_126;
+$L__BB7_124:
 	ld.global.u8 	%r501, [%rd146];
 	ld.global.u8 	%r502, [%rd146+1];
 	prmt.b32 	%r511, %r502, %r501, 30212;
-$L__BB5_126:
+$L__BB7_126:
 	shl.b32 	%r503, %r511, 16;
 	mov.b32 	%f480, %r503;
 	div.rn.f32 	%f481, %f480, %f1;
@@ -10369,19 +17358,19 @@ $L__BB5_126:
 	st.global.u8 	[%rd292], %rs90;
 	add.s64 	%rd130, %rd130, %rd131;
 	setp.lt.u64 	%p151, %rd130, %rd129;
-	@%p151 bra 	$L__BB5_123;
-	bra.uni 	$L__BB5_127;
-$L__BB5_61:
+	@%p151 bra 	$L__BB7_123;
+	bra.uni 	$L__BB7_127;
+$L__BB7_61:
 	setp.ge.u64 	%p78, %rd61, %rd60;
-	@%p78 bra 	$L__BB5_127;
+	@%p78 bra 	$L__BB7_127;
 	cvta.to.global.u64 	%rd75, %rd71;
-$L__BB5_63:
+$L__BB7_63:
 	shl.b64 	%rd231, %rd61, 2;
 	add.s64 	%rd77, %rd75, %rd231;
 	add.s64 	%rd232, %rd71, %rd231;
 	and.b64  	%rd233, %rd232, 3;
 	setp.eq.s64 	%p79, %rd233, 0;
-	@%p79 bra 	$L__BB5_65;
+	@%p79 bra 	$L__BB7_65;
 	ld.global.u8 	%r299, [%rd77];
 	ld.global.u8 	%r300, [%rd77+1];
 	prmt.b32 	%r301, %r300, %r299, 30212;
@@ -10389,10 +17378,10 @@ $L__BB5_63:
 	prmt.b32 	%r303, %r302, %r301, 28756;
 	ld.global.u8 	%r304, [%rd77+3];
 	prmt.b32 	%r507, %r304, %r303, 1620;
-	bra.uni 	$L__BB5_66;
-$L__BB5_65:
+	bra.uni 	$L__BB7_66;
+$L__BB7_65:
 	ld.global.u32 	%r507, [%rd77];
-$L__BB5_66:
+$L__BB7_66:
 	mov.b32 	%f274, %r507;
 	div.rn.f32 	%f275, %f274, %f1;
 	mov.f32 	%f276, 0fC3E00000;
@@ -10412,13 +17401,13 @@ $L__BB5_66:
 	st.global.u8 	[%rd234], %rs53;
 	add.s64 	%rd61, %rd61, %rd62;
 	setp.lt.u64 	%p81, %rd61, %rd60;
-	@%p81 bra 	$L__BB5_63;
-	bra.uni 	$L__BB5_127;
-$L__BB5_112:
+	@%p81 bra 	$L__BB7_63;
+	bra.uni 	$L__BB7_127;
+$L__BB7_112:
 	setp.ge.u64 	%p128, %rd130, %rd129;
-	@%p128 bra 	$L__BB5_127;
+	@%p128 bra 	$L__BB7_127;
 	cvta.to.global.u64 	%rd136, %rd132;
-$L__BB5_114:
+$L__BB7_114:
 	shl.b64 	%rd281, %rd130, 1;
 	add.s64 	%rd138, %rd136, %rd281;
 	add.s64 	%rd282, %rd132, %rd281;
@@ -10427,16 +17416,16 @@ $L__BB5_114:
 	mov.pred 	%p130, 0;
 	xor.pred  	%p131, %p129, %p130;
 	not.pred 	%p132, %p131;
-	@%p132 bra 	$L__BB5_116;
-	bra.uni 	$L__BB5_115;
-$L__BB5_116:
+	@%p132 bra 	$L__BB7_116;
+	bra.uni 	$L__BB7_115;
+$L__BB7_116:
 	ld.global.u16 	%r510, [%rd138];
-	bra.uni 	$L__BB5_117;
-$L__BB5_115:
+	bra.uni 	$L__BB7_117;
+$L__BB7_115:
 	ld.global.u8 	%r451, [%rd138];
 	ld.global.u8 	%r452, [%rd138+1];
 	prmt.b32 	%r510, %r452, %r451, 30212;
-$L__BB5_117:
+$L__BB7_117:
 	shl.b32 	%r453, %r510, 16;
 	mov.b32 	%f435, %r453;
 	mul.rn.f32 	%f436, %f435, %f5;
@@ -10459,19 +17448,19 @@ $L__BB5_117:
 	st.global.u8 	[%rd284], %rs84;
 	add.s64 	%rd130, %rd130, %rd131;
 	setp.lt.u64 	%p133, %rd130, %rd129;
-	@%p133 bra 	$L__BB5_114;
-	bra.uni 	$L__BB5_127;
-$L__BB5_52:
+	@%p133 bra 	$L__BB7_114;
+	bra.uni 	$L__BB7_127;
+$L__BB7_52:
 	setp.ge.u64 	%p68, %rd61, %rd60;
-	@%p68 bra 	$L__BB5_127;
+	@%p68 bra 	$L__BB7_127;
 	cvta.to.global.u64 	%rd67, %rd63;
-$L__BB5_54:
+$L__BB7_54:
 	shl.b64 	%rd223, %rd61, 2;
 	add.s64 	%rd69, %rd67, %rd223;
 	add.s64 	%rd224, %rd63, %rd223;
 	and.b64  	%rd225, %rd224, 3;
 	setp.eq.s64 	%p69, %rd225, 0;
-	@%p69 bra 	$L__BB5_56;
+	@%p69 bra 	$L__BB7_56;
 	ld.global.u8 	%r270, [%rd69];
 	ld.global.u8 	%r271, [%rd69+1];
 	prmt.b32 	%r272, %r271, %r270, 30212;
@@ -10479,10 +17468,10 @@ $L__BB5_54:
 	prmt.b32 	%r274, %r273, %r272, 28756;
 	ld.global.u8 	%r275, [%rd69+3];
 	prmt.b32 	%r506, %r275, %r274, 1620;
-	bra.uni 	$L__BB5_57;
-$L__BB5_56:
+	bra.uni 	$L__BB7_57;
+$L__BB7_56:
 	ld.global.u32 	%r506, [%rd69];
-$L__BB5_57:
+$L__BB7_57:
 	mov.b32 	%f245, %r506;
 	mul.rn.f32 	%f246, %f245, %f3;
 	neg.f32 	%f247, %f246;
@@ -10504,8 +17493,8 @@ $L__BB5_57:
 	st.global.u8 	[%rd226], %rs49;
 	add.s64 	%rd61, %rd61, %rd62;
 	setp.lt.u64 	%p70, %rd61, %rd60;
-	@%p70 bra 	$L__BB5_54;
-	bra.uni 	$L__BB5_127;
+	@%p70 bra 	$L__BB7_54;
+	bra.uni 	$L__BB7_127;
 }
 )WSPTX";
 }  // namespace weightsync::detail
