@@ -21,6 +21,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <span>
 
 #include "weightsync/cuda/check.hpp"
 #include "weightsync/cuda/device_buffer.hpp"
@@ -45,6 +46,10 @@ struct CudaFp8Quantizer {
   void quantize(const TensorMeta& m, const void* src, Fp8Scaling s, void* dst,
                 float* scales) const {
     quantize_fp8(m, src, s, dst, scales, stream);
+  }
+  //! Block-scaled views batched (quantize_fp8_views).
+  void quantize_views(std::span<const kernels::Fp8Params> views) const {
+    quantize_fp8_views(views, stream, "fp8 source");
   }
   void copy(void* dst, const void* src, std::size_t n) const {
     if (n)

@@ -34,8 +34,9 @@
 //! The quantizer is a policy: HostFp8Quantizer (host memory, here) or CudaFp8Quantizer
 //! (<weightsync/cuda/fp8_source.hpp>: device memory, the kernels on a stream). It provides
 //! `Buffer alloc(bytes)`, `static std::byte* data(Buffer&)`, `quantize(meta, src, scaling, dst,
-//! scales)` and `copy(dst, src, bytes)` (both may run asynchronously), and `finish()` (everything
-//! enqueued is complete).
+//! scales)`, `quantize_views(views)` (a batch of kernels::Fp8Params: ring mode runs a chunk's
+//! quantizations as one, at the chunk's end) and `copy(dst, src, bytes)` (all may run
+//! asynchronously), and `finish()` (everything enqueued is complete).
 
 #include <algorithm>
 #include <cstddef>
@@ -44,6 +45,7 @@
 #include <optional>
 #include <ranges>
 #include <regex>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -95,6 +97,9 @@ struct HostFp8Quantizer {
   void quantize(const TensorMeta& m, const void* src, Fp8Scaling s, void* dst,
                 float* scales) const {
     quantize_fp8_host(m, src, s, dst, scales);
+  }
+  void quantize_views(std::span<const kernels::Fp8Params> views) const {
+    for (const auto& v : views) quantize_fp8_view_host(v);
   }
   void copy(void* dst, const void* src, std::size_t n) const {
     if (n) std::memcpy(dst, src, n);
@@ -269,8 +274,13 @@ class Fp8Source {
   }
 
   //! After output tensor i: its chunk is complete when it was the chunk's last tensor.
+  //! The chunk's quantizations run as one batch then (their bytes are read only once the whole
+  //! chunk has been taken).
   void ring_after(std::size_t i) {
-    if (chunk_last_[i] || place_[i] == Place::solo) q_.finish();
+    if (!chunk_last_[i] && place_[i] != Place::solo) return;
+    if (!batch_.empty()) q_.quantize_views(std::span<const kernels::Fp8Params>(batch_));
+    batch_.clear();
+    q_.finish();
   }
 
   bool next_ring(SourceTensorRef& out) {
@@ -320,7 +330,7 @@ class Fp8Source {
     const bool with = chunk_of_[wi + 1] == chunk_of_[wi];
     ring_scale_at_ = with ? ring_place(wi + 1) : nullptr;
     float* scales = reinterpret_cast<float*>(with ? ring_scale_at_ : Quantizer::data(*pending_));
-    q_.quantize(m, item.data(), opt_.scaling, w, scales);
+    batch_.push_back(fp8_whole_view(m, opt_.scaling, item.data(), w, scales));
     ring_pending_ = true;
     out = SourceTensorRef{&out_[wi], w};
     ring_after(wi);
@@ -453,6 +463,7 @@ class Fp8Source {
   std::vector<std::size_t> solo_bytes_;
   bool ring_pending_ = false;
   std::byte* ring_scale_at_ = nullptr;
+  std::vector<kernels::Fp8Params> batch_;  //!< the chunk's quantizations, run at its end
 };
 
 }  // namespace weightsync
