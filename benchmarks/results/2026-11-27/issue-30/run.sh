@@ -29,6 +29,7 @@
 set -u
 out=${1:?usage: run.sh OUT_DIR}
 mkdir -p "$out"
+out=$(cd "$out" && pwd)
 cd "$(dirname "$0")/../../../.."
 export NCCL_NVLS_ENABLE=0
 start=$SECONDS
@@ -44,7 +45,7 @@ build=build/gpu
 } > "$out/build.txt" 2>&1 || { tail -40 "$out/build.txt"; echo "BUILD FAILED"; exit 1; }
 echo "build ok ($((SECONDS - start)) s)"
 timeout 200 ctest --test-dir "$build" -L gpu -R "fp8|loading gpu" --output-on-failure \
-  --no-tests=error -V --output-junit "$(realpath "$out")/ctest.xml" > "$out/ctest.txt" 2>&1
+  --no-tests=error -V --output-junit "$out/ctest.xml" > "$out/ctest.txt" 2>&1
 python3 scripts/ctest-summary.py "$out/ctest.xml" --list > "$out/summary.txt" 2>&1
 echo "tests done ($((SECONDS - start)) s)"
 timeout 150 "$build/benchmarks/fp8_quantize_bench" --reps 20 --trials 7 --load dense8b,moe30b \
