@@ -35,12 +35,12 @@
 #include <weightsync/layouts.hpp>
 #include <weightsync/packed_broadcast.hpp>
 #if WEIGHTSYNC_BENCH_GPU
-#include <weightsync/cuda/event.hpp>
 #include <weightsync/cuda/delta_source.hpp>
+#include <weightsync/cuda/event.hpp>
 #include <weightsync/cuda/fp8_source.hpp>
-#include <weightsync/cuda/ipc.hpp>
 #include <weightsync/cuda/mps.hpp>
 #include <weightsync/cuda/stream.hpp>
+#include <weightsync/ipc.hpp>
 #include <weightsync/loading.hpp>
 #include <weightsync/nccl/communicator.hpp>
 #endif

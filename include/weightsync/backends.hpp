@@ -5,14 +5,14 @@
 //! @file
 //! Every built-in backend this build has, each registered with BackendRegistry::global() by its
 //! own header: "host" (host/backend.hpp), "nccl" with NCCL (nccl/backend.hpp), "ipc" and "p2p"
-//! with CUDA (cuda/ipc/backend.hpp). Include it (or weightsync.hpp) in a program that picks its
+//! with CUDA (ipc/backend.hpp). Include it (or weightsync.hpp) in a program that picks its
 //! backend by name at run time.
 
 #include "weightsync/config.hpp"
 
 #include "weightsync/host/backend.hpp"
 #if WEIGHTSYNC_HAS_CUDA
-#include "weightsync/cuda/ipc/backend.hpp"
+#include "weightsync/ipc/backend.hpp"
 #endif
 #if WEIGHTSYNC_HAS_NCCL
 #include "weightsync/nccl/backend.hpp"

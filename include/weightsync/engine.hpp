@@ -8,7 +8,7 @@
 //! (trainer_init, send_weights; engine/trainer.hpp), over backends chosen by name from a registry
 //! (engine/registry.hpp), all behind the Backend interface (engine/backend.hpp). Registers the
 //! default backend, "host" (host/backend.hpp); the GPU backends register from their own headers:
-//! "nccl" (nccl/backend.hpp), "ipc" and "p2p" (cuda/ipc/backend.hpp), or all of them through
+//! "nccl" (nccl/backend.hpp), "ipc" and "p2p" (ipc/backend.hpp), or all of them through
 //! <weightsync/backends.hpp>.
 
 #include "weightsync/engine/backend.hpp"

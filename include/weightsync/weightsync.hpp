@@ -7,6 +7,10 @@
 
 #include "weightsync/config.hpp"
 
+#include "weightsync/c10d/client.hpp"
+#include "weightsync/c10d/server.hpp"
+#include "weightsync/c10d/store_group.hpp"
+#include "weightsync/c10d/vllm_pickle.hpp"
 #include "weightsync/chunk_plan.hpp"
 #include "weightsync/concepts.hpp"
 #include "weightsync/dtype.hpp"
@@ -14,10 +18,6 @@
 #include "weightsync/host/communicator.hpp"
 #include "weightsync/host/device_policy.hpp"
 #include "weightsync/host/rendezvous.hpp"
-#include "weightsync/host/tcp_store_client.hpp"
-#include "weightsync/host/tcp_store_server.hpp"
-#include "weightsync/host/torch_store_group.hpp"
-#include "weightsync/host/vllm_pickle.hpp"
 #include "weightsync/info.hpp"
 #include "weightsync/loading.hpp"
 #include "weightsync/log.hpp"

@@ -3,7 +3,7 @@
 // The IPC plan decoder (host-only part of the ipc/p2p transports): any bytes decode or throw
 // protocol_error, never allocate more than the message can describe, and a decoded plan re-encodes
 // to the same bytes.
-#include <weightsync/detail/ipc_plan.hpp>
+#include <weightsync/ipc/detail/plan.hpp>
 
 #include "fuzz_support.hpp"
 

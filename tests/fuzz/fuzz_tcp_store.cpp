@@ -5,7 +5,7 @@
 // sends it too (see store_fuzz_one); the engine never throws or crashes, answers only open
 // connections, keeps its byte count exact and within its bound, and answers the same however the
 // stream is cut.
-#include <weightsync/host/tcp_store_engine.hpp>
+#include <weightsync/c10d/detail/store_engine.hpp>
 
 #include <string>
 

@@ -5,10 +5,10 @@
 // enforces the deadline, checks exit codes) and, in the peers (--ws-rank), as rank 0 (producer)
 // or rank 1 (consumer). Every tensor is compared bit-exactly with the producer's pattern;
 // destinations are poisoned before every round.
-#include <weightsync/cuda/ipc.hpp>
 #include <weightsync/cuda/stream.hpp>
-#include <weightsync/cuda/ipc/backend.hpp>
 #include <weightsync/engine.hpp>
+#include <weightsync/ipc.hpp>
+#include <weightsync/ipc/backend.hpp>
 #include <weightsync/layouts.hpp>
 #include <weightsync/shard.hpp>
 

@@ -6,8 +6,8 @@
 // norms) through the planner: destinations for what lands in place (pulled straight to its rows),
 // the batched CUDA gather for the rest. Compared bit for bit with the host path's result.
 #include <weightsync/cuda/check.hpp>
-#include <weightsync/cuda/ipc.hpp>
 #include <weightsync/cuda/stream.hpp>
+#include <weightsync/ipc.hpp>
 #include <weightsync/loading.hpp>
 
 #include <chrono>

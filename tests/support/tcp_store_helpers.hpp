@@ -6,9 +6,9 @@
 //! client options, raw connections that send what no well-behaved client sends, a log capture,
 //! request bytes in torch's dialects, a StoreEngine driven directly, and a scripted fake peer.
 
-#include <weightsync/host/tcp_store_client.hpp>
-#include <weightsync/host/tcp_store_engine.hpp>
-#include <weightsync/host/tcp_store_server.hpp>
+#include <weightsync/c10d/client.hpp>
+#include <weightsync/c10d/detail/store_engine.hpp>
+#include <weightsync/c10d/server.hpp>
 #include <weightsync/log.hpp>
 
 #include <chrono>

@@ -259,9 +259,9 @@ TEST_CASE("fp8 source in the ring: quantized into the producer's slots, sent fro
             const auto st = packed_broadcast_producer(metas, items, comm, 0, opt, ws);
             if (!fp8.in_ring()) throw std::runtime_error("not in the ring");
             // every region of several tensors lay in its slot already: none was packed
-            const detail::TransferPlan plan(metas, opt);
+            const detail::PiecePlan plan(metas, 0, opt);
             std::uint64_t regions = 0;
-            for (const auto& r : plan.regions) regions += r.solo == plan.npos && r.bytes > 0;
+            for (const auto& r : plan.regions[0]) regions += r.solo == plan.npos && r.bytes > 0;
             if (st.chunks < 10 || regions < 8) throw std::runtime_error("expected many chunks");
             if (st.contiguous_regions != (round + 1) * regions)
               throw std::runtime_error(std::to_string(st.contiguous_regions) + " regions sent in " +

@@ -5,9 +5,9 @@
 #include <weightsync/config.hpp>
 
 #if WEIGHTSYNC_HAS_CUDA
-#include <weightsync/cuda/ipc.hpp>
-#include <weightsync/cuda/ipc/backend.hpp>
 #include <weightsync/engine.hpp>
+#include <weightsync/ipc.hpp>
+#include <weightsync/ipc/backend.hpp>
 
 #include <algorithm>
 #include <cstring>

@@ -53,8 +53,8 @@ TEST_CASE("backend registry: a built-in backend whose header was not included na
           "[unit][engine]") {
   CHECK(BackendRegistry::builtin_header("host") == "weightsync/host/backend.hpp");
   CHECK(BackendRegistry::builtin_header("nccl") == "weightsync/nccl/backend.hpp");
-  CHECK(BackendRegistry::builtin_header("ipc") == "weightsync/cuda/ipc/backend.hpp");
-  CHECK(BackendRegistry::builtin_header("p2p") == "weightsync/cuda/ipc/backend.hpp");
+  CHECK(BackendRegistry::builtin_header("ipc") == "weightsync/ipc/backend.hpp");
+  CHECK(BackendRegistry::builtin_header("p2p") == "weightsync/ipc/backend.hpp");
   CHECK(BackendRegistry::builtin_header("carrier-pigeon").empty());
   for (const std::string name : {"host", "nccl", "ipc", "p2p"}) {
     const std::string why = BackendRegistry::missing_builtin(name, true, true);
@@ -83,7 +83,7 @@ TEST_CASE("backend registry: a built-in backend whose header was not included na
 #endif
 #if WEIGHTSYNC_HAS_CUDA
   CHECK(contains(p2p, "[weightsync.config] backend: p2p backend not registered"));
-  CHECK(contains(p2p, "<weightsync/cuda/ipc/backend.hpp>"));
+  CHECK(contains(p2p, "<weightsync/ipc/backend.hpp>"));
 #else
   CHECK(contains(p2p, "[weightsync.config] backend: p2p backend not compiled in"));
 #endif

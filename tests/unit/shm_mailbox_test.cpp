@@ -1,9 +1,9 @@
 // SPDX-FileCopyrightText: 2026 weightsync contributors
 // SPDX-License-Identifier: Apache-2.0
-// ShmMailbox (host/shm_mailbox.hpp): the ipc transport's per-sync messages through shared memory.
+// ShmMailbox (ipc/detail/shm_mailbox.hpp): the ipc transport's per-sync messages through shared memory.
 // Rounds between processes arrive whole and in order, long messages are announced, a wait is
 // bounded and watches its peer, bad names and sizes are refused, and nothing is left in /dev/shm.
-#include <weightsync/host/shm_mailbox.hpp>
+#include <weightsync/ipc/detail/shm_mailbox.hpp>
 
 #include <sys/stat.h>
 #include <unistd.h>

@@ -2,8 +2,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The TCPStore group (vLLM's StatelessProcessGroup over c10d): a rank that never joins, and a
 // unique id that is not vLLM's pickle.
-#include <weightsync/host/tcp_store_client.hpp>
-#include <weightsync/host/torch_store_group.hpp>
+#include <weightsync/c10d/client.hpp>
+#include <weightsync/c10d/store_group.hpp>
 
 #include <chrono>
 #include <string>

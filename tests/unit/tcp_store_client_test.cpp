@@ -2,8 +2,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The c10d TCPStore client: peers that are no TCPStore or do not answer the handshake, one deadline
 // for connect and validation, waits, queues and LIST, and replies over the client's bounds.
-#include <weightsync/host/tcp_store_client.hpp>
-#include <weightsync/host/tcp_store_server.hpp>
+#include <weightsync/c10d/client.hpp>
+#include <weightsync/c10d/server.hpp>
 
 #include <sys/socket.h>
 

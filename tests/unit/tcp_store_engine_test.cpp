@@ -2,7 +2,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The c10d TCPStore engine (the server's state machine, driven without sockets): random input,
 // WAIT wake-ups, the store and request bounds, and its bookkeeping after every kind of request.
-#include <weightsync/host/tcp_store_engine.hpp>
+#include <weightsync/c10d/detail/store_engine.hpp>
 
 #include <chrono>
 #include <cstdint>

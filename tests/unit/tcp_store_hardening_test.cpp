@@ -4,8 +4,8 @@
 // one memory budget for the whole server, running out of file descriptors, clients that
 // half-close after their requests, and a client that never reads its replies. Small limits set
 // through the options keep every flood cheap.
-#include <weightsync/host/tcp_store_client.hpp>
-#include <weightsync/host/tcp_store_server.hpp>
+#include <weightsync/c10d/client.hpp>
+#include <weightsync/c10d/server.hpp>
 
 #include <sys/resource.h>
 #include <sys/socket.h>

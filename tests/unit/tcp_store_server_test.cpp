@@ -2,8 +2,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The c10d TCPStore server over sockets: every command in each dialect, WAIT and its deadline,
 // bad input refused while the server keeps serving, and its connection, store and output limits.
-#include <weightsync/host/tcp_store_client.hpp>
-#include <weightsync/host/tcp_store_server.hpp>
+#include <weightsync/c10d/client.hpp>
+#include <weightsync/c10d/server.hpp>
 
 #include <chrono>
 #include <cstdint>

@@ -3,10 +3,10 @@
 // Interop with Python torch's own TCPStore client and server (tests/interop/torch_store_peer.py),
 // and the vLLM / torch.distributed unique-id flows that run through the store. Needs a Python with
 // torch (CPU is enough); skipped visibly otherwise. WEIGHTSYNC_TORCH_PYTHON picks the interpreter.
-#include <weightsync/host/tcp_store_client.hpp>
-#include <weightsync/host/tcp_store_server.hpp>
-#include <weightsync/host/torch_store_group.hpp>
-#include <weightsync/host/vllm_pickle.hpp>
+#include <weightsync/c10d/client.hpp>
+#include <weightsync/c10d/server.hpp>
+#include <weightsync/c10d/store_group.hpp>
+#include <weightsync/c10d/vllm_pickle.hpp>
 
 #include <sys/wait.h>
 

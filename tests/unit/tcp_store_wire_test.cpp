@@ -2,9 +2,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // torch's TCPStore wire: the QueryType byte values of each dialect, an unknown query byte, a WAIT
 // of many keys, and torch 2.0's dialect (no handshake).
-#include <weightsync/host/tcp_store_client.hpp>
-#include <weightsync/host/tcp_store_engine.hpp>
-#include <weightsync/host/tcp_store_server.hpp>
+#include <weightsync/c10d/client.hpp>
+#include <weightsync/c10d/detail/store_engine.hpp>
+#include <weightsync/c10d/server.hpp>
 
 #include <chrono>
 #include <cstdint>

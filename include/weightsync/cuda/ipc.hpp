@@ -3,35 +3,11 @@
 #pragma once
 
 //! @file
-//! Transfers through CUDA IPC: the consumer maps the producer's memory and pulls the bytes with
-//! copy engines (cudaMemcpyAsync), so neither side launches NCCL kernels.
-//!
-//! - `ipc`: colocated. Trainer and server are different processes on the same GPU; a pull is a
-//!   device-local copy.
-//! - `p2p`: one node, another GPU. The pull goes over NVLink (or PCIe) on the consumer's copy
-//!   engines; the producer's SMs and copy engines stay idle.
-//!
-//! What is exported: whole allocations, never single tensors (cuda/ipc/exporter.hpp); the
-//! consumer opens each once and keeps the mapping between transfers (cuda/ipc/mapping.hpp).
-//! Memory that cannot be exported (cudaMallocAsync pools, VMM without a shareable handle, host
-//! memory) is staged through a ring of K slots, chunk by chunk with the strict-greater rule over B.
-//! Of TransferOptions, buffer_size_bytes and num_buffers shape the staging only; packed, protocol
-//! and direct_threshold_bytes do not apply (every tensor is pulled from where it is, or staged).
-//! Control messages (the plan, slot hand-offs, the final outcome frames) go over a
-//! HostCommunicator with its deadlines and peer-death detection; every wait, device or host, is
-//! bounded by TransferOptions::timeout. See cuda/ipc/transport.hpp.
+//! @deprecated Moved to <weightsync/ipc.hpp>; this forwarding header goes in the next release.
 
 #include "weightsync/config.hpp"
 #if !WEIGHTSYNC_HAS_CUDA
 #error "<weightsync/cuda/ipc.hpp> needs the CUDA runtime (WEIGHTSYNC_HAS_CUDA=0)"
 #endif
 
-#include "weightsync/cuda/ipc/driver.hpp"
-#include "weightsync/cuda/ipc/exporter.hpp"
-#include "weightsync/cuda/ipc/mapping.hpp"
-#include "weightsync/cuda/ipc/options.hpp"
-#include "weightsync/cuda/ipc/placement.hpp"
-#include "weightsync/cuda/ipc/pull.hpp"
-#include "weightsync/cuda/ipc/sharded.hpp"
-#include "weightsync/cuda/ipc/transport.hpp"
-#include "weightsync/detail/ipc_plan.hpp"
+#include "weightsync/ipc.hpp"  // IWYU pragma: export

@@ -3,11 +3,11 @@
 #pragma once
 
 //! @file
-//! Deprecated (kept for one release): the IPC backends moved to <weightsync/cuda/ipc/backend.hpp>.
+//! Deprecated (kept for one release): the IPC backends moved to <weightsync/ipc/backend.hpp>.
 //! Empty without CUDA, as before.
 
 #include "weightsync/config.hpp"
 
 #if WEIGHTSYNC_HAS_CUDA
-#include "weightsync/cuda/ipc/backend.hpp"
+#include "weightsync/ipc/backend.hpp"
 #endif

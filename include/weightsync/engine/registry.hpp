@@ -5,7 +5,7 @@
 //! @file
 //! BackendRegistry: backends by name. It includes no backend: each built-in registers itself from
 //! its own header when the program starts ("host": host/backend.hpp, which engine.hpp includes;
-//! "nccl": nccl/backend.hpp; "ipc" and "p2p": cuda/ipc/backend.hpp; all of them: backends.hpp),
+//! "nccl": nccl/backend.hpp; "ipc" and "p2p": ipc/backend.hpp; all of them: backends.hpp),
 //! and applications may add their own.
 
 #include "weightsync/config.hpp"
@@ -30,7 +30,7 @@ namespace weightsync {
 //! |---------------|----------------------------------------------|-------|
 //! | "host"        | <weightsync/host/backend.hpp> (engine.hpp)   |       |
 //! | "nccl"        | <weightsync/nccl/backend.hpp>                | NCCL  |
-//! | "ipc", "p2p"  | <weightsync/cuda/ipc/backend.hpp>            | CUDA  |
+//! | "ipc", "p2p"  | <weightsync/ipc/backend.hpp>                 | CUDA  |
 //!
 //! <weightsync/backends.hpp> (and weightsync.hpp) includes every built-in this build has.
 //! Applications add their own with add(), usually from main() before the engines are created.
@@ -71,7 +71,7 @@ class BackendRegistry {
   static std::string builtin_header(const std::string& name) {
     if (name == "host") return "weightsync/host/backend.hpp";
     if (name == "nccl") return "weightsync/nccl/backend.hpp";
-    if (name == "ipc" || name == "p2p") return "weightsync/cuda/ipc/backend.hpp";
+    if (name == "ipc" || name == "p2p") return "weightsync/ipc/backend.hpp";
     return "";
   }
   //! Why the built-in backend `name` is missing from a build with these features ("" when it is

@@ -16,7 +16,7 @@
 //!   runs with, back to back in the wire's order, so the producer finds the region already in
 //!   place and sends it from there ("sent from where it is": no packing copy either). The producer
 //!   takes chunk c's items only after chunk c - K has left its slot (it runs at most K chunks
-//!   ahead: detail/pipeline/producer.hpp), the moment it would pack the slot itself, so the
+//!   ahead: detail/pipeline/schedule.hpp), the moment it would pack the slot itself, so the
 //!   quantize of chunk c overlaps the broadcasts of chunks c - K + 1 .. c - 1 exactly as packing
 //!   does. Extra memory: one tensor's scales (a weight whose scales open the next chunk), plus,
 //!   only where a chunk holds a single quantized tensor (a weight over B, or an unpacked
@@ -175,7 +175,7 @@ class Fp8Source {
     opt_.packed = opt.packed;
     opt_.buffer_size_bytes = opt.buffer_size_bytes;
     opt_.num_buffers = opt.num_buffers;
-    const detail::TransferPlan plan(out_, opt);
+    const detail::PiecePlan plan(out_, 0, opt);  // a whole-tensor transfer: one root, M = 1
     const bool direct =
         std::any_of(plan.direct.begin(), plan.direct.end(), [](char d) { return d != 0; });
     if (direct || plan.total_bytes <= kRingMinBytes) {  // sent another way: the arenas
@@ -215,7 +215,7 @@ class Fp8Source {
   }
 
   //! Ring mode: each output tensor's chunk, place and offset in its slot; the scale buffer.
-  void plan_ring(const detail::TransferPlan& plan, std::size_t K) {
+  void plan_ring(const detail::PiecePlan& plan, std::size_t K) {
     ring_k_ = K;
     chunk_of_.assign(out_.size(), 0);
     chunk_last_.assign(out_.size(), 0);
@@ -223,9 +223,10 @@ class Fp8Source {
     offset_.assign(out_.size(), 0);
     ring_need_ = 0;
     std::size_t scales = 0;
-    for (std::size_t c = 0; c < plan.chunks.size(); ++c) {
-      const Chunk& ch = plan.chunks[c];
-      const std::size_t solo = plan.regions[c].solo;
+    // M = 1: step c is chunk c, and a piece's position in owned[0] is its tensor's index.
+    for (std::size_t c = 0; c < plan.chunks[0].size(); ++c) {
+      const Chunk& ch = plan.chunks[0][c];
+      const std::size_t solo = plan.regions[0][c].solo;
       std::size_t off = 0;
       for (std::size_t i = ch.begin; i < ch.end; ++i) {
         chunk_of_[i] = c;
@@ -237,7 +238,7 @@ class Fp8Source {
         offset_[i] = off;
         off += out_[i].nbytes();
       }
-      if (solo == detail::TransferPlan::npos) ring_need_ = std::max(ring_need_, off);
+      if (solo == detail::PiecePlan::npos) ring_need_ = std::max(ring_need_, off);
     }
     for (std::size_t i = 0; i + 1 < out_.size(); ++i)
       if (made_[i] && out_[i].dtype == DType::float8_e4m3fn)  // a weight: its scales follow

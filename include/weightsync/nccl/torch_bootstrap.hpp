@@ -30,7 +30,7 @@
 #include <cstring>
 #include <utility>
 
-#include "weightsync/host/torch_store_group.hpp"
+#include "weightsync/c10d/store_group.hpp"
 #include "weightsync/nccl/communicator.hpp"
 #include "weightsync/nccl/unique_id.hpp"
 

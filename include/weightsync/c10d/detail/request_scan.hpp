@@ -3,7 +3,7 @@
 #pragma once
 
 //! @file
-//! Reading c10d TCPStore requests (the wire of weightsync/host/tcp_store_wire.hpp): an incremental
+//! Reading c10d TCPStore requests (the wire of weightsync/c10d/wire.hpp): an incremental
 //! scanner that checks every announced length against TcpStoreLimits before its bytes are awaited
 //! and resumes where it stopped when more bytes arrive, and a decoder for the requests it found
 //! complete.
@@ -16,8 +16,8 @@
 #include <utility>
 #include <vector>
 
+#include "weightsync/c10d/wire.hpp"
 #include "weightsync/detail/format.hpp"
-#include "weightsync/host/tcp_store_wire.hpp"
 
 namespace weightsync::detail::c10d {
 

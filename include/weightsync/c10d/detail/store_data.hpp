@@ -16,8 +16,8 @@
 #include <utility>
 #include <vector>
 
+#include "weightsync/c10d/wire.hpp"
 #include "weightsync/detail/format.hpp"
-#include "weightsync/host/tcp_store_wire.hpp"
 
 namespace weightsync::detail::c10d {
 

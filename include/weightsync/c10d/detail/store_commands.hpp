@@ -14,11 +14,11 @@
 #include <utility>
 #include <vector>
 
-#include "weightsync/detail/c10d/request_scan.hpp"
-#include "weightsync/detail/c10d/store_data.hpp"
-#include "weightsync/detail/c10d/store_waiters.hpp"
+#include "weightsync/c10d/detail/request_scan.hpp"
+#include "weightsync/c10d/detail/store_data.hpp"
+#include "weightsync/c10d/detail/store_waiters.hpp"
+#include "weightsync/c10d/wire.hpp"
 #include "weightsync/detail/format.hpp"
-#include "weightsync/host/tcp_store_wire.hpp"
 
 namespace weightsync::detail::c10d {
 

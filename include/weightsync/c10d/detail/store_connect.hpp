@@ -16,10 +16,10 @@
 #include <string>
 #include <thread>
 
+#include "weightsync/c10d/wire.hpp"
 #include "weightsync/detail/format.hpp"
 #include "weightsync/detail/socket.hpp"
 #include "weightsync/error.hpp"
-#include "weightsync/host/tcp_store_wire.hpp"
 
 namespace weightsync::detail::c10d {
 

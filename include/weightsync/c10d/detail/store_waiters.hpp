@@ -5,7 +5,7 @@
 //! @file
 //! The pending WAITs of StoreEngine's connections: which keys each waits for, how many of them
 //! are missing, and who is waiting for each key. Waking follows presence (see
-//! tcp_store_engine.hpp): a waiter is ready once its missing count is zero.
+//! store_engine.hpp): a waiter is ready once its missing count is zero.
 
 #include <algorithm>
 #include <cstddef>
@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "weightsync/detail/c10d/store_data.hpp"
+#include "weightsync/c10d/detail/store_data.hpp"
 #include "weightsync/detail/format.hpp"
 
 namespace weightsync::detail::c10d {

@@ -4,7 +4,7 @@
 
 //! @file
 //! The steps of a sharded sync over CUDA IPC, on an IpcEndpoint (IpcTransport::send_shards /
-//! receive_shards run them; the public entry points are in <weightsync/cuda/ipc/sharded.hpp>).
+//! receive_shards run them; the public entry points are in <weightsync/ipc/sharded.hpp>).
 //! Sharded syncs over CUDA IPC: trainer ranks 0..M-1 each hold shards of the weights (ShardSpec),
 //! and every inference rank (M..) pulls each piece straight from the trainer rank that holds it,
 //! with copy engines, to its place in the full tensor: nobody gathers the model, and with trainer
@@ -21,7 +21,7 @@
 
 #include "weightsync/config.hpp"
 #if !WEIGHTSYNC_HAS_CUDA
-#error "<weightsync/cuda/ipc/detail/sharded_sync.hpp> needs the CUDA runtime (WEIGHTSYNC_HAS_CUDA=0)"
+#error "<weightsync/ipc/detail/sharded_sync.hpp> needs the CUDA runtime (WEIGHTSYNC_HAS_CUDA=0)"
 #endif
 
 #include <cuda_runtime.h>
@@ -35,13 +35,13 @@
 #include <vector>
 
 #include "weightsync/concepts.hpp"
-#include "weightsync/cuda/ipc/endpoint.hpp"
-#include "weightsync/detail/control_messages.hpp"
 #include "weightsync/detail/format.hpp"
 #include "weightsync/detail/frame.hpp"
 #include "weightsync/detail/hash.hpp"
-#include "weightsync/detail/ipc_plan.hpp"
 #include "weightsync/error.hpp"
+#include "weightsync/ipc/detail/control_messages.hpp"
+#include "weightsync/ipc/detail/endpoint.hpp"
+#include "weightsync/ipc/detail/plan.hpp"
 #include "weightsync/shard.hpp"
 #include "weightsync/tensor_meta.hpp"
 #include "weightsync/transfer_options.hpp"
