@@ -36,8 +36,8 @@
 #include "weightsync/engine/backend.hpp"
 #include "weightsync/error.hpp"
 #include "weightsync/fp8/quantize.hpp"
-#include "weightsync/info.hpp"
 #include "weightsync/tensor_meta.hpp"
+#include "weightsync/vllm/init_info.hpp"
 
 namespace weightsync {
 

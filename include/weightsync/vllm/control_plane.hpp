@@ -14,11 +14,11 @@
 //! a missing or wrong bearer token (when one is set): 401; a call in the wrong state: 409; a failed
 //! transfer: 500 (the engine's session is then over and the previous weights stay in use).
 //! A known path with another method: 405 with an Allow header (on a ControlServer, which also
-//! bounds threads, queue, headers and timeouts: <weightsync/http/server.hpp>).
+//! bounds threads, queue, headers and timeouts: <weightsync/vllm/http_server.hpp>).
 //! Optional: built only where cpp-httplib is available (CMake: WEIGHTSYNC_HAS_HTTPLIB).
 
 #if !defined(__has_include) || !__has_include(<httplib.h>)
-#error "<weightsync/http/control_plane.hpp> needs cpp-httplib (<httplib.h>)"
+#error "<weightsync/vllm/control_plane.hpp> needs cpp-httplib (<httplib.h>)"
 #endif
 
 #include <httplib.h>
@@ -39,9 +39,9 @@
 #include "weightsync/detail/socket.hpp"
 #include "weightsync/engine.hpp"
 #include "weightsync/error.hpp"
-#include "weightsync/http/server.hpp"
-#include "weightsync/info.hpp"
 #include "weightsync/log.hpp"
+#include "weightsync/vllm.hpp"
+#include "weightsync/vllm/http_server.hpp"
 
 namespace weightsync::http {
 

@@ -20,7 +20,7 @@
 //! before cpp-httplib parses anything.
 
 #if !defined(__has_include) || !__has_include(<httplib.h>)
-#error "<weightsync/http/server.hpp> needs cpp-httplib (<httplib.h>)"
+#error "<weightsync/vllm/http_server.hpp> needs cpp-httplib (<httplib.h>)"
 #endif
 
 #include <arpa/inet.h>
