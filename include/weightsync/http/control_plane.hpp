@@ -1,0 +1,14 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+//! @file
+//! @deprecated Moved to <weightsync/vllm/control_plane.hpp>; this forwarding header goes in the
+//! next release.
+
+#include "weightsync/config.hpp"
+#if !__has_include(<httplib.h>)
+#error "<weightsync/http/control_plane.hpp> needs cpp-httplib (<httplib.h>)"
+#endif
+
+#include "weightsync/vllm/control_plane.hpp"  // IWYU pragma: export
