@@ -38,8 +38,7 @@ LAYERS = [
     ("engine interface", 3, re.compile(r"^weightsync/engine/")),
     ("backend", 4, re.compile(r"^weightsync/(host|nccl|ipc)/backend\.hpp$")),
     ("feature", 4, re.compile(r"^weightsync/(loading|safetensors|fp8|delta)/|"
-                              r"^weightsync/cuda/(gather|delta|delta_source|fp8_quantize|"
-                              r"fp8_source)\.hpp$")),
+                              r"^weightsync/cuda/(gather|delta[a-z_]*|fp8[a-z_]*)\.hpp$")),
     ("vllm", 6, re.compile(r"^weightsync/vllm/")),
     ("execution", 1, re.compile(r"^weightsync/(pipeline/|detail/pipeline/|packed_broadcast\.hpp$|"
                                 r"sharded_broadcast\.hpp$|transfer_options\.hpp$|"

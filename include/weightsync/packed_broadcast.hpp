@@ -5,18 +5,20 @@
 //! @file
 //! packed_broadcast_producer / packed_broadcast_consumer: move an ordered list of named tensors
 //! from the root to every other rank of a Communicator, generic over the device policy (CUDA or
-//! host).
+//! host). A whole-tensor transfer is the one schedule of every collective transfer with one root
+//! and one piece per tensor (detail/pipeline/schedule.hpp; sharded_broadcast.hpp is the same with
+//! M roots).
 //!
 //! Wire (Protocol::weightsync, between this library's peers):
-//!   1. handshake: every rank contributes a 256-byte frame (protocol version, role, packed, B, K,
-//!      tensor count, total bytes, metadata digest) and every rank compares all of them; any
-//!      difference throws protocol_error on every rank before a byte of weights moves;
-//!   2. one operation per chunk of chunk_plan() (or per tensor when unpacked), fused with a
-//!   256-byte
+//!   1. handshake: every rank contributes a 256-byte frame (protocol version, role, and every
+//!      setting the ranks must agree on: packed, B, K, thresholds, tensor count, bytes, metadata
+//!      digest) and compares all of them; any difference throws protocol_error on every rank before
+//!      a byte of weights moves. A transfer that fits in the eager bytes travels inside it;
+//!   2. one launch per chunk of chunk_plan() (or per tensor when unpacked), fused with a 256-byte
 //!      status frame (ok, or the producer's error and its message): a consumer never loads bytes
 //!      of a failed chunk, and both sides keep the wire in step to the end of the plan;
-//!   3. acknowledgement: every rank contributes a status frame again, so the producer learns that
-//!      a consumer failed (and why), and a consumer learns that the producer did.
+//!   3. with Acknowledge::each_transfer, an acknowledgement (every rank's outcome); by default it
+//!      rides in the next transfer's handshake.
 //! Protocol::vllm sends exactly what vLLM's packed/unpacked producer sends: one broadcast per
 //! chunk, no handshake, no frames, no acknowledgement.
 //!
@@ -31,10 +33,10 @@
 #include <span>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "weightsync/concepts.hpp"
-#include "weightsync/detail/pipeline/consumer.hpp"
-#include "weightsync/detail/pipeline/producer.hpp"
+#include "weightsync/detail/pipeline/schedule.hpp"
 #include "weightsync/tensor_meta.hpp"
 #include "weightsync/transfer_options.hpp"
 #include "weightsync/workspace.hpp"
@@ -63,7 +65,10 @@ TransferStats packed_broadcast_producer(std::span<const TensorMeta> metas, R&& i
                                         int root, const TransferOptions& opt,
                                         workspace_for<C>& workspace) {
   auto& ws = detail::WorkspaceAccess::state(workspace);
-  return detail::ProducerRun<C, std::remove_reference_t<R>>(comm, ws, opt, metas, root, items)();
+  using Items = std::remove_reference_t<R>;
+  return detail::TransferRun<C, Items, detail::NoLoad>(comm, ws, opt, metas,
+                                                       detail::WholeTransfer{root}, &items,
+                                                       nullptr)();
 }
 
 //! As above, with a workspace used for this call only (a ring allocated per call; see
@@ -99,8 +104,10 @@ requires LoadWeightsFn<F, typename C::stream_type> TransferStats
 packed_broadcast_consumer(std::span<const TensorMeta> metas, C& comm, int root, F&& load_weights,
                           const TransferOptions& opt, workspace_for<C>& workspace) {
   auto& ws = detail::WorkspaceAccess::state(workspace);
-  return detail::ConsumerRun<C, std::remove_reference_t<F>>(comm, ws, opt, metas, root,
-                                                            load_weights)();
+  using Load = std::remove_reference_t<F>;
+  using NoItems = std::vector<SourceTensorRef>;
+  return detail::TransferRun<C, NoItems, Load>(comm, ws, opt, metas, detail::WholeTransfer{root},
+                                               nullptr, &load_weights)();
 }
 
 //! As above, with a workspace used for this call only (a ring allocated per call, and a failure

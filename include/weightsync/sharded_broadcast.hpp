@@ -15,10 +15,15 @@
 //! carry bytes at once. Every rank takes part in every broadcast; a trainer receives the other
 //! roots' chunks into its ring slot and drops them.
 //!
-//! Wire (Protocol::weightsync only): the framed handshake of the unsharded pipeline, plus M and
-//! the digest of the resolved pieces, so that differing shard specs are refused on every rank
-//! before any byte moves; per step, one status frame per root (a trainer whose items are wrong
-//! sends junk and a failed frame, and the wire stays in step); the acknowledgement.
+//! One schedule serves this and packed_broadcast.hpp (detail/pipeline/schedule.hpp: a whole-tensor
+//! transfer is M = 1), so direct pieces and launch splits (TransferOptions), checksums, progress
+//! and the eager handshake serve sharded transfers too.
+//!
+//! Wire (Protocol::weightsync only): the framed handshake of every transfer, with M and the
+//! digest of the resolved pieces, so that differing shard specs are refused on every rank before
+//! any byte moves; per step, one status frame per root that sends bytes in it (a trainer whose
+//! items are wrong sends junk and a failed frame, and the wire stays in step); the
+//! acknowledgement (Acknowledge).
 //!
 //! Memory: K ring slots, each the largest step (the sum of its roots' chunks: up to M x (B + the
 //! largest piece)), on every rank. A worker receives a chunk that is a single contiguous piece
@@ -36,21 +41,13 @@
 #include <vector>
 
 #include "weightsync/concepts.hpp"
-#include "weightsync/detail/pipeline/sharded.hpp"
+#include "weightsync/detail/pipeline/schedule.hpp"
 #include "weightsync/shard.hpp"
 #include "weightsync/tensor_meta.hpp"
 #include "weightsync/transfer_options.hpp"
 #include "weightsync/workspace.hpp"
 
 namespace weightsync {
-
-namespace detail {
-//! The load function of a producer: never called.
-struct NoLoad {
-  template <class S>
-  void operator()(std::span<const TensorView>, S) const {}
-};
-}  // namespace detail
 
 //! Sends this trainer rank's pieces of `metas` (split by `specs`) and receives, and drops, the
 //! other trainer ranks'. Runs on every trainer rank 0..trainers-1 at once.
@@ -75,8 +72,8 @@ TransferStats sharded_broadcast_producer(std::span<const TensorMeta> metas,
   auto& ws = detail::WorkspaceAccess::state(workspace);
   using Items = std::remove_reference_t<R>;
   detail::NoLoad none;
-  return detail::ShardedRun<C, Items, detail::NoLoad>(comm, ws, opt, metas, specs, trainers, &items,
-                                                      &none)();
+  return detail::TransferRun<C, Items, detail::NoLoad>(
+      comm, ws, opt, metas, detail::ShardedTransfer{specs, trainers}, &items, &none)();
 }
 
 //! As above, with a workspace used for this call only.
@@ -100,8 +97,8 @@ requires LoadWeightsFn<F, typename C::stream_type> TransferStats sharded_broadca
   auto& ws = detail::WorkspaceAccess::state(workspace);
   using Load = std::remove_reference_t<F>;
   using NoItems = std::vector<SourceTensorRef>;
-  return detail::ShardedRun<C, NoItems, Load>(comm, ws, opt, metas, specs, trainers, nullptr,
-                                              &load_weights)();
+  return detail::TransferRun<C, NoItems, Load>(
+      comm, ws, opt, metas, detail::ShardedTransfer{specs, trainers}, nullptr, &load_weights)();
 }
 
 //! As above, with a workspace used for this call only.

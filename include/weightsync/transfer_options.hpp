@@ -47,9 +47,10 @@ enum class Acknowledge : std::uint8_t {
 //! `chunk` of `chunks`; on the producer a chunk counts once it has been handed to the transport,
 //! on a consumer once load_weights returned for it), and last with bytes_done == bytes_total when
 //! this rank's part of the data is complete (done()). A transfer that fails stops calling it.
-//! The whole-tensor transfers of the collective backends ("host", "nccl") make every call; the
-//! sharded transfers and the IPC backends make none themselves, and through the engines
-//! (EngineOptions::progress) they still give the last one, with the totals. The
+//! The collective backends ("host", "nccl") make every call, for whole-tensor and sharded
+//! transfers (a sharded transfer's chunks are its steps: chunk s of every trainer rank at once);
+//! the IPC backends make none themselves, and through the engines (EngineOptions::progress) they
+//! still give the last one, with the totals. The
 //! callback should be cheap (it runs between chunks): print a line, store the numbers. It should
 //! not throw: an exception it throws ends the transfer with that exception, and the
 //! communicator is aborted as after any failure in the middle of a transfer.
@@ -110,8 +111,8 @@ struct TransferOptions {
   //! that every rank of the group returns the same verdict. Shadow updates commit on it
   //! (engine/shadow.hpp). Off: a consumer fails only for its own failure or the producer's.
   bool all_or_nothing = false;
-  //! Protocol::weightsync, whole-tensor transfers: the producer sends a Hash64 of each chunk's
-  //! tensor bytes in the chunk's status frame, and the consumer checks it before loading the chunk;
+  //! Protocol::weightsync: each producer (each trainer rank of a sharded transfer) sends a Hash64
+  //! of each chunk's bytes in the chunk's status frame, and the consumer checks it before loading;
   //! a mismatch is that consumer's failure (protocol_error naming the producer), reported in the
   //! acknowledgement, so with all_or_nothing no rank commits. Both sides must agree (handshake).
   //! Host memory only for now (the host backend): the hash runs on the host. TODO: a GPU kernel

@@ -107,8 +107,14 @@ struct ShardedModel {
   std::vector<std::vector<std::byte>> local;  // this rank's pieces, in declared order
   std::vector<const TensorMeta*> local_meta;
 
-  ShardedModel(int m, int rank, std::uint64_t seed, int round) {
+  //! `keep`: only the first `keep` tensors of the layout (a small model).
+  ShardedModel(int m, int rank, std::uint64_t seed, int round,
+               std::size_t keep = static_cast<std::size_t>(-1)) {
     sharded_layout(m, metas, specs);
+    if (keep < metas.size()) {
+      metas.resize(keep);
+      specs.resize(keep);
+    }
     for (std::size_t i = 0; i < metas.size(); ++i) {
       full.emplace_back(metas[i].nbytes());
       std::mt19937_64 rng(seed * 1000003 + i * 7919 + static_cast<std::uint64_t>(round));

@@ -40,10 +40,10 @@ HostCommunicator connect(int port, int rank, int world,
 
 // One worker round: poison, receive (destinations for every `dest_every`-th tensor, views for the
 // rest), check every tensor bit-exactly and that each arrived exactly once.
-void receive_and_check(HostCommunicator& comm, int m, const TransferOptions& base,
-                       workspace_for<HostCommunicator>& ws, std::uint64_t seed, int round,
-                       int dest_every) {
-  const ShardedModel want(m, -1, seed, round);
+TransferStats receive_and_check(HostCommunicator& comm, int m, const TransferOptions& base,
+                                workspace_for<HostCommunicator>& ws, std::uint64_t seed, int round,
+                                int dest_every, std::size_t keep = static_cast<std::size_t>(-1)) {
+  const ShardedModel want(m, -1, seed, round, keep);
   const auto& metas = want.metas;
   std::vector<std::vector<std::byte>> got;
   for (const auto& t : metas) got.emplace_back(t.nbytes(), std::byte{0xCD});
@@ -56,7 +56,7 @@ void receive_and_check(HostCommunicator& comm, int m, const TransferOptions& bas
       loads[i]++;
       return got[i].data();
     };
-  sharded_broadcast_consumer(
+  const TransferStats st = sharded_broadcast_consumer(
       metas, want.specs, comm, m,
       [&](std::span<const TensorView> batch, HostStream) {
         for (const auto& v : batch) {
@@ -74,6 +74,7 @@ void receive_and_check(HostCommunicator& comm, int m, const TransferOptions& bas
       throw std::runtime_error("tensor '" + metas[i].name + "' arrived " +
                                std::to_string(loads[i]) + " times");
   }
+  return st;
 }
 
 void run_round_trips(int m, int n) {
@@ -118,6 +119,61 @@ TEST_CASE("sharded: M = 2, 3 trainer ranks x N = 1, 2, 4 workers, bit-exact", "[
     for (const int n : {1, 2, 4}) run_round_trips(m, n);
 }
 
+// One schedule serves whole-tensor and sharded transfers (detail/pipeline/schedule.hpp), so the
+// features first built for whole tensors serve sharded ones too: direct pieces (some of them
+// strided: dim-1 splits) and launch splits, host checksums, progress, and the eager handshake.
+TEST_CASE("sharded: direct pieces, launch splits, checksums, progress and eager syncs, bit-exact",
+          "[unit][sharded]") {
+  ws_test::Processes procs;
+  const int port = ws_test::free_port();
+  constexpr int m = 2, world = 4;
+  constexpr std::size_t small = 3;  // embed, q, norm: 776 bytes, eager for every root
+  for (int rank = 0; rank < world; ++rank)
+    procs.spawn([=] {
+      auto comm = connect(port, rank, world);
+      int round = 0;
+      for (const std::size_t b : {std::size_t{100}, std::size_t{1} << 20})
+        for (const bool tiny : {false, true}) {
+          TransferOptions opt;
+          opt.buffer_size_bytes = b;
+          opt.num_buffers = 2;
+          opt.timeout = 20s;
+          opt.direct_threshold_bytes = tiny ? 0 : 64;
+          opt.split_min_region_bytes = 32;
+          opt.checksum = !tiny;  // (checksums are never eager)
+          opt.acknowledge = Acknowledge::each_transfer;
+          ++round;
+          const std::size_t keep = tiny ? small : static_cast<std::size_t>(-1);
+          workspace_for<HostCommunicator> ws;  // fresh: a slot shows the data phase ran
+          if (rank < m) {
+            const ShardedModel model(m, rank, 23, round, keep);
+            sharded_broadcast_producer(model.metas, model.specs, model.items(), comm, m, opt, ws);
+            continue;
+          }
+          int calls = 0;
+          TransferProgress last;
+          opt.progress = [&](const TransferProgress& p) {
+            ++calls;
+            last = p;
+          };
+          const auto st = receive_and_check(comm, m, opt, ws, 23, round, 2, keep);
+          if (calls < 2 || !last.done() || last.bytes_total != st.bytes)
+            throw std::runtime_error("progress: " + std::to_string(calls) + " calls, done " +
+                                     std::to_string(last.done()));
+          // Eager: the bytes came with the handshake, no slot was needed; else views need one.
+          if (tiny != (ws.slot_bytes() == 0))
+            throw std::runtime_error("round " + std::to_string(round) + ": slot of " +
+                                     std::to_string(ws.slot_bytes()) + " bytes, eager expected " +
+                                     std::to_string(tiny));
+        }
+    });
+  const auto res = procs.wait_all(120s);
+  for (std::size_t r = 0; r < res.size(); ++r) {
+    INFO("rank " << r << ": " << ws_test::outcome_name(res[r].outcome) << ": " << res[r].message);
+    CHECK(res[r].outcome == Outcome::ok);
+  }
+}
+
 TEST_CASE("sharded: the plan interleaves roots and fits every step in one slot",
           "[unit][sharded]") {
   std::vector<TensorMeta> metas;
@@ -125,7 +181,7 @@ TEST_CASE("sharded: the plan interleaves roots and fits every step in one slot",
   ws_test::sharded_layout(3, metas, specs);
   TransferOptions opt;
   opt.buffer_size_bytes = 100;
-  const detail::ShardedPlan plan(metas, specs, 3, opt);
+  const detail::PiecePlan plan(metas, specs, 3, opt);
   std::size_t bytes = 0;
   for (const auto& p : plan.pieces) bytes += p.bytes();
   CHECK(bytes == plan.total_bytes);
@@ -161,12 +217,12 @@ TEST_CASE("sharded: the plan interleaves roots and fits every step in one slot",
   // A different split is a different digest; the same pieces spelled differently are not.
   auto specs2 = specs;
   specs2[0].sizes = {13, 13, 11};  // torch.chunk's split of 37 rows over 3, spelled out
-  CHECK(detail::ShardedPlan(metas, specs2, 3, opt).digest == plan.digest);
+  CHECK(detail::PiecePlan(metas, specs2, 3, opt).digest == plan.digest);
   specs2[0].sizes = {12, 13, 12};
-  CHECK(detail::ShardedPlan(metas, specs2, 3, opt).digest != plan.digest);
-  CHECK_THROWS_AS(detail::ShardedPlan(metas, specs, 0, opt), config_error);
+  CHECK(detail::PiecePlan(metas, specs2, 3, opt).digest != plan.digest);
+  CHECK_THROWS_AS(detail::PiecePlan(metas, specs, 0, opt), config_error);
   specs2.pop_back();
-  CHECK_THROWS_AS(detail::ShardedPlan(metas, specs2, 3, opt), config_error);
+  CHECK_THROWS_AS(detail::PiecePlan(metas, specs2, 3, opt), config_error);
 }
 
 TEST_CASE("sharded handshake: differing shard specs fail every rank before any byte moves",
@@ -300,7 +356,7 @@ TEST_CASE("sharded: workspace places of split tensors are reused, never while st
   for (const std::size_t b : {std::size_t{1}, std::size_t{4096}, std::size_t{30000}}) {
     TransferOptions opt;
     opt.buffer_size_bytes = b;
-    const detail::ShardedPlan plan(metas, specs, 3, opt);
+    const detail::PiecePlan plan(metas, specs, 3, opt);
     std::vector<std::byte*> dest(metas.size(), nullptr);
     std::vector<std::size_t> off;
     const std::size_t need = detail::place_assembly(plan, metas, dest, off);

@@ -1,6 +1,6 @@
 // SPDX-FileCopyrightText: 2026 weightsync contributors
 // SPDX-License-Identifier: Apache-2.0
-// The explicit wire of protocol 4 (detail/frame.hpp): a frame is a header plus one body per kind;
+// The explicit wire of protocol 4 and later (detail/frame.hpp): a frame is a header plus one body per kind;
 // the agreed settings travel at full width, and every field of Agreement is compared, by one
 // handshake for whole-tensor and sharded transfers. Frames built by hand for the comparison, and
 // real processes for what protocol 3 let through (thresholds above 4 GiB - 1 compared equal; a
@@ -190,7 +190,8 @@ TEST_CASE("wire: roles, sharding and a peer of another protocol version", "[unit
     all[1].head.version = 3;
     for (auto& b : all[1].raw) b = std::byte{0xee};
     const std::string d = detail::handshake_differences(all, 0, a, first_bad);
-    CHECK(d == "protocol version differs: rank 1 speaks 3, this rank 4");
+    CHECK(d == "protocol version differs: rank 1 speaks 3, this rank " +
+                   std::to_string(detail::kProtocolVersion));
     CHECK(first_bad == 1);
   }
 }

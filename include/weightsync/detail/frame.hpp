@@ -65,7 +65,7 @@ struct Agreement {
   std::uint64_t num_tensors;
   std::uint64_t total_bytes;
   std::uint64_t metadata_digest;  //!< metadata_digest of names, dtypes, shapes
-  std::uint64_t pieces_digest;    //!< sharded: the resolved pieces (ShardedPlan); else 0
+  std::uint64_t pieces_digest;    //!< sharded: the resolved pieces (PiecePlan::digest); else 0
   std::uint32_t num_buffers;      //!< TransferOptions (K)
   std::int32_t trainers;          //!< 0: one root sends whole tensors; M: ranks 0..M-1 shard
   std::uint8_t packed;

@@ -22,7 +22,10 @@ inline constexpr std::uint32_t kWireMagic = 0x56525357u;
 //! Bumped on any incompatible change of the control messages, frames or handshake.
 //! 3: the handshake carries small transfers (eager). 4: frames are a header and one body per kind;
 //! the agreed settings travel at full width; one handshake for whole and sharded transfers.
-inline constexpr std::uint16_t kProtocolVersion = 4;
+//! 5: one schedule for whole and sharded transfers: a root's chunk of empty pieces sends no status
+//! frame (as whole-tensor chunks never did), and sharded transfers carry direct pieces, launch
+//! splits, checksums and eager bytes.
+inline constexpr std::uint16_t kProtocolVersion = 5;
 
 enum class MsgType : std::uint16_t { hello = 1, welcome = 2, reject = 3, abort = 4, goodbye = 5, link = 6 };
 

@@ -183,13 +183,16 @@ class WeightTransferEngine {
   }
 
   //! Receives one update (blocks until it has landed). `load` gets every tensor without a
-  //! destination; `destination` (optional) places tensors directly. A sharded update
-  //! (UpdateRequest::sharded) is received from all M trainer ranks, each piece landing at its
-  //! place in the full tensor (see sharded_broadcast.hpp).
+  //! destination; `destination` (optional) places tensors directly; `gather` (optional, a delta
+  //! update's tensors without a destination): the load plan's gather their blobs are applied
+  //! through, in place (<weightsync/delta/gather.hpp>). A sharded update (UpdateRequest::sharded)
+  //! is received from all M trainer ranks, each piece landing at its place in the full tensor
+  //! (see sharded_broadcast.hpp).
   //! @throws state_error outside a session; config_error for a bad update; whatever the
   //!   transfer throws, after which the session is over (version unchanged).
   TransferStats update_weights(const UpdateRequest& info, const AnyLoadWeights& load,
-                               const AnyDestination& destination = {}) {
+                               const AnyDestination& destination = {},
+                               const AnyDeltaGather& gather = {}) {
     std::shared_ptr<Backend> backend;
     TransferOptions t;
     std::vector<TensorMeta> metas;
@@ -216,7 +219,7 @@ class WeightTransferEngine {
       t.destination = destination;
       if (shadow_) detail::shadow_transfer(shadow_, t);
       if (info.delta || info.sparse_counts) {
-        rx = delta_receiver(info, t, load);
+        rx = delta_receiver(info, t, load, gather);
         metas = rx->metas();
         specs.assign(metas.size(), ShardSpec{});
         t.destination = rx->destination();
@@ -253,8 +256,9 @@ class WeightTransferEngine {
   //! the M2N init's plan) or their JSON (M2NUpdateInfo after an M2N init, else NcclUpdateInfo).
   template <UpdateInfo U>
   TransferStats update_weights(const U& info, const AnyLoadWeights& load,
-                               const AnyDestination& destination = {}) {
-    return update_weights(parse_update_info(info), load, destination);
+                               const AnyDestination& destination = {},
+                               const AnyDeltaGather& gather = {}) {
+    return update_weights(parse_update_info(info), load, destination, gather);
   }
   //! Converts an adapter's update the way this engine's init asks (see update_weights).
   //! @throws config_error naming the field; state_error when the conversion needs an init
@@ -428,7 +432,8 @@ class WeightTransferEngine {
   //! base, or why it cannot apply the delta, so that the handshake refuses on every rank.
   std::shared_ptr<detail::UpdateReceiver> delta_receiver(const UpdateRequest& info,
                                                          const TransferOptions& t,
-                                                         const AnyLoadWeights& load) const {
+                                                         const AnyLoadWeights& load,
+                                                         const AnyDeltaGather& gather) const {
     const bool device = backend_->name() != "host";
     if (info.delta && t.protocol != Protocol::weightsync)
       throw config_error("delta",
@@ -436,7 +441,7 @@ class WeightTransferEngine {
                          "checks the base version on every rank)");
     const std::string held = held_base();
     auto rx = std::make_shared<detail::UpdateReceiver>(detail::update_wire(info, held), load,
-                                                       t.destination, device);
+                                                       t.destination, device, gather);
     const bool delta = info.delta && !info.delta->base_version.empty();
     std::string why = rx->cannot_apply();
     if (why.empty() && (delta || info.sparse_counts) && shadow_ && !opt_.shadow.copy_live_at_start)
@@ -444,7 +449,8 @@ class WeightTransferEngine {
     if (!why.empty()) {
       if (!delta) throw config_error(info.sparse_counts ? "num_updates_list" : "destination", why);
       rx = std::make_shared<detail::UpdateReceiver>(
-          detail::update_wire(info, "<cannot apply: " + why + ">"), load, t.destination, device);
+          detail::update_wire(info, "<cannot apply: " + why + ">"), load, t.destination, device,
+          gather);
     }
     return rx;
   }

@@ -83,17 +83,11 @@ std::vector<Frame> exchange_handshake(PipelineRun<C>& run, Frame mine) {
                           "handshake");
 }
 
-//! How a transfer is sharded: trainers == 0 is a whole-tensor transfer from one root; M > 0 are
-//! trainer ranks 0..M-1 sending the pieces whose digest is pieces_digest (ShardedPlan).
-struct Sharding {
-  int trainers = 0;
-  std::uint64_t pieces_digest = 0;
-};
-
 //! What this rank must agree on with every other: the one place the handshake is derived from the
-//! options and the plan (visit_agreement compares every field).
+//! options and the plan (visit_agreement compares every field). `trainers` is 0 for a whole-tensor
+//! transfer (one root), M for a sharded one (trainer ranks 0..M-1, their pieces' digest).
 template <class C>
-Agreement agreement(PipelineRun<C>& run, Sharding sharding) {
+Agreement agreement(PipelineRun<C>& run) {
   Agreement a{};
   a.buffer_size_bytes = run.opt.buffer_size_bytes;
   a.direct_threshold_bytes = run.opt.direct_threshold_bytes;
@@ -101,9 +95,9 @@ Agreement agreement(PipelineRun<C>& run, Sharding sharding) {
   a.num_tensors = run.metas.size();
   a.total_bytes = run.plan.total_bytes;
   a.metadata_digest = run.ws.digests(run.metas);
-  a.pieces_digest = sharding.pieces_digest;
+  a.pieces_digest = run.plan.sharded ? run.plan.digest : 0;
   a.num_buffers = static_cast<std::uint32_t>(run.opt.num_buffers);
-  a.trainers = sharding.trainers;
+  a.trainers = run.plan.sharded ? run.plan.trainers : 0;
   a.packed = run.opt.packed ? 1 : 0;
   a.acknowledge = static_cast<std::uint8_t>(run.opt.acknowledge);
   a.checksum = run.opt.checksum ? 1 : 0;
@@ -113,9 +107,9 @@ Agreement agreement(PipelineRun<C>& run, Sharding sharding) {
 //! This rank's handshake frame: its role and its view of the transfer, and (code failed) its
 //! failure of an earlier transfer that no other rank has seen yet.
 template <class C>
-Frame handshake_frame(PipelineRun<C>& run, Sharding sharding) {
+Frame handshake_frame(PipelineRun<C>& run) {
   Frame f(FrameKind::handshake, run.role, run.comm.rank());
-  f.handshake.agreed = agreement(run, sharding);
+  f.handshake.agreed = agreement(run);
   if (!run.ws.pending_failure.empty()) f.fail(FrameCode::failed, run.ws.pending_failure);
   if (run.role == Role::producer) {
     // Unique per transfer; no need for /dev/urandom on every call.
@@ -277,15 +271,16 @@ std::string metadata_differences(PipelineRun<C>& run, const std::vector<Frame>& 
 
 //! Compares every rank's view of the transfer, and settles the earlier transfers: every rank sees
 //! the same frames, so every rank throws the same error or none (the communicator stays usable).
-//! One handshake for whole-tensor and sharded transfers (`sharding`); `flags` go into this rank's
-//! header (kFrameEager).
+//! One handshake for whole-tensor and sharded transfers; `flags` go into this rank's header
+//! (kFrameEager: this root's bytes are in its eager bytes; the transfer is eager when every root
+//! says so, see PipelineRun::eager).
 //! @throws protocol_error when the views differ; remote_error when a rank reports that an earlier
 //!   transfer failed there (Acknowledge::next_transfer), before any byte of this one moves.
 //! @returns the transfer id chosen by the reference rank (the root; rank 0 when sharded).
 template <class C>
-std::uint64_t handshake(PipelineRun<C>& run, Sharding sharding = {}, std::uint8_t flags = 0) {
+std::uint64_t handshake(PipelineRun<C>& run, std::uint8_t flags = 0) {
   run.eager = false;
-  Frame mine = handshake_frame(run, sharding);
+  Frame mine = handshake_frame(run);
   mine.head.flags = flags;
   const Agreement agreed = mine.handshake.agreed;
   const int ref = reference_rank(run.root, agreed);
@@ -303,9 +298,11 @@ std::uint64_t handshake(PipelineRun<C>& run, Sharding sharding = {}, std::uint8_
     throw remote_error(first_failed,
                        cat("an earlier transfer failed: ", failed,
                            "; this transfer was refused on every rank before any byte moved"));
-  const FrameHeader& head = all[static_cast<std::size_t>(ref)].head;
-  run.eager = (head.flags & kFrameEager) != 0;
-  return head.transfer_id;
+  bool eager = !run.plan.root_rank.empty();
+  for (const int r : run.plan.root_rank)
+    eager = eager && (all[static_cast<std::size_t>(r)].head.flags & kFrameEager) != 0;
+  run.eager = eager;
+  return all[static_cast<std::size_t>(ref)].head.transfer_id;
 }
 
 //! Per-chunk checksums (TransferOptions::checksum) read the chunk on the host.

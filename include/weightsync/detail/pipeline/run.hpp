@@ -37,20 +37,18 @@ struct PipelineRun {
   State& ws;
   const TransferOptions& opt;
   std::span<const TensorMeta> metas;
+  //! The reference rank: the root of a whole-tensor transfer, this rank for a trainer of a sharded
+  //! one, else 0 (what timeouts name; the handshake compares every rank with plan's reference).
   int root;
   Role role;
-  TransferPlan plan;
+  PiecePlan plan;
 
+  //! `plan` is built after the options are validated and the roles checked (make_plan).
+  template <class MakePlan>
   PipelineRun(C& c, State& w, const TransferOptions& o, std::span<const TensorMeta> m, int r,
-              Role ro)
-      : comm(c),
-        ws(w),
-        opt((o.validate(), o)),
-        metas(m),
-        root(r),
-        role(ro),
-        plan((check_root(r, c.rank(), c.size(), ro == Role::producer), m), o) {
-    ws.reserve_lists(plan.max_chunk_tensors());
+              Role ro, MakePlan&& make_plan)
+      : comm(c), ws(w), opt((o.validate(), o)), metas(m), root(r), role(ro), plan(make_plan()) {
+    ws.reserve_lists(plan.max_chunk_pieces());
   }
 
   // Frames: [0, world) is the gather area of the handshake and the acknowledgement; status frames
@@ -136,25 +134,22 @@ struct PipelineRun {
   std::chrono::nanoseconds load_time{0};
   std::size_t bytes_done = 0, chunks_done = 0;
 
-  //! The handshake is over: the data phase begins (and progress reports 0 bytes, when `report_it`).
-  void begin_data(bool report_it = true) {
+  //! The handshake is over: the data phase begins (and progress reports 0 bytes).
+  void begin_data() {
     data_started = data_ended = Clock::now();
-    if (report_it) report();
+    report();
   }
-  //! This rank's data is complete, without a progress call (sharded transfers: their steps are
-  //! not the plan's chunks; the engines make the last call).
-  void end_data_quietly() { data_ended = Clock::now(); }
-  //! Chunk c is done on this rank.
-  void chunk_done(std::size_t c) {
-    bytes_done += plan.chunks[c].bytes;
+  //! Step s is done on this rank.
+  void step_done(std::size_t s) {
+    bytes_done += plan.step_bytes[s];
     ++chunks_done;
     data_ended = Clock::now();
     report();
   }
-  //! This rank's data is complete (after the last chunk; also for a plan without chunks).
+  //! This rank's data is complete (after the last step; also for a plan without steps).
   void end_data() {
     data_ended = Clock::now();
-    if (plan.size() == 0) report();
+    if (plan.steps == 0) report();
   }
   void report() const {
     if (!opt.progress) return;
@@ -162,7 +157,7 @@ struct PipelineRun {
     p.bytes_done = bytes_done;
     p.bytes_total = plan.total_bytes;
     p.chunk = chunks_done;
-    p.chunks = plan.size();
+    p.chunks = plan.steps;
     p.elapsed = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - data_started);
     opt.progress(p);
   }
@@ -177,7 +172,7 @@ struct PipelineRun {
     s.finish = std::chrono::duration_cast<ns>(now - data_ended);
     s.total = std::chrono::duration_cast<ns>(now - started);
     s.tensors = metas.size();
-    s.chunks = plan.size();
+    s.chunks = plan.total_chunks;
     s.bytes = plan.total_bytes;
     s.slot_bytes = ws.slot_bytes;
     s.ring_bytes = ws.bytes_held();
@@ -187,18 +182,20 @@ struct PipelineRun {
   }
 };
 
-//! Enqueues chunk `c`'s operations in the order both sides agree on (see Split): `status`,
-//! `region` and `directs` enqueue the chunk's status frame, packed region and direct tensors;
-//! `first_done` runs after the first launch (the one that holds the status frame), `second_done`
-//! after the second, when there is one.
-template <class Run, class Status, class RegionOp, class Directs, class FirstDone, class SecondDone>
-void launch_chunk(Run& run, std::size_t c, Status&& status, RegionOp&& region, Directs&& directs,
-                  FirstDone&& first_done, SecondDone&& second_done) {
-  switch (run.plan.splits[c]) {
+//! Enqueues step `s`'s operations in the order every rank agrees on (see Split): `status`,
+//! `regions` and `directs` enqueue the step's status frames, packed regions and direct pieces;
+//! `between` runs between the two launches of a split step (the producer's wait for its packing),
+//! `first_done` after the first launch (the one that holds the status frames), `second_done` after
+//! the second, when there is one.
+template <class Run, class Status, class Regions, class Directs, class Between, class FirstDone,
+          class SecondDone>
+void launch_step(Run& run, std::size_t s, Status&& status, Regions&& regions, Directs&& directs,
+                 Between&& between, FirstDone&& first_done, SecondDone&& second_done) {
+  switch (run.plan.splits[s]) {
     case Split::none:
       run.group([&] {
         status();
-        region();
+        regions();
         directs();
       });
       first_done();
@@ -209,15 +206,17 @@ void launch_chunk(Run& run, std::size_t c, Status&& status, RegionOp&& region, D
         directs();
       });
       first_done();
-      region();
+      between();
+      run.group(regions);
       second_done();
       break;
     case Split::region_first:
       run.group([&] {
         status();
-        region();
+        regions();
       });
       first_done();
+      between();
       run.group(directs);
       second_done();
       break;

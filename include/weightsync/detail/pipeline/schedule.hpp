@@ -1,0 +1,790 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+//! @file
+//! The schedule of a collective transfer, one class for every role and for whole-tensor and
+//! sharded transfers alike (the plan of pieces, plan.hpp: a whole-tensor transfer is M = 1 root
+//! with one piece per tensor).
+//!
+//! - A root (the producer; each trainer rank of a sharded transfer) checks its items, packs its
+//!   chunk's region into its place in ring slot s % K on the slot's stream (or sends it from where
+//!   it lies: a lone piece, or pieces that lie back to back), and sends its direct pieces from
+//!   their memory. It runs at most K steps ahead: it takes step s's items only once step s - K has
+//!   left. With M > 1 it also receives the other roots' bytes into its slot, and drops them.
+//! - A consumer posts the receiving launches of up to K steps ahead: a region lands straight in
+//!   the destinations when its pieces have destinations that lie back to back, else in the slot; a
+//!   direct piece lands in its destination when it is contiguous. It then checks every root's status
+//!   frame, copies what landed in the slot to its place (a piece of a split along dim d > 0 is
+//!   `blocks` strided copies, one batch per step), and hands the tensors complete after the step
+//!   that have no destination to load_weights: a one-piece tensor as a view of the slot, a split
+//!   one assembled in the workspace.
+//! - A transfer whose every root's bytes fit in the handshake's eager bytes travels inside the
+//!   handshake (kFrameEager): one exchange per sync.
+//! - After a failure (a wrong item, a load_weights that threw, a root's failed status frame) the
+//!   wire stays in step to the end of the plan, without loading more, so every rank stops cleanly.
+
+#include <algorithm>
+#include <cstddef>
+#include <exception>
+#include <functional>
+#include <iterator>
+#include <optional>
+#include <ranges>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "weightsync/detail/format.hpp"
+#include "weightsync/detail/frame.hpp"
+#include "weightsync/detail/hash.hpp"
+#include "weightsync/detail/pipeline/handshake.hpp"
+#include "weightsync/detail/pipeline/plan.hpp"
+#include "weightsync/detail/pipeline/run.hpp"
+#include "weightsync/error.hpp"
+#include "weightsync/shard.hpp"
+
+namespace weightsync::detail {
+
+//! The load function of a producer: never called.
+struct NoLoad {
+  template <class S>
+  void operator()(std::span<const TensorView>, S) const {}
+};
+
+//! Checks one item (a piece of `want`, `piece_bytes` of it) against its declared metadata and
+//! returns its bytes. @throws config_error("items", ...) naming the item and what differs.
+template <class Item>
+const void* checked_piece(const Item& item, const TensorMeta& want, std::size_t piece_bytes,
+                          std::size_t index) {
+  const TensorMeta& got = item.meta();
+  // An item that points at the declared metadata itself (the usual SourceTensorRef) matches it.
+  if (&got != &want &&
+      !(got.name == want.name && got.dtype == want.dtype && got.shape == want.shape))
+    throw config_error("items", describe_item_mismatch(want, got, index));
+  const void* p = item.data();
+  if (p == nullptr && piece_bytes > 0)
+    throw config_error("items", cat("item ", index, " ('", want.name, "') has no data"));
+  return p;
+}
+
+struct WholeTransfer {
+  int root;
+};
+struct ShardedTransfer {
+  std::span<const ShardSpec> specs;
+  int trainers;
+};
+
+template <class C, class R, class F>
+class TransferRun {
+ public:
+  using Run = PipelineRun<C>;
+  using stream_type = typename C::stream_type;
+
+  //! A whole-tensor transfer from `w.root`: the producer (items set, load null) or a consumer
+  //! (items null, load set).
+  TransferRun(C& comm, WorkspaceState<policy_t<C>>& ws, const TransferOptions& opt,
+              std::span<const TensorMeta> metas, WholeTransfer w, R* items, F* load)
+      : run_(comm, ws, opt, metas, w.root, items ? Role::producer : Role::consumer,
+             [&] {
+               check_root(w.root, comm.rank(), comm.size(), items != nullptr);
+               return PiecePlan(metas, w.root, opt);
+             }),
+        load_(load) {
+    start(items);
+  }
+  //! A sharded transfer from trainer ranks 0..t.trainers-1: a trainer (items set) or a worker.
+  TransferRun(C& comm, WorkspaceState<policy_t<C>>& ws, const TransferOptions& opt,
+              std::span<const TensorMeta> metas, ShardedTransfer t, R* items, F* load)
+      : run_(comm, ws, opt, metas, items ? comm.rank() : 0,
+             items ? Role::producer : Role::consumer,
+             [&] {
+               check_trainers(t.trainers, comm.rank(), comm.size(), items != nullptr, opt);
+               return PiecePlan(metas, t.specs, t.trainers, opt);
+             }),
+        load_(load) {
+    start(items);
+  }
+
+  TransferStats operator()() {
+    auto& ws = run_.ws;
+    const std::size_t S = plan().steps, K = run_.slots();
+    check_checksum_support(run_);
+    bool reused = ws.ensure_frames(own0() + (root() ? S : 0));
+    ws.ensure_streams(K);
+    bool eager = false;
+    if (root()) {
+      digests_.assign(S, 0);
+      // One root packs only (a region of several pieces); with M > 1 it also receives the others'.
+      const std::size_t slot = receives() ? plan().slot_bytes : plan().packing_bytes(mine_);
+      reused = ws.ensure_slots(slot, K) && reused;
+      try {
+        run_.order_after_source();
+        eager = pack_eager();
+        if (!eager && S > 0 && plan().chunk(mine_, 0)) prepare(0);  // overlaps the handshake
+      } catch (const std::exception& e) {
+        run_.abort_comm(e.what());
+        throw;
+      }
+    }
+    // A mismatch throws the same protocol_error on every rank; the communicator stays usable. It
+    // runs before any destination is asked for: a refused transfer touches nothing.
+    id_ = plan().framed ? handshake(run_, eager ? kFrameEager : 0) : 0;
+    std::vector<Frame> acks;
+    try {
+      if (receives()) lay_out(root() ? nullptr : &run_.opt.destination);
+      if (!root() && !run_.eager) reused = ws.ensure_slots(slot_need_, K) && reused;
+      run_.begin_data();
+      if (run_.eager) {
+        if (!root()) receive_eager();
+        if (ok())
+          for (std::size_t s = 0; s < S; ++s) run_.step_done(s);
+      } else {
+        if (root()) write_status_frames();
+        std::size_t posted = 0;
+        for (std::size_t s = 0; s < S; ++s) {
+          while (posted < S && posted < s + K) post(posted++);
+          finish(s);
+          if (ok()) run_.step_done(s);
+        }
+        if (root()) take_items(Chunk{0, owned().size(), 0});  // trailing empty chunks had no launch
+        if (root() && failure_.empty() && *it_ != *end_)
+          fail(std::make_exception_ptr(too_many_items(owned().size())));
+      }
+      run_.end_data();
+      if (plan().framed) acks = conclude(run_, id_, failure_);
+      if (!root() && !run_.eager)
+        for (std::size_t k = 0; k < K; ++k) run_.await(ws.unpacked[k], "unpack");
+      run_.drain("broadcast");
+    } catch (const std::exception& e) {
+      // Operations may be in flight or a peer may be waiting on us: fail fast on every rank.
+      run_.abort_comm(failure_.empty() ? e.what() : failure_);
+      throw;
+    }
+    settle(acks);
+    return run_.stats(reused);
+  }
+
+ private:
+  using byte = std::byte;
+  static constexpr std::size_t npos = PiecePlan::npos;
+
+  void start(R* items) {
+    mine_ = items ? plan().root_of(run_.comm.rank()) : -1;
+    if (items) {
+      it_.emplace(std::ranges::begin(*items));
+      end_.emplace(std::ranges::end(*items));
+      src_.assign(owned().size(), nullptr);
+    }
+    const std::size_t K = run_.slots();
+    region_src_.assign(K, nullptr);
+    packed_.assign(K, 0);
+    launched_.assign(K, 0);
+  }
+
+  const PiecePlan& plan() const { return run_.plan; }
+  bool root() const { return mine_ >= 0; }
+  //! Whether this rank receives: every consumer, and every root of a sharded transfer of M > 1.
+  bool receives() const { return !root() || plan().trainers > 1; }
+  int m() const { return plan().trainers; }
+  const std::vector<std::size_t>& owned() const {
+    return plan().owned[static_cast<std::size_t>(mine_)];
+  }
+  bool ok() const { return failure_.empty() && remote_.empty(); }
+  const char* unit() const { return plan().sharded ? "step" : "chunk"; }
+
+  // Frames: [0, world) the gather area; then, when this rank receives, K x M (slot k, root r);
+  // then, on a root, one per step for its own status frames (written once, before the data).
+  std::size_t recv_frame(std::size_t k, int r) const {
+    return run_.status0() + k * static_cast<std::size_t>(m()) + static_cast<std::size_t>(r);
+  }
+  std::size_t own0() const {
+    return run_.status0() + (receives() ? run_.slots() * static_cast<std::size_t>(m()) : 0);
+  }
+  std::size_t frame_of(std::size_t s, int r) const {
+    return r == mine_ ? own0() + s : recv_frame(s % run_.slots(), r);
+  }
+  byte* slot(std::size_t s) {
+    return run_.ws.slots.empty() ? nullptr : run_.ws.slots[s % run_.slots()].data();
+  }
+  stream_type unpack_stream(std::size_t s) {
+    // Workspace places for split tensors are reused in step order: one stream then.
+    return run_.slot_stream(one_unpack_stream_ ? 0 : s % run_.slots());
+  }
+
+  void fail(std::exception_ptr p) {
+    failure_ptr_ = p;
+    failure_ = what_of(p);
+  }
+  void note_remote(int rank, std::string message) {
+    if (!remote_.empty()) return;
+    remote_ = std::move(message);
+    remote_rank_ = rank;
+  }
+
+  // ---- where things land ------------------------------------------------------------------
+
+  //! Asks for every destination (a consumer; `destination` null on a root) and lays out the slot
+  //! of every step: a root's region lands in place when its non-empty pieces all have destinations
+  //! and lie back to back there, a direct piece when it is contiguous and has one; everything else
+  //! in the slot (land_: its offset there, npos when in place). Split tensors without a
+  //! destination get a workspace place (assembly_).
+  void lay_out(const std::function<void*(const TensorMeta&)>* destination) {
+    const auto& p = plan();
+    const auto& metas = run_.metas;
+    dest_.assign(metas.size(), nullptr);
+    if (destination && *destination)
+      for (std::size_t i = 0; i < metas.size(); ++i)
+        dest_[i] = static_cast<byte*>((*destination)(metas[i]));
+    land_.assign(p.pieces.size(), npos);
+    region_at_.assign(p.steps * static_cast<std::size_t>(m()), nullptr);
+    region_off_.assign(p.steps * static_cast<std::size_t>(m()), 0);
+    slot_need_ = 0;
+    for (std::size_t s = 0; s < p.steps; ++s) {
+      std::size_t off = 0;
+      for (int r = 0; r < m(); ++r) {
+        const Chunk* c = p.chunk(r, s);
+        if (!c) continue;
+        const std::size_t at = s * static_cast<std::size_t>(m()) + static_cast<std::size_t>(r);
+        region_at_[at] = in_place_region(r, s, *c);
+        if (!region_at_[at]) {
+          region_off_[at] = off;
+          for (std::size_t q = c->begin; q < c->end; ++q) {
+            const std::size_t idx = p.piece_index(r, q);
+            if (p.direct[idx]) continue;
+            land_[idx] = off;
+            off += p.pieces[idx].bytes();
+          }
+        }
+        for (std::size_t q = c->begin; q < c->end; ++q) {
+          const std::size_t idx = p.piece_index(r, q);
+          const ShardPiece& piece = p.pieces[idx];
+          if (!p.direct[idx] || (dest_[piece.tensor] && piece.contiguous())) continue;
+          land_[idx] = off;
+          off += piece.bytes();
+        }
+      }
+      slot_need_ = std::max(slot_need_, off);
+    }
+    if (root()) return;
+    const std::size_t need = place_assembly(p, metas, dest_, assembly_, run_.eager);
+    if (run_.ws.scratch.size() < need) run_.ws.scratch = run_.ws.policy.alloc(need);
+    one_unpack_stream_ = need > 0;
+  }
+
+  //! Where root r's region of step s lands in place, or nullptr.
+  byte* in_place_region(int r, std::size_t s, const Chunk& c) const {
+    const auto& p = plan();
+    if (p.region(r, s).bytes == 0) return nullptr;
+    byte* first = nullptr;
+    byte* next = nullptr;
+    for (std::size_t q = c.begin; q < c.end; ++q) {
+      const std::size_t idx = p.piece_index(r, q);
+      const ShardPiece& piece = p.pieces[idx];
+      if (p.direct[idx] || piece.bytes() == 0) continue;
+      byte* d = dest_[piece.tensor];
+      if (!d || !piece.contiguous()) return nullptr;
+      d += piece.offset;
+      if (next && d != next) return nullptr;
+      if (!first) first = d;
+      next = d + piece.bytes();
+    }
+    return first;
+  }
+
+  //! Where piece `idx` (of step s) is received.
+  byte* landing(std::size_t s, std::size_t idx) {
+    const ShardPiece& piece = plan().pieces[idx];
+    if (land_[idx] == npos) return dest_[piece.tensor] + piece.offset;  // in place
+    return slot(s) + land_[idx];
+  }
+  byte* region_target(std::size_t s, int r) {
+    const std::size_t at = s * static_cast<std::size_t>(m()) + static_cast<std::size_t>(r);
+    return region_at_[at] ? region_at_[at] : slot(s) + region_off_[at];
+  }
+
+  //! Adds the copies that put `piece`'s bytes (contiguous at `src`) at its place in `base`.
+  void copy_piece(byte* base, const ShardPiece& piece, const byte* src) {
+    auto& ws = run_.ws;
+    if (piece.contiguous()) {
+      ws.add_copy(base + piece.offset, src, piece.bytes());
+      return;
+    }
+    for (std::size_t b = 0; b < piece.blocks; ++b)
+      ws.add_copy(base + piece.offset + b * piece.pitch, src + b * piece.block_bytes,
+                  piece.block_bytes);
+  }
+  //! Where tensor t is assembled (its destination or its workspace place), or nullptr.
+  byte* assembled(std::size_t t) {
+    if (dest_[t]) return dest_[t];
+    if (assembly_[t] != npos) return run_.ws.scratch.data() + assembly_[t];
+    return nullptr;
+  }
+
+  // ---- the root's side --------------------------------------------------------------------
+
+  //! Takes the items up to the end of chunk `c` that were not taken yet (also those of earlier
+  //! chunks that had no launch: their pieces are empty), checking each.
+  void take_items(const Chunk& c) {
+    if (!failure_.empty()) return;
+    try {
+      for (std::size_t q = taken_; q < c.end; ++q) {
+        const ShardPiece& piece = plan().piece_at(mine_, q);
+        if (*it_ == *end_) throw too_few_items(q, owned().size());
+        src_[q] = checked_piece(**it_, run_.metas[piece.tensor], piece.bytes(), q);
+        ++*it_;
+        taken_ = q + 1;
+      }
+    } catch (const std::exception&) {
+      fail(std::current_exception());
+      // vLLM's wire has no way to say so: abort, so that no consumer waits on us.
+      if (!plan().framed) throw;
+    }
+  }
+
+  //! A framed transfer whose bytes fit in this root's eager bytes (eager_capacity) is packed there
+  //! now, on the communication stream, every item checked first: the handshake then carries it
+  //! (when every root's does), and no data phase follows. @returns whether it was; after a wrong
+  //! item it was not, and the data phase says so on the wire as usual.
+  bool pack_eager() {
+    const std::size_t world = run_.world();
+    if (!plan().framed || run_.opt.checksum || run_.metas.empty() ||
+        plan().root_bytes(mine_) > eager_capacity(world))
+      return false;
+    auto& ws = run_.ws;
+    for (const Chunk& c : plan().chunks[static_cast<std::size_t>(mine_)]) take_items(c);
+    if (failure_.empty() && *it_ != *end_)
+      fail(std::make_exception_ptr(too_many_items(owned().size())));
+    if (!failure_.empty()) return false;
+    ws.ensure_handshake(world * handshake_block_bytes(world));
+    byte* to = run_.eager_dev(static_cast<std::size_t>(run_.comm.rank()));
+    ws.clear_copies();
+    std::size_t off = 0;
+    for (std::size_t q = 0; q < owned().size(); ++q) {
+      const std::size_t nb = plan().piece_at(mine_, q).bytes();
+      if (nb > 0) ws.add_copy(to + off, src_[q], nb);
+      off += nb;
+    }
+    ws.flush_copies(run_.comm_stream());
+    return true;
+  }
+
+  //! This root's status frames of every step it has a chunk in, copied to the device once.
+  void write_status_frames() {
+    const std::size_t S = plan().steps;
+    if (!plan().framed || S == 0) return;
+    for (std::size_t s = 0; s < S; ++s) {
+      Frame f(FrameKind::status, Role::producer, run_.comm.rank(), id_);
+      f.status.chunk = s;
+      f.status.checksum = digests_[s];
+      *run_.frame_host(own0() + s) = f;
+    }
+    run_.ws.policy.copy_from_host(run_.frame_dev(own0()), run_.frame_host(own0()),
+                                  S * kFrameBytes, run_.comm_stream());
+    frames_written_ = true;
+  }
+
+  //! Where this root's region of chunk `c` already lies back to back in its sources, or nullptr.
+  const void* contiguous_region(const Chunk& c) const {
+    const byte* first = nullptr;
+    const byte* next = nullptr;
+    for (std::size_t q = c.begin; q < c.end; ++q) {
+      const std::size_t idx = plan().piece_index(mine_, q);
+      const std::size_t nb = plan().pieces[idx].bytes();
+      if (plan().direct[idx] || nb == 0) continue;
+      const auto* p = static_cast<const byte*>(src_[q]);
+      if (next != nullptr && p != next) return nullptr;
+      if (first == nullptr) first = p;
+      next = p + nb;
+    }
+    return first;
+  }
+
+  //! Checks step s's items of this root and enqueues the packing of its region into its place in
+  //! slot s % K (or notes where it lies already).
+  void prepare(std::size_t s) {
+    const Chunk& c = *plan().chunk(mine_, s);
+    take_items(c);
+    checksum(s, c);
+    const std::size_t k = s % run_.slots();
+    region_src_[k] = nullptr;
+    packed_[k] = 0;
+    prepared_ = s;
+    const auto& g = plan().region(mine_, s);
+    auto& ws = run_.ws;
+    if (!failure_.empty() || g.bytes == 0) return;
+    if (g.solo != npos) {
+      region_src_[k] = src_[g.solo];
+      return;
+    }
+    if ((region_src_[k] = contiguous_region(c)) != nullptr) {
+      ws.contiguous_regions++;  // sent from where it is: the wire is the same
+      return;
+    }
+    byte* dst = slot(s) + (receives() ? plan().offset(s, mine_) : 0);
+    ws.clear_copies();
+    std::size_t off = 0;
+    for (std::size_t q = c.begin; q < c.end; ++q) {
+      const std::size_t idx = plan().piece_index(mine_, q);
+      const std::size_t nb = plan().pieces[idx].bytes();
+      if (plan().direct[idx] || nb == 0) continue;
+      ws.add_copy(dst + off, src_[q], nb);
+      off += nb;
+    }
+    const auto st = run_.slot_stream(k);
+    ws.policy.wait(st, ws.slot_free[k]);
+    ws.flush_copies(st);
+    ws.policy.record(ws.packed[k], st);
+    region_src_[k] = dst;
+    packed_[k] = 1;
+  }
+
+  //! TransferOptions::checksum: the digest of this root's chunk (its pieces' bytes in order), in
+  //! its status frame (before the chunk is sent).
+  void checksum(std::size_t s, const Chunk& c) {
+    if (!run_.opt.checksum || !failure_.empty()) return;
+    Hash64 h;
+    for (std::size_t q = c.begin; q < c.end; ++q)
+      if (const std::size_t nb = plan().piece_at(mine_, q).bytes()) h.bytes(src_[q], nb);
+    digests_[s] = h.value();
+    if (!frames_written_) return;  // write_status_frames puts it there
+    const std::size_t f = own0() + s;
+    run_.frame_host(f)->status.checksum = digests_[s];
+    run_.ws.policy.copy_from_host(run_.frame_dev(f), run_.frame_host(f), kFrameBytes,
+                                  run_.comm_stream());
+  }
+
+  //! After a failure the wire still carries this root's bytes of step s: junk of the right size
+  //! (its region, then its direct pieces), and a failed status frame.
+  byte* junk_for(std::size_t s) {
+    auto& ws = run_.ws;
+    const std::size_t f = own0() + s;
+    Frame* ef = run_.frame_host(f);
+    ef->fail(FrameCode::failed, failure_);
+    ws.policy.copy_from_host(run_.frame_dev(f), ef, kFrameBytes, run_.comm_stream());
+    const std::size_t at = receives() ? plan().offset(s, mine_) : 0;
+    const std::size_t bytes = plan().chunk(mine_, s)->bytes;
+    if (ws.slot_bytes >= at + bytes) return slot(s) + at;
+    std::size_t most = 0;
+    for (const Chunk& c : plan().chunks[static_cast<std::size_t>(mine_)]) most = std::max(most, c.bytes);
+    if (ws.scratch.size() < most) ws.scratch = ws.policy.alloc(most);
+    return ws.scratch.data();
+  }
+
+  // ---- the steps --------------------------------------------------------------------------
+
+  //! Enqueues step s's launches (see Split) on the communication stream.
+  void post(std::size_t s) {
+    auto& ws = run_.ws;
+    auto& comm = run_.comm;
+    const std::size_t k = s % run_.slots();
+    const auto cs = run_.comm_stream();
+    launched_[k] = plan().step_bytes[s] > 0;
+    if (!launched_[k]) return;  // a step of empty pieces has no wire operation
+    const Chunk* own = root() ? plan().chunk(mine_, s) : nullptr;
+    if (own && prepared_ != s) prepare(s);
+    byte* junk = own && !failure_.empty() ? junk_for(s) : nullptr;
+    const bool was_packed = own && !junk && packed_[k];
+    const Split split = plan().splits[s];
+    if (!root()) ws.policy.wait(cs, ws.unpacked[k]);  // the slot's previous step is unloaded
+    // The stream waits for packing outside the group: a group is one launch on one stream order.
+    if (was_packed && split != Split::directs_first) ws.policy.wait(cs, ws.packed[k]);
+    launch_step(
+        run_, s,
+        [&] {
+          if (!plan().framed) return;
+          for (int r = 0; r < m(); ++r)
+            if (const Chunk* c = plan().chunk(r, s); c && c->bytes > 0)
+              comm.broadcast(run_.frame_dev(frame_of(s, r)), kFrameBytes, plan().root_rank[r], cs);
+        },
+        [&] {
+          for (int r = 0; r < m(); ++r) {
+            const Chunk* c = plan().chunk(r, s);
+            const std::size_t bytes = c ? plan().region(r, s).bytes : 0;
+            if (bytes == 0) continue;
+            void* buf = r != mine_ ? region_target(s, r)
+                                   : (junk ? junk : const_cast<void*>(region_src_[k]));
+            comm.broadcast(buf, bytes, plan().root_rank[r], cs);
+          }
+        },
+        [&] {
+          for (int r = 0; r < m(); ++r) {
+            const Chunk* c = plan().chunk(r, s);
+            if (!c) continue;
+            std::size_t junk_at = plan().region(r, s).bytes;
+            for (std::size_t q = c->begin; q < c->end; ++q) {
+              const std::size_t idx = plan().piece_index(r, q);
+              if (!plan().direct[idx]) continue;
+              const std::size_t nb = plan().pieces[idx].bytes();
+              void* buf = r != mine_ ? landing(s, idx)
+                                     : (junk ? junk + junk_at : const_cast<void*>(src_[q]));
+              comm.broadcast(buf, nb, plan().root_rank[r], cs);
+              junk_at += nb;
+            }
+          }
+        },
+        [&] {
+          if (was_packed && split == Split::directs_first) ws.policy.wait(cs, ws.packed[k]);
+        },
+        [&] {
+          if (receives() && plan().framed)
+            ws.policy.copy_to_host(run_.frame_host(recv_frame(k, 0)),
+                                   run_.frame_dev(recv_frame(k, 0)),
+                                   static_cast<std::size_t>(m()) * kFrameBytes, cs);
+          ws.policy.record(ws.received[k], cs);
+        },
+        [&] { ws.policy.record(ws.received2[k], cs); });
+    if (root()) ws.policy.record(ws.slot_free[k], cs);
+  }
+
+  //! Checks step s's status frames (but this root's own): a root's failure is noted, a foreign
+  //! frame is fatal.
+  void check_status(std::size_t s) {
+    if (!plan().framed) return;
+    const std::size_t k = s % run_.slots();
+    for (int r = 0; r < m(); ++r) {
+      const Chunk* c = plan().chunk(r, s);
+      if (!c || c->bytes == 0 || r == mine_) continue;
+      const int rank = plan().root_rank[r];
+      const Frame f = *run_.frame_host(recv_frame(k, r));
+      if (f.head.magic != kFrameMagic || f.kind() != FrameKind::status ||
+          f.head.transfer_id != id_ || f.head.rank != rank)
+        throw protocol_error(rank, cat(unit(), " ", s, ": the status frame from rank ", rank,
+                                       " is not this transfer's (desynchronised peers)"));
+      if (!f.ok()) {
+        note_remote(rank, plan().sharded
+                              ? cat("trainer rank ", rank, " failed: ", f.text())
+                              : cat("the producer (rank ", rank, ") failed: ", f.text()));
+      } else if (f.status.chunk != s) {
+        throw protocol_error(rank, cat("expected ", unit(), " ", s, " from rank ", rank, ", got ",
+                                       unit(), " ", f.status.chunk, " (desynchronised peers)"));
+      }
+    }
+  }
+
+  //! Consumer: copies step s's pieces that landed in the slot to their place (their destination,
+  //! or the workspace place of a split tensor), the regions' and/or the direct pieces'.
+  void unpack(std::size_t s, bool regions, bool directs) {
+    auto& ws = run_.ws;
+    ws.clear_copies();
+    for (int r = 0; r < m(); ++r) {
+      const Chunk* c = plan().chunk(r, s);
+      if (!c || c->bytes == 0) continue;
+      for (std::size_t q = c->begin; q < c->end; ++q) {
+        const std::size_t idx = plan().piece_index(r, q);
+        const ShardPiece& piece = plan().pieces[idx];
+        if (piece.bytes() == 0 || land_[idx] == npos) continue;
+        if (plan().direct[idx] ? !directs : !regions) continue;
+        if (byte* base = assembled(piece.tensor)) copy_piece(base, piece, slot(s) + land_[idx]);
+        // else: a one-piece tensor without a destination, handed over as a view of the slot
+      }
+    }
+    ws.flush_copies(unpack_stream(s));
+  }
+
+  //! TransferOptions::checksum: hashes each root's chunk where its bytes landed, in the root's
+  //! order, and compares with its status frame. Host memory only (see check_checksum_support). A
+  //! mismatch is this rank's failure, reported in the acknowledgement.
+  void verify(std::size_t s) {
+    const std::size_t k = s % run_.slots();
+    for (int r = 0; r < m(); ++r) {
+      const Chunk* c = plan().chunk(r, s);
+      if (!c || c->bytes == 0 || !failure_.empty()) continue;
+      Hash64 h;
+      std::size_t lo = npos, hi = 0;
+      for (std::size_t q = c->begin; q < c->end; ++q) {
+        const std::size_t idx = plan().piece_index(r, q);
+        const std::size_t t = plan().pieces[idx].tensor;
+        lo = std::min(lo, t);
+        hi = std::max(hi, t);
+        if (const std::size_t nb = plan().pieces[idx].bytes()) h.bytes(landing(s, idx), nb);
+      }
+      const Frame f = *run_.frame_host(recv_frame(k, r));
+      if (h.value() == f.status.checksum) continue;
+      const int rank = plan().root_rank[r];
+      failure_ = cat(unit(), " ", s, " (tensors ", lo, "..", hi, "): checksum mismatch: rank ",
+                     rank, " sent digest 0x", hex(f.status.checksum),
+                     ", received bytes hash to 0x", hex(h.value()));
+      failure_ptr_ = std::make_exception_ptr(protocol_error(rank, failure_));
+    }
+  }
+  static std::string hex(std::uint64_t v) {
+    static const char* d = "0123456789abcdef";
+    std::string s(16, '0');
+    for (int i = 15; i >= 0; --i, v >>= 4) s[static_cast<std::size_t>(i)] = d[v & 15];
+    return s;
+  }
+
+  //! Consumer: hands the tensors complete after step s that have no destination to load_weights.
+  void load(std::size_t s, stream_type st) {
+    auto& ws = run_.ws;
+    ws.views.clear();
+    for (const std::size_t t : plan().completes[s]) {
+      if (dest_[t]) continue;
+      const auto& meta = run_.metas[t];
+      const std::size_t nb = meta.nbytes();
+      byte* data = nullptr;
+      if (nb && assembly_[t] != npos)
+        data = ws.scratch.data() + assembly_[t];
+      else if (nb)
+        data = landing(s, plan().first_piece[t]);
+      ws.views.push_back(TensorView{&meta, data, nb});
+    }
+    call_load(s, st);
+  }
+
+  //! Hands ws.views (step s's) to load_weights; a failure is kept and reported in the
+  //! acknowledgement.
+  void call_load(std::size_t s, stream_type st) {
+    if (run_.ws.views.empty()) return;
+    const auto t0 = Run::Clock::now();
+    struct Timed {  // counts the time inside load_weights, also when it throws
+      Run& run;
+      typename Run::Clock::time_point t0;
+      ~Timed() { run.load_time += Run::Clock::now() - t0; }
+    } timed{run_, t0};
+    try {
+      std::invoke(*load_, std::span<const TensorView>(run_.ws.views), st);
+    } catch (const std::exception& e) {
+      failure_ = cat("load_weights failed on ", unit(), " ", s, ": ", e.what());
+      failure_ptr_ = std::current_exception();
+    } catch (...) {
+      failure_ = cat("load_weights failed on ", unit(), " ", s, " (not a std::exception)");
+      failure_ptr_ = std::current_exception();
+    }
+    // vLLM's wire has no way to say so: abort, so that the producer does not wait on us.
+    if (failure_ptr_ && !plan().framed) std::rethrow_exception(failure_ptr_);
+  }
+
+  //! Waits for step s; a consumer checks it, unpacks and loads it, then frees its slot.
+  void finish(std::size_t s) {
+    auto& ws = run_.ws;
+    const std::size_t k = s % run_.slots();
+    const bool launched = launched_[k] != 0;
+    if (!receives()) {  // one root: bound the run-ahead to K steps
+      if (launched) run_.await(ws.slot_free[k], "broadcast");
+      return;
+    }
+    if (launched) {
+      run_.await(ws.received[k], "broadcast");
+      check_status(s);
+    }
+    if (root()) return;  // the other roots' bytes are dropped
+    const auto us = unpack_stream(s);
+    const Split split = plan().splits[s];
+    if (launched) {
+      const bool good = ok();
+      ws.policy.wait(us, ws.received[k]);
+      // The regions arrived with the first launch: unpack them while the direct pieces arrive.
+      if (good && split == Split::region_first) unpack(s, true, false);
+      if (split != Split::none) {
+        run_.await(ws.received2[k], "broadcast");
+        ws.policy.wait(us, ws.received2[k]);
+      }
+      if (good) unpack(s, split != Split::region_first, true);
+      if (ok() && run_.opt.checksum) verify(s);
+    }
+    if (ok()) load(s, us);
+    ws.policy.record(ws.unpacked[k], us);
+  }
+
+  //! The roots' bytes came with the handshake (kFrameEager), each root's pieces back to back in
+  //! its eager bytes: copies them to their places and hands the rest to load_weights, on the
+  //! communication stream (whose final drain then covers them: one wait for the whole sync).
+  void receive_eager() {
+    const std::size_t cap = eager_capacity(run_.world());
+    auto& ws = run_.ws;
+    const auto s = run_.comm_stream();
+    std::vector<byte*>& at = eager_at_;
+    at.assign(run_.metas.size(), nullptr);
+    ws.clear_copies();
+    for (int r = 0; r < m(); ++r) {
+      const int rank = plan().root_rank[r];
+      if (plan().root_bytes(r) > cap)
+        throw protocol_error(rank, cat("rank ", rank, " sent ", plan().root_bytes(r),
+                                       " bytes with the handshake, where ", cap, " fit"));
+      byte* from = run_.eager_dev(static_cast<std::size_t>(rank));
+      std::size_t off = 0;
+      for (std::size_t q = 0; q < plan().owned[static_cast<std::size_t>(r)].size(); ++q) {
+        const ShardPiece& piece = plan().piece_at(r, q);
+        if (piece.bytes() == 0) continue;
+        if (byte* base = assembled(piece.tensor))
+          copy_piece(base, piece, from + off);
+        else
+          at[piece.tensor] = from + off;  // a one-piece tensor: a view of the eager bytes
+        off += piece.bytes();
+      }
+    }
+    ws.flush_copies(s);
+    ws.views.clear();
+    for (std::size_t t = 0; t < run_.metas.size(); ++t) {
+      if (dest_[t]) continue;
+      const std::size_t nb = run_.metas[t].nbytes();
+      byte* data = nb == 0 ? nullptr : (assembly_[t] != npos ? assembled(t) : at[t]);
+      ws.views.push_back(TensorView{&run_.metas[t], data, nb});
+    }
+    call_load(0, s);
+  }
+
+  //! The verdict: this rank's own failure, a root's failure (its status frames), or what the
+  //! acknowledgement says (every rank's outcome, Acknowledge::each_transfer).
+  void settle(const std::vector<Frame>& acks) {
+    const int me = run_.comm.rank();
+    for (const auto& a : acks) {
+      if (a.ok() || a.head.rank == me) continue;
+      const bool from_root = plan().root_of(a.head.rank) >= 0;
+      if (root()) {
+        if (failure_ptr_ || !remote_.empty()) break;
+        throw remote_error(a.head.rank,
+                           plan().sharded
+                               ? cat("rank ", a.head.rank, " failed: ", a.text())
+                               : cat("rank ", a.head.rank, " failed to receive the weights: ",
+                                     a.text()));
+      }
+      if (from_root) {
+        note_remote(a.head.rank, plan().sharded
+                                     ? cat("rank ", a.head.rank, " failed: ", a.text())
+                                     : cat("the producer (rank ", a.head.rank,
+                                           ") failed: ", a.text()));
+      } else if (run_.opt.all_or_nothing && ok()) {
+        // another consumer's failure is this rank's too
+        note_remote(a.head.rank, plan().sharded
+                                     ? cat("rank ", a.head.rank, " failed: ", a.text())
+                                     : cat("rank ", a.head.rank, " failed (all_or_nothing): ",
+                                           a.text()));
+      }
+    }
+    if (failure_ptr_) std::rethrow_exception(failure_ptr_);
+    if (!remote_.empty()) throw remote_error(remote_rank_, remote_);
+  }
+
+  Run run_;
+  F* load_;
+  int mine_ = -1;  // this rank's root index, -1 on a consumer
+  std::optional<std::ranges::iterator_t<R>> it_;
+  std::optional<std::ranges::sentinel_t<R>> end_;
+  std::vector<const void*> src_;  // root: per owned piece, once taken
+  std::size_t taken_ = 0;
+  std::size_t prepared_ = npos;
+  std::vector<const void*> region_src_;  // root: per slot, where its region is sent from
+  std::vector<char> packed_;             // root: per slot, the region was packed there
+  std::vector<char> launched_;           // per slot: its step had a launch
+  std::vector<std::uint64_t> digests_;   // root, TransferOptions::checksum: per step
+  bool frames_written_ = false;
+  std::uint64_t id_ = 0;
+  std::vector<byte*> dest_;
+  std::vector<std::size_t> land_;  // per piece: its offset in its step's slot, npos in place
+  std::vector<byte*> region_at_;   // per step and root: where the region lands in place
+  std::vector<std::size_t> region_off_;  // per step and root: else its offset in the slot
+  std::size_t slot_need_ = 0;
+  std::vector<std::size_t> assembly_;
+  std::vector<byte*> eager_at_;
+  bool one_unpack_stream_ = false;
+  std::string failure_;  // this rank's failure (a wrong item, load_weights threw, a checksum)
+  std::exception_ptr failure_ptr_;
+  std::string remote_;  // another rank's failure, as thrown (remote_error)
+  int remote_rank_ = 0;
+};
+
+}  // namespace weightsync::detail
