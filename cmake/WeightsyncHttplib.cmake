@@ -1,8 +1,8 @@
 # SPDX-FileCopyrightText: 2026 weightsync contributors
 # SPDX-License-Identifier: Apache-2.0
-# Finds cpp-httplib, for weightsync's HTTP parts (<weightsync/http/...>), and creates the imported
-# target weightsync::cpp_httplib with what a program that includes <httplib.h> needs to compile
-# and link. Sets WEIGHTSYNC_HAS_HTTPLIB (ON/OFF) and WEIGHTSYNC_HTTPLIB_KIND (how it was found).
+# Finds cpp-httplib, for weightsync's HTTP parts (<weightsync/vllm/control_plane.hpp>,
+# <weightsync/vllm/http_server.hpp>), and creates the imported target weightsync::cpp_httplib
+# with what a program that includes <httplib.h> needs to compile and link. Sets WEIGHTSYNC_HAS_HTTPLIB (ON/OFF) and WEIGHTSYNC_HTTPLIB_KIND (how it was found).
 # Used by weightsync's own build and, installed next to weightsyncConfig.cmake, by the package
 # config, so that consumers find cpp-httplib the same way. Accepts, in this order:
 #   - upstream's CMake package (find_package(httplib CONFIG): httplib::httplib);

@@ -19,7 +19,7 @@
 //   GET  /v1/stats                              -> requests served, and the longest wait of one
 //                                                  for its weights (in ns), while syncing and not
 //   POST /shutdown                              -> stops the server
-//   + the vLLM routes (see <weightsync/http/control_plane.hpp>)
+//   + the vLLM routes (see <weightsync/vllm/control_plane.hpp>)
 //
 // Every answer names the version (weight_version, generation: the number of updates published
 // before it) of the weights it was computed with.
@@ -37,7 +37,7 @@
 // by every rank, Acknowledge::each_transfer).
 #include <weightsync/backends.hpp>
 #include <weightsync/engine.hpp>
-#include <weightsync/http/control_plane.hpp>
+#include <weightsync/vllm/control_plane.hpp>
 #if WEIGHTSYNC_HAS_CUDA
 #include <weightsync/cuda/check.hpp>
 #endif

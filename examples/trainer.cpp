@@ -30,7 +30,7 @@
 // --piece-delay-ms N: waits N ms before each piece it sends (a slow sync: requests overlap it).
 #include <weightsync/backends.hpp>
 #include <weightsync/engine.hpp>
-#include <weightsync/http/control_plane.hpp>
+#include <weightsync/vllm/control_plane.hpp>
 #if WEIGHTSYNC_HAS_CUDA
 #include <weightsync/cuda/check.hpp>
 #include <weightsync/cuda/device_buffer.hpp>

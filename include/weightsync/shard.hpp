@@ -139,6 +139,35 @@ inline std::vector<ShardPiece> shard_pieces(const TensorMeta& meta, std::size_t 
   return out;
 }
 
+namespace detail {
+//! Checks what can be checked of a spec without M (the number of trainer ranks): the dim against
+//! the tensor, sizes against the dim, the counts. Ranks are checked against M by shard_pieces.
+//! @throws config_error naming the entry: "shards[i].dim", "shards[i].sizes", "shards[i].ranks".
+inline void check_shard(const TensorMeta& meta, std::size_t i, const ShardSpec& s) {
+  const auto field = [&](const char* f) { return detail::cat("shards[", i, "].", f); };
+  if (!s.split()) {
+    if (!s.sizes.empty()) throw config_error(field("sizes"), "a tensor that is not split has none");
+    if (s.ranks.size() > 1)
+      throw config_error(field("ranks"), "a tensor that is not split has one rank at most");
+    return;
+  }
+  if (s.dim >= static_cast<int>(meta.shape.size()))
+    throw config_error(field("dim"), detail::cat("tensor '", meta.name, "' has ", meta.shape.size(),
+                                                 " dims; cannot split dim ", s.dim));
+  if (!s.sizes.empty()) {
+    std::int64_t sum = 0;
+    for (auto v : s.sizes) sum += v;
+    const auto n = meta.shape[static_cast<std::size_t>(s.dim)];
+    if (sum != n)
+      throw config_error(field("sizes"), detail::cat("tensor '", meta.name, "': sizes sum to ", sum,
+                                                     ", dim ", s.dim, " has ", n));
+    if (!s.ranks.empty() && s.ranks.size() != s.sizes.size())
+      throw config_error(field("ranks"), detail::cat("tensor '", meta.name, "': ", s.ranks.size(),
+                                                     " ranks for ", s.sizes.size(), " sizes"));
+  }
+}
+}  // namespace detail
+
 //! The ranks of vLLM's 2-D M2N mesh `dims` ([a, b]: a * b), checked without overflow.
 //! @throws config_error(field) unless `dims` is two ints >= 1 whose product fits an int.
 inline int m2n_mesh_size(const std::vector<std::int64_t>& dims,

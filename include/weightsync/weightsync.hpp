@@ -18,7 +18,6 @@
 #include "weightsync/host/communicator.hpp"
 #include "weightsync/host/device_policy.hpp"
 #include "weightsync/host/rendezvous.hpp"
-#include "weightsync/info.hpp"
 #include "weightsync/loading.hpp"
 #include "weightsync/log.hpp"
 #include "weightsync/packed_broadcast.hpp"
@@ -26,6 +25,7 @@
 #include "weightsync/shard.hpp"
 #include "weightsync/sharded_broadcast.hpp"
 #include "weightsync/tensor_meta.hpp"
+#include "weightsync/vllm.hpp"
 
 #if WEIGHTSYNC_HAS_CUDA
 #include "weightsync/cuda/check.hpp"

@@ -3,7 +3,7 @@
 // A consumer of weightsync::http: includes the HTTP control plane and makes cpp-httplib's server
 // and client do one request, so that the program must link cpp-httplib's definitions (a split
 // build's library) with the same compile definitions it was built with.
-#include <weightsync/http/control_plane.hpp>
+#include <weightsync/vllm/control_plane.hpp>
 
 #include <cstdio>
 #include <string>

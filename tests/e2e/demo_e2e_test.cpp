@@ -1,7 +1,7 @@
 // SPDX-FileCopyrightText: 2026 weightsync contributors
 // SPDX-License-Identifier: Apache-2.0
 // End-to-end: the demo's inference server and trainer as real processes on 127.0.0.1.
-#include <weightsync/http/control_plane.hpp>
+#include <weightsync/vllm/control_plane.hpp>
 
 #include <signal.h>
 

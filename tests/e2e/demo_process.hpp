@@ -5,7 +5,7 @@
 //! The demo's processes for the end-to-end tests: start one (output to a temporary log), wait for
 //! it with a limit, kill it when the test is over.
 
-#include <weightsync/http/control_plane.hpp>
+#include <weightsync/vllm/control_plane.hpp>
 
 #include <chrono>
 #include <string>

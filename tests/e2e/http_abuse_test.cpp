@@ -6,7 +6,7 @@
 // gets a 4xx with a JSON message, and the server keeps serving /v1/predict with the weights of its
 // last sync, within bounded memory.
 #include <weightsync/detail/socket.hpp>
-#include <weightsync/http/control_plane.hpp>
+#include <weightsync/vllm/control_plane.hpp>
 
 #include <atomic>
 #include <fstream>

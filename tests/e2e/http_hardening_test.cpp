@@ -4,8 +4,8 @@
 // a ControlServer with small limits (one worker, a queue of one, short header timeouts), and the
 // client's errors that say what failed.
 #include <weightsync/detail/socket.hpp>
-#include <weightsync/http/control_plane.hpp>
-#include <weightsync/http/server.hpp>
+#include <weightsync/vllm/control_plane.hpp>
+#include <weightsync/vllm/http_server.hpp>
 
 #include <atomic>
 #include <future>

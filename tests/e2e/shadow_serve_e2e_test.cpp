@@ -4,7 +4,7 @@
 // while a trainer syncs 24 times, 6 of them failing midway on purpose; clients keep it busy the
 // whole time, and every answer is checked against the model of the version it names: the logits
 // bit for bit, computed here from the weights the trainer wrote for that version.
-#include <weightsync/http/control_plane.hpp>
+#include <weightsync/vllm/control_plane.hpp>
 
 #include <algorithm>
 #include <array>

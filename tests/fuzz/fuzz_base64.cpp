@@ -4,7 +4,7 @@
 // input back), encoding any bytes decodes back to them, and decode_unique_id_b64 only throws
 // config_error.
 #include <weightsync/detail/base64.hpp>
-#include <weightsync/info.hpp>
+#include <weightsync/vllm.hpp>
 
 #include <span>
 

@@ -5,7 +5,7 @@
 // route, the token and the depth limit (default, or 2..8); every input ends in 200 (valid) or a
 // 4xx with a JSON {"error": ...}, never another exception, and no accepted body nests deeper than
 // the limit.
-#include <weightsync/http/control_plane.hpp>
+#include <weightsync/vllm/control_plane.hpp>
 
 #include <algorithm>
 

@@ -2,7 +2,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // NcclInitInfo / NcclUpdateInfo from JSON: any bytes either parse into a valid info that survives
 // a round trip, or throw config_error; nothing else (no other exception, no crash, no UB).
-#include <weightsync/info.hpp>
+#include <weightsync/vllm.hpp>
 
 #include "fuzz_support.hpp"
 

@@ -10,12 +10,12 @@
 // its own twin of the trainer's model (the step is deterministic), which is also what it checks
 // its weights against.
 #include <weightsync/cuda/delta_source.hpp>
-#include <weightsync/cuda/ipc/backend.hpp>
 #include <weightsync/cuda/stream.hpp>
 #include <weightsync/delta/source.hpp>
 #include <weightsync/engine.hpp>
-#include <weightsync/nccl/backend.hpp>
+#include <weightsync/ipc/backend.hpp>
 #include <weightsync/layouts.hpp>
+#include <weightsync/nccl/backend.hpp>
 
 #include <chrono>
 #include <cstdint>

@@ -7,7 +7,7 @@
 
 #include <weightsync/host/communicator.hpp>
 #include <weightsync/host/rendezvous.hpp>
-#include <weightsync/info.hpp>
+#include <weightsync/vllm.hpp>
 
 #include <chrono>
 

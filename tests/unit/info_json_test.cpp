@@ -1,7 +1,7 @@
 // SPDX-FileCopyrightText: 2026 weightsync contributors
 // SPDX-License-Identifier: Apache-2.0
 #include <cstdint>
-#include <weightsync/info.hpp>
+#include <weightsync/vllm.hpp>
 
 #include <string>
 #include <variant>

@@ -5,7 +5,7 @@
 // once, and a backend of the application's own gets the group as a GroupInfo.
 #include <weightsync/detail/base64.hpp>
 #include <weightsync/engine.hpp>
-#include <weightsync/info.hpp>
+#include <weightsync/vllm.hpp>
 
 #include <algorithm>
 #include <cstddef>

@@ -29,8 +29,8 @@
 #include "weightsync/dtype.hpp"
 #include "weightsync/engine/backend.hpp"
 #include "weightsync/error.hpp"
-#include "weightsync/info.hpp"
 #include "weightsync/tensor_meta.hpp"
+#include "weightsync/vllm/update_info.hpp"
 #if WEIGHTSYNC_HAS_CUDA
 #include <cuda_runtime_api.h>
 

@@ -71,8 +71,8 @@
 #include "weightsync/detail/format.hpp"
 #include "weightsync/engine/backend.hpp"
 #include "weightsync/error.hpp"
-#include "weightsync/info.hpp"
 #include "weightsync/tensor_meta.hpp"
+#include "weightsync/vllm/update_info.hpp"
 
 namespace weightsync {
 

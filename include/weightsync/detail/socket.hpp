@@ -27,6 +27,7 @@
 #include <utility>
 
 #include "weightsync/detail/format.hpp"
+#include "weightsync/tuning.hpp"
 #include "weightsync/error.hpp"
 
 namespace weightsync::detail {
@@ -167,7 +168,7 @@ inline std::string local_address(int fd) {
 inline Fd connect_tcp(const std::string& host, int port, Deadline deadline,
                       const std::string& phase, int peer) {
   std::string last = "no attempt";
-  auto backoff = std::chrono::milliseconds(5);
+  auto backoff = Tuning::Connect::first_backoff;
   while (true) {
     auto res = resolve(host, port, false);
     for (addrinfo* ai = res.get(); ai; ai = ai->ai_next) {
@@ -203,7 +204,7 @@ inline Fd connect_tcp(const std::string& host, int port, Deadline deadline,
           phase, peer, cat("could not connect to ", host, ":", port, " (last error: ", last, ")"));
     std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(
         backoff, std::chrono::milliseconds(std::max(1, deadline.poll_ms()))));
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(200));
+    backoff = std::min(backoff * 2, Tuning::Connect::max_backoff);
   }
 }
 

@@ -4,8 +4,9 @@
 
 //! @file
 //! GroupInfo: how one end joins a transfer group, in the engines' own terms (no JSON, no base64):
-//! the world size and one rendezvous mode. Backend::init takes it; vLLM's NcclInitInfo (info.hpp)
-//! converts to it with NcclInitInfo::group_info().
+//! the world size and one rendezvous mode. Backend::init takes it; vLLM's NcclInitInfo
+//! (vllm/init_info.hpp) converts to it with NcclInitInfo::group_info(). Also the decoding of a
+//! unique id from the standard base64 that vLLM's JSON and NcclUniqueId::from_base64 use.
 
 #include <array>
 #include <cstddef>
@@ -13,6 +14,7 @@
 #include <optional>
 #include <string>
 
+#include "weightsync/detail/base64.hpp"
 #include "weightsync/detail/format.hpp"
 #include "weightsync/error.hpp"
 
@@ -26,6 +28,20 @@ inline void check_port(std::int64_t v) {
   if (v < 1 || v > 65535) throw config_error("master_port", cat("must be in 1..65535, got ", v));
 }
 }  // namespace detail
+
+//! Decodes a standard-base64 ncclUniqueId. @throws config_error("nccl_unique_id_b64") when it is
+//! not canonical base64 or does not decode to exactly 128 bytes.
+inline std::array<std::byte, kNcclUniqueIdBytes> decode_unique_id_b64(const std::string& b64) {
+  std::string why;
+  auto bytes = detail::base64_decode(b64, why);
+  if (!bytes) throw config_error("nccl_unique_id_b64", "not valid standard base64: " + why);
+  if (bytes->size() != kNcclUniqueIdBytes)
+    throw config_error("nccl_unique_id_b64", detail::cat("must decode to ", kNcclUniqueIdBytes,
+                                                         " bytes, got ", bytes->size()));
+  std::array<std::byte, kNcclUniqueIdBytes> out{};
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = (*bytes)[i];
+  return out;
+}
 
 //! The group a backend joins: `world_size` ranks that meet in exactly one way:
 //! - TCP rendezvous at `master_address`:`master_port` (rank 0 listens): every backend;

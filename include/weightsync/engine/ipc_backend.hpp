@@ -3,8 +3,9 @@
 #pragma once
 
 //! @file
-//! Deprecated (kept for one release): the IPC backends moved to <weightsync/ipc/backend.hpp>.
-//! Empty without CUDA, as before.
+//! @deprecated Moved to <weightsync/ipc/backend.hpp> (from here in 0.1, then from
+//! <weightsync/cuda/ipc/backend.hpp>); this forwarding header goes in the next release. Empty
+//! without CUDA, as before.
 
 #include "weightsync/config.hpp"
 

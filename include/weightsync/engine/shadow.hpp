@@ -42,6 +42,7 @@
 #include "weightsync/host/device_policy.hpp"
 #include "weightsync/log.hpp"
 #include "weightsync/tensor_meta.hpp"
+#include "weightsync/tuning.hpp"
 
 namespace weightsync {
 
@@ -144,7 +145,7 @@ class PolicyShadowMemory final : public ShadowMemory {
         throw timeout_error("shadow copy", -1,
                             detail::cat("copying the live version into the shadow took more than ",
                                         timeout.count(), " ms"));
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
+      std::this_thread::sleep_for(Tuning::Wait::shadow_poll_every);
     }
   }
 

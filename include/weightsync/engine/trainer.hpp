@@ -8,17 +8,25 @@
 //! rank 0 sends and the other trainer ranks only iterate; with trainer_world = M > 1 every trainer
 //! rank joins as rank trainer_rank and sends the pieces it holds (a ShardedWeightSource), without
 //! gathering anything.
+//!
+//! Like WeightTransferEngine, it takes neutral types (InitRequest, PackingOverrides,
+//! UpdateRequest) and, through constrained templates, what an adapter converts to them
+//! (engine/adapter.hpp; vLLM's NcclInitInfo and NcclUpdateInfo with <weightsync/vllm.hpp>).
 
 #include <memory>
+#include <optional>
 #include <ranges>
+#include <utility>
 #include <vector>
 
 #include "weightsync/concepts.hpp"
+#include "weightsync/engine/adapter.hpp"
 #include "weightsync/engine/backend.hpp"
+#include "weightsync/engine/init_request.hpp"
 #include "weightsync/engine/registry.hpp"
+#include "weightsync/engine/update_request.hpp"
 #include "weightsync/engine/worker.hpp"
 #include "weightsync/error.hpp"
-#include "weightsync/info.hpp"
 #include "weightsync/shard.hpp"
 
 namespace weightsync {
@@ -38,7 +46,8 @@ concept WeightSource = requires(S& s) {
 //! ShardSpec per tensor, identical on every trainer rank), and iterate() yields, in declared
 //! order, one item per piece this rank holds (shard_pieces with rank == this rank): the FULL
 //! tensor's metadata and the piece's contiguous bytes (the local shard). Workers must be given
-//! the same specs (TrainerEngine::update_info(metas, specs)); the handshake refuses others.
+//! the same specs (TrainerEngine::update_request(metas, specs), or update_info for vLLM's JSON);
+//! the handshake refuses others.
 template <class S>
 concept ShardedWeightSource = WeightSource<S> && requires(S& s) {
   { s.shard_specs() } -> std::convertible_to<std::vector<ShardSpec>>;
@@ -50,7 +59,7 @@ concept ShardedWeightSource = WeightSource<S> && requires(S& s) {
 //! sharded transfer: each rank sends the pieces its ShardedWeightSource holds (a plain
 //! WeightSource: rank 0 sends everything whole, the others only iterate, and still take part).
 //! A ShardedWeightSource with trainer_world 1 is a sharded transfer with M = 1. Workers learn it
-//! from the update info (update_info() sets shards / num_trainer_ranks).
+//! from the update (update_request() / update_info() set the shards and trainer ranks).
 class TrainerEngine {
  public:
   struct Options {
@@ -77,7 +86,7 @@ class TrainerEngine {
   //! trainer rank 0 only (blocks until every rank has joined); non-sender ranks return at once.
   //! Run it while the workers' init_transfer_engine runs.
   //! @throws config_error for a trainer_rank outside 0..M-1, or a rank_offset below M.
-  void trainer_init(const NcclInitInfo& info) {
+  void trainer_init(const InitRequest& info) {
     info.validate();
     const int m = opt_.trainer_world;
     if (m < 1) throw config_error("trainer_world", detail::cat("must be >= 1, got ", m));
@@ -88,19 +97,24 @@ class TrainerEngine {
       throw config_error("rank_offset",
                          detail::cat("must be >= trainer_world (", m, "): ranks 0..", m - 1,
                                      " are the trainer's, got ", info.rank_offset));
-    init_ = info;
+    packing_ = info.packing;
     if (!is_sender()) return;
     auto b = BackendRegistry::global().make(opt_.engine.backend);
-    b->init(info.group_info(), m > 1 ? opt_.trainer_rank : 0, opt_.engine);
+    b->init(info.group, m > 1 ? opt_.trainer_rank : 0, opt_.engine);
     backend_ = std::move(b);
+  }
+  //! An adapter's init (engine/adapter.hpp): vLLM's NcclInitInfo with <weightsync/vllm.hpp>.
+  template <InitInfo I>
+  void trainer_init(const I& info) {
+    trainer_init(to_init_request(info, InitContext{}));
   }
 
   //! One round: the source's metadata, then its iteration, checked tensor by tensor.
-  //! `overrides` may change packing for this round (as NcclUpdateInfo's optional fields do).
+  //! `overrides` may change packing for this round (as an update's PackingOverrides do).
   //! A sharded transfer runs when M > 1 or the source is a ShardedWeightSource (workers then
-  //! need the specs in their update info, see update_info(metas, specs)).
+  //! need the specs in their update, see update_request(metas, specs)).
   template <WeightSource S>
-  TransferStats send_weights(S& source, const NcclUpdateInfo& overrides = {}) {
+  TransferStats send_weights(S& source, const PackingOverrides& overrides = {}) {
     const std::vector<TensorMeta> metas = source.metas();
     std::vector<ShardSpec> specs;
     if constexpr (ShardedWeightSource<S>) specs = source.shard_specs();
@@ -112,7 +126,7 @@ class TrainerEngine {
       for (auto it = std::ranges::begin(range); it != std::ranges::end(range); ++it) (void)*it;
     if (!is_sender()) return {};
     if (!backend_) throw state_error("send_weights before trainer_init");
-    auto t = WeightTransferEngine::transfer_options(init_, overrides, opt_.engine);
+    auto t = WeightTransferEngine::transfer_options(packing_, overrides, opt_.engine);
     if (!sharded_source) specs.assign(metas.size(), ShardSpec{});
     // Whole tensors from rank 0, unless the source is sharded or several trainer ranks send.
     const ShardLayout layout{specs, trainers()};
@@ -136,28 +150,45 @@ class TrainerEngine {
     return detail::with_progress(t, [&] { return backend_->send(metas, items, t, shards); });
   }
 
-  //! The update info a worker needs for `metas` (names, dtype names, shapes), with this trainer's
-  //! packing settings (and num_trainer_ranks when trainer_world > 1).
-  NcclUpdateInfo update_info(const std::vector<TensorMeta>& metas) const {
-    auto u = NcclUpdateInfo::from_metas(metas);
-    u.packed = init_.packed;
-    u.packed_buffer_size_bytes = init_.packed_buffer_size_bytes;
-    u.packed_num_buffers = init_.packed_num_buffers;
-    if (trainers() > 1) u.num_trainer_ranks = trainers();
+  //! An adapter's update as the packing of this round (its PackingOverrides): vLLM's
+  //! NcclUpdateInfo with <weightsync/vllm.hpp>.
+  template <WeightSource S, UpdateInfo U>
+  TransferStats send_weights(S& source, const U& update) {
+    return send_weights(source, to_update_request(update, UpdateContext{}).packing);
+  }
+
+  //! The update a worker needs for `metas`, with this trainer's packing settings (and, when
+  //! trainer_world > 1, a sharded transfer from M ranks, every tensor whole from rank 0).
+  UpdateRequest update_request(const std::vector<TensorMeta>& metas) const {
+    UpdateRequest u;
+    u.metas = metas;
+    u.packing = {packing_.packed, packing_.buffer_size_bytes, packing_.num_buffers};
+    if (trainers() > 1) {
+      u.sharded = true;
+      u.trainer_ranks = trainers();
+    }
     return u;
   }
-  //! As above, with the shard specs (`shards`; a default spec, rank 0 sends it whole, as null).
-  NcclUpdateInfo update_info(const std::vector<TensorMeta>& metas,
-                             const std::vector<ShardSpec>& specs) const {
-    auto u = update_info(metas);
+  //! As above, a sharded transfer with the shard specs.
+  //! @throws config_error("shards") when there is not one spec per tensor.
+  UpdateRequest update_request(const std::vector<TensorMeta>& metas,
+                               const std::vector<ShardSpec>& specs) const {
+    auto u = update_request(metas);
     if (specs.size() != metas.size())
       throw config_error(
           "shards", detail::cat("has ", specs.size(), " entries for ", metas.size(), " tensors"));
-    u.num_trainer_ranks = trainers();
-    u.shards.emplace();
-    for (const auto& s : specs)
-      u.shards->push_back(s == ShardSpec{} ? std::nullopt : std::optional<ShardSpec>(s));
+    u.sharded = true;
+    u.trainer_ranks = trainers();
+    u.shards = specs;
     return u;
+  }
+  //! The update info a worker needs, in an adapter's terms: update_request(args...) converted by
+  //! the adapter's `to_update_info` (found by ADL): vLLM's NcclUpdateInfo (names, dtype names,
+  //! shapes, packing, num_trainer_ranks, shards) with <weightsync/vllm.hpp>.
+  template <class... Args>
+  auto update_info(const Args&... args) const -> decltype(to_update_info(
+      std::declval<const typename detail::dependent_type<UpdateRequest, Args...>::type&>())) {
+    return to_update_info(update_request(args...));
   }
 
   bool healthy() const { return backend_ && backend_->healthy(); }
@@ -169,7 +200,7 @@ class TrainerEngine {
  private:
   Options opt_;
   std::unique_ptr<Backend> backend_;
-  NcclInitInfo init_;
+  Packing packing_;  //!< the init's
 };
 
 }  // namespace weightsync

@@ -12,6 +12,11 @@
 //! state_error. An update that fails ends the session (back to ready, version unchanged) so the
 //! next start works; if the failure broke the communicator, the next start says so and a new
 //! init_transfer_engine() is needed.
+//!
+//! The engine takes neutral types (InitRequest, UpdateRequest: engine/init_request.hpp,
+//! engine/update_request.hpp) and, through constrained templates, anything an adapter converts to
+//! them (engine/adapter.hpp): vLLM's NcclInitInfo, M2NInitInfo, NcclUpdateInfo, M2NUpdateInfo and
+//! their JSON once <weightsync/vllm.hpp> is included.
 
 #include <algorithm>
 #include <chrono>
@@ -23,22 +28,53 @@
 #include <string>
 #include <thread>
 #include <utility>
-#include <variant>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "weightsync/delta/receive.hpp"
 #include "weightsync/detail/format.hpp"
+#include "weightsync/engine/adapter.hpp"
 #include "weightsync/engine/backend.hpp"
+#include "weightsync/engine/init_request.hpp"
 #include "weightsync/engine/registry.hpp"
 #include "weightsync/engine/shadow.hpp"
+#include "weightsync/engine/update_request.hpp"
 #include "weightsync/error.hpp"
-#include "weightsync/info.hpp"
 #include "weightsync/log.hpp"
 #include "weightsync/shard.hpp"
 
 namespace weightsync {
+
+namespace detail {
+//! The wire of an update with a delta or sparse counts (and of a plain one: every tensor whole).
+//! `held`: the version this rank vouches for (the marker's text).
+inline UpdateWire update_wire(const UpdateRequest& u, const std::string& held) {
+  UpdateWire w;
+  w.tensors = u.metas;
+  auto add = [&](TensorMeta m, WireTensor::Kind k, std::size_t i) {
+    w.metas.push_back(std::move(m));
+    w.what.push_back({k, i});
+  };
+  if (u.delta && !u.delta->base_version.empty())
+    add(TensorMeta{kDeltaMarker + held, DType::uint8, {0}}, WireTensor::Kind::marker, 0);
+  for (std::size_t i = 0; i < w.tensors.size(); ++i) {
+    const TensorMeta& t = w.tensors[i];
+    if (u.sparse_counts) {
+      const std::int64_t n = (*u.sparse_counts)[i];
+      if (n == 0) continue;  // (vLLM broadcasts two empty tensors: no bytes either way)
+      add(TensorMeta{t.name + kSparseIndices, DType::int32, {n}}, WireTensor::Kind::sparse_indices,
+          i);
+      add(TensorMeta{t.name, t.dtype, {n}}, WireTensor::Kind::sparse_values, i);
+      continue;
+    }
+    const std::int64_t p = u.delta ? u.delta->payload_bytes[i] : -1;
+    if (p == -1)
+      add(t, WireTensor::Kind::whole, i);
+    else if (p > 0)
+      add(TensorMeta{t.name, DType::uint8, {p}}, WireTensor::Kind::blob, i);
+  }
+  return w;
+}
+}  // namespace detail
 
 //! How a server reacts to a pause: vLLM's modes.
 enum class PauseMode { abort, wait, keep };
@@ -63,9 +99,9 @@ class WeightTransferEngine {
     //! When it is gone, the engine logs it, ends a started session, and calls Hooks::failure.
     std::chrono::milliseconds liveness_interval{500};
     //! M, the trainer ranks of the group (ranks 0..M-1), when known at init; 0: not known (an
-    //! M2N init info says it; else each update does, see NcclUpdateInfo::trainer_ranks).
-    //! init_transfer_engine refuses a worker whose rank would be a trainer rank (below M), and an
-    //! M2N init info whose rank_offset differs.
+    //! init that announces a plan says it, InitRequest::trainer_ranks; else each update does,
+    //! UpdateRequest::trainer_ranks). init_transfer_engine refuses a worker whose rank would be a
+    //! trainer rank (below M), and an init whose trainer ranks differ.
     int trainer_ranks = 0;
     //! Shadow mode (off: syncs write in place). Needs Acknowledge::each_transfer and
     //! Protocol::weightsync, and register_parameters() before the first start; see shadow.hpp.
@@ -99,20 +135,16 @@ class WeightTransferEngine {
   }
 
   //! Joins the trainer's group (blocks until every rank has joined). Allowed again after a failure
-  //! or shutdown, and between sessions; not during one.
-  //! @throws config_error for a bad init info, or a worker rank that is 0, a trainer rank (below
-  //!   Options::trainer_ranks), or outside world_size.
-  void init_transfer_engine(const NcclInitInfo& info) { init(info, nullptr); }
-  //! vLLM's nccl_m2n: joins the group as above and keeps the plan, so that updates may name only
-  //! their tensors (M2NUpdateInfo). Every update is a sharded transfer from the rank_offset
-  //! trainer ranks; workers receive full tensors (see M2NInitInfo).
-  void init_transfer_engine(const M2NInitInfo& info) {
-    info.validate();
-    init(info.rendezvous(), &info);
-  }
-  //! Either init info as vLLM sends it (parse_init_info: NCCL's or M2N's).
-  void init_transfer_engine(const nlohmann::json& init_info) {
-    std::visit([this](const auto& i) { init_transfer_engine(i); }, parse_init_info(init_info));
+  //! or shutdown, and between sessions; not during one. With a plan (InitRequest::plan, vLLM's
+  //! nccl_m2n), keeps it, so that updates may name only their tensors (plan_update).
+  //! @throws config_error for a bad init, or a worker rank that is 0, a trainer rank (below
+  //!   Options::trainer_ranks or the init's), or outside world_size.
+  void init_transfer_engine(const InitRequest& request) { init(request); }
+  //! An adapter's init (engine/adapter.hpp): vLLM's NcclInitInfo, M2NInitInfo or their JSON
+  //! (either one, as vLLM sends it) with <weightsync/vllm.hpp>.
+  template <InitInfo I>
+  void init_transfer_engine(const I& info) {
+    init(to_init_request(info, InitContext{}));
   }
 
   //! In shadow mode, first waits (within EngineOptions::timeout) until no snapshot holds the copy
@@ -153,12 +185,12 @@ class WeightTransferEngine {
   //! Receives one update (blocks until it has landed). `load` gets every tensor without a
   //! destination; `destination` (optional) places tensors directly; `gather` (optional, a delta
   //! update's tensors without a destination): the load plan's gather their blobs are applied
-  //! through, in place (<weightsync/delta/gather.hpp>). A sharded update (shards,
-  //! src_placements or num_trainer_ranks in `info`) is received from all M trainer ranks, each
-  //! piece landing at its place in the full tensor (see sharded_broadcast.hpp).
-  //! @throws state_error outside a session; config_error for a bad update info; whatever the
+  //! through, in place (<weightsync/delta/gather.hpp>). A sharded update (UpdateRequest::sharded)
+  //! is received from all M trainer ranks, each piece landing at its place in the full tensor
+  //! (see sharded_broadcast.hpp).
+  //! @throws state_error outside a session; config_error for a bad update; whatever the
   //!   transfer throws, after which the session is over (version unchanged).
-  TransferStats update_weights(const NcclUpdateInfo& info, const AnyLoadWeights& load,
+  TransferStats update_weights(const UpdateRequest& info, const AnyLoadWeights& load,
                                const AnyDestination& destination = {},
                                const AnyDeltaGather& gather = {}) {
     std::shared_ptr<Backend> backend;
@@ -178,14 +210,15 @@ class WeightTransferEngine {
       if (state_ != State::updating)
         throw state_error("update_weights without start_weight_update");
       if (busy_) throw state_error("update_weights while another update_weights is running");
-      metas = info.metas();
+      info.validate();
+      metas = info.metas;
       specs = info.shard_specs();
-      trainers = info.trainer_ranks(trainers_ > 0 ? trainers_ : init_.rank_offset);
-      sharded = info.sharded();
-      t = transfer_options(init_, info, opt_.engine);
+      trainers = info.trainer_ranks.value_or(trainers_ > 0 ? trainers_ : init_->rank_offset);
+      sharded = info.sharded;
+      t = transfer_options(init_->packing, info.packing, opt_.engine);
       t.destination = destination;
       if (shadow_) detail::shadow_transfer(shadow_, t);
-      if (info.delta || info.num_updates_list) {
+      if (info.delta || info.sparse_counts) {
         rx = delta_receiver(info, t, load, gather);
         metas = rx->metas();
         specs.assign(metas.size(), ShardSpec{});
@@ -196,7 +229,7 @@ class WeightTransferEngine {
       busy_ = true;
     }
     try {
-      // Sharded when the update says so (NcclUpdateInfo::sharded); the handshake refuses a
+      // Sharded when the update says so (UpdateRequest::sharded); the handshake refuses a
       // trainer that disagrees.
       const ShardLayout layout{specs, trainers};
       auto st = detail::with_progress(t, [&] {
@@ -218,37 +251,34 @@ class WeightTransferEngine {
       throw;
     }
   }
-  //! vLLM's nccl_m2n update: the tensors `info` names, with the dtypes, shapes and placements of
-  //! the M2N init info. @throws config_error("dtype_names") when the engine was initialized
-  //!   with an NcclInitInfo (no plan to refer to); config_error("names[k]") for a name the plan
-  //!   does not have.
-  TransferStats update_weights(const M2NUpdateInfo& info, const AnyLoadWeights& load,
-                               const AnyDestination& destination = {}) {
-    return update_weights(resolve(info), load, destination);
+  //! An adapter's update (engine/adapter.hpp), converted in this engine's context: with
+  //! <weightsync/vllm.hpp>, vLLM's NcclUpdateInfo, M2NUpdateInfo (names only, resolved against
+  //! the M2N init's plan) or their JSON (M2NUpdateInfo after an M2N init, else NcclUpdateInfo).
+  template <UpdateInfo U>
+  TransferStats update_weights(const U& info, const AnyLoadWeights& load,
+                               const AnyDestination& destination = {},
+                               const AnyDeltaGather& gather = {}) {
+    return update_weights(parse_update_info(info), load, destination, gather);
   }
-  //! An update info as vLLM sends it: M2NUpdateInfo after an M2N init, else NcclUpdateInfo.
-  TransferStats update_weights(const nlohmann::json& update_info, const AnyLoadWeights& load,
-                               const AnyDestination& destination = {}) {
-    return update_weights(parse_update_info(update_info), load, destination);
-  }
-  //! Reads an update info the way this engine's init asks: after an M2N init info, vLLM's
-  //! M2NUpdateInfo (names only, resolved against the plan); else NcclUpdateInfo. Strict either way.
-  //! @throws config_error naming the field.
-  NcclUpdateInfo parse_update_info(const nlohmann::json& update_info) const {
-    std::shared_ptr<const M2NInitInfo> m2n;
+  //! Converts an adapter's update the way this engine's init asks (see update_weights).
+  //! @throws config_error naming the field; state_error when the conversion needs an init
+  //!   (names only) and there was none.
+  template <UpdateInfo U>
+  UpdateRequest parse_update_info(const U& info) const {
+    std::shared_ptr<const InitRequest> init;
     {
       std::lock_guard lock(mutex_);
-      m2n = m2n_;
+      init = init_;
     }
-    if (!m2n) return update_info.get<NcclUpdateInfo>();
-    return m2n->update(update_info.get<M2NUpdateInfo>());
+    return to_update_request(info, UpdateContext{init.get()});
   }
   //! vLLM's other name for update_weights.
-  TransferStats receive_weights(const NcclUpdateInfo& info, const AnyLoadWeights& load,
+  TransferStats receive_weights(const UpdateRequest& info, const AnyLoadWeights& load,
                                 const AnyDestination& destination = {}) {
     return update_weights(info, load, destination);
   }
-  TransferStats receive_weights(const M2NUpdateInfo& info, const AnyLoadWeights& load,
+  template <UpdateInfo U>
+  TransferStats receive_weights(const U& info, const AnyLoadWeights& load,
                                 const AnyDestination& destination = {}) {
     return update_weights(info, load, destination);
   }
@@ -363,14 +393,14 @@ class WeightTransferEngine {
     state_ = State::uninitialized;
   }
 
-  //! The options of one transfer: the init info's packing, overridden by the update's.
-  static TransferOptions transfer_options(const NcclInitInfo& init, const NcclUpdateInfo& u,
+  //! The options of one transfer: the init's packing, overridden by the update's.
+  static TransferOptions transfer_options(const Packing& init, const PackingOverrides& u,
                                           const EngineOptions& e) {
     TransferOptions t;
-    t.packed = u.packed.value_or(init.packed);
-    t.buffer_size_bytes = static_cast<std::size_t>(
-        u.packed_buffer_size_bytes.value_or(init.packed_buffer_size_bytes));
-    t.num_buffers = u.packed_num_buffers.value_or(init.packed_num_buffers);
+    const Packing p = u.over(init);
+    t.packed = p.packed;
+    t.buffer_size_bytes = static_cast<std::size_t>(p.buffer_size_bytes);
+    t.num_buffers = p.num_buffers;
     t.protocol = e.protocol;
     t.timeout = e.timeout;
     t.direct_threshold_bytes = e.protocol == Protocol::weightsync ? e.direct_threshold_bytes : 0;
@@ -400,24 +430,24 @@ class WeightTransferEngine {
 
   //! (under mutex_) The receiver of a delta / sparse update. A delta's marker carries this rank's
   //! base, or why it cannot apply the delta, so that the handshake refuses on every rank.
-  std::shared_ptr<detail::UpdateReceiver> delta_receiver(const NcclUpdateInfo& info,
+  std::shared_ptr<detail::UpdateReceiver> delta_receiver(const UpdateRequest& info,
                                                          const TransferOptions& t,
                                                          const AnyLoadWeights& load,
                                                          const AnyDeltaGather& gather) const {
     const bool device = backend_->name() != "host";
     if (info.delta && t.protocol != Protocol::weightsync)
-      throw config_error("delta", "a delta update needs the weightsync protocol (its handshake "
-                                  "checks the base version on every rank)");
+      throw config_error("delta",
+                         "a delta update needs the weightsync protocol (its handshake "
+                         "checks the base version on every rank)");
     const std::string held = held_base();
     auto rx = std::make_shared<detail::UpdateReceiver>(detail::update_wire(info, held), load,
                                                        t.destination, device, gather);
     const bool delta = info.delta && !info.delta->base_version.empty();
     std::string why = rx->cannot_apply();
-    if (why.empty() && (delta || info.num_updates_list) && shadow_ &&
-        !opt_.shadow.copy_live_at_start)
+    if (why.empty() && (delta || info.sparse_counts) && shadow_ && !opt_.shadow.copy_live_at_start)
       why = "shadow mode without copy_live_at_start: the shadow does not hold the live version";
     if (!why.empty()) {
-      if (!delta) throw config_error(info.num_updates_list ? "num_updates_list" : "destination", why);
+      if (!delta) throw config_error(info.sparse_counts ? "num_updates_list" : "destination", why);
       rx = std::make_shared<detail::UpdateReceiver>(
           detail::update_wire(info, "<cannot apply: " + why + ">"), load, t.destination, device,
           gather);
@@ -425,7 +455,7 @@ class WeightTransferEngine {
     return rx;
   }
 
-  void init(const NcclInitInfo& info, const M2NInitInfo* m2n) {
+  void init(const InitRequest& info) {
     std::unique_lock lock(mutex_);
     if (busy_) throw state_error("init_transfer_engine while update_weights is running");
     if (state_ == State::updating) {
@@ -434,59 +464,44 @@ class WeightTransferEngine {
       state_ = State::ready;
     }
     info.validate();
+    const int world_size = info.group.world_size;
     const int rank = worker_rank(opt_.parallel, info.rank_offset);
-    if (rank >= info.world_size)
+    if (rank >= world_size)
       throw config_error(
           "world_size",
           detail::cat("this worker's rank ", rank, " (dp_index ", opt_.parallel.data_parallel_index,
                       ", local_rank ", opt_.parallel.local_rank, ", rank_offset ", info.rank_offset,
-                      ") needs world_size > ", rank, ", got ", info.world_size));
+                      ") needs world_size > ", rank, ", got ", world_size));
     if (rank == 0)
       throw config_error("rank_offset", "rank 0 is the trainer's; workers need rank_offset >= 1");
-    if (m2n && opt_.trainer_ranks > 0 && opt_.trainer_ranks != m2n->rank_offset)
+    const bool said = info.trainer_ranks > 0;  // the init says M (vLLM's M2N)
+    if (said && opt_.trainer_ranks > 0 && opt_.trainer_ranks != info.trainer_ranks)
       throw config_error("rank_offset",
-                         detail::cat("the M2N init info has ", m2n->rank_offset,
+                         detail::cat("the init info has ", info.trainer_ranks,
                                      " trainer ranks (rank_offset, src_mesh_dims), this engine ",
                                      opt_.trainer_ranks, " (Options::trainer_ranks)"));
-    const int trainers = m2n ? m2n->rank_offset : opt_.trainer_ranks;
+    const int trainers = said ? info.trainer_ranks : opt_.trainer_ranks;
     if (rank < trainers)
       throw config_error(
           "rank_offset",
           detail::cat("this worker's rank ", rank, " would be a trainer rank: ranks 0..",
                       trainers - 1, " are the ", trainers, " trainer ranks' (",
-                      m2n ? "the M2N init info" : "Options::trainer_ranks",
+                      said ? "the init info" : "Options::trainer_ranks",
                       "), so rank_offset must be >= ", trainers, ", got ", info.rank_offset));
     if (opt_.shadow.enabled)
-      detail::check_shadow_group(opt_.engine.backend, info.world_size - std::max(trainers, 1));
+      detail::check_shadow_group(opt_.engine.backend, world_size - std::max(trainers, 1));
     if (backend_) backend_->shutdown();
     backend_.reset();
-    m2n_.reset();
+    init_.reset();
     state_ = State::uninitialized;
     std::shared_ptr<Backend> b = BackendRegistry::global().make(opt_.engine.backend);
-    b->init(info.group_info(), rank, opt_.engine);
+    b->init(info.group, rank, opt_.engine);
     backend_ = std::move(b);
-    init_ = info;
+    init_ = std::make_shared<const InitRequest>(info);
     trainers_ = trainers;
-    if (m2n) m2n_ = std::make_shared<const M2NInitInfo>(*m2n);
     state_ = State::ready;
     if (opt_.liveness_interval.count() > 0 && !watchdog_.joinable())
       watchdog_ = std::thread([this] { watch(); });
-  }
-
-  NcclUpdateInfo resolve(const M2NUpdateInfo& info) const {
-    std::shared_ptr<const M2NInitInfo> m2n;
-    {
-      std::lock_guard lock(mutex_);
-      if (state_ == State::uninitialized)
-        throw state_error("update_weights before init_transfer_engine");
-      m2n = m2n_;
-    }
-    if (!m2n)
-      throw config_error("dtype_names",
-                         "an update info of names only (vLLM's nccl_m2n) refers to the plan of an "
-                         "M2N init info, but this engine was initialized with an NCCL one: send "
-                         "dtype_names and shapes too");
-    return m2n->update(info);
   }
 
   void watch() {
@@ -524,11 +539,10 @@ class WeightTransferEngine {
   Options opt_;
   Hooks hooks_;
   std::shared_ptr<Backend> backend_;
-  NcclInitInfo init_;
-  //! M when known at init (Options::trainer_ranks, or an M2N init info's rank_offset); 0: not.
+  //! The last init (null before one); shared with the conversions of parse_update_info.
+  std::shared_ptr<const InitRequest> init_;
+  //! M when known at init (Options::trainer_ranks, or the init's trainer_ranks); 0: not.
   int trainers_ = 0;
-  //! The plan of an M2N init info (null after an NcclInitInfo).
-  std::shared_ptr<const M2NInitInfo> m2n_;
   State state_ = State::uninitialized;
   bool busy_ = false;
   std::string version_ = "default";

@@ -57,9 +57,9 @@
 #include "weightsync/engine/backend.hpp"
 #include "weightsync/error.hpp"
 #include "weightsync/fp8/quantize.hpp"
-#include "weightsync/info.hpp"
 #include "weightsync/tensor_meta.hpp"
 #include "weightsync/transfer_options.hpp"
+#include "weightsync/vllm/init_info.hpp"
 #include "weightsync/workspace.hpp"
 
 namespace weightsync {

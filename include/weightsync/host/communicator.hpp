@@ -25,6 +25,7 @@
 #include "weightsync/error.hpp"
 #include "weightsync/host/device_policy.hpp"
 #include "weightsync/host/rendezvous.hpp"
+#include "weightsync/tuning.hpp"
 
 namespace weightsync {
 
@@ -182,7 +183,7 @@ class HostCommunicator {
   }
 
  private:
-  static constexpr std::size_t kPiece = std::size_t{1} << 20;
+  static constexpr std::size_t kPiece = Tuning::Host::piece_bytes;
   static constexpr std::size_t kHeaderBytes = 24;
 
   struct PendingBroadcast {

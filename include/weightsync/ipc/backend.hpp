@@ -25,7 +25,8 @@
 #include "weightsync/engine/group_info.hpp"
 #include "weightsync/engine/registry.hpp"
 #include "weightsync/engine/transport.hpp"
-#include "weightsync/ipc.hpp"
+#include "weightsync/ipc/options.hpp"
+#include "weightsync/ipc/transport.hpp"
 #include "weightsync/log.hpp"
 
 namespace weightsync {

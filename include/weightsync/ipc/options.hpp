@@ -13,6 +13,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "weightsync/tuning.hpp"
+
 namespace weightsync {
 
 //! Settings of an IPC transport.
@@ -21,7 +23,7 @@ struct IpcOptions {
   //! consumer can reach (peer access).
   bool same_gpu = true;
   //! Copy-engine streams on the consumer; large pulls are split over them so several engines work.
-  int copy_streams = 2;
+  int copy_streams = Tuning::Ipc::copy_streams;
   //! Pulls are cut into pieces of at most this many bytes, spread over the copy streams. Larger
   //! pieces cost less per byte (copy_engine_probe, 2x H200: 371 / 391 / 396 GB/s at 64M / 256M /
   //! 1G). 0 (the default): 1 GiB between GPUs (p2p), where several copy engines each take a piece;
@@ -31,11 +33,11 @@ struct IpcOptions {
   std::size_t piece_bytes = 0;
   //! The piece size in effect (see piece_bytes).
   std::size_t piece() const noexcept {
-    return piece_bytes ? piece_bytes : same_gpu ? ~std::size_t{0} : std::size_t{1} << 30;
+    return piece_bytes ? piece_bytes : same_gpu ? ~std::size_t{0} : Tuning::Ipc::p2p_piece_bytes;
   }
   //! Pieces smaller than this go through one launch of the batched copy kernel instead of one
   //! copy-engine operation each (hundreds of small tensors); 0: copy engines only, no SM used.
-  std::size_t kernel_below_bytes = std::size_t{256} << 10;
+  std::size_t kernel_below_bytes = Tuning::Ipc::kernel_below_bytes;
   //! false: stage every tensor through the slots (for tests and comparison).
   bool export_sources = true;
   //! true: the host sleeps until device work is done (a host function enqueued behind it wakes

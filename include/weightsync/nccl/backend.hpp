@@ -21,11 +21,11 @@
 #include "weightsync/engine/group_info.hpp"
 #include "weightsync/engine/registry.hpp"
 #include "weightsync/engine/transport.hpp"
-#include "weightsync/info.hpp"
 #include "weightsync/nccl/communicator.hpp"
 #include "weightsync/nccl/torch_bootstrap.hpp"
 #include "weightsync/nccl/unique_id.hpp"
 #include "weightsync/tuning.hpp"
+#include "weightsync/vllm/init_info.hpp"
 
 namespace weightsync {
 

@@ -20,7 +20,7 @@
 #include <string>
 
 #include "weightsync/detail/base64.hpp"
-#include "weightsync/info.hpp"
+#include "weightsync/engine/group_info.hpp"
 #include "weightsync/nccl/check.hpp"
 
 namespace weightsync {

@@ -19,6 +19,7 @@
 #include "weightsync/c10d/wire.hpp"
 #include "weightsync/detail/format.hpp"
 #include "weightsync/detail/socket.hpp"
+#include "weightsync/tuning.hpp"
 #include "weightsync/error.hpp"
 
 namespace weightsync::detail::c10d {
@@ -52,7 +53,7 @@ inline Fd connect_validated(const std::string& host, int port, Deadline deadline
       "TcpStoreWire::torch1_13 (torch 1.13)";
   std::optional<Deadline> window;
   std::string reset;  // why the last attempt was closed, if one was
-  auto backoff = std::chrono::milliseconds(10);
+  auto backoff = Tuning::Connect::store_first_backoff;
   while (true) {
     Fd fd = connect_tcp(host, port, deadline, "store connect", 0);
     if (!window) window = Deadline{std::min(deadline.at, Deadline::after(window_ms).at)};
@@ -76,7 +77,7 @@ inline Fd connect_validated(const std::string& host, int port, Deadline deadline
                                   window_ms.count(), " ms (last: ", reset, ")", hint));
     std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(
         backoff, std::chrono::milliseconds(std::max(1, window->poll_ms()))));
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
+    backoff = std::min(backoff * 2, Tuning::Connect::store_max_backoff);
   }
 }
 

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <thread>
+#include "weightsync/tuning.hpp"  // Tuning::Wait: the intervals below
 
 namespace weightsync::detail {
 

@@ -22,8 +22,8 @@
 #include "weightsync/detail/hash.hpp"
 #include "weightsync/detail/wire.hpp"
 #include "weightsync/error.hpp"
-#include "weightsync/info.hpp"
 #include "weightsync/tensor_meta.hpp"
+#include "weightsync/tuning.hpp"
 
 namespace weightsync::detail {
 

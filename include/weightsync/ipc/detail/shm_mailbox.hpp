@@ -37,6 +37,7 @@
 #include "weightsync/detail/format.hpp"
 #include "weightsync/detail/frame.hpp"
 #include "weightsync/error.hpp"
+#include "weightsync/tuning.hpp"
 
 namespace weightsync::detail {
 
@@ -266,7 +267,7 @@ class ShmMailbox {
     using SteadyClock = std::chrono::steady_clock;
     const auto start = SteadyClock::now();
     const auto deadline = start + timeout;
-    while (SteadyClock::now() - start < std::chrono::microseconds(50)) {
+    while (SteadyClock::now() - start < Tuning::Wait::mailbox_spin_for) {
       if (word.load(std::memory_order_acquire) == want) return;
       std::this_thread::yield();
     }
@@ -278,7 +279,7 @@ class ShmMailbox {
       if (now >= deadline)
         throw timeout_error(what, -1, cat("no message within ", timeout.count(),
                                           " ms (shared-memory mailbox, round ", round, ")"));
-      const auto step = std::min<SteadyClock::duration>(deadline - now, std::chrono::milliseconds(2));
+      const auto step = std::min<SteadyClock::duration>(deadline - now, Tuning::Wait::check_every);
       const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(step).count();
       const timespec t{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
       futex(&seq, FUTEX_WAIT, seen, &t);  // returns at once if the word changed meanwhile

@@ -28,12 +28,12 @@
 #include "weightsync/cuda/event.hpp"
 #include "weightsync/detail/format.hpp"
 #include "weightsync/error.hpp"
-#include "weightsync/info.hpp"
 #include "weightsync/ipc/detail/endpoint.hpp"
 #include "weightsync/ipc/detail/plan.hpp"
 #include "weightsync/ipc/detail/pull.hpp"
 #include "weightsync/tensor_meta.hpp"
 #include "weightsync/transfer_options.hpp"
+#include "weightsync/tuning.hpp"
 
 namespace weightsync::detail {
 

@@ -92,30 +92,4 @@ inline std::vector<std::optional<std::vector<std::int64_t>>> read_placements(
   return out;
 }
 
-//! Checks what can be checked of a spec without M (the number of trainer ranks): the dim against
-//! the tensor, sizes against the dim, the counts. Ranks are checked against M by shard_pieces.
-inline void check_shard(const TensorMeta& meta, std::size_t i, const ShardSpec& s) {
-  const auto field = [&](const char* f) { return cat("shards[", i, "].", f); };
-  if (!s.split()) {
-    if (!s.sizes.empty()) throw config_error(field("sizes"), "a tensor that is not split has none");
-    if (s.ranks.size() > 1)
-      throw config_error(field("ranks"), "a tensor that is not split has one rank at most");
-    return;
-  }
-  if (s.dim >= static_cast<int>(meta.shape.size()))
-    throw config_error(field("dim"), cat("tensor '", meta.name, "' has ", meta.shape.size(),
-                                         " dims; cannot split dim ", s.dim));
-  if (!s.sizes.empty()) {
-    std::int64_t sum = 0;
-    for (auto v : s.sizes) sum += v;
-    const auto n = meta.shape[static_cast<std::size_t>(s.dim)];
-    if (sum != n)
-      throw config_error(field("sizes"), cat("tensor '", meta.name, "': sizes sum to ", sum,
-                                             ", dim ", s.dim, " has ", n));
-    if (!s.ranks.empty() && s.ranks.size() != s.sizes.size())
-      throw config_error(field("ranks"), cat("tensor '", meta.name, "': ", s.ranks.size(),
-                                             " ranks for ", s.sizes.size(), " sizes"));
-  }
-}
-
 }  // namespace weightsync::detail

@@ -1,0 +1,18 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+//! @file
+//! vLLM's side of weight syncing, converted to the engines' neutral types (engine/adapter.hpp):
+//! the init infos (NcclInitInfo: vllm/init_info.hpp; M2NInitInfo: vllm/m2n_info.hpp), the update
+//! infos (NcclUpdateInfo with the delta and sparse_nccl fields: vllm/update_info.hpp;
+//! M2NUpdateInfo), and their JSON (vllm/json.hpp: to_json / from_json, parse_init_info).
+//! With it, the engines take vLLM's structs and JSON as they come
+//! (`engine.init_transfer_engine(init_info)`, `engine.update_weights(update_info, load)`).
+//! The HTTP routes and client (cpp-httplib) are in <weightsync/vllm/control_plane.hpp>; the
+//! pickled unique id of vLLM's TCP rendezvous in <weightsync/c10d/vllm_pickle.hpp>.
+
+#include "weightsync/vllm/init_info.hpp"
+#include "weightsync/vllm/json.hpp"
+#include "weightsync/vllm/m2n_info.hpp"
+#include "weightsync/vllm/update_info.hpp"
