@@ -16,6 +16,7 @@
 #include <weightsync/host/communicator.hpp>
 #include <weightsync/layouts.hpp>
 #include <weightsync/packed_broadcast.hpp>
+#include <weightsync/vllm.hpp>
 
 #include <algorithm>
 #include <chrono>

@@ -40,7 +40,7 @@ LAYERS = [
     ("feature", 4, re.compile(r"^weightsync/(loading|safetensors|fp8|delta)/|"
                               r"^weightsync/cuda/(gather|delta[a-z_]*|fp8[a-z_]*)\.hpp$")),
     ("vllm", 6, re.compile(r"^weightsync/vllm/")),
-    ("execution", 1, re.compile(r"^weightsync/(pipeline/|detail/pipeline/|packed_broadcast\.hpp$|"
+    ("execution", 1, re.compile(r"^weightsync/(pipeline/|packed_broadcast\.hpp$|"
                                 r"sharded_broadcast\.hpp$|transfer_options\.hpp$|"
                                 r"workspace\.hpp$|cuda/|host/device_policy\.hpp$)")),
     ("transport", 2, re.compile(r"^weightsync/(host|nccl|ipc|c10d)/")),
@@ -51,20 +51,10 @@ UMBRELLAS = {"weightsync/weightsync.hpp", "weightsync/engine.hpp", "weightsync/b
              "weightsync/vllm.hpp", "weightsync/ipc.hpp", "weightsync/loading.hpp",
              "weightsync/safetensors.hpp"}
 # Known edges that break a rule, with why they are there and what removes them.
-KNOWN = {
-    ("weightsync/delta/receive.hpp", "weightsync/vllm/update_info.hpp"):
-        "detail::update_wire(const NcclUpdateInfo&) (delta's owner: take an UpdateRequest; "
-        "engine/worker.hpp already builds the wire from one)",
-    ("weightsync/delta/source.hpp", "weightsync/vllm/update_info.hpp"):
-        "DeltaSource::prepare returns vLLM's NcclUpdateInfo (delta's owner)",
-    ("weightsync/fp8/source.hpp", "weightsync/vllm/init_info.hpp"):
-        "Fp8SourceOptions::chunking_from(const NcclInitInfo&) (fp8's owner: take a Packing)",
-    ("weightsync/nccl/backend.hpp", "weightsync/vllm/init_info.hpp"):
-        "vllm_init_info() returns an NcclInitInfo (belongs in vllm/; nccl/ is the lead's)",
-}
+KNOWN = {}
 NO_NLOHMANN = re.compile(r"^weightsync/(engine/[^/]+\.hpp|packed_broadcast\.hpp|"
                          r"sharded_broadcast\.hpp|transfer_options\.hpp|workspace\.hpp|"
-                         r"detail/pipeline/[^/]+\.hpp|pipeline/.+\.hpp)$")
+                         r"pipeline/.+\.hpp)$")
 
 
 def headers():

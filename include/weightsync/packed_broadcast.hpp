@@ -6,7 +6,7 @@
 //! packed_broadcast_producer / packed_broadcast_consumer: move an ordered list of named tensors
 //! from the root to every other rank of a Communicator, generic over the device policy (CUDA or
 //! host). A whole-tensor transfer is the one schedule of every collective transfer with one root
-//! and one piece per tensor (detail/pipeline/schedule.hpp; sharded_broadcast.hpp is the same with
+//! and one piece per tensor (pipeline/detail/schedule.hpp; sharded_broadcast.hpp is the same with
 //! M roots).
 //!
 //! Wire (Protocol::weightsync, between this library's peers):
@@ -36,7 +36,7 @@
 #include <vector>
 
 #include "weightsync/concepts.hpp"
-#include "weightsync/detail/pipeline/schedule.hpp"
+#include "weightsync/pipeline/detail/schedule.hpp"
 #include "weightsync/tensor_meta.hpp"
 #include "weightsync/transfer_options.hpp"
 #include "weightsync/workspace.hpp"

@@ -15,7 +15,7 @@
 //! carry bytes at once. Every rank takes part in every broadcast; a trainer receives the other
 //! roots' chunks into its ring slot and drops them.
 //!
-//! One schedule serves this and packed_broadcast.hpp (detail/pipeline/schedule.hpp: a whole-tensor
+//! One schedule serves this and packed_broadcast.hpp (pipeline/detail/schedule.hpp: a whole-tensor
 //! transfer is M = 1), so direct pieces and launch splits (TransferOptions), checksums, progress
 //! and the eager handshake serve sharded transfers too.
 //!
@@ -41,7 +41,7 @@
 #include <vector>
 
 #include "weightsync/concepts.hpp"
-#include "weightsync/detail/pipeline/schedule.hpp"
+#include "weightsync/pipeline/detail/schedule.hpp"
 #include "weightsync/shard.hpp"
 #include "weightsync/tensor_meta.hpp"
 #include "weightsync/transfer_options.hpp"

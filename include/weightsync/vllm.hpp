@@ -12,7 +12,11 @@
 //! The HTTP routes and client (cpp-httplib) are in <weightsync/vllm/control_plane.hpp>; the
 //! pickled unique id of vLLM's TCP rendezvous in <weightsync/c10d/vllm_pickle.hpp>.
 
+#include "weightsync/config.hpp"
 #include "weightsync/vllm/init_info.hpp"
 #include "weightsync/vllm/json.hpp"
 #include "weightsync/vllm/m2n_info.hpp"
 #include "weightsync/vllm/update_info.hpp"
+#if WEIGHTSYNC_HAS_NCCL
+#include "weightsync/vllm/nccl_init.hpp"  // vllm_init_info
+#endif

@@ -119,7 +119,7 @@ TEST_CASE("sharded: M = 2, 3 trainer ranks x N = 1, 2, 4 workers, bit-exact", "[
     for (const int n : {1, 2, 4}) run_round_trips(m, n);
 }
 
-// One schedule serves whole-tensor and sharded transfers (detail/pipeline/schedule.hpp), so the
+// One schedule serves whole-tensor and sharded transfers (pipeline/detail/schedule.hpp), so the
 // features first built for whole tensors serve sharded ones too: direct pieces (some of them
 // strided: dim-1 splits) and launch splits, host checksums, progress, and the eager handshake.
 TEST_CASE("sharded: direct pieces, launch splits, checksums, progress and eager syncs, bit-exact",

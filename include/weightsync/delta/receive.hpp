@@ -12,6 +12,7 @@
 //! transfer fail on every rank, with the first differing tensor, i.e. both versions, named:
 //! nothing is applied onto the wrong base.
 
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -27,10 +28,11 @@
 #include "weightsync/delta/gather.hpp"
 #include "weightsync/detail/format.hpp"
 #include "weightsync/dtype.hpp"
+#include "weightsync/engine/adapter.hpp"
 #include "weightsync/engine/backend.hpp"
+#include "weightsync/engine/update_request.hpp"
 #include "weightsync/error.hpp"
 #include "weightsync/tensor_meta.hpp"
-#include "weightsync/vllm/update_info.hpp"
 #if WEIGHTSYNC_HAS_CUDA
 #include <cuda_runtime_api.h>
 
@@ -59,9 +61,11 @@ struct UpdateWire {
   std::vector<WireTensor> what;     //!< per wire tensor
 };
 
-inline UpdateWire update_wire(const NcclUpdateInfo& u, const std::string& held) {
+//! The wire of an update with a delta or sparse counts (and of a plain one: every tensor whole).
+//! `held`: the version this rank vouches for (the marker's text).
+inline UpdateWire update_wire(const UpdateRequest& u, const std::string& held) {
   UpdateWire w;
-  w.tensors = u.metas();
+  w.tensors = u.metas;
   auto add = [&](TensorMeta m, WireTensor::Kind k, std::size_t i) {
     w.metas.push_back(std::move(m));
     w.what.push_back({k, i});
@@ -70,10 +74,11 @@ inline UpdateWire update_wire(const NcclUpdateInfo& u, const std::string& held) 
     add(TensorMeta{kDeltaMarker + held, DType::uint8, {0}}, WireTensor::Kind::marker, 0);
   for (std::size_t i = 0; i < w.tensors.size(); ++i) {
     const TensorMeta& t = w.tensors[i];
-    if (u.num_updates_list) {
-      const std::int64_t n = (*u.num_updates_list)[i];
+    if (u.sparse_counts) {
+      const std::int64_t n = (*u.sparse_counts)[i];
       if (n == 0) continue;  // (vLLM broadcasts two empty tensors: no bytes either way)
-      add(TensorMeta{t.name + kSparseIndices, DType::int32, {n}}, WireTensor::Kind::sparse_indices, i);
+      add(TensorMeta{t.name + kSparseIndices, DType::int32, {n}}, WireTensor::Kind::sparse_indices,
+          i);
       add(TensorMeta{t.name, t.dtype, {n}}, WireTensor::Kind::sparse_values, i);
       continue;
     }
@@ -84,6 +89,12 @@ inline UpdateWire update_wire(const NcclUpdateInfo& u, const std::string& held) 
       add(TensorMeta{t.name, DType::uint8, {p}}, WireTensor::Kind::blob, i);
   }
   return w;
+}
+//! The same for an adapter's update description (vLLM's NcclUpdateInfo: <weightsync/vllm.hpp>).
+template <UpdateInfo Info>
+  requires(!std::same_as<Info, UpdateRequest>)
+UpdateWire update_wire(const Info& u, const std::string& held) {
+  return update_wire(to_update_request(u, UpdateContext{}), held);
 }
 
 //! Applies `n` (int32 flat index, value) pairs to `dst` (host memory), after checking every index.

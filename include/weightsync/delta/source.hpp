@@ -17,7 +17,8 @@
 //!   optimizer step of a few ULPs never causes; a missed change slips through only on a 64-bit
 //!   hash collision (see <weightsync/delta/low_byte.hpp>).
 //! - anchor_every = N: every N-th round a full sync (its wire bytes and time); no memory. Receivers apply
-//! the blobs in place (WeightTransferEngine::update_weights with NcclUpdateInfo::delta).
+//! the blobs in place (WeightTransferEngine::update_weights with UpdateRequest::delta; in vLLM's
+//! JSON, NcclUpdateInfo::delta).
 //!
 //! A round:
 //! @code
@@ -69,10 +70,11 @@
 #include "weightsync/delta/low_byte.hpp"
 #include "weightsync/delta/receive.hpp"
 #include "weightsync/detail/format.hpp"
+#include "weightsync/engine/adapter.hpp"
 #include "weightsync/engine/backend.hpp"
+#include "weightsync/engine/update_request.hpp"
 #include "weightsync/error.hpp"
 #include "weightsync/tensor_meta.hpp"
-#include "weightsync/vllm/update_info.hpp"
 
 namespace weightsync {
 
@@ -288,16 +290,16 @@ class DeltaSource {
   }
 
   //! Diffs the source against the reference and encodes the round that makes `version`; returns
-  //! `info` (TrainerEngine::update_info of the source's metas) with its `delta` set. Every
-  //! receiver must be given that info.
+  //! `info` (TrainerEngine::update_request of the source's metas) with its `delta` set. Every
+  //! receiver must be given that update.
   //! @throws config_error for an empty version, a sharded info, or a source that does not yield
   //!   its declared tensors.
-  NcclUpdateInfo prepare(std::string version, NcclUpdateInfo info) {
+  UpdateRequest prepare(std::string version, UpdateRequest info) {
     if (version.empty()) throw config_error("version", "a delta round needs a version name");
-    if (info.sharded()) throw config_error("delta", "a delta round has one root (not sharded)");
+    if (info.sharded) throw config_error("delta", "a delta round has one root (not sharded)");
     const auto started = std::chrono::steady_clock::now();
     metas_ = src_.metas();
-    if (info.metas() != metas_)
+    if (info.metas != metas_)
       throw config_error("info", "the update info does not describe the source's tensors");
     collect();
     // A link as fast as the diff: deltas cannot win; no reference is kept either.
@@ -367,7 +369,7 @@ class DeltaSource {
       }
     }
     info.delta = std::move(d);
-    info.num_updates_list.reset();
+    info.sparse_counts.reset();
     info.validate();
     wire_ = detail::update_wire(info, base_);
     delta_ = *info.delta;
@@ -380,6 +382,16 @@ class DeltaSource {
         wire_share_ = static_cast<double>(stats_.wire_bytes) / static_cast<double>(stats_.tensor_bytes);
     }
     return info;
+  }
+  //! The same for an adapter's update description, returned in its own form (vLLM's
+  //! NcclUpdateInfo: `NcclUpdateInfo info = d.prepare("v8", trainer.update_info(metas))`, whose
+  //! `delta` is this library's extension of vLLM's JSON).
+  template <UpdateInfo Info>
+    requires(!std::same_as<Info, UpdateRequest>)
+  auto prepare(std::string version, const Info& info)
+      -> decltype(to_update_info(std::declval<const typename detail::dependent_type<
+                                     UpdateRequest, Info>::type&>())) {
+    return to_update_info(prepare(std::move(version), to_update_request(info, UpdateContext{})));
   }
 
   //! The prepared round's wire (WeightSource).
@@ -583,7 +595,7 @@ struct SparsePatch {
 class SparseSource {
  public:
   explicit SparseSource(std::vector<SparsePatch> patches) : p_(std::move(patches)) {
-    NcclUpdateInfo u;
+    UpdateRequest u;
     for (std::size_t i = 0; i < p_.size(); ++i) {
       const auto& x = p_[i];
       const std::size_t eb = dtype_size(x.tensor.dtype);
@@ -591,20 +603,23 @@ class SparseSource {
         throw config_error(detail::cat("patches[", i, "].values"),
                            detail::cat(x.values.size(), " bytes for ", x.indices.size(),
                                        " indices of ", dtype_name(x.tensor.dtype)));
-      u.names.push_back(x.tensor.name);
-      u.dtype_names.emplace_back(dtype_name(x.tensor.dtype));
-      u.shapes.push_back(x.tensor.shape);
+      u.metas.push_back(x.tensor);
     }
-    u.num_updates_list.emplace();
-    for (const auto& x : p_)
-      u.num_updates_list->push_back(static_cast<std::int64_t>(x.indices.size()));
-    u.packed = false;  // sparse_nccl refuses packed updates
+    u.sparse_counts.emplace();
+    for (const auto& x : p_) u.sparse_counts->push_back(static_cast<std::int64_t>(x.indices.size()));
+    u.packing.packed = false;  // sparse_nccl refuses packed updates
     u.validate();
-    info_ = u;
+    req_ = u;
     wire_ = detail::update_wire(u, "");
   }
-  //! The update info a worker (vLLM's or ours) needs.
-  const NcclUpdateInfo& update_info() const { return info_; }
+  //! The update a worker (vLLM's or ours) needs, in the engines' terms.
+  const UpdateRequest& update_request() const { return req_; }
+  //! The same in an adapter's form: vLLM's NcclUpdateInfo (names / dtype_names / shapes /
+  //! num_updates_list) when <weightsync/vllm.hpp> is included.
+  template <class R = UpdateRequest>
+  auto update_info() const -> decltype(to_update_info(std::declval<const R&>())) {
+    return to_update_info(static_cast<const R&>(req_));
+  }
   std::vector<TensorMeta> metas() const { return wire_.metas; }
   std::vector<SourceTensorRef> iterate() const {
     std::vector<SourceTensorRef> v;
@@ -620,7 +635,7 @@ class SparseSource {
 
  private:
   std::vector<SparsePatch> p_;
-  NcclUpdateInfo info_;
+  UpdateRequest req_;
   detail::UpdateWire wire_;
 };
 

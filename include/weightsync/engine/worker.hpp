@@ -44,37 +44,6 @@
 
 namespace weightsync {
 
-namespace detail {
-//! The wire of an update with a delta or sparse counts (and of a plain one: every tensor whole).
-//! `held`: the version this rank vouches for (the marker's text).
-inline UpdateWire update_wire(const UpdateRequest& u, const std::string& held) {
-  UpdateWire w;
-  w.tensors = u.metas;
-  auto add = [&](TensorMeta m, WireTensor::Kind k, std::size_t i) {
-    w.metas.push_back(std::move(m));
-    w.what.push_back({k, i});
-  };
-  if (u.delta && !u.delta->base_version.empty())
-    add(TensorMeta{kDeltaMarker + held, DType::uint8, {0}}, WireTensor::Kind::marker, 0);
-  for (std::size_t i = 0; i < w.tensors.size(); ++i) {
-    const TensorMeta& t = w.tensors[i];
-    if (u.sparse_counts) {
-      const std::int64_t n = (*u.sparse_counts)[i];
-      if (n == 0) continue;  // (vLLM broadcasts two empty tensors: no bytes either way)
-      add(TensorMeta{t.name + kSparseIndices, DType::int32, {n}}, WireTensor::Kind::sparse_indices,
-          i);
-      add(TensorMeta{t.name, t.dtype, {n}}, WireTensor::Kind::sparse_values, i);
-      continue;
-    }
-    const std::int64_t p = u.delta ? u.delta->payload_bytes[i] : -1;
-    if (p == -1)
-      add(t, WireTensor::Kind::whole, i);
-    else if (p > 0)
-      add(TensorMeta{t.name, DType::uint8, {p}}, WireTensor::Kind::blob, i);
-  }
-  return w;
-}
-}  // namespace detail
 
 //! How a server reacts to a pause: vLLM's modes.
 enum class PauseMode { abort, wait, keep };

@@ -16,7 +16,7 @@
 //!   runs with, back to back in the wire's order, so the producer finds the region already in
 //!   place and sends it from there ("sent from where it is": no packing copy either). The producer
 //!   takes chunk c's items only after chunk c - K has left its slot (it runs at most K chunks
-//!   ahead: detail/pipeline/schedule.hpp), the moment it would pack the slot itself, so the
+//!   ahead: pipeline/detail/schedule.hpp), the moment it would pack the slot itself, so the
 //!   quantize of chunk c overlaps the broadcasts of chunks c - K + 1 .. c - 1 exactly as packing
 //!   does. Extra memory: one tensor's scales (a weight whose scales open the next chunk), plus,
 //!   only where a chunk holds a single quantized tensor (a weight over B, or an unpacked
@@ -53,13 +53,15 @@
 
 #include "weightsync/chunk_plan.hpp"
 #include "weightsync/detail/format.hpp"
-#include "weightsync/detail/pipeline/plan.hpp"
+#include "weightsync/pipeline/detail/plan.hpp"
+#include "weightsync/engine/adapter.hpp"
 #include "weightsync/engine/backend.hpp"
+#include "weightsync/engine/init_request.hpp"
+#include "weightsync/engine/update_request.hpp"
 #include "weightsync/error.hpp"
 #include "weightsync/fp8/quantize.hpp"
 #include "weightsync/tensor_meta.hpp"
 #include "weightsync/transfer_options.hpp"
-#include "weightsync/vllm/init_info.hpp"
 #include "weightsync/workspace.hpp"
 
 namespace weightsync {
@@ -80,11 +82,16 @@ struct Fp8SourceOptions {
   std::size_t buffer_size_bytes = static_cast<std::size_t>(kDefaultPackedBufferSizeBytes);
   int num_buffers = kDefaultPackedNumBuffers;
 
-  //! The chunking of `info` (packed, packed_buffer_size_bytes, packed_num_buffers).
-  void chunking_from(const NcclInitInfo& info) {
-    packed = info.packed;
-    buffer_size_bytes = static_cast<std::size_t>(info.packed_buffer_size_bytes);
-    num_buffers = info.packed_num_buffers;
+  //! The chunking of a transfer's packing (packed, packed_buffer_size_bytes, packed_num_buffers).
+  void chunking_from(const Packing& p) {
+    packed = p.packed;
+    buffer_size_bytes = static_cast<std::size_t>(p.buffer_size_bytes);
+    num_buffers = p.num_buffers;
+  }
+  //! The chunking an init info gives (vLLM's NcclInitInfo: <weightsync/vllm.hpp>).
+  template <InitInfo I>
+  void chunking_from(const I& info) {
+    chunking_from(to_init_request(info, InitContext{}).packing);
   }
 };
 

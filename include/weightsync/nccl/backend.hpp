@@ -3,9 +3,10 @@
 #pragma once
 
 //! @file
-//! The "nccl" backend: CollectiveTransport over an NcclCommunicator, one GPU per rank; and
-//! vllm_init_info, the init info a trainer hands a vLLM server. Including this header registers
-//! "nccl" with BackendRegistry::global() (<weightsync/backends.hpp> includes it).
+//! The "nccl" backend: CollectiveTransport over an NcclCommunicator, one GPU per rank. Including
+//! this header registers "nccl" with BackendRegistry::global() (<weightsync/backends.hpp> includes
+//! it). vllm_init_info, the init info a trainer hands a vLLM server, is vLLM's:
+//! <weightsync/vllm/nccl_init.hpp> (<weightsync/vllm.hpp> includes it where NCCL is).
 
 #include "weightsync/config.hpp"
 #if !WEIGHTSYNC_HAS_NCCL
@@ -25,7 +26,6 @@
 #include "weightsync/nccl/torch_bootstrap.hpp"
 #include "weightsync/nccl/unique_id.hpp"
 #include "weightsync/tuning.hpp"
-#include "weightsync/vllm/init_info.hpp"
 
 namespace weightsync {
 
@@ -56,24 +56,6 @@ inline std::unique_ptr<Backend> make_nccl_backend() {
       return vllm_tcp_communicator(r.address, r.port, rank, info.world_size, n);
     return NcclCommunicator::connect(r, n);
   });
-}
-
-//! The init info a trainer hands a vLLM server (POST /init_weight_transfer_engine): a fresh
-//! ncclUniqueId in standard base64, so the server's workers and this trainer all enter
-//! ncclCommInitRank together. Pair with EngineOptions{.backend = "nccl", .protocol =
-//! Protocol::vllm} on the trainer.
-inline NcclInitInfo vllm_init_info(int world_size, int rank_offset = 1, bool packed = true,
-                                   std::int64_t buffer_size_bytes = kDefaultPackedBufferSizeBytes,
-                                   int num_buffers = kDefaultPackedNumBuffers) {
-  NcclInitInfo i;
-  i.nccl_unique_id_b64 = NcclUniqueId::generate().to_base64();
-  i.world_size = world_size;
-  i.rank_offset = rank_offset;
-  i.packed = packed;
-  i.packed_buffer_size_bytes = buffer_size_bytes;
-  i.packed_num_buffers = num_buffers;
-  i.validate();
-  return i;
 }
 
 namespace detail {

@@ -31,7 +31,7 @@
 #include "weightsync/cuda/stream_signal.hpp"
 #include "weightsync/detail/format.hpp"
 #include "weightsync/detail/frame.hpp"
-#include "weightsync/detail/pipeline/wait.hpp"
+#include "weightsync/pipeline/detail/wait.hpp"
 #include "weightsync/error.hpp"
 #include "weightsync/host/communicator.hpp"
 #include "weightsync/ipc/detail/control_messages.hpp"

@@ -10,36 +10,38 @@
 #include <algorithm>
 #include <chrono>
 #include <thread>
-#include "weightsync/tuning.hpp"  // Tuning::Wait: the intervals below
+
+#include "weightsync/tuning.hpp"
 
 namespace weightsync::detail {
 
 using Clock = std::chrono::steady_clock;
 
 //! Waits until `ready()` is true.
-//! @param check      called every 2 ms while waiting; throws when a peer is known to be gone
+//! @param check      called every Tuning::Wait::check_every (2 ms) while waiting; throws when a
+//!                   peer is known to be gone
 //! @param on_timeout called once the deadline `timeout` from now has passed; must throw
-//! Spins (yielding) for the first 2 ms so that short waits end within microseconds, then polls
-//! every 20 us.
+//! Spins (yielding) for the first Tuning::Wait::spin_for (2 ms) so that short waits end within
+//! microseconds, then polls every Tuning::Wait::poll_every (20 us).
 template <class Ready, class Check, class OnTimeout>
 void bounded_wait(Ready&& ready, std::chrono::milliseconds timeout, Check&& check,
                   OnTimeout&& on_timeout) {
   if (ready()) return;
   const auto start = Clock::now();
   const auto deadline = start + timeout;
-  const auto spin_until = start + std::chrono::milliseconds(2);
+  const auto spin_until = start + Tuning::Wait::spin_for;
   auto next_check = start;
   while (!ready()) {
     const auto now = Clock::now();
     if (now >= next_check) {
       check();
-      next_check = now + std::chrono::milliseconds(2);
+      next_check = now + Tuning::Wait::check_every;
     }
     if (now >= deadline) on_timeout();
     if (now < spin_until)
       std::this_thread::yield();
     else
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
+      std::this_thread::sleep_for(Tuning::Wait::poll_every);
   }
 }
 
@@ -49,7 +51,7 @@ template <class WaitFor, class Check, class OnTimeout>
 void bounded_block(WaitFor&& wait_for, std::chrono::milliseconds timeout, Check&& check,
                    OnTimeout&& on_timeout) {
   const auto deadline = Clock::now() + timeout;
-  constexpr auto kCheckEvery = std::chrono::milliseconds(2);
+  constexpr auto kCheckEvery = Tuning::Wait::check_every;
   while (true) {
     const auto now = Clock::now();
     const auto left = deadline > now ? deadline - now : Clock::duration::zero();

@@ -21,7 +21,7 @@
 
 #include "weightsync/detail/format.hpp"
 #include "weightsync/detail/frame.hpp"
-#include "weightsync/detail/pipeline/run.hpp"
+#include "weightsync/pipeline/detail/run.hpp"
 #include "weightsync/error.hpp"
 #include "weightsync/host/device_policy.hpp"
 

@@ -38,9 +38,9 @@
 #include "weightsync/detail/format.hpp"
 #include "weightsync/detail/frame.hpp"
 #include "weightsync/detail/hash.hpp"
-#include "weightsync/detail/pipeline/handshake.hpp"
-#include "weightsync/detail/pipeline/plan.hpp"
-#include "weightsync/detail/pipeline/run.hpp"
+#include "weightsync/pipeline/detail/handshake.hpp"
+#include "weightsync/pipeline/detail/plan.hpp"
+#include "weightsync/pipeline/detail/run.hpp"
 #include "weightsync/error.hpp"
 #include "weightsync/shard.hpp"
 
