@@ -1,0 +1,87 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+//! @file
+//! The chunk digest (detail/digest.hpp) on a CUDA stream: one launch of the digest kernel per
+//! chunk (kernels::kMaxDigestPieces pieces per launch), whose result lands in device memory, so
+//! that a producer can write it into its status frame and a consumer compare it without a host
+//! round trip in the middle of a transfer. The kernel ships as PTX text (detail/digest_ptx.hpp,
+//! generated from kernels/digest.cu; its ABI: <weightsync/kernels/digest_abi.hpp>) and is loaded
+//! at run time with cudaLibraryLoadData, so including this header needs no nvcc.
+
+#include "weightsync/config.hpp"
+#if !WEIGHTSYNC_HAS_CUDA
+#error "<weightsync/cuda/digest.hpp> needs the CUDA runtime (WEIGHTSYNC_HAS_CUDA=0)"
+#endif
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "weightsync/cuda/check.hpp"
+#include "weightsync/cuda/detail/digest_ptx.hpp"
+#include "weightsync/detail/digest.hpp"
+#include "weightsync/kernels/digest_abi.hpp"
+
+namespace weightsync::detail {
+
+//! The loaded digest kernel (context-independent library), loaded on first use.
+class DigestKernel {
+ public:
+  //! @throws cuda_error when the kernel cannot be loaded.
+  static const DigestKernel& instance() {
+    static DigestKernel k;
+    return k;
+  }
+
+  //! Enqueues on `stream`: *sum (device memory, 8 bytes) <- the digest of the `count` pieces
+  //! (device memory). Zero-size pieces are skipped; a chunk without bytes digests to 0.
+  void launch(const DigestSpan* spans, std::size_t count, std::uint64_t* sum,
+              cudaStream_t stream) const {
+    check(cudaMemsetAsync(sum, 0, sizeof(std::uint64_t), stream), "cudaMemsetAsync(digest)");
+    kernels::DigestParams p;
+    p.sum = reinterpret_cast<unsigned long long*>(sum);
+    p.base = digest_base(spans, count);
+    p.pad = 0;
+    std::size_t i = 0;
+    bool first = true;
+    do {
+      p.count = 0;
+      p.total_blocks = 0;
+      for (; i < count && p.count < kernels::kMaxDigestPieces; ++i) {
+        if (spans[i].bytes == 0) continue;
+        p.total_blocks +=
+            (spans[i].bytes + kernels::kDigestBlockBytes - 1) / kernels::kDigestBlockBytes;
+        p.p[p.count++] = kernels::DigestPiece{static_cast<const unsigned char*>(spans[i].data),
+                                              spans[i].bytes, p.total_blocks, spans[i].ordinal};
+      }
+      if (p.count == 0 && !first) break;
+      if (!first) p.base = 0;  // added once, by the first launch's CTA 0
+      // One short-lived CTA per block (not a persistent grid), so that the blocks of NCCL's
+      // kernels, on a higher-priority stream, get SMs as soon as they are launched. A launch
+      // without blocks still runs CTA 0, which adds the base.
+      const auto grid = static_cast<unsigned>(
+          std::clamp<unsigned long long>(p.total_blocks, 1ull, 0x7fffffffull));
+      void* args[] = {&p};
+      check(cudaLaunchKernel(reinterpret_cast<const void*>(kernel_), dim3(grid),
+                             dim3(kernels::kDigestLanes), args, 0, stream),
+            "cudaLaunchKernel(ws_digest)");
+      first = false;
+    } while (i < count);
+  }
+
+ private:
+  DigestKernel() {
+    cudaLibrary_t lib = nullptr;
+    check(cudaLibraryLoadData(&lib, kDigestPtx, nullptr, nullptr, 0, nullptr, nullptr, 0),
+          "cudaLibraryLoadData(ws_digest)");
+    check(cudaLibraryGetKernel(&kernel_, lib, "ws_digest"), "cudaLibraryGetKernel(ws_digest)");
+    // The library stays loaded for the life of the process (one per process, like a module).
+  }
+  cudaKernel_t kernel_ = nullptr;
+};
+
+}  // namespace weightsync::detail
