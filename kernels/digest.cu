@@ -8,14 +8,14 @@
 // (<weightsync/cuda/digest.hpp>) and the host reference (<weightsync/detail/digest.hpp>, which
 // defines the digest).
 //
-// One launch digests up to kMaxDigestPieces pieces of one chunk into one sum. Blocks of
+// One launch digests up to kMaxDigestPieces pieces, each into the sum it names. Blocks of
 // kDigestBlockBytes are numbered across the pieces; a CTA takes blocks grid-stride (the launcher
 // gives one CTA per block, so that CTAs are short and the communication kernels that share the
 // GPU are scheduled between them), finds its piece by binary search over the cumulative block
 // counts, and thread l runs lane l of the block: 16 granules of 16 bytes, 4 KiB apart, so that a
 // warp's loads are 512 contiguous bytes. Every lane adds digest_fmix(state); a CTA adds its
-// threads' sums with one atomicAdd (integer addition: the same bits in any order), CTA 0 also the
-// launch's `base` (the length terms).
+// threads' sums with one atomicAdd per block (integer addition: the same bits in any order), the
+// CTA of a piece's block 0 also the piece's length term.
 #include "../include/weightsync/detail/digest_bits.hpp"
 #include "../include/weightsync/kernels/digest_abi.hpp"
 
@@ -58,7 +58,7 @@ __device__ __forceinline__ void ws_granule(const unsigned char* p, unsigned n, u
 extern "C" __global__ void __launch_bounds__(wk::kDigestLanes)
     ws_digest(const __grid_constant__ wk::DigestParams prm) {
   constexpr u64 kLaneStride = wk::kDigestGranuleBytes * wk::kDigestLanes;  // 4 KiB
-  u64 acc = 0;
+  __shared__ u64 warp_sum[wk::kDigestLanes / 32];
   for (u64 t = blockIdx.x; t < prm.total_blocks; t += gridDim.x) {
     unsigned lo = 0, hi = prm.count - 1;
     while (lo < hi) {
@@ -103,17 +103,18 @@ extern "C" __global__ void __launch_bounds__(wk::kDigestLanes)
         s = wd::digest_round(wd::digest_round(s, w0), w1);
       }
     }
-    acc += wd::digest_fmix(s);
-  }
-  // The CTA's sum: warps by shuffles, then one atomicAdd.
-  __shared__ u64 warp_sum[wk::kDigestLanes / 32];
+    // The block's sum: warps by shuffles, then one atomicAdd (with the piece's length term, once:
+    // by its block 0).
+    u64 acc = wd::digest_fmix(s);
 #pragma unroll
-  for (int d = 16; d > 0; d /= 2) acc += __shfl_down_sync(0xffffffffu, acc, d);
-  if ((threadIdx.x & 31) == 0) warp_sum[threadIdx.x / 32] = acc;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    u64 total = blockIdx.x == 0 ? prm.base : 0;
-    for (int w = 0; w < wk::kDigestLanes / 32; ++w) total += warp_sum[w];
-    atomicAdd(prm.sum, total);
+    for (int d = 16; d > 0; d /= 2) acc += __shfl_down_sync(0xffffffffu, acc, d);
+    if ((threadIdx.x & 31) == 0) warp_sum[threadIdx.x / 32] = acc;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      u64 total = b == 0 ? wd::digest_length_term(pc.ordinal, pc.bytes) : 0;
+      for (int w = 0; w < wk::kDigestLanes / 32; ++w) total += warp_sum[w];
+      atomicAdd(prm.sums + pc.sum, total);
+    }
+    __syncthreads();  // warp_sum is read before the next block writes it
   }
 }

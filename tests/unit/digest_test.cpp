@@ -125,8 +125,14 @@ TEST_CASE("digest: a flipped bit anywhere, a moved piece, trailing zeros all cha
   const std::uint64_t before = chunk_digest(t1, 1);
   std::rotate(two.begin(), two.begin() + static_cast<std::ptrdiff_t>(wk::kDigestBlockBytes), two.end());
   CHECK(chunk_digest(t1, 1) != before);
-  // the base is the length terms
-  CHECK(digest_base(zs, 1) == digest_length_term(0, 17));
+  // several chunks at once: each piece into the sum it names
+  const DigestSpan mixed[] = {{a.data(), a.size(), 0, 1}, {z.data(), z.size(), 0, 0},
+                              {b.data(), b.size(), 1, 1}};
+  std::uint64_t sums[3] = {9, 9, 9};
+  digest_sums(mixed, 3, sums, 3);
+  CHECK(sums[0] == chunk_digest(zs, 1));
+  CHECK(sums[1] == d0);
+  CHECK(sums[2] == 0);
 }
 
 }  // namespace ws_test_digest_test

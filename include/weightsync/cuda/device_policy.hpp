@@ -110,11 +110,12 @@ class CudaPolicy {
                     "cudaMemcpyAsync(D2D)");
   }
 
-  //! Enqueues on `s`: *sum (device memory) <- the chunk digest (detail/digest.hpp) of the
-  //! `count` pieces (device memory), by the digest kernel (cuda/digest.hpp).
-  void digest(const detail::DigestSpan* spans, std::size_t count, std::uint64_t* sum,
-              cudaStream_t s) const {
-    detail::DigestKernel::instance().launch(spans, count, sum, s);
+  //! Enqueues on `s`: sums[0..nsums) (device memory) <- the chunk digests (detail/digest.hpp)
+  //! of the `count` pieces (device memory), each into sums[piece.sum], by the digest kernel
+  //! (cuda/digest.hpp).
+  void digest(const detail::DigestSpan* spans, std::size_t count, std::uint64_t* sums,
+              std::size_t nsums, cudaStream_t s) const {
+    detail::DigestKernel::instance().launch(spans, count, sums, nsums, s);
   }
 
  private:

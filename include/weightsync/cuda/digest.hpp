@@ -37,40 +37,40 @@ class DigestKernel {
     return k;
   }
 
-  //! Enqueues on `stream`: *sum (device memory, 8 bytes) <- the digest of the `count` pieces
-  //! (device memory). Zero-size pieces are skipped; a chunk without bytes digests to 0.
-  void launch(const DigestSpan* spans, std::size_t count, std::uint64_t* sum,
+  //! Enqueues on `stream`: sums[0..zero) <- 0, then each of the `count` pieces (device
+  //! memory) digested into sums[piece.sum] (device memory): after it, sums[i] is the digest of
+  //! the chunk of the pieces that name i (a chunk without bytes: 0), when every piece of that
+  //! chunk was in this call or in calls after the one that zeroed it.
+  void launch(const DigestSpan* spans, std::size_t count, std::uint64_t* sums, std::size_t zero,
               cudaStream_t stream) const {
-    check(cudaMemsetAsync(sum, 0, sizeof(std::uint64_t), stream), "cudaMemsetAsync(digest)");
+    if (zero > 0)
+      check(cudaMemsetAsync(sums, 0, zero * sizeof(std::uint64_t), stream),
+            "cudaMemsetAsync(digest)");
     kernels::DigestParams p;
-    p.sum = reinterpret_cast<unsigned long long*>(sum);
-    p.base = digest_base(spans, count);
+    p.sums = reinterpret_cast<unsigned long long*>(sums);
     p.pad = 0;
     std::size_t i = 0;
-    bool first = true;
-    do {
+    while (i < count) {
       p.count = 0;
       p.total_blocks = 0;
       for (; i < count && p.count < kernels::kMaxDigestPieces; ++i) {
         if (spans[i].bytes == 0) continue;
         p.total_blocks +=
             (spans[i].bytes + kernels::kDigestBlockBytes - 1) / kernels::kDigestBlockBytes;
-        p.p[p.count++] = kernels::DigestPiece{static_cast<const unsigned char*>(spans[i].data),
-                                              spans[i].bytes, p.total_blocks, spans[i].ordinal};
+        p.p[p.count++] =
+            kernels::DigestPiece{static_cast<const unsigned char*>(spans[i].data), spans[i].bytes,
+                                 p.total_blocks, spans[i].ordinal, spans[i].sum};
       }
-      if (p.count == 0 && !first) break;
-      if (!first) p.base = 0;  // added once, by the first launch's CTA 0
+      if (p.count == 0) break;
       // One short-lived CTA per block (not a persistent grid), so that the blocks of NCCL's
-      // kernels, on a higher-priority stream, get SMs as soon as they are launched. A launch
-      // without blocks still runs CTA 0, which adds the base.
-      const auto grid = static_cast<unsigned>(
-          std::clamp<unsigned long long>(p.total_blocks, 1ull, 0x7fffffffull));
+      // kernels, on a higher-priority stream, get SMs as soon as they are launched.
+      const auto grid =
+          static_cast<unsigned>(std::min<unsigned long long>(p.total_blocks, 0x7fffffffull));
       void* args[] = {&p};
       check(cudaLaunchKernel(reinterpret_cast<const void*>(kernel_), dim3(grid),
                              dim3(kernels::kDigestLanes), args, 0, stream),
             "cudaLaunchKernel(ws_digest)");
-      first = false;
-    } while (i < count);
+    }
   }
 
  private:

@@ -34,20 +34,13 @@
 namespace weightsync::detail {
 
 //! One piece of a chunk to digest: `bytes` bytes at `data` (host or device memory, as the policy
-//! that digests it), at position `ordinal` in its chunk.
+//! that digests it), at position `ordinal` in its chunk, into sums[sum] of the call.
 struct DigestSpan {
   const void* data = nullptr;
   std::size_t bytes = 0;
-  std::uint64_t ordinal = 0;
+  std::uint32_t ordinal = 0;
+  std::uint32_t sum = 0;
 };
-
-//! The sum of the length terms of `spans` (what the kernel's launcher adds once per chunk).
-inline std::uint64_t digest_base(const DigestSpan* spans, std::size_t count) {
-  std::uint64_t base = 0;
-  for (std::size_t i = 0; i < count; ++i)
-    if (spans[i].bytes > 0) base += digest_length_term(spans[i].ordinal, spans[i].bytes);
-  return base;
-}
 
 //! The host reference: a chunk's digest, one piece at a time (any order of pieces gives the same
 //! value; a piece's position is its ordinal).
@@ -91,11 +84,20 @@ class ChunkDigest {
   std::uint64_t sum_ = 0;
 };
 
-//! The digest of `count` pieces in host memory.
+//! The digest of `count` pieces in host memory (their `sum` ignored: one chunk).
 inline std::uint64_t chunk_digest(const DigestSpan* spans, std::size_t count) {
   ChunkDigest d;
   for (std::size_t i = 0; i < count; ++i) d.piece(spans[i]);
   return d.value();
+}
+
+//! sums[0..nsums) <- the digests of the chunks that `count` pieces in host memory make up (each
+//! piece goes to sums[piece.sum]).
+inline void digest_sums(const DigestSpan* spans, std::size_t count, std::uint64_t* sums,
+                        std::size_t nsums) {
+  for (std::size_t i = 0; i < nsums; ++i) sums[i] = 0;
+  for (std::size_t i = 0; i < count; ++i)
+    sums[spans[i].sum] += ChunkDigest().piece(spans[i]).value();
 }
 
 }  // namespace weightsync::detail

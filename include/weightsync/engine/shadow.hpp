@@ -381,14 +381,11 @@ inline void check_shadow_options(const ShadowOptions& s, const EngineOptions& e)
                            "backend only)");
 }
 
-//! The pull transports report outcomes to the producer only: no vote among several workers.
-inline void check_shadow_group(const std::string& backend, int workers) {
-  if ((backend == "ipc" || backend == "p2p") && workers > 1)
-    throw config_error("backend", cat("shadow mode with ", workers,
-                                      " worker ranks needs an outcome every "
-                                      "rank sees (the host or nccl backend); the ",
-                                      backend, " backend reports outcomes to the trainer only"));
-}
+//! Shadow mode's demands on the group. Every transport now lets every worker learn every other's
+//! outcome (the ipc / p2p producer sends a verdict after the outcomes when the trainer uses
+//! Acknowledge::each_transfer), so any number of workers may vote; kept as the one place to say
+//! what a transport cannot do.
+inline void check_shadow_group(const std::string&, int) {}
 
 //! A transfer of a shadow session: tensors land in the shadow, and the call fails on every rank
 //! when any rank failed (the vote).

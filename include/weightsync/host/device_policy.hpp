@@ -87,10 +87,11 @@ class HostPolicy {
                   HostStream s) const noexcept {
     for (std::size_t i = 0; i < count; ++i) copy(dst[i], src[i], n[i], s);
   }
-  //! *sum <- the chunk digest (detail/digest.hpp) of the `count` pieces, computed here.
-  void digest(const detail::DigestSpan* spans, std::size_t count, std::uint64_t* sum,
-              HostStream) const noexcept {
-    *sum = detail::chunk_digest(spans, count);
+  //! sums[0..nsums) <- the chunk digests (detail/digest.hpp) of the `count` pieces, each into
+  //! sums[piece.sum], computed here.
+  void digest(const detail::DigestSpan* spans, std::size_t count, std::uint64_t* sums,
+              std::size_t nsums, HostStream) const noexcept {
+    detail::digest_sums(spans, count, sums, nsums);
   }
 
  private:

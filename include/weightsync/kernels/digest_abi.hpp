@@ -14,7 +14,8 @@
 //! ... (kDigestGranuleBytes each, kDigestGranulesPerLane of them) sequentially; the digest is the
 //! sum modulo 2^64 of every lane's finalized state and of one length term per piece. A sum is
 //! order-free, so CTAs add their blocks with one atomicAdd each and the result is the same bits
-//! in any schedule, and the same bits as the host's sequential loop.
+//! in any schedule, and the same bits as the host's sequential loop. One launch may digest
+//! several chunks (or tensors) at once: each piece names the sum it goes to.
 
 #include <cstddef>
 #include <cstdint>
@@ -35,31 +36,33 @@ inline constexpr std::uint64_t kDigestBlockBytes =
 //! 32,764-byte kernel-parameter limit (CUDA >= 12.1, sm_70 and newer).
 inline constexpr std::uint32_t kMaxDigestPieces = 1000;
 
-//! One piece of a chunk: `bytes` bytes at `data`, its position `ordinal` in its chunk.
+//! One piece: `bytes` bytes at `data`, at position `ordinal` in its chunk, digested into
+//! sums[sum] of its launch.
 struct DigestPiece {
   const unsigned char* data;
   unsigned long long bytes;
   unsigned long long block_end;  //!< cumulative blocks of the launch up to and including this one
-  unsigned long long ordinal;
+  std::uint32_t ordinal;
+  std::uint32_t sum;
 };
 static_assert(sizeof(DigestPiece) == 32 && offsetof(DigestPiece, block_end) == 16 &&
-                  offsetof(DigestPiece, ordinal) == 24,
-              "DigestPiece is an ABI: a pointer, 3 u64");
+                  offsetof(DigestPiece, ordinal) == 24 && offsetof(DigestPiece, sum) == 28,
+              "DigestPiece is an ABI: a pointer, 2 u64, 2 u32");
 
-//! The kernel's only parameter (passed as __grid_constant__). Every piece's lanes are added to
-//! *sum (which the launcher zeroes before the chunk's first launch), and `base` once, by CTA 0.
+//! The kernel's only parameter (passed as __grid_constant__). Each piece's lanes and its length
+//! term (added by the CTA of its block 0) are added to sums[piece.sum], which the launcher
+//! zeroes first.
 struct DigestParams {
-  unsigned long long* sum;
-  unsigned long long base;
+  unsigned long long* sums;
   unsigned long long total_blocks;
   std::uint32_t count;  //!< pieces in p, at least 1
   std::uint32_t pad;
   DigestPiece p[kMaxDigestPieces];
 };
-static_assert(offsetof(DigestParams, base) == 8 && offsetof(DigestParams, total_blocks) == 16 &&
-              offsetof(DigestParams, count) == 24 && offsetof(DigestParams, p) == 32);
-static_assert(sizeof(DigestParams) == 32 + sizeof(DigestPiece) * kMaxDigestPieces,
-              "DigestParams is an ABI: a pointer, 2 u64, 2 u32, kMaxDigestPieces DigestPiece");
+static_assert(offsetof(DigestParams, total_blocks) == 8 && offsetof(DigestParams, count) == 16 &&
+              offsetof(DigestParams, p) == 24);
+static_assert(sizeof(DigestParams) == 24 + sizeof(DigestPiece) * kMaxDigestPieces,
+              "DigestParams is an ABI: a pointer, a u64, 2 u32, kMaxDigestPieces DigestPiece");
 static_assert(sizeof(DigestParams) <= 32764, "over the kernel-parameter limit");
 
 }  // namespace weightsync::kernels

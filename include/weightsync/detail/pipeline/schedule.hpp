@@ -459,10 +459,10 @@ class TransferRun {
     ws.digest_spans.clear();
     for (std::size_t q = c.begin; q < c.end; ++q)
       if (const std::size_t nb = plan().piece_at(mine_, q).bytes())
-        ws.digest_spans.push_back(DigestSpan{src_[q], nb, q - c.begin});
+        ws.digest_spans.push_back(DigestSpan{src_[q], nb, static_cast<std::uint32_t>(q - c.begin), 0});
     const std::size_t k = s % run_.slots();
     const auto st = run_.slot_stream(k);
-    ws.policy.digest(ws.digest_spans.data(), ws.digest_spans.size(), ws.digest_dev(s), st);
+    ws.policy.digest(ws.digest_spans.data(), ws.digest_spans.size(), ws.digest_dev(s), 1, st);
     ws.policy.record(ws.hashed[k], st);
   }
   //! The digest of step s, done on the device, into this root's status frame (on the
@@ -616,23 +616,23 @@ class TransferRun {
     auto& ws = run_.ws;
     const std::size_t M = static_cast<std::size_t>(m());
     const std::size_t k = s % run_.slots();
+    ws.digest_spans.clear();
     for (int r = 0; r < m(); ++r) {
       const Chunk* c = plan().chunk(r, s);
-      const std::size_t at = s * M + static_cast<std::size_t>(r);
-      if (!c || c->bytes == 0) {
-        *ws.digest_mirror(at) = 0;  // (not compared)
-        continue;
-      }
-      ws.digest_spans.clear();
+      if (!c || c->bytes == 0) continue;  // (no status frame: nothing to compare)
       for (std::size_t q = c->begin; q < c->end; ++q) {
         const std::size_t idx = plan().piece_index(r, q);
         if (const std::size_t nb = plan().pieces[idx].bytes())
-          ws.digest_spans.push_back(DigestSpan{landing(s, idx), nb, q - c->begin});
+          ws.digest_spans.push_back(DigestSpan{landing(s, idx), nb,
+                                               static_cast<std::uint32_t>(q - c->begin),
+                                               static_cast<std::uint32_t>(r)});
       }
-      ws.policy.digest(ws.digest_spans.data(), ws.digest_spans.size(), ws.digest_dev(at), us);
+      const std::size_t at = s * M + static_cast<std::size_t>(r);
       expected_[at] = run_.frame_host(recv_frame(k, r))->status.checksum;
       hashed_[at] = 1;
     }
+    // One launch for every root's chunk of the step: root r's digest lands in sum r.
+    ws.policy.digest(ws.digest_spans.data(), ws.digest_spans.size(), ws.digest_dev(s * M), M, us);
     ws.policy.copy_to_host(ws.digest_mirror(s * M), ws.digest_dev(s * M), M * sizeof(std::uint64_t),
                            us);
     if constexpr (Policy::synchronous) compare_digests(s);

@@ -77,6 +77,9 @@ inline std::vector<ShardPiece> all_pieces(std::span<const TensorMeta> metas,
 struct IpcShards {
   static void begin(IpcEndpoint& t, const TransferOptions& opt, int trainers, bool producer) {
     opt.validate();
+    if (opt.checksum)
+      throw config_error("checksum", "the ipc backends' sharded syncs carry no checksums yet "
+                                     "(whole-tensor syncs do)");
     if (trainers < 1 || trainers >= t.size())
       throw config_error("trainers", cat("must be in 1..", t.size() - 1, " (world ", t.size(),
                                          "), got ", trainers));
