@@ -129,10 +129,10 @@ TEST_CASE("checksum over nccl: a flipped byte fails every rank before the commit
   n.device = device;
   n.timeout = 60s;
   auto nccl = NcclCommunicator::connect(ws_test::peer_rendezvous(), n);
-  FlipComm comm{nccl};
+  FlipComm comm{nccl, false, 0, {}};
   CudaStream stream(device);
   const cudaStream_t s = stream.get();
-  workspace_for<FlipComm> ws(CudaPolicy(device));
+  workspace_for<FlipComm> ws{CudaPolicy(device)};
 
   // Whole tensors: rank 0 -> ranks 1, 2. Round 2 is corrupted on rank 2.
   const auto metas = ws_test::mixed_layout();
