@@ -202,7 +202,8 @@ usage: weightsync_bench [options]
   --num-buffers K,...  ring slots (default 2)
   --direct S,...       direct-tensor threshold (default 0: off)
   --checksum C,...     off (default), on: per-chunk checksums (TransferOptions::checksum; rows
-                       "+ck"); "off,on" measures both in one run
+                       "+ck"); "off,on" measures both in one run; ipc: on-ce copies with copy
+                       engines, then digests (IpcOptions::checksum_copy = false; rows "+ck-ce")
   --protocol P         weightsync (default) or vllm (no handshake; vLLM's wire)
   --warmup N           untimed iterations (default 3)
   --iters N            timed iterations (default 10); the median is reported
@@ -265,9 +266,9 @@ Args parse(int argc, char** argv) {
     } else if (k == "--checksum") {
       a.checksum.clear();
       for (auto& c : split(val())) {
-        if (c != "off" && c != "on")
-          throw std::invalid_argument("--checksum takes off and/or on, got '" + c + "'");
-        a.checksum.push_back(c == "on");
+        if (c != "off" && c != "on" && c != "on-ce")
+          throw std::invalid_argument("--checksum takes off, on and/or on-ce, got '" + c + "'");
+        a.checksum.push_back(c == "off" ? 0 : c == "on" ? 1 : 2);
       }
     } else if (k == "--protocol")
       a.protocol = val();
@@ -1144,6 +1145,7 @@ class Bench {
           for (const int checksum : a_.checksum) {
             ++config;
             if (checksum && a_.protocol == "vllm") continue;  // vLLM's wire has no status frames
+            if (checksum == 2 && !ipc_) continue;             // (an ipc setting)
             const bool unpacked = mode.rfind("unpacked", 0) == 0;
             if (unpacked && (b != a_.buffer_sizes.front() || direct != a_.direct.front())) continue;
             if (ipc_ && (unpacked || direct)) continue;  // not IPC modes
@@ -1174,6 +1176,7 @@ class Bench {
             opt.timeout = std::chrono::seconds(a_.timeout_s);
             const bool zc = mode == "zerocopy" || mode == "unpacked-zc" || mode == "staged";
             if (ipc_) ipc_->options().export_sources = mode != "staged";
+            if (ipc_) ipc_->options().checksum_copy = checksum != 2;
             auto index = [&](const ws::TensorMeta* m) {
               return static_cast<std::size_t>(m - metas.data());
             };
@@ -1247,7 +1250,7 @@ class Bench {
             std::string impl = mode;
             if (mapped) impl = ws::detail::cat("mapped-tp", a_.tp, "r", a_.tp_rank);
             if (direct) impl += "+d" + size_label(direct);
-            if (checksum) impl += "+ck";
+            if (checksum) impl += checksum == 2 ? "+ck-ce" : "+ck";
             Row r;
             r.layout = layout;
             r.impl = impl;

@@ -8,7 +8,8 @@
 // (<weightsync/cuda/digest.hpp>) and the host reference (<weightsync/detail/digest.hpp>, which
 // defines the digest).
 //
-// One launch digests up to kMaxDigestPieces pieces, each into the sum it names. Blocks of
+// One launch digests up to kMaxDigestPieces pieces, each into the sum it names (and copies the
+// pieces that name a copy_to there, from the registers it digests: one read). Blocks of
 // kDigestBlockBytes are numbered across the pieces; a CTA takes blocks grid-stride (the launcher
 // gives one CTA per block, so that CTAs are short and the communication kernels that share the
 // GPU are scheduled between them), finds its piece by binary search over the cumulative block
@@ -74,13 +75,20 @@ extern "C" __global__ void __launch_bounds__(wk::kDigestLanes)
     const u64 left =
         pc.bytes - start < wk::kDigestBlockBytes ? pc.bytes - start : wk::kDigestBlockBytes;
     const unsigned char* blk = pc.data + start;
+    unsigned char* out = pc.copy_to ? pc.copy_to + start : nullptr;
     u64 s = wd::digest_lane_init(wd::digest_key(pc.ordinal, b), threadIdx.x);
     const unsigned char* mine = blk + threadIdx.x * wk::kDigestGranuleBytes;
-    if (left == wk::kDigestBlockBytes && (reinterpret_cast<u64>(blk) & 15) == 0) {
+    if (left == wk::kDigestBlockBytes &&
+        ((reinterpret_cast<u64>(blk) | reinterpret_cast<u64>(out)) & 15) == 0) {
       // Every granule whole and aligned: all 16 loads in flight at once, then the rounds.
       uint4 v[16];
 #pragma unroll
       for (int i = 0; i < 16; ++i) v[i] = *reinterpret_cast<const uint4*>(mine + i * kLaneStride);
+      if (out) {
+        unsigned char* to = out + threadIdx.x * wk::kDigestGranuleBytes;
+#pragma unroll
+        for (int i = 0; i < 16; ++i) *reinterpret_cast<uint4*>(to + i * kLaneStride) = v[i];
+      }
 #pragma unroll
       for (int i = 0; i < 16; ++i) {
         s = wd::digest_round(s, static_cast<u64>(v[i].x) | (static_cast<u64>(v[i].y) << 32));
@@ -99,6 +107,16 @@ extern "C" __global__ void __launch_bounds__(wk::kDigestLanes)
           w1 = static_cast<u64>(x.z) | (static_cast<u64>(x.w) << 32);
         } else {
           ws_granule(blk + off, n, w0, w1);
+        }
+        if (out) {
+          if (n == 16 && (reinterpret_cast<u64>(out + off) & 15) == 0) {
+            *reinterpret_cast<uint4*>(out + off) =
+                make_uint4(static_cast<unsigned>(w0), static_cast<unsigned>(w0 >> 32),
+                           static_cast<unsigned>(w1), static_cast<unsigned>(w1 >> 32));
+          } else {
+            for (unsigned j = 0; j < n; ++j)
+              out[off + j] = static_cast<unsigned char>((j < 8 ? w0 >> (8 * j) : w1 >> (8 * (j - 8))));
+          }
         }
         s = wd::digest_round(wd::digest_round(s, w0), w1);
       }

@@ -85,6 +85,40 @@ TEST_CASE("digest kernel: the host reference's bits at every size and alignment"
       v.push_back(at((i * 1237) % (n - 5000), 1 + (i * 31) % 4000, i, static_cast<unsigned>(i % 5)));
     check_same(host, dev, v, pol, s);
   }
+  SECTION("copy_to: the kernel copies what it digests, bit-exact at any alignment") {
+    DeviceBuffer out(n, 0);
+    detail::check(cudaMemset(out.data(), 0xCD, n), "memset");
+    std::vector<DigestSpan> v, h;
+    std::size_t from = 0, to = 3;
+    for (std::uint32_t i = 0; i < 40; ++i) {
+      const std::size_t bytes = i % 3 == 0 ? B + 17 * i : (i % 3 == 1 ? 4 * B : 1 + 97 * i);
+      // every fourth destination 16-byte aligned (the fast path), the others wherever they fall
+      const std::size_t dst = i % 4 == 0 ? (to + 15) / 16 * 16 : to;
+      v.push_back(DigestSpan{dev.data() + from, bytes, i, i % 2, out.data() + dst});
+      h.push_back(DigestSpan{host.data() + from, bytes, i, i % 2});
+      to = dst + bytes + 5;
+      from += bytes + (i % 5);
+    }
+    REQUIRE(to < n);
+    REQUIRE(from < n);
+    DeviceBuffer sums(16, 0);
+    pol.digest(v.data(), v.size(), reinterpret_cast<std::uint64_t*>(sums.data()), 2, s.get());
+    std::uint64_t got[2] = {0, 0}, want[2] = {0, 0};
+    detail::check(cudaMemcpyAsync(got, sums.data(), 16, cudaMemcpyDeviceToHost, s.get()), "D2H");
+    detail::check(cudaStreamSynchronize(s.get()), "sync");
+    detail::digest_sums(h.data(), h.size(), want, 2);
+    CHECK(got[0] == want[0]);
+    CHECK(got[1] == want[1]);
+    std::vector<unsigned char> copied(n);
+    detail::check(cudaMemcpy(copied.data(), out.data(), n, cudaMemcpyDeviceToHost), "D2H");
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      const auto dst = static_cast<std::size_t>(static_cast<std::byte*>(v[i].copy_to) - out.data());
+      INFO("piece " << i);
+      CHECK(std::equal(copied.begin() + static_cast<std::ptrdiff_t>(dst),
+                       copied.begin() + static_cast<std::ptrdiff_t>(dst + v[i].bytes),
+                       static_cast<const unsigned char*>(h[i].data)));
+    }
+  }
   SECTION("only empty pieces: 0, as on the host") { check_same(host, dev, {at(0, 0, 0), at(5, 0, 1)}, pol, s); }
 }
 

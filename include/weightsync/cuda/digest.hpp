@@ -41,6 +41,8 @@ class DigestKernel {
   //! memory) digested into sums[piece.sum] (device memory): after it, sums[i] is the digest of
   //! the chunk of the pieces that name i (a chunk without bytes: 0), when every piece of that
   //! chunk was in this call or in calls after the one that zeroed it.
+  //! A piece with copy_to is also copied there, from the bytes it digests (what was read is
+  //! what was digested): one read for both.
   void launch(const DigestSpan* spans, std::size_t count, std::uint64_t* sums, std::size_t zero,
               cudaStream_t stream) const {
     if (zero > 0)
@@ -57,9 +59,12 @@ class DigestKernel {
         if (spans[i].bytes == 0) continue;
         p.total_blocks +=
             (spans[i].bytes + kernels::kDigestBlockBytes - 1) / kernels::kDigestBlockBytes;
-        p.p[p.count++] =
-            kernels::DigestPiece{static_cast<const unsigned char*>(spans[i].data), spans[i].bytes,
-                                 p.total_blocks, spans[i].ordinal, spans[i].sum};
+        p.p[p.count++] = kernels::DigestPiece{static_cast<const unsigned char*>(spans[i].data),
+                                              static_cast<unsigned char*>(spans[i].copy_to),
+                                              spans[i].bytes,
+                                              p.total_blocks,
+                                              spans[i].ordinal,
+                                              spans[i].sum};
       }
       if (p.count == 0) break;
       // One short-lived CTA per block (not a persistent grid), so that the blocks of NCCL's

@@ -34,12 +34,14 @@
 namespace weightsync::detail {
 
 //! One piece of a chunk to digest: `bytes` bytes at `data` (host or device memory, as the policy
-//! that digests it), at position `ordinal` in its chunk, into sums[sum] of the call.
+//! that digests it), at position `ordinal` in its chunk, into sums[sum] of the call. The device
+//! kernel also copies them to `copy_to` when it is set (the host reference ignores it).
 struct DigestSpan {
   const void* data = nullptr;
   std::size_t bytes = 0;
   std::uint32_t ordinal = 0;
   std::uint32_t sum = 0;
+  void* copy_to = nullptr;
 };
 
 //! The host reference: a chunk's digest, one piece at a time (any order of pieces gives the same

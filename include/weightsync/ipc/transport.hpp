@@ -205,7 +205,7 @@ class IpcTransport {
     if (const auto* last = received_.last(); last && last->metas_digest == digest) {
       try {
         collect(last->plan, last->base, metas, opt, IpcWhere::region, 0, pre.pieces, pre.views,
-                pre.spans);
+                pre.spans, ep_.opt.checksum_copy);
         pre.valid = true;
       } catch (...) {  // pull() meets it again, where it becomes this transfer's failure
       }
@@ -464,7 +464,9 @@ class IpcTransport {
                       std::span<const TensorMeta> metas, const TransferOptions& opt,
                       detail::IpcWhere where, std::size_t chunk,
                       std::vector<detail::CopyPiece>& pieces, std::vector<TensorView>& views,
-                      std::vector<detail::DigestSpan>& spans) {
+                      std::vector<detail::DigestSpan>& spans, bool checksum_copy) {
+    // Checksums on one GPU: the digest kernel copies what it digests (IpcOptions::checksum_copy).
+    const bool fuse = (plan.flags & detail::kIpcPlanChecksum) && plan.same_gpu && checksum_copy;
     using namespace detail;
     for (std::size_t i = 0; i < metas.size(); ++i) {
       const auto& pl = plan.places[i];
@@ -482,6 +484,10 @@ class IpcTransport {
               ? base[pl.index] + pl.offset
               : base[plan.slot_region] + (chunk % plan.num_slots) * plan.slot_stride + pl.offset;
       void* to = opt.destination ? opt.destination(meta) : nullptr;
+      if (to && fuse) {  // copied and digested in one read
+        spans.push_back(DigestSpan{from, nb, 0, static_cast<std::uint32_t>(i), to});
+        continue;
+      }
       if (to)
         add_piece(pieces, static_cast<std::byte*>(to), from, nb);
       else
@@ -498,7 +504,8 @@ class IpcTransport {
     std::vector<detail::CopyPiece> pieces;
     std::vector<TensorView> views;
     std::vector<detail::DigestSpan> spans;
-    collect(c.plan, c.base, c.metas, c.opt, where, chunk, pieces, views, spans);
+    collect(c.plan, c.base, c.metas, c.opt, where, chunk, pieces, views, spans,
+            ep_.opt.checksum_copy);
     issue(c, pieces, views, spans);
   }
   //! Enqueues the copies, hands the views to load_weights, then (checksums) digests every tensor
@@ -507,6 +514,7 @@ class IpcTransport {
              const std::vector<TensorView>& views, const std::vector<detail::DigestSpan>& spans) {
     ep_.puller->enqueue(pieces, ep_.stream.get(), ep_.opt);
     if (!views.empty()) c.load(std::span<const TensorView>(views), ep_.stream.get());
+    // (some spans also copy into their destination: IpcOptions::checksum_copy)
     if (c.checks && c.ok()) digests_.add(spans, ep_.stream.get());
   }
 

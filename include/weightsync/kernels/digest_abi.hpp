@@ -34,20 +34,23 @@ inline constexpr std::uint64_t kDigestBlockBytes =
 
 //! Pieces per launch: DigestParams travels as the kernel's parameter, so it must fit the
 //! 32,764-byte kernel-parameter limit (CUDA >= 12.1, sm_70 and newer).
-inline constexpr std::uint32_t kMaxDigestPieces = 1000;
+inline constexpr std::uint32_t kMaxDigestPieces = 800;
 
 //! One piece: `bytes` bytes at `data`, at position `ordinal` in its chunk, digested into
-//! sums[sum] of its launch.
+//! sums[sum] of its launch; and, when `copy_to` is not null, copied there as they are read (one
+//! read for the copy and the digest).
 struct DigestPiece {
   const unsigned char* data;
+  unsigned char* copy_to;
   unsigned long long bytes;
   unsigned long long block_end;  //!< cumulative blocks of the launch up to and including this one
   std::uint32_t ordinal;
   std::uint32_t sum;
 };
-static_assert(sizeof(DigestPiece) == 32 && offsetof(DigestPiece, block_end) == 16 &&
-                  offsetof(DigestPiece, ordinal) == 24 && offsetof(DigestPiece, sum) == 28,
-              "DigestPiece is an ABI: a pointer, 2 u64, 2 u32");
+static_assert(sizeof(DigestPiece) == 40 && offsetof(DigestPiece, bytes) == 16 &&
+                  offsetof(DigestPiece, block_end) == 24 && offsetof(DigestPiece, ordinal) == 32 &&
+                  offsetof(DigestPiece, sum) == 36,
+              "DigestPiece is an ABI: 2 pointers, 2 u64, 2 u32");
 
 //! The kernel's only parameter (passed as __grid_constant__). Each piece's lanes and its length
 //! term (added by the CTA of its block 0) are added to sums[piece.sum], which the launcher

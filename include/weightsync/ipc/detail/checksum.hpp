@@ -10,7 +10,9 @@
 //! ended up (its destination, or the view it handed to load_weights: the producer's memory or a
 //! staging slot, digested before the slot is handed back) on its stream behind the pulls, and
 //! compares before it reports its outcome. One launch per pull batch, one digest per tensor, so a
-//! mismatch names the tensor.
+//! mismatch names the tensor. On one GPU (IpcOptions::checksum_copy) a tensor with a destination
+//! is copied by the digest kernel itself, which digests the bytes it reads from the producer's
+//! memory: the consumer's digest then costs no pass over the weights of its own.
 
 #include "weightsync/config.hpp"
 #if !WEIGHTSYNC_HAS_CUDA
