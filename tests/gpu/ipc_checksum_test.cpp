@@ -49,7 +49,7 @@ TransferOptions options(bool checksum) {
 
 using namespace ws_test_ipc_checksum;
 
-TEST_CASE("ipc checksums and votes: 1 producer -> 2 consumers on one GPU; a corrupted or failed "
+TEST_CASE("ipc checksums and votes: 1 producer -> 2 consumers on one GPU - a corrupted or failed "
           "consumer fails every rank, the next round is bit-exact",
           "[gpu][ipc][checksum]") {
   if (ws_test::ran_as_parent(1, 240s, 3)) return;

@@ -18,9 +18,11 @@
 #     - regressions: nccl round trips / faults / engines / sharded, ipc round trips / faults /
 #       engines / sharded, cuda policy (protocol 6, the schedule's checksum parts, ipc plan flags).
 #  2. weightsync_bench, checksums off and on in the same run:
-#     - ipc dense8b zerocopy: predicted off ~7.9 ms, on ~13-16 ms (+65..100 %): on one GPU the
-#       producer's digest (16.4 GB read) and the consumer's (16.4 GB read, after its pull) share
-#       HBM with the pull (32.8 GB read+write); the 10 % target is not reachable on one GPU.
+#     - ipc dense8b zerocopy, off / on (the digest kernel copies what it digests) / on-ce (copy
+#       engines copy, then the digest reads the destinations): predicted off ~7.9 ms; on ~12-13 ms
+#       (+55..65 %: the producer's digest reads 16.4 GB more, in another process, time-sliced with
+#       the consumer's copy kernel without MPS); on-ce ~14-16 ms (+75..100 %: one more 16.4 GB
+#       read after the pull). The 10 % target is not reachable on one GPU: every pass shares HBM.
 #     - nccl small1b, 2 ranks sharing the GPU (socket transport, functional figures): +< 5 %.
 #  3. shadow_bench dense8b over ipc, 10 syncs, forward = 1 GiB digest of the snapshot's weights:
 #     predicted forward idle p50 ~0.3 ms, while syncing ~0.5-0.7 ms (HBM shared with the pull),
@@ -31,7 +33,7 @@ mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0
 here=$(pwd)
 start=$SECONDS
-tests='digest kernel|checksum|shadow mode on the GPU|nccl round trips|nccl faults|nccl engines|nccl sharded|ipc colocated|ipc faults|ipc and p2p engines|ipc sharded|cuda policy'
+tests='digest.kernel|checksum|shadow.mode.on.the.GPU|nccl.round.trips|nccl.faults|nccl.engines|nccl.sharded|ipc.colocated|ipc.faults|ipc.and.p2p.engines|ipc.sharded|cuda.policy'
 WEIGHTSYNC_BUILD_DIR=build/gpu WS_CPU_TESTS=0 WS_BENCH=none \
   WS_BUILD_TARGETS="weightsync_gpu_tests weightsync_nccl_tests weightsync_bench shadow_bench" \
   WS_CTEST_ARGS="-R ($tests)" \
@@ -45,7 +47,7 @@ cp "$out/check/summary.txt" "$out/check/env.txt" "$out/" 2>/dev/null
 rm -rf "$out/check"
 b=build/gpu/benchmarks
 if [ -x $b/weightsync_bench ]; then
-  timeout 90 $b/weightsync_bench --backend ipc --layout dense8b --mode zerocopy --checksum off,on \
+  timeout 90 $b/weightsync_bench --backend ipc --layout dense8b --mode zerocopy --checksum off,on,on-ce \
     --warmup 3 --iters 10 --json "$out/bench.jsonl" > "$out/bench.txt" 2>/dev/null
   echo "ipc rc=$?" >> "$out/bench.txt"
   timeout 90 $b/weightsync_bench --backend nccl --np 2 --layout small1b --mode zerocopy \
@@ -61,5 +63,5 @@ fi
 echo "== issue-31 ($((SECONDS - start)) s) =="
 tail -2 "$out/gpu-check.txt"
 tail -4 "$out/summary.txt" 2>/dev/null
-grep -E "^\s+[0-9]+ .*(zerocopy|raw)|rc=" "$out/bench.txt" 2>/dev/null
+grep -E "^\s+[0-9]+ .*(zerocopy|raw)|rc=|Out of bounds" "$out/bench.txt" 2>/dev/null
 grep -vE "^#  " "$out/shadow.txt" 2>/dev/null | grep -E "forward|wait|landed|sync:|bit-exact|rc=" 
