@@ -6,8 +6,10 @@
 // it ended up and compares before reporting its outcome. Votes (all_or_nothing with the
 // producer's Acknowledge::each_transfer): the producer sends every consumer the verdict after the
 // outcomes, so that a failure on one consumer fails the others in the same call.
+#include <weightsync/cuda/device_buffer.hpp>
 #include <weightsync/cuda/stream.hpp>
 #include <weightsync/ipc.hpp>
+#include <weightsync/ipc/sharded.hpp>
 
 #include <chrono>
 #include <cstdint>
@@ -21,6 +23,7 @@
 #include "support/gpu_peers.hpp"
 #include "support/gpu_round.hpp"
 #include "support/role.hpp"
+#include "support/shard_model.hpp"
 
 using namespace weightsync;
 using namespace std::chrono_literals;
@@ -131,4 +134,79 @@ TEST_CASE("ipc checksums and votes: 1 producer -> 2 consumers on one GPU - a cor
     REQUIRE(t.healthy());
   }
   ws_test::say("ipc checksums and votes: rounds 2 and 4 failed on every rank, 1, 3 and 5 bit-exact");
+}
+
+TEST_CASE("ipc sharded votes: 2 trainer ranks -> 2 workers on one GPU - a failed load_weights on "
+          "one worker fails the other (all_or_nothing), the next round is bit-exact",
+          "[gpu][ipc][sharded]") {
+  if (ws_test::ran_as_parent(1, 240s, 4)) return;
+  constexpr int kTrainers = 2;
+  const auto& role = ws_test::role();
+  detail::check(cudaSetDevice(0), "cudaSetDevice");
+  IpcOptions io;
+  io.same_gpu = true;
+  IpcTransport t(ws_test::peer_rendezvous(), 0, io, 30s);
+  for (int round = 1; round <= 3; ++round) {
+    const ws_test::ShardedModel m(kTrainers, role.rank, 11, round);
+    TransferOptions opt = options(false);
+    Outcome o;
+    try {
+      if (role.rank < kTrainers) {
+        std::vector<DeviceBuffer> local;
+        std::vector<SourceTensorRef> items;
+        for (std::size_t i = 0; i < m.local.size(); ++i) {
+          local.emplace_back(std::max<std::size_t>(m.local[i].size(), 256), 0);
+          if (!m.local[i].empty())
+            detail::check(cudaMemcpy(local.back().data(), m.local[i].data(), m.local[i].size(),
+                                     cudaMemcpyHostToDevice),
+                          "cudaMemcpy");
+          items.push_back({m.local_meta[i], local.back().data()});
+        }
+        send_shards(t, m.metas, m.specs, kTrainers, items, opt);
+      } else {
+        std::vector<DeviceBuffer> dest;
+        for (const auto& x : m.metas) dest.emplace_back(std::max<std::size_t>(x.nbytes(), 256), 0);
+        receive_shards(t, m.metas, m.specs, kTrainers, opt,
+                       [&](std::span<const TensorView> batch, cudaStream_t st) {
+                         if (round == 2 && role.rank == 3) throw std::runtime_error("disk full");
+                         for (const auto& v : batch) {
+                           const auto i = static_cast<std::size_t>(v.meta - m.metas.data());
+                           if (v.nbytes)
+                             detail::check(cudaMemcpyAsync(dest[i].data(), v.data, v.nbytes,
+                                                           cudaMemcpyDeviceToDevice, st),
+                                           "cudaMemcpyAsync");
+                         }
+                       });
+        detail::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+        for (std::size_t i = 0; i < m.metas.size(); ++i) {
+          std::vector<std::byte> got(m.metas[i].nbytes());
+          if (!got.empty())
+            detail::check(cudaMemcpy(got.data(), dest[i].data(), got.size(), cudaMemcpyDeviceToHost),
+                          "cudaMemcpy");
+          for (std::size_t b = 0; b < got.size(); ++b) o.wrong += got[b] != m.full[i][b];
+        }
+      }
+    } catch (const remote_error& e) {
+      o.what = e.what();
+      o.peer = e.peer();
+      o.remote = true;
+    } catch (const std::runtime_error& e) {
+      o.what = e.what();
+    }
+    INFO("round " << round << ", rank " << role.rank << ": '" << o.what << "'");
+    if (round == 2) {
+      REQUIRE(!o.what.empty());  // every rank fails
+      if (role.rank == 3) {
+        CHECK(o.what.find("disk full") != std::string::npos);
+      } else {
+        CHECK(o.remote);
+        CHECK(o.peer == 3);
+        if (role.rank == 2) CHECK(o.what.find("all_or_nothing") != std::string::npos);
+      }
+    } else {
+      CHECK(o.what.empty());
+      CHECK(o.wrong == 0);
+    }
+    REQUIRE(t.healthy());
+  }
 }

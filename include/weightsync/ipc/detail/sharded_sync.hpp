@@ -330,10 +330,18 @@ inline TransferStats receive_shards_on(IpcEndpoint& ep, std::span<const TensorMe
     why = what_of(failure);
     ep.drain(opt);  // nothing of ours may still run when the caller gets the error
   }
-  ep.channel(trainers).gather_outcomes(code, why);
+  // Every consumer's outcome reaches every rank here (over the socket): with all_or_nothing,
+  // another consumer's failure is this one's too.
+  const auto outcomes = ep.channel(trainers).gather_outcomes(code, why);
   abort_on_throw.disarm();
   if (!failure) IpcShards::prune(ep, plans);
   if (failure) std::rethrow_exception(failure);
+  if (opt.all_or_nothing)
+    for (int r = trainers; r < ep.size(); ++r) {
+      const auto& o = outcomes[static_cast<std::size_t>(r)];
+      if (r != ep.rank() && !o.ok())
+        throw remote_error(r, cat("rank ", r, " failed (all_or_nothing): ", o.text));
+    }
   TransferStats st;
   st.tensors = metas.size();
   st.bytes = total;
