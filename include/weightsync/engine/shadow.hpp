@@ -381,12 +381,6 @@ inline void check_shadow_options(const ShadowOptions& s, const EngineOptions& e)
                            "backend only)");
 }
 
-//! Shadow mode's demands on the group. Every transport now lets every worker learn every other's
-//! outcome (the ipc / p2p producer sends a verdict after the outcomes when the trainer uses
-//! Acknowledge::each_transfer), so any number of workers may vote; kept as the one place to say
-//! what a transport cannot do.
-inline void check_shadow_group(const std::string&, int) {}
-
 //! A transfer of a shadow session: tensors land in the shadow, and the call fails on every rank
 //! when any rank failed (the vote).
 inline void shadow_transfer(std::shared_ptr<const ShadowWeights> w, TransferOptions& t) {

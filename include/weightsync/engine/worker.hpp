@@ -449,8 +449,6 @@ class WeightTransferEngine {
                       trainers - 1, " are the ", trainers, " trainer ranks' (",
                       m2n ? "the M2N init info" : "Options::trainer_ranks",
                       "), so rank_offset must be >= ", trainers, ", got ", info.rank_offset));
-    if (opt_.shadow.enabled)
-      detail::check_shadow_group(opt_.engine.backend, info.world_size - std::max(trainers, 1));
     if (backend_) backend_->shutdown();
     backend_.reset();
     m2n_.reset();
