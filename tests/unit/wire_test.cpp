@@ -190,7 +190,8 @@ TEST_CASE("wire: roles, sharding and a peer of another protocol version", "[unit
     all[1].head.version = 3;
     for (auto& b : all[1].raw) b = std::byte{0xee};
     const std::string d = detail::handshake_differences(all, 0, a, first_bad);
-    CHECK(d == "protocol version differs: rank 1 speaks 3, this rank 4");
+    CHECK(d == "protocol version differs: rank 1 speaks 3, this rank " +
+                   std::to_string(detail::kProtocolVersion));
     CHECK(first_bad == 1);
   }
 }
