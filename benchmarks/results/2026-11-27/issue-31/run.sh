@@ -37,7 +37,7 @@ tests='digest.kernel|checksum|shadow.mode.on.the.GPU|nccl.round.trips|nccl.fault
 WEIGHTSYNC_BUILD_DIR=build/gpu WS_CPU_TESTS=0 WS_BENCH=none \
   WS_BUILD_TARGETS="weightsync_gpu_tests weightsync_nccl_tests weightsync_bench shadow_bench" \
   WS_CTEST_ARGS="-R ($tests)" \
-  timeout 330 bash scripts/gpu-check.sh "$out/check" > "$out/gpu-check.txt" 2>&1
+  timeout 290 bash scripts/gpu-check.sh "$out/check" > "$out/gpu-check.txt" 2>&1
 echo "gpu-check rc=$? ($((SECONDS - start)) s)" >> "$out/gpu-check.txt"
 cp "$out/check/summary.txt" "$out/check/env.txt" "$out/" 2>/dev/null
 {
@@ -47,16 +47,16 @@ cp "$out/check/summary.txt" "$out/check/env.txt" "$out/" 2>/dev/null
 rm -rf "$out/check"
 b=build/gpu/benchmarks
 if [ -x $b/weightsync_bench ]; then
-  timeout 90 $b/weightsync_bench --backend ipc --layout dense8b --mode zerocopy --checksum off,on,on-ce \
+  timeout 50 $b/weightsync_bench --backend ipc --layout dense8b --mode zerocopy --checksum off,on,on-ce \
     --warmup 3 --iters 10 --json "$out/bench.jsonl" > "$out/bench.txt" 2>/dev/null
   echo "ipc rc=$?" >> "$out/bench.txt"
-  timeout 90 $b/weightsync_bench --backend nccl --np 2 --layout small1b --mode zerocopy \
+  timeout 50 $b/weightsync_bench --backend nccl --np 2 --layout small1b --mode zerocopy \
     --checksum off,on --warmup 1 --iters 5 --json "$out/bench.jsonl" >> "$out/bench.txt" 2>/dev/null
   echo "nccl rc=$?" >> "$out/bench.txt"
 fi
 if [ -x $b/shadow_bench ]; then
   for ck in off on; do
-    timeout 60 $b/shadow_bench --layout dense8b --syncs 10 --checksum $ck --json "$out/bench.jsonl"
+    timeout 40 $b/shadow_bench --layout dense8b --syncs 10 --checksum $ck --json "$out/bench.jsonl"
     echo "shadow_bench checksum $ck rc=$?"
   done > "$out/shadow.txt" 2>&1
 fi
