@@ -121,7 +121,7 @@ using namespace ws_test_checksum_nccl;
 TEST_CASE("checksum over nccl: a flipped byte fails every rank before the commit, the next round "
           "works (whole and sharded)",
           "[gpu][nccl][multi_gpu][checksum]") {
-  if (ws_test::ran_as_parent(3, 300s, 3)) return;
+  if (ws_test::ran_as_parent_reporting(3, 300s, 3)) return;
   const auto& role = ws_test::role();
   const int device = role.rank % ws_test::device_count();
   detail::check(cudaSetDevice(device), "cudaSetDevice");
@@ -153,6 +153,9 @@ TEST_CASE("checksum over nccl: a flipped byte fails every rank before the commit
                                     });
     });
     INFO("whole, round " << round << ", rank " << role.rank);
+    if (round == 2)
+      ws_test::say("[ws-test] whole, corrupted round, rank " + std::to_string(role.rank) + ": " +
+                   o.what.substr(0, 300));
     if (round == 2) {
       expect_failed(o, role.rank, 2, 0);
     } else {
@@ -218,6 +221,9 @@ TEST_CASE("checksum over nccl: a flipped byte fails every rank before the commit
       return wrong;
     });
     INFO("sharded, round " << round << ", rank " << role.rank);
+    if (round == 2)
+      ws_test::say("[ws-test] sharded, corrupted round, rank " + std::to_string(role.rank) + ": " +
+                   o.what.substr(0, 300));
     if (round == 2) {
       // the worker names the trainer rank whose chunk it checked first
       CHECK(o.what.find("checksum mismatch") != std::string::npos);
@@ -228,6 +234,6 @@ TEST_CASE("checksum over nccl: a flipped byte fails every rank before the commit
     }
   }
   REQUIRE(nccl.healthy());
-  ws_test::say("checksums: whole and sharded, corrupted rounds failed on every rank, the others "
+  ws_test::say("[ws-test] checksums: whole and sharded, corrupted rounds failed on every rank, the others "
                "bit-exact");
 }

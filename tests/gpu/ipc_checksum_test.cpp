@@ -55,7 +55,7 @@ using namespace ws_test_ipc_checksum;
 TEST_CASE("ipc checksums and votes: 1 producer -> 2 consumers on one GPU - a corrupted or failed "
           "consumer fails every rank, the next round is bit-exact",
           "[gpu][ipc][checksum]") {
-  if (ws_test::ran_as_parent(1, 240s, 3)) return;
+  if (ws_test::ran_as_parent_reporting(1, 240s, 3)) return;
   const auto& role = ws_test::role();
   detail::check(cudaSetDevice(0), "cudaSetDevice");
   IpcOptions io;
@@ -107,6 +107,9 @@ TEST_CASE("ipc checksums and votes: 1 producer -> 2 consumers on one GPU - a cor
       o.what = e.what();
     }
     INFO("round " << round << ", rank " << role.rank << ": '" << o.what << "'");
+    if (round == 2 || round == 4)
+      ws_test::say("[ws-test] round " + std::to_string(round) + ", rank " +
+                   std::to_string(role.rank) + ": " + o.what.substr(0, 300));
     if (round == 2) {
       REQUIRE(!o.what.empty());  // every rank fails
       if (role.rank == 2) {
@@ -133,7 +136,7 @@ TEST_CASE("ipc checksums and votes: 1 producer -> 2 consumers on one GPU - a cor
     }
     REQUIRE(t.healthy());
   }
-  ws_test::say("ipc checksums and votes: rounds 2 and 4 failed on every rank, 1, 3 and 5 bit-exact");
+  ws_test::say("[ws-test] ipc checksums and votes: rounds 2 and 4 failed on every rank, 1, 3 and 5 bit-exact");
 }
 
 TEST_CASE("ipc sharded votes: 2 trainer ranks -> 2 workers on one GPU - a failed load_weights on "

@@ -164,7 +164,7 @@ void run(const std::string& backend) {
   reader.stop = true;
   th.join();
   CHECK(failure.find("dtype float16 where bfloat16 was declared") != std::string::npos);
-  ws_test::say(backend + " shadow: " + std::to_string(reader.reads.load()) + " snapshots read (" +
+  ws_test::say("[ws-test] " + backend + " shadow: " + std::to_string(reader.reads.load()) + " snapshots read (" +
                std::to_string(reader.reads_during_sync.load()) + " during syncs), " +
                std::to_string(reader.wrong.load()) + " wrong bytes, longest acquire " +
                std::to_string(reader.longest_acquire_ns.load() / 1000) + " us");
@@ -178,13 +178,13 @@ void run(const std::string& backend) {
 TEST_CASE("shadow mode on the GPU over nccl: snapshots serve v while v+1 lands, a failed update "
           "leaves v serving, bit-exact",
           "[gpu][nccl][multi_gpu][shadow]") {
-  if (ws_test::ran_as_parent(2, 300s)) return;
+  if (ws_test::ran_as_parent_reporting(2, 300s)) return;
   ws_test_shadow_gpu::run("nccl");
 }
 
 TEST_CASE("shadow mode on the GPU over ipc: snapshots serve v while v+1 lands, a failed update "
           "leaves v serving, bit-exact",
           "[gpu][ipc][shadow]") {
-  if (ws_test::ran_as_parent(1, 300s)) return;
+  if (ws_test::ran_as_parent_reporting(1, 300s)) return;
   ws_test_shadow_gpu::run("ipc");
 }
