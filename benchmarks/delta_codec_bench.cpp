@@ -5,8 +5,10 @@
 // random positions) turns the reference into the source, then each rep times, with CUDA events
 // on one stream:
 //   encode = measure (count + layout, one host synchronization) + encode (the blobs) + the
-//            reference update (applying the blobs onto the trainer's reference copy, which the
-//            next step is encoded against): GB/s of SOURCE bytes;
+//            reference update (the trainer's reference copy, which the next step is encoded
+//            against, made equal to the source: inside measure with --ref-update fused, the
+//            default and what CudaDeltaCodec does; or applying the blobs onto it afterwards with
+//            --ref-update apply, the earlier way): GB/s of SOURCE bytes;
 //   apply  = the inference side: one batched apply of every blob onto a copy of the reference:
 //            GB/s of BLOB bytes (headers, directories and payloads).
 // Before each rep the blob buffer is poisoned and the reference copy reset (it holds the source
@@ -45,6 +47,9 @@ constexpr const char* kUsage = R"(usage: delta_codec_bench [options]
   --reps N             timed repetitions per density (default 5; the median is reported)
   --warmup N           untimed repetitions first (default 1)
   --seed N             the step generator's seed (default 1)
+  --ref-update MODE    fused (measure writes the source into the reference; default) or apply
+                       (the blobs applied onto the reference after encode)
+  --sparse-writes MODE scattered (default) or sectors: how apply writes sparse buckets
   --json FILE          also write one JSON object per density to FILE
   -h, --help           this text
 Needs about 3x the layout's bytes of GPU memory plus the blobs (dense8b: 16.4 GB per copy).
@@ -59,6 +64,8 @@ struct Args {
   std::uint32_t bucket_elems = kDefaultBucketElems;
   int reps = 5, warmup = 1;
   std::uint64_t seed = 1;
+  bool fused = true;
+  SparseWrites writes = SparseWrites::scattered;
   std::string json;
 };
 
@@ -120,6 +127,14 @@ Args parse(int argc, char** argv) {
       a.warmup = static_cast<int>(std::min<std::uint64_t>(parse_u64(k, v), 1000000));
     } else if (k == "--seed") {
       a.seed = parse_u64(k, v);
+    } else if (k == "--ref-update") {
+      if (v != "fused" && v != "apply")
+        throw std::invalid_argument("--ref-update: fused or apply, got '" + v + "'");
+      a.fused = v == "fused";
+    } else if (k == "--sparse-writes") {
+      if (v != "scattered" && v != "sectors")
+        throw std::invalid_argument("--sparse-writes: scattered or sectors, got '" + v + "'");
+      a.writes = v == "sectors" ? SparseWrites::sectors : SparseWrites::scattered;
     } else if (k == "--json") {
       a.json = v;
     } else {
@@ -194,15 +209,16 @@ int main(int argc, char** argv) {
     DeviceBuffer wrong_d(8, 0);
     ws_pattern::fill(base.data(), total, a.seed * 7 + 3, s);
     CudaDeltaEncoder enc(a.bucket_elems);
-    CudaDeltaApplier app(a.bucket_elems);
+    CudaDeltaApplier app(a.bucket_elems, a.writes);
     std::vector<DeltaJob> jobs;
     for (std::size_t i = 0; i < metas.size(); ++i)
       jobs.push_back({src.data() + at[i], work.data() + at[i], metas[i].numel(), 2});
     std::printf(
         "# delta_codec_bench on %s: layout %s, %zu bf16 tensors, %llu bytes, bucket %u, "
-        "median of %d reps after %d warm-up\n",
+        "ref-update %s, sparse-writes %s, median of %d reps after %d warm-up\n",
         prop.name, a.layout.c_str(), metas.size(), static_cast<unsigned long long>(src_bytes),
-        a.bucket_elems, a.reps, a.warmup);
+        a.bucket_elems, a.fused ? "fused" : "apply",
+        a.writes == SparseWrites::sectors ? "sectors" : "scattered", a.reps, a.warmup);
     std::printf(
         "# encode = measure + encode + reference update (the blobs applied onto the "
         "reference copy), GB/s of source bytes; apply = one batched apply, GB/s of blob "
@@ -229,7 +245,7 @@ int main(int argc, char** argv) {
         ck(cudaMemcpyAsync(work.data(), base.data(), total, cudaMemcpyDeviceToDevice, s),
            "cudaMemcpyAsync");
         ck(cudaEventRecord(ev.e[0], s), "cudaEventRecord");
-        sizes = enc.measure(jobs, s);
+        sizes = enc.measure(jobs, s, a.fused);
         ck(cudaEventRecord(ev.e[1], s), "cudaEventRecord");
         std::vector<std::uint64_t> off(sizes.size());
         blob_total = 0;
@@ -252,7 +268,7 @@ int main(int argc, char** argv) {
         }
         enc.encode(outs, s);
         ck(cudaEventRecord(ev.e[2], s), "cudaEventRecord");
-        app.apply(ab, s);  // the trainer's reference update
+        if (!a.fused) app.apply(ab, s);  // the trainer's reference update
         ck(cudaEventRecord(ev.e[3], s), "cudaEventRecord");
         app.finish(s);
         changed = enc.changed_elements();
@@ -300,7 +316,10 @@ int main(int argc, char** argv) {
       if (js)
         js << "{\"tool\":\"delta_codec_bench\",\"device\":\"" << prop.name << "\",\"layout\":\""
            << a.layout << "\",\"tensors\":" << metas.size() << ",\"src_bytes\":" << src_bytes
-           << ",\"dtype\":\"bfloat16\",\"bucket_elems\":" << a.bucket_elems << ",\"density\":" << d
+           << ",\"dtype\":\"bfloat16\",\"bucket_elems\":" << a.bucket_elems
+           << ",\"ref_update\":\"" << (a.fused ? "fused" : "apply") << "\",\"sparse_writes\":\""
+           << (a.writes == SparseWrites::sectors ? "sectors" : "scattered")
+           << "\",\"density\":" << d
            << ",\"changed_elements\":" << changed << ",\"blob_bytes\":" << blob_bytes
            << ",\"blob_pct\":" << blob_pct << ",\"measure_us\":" << median(t_measure)
            << ",\"encode_us\":" << median(t_encode) << ",\"ref_update_us\":" << median(t_ref)

@@ -1,14 +1,23 @@
 // SPDX-FileCopyrightText: 2026 weightsync contributors
 // SPDX-License-Identifier: Apache-2.0
-// FP8 quantize throughput (GB/s of bf16 / fp32 input) of the CUDA kernels on dense8b's projection
-// shapes, per scale layout: CUDA events around `reps` launches after `warmup`, the median of
-// `trials` such timings. Before timing, each output is checked bit for bit against the host
-// implementation (the whole tensor for q_proj; the first 256 rows elsewhere, per-tensor excepted).
-//   fp8_quantize_bench [--reps N] [--trials N] [--dtype bfloat16|float32] [--json FILE]
+// FP8 quantize throughput (GB/s of bf16 / fp32 input) of the CUDA kernels on dense8b's and
+// moe30b's projection shapes, per scale layout: CUDA events around `reps` launches after `warmup`,
+// the median of `trials` such timings. Before timing, each output is checked bit for bit against
+// the host implementation (the whole tensor for q_proj; the first 256 rows elsewhere, per-tensor
+// excepted).
+// --load L,...: quantize on load (the load planner into vLLM-layout FP8 parameters: qkv / gate_up
+// fused, experts stacked, TP shards, block 128 scales) of a whole layout at TP 1 and 2 (rank 0):
+// CUDA events around one LoadPlan::load of every tensor (device views), the median of `trials`
+// after one warm-up, checked byte for byte (parameters and scales) against the FP8 checkpoint path
+// (each tensor quantized whole, quantize_fp8, then loaded as it is by the planner).
+//   fp8_quantize_bench [--reps N] [--trials N] [--dtype bfloat16|float32] [--load L,...]
+//                      [--json FILE]
 #include <weightsync/cuda/check.hpp>
 #include <weightsync/cuda/device_buffer.hpp>
 #include <weightsync/cuda/fp8_quantize.hpp>
 #include <weightsync/fp8/quantize.hpp>
+#include <weightsync/layouts.hpp>
+#include <weightsync/loading.hpp>
 
 #include <cuda_runtime_api.h>
 
@@ -18,8 +27,12 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
+
+#include "cuda_pattern.hpp"
 
 using namespace weightsync;
 
@@ -75,12 +88,222 @@ bool check(const TensorMeta& m, Fp8Scaling s, const std::vector<std::byte>& in,
   return w == got && std::memcmp(sw.data(), sgot.data(), sw.size() * 4) == 0;
 }
 
+// ---- quantize on load ----
+
+// A vLLM-layout engine of one TP rank in one device arena (256-byte aligned), poisoned.
+struct Engine {
+  std::vector<ParamInfo> params;
+  std::vector<std::size_t> offsets;
+  std::size_t extent = 0;
+  std::optional<DeviceBuffer> arena;
+  std::size_t fp8_bytes = 0;
+  void add(std::string name, DType t, std::vector<std::int64_t> shape) {
+    const TensorMeta m{name, t, shape};
+    offsets.push_back(extent);
+    extent += (m.nbytes() + 255) / 256 * 256;
+    if (t == DType::float8_e4m3fn) fp8_bytes += m.nbytes();
+    params.push_back({std::move(name), nullptr, t, std::move(shape)});
+  }
+  // An FP8 parameter [E,] R x C and its block scales.
+  void add8(const std::string& name, std::vector<std::int64_t> shape) {
+    std::vector<std::int64_t> sc(shape);
+    const std::size_t n = sc.size();
+    sc[n - 2] = (sc[n - 2] + 127) / 128;
+    sc[n - 1] = (sc[n - 1] + 127) / 128;
+    add(name, DType::float8_e4m3fn, std::move(shape));
+    add(name + "_scale_inv", DType::float32, std::move(sc));
+  }
+  void allocate(int device) {
+    arena.emplace(extent, device);
+    for (std::size_t i = 0; i < params.size(); ++i) params[i].data = arena->data() + offsets[i];
+    detail::check(cudaMemset(arena->data(), 0xCD, extent), "cudaMemset");
+  }
+};
+
+// The Qwen3 / Qwen3-MoE configuration of a layout, its layer count and vocab.
+struct LayoutConfig {
+  ModelConfig cfg;
+  int layers = 0;
+  std::int64_t vocab = 0;
+};
+
+LayoutConfig config_of(const std::vector<TensorMeta>& metas) {
+  const auto find = [&](const std::string& n) -> const TensorMeta* {
+    for (const auto& m : metas)
+      if (m.name == n) return &m;
+    return nullptr;
+  };
+  LayoutConfig c;
+  c.vocab = find("model.embed_tokens.weight")->shape[0];
+  c.cfg.hidden = find("model.embed_tokens.weight")->shape[1];
+  c.cfg.head_dim = find("model.layers.0.self_attn.q_norm.weight")->shape[0];
+  c.cfg.n_heads = find("model.layers.0.self_attn.q_proj.weight")->shape[0] / c.cfg.head_dim;
+  c.cfg.n_kv_heads = find("model.layers.0.self_attn.k_proj.weight")->shape[0] / c.cfg.head_dim;
+  if (const auto* g = find("model.layers.0.mlp.gate_proj.weight")) c.cfg.intermediate = g->shape[0];
+  if (const auto* r = find("model.layers.0.mlp.gate.weight")) {
+    c.cfg.n_experts = r->shape[0];
+    c.cfg.moe_intermediate = find("model.layers.0.mlp.experts.0.gate_proj.weight")->shape[0];
+  }
+  c.cfg.tie_word_embeddings = find("lm_head.weight") == nullptr;
+  while (find("model.layers." + std::to_string(c.layers) + ".input_layernorm.weight")) ++c.layers;
+  return c;
+}
+
+Engine make_engine(const LayoutConfig& lc, int tp) {
+  const ModelConfig& c = lc.cfg;
+  Engine e;
+  const std::int64_t H = c.hidden, hd = c.head_dim;
+  const std::int64_t q = c.n_heads / tp * hd,
+                     kv = (c.n_kv_heads >= tp ? c.n_kv_heads / tp : 1) * hd;
+  const std::int64_t per = (lc.vocab + 63) / 64 * 64 / tp;
+  e.add("model.embed_tokens.weight", DType::bfloat16, {per, H});
+  for (int l = 0; l < lc.layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    e.add(p + "input_layernorm.weight", DType::bfloat16, {H});
+    e.add8(p + "self_attn.qkv_proj.weight", {q + 2 * kv, H});
+    e.add8(p + "self_attn.o_proj.weight", {H, c.n_heads * hd / tp});
+    e.add(p + "self_attn.q_norm.weight", DType::bfloat16, {hd});
+    e.add(p + "self_attn.k_norm.weight", DType::bfloat16, {hd});
+    e.add(p + "post_attention_layernorm.weight", DType::bfloat16, {H});
+    if (c.n_experts) {
+      e.add(p + "mlp.gate.weight", DType::bfloat16, {c.n_experts, H});
+      e.add8(p + "mlp.experts.w13_weight", {c.n_experts, 2 * c.moe_intermediate / tp, H});
+      e.add8(p + "mlp.experts.w2_weight", {c.n_experts, H, c.moe_intermediate / tp});
+    } else {
+      e.add8(p + "mlp.gate_up_proj.weight", {2 * c.intermediate / tp, H});
+      e.add8(p + "mlp.down_proj.weight", {H, c.intermediate / tp});
+    }
+  }
+  e.add("model.norm.weight", DType::bfloat16, {H});
+  if (!c.tie_word_embeddings) e.add("lm_head.weight", DType::bfloat16, {per, H});
+  return e;
+}
+
+// Quantize on load of layout `name` at TP 1 and 2 (rank 0); false on a mismatch.
+bool run_load(const std::string& name, int trials, cudaStream_t stream, std::ofstream& js) {
+  const auto metas = layouts::by_name(name);
+  const LayoutConfig lc = config_of(metas);
+  cudaDeviceProp prop{};
+  detail::check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  // The source: realistic bf16 weights (a 64 MiB block of make_input, tiled), 256-byte aligned.
+  std::vector<std::size_t> off;
+  std::size_t extent = 0, bytes = 0, quantized = 0;
+  for (const auto& m : metas) {
+    off.push_back(extent);
+    extent += (m.nbytes() + 255) / 256 * 256;
+    bytes += m.nbytes();
+  }
+  bool ok = true;
+  try {
+    DeviceBuffer src(extent, 0);
+    {
+      const auto block = make_input(DType::bfloat16, 8192, 4096);  // 64 MiB
+      DeviceBuffer b(block.size(), 0);
+      detail::check(cudaMemcpy(b.data(), block.data(), block.size(), cudaMemcpyHostToDevice),
+                    "cudaMemcpy");
+      for (std::size_t at = 0; at < extent; at += block.size())
+        detail::check(cudaMemcpy(src.data() + at, b.data(), std::min(block.size(), extent - at),
+                                 cudaMemcpyDeviceToDevice),
+                      "cudaMemcpy");
+    }
+    std::vector<TensorView> views;
+    for (std::size_t i = 0; i < metas.size(); ++i)
+      views.push_back({&metas[i], src.data() + off[i], metas[i].nbytes()});
+    for (int tp : {1, 2}) {
+      Engine eng = make_engine(lc, tp), ref = make_engine(lc, tp);
+      eng.allocate(0);
+      ref.allocate(0);
+      const LoadMap map =
+          lc.cfg.n_experts ? qwen3_moe_map(lc.cfg, {0, tp}) : qwen3_map(lc.cfg, {0, tp});
+      const auto plan = plan_loading(metas, eng.params, map, {.ignore_unmapped = false});
+      quantized = 0;
+      for (const auto& m : metas)
+        if (const GatherOp* g = plan.gather(m.name); g && g->quantize()) quantized += m.nbytes();
+      detail::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+      cudaEvent_t e0, e1;
+      detail::check(cudaEventCreate(&e0), "cudaEventCreate");
+      detail::check(cudaEventCreate(&e1), "cudaEventCreate");
+      std::vector<float> ms;
+      for (int t = 0; t <= trials; ++t) {  // the first is the warm-up
+        detail::check(cudaEventRecord(e0, stream), "cudaEventRecord");
+        plan.load(std::span<const TensorView>(views), stream);
+        detail::check(cudaEventRecord(e1, stream), "cudaEventRecord");
+        detail::check(cudaEventSynchronize(e1), "cudaEventSynchronize");
+        float x = 0;
+        detail::check(cudaEventElapsedTime(&x, e0, e1), "cudaEventElapsedTime");
+        if (t > 0) ms.push_back(x);
+      }
+      std::sort(ms.begin(), ms.end());
+      const double us = ms[ms.size() / 2] * 1e3;
+      // The reference: each tensor quantized whole, then loaded as the FP8 checkpoint it makes.
+      std::vector<TensorMeta> metas8;
+      for (const auto& m : metas) {
+        const GatherOp* g = plan.gather(m.name);
+        if (g && g->quantize()) {
+          metas8.push_back(fp8_weight_meta(m));
+          metas8.push_back(fp8_scale_meta(m, Fp8Scaling::block128,
+                                          fp8_scale_name(m.name, Fp8Scaling::block128)));
+        } else {
+          metas8.push_back(m);
+        }
+      }
+      const auto plan8 = plan_loading(metas8, ref.params, map);
+      std::size_t largest = 0;
+      for (const auto& m : metas) largest = std::max(largest, m.nbytes());
+      DeviceBuffer q(largest / 2 + 256, 0), sc(std::size_t{1} << 20, 0);
+      for (std::size_t i = 0, o = 0; i < metas.size(); ++i) {
+        const TensorMeta& m = metas[i];
+        if (metas8[o].dtype == DType::float8_e4m3fn) {
+          quantize_fp8(m, src.data() + off[i], Fp8Scaling::block128, q.data(),
+                       reinterpret_cast<float*>(sc.data()), stream);
+          const TensorView two[2] = {{&metas8[o], q.data(), metas8[o].nbytes()},
+                                     {&metas8[o + 1], sc.data(), metas8[o + 1].nbytes()}};
+          plan8.load(std::span<const TensorView>(two, 2), stream);
+          o += 2;
+        } else {
+          const TensorView one{&metas8[o], src.data() + off[i], m.nbytes()};
+          plan8.load(std::span<const TensorView>(&one, 1), stream);
+          ++o;
+        }
+        if (i % 64 == 63) detail::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+      }
+      DeviceBuffer counter(sizeof(unsigned long long), 0);
+      auto* cnt = reinterpret_cast<unsigned long long*>(counter.data());
+      detail::check(cudaMemsetAsync(cnt, 0, sizeof *cnt, stream), "cudaMemsetAsync");
+      ws_pattern::count_diff(eng.arena->data(), ref.arena->data(), eng.extent, cnt, stream);
+      unsigned long long wrong = 0;
+      detail::check(cudaMemcpyAsync(&wrong, cnt, sizeof wrong, cudaMemcpyDeviceToHost, stream),
+                    "cudaMemcpyAsync");
+      detail::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+      cudaEventDestroy(e0);
+      cudaEventDestroy(e1);
+      ok = ok && wrong == 0;
+      std::printf(
+          "  load %-8s tp %d r0: %zu tensors, %.2f GB bf16 (%.2f GB quantized) -> %.2f GB "
+          "fp8 params: %.1f us = %.1f GB/s of quantized bf16 input, %.1f GB/s of all "
+          "input; %llu wrong bytes vs the FP8 checkpoint path\n",
+          name.c_str(), tp, metas.size(), double(bytes) / 1e9, double(quantized) / 1e9,
+          double(eng.fp8_bytes) / 1e9, us, double(quantized) / (us * 1e-6) / 1e9,
+          double(bytes) / (us * 1e-6) / 1e9, wrong);
+      if (js)
+        js << "{\"load\":\"" << name << "\",\"tp\":" << tp << ",\"in_bytes\":" << bytes
+           << ",\"quantized_bytes\":" << quantized << ",\"fp8_param_bytes\":" << eng.fp8_bytes
+           << ",\"time_us\":" << us << ",\"wrong\":" << wrong << ",\"device\":\"" << prop.name
+           << "\"}\n";
+    }
+  } catch (const cuda_error& e) {
+    std::printf("  load %-8s NOT RUN on this device: %s\n", name.c_str(), e.what());
+  }
+  return ok;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int reps = 20, trials = 7;
   DType dt = DType::bfloat16;
   std::string json;
+  std::vector<std::string> loads;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--reps")
@@ -91,7 +314,10 @@ int main(int argc, char** argv) {
       dt = parse_dtype(argv[i + 1]);
     else if (a == "--json")
       json = argv[i + 1];
-    else {
+    else if (a == "--load") {
+      std::stringstream ss(argv[i + 1]);
+      for (std::string l; std::getline(ss, l, ',');) loads.push_back(l);
+    } else {
       std::fprintf(stderr, "unknown option %s\n", argv[i]);
       return 2;
     }
@@ -107,11 +333,10 @@ int main(int argc, char** argv) {
               prop.name, std::string(dtype_name(dt)).c_str(), trials, reps);
   std::printf("# %-10s %13s %-15s %10s %10s %10s %6s\n", "tensor", "shape", "scaling", "in_MB",
               "time_us", "in_GB/s", "check");
-  const Shape shapes[] = {{"q_proj", 4096, 4096},
-                          {"k_proj", 1024, 4096},
-                          {"gate_proj", 12288, 4096},
-                          {"down_proj", 4096, 12288},
-                          {"embed", 151936, 4096}};
+  const Shape shapes[] = {{"q_proj", 4096, 4096},     {"k_proj", 1024, 4096},
+                          {"gate_proj", 12288, 4096}, {"down_proj", 4096, 12288},
+                          {"embed", 151936, 4096},    {"moe_gate", 768, 2048},
+                          {"moe_down", 2048, 768}};
   std::ofstream js;
   if (!json.empty()) js.open(json);
   cudaStream_t stream = nullptr;
@@ -169,5 +394,6 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("# check: %s\n", all_ok ? "all outputs match the host implementation" : "MISMATCH");
+  for (const auto& l : loads) all_ok = run_load(l, trials, stream, js) && all_ok;
   return all_ok ? 0 : 1;
 }

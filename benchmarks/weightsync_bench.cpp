@@ -213,14 +213,16 @@ usage: weightsync_bench [options]
   --non-blocking       NCCL launches through a non-blocking communicator
   --fp8                nccl: after each bf16 row, the same sync with the trainer's tensors
                        quantized on the fly (Fp8Source: the linear projections as float8_e4m3fn
-                       with 128x128 block scales, the rest bf16); every received byte checked
-                       against the consumer's own quantization of the same weights
-  --delta D[,D...]     nccl or host: after the bf16 rows, delta syncs (DeltaSource; on nccl
-                       with CudaDeltaCodec): both sides hold version v0, the trainer changes a
+                       with 128x128 block scales, the rest bf16, into the producer's ring);
+                       every received byte checked against the consumer's own quantization of
+                       the same weights; also prints the wire bytes with lm_head quantized too
+  --delta D[,D...]     nccl, ipc or host: after the bf16 rows, delta syncs (DeltaSource; on
+                       the GPU with CudaDeltaCodec): both sides hold version v0, the trainer changes a
                        D share of the bf16 elements (one bit each, deterministic random
                        positions), encodes against its reference and sends the blobs; the
                        consumer applies them in place. Row time: encode + transfer + apply (max
-                       over ranks) against the packed bf16 row; every received byte checked
+                       over ranks) against the faster of the packed / zerocopy bf16 rows; every
+                       received byte checked
                        against the consumer's own step
   --delta-mode M       auto (default: DeltaMode::automatic, told the link speed the packed row
                        measured: a link as fast as the diff sends whole) or always (a blob for
@@ -357,8 +359,8 @@ Args parse(int argc, char** argv) {
     throw std::invalid_argument(
         "--fp8 needs --backend nccl (ipc and p2p pull every tensor of a "
         "sync at once: an on-the-fly source would need a whole FP8 copy)");
-  if (!a.delta.empty() && a.backend != "nccl" && a.backend != "host")
-    throw std::invalid_argument("--delta needs --backend nccl or host");
+  if (!a.delta.empty() && a.backend != "nccl" && a.backend != "host" && a.backend != "ipc")
+    throw std::invalid_argument("--delta needs --backend nccl, ipc or host");
   if (a.backend == "host")
     for (const auto& m : a.modes)
       if (m != "packed" && m != "zerocopy" && m != "unpacked" && m != "unpacked-zc")
@@ -820,64 +822,101 @@ class Bench {
   }
 
   // --fp8: the same layout as its FP8 checkpoint, quantized on the producer as the pipeline
-  // takes each tensor (Fp8Source + CudaFp8Quantizer, block 128 x 128 scales), received into the
-  // consumer's FP8 parameters and checked byte for byte against the consumer's own quantization
-  // of the same bf16 weights (the kernels are checked against the host and torch in the tests).
+  // takes each tensor (Fp8Source + CudaFp8Quantizer, block 128 x 128 scales), straight into the
+  // producer's ring slots (Fp8Source::iterate(workspace, options)), received into the consumer's
+  // FP8 tensors (laid out in its bf16 model's arena, free once the bf16 rows are done: moe30b's two
+  // ranks then fit one H200) and checked byte for byte, after every iteration, against the
+  // consumer's own quantization of the same bf16 weights, tensor by tensor (the kernels are
+  // checked against the host and torch in the tests).
   int run_fp8(const std::string& layout, const std::vector<ws::TensorMeta>& metas,
               ws_test::DeviceModel& model, const std::map<std::string, double>& bf16_time) {
     using Src = ws_test::ModelSource;
     const bool producer = rank() == 0;
     int failures = 0;
+    ws::Fp8SourceOptions fo;
+    Src src{metas, model};
+    ws::Fp8Source<Src, ws::CudaFp8Quantizer> fp8(src, fo, ws::CudaFp8Quantizer{s(), device_});
+    const auto metas8 = fp8.metas();
+    const auto total = [](const std::vector<ws::TensorMeta>& v) {
+      std::size_t n = 0;
+      for (const auto& m : v) n += m.nbytes();
+      return n;
+    };
+    const std::size_t bytes8 = total(metas8);
+    ws::Fp8SourceOptions with_lm = fo;  // the same with lm_head quantized too (from the layout)
+    with_lm.include.push_back(R"(^lm_head\.weight$)");
+    const std::size_t bytes8_lm = total(ws::Fp8Source<Src>(src, with_lm).metas());
+    std::vector<std::size_t> off8;  // the consumer's FP8 tensors in its model's arena
+    std::size_t extent8 = 0;
+    for (const auto& m : metas8) {
+      off8.push_back(extent8);
+      extent8 += (m.nbytes() + 255) / 256 * 256;
+    }
+    if (extent8 > model.arena_bytes()) throw std::runtime_error("--fp8: the FP8 layout is larger");
+    auto got = [&](std::size_t i) { return model.arena() + off8[i]; };
+    std::size_t largest = 0;
+    for (const auto& m : metas) largest = std::max(largest, m.nbytes());
+    std::optional<ws::DeviceBuffer> scratch, qbuf, sbuf, counter;
+    if (!producer) {
+      scratch.emplace(largest, device_);
+      qbuf.emplace(largest / 2 + 256, device_);
+      sbuf.emplace(std::size_t{1} << 20, device_);
+      counter.emplace(sizeof(unsigned long long), device_);
+    }
+    // Bytes of the received tensors that differ from the consumer's own quantization of the
+    // producer's weights (pattern round 1), tensor by tensor.
+    auto diff = [&]() -> unsigned long long {
+      if (producer) return 0;
+      auto* cnt = reinterpret_cast<unsigned long long*>(counter->data());
+      ws::detail::check(cudaMemsetAsync(cnt, 0, sizeof *cnt, s()), "cudaMemsetAsync");
+      std::size_t o = 0;
+      for (std::size_t i = 0; i < metas.size(); ++i) {
+        const auto nb = metas[i].nbytes();
+        ws_pattern::fill(scratch->data(), nb, ws_test::tensor_seed(1, i), s());
+        if (fp8.quantized(metas[i])) {
+          if (metas8[o + 1].nbytes() > sbuf->size()) throw std::runtime_error("--fp8: scales");
+          ws::quantize_fp8(metas[i], scratch->data(), fo.scaling, qbuf->data(),
+                           reinterpret_cast<float*>(sbuf->data()), s());
+          ws_pattern::count_diff(got(o), qbuf->data(), metas8[o].nbytes(), cnt, s());
+          ws_pattern::count_diff(got(o + 1), sbuf->data(), metas8[o + 1].nbytes(), cnt, s());
+          o += 2;
+        } else {
+          ws_pattern::count_diff(got(o), scratch->data(), nb, cnt, s());
+          ++o;
+        }
+      }
+      unsigned long long host = 0;
+      ws::detail::check(cudaMemcpyAsync(&host, cnt, sizeof host, cudaMemcpyDeviceToHost, s()),
+                        "cudaMemcpyAsync");
+      ws::detail::check(cudaStreamSynchronize(s()), "cudaStreamSynchronize");
+      return host;
+    };
     for (const auto& mode : a_.modes) {
       if (mode != "packed" && mode != "zerocopy") continue;
-      ws::Fp8SourceOptions fo;
-      fo.packed = true;
-      fo.buffer_size_bytes = a_.buffer_sizes.front();
-      fo.num_buffers = a_.num_buffers.front();
-      Src src{metas, model};
-      ws::Fp8Source<Src, ws::CudaFp8Quantizer> fp8(src, fo, ws::CudaFp8Quantizer{s(), device_});
-      const auto metas8 = fp8.metas();
-      ws_test::DeviceModel got(metas8, device_), want(metas8, device_);
-      std::size_t bytes8 = 0;
-      for (const auto& m : metas8) bytes8 += m.nbytes();
-      if (!producer) {  // the reference: the consumer quantizes the same weights itself
-        ws_test::DeviceModel mine(metas, device_, a_.gap);
-        mine.fill(1, s());
-        Src own{metas, mine};
-        ws::Fp8Source<Src, ws::CudaFp8Quantizer> ref(own, fo, ws::CudaFp8Quantizer{s(), device_});
-        std::size_t i = 0;
-        for (const auto& t : ref.iterate()) {
-          if (t.meta().nbytes())
-            ws::detail::check(cudaMemcpyAsync(want.data(i), t.data(), t.meta().nbytes(),
-                                              cudaMemcpyDeviceToDevice, s()),
-                              "cudaMemcpyAsync");
-          ++i;
-        }
-        ws::detail::check(cudaStreamSynchronize(s()), "cudaStreamSynchronize");
-      }
       ws::TransferOptions opt;
-      opt.buffer_size_bytes = fo.buffer_size_bytes;
-      opt.num_buffers = fo.num_buffers;
+      opt.buffer_size_bytes = a_.buffer_sizes.front();
+      opt.num_buffers = a_.num_buffers.front();
       opt.protocol = a_.protocol == "vllm" ? ws::Protocol::vllm : ws::Protocol::weightsync;
       opt.timeout = std::chrono::seconds(a_.timeout_s);
       auto index = [&](const ws::TensorMeta* m) {
         return static_cast<std::size_t>(m - metas8.data());
       };
       if (mode == "zerocopy" && !producer)
-        opt.destination = [&](const ws::TensorMeta& m) -> void* { return got.data(index(&m)); };
+        opt.destination = [&](const ws::TensorMeta& m) -> void* { return got(index(&m)); };
       ws::workspace_for<ws::NcclCommunicator> wsp{ws::CudaPolicy(device_)};
       ws::TransferStats st;
       unsigned long long wrong = 0;
-      auto diff = [&]() -> unsigned long long { return producer ? 0 : got.count_diff(want, s()); };
       auto [ev, wall] = time_it(
           [&](int i) {
             if (i > 0) wrong += diff();
-            if (!producer) got.poison(s());
+            if (!producer)
+              ws::detail::check(cudaMemsetAsync(model.arena(), 0xCD, extent8, s()),
+                                "cudaMemsetAsync");
           },
           [&](int) {
             if (producer) {
               opt.source_stream = s();
-              auto items = fp8.iterate();
+              auto items = fp8.iterate(wsp, opt);
               st = ws::packed_broadcast_producer(metas8, items, *comm_, 0, opt, wsp);
               return;
             }
@@ -886,7 +925,7 @@ class Bench {
                 [&](std::span<const ws::TensorView> batch, cudaStream_t stream) {
                   for (const auto& v : batch)
                     if (v.nbytes)
-                      ws::detail::check(cudaMemcpyAsync(got.data(index(v.meta)), v.data, v.nbytes,
+                      ws::detail::check(cudaMemcpyAsync(got(index(v.meta)), v.data, v.nbytes,
                                                         cudaMemcpyDeviceToDevice, stream),
                                         "cudaMemcpyAsync");
                 },
@@ -894,26 +933,33 @@ class Bench {
           });
       wrong += diff();
       wrong = static_cast<unsigned long long>(sum_over_ranks(double(wrong)));
+      const double extra = sum_over_ranks(producer ? double(fp8.arena_bytes()) : 0.0);
+      const double ring = sum_over_ranks(producer ? double(wsp.device_bytes()) : 0.0);
+      const double in_ring = sum_over_ranks(producer && fp8.in_ring() ? 1.0 : 0.0);
       Row r;
       r.layout = layout;
       r.impl = "fp8-" + mode;
       r.size = bytes8;
       r.count = metas8.size();
       r.chunks = st.chunks;
-      r.buffer = fo.buffer_size_bytes;
-      r.nbuf = fo.num_buffers;
+      r.buffer = opt.buffer_size_bytes;
+      r.nbuf = opt.num_buffers;
       r.ev = ev;
       r.wall = wall;
       r.wrong = wrong;
       const auto b = bf16_time.find(mode);
       r.ratio = b != bf16_time.end() ? b->second / ev.median : 0.0;
+      r.ring_producer = static_cast<std::size_t>(ring);
       emit(r);
       if (rank() == 0)
         std::printf(
-            "#   fp8 %s: wire bytes %zu = %.3f x bf16 (%zu); time %.1f us = %.3f x the bf16 "
-            "row (vs_raw column: bf16 row / fp8 row); producer arenas %.1f MB\n",
-            mode.c_str(), bytes8, double(bytes8) / double(model.bytes()), model.bytes(), ev.median,
-            b != bf16_time.end() ? ev.median / b->second : 0.0, double(fp8.arena_bytes()) / 1e6);
+            "#   fp8 %s: wire bytes %zu = %.4f x bf16 (%zu); with lm_head quantized too %zu = "
+            "%.4f x; time %.1f us = %.3f x the bf16 row (vs_raw column: bf16 row / fp8 row); "
+            "producer: %s, extra memory %.3f MB beyond its ring of %.1f MB\n",
+            mode.c_str(), bytes8, double(bytes8) / double(model.bytes()), model.bytes(), bytes8_lm,
+            double(bytes8_lm) / double(model.bytes()), ev.median,
+            b != bf16_time.end() ? ev.median / b->second : 0.0,
+            in_ring > 0 ? "quantized into the ring" : "arenas", extra / 1e6, ring / 1e6);
       failures += wrong != 0;
     }
     return failures;
@@ -954,7 +1000,12 @@ class Bench {
     opt.timeout = std::chrono::seconds(a_.timeout_s);
     ws::workspace_for<ws::NcclCommunicator> wsp{ws::CudaPolicy(device_)};
     Src src{metas, model};
-    const auto full = full_time.find("packed");
+    // the baseline: the faster full row of packed and zerocopy (ipc: zerocopy lands in place, as
+    // a delta round's whole tensors do)
+    auto full = full_time.find("packed");
+    if (const auto z = full_time.find("zerocopy");
+        z != full_time.end() && (full == full_time.end() || z->second < full->second))
+      full = z;
     // DeltaMode::automatic, told the link's speed as the full packed row of this run measured it.
     ws::DeltaOptions dopt;
     if (a_.delta_always) dopt.mode = ws::DeltaMode::always;
@@ -989,13 +1040,17 @@ class Bench {
         copy_all(*want, base);
         step(*want, density, seed);
       }
-      ws::detail::check(cudaMemcpyAsync(sizes_dev.data(), payload.data(), sizes_dev.size(),
-                                        cudaMemcpyHostToDevice, s()),
-                        "cudaMemcpyAsync");
-      comm_->broadcast(sizes_dev.data(), sizes_dev.size(), 0, s());
-      ws::detail::check(cudaMemcpyAsync(payload.data(), sizes_dev.data(), sizes_dev.size(),
-                                        cudaMemcpyDeviceToHost, s()),
-                        "cudaMemcpyAsync");
+      if (ipc_) {  // (ipc: over the host control channel)
+        ipc_->control().broadcast(payload.data(), payload.size() * sizeof(std::int64_t), 0);
+      } else {
+        ws::detail::check(cudaMemcpyAsync(sizes_dev.data(), payload.data(), sizes_dev.size(),
+                                          cudaMemcpyHostToDevice, s()),
+                          "cudaMemcpyAsync");
+        comm_->broadcast(sizes_dev.data(), sizes_dev.size(), 0, s());
+        ws::detail::check(cudaMemcpyAsync(payload.data(), sizes_dev.data(), sizes_dev.size(),
+                                          cudaMemcpyDeviceToHost, s()),
+                          "cudaMemcpyAsync");
+      }
       ws::detail::check(cudaStreamSynchronize(s()), "cudaStreamSynchronize");
       const bool whole_round = payload.back() != 0;
       payload.pop_back();
@@ -1026,7 +1081,8 @@ class Bench {
               opt.source_stream = s();
               auto items = d.iterate();
               const auto wm = d.metas();
-              st = ws::packed_broadcast_producer(wm, items, *comm_, 0, opt, wsp);
+              st = ipc_ ? ipc_->send(wm, items, opt)
+                        : ws::packed_broadcast_producer(wm, items, *comm_, 0, opt, wsp);
               return;
             }
             ws::detail::UpdateReceiver rx(
@@ -1036,12 +1092,11 @@ class Bench {
             auto o = opt;
             o.destination = rx.destination();
             auto load = rx.load();
-            st = ws::packed_broadcast_consumer(
-                rx.metas(), *comm_, 0,
-                [&](std::span<const ws::TensorView> batch, cudaStream_t stream) {
-                  load(batch, stream);
-                },
-                o, wsp);
+            auto land = [&](std::span<const ws::TensorView> batch, cudaStream_t stream) {
+              load(batch, stream);
+            };
+            st = ipc_ ? ipc_->receive(rx.metas(), o, land)
+                      : ws::packed_broadcast_consumer(rx.metas(), *comm_, 0, land, o, wsp);
             load_us.push_back(std::chrono::duration<double, std::micro>(st.load).count());
           });
       wrong += diff();
@@ -1075,10 +1130,11 @@ class Bench {
         std::printf(
             "#   delta %.4g: payload %zu B = %.3f%% of %zu; encode %.1f us = %.1f GB/s of source; "
             "apply (consumer load_weights) %.1f us = %.1f GB/s of payload; reference update "
-            "%.1f us; sync %.1f us vs full packed %.1f us: %.1fx%s\n",
+            "%.1f us; sync %.1f us vs full %s %.1f us: %.3fx%s\n",
             density, static_cast<std::size_t>(wire_bytes), 100.0 * double(wire_bytes) / double(model.bytes()),
             model.bytes(), enc, enc > 0 ? double(model.bytes()) / enc / 1e3 : 0.0, ld,
             ld > 0 ? double(wire_bytes) / ld / 1e3 : 0.0, cmt, ev.median,
+            full != full_time.end() ? full->first.c_str() : "-",
             full != full_time.end() ? full->second : 0.0, r.ratio,
             whole_round ? " (automatic: whole, the link is as fast as the diff)" : "");
       failures += wrong != 0;

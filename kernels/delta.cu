@@ -157,75 +157,39 @@ __device__ __forceinline__ unsigned ws_word(const unsigned* words, u64 w, u64 le
   return word;
 }
 
-// The warp copies n bytes from s to d and, when `pad`, zeros up to align8(n): 16- or 8-byte
-// units (4 in flight per lane) when both sides are aligned so, bytes otherwise (and the tail).
-__device__ __forceinline__ void ws_copy_warp(unsigned char* d, const unsigned char* s, u64 n,
-                                             bool pad) {
-  const unsigned lane = ws_lane();
+// NT threads (thread t of them) copy n bytes from s to d and, when `pad`, zero up to align8(n):
+// 16- or 8-byte units (4 in flight per thread) when both sides are aligned so, bytes otherwise
+// (and the tail). NT = 32: a warp (t = lane); NT = kDeltaThreads: a CTA.
+template <unsigned NT>
+__device__ __forceinline__ void ws_copy(unsigned char* d, const unsigned char* s, u64 n, bool pad,
+                                        unsigned t) {
   const u64 a = reinterpret_cast<u64>(d) | reinterpret_cast<u64>(s);
   u64 done = 0;
   if ((a & 15) == 0) {
     const u64 n16 = n / 16;
     const auto* sv = reinterpret_cast<const uint4*>(s);
     auto* dv = reinterpret_cast<uint4*>(d);
-    u64 u = lane;
-    for (; u + 96 < n16; u += 128) {
-      const uint4 x0 = sv[u], x1 = sv[u + 32], x2 = sv[u + 64], x3 = sv[u + 96];
-      dv[u] = x0, dv[u + 32] = x1, dv[u + 64] = x2, dv[u + 96] = x3;
+    u64 u = t;
+    for (; u + 3 * NT < n16; u += 4 * NT) {
+      const uint4 x0 = sv[u], x1 = sv[u + NT], x2 = sv[u + 2 * NT], x3 = sv[u + 3 * NT];
+      dv[u] = x0, dv[u + NT] = x1, dv[u + 2 * NT] = x2, dv[u + 3 * NT] = x3;
     }
-    for (; u < n16; u += 32) dv[u] = sv[u];
+    for (; u < n16; u += NT) dv[u] = sv[u];
     done = n16 * 16;
   } else if ((a & 7) == 0) {
     const u64 n8 = n / 8;
     const auto* sv = reinterpret_cast<const uint2*>(s);
     auto* dv = reinterpret_cast<uint2*>(d);
-    u64 u = lane;
-    for (; u + 96 < n8; u += 128) {
-      const uint2 x0 = sv[u], x1 = sv[u + 32], x2 = sv[u + 64], x3 = sv[u + 96];
-      dv[u] = x0, dv[u + 32] = x1, dv[u + 64] = x2, dv[u + 96] = x3;
+    u64 u = t;
+    for (; u + 3 * NT < n8; u += 4 * NT) {
+      const uint2 x0 = sv[u], x1 = sv[u + NT], x2 = sv[u + 2 * NT], x3 = sv[u + 3 * NT];
+      dv[u] = x0, dv[u + NT] = x1, dv[u + 2 * NT] = x2, dv[u + 3 * NT] = x3;
     }
-    for (; u < n8; u += 32) dv[u] = sv[u];
+    for (; u < n8; u += NT) dv[u] = sv[u];
     done = n8 * 8;
   }
   const u64 end = pad ? wdl::align8(n) : n;
-  for (u64 k = done + lane; k < end; k += 32) d[k] = k < n ? s[k] : 0;
-}
-
-// Calls load(i, rank) then store(i, rank, value) for every set bit i < len of `words` (W words,
-// LSB first), rank counting the set bits before it. Element-wise: lane l takes bit l of each
-// word, so the values (consecutive ranks) and the elements (consecutive i) are both touched
-// coalesced; 8 words' loads are in flight before their stores. For dense masks (bitmask kind).
-template <class L, class S>
-__device__ __forceinline__ void ws_bitmask_warp(const unsigned* words, u64 W, u64 len, L&& load,
-                                                S&& store) {
-  constexpr unsigned U = 8;
-  const unsigned lane = ws_lane(), lt = (1u << lane) - 1;
-  unsigned carry = 0;
-  for (u64 g = 0; g < W; g += 32) {
-    const u64 w = g + lane;
-    const unsigned word = w < W ? ws_word(words, w, len) : 0u;
-    unsigned total;
-    const unsigned base = carry + ws_warp_excl(static_cast<unsigned>(__popc(word)), total);
-    carry += total;
-#pragma unroll 1
-    for (unsigned k0 = 0; k0 < 32; k0 += U) {
-      unsigned wk[U], rk[U], any = 0;
-#pragma unroll
-      for (unsigned u = 0; u < U; ++u) {
-        wk[u] = __shfl_sync(WS_FULL, word, k0 + u);
-        rk[u] = __shfl_sync(WS_FULL, base, k0 + u) + static_cast<unsigned>(__popc(wk[u] & lt));
-        any |= wk[u];
-      }
-      if (any == 0) continue;  // (warp-uniform)
-      u64 x[U];
-#pragma unroll
-      for (unsigned u = 0; u < U; ++u)
-        x[u] = (wk[u] >> lane) & 1u ? load((g + k0 + u) * 32 + lane, rk[u]) : 0;
-#pragma unroll
-      for (unsigned u = 0; u < U; ++u)
-        if ((wk[u] >> lane) & 1u) store((g + k0 + u) * 32 + lane, rk[u], x[u]);
-    }
-  }
+  for (u64 k = done + t; k < end; k += NT) d[k] = k < n ? s[k] : 0;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -261,13 +225,86 @@ __device__ __forceinline__ unsigned ws_vec_bits(const uint4& a, const uint4& b) 
          (static_cast<unsigned>(a.z != b.z || a.w != b.w) << 1);
 }
 
-// nvec 16-byte vectors (whole mask words): 4 vectors of each side in flight per thread; each
-// vector gives 16 / EB bits, and the 32 / (16 / EB) lanes of a word OR theirs together.
+// Word i of a 16-byte vector, and element k of EB bytes (selects, not an indexed array: the
+// vector stays in registers).
+__device__ __forceinline__ unsigned ws_pick(const uint4& a, unsigned i) {
+  return i == 0 ? a.x : i == 1 ? a.y : i == 2 ? a.z : a.w;
+}
+__device__ __forceinline__ void ws_put(uint4& a, unsigned i, unsigned w) {
+  if (i == 0)
+    a.x = w;
+  else if (i == 1)
+    a.y = w;
+  else if (i == 2)
+    a.z = w;
+  else
+    a.w = w;
+}
 template <unsigned EB>
-__device__ __forceinline__ void ws_count_vec(const uint4* s, const uint4* r, u64 nvec,
-                                             unsigned* mask, unsigned& count) {
-  constexpr unsigned B = 16 / EB, G = 32 / B;
+__device__ __forceinline__ u64 ws_vec_get(const uint4& a, unsigned k) {
+  if (EB == 8) return u64{ws_pick(a, 2 * k)} | (u64{ws_pick(a, 2 * k + 1)} << 32);
+  const unsigned w = ws_pick(a, k * EB / 4);
+  if (EB == 4) return w;
+  return (w >> (k * EB % 4 * 8)) & (EB == 2 ? 0xffffu : 0xffu);
+}
+template <unsigned EB>
+__device__ __forceinline__ void ws_vec_set(uint4& a, unsigned k, u64 v) {
+  if (EB == 8) {
+    ws_put(a, 2 * k, static_cast<unsigned>(v));
+    ws_put(a, 2 * k + 1, static_cast<unsigned>(v >> 32));
+    return;
+  }
+  if (EB == 4) {
+    ws_put(a, k, static_cast<unsigned>(v));
+    return;
+  }
+  const unsigned i = k * EB / 4, sh = k * EB % 4 * 8, m = (EB == 2 ? 0xffffu : 0xffu) << sh;
+  ws_put(a, i, (ws_pick(a, i) & ~m) | ((static_cast<unsigned>(v) << sh) & m));
+}
+template <unsigned EB>
+__device__ __forceinline__ void ws_store_t(unsigned char* p, u64 v) {
+  if (EB == 1)
+    *p = static_cast<unsigned char>(v);
+  else if (EB == 2)
+    *reinterpret_cast<unsigned short*>(p) = static_cast<unsigned short>(v);
+  else if (EB == 4)
+    *reinterpret_cast<unsigned*>(p) = static_cast<unsigned>(v);
+  else
+    *reinterpret_cast<u64*>(p) = v;
+}
+template <unsigned EB>
+__device__ __forceinline__ u64 ws_load_t(const unsigned char* p) {
+  if (EB == 1) return *p;
+  if (EB == 2) return *reinterpret_cast<const unsigned short*>(p);
+  if (EB == 4) return *reinterpret_cast<const unsigned*>(p);
+  return *reinterpret_cast<const u64*>(p);
+}
+
+// What ws_delta_count keeps of one bucket while it reads it: its changed bits (in shared memory
+// until the end, when they go to the slot unless the list is kept there), the list (changed
+// elements' offsets and values, ranks < cap, written straight into the slot), and whether the
+// source is also written into the reference.
+struct WsMeasure {
+  unsigned* smask;       // shared, bucket_elems / 32 words
+  unsigned short* offs;  // the slot
+  unsigned char* vals;   // the slot + delta_list_values_at
+  unsigned cap;
+  bool update;
+};
+
+// The CTA's 16-byte vectors [0, nvec) of a bucket (whole mask words): 4 vectors of each side in
+// flight per thread; vector v holds elements [v * E, v * E + E) and gives E bits, and the G lanes
+// of a mask word OR theirs together. One CTA scan per 4 * kDeltaThreads vectors ranks the
+// changes (the 4 per-thread counts packed in 16-bit fields of a u64: a field's CTA total is at
+// most 256 * 16). Under update, a vector is written into the reference when its 32-byte sector
+// (it and its neighbour lane's) changed: whole sectors, no read-modify-write. Returns the changed
+// elements (every thread).
+template <unsigned EB>
+__device__ __forceinline__ unsigned ws_measure_vec(const uint4* s, uint4* r, u64 nvec,
+                                                   const WsMeasure& m, u64* red) {
+  constexpr unsigned E = 16 / EB, G = 32 / E;
   const unsigned lane = threadIdx.x & 31u;
+  unsigned carry = 0;
   for (u64 v0 = 0; v0 < nvec; v0 += 4 * WS_THREADS) {
     uint4 a[4], b[4];
 #pragma unroll
@@ -280,36 +317,97 @@ __device__ __forceinline__ void ws_count_vec(const uint4* s, const uint4* r, u64
         a[u] = b[u] = make_uint4(0, 0, 0, 0);
       }
     }
+    unsigned bits[4];
+    u64 packed = 0;
 #pragma unroll
     for (unsigned u = 0; u < 4; ++u) {
       const u64 v = v0 + u * WS_THREADS + threadIdx.x;
-      const unsigned bits = ws_vec_bits<EB>(a[u], b[u]);
-      count += static_cast<unsigned>(__popc(bits));
-      unsigned word = bits << (B * (lane % G));
+      bits[u] = ws_vec_bits<EB>(a[u], b[u]);
+      packed |= u64{static_cast<unsigned>(__popc(bits[u]))} << (16 * u);
+      unsigned word = bits[u] << (E * (lane % G));
 #pragma unroll
       for (unsigned o = 1; o < G; o <<= 1) word |= __shfl_xor_sync(WS_FULL, word, o);
-      if (v < nvec && lane % G == 0) mask[v / G] = word;
+      if (v < nvec && lane % G == 0) m.smask[v / G] = word;
+      if (m.update) {
+        const unsigned sector = bits[u] | __shfl_xor_sync(WS_FULL, bits[u], 1);
+        if (v < nvec && sector != 0) r[v] = a[u];
+      }
     }
+    u64 total;
+    const u64 ex = ws_block_excl<WS_THREADS>(packed, red, total);
+    unsigned base = carry;
+#pragma unroll
+    for (unsigned u = 0; u < 4; ++u) {
+      const u64 v = v0 + u * WS_THREADS + threadIdx.x;
+      unsigned rk = base + static_cast<unsigned>((ex >> (16 * u)) & 0xffffu);
+#pragma unroll
+      for (unsigned k = 0; k < E; ++k)
+        if ((bits[u] >> k) & 1u) {
+          if (rk < m.cap) {  // (the slot is 4-byte aligned: ws_store checks)
+            m.offs[rk] = static_cast<unsigned short>(v * E + k);
+            ws_store(m.vals + u64{rk} * EB, EB, ws_vec_get<EB>(a[u], k));
+          }
+          ++rk;
+        }
+      base += static_cast<unsigned>((total >> (16 * u)) & 0xffffu);
+    }
+    carry = base;
   }
+  return carry;
 }
 
-// Words [w_begin, ceil(len / 32)) element by element: a warp per word, one ballot.
-__device__ __forceinline__ void ws_count_words(const unsigned char* s, const unsigned char* r,
-                                               unsigned eb, u64 w_begin, u64 len, unsigned* mask,
-                                               unsigned& count) {
+// Words [w_begin, ceil(len / 32)) element by element (any alignment; the tail of a vector pass):
+// rounds of a word per warp, one ballot each, ranked across the warps through `wred` (NW shared
+// words). Returns carry plus the changes found (every thread).
+__device__ __forceinline__ unsigned ws_measure_words(const unsigned char* s, unsigned char* r,
+                                                     unsigned eb, u64 w_begin, u64 len,
+                                                     const WsMeasure& m, unsigned carry,
+                                                     unsigned* wred) {
+  constexpr unsigned NW = WS_THREADS / 32;
+  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
   const u64 nw = (len + 31) / 32;
-  for (u64 w = w_begin + (threadIdx.x >> 5); w < nw; w += WS_THREADS / 32) {
-    const u64 i = w * 32 + (threadIdx.x & 31u);
-    const bool d = i < len && ws_load(s + i * eb, eb) != ws_load(r + i * eb, eb);
+  for (u64 w0 = w_begin; w0 < nw; w0 += NW) {
+    const u64 w = w0 + warp, i = w * 32 + lane;
+    u64 x = 0;
+    bool d = false;
+    if (w < nw && i < len) {
+      x = ws_load(s + i * eb, eb);
+      d = x != ws_load(r + i * eb, eb);
+    }
     const unsigned word = __ballot_sync(WS_FULL, d);
-    if ((threadIdx.x & 31u) == 0) mask[w] = word;
-    count += d ? 1u : 0u;
+    if (lane == 0) {
+      wred[warp] = static_cast<unsigned>(__popc(word));
+      if (w < nw) m.smask[w] = word;
+    }
+    __syncthreads();
+    unsigned before = 0, total = 0;
+#pragma unroll
+    for (unsigned k = 0; k < NW; ++k) {
+      const unsigned c = wred[k];
+      before += k < warp ? c : 0u;
+      total += c;
+    }
+    __syncthreads();  // (wred is written again next round)
+    if (d) {
+      const unsigned rk = carry + before + static_cast<unsigned>(__popc(word & ((1u << lane) - 1)));
+      if (rk < m.cap) {
+        m.offs[rk] = static_cast<unsigned short>(i);
+        ws_store(m.vals + u64{rk} * eb, eb, x);
+      }
+      if (m.update) ws_store(r + i * eb, eb, x);
+    }
+    carry += total;
   }
+  return carry;
 }
 
-extern "C" __global__ void __launch_bounds__(WS_THREADS)
+// A CTA per bucket: its count, and in its slot either the list (a sparse bucket of at most cap
+// changes) or its changed bits; under kDeltaUpdateRef the reference becomes the source.
+extern "C" __global__ void __launch_bounds__(WS_THREADS, 3)
     ws_delta_count(const __grid_constant__ wk::DeltaEncodeParams p) {
-  __shared__ unsigned red[WS_THREADS / 32];
+  __shared__ u64 red[WS_THREADS / 32];
+  __shared__ unsigned wred[WS_THREADS / 32];
+  __shared__ unsigned smask[wdl::kMaxBucketElems / 32];
   const u64 wpb = p.bucket_elems / 32;
   for (u64 g = blockIdx.x; g < p.n_buckets; g += gridDim.x) {
     const wk::DeltaEncodeJob J = p.jobs[p.bucket_job[g]];
@@ -317,33 +415,180 @@ extern "C" __global__ void __launch_bounds__(WS_THREADS)
     const u64 len = wdl::bucket_len(J.numel, p.bucket_elems, b);
     const unsigned eb = J.elem_bytes;
     const auto* s = static_cast<const unsigned char*>(J.src) + begin * eb;
-    const auto* r = static_cast<const unsigned char*>(J.ref) + begin * eb;
-    unsigned* mask = p.mask + g * wpb;
+    // (the reference is written only under kDeltaUpdateRef, which the launcher sets for writable
+    // references)
+    auto* r = const_cast<unsigned char*>(static_cast<const unsigned char*>(J.ref)) + begin * eb;
+    unsigned* slot = p.mask + g * wpb;
+    WsMeasure m{smask, reinterpret_cast<unsigned short*>(slot),
+                reinterpret_cast<unsigned char*>(slot) + wk::delta_list_values_at(p.bucket_elems, eb),
+                wk::delta_list_cap(p.bucket_elems, eb), (p.flags & wk::kDeltaUpdateRef) != 0};
     unsigned count = 0;
     u64 done = 0;  // words
     if (((reinterpret_cast<u64>(s) | reinterpret_cast<u64>(r)) & 15) == 0) {
       done = len / 32;  // whole words are whole 16-byte vectors (32 * eb bytes)
       const u64 nvec = done * 2 * eb;
       const auto* sv = reinterpret_cast<const uint4*>(s);
-      const auto* rv = reinterpret_cast<const uint4*>(r);
+      auto* rv = reinterpret_cast<uint4*>(r);
       switch (eb) {
         case 1:
-          ws_count_vec<1>(sv, rv, nvec, mask, count);
+          count = ws_measure_vec<1>(sv, rv, nvec, m, red);
           break;
         case 2:
-          ws_count_vec<2>(sv, rv, nvec, mask, count);
+          count = ws_measure_vec<2>(sv, rv, nvec, m, red);
           break;
         case 4:
-          ws_count_vec<4>(sv, rv, nvec, mask, count);
+          count = ws_measure_vec<4>(sv, rv, nvec, m, red);
           break;
         default:
-          ws_count_vec<8>(sv, rv, nvec, mask, count);
+          count = ws_measure_vec<8>(sv, rv, nvec, m, red);
           break;
       }
     }
-    ws_count_words(s, r, eb, done, len, mask, count);
-    const unsigned total = ws_block_sum<WS_THREADS>(count, red);
-    if (threadIdx.x == 0) p.counts[g] = total;
+    count = ws_measure_words(s, r, eb, done, len, m, count, wred);
+    __syncthreads();  // smask complete; the list's stores ordered before the mask's below
+    // encode reads the bits of a bitmask bucket and of a sparse one whose list did not fit; an
+    // unchanged or raw bucket needs neither
+    const wdl::BucketKind kind = wdl::choose_kind(len, count, eb);
+    if (kind == wdl::BucketKind::bitmask || (kind == wdl::BucketKind::sparse && count > m.cap))
+      for (u64 w = threadIdx.x; w < (len + 31) / 32; w += WS_THREADS) slot[w] = smask[w];
+    if (threadIdx.x == 0) p.counts[g] = count;
+    __syncthreads();  // smask is the next bucket's
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A CTA per bitmask bucket (encode and apply): every thread takes 16-byte vectors, so a bucket
+// costs a few round trips, not one per word.
+
+// An element's value in registers.
+template <unsigned EB>
+struct WsElem {
+  using type = unsigned;
+};
+template <>
+struct WsElem<8> {
+  using type = u64;
+};
+
+// The E = 16 / EB bits of vector v of a bucket's mask words.
+template <unsigned E>
+__device__ __forceinline__ unsigned ws_vbits(const unsigned* words, u64 v) {
+  return (words[v * E / 32] >> (v * E % 32)) & ((1u << E) - 1u);
+}
+
+// Encode: the values of the set bits of vectors [0, nvec) of `s` (whole words), in order, into
+// `values`: 4 vectors per thread per pass, read only when they have a set bit, ranked by one
+// CTA scan per pass.
+template <unsigned EB>
+__device__ __forceinline__ void ws_bitmask_encode_cta(const unsigned* words, const uint4* s,
+                                                      u64 nvec, unsigned char* values, u64* red) {
+  constexpr unsigned E = 16 / EB;
+  unsigned carry = 0;
+  for (u64 v0 = 0; v0 < nvec; v0 += 4 * WS_THREADS) {
+    unsigned bits[4];
+    uint4 a[4];
+    u64 packed = 0;
+#pragma unroll
+    for (unsigned u = 0; u < 4; ++u) {
+      const u64 v = v0 + u * WS_THREADS + threadIdx.x;
+      bits[u] = v < nvec ? ws_vbits<E>(words, v) : 0u;
+    }
+#pragma unroll
+    for (unsigned u = 0; u < 4; ++u) {
+      const u64 v = v0 + u * WS_THREADS + threadIdx.x;
+      a[u] = bits[u] != 0 ? __ldcs(s + v) : make_uint4(0, 0, 0, 0);
+      packed |= u64{static_cast<unsigned>(__popc(bits[u]))} << (16 * u);
+    }
+    u64 total;
+    const u64 ex = ws_block_excl<WS_THREADS>(packed, red, total);
+    unsigned base = carry;
+#pragma unroll
+    for (unsigned u = 0; u < 4; ++u) {
+      unsigned rk = base + static_cast<unsigned>((ex >> (16 * u)) & 0xffffu);
+#pragma unroll
+      for (unsigned k = 0; k < E; ++k)
+        if ((bits[u] >> k) & 1u) ws_store_t<EB>(values + u64{rk++} * EB, ws_vec_get<EB>(a[u], k));
+      base += static_cast<unsigned>((total >> (16 * u)) & 0xffffu);
+    }
+    carry = base;
+  }
+}
+
+// Apply: the set bits of vectors [0, nvec) of `d` (whole words) take the next values, in order.
+// A vector is read, merged and written whole when its 32-byte sector (it and its neighbour
+// lane's) has a change: whole-sector writes, no read-modify-write in the memory system.
+template <unsigned EB>
+__device__ __forceinline__ void ws_bitmask_apply_cta(const unsigned* words,
+                                                     const unsigned char* values, uint4* d,
+                                                     u64 nvec, u64* red) {
+  constexpr unsigned E = 16 / EB;
+  unsigned carry = 0;
+  for (u64 v0 = 0; v0 < nvec; v0 += 4 * WS_THREADS) {
+    unsigned bits[4], sector[4];
+    uint4 a[4];
+    u64 packed = 0;
+#pragma unroll
+    for (unsigned u = 0; u < 4; ++u) {
+      const u64 v = v0 + u * WS_THREADS + threadIdx.x;
+      bits[u] = v < nvec ? ws_vbits<E>(words, v) : 0u;
+    }
+#pragma unroll
+    for (unsigned u = 0; u < 4; ++u) {
+      const u64 v = v0 + u * WS_THREADS + threadIdx.x;
+      // (nvec is even: a vector and its neighbour are both inside or both past the end)
+      sector[u] = bits[u] | __shfl_xor_sync(WS_FULL, bits[u], 1);
+      a[u] = sector[u] != 0 ? d[v] : make_uint4(0, 0, 0, 0);
+      packed |= u64{static_cast<unsigned>(__popc(bits[u]))} << (16 * u);
+    }
+    u64 total;
+    const u64 ex = ws_block_excl<WS_THREADS>(packed, red, total);
+    unsigned base = carry;
+#pragma unroll
+    for (unsigned u = 0; u < 4; ++u) {
+      const u64 v = v0 + u * WS_THREADS + threadIdx.x;
+      const unsigned rk = base + static_cast<unsigned>((ex >> (16 * u)) & 0xffffu);
+      typename WsElem<EB>::type x[E];
+#pragma unroll
+      for (unsigned k = 0; k < E; ++k)
+        x[k] = (bits[u] >> k) & 1u
+                   ? static_cast<typename WsElem<EB>::type>(ws_load_t<EB>(
+                         values +
+                         u64{rk + static_cast<unsigned>(__popc(bits[u] & ((1u << k) - 1u)))} * EB))
+                   : 0;
+#pragma unroll
+      for (unsigned k = 0; k < E; ++k)
+        if ((bits[u] >> k) & 1u) ws_vec_set<EB>(a[u], k, x[k]);
+      if (sector[u] != 0) d[v] = a[u];
+      base += static_cast<unsigned>((total >> (16 * u)) & 0xffffu);
+    }
+    carry = base;
+  }
+}
+
+// Any alignment (the rare path): fn(i, rank) for every set bit i < len of the W words, in rounds
+// of a word per warp, ranked across the warps through `wred`.
+template <class F>
+__device__ __forceinline__ void ws_bits_cta(const unsigned* words, u64 W, u64 len, unsigned* wred,
+                                            F&& fn) {
+  constexpr unsigned NW = WS_THREADS / 32;
+  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+  unsigned carry = 0;
+  for (u64 w0 = 0; w0 < W; w0 += NW) {
+    const u64 w = w0 + warp;
+    const unsigned word = w < W ? ws_word(words, w, len) : 0u;
+    if (lane == 0) wred[warp] = static_cast<unsigned>(__popc(word));
+    __syncthreads();
+    unsigned before = 0, total = 0;
+#pragma unroll
+    for (unsigned k = 0; k < NW; ++k) {
+      const unsigned c = wred[k];
+      before += k < warp ? c : 0u;
+      total += c;
+    }
+    __syncthreads();
+    if ((word >> lane) & 1u)
+      fn(w * 32 + lane, carry + before + static_cast<unsigned>(__popc(word & ((1u << lane) - 1u))));
+    carry += total;
   }
 }
 
@@ -478,17 +723,111 @@ __device__ __forceinline__ void ws_encode_sparse(const unsigned* words, u64 W, u
   }
 }
 
-// A warp per bucket (kDeltaThreads / 32 buckets per CTA), then CTAs of headers (a thread per job).
-// (4 CTAs per SM: 64 registers, no spills.)
+// The per-bucket part of ws_delta_encode for global bucket g (its warp): the directory entry, and
+// a sparse payload (copied from the list measure kept, or gathered through the changed bits).
+// Returns true for a raw or bitmask bucket, which the whole CTA writes next.
+__device__ __forceinline__ bool ws_encode_warp(const wk::DeltaEncodeParams& p, u64 g) {
+  constexpr unsigned C = wk::kDeltaEncodeChunk;
+  const unsigned lane = ws_lane();
+  const unsigned j = p.bucket_job[g];
+  auto* out = static_cast<unsigned char*>(p.outs[j]);
+  if (out == nullptr) return false;  // not encoded (the caller sends it whole)
+  const wk::DeltaEncodeJob J = p.jobs[j];
+  const unsigned eb = J.elem_bytes;
+  const u64 b = g - J.bucket_base, begin = b * p.bucket_elems;
+  const u64 len = wdl::bucket_len(J.numel, p.bucket_elems, b);
+  const unsigned count = p.counts[g];
+  const wdl::BucketKind kind = wdl::choose_kind(len, count, eb);
+  const u64 off = wdl::blob_prefix_bytes(J.n_buckets) + p.chunk_base[g / C] + p.local[g] -
+                  p.results[j].scan_base;
+  if (lane == 0) {
+    wdl::BucketEntry e{};
+    e.offset = kind == wdl::BucketKind::unchanged ? 0 : off;
+    e.count = kind == wdl::BucketKind::raw ? static_cast<unsigned>(len) : count;
+    e.kind = static_cast<unsigned char>(kind);
+    *reinterpret_cast<wdl::BucketEntry*>(out + sizeof(wdl::BlobHeader) +
+                                         b * sizeof(wdl::BucketEntry)) = e;
+  }
+  if (kind != wdl::BucketKind::sparse) return kind != wdl::BucketKind::unchanged;
+  unsigned char* pl = out + off;
+  const auto* slot = reinterpret_cast<const unsigned char*>(p.mask + g * (p.bucket_elems / 32));
+  if (count <= wk::delta_list_cap(p.bucket_elems, eb)) {  // the list: two copies
+    const u64 n2 = u64{count} * 2;
+    ws_copy<32>(pl, slot, n2, true, lane);
+    ws_copy<32>(pl + wdl::align8(n2), slot + wk::delta_list_values_at(p.bucket_elems, eb),
+                u64{count} * eb, true, lane);
+  } else {
+    ws_encode_sparse(reinterpret_cast<const unsigned*>(slot), (len + 31) / 32, len, count,
+                     static_cast<const unsigned char*>(J.src) + begin * eb, eb, pl);
+  }
+  return false;
+}
+
+// A raw or bitmask bucket, by the whole CTA.
+__device__ __forceinline__ void ws_encode_cta(const wk::DeltaEncodeParams& p, u64 g, u64* red,
+                                              unsigned* wred) {
+  constexpr unsigned C = wk::kDeltaEncodeChunk;
+  const unsigned j = p.bucket_job[g];
+  auto* out = static_cast<unsigned char*>(p.outs[j]);
+  const wk::DeltaEncodeJob J = p.jobs[j];
+  const unsigned eb = J.elem_bytes;
+  const u64 b = g - J.bucket_base, begin = b * p.bucket_elems;
+  const u64 len = wdl::bucket_len(J.numel, p.bucket_elems, b);
+  const unsigned count = p.counts[g];
+  const u64 off = wdl::blob_prefix_bytes(J.n_buckets) + p.chunk_base[g / C] + p.local[g] -
+                  p.results[j].scan_base;
+  unsigned char* pl = out + off;
+  const auto* s = static_cast<const unsigned char*>(J.src) + begin * eb;
+  if (wdl::choose_kind(len, count, eb) == wdl::BucketKind::raw) {
+    ws_copy<WS_THREADS>(pl, s, len * eb, true, threadIdx.x);
+    return;
+  }
+  // bitmask: the words (padded to 8 bytes), then the values (padded)
+  const unsigned* words = p.mask + g * (p.bucket_elems / 32);
+  const u64 W = (len + 31) / 32;
+  auto* ow = reinterpret_cast<unsigned*>(pl);
+  if (threadIdx.x == 0 && W % 2 != 0) ow[W] = 0u;
+  for (u64 w = threadIdx.x; w < W; w += WS_THREADS) ow[w] = ws_word(words, w, len);
+  unsigned char* values = pl + wdl::align8(W * 4);
+  const u64 nv = u64{count} * eb;
+  if (threadIdx.x < wdl::align8(nv) - nv) values[nv + threadIdx.x] = 0;
+  if ((reinterpret_cast<u64>(s) & 15) == 0 && len % 32 == 0) {
+    const auto* sv = reinterpret_cast<const uint4*>(s);
+    const u64 nvec = len * eb / 16;
+    switch (eb) {
+      case 1:
+        ws_bitmask_encode_cta<1>(words, sv, nvec, values, red);
+        break;
+      case 2:
+        ws_bitmask_encode_cta<2>(words, sv, nvec, values, red);
+        break;
+      case 4:
+        ws_bitmask_encode_cta<4>(words, sv, nvec, values, red);
+        break;
+      default:
+        ws_bitmask_encode_cta<8>(words, sv, nvec, values, red);
+        break;
+    }
+  } else {
+    ws_bits_cta(words, W, len, wred,
+                [&](u64 i, unsigned r) { ws_store(values + u64{r} * eb, eb, ws_load(s + i * eb, eb)); });
+  }
+}
+
+// A warp per bucket (kDeltaThreads / 32 buckets per CTA: entries and sparse payloads), then the
+// CTA's raw and bitmask buckets by the whole CTA, one after another; then CTAs of headers (a
+// thread per job).
 extern "C" __global__ void __launch_bounds__(WS_THREADS, 4)
     ws_delta_encode(const __grid_constant__ wk::DeltaEncodeParams p) {
-  constexpr unsigned C = wk::kDeltaEncodeChunk, NW = WS_THREADS / 32;
-  const u64 wpb = p.bucket_elems / 32;
+  constexpr unsigned NW = WS_THREADS / 32;
+  __shared__ u64 red[NW];
+  __shared__ unsigned wred[NW];
+  __shared__ unsigned char coop[NW];
   const u64 bctas = (p.n_buckets + NW - 1) / NW;
   const u64 items = bctas + (p.n_jobs + WS_THREADS - 1) / WS_THREADS;
-  const unsigned lane = ws_lane();
+  const unsigned warp = threadIdx.x >> 5;
   for (u64 it = blockIdx.x; it < items; it += gridDim.x) {
-    if (it >= bctas) {  // the headers, a thread per job
+    if (it >= bctas) {  // the headers, a thread per job (the same branch for the whole CTA)
       const u64 j = (it - bctas) * WS_THREADS + threadIdx.x;
       if (j < p.n_jobs && p.outs[j] != nullptr) {  // (a null out: the job is not encoded)
         const wk::DeltaEncodeJob J = p.jobs[j];
@@ -503,50 +842,13 @@ extern "C" __global__ void __launch_bounds__(WS_THREADS, 4)
       }
       continue;
     }
-    const u64 g = it * NW + (threadIdx.x >> 5);
-    if (g >= p.n_buckets) continue;
-    const unsigned j = p.bucket_job[g];
-    auto* out = static_cast<unsigned char*>(p.outs[j]);
-    if (out == nullptr) continue;  // not encoded (the caller sends it whole)
-    const wk::DeltaEncodeJob J = p.jobs[j];
-    const unsigned eb = J.elem_bytes;
-    const u64 b = g - J.bucket_base, begin = b * p.bucket_elems;
-    const u64 len = wdl::bucket_len(J.numel, p.bucket_elems, b);
-    const unsigned count = p.counts[g];
-    const wdl::BucketKind kind = wdl::choose_kind(len, count, eb);
-    const u64 off = wdl::blob_prefix_bytes(J.n_buckets) + p.chunk_base[g / C] + p.local[g] -
-                    p.results[j].scan_base;
-    if (lane == 0) {
-      wdl::BucketEntry e{};
-      e.offset = kind == wdl::BucketKind::unchanged ? 0 : off;
-      e.count = kind == wdl::BucketKind::raw ? static_cast<unsigned>(len) : count;
-      e.kind = static_cast<unsigned char>(kind);
-      *reinterpret_cast<wdl::BucketEntry*>(out + sizeof(wdl::BlobHeader) +
-                                           b * sizeof(wdl::BucketEntry)) = e;
-    }
-    if (kind == wdl::BucketKind::unchanged) continue;
-    unsigned char* pl = out + off;
-    const auto* s = static_cast<const unsigned char*>(J.src) + begin * eb;
-    if (kind == wdl::BucketKind::raw) {
-      ws_copy_warp(pl, s, len * eb, true);
-      continue;
-    }
-    const unsigned* words = p.mask + g * wpb;
-    const u64 W = (len + 31) / 32;
-    if (kind == wdl::BucketKind::sparse) {
-      ws_encode_sparse(words, W, len, count, s, eb, pl);
-      continue;
-    }
-    // bitmask: the words (padded to 8 bytes), then the values
-    auto* ow = reinterpret_cast<unsigned*>(pl);
-    if (lane == 0 && W % 2 != 0) ow[W] = 0u;
-    for (u64 w = lane; w < W; w += 32) ow[w] = ws_word(words, w, len);
-    unsigned char* values = pl + wdl::align8(W * 4);
-    const u64 nv = u64{count} * eb;
-    if (lane < wdl::align8(nv) - nv) values[nv + lane] = 0;
-    ws_bitmask_warp(
-        words, W, len, [&](u64 i, unsigned) { return ws_load(s + i * eb, eb); },
-        [&](u64, unsigned r, u64 x) { ws_store(values + u64{r} * eb, eb, x); });
+    const u64 g = it * NW + warp;
+    const bool mine = g < p.n_buckets && ws_encode_warp(p, g);
+    if (ws_lane() == 0) coop[warp] = mine ? 1 : 0;
+    __syncthreads();
+    for (unsigned k = 0; k < NW; ++k)
+      if (coop[k] != 0) ws_encode_cta(p, it * NW + k, red, wred);
+    __syncthreads();  // (coop is written again)
   }
 }
 
@@ -878,52 +1180,272 @@ extern "C" __global__ void __launch_bounds__(WS_THREADS)
   }
 }
 
-// A warp per check-chunk slot (kDeltaThreads / 32 slots per CTA, all of one chunk): raw buckets
-// copied wide, bitmask ones element-wise (ws_bitmask_warp), sparse ones 256 values in flight.
-extern "C" __global__ void __launch_bounds__(WS_THREADS)
-    ws_delta_apply(const __grid_constant__ wk::DeltaApplyParams p) {
-  constexpr unsigned CC = wk::kDeltaCheckChunk, NW = WS_THREADS / 32, U = 8;
-  const u64 slots = p.totals[1] * CC;
+// Where check-chunk slot v of an apply batch points: its blob, bucket, entry and destination
+// (false: past the blob's last bucket, a bad blob, or an unchanged bucket).
+struct WsSlot {
+  wdl::BucketEntry e;
+  const unsigned char* pl;
+  unsigned char* d;
+  const wk::DeltaGather* g;  // through a load plan's gather (d unused), or null
+  u64 begin;                 // the bucket's first element in its tensor
+  u64 len;
+  unsigned eb;
+};
+__device__ __forceinline__ bool ws_slot(const wk::DeltaApplyParams& p, u64 v, WsSlot& x) {
+  constexpr unsigned CC = wk::kDeltaCheckChunk;
+  const unsigned i = p.chunk_blob[v / CC];
+  const wk::DeltaApplyState st = p.state[i];
+  const u64 b = (v / CC - st.chunk_base) * CC + v % CC;
+  if (b >= st.n_buckets || st.err != wk::kDeltaNoError) return false;  // a bad blob writes nothing
+  const wk::DeltaApplyJob J = p.jobs[i];
+  x.e = ws_dir(J)[b];
+  if (x.e.kind == static_cast<unsigned char>(wdl::BucketKind::unchanged)) return false;
+  x.eb = J.elem_bytes;
+  x.len = wdl::bucket_len(J.numel, st.bucket_elems, b);
+  x.pl = static_cast<const unsigned char*>(J.blob) + x.e.offset;
+  x.begin = b * st.bucket_elems;
+  x.g = J.gather != 0 ? p.gathers + (J.gather - 1) : nullptr;
+  x.d = x.g != nullptr ? nullptr : static_cast<unsigned char*>(J.dst) + x.begin * x.eb;
+  return true;
+}
+
+// Element e of a gathered tensor (value v, eb bytes) into its place, cast (see DeltaGather).
+__device__ __forceinline__ void ws_store_gather(const wk::DeltaGather& G, unsigned eb, u64 e,
+                                                u64 v) {
+  namespace wd = weightsync::detail;
+  const u64 cols = static_cast<u64>(G.src_cols);
+  const long long r = static_cast<long long>(e / cols), c = static_cast<long long>(e % cols);
+  if (c < G.col0 || c >= G.col0 + G.cols) return;
+  long long s = r;
+  if (G.head_rows != 0) {
+    const long long H = G.head_rows, q = r % H;
+    s = r / H * H + q % 2 * (H / 2) + q / 2;
+  }
+  const long long d = s - G.row0;
+  if (d < 0 || d >= G.rows) return;
+  unsigned db = eb;
+  if (G.src_kind != G.dst_kind) {
+    const auto h = static_cast<std::uint16_t>(v);
+    const std::uint32_t f = G.src_kind == wk::kDeltaCastF32   ? static_cast<std::uint32_t>(v)
+                            : G.src_kind == wk::kDeltaCastF16 ? wd::fp16_bits_to_f32(h)
+                                                              : wd::bf16_bits_to_f32(h);
+    v = G.dst_kind == wk::kDeltaCastF32   ? f
+        : G.dst_kind == wk::kDeltaCastF16 ? wd::f32_bits_to_fp16(f)
+                                          : wd::f32_bits_to_bf16(f);
+    db = G.dst_kind == wk::kDeltaCastF32 ? 4u : 2u;
+  }
+  ws_store(static_cast<unsigned char*>(G.dst) + static_cast<u64>(d * G.cols + c - G.col0) * db, db,
+           v);
+}
+
+// Sparse, kDeltaApplySectors: the warp takes 32 changes at a time (ascending offsets); the first
+// lane of each run of changes in one 32-byte sector of the destination reads the sector, merges
+// the run's values (shuffled from their lanes) and writes it whole. A sector that is not wholly
+// inside the bucket's bytes (an unaligned destination, the tensor's end) takes its elements one
+// by one. Two groups may both write a sector (its run split between them): one after the other,
+// the second reading what the first wrote.
+__device__ __forceinline__ void ws_sparse_sectors_warp(const unsigned short* offs,
+                                                       const unsigned char* values, unsigned count,
+                                                       unsigned char* d, u64 len, unsigned eb) {
   const unsigned lane = ws_lane();
-  for (u64 v = u64{blockIdx.x} * NW + (threadIdx.x >> 5); v < slots; v += u64{gridDim.x} * NW) {
-    const unsigned i = p.chunk_blob[v / CC];
-    const wk::DeltaApplyState st = p.state[i];
-    const u64 b = (v / CC - st.chunk_base) * CC + v % CC;
-    if (b >= st.n_buckets || st.err != wk::kDeltaNoError) continue;  // a bad blob writes nothing
-    const wk::DeltaApplyJob J = p.jobs[i];
-    const unsigned eb = J.elem_bytes;
-    const wdl::BucketEntry e = ws_dir(J)[b];
-    if (e.kind == static_cast<unsigned char>(wdl::BucketKind::unchanged)) continue;
-    const u64 len = wdl::bucket_len(J.numel, st.bucket_elems, b);
-    const auto* pl = static_cast<const unsigned char*>(J.blob) + e.offset;
-    auto* d = static_cast<unsigned char*>(J.dst) + b * st.bucket_elems * eb;
-    if (e.kind == static_cast<unsigned char>(wdl::BucketKind::raw)) {
-      ws_copy_warp(d, pl, len * eb, false);
-    } else if (e.kind == static_cast<unsigned char>(wdl::BucketKind::bitmask)) {
-      const u64 W = (len + 31) / 32;
-      const unsigned char* values = pl + wdl::align8(W * 4);
-      ws_bitmask_warp(
-          reinterpret_cast<const unsigned*>(pl), W, len,
-          [&](u64, unsigned r) { return ws_load(values + u64{r} * eb, eb); },
-          [&](u64 x, unsigned, u64 val) { ws_store(d + x * eb, eb, val); });
-    } else {
-      const auto* offs = reinterpret_cast<const unsigned short*>(pl);
-      const unsigned char* values = pl + wdl::align8(u64{e.count} * 2);
-      for (u64 v0 = 0; v0 < e.count; v0 += 32 * U) {
-        unsigned o[U];
-        u64 x[U];
+  const bool aligned = (reinterpret_cast<u64>(d) & 31) == 0;
+  const u64 whole = aligned ? len * eb / 32 : 0;  // sectors wholly inside the bucket
+  for (u64 k0 = 0; k0 < count; k0 += 32) {
+    const u64 k = k0 + lane;
+    const bool valid = k < count;
+    const unsigned o = valid ? offs[k] : 0u;
+    const u64 x = valid ? ws_load(values + k * eb, eb) : 0;
+    const u64 byte = u64{o} * eb, sec = byte / 32;
+    const bool full = valid && sec < whole;
+    if (valid && !full) ws_store(d + byte, eb, x);
+    const u64 prev = __shfl_up_sync(WS_FULL, sec, 1);
+    const bool lead = full && (lane == 0 || prev != sec);
+    const unsigned leads = __ballot_sync(WS_FULL, lead);
+    const unsigned fulls = __ballot_sync(WS_FULL, full);
+    // run length of a leader: up to the next leader or the first lane that is not `full`
+    const unsigned after = leads & ~((2u << lane) - 1u);            // later leaders
+    const unsigned notfull = ~fulls & ~((2u << lane) - 1u);        // later lanes not full
+    const unsigned stop = after | notfull;
+    const unsigned end = stop != 0 ? static_cast<unsigned>(__ffs(stop)) - 1 : 32u;
+    unsigned run = lead ? end - lane : 0u;
+    unsigned most = run;
 #pragma unroll
-        for (unsigned u = 0; u < U; ++u) {
-          const u64 k = v0 + u * 32 + lane;
-          o[u] = k < e.count ? offs[k] : 0u;
-          x[u] = k < e.count ? ws_load(values + k * eb, eb) : 0;
+    for (unsigned s = 16; s > 0; s >>= 1) most = max(most, __shfl_xor_sync(WS_FULL, most, s));
+    uint4 lo = make_uint4(0, 0, 0, 0), hi = lo;
+    unsigned char* sp = d + sec * 32;
+    if (lead) {
+      lo = *reinterpret_cast<const uint4*>(sp);
+      hi = *reinterpret_cast<const uint4*>(sp + 16);
+    }
+    for (unsigned r = 0; r < most; ++r) {  // (warp-uniform)
+      const u64 xr = __shfl_sync(WS_FULL, x, (lane + r) & 31u);
+      const u64 br = __shfl_sync(WS_FULL, byte, (lane + r) & 31u);
+      if (r < run) {
+        const unsigned at = static_cast<unsigned>(br % 32);  // byte in the sector
+        // (eb divides 32 and `at`: the element sits in one half)
+        uint4 h = at < 16 ? lo : hi;
+        const unsigned a16 = at % 16;
+        switch (eb) {
+          case 1:
+            ws_vec_set<1>(h, a16, xr);
+            break;
+          case 2:
+            ws_vec_set<2>(h, a16 / 2, xr);
+            break;
+          case 4:
+            ws_vec_set<4>(h, a16 / 4, xr);
+            break;
+          default:
+            ws_vec_set<8>(h, a16 / 8, xr);
+            break;
         }
-#pragma unroll
-        for (unsigned u = 0; u < U; ++u) {
-          const u64 k = v0 + u * 32 + lane;
-          if (k < e.count) ws_store(d + u64{o[u]} * eb, eb, x[u]);
-        }
+        if (at < 16)
+          lo = h;
+        else
+          hi = h;
       }
     }
+    if (lead) {
+      *reinterpret_cast<uint4*>(sp) = lo;
+      *reinterpret_cast<uint4*>(sp + 16) = hi;
+    }
+    __syncwarp();  // (a sector split between two groups: the next group reads this write)
   }
+}
+
+// Sparse (default): 256 values in flight per warp, each stored where it goes (the memory system
+// merges the partial sectors).
+__device__ __forceinline__ void ws_sparse_scatter_warp(const unsigned short* offs,
+                                                       const unsigned char* values, unsigned count,
+                                                       unsigned char* d, unsigned eb) {
+  constexpr unsigned U = 8;
+  const unsigned lane = ws_lane();
+  for (u64 v0 = 0; v0 < count; v0 += 32 * U) {
+    unsigned o[U];
+    u64 x[U];
+#pragma unroll
+    for (unsigned u = 0; u < U; ++u) {
+      const u64 k = v0 + u * 32 + lane;
+      o[u] = k < count ? offs[k] : 0u;
+      x[u] = k < count ? ws_load(values + k * eb, eb) : 0;
+    }
+#pragma unroll
+    for (unsigned u = 0; u < U; ++u) {
+      const u64 k = v0 + u * 32 + lane;
+      if (k < count) ws_store(d + u64{o[u]} * eb, eb, x[u]);
+    }
+  }
+}
+
+// A raw or bitmask bucket, by the whole CTA.
+__device__ __forceinline__ void ws_apply_cta(const WsSlot& x, u64* red, unsigned* wred) {
+  const unsigned eb = x.eb;
+  if (x.g != nullptr) {  // through a gather: element by element
+    if (x.e.kind == static_cast<unsigned char>(wdl::BucketKind::raw)) {
+      for (u64 i = threadIdx.x; i < x.len; i += WS_THREADS)
+        ws_store_gather(*x.g, eb, x.begin + i, ws_load(x.pl + i * eb, eb));
+    } else {
+      const u64 W = (x.len + 31) / 32;
+      const unsigned char* values = x.pl + wdl::align8(W * 4);
+      ws_bits_cta(reinterpret_cast<const unsigned*>(x.pl), W, x.len, wred, [&](u64 i, unsigned r) {
+        ws_store_gather(*x.g, eb, x.begin + i, ws_load(values + u64{r} * eb, eb));
+      });
+    }
+    return;
+  }
+  if (x.e.kind == static_cast<unsigned char>(wdl::BucketKind::raw)) {
+    ws_copy<WS_THREADS>(x.d, x.pl, x.len * eb, false, threadIdx.x);
+    return;
+  }
+  const auto* words = reinterpret_cast<const unsigned*>(x.pl);
+  const u64 W = (x.len + 31) / 32;
+  const unsigned char* values = x.pl + wdl::align8(W * 4);
+  if ((reinterpret_cast<u64>(x.d) & 15) == 0 && x.len % 32 == 0) {
+    auto* dv = reinterpret_cast<uint4*>(x.d);
+    const u64 nvec = x.len * eb / 16;
+    switch (eb) {
+      case 1:
+        ws_bitmask_apply_cta<1>(words, values, dv, nvec, red);
+        break;
+      case 2:
+        ws_bitmask_apply_cta<2>(words, values, dv, nvec, red);
+        break;
+      case 4:
+        ws_bitmask_apply_cta<4>(words, values, dv, nvec, red);
+        break;
+      default:
+        ws_bitmask_apply_cta<8>(words, values, dv, nvec, red);
+        break;
+    }
+  } else {
+    ws_bits_cta(words, W, x.len, wred, [&](u64 i, unsigned r) {
+      ws_store(x.d + i * eb, eb, ws_load(values + u64{r} * eb, eb));
+    });
+  }
+}
+
+// kDeltaThreads / 32 check-chunk slots per CTA (all of one chunk), a warp each: sparse buckets
+// by their warp; then the CTA's raw and bitmask buckets by the whole CTA, one after another.
+extern "C" __global__ void __launch_bounds__(WS_THREADS)
+    ws_delta_apply(const __grid_constant__ wk::DeltaApplyParams p) {
+  constexpr unsigned CC = wk::kDeltaCheckChunk, NW = WS_THREADS / 32;
+  static_assert(CC % NW == 0, "a CTA's slots are of one chunk");
+  __shared__ u64 red[NW];
+  __shared__ unsigned wred[NW];
+  __shared__ unsigned char coop[NW];
+  const u64 slots = p.totals[1] * CC;
+  const unsigned warp = threadIdx.x >> 5;
+  const bool sectors = (p.flags & wk::kDeltaApplySectors) != 0;
+  for (u64 v0 = u64{blockIdx.x} * NW; v0 < slots; v0 += u64{gridDim.x} * NW) {
+    WsSlot x;
+    bool mine = false;
+    if (ws_slot(p, v0 + warp, x)) {
+      if (x.e.kind == static_cast<unsigned char>(wdl::BucketKind::sparse)) {
+        const auto* offs = reinterpret_cast<const unsigned short*>(x.pl);
+        const unsigned char* values = x.pl + wdl::align8(u64{x.e.count} * 2);
+        if (x.g != nullptr) {
+          for (u64 k = ws_lane(); k < x.e.count; k += 32)
+            ws_store_gather(*x.g, x.eb, x.begin + offs[k], ws_load(values + k * x.eb, x.eb));
+        } else if (sectors)
+          ws_sparse_sectors_warp(offs, values, x.e.count, x.d, x.len, x.eb);
+        else
+          ws_sparse_scatter_warp(offs, values, x.e.count, x.d, x.eb);
+      } else {
+        mine = true;
+      }
+    }
+    if (ws_lane() == 0) coop[warp] = mine ? 1 : 0;
+    __syncthreads();
+    for (unsigned k = 0; k < NW; ++k)
+      if (coop[k] != 0 && ws_slot(p, v0 + k, x)) ws_apply_cta(x, red, wred);
+    __syncthreads();  // (coop is written again)
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// vLLM's sparse pairs (SparsePairsParams)
+
+extern "C" __global__ void __launch_bounds__(WS_THREADS)
+    ws_sparse_check(const __grid_constant__ wk::SparsePairsParams p) {
+  for (u64 k = u64{blockIdx.x} * WS_THREADS + threadIdx.x; k < p.n; k += u64{gridDim.x} * WS_THREADS) {
+    const long long i = p.idx[k];
+    if (i < 0 || static_cast<u64>(i) >= p.numel) atomicMin(reinterpret_cast<u64*>(p.state), k);
+    if (k > 0 && i <= p.idx[k - 1]) atomicMin(reinterpret_cast<u64*>(p.state + 1), k);
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(WS_THREADS)
+    ws_sparse_scatter(const __grid_constant__ wk::SparsePairsParams p) {
+  if (p.state[0] != wk::kDeltaNoError) return;  // a bad index: nothing is written
+  const unsigned eb = p.elem_bytes;
+  const auto* v = static_cast<const unsigned char*>(p.values);
+  auto* d = static_cast<unsigned char*>(p.dst);
+  if (p.state[1] != wk::kDeltaNoError) {  // not strictly ascending: in order, on one thread
+    if (blockIdx.x == 0 && threadIdx.x == 0)
+      for (u64 k = 0; k < p.n; ++k)
+        ws_store(d + static_cast<u64>(p.idx[k]) * eb, eb, ws_load(v + k * eb, eb));
+    return;
+  }
+  for (u64 k = u64{blockIdx.x} * WS_THREADS + threadIdx.x; k < p.n; k += u64{gridDim.x} * WS_THREADS)
+    ws_store(d + static_cast<u64>(p.idx[k]) * eb, eb, ws_load(v + k * eb, eb));
 }

@@ -7,21 +7,35 @@
 // checks that they agree). compute_89: cvt.rn.satfinite.e4m3x2.f32 needs sm_89 or later.
 //
 // bfloat16 / float32 -> float8_e4m3fn after the reference in include/weightsync/fp8/quantize.hpp:
-// scale = fp8_scale_bits(amax) (the host's own code), q = x / scale (IEEE division, __fdiv_rn;
-// for UE8M0 scales, a power of two, x * (1 / scale), which is the same value), NaN -> 0x7f,
-// clamp to +-448, then the hardware's round-to-nearest-even conversion.
+// scale = fp8_scale_bits(amax) (the host's own code), q = x / scale, NaN -> 0x7f, clamp to +-448,
+// then the hardware's round-to-nearest-even conversion. Every kernel quantizes a view of its
+// source (kernels/fp8_abi.hpp: rows of a slice, permuted or not, of a wider tensor; a whole tensor
+// is the trivial view), so the load planner writes a fused / sharded piece straight into its FP8
+// parameter with the same code that quantizes whole tensors.
+//
+// Two ways to divide, chosen per group (uniform in a CTA, so no divergence):
+// - a scale in [2^-100, 2^100] (wd::fp8_fast_scale; every finite group but the tiniest): every
+//   element of the group is finite (|x| <= amax), q = wd::fp8_quotient_fast (one multiply by the
+//   correctly rounded reciprocal and two fma: the IEEE quotient's float8 rounding, checked on the
+//   host over every bfloat16 pair), and the conversion needs neither the clamp (satfinite
+//   saturates to 448 as the clamp does) nor the NaN fix-up;
+// - otherwise (inf / NaN groups, subnormal scales) the IEEE division __fdiv_rn, the clamp and the
+//   NaN fix-up, as the host computes them.
 //
 // Kernels (256 threads each, parameters weightsync::kernels::Fp8Params):
-// - ws_fp8_block_bf16 / ws_fp8_block_f32: one CTA per 128x128 block (grid x: column blocks,
-//   y: row blocks). When rows are whole 16-byte vectors (cols % 8 for bf16, % 4 for fp32) and the
-//   pointers aligned, each thread loads its 8 (bf16) or 16 (fp32) vectors once into registers,
+// - ws_fp8_block_bf16 / ws_fp8_block_f32: one CTA per 128x128 block of the view (grid x: column
+//   blocks, y: row blocks). When the view's rows are whole 16-byte vectors (source row length,
+//   first column and view width multiples of 8 for bf16 / 4 for fp32) and the pointers aligned,
+//   each thread loads its 8 (bf16) or 16 (fp32) vectors once into registers (streaming loads),
 //   the CTA reduces the amax, and the registers are converted: the input is read once. Otherwise
 //   (odd shapes) elements are loaded one at a time, twice.
-// - ws_fp8_rows: per-channel, one CTA per row (grid-stride), two passes over the row (the second
-//   hits L2).
+// - ws_fp8_block_batch_bf16 / ws_fp8_block_batch_f32: the same for a batch of views
+//   (kernels::Fp8Batch), one launch for all the pieces of a load() call.
+// - ws_fp8_rows: per-channel, one CTA per view row (grid-stride): the amax over the whole source
+//   row, then the view's columns converted (a second pass, which hits L2).
 // - ws_fp8_tensor_amax, ws_fp8_tensor_finalize, ws_fp8_tensor_convert: per-tensor; the amax bits
-//   are reduced with atomicMax into scales[0] (zeroed by the launcher), turned into the scale in
-//   place, then every element is converted.
+//   of the whole source are reduced with atomicMax into scales[0] (zeroed by the launcher), turned
+//   into the scale in place, then every element of the view is converted.
 #include "../include/weightsync/detail/fp8_bits.hpp"
 #include "../include/weightsync/kernels/fp8_abi.hpp"
 
@@ -43,19 +57,24 @@ __device__ __forceinline__ unsigned ws_cvt2(float lo, float hi) {
   return v;
 }
 
-// x / scale as the reference computes it (see the file comment).
-struct WsDivider {
+// Two finite quotients: satfinite saturates to +-448 exactly as the clamp does.
+__device__ __forceinline__ unsigned ws_cvt2_finite(float lo, float hi) {
+  unsigned short r;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// x / scale for a group, on the path chosen for it (see the file comment).
+template <bool FAST>
+struct WsDiv {
   float s, inv;
-  bool pow2;
   __device__ __forceinline__ float operator()(float x) const {
-    return pow2 ? x * inv : __fdiv_rn(x, s);
+    return FAST ? wd::fp8_quotient_fast(x, s, inv) : __fdiv_rn(x, s);
+  }
+  __device__ __forceinline__ unsigned cvt2(float lo, float hi) const {
+    return FAST ? ws_cvt2_finite((*this)(lo), (*this)(hi)) : ws_cvt2((*this)(lo), (*this)(hi));
   }
 };
-
-__device__ __forceinline__ WsDivider ws_divider(unsigned amax_bits, bool ue8m0) {
-  const float s = __uint_as_float(wd::fp8_scale_bits(amax_bits, ue8m0));
-  return WsDivider{s, 1.0f / s, ue8m0};
-}
 
 // The max over the CTA (every thread gets it); `red` holds one word per warp.
 __device__ __forceinline__ unsigned ws_block_max(unsigned v, unsigned* red) {
@@ -67,6 +86,16 @@ __device__ __forceinline__ unsigned ws_block_max(unsigned v, unsigned* red) {
   for (int w = 0; w < WS_THREADS / 32; ++w) m = max(m, red[w]);
   __syncthreads();  // red may be written again
   return m;
+}
+
+// The source row of view row d (the rotary permutation when head_rows > 0).
+__device__ __forceinline__ long long ws_src_row(const Fp8Params& p, long long d) {
+  long long r = p.row0 + d;
+  if (p.head_rows) {
+    const long long h = r / p.head_rows, w = r % p.head_rows, half = p.head_rows / 2;
+    r = h * p.head_rows + (w % half) * 2 + w / half;
+  }
+  return r;
 }
 
 // float32 bits of element i of a source at any alignment.
@@ -97,100 +126,154 @@ __device__ __forceinline__ unsigned ws_vec_amax(const uint4& v) {
 }
 
 // Converts one 16-byte vector and stores its 8 (bf16) or 4 (fp32) bytes at `out`.
-template <bool BF16>
-__device__ __forceinline__ void ws_vec_store(const uint4& v, const WsDivider& d,
+template <bool BF16, bool FAST>
+__device__ __forceinline__ void ws_vec_store(const uint4& v, const WsDiv<FAST>& d,
                                              unsigned char* out) {
   if (BF16) {
     const auto lo = [](unsigned w) { return __uint_as_float(w << 16); };
     const auto hi = [](unsigned w) { return __uint_as_float(w & 0xffff0000u); };
-    const unsigned a = ws_cvt2(d(lo(v.x)), d(hi(v.x))) | (ws_cvt2(d(lo(v.y)), d(hi(v.y))) << 16);
-    const unsigned b = ws_cvt2(d(lo(v.z)), d(hi(v.z))) | (ws_cvt2(d(lo(v.w)), d(hi(v.w))) << 16);
+    const unsigned a = d.cvt2(lo(v.x), hi(v.x)) | (d.cvt2(lo(v.y), hi(v.y)) << 16);
+    const unsigned b = d.cvt2(lo(v.z), hi(v.z)) | (d.cvt2(lo(v.w), hi(v.w)) << 16);
     *reinterpret_cast<uint2*>(out) = make_uint2(a, b);
   } else {
-    const unsigned a = ws_cvt2(d(__uint_as_float(v.x)), d(__uint_as_float(v.y))) |
-                       (ws_cvt2(d(__uint_as_float(v.z)), d(__uint_as_float(v.w))) << 16);
+    const unsigned a = d.cvt2(__uint_as_float(v.x), __uint_as_float(v.y)) |
+                       (d.cvt2(__uint_as_float(v.z), __uint_as_float(v.w)) << 16);
     *reinterpret_cast<unsigned*>(out) = a;
   }
 }
 
+// The source's rows are whole 16-byte vectors from aligned memory (amax over whole rows).
+__device__ __forceinline__ bool ws_src_vec_ok(const Fp8Params& p, unsigned epv) {
+  return p.src_cols % epv == 0 && (reinterpret_cast<unsigned long long>(p.src) & 15ull) == 0;
+}
+
+// ... and the view's rows too, into an aligned destination.
 __device__ __forceinline__ bool ws_vec_ok(const Fp8Params& p, unsigned epv) {
-  return p.cols % epv == 0 && (reinterpret_cast<unsigned long long>(p.src) & 15ull) == 0 &&
+  return ws_src_vec_ok(p, epv) && p.col0 % epv == 0 && p.cols % epv == 0 &&
          (reinterpret_cast<unsigned long long>(p.dst) & (epv - 1)) == 0;
 }
 
+template <bool BF16, bool FAST, unsigned NV, unsigned RPS, unsigned ES>
+__device__ __forceinline__ void ws_block_store(const Fp8Params& p, const uint4 (&v)[NV],
+                                               long long r0, long long col, unsigned tr, float s) {
+  WsDiv<FAST> d{s, FAST ? __frcp_rn(s) : 0.0f};
+  auto* dst = static_cast<unsigned char*>(p.dst);
+#pragma unroll
+  for (unsigned j = 0; j < NV; ++j) {
+    const long long row = r0 + j * RPS + tr;
+    if (row < p.rows && col < p.cols) ws_vec_store<BF16, FAST>(v[j], d, dst + row * p.cols + col);
+  }
+}
+
 template <bool BF16>
-__device__ __forceinline__ void ws_block(const Fp8Params& p) {
+__device__ __forceinline__ void ws_block(const Fp8Params& p, unsigned bx, unsigned by) {
   constexpr unsigned EPV = BF16 ? 8 : 4;           // elements per 16-byte vector
   constexpr unsigned ES = BF16 ? 2 : 4;            // element size
   constexpr unsigned VPR = 128 / EPV;              // vectors per block row
   constexpr unsigned NV = 128 * VPR / WS_THREADS;  // vectors per thread
+  constexpr unsigned RPS = WS_THREADS / VPR;       // block rows per step of the CTA
   __shared__ unsigned red[WS_THREADS / 32];
-  const long long r0 = static_cast<long long>(blockIdx.y) * 128;
-  const long long c0 = static_cast<long long>(blockIdx.x) * 128;
+  const long long r0 = static_cast<long long>(by) * 128;
+  const long long c0 = static_cast<long long>(bx) * 128;
   const bool ue8m0 = p.mode == weightsync::kernels::kFp8Block128Ue8m0;
   const auto* src = static_cast<const unsigned char*>(p.src);
   auto* dst = static_cast<unsigned char*>(p.dst);
-  float* scale_out =
-      p.scales + static_cast<unsigned long long>(blockIdx.y) * gridDim.x + blockIdx.x;
+  float* scale_out = p.scales + static_cast<unsigned long long>(by) * p.scale_stride + bx;
   if (ws_vec_ok(p, EPV)) {
+    // Thread t takes column vector t % VPR of rows t / VPR, t / VPR + RPS, ...: a warp reads
+    // whole 256-byte row segments.
+    const unsigned tr = threadIdx.x / VPR;
+    const long long col = c0 + (threadIdx.x % VPR) * EPV;
     uint4 v[NV];
     unsigned amax = 0;
 #pragma unroll
     for (unsigned j = 0; j < NV; ++j) {
-      const unsigned idx = j * WS_THREADS + threadIdx.x;
-      const long long row = r0 + idx / VPR, col = c0 + (idx % VPR) * EPV;
+      const long long row = r0 + j * RPS + tr;
       if (row < p.rows && col < p.cols) {
-        v[j] = __ldcs(reinterpret_cast<const uint4*>(src + (row * p.cols + col) * ES));
+        v[j] = __ldcs(reinterpret_cast<const uint4*>(
+            src + (ws_src_row(p, row) * p.src_cols + p.col0 + col) * ES));
         amax = max(amax, ws_vec_amax<BF16>(v[j]));
       }
     }
     amax = ws_block_max(amax, red);
-    const WsDivider d = ws_divider(amax, ue8m0);
-    if (threadIdx.x == 0) *scale_out = d.s;
-#pragma unroll
-    for (unsigned j = 0; j < NV; ++j) {
-      const unsigned idx = j * WS_THREADS + threadIdx.x;
-      const long long row = r0 + idx / VPR, col = c0 + (idx % VPR) * EPV;
-      if (row < p.rows && col < p.cols) ws_vec_store<BF16>(v[j], d, dst + row * p.cols + col);
-    }
+    const unsigned sb = wd::fp8_scale_bits(amax, ue8m0);
+    const float s = __uint_as_float(sb);
+    if (threadIdx.x == 0) *scale_out = s;
+    if (wd::fp8_fast_scale(sb))
+      ws_block_store<BF16, true, NV, RPS, ES>(p, v, r0, col, tr, s);
+    else
+      ws_block_store<BF16, false, NV, RPS, ES>(p, v, r0, col, tr, s);
     return;
   }
-  // Odd shapes or alignment: one element at a time, read twice.
+  // Odd shapes or alignment: one element at a time, read twice, divided exactly.
   unsigned amax = 0;
   for (unsigned e = threadIdx.x; e < 128u * 128u; e += WS_THREADS) {
     const long long row = r0 + e / 128, col = c0 + e % 128;
     if (row < p.rows && col < p.cols)
-      amax = max(amax, wd::fp8_abs_bits(ws_load_bits(src, BF16, row * p.cols + col)));
+      amax = max(amax, wd::fp8_abs_bits(ws_load_bits(
+                           src, BF16, ws_src_row(p, row) * p.src_cols + p.col0 + col)));
   }
   amax = ws_block_max(amax, red);
-  const WsDivider d = ws_divider(amax, ue8m0);
+  const WsDiv<false> d{__uint_as_float(wd::fp8_scale_bits(amax, ue8m0)), 0.0f};
   if (threadIdx.x == 0) *scale_out = d.s;
   for (unsigned e = threadIdx.x; e < 128u * 128u; e += WS_THREADS) {
     const long long row = r0 + e / 128, col = c0 + e % 128;
     if (row < p.rows && col < p.cols) {
-      const float x = __uint_as_float(ws_load_bits(src, BF16, row * p.cols + col));
-      dst[row * p.cols + col] = static_cast<unsigned char>(ws_cvt2(d(x), 0.0f) & 0xffu);
+      const float x =
+          __uint_as_float(ws_load_bits(src, BF16, ws_src_row(p, row) * p.src_cols + p.col0 + col));
+      dst[row * p.cols + col] = static_cast<unsigned char>(d.cvt2(x, 0.0f) & 0xffu);
     }
   }
 }
 
-extern "C" __global__ void __launch_bounds__(WS_THREADS)
+extern "C" __global__ void __launch_bounds__(WS_THREADS, 4)
     ws_fp8_block_bf16(const __grid_constant__ Fp8Params p) {
-  ws_block<true>(p);
+  ws_block<true>(p, blockIdx.x, blockIdx.y);
 }
 
 extern "C" __global__ void __launch_bounds__(WS_THREADS)
     ws_fp8_block_f32(const __grid_constant__ Fp8Params p) {
-  ws_block<false>(p);
+  ws_block<false>(p, blockIdx.x, blockIdx.y);
 }
 
-// Elements [begin, end) of a row-major source: the amax bits (vectorized when `vec`).
+// A batch of block-mode views of one source type (the load planner's pieces of a chunk: many
+// small expert tensors in one launch): CTAs take the batch's blocks grid-stride and find their
+// view by binary search over the cumulative block counts.
+template <bool BF16>
+__device__ __forceinline__ void ws_block_batch(const weightsync::kernels::Fp8Batch& b) {
+  for (unsigned long long t = blockIdx.x; t < b.total_blocks; t += gridDim.x) {
+    unsigned lo = 0, hi = b.count - 1;
+    while (lo < hi) {
+      const unsigned mid = (lo + hi) / 2;
+      if (b.block_end[mid] > t)
+        hi = mid;
+      else
+        lo = mid + 1;
+    }
+    const Fp8Params& p = b.v[lo];
+    const unsigned long long local = t - (lo ? b.block_end[lo - 1] : 0);
+    const unsigned long long gx = static_cast<unsigned long long>(p.cols + 127) / 128;
+    ws_block<BF16>(p, static_cast<unsigned>(local % gx), static_cast<unsigned>(local / gx));
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(WS_THREADS, 4)
+    ws_fp8_block_batch_bf16(const __grid_constant__ weightsync::kernels::Fp8Batch b) {
+  ws_block_batch<true>(b);
+}
+
+extern "C" __global__ void __launch_bounds__(WS_THREADS)
+    ws_fp8_block_batch_f32(const __grid_constant__ weightsync::kernels::Fp8Batch b) {
+  ws_block_batch<false>(b);
+}
+
+// The amax bits of source elements [begin, end) (vectorized when `vec`: begin and end whole
+// vectors), thread `first` of `stride`.
 template <bool BF16>
 __device__ __forceinline__ unsigned ws_range_amax(const Fp8Params& p, unsigned long long begin,
                                                   unsigned long long end, unsigned long long first,
                                                   unsigned long long stride, bool vec) {
   constexpr unsigned EPV = BF16 ? 8 : 4;
-  constexpr unsigned ES = BF16 ? 2 : 4;
   const auto* src = static_cast<const unsigned char*>(p.src);
   unsigned amax = 0;
   if (vec) {
@@ -200,40 +283,68 @@ __device__ __forceinline__ unsigned ws_range_amax(const Fp8Params& p, unsigned l
     for (unsigned long long e = begin + first; e < end; e += stride)
       amax = max(amax, wd::fp8_abs_bits(ws_load_bits(src, BF16, e)));
   }
-  (void)ES;
   return amax;
 }
 
-template <bool BF16>
+// Converts source elements [begin, begin + n) into out[0, n) (vectorized when `vec`: begin and n
+// whole vectors, out aligned), thread `first` of `stride`.
+template <bool BF16, bool FAST>
 __device__ __forceinline__ void ws_range_convert(const Fp8Params& p, unsigned long long begin,
-                                                 unsigned long long end, unsigned long long first,
+                                                 unsigned long long n, unsigned char* out,
+                                                 unsigned long long first,
                                                  unsigned long long stride, bool vec,
-                                                 const WsDivider& d) {
+                                                 const WsDiv<FAST>& d) {
   constexpr unsigned EPV = BF16 ? 8 : 4;
-  const auto* src = static_cast<const unsigned char*>(p.src);
-  auto* dst = static_cast<unsigned char*>(p.dst);
+  constexpr unsigned ES = BF16 ? 2 : 4;
+  const auto* src = static_cast<const unsigned char*>(p.src) + begin * ES;
   if (vec) {
-    for (unsigned long long v = begin / EPV + first; v < end / EPV; v += stride)
-      ws_vec_store<BF16>(__ldcs(reinterpret_cast<const uint4*>(src + v * 16)), d, dst + v * EPV);
+    for (unsigned long long v = first; v < n / EPV; v += stride)
+      ws_vec_store<BF16, FAST>(__ldcs(reinterpret_cast<const uint4*>(src + v * 16)), d,
+                               out + v * EPV);
   } else {
-    for (unsigned long long e = begin + first; e < end; e += stride)
-      dst[e] = static_cast<unsigned char>(
-          ws_cvt2(d(__uint_as_float(ws_load_bits(src, BF16, e))), 0.0f) & 0xffu);
+    for (unsigned long long e = first; e < n; e += stride)
+      out[e] = static_cast<unsigned char>(
+          d.cvt2(__uint_as_float(ws_load_bits(src, BF16, e)), 0.0f) & 0xffu);
   }
+}
+
+template <bool BF16, bool FAST>
+__device__ __forceinline__ void ws_convert_with(const Fp8Params& p, unsigned long long begin,
+                                                unsigned long long n, unsigned char* out,
+                                                unsigned long long first, unsigned long long stride,
+                                                bool vec, float s) {
+  ws_range_convert<BF16, FAST>(p, begin, n, out, first, stride, vec,
+                               WsDiv<FAST>{s, FAST ? __frcp_rn(s) : 0.0f});
+}
+
+// Converts with scale s on the path its bits choose.
+template <bool BF16>
+__device__ __forceinline__ void ws_convert(const Fp8Params& p, unsigned long long begin,
+                                           unsigned long long n, unsigned char* out,
+                                           unsigned long long first, unsigned long long stride,
+                                           bool vec, float s) {
+  if (wd::fp8_fast_scale(__float_as_uint(s)))
+    ws_convert_with<BF16, true>(p, begin, n, out, first, stride, vec, s);
+  else
+    ws_convert_with<BF16, false>(p, begin, n, out, first, stride, vec, s);
 }
 
 template <bool BF16>
 __device__ __forceinline__ void ws_rows(const Fp8Params& p) {
+  constexpr unsigned EPV = BF16 ? 8 : 4;
   __shared__ unsigned red[WS_THREADS / 32];
-  const bool vec = ws_vec_ok(p, BF16 ? 8 : 4);
-  const auto cols = static_cast<unsigned long long>(p.cols);
-  for (long long r = blockIdx.x; r < p.rows; r += gridDim.x) {
-    const unsigned long long b = r * cols, e = b + cols;
-    const unsigned amax =
-        ws_block_max(ws_range_amax<BF16>(p, b, e, threadIdx.x, WS_THREADS, vec), red);
-    const WsDivider d = ws_divider(amax, false);
-    if (threadIdx.x == 0) p.scales[r] = d.s;
-    ws_range_convert<BF16>(p, b, e, threadIdx.x, WS_THREADS, vec, d);
+  const bool vec_src = ws_src_vec_ok(p, EPV), vec = ws_vec_ok(p, EPV);
+  const auto src_cols = static_cast<unsigned long long>(p.src_cols);
+  auto* dst = static_cast<unsigned char*>(p.dst);
+  for (long long d = blockIdx.x; d < p.rows; d += gridDim.x) {
+    const unsigned long long b = static_cast<unsigned long long>(ws_src_row(p, d)) * src_cols;
+    const unsigned amax = ws_block_max(
+        ws_range_amax<BF16>(p, b, b + src_cols, threadIdx.x, WS_THREADS, vec_src), red);
+    const float s = __uint_as_float(wd::fp8_scale_bits(amax, false));
+    if (threadIdx.x == 0) p.scales[d] = s;
+    ws_convert<BF16>(
+        p, b + static_cast<unsigned long long>(p.col0), static_cast<unsigned long long>(p.cols),
+        dst + static_cast<unsigned long long>(d) * p.cols, threadIdx.x, WS_THREADS, vec, s);
   }
 }
 
@@ -245,11 +356,12 @@ extern "C" __global__ void __launch_bounds__(WS_THREADS)
     ws_rows<false>(p);
 }
 
-// Per-tensor pass 1: atomicMax of the amax bits into scales[0] (zeroed by the launcher).
+// Per-tensor pass 1: atomicMax of the whole source's amax bits into scales[0] (zeroed by the
+// launcher).
 template <bool BF16>
 __device__ __forceinline__ void ws_tensor_amax(const Fp8Params& p) {
   __shared__ unsigned red[WS_THREADS / 32];
-  const unsigned long long n = static_cast<unsigned long long>(p.rows) * p.cols;
+  const unsigned long long n = static_cast<unsigned long long>(p.src_rows) * p.src_cols;
   const bool vec =
       n % (BF16 ? 8 : 4) == 0 && (reinterpret_cast<unsigned long long>(p.src) & 15ull) == 0;
   const unsigned long long first =
@@ -274,19 +386,31 @@ extern "C" __global__ void ws_fp8_tensor_finalize(const __grid_constant__ Fp8Par
         __uint_as_float(wd::fp8_scale_bits(*reinterpret_cast<const unsigned*>(p.scales), false));
 }
 
-// Per-tensor pass 3: every element with the scale in scales[0].
+// Per-tensor pass 3: every element of the view with the scale in scales[0]; a contiguous view
+// (a whole tensor) as one range, any other row by row.
 template <bool BF16>
 __device__ __forceinline__ void ws_tensor_convert(const Fp8Params& p) {
-  const unsigned long long n = static_cast<unsigned long long>(p.rows) * p.cols;
-  const bool vec = n % (BF16 ? 8 : 4) == 0 &&
-                   (reinterpret_cast<unsigned long long>(p.src) & 15ull) == 0 &&
-                   (reinterpret_cast<unsigned long long>(p.dst) & ((BF16 ? 8 : 4) - 1)) == 0;
+  constexpr unsigned EPV = BF16 ? 8 : 4;
   const float s = p.scales[0];
-  const WsDivider d{s, 1.0f / s, false};
-  const unsigned long long first =
-      static_cast<unsigned long long>(blockIdx.x) * WS_THREADS + threadIdx.x;
-  const unsigned long long stride = static_cast<unsigned long long>(gridDim.x) * WS_THREADS;
-  ws_range_convert<BF16>(p, 0, n, first, stride, vec, d);
+  auto* dst = static_cast<unsigned char*>(p.dst);
+  if (p.row0 == 0 && p.col0 == 0 && p.head_rows == 0 && p.src_cols == p.cols) {
+    const unsigned long long n = static_cast<unsigned long long>(p.rows) * p.cols;
+    const bool vec = n % EPV == 0 && (reinterpret_cast<unsigned long long>(p.src) & 15ull) == 0 &&
+                     (reinterpret_cast<unsigned long long>(p.dst) & (EPV - 1)) == 0;
+    const unsigned long long first =
+        static_cast<unsigned long long>(blockIdx.x) * WS_THREADS + threadIdx.x;
+    const unsigned long long stride = static_cast<unsigned long long>(gridDim.x) * WS_THREADS;
+    ws_convert<BF16>(p, 0, n, dst, first, stride, vec, s);
+    return;
+  }
+  const bool vec = ws_vec_ok(p, EPV);
+  for (long long d = blockIdx.x; d < p.rows; d += gridDim.x)
+    ws_convert<BF16>(p,
+                     static_cast<unsigned long long>(ws_src_row(p, d)) * p.src_cols +
+                         static_cast<unsigned long long>(p.col0),
+                     static_cast<unsigned long long>(p.cols),
+                     dst + static_cast<unsigned long long>(d) * p.cols, threadIdx.x, WS_THREADS,
+                     vec, s);
 }
 
 extern "C" __global__ void __launch_bounds__(WS_THREADS)

@@ -13,8 +13,9 @@
 #include "weightsync/loading/placement.hpp"
 #include "weightsync/loading/planner.hpp"
 #if WEIGHTSYNC_HAS_CUDA
-// LoadPlan::load and loader() on a cudaStream_t. Always with CUDA: a plan that gathers would
-// otherwise compile without it and fail at run time, and two translation units that disagree on
-// it would instantiate LoadPlan::load<cudaStream_t> differently.
+// LoadPlan::load and loader() on a cudaStream_t (gathers and quantize on load). Always with CUDA: a
+// plan that gathers would otherwise compile without it and fail at run time, and two translation
+// units that disagree on it would instantiate LoadPlan::load<cudaStream_t> differently.
+#include "weightsync/cuda/fp8_load.hpp"
 #include "weightsync/cuda/gather.hpp"
 #endif

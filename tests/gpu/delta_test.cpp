@@ -6,11 +6,14 @@
 // 0.0, misaligned sources (the element-wise path); the CUDA applier rebuilds the source bit for
 // bit. Corrupted blobs: the applier throws protocol_error with check_delta_blob's message and
 // writes nothing of the bad blob (the good blobs of the same batch are applied). Then a batch of
-// many tensors in one measure / encode / apply.
+// many tensors in one measure / encode / apply; blobs applied through a load plan's gather; vLLM's
+// sparse pairs on the GPU.
 #include <weightsync/cuda/check.hpp>
 #include <weightsync/cuda/delta.hpp>
 #include <weightsync/cuda/device_buffer.hpp>
 #include <weightsync/delta/codec.hpp>
+#include <weightsync/delta/gather.hpp>
+#include <weightsync/delta/receive.hpp>
 
 #include <cuda_runtime_api.h>
 
@@ -114,11 +117,27 @@ Pair make_pair(std::uint64_t numel, unsigned eb, double density, std::uint64_t s
   return p;
 }
 
-// Encodes on the GPU (one job) and returns the blob.
+// Encodes on the GPU (one job) and returns the blob; `update`: measure also writes the source
+// into the reference (checked here: the reference equals the source after it, and nothing around
+// it was written).
 Bytes gpu_encode(CudaDeltaEncoder& enc, const Dev& src, const Dev& ref, std::uint64_t numel,
-                 unsigned eb, cudaStream_t s, std::uint64_t* changed = nullptr) {
+                 unsigned eb, cudaStream_t s, std::uint64_t* changed = nullptr,
+                 bool update = false) {
   const DeltaJob job{src.data(), ref.data(), numel, eb};
-  const auto sizes = enc.measure(std::span<const DeltaJob>(&job, 1), s);
+  const auto sizes = enc.measure(std::span<const DeltaJob>(&job, 1), s, update);
+  if (update) {
+    CHECK(ref.get() == src.get());
+    Bytes around(ref.offset + 16);
+    weightsync::detail::check(
+        cudaMemcpy(around.data(), ref.buf.data() + ref.offset + ref.size, 16,
+                   cudaMemcpyDeviceToHost),
+        "cudaMemcpy");
+    if (ref.offset > 0)
+      weightsync::detail::check(
+          cudaMemcpy(around.data() + 16, ref.buf.data(), ref.offset, cudaMemcpyDeviceToHost),
+          "cudaMemcpy");
+    for (auto b : around) CHECK(b == std::byte{0x5a});
+  }
   REQUIRE(sizes.size() == 1);
   if (changed) *changed = enc.changed_elements();
   Bytes poison(sizes[0], std::byte{0xee});
@@ -158,9 +177,9 @@ TEST_CASE("delta kernels: blobs byte-identical to the host codec, applied bit-ex
   std::uint64_t seed = 1;
   for (std::uint32_t be : {kDefaultBucketElems, 1024u}) {
     CudaDeltaEncoder enc(be);
-    CudaDeltaApplier app(be);
+    CudaDeltaApplier app(be), app_sectors(be, SparseWrites::sectors);
     for (unsigned eb : {1u, 2u, 4u, 8u})
-      for (double density : {0.0, 0.001, 0.01, 0.1, 0.5, 1.0})
+      for (double density : {0.0, 0.001, 0.01, 0.03, 0.1, 0.5, 1.0})
         for (std::uint64_t numel : {std::uint64_t{3} * be + 777, std::uint64_t{2} * be}) {
           const bool special = density == 0.01;
           for (std::size_t offset : {std::size_t{0}, std::size_t{eb}}) {  // eb: misaligned
@@ -171,13 +190,16 @@ TEST_CASE("delta kernels: blobs byte-identical to the host codec, applied bit-ex
             Bytes want(blob_bytes_for(counts, numel, eb, be));
             encode_delta_host(p.src.data(), p.ref.data(), numel, eb, be, counts, want.data(),
                               want.size());
-            const Dev src(p.src, offset), ref(p.ref, offset);
+            const Dev src(p.src, offset), ref(p.ref, offset), ref2(p.ref, offset);
             std::uint64_t changed = 0;
             const Bytes got = gpu_encode(enc, src, ref, numel, eb, st.s, &changed);
             CHECK(changed == popcount_total(counts));
             REQUIRE(got.size() == want.size());
             CHECK(got == want);
             CHECK(gpu_apply(app, got, p.ref, numel, eb, st.s, offset) == p.src);
+            CHECK(gpu_apply(app_sectors, got, p.ref, numel, eb, st.s, offset) == p.src);
+            // the reference update inside measure: the same blob, and ref becomes src
+            CHECK(gpu_encode(enc, src, ref2, numel, eb, st.s, nullptr, true) == want);
           }
         }
   }
@@ -467,4 +489,101 @@ TEST_CASE("delta kernels: argument errors name the field", "[gpu][delta]") {
   const Dev b(blob, 4);  // misaligned
   REQUIRE_THROWS_AS(app.apply(b.data(), 32, b.data(), 0, 2, "x", st.s), config_error);
   CHECK(app.pending() == 0);
+}
+
+TEST_CASE("delta kernels: a blob applied through a load plan's gather (TP shard, rotary permute, "
+          "cast) writes what the host does",
+          "[gpu][delta][loading]") {
+  Stream st;
+  CudaDeltaApplier app(256);
+  const std::int64_t R = 64, C = 96;
+  const std::uint64_t numel = static_cast<std::uint64_t>(R * C);
+  for (double density : {0.01, 0.3, 1.0}) {
+    // bf16 values that cast exactly and stay finite; changes flip a mantissa bit
+    std::mt19937_64 rng(static_cast<std::uint64_t>(density * 1000) + 1);
+    Bytes ref(numel * 2), src;
+    for (std::uint64_t i = 0; i < numel; ++i) {
+      const auto v = static_cast<std::uint16_t>((rng() & 0x8000u) | (0x3c00u + rng() % 0x600u));
+      std::memcpy(ref.data() + 2 * i, &v, 2);
+    }
+    src = ref;
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    for (std::uint64_t i = 0; i < numel; ++i)
+      if (density >= 1.0 || u(rng) < density) src[2 * i] ^= std::byte{0x04};
+    const Bytes blob = encode_delta_host(src.data(), ref.data(), numel, 2, 256);
+    struct Case {
+      const char* what;
+      DType dst_dtype;
+      std::int64_t rows, cols, row0, col0, head_rows;
+    };
+    for (const Case& c : {Case{"row shard, permuted", DType::bfloat16, 32, C, 32, 0, 16},
+                          Case{"column shard, cast to float32", DType::float32, R, 48, 0, 48, 0},
+                          Case{"row shard, cast to float16", DType::float16, 16, C, 8, 0, 0}}) {
+      CAPTURE(density, c.what);
+      const std::size_t ds = dtype_size(c.dst_dtype);
+      Bytes param(static_cast<std::size_t>(c.rows * c.cols) * ds);
+      for (auto& b : param) b = static_cast<std::byte>(rng());
+      GatherOp op;
+      op.src_dtype = DType::bfloat16;
+      op.dst_dtype = c.dst_dtype;
+      op.src_cols = C;
+      op.rows = c.rows;
+      op.cols = c.cols;
+      op.row0 = c.row0;
+      op.col0 = c.col0;
+      op.head_rows = c.head_rows;
+      Bytes want = param;
+      op.dst = want.data();
+      const TensorMeta t{"w", DType::bfloat16, {R, C}};
+      apply_delta_gather_host(blob.data(), blob.size(), op, t);
+      const Dev b(blob), d(param);
+      op.dst = d.data();
+      const DeltaApplyBlob job{b.data(), blob.size(), nullptr, numel, 2, "w", &op};
+      app.apply(std::span<const DeltaApplyBlob>(&job, 1), st.s);
+      app.finish(st.s);
+      CHECK(d.get() == want);
+      CHECK(want != param);
+    }
+  }
+}
+
+TEST_CASE("sparse pairs on the GPU: applied as the host does, a bad index refused with the host's "
+          "message and nothing written",
+          "[gpu][delta]") {
+  Stream st;
+  CudaSparseApplier app;
+  const std::uint64_t numel = 10000;
+  std::mt19937_64 rng(9);
+  Bytes base(numel * 2);
+  for (auto& b : base) b = static_cast<std::byte>(rng());
+  const TensorMeta t{"w", DType::bfloat16, {static_cast<std::int64_t>(numel)}};
+  auto run = [&](const std::vector<std::int32_t>& idx) {
+    Bytes values(idx.size() * 2);
+    for (auto& b : values) b = static_cast<std::byte>(rng());
+    Bytes want = base;
+    std::string host_err, gpu_err;
+    try {
+      weightsync::detail::apply_sparse_host(t, want.data(), idx.data(), values.data(), idx.size());
+    } catch (const protocol_error& e) {
+      host_err = e.what();
+    }
+    Bytes ib(idx.size() * 4);
+    if (!idx.empty()) std::memcpy(ib.data(), idx.data(), ib.size());
+    const Dev di(ib), dv(values), dd(base);
+    try {
+      app.indices(di.data(), idx.size(), st.s);
+      app.apply(dv.data(), idx.size(), dd.data(), numel, 2, "w", st.s);
+    } catch (const protocol_error& e) {
+      gpu_err = e.what();
+    }
+    CHECK(gpu_err == host_err);
+    CHECK(dd.get() == (host_err.empty() ? want : base));
+  };
+  std::vector<std::int32_t> asc;
+  for (std::int32_t i = 3; i < 10000; i += 7) asc.push_back(i);
+  run(asc);                                     // strictly ascending: in parallel
+  run({5, 900, 5, 17, 900, 3});                 // repeats: in order, the last one wins
+  run({1, 2, 10000});                           // past the end: refused
+  run({4, -1, 8});                              // negative: refused
+  run({});                                      // nothing
 }

@@ -2,12 +2,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // Fp8Source over NCCL, two processes: the producer sends a bf16 device model as its FP8
 // checkpoint (Fp8Source<_, CudaFp8Quantizer>: quantized when the pipeline asks, into K + 1 chunk
-// arenas), the consumer checks every received byte against quantize_fp8_host of the same bf16
-// tensors. Packed with K = 1, 2, 3 and small chunks (every arena reused many times while
-// broadcasts are in flight), and unpacked. On a machine with one GPU both ranks share it through
-// NCCL's socket transport (support/gpu_peers.hpp: a distinct NCCL_HOSTID per rank process).
+// arenas, or into the producer's ring slots), the consumer checks every received byte against
+// quantize_fp8_host of the same bf16 tensors. Packed with K = 1, 2, 3 and small chunks (every arena
+// reused many times while broadcasts are in flight), and unpacked. On a machine with one GPU both
+// ranks share it through NCCL's socket transport (support/gpu_peers.hpp: a distinct NCCL_HOSTID per
+// rank process).
 #include <weightsync/cuda/check.hpp>
 #include <weightsync/cuda/device_buffer.hpp>
+#include <weightsync/cuda/device_policy.hpp>
 #include <weightsync/cuda/fp8_source.hpp>
 #include <weightsync/cuda/stream.hpp>
 #include <weightsync/nccl/communicator.hpp>
@@ -151,10 +153,14 @@ TEST_CASE("nccl fp8 source: a bf16 device model arrives as its FP8 checkpoint, b
     bool packed;
     int k;
     Fp8Scaling scaling;
+    bool ring;  // Fp8Source::iterate(workspace, options): into the producer's own slots
   };
   for (const Round r :
-       {Round{true, 1, Fp8Scaling::block128}, Round{true, 2, Fp8Scaling::block128},
-        Round{true, 3, Fp8Scaling::block128_ue8m0}, Round{false, 2, Fp8Scaling::per_channel}}) {
+       {Round{true, 1, Fp8Scaling::block128, false}, Round{true, 2, Fp8Scaling::block128, false},
+        Round{true, 3, Fp8Scaling::block128_ue8m0, false},
+        Round{false, 2, Fp8Scaling::per_channel, false}, Round{true, 1, Fp8Scaling::block128, true},
+        Round{true, 2, Fp8Scaling::block128, true}, Round{true, 3, Fp8Scaling::per_channel, true},
+        Round{false, 2, Fp8Scaling::block128_ue8m0, true}}) {
     TransferOptions opt;
     opt.packed = r.packed;
     opt.buffer_size_bytes = 256 * 1024;
@@ -169,33 +175,41 @@ TEST_CASE("nccl fp8 source: a bf16 device model arrives as its FP8 checkpoint, b
       Fp8Source<DeviceSource, CudaFp8Quantizer> fp8(src, fo,
                                                     CudaFp8Quantizer{stream.get(), device});
       const auto metas = fp8.metas();
-      auto items = fp8.iterate();
-      packed_broadcast_producer(metas, items, comm, 0, opt);
+      workspace_for<NcclCommunicator> wsp{CudaPolicy(device)};
+      for (int again = 0; again < (r.ring ? 2 : 1); ++again) {  // the ring reused across syncs
+        auto items = r.ring ? fp8.iterate(wsp, opt) : fp8.iterate();
+        if (r.ring && !fp8.in_ring()) throw std::runtime_error("not in the ring");
+        packed_broadcast_producer(metas, items, comm, 0, opt, wsp);
+      }
       continue;
     }
     MetasOnly declared{&model};
     const auto metas = Fp8Source<MetasOnly>(declared, fo).metas();
     const auto want = expected(model, metas, fo);
-    std::size_t seen = 0, bad = 0;
-    std::string first_bad;
-    packed_broadcast_consumer(
-        metas, comm, 0,
-        [&](std::span<const TensorView> batch, cudaStream_t s) {
-          for (const auto& v : batch) {
-            std::size_t i = 0;
-            while (metas[i].name != v.name()) ++i;
-            std::vector<std::byte> got(v.nbytes);
-            detail::check(cudaMemcpyAsync(got.data(), v.data, v.nbytes, cudaMemcpyDeviceToHost, s),
-                          "cudaMemcpyAsync");
-            detail::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
-            if (got != want[i] && bad++ == 0) first_bad = metas[i].name;
-            ++seen;
-          }
-        },
-        opt);
-    if (bad != 0)
-      throw std::runtime_error(detail::cat(bad, " tensors differ, the first ", first_bad,
-                                           " (packed ", r.packed, ", K ", r.k, ")"));
-    if (seen != metas.size()) throw std::runtime_error("not every tensor arrived");
+    for (int again = 0; again < (r.ring ? 2 : 1); ++again) {
+      std::size_t seen = 0, bad = 0;
+      std::string first_bad;
+      packed_broadcast_consumer(
+          metas, comm, 0,
+          [&](std::span<const TensorView> batch, cudaStream_t s) {
+            for (const auto& v : batch) {
+              std::size_t i = 0;
+              while (metas[i].name != v.name()) ++i;
+              std::vector<std::byte> got(v.nbytes);
+              detail::check(
+                  cudaMemcpyAsync(got.data(), v.data, v.nbytes, cudaMemcpyDeviceToHost, s),
+                  "cudaMemcpyAsync");
+              detail::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+              if (got != want[i] && bad++ == 0) first_bad = metas[i].name;
+              ++seen;
+            }
+          },
+          opt);
+      if (bad != 0)
+        throw std::runtime_error(detail::cat(bad, " tensors differ, the first ", first_bad,
+                                             " (packed ", r.packed, ", K ", r.k, ", ring ", r.ring,
+                                             ")"));
+      if (seen != metas.size()) throw std::runtime_error("not every tensor arrived");
+    }
   }
 }

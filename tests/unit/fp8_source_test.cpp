@@ -6,6 +6,8 @@
 // worker checks every byte against quantize_fp8_host of the bf16 source.
 #include <weightsync/engine.hpp>
 #include <weightsync/fp8/source.hpp>
+#include <weightsync/host/communicator.hpp>
+#include <weightsync/packed_broadcast.hpp>
 
 #include <chrono>
 #include <cstdint>
@@ -226,6 +228,73 @@ TEST_CASE("fp8 source: a host trainer engine sends the FP8 checkpoint to a host 
         e.finish_weight_update();
       }
     });
+    ws_test::expect_all_ok(procs.wait_all(60s));
+  }
+}
+
+TEST_CASE("fp8 source in the ring: quantized into the producer's slots, sent from there, bit-exact",
+          "[unit][fp8]") {
+  // Chunks of ~2 projections over K = 2 slots (the ring is reused many times), with a weight whose
+  // scales open the next chunk somewhere, and the embedding / lm_head alone in their chunks.
+  for (Fp8Scaling scaling : {Fp8Scaling::block128, Fp8Scaling::per_channel}) {
+    ws_test::Processes procs;
+    const int port = ws_test::free_port();
+    for (int rank = 0; rank < 2; ++rank)
+      procs.spawn([=] {
+        auto comm = ws_test::connect_host(port, rank, 2, 15s, 15s);
+        Bf16Model model(6);
+        Fp8SourceOptions o;
+        o.scaling = scaling;
+        Fp8Source<Bf16Model> fp8(model, o);
+        const auto metas = fp8.metas();
+        TransferOptions opt;
+        opt.buffer_size_bytes = 96 * 1024;
+        opt.num_buffers = 2;
+        opt.timeout = 15s;
+        workspace_for<HostCommunicator> ws;
+        for (int round = 0; round < 3; ++round) {
+          if (rank == 0) {
+            auto items = fp8.iterate(ws, opt);
+            if (model.taken != 0) throw std::runtime_error("quantized before the pipeline asked");
+            const auto st = packed_broadcast_producer(metas, items, comm, 0, opt, ws);
+            if (!fp8.in_ring()) throw std::runtime_error("not in the ring");
+            // every region of several tensors lay in its slot already: none was packed
+            const detail::PiecePlan plan(metas, 0, opt);
+            std::uint64_t regions = 0;
+            for (const auto& r : plan.regions[0]) regions += r.solo == plan.npos && r.bytes > 0;
+            if (st.chunks < 10 || regions < 8) throw std::runtime_error("expected many chunks");
+            if (st.contiguous_regions != (round + 1) * regions)
+              throw std::runtime_error(std::to_string(st.contiguous_regions) + " regions sent in " +
+                                       "place, expected " + std::to_string((round + 1) * regions));
+            // extra memory: one tensor's scales at most (no weight is alone in a chunk here)
+            std::size_t largest_scales = 0;
+            for (std::size_t i = 1; i < metas.size(); ++i)
+              if (metas[i].dtype == DType::float32 && metas[i - 1].dtype == DType::float8_e4m3fn)
+                largest_scales = std::max(largest_scales, metas[i].nbytes());
+            if (fp8.arena_bytes() > largest_scales)
+              throw std::runtime_error("extra memory " + std::to_string(fp8.arena_bytes()) +
+                                       " B over one tensor's scales " +
+                                       std::to_string(largest_scales));
+          } else {
+            const auto want = expected(model, o);
+            std::vector<std::vector<std::byte>> got(metas.size());
+            packed_broadcast_consumer(
+                metas, comm, 0,
+                [&](std::span<const TensorView> batch, HostStream) {
+                  for (const auto& v : batch) {
+                    const auto i = static_cast<std::size_t>(v.meta - metas.data());
+                    got[i].assign(static_cast<const std::byte*>(v.data),
+                                  static_cast<const std::byte*>(v.data) + v.nbytes);
+                  }
+                },
+                opt, ws);
+            for (std::size_t i = 0; i < metas.size(); ++i)
+              if (got[i] != want[i])
+                throw std::runtime_error("round " + std::to_string(round) + ": " + metas[i].name +
+                                         " differs");
+          }
+        }
+      });
     ws_test::expect_all_ok(procs.wait_all(60s));
   }
 }

@@ -321,3 +321,63 @@ TEST_CASE("fp8: shapes and dtypes that do not fit are errors naming the tensor",
 }
 
 }  // namespace ws_test_fp8_test
+
+namespace ws_test_fp8_fast_quotient {
+
+// x / scale without a division (the kernels' path for scales in [2^-100, 2^100]) against the IEEE
+// division: the float8 bytes over every bfloat16 x of every `step`-th bfloat16 amax's scale
+// (|x| <= amax, as in a group), and random float32 pairs. step 1 (all 890 M pairs, ~10 s) is the
+// hidden [.slow] test; the default run takes every 13th amax.
+void fast_quotient_matches(std::uint32_t step) {
+  using namespace weightsync::detail;
+  long long pairs = 0, bad = 0;
+  for (std::uint32_t a = 1; a < 0x7f80; a += step) {
+    const std::uint32_t amax = a << 16;
+    const std::uint32_t sb = fp8_scale_bits(amax, false);
+    if (!fp8_fast_scale(sb)) continue;
+    const float s = fp8_f32_from_bits(sb), inv = 1.0f / s;
+    for (std::uint32_t xb = 0; xb < 0x10000; ++xb) {
+      const std::uint32_t xu = xb << 16;
+      if ((xu & 0x7fffffffu) > amax) continue;
+      const float x = fp8_f32_from_bits(xu);
+      ++pairs;
+      if (fp8_e4m3_from_quotient(x / s) != fp8_e4m3_from_quotient(fp8_quotient_fast(x, s, inv)) &&
+          bad++ < 5)
+        UNSCOPED_INFO("amax bits " << amax << ", x bits " << xu);
+    }
+  }
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 4000000; ++i) {
+    const std::uint64_t r = rng();
+    const auto amax = static_cast<std::uint32_t>(r & 0x7f7fffffu);
+    const std::uint32_t sb = fp8_scale_bits(amax, false);
+    if (!fp8_fast_scale(sb)) continue;
+    std::uint32_t xa = static_cast<std::uint32_t>(r >> 32) & 0x7fffffffu;
+    xa = i % 3 == 0 ? amax - static_cast<std::uint32_t>(r >> 50) % (amax + 1) : xa % (amax + 1);
+    const float x = fp8_f32_from_bits(xa | (static_cast<std::uint32_t>(r >> 31) & 0x80000000u));
+    const float s = fp8_f32_from_bits(sb);
+    ++pairs;
+    if (fp8_e4m3_from_quotient(x / s) !=
+            fp8_e4m3_from_quotient(fp8_quotient_fast(x, s, 1.0f / s)) &&
+        bad++ < 5)
+      UNSCOPED_INFO("fp32: amax bits " << amax << ", x bits " << xa);
+  }
+  INFO(pairs << " pairs");
+  CHECK(bad == 0);
+  // -0 stays -0; the range bounds
+  CHECK(fp8_f32_to_bits(fp8_quotient_fast(-0.0f, 3.0f, 1.0f / 3.0f)) == 0x80000000u);
+  CHECK(fp8_fast_scale(fp8_f32_to_bits(1.0f)));
+  CHECK_FALSE(fp8_fast_scale(0x7f800000u));  // inf
+  CHECK_FALSE(fp8_fast_scale(0x7fc00000u));  // NaN
+  CHECK_FALSE(fp8_fast_scale(0x00400000u));  // subnormal
+}
+
+TEST_CASE("fp8: the kernels' division-free quotient rounds like the IEEE division", "[unit][fp8]") {
+  fast_quotient_matches(13);
+}
+
+TEST_CASE("fp8: the division-free quotient over every bfloat16 pair", "[.slow][fp8]") {
+  fast_quotient_matches(1);
+}
+
+}  // namespace ws_test_fp8_fast_quotient

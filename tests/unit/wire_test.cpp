@@ -1,6 +1,6 @@
 // SPDX-FileCopyrightText: 2026 weightsync contributors
 // SPDX-License-Identifier: Apache-2.0
-// The explicit wire of protocol 4 (detail/frame.hpp): a frame is a header plus one body per kind;
+// The explicit wire of protocol 4 and later (detail/frame.hpp): a frame is a header plus one body per kind;
 // the agreed settings travel at full width, and every field of Agreement is compared, by one
 // handshake for whole-tensor and sharded transfers. Frames built by hand for the comparison, and
 // real processes for what protocol 3 let through (thresholds above 4 GiB - 1 compared equal; a

@@ -17,8 +17,10 @@
 //!   ... allocate / announce sizes[i] bytes for each blob ...
 //!   enc.encode(outs, stream);                          // stream-ordered, no synchronization
 //! @endcode
-//! measure() keeps a bit per element in device scratch (1/8 byte per element: 1/16 of a bf16
-//! tensor's size), so encode() reads the source only where it changed and the reference never.
+//! measure() keeps, per bucket, either the bucket's sparse payload (a sparse bucket whose list
+//! fits: encode() then copies it) or a bit per element, in device scratch of 1/8 byte per element
+//! (1/16 of a bf16 tensor's size), so encode() reads the source only where it changed and the
+//! reference never. measure(jobs, s, true) also updates the references (see measure()).
 
 #include "weightsync/config.hpp"
 #if !WEIGHTSYNC_HAS_CUDA
@@ -41,6 +43,7 @@
 #include "weightsync/cuda/device_buffer.hpp"
 #include "weightsync/delta/codec.hpp"
 #include "weightsync/delta/format.hpp"
+#include "weightsync/delta/gather.hpp"
 #include "weightsync/detail/format.hpp"
 #include "weightsync/error.hpp"
 #include "weightsync/kernels/delta_abi.hpp"
@@ -56,6 +59,18 @@ struct DeltaApplyBlob {
   std::uint64_t numel = 0;
   unsigned elem_bytes = 0;
   std::string name;
+  //! Instead of `dst`: the load plan's gather the blob is applied through (its dst in device
+  //! memory; see <weightsync/delta/gather.hpp>). Must stay valid during the apply() call.
+  const GatherOp* gather = nullptr;
+};
+
+//! How CudaDeltaApplier writes a sparse bucket's values into the destination.
+enum class SparseWrites {
+  //! each value where it goes, 2 bytes for bf16 (the memory system merges partial sectors)
+  scattered,
+  //! each touched 32-byte sector read, merged and written whole (no partial-sector writes; the
+  //! destination 32-byte aligned, else element by element)
+  sectors,
 };
 
 namespace detail {
@@ -70,7 +85,8 @@ class DeltaKernels {
   }
   cudaKernel_t index = nullptr, count = nullptr, chunks = nullptr, top = nullptr, encode = nullptr,
                vhead = nullptr, vbase = nullptr, vchunks = nullptr, vtop = nullptr,
-               vcheck = nullptr, vdescribe = nullptr, apply = nullptr;
+               vcheck = nullptr, vdescribe = nullptr, apply = nullptr, sparse_check = nullptr,
+               sparse_scatter = nullptr;
 
  private:
   DeltaKernels() {
@@ -94,6 +110,8 @@ class DeltaKernels {
     get(vcheck, "ws_delta_vcheck");
     get(vdescribe, "ws_delta_vdescribe");
     get(apply, "ws_delta_apply");
+    get(sparse_check, "ws_sparse_check");
+    get(sparse_scatter, "ws_sparse_scatter");
   }
 };
 
@@ -145,11 +163,21 @@ class CudaDeltaEncoder {
   CudaDeltaEncoder& operator=(CudaDeltaEncoder&&) noexcept = default;
 
   //! Compares every job's src with its ref (stream order on `s`) and returns each job's blob
-  //! size in bytes; synchronizes `s` once for the whole batch. The sources and references must
-  //! stay unchanged until the encode() that follows has run.
+  //! size in bytes; synchronizes `s` once for the whole batch. The sources must stay unchanged
+  //! until the encode() that follows has run (encode() reads the sources, never the references).
+  //!
+  //! With `update_reference`, the same pass also writes each source into its reference (the
+  //! 16-byte vectors whose 32-byte sector changed: whole-sector writes), so that afterwards every
+  //! ref equals its src: the trainer's reference update costs about the changed sectors' bytes
+  //! of writes inside a pass that reads everything anyway, instead of a separate apply of the
+  //! blobs (scattered partial-sector writes, about 3.4 ms for dense8b at 1 % on an H200, run 40).
+  //! The references must then be writable device memory, and the caller must treat them as the
+  //! new version from here on (DeltaSource does: a round that is not committed is followed by a
+  //! whole one).
   //! @throws config_error naming the job's field (elem_bytes, a null pointer, too many buckets);
   //! cuda_error.
-  std::vector<std::uint64_t> measure(std::span<const DeltaJob> jobs, cudaStream_t s) {
+  std::vector<std::uint64_t> measure(std::span<const DeltaJob> jobs, cudaStream_t s,
+                                     bool update_reference = false) {
     using weightsync::detail::cat;
     using weightsync::detail::check;
     namespace wk = weightsync::kernels;
@@ -220,6 +248,7 @@ class CudaDeltaEncoder {
     p_.n_buckets = n;
     p_.n_jobs = static_cast<std::uint32_t>(m);
     p_.bucket_elems = bucket_elems_;
+    p_.flags = update_reference ? wk::kDeltaUpdateRef : 0u;
     // (pageable source: staged before cudaMemcpyAsync returns, so jobs_ may change after)
     check(cudaMemcpyAsync(a + o_jobs, jobs_.data(), m * sizeof(wk::DeltaEncodeJob),
                           cudaMemcpyHostToDevice, s),
@@ -310,10 +339,13 @@ class CudaDeltaEncoder {
 class CudaDeltaApplier {
  public:
   //! `bucket_elems_hint`: the bucket size blobs are expected to have (it sizes the grids; any
-  //! valid bucket size is applied correctly).
-  explicit CudaDeltaApplier(std::uint32_t bucket_elems_hint = kDefaultBucketElems)
+  //! valid bucket size is applied correctly). `writes`: how sparse buckets are written (the
+  //! result is the same bytes either way).
+  explicit CudaDeltaApplier(std::uint32_t bucket_elems_hint = kDefaultBucketElems,
+                            SparseWrites writes = SparseWrites::scattered)
       : hint_(std::clamp<std::uint32_t>(bucket_elems_hint, 32, kMaxBucketElems)),
-        device_(weightsync::detail::current_device()) {}
+        device_(weightsync::detail::current_device()),
+        writes_(writes) {}
   CudaDeltaApplier(const CudaDeltaApplier&) = delete;
   CudaDeltaApplier& operator=(const CudaDeltaApplier&) = delete;
   CudaDeltaApplier(CudaDeltaApplier&&) noexcept = default;
@@ -345,7 +377,10 @@ class CudaDeltaApplier {
       if (b.blob_bytes > 0 && b.blob == nullptr) throw config_error(f + ".blob", "null");
       if (reinterpret_cast<std::uintptr_t>(b.blob) % 8 != 0)
         throw config_error(f + ".blob", "a blob must be 8-byte aligned");
-      if (b.numel > 0 && b.dst == nullptr) throw config_error(f + ".dst", "null");
+      if (b.numel > 0 && b.dst == nullptr && b.gather == nullptr)
+        throw config_error(f + ".dst", "null");
+      if (b.gather != nullptr && b.gather->src_cols <= 0 && b.numel > 0)
+        throw config_error(f + ".gather", "src_cols must be > 0");
       constexpr std::uint64_t cc = kernels::kDeltaCheckChunk;
       est_slots += (bucket_count(b.numel, hint_) + cc - 1) / cc * cc;
       // a good header has n_buckets = ceil(numel / bucket_elems), bucket_elems >= 32
@@ -377,13 +412,20 @@ class CudaDeltaApplier {
     const std::size_t o_chunks = take(std::max<std::uint64_t>(max_chunks, 1) * 8);
     const std::size_t o_chunk_blob = take(std::max<std::uint64_t>(max_chunks, 1) * 4);
     const std::size_t o_totals = take(16);
+    gathers_.clear();
+    for (const DeltaApplyBlob& b : blobs)
+      if (b.gather != nullptr) gathers_.push_back(to_kernel(*b.gather));
+    const std::size_t o_gathers = take(std::max<std::size_t>(gathers_.size(), 1) *
+                                       sizeof(wk::DeltaGather));
     if (scratch_.size() < at) {
       if (!calls_.empty()) check(cudaStreamSynchronize(s), "cudaStreamSynchronize(delta apply)");
       detail::delta_reserve(scratch_, at, device_);
     }
     jobs_.clear();
+    std::uint32_t g = 0;
     for (const DeltaApplyBlob& b : blobs)
-      jobs_.push_back(wk::DeltaApplyJob{b.blob, b.dst, b.blob_bytes, b.numel, b.elem_bytes, 0});
+      jobs_.push_back(wk::DeltaApplyJob{b.blob, b.dst, b.blob_bytes, b.numel, b.elem_bytes,
+                                        b.gather != nullptr ? ++g : 0u});
     std::byte* a = scratch_.data();
     wk::DeltaApplyParams p{};
     p.jobs = reinterpret_cast<const wk::DeltaApplyJob*>(a + o_jobs);
@@ -391,10 +433,16 @@ class CudaDeltaApplier {
     p.chunk_sums = reinterpret_cast<std::uint64_t*>(a + o_chunks);
     p.chunk_blob = reinterpret_cast<std::uint32_t*>(a + o_chunk_blob);
     p.totals = reinterpret_cast<std::uint64_t*>(a + o_totals);
+    p.gathers = reinterpret_cast<const wk::DeltaGather*>(a + o_gathers);
     p.n_jobs = static_cast<std::uint32_t>(m);
+    p.flags = writes_ == SparseWrites::sectors ? wk::kDeltaApplySectors : 0u;
     check(cudaMemcpyAsync(a + o_jobs, jobs_.data(), m * sizeof(wk::DeltaApplyJob),
                           cudaMemcpyHostToDevice, s),
           "cudaMemcpyAsync(delta apply jobs)");
+    if (!gathers_.empty())
+      check(cudaMemcpyAsync(a + o_gathers, gathers_.data(), gathers_.size() * sizeof(wk::DeltaGather),
+                            cudaMemcpyHostToDevice, s),
+            "cudaMemcpyAsync(delta apply gathers)");
     const auto& k = detail::DeltaKernels::instance();
     const std::uint64_t per_blob = (m + wk::kDeltaThreads - 1) / wk::kDeltaThreads;
     const int t = wk::kDeltaThreads;
@@ -474,6 +522,23 @@ class CudaDeltaApplier {
     std::uint64_t blob_bytes;
   };
 
+  static std::uint32_t cast_kind(DType src, DType dst, DType t) {
+    if (src == dst) return 0;
+    return t == DType::float32 ? kernels::kDeltaCastF32
+           : t == DType::float16 ? kernels::kDeltaCastF16
+                                 : kernels::kDeltaCastBF16;
+  }
+  static kernels::DeltaGather to_kernel(const GatherOp& op) {
+    if (op.src_dtype != op.dst_dtype &&
+        !(weightsync::castable_dtype(op.src_dtype) &&
+          weightsync::castable_dtype(op.dst_dtype)))
+      throw config_error("gather", weightsync::detail::cat("cannot cast ", dtype_name(op.src_dtype),
+                                                          " to ", dtype_name(op.dst_dtype)));
+    return kernels::DeltaGather{op.dst, op.src_cols, op.rows, op.cols, op.row0, op.col0,
+                                op.head_rows, cast_kind(op.src_dtype, op.dst_dtype, op.src_dtype),
+                                cast_kind(op.src_dtype, op.dst_dtype, op.dst_dtype)};
+  }
+
   //! check_delta_blob's words for an error the kernels found.
   static std::string describe(const kernels::DeltaApplyState& st, std::uint64_t blob_bytes) {
     using weightsync::detail::cat;
@@ -527,14 +592,80 @@ class CudaDeltaApplier {
 
   std::uint32_t hint_;
   int device_;
+  SparseWrites writes_;
   DeviceBuffer scratch_;
   std::vector<DeviceBuffer> state_blocks_;
   std::size_t block_ = 0, used_ = 0;
   PinnedBuffer readback_;
   std::vector<kernels::DeltaApplyJob> jobs_;
+  std::vector<kernels::DeltaGather> gathers_;
   std::vector<Call> calls_;
   std::vector<Pending> pending_;
   cudaStream_t stream_ = nullptr;
+};
+
+//! Applies vLLM sparse_nccl pairs (int32 flat indices, then values) onto a device tensor, as
+//! apply_sparse_host (<weightsync/delta/receive.hpp>) does on the host: every index is checked
+//! first (one out of range: nothing written, protocol_error naming the tensor, the entry and the
+//! index); strictly ascending indices (torch.nonzero's, what vLLM sends) are written in parallel,
+//! others in order on one thread (the last of a repeated index wins). Not thread-safe.
+class CudaSparseApplier {
+ public:
+  CudaSparseApplier() : device_(weightsync::detail::current_device()) {}
+
+  //! Keeps a copy of `n` indices (device memory) in stream order on `s`: the memory they arrived
+  //! in may be reused before their values arrive.
+  void indices(const void* idx, std::uint64_t n, cudaStream_t s) {
+    detail::delta_reserve(idx_, (n * 4 + 7) / 8 * 8 + 16, device_);
+    if (n > 0)
+      weightsync::detail::check(cudaMemcpyAsync(idx_.data(), idx, n * 4, cudaMemcpyDeviceToDevice, s),
+                                "cudaMemcpyAsync(sparse indices)");
+    n_ = n;
+  }
+  //! Checks the kept indices and writes `values` (n elements of eb bytes, device memory) into
+  //! `dst` (numel elements); synchronizes `s`.
+  //! @throws config_error("values") when n differs from the kept indices' count;
+  //! protocol_error(-1, "sparse update of <name>: index <i> (entry <k>) outside its <numel>
+  //! elements"); cuda_error.
+  void apply(const void* values, std::uint64_t n, void* dst, std::uint64_t numel, unsigned eb,
+             const std::string& name, cudaStream_t s) {
+    using weightsync::detail::cat;
+    using weightsync::detail::check;
+    namespace wk = weightsync::kernels;
+    if (n != n_)
+      throw config_error("values", cat(n, " values of ", name, " after ", n_, " indices"));
+    detail::check_elem_bytes(eb, "elem_bytes");
+    if (n == 0) return;
+    if (readback_.size() < 16) readback_ = PinnedBuffer(16);
+    auto* state = reinterpret_cast<std::uint64_t*>(idx_.data() + (n * 4 + 7) / 8 * 8);
+    check(cudaMemsetAsync(state, 0xff, 16, s), "cudaMemsetAsync(sparse state)");
+    wk::SparsePairsParams p{reinterpret_cast<const std::int32_t*>(idx_.data()), values, dst, state,
+                            n, numel, eb, 0};
+    const auto& k = detail::DeltaKernels::instance();
+    const std::uint64_t grid = std::min<std::uint64_t>((n + 255) / 256, 65536);
+    detail::delta_launch(k.sparse_check, grid, wk::kDeltaThreads, p, s,
+                         "cudaLaunchKernel(ws_sparse_check)");
+    detail::delta_launch(k.sparse_scatter, grid, wk::kDeltaThreads, p, s,
+                         "cudaLaunchKernel(ws_sparse_scatter)");
+    check(cudaMemcpyAsync(readback_.data(), state, 16, cudaMemcpyDeviceToHost, s),
+          "cudaMemcpyAsync(sparse state)");
+    check(cudaStreamSynchronize(s), "cudaStreamSynchronize(sparse apply)");
+    std::uint64_t st[2];
+    std::memcpy(st, readback_.data(), 16);
+    if (st[0] != wk::kDeltaNoError) {
+      std::int32_t bad = 0;
+      check(cudaMemcpy(&bad, idx_.data() + st[0] * 4, 4, cudaMemcpyDeviceToHost),
+            "cudaMemcpy(sparse index)");
+      throw protocol_error(-1, cat("sparse update of ", name, ": index ", bad, " (entry ", st[0],
+                                   ") outside its ", numel, " elements"));
+    }
+  }
+
+ private:
+  int device_;
+  DeviceBuffer idx_;  // the indices, then (8-byte aligned) 16 bytes of state
+  PinnedBuffer readback_;
+  std::uint64_t n_ = 0;
 };
 
 }  // namespace weightsync::delta

@@ -40,6 +40,9 @@ class CudaDeltaCodec {
   //! What DeltaOptions::automatic assumes before it has measured (an H200 diffs dense8b at
   //! about 1.2-1.7e12 bytes of source per second: BENCHMARKS.md, run 40).
   static constexpr double kEncodeBytesPerS = 1e12;
+  //! measure() writes each source into its reference in the same pass (CudaDeltaEncoder::measure
+  //! with update_reference): DeltaSource::commit() then has nothing left to do for a delta round.
+  static constexpr bool kMeasureUpdatesReference = true;
   CudaDeltaCodec(cudaStream_t stream, int device,
                  std::uint32_t bucket_elems = delta::kDefaultBucketElems)
       : s_(stream), device_(device) {
@@ -60,7 +63,7 @@ class CudaDeltaCodec {
       throw config_error("bucket_elems",
                          detail::cat("the codec was made for ", enc_->bucket_elems(),
                                      ", the options say ", bucket_elems));
-    return enc_->measure(jobs, s_);
+    return enc_->measure(jobs, s_, kMeasureUpdatesReference);
   }
   std::uint64_t changed_elements() const { return enc_->changed_elements(); }
   void encode(std::span<void* const> outs) {

@@ -19,6 +19,8 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <span>
+#include <string>
 
 #include "weightsync/cuda/check.hpp"
 #include "weightsync/cuda/detail/fp8_quantize_ptx.hpp"
@@ -38,7 +40,8 @@ class Fp8Kernels {
     static Fp8Kernels k;
     return k;
   }
-  cudaKernel_t block_bf16 = nullptr, block_f32 = nullptr, rows = nullptr, tensor_amax = nullptr,
+  cudaKernel_t block_bf16 = nullptr, block_f32 = nullptr, block_batch_bf16 = nullptr,
+               block_batch_f32 = nullptr, rows = nullptr, tensor_amax = nullptr,
                tensor_finalize = nullptr, tensor_convert = nullptr;
 
  private:
@@ -51,6 +54,8 @@ class Fp8Kernels {
     };
     get(block_bf16, "ws_fp8_block_bf16");
     get(block_f32, "ws_fp8_block_f32");
+    get(block_batch_bf16, "ws_fp8_block_batch_bf16");
+    get(block_batch_f32, "ws_fp8_block_batch_f32");
     get(rows, "ws_fp8_rows");
     get(tensor_amax, "ws_fp8_tensor_amax");
     get(tensor_finalize, "ws_fp8_tensor_finalize");
@@ -58,8 +63,8 @@ class Fp8Kernels {
   }
 };
 
-inline void fp8_launch(cudaKernel_t k, dim3 grid, kernels::Fp8Params& p, cudaStream_t s,
-                       const char* what) {
+template <class Params>
+inline void fp8_launch(cudaKernel_t k, dim3 grid, Params& p, cudaStream_t s, const char* what) {
   void* args[] = {&p};
   check(cudaLaunchKernel(reinterpret_cast<const void*>(k), grid, dim3(kernels::kFp8Threads), args,
                          0, s),
@@ -68,6 +73,92 @@ inline void fp8_launch(cudaKernel_t k, dim3 grid, kernels::Fp8Params& p, cudaStr
 
 }  // namespace detail
 
+//! Quantizes the view `p` (kernels/fp8_abi.hpp; src, dst and scales in device memory) in
+//! `stream` order: what quantize_fp8_view_host writes for the same parameters, bit for bit.
+//! `what` names the tensor in errors. Nothing is synchronized.
+//! @throws config_error naming `what` for a block grid over CUDA's limits; cuda_error from the
+//! launches.
+inline void quantize_fp8_view(kernels::Fp8Params p, cudaStream_t stream,
+                              const std::string& what = "fp8 view") {
+  using namespace kernels;
+  const auto& k = detail::Fp8Kernels::instance();
+  const long long n = p.rows * p.cols;
+  if (p.mode == kFp8PerTensor) {
+    // scales[0] holds the amax bits between the passes; an empty source's amax is 0: scale 1
+    const long long ns = p.src_rows * p.src_cols;
+    detail::check(cudaMemsetAsync(p.scales, 0, sizeof(float), stream), "cudaMemsetAsync(fp8 amax)");
+    const auto grid_of = [](long long e) {
+      return static_cast<unsigned>(
+          std::clamp<long long>((e + 8LL * kFp8Threads - 1) / (8LL * kFp8Threads), 1, 4096));
+    };
+    if (ns > 0)
+      detail::fp8_launch(k.tensor_amax, dim3(grid_of(ns)), p, stream,
+                         "cudaLaunchKernel(ws_fp8_tensor_amax)");
+    detail::fp8_launch(k.tensor_finalize, dim3(1), p, stream,
+                       "cudaLaunchKernel(ws_fp8_tensor_finalize)");
+    if (n > 0)
+      detail::fp8_launch(k.tensor_convert, dim3(grid_of(n)), p, stream,
+                         "cudaLaunchKernel(ws_fp8_tensor_convert)");
+    return;
+  }
+  if (p.mode == kFp8PerChannel) {
+    if (p.rows == 0) return;  // no rows, no scales ([rows, 0]: the kernel writes scales of 1)
+    const auto grid = static_cast<unsigned>(std::min<long long>(p.rows, 1LL << 20));
+    detail::fp8_launch(k.rows, dim3(grid), p, stream, "cudaLaunchKernel(ws_fp8_rows)");
+    return;
+  }
+  if (n == 0) return;  // an empty block grid: no scale either
+  const long long gx = (p.cols + kFp8Block - 1) / kFp8Block;
+  const long long gy = (p.rows + kFp8Block - 1) / kFp8Block;
+  if (gy > 65535 || gx > 0x7fffffffLL)
+    throw config_error(what,
+                       detail::cat("a grid of ", gy, " x ", gx,
+                                   " 128x128 blocks is over CUDA's limits (65535 block rows)"));
+  detail::fp8_launch(p.src_type == kFp8SrcBfloat16 ? k.block_bf16 : k.block_f32,
+                     dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), p, stream,
+                     "cudaLaunchKernel(ws_fp8_block)");
+}
+
+//! Quantizes the views `views` (as quantize_fp8_view each) in `stream` order, with one launch per
+//! kernels::kFp8MaxBatch block-mode views of one source type (the load planner's pieces of a
+//! chunk: a layer's 384 expert tensors take 3 launches, not 384); per-channel and per-tensor views
+//! are launched one by one. `what` names the batch in errors.
+inline void quantize_fp8_views(std::span<const kernels::Fp8Params> views, cudaStream_t stream,
+                               const std::string& what = "fp8 views") {
+  using namespace kernels;
+  const auto& k = detail::Fp8Kernels::instance();
+  for (const std::uint32_t type : {kFp8SrcBfloat16, kFp8SrcFloat32}) {
+    Fp8Batch b;
+    b.count = 0;
+    b.total_blocks = 0;
+    const auto flush = [&] {
+      if (b.count == 0) return;
+      const auto grid =
+          static_cast<unsigned>(std::min<unsigned long long>(b.total_blocks, 1u << 30));
+      detail::fp8_launch(type == kFp8SrcBfloat16 ? k.block_batch_bf16 : k.block_batch_f32,
+                         dim3(grid), b, stream, "cudaLaunchKernel(ws_fp8_block_batch)");
+      b.count = 0;
+      b.total_blocks = 0;
+    };
+    for (const Fp8Params& p : views) {
+      if (p.src_type != type) continue;
+      if (p.mode != kFp8Block128 && p.mode != kFp8Block128Ue8m0) {
+        quantize_fp8_view(p, stream, what);
+        continue;
+      }
+      const long long n = p.rows * p.cols;
+      if (n == 0) continue;
+      const auto blocks = static_cast<unsigned long long>((p.rows + kFp8Block - 1) / kFp8Block) *
+                          static_cast<unsigned long long>((p.cols + kFp8Block - 1) / kFp8Block);
+      b.total_blocks += blocks;
+      b.block_end[b.count] = b.total_blocks;
+      b.v[b.count++] = p;
+      if (b.count == kFp8MaxBatch) flush();
+    }
+    flush();
+  }
+}
+
 //! Quantizes `src` (meta `m`: bfloat16 or float32, device memory) into `dst` (m.numel() bytes of
 //! float8_e4m3fn, device memory) and `scales` (fp32, device memory, the element count of
 //! fp8_scale_shape(m, s)), in `stream` order. Nothing is synchronized.
@@ -75,48 +166,7 @@ inline void fp8_launch(cudaKernel_t k, dim3 grid, kernels::Fp8Params& p, cudaStr
 //! cuda_error from the launches.
 inline void quantize_fp8(const TensorMeta& m, const void* src, Fp8Scaling s, void* dst,
                          float* scales, cudaStream_t stream) {
-  using namespace kernels;
-  const Fp8Matrix x = fp8_matrix(m, s);
-  const auto& k = detail::Fp8Kernels::instance();
-  Fp8Params p{src,
-              dst,
-              scales,
-              x.rows,
-              x.cols,
-              m.dtype == DType::bfloat16 ? kFp8SrcBfloat16 : kFp8SrcFloat32,
-              static_cast<std::uint32_t>(s)};
-  const long long n = x.rows * x.cols;
-  if (s == Fp8Scaling::per_tensor) {
-    // scales[0] holds the amax bits between the passes; an empty tensor's amax is 0: scale 1
-    detail::check(cudaMemsetAsync(scales, 0, sizeof(float), stream), "cudaMemsetAsync(fp8 amax)");
-    const auto grid = static_cast<unsigned>(
-        std::clamp<long long>((n + 8LL * kFp8Threads - 1) / (8LL * kFp8Threads), 1, 4096));
-    if (n > 0)
-      detail::fp8_launch(k.tensor_amax, dim3(grid), p, stream,
-                         "cudaLaunchKernel(ws_fp8_tensor_amax)");
-    detail::fp8_launch(k.tensor_finalize, dim3(1), p, stream,
-                       "cudaLaunchKernel(ws_fp8_tensor_finalize)");
-    if (n > 0)
-      detail::fp8_launch(k.tensor_convert, dim3(grid), p, stream,
-                         "cudaLaunchKernel(ws_fp8_tensor_convert)");
-    return;
-  }
-  if (s == Fp8Scaling::per_channel) {
-    if (x.rows == 0) return;  // no rows, no scales ([rows, 0]: the kernel writes scales of 1)
-    const auto grid = static_cast<unsigned>(std::min<long long>(x.rows, 1LL << 20));
-    detail::fp8_launch(k.rows, dim3(grid), p, stream, "cudaLaunchKernel(ws_fp8_rows)");
-    return;
-  }
-  if (n == 0) return;  // an empty block grid: no scale either
-  const long long gx = (x.cols + kFp8Block - 1) / kFp8Block;
-  const long long gy = (x.rows + kFp8Block - 1) / kFp8Block;
-  if (gy > 65535 || gx > 0x7fffffffLL)
-    throw config_error(m.name + ".shape",
-                       detail::cat("a grid of ", gy, " x ", gx,
-                                   " 128x128 blocks is over CUDA's limits (65535 block rows)"));
-  detail::fp8_launch(m.dtype == DType::bfloat16 ? k.block_bf16 : k.block_f32,
-                     dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), p, stream,
-                     "cudaLaunchKernel(ws_fp8_block)");
+  quantize_fp8_view(fp8_whole_view(m, s, src, dst, scales), stream, m.name + ".shape");
 }
 
 }  // namespace weightsync

@@ -30,6 +30,9 @@ struct DeltaJob {
   const void* ref = nullptr;
   std::uint64_t numel = 0;
   unsigned elem_bytes = 0;
+  //! `ref` is a low-byte reference (<weightsync/delta/low_byte.hpp>; 2-byte elements), which the
+  //! measure updates to `src` in the same pass. The host codec only.
+  bool low_byte = false;
 };
 
 namespace detail {
@@ -98,18 +101,20 @@ inline std::uint64_t blob_bytes_for(const std::vector<std::uint32_t>& counts, st
   return n;
 }
 
-//! Encodes `src` against `ref` into `out` (which must hold blob_bytes_for(counts, ...) bytes;
-//! `counts` from bucket_changes_host). Returns the blob's size.
-inline std::uint64_t encode_delta_host(const void* src, const void* ref, std::uint64_t numel,
-                                       unsigned eb, std::uint32_t bucket_elems,
-                                       const std::vector<std::uint32_t>& counts, std::byte* out,
-                                       std::uint64_t out_bytes) {
+//! Encodes the elements of `src` for which changed(i) holds (i: the element's index in the
+//! tensor; counts[b]: how many of bucket b's do) into `out` (which must hold
+//! blob_bytes_for(counts, ...) bytes). Returns the blob's size. The full reference's encoder
+//! below and the low-byte reference's (<weightsync/delta/low_byte.hpp>) differ only in `changed`.
+template <class Changed>
+std::uint64_t encode_delta_host_if(const void* src, std::uint64_t numel, unsigned eb,
+                                   std::uint32_t bucket_elems,
+                                   const std::vector<std::uint32_t>& counts, std::byte* out,
+                                   std::uint64_t out_bytes, Changed&& changed) {
   detail::check_layout(numel, eb, bucket_elems);
   const std::uint64_t total = blob_bytes_for(counts, numel, eb, bucket_elems);
   if (out_bytes < total)
     throw config_error("out_bytes", weightsync::detail::cat("the blob needs ", total, " bytes, got ", out_bytes));
   const auto* s = static_cast<const std::byte*>(src);
-  const auto* r = static_cast<const std::byte*>(ref);
   const std::uint64_t nb = counts.size();
   BlobHeader h{};
   h.magic = kBlobMagic;
@@ -133,7 +138,6 @@ inline std::uint64_t encode_delta_host(const void* src, const void* ref, std::ui
     std::byte* p = out + at;
     std::memset(p, 0, size);  // the padding is zeros: the blob's bytes are a function of its input
     const std::byte* sb = s + begin * eb;
-    const std::byte* rb = r + begin * eb;
     if (k == BucketKind::raw) {
       std::memcpy(p, sb, len * eb);
     } else if (k == BucketKind::bitmask) {
@@ -141,7 +145,7 @@ inline std::uint64_t encode_delta_host(const void* src, const void* ref, std::ui
       std::uint32_t word = 0;
       std::uint64_t v = 0;
       for (std::uint64_t i = 0; i < len; ++i) {
-        if (detail::elem_differs(sb + i * eb, rb + i * eb, eb)) {
+        if (changed(begin + i)) {
           word |= std::uint32_t{1} << (i % 32);
           std::memcpy(values + v++ * eb, sb + i * eb, eb);
         }
@@ -154,7 +158,7 @@ inline std::uint64_t encode_delta_host(const void* src, const void* ref, std::ui
       std::byte* values = p + align8(std::uint64_t{c} * 2);
       std::uint64_t v = 0;
       for (std::uint64_t i = 0; i < len; ++i)
-        if (detail::elem_differs(sb + i * eb, rb + i * eb, eb)) {
+        if (changed(begin + i)) {
           const auto off = static_cast<std::uint16_t>(i);
           std::memcpy(p + v * 2, &off, 2);
           std::memcpy(values + v * eb, sb + i * eb, eb);
@@ -164,6 +168,20 @@ inline std::uint64_t encode_delta_host(const void* src, const void* ref, std::ui
     at += size;
   }
   return total;
+}
+
+//! Encodes `src` against `ref` into `out` (which must hold blob_bytes_for(counts, ...) bytes;
+//! `counts` from bucket_changes_host). Returns the blob's size.
+inline std::uint64_t encode_delta_host(const void* src, const void* ref, std::uint64_t numel,
+                                       unsigned eb, std::uint32_t bucket_elems,
+                                       const std::vector<std::uint32_t>& counts, std::byte* out,
+                                       std::uint64_t out_bytes) {
+  const auto* s = static_cast<const std::byte*>(src);
+  const auto* r = static_cast<const std::byte*>(ref);
+  return encode_delta_host_if(src, numel, eb, bucket_elems, counts, out, out_bytes,
+                              [&](std::uint64_t i) {
+                                return detail::elem_differs(s + i * eb, r + i * eb, eb);
+                              });
 }
 
 //! Encodes `src` against `ref` into a new blob.
@@ -243,6 +261,45 @@ inline void check_delta_blob(const std::byte* blob, std::uint64_t blob_bytes, st
     at += size;
   }
   if (at != blob_bytes) throw bad(cat(blob_bytes - at, " bytes after the last payload"));
+}
+
+//! Calls fn(i, value) for every element a checked blob carries (i: its index in the tensor;
+//! value: its eb bytes in the blob), in ascending i. The blob must have passed check_delta_blob.
+template <class F>
+void for_each_delta_element(const std::byte* blob, std::uint64_t numel, unsigned eb, F&& fn) {
+  BlobHeader h;
+  std::memcpy(&h, blob, sizeof h);
+  for (std::uint64_t b = 0; b < h.n_buckets; ++b) {
+    BucketEntry e;
+    std::memcpy(&e, blob + sizeof(BlobHeader) + b * sizeof(BucketEntry), sizeof e);
+    const auto k = static_cast<BucketKind>(e.kind);
+    if (k == BucketKind::unchanged) continue;
+    const std::uint64_t begin = b * h.bucket_elems, len = bucket_len(numel, h.bucket_elems, b);
+    const std::byte* p = blob + e.offset;
+    if (k == BucketKind::raw) {
+      for (std::uint64_t i = 0; i < len; ++i) fn(begin + i, p + i * eb);
+    } else if (k == BucketKind::bitmask) {
+      const std::byte* values = p + align8((len + 31) / 32 * 4);
+      std::uint64_t v = 0;
+      for (std::uint64_t w = 0; w < (len + 31) / 32; ++w) {
+        std::uint32_t word;
+        std::memcpy(&word, p + w * 4, 4);
+        while (word != 0) {
+          const std::uint64_t i = w * 32 + static_cast<std::uint64_t>(__builtin_ctz(word));
+          word &= word - 1;
+          if (i >= len) break;
+          fn(begin + i, values + v++ * eb);
+        }
+      }
+    } else {
+      const std::byte* values = p + align8(std::uint64_t{e.count} * 2);
+      for (std::uint64_t v = 0; v < e.count; ++v) {
+        std::uint16_t off;
+        std::memcpy(&off, p + v * 2, 2);
+        fn(begin + off, values + v * eb);
+      }
+    }
+  }
 }
 
 //! Applies a blob to `dst` (numel elements of eb bytes) in place, after check_delta_blob.

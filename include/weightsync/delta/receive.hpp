@@ -24,6 +24,7 @@
 
 #include "weightsync/config.hpp"
 #include "weightsync/delta/codec.hpp"
+#include "weightsync/delta/gather.hpp"
 #include "weightsync/detail/format.hpp"
 #include "weightsync/dtype.hpp"
 #include "weightsync/engine/backend.hpp"
@@ -106,11 +107,20 @@ inline void apply_sparse_host(const TensorMeta& t, void* dst, const std::int32_t
 //! backend; device memory on the CUDA backends, where the blobs of each chunk are checked and
 //! applied by one batch of kernels on the chunk's stream (<weightsync/cuda/delta.hpp>), and the
 //! chunk's load_weights call ends only when they have run (so a bad blob fails that chunk, and
-//! the trainer hears of it). vLLM's sparse pairs: host memory only, for now.
+//! the trainer hears of it). vLLM's sparse pairs: on the host, or on the GPU by
+//! CudaSparseApplier (each pair's indices copied as they arrive, its values applied and the stream
+//! synchronized before the load call returns).
 class UpdateReceiver {
  public:
-  UpdateReceiver(UpdateWire wire, AnyLoadWeights load, AnyDestination destination, bool device)
-      : w_(std::move(wire)), load_(std::move(load)), dest_(std::move(destination)), device_(device) {}
+  //! `gather`: for a tensor without a destination, the load plan's gather its delta is applied
+  //! through (<weightsync/delta/gather.hpp>); empty: none.
+  UpdateReceiver(UpdateWire wire, AnyLoadWeights load, AnyDestination destination, bool device,
+                 AnyDeltaGather gather = {})
+      : w_(std::move(wire)),
+        load_(std::move(load)),
+        dest_(std::move(destination)),
+        gather_(std::move(gather)),
+        device_(device) {}
 
   //! Whether every tensor applied in place has a destination; else the reason (the marker then
   //! carries it, so every rank refuses the transfer).
@@ -119,11 +129,11 @@ class UpdateReceiver {
       const auto kind = w_.what[k].kind;
       if (kind != WireTensor::Kind::blob && kind != WireTensor::Kind::sparse_values) continue;
       const TensorMeta& t = w_.tensors[w_.what[k].tensor];
-      if (!dest_ || dest_(t) == nullptr)
-        return cat("no destination for ", t.name, " (a delta applies in place)");
-      if (device_ && kind == WireTensor::Kind::sparse_values)
-        return cat("the sparse update of ", t.name,
-                   " lands in device memory: sparse pairs are applied on the host backend only");
+      const bool placed = (dest_ && dest_(t) != nullptr) ||
+                          (kind == WireTensor::Kind::blob && gather_ && gather_(t) != nullptr);
+      if (!placed)
+        return cat("no destination for ", t.name,
+                   " (a delta applies in place, or through the load plan's gather)");
 #if !WEIGHTSYNC_HAS_CUDA
       if (device_) return cat("the delta of ", t.name, " lands in device memory: no CUDA here");
 #endif
@@ -155,30 +165,52 @@ class UpdateReceiver {
           case WireTensor::Kind::marker:
             break;
           case WireTensor::Kind::blob: {
-            void* dst = dest_(t);
+            void* dst = dest_ ? dest_(t) : nullptr;
+            const GatherOp* op = dst == nullptr && gather_ ? gather_(t) : nullptr;
             const auto eb = static_cast<unsigned>(dtype_size(t.dtype));
             applied_bytes_ += v.nbytes;
             if (!device_) {
-              delta::apply_delta_host(static_cast<const std::byte*>(v.data), v.nbytes, dst,
-                                      t.numel(), eb, t.name);
+              if (op != nullptr)
+                delta::apply_delta_gather_host(static_cast<const std::byte*>(v.data), v.nbytes,
+                                               *op, t);
+              else
+                delta::apply_delta_host(static_cast<const std::byte*>(v.data), v.nbytes, dst,
+                                        t.numel(), eb, t.name);
               break;
             }
 #if WEIGHTSYNC_HAS_CUDA
-            device_blobs_.push_back({v.data, v.nbytes, dst, t.numel(), eb, t.name});
+            device_blobs_.push_back({v.data, v.nbytes, dst, t.numel(), eb, t.name, op});
 #endif
             break;
           }
           case WireTensor::Kind::sparse_indices:
-            indices_.assign(static_cast<const std::int32_t*>(v.data),
-                            static_cast<const std::int32_t*>(v.data) + v.nbytes / 4);
             indices_of_ = x.tensor;
+            n_indices_ = v.nbytes / 4;
+            if (!device_) {
+              indices_.assign(static_cast<const std::int32_t*>(v.data),
+                              static_cast<const std::int32_t*>(v.data) + n_indices_);
+              break;
+            }
+#if WEIGHTSYNC_HAS_CUDA
+            // (a copy: the pair's values may come in the next chunk, after this slot is reused)
+            if (!sparse_) sparse_.emplace();
+            sparse_->indices(v.data, n_indices_, static_cast<cudaStream_t>(stream));
+#endif
             break;
           case WireTensor::Kind::sparse_values:
             if (indices_of_ != x.tensor)
               throw protocol_error(-1, cat("sparse update of ", t.name, ": values before indices"));
-            apply_sparse_host(t, dest_(t), indices_.data(), static_cast<const std::byte*>(v.data),
-                              indices_.size());
-            applied_bytes_ += v.nbytes + indices_.size() * 4;
+            if (!device_) {
+              apply_sparse_host(t, dest_(t), indices_.data(),
+                                static_cast<const std::byte*>(v.data), indices_.size());
+            } else {
+#if WEIGHTSYNC_HAS_CUDA
+              sparse_->apply(v.data, v.nbytes / dtype_size(t.dtype), dest_(t), t.numel(),
+                             static_cast<unsigned>(dtype_size(t.dtype)), t.name,
+                             static_cast<cudaStream_t>(stream));
+#endif
+            }
+            applied_bytes_ += v.nbytes + n_indices_ * 4;
             indices_of_ = static_cast<std::size_t>(-1);
             break;
         }
@@ -216,14 +248,17 @@ class UpdateReceiver {
   UpdateWire w_;
   AnyLoadWeights load_;
   AnyDestination dest_;
+  AnyDeltaGather gather_;
   bool device_;
   std::vector<std::int32_t> indices_;
   std::size_t indices_of_ = static_cast<std::size_t>(-1);
+  std::uint64_t n_indices_ = 0;
   std::size_t cursor_ = 0;
   std::uint64_t applied_bytes_ = 0;
 #if WEIGHTSYNC_HAS_CUDA
   std::vector<delta::DeltaApplyBlob> device_blobs_;
   std::optional<delta::CudaDeltaApplier> applier_;
+  std::optional<delta::CudaSparseApplier> sparse_;
 #endif
 };
 

@@ -4,9 +4,19 @@
 
 //! @file
 //! DeltaSource: a WeightSource adapter that sends only what changed since the last version every
-//! receiver holds. It keeps that version as its reference (a full copy of the sent tensors, in
-//! the codec's memory: 1x the model), diffs the source against it, and sends each tensor as a
-//! delta blob (<weightsync/delta/format.hpp>), whole, or not at all (unchanged). Receivers apply
+//! receiver holds. It keeps that version as its reference, diffs the source against it, and sends
+//! each tensor as a delta blob (<weightsync/delta/format.hpp>), whole, or not at all (unchanged).
+//!
+//! What each option costs (DeltaOptions):
+//! - DeltaReference::full (default): a copy of the sent tensors in the codec's memory, 1x the
+//!   model; every change found bitwise. The CUDA codec updates it inside the diff pass (writes of
+//!   the changed 32-byte sectors: about 15 % of the bytes at 1 % of bf16 elements changed).
+//! - DeltaReference::low_byte (host codec): 1 + 8/256 bytes per bf16 / fp16 element (51.6 % of
+//!   those tensors), the other widths full; the diff also hashes every 256-element block (a 64-bit
+//!   mix per element); a block whose check fails goes whole (512 bytes of wire), which an
+//!   optimizer step of a few ULPs never causes; a missed change slips through only on a 64-bit
+//!   hash collision (see <weightsync/delta/low_byte.hpp>).
+//! - anchor_every = N: every N-th round a full sync (its wire bytes and time); no memory. Receivers apply
 //! the blobs in place (WeightTransferEngine::update_weights with NcclUpdateInfo::delta).
 //!
 //! A round:
@@ -56,6 +66,7 @@
 
 #include "weightsync/delta/codec.hpp"
 #include "weightsync/delta/format.hpp"
+#include "weightsync/delta/low_byte.hpp"
 #include "weightsync/delta/receive.hpp"
 #include "weightsync/detail/format.hpp"
 #include "weightsync/engine/backend.hpp"
@@ -71,8 +82,20 @@ enum class DeltaMode {
   never,      //!< every round whole (the reference is still kept, for a later switch)
 };
 
+//! What the trainer keeps of the version the receivers hold.
+enum class DeltaReference {
+  //! a full copy (1x the sent tensors' bytes): every change found bitwise, resting on no hash
+  full,
+  //! for 2-byte tensors (bf16, fp16), 1 byte per element plus an 8-byte hash per 256 elements
+  //! (51.6 % of those tensors' bytes); a change that kept the low byte is caught by the block
+  //! hash and its block sent whole in the same sync (<weightsync/delta/low_byte.hpp>). Other
+  //! widths keep a full copy. The host codec only (HostDeltaCodec::kLowByteReference).
+  low_byte,
+};
+
 struct DeltaOptions {
   DeltaMode mode = DeltaMode::automatic;
+  DeltaReference reference = DeltaReference::full;
   //! automatic: a tensor goes whole when its blob would exceed this share of its bytes (the
   //! receiver's apply and the encode then cost more than they save on a fast link). 1.0 sends
   //! every blob smaller than its tensor.
@@ -99,7 +122,8 @@ struct DeltaStats {
   bool whole_round = false;          //!< everything sent whole (no base version)
   std::uint64_t tensor_bytes = 0;    //!< the tensors' bytes (what a full sync sends)
   std::uint64_t wire_bytes = 0;      //!< what this round sends: blobs + whole tensors
-  std::uint64_t changed_elements = 0;
+  std::uint64_t changed_elements = 0;  //!< elements sent in blobs (low-byte: failed blocks whole)
+  std::uint64_t failed_blocks = 0;     //!< low-byte blocks whose hash check failed (sent whole)
   std::size_t whole = 0, blobs = 0, unchanged = 0;  //!< tensors
   std::chrono::nanoseconds encode{0};  //!< diff + encode (prepare)
   std::chrono::nanoseconds commit{0};  //!< reference update (commit)
@@ -112,7 +136,13 @@ class HostDeltaCodec {
   using Buffer = std::vector<std::byte>;
   //! What DeltaOptions::automatic assumes before it has measured: one core's memcmp-bound diff.
   static constexpr double kEncodeBytesPerS = 1e9;
+  //! Measures DeltaJob::low_byte jobs (and updates their references in the same pass).
+  static constexpr bool kLowByteReference = true;
   Buffer alloc(std::size_t bytes) const { return Buffer(bytes); }
+  //! A low-byte reference made the source's (a whole round).
+  void seed_low_byte(void* ref, const void* src, std::uint64_t numel) const {
+    delta::low_byte_seed_host(ref, src, numel);
+  }
   static std::byte* data(Buffer& b) { return b.data(); }
   void copy(void* dst, const void* src, std::size_t bytes) const {
     if (bytes > 0) std::memcpy(dst, src, bytes);
@@ -123,26 +153,49 @@ class HostDeltaCodec {
     bucket_ = bucket_elems;
     counts_.clear();
     changed_ = 0;
+    failed_ = 0;
     counts_.assign(jobs_.size(), {});
+    bits_.assign(jobs_.size(), {});
+    std::vector<std::uint64_t> failed(jobs_.size(), 0);
     std::vector<std::uint64_t> sizes(jobs_.size());
     parallel(jobs_.size(), [&](std::size_t i) {
       const auto& j = jobs_[i];
-      counts_[i] = delta::bucket_changes_host(j.src, j.ref, j.numel, j.elem_bytes, bucket_);
+      if (j.low_byte) {
+        if (j.elem_bytes != 2)
+          throw config_error(detail::cat("jobs[", i, "].low_byte"),
+                             detail::cat("needs 2-byte elements, got ", j.elem_bytes));
+        // (the job's reference is the codec's own buffer: written here, see DeltaJob::low_byte)
+        counts_[i] = delta::low_byte_changes_host(j.src, const_cast<void*>(j.ref), j.numel,
+                                                  bucket_, bits_[i], &failed[i]);
+      } else {
+        counts_[i] = delta::bucket_changes_host(j.src, j.ref, j.numel, j.elem_bytes, bucket_);
+      }
       sizes[i] = delta::blob_bytes_for(counts_[i], j.numel, j.elem_bytes, bucket_);
     });
     for (const auto& c : counts_)
       for (auto x : c) changed_ += x;
+    for (auto f : failed) failed_ += f;
     return sizes;
   }
   std::uint64_t changed_elements() const { return changed_; }
+  //! Low-byte blocks of the last measure whose check failed.
+  std::uint64_t failed_blocks() const { return failed_; }
   //! Encodes job i into outs[i] (skipped when nullptr).
   void encode(std::span<void* const> outs) {
     parallel(std::min(jobs_.size(), outs.size()), [&](std::size_t i) {
       if (outs[i] == nullptr) return;
       const auto& j = jobs_[i];
       const std::uint64_t n = delta::blob_bytes_for(counts_[i], j.numel, j.elem_bytes, bucket_);
-      delta::encode_delta_host(j.src, j.ref, j.numel, j.elem_bytes, bucket_, counts_[i],
-                               static_cast<std::byte*>(outs[i]), n);
+      if (j.low_byte) {
+        const auto& bits = bits_[i];
+        delta::encode_delta_host_if(j.src, j.numel, j.elem_bytes, bucket_, counts_[i],
+                                    static_cast<std::byte*>(outs[i]), n, [&](std::uint64_t e) {
+                                      return (bits[e / 64] >> (e % 64)) & 1u;
+                                    });
+      } else {
+        delta::encode_delta_host(j.src, j.ref, j.numel, j.elem_bytes, bucket_, counts_[i],
+                                 static_cast<std::byte*>(outs[i]), n);
+      }
     });
   }
   //! Queues an apply; finish() runs the queue over the hardware threads.
@@ -199,8 +252,9 @@ class HostDeltaCodec {
   std::vector<Apply> applies_;
   std::vector<delta::DeltaJob> jobs_;
   std::vector<std::vector<std::uint32_t>> counts_;
+  std::vector<std::vector<std::uint64_t>> bits_;  //!< low-byte jobs: the elements to send
   std::uint32_t bucket_ = delta::kDefaultBucketElems;
-  std::uint64_t changed_ = 0;
+  std::uint64_t changed_ = 0, failed_ = 0;
 };
 
 //! A WeightSource (S) sent as deltas against the last committed version; models WeightSource
@@ -225,6 +279,10 @@ class DeltaSource {
     if (!(opt_.encode_bytes_per_s >= 0))
       throw config_error("encode_bytes_per_s",
                          detail::cat("must be >= 0, got ", opt_.encode_bytes_per_s));
+    if (opt_.reference == DeltaReference::low_byte && !kLowByte)
+      throw config_error("reference",
+                         "this codec keeps full references only (the low-byte reference is the "
+                         "host codec's)");
     encode_rate_ = opt_.encode_bytes_per_s > 0 ? opt_.encode_bytes_per_s : Codec::kEncodeBytesPerS;
     link_rate_ = opt_.link_bytes_per_s;
   }
@@ -249,22 +307,24 @@ class DeltaSource {
                        opt_.mode == DeltaMode::never || fast_link_ ||
                        (opt_.anchor_every > 0 && rounds_ % opt_.anchor_every == 0);
     pending_ = true;
+    refs_hold_target_ = false;
     target_ = std::move(version);
     stats_ = DeltaStats{};
     stats_.whole_round = whole;
     DeltaUpdate d;
     d.bucket_elems = opt_.bucket_elems;
     d.payload_bytes.assign(metas_.size(), -1);
-    blobs_ = typename Codec::Buffer{};
     blob_at_.assign(metas_.size(), 0);
     if (!whole) {
       d.base_version = base_;
       std::vector<delta::DeltaJob> jobs;
       for (std::size_t i = 0; i < metas_.size(); ++i)
         jobs.push_back({data_[i], Codec::data(refs_[i]), metas_[i].numel(),
-                        static_cast<unsigned>(dtype_size(metas_[i].dtype))});
+                        static_cast<unsigned>(dtype_size(metas_[i].dtype)), low_byte(i)});
       const auto sizes = codec_.measure(jobs, opt_.bucket_elems);
+      refs_hold_target_ = kMeasureUpdates;  // (the references now hold this round's source)
       stats_.changed_elements = codec_.changed_elements();
+      if constexpr (kLowByte) stats_.failed_blocks = codec_.failed_blocks();
       std::uint64_t arena = 0;
       for (std::size_t i = 0; i < metas_.size(); ++i) {
         const std::uint64_t full = metas_[i].nbytes();
@@ -282,7 +342,12 @@ class DeltaSource {
           arena += sizes[i];
         }
       }
-      if (arena > 0) blobs_ = codec_.alloc(arena);
+      // (the arena is kept while it is large enough: over ipc, the same allocation stays
+      // exported and mapped from round to round)
+      if (arena > blobs_.size()) {
+        blobs_ = typename Codec::Buffer{};
+        blobs_ = codec_.alloc(arena);
+      }
       std::vector<void*> outs(metas_.size(), nullptr);
       for (std::size_t i = 0; i < metas_.size(); ++i)
         if (d.payload_bytes[i] > 0) outs[i] = Codec::data(blobs_) + blob_at_[i];
@@ -347,7 +412,10 @@ class DeltaSource {
   }
 
   //! The prepared round landed on every rank: the reference becomes it (whole tensors copied,
-  //! blobs applied, as the receivers did), and its version the next round's base.
+  //! blobs applied, as the receivers did; nothing left to do when the codec's measure already
+  //! wrote the sources into the references, as CudaDeltaCodec's does), and its version the next
+  //! round's base. A round that is never committed leaves the receivers' state unknown and the
+  //! reference possibly ahead of them: the next round goes whole.
   //! As commit(), and learns the link's speed from the round's TransferStats (its data phase),
   //! for DeltaMode::automatic.
   void commit(const TransferStats& round) {
@@ -372,13 +440,13 @@ class DeltaSource {
       ++rounds_;
       return;
     }
-    if (ref_metas_ != metas_) {
-      refs_.clear();
-      for (const auto& m : metas_) refs_.push_back(codec_.alloc(m.nbytes()));
-      ref_metas_ = metas_;
-    }
-    for (std::size_t i = 0; i < metas_.size(); ++i) {
+    alloc_refs();
+    for (std::size_t i = 0; i < metas_.size() && !refs_hold_target_; ++i) {
       const std::int64_t p = delta_.payload_bytes[i];
+      if (low_byte(i)) {  // a delta round's measure updated it already
+        if (stats_.whole_round) seed_ref(i);
+        continue;
+      }
       if (p == -1)
         codec_.copy(Codec::data(refs_[i]), data_[i], metas_[i].nbytes());
       else if (p > 0)
@@ -404,13 +472,8 @@ class DeltaSource {
     if (version.empty()) throw config_error("version", "a seed needs a version name");
     metas_ = src_.metas();
     collect();
-    if (ref_metas_ != metas_) {
-      refs_.clear();
-      for (const auto& m : metas_) refs_.push_back(codec_.alloc(m.nbytes()));
-      ref_metas_ = metas_;
-    }
-    for (std::size_t i = 0; i < metas_.size(); ++i)
-      codec_.copy(Codec::data(refs_[i]), data_[i], metas_[i].nbytes());
+    alloc_refs();
+    for (std::size_t i = 0; i < metas_.size(); ++i) seed_ref(i);
     codec_.finish();
     has_ref_ = true;
     pending_ = false;
@@ -423,11 +486,36 @@ class DeltaSource {
   //! The reference's memory, in bytes.
   std::uint64_t reference_bytes() const {
     std::uint64_t n = 0;
-    for (const auto& m : ref_metas_) n += m.nbytes();
+    for (std::size_t i = 0; i < ref_metas_.size(); ++i) n += ref_bytes(ref_metas_[i]);
     return n;
   }
 
  private:
+  //! Whether tensor i of metas_ keeps a low-byte reference.
+  bool low_byte(std::size_t i) const { return low_byte(metas_[i]); }
+  bool low_byte(const TensorMeta& m) const {
+    return opt_.reference == DeltaReference::low_byte && dtype_size(m.dtype) == 2;
+  }
+  std::uint64_t ref_bytes(const TensorMeta& m) const {
+    return low_byte(m) ? delta::low_byte_ref_bytes(m.numel()) : m.nbytes();
+  }
+  //! The references, for metas_ (kept while the metadata is the same).
+  void alloc_refs() {
+    if (ref_metas_ == metas_) return;
+    refs_.clear();
+    for (const auto& m : metas_) refs_.push_back(codec_.alloc(ref_bytes(m)));
+    ref_metas_ = metas_;
+  }
+  //! Reference i becomes the source's tensor i.
+  void seed_ref(std::size_t i) {
+    if constexpr (kLowByte) {
+      if (low_byte(i)) {
+        codec_.seed_low_byte(Codec::data(refs_[i]), data_[i], metas_[i].numel());
+        return;
+      }
+    }
+    codec_.copy(Codec::data(refs_[i]), data_[i], metas_[i].nbytes());
+  }
   //! The source's tensors' addresses, checked against its declared metadata.
   void collect() {
     data_.assign(metas_.size(), nullptr);
@@ -462,7 +550,21 @@ class DeltaSource {
   DeltaUpdate delta_;
   DeltaStats stats_;
   std::string base_, target_;
-  bool has_ref_ = false, pending_ = false, fast_link_ = false;
+  //! Whether Codec::measure leaves every reference equal to its source (the CUDA codec).
+  static constexpr bool kMeasureUpdates = [] {
+    if constexpr (requires { Codec::kMeasureUpdatesReference; })
+      return Codec::kMeasureUpdatesReference;
+    else
+      return false;
+  }();
+  //! Whether the codec keeps low-byte references (HostDeltaCodec).
+  static constexpr bool kLowByte = [] {
+    if constexpr (requires { Codec::kLowByteReference; })
+      return Codec::kLowByteReference;
+    else
+      return false;
+  }();
+  bool has_ref_ = false, pending_ = false, fast_link_ = false, refs_hold_target_ = false;
   double encode_rate_ = 0, link_rate_ = 0, wire_share_ = 0;
   std::uint64_t rounds_ = 0;
   static constexpr std::byte marker_byte_{0};

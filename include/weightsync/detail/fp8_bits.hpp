@@ -11,6 +11,7 @@
 //!   scale = amax / 448 (fp32 division; 1 when that is 0), q = (x.float() / scale) (fp32
 //!   division), clamp(q, -448, 448), then float8_e4m3fn rounded to nearest even.
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -74,6 +75,31 @@ WEIGHTSYNC_HOST_DEVICE inline std::uint32_t fp8_scale_bits(std::uint32_t amax_bi
   if (s < 0x00800000u) return 0x00800000u;
   if ((s & 0x007fffffu) == 0) return s;
   return (s & 0x7f800000u) + 0x00800000u;
+}
+
+//! Whether x / scale may be computed by fp8_quotient_fast: a finite, normal scale in
+//! [2^-100, 2^100]. Then 1 / scale is normal, and for every x whose quotient can round to a
+//! non-zero float8 (|x / scale| > 2^-10) the residual x - q * scale is exact in fp32.
+WEIGHTSYNC_HOST_DEVICE inline bool fp8_fast_scale(std::uint32_t scale_bits) {
+  return scale_bits >= (27u << 23) && scale_bits <= (227u << 23);
+}
+
+//! x / scale from inv = RN(1 / scale) without a division: q0 = RN(x * inv), r = x - q0 * scale
+//! (one fma, exact), q = RN(q0 + r * inv) (Markstein's correction), and the sign of x (so that
+//! -0 stays -0). For fp8_fast_scale(scale) and finite x, its float8_e4m3fn rounding
+//! (fp8_e4m3_from_quotient) is that of the IEEE quotient x / scale: tests/unit/fp8_test.cpp checks
+//! it over every bfloat16 x against every bfloat16 amax's scale, and on random float32 pairs.
+//! (The fp32 quotients themselves agree wherever |x / scale| >= 2^-11; below, where the residual
+//! can be subnormal, both round to a signed float8 zero.)
+WEIGHTSYNC_HOST_DEVICE inline float fp8_quotient_fast(float x, float scale, float inv) {
+#if defined(__CUDA_ARCH__)
+  const float q0 = __fmul_rn(x, inv);
+  const float q = __fmaf_rn(__fmaf_rn(-q0, scale, x), inv, q0);
+#else
+  const float q0 = x * inv;
+  const float q = std::fma(std::fma(-q0, scale, x), inv, q0);
+#endif
+  return fp8_f32_from_bits(fp8_f32_to_bits(q) | (fp8_f32_to_bits(x) & 0x80000000u));
 }
 
 //! float8_e4m3fn bits of a quotient q = x / scale: NaN -> 0x7f; otherwise q is clamped to

@@ -151,13 +151,16 @@ class WeightTransferEngine {
   }
 
   //! Receives one update (blocks until it has landed). `load` gets every tensor without a
-  //! destination; `destination` (optional) places tensors directly. A sharded update (shards,
+  //! destination; `destination` (optional) places tensors directly; `gather` (optional, a delta
+  //! update's tensors without a destination): the load plan's gather their blobs are applied
+  //! through, in place (<weightsync/delta/gather.hpp>). A sharded update (shards,
   //! src_placements or num_trainer_ranks in `info`) is received from all M trainer ranks, each
   //! piece landing at its place in the full tensor (see sharded_broadcast.hpp).
   //! @throws state_error outside a session; config_error for a bad update info; whatever the
   //!   transfer throws, after which the session is over (version unchanged).
   TransferStats update_weights(const NcclUpdateInfo& info, const AnyLoadWeights& load,
-                               const AnyDestination& destination = {}) {
+                               const AnyDestination& destination = {},
+                               const AnyDeltaGather& gather = {}) {
     std::shared_ptr<Backend> backend;
     TransferOptions t;
     std::vector<TensorMeta> metas;
@@ -183,7 +186,7 @@ class WeightTransferEngine {
       t.destination = destination;
       if (shadow_) detail::shadow_transfer(shadow_, t);
       if (info.delta || info.num_updates_list) {
-        rx = delta_receiver(info, t, load);
+        rx = delta_receiver(info, t, load, gather);
         metas = rx->metas();
         specs.assign(metas.size(), ShardSpec{});
         t.destination = rx->destination();
@@ -397,14 +400,15 @@ class WeightTransferEngine {
   //! base, or why it cannot apply the delta, so that the handshake refuses on every rank.
   std::shared_ptr<detail::UpdateReceiver> delta_receiver(const NcclUpdateInfo& info,
                                                          const TransferOptions& t,
-                                                         const AnyLoadWeights& load) const {
+                                                         const AnyLoadWeights& load,
+                                                         const AnyDeltaGather& gather) const {
     const bool device = backend_->name() != "host";
     if (info.delta && t.protocol != Protocol::weightsync)
       throw config_error("delta", "a delta update needs the weightsync protocol (its handshake "
                                   "checks the base version on every rank)");
     const std::string held = held_base();
     auto rx = std::make_shared<detail::UpdateReceiver>(detail::update_wire(info, held), load,
-                                                       t.destination, device);
+                                                       t.destination, device, gather);
     const bool delta = info.delta && !info.delta->base_version.empty();
     std::string why = rx->cannot_apply();
     if (why.empty() && (delta || info.num_updates_list) && shadow_ &&
@@ -413,7 +417,8 @@ class WeightTransferEngine {
     if (!why.empty()) {
       if (!delta) throw config_error(info.num_updates_list ? "num_updates_list" : "destination", why);
       rx = std::make_shared<detail::UpdateReceiver>(
-          detail::update_wire(info, "<cannot apply: " + why + ">"), load, t.destination, device);
+          detail::update_wire(info, "<cannot apply: " + why + ">"), load, t.destination, device,
+          gather);
     }
     return rx;
   }

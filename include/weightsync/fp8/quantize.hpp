@@ -124,6 +124,13 @@ inline std::vector<std::int64_t> fp8_scale_shape(const TensorMeta& m, Fp8Scaling
   }
 }
 
+//! The scale tensor's name for weight `name`: `.weight` -> `.weight_scale_inv` (block layouts)
+//! or `.weight_scale` (per tensor / channel); any other name gets the suffix appended.
+inline std::string fp8_scale_name(const std::string& name, Fp8Scaling s) {
+  const char* suffix = fp8_block_scaling(s) ? "_scale_inv" : "_scale";
+  return name + suffix;
+}
+
 //! The metadata of the quantized weight (same name and shape, float8_e4m3fn) and of its scales
 //! (`scale_name`, float32, fp8_scale_shape).
 inline TensorMeta fp8_weight_meta(const TensorMeta& m) {
@@ -192,6 +199,99 @@ inline void quantize_fp8_host(const TensorMeta& m, const void* src, Fp8Scaling s
           scales[br * bc + b] =
               detail::fp8_quantize_group(in, bf16, x.cols, br * B, std::min(x.rows, br * B + B),
                                          b * B, std::min(x.cols, b * B + B), ue8m0, out);
+      return;
+    }
+  }
+}
+
+//! The view (kernels/fp8_abi.hpp) that quantizes the whole tensor `m` (see quantize_fp8_host).
+inline kernels::Fp8Params fp8_whole_view(const TensorMeta& m, Fp8Scaling s, const void* src,
+                                         void* dst, float* scales) {
+  const Fp8Matrix x = fp8_matrix(m, s);
+  constexpr std::int64_t B = kernels::kFp8Block;
+  kernels::Fp8Params p{};
+  p.src = src;
+  p.dst = dst;
+  p.scales = scales;
+  p.rows = p.src_rows = x.rows;
+  p.cols = p.src_cols = x.cols;
+  p.src_type = m.dtype == DType::bfloat16 ? kernels::kFp8SrcBfloat16 : kernels::kFp8SrcFloat32;
+  p.mode = static_cast<std::uint32_t>(s);
+  p.scale_stride = (x.cols + B - 1) / B;
+  return p;
+}
+
+namespace detail {
+//! The source row of view row d (Fp8Params::head_rows: the rotary permutation).
+inline std::int64_t fp8_view_src_row(const kernels::Fp8Params& p, std::int64_t d) noexcept {
+  std::int64_t r = p.row0 + d;
+  if (p.head_rows) {
+    const std::int64_t h = r / p.head_rows, w = r % p.head_rows, half = p.head_rows / 2;
+    r = h * p.head_rows + (w % half) * 2 + w / half;
+  }
+  return r;
+}
+}  // namespace detail
+
+//! Quantizes the view `p` (kernels/fp8_abi.hpp: a slice, permuted or not, of a wider source, and
+//! its scale groups) on the host: exactly what the kernels write for the same parameters
+//! (<weightsync/cuda/fp8_quantize.hpp>, quantize_fp8_view). The load planner's host path.
+//! @pre p describes memory that holds it; the mode and source codes are valid.
+inline void quantize_fp8_view_host(const kernels::Fp8Params& p) {
+  const auto* src = static_cast<const std::byte*>(p.src);
+  auto* dst = static_cast<std::uint8_t*>(p.dst);
+  const bool bf16 = p.src_type == kernels::kFp8SrcBfloat16;
+  const auto at = [&](std::int64_t d, std::int64_t c) {
+    return detail::fp8_load_bits(
+        src, bf16,
+        static_cast<std::size_t>(detail::fp8_view_src_row(p, d) * p.src_cols + p.col0 + c));
+  };
+  const auto convert = [&](std::int64_t d0, std::int64_t d1, std::int64_t c0, std::int64_t c1,
+                           float scale) {
+    for (std::int64_t d = d0; d < d1; ++d)
+      for (std::int64_t c = c0; c < c1; ++c)
+        dst[d * p.cols + c] = detail::fp8_e4m3_from_quotient(
+            detail::fp8_div(detail::fp8_f32_from_bits(at(d, c)), scale));
+  };
+  constexpr std::int64_t B = kernels::kFp8Block;
+  switch (p.mode) {
+    case kernels::kFp8PerTensor: {
+      std::uint32_t amax = 0;
+      const auto n = static_cast<std::size_t>(p.src_rows * p.src_cols);
+      for (std::size_t i = 0; i < n; ++i)
+        amax = std::max(amax, detail::fp8_abs_bits(detail::fp8_load_bits(src, bf16, i)));
+      p.scales[0] = detail::fp8_f32_from_bits(detail::fp8_scale_bits(amax, false));
+      convert(0, p.rows, 0, p.cols, p.scales[0]);
+      return;
+    }
+    case kernels::kFp8PerChannel:
+      for (std::int64_t d = 0; d < p.rows; ++d) {
+        // the whole source row: a column shard keeps its row's checkpoint scale
+        const std::byte* row =
+            src +
+            static_cast<std::size_t>(detail::fp8_view_src_row(p, d) * p.src_cols) * (bf16 ? 2 : 4);
+        std::uint32_t amax = 0;
+        for (std::int64_t c = 0; c < p.src_cols; ++c)
+          amax = std::max(amax, detail::fp8_abs_bits(
+                                    detail::fp8_load_bits(row, bf16, static_cast<std::size_t>(c))));
+        p.scales[d] = detail::fp8_f32_from_bits(detail::fp8_scale_bits(amax, false));
+        convert(d, d + 1, 0, p.cols, p.scales[d]);
+      }
+      return;
+    default: {
+      const bool ue8m0 = p.mode == kernels::kFp8Block128Ue8m0;
+      for (std::int64_t br = 0; br * B < p.rows; ++br)
+        for (std::int64_t bc = 0; bc * B < p.cols; ++bc) {
+          const std::int64_t d1 = std::min<std::int64_t>(p.rows, br * B + B);
+          const std::int64_t c1 = std::min<std::int64_t>(p.cols, bc * B + B);
+          std::uint32_t amax = 0;
+          for (std::int64_t d = br * B; d < d1; ++d)
+            for (std::int64_t c = bc * B; c < c1; ++c)
+              amax = std::max(amax, detail::fp8_abs_bits(at(d, c)));
+          const float scale = detail::fp8_f32_from_bits(detail::fp8_scale_bits(amax, ue8m0));
+          p.scales[br * p.scale_stride + bc] = scale;
+          convert(br * B, d1, bc * B, c1, scale);
+        }
       return;
     }
   }

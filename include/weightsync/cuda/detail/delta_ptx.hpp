@@ -9,7 +9,7 @@ inline constexpr const char kDeltaPtx[] = R"WSPTX(
 .address_size 64
 	// .globl	ws_delta_index
 .visible .entry ws_delta_index(
-	.param .align 8 .b8 ws_delta_index_param_0[96]
+	.param .align 8 .b8 ws_delta_index_param_0[104]
 )
 .maxntid 256, 1, 1
 {
@@ -87,1734 +87,5896 @@ $L__BB0_11:
 }
 	// .globl	ws_delta_count
 .visible .entry ws_delta_count(
-	.param .align 8 .b8 ws_delta_count_param_0[96]
+	.param .align 8 .b8 ws_delta_count_param_0[104]
 )
 .maxntid 256, 1, 1
+.minnctapersm 3
 {
-	.reg .pred 	%p<213>;
-	.reg .b16 	%rs<13>;
-	.reg .b32 	%r<1532>;
-	.reg .b64 	%rd<402>;
+	.reg .pred 	%p<908>;
+	.reg .b16 	%rs<350>;
+	.reg .b32 	%r<2826>;
+	.reg .b64 	%rd<1280>;
 	// demoted variable
-	.shared .align 4 .b8 _ZZ14ws_delta_countE3red[32];
-	mov.b64 	%rd126, ws_delta_count_param_0;
-	add.s64 	%rd1, %rd126, 92;
-	mov.u32 	%r324, %ctaid.x;
-	cvt.u64.u32 	%rd374, %r324;
+	.shared .align 8 .b8 _ZZ14ws_delta_countE3red[64];
+	// demoted variable
+	.shared .align 4 .b8 _ZZ14ws_delta_countE4wred[32];
+	// demoted variable
+	.shared .align 4 .b8 _ZZ14ws_delta_countE5smask[8192];
+	mov.b64 	%rd234, ws_delta_count_param_0;
+	add.s64 	%rd1, %rd234, 92;
+	ld.param.u32 	%r1, [ws_delta_count_param_0+92];
+	mov.u32 	%r640, %ctaid.x;
+	cvt.u64.u32 	%rd1246, %r640;
 	ld.param.u64 	%rd3, [ws_delta_count_param_0+80];
-	setp.le.u64 	%p4, %rd3, %rd374;
-	@%p4 bra 	$L__BB1_131;
+	setp.le.u64 	%p13, %rd3, %rd1246;
+	@%p13 bra 	$L__BB1_818;
 	ld.param.u64 	%rd4, [%rd1+-92];
 	ld.param.u64 	%rd5, [%rd1+-68];
-	ld.param.u64 	%rd128, [%rd1+-52];
-	cvta.to.global.u64 	%rd6, %rd128;
-	ld.param.u64 	%rd7, [%rd1+-60];
-	cvta.to.global.u64 	%rd130, %rd5;
-	cvta.to.global.u64 	%rd133, %rd4;
-	cvta.to.global.u64 	%rd319, %rd7;
+	ld.param.u64 	%rd6, [%rd1+-52];
+	ld.param.u32 	%r641, [%rd1+4];
+	and.b32  	%r2, %r641, 1;
+	mov.u32 	%r642, %tid.x;
+	and.b32  	%r643, %r642, 31;
+	cvt.u64.u32 	%rd7, %r643;
+	ld.param.u64 	%rd8, [%rd1+-60];
+	cvta.to.global.u64 	%rd237, %rd5;
+	cvta.to.global.u64 	%rd240, %rd4;
+	shr.u32 	%r648, %r1, 3;
+	add.s32 	%r649, %r648, -16;
+	cvta.to.global.u64 	%rd1201, %rd8;
 	bra.uni 	$L__BB1_2;
-$L__BB1_3:
-	cvt.u32.u64 	%r328, %rd10;
-	shr.u64 	%rd145, %rd9, 5;
-	mul.lo.s64 	%rd146, %rd145, %rd10;
-	shl.b64 	%rd17, %rd146, 1;
-	shr.u64 	%rd392, %rd9, 5;
-	setp.eq.s32 	%p6, %r328, 1;
-	@%p6 bra 	$L__BB1_44;
-	setp.eq.s32 	%p7, %r328, 2;
-	@%p7 bra 	$L__BB1_25;
-	setp.ne.s32 	%p8, %r328, 4;
-	@%p8 bra 	$L__BB1_63;
-	setp.eq.s64 	%p9, %rd17, 0;
-	@%p9 bra 	$L__BB1_82;
-	mov.u32 	%r331, %tid.x;
-	cvt.u64.u32 	%rd378, %r331;
-	shr.u64 	%rd148, %rd378, 3;
-	add.s64 	%rd149, %rd148, %rd16;
-	shl.b64 	%rd150, %rd149, 2;
-	add.s64 	%rd379, %rd6, %rd150;
-	add.s64 	%rd151, %rd378, 768;
-	shr.u64 	%rd152, %rd151, 3;
-	add.s64 	%rd153, %rd152, %rd16;
-	shl.b64 	%rd154, %rd153, 2;
-	add.s64 	%rd377, %rd6, %rd154;
-	add.s64 	%rd155, %rd378, 512;
-	shr.u64 	%rd156, %rd155, 3;
-	add.s64 	%rd157, %rd156, %rd16;
-	shl.b64 	%rd158, %rd157, 2;
-	add.s64 	%rd376, %rd6, %rd158;
-	add.s64 	%rd159, %rd378, 256;
-	shr.u64 	%rd160, %rd159, 3;
-	add.s64 	%rd161, %rd160, %rd16;
-	shl.b64 	%rd162, %rd161, 2;
-	add.s64 	%rd375, %rd6, %rd162;
-	mul.wide.u32 	%rd163, %r331, 16;
-	add.s64 	%rd164, %rd12, %rd163;
-	add.s64 	%rd381, %rd164, %rd11;
-	add.s64 	%rd165, %rd14, %rd163;
-	add.s64 	%rd382, %rd165, %rd11;
-	mov.u32 	%r1522, 0;
-	mov.u64 	%rd380, 0;
-$L__BB1_8:
-	mov.u32 	%r1391, 0;
-	setp.ge.u64 	%p10, %rd378, %rd17;
-	mov.u32 	%r1392, %r1391;
-	mov.u32 	%r1393, %r1391;
-	mov.u32 	%r1394, %r1391;
-	mov.u32 	%r1395, %r1391;
-	mov.u32 	%r1396, %r1391;
-	mov.u32 	%r1397, %r1391;
-	mov.u32 	%r1398, %r1391;
-	@%p10 bra 	$L__BB1_10;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r1394,%r1393,%r1392,%r1391}, [%rd381];
-	// end inline asm
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r1398,%r1397,%r1396,%r1395}, [%rd382];
-	// end inline asm
-$L__BB1_10:
-	add.s64 	%rd168, %rd378, 256;
-	setp.ge.u64 	%p11, %rd168, %rd17;
-	mov.u32 	%r1407, 0;
-	mov.u32 	%r1399, %r1407;
-	mov.u32 	%r1400, %r1407;
-	mov.u32 	%r1401, %r1407;
-	mov.u32 	%r1402, %r1407;
-	mov.u32 	%r1403, %r1407;
-	mov.u32 	%r1404, %r1407;
-	mov.u32 	%r1405, %r1407;
-	mov.u32 	%r1406, %r1407;
-	@%p11 bra 	$L__BB1_12;
-	add.s64 	%rd169, %rd381, 4096;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r1402,%r1401,%r1400,%r1399}, [%rd169];
-	// end inline asm
-	add.s64 	%rd170, %rd382, 4096;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r1406,%r1405,%r1404,%r1403}, [%rd170];
-	// end inline asm
+$L__BB1_7:
+	cvt.u32.u64 	%r660, %rd11;
+	shr.u64 	%rd255, %rd10, 5;
+	mul.lo.s64 	%rd256, %rd255, %rd11;
+	shl.b64 	%rd20, %rd256, 1;
+	shr.u64 	%rd1267, %rd10, 5;
+	setp.eq.s32 	%p17, %r660, 1;
+	@%p17 bra 	$L__BB1_362;
+	setp.eq.s32 	%p18, %r660, 2;
+	@%p18 bra 	$L__BB1_138;
+	setp.ne.s32 	%p19, %r660, 4;
+	@%p19 bra 	$L__BB1_650;
+	setp.eq.s64 	%p20, %rd20, 0;
+	@%p20 bra 	$L__BB1_730;
+	mul.wide.u32 	%rd258, %r642, 16;
+	add.s64 	%rd259, %rd13, %rd258;
+	add.s64 	%rd1248, %rd259, %rd12;
+	add.s64 	%rd260, %rd14, %rd258;
+	add.s64 	%rd1249, %rd260, %rd12;
+	shl.b32 	%r664, %r642, 2;
+	and.b32  	%r8, %r664, 28;
+	mov.u64 	%rd1247, 0;
+	mov.u32 	%r2811, 0;
 $L__BB1_12:
-	add.s64 	%rd171, %rd378, 512;
-	setp.ge.u64 	%p12, %rd171, %rd17;
-	mov.u32 	%r1408, %r1407;
-	mov.u32 	%r1409, %r1407;
-	mov.u32 	%r1410, %r1407;
-	mov.u32 	%r1411, %r1407;
-	mov.u32 	%r1412, %r1407;
-	mov.u32 	%r1413, %r1407;
-	mov.u32 	%r1414, %r1407;
-	@%p12 bra 	$L__BB1_14;
-	add.s64 	%rd172, %rd381, 8192;
+	mov.u32 	%r2576, 0;
+	cvt.u64.u32 	%rd1243, %r642;
+	add.s64 	%rd29, %rd1247, %rd1243;
+	setp.ge.u64 	%p21, %rd29, %rd20;
+	mov.u32 	%r2577, %r2576;
+	mov.u32 	%r2578, %r2576;
+	mov.u32 	%r2579, %r2576;
+	mov.u32 	%r2580, %r2576;
+	mov.u32 	%r2581, %r2576;
+	mov.u32 	%r2582, %r2576;
+	mov.u32 	%r2583, %r2576;
+	@%p21 bra 	$L__BB1_14;
 	// begin inline asm
-	ld.global.cs.v4.u32 {%r1410,%r1409,%r1408,%r1407}, [%rd172];
+	ld.global.cs.v4.u32 {%r2579,%r2578,%r2577,%r2576}, [%rd1248];
 	// end inline asm
-	add.s64 	%rd173, %rd382, 8192;
 	// begin inline asm
-	ld.global.cs.v4.u32 {%r1414,%r1413,%r1412,%r1411}, [%rd173];
+	ld.global.cs.v4.u32 {%r2583,%r2582,%r2581,%r2580}, [%rd1249];
 	// end inline asm
 $L__BB1_14:
-	add.s64 	%rd174, %rd378, 768;
-	setp.ge.u64 	%p13, %rd174, %rd17;
-	mov.u32 	%r1415, 0;
-	mov.u32 	%r1416, %r1415;
-	mov.u32 	%r1417, %r1415;
-	mov.u32 	%r1418, %r1415;
-	mov.u32 	%r1419, %r1415;
-	mov.u32 	%r1420, %r1415;
-	mov.u32 	%r1421, %r1415;
-	mov.u32 	%r1422, %r1415;
-	@%p13 bra 	$L__BB1_16;
-	add.s64 	%rd175, %rd381, 12288;
+	add.s64 	%rd30, %rd29, 256;
+	setp.ge.u64 	%p22, %rd30, %rd20;
+	mov.u32 	%r2592, 0;
+	mov.u32 	%r2584, %r2592;
+	mov.u32 	%r2585, %r2592;
+	mov.u32 	%r2586, %r2592;
+	mov.u32 	%r2587, %r2592;
+	mov.u32 	%r2588, %r2592;
+	mov.u32 	%r2589, %r2592;
+	mov.u32 	%r2590, %r2592;
+	mov.u32 	%r2591, %r2592;
+	@%p22 bra 	$L__BB1_16;
+	add.s64 	%rd263, %rd1248, 4096;
 	// begin inline asm
-	ld.global.cs.v4.u32 {%r1418,%r1417,%r1416,%r1415}, [%rd175];
+	ld.global.cs.v4.u32 {%r2587,%r2586,%r2585,%r2584}, [%rd263];
 	// end inline asm
-	add.s64 	%rd176, %rd382, 12288;
+	add.s64 	%rd264, %rd1249, 4096;
 	// begin inline asm
-	ld.global.cs.v4.u32 {%r1422,%r1421,%r1420,%r1419}, [%rd176];
+	ld.global.cs.v4.u32 {%r2591,%r2590,%r2589,%r2588}, [%rd264];
 	// end inline asm
 $L__BB1_16:
-	mov.u32 	%r1366, %tid.x;
-	and.b32  	%r67, %r1366, 7;
-	setp.ne.s32 	%p14, %r67, 0;
-	setp.ne.s32 	%p15, %r1394, %r1398;
-	selp.u32 	%r397, 1, 0, %p15;
-	setp.ne.s32 	%p16, %r1393, %r1397;
-	mov.u32 	%r398, 1;
-	selp.u32 	%r399, -1, 0, %p16;
-	bfi.b32 	%r400, %r399, %r397, 1, 1;
-	setp.ne.s32 	%p17, %r1392, %r1396;
-	selp.u16 	%rs1, 1, 0, %p17;
-	mul.wide.u16 	%r401, %rs1, 4;
-	mov.u32 	%r402, 2;
-	or.b32  	%r403, %r400, %r401;
-	setp.ne.s32 	%p18, %r1391, %r1395;
-	selp.u16 	%rs2, 1, 0, %p18;
-	mul.wide.u16 	%r404, %rs2, 8;
-	or.b32  	%r405, %r403, %r404;
-	shl.b32 	%r406, %r1366, 2;
-	and.b32  	%r407, %r406, 28;
-	shl.b32 	%r408, %r405, %r407;
-	popc.b32 	%r409, %r405;
-	mov.u32 	%r410, 31;
-	mov.u32 	%r411, -1;
-	shfl.sync.bfly.b32 	%r412|%p19, %r408, %r398, %r410, %r411;
-	or.b32  	%r413, %r412, %r408;
-	shfl.sync.bfly.b32 	%r414|%p20, %r413, %r402, %r410, %r411;
-	or.b32  	%r415, %r414, %r413;
-	mov.u32 	%r416, 4;
-	shfl.sync.bfly.b32 	%r417|%p21, %r415, %r416, %r410, %r411;
-	or.b32  	%r68, %r417, %r415;
-	add.s32 	%r69, %r409, %r1522;
-	or.pred  	%p23, %p14, %p10;
+	add.s64 	%rd31, %rd29, 512;
+	setp.ge.u64 	%p23, %rd31, %rd20;
+	mov.u32 	%r2593, %r2592;
+	mov.u32 	%r2594, %r2592;
+	mov.u32 	%r2595, %r2592;
+	mov.u32 	%r2596, %r2592;
+	mov.u32 	%r2597, %r2592;
+	mov.u32 	%r2598, %r2592;
+	mov.u32 	%r2599, %r2592;
 	@%p23 bra 	$L__BB1_18;
-	st.global.u32 	[%rd379], %r68;
+	add.s64 	%rd265, %rd1248, 8192;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r2595,%r2594,%r2593,%r2592}, [%rd265];
+	// end inline asm
+	add.s64 	%rd266, %rd1249, 8192;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r2599,%r2598,%r2597,%r2596}, [%rd266];
+	// end inline asm
 $L__BB1_18:
-	add.s64 	%rd343, %rd378, 256;
-	setp.ge.u64 	%p208, %rd343, %rd17;
-	setp.ne.s32 	%p25, %r1402, %r1406;
-	selp.u32 	%r418, 1, 0, %p25;
-	setp.ne.s32 	%p26, %r1401, %r1405;
-	selp.u32 	%r420, -1, 0, %p26;
-	bfi.b32 	%r421, %r420, %r418, 1, 1;
-	setp.ne.s32 	%p27, %r1400, %r1404;
-	selp.u16 	%rs3, 1, 0, %p27;
-	mul.wide.u16 	%r422, %rs3, 4;
-	or.b32  	%r424, %r421, %r422;
-	setp.ne.s32 	%p28, %r1399, %r1403;
-	selp.u16 	%rs4, 1, 0, %p28;
-	mul.wide.u16 	%r425, %rs4, 8;
-	or.b32  	%r426, %r424, %r425;
-	shl.b32 	%r429, %r426, %r407;
-	popc.b32 	%r430, %r426;
-	shfl.sync.bfly.b32 	%r433|%p29, %r429, %r398, %r410, %r411;
-	or.b32  	%r434, %r433, %r429;
-	shfl.sync.bfly.b32 	%r435|%p30, %r434, %r402, %r410, %r411;
-	or.b32  	%r436, %r435, %r434;
-	shfl.sync.bfly.b32 	%r438|%p31, %r436, %r416, %r410, %r411;
-	or.b32  	%r71, %r438, %r436;
-	add.s32 	%r72, %r430, %r69;
-	or.pred  	%p33, %p14, %p208;
-	@%p33 bra 	$L__BB1_20;
-	st.global.u32 	[%rd375], %r71;
+	add.s64 	%rd32, %rd29, 768;
+	setp.ge.u64 	%p24, %rd32, %rd20;
+	mov.u32 	%r2600, 0;
+	mov.u32 	%r2601, %r2600;
+	mov.u32 	%r2602, %r2600;
+	mov.u32 	%r2603, %r2600;
+	mov.u32 	%r2604, %r2600;
+	mov.u32 	%r2605, %r2600;
+	mov.u32 	%r2606, %r2600;
+	mov.u32 	%r2607, %r2600;
+	@%p24 bra 	$L__BB1_20;
+	add.s64 	%rd267, %rd1248, 12288;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r2603,%r2602,%r2601,%r2600}, [%rd267];
+	// end inline asm
+	add.s64 	%rd268, %rd1249, 12288;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r2607,%r2606,%r2605,%r2604}, [%rd268];
+	// end inline asm
 $L__BB1_20:
-	add.s64 	%rd344, %rd378, 512;
-	setp.ge.u64 	%p209, %rd344, %rd17;
-	setp.ne.s32 	%p35, %r1410, %r1414;
-	selp.u32 	%r439, 1, 0, %p35;
-	setp.ne.s32 	%p36, %r1409, %r1413;
-	mov.u32 	%r440, 1;
-	selp.u32 	%r441, -1, 0, %p36;
-	bfi.b32 	%r442, %r441, %r439, 1, 1;
-	setp.ne.s32 	%p37, %r1408, %r1412;
-	selp.u16 	%rs5, 1, 0, %p37;
-	mul.wide.u16 	%r443, %rs5, 4;
-	mov.u32 	%r444, 2;
-	or.b32  	%r445, %r442, %r443;
-	setp.ne.s32 	%p38, %r1407, %r1411;
-	selp.u16 	%rs6, 1, 0, %p38;
-	mul.wide.u16 	%r446, %rs6, 8;
-	or.b32  	%r447, %r445, %r446;
-	shl.b32 	%r448, %r447, %r407;
-	popc.b32 	%r449, %r447;
-	mov.u32 	%r450, 31;
-	mov.u32 	%r451, -1;
-	shfl.sync.bfly.b32 	%r452|%p39, %r448, %r440, %r450, %r451;
-	or.b32  	%r453, %r452, %r448;
-	shfl.sync.bfly.b32 	%r454|%p40, %r453, %r444, %r450, %r451;
-	or.b32  	%r455, %r454, %r453;
-	mov.u32 	%r456, 4;
-	shfl.sync.bfly.b32 	%r457|%p41, %r455, %r456, %r450, %r451;
-	or.b32  	%r73, %r457, %r455;
-	add.s32 	%r74, %r449, %r72;
-	or.pred  	%p43, %p14, %p209;
-	@%p43 bra 	$L__BB1_22;
-	st.global.u32 	[%rd376], %r73;
+	and.b32  	%r2565, %r642, 7;
+	setp.ne.s32 	%p25, %r2579, %r2583;
+	selp.u32 	%r730, 1, 0, %p25;
+	setp.ne.s32 	%p26, %r2578, %r2582;
+	mov.u32 	%r731, 1;
+	selp.u32 	%r732, -1, 0, %p26;
+	bfi.b32 	%r733, %r732, %r730, 1, 1;
+	setp.ne.s32 	%p27, %r2577, %r2581;
+	selp.u16 	%rs5, 1, 0, %p27;
+	mul.wide.u16 	%r734, %rs5, 4;
+	mov.u32 	%r735, 2;
+	or.b32  	%r736, %r733, %r734;
+	setp.ne.s32 	%p28, %r2576, %r2580;
+	selp.u16 	%rs6, 1, 0, %p28;
+	mul.wide.u16 	%r737, %rs6, 8;
+	or.b32  	%r74, %r736, %r737;
+	shl.b32 	%r738, %r74, %r8;
+	mov.u32 	%r739, 31;
+	mov.u32 	%r740, -1;
+	shfl.sync.bfly.b32 	%r741|%p29, %r738, %r731, %r739, %r740;
+	or.b32  	%r742, %r741, %r738;
+	shfl.sync.bfly.b32 	%r743|%p30, %r742, %r735, %r739, %r740;
+	or.b32  	%r75, %r743, %r742;
+	mov.u32 	%r744, 4;
+	shfl.sync.bfly.b32 	%r76|%p1, %r75, %r744, %r739, %r740;
+	setp.ne.s32 	%p31, %r2565, 0;
+	or.pred  	%p33, %p31, %p21;
+	@%p33 bra 	$L__BB1_22;
+	shr.u64 	%rd269, %rd29, 3;
+	cvt.u32.u64 	%r745, %rd269;
+	shl.b32 	%r746, %r745, 2;
+	mov.u32 	%r747, _ZZ14ws_delta_countE5smask;
+	add.s32 	%r748, %r747, %r746;
+	or.b32  	%r749, %r76, %r75;
+	st.shared.u32 	[%r748], %r749;
 $L__BB1_22:
-	add.s64 	%rd345, %rd378, 768;
-	setp.ge.u64 	%p210, %rd345, %rd17;
-	setp.ne.s32 	%p45, %r1418, %r1422;
-	selp.u32 	%r458, 1, 0, %p45;
-	setp.ne.s32 	%p46, %r1417, %r1421;
-	selp.u32 	%r460, -1, 0, %p46;
-	bfi.b32 	%r461, %r460, %r458, 1, 1;
-	setp.ne.s32 	%p47, %r1416, %r1420;
-	selp.u16 	%rs7, 1, 0, %p47;
-	mul.wide.u16 	%r462, %rs7, 4;
-	or.b32  	%r464, %r461, %r462;
-	setp.ne.s32 	%p48, %r1415, %r1419;
-	selp.u16 	%rs8, 1, 0, %p48;
-	mul.wide.u16 	%r465, %rs8, 8;
-	or.b32  	%r466, %r464, %r465;
-	shl.b32 	%r467, %r466, %r407;
-	popc.b32 	%r468, %r466;
-	shfl.sync.bfly.b32 	%r471|%p49, %r467, %r440, %r450, %r451;
-	or.b32  	%r472, %r471, %r467;
-	shfl.sync.bfly.b32 	%r473|%p50, %r472, %r444, %r450, %r451;
-	or.b32  	%r474, %r473, %r472;
-	shfl.sync.bfly.b32 	%r476|%p51, %r474, %r456, %r450, %r451;
-	or.b32  	%r75, %r476, %r474;
-	add.s32 	%r1522, %r468, %r74;
-	or.pred  	%p53, %p14, %p210;
-	@%p53 bra 	$L__BB1_24;
-	st.global.u32 	[%rd377], %r75;
-$L__BB1_24:
-	shr.u64 	%rd392, %rd9, 5;
-	add.s64 	%rd382, %rd382, 16384;
-	add.s64 	%rd381, %rd381, 16384;
-	add.s64 	%rd379, %rd379, 512;
-	add.s64 	%rd378, %rd378, 1024;
-	add.s64 	%rd377, %rd377, 512;
-	add.s64 	%rd376, %rd376, 512;
-	add.s64 	%rd375, %rd375, 512;
-	add.s64 	%rd380, %rd380, 1024;
-	setp.lt.u64 	%p54, %rd380, %rd17;
-	@%p54 bra 	$L__BB1_8;
-	bra.uni 	$L__BB1_82;
+	setp.eq.s32 	%p34, %r2, 0;
+	@%p34 bra 	$L__BB1_25;
+	mov.u32 	%r750, 31;
+	mov.u32 	%r751, 1;
+	mov.u32 	%r752, -1;
+	shfl.sync.bfly.b32 	%r753|%p36, %r74, %r751, %r750, %r752;
+	or.b32  	%r754, %r753, %r74;
+	setp.eq.s32 	%p37, %r754, 0;
+	or.pred  	%p38, %p21, %p37;
+	@%p38 bra 	$L__BB1_25;
+	st.v4.u32 	[%rd1249], {%r2579, %r2578, %r2577, %r2576};
 $L__BB1_25:
-	setp.eq.s64 	%p55, %rd17, 0;
-	@%p55 bra 	$L__BB1_82;
-	mov.u32 	%r479, %tid.x;
-	mul.wide.u32 	%rd181, %r479, 16;
-	add.s64 	%rd182, %rd12, %rd181;
-	add.s64 	%rd384, %rd182, %rd11;
-	add.s64 	%rd183, %rd14, %rd181;
-	add.s64 	%rd385, %rd183, %rd11;
-	shl.b32 	%r480, %r479, 3;
-	and.b32  	%r78, %r480, 24;
-	mov.u32 	%r1522, 0;
-	mov.u64 	%rd383, 0;
+	setp.ne.s32 	%p40, %r2587, %r2591;
+	selp.u32 	%r755, 1, 0, %p40;
+	setp.ne.s32 	%p41, %r2586, %r2590;
+	mov.u32 	%r756, 1;
+	selp.u32 	%r757, -1, 0, %p41;
+	bfi.b32 	%r758, %r757, %r755, 1, 1;
+	setp.ne.s32 	%p42, %r2585, %r2589;
+	selp.u16 	%rs7, 1, 0, %p42;
+	mul.wide.u16 	%r759, %rs7, 4;
+	mov.u32 	%r760, 2;
+	or.b32  	%r761, %r758, %r759;
+	setp.ne.s32 	%p43, %r2584, %r2588;
+	selp.u16 	%rs8, 1, 0, %p43;
+	mul.wide.u16 	%r762, %rs8, 8;
+	or.b32  	%r77, %r761, %r762;
+	shl.b32 	%r763, %r77, %r8;
+	popc.b32 	%r764, %r77;
+	shl.b32 	%r765, %r764, 16;
+	mov.u32 	%r766, 31;
+	mov.u32 	%r767, -1;
+	shfl.sync.bfly.b32 	%r768|%p44, %r763, %r756, %r766, %r767;
+	or.b32  	%r769, %r768, %r763;
+	shfl.sync.bfly.b32 	%r770|%p45, %r769, %r760, %r766, %r767;
+	or.b32  	%r771, %r770, %r769;
+	mov.u32 	%r772, 4;
+	shfl.sync.bfly.b32 	%r773|%p46, %r771, %r772, %r766, %r767;
+	or.b32  	%r78, %r773, %r771;
+	popc.b32 	%r774, %r74;
+	or.b32  	%r79, %r765, %r774;
+	or.pred  	%p48, %p31, %p22;
+	@%p48 bra 	$L__BB1_27;
+	shr.u64 	%rd270, %rd30, 3;
+	cvt.u32.u64 	%r775, %rd270;
+	shl.b32 	%r776, %r775, 2;
+	mov.u32 	%r777, _ZZ14ws_delta_countE5smask;
+	add.s32 	%r778, %r777, %r776;
+	st.shared.u32 	[%r778], %r78;
 $L__BB1_27:
-	mov.u32 	%r1424, 0;
-	mov.u32 	%r1367, %tid.x;
-	cvt.u64.u32 	%rd346, %r1367;
-	add.s64 	%rd50, %rd383, %rd346;
-	setp.ge.u64 	%p56, %rd50, %rd17;
-	mov.u32 	%r1425, %r1424;
-	mov.u32 	%r1426, %r1424;
-	mov.u32 	%r1427, %r1424;
-	mov.u32 	%r1428, %r1424;
-	mov.u32 	%r1429, %r1424;
-	mov.u32 	%r1430, %r1424;
-	mov.u32 	%r1431, %r1424;
-	@%p56 bra 	$L__BB1_29;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r1427,%r1426,%r1425,%r1424}, [%rd384];
-	// end inline asm
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r1431,%r1430,%r1429,%r1428}, [%rd385];
-	// end inline asm
-$L__BB1_29:
-	mov.u32 	%r1369, %tid.x;
-	add.s64 	%rd347, %rd383, %rd346;
-	add.s64 	%rd51, %rd347, 256;
-	setp.ge.u64 	%p57, %rd51, %rd17;
-	mov.u32 	%r1440, 0;
-	mov.u32 	%r1432, %r1440;
-	mov.u32 	%r1433, %r1440;
-	mov.u32 	%r1434, %r1440;
-	mov.u32 	%r1435, %r1440;
-	mov.u32 	%r1436, %r1440;
-	mov.u32 	%r1437, %r1440;
-	mov.u32 	%r1438, %r1440;
-	mov.u32 	%r1439, %r1440;
-	@%p57 bra 	$L__BB1_31;
-	add.s64 	%rd186, %rd384, 4096;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r1435,%r1434,%r1433,%r1432}, [%rd186];
-	// end inline asm
-	add.s64 	%rd187, %rd385, 4096;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r1439,%r1438,%r1437,%r1436}, [%rd187];
-	// end inline asm
-$L__BB1_31:
-	mov.u32 	%r1370, %tid.x;
-	add.s64 	%rd348, %rd383, %rd346;
-	add.s64 	%rd52, %rd348, 512;
-	setp.ge.u64 	%p58, %rd52, %rd17;
-	mov.u32 	%r1441, %r1440;
-	mov.u32 	%r1442, %r1440;
-	mov.u32 	%r1443, %r1440;
-	mov.u32 	%r1444, %r1440;
-	mov.u32 	%r1445, %r1440;
-	mov.u32 	%r1446, %r1440;
-	mov.u32 	%r1447, %r1440;
-	@%p58 bra 	$L__BB1_33;
-	add.s64 	%rd188, %rd384, 8192;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r1443,%r1442,%r1441,%r1440}, [%rd188];
-	// end inline asm
-	add.s64 	%rd189, %rd385, 8192;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r1447,%r1446,%r1445,%r1444}, [%rd189];
-	// end inline asm
-$L__BB1_33:
-	mov.u32 	%r1371, %tid.x;
-	add.s64 	%rd349, %rd383, %rd346;
-	add.s64 	%rd53, %rd349, 768;
-	setp.ge.u64 	%p59, %rd53, %rd17;
-	mov.u32 	%r1448, 0;
-	mov.u32 	%r1449, %r1448;
-	mov.u32 	%r1450, %r1448;
-	mov.u32 	%r1451, %r1448;
-	mov.u32 	%r1452, %r1448;
-	mov.u32 	%r1453, %r1448;
-	mov.u32 	%r1454, %r1448;
-	mov.u32 	%r1455, %r1448;
-	@%p59 bra 	$L__BB1_35;
-	add.s64 	%rd190, %rd384, 12288;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r1451,%r1450,%r1449,%r1448}, [%rd190];
-	// end inline asm
-	add.s64 	%rd191, %rd385, 12288;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r1455,%r1454,%r1453,%r1452}, [%rd191];
-	// end inline asm
+	@%p34 bra 	$L__BB1_30;
+	mov.u32 	%r779, 31;
+	mov.u32 	%r780, 1;
+	mov.u32 	%r781, -1;
+	shfl.sync.bfly.b32 	%r782|%p51, %r77, %r780, %r779, %r781;
+	or.b32  	%r783, %r782, %r77;
+	setp.eq.s32 	%p52, %r783, 0;
+	or.pred  	%p53, %p22, %p52;
+	@%p53 bra 	$L__BB1_30;
+	st.v4.u32 	[%rd1249+4096], {%r2587, %r2586, %r2585, %r2584};
+$L__BB1_30:
+	setp.ne.s32 	%p55, %r2595, %r2599;
+	selp.u32 	%r784, 1, 0, %p55;
+	setp.ne.s32 	%p56, %r2594, %r2598;
+	mov.u32 	%r785, 1;
+	selp.u32 	%r786, -1, 0, %p56;
+	bfi.b32 	%r787, %r786, %r784, 1, 1;
+	setp.ne.s32 	%p57, %r2593, %r2597;
+	selp.u16 	%rs9, 1, 0, %p57;
+	mul.wide.u16 	%r788, %rs9, 4;
+	mov.u32 	%r789, 2;
+	or.b32  	%r790, %r787, %r788;
+	setp.ne.s32 	%p58, %r2592, %r2596;
+	selp.u16 	%rs10, 1, 0, %p58;
+	mul.wide.u16 	%r791, %rs10, 8;
+	or.b32  	%r80, %r790, %r791;
+	shl.b32 	%r792, %r80, %r8;
+	popc.b32 	%r793, %r80;
+	cvt.u64.u32 	%rd271, %r793;
+	mov.u32 	%r794, 31;
+	mov.u32 	%r795, -1;
+	shfl.sync.bfly.b32 	%r796|%p59, %r792, %r785, %r794, %r795;
+	or.b32  	%r797, %r796, %r792;
+	shfl.sync.bfly.b32 	%r798|%p60, %r797, %r789, %r794, %r795;
+	or.b32  	%r799, %r798, %r797;
+	mov.u32 	%r800, 4;
+	shfl.sync.bfly.b32 	%r801|%p61, %r799, %r800, %r794, %r795;
+	or.b32  	%r81, %r801, %r799;
+	cvt.u64.u32 	%rd272, %r79;
+	bfi.b64 	%rd33, %rd271, %rd272, 32, 32;
+	or.pred  	%p63, %p31, %p23;
+	@%p63 bra 	$L__BB1_32;
+	shr.u64 	%rd273, %rd31, 3;
+	cvt.u32.u64 	%r802, %rd273;
+	shl.b32 	%r803, %r802, 2;
+	mov.u32 	%r804, _ZZ14ws_delta_countE5smask;
+	add.s32 	%r805, %r804, %r803;
+	st.shared.u32 	[%r805], %r81;
+$L__BB1_32:
+	@%p34 bra 	$L__BB1_35;
+	mov.u32 	%r806, 31;
+	mov.u32 	%r807, 1;
+	mov.u32 	%r808, -1;
+	shfl.sync.bfly.b32 	%r809|%p66, %r80, %r807, %r806, %r808;
+	or.b32  	%r810, %r809, %r80;
+	setp.eq.s32 	%p67, %r810, 0;
+	or.pred  	%p68, %p23, %p67;
+	@%p68 bra 	$L__BB1_35;
+	st.v4.u32 	[%rd1249+8192], {%r2595, %r2594, %r2593, %r2592};
 $L__BB1_35:
-	mov.u32 	%r1373, %tid.x;
-	and.b32  	%r1372, %r1373, 3;
-	xor.b32  	%r553, %r1431, %r1427;
-	or.b32  	%r554, %r553, -2147450880;
-	add.s32 	%r555, %r554, -65537;
-	or.b32  	%r545, %r555, %r553;
-	// begin inline asm
-	prmt.b32 %r545, %r545, 0, 0xbb99;
-	// end inline asm
-	and.b32  	%r556, %r545, 1;
-	mov.u32 	%r557, 1;
-	shr.u32 	%r558, %r545, 15;
-	and.b32  	%r559, %r558, 2;
-	mov.u32 	%r560, 2;
-	or.b32  	%r561, %r559, %r556;
-	xor.b32  	%r562, %r1430, %r1426;
-	or.b32  	%r563, %r562, -2147450880;
-	add.s32 	%r564, %r563, -65537;
-	or.b32  	%r547, %r564, %r562;
-	// begin inline asm
-	prmt.b32 %r547, %r547, 0, 0xbb99;
-	// end inline asm
-	and.b32  	%r565, %r547, 1;
-	shr.u32 	%r566, %r547, 15;
-	and.b32  	%r567, %r566, 2;
-	or.b32  	%r568, %r567, %r565;
-	shl.b32 	%r569, %r568, 2;
-	or.b32  	%r570, %r561, %r569;
-	xor.b32  	%r571, %r1429, %r1425;
-	or.b32  	%r572, %r571, -2147450880;
-	add.s32 	%r573, %r572, -65537;
-	or.b32  	%r549, %r573, %r571;
-	// begin inline asm
-	prmt.b32 %r549, %r549, 0, 0xbb99;
-	// end inline asm
-	and.b32  	%r574, %r549, 1;
-	shr.u32 	%r575, %r549, 15;
-	and.b32  	%r576, %r575, 2;
-	or.b32  	%r577, %r576, %r574;
-	shl.b32 	%r578, %r577, 4;
-	or.b32  	%r579, %r570, %r578;
-	xor.b32  	%r580, %r1428, %r1424;
-	or.b32  	%r581, %r580, -2147450880;
-	add.s32 	%r582, %r581, -65537;
-	or.b32  	%r551, %r582, %r580;
-	// begin inline asm
-	prmt.b32 %r551, %r551, 0, 0xbb99;
-	// end inline asm
-	and.b32  	%r583, %r551, 1;
-	shr.u32 	%r584, %r551, 15;
-	and.b32  	%r585, %r584, 2;
-	or.b32  	%r586, %r585, %r583;
-	shl.b32 	%r587, %r586, 6;
-	or.b32  	%r588, %r579, %r587;
-	popc.b32 	%r589, %r588;
-	add.s32 	%r144, %r589, %r1522;
-	shl.b32 	%r590, %r588, %r78;
-	mov.u32 	%r591, 31;
-	mov.u32 	%r592, -1;
-	shfl.sync.bfly.b32 	%r593|%p60, %r590, %r557, %r591, %r592;
-	or.b32  	%r594, %r593, %r590;
-	shfl.sync.bfly.b32 	%r595|%p61, %r594, %r560, %r591, %r592;
-	or.b32  	%r145, %r595, %r594;
-	setp.ne.s32 	%p62, %r1372, 0;
-	or.pred  	%p64, %p62, %p56;
-	@%p64 bra 	$L__BB1_37;
-	mov.u32 	%r1378, %tid.x;
-	cvt.u64.u32 	%rd359, %r1378;
-	add.s64 	%rd358, %rd383, %rd359;
-	shr.u64 	%rd192, %rd358, 2;
-	add.s64 	%rd193, %rd192, %rd16;
-	shl.b64 	%rd194, %rd193, 2;
-	add.s64 	%rd195, %rd6, %rd194;
-	st.global.u32 	[%rd195], %r145;
+	setp.ne.s32 	%p70, %r2603, %r2607;
+	selp.u32 	%r811, 1, 0, %p70;
+	setp.ne.s32 	%p71, %r2602, %r2606;
+	mov.u32 	%r812, 1;
+	selp.u32 	%r813, -1, 0, %p71;
+	bfi.b32 	%r814, %r813, %r811, 1, 1;
+	setp.ne.s32 	%p72, %r2601, %r2605;
+	selp.u16 	%rs11, 1, 0, %p72;
+	mul.wide.u16 	%r815, %rs11, 4;
+	mov.u32 	%r816, 2;
+	or.b32  	%r817, %r814, %r815;
+	setp.ne.s32 	%p73, %r2600, %r2604;
+	selp.u16 	%rs12, 1, 0, %p73;
+	mul.wide.u16 	%r818, %rs12, 8;
+	or.b32  	%r82, %r817, %r818;
+	shl.b32 	%r819, %r82, %r8;
+	popc.b32 	%r820, %r82;
+	cvt.u64.u32 	%rd274, %r820;
+	shl.b64 	%rd275, %rd274, 48;
+	mov.u32 	%r821, 31;
+	mov.u32 	%r822, -1;
+	shfl.sync.bfly.b32 	%r823|%p74, %r819, %r812, %r821, %r822;
+	or.b32  	%r824, %r823, %r819;
+	shfl.sync.bfly.b32 	%r825|%p75, %r824, %r816, %r821, %r822;
+	or.b32  	%r826, %r825, %r824;
+	mov.u32 	%r827, 4;
+	shfl.sync.bfly.b32 	%r828|%p76, %r826, %r827, %r821, %r822;
+	or.b32  	%r83, %r828, %r826;
+	or.b64  	%rd34, %rd275, %rd33;
+	or.pred  	%p78, %p31, %p24;
+	@%p78 bra 	$L__BB1_37;
+	shr.u64 	%rd276, %rd32, 3;
+	cvt.u32.u64 	%r829, %rd276;
+	shl.b32 	%r830, %r829, 2;
+	mov.u32 	%r831, _ZZ14ws_delta_countE5smask;
+	add.s32 	%r832, %r831, %r830;
+	st.shared.u32 	[%r832], %r83;
 $L__BB1_37:
-	xor.b32  	%r604, %r1439, %r1435;
-	or.b32  	%r605, %r604, -2147450880;
-	add.s32 	%r606, %r605, -65537;
-	or.b32  	%r596, %r606, %r604;
+	@%p34 bra 	$L__BB1_40;
+	mov.u32 	%r833, 31;
+	mov.u32 	%r834, 1;
+	mov.u32 	%r835, -1;
+	shfl.sync.bfly.b32 	%r836|%p81, %r82, %r834, %r833, %r835;
+	or.b32  	%r837, %r836, %r82;
+	setp.eq.s32 	%p82, %r837, 0;
+	or.pred  	%p83, %p24, %p82;
+	@%p83 bra 	$L__BB1_40;
+	st.v4.u32 	[%rd1249+12288], {%r2603, %r2602, %r2601, %r2600};
+$L__BB1_40:
+	cvt.u32.u64 	%r858, %rd7;
+	setp.lt.u32 	%p84, %r858, 16;
+	mov.u32 	%r859, 16;
+	setp.lt.u32 	%p85, %r858, 4;
+	mov.u32 	%r860, 4;
+	setp.lt.u32 	%p86, %r858, 2;
+	mov.u32 	%r861, 2;
+	setp.lt.u32 	%p87, %r858, 8;
+	mov.u32 	%r862, 8;
+	setp.ne.s32 	%p88, %r858, 31;
+	setp.eq.s32 	%p89, %r858, 0;
+	mov.u32 	%r863, 0;
 	// begin inline asm
-	prmt.b32 %r596, %r596, 0, 0xbb99;
+	mov.b64 {%r838,%r839}, %rd34;
 	// end inline asm
-	and.b32  	%r607, %r596, 1;
-	shr.u32 	%r609, %r596, 15;
-	and.b32  	%r610, %r609, 2;
-	or.b32  	%r612, %r610, %r607;
-	xor.b32  	%r613, %r1438, %r1434;
-	or.b32  	%r614, %r613, -2147450880;
-	add.s32 	%r615, %r614, -65537;
-	or.b32  	%r598, %r615, %r613;
+	mov.u32 	%r864, 1;
+	mov.u32 	%r865, -1;
+	shfl.sync.up.b32 	%r841|%p90, %r839, %r864, %r863, %r865;
+	shfl.sync.up.b32 	%r840|%p91, %r838, %r864, %r863, %r865;
 	// begin inline asm
-	prmt.b32 %r598, %r598, 0, 0xbb99;
+	mov.b64 %rd278, {%r840,%r841};
 	// end inline asm
-	and.b32  	%r616, %r598, 1;
-	shr.u32 	%r617, %r598, 15;
-	and.b32  	%r618, %r617, 2;
-	or.b32  	%r619, %r618, %r616;
-	shl.b32 	%r620, %r619, 2;
-	or.b32  	%r621, %r612, %r620;
-	xor.b32  	%r622, %r1437, %r1433;
-	or.b32  	%r623, %r622, -2147450880;
-	add.s32 	%r624, %r623, -65537;
-	or.b32  	%r600, %r624, %r622;
+	selp.b64 	%rd287, 0, %rd278, %p89;
+	add.s64 	%rd279, %rd287, %rd34;
 	// begin inline asm
-	prmt.b32 %r600, %r600, 0, 0xbb99;
+	mov.b64 {%r842,%r843}, %rd279;
 	// end inline asm
-	and.b32  	%r625, %r600, 1;
-	shr.u32 	%r626, %r600, 15;
-	and.b32  	%r627, %r626, 2;
-	or.b32  	%r628, %r627, %r625;
-	shl.b32 	%r629, %r628, 4;
-	or.b32  	%r630, %r621, %r629;
-	xor.b32  	%r631, %r1436, %r1432;
-	or.b32  	%r632, %r631, -2147450880;
-	add.s32 	%r633, %r632, -65537;
-	or.b32  	%r602, %r633, %r631;
+	shfl.sync.up.b32 	%r845|%p92, %r843, %r861, %r863, %r865;
+	shfl.sync.up.b32 	%r844|%p93, %r842, %r861, %r863, %r865;
 	// begin inline asm
-	prmt.b32 %r602, %r602, 0, 0xbb99;
+	mov.b64 %rd280, {%r844,%r845};
 	// end inline asm
-	and.b32  	%r634, %r602, 1;
-	shr.u32 	%r635, %r602, 15;
-	and.b32  	%r636, %r635, 2;
-	or.b32  	%r637, %r636, %r634;
-	shl.b32 	%r638, %r637, 6;
-	or.b32  	%r639, %r630, %r638;
-	popc.b32 	%r640, %r639;
-	add.s32 	%r146, %r640, %r144;
-	shl.b32 	%r641, %r639, %r78;
-	shfl.sync.bfly.b32 	%r644|%p66, %r641, %r557, %r591, %r592;
-	or.b32  	%r645, %r644, %r641;
-	shfl.sync.bfly.b32 	%r646|%p67, %r645, %r560, %r591, %r592;
-	or.b32  	%r147, %r646, %r645;
-	or.pred  	%p69, %p62, %p57;
-	@%p69 bra 	$L__BB1_39;
-	mov.u32 	%r1376, %tid.x;
-	add.s64 	%rd355, %rd383, %rd346;
-	add.s64 	%rd354, %rd347, 256;
-	shr.u64 	%rd196, %rd354, 2;
-	add.s64 	%rd197, %rd196, %rd16;
-	shl.b64 	%rd198, %rd197, 2;
-	add.s64 	%rd199, %rd6, %rd198;
-	st.global.u32 	[%rd199], %r147;
-$L__BB1_39:
-	xor.b32  	%r655, %r1447, %r1443;
-	or.b32  	%r656, %r655, -2147450880;
-	add.s32 	%r657, %r656, -65537;
-	or.b32  	%r647, %r657, %r655;
+	selp.b64 	%rd288, 0, %rd280, %p86;
+	add.s64 	%rd281, %rd288, %rd279;
 	// begin inline asm
-	prmt.b32 %r647, %r647, 0, 0xbb99;
+	mov.b64 {%r846,%r847}, %rd281;
 	// end inline asm
-	and.b32  	%r658, %r647, 1;
-	mov.u32 	%r659, 1;
-	shr.u32 	%r660, %r647, 15;
-	and.b32  	%r661, %r660, 2;
-	mov.u32 	%r662, 2;
-	or.b32  	%r663, %r661, %r658;
-	xor.b32  	%r664, %r1446, %r1442;
-	or.b32  	%r665, %r664, -2147450880;
-	add.s32 	%r666, %r665, -65537;
-	or.b32  	%r649, %r666, %r664;
+	shfl.sync.up.b32 	%r849|%p94, %r847, %r860, %r863, %r865;
+	shfl.sync.up.b32 	%r848|%p95, %r846, %r860, %r863, %r865;
 	// begin inline asm
-	prmt.b32 %r649, %r649, 0, 0xbb99;
+	mov.b64 %rd282, {%r848,%r849};
 	// end inline asm
-	and.b32  	%r667, %r649, 1;
-	shr.u32 	%r668, %r649, 15;
-	and.b32  	%r669, %r668, 2;
-	or.b32  	%r670, %r669, %r667;
-	shl.b32 	%r671, %r670, 2;
-	or.b32  	%r672, %r663, %r671;
-	xor.b32  	%r673, %r1445, %r1441;
-	or.b32  	%r674, %r673, -2147450880;
-	add.s32 	%r675, %r674, -65537;
-	or.b32  	%r651, %r675, %r673;
+	selp.b64 	%rd289, 0, %rd282, %p85;
+	add.s64 	%rd283, %rd289, %rd281;
 	// begin inline asm
-	prmt.b32 %r651, %r651, 0, 0xbb99;
+	mov.b64 {%r850,%r851}, %rd283;
 	// end inline asm
-	and.b32  	%r676, %r651, 1;
-	shr.u32 	%r677, %r651, 15;
-	and.b32  	%r678, %r677, 2;
-	or.b32  	%r679, %r678, %r676;
-	shl.b32 	%r680, %r679, 4;
-	or.b32  	%r681, %r672, %r680;
-	xor.b32  	%r682, %r1444, %r1440;
-	or.b32  	%r683, %r682, -2147450880;
-	add.s32 	%r684, %r683, -65537;
-	or.b32  	%r653, %r684, %r682;
+	shfl.sync.up.b32 	%r853|%p96, %r851, %r862, %r863, %r865;
+	shfl.sync.up.b32 	%r852|%p97, %r850, %r862, %r863, %r865;
 	// begin inline asm
-	prmt.b32 %r653, %r653, 0, 0xbb99;
+	mov.b64 %rd284, {%r852,%r853};
 	// end inline asm
-	and.b32  	%r685, %r653, 1;
-	shr.u32 	%r686, %r653, 15;
-	and.b32  	%r687, %r686, 2;
-	or.b32  	%r688, %r687, %r685;
-	shl.b32 	%r689, %r688, 6;
-	or.b32  	%r690, %r681, %r689;
-	popc.b32 	%r691, %r690;
-	add.s32 	%r148, %r691, %r146;
-	shl.b32 	%r692, %r690, %r78;
-	mov.u32 	%r693, 31;
-	mov.u32 	%r694, -1;
-	shfl.sync.bfly.b32 	%r695|%p71, %r692, %r659, %r693, %r694;
-	or.b32  	%r696, %r695, %r692;
-	shfl.sync.bfly.b32 	%r697|%p72, %r696, %r662, %r693, %r694;
-	or.b32  	%r149, %r697, %r696;
-	or.pred  	%p74, %p62, %p58;
-	@%p74 bra 	$L__BB1_41;
-	mov.u32 	%r1375, %tid.x;
-	add.s64 	%rd353, %rd383, %rd346;
-	add.s64 	%rd352, %rd348, 512;
-	shr.u64 	%rd200, %rd352, 2;
-	add.s64 	%rd201, %rd200, %rd16;
-	shl.b64 	%rd202, %rd201, 2;
-	add.s64 	%rd203, %rd6, %rd202;
-	st.global.u32 	[%rd203], %r149;
-$L__BB1_41:
-	xor.b32  	%r706, %r1455, %r1451;
-	or.b32  	%r707, %r706, -2147450880;
-	add.s32 	%r708, %r707, -65537;
-	or.b32  	%r698, %r708, %r706;
+	selp.b64 	%rd290, 0, %rd284, %p87;
+	add.s64 	%rd285, %rd290, %rd283;
 	// begin inline asm
-	prmt.b32 %r698, %r698, 0, 0xbb99;
+	mov.b64 {%r854,%r855}, %rd285;
 	// end inline asm
-	and.b32  	%r709, %r698, 1;
-	shr.u32 	%r711, %r698, 15;
-	and.b32  	%r712, %r711, 2;
-	or.b32  	%r714, %r712, %r709;
-	xor.b32  	%r715, %r1454, %r1450;
-	or.b32  	%r716, %r715, -2147450880;
-	add.s32 	%r717, %r716, -65537;
-	or.b32  	%r700, %r717, %r715;
+	shfl.sync.up.b32 	%r857|%p98, %r855, %r859, %r863, %r865;
+	shfl.sync.up.b32 	%r856|%p99, %r854, %r859, %r863, %r865;
 	// begin inline asm
-	prmt.b32 %r700, %r700, 0, 0xbb99;
+	mov.b64 %rd286, {%r856,%r857};
 	// end inline asm
-	and.b32  	%r718, %r700, 1;
-	shr.u32 	%r719, %r700, 15;
-	and.b32  	%r720, %r719, 2;
-	or.b32  	%r721, %r720, %r718;
-	shl.b32 	%r722, %r721, 2;
-	or.b32  	%r723, %r714, %r722;
-	xor.b32  	%r724, %r1453, %r1449;
-	or.b32  	%r725, %r724, -2147450880;
-	add.s32 	%r726, %r725, -65537;
-	or.b32  	%r702, %r726, %r724;
-	// begin inline asm
-	prmt.b32 %r702, %r702, 0, 0xbb99;
-	// end inline asm
-	and.b32  	%r727, %r702, 1;
-	shr.u32 	%r728, %r702, 15;
-	and.b32  	%r729, %r728, 2;
-	or.b32  	%r730, %r729, %r727;
-	shl.b32 	%r731, %r730, 4;
-	or.b32  	%r732, %r723, %r731;
-	xor.b32  	%r733, %r1452, %r1448;
-	or.b32  	%r734, %r733, -2147450880;
-	add.s32 	%r735, %r734, -65537;
-	or.b32  	%r704, %r735, %r733;
-	// begin inline asm
-	prmt.b32 %r704, %r704, 0, 0xbb99;
-	// end inline asm
-	and.b32  	%r736, %r704, 1;
-	shr.u32 	%r737, %r704, 15;
-	and.b32  	%r738, %r737, 2;
-	or.b32  	%r739, %r738, %r736;
-	shl.b32 	%r740, %r739, 6;
-	or.b32  	%r741, %r732, %r740;
-	popc.b32 	%r742, %r741;
-	add.s32 	%r1522, %r742, %r148;
-	shl.b32 	%r743, %r741, %r78;
-	shfl.sync.bfly.b32 	%r746|%p76, %r743, %r659, %r693, %r694;
-	or.b32  	%r747, %r746, %r743;
-	shfl.sync.bfly.b32 	%r748|%p77, %r747, %r662, %r693, %r694;
-	or.b32  	%r151, %r748, %r747;
-	or.pred  	%p79, %p62, %p59;
-	@%p79 bra 	$L__BB1_43;
-	mov.u32 	%r1374, %tid.x;
-	add.s64 	%rd351, %rd383, %rd346;
-	add.s64 	%rd350, %rd349, 768;
-	shr.u64 	%rd204, %rd350, 2;
-	add.s64 	%rd205, %rd204, %rd16;
-	shl.b64 	%rd206, %rd205, 2;
-	add.s64 	%rd207, %rd6, %rd206;
-	st.global.u32 	[%rd207], %r151;
-$L__BB1_43:
-	shr.u64 	%rd392, %rd9, 5;
-	add.s64 	%rd385, %rd385, 16384;
-	add.s64 	%rd384, %rd384, 16384;
-	add.s64 	%rd383, %rd383, 1024;
-	setp.lt.u64 	%p80, %rd383, %rd17;
-	@%p80 bra 	$L__BB1_27;
-	bra.uni 	$L__BB1_82;
-$L__BB1_44:
-	setp.eq.s64 	%p81, %rd17, 0;
-	@%p81 bra 	$L__BB1_82;
-	mov.u32 	%r751, %tid.x;
-	mul.wide.u32 	%rd209, %r751, 16;
-	add.s64 	%rd210, %rd12, %rd209;
-	add.s64 	%rd387, %rd210, %rd11;
-	add.s64 	%rd211, %rd14, %rd209;
-	add.s64 	%rd388, %rd211, %rd11;
-	shl.b32 	%r752, %r751, 4;
-	and.b32  	%r153, %r752, 16;
-	mov.u32 	%r1522, 0;
-	mov.u64 	%rd386, 0;
-$L__BB1_46:
-	mov.u32 	%r1382, %tid.x;
-	cvt.u64.u32 	%rd362, %r1382;
-	mov.u32 	%r1457, 0;
-	add.s64 	%rd64, %rd386, %rd362;
-	setp.ge.u64 	%p82, %rd64, %rd17;
-	mov.u32 	%r1458, %r1457;
-	mov.u32 	%r1459, %r1457;
-	mov.u32 	%r1460, %r1457;
-	mov.u32 	%r1461, %r1457;
-	mov.u32 	%r1462, %r1457;
-	mov.u32 	%r1463, %r1457;
-	mov.u32 	%r1464, %r1457;
-	@%p82 bra 	$L__BB1_48;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r1460,%r1459,%r1458,%r1457}, [%rd387];
-	// end inline asm
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r1464,%r1463,%r1462,%r1461}, [%rd388];
-	// end inline asm
-$L__BB1_48:
-	mov.u32 	%r1383, %tid.x;
-	add.s64 	%rd363, %rd386, %rd362;
-	add.s64 	%rd65, %rd363, 256;
-	setp.ge.u64 	%p83, %rd65, %rd17;
-	mov.u32 	%r1473, 0;
-	mov.u32 	%r1465, %r1473;
-	mov.u32 	%r1466, %r1473;
-	mov.u32 	%r1467, %r1473;
-	mov.u32 	%r1468, %r1473;
-	mov.u32 	%r1469, %r1473;
-	mov.u32 	%r1470, %r1473;
-	mov.u32 	%r1471, %r1473;
-	mov.u32 	%r1472, %r1473;
-	@%p83 bra 	$L__BB1_50;
-	add.s64 	%rd214, %rd387, 4096;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r1468,%r1467,%r1466,%r1465}, [%rd214];
-	// end inline asm
-	add.s64 	%rd215, %rd388, 4096;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r1472,%r1471,%r1470,%r1469}, [%rd215];
-	// end inline asm
-$L__BB1_50:
-	mov.u32 	%r1384, %tid.x;
-	add.s64 	%rd364, %rd386, %rd362;
-	add.s64 	%rd66, %rd364, 512;
-	setp.ge.u64 	%p84, %rd66, %rd17;
-	mov.u32 	%r1474, %r1473;
-	mov.u32 	%r1475, %r1473;
-	mov.u32 	%r1476, %r1473;
-	mov.u32 	%r1477, %r1473;
-	mov.u32 	%r1478, %r1473;
-	mov.u32 	%r1479, %r1473;
-	mov.u32 	%r1480, %r1473;
-	@%p84 bra 	$L__BB1_52;
-	add.s64 	%rd216, %rd387, 8192;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r1476,%r1475,%r1474,%r1473}, [%rd216];
-	// end inline asm
-	add.s64 	%rd217, %rd388, 8192;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r1480,%r1479,%r1478,%r1477}, [%rd217];
-	// end inline asm
-$L__BB1_52:
-	mov.u32 	%r1385, %tid.x;
-	add.s64 	%rd365, %rd386, %rd362;
-	add.s64 	%rd67, %rd365, 768;
-	setp.ge.u64 	%p85, %rd67, %rd17;
-	mov.u32 	%r1481, 0;
-	mov.u32 	%r1482, %r1481;
-	mov.u32 	%r1483, %r1481;
-	mov.u32 	%r1484, %r1481;
-	mov.u32 	%r1485, %r1481;
-	mov.u32 	%r1486, %r1481;
-	mov.u32 	%r1487, %r1481;
-	mov.u32 	%r1488, %r1481;
-	@%p85 bra 	$L__BB1_54;
-	add.s64 	%rd218, %rd387, 12288;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r1484,%r1483,%r1482,%r1481}, [%rd218];
-	// end inline asm
-	add.s64 	%rd219, %rd388, 12288;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r1488,%r1487,%r1486,%r1485}, [%rd219];
-	// end inline asm
-$L__BB1_54:
-	mov.u32 	%r1380, %tid.x;
-	cvt.u64.u32 	%rd361, %r1380;
-	add.s64 	%rd360, %rd386, %rd361;
-	setp.ge.u64 	%p211, %rd360, %rd17;
-	and.b32  	%r1379, %r1380, 1;
-	xor.b32  	%r825, %r1464, %r1460;
-	or.b32  	%r826, %r825, -2139062144;
-	add.s32 	%r827, %r826, -16843009;
-	or.b32  	%r817, %r827, %r825;
-	// begin inline asm
-	prmt.b32 %r817, %r817, 0, 0xba98;
-	// end inline asm
-	and.b32  	%r828, %r817, 1;
-	mov.u32 	%r829, 1;
-	shr.u32 	%r830, %r817, 7;
-	and.b32  	%r831, %r830, 2;
-	or.b32  	%r832, %r831, %r828;
-	shr.u32 	%r833, %r817, 14;
-	and.b32  	%r834, %r833, 4;
-	or.b32  	%r835, %r832, %r834;
-	shr.u32 	%r836, %r817, 21;
-	and.b32  	%r837, %r836, 8;
-	or.b32  	%r838, %r835, %r837;
-	xor.b32  	%r839, %r1463, %r1459;
-	or.b32  	%r840, %r839, -2139062144;
-	add.s32 	%r841, %r840, -16843009;
-	or.b32  	%r819, %r841, %r839;
-	// begin inline asm
-	prmt.b32 %r819, %r819, 0, 0xba98;
-	// end inline asm
-	and.b32  	%r842, %r819, 1;
-	shr.u32 	%r843, %r819, 7;
-	and.b32  	%r844, %r843, 2;
-	or.b32  	%r845, %r844, %r842;
-	shr.u32 	%r846, %r819, 14;
-	and.b32  	%r847, %r846, 4;
-	or.b32  	%r848, %r845, %r847;
-	shr.u32 	%r849, %r819, 21;
-	and.b32  	%r850, %r849, 8;
-	or.b32  	%r851, %r848, %r850;
-	shl.b32 	%r852, %r851, 4;
-	or.b32  	%r853, %r838, %r852;
-	xor.b32  	%r854, %r1462, %r1458;
-	or.b32  	%r855, %r854, -2139062144;
-	add.s32 	%r856, %r855, -16843009;
-	or.b32  	%r821, %r856, %r854;
-	// begin inline asm
-	prmt.b32 %r821, %r821, 0, 0xba98;
-	// end inline asm
-	and.b32  	%r857, %r821, 1;
-	shr.u32 	%r858, %r821, 7;
-	and.b32  	%r859, %r858, 2;
-	or.b32  	%r860, %r859, %r857;
-	shr.u32 	%r861, %r821, 14;
-	and.b32  	%r862, %r861, 4;
-	or.b32  	%r863, %r860, %r862;
-	shr.u32 	%r864, %r821, 21;
-	and.b32  	%r865, %r864, 8;
-	or.b32  	%r866, %r863, %r865;
-	shl.b32 	%r867, %r866, 8;
-	or.b32  	%r868, %r853, %r867;
-	xor.b32  	%r869, %r1461, %r1457;
-	or.b32  	%r870, %r869, -2139062144;
-	add.s32 	%r871, %r870, -16843009;
-	or.b32  	%r823, %r871, %r869;
-	// begin inline asm
-	prmt.b32 %r823, %r823, 0, 0xba98;
-	// end inline asm
-	and.b32  	%r872, %r823, 1;
-	shr.u32 	%r873, %r823, 7;
-	and.b32  	%r874, %r873, 2;
-	or.b32  	%r875, %r874, %r872;
-	shr.u32 	%r876, %r823, 14;
-	and.b32  	%r877, %r876, 4;
-	or.b32  	%r878, %r875, %r877;
-	shr.u32 	%r879, %r823, 21;
-	and.b32  	%r880, %r879, 8;
-	or.b32  	%r881, %r878, %r880;
-	shl.b32 	%r882, %r881, 12;
-	or.b32  	%r883, %r868, %r882;
-	shl.b32 	%r884, %r883, %r153;
-	popc.b32 	%r885, %r883;
-	mov.u32 	%r886, 31;
-	mov.u32 	%r887, -1;
-	shfl.sync.bfly.b32 	%r888|%p86, %r884, %r829, %r886, %r887;
-	or.b32  	%r219, %r888, %r884;
-	add.s32 	%r220, %r885, %r1522;
-	setp.ne.s32 	%p87, %r1379, 0;
-	or.pred  	%p89, %p87, %p211;
-	@%p89 bra 	$L__BB1_56;
-	mov.u32 	%r1389, %tid.x;
-	cvt.u64.u32 	%rd373, %r1389;
-	add.s64 	%rd372, %rd386, %rd373;
-	shr.u64 	%rd220, %rd372, 1;
-	add.s64 	%rd221, %rd220, %rd16;
-	shl.b64 	%rd222, %rd221, 2;
-	add.s64 	%rd223, %rd6, %rd222;
-	st.global.u32 	[%rd223], %r219;
-$L__BB1_56:
-	xor.b32  	%r897, %r1472, %r1468;
-	or.b32  	%r898, %r897, -2139062144;
-	add.s32 	%r899, %r898, -16843009;
-	or.b32  	%r889, %r899, %r897;
-	// begin inline asm
-	prmt.b32 %r889, %r889, 0, 0xba98;
-	// end inline asm
-	and.b32  	%r900, %r889, 1;
-	shr.u32 	%r902, %r889, 7;
-	and.b32  	%r903, %r902, 2;
-	or.b32  	%r904, %r903, %r900;
-	shr.u32 	%r905, %r889, 14;
-	and.b32  	%r906, %r905, 4;
-	or.b32  	%r907, %r904, %r906;
-	shr.u32 	%r908, %r889, 21;
-	and.b32  	%r909, %r908, 8;
-	or.b32  	%r910, %r907, %r909;
-	xor.b32  	%r911, %r1471, %r1467;
-	or.b32  	%r912, %r911, -2139062144;
-	add.s32 	%r913, %r912, -16843009;
-	or.b32  	%r891, %r913, %r911;
-	// begin inline asm
-	prmt.b32 %r891, %r891, 0, 0xba98;
-	// end inline asm
-	and.b32  	%r914, %r891, 1;
-	shr.u32 	%r915, %r891, 7;
-	and.b32  	%r916, %r915, 2;
-	or.b32  	%r917, %r916, %r914;
-	shr.u32 	%r918, %r891, 14;
-	and.b32  	%r919, %r918, 4;
-	or.b32  	%r920, %r917, %r919;
-	shr.u32 	%r921, %r891, 21;
-	and.b32  	%r922, %r921, 8;
-	or.b32  	%r923, %r920, %r922;
-	shl.b32 	%r924, %r923, 4;
-	or.b32  	%r925, %r910, %r924;
-	xor.b32  	%r926, %r1470, %r1466;
-	or.b32  	%r927, %r926, -2139062144;
-	add.s32 	%r928, %r927, -16843009;
-	or.b32  	%r893, %r928, %r926;
-	// begin inline asm
-	prmt.b32 %r893, %r893, 0, 0xba98;
-	// end inline asm
-	and.b32  	%r929, %r893, 1;
-	shr.u32 	%r930, %r893, 7;
-	and.b32  	%r931, %r930, 2;
-	or.b32  	%r932, %r931, %r929;
-	shr.u32 	%r933, %r893, 14;
-	and.b32  	%r934, %r933, 4;
-	or.b32  	%r935, %r932, %r934;
-	shr.u32 	%r936, %r893, 21;
-	and.b32  	%r937, %r936, 8;
-	or.b32  	%r938, %r935, %r937;
-	shl.b32 	%r939, %r938, 8;
-	or.b32  	%r940, %r925, %r939;
-	xor.b32  	%r941, %r1469, %r1465;
-	or.b32  	%r942, %r941, -2139062144;
-	add.s32 	%r943, %r942, -16843009;
-	or.b32  	%r895, %r943, %r941;
-	// begin inline asm
-	prmt.b32 %r895, %r895, 0, 0xba98;
-	// end inline asm
-	and.b32  	%r944, %r895, 1;
-	shr.u32 	%r945, %r895, 7;
-	and.b32  	%r946, %r945, 2;
-	or.b32  	%r947, %r946, %r944;
-	shr.u32 	%r948, %r895, 14;
-	and.b32  	%r949, %r948, 4;
-	or.b32  	%r950, %r947, %r949;
-	shr.u32 	%r951, %r895, 21;
-	and.b32  	%r952, %r951, 8;
-	or.b32  	%r953, %r950, %r952;
-	shl.b32 	%r954, %r953, 12;
-	or.b32  	%r955, %r940, %r954;
-	shl.b32 	%r956, %r955, %r153;
-	popc.b32 	%r957, %r955;
-	shfl.sync.bfly.b32 	%r960|%p91, %r956, %r829, %r886, %r887;
-	or.b32  	%r221, %r960, %r956;
-	add.s32 	%r222, %r957, %r220;
-	or.pred  	%p93, %p87, %p83;
-	@%p93 bra 	$L__BB1_58;
-	mov.u32 	%r1388, %tid.x;
-	add.s64 	%rd371, %rd386, %rd362;
-	add.s64 	%rd370, %rd363, 256;
-	shr.u64 	%rd224, %rd370, 1;
-	add.s64 	%rd225, %rd224, %rd16;
-	shl.b64 	%rd226, %rd225, 2;
-	add.s64 	%rd227, %rd6, %rd226;
-	st.global.u32 	[%rd227], %r221;
-$L__BB1_58:
-	xor.b32  	%r969, %r1480, %r1476;
-	or.b32  	%r970, %r969, -2139062144;
-	add.s32 	%r971, %r970, -16843009;
-	or.b32  	%r961, %r971, %r969;
-	// begin inline asm
-	prmt.b32 %r961, %r961, 0, 0xba98;
-	// end inline asm
-	and.b32  	%r972, %r961, 1;
-	mov.u32 	%r973, 1;
-	shr.u32 	%r974, %r961, 7;
-	and.b32  	%r975, %r974, 2;
-	or.b32  	%r976, %r975, %r972;
-	shr.u32 	%r977, %r961, 14;
-	and.b32  	%r978, %r977, 4;
-	or.b32  	%r979, %r976, %r978;
-	shr.u32 	%r980, %r961, 21;
-	and.b32  	%r981, %r980, 8;
-	or.b32  	%r982, %r979, %r981;
-	xor.b32  	%r983, %r1479, %r1475;
-	or.b32  	%r984, %r983, -2139062144;
-	add.s32 	%r985, %r984, -16843009;
-	or.b32  	%r963, %r985, %r983;
-	// begin inline asm
-	prmt.b32 %r963, %r963, 0, 0xba98;
-	// end inline asm
-	and.b32  	%r986, %r963, 1;
-	shr.u32 	%r987, %r963, 7;
-	and.b32  	%r988, %r987, 2;
-	or.b32  	%r989, %r988, %r986;
-	shr.u32 	%r990, %r963, 14;
-	and.b32  	%r991, %r990, 4;
-	or.b32  	%r992, %r989, %r991;
-	shr.u32 	%r993, %r963, 21;
-	and.b32  	%r994, %r993, 8;
-	or.b32  	%r995, %r992, %r994;
-	shl.b32 	%r996, %r995, 4;
-	or.b32  	%r997, %r982, %r996;
-	xor.b32  	%r998, %r1478, %r1474;
-	or.b32  	%r999, %r998, -2139062144;
-	add.s32 	%r1000, %r999, -16843009;
-	or.b32  	%r965, %r1000, %r998;
-	// begin inline asm
-	prmt.b32 %r965, %r965, 0, 0xba98;
-	// end inline asm
-	and.b32  	%r1001, %r965, 1;
-	shr.u32 	%r1002, %r965, 7;
-	and.b32  	%r1003, %r1002, 2;
-	or.b32  	%r1004, %r1003, %r1001;
-	shr.u32 	%r1005, %r965, 14;
-	and.b32  	%r1006, %r1005, 4;
-	or.b32  	%r1007, %r1004, %r1006;
-	shr.u32 	%r1008, %r965, 21;
-	and.b32  	%r1009, %r1008, 8;
-	or.b32  	%r1010, %r1007, %r1009;
-	shl.b32 	%r1011, %r1010, 8;
-	or.b32  	%r1012, %r997, %r1011;
-	xor.b32  	%r1013, %r1477, %r1473;
-	or.b32  	%r1014, %r1013, -2139062144;
-	add.s32 	%r1015, %r1014, -16843009;
-	or.b32  	%r967, %r1015, %r1013;
-	// begin inline asm
-	prmt.b32 %r967, %r967, 0, 0xba98;
-	// end inline asm
-	and.b32  	%r1016, %r967, 1;
-	shr.u32 	%r1017, %r967, 7;
-	and.b32  	%r1018, %r1017, 2;
-	or.b32  	%r1019, %r1018, %r1016;
-	shr.u32 	%r1020, %r967, 14;
-	and.b32  	%r1021, %r1020, 4;
-	or.b32  	%r1022, %r1019, %r1021;
-	shr.u32 	%r1023, %r967, 21;
-	and.b32  	%r1024, %r1023, 8;
-	or.b32  	%r1025, %r1022, %r1024;
-	shl.b32 	%r1026, %r1025, 12;
-	or.b32  	%r1027, %r1012, %r1026;
-	shl.b32 	%r1028, %r1027, %r153;
-	popc.b32 	%r1029, %r1027;
-	mov.u32 	%r1030, 31;
-	mov.u32 	%r1031, -1;
-	shfl.sync.bfly.b32 	%r1032|%p95, %r1028, %r973, %r1030, %r1031;
-	or.b32  	%r223, %r1032, %r1028;
-	add.s32 	%r224, %r1029, %r222;
-	or.pred  	%p97, %p87, %p84;
-	@%p97 bra 	$L__BB1_60;
-	mov.u32 	%r1387, %tid.x;
-	add.s64 	%rd369, %rd386, %rd362;
-	add.s64 	%rd368, %rd364, 512;
-	shr.u64 	%rd228, %rd368, 1;
-	add.s64 	%rd229, %rd228, %rd16;
-	shl.b64 	%rd230, %rd229, 2;
-	add.s64 	%rd231, %rd6, %rd230;
-	st.global.u32 	[%rd231], %r223;
-$L__BB1_60:
-	xor.b32  	%r1041, %r1488, %r1484;
-	or.b32  	%r1042, %r1041, -2139062144;
-	add.s32 	%r1043, %r1042, -16843009;
-	or.b32  	%r1033, %r1043, %r1041;
-	// begin inline asm
-	prmt.b32 %r1033, %r1033, 0, 0xba98;
-	// end inline asm
-	and.b32  	%r1044, %r1033, 1;
-	shr.u32 	%r1046, %r1033, 7;
-	and.b32  	%r1047, %r1046, 2;
-	or.b32  	%r1048, %r1047, %r1044;
-	shr.u32 	%r1049, %r1033, 14;
-	and.b32  	%r1050, %r1049, 4;
-	or.b32  	%r1051, %r1048, %r1050;
-	shr.u32 	%r1052, %r1033, 21;
-	and.b32  	%r1053, %r1052, 8;
-	or.b32  	%r1054, %r1051, %r1053;
-	xor.b32  	%r1055, %r1487, %r1483;
-	or.b32  	%r1056, %r1055, -2139062144;
-	add.s32 	%r1057, %r1056, -16843009;
-	or.b32  	%r1035, %r1057, %r1055;
-	// begin inline asm
-	prmt.b32 %r1035, %r1035, 0, 0xba98;
-	// end inline asm
-	and.b32  	%r1058, %r1035, 1;
-	shr.u32 	%r1059, %r1035, 7;
-	and.b32  	%r1060, %r1059, 2;
-	or.b32  	%r1061, %r1060, %r1058;
-	shr.u32 	%r1062, %r1035, 14;
-	and.b32  	%r1063, %r1062, 4;
-	or.b32  	%r1064, %r1061, %r1063;
-	shr.u32 	%r1065, %r1035, 21;
-	and.b32  	%r1066, %r1065, 8;
-	or.b32  	%r1067, %r1064, %r1066;
-	shl.b32 	%r1068, %r1067, 4;
-	or.b32  	%r1069, %r1054, %r1068;
-	xor.b32  	%r1070, %r1486, %r1482;
-	or.b32  	%r1071, %r1070, -2139062144;
-	add.s32 	%r1072, %r1071, -16843009;
-	or.b32  	%r1037, %r1072, %r1070;
-	// begin inline asm
-	prmt.b32 %r1037, %r1037, 0, 0xba98;
-	// end inline asm
-	and.b32  	%r1073, %r1037, 1;
-	shr.u32 	%r1074, %r1037, 7;
-	and.b32  	%r1075, %r1074, 2;
-	or.b32  	%r1076, %r1075, %r1073;
-	shr.u32 	%r1077, %r1037, 14;
-	and.b32  	%r1078, %r1077, 4;
-	or.b32  	%r1079, %r1076, %r1078;
-	shr.u32 	%r1080, %r1037, 21;
-	and.b32  	%r1081, %r1080, 8;
-	or.b32  	%r1082, %r1079, %r1081;
-	shl.b32 	%r1083, %r1082, 8;
-	or.b32  	%r1084, %r1069, %r1083;
-	xor.b32  	%r1085, %r1485, %r1481;
-	or.b32  	%r1086, %r1085, -2139062144;
-	add.s32 	%r1087, %r1086, -16843009;
-	or.b32  	%r1039, %r1087, %r1085;
-	// begin inline asm
-	prmt.b32 %r1039, %r1039, 0, 0xba98;
-	// end inline asm
-	and.b32  	%r1088, %r1039, 1;
-	shr.u32 	%r1089, %r1039, 7;
-	and.b32  	%r1090, %r1089, 2;
-	or.b32  	%r1091, %r1090, %r1088;
-	shr.u32 	%r1092, %r1039, 14;
-	and.b32  	%r1093, %r1092, 4;
-	or.b32  	%r1094, %r1091, %r1093;
-	shr.u32 	%r1095, %r1039, 21;
-	and.b32  	%r1096, %r1095, 8;
-	or.b32  	%r1097, %r1094, %r1096;
-	shl.b32 	%r1098, %r1097, 12;
-	or.b32  	%r1099, %r1084, %r1098;
-	shl.b32 	%r1100, %r1099, %r153;
-	popc.b32 	%r1101, %r1099;
-	shfl.sync.bfly.b32 	%r1104|%p99, %r1100, %r973, %r1030, %r1031;
-	or.b32  	%r225, %r1104, %r1100;
-	add.s32 	%r1522, %r1101, %r224;
-	or.pred  	%p101, %p87, %p85;
-	@%p101 bra 	$L__BB1_62;
-	mov.u32 	%r1386, %tid.x;
-	add.s64 	%rd367, %rd386, %rd362;
-	add.s64 	%rd366, %rd365, 768;
-	shr.u64 	%rd232, %rd366, 1;
-	add.s64 	%rd233, %rd232, %rd16;
-	shl.b64 	%rd234, %rd233, 2;
-	add.s64 	%rd235, %rd6, %rd234;
-	st.global.u32 	[%rd235], %r225;
-$L__BB1_62:
-	shr.u64 	%rd392, %rd9, 5;
-	add.s64 	%rd388, %rd388, 16384;
-	add.s64 	%rd387, %rd387, 16384;
-	add.s64 	%rd386, %rd386, 1024;
-	setp.lt.u64 	%p102, %rd386, %rd17;
-	@%p102 bra 	$L__BB1_46;
-	bra.uni 	$L__BB1_82;
-$L__BB1_63:
-	setp.eq.s64 	%p103, %rd17, 0;
-	@%p103 bra 	$L__BB1_82;
-	mov.u32 	%r1107, %tid.x;
-	mul.wide.u32 	%rd237, %r1107, 16;
-	add.s64 	%rd238, %rd12, %rd237;
-	add.s64 	%rd390, %rd238, %rd11;
-	add.s64 	%rd239, %rd14, %rd237;
-	add.s64 	%rd391, %rd239, %rd11;
-	shl.b32 	%r1108, %r1107, 1;
-	and.b32  	%r228, %r1108, 30;
-	mov.u32 	%r1522, 0;
-	mov.u64 	%rd389, 0;
-$L__BB1_65:
-	mov.u32 	%r1490, 0;
-	mov.u32 	%r1355, %tid.x;
-	cvt.u64.u32 	%rd333, %r1355;
-	add.s64 	%rd78, %rd389, %rd333;
-	setp.ge.u64 	%p104, %rd78, %rd17;
-	mov.u32 	%r1491, %r1490;
-	mov.u32 	%r1492, %r1490;
-	mov.u32 	%r1493, %r1490;
-	mov.u32 	%r1494, %r1490;
-	mov.u32 	%r1495, %r1490;
-	mov.u32 	%r1496, %r1490;
-	mov.u32 	%r1497, %r1490;
-	@%p104 bra 	$L__BB1_67;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r1493,%r1492,%r1491,%r1490}, [%rd390];
-	// end inline asm
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r1497,%r1496,%r1495,%r1494}, [%rd391];
-	// end inline asm
-$L__BB1_67:
-	mov.u32 	%r1357, %tid.x;
-	add.s64 	%rd334, %rd389, %rd333;
-	add.s64 	%rd79, %rd334, 256;
-	setp.ge.u64 	%p105, %rd79, %rd17;
-	mov.u32 	%r1506, 0;
-	mov.u32 	%r1498, %r1506;
-	mov.u32 	%r1499, %r1506;
-	mov.u32 	%r1500, %r1506;
-	mov.u32 	%r1501, %r1506;
-	mov.u32 	%r1502, %r1506;
-	mov.u32 	%r1503, %r1506;
-	mov.u32 	%r1504, %r1506;
-	mov.u32 	%r1505, %r1506;
-	@%p105 bra 	$L__BB1_69;
-	add.s64 	%rd242, %rd390, 4096;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r1501,%r1500,%r1499,%r1498}, [%rd242];
-	// end inline asm
-	add.s64 	%rd243, %rd391, 4096;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r1505,%r1504,%r1503,%r1502}, [%rd243];
-	// end inline asm
-$L__BB1_69:
-	mov.u32 	%r1358, %tid.x;
-	add.s64 	%rd335, %rd389, %rd333;
-	add.s64 	%rd80, %rd335, 512;
-	setp.ge.u64 	%p106, %rd80, %rd17;
-	mov.u32 	%r1507, %r1506;
-	mov.u32 	%r1508, %r1506;
-	mov.u32 	%r1509, %r1506;
-	mov.u32 	%r1510, %r1506;
-	mov.u32 	%r1511, %r1506;
-	mov.u32 	%r1512, %r1506;
-	mov.u32 	%r1513, %r1506;
-	@%p106 bra 	$L__BB1_71;
-	add.s64 	%rd244, %rd390, 8192;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r1509,%r1508,%r1507,%r1506}, [%rd244];
-	// end inline asm
-	add.s64 	%rd245, %rd391, 8192;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r1513,%r1512,%r1511,%r1510}, [%rd245];
-	// end inline asm
-$L__BB1_71:
-	mov.u32 	%r1359, %tid.x;
-	add.s64 	%rd336, %rd389, %rd333;
-	add.s64 	%rd81, %rd336, 768;
-	setp.ge.u64 	%p107, %rd81, %rd17;
-	mov.u32 	%r1514, 0;
-	mov.u32 	%r1515, %r1514;
-	mov.u32 	%r1516, %r1514;
-	mov.u32 	%r1517, %r1514;
-	mov.u32 	%r1518, %r1514;
-	mov.u32 	%r1519, %r1514;
-	mov.u32 	%r1520, %r1514;
-	mov.u32 	%r1521, %r1514;
-	@%p107 bra 	$L__BB1_73;
-	add.s64 	%rd246, %rd390, 12288;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r1517,%r1516,%r1515,%r1514}, [%rd246];
-	// end inline asm
-	add.s64 	%rd247, %rd391, 12288;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r1521,%r1520,%r1519,%r1518}, [%rd247];
-	// end inline asm
-$L__BB1_73:
-	mov.u32 	%r1361, %tid.x;
-	and.b32  	%r1360, %r1361, 15;
-	setp.ne.s32 	%p108, %r1492, %r1496;
-	setp.ne.s32 	%p109, %r1493, %r1497;
-	or.pred  	%p110, %p108, %p109;
-	selp.u32 	%r1173, 1, 0, %p110;
-	setp.ne.s32 	%p111, %r1490, %r1494;
-	selp.u16 	%rs9, 1, 0, %p111;
-	mul.wide.u16 	%r1174, %rs9, 2;
-	mov.u32 	%r1175, 1;
-	setp.eq.s32 	%p112, %r1491, %r1495;
-	selp.b32 	%r1176, %r1174, 2, %p112;
-	mov.u32 	%r1177, 2;
-	or.b32  	%r1178, %r1176, %r1173;
-	shl.b32 	%r1179, %r1178, %r228;
-	popc.b32 	%r1180, %r1178;
-	mov.u32 	%r1181, 31;
-	mov.u32 	%r1182, -1;
-	shfl.sync.bfly.b32 	%r1183|%p113, %r1179, %r1175, %r1181, %r1182;
-	or.b32  	%r1184, %r1183, %r1179;
-	shfl.sync.bfly.b32 	%r1185|%p114, %r1184, %r1177, %r1181, %r1182;
-	or.b32  	%r1186, %r1185, %r1184;
-	mov.u32 	%r1187, 4;
-	shfl.sync.bfly.b32 	%r1188|%p115, %r1186, %r1187, %r1181, %r1182;
-	or.b32  	%r1189, %r1188, %r1186;
-	mov.u32 	%r1190, 8;
-	shfl.sync.bfly.b32 	%r1191|%p116, %r1189, %r1190, %r1181, %r1182;
-	or.b32  	%r294, %r1191, %r1189;
-	add.s32 	%r295, %r1180, %r1522;
-	setp.ne.s32 	%p117, %r1360, 0;
-	or.pred  	%p119, %p117, %p104;
-	@%p119 bra 	$L__BB1_75;
-	mov.u32 	%r1377, %tid.x;
-	cvt.u64.u32 	%rd357, %r1377;
-	add.s64 	%rd356, %rd389, %rd357;
-	shr.u64 	%rd248, %rd356, 4;
-	add.s64 	%rd249, %rd248, %rd16;
-	shl.b64 	%rd250, %rd249, 2;
-	add.s64 	%rd251, %rd6, %rd250;
-	st.global.u32 	[%rd251], %r294;
-$L__BB1_75:
-	setp.ne.s32 	%p121, %r1500, %r1504;
-	setp.ne.s32 	%p122, %r1501, %r1505;
-	or.pred  	%p123, %p121, %p122;
-	selp.u32 	%r1192, 1, 0, %p123;
-	setp.ne.s32 	%p124, %r1498, %r1502;
-	selp.u16 	%rs10, 1, 0, %p124;
-	mul.wide.u16 	%r1193, %rs10, 2;
-	setp.eq.s32 	%p125, %r1499, %r1503;
-	selp.b32 	%r1195, %r1193, 2, %p125;
-	or.b32  	%r1197, %r1195, %r1192;
-	shl.b32 	%r1198, %r1197, %r228;
-	popc.b32 	%r1199, %r1197;
-	shfl.sync.bfly.b32 	%r1202|%p126, %r1198, %r1175, %r1181, %r1182;
-	or.b32  	%r1203, %r1202, %r1198;
-	shfl.sync.bfly.b32 	%r1204|%p127, %r1203, %r1177, %r1181, %r1182;
-	or.b32  	%r1205, %r1204, %r1203;
-	shfl.sync.bfly.b32 	%r1207|%p128, %r1205, %r1187, %r1181, %r1182;
-	or.b32  	%r1208, %r1207, %r1205;
-	shfl.sync.bfly.b32 	%r1210|%p129, %r1208, %r1190, %r1181, %r1182;
-	or.b32  	%r296, %r1210, %r1208;
-	add.s32 	%r297, %r1199, %r295;
-	or.pred  	%p131, %p117, %p105;
-	@%p131 bra 	$L__BB1_77;
-	mov.u32 	%r1364, %tid.x;
-	add.s64 	%rd342, %rd389, %rd333;
-	add.s64 	%rd341, %rd334, 256;
-	shr.u64 	%rd252, %rd341, 4;
-	add.s64 	%rd253, %rd252, %rd16;
-	shl.b64 	%rd254, %rd253, 2;
-	add.s64 	%rd255, %rd6, %rd254;
-	st.global.u32 	[%rd255], %r296;
-$L__BB1_77:
-	setp.ne.s32 	%p133, %r1508, %r1512;
-	setp.ne.s32 	%p134, %r1509, %r1513;
-	or.pred  	%p135, %p133, %p134;
-	selp.u32 	%r1211, 1, 0, %p135;
-	setp.ne.s32 	%p136, %r1506, %r1510;
-	selp.u16 	%rs11, 1, 0, %p136;
-	mul.wide.u16 	%r1212, %rs11, 2;
-	mov.u32 	%r1213, 1;
-	setp.eq.s32 	%p137, %r1507, %r1511;
-	selp.b32 	%r1214, %r1212, 2, %p137;
-	mov.u32 	%r1215, 2;
-	or.b32  	%r1216, %r1214, %r1211;
-	shl.b32 	%r1217, %r1216, %r228;
-	popc.b32 	%r1218, %r1216;
-	mov.u32 	%r1219, 31;
-	mov.u32 	%r1220, -1;
-	shfl.sync.bfly.b32 	%r1221|%p138, %r1217, %r1213, %r1219, %r1220;
-	or.b32  	%r1222, %r1221, %r1217;
-	shfl.sync.bfly.b32 	%r1223|%p139, %r1222, %r1215, %r1219, %r1220;
-	or.b32  	%r1224, %r1223, %r1222;
-	mov.u32 	%r1225, 4;
-	shfl.sync.bfly.b32 	%r1226|%p140, %r1224, %r1225, %r1219, %r1220;
-	or.b32  	%r1227, %r1226, %r1224;
-	mov.u32 	%r1228, 8;
-	shfl.sync.bfly.b32 	%r1229|%p141, %r1227, %r1228, %r1219, %r1220;
-	or.b32  	%r298, %r1229, %r1227;
-	add.s32 	%r299, %r1218, %r297;
-	or.pred  	%p143, %p117, %p106;
-	@%p143 bra 	$L__BB1_79;
-	mov.u32 	%r1363, %tid.x;
-	add.s64 	%rd340, %rd389, %rd333;
-	add.s64 	%rd339, %rd335, 512;
-	shr.u64 	%rd256, %rd339, 4;
-	add.s64 	%rd257, %rd256, %rd16;
-	shl.b64 	%rd258, %rd257, 2;
-	add.s64 	%rd259, %rd6, %rd258;
-	st.global.u32 	[%rd259], %r298;
-$L__BB1_79:
-	setp.ne.s32 	%p145, %r1516, %r1520;
-	setp.ne.s32 	%p146, %r1517, %r1521;
-	or.pred  	%p147, %p145, %p146;
-	selp.u32 	%r1230, 1, 0, %p147;
-	setp.ne.s32 	%p148, %r1514, %r1518;
-	selp.u16 	%rs12, 1, 0, %p148;
-	mul.wide.u16 	%r1231, %rs12, 2;
-	setp.eq.s32 	%p149, %r1515, %r1519;
-	selp.b32 	%r1233, %r1231, 2, %p149;
-	or.b32  	%r1235, %r1233, %r1230;
-	shl.b32 	%r1236, %r1235, %r228;
-	popc.b32 	%r1237, %r1235;
-	shfl.sync.bfly.b32 	%r1240|%p150, %r1236, %r1213, %r1219, %r1220;
-	or.b32  	%r1241, %r1240, %r1236;
-	shfl.sync.bfly.b32 	%r1242|%p151, %r1241, %r1215, %r1219, %r1220;
-	or.b32  	%r1243, %r1242, %r1241;
-	shfl.sync.bfly.b32 	%r1245|%p152, %r1243, %r1225, %r1219, %r1220;
-	or.b32  	%r1246, %r1245, %r1243;
-	shfl.sync.bfly.b32 	%r1248|%p153, %r1246, %r1228, %r1219, %r1220;
-	or.b32  	%r300, %r1248, %r1246;
-	add.s32 	%r1522, %r1237, %r299;
-	or.pred  	%p155, %p117, %p107;
-	@%p155 bra 	$L__BB1_81;
-	mov.u32 	%r1362, %tid.x;
-	add.s64 	%rd338, %rd389, %rd333;
-	add.s64 	%rd337, %rd336, 768;
-	shr.u64 	%rd260, %rd337, 4;
-	add.s64 	%rd261, %rd260, %rd16;
-	shl.b64 	%rd262, %rd261, 2;
-	add.s64 	%rd263, %rd6, %rd262;
-	st.global.u32 	[%rd263], %r300;
-$L__BB1_81:
-	shr.u64 	%rd392, %rd9, 5;
-	add.s64 	%rd391, %rd391, 16384;
-	add.s64 	%rd390, %rd390, 16384;
-	add.s64 	%rd389, %rd389, 1024;
-	setp.lt.u64 	%p156, %rd389, %rd17;
-	@%p156 bra 	$L__BB1_65;
-	bra.uni 	$L__BB1_82;
-$L__BB1_2:
-	ld.param.u32 	%r1354, [ws_delta_count_param_0+92];
-	shr.u32 	%r1353, %r1354, 5;
-	shl.b64 	%rd131, %rd374, 2;
-	add.s64 	%rd132, %rd130, %rd131;
-	ld.global.u32 	%r326, [%rd132];
-	mov.u64 	%rd392, 0;
-	mul.wide.u32 	%rd134, %r326, 40;
-	add.s64 	%rd135, %rd133, %rd134;
-	ld.global.u64 	%rd136, [%rd135+24];
-	sub.s64 	%rd137, %rd374, %rd136;
-	cvt.u64.u32 	%rd138, %r1354;
-	mul.lo.s64 	%rd139, %rd137, %rd138;
-	ld.global.u64 	%rd140, [%rd135+16];
-	sub.s64 	%rd141, %rd140, %rd139;
-	min.u64 	%rd9, %rd141, %rd138;
-	ld.global.u32 	%rd10, [%rd135+36];
-	mul.lo.s64 	%rd11, %rd139, %rd10;
-	ld.global.u64 	%rd12, [%rd135];
-	add.s64 	%rd13, %rd12, %rd11;
-	ld.global.u64 	%rd14, [%rd135+8];
-	add.s64 	%rd15, %rd14, %rd11;
-	cvt.u64.u32 	%rd142, %r1353;
-	mul.lo.s64 	%rd16, %rd374, %rd142;
-	or.b64  	%rd143, %rd13, %rd15;
-	and.b64  	%rd144, %rd143, 15;
-	setp.ne.s64 	%p5, %rd144, 0;
-	mov.u32 	%r1522, 0;
-	@%p5 bra 	$L__BB1_82;
-	bra.uni 	$L__BB1_3;
-$L__BB1_82:
-	add.s64 	%rd264, %rd9, 31;
-	shr.u64 	%rd86, %rd264, 5;
-	mov.u32 	%r1249, %tid.x;
-	shr.u32 	%r1250, %r1249, 5;
-	cvt.u64.u32 	%rd87, %r1250;
-	add.s64 	%rd393, %rd392, %rd87;
-	setp.ge.u64 	%p157, %rd393, %rd86;
-	@%p157 bra 	$L__BB1_121;
-	cvt.u32.u64 	%r1251, %rd10;
-	add.s32 	%r1252, %r1251, -1;
-	cvt.u64.u32 	%rd89, %r1252;
-	and.b32  	%r303, %r1251, 3;
-	sub.s32 	%r304, %r1251, %r303;
-	and.b32  	%r1254, %r1249, 31;
-	cvt.u64.u32 	%rd90, %r1254;
-$L__BB1_84:
-	shl.b64 	%rd265, %rd393, 5;
-	or.b64  	%rd92, %rd265, %rd90;
-	setp.ge.u64 	%p159, %rd92, %rd9;
-	mov.pred 	%p212, 0;
-	@%p159 bra 	$L__BB1_118;
-	mul.lo.s64 	%rd93, %rd92, %rd10;
-	add.s64 	%rd94, %rd13, %rd93;
-	and.b64  	%rd266, %rd94, %rd89;
-	setp.eq.s64 	%p160, %rd266, 0;
-	@%p160 bra 	$L__BB1_94;
-	setp.eq.s32 	%p161, %r1251, 0;
-	mov.u64 	%rd397, 0;
-	@%p161 bra 	$L__BB1_101;
-	cvt.u32.u64 	%r1257, %rd89;
-	setp.lt.u32 	%p162, %r1257, 3;
-	mov.u64 	%rd397, 0;
-	mov.u32 	%r1526, 0;
-	@%p162 bra 	$L__BB1_90;
-	mov.u64 	%rd397, 0;
-	mov.u32 	%r1526, 0;
-	mov.u32 	%r1525, %r304;
-$L__BB1_89:
-	cvt.u64.u32 	%rd271, %r1526;
-	add.s64 	%rd272, %rd94, %rd271;
-	ld.u8 	%rd273, [%rd272];
-	shl.b32 	%r1259, %r1526, 3;
-	shl.b64 	%rd274, %rd273, %r1259;
-	or.b64  	%rd275, %rd274, %rd397;
-	ld.u8 	%rd276, [%rd272+1];
-	add.s32 	%r1260, %r1259, 8;
-	shl.b64 	%rd277, %rd276, %r1260;
-	or.b64  	%rd278, %rd277, %rd275;
-	ld.u8 	%rd279, [%rd272+2];
-	add.s32 	%r1261, %r1259, 16;
-	shl.b64 	%rd280, %rd279, %r1261;
-	or.b64  	%rd281, %rd280, %rd278;
-	ld.u8 	%rd282, [%rd272+3];
-	add.s32 	%r1262, %r1259, 24;
-	shl.b64 	%rd283, %rd282, %r1262;
-	or.b64  	%rd397, %rd283, %rd281;
-	add.s32 	%r1526, %r1526, 4;
-	add.s32 	%r1525, %r1525, -4;
-	setp.ne.s32 	%p163, %r1525, 0;
-	@%p163 bra 	$L__BB1_89;
-$L__BB1_90:
-	setp.eq.s32 	%p164, %r303, 0;
-	@%p164 bra 	$L__BB1_101;
-	setp.eq.s32 	%p165, %r303, 1;
-	cvt.u64.u32 	%rd284, %r1526;
-	add.s64 	%rd99, %rd94, %rd284;
-	ld.u8 	%rd285, [%rd99];
-	shl.b32 	%r1263, %r1526, 3;
-	shl.b64 	%rd286, %rd285, %r1263;
-	or.b64  	%rd397, %rd286, %rd397;
-	@%p165 bra 	$L__BB1_101;
-	setp.eq.s32 	%p166, %r303, 2;
-	ld.u8 	%rd287, [%rd99+1];
-	add.s32 	%r1265, %r1263, 8;
-	shl.b64 	%rd288, %rd287, %r1265;
-	or.b64  	%rd397, %rd288, %rd397;
-	@%p166 bra 	$L__BB1_101;
-	ld.u8 	%rd289, [%rd99+2];
-	add.s32 	%r1267, %r1263, 16;
-	shl.b64 	%rd290, %rd289, %r1267;
-	or.b64  	%rd397, %rd290, %rd397;
-	bra.uni 	$L__BB1_101;
-$L__BB1_94:
-	setp.eq.s32 	%p167, %r1251, 1;
-	@%p167 bra 	$L__BB1_99;
-	setp.eq.s32 	%p168, %r1251, 2;
-	@%p168 bra 	$L__BB1_98;
-	setp.ne.s32 	%p169, %r1251, 4;
-	@%p169 bra 	$L__BB1_100;
-	ld.u32 	%rd397, [%rd94];
-	bra.uni 	$L__BB1_101;
-$L__BB1_98:
-	ld.u16 	%rd397, [%rd94];
-	bra.uni 	$L__BB1_101;
-$L__BB1_99:
-	ld.u8 	%rd397, [%rd94];
-	bra.uni 	$L__BB1_101;
-$L__BB1_100:
-	ld.u64 	%rd397, [%rd94];
-$L__BB1_101:
-	add.s64 	%rd109, %rd15, %rd93;
-	and.b64  	%rd291, %rd109, %rd89;
-	setp.eq.s64 	%p170, %rd291, 0;
-	@%p170 bra 	$L__BB1_110;
-	setp.eq.s32 	%p171, %r1251, 0;
-	mov.u64 	%rd401, 0;
-	@%p171 bra 	$L__BB1_117;
-	cvt.u32.u64 	%r1271, %rd89;
-	setp.lt.u32 	%p172, %r1271, 3;
-	mov.u64 	%rd401, 0;
-	mov.u32 	%r1529, 0;
-	@%p172 bra 	$L__BB1_106;
-	mov.u64 	%rd401, 0;
-	mov.u32 	%r1529, 0;
-	mov.u32 	%r1528, %r304;
-$L__BB1_105:
-	cvt.u64.u32 	%rd296, %r1529;
-	add.s64 	%rd297, %rd109, %rd296;
-	ld.u8 	%rd298, [%rd297];
-	shl.b32 	%r1273, %r1529, 3;
-	shl.b64 	%rd299, %rd298, %r1273;
-	or.b64  	%rd300, %rd299, %rd401;
-	ld.u8 	%rd301, [%rd297+1];
-	add.s32 	%r1274, %r1273, 8;
-	shl.b64 	%rd302, %rd301, %r1274;
-	or.b64  	%rd303, %rd302, %rd300;
-	ld.u8 	%rd304, [%rd297+2];
-	add.s32 	%r1275, %r1273, 16;
-	shl.b64 	%rd305, %rd304, %r1275;
-	or.b64  	%rd306, %rd305, %rd303;
-	ld.u8 	%rd307, [%rd297+3];
-	add.s32 	%r1276, %r1273, 24;
-	shl.b64 	%rd308, %rd307, %r1276;
-	or.b64  	%rd401, %rd308, %rd306;
-	add.s32 	%r1529, %r1529, 4;
-	add.s32 	%r1528, %r1528, -4;
-	setp.ne.s32 	%p173, %r1528, 0;
-	@%p173 bra 	$L__BB1_105;
-$L__BB1_106:
-	setp.eq.s32 	%p174, %r303, 0;
-	@%p174 bra 	$L__BB1_117;
-	setp.eq.s32 	%p175, %r303, 1;
-	cvt.u64.u32 	%rd309, %r1529;
-	add.s64 	%rd114, %rd109, %rd309;
-	ld.u8 	%rd310, [%rd114];
-	shl.b32 	%r1277, %r1529, 3;
-	shl.b64 	%rd311, %rd310, %r1277;
-	or.b64  	%rd401, %rd311, %rd401;
-	@%p175 bra 	$L__BB1_117;
-	setp.eq.s32 	%p176, %r303, 2;
-	ld.u8 	%rd312, [%rd114+1];
-	add.s32 	%r1279, %r1277, 8;
-	shl.b64 	%rd313, %rd312, %r1279;
-	or.b64  	%rd401, %rd313, %rd401;
-	@%p176 bra 	$L__BB1_117;
-	ld.u8 	%rd314, [%rd114+2];
-	add.s32 	%r1281, %r1277, 16;
-	shl.b64 	%rd315, %rd314, %r1281;
-	or.b64  	%rd401, %rd315, %rd401;
-	bra.uni 	$L__BB1_117;
-$L__BB1_110:
-	setp.eq.s32 	%p177, %r1251, 1;
-	@%p177 bra 	$L__BB1_115;
-	setp.eq.s32 	%p178, %r1251, 2;
-	@%p178 bra 	$L__BB1_114;
-	setp.ne.s32 	%p179, %r1251, 4;
-	@%p179 bra 	$L__BB1_116;
-	ld.u32 	%rd401, [%rd109];
-	bra.uni 	$L__BB1_117;
-$L__BB1_114:
-	ld.u16 	%rd401, [%rd109];
-	bra.uni 	$L__BB1_117;
-$L__BB1_115:
-	ld.u8 	%rd401, [%rd109];
-	bra.uni 	$L__BB1_117;
-$L__BB1_116:
-	ld.u64 	%rd401, [%rd109];
-$L__BB1_117:
-	setp.ne.s64 	%p212, %rd397, %rd401;
-$L__BB1_118:
-	cvt.u32.u64 	%r1283, %rd90;
-	setp.ne.s32 	%p180, %r1283, 0;
-	mov.u32 	%r1284, -1;
-	vote.sync.ballot.b32 	%r316, %p212, %r1284;
-	@%p180 bra 	$L__BB1_120;
-	add.s64 	%rd316, %rd393, %rd16;
-	shl.b64 	%rd317, %rd316, 2;
-	add.s64 	%rd318, %rd6, %rd317;
-	st.global.u32 	[%rd318], %r316;
-$L__BB1_120:
-	selp.u32 	%r1285, 1, 0, %p212;
-	add.s32 	%r1522, %r1522, %r1285;
-	add.s64 	%rd393, %rd393, 8;
-	setp.lt.u64 	%p181, %rd393, %rd86;
-	@%p181 bra 	$L__BB1_84;
-$L__BB1_121:
-	and.b32  	%r1287, %r1249, 31;
-	setp.lt.u32 	%p182, %r1287, 16;
-	mov.u32 	%r1288, 16;
-	setp.lt.u32 	%p183, %r1287, 4;
-	mov.u32 	%r1289, 4;
-	setp.lt.u32 	%p184, %r1287, 2;
-	mov.u32 	%r1290, 2;
-	setp.lt.u32 	%p185, %r1287, 8;
-	mov.u32 	%r1291, 8;
-	setp.ne.s32 	%p186, %r1287, 31;
-	setp.eq.s32 	%p187, %r1287, 0;
-	mov.u32 	%r1292, 0;
-	mov.u32 	%r1293, 1;
-	mov.u32 	%r1294, -1;
-	shfl.sync.up.b32 	%r1295|%p188, %r1522, %r1293, %r1292, %r1294;
-	selp.b32 	%r1296, 0, %r1295, %p187;
-	add.s32 	%r1297, %r1296, %r1522;
-	shfl.sync.up.b32 	%r1298|%p189, %r1297, %r1290, %r1292, %r1294;
-	selp.b32 	%r1299, 0, %r1298, %p184;
-	add.s32 	%r1300, %r1299, %r1297;
-	shfl.sync.up.b32 	%r1301|%p190, %r1300, %r1289, %r1292, %r1294;
-	selp.b32 	%r1302, 0, %r1301, %p183;
-	add.s32 	%r1303, %r1302, %r1300;
-	shfl.sync.up.b32 	%r1304|%p191, %r1303, %r1291, %r1292, %r1294;
-	selp.b32 	%r1305, 0, %r1304, %p185;
-	add.s32 	%r1306, %r1305, %r1303;
-	shfl.sync.up.b32 	%r1307|%p192, %r1306, %r1288, %r1292, %r1294;
-	selp.b32 	%r1308, 0, %r1307, %p182;
-	add.s32 	%r319, %r1308, %r1306;
-	@%p186 bra 	$L__BB1_123;
-	shr.u32 	%r1310, %r1249, 3;
-	and.b32  	%r1311, %r1310, 536870908;
-	mov.u32 	%r1312, _ZZ14ws_delta_countE3red;
-	add.s32 	%r1313, %r1312, %r1311;
-	st.shared.u32 	[%r1313], %r319;
-$L__BB1_123:
-	cvt.u32.u64 	%r1314, %rd87;
-	setp.ne.s32 	%p193, %r1314, 0;
+	selp.b64 	%rd291, 0, %rd286, %p84;
+	add.s64 	%rd35, %rd291, %rd285;
+	@%p88 bra 	$L__BB1_42;
+	shr.u32 	%r867, %r642, 2;
+	and.b32  	%r868, %r867, 1073741816;
+	mov.u32 	%r869, _ZZ14ws_delta_countE3red;
+	add.s32 	%r870, %r869, %r868;
+	st.shared.u64 	[%r870], %rd35;
+$L__BB1_42:
+	shr.u32 	%r2563, %r642, 5;
+	cvt.u64.u32 	%rd1242, %r2563;
+	cvt.u32.u64 	%r871, %rd1242;
+	setp.ne.s32 	%p100, %r871, 0;
 	bar.sync 	0;
-	@%p193 bra 	$L__BB1_128;
-	setp.gt.u32 	%p194, %r1287, 7;
+	@%p100 bra 	$L__BB1_47;
+	cvt.u32.u64 	%r2566, %rd7;
+	setp.gt.u32 	%p101, %r2566, 7;
+	mov.u64 	%rd1250, 0;
+	@%p101 bra 	$L__BB1_45;
+	shl.b32 	%r874, %r642, 3;
+	and.b32  	%r875, %r874, 248;
+	mov.u32 	%r876, _ZZ14ws_delta_countE3red;
+	add.s32 	%r877, %r876, %r875;
+	ld.shared.u64 	%rd1250, [%r877];
+$L__BB1_45:
+	cvt.u32.u64 	%r2567, %rd7;
+	setp.lt.u32 	%p902, %r2567, 16;
+	setp.lt.u32 	%p901, %r2567, 8;
+	setp.lt.u32 	%p900, %r2567, 4;
+	setp.lt.u32 	%p899, %r2567, 2;
+	setp.eq.s32 	%p898, %r2567, 0;
+	mov.u32 	%r899, 16;
+	mov.u32 	%r900, 4;
+	mov.u32 	%r901, 2;
+	mov.u32 	%r902, 8;
+	mov.u32 	%r903, 0;
+	// begin inline asm
+	mov.b64 {%r878,%r879}, %rd1250;
+	// end inline asm
+	mov.u32 	%r904, 1;
+	mov.u32 	%r905, -1;
+	shfl.sync.up.b32 	%r881|%p108, %r879, %r904, %r903, %r905;
+	shfl.sync.up.b32 	%r880|%p109, %r878, %r904, %r903, %r905;
+	// begin inline asm
+	mov.b64 %rd294, {%r880,%r881};
+	// end inline asm
+	selp.b64 	%rd303, 0, %rd294, %p898;
+	add.s64 	%rd295, %rd303, %rd1250;
+	// begin inline asm
+	mov.b64 {%r882,%r883}, %rd295;
+	// end inline asm
+	shfl.sync.up.b32 	%r885|%p110, %r883, %r901, %r903, %r905;
+	shfl.sync.up.b32 	%r884|%p111, %r882, %r901, %r903, %r905;
+	// begin inline asm
+	mov.b64 %rd296, {%r884,%r885};
+	// end inline asm
+	selp.b64 	%rd304, 0, %rd296, %p899;
+	add.s64 	%rd297, %rd304, %rd295;
+	// begin inline asm
+	mov.b64 {%r886,%r887}, %rd297;
+	// end inline asm
+	shfl.sync.up.b32 	%r889|%p112, %r887, %r900, %r903, %r905;
+	shfl.sync.up.b32 	%r888|%p113, %r886, %r900, %r903, %r905;
+	// begin inline asm
+	mov.b64 %rd298, {%r888,%r889};
+	// end inline asm
+	selp.b64 	%rd305, 0, %rd298, %p900;
+	add.s64 	%rd299, %rd305, %rd297;
+	// begin inline asm
+	mov.b64 {%r890,%r891}, %rd299;
+	// end inline asm
+	shfl.sync.up.b32 	%r893|%p114, %r891, %r902, %r903, %r905;
+	shfl.sync.up.b32 	%r892|%p115, %r890, %r902, %r903, %r905;
+	// begin inline asm
+	mov.b64 %rd300, {%r892,%r893};
+	// end inline asm
+	selp.b64 	%rd306, 0, %rd300, %p901;
+	add.s64 	%rd301, %rd306, %rd299;
+	// begin inline asm
+	mov.b64 {%r894,%r895}, %rd301;
+	// end inline asm
+	shfl.sync.up.b32 	%r897|%p116, %r895, %r899, %r903, %r905;
+	shfl.sync.up.b32 	%r896|%p117, %r894, %r899, %r903, %r905;
+	// begin inline asm
+	mov.b64 %rd302, {%r896,%r897};
+	// end inline asm
+	selp.b64 	%rd307, 0, %rd302, %p902;
+	add.s64 	%rd38, %rd307, %rd301;
+	@%p101 bra 	$L__BB1_47;
+	shl.b32 	%r907, %r642, 3;
+	and.b32  	%r908, %r907, 248;
+	mov.u32 	%r909, _ZZ14ws_delta_countE3red;
+	add.s32 	%r910, %r909, %r908;
+	st.shared.u64 	[%r910], %rd38;
+$L__BB1_47:
+	setp.eq.s32 	%p118, %r871, 0;
+	bar.sync 	0;
+	mov.u64 	%rd1251, 0;
+	@%p118 bra 	$L__BB1_49;
+	shr.u32 	%r913, %r642, 2;
+	and.b32  	%r914, %r913, 1073741816;
+	mov.u32 	%r915, _ZZ14ws_delta_countE3red;
+	add.s32 	%r916, %r915, %r914;
+	ld.shared.u64 	%rd1251, [%r916+-8];
+$L__BB1_49:
+	ld.shared.u64 	%rd41, [_ZZ14ws_delta_countE3red+56];
+	bar.sync 	0;
+	sub.s64 	%rd309, %rd35, %rd34;
+	add.s64 	%rd42, %rd309, %rd1251;
+	cvt.u32.u64 	%r917, %rd42;
+	and.b32  	%r918, %r917, 65535;
+	add.s32 	%r2609, %r918, %r2811;
+	shl.b64 	%rd43, %rd29, 2;
+	setp.eq.s32 	%p119, %r2579, %r2583;
+	@%p119 bra 	$L__BB1_55;
+	setp.ge.u32 	%p120, %r2609, %r2574;
+	@%p120 bra 	$L__BB1_54;
+	mul.wide.u32 	%rd310, %r2609, 2;
+	add.s64 	%rd311, %rd18, %rd310;
+	st.global.u16 	[%rd311], %rd43;
+	mul.wide.u32 	%rd312, %r2609, 4;
+	add.s64 	%rd313, %rd312, %rd15;
+	add.s64 	%rd44, %rd18, %rd313;
+	add.s64 	%rd314, %rd19, %rd313;
+	and.b64  	%rd315, %rd314, 3;
+	setp.eq.s64 	%p121, %rd315, 0;
+	@%p121 bra 	$L__BB1_53;
+	st.global.u8 	[%rd44], %r2579;
+	shr.u32 	%r919, %r2579, 8;
+	st.global.u8 	[%rd44+1], %r919;
+	shr.u32 	%r920, %r2579, 16;
+	st.global.u8 	[%rd44+2], %r920;
+	shr.u32 	%r921, %r2579, 24;
+	st.global.u8 	[%rd44+3], %r921;
+	bra.uni 	$L__BB1_54;
+$L__BB1_53:
+	st.global.u32 	[%rd44], %r2579;
+$L__BB1_54:
+	add.s32 	%r2609, %r2609, 1;
+$L__BB1_55:
+	setp.eq.s32 	%p122, %r2578, %r2582;
+	@%p122 bra 	$L__BB1_61;
+	setp.ge.u32 	%p123, %r2609, %r2574;
+	@%p123 bra 	$L__BB1_60;
+	cvt.u16.u64 	%rs13, %rd43;
+	add.s16 	%rs14, %rs13, 1;
+	mul.wide.u32 	%rd316, %r2609, 2;
+	add.s64 	%rd317, %rd18, %rd316;
+	st.global.u16 	[%rd317], %rs14;
+	mul.wide.u32 	%rd318, %r2609, 4;
+	add.s64 	%rd319, %rd318, %rd15;
+	add.s64 	%rd45, %rd18, %rd319;
+	add.s64 	%rd320, %rd19, %rd319;
+	and.b64  	%rd321, %rd320, 3;
+	setp.eq.s64 	%p124, %rd321, 0;
+	@%p124 bra 	$L__BB1_59;
+	st.global.u8 	[%rd45], %r2578;
+	shr.u32 	%r922, %r2578, 8;
+	st.global.u8 	[%rd45+1], %r922;
+	shr.u32 	%r923, %r2578, 16;
+	st.global.u8 	[%rd45+2], %r923;
+	shr.u32 	%r924, %r2578, 24;
+	st.global.u8 	[%rd45+3], %r924;
+	bra.uni 	$L__BB1_60;
+$L__BB1_59:
+	st.global.u32 	[%rd45], %r2578;
+$L__BB1_60:
+	add.s32 	%r2609, %r2609, 1;
+$L__BB1_61:
+	setp.eq.s32 	%p125, %r2577, %r2581;
+	@%p125 bra 	$L__BB1_67;
+	setp.ge.u32 	%p126, %r2609, %r2574;
+	@%p126 bra 	$L__BB1_66;
+	cvt.u16.u64 	%rs15, %rd43;
+	add.s16 	%rs16, %rs15, 2;
+	mul.wide.u32 	%rd322, %r2609, 2;
+	add.s64 	%rd323, %rd18, %rd322;
+	st.global.u16 	[%rd323], %rs16;
+	mul.wide.u32 	%rd324, %r2609, 4;
+	add.s64 	%rd325, %rd324, %rd15;
+	add.s64 	%rd46, %rd18, %rd325;
+	add.s64 	%rd326, %rd19, %rd325;
+	and.b64  	%rd327, %rd326, 3;
+	setp.eq.s64 	%p127, %rd327, 0;
+	@%p127 bra 	$L__BB1_65;
+	st.global.u8 	[%rd46], %r2577;
+	shr.u32 	%r925, %r2577, 8;
+	st.global.u8 	[%rd46+1], %r925;
+	shr.u32 	%r926, %r2577, 16;
+	st.global.u8 	[%rd46+2], %r926;
+	shr.u32 	%r927, %r2577, 24;
+	st.global.u8 	[%rd46+3], %r927;
+	bra.uni 	$L__BB1_66;
+$L__BB1_65:
+	st.global.u32 	[%rd46], %r2577;
+$L__BB1_66:
+	add.s32 	%r2609, %r2609, 1;
+$L__BB1_67:
+	setp.ge.u32 	%p128, %r2609, %r2574;
+	setp.eq.s32 	%p129, %r2576, %r2580;
+	or.pred  	%p130, %p129, %p128;
+	@%p130 bra 	$L__BB1_71;
+	cvt.u16.u64 	%rs17, %rd43;
+	add.s16 	%rs18, %rs17, 3;
+	mul.wide.u32 	%rd328, %r2609, 2;
+	add.s64 	%rd329, %rd18, %rd328;
+	st.global.u16 	[%rd329], %rs18;
+	mul.wide.u32 	%rd330, %r2609, 4;
+	add.s64 	%rd331, %rd330, %rd15;
+	add.s64 	%rd47, %rd18, %rd331;
+	add.s64 	%rd332, %rd19, %rd331;
+	and.b64  	%rd333, %rd332, 3;
+	setp.eq.s64 	%p131, %rd333, 0;
+	@%p131 bra 	$L__BB1_70;
+	st.global.u8 	[%rd47], %r2576;
+	shr.u32 	%r928, %r2576, 8;
+	st.global.u8 	[%rd47+1], %r928;
+	shr.u32 	%r929, %r2576, 16;
+	st.global.u8 	[%rd47+2], %r929;
+	shr.u32 	%r930, %r2576, 24;
+	st.global.u8 	[%rd47+3], %r930;
+	bra.uni 	$L__BB1_71;
+$L__BB1_70:
+	st.global.u32 	[%rd47], %r2576;
+$L__BB1_71:
+	setp.eq.s32 	%p132, %r2587, %r2591;
+	cvt.u32.u64 	%r931, %rd41;
+	and.b32  	%r932, %r931, 65535;
+	add.s32 	%r91, %r932, %r2811;
+	shr.u32 	%r934, %r917, 16;
+	add.s32 	%r2612, %r934, %r91;
+	@%p132 bra 	$L__BB1_77;
+	setp.ge.u32 	%p133, %r2612, %r2574;
+	@%p133 bra 	$L__BB1_76;
+	cvt.u16.u64 	%rs19, %rd43;
+	add.s16 	%rs20, %rs19, 1024;
+	mul.wide.u32 	%rd334, %r2612, 2;
+	add.s64 	%rd335, %rd18, %rd334;
+	st.global.u16 	[%rd335], %rs20;
+	mul.wide.u32 	%rd336, %r2612, 4;
+	add.s64 	%rd337, %rd336, %rd15;
+	add.s64 	%rd48, %rd18, %rd337;
+	add.s64 	%rd338, %rd19, %rd337;
+	and.b64  	%rd339, %rd338, 3;
+	setp.eq.s64 	%p134, %rd339, 0;
+	@%p134 bra 	$L__BB1_75;
+	st.global.u8 	[%rd48], %r2587;
+	shr.u32 	%r935, %r2587, 8;
+	st.global.u8 	[%rd48+1], %r935;
+	shr.u32 	%r936, %r2587, 16;
+	st.global.u8 	[%rd48+2], %r936;
+	shr.u32 	%r937, %r2587, 24;
+	st.global.u8 	[%rd48+3], %r937;
+	bra.uni 	$L__BB1_76;
+$L__BB1_75:
+	st.global.u32 	[%rd48], %r2587;
+$L__BB1_76:
+	add.s32 	%r2612, %r2612, 1;
+$L__BB1_77:
+	setp.eq.s32 	%p135, %r2586, %r2590;
+	@%p135 bra 	$L__BB1_83;
+	setp.ge.u32 	%p136, %r2612, %r2574;
+	@%p136 bra 	$L__BB1_82;
+	cvt.u16.u64 	%rs21, %rd43;
+	add.s16 	%rs22, %rs21, 1025;
+	mul.wide.u32 	%rd340, %r2612, 2;
+	add.s64 	%rd341, %rd18, %rd340;
+	st.global.u16 	[%rd341], %rs22;
+	mul.wide.u32 	%rd342, %r2612, 4;
+	add.s64 	%rd343, %rd342, %rd15;
+	add.s64 	%rd49, %rd18, %rd343;
+	add.s64 	%rd344, %rd19, %rd343;
+	and.b64  	%rd345, %rd344, 3;
+	setp.eq.s64 	%p137, %rd345, 0;
+	@%p137 bra 	$L__BB1_81;
+	st.global.u8 	[%rd49], %r2586;
+	shr.u32 	%r938, %r2586, 8;
+	st.global.u8 	[%rd49+1], %r938;
+	shr.u32 	%r939, %r2586, 16;
+	st.global.u8 	[%rd49+2], %r939;
+	shr.u32 	%r940, %r2586, 24;
+	st.global.u8 	[%rd49+3], %r940;
+	bra.uni 	$L__BB1_82;
+$L__BB1_81:
+	st.global.u32 	[%rd49], %r2586;
+$L__BB1_82:
+	add.s32 	%r2612, %r2612, 1;
+$L__BB1_83:
+	setp.eq.s32 	%p138, %r2585, %r2589;
+	@%p138 bra 	$L__BB1_89;
+	setp.ge.u32 	%p139, %r2612, %r2574;
+	@%p139 bra 	$L__BB1_88;
+	cvt.u16.u64 	%rs23, %rd43;
+	add.s16 	%rs24, %rs23, 1026;
+	mul.wide.u32 	%rd346, %r2612, 2;
+	add.s64 	%rd347, %rd18, %rd346;
+	st.global.u16 	[%rd347], %rs24;
+	mul.wide.u32 	%rd348, %r2612, 4;
+	add.s64 	%rd349, %rd348, %rd15;
+	add.s64 	%rd50, %rd18, %rd349;
+	add.s64 	%rd350, %rd19, %rd349;
+	and.b64  	%rd351, %rd350, 3;
+	setp.eq.s64 	%p140, %rd351, 0;
+	@%p140 bra 	$L__BB1_87;
+	st.global.u8 	[%rd50], %r2585;
+	shr.u32 	%r941, %r2585, 8;
+	st.global.u8 	[%rd50+1], %r941;
+	shr.u32 	%r942, %r2585, 16;
+	st.global.u8 	[%rd50+2], %r942;
+	shr.u32 	%r943, %r2585, 24;
+	st.global.u8 	[%rd50+3], %r943;
+	bra.uni 	$L__BB1_88;
+$L__BB1_87:
+	st.global.u32 	[%rd50], %r2585;
+$L__BB1_88:
+	add.s32 	%r2612, %r2612, 1;
+$L__BB1_89:
+	setp.ge.u32 	%p141, %r2612, %r2574;
+	setp.eq.s32 	%p142, %r2584, %r2588;
+	or.pred  	%p143, %p142, %p141;
+	@%p143 bra 	$L__BB1_93;
+	cvt.u16.u64 	%rs25, %rd43;
+	add.s16 	%rs26, %rs25, 1027;
+	mul.wide.u32 	%rd352, %r2612, 2;
+	add.s64 	%rd353, %rd18, %rd352;
+	st.global.u16 	[%rd353], %rs26;
+	mul.wide.u32 	%rd354, %r2612, 4;
+	add.s64 	%rd355, %rd354, %rd15;
+	add.s64 	%rd51, %rd18, %rd355;
+	add.s64 	%rd356, %rd19, %rd355;
+	and.b64  	%rd357, %rd356, 3;
+	setp.eq.s64 	%p144, %rd357, 0;
+	@%p144 bra 	$L__BB1_92;
+	st.global.u8 	[%rd51], %r2584;
+	shr.u32 	%r944, %r2584, 8;
+	st.global.u8 	[%rd51+1], %r944;
+	shr.u32 	%r945, %r2584, 16;
+	st.global.u8 	[%rd51+2], %r945;
+	shr.u32 	%r946, %r2584, 24;
+	st.global.u8 	[%rd51+3], %r946;
+	bra.uni 	$L__BB1_93;
+$L__BB1_92:
+	st.global.u32 	[%rd51], %r2584;
+$L__BB1_93:
+	setp.eq.s32 	%p145, %r2595, %r2599;
+	shr.u32 	%r948, %r931, 16;
+	add.s32 	%r99, %r948, %r91;
+	shr.u64 	%rd358, %rd42, 32;
+	cvt.u32.u64 	%r949, %rd358;
+	and.b32  	%r950, %r949, 65535;
+	add.s32 	%r2615, %r950, %r99;
+	@%p145 bra 	$L__BB1_99;
+	setp.ge.u32 	%p146, %r2615, %r2574;
+	@%p146 bra 	$L__BB1_98;
+	cvt.u16.u64 	%rs27, %rd43;
+	add.s16 	%rs28, %rs27, 2048;
+	mul.wide.u32 	%rd359, %r2615, 2;
+	add.s64 	%rd360, %rd18, %rd359;
+	st.global.u16 	[%rd360], %rs28;
+	mul.wide.u32 	%rd361, %r2615, 4;
+	add.s64 	%rd362, %rd361, %rd15;
+	add.s64 	%rd52, %rd18, %rd362;
+	add.s64 	%rd363, %rd19, %rd362;
+	and.b64  	%rd364, %rd363, 3;
+	setp.eq.s64 	%p147, %rd364, 0;
+	@%p147 bra 	$L__BB1_97;
+	st.global.u8 	[%rd52], %r2595;
+	shr.u32 	%r951, %r2595, 8;
+	st.global.u8 	[%rd52+1], %r951;
+	shr.u32 	%r952, %r2595, 16;
+	st.global.u8 	[%rd52+2], %r952;
+	shr.u32 	%r953, %r2595, 24;
+	st.global.u8 	[%rd52+3], %r953;
+	bra.uni 	$L__BB1_98;
+$L__BB1_97:
+	st.global.u32 	[%rd52], %r2595;
+$L__BB1_98:
+	add.s32 	%r2615, %r2615, 1;
+$L__BB1_99:
+	setp.eq.s32 	%p148, %r2594, %r2598;
+	@%p148 bra 	$L__BB1_105;
+	setp.ge.u32 	%p149, %r2615, %r2574;
+	@%p149 bra 	$L__BB1_104;
+	cvt.u16.u64 	%rs29, %rd43;
+	add.s16 	%rs30, %rs29, 2049;
+	mul.wide.u32 	%rd365, %r2615, 2;
+	add.s64 	%rd366, %rd18, %rd365;
+	st.global.u16 	[%rd366], %rs30;
+	mul.wide.u32 	%rd367, %r2615, 4;
+	add.s64 	%rd368, %rd367, %rd15;
+	add.s64 	%rd53, %rd18, %rd368;
+	add.s64 	%rd369, %rd19, %rd368;
+	and.b64  	%rd370, %rd369, 3;
+	setp.eq.s64 	%p150, %rd370, 0;
+	@%p150 bra 	$L__BB1_103;
+	st.global.u8 	[%rd53], %r2594;
+	shr.u32 	%r954, %r2594, 8;
+	st.global.u8 	[%rd53+1], %r954;
+	shr.u32 	%r955, %r2594, 16;
+	st.global.u8 	[%rd53+2], %r955;
+	shr.u32 	%r956, %r2594, 24;
+	st.global.u8 	[%rd53+3], %r956;
+	bra.uni 	$L__BB1_104;
+$L__BB1_103:
+	st.global.u32 	[%rd53], %r2594;
+$L__BB1_104:
+	add.s32 	%r2615, %r2615, 1;
+$L__BB1_105:
+	setp.eq.s32 	%p151, %r2593, %r2597;
+	@%p151 bra 	$L__BB1_111;
+	setp.ge.u32 	%p152, %r2615, %r2574;
+	@%p152 bra 	$L__BB1_110;
+	cvt.u16.u64 	%rs31, %rd43;
+	add.s16 	%rs32, %rs31, 2050;
+	mul.wide.u32 	%rd371, %r2615, 2;
+	add.s64 	%rd372, %rd18, %rd371;
+	st.global.u16 	[%rd372], %rs32;
+	mul.wide.u32 	%rd373, %r2615, 4;
+	add.s64 	%rd374, %rd373, %rd15;
+	add.s64 	%rd54, %rd18, %rd374;
+	add.s64 	%rd375, %rd19, %rd374;
+	and.b64  	%rd376, %rd375, 3;
+	setp.eq.s64 	%p153, %rd376, 0;
+	@%p153 bra 	$L__BB1_109;
+	st.global.u8 	[%rd54], %r2593;
+	shr.u32 	%r957, %r2593, 8;
+	st.global.u8 	[%rd54+1], %r957;
+	shr.u32 	%r958, %r2593, 16;
+	st.global.u8 	[%rd54+2], %r958;
+	shr.u32 	%r959, %r2593, 24;
+	st.global.u8 	[%rd54+3], %r959;
+	bra.uni 	$L__BB1_110;
+$L__BB1_109:
+	st.global.u32 	[%rd54], %r2593;
+$L__BB1_110:
+	add.s32 	%r2615, %r2615, 1;
+$L__BB1_111:
+	setp.ge.u32 	%p154, %r2615, %r2574;
+	setp.eq.s32 	%p155, %r2592, %r2596;
+	or.pred  	%p156, %p155, %p154;
+	@%p156 bra 	$L__BB1_115;
+	cvt.u16.u64 	%rs33, %rd43;
+	add.s16 	%rs34, %rs33, 2051;
+	mul.wide.u32 	%rd377, %r2615, 2;
+	add.s64 	%rd378, %rd18, %rd377;
+	st.global.u16 	[%rd378], %rs34;
+	mul.wide.u32 	%rd379, %r2615, 4;
+	add.s64 	%rd380, %rd379, %rd15;
+	add.s64 	%rd55, %rd18, %rd380;
+	add.s64 	%rd381, %rd19, %rd380;
+	and.b64  	%rd382, %rd381, 3;
+	setp.eq.s64 	%p157, %rd382, 0;
+	@%p157 bra 	$L__BB1_114;
+	st.global.u8 	[%rd55], %r2592;
+	shr.u32 	%r960, %r2592, 8;
+	st.global.u8 	[%rd55+1], %r960;
+	shr.u32 	%r961, %r2592, 16;
+	st.global.u8 	[%rd55+2], %r961;
+	shr.u32 	%r962, %r2592, 24;
+	st.global.u8 	[%rd55+3], %r962;
+	bra.uni 	$L__BB1_115;
+$L__BB1_114:
+	st.global.u32 	[%rd55], %r2592;
+$L__BB1_115:
+	setp.eq.s32 	%p158, %r2603, %r2607;
+	shr.u64 	%rd383, %rd41, 32;
+	cvt.u32.u64 	%r963, %rd383;
+	and.b32  	%r964, %r963, 65535;
+	add.s32 	%r107, %r964, %r99;
+	shr.u64 	%rd384, %rd42, 48;
+	cvt.u32.u64 	%r965, %rd384;
+	add.s32 	%r2618, %r107, %r965;
+	@%p158 bra 	$L__BB1_121;
+	setp.ge.u32 	%p159, %r2618, %r2574;
+	@%p159 bra 	$L__BB1_120;
+	cvt.u16.u64 	%rs35, %rd43;
+	add.s16 	%rs36, %rs35, 3072;
+	mul.wide.u32 	%rd385, %r2618, 2;
+	add.s64 	%rd386, %rd18, %rd385;
+	st.global.u16 	[%rd386], %rs36;
+	mul.wide.u32 	%rd387, %r2618, 4;
+	add.s64 	%rd388, %rd387, %rd15;
+	add.s64 	%rd56, %rd18, %rd388;
+	add.s64 	%rd389, %rd19, %rd388;
+	and.b64  	%rd390, %rd389, 3;
+	setp.eq.s64 	%p160, %rd390, 0;
+	@%p160 bra 	$L__BB1_119;
+	st.global.u8 	[%rd56], %r2603;
+	shr.u32 	%r966, %r2603, 8;
+	st.global.u8 	[%rd56+1], %r966;
+	shr.u32 	%r967, %r2603, 16;
+	st.global.u8 	[%rd56+2], %r967;
+	shr.u32 	%r968, %r2603, 24;
+	st.global.u8 	[%rd56+3], %r968;
+	bra.uni 	$L__BB1_120;
+$L__BB1_119:
+	st.global.u32 	[%rd56], %r2603;
+$L__BB1_120:
+	add.s32 	%r2618, %r2618, 1;
+$L__BB1_121:
+	setp.eq.s32 	%p161, %r2602, %r2606;
+	@%p161 bra 	$L__BB1_127;
+	setp.ge.u32 	%p162, %r2618, %r2574;
+	@%p162 bra 	$L__BB1_126;
+	cvt.u16.u64 	%rs37, %rd43;
+	add.s16 	%rs38, %rs37, 3073;
+	mul.wide.u32 	%rd391, %r2618, 2;
+	add.s64 	%rd392, %rd18, %rd391;
+	st.global.u16 	[%rd392], %rs38;
+	mul.wide.u32 	%rd393, %r2618, 4;
+	add.s64 	%rd394, %rd393, %rd15;
+	add.s64 	%rd57, %rd18, %rd394;
+	add.s64 	%rd395, %rd19, %rd394;
+	and.b64  	%rd396, %rd395, 3;
+	setp.eq.s64 	%p163, %rd396, 0;
+	@%p163 bra 	$L__BB1_125;
+	st.global.u8 	[%rd57], %r2602;
+	shr.u32 	%r969, %r2602, 8;
+	st.global.u8 	[%rd57+1], %r969;
+	shr.u32 	%r970, %r2602, 16;
+	st.global.u8 	[%rd57+2], %r970;
+	shr.u32 	%r971, %r2602, 24;
+	st.global.u8 	[%rd57+3], %r971;
+	bra.uni 	$L__BB1_126;
+$L__BB1_125:
+	st.global.u32 	[%rd57], %r2602;
+$L__BB1_126:
+	add.s32 	%r2618, %r2618, 1;
+$L__BB1_127:
+	setp.eq.s32 	%p164, %r2601, %r2605;
+	@%p164 bra 	$L__BB1_133;
+	setp.ge.u32 	%p165, %r2618, %r2574;
+	@%p165 bra 	$L__BB1_132;
+	cvt.u16.u64 	%rs39, %rd43;
+	add.s16 	%rs40, %rs39, 3074;
+	mul.wide.u32 	%rd397, %r2618, 2;
+	add.s64 	%rd398, %rd18, %rd397;
+	st.global.u16 	[%rd398], %rs40;
+	mul.wide.u32 	%rd399, %r2618, 4;
+	add.s64 	%rd400, %rd399, %rd15;
+	add.s64 	%rd58, %rd18, %rd400;
+	add.s64 	%rd401, %rd19, %rd400;
+	and.b64  	%rd402, %rd401, 3;
+	setp.eq.s64 	%p166, %rd402, 0;
+	@%p166 bra 	$L__BB1_131;
+	st.global.u8 	[%rd58], %r2601;
+	shr.u32 	%r972, %r2601, 8;
+	st.global.u8 	[%rd58+1], %r972;
+	shr.u32 	%r973, %r2601, 16;
+	st.global.u8 	[%rd58+2], %r973;
+	shr.u32 	%r974, %r2601, 24;
+	st.global.u8 	[%rd58+3], %r974;
+	bra.uni 	$L__BB1_132;
+$L__BB1_131:
+	st.global.u32 	[%rd58], %r2601;
+$L__BB1_132:
+	add.s32 	%r2618, %r2618, 1;
+$L__BB1_133:
+	setp.ge.u32 	%p167, %r2618, %r2574;
+	setp.eq.s32 	%p168, %r2600, %r2604;
+	or.pred  	%p169, %p168, %p167;
+	@%p169 bra 	$L__BB1_137;
+	cvt.u16.u64 	%rs41, %rd43;
+	add.s16 	%rs42, %rs41, 3075;
+	mul.wide.u32 	%rd403, %r2618, 2;
+	add.s64 	%rd404, %rd18, %rd403;
+	st.global.u16 	[%rd404], %rs42;
+	mul.wide.u32 	%rd405, %r2618, 4;
+	add.s64 	%rd406, %rd405, %rd15;
+	add.s64 	%rd59, %rd18, %rd406;
+	add.s64 	%rd407, %rd19, %rd406;
+	and.b64  	%rd408, %rd407, 3;
+	setp.eq.s64 	%p170, %rd408, 0;
+	@%p170 bra 	$L__BB1_136;
+	st.global.u8 	[%rd59], %r2600;
+	shr.u32 	%r975, %r2600, 8;
+	st.global.u8 	[%rd59+1], %r975;
+	shr.u32 	%r976, %r2600, 16;
+	st.global.u8 	[%rd59+2], %r976;
+	shr.u32 	%r977, %r2600, 24;
+	st.global.u8 	[%rd59+3], %r977;
+	bra.uni 	$L__BB1_137;
+$L__BB1_136:
+	st.global.u32 	[%rd59], %r2600;
+$L__BB1_137:
+	shr.u64 	%rd1267, %rd10, 5;
+	add.s64 	%rd1249, %rd1249, 16384;
+	add.s64 	%rd1248, %rd1248, 16384;
+	shr.u64 	%rd409, %rd41, 48;
+	cvt.u32.u64 	%r978, %rd409;
+	add.s32 	%r2811, %r107, %r978;
+	add.s64 	%rd1247, %rd1247, 1024;
+	setp.lt.u64 	%p171, %rd1247, %rd20;
+	@%p171 bra 	$L__BB1_12;
+	bra.uni 	$L__BB1_730;
+$L__BB1_138:
+	setp.eq.s64 	%p172, %rd20, 0;
+	@%p172 bra 	$L__BB1_730;
+	mul.wide.u32 	%rd411, %r642, 16;
+	add.s64 	%rd412, %rd13, %rd411;
+	add.s64 	%rd1253, %rd412, %rd12;
+	add.s64 	%rd413, %rd14, %rd411;
+	add.s64 	%rd1254, %rd413, %rd12;
+	mov.u64 	%rd1252, 0;
+	mov.u32 	%r2811, 0;
+$L__BB1_140:
+	mov.u32 	%r2621, 0;
+	cvt.u64.u32 	%rd414, %r642;
+	add.s64 	%rd69, %rd1252, %rd414;
+	setp.ge.u64 	%p173, %rd69, %rd20;
+	mov.u32 	%r2622, %r2621;
+	mov.u32 	%r2623, %r2621;
+	mov.u32 	%r2624, %r2621;
+	mov.u32 	%r2625, %r2621;
+	mov.u32 	%r2626, %r2621;
+	mov.u32 	%r2627, %r2621;
+	mov.u32 	%r2628, %r2621;
+	@%p173 bra 	$L__BB1_142;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r2624,%r2623,%r2622,%r2621}, [%rd1253];
+	// end inline asm
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r2628,%r2627,%r2626,%r2625}, [%rd1254];
+	// end inline asm
+$L__BB1_142:
+	add.s64 	%rd70, %rd69, 256;
+	setp.ge.u64 	%p174, %rd70, %rd20;
+	mov.u32 	%r2637, 0;
+	mov.u32 	%r2629, %r2637;
+	mov.u32 	%r2630, %r2637;
+	mov.u32 	%r2631, %r2637;
+	mov.u32 	%r2632, %r2637;
+	mov.u32 	%r2633, %r2637;
+	mov.u32 	%r2634, %r2637;
+	mov.u32 	%r2635, %r2637;
+	mov.u32 	%r2636, %r2637;
+	@%p174 bra 	$L__BB1_144;
+	add.s64 	%rd417, %rd1253, 4096;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r2632,%r2631,%r2630,%r2629}, [%rd417];
+	// end inline asm
+	add.s64 	%rd418, %rd1254, 4096;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r2636,%r2635,%r2634,%r2633}, [%rd418];
+	// end inline asm
+$L__BB1_144:
+	add.s64 	%rd71, %rd69, 512;
+	setp.ge.u64 	%p175, %rd71, %rd20;
+	mov.u32 	%r2638, %r2637;
+	mov.u32 	%r2639, %r2637;
+	mov.u32 	%r2640, %r2637;
+	mov.u32 	%r2641, %r2637;
+	mov.u32 	%r2642, %r2637;
+	mov.u32 	%r2643, %r2637;
+	mov.u32 	%r2644, %r2637;
+	@%p175 bra 	$L__BB1_146;
+	add.s64 	%rd419, %rd1253, 8192;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r2640,%r2639,%r2638,%r2637}, [%rd419];
+	// end inline asm
+	add.s64 	%rd420, %rd1254, 8192;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r2644,%r2643,%r2642,%r2641}, [%rd420];
+	// end inline asm
+$L__BB1_146:
+	add.s64 	%rd72, %rd69, 768;
+	setp.ge.u64 	%p176, %rd72, %rd20;
+	mov.u32 	%r2645, 0;
+	mov.u32 	%r2646, %r2645;
+	mov.u32 	%r2647, %r2645;
+	mov.u32 	%r2648, %r2645;
+	mov.u32 	%r2649, %r2645;
+	mov.u32 	%r2650, %r2645;
+	mov.u32 	%r2651, %r2645;
+	mov.u32 	%r2652, %r2645;
+	@%p176 bra 	$L__BB1_148;
+	add.s64 	%rd421, %rd1253, 12288;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r2648,%r2647,%r2646,%r2645}, [%rd421];
+	// end inline asm
+	add.s64 	%rd422, %rd1254, 12288;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r2652,%r2651,%r2650,%r2649}, [%rd422];
+	// end inline asm
+$L__BB1_148:
+	and.b32  	%r1056, %r642, 3;
+	setp.ne.s32 	%p177, %r1056, 0;
+	xor.b32  	%r1057, %r2628, %r2624;
+	or.b32  	%r1058, %r1057, -2147450880;
+	add.s32 	%r1059, %r1058, -65537;
+	or.b32  	%r1047, %r1059, %r1057;
+	// begin inline asm
+	prmt.b32 %r1047, %r1047, 0, 0xbb99;
+	// end inline asm
+	and.b32  	%r1060, %r1047, 1;
+	mov.u32 	%r1061, 1;
+	shr.u32 	%r1062, %r1047, 15;
+	and.b32  	%r1063, %r1062, 2;
+	mov.u32 	%r1064, 2;
+	or.b32  	%r1065, %r1063, %r1060;
+	xor.b32  	%r1066, %r2627, %r2623;
+	or.b32  	%r1067, %r1066, -2147450880;
+	add.s32 	%r1068, %r1067, -65537;
+	or.b32  	%r1049, %r1068, %r1066;
+	// begin inline asm
+	prmt.b32 %r1049, %r1049, 0, 0xbb99;
+	// end inline asm
+	and.b32  	%r183, %r1049, 1;
+	shr.u32 	%r1069, %r1049, 15;
+	and.b32  	%r1070, %r1069, 2;
+	or.b32  	%r1071, %r1070, %r183;
+	shl.b32 	%r1072, %r1071, 2;
+	or.b32  	%r1073, %r1065, %r1072;
+	xor.b32  	%r1074, %r2626, %r2622;
+	or.b32  	%r1075, %r1074, -2147450880;
+	add.s32 	%r1076, %r1075, -65537;
+	or.b32  	%r1051, %r1076, %r1074;
+	// begin inline asm
+	prmt.b32 %r1051, %r1051, 0, 0xbb99;
+	// end inline asm
+	and.b32  	%r185, %r1051, 1;
+	shr.u32 	%r1077, %r1051, 15;
+	and.b32  	%r1078, %r1077, 2;
+	or.b32  	%r1079, %r1078, %r185;
+	shl.b32 	%r1080, %r1079, 4;
+	or.b32  	%r1081, %r1073, %r1080;
+	xor.b32  	%r1082, %r2625, %r2621;
+	or.b32  	%r1083, %r1082, -2147450880;
+	add.s32 	%r1084, %r1083, -65537;
+	or.b32  	%r1053, %r1084, %r1082;
+	// begin inline asm
+	prmt.b32 %r1053, %r1053, 0, 0xbb99;
+	// end inline asm
+	and.b32  	%r1085, %r1053, 1;
+	shr.u32 	%r1086, %r1053, 15;
+	and.b32  	%r1087, %r1086, 2;
+	or.b32  	%r1088, %r1087, %r1085;
+	shl.b32 	%r1089, %r1088, 6;
+	or.b32  	%r186, %r1081, %r1089;
+	shl.b32 	%r1090, %r642, 3;
+	and.b32  	%r1091, %r1090, 24;
+	shl.b32 	%r1092, %r186, %r1091;
+	mov.u32 	%r1093, 31;
+	mov.u32 	%r1094, -1;
+	shfl.sync.bfly.b32 	%r1095|%p178, %r1092, %r1061, %r1093, %r1094;
+	or.b32  	%r187, %r1095, %r1092;
+	shfl.sync.bfly.b32 	%r188|%p2, %r187, %r1064, %r1093, %r1094;
+	or.pred  	%p180, %p177, %p173;
+	@%p180 bra 	$L__BB1_150;
+	cvt.u32.u64 	%r1096, %rd69;
+	and.b32  	%r1097, %r1096, -4;
+	mov.u32 	%r1098, _ZZ14ws_delta_countE5smask;
+	add.s32 	%r1099, %r1098, %r1097;
+	or.b32  	%r1100, %r188, %r187;
+	st.shared.u32 	[%r1099], %r1100;
+$L__BB1_150:
+	setp.eq.s32 	%p181, %r2, 0;
+	@%p181 bra 	$L__BB1_153;
+	mov.u32 	%r1101, 31;
+	mov.u32 	%r1102, 1;
+	mov.u32 	%r1103, -1;
+	shfl.sync.bfly.b32 	%r1104|%p183, %r186, %r1102, %r1101, %r1103;
+	or.b32  	%r1105, %r1104, %r186;
+	setp.eq.s32 	%p184, %r1105, 0;
+	or.pred  	%p185, %p173, %p184;
+	@%p185 bra 	$L__BB1_153;
+	st.v4.u32 	[%rd1254], {%r2624, %r2623, %r2622, %r2621};
+$L__BB1_153:
+	xor.b32  	%r1116, %r2636, %r2632;
+	or.b32  	%r1117, %r1116, -2147450880;
+	add.s32 	%r1118, %r1117, -65537;
+	or.b32  	%r1106, %r1118, %r1116;
+	// begin inline asm
+	prmt.b32 %r1106, %r1106, 0, 0xbb99;
+	// end inline asm
+	and.b32  	%r1119, %r1106, 1;
+	mov.u32 	%r1120, 1;
+	shr.u32 	%r1121, %r1106, 15;
+	and.b32  	%r1122, %r1121, 2;
+	mov.u32 	%r1123, 2;
+	or.b32  	%r1124, %r1122, %r1119;
+	xor.b32  	%r1125, %r2635, %r2631;
+	or.b32  	%r1126, %r1125, -2147450880;
+	add.s32 	%r1127, %r1126, -65537;
+	or.b32  	%r1108, %r1127, %r1125;
+	// begin inline asm
+	prmt.b32 %r1108, %r1108, 0, 0xbb99;
+	// end inline asm
+	and.b32  	%r191, %r1108, 1;
+	shr.u32 	%r1128, %r1108, 15;
+	and.b32  	%r1129, %r1128, 2;
+	or.b32  	%r1130, %r1129, %r191;
+	shl.b32 	%r1131, %r1130, 2;
+	or.b32  	%r1132, %r1124, %r1131;
+	xor.b32  	%r1133, %r2634, %r2630;
+	or.b32  	%r1134, %r1133, -2147450880;
+	add.s32 	%r1135, %r1134, -65537;
+	or.b32  	%r1110, %r1135, %r1133;
+	// begin inline asm
+	prmt.b32 %r1110, %r1110, 0, 0xbb99;
+	// end inline asm
+	and.b32  	%r193, %r1110, 1;
+	shr.u32 	%r1136, %r1110, 15;
+	and.b32  	%r1137, %r1136, 2;
+	or.b32  	%r1138, %r1137, %r193;
+	shl.b32 	%r1139, %r1138, 4;
+	or.b32  	%r1140, %r1132, %r1139;
+	xor.b32  	%r1141, %r2633, %r2629;
+	or.b32  	%r1142, %r1141, -2147450880;
+	add.s32 	%r1143, %r1142, -65537;
+	or.b32  	%r1112, %r1143, %r1141;
+	// begin inline asm
+	prmt.b32 %r1112, %r1112, 0, 0xbb99;
+	// end inline asm
+	and.b32  	%r1144, %r1112, 1;
+	shr.u32 	%r1145, %r1112, 15;
+	and.b32  	%r1146, %r1145, 2;
+	or.b32  	%r1147, %r1146, %r1144;
+	shl.b32 	%r1148, %r1147, 6;
+	or.b32  	%r194, %r1140, %r1148;
+	shl.b32 	%r1151, %r194, %r1091;
+	mov.u32 	%r1152, 31;
+	mov.u32 	%r1153, -1;
+	shfl.sync.bfly.b32 	%r1154|%p188, %r1151, %r1120, %r1152, %r1153;
+	or.b32  	%r195, %r1154, %r1151;
+	shfl.sync.bfly.b32 	%r196|%p3, %r195, %r1123, %r1152, %r1153;
+	or.pred  	%p189, %p177, %p174;
+	@%p189 bra 	$L__BB1_155;
+	add.s64 	%rd1238, %rd69, 256;
+	cvt.u32.u64 	%r1155, %rd1238;
+	and.b32  	%r1156, %r1155, -4;
+	mov.u32 	%r1157, _ZZ14ws_delta_countE5smask;
+	add.s32 	%r1158, %r1157, %r1156;
+	or.b32  	%r1159, %r196, %r195;
+	st.shared.u32 	[%r1158], %r1159;
+$L__BB1_155:
+	@%p181 bra 	$L__BB1_158;
+	mov.u32 	%r1160, 31;
+	mov.u32 	%r1161, 1;
+	mov.u32 	%r1162, -1;
+	shfl.sync.bfly.b32 	%r1163|%p192, %r194, %r1161, %r1160, %r1162;
+	or.b32  	%r1164, %r1163, %r194;
+	setp.eq.s32 	%p193, %r1164, 0;
+	or.pred  	%p194, %p174, %p193;
+	@%p194 bra 	$L__BB1_158;
+	st.v4.u32 	[%rd1254+4096], {%r2632, %r2631, %r2630, %r2629};
+$L__BB1_158:
+	xor.b32  	%r1175, %r2644, %r2640;
+	or.b32  	%r1176, %r1175, -2147450880;
+	add.s32 	%r1177, %r1176, -65537;
+	or.b32  	%r1165, %r1177, %r1175;
+	// begin inline asm
+	prmt.b32 %r1165, %r1165, 0, 0xbb99;
+	// end inline asm
+	and.b32  	%r1178, %r1165, 1;
+	mov.u32 	%r1179, 1;
+	shr.u32 	%r1180, %r1165, 15;
+	and.b32  	%r1181, %r1180, 2;
+	mov.u32 	%r1182, 2;
+	or.b32  	%r1183, %r1181, %r1178;
+	xor.b32  	%r1184, %r2643, %r2639;
+	or.b32  	%r1185, %r1184, -2147450880;
+	add.s32 	%r1186, %r1185, -65537;
+	or.b32  	%r1167, %r1186, %r1184;
+	// begin inline asm
+	prmt.b32 %r1167, %r1167, 0, 0xbb99;
+	// end inline asm
+	and.b32  	%r199, %r1167, 1;
+	shr.u32 	%r1187, %r1167, 15;
+	and.b32  	%r1188, %r1187, 2;
+	or.b32  	%r1189, %r1188, %r199;
+	shl.b32 	%r1190, %r1189, 2;
+	or.b32  	%r1191, %r1183, %r1190;
+	xor.b32  	%r1192, %r2642, %r2638;
+	or.b32  	%r1193, %r1192, -2147450880;
+	add.s32 	%r1194, %r1193, -65537;
+	or.b32  	%r1169, %r1194, %r1192;
+	// begin inline asm
+	prmt.b32 %r1169, %r1169, 0, 0xbb99;
+	// end inline asm
+	and.b32  	%r201, %r1169, 1;
+	shr.u32 	%r1195, %r1169, 15;
+	and.b32  	%r1196, %r1195, 2;
+	or.b32  	%r1197, %r1196, %r201;
+	shl.b32 	%r1198, %r1197, 4;
+	or.b32  	%r1199, %r1191, %r1198;
+	xor.b32  	%r1200, %r2641, %r2637;
+	or.b32  	%r1201, %r1200, -2147450880;
+	add.s32 	%r1202, %r1201, -65537;
+	or.b32  	%r1171, %r1202, %r1200;
+	// begin inline asm
+	prmt.b32 %r1171, %r1171, 0, 0xbb99;
+	// end inline asm
+	and.b32  	%r1203, %r1171, 1;
+	shr.u32 	%r1204, %r1171, 15;
+	and.b32  	%r1205, %r1204, 2;
+	or.b32  	%r1206, %r1205, %r1203;
+	shl.b32 	%r1207, %r1206, 6;
+	or.b32  	%r202, %r1199, %r1207;
+	shl.b32 	%r1210, %r202, %r1091;
+	mov.u32 	%r1211, 31;
+	mov.u32 	%r1212, -1;
+	shfl.sync.bfly.b32 	%r1213|%p197, %r1210, %r1179, %r1211, %r1212;
+	or.b32  	%r203, %r1213, %r1210;
+	shfl.sync.bfly.b32 	%r204|%p4, %r203, %r1182, %r1211, %r1212;
+	or.pred  	%p198, %p177, %p175;
+	@%p198 bra 	$L__BB1_160;
+	add.s64 	%rd1237, %rd69, 512;
+	cvt.u32.u64 	%r1214, %rd1237;
+	and.b32  	%r1215, %r1214, -4;
+	mov.u32 	%r1216, _ZZ14ws_delta_countE5smask;
+	add.s32 	%r1217, %r1216, %r1215;
+	or.b32  	%r1218, %r204, %r203;
+	st.shared.u32 	[%r1217], %r1218;
+$L__BB1_160:
+	@%p181 bra 	$L__BB1_163;
+	mov.u32 	%r1219, 31;
+	mov.u32 	%r1220, 1;
+	mov.u32 	%r1221, -1;
+	shfl.sync.bfly.b32 	%r1222|%p201, %r202, %r1220, %r1219, %r1221;
+	or.b32  	%r1223, %r1222, %r202;
+	setp.eq.s32 	%p202, %r1223, 0;
+	or.pred  	%p203, %p175, %p202;
+	@%p203 bra 	$L__BB1_163;
+	st.v4.u32 	[%rd1254+8192], {%r2640, %r2639, %r2638, %r2637};
+$L__BB1_163:
+	xor.b32  	%r1234, %r2652, %r2648;
+	or.b32  	%r1235, %r1234, -2147450880;
+	add.s32 	%r1236, %r1235, -65537;
+	or.b32  	%r1224, %r1236, %r1234;
+	// begin inline asm
+	prmt.b32 %r1224, %r1224, 0, 0xbb99;
+	// end inline asm
+	and.b32  	%r1237, %r1224, 1;
+	mov.u32 	%r1238, 1;
+	shr.u32 	%r1239, %r1224, 15;
+	and.b32  	%r1240, %r1239, 2;
+	mov.u32 	%r1241, 2;
+	or.b32  	%r1242, %r1240, %r1237;
+	xor.b32  	%r1243, %r2651, %r2647;
+	or.b32  	%r1244, %r1243, -2147450880;
+	add.s32 	%r1245, %r1244, -65537;
+	or.b32  	%r1226, %r1245, %r1243;
+	// begin inline asm
+	prmt.b32 %r1226, %r1226, 0, 0xbb99;
+	// end inline asm
+	and.b32  	%r207, %r1226, 1;
+	shr.u32 	%r1246, %r1226, 15;
+	and.b32  	%r1247, %r1246, 2;
+	or.b32  	%r1248, %r1247, %r207;
+	shl.b32 	%r1249, %r1248, 2;
+	or.b32  	%r1250, %r1242, %r1249;
+	xor.b32  	%r1251, %r2650, %r2646;
+	or.b32  	%r1252, %r1251, -2147450880;
+	add.s32 	%r1253, %r1252, -65537;
+	or.b32  	%r1228, %r1253, %r1251;
+	// begin inline asm
+	prmt.b32 %r1228, %r1228, 0, 0xbb99;
+	// end inline asm
+	and.b32  	%r209, %r1228, 1;
+	shr.u32 	%r1254, %r1228, 15;
+	and.b32  	%r1255, %r1254, 2;
+	or.b32  	%r1256, %r1255, %r209;
+	shl.b32 	%r1257, %r1256, 4;
+	or.b32  	%r1258, %r1250, %r1257;
+	xor.b32  	%r1259, %r2649, %r2645;
+	or.b32  	%r1260, %r1259, -2147450880;
+	add.s32 	%r1261, %r1260, -65537;
+	or.b32  	%r1230, %r1261, %r1259;
+	// begin inline asm
+	prmt.b32 %r1230, %r1230, 0, 0xbb99;
+	// end inline asm
+	and.b32  	%r1262, %r1230, 1;
+	shr.u32 	%r1263, %r1230, 15;
+	and.b32  	%r1264, %r1263, 2;
+	or.b32  	%r1265, %r1264, %r1262;
+	shl.b32 	%r1266, %r1265, 6;
+	or.b32  	%r210, %r1258, %r1266;
+	popc.b32 	%r1267, %r210;
+	cvt.u64.u32 	%rd423, %r1267;
+	shl.b64 	%rd424, %rd423, 48;
+	popc.b32 	%r1268, %r202;
+	cvt.u64.u32 	%rd425, %r1268;
+	popc.b32 	%r1269, %r194;
+	shl.b32 	%r1270, %r1269, 16;
+	popc.b32 	%r1271, %r186;
+	or.b32  	%r1272, %r1270, %r1271;
+	cvt.u64.u32 	%rd426, %r1272;
+	bfi.b64 	%rd427, %rd425, %rd426, 32, 32;
+	or.b64  	%rd73, %rd424, %rd427;
+	shl.b32 	%r1275, %r210, %r1091;
+	mov.u32 	%r1276, 31;
+	mov.u32 	%r1277, -1;
+	shfl.sync.bfly.b32 	%r1278|%p206, %r1275, %r1238, %r1276, %r1277;
+	or.b32  	%r1279, %r1278, %r1275;
+	shfl.sync.bfly.b32 	%r1280|%p207, %r1279, %r1241, %r1276, %r1277;
+	or.b32  	%r211, %r1280, %r1279;
+	or.pred  	%p208, %p177, %p176;
+	@%p208 bra 	$L__BB1_165;
+	add.s64 	%rd1236, %rd69, 768;
+	cvt.u32.u64 	%r1281, %rd1236;
+	and.b32  	%r1282, %r1281, -4;
+	mov.u32 	%r1283, _ZZ14ws_delta_countE5smask;
+	add.s32 	%r1284, %r1283, %r1282;
+	st.shared.u32 	[%r1284], %r211;
+$L__BB1_165:
+	@%p181 bra 	$L__BB1_168;
+	mov.u32 	%r1285, 31;
+	mov.u32 	%r1286, 1;
+	mov.u32 	%r1287, -1;
+	shfl.sync.bfly.b32 	%r1288|%p211, %r210, %r1286, %r1285, %r1287;
+	or.b32  	%r1289, %r1288, %r210;
+	setp.eq.s32 	%p212, %r1289, 0;
+	or.pred  	%p213, %p176, %p212;
+	@%p213 bra 	$L__BB1_168;
+	st.v4.u32 	[%rd1254+12288], {%r2648, %r2647, %r2646, %r2645};
+$L__BB1_168:
+	cvt.u32.u64 	%r1310, %rd7;
+	setp.lt.u32 	%p214, %r1310, 16;
+	mov.u32 	%r1311, 16;
+	setp.lt.u32 	%p215, %r1310, 4;
+	mov.u32 	%r1312, 4;
+	setp.lt.u32 	%p216, %r1310, 2;
+	mov.u32 	%r1313, 2;
+	setp.lt.u32 	%p217, %r1310, 8;
+	mov.u32 	%r1314, 8;
+	setp.ne.s32 	%p218, %r1310, 31;
+	setp.eq.s32 	%p219, %r1310, 0;
 	mov.u32 	%r1315, 0;
-	mov.u32 	%r1531, %r1315;
-	@%p194 bra 	$L__BB1_126;
-	shl.b32 	%r1319, %r1249, 2;
-	and.b32  	%r1320, %r1319, 124;
+	// begin inline asm
+	mov.b64 {%r1290,%r1291}, %rd73;
+	// end inline asm
+	mov.u32 	%r1316, 1;
+	mov.u32 	%r1317, -1;
+	shfl.sync.up.b32 	%r1293|%p220, %r1291, %r1316, %r1315, %r1317;
+	shfl.sync.up.b32 	%r1292|%p221, %r1290, %r1316, %r1315, %r1317;
+	// begin inline asm
+	mov.b64 %rd429, {%r1292,%r1293};
+	// end inline asm
+	selp.b64 	%rd438, 0, %rd429, %p219;
+	add.s64 	%rd430, %rd438, %rd73;
+	// begin inline asm
+	mov.b64 {%r1294,%r1295}, %rd430;
+	// end inline asm
+	shfl.sync.up.b32 	%r1297|%p222, %r1295, %r1313, %r1315, %r1317;
+	shfl.sync.up.b32 	%r1296|%p223, %r1294, %r1313, %r1315, %r1317;
+	// begin inline asm
+	mov.b64 %rd431, {%r1296,%r1297};
+	// end inline asm
+	selp.b64 	%rd439, 0, %rd431, %p216;
+	add.s64 	%rd432, %rd439, %rd430;
+	// begin inline asm
+	mov.b64 {%r1298,%r1299}, %rd432;
+	// end inline asm
+	shfl.sync.up.b32 	%r1301|%p224, %r1299, %r1312, %r1315, %r1317;
+	shfl.sync.up.b32 	%r1300|%p225, %r1298, %r1312, %r1315, %r1317;
+	// begin inline asm
+	mov.b64 %rd433, {%r1300,%r1301};
+	// end inline asm
+	selp.b64 	%rd440, 0, %rd433, %p215;
+	add.s64 	%rd434, %rd440, %rd432;
+	// begin inline asm
+	mov.b64 {%r1302,%r1303}, %rd434;
+	// end inline asm
+	shfl.sync.up.b32 	%r1305|%p226, %r1303, %r1314, %r1315, %r1317;
+	shfl.sync.up.b32 	%r1304|%p227, %r1302, %r1314, %r1315, %r1317;
+	// begin inline asm
+	mov.b64 %rd435, {%r1304,%r1305};
+	// end inline asm
+	selp.b64 	%rd441, 0, %rd435, %p217;
+	add.s64 	%rd436, %rd441, %rd434;
+	// begin inline asm
+	mov.b64 {%r1306,%r1307}, %rd436;
+	// end inline asm
+	shfl.sync.up.b32 	%r1309|%p228, %r1307, %r1311, %r1315, %r1317;
+	shfl.sync.up.b32 	%r1308|%p229, %r1306, %r1311, %r1315, %r1317;
+	// begin inline asm
+	mov.b64 %rd437, {%r1308,%r1309};
+	// end inline asm
+	selp.b64 	%rd442, 0, %rd437, %p214;
+	add.s64 	%rd74, %rd442, %rd436;
+	@%p218 bra 	$L__BB1_170;
+	shr.u32 	%r1319, %r642, 2;
+	and.b32  	%r1320, %r1319, 1073741816;
 	mov.u32 	%r1321, _ZZ14ws_delta_countE3red;
 	add.s32 	%r1322, %r1321, %r1320;
-	ld.shared.u32 	%r1531, [%r1322];
-$L__BB1_126:
-	mov.u32 	%r1325, 16;
-	mov.u32 	%r1326, 4;
-	mov.u32 	%r1327, 2;
-	mov.u32 	%r1328, 8;
-	mov.u32 	%r1330, 1;
-	mov.u32 	%r1331, -1;
-	shfl.sync.up.b32 	%r1332|%p201, %r1531, %r1330, %r1315, %r1331;
-	selp.b32 	%r1333, 0, %r1332, %p187;
-	add.s32 	%r1334, %r1333, %r1531;
-	shfl.sync.up.b32 	%r1335|%p202, %r1334, %r1327, %r1315, %r1331;
-	selp.b32 	%r1336, 0, %r1335, %p184;
-	add.s32 	%r1337, %r1336, %r1334;
-	shfl.sync.up.b32 	%r1338|%p203, %r1337, %r1326, %r1315, %r1331;
-	selp.b32 	%r1339, 0, %r1338, %p183;
-	add.s32 	%r1340, %r1339, %r1337;
-	shfl.sync.up.b32 	%r1341|%p204, %r1340, %r1328, %r1315, %r1331;
-	selp.b32 	%r1342, 0, %r1341, %p185;
-	add.s32 	%r1343, %r1342, %r1340;
-	shfl.sync.up.b32 	%r1344|%p205, %r1343, %r1325, %r1315, %r1331;
-	selp.b32 	%r1345, 0, %r1344, %p182;
-	add.s32 	%r322, %r1345, %r1343;
-	@%p194 bra 	$L__BB1_128;
-	shl.b32 	%r1347, %r1249, 2;
-	and.b32  	%r1348, %r1347, 124;
-	mov.u32 	%r1349, _ZZ14ws_delta_countE3red;
-	add.s32 	%r1350, %r1349, %r1348;
-	st.shared.u32 	[%r1350], %r322;
-$L__BB1_128:
-	setp.ne.s32 	%p206, %r1249, 0;
+	st.shared.u64 	[%r1322], %rd74;
+$L__BB1_170:
+	shr.u32 	%r1324, %r642, 5;
+	setp.ne.s32 	%p230, %r1324, 0;
 	bar.sync 	0;
-	ld.shared.u32 	%r323, [_ZZ14ws_delta_countE3red+28];
+	@%p230 bra 	$L__BB1_175;
+	cvt.u32.u64 	%r2559, %rd7;
+	setp.gt.u32 	%p231, %r2559, 7;
+	mov.u64 	%rd1255, 0;
+	@%p231 bra 	$L__BB1_173;
+	shl.b32 	%r2562, %r642, 3;
+	and.b32  	%r1328, %r2562, 248;
+	mov.u32 	%r1329, _ZZ14ws_delta_countE3red;
+	add.s32 	%r1330, %r1329, %r1328;
+	ld.shared.u64 	%rd1255, [%r1330];
+$L__BB1_173:
+	cvt.u32.u64 	%r2560, %rd7;
+	setp.lt.u32 	%p897, %r2560, 16;
+	setp.lt.u32 	%p896, %r2560, 8;
+	setp.lt.u32 	%p895, %r2560, 4;
+	setp.lt.u32 	%p894, %r2560, 2;
+	setp.eq.s32 	%p893, %r2560, 0;
+	mov.u32 	%r1352, 16;
+	mov.u32 	%r1353, 4;
+	mov.u32 	%r1354, 2;
+	mov.u32 	%r1355, 8;
+	mov.u32 	%r1356, 0;
+	// begin inline asm
+	mov.b64 {%r1331,%r1332}, %rd1255;
+	// end inline asm
+	mov.u32 	%r1357, 1;
+	mov.u32 	%r1358, -1;
+	shfl.sync.up.b32 	%r1334|%p238, %r1332, %r1357, %r1356, %r1358;
+	shfl.sync.up.b32 	%r1333|%p239, %r1331, %r1357, %r1356, %r1358;
+	// begin inline asm
+	mov.b64 %rd445, {%r1333,%r1334};
+	// end inline asm
+	selp.b64 	%rd454, 0, %rd445, %p893;
+	add.s64 	%rd446, %rd454, %rd1255;
+	// begin inline asm
+	mov.b64 {%r1335,%r1336}, %rd446;
+	// end inline asm
+	shfl.sync.up.b32 	%r1338|%p240, %r1336, %r1354, %r1356, %r1358;
+	shfl.sync.up.b32 	%r1337|%p241, %r1335, %r1354, %r1356, %r1358;
+	// begin inline asm
+	mov.b64 %rd447, {%r1337,%r1338};
+	// end inline asm
+	selp.b64 	%rd455, 0, %rd447, %p894;
+	add.s64 	%rd448, %rd455, %rd446;
+	// begin inline asm
+	mov.b64 {%r1339,%r1340}, %rd448;
+	// end inline asm
+	shfl.sync.up.b32 	%r1342|%p242, %r1340, %r1353, %r1356, %r1358;
+	shfl.sync.up.b32 	%r1341|%p243, %r1339, %r1353, %r1356, %r1358;
+	// begin inline asm
+	mov.b64 %rd449, {%r1341,%r1342};
+	// end inline asm
+	selp.b64 	%rd456, 0, %rd449, %p895;
+	add.s64 	%rd450, %rd456, %rd448;
+	// begin inline asm
+	mov.b64 {%r1343,%r1344}, %rd450;
+	// end inline asm
+	shfl.sync.up.b32 	%r1346|%p244, %r1344, %r1355, %r1356, %r1358;
+	shfl.sync.up.b32 	%r1345|%p245, %r1343, %r1355, %r1356, %r1358;
+	// begin inline asm
+	mov.b64 %rd451, {%r1345,%r1346};
+	// end inline asm
+	selp.b64 	%rd457, 0, %rd451, %p896;
+	add.s64 	%rd452, %rd457, %rd450;
+	// begin inline asm
+	mov.b64 {%r1347,%r1348}, %rd452;
+	// end inline asm
+	shfl.sync.up.b32 	%r1350|%p246, %r1348, %r1352, %r1356, %r1358;
+	shfl.sync.up.b32 	%r1349|%p247, %r1347, %r1352, %r1356, %r1358;
+	// begin inline asm
+	mov.b64 %rd453, {%r1349,%r1350};
+	// end inline asm
+	selp.b64 	%rd458, 0, %rd453, %p897;
+	add.s64 	%rd77, %rd458, %rd452;
+	@%p231 bra 	$L__BB1_175;
+	shl.b32 	%r2561, %r642, 3;
+	and.b32  	%r1361, %r2561, 248;
+	mov.u32 	%r1362, _ZZ14ws_delta_countE3red;
+	add.s32 	%r1363, %r1362, %r1361;
+	st.shared.u64 	[%r1363], %rd77;
+$L__BB1_175:
+	setp.eq.s32 	%p248, %r1324, 0;
 	bar.sync 	0;
-	@%p206 bra 	$L__BB1_130;
-	shl.b64 	%rd332, %rd374, 2;
-	add.s64 	%rd321, %rd319, %rd332;
-	st.global.u32 	[%rd321], %r323;
-$L__BB1_130:
-	ld.param.u64 	%rd324, [ws_delta_count_param_0+80];
-	mov.u32 	%r1352, %nctaid.x;
-	cvt.u64.u32 	%rd322, %r1352;
-	add.s64 	%rd374, %rd374, %rd322;
-	setp.lt.u64 	%p207, %rd374, %rd324;
-	@%p207 bra 	$L__BB1_2;
-$L__BB1_131:
+	mov.u64 	%rd1256, 0;
+	@%p248 bra 	$L__BB1_177;
+	shr.u32 	%r1367, %r642, 2;
+	and.b32  	%r1368, %r1367, 1073741816;
+	mov.u32 	%r1369, _ZZ14ws_delta_countE3red;
+	add.s32 	%r1370, %r1369, %r1368;
+	ld.shared.u64 	%rd1256, [%r1370+-8];
+$L__BB1_177:
+	and.b32  	%r2538, %r1047, 1;
+	ld.shared.u64 	%rd80, [_ZZ14ws_delta_countE3red+56];
+	bar.sync 	0;
+	sub.s64 	%rd460, %rd74, %rd73;
+	add.s64 	%rd81, %rd460, %rd1256;
+	cvt.u32.u64 	%r1371, %rd81;
+	and.b32  	%r1372, %r1371, 65535;
+	add.s32 	%r2654, %r1372, %r2811;
+	setp.eq.b32 	%p249, %r2538, 1;
+	mov.pred 	%p250, 0;
+	xor.pred  	%p251, %p249, %p250;
+	not.pred 	%p252, %p251;
+	@%p252 bra 	$L__BB1_183;
+	setp.ge.u32 	%p253, %r2654, %r2574;
+	@%p253 bra 	$L__BB1_182;
+	cvt.u16.u64 	%rs43, %rd69;
+	shl.b16 	%rs44, %rs43, 3;
+	mul.wide.u32 	%rd461, %r2654, 2;
+	add.s64 	%rd462, %rd18, %rd461;
+	st.global.u16 	[%rd462], %rs44;
+	add.s64 	%rd82, %rd462, %rd15;
+	add.s64 	%rd463, %rd19, %rd15;
+	and.b64  	%rd464, %rd463, 1;
+	setp.eq.b64 	%p254, %rd464, 1;
+	mov.pred 	%p255, 0;
+	xor.pred  	%p256, %p254, %p255;
+	not.pred 	%p257, %p256;
+	@%p257 bra 	$L__BB1_181;
+	bra.uni 	$L__BB1_180;
+$L__BB1_181:
+	st.global.u16 	[%rd82], %r2624;
+	bra.uni 	$L__BB1_182;
+$L__BB1_180:
+	st.global.u8 	[%rd82], %r2624;
+	shr.u32 	%r1374, %r2624, 8;
+	st.global.u8 	[%rd82+1], %r1374;
+$L__BB1_182:
+	add.s32 	%r2654, %r2654, 1;
+$L__BB1_183:
+	shr.u32 	%r2540, %r1047, 15;
+	and.b32  	%r2539, %r2540, 2;
+	setp.eq.s32 	%p258, %r2539, 0;
+	@%p258 bra 	$L__BB1_189;
+	setp.ge.u32 	%p259, %r2654, %r2574;
+	@%p259 bra 	$L__BB1_188;
+	cvt.u16.u64 	%rs45, %rd69;
+	shl.b16 	%rs46, %rs45, 3;
+	or.b16  	%rs47, %rs46, 1;
+	mul.wide.u32 	%rd465, %r2654, 2;
+	add.s64 	%rd466, %rd18, %rd465;
+	st.global.u16 	[%rd466], %rs47;
+	add.s64 	%rd83, %rd466, %rd15;
+	add.s64 	%rd467, %rd19, %rd15;
+	shr.u32 	%r215, %r2624, 16;
+	and.b64  	%rd468, %rd467, 1;
+	setp.eq.b64 	%p260, %rd468, 1;
+	mov.pred 	%p261, 0;
+	xor.pred  	%p262, %p260, %p261;
+	not.pred 	%p263, %p262;
+	@%p263 bra 	$L__BB1_187;
+	bra.uni 	$L__BB1_186;
+$L__BB1_187:
+	st.global.u16 	[%rd83], %r215;
+	bra.uni 	$L__BB1_188;
+$L__BB1_186:
+	st.global.u8 	[%rd83], %r215;
+	shr.u32 	%r1377, %r2624, 24;
+	st.global.u8 	[%rd83+1], %r1377;
+$L__BB1_188:
+	add.s32 	%r2654, %r2654, 1;
+$L__BB1_189:
+	and.b32  	%r2541, %r1049, 1;
+	setp.eq.s32 	%p264, %r2541, 0;
+	@%p264 bra 	$L__BB1_195;
+	setp.ge.u32 	%p265, %r2654, %r2574;
+	@%p265 bra 	$L__BB1_194;
+	cvt.u16.u64 	%rs48, %rd69;
+	shl.b16 	%rs49, %rs48, 3;
+	or.b16  	%rs50, %rs49, 2;
+	mul.wide.u32 	%rd469, %r2654, 2;
+	add.s64 	%rd470, %rd18, %rd469;
+	st.global.u16 	[%rd470], %rs50;
+	add.s64 	%rd84, %rd470, %rd15;
+	add.s64 	%rd471, %rd19, %rd15;
+	and.b64  	%rd472, %rd471, 1;
+	setp.eq.b64 	%p266, %rd472, 1;
+	mov.pred 	%p267, 0;
+	xor.pred  	%p268, %p266, %p267;
+	not.pred 	%p269, %p268;
+	@%p269 bra 	$L__BB1_193;
+	bra.uni 	$L__BB1_192;
+$L__BB1_193:
+	st.global.u16 	[%rd84], %r2623;
+	bra.uni 	$L__BB1_194;
+$L__BB1_192:
+	st.global.u8 	[%rd84], %r2623;
+	shr.u32 	%r1378, %r2623, 8;
+	st.global.u8 	[%rd84+1], %r1378;
+$L__BB1_194:
+	add.s32 	%r2654, %r2654, 1;
+$L__BB1_195:
+	and.b32  	%r1379, %r1049, 65536;
+	setp.eq.s32 	%p270, %r1379, 0;
+	@%p270 bra 	$L__BB1_201;
+	setp.ge.u32 	%p271, %r2654, %r2574;
+	@%p271 bra 	$L__BB1_200;
+	cvt.u16.u64 	%rs51, %rd69;
+	shl.b16 	%rs52, %rs51, 3;
+	or.b16  	%rs53, %rs52, 3;
+	mul.wide.u32 	%rd473, %r2654, 2;
+	add.s64 	%rd474, %rd18, %rd473;
+	st.global.u16 	[%rd474], %rs53;
+	add.s64 	%rd85, %rd474, %rd15;
+	add.s64 	%rd475, %rd19, %rd15;
+	shr.u32 	%r220, %r2623, 16;
+	and.b64  	%rd476, %rd475, 1;
+	setp.eq.b64 	%p272, %rd476, 1;
+	mov.pred 	%p273, 0;
+	xor.pred  	%p274, %p272, %p273;
+	not.pred 	%p275, %p274;
+	@%p275 bra 	$L__BB1_199;
+	bra.uni 	$L__BB1_198;
+$L__BB1_199:
+	st.global.u16 	[%rd85], %r220;
+	bra.uni 	$L__BB1_200;
+$L__BB1_198:
+	st.global.u8 	[%rd85], %r220;
+	shr.u32 	%r1380, %r2623, 24;
+	st.global.u8 	[%rd85+1], %r1380;
+$L__BB1_200:
+	add.s32 	%r2654, %r2654, 1;
+$L__BB1_201:
+	and.b32  	%r2542, %r1051, 1;
+	setp.eq.s32 	%p276, %r2542, 0;
+	@%p276 bra 	$L__BB1_207;
+	setp.ge.u32 	%p277, %r2654, %r2574;
+	@%p277 bra 	$L__BB1_206;
+	cvt.u16.u64 	%rs54, %rd69;
+	shl.b16 	%rs55, %rs54, 3;
+	or.b16  	%rs56, %rs55, 4;
+	mul.wide.u32 	%rd477, %r2654, 2;
+	add.s64 	%rd478, %rd18, %rd477;
+	st.global.u16 	[%rd478], %rs56;
+	add.s64 	%rd86, %rd478, %rd15;
+	add.s64 	%rd479, %rd19, %rd15;
+	and.b64  	%rd480, %rd479, 1;
+	setp.eq.b64 	%p278, %rd480, 1;
+	mov.pred 	%p279, 0;
+	xor.pred  	%p280, %p278, %p279;
+	not.pred 	%p281, %p280;
+	@%p281 bra 	$L__BB1_205;
+	bra.uni 	$L__BB1_204;
+$L__BB1_205:
+	st.global.u16 	[%rd86], %r2622;
+	bra.uni 	$L__BB1_206;
+$L__BB1_204:
+	st.global.u8 	[%rd86], %r2622;
+	shr.u32 	%r1381, %r2622, 8;
+	st.global.u8 	[%rd86+1], %r1381;
+$L__BB1_206:
+	add.s32 	%r2654, %r2654, 1;
+$L__BB1_207:
+	and.b32  	%r1382, %r1051, 65536;
+	setp.eq.s32 	%p282, %r1382, 0;
+	@%p282 bra 	$L__BB1_213;
+	setp.ge.u32 	%p283, %r2654, %r2574;
+	@%p283 bra 	$L__BB1_212;
+	cvt.u16.u64 	%rs57, %rd69;
+	shl.b16 	%rs58, %rs57, 3;
+	or.b16  	%rs59, %rs58, 5;
+	mul.wide.u32 	%rd481, %r2654, 2;
+	add.s64 	%rd482, %rd18, %rd481;
+	st.global.u16 	[%rd482], %rs59;
+	add.s64 	%rd87, %rd482, %rd15;
+	add.s64 	%rd483, %rd19, %rd15;
+	shr.u32 	%r225, %r2622, 16;
+	and.b64  	%rd484, %rd483, 1;
+	setp.eq.b64 	%p284, %rd484, 1;
+	mov.pred 	%p285, 0;
+	xor.pred  	%p286, %p284, %p285;
+	not.pred 	%p287, %p286;
+	@%p287 bra 	$L__BB1_211;
+	bra.uni 	$L__BB1_210;
+$L__BB1_211:
+	st.global.u16 	[%rd87], %r225;
+	bra.uni 	$L__BB1_212;
+$L__BB1_210:
+	st.global.u8 	[%rd87], %r225;
+	shr.u32 	%r1383, %r2622, 24;
+	st.global.u8 	[%rd87+1], %r1383;
+$L__BB1_212:
+	add.s32 	%r2654, %r2654, 1;
+$L__BB1_213:
+	and.b32  	%r1384, %r186, 64;
+	setp.eq.s32 	%p288, %r1384, 0;
+	@%p288 bra 	$L__BB1_219;
+	setp.ge.u32 	%p289, %r2654, %r2574;
+	@%p289 bra 	$L__BB1_218;
+	cvt.u16.u64 	%rs60, %rd69;
+	shl.b16 	%rs61, %rs60, 3;
+	or.b16  	%rs62, %rs61, 6;
+	mul.wide.u32 	%rd485, %r2654, 2;
+	add.s64 	%rd486, %rd18, %rd485;
+	st.global.u16 	[%rd486], %rs62;
+	add.s64 	%rd88, %rd486, %rd15;
+	add.s64 	%rd487, %rd19, %rd15;
+	and.b64  	%rd488, %rd487, 1;
+	setp.eq.b64 	%p290, %rd488, 1;
+	mov.pred 	%p291, 0;
+	xor.pred  	%p292, %p290, %p291;
+	not.pred 	%p293, %p292;
+	@%p293 bra 	$L__BB1_217;
+	bra.uni 	$L__BB1_216;
+$L__BB1_217:
+	st.global.u16 	[%rd88], %r2621;
+	bra.uni 	$L__BB1_218;
+$L__BB1_216:
+	st.global.u8 	[%rd88], %r2621;
+	shr.u32 	%r1385, %r2621, 8;
+	st.global.u8 	[%rd88+1], %r1385;
+$L__BB1_218:
+	add.s32 	%r2654, %r2654, 1;
+$L__BB1_219:
+	and.b32  	%r1386, %r186, 128;
+	setp.eq.s32 	%p294, %r1386, 0;
+	setp.ge.u32 	%p295, %r2654, %r2574;
+	or.pred  	%p296, %p294, %p295;
+	@%p296 bra 	$L__BB1_223;
+	cvt.u16.u64 	%rs63, %rd69;
+	shl.b16 	%rs64, %rs63, 3;
+	or.b16  	%rs65, %rs64, 7;
+	mul.wide.u32 	%rd489, %r2654, 2;
+	add.s64 	%rd490, %rd18, %rd489;
+	st.global.u16 	[%rd490], %rs65;
+	add.s64 	%rd89, %rd490, %rd15;
+	add.s64 	%rd491, %rd19, %rd15;
+	shr.u32 	%r230, %r2621, 16;
+	and.b64  	%rd492, %rd491, 1;
+	setp.eq.b64 	%p297, %rd492, 1;
+	mov.pred 	%p298, 0;
+	xor.pred  	%p299, %p297, %p298;
+	not.pred 	%p300, %p299;
+	@%p300 bra 	$L__BB1_222;
+	bra.uni 	$L__BB1_221;
+$L__BB1_222:
+	st.global.u16 	[%rd89], %r230;
+	bra.uni 	$L__BB1_223;
+$L__BB1_221:
+	st.global.u8 	[%rd89], %r230;
+	shr.u32 	%r1387, %r2621, 24;
+	st.global.u8 	[%rd89+1], %r1387;
+$L__BB1_223:
+	and.b32  	%r2543, %r1106, 1;
+	cvt.u32.u64 	%r1388, %rd80;
+	and.b32  	%r1389, %r1388, 65535;
+	add.s32 	%r231, %r1389, %r2811;
+	shr.u32 	%r1391, %r1371, 16;
+	add.s32 	%r2661, %r1391, %r231;
+	setp.eq.b32 	%p301, %r2543, 1;
+	mov.pred 	%p302, 0;
+	xor.pred  	%p303, %p301, %p302;
+	not.pred 	%p304, %p303;
+	@%p304 bra 	$L__BB1_229;
+	setp.ge.u32 	%p305, %r2661, %r2574;
+	@%p305 bra 	$L__BB1_228;
+	add.s64 	%rd1215, %rd69, 256;
+	cvt.u16.u64 	%rs66, %rd1215;
+	shl.b16 	%rs67, %rs66, 3;
+	mul.wide.u32 	%rd493, %r2661, 2;
+	add.s64 	%rd494, %rd18, %rd493;
+	st.global.u16 	[%rd494], %rs67;
+	add.s64 	%rd90, %rd494, %rd15;
+	add.s64 	%rd495, %rd19, %rd15;
+	and.b64  	%rd496, %rd495, 1;
+	setp.eq.b64 	%p306, %rd496, 1;
+	mov.pred 	%p307, 0;
+	xor.pred  	%p308, %p306, %p307;
+	not.pred 	%p309, %p308;
+	@%p309 bra 	$L__BB1_227;
+	bra.uni 	$L__BB1_226;
+$L__BB1_227:
+	st.global.u16 	[%rd90], %r2632;
+	bra.uni 	$L__BB1_228;
+$L__BB1_226:
+	st.global.u8 	[%rd90], %r2632;
+	shr.u32 	%r1393, %r2632, 8;
+	st.global.u8 	[%rd90+1], %r1393;
+$L__BB1_228:
+	add.s32 	%r2661, %r2661, 1;
+$L__BB1_229:
+	shr.u32 	%r2545, %r1106, 15;
+	and.b32  	%r2544, %r2545, 2;
+	setp.eq.s32 	%p310, %r2544, 0;
+	@%p310 bra 	$L__BB1_235;
+	setp.ge.u32 	%p311, %r2661, %r2574;
+	@%p311 bra 	$L__BB1_234;
+	add.s64 	%rd1216, %rd69, 256;
+	cvt.u16.u64 	%rs68, %rd1216;
+	shl.b16 	%rs69, %rs68, 3;
+	or.b16  	%rs70, %rs69, 1;
+	mul.wide.u32 	%rd497, %r2661, 2;
+	add.s64 	%rd498, %rd18, %rd497;
+	st.global.u16 	[%rd498], %rs70;
+	add.s64 	%rd91, %rd498, %rd15;
+	add.s64 	%rd499, %rd19, %rd15;
+	shr.u32 	%r235, %r2632, 16;
+	and.b64  	%rd500, %rd499, 1;
+	setp.eq.b64 	%p312, %rd500, 1;
+	mov.pred 	%p313, 0;
+	xor.pred  	%p314, %p312, %p313;
+	not.pred 	%p315, %p314;
+	@%p315 bra 	$L__BB1_233;
+	bra.uni 	$L__BB1_232;
+$L__BB1_233:
+	st.global.u16 	[%rd91], %r235;
+	bra.uni 	$L__BB1_234;
+$L__BB1_232:
+	st.global.u8 	[%rd91], %r235;
+	shr.u32 	%r1396, %r2632, 24;
+	st.global.u8 	[%rd91+1], %r1396;
+$L__BB1_234:
+	add.s32 	%r2661, %r2661, 1;
+$L__BB1_235:
+	and.b32  	%r2546, %r1108, 1;
+	setp.eq.s32 	%p316, %r2546, 0;
+	@%p316 bra 	$L__BB1_241;
+	setp.ge.u32 	%p317, %r2661, %r2574;
+	@%p317 bra 	$L__BB1_240;
+	add.s64 	%rd1217, %rd69, 256;
+	cvt.u16.u64 	%rs71, %rd1217;
+	shl.b16 	%rs72, %rs71, 3;
+	or.b16  	%rs73, %rs72, 2;
+	mul.wide.u32 	%rd501, %r2661, 2;
+	add.s64 	%rd502, %rd18, %rd501;
+	st.global.u16 	[%rd502], %rs73;
+	add.s64 	%rd92, %rd502, %rd15;
+	add.s64 	%rd503, %rd19, %rd15;
+	and.b64  	%rd504, %rd503, 1;
+	setp.eq.b64 	%p318, %rd504, 1;
+	mov.pred 	%p319, 0;
+	xor.pred  	%p320, %p318, %p319;
+	not.pred 	%p321, %p320;
+	@%p321 bra 	$L__BB1_239;
+	bra.uni 	$L__BB1_238;
+$L__BB1_239:
+	st.global.u16 	[%rd92], %r2631;
+	bra.uni 	$L__BB1_240;
+$L__BB1_238:
+	st.global.u8 	[%rd92], %r2631;
+	shr.u32 	%r1397, %r2631, 8;
+	st.global.u8 	[%rd92+1], %r1397;
+$L__BB1_240:
+	add.s32 	%r2661, %r2661, 1;
+$L__BB1_241:
+	and.b32  	%r1398, %r1108, 65536;
+	setp.eq.s32 	%p322, %r1398, 0;
+	@%p322 bra 	$L__BB1_247;
+	setp.ge.u32 	%p323, %r2661, %r2574;
+	@%p323 bra 	$L__BB1_246;
+	add.s64 	%rd1218, %rd69, 256;
+	cvt.u16.u64 	%rs74, %rd1218;
+	shl.b16 	%rs75, %rs74, 3;
+	or.b16  	%rs76, %rs75, 3;
+	mul.wide.u32 	%rd505, %r2661, 2;
+	add.s64 	%rd506, %rd18, %rd505;
+	st.global.u16 	[%rd506], %rs76;
+	add.s64 	%rd93, %rd506, %rd15;
+	add.s64 	%rd507, %rd19, %rd15;
+	shr.u32 	%r240, %r2631, 16;
+	and.b64  	%rd508, %rd507, 1;
+	setp.eq.b64 	%p324, %rd508, 1;
+	mov.pred 	%p325, 0;
+	xor.pred  	%p326, %p324, %p325;
+	not.pred 	%p327, %p326;
+	@%p327 bra 	$L__BB1_245;
+	bra.uni 	$L__BB1_244;
+$L__BB1_245:
+	st.global.u16 	[%rd93], %r240;
+	bra.uni 	$L__BB1_246;
+$L__BB1_244:
+	st.global.u8 	[%rd93], %r240;
+	shr.u32 	%r1399, %r2631, 24;
+	st.global.u8 	[%rd93+1], %r1399;
+$L__BB1_246:
+	add.s32 	%r2661, %r2661, 1;
+$L__BB1_247:
+	and.b32  	%r2547, %r1110, 1;
+	setp.eq.s32 	%p328, %r2547, 0;
+	@%p328 bra 	$L__BB1_253;
+	setp.ge.u32 	%p329, %r2661, %r2574;
+	@%p329 bra 	$L__BB1_252;
+	add.s64 	%rd1219, %rd69, 256;
+	cvt.u16.u64 	%rs77, %rd1219;
+	shl.b16 	%rs78, %rs77, 3;
+	or.b16  	%rs79, %rs78, 4;
+	mul.wide.u32 	%rd509, %r2661, 2;
+	add.s64 	%rd510, %rd18, %rd509;
+	st.global.u16 	[%rd510], %rs79;
+	add.s64 	%rd94, %rd510, %rd15;
+	add.s64 	%rd511, %rd19, %rd15;
+	and.b64  	%rd512, %rd511, 1;
+	setp.eq.b64 	%p330, %rd512, 1;
+	mov.pred 	%p331, 0;
+	xor.pred  	%p332, %p330, %p331;
+	not.pred 	%p333, %p332;
+	@%p333 bra 	$L__BB1_251;
+	bra.uni 	$L__BB1_250;
+$L__BB1_251:
+	st.global.u16 	[%rd94], %r2630;
+	bra.uni 	$L__BB1_252;
+$L__BB1_250:
+	st.global.u8 	[%rd94], %r2630;
+	shr.u32 	%r1400, %r2630, 8;
+	st.global.u8 	[%rd94+1], %r1400;
+$L__BB1_252:
+	add.s32 	%r2661, %r2661, 1;
+$L__BB1_253:
+	and.b32  	%r1401, %r1110, 65536;
+	setp.eq.s32 	%p334, %r1401, 0;
+	@%p334 bra 	$L__BB1_259;
+	setp.ge.u32 	%p335, %r2661, %r2574;
+	@%p335 bra 	$L__BB1_258;
+	add.s64 	%rd1220, %rd69, 256;
+	cvt.u16.u64 	%rs80, %rd1220;
+	shl.b16 	%rs81, %rs80, 3;
+	or.b16  	%rs82, %rs81, 5;
+	mul.wide.u32 	%rd513, %r2661, 2;
+	add.s64 	%rd514, %rd18, %rd513;
+	st.global.u16 	[%rd514], %rs82;
+	add.s64 	%rd95, %rd514, %rd15;
+	add.s64 	%rd515, %rd19, %rd15;
+	shr.u32 	%r245, %r2630, 16;
+	and.b64  	%rd516, %rd515, 1;
+	setp.eq.b64 	%p336, %rd516, 1;
+	mov.pred 	%p337, 0;
+	xor.pred  	%p338, %p336, %p337;
+	not.pred 	%p339, %p338;
+	@%p339 bra 	$L__BB1_257;
+	bra.uni 	$L__BB1_256;
+$L__BB1_257:
+	st.global.u16 	[%rd95], %r245;
+	bra.uni 	$L__BB1_258;
+$L__BB1_256:
+	st.global.u8 	[%rd95], %r245;
+	shr.u32 	%r1402, %r2630, 24;
+	st.global.u8 	[%rd95+1], %r1402;
+$L__BB1_258:
+	add.s32 	%r2661, %r2661, 1;
+$L__BB1_259:
+	and.b32  	%r1403, %r194, 64;
+	setp.eq.s32 	%p340, %r1403, 0;
+	@%p340 bra 	$L__BB1_265;
+	setp.ge.u32 	%p341, %r2661, %r2574;
+	@%p341 bra 	$L__BB1_264;
+	add.s64 	%rd1221, %rd69, 256;
+	cvt.u16.u64 	%rs83, %rd1221;
+	shl.b16 	%rs84, %rs83, 3;
+	or.b16  	%rs85, %rs84, 6;
+	mul.wide.u32 	%rd517, %r2661, 2;
+	add.s64 	%rd518, %rd18, %rd517;
+	st.global.u16 	[%rd518], %rs85;
+	add.s64 	%rd96, %rd518, %rd15;
+	add.s64 	%rd519, %rd19, %rd15;
+	and.b64  	%rd520, %rd519, 1;
+	setp.eq.b64 	%p342, %rd520, 1;
+	mov.pred 	%p343, 0;
+	xor.pred  	%p344, %p342, %p343;
+	not.pred 	%p345, %p344;
+	@%p345 bra 	$L__BB1_263;
+	bra.uni 	$L__BB1_262;
+$L__BB1_263:
+	st.global.u16 	[%rd96], %r2629;
+	bra.uni 	$L__BB1_264;
+$L__BB1_262:
+	st.global.u8 	[%rd96], %r2629;
+	shr.u32 	%r1404, %r2629, 8;
+	st.global.u8 	[%rd96+1], %r1404;
+$L__BB1_264:
+	add.s32 	%r2661, %r2661, 1;
+$L__BB1_265:
+	and.b32  	%r1405, %r194, 128;
+	setp.eq.s32 	%p346, %r1405, 0;
+	setp.ge.u32 	%p347, %r2661, %r2574;
+	or.pred  	%p348, %p346, %p347;
+	@%p348 bra 	$L__BB1_269;
+	add.s64 	%rd1241, %rd69, 256;
+	cvt.u16.u64 	%rs86, %rd1241;
+	shl.b16 	%rs87, %rs86, 3;
+	or.b16  	%rs88, %rs87, 7;
+	mul.wide.u32 	%rd521, %r2661, 2;
+	add.s64 	%rd522, %rd18, %rd521;
+	st.global.u16 	[%rd522], %rs88;
+	add.s64 	%rd97, %rd522, %rd15;
+	add.s64 	%rd523, %rd19, %rd15;
+	shr.u32 	%r250, %r2629, 16;
+	and.b64  	%rd524, %rd523, 1;
+	setp.eq.b64 	%p349, %rd524, 1;
+	mov.pred 	%p350, 0;
+	xor.pred  	%p351, %p349, %p350;
+	not.pred 	%p352, %p351;
+	@%p352 bra 	$L__BB1_268;
+	bra.uni 	$L__BB1_267;
+$L__BB1_268:
+	st.global.u16 	[%rd97], %r250;
+	bra.uni 	$L__BB1_269;
+$L__BB1_267:
+	st.global.u8 	[%rd97], %r250;
+	shr.u32 	%r1406, %r2629, 24;
+	st.global.u8 	[%rd97+1], %r1406;
+$L__BB1_269:
+	and.b32  	%r2548, %r1165, 1;
+	shr.u32 	%r1408, %r1388, 16;
+	add.s32 	%r251, %r1408, %r231;
+	shr.u64 	%rd525, %rd81, 32;
+	cvt.u32.u64 	%r1409, %rd525;
+	and.b32  	%r1410, %r1409, 65535;
+	add.s32 	%r2668, %r1410, %r251;
+	setp.eq.b32 	%p353, %r2548, 1;
+	mov.pred 	%p354, 0;
+	xor.pred  	%p355, %p353, %p354;
+	not.pred 	%p356, %p355;
+	@%p356 bra 	$L__BB1_275;
+	setp.ge.u32 	%p357, %r2668, %r2574;
+	@%p357 bra 	$L__BB1_274;
+	add.s64 	%rd1222, %rd69, 512;
+	cvt.u16.u64 	%rs89, %rd1222;
+	shl.b16 	%rs90, %rs89, 3;
+	mul.wide.u32 	%rd526, %r2668, 2;
+	add.s64 	%rd527, %rd18, %rd526;
+	st.global.u16 	[%rd527], %rs90;
+	add.s64 	%rd98, %rd527, %rd15;
+	add.s64 	%rd528, %rd19, %rd15;
+	and.b64  	%rd529, %rd528, 1;
+	setp.eq.b64 	%p358, %rd529, 1;
+	mov.pred 	%p359, 0;
+	xor.pred  	%p360, %p358, %p359;
+	not.pred 	%p361, %p360;
+	@%p361 bra 	$L__BB1_273;
+	bra.uni 	$L__BB1_272;
+$L__BB1_273:
+	st.global.u16 	[%rd98], %r2640;
+	bra.uni 	$L__BB1_274;
+$L__BB1_272:
+	st.global.u8 	[%rd98], %r2640;
+	shr.u32 	%r1412, %r2640, 8;
+	st.global.u8 	[%rd98+1], %r1412;
+$L__BB1_274:
+	add.s32 	%r2668, %r2668, 1;
+$L__BB1_275:
+	shr.u32 	%r2550, %r1165, 15;
+	and.b32  	%r2549, %r2550, 2;
+	setp.eq.s32 	%p362, %r2549, 0;
+	@%p362 bra 	$L__BB1_281;
+	setp.ge.u32 	%p363, %r2668, %r2574;
+	@%p363 bra 	$L__BB1_280;
+	add.s64 	%rd1223, %rd69, 512;
+	cvt.u16.u64 	%rs91, %rd1223;
+	shl.b16 	%rs92, %rs91, 3;
+	or.b16  	%rs93, %rs92, 1;
+	mul.wide.u32 	%rd530, %r2668, 2;
+	add.s64 	%rd531, %rd18, %rd530;
+	st.global.u16 	[%rd531], %rs93;
+	add.s64 	%rd99, %rd531, %rd15;
+	add.s64 	%rd532, %rd19, %rd15;
+	shr.u32 	%r255, %r2640, 16;
+	and.b64  	%rd533, %rd532, 1;
+	setp.eq.b64 	%p364, %rd533, 1;
+	mov.pred 	%p365, 0;
+	xor.pred  	%p366, %p364, %p365;
+	not.pred 	%p367, %p366;
+	@%p367 bra 	$L__BB1_279;
+	bra.uni 	$L__BB1_278;
+$L__BB1_279:
+	st.global.u16 	[%rd99], %r255;
+	bra.uni 	$L__BB1_280;
+$L__BB1_278:
+	st.global.u8 	[%rd99], %r255;
+	shr.u32 	%r1415, %r2640, 24;
+	st.global.u8 	[%rd99+1], %r1415;
+$L__BB1_280:
+	add.s32 	%r2668, %r2668, 1;
+$L__BB1_281:
+	and.b32  	%r2551, %r1167, 1;
+	setp.eq.s32 	%p368, %r2551, 0;
+	@%p368 bra 	$L__BB1_287;
+	setp.ge.u32 	%p369, %r2668, %r2574;
+	@%p369 bra 	$L__BB1_286;
+	add.s64 	%rd1224, %rd69, 512;
+	cvt.u16.u64 	%rs94, %rd1224;
+	shl.b16 	%rs95, %rs94, 3;
+	or.b16  	%rs96, %rs95, 2;
+	mul.wide.u32 	%rd534, %r2668, 2;
+	add.s64 	%rd535, %rd18, %rd534;
+	st.global.u16 	[%rd535], %rs96;
+	add.s64 	%rd100, %rd535, %rd15;
+	add.s64 	%rd536, %rd19, %rd15;
+	and.b64  	%rd537, %rd536, 1;
+	setp.eq.b64 	%p370, %rd537, 1;
+	mov.pred 	%p371, 0;
+	xor.pred  	%p372, %p370, %p371;
+	not.pred 	%p373, %p372;
+	@%p373 bra 	$L__BB1_285;
+	bra.uni 	$L__BB1_284;
+$L__BB1_285:
+	st.global.u16 	[%rd100], %r2639;
+	bra.uni 	$L__BB1_286;
+$L__BB1_284:
+	st.global.u8 	[%rd100], %r2639;
+	shr.u32 	%r1416, %r2639, 8;
+	st.global.u8 	[%rd100+1], %r1416;
+$L__BB1_286:
+	add.s32 	%r2668, %r2668, 1;
+$L__BB1_287:
+	and.b32  	%r1417, %r1167, 65536;
+	setp.eq.s32 	%p374, %r1417, 0;
+	@%p374 bra 	$L__BB1_293;
+	setp.ge.u32 	%p375, %r2668, %r2574;
+	@%p375 bra 	$L__BB1_292;
+	add.s64 	%rd1225, %rd69, 512;
+	cvt.u16.u64 	%rs97, %rd1225;
+	shl.b16 	%rs98, %rs97, 3;
+	or.b16  	%rs99, %rs98, 3;
+	mul.wide.u32 	%rd538, %r2668, 2;
+	add.s64 	%rd539, %rd18, %rd538;
+	st.global.u16 	[%rd539], %rs99;
+	add.s64 	%rd101, %rd539, %rd15;
+	add.s64 	%rd540, %rd19, %rd15;
+	shr.u32 	%r260, %r2639, 16;
+	and.b64  	%rd541, %rd540, 1;
+	setp.eq.b64 	%p376, %rd541, 1;
+	mov.pred 	%p377, 0;
+	xor.pred  	%p378, %p376, %p377;
+	not.pred 	%p379, %p378;
+	@%p379 bra 	$L__BB1_291;
+	bra.uni 	$L__BB1_290;
+$L__BB1_291:
+	st.global.u16 	[%rd101], %r260;
+	bra.uni 	$L__BB1_292;
+$L__BB1_290:
+	st.global.u8 	[%rd101], %r260;
+	shr.u32 	%r1418, %r2639, 24;
+	st.global.u8 	[%rd101+1], %r1418;
+$L__BB1_292:
+	add.s32 	%r2668, %r2668, 1;
+$L__BB1_293:
+	and.b32  	%r2552, %r1169, 1;
+	setp.eq.s32 	%p380, %r2552, 0;
+	@%p380 bra 	$L__BB1_299;
+	setp.ge.u32 	%p381, %r2668, %r2574;
+	@%p381 bra 	$L__BB1_298;
+	add.s64 	%rd1226, %rd69, 512;
+	cvt.u16.u64 	%rs100, %rd1226;
+	shl.b16 	%rs101, %rs100, 3;
+	or.b16  	%rs102, %rs101, 4;
+	mul.wide.u32 	%rd542, %r2668, 2;
+	add.s64 	%rd543, %rd18, %rd542;
+	st.global.u16 	[%rd543], %rs102;
+	add.s64 	%rd102, %rd543, %rd15;
+	add.s64 	%rd544, %rd19, %rd15;
+	and.b64  	%rd545, %rd544, 1;
+	setp.eq.b64 	%p382, %rd545, 1;
+	mov.pred 	%p383, 0;
+	xor.pred  	%p384, %p382, %p383;
+	not.pred 	%p385, %p384;
+	@%p385 bra 	$L__BB1_297;
+	bra.uni 	$L__BB1_296;
+$L__BB1_297:
+	st.global.u16 	[%rd102], %r2638;
+	bra.uni 	$L__BB1_298;
+$L__BB1_296:
+	st.global.u8 	[%rd102], %r2638;
+	shr.u32 	%r1419, %r2638, 8;
+	st.global.u8 	[%rd102+1], %r1419;
+$L__BB1_298:
+	add.s32 	%r2668, %r2668, 1;
+$L__BB1_299:
+	and.b32  	%r1420, %r1169, 65536;
+	setp.eq.s32 	%p386, %r1420, 0;
+	@%p386 bra 	$L__BB1_305;
+	setp.ge.u32 	%p387, %r2668, %r2574;
+	@%p387 bra 	$L__BB1_304;
+	add.s64 	%rd1227, %rd69, 512;
+	cvt.u16.u64 	%rs103, %rd1227;
+	shl.b16 	%rs104, %rs103, 3;
+	or.b16  	%rs105, %rs104, 5;
+	mul.wide.u32 	%rd546, %r2668, 2;
+	add.s64 	%rd547, %rd18, %rd546;
+	st.global.u16 	[%rd547], %rs105;
+	add.s64 	%rd103, %rd547, %rd15;
+	add.s64 	%rd548, %rd19, %rd15;
+	shr.u32 	%r265, %r2638, 16;
+	and.b64  	%rd549, %rd548, 1;
+	setp.eq.b64 	%p388, %rd549, 1;
+	mov.pred 	%p389, 0;
+	xor.pred  	%p390, %p388, %p389;
+	not.pred 	%p391, %p390;
+	@%p391 bra 	$L__BB1_303;
+	bra.uni 	$L__BB1_302;
+$L__BB1_303:
+	st.global.u16 	[%rd103], %r265;
+	bra.uni 	$L__BB1_304;
+$L__BB1_302:
+	st.global.u8 	[%rd103], %r265;
+	shr.u32 	%r1421, %r2638, 24;
+	st.global.u8 	[%rd103+1], %r1421;
+$L__BB1_304:
+	add.s32 	%r2668, %r2668, 1;
+$L__BB1_305:
+	and.b32  	%r1422, %r202, 64;
+	setp.eq.s32 	%p392, %r1422, 0;
+	@%p392 bra 	$L__BB1_311;
+	setp.ge.u32 	%p393, %r2668, %r2574;
+	@%p393 bra 	$L__BB1_310;
+	add.s64 	%rd1228, %rd69, 512;
+	cvt.u16.u64 	%rs106, %rd1228;
+	shl.b16 	%rs107, %rs106, 3;
+	or.b16  	%rs108, %rs107, 6;
+	mul.wide.u32 	%rd550, %r2668, 2;
+	add.s64 	%rd551, %rd18, %rd550;
+	st.global.u16 	[%rd551], %rs108;
+	add.s64 	%rd104, %rd551, %rd15;
+	add.s64 	%rd552, %rd19, %rd15;
+	and.b64  	%rd553, %rd552, 1;
+	setp.eq.b64 	%p394, %rd553, 1;
+	mov.pred 	%p395, 0;
+	xor.pred  	%p396, %p394, %p395;
+	not.pred 	%p397, %p396;
+	@%p397 bra 	$L__BB1_309;
+	bra.uni 	$L__BB1_308;
+$L__BB1_309:
+	st.global.u16 	[%rd104], %r2637;
+	bra.uni 	$L__BB1_310;
+$L__BB1_308:
+	st.global.u8 	[%rd104], %r2637;
+	shr.u32 	%r1423, %r2637, 8;
+	st.global.u8 	[%rd104+1], %r1423;
+$L__BB1_310:
+	add.s32 	%r2668, %r2668, 1;
+$L__BB1_311:
+	and.b32  	%r1424, %r202, 128;
+	setp.eq.s32 	%p398, %r1424, 0;
+	setp.ge.u32 	%p399, %r2668, %r2574;
+	or.pred  	%p400, %p398, %p399;
+	@%p400 bra 	$L__BB1_315;
+	add.s64 	%rd1240, %rd69, 512;
+	cvt.u16.u64 	%rs109, %rd1240;
+	shl.b16 	%rs110, %rs109, 3;
+	or.b16  	%rs111, %rs110, 7;
+	mul.wide.u32 	%rd554, %r2668, 2;
+	add.s64 	%rd555, %rd18, %rd554;
+	st.global.u16 	[%rd555], %rs111;
+	add.s64 	%rd105, %rd555, %rd15;
+	add.s64 	%rd556, %rd19, %rd15;
+	shr.u32 	%r270, %r2637, 16;
+	and.b64  	%rd557, %rd556, 1;
+	setp.eq.b64 	%p401, %rd557, 1;
+	mov.pred 	%p402, 0;
+	xor.pred  	%p403, %p401, %p402;
+	not.pred 	%p404, %p403;
+	@%p404 bra 	$L__BB1_314;
+	bra.uni 	$L__BB1_313;
+$L__BB1_314:
+	st.global.u16 	[%rd105], %r270;
+	bra.uni 	$L__BB1_315;
+$L__BB1_313:
+	st.global.u8 	[%rd105], %r270;
+	shr.u32 	%r1425, %r2637, 24;
+	st.global.u8 	[%rd105+1], %r1425;
+$L__BB1_315:
+	and.b32  	%r2553, %r1224, 1;
+	shr.u64 	%rd558, %rd80, 32;
+	cvt.u32.u64 	%r1426, %rd558;
+	and.b32  	%r1427, %r1426, 65535;
+	add.s32 	%r271, %r1427, %r251;
+	shr.u64 	%rd559, %rd81, 48;
+	cvt.u32.u64 	%r1428, %rd559;
+	add.s32 	%r2675, %r271, %r1428;
+	setp.eq.b32 	%p405, %r2553, 1;
+	mov.pred 	%p406, 0;
+	xor.pred  	%p407, %p405, %p406;
+	not.pred 	%p408, %p407;
+	@%p408 bra 	$L__BB1_321;
+	setp.ge.u32 	%p409, %r2675, %r2574;
+	@%p409 bra 	$L__BB1_320;
+	add.s64 	%rd1229, %rd69, 768;
+	cvt.u16.u64 	%rs112, %rd1229;
+	shl.b16 	%rs113, %rs112, 3;
+	mul.wide.u32 	%rd560, %r2675, 2;
+	add.s64 	%rd561, %rd18, %rd560;
+	st.global.u16 	[%rd561], %rs113;
+	add.s64 	%rd106, %rd561, %rd15;
+	add.s64 	%rd562, %rd19, %rd15;
+	and.b64  	%rd563, %rd562, 1;
+	setp.eq.b64 	%p410, %rd563, 1;
+	mov.pred 	%p411, 0;
+	xor.pred  	%p412, %p410, %p411;
+	not.pred 	%p413, %p412;
+	@%p413 bra 	$L__BB1_319;
+	bra.uni 	$L__BB1_318;
+$L__BB1_319:
+	st.global.u16 	[%rd106], %r2648;
+	bra.uni 	$L__BB1_320;
+$L__BB1_318:
+	st.global.u8 	[%rd106], %r2648;
+	shr.u32 	%r1430, %r2648, 8;
+	st.global.u8 	[%rd106+1], %r1430;
+$L__BB1_320:
+	add.s32 	%r2675, %r2675, 1;
+$L__BB1_321:
+	shr.u32 	%r2555, %r1224, 15;
+	and.b32  	%r2554, %r2555, 2;
+	setp.eq.s32 	%p414, %r2554, 0;
+	@%p414 bra 	$L__BB1_327;
+	setp.ge.u32 	%p415, %r2675, %r2574;
+	@%p415 bra 	$L__BB1_326;
+	add.s64 	%rd1230, %rd69, 768;
+	cvt.u16.u64 	%rs114, %rd1230;
+	shl.b16 	%rs115, %rs114, 3;
+	or.b16  	%rs116, %rs115, 1;
+	mul.wide.u32 	%rd564, %r2675, 2;
+	add.s64 	%rd565, %rd18, %rd564;
+	st.global.u16 	[%rd565], %rs116;
+	add.s64 	%rd107, %rd565, %rd15;
+	add.s64 	%rd566, %rd19, %rd15;
+	shr.u32 	%r275, %r2648, 16;
+	and.b64  	%rd567, %rd566, 1;
+	setp.eq.b64 	%p416, %rd567, 1;
+	mov.pred 	%p417, 0;
+	xor.pred  	%p418, %p416, %p417;
+	not.pred 	%p419, %p418;
+	@%p419 bra 	$L__BB1_325;
+	bra.uni 	$L__BB1_324;
+$L__BB1_325:
+	st.global.u16 	[%rd107], %r275;
+	bra.uni 	$L__BB1_326;
+$L__BB1_324:
+	st.global.u8 	[%rd107], %r275;
+	shr.u32 	%r1433, %r2648, 24;
+	st.global.u8 	[%rd107+1], %r1433;
+$L__BB1_326:
+	add.s32 	%r2675, %r2675, 1;
+$L__BB1_327:
+	and.b32  	%r2556, %r1226, 1;
+	setp.eq.s32 	%p420, %r2556, 0;
+	@%p420 bra 	$L__BB1_333;
+	setp.ge.u32 	%p421, %r2675, %r2574;
+	@%p421 bra 	$L__BB1_332;
+	add.s64 	%rd1231, %rd69, 768;
+	cvt.u16.u64 	%rs117, %rd1231;
+	shl.b16 	%rs118, %rs117, 3;
+	or.b16  	%rs119, %rs118, 2;
+	mul.wide.u32 	%rd568, %r2675, 2;
+	add.s64 	%rd569, %rd18, %rd568;
+	st.global.u16 	[%rd569], %rs119;
+	add.s64 	%rd108, %rd569, %rd15;
+	add.s64 	%rd570, %rd19, %rd15;
+	and.b64  	%rd571, %rd570, 1;
+	setp.eq.b64 	%p422, %rd571, 1;
+	mov.pred 	%p423, 0;
+	xor.pred  	%p424, %p422, %p423;
+	not.pred 	%p425, %p424;
+	@%p425 bra 	$L__BB1_331;
+	bra.uni 	$L__BB1_330;
+$L__BB1_331:
+	st.global.u16 	[%rd108], %r2647;
+	bra.uni 	$L__BB1_332;
+$L__BB1_330:
+	st.global.u8 	[%rd108], %r2647;
+	shr.u32 	%r1434, %r2647, 8;
+	st.global.u8 	[%rd108+1], %r1434;
+$L__BB1_332:
+	add.s32 	%r2675, %r2675, 1;
+$L__BB1_333:
+	and.b32  	%r1435, %r1226, 65536;
+	setp.eq.s32 	%p426, %r1435, 0;
+	@%p426 bra 	$L__BB1_339;
+	setp.ge.u32 	%p427, %r2675, %r2574;
+	@%p427 bra 	$L__BB1_338;
+	add.s64 	%rd1232, %rd69, 768;
+	cvt.u16.u64 	%rs120, %rd1232;
+	shl.b16 	%rs121, %rs120, 3;
+	or.b16  	%rs122, %rs121, 3;
+	mul.wide.u32 	%rd572, %r2675, 2;
+	add.s64 	%rd573, %rd18, %rd572;
+	st.global.u16 	[%rd573], %rs122;
+	add.s64 	%rd109, %rd573, %rd15;
+	add.s64 	%rd574, %rd19, %rd15;
+	shr.u32 	%r280, %r2647, 16;
+	and.b64  	%rd575, %rd574, 1;
+	setp.eq.b64 	%p428, %rd575, 1;
+	mov.pred 	%p429, 0;
+	xor.pred  	%p430, %p428, %p429;
+	not.pred 	%p431, %p430;
+	@%p431 bra 	$L__BB1_337;
+	bra.uni 	$L__BB1_336;
+$L__BB1_337:
+	st.global.u16 	[%rd109], %r280;
+	bra.uni 	$L__BB1_338;
+$L__BB1_336:
+	st.global.u8 	[%rd109], %r280;
+	shr.u32 	%r1436, %r2647, 24;
+	st.global.u8 	[%rd109+1], %r1436;
+$L__BB1_338:
+	add.s32 	%r2675, %r2675, 1;
+$L__BB1_339:
+	and.b32  	%r2557, %r1228, 1;
+	setp.eq.s32 	%p432, %r2557, 0;
+	@%p432 bra 	$L__BB1_345;
+	setp.ge.u32 	%p433, %r2675, %r2574;
+	@%p433 bra 	$L__BB1_344;
+	add.s64 	%rd1233, %rd69, 768;
+	cvt.u16.u64 	%rs123, %rd1233;
+	shl.b16 	%rs124, %rs123, 3;
+	or.b16  	%rs125, %rs124, 4;
+	mul.wide.u32 	%rd576, %r2675, 2;
+	add.s64 	%rd577, %rd18, %rd576;
+	st.global.u16 	[%rd577], %rs125;
+	add.s64 	%rd110, %rd577, %rd15;
+	add.s64 	%rd578, %rd19, %rd15;
+	and.b64  	%rd579, %rd578, 1;
+	setp.eq.b64 	%p434, %rd579, 1;
+	mov.pred 	%p435, 0;
+	xor.pred  	%p436, %p434, %p435;
+	not.pred 	%p437, %p436;
+	@%p437 bra 	$L__BB1_343;
+	bra.uni 	$L__BB1_342;
+$L__BB1_343:
+	st.global.u16 	[%rd110], %r2646;
+	bra.uni 	$L__BB1_344;
+$L__BB1_342:
+	st.global.u8 	[%rd110], %r2646;
+	shr.u32 	%r1437, %r2646, 8;
+	st.global.u8 	[%rd110+1], %r1437;
+$L__BB1_344:
+	add.s32 	%r2675, %r2675, 1;
+$L__BB1_345:
+	and.b32  	%r1438, %r1228, 65536;
+	setp.eq.s32 	%p438, %r1438, 0;
+	@%p438 bra 	$L__BB1_351;
+	setp.ge.u32 	%p439, %r2675, %r2574;
+	@%p439 bra 	$L__BB1_350;
+	add.s64 	%rd1234, %rd69, 768;
+	cvt.u16.u64 	%rs126, %rd1234;
+	shl.b16 	%rs127, %rs126, 3;
+	or.b16  	%rs128, %rs127, 5;
+	mul.wide.u32 	%rd580, %r2675, 2;
+	add.s64 	%rd581, %rd18, %rd580;
+	st.global.u16 	[%rd581], %rs128;
+	add.s64 	%rd111, %rd581, %rd15;
+	add.s64 	%rd582, %rd19, %rd15;
+	shr.u32 	%r285, %r2646, 16;
+	and.b64  	%rd583, %rd582, 1;
+	setp.eq.b64 	%p440, %rd583, 1;
+	mov.pred 	%p441, 0;
+	xor.pred  	%p442, %p440, %p441;
+	not.pred 	%p443, %p442;
+	@%p443 bra 	$L__BB1_349;
+	bra.uni 	$L__BB1_348;
+$L__BB1_349:
+	st.global.u16 	[%rd111], %r285;
+	bra.uni 	$L__BB1_350;
+$L__BB1_348:
+	st.global.u8 	[%rd111], %r285;
+	shr.u32 	%r1439, %r2646, 24;
+	st.global.u8 	[%rd111+1], %r1439;
+$L__BB1_350:
+	add.s32 	%r2675, %r2675, 1;
+$L__BB1_351:
+	and.b32  	%r1440, %r210, 64;
+	setp.eq.s32 	%p444, %r1440, 0;
+	@%p444 bra 	$L__BB1_357;
+	setp.ge.u32 	%p445, %r2675, %r2574;
+	@%p445 bra 	$L__BB1_356;
+	add.s64 	%rd1235, %rd69, 768;
+	cvt.u16.u64 	%rs129, %rd1235;
+	shl.b16 	%rs130, %rs129, 3;
+	or.b16  	%rs131, %rs130, 6;
+	mul.wide.u32 	%rd584, %r2675, 2;
+	add.s64 	%rd585, %rd18, %rd584;
+	st.global.u16 	[%rd585], %rs131;
+	add.s64 	%rd112, %rd585, %rd15;
+	add.s64 	%rd586, %rd19, %rd15;
+	and.b64  	%rd587, %rd586, 1;
+	setp.eq.b64 	%p446, %rd587, 1;
+	mov.pred 	%p447, 0;
+	xor.pred  	%p448, %p446, %p447;
+	not.pred 	%p449, %p448;
+	@%p449 bra 	$L__BB1_355;
+	bra.uni 	$L__BB1_354;
+$L__BB1_355:
+	st.global.u16 	[%rd112], %r2645;
+	bra.uni 	$L__BB1_356;
+$L__BB1_354:
+	st.global.u8 	[%rd112], %r2645;
+	shr.u32 	%r1441, %r2645, 8;
+	st.global.u8 	[%rd112+1], %r1441;
+$L__BB1_356:
+	add.s32 	%r2675, %r2675, 1;
+$L__BB1_357:
+	and.b32  	%r1442, %r210, 128;
+	setp.eq.s32 	%p450, %r1442, 0;
+	setp.ge.u32 	%p451, %r2675, %r2574;
+	or.pred  	%p452, %p450, %p451;
+	@%p452 bra 	$L__BB1_361;
+	add.s64 	%rd1239, %rd69, 768;
+	cvt.u16.u64 	%rs132, %rd1239;
+	shl.b16 	%rs133, %rs132, 3;
+	or.b16  	%rs134, %rs133, 7;
+	mul.wide.u32 	%rd588, %r2675, 2;
+	add.s64 	%rd589, %rd18, %rd588;
+	st.global.u16 	[%rd589], %rs134;
+	add.s64 	%rd113, %rd589, %rd15;
+	add.s64 	%rd590, %rd19, %rd15;
+	shr.u32 	%r290, %r2645, 16;
+	and.b64  	%rd591, %rd590, 1;
+	setp.eq.b64 	%p453, %rd591, 1;
+	mov.pred 	%p454, 0;
+	xor.pred  	%p455, %p453, %p454;
+	not.pred 	%p456, %p455;
+	@%p456 bra 	$L__BB1_360;
+	bra.uni 	$L__BB1_359;
+$L__BB1_360:
+	st.global.u16 	[%rd113], %r290;
+	bra.uni 	$L__BB1_361;
+$L__BB1_359:
+	st.global.u8 	[%rd113], %r290;
+	shr.u32 	%r1443, %r2645, 24;
+	st.global.u8 	[%rd113+1], %r1443;
+$L__BB1_361:
+	shr.u64 	%rd1267, %rd10, 5;
+	add.s64 	%rd1254, %rd1254, 16384;
+	add.s64 	%rd1253, %rd1253, 16384;
+	shr.u64 	%rd592, %rd80, 48;
+	cvt.u32.u64 	%r1444, %rd592;
+	add.s32 	%r2811, %r271, %r1444;
+	add.s64 	%rd1252, %rd1252, 1024;
+	setp.lt.u64 	%p457, %rd1252, %rd20;
+	@%p457 bra 	$L__BB1_140;
+	bra.uni 	$L__BB1_730;
+$L__BB1_362:
+	setp.eq.s64 	%p458, %rd20, 0;
+	@%p458 bra 	$L__BB1_730;
+	mul.wide.u32 	%rd594, %r642, 16;
+	add.s64 	%rd595, %rd13, %rd594;
+	add.s64 	%rd1258, %rd595, %rd12;
+	add.s64 	%rd596, %rd14, %rd594;
+	add.s64 	%rd1259, %rd596, %rd12;
+	mov.u64 	%rd1257, 0;
+	mov.u32 	%r2811, 0;
+$L__BB1_364:
+	mov.u32 	%r2682, 0;
+	cvt.u64.u32 	%rd597, %r642;
+	add.s64 	%rd124, %rd1257, %rd597;
+	setp.ge.u64 	%p459, %rd124, %rd20;
+	mov.u32 	%r2683, %r2682;
+	mov.u32 	%r2684, %r2682;
+	mov.u32 	%r2685, %r2682;
+	mov.u32 	%r2686, %r2682;
+	mov.u32 	%r2687, %r2682;
+	mov.u32 	%r2688, %r2682;
+	mov.u32 	%r2689, %r2682;
+	@%p459 bra 	$L__BB1_366;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r2685,%r2684,%r2683,%r2682}, [%rd1258];
+	// end inline asm
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r2689,%r2688,%r2687,%r2686}, [%rd1259];
+	// end inline asm
+$L__BB1_366:
+	add.s64 	%rd125, %rd124, 256;
+	setp.ge.u64 	%p460, %rd125, %rd20;
+	mov.u32 	%r2698, 0;
+	mov.u32 	%r2690, %r2698;
+	mov.u32 	%r2691, %r2698;
+	mov.u32 	%r2692, %r2698;
+	mov.u32 	%r2693, %r2698;
+	mov.u32 	%r2694, %r2698;
+	mov.u32 	%r2695, %r2698;
+	mov.u32 	%r2696, %r2698;
+	mov.u32 	%r2697, %r2698;
+	@%p460 bra 	$L__BB1_368;
+	add.s64 	%rd600, %rd1258, 4096;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r2693,%r2692,%r2691,%r2690}, [%rd600];
+	// end inline asm
+	add.s64 	%rd601, %rd1259, 4096;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r2697,%r2696,%r2695,%r2694}, [%rd601];
+	// end inline asm
+$L__BB1_368:
+	add.s64 	%rd126, %rd124, 512;
+	setp.ge.u64 	%p461, %rd126, %rd20;
+	mov.u32 	%r2699, %r2698;
+	mov.u32 	%r2700, %r2698;
+	mov.u32 	%r2701, %r2698;
+	mov.u32 	%r2702, %r2698;
+	mov.u32 	%r2703, %r2698;
+	mov.u32 	%r2704, %r2698;
+	mov.u32 	%r2705, %r2698;
+	@%p461 bra 	$L__BB1_370;
+	add.s64 	%rd602, %rd1258, 8192;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r2701,%r2700,%r2699,%r2698}, [%rd602];
+	// end inline asm
+	add.s64 	%rd603, %rd1259, 8192;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r2705,%r2704,%r2703,%r2702}, [%rd603];
+	// end inline asm
+$L__BB1_370:
+	add.s64 	%rd127, %rd124, 768;
+	setp.ge.u64 	%p462, %rd127, %rd20;
+	mov.u32 	%r2706, 0;
+	mov.u32 	%r2707, %r2706;
+	mov.u32 	%r2708, %r2706;
+	mov.u32 	%r2709, %r2706;
+	mov.u32 	%r2710, %r2706;
+	mov.u32 	%r2711, %r2706;
+	mov.u32 	%r2712, %r2706;
+	mov.u32 	%r2713, %r2706;
+	@%p462 bra 	$L__BB1_372;
+	add.s64 	%rd604, %rd1258, 12288;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r2709,%r2708,%r2707,%r2706}, [%rd604];
+	// end inline asm
+	add.s64 	%rd605, %rd1259, 12288;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r2713,%r2712,%r2711,%r2710}, [%rd605];
+	// end inline asm
+$L__BB1_372:
+	mov.u32 	%r1522, 1;
+	and.b32  	%r1523, %r642, 1;
+	setp.eq.b32 	%p463, %r1523, 1;
+	xor.b32  	%r1524, %r2689, %r2685;
+	or.b32  	%r1525, %r1524, -2139062144;
+	add.s32 	%r1526, %r1525, -16843009;
+	or.b32  	%r1513, %r1526, %r1524;
+	// begin inline asm
+	prmt.b32 %r1513, %r1513, 0, 0xba98;
+	// end inline asm
+	and.b32  	%r1527, %r1513, 1;
+	shr.u32 	%r1528, %r1513, 7;
+	and.b32  	%r1529, %r1528, 2;
+	or.b32  	%r1530, %r1529, %r1527;
+	shr.u32 	%r1531, %r1513, 14;
+	and.b32  	%r1532, %r1531, 4;
+	or.b32  	%r1533, %r1530, %r1532;
+	shr.u32 	%r1534, %r1513, 21;
+	and.b32  	%r1535, %r1534, 8;
+	or.b32  	%r1536, %r1533, %r1535;
+	xor.b32  	%r1537, %r2688, %r2684;
+	or.b32  	%r1538, %r1537, -2139062144;
+	add.s32 	%r1539, %r1538, -16843009;
+	or.b32  	%r1515, %r1539, %r1537;
+	// begin inline asm
+	prmt.b32 %r1515, %r1515, 0, 0xba98;
+	// end inline asm
+	and.b32  	%r359, %r1515, 1;
+	shr.u32 	%r1540, %r1515, 7;
+	and.b32  	%r1541, %r1540, 2;
+	or.b32  	%r1542, %r1541, %r359;
+	shr.u32 	%r1543, %r1515, 14;
+	and.b32  	%r1544, %r1543, 4;
+	or.b32  	%r1545, %r1542, %r1544;
+	shr.u32 	%r1546, %r1515, 21;
+	and.b32  	%r1547, %r1546, 8;
+	or.b32  	%r1548, %r1545, %r1547;
+	shl.b32 	%r1549, %r1548, 4;
+	or.b32  	%r1550, %r1536, %r1549;
+	xor.b32  	%r1551, %r2687, %r2683;
+	or.b32  	%r1552, %r1551, -2139062144;
+	add.s32 	%r1553, %r1552, -16843009;
+	or.b32  	%r1517, %r1553, %r1551;
+	// begin inline asm
+	prmt.b32 %r1517, %r1517, 0, 0xba98;
+	// end inline asm
+	and.b32  	%r1554, %r1517, 1;
+	shr.u32 	%r1555, %r1517, 7;
+	and.b32  	%r1556, %r1555, 2;
+	or.b32  	%r1557, %r1556, %r1554;
+	shr.u32 	%r1558, %r1517, 14;
+	and.b32  	%r1559, %r1558, 4;
+	or.b32  	%r1560, %r1557, %r1559;
+	shr.u32 	%r1561, %r1517, 21;
+	and.b32  	%r1562, %r1561, 8;
+	or.b32  	%r1563, %r1560, %r1562;
+	shl.b32 	%r1564, %r1563, 8;
+	or.b32  	%r360, %r1550, %r1564;
+	xor.b32  	%r1565, %r2686, %r2682;
+	or.b32  	%r1566, %r1565, -2139062144;
+	add.s32 	%r1567, %r1566, -16843009;
+	or.b32  	%r1519, %r1567, %r1565;
+	// begin inline asm
+	prmt.b32 %r1519, %r1519, 0, 0xba98;
+	// end inline asm
+	and.b32  	%r1568, %r1519, 1;
+	shr.u32 	%r1569, %r1519, 7;
+	and.b32  	%r1570, %r1569, 2;
+	or.b32  	%r1571, %r1570, %r1568;
+	shr.u32 	%r1572, %r1519, 14;
+	and.b32  	%r1573, %r1572, 4;
+	or.b32  	%r1574, %r1571, %r1573;
+	shr.u32 	%r1575, %r1519, 21;
+	and.b32  	%r1576, %r1575, 8;
+	or.b32  	%r1577, %r1574, %r1576;
+	shl.b32 	%r1578, %r1577, 12;
+	or.b32  	%r361, %r360, %r1578;
+	shl.b32 	%r1579, %r642, 4;
+	and.b32  	%r1580, %r1579, 16;
+	shl.b32 	%r362, %r361, %r1580;
+	mov.u32 	%r1581, 31;
+	mov.u32 	%r1582, -1;
+	shfl.sync.bfly.b32 	%r363|%p5, %r362, %r1522, %r1581, %r1582;
+	or.pred  	%p465, %p463, %p459;
+	@%p465 bra 	$L__BB1_374;
+	cvt.u32.u64 	%r1583, %rd124;
+	shl.b32 	%r1584, %r1583, 1;
+	and.b32  	%r1585, %r1584, -4;
+	mov.u32 	%r1586, _ZZ14ws_delta_countE5smask;
+	add.s32 	%r1587, %r1586, %r1585;
+	or.b32  	%r1588, %r363, %r362;
+	st.shared.u32 	[%r1587], %r1588;
+$L__BB1_374:
+	setp.eq.s32 	%p466, %r2, 0;
+	@%p466 bra 	$L__BB1_377;
+	mov.u32 	%r1589, 31;
+	mov.u32 	%r1590, 1;
+	mov.u32 	%r1591, -1;
+	shfl.sync.bfly.b32 	%r1592|%p468, %r361, %r1590, %r1589, %r1591;
+	or.b32  	%r1593, %r1592, %r361;
+	setp.eq.s32 	%p469, %r1593, 0;
+	or.pred  	%p470, %p459, %p469;
+	@%p470 bra 	$L__BB1_377;
+	st.v4.u32 	[%rd1259], {%r2685, %r2684, %r2683, %r2682};
+$L__BB1_377:
+	mov.u32 	%r1603, 1;
+	xor.b32  	%r1605, %r2697, %r2693;
+	or.b32  	%r1606, %r1605, -2139062144;
+	add.s32 	%r1607, %r1606, -16843009;
+	or.b32  	%r1594, %r1607, %r1605;
+	// begin inline asm
+	prmt.b32 %r1594, %r1594, 0, 0xba98;
+	// end inline asm
+	and.b32  	%r1608, %r1594, 1;
+	shr.u32 	%r1609, %r1594, 7;
+	and.b32  	%r1610, %r1609, 2;
+	or.b32  	%r1611, %r1610, %r1608;
+	shr.u32 	%r1612, %r1594, 14;
+	and.b32  	%r1613, %r1612, 4;
+	or.b32  	%r1614, %r1611, %r1613;
+	shr.u32 	%r1615, %r1594, 21;
+	and.b32  	%r1616, %r1615, 8;
+	or.b32  	%r1617, %r1614, %r1616;
+	xor.b32  	%r1618, %r2696, %r2692;
+	or.b32  	%r1619, %r1618, -2139062144;
+	add.s32 	%r1620, %r1619, -16843009;
+	or.b32  	%r1596, %r1620, %r1618;
+	// begin inline asm
+	prmt.b32 %r1596, %r1596, 0, 0xba98;
+	// end inline asm
+	and.b32  	%r366, %r1596, 1;
+	shr.u32 	%r1621, %r1596, 7;
+	and.b32  	%r1622, %r1621, 2;
+	or.b32  	%r1623, %r1622, %r366;
+	shr.u32 	%r1624, %r1596, 14;
+	and.b32  	%r1625, %r1624, 4;
+	or.b32  	%r1626, %r1623, %r1625;
+	shr.u32 	%r1627, %r1596, 21;
+	and.b32  	%r1628, %r1627, 8;
+	or.b32  	%r1629, %r1626, %r1628;
+	shl.b32 	%r1630, %r1629, 4;
+	or.b32  	%r1631, %r1617, %r1630;
+	xor.b32  	%r1632, %r2695, %r2691;
+	or.b32  	%r1633, %r1632, -2139062144;
+	add.s32 	%r1634, %r1633, -16843009;
+	or.b32  	%r1598, %r1634, %r1632;
+	// begin inline asm
+	prmt.b32 %r1598, %r1598, 0, 0xba98;
+	// end inline asm
+	and.b32  	%r1635, %r1598, 1;
+	shr.u32 	%r1636, %r1598, 7;
+	and.b32  	%r1637, %r1636, 2;
+	or.b32  	%r1638, %r1637, %r1635;
+	shr.u32 	%r1639, %r1598, 14;
+	and.b32  	%r1640, %r1639, 4;
+	or.b32  	%r1641, %r1638, %r1640;
+	shr.u32 	%r1642, %r1598, 21;
+	and.b32  	%r1643, %r1642, 8;
+	or.b32  	%r1644, %r1641, %r1643;
+	shl.b32 	%r1645, %r1644, 8;
+	or.b32  	%r367, %r1631, %r1645;
+	xor.b32  	%r1646, %r2694, %r2690;
+	or.b32  	%r1647, %r1646, -2139062144;
+	add.s32 	%r1648, %r1647, -16843009;
+	or.b32  	%r1600, %r1648, %r1646;
+	// begin inline asm
+	prmt.b32 %r1600, %r1600, 0, 0xba98;
+	// end inline asm
+	and.b32  	%r1649, %r1600, 1;
+	shr.u32 	%r1650, %r1600, 7;
+	and.b32  	%r1651, %r1650, 2;
+	or.b32  	%r1652, %r1651, %r1649;
+	shr.u32 	%r1653, %r1600, 14;
+	and.b32  	%r1654, %r1653, 4;
+	or.b32  	%r1655, %r1652, %r1654;
+	shr.u32 	%r1656, %r1600, 21;
+	and.b32  	%r1657, %r1656, 8;
+	or.b32  	%r1658, %r1655, %r1657;
+	shl.b32 	%r1659, %r1658, 12;
+	or.b32  	%r368, %r367, %r1659;
+	shl.b32 	%r369, %r368, %r1580;
+	mov.u32 	%r1662, 31;
+	mov.u32 	%r1663, -1;
+	shfl.sync.bfly.b32 	%r370|%p6, %r369, %r1603, %r1662, %r1663;
+	or.pred  	%p473, %p463, %p460;
+	@%p473 bra 	$L__BB1_379;
+	cvt.u32.u64 	%r1664, %rd125;
+	shl.b32 	%r1665, %r1664, 1;
+	and.b32  	%r1666, %r1665, -4;
+	mov.u32 	%r1667, _ZZ14ws_delta_countE5smask;
+	add.s32 	%r1668, %r1667, %r1666;
+	or.b32  	%r1669, %r370, %r369;
+	st.shared.u32 	[%r1668], %r1669;
+$L__BB1_379:
+	@%p466 bra 	$L__BB1_382;
+	mov.u32 	%r1670, 31;
+	mov.u32 	%r1671, 1;
+	mov.u32 	%r1672, -1;
+	shfl.sync.bfly.b32 	%r1673|%p476, %r368, %r1671, %r1670, %r1672;
+	or.b32  	%r1674, %r1673, %r368;
+	setp.eq.s32 	%p477, %r1674, 0;
+	or.pred  	%p478, %p460, %p477;
+	@%p478 bra 	$L__BB1_382;
+	st.v4.u32 	[%rd1259+4096], {%r2693, %r2692, %r2691, %r2690};
+$L__BB1_382:
+	mov.u32 	%r1684, 1;
+	xor.b32  	%r1686, %r2705, %r2701;
+	or.b32  	%r1687, %r1686, -2139062144;
+	add.s32 	%r1688, %r1687, -16843009;
+	or.b32  	%r1675, %r1688, %r1686;
+	// begin inline asm
+	prmt.b32 %r1675, %r1675, 0, 0xba98;
+	// end inline asm
+	and.b32  	%r1689, %r1675, 1;
+	shr.u32 	%r1690, %r1675, 7;
+	and.b32  	%r1691, %r1690, 2;
+	or.b32  	%r1692, %r1691, %r1689;
+	shr.u32 	%r1693, %r1675, 14;
+	and.b32  	%r1694, %r1693, 4;
+	or.b32  	%r1695, %r1692, %r1694;
+	shr.u32 	%r1696, %r1675, 21;
+	and.b32  	%r1697, %r1696, 8;
+	or.b32  	%r1698, %r1695, %r1697;
+	xor.b32  	%r1699, %r2704, %r2700;
+	or.b32  	%r1700, %r1699, -2139062144;
+	add.s32 	%r1701, %r1700, -16843009;
+	or.b32  	%r1677, %r1701, %r1699;
+	// begin inline asm
+	prmt.b32 %r1677, %r1677, 0, 0xba98;
+	// end inline asm
+	and.b32  	%r373, %r1677, 1;
+	shr.u32 	%r1702, %r1677, 7;
+	and.b32  	%r1703, %r1702, 2;
+	or.b32  	%r1704, %r1703, %r373;
+	shr.u32 	%r1705, %r1677, 14;
+	and.b32  	%r1706, %r1705, 4;
+	or.b32  	%r1707, %r1704, %r1706;
+	shr.u32 	%r1708, %r1677, 21;
+	and.b32  	%r1709, %r1708, 8;
+	or.b32  	%r1710, %r1707, %r1709;
+	shl.b32 	%r1711, %r1710, 4;
+	or.b32  	%r1712, %r1698, %r1711;
+	xor.b32  	%r1713, %r2703, %r2699;
+	or.b32  	%r1714, %r1713, -2139062144;
+	add.s32 	%r1715, %r1714, -16843009;
+	or.b32  	%r1679, %r1715, %r1713;
+	// begin inline asm
+	prmt.b32 %r1679, %r1679, 0, 0xba98;
+	// end inline asm
+	and.b32  	%r1716, %r1679, 1;
+	shr.u32 	%r1717, %r1679, 7;
+	and.b32  	%r1718, %r1717, 2;
+	or.b32  	%r1719, %r1718, %r1716;
+	shr.u32 	%r1720, %r1679, 14;
+	and.b32  	%r1721, %r1720, 4;
+	or.b32  	%r1722, %r1719, %r1721;
+	shr.u32 	%r1723, %r1679, 21;
+	and.b32  	%r1724, %r1723, 8;
+	or.b32  	%r1725, %r1722, %r1724;
+	shl.b32 	%r1726, %r1725, 8;
+	or.b32  	%r374, %r1712, %r1726;
+	xor.b32  	%r1727, %r2702, %r2698;
+	or.b32  	%r1728, %r1727, -2139062144;
+	add.s32 	%r1729, %r1728, -16843009;
+	or.b32  	%r1681, %r1729, %r1727;
+	// begin inline asm
+	prmt.b32 %r1681, %r1681, 0, 0xba98;
+	// end inline asm
+	and.b32  	%r1730, %r1681, 1;
+	shr.u32 	%r1731, %r1681, 7;
+	and.b32  	%r1732, %r1731, 2;
+	or.b32  	%r1733, %r1732, %r1730;
+	shr.u32 	%r1734, %r1681, 14;
+	and.b32  	%r1735, %r1734, 4;
+	or.b32  	%r1736, %r1733, %r1735;
+	shr.u32 	%r1737, %r1681, 21;
+	and.b32  	%r1738, %r1737, 8;
+	or.b32  	%r1739, %r1736, %r1738;
+	shl.b32 	%r1740, %r1739, 12;
+	or.b32  	%r375, %r374, %r1740;
+	shl.b32 	%r376, %r375, %r1580;
+	mov.u32 	%r1743, 31;
+	mov.u32 	%r1744, -1;
+	shfl.sync.bfly.b32 	%r377|%p7, %r376, %r1684, %r1743, %r1744;
+	or.pred  	%p481, %p463, %p461;
+	@%p481 bra 	$L__BB1_384;
+	cvt.u32.u64 	%r1745, %rd126;
+	shl.b32 	%r1746, %r1745, 1;
+	and.b32  	%r1747, %r1746, -4;
+	mov.u32 	%r1748, _ZZ14ws_delta_countE5smask;
+	add.s32 	%r1749, %r1748, %r1747;
+	or.b32  	%r1750, %r377, %r376;
+	st.shared.u32 	[%r1749], %r1750;
+$L__BB1_384:
+	@%p466 bra 	$L__BB1_387;
+	mov.u32 	%r1751, 31;
+	mov.u32 	%r1752, 1;
+	mov.u32 	%r1753, -1;
+	shfl.sync.bfly.b32 	%r1754|%p484, %r375, %r1752, %r1751, %r1753;
+	or.b32  	%r1755, %r1754, %r375;
+	setp.eq.s32 	%p485, %r1755, 0;
+	or.pred  	%p486, %p461, %p485;
+	@%p486 bra 	$L__BB1_387;
+	st.v4.u32 	[%rd1259+8192], {%r2701, %r2700, %r2699, %r2698};
+$L__BB1_387:
+	mov.u32 	%r1765, 1;
+	xor.b32  	%r1767, %r2713, %r2709;
+	or.b32  	%r1768, %r1767, -2139062144;
+	add.s32 	%r1769, %r1768, -16843009;
+	or.b32  	%r1756, %r1769, %r1767;
+	// begin inline asm
+	prmt.b32 %r1756, %r1756, 0, 0xba98;
+	// end inline asm
+	and.b32  	%r1770, %r1756, 1;
+	shr.u32 	%r1771, %r1756, 7;
+	and.b32  	%r1772, %r1771, 2;
+	or.b32  	%r1773, %r1772, %r1770;
+	shr.u32 	%r1774, %r1756, 14;
+	and.b32  	%r1775, %r1774, 4;
+	or.b32  	%r1776, %r1773, %r1775;
+	shr.u32 	%r1777, %r1756, 21;
+	and.b32  	%r1778, %r1777, 8;
+	or.b32  	%r1779, %r1776, %r1778;
+	xor.b32  	%r1780, %r2712, %r2708;
+	or.b32  	%r1781, %r1780, -2139062144;
+	add.s32 	%r1782, %r1781, -16843009;
+	or.b32  	%r1758, %r1782, %r1780;
+	// begin inline asm
+	prmt.b32 %r1758, %r1758, 0, 0xba98;
+	// end inline asm
+	and.b32  	%r380, %r1758, 1;
+	shr.u32 	%r1783, %r1758, 7;
+	and.b32  	%r1784, %r1783, 2;
+	or.b32  	%r1785, %r1784, %r380;
+	shr.u32 	%r1786, %r1758, 14;
+	and.b32  	%r1787, %r1786, 4;
+	or.b32  	%r1788, %r1785, %r1787;
+	shr.u32 	%r1789, %r1758, 21;
+	and.b32  	%r1790, %r1789, 8;
+	or.b32  	%r1791, %r1788, %r1790;
+	shl.b32 	%r1792, %r1791, 4;
+	or.b32  	%r1793, %r1779, %r1792;
+	xor.b32  	%r1794, %r2711, %r2707;
+	or.b32  	%r1795, %r1794, -2139062144;
+	add.s32 	%r1796, %r1795, -16843009;
+	or.b32  	%r1760, %r1796, %r1794;
+	// begin inline asm
+	prmt.b32 %r1760, %r1760, 0, 0xba98;
+	// end inline asm
+	and.b32  	%r1797, %r1760, 1;
+	shr.u32 	%r1798, %r1760, 7;
+	and.b32  	%r1799, %r1798, 2;
+	or.b32  	%r1800, %r1799, %r1797;
+	shr.u32 	%r1801, %r1760, 14;
+	and.b32  	%r1802, %r1801, 4;
+	or.b32  	%r1803, %r1800, %r1802;
+	shr.u32 	%r1804, %r1760, 21;
+	and.b32  	%r1805, %r1804, 8;
+	or.b32  	%r1806, %r1803, %r1805;
+	shl.b32 	%r1807, %r1806, 8;
+	or.b32  	%r381, %r1793, %r1807;
+	xor.b32  	%r1808, %r2710, %r2706;
+	or.b32  	%r1809, %r1808, -2139062144;
+	add.s32 	%r1810, %r1809, -16843009;
+	or.b32  	%r1762, %r1810, %r1808;
+	// begin inline asm
+	prmt.b32 %r1762, %r1762, 0, 0xba98;
+	// end inline asm
+	and.b32  	%r1811, %r1762, 1;
+	shr.u32 	%r1812, %r1762, 7;
+	and.b32  	%r1813, %r1812, 2;
+	or.b32  	%r1814, %r1813, %r1811;
+	shr.u32 	%r1815, %r1762, 14;
+	and.b32  	%r1816, %r1815, 4;
+	or.b32  	%r1817, %r1814, %r1816;
+	shr.u32 	%r1818, %r1762, 21;
+	and.b32  	%r1819, %r1818, 8;
+	or.b32  	%r1820, %r1817, %r1819;
+	shl.b32 	%r1821, %r1820, 12;
+	or.b32  	%r382, %r381, %r1821;
+	shl.b32 	%r1824, %r382, %r1580;
+	popc.b32 	%r1825, %r382;
+	cvt.u64.u32 	%rd606, %r1825;
+	shl.b64 	%rd607, %rd606, 48;
+	mov.u32 	%r1826, 31;
+	mov.u32 	%r1827, -1;
+	shfl.sync.bfly.b32 	%r1828|%p489, %r1824, %r1765, %r1826, %r1827;
+	or.b32  	%r383, %r1828, %r1824;
+	popc.b32 	%r1829, %r375;
+	cvt.u64.u32 	%rd608, %r1829;
+	popc.b32 	%r1830, %r368;
+	shl.b32 	%r1831, %r1830, 16;
+	popc.b32 	%r1832, %r361;
+	or.b32  	%r1833, %r1831, %r1832;
+	cvt.u64.u32 	%rd609, %r1833;
+	bfi.b64 	%rd610, %rd608, %rd609, 32, 32;
+	or.b64  	%rd128, %rd607, %rd610;
+	or.pred  	%p490, %p463, %p462;
+	@%p490 bra 	$L__BB1_389;
+	cvt.u32.u64 	%r1834, %rd127;
+	shl.b32 	%r1835, %r1834, 1;
+	and.b32  	%r1836, %r1835, -4;
+	mov.u32 	%r1837, _ZZ14ws_delta_countE5smask;
+	add.s32 	%r1838, %r1837, %r1836;
+	st.shared.u32 	[%r1838], %r383;
+$L__BB1_389:
+	@%p466 bra 	$L__BB1_392;
+	mov.u32 	%r1839, 31;
+	mov.u32 	%r1840, 1;
+	mov.u32 	%r1841, -1;
+	shfl.sync.bfly.b32 	%r1842|%p493, %r382, %r1840, %r1839, %r1841;
+	or.b32  	%r1843, %r1842, %r382;
+	setp.eq.s32 	%p494, %r1843, 0;
+	or.pred  	%p495, %p462, %p494;
+	@%p495 bra 	$L__BB1_392;
+	st.v4.u32 	[%rd1259+12288], {%r2709, %r2708, %r2707, %r2706};
+$L__BB1_392:
+	cvt.u32.u64 	%r1864, %rd7;
+	setp.lt.u32 	%p496, %r1864, 16;
+	mov.u32 	%r1865, 16;
+	setp.lt.u32 	%p497, %r1864, 4;
+	mov.u32 	%r1866, 4;
+	setp.lt.u32 	%p498, %r1864, 2;
+	mov.u32 	%r1867, 2;
+	setp.lt.u32 	%p499, %r1864, 8;
+	mov.u32 	%r1868, 8;
+	setp.ne.s32 	%p500, %r1864, 31;
+	setp.eq.s32 	%p501, %r1864, 0;
+	mov.u32 	%r1869, 0;
+	// begin inline asm
+	mov.b64 {%r1844,%r1845}, %rd128;
+	// end inline asm
+	mov.u32 	%r1870, 1;
+	mov.u32 	%r1871, -1;
+	shfl.sync.up.b32 	%r1847|%p502, %r1845, %r1870, %r1869, %r1871;
+	shfl.sync.up.b32 	%r1846|%p503, %r1844, %r1870, %r1869, %r1871;
+	// begin inline asm
+	mov.b64 %rd612, {%r1846,%r1847};
+	// end inline asm
+	selp.b64 	%rd621, 0, %rd612, %p501;
+	add.s64 	%rd613, %rd621, %rd128;
+	// begin inline asm
+	mov.b64 {%r1848,%r1849}, %rd613;
+	// end inline asm
+	shfl.sync.up.b32 	%r1851|%p504, %r1849, %r1867, %r1869, %r1871;
+	shfl.sync.up.b32 	%r1850|%p505, %r1848, %r1867, %r1869, %r1871;
+	// begin inline asm
+	mov.b64 %rd614, {%r1850,%r1851};
+	// end inline asm
+	selp.b64 	%rd622, 0, %rd614, %p498;
+	add.s64 	%rd615, %rd622, %rd613;
+	// begin inline asm
+	mov.b64 {%r1852,%r1853}, %rd615;
+	// end inline asm
+	shfl.sync.up.b32 	%r1855|%p506, %r1853, %r1866, %r1869, %r1871;
+	shfl.sync.up.b32 	%r1854|%p507, %r1852, %r1866, %r1869, %r1871;
+	// begin inline asm
+	mov.b64 %rd616, {%r1854,%r1855};
+	// end inline asm
+	selp.b64 	%rd623, 0, %rd616, %p497;
+	add.s64 	%rd617, %rd623, %rd615;
+	// begin inline asm
+	mov.b64 {%r1856,%r1857}, %rd617;
+	// end inline asm
+	shfl.sync.up.b32 	%r1859|%p508, %r1857, %r1868, %r1869, %r1871;
+	shfl.sync.up.b32 	%r1858|%p509, %r1856, %r1868, %r1869, %r1871;
+	// begin inline asm
+	mov.b64 %rd618, {%r1858,%r1859};
+	// end inline asm
+	selp.b64 	%rd624, 0, %rd618, %p499;
+	add.s64 	%rd619, %rd624, %rd617;
+	// begin inline asm
+	mov.b64 {%r1860,%r1861}, %rd619;
+	// end inline asm
+	shfl.sync.up.b32 	%r1863|%p510, %r1861, %r1865, %r1869, %r1871;
+	shfl.sync.up.b32 	%r1862|%p511, %r1860, %r1865, %r1869, %r1871;
+	// begin inline asm
+	mov.b64 %rd620, {%r1862,%r1863};
+	// end inline asm
+	selp.b64 	%rd625, 0, %rd620, %p496;
+	add.s64 	%rd129, %rd625, %rd619;
+	@%p500 bra 	$L__BB1_394;
+	shr.u32 	%r1873, %r642, 2;
+	and.b32  	%r1874, %r1873, 1073741816;
+	mov.u32 	%r1875, _ZZ14ws_delta_countE3red;
+	add.s32 	%r1876, %r1875, %r1874;
+	st.shared.u64 	[%r1876], %rd129;
+$L__BB1_394:
+	shr.u32 	%r1878, %r642, 5;
+	setp.ne.s32 	%p512, %r1878, 0;
+	bar.sync 	0;
+	@%p512 bra 	$L__BB1_399;
+	cvt.u32.u64 	%r2536, %rd7;
+	setp.gt.u32 	%p513, %r2536, 7;
+	mov.u64 	%rd1260, 0;
+	@%p513 bra 	$L__BB1_397;
+	shl.b32 	%r1881, %r642, 3;
+	and.b32  	%r1882, %r1881, 248;
+	mov.u32 	%r1883, _ZZ14ws_delta_countE3red;
+	add.s32 	%r1884, %r1883, %r1882;
+	ld.shared.u64 	%rd1260, [%r1884];
+$L__BB1_397:
+	cvt.u32.u64 	%r2537, %rd7;
+	setp.lt.u32 	%p892, %r2537, 16;
+	setp.lt.u32 	%p891, %r2537, 8;
+	setp.lt.u32 	%p890, %r2537, 4;
+	setp.lt.u32 	%p889, %r2537, 2;
+	setp.eq.s32 	%p888, %r2537, 0;
+	mov.u32 	%r1906, 16;
+	mov.u32 	%r1907, 4;
+	mov.u32 	%r1908, 2;
+	mov.u32 	%r1909, 8;
+	mov.u32 	%r1910, 0;
+	// begin inline asm
+	mov.b64 {%r1885,%r1886}, %rd1260;
+	// end inline asm
+	mov.u32 	%r1911, 1;
+	mov.u32 	%r1912, -1;
+	shfl.sync.up.b32 	%r1888|%p520, %r1886, %r1911, %r1910, %r1912;
+	shfl.sync.up.b32 	%r1887|%p521, %r1885, %r1911, %r1910, %r1912;
+	// begin inline asm
+	mov.b64 %rd628, {%r1887,%r1888};
+	// end inline asm
+	selp.b64 	%rd637, 0, %rd628, %p888;
+	add.s64 	%rd629, %rd637, %rd1260;
+	// begin inline asm
+	mov.b64 {%r1889,%r1890}, %rd629;
+	// end inline asm
+	shfl.sync.up.b32 	%r1892|%p522, %r1890, %r1908, %r1910, %r1912;
+	shfl.sync.up.b32 	%r1891|%p523, %r1889, %r1908, %r1910, %r1912;
+	// begin inline asm
+	mov.b64 %rd630, {%r1891,%r1892};
+	// end inline asm
+	selp.b64 	%rd638, 0, %rd630, %p889;
+	add.s64 	%rd631, %rd638, %rd629;
+	// begin inline asm
+	mov.b64 {%r1893,%r1894}, %rd631;
+	// end inline asm
+	shfl.sync.up.b32 	%r1896|%p524, %r1894, %r1907, %r1910, %r1912;
+	shfl.sync.up.b32 	%r1895|%p525, %r1893, %r1907, %r1910, %r1912;
+	// begin inline asm
+	mov.b64 %rd632, {%r1895,%r1896};
+	// end inline asm
+	selp.b64 	%rd639, 0, %rd632, %p890;
+	add.s64 	%rd633, %rd639, %rd631;
+	// begin inline asm
+	mov.b64 {%r1897,%r1898}, %rd633;
+	// end inline asm
+	shfl.sync.up.b32 	%r1900|%p526, %r1898, %r1909, %r1910, %r1912;
+	shfl.sync.up.b32 	%r1899|%p527, %r1897, %r1909, %r1910, %r1912;
+	// begin inline asm
+	mov.b64 %rd634, {%r1899,%r1900};
+	// end inline asm
+	selp.b64 	%rd640, 0, %rd634, %p891;
+	add.s64 	%rd635, %rd640, %rd633;
+	// begin inline asm
+	mov.b64 {%r1901,%r1902}, %rd635;
+	// end inline asm
+	shfl.sync.up.b32 	%r1904|%p528, %r1902, %r1906, %r1910, %r1912;
+	shfl.sync.up.b32 	%r1903|%p529, %r1901, %r1906, %r1910, %r1912;
+	// begin inline asm
+	mov.b64 %rd636, {%r1903,%r1904};
+	// end inline asm
+	selp.b64 	%rd641, 0, %rd636, %p892;
+	add.s64 	%rd132, %rd641, %rd635;
+	@%p513 bra 	$L__BB1_399;
+	shl.b32 	%r1914, %r642, 3;
+	and.b32  	%r1915, %r1914, 248;
+	mov.u32 	%r1916, _ZZ14ws_delta_countE3red;
+	add.s32 	%r1917, %r1916, %r1915;
+	st.shared.u64 	[%r1917], %rd132;
+$L__BB1_399:
+	setp.eq.s32 	%p530, %r1878, 0;
+	bar.sync 	0;
+	mov.u64 	%rd1261, 0;
+	@%p530 bra 	$L__BB1_401;
+	shr.u32 	%r1921, %r642, 2;
+	and.b32  	%r1922, %r1921, 1073741816;
+	mov.u32 	%r1923, _ZZ14ws_delta_countE3red;
+	add.s32 	%r1924, %r1923, %r1922;
+	ld.shared.u64 	%rd1261, [%r1924+-8];
+$L__BB1_401:
+	and.b32  	%r2502, %r1513, 1;
+	ld.shared.u64 	%rd135, [_ZZ14ws_delta_countE3red+56];
+	bar.sync 	0;
+	sub.s64 	%rd643, %rd129, %rd128;
+	add.s64 	%rd136, %rd643, %rd1261;
+	cvt.u32.u64 	%r1925, %rd136;
+	and.b32  	%r1926, %r1925, 65535;
+	add.s32 	%r2715, %r1926, %r2811;
+	setp.eq.b32 	%p531, %r2502, 1;
+	mov.pred 	%p532, 0;
+	xor.pred  	%p533, %p531, %p532;
+	not.pred 	%p534, %p533;
+	@%p534 bra 	$L__BB1_405;
+	setp.ge.u32 	%p535, %r2715, %r2574;
+	@%p535 bra 	$L__BB1_404;
+	cvt.u16.u64 	%rs135, %rd124;
+	shl.b16 	%rs136, %rs135, 4;
+	cvt.u64.u32 	%rd644, %r2715;
+	mul.wide.u32 	%rd645, %r2715, 2;
+	add.s64 	%rd646, %rd18, %rd645;
+	st.global.u16 	[%rd646], %rs136;
+	add.s64 	%rd647, %rd644, %rd15;
+	add.s64 	%rd648, %rd18, %rd647;
+	st.global.u8 	[%rd648], %r2685;
+$L__BB1_404:
+	add.s32 	%r2715, %r2715, 1;
+$L__BB1_405:
+	shr.u32 	%r2504, %r1513, 7;
+	and.b32  	%r2503, %r2504, 2;
+	setp.eq.s32 	%p536, %r2503, 0;
+	@%p536 bra 	$L__BB1_409;
+	setp.ge.u32 	%p537, %r2715, %r2574;
+	@%p537 bra 	$L__BB1_408;
+	cvt.u16.u64 	%rs137, %rd124;
+	shl.b16 	%rs138, %rs137, 4;
+	or.b16  	%rs139, %rs138, 1;
+	cvt.u64.u32 	%rd649, %r2715;
+	mul.wide.u32 	%rd650, %r2715, 2;
+	add.s64 	%rd651, %rd18, %rd650;
+	st.global.u16 	[%rd651], %rs139;
+	add.s64 	%rd652, %rd649, %rd15;
+	add.s64 	%rd653, %rd18, %rd652;
+	shr.u32 	%r1930, %r2685, 8;
+	st.global.u8 	[%rd653], %r1930;
+$L__BB1_408:
+	add.s32 	%r2715, %r2715, 1;
+$L__BB1_409:
+	shr.u32 	%r2506, %r1513, 14;
+	and.b32  	%r2505, %r2506, 4;
+	setp.eq.s32 	%p538, %r2505, 0;
+	@%p538 bra 	$L__BB1_413;
+	setp.ge.u32 	%p539, %r2715, %r2574;
+	@%p539 bra 	$L__BB1_412;
+	cvt.u16.u64 	%rs140, %rd124;
+	shl.b16 	%rs141, %rs140, 4;
+	or.b16  	%rs142, %rs141, 2;
+	cvt.u64.u32 	%rd654, %r2715;
+	mul.wide.u32 	%rd655, %r2715, 2;
+	add.s64 	%rd656, %rd18, %rd655;
+	st.global.u16 	[%rd656], %rs142;
+	add.s64 	%rd657, %rd654, %rd15;
+	add.s64 	%rd658, %rd18, %rd657;
+	shr.u32 	%r1933, %r2685, 16;
+	st.global.u8 	[%rd658], %r1933;
+$L__BB1_412:
+	add.s32 	%r2715, %r2715, 1;
+$L__BB1_413:
+	shr.u32 	%r2508, %r1513, 21;
+	and.b32  	%r2507, %r2508, 8;
+	setp.eq.s32 	%p540, %r2507, 0;
+	@%p540 bra 	$L__BB1_417;
+	setp.ge.u32 	%p541, %r2715, %r2574;
+	@%p541 bra 	$L__BB1_416;
+	cvt.u16.u64 	%rs143, %rd124;
+	shl.b16 	%rs144, %rs143, 4;
+	or.b16  	%rs145, %rs144, 3;
+	cvt.u64.u32 	%rd659, %r2715;
+	mul.wide.u32 	%rd660, %r2715, 2;
+	add.s64 	%rd661, %rd18, %rd660;
+	st.global.u16 	[%rd661], %rs145;
+	add.s64 	%rd662, %rd659, %rd15;
+	add.s64 	%rd663, %rd18, %rd662;
+	shr.u32 	%r1936, %r2685, 24;
+	st.global.u8 	[%rd663], %r1936;
+$L__BB1_416:
+	add.s32 	%r2715, %r2715, 1;
+$L__BB1_417:
+	and.b32  	%r2509, %r1515, 1;
+	setp.eq.s32 	%p542, %r2509, 0;
+	@%p542 bra 	$L__BB1_421;
+	setp.ge.u32 	%p543, %r2715, %r2574;
+	@%p543 bra 	$L__BB1_420;
+	cvt.u16.u64 	%rs146, %rd124;
+	shl.b16 	%rs147, %rs146, 4;
+	or.b16  	%rs148, %rs147, 4;
+	cvt.u64.u32 	%rd664, %r2715;
+	mul.wide.u32 	%rd665, %r2715, 2;
+	add.s64 	%rd666, %rd18, %rd665;
+	st.global.u16 	[%rd666], %rs148;
+	add.s64 	%rd667, %rd664, %rd15;
+	add.s64 	%rd668, %rd18, %rd667;
+	st.global.u8 	[%rd668], %r2684;
+$L__BB1_420:
+	add.s32 	%r2715, %r2715, 1;
+$L__BB1_421:
+	and.b32  	%r1937, %r1515, 256;
+	setp.eq.s32 	%p544, %r1937, 0;
+	@%p544 bra 	$L__BB1_425;
+	setp.ge.u32 	%p545, %r2715, %r2574;
+	@%p545 bra 	$L__BB1_424;
+	cvt.u16.u64 	%rs149, %rd124;
+	shl.b16 	%rs150, %rs149, 4;
+	or.b16  	%rs151, %rs150, 5;
+	cvt.u64.u32 	%rd669, %r2715;
+	mul.wide.u32 	%rd670, %r2715, 2;
+	add.s64 	%rd671, %rd18, %rd670;
+	st.global.u16 	[%rd671], %rs151;
+	add.s64 	%rd672, %rd669, %rd15;
+	add.s64 	%rd673, %rd18, %rd672;
+	shr.u32 	%r1938, %r2684, 8;
+	st.global.u8 	[%rd673], %r1938;
+$L__BB1_424:
+	add.s32 	%r2715, %r2715, 1;
+$L__BB1_425:
+	and.b32  	%r1939, %r1515, 65536;
+	setp.eq.s32 	%p546, %r1939, 0;
+	@%p546 bra 	$L__BB1_429;
+	setp.ge.u32 	%p547, %r2715, %r2574;
+	@%p547 bra 	$L__BB1_428;
+	cvt.u16.u64 	%rs152, %rd124;
+	shl.b16 	%rs153, %rs152, 4;
+	or.b16  	%rs154, %rs153, 6;
+	cvt.u64.u32 	%rd674, %r2715;
+	mul.wide.u32 	%rd675, %r2715, 2;
+	add.s64 	%rd676, %rd18, %rd675;
+	st.global.u16 	[%rd676], %rs154;
+	add.s64 	%rd677, %rd674, %rd15;
+	add.s64 	%rd678, %rd18, %rd677;
+	shr.u32 	%r1940, %r2684, 16;
+	st.global.u8 	[%rd678], %r1940;
+$L__BB1_428:
+	add.s32 	%r2715, %r2715, 1;
+$L__BB1_429:
+	and.b32  	%r1941, %r1515, 16777216;
+	setp.eq.s32 	%p548, %r1941, 0;
+	@%p548 bra 	$L__BB1_433;
+	setp.ge.u32 	%p549, %r2715, %r2574;
+	@%p549 bra 	$L__BB1_432;
+	cvt.u16.u64 	%rs155, %rd124;
+	shl.b16 	%rs156, %rs155, 4;
+	or.b16  	%rs157, %rs156, 7;
+	cvt.u64.u32 	%rd679, %r2715;
+	mul.wide.u32 	%rd680, %r2715, 2;
+	add.s64 	%rd681, %rd18, %rd680;
+	st.global.u16 	[%rd681], %rs157;
+	add.s64 	%rd682, %rd679, %rd15;
+	add.s64 	%rd683, %rd18, %rd682;
+	shr.u32 	%r1942, %r2684, 24;
+	st.global.u8 	[%rd683], %r1942;
+$L__BB1_432:
+	add.s32 	%r2715, %r2715, 1;
+$L__BB1_433:
+	and.b32  	%r1943, %r360, 256;
+	setp.eq.s32 	%p550, %r1943, 0;
+	@%p550 bra 	$L__BB1_437;
+	setp.ge.u32 	%p551, %r2715, %r2574;
+	@%p551 bra 	$L__BB1_436;
+	cvt.u16.u64 	%rs158, %rd124;
+	shl.b16 	%rs159, %rs158, 4;
+	or.b16  	%rs160, %rs159, 8;
+	cvt.u64.u32 	%rd684, %r2715;
+	mul.wide.u32 	%rd685, %r2715, 2;
+	add.s64 	%rd686, %rd18, %rd685;
+	st.global.u16 	[%rd686], %rs160;
+	add.s64 	%rd687, %rd684, %rd15;
+	add.s64 	%rd688, %rd18, %rd687;
+	st.global.u8 	[%rd688], %r2683;
+$L__BB1_436:
+	add.s32 	%r2715, %r2715, 1;
+$L__BB1_437:
+	and.b32  	%r1944, %r360, 512;
+	setp.eq.s32 	%p552, %r1944, 0;
+	@%p552 bra 	$L__BB1_441;
+	setp.ge.u32 	%p553, %r2715, %r2574;
+	@%p553 bra 	$L__BB1_440;
+	cvt.u16.u64 	%rs161, %rd124;
+	shl.b16 	%rs162, %rs161, 4;
+	or.b16  	%rs163, %rs162, 9;
+	cvt.u64.u32 	%rd689, %r2715;
+	mul.wide.u32 	%rd690, %r2715, 2;
+	add.s64 	%rd691, %rd18, %rd690;
+	st.global.u16 	[%rd691], %rs163;
+	add.s64 	%rd692, %rd689, %rd15;
+	add.s64 	%rd693, %rd18, %rd692;
+	shr.u32 	%r1945, %r2683, 8;
+	st.global.u8 	[%rd693], %r1945;
+$L__BB1_440:
+	add.s32 	%r2715, %r2715, 1;
+$L__BB1_441:
+	and.b32  	%r1946, %r360, 1024;
+	setp.eq.s32 	%p554, %r1946, 0;
+	@%p554 bra 	$L__BB1_445;
+	setp.ge.u32 	%p555, %r2715, %r2574;
+	@%p555 bra 	$L__BB1_444;
+	cvt.u16.u64 	%rs164, %rd124;
+	shl.b16 	%rs165, %rs164, 4;
+	or.b16  	%rs166, %rs165, 10;
+	cvt.u64.u32 	%rd694, %r2715;
+	mul.wide.u32 	%rd695, %r2715, 2;
+	add.s64 	%rd696, %rd18, %rd695;
+	st.global.u16 	[%rd696], %rs166;
+	add.s64 	%rd697, %rd694, %rd15;
+	add.s64 	%rd698, %rd18, %rd697;
+	shr.u32 	%r1947, %r2683, 16;
+	st.global.u8 	[%rd698], %r1947;
+$L__BB1_444:
+	add.s32 	%r2715, %r2715, 1;
+$L__BB1_445:
+	and.b32  	%r1948, %r360, 2048;
+	setp.eq.s32 	%p556, %r1948, 0;
+	@%p556 bra 	$L__BB1_449;
+	setp.ge.u32 	%p557, %r2715, %r2574;
+	@%p557 bra 	$L__BB1_448;
+	cvt.u16.u64 	%rs167, %rd124;
+	shl.b16 	%rs168, %rs167, 4;
+	or.b16  	%rs169, %rs168, 11;
+	cvt.u64.u32 	%rd699, %r2715;
+	mul.wide.u32 	%rd700, %r2715, 2;
+	add.s64 	%rd701, %rd18, %rd700;
+	st.global.u16 	[%rd701], %rs169;
+	add.s64 	%rd702, %rd699, %rd15;
+	add.s64 	%rd703, %rd18, %rd702;
+	shr.u32 	%r1949, %r2683, 24;
+	st.global.u8 	[%rd703], %r1949;
+$L__BB1_448:
+	add.s32 	%r2715, %r2715, 1;
+$L__BB1_449:
+	and.b32  	%r1950, %r361, 4096;
+	setp.eq.s32 	%p558, %r1950, 0;
+	@%p558 bra 	$L__BB1_453;
+	setp.ge.u32 	%p559, %r2715, %r2574;
+	@%p559 bra 	$L__BB1_452;
+	cvt.u16.u64 	%rs170, %rd124;
+	shl.b16 	%rs171, %rs170, 4;
+	or.b16  	%rs172, %rs171, 12;
+	cvt.u64.u32 	%rd704, %r2715;
+	mul.wide.u32 	%rd705, %r2715, 2;
+	add.s64 	%rd706, %rd18, %rd705;
+	st.global.u16 	[%rd706], %rs172;
+	add.s64 	%rd707, %rd704, %rd15;
+	add.s64 	%rd708, %rd18, %rd707;
+	st.global.u8 	[%rd708], %r2682;
+$L__BB1_452:
+	add.s32 	%r2715, %r2715, 1;
+$L__BB1_453:
+	and.b32  	%r1951, %r361, 8192;
+	setp.eq.s32 	%p560, %r1951, 0;
+	@%p560 bra 	$L__BB1_457;
+	setp.ge.u32 	%p561, %r2715, %r2574;
+	@%p561 bra 	$L__BB1_456;
+	cvt.u16.u64 	%rs173, %rd124;
+	shl.b16 	%rs174, %rs173, 4;
+	or.b16  	%rs175, %rs174, 13;
+	cvt.u64.u32 	%rd709, %r2715;
+	mul.wide.u32 	%rd710, %r2715, 2;
+	add.s64 	%rd711, %rd18, %rd710;
+	st.global.u16 	[%rd711], %rs175;
+	add.s64 	%rd712, %rd709, %rd15;
+	add.s64 	%rd713, %rd18, %rd712;
+	shr.u32 	%r1952, %r2682, 8;
+	st.global.u8 	[%rd713], %r1952;
+$L__BB1_456:
+	add.s32 	%r2715, %r2715, 1;
+$L__BB1_457:
+	and.b32  	%r1953, %r361, 16384;
+	setp.eq.s32 	%p562, %r1953, 0;
+	@%p562 bra 	$L__BB1_461;
+	setp.ge.u32 	%p563, %r2715, %r2574;
+	@%p563 bra 	$L__BB1_460;
+	cvt.u16.u64 	%rs176, %rd124;
+	shl.b16 	%rs177, %rs176, 4;
+	or.b16  	%rs178, %rs177, 14;
+	cvt.u64.u32 	%rd714, %r2715;
+	mul.wide.u32 	%rd715, %r2715, 2;
+	add.s64 	%rd716, %rd18, %rd715;
+	st.global.u16 	[%rd716], %rs178;
+	add.s64 	%rd717, %rd714, %rd15;
+	add.s64 	%rd718, %rd18, %rd717;
+	shr.u32 	%r1954, %r2682, 16;
+	st.global.u8 	[%rd718], %r1954;
+$L__BB1_460:
+	add.s32 	%r2715, %r2715, 1;
+$L__BB1_461:
+	cvt.u16.u32 	%rs179, %r361;
+	setp.gt.s16 	%p564, %rs179, -1;
+	setp.ge.u32 	%p565, %r2715, %r2574;
+	or.pred  	%p566, %p564, %p565;
+	@%p566 bra 	$L__BB1_463;
+	cvt.u16.u64 	%rs180, %rd124;
+	shl.b16 	%rs181, %rs180, 4;
+	or.b16  	%rs182, %rs181, 15;
+	cvt.u64.u32 	%rd719, %r2715;
+	mul.wide.u32 	%rd720, %r2715, 2;
+	add.s64 	%rd721, %rd18, %rd720;
+	st.global.u16 	[%rd721], %rs182;
+	add.s64 	%rd722, %rd719, %rd15;
+	add.s64 	%rd723, %rd18, %rd722;
+	shr.u32 	%r1955, %r2682, 24;
+	st.global.u8 	[%rd723], %r1955;
+$L__BB1_463:
+	and.b32  	%r2510, %r1594, 1;
+	cvt.u32.u64 	%r1956, %rd135;
+	and.b32  	%r1957, %r1956, 65535;
+	add.s32 	%r415, %r1957, %r2811;
+	shr.u32 	%r1959, %r1925, 16;
+	add.s32 	%r2730, %r1959, %r415;
+	setp.eq.b32 	%p567, %r2510, 1;
+	mov.pred 	%p568, 0;
+	xor.pred  	%p569, %p567, %p568;
+	not.pred 	%p570, %p569;
+	@%p570 bra 	$L__BB1_467;
+	setp.ge.u32 	%p571, %r2730, %r2574;
+	@%p571 bra 	$L__BB1_466;
+	cvt.u16.u64 	%rs183, %rd125;
+	shl.b16 	%rs184, %rs183, 4;
+	cvt.u64.u32 	%rd724, %r2730;
+	mul.wide.u32 	%rd725, %r2730, 2;
+	add.s64 	%rd726, %rd18, %rd725;
+	st.global.u16 	[%rd726], %rs184;
+	add.s64 	%rd727, %rd724, %rd15;
+	add.s64 	%rd728, %rd18, %rd727;
+	st.global.u8 	[%rd728], %r2693;
+$L__BB1_466:
+	add.s32 	%r2730, %r2730, 1;
+$L__BB1_467:
+	shr.u32 	%r2512, %r1594, 7;
+	and.b32  	%r2511, %r2512, 2;
+	setp.eq.s32 	%p572, %r2511, 0;
+	@%p572 bra 	$L__BB1_471;
+	setp.ge.u32 	%p573, %r2730, %r2574;
+	@%p573 bra 	$L__BB1_470;
+	cvt.u16.u64 	%rs185, %rd125;
+	shl.b16 	%rs186, %rs185, 4;
+	or.b16  	%rs187, %rs186, 1;
+	cvt.u64.u32 	%rd729, %r2730;
+	mul.wide.u32 	%rd730, %r2730, 2;
+	add.s64 	%rd731, %rd18, %rd730;
+	st.global.u16 	[%rd731], %rs187;
+	add.s64 	%rd732, %rd729, %rd15;
+	add.s64 	%rd733, %rd18, %rd732;
+	shr.u32 	%r1963, %r2693, 8;
+	st.global.u8 	[%rd733], %r1963;
+$L__BB1_470:
+	add.s32 	%r2730, %r2730, 1;
+$L__BB1_471:
+	shr.u32 	%r2514, %r1594, 14;
+	and.b32  	%r2513, %r2514, 4;
+	setp.eq.s32 	%p574, %r2513, 0;
+	@%p574 bra 	$L__BB1_475;
+	setp.ge.u32 	%p575, %r2730, %r2574;
+	@%p575 bra 	$L__BB1_474;
+	cvt.u16.u64 	%rs188, %rd125;
+	shl.b16 	%rs189, %rs188, 4;
+	or.b16  	%rs190, %rs189, 2;
+	cvt.u64.u32 	%rd734, %r2730;
+	mul.wide.u32 	%rd735, %r2730, 2;
+	add.s64 	%rd736, %rd18, %rd735;
+	st.global.u16 	[%rd736], %rs190;
+	add.s64 	%rd737, %rd734, %rd15;
+	add.s64 	%rd738, %rd18, %rd737;
+	shr.u32 	%r1966, %r2693, 16;
+	st.global.u8 	[%rd738], %r1966;
+$L__BB1_474:
+	add.s32 	%r2730, %r2730, 1;
+$L__BB1_475:
+	shr.u32 	%r2516, %r1594, 21;
+	and.b32  	%r2515, %r2516, 8;
+	setp.eq.s32 	%p576, %r2515, 0;
+	@%p576 bra 	$L__BB1_479;
+	setp.ge.u32 	%p577, %r2730, %r2574;
+	@%p577 bra 	$L__BB1_478;
+	cvt.u16.u64 	%rs191, %rd125;
+	shl.b16 	%rs192, %rs191, 4;
+	or.b16  	%rs193, %rs192, 3;
+	cvt.u64.u32 	%rd739, %r2730;
+	mul.wide.u32 	%rd740, %r2730, 2;
+	add.s64 	%rd741, %rd18, %rd740;
+	st.global.u16 	[%rd741], %rs193;
+	add.s64 	%rd742, %rd739, %rd15;
+	add.s64 	%rd743, %rd18, %rd742;
+	shr.u32 	%r1969, %r2693, 24;
+	st.global.u8 	[%rd743], %r1969;
+$L__BB1_478:
+	add.s32 	%r2730, %r2730, 1;
+$L__BB1_479:
+	and.b32  	%r2517, %r1596, 1;
+	setp.eq.s32 	%p578, %r2517, 0;
+	@%p578 bra 	$L__BB1_483;
+	setp.ge.u32 	%p579, %r2730, %r2574;
+	@%p579 bra 	$L__BB1_482;
+	cvt.u16.u64 	%rs194, %rd125;
+	shl.b16 	%rs195, %rs194, 4;
+	or.b16  	%rs196, %rs195, 4;
+	cvt.u64.u32 	%rd744, %r2730;
+	mul.wide.u32 	%rd745, %r2730, 2;
+	add.s64 	%rd746, %rd18, %rd745;
+	st.global.u16 	[%rd746], %rs196;
+	add.s64 	%rd747, %rd744, %rd15;
+	add.s64 	%rd748, %rd18, %rd747;
+	st.global.u8 	[%rd748], %r2692;
+$L__BB1_482:
+	add.s32 	%r2730, %r2730, 1;
+$L__BB1_483:
+	and.b32  	%r1970, %r1596, 256;
+	setp.eq.s32 	%p580, %r1970, 0;
+	@%p580 bra 	$L__BB1_487;
+	setp.ge.u32 	%p581, %r2730, %r2574;
+	@%p581 bra 	$L__BB1_486;
+	cvt.u16.u64 	%rs197, %rd125;
+	shl.b16 	%rs198, %rs197, 4;
+	or.b16  	%rs199, %rs198, 5;
+	cvt.u64.u32 	%rd749, %r2730;
+	mul.wide.u32 	%rd750, %r2730, 2;
+	add.s64 	%rd751, %rd18, %rd750;
+	st.global.u16 	[%rd751], %rs199;
+	add.s64 	%rd752, %rd749, %rd15;
+	add.s64 	%rd753, %rd18, %rd752;
+	shr.u32 	%r1971, %r2692, 8;
+	st.global.u8 	[%rd753], %r1971;
+$L__BB1_486:
+	add.s32 	%r2730, %r2730, 1;
+$L__BB1_487:
+	and.b32  	%r1972, %r1596, 65536;
+	setp.eq.s32 	%p582, %r1972, 0;
+	@%p582 bra 	$L__BB1_491;
+	setp.ge.u32 	%p583, %r2730, %r2574;
+	@%p583 bra 	$L__BB1_490;
+	cvt.u16.u64 	%rs200, %rd125;
+	shl.b16 	%rs201, %rs200, 4;
+	or.b16  	%rs202, %rs201, 6;
+	cvt.u64.u32 	%rd754, %r2730;
+	mul.wide.u32 	%rd755, %r2730, 2;
+	add.s64 	%rd756, %rd18, %rd755;
+	st.global.u16 	[%rd756], %rs202;
+	add.s64 	%rd757, %rd754, %rd15;
+	add.s64 	%rd758, %rd18, %rd757;
+	shr.u32 	%r1973, %r2692, 16;
+	st.global.u8 	[%rd758], %r1973;
+$L__BB1_490:
+	add.s32 	%r2730, %r2730, 1;
+$L__BB1_491:
+	and.b32  	%r1974, %r1596, 16777216;
+	setp.eq.s32 	%p584, %r1974, 0;
+	@%p584 bra 	$L__BB1_495;
+	setp.ge.u32 	%p585, %r2730, %r2574;
+	@%p585 bra 	$L__BB1_494;
+	cvt.u16.u64 	%rs203, %rd125;
+	shl.b16 	%rs204, %rs203, 4;
+	or.b16  	%rs205, %rs204, 7;
+	cvt.u64.u32 	%rd759, %r2730;
+	mul.wide.u32 	%rd760, %r2730, 2;
+	add.s64 	%rd761, %rd18, %rd760;
+	st.global.u16 	[%rd761], %rs205;
+	add.s64 	%rd762, %rd759, %rd15;
+	add.s64 	%rd763, %rd18, %rd762;
+	shr.u32 	%r1975, %r2692, 24;
+	st.global.u8 	[%rd763], %r1975;
+$L__BB1_494:
+	add.s32 	%r2730, %r2730, 1;
+$L__BB1_495:
+	and.b32  	%r1976, %r367, 256;
+	setp.eq.s32 	%p586, %r1976, 0;
+	@%p586 bra 	$L__BB1_499;
+	setp.ge.u32 	%p587, %r2730, %r2574;
+	@%p587 bra 	$L__BB1_498;
+	cvt.u16.u64 	%rs206, %rd125;
+	shl.b16 	%rs207, %rs206, 4;
+	or.b16  	%rs208, %rs207, 8;
+	cvt.u64.u32 	%rd764, %r2730;
+	mul.wide.u32 	%rd765, %r2730, 2;
+	add.s64 	%rd766, %rd18, %rd765;
+	st.global.u16 	[%rd766], %rs208;
+	add.s64 	%rd767, %rd764, %rd15;
+	add.s64 	%rd768, %rd18, %rd767;
+	st.global.u8 	[%rd768], %r2691;
+$L__BB1_498:
+	add.s32 	%r2730, %r2730, 1;
+$L__BB1_499:
+	and.b32  	%r1977, %r367, 512;
+	setp.eq.s32 	%p588, %r1977, 0;
+	@%p588 bra 	$L__BB1_503;
+	setp.ge.u32 	%p589, %r2730, %r2574;
+	@%p589 bra 	$L__BB1_502;
+	cvt.u16.u64 	%rs209, %rd125;
+	shl.b16 	%rs210, %rs209, 4;
+	or.b16  	%rs211, %rs210, 9;
+	cvt.u64.u32 	%rd769, %r2730;
+	mul.wide.u32 	%rd770, %r2730, 2;
+	add.s64 	%rd771, %rd18, %rd770;
+	st.global.u16 	[%rd771], %rs211;
+	add.s64 	%rd772, %rd769, %rd15;
+	add.s64 	%rd773, %rd18, %rd772;
+	shr.u32 	%r1978, %r2691, 8;
+	st.global.u8 	[%rd773], %r1978;
+$L__BB1_502:
+	add.s32 	%r2730, %r2730, 1;
+$L__BB1_503:
+	and.b32  	%r1979, %r367, 1024;
+	setp.eq.s32 	%p590, %r1979, 0;
+	@%p590 bra 	$L__BB1_507;
+	setp.ge.u32 	%p591, %r2730, %r2574;
+	@%p591 bra 	$L__BB1_506;
+	cvt.u16.u64 	%rs212, %rd125;
+	shl.b16 	%rs213, %rs212, 4;
+	or.b16  	%rs214, %rs213, 10;
+	cvt.u64.u32 	%rd774, %r2730;
+	mul.wide.u32 	%rd775, %r2730, 2;
+	add.s64 	%rd776, %rd18, %rd775;
+	st.global.u16 	[%rd776], %rs214;
+	add.s64 	%rd777, %rd774, %rd15;
+	add.s64 	%rd778, %rd18, %rd777;
+	shr.u32 	%r1980, %r2691, 16;
+	st.global.u8 	[%rd778], %r1980;
+$L__BB1_506:
+	add.s32 	%r2730, %r2730, 1;
+$L__BB1_507:
+	and.b32  	%r1981, %r367, 2048;
+	setp.eq.s32 	%p592, %r1981, 0;
+	@%p592 bra 	$L__BB1_511;
+	setp.ge.u32 	%p593, %r2730, %r2574;
+	@%p593 bra 	$L__BB1_510;
+	cvt.u16.u64 	%rs215, %rd125;
+	shl.b16 	%rs216, %rs215, 4;
+	or.b16  	%rs217, %rs216, 11;
+	cvt.u64.u32 	%rd779, %r2730;
+	mul.wide.u32 	%rd780, %r2730, 2;
+	add.s64 	%rd781, %rd18, %rd780;
+	st.global.u16 	[%rd781], %rs217;
+	add.s64 	%rd782, %rd779, %rd15;
+	add.s64 	%rd783, %rd18, %rd782;
+	shr.u32 	%r1982, %r2691, 24;
+	st.global.u8 	[%rd783], %r1982;
+$L__BB1_510:
+	add.s32 	%r2730, %r2730, 1;
+$L__BB1_511:
+	and.b32  	%r1983, %r368, 4096;
+	setp.eq.s32 	%p594, %r1983, 0;
+	@%p594 bra 	$L__BB1_515;
+	setp.ge.u32 	%p595, %r2730, %r2574;
+	@%p595 bra 	$L__BB1_514;
+	cvt.u16.u64 	%rs218, %rd125;
+	shl.b16 	%rs219, %rs218, 4;
+	or.b16  	%rs220, %rs219, 12;
+	cvt.u64.u32 	%rd784, %r2730;
+	mul.wide.u32 	%rd785, %r2730, 2;
+	add.s64 	%rd786, %rd18, %rd785;
+	st.global.u16 	[%rd786], %rs220;
+	add.s64 	%rd787, %rd784, %rd15;
+	add.s64 	%rd788, %rd18, %rd787;
+	st.global.u8 	[%rd788], %r2690;
+$L__BB1_514:
+	add.s32 	%r2730, %r2730, 1;
+$L__BB1_515:
+	and.b32  	%r1984, %r368, 8192;
+	setp.eq.s32 	%p596, %r1984, 0;
+	@%p596 bra 	$L__BB1_519;
+	setp.ge.u32 	%p597, %r2730, %r2574;
+	@%p597 bra 	$L__BB1_518;
+	cvt.u16.u64 	%rs221, %rd125;
+	shl.b16 	%rs222, %rs221, 4;
+	or.b16  	%rs223, %rs222, 13;
+	cvt.u64.u32 	%rd789, %r2730;
+	mul.wide.u32 	%rd790, %r2730, 2;
+	add.s64 	%rd791, %rd18, %rd790;
+	st.global.u16 	[%rd791], %rs223;
+	add.s64 	%rd792, %rd789, %rd15;
+	add.s64 	%rd793, %rd18, %rd792;
+	shr.u32 	%r1985, %r2690, 8;
+	st.global.u8 	[%rd793], %r1985;
+$L__BB1_518:
+	add.s32 	%r2730, %r2730, 1;
+$L__BB1_519:
+	and.b32  	%r1986, %r368, 16384;
+	setp.eq.s32 	%p598, %r1986, 0;
+	@%p598 bra 	$L__BB1_523;
+	setp.ge.u32 	%p599, %r2730, %r2574;
+	@%p599 bra 	$L__BB1_522;
+	cvt.u16.u64 	%rs224, %rd125;
+	shl.b16 	%rs225, %rs224, 4;
+	or.b16  	%rs226, %rs225, 14;
+	cvt.u64.u32 	%rd794, %r2730;
+	mul.wide.u32 	%rd795, %r2730, 2;
+	add.s64 	%rd796, %rd18, %rd795;
+	st.global.u16 	[%rd796], %rs226;
+	add.s64 	%rd797, %rd794, %rd15;
+	add.s64 	%rd798, %rd18, %rd797;
+	shr.u32 	%r1987, %r2690, 16;
+	st.global.u8 	[%rd798], %r1987;
+$L__BB1_522:
+	add.s32 	%r2730, %r2730, 1;
+$L__BB1_523:
+	cvt.u16.u32 	%rs227, %r368;
+	setp.gt.s16 	%p600, %rs227, -1;
+	setp.ge.u32 	%p601, %r2730, %r2574;
+	or.pred  	%p602, %p600, %p601;
+	@%p602 bra 	$L__BB1_525;
+	cvt.u16.u64 	%rs228, %rd125;
+	shl.b16 	%rs229, %rs228, 4;
+	or.b16  	%rs230, %rs229, 15;
+	cvt.u64.u32 	%rd799, %r2730;
+	mul.wide.u32 	%rd800, %r2730, 2;
+	add.s64 	%rd801, %rd18, %rd800;
+	st.global.u16 	[%rd801], %rs230;
+	add.s64 	%rd802, %rd799, %rd15;
+	add.s64 	%rd803, %rd18, %rd802;
+	shr.u32 	%r1988, %r2690, 24;
+	st.global.u8 	[%rd803], %r1988;
+$L__BB1_525:
+	and.b32  	%r2518, %r1675, 1;
+	shr.u32 	%r1990, %r1956, 16;
+	add.s32 	%r447, %r1990, %r415;
+	shr.u64 	%rd804, %rd136, 32;
+	cvt.u32.u64 	%r1991, %rd804;
+	and.b32  	%r1992, %r1991, 65535;
+	add.s32 	%r2745, %r1992, %r447;
+	setp.eq.b32 	%p603, %r2518, 1;
+	mov.pred 	%p604, 0;
+	xor.pred  	%p605, %p603, %p604;
+	not.pred 	%p606, %p605;
+	@%p606 bra 	$L__BB1_529;
+	setp.ge.u32 	%p607, %r2745, %r2574;
+	@%p607 bra 	$L__BB1_528;
+	cvt.u16.u64 	%rs231, %rd126;
+	shl.b16 	%rs232, %rs231, 4;
+	cvt.u64.u32 	%rd805, %r2745;
+	mul.wide.u32 	%rd806, %r2745, 2;
+	add.s64 	%rd807, %rd18, %rd806;
+	st.global.u16 	[%rd807], %rs232;
+	add.s64 	%rd808, %rd805, %rd15;
+	add.s64 	%rd809, %rd18, %rd808;
+	st.global.u8 	[%rd809], %r2701;
+$L__BB1_528:
+	add.s32 	%r2745, %r2745, 1;
+$L__BB1_529:
+	shr.u32 	%r2520, %r1675, 7;
+	and.b32  	%r2519, %r2520, 2;
+	setp.eq.s32 	%p608, %r2519, 0;
+	@%p608 bra 	$L__BB1_533;
+	setp.ge.u32 	%p609, %r2745, %r2574;
+	@%p609 bra 	$L__BB1_532;
+	cvt.u16.u64 	%rs233, %rd126;
+	shl.b16 	%rs234, %rs233, 4;
+	or.b16  	%rs235, %rs234, 1;
+	cvt.u64.u32 	%rd810, %r2745;
+	mul.wide.u32 	%rd811, %r2745, 2;
+	add.s64 	%rd812, %rd18, %rd811;
+	st.global.u16 	[%rd812], %rs235;
+	add.s64 	%rd813, %rd810, %rd15;
+	add.s64 	%rd814, %rd18, %rd813;
+	shr.u32 	%r1996, %r2701, 8;
+	st.global.u8 	[%rd814], %r1996;
+$L__BB1_532:
+	add.s32 	%r2745, %r2745, 1;
+$L__BB1_533:
+	shr.u32 	%r2522, %r1675, 14;
+	and.b32  	%r2521, %r2522, 4;
+	setp.eq.s32 	%p610, %r2521, 0;
+	@%p610 bra 	$L__BB1_537;
+	setp.ge.u32 	%p611, %r2745, %r2574;
+	@%p611 bra 	$L__BB1_536;
+	cvt.u16.u64 	%rs236, %rd126;
+	shl.b16 	%rs237, %rs236, 4;
+	or.b16  	%rs238, %rs237, 2;
+	cvt.u64.u32 	%rd815, %r2745;
+	mul.wide.u32 	%rd816, %r2745, 2;
+	add.s64 	%rd817, %rd18, %rd816;
+	st.global.u16 	[%rd817], %rs238;
+	add.s64 	%rd818, %rd815, %rd15;
+	add.s64 	%rd819, %rd18, %rd818;
+	shr.u32 	%r1999, %r2701, 16;
+	st.global.u8 	[%rd819], %r1999;
+$L__BB1_536:
+	add.s32 	%r2745, %r2745, 1;
+$L__BB1_537:
+	shr.u32 	%r2524, %r1675, 21;
+	and.b32  	%r2523, %r2524, 8;
+	setp.eq.s32 	%p612, %r2523, 0;
+	@%p612 bra 	$L__BB1_541;
+	setp.ge.u32 	%p613, %r2745, %r2574;
+	@%p613 bra 	$L__BB1_540;
+	cvt.u16.u64 	%rs239, %rd126;
+	shl.b16 	%rs240, %rs239, 4;
+	or.b16  	%rs241, %rs240, 3;
+	cvt.u64.u32 	%rd820, %r2745;
+	mul.wide.u32 	%rd821, %r2745, 2;
+	add.s64 	%rd822, %rd18, %rd821;
+	st.global.u16 	[%rd822], %rs241;
+	add.s64 	%rd823, %rd820, %rd15;
+	add.s64 	%rd824, %rd18, %rd823;
+	shr.u32 	%r2002, %r2701, 24;
+	st.global.u8 	[%rd824], %r2002;
+$L__BB1_540:
+	add.s32 	%r2745, %r2745, 1;
+$L__BB1_541:
+	and.b32  	%r2525, %r1677, 1;
+	setp.eq.s32 	%p614, %r2525, 0;
+	@%p614 bra 	$L__BB1_545;
+	setp.ge.u32 	%p615, %r2745, %r2574;
+	@%p615 bra 	$L__BB1_544;
+	cvt.u16.u64 	%rs242, %rd126;
+	shl.b16 	%rs243, %rs242, 4;
+	or.b16  	%rs244, %rs243, 4;
+	cvt.u64.u32 	%rd825, %r2745;
+	mul.wide.u32 	%rd826, %r2745, 2;
+	add.s64 	%rd827, %rd18, %rd826;
+	st.global.u16 	[%rd827], %rs244;
+	add.s64 	%rd828, %rd825, %rd15;
+	add.s64 	%rd829, %rd18, %rd828;
+	st.global.u8 	[%rd829], %r2700;
+$L__BB1_544:
+	add.s32 	%r2745, %r2745, 1;
+$L__BB1_545:
+	and.b32  	%r2003, %r1677, 256;
+	setp.eq.s32 	%p616, %r2003, 0;
+	@%p616 bra 	$L__BB1_549;
+	setp.ge.u32 	%p617, %r2745, %r2574;
+	@%p617 bra 	$L__BB1_548;
+	cvt.u16.u64 	%rs245, %rd126;
+	shl.b16 	%rs246, %rs245, 4;
+	or.b16  	%rs247, %rs246, 5;
+	cvt.u64.u32 	%rd830, %r2745;
+	mul.wide.u32 	%rd831, %r2745, 2;
+	add.s64 	%rd832, %rd18, %rd831;
+	st.global.u16 	[%rd832], %rs247;
+	add.s64 	%rd833, %rd830, %rd15;
+	add.s64 	%rd834, %rd18, %rd833;
+	shr.u32 	%r2004, %r2700, 8;
+	st.global.u8 	[%rd834], %r2004;
+$L__BB1_548:
+	add.s32 	%r2745, %r2745, 1;
+$L__BB1_549:
+	and.b32  	%r2005, %r1677, 65536;
+	setp.eq.s32 	%p618, %r2005, 0;
+	@%p618 bra 	$L__BB1_553;
+	setp.ge.u32 	%p619, %r2745, %r2574;
+	@%p619 bra 	$L__BB1_552;
+	cvt.u16.u64 	%rs248, %rd126;
+	shl.b16 	%rs249, %rs248, 4;
+	or.b16  	%rs250, %rs249, 6;
+	cvt.u64.u32 	%rd835, %r2745;
+	mul.wide.u32 	%rd836, %r2745, 2;
+	add.s64 	%rd837, %rd18, %rd836;
+	st.global.u16 	[%rd837], %rs250;
+	add.s64 	%rd838, %rd835, %rd15;
+	add.s64 	%rd839, %rd18, %rd838;
+	shr.u32 	%r2006, %r2700, 16;
+	st.global.u8 	[%rd839], %r2006;
+$L__BB1_552:
+	add.s32 	%r2745, %r2745, 1;
+$L__BB1_553:
+	and.b32  	%r2007, %r1677, 16777216;
+	setp.eq.s32 	%p620, %r2007, 0;
+	@%p620 bra 	$L__BB1_557;
+	setp.ge.u32 	%p621, %r2745, %r2574;
+	@%p621 bra 	$L__BB1_556;
+	cvt.u16.u64 	%rs251, %rd126;
+	shl.b16 	%rs252, %rs251, 4;
+	or.b16  	%rs253, %rs252, 7;
+	cvt.u64.u32 	%rd840, %r2745;
+	mul.wide.u32 	%rd841, %r2745, 2;
+	add.s64 	%rd842, %rd18, %rd841;
+	st.global.u16 	[%rd842], %rs253;
+	add.s64 	%rd843, %rd840, %rd15;
+	add.s64 	%rd844, %rd18, %rd843;
+	shr.u32 	%r2008, %r2700, 24;
+	st.global.u8 	[%rd844], %r2008;
+$L__BB1_556:
+	add.s32 	%r2745, %r2745, 1;
+$L__BB1_557:
+	and.b32  	%r2009, %r374, 256;
+	setp.eq.s32 	%p622, %r2009, 0;
+	@%p622 bra 	$L__BB1_561;
+	setp.ge.u32 	%p623, %r2745, %r2574;
+	@%p623 bra 	$L__BB1_560;
+	cvt.u16.u64 	%rs254, %rd126;
+	shl.b16 	%rs255, %rs254, 4;
+	or.b16  	%rs256, %rs255, 8;
+	cvt.u64.u32 	%rd845, %r2745;
+	mul.wide.u32 	%rd846, %r2745, 2;
+	add.s64 	%rd847, %rd18, %rd846;
+	st.global.u16 	[%rd847], %rs256;
+	add.s64 	%rd848, %rd845, %rd15;
+	add.s64 	%rd849, %rd18, %rd848;
+	st.global.u8 	[%rd849], %r2699;
+$L__BB1_560:
+	add.s32 	%r2745, %r2745, 1;
+$L__BB1_561:
+	and.b32  	%r2010, %r374, 512;
+	setp.eq.s32 	%p624, %r2010, 0;
+	@%p624 bra 	$L__BB1_565;
+	setp.ge.u32 	%p625, %r2745, %r2574;
+	@%p625 bra 	$L__BB1_564;
+	cvt.u16.u64 	%rs257, %rd126;
+	shl.b16 	%rs258, %rs257, 4;
+	or.b16  	%rs259, %rs258, 9;
+	cvt.u64.u32 	%rd850, %r2745;
+	mul.wide.u32 	%rd851, %r2745, 2;
+	add.s64 	%rd852, %rd18, %rd851;
+	st.global.u16 	[%rd852], %rs259;
+	add.s64 	%rd853, %rd850, %rd15;
+	add.s64 	%rd854, %rd18, %rd853;
+	shr.u32 	%r2011, %r2699, 8;
+	st.global.u8 	[%rd854], %r2011;
+$L__BB1_564:
+	add.s32 	%r2745, %r2745, 1;
+$L__BB1_565:
+	and.b32  	%r2012, %r374, 1024;
+	setp.eq.s32 	%p626, %r2012, 0;
+	@%p626 bra 	$L__BB1_569;
+	setp.ge.u32 	%p627, %r2745, %r2574;
+	@%p627 bra 	$L__BB1_568;
+	cvt.u16.u64 	%rs260, %rd126;
+	shl.b16 	%rs261, %rs260, 4;
+	or.b16  	%rs262, %rs261, 10;
+	cvt.u64.u32 	%rd855, %r2745;
+	mul.wide.u32 	%rd856, %r2745, 2;
+	add.s64 	%rd857, %rd18, %rd856;
+	st.global.u16 	[%rd857], %rs262;
+	add.s64 	%rd858, %rd855, %rd15;
+	add.s64 	%rd859, %rd18, %rd858;
+	shr.u32 	%r2013, %r2699, 16;
+	st.global.u8 	[%rd859], %r2013;
+$L__BB1_568:
+	add.s32 	%r2745, %r2745, 1;
+$L__BB1_569:
+	and.b32  	%r2014, %r374, 2048;
+	setp.eq.s32 	%p628, %r2014, 0;
+	@%p628 bra 	$L__BB1_573;
+	setp.ge.u32 	%p629, %r2745, %r2574;
+	@%p629 bra 	$L__BB1_572;
+	cvt.u16.u64 	%rs263, %rd126;
+	shl.b16 	%rs264, %rs263, 4;
+	or.b16  	%rs265, %rs264, 11;
+	cvt.u64.u32 	%rd860, %r2745;
+	mul.wide.u32 	%rd861, %r2745, 2;
+	add.s64 	%rd862, %rd18, %rd861;
+	st.global.u16 	[%rd862], %rs265;
+	add.s64 	%rd863, %rd860, %rd15;
+	add.s64 	%rd864, %rd18, %rd863;
+	shr.u32 	%r2015, %r2699, 24;
+	st.global.u8 	[%rd864], %r2015;
+$L__BB1_572:
+	add.s32 	%r2745, %r2745, 1;
+$L__BB1_573:
+	and.b32  	%r2016, %r375, 4096;
+	setp.eq.s32 	%p630, %r2016, 0;
+	@%p630 bra 	$L__BB1_577;
+	setp.ge.u32 	%p631, %r2745, %r2574;
+	@%p631 bra 	$L__BB1_576;
+	cvt.u16.u64 	%rs266, %rd126;
+	shl.b16 	%rs267, %rs266, 4;
+	or.b16  	%rs268, %rs267, 12;
+	cvt.u64.u32 	%rd865, %r2745;
+	mul.wide.u32 	%rd866, %r2745, 2;
+	add.s64 	%rd867, %rd18, %rd866;
+	st.global.u16 	[%rd867], %rs268;
+	add.s64 	%rd868, %rd865, %rd15;
+	add.s64 	%rd869, %rd18, %rd868;
+	st.global.u8 	[%rd869], %r2698;
+$L__BB1_576:
+	add.s32 	%r2745, %r2745, 1;
+$L__BB1_577:
+	and.b32  	%r2017, %r375, 8192;
+	setp.eq.s32 	%p632, %r2017, 0;
+	@%p632 bra 	$L__BB1_581;
+	setp.ge.u32 	%p633, %r2745, %r2574;
+	@%p633 bra 	$L__BB1_580;
+	cvt.u16.u64 	%rs269, %rd126;
+	shl.b16 	%rs270, %rs269, 4;
+	or.b16  	%rs271, %rs270, 13;
+	cvt.u64.u32 	%rd870, %r2745;
+	mul.wide.u32 	%rd871, %r2745, 2;
+	add.s64 	%rd872, %rd18, %rd871;
+	st.global.u16 	[%rd872], %rs271;
+	add.s64 	%rd873, %rd870, %rd15;
+	add.s64 	%rd874, %rd18, %rd873;
+	shr.u32 	%r2018, %r2698, 8;
+	st.global.u8 	[%rd874], %r2018;
+$L__BB1_580:
+	add.s32 	%r2745, %r2745, 1;
+$L__BB1_581:
+	and.b32  	%r2019, %r375, 16384;
+	setp.eq.s32 	%p634, %r2019, 0;
+	@%p634 bra 	$L__BB1_585;
+	setp.ge.u32 	%p635, %r2745, %r2574;
+	@%p635 bra 	$L__BB1_584;
+	cvt.u16.u64 	%rs272, %rd126;
+	shl.b16 	%rs273, %rs272, 4;
+	or.b16  	%rs274, %rs273, 14;
+	cvt.u64.u32 	%rd875, %r2745;
+	mul.wide.u32 	%rd876, %r2745, 2;
+	add.s64 	%rd877, %rd18, %rd876;
+	st.global.u16 	[%rd877], %rs274;
+	add.s64 	%rd878, %rd875, %rd15;
+	add.s64 	%rd879, %rd18, %rd878;
+	shr.u32 	%r2020, %r2698, 16;
+	st.global.u8 	[%rd879], %r2020;
+$L__BB1_584:
+	add.s32 	%r2745, %r2745, 1;
+$L__BB1_585:
+	cvt.u16.u32 	%rs275, %r375;
+	setp.gt.s16 	%p636, %rs275, -1;
+	setp.ge.u32 	%p637, %r2745, %r2574;
+	or.pred  	%p638, %p636, %p637;
+	@%p638 bra 	$L__BB1_587;
+	cvt.u16.u64 	%rs276, %rd126;
+	shl.b16 	%rs277, %rs276, 4;
+	or.b16  	%rs278, %rs277, 15;
+	cvt.u64.u32 	%rd880, %r2745;
+	mul.wide.u32 	%rd881, %r2745, 2;
+	add.s64 	%rd882, %rd18, %rd881;
+	st.global.u16 	[%rd882], %rs278;
+	add.s64 	%rd883, %rd880, %rd15;
+	add.s64 	%rd884, %rd18, %rd883;
+	shr.u32 	%r2021, %r2698, 24;
+	st.global.u8 	[%rd884], %r2021;
+$L__BB1_587:
+	and.b32  	%r2526, %r1756, 1;
+	shr.u64 	%rd885, %rd135, 32;
+	cvt.u32.u64 	%r2022, %rd885;
+	and.b32  	%r2023, %r2022, 65535;
+	add.s32 	%r479, %r2023, %r447;
+	shr.u64 	%rd886, %rd136, 48;
+	cvt.u32.u64 	%r2024, %rd886;
+	add.s32 	%r2760, %r479, %r2024;
+	setp.eq.b32 	%p639, %r2526, 1;
+	mov.pred 	%p640, 0;
+	xor.pred  	%p641, %p639, %p640;
+	not.pred 	%p642, %p641;
+	@%p642 bra 	$L__BB1_591;
+	setp.ge.u32 	%p643, %r2760, %r2574;
+	@%p643 bra 	$L__BB1_590;
+	cvt.u16.u64 	%rs279, %rd127;
+	shl.b16 	%rs280, %rs279, 4;
+	cvt.u64.u32 	%rd887, %r2760;
+	mul.wide.u32 	%rd888, %r2760, 2;
+	add.s64 	%rd889, %rd18, %rd888;
+	st.global.u16 	[%rd889], %rs280;
+	add.s64 	%rd890, %rd887, %rd15;
+	add.s64 	%rd891, %rd18, %rd890;
+	st.global.u8 	[%rd891], %r2709;
+$L__BB1_590:
+	add.s32 	%r2760, %r2760, 1;
+$L__BB1_591:
+	shr.u32 	%r2528, %r1756, 7;
+	and.b32  	%r2527, %r2528, 2;
+	setp.eq.s32 	%p644, %r2527, 0;
+	@%p644 bra 	$L__BB1_595;
+	setp.ge.u32 	%p645, %r2760, %r2574;
+	@%p645 bra 	$L__BB1_594;
+	cvt.u16.u64 	%rs281, %rd127;
+	shl.b16 	%rs282, %rs281, 4;
+	or.b16  	%rs283, %rs282, 1;
+	cvt.u64.u32 	%rd892, %r2760;
+	mul.wide.u32 	%rd893, %r2760, 2;
+	add.s64 	%rd894, %rd18, %rd893;
+	st.global.u16 	[%rd894], %rs283;
+	add.s64 	%rd895, %rd892, %rd15;
+	add.s64 	%rd896, %rd18, %rd895;
+	shr.u32 	%r2028, %r2709, 8;
+	st.global.u8 	[%rd896], %r2028;
+$L__BB1_594:
+	add.s32 	%r2760, %r2760, 1;
+$L__BB1_595:
+	shr.u32 	%r2530, %r1756, 14;
+	and.b32  	%r2529, %r2530, 4;
+	setp.eq.s32 	%p646, %r2529, 0;
+	@%p646 bra 	$L__BB1_599;
+	setp.ge.u32 	%p647, %r2760, %r2574;
+	@%p647 bra 	$L__BB1_598;
+	cvt.u16.u64 	%rs284, %rd127;
+	shl.b16 	%rs285, %rs284, 4;
+	or.b16  	%rs286, %rs285, 2;
+	cvt.u64.u32 	%rd897, %r2760;
+	mul.wide.u32 	%rd898, %r2760, 2;
+	add.s64 	%rd899, %rd18, %rd898;
+	st.global.u16 	[%rd899], %rs286;
+	add.s64 	%rd900, %rd897, %rd15;
+	add.s64 	%rd901, %rd18, %rd900;
+	shr.u32 	%r2031, %r2709, 16;
+	st.global.u8 	[%rd901], %r2031;
+$L__BB1_598:
+	add.s32 	%r2760, %r2760, 1;
+$L__BB1_599:
+	shr.u32 	%r2532, %r1756, 21;
+	and.b32  	%r2531, %r2532, 8;
+	setp.eq.s32 	%p648, %r2531, 0;
+	@%p648 bra 	$L__BB1_603;
+	setp.ge.u32 	%p649, %r2760, %r2574;
+	@%p649 bra 	$L__BB1_602;
+	cvt.u16.u64 	%rs287, %rd127;
+	shl.b16 	%rs288, %rs287, 4;
+	or.b16  	%rs289, %rs288, 3;
+	cvt.u64.u32 	%rd902, %r2760;
+	mul.wide.u32 	%rd903, %r2760, 2;
+	add.s64 	%rd904, %rd18, %rd903;
+	st.global.u16 	[%rd904], %rs289;
+	add.s64 	%rd905, %rd902, %rd15;
+	add.s64 	%rd906, %rd18, %rd905;
+	shr.u32 	%r2034, %r2709, 24;
+	st.global.u8 	[%rd906], %r2034;
+$L__BB1_602:
+	add.s32 	%r2760, %r2760, 1;
+$L__BB1_603:
+	and.b32  	%r2533, %r1758, 1;
+	setp.eq.s32 	%p650, %r2533, 0;
+	@%p650 bra 	$L__BB1_607;
+	setp.ge.u32 	%p651, %r2760, %r2574;
+	@%p651 bra 	$L__BB1_606;
+	cvt.u16.u64 	%rs290, %rd127;
+	shl.b16 	%rs291, %rs290, 4;
+	or.b16  	%rs292, %rs291, 4;
+	cvt.u64.u32 	%rd907, %r2760;
+	mul.wide.u32 	%rd908, %r2760, 2;
+	add.s64 	%rd909, %rd18, %rd908;
+	st.global.u16 	[%rd909], %rs292;
+	add.s64 	%rd910, %rd907, %rd15;
+	add.s64 	%rd911, %rd18, %rd910;
+	st.global.u8 	[%rd911], %r2708;
+$L__BB1_606:
+	add.s32 	%r2760, %r2760, 1;
+$L__BB1_607:
+	and.b32  	%r2035, %r1758, 256;
+	setp.eq.s32 	%p652, %r2035, 0;
+	@%p652 bra 	$L__BB1_611;
+	setp.ge.u32 	%p653, %r2760, %r2574;
+	@%p653 bra 	$L__BB1_610;
+	cvt.u16.u64 	%rs293, %rd127;
+	shl.b16 	%rs294, %rs293, 4;
+	or.b16  	%rs295, %rs294, 5;
+	cvt.u64.u32 	%rd912, %r2760;
+	mul.wide.u32 	%rd913, %r2760, 2;
+	add.s64 	%rd914, %rd18, %rd913;
+	st.global.u16 	[%rd914], %rs295;
+	add.s64 	%rd915, %rd912, %rd15;
+	add.s64 	%rd916, %rd18, %rd915;
+	shr.u32 	%r2036, %r2708, 8;
+	st.global.u8 	[%rd916], %r2036;
+$L__BB1_610:
+	add.s32 	%r2760, %r2760, 1;
+$L__BB1_611:
+	and.b32  	%r2037, %r1758, 65536;
+	setp.eq.s32 	%p654, %r2037, 0;
+	@%p654 bra 	$L__BB1_615;
+	setp.ge.u32 	%p655, %r2760, %r2574;
+	@%p655 bra 	$L__BB1_614;
+	cvt.u16.u64 	%rs296, %rd127;
+	shl.b16 	%rs297, %rs296, 4;
+	or.b16  	%rs298, %rs297, 6;
+	cvt.u64.u32 	%rd917, %r2760;
+	mul.wide.u32 	%rd918, %r2760, 2;
+	add.s64 	%rd919, %rd18, %rd918;
+	st.global.u16 	[%rd919], %rs298;
+	add.s64 	%rd920, %rd917, %rd15;
+	add.s64 	%rd921, %rd18, %rd920;
+	shr.u32 	%r2038, %r2708, 16;
+	st.global.u8 	[%rd921], %r2038;
+$L__BB1_614:
+	add.s32 	%r2760, %r2760, 1;
+$L__BB1_615:
+	and.b32  	%r2039, %r1758, 16777216;
+	setp.eq.s32 	%p656, %r2039, 0;
+	@%p656 bra 	$L__BB1_619;
+	setp.ge.u32 	%p657, %r2760, %r2574;
+	@%p657 bra 	$L__BB1_618;
+	cvt.u16.u64 	%rs299, %rd127;
+	shl.b16 	%rs300, %rs299, 4;
+	or.b16  	%rs301, %rs300, 7;
+	cvt.u64.u32 	%rd922, %r2760;
+	mul.wide.u32 	%rd923, %r2760, 2;
+	add.s64 	%rd924, %rd18, %rd923;
+	st.global.u16 	[%rd924], %rs301;
+	add.s64 	%rd925, %rd922, %rd15;
+	add.s64 	%rd926, %rd18, %rd925;
+	shr.u32 	%r2040, %r2708, 24;
+	st.global.u8 	[%rd926], %r2040;
+$L__BB1_618:
+	add.s32 	%r2760, %r2760, 1;
+$L__BB1_619:
+	and.b32  	%r2041, %r381, 256;
+	setp.eq.s32 	%p658, %r2041, 0;
+	@%p658 bra 	$L__BB1_623;
+	setp.ge.u32 	%p659, %r2760, %r2574;
+	@%p659 bra 	$L__BB1_622;
+	cvt.u16.u64 	%rs302, %rd127;
+	shl.b16 	%rs303, %rs302, 4;
+	or.b16  	%rs304, %rs303, 8;
+	cvt.u64.u32 	%rd927, %r2760;
+	mul.wide.u32 	%rd928, %r2760, 2;
+	add.s64 	%rd929, %rd18, %rd928;
+	st.global.u16 	[%rd929], %rs304;
+	add.s64 	%rd930, %rd927, %rd15;
+	add.s64 	%rd931, %rd18, %rd930;
+	st.global.u8 	[%rd931], %r2707;
+$L__BB1_622:
+	add.s32 	%r2760, %r2760, 1;
+$L__BB1_623:
+	and.b32  	%r2042, %r381, 512;
+	setp.eq.s32 	%p660, %r2042, 0;
+	@%p660 bra 	$L__BB1_627;
+	setp.ge.u32 	%p661, %r2760, %r2574;
+	@%p661 bra 	$L__BB1_626;
+	cvt.u16.u64 	%rs305, %rd127;
+	shl.b16 	%rs306, %rs305, 4;
+	or.b16  	%rs307, %rs306, 9;
+	cvt.u64.u32 	%rd932, %r2760;
+	mul.wide.u32 	%rd933, %r2760, 2;
+	add.s64 	%rd934, %rd18, %rd933;
+	st.global.u16 	[%rd934], %rs307;
+	add.s64 	%rd935, %rd932, %rd15;
+	add.s64 	%rd936, %rd18, %rd935;
+	shr.u32 	%r2043, %r2707, 8;
+	st.global.u8 	[%rd936], %r2043;
+$L__BB1_626:
+	add.s32 	%r2760, %r2760, 1;
+$L__BB1_627:
+	and.b32  	%r2044, %r381, 1024;
+	setp.eq.s32 	%p662, %r2044, 0;
+	@%p662 bra 	$L__BB1_631;
+	setp.ge.u32 	%p663, %r2760, %r2574;
+	@%p663 bra 	$L__BB1_630;
+	cvt.u16.u64 	%rs308, %rd127;
+	shl.b16 	%rs309, %rs308, 4;
+	or.b16  	%rs310, %rs309, 10;
+	cvt.u64.u32 	%rd937, %r2760;
+	mul.wide.u32 	%rd938, %r2760, 2;
+	add.s64 	%rd939, %rd18, %rd938;
+	st.global.u16 	[%rd939], %rs310;
+	add.s64 	%rd940, %rd937, %rd15;
+	add.s64 	%rd941, %rd18, %rd940;
+	shr.u32 	%r2045, %r2707, 16;
+	st.global.u8 	[%rd941], %r2045;
+$L__BB1_630:
+	add.s32 	%r2760, %r2760, 1;
+$L__BB1_631:
+	and.b32  	%r2046, %r381, 2048;
+	setp.eq.s32 	%p664, %r2046, 0;
+	@%p664 bra 	$L__BB1_635;
+	setp.ge.u32 	%p665, %r2760, %r2574;
+	@%p665 bra 	$L__BB1_634;
+	cvt.u16.u64 	%rs311, %rd127;
+	shl.b16 	%rs312, %rs311, 4;
+	or.b16  	%rs313, %rs312, 11;
+	cvt.u64.u32 	%rd942, %r2760;
+	mul.wide.u32 	%rd943, %r2760, 2;
+	add.s64 	%rd944, %rd18, %rd943;
+	st.global.u16 	[%rd944], %rs313;
+	add.s64 	%rd945, %rd942, %rd15;
+	add.s64 	%rd946, %rd18, %rd945;
+	shr.u32 	%r2047, %r2707, 24;
+	st.global.u8 	[%rd946], %r2047;
+$L__BB1_634:
+	add.s32 	%r2760, %r2760, 1;
+$L__BB1_635:
+	and.b32  	%r2048, %r382, 4096;
+	setp.eq.s32 	%p666, %r2048, 0;
+	@%p666 bra 	$L__BB1_639;
+	setp.ge.u32 	%p667, %r2760, %r2574;
+	@%p667 bra 	$L__BB1_638;
+	cvt.u16.u64 	%rs314, %rd127;
+	shl.b16 	%rs315, %rs314, 4;
+	or.b16  	%rs316, %rs315, 12;
+	cvt.u64.u32 	%rd947, %r2760;
+	mul.wide.u32 	%rd948, %r2760, 2;
+	add.s64 	%rd949, %rd18, %rd948;
+	st.global.u16 	[%rd949], %rs316;
+	add.s64 	%rd950, %rd947, %rd15;
+	add.s64 	%rd951, %rd18, %rd950;
+	st.global.u8 	[%rd951], %r2706;
+$L__BB1_638:
+	add.s32 	%r2760, %r2760, 1;
+$L__BB1_639:
+	and.b32  	%r2049, %r382, 8192;
+	setp.eq.s32 	%p668, %r2049, 0;
+	@%p668 bra 	$L__BB1_643;
+	setp.ge.u32 	%p669, %r2760, %r2574;
+	@%p669 bra 	$L__BB1_642;
+	cvt.u16.u64 	%rs317, %rd127;
+	shl.b16 	%rs318, %rs317, 4;
+	or.b16  	%rs319, %rs318, 13;
+	cvt.u64.u32 	%rd952, %r2760;
+	mul.wide.u32 	%rd953, %r2760, 2;
+	add.s64 	%rd954, %rd18, %rd953;
+	st.global.u16 	[%rd954], %rs319;
+	add.s64 	%rd955, %rd952, %rd15;
+	add.s64 	%rd956, %rd18, %rd955;
+	shr.u32 	%r2050, %r2706, 8;
+	st.global.u8 	[%rd956], %r2050;
+$L__BB1_642:
+	add.s32 	%r2760, %r2760, 1;
+$L__BB1_643:
+	and.b32  	%r2051, %r382, 16384;
+	setp.eq.s32 	%p670, %r2051, 0;
+	@%p670 bra 	$L__BB1_647;
+	setp.ge.u32 	%p671, %r2760, %r2574;
+	@%p671 bra 	$L__BB1_646;
+	cvt.u16.u64 	%rs320, %rd127;
+	shl.b16 	%rs321, %rs320, 4;
+	or.b16  	%rs322, %rs321, 14;
+	cvt.u64.u32 	%rd957, %r2760;
+	mul.wide.u32 	%rd958, %r2760, 2;
+	add.s64 	%rd959, %rd18, %rd958;
+	st.global.u16 	[%rd959], %rs322;
+	add.s64 	%rd960, %rd957, %rd15;
+	add.s64 	%rd961, %rd18, %rd960;
+	shr.u32 	%r2052, %r2706, 16;
+	st.global.u8 	[%rd961], %r2052;
+$L__BB1_646:
+	add.s32 	%r2760, %r2760, 1;
+$L__BB1_647:
+	cvt.u16.u32 	%rs323, %r382;
+	setp.gt.s16 	%p672, %rs323, -1;
+	setp.ge.u32 	%p673, %r2760, %r2574;
+	or.pred  	%p674, %p672, %p673;
+	@%p674 bra 	$L__BB1_649;
+	cvt.u16.u64 	%rs324, %rd127;
+	shl.b16 	%rs325, %rs324, 4;
+	or.b16  	%rs326, %rs325, 15;
+	cvt.u64.u32 	%rd962, %r2760;
+	mul.wide.u32 	%rd963, %r2760, 2;
+	add.s64 	%rd964, %rd18, %rd963;
+	st.global.u16 	[%rd964], %rs326;
+	add.s64 	%rd965, %rd962, %rd15;
+	add.s64 	%rd966, %rd18, %rd965;
+	shr.u32 	%r2053, %r2706, 24;
+	st.global.u8 	[%rd966], %r2053;
+$L__BB1_649:
+	shr.u64 	%rd1267, %rd10, 5;
+	add.s64 	%rd1259, %rd1259, 16384;
+	add.s64 	%rd1258, %rd1258, 16384;
+	shr.u64 	%rd967, %rd135, 48;
+	cvt.u32.u64 	%r2054, %rd967;
+	add.s32 	%r2811, %r479, %r2054;
+	add.s64 	%rd1257, %rd1257, 1024;
+	setp.lt.u64 	%p675, %rd1257, %rd20;
+	@%p675 bra 	$L__BB1_364;
+	bra.uni 	$L__BB1_730;
+$L__BB1_650:
+	setp.eq.s64 	%p676, %rd20, 0;
+	@%p676 bra 	$L__BB1_730;
+	mul.wide.u32 	%rd969, %r642, 16;
+	add.s64 	%rd970, %rd13, %rd969;
+	add.s64 	%rd1263, %rd970, %rd12;
+	add.s64 	%rd971, %rd14, %rd969;
+	add.s64 	%rd1264, %rd971, %rd12;
+	shl.b32 	%r2058, %r642, 1;
+	and.b32  	%r513, %r2058, 30;
+	mov.u64 	%rd1262, 0;
+	mov.u32 	%r2811, 0;
+$L__BB1_652:
+	mov.u32 	%r2775, 0;
+	cvt.u64.u32 	%rd1245, %r642;
+	add.s64 	%rd149, %rd1262, %rd1245;
+	setp.ge.u64 	%p677, %rd149, %rd20;
+	mov.u32 	%r2776, %r2775;
+	mov.u32 	%r2777, %r2775;
+	mov.u32 	%r2778, %r2775;
+	mov.u32 	%r2779, %r2775;
+	mov.u32 	%r2780, %r2775;
+	mov.u32 	%r2781, %r2775;
+	mov.u32 	%r2782, %r2775;
+	@%p677 bra 	$L__BB1_654;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r2778,%r2777,%r2776,%r2775}, [%rd1263];
+	// end inline asm
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r2782,%r2781,%r2780,%r2779}, [%rd1264];
+	// end inline asm
+$L__BB1_654:
+	add.s64 	%rd150, %rd149, 256;
+	setp.ge.u64 	%p678, %rd150, %rd20;
+	mov.u32 	%r2791, 0;
+	mov.u32 	%r2783, %r2791;
+	mov.u32 	%r2784, %r2791;
+	mov.u32 	%r2785, %r2791;
+	mov.u32 	%r2786, %r2791;
+	mov.u32 	%r2787, %r2791;
+	mov.u32 	%r2788, %r2791;
+	mov.u32 	%r2789, %r2791;
+	mov.u32 	%r2790, %r2791;
+	@%p678 bra 	$L__BB1_656;
+	add.s64 	%rd974, %rd1263, 4096;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r2786,%r2785,%r2784,%r2783}, [%rd974];
+	// end inline asm
+	add.s64 	%rd975, %rd1264, 4096;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r2790,%r2789,%r2788,%r2787}, [%rd975];
+	// end inline asm
+$L__BB1_656:
+	add.s64 	%rd151, %rd149, 512;
+	setp.ge.u64 	%p679, %rd151, %rd20;
+	mov.u32 	%r2792, %r2791;
+	mov.u32 	%r2793, %r2791;
+	mov.u32 	%r2794, %r2791;
+	mov.u32 	%r2795, %r2791;
+	mov.u32 	%r2796, %r2791;
+	mov.u32 	%r2797, %r2791;
+	mov.u32 	%r2798, %r2791;
+	@%p679 bra 	$L__BB1_658;
+	add.s64 	%rd976, %rd1263, 8192;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r2794,%r2793,%r2792,%r2791}, [%rd976];
+	// end inline asm
+	add.s64 	%rd977, %rd1264, 8192;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r2798,%r2797,%r2796,%r2795}, [%rd977];
+	// end inline asm
+$L__BB1_658:
+	add.s64 	%rd152, %rd149, 768;
+	setp.ge.u64 	%p680, %rd152, %rd20;
+	mov.u32 	%r2799, 0;
+	mov.u32 	%r2800, %r2799;
+	mov.u32 	%r2801, %r2799;
+	mov.u32 	%r2802, %r2799;
+	mov.u32 	%r2803, %r2799;
+	mov.u32 	%r2804, %r2799;
+	mov.u32 	%r2805, %r2799;
+	mov.u32 	%r2806, %r2799;
+	@%p680 bra 	$L__BB1_660;
+	add.s64 	%rd978, %rd1263, 12288;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r2802,%r2801,%r2800,%r2799}, [%rd978];
+	// end inline asm
+	add.s64 	%rd979, %rd1264, 12288;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r2806,%r2805,%r2804,%r2803}, [%rd979];
+	// end inline asm
+$L__BB1_660:
+	and.b32  	%r2570, %r642, 15;
+	setp.ne.s32 	%p681, %r2777, %r2781;
+	setp.ne.s32 	%p682, %r2778, %r2782;
+	or.pred  	%p8, %p681, %p682;
+	selp.u32 	%r2124, 1, 0, %p8;
+	setp.ne.s32 	%p683, %r2775, %r2779;
+	selp.u16 	%rs327, 1, 0, %p683;
+	mul.wide.u16 	%r2125, %rs327, 2;
+	mov.u32 	%r2126, 1;
+	setp.eq.s32 	%p684, %r2776, %r2780;
+	selp.b32 	%r579, %r2125, 2, %p684;
+	mov.u32 	%r2127, 2;
+	or.b32  	%r580, %r579, %r2124;
+	shl.b32 	%r2128, %r580, %r513;
+	mov.u32 	%r2129, 31;
+	mov.u32 	%r2130, -1;
+	shfl.sync.bfly.b32 	%r2131|%p685, %r2128, %r2126, %r2129, %r2130;
+	or.b32  	%r2132, %r2131, %r2128;
+	shfl.sync.bfly.b32 	%r2133|%p686, %r2132, %r2127, %r2129, %r2130;
+	or.b32  	%r2134, %r2133, %r2132;
+	mov.u32 	%r2135, 4;
+	shfl.sync.bfly.b32 	%r2136|%p687, %r2134, %r2135, %r2129, %r2130;
+	or.b32  	%r581, %r2136, %r2134;
+	mov.u32 	%r2137, 8;
+	shfl.sync.bfly.b32 	%r582|%p9, %r581, %r2137, %r2129, %r2130;
+	setp.ne.s32 	%p688, %r2570, 0;
+	or.pred  	%p690, %p688, %p677;
+	@%p690 bra 	$L__BB1_662;
+	shr.u64 	%rd980, %rd149, 4;
+	cvt.u32.u64 	%r2138, %rd980;
+	shl.b32 	%r2139, %r2138, 2;
+	mov.u32 	%r2140, _ZZ14ws_delta_countE5smask;
+	add.s32 	%r2141, %r2140, %r2139;
+	or.b32  	%r2142, %r582, %r581;
+	st.shared.u32 	[%r2141], %r2142;
+$L__BB1_662:
+	setp.eq.s32 	%p691, %r2, 0;
+	@%p691 bra 	$L__BB1_665;
+	mov.u32 	%r2143, 31;
+	mov.u32 	%r2144, 1;
+	mov.u32 	%r2145, -1;
+	shfl.sync.bfly.b32 	%r2146|%p693, %r580, %r2144, %r2143, %r2145;
+	or.b32  	%r2147, %r2146, %r580;
+	setp.eq.s32 	%p694, %r2147, 0;
+	or.pred  	%p695, %p677, %p694;
+	@%p695 bra 	$L__BB1_665;
+	st.v4.u32 	[%rd1264], {%r2778, %r2777, %r2776, %r2775};
+$L__BB1_665:
+	setp.ne.s32 	%p697, %r2785, %r2789;
+	setp.ne.s32 	%p698, %r2786, %r2790;
+	or.pred  	%p10, %p697, %p698;
+	selp.u32 	%r2148, 1, 0, %p10;
+	setp.ne.s32 	%p699, %r2783, %r2787;
+	selp.u16 	%rs328, 1, 0, %p699;
+	mul.wide.u16 	%r2149, %rs328, 2;
+	mov.u32 	%r2150, 1;
+	setp.eq.s32 	%p700, %r2784, %r2788;
+	selp.b32 	%r583, %r2149, 2, %p700;
+	mov.u32 	%r2151, 2;
+	or.b32  	%r584, %r583, %r2148;
+	shl.b32 	%r2152, %r584, %r513;
+	popc.b32 	%r2153, %r584;
+	shl.b32 	%r2154, %r2153, 16;
+	mov.u32 	%r2155, 31;
+	mov.u32 	%r2156, -1;
+	shfl.sync.bfly.b32 	%r2157|%p701, %r2152, %r2150, %r2155, %r2156;
+	or.b32  	%r2158, %r2157, %r2152;
+	shfl.sync.bfly.b32 	%r2159|%p702, %r2158, %r2151, %r2155, %r2156;
+	or.b32  	%r2160, %r2159, %r2158;
+	mov.u32 	%r2161, 4;
+	shfl.sync.bfly.b32 	%r2162|%p703, %r2160, %r2161, %r2155, %r2156;
+	or.b32  	%r2163, %r2162, %r2160;
+	mov.u32 	%r2164, 8;
+	shfl.sync.bfly.b32 	%r2165|%p704, %r2163, %r2164, %r2155, %r2156;
+	or.b32  	%r585, %r2165, %r2163;
+	popc.b32 	%r2166, %r580;
+	or.b32  	%r586, %r2154, %r2166;
+	or.pred  	%p706, %p688, %p678;
+	@%p706 bra 	$L__BB1_667;
+	shr.u64 	%rd981, %rd150, 4;
+	cvt.u32.u64 	%r2167, %rd981;
+	shl.b32 	%r2168, %r2167, 2;
+	mov.u32 	%r2169, _ZZ14ws_delta_countE5smask;
+	add.s32 	%r2170, %r2169, %r2168;
+	st.shared.u32 	[%r2170], %r585;
+$L__BB1_667:
+	@%p691 bra 	$L__BB1_670;
+	mov.u32 	%r2171, 31;
+	mov.u32 	%r2172, 1;
+	mov.u32 	%r2173, -1;
+	shfl.sync.bfly.b32 	%r2174|%p709, %r584, %r2172, %r2171, %r2173;
+	or.b32  	%r2175, %r2174, %r584;
+	setp.eq.s32 	%p710, %r2175, 0;
+	or.pred  	%p711, %p678, %p710;
+	@%p711 bra 	$L__BB1_670;
+	st.v4.u32 	[%rd1264+4096], {%r2786, %r2785, %r2784, %r2783};
+$L__BB1_670:
+	setp.ne.s32 	%p713, %r2793, %r2797;
+	setp.ne.s32 	%p714, %r2794, %r2798;
+	or.pred  	%p11, %p713, %p714;
+	selp.u32 	%r2176, 1, 0, %p11;
+	setp.ne.s32 	%p715, %r2791, %r2795;
+	selp.u16 	%rs329, 1, 0, %p715;
+	mul.wide.u16 	%r2177, %rs329, 2;
+	mov.u32 	%r2178, 1;
+	setp.eq.s32 	%p716, %r2792, %r2796;
+	selp.b32 	%r587, %r2177, 2, %p716;
+	mov.u32 	%r2179, 2;
+	or.b32  	%r588, %r587, %r2176;
+	shl.b32 	%r2180, %r588, %r513;
+	popc.b32 	%r2181, %r588;
+	cvt.u64.u32 	%rd982, %r2181;
+	mov.u32 	%r2182, 31;
+	mov.u32 	%r2183, -1;
+	shfl.sync.bfly.b32 	%r2184|%p717, %r2180, %r2178, %r2182, %r2183;
+	or.b32  	%r2185, %r2184, %r2180;
+	shfl.sync.bfly.b32 	%r2186|%p718, %r2185, %r2179, %r2182, %r2183;
+	or.b32  	%r2187, %r2186, %r2185;
+	mov.u32 	%r2188, 4;
+	shfl.sync.bfly.b32 	%r2189|%p719, %r2187, %r2188, %r2182, %r2183;
+	or.b32  	%r2190, %r2189, %r2187;
+	mov.u32 	%r2191, 8;
+	shfl.sync.bfly.b32 	%r2192|%p720, %r2190, %r2191, %r2182, %r2183;
+	or.b32  	%r589, %r2192, %r2190;
+	cvt.u64.u32 	%rd983, %r586;
+	bfi.b64 	%rd153, %rd982, %rd983, 32, 32;
+	or.pred  	%p722, %p688, %p679;
+	@%p722 bra 	$L__BB1_672;
+	shr.u64 	%rd984, %rd151, 4;
+	cvt.u32.u64 	%r2193, %rd984;
+	shl.b32 	%r2194, %r2193, 2;
+	mov.u32 	%r2195, _ZZ14ws_delta_countE5smask;
+	add.s32 	%r2196, %r2195, %r2194;
+	st.shared.u32 	[%r2196], %r589;
+$L__BB1_672:
+	@%p691 bra 	$L__BB1_675;
+	mov.u32 	%r2197, 31;
+	mov.u32 	%r2198, 1;
+	mov.u32 	%r2199, -1;
+	shfl.sync.bfly.b32 	%r2200|%p725, %r588, %r2198, %r2197, %r2199;
+	or.b32  	%r2201, %r2200, %r588;
+	setp.eq.s32 	%p726, %r2201, 0;
+	or.pred  	%p727, %p679, %p726;
+	@%p727 bra 	$L__BB1_675;
+	st.v4.u32 	[%rd1264+8192], {%r2794, %r2793, %r2792, %r2791};
+$L__BB1_675:
+	setp.ne.s32 	%p729, %r2801, %r2805;
+	setp.ne.s32 	%p730, %r2802, %r2806;
+	or.pred  	%p12, %p729, %p730;
+	selp.u32 	%r2202, 1, 0, %p12;
+	setp.ne.s32 	%p731, %r2799, %r2803;
+	selp.u16 	%rs330, 1, 0, %p731;
+	mul.wide.u16 	%r2203, %rs330, 2;
+	mov.u32 	%r2204, 1;
+	setp.eq.s32 	%p732, %r2800, %r2804;
+	selp.b32 	%r590, %r2203, 2, %p732;
+	mov.u32 	%r2205, 2;
+	or.b32  	%r591, %r590, %r2202;
+	shl.b32 	%r2206, %r591, %r513;
+	popc.b32 	%r2207, %r591;
+	cvt.u64.u32 	%rd985, %r2207;
+	shl.b64 	%rd986, %rd985, 48;
+	mov.u32 	%r2208, 31;
+	mov.u32 	%r2209, -1;
+	shfl.sync.bfly.b32 	%r2210|%p733, %r2206, %r2204, %r2208, %r2209;
+	or.b32  	%r2211, %r2210, %r2206;
+	shfl.sync.bfly.b32 	%r2212|%p734, %r2211, %r2205, %r2208, %r2209;
+	or.b32  	%r2213, %r2212, %r2211;
+	mov.u32 	%r2214, 4;
+	shfl.sync.bfly.b32 	%r2215|%p735, %r2213, %r2214, %r2208, %r2209;
+	or.b32  	%r2216, %r2215, %r2213;
+	mov.u32 	%r2217, 8;
+	shfl.sync.bfly.b32 	%r2218|%p736, %r2216, %r2217, %r2208, %r2209;
+	or.b32  	%r592, %r2218, %r2216;
+	or.b64  	%rd154, %rd986, %rd153;
+	or.pred  	%p738, %p688, %p680;
+	@%p738 bra 	$L__BB1_677;
+	shr.u64 	%rd987, %rd152, 4;
+	cvt.u32.u64 	%r2219, %rd987;
+	shl.b32 	%r2220, %r2219, 2;
+	mov.u32 	%r2221, _ZZ14ws_delta_countE5smask;
+	add.s32 	%r2222, %r2221, %r2220;
+	st.shared.u32 	[%r2222], %r592;
+$L__BB1_677:
+	@%p691 bra 	$L__BB1_680;
+	mov.u32 	%r2223, 31;
+	mov.u32 	%r2224, 1;
+	mov.u32 	%r2225, -1;
+	shfl.sync.bfly.b32 	%r2226|%p741, %r591, %r2224, %r2223, %r2225;
+	or.b32  	%r2227, %r2226, %r591;
+	setp.eq.s32 	%p742, %r2227, 0;
+	or.pred  	%p743, %p680, %p742;
+	@%p743 bra 	$L__BB1_680;
+	st.v4.u32 	[%rd1264+12288], {%r2802, %r2801, %r2800, %r2799};
+$L__BB1_680:
+	cvt.u32.u64 	%r2248, %rd7;
+	setp.lt.u32 	%p744, %r2248, 16;
+	mov.u32 	%r2249, 16;
+	setp.lt.u32 	%p745, %r2248, 4;
+	mov.u32 	%r2250, 4;
+	setp.lt.u32 	%p746, %r2248, 2;
+	mov.u32 	%r2251, 2;
+	setp.lt.u32 	%p747, %r2248, 8;
+	mov.u32 	%r2252, 8;
+	setp.ne.s32 	%p748, %r2248, 31;
+	setp.eq.s32 	%p749, %r2248, 0;
+	mov.u32 	%r2253, 0;
+	// begin inline asm
+	mov.b64 {%r2228,%r2229}, %rd154;
+	// end inline asm
+	mov.u32 	%r2254, 1;
+	mov.u32 	%r2255, -1;
+	shfl.sync.up.b32 	%r2231|%p750, %r2229, %r2254, %r2253, %r2255;
+	shfl.sync.up.b32 	%r2230|%p751, %r2228, %r2254, %r2253, %r2255;
+	// begin inline asm
+	mov.b64 %rd989, {%r2230,%r2231};
+	// end inline asm
+	selp.b64 	%rd998, 0, %rd989, %p749;
+	add.s64 	%rd990, %rd998, %rd154;
+	// begin inline asm
+	mov.b64 {%r2232,%r2233}, %rd990;
+	// end inline asm
+	shfl.sync.up.b32 	%r2235|%p752, %r2233, %r2251, %r2253, %r2255;
+	shfl.sync.up.b32 	%r2234|%p753, %r2232, %r2251, %r2253, %r2255;
+	// begin inline asm
+	mov.b64 %rd991, {%r2234,%r2235};
+	// end inline asm
+	selp.b64 	%rd999, 0, %rd991, %p746;
+	add.s64 	%rd992, %rd999, %rd990;
+	// begin inline asm
+	mov.b64 {%r2236,%r2237}, %rd992;
+	// end inline asm
+	shfl.sync.up.b32 	%r2239|%p754, %r2237, %r2250, %r2253, %r2255;
+	shfl.sync.up.b32 	%r2238|%p755, %r2236, %r2250, %r2253, %r2255;
+	// begin inline asm
+	mov.b64 %rd993, {%r2238,%r2239};
+	// end inline asm
+	selp.b64 	%rd1000, 0, %rd993, %p745;
+	add.s64 	%rd994, %rd1000, %rd992;
+	// begin inline asm
+	mov.b64 {%r2240,%r2241}, %rd994;
+	// end inline asm
+	shfl.sync.up.b32 	%r2243|%p756, %r2241, %r2252, %r2253, %r2255;
+	shfl.sync.up.b32 	%r2242|%p757, %r2240, %r2252, %r2253, %r2255;
+	// begin inline asm
+	mov.b64 %rd995, {%r2242,%r2243};
+	// end inline asm
+	selp.b64 	%rd1001, 0, %rd995, %p747;
+	add.s64 	%rd996, %rd1001, %rd994;
+	// begin inline asm
+	mov.b64 {%r2244,%r2245}, %rd996;
+	// end inline asm
+	shfl.sync.up.b32 	%r2247|%p758, %r2245, %r2249, %r2253, %r2255;
+	shfl.sync.up.b32 	%r2246|%p759, %r2244, %r2249, %r2253, %r2255;
+	// begin inline asm
+	mov.b64 %rd997, {%r2246,%r2247};
+	// end inline asm
+	selp.b64 	%rd1002, 0, %rd997, %p744;
+	add.s64 	%rd155, %rd1002, %rd996;
+	@%p748 bra 	$L__BB1_682;
+	shr.u32 	%r2257, %r642, 2;
+	and.b32  	%r2258, %r2257, 1073741816;
+	mov.u32 	%r2259, _ZZ14ws_delta_countE3red;
+	add.s32 	%r2260, %r2259, %r2258;
+	st.shared.u64 	[%r2260], %rd155;
+$L__BB1_682:
+	shr.u32 	%r2568, %r642, 5;
+	cvt.u64.u32 	%rd1244, %r2568;
+	cvt.u32.u64 	%r2261, %rd1244;
+	setp.ne.s32 	%p760, %r2261, 0;
+	bar.sync 	0;
+	@%p760 bra 	$L__BB1_687;
+	cvt.u32.u64 	%r2571, %rd7;
+	setp.gt.u32 	%p761, %r2571, 7;
+	mov.u64 	%rd1265, 0;
+	@%p761 bra 	$L__BB1_685;
+	shl.b32 	%r2264, %r642, 3;
+	and.b32  	%r2265, %r2264, 248;
+	mov.u32 	%r2266, _ZZ14ws_delta_countE3red;
+	add.s32 	%r2267, %r2266, %r2265;
+	ld.shared.u64 	%rd1265, [%r2267];
+$L__BB1_685:
+	cvt.u32.u64 	%r2572, %rd7;
+	setp.lt.u32 	%p907, %r2572, 16;
+	setp.lt.u32 	%p906, %r2572, 8;
+	setp.lt.u32 	%p905, %r2572, 4;
+	setp.lt.u32 	%p904, %r2572, 2;
+	setp.eq.s32 	%p903, %r2572, 0;
+	mov.u32 	%r2289, 16;
+	mov.u32 	%r2290, 4;
+	mov.u32 	%r2291, 2;
+	mov.u32 	%r2292, 8;
+	mov.u32 	%r2293, 0;
+	// begin inline asm
+	mov.b64 {%r2268,%r2269}, %rd1265;
+	// end inline asm
+	mov.u32 	%r2294, 1;
+	mov.u32 	%r2295, -1;
+	shfl.sync.up.b32 	%r2271|%p768, %r2269, %r2294, %r2293, %r2295;
+	shfl.sync.up.b32 	%r2270|%p769, %r2268, %r2294, %r2293, %r2295;
+	// begin inline asm
+	mov.b64 %rd1005, {%r2270,%r2271};
+	// end inline asm
+	selp.b64 	%rd1014, 0, %rd1005, %p903;
+	add.s64 	%rd1006, %rd1014, %rd1265;
+	// begin inline asm
+	mov.b64 {%r2272,%r2273}, %rd1006;
+	// end inline asm
+	shfl.sync.up.b32 	%r2275|%p770, %r2273, %r2291, %r2293, %r2295;
+	shfl.sync.up.b32 	%r2274|%p771, %r2272, %r2291, %r2293, %r2295;
+	// begin inline asm
+	mov.b64 %rd1007, {%r2274,%r2275};
+	// end inline asm
+	selp.b64 	%rd1015, 0, %rd1007, %p904;
+	add.s64 	%rd1008, %rd1015, %rd1006;
+	// begin inline asm
+	mov.b64 {%r2276,%r2277}, %rd1008;
+	// end inline asm
+	shfl.sync.up.b32 	%r2279|%p772, %r2277, %r2290, %r2293, %r2295;
+	shfl.sync.up.b32 	%r2278|%p773, %r2276, %r2290, %r2293, %r2295;
+	// begin inline asm
+	mov.b64 %rd1009, {%r2278,%r2279};
+	// end inline asm
+	selp.b64 	%rd1016, 0, %rd1009, %p905;
+	add.s64 	%rd1010, %rd1016, %rd1008;
+	// begin inline asm
+	mov.b64 {%r2280,%r2281}, %rd1010;
+	// end inline asm
+	shfl.sync.up.b32 	%r2283|%p774, %r2281, %r2292, %r2293, %r2295;
+	shfl.sync.up.b32 	%r2282|%p775, %r2280, %r2292, %r2293, %r2295;
+	// begin inline asm
+	mov.b64 %rd1011, {%r2282,%r2283};
+	// end inline asm
+	selp.b64 	%rd1017, 0, %rd1011, %p906;
+	add.s64 	%rd1012, %rd1017, %rd1010;
+	// begin inline asm
+	mov.b64 {%r2284,%r2285}, %rd1012;
+	// end inline asm
+	shfl.sync.up.b32 	%r2287|%p776, %r2285, %r2289, %r2293, %r2295;
+	shfl.sync.up.b32 	%r2286|%p777, %r2284, %r2289, %r2293, %r2295;
+	// begin inline asm
+	mov.b64 %rd1013, {%r2286,%r2287};
+	// end inline asm
+	selp.b64 	%rd1018, 0, %rd1013, %p907;
+	add.s64 	%rd158, %rd1018, %rd1012;
+	@%p761 bra 	$L__BB1_687;
+	shl.b32 	%r2297, %r642, 3;
+	and.b32  	%r2298, %r2297, 248;
+	mov.u32 	%r2299, _ZZ14ws_delta_countE3red;
+	add.s32 	%r2300, %r2299, %r2298;
+	st.shared.u64 	[%r2300], %rd158;
+$L__BB1_687:
+	setp.eq.s32 	%p778, %r2261, 0;
+	bar.sync 	0;
+	mov.u64 	%rd1266, 0;
+	@%p778 bra 	$L__BB1_689;
+	shr.u32 	%r2303, %r642, 2;
+	and.b32  	%r2304, %r2303, 1073741816;
+	mov.u32 	%r2305, _ZZ14ws_delta_countE3red;
+	add.s32 	%r2306, %r2305, %r2304;
+	ld.shared.u64 	%rd1266, [%r2306+-8];
+$L__BB1_689:
+	ld.shared.u64 	%rd161, [_ZZ14ws_delta_countE3red+56];
+	bar.sync 	0;
+	sub.s64 	%rd1020, %rd155, %rd154;
+	add.s64 	%rd162, %rd1020, %rd1266;
+	cvt.u32.u64 	%r2307, %rd162;
+	and.b32  	%r2308, %r2307, 65535;
+	add.s32 	%r2807, %r2308, %r2811;
+	shl.b64 	%rd163, %rd149, 1;
+	not.pred 	%p779, %p8;
+	@%p779 bra 	$L__BB1_695;
+	setp.ge.u32 	%p780, %r2807, %r2574;
+	@%p780 bra 	$L__BB1_694;
+	mul.wide.u32 	%rd1021, %r2807, 2;
+	add.s64 	%rd1022, %rd18, %rd1021;
+	st.global.u16 	[%rd1022], %rd163;
+	mul.wide.u32 	%rd1023, %r2807, 8;
+	add.s64 	%rd1024, %rd1023, %rd15;
+	add.s64 	%rd164, %rd18, %rd1024;
+	add.s64 	%rd1025, %rd19, %rd1024;
+	and.b64  	%rd1026, %rd1025, 7;
+	setp.eq.s64 	%p781, %rd1026, 0;
+	@%p781 bra 	$L__BB1_693;
+	st.global.u8 	[%rd164], %r2778;
+	shr.u32 	%r2309, %r2778, 8;
+	st.global.u8 	[%rd164+1], %r2309;
+	shr.u32 	%r2310, %r2778, 16;
+	st.global.u8 	[%rd164+2], %r2310;
+	shr.u32 	%r2311, %r2778, 24;
+	st.global.u8 	[%rd164+3], %r2311;
+	st.global.u8 	[%rd164+4], %r2777;
+	shr.u32 	%r2312, %r2777, 8;
+	st.global.u8 	[%rd164+5], %r2312;
+	shr.u32 	%r2313, %r2777, 16;
+	st.global.u8 	[%rd164+6], %r2313;
+	shr.u32 	%r2314, %r2777, 24;
+	st.global.u8 	[%rd164+7], %r2314;
+	bra.uni 	$L__BB1_694;
+$L__BB1_693:
+	cvt.u64.u32 	%rd1027, %r2778;
+	cvt.u64.u32 	%rd1028, %r2777;
+	bfi.b64 	%rd1029, %rd1028, %rd1027, 32, 32;
+	st.global.u64 	[%rd164], %rd1029;
+$L__BB1_694:
+	add.s32 	%r2807, %r2807, 1;
+$L__BB1_695:
+	setp.ge.u32 	%p782, %r2807, %r2574;
+	setp.eq.s32 	%p783, %r579, 0;
+	or.pred  	%p784, %p783, %p782;
+	@%p784 bra 	$L__BB1_699;
+	cvt.u16.u64 	%rs331, %rd163;
+	add.s16 	%rs332, %rs331, 1;
+	mul.wide.u32 	%rd1030, %r2807, 2;
+	add.s64 	%rd1031, %rd18, %rd1030;
+	st.global.u16 	[%rd1031], %rs332;
+	mul.wide.u32 	%rd1032, %r2807, 8;
+	add.s64 	%rd1033, %rd1032, %rd15;
+	add.s64 	%rd165, %rd18, %rd1033;
+	add.s64 	%rd1034, %rd19, %rd1033;
+	and.b64  	%rd1035, %rd1034, 7;
+	setp.eq.s64 	%p785, %rd1035, 0;
+	@%p785 bra 	$L__BB1_698;
+	st.global.u8 	[%rd165], %r2776;
+	shr.u32 	%r2315, %r2776, 8;
+	st.global.u8 	[%rd165+1], %r2315;
+	shr.u32 	%r2316, %r2776, 16;
+	st.global.u8 	[%rd165+2], %r2316;
+	shr.u32 	%r2317, %r2776, 24;
+	st.global.u8 	[%rd165+3], %r2317;
+	st.global.u8 	[%rd165+4], %r2775;
+	shr.u32 	%r2318, %r2775, 8;
+	st.global.u8 	[%rd165+5], %r2318;
+	shr.u32 	%r2319, %r2775, 16;
+	st.global.u8 	[%rd165+6], %r2319;
+	shr.u32 	%r2320, %r2775, 24;
+	st.global.u8 	[%rd165+7], %r2320;
+	bra.uni 	$L__BB1_699;
+$L__BB1_698:
+	cvt.u64.u32 	%rd1036, %r2776;
+	cvt.u64.u32 	%rd1037, %r2775;
+	bfi.b64 	%rd1038, %rd1037, %rd1036, 32, 32;
+	st.global.u64 	[%rd165], %rd1038;
+$L__BB1_699:
+	cvt.u32.u64 	%r2321, %rd161;
+	and.b32  	%r2322, %r2321, 65535;
+	add.s32 	%r596, %r2322, %r2811;
+	shr.u32 	%r2324, %r2307, 16;
+	add.s32 	%r2808, %r2324, %r596;
+	not.pred 	%p786, %p10;
+	@%p786 bra 	$L__BB1_705;
+	setp.ge.u32 	%p787, %r2808, %r2574;
+	@%p787 bra 	$L__BB1_704;
+	cvt.u16.u64 	%rs333, %rd163;
+	add.s16 	%rs334, %rs333, 512;
+	mul.wide.u32 	%rd1039, %r2808, 2;
+	add.s64 	%rd1040, %rd18, %rd1039;
+	st.global.u16 	[%rd1040], %rs334;
+	mul.wide.u32 	%rd1041, %r2808, 8;
+	add.s64 	%rd1042, %rd1041, %rd15;
+	add.s64 	%rd166, %rd18, %rd1042;
+	add.s64 	%rd1043, %rd19, %rd1042;
+	and.b64  	%rd1044, %rd1043, 7;
+	setp.eq.s64 	%p788, %rd1044, 0;
+	@%p788 bra 	$L__BB1_703;
+	st.global.u8 	[%rd166], %r2786;
+	shr.u32 	%r2325, %r2786, 8;
+	st.global.u8 	[%rd166+1], %r2325;
+	shr.u32 	%r2326, %r2786, 16;
+	st.global.u8 	[%rd166+2], %r2326;
+	shr.u32 	%r2327, %r2786, 24;
+	st.global.u8 	[%rd166+3], %r2327;
+	st.global.u8 	[%rd166+4], %r2785;
+	shr.u32 	%r2328, %r2785, 8;
+	st.global.u8 	[%rd166+5], %r2328;
+	shr.u32 	%r2329, %r2785, 16;
+	st.global.u8 	[%rd166+6], %r2329;
+	shr.u32 	%r2330, %r2785, 24;
+	st.global.u8 	[%rd166+7], %r2330;
+	bra.uni 	$L__BB1_704;
+$L__BB1_703:
+	cvt.u64.u32 	%rd1045, %r2786;
+	cvt.u64.u32 	%rd1046, %r2785;
+	bfi.b64 	%rd1047, %rd1046, %rd1045, 32, 32;
+	st.global.u64 	[%rd166], %rd1047;
+$L__BB1_704:
+	add.s32 	%r2808, %r2808, 1;
+$L__BB1_705:
+	setp.ge.u32 	%p789, %r2808, %r2574;
+	setp.eq.s32 	%p790, %r583, 0;
+	or.pred  	%p791, %p790, %p789;
+	@%p791 bra 	$L__BB1_709;
+	cvt.u16.u64 	%rs335, %rd163;
+	add.s16 	%rs336, %rs335, 513;
+	mul.wide.u32 	%rd1048, %r2808, 2;
+	add.s64 	%rd1049, %rd18, %rd1048;
+	st.global.u16 	[%rd1049], %rs336;
+	mul.wide.u32 	%rd1050, %r2808, 8;
+	add.s64 	%rd1051, %rd1050, %rd15;
+	add.s64 	%rd167, %rd18, %rd1051;
+	add.s64 	%rd1052, %rd19, %rd1051;
+	and.b64  	%rd1053, %rd1052, 7;
+	setp.eq.s64 	%p792, %rd1053, 0;
+	@%p792 bra 	$L__BB1_708;
+	st.global.u8 	[%rd167], %r2784;
+	shr.u32 	%r2331, %r2784, 8;
+	st.global.u8 	[%rd167+1], %r2331;
+	shr.u32 	%r2332, %r2784, 16;
+	st.global.u8 	[%rd167+2], %r2332;
+	shr.u32 	%r2333, %r2784, 24;
+	st.global.u8 	[%rd167+3], %r2333;
+	st.global.u8 	[%rd167+4], %r2783;
+	shr.u32 	%r2334, %r2783, 8;
+	st.global.u8 	[%rd167+5], %r2334;
+	shr.u32 	%r2335, %r2783, 16;
+	st.global.u8 	[%rd167+6], %r2335;
+	shr.u32 	%r2336, %r2783, 24;
+	st.global.u8 	[%rd167+7], %r2336;
+	bra.uni 	$L__BB1_709;
+$L__BB1_708:
+	cvt.u64.u32 	%rd1054, %r2784;
+	cvt.u64.u32 	%rd1055, %r2783;
+	bfi.b64 	%rd1056, %rd1055, %rd1054, 32, 32;
+	st.global.u64 	[%rd167], %rd1056;
+$L__BB1_709:
+	shr.u32 	%r2338, %r2321, 16;
+	add.s32 	%r600, %r2338, %r596;
+	shr.u64 	%rd1057, %rd162, 32;
+	cvt.u32.u64 	%r2339, %rd1057;
+	and.b32  	%r2340, %r2339, 65535;
+	add.s32 	%r2809, %r2340, %r600;
+	not.pred 	%p793, %p11;
+	@%p793 bra 	$L__BB1_715;
+	setp.ge.u32 	%p794, %r2809, %r2574;
+	@%p794 bra 	$L__BB1_714;
+	cvt.u16.u64 	%rs337, %rd163;
+	add.s16 	%rs338, %rs337, 1024;
+	mul.wide.u32 	%rd1058, %r2809, 2;
+	add.s64 	%rd1059, %rd18, %rd1058;
+	st.global.u16 	[%rd1059], %rs338;
+	mul.wide.u32 	%rd1060, %r2809, 8;
+	add.s64 	%rd1061, %rd1060, %rd15;
+	add.s64 	%rd168, %rd18, %rd1061;
+	add.s64 	%rd1062, %rd19, %rd1061;
+	and.b64  	%rd1063, %rd1062, 7;
+	setp.eq.s64 	%p795, %rd1063, 0;
+	@%p795 bra 	$L__BB1_713;
+	st.global.u8 	[%rd168], %r2794;
+	shr.u32 	%r2341, %r2794, 8;
+	st.global.u8 	[%rd168+1], %r2341;
+	shr.u32 	%r2342, %r2794, 16;
+	st.global.u8 	[%rd168+2], %r2342;
+	shr.u32 	%r2343, %r2794, 24;
+	st.global.u8 	[%rd168+3], %r2343;
+	st.global.u8 	[%rd168+4], %r2793;
+	shr.u32 	%r2344, %r2793, 8;
+	st.global.u8 	[%rd168+5], %r2344;
+	shr.u32 	%r2345, %r2793, 16;
+	st.global.u8 	[%rd168+6], %r2345;
+	shr.u32 	%r2346, %r2793, 24;
+	st.global.u8 	[%rd168+7], %r2346;
+	bra.uni 	$L__BB1_714;
+$L__BB1_713:
+	cvt.u64.u32 	%rd1064, %r2794;
+	cvt.u64.u32 	%rd1065, %r2793;
+	bfi.b64 	%rd1066, %rd1065, %rd1064, 32, 32;
+	st.global.u64 	[%rd168], %rd1066;
+$L__BB1_714:
+	add.s32 	%r2809, %r2809, 1;
+$L__BB1_715:
+	setp.ge.u32 	%p796, %r2809, %r2574;
+	setp.eq.s32 	%p797, %r587, 0;
+	or.pred  	%p798, %p797, %p796;
+	@%p798 bra 	$L__BB1_719;
+	cvt.u16.u64 	%rs339, %rd163;
+	add.s16 	%rs340, %rs339, 1025;
+	mul.wide.u32 	%rd1067, %r2809, 2;
+	add.s64 	%rd1068, %rd18, %rd1067;
+	st.global.u16 	[%rd1068], %rs340;
+	mul.wide.u32 	%rd1069, %r2809, 8;
+	add.s64 	%rd1070, %rd1069, %rd15;
+	add.s64 	%rd169, %rd18, %rd1070;
+	add.s64 	%rd1071, %rd19, %rd1070;
+	and.b64  	%rd1072, %rd1071, 7;
+	setp.eq.s64 	%p799, %rd1072, 0;
+	@%p799 bra 	$L__BB1_718;
+	st.global.u8 	[%rd169], %r2792;
+	shr.u32 	%r2347, %r2792, 8;
+	st.global.u8 	[%rd169+1], %r2347;
+	shr.u32 	%r2348, %r2792, 16;
+	st.global.u8 	[%rd169+2], %r2348;
+	shr.u32 	%r2349, %r2792, 24;
+	st.global.u8 	[%rd169+3], %r2349;
+	st.global.u8 	[%rd169+4], %r2791;
+	shr.u32 	%r2350, %r2791, 8;
+	st.global.u8 	[%rd169+5], %r2350;
+	shr.u32 	%r2351, %r2791, 16;
+	st.global.u8 	[%rd169+6], %r2351;
+	shr.u32 	%r2352, %r2791, 24;
+	st.global.u8 	[%rd169+7], %r2352;
+	bra.uni 	$L__BB1_719;
+$L__BB1_718:
+	cvt.u64.u32 	%rd1073, %r2792;
+	cvt.u64.u32 	%rd1074, %r2791;
+	bfi.b64 	%rd1075, %rd1074, %rd1073, 32, 32;
+	st.global.u64 	[%rd169], %rd1075;
+$L__BB1_719:
+	shr.u64 	%rd1076, %rd161, 32;
+	cvt.u32.u64 	%r2353, %rd1076;
+	and.b32  	%r2354, %r2353, 65535;
+	add.s32 	%r604, %r2354, %r600;
+	shr.u64 	%rd1077, %rd162, 48;
+	cvt.u32.u64 	%r2355, %rd1077;
+	add.s32 	%r2810, %r604, %r2355;
+	not.pred 	%p800, %p12;
+	@%p800 bra 	$L__BB1_725;
+	setp.ge.u32 	%p801, %r2810, %r2574;
+	@%p801 bra 	$L__BB1_724;
+	cvt.u16.u64 	%rs341, %rd163;
+	add.s16 	%rs342, %rs341, 1536;
+	mul.wide.u32 	%rd1078, %r2810, 2;
+	add.s64 	%rd1079, %rd18, %rd1078;
+	st.global.u16 	[%rd1079], %rs342;
+	mul.wide.u32 	%rd1080, %r2810, 8;
+	add.s64 	%rd1081, %rd1080, %rd15;
+	add.s64 	%rd170, %rd18, %rd1081;
+	add.s64 	%rd1082, %rd19, %rd1081;
+	and.b64  	%rd1083, %rd1082, 7;
+	setp.eq.s64 	%p802, %rd1083, 0;
+	@%p802 bra 	$L__BB1_723;
+	st.global.u8 	[%rd170], %r2802;
+	shr.u32 	%r2356, %r2802, 8;
+	st.global.u8 	[%rd170+1], %r2356;
+	shr.u32 	%r2357, %r2802, 16;
+	st.global.u8 	[%rd170+2], %r2357;
+	shr.u32 	%r2358, %r2802, 24;
+	st.global.u8 	[%rd170+3], %r2358;
+	st.global.u8 	[%rd170+4], %r2801;
+	shr.u32 	%r2359, %r2801, 8;
+	st.global.u8 	[%rd170+5], %r2359;
+	shr.u32 	%r2360, %r2801, 16;
+	st.global.u8 	[%rd170+6], %r2360;
+	shr.u32 	%r2361, %r2801, 24;
+	st.global.u8 	[%rd170+7], %r2361;
+	bra.uni 	$L__BB1_724;
+$L__BB1_723:
+	cvt.u64.u32 	%rd1084, %r2802;
+	cvt.u64.u32 	%rd1085, %r2801;
+	bfi.b64 	%rd1086, %rd1085, %rd1084, 32, 32;
+	st.global.u64 	[%rd170], %rd1086;
+$L__BB1_724:
+	add.s32 	%r2810, %r2810, 1;
+$L__BB1_725:
+	setp.ge.u32 	%p803, %r2810, %r2574;
+	setp.eq.s32 	%p804, %r590, 0;
+	or.pred  	%p805, %p804, %p803;
+	@%p805 bra 	$L__BB1_729;
+	cvt.u16.u64 	%rs343, %rd163;
+	add.s16 	%rs344, %rs343, 1537;
+	mul.wide.u32 	%rd1087, %r2810, 2;
+	add.s64 	%rd1088, %rd18, %rd1087;
+	st.global.u16 	[%rd1088], %rs344;
+	mul.wide.u32 	%rd1089, %r2810, 8;
+	add.s64 	%rd1090, %rd1089, %rd15;
+	add.s64 	%rd171, %rd18, %rd1090;
+	add.s64 	%rd1091, %rd19, %rd1090;
+	and.b64  	%rd1092, %rd1091, 7;
+	setp.eq.s64 	%p806, %rd1092, 0;
+	@%p806 bra 	$L__BB1_728;
+	st.global.u8 	[%rd171], %r2800;
+	shr.u32 	%r2362, %r2800, 8;
+	st.global.u8 	[%rd171+1], %r2362;
+	shr.u32 	%r2363, %r2800, 16;
+	st.global.u8 	[%rd171+2], %r2363;
+	shr.u32 	%r2364, %r2800, 24;
+	st.global.u8 	[%rd171+3], %r2364;
+	st.global.u8 	[%rd171+4], %r2799;
+	shr.u32 	%r2365, %r2799, 8;
+	st.global.u8 	[%rd171+5], %r2365;
+	shr.u32 	%r2366, %r2799, 16;
+	st.global.u8 	[%rd171+6], %r2366;
+	shr.u32 	%r2367, %r2799, 24;
+	st.global.u8 	[%rd171+7], %r2367;
+	bra.uni 	$L__BB1_729;
+$L__BB1_728:
+	cvt.u64.u32 	%rd1093, %r2800;
+	cvt.u64.u32 	%rd1094, %r2799;
+	bfi.b64 	%rd1095, %rd1094, %rd1093, 32, 32;
+	st.global.u64 	[%rd171], %rd1095;
+$L__BB1_729:
+	shr.u64 	%rd1267, %rd10, 5;
+	add.s64 	%rd1264, %rd1264, 16384;
+	add.s64 	%rd1263, %rd1263, 16384;
+	shr.u64 	%rd1096, %rd161, 48;
+	cvt.u32.u64 	%r2368, %rd1096;
+	add.s32 	%r2811, %r604, %r2368;
+	add.s64 	%rd1262, %rd1262, 1024;
+	setp.lt.u64 	%p807, %rd1262, %rd20;
+	@%p807 bra 	$L__BB1_652;
+	bra.uni 	$L__BB1_730;
+$L__BB1_2:
+	cvt.u64.u32 	%rd236, %r1;
+	setp.lt.u32 	%p14, %r1, 128;
+	shl.b64 	%rd238, %rd1246, 2;
+	add.s64 	%rd239, %rd237, %rd238;
+	ld.global.u32 	%r645, [%rd239];
+	mul.wide.u32 	%rd241, %r645, 40;
+	add.s64 	%rd242, %rd240, %rd241;
+	ld.global.u64 	%rd243, [%rd242+24];
+	sub.s64 	%rd244, %rd1246, %rd243;
+	mul.lo.s64 	%rd245, %rd244, %rd236;
+	ld.global.u64 	%rd246, [%rd242+16];
+	sub.s64 	%rd247, %rd246, %rd245;
+	min.u64 	%rd10, %rd247, %rd236;
+	ld.global.u32 	%rd11, [%rd242+36];
+	mul.lo.s64 	%rd12, %rd245, %rd11;
+	ld.global.u64 	%rd13, [%rd242];
+	ld.global.u64 	%rd14, [%rd242+8];
+	mov.u32 	%r2574, 0;
+	mov.u32 	%r2573, %r2574;
+	@%p14 bra 	$L__BB1_4;
+	cvt.u32.u64 	%r646, %rd11;
+	add.s32 	%r647, %r646, 2;
+	div.u32 	%r650, %r649, %r647;
+	shl.b32 	%r651, %r650, 1;
+	add.s32 	%r652, %r651, 7;
+	and.b32  	%r2573, %r652, -8;
+$L__BB1_4:
+	cvt.u64.u32 	%rd15, %r2573;
+	@%p14 bra 	$L__BB1_6;
+	cvt.u32.u64 	%r654, %rd11;
+	add.s32 	%r655, %r654, 2;
+	div.u32 	%r2574, %r649, %r655;
+$L__BB1_6:
+	add.s64 	%rd16, %rd13, %rd12;
+	add.s64 	%rd17, %rd14, %rd12;
+	shr.u32 	%r659, %r1, 5;
+	cvt.u64.u32 	%rd249, %r659;
+	mul.lo.s64 	%rd250, %rd1246, %rd249;
+	cvta.to.global.u64 	%rd251, %rd6;
+	shl.b64 	%rd252, %rd250, 2;
+	add.s64 	%rd18, %rd251, %rd252;
+	add.s64 	%rd19, %rd6, %rd252;
+	or.b64  	%rd253, %rd16, %rd17;
+	and.b64  	%rd254, %rd253, 15;
+	setp.ne.s64 	%p16, %rd254, 0;
+	mov.u64 	%rd1267, 0;
+	mov.u32 	%r2811, 0;
+	@%p16 bra 	$L__BB1_730;
+	bra.uni 	$L__BB1_7;
+$L__BB1_730:
+	add.s64 	%rd1097, %rd10, 31;
+	shr.u64 	%rd176, %rd1097, 5;
+	setp.ge.u64 	%p808, %rd1267, %rd176;
+	@%p808 bra 	$L__BB1_805;
+	cvt.u32.u64 	%r2369, %rd11;
+	add.s32 	%r2370, %r2369, -1;
+	cvt.u64.u32 	%rd177, %r2370;
+	and.b32  	%r610, %r2369, 3;
+	sub.s32 	%r611, %r2369, %r610;
+	cvt.u64.u32 	%rd178, %r642;
+	shr.u32 	%r2372, %r642, 5;
+	cvt.u64.u32 	%rd179, %r2372;
+$L__BB1_732:
+	add.s64 	%rd181, %rd1267, %rd179;
+	shl.b64 	%rd1099, %rd181, 5;
+	or.b64  	%rd182, %rd1099, %rd7;
+	setp.ge.u64 	%p809, %rd181, %rd176;
+	setp.ge.u64 	%p810, %rd182, %rd10;
+	mul.lo.s64 	%rd1100, %rd182, %rd11;
+	add.s64 	%rd183, %rd17, %rd1100;
+	mov.u16 	%rs348, 0;
+	mov.u64 	%rd1272, 0;
+	or.pred  	%p811, %p809, %p810;
+	@%p811 bra 	$L__BB1_766;
+	add.s64 	%rd185, %rd16, %rd1100;
+	and.b64  	%rd1101, %rd185, %rd177;
+	setp.eq.s64 	%p812, %rd1101, 0;
+	@%p812 bra 	$L__BB1_742;
+	setp.eq.s32 	%p813, %r2369, 0;
+	mov.u64 	%rd1272, 0;
+	@%p813 bra 	$L__BB1_749;
+	cvt.u32.u64 	%r2375, %rd177;
+	setp.lt.u32 	%p814, %r2375, 3;
+	mov.u64 	%rd1272, 0;
+	mov.u32 	%r2815, 0;
+	@%p814 bra 	$L__BB1_738;
+	mov.u64 	%rd1272, 0;
+	mov.u32 	%r2815, 0;
+	mov.u32 	%r2814, %r611;
+$L__BB1_737:
+	cvt.u64.u32 	%rd1106, %r2815;
+	add.s64 	%rd1107, %rd185, %rd1106;
+	ld.u8 	%rd1108, [%rd1107];
+	shl.b32 	%r2377, %r2815, 3;
+	shl.b64 	%rd1109, %rd1108, %r2377;
+	or.b64  	%rd1110, %rd1109, %rd1272;
+	ld.u8 	%rd1111, [%rd1107+1];
+	add.s32 	%r2378, %r2377, 8;
+	shl.b64 	%rd1112, %rd1111, %r2378;
+	or.b64  	%rd1113, %rd1112, %rd1110;
+	ld.u8 	%rd1114, [%rd1107+2];
+	add.s32 	%r2379, %r2377, 16;
+	shl.b64 	%rd1115, %rd1114, %r2379;
+	or.b64  	%rd1116, %rd1115, %rd1113;
+	ld.u8 	%rd1117, [%rd1107+3];
+	add.s32 	%r2380, %r2377, 24;
+	shl.b64 	%rd1118, %rd1117, %r2380;
+	or.b64  	%rd1272, %rd1118, %rd1116;
+	add.s32 	%r2815, %r2815, 4;
+	add.s32 	%r2814, %r2814, -4;
+	setp.ne.s32 	%p815, %r2814, 0;
+	@%p815 bra 	$L__BB1_737;
+$L__BB1_738:
+	setp.eq.s32 	%p816, %r610, 0;
+	@%p816 bra 	$L__BB1_749;
+	setp.eq.s32 	%p817, %r610, 1;
+	cvt.u64.u32 	%rd1119, %r2815;
+	add.s64 	%rd190, %rd185, %rd1119;
+	ld.u8 	%rd1120, [%rd190];
+	shl.b32 	%r2381, %r2815, 3;
+	shl.b64 	%rd1121, %rd1120, %r2381;
+	or.b64  	%rd1272, %rd1121, %rd1272;
+	@%p817 bra 	$L__BB1_749;
+	setp.eq.s32 	%p818, %r610, 2;
+	ld.u8 	%rd1122, [%rd190+1];
+	add.s32 	%r2383, %r2381, 8;
+	shl.b64 	%rd1123, %rd1122, %r2383;
+	or.b64  	%rd1272, %rd1123, %rd1272;
+	@%p818 bra 	$L__BB1_749;
+	ld.u8 	%rd1124, [%rd190+2];
+	add.s32 	%r2385, %r2381, 16;
+	shl.b64 	%rd1125, %rd1124, %r2385;
+	or.b64  	%rd1272, %rd1125, %rd1272;
+	bra.uni 	$L__BB1_749;
+$L__BB1_742:
+	setp.eq.s32 	%p819, %r2369, 1;
+	@%p819 bra 	$L__BB1_747;
+	setp.eq.s32 	%p820, %r2369, 2;
+	@%p820 bra 	$L__BB1_746;
+	setp.ne.s32 	%p821, %r2369, 4;
+	@%p821 bra 	$L__BB1_748;
+	ld.u32 	%rd1272, [%rd185];
+	bra.uni 	$L__BB1_749;
+$L__BB1_746:
+	ld.u16 	%rd1272, [%rd185];
+	bra.uni 	$L__BB1_749;
+$L__BB1_747:
+	ld.u8 	%rd1272, [%rd185];
+	bra.uni 	$L__BB1_749;
+$L__BB1_748:
+	ld.u64 	%rd1272, [%rd185];
+$L__BB1_749:
+	and.b64  	%rd1126, %rd183, %rd177;
+	setp.eq.s64 	%p822, %rd1126, 0;
+	@%p822 bra 	$L__BB1_758;
+	setp.eq.s32 	%p823, %r2369, 0;
+	mov.u64 	%rd1276, 0;
+	@%p823 bra 	$L__BB1_765;
+	cvt.u32.u64 	%r2389, %rd177;
+	setp.lt.u32 	%p824, %r2389, 3;
+	mov.u64 	%rd1276, 0;
+	mov.u32 	%r2818, 0;
+	@%p824 bra 	$L__BB1_754;
+	mov.u64 	%rd1276, 0;
+	mov.u32 	%r2818, 0;
+	mov.u32 	%r2817, %r611;
+$L__BB1_753:
+	cvt.u64.u32 	%rd1131, %r2818;
+	add.s64 	%rd1132, %rd183, %rd1131;
+	ld.u8 	%rd1133, [%rd1132];
+	shl.b32 	%r2391, %r2818, 3;
+	shl.b64 	%rd1134, %rd1133, %r2391;
+	or.b64  	%rd1135, %rd1134, %rd1276;
+	ld.u8 	%rd1136, [%rd1132+1];
+	add.s32 	%r2392, %r2391, 8;
+	shl.b64 	%rd1137, %rd1136, %r2392;
+	or.b64  	%rd1138, %rd1137, %rd1135;
+	ld.u8 	%rd1139, [%rd1132+2];
+	add.s32 	%r2393, %r2391, 16;
+	shl.b64 	%rd1140, %rd1139, %r2393;
+	or.b64  	%rd1141, %rd1140, %rd1138;
+	ld.u8 	%rd1142, [%rd1132+3];
+	add.s32 	%r2394, %r2391, 24;
+	shl.b64 	%rd1143, %rd1142, %r2394;
+	or.b64  	%rd1276, %rd1143, %rd1141;
+	add.s32 	%r2818, %r2818, 4;
+	add.s32 	%r2817, %r2817, -4;
+	setp.ne.s32 	%p825, %r2817, 0;
+	@%p825 bra 	$L__BB1_753;
+$L__BB1_754:
+	setp.eq.s32 	%p826, %r610, 0;
+	@%p826 bra 	$L__BB1_765;
+	setp.eq.s32 	%p827, %r610, 1;
+	cvt.u64.u32 	%rd1144, %r2818;
+	add.s64 	%rd205, %rd183, %rd1144;
+	ld.u8 	%rd1145, [%rd205];
+	shl.b32 	%r2395, %r2818, 3;
+	shl.b64 	%rd1146, %rd1145, %r2395;
+	or.b64  	%rd1276, %rd1146, %rd1276;
+	@%p827 bra 	$L__BB1_765;
+	setp.eq.s32 	%p828, %r610, 2;
+	ld.u8 	%rd1147, [%rd205+1];
+	add.s32 	%r2397, %r2395, 8;
+	shl.b64 	%rd1148, %rd1147, %r2397;
+	or.b64  	%rd1276, %rd1148, %rd1276;
+	@%p828 bra 	$L__BB1_765;
+	ld.u8 	%rd1149, [%rd205+2];
+	add.s32 	%r2399, %r2395, 16;
+	shl.b64 	%rd1150, %rd1149, %r2399;
+	or.b64  	%rd1276, %rd1150, %rd1276;
+	bra.uni 	$L__BB1_765;
+$L__BB1_758:
+	setp.eq.s32 	%p829, %r2369, 1;
+	@%p829 bra 	$L__BB1_763;
+	setp.eq.s32 	%p830, %r2369, 2;
+	@%p830 bra 	$L__BB1_762;
+	setp.ne.s32 	%p831, %r2369, 4;
+	@%p831 bra 	$L__BB1_764;
+	ld.u32 	%rd1276, [%rd183];
+	bra.uni 	$L__BB1_765;
+$L__BB1_762:
+	ld.u16 	%rd1276, [%rd183];
+	bra.uni 	$L__BB1_765;
+$L__BB1_763:
+	ld.u8 	%rd1276, [%rd183];
+	bra.uni 	$L__BB1_765;
+$L__BB1_764:
+	ld.u64 	%rd1276, [%rd183];
+$L__BB1_765:
+	setp.ne.s64 	%p832, %rd1272, %rd1276;
+	selp.u16 	%rs348, 1, 0, %p832;
+$L__BB1_766:
+	cvt.u32.u64 	%r2401, %rd7;
+	setp.ne.s32 	%p833, %r2401, 0;
+	setp.ne.s16 	%p834, %rs348, 0;
+	mov.u32 	%r2402, -1;
+	vote.sync.ballot.b32 	%r623, %p834, %r2402;
+	@%p833 bra 	$L__BB1_769;
+	shr.u32 	%r2404, %r642, 3;
+	and.b32  	%r2405, %r2404, 536870908;
+	mov.u32 	%r2406, _ZZ14ws_delta_countE4wred;
+	add.s32 	%r2407, %r2406, %r2405;
+	popc.b32 	%r2408, %r623;
+	st.shared.u32 	[%r2407], %r2408;
+	@%p809 bra 	$L__BB1_769;
+	cvt.u32.u64 	%r2409, %rd181;
+	shl.b32 	%r2410, %r2409, 2;
+	mov.u32 	%r2411, _ZZ14ws_delta_countE5smask;
+	add.s32 	%r2412, %r2411, %r2410;
+	st.shared.u32 	[%r2412], %r623;
+$L__BB1_769:
+	cvt.u32.u64 	%r2413, %rd179;
+	cvt.u32.u64 	%r2414, %rd178;
+	setp.gt.u32 	%p837, %r2414, 255;
+	setp.gt.u32 	%p838, %r2414, 223;
+	setp.gt.u32 	%p839, %r2414, 191;
+	setp.gt.u32 	%p840, %r2414, 159;
+	setp.gt.u32 	%p841, %r2414, 127;
+	setp.gt.u32 	%p842, %r2414, 95;
+	setp.gt.u32 	%p843, %r2414, 63;
+	setp.eq.s32 	%p844, %r2413, 0;
+	bar.sync 	0;
+	ld.shared.u32 	%r2415, [_ZZ14ws_delta_countE4wred];
+	selp.b32 	%r2416, 0, %r2415, %p844;
+	ld.shared.u32 	%r2417, [_ZZ14ws_delta_countE4wred+4];
+	selp.b32 	%r2418, %r2417, 0, %p843;
+	add.s32 	%r2419, %r2418, %r2416;
+	add.s32 	%r2420, %r2417, %r2415;
+	ld.shared.u32 	%r2421, [_ZZ14ws_delta_countE4wred+8];
+	selp.b32 	%r2422, %r2421, 0, %p842;
+	add.s32 	%r2423, %r2422, %r2419;
+	add.s32 	%r2424, %r2421, %r2420;
+	ld.shared.u32 	%r2425, [_ZZ14ws_delta_countE4wred+12];
+	selp.b32 	%r2426, %r2425, 0, %p841;
+	add.s32 	%r2427, %r2426, %r2423;
+	add.s32 	%r2428, %r2425, %r2424;
+	ld.shared.u32 	%r2429, [_ZZ14ws_delta_countE4wred+16];
+	selp.b32 	%r2430, %r2429, 0, %p840;
+	add.s32 	%r2431, %r2430, %r2427;
+	add.s32 	%r2432, %r2429, %r2428;
+	ld.shared.u32 	%r2433, [_ZZ14ws_delta_countE4wred+20];
+	selp.b32 	%r2434, %r2433, 0, %p839;
+	add.s32 	%r2435, %r2434, %r2431;
+	add.s32 	%r2436, %r2433, %r2432;
+	ld.shared.u32 	%r2437, [_ZZ14ws_delta_countE4wred+24];
+	selp.b32 	%r2438, %r2437, 0, %p838;
+	add.s32 	%r2439, %r2438, %r2435;
+	add.s32 	%r2440, %r2437, %r2436;
+	ld.shared.u32 	%r2441, [_ZZ14ws_delta_countE4wred+28];
+	selp.b32 	%r2442, %r2441, 0, %p837;
+	add.s32 	%r624, %r2442, %r2439;
+	add.s32 	%r625, %r2441, %r2440;
+	bar.sync 	0;
+	setp.eq.s16 	%p845, %rs348, 0;
+	@%p845 bra 	$L__BB1_804;
+	and.b32  	%r2534, %r642, 31;
+	mov.u32 	%r2445, -1;
+	shl.b32 	%r2446, %r2445, %r2534;
+	not.b32 	%r2447, %r2446;
+	and.b32  	%r2448, %r623, %r2447;
+	popc.b32 	%r2449, %r2448;
+	add.s32 	%r2450, %r2449, %r2811;
+	add.s32 	%r626, %r2450, %r624;
+	setp.ge.u32 	%p846, %r626, %r2574;
+	@%p846 bra 	$L__BB1_787;
+	cvt.u64.u32 	%rd1151, %r626;
+	mul.wide.u32 	%rd1152, %r626, 2;
+	add.s64 	%rd1153, %rd18, %rd1152;
+	st.global.u16 	[%rd1153], %rd182;
+	mul.lo.s64 	%rd1154, %rd1151, %rd11;
+	add.s64 	%rd1155, %rd1154, %rd15;
+	add.s64 	%rd215, %rd18, %rd1155;
+	add.s64 	%rd1156, %rd19, %rd1155;
+	and.b64  	%rd1157, %rd1156, %rd177;
+	setp.eq.s64 	%p847, %rd1157, 0;
+	@%p847 bra 	$L__BB1_780;
+	setp.eq.s32 	%p848, %r2369, 0;
+	@%p848 bra 	$L__BB1_787;
+	cvt.u32.u64 	%r2453, %rd177;
+	setp.lt.u32 	%p849, %r2453, 3;
+	mov.u32 	%r2821, 0;
+	@%p849 bra 	$L__BB1_776;
+	mov.u32 	%r2821, 0;
+	mov.u32 	%r2820, %r611;
+$L__BB1_775:
+	shl.b32 	%r2455, %r2821, 3;
+	shr.u64 	%rd1158, %rd1272, %r2455;
+	cvt.u64.u32 	%rd1159, %r2821;
+	add.s64 	%rd1160, %rd215, %rd1159;
+	st.global.u8 	[%rd1160], %rd1158;
+	add.s32 	%r2456, %r2455, 8;
+	shr.u64 	%rd1161, %rd1272, %r2456;
+	st.global.u8 	[%rd1160+1], %rd1161;
+	add.s32 	%r2457, %r2455, 16;
+	shr.u64 	%rd1162, %rd1272, %r2457;
+	st.global.u8 	[%rd1160+2], %rd1162;
+	add.s32 	%r2458, %r2455, 24;
+	shr.u64 	%rd1163, %rd1272, %r2458;
+	st.global.u8 	[%rd1160+3], %rd1163;
+	add.s32 	%r2821, %r2821, 4;
+	add.s32 	%r2820, %r2820, -4;
+	setp.ne.s32 	%p850, %r2820, 0;
+	@%p850 bra 	$L__BB1_775;
+$L__BB1_776:
+	setp.eq.s32 	%p851, %r610, 0;
+	@%p851 bra 	$L__BB1_787;
+	setp.eq.s32 	%p852, %r610, 1;
+	shl.b32 	%r2459, %r2821, 3;
+	shr.u64 	%rd1164, %rd1272, %r2459;
+	cvt.u64.u32 	%rd1165, %r2821;
+	add.s64 	%rd216, %rd215, %rd1165;
+	st.global.u8 	[%rd216], %rd1164;
+	@%p852 bra 	$L__BB1_787;
+	setp.eq.s32 	%p853, %r610, 2;
+	add.s32 	%r2461, %r2459, 8;
+	shr.u64 	%rd1166, %rd1272, %r2461;
+	st.global.u8 	[%rd216+1], %rd1166;
+	@%p853 bra 	$L__BB1_787;
+	add.s32 	%r2463, %r2459, 16;
+	shr.u64 	%rd1167, %rd1272, %r2463;
+	st.global.u8 	[%rd216+2], %rd1167;
+	bra.uni 	$L__BB1_787;
+$L__BB1_780:
+	setp.eq.s32 	%p854, %r2369, 1;
+	@%p854 bra 	$L__BB1_785;
+	setp.eq.s32 	%p855, %r2369, 2;
+	@%p855 bra 	$L__BB1_784;
+	setp.ne.s32 	%p856, %r2369, 4;
+	@%p856 bra 	$L__BB1_786;
+	st.global.u32 	[%rd215], %rd1272;
+	bra.uni 	$L__BB1_787;
+$L__BB1_784:
+	st.global.u16 	[%rd215], %rd1272;
+	bra.uni 	$L__BB1_787;
+$L__BB1_785:
+	st.global.u8 	[%rd215], %rd1272;
+	bra.uni 	$L__BB1_787;
+$L__BB1_786:
+	st.global.u64 	[%rd215], %rd1272;
+$L__BB1_787:
+	setp.eq.s32 	%p857, %r2, 0;
+	@%p857 bra 	$L__BB1_804;
+	and.b64  	%rd1168, %rd183, %rd177;
+	setp.eq.s64 	%p858, %rd1168, 0;
+	@%p858 bra 	$L__BB1_797;
+	setp.eq.s32 	%p859, %r2369, 0;
+	@%p859 bra 	$L__BB1_804;
+	cvt.u32.u64 	%r2467, %rd177;
+	setp.lt.u32 	%p860, %r2467, 3;
+	mov.u32 	%r2824, 0;
+	@%p860 bra 	$L__BB1_793;
+	mov.u32 	%r2824, 0;
+	mov.u32 	%r2823, %r611;
+$L__BB1_792:
+	shl.b32 	%r2469, %r2824, 3;
+	shr.u64 	%rd1169, %rd1272, %r2469;
+	cvt.u64.u32 	%rd1170, %r2824;
+	add.s64 	%rd1171, %rd183, %rd1170;
+	st.u8 	[%rd1171], %rd1169;
+	add.s32 	%r2470, %r2469, 8;
+	shr.u64 	%rd1172, %rd1272, %r2470;
+	st.u8 	[%rd1171+1], %rd1172;
+	add.s32 	%r2471, %r2469, 16;
+	shr.u64 	%rd1173, %rd1272, %r2471;
+	st.u8 	[%rd1171+2], %rd1173;
+	add.s32 	%r2472, %r2469, 24;
+	shr.u64 	%rd1174, %rd1272, %r2472;
+	st.u8 	[%rd1171+3], %rd1174;
+	add.s32 	%r2824, %r2824, 4;
+	add.s32 	%r2823, %r2823, -4;
+	setp.ne.s32 	%p861, %r2823, 0;
+	@%p861 bra 	$L__BB1_792;
+$L__BB1_793:
+	setp.eq.s32 	%p862, %r610, 0;
+	@%p862 bra 	$L__BB1_804;
+	setp.eq.s32 	%p863, %r610, 1;
+	shl.b32 	%r2473, %r2824, 3;
+	shr.u64 	%rd1175, %rd1272, %r2473;
+	cvt.u64.u32 	%rd1176, %r2824;
+	add.s64 	%rd218, %rd183, %rd1176;
+	st.u8 	[%rd218], %rd1175;
+	@%p863 bra 	$L__BB1_804;
+	setp.eq.s32 	%p864, %r610, 2;
+	add.s32 	%r2475, %r2473, 8;
+	shr.u64 	%rd1177, %rd1272, %r2475;
+	st.u8 	[%rd218+1], %rd1177;
+	@%p864 bra 	$L__BB1_804;
+	add.s32 	%r2477, %r2473, 16;
+	shr.u64 	%rd1178, %rd1272, %r2477;
+	st.u8 	[%rd218+2], %rd1178;
+	bra.uni 	$L__BB1_804;
+$L__BB1_797:
+	setp.eq.s32 	%p865, %r2369, 1;
+	@%p865 bra 	$L__BB1_802;
+	setp.eq.s32 	%p866, %r2369, 2;
+	@%p866 bra 	$L__BB1_801;
+	setp.ne.s32 	%p867, %r2369, 4;
+	@%p867 bra 	$L__BB1_803;
+	st.u32 	[%rd183], %rd1272;
+	bra.uni 	$L__BB1_804;
+$L__BB1_801:
+	st.u16 	[%rd183], %rd1272;
+	bra.uni 	$L__BB1_804;
+$L__BB1_802:
+	st.u8 	[%rd183], %rd1272;
+	bra.uni 	$L__BB1_804;
+$L__BB1_803:
+	st.u64 	[%rd183], %rd1272;
+$L__BB1_804:
+	add.s32 	%r2811, %r625, %r2811;
+	add.s64 	%rd1267, %rd1267, 8;
+	setp.lt.u64 	%p868, %rd1267, %rd176;
+	@%p868 bra 	$L__BB1_732;
+$L__BB1_805:
+	bar.sync 	0;
+	setp.eq.s32 	%p869, %r2811, 0;
+	mov.u16 	%rs349, 0;
+	@%p869 bra 	$L__BB1_808;
+	cvt.u64.u32 	%rd1179, %r2811;
+	mul.lo.s64 	%rd1180, %rd10, %rd11;
+	add.s64 	%rd1181, %rd1180, 7;
+	and.b64  	%rd1182, %rd1181, -8;
+	shl.b64 	%rd1183, %rd176, 2;
+	add.s64 	%rd1184, %rd1183, 7;
+	and.b64  	%rd1185, %rd1184, 2147483640;
+	mul.lo.s64 	%rd1186, %rd1179, %rd11;
+	add.s64 	%rd1187, %rd1186, 7;
+	and.b64  	%rd1188, %rd1187, -8;
+	add.s64 	%rd220, %rd1188, %rd1185;
+	mul.wide.u32 	%rd1189, %r2811, 2;
+	add.s64 	%rd1190, %rd1189, 7;
+	and.b64  	%rd1191, %rd1190, 17179869176;
+	add.s64 	%rd221, %rd1188, %rd1191;
+	setp.le.u64 	%p870, %rd1182, %rd220;
+	setp.le.u64 	%p871, %rd1182, %rd221;
+	and.pred  	%p872, %p871, %p870;
+	mov.u16 	%rs349, 1;
+	@%p872 bra 	$L__BB1_808;
+	setp.gt.u64 	%p873, %rd220, %rd221;
+	selp.b16 	%rs349, 3, 2, %p873;
+$L__BB1_808:
+	setp.le.u32 	%p874, %r2811, %r2574;
+	setp.ne.s16 	%p875, %rs349, 3;
+	or.pred  	%p876, %p874, %p875;
+	setp.ne.s16 	%p877, %rs349, 2;
+	and.pred  	%p878, %p877, %p876;
+	cvt.u64.u32 	%rd222, %r642;
+	setp.le.u64 	%p879, %rd176, %rd222;
+	or.pred  	%p880, %p878, %p879;
+	@%p880 bra 	$L__BB1_815;
+	not.b64 	%rd1192, %rd222;
+	add.s64 	%rd224, %rd176, %rd1192;
+	shr.u64 	%rd1193, %rd224, 8;
+	add.s64 	%rd1194, %rd1193, 1;
+	and.b64  	%rd225, %rd1194, 3;
+	setp.eq.s64 	%p881, %rd225, 0;
+	mov.u64 	%rd1278, %rd222;
+	@%p881 bra 	$L__BB1_813;
+	shl.b32 	%r2482, %r642, 2;
+	mov.u32 	%r2483, _ZZ14ws_delta_countE5smask;
+	add.s32 	%r2484, %r2483, %r2482;
+	ld.shared.u32 	%r2485, [%r2484];
+	cvt.u64.u32 	%rd1195, %r642;
+	mul.wide.u32 	%rd1196, %r642, 4;
+	add.s64 	%rd226, %rd18, %rd1196;
+	st.global.u32 	[%rd226], %r2485;
+	add.s64 	%rd1278, %rd1195, 256;
+	setp.eq.s64 	%p882, %rd225, 1;
+	@%p882 bra 	$L__BB1_813;
+	ld.shared.u32 	%r2489, [%r2484+1024];
+	st.global.u32 	[%rd226+1024], %r2489;
+	add.s64 	%rd1278, %rd1195, 512;
+	setp.eq.s64 	%p883, %rd225, 2;
+	@%p883 bra 	$L__BB1_813;
+	ld.shared.u32 	%r2490, [%r2484+2048];
+	st.global.u32 	[%rd226+2048], %r2490;
+	add.s64 	%rd1278, %rd1195, 768;
+$L__BB1_813:
+	setp.lt.u64 	%p884, %rd224, 768;
+	@%p884 bra 	$L__BB1_815;
+$L__BB1_814:
+	cvt.u32.u64 	%r2492, %rd1278;
+	shl.b32 	%r2493, %r2492, 2;
+	mov.u32 	%r2494, _ZZ14ws_delta_countE5smask;
+	add.s32 	%r2495, %r2494, %r2493;
+	ld.shared.u32 	%r2496, [%r2495];
+	shl.b64 	%rd1199, %rd1278, 2;
+	add.s64 	%rd1200, %rd18, %rd1199;
+	st.global.u32 	[%rd1200], %r2496;
+	ld.shared.u32 	%r2497, [%r2495+1024];
+	st.global.u32 	[%rd1200+1024], %r2497;
+	ld.shared.u32 	%r2498, [%r2495+2048];
+	st.global.u32 	[%rd1200+2048], %r2498;
+	ld.shared.u32 	%r2499, [%r2495+3072];
+	st.global.u32 	[%rd1200+3072], %r2499;
+	add.s64 	%rd1278, %rd1278, 1024;
+	setp.lt.u64 	%p885, %rd1278, %rd176;
+	@%p885 bra 	$L__BB1_814;
+$L__BB1_815:
+	cvt.u32.u64 	%r2500, %rd222;
+	setp.ne.s32 	%p886, %r2500, 0;
+	@%p886 bra 	$L__BB1_817;
+	shl.b64 	%rd1214, %rd1246, 2;
+	add.s64 	%rd1203, %rd1201, %rd1214;
+	st.global.u32 	[%rd1203], %r2811;
+$L__BB1_817:
+	ld.param.u64 	%rd1206, [ws_delta_count_param_0+80];
+	bar.sync 	0;
+	mov.u32 	%r2501, %nctaid.x;
+	cvt.u64.u32 	%rd1204, %r2501;
+	add.s64 	%rd1246, %rd1246, %rd1204;
+	setp.lt.u64 	%p887, %rd1246, %rd1206;
+	@%p887 bra 	$L__BB1_2;
+$L__BB1_818:
 	ret;
 }
 	// .globl	ws_delta_chunks
 .visible .entry ws_delta_chunks(
-	.param .align 8 .b8 ws_delta_chunks_param_0[96]
+	.param .align 8 .b8 ws_delta_chunks_param_0[104]
 )
 .maxntid 256, 1, 1
 {
@@ -2862,7 +7024,7 @@ $L__BB2_117:
 }
 	// .globl	ws_delta_top
 .visible .entry ws_delta_top(
-	.param .align 8 .b8 ws_delta_top_param_0[96]
+	.param .align 8 .b8 ws_delta_top_param_0[104]
 )
 .maxntid 1024, 1, 1
 {
@@ -3291,3763 +7453,6105 @@ $L__BB3_27:
 }
 	// .globl	ws_delta_encode
 .visible .entry ws_delta_encode(
-	.param .align 8 .b8 ws_delta_encode_param_0[96]
+	.param .align 8 .b8 ws_delta_encode_param_0[104]
 )
 .maxntid 256, 1, 1
 .minnctapersm 4
 {
-	.reg .pred 	%p<534>;
-	.reg .b16 	%rs<12>;
-	.reg .b32 	%r<1605>;
-	.reg .b64 	%rd<1627>;
-	mov.b64 	%rd504, ws_delta_encode_param_0;
-	add.s64 	%rd1, %rd504, 88;
-	ld.param.v2.u32 	{%r250, %r251}, [ws_delta_encode_param_0+88];
+	.reg .pred 	%p<825>;
+	.reg .b16 	%rs<33>;
+	.reg .b32 	%r<3505>;
+	.reg .b64 	%rd<2219>;
+	// demoted variable
+	.shared .align 8 .b8 _ZZ15ws_delta_encodeE3red[64];
+	// demoted variable
+	.shared .align 4 .b8 _ZZ15ws_delta_encodeE4wred[32];
+	// demoted variable
+	.shared .align 1 .b8 _ZZ15ws_delta_encodeE4coop[8];
+	mov.b64 	%rd596, ws_delta_encode_param_0;
+	add.s64 	%rd1, %rd596, 80;
 	ld.param.u64 	%rd2, [ws_delta_encode_param_0+80];
-	add.s64 	%rd506, %rd2, 7;
-	shr.u64 	%rd507, %rd506, 3;
-	add.s32 	%r252, %r250, 255;
-	shr.u32 	%r253, %r252, 8;
-	cvt.u64.u32 	%rd508, %r253;
-	add.s64 	%rd509, %rd507, %rd508;
-	mov.u32 	%r254, %ctaid.x;
-	cvt.u64.u32 	%rd1521, %r254;
-	setp.le.u64 	%p11, %rd509, %rd1521;
-	@%p11 bra 	$L__BB4_683;
-	mov.u32 	%r255, %tid.x;
-	and.b32  	%r256, %r255, 31;
-	ld.param.u64 	%rd4, [%rd1+-64];
-	ld.param.u64 	%rd5, [%rd1+-72];
-	ld.param.u64 	%rd6, [%rd1+-88];
-	ld.param.u64 	%rd7, [%rd1+-56];
-	ld.param.u64 	%rd8, [%rd1+-80];
-	ld.param.u64 	%rd9, [%rd1+-32];
-	ld.param.u64 	%rd10, [%rd1+-40];
-	ld.param.u64 	%rd11, [%rd1+-48];
-	mov.u32 	%r257, -1;
-	shl.b32 	%r258, %r257, %r256;
-	not.b32 	%r3, %r258;
-	mov.u32 	%r259, 1;
-	shl.b32 	%r4, %r259, %r256;
-	cvt.u64.u32 	%rd12, %r256;
-	cvta.to.global.u64 	%rd532, %rd4;
-	cvta.to.global.u64 	%rd545, %rd7;
-	cvta.to.global.u64 	%rd562, %rd9;
-	cvta.to.global.u64 	%rd567, %rd10;
-	bra.uni 	$L__BB4_2;
-$L__BB4_15:
-	shr.u32 	%r278, %r251, 5;
-	cvt.u64.u32 	%rd581, %r278;
-	mul.lo.s64 	%rd582, %rd16, %rd581;
-	shl.b64 	%rd583, %rd582, 2;
-	add.s64 	%rd35, %rd11, %rd583;
-	add.s64 	%rd36, %rd22, 31;
-	shr.u64 	%rd37, %rd36, 5;
-	setp.eq.s16 	%p27, %rs11, 3;
-	@%p27 bra 	$L__BB4_308;
-	bra.uni 	$L__BB4_16;
-$L__BB4_308:
-	add.s64 	%rd986, %rd37, 31;
-	shr.u64 	%rd205, %rd986, 5;
-	mul.lo.s64 	%rd987, %rd205, %rd12;
-	min.u64 	%rd1563, %rd37, %rd987;
-	add.s64 	%rd988, %rd1563, %rd205;
-	min.u64 	%rd207, %rd37, %rd988;
-	and.b64  	%rd989, %rd986, 96;
-	and.b64  	%rd990, %rd35, 15;
-	and.b64  	%rd208, %rd22, 31;
-	and.b64  	%rd991, %rd37, 3;
-	or.b64  	%rd992, %rd991, %rd208;
-	or.b64  	%rd993, %rd992, %rd989;
-	or.b64  	%rd994, %rd993, %rd990;
-	setp.eq.s64 	%p255, %rd994, 0;
-	@%p255 bra 	$L__BB4_317;
-	setp.ge.u64 	%p256, %rd1563, %rd207;
-	mov.u32 	%r1545, 0;
-	@%p256 bra 	$L__BB4_325;
-	add.s64 	%rd995, %rd22, -1;
-	shr.u64 	%rd209, %rd995, 5;
-	cvt.u32.u64 	%r616, %rd208;
-	mov.u32 	%r617, -1;
-	shl.b32 	%r618, %r617, %r616;
-	not.b32 	%r129, %r618;
-	not.b64 	%rd996, %rd1563;
-	sub.s64 	%rd997, %rd996, %rd205;
-	not.b64 	%rd998, %rd37;
-	max.u64 	%rd999, %rd997, %rd998;
-	sub.s64 	%rd210, %rd996, %rd999;
-	mov.u64 	%rd1000, -2;
-	sub.s64 	%rd1001, %rd1000, %rd1563;
-	sub.s64 	%rd1002, %rd1001, %rd999;
-	and.b64  	%rd211, %rd210, 3;
-	setp.lt.u64 	%p257, %rd1002, 3;
-	mov.u32 	%r1545, 0;
-	mov.u64 	%rd1559, %rd1563;
-	@%p257 bra 	$L__BB4_313;
-	sub.s64 	%rd1558, %rd210, %rd211;
-	cvta.to.global.u64 	%rd213, %rd11;
-	mov.u32 	%r1545, 0;
-	mov.u64 	%rd1559, %rd1563;
-$L__BB4_312:
-	.pragma "nounroll";
-	add.s64 	%rd1004, %rd1559, %rd582;
-	shl.b64 	%rd1005, %rd1004, 2;
-	add.s64 	%rd1006, %rd213, %rd1005;
-	setp.ne.s64 	%p258, %rd209, %rd1559;
-	setp.eq.s64 	%p259, %rd208, 0;
-	or.pred  	%p260, %p259, %p258;
-	selp.b32 	%r621, -1, %r129, %p260;
-	ld.global.u32 	%r622, [%rd1006];
-	and.b32  	%r623, %r622, %r621;
-	popc.b32 	%r624, %r623;
-	add.s32 	%r625, %r624, %r1545;
-	add.s64 	%rd1007, %rd1559, 1;
-	setp.ne.s64 	%p261, %rd209, %rd1007;
-	or.pred  	%p262, %p259, %p261;
-	selp.b32 	%r626, -1, %r129, %p262;
-	ld.global.u32 	%r627, [%rd1006+4];
-	and.b32  	%r628, %r627, %r626;
-	popc.b32 	%r629, %r628;
-	add.s32 	%r630, %r629, %r625;
-	add.s64 	%rd1008, %rd1559, 2;
-	setp.ne.s64 	%p263, %rd209, %rd1008;
-	or.pred  	%p264, %p259, %p263;
-	selp.b32 	%r631, -1, %r129, %p264;
-	ld.global.u32 	%r632, [%rd1006+8];
-	and.b32  	%r633, %r632, %r631;
-	popc.b32 	%r634, %r633;
-	add.s32 	%r635, %r634, %r630;
-	add.s64 	%rd1009, %rd1559, 3;
-	setp.ne.s64 	%p265, %rd209, %rd1009;
-	or.pred  	%p266, %p259, %p265;
-	selp.b32 	%r636, -1, %r129, %p266;
-	ld.global.u32 	%r637, [%rd1006+12];
-	and.b32  	%r638, %r637, %r636;
-	popc.b32 	%r639, %r638;
-	add.s32 	%r1545, %r639, %r635;
-	add.s64 	%rd1559, %rd1559, 4;
-	add.s64 	%rd1558, %rd1558, -4;
-	setp.ne.s64 	%p267, %rd1558, 0;
-	@%p267 bra 	$L__BB4_312;
-$L__BB4_313:
-	setp.eq.s64 	%p268, %rd211, 0;
-	@%p268 bra 	$L__BB4_325;
-	setp.eq.s64 	%p269, %rd208, 0;
-	add.s64 	%rd1015, %rd1559, %rd582;
-	cvta.to.global.u64 	%rd1016, %rd11;
-	shl.b64 	%rd1017, %rd1015, 2;
-	add.s64 	%rd220, %rd1016, %rd1017;
-	setp.ne.s64 	%p270, %rd209, %rd1559;
-	or.pred  	%p271, %p269, %p270;
-	selp.b32 	%r643, -1, %r129, %p271;
-	ld.global.u32 	%r644, [%rd220];
-	and.b32  	%r645, %r644, %r643;
-	popc.b32 	%r646, %r645;
-	add.s32 	%r1545, %r646, %r1545;
-	setp.eq.s64 	%p272, %rd211, 1;
-	@%p272 bra 	$L__BB4_325;
-	add.s64 	%rd1018, %rd1559, 1;
-	setp.ne.s64 	%p274, %rd209, %rd1018;
-	or.pred  	%p275, %p269, %p274;
-	selp.b32 	%r647, -1, %r129, %p275;
-	ld.global.u32 	%r648, [%rd220+4];
-	and.b32  	%r649, %r648, %r647;
-	popc.b32 	%r650, %r649;
-	add.s32 	%r1545, %r650, %r1545;
-	setp.eq.s64 	%p276, %rd211, 2;
-	@%p276 bra 	$L__BB4_325;
-	add.s64 	%rd1019, %rd1559, 2;
-	setp.ne.s64 	%p278, %rd209, %rd1019;
-	or.pred  	%p279, %p269, %p278;
-	selp.b32 	%r651, -1, %r129, %p279;
-	ld.global.u32 	%r652, [%rd220+8];
-	and.b32  	%r653, %r652, %r651;
-	popc.b32 	%r654, %r653;
-	add.s32 	%r1545, %r654, %r1545;
-	bra.uni 	$L__BB4_325;
-$L__BB4_16:
-	and.b64  	%rd584, %rd36, 32;
-	setp.eq.s64 	%p29, %rd584, 0;
-	or.pred  	%p30, %p22, %p29;
-	@%p30 bra 	$L__BB4_18;
-	shl.b64 	%rd585, %rd37, 2;
-	add.s64 	%rd586, %rd32, %rd585;
-	mov.u32 	%r281, 0;
-	st.u32 	[%rd586], %r281;
-$L__BB4_18:
-	setp.le.u64 	%p31, %rd37, %rd12;
-	@%p31 bra 	$L__BB4_26;
-	add.s64 	%rd587, %rd22, -1;
-	shr.u64 	%rd38, %rd587, 5;
-	and.b64  	%rd39, %rd22, 31;
-	cvt.u32.u64 	%r282, %rd39;
-	mov.u32 	%r283, -1;
-	shl.b32 	%r284, %r283, %r282;
-	not.b32 	%r7, %r284;
-	not.b64 	%rd588, %rd12;
-	add.s64 	%rd40, %rd37, %rd588;
-	shr.u64 	%rd589, %rd40, 5;
-	add.s64 	%rd590, %rd589, 1;
-	and.b64  	%rd41, %rd590, 3;
-	setp.eq.s64 	%p32, %rd41, 0;
-	mov.u64 	%rd1522, %rd12;
-	@%p32 bra 	$L__BB4_23;
-	add.s64 	%rd596, %rd582, %rd12;
-	cvta.to.global.u64 	%rd597, %rd11;
-	shl.b64 	%rd598, %rd596, 2;
-	add.s64 	%rd42, %rd597, %rd598;
-	setp.ne.s64 	%p1, %rd39, 0;
-	setp.eq.s64 	%p33, %rd38, %rd12;
-	and.pred  	%p34, %p33, %p1;
-	selp.b32 	%r288, %r7, -1, %p34;
-	ld.global.u32 	%r289, [%rd42];
-	and.b32  	%r290, %r289, %r288;
-	shl.b64 	%rd599, %rd12, 2;
-	add.s64 	%rd43, %rd32, %rd599;
-	st.u32 	[%rd43], %r290;
-	or.b64  	%rd1522, %rd12, 32;
-	setp.eq.s64 	%p35, %rd41, 1;
-	@%p35 bra 	$L__BB4_23;
-	or.b64  	%rd600, %rd12, 32;
-	setp.eq.s64 	%p36, %rd38, %rd600;
-	and.pred  	%p37, %p36, %p1;
-	selp.b32 	%r291, %r7, -1, %p37;
-	ld.global.u32 	%r292, [%rd42+128];
-	and.b32  	%r293, %r292, %r291;
-	st.u32 	[%rd43+128], %r293;
-	or.b64  	%rd1522, %rd12, 64;
-	setp.eq.s64 	%p38, %rd41, 2;
-	@%p38 bra 	$L__BB4_23;
-	cvt.u64.u32 	%rd601, %r256;
-	or.b64  	%rd602, %rd601, 64;
-	setp.eq.s64 	%p39, %rd38, %rd602;
-	and.pred  	%p40, %p39, %p1;
-	selp.b32 	%r296, %r7, -1, %p40;
-	ld.global.u32 	%r297, [%rd42+256];
-	and.b32  	%r298, %r297, %r296;
-	st.u32 	[%rd43+256], %r298;
-	or.b64  	%rd1522, %rd601, 96;
-$L__BB4_23:
-	setp.lt.u64 	%p41, %rd40, 96;
-	@%p41 bra 	$L__BB4_26;
-	setp.ne.s64 	%p2, %rd39, 0;
-	cvta.to.global.u64 	%rd48, %rd11;
-$L__BB4_25:
-	add.s64 	%rd604, %rd1522, %rd582;
-	shl.b64 	%rd605, %rd604, 2;
-	add.s64 	%rd606, %rd48, %rd605;
-	setp.eq.s64 	%p42, %rd38, %rd1522;
-	and.pred  	%p43, %p42, %p2;
-	selp.b32 	%r300, %r7, -1, %p43;
-	ld.global.u32 	%r301, [%rd606];
-	and.b32  	%r302, %r301, %r300;
-	shl.b64 	%rd607, %rd1522, 2;
-	add.s64 	%rd608, %rd32, %rd607;
-	st.u32 	[%rd608], %r302;
-	add.s64 	%rd609, %rd1522, 32;
-	setp.eq.s64 	%p44, %rd38, %rd609;
-	and.pred  	%p45, %p44, %p2;
-	selp.b32 	%r303, %r7, -1, %p45;
-	ld.global.u32 	%r304, [%rd606+128];
-	and.b32  	%r305, %r304, %r303;
-	st.u32 	[%rd608+128], %r305;
-	add.s64 	%rd610, %rd1522, 64;
-	setp.eq.s64 	%p46, %rd38, %rd610;
-	and.pred  	%p47, %p46, %p2;
-	selp.b32 	%r306, %r7, -1, %p47;
-	ld.global.u32 	%r307, [%rd606+256];
-	and.b32  	%r308, %r307, %r306;
-	st.u32 	[%rd608+256], %r308;
-	add.s64 	%rd611, %rd1522, 96;
-	setp.eq.s64 	%p48, %rd38, %rd611;
-	and.pred  	%p49, %p48, %p2;
-	selp.b32 	%r309, %r7, -1, %p49;
-	ld.global.u32 	%r310, [%rd606+384];
-	and.b32  	%r311, %r310, %r309;
-	st.u32 	[%rd608+384], %r311;
-	add.s64 	%rd1522, %rd1522, 128;
-	setp.lt.u64 	%p50, %rd1522, %rd37;
-	@%p50 bra 	$L__BB4_25;
-$L__BB4_26:
-	shl.b64 	%rd612, %rd37, 2;
-	add.s64 	%rd613, %rd612, 7;
-	and.b64  	%rd614, %rd613, 2147483640;
-	add.s64 	%rd52, %rd31, %rd614;
-	mul.lo.s64 	%rd53, %rd23, %rd24;
-	add.s64 	%rd615, %rd53, 7;
-	and.b64  	%rd616, %rd615, -8;
-	sub.s64 	%rd617, %rd616, %rd53;
-	setp.le.u64 	%p51, %rd617, %rd12;
-	@%p51 bra 	$L__BB4_28;
-	add.s64 	%rd618, %rd53, %rd12;
-	add.s64 	%rd619, %rd618, %rd52;
-	add.s64 	%rd620, %rd18, %rd619;
-	mov.u16 	%rs8, 0;
-	st.u8 	[%rd620], %rs8;
-$L__BB4_28:
-	setp.eq.s64 	%p52, %rd37, 0;
-	@%p52 bra 	$L__BB4_682;
-	cvt.u32.u64 	%r313, %rd24;
-	add.s32 	%r314, %r313, -1;
-	cvt.u64.u32 	%rd56, %r314;
-	and.b32  	%r8, %r313, 3;
-	sub.s32 	%r9, %r313, %r8;
-	mov.u32 	%r1488, 0;
-	mov.u64 	%rd1524, 0;
-$L__BB4_30:
-	mov.u32 	%r1489, 0;
-	add.s64 	%rd58, %rd1524, %rd12;
-	setp.ge.u64 	%p53, %rd58, %rd37;
-	@%p53 bra 	$L__BB4_32;
-	add.s64 	%rd1471, %rd22, -1;
-	shr.u64 	%rd1470, %rd1471, 5;
-	and.b64  	%rd1469, %rd22, 31;
-	setp.ne.s64 	%p54, %rd1469, 0;
-	add.s64 	%rd628, %rd58, %rd582;
-	cvta.to.global.u64 	%rd629, %rd11;
-	shl.b64 	%rd630, %rd628, 2;
-	add.s64 	%rd631, %rd629, %rd630;
-	setp.eq.s64 	%p55, %rd1470, %rd58;
-	and.pred  	%p56, %p55, %p54;
-	cvt.u32.u64 	%r319, %rd1469;
-	mov.u32 	%r320, -1;
-	shl.b32 	%r321, %r320, %r319;
-	not.b32 	%r322, %r321;
-	selp.b32 	%r323, %r322, -1, %p56;
-	ld.global.u32 	%r324, [%rd631];
-	and.b32  	%r1489, %r324, %r323;
-$L__BB4_32:
-	mov.u32 	%r328, 31;
-	setp.lt.u32 	%p57, %r256, 16;
-	mov.u32 	%r329, 16;
-	setp.lt.u32 	%p58, %r256, 8;
-	mov.u32 	%r330, 8;
-	setp.lt.u32 	%p59, %r256, 4;
-	mov.u32 	%r331, 4;
-	setp.lt.u32 	%p60, %r256, 2;
-	mov.u32 	%r332, 2;
-	setp.eq.s32 	%p61, %r256, 0;
-	mov.u32 	%r1490, 0;
-	popc.b32 	%r333, %r1489;
-	mov.u32 	%r334, 1;
-	mov.u32 	%r335, -1;
-	shfl.sync.up.b32 	%r336|%p62, %r333, %r334, %r1490, %r335;
-	selp.b32 	%r337, 0, %r336, %p61;
-	add.s32 	%r338, %r337, %r333;
-	shfl.sync.up.b32 	%r339|%p63, %r338, %r332, %r1490, %r335;
-	selp.b32 	%r340, 0, %r339, %p60;
-	add.s32 	%r341, %r340, %r338;
-	shfl.sync.up.b32 	%r342|%p64, %r341, %r331, %r1490, %r335;
-	selp.b32 	%r343, 0, %r342, %p59;
-	add.s32 	%r344, %r343, %r341;
-	shfl.sync.up.b32 	%r345|%p65, %r344, %r330, %r1490, %r335;
-	selp.b32 	%r346, 0, %r345, %p58;
-	add.s32 	%r347, %r346, %r344;
-	shfl.sync.up.b32 	%r348|%p66, %r347, %r329, %r1490, %r335;
-	selp.b32 	%r349, 0, %r348, %p57;
-	add.s32 	%r350, %r349, %r347;
-	shfl.sync.idx.b32 	%r351|%p67, %r350, %r328, %r328, %r335;
-	sub.s32 	%r352, %r1488, %r333;
-	add.s32 	%r13, %r352, %r350;
-	add.s32 	%r1488, %r351, %r1488;
-$L__BB4_33:
-	.pragma "nounroll";
-	mov.u32 	%r1487, 31;
-	mov.u32 	%r1486, -1;
-	shfl.sync.idx.b32 	%r16|%p68, %r1489, %r1490, %r1487, %r1486;
-	shfl.sync.idx.b32 	%r17|%p3, %r13, %r1490, %r1487, %r1486;
-	add.s32 	%r355, %r1490, 1;
-	shfl.sync.idx.b32 	%r18|%p69, %r1489, %r355, %r1487, %r1486;
-	shfl.sync.idx.b32 	%r19|%p4, %r13, %r355, %r1487, %r1486;
-	or.b32  	%r356, %r18, %r16;
-	add.s32 	%r357, %r1490, 2;
-	shfl.sync.idx.b32 	%r20|%p70, %r1489, %r357, %r1487, %r1486;
-	shfl.sync.idx.b32 	%r21|%p5, %r13, %r357, %r1487, %r1486;
-	or.b32  	%r358, %r20, %r356;
-	add.s32 	%r359, %r1490, 3;
-	shfl.sync.idx.b32 	%r22|%p71, %r1489, %r359, %r1487, %r1486;
-	shfl.sync.idx.b32 	%r23|%p6, %r13, %r359, %r1487, %r1486;
-	or.b32  	%r360, %r22, %r358;
-	add.s32 	%r361, %r1490, 4;
-	shfl.sync.idx.b32 	%r24|%p72, %r1489, %r361, %r1487, %r1486;
-	shfl.sync.idx.b32 	%r25|%p7, %r13, %r361, %r1487, %r1486;
-	or.b32  	%r362, %r24, %r360;
-	add.s32 	%r363, %r1490, 5;
-	shfl.sync.idx.b32 	%r26|%p73, %r1489, %r363, %r1487, %r1486;
-	shfl.sync.idx.b32 	%r27|%p8, %r13, %r363, %r1487, %r1486;
-	or.b32  	%r364, %r26, %r362;
-	add.s32 	%r365, %r1490, 6;
-	shfl.sync.idx.b32 	%r28|%p74, %r1489, %r365, %r1487, %r1486;
-	shfl.sync.idx.b32 	%r29|%p9, %r13, %r365, %r1487, %r1486;
-	or.b32  	%r366, %r28, %r364;
-	add.s32 	%r367, %r1490, 7;
-	shfl.sync.idx.b32 	%r30|%p75, %r1489, %r367, %r1487, %r1486;
-	shfl.sync.idx.b32 	%r31|%p10, %r13, %r367, %r1487, %r1486;
-	or.b32  	%r368, %r30, %r366;
-	setp.eq.s32 	%p76, %r368, 0;
-	@%p76 bra 	$L__BB4_306;
-	cvt.u64.u32 	%rd633, %r1490;
-	add.s64 	%rd59, %rd1524, %rd633;
-	and.b32  	%r32, %r16, %r4;
-	setp.eq.s32 	%p77, %r32, 0;
-	and.b32  	%r369, %r16, %r3;
-	popc.b32 	%r370, %r369;
-	add.s32 	%r33, %r17, %r370;
-	mov.u64 	%rd1528, 0;
-	@%p77 bra 	$L__BB4_51;
-	shl.b64 	%rd634, %rd59, 5;
-	or.b64  	%rd635, %rd634, %rd12;
-	mul.lo.s64 	%rd636, %rd635, %rd24;
-	add.s64 	%rd60, %rd34, %rd636;
-	and.b64  	%rd637, %rd60, %rd56;
-	setp.eq.s64 	%p78, %rd637, 0;
-	@%p78 bra 	$L__BB4_44;
-	mov.u64 	%rd1528, 0;
-	setp.eq.s32 	%p79, %r313, 0;
-	@%p79 bra 	$L__BB4_51;
-	cvt.u32.u64 	%r373, %rd56;
-	setp.lt.u32 	%p80, %r373, 3;
-	mov.u64 	%rd1528, 0;
-	mov.u32 	%r1493, 0;
-	@%p80 bra 	$L__BB4_40;
-	mov.u64 	%rd1528, 0;
-	mov.u32 	%r1493, 0;
-	mov.u32 	%r1492, %r9;
-$L__BB4_39:
-	cvt.u64.u32 	%rd642, %r1493;
-	add.s64 	%rd643, %rd60, %rd642;
-	ld.u8 	%rd644, [%rd643];
-	shl.b32 	%r375, %r1493, 3;
-	shl.b64 	%rd645, %rd644, %r375;
-	or.b64  	%rd646, %rd645, %rd1528;
-	ld.u8 	%rd647, [%rd643+1];
-	add.s32 	%r376, %r375, 8;
-	shl.b64 	%rd648, %rd647, %r376;
-	or.b64  	%rd649, %rd648, %rd646;
-	ld.u8 	%rd650, [%rd643+2];
-	add.s32 	%r377, %r375, 16;
-	shl.b64 	%rd651, %rd650, %r377;
-	or.b64  	%rd652, %rd651, %rd649;
-	ld.u8 	%rd653, [%rd643+3];
-	add.s32 	%r378, %r375, 24;
-	shl.b64 	%rd654, %rd653, %r378;
-	or.b64  	%rd1528, %rd654, %rd652;
-	add.s32 	%r1493, %r1493, 4;
-	add.s32 	%r1492, %r1492, -4;
-	setp.ne.s32 	%p81, %r1492, 0;
-	@%p81 bra 	$L__BB4_39;
-$L__BB4_40:
-	setp.eq.s32 	%p82, %r8, 0;
-	@%p82 bra 	$L__BB4_51;
-	setp.eq.s32 	%p83, %r8, 1;
-	cvt.u64.u32 	%rd655, %r1493;
-	add.s64 	%rd65, %rd60, %rd655;
-	ld.u8 	%rd656, [%rd65];
-	shl.b32 	%r379, %r1493, 3;
-	shl.b64 	%rd657, %rd656, %r379;
-	or.b64  	%rd1528, %rd657, %rd1528;
-	@%p83 bra 	$L__BB4_51;
-	setp.eq.s32 	%p84, %r8, 2;
-	ld.u8 	%rd658, [%rd65+1];
-	add.s32 	%r381, %r379, 8;
-	shl.b64 	%rd659, %rd658, %r381;
-	or.b64  	%rd1528, %rd659, %rd1528;
-	@%p84 bra 	$L__BB4_51;
-	ld.u8 	%rd660, [%rd65+2];
-	add.s32 	%r383, %r379, 16;
-	shl.b64 	%rd661, %rd660, %r383;
-	or.b64  	%rd1528, %rd661, %rd1528;
-	bra.uni 	$L__BB4_51;
-$L__BB4_44:
-	setp.eq.s32 	%p85, %r313, 1;
-	@%p85 bra 	$L__BB4_49;
-	setp.eq.s32 	%p86, %r313, 2;
-	@%p86 bra 	$L__BB4_48;
-	setp.ne.s32 	%p87, %r313, 4;
-	@%p87 bra 	$L__BB4_50;
-	ld.u32 	%rd1528, [%rd60];
-	bra.uni 	$L__BB4_51;
-$L__BB4_48:
-	ld.u16 	%rd1528, [%rd60];
-	bra.uni 	$L__BB4_51;
-$L__BB4_49:
-	ld.u8 	%rd1528, [%rd60];
-	bra.uni 	$L__BB4_51;
-$L__BB4_50:
-	ld.u64 	%rd1528, [%rd60];
-$L__BB4_51:
-	mov.u64 	%rd1532, 0;
-	and.b32  	%r39, %r18, %r4;
-	setp.eq.s32 	%p88, %r39, 0;
-	and.b32  	%r385, %r18, %r3;
-	popc.b32 	%r386, %r385;
-	add.s32 	%r40, %r19, %r386;
-	@%p88 bra 	$L__BB4_68;
-	shl.b64 	%rd663, %rd59, 5;
-	or.b64  	%rd664, %rd12, %rd663;
-	add.s64 	%rd665, %rd664, 32;
-	mul.lo.s64 	%rd666, %rd665, %rd24;
-	add.s64 	%rd75, %rd34, %rd666;
-	and.b64  	%rd667, %rd75, %rd56;
-	setp.eq.s64 	%p89, %rd667, 0;
-	@%p89 bra 	$L__BB4_61;
-	mov.u64 	%rd1532, 0;
-	setp.eq.s32 	%p90, %r313, 0;
-	@%p90 bra 	$L__BB4_68;
-	cvt.u32.u64 	%r389, %rd56;
-	setp.lt.u32 	%p91, %r389, 3;
-	mov.u64 	%rd1532, 0;
-	mov.u32 	%r1496, 0;
-	@%p91 bra 	$L__BB4_57;
-	mov.u64 	%rd1532, 0;
-	mov.u32 	%r1496, 0;
-	mov.u32 	%r1495, %r9;
-$L__BB4_56:
-	cvt.u64.u32 	%rd672, %r1496;
-	add.s64 	%rd673, %rd75, %rd672;
-	ld.u8 	%rd674, [%rd673];
-	shl.b32 	%r391, %r1496, 3;
-	shl.b64 	%rd675, %rd674, %r391;
-	or.b64  	%rd676, %rd675, %rd1532;
-	ld.u8 	%rd677, [%rd673+1];
-	add.s32 	%r392, %r391, 8;
-	shl.b64 	%rd678, %rd677, %r392;
-	or.b64  	%rd679, %rd678, %rd676;
-	ld.u8 	%rd680, [%rd673+2];
-	add.s32 	%r393, %r391, 16;
-	shl.b64 	%rd681, %rd680, %r393;
-	or.b64  	%rd682, %rd681, %rd679;
-	ld.u8 	%rd683, [%rd673+3];
-	add.s32 	%r394, %r391, 24;
-	shl.b64 	%rd684, %rd683, %r394;
-	or.b64  	%rd1532, %rd684, %rd682;
-	add.s32 	%r1496, %r1496, 4;
-	add.s32 	%r1495, %r1495, -4;
-	setp.ne.s32 	%p92, %r1495, 0;
-	@%p92 bra 	$L__BB4_56;
-$L__BB4_57:
-	setp.eq.s32 	%p93, %r8, 0;
-	@%p93 bra 	$L__BB4_68;
-	setp.eq.s32 	%p94, %r8, 1;
-	cvt.u64.u32 	%rd685, %r1496;
-	add.s64 	%rd80, %rd75, %rd685;
-	ld.u8 	%rd686, [%rd80];
-	shl.b32 	%r395, %r1496, 3;
-	shl.b64 	%rd687, %rd686, %r395;
-	or.b64  	%rd1532, %rd687, %rd1532;
-	@%p94 bra 	$L__BB4_68;
-	setp.eq.s32 	%p95, %r8, 2;
-	ld.u8 	%rd688, [%rd80+1];
-	add.s32 	%r397, %r395, 8;
-	shl.b64 	%rd689, %rd688, %r397;
-	or.b64  	%rd1532, %rd689, %rd1532;
-	@%p95 bra 	$L__BB4_68;
-	ld.u8 	%rd690, [%rd80+2];
-	add.s32 	%r399, %r395, 16;
-	shl.b64 	%rd691, %rd690, %r399;
-	or.b64  	%rd1532, %rd691, %rd1532;
-	bra.uni 	$L__BB4_68;
-$L__BB4_61:
-	setp.eq.s32 	%p96, %r313, 1;
-	@%p96 bra 	$L__BB4_66;
-	setp.eq.s32 	%p97, %r313, 2;
-	@%p97 bra 	$L__BB4_65;
-	setp.ne.s32 	%p98, %r313, 4;
-	@%p98 bra 	$L__BB4_67;
-	ld.u32 	%rd1532, [%rd75];
-	bra.uni 	$L__BB4_68;
-$L__BB4_65:
-	ld.u16 	%rd1532, [%rd75];
-	bra.uni 	$L__BB4_68;
-$L__BB4_66:
-	ld.u8 	%rd1532, [%rd75];
-	bra.uni 	$L__BB4_68;
-$L__BB4_67:
-	ld.u64 	%rd1532, [%rd75];
-$L__BB4_68:
-	and.b32  	%r46, %r20, %r4;
-	setp.eq.s32 	%p99, %r46, 0;
-	and.b32  	%r401, %r20, %r3;
-	popc.b32 	%r402, %r401;
-	add.s32 	%r47, %r21, %r402;
-	mov.u64 	%rd1536, 0;
-	@%p99 bra 	$L__BB4_85;
-	shl.b64 	%rd693, %rd59, 5;
-	or.b64  	%rd694, %rd12, %rd693;
-	add.s64 	%rd695, %rd694, 64;
-	mul.lo.s64 	%rd696, %rd695, %rd24;
-	add.s64 	%rd90, %rd34, %rd696;
-	and.b64  	%rd697, %rd90, %rd56;
-	setp.eq.s64 	%p100, %rd697, 0;
-	@%p100 bra 	$L__BB4_78;
-	mov.u64 	%rd1536, 0;
-	setp.eq.s32 	%p101, %r313, 0;
-	@%p101 bra 	$L__BB4_85;
-	cvt.u32.u64 	%r405, %rd56;
-	setp.lt.u32 	%p102, %r405, 3;
-	mov.u64 	%rd1536, 0;
-	mov.u32 	%r1499, 0;
-	@%p102 bra 	$L__BB4_74;
-	mov.u64 	%rd1536, 0;
-	mov.u32 	%r1499, 0;
-	mov.u32 	%r1498, %r9;
-$L__BB4_73:
-	cvt.u64.u32 	%rd702, %r1499;
-	add.s64 	%rd703, %rd90, %rd702;
-	ld.u8 	%rd704, [%rd703];
-	shl.b32 	%r407, %r1499, 3;
-	shl.b64 	%rd705, %rd704, %r407;
-	or.b64  	%rd706, %rd705, %rd1536;
-	ld.u8 	%rd707, [%rd703+1];
-	add.s32 	%r408, %r407, 8;
-	shl.b64 	%rd708, %rd707, %r408;
-	or.b64  	%rd709, %rd708, %rd706;
-	ld.u8 	%rd710, [%rd703+2];
-	add.s32 	%r409, %r407, 16;
-	shl.b64 	%rd711, %rd710, %r409;
-	or.b64  	%rd712, %rd711, %rd709;
-	ld.u8 	%rd713, [%rd703+3];
-	add.s32 	%r410, %r407, 24;
-	shl.b64 	%rd714, %rd713, %r410;
-	or.b64  	%rd1536, %rd714, %rd712;
-	add.s32 	%r1499, %r1499, 4;
-	add.s32 	%r1498, %r1498, -4;
-	setp.ne.s32 	%p103, %r1498, 0;
-	@%p103 bra 	$L__BB4_73;
-$L__BB4_74:
-	setp.eq.s32 	%p104, %r8, 0;
-	@%p104 bra 	$L__BB4_85;
-	setp.eq.s32 	%p105, %r8, 1;
-	cvt.u64.u32 	%rd715, %r1499;
-	add.s64 	%rd95, %rd90, %rd715;
-	ld.u8 	%rd716, [%rd95];
-	shl.b32 	%r411, %r1499, 3;
-	shl.b64 	%rd717, %rd716, %r411;
-	or.b64  	%rd1536, %rd717, %rd1536;
-	@%p105 bra 	$L__BB4_85;
-	setp.eq.s32 	%p106, %r8, 2;
-	ld.u8 	%rd718, [%rd95+1];
-	add.s32 	%r413, %r411, 8;
-	shl.b64 	%rd719, %rd718, %r413;
-	or.b64  	%rd1536, %rd719, %rd1536;
-	@%p106 bra 	$L__BB4_85;
-	ld.u8 	%rd720, [%rd95+2];
-	add.s32 	%r415, %r411, 16;
-	shl.b64 	%rd721, %rd720, %r415;
-	or.b64  	%rd1536, %rd721, %rd1536;
-	bra.uni 	$L__BB4_85;
-$L__BB4_78:
-	setp.eq.s32 	%p107, %r313, 1;
-	@%p107 bra 	$L__BB4_83;
-	setp.eq.s32 	%p108, %r313, 2;
-	@%p108 bra 	$L__BB4_82;
-	setp.ne.s32 	%p109, %r313, 4;
-	@%p109 bra 	$L__BB4_84;
-	ld.u32 	%rd1536, [%rd90];
-	bra.uni 	$L__BB4_85;
-$L__BB4_82:
-	ld.u16 	%rd1536, [%rd90];
-	bra.uni 	$L__BB4_85;
-$L__BB4_83:
-	ld.u8 	%rd1536, [%rd90];
-	bra.uni 	$L__BB4_85;
-$L__BB4_84:
-	ld.u64 	%rd1536, [%rd90];
-$L__BB4_85:
-	mov.u64 	%rd1540, 0;
-	and.b32  	%r53, %r22, %r4;
-	setp.eq.s32 	%p110, %r53, 0;
-	and.b32  	%r417, %r22, %r3;
-	popc.b32 	%r418, %r417;
-	add.s32 	%r54, %r23, %r418;
-	@%p110 bra 	$L__BB4_102;
-	shl.b64 	%rd723, %rd59, 5;
-	cvt.u64.u32 	%rd724, %r256;
-	or.b64  	%rd725, %rd724, %rd723;
-	add.s64 	%rd726, %rd725, 96;
-	mul.lo.s64 	%rd727, %rd726, %rd24;
-	add.s64 	%rd105, %rd34, %rd727;
-	and.b64  	%rd728, %rd105, %rd56;
-	setp.eq.s64 	%p111, %rd728, 0;
-	@%p111 bra 	$L__BB4_95;
-	mov.u64 	%rd1540, 0;
-	setp.eq.s32 	%p112, %r313, 0;
-	@%p112 bra 	$L__BB4_102;
-	cvt.u32.u64 	%r423, %rd56;
-	setp.lt.u32 	%p113, %r423, 3;
-	mov.u64 	%rd1540, 0;
-	mov.u32 	%r1502, 0;
-	@%p113 bra 	$L__BB4_91;
-	mov.u64 	%rd1540, 0;
-	mov.u32 	%r1502, 0;
-	mov.u32 	%r1501, %r9;
-$L__BB4_90:
-	cvt.u64.u32 	%rd733, %r1502;
-	add.s64 	%rd734, %rd105, %rd733;
-	ld.u8 	%rd735, [%rd734];
-	shl.b32 	%r425, %r1502, 3;
-	shl.b64 	%rd736, %rd735, %r425;
-	or.b64  	%rd737, %rd736, %rd1540;
-	ld.u8 	%rd738, [%rd734+1];
-	add.s32 	%r426, %r425, 8;
-	shl.b64 	%rd739, %rd738, %r426;
-	or.b64  	%rd740, %rd739, %rd737;
-	ld.u8 	%rd741, [%rd734+2];
-	add.s32 	%r427, %r425, 16;
-	shl.b64 	%rd742, %rd741, %r427;
-	or.b64  	%rd743, %rd742, %rd740;
-	ld.u8 	%rd744, [%rd734+3];
-	add.s32 	%r428, %r425, 24;
-	shl.b64 	%rd745, %rd744, %r428;
-	or.b64  	%rd1540, %rd745, %rd743;
-	add.s32 	%r1502, %r1502, 4;
-	add.s32 	%r1501, %r1501, -4;
-	setp.ne.s32 	%p114, %r1501, 0;
-	@%p114 bra 	$L__BB4_90;
-$L__BB4_91:
-	setp.eq.s32 	%p115, %r8, 0;
-	@%p115 bra 	$L__BB4_102;
-	setp.eq.s32 	%p116, %r8, 1;
-	cvt.u64.u32 	%rd746, %r1502;
-	add.s64 	%rd110, %rd105, %rd746;
-	ld.u8 	%rd747, [%rd110];
-	shl.b32 	%r429, %r1502, 3;
-	shl.b64 	%rd748, %rd747, %r429;
-	or.b64  	%rd1540, %rd748, %rd1540;
-	@%p116 bra 	$L__BB4_102;
-	setp.eq.s32 	%p117, %r8, 2;
-	ld.u8 	%rd749, [%rd110+1];
-	add.s32 	%r431, %r429, 8;
-	shl.b64 	%rd750, %rd749, %r431;
-	or.b64  	%rd1540, %rd750, %rd1540;
-	@%p117 bra 	$L__BB4_102;
-	ld.u8 	%rd751, [%rd110+2];
-	add.s32 	%r433, %r429, 16;
-	shl.b64 	%rd752, %rd751, %r433;
-	or.b64  	%rd1540, %rd752, %rd1540;
-	bra.uni 	$L__BB4_102;
-$L__BB4_95:
-	setp.eq.s32 	%p118, %r313, 1;
-	@%p118 bra 	$L__BB4_100;
-	setp.eq.s32 	%p119, %r313, 2;
-	@%p119 bra 	$L__BB4_99;
-	setp.ne.s32 	%p120, %r313, 4;
-	@%p120 bra 	$L__BB4_101;
-	ld.u32 	%rd1540, [%rd105];
-	bra.uni 	$L__BB4_102;
-$L__BB4_99:
-	ld.u16 	%rd1540, [%rd105];
-	bra.uni 	$L__BB4_102;
-$L__BB4_100:
-	ld.u8 	%rd1540, [%rd105];
-	bra.uni 	$L__BB4_102;
-$L__BB4_101:
-	ld.u64 	%rd1540, [%rd105];
-$L__BB4_102:
-	and.b32  	%r60, %r24, %r4;
-	setp.eq.s32 	%p121, %r60, 0;
-	and.b32  	%r435, %r24, %r3;
-	popc.b32 	%r436, %r435;
-	add.s32 	%r61, %r25, %r436;
-	mov.u64 	%rd1544, 0;
-	@%p121 bra 	$L__BB4_119;
-	shl.b64 	%rd754, %rd59, 5;
-	or.b64  	%rd755, %rd12, %rd754;
-	add.s64 	%rd756, %rd755, 128;
-	mul.lo.s64 	%rd757, %rd756, %rd24;
-	add.s64 	%rd120, %rd34, %rd757;
-	and.b64  	%rd758, %rd120, %rd56;
-	setp.eq.s64 	%p122, %rd758, 0;
-	@%p122 bra 	$L__BB4_112;
-	mov.u64 	%rd1544, 0;
-	setp.eq.s32 	%p123, %r313, 0;
-	@%p123 bra 	$L__BB4_119;
-	cvt.u32.u64 	%r439, %rd56;
-	setp.lt.u32 	%p124, %r439, 3;
-	mov.u64 	%rd1544, 0;
-	mov.u32 	%r1505, 0;
-	@%p124 bra 	$L__BB4_108;
-	mov.u64 	%rd1544, 0;
-	mov.u32 	%r1505, 0;
-	mov.u32 	%r1504, %r9;
-$L__BB4_107:
-	cvt.u64.u32 	%rd763, %r1505;
-	add.s64 	%rd764, %rd120, %rd763;
-	ld.u8 	%rd765, [%rd764];
-	shl.b32 	%r441, %r1505, 3;
-	shl.b64 	%rd766, %rd765, %r441;
-	or.b64  	%rd767, %rd766, %rd1544;
-	ld.u8 	%rd768, [%rd764+1];
-	add.s32 	%r442, %r441, 8;
-	shl.b64 	%rd769, %rd768, %r442;
-	or.b64  	%rd770, %rd769, %rd767;
-	ld.u8 	%rd771, [%rd764+2];
-	add.s32 	%r443, %r441, 16;
-	shl.b64 	%rd772, %rd771, %r443;
-	or.b64  	%rd773, %rd772, %rd770;
-	ld.u8 	%rd774, [%rd764+3];
-	add.s32 	%r444, %r441, 24;
-	shl.b64 	%rd775, %rd774, %r444;
-	or.b64  	%rd1544, %rd775, %rd773;
-	add.s32 	%r1505, %r1505, 4;
-	add.s32 	%r1504, %r1504, -4;
-	setp.ne.s32 	%p125, %r1504, 0;
-	@%p125 bra 	$L__BB4_107;
-$L__BB4_108:
-	setp.eq.s32 	%p126, %r8, 0;
-	@%p126 bra 	$L__BB4_119;
-	setp.eq.s32 	%p127, %r8, 1;
-	cvt.u64.u32 	%rd776, %r1505;
-	add.s64 	%rd125, %rd120, %rd776;
-	ld.u8 	%rd777, [%rd125];
-	shl.b32 	%r445, %r1505, 3;
-	shl.b64 	%rd778, %rd777, %r445;
-	or.b64  	%rd1544, %rd778, %rd1544;
-	@%p127 bra 	$L__BB4_119;
-	setp.eq.s32 	%p128, %r8, 2;
-	ld.u8 	%rd779, [%rd125+1];
-	add.s32 	%r447, %r445, 8;
-	shl.b64 	%rd780, %rd779, %r447;
-	or.b64  	%rd1544, %rd780, %rd1544;
-	@%p128 bra 	$L__BB4_119;
-	ld.u8 	%rd781, [%rd125+2];
-	add.s32 	%r449, %r445, 16;
-	shl.b64 	%rd782, %rd781, %r449;
-	or.b64  	%rd1544, %rd782, %rd1544;
-	bra.uni 	$L__BB4_119;
-$L__BB4_112:
-	setp.eq.s32 	%p129, %r313, 1;
-	@%p129 bra 	$L__BB4_117;
-	setp.eq.s32 	%p130, %r313, 2;
-	@%p130 bra 	$L__BB4_116;
-	setp.ne.s32 	%p131, %r313, 4;
-	@%p131 bra 	$L__BB4_118;
-	ld.u32 	%rd1544, [%rd120];
-	bra.uni 	$L__BB4_119;
-$L__BB4_116:
-	ld.u16 	%rd1544, [%rd120];
-	bra.uni 	$L__BB4_119;
-$L__BB4_117:
-	ld.u8 	%rd1544, [%rd120];
-	bra.uni 	$L__BB4_119;
-$L__BB4_118:
-	ld.u64 	%rd1544, [%rd120];
-$L__BB4_119:
-	mov.u64 	%rd1548, 0;
-	and.b32  	%r67, %r26, %r4;
-	setp.eq.s32 	%p132, %r67, 0;
-	and.b32  	%r451, %r26, %r3;
-	popc.b32 	%r452, %r451;
-	add.s32 	%r68, %r27, %r452;
-	@%p132 bra 	$L__BB4_136;
-	shl.b64 	%rd784, %rd59, 5;
-	or.b64  	%rd785, %rd784, %rd12;
-	add.s64 	%rd786, %rd785, 160;
-	mul.lo.s64 	%rd787, %rd786, %rd24;
-	add.s64 	%rd135, %rd34, %rd787;
-	and.b64  	%rd788, %rd135, %rd56;
-	setp.eq.s64 	%p133, %rd788, 0;
-	@%p133 bra 	$L__BB4_129;
-	mov.u64 	%rd1548, 0;
-	setp.eq.s32 	%p134, %r313, 0;
-	@%p134 bra 	$L__BB4_136;
-	cvt.u32.u64 	%r455, %rd56;
-	setp.lt.u32 	%p135, %r455, 3;
-	mov.u64 	%rd1548, 0;
-	mov.u32 	%r1508, 0;
-	@%p135 bra 	$L__BB4_125;
-	mov.u64 	%rd1548, 0;
-	mov.u32 	%r1508, 0;
-	mov.u32 	%r1507, %r9;
-$L__BB4_124:
-	cvt.u64.u32 	%rd793, %r1508;
-	add.s64 	%rd794, %rd135, %rd793;
-	ld.u8 	%rd795, [%rd794];
-	shl.b32 	%r457, %r1508, 3;
-	shl.b64 	%rd796, %rd795, %r457;
-	or.b64  	%rd797, %rd796, %rd1548;
-	ld.u8 	%rd798, [%rd794+1];
-	add.s32 	%r458, %r457, 8;
-	shl.b64 	%rd799, %rd798, %r458;
-	or.b64  	%rd800, %rd799, %rd797;
-	ld.u8 	%rd801, [%rd794+2];
-	add.s32 	%r459, %r457, 16;
-	shl.b64 	%rd802, %rd801, %r459;
-	or.b64  	%rd803, %rd802, %rd800;
-	ld.u8 	%rd804, [%rd794+3];
-	add.s32 	%r460, %r457, 24;
-	shl.b64 	%rd805, %rd804, %r460;
-	or.b64  	%rd1548, %rd805, %rd803;
-	add.s32 	%r1508, %r1508, 4;
-	add.s32 	%r1507, %r1507, -4;
-	setp.ne.s32 	%p136, %r1507, 0;
-	@%p136 bra 	$L__BB4_124;
-$L__BB4_125:
-	setp.eq.s32 	%p137, %r8, 0;
-	@%p137 bra 	$L__BB4_136;
-	setp.eq.s32 	%p138, %r8, 1;
-	cvt.u64.u32 	%rd806, %r1508;
-	add.s64 	%rd140, %rd135, %rd806;
-	ld.u8 	%rd807, [%rd140];
-	shl.b32 	%r461, %r1508, 3;
-	shl.b64 	%rd808, %rd807, %r461;
-	or.b64  	%rd1548, %rd808, %rd1548;
-	@%p138 bra 	$L__BB4_136;
-	setp.eq.s32 	%p139, %r8, 2;
-	ld.u8 	%rd809, [%rd140+1];
-	add.s32 	%r463, %r461, 8;
-	shl.b64 	%rd810, %rd809, %r463;
-	or.b64  	%rd1548, %rd810, %rd1548;
-	@%p139 bra 	$L__BB4_136;
-	ld.u8 	%rd811, [%rd140+2];
-	add.s32 	%r465, %r461, 16;
-	shl.b64 	%rd812, %rd811, %r465;
-	or.b64  	%rd1548, %rd812, %rd1548;
-	bra.uni 	$L__BB4_136;
-$L__BB4_129:
-	setp.eq.s32 	%p140, %r313, 1;
-	@%p140 bra 	$L__BB4_134;
-	setp.eq.s32 	%p141, %r313, 2;
-	@%p141 bra 	$L__BB4_133;
-	setp.ne.s32 	%p142, %r313, 4;
-	@%p142 bra 	$L__BB4_135;
-	ld.u32 	%rd1548, [%rd135];
-	bra.uni 	$L__BB4_136;
-$L__BB4_133:
-	ld.u16 	%rd1548, [%rd135];
-	bra.uni 	$L__BB4_136;
-$L__BB4_134:
-	ld.u8 	%rd1548, [%rd135];
-	bra.uni 	$L__BB4_136;
-$L__BB4_135:
-	ld.u64 	%rd1548, [%rd135];
-$L__BB4_136:
-	and.b32  	%r74, %r28, %r4;
-	setp.eq.s32 	%p143, %r74, 0;
-	and.b32  	%r467, %r28, %r3;
-	popc.b32 	%r468, %r467;
-	add.s32 	%r75, %r29, %r468;
-	mov.u64 	%rd1552, 0;
-	@%p143 bra 	$L__BB4_153;
-	shl.b64 	%rd814, %rd59, 5;
-	or.b64  	%rd815, %rd814, %rd12;
-	add.s64 	%rd816, %rd815, 192;
-	mul.lo.s64 	%rd817, %rd816, %rd24;
-	add.s64 	%rd150, %rd34, %rd817;
-	and.b64  	%rd818, %rd150, %rd56;
-	setp.eq.s64 	%p144, %rd818, 0;
-	@%p144 bra 	$L__BB4_146;
-	mov.u64 	%rd1552, 0;
-	setp.eq.s32 	%p145, %r313, 0;
-	@%p145 bra 	$L__BB4_153;
-	cvt.u32.u64 	%r471, %rd56;
-	setp.lt.u32 	%p146, %r471, 3;
-	mov.u64 	%rd1552, 0;
-	mov.u32 	%r1511, 0;
-	@%p146 bra 	$L__BB4_142;
-	mov.u64 	%rd1552, 0;
-	mov.u32 	%r1511, 0;
-	mov.u32 	%r1510, %r9;
-$L__BB4_141:
-	cvt.u64.u32 	%rd823, %r1511;
-	add.s64 	%rd824, %rd150, %rd823;
-	ld.u8 	%rd825, [%rd824];
-	shl.b32 	%r473, %r1511, 3;
-	shl.b64 	%rd826, %rd825, %r473;
-	or.b64  	%rd827, %rd826, %rd1552;
-	ld.u8 	%rd828, [%rd824+1];
-	add.s32 	%r474, %r473, 8;
-	shl.b64 	%rd829, %rd828, %r474;
-	or.b64  	%rd830, %rd829, %rd827;
-	ld.u8 	%rd831, [%rd824+2];
-	add.s32 	%r475, %r473, 16;
-	shl.b64 	%rd832, %rd831, %r475;
-	or.b64  	%rd833, %rd832, %rd830;
-	ld.u8 	%rd834, [%rd824+3];
-	add.s32 	%r476, %r473, 24;
-	shl.b64 	%rd835, %rd834, %r476;
-	or.b64  	%rd1552, %rd835, %rd833;
-	add.s32 	%r1511, %r1511, 4;
-	add.s32 	%r1510, %r1510, -4;
-	setp.ne.s32 	%p147, %r1510, 0;
-	@%p147 bra 	$L__BB4_141;
-$L__BB4_142:
-	setp.eq.s32 	%p148, %r8, 0;
-	@%p148 bra 	$L__BB4_153;
-	setp.eq.s32 	%p149, %r8, 1;
-	cvt.u64.u32 	%rd836, %r1511;
-	add.s64 	%rd155, %rd150, %rd836;
-	ld.u8 	%rd837, [%rd155];
-	shl.b32 	%r477, %r1511, 3;
-	shl.b64 	%rd838, %rd837, %r477;
-	or.b64  	%rd1552, %rd838, %rd1552;
-	@%p149 bra 	$L__BB4_153;
-	setp.eq.s32 	%p150, %r8, 2;
-	ld.u8 	%rd839, [%rd155+1];
-	add.s32 	%r479, %r477, 8;
-	shl.b64 	%rd840, %rd839, %r479;
-	or.b64  	%rd1552, %rd840, %rd1552;
-	@%p150 bra 	$L__BB4_153;
-	ld.u8 	%rd841, [%rd155+2];
-	add.s32 	%r481, %r477, 16;
-	shl.b64 	%rd842, %rd841, %r481;
-	or.b64  	%rd1552, %rd842, %rd1552;
-	bra.uni 	$L__BB4_153;
-$L__BB4_146:
-	setp.eq.s32 	%p151, %r313, 1;
-	@%p151 bra 	$L__BB4_151;
-	setp.eq.s32 	%p152, %r313, 2;
-	@%p152 bra 	$L__BB4_150;
-	setp.ne.s32 	%p153, %r313, 4;
-	@%p153 bra 	$L__BB4_152;
-	ld.u32 	%rd1552, [%rd150];
-	bra.uni 	$L__BB4_153;
-$L__BB4_150:
-	ld.u16 	%rd1552, [%rd150];
-	bra.uni 	$L__BB4_153;
-$L__BB4_151:
-	ld.u8 	%rd1552, [%rd150];
-	bra.uni 	$L__BB4_153;
-$L__BB4_152:
-	ld.u64 	%rd1552, [%rd150];
-$L__BB4_153:
-	mov.u64 	%rd1556, 0;
-	and.b32  	%r81, %r30, %r4;
-	setp.eq.s32 	%p154, %r81, 0;
-	and.b32  	%r483, %r30, %r3;
-	popc.b32 	%r484, %r483;
-	add.s32 	%r82, %r31, %r484;
-	@%p154 bra 	$L__BB4_170;
-	shl.b64 	%rd844, %rd59, 5;
-	cvt.u64.u32 	%rd845, %r256;
-	or.b64  	%rd846, %rd845, %rd844;
-	add.s64 	%rd847, %rd846, 224;
-	mul.lo.s64 	%rd848, %rd847, %rd24;
-	add.s64 	%rd165, %rd34, %rd848;
-	and.b64  	%rd849, %rd165, %rd56;
-	setp.eq.s64 	%p155, %rd849, 0;
-	@%p155 bra 	$L__BB4_163;
-	mov.u64 	%rd1556, 0;
-	setp.eq.s32 	%p156, %r313, 0;
-	@%p156 bra 	$L__BB4_170;
-	cvt.u32.u64 	%r489, %rd56;
-	setp.lt.u32 	%p157, %r489, 3;
-	mov.u64 	%rd1556, 0;
-	mov.u32 	%r1514, 0;
-	@%p157 bra 	$L__BB4_159;
-	mov.u64 	%rd1556, 0;
-	mov.u32 	%r1514, 0;
-	mov.u32 	%r1513, %r9;
-$L__BB4_158:
-	cvt.u64.u32 	%rd854, %r1514;
-	add.s64 	%rd855, %rd165, %rd854;
-	ld.u8 	%rd856, [%rd855];
-	shl.b32 	%r491, %r1514, 3;
-	shl.b64 	%rd857, %rd856, %r491;
-	or.b64  	%rd858, %rd857, %rd1556;
-	ld.u8 	%rd859, [%rd855+1];
-	add.s32 	%r492, %r491, 8;
-	shl.b64 	%rd860, %rd859, %r492;
-	or.b64  	%rd861, %rd860, %rd858;
-	ld.u8 	%rd862, [%rd855+2];
-	add.s32 	%r493, %r491, 16;
-	shl.b64 	%rd863, %rd862, %r493;
-	or.b64  	%rd864, %rd863, %rd861;
-	ld.u8 	%rd865, [%rd855+3];
-	add.s32 	%r494, %r491, 24;
-	shl.b64 	%rd866, %rd865, %r494;
-	or.b64  	%rd1556, %rd866, %rd864;
-	add.s32 	%r1514, %r1514, 4;
-	add.s32 	%r1513, %r1513, -4;
-	setp.ne.s32 	%p158, %r1513, 0;
-	@%p158 bra 	$L__BB4_158;
-$L__BB4_159:
-	setp.eq.s32 	%p159, %r8, 0;
-	@%p159 bra 	$L__BB4_170;
-	setp.eq.s32 	%p160, %r8, 1;
-	cvt.u64.u32 	%rd867, %r1514;
-	add.s64 	%rd170, %rd165, %rd867;
-	ld.u8 	%rd868, [%rd170];
-	shl.b32 	%r495, %r1514, 3;
-	shl.b64 	%rd869, %rd868, %r495;
-	or.b64  	%rd1556, %rd869, %rd1556;
-	@%p160 bra 	$L__BB4_170;
-	setp.eq.s32 	%p161, %r8, 2;
-	ld.u8 	%rd870, [%rd170+1];
-	add.s32 	%r497, %r495, 8;
-	shl.b64 	%rd871, %rd870, %r497;
-	or.b64  	%rd1556, %rd871, %rd1556;
-	@%p161 bra 	$L__BB4_170;
-	ld.u8 	%rd872, [%rd170+2];
-	add.s32 	%r499, %r495, 16;
-	shl.b64 	%rd873, %rd872, %r499;
-	or.b64  	%rd1556, %rd873, %rd1556;
-	bra.uni 	$L__BB4_170;
-$L__BB4_163:
-	setp.eq.s32 	%p162, %r313, 1;
-	@%p162 bra 	$L__BB4_168;
-	setp.eq.s32 	%p163, %r313, 2;
-	@%p163 bra 	$L__BB4_167;
-	setp.ne.s32 	%p164, %r313, 4;
-	@%p164 bra 	$L__BB4_169;
-	ld.u32 	%rd1556, [%rd165];
-	bra.uni 	$L__BB4_170;
-$L__BB4_167:
-	ld.u16 	%rd1556, [%rd165];
-	bra.uni 	$L__BB4_170;
-$L__BB4_168:
-	ld.u8 	%rd1556, [%rd165];
-	bra.uni 	$L__BB4_170;
-$L__BB4_169:
-	ld.u64 	%rd1556, [%rd165];
-$L__BB4_170:
-	@%p77 bra 	$L__BB4_187;
-	cvt.u64.u32 	%rd874, %r33;
-	mul.lo.s64 	%rd875, %rd874, %rd24;
-	add.s64 	%rd876, %rd875, %rd52;
-	add.s64 	%rd180, %rd18, %rd876;
-	and.b64  	%rd877, %rd180, %rd56;
-	setp.eq.s64 	%p166, %rd877, 0;
-	@%p166 bra 	$L__BB4_180;
-	setp.eq.s32 	%p167, %r313, 0;
-	@%p167 bra 	$L__BB4_187;
-	cvt.u32.u64 	%r503, %rd56;
-	setp.lt.u32 	%p168, %r503, 3;
-	mov.u32 	%r1517, 0;
-	@%p168 bra 	$L__BB4_176;
-	mov.u32 	%r1517, 0;
-	mov.u32 	%r1516, %r9;
-$L__BB4_175:
-	shl.b32 	%r505, %r1517, 3;
-	shr.u64 	%rd878, %rd1528, %r505;
-	cvt.u64.u32 	%rd879, %r1517;
-	add.s64 	%rd880, %rd180, %rd879;
-	st.u8 	[%rd880], %rd878;
-	add.s32 	%r506, %r505, 8;
-	shr.u64 	%rd881, %rd1528, %r506;
-	st.u8 	[%rd880+1], %rd881;
-	add.s32 	%r507, %r505, 16;
-	shr.u64 	%rd882, %rd1528, %r507;
-	st.u8 	[%rd880+2], %rd882;
-	add.s32 	%r508, %r505, 24;
-	shr.u64 	%rd883, %rd1528, %r508;
-	st.u8 	[%rd880+3], %rd883;
-	add.s32 	%r1517, %r1517, 4;
-	add.s32 	%r1516, %r1516, -4;
-	setp.ne.s32 	%p169, %r1516, 0;
-	@%p169 bra 	$L__BB4_175;
-$L__BB4_176:
-	setp.eq.s32 	%p170, %r8, 0;
-	@%p170 bra 	$L__BB4_187;
-	setp.eq.s32 	%p171, %r8, 1;
-	shl.b32 	%r509, %r1517, 3;
-	shr.u64 	%rd884, %rd1528, %r509;
-	cvt.u64.u32 	%rd885, %r1517;
-	add.s64 	%rd181, %rd180, %rd885;
-	st.u8 	[%rd181], %rd884;
-	@%p171 bra 	$L__BB4_187;
-	setp.eq.s32 	%p172, %r8, 2;
-	add.s32 	%r511, %r509, 8;
-	shr.u64 	%rd886, %rd1528, %r511;
-	st.u8 	[%rd181+1], %rd886;
-	@%p172 bra 	$L__BB4_187;
-	add.s32 	%r513, %r509, 16;
-	shr.u64 	%rd887, %rd1528, %r513;
-	st.u8 	[%rd181+2], %rd887;
-	bra.uni 	$L__BB4_187;
-$L__BB4_180:
-	setp.eq.s32 	%p173, %r313, 1;
-	@%p173 bra 	$L__BB4_185;
-	setp.eq.s32 	%p174, %r313, 2;
-	@%p174 bra 	$L__BB4_184;
-	setp.ne.s32 	%p175, %r313, 4;
-	@%p175 bra 	$L__BB4_186;
-	st.u32 	[%rd180], %rd1528;
-	bra.uni 	$L__BB4_187;
-$L__BB4_184:
-	st.u16 	[%rd180], %rd1528;
-	bra.uni 	$L__BB4_187;
-$L__BB4_185:
-	st.u8 	[%rd180], %rd1528;
-	bra.uni 	$L__BB4_187;
-$L__BB4_186:
-	st.u64 	[%rd180], %rd1528;
-$L__BB4_187:
-	@%p88 bra 	$L__BB4_204;
-	cvt.u64.u32 	%rd888, %r40;
-	mul.lo.s64 	%rd889, %rd888, %rd24;
-	add.s64 	%rd890, %rd889, %rd52;
-	add.s64 	%rd183, %rd18, %rd890;
-	and.b64  	%rd891, %rd183, %rd56;
-	setp.eq.s64 	%p177, %rd891, 0;
-	@%p177 bra 	$L__BB4_197;
-	setp.eq.s32 	%p178, %r313, 0;
-	@%p178 bra 	$L__BB4_204;
-	cvt.u32.u64 	%r517, %rd56;
-	setp.lt.u32 	%p179, %r517, 3;
-	mov.u32 	%r1520, 0;
-	@%p179 bra 	$L__BB4_193;
-	mov.u32 	%r1520, 0;
-	mov.u32 	%r1519, %r9;
-$L__BB4_192:
-	shl.b32 	%r519, %r1520, 3;
-	shr.u64 	%rd892, %rd1532, %r519;
-	cvt.u64.u32 	%rd893, %r1520;
-	add.s64 	%rd894, %rd183, %rd893;
-	st.u8 	[%rd894], %rd892;
-	add.s32 	%r520, %r519, 8;
-	shr.u64 	%rd895, %rd1532, %r520;
-	st.u8 	[%rd894+1], %rd895;
-	add.s32 	%r521, %r519, 16;
-	shr.u64 	%rd896, %rd1532, %r521;
-	st.u8 	[%rd894+2], %rd896;
-	add.s32 	%r522, %r519, 24;
-	shr.u64 	%rd897, %rd1532, %r522;
-	st.u8 	[%rd894+3], %rd897;
-	add.s32 	%r1520, %r1520, 4;
-	add.s32 	%r1519, %r1519, -4;
-	setp.ne.s32 	%p180, %r1519, 0;
-	@%p180 bra 	$L__BB4_192;
-$L__BB4_193:
-	setp.eq.s32 	%p181, %r8, 0;
-	@%p181 bra 	$L__BB4_204;
-	setp.eq.s32 	%p182, %r8, 1;
-	shl.b32 	%r523, %r1520, 3;
-	shr.u64 	%rd898, %rd1532, %r523;
-	cvt.u64.u32 	%rd899, %r1520;
-	add.s64 	%rd184, %rd183, %rd899;
-	st.u8 	[%rd184], %rd898;
-	@%p182 bra 	$L__BB4_204;
-	setp.eq.s32 	%p183, %r8, 2;
-	add.s32 	%r525, %r523, 8;
-	shr.u64 	%rd900, %rd1532, %r525;
-	st.u8 	[%rd184+1], %rd900;
-	@%p183 bra 	$L__BB4_204;
-	add.s32 	%r527, %r523, 16;
-	shr.u64 	%rd901, %rd1532, %r527;
-	st.u8 	[%rd184+2], %rd901;
-	bra.uni 	$L__BB4_204;
-$L__BB4_197:
-	setp.eq.s32 	%p184, %r313, 1;
-	@%p184 bra 	$L__BB4_202;
-	setp.eq.s32 	%p185, %r313, 2;
-	@%p185 bra 	$L__BB4_201;
-	setp.ne.s32 	%p186, %r313, 4;
-	@%p186 bra 	$L__BB4_203;
-	st.u32 	[%rd183], %rd1532;
-	bra.uni 	$L__BB4_204;
-$L__BB4_201:
-	st.u16 	[%rd183], %rd1532;
-	bra.uni 	$L__BB4_204;
-$L__BB4_202:
-	st.u8 	[%rd183], %rd1532;
-	bra.uni 	$L__BB4_204;
-$L__BB4_203:
-	st.u64 	[%rd183], %rd1532;
-$L__BB4_204:
-	@%p99 bra 	$L__BB4_221;
-	cvt.u64.u32 	%rd902, %r47;
-	mul.lo.s64 	%rd903, %rd902, %rd24;
-	add.s64 	%rd904, %rd903, %rd52;
-	add.s64 	%rd186, %rd18, %rd904;
-	and.b64  	%rd905, %rd186, %rd56;
-	setp.eq.s64 	%p188, %rd905, 0;
-	@%p188 bra 	$L__BB4_214;
-	setp.eq.s32 	%p189, %r313, 0;
-	@%p189 bra 	$L__BB4_221;
-	cvt.u32.u64 	%r531, %rd56;
-	setp.lt.u32 	%p190, %r531, 3;
-	mov.u32 	%r1523, 0;
-	@%p190 bra 	$L__BB4_210;
-	mov.u32 	%r1523, 0;
-	mov.u32 	%r1522, %r9;
-$L__BB4_209:
-	shl.b32 	%r533, %r1523, 3;
-	shr.u64 	%rd906, %rd1536, %r533;
-	cvt.u64.u32 	%rd907, %r1523;
-	add.s64 	%rd908, %rd186, %rd907;
-	st.u8 	[%rd908], %rd906;
-	add.s32 	%r534, %r533, 8;
-	shr.u64 	%rd909, %rd1536, %r534;
-	st.u8 	[%rd908+1], %rd909;
-	add.s32 	%r535, %r533, 16;
-	shr.u64 	%rd910, %rd1536, %r535;
-	st.u8 	[%rd908+2], %rd910;
-	add.s32 	%r536, %r533, 24;
-	shr.u64 	%rd911, %rd1536, %r536;
-	st.u8 	[%rd908+3], %rd911;
-	add.s32 	%r1523, %r1523, 4;
-	add.s32 	%r1522, %r1522, -4;
-	setp.ne.s32 	%p191, %r1522, 0;
-	@%p191 bra 	$L__BB4_209;
-$L__BB4_210:
-	setp.eq.s32 	%p192, %r8, 0;
-	@%p192 bra 	$L__BB4_221;
-	setp.eq.s32 	%p193, %r8, 1;
-	shl.b32 	%r537, %r1523, 3;
-	shr.u64 	%rd912, %rd1536, %r537;
-	cvt.u64.u32 	%rd913, %r1523;
-	add.s64 	%rd187, %rd186, %rd913;
-	st.u8 	[%rd187], %rd912;
-	@%p193 bra 	$L__BB4_221;
-	setp.eq.s32 	%p194, %r8, 2;
-	add.s32 	%r539, %r537, 8;
-	shr.u64 	%rd914, %rd1536, %r539;
-	st.u8 	[%rd187+1], %rd914;
-	@%p194 bra 	$L__BB4_221;
-	add.s32 	%r541, %r537, 16;
-	shr.u64 	%rd915, %rd1536, %r541;
-	st.u8 	[%rd187+2], %rd915;
-	bra.uni 	$L__BB4_221;
-$L__BB4_214:
-	setp.eq.s32 	%p195, %r313, 1;
-	@%p195 bra 	$L__BB4_219;
-	setp.eq.s32 	%p196, %r313, 2;
-	@%p196 bra 	$L__BB4_218;
-	setp.ne.s32 	%p197, %r313, 4;
-	@%p197 bra 	$L__BB4_220;
-	st.u32 	[%rd186], %rd1536;
-	bra.uni 	$L__BB4_221;
-$L__BB4_218:
-	st.u16 	[%rd186], %rd1536;
-	bra.uni 	$L__BB4_221;
-$L__BB4_219:
-	st.u8 	[%rd186], %rd1536;
-	bra.uni 	$L__BB4_221;
-$L__BB4_220:
-	st.u64 	[%rd186], %rd1536;
-$L__BB4_221:
-	@%p110 bra 	$L__BB4_238;
-	cvt.u64.u32 	%rd916, %r54;
-	mul.lo.s64 	%rd917, %rd916, %rd24;
-	add.s64 	%rd918, %rd917, %rd52;
-	add.s64 	%rd189, %rd18, %rd918;
-	and.b64  	%rd919, %rd189, %rd56;
-	setp.eq.s64 	%p199, %rd919, 0;
-	@%p199 bra 	$L__BB4_231;
-	setp.eq.s32 	%p200, %r313, 0;
-	@%p200 bra 	$L__BB4_238;
-	cvt.u32.u64 	%r545, %rd56;
-	setp.lt.u32 	%p201, %r545, 3;
-	mov.u32 	%r1526, 0;
-	@%p201 bra 	$L__BB4_227;
-	mov.u32 	%r1526, 0;
-	mov.u32 	%r1525, %r9;
-$L__BB4_226:
-	shl.b32 	%r547, %r1526, 3;
-	shr.u64 	%rd920, %rd1540, %r547;
-	cvt.u64.u32 	%rd921, %r1526;
-	add.s64 	%rd922, %rd189, %rd921;
-	st.u8 	[%rd922], %rd920;
-	add.s32 	%r548, %r547, 8;
-	shr.u64 	%rd923, %rd1540, %r548;
-	st.u8 	[%rd922+1], %rd923;
-	add.s32 	%r549, %r547, 16;
-	shr.u64 	%rd924, %rd1540, %r549;
-	st.u8 	[%rd922+2], %rd924;
-	add.s32 	%r550, %r547, 24;
-	shr.u64 	%rd925, %rd1540, %r550;
-	st.u8 	[%rd922+3], %rd925;
-	add.s32 	%r1526, %r1526, 4;
-	add.s32 	%r1525, %r1525, -4;
-	setp.ne.s32 	%p202, %r1525, 0;
-	@%p202 bra 	$L__BB4_226;
-$L__BB4_227:
-	setp.eq.s32 	%p203, %r8, 0;
-	@%p203 bra 	$L__BB4_238;
-	setp.eq.s32 	%p204, %r8, 1;
-	shl.b32 	%r551, %r1526, 3;
-	shr.u64 	%rd926, %rd1540, %r551;
-	cvt.u64.u32 	%rd927, %r1526;
-	add.s64 	%rd190, %rd189, %rd927;
-	st.u8 	[%rd190], %rd926;
-	@%p204 bra 	$L__BB4_238;
-	setp.eq.s32 	%p205, %r8, 2;
-	add.s32 	%r553, %r551, 8;
-	shr.u64 	%rd928, %rd1540, %r553;
-	st.u8 	[%rd190+1], %rd928;
-	@%p205 bra 	$L__BB4_238;
-	add.s32 	%r555, %r551, 16;
-	shr.u64 	%rd929, %rd1540, %r555;
-	st.u8 	[%rd190+2], %rd929;
-	bra.uni 	$L__BB4_238;
-$L__BB4_231:
-	setp.eq.s32 	%p206, %r313, 1;
-	@%p206 bra 	$L__BB4_236;
-	setp.eq.s32 	%p207, %r313, 2;
-	@%p207 bra 	$L__BB4_235;
-	setp.ne.s32 	%p208, %r313, 4;
-	@%p208 bra 	$L__BB4_237;
-	st.u32 	[%rd189], %rd1540;
-	bra.uni 	$L__BB4_238;
-$L__BB4_235:
-	st.u16 	[%rd189], %rd1540;
-	bra.uni 	$L__BB4_238;
-$L__BB4_236:
-	st.u8 	[%rd189], %rd1540;
-	bra.uni 	$L__BB4_238;
-$L__BB4_237:
-	st.u64 	[%rd189], %rd1540;
-$L__BB4_238:
-	@%p121 bra 	$L__BB4_255;
-	cvt.u64.u32 	%rd930, %r61;
-	mul.lo.s64 	%rd931, %rd930, %rd24;
-	add.s64 	%rd932, %rd931, %rd52;
-	add.s64 	%rd192, %rd18, %rd932;
-	and.b64  	%rd933, %rd192, %rd56;
-	setp.eq.s64 	%p210, %rd933, 0;
-	@%p210 bra 	$L__BB4_248;
-	setp.eq.s32 	%p211, %r313, 0;
-	@%p211 bra 	$L__BB4_255;
-	cvt.u32.u64 	%r559, %rd56;
-	setp.lt.u32 	%p212, %r559, 3;
-	mov.u32 	%r1529, 0;
-	@%p212 bra 	$L__BB4_244;
-	mov.u32 	%r1529, 0;
-	mov.u32 	%r1528, %r9;
-$L__BB4_243:
-	shl.b32 	%r561, %r1529, 3;
-	shr.u64 	%rd934, %rd1544, %r561;
-	cvt.u64.u32 	%rd935, %r1529;
-	add.s64 	%rd936, %rd192, %rd935;
-	st.u8 	[%rd936], %rd934;
-	add.s32 	%r562, %r561, 8;
-	shr.u64 	%rd937, %rd1544, %r562;
-	st.u8 	[%rd936+1], %rd937;
-	add.s32 	%r563, %r561, 16;
-	shr.u64 	%rd938, %rd1544, %r563;
-	st.u8 	[%rd936+2], %rd938;
-	add.s32 	%r564, %r561, 24;
-	shr.u64 	%rd939, %rd1544, %r564;
-	st.u8 	[%rd936+3], %rd939;
-	add.s32 	%r1529, %r1529, 4;
-	add.s32 	%r1528, %r1528, -4;
-	setp.ne.s32 	%p213, %r1528, 0;
-	@%p213 bra 	$L__BB4_243;
-$L__BB4_244:
-	setp.eq.s32 	%p214, %r8, 0;
-	@%p214 bra 	$L__BB4_255;
-	setp.eq.s32 	%p215, %r8, 1;
-	shl.b32 	%r565, %r1529, 3;
-	shr.u64 	%rd940, %rd1544, %r565;
-	cvt.u64.u32 	%rd941, %r1529;
-	add.s64 	%rd193, %rd192, %rd941;
-	st.u8 	[%rd193], %rd940;
-	@%p215 bra 	$L__BB4_255;
-	setp.eq.s32 	%p216, %r8, 2;
-	add.s32 	%r567, %r565, 8;
-	shr.u64 	%rd942, %rd1544, %r567;
-	st.u8 	[%rd193+1], %rd942;
-	@%p216 bra 	$L__BB4_255;
-	add.s32 	%r569, %r565, 16;
-	shr.u64 	%rd943, %rd1544, %r569;
-	st.u8 	[%rd193+2], %rd943;
-	bra.uni 	$L__BB4_255;
-$L__BB4_248:
-	setp.eq.s32 	%p217, %r313, 1;
-	@%p217 bra 	$L__BB4_253;
-	setp.eq.s32 	%p218, %r313, 2;
-	@%p218 bra 	$L__BB4_252;
-	setp.ne.s32 	%p219, %r313, 4;
-	@%p219 bra 	$L__BB4_254;
-	st.u32 	[%rd192], %rd1544;
-	bra.uni 	$L__BB4_255;
-$L__BB4_252:
-	st.u16 	[%rd192], %rd1544;
-	bra.uni 	$L__BB4_255;
-$L__BB4_253:
-	st.u8 	[%rd192], %rd1544;
-	bra.uni 	$L__BB4_255;
-$L__BB4_254:
-	st.u64 	[%rd192], %rd1544;
-$L__BB4_255:
-	@%p132 bra 	$L__BB4_272;
-	cvt.u64.u32 	%rd944, %r68;
-	mul.lo.s64 	%rd945, %rd944, %rd24;
-	add.s64 	%rd946, %rd945, %rd52;
-	add.s64 	%rd195, %rd18, %rd946;
-	and.b64  	%rd947, %rd195, %rd56;
-	setp.eq.s64 	%p221, %rd947, 0;
-	@%p221 bra 	$L__BB4_265;
-	setp.eq.s32 	%p222, %r313, 0;
-	@%p222 bra 	$L__BB4_272;
-	cvt.u32.u64 	%r573, %rd56;
-	setp.lt.u32 	%p223, %r573, 3;
-	mov.u32 	%r1532, 0;
-	@%p223 bra 	$L__BB4_261;
-	mov.u32 	%r1532, 0;
-	mov.u32 	%r1531, %r9;
-$L__BB4_260:
-	shl.b32 	%r575, %r1532, 3;
-	shr.u64 	%rd948, %rd1548, %r575;
-	cvt.u64.u32 	%rd949, %r1532;
-	add.s64 	%rd950, %rd195, %rd949;
-	st.u8 	[%rd950], %rd948;
-	add.s32 	%r576, %r575, 8;
-	shr.u64 	%rd951, %rd1548, %r576;
-	st.u8 	[%rd950+1], %rd951;
-	add.s32 	%r577, %r575, 16;
-	shr.u64 	%rd952, %rd1548, %r577;
-	st.u8 	[%rd950+2], %rd952;
-	add.s32 	%r578, %r575, 24;
-	shr.u64 	%rd953, %rd1548, %r578;
-	st.u8 	[%rd950+3], %rd953;
-	add.s32 	%r1532, %r1532, 4;
-	add.s32 	%r1531, %r1531, -4;
-	setp.ne.s32 	%p224, %r1531, 0;
-	@%p224 bra 	$L__BB4_260;
-$L__BB4_261:
-	setp.eq.s32 	%p225, %r8, 0;
-	@%p225 bra 	$L__BB4_272;
-	setp.eq.s32 	%p226, %r8, 1;
-	shl.b32 	%r579, %r1532, 3;
-	shr.u64 	%rd954, %rd1548, %r579;
-	cvt.u64.u32 	%rd955, %r1532;
-	add.s64 	%rd196, %rd195, %rd955;
-	st.u8 	[%rd196], %rd954;
-	@%p226 bra 	$L__BB4_272;
-	setp.eq.s32 	%p227, %r8, 2;
-	add.s32 	%r581, %r579, 8;
-	shr.u64 	%rd956, %rd1548, %r581;
-	st.u8 	[%rd196+1], %rd956;
-	@%p227 bra 	$L__BB4_272;
-	add.s32 	%r583, %r579, 16;
-	shr.u64 	%rd957, %rd1548, %r583;
-	st.u8 	[%rd196+2], %rd957;
-	bra.uni 	$L__BB4_272;
-$L__BB4_265:
-	setp.eq.s32 	%p228, %r313, 1;
-	@%p228 bra 	$L__BB4_270;
-	setp.eq.s32 	%p229, %r313, 2;
-	@%p229 bra 	$L__BB4_269;
-	setp.ne.s32 	%p230, %r313, 4;
-	@%p230 bra 	$L__BB4_271;
-	st.u32 	[%rd195], %rd1548;
-	bra.uni 	$L__BB4_272;
-$L__BB4_269:
-	st.u16 	[%rd195], %rd1548;
-	bra.uni 	$L__BB4_272;
-$L__BB4_270:
-	st.u8 	[%rd195], %rd1548;
-	bra.uni 	$L__BB4_272;
-$L__BB4_271:
-	st.u64 	[%rd195], %rd1548;
-$L__BB4_272:
-	@%p143 bra 	$L__BB4_289;
-	cvt.u64.u32 	%rd958, %r75;
-	mul.lo.s64 	%rd959, %rd958, %rd24;
-	add.s64 	%rd960, %rd959, %rd52;
-	add.s64 	%rd198, %rd18, %rd960;
-	and.b64  	%rd961, %rd198, %rd56;
-	setp.eq.s64 	%p232, %rd961, 0;
-	@%p232 bra 	$L__BB4_282;
-	setp.eq.s32 	%p233, %r313, 0;
-	@%p233 bra 	$L__BB4_289;
-	cvt.u32.u64 	%r587, %rd56;
-	setp.lt.u32 	%p234, %r587, 3;
-	mov.u32 	%r1535, 0;
-	@%p234 bra 	$L__BB4_278;
-	mov.u32 	%r1535, 0;
-	mov.u32 	%r1534, %r9;
-$L__BB4_277:
-	shl.b32 	%r589, %r1535, 3;
-	shr.u64 	%rd962, %rd1552, %r589;
-	cvt.u64.u32 	%rd963, %r1535;
-	add.s64 	%rd964, %rd198, %rd963;
-	st.u8 	[%rd964], %rd962;
-	add.s32 	%r590, %r589, 8;
-	shr.u64 	%rd965, %rd1552, %r590;
-	st.u8 	[%rd964+1], %rd965;
-	add.s32 	%r591, %r589, 16;
-	shr.u64 	%rd966, %rd1552, %r591;
-	st.u8 	[%rd964+2], %rd966;
-	add.s32 	%r592, %r589, 24;
-	shr.u64 	%rd967, %rd1552, %r592;
-	st.u8 	[%rd964+3], %rd967;
-	add.s32 	%r1535, %r1535, 4;
-	add.s32 	%r1534, %r1534, -4;
-	setp.ne.s32 	%p235, %r1534, 0;
-	@%p235 bra 	$L__BB4_277;
-$L__BB4_278:
-	setp.eq.s32 	%p236, %r8, 0;
-	@%p236 bra 	$L__BB4_289;
-	setp.eq.s32 	%p237, %r8, 1;
-	shl.b32 	%r593, %r1535, 3;
-	shr.u64 	%rd968, %rd1552, %r593;
-	cvt.u64.u32 	%rd969, %r1535;
-	add.s64 	%rd199, %rd198, %rd969;
-	st.u8 	[%rd199], %rd968;
-	@%p237 bra 	$L__BB4_289;
-	setp.eq.s32 	%p238, %r8, 2;
-	add.s32 	%r595, %r593, 8;
-	shr.u64 	%rd970, %rd1552, %r595;
-	st.u8 	[%rd199+1], %rd970;
-	@%p238 bra 	$L__BB4_289;
-	add.s32 	%r597, %r593, 16;
-	shr.u64 	%rd971, %rd1552, %r597;
-	st.u8 	[%rd199+2], %rd971;
-	bra.uni 	$L__BB4_289;
-$L__BB4_282:
-	setp.eq.s32 	%p239, %r313, 1;
-	@%p239 bra 	$L__BB4_287;
-	setp.eq.s32 	%p240, %r313, 2;
-	@%p240 bra 	$L__BB4_286;
-	setp.ne.s32 	%p241, %r313, 4;
-	@%p241 bra 	$L__BB4_288;
-	st.u32 	[%rd198], %rd1552;
-	bra.uni 	$L__BB4_289;
-$L__BB4_286:
-	st.u16 	[%rd198], %rd1552;
-	bra.uni 	$L__BB4_289;
-$L__BB4_287:
-	st.u8 	[%rd198], %rd1552;
-	bra.uni 	$L__BB4_289;
-$L__BB4_288:
-	st.u64 	[%rd198], %rd1552;
-$L__BB4_289:
-	@%p154 bra 	$L__BB4_306;
-	cvt.u64.u32 	%rd972, %r82;
-	mul.lo.s64 	%rd973, %rd972, %rd24;
-	add.s64 	%rd974, %rd973, %rd52;
-	add.s64 	%rd201, %rd18, %rd974;
-	and.b64  	%rd975, %rd201, %rd56;
-	setp.eq.s64 	%p243, %rd975, 0;
-	@%p243 bra 	$L__BB4_299;
-	setp.eq.s32 	%p244, %r313, 0;
-	@%p244 bra 	$L__BB4_306;
-	cvt.u32.u64 	%r601, %rd56;
-	setp.lt.u32 	%p245, %r601, 3;
-	mov.u32 	%r1538, 0;
-	@%p245 bra 	$L__BB4_295;
-	mov.u32 	%r1538, 0;
-	mov.u32 	%r1537, %r9;
-$L__BB4_294:
-	shl.b32 	%r603, %r1538, 3;
-	shr.u64 	%rd976, %rd1556, %r603;
-	cvt.u64.u32 	%rd977, %r1538;
-	add.s64 	%rd978, %rd201, %rd977;
-	st.u8 	[%rd978], %rd976;
-	add.s32 	%r604, %r603, 8;
-	shr.u64 	%rd979, %rd1556, %r604;
-	st.u8 	[%rd978+1], %rd979;
-	add.s32 	%r605, %r603, 16;
-	shr.u64 	%rd980, %rd1556, %r605;
-	st.u8 	[%rd978+2], %rd980;
-	add.s32 	%r606, %r603, 24;
-	shr.u64 	%rd981, %rd1556, %r606;
-	st.u8 	[%rd978+3], %rd981;
-	add.s32 	%r1538, %r1538, 4;
-	add.s32 	%r1537, %r1537, -4;
-	setp.ne.s32 	%p246, %r1537, 0;
-	@%p246 bra 	$L__BB4_294;
-$L__BB4_295:
-	setp.eq.s32 	%p247, %r8, 0;
-	@%p247 bra 	$L__BB4_306;
-	setp.eq.s32 	%p248, %r8, 1;
-	shl.b32 	%r607, %r1538, 3;
-	shr.u64 	%rd982, %rd1556, %r607;
-	cvt.u64.u32 	%rd983, %r1538;
-	add.s64 	%rd202, %rd201, %rd983;
-	st.u8 	[%rd202], %rd982;
-	@%p248 bra 	$L__BB4_306;
-	setp.eq.s32 	%p249, %r8, 2;
-	add.s32 	%r609, %r607, 8;
-	shr.u64 	%rd984, %rd1556, %r609;
-	st.u8 	[%rd202+1], %rd984;
-	@%p249 bra 	$L__BB4_306;
-	add.s32 	%r611, %r607, 16;
-	shr.u64 	%rd985, %rd1556, %r611;
-	st.u8 	[%rd202+2], %rd985;
-	bra.uni 	$L__BB4_306;
-$L__BB4_299:
-	setp.eq.s32 	%p250, %r313, 1;
-	@%p250 bra 	$L__BB4_304;
-	setp.eq.s32 	%p251, %r313, 2;
-	@%p251 bra 	$L__BB4_303;
-	setp.ne.s32 	%p252, %r313, 4;
-	@%p252 bra 	$L__BB4_305;
-	st.u32 	[%rd201], %rd1556;
-	bra.uni 	$L__BB4_306;
-$L__BB4_303:
-	st.u16 	[%rd201], %rd1556;
-	bra.uni 	$L__BB4_306;
-$L__BB4_304:
-	st.u8 	[%rd201], %rd1556;
-	bra.uni 	$L__BB4_306;
-$L__BB4_305:
-	st.u64 	[%rd201], %rd1556;
-$L__BB4_306:
-	add.s32 	%r1490, %r1490, 8;
-	setp.lt.u32 	%p253, %r1490, 32;
-	@%p253 bra 	$L__BB4_33;
-	add.s64 	%rd1524, %rd1524, 32;
-	setp.lt.u64 	%p254, %rd1524, %rd37;
-	@%p254 bra 	$L__BB4_30;
-	bra.uni 	$L__BB4_682;
-$L__BB4_644:
-	shr.u64 	%rd451, %rd416, 4;
-	cvt.u64.u32 	%rd1616, %r256;
-	or.b64  	%rd1422, %rd1616, 96;
-	setp.ge.u64 	%p506, %rd1422, %rd451;
-	@%p506 bra 	$L__BB4_652;
-	cvt.u64.u32 	%rd1616, %r256;
-	mov.u64 	%rd1424, -97;
-	sub.s64 	%rd1425, %rd1424, %rd1616;
-	add.s64 	%rd454, %rd1425, %rd451;
-	shr.u64 	%rd1426, %rd454, 7;
-	add.s64 	%rd1427, %rd1426, 1;
-	and.b64  	%rd455, %rd1427, 3;
-	setp.eq.s64 	%p507, %rd455, 0;
-	or.b64  	%rd1614, %rd1616, 96;
-	@%p507 bra 	$L__BB4_649;
-	cvt.u64.u32 	%rd1428, %r256;
-	shl.b32 	%r1190, %r255, 4;
-	cvt.u64.u32 	%rd1429, %r1190;
-	and.b64  	%rd1430, %rd1429, 496;
-	add.s64 	%rd457, %rd34, %rd1430;
-	ld.v4.u32 	{%r1191, %r1192, %r1193, %r1194}, [%rd457+512];
-	ld.v4.u32 	{%r1199, %r1200, %r1201, %r1202}, [%rd457+1024];
-	ld.v4.u32 	{%r1207, %r1208, %r1209, %r1210}, [%rd457+1536];
-	add.s64 	%rd458, %rd32, %rd1430;
-	ld.v4.u32 	{%r1215, %r1216, %r1217, %r1218}, [%rd457];
-	st.v4.u32 	[%rd458], {%r1215, %r1216, %r1217, %r1218};
-	st.v4.u32 	[%rd458+512], {%r1191, %r1192, %r1193, %r1194};
-	st.v4.u32 	[%rd458+1024], {%r1199, %r1200, %r1201, %r1202};
-	st.v4.u32 	[%rd458+1536], {%r1207, %r1208, %r1209, %r1210};
-	or.b64  	%rd1614, %rd1428, 224;
-	or.b64  	%rd1616, %rd1428, 128;
-	setp.eq.s64 	%p508, %rd455, 1;
-	@%p508 bra 	$L__BB4_649;
-	ld.v4.u32 	{%r1223, %r1224, %r1225, %r1226}, [%rd457+2560];
-	ld.v4.u32 	{%r1231, %r1232, %r1233, %r1234}, [%rd457+3072];
-	ld.v4.u32 	{%r1239, %r1240, %r1241, %r1242}, [%rd457+3584];
-	ld.v4.u32 	{%r1247, %r1248, %r1249, %r1250}, [%rd457+2048];
-	st.v4.u32 	[%rd458+2048], {%r1247, %r1248, %r1249, %r1250};
-	st.v4.u32 	[%rd458+2560], {%r1223, %r1224, %r1225, %r1226};
-	st.v4.u32 	[%rd458+3072], {%r1231, %r1232, %r1233, %r1234};
-	st.v4.u32 	[%rd458+3584], {%r1239, %r1240, %r1241, %r1242};
-	or.b64  	%rd1614, %rd1428, 352;
-	or.b64  	%rd1616, %rd1428, 256;
-	setp.eq.s64 	%p509, %rd455, 2;
-	@%p509 bra 	$L__BB4_649;
-	ld.v4.u32 	{%r1257, %r1258, %r1259, %r1260}, [%rd457+4608];
-	ld.v4.u32 	{%r1265, %r1266, %r1267, %r1268}, [%rd457+5120];
-	ld.v4.u32 	{%r1273, %r1274, %r1275, %r1276}, [%rd457+5632];
-	ld.v4.u32 	{%r1281, %r1282, %r1283, %r1284}, [%rd457+4096];
-	st.v4.u32 	[%rd458+4096], {%r1281, %r1282, %r1283, %r1284};
-	st.v4.u32 	[%rd458+4608], {%r1257, %r1258, %r1259, %r1260};
-	st.v4.u32 	[%rd458+5120], {%r1265, %r1266, %r1267, %r1268};
-	st.v4.u32 	[%rd458+5632], {%r1273, %r1274, %r1275, %r1276};
-	or.b64  	%rd1614, %rd1428, 480;
-	or.b64  	%rd1616, %rd1428, 384;
-$L__BB4_649:
-	setp.lt.u64 	%p510, %rd454, 384;
-	@%p510 bra 	$L__BB4_652;
-	mov.u64 	%rd1618, %rd1616;
-$L__BB4_651:
-	shl.b64 	%rd1433, %rd1618, 4;
-	add.s64 	%rd1434, %rd34, %rd1433;
-	ld.v4.u32 	{%r1291, %r1292, %r1293, %r1294}, [%rd1434+512];
-	ld.v4.u32 	{%r1299, %r1300, %r1301, %r1302}, [%rd1434+1024];
-	shl.b64 	%rd1435, %rd1614, 4;
-	add.s64 	%rd1436, %rd34, %rd1435;
-	ld.v4.u32 	{%r1307, %r1308, %r1309, %r1310}, [%rd1436];
-	add.s64 	%rd1437, %rd32, %rd1433;
-	ld.v4.u32 	{%r1315, %r1316, %r1317, %r1318}, [%rd1434];
-	st.v4.u32 	[%rd1437], {%r1315, %r1316, %r1317, %r1318};
-	st.v4.u32 	[%rd1437+512], {%r1291, %r1292, %r1293, %r1294};
-	st.v4.u32 	[%rd1437+1024], {%r1299, %r1300, %r1301, %r1302};
-	add.s64 	%rd1438, %rd32, %rd1435;
-	st.v4.u32 	[%rd1438], {%r1307, %r1308, %r1309, %r1310};
-	ld.v4.u32 	{%r1323, %r1324, %r1325, %r1326}, [%rd1434+2560];
-	ld.v4.u32 	{%r1331, %r1332, %r1333, %r1334}, [%rd1434+3072];
-	ld.v4.u32 	{%r1339, %r1340, %r1341, %r1342}, [%rd1434+3584];
-	ld.v4.u32 	{%r1347, %r1348, %r1349, %r1350}, [%rd1434+2048];
-	st.v4.u32 	[%rd1437+2048], {%r1347, %r1348, %r1349, %r1350};
-	st.v4.u32 	[%rd1437+2560], {%r1323, %r1324, %r1325, %r1326};
-	st.v4.u32 	[%rd1437+3072], {%r1331, %r1332, %r1333, %r1334};
-	st.v4.u32 	[%rd1437+3584], {%r1339, %r1340, %r1341, %r1342};
-	ld.v4.u32 	{%r1355, %r1356, %r1357, %r1358}, [%rd1434+4608];
-	ld.v4.u32 	{%r1363, %r1364, %r1365, %r1366}, [%rd1434+5120];
-	ld.v4.u32 	{%r1371, %r1372, %r1373, %r1374}, [%rd1434+5632];
-	ld.v4.u32 	{%r1379, %r1380, %r1381, %r1382}, [%rd1434+4096];
-	st.v4.u32 	[%rd1437+4096], {%r1379, %r1380, %r1381, %r1382};
-	st.v4.u32 	[%rd1437+4608], {%r1355, %r1356, %r1357, %r1358};
-	st.v4.u32 	[%rd1437+5120], {%r1363, %r1364, %r1365, %r1366};
-	st.v4.u32 	[%rd1437+5632], {%r1371, %r1372, %r1373, %r1374};
-	ld.v4.u32 	{%r1387, %r1388, %r1389, %r1390}, [%rd1434+6656];
-	ld.v4.u32 	{%r1395, %r1396, %r1397, %r1398}, [%rd1434+7168];
-	ld.v4.u32 	{%r1403, %r1404, %r1405, %r1406}, [%rd1434+7680];
-	ld.v4.u32 	{%r1411, %r1412, %r1413, %r1414}, [%rd1434+6144];
-	st.v4.u32 	[%rd1437+6144], {%r1411, %r1412, %r1413, %r1414};
-	st.v4.u32 	[%rd1437+6656], {%r1387, %r1388, %r1389, %r1390};
-	st.v4.u32 	[%rd1437+7168], {%r1395, %r1396, %r1397, %r1398};
-	st.v4.u32 	[%rd1437+7680], {%r1403, %r1404, %r1405, %r1406};
-	add.s64 	%rd1616, %rd1618, 512;
-	add.s64 	%rd1614, %rd1618, 608;
-	setp.lt.u64 	%p511, %rd1614, %rd451;
-	mov.u64 	%rd1618, %rd1616;
-	@%p511 bra 	$L__BB4_651;
-$L__BB4_652:
-	setp.ge.u64 	%p512, %rd1616, %rd451;
-	@%p512 bra 	$L__BB4_659;
-	not.b64 	%rd1439, %rd1616;
-	add.s64 	%rd473, %rd451, %rd1439;
-	shr.u64 	%rd1440, %rd473, 5;
-	add.s64 	%rd1441, %rd1440, 1;
-	and.b64  	%rd474, %rd1441, 3;
-	setp.eq.s64 	%p513, %rd474, 0;
-	mov.u64 	%rd1620, %rd1616;
-	@%p513 bra 	$L__BB4_657;
-	shl.b64 	%rd1442, %rd1616, 4;
-	add.s64 	%rd476, %rd32, %rd1442;
-	add.s64 	%rd475, %rd34, %rd1442;
-	ld.v4.u32 	{%r1419, %r1420, %r1421, %r1422}, [%rd475];
-	st.v4.u32 	[%rd476], {%r1419, %r1420, %r1421, %r1422};
-	add.s64 	%rd1620, %rd1616, 32;
-	setp.eq.s64 	%p514, %rd474, 1;
-	@%p514 bra 	$L__BB4_657;
-	ld.v4.u32 	{%r1427, %r1428, %r1429, %r1430}, [%rd475+512];
-	st.v4.u32 	[%rd476+512], {%r1427, %r1428, %r1429, %r1430};
-	add.s64 	%rd1620, %rd1616, 64;
-	setp.eq.s64 	%p515, %rd474, 2;
-	@%p515 bra 	$L__BB4_657;
-	ld.v4.u32 	{%r1435, %r1436, %r1437, %r1438}, [%rd475+1024];
-	st.v4.u32 	[%rd476+1024], {%r1435, %r1436, %r1437, %r1438};
-	add.s64 	%rd1620, %rd1616, 96;
-$L__BB4_657:
-	setp.lt.u64 	%p516, %rd473, 96;
-	@%p516 bra 	$L__BB4_659;
-$L__BB4_658:
-	shl.b64 	%rd1443, %rd1620, 4;
-	add.s64 	%rd1444, %rd32, %rd1443;
-	add.s64 	%rd1445, %rd34, %rd1443;
-	ld.v4.u32 	{%r1443, %r1444, %r1445, %r1446}, [%rd1445];
-	st.v4.u32 	[%rd1444], {%r1443, %r1444, %r1445, %r1446};
-	ld.v4.u32 	{%r1451, %r1452, %r1453, %r1454}, [%rd1445+512];
-	st.v4.u32 	[%rd1444+512], {%r1451, %r1452, %r1453, %r1454};
-	ld.v4.u32 	{%r1459, %r1460, %r1461, %r1462}, [%rd1445+1024];
-	st.v4.u32 	[%rd1444+1024], {%r1459, %r1460, %r1461, %r1462};
-	ld.v4.u32 	{%r1467, %r1468, %r1469, %r1470}, [%rd1445+1536];
-	st.v4.u32 	[%rd1444+1536], {%r1467, %r1468, %r1469, %r1470};
-	add.s64 	%rd1620, %rd1620, 128;
-	setp.lt.u64 	%p517, %rd1620, %rd451;
-	@%p517 bra 	$L__BB4_658;
-$L__BB4_659:
-	and.b64  	%rd1622, %rd416, -16;
-$L__BB4_660:
-	add.s64 	%rd1446, %rd416, 7;
-	and.b64  	%rd485, %rd1446, -8;
-	add.s64 	%rd486, %rd1622, %rd12;
-	setp.ge.u64 	%p518, %rd486, %rd485;
-	@%p518 bra 	$L__BB4_682;
-	not.b64 	%rd1447, %rd12;
-	add.s64 	%rd1448, %rd485, %rd1447;
-	sub.s64 	%rd487, %rd1448, %rd1622;
-	shr.u64 	%rd1449, %rd487, 5;
-	add.s64 	%rd1450, %rd1449, 1;
-	and.b64  	%rd488, %rd1450, 3;
-	setp.eq.s64 	%p519, %rd488, 0;
-	mov.u64 	%rd1623, %rd486;
-	@%p519 bra 	$L__BB4_671;
-	setp.ge.u64 	%p520, %rd486, %rd416;
-	add.s64 	%rd489, %rd34, %rd486;
-	mov.u32 	%r1598, 0;
-	@%p520 bra 	$L__BB4_664;
-	ld.u8 	%r1598, [%rd489];
-$L__BB4_664:
-	add.s64 	%rd490, %rd32, %rd486;
-	st.u8 	[%rd490], %r1598;
-	add.s64 	%rd1623, %rd486, 32;
-	setp.eq.s64 	%p521, %rd488, 1;
-	@%p521 bra 	$L__BB4_671;
-	setp.ge.u64 	%p522, %rd1623, %rd416;
-	mov.u32 	%r1599, 0;
-	@%p522 bra 	$L__BB4_667;
-	ld.u8 	%r1599, [%rd489+32];
-$L__BB4_667:
-	st.u8 	[%rd490+32], %r1599;
-	add.s64 	%rd1623, %rd486, 64;
-	setp.eq.s64 	%p523, %rd488, 2;
-	@%p523 bra 	$L__BB4_671;
-	setp.ge.u64 	%p524, %rd1623, %rd416;
-	mov.u32 	%r1600, 0;
-	@%p524 bra 	$L__BB4_670;
-	ld.u8 	%r1600, [%rd489+64];
-$L__BB4_670:
-	st.u8 	[%rd490+64], %r1600;
-	add.s64 	%rd1623, %rd486, 96;
-$L__BB4_671:
-	setp.lt.u64 	%p525, %rd487, 96;
-	@%p525 bra 	$L__BB4_682;
-	add.s64 	%rd1451, %rd1623, %rd28;
-	add.s64 	%rd1452, %rd1451, %rd27;
-	add.s64 	%rd1453, %rd1452, %rd29;
-	sub.s64 	%rd1454, %rd1453, %rd30;
-	add.s64 	%rd1455, %rd18, %rd1454;
-	add.s64 	%rd1625, %rd1455, 32;
-	add.s64 	%rd1456, %rd1623, %rd33;
-	add.s64 	%rd1626, %rd19, %rd1456;
-$L__BB4_673:
-	setp.ge.u64 	%p526, %rd1623, %rd416;
-	mov.u32 	%r1602, 0;
-	mov.u32 	%r1601, %r1602;
-	@%p526 bra 	$L__BB4_675;
-	ld.u8 	%r1601, [%rd1626];
-$L__BB4_675:
-	st.u8 	[%rd1625], %r1601;
-	add.s64 	%rd1457, %rd1623, 32;
-	setp.ge.u64 	%p527, %rd1457, %rd416;
-	@%p527 bra 	$L__BB4_677;
-	ld.u8 	%r1602, [%rd1626+32];
-$L__BB4_677:
-	st.u8 	[%rd1625+32], %r1602;
-	add.s64 	%rd1458, %rd1623, 64;
-	setp.ge.u64 	%p528, %rd1458, %rd416;
-	mov.u32 	%r1604, 0;
-	mov.u32 	%r1603, %r1604;
-	@%p528 bra 	$L__BB4_679;
-	ld.u8 	%r1603, [%rd1626+64];
-$L__BB4_679:
-	st.u8 	[%rd1625+64], %r1603;
-	add.s64 	%rd1459, %rd1623, 96;
-	setp.ge.u64 	%p529, %rd1459, %rd416;
-	@%p529 bra 	$L__BB4_681;
-	ld.u8 	%r1604, [%rd1626+96];
-$L__BB4_681:
-	add.s64 	%rd1626, %rd1626, 128;
-	add.s64 	%rd501, %rd1625, 128;
-	st.u8 	[%rd1625+96], %r1604;
-	add.s64 	%rd1623, %rd1623, 128;
-	setp.lt.u64 	%p530, %rd1623, %rd485;
-	mov.u64 	%rd1625, %rd501;
-	@%p530 bra 	$L__BB4_673;
-	bra.uni 	$L__BB4_682;
-$L__BB4_317:
-	setp.ge.u64 	%p280, %rd1563, %rd207;
-	mov.u32 	%r1545, 0;
-	@%p280 bra 	$L__BB4_325;
-	not.b64 	%rd1020, %rd37;
-	not.b64 	%rd1021, %rd1563;
-	sub.s64 	%rd1022, %rd1021, %rd205;
-	max.u64 	%rd1023, %rd1022, %rd1020;
-	mov.u64 	%rd1024, -2;
-	sub.s64 	%rd1025, %rd1024, %rd1563;
-	sub.s64 	%rd1026, %rd1025, %rd1023;
-	shr.u64 	%rd1027, %rd1026, 2;
-	add.s64 	%rd221, %rd1027, 1;
-	and.b64  	%rd222, %rd221, 3;
-	setp.lt.u64 	%p281, %rd1026, 12;
-	mov.u32 	%r1545, 0;
-	mov.u64 	%rd1562, %rd1563;
-	@%p281 bra 	$L__BB4_321;
-	sub.s64 	%rd1561, %rd221, %rd222;
-	cvta.to.global.u64 	%rd224, %rd11;
-	mov.u32 	%r1545, 0;
-	mov.u64 	%rd1562, %rd1563;
-$L__BB4_320:
-	.pragma "nounroll";
-	add.s64 	%rd1029, %rd1562, %rd582;
-	shl.b64 	%rd1030, %rd1029, 2;
-	add.s64 	%rd1031, %rd224, %rd1030;
-	ld.global.v4.u32 	{%r660, %r661, %r662, %r663}, [%rd1031];
-	popc.b32 	%r668, %r660;
-	popc.b32 	%r669, %r661;
-	popc.b32 	%r670, %r662;
-	popc.b32 	%r671, %r663;
-	add.s32 	%r672, %r669, %r1545;
-	add.s32 	%r673, %r672, %r668;
-	add.s32 	%r674, %r673, %r670;
-	add.s32 	%r675, %r674, %r671;
-	ld.global.v4.u32 	{%r676, %r677, %r678, %r679}, [%rd1031+16];
-	popc.b32 	%r684, %r676;
-	popc.b32 	%r685, %r677;
-	popc.b32 	%r686, %r678;
-	popc.b32 	%r687, %r679;
-	add.s32 	%r688, %r685, %r675;
-	add.s32 	%r689, %r688, %r684;
-	add.s32 	%r690, %r689, %r686;
-	add.s32 	%r691, %r690, %r687;
-	ld.global.v4.u32 	{%r692, %r693, %r694, %r695}, [%rd1031+32];
-	popc.b32 	%r700, %r692;
-	popc.b32 	%r701, %r693;
-	popc.b32 	%r702, %r694;
-	popc.b32 	%r703, %r695;
-	add.s32 	%r704, %r701, %r691;
-	add.s32 	%r705, %r704, %r700;
-	add.s32 	%r706, %r705, %r702;
-	add.s32 	%r707, %r706, %r703;
-	ld.global.v4.u32 	{%r708, %r709, %r710, %r711}, [%rd1031+48];
-	popc.b32 	%r716, %r708;
-	popc.b32 	%r717, %r709;
-	popc.b32 	%r718, %r710;
-	popc.b32 	%r719, %r711;
-	add.s32 	%r720, %r717, %r707;
-	add.s32 	%r721, %r720, %r716;
-	add.s32 	%r722, %r721, %r718;
-	add.s32 	%r1545, %r722, %r719;
-	add.s64 	%rd1562, %rd1562, 16;
-	add.s64 	%rd1561, %rd1561, -4;
-	setp.ne.s64 	%p282, %rd1561, 0;
-	@%p282 bra 	$L__BB4_320;
-$L__BB4_321:
-	setp.eq.s64 	%p283, %rd222, 0;
-	@%p283 bra 	$L__BB4_325;
-	add.s64 	%rd1037, %rd1562, %rd582;
-	cvta.to.global.u64 	%rd1038, %rd11;
-	shl.b64 	%rd1039, %rd1037, 2;
-	add.s64 	%rd231, %rd1038, %rd1039;
-	ld.global.v4.u32 	{%r726, %r727, %r728, %r729}, [%rd231];
-	popc.b32 	%r734, %r726;
-	popc.b32 	%r735, %r727;
-	popc.b32 	%r736, %r728;
-	popc.b32 	%r737, %r729;
-	add.s32 	%r738, %r735, %r1545;
-	add.s32 	%r739, %r738, %r734;
-	add.s32 	%r740, %r739, %r736;
-	add.s32 	%r1545, %r740, %r737;
-	setp.eq.s64 	%p284, %rd222, 1;
-	@%p284 bra 	$L__BB4_325;
-	ld.global.v4.u32 	{%r741, %r742, %r743, %r744}, [%rd231+16];
-	popc.b32 	%r749, %r741;
-	popc.b32 	%r750, %r742;
-	popc.b32 	%r751, %r743;
-	popc.b32 	%r752, %r744;
-	add.s32 	%r753, %r750, %r1545;
-	add.s32 	%r754, %r753, %r749;
-	add.s32 	%r755, %r754, %r751;
-	add.s32 	%r1545, %r755, %r752;
-	setp.eq.s64 	%p285, %rd222, 2;
-	@%p285 bra 	$L__BB4_325;
-	ld.global.v4.u32 	{%r756, %r757, %r758, %r759}, [%rd231+32];
-	popc.b32 	%r764, %r756;
-	popc.b32 	%r765, %r757;
-	popc.b32 	%r766, %r758;
-	popc.b32 	%r767, %r759;
-	add.s32 	%r768, %r765, %r1545;
-	add.s32 	%r769, %r768, %r764;
-	add.s32 	%r770, %r769, %r766;
-	add.s32 	%r1545, %r770, %r767;
-$L__BB4_325:
-	mov.u32 	%r773, 31;
-	setp.lt.u32 	%p286, %r256, 16;
-	mov.u32 	%r774, 16;
-	setp.lt.u32 	%p287, %r256, 8;
-	mov.u32 	%r775, 8;
-	setp.lt.u32 	%p288, %r256, 4;
-	mov.u32 	%r776, 4;
-	setp.lt.u32 	%p289, %r256, 2;
-	mov.u32 	%r777, 2;
-	setp.eq.s32 	%p290, %r256, 0;
-	mov.u32 	%r778, 0;
-	mov.u32 	%r779, 1;
-	mov.u32 	%r780, -1;
-	shfl.sync.up.b32 	%r781|%p291, %r1545, %r779, %r778, %r780;
-	selp.b32 	%r782, 0, %r781, %p290;
-	add.s32 	%r783, %r782, %r1545;
-	shfl.sync.up.b32 	%r784|%p292, %r783, %r777, %r778, %r780;
-	selp.b32 	%r785, 0, %r784, %p289;
-	add.s32 	%r786, %r785, %r783;
-	shfl.sync.up.b32 	%r787|%p293, %r786, %r776, %r778, %r780;
-	selp.b32 	%r788, 0, %r787, %p288;
-	add.s32 	%r789, %r788, %r786;
-	shfl.sync.up.b32 	%r790|%p294, %r789, %r775, %r778, %r780;
-	selp.b32 	%r791, 0, %r790, %p287;
-	add.s32 	%r792, %r791, %r789;
-	shfl.sync.up.b32 	%r793|%p295, %r792, %r774, %r778, %r780;
-	selp.b32 	%r794, 0, %r793, %p286;
-	add.s32 	%r795, %r794, %r792;
-	shfl.sync.idx.b32 	%r796|%p296, %r795, %r773, %r773, %r780;
-	sub.s32 	%r1549, %r795, %r1545;
-	setp.ge.u64 	%p297, %rd1563, %rd207;
-	@%p297 bra 	$L__BB4_331;
-	and.b64  	%rd1519, %rd22, 31;
-	add.s64 	%rd1040, %rd22, -1;
-	shr.u64 	%rd232, %rd1040, 5;
-	cvt.u32.u64 	%r797, %rd1519;
-	shl.b32 	%r799, %r780, %r797;
-	not.b32 	%r146, %r799;
-	cvta.to.global.u64 	%rd233, %rd11;
-$L__BB4_327:
-	and.b64  	%rd1520, %rd22, 31;
-	add.s64 	%rd1042, %rd1563, %rd582;
-	shl.b64 	%rd1043, %rd1042, 2;
-	add.s64 	%rd1044, %rd233, %rd1043;
-	setp.ne.s64 	%p298, %rd232, %rd1563;
-	setp.eq.s64 	%p299, %rd1520, 0;
-	or.pred  	%p300, %p299, %p298;
-	selp.b32 	%r801, -1, %r146, %p300;
-	ld.global.u32 	%r802, [%rd1044];
-	and.b32  	%r1547, %r802, %r801;
-	setp.eq.s32 	%p301, %r1547, 0;
-	@%p301 bra 	$L__BB4_330;
-	shl.b64 	%rd236, %rd1563, 5;
-	mov.u32 	%r1548, %r1549;
-$L__BB4_329:
-	brev.b32 	%r803, %r1547;
-	bfind.shiftamt.u32 	%r804, %r803;
-	add.s32 	%r805, %r1547, -1;
-	and.b32  	%r1547, %r805, %r1547;
-	cvt.u64.u32 	%rd1045, %r804;
-	add.s64 	%rd1046, %rd236, %rd1045;
-	add.s32 	%r1549, %r1548, 1;
-	mul.wide.u32 	%rd1047, %r1548, 2;
-	add.s64 	%rd1048, %rd32, %rd1047;
-	st.u16 	[%rd1048], %rd1046;
-	setp.ne.s32 	%p302, %r1547, 0;
-	mov.u32 	%r1548, %r1549;
-	@%p302 bra 	$L__BB4_329;
-$L__BB4_330:
-	add.s64 	%rd1563, %rd1563, 1;
-	setp.lt.u64 	%p303, %rd1563, %rd207;
-	@%p303 bra 	$L__BB4_327;
-$L__BB4_331:
-	shl.b64 	%rd238, %rd23, 1;
-	mul.lo.s64 	%rd239, %rd23, %rd24;
-	add.s64 	%rd1049, %rd238, 7;
-	and.b64  	%rd240, %rd1049, 17179869176;
-	sub.s64 	%rd1050, %rd240, %rd238;
-	setp.le.u64 	%p304, %rd1050, %rd12;
-	@%p304 bra 	$L__BB4_333;
-	add.s64 	%rd1051, %rd238, %rd12;
-	add.s64 	%rd1052, %rd32, %rd1051;
-	mov.u16 	%rs9, 0;
-	st.u8 	[%rd1052], %rs9;
-$L__BB4_333:
-	add.s64 	%rd1053, %rd239, 7;
-	and.b64  	%rd1054, %rd1053, -8;
-	sub.s64 	%rd1055, %rd1054, %rd239;
-	setp.le.u64 	%p305, %rd1055, %rd12;
-	@%p305 bra 	$L__BB4_335;
-	add.s64 	%rd1056, %rd239, %rd12;
-	add.s64 	%rd1057, %rd1056, %rd240;
-	add.s64 	%rd1058, %rd32, %rd1057;
-	mov.u16 	%rs10, 0;
-	st.u8 	[%rd1058], %rs10;
-$L__BB4_335:
-	cvt.u32.u64 	%r806, %rd23;
-	setp.eq.s32 	%p306, %r806, 0;
-	bar.warp.sync 	-1;
-	@%p306 bra 	$L__BB4_682;
-	mul.wide.u32 	%rd1518, %r269, 16;
-	cvt.u32.u64 	%r807, %rd24;
-	add.s64 	%rd241, %rd31, %rd240;
-	add.s32 	%r808, %r807, -1;
-	cvt.u64.u32 	%rd242, %r808;
-	and.b32  	%r154, %r807, 3;
-	sub.s32 	%r155, %r807, %r154;
-	shl.b64 	%rd1060, %rd12, 1;
-	add.s64 	%rd1061, %rd18, %rd1060;
-	add.s64 	%rd1062, %rd28, %rd1518;
-	add.s64 	%rd1063, %rd1062, %rd29;
-	sub.s64 	%rd1064, %rd1063, %rd30;
-	add.s64 	%rd1065, %rd1061, %rd1064;
-	add.s64 	%rd1565, %rd1065, 32;
-	mov.u64 	%rd1564, 0;
-$L__BB4_337:
-	mov.u64 	%rd1566, 0;
-	add.s64 	%rd246, %rd1564, %rd12;
-	setp.ge.u64 	%p307, %rd246, %rd23;
-	@%p307 bra 	$L__BB4_339;
-	ld.u16 	%rd1566, [%rd1565];
-$L__BB4_339:
-	add.s64 	%rd1485, %rd1564, %rd12;
-	add.s64 	%rd249, %rd1485, 32;
-	setp.ge.u64 	%p308, %rd249, %rd23;
-	mov.u64 	%rd1568, 0;
-	mov.u64 	%rd1567, %rd1568;
-	@%p308 bra 	$L__BB4_341;
-	ld.u16 	%rd1567, [%rd1565+64];
-$L__BB4_341:
-	add.s64 	%rd1486, %rd1564, %rd12;
-	add.s64 	%rd252, %rd1486, 64;
-	setp.ge.u64 	%p309, %rd252, %rd23;
-	@%p309 bra 	$L__BB4_343;
-	ld.u16 	%rd1568, [%rd1565+128];
-$L__BB4_343:
-	add.s64 	%rd1487, %rd1564, %rd12;
-	add.s64 	%rd255, %rd1487, 96;
-	setp.ge.u64 	%p310, %rd255, %rd23;
-	mov.u64 	%rd1570, 0;
-	mov.u64 	%rd1569, %rd1570;
-	@%p310 bra 	$L__BB4_345;
-	ld.u16 	%rd1569, [%rd1565+192];
-$L__BB4_345:
-	add.s64 	%rd1488, %rd1564, %rd12;
-	add.s64 	%rd258, %rd1488, 128;
-	setp.ge.u64 	%p311, %rd258, %rd23;
-	@%p311 bra 	$L__BB4_347;
-	ld.u16 	%rd1570, [%rd1565+256];
-$L__BB4_347:
-	add.s64 	%rd1489, %rd1564, %rd12;
-	add.s64 	%rd261, %rd1489, 160;
-	setp.ge.u64 	%p312, %rd261, %rd23;
-	mov.u64 	%rd1572, 0;
-	mov.u64 	%rd1571, %rd1572;
-	@%p312 bra 	$L__BB4_349;
-	ld.u16 	%rd1571, [%rd1565+320];
-$L__BB4_349:
-	add.s64 	%rd1490, %rd1564, %rd12;
-	add.s64 	%rd264, %rd1490, 192;
-	setp.ge.u64 	%p313, %rd264, %rd23;
-	@%p313 bra 	$L__BB4_351;
-	ld.u16 	%rd1572, [%rd1565+384];
-$L__BB4_351:
-	add.s64 	%rd1491, %rd1564, %rd12;
-	add.s64 	%rd267, %rd1491, 224;
-	setp.ge.u64 	%p314, %rd267, %rd23;
-	mov.u64 	%rd1573, 0;
-	@%p314 bra 	$L__BB4_353;
-	ld.u16 	%rd1573, [%rd1565+448];
-$L__BB4_353:
-	mov.u64 	%rd1577, 0;
-	add.s64 	%rd1481, %rd1564, %rd12;
-	setp.ge.u64 	%p532, %rd1481, %rd23;
-	@%p532 bra 	$L__BB4_370;
-	mul.lo.s64 	%rd1075, %rd1566, %rd24;
-	add.s64 	%rd270, %rd34, %rd1075;
-	and.b64  	%rd1076, %rd270, %rd242;
-	setp.eq.s64 	%p316, %rd1076, 0;
-	@%p316 bra 	$L__BB4_363;
-	mov.u64 	%rd1577, 0;
-	setp.eq.s32 	%p317, %r807, 0;
-	@%p317 bra 	$L__BB4_370;
-	cvt.u32.u64 	%r811, %rd242;
-	setp.lt.u32 	%p318, %r811, 3;
-	mov.u64 	%rd1577, 0;
-	mov.u32 	%r1552, 0;
-	@%p318 bra 	$L__BB4_359;
-	mov.u64 	%rd1577, 0;
-	mov.u32 	%r1552, 0;
-	mov.u32 	%r1551, %r155;
-$L__BB4_358:
-	cvt.u64.u32 	%rd1081, %r1552;
-	add.s64 	%rd1082, %rd270, %rd1081;
-	ld.u8 	%rd1083, [%rd1082];
-	shl.b32 	%r813, %r1552, 3;
-	shl.b64 	%rd1084, %rd1083, %r813;
-	or.b64  	%rd1085, %rd1084, %rd1577;
-	ld.u8 	%rd1086, [%rd1082+1];
-	add.s32 	%r814, %r813, 8;
-	shl.b64 	%rd1087, %rd1086, %r814;
-	or.b64  	%rd1088, %rd1087, %rd1085;
-	ld.u8 	%rd1089, [%rd1082+2];
-	add.s32 	%r815, %r813, 16;
-	shl.b64 	%rd1090, %rd1089, %r815;
-	or.b64  	%rd1091, %rd1090, %rd1088;
-	ld.u8 	%rd1092, [%rd1082+3];
-	add.s32 	%r816, %r813, 24;
-	shl.b64 	%rd1093, %rd1092, %r816;
-	or.b64  	%rd1577, %rd1093, %rd1091;
-	add.s32 	%r1552, %r1552, 4;
-	add.s32 	%r1551, %r1551, -4;
-	setp.ne.s32 	%p319, %r1551, 0;
-	@%p319 bra 	$L__BB4_358;
-$L__BB4_359:
-	setp.eq.s32 	%p320, %r154, 0;
-	@%p320 bra 	$L__BB4_370;
-	setp.eq.s32 	%p321, %r154, 1;
-	cvt.u64.u32 	%rd1094, %r1552;
-	add.s64 	%rd275, %rd270, %rd1094;
-	ld.u8 	%rd1095, [%rd275];
-	shl.b32 	%r817, %r1552, 3;
-	shl.b64 	%rd1096, %rd1095, %r817;
-	or.b64  	%rd1577, %rd1096, %rd1577;
-	@%p321 bra 	$L__BB4_370;
-	setp.eq.s32 	%p322, %r154, 2;
-	ld.u8 	%rd1097, [%rd275+1];
-	add.s32 	%r819, %r817, 8;
-	shl.b64 	%rd1098, %rd1097, %r819;
-	or.b64  	%rd1577, %rd1098, %rd1577;
-	@%p322 bra 	$L__BB4_370;
-	ld.u8 	%rd1099, [%rd275+2];
-	add.s32 	%r821, %r817, 16;
-	shl.b64 	%rd1100, %rd1099, %r821;
-	or.b64  	%rd1577, %rd1100, %rd1577;
-	bra.uni 	$L__BB4_370;
-$L__BB4_363:
-	setp.eq.s32 	%p323, %r807, 1;
-	@%p323 bra 	$L__BB4_368;
-	setp.eq.s32 	%p324, %r807, 2;
-	@%p324 bra 	$L__BB4_367;
-	setp.ne.s32 	%p325, %r807, 4;
-	@%p325 bra 	$L__BB4_369;
-	ld.u32 	%rd1577, [%rd270];
-	bra.uni 	$L__BB4_370;
-$L__BB4_367:
-	ld.u16 	%rd1577, [%rd270];
-	bra.uni 	$L__BB4_370;
-$L__BB4_368:
-	ld.u8 	%rd1577, [%rd270];
-	bra.uni 	$L__BB4_370;
-$L__BB4_369:
-	ld.u64 	%rd1577, [%rd270];
-$L__BB4_370:
-	mov.u64 	%rd1581, 0;
-	@%p308 bra 	$L__BB4_387;
-	mul.lo.s64 	%rd1102, %rd1567, %rd24;
-	add.s64 	%rd285, %rd34, %rd1102;
-	and.b64  	%rd1103, %rd285, %rd242;
-	setp.eq.s64 	%p327, %rd1103, 0;
-	@%p327 bra 	$L__BB4_380;
-	mov.u64 	%rd1581, 0;
-	setp.eq.s32 	%p328, %r807, 0;
-	@%p328 bra 	$L__BB4_387;
-	cvt.u32.u64 	%r825, %rd242;
-	setp.lt.u32 	%p329, %r825, 3;
-	mov.u64 	%rd1581, 0;
-	mov.u32 	%r1555, 0;
-	@%p329 bra 	$L__BB4_376;
-	mov.u64 	%rd1581, 0;
-	mov.u32 	%r1555, 0;
-	mov.u32 	%r1554, %r155;
-$L__BB4_375:
-	cvt.u64.u32 	%rd1108, %r1555;
-	add.s64 	%rd1109, %rd285, %rd1108;
-	ld.u8 	%rd1110, [%rd1109];
-	shl.b32 	%r827, %r1555, 3;
-	shl.b64 	%rd1111, %rd1110, %r827;
-	or.b64  	%rd1112, %rd1111, %rd1581;
-	ld.u8 	%rd1113, [%rd1109+1];
-	add.s32 	%r828, %r827, 8;
-	shl.b64 	%rd1114, %rd1113, %r828;
-	or.b64  	%rd1115, %rd1114, %rd1112;
-	ld.u8 	%rd1116, [%rd1109+2];
-	add.s32 	%r829, %r827, 16;
-	shl.b64 	%rd1117, %rd1116, %r829;
-	or.b64  	%rd1118, %rd1117, %rd1115;
-	ld.u8 	%rd1119, [%rd1109+3];
-	add.s32 	%r830, %r827, 24;
-	shl.b64 	%rd1120, %rd1119, %r830;
-	or.b64  	%rd1581, %rd1120, %rd1118;
-	add.s32 	%r1555, %r1555, 4;
-	add.s32 	%r1554, %r1554, -4;
-	setp.ne.s32 	%p330, %r1554, 0;
-	@%p330 bra 	$L__BB4_375;
-$L__BB4_376:
-	setp.eq.s32 	%p331, %r154, 0;
-	@%p331 bra 	$L__BB4_387;
-	setp.eq.s32 	%p332, %r154, 1;
-	cvt.u64.u32 	%rd1121, %r1555;
-	add.s64 	%rd290, %rd285, %rd1121;
-	ld.u8 	%rd1122, [%rd290];
-	shl.b32 	%r831, %r1555, 3;
-	shl.b64 	%rd1123, %rd1122, %r831;
-	or.b64  	%rd1581, %rd1123, %rd1581;
-	@%p332 bra 	$L__BB4_387;
-	setp.eq.s32 	%p333, %r154, 2;
-	ld.u8 	%rd1124, [%rd290+1];
-	add.s32 	%r833, %r831, 8;
-	shl.b64 	%rd1125, %rd1124, %r833;
-	or.b64  	%rd1581, %rd1125, %rd1581;
-	@%p333 bra 	$L__BB4_387;
-	ld.u8 	%rd1126, [%rd290+2];
-	add.s32 	%r835, %r831, 16;
-	shl.b64 	%rd1127, %rd1126, %r835;
-	or.b64  	%rd1581, %rd1127, %rd1581;
-	bra.uni 	$L__BB4_387;
-$L__BB4_380:
-	setp.eq.s32 	%p334, %r807, 1;
-	@%p334 bra 	$L__BB4_385;
-	setp.eq.s32 	%p335, %r807, 2;
-	@%p335 bra 	$L__BB4_384;
-	setp.ne.s32 	%p336, %r807, 4;
-	@%p336 bra 	$L__BB4_386;
-	ld.u32 	%rd1581, [%rd285];
-	bra.uni 	$L__BB4_387;
-$L__BB4_384:
-	ld.u16 	%rd1581, [%rd285];
-	bra.uni 	$L__BB4_387;
-$L__BB4_385:
-	ld.u8 	%rd1581, [%rd285];
-	bra.uni 	$L__BB4_387;
-$L__BB4_386:
-	ld.u64 	%rd1581, [%rd285];
-$L__BB4_387:
-	mov.u64 	%rd1585, 0;
-	@%p309 bra 	$L__BB4_404;
-	mul.lo.s64 	%rd1129, %rd1568, %rd24;
-	add.s64 	%rd300, %rd34, %rd1129;
-	and.b64  	%rd1130, %rd300, %rd242;
-	setp.eq.s64 	%p338, %rd1130, 0;
-	@%p338 bra 	$L__BB4_397;
-	mov.u64 	%rd1585, 0;
-	setp.eq.s32 	%p339, %r807, 0;
-	@%p339 bra 	$L__BB4_404;
-	cvt.u32.u64 	%r839, %rd242;
-	setp.lt.u32 	%p340, %r839, 3;
-	mov.u64 	%rd1585, 0;
-	mov.u32 	%r1558, 0;
-	@%p340 bra 	$L__BB4_393;
-	mov.u64 	%rd1585, 0;
-	mov.u32 	%r1558, 0;
-	mov.u32 	%r1557, %r155;
-$L__BB4_392:
-	cvt.u64.u32 	%rd1135, %r1558;
-	add.s64 	%rd1136, %rd300, %rd1135;
-	ld.u8 	%rd1137, [%rd1136];
-	shl.b32 	%r841, %r1558, 3;
-	shl.b64 	%rd1138, %rd1137, %r841;
-	or.b64  	%rd1139, %rd1138, %rd1585;
-	ld.u8 	%rd1140, [%rd1136+1];
-	add.s32 	%r842, %r841, 8;
-	shl.b64 	%rd1141, %rd1140, %r842;
-	or.b64  	%rd1142, %rd1141, %rd1139;
-	ld.u8 	%rd1143, [%rd1136+2];
-	add.s32 	%r843, %r841, 16;
-	shl.b64 	%rd1144, %rd1143, %r843;
-	or.b64  	%rd1145, %rd1144, %rd1142;
-	ld.u8 	%rd1146, [%rd1136+3];
-	add.s32 	%r844, %r841, 24;
-	shl.b64 	%rd1147, %rd1146, %r844;
-	or.b64  	%rd1585, %rd1147, %rd1145;
-	add.s32 	%r1558, %r1558, 4;
-	add.s32 	%r1557, %r1557, -4;
-	setp.ne.s32 	%p341, %r1557, 0;
-	@%p341 bra 	$L__BB4_392;
-$L__BB4_393:
-	setp.eq.s32 	%p342, %r154, 0;
-	@%p342 bra 	$L__BB4_404;
-	setp.eq.s32 	%p343, %r154, 1;
-	cvt.u64.u32 	%rd1148, %r1558;
-	add.s64 	%rd305, %rd300, %rd1148;
-	ld.u8 	%rd1149, [%rd305];
-	shl.b32 	%r845, %r1558, 3;
-	shl.b64 	%rd1150, %rd1149, %r845;
-	or.b64  	%rd1585, %rd1150, %rd1585;
-	@%p343 bra 	$L__BB4_404;
-	setp.eq.s32 	%p344, %r154, 2;
-	ld.u8 	%rd1151, [%rd305+1];
-	add.s32 	%r847, %r845, 8;
-	shl.b64 	%rd1152, %rd1151, %r847;
-	or.b64  	%rd1585, %rd1152, %rd1585;
-	@%p344 bra 	$L__BB4_404;
-	ld.u8 	%rd1153, [%rd305+2];
-	add.s32 	%r849, %r845, 16;
-	shl.b64 	%rd1154, %rd1153, %r849;
-	or.b64  	%rd1585, %rd1154, %rd1585;
-	bra.uni 	$L__BB4_404;
-$L__BB4_397:
-	setp.eq.s32 	%p345, %r807, 1;
-	@%p345 bra 	$L__BB4_402;
-	setp.eq.s32 	%p346, %r807, 2;
-	@%p346 bra 	$L__BB4_401;
-	setp.ne.s32 	%p347, %r807, 4;
-	@%p347 bra 	$L__BB4_403;
-	ld.u32 	%rd1585, [%rd300];
-	bra.uni 	$L__BB4_404;
-$L__BB4_401:
-	ld.u16 	%rd1585, [%rd300];
-	bra.uni 	$L__BB4_404;
-$L__BB4_402:
-	ld.u8 	%rd1585, [%rd300];
-	bra.uni 	$L__BB4_404;
-$L__BB4_403:
-	ld.u64 	%rd1585, [%rd300];
-$L__BB4_404:
-	mov.u64 	%rd1589, 0;
-	@%p310 bra 	$L__BB4_421;
-	mul.lo.s64 	%rd1156, %rd1569, %rd24;
-	add.s64 	%rd315, %rd34, %rd1156;
-	and.b64  	%rd1157, %rd315, %rd242;
-	setp.eq.s64 	%p349, %rd1157, 0;
-	@%p349 bra 	$L__BB4_414;
-	mov.u64 	%rd1589, 0;
-	setp.eq.s32 	%p350, %r807, 0;
-	@%p350 bra 	$L__BB4_421;
-	cvt.u32.u64 	%r853, %rd242;
-	setp.lt.u32 	%p351, %r853, 3;
-	mov.u64 	%rd1589, 0;
-	mov.u32 	%r1561, 0;
-	@%p351 bra 	$L__BB4_410;
-	mov.u64 	%rd1589, 0;
-	mov.u32 	%r1561, 0;
-	mov.u32 	%r1560, %r155;
-$L__BB4_409:
-	cvt.u64.u32 	%rd1162, %r1561;
-	add.s64 	%rd1163, %rd315, %rd1162;
-	ld.u8 	%rd1164, [%rd1163];
-	shl.b32 	%r855, %r1561, 3;
-	shl.b64 	%rd1165, %rd1164, %r855;
-	or.b64  	%rd1166, %rd1165, %rd1589;
-	ld.u8 	%rd1167, [%rd1163+1];
-	add.s32 	%r856, %r855, 8;
-	shl.b64 	%rd1168, %rd1167, %r856;
-	or.b64  	%rd1169, %rd1168, %rd1166;
-	ld.u8 	%rd1170, [%rd1163+2];
-	add.s32 	%r857, %r855, 16;
-	shl.b64 	%rd1171, %rd1170, %r857;
-	or.b64  	%rd1172, %rd1171, %rd1169;
-	ld.u8 	%rd1173, [%rd1163+3];
-	add.s32 	%r858, %r855, 24;
-	shl.b64 	%rd1174, %rd1173, %r858;
-	or.b64  	%rd1589, %rd1174, %rd1172;
-	add.s32 	%r1561, %r1561, 4;
-	add.s32 	%r1560, %r1560, -4;
-	setp.ne.s32 	%p352, %r1560, 0;
-	@%p352 bra 	$L__BB4_409;
-$L__BB4_410:
-	setp.eq.s32 	%p353, %r154, 0;
-	@%p353 bra 	$L__BB4_421;
-	setp.eq.s32 	%p354, %r154, 1;
-	cvt.u64.u32 	%rd1175, %r1561;
-	add.s64 	%rd320, %rd315, %rd1175;
-	ld.u8 	%rd1176, [%rd320];
-	shl.b32 	%r859, %r1561, 3;
-	shl.b64 	%rd1177, %rd1176, %r859;
-	or.b64  	%rd1589, %rd1177, %rd1589;
-	@%p354 bra 	$L__BB4_421;
-	setp.eq.s32 	%p355, %r154, 2;
-	ld.u8 	%rd1178, [%rd320+1];
-	add.s32 	%r861, %r859, 8;
-	shl.b64 	%rd1179, %rd1178, %r861;
-	or.b64  	%rd1589, %rd1179, %rd1589;
-	@%p355 bra 	$L__BB4_421;
-	ld.u8 	%rd1180, [%rd320+2];
-	add.s32 	%r863, %r859, 16;
-	shl.b64 	%rd1181, %rd1180, %r863;
-	or.b64  	%rd1589, %rd1181, %rd1589;
-	bra.uni 	$L__BB4_421;
-$L__BB4_414:
-	setp.eq.s32 	%p356, %r807, 1;
-	@%p356 bra 	$L__BB4_419;
-	setp.eq.s32 	%p357, %r807, 2;
-	@%p357 bra 	$L__BB4_418;
-	setp.ne.s32 	%p358, %r807, 4;
-	@%p358 bra 	$L__BB4_420;
-	ld.u32 	%rd1589, [%rd315];
-	bra.uni 	$L__BB4_421;
-$L__BB4_418:
-	ld.u16 	%rd1589, [%rd315];
-	bra.uni 	$L__BB4_421;
-$L__BB4_419:
-	ld.u8 	%rd1589, [%rd315];
-	bra.uni 	$L__BB4_421;
-$L__BB4_420:
-	ld.u64 	%rd1589, [%rd315];
-$L__BB4_421:
-	mov.u64 	%rd1593, 0;
-	@%p311 bra 	$L__BB4_438;
-	mul.lo.s64 	%rd1183, %rd1570, %rd24;
-	add.s64 	%rd330, %rd34, %rd1183;
-	and.b64  	%rd1184, %rd330, %rd242;
-	setp.eq.s64 	%p360, %rd1184, 0;
-	@%p360 bra 	$L__BB4_431;
-	mov.u64 	%rd1593, 0;
-	setp.eq.s32 	%p361, %r807, 0;
-	@%p361 bra 	$L__BB4_438;
-	cvt.u32.u64 	%r867, %rd242;
-	setp.lt.u32 	%p362, %r867, 3;
-	mov.u64 	%rd1593, 0;
-	mov.u32 	%r1564, 0;
-	@%p362 bra 	$L__BB4_427;
-	mov.u64 	%rd1593, 0;
-	mov.u32 	%r1564, 0;
-	mov.u32 	%r1563, %r155;
-$L__BB4_426:
-	cvt.u64.u32 	%rd1189, %r1564;
-	add.s64 	%rd1190, %rd330, %rd1189;
-	ld.u8 	%rd1191, [%rd1190];
-	shl.b32 	%r869, %r1564, 3;
-	shl.b64 	%rd1192, %rd1191, %r869;
-	or.b64  	%rd1193, %rd1192, %rd1593;
-	ld.u8 	%rd1194, [%rd1190+1];
-	add.s32 	%r870, %r869, 8;
-	shl.b64 	%rd1195, %rd1194, %r870;
-	or.b64  	%rd1196, %rd1195, %rd1193;
-	ld.u8 	%rd1197, [%rd1190+2];
-	add.s32 	%r871, %r869, 16;
-	shl.b64 	%rd1198, %rd1197, %r871;
-	or.b64  	%rd1199, %rd1198, %rd1196;
-	ld.u8 	%rd1200, [%rd1190+3];
-	add.s32 	%r872, %r869, 24;
-	shl.b64 	%rd1201, %rd1200, %r872;
-	or.b64  	%rd1593, %rd1201, %rd1199;
-	add.s32 	%r1564, %r1564, 4;
-	add.s32 	%r1563, %r1563, -4;
-	setp.ne.s32 	%p363, %r1563, 0;
-	@%p363 bra 	$L__BB4_426;
-$L__BB4_427:
-	setp.eq.s32 	%p364, %r154, 0;
-	@%p364 bra 	$L__BB4_438;
-	setp.eq.s32 	%p365, %r154, 1;
-	cvt.u64.u32 	%rd1202, %r1564;
-	add.s64 	%rd335, %rd330, %rd1202;
-	ld.u8 	%rd1203, [%rd335];
-	shl.b32 	%r873, %r1564, 3;
-	shl.b64 	%rd1204, %rd1203, %r873;
-	or.b64  	%rd1593, %rd1204, %rd1593;
-	@%p365 bra 	$L__BB4_438;
-	setp.eq.s32 	%p366, %r154, 2;
-	ld.u8 	%rd1205, [%rd335+1];
-	add.s32 	%r875, %r873, 8;
-	shl.b64 	%rd1206, %rd1205, %r875;
-	or.b64  	%rd1593, %rd1206, %rd1593;
-	@%p366 bra 	$L__BB4_438;
-	ld.u8 	%rd1207, [%rd335+2];
-	add.s32 	%r877, %r873, 16;
-	shl.b64 	%rd1208, %rd1207, %r877;
-	or.b64  	%rd1593, %rd1208, %rd1593;
-	bra.uni 	$L__BB4_438;
-$L__BB4_431:
-	setp.eq.s32 	%p367, %r807, 1;
-	@%p367 bra 	$L__BB4_436;
-	setp.eq.s32 	%p368, %r807, 2;
-	@%p368 bra 	$L__BB4_435;
-	setp.ne.s32 	%p369, %r807, 4;
-	@%p369 bra 	$L__BB4_437;
-	ld.u32 	%rd1593, [%rd330];
-	bra.uni 	$L__BB4_438;
-$L__BB4_435:
-	ld.u16 	%rd1593, [%rd330];
-	bra.uni 	$L__BB4_438;
-$L__BB4_436:
-	ld.u8 	%rd1593, [%rd330];
-	bra.uni 	$L__BB4_438;
-$L__BB4_437:
-	ld.u64 	%rd1593, [%rd330];
-$L__BB4_438:
-	mov.u64 	%rd1597, 0;
-	@%p312 bra 	$L__BB4_455;
-	mul.lo.s64 	%rd1210, %rd1571, %rd24;
-	add.s64 	%rd345, %rd34, %rd1210;
-	and.b64  	%rd1211, %rd345, %rd242;
-	setp.eq.s64 	%p371, %rd1211, 0;
-	@%p371 bra 	$L__BB4_448;
-	mov.u64 	%rd1597, 0;
-	setp.eq.s32 	%p372, %r807, 0;
-	@%p372 bra 	$L__BB4_455;
-	cvt.u32.u64 	%r881, %rd242;
-	setp.lt.u32 	%p373, %r881, 3;
-	mov.u64 	%rd1597, 0;
-	mov.u32 	%r1567, 0;
-	@%p373 bra 	$L__BB4_444;
-	mov.u64 	%rd1597, 0;
-	mov.u32 	%r1567, 0;
-	mov.u32 	%r1566, %r155;
-$L__BB4_443:
-	cvt.u64.u32 	%rd1216, %r1567;
-	add.s64 	%rd1217, %rd345, %rd1216;
-	ld.u8 	%rd1218, [%rd1217];
-	shl.b32 	%r883, %r1567, 3;
-	shl.b64 	%rd1219, %rd1218, %r883;
-	or.b64  	%rd1220, %rd1219, %rd1597;
-	ld.u8 	%rd1221, [%rd1217+1];
-	add.s32 	%r884, %r883, 8;
-	shl.b64 	%rd1222, %rd1221, %r884;
-	or.b64  	%rd1223, %rd1222, %rd1220;
-	ld.u8 	%rd1224, [%rd1217+2];
-	add.s32 	%r885, %r883, 16;
-	shl.b64 	%rd1225, %rd1224, %r885;
-	or.b64  	%rd1226, %rd1225, %rd1223;
-	ld.u8 	%rd1227, [%rd1217+3];
-	add.s32 	%r886, %r883, 24;
-	shl.b64 	%rd1228, %rd1227, %r886;
-	or.b64  	%rd1597, %rd1228, %rd1226;
-	add.s32 	%r1567, %r1567, 4;
-	add.s32 	%r1566, %r1566, -4;
-	setp.ne.s32 	%p374, %r1566, 0;
-	@%p374 bra 	$L__BB4_443;
-$L__BB4_444:
-	setp.eq.s32 	%p375, %r154, 0;
-	@%p375 bra 	$L__BB4_455;
-	setp.eq.s32 	%p376, %r154, 1;
-	cvt.u64.u32 	%rd1229, %r1567;
-	add.s64 	%rd350, %rd345, %rd1229;
-	ld.u8 	%rd1230, [%rd350];
-	shl.b32 	%r887, %r1567, 3;
-	shl.b64 	%rd1231, %rd1230, %r887;
-	or.b64  	%rd1597, %rd1231, %rd1597;
-	@%p376 bra 	$L__BB4_455;
-	setp.eq.s32 	%p377, %r154, 2;
-	ld.u8 	%rd1232, [%rd350+1];
-	add.s32 	%r889, %r887, 8;
-	shl.b64 	%rd1233, %rd1232, %r889;
-	or.b64  	%rd1597, %rd1233, %rd1597;
-	@%p377 bra 	$L__BB4_455;
-	ld.u8 	%rd1234, [%rd350+2];
-	add.s32 	%r891, %r887, 16;
-	shl.b64 	%rd1235, %rd1234, %r891;
-	or.b64  	%rd1597, %rd1235, %rd1597;
-	bra.uni 	$L__BB4_455;
-$L__BB4_448:
-	setp.eq.s32 	%p378, %r807, 1;
-	@%p378 bra 	$L__BB4_453;
-	setp.eq.s32 	%p379, %r807, 2;
-	@%p379 bra 	$L__BB4_452;
-	setp.ne.s32 	%p380, %r807, 4;
-	@%p380 bra 	$L__BB4_454;
-	ld.u32 	%rd1597, [%rd345];
-	bra.uni 	$L__BB4_455;
-$L__BB4_452:
-	ld.u16 	%rd1597, [%rd345];
-	bra.uni 	$L__BB4_455;
-$L__BB4_453:
-	ld.u8 	%rd1597, [%rd345];
-	bra.uni 	$L__BB4_455;
-$L__BB4_454:
-	ld.u64 	%rd1597, [%rd345];
-$L__BB4_455:
-	mov.u64 	%rd1601, 0;
-	@%p313 bra 	$L__BB4_472;
-	mul.lo.s64 	%rd1237, %rd1572, %rd24;
-	add.s64 	%rd360, %rd34, %rd1237;
-	and.b64  	%rd1238, %rd360, %rd242;
-	setp.eq.s64 	%p382, %rd1238, 0;
-	@%p382 bra 	$L__BB4_465;
-	mov.u64 	%rd1601, 0;
-	setp.eq.s32 	%p383, %r807, 0;
-	@%p383 bra 	$L__BB4_472;
-	cvt.u32.u64 	%r895, %rd242;
-	setp.lt.u32 	%p384, %r895, 3;
-	mov.u64 	%rd1601, 0;
-	mov.u32 	%r1570, 0;
-	@%p384 bra 	$L__BB4_461;
-	mov.u64 	%rd1601, 0;
-	mov.u32 	%r1570, 0;
-	mov.u32 	%r1569, %r155;
-$L__BB4_460:
-	cvt.u64.u32 	%rd1243, %r1570;
-	add.s64 	%rd1244, %rd360, %rd1243;
-	ld.u8 	%rd1245, [%rd1244];
-	shl.b32 	%r897, %r1570, 3;
-	shl.b64 	%rd1246, %rd1245, %r897;
-	or.b64  	%rd1247, %rd1246, %rd1601;
-	ld.u8 	%rd1248, [%rd1244+1];
-	add.s32 	%r898, %r897, 8;
-	shl.b64 	%rd1249, %rd1248, %r898;
-	or.b64  	%rd1250, %rd1249, %rd1247;
-	ld.u8 	%rd1251, [%rd1244+2];
-	add.s32 	%r899, %r897, 16;
-	shl.b64 	%rd1252, %rd1251, %r899;
-	or.b64  	%rd1253, %rd1252, %rd1250;
-	ld.u8 	%rd1254, [%rd1244+3];
-	add.s32 	%r900, %r897, 24;
-	shl.b64 	%rd1255, %rd1254, %r900;
-	or.b64  	%rd1601, %rd1255, %rd1253;
-	add.s32 	%r1570, %r1570, 4;
-	add.s32 	%r1569, %r1569, -4;
-	setp.ne.s32 	%p385, %r1569, 0;
-	@%p385 bra 	$L__BB4_460;
-$L__BB4_461:
-	setp.eq.s32 	%p386, %r154, 0;
-	@%p386 bra 	$L__BB4_472;
-	setp.eq.s32 	%p387, %r154, 1;
-	cvt.u64.u32 	%rd1256, %r1570;
-	add.s64 	%rd365, %rd360, %rd1256;
-	ld.u8 	%rd1257, [%rd365];
-	shl.b32 	%r901, %r1570, 3;
-	shl.b64 	%rd1258, %rd1257, %r901;
-	or.b64  	%rd1601, %rd1258, %rd1601;
-	@%p387 bra 	$L__BB4_472;
-	setp.eq.s32 	%p388, %r154, 2;
-	ld.u8 	%rd1259, [%rd365+1];
-	add.s32 	%r903, %r901, 8;
-	shl.b64 	%rd1260, %rd1259, %r903;
-	or.b64  	%rd1601, %rd1260, %rd1601;
-	@%p388 bra 	$L__BB4_472;
-	ld.u8 	%rd1261, [%rd365+2];
-	add.s32 	%r905, %r901, 16;
-	shl.b64 	%rd1262, %rd1261, %r905;
-	or.b64  	%rd1601, %rd1262, %rd1601;
-	bra.uni 	$L__BB4_472;
-$L__BB4_465:
-	setp.eq.s32 	%p389, %r807, 1;
-	@%p389 bra 	$L__BB4_470;
-	setp.eq.s32 	%p390, %r807, 2;
-	@%p390 bra 	$L__BB4_469;
-	setp.ne.s32 	%p391, %r807, 4;
-	@%p391 bra 	$L__BB4_471;
-	ld.u32 	%rd1601, [%rd360];
-	bra.uni 	$L__BB4_472;
-$L__BB4_469:
-	ld.u16 	%rd1601, [%rd360];
-	bra.uni 	$L__BB4_472;
-$L__BB4_470:
-	ld.u8 	%rd1601, [%rd360];
-	bra.uni 	$L__BB4_472;
-$L__BB4_471:
-	ld.u64 	%rd1601, [%rd360];
-$L__BB4_472:
-	mov.u64 	%rd1605, 0;
-	@%p314 bra 	$L__BB4_489;
-	mul.lo.s64 	%rd1264, %rd1573, %rd24;
-	add.s64 	%rd375, %rd34, %rd1264;
-	and.b64  	%rd1265, %rd375, %rd242;
-	setp.eq.s64 	%p393, %rd1265, 0;
-	@%p393 bra 	$L__BB4_482;
-	mov.u64 	%rd1605, 0;
-	setp.eq.s32 	%p394, %r807, 0;
-	@%p394 bra 	$L__BB4_489;
-	cvt.u32.u64 	%r909, %rd242;
-	setp.lt.u32 	%p395, %r909, 3;
-	mov.u64 	%rd1605, 0;
-	mov.u32 	%r1573, 0;
-	@%p395 bra 	$L__BB4_478;
-	mov.u64 	%rd1605, 0;
-	mov.u32 	%r1573, 0;
-	mov.u32 	%r1572, %r155;
-$L__BB4_477:
-	cvt.u64.u32 	%rd1270, %r1573;
-	add.s64 	%rd1271, %rd375, %rd1270;
-	ld.u8 	%rd1272, [%rd1271];
-	shl.b32 	%r911, %r1573, 3;
-	shl.b64 	%rd1273, %rd1272, %r911;
-	or.b64  	%rd1274, %rd1273, %rd1605;
-	ld.u8 	%rd1275, [%rd1271+1];
-	add.s32 	%r912, %r911, 8;
-	shl.b64 	%rd1276, %rd1275, %r912;
-	or.b64  	%rd1277, %rd1276, %rd1274;
-	ld.u8 	%rd1278, [%rd1271+2];
-	add.s32 	%r913, %r911, 16;
-	shl.b64 	%rd1279, %rd1278, %r913;
-	or.b64  	%rd1280, %rd1279, %rd1277;
-	ld.u8 	%rd1281, [%rd1271+3];
-	add.s32 	%r914, %r911, 24;
-	shl.b64 	%rd1282, %rd1281, %r914;
-	or.b64  	%rd1605, %rd1282, %rd1280;
-	add.s32 	%r1573, %r1573, 4;
-	add.s32 	%r1572, %r1572, -4;
-	setp.ne.s32 	%p396, %r1572, 0;
-	@%p396 bra 	$L__BB4_477;
-$L__BB4_478:
-	setp.eq.s32 	%p397, %r154, 0;
-	@%p397 bra 	$L__BB4_489;
-	setp.eq.s32 	%p398, %r154, 1;
-	cvt.u64.u32 	%rd1283, %r1573;
-	add.s64 	%rd380, %rd375, %rd1283;
-	ld.u8 	%rd1284, [%rd380];
-	shl.b32 	%r915, %r1573, 3;
-	shl.b64 	%rd1285, %rd1284, %r915;
-	or.b64  	%rd1605, %rd1285, %rd1605;
-	@%p398 bra 	$L__BB4_489;
-	setp.eq.s32 	%p399, %r154, 2;
-	ld.u8 	%rd1286, [%rd380+1];
-	add.s32 	%r917, %r915, 8;
-	shl.b64 	%rd1287, %rd1286, %r917;
-	or.b64  	%rd1605, %rd1287, %rd1605;
-	@%p399 bra 	$L__BB4_489;
-	ld.u8 	%rd1288, [%rd380+2];
-	add.s32 	%r919, %r915, 16;
-	shl.b64 	%rd1289, %rd1288, %r919;
-	or.b64  	%rd1605, %rd1289, %rd1605;
-	bra.uni 	$L__BB4_489;
-$L__BB4_482:
-	setp.eq.s32 	%p400, %r807, 1;
-	@%p400 bra 	$L__BB4_487;
-	setp.eq.s32 	%p401, %r807, 2;
-	@%p401 bra 	$L__BB4_486;
-	setp.ne.s32 	%p402, %r807, 4;
-	@%p402 bra 	$L__BB4_488;
-	ld.u32 	%rd1605, [%rd375];
-	bra.uni 	$L__BB4_489;
-$L__BB4_486:
-	ld.u16 	%rd1605, [%rd375];
-	bra.uni 	$L__BB4_489;
-$L__BB4_487:
-	ld.u8 	%rd1605, [%rd375];
-	bra.uni 	$L__BB4_489;
-$L__BB4_488:
-	ld.u64 	%rd1605, [%rd375];
-$L__BB4_489:
-	add.s64 	%rd1483, %rd1564, %rd12;
-	setp.ge.u64 	%p533, %rd1483, %rd23;
-	@%p533 bra 	$L__BB4_506;
-	add.s64 	%rd1506, %rd1564, %rd12;
-	mul.lo.s64 	%rd1290, %rd1506, %rd24;
-	add.s64 	%rd1291, %rd241, %rd1290;
-	add.s64 	%rd390, %rd18, %rd1291;
-	and.b64  	%rd1292, %rd390, %rd242;
-	setp.eq.s64 	%p404, %rd1292, 0;
-	@%p404 bra 	$L__BB4_499;
-	setp.eq.s32 	%p405, %r807, 0;
-	@%p405 bra 	$L__BB4_506;
-	cvt.u32.u64 	%r923, %rd242;
-	setp.lt.u32 	%p406, %r923, 3;
-	mov.u32 	%r1576, 0;
-	@%p406 bra 	$L__BB4_495;
-	mov.u32 	%r1576, 0;
-	mov.u32 	%r1575, %r155;
-$L__BB4_494:
-	shl.b32 	%r925, %r1576, 3;
-	shr.u64 	%rd1293, %rd1577, %r925;
-	cvt.u64.u32 	%rd1294, %r1576;
-	add.s64 	%rd1295, %rd390, %rd1294;
-	st.u8 	[%rd1295], %rd1293;
-	add.s32 	%r926, %r925, 8;
-	shr.u64 	%rd1296, %rd1577, %r926;
-	st.u8 	[%rd1295+1], %rd1296;
-	add.s32 	%r927, %r925, 16;
-	shr.u64 	%rd1297, %rd1577, %r927;
-	st.u8 	[%rd1295+2], %rd1297;
-	add.s32 	%r928, %r925, 24;
-	shr.u64 	%rd1298, %rd1577, %r928;
-	st.u8 	[%rd1295+3], %rd1298;
-	add.s32 	%r1576, %r1576, 4;
-	add.s32 	%r1575, %r1575, -4;
-	setp.ne.s32 	%p407, %r1575, 0;
-	@%p407 bra 	$L__BB4_494;
-$L__BB4_495:
-	setp.eq.s32 	%p408, %r154, 0;
-	@%p408 bra 	$L__BB4_506;
-	setp.eq.s32 	%p409, %r154, 1;
-	shl.b32 	%r929, %r1576, 3;
-	shr.u64 	%rd1299, %rd1577, %r929;
-	cvt.u64.u32 	%rd1300, %r1576;
-	add.s64 	%rd391, %rd390, %rd1300;
-	st.u8 	[%rd391], %rd1299;
-	@%p409 bra 	$L__BB4_506;
-	setp.eq.s32 	%p410, %r154, 2;
-	add.s32 	%r931, %r929, 8;
-	shr.u64 	%rd1301, %rd1577, %r931;
-	st.u8 	[%rd391+1], %rd1301;
-	@%p410 bra 	$L__BB4_506;
-	add.s32 	%r933, %r929, 16;
-	shr.u64 	%rd1302, %rd1577, %r933;
-	st.u8 	[%rd391+2], %rd1302;
-	bra.uni 	$L__BB4_506;
-$L__BB4_499:
-	setp.eq.s32 	%p411, %r807, 1;
-	@%p411 bra 	$L__BB4_504;
-	setp.eq.s32 	%p412, %r807, 2;
-	@%p412 bra 	$L__BB4_503;
-	setp.ne.s32 	%p413, %r807, 4;
-	@%p413 bra 	$L__BB4_505;
-	st.u32 	[%rd390], %rd1577;
-	bra.uni 	$L__BB4_506;
-$L__BB4_503:
-	st.u16 	[%rd390], %rd1577;
-	bra.uni 	$L__BB4_506;
-$L__BB4_504:
-	st.u8 	[%rd390], %rd1577;
-	bra.uni 	$L__BB4_506;
-$L__BB4_505:
-	st.u64 	[%rd390], %rd1577;
-$L__BB4_506:
-	@%p308 bra 	$L__BB4_523;
-	add.s64 	%rd1505, %rd1564, %rd12;
-	add.s64 	%rd1504, %rd1485, 32;
-	mul.lo.s64 	%rd1303, %rd1504, %rd24;
-	add.s64 	%rd1304, %rd241, %rd1303;
-	add.s64 	%rd393, %rd18, %rd1304;
-	and.b64  	%rd1305, %rd393, %rd242;
-	setp.eq.s64 	%p415, %rd1305, 0;
-	@%p415 bra 	$L__BB4_516;
-	setp.eq.s32 	%p416, %r807, 0;
-	@%p416 bra 	$L__BB4_523;
-	cvt.u32.u64 	%r937, %rd242;
-	setp.lt.u32 	%p417, %r937, 3;
-	mov.u32 	%r1579, 0;
-	@%p417 bra 	$L__BB4_512;
-	mov.u32 	%r1579, 0;
-	mov.u32 	%r1578, %r155;
-$L__BB4_511:
-	shl.b32 	%r939, %r1579, 3;
-	shr.u64 	%rd1306, %rd1581, %r939;
-	cvt.u64.u32 	%rd1307, %r1579;
-	add.s64 	%rd1308, %rd393, %rd1307;
-	st.u8 	[%rd1308], %rd1306;
-	add.s32 	%r940, %r939, 8;
-	shr.u64 	%rd1309, %rd1581, %r940;
-	st.u8 	[%rd1308+1], %rd1309;
-	add.s32 	%r941, %r939, 16;
-	shr.u64 	%rd1310, %rd1581, %r941;
-	st.u8 	[%rd1308+2], %rd1310;
-	add.s32 	%r942, %r939, 24;
-	shr.u64 	%rd1311, %rd1581, %r942;
-	st.u8 	[%rd1308+3], %rd1311;
-	add.s32 	%r1579, %r1579, 4;
-	add.s32 	%r1578, %r1578, -4;
-	setp.ne.s32 	%p418, %r1578, 0;
-	@%p418 bra 	$L__BB4_511;
-$L__BB4_512:
-	setp.eq.s32 	%p419, %r154, 0;
-	@%p419 bra 	$L__BB4_523;
-	setp.eq.s32 	%p420, %r154, 1;
-	shl.b32 	%r943, %r1579, 3;
-	shr.u64 	%rd1312, %rd1581, %r943;
-	cvt.u64.u32 	%rd1313, %r1579;
-	add.s64 	%rd394, %rd393, %rd1313;
-	st.u8 	[%rd394], %rd1312;
-	@%p420 bra 	$L__BB4_523;
-	setp.eq.s32 	%p421, %r154, 2;
-	add.s32 	%r945, %r943, 8;
-	shr.u64 	%rd1314, %rd1581, %r945;
-	st.u8 	[%rd394+1], %rd1314;
-	@%p421 bra 	$L__BB4_523;
-	add.s32 	%r947, %r943, 16;
-	shr.u64 	%rd1315, %rd1581, %r947;
-	st.u8 	[%rd394+2], %rd1315;
-	bra.uni 	$L__BB4_523;
-$L__BB4_516:
-	setp.eq.s32 	%p422, %r807, 1;
-	@%p422 bra 	$L__BB4_521;
-	setp.eq.s32 	%p423, %r807, 2;
-	@%p423 bra 	$L__BB4_520;
-	setp.ne.s32 	%p424, %r807, 4;
-	@%p424 bra 	$L__BB4_522;
-	st.u32 	[%rd393], %rd1581;
-	bra.uni 	$L__BB4_523;
-$L__BB4_520:
-	st.u16 	[%rd393], %rd1581;
-	bra.uni 	$L__BB4_523;
-$L__BB4_521:
-	st.u8 	[%rd393], %rd1581;
-	bra.uni 	$L__BB4_523;
-$L__BB4_522:
-	st.u64 	[%rd393], %rd1581;
-$L__BB4_523:
-	@%p309 bra 	$L__BB4_540;
-	add.s64 	%rd1503, %rd1564, %rd12;
-	add.s64 	%rd1502, %rd1486, 64;
-	mul.lo.s64 	%rd1316, %rd1502, %rd24;
-	add.s64 	%rd1317, %rd241, %rd1316;
-	add.s64 	%rd396, %rd18, %rd1317;
-	and.b64  	%rd1318, %rd396, %rd242;
-	setp.eq.s64 	%p426, %rd1318, 0;
-	@%p426 bra 	$L__BB4_533;
-	setp.eq.s32 	%p427, %r807, 0;
-	@%p427 bra 	$L__BB4_540;
-	cvt.u32.u64 	%r951, %rd242;
-	setp.lt.u32 	%p428, %r951, 3;
-	mov.u32 	%r1582, 0;
-	@%p428 bra 	$L__BB4_529;
-	mov.u32 	%r1582, 0;
-	mov.u32 	%r1581, %r155;
-$L__BB4_528:
-	shl.b32 	%r953, %r1582, 3;
-	shr.u64 	%rd1319, %rd1585, %r953;
-	cvt.u64.u32 	%rd1320, %r1582;
-	add.s64 	%rd1321, %rd396, %rd1320;
-	st.u8 	[%rd1321], %rd1319;
-	add.s32 	%r954, %r953, 8;
-	shr.u64 	%rd1322, %rd1585, %r954;
-	st.u8 	[%rd1321+1], %rd1322;
-	add.s32 	%r955, %r953, 16;
-	shr.u64 	%rd1323, %rd1585, %r955;
-	st.u8 	[%rd1321+2], %rd1323;
-	add.s32 	%r956, %r953, 24;
-	shr.u64 	%rd1324, %rd1585, %r956;
-	st.u8 	[%rd1321+3], %rd1324;
-	add.s32 	%r1582, %r1582, 4;
-	add.s32 	%r1581, %r1581, -4;
-	setp.ne.s32 	%p429, %r1581, 0;
-	@%p429 bra 	$L__BB4_528;
-$L__BB4_529:
-	setp.eq.s32 	%p430, %r154, 0;
-	@%p430 bra 	$L__BB4_540;
-	setp.eq.s32 	%p431, %r154, 1;
-	shl.b32 	%r957, %r1582, 3;
-	shr.u64 	%rd1325, %rd1585, %r957;
-	cvt.u64.u32 	%rd1326, %r1582;
-	add.s64 	%rd397, %rd396, %rd1326;
-	st.u8 	[%rd397], %rd1325;
-	@%p431 bra 	$L__BB4_540;
-	setp.eq.s32 	%p432, %r154, 2;
-	add.s32 	%r959, %r957, 8;
-	shr.u64 	%rd1327, %rd1585, %r959;
-	st.u8 	[%rd397+1], %rd1327;
-	@%p432 bra 	$L__BB4_540;
-	add.s32 	%r961, %r957, 16;
-	shr.u64 	%rd1328, %rd1585, %r961;
-	st.u8 	[%rd397+2], %rd1328;
-	bra.uni 	$L__BB4_540;
-$L__BB4_533:
-	setp.eq.s32 	%p433, %r807, 1;
-	@%p433 bra 	$L__BB4_538;
-	setp.eq.s32 	%p434, %r807, 2;
-	@%p434 bra 	$L__BB4_537;
-	setp.ne.s32 	%p435, %r807, 4;
-	@%p435 bra 	$L__BB4_539;
-	st.u32 	[%rd396], %rd1585;
-	bra.uni 	$L__BB4_540;
-$L__BB4_537:
-	st.u16 	[%rd396], %rd1585;
-	bra.uni 	$L__BB4_540;
-$L__BB4_538:
-	st.u8 	[%rd396], %rd1585;
-	bra.uni 	$L__BB4_540;
-$L__BB4_539:
-	st.u64 	[%rd396], %rd1585;
-$L__BB4_540:
-	@%p310 bra 	$L__BB4_557;
-	add.s64 	%rd1501, %rd1564, %rd12;
-	add.s64 	%rd1500, %rd1487, 96;
-	mul.lo.s64 	%rd1329, %rd1500, %rd24;
-	add.s64 	%rd1330, %rd241, %rd1329;
-	add.s64 	%rd399, %rd18, %rd1330;
-	and.b64  	%rd1331, %rd399, %rd242;
-	setp.eq.s64 	%p437, %rd1331, 0;
-	@%p437 bra 	$L__BB4_550;
-	setp.eq.s32 	%p438, %r807, 0;
-	@%p438 bra 	$L__BB4_557;
-	cvt.u32.u64 	%r965, %rd242;
-	setp.lt.u32 	%p439, %r965, 3;
-	mov.u32 	%r1585, 0;
-	@%p439 bra 	$L__BB4_546;
-	mov.u32 	%r1585, 0;
-	mov.u32 	%r1584, %r155;
-$L__BB4_545:
-	shl.b32 	%r967, %r1585, 3;
-	shr.u64 	%rd1332, %rd1589, %r967;
-	cvt.u64.u32 	%rd1333, %r1585;
-	add.s64 	%rd1334, %rd399, %rd1333;
-	st.u8 	[%rd1334], %rd1332;
-	add.s32 	%r968, %r967, 8;
-	shr.u64 	%rd1335, %rd1589, %r968;
-	st.u8 	[%rd1334+1], %rd1335;
-	add.s32 	%r969, %r967, 16;
-	shr.u64 	%rd1336, %rd1589, %r969;
-	st.u8 	[%rd1334+2], %rd1336;
-	add.s32 	%r970, %r967, 24;
-	shr.u64 	%rd1337, %rd1589, %r970;
-	st.u8 	[%rd1334+3], %rd1337;
-	add.s32 	%r1585, %r1585, 4;
-	add.s32 	%r1584, %r1584, -4;
-	setp.ne.s32 	%p440, %r1584, 0;
-	@%p440 bra 	$L__BB4_545;
-$L__BB4_546:
-	setp.eq.s32 	%p441, %r154, 0;
-	@%p441 bra 	$L__BB4_557;
-	setp.eq.s32 	%p442, %r154, 1;
-	shl.b32 	%r971, %r1585, 3;
-	shr.u64 	%rd1338, %rd1589, %r971;
-	cvt.u64.u32 	%rd1339, %r1585;
-	add.s64 	%rd400, %rd399, %rd1339;
-	st.u8 	[%rd400], %rd1338;
-	@%p442 bra 	$L__BB4_557;
-	setp.eq.s32 	%p443, %r154, 2;
-	add.s32 	%r973, %r971, 8;
-	shr.u64 	%rd1340, %rd1589, %r973;
-	st.u8 	[%rd400+1], %rd1340;
-	@%p443 bra 	$L__BB4_557;
-	add.s32 	%r975, %r971, 16;
-	shr.u64 	%rd1341, %rd1589, %r975;
-	st.u8 	[%rd400+2], %rd1341;
-	bra.uni 	$L__BB4_557;
-$L__BB4_550:
-	setp.eq.s32 	%p444, %r807, 1;
-	@%p444 bra 	$L__BB4_555;
-	setp.eq.s32 	%p445, %r807, 2;
-	@%p445 bra 	$L__BB4_554;
-	setp.ne.s32 	%p446, %r807, 4;
-	@%p446 bra 	$L__BB4_556;
-	st.u32 	[%rd399], %rd1589;
-	bra.uni 	$L__BB4_557;
-$L__BB4_554:
-	st.u16 	[%rd399], %rd1589;
-	bra.uni 	$L__BB4_557;
-$L__BB4_555:
-	st.u8 	[%rd399], %rd1589;
-	bra.uni 	$L__BB4_557;
-$L__BB4_556:
-	st.u64 	[%rd399], %rd1589;
-$L__BB4_557:
-	@%p311 bra 	$L__BB4_574;
-	add.s64 	%rd1499, %rd1564, %rd12;
-	add.s64 	%rd1498, %rd1488, 128;
-	mul.lo.s64 	%rd1342, %rd1498, %rd24;
-	add.s64 	%rd1343, %rd241, %rd1342;
-	add.s64 	%rd402, %rd18, %rd1343;
-	and.b64  	%rd1344, %rd402, %rd242;
-	setp.eq.s64 	%p448, %rd1344, 0;
-	@%p448 bra 	$L__BB4_567;
-	setp.eq.s32 	%p449, %r807, 0;
-	@%p449 bra 	$L__BB4_574;
-	cvt.u32.u64 	%r979, %rd242;
-	setp.lt.u32 	%p450, %r979, 3;
-	mov.u32 	%r1588, 0;
-	@%p450 bra 	$L__BB4_563;
-	mov.u32 	%r1588, 0;
-	mov.u32 	%r1587, %r155;
-$L__BB4_562:
-	shl.b32 	%r981, %r1588, 3;
-	shr.u64 	%rd1345, %rd1593, %r981;
-	cvt.u64.u32 	%rd1346, %r1588;
-	add.s64 	%rd1347, %rd402, %rd1346;
-	st.u8 	[%rd1347], %rd1345;
-	add.s32 	%r982, %r981, 8;
-	shr.u64 	%rd1348, %rd1593, %r982;
-	st.u8 	[%rd1347+1], %rd1348;
-	add.s32 	%r983, %r981, 16;
-	shr.u64 	%rd1349, %rd1593, %r983;
-	st.u8 	[%rd1347+2], %rd1349;
-	add.s32 	%r984, %r981, 24;
-	shr.u64 	%rd1350, %rd1593, %r984;
-	st.u8 	[%rd1347+3], %rd1350;
-	add.s32 	%r1588, %r1588, 4;
-	add.s32 	%r1587, %r1587, -4;
-	setp.ne.s32 	%p451, %r1587, 0;
-	@%p451 bra 	$L__BB4_562;
-$L__BB4_563:
-	setp.eq.s32 	%p452, %r154, 0;
-	@%p452 bra 	$L__BB4_574;
-	setp.eq.s32 	%p453, %r154, 1;
-	shl.b32 	%r985, %r1588, 3;
-	shr.u64 	%rd1351, %rd1593, %r985;
-	cvt.u64.u32 	%rd1352, %r1588;
-	add.s64 	%rd403, %rd402, %rd1352;
-	st.u8 	[%rd403], %rd1351;
-	@%p453 bra 	$L__BB4_574;
-	setp.eq.s32 	%p454, %r154, 2;
-	add.s32 	%r987, %r985, 8;
-	shr.u64 	%rd1353, %rd1593, %r987;
-	st.u8 	[%rd403+1], %rd1353;
-	@%p454 bra 	$L__BB4_574;
-	add.s32 	%r989, %r985, 16;
-	shr.u64 	%rd1354, %rd1593, %r989;
-	st.u8 	[%rd403+2], %rd1354;
-	bra.uni 	$L__BB4_574;
-$L__BB4_567:
-	setp.eq.s32 	%p455, %r807, 1;
-	@%p455 bra 	$L__BB4_572;
-	setp.eq.s32 	%p456, %r807, 2;
-	@%p456 bra 	$L__BB4_571;
-	setp.ne.s32 	%p457, %r807, 4;
-	@%p457 bra 	$L__BB4_573;
-	st.u32 	[%rd402], %rd1593;
-	bra.uni 	$L__BB4_574;
-$L__BB4_571:
-	st.u16 	[%rd402], %rd1593;
-	bra.uni 	$L__BB4_574;
-$L__BB4_572:
-	st.u8 	[%rd402], %rd1593;
-	bra.uni 	$L__BB4_574;
-$L__BB4_573:
-	st.u64 	[%rd402], %rd1593;
-$L__BB4_574:
-	@%p312 bra 	$L__BB4_591;
-	add.s64 	%rd1497, %rd1564, %rd12;
-	add.s64 	%rd1496, %rd1489, 160;
-	mul.lo.s64 	%rd1355, %rd1496, %rd24;
-	add.s64 	%rd1356, %rd241, %rd1355;
-	add.s64 	%rd405, %rd18, %rd1356;
-	and.b64  	%rd1357, %rd405, %rd242;
-	setp.eq.s64 	%p459, %rd1357, 0;
-	@%p459 bra 	$L__BB4_584;
-	setp.eq.s32 	%p460, %r807, 0;
-	@%p460 bra 	$L__BB4_591;
-	cvt.u32.u64 	%r993, %rd242;
-	setp.lt.u32 	%p461, %r993, 3;
-	mov.u32 	%r1591, 0;
-	@%p461 bra 	$L__BB4_580;
-	mov.u32 	%r1591, 0;
-	mov.u32 	%r1590, %r155;
-$L__BB4_579:
-	shl.b32 	%r995, %r1591, 3;
-	shr.u64 	%rd1358, %rd1597, %r995;
-	cvt.u64.u32 	%rd1359, %r1591;
-	add.s64 	%rd1360, %rd405, %rd1359;
-	st.u8 	[%rd1360], %rd1358;
-	add.s32 	%r996, %r995, 8;
-	shr.u64 	%rd1361, %rd1597, %r996;
-	st.u8 	[%rd1360+1], %rd1361;
-	add.s32 	%r997, %r995, 16;
-	shr.u64 	%rd1362, %rd1597, %r997;
-	st.u8 	[%rd1360+2], %rd1362;
-	add.s32 	%r998, %r995, 24;
-	shr.u64 	%rd1363, %rd1597, %r998;
-	st.u8 	[%rd1360+3], %rd1363;
-	add.s32 	%r1591, %r1591, 4;
-	add.s32 	%r1590, %r1590, -4;
-	setp.ne.s32 	%p462, %r1590, 0;
-	@%p462 bra 	$L__BB4_579;
-$L__BB4_580:
-	setp.eq.s32 	%p463, %r154, 0;
-	@%p463 bra 	$L__BB4_591;
-	setp.eq.s32 	%p464, %r154, 1;
-	shl.b32 	%r999, %r1591, 3;
-	shr.u64 	%rd1364, %rd1597, %r999;
-	cvt.u64.u32 	%rd1365, %r1591;
-	add.s64 	%rd406, %rd405, %rd1365;
-	st.u8 	[%rd406], %rd1364;
-	@%p464 bra 	$L__BB4_591;
-	setp.eq.s32 	%p465, %r154, 2;
-	add.s32 	%r1001, %r999, 8;
-	shr.u64 	%rd1366, %rd1597, %r1001;
-	st.u8 	[%rd406+1], %rd1366;
-	@%p465 bra 	$L__BB4_591;
-	add.s32 	%r1003, %r999, 16;
-	shr.u64 	%rd1367, %rd1597, %r1003;
-	st.u8 	[%rd406+2], %rd1367;
-	bra.uni 	$L__BB4_591;
-$L__BB4_584:
-	setp.eq.s32 	%p466, %r807, 1;
-	@%p466 bra 	$L__BB4_589;
-	setp.eq.s32 	%p467, %r807, 2;
-	@%p467 bra 	$L__BB4_588;
-	setp.ne.s32 	%p468, %r807, 4;
-	@%p468 bra 	$L__BB4_590;
-	st.u32 	[%rd405], %rd1597;
-	bra.uni 	$L__BB4_591;
-$L__BB4_588:
-	st.u16 	[%rd405], %rd1597;
-	bra.uni 	$L__BB4_591;
-$L__BB4_589:
-	st.u8 	[%rd405], %rd1597;
-	bra.uni 	$L__BB4_591;
-$L__BB4_590:
-	st.u64 	[%rd405], %rd1597;
-$L__BB4_591:
-	@%p313 bra 	$L__BB4_608;
-	add.s64 	%rd1495, %rd1564, %rd12;
-	add.s64 	%rd1494, %rd1490, 192;
-	mul.lo.s64 	%rd1368, %rd1494, %rd24;
-	add.s64 	%rd1369, %rd241, %rd1368;
-	add.s64 	%rd408, %rd18, %rd1369;
-	and.b64  	%rd1370, %rd408, %rd242;
-	setp.eq.s64 	%p470, %rd1370, 0;
-	@%p470 bra 	$L__BB4_601;
-	setp.eq.s32 	%p471, %r807, 0;
-	@%p471 bra 	$L__BB4_608;
-	cvt.u32.u64 	%r1007, %rd242;
-	setp.lt.u32 	%p472, %r1007, 3;
-	mov.u32 	%r1594, 0;
-	@%p472 bra 	$L__BB4_597;
-	mov.u32 	%r1594, 0;
-	mov.u32 	%r1593, %r155;
-$L__BB4_596:
-	shl.b32 	%r1009, %r1594, 3;
-	shr.u64 	%rd1371, %rd1601, %r1009;
-	cvt.u64.u32 	%rd1372, %r1594;
-	add.s64 	%rd1373, %rd408, %rd1372;
-	st.u8 	[%rd1373], %rd1371;
-	add.s32 	%r1010, %r1009, 8;
-	shr.u64 	%rd1374, %rd1601, %r1010;
-	st.u8 	[%rd1373+1], %rd1374;
-	add.s32 	%r1011, %r1009, 16;
-	shr.u64 	%rd1375, %rd1601, %r1011;
-	st.u8 	[%rd1373+2], %rd1375;
-	add.s32 	%r1012, %r1009, 24;
-	shr.u64 	%rd1376, %rd1601, %r1012;
-	st.u8 	[%rd1373+3], %rd1376;
-	add.s32 	%r1594, %r1594, 4;
-	add.s32 	%r1593, %r1593, -4;
-	setp.ne.s32 	%p473, %r1593, 0;
-	@%p473 bra 	$L__BB4_596;
-$L__BB4_597:
-	setp.eq.s32 	%p474, %r154, 0;
-	@%p474 bra 	$L__BB4_608;
-	setp.eq.s32 	%p475, %r154, 1;
-	shl.b32 	%r1013, %r1594, 3;
-	shr.u64 	%rd1377, %rd1601, %r1013;
-	cvt.u64.u32 	%rd1378, %r1594;
-	add.s64 	%rd409, %rd408, %rd1378;
-	st.u8 	[%rd409], %rd1377;
-	@%p475 bra 	$L__BB4_608;
-	setp.eq.s32 	%p476, %r154, 2;
-	add.s32 	%r1015, %r1013, 8;
-	shr.u64 	%rd1379, %rd1601, %r1015;
-	st.u8 	[%rd409+1], %rd1379;
-	@%p476 bra 	$L__BB4_608;
-	add.s32 	%r1017, %r1013, 16;
-	shr.u64 	%rd1380, %rd1601, %r1017;
-	st.u8 	[%rd409+2], %rd1380;
-	bra.uni 	$L__BB4_608;
-$L__BB4_601:
-	setp.eq.s32 	%p477, %r807, 1;
-	@%p477 bra 	$L__BB4_606;
-	setp.eq.s32 	%p478, %r807, 2;
-	@%p478 bra 	$L__BB4_605;
-	setp.ne.s32 	%p479, %r807, 4;
-	@%p479 bra 	$L__BB4_607;
-	st.u32 	[%rd408], %rd1601;
-	bra.uni 	$L__BB4_608;
-$L__BB4_605:
-	st.u16 	[%rd408], %rd1601;
-	bra.uni 	$L__BB4_608;
-$L__BB4_606:
-	st.u8 	[%rd408], %rd1601;
-	bra.uni 	$L__BB4_608;
-$L__BB4_607:
-	st.u64 	[%rd408], %rd1601;
-$L__BB4_608:
-	@%p314 bra 	$L__BB4_625;
-	add.s64 	%rd1493, %rd1564, %rd12;
-	add.s64 	%rd1492, %rd1491, 224;
-	mul.lo.s64 	%rd1381, %rd1492, %rd24;
-	add.s64 	%rd1382, %rd241, %rd1381;
-	add.s64 	%rd411, %rd18, %rd1382;
-	and.b64  	%rd1383, %rd411, %rd242;
-	setp.eq.s64 	%p481, %rd1383, 0;
-	@%p481 bra 	$L__BB4_618;
-	setp.eq.s32 	%p482, %r807, 0;
-	@%p482 bra 	$L__BB4_625;
-	cvt.u32.u64 	%r1021, %rd242;
-	setp.lt.u32 	%p483, %r1021, 3;
-	mov.u32 	%r1597, 0;
-	@%p483 bra 	$L__BB4_614;
-	mov.u32 	%r1597, 0;
-	mov.u32 	%r1596, %r155;
-$L__BB4_613:
-	shl.b32 	%r1023, %r1597, 3;
-	shr.u64 	%rd1384, %rd1605, %r1023;
-	cvt.u64.u32 	%rd1385, %r1597;
-	add.s64 	%rd1386, %rd411, %rd1385;
-	st.u8 	[%rd1386], %rd1384;
-	add.s32 	%r1024, %r1023, 8;
-	shr.u64 	%rd1387, %rd1605, %r1024;
-	st.u8 	[%rd1386+1], %rd1387;
-	add.s32 	%r1025, %r1023, 16;
-	shr.u64 	%rd1388, %rd1605, %r1025;
-	st.u8 	[%rd1386+2], %rd1388;
-	add.s32 	%r1026, %r1023, 24;
-	shr.u64 	%rd1389, %rd1605, %r1026;
-	st.u8 	[%rd1386+3], %rd1389;
-	add.s32 	%r1597, %r1597, 4;
-	add.s32 	%r1596, %r1596, -4;
-	setp.ne.s32 	%p484, %r1596, 0;
-	@%p484 bra 	$L__BB4_613;
-$L__BB4_614:
-	setp.eq.s32 	%p485, %r154, 0;
-	@%p485 bra 	$L__BB4_625;
-	setp.eq.s32 	%p486, %r154, 1;
-	shl.b32 	%r1027, %r1597, 3;
-	shr.u64 	%rd1390, %rd1605, %r1027;
-	cvt.u64.u32 	%rd1391, %r1597;
-	add.s64 	%rd412, %rd411, %rd1391;
-	st.u8 	[%rd412], %rd1390;
-	@%p486 bra 	$L__BB4_625;
-	setp.eq.s32 	%p487, %r154, 2;
-	add.s32 	%r1029, %r1027, 8;
-	shr.u64 	%rd1392, %rd1605, %r1029;
-	st.u8 	[%rd412+1], %rd1392;
-	@%p487 bra 	$L__BB4_625;
-	add.s32 	%r1031, %r1027, 16;
-	shr.u64 	%rd1393, %rd1605, %r1031;
-	st.u8 	[%rd412+2], %rd1393;
-	bra.uni 	$L__BB4_625;
-$L__BB4_618:
-	setp.eq.s32 	%p488, %r807, 1;
-	@%p488 bra 	$L__BB4_623;
-	setp.eq.s32 	%p489, %r807, 2;
-	@%p489 bra 	$L__BB4_622;
-	setp.ne.s32 	%p490, %r807, 4;
-	@%p490 bra 	$L__BB4_624;
-	st.u32 	[%rd411], %rd1605;
-	bra.uni 	$L__BB4_625;
-$L__BB4_622:
-	st.u16 	[%rd411], %rd1605;
-	bra.uni 	$L__BB4_625;
-$L__BB4_623:
-	st.u8 	[%rd411], %rd1605;
-	bra.uni 	$L__BB4_625;
-$L__BB4_624:
-	st.u64 	[%rd411], %rd1605;
-$L__BB4_625:
-	add.s64 	%rd1565, %rd1565, 512;
-	add.s64 	%rd1564, %rd1564, 256;
-	setp.lt.u64 	%p491, %rd1564, %rd23;
-	@%p491 bra 	$L__BB4_337;
-	bra.uni 	$L__BB4_682;
+	add.s64 	%rd598, %rd2, 7;
+	shr.u64 	%rd599, %rd598, 3;
+	ld.param.u32 	%r1, [ws_delta_encode_param_0+88];
+	add.s32 	%r625, %r1, 255;
+	shr.u32 	%r626, %r625, 8;
+	cvt.u64.u32 	%rd600, %r626;
+	add.s64 	%rd601, %rd599, %rd600;
+	mov.u32 	%r2, %tid.x;
+	shr.u32 	%r3, %r2, 5;
+	mov.u32 	%r627, %ctaid.x;
+	cvt.u64.u32 	%rd2089, %r627;
+	setp.le.u64 	%p5, %rd601, %rd2089;
+	@%p5 bra 	$L__BB4_922;
+	cvt.u64.u32 	%rd4, %r2;
+	ld.param.v2.u32 	{%r628, %r629}, [%rd1+8];
+	ld.param.u64 	%rd5, [%rd1+-56];
+	ld.param.u64 	%rd6, [%rd1+-64];
+	ld.param.u64 	%rd7, [%rd1+-80];
+	ld.param.u64 	%rd8, [%rd1+-48];
+	ld.param.u64 	%rd9, [%rd1+-24];
+	ld.param.u64 	%rd10, [%rd1+-32];
+	ld.param.u64 	%rd11, [%rd1+-72];
+	ld.param.u64 	%rd12, [%rd1+-40];
+	cvta.to.global.u64 	%rd13, %rd12;
+	ld.param.u32 	%r6, [%rd1+12];
+	and.b32  	%r630, %r2, 31;
+	cvt.u64.u32 	%rd14, %r630;
+	shl.b32 	%r631, %r3, 3;
+	mov.u32 	%r632, _ZZ15ws_delta_encodeE3red;
+	add.s32 	%r7, %r632, %r631;
+	shl.b32 	%r633, %r2, 3;
+	and.b32  	%r634, %r633, 248;
+	add.s32 	%r8, %r632, %r634;
+	or.b64  	%rd15, %rd14, 128;
+	or.b64  	%rd16, %rd14, 224;
+	or.b64  	%rd17, %rd14, 256;
+	or.b64  	%rd18, %rd14, 352;
+	or.b64  	%rd19, %rd14, 384;
+	or.b64  	%rd20, %rd14, 480;
 $L__BB4_2:
-	setp.lt.u64 	%p12, %rd1521, %rd507;
-	@%p12 bra 	$L__BB4_6;
+	setp.lt.u64 	%p6, %rd2089, %rd599;
+	@%p6 bra 	$L__BB4_6;
 	bra.uni 	$L__BB4_3;
 $L__BB4_6:
-	ld.param.u64 	%rd1468, [ws_delta_encode_param_0+80];
-	shl.b64 	%rd530, %rd1521, 3;
-	shr.u32 	%r267, %r255, 5;
-	cvt.u64.u32 	%rd531, %r267;
-	add.s64 	%rd16, %rd530, %rd531;
-	setp.ge.u64 	%p15, %rd16, %rd1468;
-	@%p15 bra 	$L__BB4_682;
-	shl.b64 	%rd533, %rd16, 2;
-	add.s64 	%rd534, %rd532, %rd533;
-	ld.global.u32 	%r268, [%rd534];
-	cvt.u64.u32 	%rd17, %r268;
-	cvta.to.global.u64 	%rd535, %rd5;
-	mul.wide.u32 	%rd536, %r268, 8;
-	add.s64 	%rd537, %rd535, %rd536;
-	ld.global.u64 	%rd18, [%rd537];
-	setp.eq.s64 	%p16, %rd18, 0;
-	@%p16 bra 	$L__BB4_682;
-	cvta.to.global.u64 	%rd538, %rd6;
-	mul.lo.s64 	%rd539, %rd17, 40;
-	add.s64 	%rd540, %rd538, %rd539;
-	ld.global.u64 	%rd19, [%rd540];
-	ld.global.v2.u32 	{%r269, %r270}, [%rd540+32];
-	ld.global.u64 	%rd541, [%rd540+24];
-	sub.s64 	%rd20, %rd16, %rd541;
-	cvt.u64.u32 	%rd542, %r251;
-	mul.lo.s64 	%rd21, %rd20, %rd542;
-	ld.global.u64 	%rd543, [%rd540+16];
-	sub.s64 	%rd544, %rd543, %rd21;
-	min.u64 	%rd22, %rd544, %rd542;
-	add.s64 	%rd547, %rd545, %rd533;
-	ld.global.u32 	%rd23, [%rd547];
-	cvt.u64.u32 	%rd24, %r270;
-	setp.eq.s64 	%p17, %rd23, 0;
-	mov.u16 	%rs11, 0;
-	@%p17 bra 	$L__BB4_11;
-	mul.lo.s64 	%rd548, %rd22, %rd24;
-	add.s64 	%rd549, %rd548, 7;
-	and.b64  	%rd550, %rd549, -8;
-	add.s64 	%rd551, %rd22, 31;
-	shr.u64 	%rd552, %rd551, 3;
-	and.b64  	%rd553, %rd552, 1073741820;
-	add.s64 	%rd554, %rd553, 7;
-	and.b64  	%rd555, %rd554, 2147483640;
-	mul.lo.s64 	%rd556, %rd23, %rd24;
-	add.s64 	%rd557, %rd556, 7;
-	and.b64  	%rd558, %rd557, -8;
-	add.s64 	%rd25, %rd555, %rd558;
-	shl.b64 	%rd559, %rd23, 1;
-	add.s64 	%rd560, %rd559, 7;
-	and.b64  	%rd561, %rd560, 17179869176;
-	add.s64 	%rd26, %rd558, %rd561;
-	setp.le.u64 	%p18, %rd550, %rd25;
-	setp.le.u64 	%p19, %rd550, %rd26;
-	and.pred  	%p20, %p19, %p18;
-	mov.u16 	%rs11, 1;
-	@%p20 bra 	$L__BB4_11;
-	setp.gt.u64 	%p21, %rd25, %rd26;
-	selp.b16 	%rs11, 3, 2, %p21;
+	ld.param.u64 	%rd2049, [ws_delta_encode_param_0+80];
+	shl.b64 	%rd621, %rd2089, 3;
+	cvt.u64.u32 	%rd622, %r3;
+	add.s64 	%rd24, %rd621, %rd622;
+	setp.ge.u64 	%p10, %rd24, %rd2049;
+	mov.pred 	%p824, 0;
+	@%p10 bra 	$L__BB4_447;
+	cvta.to.global.u64 	%rd623, %rd5;
+	shl.b64 	%rd624, %rd24, 2;
+	add.s64 	%rd625, %rd623, %rd624;
+	ld.global.u32 	%r642, [%rd625];
+	cvt.u64.u32 	%rd25, %r642;
+	cvta.to.global.u64 	%rd626, %rd6;
+	mul.wide.u32 	%rd627, %r642, 8;
+	add.s64 	%rd628, %rd626, %rd627;
+	ld.global.u64 	%rd26, [%rd628];
+	setp.eq.s64 	%p11, %rd26, 0;
+	mov.u16 	%rs31, 0;
+	@%p11 bra 	$L__BB4_446;
+	cvta.to.global.u64 	%rd629, %rd7;
+	mul.lo.s64 	%rd630, %rd25, 40;
+	add.s64 	%rd631, %rd629, %rd630;
+	ld.global.u64 	%rd27, [%rd631];
+	ld.global.v2.u32 	{%r643, %r644}, [%rd631+32];
+	ld.global.u64 	%rd632, [%rd631+24];
+	sub.s64 	%rd28, %rd24, %rd632;
+	cvt.u64.u32 	%rd633, %r629;
+	mul.lo.s64 	%rd29, %rd28, %rd633;
+	ld.global.u64 	%rd634, [%rd631+16];
+	sub.s64 	%rd635, %rd634, %rd29;
+	min.u64 	%rd30, %rd635, %rd633;
+	cvta.to.global.u64 	%rd636, %rd8;
+	add.s64 	%rd638, %rd636, %rd624;
+	ld.global.u32 	%rd31, [%rd638];
+	cvt.u64.u32 	%rd32, %r644;
+	setp.eq.s64 	%p12, %rd31, 0;
+	mov.u16 	%rs30, 0;
+	@%p12 bra 	$L__BB4_11;
+	mul.lo.s64 	%rd639, %rd30, %rd32;
+	add.s64 	%rd640, %rd639, 7;
+	and.b64  	%rd641, %rd640, -8;
+	add.s64 	%rd642, %rd30, 31;
+	shr.u64 	%rd643, %rd642, 3;
+	and.b64  	%rd644, %rd643, 1073741820;
+	add.s64 	%rd645, %rd644, 7;
+	and.b64  	%rd646, %rd645, 2147483640;
+	mul.lo.s64 	%rd647, %rd31, %rd32;
+	add.s64 	%rd648, %rd647, 7;
+	and.b64  	%rd649, %rd648, -8;
+	add.s64 	%rd33, %rd646, %rd649;
+	shl.b64 	%rd650, %rd31, 1;
+	add.s64 	%rd651, %rd650, 7;
+	and.b64  	%rd652, %rd651, 17179869176;
+	add.s64 	%rd34, %rd649, %rd652;
+	setp.le.u64 	%p13, %rd641, %rd33;
+	setp.le.u64 	%p14, %rd641, %rd34;
+	and.pred  	%p15, %p14, %p13;
+	mov.u16 	%rs30, 1;
+	@%p15 bra 	$L__BB4_11;
+	setp.gt.u64 	%p16, %rd33, %rd34;
+	selp.b16 	%rs30, 3, 2, %p16;
 $L__BB4_11:
-	setp.ne.s32 	%p22, %r256, 0;
-	mul.wide.u32 	%rd27, %r269, 16;
-	shr.u64 	%rd563, %rd16, 8;
-	and.b64  	%rd564, %rd563, 72057594037927928;
-	add.s64 	%rd565, %rd562, %rd564;
-	ld.global.u64 	%rd28, [%rd565];
-	add.s64 	%rd566, %rd27, %rd28;
-	add.s64 	%rd569, %rd567, %rd533;
-	ld.global.u32 	%rd29, [%rd569];
-	add.s64 	%rd570, %rd566, %rd29;
-	add.s64 	%rd571, %rd570, 32;
-	cvta.to.global.u64 	%rd572, %rd8;
-	shl.b64 	%rd573, %rd17, 4;
-	add.s64 	%rd574, %rd572, %rd573;
-	ld.global.u64 	%rd30, [%rd574+8];
-	sub.s64 	%rd31, %rd571, %rd30;
-	@%p22 bra 	$L__BB4_13;
-	cvt.u32.u64 	%r273, %rd23;
-	setp.eq.s16 	%p23, %rs11, 0;
-	mov.u16 	%rs7, 0;
-	selp.b64 	%rd575, 0, %rd31, %p23;
-	cvt.u32.u64 	%r274, %rd22;
-	setp.eq.s16 	%p24, %rs11, 1;
-	selp.b32 	%r275, %r274, %r273, %p24;
-	shl.b64 	%rd576, %rd20, 4;
-	add.s64 	%rd577, %rd18, %rd576;
-	st.u64 	[%rd577+32], %rd575;
-	st.u32 	[%rd577+40], %r275;
-	st.v4.u8 	[%rd577+44], {%rs11, %rs7, %rs7, %rs7};
+	cvt.u32.u64 	%r645, %rd14;
+	setp.ne.s32 	%p17, %r645, 0;
+	mul.wide.u32 	%rd35, %r643, 16;
+	cvta.to.global.u64 	%rd653, %rd9;
+	shr.u64 	%rd654, %rd24, 8;
+	and.b64  	%rd655, %rd654, 72057594037927928;
+	add.s64 	%rd656, %rd653, %rd655;
+	ld.global.u64 	%rd36, [%rd656];
+	add.s64 	%rd657, %rd35, %rd36;
+	cvta.to.global.u64 	%rd658, %rd10;
+	add.s64 	%rd660, %rd658, %rd624;
+	ld.global.u32 	%rd37, [%rd660];
+	add.s64 	%rd661, %rd657, %rd37;
+	add.s64 	%rd662, %rd661, 32;
+	cvta.to.global.u64 	%rd663, %rd11;
+	shl.b64 	%rd664, %rd25, 4;
+	add.s64 	%rd665, %rd663, %rd664;
+	ld.global.u64 	%rd38, [%rd665+8];
+	sub.s64 	%rd39, %rd662, %rd38;
+	@%p17 bra 	$L__BB4_13;
+	cvt.u32.u64 	%r646, %rd31;
+	setp.eq.s16 	%p18, %rs30, 0;
+	mov.u16 	%rs12, 0;
+	selp.b64 	%rd666, 0, %rd39, %p18;
+	cvt.u32.u64 	%r647, %rd30;
+	setp.eq.s16 	%p19, %rs30, 1;
+	selp.b32 	%r648, %r647, %r646, %p19;
+	shl.b64 	%rd667, %rd28, 4;
+	add.s64 	%rd668, %rd26, %rd667;
+	st.u64 	[%rd668+32], %rd666;
+	st.u32 	[%rd668+40], %r648;
+	st.v4.u8 	[%rd668+44], {%rs30, %rs12, %rs12, %rs12};
 $L__BB4_13:
-	setp.eq.s16 	%p25, %rs11, 0;
-	@%p25 bra 	$L__BB4_682;
-	add.s64 	%rd32, %rd18, %rd31;
-	mul.lo.s64 	%rd33, %rd21, %rd24;
-	add.s64 	%rd34, %rd19, %rd33;
-	setp.eq.s16 	%p26, %rs11, 1;
-	@%p26 bra 	$L__BB4_626;
-	bra.uni 	$L__BB4_15;
-$L__BB4_626:
-	mul.lo.s64 	%rd416, %rd22, %rd24;
-	or.b64  	%rd417, %rd32, %rd34;
-	and.b64  	%rd1394, %rd417, 15;
-	setp.eq.s64 	%p492, %rd1394, 0;
-	@%p492 bra 	$L__BB4_644;
-	and.b64  	%rd1396, %rd417, 7;
-	setp.ne.s64 	%p493, %rd1396, 0;
-	mov.u64 	%rd1622, 0;
-	@%p493 bra 	$L__BB4_660;
-	shr.u64 	%rd418, %rd416, 3;
-	cvt.u64.u32 	%rd1608, %r256;
-	or.b64  	%rd1397, %rd1608, 96;
-	setp.ge.u64 	%p494, %rd1397, %rd418;
-	@%p494 bra 	$L__BB4_636;
-	cvt.u64.u32 	%rd1608, %r256;
-	mov.u64 	%rd1399, -97;
-	sub.s64 	%rd1400, %rd1399, %rd1608;
-	add.s64 	%rd421, %rd1400, %rd418;
-	shr.u64 	%rd1401, %rd421, 7;
-	add.s64 	%rd1402, %rd1401, 1;
-	and.b64  	%rd422, %rd1402, 3;
-	setp.eq.s64 	%p495, %rd422, 0;
-	or.b64  	%rd1606, %rd1608, 96;
-	@%p495 bra 	$L__BB4_633;
-	cvt.u64.u32 	%rd1403, %r256;
-	shl.b32 	%r1039, %r255, 3;
-	cvt.u64.u32 	%rd1404, %r1039;
-	and.b64  	%rd1405, %rd1404, 248;
-	add.s64 	%rd1406, %rd34, %rd1405;
-	add.s64 	%rd424, %rd1406, 256;
-	ld.v2.u32 	{%r1040, %r1041}, [%rd1406+256];
-	ld.v2.u32 	{%r1044, %r1045}, [%rd1406+512];
-	ld.v2.u32 	{%r1048, %r1049}, [%rd1406+768];
-	ld.v2.u32 	{%r1052, %r1053}, [%rd1406];
-	add.s64 	%rd425, %rd32, %rd1405;
-	st.v2.u32 	[%rd425], {%r1052, %r1053};
-	st.v2.u32 	[%rd425+256], {%r1040, %r1041};
-	st.v2.u32 	[%rd425+512], {%r1044, %r1045};
-	st.v2.u32 	[%rd425+768], {%r1048, %r1049};
-	or.b64  	%rd1606, %rd1403, 224;
-	or.b64  	%rd1608, %rd1403, 128;
-	setp.eq.s64 	%p496, %rd422, 1;
-	@%p496 bra 	$L__BB4_633;
-	ld.v2.u32 	{%r1056, %r1057}, [%rd424+1024];
-	ld.v2.u32 	{%r1060, %r1061}, [%rd424+1280];
-	ld.v2.u32 	{%r1064, %r1065}, [%rd424+1536];
-	ld.v2.u32 	{%r1068, %r1069}, [%rd424+768];
-	st.v2.u32 	[%rd425+1024], {%r1068, %r1069};
-	st.v2.u32 	[%rd425+1280], {%r1056, %r1057};
-	st.v2.u32 	[%rd425+1536], {%r1060, %r1061};
-	st.v2.u32 	[%rd425+1792], {%r1064, %r1065};
-	or.b64  	%rd1606, %rd1403, 352;
-	or.b64  	%rd1608, %rd1403, 256;
-	setp.eq.s64 	%p497, %rd422, 2;
-	@%p497 bra 	$L__BB4_633;
-	ld.v2.u32 	{%r1074, %r1075}, [%rd424+2048];
-	ld.v2.u32 	{%r1078, %r1079}, [%rd424+2304];
-	ld.v2.u32 	{%r1082, %r1083}, [%rd424+2560];
-	ld.v2.u32 	{%r1086, %r1087}, [%rd424+1792];
-	st.v2.u32 	[%rd425+2048], {%r1086, %r1087};
-	st.v2.u32 	[%rd425+2304], {%r1074, %r1075};
-	st.v2.u32 	[%rd425+2560], {%r1078, %r1079};
-	st.v2.u32 	[%rd425+2816], {%r1082, %r1083};
-	or.b64  	%rd1606, %rd1403, 480;
-	or.b64  	%rd1608, %rd1403, 384;
-$L__BB4_633:
-	setp.lt.u64 	%p498, %rd421, 384;
-	@%p498 bra 	$L__BB4_636;
-	mov.u64 	%rd1610, %rd1608;
-$L__BB4_635:
-	shl.b64 	%rd1409, %rd1610, 3;
-	add.s64 	%rd1410, %rd34, %rd1409;
-	ld.v2.u32 	{%r1092, %r1093}, [%rd1410+256];
-	ld.v2.u32 	{%r1096, %r1097}, [%rd1410+512];
-	shl.b64 	%rd1411, %rd1606, 3;
-	add.s64 	%rd1412, %rd34, %rd1411;
-	ld.v2.u32 	{%r1100, %r1101}, [%rd1412];
-	ld.v2.u32 	{%r1104, %r1105}, [%rd1410];
-	add.s64 	%rd1413, %rd32, %rd1409;
-	st.v2.u32 	[%rd1413], {%r1104, %r1105};
-	st.v2.u32 	[%rd1413+256], {%r1092, %r1093};
-	st.v2.u32 	[%rd1413+512], {%r1096, %r1097};
-	add.s64 	%rd1414, %rd32, %rd1411;
-	st.v2.u32 	[%rd1414], {%r1100, %r1101};
-	ld.v2.u32 	{%r1108, %r1109}, [%rd1410+1280];
-	ld.v2.u32 	{%r1112, %r1113}, [%rd1410+1536];
-	ld.v2.u32 	{%r1116, %r1117}, [%rd1410+1792];
-	ld.v2.u32 	{%r1120, %r1121}, [%rd1410+1024];
-	st.v2.u32 	[%rd1413+1024], {%r1120, %r1121};
-	st.v2.u32 	[%rd1413+1280], {%r1108, %r1109};
-	st.v2.u32 	[%rd1413+1536], {%r1112, %r1113};
-	st.v2.u32 	[%rd1413+1792], {%r1116, %r1117};
-	ld.v2.u32 	{%r1124, %r1125}, [%rd1410+2304];
-	ld.v2.u32 	{%r1128, %r1129}, [%rd1410+2560];
-	ld.v2.u32 	{%r1132, %r1133}, [%rd1410+2816];
-	ld.v2.u32 	{%r1136, %r1137}, [%rd1410+2048];
-	st.v2.u32 	[%rd1413+2048], {%r1136, %r1137};
-	st.v2.u32 	[%rd1413+2304], {%r1124, %r1125};
-	st.v2.u32 	[%rd1413+2560], {%r1128, %r1129};
-	st.v2.u32 	[%rd1413+2816], {%r1132, %r1133};
-	ld.v2.u32 	{%r1140, %r1141}, [%rd1410+3328];
-	ld.v2.u32 	{%r1144, %r1145}, [%rd1410+3584];
-	ld.v2.u32 	{%r1148, %r1149}, [%rd1410+3840];
-	ld.v2.u32 	{%r1152, %r1153}, [%rd1410+3072];
-	st.v2.u32 	[%rd1413+3072], {%r1152, %r1153};
-	st.v2.u32 	[%rd1413+3328], {%r1140, %r1141};
-	st.v2.u32 	[%rd1413+3584], {%r1144, %r1145};
-	st.v2.u32 	[%rd1413+3840], {%r1148, %r1149};
-	add.s64 	%rd1608, %rd1610, 512;
-	add.s64 	%rd1606, %rd1610, 608;
-	setp.lt.u64 	%p499, %rd1606, %rd418;
-	mov.u64 	%rd1610, %rd1608;
-	@%p499 bra 	$L__BB4_635;
-$L__BB4_636:
-	setp.ge.u64 	%p500, %rd1608, %rd418;
-	@%p500 bra 	$L__BB4_643;
-	not.b64 	%rd1415, %rd1608;
-	add.s64 	%rd440, %rd418, %rd1415;
-	shr.u64 	%rd1416, %rd440, 5;
-	add.s64 	%rd1417, %rd1416, 1;
-	and.b64  	%rd441, %rd1417, 3;
-	setp.eq.s64 	%p501, %rd441, 0;
-	mov.u64 	%rd1612, %rd1608;
-	@%p501 bra 	$L__BB4_641;
-	shl.b64 	%rd1418, %rd1608, 3;
-	add.s64 	%rd442, %rd34, %rd1418;
-	ld.v2.u32 	{%r1156, %r1157}, [%rd442];
-	add.s64 	%rd443, %rd32, %rd1418;
-	st.v2.u32 	[%rd443], {%r1156, %r1157};
-	add.s64 	%rd1612, %rd1608, 32;
-	setp.eq.s64 	%p502, %rd441, 1;
-	@%p502 bra 	$L__BB4_641;
-	ld.v2.u32 	{%r1160, %r1161}, [%rd442+256];
-	st.v2.u32 	[%rd443+256], {%r1160, %r1161};
-	add.s64 	%rd1612, %rd1608, 64;
-	setp.eq.s64 	%p503, %rd441, 2;
-	@%p503 bra 	$L__BB4_641;
-	ld.v2.u32 	{%r1164, %r1165}, [%rd442+512];
-	st.v2.u32 	[%rd443+512], {%r1164, %r1165};
-	add.s64 	%rd1612, %rd1608, 96;
-$L__BB4_641:
-	setp.lt.u64 	%p504, %rd440, 96;
-	@%p504 bra 	$L__BB4_643;
-$L__BB4_642:
-	shl.b64 	%rd1419, %rd1612, 3;
-	add.s64 	%rd1420, %rd34, %rd1419;
-	ld.v2.u32 	{%r1168, %r1169}, [%rd1420];
-	add.s64 	%rd1421, %rd32, %rd1419;
-	st.v2.u32 	[%rd1421], {%r1168, %r1169};
-	ld.v2.u32 	{%r1172, %r1173}, [%rd1420+256];
-	st.v2.u32 	[%rd1421+256], {%r1172, %r1173};
-	ld.v2.u32 	{%r1176, %r1177}, [%rd1420+512];
-	st.v2.u32 	[%rd1421+512], {%r1176, %r1177};
-	ld.v2.u32 	{%r1180, %r1181}, [%rd1420+768];
-	st.v2.u32 	[%rd1421+768], {%r1180, %r1181};
-	add.s64 	%rd1612, %rd1612, 128;
-	setp.lt.u64 	%p505, %rd1612, %rd418;
-	@%p505 bra 	$L__BB4_642;
-$L__BB4_643:
-	and.b64  	%rd1622, %rd416, -8;
-	bra.uni 	$L__BB4_660;
+	setp.eq.s16 	%p20, %rs30, 3;
+	@%p20 bra 	$L__BB4_15;
+	bra.uni 	$L__BB4_14;
+$L__BB4_15:
+	setp.lt.u32 	%p22, %r6, 128;
+	shr.u32 	%r650, %r6, 5;
+	cvt.u64.u32 	%rd669, %r650;
+	mul.lo.s64 	%rd40, %rd24, %rd669;
+	mov.u32 	%r3226, 0;
+	@%p22 bra 	$L__BB4_17;
+	cvt.u32.u64 	%r651, %rd32;
+	add.s32 	%r652, %r651, 2;
+	shr.u32 	%r653, %r6, 3;
+	add.s32 	%r654, %r653, -16;
+	div.u32 	%r3226, %r654, %r652;
+$L__BB4_17:
+	add.s64 	%rd41, %rd26, %rd39;
+	shl.b64 	%rd670, %rd40, 2;
+	add.s64 	%rd42, %rd13, %rd670;
+	add.s64 	%rd43, %rd12, %rd670;
+	cvt.u32.u64 	%r655, %rd31;
+	setp.gt.u32 	%p23, %r655, %r3226;
+	@%p23 bra 	$L__BB4_128;
+	bra.uni 	$L__BB4_18;
+$L__BB4_128:
+	add.s64 	%rd788, %rd30, 31;
+	shr.u64 	%rd184, %rd788, 5;
+	add.s64 	%rd789, %rd184, 31;
+	shr.u64 	%rd185, %rd789, 5;
+	mul.lo.s64 	%rd790, %rd185, %rd14;
+	min.u64 	%rd2136, %rd184, %rd790;
+	add.s64 	%rd791, %rd2136, %rd185;
+	min.u64 	%rd187, %rd184, %rd791;
+	and.b64  	%rd792, %rd789, 96;
+	and.b64  	%rd793, %rd184, 3;
+	and.b64  	%rd794, %rd43, 15;
+	and.b64  	%rd188, %rd30, 31;
+	or.b64  	%rd795, %rd793, %rd188;
+	or.b64  	%rd796, %rd795, %rd792;
+	or.b64  	%rd797, %rd796, %rd794;
+	setp.eq.s64 	%p103, %rd797, 0;
+	@%p103 bra 	$L__BB4_137;
+	setp.ge.u64 	%p104, %rd2136, %rd187;
+	mov.u32 	%r3248, 0;
+	@%p104 bra 	$L__BB4_145;
+	add.s64 	%rd798, %rd30, -1;
+	shr.u64 	%rd189, %rd798, 5;
+	cvt.u32.u64 	%r1521, %rd188;
+	mov.u32 	%r1522, -1;
+	shl.b32 	%r1523, %r1522, %r1521;
+	not.b32 	%r43, %r1523;
+	not.b64 	%rd799, %rd2136;
+	sub.s64 	%rd800, %rd799, %rd185;
+	not.b64 	%rd801, %rd184;
+	max.u64 	%rd802, %rd800, %rd801;
+	sub.s64 	%rd190, %rd799, %rd802;
+	mov.u64 	%rd803, -2;
+	sub.s64 	%rd804, %rd803, %rd2136;
+	sub.s64 	%rd805, %rd804, %rd802;
+	and.b64  	%rd191, %rd190, 3;
+	setp.lt.u64 	%p105, %rd805, 3;
+	mov.u32 	%r3248, 0;
+	mov.u64 	%rd2132, %rd2136;
+	@%p105 bra 	$L__BB4_133;
+	sub.s64 	%rd2131, %rd190, %rd191;
+	mov.u32 	%r3248, 0;
+	mov.u64 	%rd2132, %rd2136;
+$L__BB4_132:
+	.pragma "nounroll";
+	setp.ne.s64 	%p106, %rd189, %rd2132;
+	setp.eq.s64 	%p107, %rd188, 0;
+	or.pred  	%p108, %p107, %p106;
+	selp.b32 	%r1525, -1, %r43, %p108;
+	shl.b64 	%rd806, %rd2132, 2;
+	add.s64 	%rd807, %rd42, %rd806;
+	ld.global.u32 	%r1526, [%rd807];
+	and.b32  	%r1527, %r1526, %r1525;
+	popc.b32 	%r1528, %r1527;
+	add.s32 	%r1529, %r1528, %r3248;
+	add.s64 	%rd808, %rd2132, 1;
+	setp.ne.s64 	%p109, %rd189, %rd808;
+	or.pred  	%p110, %p107, %p109;
+	selp.b32 	%r1530, -1, %r43, %p110;
+	ld.global.u32 	%r1531, [%rd807+4];
+	and.b32  	%r1532, %r1531, %r1530;
+	popc.b32 	%r1533, %r1532;
+	add.s32 	%r1534, %r1533, %r1529;
+	add.s64 	%rd809, %rd2132, 2;
+	setp.ne.s64 	%p111, %rd189, %rd809;
+	or.pred  	%p112, %p107, %p111;
+	selp.b32 	%r1535, -1, %r43, %p112;
+	ld.global.u32 	%r1536, [%rd807+8];
+	and.b32  	%r1537, %r1536, %r1535;
+	popc.b32 	%r1538, %r1537;
+	add.s32 	%r1539, %r1538, %r1534;
+	add.s64 	%rd810, %rd2132, 3;
+	setp.ne.s64 	%p113, %rd189, %rd810;
+	or.pred  	%p114, %p107, %p113;
+	selp.b32 	%r1540, -1, %r43, %p114;
+	ld.global.u32 	%r1541, [%rd807+12];
+	and.b32  	%r1542, %r1541, %r1540;
+	popc.b32 	%r1543, %r1542;
+	add.s32 	%r3248, %r1543, %r1539;
+	add.s64 	%rd2132, %rd2132, 4;
+	add.s64 	%rd2131, %rd2131, -4;
+	setp.ne.s64 	%p115, %rd2131, 0;
+	@%p115 bra 	$L__BB4_132;
+$L__BB4_133:
+	setp.eq.s64 	%p116, %rd191, 0;
+	@%p116 bra 	$L__BB4_145;
+	setp.eq.s64 	%p117, %rd188, 0;
+	setp.ne.s64 	%p118, %rd189, %rd2132;
+	or.pred  	%p119, %p117, %p118;
+	selp.b32 	%r1544, -1, %r43, %p119;
+	shl.b64 	%rd811, %rd2132, 2;
+	add.s64 	%rd198, %rd42, %rd811;
+	ld.global.u32 	%r1545, [%rd198];
+	and.b32  	%r1546, %r1545, %r1544;
+	popc.b32 	%r1547, %r1546;
+	add.s32 	%r3248, %r1547, %r3248;
+	setp.eq.s64 	%p120, %rd191, 1;
+	@%p120 bra 	$L__BB4_145;
+	add.s64 	%rd812, %rd2132, 1;
+	setp.ne.s64 	%p122, %rd189, %rd812;
+	or.pred  	%p123, %p117, %p122;
+	selp.b32 	%r1548, -1, %r43, %p123;
+	ld.global.u32 	%r1549, [%rd198+4];
+	and.b32  	%r1550, %r1549, %r1548;
+	popc.b32 	%r1551, %r1550;
+	add.s32 	%r3248, %r1551, %r3248;
+	setp.eq.s64 	%p124, %rd191, 2;
+	@%p124 bra 	$L__BB4_145;
+	add.s64 	%rd813, %rd2132, 2;
+	setp.ne.s64 	%p126, %rd189, %rd813;
+	or.pred  	%p127, %p117, %p126;
+	selp.b32 	%r1552, -1, %r43, %p127;
+	ld.global.u32 	%r1553, [%rd198+8];
+	and.b32  	%r1554, %r1553, %r1552;
+	popc.b32 	%r1555, %r1554;
+	add.s32 	%r3248, %r1555, %r3248;
+	bra.uni 	$L__BB4_145;
 $L__BB4_3:
-	sub.s64 	%rd514, %rd1521, %rd507;
-	shl.b64 	%rd515, %rd514, 8;
-	cvt.u64.u32 	%rd516, %r255;
-	add.s64 	%rd14, %rd515, %rd516;
-	cvt.u64.u32 	%rd517, %r250;
-	setp.ge.u64 	%p13, %rd14, %rd517;
-	@%p13 bra 	$L__BB4_682;
-	cvta.to.global.u64 	%rd518, %rd5;
-	shl.b64 	%rd519, %rd14, 3;
-	add.s64 	%rd15, %rd518, %rd519;
-	ld.global.u64 	%rd520, [%rd15];
-	setp.eq.s64 	%p14, %rd520, 0;
-	@%p14 bra 	$L__BB4_682;
-	cvta.to.global.u64 	%rd521, %rd6;
-	mul.lo.s64 	%rd522, %rd14, 40;
-	add.s64 	%rd523, %rd521, %rd522;
-	ld.global.u64 	%rd524, [%rd523+16];
-	ld.global.v2.u32 	{%r261, %r262}, [%rd523+32];
-	cvta.to.global.u64 	%rd525, %rd8;
-	shl.b64 	%rd526, %rd14, 4;
-	add.s64 	%rd527, %rd525, %rd526;
-	ld.global.u64 	%rd528, [%rd527];
-	ld.global.u64 	%rd529, [%rd15];
-	mov.u32 	%r264, 826561367;
-	st.u32 	[%rd529], %r264;
-	mov.u16 	%rs3, 0;
-	cvt.u16.u32 	%rs4, %r262;
-	st.v4.u8 	[%rd529+4], {%rs4, %rs3, %rs3, %rs3};
-	st.v2.u32 	[%rd529+8], {%r251, %r261};
-	st.u64 	[%rd529+16], %rd524;
-	st.u64 	[%rd529+24], %rd528;
-$L__BB4_682:
-	mov.u32 	%r1482, %nctaid.x;
-	cvt.u64.u32 	%rd1460, %r1482;
-	add.s64 	%rd1521, %rd1521, %rd1460;
-	setp.lt.u64 	%p531, %rd1521, %rd509;
-	@%p531 bra 	$L__BB4_2;
+	sub.s64 	%rd606, %rd2089, %rd599;
+	shl.b64 	%rd607, %rd606, 8;
+	add.s64 	%rd22, %rd607, %rd4;
+	cvt.u64.u32 	%rd608, %r628;
+	setp.ge.u64 	%p7, %rd22, %rd608;
+	@%p7 bra 	$L__BB4_921;
+	cvta.to.global.u64 	%rd609, %rd6;
+	shl.b64 	%rd610, %rd22, 3;
+	add.s64 	%rd23, %rd609, %rd610;
+	ld.global.u64 	%rd611, [%rd23];
+	setp.eq.s64 	%p8, %rd611, 0;
+	@%p8 bra 	$L__BB4_921;
+	cvta.to.global.u64 	%rd612, %rd7;
+	mul.lo.s64 	%rd613, %rd22, 40;
+	add.s64 	%rd614, %rd612, %rd613;
+	ld.global.u64 	%rd615, [%rd614+16];
+	ld.global.v2.u32 	{%r635, %r636}, [%rd614+32];
+	cvta.to.global.u64 	%rd616, %rd11;
+	shl.b64 	%rd617, %rd22, 4;
+	add.s64 	%rd618, %rd616, %rd617;
+	ld.global.u64 	%rd619, [%rd618];
+	ld.global.u64 	%rd620, [%rd23];
+	mov.u32 	%r638, 826561367;
+	st.u32 	[%rd620], %r638;
+	mov.u16 	%rs7, 0;
+	cvt.u16.u32 	%rs8, %r636;
+	st.v4.u8 	[%rd620+4], {%rs8, %rs7, %rs7, %rs7};
+	st.v2.u32 	[%rd620+8], {%r6, %r635};
+	st.u64 	[%rd620+16], %rd615;
+	st.u64 	[%rd620+24], %rd619;
+	bra.uni 	$L__BB4_921;
+$L__BB4_14:
+	setp.ne.s16 	%p21, %rs30, 0;
+	selp.u16 	%rs31, 1, 0, %p21;
+	bra.uni 	$L__BB4_446;
+$L__BB4_18:
+	shl.b64 	%rd44, %rd31, 1;
+	or.b64  	%rd45, %rd43, %rd41;
+	and.b64  	%rd671, %rd45, 15;
+	setp.eq.s64 	%p24, %rd671, 0;
+	@%p24 bra 	$L__BB4_35;
+	and.b64  	%rd673, %rd45, 7;
+	setp.ne.s64 	%p25, %rd673, 0;
+	mov.u64 	%rd2106, 0;
+	@%p25 bra 	$L__BB4_50;
+	shr.u64 	%rd46, %rd31, 2;
+	or.b64  	%rd2090, %rd14, 96;
+	setp.ge.u64 	%p26, %rd2090, %rd46;
+	mov.u64 	%rd2092, %rd14;
+	@%p26 bra 	$L__BB4_27;
+	mov.u64 	%rd676, -97;
+	sub.s64 	%rd677, %rd676, %rd14;
+	add.s64 	%rd47, %rd677, %rd46;
+	shr.u64 	%rd678, %rd47, 7;
+	add.s64 	%rd679, %rd678, 1;
+	and.b64  	%rd48, %rd679, 3;
+	setp.eq.s64 	%p27, %rd48, 0;
+	mov.u64 	%rd2091, %rd14;
+	@%p27 bra 	$L__BB4_25;
+	shl.b64 	%rd680, %rd14, 3;
+	add.s64 	%rd681, %rd42, %rd680;
+	add.s64 	%rd50, %rd681, 256;
+	ld.global.v2.u32 	{%r656, %r657}, [%rd681+256];
+	ld.global.v2.u32 	{%r660, %r661}, [%rd681+512];
+	ld.global.v2.u32 	{%r664, %r665}, [%rd681+768];
+	ld.global.v2.u32 	{%r668, %r669}, [%rd681];
+	add.s64 	%rd51, %rd41, %rd680;
+	st.v2.u32 	[%rd51], {%r668, %r669};
+	st.v2.u32 	[%rd51+256], {%r656, %r657};
+	st.v2.u32 	[%rd51+512], {%r660, %r661};
+	st.v2.u32 	[%rd51+768], {%r664, %r665};
+	setp.eq.s64 	%p28, %rd48, 1;
+	mov.u64 	%rd2090, %rd16;
+	mov.u64 	%rd2091, %rd15;
+	mov.u64 	%rd2092, %rd15;
+	@%p28 bra 	$L__BB4_25;
+	ld.global.v2.u32 	{%r672, %r673}, [%rd50+1024];
+	ld.global.v2.u32 	{%r676, %r677}, [%rd50+1280];
+	ld.global.v2.u32 	{%r680, %r681}, [%rd50+1536];
+	ld.global.v2.u32 	{%r684, %r685}, [%rd50+768];
+	st.v2.u32 	[%rd51+1024], {%r684, %r685};
+	st.v2.u32 	[%rd51+1280], {%r672, %r673};
+	st.v2.u32 	[%rd51+1536], {%r676, %r677};
+	st.v2.u32 	[%rd51+1792], {%r680, %r681};
+	setp.eq.s64 	%p29, %rd48, 2;
+	mov.u64 	%rd2090, %rd18;
+	mov.u64 	%rd2091, %rd17;
+	mov.u64 	%rd2092, %rd17;
+	@%p29 bra 	$L__BB4_25;
+	ld.global.v2.u32 	{%r688, %r689}, [%rd50+2048];
+	ld.global.v2.u32 	{%r692, %r693}, [%rd50+2304];
+	ld.global.v2.u32 	{%r696, %r697}, [%rd50+2560];
+	ld.global.v2.u32 	{%r700, %r701}, [%rd50+1792];
+	st.v2.u32 	[%rd51+2048], {%r700, %r701};
+	st.v2.u32 	[%rd51+2304], {%r688, %r689};
+	st.v2.u32 	[%rd51+2560], {%r692, %r693};
+	st.v2.u32 	[%rd51+2816], {%r696, %r697};
+	mov.u64 	%rd2090, %rd20;
+	mov.u64 	%rd2091, %rd19;
+	mov.u64 	%rd2092, %rd19;
+$L__BB4_25:
+	setp.lt.u64 	%p30, %rd47, 384;
+	@%p30 bra 	$L__BB4_27;
+$L__BB4_26:
+	shl.b64 	%rd682, %rd2091, 3;
+	add.s64 	%rd683, %rd42, %rd682;
+	ld.global.v2.u32 	{%r704, %r705}, [%rd683+256];
+	ld.global.v2.u32 	{%r708, %r709}, [%rd683+512];
+	shl.b64 	%rd684, %rd2090, 3;
+	add.s64 	%rd685, %rd42, %rd684;
+	ld.global.v2.u32 	{%r712, %r713}, [%rd685];
+	ld.global.v2.u32 	{%r716, %r717}, [%rd683];
+	add.s64 	%rd686, %rd41, %rd682;
+	st.v2.u32 	[%rd686], {%r716, %r717};
+	st.v2.u32 	[%rd686+256], {%r704, %r705};
+	st.v2.u32 	[%rd686+512], {%r708, %r709};
+	add.s64 	%rd687, %rd41, %rd684;
+	st.v2.u32 	[%rd687], {%r712, %r713};
+	ld.global.v2.u32 	{%r720, %r721}, [%rd683+1280];
+	ld.global.v2.u32 	{%r724, %r725}, [%rd683+1536];
+	ld.global.v2.u32 	{%r728, %r729}, [%rd683+1792];
+	ld.global.v2.u32 	{%r732, %r733}, [%rd683+1024];
+	st.v2.u32 	[%rd686+1024], {%r732, %r733};
+	st.v2.u32 	[%rd686+1280], {%r720, %r721};
+	st.v2.u32 	[%rd686+1536], {%r724, %r725};
+	st.v2.u32 	[%rd686+1792], {%r728, %r729};
+	ld.global.v2.u32 	{%r736, %r737}, [%rd683+2304];
+	ld.global.v2.u32 	{%r740, %r741}, [%rd683+2560];
+	ld.global.v2.u32 	{%r744, %r745}, [%rd683+2816];
+	ld.global.v2.u32 	{%r748, %r749}, [%rd683+2048];
+	st.v2.u32 	[%rd686+2048], {%r748, %r749};
+	st.v2.u32 	[%rd686+2304], {%r736, %r737};
+	st.v2.u32 	[%rd686+2560], {%r740, %r741};
+	st.v2.u32 	[%rd686+2816], {%r744, %r745};
+	ld.global.v2.u32 	{%r752, %r753}, [%rd683+3328];
+	ld.global.v2.u32 	{%r756, %r757}, [%rd683+3584];
+	ld.global.v2.u32 	{%r760, %r761}, [%rd683+3840];
+	ld.global.v2.u32 	{%r764, %r765}, [%rd683+3072];
+	st.v2.u32 	[%rd686+3072], {%r764, %r765};
+	st.v2.u32 	[%rd686+3328], {%r752, %r753};
+	st.v2.u32 	[%rd686+3584], {%r756, %r757};
+	st.v2.u32 	[%rd686+3840], {%r760, %r761};
+	add.s64 	%rd2092, %rd2091, 512;
+	add.s64 	%rd2090, %rd2091, 608;
+	setp.lt.u64 	%p31, %rd2090, %rd46;
+	mov.u64 	%rd2091, %rd2092;
+	@%p31 bra 	$L__BB4_26;
+$L__BB4_27:
+	setp.ge.u64 	%p32, %rd2092, %rd46;
+	@%p32 bra 	$L__BB4_34;
+	not.b64 	%rd688, %rd2092;
+	add.s64 	%rd60, %rd46, %rd688;
+	shr.u64 	%rd689, %rd60, 5;
+	add.s64 	%rd690, %rd689, 1;
+	and.b64  	%rd61, %rd690, 3;
+	setp.eq.s64 	%p33, %rd61, 0;
+	mov.u64 	%rd2096, %rd2092;
+	@%p33 bra 	$L__BB4_32;
+	shl.b64 	%rd691, %rd2092, 3;
+	add.s64 	%rd62, %rd42, %rd691;
+	ld.global.v2.u32 	{%r768, %r769}, [%rd62];
+	add.s64 	%rd63, %rd41, %rd691;
+	st.v2.u32 	[%rd63], {%r768, %r769};
+	add.s64 	%rd2096, %rd2092, 32;
+	setp.eq.s64 	%p34, %rd61, 1;
+	@%p34 bra 	$L__BB4_32;
+	ld.global.v2.u32 	{%r772, %r773}, [%rd62+256];
+	st.v2.u32 	[%rd63+256], {%r772, %r773};
+	add.s64 	%rd2096, %rd2092, 64;
+	setp.eq.s64 	%p35, %rd61, 2;
+	@%p35 bra 	$L__BB4_32;
+	ld.global.v2.u32 	{%r776, %r777}, [%rd62+512];
+	st.v2.u32 	[%rd63+512], {%r776, %r777};
+	add.s64 	%rd2096, %rd2092, 96;
+$L__BB4_32:
+	setp.lt.u64 	%p36, %rd60, 96;
+	@%p36 bra 	$L__BB4_34;
+$L__BB4_33:
+	shl.b64 	%rd692, %rd2096, 3;
+	add.s64 	%rd693, %rd42, %rd692;
+	ld.global.v2.u32 	{%r780, %r781}, [%rd693];
+	add.s64 	%rd694, %rd41, %rd692;
+	st.v2.u32 	[%rd694], {%r780, %r781};
+	ld.global.v2.u32 	{%r784, %r785}, [%rd693+256];
+	st.v2.u32 	[%rd694+256], {%r784, %r785};
+	ld.global.v2.u32 	{%r788, %r789}, [%rd693+512];
+	st.v2.u32 	[%rd694+512], {%r788, %r789};
+	ld.global.v2.u32 	{%r792, %r793}, [%rd693+768];
+	st.v2.u32 	[%rd694+768], {%r792, %r793};
+	add.s64 	%rd2096, %rd2096, 128;
+	setp.lt.u64 	%p37, %rd2096, %rd46;
+	@%p37 bra 	$L__BB4_33;
+$L__BB4_34:
+	and.b64  	%rd2106, %rd44, 8589934584;
+	bra.uni 	$L__BB4_50;
+$L__BB4_137:
+	setp.ge.u64 	%p128, %rd2136, %rd187;
+	mov.u32 	%r3248, 0;
+	@%p128 bra 	$L__BB4_145;
+	not.b64 	%rd814, %rd184;
+	not.b64 	%rd815, %rd2136;
+	sub.s64 	%rd816, %rd815, %rd185;
+	max.u64 	%rd817, %rd816, %rd814;
+	mov.u64 	%rd818, -2;
+	sub.s64 	%rd819, %rd818, %rd2136;
+	sub.s64 	%rd820, %rd819, %rd817;
+	shr.u64 	%rd821, %rd820, 2;
+	add.s64 	%rd199, %rd821, 1;
+	and.b64  	%rd200, %rd199, 3;
+	setp.lt.u64 	%p129, %rd820, 12;
+	mov.u32 	%r3248, 0;
+	mov.u64 	%rd2135, %rd2136;
+	@%p129 bra 	$L__BB4_141;
+	sub.s64 	%rd2134, %rd199, %rd200;
+	mov.u32 	%r3248, 0;
+	mov.u64 	%rd2135, %rd2136;
+$L__BB4_140:
+	.pragma "nounroll";
+	shl.b64 	%rd822, %rd2135, 2;
+	add.s64 	%rd823, %rd42, %rd822;
+	ld.global.v4.u32 	{%r1560, %r1561, %r1562, %r1563}, [%rd823];
+	popc.b32 	%r1568, %r1560;
+	popc.b32 	%r1569, %r1561;
+	popc.b32 	%r1570, %r1562;
+	popc.b32 	%r1571, %r1563;
+	add.s32 	%r1572, %r1569, %r3248;
+	add.s32 	%r1573, %r1572, %r1568;
+	add.s32 	%r1574, %r1573, %r1570;
+	add.s32 	%r1575, %r1574, %r1571;
+	ld.global.v4.u32 	{%r1576, %r1577, %r1578, %r1579}, [%rd823+16];
+	popc.b32 	%r1584, %r1576;
+	popc.b32 	%r1585, %r1577;
+	popc.b32 	%r1586, %r1578;
+	popc.b32 	%r1587, %r1579;
+	add.s32 	%r1588, %r1585, %r1575;
+	add.s32 	%r1589, %r1588, %r1584;
+	add.s32 	%r1590, %r1589, %r1586;
+	add.s32 	%r1591, %r1590, %r1587;
+	ld.global.v4.u32 	{%r1592, %r1593, %r1594, %r1595}, [%rd823+32];
+	popc.b32 	%r1600, %r1592;
+	popc.b32 	%r1601, %r1593;
+	popc.b32 	%r1602, %r1594;
+	popc.b32 	%r1603, %r1595;
+	add.s32 	%r1604, %r1601, %r1591;
+	add.s32 	%r1605, %r1604, %r1600;
+	add.s32 	%r1606, %r1605, %r1602;
+	add.s32 	%r1607, %r1606, %r1603;
+	ld.global.v4.u32 	{%r1608, %r1609, %r1610, %r1611}, [%rd823+48];
+	popc.b32 	%r1616, %r1608;
+	popc.b32 	%r1617, %r1609;
+	popc.b32 	%r1618, %r1610;
+	popc.b32 	%r1619, %r1611;
+	add.s32 	%r1620, %r1617, %r1607;
+	add.s32 	%r1621, %r1620, %r1616;
+	add.s32 	%r1622, %r1621, %r1618;
+	add.s32 	%r3248, %r1622, %r1619;
+	add.s64 	%rd2135, %rd2135, 16;
+	add.s64 	%rd2134, %rd2134, -4;
+	setp.ne.s64 	%p130, %rd2134, 0;
+	@%p130 bra 	$L__BB4_140;
+$L__BB4_141:
+	setp.eq.s64 	%p131, %rd200, 0;
+	@%p131 bra 	$L__BB4_145;
+	shl.b64 	%rd824, %rd2135, 2;
+	add.s64 	%rd207, %rd42, %rd824;
+	ld.global.v4.u32 	{%r1623, %r1624, %r1625, %r1626}, [%rd207];
+	popc.b32 	%r1631, %r1623;
+	popc.b32 	%r1632, %r1624;
+	popc.b32 	%r1633, %r1625;
+	popc.b32 	%r1634, %r1626;
+	add.s32 	%r1635, %r1632, %r3248;
+	add.s32 	%r1636, %r1635, %r1631;
+	add.s32 	%r1637, %r1636, %r1633;
+	add.s32 	%r3248, %r1637, %r1634;
+	setp.eq.s64 	%p132, %rd200, 1;
+	@%p132 bra 	$L__BB4_145;
+	ld.global.v4.u32 	{%r1638, %r1639, %r1640, %r1641}, [%rd207+16];
+	popc.b32 	%r1646, %r1638;
+	popc.b32 	%r1647, %r1639;
+	popc.b32 	%r1648, %r1640;
+	popc.b32 	%r1649, %r1641;
+	add.s32 	%r1650, %r1647, %r3248;
+	add.s32 	%r1651, %r1650, %r1646;
+	add.s32 	%r1652, %r1651, %r1648;
+	add.s32 	%r3248, %r1652, %r1649;
+	setp.eq.s64 	%p133, %rd200, 2;
+	@%p133 bra 	$L__BB4_145;
+	ld.global.v4.u32 	{%r1653, %r1654, %r1655, %r1656}, [%rd207+32];
+	popc.b32 	%r1661, %r1653;
+	popc.b32 	%r1662, %r1654;
+	popc.b32 	%r1663, %r1655;
+	popc.b32 	%r1664, %r1656;
+	add.s32 	%r1665, %r1662, %r3248;
+	add.s32 	%r1666, %r1665, %r1661;
+	add.s32 	%r1667, %r1666, %r1663;
+	add.s32 	%r3248, %r1667, %r1664;
+$L__BB4_145:
+	setp.lt.u32 	%p134, %r645, 16;
+	mov.u32 	%r1669, 16;
+	setp.lt.u32 	%p135, %r645, 4;
+	mov.u32 	%r1670, 4;
+	setp.lt.u32 	%p136, %r645, 2;
+	mov.u32 	%r1671, 2;
+	setp.lt.u32 	%p137, %r645, 8;
+	mov.u32 	%r1672, 8;
+	setp.eq.s32 	%p138, %r645, 0;
+	mov.u32 	%r1673, 0;
+	mov.u32 	%r1674, 1;
+	mov.u32 	%r1675, -1;
+	shfl.sync.up.b32 	%r1676|%p139, %r3248, %r1674, %r1673, %r1675;
+	selp.b32 	%r1677, 0, %r1676, %p138;
+	add.s32 	%r1678, %r1677, %r3248;
+	shfl.sync.up.b32 	%r1679|%p140, %r1678, %r1671, %r1673, %r1675;
+	selp.b32 	%r1680, 0, %r1679, %p136;
+	add.s32 	%r1681, %r1680, %r1678;
+	shfl.sync.up.b32 	%r1682|%p141, %r1681, %r1670, %r1673, %r1675;
+	selp.b32 	%r1683, 0, %r1682, %p135;
+	add.s32 	%r1684, %r1683, %r1681;
+	shfl.sync.up.b32 	%r1685|%p142, %r1684, %r1672, %r1673, %r1675;
+	selp.b32 	%r1686, 0, %r1685, %p137;
+	add.s32 	%r1687, %r1686, %r1684;
+	shfl.sync.up.b32 	%r1688|%p143, %r1687, %r1669, %r1673, %r1675;
+	selp.b32 	%r1689, 0, %r1688, %p134;
+	add.s32 	%r1690, %r1689, %r1687;
+	mov.u32 	%r1691, 31;
+	shfl.sync.idx.b32 	%r1692|%p144, %r1690, %r1691, %r1691, %r1675;
+	sub.s32 	%r3252, %r1690, %r3248;
+	setp.ge.u64 	%p145, %rd2136, %rd187;
+	@%p145 bra 	$L__BB4_151;
+	add.s64 	%rd825, %rd30, -1;
+	shr.u64 	%rd208, %rd825, 5;
+	cvt.u32.u64 	%r1693, %rd188;
+	shl.b32 	%r1695, %r1675, %r1693;
+	not.b32 	%r60, %r1695;
+$L__BB4_147:
+	setp.ne.s64 	%p146, %rd208, %rd2136;
+	setp.eq.s64 	%p147, %rd188, 0;
+	or.pred  	%p148, %p147, %p146;
+	selp.b32 	%r1696, -1, %r60, %p148;
+	shl.b64 	%rd826, %rd2136, 2;
+	add.s64 	%rd827, %rd42, %rd826;
+	ld.global.u32 	%r1697, [%rd827];
+	and.b32  	%r3250, %r1697, %r1696;
+	setp.eq.s32 	%p149, %r3250, 0;
+	@%p149 bra 	$L__BB4_150;
+	shl.b64 	%rd210, %rd2136, 5;
+	mov.u32 	%r3251, %r3252;
+$L__BB4_149:
+	brev.b32 	%r1698, %r3250;
+	bfind.shiftamt.u32 	%r1699, %r1698;
+	add.s32 	%r1700, %r3250, -1;
+	and.b32  	%r3250, %r1700, %r3250;
+	cvt.u64.u32 	%rd828, %r1699;
+	add.s64 	%rd829, %rd210, %rd828;
+	add.s32 	%r3252, %r3251, 1;
+	mul.wide.u32 	%rd830, %r3251, 2;
+	add.s64 	%rd831, %rd41, %rd830;
+	st.u16 	[%rd831], %rd829;
+	setp.ne.s32 	%p150, %r3250, 0;
+	mov.u32 	%r3251, %r3252;
+	@%p150 bra 	$L__BB4_149;
+$L__BB4_150:
+	add.s64 	%rd2136, %rd2136, 1;
+	setp.lt.u64 	%p151, %rd2136, %rd187;
+	@%p151 bra 	$L__BB4_147;
+$L__BB4_151:
+	shl.b64 	%rd212, %rd31, 1;
+	mul.lo.s64 	%rd213, %rd31, %rd32;
+	add.s64 	%rd832, %rd212, 7;
+	and.b64  	%rd214, %rd832, 17179869176;
+	sub.s64 	%rd833, %rd214, %rd212;
+	setp.le.u64 	%p152, %rd833, %rd14;
+	@%p152 bra 	$L__BB4_153;
+	add.s64 	%rd834, %rd212, %rd14;
+	add.s64 	%rd835, %rd41, %rd834;
+	mov.u16 	%rs16, 0;
+	st.u8 	[%rd835], %rs16;
+$L__BB4_153:
+	add.s64 	%rd836, %rd213, 7;
+	and.b64  	%rd837, %rd836, -8;
+	sub.s64 	%rd838, %rd837, %rd213;
+	setp.le.u64 	%p153, %rd838, %rd14;
+	@%p153 bra 	$L__BB4_155;
+	add.s64 	%rd839, %rd213, %rd14;
+	add.s64 	%rd840, %rd839, %rd214;
+	add.s64 	%rd841, %rd41, %rd840;
+	mov.u16 	%rs17, 0;
+	st.u8 	[%rd841], %rs17;
+$L__BB4_155:
+	setp.eq.s32 	%p154, %r655, 0;
+	bar.warp.sync 	-1;
+	mov.u16 	%rs31, 0;
+	@%p154 bra 	$L__BB4_446;
+	cvt.u32.u64 	%r1702, %rd32;
+	add.s64 	%rd215, %rd39, %rd214;
+	add.s32 	%r1703, %r1702, -1;
+	cvt.u64.u32 	%rd216, %r1703;
+	and.b32  	%r68, %r1702, 3;
+	sub.s32 	%r69, %r1702, %r68;
+	shl.b64 	%rd843, %rd14, 1;
+	add.s64 	%rd844, %rd26, %rd843;
+	add.s64 	%rd845, %rd36, %rd35;
+	add.s64 	%rd846, %rd845, %rd37;
+	sub.s64 	%rd847, %rd846, %rd38;
+	add.s64 	%rd848, %rd844, %rd847;
+	add.s64 	%rd2138, %rd848, 32;
+	mov.u64 	%rd2137, 0;
+$L__BB4_157:
+	mov.u64 	%rd2139, 0;
+	add.s64 	%rd220, %rd2137, %rd14;
+	setp.ge.u64 	%p155, %rd220, %rd31;
+	@%p155 bra 	$L__BB4_159;
+	ld.u16 	%rd2139, [%rd2138];
+$L__BB4_159:
+	add.s64 	%rd2054, %rd2137, %rd14;
+	add.s64 	%rd223, %rd2054, 32;
+	setp.ge.u64 	%p156, %rd223, %rd31;
+	mov.u64 	%rd2141, 0;
+	mov.u64 	%rd2140, %rd2141;
+	@%p156 bra 	$L__BB4_161;
+	ld.u16 	%rd2140, [%rd2138+64];
+$L__BB4_161:
+	add.s64 	%rd2055, %rd2137, %rd14;
+	add.s64 	%rd226, %rd2055, 64;
+	setp.ge.u64 	%p157, %rd226, %rd31;
+	@%p157 bra 	$L__BB4_163;
+	ld.u16 	%rd2141, [%rd2138+128];
+$L__BB4_163:
+	add.s64 	%rd2056, %rd2137, %rd14;
+	add.s64 	%rd229, %rd2056, 96;
+	setp.ge.u64 	%p158, %rd229, %rd31;
+	mov.u64 	%rd2143, 0;
+	mov.u64 	%rd2142, %rd2143;
+	@%p158 bra 	$L__BB4_165;
+	ld.u16 	%rd2142, [%rd2138+192];
+$L__BB4_165:
+	add.s64 	%rd2057, %rd2137, %rd14;
+	add.s64 	%rd232, %rd2057, 128;
+	setp.ge.u64 	%p159, %rd232, %rd31;
+	@%p159 bra 	$L__BB4_167;
+	ld.u16 	%rd2143, [%rd2138+256];
+$L__BB4_167:
+	add.s64 	%rd2058, %rd2137, %rd14;
+	add.s64 	%rd235, %rd2058, 160;
+	setp.ge.u64 	%p160, %rd235, %rd31;
+	mov.u64 	%rd2145, 0;
+	mov.u64 	%rd2144, %rd2145;
+	@%p160 bra 	$L__BB4_169;
+	ld.u16 	%rd2144, [%rd2138+320];
+$L__BB4_169:
+	add.s64 	%rd2059, %rd2137, %rd14;
+	add.s64 	%rd238, %rd2059, 192;
+	setp.ge.u64 	%p161, %rd238, %rd31;
+	@%p161 bra 	$L__BB4_171;
+	ld.u16 	%rd2145, [%rd2138+384];
+$L__BB4_171:
+	add.s64 	%rd2060, %rd2137, %rd14;
+	add.s64 	%rd241, %rd2060, 224;
+	setp.ge.u64 	%p162, %rd241, %rd31;
+	mov.u64 	%rd2146, 0;
+	@%p162 bra 	$L__BB4_173;
+	ld.u16 	%rd2146, [%rd2138+448];
+$L__BB4_173:
+	add.s64 	%rd2077, %rd2137, %rd14;
+	setp.ge.u64 	%p822, %rd2077, %rd31;
+	mov.u64 	%rd2150, 0;
+	@%p822 bra 	$L__BB4_190;
+	add.s64 	%rd858, %rd29, %rd2139;
+	mul.lo.s64 	%rd859, %rd858, %rd32;
+	add.s64 	%rd244, %rd27, %rd859;
+	and.b64  	%rd860, %rd244, %rd216;
+	setp.eq.s64 	%p164, %rd860, 0;
+	@%p164 bra 	$L__BB4_183;
+	mov.u64 	%rd2150, 0;
+	setp.eq.s32 	%p165, %r1702, 0;
+	@%p165 bra 	$L__BB4_190;
+	cvt.u32.u64 	%r1706, %rd216;
+	setp.lt.u32 	%p166, %r1706, 3;
+	mov.u64 	%rd2150, 0;
+	mov.u32 	%r3255, 0;
+	@%p166 bra 	$L__BB4_179;
+	mov.u64 	%rd2150, 0;
+	mov.u32 	%r3255, 0;
+	mov.u32 	%r3254, %r69;
+$L__BB4_178:
+	cvt.u64.u32 	%rd865, %r3255;
+	add.s64 	%rd866, %rd244, %rd865;
+	ld.u8 	%rd867, [%rd866];
+	shl.b32 	%r1708, %r3255, 3;
+	shl.b64 	%rd868, %rd867, %r1708;
+	or.b64  	%rd869, %rd868, %rd2150;
+	ld.u8 	%rd870, [%rd866+1];
+	add.s32 	%r1709, %r1708, 8;
+	shl.b64 	%rd871, %rd870, %r1709;
+	or.b64  	%rd872, %rd871, %rd869;
+	ld.u8 	%rd873, [%rd866+2];
+	add.s32 	%r1710, %r1708, 16;
+	shl.b64 	%rd874, %rd873, %r1710;
+	or.b64  	%rd875, %rd874, %rd872;
+	ld.u8 	%rd876, [%rd866+3];
+	add.s32 	%r1711, %r1708, 24;
+	shl.b64 	%rd877, %rd876, %r1711;
+	or.b64  	%rd2150, %rd877, %rd875;
+	add.s32 	%r3255, %r3255, 4;
+	add.s32 	%r3254, %r3254, -4;
+	setp.ne.s32 	%p167, %r3254, 0;
+	@%p167 bra 	$L__BB4_178;
+$L__BB4_179:
+	setp.eq.s32 	%p168, %r68, 0;
+	@%p168 bra 	$L__BB4_190;
+	setp.eq.s32 	%p169, %r68, 1;
+	cvt.u64.u32 	%rd878, %r3255;
+	add.s64 	%rd249, %rd244, %rd878;
+	ld.u8 	%rd879, [%rd249];
+	shl.b32 	%r1712, %r3255, 3;
+	shl.b64 	%rd880, %rd879, %r1712;
+	or.b64  	%rd2150, %rd880, %rd2150;
+	@%p169 bra 	$L__BB4_190;
+	setp.eq.s32 	%p170, %r68, 2;
+	ld.u8 	%rd881, [%rd249+1];
+	add.s32 	%r1714, %r1712, 8;
+	shl.b64 	%rd882, %rd881, %r1714;
+	or.b64  	%rd2150, %rd882, %rd2150;
+	@%p170 bra 	$L__BB4_190;
+	ld.u8 	%rd883, [%rd249+2];
+	add.s32 	%r1716, %r1712, 16;
+	shl.b64 	%rd884, %rd883, %r1716;
+	or.b64  	%rd2150, %rd884, %rd2150;
+	bra.uni 	$L__BB4_190;
+$L__BB4_183:
+	setp.eq.s32 	%p171, %r1702, 1;
+	@%p171 bra 	$L__BB4_188;
+	setp.eq.s32 	%p172, %r1702, 2;
+	@%p172 bra 	$L__BB4_187;
+	setp.ne.s32 	%p173, %r1702, 4;
+	@%p173 bra 	$L__BB4_189;
+	ld.u32 	%rd2150, [%rd244];
+	bra.uni 	$L__BB4_190;
+$L__BB4_188:
+	ld.u8 	%rd2150, [%rd244];
+	bra.uni 	$L__BB4_190;
+$L__BB4_187:
+	ld.u16 	%rd2150, [%rd244];
+	bra.uni 	$L__BB4_190;
+$L__BB4_189:
+	ld.u64 	%rd2150, [%rd244];
+$L__BB4_190:
+	mov.u64 	%rd2154, 0;
+	@%p156 bra 	$L__BB4_207;
+	add.s64 	%rd886, %rd29, %rd2140;
+	mul.lo.s64 	%rd887, %rd886, %rd32;
+	add.s64 	%rd259, %rd27, %rd887;
+	and.b64  	%rd888, %rd259, %rd216;
+	setp.eq.s64 	%p175, %rd888, 0;
+	@%p175 bra 	$L__BB4_200;
+	mov.u64 	%rd2154, 0;
+	setp.eq.s32 	%p176, %r1702, 0;
+	@%p176 bra 	$L__BB4_207;
+	cvt.u32.u64 	%r1720, %rd216;
+	setp.lt.u32 	%p177, %r1720, 3;
+	mov.u64 	%rd2154, 0;
+	mov.u32 	%r3258, 0;
+	@%p177 bra 	$L__BB4_196;
+	mov.u64 	%rd2154, 0;
+	mov.u32 	%r3258, 0;
+	mov.u32 	%r3257, %r69;
+$L__BB4_195:
+	cvt.u64.u32 	%rd893, %r3258;
+	add.s64 	%rd894, %rd259, %rd893;
+	ld.u8 	%rd895, [%rd894];
+	shl.b32 	%r1722, %r3258, 3;
+	shl.b64 	%rd896, %rd895, %r1722;
+	or.b64  	%rd897, %rd896, %rd2154;
+	ld.u8 	%rd898, [%rd894+1];
+	add.s32 	%r1723, %r1722, 8;
+	shl.b64 	%rd899, %rd898, %r1723;
+	or.b64  	%rd900, %rd899, %rd897;
+	ld.u8 	%rd901, [%rd894+2];
+	add.s32 	%r1724, %r1722, 16;
+	shl.b64 	%rd902, %rd901, %r1724;
+	or.b64  	%rd903, %rd902, %rd900;
+	ld.u8 	%rd904, [%rd894+3];
+	add.s32 	%r1725, %r1722, 24;
+	shl.b64 	%rd905, %rd904, %r1725;
+	or.b64  	%rd2154, %rd905, %rd903;
+	add.s32 	%r3258, %r3258, 4;
+	add.s32 	%r3257, %r3257, -4;
+	setp.ne.s32 	%p178, %r3257, 0;
+	@%p178 bra 	$L__BB4_195;
+$L__BB4_196:
+	setp.eq.s32 	%p179, %r68, 0;
+	@%p179 bra 	$L__BB4_207;
+	setp.eq.s32 	%p180, %r68, 1;
+	cvt.u64.u32 	%rd906, %r3258;
+	add.s64 	%rd264, %rd259, %rd906;
+	ld.u8 	%rd907, [%rd264];
+	shl.b32 	%r1726, %r3258, 3;
+	shl.b64 	%rd908, %rd907, %r1726;
+	or.b64  	%rd2154, %rd908, %rd2154;
+	@%p180 bra 	$L__BB4_207;
+	setp.eq.s32 	%p181, %r68, 2;
+	ld.u8 	%rd909, [%rd264+1];
+	add.s32 	%r1728, %r1726, 8;
+	shl.b64 	%rd910, %rd909, %r1728;
+	or.b64  	%rd2154, %rd910, %rd2154;
+	@%p181 bra 	$L__BB4_207;
+	ld.u8 	%rd911, [%rd264+2];
+	add.s32 	%r1730, %r1726, 16;
+	shl.b64 	%rd912, %rd911, %r1730;
+	or.b64  	%rd2154, %rd912, %rd2154;
+	bra.uni 	$L__BB4_207;
+$L__BB4_200:
+	setp.eq.s32 	%p182, %r1702, 1;
+	@%p182 bra 	$L__BB4_205;
+	setp.eq.s32 	%p183, %r1702, 2;
+	@%p183 bra 	$L__BB4_204;
+	setp.ne.s32 	%p184, %r1702, 4;
+	@%p184 bra 	$L__BB4_206;
+	ld.u32 	%rd2154, [%rd259];
+	bra.uni 	$L__BB4_207;
+$L__BB4_205:
+	ld.u8 	%rd2154, [%rd259];
+	bra.uni 	$L__BB4_207;
+$L__BB4_204:
+	ld.u16 	%rd2154, [%rd259];
+	bra.uni 	$L__BB4_207;
+$L__BB4_206:
+	ld.u64 	%rd2154, [%rd259];
+$L__BB4_207:
+	mov.u64 	%rd2158, 0;
+	@%p157 bra 	$L__BB4_224;
+	add.s64 	%rd914, %rd29, %rd2141;
+	mul.lo.s64 	%rd915, %rd914, %rd32;
+	add.s64 	%rd274, %rd27, %rd915;
+	and.b64  	%rd916, %rd274, %rd216;
+	setp.eq.s64 	%p186, %rd916, 0;
+	@%p186 bra 	$L__BB4_217;
+	mov.u64 	%rd2158, 0;
+	setp.eq.s32 	%p187, %r1702, 0;
+	@%p187 bra 	$L__BB4_224;
+	cvt.u32.u64 	%r1734, %rd216;
+	setp.lt.u32 	%p188, %r1734, 3;
+	mov.u64 	%rd2158, 0;
+	mov.u32 	%r3261, 0;
+	@%p188 bra 	$L__BB4_213;
+	mov.u64 	%rd2158, 0;
+	mov.u32 	%r3261, 0;
+	mov.u32 	%r3260, %r69;
+$L__BB4_212:
+	cvt.u64.u32 	%rd921, %r3261;
+	add.s64 	%rd922, %rd274, %rd921;
+	ld.u8 	%rd923, [%rd922];
+	shl.b32 	%r1736, %r3261, 3;
+	shl.b64 	%rd924, %rd923, %r1736;
+	or.b64  	%rd925, %rd924, %rd2158;
+	ld.u8 	%rd926, [%rd922+1];
+	add.s32 	%r1737, %r1736, 8;
+	shl.b64 	%rd927, %rd926, %r1737;
+	or.b64  	%rd928, %rd927, %rd925;
+	ld.u8 	%rd929, [%rd922+2];
+	add.s32 	%r1738, %r1736, 16;
+	shl.b64 	%rd930, %rd929, %r1738;
+	or.b64  	%rd931, %rd930, %rd928;
+	ld.u8 	%rd932, [%rd922+3];
+	add.s32 	%r1739, %r1736, 24;
+	shl.b64 	%rd933, %rd932, %r1739;
+	or.b64  	%rd2158, %rd933, %rd931;
+	add.s32 	%r3261, %r3261, 4;
+	add.s32 	%r3260, %r3260, -4;
+	setp.ne.s32 	%p189, %r3260, 0;
+	@%p189 bra 	$L__BB4_212;
+$L__BB4_213:
+	setp.eq.s32 	%p190, %r68, 0;
+	@%p190 bra 	$L__BB4_224;
+	setp.eq.s32 	%p191, %r68, 1;
+	cvt.u64.u32 	%rd934, %r3261;
+	add.s64 	%rd279, %rd274, %rd934;
+	ld.u8 	%rd935, [%rd279];
+	shl.b32 	%r1740, %r3261, 3;
+	shl.b64 	%rd936, %rd935, %r1740;
+	or.b64  	%rd2158, %rd936, %rd2158;
+	@%p191 bra 	$L__BB4_224;
+	setp.eq.s32 	%p192, %r68, 2;
+	ld.u8 	%rd937, [%rd279+1];
+	add.s32 	%r1742, %r1740, 8;
+	shl.b64 	%rd938, %rd937, %r1742;
+	or.b64  	%rd2158, %rd938, %rd2158;
+	@%p192 bra 	$L__BB4_224;
+	ld.u8 	%rd939, [%rd279+2];
+	add.s32 	%r1744, %r1740, 16;
+	shl.b64 	%rd940, %rd939, %r1744;
+	or.b64  	%rd2158, %rd940, %rd2158;
+	bra.uni 	$L__BB4_224;
+$L__BB4_217:
+	setp.eq.s32 	%p193, %r1702, 1;
+	@%p193 bra 	$L__BB4_222;
+	setp.eq.s32 	%p194, %r1702, 2;
+	@%p194 bra 	$L__BB4_221;
+	setp.ne.s32 	%p195, %r1702, 4;
+	@%p195 bra 	$L__BB4_223;
+	ld.u32 	%rd2158, [%rd274];
+	bra.uni 	$L__BB4_224;
+$L__BB4_222:
+	ld.u8 	%rd2158, [%rd274];
+	bra.uni 	$L__BB4_224;
+$L__BB4_221:
+	ld.u16 	%rd2158, [%rd274];
+	bra.uni 	$L__BB4_224;
+$L__BB4_223:
+	ld.u64 	%rd2158, [%rd274];
+$L__BB4_224:
+	mov.u64 	%rd2162, 0;
+	@%p158 bra 	$L__BB4_241;
+	add.s64 	%rd942, %rd29, %rd2142;
+	mul.lo.s64 	%rd943, %rd942, %rd32;
+	add.s64 	%rd289, %rd27, %rd943;
+	and.b64  	%rd944, %rd289, %rd216;
+	setp.eq.s64 	%p197, %rd944, 0;
+	@%p197 bra 	$L__BB4_234;
+	mov.u64 	%rd2162, 0;
+	setp.eq.s32 	%p198, %r1702, 0;
+	@%p198 bra 	$L__BB4_241;
+	cvt.u32.u64 	%r1748, %rd216;
+	setp.lt.u32 	%p199, %r1748, 3;
+	mov.u64 	%rd2162, 0;
+	mov.u32 	%r3264, 0;
+	@%p199 bra 	$L__BB4_230;
+	mov.u64 	%rd2162, 0;
+	mov.u32 	%r3264, 0;
+	mov.u32 	%r3263, %r69;
+$L__BB4_229:
+	cvt.u64.u32 	%rd949, %r3264;
+	add.s64 	%rd950, %rd289, %rd949;
+	ld.u8 	%rd951, [%rd950];
+	shl.b32 	%r1750, %r3264, 3;
+	shl.b64 	%rd952, %rd951, %r1750;
+	or.b64  	%rd953, %rd952, %rd2162;
+	ld.u8 	%rd954, [%rd950+1];
+	add.s32 	%r1751, %r1750, 8;
+	shl.b64 	%rd955, %rd954, %r1751;
+	or.b64  	%rd956, %rd955, %rd953;
+	ld.u8 	%rd957, [%rd950+2];
+	add.s32 	%r1752, %r1750, 16;
+	shl.b64 	%rd958, %rd957, %r1752;
+	or.b64  	%rd959, %rd958, %rd956;
+	ld.u8 	%rd960, [%rd950+3];
+	add.s32 	%r1753, %r1750, 24;
+	shl.b64 	%rd961, %rd960, %r1753;
+	or.b64  	%rd2162, %rd961, %rd959;
+	add.s32 	%r3264, %r3264, 4;
+	add.s32 	%r3263, %r3263, -4;
+	setp.ne.s32 	%p200, %r3263, 0;
+	@%p200 bra 	$L__BB4_229;
+$L__BB4_230:
+	setp.eq.s32 	%p201, %r68, 0;
+	@%p201 bra 	$L__BB4_241;
+	setp.eq.s32 	%p202, %r68, 1;
+	cvt.u64.u32 	%rd962, %r3264;
+	add.s64 	%rd294, %rd289, %rd962;
+	ld.u8 	%rd963, [%rd294];
+	shl.b32 	%r1754, %r3264, 3;
+	shl.b64 	%rd964, %rd963, %r1754;
+	or.b64  	%rd2162, %rd964, %rd2162;
+	@%p202 bra 	$L__BB4_241;
+	setp.eq.s32 	%p203, %r68, 2;
+	ld.u8 	%rd965, [%rd294+1];
+	add.s32 	%r1756, %r1754, 8;
+	shl.b64 	%rd966, %rd965, %r1756;
+	or.b64  	%rd2162, %rd966, %rd2162;
+	@%p203 bra 	$L__BB4_241;
+	ld.u8 	%rd967, [%rd294+2];
+	add.s32 	%r1758, %r1754, 16;
+	shl.b64 	%rd968, %rd967, %r1758;
+	or.b64  	%rd2162, %rd968, %rd2162;
+	bra.uni 	$L__BB4_241;
+$L__BB4_234:
+	setp.eq.s32 	%p204, %r1702, 1;
+	@%p204 bra 	$L__BB4_239;
+	setp.eq.s32 	%p205, %r1702, 2;
+	@%p205 bra 	$L__BB4_238;
+	setp.ne.s32 	%p206, %r1702, 4;
+	@%p206 bra 	$L__BB4_240;
+	ld.u32 	%rd2162, [%rd289];
+	bra.uni 	$L__BB4_241;
+$L__BB4_239:
+	ld.u8 	%rd2162, [%rd289];
+	bra.uni 	$L__BB4_241;
+$L__BB4_238:
+	ld.u16 	%rd2162, [%rd289];
+	bra.uni 	$L__BB4_241;
+$L__BB4_240:
+	ld.u64 	%rd2162, [%rd289];
+$L__BB4_241:
+	mov.u64 	%rd2166, 0;
+	@%p159 bra 	$L__BB4_258;
+	add.s64 	%rd970, %rd29, %rd2143;
+	mul.lo.s64 	%rd971, %rd970, %rd32;
+	add.s64 	%rd304, %rd27, %rd971;
+	and.b64  	%rd972, %rd304, %rd216;
+	setp.eq.s64 	%p208, %rd972, 0;
+	@%p208 bra 	$L__BB4_251;
+	mov.u64 	%rd2166, 0;
+	setp.eq.s32 	%p209, %r1702, 0;
+	@%p209 bra 	$L__BB4_258;
+	cvt.u32.u64 	%r1762, %rd216;
+	setp.lt.u32 	%p210, %r1762, 3;
+	mov.u64 	%rd2166, 0;
+	mov.u32 	%r3267, 0;
+	@%p210 bra 	$L__BB4_247;
+	mov.u64 	%rd2166, 0;
+	mov.u32 	%r3267, 0;
+	mov.u32 	%r3266, %r69;
+$L__BB4_246:
+	cvt.u64.u32 	%rd977, %r3267;
+	add.s64 	%rd978, %rd304, %rd977;
+	ld.u8 	%rd979, [%rd978];
+	shl.b32 	%r1764, %r3267, 3;
+	shl.b64 	%rd980, %rd979, %r1764;
+	or.b64  	%rd981, %rd980, %rd2166;
+	ld.u8 	%rd982, [%rd978+1];
+	add.s32 	%r1765, %r1764, 8;
+	shl.b64 	%rd983, %rd982, %r1765;
+	or.b64  	%rd984, %rd983, %rd981;
+	ld.u8 	%rd985, [%rd978+2];
+	add.s32 	%r1766, %r1764, 16;
+	shl.b64 	%rd986, %rd985, %r1766;
+	or.b64  	%rd987, %rd986, %rd984;
+	ld.u8 	%rd988, [%rd978+3];
+	add.s32 	%r1767, %r1764, 24;
+	shl.b64 	%rd989, %rd988, %r1767;
+	or.b64  	%rd2166, %rd989, %rd987;
+	add.s32 	%r3267, %r3267, 4;
+	add.s32 	%r3266, %r3266, -4;
+	setp.ne.s32 	%p211, %r3266, 0;
+	@%p211 bra 	$L__BB4_246;
+$L__BB4_247:
+	setp.eq.s32 	%p212, %r68, 0;
+	@%p212 bra 	$L__BB4_258;
+	setp.eq.s32 	%p213, %r68, 1;
+	cvt.u64.u32 	%rd990, %r3267;
+	add.s64 	%rd309, %rd304, %rd990;
+	ld.u8 	%rd991, [%rd309];
+	shl.b32 	%r1768, %r3267, 3;
+	shl.b64 	%rd992, %rd991, %r1768;
+	or.b64  	%rd2166, %rd992, %rd2166;
+	@%p213 bra 	$L__BB4_258;
+	setp.eq.s32 	%p214, %r68, 2;
+	ld.u8 	%rd993, [%rd309+1];
+	add.s32 	%r1770, %r1768, 8;
+	shl.b64 	%rd994, %rd993, %r1770;
+	or.b64  	%rd2166, %rd994, %rd2166;
+	@%p214 bra 	$L__BB4_258;
+	ld.u8 	%rd995, [%rd309+2];
+	add.s32 	%r1772, %r1768, 16;
+	shl.b64 	%rd996, %rd995, %r1772;
+	or.b64  	%rd2166, %rd996, %rd2166;
+	bra.uni 	$L__BB4_258;
+$L__BB4_251:
+	setp.eq.s32 	%p215, %r1702, 1;
+	@%p215 bra 	$L__BB4_256;
+	setp.eq.s32 	%p216, %r1702, 2;
+	@%p216 bra 	$L__BB4_255;
+	setp.ne.s32 	%p217, %r1702, 4;
+	@%p217 bra 	$L__BB4_257;
+	ld.u32 	%rd2166, [%rd304];
+	bra.uni 	$L__BB4_258;
+$L__BB4_256:
+	ld.u8 	%rd2166, [%rd304];
+	bra.uni 	$L__BB4_258;
+$L__BB4_255:
+	ld.u16 	%rd2166, [%rd304];
+	bra.uni 	$L__BB4_258;
+$L__BB4_257:
+	ld.u64 	%rd2166, [%rd304];
+$L__BB4_258:
+	mov.u64 	%rd2170, 0;
+	@%p160 bra 	$L__BB4_275;
+	add.s64 	%rd998, %rd29, %rd2144;
+	mul.lo.s64 	%rd999, %rd998, %rd32;
+	add.s64 	%rd319, %rd27, %rd999;
+	and.b64  	%rd1000, %rd319, %rd216;
+	setp.eq.s64 	%p219, %rd1000, 0;
+	@%p219 bra 	$L__BB4_268;
+	mov.u64 	%rd2170, 0;
+	setp.eq.s32 	%p220, %r1702, 0;
+	@%p220 bra 	$L__BB4_275;
+	cvt.u32.u64 	%r1776, %rd216;
+	setp.lt.u32 	%p221, %r1776, 3;
+	mov.u64 	%rd2170, 0;
+	mov.u32 	%r3270, 0;
+	@%p221 bra 	$L__BB4_264;
+	mov.u64 	%rd2170, 0;
+	mov.u32 	%r3270, 0;
+	mov.u32 	%r3269, %r69;
+$L__BB4_263:
+	cvt.u64.u32 	%rd1005, %r3270;
+	add.s64 	%rd1006, %rd319, %rd1005;
+	ld.u8 	%rd1007, [%rd1006];
+	shl.b32 	%r1778, %r3270, 3;
+	shl.b64 	%rd1008, %rd1007, %r1778;
+	or.b64  	%rd1009, %rd1008, %rd2170;
+	ld.u8 	%rd1010, [%rd1006+1];
+	add.s32 	%r1779, %r1778, 8;
+	shl.b64 	%rd1011, %rd1010, %r1779;
+	or.b64  	%rd1012, %rd1011, %rd1009;
+	ld.u8 	%rd1013, [%rd1006+2];
+	add.s32 	%r1780, %r1778, 16;
+	shl.b64 	%rd1014, %rd1013, %r1780;
+	or.b64  	%rd1015, %rd1014, %rd1012;
+	ld.u8 	%rd1016, [%rd1006+3];
+	add.s32 	%r1781, %r1778, 24;
+	shl.b64 	%rd1017, %rd1016, %r1781;
+	or.b64  	%rd2170, %rd1017, %rd1015;
+	add.s32 	%r3270, %r3270, 4;
+	add.s32 	%r3269, %r3269, -4;
+	setp.ne.s32 	%p222, %r3269, 0;
+	@%p222 bra 	$L__BB4_263;
+$L__BB4_264:
+	setp.eq.s32 	%p223, %r68, 0;
+	@%p223 bra 	$L__BB4_275;
+	setp.eq.s32 	%p224, %r68, 1;
+	cvt.u64.u32 	%rd1018, %r3270;
+	add.s64 	%rd324, %rd319, %rd1018;
+	ld.u8 	%rd1019, [%rd324];
+	shl.b32 	%r1782, %r3270, 3;
+	shl.b64 	%rd1020, %rd1019, %r1782;
+	or.b64  	%rd2170, %rd1020, %rd2170;
+	@%p224 bra 	$L__BB4_275;
+	setp.eq.s32 	%p225, %r68, 2;
+	ld.u8 	%rd1021, [%rd324+1];
+	add.s32 	%r1784, %r1782, 8;
+	shl.b64 	%rd1022, %rd1021, %r1784;
+	or.b64  	%rd2170, %rd1022, %rd2170;
+	@%p225 bra 	$L__BB4_275;
+	ld.u8 	%rd1023, [%rd324+2];
+	add.s32 	%r1786, %r1782, 16;
+	shl.b64 	%rd1024, %rd1023, %r1786;
+	or.b64  	%rd2170, %rd1024, %rd2170;
+	bra.uni 	$L__BB4_275;
+$L__BB4_268:
+	setp.eq.s32 	%p226, %r1702, 1;
+	@%p226 bra 	$L__BB4_273;
+	setp.eq.s32 	%p227, %r1702, 2;
+	@%p227 bra 	$L__BB4_272;
+	setp.ne.s32 	%p228, %r1702, 4;
+	@%p228 bra 	$L__BB4_274;
+	ld.u32 	%rd2170, [%rd319];
+	bra.uni 	$L__BB4_275;
+$L__BB4_273:
+	ld.u8 	%rd2170, [%rd319];
+	bra.uni 	$L__BB4_275;
+$L__BB4_272:
+	ld.u16 	%rd2170, [%rd319];
+	bra.uni 	$L__BB4_275;
+$L__BB4_274:
+	ld.u64 	%rd2170, [%rd319];
+$L__BB4_275:
+	mov.u64 	%rd2174, 0;
+	@%p161 bra 	$L__BB4_292;
+	add.s64 	%rd1026, %rd29, %rd2145;
+	mul.lo.s64 	%rd1027, %rd1026, %rd32;
+	add.s64 	%rd334, %rd27, %rd1027;
+	and.b64  	%rd1028, %rd334, %rd216;
+	setp.eq.s64 	%p230, %rd1028, 0;
+	@%p230 bra 	$L__BB4_285;
+	mov.u64 	%rd2174, 0;
+	setp.eq.s32 	%p231, %r1702, 0;
+	@%p231 bra 	$L__BB4_292;
+	cvt.u32.u64 	%r1790, %rd216;
+	setp.lt.u32 	%p232, %r1790, 3;
+	mov.u64 	%rd2174, 0;
+	mov.u32 	%r3273, 0;
+	@%p232 bra 	$L__BB4_281;
+	mov.u64 	%rd2174, 0;
+	mov.u32 	%r3273, 0;
+	mov.u32 	%r3272, %r69;
+$L__BB4_280:
+	cvt.u64.u32 	%rd1033, %r3273;
+	add.s64 	%rd1034, %rd334, %rd1033;
+	ld.u8 	%rd1035, [%rd1034];
+	shl.b32 	%r1792, %r3273, 3;
+	shl.b64 	%rd1036, %rd1035, %r1792;
+	or.b64  	%rd1037, %rd1036, %rd2174;
+	ld.u8 	%rd1038, [%rd1034+1];
+	add.s32 	%r1793, %r1792, 8;
+	shl.b64 	%rd1039, %rd1038, %r1793;
+	or.b64  	%rd1040, %rd1039, %rd1037;
+	ld.u8 	%rd1041, [%rd1034+2];
+	add.s32 	%r1794, %r1792, 16;
+	shl.b64 	%rd1042, %rd1041, %r1794;
+	or.b64  	%rd1043, %rd1042, %rd1040;
+	ld.u8 	%rd1044, [%rd1034+3];
+	add.s32 	%r1795, %r1792, 24;
+	shl.b64 	%rd1045, %rd1044, %r1795;
+	or.b64  	%rd2174, %rd1045, %rd1043;
+	add.s32 	%r3273, %r3273, 4;
+	add.s32 	%r3272, %r3272, -4;
+	setp.ne.s32 	%p233, %r3272, 0;
+	@%p233 bra 	$L__BB4_280;
+$L__BB4_281:
+	setp.eq.s32 	%p234, %r68, 0;
+	@%p234 bra 	$L__BB4_292;
+	setp.eq.s32 	%p235, %r68, 1;
+	cvt.u64.u32 	%rd1046, %r3273;
+	add.s64 	%rd339, %rd334, %rd1046;
+	ld.u8 	%rd1047, [%rd339];
+	shl.b32 	%r1796, %r3273, 3;
+	shl.b64 	%rd1048, %rd1047, %r1796;
+	or.b64  	%rd2174, %rd1048, %rd2174;
+	@%p235 bra 	$L__BB4_292;
+	setp.eq.s32 	%p236, %r68, 2;
+	ld.u8 	%rd1049, [%rd339+1];
+	add.s32 	%r1798, %r1796, 8;
+	shl.b64 	%rd1050, %rd1049, %r1798;
+	or.b64  	%rd2174, %rd1050, %rd2174;
+	@%p236 bra 	$L__BB4_292;
+	ld.u8 	%rd1051, [%rd339+2];
+	add.s32 	%r1800, %r1796, 16;
+	shl.b64 	%rd1052, %rd1051, %r1800;
+	or.b64  	%rd2174, %rd1052, %rd2174;
+	bra.uni 	$L__BB4_292;
+$L__BB4_285:
+	setp.eq.s32 	%p237, %r1702, 1;
+	@%p237 bra 	$L__BB4_290;
+	setp.eq.s32 	%p238, %r1702, 2;
+	@%p238 bra 	$L__BB4_289;
+	setp.ne.s32 	%p239, %r1702, 4;
+	@%p239 bra 	$L__BB4_291;
+	ld.u32 	%rd2174, [%rd334];
+	bra.uni 	$L__BB4_292;
+$L__BB4_290:
+	ld.u8 	%rd2174, [%rd334];
+	bra.uni 	$L__BB4_292;
+$L__BB4_289:
+	ld.u16 	%rd2174, [%rd334];
+	bra.uni 	$L__BB4_292;
+$L__BB4_291:
+	ld.u64 	%rd2174, [%rd334];
+$L__BB4_292:
+	mov.u64 	%rd2178, 0;
+	@%p162 bra 	$L__BB4_309;
+	add.s64 	%rd1054, %rd29, %rd2146;
+	mul.lo.s64 	%rd1055, %rd1054, %rd32;
+	add.s64 	%rd349, %rd27, %rd1055;
+	and.b64  	%rd1056, %rd349, %rd216;
+	setp.eq.s64 	%p241, %rd1056, 0;
+	@%p241 bra 	$L__BB4_302;
+	mov.u64 	%rd2178, 0;
+	setp.eq.s32 	%p242, %r1702, 0;
+	@%p242 bra 	$L__BB4_309;
+	cvt.u32.u64 	%r1804, %rd216;
+	setp.lt.u32 	%p243, %r1804, 3;
+	mov.u64 	%rd2178, 0;
+	mov.u32 	%r3276, 0;
+	@%p243 bra 	$L__BB4_298;
+	mov.u64 	%rd2178, 0;
+	mov.u32 	%r3276, 0;
+	mov.u32 	%r3275, %r69;
+$L__BB4_297:
+	cvt.u64.u32 	%rd1061, %r3276;
+	add.s64 	%rd1062, %rd349, %rd1061;
+	ld.u8 	%rd1063, [%rd1062];
+	shl.b32 	%r1806, %r3276, 3;
+	shl.b64 	%rd1064, %rd1063, %r1806;
+	or.b64  	%rd1065, %rd1064, %rd2178;
+	ld.u8 	%rd1066, [%rd1062+1];
+	add.s32 	%r1807, %r1806, 8;
+	shl.b64 	%rd1067, %rd1066, %r1807;
+	or.b64  	%rd1068, %rd1067, %rd1065;
+	ld.u8 	%rd1069, [%rd1062+2];
+	add.s32 	%r1808, %r1806, 16;
+	shl.b64 	%rd1070, %rd1069, %r1808;
+	or.b64  	%rd1071, %rd1070, %rd1068;
+	ld.u8 	%rd1072, [%rd1062+3];
+	add.s32 	%r1809, %r1806, 24;
+	shl.b64 	%rd1073, %rd1072, %r1809;
+	or.b64  	%rd2178, %rd1073, %rd1071;
+	add.s32 	%r3276, %r3276, 4;
+	add.s32 	%r3275, %r3275, -4;
+	setp.ne.s32 	%p244, %r3275, 0;
+	@%p244 bra 	$L__BB4_297;
+$L__BB4_298:
+	setp.eq.s32 	%p245, %r68, 0;
+	@%p245 bra 	$L__BB4_309;
+	setp.eq.s32 	%p246, %r68, 1;
+	cvt.u64.u32 	%rd1074, %r3276;
+	add.s64 	%rd354, %rd349, %rd1074;
+	ld.u8 	%rd1075, [%rd354];
+	shl.b32 	%r1810, %r3276, 3;
+	shl.b64 	%rd1076, %rd1075, %r1810;
+	or.b64  	%rd2178, %rd1076, %rd2178;
+	@%p246 bra 	$L__BB4_309;
+	setp.eq.s32 	%p247, %r68, 2;
+	ld.u8 	%rd1077, [%rd354+1];
+	add.s32 	%r1812, %r1810, 8;
+	shl.b64 	%rd1078, %rd1077, %r1812;
+	or.b64  	%rd2178, %rd1078, %rd2178;
+	@%p247 bra 	$L__BB4_309;
+	ld.u8 	%rd1079, [%rd354+2];
+	add.s32 	%r1814, %r1810, 16;
+	shl.b64 	%rd1080, %rd1079, %r1814;
+	or.b64  	%rd2178, %rd1080, %rd2178;
+	bra.uni 	$L__BB4_309;
+$L__BB4_302:
+	setp.eq.s32 	%p248, %r1702, 1;
+	@%p248 bra 	$L__BB4_307;
+	setp.eq.s32 	%p249, %r1702, 2;
+	@%p249 bra 	$L__BB4_306;
+	setp.ne.s32 	%p250, %r1702, 4;
+	@%p250 bra 	$L__BB4_308;
+	ld.u32 	%rd2178, [%rd349];
+	bra.uni 	$L__BB4_309;
+$L__BB4_307:
+	ld.u8 	%rd2178, [%rd349];
+	bra.uni 	$L__BB4_309;
+$L__BB4_306:
+	ld.u16 	%rd2178, [%rd349];
+	bra.uni 	$L__BB4_309;
+$L__BB4_308:
+	ld.u64 	%rd2178, [%rd349];
+$L__BB4_309:
+	add.s64 	%rd2078, %rd2137, %rd14;
+	setp.ge.u64 	%p823, %rd2078, %rd31;
+	@%p823 bra 	$L__BB4_326;
+	add.s64 	%rd2075, %rd2137, %rd14;
+	mul.lo.s64 	%rd1081, %rd2075, %rd32;
+	add.s64 	%rd1082, %rd215, %rd1081;
+	add.s64 	%rd364, %rd26, %rd1082;
+	and.b64  	%rd1083, %rd364, %rd216;
+	setp.eq.s64 	%p252, %rd1083, 0;
+	@%p252 bra 	$L__BB4_319;
+	setp.eq.s32 	%p253, %r1702, 0;
+	@%p253 bra 	$L__BB4_326;
+	cvt.u32.u64 	%r1818, %rd216;
+	setp.lt.u32 	%p254, %r1818, 3;
+	mov.u32 	%r3279, 0;
+	@%p254 bra 	$L__BB4_315;
+	mov.u32 	%r3279, 0;
+	mov.u32 	%r3278, %r69;
+$L__BB4_314:
+	shl.b32 	%r1820, %r3279, 3;
+	shr.u64 	%rd1084, %rd2150, %r1820;
+	cvt.u64.u32 	%rd1085, %r3279;
+	add.s64 	%rd1086, %rd364, %rd1085;
+	st.u8 	[%rd1086], %rd1084;
+	add.s32 	%r1821, %r1820, 8;
+	shr.u64 	%rd1087, %rd2150, %r1821;
+	st.u8 	[%rd1086+1], %rd1087;
+	add.s32 	%r1822, %r1820, 16;
+	shr.u64 	%rd1088, %rd2150, %r1822;
+	st.u8 	[%rd1086+2], %rd1088;
+	add.s32 	%r1823, %r1820, 24;
+	shr.u64 	%rd1089, %rd2150, %r1823;
+	st.u8 	[%rd1086+3], %rd1089;
+	add.s32 	%r3279, %r3279, 4;
+	add.s32 	%r3278, %r3278, -4;
+	setp.ne.s32 	%p255, %r3278, 0;
+	@%p255 bra 	$L__BB4_314;
+$L__BB4_315:
+	setp.eq.s32 	%p256, %r68, 0;
+	@%p256 bra 	$L__BB4_326;
+	setp.eq.s32 	%p257, %r68, 1;
+	shl.b32 	%r1824, %r3279, 3;
+	shr.u64 	%rd1090, %rd2150, %r1824;
+	cvt.u64.u32 	%rd1091, %r3279;
+	add.s64 	%rd365, %rd364, %rd1091;
+	st.u8 	[%rd365], %rd1090;
+	@%p257 bra 	$L__BB4_326;
+	setp.eq.s32 	%p258, %r68, 2;
+	add.s32 	%r1826, %r1824, 8;
+	shr.u64 	%rd1092, %rd2150, %r1826;
+	st.u8 	[%rd365+1], %rd1092;
+	@%p258 bra 	$L__BB4_326;
+	add.s32 	%r1828, %r1824, 16;
+	shr.u64 	%rd1093, %rd2150, %r1828;
+	st.u8 	[%rd365+2], %rd1093;
+	bra.uni 	$L__BB4_326;
+$L__BB4_319:
+	setp.eq.s32 	%p259, %r1702, 1;
+	@%p259 bra 	$L__BB4_324;
+	setp.eq.s32 	%p260, %r1702, 2;
+	@%p260 bra 	$L__BB4_323;
+	setp.ne.s32 	%p261, %r1702, 4;
+	@%p261 bra 	$L__BB4_325;
+	st.u32 	[%rd364], %rd2150;
+	bra.uni 	$L__BB4_326;
+$L__BB4_324:
+	st.u8 	[%rd364], %rd2150;
+	bra.uni 	$L__BB4_326;
+$L__BB4_323:
+	st.u16 	[%rd364], %rd2150;
+	bra.uni 	$L__BB4_326;
+$L__BB4_325:
+	st.u64 	[%rd364], %rd2150;
+$L__BB4_326:
+	@%p156 bra 	$L__BB4_343;
+	add.s64 	%rd2074, %rd2137, %rd14;
+	add.s64 	%rd2073, %rd2054, 32;
+	mul.lo.s64 	%rd1094, %rd2073, %rd32;
+	add.s64 	%rd1095, %rd215, %rd1094;
+	add.s64 	%rd367, %rd26, %rd1095;
+	and.b64  	%rd1096, %rd367, %rd216;
+	setp.eq.s64 	%p263, %rd1096, 0;
+	@%p263 bra 	$L__BB4_336;
+	setp.eq.s32 	%p264, %r1702, 0;
+	@%p264 bra 	$L__BB4_343;
+	cvt.u32.u64 	%r1832, %rd216;
+	setp.lt.u32 	%p265, %r1832, 3;
+	mov.u32 	%r3282, 0;
+	@%p265 bra 	$L__BB4_332;
+	mov.u32 	%r3282, 0;
+	mov.u32 	%r3281, %r69;
+$L__BB4_331:
+	shl.b32 	%r1834, %r3282, 3;
+	shr.u64 	%rd1097, %rd2154, %r1834;
+	cvt.u64.u32 	%rd1098, %r3282;
+	add.s64 	%rd1099, %rd367, %rd1098;
+	st.u8 	[%rd1099], %rd1097;
+	add.s32 	%r1835, %r1834, 8;
+	shr.u64 	%rd1100, %rd2154, %r1835;
+	st.u8 	[%rd1099+1], %rd1100;
+	add.s32 	%r1836, %r1834, 16;
+	shr.u64 	%rd1101, %rd2154, %r1836;
+	st.u8 	[%rd1099+2], %rd1101;
+	add.s32 	%r1837, %r1834, 24;
+	shr.u64 	%rd1102, %rd2154, %r1837;
+	st.u8 	[%rd1099+3], %rd1102;
+	add.s32 	%r3282, %r3282, 4;
+	add.s32 	%r3281, %r3281, -4;
+	setp.ne.s32 	%p266, %r3281, 0;
+	@%p266 bra 	$L__BB4_331;
+$L__BB4_332:
+	setp.eq.s32 	%p267, %r68, 0;
+	@%p267 bra 	$L__BB4_343;
+	setp.eq.s32 	%p268, %r68, 1;
+	shl.b32 	%r1838, %r3282, 3;
+	shr.u64 	%rd1103, %rd2154, %r1838;
+	cvt.u64.u32 	%rd1104, %r3282;
+	add.s64 	%rd368, %rd367, %rd1104;
+	st.u8 	[%rd368], %rd1103;
+	@%p268 bra 	$L__BB4_343;
+	setp.eq.s32 	%p269, %r68, 2;
+	add.s32 	%r1840, %r1838, 8;
+	shr.u64 	%rd1105, %rd2154, %r1840;
+	st.u8 	[%rd368+1], %rd1105;
+	@%p269 bra 	$L__BB4_343;
+	add.s32 	%r1842, %r1838, 16;
+	shr.u64 	%rd1106, %rd2154, %r1842;
+	st.u8 	[%rd368+2], %rd1106;
+	bra.uni 	$L__BB4_343;
+$L__BB4_336:
+	setp.eq.s32 	%p270, %r1702, 1;
+	@%p270 bra 	$L__BB4_341;
+	setp.eq.s32 	%p271, %r1702, 2;
+	@%p271 bra 	$L__BB4_340;
+	setp.ne.s32 	%p272, %r1702, 4;
+	@%p272 bra 	$L__BB4_342;
+	st.u32 	[%rd367], %rd2154;
+	bra.uni 	$L__BB4_343;
+$L__BB4_341:
+	st.u8 	[%rd367], %rd2154;
+	bra.uni 	$L__BB4_343;
+$L__BB4_340:
+	st.u16 	[%rd367], %rd2154;
+	bra.uni 	$L__BB4_343;
+$L__BB4_342:
+	st.u64 	[%rd367], %rd2154;
+$L__BB4_343:
+	@%p157 bra 	$L__BB4_360;
+	add.s64 	%rd2072, %rd2137, %rd14;
+	add.s64 	%rd2071, %rd2055, 64;
+	mul.lo.s64 	%rd1107, %rd2071, %rd32;
+	add.s64 	%rd1108, %rd215, %rd1107;
+	add.s64 	%rd370, %rd26, %rd1108;
+	and.b64  	%rd1109, %rd370, %rd216;
+	setp.eq.s64 	%p274, %rd1109, 0;
+	@%p274 bra 	$L__BB4_353;
+	setp.eq.s32 	%p275, %r1702, 0;
+	@%p275 bra 	$L__BB4_360;
+	cvt.u32.u64 	%r1846, %rd216;
+	setp.lt.u32 	%p276, %r1846, 3;
+	mov.u32 	%r3285, 0;
+	@%p276 bra 	$L__BB4_349;
+	mov.u32 	%r3285, 0;
+	mov.u32 	%r3284, %r69;
+$L__BB4_348:
+	shl.b32 	%r1848, %r3285, 3;
+	shr.u64 	%rd1110, %rd2158, %r1848;
+	cvt.u64.u32 	%rd1111, %r3285;
+	add.s64 	%rd1112, %rd370, %rd1111;
+	st.u8 	[%rd1112], %rd1110;
+	add.s32 	%r1849, %r1848, 8;
+	shr.u64 	%rd1113, %rd2158, %r1849;
+	st.u8 	[%rd1112+1], %rd1113;
+	add.s32 	%r1850, %r1848, 16;
+	shr.u64 	%rd1114, %rd2158, %r1850;
+	st.u8 	[%rd1112+2], %rd1114;
+	add.s32 	%r1851, %r1848, 24;
+	shr.u64 	%rd1115, %rd2158, %r1851;
+	st.u8 	[%rd1112+3], %rd1115;
+	add.s32 	%r3285, %r3285, 4;
+	add.s32 	%r3284, %r3284, -4;
+	setp.ne.s32 	%p277, %r3284, 0;
+	@%p277 bra 	$L__BB4_348;
+$L__BB4_349:
+	setp.eq.s32 	%p278, %r68, 0;
+	@%p278 bra 	$L__BB4_360;
+	setp.eq.s32 	%p279, %r68, 1;
+	shl.b32 	%r1852, %r3285, 3;
+	shr.u64 	%rd1116, %rd2158, %r1852;
+	cvt.u64.u32 	%rd1117, %r3285;
+	add.s64 	%rd371, %rd370, %rd1117;
+	st.u8 	[%rd371], %rd1116;
+	@%p279 bra 	$L__BB4_360;
+	setp.eq.s32 	%p280, %r68, 2;
+	add.s32 	%r1854, %r1852, 8;
+	shr.u64 	%rd1118, %rd2158, %r1854;
+	st.u8 	[%rd371+1], %rd1118;
+	@%p280 bra 	$L__BB4_360;
+	add.s32 	%r1856, %r1852, 16;
+	shr.u64 	%rd1119, %rd2158, %r1856;
+	st.u8 	[%rd371+2], %rd1119;
+	bra.uni 	$L__BB4_360;
+$L__BB4_353:
+	setp.eq.s32 	%p281, %r1702, 1;
+	@%p281 bra 	$L__BB4_358;
+	setp.eq.s32 	%p282, %r1702, 2;
+	@%p282 bra 	$L__BB4_357;
+	setp.ne.s32 	%p283, %r1702, 4;
+	@%p283 bra 	$L__BB4_359;
+	st.u32 	[%rd370], %rd2158;
+	bra.uni 	$L__BB4_360;
+$L__BB4_358:
+	st.u8 	[%rd370], %rd2158;
+	bra.uni 	$L__BB4_360;
+$L__BB4_357:
+	st.u16 	[%rd370], %rd2158;
+	bra.uni 	$L__BB4_360;
+$L__BB4_359:
+	st.u64 	[%rd370], %rd2158;
+$L__BB4_360:
+	@%p158 bra 	$L__BB4_377;
+	add.s64 	%rd2070, %rd2137, %rd14;
+	add.s64 	%rd2069, %rd2056, 96;
+	mul.lo.s64 	%rd1120, %rd2069, %rd32;
+	add.s64 	%rd1121, %rd215, %rd1120;
+	add.s64 	%rd373, %rd26, %rd1121;
+	and.b64  	%rd1122, %rd373, %rd216;
+	setp.eq.s64 	%p285, %rd1122, 0;
+	@%p285 bra 	$L__BB4_370;
+	setp.eq.s32 	%p286, %r1702, 0;
+	@%p286 bra 	$L__BB4_377;
+	cvt.u32.u64 	%r1860, %rd216;
+	setp.lt.u32 	%p287, %r1860, 3;
+	mov.u32 	%r3288, 0;
+	@%p287 bra 	$L__BB4_366;
+	mov.u32 	%r3288, 0;
+	mov.u32 	%r3287, %r69;
+$L__BB4_365:
+	shl.b32 	%r1862, %r3288, 3;
+	shr.u64 	%rd1123, %rd2162, %r1862;
+	cvt.u64.u32 	%rd1124, %r3288;
+	add.s64 	%rd1125, %rd373, %rd1124;
+	st.u8 	[%rd1125], %rd1123;
+	add.s32 	%r1863, %r1862, 8;
+	shr.u64 	%rd1126, %rd2162, %r1863;
+	st.u8 	[%rd1125+1], %rd1126;
+	add.s32 	%r1864, %r1862, 16;
+	shr.u64 	%rd1127, %rd2162, %r1864;
+	st.u8 	[%rd1125+2], %rd1127;
+	add.s32 	%r1865, %r1862, 24;
+	shr.u64 	%rd1128, %rd2162, %r1865;
+	st.u8 	[%rd1125+3], %rd1128;
+	add.s32 	%r3288, %r3288, 4;
+	add.s32 	%r3287, %r3287, -4;
+	setp.ne.s32 	%p288, %r3287, 0;
+	@%p288 bra 	$L__BB4_365;
+$L__BB4_366:
+	setp.eq.s32 	%p289, %r68, 0;
+	@%p289 bra 	$L__BB4_377;
+	setp.eq.s32 	%p290, %r68, 1;
+	shl.b32 	%r1866, %r3288, 3;
+	shr.u64 	%rd1129, %rd2162, %r1866;
+	cvt.u64.u32 	%rd1130, %r3288;
+	add.s64 	%rd374, %rd373, %rd1130;
+	st.u8 	[%rd374], %rd1129;
+	@%p290 bra 	$L__BB4_377;
+	setp.eq.s32 	%p291, %r68, 2;
+	add.s32 	%r1868, %r1866, 8;
+	shr.u64 	%rd1131, %rd2162, %r1868;
+	st.u8 	[%rd374+1], %rd1131;
+	@%p291 bra 	$L__BB4_377;
+	add.s32 	%r1870, %r1866, 16;
+	shr.u64 	%rd1132, %rd2162, %r1870;
+	st.u8 	[%rd374+2], %rd1132;
+	bra.uni 	$L__BB4_377;
+$L__BB4_370:
+	setp.eq.s32 	%p292, %r1702, 1;
+	@%p292 bra 	$L__BB4_375;
+	setp.eq.s32 	%p293, %r1702, 2;
+	@%p293 bra 	$L__BB4_374;
+	setp.ne.s32 	%p294, %r1702, 4;
+	@%p294 bra 	$L__BB4_376;
+	st.u32 	[%rd373], %rd2162;
+	bra.uni 	$L__BB4_377;
+$L__BB4_375:
+	st.u8 	[%rd373], %rd2162;
+	bra.uni 	$L__BB4_377;
+$L__BB4_374:
+	st.u16 	[%rd373], %rd2162;
+	bra.uni 	$L__BB4_377;
+$L__BB4_376:
+	st.u64 	[%rd373], %rd2162;
+$L__BB4_377:
+	@%p159 bra 	$L__BB4_394;
+	add.s64 	%rd2068, %rd2137, %rd14;
+	add.s64 	%rd2067, %rd2057, 128;
+	mul.lo.s64 	%rd1133, %rd2067, %rd32;
+	add.s64 	%rd1134, %rd215, %rd1133;
+	add.s64 	%rd376, %rd26, %rd1134;
+	and.b64  	%rd1135, %rd376, %rd216;
+	setp.eq.s64 	%p296, %rd1135, 0;
+	@%p296 bra 	$L__BB4_387;
+	setp.eq.s32 	%p297, %r1702, 0;
+	@%p297 bra 	$L__BB4_394;
+	cvt.u32.u64 	%r1874, %rd216;
+	setp.lt.u32 	%p298, %r1874, 3;
+	mov.u32 	%r3291, 0;
+	@%p298 bra 	$L__BB4_383;
+	mov.u32 	%r3291, 0;
+	mov.u32 	%r3290, %r69;
+$L__BB4_382:
+	shl.b32 	%r1876, %r3291, 3;
+	shr.u64 	%rd1136, %rd2166, %r1876;
+	cvt.u64.u32 	%rd1137, %r3291;
+	add.s64 	%rd1138, %rd376, %rd1137;
+	st.u8 	[%rd1138], %rd1136;
+	add.s32 	%r1877, %r1876, 8;
+	shr.u64 	%rd1139, %rd2166, %r1877;
+	st.u8 	[%rd1138+1], %rd1139;
+	add.s32 	%r1878, %r1876, 16;
+	shr.u64 	%rd1140, %rd2166, %r1878;
+	st.u8 	[%rd1138+2], %rd1140;
+	add.s32 	%r1879, %r1876, 24;
+	shr.u64 	%rd1141, %rd2166, %r1879;
+	st.u8 	[%rd1138+3], %rd1141;
+	add.s32 	%r3291, %r3291, 4;
+	add.s32 	%r3290, %r3290, -4;
+	setp.ne.s32 	%p299, %r3290, 0;
+	@%p299 bra 	$L__BB4_382;
+$L__BB4_383:
+	setp.eq.s32 	%p300, %r68, 0;
+	@%p300 bra 	$L__BB4_394;
+	setp.eq.s32 	%p301, %r68, 1;
+	shl.b32 	%r1880, %r3291, 3;
+	shr.u64 	%rd1142, %rd2166, %r1880;
+	cvt.u64.u32 	%rd1143, %r3291;
+	add.s64 	%rd377, %rd376, %rd1143;
+	st.u8 	[%rd377], %rd1142;
+	@%p301 bra 	$L__BB4_394;
+	setp.eq.s32 	%p302, %r68, 2;
+	add.s32 	%r1882, %r1880, 8;
+	shr.u64 	%rd1144, %rd2166, %r1882;
+	st.u8 	[%rd377+1], %rd1144;
+	@%p302 bra 	$L__BB4_394;
+	add.s32 	%r1884, %r1880, 16;
+	shr.u64 	%rd1145, %rd2166, %r1884;
+	st.u8 	[%rd377+2], %rd1145;
+	bra.uni 	$L__BB4_394;
+$L__BB4_387:
+	setp.eq.s32 	%p303, %r1702, 1;
+	@%p303 bra 	$L__BB4_392;
+	setp.eq.s32 	%p304, %r1702, 2;
+	@%p304 bra 	$L__BB4_391;
+	setp.ne.s32 	%p305, %r1702, 4;
+	@%p305 bra 	$L__BB4_393;
+	st.u32 	[%rd376], %rd2166;
+	bra.uni 	$L__BB4_394;
+$L__BB4_392:
+	st.u8 	[%rd376], %rd2166;
+	bra.uni 	$L__BB4_394;
+$L__BB4_391:
+	st.u16 	[%rd376], %rd2166;
+	bra.uni 	$L__BB4_394;
+$L__BB4_393:
+	st.u64 	[%rd376], %rd2166;
+$L__BB4_394:
+	@%p160 bra 	$L__BB4_411;
+	add.s64 	%rd2066, %rd2137, %rd14;
+	add.s64 	%rd2065, %rd2058, 160;
+	mul.lo.s64 	%rd1146, %rd2065, %rd32;
+	add.s64 	%rd1147, %rd215, %rd1146;
+	add.s64 	%rd379, %rd26, %rd1147;
+	and.b64  	%rd1148, %rd379, %rd216;
+	setp.eq.s64 	%p307, %rd1148, 0;
+	@%p307 bra 	$L__BB4_404;
+	setp.eq.s32 	%p308, %r1702, 0;
+	@%p308 bra 	$L__BB4_411;
+	cvt.u32.u64 	%r1888, %rd216;
+	setp.lt.u32 	%p309, %r1888, 3;
+	mov.u32 	%r3294, 0;
+	@%p309 bra 	$L__BB4_400;
+	mov.u32 	%r3294, 0;
+	mov.u32 	%r3293, %r69;
+$L__BB4_399:
+	shl.b32 	%r1890, %r3294, 3;
+	shr.u64 	%rd1149, %rd2170, %r1890;
+	cvt.u64.u32 	%rd1150, %r3294;
+	add.s64 	%rd1151, %rd379, %rd1150;
+	st.u8 	[%rd1151], %rd1149;
+	add.s32 	%r1891, %r1890, 8;
+	shr.u64 	%rd1152, %rd2170, %r1891;
+	st.u8 	[%rd1151+1], %rd1152;
+	add.s32 	%r1892, %r1890, 16;
+	shr.u64 	%rd1153, %rd2170, %r1892;
+	st.u8 	[%rd1151+2], %rd1153;
+	add.s32 	%r1893, %r1890, 24;
+	shr.u64 	%rd1154, %rd2170, %r1893;
+	st.u8 	[%rd1151+3], %rd1154;
+	add.s32 	%r3294, %r3294, 4;
+	add.s32 	%r3293, %r3293, -4;
+	setp.ne.s32 	%p310, %r3293, 0;
+	@%p310 bra 	$L__BB4_399;
+$L__BB4_400:
+	setp.eq.s32 	%p311, %r68, 0;
+	@%p311 bra 	$L__BB4_411;
+	setp.eq.s32 	%p312, %r68, 1;
+	shl.b32 	%r1894, %r3294, 3;
+	shr.u64 	%rd1155, %rd2170, %r1894;
+	cvt.u64.u32 	%rd1156, %r3294;
+	add.s64 	%rd380, %rd379, %rd1156;
+	st.u8 	[%rd380], %rd1155;
+	@%p312 bra 	$L__BB4_411;
+	setp.eq.s32 	%p313, %r68, 2;
+	add.s32 	%r1896, %r1894, 8;
+	shr.u64 	%rd1157, %rd2170, %r1896;
+	st.u8 	[%rd380+1], %rd1157;
+	@%p313 bra 	$L__BB4_411;
+	add.s32 	%r1898, %r1894, 16;
+	shr.u64 	%rd1158, %rd2170, %r1898;
+	st.u8 	[%rd380+2], %rd1158;
+	bra.uni 	$L__BB4_411;
+$L__BB4_404:
+	setp.eq.s32 	%p314, %r1702, 1;
+	@%p314 bra 	$L__BB4_409;
+	setp.eq.s32 	%p315, %r1702, 2;
+	@%p315 bra 	$L__BB4_408;
+	setp.ne.s32 	%p316, %r1702, 4;
+	@%p316 bra 	$L__BB4_410;
+	st.u32 	[%rd379], %rd2170;
+	bra.uni 	$L__BB4_411;
+$L__BB4_409:
+	st.u8 	[%rd379], %rd2170;
+	bra.uni 	$L__BB4_411;
+$L__BB4_408:
+	st.u16 	[%rd379], %rd2170;
+	bra.uni 	$L__BB4_411;
+$L__BB4_410:
+	st.u64 	[%rd379], %rd2170;
+$L__BB4_411:
+	@%p161 bra 	$L__BB4_428;
+	add.s64 	%rd2064, %rd2137, %rd14;
+	add.s64 	%rd2063, %rd2059, 192;
+	mul.lo.s64 	%rd1159, %rd2063, %rd32;
+	add.s64 	%rd1160, %rd215, %rd1159;
+	add.s64 	%rd382, %rd26, %rd1160;
+	and.b64  	%rd1161, %rd382, %rd216;
+	setp.eq.s64 	%p318, %rd1161, 0;
+	@%p318 bra 	$L__BB4_421;
+	setp.eq.s32 	%p319, %r1702, 0;
+	@%p319 bra 	$L__BB4_428;
+	cvt.u32.u64 	%r1902, %rd216;
+	setp.lt.u32 	%p320, %r1902, 3;
+	mov.u32 	%r3297, 0;
+	@%p320 bra 	$L__BB4_417;
+	mov.u32 	%r3297, 0;
+	mov.u32 	%r3296, %r69;
+$L__BB4_416:
+	shl.b32 	%r1904, %r3297, 3;
+	shr.u64 	%rd1162, %rd2174, %r1904;
+	cvt.u64.u32 	%rd1163, %r3297;
+	add.s64 	%rd1164, %rd382, %rd1163;
+	st.u8 	[%rd1164], %rd1162;
+	add.s32 	%r1905, %r1904, 8;
+	shr.u64 	%rd1165, %rd2174, %r1905;
+	st.u8 	[%rd1164+1], %rd1165;
+	add.s32 	%r1906, %r1904, 16;
+	shr.u64 	%rd1166, %rd2174, %r1906;
+	st.u8 	[%rd1164+2], %rd1166;
+	add.s32 	%r1907, %r1904, 24;
+	shr.u64 	%rd1167, %rd2174, %r1907;
+	st.u8 	[%rd1164+3], %rd1167;
+	add.s32 	%r3297, %r3297, 4;
+	add.s32 	%r3296, %r3296, -4;
+	setp.ne.s32 	%p321, %r3296, 0;
+	@%p321 bra 	$L__BB4_416;
+$L__BB4_417:
+	setp.eq.s32 	%p322, %r68, 0;
+	@%p322 bra 	$L__BB4_428;
+	setp.eq.s32 	%p323, %r68, 1;
+	shl.b32 	%r1908, %r3297, 3;
+	shr.u64 	%rd1168, %rd2174, %r1908;
+	cvt.u64.u32 	%rd1169, %r3297;
+	add.s64 	%rd383, %rd382, %rd1169;
+	st.u8 	[%rd383], %rd1168;
+	@%p323 bra 	$L__BB4_428;
+	setp.eq.s32 	%p324, %r68, 2;
+	add.s32 	%r1910, %r1908, 8;
+	shr.u64 	%rd1170, %rd2174, %r1910;
+	st.u8 	[%rd383+1], %rd1170;
+	@%p324 bra 	$L__BB4_428;
+	add.s32 	%r1912, %r1908, 16;
+	shr.u64 	%rd1171, %rd2174, %r1912;
+	st.u8 	[%rd383+2], %rd1171;
+	bra.uni 	$L__BB4_428;
+$L__BB4_421:
+	setp.eq.s32 	%p325, %r1702, 1;
+	@%p325 bra 	$L__BB4_426;
+	setp.eq.s32 	%p326, %r1702, 2;
+	@%p326 bra 	$L__BB4_425;
+	setp.ne.s32 	%p327, %r1702, 4;
+	@%p327 bra 	$L__BB4_427;
+	st.u32 	[%rd382], %rd2174;
+	bra.uni 	$L__BB4_428;
+$L__BB4_426:
+	st.u8 	[%rd382], %rd2174;
+	bra.uni 	$L__BB4_428;
+$L__BB4_425:
+	st.u16 	[%rd382], %rd2174;
+	bra.uni 	$L__BB4_428;
+$L__BB4_427:
+	st.u64 	[%rd382], %rd2174;
+$L__BB4_428:
+	@%p162 bra 	$L__BB4_445;
+	add.s64 	%rd2062, %rd2137, %rd14;
+	add.s64 	%rd2061, %rd2060, 224;
+	mul.lo.s64 	%rd1172, %rd2061, %rd32;
+	add.s64 	%rd1173, %rd215, %rd1172;
+	add.s64 	%rd385, %rd26, %rd1173;
+	and.b64  	%rd1174, %rd385, %rd216;
+	setp.eq.s64 	%p329, %rd1174, 0;
+	@%p329 bra 	$L__BB4_438;
+	setp.eq.s32 	%p330, %r1702, 0;
+	@%p330 bra 	$L__BB4_445;
+	cvt.u32.u64 	%r1916, %rd216;
+	setp.lt.u32 	%p331, %r1916, 3;
+	mov.u32 	%r3300, 0;
+	@%p331 bra 	$L__BB4_434;
+	mov.u32 	%r3300, 0;
+	mov.u32 	%r3299, %r69;
+$L__BB4_433:
+	shl.b32 	%r1918, %r3300, 3;
+	shr.u64 	%rd1175, %rd2178, %r1918;
+	cvt.u64.u32 	%rd1176, %r3300;
+	add.s64 	%rd1177, %rd385, %rd1176;
+	st.u8 	[%rd1177], %rd1175;
+	add.s32 	%r1919, %r1918, 8;
+	shr.u64 	%rd1178, %rd2178, %r1919;
+	st.u8 	[%rd1177+1], %rd1178;
+	add.s32 	%r1920, %r1918, 16;
+	shr.u64 	%rd1179, %rd2178, %r1920;
+	st.u8 	[%rd1177+2], %rd1179;
+	add.s32 	%r1921, %r1918, 24;
+	shr.u64 	%rd1180, %rd2178, %r1921;
+	st.u8 	[%rd1177+3], %rd1180;
+	add.s32 	%r3300, %r3300, 4;
+	add.s32 	%r3299, %r3299, -4;
+	setp.ne.s32 	%p332, %r3299, 0;
+	@%p332 bra 	$L__BB4_433;
+$L__BB4_434:
+	setp.eq.s32 	%p333, %r68, 0;
+	@%p333 bra 	$L__BB4_445;
+	setp.eq.s32 	%p334, %r68, 1;
+	shl.b32 	%r1922, %r3300, 3;
+	shr.u64 	%rd1181, %rd2178, %r1922;
+	cvt.u64.u32 	%rd1182, %r3300;
+	add.s64 	%rd386, %rd385, %rd1182;
+	st.u8 	[%rd386], %rd1181;
+	@%p334 bra 	$L__BB4_445;
+	setp.eq.s32 	%p335, %r68, 2;
+	add.s32 	%r1924, %r1922, 8;
+	shr.u64 	%rd1183, %rd2178, %r1924;
+	st.u8 	[%rd386+1], %rd1183;
+	@%p335 bra 	$L__BB4_445;
+	add.s32 	%r1926, %r1922, 16;
+	shr.u64 	%rd1184, %rd2178, %r1926;
+	st.u8 	[%rd386+2], %rd1184;
+	bra.uni 	$L__BB4_445;
+$L__BB4_438:
+	setp.eq.s32 	%p336, %r1702, 1;
+	@%p336 bra 	$L__BB4_443;
+	setp.eq.s32 	%p337, %r1702, 2;
+	@%p337 bra 	$L__BB4_442;
+	setp.ne.s32 	%p338, %r1702, 4;
+	@%p338 bra 	$L__BB4_444;
+	st.u32 	[%rd385], %rd2178;
+	bra.uni 	$L__BB4_445;
+$L__BB4_443:
+	st.u8 	[%rd385], %rd2178;
+	bra.uni 	$L__BB4_445;
+$L__BB4_442:
+	st.u16 	[%rd385], %rd2178;
+	bra.uni 	$L__BB4_445;
+$L__BB4_444:
+	st.u64 	[%rd385], %rd2178;
+$L__BB4_445:
+	mov.u16 	%rs31, 0;
+	add.s64 	%rd2138, %rd2138, 512;
+	add.s64 	%rd2137, %rd2137, 256;
+	setp.lt.u64 	%p339, %rd2137, %rd31;
+	@%p339 bra 	$L__BB4_157;
+	bra.uni 	$L__BB4_446;
+$L__BB4_35:
+	shr.u64 	%rd71, %rd31, 3;
+	or.b64  	%rd2098, %rd14, 96;
+	setp.ge.u64 	%p38, %rd2098, %rd71;
+	mov.u64 	%rd2100, %rd14;
+	@%p38 bra 	$L__BB4_42;
+	mov.u64 	%rd697, -97;
+	sub.s64 	%rd698, %rd697, %rd14;
+	add.s64 	%rd72, %rd698, %rd71;
+	shr.u64 	%rd699, %rd72, 7;
+	add.s64 	%rd700, %rd699, 1;
+	and.b64  	%rd73, %rd700, 3;
+	setp.eq.s64 	%p39, %rd73, 0;
+	mov.u64 	%rd2099, %rd14;
+	@%p39 bra 	$L__BB4_40;
+	shl.b64 	%rd701, %rd14, 4;
+	add.s64 	%rd75, %rd42, %rd701;
+	ld.global.v4.u32 	{%r796, %r797, %r798, %r799}, [%rd75+512];
+	ld.global.v4.u32 	{%r804, %r805, %r806, %r807}, [%rd75+1024];
+	ld.global.v4.u32 	{%r812, %r813, %r814, %r815}, [%rd75+1536];
+	add.s64 	%rd76, %rd41, %rd701;
+	ld.global.v4.u32 	{%r820, %r821, %r822, %r823}, [%rd75];
+	st.v4.u32 	[%rd76], {%r820, %r821, %r822, %r823};
+	st.v4.u32 	[%rd76+512], {%r796, %r797, %r798, %r799};
+	st.v4.u32 	[%rd76+1024], {%r804, %r805, %r806, %r807};
+	st.v4.u32 	[%rd76+1536], {%r812, %r813, %r814, %r815};
+	setp.eq.s64 	%p40, %rd73, 1;
+	mov.u64 	%rd2098, %rd16;
+	mov.u64 	%rd2099, %rd15;
+	mov.u64 	%rd2100, %rd15;
+	@%p40 bra 	$L__BB4_40;
+	ld.global.v4.u32 	{%r828, %r829, %r830, %r831}, [%rd75+2560];
+	ld.global.v4.u32 	{%r836, %r837, %r838, %r839}, [%rd75+3072];
+	ld.global.v4.u32 	{%r844, %r845, %r846, %r847}, [%rd75+3584];
+	ld.global.v4.u32 	{%r852, %r853, %r854, %r855}, [%rd75+2048];
+	st.v4.u32 	[%rd76+2048], {%r852, %r853, %r854, %r855};
+	st.v4.u32 	[%rd76+2560], {%r828, %r829, %r830, %r831};
+	st.v4.u32 	[%rd76+3072], {%r836, %r837, %r838, %r839};
+	st.v4.u32 	[%rd76+3584], {%r844, %r845, %r846, %r847};
+	setp.eq.s64 	%p41, %rd73, 2;
+	mov.u64 	%rd2098, %rd18;
+	mov.u64 	%rd2099, %rd17;
+	mov.u64 	%rd2100, %rd17;
+	@%p41 bra 	$L__BB4_40;
+	ld.global.v4.u32 	{%r860, %r861, %r862, %r863}, [%rd75+4608];
+	ld.global.v4.u32 	{%r868, %r869, %r870, %r871}, [%rd75+5120];
+	ld.global.v4.u32 	{%r876, %r877, %r878, %r879}, [%rd75+5632];
+	ld.global.v4.u32 	{%r884, %r885, %r886, %r887}, [%rd75+4096];
+	st.v4.u32 	[%rd76+4096], {%r884, %r885, %r886, %r887};
+	st.v4.u32 	[%rd76+4608], {%r860, %r861, %r862, %r863};
+	st.v4.u32 	[%rd76+5120], {%r868, %r869, %r870, %r871};
+	st.v4.u32 	[%rd76+5632], {%r876, %r877, %r878, %r879};
+	mov.u64 	%rd2098, %rd20;
+	mov.u64 	%rd2099, %rd19;
+	mov.u64 	%rd2100, %rd19;
+$L__BB4_40:
+	setp.lt.u64 	%p42, %rd72, 384;
+	@%p42 bra 	$L__BB4_42;
+$L__BB4_41:
+	shl.b64 	%rd702, %rd2099, 4;
+	add.s64 	%rd703, %rd42, %rd702;
+	ld.global.v4.u32 	{%r892, %r893, %r894, %r895}, [%rd703+512];
+	ld.global.v4.u32 	{%r900, %r901, %r902, %r903}, [%rd703+1024];
+	shl.b64 	%rd704, %rd2098, 4;
+	add.s64 	%rd705, %rd42, %rd704;
+	ld.global.v4.u32 	{%r908, %r909, %r910, %r911}, [%rd705];
+	add.s64 	%rd706, %rd41, %rd702;
+	ld.global.v4.u32 	{%r916, %r917, %r918, %r919}, [%rd703];
+	st.v4.u32 	[%rd706], {%r916, %r917, %r918, %r919};
+	st.v4.u32 	[%rd706+512], {%r892, %r893, %r894, %r895};
+	st.v4.u32 	[%rd706+1024], {%r900, %r901, %r902, %r903};
+	add.s64 	%rd707, %rd41, %rd704;
+	st.v4.u32 	[%rd707], {%r908, %r909, %r910, %r911};
+	ld.global.v4.u32 	{%r924, %r925, %r926, %r927}, [%rd703+2560];
+	ld.global.v4.u32 	{%r932, %r933, %r934, %r935}, [%rd703+3072];
+	ld.global.v4.u32 	{%r940, %r941, %r942, %r943}, [%rd703+3584];
+	ld.global.v4.u32 	{%r948, %r949, %r950, %r951}, [%rd703+2048];
+	st.v4.u32 	[%rd706+2048], {%r948, %r949, %r950, %r951};
+	st.v4.u32 	[%rd706+2560], {%r924, %r925, %r926, %r927};
+	st.v4.u32 	[%rd706+3072], {%r932, %r933, %r934, %r935};
+	st.v4.u32 	[%rd706+3584], {%r940, %r941, %r942, %r943};
+	ld.global.v4.u32 	{%r956, %r957, %r958, %r959}, [%rd703+4608];
+	ld.global.v4.u32 	{%r964, %r965, %r966, %r967}, [%rd703+5120];
+	ld.global.v4.u32 	{%r972, %r973, %r974, %r975}, [%rd703+5632];
+	ld.global.v4.u32 	{%r980, %r981, %r982, %r983}, [%rd703+4096];
+	st.v4.u32 	[%rd706+4096], {%r980, %r981, %r982, %r983};
+	st.v4.u32 	[%rd706+4608], {%r956, %r957, %r958, %r959};
+	st.v4.u32 	[%rd706+5120], {%r964, %r965, %r966, %r967};
+	st.v4.u32 	[%rd706+5632], {%r972, %r973, %r974, %r975};
+	ld.global.v4.u32 	{%r988, %r989, %r990, %r991}, [%rd703+6656];
+	ld.global.v4.u32 	{%r996, %r997, %r998, %r999}, [%rd703+7168];
+	ld.global.v4.u32 	{%r1004, %r1005, %r1006, %r1007}, [%rd703+7680];
+	ld.global.v4.u32 	{%r1012, %r1013, %r1014, %r1015}, [%rd703+6144];
+	st.v4.u32 	[%rd706+6144], {%r1012, %r1013, %r1014, %r1015};
+	st.v4.u32 	[%rd706+6656], {%r988, %r989, %r990, %r991};
+	st.v4.u32 	[%rd706+7168], {%r996, %r997, %r998, %r999};
+	st.v4.u32 	[%rd706+7680], {%r1004, %r1005, %r1006, %r1007};
+	add.s64 	%rd2100, %rd2099, 512;
+	add.s64 	%rd2098, %rd2099, 608;
+	setp.lt.u64 	%p43, %rd2098, %rd71;
+	mov.u64 	%rd2099, %rd2100;
+	@%p43 bra 	$L__BB4_41;
+$L__BB4_42:
+	setp.ge.u64 	%p44, %rd2100, %rd71;
+	@%p44 bra 	$L__BB4_49;
+	not.b64 	%rd708, %rd2100;
+	add.s64 	%rd85, %rd71, %rd708;
+	shr.u64 	%rd709, %rd85, 5;
+	add.s64 	%rd710, %rd709, 1;
+	and.b64  	%rd86, %rd710, 3;
+	setp.eq.s64 	%p45, %rd86, 0;
+	mov.u64 	%rd2104, %rd2100;
+	@%p45 bra 	$L__BB4_47;
+	shl.b64 	%rd711, %rd2100, 4;
+	add.s64 	%rd88, %rd41, %rd711;
+	add.s64 	%rd87, %rd42, %rd711;
+	ld.global.v4.u32 	{%r1020, %r1021, %r1022, %r1023}, [%rd87];
+	st.v4.u32 	[%rd88], {%r1020, %r1021, %r1022, %r1023};
+	add.s64 	%rd2104, %rd2100, 32;
+	setp.eq.s64 	%p46, %rd86, 1;
+	@%p46 bra 	$L__BB4_47;
+	ld.global.v4.u32 	{%r1028, %r1029, %r1030, %r1031}, [%rd87+512];
+	st.v4.u32 	[%rd88+512], {%r1028, %r1029, %r1030, %r1031};
+	add.s64 	%rd2104, %rd2100, 64;
+	setp.eq.s64 	%p47, %rd86, 2;
+	@%p47 bra 	$L__BB4_47;
+	ld.global.v4.u32 	{%r1036, %r1037, %r1038, %r1039}, [%rd87+1024];
+	st.v4.u32 	[%rd88+1024], {%r1036, %r1037, %r1038, %r1039};
+	add.s64 	%rd2104, %rd2100, 96;
+$L__BB4_47:
+	setp.lt.u64 	%p48, %rd85, 96;
+	@%p48 bra 	$L__BB4_49;
+$L__BB4_48:
+	shl.b64 	%rd712, %rd2104, 4;
+	add.s64 	%rd713, %rd41, %rd712;
+	add.s64 	%rd714, %rd42, %rd712;
+	ld.global.v4.u32 	{%r1044, %r1045, %r1046, %r1047}, [%rd714];
+	st.v4.u32 	[%rd713], {%r1044, %r1045, %r1046, %r1047};
+	ld.global.v4.u32 	{%r1052, %r1053, %r1054, %r1055}, [%rd714+512];
+	st.v4.u32 	[%rd713+512], {%r1052, %r1053, %r1054, %r1055};
+	ld.global.v4.u32 	{%r1060, %r1061, %r1062, %r1063}, [%rd714+1024];
+	st.v4.u32 	[%rd713+1024], {%r1060, %r1061, %r1062, %r1063};
+	ld.global.v4.u32 	{%r1068, %r1069, %r1070, %r1071}, [%rd714+1536];
+	st.v4.u32 	[%rd713+1536], {%r1068, %r1069, %r1070, %r1071};
+	add.s64 	%rd2104, %rd2104, 128;
+	setp.lt.u64 	%p49, %rd2104, %rd71;
+	@%p49 bra 	$L__BB4_48;
+$L__BB4_49:
+	and.b64  	%rd2106, %rd44, 8589934576;
+$L__BB4_50:
+	add.s64 	%rd715, %rd44, 7;
+	and.b64  	%rd97, %rd715, 17179869176;
+	add.s64 	%rd98, %rd2106, %rd14;
+	setp.ge.u64 	%p50, %rd98, %rd97;
+	@%p50 bra 	$L__BB4_72;
+	not.b64 	%rd716, %rd14;
+	add.s64 	%rd717, %rd97, %rd716;
+	sub.s64 	%rd99, %rd717, %rd2106;
+	shr.u64 	%rd718, %rd99, 5;
+	add.s64 	%rd719, %rd718, 1;
+	and.b64  	%rd100, %rd719, 3;
+	setp.eq.s64 	%p51, %rd100, 0;
+	mov.u64 	%rd2107, %rd98;
+	@%p51 bra 	$L__BB4_61;
+	setp.ge.u64 	%p52, %rd98, %rd44;
+	add.s64 	%rd101, %rd42, %rd98;
+	mov.u32 	%r3227, 0;
+	@%p52 bra 	$L__BB4_54;
+	ld.global.u8 	%r3227, [%rd101];
+$L__BB4_54:
+	add.s64 	%rd102, %rd41, %rd98;
+	st.u8 	[%rd102], %r3227;
+	add.s64 	%rd2107, %rd98, 32;
+	setp.eq.s64 	%p53, %rd100, 1;
+	@%p53 bra 	$L__BB4_61;
+	setp.ge.u64 	%p54, %rd2107, %rd44;
+	mov.u32 	%r3228, 0;
+	@%p54 bra 	$L__BB4_57;
+	ld.global.u8 	%r3228, [%rd101+32];
+$L__BB4_57:
+	st.u8 	[%rd102+32], %r3228;
+	add.s64 	%rd2107, %rd98, 64;
+	setp.eq.s64 	%p55, %rd100, 2;
+	@%p55 bra 	$L__BB4_61;
+	setp.ge.u64 	%p56, %rd2107, %rd44;
+	mov.u32 	%r3229, 0;
+	@%p56 bra 	$L__BB4_60;
+	ld.global.u8 	%r3229, [%rd101+64];
+$L__BB4_60:
+	st.u8 	[%rd102+64], %r3229;
+	add.s64 	%rd2107, %rd98, 96;
+$L__BB4_61:
+	setp.lt.u64 	%p57, %rd99, 96;
+	@%p57 bra 	$L__BB4_72;
+	add.s64 	%rd720, %rd2107, %rd36;
+	add.s64 	%rd721, %rd720, %rd35;
+	add.s64 	%rd722, %rd721, %rd37;
+	sub.s64 	%rd723, %rd722, %rd38;
+	add.s64 	%rd724, %rd26, %rd723;
+	add.s64 	%rd2109, %rd724, 32;
+$L__BB4_63:
+	add.s64 	%rd110, %rd42, %rd2107;
+	setp.ge.u64 	%p58, %rd2107, %rd44;
+	mov.u32 	%r3231, 0;
+	mov.u32 	%r3230, %r3231;
+	@%p58 bra 	$L__BB4_65;
+	ld.global.u8 	%r3230, [%rd110];
+$L__BB4_65:
+	st.u8 	[%rd2109], %r3230;
+	add.s64 	%rd725, %rd2107, 32;
+	setp.ge.u64 	%p59, %rd725, %rd44;
+	@%p59 bra 	$L__BB4_67;
+	ld.global.u8 	%r3231, [%rd110+32];
+$L__BB4_67:
+	st.u8 	[%rd2109+32], %r3231;
+	add.s64 	%rd726, %rd2107, 64;
+	setp.ge.u64 	%p60, %rd726, %rd44;
+	mov.u32 	%r3233, 0;
+	mov.u32 	%r3232, %r3233;
+	@%p60 bra 	$L__BB4_69;
+	ld.global.u8 	%r3232, [%rd110+64];
+$L__BB4_69:
+	st.u8 	[%rd2109+64], %r3232;
+	add.s64 	%rd727, %rd2107, 96;
+	setp.ge.u64 	%p61, %rd727, %rd44;
+	@%p61 bra 	$L__BB4_71;
+	ld.global.u8 	%r3233, [%rd110+96];
+$L__BB4_71:
+	add.s64 	%rd111, %rd2109, 128;
+	st.u8 	[%rd2109+96], %r3233;
+	add.s64 	%rd2107, %rd2107, 128;
+	setp.lt.u64 	%p62, %rd2107, %rd97;
+	mov.u64 	%rd2109, %rd111;
+	@%p62 bra 	$L__BB4_63;
+$L__BB4_72:
+	mov.u32 	%r3234, 0;
+	@%p22 bra 	$L__BB4_74;
+	cvt.u32.u64 	%r1084, %rd32;
+	add.s32 	%r1085, %r1084, 2;
+	shr.u32 	%r1086, %r6, 3;
+	add.s32 	%r1087, %r1086, -16;
+	div.u32 	%r1088, %r1087, %r1085;
+	shl.b32 	%r1089, %r1088, 1;
+	add.s32 	%r1090, %r1089, 7;
+	and.b32  	%r3234, %r1090, -8;
+$L__BB4_74:
+	add.s64 	%rd113, %rd41, %rd97;
+	cvt.u64.u32 	%rd728, %r3234;
+	add.s64 	%rd114, %rd42, %rd728;
+	add.s64 	%rd729, %rd43, %rd728;
+	mul.lo.s64 	%rd115, %rd31, %rd32;
+	or.b64  	%rd116, %rd729, %rd113;
+	and.b64  	%rd730, %rd116, 15;
+	setp.eq.s64 	%p64, %rd730, 0;
+	@%p64 bra 	$L__BB4_91;
+	and.b64  	%rd732, %rd116, 7;
+	setp.ne.s64 	%p65, %rd732, 0;
+	mov.u64 	%rd2126, 0;
+	@%p65 bra 	$L__BB4_106;
+	shr.u64 	%rd117, %rd115, 3;
+	or.b64  	%rd2110, %rd14, 96;
+	setp.ge.u64 	%p66, %rd2110, %rd117;
+	mov.u64 	%rd2112, %rd14;
+	@%p66 bra 	$L__BB4_83;
+	mov.u64 	%rd735, -97;
+	sub.s64 	%rd736, %rd735, %rd14;
+	add.s64 	%rd118, %rd736, %rd117;
+	shr.u64 	%rd737, %rd118, 7;
+	add.s64 	%rd738, %rd737, 1;
+	and.b64  	%rd119, %rd738, 3;
+	setp.eq.s64 	%p67, %rd119, 0;
+	mov.u64 	%rd2111, %rd14;
+	@%p67 bra 	$L__BB4_81;
+	shl.b64 	%rd739, %rd14, 3;
+	add.s64 	%rd740, %rd114, %rd739;
+	add.s64 	%rd121, %rd740, 256;
+	ld.global.v2.u32 	{%r1091, %r1092}, [%rd740+256];
+	ld.global.v2.u32 	{%r1095, %r1096}, [%rd740+512];
+	ld.global.v2.u32 	{%r1099, %r1100}, [%rd740+768];
+	ld.global.v2.u32 	{%r1103, %r1104}, [%rd740];
+	add.s64 	%rd122, %rd113, %rd739;
+	st.v2.u32 	[%rd122], {%r1103, %r1104};
+	st.v2.u32 	[%rd122+256], {%r1091, %r1092};
+	st.v2.u32 	[%rd122+512], {%r1095, %r1096};
+	st.v2.u32 	[%rd122+768], {%r1099, %r1100};
+	setp.eq.s64 	%p68, %rd119, 1;
+	mov.u64 	%rd2110, %rd16;
+	mov.u64 	%rd2111, %rd15;
+	mov.u64 	%rd2112, %rd15;
+	@%p68 bra 	$L__BB4_81;
+	ld.global.v2.u32 	{%r1107, %r1108}, [%rd121+1024];
+	ld.global.v2.u32 	{%r1111, %r1112}, [%rd121+1280];
+	ld.global.v2.u32 	{%r1115, %r1116}, [%rd121+1536];
+	ld.global.v2.u32 	{%r1119, %r1120}, [%rd121+768];
+	st.v2.u32 	[%rd122+1024], {%r1119, %r1120};
+	st.v2.u32 	[%rd122+1280], {%r1107, %r1108};
+	st.v2.u32 	[%rd122+1536], {%r1111, %r1112};
+	st.v2.u32 	[%rd122+1792], {%r1115, %r1116};
+	setp.eq.s64 	%p69, %rd119, 2;
+	mov.u64 	%rd2110, %rd18;
+	mov.u64 	%rd2111, %rd17;
+	mov.u64 	%rd2112, %rd17;
+	@%p69 bra 	$L__BB4_81;
+	ld.global.v2.u32 	{%r1123, %r1124}, [%rd121+2048];
+	ld.global.v2.u32 	{%r1127, %r1128}, [%rd121+2304];
+	ld.global.v2.u32 	{%r1131, %r1132}, [%rd121+2560];
+	ld.global.v2.u32 	{%r1135, %r1136}, [%rd121+1792];
+	st.v2.u32 	[%rd122+2048], {%r1135, %r1136};
+	st.v2.u32 	[%rd122+2304], {%r1123, %r1124};
+	st.v2.u32 	[%rd122+2560], {%r1127, %r1128};
+	st.v2.u32 	[%rd122+2816], {%r1131, %r1132};
+	mov.u64 	%rd2110, %rd20;
+	mov.u64 	%rd2111, %rd19;
+	mov.u64 	%rd2112, %rd19;
+$L__BB4_81:
+	setp.lt.u64 	%p70, %rd118, 384;
+	@%p70 bra 	$L__BB4_83;
+$L__BB4_82:
+	shl.b64 	%rd741, %rd2111, 3;
+	add.s64 	%rd742, %rd114, %rd741;
+	ld.global.v2.u32 	{%r1139, %r1140}, [%rd742+256];
+	ld.global.v2.u32 	{%r1143, %r1144}, [%rd742+512];
+	shl.b64 	%rd743, %rd2110, 3;
+	add.s64 	%rd744, %rd114, %rd743;
+	ld.global.v2.u32 	{%r1147, %r1148}, [%rd744];
+	ld.global.v2.u32 	{%r1151, %r1152}, [%rd742];
+	add.s64 	%rd745, %rd113, %rd741;
+	st.v2.u32 	[%rd745], {%r1151, %r1152};
+	st.v2.u32 	[%rd745+256], {%r1139, %r1140};
+	st.v2.u32 	[%rd745+512], {%r1143, %r1144};
+	add.s64 	%rd746, %rd113, %rd743;
+	st.v2.u32 	[%rd746], {%r1147, %r1148};
+	ld.global.v2.u32 	{%r1155, %r1156}, [%rd742+1280];
+	ld.global.v2.u32 	{%r1159, %r1160}, [%rd742+1536];
+	ld.global.v2.u32 	{%r1163, %r1164}, [%rd742+1792];
+	ld.global.v2.u32 	{%r1167, %r1168}, [%rd742+1024];
+	st.v2.u32 	[%rd745+1024], {%r1167, %r1168};
+	st.v2.u32 	[%rd745+1280], {%r1155, %r1156};
+	st.v2.u32 	[%rd745+1536], {%r1159, %r1160};
+	st.v2.u32 	[%rd745+1792], {%r1163, %r1164};
+	ld.global.v2.u32 	{%r1171, %r1172}, [%rd742+2304];
+	ld.global.v2.u32 	{%r1175, %r1176}, [%rd742+2560];
+	ld.global.v2.u32 	{%r1179, %r1180}, [%rd742+2816];
+	ld.global.v2.u32 	{%r1183, %r1184}, [%rd742+2048];
+	st.v2.u32 	[%rd745+2048], {%r1183, %r1184};
+	st.v2.u32 	[%rd745+2304], {%r1171, %r1172};
+	st.v2.u32 	[%rd745+2560], {%r1175, %r1176};
+	st.v2.u32 	[%rd745+2816], {%r1179, %r1180};
+	ld.global.v2.u32 	{%r1187, %r1188}, [%rd742+3328];
+	ld.global.v2.u32 	{%r1191, %r1192}, [%rd742+3584];
+	ld.global.v2.u32 	{%r1195, %r1196}, [%rd742+3840];
+	ld.global.v2.u32 	{%r1199, %r1200}, [%rd742+3072];
+	st.v2.u32 	[%rd745+3072], {%r1199, %r1200};
+	st.v2.u32 	[%rd745+3328], {%r1187, %r1188};
+	st.v2.u32 	[%rd745+3584], {%r1191, %r1192};
+	st.v2.u32 	[%rd745+3840], {%r1195, %r1196};
+	add.s64 	%rd2112, %rd2111, 512;
+	add.s64 	%rd2110, %rd2111, 608;
+	setp.lt.u64 	%p71, %rd2110, %rd117;
+	mov.u64 	%rd2111, %rd2112;
+	@%p71 bra 	$L__BB4_82;
+$L__BB4_83:
+	setp.ge.u64 	%p72, %rd2112, %rd117;
+	@%p72 bra 	$L__BB4_90;
+	not.b64 	%rd747, %rd2112;
+	add.s64 	%rd131, %rd117, %rd747;
+	shr.u64 	%rd748, %rd131, 5;
+	add.s64 	%rd749, %rd748, 1;
+	and.b64  	%rd132, %rd749, 3;
+	setp.eq.s64 	%p73, %rd132, 0;
+	mov.u64 	%rd2116, %rd2112;
+	@%p73 bra 	$L__BB4_88;
+	shl.b64 	%rd750, %rd2112, 3;
+	add.s64 	%rd133, %rd114, %rd750;
+	ld.global.v2.u32 	{%r1203, %r1204}, [%rd133];
+	add.s64 	%rd134, %rd113, %rd750;
+	st.v2.u32 	[%rd134], {%r1203, %r1204};
+	add.s64 	%rd2116, %rd2112, 32;
+	setp.eq.s64 	%p74, %rd132, 1;
+	@%p74 bra 	$L__BB4_88;
+	ld.global.v2.u32 	{%r1207, %r1208}, [%rd133+256];
+	st.v2.u32 	[%rd134+256], {%r1207, %r1208};
+	add.s64 	%rd2116, %rd2112, 64;
+	setp.eq.s64 	%p75, %rd132, 2;
+	@%p75 bra 	$L__BB4_88;
+	ld.global.v2.u32 	{%r1211, %r1212}, [%rd133+512];
+	st.v2.u32 	[%rd134+512], {%r1211, %r1212};
+	add.s64 	%rd2116, %rd2112, 96;
+$L__BB4_88:
+	setp.lt.u64 	%p76, %rd131, 96;
+	@%p76 bra 	$L__BB4_90;
+$L__BB4_89:
+	shl.b64 	%rd751, %rd2116, 3;
+	add.s64 	%rd752, %rd114, %rd751;
+	ld.global.v2.u32 	{%r1215, %r1216}, [%rd752];
+	add.s64 	%rd753, %rd113, %rd751;
+	st.v2.u32 	[%rd753], {%r1215, %r1216};
+	ld.global.v2.u32 	{%r1219, %r1220}, [%rd752+256];
+	st.v2.u32 	[%rd753+256], {%r1219, %r1220};
+	ld.global.v2.u32 	{%r1223, %r1224}, [%rd752+512];
+	st.v2.u32 	[%rd753+512], {%r1223, %r1224};
+	ld.global.v2.u32 	{%r1227, %r1228}, [%rd752+768];
+	st.v2.u32 	[%rd753+768], {%r1227, %r1228};
+	add.s64 	%rd2116, %rd2116, 128;
+	setp.lt.u64 	%p77, %rd2116, %rd117;
+	@%p77 bra 	$L__BB4_89;
+$L__BB4_90:
+	and.b64  	%rd2126, %rd115, -8;
+	bra.uni 	$L__BB4_106;
+$L__BB4_91:
+	shr.u64 	%rd142, %rd115, 4;
+	or.b64  	%rd2118, %rd14, 96;
+	setp.ge.u64 	%p78, %rd2118, %rd142;
+	mov.u64 	%rd2120, %rd14;
+	@%p78 bra 	$L__BB4_98;
+	mov.u64 	%rd756, -97;
+	sub.s64 	%rd757, %rd756, %rd14;
+	add.s64 	%rd143, %rd757, %rd142;
+	shr.u64 	%rd758, %rd143, 7;
+	add.s64 	%rd759, %rd758, 1;
+	and.b64  	%rd144, %rd759, 3;
+	setp.eq.s64 	%p79, %rd144, 0;
+	mov.u64 	%rd2119, %rd14;
+	@%p79 bra 	$L__BB4_96;
+	shl.b64 	%rd760, %rd14, 4;
+	add.s64 	%rd146, %rd114, %rd760;
+	ld.global.v4.u32 	{%r1231, %r1232, %r1233, %r1234}, [%rd146+512];
+	ld.global.v4.u32 	{%r1239, %r1240, %r1241, %r1242}, [%rd146+1024];
+	ld.global.v4.u32 	{%r1247, %r1248, %r1249, %r1250}, [%rd146+1536];
+	add.s64 	%rd147, %rd113, %rd760;
+	ld.global.v4.u32 	{%r1255, %r1256, %r1257, %r1258}, [%rd146];
+	st.v4.u32 	[%rd147], {%r1255, %r1256, %r1257, %r1258};
+	st.v4.u32 	[%rd147+512], {%r1231, %r1232, %r1233, %r1234};
+	st.v4.u32 	[%rd147+1024], {%r1239, %r1240, %r1241, %r1242};
+	st.v4.u32 	[%rd147+1536], {%r1247, %r1248, %r1249, %r1250};
+	setp.eq.s64 	%p80, %rd144, 1;
+	mov.u64 	%rd2118, %rd16;
+	mov.u64 	%rd2119, %rd15;
+	mov.u64 	%rd2120, %rd15;
+	@%p80 bra 	$L__BB4_96;
+	ld.global.v4.u32 	{%r1263, %r1264, %r1265, %r1266}, [%rd146+2560];
+	ld.global.v4.u32 	{%r1271, %r1272, %r1273, %r1274}, [%rd146+3072];
+	ld.global.v4.u32 	{%r1279, %r1280, %r1281, %r1282}, [%rd146+3584];
+	ld.global.v4.u32 	{%r1287, %r1288, %r1289, %r1290}, [%rd146+2048];
+	st.v4.u32 	[%rd147+2048], {%r1287, %r1288, %r1289, %r1290};
+	st.v4.u32 	[%rd147+2560], {%r1263, %r1264, %r1265, %r1266};
+	st.v4.u32 	[%rd147+3072], {%r1271, %r1272, %r1273, %r1274};
+	st.v4.u32 	[%rd147+3584], {%r1279, %r1280, %r1281, %r1282};
+	setp.eq.s64 	%p81, %rd144, 2;
+	mov.u64 	%rd2118, %rd18;
+	mov.u64 	%rd2119, %rd17;
+	mov.u64 	%rd2120, %rd17;
+	@%p81 bra 	$L__BB4_96;
+	ld.global.v4.u32 	{%r1295, %r1296, %r1297, %r1298}, [%rd146+4608];
+	ld.global.v4.u32 	{%r1303, %r1304, %r1305, %r1306}, [%rd146+5120];
+	ld.global.v4.u32 	{%r1311, %r1312, %r1313, %r1314}, [%rd146+5632];
+	ld.global.v4.u32 	{%r1319, %r1320, %r1321, %r1322}, [%rd146+4096];
+	st.v4.u32 	[%rd147+4096], {%r1319, %r1320, %r1321, %r1322};
+	st.v4.u32 	[%rd147+4608], {%r1295, %r1296, %r1297, %r1298};
+	st.v4.u32 	[%rd147+5120], {%r1303, %r1304, %r1305, %r1306};
+	st.v4.u32 	[%rd147+5632], {%r1311, %r1312, %r1313, %r1314};
+	mov.u64 	%rd2118, %rd20;
+	mov.u64 	%rd2119, %rd19;
+	mov.u64 	%rd2120, %rd19;
+$L__BB4_96:
+	setp.lt.u64 	%p82, %rd143, 384;
+	@%p82 bra 	$L__BB4_98;
+$L__BB4_97:
+	shl.b64 	%rd761, %rd2119, 4;
+	add.s64 	%rd762, %rd114, %rd761;
+	ld.global.v4.u32 	{%r1327, %r1328, %r1329, %r1330}, [%rd762+512];
+	ld.global.v4.u32 	{%r1335, %r1336, %r1337, %r1338}, [%rd762+1024];
+	shl.b64 	%rd763, %rd2118, 4;
+	add.s64 	%rd764, %rd114, %rd763;
+	ld.global.v4.u32 	{%r1343, %r1344, %r1345, %r1346}, [%rd764];
+	add.s64 	%rd765, %rd113, %rd761;
+	ld.global.v4.u32 	{%r1351, %r1352, %r1353, %r1354}, [%rd762];
+	st.v4.u32 	[%rd765], {%r1351, %r1352, %r1353, %r1354};
+	st.v4.u32 	[%rd765+512], {%r1327, %r1328, %r1329, %r1330};
+	st.v4.u32 	[%rd765+1024], {%r1335, %r1336, %r1337, %r1338};
+	add.s64 	%rd766, %rd113, %rd763;
+	st.v4.u32 	[%rd766], {%r1343, %r1344, %r1345, %r1346};
+	ld.global.v4.u32 	{%r1359, %r1360, %r1361, %r1362}, [%rd762+2560];
+	ld.global.v4.u32 	{%r1367, %r1368, %r1369, %r1370}, [%rd762+3072];
+	ld.global.v4.u32 	{%r1375, %r1376, %r1377, %r1378}, [%rd762+3584];
+	ld.global.v4.u32 	{%r1383, %r1384, %r1385, %r1386}, [%rd762+2048];
+	st.v4.u32 	[%rd765+2048], {%r1383, %r1384, %r1385, %r1386};
+	st.v4.u32 	[%rd765+2560], {%r1359, %r1360, %r1361, %r1362};
+	st.v4.u32 	[%rd765+3072], {%r1367, %r1368, %r1369, %r1370};
+	st.v4.u32 	[%rd765+3584], {%r1375, %r1376, %r1377, %r1378};
+	ld.global.v4.u32 	{%r1391, %r1392, %r1393, %r1394}, [%rd762+4608];
+	ld.global.v4.u32 	{%r1399, %r1400, %r1401, %r1402}, [%rd762+5120];
+	ld.global.v4.u32 	{%r1407, %r1408, %r1409, %r1410}, [%rd762+5632];
+	ld.global.v4.u32 	{%r1415, %r1416, %r1417, %r1418}, [%rd762+4096];
+	st.v4.u32 	[%rd765+4096], {%r1415, %r1416, %r1417, %r1418};
+	st.v4.u32 	[%rd765+4608], {%r1391, %r1392, %r1393, %r1394};
+	st.v4.u32 	[%rd765+5120], {%r1399, %r1400, %r1401, %r1402};
+	st.v4.u32 	[%rd765+5632], {%r1407, %r1408, %r1409, %r1410};
+	ld.global.v4.u32 	{%r1423, %r1424, %r1425, %r1426}, [%rd762+6656];
+	ld.global.v4.u32 	{%r1431, %r1432, %r1433, %r1434}, [%rd762+7168];
+	ld.global.v4.u32 	{%r1439, %r1440, %r1441, %r1442}, [%rd762+7680];
+	ld.global.v4.u32 	{%r1447, %r1448, %r1449, %r1450}, [%rd762+6144];
+	st.v4.u32 	[%rd765+6144], {%r1447, %r1448, %r1449, %r1450};
+	st.v4.u32 	[%rd765+6656], {%r1423, %r1424, %r1425, %r1426};
+	st.v4.u32 	[%rd765+7168], {%r1431, %r1432, %r1433, %r1434};
+	st.v4.u32 	[%rd765+7680], {%r1439, %r1440, %r1441, %r1442};
+	add.s64 	%rd2120, %rd2119, 512;
+	add.s64 	%rd2118, %rd2119, 608;
+	setp.lt.u64 	%p83, %rd2118, %rd142;
+	mov.u64 	%rd2119, %rd2120;
+	@%p83 bra 	$L__BB4_97;
+$L__BB4_98:
+	setp.ge.u64 	%p84, %rd2120, %rd142;
+	@%p84 bra 	$L__BB4_105;
+	not.b64 	%rd767, %rd2120;
+	add.s64 	%rd156, %rd142, %rd767;
+	shr.u64 	%rd768, %rd156, 5;
+	add.s64 	%rd769, %rd768, 1;
+	and.b64  	%rd157, %rd769, 3;
+	setp.eq.s64 	%p85, %rd157, 0;
+	mov.u64 	%rd2124, %rd2120;
+	@%p85 bra 	$L__BB4_103;
+	shl.b64 	%rd770, %rd2120, 4;
+	add.s64 	%rd159, %rd113, %rd770;
+	add.s64 	%rd158, %rd114, %rd770;
+	ld.global.v4.u32 	{%r1455, %r1456, %r1457, %r1458}, [%rd158];
+	st.v4.u32 	[%rd159], {%r1455, %r1456, %r1457, %r1458};
+	add.s64 	%rd2124, %rd2120, 32;
+	setp.eq.s64 	%p86, %rd157, 1;
+	@%p86 bra 	$L__BB4_103;
+	ld.global.v4.u32 	{%r1463, %r1464, %r1465, %r1466}, [%rd158+512];
+	st.v4.u32 	[%rd159+512], {%r1463, %r1464, %r1465, %r1466};
+	add.s64 	%rd2124, %rd2120, 64;
+	setp.eq.s64 	%p87, %rd157, 2;
+	@%p87 bra 	$L__BB4_103;
+	ld.global.v4.u32 	{%r1471, %r1472, %r1473, %r1474}, [%rd158+1024];
+	st.v4.u32 	[%rd159+1024], {%r1471, %r1472, %r1473, %r1474};
+	add.s64 	%rd2124, %rd2120, 96;
+$L__BB4_103:
+	setp.lt.u64 	%p88, %rd156, 96;
+	@%p88 bra 	$L__BB4_105;
+$L__BB4_104:
+	shl.b64 	%rd771, %rd2124, 4;
+	add.s64 	%rd772, %rd113, %rd771;
+	add.s64 	%rd773, %rd114, %rd771;
+	ld.global.v4.u32 	{%r1479, %r1480, %r1481, %r1482}, [%rd773];
+	st.v4.u32 	[%rd772], {%r1479, %r1480, %r1481, %r1482};
+	ld.global.v4.u32 	{%r1487, %r1488, %r1489, %r1490}, [%rd773+512];
+	st.v4.u32 	[%rd772+512], {%r1487, %r1488, %r1489, %r1490};
+	ld.global.v4.u32 	{%r1495, %r1496, %r1497, %r1498}, [%rd773+1024];
+	st.v4.u32 	[%rd772+1024], {%r1495, %r1496, %r1497, %r1498};
+	ld.global.v4.u32 	{%r1503, %r1504, %r1505, %r1506}, [%rd773+1536];
+	st.v4.u32 	[%rd772+1536], {%r1503, %r1504, %r1505, %r1506};
+	add.s64 	%rd2124, %rd2124, 128;
+	setp.lt.u64 	%p89, %rd2124, %rd142;
+	@%p89 bra 	$L__BB4_104;
+$L__BB4_105:
+	and.b64  	%rd2126, %rd115, -16;
+$L__BB4_106:
+	add.s64 	%rd774, %rd115, 7;
+	and.b64  	%rd168, %rd774, -8;
+	add.s64 	%rd169, %rd2126, %rd14;
+	setp.ge.u64 	%p90, %rd169, %rd168;
+	mov.u16 	%rs31, 0;
+	@%p90 bra 	$L__BB4_446;
+	not.b64 	%rd775, %rd14;
+	add.s64 	%rd776, %rd168, %rd775;
+	sub.s64 	%rd170, %rd776, %rd2126;
+	shr.u64 	%rd777, %rd170, 5;
+	add.s64 	%rd778, %rd777, 1;
+	and.b64  	%rd171, %rd778, 3;
+	setp.eq.s64 	%p91, %rd171, 0;
+	mov.u64 	%rd2127, %rd169;
+	@%p91 bra 	$L__BB4_117;
+	setp.ge.u64 	%p92, %rd169, %rd115;
+	add.s64 	%rd172, %rd114, %rd169;
+	mov.u32 	%r3235, 0;
+	@%p92 bra 	$L__BB4_110;
+	ld.global.u8 	%r3235, [%rd172];
+$L__BB4_110:
+	add.s64 	%rd173, %rd113, %rd169;
+	st.u8 	[%rd173], %r3235;
+	add.s64 	%rd2127, %rd169, 32;
+	setp.eq.s64 	%p93, %rd171, 1;
+	@%p93 bra 	$L__BB4_117;
+	setp.ge.u64 	%p94, %rd2127, %rd115;
+	mov.u32 	%r3236, 0;
+	@%p94 bra 	$L__BB4_113;
+	ld.global.u8 	%r3236, [%rd172+32];
+$L__BB4_113:
+	st.u8 	[%rd173+32], %r3236;
+	add.s64 	%rd2127, %rd169, 64;
+	setp.eq.s64 	%p95, %rd171, 2;
+	@%p95 bra 	$L__BB4_117;
+	setp.ge.u64 	%p96, %rd2127, %rd115;
+	mov.u32 	%r3237, 0;
+	@%p96 bra 	$L__BB4_116;
+	ld.global.u8 	%r3237, [%rd172+64];
+$L__BB4_116:
+	st.u8 	[%rd173+64], %r3237;
+	add.s64 	%rd2127, %rd169, 96;
+$L__BB4_117:
+	setp.lt.u64 	%p97, %rd170, 96;
+	@%p97 bra 	$L__BB4_446;
+	add.s64 	%rd779, %rd2127, %rd36;
+	add.s64 	%rd780, %rd779, %rd35;
+	add.s64 	%rd781, %rd780, %rd97;
+	add.s64 	%rd782, %rd781, %rd37;
+	sub.s64 	%rd783, %rd782, %rd38;
+	add.s64 	%rd784, %rd26, %rd783;
+	add.s64 	%rd2129, %rd784, 32;
+$L__BB4_119:
+	add.s64 	%rd181, %rd114, %rd2127;
+	setp.ge.u64 	%p98, %rd2127, %rd115;
+	mov.u32 	%r3239, 0;
+	mov.u32 	%r3238, %r3239;
+	@%p98 bra 	$L__BB4_121;
+	ld.global.u8 	%r3238, [%rd181];
+$L__BB4_121:
+	st.u8 	[%rd2129], %r3238;
+	add.s64 	%rd785, %rd2127, 32;
+	setp.ge.u64 	%p99, %rd785, %rd115;
+	@%p99 bra 	$L__BB4_123;
+	ld.global.u8 	%r3239, [%rd181+32];
+$L__BB4_123:
+	st.u8 	[%rd2129+32], %r3239;
+	add.s64 	%rd786, %rd2127, 64;
+	setp.ge.u64 	%p100, %rd786, %rd115;
+	mov.u32 	%r3241, 0;
+	mov.u32 	%r3240, %r3241;
+	@%p100 bra 	$L__BB4_125;
+	ld.global.u8 	%r3240, [%rd181+64];
+$L__BB4_125:
+	st.u8 	[%rd2129+64], %r3240;
+	add.s64 	%rd787, %rd2127, 96;
+	setp.ge.u64 	%p101, %rd787, %rd115;
+	@%p101 bra 	$L__BB4_127;
+	ld.global.u8 	%r3241, [%rd181+96];
+$L__BB4_127:
+	add.s64 	%rd182, %rd2129, 128;
+	st.u8 	[%rd2129+96], %r3241;
+	add.s64 	%rd2127, %rd2127, 128;
+	setp.lt.u64 	%p102, %rd2127, %rd168;
+	mov.u64 	%rd2129, %rd182;
+	@%p102 bra 	$L__BB4_119;
+$L__BB4_446:
+	setp.ne.s16 	%p824, %rs31, 0;
+$L__BB4_447:
+	cvt.u32.u64 	%r1928, %rd14;
+	setp.ne.s32 	%p340, %r1928, 0;
+	@%p340 bra 	$L__BB4_449;
+	selp.u16 	%rs20, 1, 0, %p824;
+	mov.u32 	%r1931, _ZZ15ws_delta_encodeE4coop;
+	add.s32 	%r1932, %r1931, %r3;
+	st.shared.u8 	[%r1932], %rs20;
+$L__BB4_449:
+	bar.sync 	0;
+	mov.u32 	%r3301, 0;
+	bra.uni 	$L__BB4_450;
+$L__BB4_508:
+	cvt.u32.u64 	%r2052, %rd398;
+	mul.lo.s64 	%rd1311, %rd391, %rd398;
+	shr.u64 	%rd447, %rd1311, 4;
+	setp.eq.s32 	%p409, %r2052, 1;
+	@%p409 bra 	$L__BB4_663;
+	setp.eq.s32 	%p410, %r2052, 2;
+	@%p410 bra 	$L__BB4_571;
+	setp.ne.s32 	%p411, %r2052, 4;
+	@%p411 bra 	$L__BB4_819;
+	setp.eq.s64 	%p412, %rd447, 0;
+	@%p412 bra 	$L__BB4_919;
+	mov.u64 	%rd2186, 0;
+	mov.u32 	%r3310, 0;
+$L__BB4_513:
+	mov.u32 	%r3311, 0;
+	add.s64 	%rd449, %rd2186, %rd4;
+	setp.ge.u64 	%p413, %rd449, %rd447;
+	@%p413 bra 	$L__BB4_515;
+	shr.u64 	%rd1313, %rd449, 3;
+	and.b64  	%rd1314, %rd1313, 576460752303423487;
+	add.s64 	%rd1315, %rd1314, %rd406;
+	shl.b64 	%rd1316, %rd1315, 2;
+	add.s64 	%rd1317, %rd13, %rd1316;
+	cvt.u32.u64 	%r2055, %rd449;
+	shl.b32 	%r2056, %r2055, 2;
+	and.b32  	%r2057, %r2056, 28;
+	ld.global.u32 	%r2058, [%rd1317];
+	shr.u32 	%r2059, %r2058, %r2057;
+	and.b32  	%r3311, %r2059, 15;
+$L__BB4_515:
+	add.s64 	%rd450, %rd449, 256;
+	setp.ge.u64 	%p414, %rd450, %rd447;
+	mov.u32 	%r3313, 0;
+	mov.u32 	%r3312, %r3313;
+	@%p414 bra 	$L__BB4_517;
+	shr.u64 	%rd1318, %rd450, 3;
+	and.b64  	%rd1319, %rd1318, 576460752303423487;
+	add.s64 	%rd1320, %rd1319, %rd406;
+	shl.b64 	%rd1321, %rd1320, 2;
+	add.s64 	%rd1322, %rd13, %rd1321;
+	cvt.u32.u64 	%r2061, %rd450;
+	shl.b32 	%r2062, %r2061, 2;
+	and.b32  	%r2063, %r2062, 28;
+	ld.global.u32 	%r2064, [%rd1322];
+	shr.u32 	%r2065, %r2064, %r2063;
+	and.b32  	%r3312, %r2065, 15;
+$L__BB4_517:
+	add.s64 	%rd451, %rd449, 512;
+	setp.ge.u64 	%p415, %rd451, %rd447;
+	@%p415 bra 	$L__BB4_519;
+	shr.u64 	%rd1323, %rd451, 3;
+	and.b64  	%rd1324, %rd1323, 576460752303423487;
+	add.s64 	%rd1325, %rd1324, %rd406;
+	shl.b64 	%rd1326, %rd1325, 2;
+	add.s64 	%rd1327, %rd13, %rd1326;
+	cvt.u32.u64 	%r2067, %rd451;
+	shl.b32 	%r2068, %r2067, 2;
+	and.b32  	%r2069, %r2068, 28;
+	ld.global.u32 	%r2070, [%rd1327];
+	shr.u32 	%r2071, %r2070, %r2069;
+	and.b32  	%r3313, %r2071, 15;
+$L__BB4_519:
+	add.s64 	%rd452, %rd449, 768;
+	setp.ge.u64 	%p416, %rd452, %rd447;
+	mov.u32 	%r3315, 0;
+	mov.u32 	%r3314, %r3315;
+	@%p416 bra 	$L__BB4_521;
+	shr.u64 	%rd1328, %rd452, 3;
+	and.b64  	%rd1329, %rd1328, 576460752303423487;
+	add.s64 	%rd1330, %rd1329, %rd406;
+	shl.b64 	%rd1331, %rd1330, 2;
+	add.s64 	%rd1332, %rd13, %rd1331;
+	cvt.u32.u64 	%r2073, %rd452;
+	shl.b32 	%r2074, %r2073, 2;
+	and.b32  	%r2075, %r2074, 28;
+	ld.global.u32 	%r2076, [%rd1332];
+	shr.u32 	%r2077, %r2076, %r2075;
+	and.b32  	%r3314, %r2077, 15;
+$L__BB4_521:
+	setp.eq.s32 	%p417, %r3311, 0;
+	mov.u32 	%r3316, %r3315;
+	mov.u32 	%r3317, %r3315;
+	mov.u32 	%r3318, %r3315;
+	@%p417 bra 	$L__BB4_523;
+	shl.b64 	%rd1334, %rd449, 4;
+	add.s64 	%rd1333, %rd405, %rd1334;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r3315,%r3316,%r3317,%r3318}, [%rd1333];
+	// end inline asm
+$L__BB4_523:
+	setp.eq.s32 	%p418, %r3312, 0;
+	mov.u32 	%r3323, 0;
+	mov.u32 	%r3319, %r3323;
+	mov.u32 	%r3320, %r3323;
+	mov.u32 	%r3321, %r3323;
+	mov.u32 	%r3322, %r3323;
+	@%p418 bra 	$L__BB4_525;
+	shl.b64 	%rd1336, %rd450, 4;
+	add.s64 	%rd1335, %rd405, %rd1336;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r3319,%r3320,%r3321,%r3322}, [%rd1335];
+	// end inline asm
+$L__BB4_525:
+	setp.eq.s32 	%p419, %r3313, 0;
+	mov.u32 	%r3324, %r3323;
+	mov.u32 	%r3325, %r3323;
+	mov.u32 	%r3326, %r3323;
+	@%p419 bra 	$L__BB4_527;
+	shl.b64 	%rd1338, %rd451, 4;
+	add.s64 	%rd1337, %rd405, %rd1338;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r3323,%r3324,%r3325,%r3326}, [%rd1337];
+	// end inline asm
+$L__BB4_527:
+	setp.eq.s32 	%p420, %r3314, 0;
+	mov.u32 	%r2105, 0;
+	mov.u32 	%r3327, %r2105;
+	mov.u32 	%r3328, %r2105;
+	mov.u32 	%r3329, %r2105;
+	mov.u32 	%r3330, %r2105;
+	@%p420 bra 	$L__BB4_529;
+	shl.b64 	%rd1340, %rd452, 4;
+	add.s64 	%rd1339, %rd405, %rd1340;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r3327,%r3328,%r3329,%r3330}, [%rd1339];
+	// end inline asm
+$L__BB4_529:
+	cvt.u32.u64 	%r3211, %rd14;
+	setp.lt.u32 	%p421, %r3211, 16;
+	mov.u32 	%r2131, 16;
+	setp.lt.u32 	%p422, %r3211, 4;
+	mov.u32 	%r2132, 4;
+	setp.lt.u32 	%p423, %r3211, 2;
+	mov.u32 	%r2133, 2;
+	setp.lt.u32 	%p424, %r3211, 8;
+	mov.u32 	%r2134, 8;
+	setp.ne.s32 	%p425, %r3211, 31;
+	setp.eq.s32 	%p426, %r3211, 0;
+	popc.b32 	%r2136, %r3314;
+	cvt.u64.u32 	%rd1351, %r2136;
+	shl.b64 	%rd1352, %rd1351, 48;
+	popc.b32 	%r2137, %r3312;
+	shl.b32 	%r2138, %r2137, 16;
+	popc.b32 	%r2139, %r3311;
+	or.b32  	%r2140, %r2138, %r2139;
+	cvt.u64.u32 	%rd1353, %r2140;
+	popc.b32 	%r2141, %r3313;
+	cvt.u64.u32 	%rd1354, %r2141;
+	bfi.b64 	%rd1355, %rd1354, %rd1353, 32, 32;
+	or.b64  	%rd1341, %rd1352, %rd1355;
+	// begin inline asm
+	mov.b64 {%r2110,%r2111}, %rd1341;
+	// end inline asm
+	mov.u32 	%r2142, 1;
+	mov.u32 	%r2143, -1;
+	shfl.sync.up.b32 	%r2113|%p427, %r2111, %r2142, %r2105, %r2143;
+	shfl.sync.up.b32 	%r2112|%p428, %r2110, %r2142, %r2105, %r2143;
+	// begin inline asm
+	mov.b64 %rd1342, {%r2112,%r2113};
+	// end inline asm
+	selp.b64 	%rd1356, 0, %rd1342, %p426;
+	add.s64 	%rd1343, %rd1356, %rd1341;
+	// begin inline asm
+	mov.b64 {%r2114,%r2115}, %rd1343;
+	// end inline asm
+	shfl.sync.up.b32 	%r2117|%p429, %r2115, %r2133, %r2105, %r2143;
+	shfl.sync.up.b32 	%r2116|%p430, %r2114, %r2133, %r2105, %r2143;
+	// begin inline asm
+	mov.b64 %rd1344, {%r2116,%r2117};
+	// end inline asm
+	selp.b64 	%rd1357, 0, %rd1344, %p423;
+	add.s64 	%rd1345, %rd1357, %rd1343;
+	// begin inline asm
+	mov.b64 {%r2118,%r2119}, %rd1345;
+	// end inline asm
+	shfl.sync.up.b32 	%r2121|%p431, %r2119, %r2132, %r2105, %r2143;
+	shfl.sync.up.b32 	%r2120|%p432, %r2118, %r2132, %r2105, %r2143;
+	// begin inline asm
+	mov.b64 %rd1346, {%r2120,%r2121};
+	// end inline asm
+	selp.b64 	%rd1358, 0, %rd1346, %p422;
+	add.s64 	%rd1347, %rd1358, %rd1345;
+	// begin inline asm
+	mov.b64 {%r2122,%r2123}, %rd1347;
+	// end inline asm
+	shfl.sync.up.b32 	%r2125|%p433, %r2123, %r2134, %r2105, %r2143;
+	shfl.sync.up.b32 	%r2124|%p434, %r2122, %r2134, %r2105, %r2143;
+	// begin inline asm
+	mov.b64 %rd1348, {%r2124,%r2125};
+	// end inline asm
+	selp.b64 	%rd1359, 0, %rd1348, %p424;
+	add.s64 	%rd1349, %rd1359, %rd1347;
+	// begin inline asm
+	mov.b64 {%r2126,%r2127}, %rd1349;
+	// end inline asm
+	shfl.sync.up.b32 	%r2129|%p435, %r2127, %r2131, %r2105, %r2143;
+	shfl.sync.up.b32 	%r2128|%p436, %r2126, %r2131, %r2105, %r2143;
+	// begin inline asm
+	mov.b64 %rd1350, {%r2128,%r2129};
+	// end inline asm
+	selp.b64 	%rd1360, 0, %rd1350, %p421;
+	add.s64 	%rd454, %rd1360, %rd1349;
+	@%p425 bra 	$L__BB4_531;
+	st.shared.u64 	[%r7], %rd454;
+$L__BB4_531:
+	setp.ne.s32 	%p437, %r3, 0;
+	bar.sync 	0;
+	@%p437 bra 	$L__BB4_536;
+	cvt.u32.u64 	%r3215, %rd14;
+	setp.gt.u32 	%p438, %r3215, 7;
+	mov.u64 	%rd2187, 0;
+	@%p438 bra 	$L__BB4_534;
+	ld.shared.u64 	%rd2187, [%r8];
+$L__BB4_534:
+	setp.lt.u32 	%p806, %r3211, 16;
+	setp.lt.u32 	%p805, %r3211, 8;
+	setp.lt.u32 	%p804, %r3211, 4;
+	setp.lt.u32 	%p803, %r3211, 2;
+	cvt.u32.u64 	%r3212, %rd14;
+	setp.eq.s32 	%p802, %r3211, 0;
+	mov.u32 	%r2166, 16;
+	mov.u32 	%r2167, 4;
+	mov.u32 	%r2168, 2;
+	mov.u32 	%r2169, 8;
+	mov.u32 	%r2170, 0;
+	// begin inline asm
+	mov.b64 {%r2145,%r2146}, %rd2187;
+	// end inline asm
+	mov.u32 	%r2171, 1;
+	mov.u32 	%r2172, -1;
+	shfl.sync.up.b32 	%r2148|%p445, %r2146, %r2171, %r2170, %r2172;
+	shfl.sync.up.b32 	%r2147|%p446, %r2145, %r2171, %r2170, %r2172;
+	// begin inline asm
+	mov.b64 %rd1363, {%r2147,%r2148};
+	// end inline asm
+	selp.b64 	%rd1372, 0, %rd1363, %p802;
+	add.s64 	%rd1364, %rd1372, %rd2187;
+	// begin inline asm
+	mov.b64 {%r2149,%r2150}, %rd1364;
+	// end inline asm
+	shfl.sync.up.b32 	%r2152|%p447, %r2150, %r2168, %r2170, %r2172;
+	shfl.sync.up.b32 	%r2151|%p448, %r2149, %r2168, %r2170, %r2172;
+	// begin inline asm
+	mov.b64 %rd1365, {%r2151,%r2152};
+	// end inline asm
+	selp.b64 	%rd1373, 0, %rd1365, %p803;
+	add.s64 	%rd1366, %rd1373, %rd1364;
+	// begin inline asm
+	mov.b64 {%r2153,%r2154}, %rd1366;
+	// end inline asm
+	shfl.sync.up.b32 	%r2156|%p449, %r2154, %r2167, %r2170, %r2172;
+	shfl.sync.up.b32 	%r2155|%p450, %r2153, %r2167, %r2170, %r2172;
+	// begin inline asm
+	mov.b64 %rd1367, {%r2155,%r2156};
+	// end inline asm
+	selp.b64 	%rd1374, 0, %rd1367, %p804;
+	add.s64 	%rd1368, %rd1374, %rd1366;
+	// begin inline asm
+	mov.b64 {%r2157,%r2158}, %rd1368;
+	// end inline asm
+	shfl.sync.up.b32 	%r2160|%p451, %r2158, %r2169, %r2170, %r2172;
+	shfl.sync.up.b32 	%r2159|%p452, %r2157, %r2169, %r2170, %r2172;
+	// begin inline asm
+	mov.b64 %rd1369, {%r2159,%r2160};
+	// end inline asm
+	selp.b64 	%rd1375, 0, %rd1369, %p805;
+	add.s64 	%rd1370, %rd1375, %rd1368;
+	// begin inline asm
+	mov.b64 {%r2161,%r2162}, %rd1370;
+	// end inline asm
+	shfl.sync.up.b32 	%r2164|%p453, %r2162, %r2166, %r2170, %r2172;
+	shfl.sync.up.b32 	%r2163|%p454, %r2161, %r2166, %r2170, %r2172;
+	// begin inline asm
+	mov.b64 %rd1371, {%r2163,%r2164};
+	// end inline asm
+	selp.b64 	%rd1376, 0, %rd1371, %p806;
+	add.s64 	%rd457, %rd1376, %rd1370;
+	@%p438 bra 	$L__BB4_536;
+	st.shared.u64 	[%r8], %rd457;
+$L__BB4_536:
+	setp.eq.s32 	%p455, %r3, 0;
+	bar.sync 	0;
+	mov.u64 	%rd2188, 0;
+	@%p455 bra 	$L__BB4_538;
+	ld.shared.u64 	%rd2188, [%r7+-8];
+$L__BB4_538:
+	ld.shared.u64 	%rd460, [_ZZ15ws_delta_encodeE3red+56];
+	bar.sync 	0;
+	sub.s64 	%rd1378, %rd454, %rd1341;
+	add.s64 	%rd461, %rd1378, %rd2188;
+	cvt.u32.u64 	%r2173, %rd461;
+	and.b32  	%r2174, %r2173, 65535;
+	add.s32 	%r3332, %r2174, %r3310;
+	and.b32  	%r2175, %r3311, 1;
+	setp.eq.b32 	%p456, %r2175, 1;
+	mov.pred 	%p457, 0;
+	xor.pred  	%p458, %p456, %p457;
+	not.pred 	%p459, %p458;
+	@%p459 bra 	$L__BB4_540;
+	add.s32 	%r216, %r3332, 1;
+	mul.wide.u32 	%rd1379, %r3332, 4;
+	add.s64 	%rd1380, %rd1379, %rd420;
+	add.s64 	%rd1381, %rd397, %rd1380;
+	st.u32 	[%rd1381], %r3315;
+	mov.u32 	%r3332, %r216;
+$L__BB4_540:
+	and.b32  	%r2176, %r3311, 2;
+	setp.eq.s32 	%p460, %r2176, 0;
+	@%p460 bra 	$L__BB4_542;
+	add.s32 	%r218, %r3332, 1;
+	mul.wide.u32 	%rd1382, %r3332, 4;
+	add.s64 	%rd1383, %rd1382, %rd420;
+	add.s64 	%rd1384, %rd397, %rd1383;
+	st.u32 	[%rd1384], %r3316;
+	mov.u32 	%r3332, %r218;
+$L__BB4_542:
+	and.b32  	%r2177, %r3311, 4;
+	setp.eq.s32 	%p461, %r2177, 0;
+	@%p461 bra 	$L__BB4_544;
+	add.s32 	%r220, %r3332, 1;
+	mul.wide.u32 	%rd1385, %r3332, 4;
+	add.s64 	%rd1386, %rd1385, %rd420;
+	add.s64 	%rd1387, %rd397, %rd1386;
+	st.u32 	[%rd1387], %r3317;
+	mov.u32 	%r3332, %r220;
+$L__BB4_544:
+	and.b32  	%r2178, %r3311, 8;
+	setp.eq.s32 	%p462, %r2178, 0;
+	@%p462 bra 	$L__BB4_546;
+	mul.wide.u32 	%rd1388, %r3332, 4;
+	add.s64 	%rd1389, %rd1388, %rd420;
+	add.s64 	%rd1390, %rd397, %rd1389;
+	st.u32 	[%rd1390], %r3318;
+$L__BB4_546:
+	cvt.u32.u64 	%r2179, %rd460;
+	and.b32  	%r2180, %r2179, 65535;
+	add.s32 	%r222, %r2180, %r3310;
+	shr.u32 	%r2182, %r2173, 16;
+	add.s32 	%r3335, %r2182, %r222;
+	and.b32  	%r2183, %r3312, 1;
+	setp.eq.b32 	%p463, %r2183, 1;
+	mov.pred 	%p464, 0;
+	xor.pred  	%p465, %p463, %p464;
+	not.pred 	%p466, %p465;
+	@%p466 bra 	$L__BB4_548;
+	add.s32 	%r224, %r3335, 1;
+	mul.wide.u32 	%rd1391, %r3335, 4;
+	add.s64 	%rd1392, %rd1391, %rd420;
+	add.s64 	%rd1393, %rd397, %rd1392;
+	st.u32 	[%rd1393], %r3319;
+	mov.u32 	%r3335, %r224;
+$L__BB4_548:
+	and.b32  	%r2184, %r3312, 2;
+	setp.eq.s32 	%p467, %r2184, 0;
+	@%p467 bra 	$L__BB4_550;
+	add.s32 	%r226, %r3335, 1;
+	mul.wide.u32 	%rd1394, %r3335, 4;
+	add.s64 	%rd1395, %rd1394, %rd420;
+	add.s64 	%rd1396, %rd397, %rd1395;
+	st.u32 	[%rd1396], %r3320;
+	mov.u32 	%r3335, %r226;
+$L__BB4_550:
+	and.b32  	%r2185, %r3312, 4;
+	setp.eq.s32 	%p468, %r2185, 0;
+	@%p468 bra 	$L__BB4_552;
+	add.s32 	%r228, %r3335, 1;
+	mul.wide.u32 	%rd1397, %r3335, 4;
+	add.s64 	%rd1398, %rd1397, %rd420;
+	add.s64 	%rd1399, %rd397, %rd1398;
+	st.u32 	[%rd1399], %r3321;
+	mov.u32 	%r3335, %r228;
+$L__BB4_552:
+	and.b32  	%r2186, %r3312, 8;
+	setp.eq.s32 	%p469, %r2186, 0;
+	@%p469 bra 	$L__BB4_554;
+	mul.wide.u32 	%rd1400, %r3335, 4;
+	add.s64 	%rd1401, %rd1400, %rd420;
+	add.s64 	%rd1402, %rd397, %rd1401;
+	st.u32 	[%rd1402], %r3322;
+$L__BB4_554:
+	shr.u32 	%r2188, %r2179, 16;
+	add.s32 	%r230, %r2188, %r222;
+	shr.u64 	%rd1403, %rd461, 32;
+	cvt.u32.u64 	%r2189, %rd1403;
+	and.b32  	%r2190, %r2189, 65535;
+	add.s32 	%r3338, %r2190, %r230;
+	and.b32  	%r2191, %r3313, 1;
+	setp.eq.b32 	%p470, %r2191, 1;
+	mov.pred 	%p471, 0;
+	xor.pred  	%p472, %p470, %p471;
+	not.pred 	%p473, %p472;
+	@%p473 bra 	$L__BB4_556;
+	add.s32 	%r232, %r3338, 1;
+	mul.wide.u32 	%rd1404, %r3338, 4;
+	add.s64 	%rd1405, %rd1404, %rd420;
+	add.s64 	%rd1406, %rd397, %rd1405;
+	st.u32 	[%rd1406], %r3323;
+	mov.u32 	%r3338, %r232;
+$L__BB4_556:
+	and.b32  	%r2192, %r3313, 2;
+	setp.eq.s32 	%p474, %r2192, 0;
+	@%p474 bra 	$L__BB4_558;
+	add.s32 	%r234, %r3338, 1;
+	mul.wide.u32 	%rd1407, %r3338, 4;
+	add.s64 	%rd1408, %rd1407, %rd420;
+	add.s64 	%rd1409, %rd397, %rd1408;
+	st.u32 	[%rd1409], %r3324;
+	mov.u32 	%r3338, %r234;
+$L__BB4_558:
+	and.b32  	%r2193, %r3313, 4;
+	setp.eq.s32 	%p475, %r2193, 0;
+	@%p475 bra 	$L__BB4_560;
+	add.s32 	%r236, %r3338, 1;
+	mul.wide.u32 	%rd1410, %r3338, 4;
+	add.s64 	%rd1411, %rd1410, %rd420;
+	add.s64 	%rd1412, %rd397, %rd1411;
+	st.u32 	[%rd1412], %r3325;
+	mov.u32 	%r3338, %r236;
+$L__BB4_560:
+	and.b32  	%r2194, %r3313, 8;
+	setp.eq.s32 	%p476, %r2194, 0;
+	@%p476 bra 	$L__BB4_562;
+	mul.wide.u32 	%rd1413, %r3338, 4;
+	add.s64 	%rd1414, %rd1413, %rd420;
+	add.s64 	%rd1415, %rd397, %rd1414;
+	st.u32 	[%rd1415], %r3326;
+$L__BB4_562:
+	shr.u64 	%rd1416, %rd460, 32;
+	cvt.u32.u64 	%r2195, %rd1416;
+	and.b32  	%r2196, %r2195, 65535;
+	add.s32 	%r238, %r2196, %r230;
+	shr.u64 	%rd1417, %rd461, 48;
+	cvt.u32.u64 	%r2197, %rd1417;
+	add.s32 	%r3341, %r238, %r2197;
+	and.b32  	%r2198, %r3314, 1;
+	setp.eq.b32 	%p477, %r2198, 1;
+	mov.pred 	%p478, 0;
+	xor.pred  	%p479, %p477, %p478;
+	not.pred 	%p480, %p479;
+	@%p480 bra 	$L__BB4_564;
+	add.s32 	%r240, %r3341, 1;
+	mul.wide.u32 	%rd1418, %r3341, 4;
+	add.s64 	%rd1419, %rd1418, %rd420;
+	add.s64 	%rd1420, %rd397, %rd1419;
+	st.u32 	[%rd1420], %r3327;
+	mov.u32 	%r3341, %r240;
+$L__BB4_564:
+	and.b32  	%r2199, %r3314, 2;
+	setp.eq.s32 	%p481, %r2199, 0;
+	@%p481 bra 	$L__BB4_566;
+	add.s32 	%r242, %r3341, 1;
+	mul.wide.u32 	%rd1421, %r3341, 4;
+	add.s64 	%rd1422, %rd1421, %rd420;
+	add.s64 	%rd1423, %rd397, %rd1422;
+	st.u32 	[%rd1423], %r3328;
+	mov.u32 	%r3341, %r242;
+$L__BB4_566:
+	and.b32  	%r2200, %r3314, 4;
+	setp.eq.s32 	%p482, %r2200, 0;
+	@%p482 bra 	$L__BB4_568;
+	add.s32 	%r244, %r3341, 1;
+	mul.wide.u32 	%rd1424, %r3341, 4;
+	add.s64 	%rd1425, %rd1424, %rd420;
+	add.s64 	%rd1426, %rd397, %rd1425;
+	st.u32 	[%rd1426], %r3329;
+	mov.u32 	%r3341, %r244;
+$L__BB4_568:
+	and.b32  	%r2201, %r3314, 8;
+	setp.eq.s32 	%p483, %r2201, 0;
+	@%p483 bra 	$L__BB4_570;
+	mul.wide.u32 	%rd1427, %r3341, 4;
+	add.s64 	%rd1428, %rd1427, %rd420;
+	add.s64 	%rd1429, %rd397, %rd1428;
+	st.u32 	[%rd1429], %r3330;
+$L__BB4_570:
+	shr.u64 	%rd1430, %rd460, 48;
+	cvt.u32.u64 	%r2202, %rd1430;
+	add.s32 	%r3310, %r238, %r2202;
+	add.s64 	%rd2186, %rd2186, 1024;
+	setp.lt.u64 	%p484, %rd2186, %rd447;
+	@%p484 bra 	$L__BB4_513;
+	bra.uni 	$L__BB4_919;
+$L__BB4_663:
+	setp.eq.s64 	%p574, %rd447, 0;
+	@%p574 bra 	$L__BB4_919;
+	mov.u64 	%rd2192, 0;
+	mov.u32 	%r3392, 0;
+$L__BB4_665:
+	mov.u32 	%r3393, 0;
+	add.s64 	%rd479, %rd2192, %rd4;
+	setp.ge.u64 	%p575, %rd479, %rd447;
+	@%p575 bra 	$L__BB4_667;
+	shr.u64 	%rd1599, %rd479, 1;
+	and.b64  	%rd1600, %rd1599, 576460752303423487;
+	add.s64 	%rd1601, %rd1600, %rd406;
+	shl.b64 	%rd1602, %rd1601, 2;
+	add.s64 	%rd1603, %rd13, %rd1602;
+	cvt.u32.u64 	%r2387, %rd479;
+	shl.b32 	%r2388, %r2387, 4;
+	and.b32  	%r2389, %r2388, 16;
+	ld.global.u32 	%r2390, [%rd1603];
+	shr.u32 	%r2391, %r2390, %r2389;
+	and.b32  	%r3393, %r2391, 65535;
+$L__BB4_667:
+	add.s64 	%rd480, %rd479, 256;
+	setp.ge.u64 	%p576, %rd480, %rd447;
+	mov.u32 	%r3395, 0;
+	mov.u32 	%r3394, %r3395;
+	@%p576 bra 	$L__BB4_669;
+	shr.u64 	%rd1604, %rd480, 1;
+	and.b64  	%rd1605, %rd1604, 576460752303423487;
+	add.s64 	%rd1606, %rd1605, %rd406;
+	shl.b64 	%rd1607, %rd1606, 2;
+	add.s64 	%rd1608, %rd13, %rd1607;
+	cvt.u32.u64 	%r2393, %rd480;
+	shl.b32 	%r2394, %r2393, 4;
+	and.b32  	%r2395, %r2394, 16;
+	ld.global.u32 	%r2396, [%rd1608];
+	shr.u32 	%r2397, %r2396, %r2395;
+	and.b32  	%r3394, %r2397, 65535;
+$L__BB4_669:
+	add.s64 	%rd481, %rd479, 512;
+	setp.ge.u64 	%p577, %rd481, %rd447;
+	@%p577 bra 	$L__BB4_671;
+	shr.u64 	%rd1609, %rd481, 1;
+	and.b64  	%rd1610, %rd1609, 576460752303423487;
+	add.s64 	%rd1611, %rd1610, %rd406;
+	shl.b64 	%rd1612, %rd1611, 2;
+	add.s64 	%rd1613, %rd13, %rd1612;
+	cvt.u32.u64 	%r2399, %rd481;
+	shl.b32 	%r2400, %r2399, 4;
+	and.b32  	%r2401, %r2400, 16;
+	ld.global.u32 	%r2402, [%rd1613];
+	shr.u32 	%r2403, %r2402, %r2401;
+	and.b32  	%r3395, %r2403, 65535;
+$L__BB4_671:
+	add.s64 	%rd482, %rd479, 768;
+	setp.ge.u64 	%p578, %rd482, %rd447;
+	mov.u32 	%r3397, 0;
+	mov.u32 	%r3396, %r3397;
+	@%p578 bra 	$L__BB4_673;
+	shr.u64 	%rd1614, %rd482, 1;
+	and.b64  	%rd1615, %rd1614, 576460752303423487;
+	add.s64 	%rd1616, %rd1615, %rd406;
+	shl.b64 	%rd1617, %rd1616, 2;
+	add.s64 	%rd1618, %rd13, %rd1617;
+	cvt.u32.u64 	%r2405, %rd482;
+	shl.b32 	%r2406, %r2405, 4;
+	and.b32  	%r2407, %r2406, 16;
+	ld.global.u32 	%r2408, [%rd1618];
+	shr.u32 	%r2409, %r2408, %r2407;
+	and.b32  	%r3396, %r2409, 65535;
+$L__BB4_673:
+	setp.eq.s32 	%p579, %r3393, 0;
+	mov.u32 	%r3398, %r3397;
+	mov.u32 	%r3399, %r3397;
+	mov.u32 	%r3400, %r3397;
+	@%p579 bra 	$L__BB4_675;
+	shl.b64 	%rd1620, %rd479, 4;
+	add.s64 	%rd1619, %rd405, %rd1620;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r3397,%r3398,%r3399,%r3400}, [%rd1619];
+	// end inline asm
+$L__BB4_675:
+	setp.eq.s32 	%p580, %r3394, 0;
+	mov.u32 	%r3405, 0;
+	mov.u32 	%r3401, %r3405;
+	mov.u32 	%r3402, %r3405;
+	mov.u32 	%r3403, %r3405;
+	mov.u32 	%r3404, %r3405;
+	@%p580 bra 	$L__BB4_677;
+	shl.b64 	%rd1622, %rd480, 4;
+	add.s64 	%rd1621, %rd405, %rd1622;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r3401,%r3402,%r3403,%r3404}, [%rd1621];
+	// end inline asm
+$L__BB4_677:
+	setp.eq.s32 	%p581, %r3395, 0;
+	mov.u32 	%r3406, %r3405;
+	mov.u32 	%r3407, %r3405;
+	mov.u32 	%r3408, %r3405;
+	@%p581 bra 	$L__BB4_679;
+	shl.b64 	%rd1624, %rd481, 4;
+	add.s64 	%rd1623, %rd405, %rd1624;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r3405,%r3406,%r3407,%r3408}, [%rd1623];
+	// end inline asm
+$L__BB4_679:
+	setp.eq.s32 	%p582, %r3396, 0;
+	mov.u32 	%r2437, 0;
+	mov.u32 	%r3409, %r2437;
+	mov.u32 	%r3410, %r2437;
+	mov.u32 	%r3411, %r2437;
+	mov.u32 	%r3412, %r2437;
+	@%p582 bra 	$L__BB4_681;
+	shl.b64 	%rd1626, %rd482, 4;
+	add.s64 	%rd1625, %rd405, %rd1626;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r3409,%r3410,%r3411,%r3412}, [%rd1625];
+	// end inline asm
+$L__BB4_681:
+	cvt.u32.u64 	%r3216, %rd14;
+	setp.lt.u32 	%p583, %r3216, 16;
+	mov.u32 	%r2463, 16;
+	setp.lt.u32 	%p584, %r3216, 4;
+	mov.u32 	%r2464, 4;
+	setp.lt.u32 	%p585, %r3216, 2;
+	mov.u32 	%r2465, 2;
+	setp.lt.u32 	%p586, %r3216, 8;
+	mov.u32 	%r2466, 8;
+	setp.ne.s32 	%p587, %r3216, 31;
+	setp.eq.s32 	%p588, %r3216, 0;
+	popc.b32 	%r2468, %r3396;
+	cvt.u64.u32 	%rd1637, %r2468;
+	shl.b64 	%rd1638, %rd1637, 48;
+	popc.b32 	%r2469, %r3394;
+	shl.b32 	%r2470, %r2469, 16;
+	popc.b32 	%r2471, %r3393;
+	or.b32  	%r2472, %r2470, %r2471;
+	cvt.u64.u32 	%rd1639, %r2472;
+	popc.b32 	%r2473, %r3395;
+	cvt.u64.u32 	%rd1640, %r2473;
+	bfi.b64 	%rd1641, %rd1640, %rd1639, 32, 32;
+	or.b64  	%rd1627, %rd1638, %rd1641;
+	// begin inline asm
+	mov.b64 {%r2442,%r2443}, %rd1627;
+	// end inline asm
+	mov.u32 	%r2474, 1;
+	mov.u32 	%r2475, -1;
+	shfl.sync.up.b32 	%r2445|%p589, %r2443, %r2474, %r2437, %r2475;
+	shfl.sync.up.b32 	%r2444|%p590, %r2442, %r2474, %r2437, %r2475;
+	// begin inline asm
+	mov.b64 %rd1628, {%r2444,%r2445};
+	// end inline asm
+	selp.b64 	%rd1642, 0, %rd1628, %p588;
+	add.s64 	%rd1629, %rd1642, %rd1627;
+	// begin inline asm
+	mov.b64 {%r2446,%r2447}, %rd1629;
+	// end inline asm
+	shfl.sync.up.b32 	%r2449|%p591, %r2447, %r2465, %r2437, %r2475;
+	shfl.sync.up.b32 	%r2448|%p592, %r2446, %r2465, %r2437, %r2475;
+	// begin inline asm
+	mov.b64 %rd1630, {%r2448,%r2449};
+	// end inline asm
+	selp.b64 	%rd1643, 0, %rd1630, %p585;
+	add.s64 	%rd1631, %rd1643, %rd1629;
+	// begin inline asm
+	mov.b64 {%r2450,%r2451}, %rd1631;
+	// end inline asm
+	shfl.sync.up.b32 	%r2453|%p593, %r2451, %r2464, %r2437, %r2475;
+	shfl.sync.up.b32 	%r2452|%p594, %r2450, %r2464, %r2437, %r2475;
+	// begin inline asm
+	mov.b64 %rd1632, {%r2452,%r2453};
+	// end inline asm
+	selp.b64 	%rd1644, 0, %rd1632, %p584;
+	add.s64 	%rd1633, %rd1644, %rd1631;
+	// begin inline asm
+	mov.b64 {%r2454,%r2455}, %rd1633;
+	// end inline asm
+	shfl.sync.up.b32 	%r2457|%p595, %r2455, %r2466, %r2437, %r2475;
+	shfl.sync.up.b32 	%r2456|%p596, %r2454, %r2466, %r2437, %r2475;
+	// begin inline asm
+	mov.b64 %rd1634, {%r2456,%r2457};
+	// end inline asm
+	selp.b64 	%rd1645, 0, %rd1634, %p586;
+	add.s64 	%rd1635, %rd1645, %rd1633;
+	// begin inline asm
+	mov.b64 {%r2458,%r2459}, %rd1635;
+	// end inline asm
+	shfl.sync.up.b32 	%r2461|%p597, %r2459, %r2463, %r2437, %r2475;
+	shfl.sync.up.b32 	%r2460|%p598, %r2458, %r2463, %r2437, %r2475;
+	// begin inline asm
+	mov.b64 %rd1636, {%r2460,%r2461};
+	// end inline asm
+	selp.b64 	%rd1646, 0, %rd1636, %p583;
+	add.s64 	%rd484, %rd1646, %rd1635;
+	@%p587 bra 	$L__BB4_683;
+	st.shared.u64 	[%r7], %rd484;
 $L__BB4_683:
+	setp.ne.s32 	%p599, %r3, 0;
+	bar.sync 	0;
+	@%p599 bra 	$L__BB4_688;
+	cvt.u32.u64 	%r3217, %rd14;
+	setp.gt.u32 	%p600, %r3217, 7;
+	mov.u64 	%rd2193, 0;
+	@%p600 bra 	$L__BB4_686;
+	ld.shared.u64 	%rd2193, [%r8];
+$L__BB4_686:
+	cvt.u32.u64 	%r3223, %rd14;
+	setp.lt.u32 	%p816, %r3223, 16;
+	setp.lt.u32 	%p815, %r3223, 8;
+	setp.lt.u32 	%p814, %r3223, 4;
+	setp.lt.u32 	%p813, %r3223, 2;
+	setp.eq.s32 	%p812, %r3223, 0;
+	mov.u32 	%r2498, 16;
+	mov.u32 	%r2499, 4;
+	mov.u32 	%r2500, 2;
+	mov.u32 	%r2501, 8;
+	mov.u32 	%r2502, 0;
+	// begin inline asm
+	mov.b64 {%r2477,%r2478}, %rd2193;
+	// end inline asm
+	mov.u32 	%r2503, 1;
+	mov.u32 	%r2504, -1;
+	shfl.sync.up.b32 	%r2480|%p607, %r2478, %r2503, %r2502, %r2504;
+	shfl.sync.up.b32 	%r2479|%p608, %r2477, %r2503, %r2502, %r2504;
+	// begin inline asm
+	mov.b64 %rd1649, {%r2479,%r2480};
+	// end inline asm
+	selp.b64 	%rd1658, 0, %rd1649, %p812;
+	add.s64 	%rd1650, %rd1658, %rd2193;
+	// begin inline asm
+	mov.b64 {%r2481,%r2482}, %rd1650;
+	// end inline asm
+	shfl.sync.up.b32 	%r2484|%p609, %r2482, %r2500, %r2502, %r2504;
+	shfl.sync.up.b32 	%r2483|%p610, %r2481, %r2500, %r2502, %r2504;
+	// begin inline asm
+	mov.b64 %rd1651, {%r2483,%r2484};
+	// end inline asm
+	selp.b64 	%rd1659, 0, %rd1651, %p813;
+	add.s64 	%rd1652, %rd1659, %rd1650;
+	// begin inline asm
+	mov.b64 {%r2485,%r2486}, %rd1652;
+	// end inline asm
+	shfl.sync.up.b32 	%r2488|%p611, %r2486, %r2499, %r2502, %r2504;
+	shfl.sync.up.b32 	%r2487|%p612, %r2485, %r2499, %r2502, %r2504;
+	// begin inline asm
+	mov.b64 %rd1653, {%r2487,%r2488};
+	// end inline asm
+	selp.b64 	%rd1660, 0, %rd1653, %p814;
+	add.s64 	%rd1654, %rd1660, %rd1652;
+	// begin inline asm
+	mov.b64 {%r2489,%r2490}, %rd1654;
+	// end inline asm
+	shfl.sync.up.b32 	%r2492|%p613, %r2490, %r2501, %r2502, %r2504;
+	shfl.sync.up.b32 	%r2491|%p614, %r2489, %r2501, %r2502, %r2504;
+	// begin inline asm
+	mov.b64 %rd1655, {%r2491,%r2492};
+	// end inline asm
+	selp.b64 	%rd1661, 0, %rd1655, %p815;
+	add.s64 	%rd1656, %rd1661, %rd1654;
+	// begin inline asm
+	mov.b64 {%r2493,%r2494}, %rd1656;
+	// end inline asm
+	shfl.sync.up.b32 	%r2496|%p615, %r2494, %r2498, %r2502, %r2504;
+	shfl.sync.up.b32 	%r2495|%p616, %r2493, %r2498, %r2502, %r2504;
+	// begin inline asm
+	mov.b64 %rd1657, {%r2495,%r2496};
+	// end inline asm
+	selp.b64 	%rd1662, 0, %rd1657, %p816;
+	add.s64 	%rd487, %rd1662, %rd1656;
+	@%p600 bra 	$L__BB4_688;
+	st.shared.u64 	[%r8], %rd487;
+$L__BB4_688:
+	setp.eq.s32 	%p617, %r3, 0;
+	bar.sync 	0;
+	mov.u64 	%rd2194, 0;
+	@%p617 bra 	$L__BB4_690;
+	ld.shared.u64 	%rd2194, [%r7+-8];
+$L__BB4_690:
+	ld.shared.u64 	%rd490, [_ZZ15ws_delta_encodeE3red+56];
+	bar.sync 	0;
+	sub.s64 	%rd1664, %rd484, %rd1627;
+	add.s64 	%rd491, %rd1664, %rd2194;
+	cvt.u32.u64 	%r2505, %rd491;
+	and.b32  	%r2506, %r2505, 65535;
+	add.s32 	%r3414, %r2506, %r3392;
+	and.b32  	%r2507, %r3393, 1;
+	setp.eq.b32 	%p618, %r2507, 1;
+	mov.pred 	%p619, 0;
+	xor.pred  	%p620, %p618, %p619;
+	not.pred 	%p621, %p620;
+	@%p621 bra 	$L__BB4_692;
+	add.s32 	%r411, %r3414, 1;
+	cvt.u64.u32 	%rd1665, %r3414;
+	add.s64 	%rd1666, %rd420, %rd1665;
+	add.s64 	%rd1667, %rd397, %rd1666;
+	st.u8 	[%rd1667], %r3397;
+	mov.u32 	%r3414, %r411;
+$L__BB4_692:
+	and.b32  	%r2508, %r3393, 2;
+	setp.eq.s32 	%p622, %r2508, 0;
+	@%p622 bra 	$L__BB4_694;
+	add.s32 	%r413, %r3414, 1;
+	cvt.u64.u32 	%rd1668, %r3414;
+	add.s64 	%rd1669, %rd420, %rd1668;
+	add.s64 	%rd1670, %rd397, %rd1669;
+	shr.u32 	%r2509, %r3397, 8;
+	st.u8 	[%rd1670], %r2509;
+	mov.u32 	%r3414, %r413;
+$L__BB4_694:
+	and.b32  	%r2510, %r3393, 4;
+	setp.eq.s32 	%p623, %r2510, 0;
+	@%p623 bra 	$L__BB4_696;
+	add.s32 	%r415, %r3414, 1;
+	cvt.u64.u32 	%rd1671, %r3414;
+	add.s64 	%rd1672, %rd420, %rd1671;
+	add.s64 	%rd1673, %rd397, %rd1672;
+	shr.u32 	%r2511, %r3397, 16;
+	st.u8 	[%rd1673], %r2511;
+	mov.u32 	%r3414, %r415;
+$L__BB4_696:
+	and.b32  	%r2512, %r3393, 8;
+	setp.eq.s32 	%p624, %r2512, 0;
+	@%p624 bra 	$L__BB4_698;
+	add.s32 	%r417, %r3414, 1;
+	cvt.u64.u32 	%rd1674, %r3414;
+	add.s64 	%rd1675, %rd420, %rd1674;
+	add.s64 	%rd1676, %rd397, %rd1675;
+	shr.u32 	%r2513, %r3397, 24;
+	st.u8 	[%rd1676], %r2513;
+	mov.u32 	%r3414, %r417;
+$L__BB4_698:
+	and.b32  	%r2514, %r3393, 16;
+	setp.eq.s32 	%p625, %r2514, 0;
+	@%p625 bra 	$L__BB4_700;
+	add.s32 	%r420, %r3414, 1;
+	cvt.u64.u32 	%rd1677, %r3414;
+	add.s64 	%rd1678, %rd420, %rd1677;
+	add.s64 	%rd1679, %rd397, %rd1678;
+	st.u8 	[%rd1679], %r3398;
+	mov.u32 	%r3414, %r420;
+$L__BB4_700:
+	and.b32  	%r2515, %r3393, 32;
+	setp.eq.s32 	%p626, %r2515, 0;
+	@%p626 bra 	$L__BB4_702;
+	add.s32 	%r422, %r3414, 1;
+	cvt.u64.u32 	%rd1680, %r3414;
+	add.s64 	%rd1681, %rd420, %rd1680;
+	add.s64 	%rd1682, %rd397, %rd1681;
+	shr.u32 	%r2516, %r3398, 8;
+	st.u8 	[%rd1682], %r2516;
+	mov.u32 	%r3414, %r422;
+$L__BB4_702:
+	and.b32  	%r2517, %r3393, 64;
+	setp.eq.s32 	%p627, %r2517, 0;
+	@%p627 bra 	$L__BB4_704;
+	add.s32 	%r424, %r3414, 1;
+	cvt.u64.u32 	%rd1683, %r3414;
+	add.s64 	%rd1684, %rd420, %rd1683;
+	add.s64 	%rd1685, %rd397, %rd1684;
+	shr.u32 	%r2518, %r3398, 16;
+	st.u8 	[%rd1685], %r2518;
+	mov.u32 	%r3414, %r424;
+$L__BB4_704:
+	and.b32  	%r2519, %r3393, 128;
+	setp.eq.s32 	%p628, %r2519, 0;
+	@%p628 bra 	$L__BB4_706;
+	add.s32 	%r426, %r3414, 1;
+	cvt.u64.u32 	%rd1686, %r3414;
+	add.s64 	%rd1687, %rd420, %rd1686;
+	add.s64 	%rd1688, %rd397, %rd1687;
+	shr.u32 	%r2520, %r3398, 24;
+	st.u8 	[%rd1688], %r2520;
+	mov.u32 	%r3414, %r426;
+$L__BB4_706:
+	and.b32  	%r2521, %r3393, 256;
+	setp.eq.s32 	%p629, %r2521, 0;
+	@%p629 bra 	$L__BB4_708;
+	add.s32 	%r429, %r3414, 1;
+	cvt.u64.u32 	%rd1689, %r3414;
+	add.s64 	%rd1690, %rd420, %rd1689;
+	add.s64 	%rd1691, %rd397, %rd1690;
+	st.u8 	[%rd1691], %r3399;
+	mov.u32 	%r3414, %r429;
+$L__BB4_708:
+	and.b32  	%r2522, %r3393, 512;
+	setp.eq.s32 	%p630, %r2522, 0;
+	@%p630 bra 	$L__BB4_710;
+	add.s32 	%r431, %r3414, 1;
+	cvt.u64.u32 	%rd1692, %r3414;
+	add.s64 	%rd1693, %rd420, %rd1692;
+	add.s64 	%rd1694, %rd397, %rd1693;
+	shr.u32 	%r2523, %r3399, 8;
+	st.u8 	[%rd1694], %r2523;
+	mov.u32 	%r3414, %r431;
+$L__BB4_710:
+	and.b32  	%r2524, %r3393, 1024;
+	setp.eq.s32 	%p631, %r2524, 0;
+	@%p631 bra 	$L__BB4_712;
+	add.s32 	%r433, %r3414, 1;
+	cvt.u64.u32 	%rd1695, %r3414;
+	add.s64 	%rd1696, %rd420, %rd1695;
+	add.s64 	%rd1697, %rd397, %rd1696;
+	shr.u32 	%r2525, %r3399, 16;
+	st.u8 	[%rd1697], %r2525;
+	mov.u32 	%r3414, %r433;
+$L__BB4_712:
+	and.b32  	%r2526, %r3393, 2048;
+	setp.eq.s32 	%p632, %r2526, 0;
+	@%p632 bra 	$L__BB4_714;
+	add.s32 	%r435, %r3414, 1;
+	cvt.u64.u32 	%rd1698, %r3414;
+	add.s64 	%rd1699, %rd420, %rd1698;
+	add.s64 	%rd1700, %rd397, %rd1699;
+	shr.u32 	%r2527, %r3399, 24;
+	st.u8 	[%rd1700], %r2527;
+	mov.u32 	%r3414, %r435;
+$L__BB4_714:
+	and.b32  	%r2528, %r3393, 4096;
+	setp.eq.s32 	%p633, %r2528, 0;
+	@%p633 bra 	$L__BB4_716;
+	add.s32 	%r438, %r3414, 1;
+	cvt.u64.u32 	%rd1701, %r3414;
+	add.s64 	%rd1702, %rd420, %rd1701;
+	add.s64 	%rd1703, %rd397, %rd1702;
+	st.u8 	[%rd1703], %r3400;
+	mov.u32 	%r3414, %r438;
+$L__BB4_716:
+	and.b32  	%r2529, %r3393, 8192;
+	setp.eq.s32 	%p634, %r2529, 0;
+	@%p634 bra 	$L__BB4_718;
+	add.s32 	%r440, %r3414, 1;
+	cvt.u64.u32 	%rd1704, %r3414;
+	add.s64 	%rd1705, %rd420, %rd1704;
+	add.s64 	%rd1706, %rd397, %rd1705;
+	shr.u32 	%r2530, %r3400, 8;
+	st.u8 	[%rd1706], %r2530;
+	mov.u32 	%r3414, %r440;
+$L__BB4_718:
+	and.b32  	%r2531, %r3393, 16384;
+	setp.eq.s32 	%p635, %r2531, 0;
+	@%p635 bra 	$L__BB4_720;
+	add.s32 	%r442, %r3414, 1;
+	cvt.u64.u32 	%rd1707, %r3414;
+	add.s64 	%rd1708, %rd420, %rd1707;
+	add.s64 	%rd1709, %rd397, %rd1708;
+	shr.u32 	%r2532, %r3400, 16;
+	st.u8 	[%rd1709], %r2532;
+	mov.u32 	%r3414, %r442;
+$L__BB4_720:
+	cvt.u16.u32 	%rs25, %r3393;
+	setp.gt.s16 	%p636, %rs25, -1;
+	@%p636 bra 	$L__BB4_722;
+	cvt.u64.u32 	%rd1710, %r3414;
+	add.s64 	%rd1711, %rd420, %rd1710;
+	add.s64 	%rd1712, %rd397, %rd1711;
+	shr.u32 	%r2533, %r3400, 24;
+	st.u8 	[%rd1712], %r2533;
+$L__BB4_722:
+	cvt.u32.u64 	%r2534, %rd490;
+	and.b32  	%r2535, %r2534, 65535;
+	add.s32 	%r445, %r2535, %r3392;
+	shr.u32 	%r2537, %r2505, 16;
+	add.s32 	%r3429, %r2537, %r445;
+	and.b32  	%r2538, %r3394, 1;
+	setp.eq.b32 	%p637, %r2538, 1;
+	mov.pred 	%p638, 0;
+	xor.pred  	%p639, %p637, %p638;
+	not.pred 	%p640, %p639;
+	@%p640 bra 	$L__BB4_724;
+	add.s32 	%r447, %r3429, 1;
+	cvt.u64.u32 	%rd1713, %r3429;
+	add.s64 	%rd1714, %rd420, %rd1713;
+	add.s64 	%rd1715, %rd397, %rd1714;
+	st.u8 	[%rd1715], %r3401;
+	mov.u32 	%r3429, %r447;
+$L__BB4_724:
+	and.b32  	%r2539, %r3394, 2;
+	setp.eq.s32 	%p641, %r2539, 0;
+	@%p641 bra 	$L__BB4_726;
+	add.s32 	%r449, %r3429, 1;
+	cvt.u64.u32 	%rd1716, %r3429;
+	add.s64 	%rd1717, %rd420, %rd1716;
+	add.s64 	%rd1718, %rd397, %rd1717;
+	shr.u32 	%r2540, %r3401, 8;
+	st.u8 	[%rd1718], %r2540;
+	mov.u32 	%r3429, %r449;
+$L__BB4_726:
+	and.b32  	%r2541, %r3394, 4;
+	setp.eq.s32 	%p642, %r2541, 0;
+	@%p642 bra 	$L__BB4_728;
+	add.s32 	%r451, %r3429, 1;
+	cvt.u64.u32 	%rd1719, %r3429;
+	add.s64 	%rd1720, %rd420, %rd1719;
+	add.s64 	%rd1721, %rd397, %rd1720;
+	shr.u32 	%r2542, %r3401, 16;
+	st.u8 	[%rd1721], %r2542;
+	mov.u32 	%r3429, %r451;
+$L__BB4_728:
+	and.b32  	%r2543, %r3394, 8;
+	setp.eq.s32 	%p643, %r2543, 0;
+	@%p643 bra 	$L__BB4_730;
+	add.s32 	%r453, %r3429, 1;
+	cvt.u64.u32 	%rd1722, %r3429;
+	add.s64 	%rd1723, %rd420, %rd1722;
+	add.s64 	%rd1724, %rd397, %rd1723;
+	shr.u32 	%r2544, %r3401, 24;
+	st.u8 	[%rd1724], %r2544;
+	mov.u32 	%r3429, %r453;
+$L__BB4_730:
+	and.b32  	%r2545, %r3394, 16;
+	setp.eq.s32 	%p644, %r2545, 0;
+	@%p644 bra 	$L__BB4_732;
+	add.s32 	%r456, %r3429, 1;
+	cvt.u64.u32 	%rd1725, %r3429;
+	add.s64 	%rd1726, %rd420, %rd1725;
+	add.s64 	%rd1727, %rd397, %rd1726;
+	st.u8 	[%rd1727], %r3402;
+	mov.u32 	%r3429, %r456;
+$L__BB4_732:
+	and.b32  	%r2546, %r3394, 32;
+	setp.eq.s32 	%p645, %r2546, 0;
+	@%p645 bra 	$L__BB4_734;
+	add.s32 	%r458, %r3429, 1;
+	cvt.u64.u32 	%rd1728, %r3429;
+	add.s64 	%rd1729, %rd420, %rd1728;
+	add.s64 	%rd1730, %rd397, %rd1729;
+	shr.u32 	%r2547, %r3402, 8;
+	st.u8 	[%rd1730], %r2547;
+	mov.u32 	%r3429, %r458;
+$L__BB4_734:
+	and.b32  	%r2548, %r3394, 64;
+	setp.eq.s32 	%p646, %r2548, 0;
+	@%p646 bra 	$L__BB4_736;
+	add.s32 	%r460, %r3429, 1;
+	cvt.u64.u32 	%rd1731, %r3429;
+	add.s64 	%rd1732, %rd420, %rd1731;
+	add.s64 	%rd1733, %rd397, %rd1732;
+	shr.u32 	%r2549, %r3402, 16;
+	st.u8 	[%rd1733], %r2549;
+	mov.u32 	%r3429, %r460;
+$L__BB4_736:
+	and.b32  	%r2550, %r3394, 128;
+	setp.eq.s32 	%p647, %r2550, 0;
+	@%p647 bra 	$L__BB4_738;
+	add.s32 	%r462, %r3429, 1;
+	cvt.u64.u32 	%rd1734, %r3429;
+	add.s64 	%rd1735, %rd420, %rd1734;
+	add.s64 	%rd1736, %rd397, %rd1735;
+	shr.u32 	%r2551, %r3402, 24;
+	st.u8 	[%rd1736], %r2551;
+	mov.u32 	%r3429, %r462;
+$L__BB4_738:
+	and.b32  	%r2552, %r3394, 256;
+	setp.eq.s32 	%p648, %r2552, 0;
+	@%p648 bra 	$L__BB4_740;
+	add.s32 	%r465, %r3429, 1;
+	cvt.u64.u32 	%rd1737, %r3429;
+	add.s64 	%rd1738, %rd420, %rd1737;
+	add.s64 	%rd1739, %rd397, %rd1738;
+	st.u8 	[%rd1739], %r3403;
+	mov.u32 	%r3429, %r465;
+$L__BB4_740:
+	and.b32  	%r2553, %r3394, 512;
+	setp.eq.s32 	%p649, %r2553, 0;
+	@%p649 bra 	$L__BB4_742;
+	add.s32 	%r467, %r3429, 1;
+	cvt.u64.u32 	%rd1740, %r3429;
+	add.s64 	%rd1741, %rd420, %rd1740;
+	add.s64 	%rd1742, %rd397, %rd1741;
+	shr.u32 	%r2554, %r3403, 8;
+	st.u8 	[%rd1742], %r2554;
+	mov.u32 	%r3429, %r467;
+$L__BB4_742:
+	and.b32  	%r2555, %r3394, 1024;
+	setp.eq.s32 	%p650, %r2555, 0;
+	@%p650 bra 	$L__BB4_744;
+	add.s32 	%r469, %r3429, 1;
+	cvt.u64.u32 	%rd1743, %r3429;
+	add.s64 	%rd1744, %rd420, %rd1743;
+	add.s64 	%rd1745, %rd397, %rd1744;
+	shr.u32 	%r2556, %r3403, 16;
+	st.u8 	[%rd1745], %r2556;
+	mov.u32 	%r3429, %r469;
+$L__BB4_744:
+	and.b32  	%r2557, %r3394, 2048;
+	setp.eq.s32 	%p651, %r2557, 0;
+	@%p651 bra 	$L__BB4_746;
+	add.s32 	%r471, %r3429, 1;
+	cvt.u64.u32 	%rd1746, %r3429;
+	add.s64 	%rd1747, %rd420, %rd1746;
+	add.s64 	%rd1748, %rd397, %rd1747;
+	shr.u32 	%r2558, %r3403, 24;
+	st.u8 	[%rd1748], %r2558;
+	mov.u32 	%r3429, %r471;
+$L__BB4_746:
+	and.b32  	%r2559, %r3394, 4096;
+	setp.eq.s32 	%p652, %r2559, 0;
+	@%p652 bra 	$L__BB4_748;
+	add.s32 	%r474, %r3429, 1;
+	cvt.u64.u32 	%rd1749, %r3429;
+	add.s64 	%rd1750, %rd420, %rd1749;
+	add.s64 	%rd1751, %rd397, %rd1750;
+	st.u8 	[%rd1751], %r3404;
+	mov.u32 	%r3429, %r474;
+$L__BB4_748:
+	and.b32  	%r2560, %r3394, 8192;
+	setp.eq.s32 	%p653, %r2560, 0;
+	@%p653 bra 	$L__BB4_750;
+	add.s32 	%r476, %r3429, 1;
+	cvt.u64.u32 	%rd1752, %r3429;
+	add.s64 	%rd1753, %rd420, %rd1752;
+	add.s64 	%rd1754, %rd397, %rd1753;
+	shr.u32 	%r2561, %r3404, 8;
+	st.u8 	[%rd1754], %r2561;
+	mov.u32 	%r3429, %r476;
+$L__BB4_750:
+	and.b32  	%r2562, %r3394, 16384;
+	setp.eq.s32 	%p654, %r2562, 0;
+	@%p654 bra 	$L__BB4_752;
+	add.s32 	%r478, %r3429, 1;
+	cvt.u64.u32 	%rd1755, %r3429;
+	add.s64 	%rd1756, %rd420, %rd1755;
+	add.s64 	%rd1757, %rd397, %rd1756;
+	shr.u32 	%r2563, %r3404, 16;
+	st.u8 	[%rd1757], %r2563;
+	mov.u32 	%r3429, %r478;
+$L__BB4_752:
+	cvt.u16.u32 	%rs26, %r3394;
+	setp.gt.s16 	%p655, %rs26, -1;
+	@%p655 bra 	$L__BB4_754;
+	cvt.u64.u32 	%rd1758, %r3429;
+	add.s64 	%rd1759, %rd420, %rd1758;
+	add.s64 	%rd1760, %rd397, %rd1759;
+	shr.u32 	%r2564, %r3404, 24;
+	st.u8 	[%rd1760], %r2564;
+$L__BB4_754:
+	shr.u32 	%r2566, %r2534, 16;
+	add.s32 	%r481, %r2566, %r445;
+	shr.u64 	%rd1761, %rd491, 32;
+	cvt.u32.u64 	%r2567, %rd1761;
+	and.b32  	%r2568, %r2567, 65535;
+	add.s32 	%r3444, %r2568, %r481;
+	and.b32  	%r2569, %r3395, 1;
+	setp.eq.b32 	%p656, %r2569, 1;
+	mov.pred 	%p657, 0;
+	xor.pred  	%p658, %p656, %p657;
+	not.pred 	%p659, %p658;
+	@%p659 bra 	$L__BB4_756;
+	add.s32 	%r483, %r3444, 1;
+	cvt.u64.u32 	%rd1762, %r3444;
+	add.s64 	%rd1763, %rd420, %rd1762;
+	add.s64 	%rd1764, %rd397, %rd1763;
+	st.u8 	[%rd1764], %r3405;
+	mov.u32 	%r3444, %r483;
+$L__BB4_756:
+	and.b32  	%r2570, %r3395, 2;
+	setp.eq.s32 	%p660, %r2570, 0;
+	@%p660 bra 	$L__BB4_758;
+	add.s32 	%r485, %r3444, 1;
+	cvt.u64.u32 	%rd1765, %r3444;
+	add.s64 	%rd1766, %rd420, %rd1765;
+	add.s64 	%rd1767, %rd397, %rd1766;
+	shr.u32 	%r2571, %r3405, 8;
+	st.u8 	[%rd1767], %r2571;
+	mov.u32 	%r3444, %r485;
+$L__BB4_758:
+	and.b32  	%r2572, %r3395, 4;
+	setp.eq.s32 	%p661, %r2572, 0;
+	@%p661 bra 	$L__BB4_760;
+	add.s32 	%r487, %r3444, 1;
+	cvt.u64.u32 	%rd1768, %r3444;
+	add.s64 	%rd1769, %rd420, %rd1768;
+	add.s64 	%rd1770, %rd397, %rd1769;
+	shr.u32 	%r2573, %r3405, 16;
+	st.u8 	[%rd1770], %r2573;
+	mov.u32 	%r3444, %r487;
+$L__BB4_760:
+	and.b32  	%r2574, %r3395, 8;
+	setp.eq.s32 	%p662, %r2574, 0;
+	@%p662 bra 	$L__BB4_762;
+	add.s32 	%r489, %r3444, 1;
+	cvt.u64.u32 	%rd1771, %r3444;
+	add.s64 	%rd1772, %rd420, %rd1771;
+	add.s64 	%rd1773, %rd397, %rd1772;
+	shr.u32 	%r2575, %r3405, 24;
+	st.u8 	[%rd1773], %r2575;
+	mov.u32 	%r3444, %r489;
+$L__BB4_762:
+	and.b32  	%r2576, %r3395, 16;
+	setp.eq.s32 	%p663, %r2576, 0;
+	@%p663 bra 	$L__BB4_764;
+	add.s32 	%r492, %r3444, 1;
+	cvt.u64.u32 	%rd1774, %r3444;
+	add.s64 	%rd1775, %rd420, %rd1774;
+	add.s64 	%rd1776, %rd397, %rd1775;
+	st.u8 	[%rd1776], %r3406;
+	mov.u32 	%r3444, %r492;
+$L__BB4_764:
+	and.b32  	%r2577, %r3395, 32;
+	setp.eq.s32 	%p664, %r2577, 0;
+	@%p664 bra 	$L__BB4_766;
+	add.s32 	%r494, %r3444, 1;
+	cvt.u64.u32 	%rd1777, %r3444;
+	add.s64 	%rd1778, %rd420, %rd1777;
+	add.s64 	%rd1779, %rd397, %rd1778;
+	shr.u32 	%r2578, %r3406, 8;
+	st.u8 	[%rd1779], %r2578;
+	mov.u32 	%r3444, %r494;
+$L__BB4_766:
+	and.b32  	%r2579, %r3395, 64;
+	setp.eq.s32 	%p665, %r2579, 0;
+	@%p665 bra 	$L__BB4_768;
+	add.s32 	%r496, %r3444, 1;
+	cvt.u64.u32 	%rd1780, %r3444;
+	add.s64 	%rd1781, %rd420, %rd1780;
+	add.s64 	%rd1782, %rd397, %rd1781;
+	shr.u32 	%r2580, %r3406, 16;
+	st.u8 	[%rd1782], %r2580;
+	mov.u32 	%r3444, %r496;
+$L__BB4_768:
+	and.b32  	%r2581, %r3395, 128;
+	setp.eq.s32 	%p666, %r2581, 0;
+	@%p666 bra 	$L__BB4_770;
+	add.s32 	%r498, %r3444, 1;
+	cvt.u64.u32 	%rd1783, %r3444;
+	add.s64 	%rd1784, %rd420, %rd1783;
+	add.s64 	%rd1785, %rd397, %rd1784;
+	shr.u32 	%r2582, %r3406, 24;
+	st.u8 	[%rd1785], %r2582;
+	mov.u32 	%r3444, %r498;
+$L__BB4_770:
+	and.b32  	%r2583, %r3395, 256;
+	setp.eq.s32 	%p667, %r2583, 0;
+	@%p667 bra 	$L__BB4_772;
+	add.s32 	%r501, %r3444, 1;
+	cvt.u64.u32 	%rd1786, %r3444;
+	add.s64 	%rd1787, %rd420, %rd1786;
+	add.s64 	%rd1788, %rd397, %rd1787;
+	st.u8 	[%rd1788], %r3407;
+	mov.u32 	%r3444, %r501;
+$L__BB4_772:
+	and.b32  	%r2584, %r3395, 512;
+	setp.eq.s32 	%p668, %r2584, 0;
+	@%p668 bra 	$L__BB4_774;
+	add.s32 	%r503, %r3444, 1;
+	cvt.u64.u32 	%rd1789, %r3444;
+	add.s64 	%rd1790, %rd420, %rd1789;
+	add.s64 	%rd1791, %rd397, %rd1790;
+	shr.u32 	%r2585, %r3407, 8;
+	st.u8 	[%rd1791], %r2585;
+	mov.u32 	%r3444, %r503;
+$L__BB4_774:
+	and.b32  	%r2586, %r3395, 1024;
+	setp.eq.s32 	%p669, %r2586, 0;
+	@%p669 bra 	$L__BB4_776;
+	add.s32 	%r505, %r3444, 1;
+	cvt.u64.u32 	%rd1792, %r3444;
+	add.s64 	%rd1793, %rd420, %rd1792;
+	add.s64 	%rd1794, %rd397, %rd1793;
+	shr.u32 	%r2587, %r3407, 16;
+	st.u8 	[%rd1794], %r2587;
+	mov.u32 	%r3444, %r505;
+$L__BB4_776:
+	and.b32  	%r2588, %r3395, 2048;
+	setp.eq.s32 	%p670, %r2588, 0;
+	@%p670 bra 	$L__BB4_778;
+	add.s32 	%r507, %r3444, 1;
+	cvt.u64.u32 	%rd1795, %r3444;
+	add.s64 	%rd1796, %rd420, %rd1795;
+	add.s64 	%rd1797, %rd397, %rd1796;
+	shr.u32 	%r2589, %r3407, 24;
+	st.u8 	[%rd1797], %r2589;
+	mov.u32 	%r3444, %r507;
+$L__BB4_778:
+	and.b32  	%r2590, %r3395, 4096;
+	setp.eq.s32 	%p671, %r2590, 0;
+	@%p671 bra 	$L__BB4_780;
+	add.s32 	%r510, %r3444, 1;
+	cvt.u64.u32 	%rd1798, %r3444;
+	add.s64 	%rd1799, %rd420, %rd1798;
+	add.s64 	%rd1800, %rd397, %rd1799;
+	st.u8 	[%rd1800], %r3408;
+	mov.u32 	%r3444, %r510;
+$L__BB4_780:
+	and.b32  	%r2591, %r3395, 8192;
+	setp.eq.s32 	%p672, %r2591, 0;
+	@%p672 bra 	$L__BB4_782;
+	add.s32 	%r512, %r3444, 1;
+	cvt.u64.u32 	%rd1801, %r3444;
+	add.s64 	%rd1802, %rd420, %rd1801;
+	add.s64 	%rd1803, %rd397, %rd1802;
+	shr.u32 	%r2592, %r3408, 8;
+	st.u8 	[%rd1803], %r2592;
+	mov.u32 	%r3444, %r512;
+$L__BB4_782:
+	and.b32  	%r2593, %r3395, 16384;
+	setp.eq.s32 	%p673, %r2593, 0;
+	@%p673 bra 	$L__BB4_784;
+	add.s32 	%r514, %r3444, 1;
+	cvt.u64.u32 	%rd1804, %r3444;
+	add.s64 	%rd1805, %rd420, %rd1804;
+	add.s64 	%rd1806, %rd397, %rd1805;
+	shr.u32 	%r2594, %r3408, 16;
+	st.u8 	[%rd1806], %r2594;
+	mov.u32 	%r3444, %r514;
+$L__BB4_784:
+	cvt.u16.u32 	%rs27, %r3395;
+	setp.gt.s16 	%p674, %rs27, -1;
+	@%p674 bra 	$L__BB4_786;
+	cvt.u64.u32 	%rd1807, %r3444;
+	add.s64 	%rd1808, %rd420, %rd1807;
+	add.s64 	%rd1809, %rd397, %rd1808;
+	shr.u32 	%r2595, %r3408, 24;
+	st.u8 	[%rd1809], %r2595;
+$L__BB4_786:
+	shr.u64 	%rd1810, %rd490, 32;
+	cvt.u32.u64 	%r2596, %rd1810;
+	and.b32  	%r2597, %r2596, 65535;
+	add.s32 	%r517, %r2597, %r481;
+	shr.u64 	%rd1811, %rd491, 48;
+	cvt.u32.u64 	%r2598, %rd1811;
+	add.s32 	%r3459, %r517, %r2598;
+	and.b32  	%r2599, %r3396, 1;
+	setp.eq.b32 	%p675, %r2599, 1;
+	mov.pred 	%p676, 0;
+	xor.pred  	%p677, %p675, %p676;
+	not.pred 	%p678, %p677;
+	@%p678 bra 	$L__BB4_788;
+	add.s32 	%r519, %r3459, 1;
+	cvt.u64.u32 	%rd1812, %r3459;
+	add.s64 	%rd1813, %rd420, %rd1812;
+	add.s64 	%rd1814, %rd397, %rd1813;
+	st.u8 	[%rd1814], %r3409;
+	mov.u32 	%r3459, %r519;
+$L__BB4_788:
+	and.b32  	%r2600, %r3396, 2;
+	setp.eq.s32 	%p679, %r2600, 0;
+	@%p679 bra 	$L__BB4_790;
+	add.s32 	%r521, %r3459, 1;
+	cvt.u64.u32 	%rd1815, %r3459;
+	add.s64 	%rd1816, %rd420, %rd1815;
+	add.s64 	%rd1817, %rd397, %rd1816;
+	shr.u32 	%r2601, %r3409, 8;
+	st.u8 	[%rd1817], %r2601;
+	mov.u32 	%r3459, %r521;
+$L__BB4_790:
+	and.b32  	%r2602, %r3396, 4;
+	setp.eq.s32 	%p680, %r2602, 0;
+	@%p680 bra 	$L__BB4_792;
+	add.s32 	%r523, %r3459, 1;
+	cvt.u64.u32 	%rd1818, %r3459;
+	add.s64 	%rd1819, %rd420, %rd1818;
+	add.s64 	%rd1820, %rd397, %rd1819;
+	shr.u32 	%r2603, %r3409, 16;
+	st.u8 	[%rd1820], %r2603;
+	mov.u32 	%r3459, %r523;
+$L__BB4_792:
+	and.b32  	%r2604, %r3396, 8;
+	setp.eq.s32 	%p681, %r2604, 0;
+	@%p681 bra 	$L__BB4_794;
+	add.s32 	%r525, %r3459, 1;
+	cvt.u64.u32 	%rd1821, %r3459;
+	add.s64 	%rd1822, %rd420, %rd1821;
+	add.s64 	%rd1823, %rd397, %rd1822;
+	shr.u32 	%r2605, %r3409, 24;
+	st.u8 	[%rd1823], %r2605;
+	mov.u32 	%r3459, %r525;
+$L__BB4_794:
+	and.b32  	%r2606, %r3396, 16;
+	setp.eq.s32 	%p682, %r2606, 0;
+	@%p682 bra 	$L__BB4_796;
+	add.s32 	%r528, %r3459, 1;
+	cvt.u64.u32 	%rd1824, %r3459;
+	add.s64 	%rd1825, %rd420, %rd1824;
+	add.s64 	%rd1826, %rd397, %rd1825;
+	st.u8 	[%rd1826], %r3410;
+	mov.u32 	%r3459, %r528;
+$L__BB4_796:
+	and.b32  	%r2607, %r3396, 32;
+	setp.eq.s32 	%p683, %r2607, 0;
+	@%p683 bra 	$L__BB4_798;
+	add.s32 	%r530, %r3459, 1;
+	cvt.u64.u32 	%rd1827, %r3459;
+	add.s64 	%rd1828, %rd420, %rd1827;
+	add.s64 	%rd1829, %rd397, %rd1828;
+	shr.u32 	%r2608, %r3410, 8;
+	st.u8 	[%rd1829], %r2608;
+	mov.u32 	%r3459, %r530;
+$L__BB4_798:
+	and.b32  	%r2609, %r3396, 64;
+	setp.eq.s32 	%p684, %r2609, 0;
+	@%p684 bra 	$L__BB4_800;
+	add.s32 	%r532, %r3459, 1;
+	cvt.u64.u32 	%rd1830, %r3459;
+	add.s64 	%rd1831, %rd420, %rd1830;
+	add.s64 	%rd1832, %rd397, %rd1831;
+	shr.u32 	%r2610, %r3410, 16;
+	st.u8 	[%rd1832], %r2610;
+	mov.u32 	%r3459, %r532;
+$L__BB4_800:
+	and.b32  	%r2611, %r3396, 128;
+	setp.eq.s32 	%p685, %r2611, 0;
+	@%p685 bra 	$L__BB4_802;
+	add.s32 	%r534, %r3459, 1;
+	cvt.u64.u32 	%rd1833, %r3459;
+	add.s64 	%rd1834, %rd420, %rd1833;
+	add.s64 	%rd1835, %rd397, %rd1834;
+	shr.u32 	%r2612, %r3410, 24;
+	st.u8 	[%rd1835], %r2612;
+	mov.u32 	%r3459, %r534;
+$L__BB4_802:
+	and.b32  	%r2613, %r3396, 256;
+	setp.eq.s32 	%p686, %r2613, 0;
+	@%p686 bra 	$L__BB4_804;
+	add.s32 	%r537, %r3459, 1;
+	cvt.u64.u32 	%rd1836, %r3459;
+	add.s64 	%rd1837, %rd420, %rd1836;
+	add.s64 	%rd1838, %rd397, %rd1837;
+	st.u8 	[%rd1838], %r3411;
+	mov.u32 	%r3459, %r537;
+$L__BB4_804:
+	and.b32  	%r2614, %r3396, 512;
+	setp.eq.s32 	%p687, %r2614, 0;
+	@%p687 bra 	$L__BB4_806;
+	add.s32 	%r539, %r3459, 1;
+	cvt.u64.u32 	%rd1839, %r3459;
+	add.s64 	%rd1840, %rd420, %rd1839;
+	add.s64 	%rd1841, %rd397, %rd1840;
+	shr.u32 	%r2615, %r3411, 8;
+	st.u8 	[%rd1841], %r2615;
+	mov.u32 	%r3459, %r539;
+$L__BB4_806:
+	and.b32  	%r2616, %r3396, 1024;
+	setp.eq.s32 	%p688, %r2616, 0;
+	@%p688 bra 	$L__BB4_808;
+	add.s32 	%r541, %r3459, 1;
+	cvt.u64.u32 	%rd1842, %r3459;
+	add.s64 	%rd1843, %rd420, %rd1842;
+	add.s64 	%rd1844, %rd397, %rd1843;
+	shr.u32 	%r2617, %r3411, 16;
+	st.u8 	[%rd1844], %r2617;
+	mov.u32 	%r3459, %r541;
+$L__BB4_808:
+	and.b32  	%r2618, %r3396, 2048;
+	setp.eq.s32 	%p689, %r2618, 0;
+	@%p689 bra 	$L__BB4_810;
+	add.s32 	%r543, %r3459, 1;
+	cvt.u64.u32 	%rd1845, %r3459;
+	add.s64 	%rd1846, %rd420, %rd1845;
+	add.s64 	%rd1847, %rd397, %rd1846;
+	shr.u32 	%r2619, %r3411, 24;
+	st.u8 	[%rd1847], %r2619;
+	mov.u32 	%r3459, %r543;
+$L__BB4_810:
+	and.b32  	%r2620, %r3396, 4096;
+	setp.eq.s32 	%p690, %r2620, 0;
+	@%p690 bra 	$L__BB4_812;
+	add.s32 	%r546, %r3459, 1;
+	cvt.u64.u32 	%rd1848, %r3459;
+	add.s64 	%rd1849, %rd420, %rd1848;
+	add.s64 	%rd1850, %rd397, %rd1849;
+	st.u8 	[%rd1850], %r3412;
+	mov.u32 	%r3459, %r546;
+$L__BB4_812:
+	and.b32  	%r2621, %r3396, 8192;
+	setp.eq.s32 	%p691, %r2621, 0;
+	@%p691 bra 	$L__BB4_814;
+	add.s32 	%r548, %r3459, 1;
+	cvt.u64.u32 	%rd1851, %r3459;
+	add.s64 	%rd1852, %rd420, %rd1851;
+	add.s64 	%rd1853, %rd397, %rd1852;
+	shr.u32 	%r2622, %r3412, 8;
+	st.u8 	[%rd1853], %r2622;
+	mov.u32 	%r3459, %r548;
+$L__BB4_814:
+	and.b32  	%r2623, %r3396, 16384;
+	setp.eq.s32 	%p692, %r2623, 0;
+	@%p692 bra 	$L__BB4_816;
+	add.s32 	%r550, %r3459, 1;
+	cvt.u64.u32 	%rd1854, %r3459;
+	add.s64 	%rd1855, %rd420, %rd1854;
+	add.s64 	%rd1856, %rd397, %rd1855;
+	shr.u32 	%r2624, %r3412, 16;
+	st.u8 	[%rd1856], %r2624;
+	mov.u32 	%r3459, %r550;
+$L__BB4_816:
+	cvt.u16.u32 	%rs28, %r3396;
+	setp.gt.s16 	%p693, %rs28, -1;
+	@%p693 bra 	$L__BB4_818;
+	cvt.u64.u32 	%rd1857, %r3459;
+	add.s64 	%rd1858, %rd420, %rd1857;
+	add.s64 	%rd1859, %rd397, %rd1858;
+	shr.u32 	%r2625, %r3412, 24;
+	st.u8 	[%rd1859], %r2625;
+$L__BB4_818:
+	shr.u64 	%rd1860, %rd490, 48;
+	cvt.u32.u64 	%r2626, %rd1860;
+	add.s32 	%r3392, %r517, %r2626;
+	add.s64 	%rd2192, %rd2192, 1024;
+	setp.lt.u64 	%p694, %rd2192, %rd447;
+	@%p694 bra 	$L__BB4_665;
+	bra.uni 	$L__BB4_919;
+$L__BB4_571:
+	setp.eq.s64 	%p485, %rd447, 0;
+	@%p485 bra 	$L__BB4_919;
+	mov.u64 	%rd2189, 0;
+	mov.u32 	%r3343, 0;
+$L__BB4_573:
+	mov.u32 	%r3344, 0;
+	add.s64 	%rd464, %rd2189, %rd4;
+	setp.ge.u64 	%p486, %rd464, %rd447;
+	@%p486 bra 	$L__BB4_575;
+	shr.u64 	%rd1432, %rd464, 2;
+	and.b64  	%rd1433, %rd1432, 576460752303423487;
+	add.s64 	%rd1434, %rd1433, %rd406;
+	shl.b64 	%rd1435, %rd1434, 2;
+	add.s64 	%rd1436, %rd13, %rd1435;
+	cvt.u32.u64 	%r2205, %rd464;
+	shl.b32 	%r2206, %r2205, 3;
+	and.b32  	%r2207, %r2206, 24;
+	ld.global.u32 	%r2208, [%rd1436];
+	shr.u32 	%r2209, %r2208, %r2207;
+	and.b32  	%r3344, %r2209, 255;
+$L__BB4_575:
+	add.s64 	%rd465, %rd464, 256;
+	setp.ge.u64 	%p487, %rd465, %rd447;
+	mov.u32 	%r3346, 0;
+	mov.u32 	%r3345, %r3346;
+	@%p487 bra 	$L__BB4_577;
+	shr.u64 	%rd1437, %rd465, 2;
+	and.b64  	%rd1438, %rd1437, 576460752303423487;
+	add.s64 	%rd1439, %rd1438, %rd406;
+	shl.b64 	%rd1440, %rd1439, 2;
+	add.s64 	%rd1441, %rd13, %rd1440;
+	cvt.u32.u64 	%r2211, %rd465;
+	shl.b32 	%r2212, %r2211, 3;
+	and.b32  	%r2213, %r2212, 24;
+	ld.global.u32 	%r2214, [%rd1441];
+	shr.u32 	%r2215, %r2214, %r2213;
+	and.b32  	%r3345, %r2215, 255;
+$L__BB4_577:
+	add.s64 	%rd466, %rd464, 512;
+	setp.ge.u64 	%p488, %rd466, %rd447;
+	@%p488 bra 	$L__BB4_579;
+	shr.u64 	%rd1442, %rd466, 2;
+	and.b64  	%rd1443, %rd1442, 576460752303423487;
+	add.s64 	%rd1444, %rd1443, %rd406;
+	shl.b64 	%rd1445, %rd1444, 2;
+	add.s64 	%rd1446, %rd13, %rd1445;
+	cvt.u32.u64 	%r2217, %rd466;
+	shl.b32 	%r2218, %r2217, 3;
+	and.b32  	%r2219, %r2218, 24;
+	ld.global.u32 	%r2220, [%rd1446];
+	shr.u32 	%r2221, %r2220, %r2219;
+	and.b32  	%r3346, %r2221, 255;
+$L__BB4_579:
+	add.s64 	%rd467, %rd464, 768;
+	setp.ge.u64 	%p489, %rd467, %rd447;
+	mov.u32 	%r3348, 0;
+	mov.u32 	%r3347, %r3348;
+	@%p489 bra 	$L__BB4_581;
+	shr.u64 	%rd1447, %rd467, 2;
+	and.b64  	%rd1448, %rd1447, 576460752303423487;
+	add.s64 	%rd1449, %rd1448, %rd406;
+	shl.b64 	%rd1450, %rd1449, 2;
+	add.s64 	%rd1451, %rd13, %rd1450;
+	cvt.u32.u64 	%r2223, %rd467;
+	shl.b32 	%r2224, %r2223, 3;
+	and.b32  	%r2225, %r2224, 24;
+	ld.global.u32 	%r2226, [%rd1451];
+	shr.u32 	%r2227, %r2226, %r2225;
+	and.b32  	%r3347, %r2227, 255;
+$L__BB4_581:
+	setp.eq.s32 	%p490, %r3344, 0;
+	mov.u32 	%r3349, %r3348;
+	mov.u32 	%r3350, %r3348;
+	mov.u32 	%r3351, %r3348;
+	@%p490 bra 	$L__BB4_583;
+	shl.b64 	%rd1453, %rd464, 4;
+	add.s64 	%rd1452, %rd405, %rd1453;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r3348,%r3349,%r3350,%r3351}, [%rd1452];
+	// end inline asm
+$L__BB4_583:
+	setp.eq.s32 	%p491, %r3345, 0;
+	mov.u32 	%r3356, 0;
+	mov.u32 	%r3352, %r3356;
+	mov.u32 	%r3353, %r3356;
+	mov.u32 	%r3354, %r3356;
+	mov.u32 	%r3355, %r3356;
+	@%p491 bra 	$L__BB4_585;
+	shl.b64 	%rd1455, %rd465, 4;
+	add.s64 	%rd1454, %rd405, %rd1455;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r3352,%r3353,%r3354,%r3355}, [%rd1454];
+	// end inline asm
+$L__BB4_585:
+	setp.eq.s32 	%p492, %r3346, 0;
+	mov.u32 	%r3357, %r3356;
+	mov.u32 	%r3358, %r3356;
+	mov.u32 	%r3359, %r3356;
+	@%p492 bra 	$L__BB4_587;
+	shl.b64 	%rd1457, %rd466, 4;
+	add.s64 	%rd1456, %rd405, %rd1457;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r3356,%r3357,%r3358,%r3359}, [%rd1456];
+	// end inline asm
+$L__BB4_587:
+	setp.eq.s32 	%p493, %r3347, 0;
+	mov.u32 	%r2255, 0;
+	mov.u32 	%r3360, %r2255;
+	mov.u32 	%r3361, %r2255;
+	mov.u32 	%r3362, %r2255;
+	mov.u32 	%r3363, %r2255;
+	@%p493 bra 	$L__BB4_589;
+	shl.b64 	%rd1459, %rd467, 4;
+	add.s64 	%rd1458, %rd405, %rd1459;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r3360,%r3361,%r3362,%r3363}, [%rd1458];
+	// end inline asm
+$L__BB4_589:
+	cvt.u32.u64 	%r3219, %rd14;
+	setp.lt.u32 	%p494, %r3219, 16;
+	mov.u32 	%r2281, 16;
+	setp.lt.u32 	%p495, %r3219, 4;
+	mov.u32 	%r2282, 4;
+	setp.lt.u32 	%p496, %r3219, 2;
+	mov.u32 	%r2283, 2;
+	setp.lt.u32 	%p497, %r3219, 8;
+	mov.u32 	%r2284, 8;
+	setp.ne.s32 	%p498, %r3219, 31;
+	setp.eq.s32 	%p499, %r3219, 0;
+	popc.b32 	%r2286, %r3347;
+	cvt.u64.u32 	%rd1470, %r2286;
+	shl.b64 	%rd1471, %rd1470, 48;
+	popc.b32 	%r2287, %r3345;
+	shl.b32 	%r2288, %r2287, 16;
+	popc.b32 	%r2289, %r3344;
+	or.b32  	%r2290, %r2288, %r2289;
+	cvt.u64.u32 	%rd1472, %r2290;
+	popc.b32 	%r2291, %r3346;
+	cvt.u64.u32 	%rd1473, %r2291;
+	bfi.b64 	%rd1474, %rd1473, %rd1472, 32, 32;
+	or.b64  	%rd1460, %rd1471, %rd1474;
+	// begin inline asm
+	mov.b64 {%r2260,%r2261}, %rd1460;
+	// end inline asm
+	mov.u32 	%r2292, 1;
+	mov.u32 	%r2293, -1;
+	shfl.sync.up.b32 	%r2263|%p500, %r2261, %r2292, %r2255, %r2293;
+	shfl.sync.up.b32 	%r2262|%p501, %r2260, %r2292, %r2255, %r2293;
+	// begin inline asm
+	mov.b64 %rd1461, {%r2262,%r2263};
+	// end inline asm
+	selp.b64 	%rd1475, 0, %rd1461, %p499;
+	add.s64 	%rd1462, %rd1475, %rd1460;
+	// begin inline asm
+	mov.b64 {%r2264,%r2265}, %rd1462;
+	// end inline asm
+	shfl.sync.up.b32 	%r2267|%p502, %r2265, %r2283, %r2255, %r2293;
+	shfl.sync.up.b32 	%r2266|%p503, %r2264, %r2283, %r2255, %r2293;
+	// begin inline asm
+	mov.b64 %rd1463, {%r2266,%r2267};
+	// end inline asm
+	selp.b64 	%rd1476, 0, %rd1463, %p496;
+	add.s64 	%rd1464, %rd1476, %rd1462;
+	// begin inline asm
+	mov.b64 {%r2268,%r2269}, %rd1464;
+	// end inline asm
+	shfl.sync.up.b32 	%r2271|%p504, %r2269, %r2282, %r2255, %r2293;
+	shfl.sync.up.b32 	%r2270|%p505, %r2268, %r2282, %r2255, %r2293;
+	// begin inline asm
+	mov.b64 %rd1465, {%r2270,%r2271};
+	// end inline asm
+	selp.b64 	%rd1477, 0, %rd1465, %p495;
+	add.s64 	%rd1466, %rd1477, %rd1464;
+	// begin inline asm
+	mov.b64 {%r2272,%r2273}, %rd1466;
+	// end inline asm
+	shfl.sync.up.b32 	%r2275|%p506, %r2273, %r2284, %r2255, %r2293;
+	shfl.sync.up.b32 	%r2274|%p507, %r2272, %r2284, %r2255, %r2293;
+	// begin inline asm
+	mov.b64 %rd1467, {%r2274,%r2275};
+	// end inline asm
+	selp.b64 	%rd1478, 0, %rd1467, %p497;
+	add.s64 	%rd1468, %rd1478, %rd1466;
+	// begin inline asm
+	mov.b64 {%r2276,%r2277}, %rd1468;
+	// end inline asm
+	shfl.sync.up.b32 	%r2279|%p508, %r2277, %r2281, %r2255, %r2293;
+	shfl.sync.up.b32 	%r2278|%p509, %r2276, %r2281, %r2255, %r2293;
+	// begin inline asm
+	mov.b64 %rd1469, {%r2278,%r2279};
+	// end inline asm
+	selp.b64 	%rd1479, 0, %rd1469, %p494;
+	add.s64 	%rd469, %rd1479, %rd1468;
+	@%p498 bra 	$L__BB4_591;
+	st.shared.u64 	[%r7], %rd469;
+$L__BB4_591:
+	setp.ne.s32 	%p510, %r3, 0;
+	bar.sync 	0;
+	@%p510 bra 	$L__BB4_596;
+	cvt.u32.u64 	%r3220, %rd14;
+	setp.gt.u32 	%p511, %r3220, 7;
+	mov.u64 	%rd2190, 0;
+	@%p511 bra 	$L__BB4_594;
+	ld.shared.u64 	%rd2190, [%r8];
+$L__BB4_594:
+	setp.lt.u32 	%p811, %r3219, 16;
+	setp.lt.u32 	%p810, %r3219, 8;
+	setp.lt.u32 	%p809, %r3219, 4;
+	setp.lt.u32 	%p808, %r3219, 2;
+	cvt.u32.u64 	%r3221, %rd14;
+	setp.eq.s32 	%p807, %r3219, 0;
+	mov.u32 	%r2316, 16;
+	mov.u32 	%r2317, 4;
+	mov.u32 	%r2318, 2;
+	mov.u32 	%r2319, 8;
+	mov.u32 	%r2320, 0;
+	// begin inline asm
+	mov.b64 {%r2295,%r2296}, %rd2190;
+	// end inline asm
+	mov.u32 	%r2321, 1;
+	mov.u32 	%r2322, -1;
+	shfl.sync.up.b32 	%r2298|%p518, %r2296, %r2321, %r2320, %r2322;
+	shfl.sync.up.b32 	%r2297|%p519, %r2295, %r2321, %r2320, %r2322;
+	// begin inline asm
+	mov.b64 %rd1482, {%r2297,%r2298};
+	// end inline asm
+	selp.b64 	%rd1491, 0, %rd1482, %p807;
+	add.s64 	%rd1483, %rd1491, %rd2190;
+	// begin inline asm
+	mov.b64 {%r2299,%r2300}, %rd1483;
+	// end inline asm
+	shfl.sync.up.b32 	%r2302|%p520, %r2300, %r2318, %r2320, %r2322;
+	shfl.sync.up.b32 	%r2301|%p521, %r2299, %r2318, %r2320, %r2322;
+	// begin inline asm
+	mov.b64 %rd1484, {%r2301,%r2302};
+	// end inline asm
+	selp.b64 	%rd1492, 0, %rd1484, %p808;
+	add.s64 	%rd1485, %rd1492, %rd1483;
+	// begin inline asm
+	mov.b64 {%r2303,%r2304}, %rd1485;
+	// end inline asm
+	shfl.sync.up.b32 	%r2306|%p522, %r2304, %r2317, %r2320, %r2322;
+	shfl.sync.up.b32 	%r2305|%p523, %r2303, %r2317, %r2320, %r2322;
+	// begin inline asm
+	mov.b64 %rd1486, {%r2305,%r2306};
+	// end inline asm
+	selp.b64 	%rd1493, 0, %rd1486, %p809;
+	add.s64 	%rd1487, %rd1493, %rd1485;
+	// begin inline asm
+	mov.b64 {%r2307,%r2308}, %rd1487;
+	// end inline asm
+	shfl.sync.up.b32 	%r2310|%p524, %r2308, %r2319, %r2320, %r2322;
+	shfl.sync.up.b32 	%r2309|%p525, %r2307, %r2319, %r2320, %r2322;
+	// begin inline asm
+	mov.b64 %rd1488, {%r2309,%r2310};
+	// end inline asm
+	selp.b64 	%rd1494, 0, %rd1488, %p810;
+	add.s64 	%rd1489, %rd1494, %rd1487;
+	// begin inline asm
+	mov.b64 {%r2311,%r2312}, %rd1489;
+	// end inline asm
+	shfl.sync.up.b32 	%r2314|%p526, %r2312, %r2316, %r2320, %r2322;
+	shfl.sync.up.b32 	%r2313|%p527, %r2311, %r2316, %r2320, %r2322;
+	// begin inline asm
+	mov.b64 %rd1490, {%r2313,%r2314};
+	// end inline asm
+	selp.b64 	%rd1495, 0, %rd1490, %p811;
+	add.s64 	%rd472, %rd1495, %rd1489;
+	@%p511 bra 	$L__BB4_596;
+	st.shared.u64 	[%r8], %rd472;
+$L__BB4_596:
+	setp.eq.s32 	%p528, %r3, 0;
+	bar.sync 	0;
+	mov.u64 	%rd2191, 0;
+	@%p528 bra 	$L__BB4_598;
+	ld.shared.u64 	%rd2191, [%r7+-8];
+$L__BB4_598:
+	ld.shared.u64 	%rd475, [_ZZ15ws_delta_encodeE3red+56];
+	bar.sync 	0;
+	sub.s64 	%rd1497, %rd469, %rd1460;
+	add.s64 	%rd476, %rd1497, %rd2191;
+	cvt.u32.u64 	%r2323, %rd476;
+	and.b32  	%r2324, %r2323, 65535;
+	add.s32 	%r3365, %r2324, %r3343;
+	and.b32  	%r2325, %r3344, 1;
+	setp.eq.b32 	%p529, %r2325, 1;
+	mov.pred 	%p530, 0;
+	xor.pred  	%p531, %p529, %p530;
+	not.pred 	%p532, %p531;
+	@%p532 bra 	$L__BB4_600;
+	add.s32 	%r290, %r3365, 1;
+	mul.wide.u32 	%rd1498, %r3365, 2;
+	add.s64 	%rd1499, %rd1498, %rd420;
+	add.s64 	%rd1500, %rd397, %rd1499;
+	st.u16 	[%rd1500], %r3348;
+	mov.u32 	%r3365, %r290;
+$L__BB4_600:
+	and.b32  	%r2326, %r3344, 2;
+	setp.eq.s32 	%p533, %r2326, 0;
+	@%p533 bra 	$L__BB4_602;
+	add.s32 	%r292, %r3365, 1;
+	mul.wide.u32 	%rd1501, %r3365, 2;
+	add.s64 	%rd1502, %rd1501, %rd420;
+	add.s64 	%rd1503, %rd397, %rd1502;
+	shr.u32 	%r2327, %r3348, 16;
+	st.u16 	[%rd1503], %r2327;
+	mov.u32 	%r3365, %r292;
+$L__BB4_602:
+	and.b32  	%r2328, %r3344, 4;
+	setp.eq.s32 	%p534, %r2328, 0;
+	@%p534 bra 	$L__BB4_604;
+	add.s32 	%r295, %r3365, 1;
+	mul.wide.u32 	%rd1504, %r3365, 2;
+	add.s64 	%rd1505, %rd1504, %rd420;
+	add.s64 	%rd1506, %rd397, %rd1505;
+	st.u16 	[%rd1506], %r3349;
+	mov.u32 	%r3365, %r295;
+$L__BB4_604:
+	and.b32  	%r2329, %r3344, 8;
+	setp.eq.s32 	%p535, %r2329, 0;
+	@%p535 bra 	$L__BB4_606;
+	add.s32 	%r297, %r3365, 1;
+	mul.wide.u32 	%rd1507, %r3365, 2;
+	add.s64 	%rd1508, %rd1507, %rd420;
+	add.s64 	%rd1509, %rd397, %rd1508;
+	shr.u32 	%r2330, %r3349, 16;
+	st.u16 	[%rd1509], %r2330;
+	mov.u32 	%r3365, %r297;
+$L__BB4_606:
+	and.b32  	%r2331, %r3344, 16;
+	setp.eq.s32 	%p536, %r2331, 0;
+	@%p536 bra 	$L__BB4_608;
+	add.s32 	%r300, %r3365, 1;
+	mul.wide.u32 	%rd1510, %r3365, 2;
+	add.s64 	%rd1511, %rd1510, %rd420;
+	add.s64 	%rd1512, %rd397, %rd1511;
+	st.u16 	[%rd1512], %r3350;
+	mov.u32 	%r3365, %r300;
+$L__BB4_608:
+	and.b32  	%r2332, %r3344, 32;
+	setp.eq.s32 	%p537, %r2332, 0;
+	@%p537 bra 	$L__BB4_610;
+	add.s32 	%r302, %r3365, 1;
+	mul.wide.u32 	%rd1513, %r3365, 2;
+	add.s64 	%rd1514, %rd1513, %rd420;
+	add.s64 	%rd1515, %rd397, %rd1514;
+	shr.u32 	%r2333, %r3350, 16;
+	st.u16 	[%rd1515], %r2333;
+	mov.u32 	%r3365, %r302;
+$L__BB4_610:
+	and.b32  	%r2334, %r3344, 64;
+	setp.eq.s32 	%p538, %r2334, 0;
+	@%p538 bra 	$L__BB4_612;
+	add.s32 	%r305, %r3365, 1;
+	mul.wide.u32 	%rd1516, %r3365, 2;
+	add.s64 	%rd1517, %rd1516, %rd420;
+	add.s64 	%rd1518, %rd397, %rd1517;
+	st.u16 	[%rd1518], %r3351;
+	mov.u32 	%r3365, %r305;
+$L__BB4_612:
+	and.b32  	%r2335, %r3344, 128;
+	setp.eq.s32 	%p539, %r2335, 0;
+	@%p539 bra 	$L__BB4_614;
+	mul.wide.u32 	%rd1519, %r3365, 2;
+	add.s64 	%rd1520, %rd1519, %rd420;
+	add.s64 	%rd1521, %rd397, %rd1520;
+	shr.u32 	%r2336, %r3351, 16;
+	st.u16 	[%rd1521], %r2336;
+$L__BB4_614:
+	cvt.u32.u64 	%r2337, %rd475;
+	and.b32  	%r2338, %r2337, 65535;
+	add.s32 	%r308, %r2338, %r3343;
+	shr.u32 	%r2340, %r2323, 16;
+	add.s32 	%r3372, %r2340, %r308;
+	and.b32  	%r2341, %r3345, 1;
+	setp.eq.b32 	%p540, %r2341, 1;
+	mov.pred 	%p541, 0;
+	xor.pred  	%p542, %p540, %p541;
+	not.pred 	%p543, %p542;
+	@%p543 bra 	$L__BB4_616;
+	add.s32 	%r310, %r3372, 1;
+	mul.wide.u32 	%rd1522, %r3372, 2;
+	add.s64 	%rd1523, %rd1522, %rd420;
+	add.s64 	%rd1524, %rd397, %rd1523;
+	st.u16 	[%rd1524], %r3352;
+	mov.u32 	%r3372, %r310;
+$L__BB4_616:
+	and.b32  	%r2342, %r3345, 2;
+	setp.eq.s32 	%p544, %r2342, 0;
+	@%p544 bra 	$L__BB4_618;
+	add.s32 	%r312, %r3372, 1;
+	mul.wide.u32 	%rd1525, %r3372, 2;
+	add.s64 	%rd1526, %rd1525, %rd420;
+	add.s64 	%rd1527, %rd397, %rd1526;
+	shr.u32 	%r2343, %r3352, 16;
+	st.u16 	[%rd1527], %r2343;
+	mov.u32 	%r3372, %r312;
+$L__BB4_618:
+	and.b32  	%r2344, %r3345, 4;
+	setp.eq.s32 	%p545, %r2344, 0;
+	@%p545 bra 	$L__BB4_620;
+	add.s32 	%r315, %r3372, 1;
+	mul.wide.u32 	%rd1528, %r3372, 2;
+	add.s64 	%rd1529, %rd1528, %rd420;
+	add.s64 	%rd1530, %rd397, %rd1529;
+	st.u16 	[%rd1530], %r3353;
+	mov.u32 	%r3372, %r315;
+$L__BB4_620:
+	and.b32  	%r2345, %r3345, 8;
+	setp.eq.s32 	%p546, %r2345, 0;
+	@%p546 bra 	$L__BB4_622;
+	add.s32 	%r317, %r3372, 1;
+	mul.wide.u32 	%rd1531, %r3372, 2;
+	add.s64 	%rd1532, %rd1531, %rd420;
+	add.s64 	%rd1533, %rd397, %rd1532;
+	shr.u32 	%r2346, %r3353, 16;
+	st.u16 	[%rd1533], %r2346;
+	mov.u32 	%r3372, %r317;
+$L__BB4_622:
+	and.b32  	%r2347, %r3345, 16;
+	setp.eq.s32 	%p547, %r2347, 0;
+	@%p547 bra 	$L__BB4_624;
+	add.s32 	%r320, %r3372, 1;
+	mul.wide.u32 	%rd1534, %r3372, 2;
+	add.s64 	%rd1535, %rd1534, %rd420;
+	add.s64 	%rd1536, %rd397, %rd1535;
+	st.u16 	[%rd1536], %r3354;
+	mov.u32 	%r3372, %r320;
+$L__BB4_624:
+	and.b32  	%r2348, %r3345, 32;
+	setp.eq.s32 	%p548, %r2348, 0;
+	@%p548 bra 	$L__BB4_626;
+	add.s32 	%r322, %r3372, 1;
+	mul.wide.u32 	%rd1537, %r3372, 2;
+	add.s64 	%rd1538, %rd1537, %rd420;
+	add.s64 	%rd1539, %rd397, %rd1538;
+	shr.u32 	%r2349, %r3354, 16;
+	st.u16 	[%rd1539], %r2349;
+	mov.u32 	%r3372, %r322;
+$L__BB4_626:
+	and.b32  	%r2350, %r3345, 64;
+	setp.eq.s32 	%p549, %r2350, 0;
+	@%p549 bra 	$L__BB4_628;
+	add.s32 	%r325, %r3372, 1;
+	mul.wide.u32 	%rd1540, %r3372, 2;
+	add.s64 	%rd1541, %rd1540, %rd420;
+	add.s64 	%rd1542, %rd397, %rd1541;
+	st.u16 	[%rd1542], %r3355;
+	mov.u32 	%r3372, %r325;
+$L__BB4_628:
+	and.b32  	%r2351, %r3345, 128;
+	setp.eq.s32 	%p550, %r2351, 0;
+	@%p550 bra 	$L__BB4_630;
+	mul.wide.u32 	%rd1543, %r3372, 2;
+	add.s64 	%rd1544, %rd1543, %rd420;
+	add.s64 	%rd1545, %rd397, %rd1544;
+	shr.u32 	%r2352, %r3355, 16;
+	st.u16 	[%rd1545], %r2352;
+$L__BB4_630:
+	shr.u32 	%r2354, %r2337, 16;
+	add.s32 	%r328, %r2354, %r308;
+	shr.u64 	%rd1546, %rd476, 32;
+	cvt.u32.u64 	%r2355, %rd1546;
+	and.b32  	%r2356, %r2355, 65535;
+	add.s32 	%r3379, %r2356, %r328;
+	and.b32  	%r2357, %r3346, 1;
+	setp.eq.b32 	%p551, %r2357, 1;
+	mov.pred 	%p552, 0;
+	xor.pred  	%p553, %p551, %p552;
+	not.pred 	%p554, %p553;
+	@%p554 bra 	$L__BB4_632;
+	add.s32 	%r330, %r3379, 1;
+	mul.wide.u32 	%rd1547, %r3379, 2;
+	add.s64 	%rd1548, %rd1547, %rd420;
+	add.s64 	%rd1549, %rd397, %rd1548;
+	st.u16 	[%rd1549], %r3356;
+	mov.u32 	%r3379, %r330;
+$L__BB4_632:
+	and.b32  	%r2358, %r3346, 2;
+	setp.eq.s32 	%p555, %r2358, 0;
+	@%p555 bra 	$L__BB4_634;
+	add.s32 	%r332, %r3379, 1;
+	mul.wide.u32 	%rd1550, %r3379, 2;
+	add.s64 	%rd1551, %rd1550, %rd420;
+	add.s64 	%rd1552, %rd397, %rd1551;
+	shr.u32 	%r2359, %r3356, 16;
+	st.u16 	[%rd1552], %r2359;
+	mov.u32 	%r3379, %r332;
+$L__BB4_634:
+	and.b32  	%r2360, %r3346, 4;
+	setp.eq.s32 	%p556, %r2360, 0;
+	@%p556 bra 	$L__BB4_636;
+	add.s32 	%r335, %r3379, 1;
+	mul.wide.u32 	%rd1553, %r3379, 2;
+	add.s64 	%rd1554, %rd1553, %rd420;
+	add.s64 	%rd1555, %rd397, %rd1554;
+	st.u16 	[%rd1555], %r3357;
+	mov.u32 	%r3379, %r335;
+$L__BB4_636:
+	and.b32  	%r2361, %r3346, 8;
+	setp.eq.s32 	%p557, %r2361, 0;
+	@%p557 bra 	$L__BB4_638;
+	add.s32 	%r337, %r3379, 1;
+	mul.wide.u32 	%rd1556, %r3379, 2;
+	add.s64 	%rd1557, %rd1556, %rd420;
+	add.s64 	%rd1558, %rd397, %rd1557;
+	shr.u32 	%r2362, %r3357, 16;
+	st.u16 	[%rd1558], %r2362;
+	mov.u32 	%r3379, %r337;
+$L__BB4_638:
+	and.b32  	%r2363, %r3346, 16;
+	setp.eq.s32 	%p558, %r2363, 0;
+	@%p558 bra 	$L__BB4_640;
+	add.s32 	%r340, %r3379, 1;
+	mul.wide.u32 	%rd1559, %r3379, 2;
+	add.s64 	%rd1560, %rd1559, %rd420;
+	add.s64 	%rd1561, %rd397, %rd1560;
+	st.u16 	[%rd1561], %r3358;
+	mov.u32 	%r3379, %r340;
+$L__BB4_640:
+	and.b32  	%r2364, %r3346, 32;
+	setp.eq.s32 	%p559, %r2364, 0;
+	@%p559 bra 	$L__BB4_642;
+	add.s32 	%r342, %r3379, 1;
+	mul.wide.u32 	%rd1562, %r3379, 2;
+	add.s64 	%rd1563, %rd1562, %rd420;
+	add.s64 	%rd1564, %rd397, %rd1563;
+	shr.u32 	%r2365, %r3358, 16;
+	st.u16 	[%rd1564], %r2365;
+	mov.u32 	%r3379, %r342;
+$L__BB4_642:
+	and.b32  	%r2366, %r3346, 64;
+	setp.eq.s32 	%p560, %r2366, 0;
+	@%p560 bra 	$L__BB4_644;
+	add.s32 	%r345, %r3379, 1;
+	mul.wide.u32 	%rd1565, %r3379, 2;
+	add.s64 	%rd1566, %rd1565, %rd420;
+	add.s64 	%rd1567, %rd397, %rd1566;
+	st.u16 	[%rd1567], %r3359;
+	mov.u32 	%r3379, %r345;
+$L__BB4_644:
+	and.b32  	%r2367, %r3346, 128;
+	setp.eq.s32 	%p561, %r2367, 0;
+	@%p561 bra 	$L__BB4_646;
+	mul.wide.u32 	%rd1568, %r3379, 2;
+	add.s64 	%rd1569, %rd1568, %rd420;
+	add.s64 	%rd1570, %rd397, %rd1569;
+	shr.u32 	%r2368, %r3359, 16;
+	st.u16 	[%rd1570], %r2368;
+$L__BB4_646:
+	shr.u64 	%rd1571, %rd475, 32;
+	cvt.u32.u64 	%r2369, %rd1571;
+	and.b32  	%r2370, %r2369, 65535;
+	add.s32 	%r348, %r2370, %r328;
+	shr.u64 	%rd1572, %rd476, 48;
+	cvt.u32.u64 	%r2371, %rd1572;
+	add.s32 	%r3386, %r348, %r2371;
+	and.b32  	%r2372, %r3347, 1;
+	setp.eq.b32 	%p562, %r2372, 1;
+	mov.pred 	%p563, 0;
+	xor.pred  	%p564, %p562, %p563;
+	not.pred 	%p565, %p564;
+	@%p565 bra 	$L__BB4_648;
+	add.s32 	%r350, %r3386, 1;
+	mul.wide.u32 	%rd1573, %r3386, 2;
+	add.s64 	%rd1574, %rd1573, %rd420;
+	add.s64 	%rd1575, %rd397, %rd1574;
+	st.u16 	[%rd1575], %r3360;
+	mov.u32 	%r3386, %r350;
+$L__BB4_648:
+	and.b32  	%r2373, %r3347, 2;
+	setp.eq.s32 	%p566, %r2373, 0;
+	@%p566 bra 	$L__BB4_650;
+	add.s32 	%r352, %r3386, 1;
+	mul.wide.u32 	%rd1576, %r3386, 2;
+	add.s64 	%rd1577, %rd1576, %rd420;
+	add.s64 	%rd1578, %rd397, %rd1577;
+	shr.u32 	%r2374, %r3360, 16;
+	st.u16 	[%rd1578], %r2374;
+	mov.u32 	%r3386, %r352;
+$L__BB4_650:
+	and.b32  	%r2375, %r3347, 4;
+	setp.eq.s32 	%p567, %r2375, 0;
+	@%p567 bra 	$L__BB4_652;
+	add.s32 	%r355, %r3386, 1;
+	mul.wide.u32 	%rd1579, %r3386, 2;
+	add.s64 	%rd1580, %rd1579, %rd420;
+	add.s64 	%rd1581, %rd397, %rd1580;
+	st.u16 	[%rd1581], %r3361;
+	mov.u32 	%r3386, %r355;
+$L__BB4_652:
+	and.b32  	%r2376, %r3347, 8;
+	setp.eq.s32 	%p568, %r2376, 0;
+	@%p568 bra 	$L__BB4_654;
+	add.s32 	%r357, %r3386, 1;
+	mul.wide.u32 	%rd1582, %r3386, 2;
+	add.s64 	%rd1583, %rd1582, %rd420;
+	add.s64 	%rd1584, %rd397, %rd1583;
+	shr.u32 	%r2377, %r3361, 16;
+	st.u16 	[%rd1584], %r2377;
+	mov.u32 	%r3386, %r357;
+$L__BB4_654:
+	and.b32  	%r2378, %r3347, 16;
+	setp.eq.s32 	%p569, %r2378, 0;
+	@%p569 bra 	$L__BB4_656;
+	add.s32 	%r360, %r3386, 1;
+	mul.wide.u32 	%rd1585, %r3386, 2;
+	add.s64 	%rd1586, %rd1585, %rd420;
+	add.s64 	%rd1587, %rd397, %rd1586;
+	st.u16 	[%rd1587], %r3362;
+	mov.u32 	%r3386, %r360;
+$L__BB4_656:
+	and.b32  	%r2379, %r3347, 32;
+	setp.eq.s32 	%p570, %r2379, 0;
+	@%p570 bra 	$L__BB4_658;
+	add.s32 	%r362, %r3386, 1;
+	mul.wide.u32 	%rd1588, %r3386, 2;
+	add.s64 	%rd1589, %rd1588, %rd420;
+	add.s64 	%rd1590, %rd397, %rd1589;
+	shr.u32 	%r2380, %r3362, 16;
+	st.u16 	[%rd1590], %r2380;
+	mov.u32 	%r3386, %r362;
+$L__BB4_658:
+	and.b32  	%r2381, %r3347, 64;
+	setp.eq.s32 	%p571, %r2381, 0;
+	@%p571 bra 	$L__BB4_660;
+	add.s32 	%r365, %r3386, 1;
+	mul.wide.u32 	%rd1591, %r3386, 2;
+	add.s64 	%rd1592, %rd1591, %rd420;
+	add.s64 	%rd1593, %rd397, %rd1592;
+	st.u16 	[%rd1593], %r3363;
+	mov.u32 	%r3386, %r365;
+$L__BB4_660:
+	and.b32  	%r2382, %r3347, 128;
+	setp.eq.s32 	%p572, %r2382, 0;
+	@%p572 bra 	$L__BB4_662;
+	mul.wide.u32 	%rd1594, %r3386, 2;
+	add.s64 	%rd1595, %rd1594, %rd420;
+	add.s64 	%rd1596, %rd397, %rd1595;
+	shr.u32 	%r2383, %r3363, 16;
+	st.u16 	[%rd1596], %r2383;
+$L__BB4_662:
+	shr.u64 	%rd1597, %rd475, 48;
+	cvt.u32.u64 	%r2384, %rd1597;
+	add.s32 	%r3343, %r348, %r2384;
+	add.s64 	%rd2189, %rd2189, 1024;
+	setp.lt.u64 	%p573, %rd2189, %rd447;
+	@%p573 bra 	$L__BB4_573;
+	bra.uni 	$L__BB4_919;
+$L__BB4_819:
+	setp.eq.s64 	%p695, %rd447, 0;
+	@%p695 bra 	$L__BB4_919;
+	mov.u64 	%rd2195, 0;
+	mov.u32 	%r3473, 0;
+$L__BB4_821:
+	mov.u32 	%r3474, 0;
+	add.s64 	%rd494, %rd2195, %rd4;
+	setp.ge.u64 	%p696, %rd494, %rd447;
+	@%p696 bra 	$L__BB4_823;
+	shr.u64 	%rd1862, %rd494, 4;
+	and.b64  	%rd1863, %rd1862, 576460752303423487;
+	add.s64 	%rd1864, %rd1863, %rd406;
+	shl.b64 	%rd1865, %rd1864, 2;
+	add.s64 	%rd1866, %rd13, %rd1865;
+	cvt.u32.u64 	%r2629, %rd494;
+	shl.b32 	%r2630, %r2629, 1;
+	and.b32  	%r2631, %r2630, 30;
+	ld.global.u32 	%r2632, [%rd1866];
+	shr.u32 	%r2633, %r2632, %r2631;
+	and.b32  	%r3474, %r2633, 3;
+$L__BB4_823:
+	add.s64 	%rd495, %rd494, 256;
+	setp.ge.u64 	%p697, %rd495, %rd447;
+	mov.u32 	%r3476, 0;
+	mov.u32 	%r3475, %r3476;
+	@%p697 bra 	$L__BB4_825;
+	shr.u64 	%rd1867, %rd495, 4;
+	and.b64  	%rd1868, %rd1867, 576460752303423487;
+	add.s64 	%rd1869, %rd1868, %rd406;
+	shl.b64 	%rd1870, %rd1869, 2;
+	add.s64 	%rd1871, %rd13, %rd1870;
+	cvt.u32.u64 	%r2635, %rd495;
+	shl.b32 	%r2636, %r2635, 1;
+	and.b32  	%r2637, %r2636, 30;
+	ld.global.u32 	%r2638, [%rd1871];
+	shr.u32 	%r2639, %r2638, %r2637;
+	and.b32  	%r3475, %r2639, 3;
+$L__BB4_825:
+	add.s64 	%rd496, %rd494, 512;
+	setp.ge.u64 	%p698, %rd496, %rd447;
+	@%p698 bra 	$L__BB4_827;
+	shr.u64 	%rd1872, %rd496, 4;
+	and.b64  	%rd1873, %rd1872, 576460752303423487;
+	add.s64 	%rd1874, %rd1873, %rd406;
+	shl.b64 	%rd1875, %rd1874, 2;
+	add.s64 	%rd1876, %rd13, %rd1875;
+	cvt.u32.u64 	%r2641, %rd496;
+	shl.b32 	%r2642, %r2641, 1;
+	and.b32  	%r2643, %r2642, 30;
+	ld.global.u32 	%r2644, [%rd1876];
+	shr.u32 	%r2645, %r2644, %r2643;
+	and.b32  	%r3476, %r2645, 3;
+$L__BB4_827:
+	add.s64 	%rd497, %rd494, 768;
+	setp.ge.u64 	%p699, %rd497, %rd447;
+	mov.u32 	%r3478, 0;
+	mov.u32 	%r3477, %r3478;
+	@%p699 bra 	$L__BB4_829;
+	shr.u64 	%rd1877, %rd497, 4;
+	and.b64  	%rd1878, %rd1877, 576460752303423487;
+	add.s64 	%rd1879, %rd1878, %rd406;
+	shl.b64 	%rd1880, %rd1879, 2;
+	add.s64 	%rd1881, %rd13, %rd1880;
+	cvt.u32.u64 	%r2647, %rd497;
+	shl.b32 	%r2648, %r2647, 1;
+	and.b32  	%r2649, %r2648, 30;
+	ld.global.u32 	%r2650, [%rd1881];
+	shr.u32 	%r2651, %r2650, %r2649;
+	and.b32  	%r3477, %r2651, 3;
+$L__BB4_829:
+	setp.eq.s32 	%p700, %r3474, 0;
+	mov.u32 	%r3479, %r3478;
+	mov.u32 	%r3480, %r3478;
+	mov.u32 	%r3481, %r3478;
+	@%p700 bra 	$L__BB4_831;
+	shl.b64 	%rd1883, %rd494, 4;
+	add.s64 	%rd1882, %rd405, %rd1883;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r3478,%r3479,%r3480,%r3481}, [%rd1882];
+	// end inline asm
+$L__BB4_831:
+	setp.eq.s32 	%p701, %r3475, 0;
+	mov.u32 	%r3486, 0;
+	mov.u32 	%r3482, %r3486;
+	mov.u32 	%r3483, %r3486;
+	mov.u32 	%r3484, %r3486;
+	mov.u32 	%r3485, %r3486;
+	@%p701 bra 	$L__BB4_833;
+	shl.b64 	%rd1885, %rd495, 4;
+	add.s64 	%rd1884, %rd405, %rd1885;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r3482,%r3483,%r3484,%r3485}, [%rd1884];
+	// end inline asm
+$L__BB4_833:
+	setp.eq.s32 	%p702, %r3476, 0;
+	mov.u32 	%r3487, %r3486;
+	mov.u32 	%r3488, %r3486;
+	mov.u32 	%r3489, %r3486;
+	@%p702 bra 	$L__BB4_835;
+	shl.b64 	%rd1887, %rd496, 4;
+	add.s64 	%rd1886, %rd405, %rd1887;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r3486,%r3487,%r3488,%r3489}, [%rd1886];
+	// end inline asm
+$L__BB4_835:
+	setp.eq.s32 	%p703, %r3477, 0;
+	mov.u32 	%r2679, 0;
+	mov.u32 	%r3490, %r2679;
+	mov.u32 	%r3491, %r2679;
+	mov.u32 	%r3492, %r2679;
+	mov.u32 	%r3493, %r2679;
+	@%p703 bra 	$L__BB4_837;
+	shl.b64 	%rd1889, %rd497, 4;
+	add.s64 	%rd1888, %rd405, %rd1889;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r3490,%r3491,%r3492,%r3493}, [%rd1888];
+	// end inline asm
+$L__BB4_837:
+	cvt.u32.u64 	%r3213, %rd14;
+	setp.lt.u32 	%p704, %r3213, 16;
+	mov.u32 	%r2705, 16;
+	setp.lt.u32 	%p705, %r3213, 4;
+	mov.u32 	%r2706, 4;
+	setp.lt.u32 	%p706, %r3213, 2;
+	mov.u32 	%r2707, 2;
+	setp.lt.u32 	%p707, %r3213, 8;
+	mov.u32 	%r2708, 8;
+	setp.ne.s32 	%p708, %r3213, 31;
+	setp.eq.s32 	%p709, %r3213, 0;
+	popc.b32 	%r2710, %r3477;
+	cvt.u64.u32 	%rd1900, %r2710;
+	shl.b64 	%rd1901, %rd1900, 48;
+	popc.b32 	%r2711, %r3475;
+	shl.b32 	%r2712, %r2711, 16;
+	popc.b32 	%r2713, %r3474;
+	or.b32  	%r2714, %r2712, %r2713;
+	cvt.u64.u32 	%rd1902, %r2714;
+	popc.b32 	%r2715, %r3476;
+	cvt.u64.u32 	%rd1903, %r2715;
+	bfi.b64 	%rd1904, %rd1903, %rd1902, 32, 32;
+	or.b64  	%rd1890, %rd1901, %rd1904;
+	// begin inline asm
+	mov.b64 {%r2684,%r2685}, %rd1890;
+	// end inline asm
+	mov.u32 	%r2716, 1;
+	mov.u32 	%r2717, -1;
+	shfl.sync.up.b32 	%r2687|%p710, %r2685, %r2716, %r2679, %r2717;
+	shfl.sync.up.b32 	%r2686|%p711, %r2684, %r2716, %r2679, %r2717;
+	// begin inline asm
+	mov.b64 %rd1891, {%r2686,%r2687};
+	// end inline asm
+	selp.b64 	%rd1905, 0, %rd1891, %p709;
+	add.s64 	%rd1892, %rd1905, %rd1890;
+	// begin inline asm
+	mov.b64 {%r2688,%r2689}, %rd1892;
+	// end inline asm
+	shfl.sync.up.b32 	%r2691|%p712, %r2689, %r2707, %r2679, %r2717;
+	shfl.sync.up.b32 	%r2690|%p713, %r2688, %r2707, %r2679, %r2717;
+	// begin inline asm
+	mov.b64 %rd1893, {%r2690,%r2691};
+	// end inline asm
+	selp.b64 	%rd1906, 0, %rd1893, %p706;
+	add.s64 	%rd1894, %rd1906, %rd1892;
+	// begin inline asm
+	mov.b64 {%r2692,%r2693}, %rd1894;
+	// end inline asm
+	shfl.sync.up.b32 	%r2695|%p714, %r2693, %r2706, %r2679, %r2717;
+	shfl.sync.up.b32 	%r2694|%p715, %r2692, %r2706, %r2679, %r2717;
+	// begin inline asm
+	mov.b64 %rd1895, {%r2694,%r2695};
+	// end inline asm
+	selp.b64 	%rd1907, 0, %rd1895, %p705;
+	add.s64 	%rd1896, %rd1907, %rd1894;
+	// begin inline asm
+	mov.b64 {%r2696,%r2697}, %rd1896;
+	// end inline asm
+	shfl.sync.up.b32 	%r2699|%p716, %r2697, %r2708, %r2679, %r2717;
+	shfl.sync.up.b32 	%r2698|%p717, %r2696, %r2708, %r2679, %r2717;
+	// begin inline asm
+	mov.b64 %rd1897, {%r2698,%r2699};
+	// end inline asm
+	selp.b64 	%rd1908, 0, %rd1897, %p707;
+	add.s64 	%rd1898, %rd1908, %rd1896;
+	// begin inline asm
+	mov.b64 {%r2700,%r2701}, %rd1898;
+	// end inline asm
+	shfl.sync.up.b32 	%r2703|%p718, %r2701, %r2705, %r2679, %r2717;
+	shfl.sync.up.b32 	%r2702|%p719, %r2700, %r2705, %r2679, %r2717;
+	// begin inline asm
+	mov.b64 %rd1899, {%r2702,%r2703};
+	// end inline asm
+	selp.b64 	%rd1909, 0, %rd1899, %p704;
+	add.s64 	%rd499, %rd1909, %rd1898;
+	@%p708 bra 	$L__BB4_839;
+	st.shared.u64 	[%r7], %rd499;
+$L__BB4_839:
+	setp.ne.s32 	%p720, %r3, 0;
+	bar.sync 	0;
+	@%p720 bra 	$L__BB4_844;
+	cvt.u32.u64 	%r3214, %rd14;
+	setp.gt.u32 	%p721, %r3214, 7;
+	mov.u64 	%rd2196, 0;
+	@%p721 bra 	$L__BB4_842;
+	ld.shared.u64 	%rd2196, [%r8];
+$L__BB4_842:
+	cvt.u32.u64 	%r3225, %rd14;
+	setp.lt.u32 	%p821, %r3225, 16;
+	setp.lt.u32 	%p820, %r3225, 8;
+	setp.lt.u32 	%p819, %r3225, 4;
+	setp.lt.u32 	%p818, %r3225, 2;
+	setp.eq.s32 	%p817, %r3225, 0;
+	mov.u32 	%r2740, 16;
+	mov.u32 	%r2741, 4;
+	mov.u32 	%r2742, 2;
+	mov.u32 	%r2743, 8;
+	mov.u32 	%r2744, 0;
+	// begin inline asm
+	mov.b64 {%r2719,%r2720}, %rd2196;
+	// end inline asm
+	mov.u32 	%r2745, 1;
+	mov.u32 	%r2746, -1;
+	shfl.sync.up.b32 	%r2722|%p728, %r2720, %r2745, %r2744, %r2746;
+	shfl.sync.up.b32 	%r2721|%p729, %r2719, %r2745, %r2744, %r2746;
+	// begin inline asm
+	mov.b64 %rd1912, {%r2721,%r2722};
+	// end inline asm
+	selp.b64 	%rd1921, 0, %rd1912, %p817;
+	add.s64 	%rd1913, %rd1921, %rd2196;
+	// begin inline asm
+	mov.b64 {%r2723,%r2724}, %rd1913;
+	// end inline asm
+	shfl.sync.up.b32 	%r2726|%p730, %r2724, %r2742, %r2744, %r2746;
+	shfl.sync.up.b32 	%r2725|%p731, %r2723, %r2742, %r2744, %r2746;
+	// begin inline asm
+	mov.b64 %rd1914, {%r2725,%r2726};
+	// end inline asm
+	selp.b64 	%rd1922, 0, %rd1914, %p818;
+	add.s64 	%rd1915, %rd1922, %rd1913;
+	// begin inline asm
+	mov.b64 {%r2727,%r2728}, %rd1915;
+	// end inline asm
+	shfl.sync.up.b32 	%r2730|%p732, %r2728, %r2741, %r2744, %r2746;
+	shfl.sync.up.b32 	%r2729|%p733, %r2727, %r2741, %r2744, %r2746;
+	// begin inline asm
+	mov.b64 %rd1916, {%r2729,%r2730};
+	// end inline asm
+	selp.b64 	%rd1923, 0, %rd1916, %p819;
+	add.s64 	%rd1917, %rd1923, %rd1915;
+	// begin inline asm
+	mov.b64 {%r2731,%r2732}, %rd1917;
+	// end inline asm
+	shfl.sync.up.b32 	%r2734|%p734, %r2732, %r2743, %r2744, %r2746;
+	shfl.sync.up.b32 	%r2733|%p735, %r2731, %r2743, %r2744, %r2746;
+	// begin inline asm
+	mov.b64 %rd1918, {%r2733,%r2734};
+	// end inline asm
+	selp.b64 	%rd1924, 0, %rd1918, %p820;
+	add.s64 	%rd1919, %rd1924, %rd1917;
+	// begin inline asm
+	mov.b64 {%r2735,%r2736}, %rd1919;
+	// end inline asm
+	shfl.sync.up.b32 	%r2738|%p736, %r2736, %r2740, %r2744, %r2746;
+	shfl.sync.up.b32 	%r2737|%p737, %r2735, %r2740, %r2744, %r2746;
+	// begin inline asm
+	mov.b64 %rd1920, {%r2737,%r2738};
+	// end inline asm
+	selp.b64 	%rd1925, 0, %rd1920, %p821;
+	add.s64 	%rd502, %rd1925, %rd1919;
+	@%p721 bra 	$L__BB4_844;
+	st.shared.u64 	[%r8], %rd502;
+$L__BB4_844:
+	setp.eq.s32 	%p738, %r3, 0;
+	bar.sync 	0;
+	mov.u64 	%rd2197, 0;
+	@%p738 bra 	$L__BB4_846;
+	ld.shared.u64 	%rd2197, [%r7+-8];
+$L__BB4_846:
+	ld.shared.u64 	%rd505, [_ZZ15ws_delta_encodeE3red+56];
+	bar.sync 	0;
+	sub.s64 	%rd1927, %rd499, %rd1890;
+	add.s64 	%rd506, %rd1927, %rd2197;
+	cvt.u32.u64 	%r2747, %rd506;
+	and.b32  	%r2748, %r2747, 65535;
+	add.s32 	%r3494, %r2748, %r3473;
+	and.b32  	%r2749, %r3474, 1;
+	setp.eq.b32 	%p739, %r2749, 1;
+	mov.pred 	%p740, 0;
+	xor.pred  	%p741, %p739, %p740;
+	not.pred 	%p742, %p741;
+	@%p742 bra 	$L__BB4_848;
+	add.s32 	%r595, %r3494, 1;
+	mul.wide.u32 	%rd1928, %r3494, 8;
+	add.s64 	%rd1929, %rd1928, %rd420;
+	add.s64 	%rd1930, %rd397, %rd1929;
+	cvt.u64.u32 	%rd1931, %r3479;
+	cvt.u64.u32 	%rd1932, %r3478;
+	bfi.b64 	%rd1933, %rd1931, %rd1932, 32, 32;
+	st.u64 	[%rd1930], %rd1933;
+	mov.u32 	%r3494, %r595;
+$L__BB4_848:
+	and.b32  	%r2750, %r3474, 2;
+	setp.eq.s32 	%p743, %r2750, 0;
+	@%p743 bra 	$L__BB4_850;
+	mul.wide.u32 	%rd1934, %r3494, 8;
+	add.s64 	%rd1935, %rd1934, %rd420;
+	add.s64 	%rd1936, %rd397, %rd1935;
+	cvt.u64.u32 	%rd1937, %r3481;
+	cvt.u64.u32 	%rd1938, %r3480;
+	bfi.b64 	%rd1939, %rd1937, %rd1938, 32, 32;
+	st.u64 	[%rd1936], %rd1939;
+$L__BB4_850:
+	cvt.u32.u64 	%r2751, %rd505;
+	and.b32  	%r2752, %r2751, 65535;
+	add.s32 	%r597, %r2752, %r3473;
+	shr.u32 	%r2754, %r2747, 16;
+	add.s32 	%r3495, %r2754, %r597;
+	and.b32  	%r2755, %r3475, 1;
+	setp.eq.b32 	%p744, %r2755, 1;
+	mov.pred 	%p745, 0;
+	xor.pred  	%p746, %p744, %p745;
+	not.pred 	%p747, %p746;
+	@%p747 bra 	$L__BB4_852;
+	add.s32 	%r599, %r3495, 1;
+	mul.wide.u32 	%rd1940, %r3495, 8;
+	add.s64 	%rd1941, %rd1940, %rd420;
+	add.s64 	%rd1942, %rd397, %rd1941;
+	cvt.u64.u32 	%rd1943, %r3483;
+	cvt.u64.u32 	%rd1944, %r3482;
+	bfi.b64 	%rd1945, %rd1943, %rd1944, 32, 32;
+	st.u64 	[%rd1942], %rd1945;
+	mov.u32 	%r3495, %r599;
+$L__BB4_852:
+	and.b32  	%r2756, %r3475, 2;
+	setp.eq.s32 	%p748, %r2756, 0;
+	@%p748 bra 	$L__BB4_854;
+	mul.wide.u32 	%rd1946, %r3495, 8;
+	add.s64 	%rd1947, %rd1946, %rd420;
+	add.s64 	%rd1948, %rd397, %rd1947;
+	cvt.u64.u32 	%rd1949, %r3485;
+	cvt.u64.u32 	%rd1950, %r3484;
+	bfi.b64 	%rd1951, %rd1949, %rd1950, 32, 32;
+	st.u64 	[%rd1948], %rd1951;
+$L__BB4_854:
+	shr.u32 	%r2758, %r2751, 16;
+	add.s32 	%r601, %r2758, %r597;
+	shr.u64 	%rd1952, %rd506, 32;
+	cvt.u32.u64 	%r2759, %rd1952;
+	and.b32  	%r2760, %r2759, 65535;
+	add.s32 	%r3496, %r2760, %r601;
+	and.b32  	%r2761, %r3476, 1;
+	setp.eq.b32 	%p749, %r2761, 1;
+	mov.pred 	%p750, 0;
+	xor.pred  	%p751, %p749, %p750;
+	not.pred 	%p752, %p751;
+	@%p752 bra 	$L__BB4_856;
+	add.s32 	%r603, %r3496, 1;
+	mul.wide.u32 	%rd1953, %r3496, 8;
+	add.s64 	%rd1954, %rd1953, %rd420;
+	add.s64 	%rd1955, %rd397, %rd1954;
+	cvt.u64.u32 	%rd1956, %r3487;
+	cvt.u64.u32 	%rd1957, %r3486;
+	bfi.b64 	%rd1958, %rd1956, %rd1957, 32, 32;
+	st.u64 	[%rd1955], %rd1958;
+	mov.u32 	%r3496, %r603;
+$L__BB4_856:
+	and.b32  	%r2762, %r3476, 2;
+	setp.eq.s32 	%p753, %r2762, 0;
+	@%p753 bra 	$L__BB4_858;
+	mul.wide.u32 	%rd1959, %r3496, 8;
+	add.s64 	%rd1960, %rd1959, %rd420;
+	add.s64 	%rd1961, %rd397, %rd1960;
+	cvt.u64.u32 	%rd1962, %r3489;
+	cvt.u64.u32 	%rd1963, %r3488;
+	bfi.b64 	%rd1964, %rd1962, %rd1963, 32, 32;
+	st.u64 	[%rd1961], %rd1964;
+$L__BB4_858:
+	shr.u64 	%rd1965, %rd505, 32;
+	cvt.u32.u64 	%r2763, %rd1965;
+	and.b32  	%r2764, %r2763, 65535;
+	add.s32 	%r605, %r2764, %r601;
+	shr.u64 	%rd1966, %rd506, 48;
+	cvt.u32.u64 	%r2765, %rd1966;
+	add.s32 	%r3497, %r605, %r2765;
+	and.b32  	%r2766, %r3477, 1;
+	setp.eq.b32 	%p754, %r2766, 1;
+	mov.pred 	%p755, 0;
+	xor.pred  	%p756, %p754, %p755;
+	not.pred 	%p757, %p756;
+	@%p757 bra 	$L__BB4_860;
+	add.s32 	%r607, %r3497, 1;
+	mul.wide.u32 	%rd1967, %r3497, 8;
+	add.s64 	%rd1968, %rd1967, %rd420;
+	add.s64 	%rd1969, %rd397, %rd1968;
+	cvt.u64.u32 	%rd1970, %r3491;
+	cvt.u64.u32 	%rd1971, %r3490;
+	bfi.b64 	%rd1972, %rd1970, %rd1971, 32, 32;
+	st.u64 	[%rd1969], %rd1972;
+	mov.u32 	%r3497, %r607;
+$L__BB4_860:
+	and.b32  	%r2767, %r3477, 2;
+	setp.eq.s32 	%p758, %r2767, 0;
+	@%p758 bra 	$L__BB4_862;
+	mul.wide.u32 	%rd1973, %r3497, 8;
+	add.s64 	%rd1974, %rd1973, %rd420;
+	add.s64 	%rd1975, %rd397, %rd1974;
+	cvt.u64.u32 	%rd1976, %r3493;
+	cvt.u64.u32 	%rd1977, %r3492;
+	bfi.b64 	%rd1978, %rd1976, %rd1977, 32, 32;
+	st.u64 	[%rd1975], %rd1978;
+$L__BB4_862:
+	shr.u64 	%rd1979, %rd505, 48;
+	cvt.u32.u64 	%r2768, %rd1979;
+	add.s32 	%r3473, %r605, %r2768;
+	add.s64 	%rd2195, %rd2195, 1024;
+	setp.lt.u64 	%p759, %rd2195, %rd447;
+	@%p759 bra 	$L__BB4_821;
+	bra.uni 	$L__BB4_919;
+$L__BB4_450:
+	mov.u32 	%r1934, _ZZ15ws_delta_encodeE4coop;
+	add.s32 	%r1935, %r1934, %r3301;
+	ld.shared.u8 	%rs21, [%r1935];
+	setp.eq.s16 	%p341, %rs21, 0;
+	@%p341 bra 	$L__BB4_919;
+	shl.b64 	%rd2050, %rd2089, 3;
+	cvt.u64.u32 	%rd1185, %r3301;
+	add.s64 	%rd390, %rd2050, %rd1185;
+	cvta.to.global.u64 	%rd1187, %rd5;
+	shl.b64 	%rd1188, %rd390, 2;
+	add.s64 	%rd1189, %rd1187, %rd1188;
+	ld.global.u32 	%r1936, [%rd1189];
+	cvta.to.global.u64 	%rd1190, %rd6;
+	mul.wide.u32 	%rd1191, %r1936, 8;
+	add.s64 	%rd1192, %rd1190, %rd1191;
+	cvta.to.global.u64 	%rd1193, %rd7;
+	mul.wide.u32 	%rd1194, %r1936, 40;
+	add.s64 	%rd1195, %rd1193, %rd1194;
+	ld.global.v2.u32 	{%r1937, %r1938}, [%rd1195+32];
+	ld.global.u64 	%rd1196, [%rd1195+24];
+	sub.s64 	%rd1197, %rd390, %rd1196;
+	cvt.u64.u32 	%rd1198, %r6;
+	mul.lo.s64 	%rd1199, %rd1197, %rd1198;
+	ld.global.u64 	%rd1200, [%rd1195+16];
+	sub.s64 	%rd1201, %rd1200, %rd1199;
+	min.u64 	%rd391, %rd1201, %rd1198;
+	cvta.to.global.u64 	%rd1202, %rd8;
+	add.s64 	%rd1203, %rd1202, %rd1188;
+	mul.wide.u32 	%rd392, %r1937, 16;
+	cvta.to.global.u64 	%rd1204, %rd9;
+	shr.u64 	%rd1205, %rd390, 8;
+	and.b64  	%rd1206, %rd1205, 72057594037927928;
+	add.s64 	%rd1207, %rd1204, %rd1206;
+	ld.global.u64 	%rd393, [%rd1207];
+	add.s64 	%rd1208, %rd392, %rd393;
+	cvta.to.global.u64 	%rd1209, %rd10;
+	add.s64 	%rd1210, %rd1209, %rd1188;
+	ld.global.u32 	%rd394, [%rd1210];
+	add.s64 	%rd1211, %rd1208, %rd394;
+	add.s64 	%rd1212, %rd1211, 32;
+	cvta.to.global.u64 	%rd1213, %rd11;
+	mul.wide.u32 	%rd1214, %r1936, 16;
+	add.s64 	%rd1215, %rd1213, %rd1214;
+	ld.global.u64 	%rd395, [%rd1215+8];
+	sub.s64 	%rd396, %rd1212, %rd395;
+	ld.global.u64 	%rd397, [%rd1192];
+	cvt.u64.u32 	%rd398, %r1938;
+	mul.lo.s64 	%rd399, %rd1199, %rd398;
+	ld.global.u64 	%rd400, [%rd1195];
+	ld.global.u32 	%rd401, [%rd1203];
+	setp.eq.s64 	%p342, %rd401, 0;
+	mov.u16 	%rs32, 0;
+	@%p342 bra 	$L__BB4_454;
+	mul.lo.s64 	%rd1216, %rd391, %rd398;
+	add.s64 	%rd1217, %rd1216, 7;
+	and.b64  	%rd1218, %rd1217, -8;
+	add.s64 	%rd1219, %rd391, 31;
+	shr.u64 	%rd1220, %rd1219, 3;
+	and.b64  	%rd1221, %rd1220, 1073741820;
+	add.s64 	%rd1222, %rd1221, 7;
+	and.b64  	%rd1223, %rd1222, 2147483640;
+	mul.lo.s64 	%rd1224, %rd401, %rd398;
+	add.s64 	%rd1225, %rd1224, 7;
+	and.b64  	%rd1226, %rd1225, -8;
+	add.s64 	%rd402, %rd1223, %rd1226;
+	shl.b64 	%rd1227, %rd401, 1;
+	add.s64 	%rd1228, %rd1227, 7;
+	and.b64  	%rd1229, %rd1228, 17179869176;
+	add.s64 	%rd403, %rd1226, %rd1229;
+	setp.le.u64 	%p343, %rd1218, %rd402;
+	setp.le.u64 	%p344, %rd1218, %rd403;
+	and.pred  	%p345, %p344, %p343;
+	mov.u16 	%rs32, 1;
+	@%p345 bra 	$L__BB4_454;
+	setp.gt.u64 	%p346, %rd402, %rd403;
+	selp.b16 	%rs32, 3, 2, %p346;
+$L__BB4_454:
+	add.s64 	%rd404, %rd397, %rd396;
+	add.s64 	%rd405, %rd400, %rd399;
+	setp.eq.s16 	%p347, %rs32, 1;
+	@%p347 bra 	$L__BB4_863;
+	bra.uni 	$L__BB4_455;
+$L__BB4_863:
+	mul.lo.s64 	%rd508, %rd391, %rd398;
+	or.b64  	%rd509, %rd404, %rd405;
+	and.b64  	%rd1980, %rd509, 15;
+	setp.eq.s64 	%p760, %rd1980, 0;
+	@%p760 bra 	$L__BB4_881;
+	and.b64  	%rd1982, %rd509, 7;
+	setp.ne.s64 	%p761, %rd1982, 0;
+	mov.u64 	%rd2214, 0;
+	@%p761 bra 	$L__BB4_897;
+	shr.u64 	%rd510, %rd508, 3;
+	cvt.u64.u32 	%rd2200, %r2;
+	add.s64 	%rd1983, %rd2200, 768;
+	setp.ge.u64 	%p762, %rd1983, %rd510;
+	@%p762 bra 	$L__BB4_873;
+	cvt.u64.u32 	%rd2200, %r2;
+	mov.u64 	%rd1985, -769;
+	sub.s64 	%rd1986, %rd1985, %rd2200;
+	add.s64 	%rd513, %rd1986, %rd510;
+	shr.u64 	%rd1987, %rd513, 10;
+	add.s64 	%rd1988, %rd1987, 1;
+	and.b64  	%rd514, %rd1988, 3;
+	setp.eq.s64 	%p763, %rd514, 0;
+	add.s64 	%rd2198, %rd2200, 768;
+	@%p763 bra 	$L__BB4_870;
+	cvt.u64.u32 	%rd1989, %r2;
+	mul.wide.u32 	%rd1990, %r2, 8;
+	add.s64 	%rd1991, %rd405, %rd1990;
+	add.s64 	%rd516, %rd1991, 2048;
+	ld.v2.u32 	{%r2772, %r2773}, [%rd1991+2048];
+	ld.v2.u32 	{%r2776, %r2777}, [%rd1991+4096];
+	ld.v2.u32 	{%r2780, %r2781}, [%rd1991+6144];
+	ld.v2.u32 	{%r2784, %r2785}, [%rd1991];
+	add.s64 	%rd517, %rd404, %rd1990;
+	st.v2.u32 	[%rd517], {%r2784, %r2785};
+	st.v2.u32 	[%rd517+2048], {%r2772, %r2773};
+	st.v2.u32 	[%rd517+4096], {%r2776, %r2777};
+	st.v2.u32 	[%rd517+6144], {%r2780, %r2781};
+	add.s64 	%rd2198, %rd1989, 1792;
+	add.s64 	%rd2200, %rd1989, 1024;
+	setp.eq.s64 	%p764, %rd514, 1;
+	@%p764 bra 	$L__BB4_870;
+	ld.v2.u32 	{%r2788, %r2789}, [%rd516+8192];
+	ld.v2.u32 	{%r2792, %r2793}, [%rd516+10240];
+	ld.v2.u32 	{%r2796, %r2797}, [%rd516+12288];
+	ld.v2.u32 	{%r2800, %r2801}, [%rd516+6144];
+	st.v2.u32 	[%rd517+8192], {%r2800, %r2801};
+	st.v2.u32 	[%rd517+10240], {%r2788, %r2789};
+	st.v2.u32 	[%rd517+12288], {%r2792, %r2793};
+	st.v2.u32 	[%rd517+14336], {%r2796, %r2797};
+	add.s64 	%rd2198, %rd1989, 2816;
+	add.s64 	%rd2200, %rd1989, 2048;
+	setp.eq.s64 	%p765, %rd514, 2;
+	@%p765 bra 	$L__BB4_870;
+	ld.v2.u32 	{%r2805, %r2806}, [%rd516+16384];
+	ld.v2.u32 	{%r2809, %r2810}, [%rd516+18432];
+	ld.v2.u32 	{%r2813, %r2814}, [%rd516+20480];
+	ld.v2.u32 	{%r2817, %r2818}, [%rd516+14336];
+	st.v2.u32 	[%rd517+16384], {%r2817, %r2818};
+	st.v2.u32 	[%rd517+18432], {%r2805, %r2806};
+	st.v2.u32 	[%rd517+20480], {%r2809, %r2810};
+	st.v2.u32 	[%rd517+22528], {%r2813, %r2814};
+	add.s64 	%rd2198, %rd1989, 3840;
+	add.s64 	%rd2200, %rd1989, 3072;
+$L__BB4_870:
+	setp.lt.u64 	%p766, %rd513, 3072;
+	@%p766 bra 	$L__BB4_873;
+	mov.u64 	%rd2202, %rd2200;
+$L__BB4_872:
+	shl.b64 	%rd1994, %rd2202, 3;
+	add.s64 	%rd1995, %rd405, %rd1994;
+	ld.v2.u32 	{%r2822, %r2823}, [%rd1995+2048];
+	ld.v2.u32 	{%r2826, %r2827}, [%rd1995+4096];
+	shl.b64 	%rd1996, %rd2198, 3;
+	add.s64 	%rd1997, %rd405, %rd1996;
+	ld.v2.u32 	{%r2830, %r2831}, [%rd1997];
+	ld.v2.u32 	{%r2834, %r2835}, [%rd1995];
+	add.s64 	%rd1998, %rd404, %rd1994;
+	st.v2.u32 	[%rd1998], {%r2834, %r2835};
+	st.v2.u32 	[%rd1998+2048], {%r2822, %r2823};
+	st.v2.u32 	[%rd1998+4096], {%r2826, %r2827};
+	add.s64 	%rd1999, %rd404, %rd1996;
+	st.v2.u32 	[%rd1999], {%r2830, %r2831};
+	ld.v2.u32 	{%r2838, %r2839}, [%rd1995+10240];
+	ld.v2.u32 	{%r2842, %r2843}, [%rd1995+12288];
+	ld.v2.u32 	{%r2846, %r2847}, [%rd1995+14336];
+	ld.v2.u32 	{%r2850, %r2851}, [%rd1995+8192];
+	st.v2.u32 	[%rd1998+8192], {%r2850, %r2851};
+	st.v2.u32 	[%rd1998+10240], {%r2838, %r2839};
+	st.v2.u32 	[%rd1998+12288], {%r2842, %r2843};
+	st.v2.u32 	[%rd1998+14336], {%r2846, %r2847};
+	ld.v2.u32 	{%r2854, %r2855}, [%rd1995+18432];
+	ld.v2.u32 	{%r2858, %r2859}, [%rd1995+20480];
+	ld.v2.u32 	{%r2862, %r2863}, [%rd1995+22528];
+	ld.v2.u32 	{%r2866, %r2867}, [%rd1995+16384];
+	st.v2.u32 	[%rd1998+16384], {%r2866, %r2867};
+	st.v2.u32 	[%rd1998+18432], {%r2854, %r2855};
+	st.v2.u32 	[%rd1998+20480], {%r2858, %r2859};
+	st.v2.u32 	[%rd1998+22528], {%r2862, %r2863};
+	ld.v2.u32 	{%r2870, %r2871}, [%rd1995+26624];
+	ld.v2.u32 	{%r2874, %r2875}, [%rd1995+28672];
+	ld.v2.u32 	{%r2878, %r2879}, [%rd1995+30720];
+	ld.v2.u32 	{%r2882, %r2883}, [%rd1995+24576];
+	st.v2.u32 	[%rd1998+24576], {%r2882, %r2883};
+	st.v2.u32 	[%rd1998+26624], {%r2870, %r2871};
+	st.v2.u32 	[%rd1998+28672], {%r2874, %r2875};
+	st.v2.u32 	[%rd1998+30720], {%r2878, %r2879};
+	add.s64 	%rd2200, %rd2202, 4096;
+	add.s64 	%rd2198, %rd2202, 4864;
+	setp.lt.u64 	%p767, %rd2198, %rd510;
+	mov.u64 	%rd2202, %rd2200;
+	@%p767 bra 	$L__BB4_872;
+$L__BB4_873:
+	setp.ge.u64 	%p768, %rd2200, %rd510;
+	@%p768 bra 	$L__BB4_880;
+	not.b64 	%rd2000, %rd2200;
+	add.s64 	%rd532, %rd510, %rd2000;
+	shr.u64 	%rd2001, %rd532, 8;
+	add.s64 	%rd2002, %rd2001, 1;
+	and.b64  	%rd533, %rd2002, 3;
+	setp.eq.s64 	%p769, %rd533, 0;
+	mov.u64 	%rd2204, %rd2200;
+	@%p769 bra 	$L__BB4_878;
+	shl.b64 	%rd2003, %rd2200, 3;
+	add.s64 	%rd534, %rd405, %rd2003;
+	ld.v2.u32 	{%r2886, %r2887}, [%rd534];
+	add.s64 	%rd535, %rd404, %rd2003;
+	st.v2.u32 	[%rd535], {%r2886, %r2887};
+	add.s64 	%rd2204, %rd2200, 256;
+	setp.eq.s64 	%p770, %rd533, 1;
+	@%p770 bra 	$L__BB4_878;
+	ld.v2.u32 	{%r2890, %r2891}, [%rd534+2048];
+	st.v2.u32 	[%rd535+2048], {%r2890, %r2891};
+	add.s64 	%rd2204, %rd2200, 512;
+	setp.eq.s64 	%p771, %rd533, 2;
+	@%p771 bra 	$L__BB4_878;
+	ld.v2.u32 	{%r2894, %r2895}, [%rd534+4096];
+	st.v2.u32 	[%rd535+4096], {%r2894, %r2895};
+	add.s64 	%rd2204, %rd2200, 768;
+$L__BB4_878:
+	setp.lt.u64 	%p772, %rd532, 768;
+	@%p772 bra 	$L__BB4_880;
+$L__BB4_879:
+	shl.b64 	%rd2004, %rd2204, 3;
+	add.s64 	%rd2005, %rd405, %rd2004;
+	ld.v2.u32 	{%r2898, %r2899}, [%rd2005];
+	add.s64 	%rd2006, %rd404, %rd2004;
+	st.v2.u32 	[%rd2006], {%r2898, %r2899};
+	ld.v2.u32 	{%r2902, %r2903}, [%rd2005+2048];
+	st.v2.u32 	[%rd2006+2048], {%r2902, %r2903};
+	ld.v2.u32 	{%r2906, %r2907}, [%rd2005+4096];
+	st.v2.u32 	[%rd2006+4096], {%r2906, %r2907};
+	ld.v2.u32 	{%r2910, %r2911}, [%rd2005+6144];
+	st.v2.u32 	[%rd2006+6144], {%r2910, %r2911};
+	add.s64 	%rd2204, %rd2204, 1024;
+	setp.lt.u64 	%p773, %rd2204, %rd510;
+	@%p773 bra 	$L__BB4_879;
+$L__BB4_880:
+	and.b64  	%rd2214, %rd508, -8;
+	bra.uni 	$L__BB4_897;
+$L__BB4_455:
+	setp.ne.s32 	%p348, %r2, 0;
+	shr.u32 	%r1942, %r6, 5;
+	cvt.u64.u32 	%rd1230, %r1942;
+	mul.lo.s64 	%rd406, %rd390, %rd1230;
+	add.s64 	%rd1231, %rd391, 31;
+	shr.u64 	%rd407, %rd1231, 5;
+	and.b64  	%rd1232, %rd1231, 32;
+	setp.eq.s64 	%p349, %rd1232, 0;
+	or.pred  	%p350, %p348, %p349;
+	@%p350 bra 	$L__BB4_457;
+	shl.b64 	%rd1233, %rd407, 2;
+	add.s64 	%rd1234, %rd404, %rd1233;
+	mov.u32 	%r1943, 0;
+	st.u32 	[%rd1234], %r1943;
+$L__BB4_457:
+	setp.le.u64 	%p351, %rd407, %rd4;
+	@%p351 bra 	$L__BB4_465;
+	add.s64 	%rd1235, %rd391, -1;
+	shr.u64 	%rd408, %rd1235, 5;
+	and.b64  	%rd409, %rd391, 31;
+	cvt.u32.u64 	%r1944, %rd409;
+	mov.u32 	%r1945, -1;
+	shl.b32 	%r1946, %r1945, %r1944;
+	not.b32 	%r151, %r1946;
+	not.b64 	%rd1236, %rd4;
+	add.s64 	%rd410, %rd407, %rd1236;
+	shr.u64 	%rd1237, %rd410, 8;
+	add.s64 	%rd1238, %rd1237, 1;
+	and.b64  	%rd411, %rd1238, 3;
+	setp.eq.s64 	%p352, %rd411, 0;
+	mov.u64 	%rd2179, %rd4;
+	@%p352 bra 	$L__BB4_462;
+	add.s64 	%rd1239, %rd406, %rd4;
+	shl.b64 	%rd1240, %rd1239, 2;
+	add.s64 	%rd412, %rd13, %rd1240;
+	setp.ne.s64 	%p3, %rd409, 0;
+	setp.eq.s64 	%p353, %rd408, %rd4;
+	and.pred  	%p354, %p353, %p3;
+	selp.b32 	%r1947, %r151, -1, %p354;
+	ld.global.u32 	%r1948, [%rd412];
+	and.b32  	%r1949, %r1948, %r1947;
+	shl.b64 	%rd1241, %rd4, 2;
+	add.s64 	%rd413, %rd404, %rd1241;
+	st.u32 	[%rd413], %r1949;
+	add.s64 	%rd2179, %rd4, 256;
+	setp.eq.s64 	%p355, %rd411, 1;
+	@%p355 bra 	$L__BB4_462;
+	add.s64 	%rd1242, %rd4, 256;
+	setp.eq.s64 	%p356, %rd408, %rd1242;
+	and.pred  	%p357, %p356, %p3;
+	selp.b32 	%r1950, %r151, -1, %p357;
+	ld.global.u32 	%r1951, [%rd412+1024];
+	and.b32  	%r1952, %r1951, %r1950;
+	st.u32 	[%rd413+1024], %r1952;
+	add.s64 	%rd2179, %rd4, 512;
+	setp.eq.s64 	%p358, %rd411, 2;
+	@%p358 bra 	$L__BB4_462;
+	cvt.u64.u32 	%rd1243, %r2;
+	add.s64 	%rd1244, %rd1243, 512;
+	setp.eq.s64 	%p359, %rd408, %rd1244;
+	and.pred  	%p360, %p359, %p3;
+	selp.b32 	%r1954, %r151, -1, %p360;
+	ld.global.u32 	%r1955, [%rd412+2048];
+	and.b32  	%r1956, %r1955, %r1954;
+	st.u32 	[%rd413+2048], %r1956;
+	add.s64 	%rd2179, %rd1243, 768;
+$L__BB4_462:
+	setp.lt.u64 	%p361, %rd410, 768;
+	@%p361 bra 	$L__BB4_465;
+	setp.ne.s64 	%p4, %rd409, 0;
+$L__BB4_464:
+	add.s64 	%rd1245, %rd2179, %rd406;
+	shl.b64 	%rd1246, %rd1245, 2;
+	add.s64 	%rd1247, %rd13, %rd1246;
+	setp.eq.s64 	%p362, %rd408, %rd2179;
+	and.pred  	%p363, %p362, %p4;
+	selp.b32 	%r1957, %r151, -1, %p363;
+	ld.global.u32 	%r1958, [%rd1247];
+	and.b32  	%r1959, %r1958, %r1957;
+	shl.b64 	%rd1248, %rd2179, 2;
+	add.s64 	%rd1249, %rd404, %rd1248;
+	st.u32 	[%rd1249], %r1959;
+	add.s64 	%rd1250, %rd2179, 256;
+	setp.eq.s64 	%p364, %rd408, %rd1250;
+	and.pred  	%p365, %p364, %p4;
+	selp.b32 	%r1960, %r151, -1, %p365;
+	ld.global.u32 	%r1961, [%rd1247+1024];
+	and.b32  	%r1962, %r1961, %r1960;
+	st.u32 	[%rd1249+1024], %r1962;
+	add.s64 	%rd1251, %rd2179, 512;
+	setp.eq.s64 	%p366, %rd408, %rd1251;
+	and.pred  	%p367, %p366, %p4;
+	selp.b32 	%r1963, %r151, -1, %p367;
+	ld.global.u32 	%r1964, [%rd1247+2048];
+	and.b32  	%r1965, %r1964, %r1963;
+	st.u32 	[%rd1249+2048], %r1965;
+	add.s64 	%rd1252, %rd2179, 768;
+	setp.eq.s64 	%p368, %rd408, %rd1252;
+	and.pred  	%p369, %p368, %p4;
+	selp.b32 	%r1966, %r151, -1, %p369;
+	ld.global.u32 	%r1967, [%rd1247+3072];
+	and.b32  	%r1968, %r1967, %r1966;
+	st.u32 	[%rd1249+3072], %r1968;
+	add.s64 	%rd2179, %rd2179, 1024;
+	setp.lt.u64 	%p370, %rd2179, %rd407;
+	@%p370 bra 	$L__BB4_464;
+$L__BB4_465:
+	shl.b64 	%rd1253, %rd407, 2;
+	add.s64 	%rd1254, %rd1253, 7;
+	and.b64  	%rd1255, %rd1254, 2147483640;
+	add.s64 	%rd420, %rd1255, %rd396;
+	mul.lo.s64 	%rd421, %rd401, %rd398;
+	add.s64 	%rd1256, %rd421, 7;
+	and.b64  	%rd1257, %rd1256, -8;
+	sub.s64 	%rd1258, %rd1257, %rd421;
+	setp.le.u64 	%p371, %rd1258, %rd4;
+	@%p371 bra 	$L__BB4_467;
+	add.s64 	%rd1259, %rd421, %rd4;
+	add.s64 	%rd1260, %rd1259, %rd420;
+	add.s64 	%rd1261, %rd397, %rd1260;
+	mov.u16 	%rs24, 0;
+	st.u8 	[%rd1261], %rs24;
+$L__BB4_467:
+	and.b64  	%rd1262, %rd405, 15;
+	and.b64  	%rd422, %rd391, 31;
+	or.b64  	%rd1263, %rd1262, %rd422;
+	setp.eq.s64 	%p372, %rd1263, 0;
+	@%p372 bra 	$L__BB4_508;
+	setp.eq.s64 	%p373, %rd407, 0;
+	@%p373 bra 	$L__BB4_919;
+	cvt.u32.u64 	%r1970, %rd398;
+	add.s64 	%rd1265, %rd391, -1;
+	shr.u64 	%rd423, %rd1265, 5;
+	cvt.u32.u64 	%r1971, %rd422;
+	mov.u32 	%r1972, -1;
+	shl.b32 	%r1973, %r1972, %r1971;
+	not.b32 	%r152, %r1973;
+	add.s32 	%r1974, %r1970, -1;
+	cvt.u64.u32 	%rd424, %r1974;
+	and.b32  	%r153, %r1970, 3;
+	sub.s32 	%r154, %r1970, %r153;
+	mov.u32 	%r1976, 1;
+	shl.b32 	%r156, %r1976, %r630;
+	mov.u32 	%r1969, 0;
+	mov.u64 	%rd2181, 0;
+	mov.u32 	%r3302, %r1969;
+$L__BB4_470:
+	cvt.u64.u32 	%rd2051, %r3;
+	add.s64 	%rd427, %rd2181, %rd2051;
+	setp.ge.u64 	%p374, %rd427, %rd407;
+	mov.u32 	%r3303, %r1969;
+	@%p374 bra 	$L__BB4_472;
+	setp.eq.s64 	%p375, %rd422, 0;
+	add.s64 	%rd1266, %rd427, %rd406;
+	shl.b64 	%rd1267, %rd1266, 2;
+	add.s64 	%rd1268, %rd13, %rd1267;
+	setp.ne.s64 	%p376, %rd423, %rd427;
+	or.pred  	%p377, %p375, %p376;
+	selp.b32 	%r1978, -1, %r152, %p377;
+	ld.global.u32 	%r1979, [%rd1268];
+	and.b32  	%r3303, %r1979, %r1978;
+$L__BB4_472:
+	cvt.u32.u64 	%r3209, %rd14;
+	setp.ne.s32 	%p801, %r3209, 0;
+	@%p801 bra 	$L__BB4_474;
+	popc.b32 	%r1981, %r3303;
+	shr.u32 	%r1983, %r2, 3;
+	and.b32  	%r1984, %r1983, 536870908;
+	mov.u32 	%r1985, _ZZ15ws_delta_encodeE4wred;
+	add.s32 	%r1986, %r1985, %r1984;
+	st.shared.u32 	[%r1986], %r1981;
+$L__BB4_474:
+	setp.gt.u32 	%p379, %r2, 255;
+	bar.sync 	0;
+	ld.shared.u32 	%r1987, [_ZZ15ws_delta_encodeE4wred];
+	setp.eq.s32 	%p380, %r3, 0;
+	selp.b32 	%r1988, 0, %r1987, %p380;
+	ld.shared.u32 	%r1989, [_ZZ15ws_delta_encodeE4wred+4];
+	setp.gt.u32 	%p381, %r2, 63;
+	selp.b32 	%r1990, %r1989, 0, %p381;
+	add.s32 	%r1991, %r1990, %r1988;
+	add.s32 	%r1992, %r1989, %r1987;
+	ld.shared.u32 	%r1993, [_ZZ15ws_delta_encodeE4wred+8];
+	setp.gt.u32 	%p382, %r2, 95;
+	selp.b32 	%r1994, %r1993, 0, %p382;
+	add.s32 	%r1995, %r1994, %r1991;
+	add.s32 	%r1996, %r1993, %r1992;
+	ld.shared.u32 	%r1997, [_ZZ15ws_delta_encodeE4wred+12];
+	setp.gt.u32 	%p383, %r2, 127;
+	selp.b32 	%r1998, %r1997, 0, %p383;
+	add.s32 	%r1999, %r1998, %r1995;
+	add.s32 	%r2000, %r1997, %r1996;
+	ld.shared.u32 	%r2001, [_ZZ15ws_delta_encodeE4wred+16];
+	setp.gt.u32 	%p384, %r2, 159;
+	selp.b32 	%r2002, %r2001, 0, %p384;
+	add.s32 	%r2003, %r2002, %r1999;
+	add.s32 	%r2004, %r2001, %r2000;
+	ld.shared.u32 	%r2005, [_ZZ15ws_delta_encodeE4wred+20];
+	setp.gt.u32 	%p385, %r2, 191;
+	selp.b32 	%r2006, %r2005, 0, %p385;
+	add.s32 	%r2007, %r2006, %r2003;
+	add.s32 	%r2008, %r2005, %r2004;
+	ld.shared.u32 	%r2009, [_ZZ15ws_delta_encodeE4wred+24];
+	setp.gt.u32 	%p386, %r2, 223;
+	selp.b32 	%r2010, %r2009, 0, %p386;
+	add.s32 	%r2011, %r2010, %r2007;
+	add.s32 	%r2012, %r2009, %r2008;
+	ld.shared.u32 	%r2013, [_ZZ15ws_delta_encodeE4wred+28];
+	selp.b32 	%r2014, %r2013, 0, %p379;
+	add.s32 	%r160, %r2014, %r2011;
+	add.s32 	%r161, %r2013, %r2012;
+	bar.sync 	0;
+	and.b32  	%r2015, %r3303, %r156;
+	setp.eq.s32 	%p387, %r2015, 0;
+	@%p387 bra 	$L__BB4_507;
+	shl.b64 	%rd1269, %rd427, 5;
+	or.b64  	%rd1270, %rd1269, %rd14;
+	mov.u32 	%r2018, -1;
+	shl.b32 	%r2019, %r2018, %r630;
+	not.b32 	%r2020, %r2019;
+	and.b32  	%r2021, %r3303, %r2020;
+	popc.b32 	%r2022, %r2021;
+	add.s32 	%r2023, %r2022, %r3302;
+	add.s32 	%r162, %r2023, %r160;
+	mul.lo.s64 	%rd1271, %rd1270, %rd398;
+	add.s64 	%rd428, %rd405, %rd1271;
+	and.b64  	%rd1272, %rd428, %rd424;
+	setp.eq.s64 	%p388, %rd1272, 0;
+	@%p388 bra 	$L__BB4_484;
+	setp.eq.s32 	%p389, %r1970, 0;
+	mov.u64 	%rd2185, 0;
+	@%p389 bra 	$L__BB4_491;
+	cvt.u32.u64 	%r2026, %rd424;
+	setp.lt.u32 	%p390, %r2026, 3;
+	mov.u64 	%rd2185, 0;
+	mov.u32 	%r3306, 0;
+	@%p390 bra 	$L__BB4_480;
+	mov.u64 	%rd2185, 0;
+	mov.u32 	%r3306, 0;
+	mov.u32 	%r3305, %r154;
+$L__BB4_479:
+	cvt.u64.u32 	%rd1277, %r3306;
+	add.s64 	%rd1278, %rd428, %rd1277;
+	ld.u8 	%rd1279, [%rd1278];
+	shl.b32 	%r2028, %r3306, 3;
+	shl.b64 	%rd1280, %rd1279, %r2028;
+	or.b64  	%rd1281, %rd1280, %rd2185;
+	ld.u8 	%rd1282, [%rd1278+1];
+	add.s32 	%r2029, %r2028, 8;
+	shl.b64 	%rd1283, %rd1282, %r2029;
+	or.b64  	%rd1284, %rd1283, %rd1281;
+	ld.u8 	%rd1285, [%rd1278+2];
+	add.s32 	%r2030, %r2028, 16;
+	shl.b64 	%rd1286, %rd1285, %r2030;
+	or.b64  	%rd1287, %rd1286, %rd1284;
+	ld.u8 	%rd1288, [%rd1278+3];
+	add.s32 	%r2031, %r2028, 24;
+	shl.b64 	%rd1289, %rd1288, %r2031;
+	or.b64  	%rd2185, %rd1289, %rd1287;
+	add.s32 	%r3306, %r3306, 4;
+	add.s32 	%r3305, %r3305, -4;
+	setp.ne.s32 	%p391, %r3305, 0;
+	@%p391 bra 	$L__BB4_479;
+$L__BB4_480:
+	setp.eq.s32 	%p392, %r153, 0;
+	@%p392 bra 	$L__BB4_491;
+	setp.eq.s32 	%p393, %r153, 1;
+	cvt.u64.u32 	%rd1290, %r3306;
+	add.s64 	%rd433, %rd428, %rd1290;
+	ld.u8 	%rd1291, [%rd433];
+	shl.b32 	%r2032, %r3306, 3;
+	shl.b64 	%rd1292, %rd1291, %r2032;
+	or.b64  	%rd2185, %rd1292, %rd2185;
+	@%p393 bra 	$L__BB4_491;
+	setp.eq.s32 	%p394, %r153, 2;
+	ld.u8 	%rd1293, [%rd433+1];
+	add.s32 	%r2034, %r2032, 8;
+	shl.b64 	%rd1294, %rd1293, %r2034;
+	or.b64  	%rd2185, %rd1294, %rd2185;
+	@%p394 bra 	$L__BB4_491;
+	ld.u8 	%rd1295, [%rd433+2];
+	add.s32 	%r2036, %r2032, 16;
+	shl.b64 	%rd1296, %rd1295, %r2036;
+	or.b64  	%rd2185, %rd1296, %rd2185;
+	bra.uni 	$L__BB4_491;
+$L__BB4_484:
+	setp.eq.s32 	%p395, %r1970, 1;
+	@%p395 bra 	$L__BB4_489;
+	setp.eq.s32 	%p396, %r1970, 2;
+	@%p396 bra 	$L__BB4_488;
+	setp.ne.s32 	%p397, %r1970, 4;
+	@%p397 bra 	$L__BB4_490;
+	ld.u32 	%rd2185, [%rd428];
+	bra.uni 	$L__BB4_491;
+$L__BB4_488:
+	ld.u16 	%rd2185, [%rd428];
+	bra.uni 	$L__BB4_491;
+$L__BB4_489:
+	ld.u8 	%rd2185, [%rd428];
+	bra.uni 	$L__BB4_491;
+$L__BB4_490:
+	ld.u64 	%rd2185, [%rd428];
+$L__BB4_491:
+	cvt.u64.u32 	%rd1297, %r162;
+	mul.lo.s64 	%rd1298, %rd1297, %rd398;
+	add.s64 	%rd1299, %rd1298, %rd420;
+	add.s64 	%rd443, %rd397, %rd1299;
+	and.b64  	%rd1300, %rd443, %rd424;
+	setp.eq.s64 	%p398, %rd1300, 0;
+	@%p398 bra 	$L__BB4_500;
+	setp.eq.s32 	%p399, %r1970, 0;
+	@%p399 bra 	$L__BB4_507;
+	cvt.u32.u64 	%r2040, %rd424;
+	setp.lt.u32 	%p400, %r2040, 3;
+	mov.u32 	%r3309, 0;
+	@%p400 bra 	$L__BB4_496;
+	mov.u32 	%r3309, 0;
+	mov.u32 	%r3308, %r154;
+$L__BB4_495:
+	shl.b32 	%r2042, %r3309, 3;
+	shr.u64 	%rd1301, %rd2185, %r2042;
+	cvt.u64.u32 	%rd1302, %r3309;
+	add.s64 	%rd1303, %rd443, %rd1302;
+	st.u8 	[%rd1303], %rd1301;
+	add.s32 	%r2043, %r2042, 8;
+	shr.u64 	%rd1304, %rd2185, %r2043;
+	st.u8 	[%rd1303+1], %rd1304;
+	add.s32 	%r2044, %r2042, 16;
+	shr.u64 	%rd1305, %rd2185, %r2044;
+	st.u8 	[%rd1303+2], %rd1305;
+	add.s32 	%r2045, %r2042, 24;
+	shr.u64 	%rd1306, %rd2185, %r2045;
+	st.u8 	[%rd1303+3], %rd1306;
+	add.s32 	%r3309, %r3309, 4;
+	add.s32 	%r3308, %r3308, -4;
+	setp.ne.s32 	%p401, %r3308, 0;
+	@%p401 bra 	$L__BB4_495;
+$L__BB4_496:
+	setp.eq.s32 	%p402, %r153, 0;
+	@%p402 bra 	$L__BB4_507;
+	setp.eq.s32 	%p403, %r153, 1;
+	shl.b32 	%r2046, %r3309, 3;
+	shr.u64 	%rd1307, %rd2185, %r2046;
+	cvt.u64.u32 	%rd1308, %r3309;
+	add.s64 	%rd444, %rd443, %rd1308;
+	st.u8 	[%rd444], %rd1307;
+	@%p403 bra 	$L__BB4_507;
+	setp.eq.s32 	%p404, %r153, 2;
+	add.s32 	%r2048, %r2046, 8;
+	shr.u64 	%rd1309, %rd2185, %r2048;
+	st.u8 	[%rd444+1], %rd1309;
+	@%p404 bra 	$L__BB4_507;
+	add.s32 	%r2050, %r2046, 16;
+	shr.u64 	%rd1310, %rd2185, %r2050;
+	st.u8 	[%rd444+2], %rd1310;
+	bra.uni 	$L__BB4_507;
+$L__BB4_500:
+	setp.eq.s32 	%p405, %r1970, 1;
+	@%p405 bra 	$L__BB4_505;
+	setp.eq.s32 	%p406, %r1970, 2;
+	@%p406 bra 	$L__BB4_504;
+	setp.ne.s32 	%p407, %r1970, 4;
+	@%p407 bra 	$L__BB4_506;
+	st.u32 	[%rd443], %rd2185;
+	bra.uni 	$L__BB4_507;
+$L__BB4_504:
+	st.u16 	[%rd443], %rd2185;
+	bra.uni 	$L__BB4_507;
+$L__BB4_505:
+	st.u8 	[%rd443], %rd2185;
+	bra.uni 	$L__BB4_507;
+$L__BB4_506:
+	st.u64 	[%rd443], %rd2185;
+$L__BB4_507:
+	add.s32 	%r3302, %r161, %r3302;
+	add.s64 	%rd2181, %rd2181, 8;
+	setp.lt.u64 	%p408, %rd2181, %rd407;
+	@%p408 bra 	$L__BB4_470;
+	bra.uni 	$L__BB4_919;
+$L__BB4_881:
+	shr.u64 	%rd543, %rd508, 4;
+	cvt.u64.u32 	%rd2208, %r2;
+	add.s64 	%rd2007, %rd2208, 768;
+	setp.ge.u64 	%p774, %rd2007, %rd543;
+	@%p774 bra 	$L__BB4_889;
+	cvt.u64.u32 	%rd2208, %r2;
+	mov.u64 	%rd2009, -769;
+	sub.s64 	%rd2010, %rd2009, %rd2208;
+	add.s64 	%rd546, %rd2010, %rd543;
+	shr.u64 	%rd2011, %rd546, 10;
+	add.s64 	%rd2012, %rd2011, 1;
+	and.b64  	%rd547, %rd2012, 3;
+	setp.eq.s64 	%p775, %rd547, 0;
+	add.s64 	%rd2206, %rd2208, 768;
+	@%p775 bra 	$L__BB4_886;
+	cvt.u64.u32 	%rd2013, %r2;
+	mul.wide.u32 	%rd2014, %r2, 16;
+	add.s64 	%rd549, %rd405, %rd2014;
+	ld.v4.u32 	{%r2917, %r2918, %r2919, %r2920}, [%rd549+4096];
+	ld.v4.u32 	{%r2925, %r2926, %r2927, %r2928}, [%rd549+8192];
+	ld.v4.u32 	{%r2933, %r2934, %r2935, %r2936}, [%rd549+12288];
+	add.s64 	%rd550, %rd404, %rd2014;
+	ld.v4.u32 	{%r2941, %r2942, %r2943, %r2944}, [%rd549];
+	st.v4.u32 	[%rd550], {%r2941, %r2942, %r2943, %r2944};
+	st.v4.u32 	[%rd550+4096], {%r2917, %r2918, %r2919, %r2920};
+	st.v4.u32 	[%rd550+8192], {%r2925, %r2926, %r2927, %r2928};
+	st.v4.u32 	[%rd550+12288], {%r2933, %r2934, %r2935, %r2936};
+	add.s64 	%rd2206, %rd2013, 1792;
+	add.s64 	%rd2208, %rd2013, 1024;
+	setp.eq.s64 	%p776, %rd547, 1;
+	@%p776 bra 	$L__BB4_886;
+	ld.v4.u32 	{%r2949, %r2950, %r2951, %r2952}, [%rd549+20480];
+	ld.v4.u32 	{%r2957, %r2958, %r2959, %r2960}, [%rd549+24576];
+	ld.v4.u32 	{%r2965, %r2966, %r2967, %r2968}, [%rd549+28672];
+	ld.v4.u32 	{%r2973, %r2974, %r2975, %r2976}, [%rd549+16384];
+	st.v4.u32 	[%rd550+16384], {%r2973, %r2974, %r2975, %r2976};
+	st.v4.u32 	[%rd550+20480], {%r2949, %r2950, %r2951, %r2952};
+	st.v4.u32 	[%rd550+24576], {%r2957, %r2958, %r2959, %r2960};
+	st.v4.u32 	[%rd550+28672], {%r2965, %r2966, %r2967, %r2968};
+	add.s64 	%rd2206, %rd2013, 2816;
+	add.s64 	%rd2208, %rd2013, 2048;
+	setp.eq.s64 	%p777, %rd547, 2;
+	@%p777 bra 	$L__BB4_886;
+	ld.v4.u32 	{%r2982, %r2983, %r2984, %r2985}, [%rd549+36864];
+	ld.v4.u32 	{%r2990, %r2991, %r2992, %r2993}, [%rd549+40960];
+	ld.v4.u32 	{%r2998, %r2999, %r3000, %r3001}, [%rd549+45056];
+	ld.v4.u32 	{%r3006, %r3007, %r3008, %r3009}, [%rd549+32768];
+	st.v4.u32 	[%rd550+32768], {%r3006, %r3007, %r3008, %r3009};
+	st.v4.u32 	[%rd550+36864], {%r2982, %r2983, %r2984, %r2985};
+	st.v4.u32 	[%rd550+40960], {%r2990, %r2991, %r2992, %r2993};
+	st.v4.u32 	[%rd550+45056], {%r2998, %r2999, %r3000, %r3001};
+	add.s64 	%rd2206, %rd2013, 3840;
+	add.s64 	%rd2208, %rd2013, 3072;
+$L__BB4_886:
+	setp.lt.u64 	%p778, %rd546, 3072;
+	@%p778 bra 	$L__BB4_889;
+	mov.u64 	%rd2210, %rd2208;
+$L__BB4_888:
+	shl.b64 	%rd2017, %rd2210, 4;
+	add.s64 	%rd2018, %rd405, %rd2017;
+	ld.v4.u32 	{%r3015, %r3016, %r3017, %r3018}, [%rd2018+4096];
+	ld.v4.u32 	{%r3023, %r3024, %r3025, %r3026}, [%rd2018+8192];
+	shl.b64 	%rd2019, %rd2206, 4;
+	add.s64 	%rd2020, %rd405, %rd2019;
+	ld.v4.u32 	{%r3031, %r3032, %r3033, %r3034}, [%rd2020];
+	add.s64 	%rd2021, %rd404, %rd2017;
+	ld.v4.u32 	{%r3039, %r3040, %r3041, %r3042}, [%rd2018];
+	st.v4.u32 	[%rd2021], {%r3039, %r3040, %r3041, %r3042};
+	st.v4.u32 	[%rd2021+4096], {%r3015, %r3016, %r3017, %r3018};
+	st.v4.u32 	[%rd2021+8192], {%r3023, %r3024, %r3025, %r3026};
+	add.s64 	%rd2022, %rd404, %rd2019;
+	st.v4.u32 	[%rd2022], {%r3031, %r3032, %r3033, %r3034};
+	ld.v4.u32 	{%r3047, %r3048, %r3049, %r3050}, [%rd2018+20480];
+	ld.v4.u32 	{%r3055, %r3056, %r3057, %r3058}, [%rd2018+24576];
+	ld.v4.u32 	{%r3063, %r3064, %r3065, %r3066}, [%rd2018+28672];
+	ld.v4.u32 	{%r3071, %r3072, %r3073, %r3074}, [%rd2018+16384];
+	st.v4.u32 	[%rd2021+16384], {%r3071, %r3072, %r3073, %r3074};
+	st.v4.u32 	[%rd2021+20480], {%r3047, %r3048, %r3049, %r3050};
+	st.v4.u32 	[%rd2021+24576], {%r3055, %r3056, %r3057, %r3058};
+	st.v4.u32 	[%rd2021+28672], {%r3063, %r3064, %r3065, %r3066};
+	ld.v4.u32 	{%r3079, %r3080, %r3081, %r3082}, [%rd2018+36864];
+	ld.v4.u32 	{%r3087, %r3088, %r3089, %r3090}, [%rd2018+40960];
+	ld.v4.u32 	{%r3095, %r3096, %r3097, %r3098}, [%rd2018+45056];
+	ld.v4.u32 	{%r3103, %r3104, %r3105, %r3106}, [%rd2018+32768];
+	st.v4.u32 	[%rd2021+32768], {%r3103, %r3104, %r3105, %r3106};
+	st.v4.u32 	[%rd2021+36864], {%r3079, %r3080, %r3081, %r3082};
+	st.v4.u32 	[%rd2021+40960], {%r3087, %r3088, %r3089, %r3090};
+	st.v4.u32 	[%rd2021+45056], {%r3095, %r3096, %r3097, %r3098};
+	ld.v4.u32 	{%r3111, %r3112, %r3113, %r3114}, [%rd2018+53248];
+	ld.v4.u32 	{%r3119, %r3120, %r3121, %r3122}, [%rd2018+57344];
+	ld.v4.u32 	{%r3127, %r3128, %r3129, %r3130}, [%rd2018+61440];
+	ld.v4.u32 	{%r3135, %r3136, %r3137, %r3138}, [%rd2018+49152];
+	st.v4.u32 	[%rd2021+49152], {%r3135, %r3136, %r3137, %r3138};
+	st.v4.u32 	[%rd2021+53248], {%r3111, %r3112, %r3113, %r3114};
+	st.v4.u32 	[%rd2021+57344], {%r3119, %r3120, %r3121, %r3122};
+	st.v4.u32 	[%rd2021+61440], {%r3127, %r3128, %r3129, %r3130};
+	add.s64 	%rd2208, %rd2210, 4096;
+	add.s64 	%rd2206, %rd2210, 4864;
+	setp.lt.u64 	%p779, %rd2206, %rd543;
+	mov.u64 	%rd2210, %rd2208;
+	@%p779 bra 	$L__BB4_888;
+$L__BB4_889:
+	setp.ge.u64 	%p780, %rd2208, %rd543;
+	@%p780 bra 	$L__BB4_896;
+	not.b64 	%rd2023, %rd2208;
+	add.s64 	%rd565, %rd543, %rd2023;
+	shr.u64 	%rd2024, %rd565, 8;
+	add.s64 	%rd2025, %rd2024, 1;
+	and.b64  	%rd566, %rd2025, 3;
+	setp.eq.s64 	%p781, %rd566, 0;
+	mov.u64 	%rd2212, %rd2208;
+	@%p781 bra 	$L__BB4_894;
+	shl.b64 	%rd2026, %rd2208, 4;
+	add.s64 	%rd568, %rd404, %rd2026;
+	add.s64 	%rd567, %rd405, %rd2026;
+	ld.v4.u32 	{%r3143, %r3144, %r3145, %r3146}, [%rd567];
+	st.v4.u32 	[%rd568], {%r3143, %r3144, %r3145, %r3146};
+	add.s64 	%rd2212, %rd2208, 256;
+	setp.eq.s64 	%p782, %rd566, 1;
+	@%p782 bra 	$L__BB4_894;
+	ld.v4.u32 	{%r3151, %r3152, %r3153, %r3154}, [%rd567+4096];
+	st.v4.u32 	[%rd568+4096], {%r3151, %r3152, %r3153, %r3154};
+	add.s64 	%rd2212, %rd2208, 512;
+	setp.eq.s64 	%p783, %rd566, 2;
+	@%p783 bra 	$L__BB4_894;
+	ld.v4.u32 	{%r3159, %r3160, %r3161, %r3162}, [%rd567+8192];
+	st.v4.u32 	[%rd568+8192], {%r3159, %r3160, %r3161, %r3162};
+	add.s64 	%rd2212, %rd2208, 768;
+$L__BB4_894:
+	setp.lt.u64 	%p784, %rd565, 768;
+	@%p784 bra 	$L__BB4_896;
+$L__BB4_895:
+	shl.b64 	%rd2027, %rd2212, 4;
+	add.s64 	%rd2028, %rd404, %rd2027;
+	add.s64 	%rd2029, %rd405, %rd2027;
+	ld.v4.u32 	{%r3167, %r3168, %r3169, %r3170}, [%rd2029];
+	st.v4.u32 	[%rd2028], {%r3167, %r3168, %r3169, %r3170};
+	ld.v4.u32 	{%r3175, %r3176, %r3177, %r3178}, [%rd2029+4096];
+	st.v4.u32 	[%rd2028+4096], {%r3175, %r3176, %r3177, %r3178};
+	ld.v4.u32 	{%r3183, %r3184, %r3185, %r3186}, [%rd2029+8192];
+	st.v4.u32 	[%rd2028+8192], {%r3183, %r3184, %r3185, %r3186};
+	ld.v4.u32 	{%r3191, %r3192, %r3193, %r3194}, [%rd2029+12288];
+	st.v4.u32 	[%rd2028+12288], {%r3191, %r3192, %r3193, %r3194};
+	add.s64 	%rd2212, %rd2212, 1024;
+	setp.lt.u64 	%p785, %rd2212, %rd543;
+	@%p785 bra 	$L__BB4_895;
+$L__BB4_896:
+	and.b64  	%rd2214, %rd508, -16;
+$L__BB4_897:
+	add.s64 	%rd2030, %rd508, 7;
+	and.b64  	%rd577, %rd2030, -8;
+	add.s64 	%rd578, %rd2214, %rd4;
+	setp.ge.u64 	%p786, %rd578, %rd577;
+	@%p786 bra 	$L__BB4_919;
+	not.b64 	%rd2031, %rd4;
+	add.s64 	%rd2032, %rd577, %rd2031;
+	sub.s64 	%rd579, %rd2032, %rd2214;
+	shr.u64 	%rd2033, %rd579, 8;
+	add.s64 	%rd2034, %rd2033, 1;
+	and.b64  	%rd580, %rd2034, 3;
+	setp.eq.s64 	%p787, %rd580, 0;
+	mov.u64 	%rd2215, %rd578;
+	@%p787 bra 	$L__BB4_908;
+	setp.ge.u64 	%p788, %rd578, %rd508;
+	add.s64 	%rd581, %rd405, %rd578;
+	mov.u32 	%r3498, 0;
+	@%p788 bra 	$L__BB4_901;
+	ld.u8 	%r3498, [%rd581];
+$L__BB4_901:
+	add.s64 	%rd582, %rd404, %rd578;
+	st.u8 	[%rd582], %r3498;
+	add.s64 	%rd2215, %rd578, 256;
+	setp.eq.s64 	%p789, %rd580, 1;
+	@%p789 bra 	$L__BB4_908;
+	setp.ge.u64 	%p790, %rd2215, %rd508;
+	mov.u32 	%r3499, 0;
+	@%p790 bra 	$L__BB4_904;
+	ld.u8 	%r3499, [%rd581+256];
+$L__BB4_904:
+	st.u8 	[%rd582+256], %r3499;
+	add.s64 	%rd2215, %rd578, 512;
+	setp.eq.s64 	%p791, %rd580, 2;
+	@%p791 bra 	$L__BB4_908;
+	setp.ge.u64 	%p792, %rd2215, %rd508;
+	mov.u32 	%r3500, 0;
+	@%p792 bra 	$L__BB4_907;
+	ld.u8 	%r3500, [%rd581+512];
+$L__BB4_907:
+	st.u8 	[%rd582+512], %r3500;
+	add.s64 	%rd2215, %rd578, 768;
+$L__BB4_908:
+	setp.lt.u64 	%p793, %rd579, 768;
+	@%p793 bra 	$L__BB4_919;
+	add.s64 	%rd2035, %rd2215, %rd399;
+	add.s64 	%rd2217, %rd400, %rd2035;
+	add.s64 	%rd2036, %rd2215, %rd393;
+	add.s64 	%rd2037, %rd2036, %rd392;
+	add.s64 	%rd2038, %rd2037, %rd394;
+	sub.s64 	%rd2039, %rd2038, %rd395;
+	add.s64 	%rd2040, %rd397, %rd2039;
+	add.s64 	%rd2218, %rd2040, 32;
+$L__BB4_910:
+	setp.ge.u64 	%p794, %rd2215, %rd508;
+	mov.u32 	%r3502, 0;
+	mov.u32 	%r3501, %r3502;
+	@%p794 bra 	$L__BB4_912;
+	ld.u8 	%r3501, [%rd2217];
+$L__BB4_912:
+	st.u8 	[%rd2218], %r3501;
+	add.s64 	%rd2041, %rd2215, 256;
+	setp.ge.u64 	%p795, %rd2041, %rd508;
+	@%p795 bra 	$L__BB4_914;
+	ld.u8 	%r3502, [%rd2217+256];
+$L__BB4_914:
+	st.u8 	[%rd2218+256], %r3502;
+	add.s64 	%rd2042, %rd2215, 512;
+	setp.ge.u64 	%p796, %rd2042, %rd508;
+	mov.u32 	%r3504, 0;
+	mov.u32 	%r3503, %r3504;
+	@%p796 bra 	$L__BB4_916;
+	ld.u8 	%r3503, [%rd2217+512];
+$L__BB4_916:
+	st.u8 	[%rd2218+512], %r3503;
+	add.s64 	%rd2043, %rd2215, 768;
+	setp.ge.u64 	%p797, %rd2043, %rd508;
+	@%p797 bra 	$L__BB4_918;
+	ld.u8 	%r3504, [%rd2217+768];
+$L__BB4_918:
+	add.s64 	%rd2217, %rd2217, 1024;
+	add.s64 	%rd593, %rd2218, 1024;
+	st.u8 	[%rd2218+768], %r3504;
+	add.s64 	%rd2215, %rd2215, 1024;
+	setp.lt.u64 	%p798, %rd2215, %rd577;
+	mov.u64 	%rd2218, %rd593;
+	@%p798 bra 	$L__BB4_910;
+$L__BB4_919:
+	add.s32 	%r3301, %r3301, 1;
+	setp.lt.u32 	%p799, %r3301, 8;
+	@%p799 bra 	$L__BB4_450;
+	bar.sync 	0;
+$L__BB4_921:
+	mov.u32 	%r3206, %nctaid.x;
+	cvt.u64.u32 	%rd2044, %r3206;
+	add.s64 	%rd2089, %rd2089, %rd2044;
+	setp.lt.u64 	%p800, %rd2089, %rd601;
+	@%p800 bra 	$L__BB4_2;
+$L__BB4_922:
 	ret;
 }
 	// .globl	ws_delta_vhead
 .visible .entry ws_delta_vhead(
-	.param .align 8 .b8 ws_delta_vhead_param_0[48]
+	.param .align 8 .b8 ws_delta_vhead_param_0[56]
 )
 .maxntid 256, 1, 1
 {
@@ -7061,13 +13565,13 @@ $L__BB4_683:
 	mov.u32 	%r10, %tid.x;
 	cvt.u64.u32 	%rd30, %r10;
 	add.s64 	%rd76, %rd29, %rd30;
-	add.s64 	%rd2, %rd27, 40;
-	ld.param.u32 	%r1, [ws_delta_vhead_param_0+40];
+	add.s64 	%rd2, %rd27, 48;
+	ld.param.u32 	%r1, [ws_delta_vhead_param_0+48];
 	cvt.u64.u32 	%rd31, %r1;
 	setp.ge.u64 	%p1, %rd76, %rd31;
 	@%p1 bra 	$L__BB5_17;
-	ld.param.u64 	%rd3, [%rd2+-40];
-	ld.param.u64 	%rd4, [%rd2+-32];
+	ld.param.u64 	%rd3, [%rd2+-48];
+	ld.param.u64 	%rd4, [%rd2+-40];
 	cvta.to.global.u64 	%rd35, %rd3;
 	cvta.to.global.u64 	%rd71, %rd4;
 	bra.uni 	$L__BB5_2;
@@ -7212,7 +13716,7 @@ $L__BB5_17:
 }
 	// .globl	ws_delta_vbase
 .visible .entry ws_delta_vbase(
-	.param .align 8 .b8 ws_delta_vbase_param_0[48]
+	.param .align 8 .b8 ws_delta_vbase_param_0[56]
 )
 .maxntid 1024, 1, 1
 {
@@ -7222,14 +13726,14 @@ $L__BB5_17:
 	// demoted variable
 	.shared .align 8 .b8 _ZZ14ws_delta_vbaseE3red[256];
 	mov.b64 	%rd22, ws_delta_vbase_param_0;
-	add.s64 	%rd1, %rd22, 40;
-	ld.param.u32 	%r1, [ws_delta_vbase_param_0+40];
+	add.s64 	%rd1, %rd22, 48;
+	ld.param.u32 	%r1, [ws_delta_vbase_param_0+48];
 	mov.u64 	%rd127, 0;
 	setp.eq.s32 	%p1, %r1, 0;
 	mov.u64 	%rd128, %rd127;
 	@%p1 bra 	$L__BB6_19;
 	mov.u32 	%r4, %tid.x;
-	ld.param.u64 	%rd29, [%rd1+-32];
+	ld.param.u64 	%rd29, [%rd1+-40];
 	mov.u64 	%rd122, 0;
 	cvta.to.global.u64 	%rd30, %rd29;
 	mul.wide.u32 	%rd31, %r4, 64;
@@ -7240,7 +13744,7 @@ $L__BB5_17:
 	mov.u64 	%rd128, %rd122;
 	mov.u64 	%rd127, %rd122;
 $L__BB6_2:
-	ld.param.u32 	%r163, [ws_delta_vbase_param_0+40];
+	ld.param.u32 	%r163, [ws_delta_vbase_param_0+48];
 	add.s64 	%rd7, %rd33, %rd122;
 	cvt.u64.u32 	%rd34, %r163;
 	setp.ge.u64 	%p2, %rd7, %rd34;
@@ -7563,7 +14067,7 @@ $L__BB6_16:
 	add.s64 	%rd110, %rd109, %rd126;
 	st.global.u64 	[%rd121], %rd110;
 $L__BB6_18:
-	ld.param.u32 	%r162, [ws_delta_vbase_param_0+40];
+	ld.param.u32 	%r162, [ws_delta_vbase_param_0+48];
 	cvt.u64.u32 	%rd115, %r162;
 	add.s64 	%rd128, %rd11, %rd128;
 	add.s64 	%rd127, %rd15, %rd127;
@@ -7585,7 +14089,7 @@ $L__BB6_21:
 }
 	// .globl	ws_delta_vchunks
 .visible .entry ws_delta_vchunks(
-	.param .align 8 .b8 ws_delta_vchunks_param_0[48]
+	.param .align 8 .b8 ws_delta_vchunks_param_0[56]
 )
 .maxntid 256, 1, 1
 {
@@ -7605,7 +14109,7 @@ $L__BB6_21:
 	setp.le.u64 	%p1, %rd3, %rd112;
 	@%p1 bra 	$L__BB7_26;
 	ld.param.u64 	%rd4, [%rd1+-24];
-	ld.param.u32 	%r1, [%rd1+8];
+	ld.param.u32 	%r1, [%rd1+16];
 	ld.param.u64 	%rd5, [%rd1+-32];
 	ld.param.u64 	%rd6, [%rd1+-16];
 	ld.param.u64 	%rd7, [%rd1+-8];
@@ -7872,7 +14376,7 @@ $L__BB7_26:
 }
 	// .globl	ws_delta_vtop
 .visible .entry ws_delta_vtop(
-	.param .align 8 .b8 ws_delta_vtop_param_0[48]
+	.param .align 8 .b8 ws_delta_vtop_param_0[56]
 )
 .maxntid 1024, 1, 1
 {
@@ -8072,7 +14576,7 @@ $L__BB8_13:
 }
 	// .globl	ws_delta_vcheck
 .visible .entry ws_delta_vcheck(
-	.param .align 8 .b8 ws_delta_vcheck_param_0[48]
+	.param .align 8 .b8 ws_delta_vcheck_param_0[56]
 )
 .maxntid 256, 1, 1
 {
@@ -8878,7 +15382,7 @@ $L__BB9_85:
 }
 	// .globl	ws_delta_vdescribe
 .visible .entry ws_delta_vdescribe(
-	.param .align 8 .b8 ws_delta_vdescribe_param_0[48]
+	.param .align 8 .b8 ws_delta_vdescribe_param_0[56]
 )
 .maxntid 256, 1, 1
 {
@@ -8892,14 +15396,14 @@ $L__BB9_85:
 	mov.u32 	%r5, %tid.x;
 	cvt.u64.u32 	%rd85, %r5;
 	add.s64 	%rd239, %rd84, %rd85;
-	add.s64 	%rd2, %rd82, 40;
-	ld.param.u32 	%r1, [ws_delta_vdescribe_param_0+40];
+	add.s64 	%rd2, %rd82, 48;
+	ld.param.u32 	%r1, [ws_delta_vdescribe_param_0+48];
 	cvt.u64.u32 	%rd86, %r1;
 	setp.ge.u64 	%p3, %rd239, %rd86;
 	@%p3 bra 	$L__BB10_64;
-	ld.param.u64 	%rd3, [%rd2+-32];
-	ld.param.u64 	%rd4, [%rd2+-40];
-	ld.param.u64 	%rd5, [%rd2+-24];
+	ld.param.u64 	%rd3, [%rd2+-40];
+	ld.param.u64 	%rd4, [%rd2+-48];
+	ld.param.u64 	%rd5, [%rd2+-32];
 	cvta.to.global.u64 	%rd87, %rd3;
 	cvta.to.global.u64 	%rd90, %rd4;
 	cvta.to.global.u64 	%rd135, %rd5;
@@ -9298,3166 +15802,7654 @@ $L__BB10_64:
 }
 	// .globl	ws_delta_apply
 .visible .entry ws_delta_apply(
-	.param .align 8 .b8 ws_delta_apply_param_0[48]
+	.param .align 8 .b8 ws_delta_apply_param_0[56]
 )
 .maxntid 256, 1, 1
 {
-	.reg .pred 	%p<440>;
-	.reg .b16 	%rs<9>;
-	.reg .b32 	%r<1297>;
-	.reg .b64 	%rd<1338>;
-	mov.b64 	%rd426, ws_delta_apply_param_0;
-	add.s64 	%rd1, %rd426, 32;
-	ld.param.u64 	%rd428, [ws_delta_apply_param_0+32];
-	cvta.to.global.u64 	%rd429, %rd428;
-	ld.global.u64 	%rd430, [%rd429+8];
-	shl.b64 	%rd2, %rd430, 8;
+	.reg .pred 	%p<1085>;
+	.reg .b16 	%rs<111>;
+	.reg .b32 	%r<4064>;
+	.reg .b64 	%rd<2112>;
+	// demoted variable
+	.shared .align 8 .b8 _ZZ14ws_delta_applyE3red[64];
+	// demoted variable
+	.shared .align 4 .b8 _ZZ14ws_delta_applyE4wred[32];
+	// demoted variable
+	.shared .align 1 .b8 _ZZ14ws_delta_applyE4coop[8];
+	mov.b64 	%rd588, ws_delta_apply_param_0;
+	ld.param.u64 	%rd589, [ws_delta_apply_param_0+32];
+	cvta.to.global.u64 	%rd590, %rd589;
+	ld.global.u64 	%rd591, [%rd590+8];
+	shl.b64 	%rd1, %rd591, 8;
 	mov.u32 	%r1, %tid.x;
-	mov.u32 	%r215, %ctaid.x;
-	mul.wide.u32 	%rd431, %r215, 8;
-	shr.u32 	%r216, %r1, 5;
-	cvt.u64.u32 	%rd432, %r216;
-	add.s64 	%rd1244, %rd431, %rd432;
-	setp.ge.u64 	%p9, %rd1244, %rd2;
-	@%p9 bra 	$L__BB11_619;
-	and.b32  	%r217, %r1, 31;
-	ld.param.u64 	%rd4, [%rd1+-8];
-	ld.param.u64 	%rd5, [%rd1+-24];
-	ld.param.u64 	%rd6, [%rd1+-32];
-	cvt.u64.u32 	%rd7, %r217;
-	mov.u32 	%r218, -1;
-	shl.b32 	%r219, %r218, %r217;
-	not.b32 	%r2, %r219;
-	mov.u32 	%r220, 1;
-	shl.b32 	%r3, %r220, %r217;
-	cvta.to.global.u64 	%rd433, %rd4;
-	cvta.to.global.u64 	%rd437, %rd5;
-	cvta.to.global.u64 	%rd447, %rd6;
+	shr.u32 	%r2, %r1, 5;
+	ld.param.u32 	%r3, [ws_delta_apply_param_0+52];
+	mov.u32 	%r1094, %ctaid.x;
+	mul.wide.u32 	%rd1978, %r1094, 8;
+	setp.ge.u64 	%p3, %rd1978, %rd1;
+	@%p3 bra 	$L__BB11_1125;
+	cvt.u64.u32 	%rd3, %r2;
+	cvt.u64.u32 	%rd4, %r1;
+	and.b32  	%r1095, %r1, 31;
+	mov.u32 	%r1096, 1;
+	shl.b32 	%r4, %r1096, %r1095;
+	cvt.u64.u32 	%rd5, %r1095;
+	mov.u32 	%r1097, -1;
+	shl.b32 	%r1098, %r1097, %r1095;
+	not.b32 	%r5, %r1098;
+	shl.b32 	%r1099, %r2, 3;
+	mov.u32 	%r1100, _ZZ14ws_delta_applyE3red;
+	add.s32 	%r6, %r1100, %r1099;
+	shl.b32 	%r1101, %r1, 3;
+	and.b32  	%r1102, %r1101, 248;
+	add.s32 	%r7, %r1100, %r1102;
+	and.b32  	%r1199, %r3, 1;
 $L__BB11_2:
-	shr.u64 	%rd434, %rd1244, 6;
-	and.b64  	%rd435, %rd434, 288230376151711740;
-	add.s64 	%rd436, %rd433, %rd435;
-	ld.global.u32 	%r221, [%rd436];
-	cvt.u64.u32 	%rd9, %r221;
-	mul.wide.u32 	%rd438, %r221, 64;
-	add.s64 	%rd439, %rd437, %rd438;
-	ld.global.v2.u32 	{%r222, %r223}, [%rd439+16];
-	ld.global.u64 	%rd440, [%rd439+8];
-	shl.b64 	%rd441, %rd440, 8;
-	sub.s64 	%rd442, %rd1244, %rd441;
-	and.b64  	%rd443, %rd442, -256;
-	and.b64  	%rd444, %rd1244, 255;
-	or.b64  	%rd10, %rd443, %rd444;
-	cvt.u64.u32 	%rd445, %r222;
-	setp.ge.u64 	%p10, %rd10, %rd445;
-	ld.global.u64 	%rd446, [%rd439+24];
-	setp.ne.s64 	%p11, %rd446, -1;
-	or.pred  	%p12, %p11, %p10;
-	@%p12 bra 	$L__BB11_618;
-	mul.lo.s64 	%rd448, %rd9, 40;
-	add.s64 	%rd11, %rd447, %rd448;
-	ld.global.u32 	%rd12, [%rd11+32];
-	ld.global.u64 	%rd13, [%rd11];
-	shl.b64 	%rd449, %rd10, 4;
-	add.s64 	%rd450, %rd13, %rd449;
-	ld.u64 	%rd14, [%rd450+32];
-	ld.u32 	%rd15, [%rd450+40];
-	ld.u8 	%rs1, [%rd450+44];
-	setp.eq.s16 	%p13, %rs1, 0;
-	@%p13 bra 	$L__BB11_618;
-	cvt.u64.u32 	%rd451, %r223;
-	mul.lo.s64 	%rd452, %rd10, %rd451;
-	ld.global.u64 	%rd453, [%rd11+24];
-	sub.s64 	%rd454, %rd453, %rd452;
-	min.u64 	%rd16, %rd454, %rd451;
-	add.s64 	%rd17, %rd13, %rd14;
-	mul.lo.s64 	%rd455, %rd452, %rd12;
-	ld.global.u64 	%rd456, [%rd11+8];
-	add.s64 	%rd18, %rd456, %rd455;
-	setp.eq.s16 	%p14, %rs1, 1;
-	@%p14 bra 	$L__BB11_577;
-	bra.uni 	$L__BB11_5;
-$L__BB11_577:
-	mul.lo.s64 	%rd345, %rd16, %rd12;
-	or.b64  	%rd346, %rd18, %rd17;
-	and.b64  	%rd1152, %rd346, 15;
-	setp.eq.s64 	%p405, %rd1152, 0;
-	@%p405 bra 	$L__BB11_595;
-	and.b64  	%rd1154, %rd346, 7;
-	setp.ne.s64 	%p406, %rd1154, 0;
-	mov.u64 	%rd1335, 0;
-	@%p406 bra 	$L__BB11_611;
-	shr.u64 	%rd347, %rd345, 3;
-	cvt.u64.u32 	%rd1321, %r217;
-	or.b64  	%rd1155, %rd1321, 96;
-	setp.ge.u64 	%p407, %rd1155, %rd347;
-	@%p407 bra 	$L__BB11_587;
-	cvt.u64.u32 	%rd1321, %r217;
-	mov.u64 	%rd1157, -97;
-	sub.s64 	%rd1158, %rd1157, %rd1321;
-	add.s64 	%rd350, %rd1158, %rd347;
-	shr.u64 	%rd1159, %rd350, 7;
-	add.s64 	%rd1160, %rd1159, 1;
-	and.b64  	%rd351, %rd1160, 3;
-	setp.eq.s64 	%p408, %rd351, 0;
-	or.b64  	%rd1319, %rd1321, 96;
-	@%p408 bra 	$L__BB11_584;
-	cvt.u64.u32 	%rd1161, %r217;
-	shl.b32 	%r753, %r1, 3;
-	cvt.u64.u32 	%rd1162, %r753;
-	and.b64  	%rd1163, %rd1162, 248;
-	add.s64 	%rd1164, %rd17, %rd1163;
-	add.s64 	%rd353, %rd1164, 256;
-	ld.v2.u32 	{%r754, %r755}, [%rd1164+256];
-	ld.v2.u32 	{%r758, %r759}, [%rd1164+512];
-	ld.v2.u32 	{%r762, %r763}, [%rd1164+768];
-	ld.v2.u32 	{%r766, %r767}, [%rd1164];
-	add.s64 	%rd354, %rd18, %rd1163;
-	st.v2.u32 	[%rd354], {%r766, %r767};
-	st.v2.u32 	[%rd354+256], {%r754, %r755};
-	st.v2.u32 	[%rd354+512], {%r758, %r759};
-	st.v2.u32 	[%rd354+768], {%r762, %r763};
-	or.b64  	%rd1319, %rd1161, 224;
-	or.b64  	%rd1321, %rd1161, 128;
-	setp.eq.s64 	%p409, %rd351, 1;
-	@%p409 bra 	$L__BB11_584;
-	ld.v2.u32 	{%r770, %r771}, [%rd353+1024];
-	ld.v2.u32 	{%r774, %r775}, [%rd353+1280];
-	ld.v2.u32 	{%r778, %r779}, [%rd353+1536];
-	ld.v2.u32 	{%r782, %r783}, [%rd353+768];
-	st.v2.u32 	[%rd354+1024], {%r782, %r783};
-	st.v2.u32 	[%rd354+1280], {%r770, %r771};
-	st.v2.u32 	[%rd354+1536], {%r774, %r775};
-	st.v2.u32 	[%rd354+1792], {%r778, %r779};
-	or.b64  	%rd1319, %rd1161, 352;
-	or.b64  	%rd1321, %rd1161, 256;
-	setp.eq.s64 	%p410, %rd351, 2;
-	@%p410 bra 	$L__BB11_584;
-	ld.v2.u32 	{%r788, %r789}, [%rd353+2048];
-	ld.v2.u32 	{%r792, %r793}, [%rd353+2304];
-	ld.v2.u32 	{%r796, %r797}, [%rd353+2560];
-	ld.v2.u32 	{%r800, %r801}, [%rd353+1792];
-	st.v2.u32 	[%rd354+2048], {%r800, %r801};
-	st.v2.u32 	[%rd354+2304], {%r788, %r789};
-	st.v2.u32 	[%rd354+2560], {%r792, %r793};
-	st.v2.u32 	[%rd354+2816], {%r796, %r797};
-	or.b64  	%rd1319, %rd1161, 480;
-	or.b64  	%rd1321, %rd1161, 384;
-$L__BB11_584:
-	setp.lt.u64 	%p411, %rd350, 384;
-	@%p411 bra 	$L__BB11_587;
-	mov.u64 	%rd1323, %rd1321;
-$L__BB11_586:
-	shl.b64 	%rd1167, %rd1323, 3;
-	add.s64 	%rd1168, %rd17, %rd1167;
-	ld.v2.u32 	{%r806, %r807}, [%rd1168+256];
-	ld.v2.u32 	{%r810, %r811}, [%rd1168+512];
-	shl.b64 	%rd1169, %rd1319, 3;
-	add.s64 	%rd1170, %rd17, %rd1169;
-	ld.v2.u32 	{%r814, %r815}, [%rd1170];
-	ld.v2.u32 	{%r818, %r819}, [%rd1168];
-	add.s64 	%rd1171, %rd18, %rd1167;
-	st.v2.u32 	[%rd1171], {%r818, %r819};
-	st.v2.u32 	[%rd1171+256], {%r806, %r807};
-	st.v2.u32 	[%rd1171+512], {%r810, %r811};
-	add.s64 	%rd1172, %rd18, %rd1169;
-	st.v2.u32 	[%rd1172], {%r814, %r815};
-	ld.v2.u32 	{%r822, %r823}, [%rd1168+1280];
-	ld.v2.u32 	{%r826, %r827}, [%rd1168+1536];
-	ld.v2.u32 	{%r830, %r831}, [%rd1168+1792];
-	ld.v2.u32 	{%r834, %r835}, [%rd1168+1024];
-	st.v2.u32 	[%rd1171+1024], {%r834, %r835};
-	st.v2.u32 	[%rd1171+1280], {%r822, %r823};
-	st.v2.u32 	[%rd1171+1536], {%r826, %r827};
-	st.v2.u32 	[%rd1171+1792], {%r830, %r831};
-	ld.v2.u32 	{%r838, %r839}, [%rd1168+2304];
-	ld.v2.u32 	{%r842, %r843}, [%rd1168+2560];
-	ld.v2.u32 	{%r846, %r847}, [%rd1168+2816];
-	ld.v2.u32 	{%r850, %r851}, [%rd1168+2048];
-	st.v2.u32 	[%rd1171+2048], {%r850, %r851};
-	st.v2.u32 	[%rd1171+2304], {%r838, %r839};
-	st.v2.u32 	[%rd1171+2560], {%r842, %r843};
-	st.v2.u32 	[%rd1171+2816], {%r846, %r847};
-	ld.v2.u32 	{%r854, %r855}, [%rd1168+3328];
-	ld.v2.u32 	{%r858, %r859}, [%rd1168+3584];
-	ld.v2.u32 	{%r862, %r863}, [%rd1168+3840];
-	ld.v2.u32 	{%r866, %r867}, [%rd1168+3072];
-	st.v2.u32 	[%rd1171+3072], {%r866, %r867};
-	st.v2.u32 	[%rd1171+3328], {%r854, %r855};
-	st.v2.u32 	[%rd1171+3584], {%r858, %r859};
-	st.v2.u32 	[%rd1171+3840], {%r862, %r863};
-	add.s64 	%rd1321, %rd1323, 512;
-	add.s64 	%rd1319, %rd1323, 608;
-	setp.lt.u64 	%p412, %rd1319, %rd347;
-	mov.u64 	%rd1323, %rd1321;
-	@%p412 bra 	$L__BB11_586;
-$L__BB11_587:
-	setp.ge.u64 	%p413, %rd1321, %rd347;
-	@%p413 bra 	$L__BB11_594;
-	not.b64 	%rd1173, %rd1321;
-	add.s64 	%rd369, %rd347, %rd1173;
-	shr.u64 	%rd1174, %rd369, 5;
-	add.s64 	%rd1175, %rd1174, 1;
-	and.b64  	%rd370, %rd1175, 3;
-	setp.eq.s64 	%p414, %rd370, 0;
-	mov.u64 	%rd1325, %rd1321;
-	@%p414 bra 	$L__BB11_592;
-	shl.b64 	%rd1176, %rd1321, 3;
-	add.s64 	%rd371, %rd17, %rd1176;
-	ld.v2.u32 	{%r870, %r871}, [%rd371];
-	add.s64 	%rd372, %rd18, %rd1176;
-	st.v2.u32 	[%rd372], {%r870, %r871};
-	add.s64 	%rd1325, %rd1321, 32;
-	setp.eq.s64 	%p415, %rd370, 1;
-	@%p415 bra 	$L__BB11_592;
-	ld.v2.u32 	{%r874, %r875}, [%rd371+256];
-	st.v2.u32 	[%rd372+256], {%r874, %r875};
-	add.s64 	%rd1325, %rd1321, 64;
-	setp.eq.s64 	%p416, %rd370, 2;
-	@%p416 bra 	$L__BB11_592;
-	ld.v2.u32 	{%r878, %r879}, [%rd371+512];
-	st.v2.u32 	[%rd372+512], {%r878, %r879};
-	add.s64 	%rd1325, %rd1321, 96;
-$L__BB11_592:
-	setp.lt.u64 	%p417, %rd369, 96;
-	@%p417 bra 	$L__BB11_594;
-$L__BB11_593:
-	shl.b64 	%rd1177, %rd1325, 3;
-	add.s64 	%rd1178, %rd17, %rd1177;
-	ld.v2.u32 	{%r882, %r883}, [%rd1178];
-	add.s64 	%rd1179, %rd18, %rd1177;
-	st.v2.u32 	[%rd1179], {%r882, %r883};
-	ld.v2.u32 	{%r886, %r887}, [%rd1178+256];
-	st.v2.u32 	[%rd1179+256], {%r886, %r887};
-	ld.v2.u32 	{%r890, %r891}, [%rd1178+512];
-	st.v2.u32 	[%rd1179+512], {%r890, %r891};
-	ld.v2.u32 	{%r894, %r895}, [%rd1178+768];
-	st.v2.u32 	[%rd1179+768], {%r894, %r895};
-	add.s64 	%rd1325, %rd1325, 128;
-	setp.lt.u64 	%p418, %rd1325, %rd347;
-	@%p418 bra 	$L__BB11_593;
-$L__BB11_594:
-	and.b64  	%rd1335, %rd345, -8;
-	bra.uni 	$L__BB11_611;
-$L__BB11_5:
-	setp.eq.s16 	%p15, %rs1, 2;
-	@%p15 bra 	$L__BB11_297;
-	bra.uni 	$L__BB11_6;
-$L__BB11_297:
-	add.s64 	%rd790, %rd16, 31;
-	shr.u64 	%rd192, %rd790, 5;
-	shl.b64 	%rd791, %rd192, 2;
-	add.s64 	%rd792, %rd791, 7;
-	and.b64  	%rd793, %rd792, 2147483640;
-	add.s64 	%rd193, %rd793, %rd14;
-	setp.eq.s64 	%p202, %rd192, 0;
-	@%p202 bra 	$L__BB11_618;
-	cvt.u32.u64 	%r452, %rd12;
-	and.b64  	%rd195, %rd16, 31;
-	cvt.u32.u64 	%r453, %rd195;
-	mov.u32 	%r454, -1;
-	shl.b32 	%r455, %r454, %r453;
-	not.b32 	%r92, %r455;
-	add.s32 	%r456, %r452, -1;
-	cvt.u64.u32 	%rd196, %r456;
-	and.b32  	%r93, %r452, 3;
-	sub.s32 	%r94, %r452, %r93;
-	mov.u32 	%r1246, 0;
-	mov.u64 	%rd1286, 0;
-$L__BB11_299:
-	add.s64 	%rd1234, %rd16, 31;
-	shr.u64 	%rd1233, %rd1234, 5;
-	mov.u32 	%r1247, 0;
-	add.s64 	%rd198, %rd1286, %rd7;
-	setp.ge.u64 	%p203, %rd198, %rd1233;
-	@%p203 bra 	$L__BB11_301;
-	add.s64 	%rd1237, %rd16, -1;
-	shr.u64 	%rd1236, %rd1237, 5;
-	and.b64  	%rd1235, %rd16, 31;
-	setp.ne.s64 	%p204, %rd1235, 0;
-	shl.b64 	%rd796, %rd198, 2;
-	add.s64 	%rd797, %rd17, %rd796;
-	setp.eq.s64 	%p205, %rd1236, %rd198;
-	and.pred  	%p206, %p205, %p204;
-	selp.b32 	%r459, %r92, -1, %p206;
-	ld.u32 	%r460, [%rd797];
-	and.b32  	%r1247, %r460, %r459;
-$L__BB11_301:
-	popc.b32 	%r462, %r1247;
-	mov.u32 	%r1248, 0;
-	mov.u32 	%r463, 1;
-	mov.u32 	%r464, -1;
-	shfl.sync.up.b32 	%r465|%p207, %r462, %r463, %r1248, %r464;
-	setp.eq.s32 	%p208, %r217, 0;
-	selp.b32 	%r466, 0, %r465, %p208;
-	add.s32 	%r467, %r466, %r462;
-	mov.u32 	%r468, 2;
-	shfl.sync.up.b32 	%r469|%p209, %r467, %r468, %r1248, %r464;
-	setp.lt.u32 	%p210, %r217, 2;
-	selp.b32 	%r470, 0, %r469, %p210;
-	add.s32 	%r471, %r470, %r467;
-	mov.u32 	%r472, 4;
-	shfl.sync.up.b32 	%r473|%p211, %r471, %r472, %r1248, %r464;
-	setp.lt.u32 	%p212, %r217, 4;
-	selp.b32 	%r474, 0, %r473, %p212;
-	add.s32 	%r475, %r474, %r471;
-	mov.u32 	%r476, 8;
-	shfl.sync.up.b32 	%r477|%p213, %r475, %r476, %r1248, %r464;
-	setp.lt.u32 	%p214, %r217, 8;
-	selp.b32 	%r478, 0, %r477, %p214;
-	add.s32 	%r479, %r478, %r475;
-	mov.u32 	%r480, 16;
-	shfl.sync.up.b32 	%r481|%p215, %r479, %r480, %r1248, %r464;
-	setp.lt.u32 	%p216, %r217, 16;
-	selp.b32 	%r482, 0, %r481, %p216;
-	add.s32 	%r483, %r482, %r479;
-	mov.u32 	%r484, 31;
-	shfl.sync.idx.b32 	%r485|%p217, %r483, %r484, %r484, %r464;
-	sub.s32 	%r486, %r1246, %r462;
-	add.s32 	%r99, %r486, %r483;
-	add.s32 	%r1246, %r485, %r1246;
-$L__BB11_302:
-	.pragma "nounroll";
-	mov.u32 	%r1192, 31;
-	mov.u32 	%r1191, -1;
-	shfl.sync.idx.b32 	%r102|%p218, %r1247, %r1248, %r1192, %r1191;
-	shfl.sync.idx.b32 	%r103|%p1, %r99, %r1248, %r1192, %r1191;
-	add.s32 	%r489, %r1248, 1;
-	shfl.sync.idx.b32 	%r104|%p219, %r1247, %r489, %r1192, %r1191;
-	shfl.sync.idx.b32 	%r105|%p2, %r99, %r489, %r1192, %r1191;
-	or.b32  	%r490, %r104, %r102;
-	add.s32 	%r491, %r1248, 2;
-	shfl.sync.idx.b32 	%r106|%p220, %r1247, %r491, %r1192, %r1191;
-	shfl.sync.idx.b32 	%r107|%p3, %r99, %r491, %r1192, %r1191;
-	or.b32  	%r492, %r106, %r490;
-	add.s32 	%r493, %r1248, 3;
-	shfl.sync.idx.b32 	%r108|%p221, %r1247, %r493, %r1192, %r1191;
-	shfl.sync.idx.b32 	%r109|%p4, %r99, %r493, %r1192, %r1191;
-	or.b32  	%r494, %r108, %r492;
-	add.s32 	%r495, %r1248, 4;
-	shfl.sync.idx.b32 	%r110|%p222, %r1247, %r495, %r1192, %r1191;
-	shfl.sync.idx.b32 	%r111|%p5, %r99, %r495, %r1192, %r1191;
-	or.b32  	%r496, %r110, %r494;
-	add.s32 	%r497, %r1248, 5;
-	shfl.sync.idx.b32 	%r112|%p223, %r1247, %r497, %r1192, %r1191;
-	shfl.sync.idx.b32 	%r113|%p6, %r99, %r497, %r1192, %r1191;
-	or.b32  	%r498, %r112, %r496;
-	add.s32 	%r499, %r1248, 6;
-	shfl.sync.idx.b32 	%r114|%p224, %r1247, %r499, %r1192, %r1191;
-	shfl.sync.idx.b32 	%r115|%p7, %r99, %r499, %r1192, %r1191;
-	or.b32  	%r500, %r114, %r498;
-	add.s32 	%r501, %r1248, 7;
-	shfl.sync.idx.b32 	%r116|%p225, %r1247, %r501, %r1192, %r1191;
-	shfl.sync.idx.b32 	%r117|%p8, %r99, %r501, %r1192, %r1191;
-	or.b32  	%r502, %r116, %r500;
-	setp.eq.s32 	%p226, %r502, 0;
-	@%p226 bra 	$L__BB11_575;
-	and.b32  	%r118, %r102, %r3;
-	setp.eq.s32 	%p227, %r118, 0;
-	and.b32  	%r503, %r102, %r2;
-	popc.b32 	%r504, %r503;
-	add.s32 	%r119, %r103, %r504;
-	mov.u64 	%rd1294, 0;
-	mov.u64 	%rd1290, %rd1294;
-	@%p227 bra 	$L__BB11_320;
-	cvt.u64.u32 	%rd799, %r119;
-	mul.lo.s64 	%rd800, %rd799, %rd12;
-	add.s64 	%rd801, %rd193, %rd800;
-	add.s64 	%rd199, %rd13, %rd801;
-	and.b64  	%rd802, %rd199, %rd196;
-	setp.eq.s64 	%p228, %rd802, 0;
-	@%p228 bra 	$L__BB11_313;
-	setp.eq.s32 	%p229, %r452, 0;
-	mov.u64 	%rd1290, %rd1294;
-	@%p229 bra 	$L__BB11_320;
-	cvt.u32.u64 	%r507, %rd196;
-	setp.lt.u32 	%p230, %r507, 3;
-	mov.u64 	%rd1290, 0;
-	mov.u32 	%r1251, 0;
-	@%p230 bra 	$L__BB11_309;
-	mov.u64 	%rd1290, 0;
-	mov.u32 	%r1251, 0;
-	mov.u32 	%r1250, %r94;
-$L__BB11_308:
-	cvt.u64.u32 	%rd807, %r1251;
-	add.s64 	%rd808, %rd199, %rd807;
-	ld.u8 	%rd809, [%rd808];
-	shl.b32 	%r509, %r1251, 3;
-	shl.b64 	%rd810, %rd809, %r509;
-	or.b64  	%rd811, %rd810, %rd1290;
-	ld.u8 	%rd812, [%rd808+1];
-	add.s32 	%r510, %r509, 8;
-	shl.b64 	%rd813, %rd812, %r510;
-	or.b64  	%rd814, %rd813, %rd811;
-	ld.u8 	%rd815, [%rd808+2];
-	add.s32 	%r511, %r509, 16;
-	shl.b64 	%rd816, %rd815, %r511;
-	or.b64  	%rd817, %rd816, %rd814;
-	ld.u8 	%rd818, [%rd808+3];
-	add.s32 	%r512, %r509, 24;
-	shl.b64 	%rd819, %rd818, %r512;
-	or.b64  	%rd1290, %rd819, %rd817;
-	add.s32 	%r1251, %r1251, 4;
-	add.s32 	%r1250, %r1250, -4;
-	setp.ne.s32 	%p231, %r1250, 0;
-	@%p231 bra 	$L__BB11_308;
-$L__BB11_309:
-	setp.eq.s32 	%p232, %r93, 0;
-	@%p232 bra 	$L__BB11_320;
-	setp.eq.s32 	%p233, %r93, 1;
-	cvt.u64.u32 	%rd820, %r1251;
-	add.s64 	%rd204, %rd199, %rd820;
-	ld.u8 	%rd821, [%rd204];
-	shl.b32 	%r513, %r1251, 3;
-	shl.b64 	%rd822, %rd821, %r513;
-	or.b64  	%rd1290, %rd822, %rd1290;
-	@%p233 bra 	$L__BB11_320;
-	setp.eq.s32 	%p234, %r93, 2;
-	ld.u8 	%rd823, [%rd204+1];
-	add.s32 	%r515, %r513, 8;
-	shl.b64 	%rd824, %rd823, %r515;
-	or.b64  	%rd1290, %rd824, %rd1290;
-	@%p234 bra 	$L__BB11_320;
-	ld.u8 	%rd825, [%rd204+2];
-	add.s32 	%r517, %r513, 16;
-	shl.b64 	%rd826, %rd825, %r517;
-	or.b64  	%rd1290, %rd826, %rd1290;
-	bra.uni 	$L__BB11_320;
-$L__BB11_313:
-	setp.eq.s32 	%p235, %r452, 1;
-	@%p235 bra 	$L__BB11_318;
-	setp.eq.s32 	%p236, %r452, 2;
-	@%p236 bra 	$L__BB11_317;
-	setp.ne.s32 	%p237, %r452, 4;
-	@%p237 bra 	$L__BB11_319;
-	ld.u32 	%rd1290, [%rd199];
-	bra.uni 	$L__BB11_320;
-$L__BB11_317:
-	ld.u16 	%rd1290, [%rd199];
-	bra.uni 	$L__BB11_320;
-$L__BB11_318:
-	ld.u8 	%rd1290, [%rd199];
-	bra.uni 	$L__BB11_320;
-$L__BB11_319:
-	ld.u64 	%rd1290, [%rd199];
-$L__BB11_320:
-	and.b32  	%r125, %r104, %r3;
-	setp.eq.s32 	%p238, %r125, 0;
-	and.b32  	%r519, %r104, %r2;
-	popc.b32 	%r520, %r519;
-	add.s32 	%r126, %r105, %r520;
-	@%p238 bra 	$L__BB11_337;
-	cvt.u64.u32 	%rd828, %r126;
-	mul.lo.s64 	%rd829, %rd828, %rd12;
-	add.s64 	%rd830, %rd193, %rd829;
-	add.s64 	%rd214, %rd13, %rd830;
-	and.b64  	%rd831, %rd214, %rd196;
-	setp.eq.s64 	%p239, %rd831, 0;
-	@%p239 bra 	$L__BB11_330;
-	setp.eq.s32 	%p240, %r452, 0;
-	@%p240 bra 	$L__BB11_337;
-	cvt.u32.u64 	%r523, %rd196;
-	setp.lt.u32 	%p241, %r523, 3;
-	mov.u64 	%rd1294, 0;
-	mov.u32 	%r1254, 0;
-	@%p241 bra 	$L__BB11_326;
-	mov.u64 	%rd1294, 0;
-	mov.u32 	%r1254, 0;
-	mov.u32 	%r1253, %r94;
-$L__BB11_325:
-	cvt.u64.u32 	%rd836, %r1254;
-	add.s64 	%rd837, %rd214, %rd836;
-	ld.u8 	%rd838, [%rd837];
-	shl.b32 	%r525, %r1254, 3;
-	shl.b64 	%rd839, %rd838, %r525;
-	or.b64  	%rd840, %rd839, %rd1294;
-	ld.u8 	%rd841, [%rd837+1];
-	add.s32 	%r526, %r525, 8;
-	shl.b64 	%rd842, %rd841, %r526;
-	or.b64  	%rd843, %rd842, %rd840;
-	ld.u8 	%rd844, [%rd837+2];
-	add.s32 	%r527, %r525, 16;
-	shl.b64 	%rd845, %rd844, %r527;
-	or.b64  	%rd846, %rd845, %rd843;
-	ld.u8 	%rd847, [%rd837+3];
-	add.s32 	%r528, %r525, 24;
-	shl.b64 	%rd848, %rd847, %r528;
-	or.b64  	%rd1294, %rd848, %rd846;
-	add.s32 	%r1254, %r1254, 4;
-	add.s32 	%r1253, %r1253, -4;
-	setp.ne.s32 	%p242, %r1253, 0;
-	@%p242 bra 	$L__BB11_325;
-$L__BB11_326:
-	setp.eq.s32 	%p243, %r93, 0;
-	@%p243 bra 	$L__BB11_337;
-	setp.eq.s32 	%p244, %r93, 1;
-	cvt.u64.u32 	%rd849, %r1254;
-	add.s64 	%rd219, %rd214, %rd849;
-	ld.u8 	%rd850, [%rd219];
-	shl.b32 	%r529, %r1254, 3;
-	shl.b64 	%rd851, %rd850, %r529;
-	or.b64  	%rd1294, %rd851, %rd1294;
-	@%p244 bra 	$L__BB11_337;
-	setp.eq.s32 	%p245, %r93, 2;
-	ld.u8 	%rd852, [%rd219+1];
-	add.s32 	%r531, %r529, 8;
-	shl.b64 	%rd853, %rd852, %r531;
-	or.b64  	%rd1294, %rd853, %rd1294;
-	@%p245 bra 	$L__BB11_337;
-	ld.u8 	%rd854, [%rd219+2];
-	add.s32 	%r533, %r529, 16;
-	shl.b64 	%rd855, %rd854, %r533;
-	or.b64  	%rd1294, %rd855, %rd1294;
-	bra.uni 	$L__BB11_337;
-$L__BB11_330:
-	setp.eq.s32 	%p246, %r452, 1;
-	@%p246 bra 	$L__BB11_335;
-	setp.eq.s32 	%p247, %r452, 2;
-	@%p247 bra 	$L__BB11_334;
-	setp.ne.s32 	%p248, %r452, 4;
-	@%p248 bra 	$L__BB11_336;
-	ld.u32 	%rd1294, [%rd214];
-	bra.uni 	$L__BB11_337;
-$L__BB11_334:
-	ld.u16 	%rd1294, [%rd214];
-	bra.uni 	$L__BB11_337;
-$L__BB11_335:
-	ld.u8 	%rd1294, [%rd214];
-	bra.uni 	$L__BB11_337;
-$L__BB11_336:
-	ld.u64 	%rd1294, [%rd214];
-$L__BB11_337:
-	and.b32  	%r132, %r106, %r3;
-	setp.eq.s32 	%p249, %r132, 0;
-	and.b32  	%r535, %r106, %r2;
-	popc.b32 	%r536, %r535;
-	add.s32 	%r133, %r107, %r536;
-	mov.u64 	%rd1298, 0;
-	@%p249 bra 	$L__BB11_354;
-	cvt.u64.u32 	%rd857, %r133;
-	mul.lo.s64 	%rd858, %rd857, %rd12;
-	add.s64 	%rd859, %rd193, %rd858;
-	add.s64 	%rd229, %rd13, %rd859;
-	and.b64  	%rd860, %rd229, %rd196;
-	setp.eq.s64 	%p250, %rd860, 0;
-	@%p250 bra 	$L__BB11_347;
-	mov.u64 	%rd1298, 0;
-	setp.eq.s32 	%p251, %r452, 0;
-	@%p251 bra 	$L__BB11_354;
-	cvt.u32.u64 	%r539, %rd196;
-	setp.lt.u32 	%p252, %r539, 3;
-	mov.u64 	%rd1298, 0;
-	mov.u32 	%r1257, 0;
-	@%p252 bra 	$L__BB11_343;
-	mov.u64 	%rd1298, 0;
-	mov.u32 	%r1257, 0;
-	mov.u32 	%r1256, %r94;
-$L__BB11_342:
-	cvt.u64.u32 	%rd865, %r1257;
-	add.s64 	%rd866, %rd229, %rd865;
-	ld.u8 	%rd867, [%rd866];
-	shl.b32 	%r541, %r1257, 3;
-	shl.b64 	%rd868, %rd867, %r541;
-	or.b64  	%rd869, %rd868, %rd1298;
-	ld.u8 	%rd870, [%rd866+1];
-	add.s32 	%r542, %r541, 8;
-	shl.b64 	%rd871, %rd870, %r542;
-	or.b64  	%rd872, %rd871, %rd869;
-	ld.u8 	%rd873, [%rd866+2];
-	add.s32 	%r543, %r541, 16;
-	shl.b64 	%rd874, %rd873, %r543;
-	or.b64  	%rd875, %rd874, %rd872;
-	ld.u8 	%rd876, [%rd866+3];
-	add.s32 	%r544, %r541, 24;
-	shl.b64 	%rd877, %rd876, %r544;
-	or.b64  	%rd1298, %rd877, %rd875;
-	add.s32 	%r1257, %r1257, 4;
-	add.s32 	%r1256, %r1256, -4;
-	setp.ne.s32 	%p253, %r1256, 0;
-	@%p253 bra 	$L__BB11_342;
-$L__BB11_343:
-	setp.eq.s32 	%p254, %r93, 0;
-	@%p254 bra 	$L__BB11_354;
-	setp.eq.s32 	%p255, %r93, 1;
-	cvt.u64.u32 	%rd878, %r1257;
-	add.s64 	%rd234, %rd229, %rd878;
-	ld.u8 	%rd879, [%rd234];
-	shl.b32 	%r545, %r1257, 3;
-	shl.b64 	%rd880, %rd879, %r545;
-	or.b64  	%rd1298, %rd880, %rd1298;
-	@%p255 bra 	$L__BB11_354;
-	setp.eq.s32 	%p256, %r93, 2;
-	ld.u8 	%rd881, [%rd234+1];
-	add.s32 	%r547, %r545, 8;
-	shl.b64 	%rd882, %rd881, %r547;
-	or.b64  	%rd1298, %rd882, %rd1298;
-	@%p256 bra 	$L__BB11_354;
-	ld.u8 	%rd883, [%rd234+2];
-	add.s32 	%r549, %r545, 16;
-	shl.b64 	%rd884, %rd883, %r549;
-	or.b64  	%rd1298, %rd884, %rd1298;
-	bra.uni 	$L__BB11_354;
-$L__BB11_347:
-	setp.eq.s32 	%p257, %r452, 1;
-	@%p257 bra 	$L__BB11_352;
-	setp.eq.s32 	%p258, %r452, 2;
-	@%p258 bra 	$L__BB11_351;
-	setp.ne.s32 	%p259, %r452, 4;
-	@%p259 bra 	$L__BB11_353;
-	ld.u32 	%rd1298, [%rd229];
-	bra.uni 	$L__BB11_354;
-$L__BB11_351:
-	ld.u16 	%rd1298, [%rd229];
-	bra.uni 	$L__BB11_354;
-$L__BB11_352:
-	ld.u8 	%rd1298, [%rd229];
-	bra.uni 	$L__BB11_354;
-$L__BB11_353:
-	ld.u64 	%rd1298, [%rd229];
-$L__BB11_354:
-	mov.u64 	%rd1302, 0;
-	and.b32  	%r139, %r108, %r3;
-	setp.eq.s32 	%p260, %r139, 0;
-	and.b32  	%r551, %r108, %r2;
-	popc.b32 	%r552, %r551;
-	add.s32 	%r140, %r109, %r552;
-	@%p260 bra 	$L__BB11_371;
-	cvt.u64.u32 	%rd886, %r140;
-	mul.lo.s64 	%rd887, %rd886, %rd12;
-	add.s64 	%rd888, %rd193, %rd887;
-	add.s64 	%rd244, %rd13, %rd888;
-	and.b64  	%rd889, %rd244, %rd196;
-	setp.eq.s64 	%p261, %rd889, 0;
-	@%p261 bra 	$L__BB11_364;
-	mov.u64 	%rd1302, 0;
-	setp.eq.s32 	%p262, %r452, 0;
-	@%p262 bra 	$L__BB11_371;
-	cvt.u32.u64 	%r555, %rd196;
-	setp.lt.u32 	%p263, %r555, 3;
-	mov.u64 	%rd1302, 0;
-	mov.u32 	%r1260, 0;
-	@%p263 bra 	$L__BB11_360;
-	mov.u64 	%rd1302, 0;
-	mov.u32 	%r1260, 0;
-	mov.u32 	%r1259, %r94;
-$L__BB11_359:
-	cvt.u64.u32 	%rd894, %r1260;
-	add.s64 	%rd895, %rd244, %rd894;
-	ld.u8 	%rd896, [%rd895];
-	shl.b32 	%r557, %r1260, 3;
-	shl.b64 	%rd897, %rd896, %r557;
-	or.b64  	%rd898, %rd897, %rd1302;
-	ld.u8 	%rd899, [%rd895+1];
-	add.s32 	%r558, %r557, 8;
-	shl.b64 	%rd900, %rd899, %r558;
-	or.b64  	%rd901, %rd900, %rd898;
-	ld.u8 	%rd902, [%rd895+2];
-	add.s32 	%r559, %r557, 16;
-	shl.b64 	%rd903, %rd902, %r559;
-	or.b64  	%rd904, %rd903, %rd901;
-	ld.u8 	%rd905, [%rd895+3];
-	add.s32 	%r560, %r557, 24;
-	shl.b64 	%rd906, %rd905, %r560;
-	or.b64  	%rd1302, %rd906, %rd904;
-	add.s32 	%r1260, %r1260, 4;
-	add.s32 	%r1259, %r1259, -4;
-	setp.ne.s32 	%p264, %r1259, 0;
-	@%p264 bra 	$L__BB11_359;
-$L__BB11_360:
-	setp.eq.s32 	%p265, %r93, 0;
-	@%p265 bra 	$L__BB11_371;
-	setp.eq.s32 	%p266, %r93, 1;
-	cvt.u64.u32 	%rd907, %r1260;
-	add.s64 	%rd249, %rd244, %rd907;
-	ld.u8 	%rd908, [%rd249];
-	shl.b32 	%r561, %r1260, 3;
-	shl.b64 	%rd909, %rd908, %r561;
-	or.b64  	%rd1302, %rd909, %rd1302;
-	@%p266 bra 	$L__BB11_371;
-	setp.eq.s32 	%p267, %r93, 2;
-	ld.u8 	%rd910, [%rd249+1];
-	add.s32 	%r563, %r561, 8;
-	shl.b64 	%rd911, %rd910, %r563;
-	or.b64  	%rd1302, %rd911, %rd1302;
-	@%p267 bra 	$L__BB11_371;
-	ld.u8 	%rd912, [%rd249+2];
-	add.s32 	%r565, %r561, 16;
-	shl.b64 	%rd913, %rd912, %r565;
-	or.b64  	%rd1302, %rd913, %rd1302;
-	bra.uni 	$L__BB11_371;
-$L__BB11_364:
-	setp.eq.s32 	%p268, %r452, 1;
-	@%p268 bra 	$L__BB11_369;
-	setp.eq.s32 	%p269, %r452, 2;
-	@%p269 bra 	$L__BB11_368;
-	setp.ne.s32 	%p270, %r452, 4;
-	@%p270 bra 	$L__BB11_370;
-	ld.u32 	%rd1302, [%rd244];
-	bra.uni 	$L__BB11_371;
-$L__BB11_368:
-	ld.u16 	%rd1302, [%rd244];
-	bra.uni 	$L__BB11_371;
-$L__BB11_369:
-	ld.u8 	%rd1302, [%rd244];
-	bra.uni 	$L__BB11_371;
-$L__BB11_370:
-	ld.u64 	%rd1302, [%rd244];
-$L__BB11_371:
-	and.b32  	%r146, %r110, %r3;
-	setp.eq.s32 	%p271, %r146, 0;
-	and.b32  	%r567, %r110, %r2;
-	popc.b32 	%r568, %r567;
-	add.s32 	%r147, %r111, %r568;
-	mov.u64 	%rd1306, 0;
-	@%p271 bra 	$L__BB11_388;
-	cvt.u64.u32 	%rd915, %r147;
-	mul.lo.s64 	%rd916, %rd915, %rd12;
-	add.s64 	%rd917, %rd193, %rd916;
-	add.s64 	%rd259, %rd13, %rd917;
-	and.b64  	%rd918, %rd259, %rd196;
-	setp.eq.s64 	%p272, %rd918, 0;
-	@%p272 bra 	$L__BB11_381;
-	mov.u64 	%rd1306, 0;
-	setp.eq.s32 	%p273, %r452, 0;
-	@%p273 bra 	$L__BB11_388;
-	cvt.u32.u64 	%r571, %rd196;
-	setp.lt.u32 	%p274, %r571, 3;
-	mov.u64 	%rd1306, 0;
-	mov.u32 	%r1263, 0;
-	@%p274 bra 	$L__BB11_377;
-	mov.u64 	%rd1306, 0;
-	mov.u32 	%r1263, 0;
-	mov.u32 	%r1262, %r94;
-$L__BB11_376:
-	cvt.u64.u32 	%rd923, %r1263;
-	add.s64 	%rd924, %rd259, %rd923;
-	ld.u8 	%rd925, [%rd924];
-	shl.b32 	%r573, %r1263, 3;
-	shl.b64 	%rd926, %rd925, %r573;
-	or.b64  	%rd927, %rd926, %rd1306;
-	ld.u8 	%rd928, [%rd924+1];
-	add.s32 	%r574, %r573, 8;
-	shl.b64 	%rd929, %rd928, %r574;
-	or.b64  	%rd930, %rd929, %rd927;
-	ld.u8 	%rd931, [%rd924+2];
-	add.s32 	%r575, %r573, 16;
-	shl.b64 	%rd932, %rd931, %r575;
-	or.b64  	%rd933, %rd932, %rd930;
-	ld.u8 	%rd934, [%rd924+3];
-	add.s32 	%r576, %r573, 24;
-	shl.b64 	%rd935, %rd934, %r576;
-	or.b64  	%rd1306, %rd935, %rd933;
-	add.s32 	%r1263, %r1263, 4;
-	add.s32 	%r1262, %r1262, -4;
-	setp.ne.s32 	%p275, %r1262, 0;
-	@%p275 bra 	$L__BB11_376;
-$L__BB11_377:
-	setp.eq.s32 	%p276, %r93, 0;
-	@%p276 bra 	$L__BB11_388;
-	setp.eq.s32 	%p277, %r93, 1;
-	cvt.u64.u32 	%rd936, %r1263;
-	add.s64 	%rd264, %rd259, %rd936;
-	ld.u8 	%rd937, [%rd264];
-	shl.b32 	%r577, %r1263, 3;
-	shl.b64 	%rd938, %rd937, %r577;
-	or.b64  	%rd1306, %rd938, %rd1306;
-	@%p277 bra 	$L__BB11_388;
-	setp.eq.s32 	%p278, %r93, 2;
-	ld.u8 	%rd939, [%rd264+1];
-	add.s32 	%r579, %r577, 8;
-	shl.b64 	%rd940, %rd939, %r579;
-	or.b64  	%rd1306, %rd940, %rd1306;
-	@%p278 bra 	$L__BB11_388;
-	ld.u8 	%rd941, [%rd264+2];
-	add.s32 	%r581, %r577, 16;
-	shl.b64 	%rd942, %rd941, %r581;
-	or.b64  	%rd1306, %rd942, %rd1306;
-	bra.uni 	$L__BB11_388;
-$L__BB11_381:
-	setp.eq.s32 	%p279, %r452, 1;
-	@%p279 bra 	$L__BB11_386;
-	setp.eq.s32 	%p280, %r452, 2;
-	@%p280 bra 	$L__BB11_385;
-	setp.ne.s32 	%p281, %r452, 4;
-	@%p281 bra 	$L__BB11_387;
-	ld.u32 	%rd1306, [%rd259];
-	bra.uni 	$L__BB11_388;
-$L__BB11_385:
-	ld.u16 	%rd1306, [%rd259];
-	bra.uni 	$L__BB11_388;
-$L__BB11_386:
-	ld.u8 	%rd1306, [%rd259];
-	bra.uni 	$L__BB11_388;
-$L__BB11_387:
-	ld.u64 	%rd1306, [%rd259];
-$L__BB11_388:
-	mov.u64 	%rd1310, 0;
-	and.b32  	%r153, %r112, %r3;
-	setp.eq.s32 	%p282, %r153, 0;
-	and.b32  	%r583, %r112, %r2;
-	popc.b32 	%r584, %r583;
-	add.s32 	%r154, %r113, %r584;
-	@%p282 bra 	$L__BB11_405;
-	cvt.u64.u32 	%rd944, %r154;
-	mul.lo.s64 	%rd945, %rd944, %rd12;
-	add.s64 	%rd946, %rd193, %rd945;
-	add.s64 	%rd274, %rd13, %rd946;
-	and.b64  	%rd947, %rd274, %rd196;
-	setp.eq.s64 	%p283, %rd947, 0;
-	@%p283 bra 	$L__BB11_398;
-	mov.u64 	%rd1310, 0;
-	setp.eq.s32 	%p284, %r452, 0;
-	@%p284 bra 	$L__BB11_405;
-	cvt.u32.u64 	%r587, %rd196;
-	setp.lt.u32 	%p285, %r587, 3;
-	mov.u64 	%rd1310, 0;
-	mov.u32 	%r1266, 0;
-	@%p285 bra 	$L__BB11_394;
-	mov.u64 	%rd1310, 0;
-	mov.u32 	%r1266, 0;
-	mov.u32 	%r1265, %r94;
-$L__BB11_393:
-	cvt.u64.u32 	%rd952, %r1266;
-	add.s64 	%rd953, %rd274, %rd952;
-	ld.u8 	%rd954, [%rd953];
-	shl.b32 	%r589, %r1266, 3;
-	shl.b64 	%rd955, %rd954, %r589;
-	or.b64  	%rd956, %rd955, %rd1310;
-	ld.u8 	%rd957, [%rd953+1];
-	add.s32 	%r590, %r589, 8;
-	shl.b64 	%rd958, %rd957, %r590;
-	or.b64  	%rd959, %rd958, %rd956;
-	ld.u8 	%rd960, [%rd953+2];
-	add.s32 	%r591, %r589, 16;
-	shl.b64 	%rd961, %rd960, %r591;
-	or.b64  	%rd962, %rd961, %rd959;
-	ld.u8 	%rd963, [%rd953+3];
-	add.s32 	%r592, %r589, 24;
-	shl.b64 	%rd964, %rd963, %r592;
-	or.b64  	%rd1310, %rd964, %rd962;
-	add.s32 	%r1266, %r1266, 4;
-	add.s32 	%r1265, %r1265, -4;
-	setp.ne.s32 	%p286, %r1265, 0;
-	@%p286 bra 	$L__BB11_393;
-$L__BB11_394:
-	setp.eq.s32 	%p287, %r93, 0;
-	@%p287 bra 	$L__BB11_405;
-	setp.eq.s32 	%p288, %r93, 1;
-	cvt.u64.u32 	%rd965, %r1266;
-	add.s64 	%rd279, %rd274, %rd965;
-	ld.u8 	%rd966, [%rd279];
-	shl.b32 	%r593, %r1266, 3;
-	shl.b64 	%rd967, %rd966, %r593;
-	or.b64  	%rd1310, %rd967, %rd1310;
-	@%p288 bra 	$L__BB11_405;
-	setp.eq.s32 	%p289, %r93, 2;
-	ld.u8 	%rd968, [%rd279+1];
-	add.s32 	%r595, %r593, 8;
-	shl.b64 	%rd969, %rd968, %r595;
-	or.b64  	%rd1310, %rd969, %rd1310;
-	@%p289 bra 	$L__BB11_405;
-	ld.u8 	%rd970, [%rd279+2];
-	add.s32 	%r597, %r593, 16;
-	shl.b64 	%rd971, %rd970, %r597;
-	or.b64  	%rd1310, %rd971, %rd1310;
-	bra.uni 	$L__BB11_405;
-$L__BB11_398:
-	setp.eq.s32 	%p290, %r452, 1;
-	@%p290 bra 	$L__BB11_403;
-	setp.eq.s32 	%p291, %r452, 2;
-	@%p291 bra 	$L__BB11_402;
-	setp.ne.s32 	%p292, %r452, 4;
-	@%p292 bra 	$L__BB11_404;
-	ld.u32 	%rd1310, [%rd274];
-	bra.uni 	$L__BB11_405;
-$L__BB11_402:
-	ld.u16 	%rd1310, [%rd274];
-	bra.uni 	$L__BB11_405;
-$L__BB11_403:
-	ld.u8 	%rd1310, [%rd274];
-	bra.uni 	$L__BB11_405;
-$L__BB11_404:
-	ld.u64 	%rd1310, [%rd274];
-$L__BB11_405:
-	and.b32  	%r160, %r114, %r3;
-	setp.eq.s32 	%p293, %r160, 0;
-	and.b32  	%r599, %r114, %r2;
-	popc.b32 	%r600, %r599;
-	add.s32 	%r161, %r115, %r600;
-	mov.u64 	%rd1314, 0;
-	@%p293 bra 	$L__BB11_422;
-	cvt.u64.u32 	%rd973, %r161;
-	mul.lo.s64 	%rd974, %rd973, %rd12;
-	add.s64 	%rd975, %rd193, %rd974;
-	add.s64 	%rd289, %rd13, %rd975;
-	and.b64  	%rd976, %rd289, %rd196;
-	setp.eq.s64 	%p294, %rd976, 0;
-	@%p294 bra 	$L__BB11_415;
-	mov.u64 	%rd1314, 0;
-	setp.eq.s32 	%p295, %r452, 0;
-	@%p295 bra 	$L__BB11_422;
-	cvt.u32.u64 	%r603, %rd196;
-	setp.lt.u32 	%p296, %r603, 3;
-	mov.u64 	%rd1314, 0;
-	mov.u32 	%r1269, 0;
-	@%p296 bra 	$L__BB11_411;
-	mov.u64 	%rd1314, 0;
-	mov.u32 	%r1269, 0;
-	mov.u32 	%r1268, %r94;
-$L__BB11_410:
-	cvt.u64.u32 	%rd981, %r1269;
-	add.s64 	%rd982, %rd289, %rd981;
-	ld.u8 	%rd983, [%rd982];
-	shl.b32 	%r605, %r1269, 3;
-	shl.b64 	%rd984, %rd983, %r605;
-	or.b64  	%rd985, %rd984, %rd1314;
-	ld.u8 	%rd986, [%rd982+1];
-	add.s32 	%r606, %r605, 8;
-	shl.b64 	%rd987, %rd986, %r606;
-	or.b64  	%rd988, %rd987, %rd985;
-	ld.u8 	%rd989, [%rd982+2];
-	add.s32 	%r607, %r605, 16;
-	shl.b64 	%rd990, %rd989, %r607;
-	or.b64  	%rd991, %rd990, %rd988;
-	ld.u8 	%rd992, [%rd982+3];
-	add.s32 	%r608, %r605, 24;
-	shl.b64 	%rd993, %rd992, %r608;
-	or.b64  	%rd1314, %rd993, %rd991;
-	add.s32 	%r1269, %r1269, 4;
-	add.s32 	%r1268, %r1268, -4;
-	setp.ne.s32 	%p297, %r1268, 0;
-	@%p297 bra 	$L__BB11_410;
-$L__BB11_411:
-	setp.eq.s32 	%p298, %r93, 0;
-	@%p298 bra 	$L__BB11_422;
-	setp.eq.s32 	%p299, %r93, 1;
-	cvt.u64.u32 	%rd994, %r1269;
-	add.s64 	%rd294, %rd289, %rd994;
-	ld.u8 	%rd995, [%rd294];
-	shl.b32 	%r609, %r1269, 3;
-	shl.b64 	%rd996, %rd995, %r609;
-	or.b64  	%rd1314, %rd996, %rd1314;
-	@%p299 bra 	$L__BB11_422;
-	setp.eq.s32 	%p300, %r93, 2;
-	ld.u8 	%rd997, [%rd294+1];
-	add.s32 	%r611, %r609, 8;
-	shl.b64 	%rd998, %rd997, %r611;
-	or.b64  	%rd1314, %rd998, %rd1314;
-	@%p300 bra 	$L__BB11_422;
-	ld.u8 	%rd999, [%rd294+2];
-	add.s32 	%r613, %r609, 16;
-	shl.b64 	%rd1000, %rd999, %r613;
-	or.b64  	%rd1314, %rd1000, %rd1314;
-	bra.uni 	$L__BB11_422;
-$L__BB11_415:
-	setp.eq.s32 	%p301, %r452, 1;
-	@%p301 bra 	$L__BB11_420;
-	setp.eq.s32 	%p302, %r452, 2;
-	@%p302 bra 	$L__BB11_419;
-	setp.ne.s32 	%p303, %r452, 4;
-	@%p303 bra 	$L__BB11_421;
-	ld.u32 	%rd1314, [%rd289];
-	bra.uni 	$L__BB11_422;
-$L__BB11_419:
-	ld.u16 	%rd1314, [%rd289];
-	bra.uni 	$L__BB11_422;
-$L__BB11_420:
-	ld.u8 	%rd1314, [%rd289];
-	bra.uni 	$L__BB11_422;
-$L__BB11_421:
-	ld.u64 	%rd1314, [%rd289];
-$L__BB11_422:
-	mov.u64 	%rd1318, 0;
-	and.b32  	%r167, %r116, %r3;
-	setp.eq.s32 	%p304, %r167, 0;
-	and.b32  	%r615, %r116, %r2;
-	popc.b32 	%r616, %r615;
-	add.s32 	%r168, %r117, %r616;
-	@%p304 bra 	$L__BB11_439;
-	cvt.u64.u32 	%rd1002, %r168;
-	mul.lo.s64 	%rd1003, %rd1002, %rd12;
-	add.s64 	%rd1004, %rd193, %rd1003;
-	add.s64 	%rd304, %rd13, %rd1004;
-	and.b64  	%rd1005, %rd304, %rd196;
-	setp.eq.s64 	%p305, %rd1005, 0;
-	@%p305 bra 	$L__BB11_432;
-	mov.u64 	%rd1318, 0;
-	setp.eq.s32 	%p306, %r452, 0;
-	@%p306 bra 	$L__BB11_439;
-	cvt.u32.u64 	%r619, %rd196;
-	setp.lt.u32 	%p307, %r619, 3;
-	mov.u64 	%rd1318, 0;
-	mov.u32 	%r1272, 0;
-	@%p307 bra 	$L__BB11_428;
-	mov.u64 	%rd1318, 0;
-	mov.u32 	%r1272, 0;
-	mov.u32 	%r1271, %r94;
-$L__BB11_427:
-	cvt.u64.u32 	%rd1010, %r1272;
-	add.s64 	%rd1011, %rd304, %rd1010;
-	ld.u8 	%rd1012, [%rd1011];
-	shl.b32 	%r621, %r1272, 3;
-	shl.b64 	%rd1013, %rd1012, %r621;
-	or.b64  	%rd1014, %rd1013, %rd1318;
-	ld.u8 	%rd1015, [%rd1011+1];
-	add.s32 	%r622, %r621, 8;
-	shl.b64 	%rd1016, %rd1015, %r622;
-	or.b64  	%rd1017, %rd1016, %rd1014;
-	ld.u8 	%rd1018, [%rd1011+2];
-	add.s32 	%r623, %r621, 16;
-	shl.b64 	%rd1019, %rd1018, %r623;
-	or.b64  	%rd1020, %rd1019, %rd1017;
-	ld.u8 	%rd1021, [%rd1011+3];
-	add.s32 	%r624, %r621, 24;
-	shl.b64 	%rd1022, %rd1021, %r624;
-	or.b64  	%rd1318, %rd1022, %rd1020;
-	add.s32 	%r1272, %r1272, 4;
-	add.s32 	%r1271, %r1271, -4;
-	setp.ne.s32 	%p308, %r1271, 0;
-	@%p308 bra 	$L__BB11_427;
-$L__BB11_428:
-	setp.eq.s32 	%p309, %r93, 0;
-	@%p309 bra 	$L__BB11_439;
-	setp.eq.s32 	%p310, %r93, 1;
-	cvt.u64.u32 	%rd1023, %r1272;
-	add.s64 	%rd309, %rd304, %rd1023;
-	ld.u8 	%rd1024, [%rd309];
-	shl.b32 	%r625, %r1272, 3;
-	shl.b64 	%rd1025, %rd1024, %r625;
-	or.b64  	%rd1318, %rd1025, %rd1318;
-	@%p310 bra 	$L__BB11_439;
-	setp.eq.s32 	%p311, %r93, 2;
-	ld.u8 	%rd1026, [%rd309+1];
-	add.s32 	%r627, %r625, 8;
-	shl.b64 	%rd1027, %rd1026, %r627;
-	or.b64  	%rd1318, %rd1027, %rd1318;
-	@%p311 bra 	$L__BB11_439;
-	ld.u8 	%rd1028, [%rd309+2];
-	add.s32 	%r629, %r625, 16;
-	shl.b64 	%rd1029, %rd1028, %r629;
-	or.b64  	%rd1318, %rd1029, %rd1318;
-	bra.uni 	$L__BB11_439;
-$L__BB11_432:
-	setp.eq.s32 	%p312, %r452, 1;
-	@%p312 bra 	$L__BB11_437;
-	setp.eq.s32 	%p313, %r452, 2;
-	@%p313 bra 	$L__BB11_436;
-	setp.ne.s32 	%p314, %r452, 4;
-	@%p314 bra 	$L__BB11_438;
-	ld.u32 	%rd1318, [%rd304];
-	bra.uni 	$L__BB11_439;
-$L__BB11_436:
-	ld.u16 	%rd1318, [%rd304];
-	bra.uni 	$L__BB11_439;
-$L__BB11_437:
-	ld.u8 	%rd1318, [%rd304];
-	bra.uni 	$L__BB11_439;
-$L__BB11_438:
-	ld.u64 	%rd1318, [%rd304];
-$L__BB11_439:
-	cvt.u64.u32 	%rd1030, %r1248;
-	add.s64 	%rd319, %rd1286, %rd1030;
-	@%p227 bra 	$L__BB11_456;
-	shl.b64 	%rd1031, %rd319, 5;
-	or.b64  	%rd1032, %rd1031, %rd7;
-	mul.lo.s64 	%rd1033, %rd1032, %rd12;
-	add.s64 	%rd320, %rd18, %rd1033;
-	and.b64  	%rd1034, %rd320, %rd196;
-	setp.eq.s64 	%p316, %rd1034, 0;
-	@%p316 bra 	$L__BB11_449;
-	setp.eq.s32 	%p317, %r452, 0;
-	@%p317 bra 	$L__BB11_456;
-	cvt.u32.u64 	%r633, %rd196;
-	setp.lt.u32 	%p318, %r633, 3;
-	mov.u32 	%r1275, 0;
-	@%p318 bra 	$L__BB11_445;
-	mov.u32 	%r1275, 0;
-	mov.u32 	%r1274, %r94;
-$L__BB11_444:
-	shl.b32 	%r635, %r1275, 3;
-	shr.u64 	%rd1035, %rd1290, %r635;
-	cvt.u64.u32 	%rd1036, %r1275;
-	add.s64 	%rd1037, %rd320, %rd1036;
-	st.u8 	[%rd1037], %rd1035;
-	add.s32 	%r636, %r635, 8;
-	shr.u64 	%rd1038, %rd1290, %r636;
-	st.u8 	[%rd1037+1], %rd1038;
-	add.s32 	%r637, %r635, 16;
-	shr.u64 	%rd1039, %rd1290, %r637;
-	st.u8 	[%rd1037+2], %rd1039;
-	add.s32 	%r638, %r635, 24;
-	shr.u64 	%rd1040, %rd1290, %r638;
-	st.u8 	[%rd1037+3], %rd1040;
-	add.s32 	%r1275, %r1275, 4;
-	add.s32 	%r1274, %r1274, -4;
-	setp.ne.s32 	%p319, %r1274, 0;
-	@%p319 bra 	$L__BB11_444;
-$L__BB11_445:
-	setp.eq.s32 	%p320, %r93, 0;
-	@%p320 bra 	$L__BB11_456;
-	setp.eq.s32 	%p321, %r93, 1;
-	shl.b32 	%r639, %r1275, 3;
-	shr.u64 	%rd1041, %rd1290, %r639;
-	cvt.u64.u32 	%rd1042, %r1275;
-	add.s64 	%rd321, %rd320, %rd1042;
-	st.u8 	[%rd321], %rd1041;
-	@%p321 bra 	$L__BB11_456;
-	shl.b32 	%r1193, %r1275, 3;
-	setp.eq.s32 	%p322, %r93, 2;
-	add.s32 	%r641, %r1193, 8;
-	shr.u64 	%rd1043, %rd1290, %r641;
-	st.u8 	[%rd321+1], %rd1043;
-	@%p322 bra 	$L__BB11_456;
-	shl.b32 	%r1194, %r1275, 3;
-	add.s32 	%r643, %r1194, 16;
-	shr.u64 	%rd1044, %rd1290, %r643;
-	st.u8 	[%rd321+2], %rd1044;
-	bra.uni 	$L__BB11_456;
-$L__BB11_449:
-	setp.eq.s32 	%p323, %r452, 1;
-	@%p323 bra 	$L__BB11_454;
-	setp.eq.s32 	%p324, %r452, 2;
-	@%p324 bra 	$L__BB11_453;
-	setp.ne.s32 	%p325, %r452, 4;
-	@%p325 bra 	$L__BB11_455;
-	st.u32 	[%rd320], %rd1290;
-	bra.uni 	$L__BB11_456;
-$L__BB11_453:
-	st.u16 	[%rd320], %rd1290;
-	bra.uni 	$L__BB11_456;
-$L__BB11_454:
-	st.u8 	[%rd320], %rd1290;
-	bra.uni 	$L__BB11_456;
-$L__BB11_455:
-	st.u64 	[%rd320], %rd1290;
-$L__BB11_456:
-	@%p238 bra 	$L__BB11_473;
-	shl.b64 	%rd1045, %rd319, 5;
-	or.b64  	%rd1046, %rd7, %rd1045;
-	add.s64 	%rd1047, %rd1046, 32;
-	mul.lo.s64 	%rd1048, %rd1047, %rd12;
-	add.s64 	%rd323, %rd18, %rd1048;
-	and.b64  	%rd1049, %rd323, %rd196;
-	setp.eq.s64 	%p327, %rd1049, 0;
-	@%p327 bra 	$L__BB11_466;
-	setp.eq.s32 	%p328, %r452, 0;
-	@%p328 bra 	$L__BB11_473;
-	cvt.u32.u64 	%r647, %rd196;
-	setp.lt.u32 	%p329, %r647, 3;
-	mov.u32 	%r1278, 0;
-	@%p329 bra 	$L__BB11_462;
-	mov.u32 	%r1278, 0;
-	mov.u32 	%r1277, %r94;
-$L__BB11_461:
-	shl.b32 	%r649, %r1278, 3;
-	shr.u64 	%rd1050, %rd1294, %r649;
-	cvt.u64.u32 	%rd1051, %r1278;
-	add.s64 	%rd1052, %rd323, %rd1051;
-	st.u8 	[%rd1052], %rd1050;
-	add.s32 	%r650, %r649, 8;
-	shr.u64 	%rd1053, %rd1294, %r650;
-	st.u8 	[%rd1052+1], %rd1053;
-	add.s32 	%r651, %r649, 16;
-	shr.u64 	%rd1054, %rd1294, %r651;
-	st.u8 	[%rd1052+2], %rd1054;
-	add.s32 	%r652, %r649, 24;
-	shr.u64 	%rd1055, %rd1294, %r652;
-	st.u8 	[%rd1052+3], %rd1055;
-	add.s32 	%r1278, %r1278, 4;
-	add.s32 	%r1277, %r1277, -4;
-	setp.ne.s32 	%p330, %r1277, 0;
-	@%p330 bra 	$L__BB11_461;
-$L__BB11_462:
-	setp.eq.s32 	%p331, %r93, 0;
-	@%p331 bra 	$L__BB11_473;
-	setp.eq.s32 	%p332, %r93, 1;
-	shl.b32 	%r653, %r1278, 3;
-	shr.u64 	%rd1056, %rd1294, %r653;
-	cvt.u64.u32 	%rd1057, %r1278;
-	add.s64 	%rd324, %rd323, %rd1057;
-	st.u8 	[%rd324], %rd1056;
-	@%p332 bra 	$L__BB11_473;
-	shl.b32 	%r1195, %r1278, 3;
-	setp.eq.s32 	%p333, %r93, 2;
-	add.s32 	%r655, %r1195, 8;
-	shr.u64 	%rd1058, %rd1294, %r655;
-	st.u8 	[%rd324+1], %rd1058;
-	@%p333 bra 	$L__BB11_473;
-	shl.b32 	%r1196, %r1278, 3;
-	add.s32 	%r657, %r1196, 16;
-	shr.u64 	%rd1059, %rd1294, %r657;
-	st.u8 	[%rd324+2], %rd1059;
-	bra.uni 	$L__BB11_473;
-$L__BB11_466:
-	setp.eq.s32 	%p334, %r452, 1;
-	@%p334 bra 	$L__BB11_471;
-	setp.eq.s32 	%p335, %r452, 2;
-	@%p335 bra 	$L__BB11_470;
-	setp.ne.s32 	%p336, %r452, 4;
-	@%p336 bra 	$L__BB11_472;
-	st.u32 	[%rd323], %rd1294;
-	bra.uni 	$L__BB11_473;
-$L__BB11_470:
-	st.u16 	[%rd323], %rd1294;
-	bra.uni 	$L__BB11_473;
-$L__BB11_471:
-	st.u8 	[%rd323], %rd1294;
-	bra.uni 	$L__BB11_473;
-$L__BB11_472:
-	st.u64 	[%rd323], %rd1294;
-$L__BB11_473:
-	@%p249 bra 	$L__BB11_490;
-	shl.b64 	%rd1060, %rd319, 5;
-	or.b64  	%rd1061, %rd7, %rd1060;
-	add.s64 	%rd1062, %rd1061, 64;
-	mul.lo.s64 	%rd1063, %rd1062, %rd12;
-	add.s64 	%rd326, %rd18, %rd1063;
-	and.b64  	%rd1064, %rd326, %rd196;
-	setp.eq.s64 	%p338, %rd1064, 0;
-	@%p338 bra 	$L__BB11_483;
-	setp.eq.s32 	%p339, %r452, 0;
-	@%p339 bra 	$L__BB11_490;
-	cvt.u32.u64 	%r661, %rd196;
-	setp.lt.u32 	%p340, %r661, 3;
-	mov.u32 	%r1281, 0;
-	@%p340 bra 	$L__BB11_479;
-	mov.u32 	%r1281, 0;
-	mov.u32 	%r1280, %r94;
-$L__BB11_478:
-	shl.b32 	%r663, %r1281, 3;
-	shr.u64 	%rd1065, %rd1298, %r663;
-	cvt.u64.u32 	%rd1066, %r1281;
-	add.s64 	%rd1067, %rd326, %rd1066;
-	st.u8 	[%rd1067], %rd1065;
-	add.s32 	%r664, %r663, 8;
-	shr.u64 	%rd1068, %rd1298, %r664;
-	st.u8 	[%rd1067+1], %rd1068;
-	add.s32 	%r665, %r663, 16;
-	shr.u64 	%rd1069, %rd1298, %r665;
-	st.u8 	[%rd1067+2], %rd1069;
-	add.s32 	%r666, %r663, 24;
-	shr.u64 	%rd1070, %rd1298, %r666;
-	st.u8 	[%rd1067+3], %rd1070;
-	add.s32 	%r1281, %r1281, 4;
-	add.s32 	%r1280, %r1280, -4;
-	setp.ne.s32 	%p341, %r1280, 0;
-	@%p341 bra 	$L__BB11_478;
-$L__BB11_479:
-	setp.eq.s32 	%p342, %r93, 0;
-	@%p342 bra 	$L__BB11_490;
-	setp.eq.s32 	%p343, %r93, 1;
-	shl.b32 	%r667, %r1281, 3;
-	shr.u64 	%rd1071, %rd1298, %r667;
-	cvt.u64.u32 	%rd1072, %r1281;
-	add.s64 	%rd327, %rd326, %rd1072;
-	st.u8 	[%rd327], %rd1071;
-	@%p343 bra 	$L__BB11_490;
-	setp.eq.s32 	%p344, %r93, 2;
-	add.s32 	%r669, %r667, 8;
-	shr.u64 	%rd1073, %rd1298, %r669;
-	st.u8 	[%rd327+1], %rd1073;
-	@%p344 bra 	$L__BB11_490;
-	add.s32 	%r671, %r667, 16;
-	shr.u64 	%rd1074, %rd1298, %r671;
-	st.u8 	[%rd327+2], %rd1074;
-	bra.uni 	$L__BB11_490;
-$L__BB11_483:
-	setp.eq.s32 	%p345, %r452, 1;
-	@%p345 bra 	$L__BB11_488;
-	setp.eq.s32 	%p346, %r452, 2;
-	@%p346 bra 	$L__BB11_487;
-	setp.ne.s32 	%p347, %r452, 4;
-	@%p347 bra 	$L__BB11_489;
-	st.u32 	[%rd326], %rd1298;
-	bra.uni 	$L__BB11_490;
-$L__BB11_487:
-	st.u16 	[%rd326], %rd1298;
-	bra.uni 	$L__BB11_490;
-$L__BB11_488:
-	st.u8 	[%rd326], %rd1298;
-	bra.uni 	$L__BB11_490;
-$L__BB11_489:
-	st.u64 	[%rd326], %rd1298;
-$L__BB11_490:
-	@%p260 bra 	$L__BB11_507;
-	shl.b64 	%rd1075, %rd319, 5;
-	cvt.u64.u32 	%rd1076, %r217;
-	or.b64  	%rd1077, %rd1076, %rd1075;
-	add.s64 	%rd1078, %rd1077, 96;
-	mul.lo.s64 	%rd1079, %rd1078, %rd12;
-	add.s64 	%rd329, %rd18, %rd1079;
-	and.b64  	%rd1080, %rd329, %rd196;
-	setp.eq.s64 	%p349, %rd1080, 0;
-	@%p349 bra 	$L__BB11_500;
-	setp.eq.s32 	%p350, %r452, 0;
-	@%p350 bra 	$L__BB11_507;
-	cvt.u32.u64 	%r677, %rd196;
-	setp.lt.u32 	%p351, %r677, 3;
-	mov.u32 	%r1284, 0;
-	@%p351 bra 	$L__BB11_496;
-	mov.u32 	%r1284, 0;
-	mov.u32 	%r1283, %r94;
-$L__BB11_495:
-	shl.b32 	%r679, %r1284, 3;
-	shr.u64 	%rd1081, %rd1302, %r679;
-	cvt.u64.u32 	%rd1082, %r1284;
-	add.s64 	%rd1083, %rd329, %rd1082;
-	st.u8 	[%rd1083], %rd1081;
-	add.s32 	%r680, %r679, 8;
-	shr.u64 	%rd1084, %rd1302, %r680;
-	st.u8 	[%rd1083+1], %rd1084;
-	add.s32 	%r681, %r679, 16;
-	shr.u64 	%rd1085, %rd1302, %r681;
-	st.u8 	[%rd1083+2], %rd1085;
-	add.s32 	%r682, %r679, 24;
-	shr.u64 	%rd1086, %rd1302, %r682;
-	st.u8 	[%rd1083+3], %rd1086;
-	add.s32 	%r1284, %r1284, 4;
-	add.s32 	%r1283, %r1283, -4;
-	setp.ne.s32 	%p352, %r1283, 0;
-	@%p352 bra 	$L__BB11_495;
-$L__BB11_496:
-	setp.eq.s32 	%p353, %r93, 0;
-	@%p353 bra 	$L__BB11_507;
-	setp.eq.s32 	%p354, %r93, 1;
-	shl.b32 	%r683, %r1284, 3;
-	shr.u64 	%rd1087, %rd1302, %r683;
-	cvt.u64.u32 	%rd1088, %r1284;
-	add.s64 	%rd330, %rd329, %rd1088;
-	st.u8 	[%rd330], %rd1087;
-	@%p354 bra 	$L__BB11_507;
-	setp.eq.s32 	%p355, %r93, 2;
-	add.s32 	%r685, %r683, 8;
-	shr.u64 	%rd1089, %rd1302, %r685;
-	st.u8 	[%rd330+1], %rd1089;
-	@%p355 bra 	$L__BB11_507;
-	add.s32 	%r687, %r683, 16;
-	shr.u64 	%rd1090, %rd1302, %r687;
-	st.u8 	[%rd330+2], %rd1090;
-	bra.uni 	$L__BB11_507;
-$L__BB11_500:
-	setp.eq.s32 	%p356, %r452, 1;
-	@%p356 bra 	$L__BB11_505;
-	setp.eq.s32 	%p357, %r452, 2;
-	@%p357 bra 	$L__BB11_504;
-	setp.ne.s32 	%p358, %r452, 4;
-	@%p358 bra 	$L__BB11_506;
-	st.u32 	[%rd329], %rd1302;
-	bra.uni 	$L__BB11_507;
-$L__BB11_504:
-	st.u16 	[%rd329], %rd1302;
-	bra.uni 	$L__BB11_507;
-$L__BB11_505:
-	st.u8 	[%rd329], %rd1302;
-	bra.uni 	$L__BB11_507;
-$L__BB11_506:
-	st.u64 	[%rd329], %rd1302;
-$L__BB11_507:
-	@%p271 bra 	$L__BB11_524;
-	shl.b64 	%rd1091, %rd319, 5;
-	or.b64  	%rd1092, %rd7, %rd1091;
-	add.s64 	%rd1093, %rd1092, 128;
-	mul.lo.s64 	%rd1094, %rd1093, %rd12;
-	add.s64 	%rd332, %rd18, %rd1094;
-	and.b64  	%rd1095, %rd332, %rd196;
-	setp.eq.s64 	%p360, %rd1095, 0;
-	@%p360 bra 	$L__BB11_517;
-	setp.eq.s32 	%p361, %r452, 0;
-	@%p361 bra 	$L__BB11_524;
-	cvt.u32.u64 	%r691, %rd196;
-	setp.lt.u32 	%p362, %r691, 3;
-	mov.u32 	%r1287, 0;
-	@%p362 bra 	$L__BB11_513;
-	mov.u32 	%r1287, 0;
-	mov.u32 	%r1286, %r94;
-$L__BB11_512:
-	shl.b32 	%r693, %r1287, 3;
-	shr.u64 	%rd1096, %rd1306, %r693;
-	cvt.u64.u32 	%rd1097, %r1287;
-	add.s64 	%rd1098, %rd332, %rd1097;
-	st.u8 	[%rd1098], %rd1096;
-	add.s32 	%r694, %r693, 8;
-	shr.u64 	%rd1099, %rd1306, %r694;
-	st.u8 	[%rd1098+1], %rd1099;
-	add.s32 	%r695, %r693, 16;
-	shr.u64 	%rd1100, %rd1306, %r695;
-	st.u8 	[%rd1098+2], %rd1100;
-	add.s32 	%r696, %r693, 24;
-	shr.u64 	%rd1101, %rd1306, %r696;
-	st.u8 	[%rd1098+3], %rd1101;
-	add.s32 	%r1287, %r1287, 4;
-	add.s32 	%r1286, %r1286, -4;
-	setp.ne.s32 	%p363, %r1286, 0;
-	@%p363 bra 	$L__BB11_512;
-$L__BB11_513:
-	setp.eq.s32 	%p364, %r93, 0;
-	@%p364 bra 	$L__BB11_524;
-	setp.eq.s32 	%p365, %r93, 1;
-	shl.b32 	%r697, %r1287, 3;
-	shr.u64 	%rd1102, %rd1306, %r697;
-	cvt.u64.u32 	%rd1103, %r1287;
-	add.s64 	%rd333, %rd332, %rd1103;
-	st.u8 	[%rd333], %rd1102;
-	@%p365 bra 	$L__BB11_524;
-	setp.eq.s32 	%p366, %r93, 2;
-	add.s32 	%r699, %r697, 8;
-	shr.u64 	%rd1104, %rd1306, %r699;
-	st.u8 	[%rd333+1], %rd1104;
-	@%p366 bra 	$L__BB11_524;
-	add.s32 	%r701, %r697, 16;
-	shr.u64 	%rd1105, %rd1306, %r701;
-	st.u8 	[%rd333+2], %rd1105;
-	bra.uni 	$L__BB11_524;
-$L__BB11_517:
-	setp.eq.s32 	%p367, %r452, 1;
-	@%p367 bra 	$L__BB11_522;
-	setp.eq.s32 	%p368, %r452, 2;
-	@%p368 bra 	$L__BB11_521;
-	setp.ne.s32 	%p369, %r452, 4;
-	@%p369 bra 	$L__BB11_523;
-	st.u32 	[%rd332], %rd1306;
-	bra.uni 	$L__BB11_524;
-$L__BB11_521:
-	st.u16 	[%rd332], %rd1306;
-	bra.uni 	$L__BB11_524;
-$L__BB11_522:
-	st.u8 	[%rd332], %rd1306;
-	bra.uni 	$L__BB11_524;
-$L__BB11_523:
-	st.u64 	[%rd332], %rd1306;
-$L__BB11_524:
-	@%p282 bra 	$L__BB11_541;
-	shl.b64 	%rd1106, %rd319, 5;
-	or.b64  	%rd1107, %rd1106, %rd7;
-	add.s64 	%rd1108, %rd1107, 160;
-	mul.lo.s64 	%rd1109, %rd1108, %rd12;
-	add.s64 	%rd335, %rd18, %rd1109;
-	and.b64  	%rd1110, %rd335, %rd196;
-	setp.eq.s64 	%p371, %rd1110, 0;
-	@%p371 bra 	$L__BB11_534;
-	setp.eq.s32 	%p372, %r452, 0;
-	@%p372 bra 	$L__BB11_541;
-	cvt.u32.u64 	%r705, %rd196;
-	setp.lt.u32 	%p373, %r705, 3;
-	mov.u32 	%r1290, 0;
-	@%p373 bra 	$L__BB11_530;
-	mov.u32 	%r1290, 0;
-	mov.u32 	%r1289, %r94;
-$L__BB11_529:
-	shl.b32 	%r707, %r1290, 3;
-	shr.u64 	%rd1111, %rd1310, %r707;
-	cvt.u64.u32 	%rd1112, %r1290;
-	add.s64 	%rd1113, %rd335, %rd1112;
-	st.u8 	[%rd1113], %rd1111;
-	add.s32 	%r708, %r707, 8;
-	shr.u64 	%rd1114, %rd1310, %r708;
-	st.u8 	[%rd1113+1], %rd1114;
-	add.s32 	%r709, %r707, 16;
-	shr.u64 	%rd1115, %rd1310, %r709;
-	st.u8 	[%rd1113+2], %rd1115;
-	add.s32 	%r710, %r707, 24;
-	shr.u64 	%rd1116, %rd1310, %r710;
-	st.u8 	[%rd1113+3], %rd1116;
-	add.s32 	%r1290, %r1290, 4;
-	add.s32 	%r1289, %r1289, -4;
-	setp.ne.s32 	%p374, %r1289, 0;
-	@%p374 bra 	$L__BB11_529;
-$L__BB11_530:
-	setp.eq.s32 	%p375, %r93, 0;
-	@%p375 bra 	$L__BB11_541;
-	setp.eq.s32 	%p376, %r93, 1;
-	shl.b32 	%r711, %r1290, 3;
-	shr.u64 	%rd1117, %rd1310, %r711;
-	cvt.u64.u32 	%rd1118, %r1290;
-	add.s64 	%rd336, %rd335, %rd1118;
-	st.u8 	[%rd336], %rd1117;
-	@%p376 bra 	$L__BB11_541;
-	setp.eq.s32 	%p377, %r93, 2;
-	add.s32 	%r713, %r711, 8;
-	shr.u64 	%rd1119, %rd1310, %r713;
-	st.u8 	[%rd336+1], %rd1119;
-	@%p377 bra 	$L__BB11_541;
-	add.s32 	%r715, %r711, 16;
-	shr.u64 	%rd1120, %rd1310, %r715;
-	st.u8 	[%rd336+2], %rd1120;
-	bra.uni 	$L__BB11_541;
-$L__BB11_534:
-	setp.eq.s32 	%p378, %r452, 1;
-	@%p378 bra 	$L__BB11_539;
-	setp.eq.s32 	%p379, %r452, 2;
-	@%p379 bra 	$L__BB11_538;
-	setp.ne.s32 	%p380, %r452, 4;
-	@%p380 bra 	$L__BB11_540;
-	st.u32 	[%rd335], %rd1310;
-	bra.uni 	$L__BB11_541;
-$L__BB11_538:
-	st.u16 	[%rd335], %rd1310;
-	bra.uni 	$L__BB11_541;
-$L__BB11_539:
-	st.u8 	[%rd335], %rd1310;
-	bra.uni 	$L__BB11_541;
-$L__BB11_540:
-	st.u64 	[%rd335], %rd1310;
-$L__BB11_541:
-	@%p293 bra 	$L__BB11_558;
-	shl.b64 	%rd1121, %rd319, 5;
-	or.b64  	%rd1122, %rd1121, %rd7;
-	add.s64 	%rd1123, %rd1122, 192;
-	mul.lo.s64 	%rd1124, %rd1123, %rd12;
-	add.s64 	%rd338, %rd18, %rd1124;
-	and.b64  	%rd1125, %rd338, %rd196;
-	setp.eq.s64 	%p382, %rd1125, 0;
-	@%p382 bra 	$L__BB11_551;
-	setp.eq.s32 	%p383, %r452, 0;
-	@%p383 bra 	$L__BB11_558;
-	cvt.u32.u64 	%r719, %rd196;
-	setp.lt.u32 	%p384, %r719, 3;
-	mov.u32 	%r1293, 0;
-	@%p384 bra 	$L__BB11_547;
-	mov.u32 	%r1293, 0;
-	mov.u32 	%r1292, %r94;
-$L__BB11_546:
-	shl.b32 	%r721, %r1293, 3;
-	shr.u64 	%rd1126, %rd1314, %r721;
-	cvt.u64.u32 	%rd1127, %r1293;
-	add.s64 	%rd1128, %rd338, %rd1127;
-	st.u8 	[%rd1128], %rd1126;
-	add.s32 	%r722, %r721, 8;
-	shr.u64 	%rd1129, %rd1314, %r722;
-	st.u8 	[%rd1128+1], %rd1129;
-	add.s32 	%r723, %r721, 16;
-	shr.u64 	%rd1130, %rd1314, %r723;
-	st.u8 	[%rd1128+2], %rd1130;
-	add.s32 	%r724, %r721, 24;
-	shr.u64 	%rd1131, %rd1314, %r724;
-	st.u8 	[%rd1128+3], %rd1131;
-	add.s32 	%r1293, %r1293, 4;
-	add.s32 	%r1292, %r1292, -4;
-	setp.ne.s32 	%p385, %r1292, 0;
-	@%p385 bra 	$L__BB11_546;
-$L__BB11_547:
-	setp.eq.s32 	%p386, %r93, 0;
-	@%p386 bra 	$L__BB11_558;
-	setp.eq.s32 	%p387, %r93, 1;
-	shl.b32 	%r725, %r1293, 3;
-	shr.u64 	%rd1132, %rd1314, %r725;
-	cvt.u64.u32 	%rd1133, %r1293;
-	add.s64 	%rd339, %rd338, %rd1133;
-	st.u8 	[%rd339], %rd1132;
-	@%p387 bra 	$L__BB11_558;
-	setp.eq.s32 	%p388, %r93, 2;
-	add.s32 	%r727, %r725, 8;
-	shr.u64 	%rd1134, %rd1314, %r727;
-	st.u8 	[%rd339+1], %rd1134;
-	@%p388 bra 	$L__BB11_558;
-	add.s32 	%r729, %r725, 16;
-	shr.u64 	%rd1135, %rd1314, %r729;
-	st.u8 	[%rd339+2], %rd1135;
-	bra.uni 	$L__BB11_558;
-$L__BB11_551:
-	setp.eq.s32 	%p389, %r452, 1;
-	@%p389 bra 	$L__BB11_556;
-	setp.eq.s32 	%p390, %r452, 2;
-	@%p390 bra 	$L__BB11_555;
-	setp.ne.s32 	%p391, %r452, 4;
-	@%p391 bra 	$L__BB11_557;
-	st.u32 	[%rd338], %rd1314;
-	bra.uni 	$L__BB11_558;
-$L__BB11_555:
-	st.u16 	[%rd338], %rd1314;
-	bra.uni 	$L__BB11_558;
-$L__BB11_556:
-	st.u8 	[%rd338], %rd1314;
-	bra.uni 	$L__BB11_558;
-$L__BB11_557:
-	st.u64 	[%rd338], %rd1314;
-$L__BB11_558:
-	@%p304 bra 	$L__BB11_575;
-	shl.b64 	%rd1136, %rd319, 5;
-	cvt.u64.u32 	%rd1137, %r217;
-	or.b64  	%rd1138, %rd1137, %rd1136;
-	add.s64 	%rd1139, %rd1138, 224;
-	mul.lo.s64 	%rd1140, %rd1139, %rd12;
-	add.s64 	%rd341, %rd18, %rd1140;
-	and.b64  	%rd1141, %rd341, %rd196;
-	setp.eq.s64 	%p393, %rd1141, 0;
-	@%p393 bra 	$L__BB11_568;
-	setp.eq.s32 	%p394, %r452, 0;
-	@%p394 bra 	$L__BB11_575;
-	cvt.u32.u64 	%r735, %rd196;
-	setp.lt.u32 	%p395, %r735, 3;
-	mov.u32 	%r1296, 0;
-	@%p395 bra 	$L__BB11_564;
-	mov.u32 	%r1296, 0;
-	mov.u32 	%r1295, %r94;
-$L__BB11_563:
-	shl.b32 	%r737, %r1296, 3;
-	shr.u64 	%rd1142, %rd1318, %r737;
-	cvt.u64.u32 	%rd1143, %r1296;
-	add.s64 	%rd1144, %rd341, %rd1143;
-	st.u8 	[%rd1144], %rd1142;
-	add.s32 	%r738, %r737, 8;
-	shr.u64 	%rd1145, %rd1318, %r738;
-	st.u8 	[%rd1144+1], %rd1145;
-	add.s32 	%r739, %r737, 16;
-	shr.u64 	%rd1146, %rd1318, %r739;
-	st.u8 	[%rd1144+2], %rd1146;
-	add.s32 	%r740, %r737, 24;
-	shr.u64 	%rd1147, %rd1318, %r740;
-	st.u8 	[%rd1144+3], %rd1147;
-	add.s32 	%r1296, %r1296, 4;
-	add.s32 	%r1295, %r1295, -4;
-	setp.ne.s32 	%p396, %r1295, 0;
-	@%p396 bra 	$L__BB11_563;
-$L__BB11_564:
-	setp.eq.s32 	%p397, %r93, 0;
-	@%p397 bra 	$L__BB11_575;
-	setp.eq.s32 	%p398, %r93, 1;
-	shl.b32 	%r741, %r1296, 3;
-	shr.u64 	%rd1148, %rd1318, %r741;
-	cvt.u64.u32 	%rd1149, %r1296;
-	add.s64 	%rd342, %rd341, %rd1149;
-	st.u8 	[%rd342], %rd1148;
-	@%p398 bra 	$L__BB11_575;
-	setp.eq.s32 	%p399, %r93, 2;
-	add.s32 	%r743, %r741, 8;
-	shr.u64 	%rd1150, %rd1318, %r743;
-	st.u8 	[%rd342+1], %rd1150;
-	@%p399 bra 	$L__BB11_575;
-	add.s32 	%r745, %r741, 16;
-	shr.u64 	%rd1151, %rd1318, %r745;
-	st.u8 	[%rd342+2], %rd1151;
-	bra.uni 	$L__BB11_575;
-$L__BB11_568:
-	setp.eq.s32 	%p400, %r452, 1;
-	@%p400 bra 	$L__BB11_573;
-	setp.eq.s32 	%p401, %r452, 2;
-	@%p401 bra 	$L__BB11_572;
-	setp.ne.s32 	%p402, %r452, 4;
-	@%p402 bra 	$L__BB11_574;
-	st.u32 	[%rd341], %rd1318;
-	bra.uni 	$L__BB11_575;
-$L__BB11_572:
-	st.u16 	[%rd341], %rd1318;
-	bra.uni 	$L__BB11_575;
-$L__BB11_573:
-	st.u8 	[%rd341], %rd1318;
-	bra.uni 	$L__BB11_575;
-$L__BB11_574:
-	st.u64 	[%rd341], %rd1318;
-$L__BB11_575:
-	add.s32 	%r1248, %r1248, 8;
-	setp.lt.u32 	%p403, %r1248, 32;
-	@%p403 bra 	$L__BB11_302;
-	add.s64 	%rd1232, %rd16, 31;
-	shr.u64 	%rd1231, %rd1232, 5;
-	add.s64 	%rd1286, %rd1286, 32;
-	setp.lt.u64 	%p404, %rd1286, %rd1231;
-	@%p404 bra 	$L__BB11_299;
-	bra.uni 	$L__BB11_618;
+	ld.param.u64 	%rd593, [%rd588+24];
+	cvta.to.global.u64 	%rd594, %rd593;
+	add.s64 	%rd595, %rd1978, %rd3;
+	shr.u64 	%rd596, %rd595, 6;
+	and.b64  	%rd597, %rd596, 288230376151711740;
+	add.s64 	%rd598, %rd594, %rd597;
+	ld.param.u64 	%rd599, [%rd588+8];
+	cvta.to.global.u64 	%rd600, %rd599;
+	ld.global.u32 	%r1103, [%rd598];
+	cvt.u64.u32 	%rd7, %r1103;
+	mul.wide.u32 	%rd601, %r1103, 64;
+	add.s64 	%rd602, %rd600, %rd601;
+	ld.global.v2.u32 	{%r1104, %r1105}, [%rd602+16];
+	ld.global.u64 	%rd603, [%rd602+8];
+	shl.b64 	%rd604, %rd603, 8;
+	sub.s64 	%rd605, %rd595, %rd604;
+	and.b64  	%rd606, %rd605, -256;
+	and.b64  	%rd607, %rd595, 255;
+	or.b64  	%rd8, %rd606, %rd607;
+	cvt.u64.u32 	%rd608, %r1104;
+	setp.ge.u64 	%p4, %rd8, %rd608;
+	ld.global.u64 	%rd609, [%rd602+24];
+	setp.ne.s64 	%p5, %rd609, -1;
+	or.pred  	%p6, %p5, %p4;
+	mov.u16 	%rs108, 0;
+	@%p6 bra 	$L__BB11_490;
+	mov.u16 	%rs108, 0;
+	ld.param.u64 	%rd611, [%rd588];
+	cvta.to.global.u64 	%rd612, %rd611;
+	mul.lo.s64 	%rd613, %rd7, 40;
+	add.s64 	%rd9, %rd612, %rd613;
+	ld.global.v2.u32 	{%r1106, %r1107}, [%rd9+32];
+	ld.global.u64 	%rd10, [%rd9];
+	shl.b64 	%rd614, %rd8, 4;
+	add.s64 	%rd615, %rd10, %rd614;
+	add.s64 	%rd11, %rd615, 40;
+	ld.u32 	%rd12, [%rd615+40];
+	ld.u8 	%rs1, [%rd615+44];
+	setp.eq.s16 	%p7, %rs1, 0;
+	@%p7 bra 	$L__BB11_490;
+	ld.global.u64 	%rd13, [%rd9+8];
+	mov.u64 	%rd1981, 0;
+	cvt.u64.u32 	%rd618, %r1105;
+	mul.lo.s64 	%rd14, %rd8, %rd618;
+	ld.global.u64 	%rd619, [%rd9+24];
+	sub.s64 	%rd620, %rd619, %rd14;
+	min.u64 	%rd15, %rd620, %rd618;
+	ld.u64 	%rd621, [%rd11+-8];
+	add.s64 	%rd16, %rd10, %rd621;
+	setp.eq.s32 	%p8, %r1107, 0;
+	mov.u64 	%rd1979, %rd1981;
+	mov.u64 	%rd1980, %rd1981;
+	@%p8 bra 	$L__BB11_6;
+	ld.param.u64 	%rd623, [%rd588+40];
+	cvta.to.global.u64 	%rd624, %rd623;
+	add.s32 	%r1108, %r1107, -1;
+	mul.wide.u32 	%rd625, %r1108, 64;
+	add.s64 	%rd1979, %rd624, %rd625;
+	add.s64 	%rd1980, %rd623, %rd625;
 $L__BB11_6:
-	cvt.u32.u64 	%r224, %rd15;
-	shl.b64 	%rd457, %rd15, 1;
-	add.s64 	%rd458, %rd457, 7;
-	and.b64  	%rd459, %rd458, 17179869176;
-	add.s64 	%rd19, %rd459, %rd14;
-	setp.eq.s32 	%p16, %r224, 0;
-	@%p16 bra 	$L__BB11_618;
-	cvt.u32.u64 	%r6, %rd12;
-	add.s32 	%r225, %r6, -1;
-	cvt.u64.u32 	%rd20, %r225;
-	and.b32  	%r7, %r6, 3;
-	sub.s32 	%r8, %r6, %r7;
-	mov.u64 	%rd1245, 0;
+	setp.ne.s64 	%p9, %rd1980, 0;
+	@%p9 bra 	$L__BB11_8;
+	cvt.u64.u32 	%rd627, %r1106;
+	mul.lo.s64 	%rd628, %rd14, %rd627;
+	add.s64 	%rd1981, %rd13, %rd628;
 $L__BB11_8:
-	mov.u64 	%rd1246, 0;
-	add.s64 	%rd22, %rd1245, %rd7;
-	setp.ge.u64 	%p17, %rd22, %rd15;
-	shl.b64 	%rd462, %rd22, 1;
-	add.s64 	%rd23, %rd17, %rd462;
-	@%p17 bra 	$L__BB11_10;
-	ld.u16 	%rd1246, [%rd23];
-$L__BB11_10:
-	add.s64 	%rd1214, %rd1245, %rd7;
-	setp.ge.u64 	%p439, %rd1214, %rd15;
-	mov.u64 	%rd1251, 0;
-	mov.u64 	%rd1250, %rd1251;
-	@%p439 bra 	$L__BB11_27;
-	mul.lo.s64 	%rd464, %rd22, %rd12;
-	add.s64 	%rd465, %rd19, %rd464;
-	add.s64 	%rd26, %rd13, %rd465;
-	and.b64  	%rd466, %rd26, %rd20;
-	setp.eq.s64 	%p19, %rd466, 0;
-	@%p19 bra 	$L__BB11_20;
-	setp.eq.s32 	%p20, %r6, 0;
-	mov.u64 	%rd1250, %rd1251;
-	@%p20 bra 	$L__BB11_27;
-	cvt.u32.u64 	%r228, %rd20;
-	setp.lt.u32 	%p21, %r228, 3;
-	mov.u64 	%rd1250, 0;
-	mov.u32 	%r1200, 0;
-	@%p21 bra 	$L__BB11_16;
-	sub.s32 	%r9, %r7, %r6;
-	mov.u64 	%rd1250, 0;
-	mov.u32 	%r1197, 0;
-	mov.u32 	%r1198, 24;
-	mov.u32 	%r1200, %r1197;
-$L__BB11_15:
-	cvt.u64.u32 	%rd471, %r1200;
-	add.s64 	%rd472, %rd26, %rd471;
-	ld.u8 	%rd473, [%rd472];
-	shl.b64 	%rd474, %rd473, %r1197;
-	or.b64  	%rd475, %rd474, %rd1250;
-	ld.u8 	%rd476, [%rd472+1];
-	add.s32 	%r232, %r1197, 8;
-	shl.b64 	%rd477, %rd476, %r232;
-	or.b64  	%rd478, %rd477, %rd475;
-	ld.u8 	%rd479, [%rd472+2];
-	add.s32 	%r233, %r1198, -8;
-	shl.b64 	%rd480, %rd479, %r233;
-	or.b64  	%rd481, %rd480, %rd478;
-	ld.u8 	%rd482, [%rd472+3];
-	shl.b64 	%rd483, %rd482, %r1198;
-	or.b64  	%rd1250, %rd483, %rd481;
-	add.s32 	%r1200, %r1200, 4;
-	add.s32 	%r234, %r9, %r1200;
-	setp.ne.s32 	%p22, %r234, 0;
-	add.s32 	%r14, %r1198, 32;
-	add.s32 	%r1197, %r1198, 8;
-	mov.u32 	%r1198, %r14;
-	@%p22 bra 	$L__BB11_15;
-$L__BB11_16:
-	setp.eq.s32 	%p23, %r7, 0;
-	@%p23 bra 	$L__BB11_27;
-	setp.eq.s32 	%p24, %r7, 1;
-	cvt.u64.u32 	%rd484, %r1200;
-	add.s64 	%rd31, %rd26, %rd484;
-	ld.u8 	%rd485, [%rd31];
-	shl.b32 	%r235, %r1200, 3;
-	shl.b64 	%rd486, %rd485, %r235;
-	or.b64  	%rd1250, %rd486, %rd1250;
-	@%p24 bra 	$L__BB11_27;
-	setp.eq.s32 	%p25, %r7, 2;
-	ld.u8 	%rd487, [%rd31+1];
-	add.s32 	%r237, %r235, 8;
-	shl.b64 	%rd488, %rd487, %r237;
-	or.b64  	%rd1250, %rd488, %rd1250;
-	@%p25 bra 	$L__BB11_27;
-	ld.u8 	%rd489, [%rd31+2];
-	add.s32 	%r239, %r235, 16;
-	shl.b64 	%rd490, %rd489, %r239;
-	or.b64  	%rd1250, %rd490, %rd1250;
-	bra.uni 	$L__BB11_27;
-$L__BB11_20:
-	setp.eq.s32 	%p26, %r6, 1;
-	@%p26 bra 	$L__BB11_25;
-	setp.eq.s32 	%p27, %r6, 2;
-	@%p27 bra 	$L__BB11_24;
-	setp.ne.s32 	%p28, %r6, 4;
-	@%p28 bra 	$L__BB11_26;
-	ld.u32 	%rd1250, [%rd26];
-	bra.uni 	$L__BB11_27;
-$L__BB11_25:
-	ld.u8 	%rd1250, [%rd26];
-	bra.uni 	$L__BB11_27;
-$L__BB11_24:
-	ld.u16 	%rd1250, [%rd26];
-	bra.uni 	$L__BB11_27;
-$L__BB11_26:
-	ld.u64 	%rd1250, [%rd26];
-$L__BB11_27:
-	add.s64 	%rd41, %rd22, 32;
-	setp.ge.u64 	%p29, %rd41, %rd15;
-	@%p29 bra 	$L__BB11_29;
-	ld.u16 	%rd1251, [%rd23+64];
-$L__BB11_29:
-	mov.u64 	%rd1256, 0;
-	mov.u64 	%rd1255, %rd1256;
-	@%p29 bra 	$L__BB11_46;
-	mul.lo.s64 	%rd493, %rd41, %rd12;
-	add.s64 	%rd494, %rd19, %rd493;
-	add.s64 	%rd44, %rd13, %rd494;
-	and.b64  	%rd495, %rd44, %rd20;
-	setp.eq.s64 	%p31, %rd495, 0;
-	@%p31 bra 	$L__BB11_39;
-	setp.eq.s32 	%p32, %r6, 0;
-	mov.u64 	%rd1255, %rd1256;
-	@%p32 bra 	$L__BB11_46;
-	cvt.u32.u64 	%r243, %rd20;
-	setp.lt.u32 	%p33, %r243, 3;
-	mov.u64 	%rd1255, 0;
-	mov.u32 	%r1203, 0;
-	@%p33 bra 	$L__BB11_35;
-	mov.u64 	%rd1255, 0;
-	mov.u32 	%r1203, 0;
-	mov.u32 	%r1202, %r8;
-$L__BB11_34:
-	cvt.u64.u32 	%rd500, %r1203;
-	add.s64 	%rd501, %rd44, %rd500;
-	ld.u8 	%rd502, [%rd501];
-	shl.b32 	%r245, %r1203, 3;
-	shl.b64 	%rd503, %rd502, %r245;
-	or.b64  	%rd504, %rd503, %rd1255;
-	ld.u8 	%rd505, [%rd501+1];
-	add.s32 	%r246, %r245, 8;
-	shl.b64 	%rd506, %rd505, %r246;
-	or.b64  	%rd507, %rd506, %rd504;
-	ld.u8 	%rd508, [%rd501+2];
-	add.s32 	%r247, %r245, 16;
-	shl.b64 	%rd509, %rd508, %r247;
-	or.b64  	%rd510, %rd509, %rd507;
-	ld.u8 	%rd511, [%rd501+3];
-	add.s32 	%r248, %r245, 24;
-	shl.b64 	%rd512, %rd511, %r248;
-	or.b64  	%rd1255, %rd512, %rd510;
-	add.s32 	%r1203, %r1203, 4;
-	add.s32 	%r1202, %r1202, -4;
-	setp.ne.s32 	%p34, %r1202, 0;
-	@%p34 bra 	$L__BB11_34;
-$L__BB11_35:
-	setp.eq.s32 	%p35, %r7, 0;
-	@%p35 bra 	$L__BB11_46;
-	setp.eq.s32 	%p36, %r7, 1;
-	cvt.u64.u32 	%rd513, %r1203;
-	add.s64 	%rd49, %rd44, %rd513;
-	ld.u8 	%rd514, [%rd49];
-	shl.b32 	%r249, %r1203, 3;
-	shl.b64 	%rd515, %rd514, %r249;
-	or.b64  	%rd1255, %rd515, %rd1255;
-	@%p36 bra 	$L__BB11_46;
-	setp.eq.s32 	%p37, %r7, 2;
-	ld.u8 	%rd516, [%rd49+1];
-	add.s32 	%r251, %r249, 8;
-	shl.b64 	%rd517, %rd516, %r251;
-	or.b64  	%rd1255, %rd517, %rd1255;
-	@%p37 bra 	$L__BB11_46;
-	ld.u8 	%rd518, [%rd49+2];
-	add.s32 	%r253, %r249, 16;
-	shl.b64 	%rd519, %rd518, %r253;
-	or.b64  	%rd1255, %rd519, %rd1255;
-	bra.uni 	$L__BB11_46;
-$L__BB11_39:
-	setp.eq.s32 	%p38, %r6, 1;
-	@%p38 bra 	$L__BB11_44;
-	setp.eq.s32 	%p39, %r6, 2;
-	@%p39 bra 	$L__BB11_43;
-	setp.ne.s32 	%p40, %r6, 4;
-	@%p40 bra 	$L__BB11_45;
-	ld.u32 	%rd1255, [%rd44];
-	bra.uni 	$L__BB11_46;
-$L__BB11_44:
-	ld.u8 	%rd1255, [%rd44];
-	bra.uni 	$L__BB11_46;
-$L__BB11_43:
-	ld.u16 	%rd1255, [%rd44];
-	bra.uni 	$L__BB11_46;
-$L__BB11_45:
-	ld.u64 	%rd1255, [%rd44];
-$L__BB11_46:
-	add.s64 	%rd59, %rd22, 64;
-	setp.ge.u64 	%p41, %rd59, %rd15;
-	@%p41 bra 	$L__BB11_48;
-	ld.u16 	%rd1256, [%rd23+128];
-$L__BB11_48:
-	mov.u64 	%rd1261, 0;
-	mov.u64 	%rd1260, %rd1261;
-	@%p41 bra 	$L__BB11_65;
-	mul.lo.s64 	%rd522, %rd59, %rd12;
-	add.s64 	%rd523, %rd19, %rd522;
-	add.s64 	%rd62, %rd13, %rd523;
-	and.b64  	%rd524, %rd62, %rd20;
-	setp.eq.s64 	%p43, %rd524, 0;
-	@%p43 bra 	$L__BB11_58;
-	setp.eq.s32 	%p44, %r6, 0;
-	mov.u64 	%rd1260, %rd1261;
-	@%p44 bra 	$L__BB11_65;
-	cvt.u32.u64 	%r257, %rd20;
-	setp.lt.u32 	%p45, %r257, 3;
-	mov.u64 	%rd1260, 0;
-	mov.u32 	%r1206, 0;
-	@%p45 bra 	$L__BB11_54;
-	mov.u64 	%rd1260, 0;
-	mov.u32 	%r1206, 0;
-	mov.u32 	%r1205, %r8;
-$L__BB11_53:
-	cvt.u64.u32 	%rd529, %r1206;
-	add.s64 	%rd530, %rd62, %rd529;
-	ld.u8 	%rd531, [%rd530];
-	shl.b32 	%r259, %r1206, 3;
-	shl.b64 	%rd532, %rd531, %r259;
-	or.b64  	%rd533, %rd532, %rd1260;
-	ld.u8 	%rd534, [%rd530+1];
-	add.s32 	%r260, %r259, 8;
-	shl.b64 	%rd535, %rd534, %r260;
-	or.b64  	%rd536, %rd535, %rd533;
-	ld.u8 	%rd537, [%rd530+2];
-	add.s32 	%r261, %r259, 16;
-	shl.b64 	%rd538, %rd537, %r261;
-	or.b64  	%rd539, %rd538, %rd536;
-	ld.u8 	%rd540, [%rd530+3];
-	add.s32 	%r262, %r259, 24;
-	shl.b64 	%rd541, %rd540, %r262;
-	or.b64  	%rd1260, %rd541, %rd539;
-	add.s32 	%r1206, %r1206, 4;
-	add.s32 	%r1205, %r1205, -4;
-	setp.ne.s32 	%p46, %r1205, 0;
-	@%p46 bra 	$L__BB11_53;
-$L__BB11_54:
-	setp.eq.s32 	%p47, %r7, 0;
-	@%p47 bra 	$L__BB11_65;
-	setp.eq.s32 	%p48, %r7, 1;
-	cvt.u64.u32 	%rd542, %r1206;
-	add.s64 	%rd67, %rd62, %rd542;
-	ld.u8 	%rd543, [%rd67];
-	shl.b32 	%r263, %r1206, 3;
-	shl.b64 	%rd544, %rd543, %r263;
-	or.b64  	%rd1260, %rd544, %rd1260;
-	@%p48 bra 	$L__BB11_65;
-	setp.eq.s32 	%p49, %r7, 2;
-	ld.u8 	%rd545, [%rd67+1];
-	add.s32 	%r265, %r263, 8;
-	shl.b64 	%rd546, %rd545, %r265;
-	or.b64  	%rd1260, %rd546, %rd1260;
-	@%p49 bra 	$L__BB11_65;
-	ld.u8 	%rd547, [%rd67+2];
-	add.s32 	%r267, %r263, 16;
-	shl.b64 	%rd548, %rd547, %r267;
-	or.b64  	%rd1260, %rd548, %rd1260;
-	bra.uni 	$L__BB11_65;
-$L__BB11_58:
-	setp.eq.s32 	%p50, %r6, 1;
-	@%p50 bra 	$L__BB11_63;
-	setp.eq.s32 	%p51, %r6, 2;
-	@%p51 bra 	$L__BB11_62;
-	setp.ne.s32 	%p52, %r6, 4;
-	@%p52 bra 	$L__BB11_64;
-	ld.u32 	%rd1260, [%rd62];
-	bra.uni 	$L__BB11_65;
-$L__BB11_63:
-	ld.u8 	%rd1260, [%rd62];
-	bra.uni 	$L__BB11_65;
-$L__BB11_62:
-	ld.u16 	%rd1260, [%rd62];
-	bra.uni 	$L__BB11_65;
-$L__BB11_64:
-	ld.u64 	%rd1260, [%rd62];
-$L__BB11_65:
-	add.s64 	%rd77, %rd22, 96;
-	setp.ge.u64 	%p53, %rd77, %rd15;
-	@%p53 bra 	$L__BB11_67;
-	ld.u16 	%rd1261, [%rd23+192];
-$L__BB11_67:
-	mov.u64 	%rd1266, 0;
-	mov.u64 	%rd1265, %rd1266;
-	@%p53 bra 	$L__BB11_84;
-	mul.lo.s64 	%rd551, %rd77, %rd12;
-	add.s64 	%rd552, %rd19, %rd551;
-	add.s64 	%rd80, %rd13, %rd552;
-	and.b64  	%rd553, %rd80, %rd20;
-	setp.eq.s64 	%p55, %rd553, 0;
-	@%p55 bra 	$L__BB11_77;
-	setp.eq.s32 	%p56, %r6, 0;
-	mov.u64 	%rd1265, %rd1266;
-	@%p56 bra 	$L__BB11_84;
-	cvt.u32.u64 	%r271, %rd20;
-	setp.lt.u32 	%p57, %r271, 3;
-	mov.u64 	%rd1265, 0;
-	mov.u32 	%r1209, 0;
-	@%p57 bra 	$L__BB11_73;
-	mov.u64 	%rd1265, 0;
-	mov.u32 	%r1209, 0;
-	mov.u32 	%r1208, %r8;
-$L__BB11_72:
-	cvt.u64.u32 	%rd558, %r1209;
-	add.s64 	%rd559, %rd80, %rd558;
-	ld.u8 	%rd560, [%rd559];
-	shl.b32 	%r273, %r1209, 3;
-	shl.b64 	%rd561, %rd560, %r273;
-	or.b64  	%rd562, %rd561, %rd1265;
-	ld.u8 	%rd563, [%rd559+1];
-	add.s32 	%r274, %r273, 8;
-	shl.b64 	%rd564, %rd563, %r274;
-	or.b64  	%rd565, %rd564, %rd562;
-	ld.u8 	%rd566, [%rd559+2];
-	add.s32 	%r275, %r273, 16;
-	shl.b64 	%rd567, %rd566, %r275;
-	or.b64  	%rd568, %rd567, %rd565;
-	ld.u8 	%rd569, [%rd559+3];
-	add.s32 	%r276, %r273, 24;
-	shl.b64 	%rd570, %rd569, %r276;
-	or.b64  	%rd1265, %rd570, %rd568;
-	add.s32 	%r1209, %r1209, 4;
-	add.s32 	%r1208, %r1208, -4;
-	setp.ne.s32 	%p58, %r1208, 0;
-	@%p58 bra 	$L__BB11_72;
-$L__BB11_73:
-	setp.eq.s32 	%p59, %r7, 0;
-	@%p59 bra 	$L__BB11_84;
-	setp.eq.s32 	%p60, %r7, 1;
-	cvt.u64.u32 	%rd571, %r1209;
-	add.s64 	%rd85, %rd80, %rd571;
-	ld.u8 	%rd572, [%rd85];
-	shl.b32 	%r277, %r1209, 3;
-	shl.b64 	%rd573, %rd572, %r277;
-	or.b64  	%rd1265, %rd573, %rd1265;
-	@%p60 bra 	$L__BB11_84;
-	setp.eq.s32 	%p61, %r7, 2;
-	ld.u8 	%rd574, [%rd85+1];
-	add.s32 	%r279, %r277, 8;
-	shl.b64 	%rd575, %rd574, %r279;
-	or.b64  	%rd1265, %rd575, %rd1265;
-	@%p61 bra 	$L__BB11_84;
-	ld.u8 	%rd576, [%rd85+2];
-	add.s32 	%r281, %r277, 16;
-	shl.b64 	%rd577, %rd576, %r281;
-	or.b64  	%rd1265, %rd577, %rd1265;
-	bra.uni 	$L__BB11_84;
-$L__BB11_77:
-	setp.eq.s32 	%p62, %r6, 1;
-	@%p62 bra 	$L__BB11_82;
-	setp.eq.s32 	%p63, %r6, 2;
-	@%p63 bra 	$L__BB11_81;
-	setp.ne.s32 	%p64, %r6, 4;
-	@%p64 bra 	$L__BB11_83;
-	ld.u32 	%rd1265, [%rd80];
-	bra.uni 	$L__BB11_84;
-$L__BB11_82:
-	ld.u8 	%rd1265, [%rd80];
-	bra.uni 	$L__BB11_84;
-$L__BB11_81:
-	ld.u16 	%rd1265, [%rd80];
-	bra.uni 	$L__BB11_84;
+	setp.ne.s16 	%p10, %rs1, 3;
+	mov.u16 	%rs108, 1;
+	@%p10 bra 	$L__BB11_490;
+	setp.eq.s64 	%p11, %rd1980, 0;
+	shl.b64 	%rd629, %rd12, 1;
+	add.s64 	%rd630, %rd629, 7;
+	and.b64  	%rd23, %rd630, 17179869176;
+	@%p11 bra 	$L__BB11_83;
+	mov.u16 	%rs108, 0;
+	cvt.u32.u64 	%r1109, %rd5;
+	cvt.u32.u64 	%r1110, %rd12;
+	setp.ge.u32 	%p12, %r1109, %r1110;
+	@%p12 bra 	$L__BB11_490;
+	cvt.u64.u32 	%rd24, %r1106;
+	add.s32 	%r1111, %r1106, -1;
+	cvt.u64.u32 	%rd25, %r1111;
+	and.b32  	%r12, %r1106, 3;
+	sub.s32 	%r13, %r12, %r1106;
+	mov.u64 	%rd1982, %rd5;
+	bra.uni 	$L__BB11_12;
 $L__BB11_83:
-	ld.u64 	%rd1265, [%rd80];
-$L__BB11_84:
-	add.s64 	%rd95, %rd22, 128;
-	setp.ge.u64 	%p65, %rd95, %rd15;
-	@%p65 bra 	$L__BB11_86;
-	ld.u16 	%rd1266, [%rd23+256];
-$L__BB11_86:
-	mov.u64 	%rd1270, 0;
-	@%p65 bra 	$L__BB11_103;
-	mul.lo.s64 	%rd580, %rd95, %rd12;
-	add.s64 	%rd581, %rd19, %rd580;
-	add.s64 	%rd98, %rd13, %rd581;
-	and.b64  	%rd582, %rd98, %rd20;
-	setp.eq.s64 	%p67, %rd582, 0;
-	@%p67 bra 	$L__BB11_96;
-	mov.u64 	%rd1270, 0;
-	setp.eq.s32 	%p68, %r6, 0;
-	@%p68 bra 	$L__BB11_103;
-	cvt.u32.u64 	%r285, %rd20;
-	setp.lt.u32 	%p69, %r285, 3;
-	mov.u64 	%rd1270, 0;
-	mov.u32 	%r1212, 0;
-	@%p69 bra 	$L__BB11_92;
-	mov.u64 	%rd1270, 0;
-	mov.u32 	%r1212, 0;
-	mov.u32 	%r1211, %r8;
-$L__BB11_91:
-	cvt.u64.u32 	%rd587, %r1212;
-	add.s64 	%rd588, %rd98, %rd587;
-	ld.u8 	%rd589, [%rd588];
-	shl.b32 	%r287, %r1212, 3;
-	shl.b64 	%rd590, %rd589, %r287;
-	or.b64  	%rd591, %rd590, %rd1270;
-	ld.u8 	%rd592, [%rd588+1];
-	add.s32 	%r288, %r287, 8;
-	shl.b64 	%rd593, %rd592, %r288;
-	or.b64  	%rd594, %rd593, %rd591;
-	ld.u8 	%rd595, [%rd588+2];
-	add.s32 	%r289, %r287, 16;
-	shl.b64 	%rd596, %rd595, %r289;
-	or.b64  	%rd597, %rd596, %rd594;
-	ld.u8 	%rd598, [%rd588+3];
-	add.s32 	%r290, %r287, 24;
-	shl.b64 	%rd599, %rd598, %r290;
-	or.b64  	%rd1270, %rd599, %rd597;
-	add.s32 	%r1212, %r1212, 4;
-	add.s32 	%r1211, %r1211, -4;
-	setp.ne.s32 	%p70, %r1211, 0;
-	@%p70 bra 	$L__BB11_91;
-$L__BB11_92:
-	setp.eq.s32 	%p71, %r7, 0;
-	@%p71 bra 	$L__BB11_103;
-	setp.eq.s32 	%p72, %r7, 1;
-	cvt.u64.u32 	%rd600, %r1212;
-	add.s64 	%rd103, %rd98, %rd600;
-	ld.u8 	%rd601, [%rd103];
-	shl.b32 	%r291, %r1212, 3;
-	shl.b64 	%rd602, %rd601, %r291;
-	or.b64  	%rd1270, %rd602, %rd1270;
-	@%p72 bra 	$L__BB11_103;
-	setp.eq.s32 	%p73, %r7, 2;
-	ld.u8 	%rd603, [%rd103+1];
-	add.s32 	%r293, %r291, 8;
-	shl.b64 	%rd604, %rd603, %r293;
-	or.b64  	%rd1270, %rd604, %rd1270;
-	@%p73 bra 	$L__BB11_103;
-	ld.u8 	%rd605, [%rd103+2];
-	add.s32 	%r295, %r291, 16;
-	shl.b64 	%rd606, %rd605, %r295;
-	or.b64  	%rd1270, %rd606, %rd1270;
-	bra.uni 	$L__BB11_103;
-$L__BB11_96:
-	setp.eq.s32 	%p74, %r6, 1;
-	@%p74 bra 	$L__BB11_101;
-	setp.eq.s32 	%p75, %r6, 2;
-	@%p75 bra 	$L__BB11_100;
-	setp.ne.s32 	%p76, %r6, 4;
-	@%p76 bra 	$L__BB11_102;
-	ld.u32 	%rd1270, [%rd98];
-	bra.uni 	$L__BB11_103;
-$L__BB11_101:
-	ld.u8 	%rd1270, [%rd98];
-	bra.uni 	$L__BB11_103;
-$L__BB11_100:
-	ld.u16 	%rd1270, [%rd98];
-	bra.uni 	$L__BB11_103;
-$L__BB11_102:
-	ld.u64 	%rd1270, [%rd98];
-$L__BB11_103:
-	mov.u64 	%rd1271, 0;
-	add.s64 	%rd1216, %rd1245, %rd7;
-	add.s64 	%rd113, %rd1216, 160;
-	setp.ge.u64 	%p77, %rd113, %rd15;
-	@%p77 bra 	$L__BB11_105;
-	ld.u16 	%rd1271, [%rd23+320];
-$L__BB11_105:
-	mov.u64 	%rd1275, 0;
-	@%p77 bra 	$L__BB11_122;
-	mul.lo.s64 	%rd609, %rd113, %rd12;
-	add.s64 	%rd610, %rd19, %rd609;
-	add.s64 	%rd116, %rd13, %rd610;
-	and.b64  	%rd611, %rd116, %rd20;
-	setp.eq.s64 	%p79, %rd611, 0;
-	@%p79 bra 	$L__BB11_115;
-	mov.u64 	%rd1275, 0;
-	setp.eq.s32 	%p80, %r6, 0;
-	@%p80 bra 	$L__BB11_122;
-	cvt.u32.u64 	%r299, %rd20;
-	setp.lt.u32 	%p81, %r299, 3;
-	mov.u64 	%rd1275, 0;
-	mov.u32 	%r1215, 0;
-	@%p81 bra 	$L__BB11_111;
-	mov.u64 	%rd1275, 0;
-	mov.u32 	%r1215, 0;
-	mov.u32 	%r1214, %r8;
-$L__BB11_110:
-	cvt.u64.u32 	%rd616, %r1215;
-	add.s64 	%rd617, %rd116, %rd616;
-	ld.u8 	%rd618, [%rd617];
-	shl.b32 	%r301, %r1215, 3;
-	shl.b64 	%rd619, %rd618, %r301;
-	or.b64  	%rd620, %rd619, %rd1275;
-	ld.u8 	%rd621, [%rd617+1];
-	add.s32 	%r302, %r301, 8;
-	shl.b64 	%rd622, %rd621, %r302;
-	or.b64  	%rd623, %rd622, %rd620;
-	ld.u8 	%rd624, [%rd617+2];
-	add.s32 	%r303, %r301, 16;
-	shl.b64 	%rd625, %rd624, %r303;
-	or.b64  	%rd626, %rd625, %rd623;
-	ld.u8 	%rd627, [%rd617+3];
-	add.s32 	%r304, %r301, 24;
-	shl.b64 	%rd628, %rd627, %r304;
-	or.b64  	%rd1275, %rd628, %rd626;
-	add.s32 	%r1215, %r1215, 4;
-	add.s32 	%r1214, %r1214, -4;
-	setp.ne.s32 	%p82, %r1214, 0;
-	@%p82 bra 	$L__BB11_110;
-$L__BB11_111:
-	setp.eq.s32 	%p83, %r7, 0;
-	@%p83 bra 	$L__BB11_122;
-	setp.eq.s32 	%p84, %r7, 1;
-	cvt.u64.u32 	%rd629, %r1215;
-	add.s64 	%rd121, %rd116, %rd629;
-	ld.u8 	%rd630, [%rd121];
-	shl.b32 	%r305, %r1215, 3;
-	shl.b64 	%rd631, %rd630, %r305;
-	or.b64  	%rd1275, %rd631, %rd1275;
-	@%p84 bra 	$L__BB11_122;
-	setp.eq.s32 	%p85, %r7, 2;
-	ld.u8 	%rd632, [%rd121+1];
-	add.s32 	%r307, %r305, 8;
-	shl.b64 	%rd633, %rd632, %r307;
-	or.b64  	%rd1275, %rd633, %rd1275;
-	@%p85 bra 	$L__BB11_122;
-	ld.u8 	%rd634, [%rd121+2];
-	add.s32 	%r309, %r305, 16;
-	shl.b64 	%rd635, %rd634, %r309;
-	or.b64  	%rd1275, %rd635, %rd1275;
-	bra.uni 	$L__BB11_122;
-$L__BB11_115:
-	setp.eq.s32 	%p86, %r6, 1;
-	@%p86 bra 	$L__BB11_120;
-	setp.eq.s32 	%p87, %r6, 2;
-	@%p87 bra 	$L__BB11_119;
-	setp.ne.s32 	%p88, %r6, 4;
-	@%p88 bra 	$L__BB11_121;
-	ld.u32 	%rd1275, [%rd116];
-	bra.uni 	$L__BB11_122;
-$L__BB11_120:
-	ld.u8 	%rd1275, [%rd116];
-	bra.uni 	$L__BB11_122;
-$L__BB11_119:
-	ld.u16 	%rd1275, [%rd116];
-	bra.uni 	$L__BB11_122;
-$L__BB11_121:
-	ld.u64 	%rd1275, [%rd116];
-$L__BB11_122:
-	mov.u64 	%rd1276, 0;
-	add.s64 	%rd1218, %rd1245, %rd7;
-	add.s64 	%rd131, %rd1218, 192;
-	setp.ge.u64 	%p89, %rd131, %rd15;
-	@%p89 bra 	$L__BB11_124;
-	ld.u16 	%rd1276, [%rd23+384];
-$L__BB11_124:
-	mov.u64 	%rd1280, 0;
-	@%p89 bra 	$L__BB11_141;
-	add.s64 	%rd1223, %rd1245, %rd7;
-	add.s64 	%rd1222, %rd1223, 192;
-	mul.lo.s64 	%rd638, %rd1222, %rd12;
-	add.s64 	%rd639, %rd19, %rd638;
-	add.s64 	%rd134, %rd13, %rd639;
-	and.b64  	%rd640, %rd134, %rd20;
-	setp.eq.s64 	%p91, %rd640, 0;
-	@%p91 bra 	$L__BB11_134;
-	mov.u64 	%rd1280, 0;
-	setp.eq.s32 	%p92, %r6, 0;
-	@%p92 bra 	$L__BB11_141;
-	cvt.u32.u64 	%r313, %rd20;
-	setp.lt.u32 	%p93, %r313, 3;
-	mov.u64 	%rd1280, 0;
-	mov.u32 	%r1218, 0;
-	@%p93 bra 	$L__BB11_130;
-	mov.u64 	%rd1280, 0;
-	mov.u32 	%r1218, 0;
-	mov.u32 	%r1217, %r8;
-$L__BB11_129:
-	cvt.u64.u32 	%rd645, %r1218;
-	add.s64 	%rd646, %rd134, %rd645;
-	ld.u8 	%rd647, [%rd646];
-	shl.b32 	%r315, %r1218, 3;
-	shl.b64 	%rd648, %rd647, %r315;
-	or.b64  	%rd649, %rd648, %rd1280;
-	ld.u8 	%rd650, [%rd646+1];
-	add.s32 	%r316, %r315, 8;
-	shl.b64 	%rd651, %rd650, %r316;
-	or.b64  	%rd652, %rd651, %rd649;
-	ld.u8 	%rd653, [%rd646+2];
-	add.s32 	%r317, %r315, 16;
-	shl.b64 	%rd654, %rd653, %r317;
-	or.b64  	%rd655, %rd654, %rd652;
-	ld.u8 	%rd656, [%rd646+3];
-	add.s32 	%r318, %r315, 24;
-	shl.b64 	%rd657, %rd656, %r318;
-	or.b64  	%rd1280, %rd657, %rd655;
-	add.s32 	%r1218, %r1218, 4;
-	add.s32 	%r1217, %r1217, -4;
-	setp.ne.s32 	%p94, %r1217, 0;
-	@%p94 bra 	$L__BB11_129;
-$L__BB11_130:
-	setp.eq.s32 	%p95, %r7, 0;
-	@%p95 bra 	$L__BB11_141;
-	setp.eq.s32 	%p96, %r7, 1;
-	cvt.u64.u32 	%rd658, %r1218;
-	add.s64 	%rd139, %rd134, %rd658;
-	ld.u8 	%rd659, [%rd139];
-	shl.b32 	%r319, %r1218, 3;
-	shl.b64 	%rd660, %rd659, %r319;
-	or.b64  	%rd1280, %rd660, %rd1280;
-	@%p96 bra 	$L__BB11_141;
-	setp.eq.s32 	%p97, %r7, 2;
-	ld.u8 	%rd661, [%rd139+1];
-	add.s32 	%r321, %r319, 8;
-	shl.b64 	%rd662, %rd661, %r321;
-	or.b64  	%rd1280, %rd662, %rd1280;
-	@%p97 bra 	$L__BB11_141;
-	ld.u8 	%rd663, [%rd139+2];
-	add.s32 	%r323, %r319, 16;
-	shl.b64 	%rd664, %rd663, %r323;
-	or.b64  	%rd1280, %rd664, %rd1280;
-	bra.uni 	$L__BB11_141;
-$L__BB11_134:
-	setp.eq.s32 	%p98, %r6, 1;
-	@%p98 bra 	$L__BB11_139;
-	setp.eq.s32 	%p99, %r6, 2;
-	@%p99 bra 	$L__BB11_138;
-	setp.ne.s32 	%p100, %r6, 4;
-	@%p100 bra 	$L__BB11_140;
-	ld.u32 	%rd1280, [%rd134];
-	bra.uni 	$L__BB11_141;
-$L__BB11_139:
-	ld.u8 	%rd1280, [%rd134];
-	bra.uni 	$L__BB11_141;
-$L__BB11_138:
-	ld.u16 	%rd1280, [%rd134];
-	bra.uni 	$L__BB11_141;
-$L__BB11_140:
-	ld.u64 	%rd1280, [%rd134];
-$L__BB11_141:
-	mov.u64 	%rd1281, 0;
-	add.s64 	%rd1219, %rd1245, %rd7;
-	add.s64 	%rd149, %rd1219, 224;
-	setp.ge.u64 	%p101, %rd149, %rd15;
-	@%p101 bra 	$L__BB11_143;
-	ld.u16 	%rd1281, [%rd23+448];
-$L__BB11_143:
-	mov.u64 	%rd1285, 0;
-	@%p101 bra 	$L__BB11_160;
-	add.s64 	%rd1227, %rd1245, %rd7;
-	add.s64 	%rd1226, %rd1227, 224;
-	mul.lo.s64 	%rd667, %rd1226, %rd12;
-	add.s64 	%rd668, %rd19, %rd667;
-	add.s64 	%rd152, %rd13, %rd668;
-	and.b64  	%rd669, %rd152, %rd20;
-	setp.eq.s64 	%p103, %rd669, 0;
-	@%p103 bra 	$L__BB11_153;
-	mov.u64 	%rd1285, 0;
-	setp.eq.s32 	%p104, %r6, 0;
-	@%p104 bra 	$L__BB11_160;
-	cvt.u32.u64 	%r327, %rd20;
-	setp.lt.u32 	%p105, %r327, 3;
-	mov.u64 	%rd1285, 0;
-	mov.u32 	%r1221, 0;
-	@%p105 bra 	$L__BB11_149;
-	mov.u64 	%rd1285, 0;
-	mov.u32 	%r1221, 0;
-	mov.u32 	%r1220, %r8;
-$L__BB11_148:
-	cvt.u64.u32 	%rd674, %r1221;
-	add.s64 	%rd675, %rd152, %rd674;
-	ld.u8 	%rd676, [%rd675];
-	shl.b32 	%r329, %r1221, 3;
-	shl.b64 	%rd677, %rd676, %r329;
-	or.b64  	%rd678, %rd677, %rd1285;
-	ld.u8 	%rd679, [%rd675+1];
-	add.s32 	%r330, %r329, 8;
-	shl.b64 	%rd680, %rd679, %r330;
-	or.b64  	%rd681, %rd680, %rd678;
-	ld.u8 	%rd682, [%rd675+2];
-	add.s32 	%r331, %r329, 16;
-	shl.b64 	%rd683, %rd682, %r331;
-	or.b64  	%rd684, %rd683, %rd681;
-	ld.u8 	%rd685, [%rd675+3];
-	add.s32 	%r332, %r329, 24;
-	shl.b64 	%rd686, %rd685, %r332;
-	or.b64  	%rd1285, %rd686, %rd684;
-	add.s32 	%r1221, %r1221, 4;
-	add.s32 	%r1220, %r1220, -4;
-	setp.ne.s32 	%p106, %r1220, 0;
-	@%p106 bra 	$L__BB11_148;
-$L__BB11_149:
-	setp.eq.s32 	%p107, %r7, 0;
-	@%p107 bra 	$L__BB11_160;
-	setp.eq.s32 	%p108, %r7, 1;
-	cvt.u64.u32 	%rd687, %r1221;
-	add.s64 	%rd157, %rd152, %rd687;
-	ld.u8 	%rd688, [%rd157];
-	shl.b32 	%r333, %r1221, 3;
-	shl.b64 	%rd689, %rd688, %r333;
-	or.b64  	%rd1285, %rd689, %rd1285;
-	@%p108 bra 	$L__BB11_160;
-	setp.eq.s32 	%p109, %r7, 2;
-	ld.u8 	%rd690, [%rd157+1];
-	add.s32 	%r335, %r333, 8;
-	shl.b64 	%rd691, %rd690, %r335;
-	or.b64  	%rd1285, %rd691, %rd1285;
-	@%p109 bra 	$L__BB11_160;
-	ld.u8 	%rd692, [%rd157+2];
-	add.s32 	%r337, %r333, 16;
-	shl.b64 	%rd693, %rd692, %r337;
-	or.b64  	%rd1285, %rd693, %rd1285;
-	bra.uni 	$L__BB11_160;
-$L__BB11_153:
-	setp.eq.s32 	%p110, %r6, 1;
-	@%p110 bra 	$L__BB11_158;
-	setp.eq.s32 	%p111, %r6, 2;
-	@%p111 bra 	$L__BB11_157;
-	setp.ne.s32 	%p112, %r6, 4;
-	@%p112 bra 	$L__BB11_159;
-	ld.u32 	%rd1285, [%rd152];
-	bra.uni 	$L__BB11_160;
-$L__BB11_158:
-	ld.u8 	%rd1285, [%rd152];
-	bra.uni 	$L__BB11_160;
-$L__BB11_157:
-	ld.u16 	%rd1285, [%rd152];
-	bra.uni 	$L__BB11_160;
-$L__BB11_159:
-	ld.u64 	%rd1285, [%rd152];
-$L__BB11_160:
-	add.s64 	%rd1212, %rd1245, %rd7;
-	setp.ge.u64 	%p438, %rd1212, %rd15;
-	@%p438 bra 	$L__BB11_177;
-	mul.lo.s64 	%rd694, %rd1246, %rd12;
-	add.s64 	%rd167, %rd18, %rd694;
-	and.b64  	%rd695, %rd167, %rd20;
-	setp.eq.s64 	%p114, %rd695, 0;
-	@%p114 bra 	$L__BB11_170;
-	setp.eq.s32 	%p115, %r6, 0;
-	@%p115 bra 	$L__BB11_177;
-	cvt.u32.u64 	%r341, %rd20;
-	setp.lt.u32 	%p116, %r341, 3;
-	mov.u32 	%r1224, 0;
-	@%p116 bra 	$L__BB11_166;
-	mov.u32 	%r1224, 0;
-	mov.u32 	%r1223, %r8;
-$L__BB11_165:
-	shl.b32 	%r343, %r1224, 3;
-	shr.u64 	%rd696, %rd1250, %r343;
-	cvt.u64.u32 	%rd697, %r1224;
-	add.s64 	%rd698, %rd167, %rd697;
-	st.u8 	[%rd698], %rd696;
-	add.s32 	%r344, %r343, 8;
-	shr.u64 	%rd699, %rd1250, %r344;
-	st.u8 	[%rd698+1], %rd699;
-	add.s32 	%r345, %r343, 16;
-	shr.u64 	%rd700, %rd1250, %r345;
-	st.u8 	[%rd698+2], %rd700;
-	add.s32 	%r346, %r343, 24;
-	shr.u64 	%rd701, %rd1250, %r346;
-	st.u8 	[%rd698+3], %rd701;
-	add.s32 	%r1224, %r1224, 4;
-	add.s32 	%r1223, %r1223, -4;
-	setp.ne.s32 	%p117, %r1223, 0;
-	@%p117 bra 	$L__BB11_165;
-$L__BB11_166:
-	setp.eq.s32 	%p118, %r7, 0;
-	@%p118 bra 	$L__BB11_177;
-	setp.eq.s32 	%p119, %r7, 1;
-	shl.b32 	%r347, %r1224, 3;
-	shr.u64 	%rd702, %rd1250, %r347;
-	cvt.u64.u32 	%rd703, %r1224;
-	add.s64 	%rd168, %rd167, %rd703;
-	st.u8 	[%rd168], %rd702;
-	@%p119 bra 	$L__BB11_177;
-	setp.eq.s32 	%p120, %r7, 2;
-	add.s32 	%r349, %r347, 8;
-	shr.u64 	%rd704, %rd1250, %r349;
-	st.u8 	[%rd168+1], %rd704;
-	@%p120 bra 	$L__BB11_177;
-	add.s32 	%r351, %r347, 16;
-	shr.u64 	%rd705, %rd1250, %r351;
-	st.u8 	[%rd168+2], %rd705;
-	bra.uni 	$L__BB11_177;
-$L__BB11_170:
-	setp.eq.s32 	%p121, %r6, 1;
-	@%p121 bra 	$L__BB11_175;
-	setp.eq.s32 	%p122, %r6, 2;
-	@%p122 bra 	$L__BB11_174;
-	setp.ne.s32 	%p123, %r6, 4;
-	@%p123 bra 	$L__BB11_176;
-	st.u32 	[%rd167], %rd1250;
-	bra.uni 	$L__BB11_177;
-$L__BB11_175:
-	st.u8 	[%rd167], %rd1250;
-	bra.uni 	$L__BB11_177;
-$L__BB11_174:
-	st.u16 	[%rd167], %rd1250;
-	bra.uni 	$L__BB11_177;
-$L__BB11_176:
-	st.u64 	[%rd167], %rd1250;
-$L__BB11_177:
-	@%p29 bra 	$L__BB11_194;
-	mul.lo.s64 	%rd706, %rd1251, %rd12;
-	add.s64 	%rd170, %rd18, %rd706;
-	and.b64  	%rd707, %rd170, %rd20;
-	setp.eq.s64 	%p125, %rd707, 0;
-	@%p125 bra 	$L__BB11_187;
-	setp.eq.s32 	%p126, %r6, 0;
-	@%p126 bra 	$L__BB11_194;
-	cvt.u32.u64 	%r355, %rd20;
-	setp.lt.u32 	%p127, %r355, 3;
-	mov.u32 	%r1227, 0;
-	@%p127 bra 	$L__BB11_183;
-	mov.u32 	%r1227, 0;
-	mov.u32 	%r1226, %r8;
-$L__BB11_182:
-	shl.b32 	%r357, %r1227, 3;
-	shr.u64 	%rd708, %rd1255, %r357;
-	cvt.u64.u32 	%rd709, %r1227;
-	add.s64 	%rd710, %rd170, %rd709;
-	st.u8 	[%rd710], %rd708;
-	add.s32 	%r358, %r357, 8;
-	shr.u64 	%rd711, %rd1255, %r358;
-	st.u8 	[%rd710+1], %rd711;
-	add.s32 	%r359, %r357, 16;
-	shr.u64 	%rd712, %rd1255, %r359;
-	st.u8 	[%rd710+2], %rd712;
-	add.s32 	%r360, %r357, 24;
-	shr.u64 	%rd713, %rd1255, %r360;
-	st.u8 	[%rd710+3], %rd713;
-	add.s32 	%r1227, %r1227, 4;
-	add.s32 	%r1226, %r1226, -4;
-	setp.ne.s32 	%p128, %r1226, 0;
-	@%p128 bra 	$L__BB11_182;
-$L__BB11_183:
-	setp.eq.s32 	%p129, %r7, 0;
-	@%p129 bra 	$L__BB11_194;
-	setp.eq.s32 	%p130, %r7, 1;
-	shl.b32 	%r361, %r1227, 3;
-	shr.u64 	%rd714, %rd1255, %r361;
-	cvt.u64.u32 	%rd715, %r1227;
-	add.s64 	%rd171, %rd170, %rd715;
-	st.u8 	[%rd171], %rd714;
-	@%p130 bra 	$L__BB11_194;
-	setp.eq.s32 	%p131, %r7, 2;
-	add.s32 	%r363, %r361, 8;
-	shr.u64 	%rd716, %rd1255, %r363;
-	st.u8 	[%rd171+1], %rd716;
-	@%p131 bra 	$L__BB11_194;
-	add.s32 	%r365, %r361, 16;
-	shr.u64 	%rd717, %rd1255, %r365;
-	st.u8 	[%rd171+2], %rd717;
-	bra.uni 	$L__BB11_194;
-$L__BB11_187:
-	setp.eq.s32 	%p132, %r6, 1;
-	@%p132 bra 	$L__BB11_192;
-	setp.eq.s32 	%p133, %r6, 2;
-	@%p133 bra 	$L__BB11_191;
-	setp.ne.s32 	%p134, %r6, 4;
-	@%p134 bra 	$L__BB11_193;
-	st.u32 	[%rd170], %rd1255;
-	bra.uni 	$L__BB11_194;
-$L__BB11_192:
-	st.u8 	[%rd170], %rd1255;
-	bra.uni 	$L__BB11_194;
-$L__BB11_191:
-	st.u16 	[%rd170], %rd1255;
-	bra.uni 	$L__BB11_194;
-$L__BB11_193:
-	st.u64 	[%rd170], %rd1255;
-$L__BB11_194:
-	@%p41 bra 	$L__BB11_211;
-	mul.lo.s64 	%rd718, %rd1256, %rd12;
-	add.s64 	%rd173, %rd18, %rd718;
-	and.b64  	%rd719, %rd173, %rd20;
-	setp.eq.s64 	%p136, %rd719, 0;
-	@%p136 bra 	$L__BB11_204;
-	setp.eq.s32 	%p137, %r6, 0;
-	@%p137 bra 	$L__BB11_211;
-	cvt.u32.u64 	%r369, %rd20;
-	setp.lt.u32 	%p138, %r369, 3;
-	mov.u32 	%r1230, 0;
-	@%p138 bra 	$L__BB11_200;
-	mov.u32 	%r1230, 0;
-	mov.u32 	%r1229, %r8;
+	setp.eq.b32 	%p62, %r1199, 1;
+	mov.pred 	%p63, 0;
+	xor.pred  	%p64, %p62, %p63;
+	mov.u16 	%rs108, 0;
+	not.pred 	%p65, %p64;
+	@%p65 bra 	$L__BB11_199;
+	bra.uni 	$L__BB11_84;
 $L__BB11_199:
-	shl.b32 	%r371, %r1230, 3;
-	shr.u64 	%rd720, %rd1260, %r371;
-	cvt.u64.u32 	%rd721, %r1230;
-	add.s64 	%rd722, %rd173, %rd721;
-	st.u8 	[%rd722], %rd720;
-	add.s32 	%r372, %r371, 8;
-	shr.u64 	%rd723, %rd1260, %r372;
-	st.u8 	[%rd722+1], %rd723;
-	add.s32 	%r373, %r371, 16;
-	shr.u64 	%rd724, %rd1260, %r373;
-	st.u8 	[%rd722+2], %rd724;
-	add.s32 	%r374, %r371, 24;
-	shr.u64 	%rd725, %rd1260, %r374;
-	st.u8 	[%rd722+3], %rd725;
-	add.s32 	%r1230, %r1230, 4;
-	add.s32 	%r1229, %r1229, -4;
-	setp.ne.s32 	%p139, %r1229, 0;
-	@%p139 bra 	$L__BB11_199;
-$L__BB11_200:
-	setp.eq.s32 	%p140, %r7, 0;
-	@%p140 bra 	$L__BB11_211;
-	setp.eq.s32 	%p141, %r7, 1;
-	shl.b32 	%r375, %r1230, 3;
-	shr.u64 	%rd726, %rd1260, %r375;
-	cvt.u64.u32 	%rd727, %r1230;
-	add.s64 	%rd174, %rd173, %rd727;
-	st.u8 	[%rd174], %rd726;
-	@%p141 bra 	$L__BB11_211;
-	setp.eq.s32 	%p142, %r7, 2;
-	add.s32 	%r377, %r375, 8;
-	shr.u64 	%rd728, %rd1260, %r377;
-	st.u8 	[%rd174+1], %rd728;
-	@%p142 bra 	$L__BB11_211;
-	add.s32 	%r379, %r375, 16;
-	shr.u64 	%rd729, %rd1260, %r379;
-	st.u8 	[%rd174+2], %rd729;
-	bra.uni 	$L__BB11_211;
-$L__BB11_204:
-	setp.eq.s32 	%p143, %r6, 1;
-	@%p143 bra 	$L__BB11_209;
-	setp.eq.s32 	%p144, %r6, 2;
-	@%p144 bra 	$L__BB11_208;
-	setp.ne.s32 	%p145, %r6, 4;
-	@%p145 bra 	$L__BB11_210;
-	st.u32 	[%rd173], %rd1260;
-	bra.uni 	$L__BB11_211;
-$L__BB11_209:
-	st.u8 	[%rd173], %rd1260;
-	bra.uni 	$L__BB11_211;
+	cvt.u32.u64 	%r1385, %rd12;
+	setp.eq.s32 	%p194, %r1385, 0;
+	@%p194 bra 	$L__BB11_490;
+	cvt.u64.u32 	%rd105, %r1106;
+	add.s32 	%r1386, %r1106, -1;
+	cvt.u64.u32 	%rd106, %r1386;
+	and.b32  	%r274, %r1106, 3;
+	sub.s32 	%r275, %r1106, %r274;
+	mov.u64 	%rd2000, 0;
+$L__BB11_201:
+	mov.u64 	%rd2001, 0;
+	add.s64 	%rd108, %rd2000, %rd5;
+	setp.ge.u64 	%p195, %rd108, %rd12;
+	shl.b64 	%rd762, %rd108, 1;
+	add.s64 	%rd109, %rd16, %rd762;
+	@%p195 bra 	$L__BB11_203;
+	ld.u16 	%rd2001, [%rd109];
+$L__BB11_203:
+	add.s64 	%rd1969, %rd2000, %rd5;
+	setp.ge.u64 	%p1069, %rd1969, %rd12;
+	mov.u64 	%rd2006, 0;
+	mov.u64 	%rd2005, %rd2006;
+	@%p1069 bra 	$L__BB11_220;
+	add.s64 	%rd1976, %rd2000, %rd5;
+	mul.lo.s64 	%rd764, %rd1976, %rd105;
+	add.s64 	%rd765, %rd764, %rd23;
+	add.s64 	%rd112, %rd16, %rd765;
+	and.b64  	%rd766, %rd112, %rd106;
+	setp.eq.s64 	%p197, %rd766, 0;
+	@%p197 bra 	$L__BB11_213;
+	setp.eq.s32 	%p198, %r1106, 0;
+	mov.u64 	%rd2005, %rd2006;
+	@%p198 bra 	$L__BB11_220;
+	cvt.u32.u64 	%r1388, %rd106;
+	setp.lt.u32 	%p199, %r1388, 3;
+	mov.u64 	%rd2005, 0;
+	mov.u32 	%r3789, 0;
+	@%p199 bra 	$L__BB11_209;
+	mov.u64 	%rd2005, 0;
+	mov.u32 	%r3789, 0;
+	mov.u32 	%r3788, %r275;
 $L__BB11_208:
-	st.u16 	[%rd173], %rd1260;
-	bra.uni 	$L__BB11_211;
-$L__BB11_210:
-	st.u64 	[%rd173], %rd1260;
-$L__BB11_211:
-	@%p53 bra 	$L__BB11_228;
-	mul.lo.s64 	%rd730, %rd1261, %rd12;
-	add.s64 	%rd176, %rd18, %rd730;
-	and.b64  	%rd731, %rd176, %rd20;
-	setp.eq.s64 	%p147, %rd731, 0;
-	@%p147 bra 	$L__BB11_221;
-	setp.eq.s32 	%p148, %r6, 0;
-	@%p148 bra 	$L__BB11_228;
-	cvt.u32.u64 	%r383, %rd20;
-	setp.lt.u32 	%p149, %r383, 3;
-	mov.u32 	%r1233, 0;
-	@%p149 bra 	$L__BB11_217;
-	mov.u32 	%r1233, 0;
-	mov.u32 	%r1232, %r8;
-$L__BB11_216:
-	shl.b32 	%r385, %r1233, 3;
-	shr.u64 	%rd732, %rd1265, %r385;
-	cvt.u64.u32 	%rd733, %r1233;
-	add.s64 	%rd734, %rd176, %rd733;
-	st.u8 	[%rd734], %rd732;
-	add.s32 	%r386, %r385, 8;
-	shr.u64 	%rd735, %rd1265, %r386;
-	st.u8 	[%rd734+1], %rd735;
-	add.s32 	%r387, %r385, 16;
-	shr.u64 	%rd736, %rd1265, %r387;
-	st.u8 	[%rd734+2], %rd736;
-	add.s32 	%r388, %r385, 24;
-	shr.u64 	%rd737, %rd1265, %r388;
-	st.u8 	[%rd734+3], %rd737;
-	add.s32 	%r1233, %r1233, 4;
-	add.s32 	%r1232, %r1232, -4;
-	setp.ne.s32 	%p150, %r1232, 0;
-	@%p150 bra 	$L__BB11_216;
+	cvt.u64.u32 	%rd771, %r3789;
+	add.s64 	%rd772, %rd112, %rd771;
+	ld.u8 	%rd773, [%rd772];
+	shl.b32 	%r1390, %r3789, 3;
+	shl.b64 	%rd774, %rd773, %r1390;
+	or.b64  	%rd775, %rd774, %rd2005;
+	ld.u8 	%rd776, [%rd772+1];
+	add.s32 	%r1391, %r1390, 8;
+	shl.b64 	%rd777, %rd776, %r1391;
+	or.b64  	%rd778, %rd777, %rd775;
+	ld.u8 	%rd779, [%rd772+2];
+	add.s32 	%r1392, %r1390, 16;
+	shl.b64 	%rd780, %rd779, %r1392;
+	or.b64  	%rd781, %rd780, %rd778;
+	ld.u8 	%rd782, [%rd772+3];
+	add.s32 	%r1393, %r1390, 24;
+	shl.b64 	%rd783, %rd782, %r1393;
+	or.b64  	%rd2005, %rd783, %rd781;
+	add.s32 	%r3789, %r3789, 4;
+	add.s32 	%r3788, %r3788, -4;
+	setp.ne.s32 	%p200, %r3788, 0;
+	@%p200 bra 	$L__BB11_208;
+$L__BB11_209:
+	setp.eq.s32 	%p201, %r274, 0;
+	@%p201 bra 	$L__BB11_220;
+	setp.eq.s32 	%p202, %r274, 1;
+	cvt.u64.u32 	%rd784, %r3789;
+	add.s64 	%rd117, %rd112, %rd784;
+	ld.u8 	%rd785, [%rd117];
+	shl.b32 	%r1394, %r3789, 3;
+	shl.b64 	%rd786, %rd785, %r1394;
+	or.b64  	%rd2005, %rd786, %rd2005;
+	@%p202 bra 	$L__BB11_220;
+	setp.eq.s32 	%p203, %r274, 2;
+	ld.u8 	%rd787, [%rd117+1];
+	add.s32 	%r1396, %r1394, 8;
+	shl.b64 	%rd788, %rd787, %r1396;
+	or.b64  	%rd2005, %rd788, %rd2005;
+	@%p203 bra 	$L__BB11_220;
+	ld.u8 	%rd789, [%rd117+2];
+	add.s32 	%r1398, %r1394, 16;
+	shl.b64 	%rd790, %rd789, %r1398;
+	or.b64  	%rd2005, %rd790, %rd2005;
+	bra.uni 	$L__BB11_220;
+$L__BB11_213:
+	setp.eq.s32 	%p204, %r1106, 1;
+	@%p204 bra 	$L__BB11_218;
+	setp.eq.s32 	%p205, %r1106, 2;
+	@%p205 bra 	$L__BB11_217;
+	setp.ne.s32 	%p206, %r1106, 4;
+	@%p206 bra 	$L__BB11_219;
+	ld.u32 	%rd2005, [%rd112];
+	bra.uni 	$L__BB11_220;
+$L__BB11_218:
+	ld.u8 	%rd2005, [%rd112];
+	bra.uni 	$L__BB11_220;
 $L__BB11_217:
-	setp.eq.s32 	%p151, %r7, 0;
-	@%p151 bra 	$L__BB11_228;
-	setp.eq.s32 	%p152, %r7, 1;
-	shl.b32 	%r389, %r1233, 3;
-	shr.u64 	%rd738, %rd1265, %r389;
-	cvt.u64.u32 	%rd739, %r1233;
-	add.s64 	%rd177, %rd176, %rd739;
-	st.u8 	[%rd177], %rd738;
-	@%p152 bra 	$L__BB11_228;
-	setp.eq.s32 	%p153, %r7, 2;
-	add.s32 	%r391, %r389, 8;
-	shr.u64 	%rd740, %rd1265, %r391;
-	st.u8 	[%rd177+1], %rd740;
-	@%p153 bra 	$L__BB11_228;
-	add.s32 	%r393, %r389, 16;
-	shr.u64 	%rd741, %rd1265, %r393;
-	st.u8 	[%rd177+2], %rd741;
-	bra.uni 	$L__BB11_228;
-$L__BB11_221:
-	setp.eq.s32 	%p154, %r6, 1;
-	@%p154 bra 	$L__BB11_226;
-	setp.eq.s32 	%p155, %r6, 2;
-	@%p155 bra 	$L__BB11_225;
-	setp.ne.s32 	%p156, %r6, 4;
-	@%p156 bra 	$L__BB11_227;
-	st.u32 	[%rd176], %rd1265;
-	bra.uni 	$L__BB11_228;
-$L__BB11_226:
-	st.u8 	[%rd176], %rd1265;
-	bra.uni 	$L__BB11_228;
-$L__BB11_225:
-	st.u16 	[%rd176], %rd1265;
-	bra.uni 	$L__BB11_228;
+	ld.u16 	%rd2005, [%rd112];
+	bra.uni 	$L__BB11_220;
+$L__BB11_219:
+	ld.u64 	%rd2005, [%rd112];
+$L__BB11_220:
+	add.s64 	%rd1970, %rd2000, %rd5;
+	add.s64 	%rd127, %rd1970, 32;
+	setp.ge.u64 	%p207, %rd127, %rd12;
+	@%p207 bra 	$L__BB11_222;
+	ld.u16 	%rd2006, [%rd109+64];
+$L__BB11_222:
+	mov.u64 	%rd2011, 0;
+	mov.u64 	%rd2010, %rd2011;
+	@%p207 bra 	$L__BB11_239;
+	mul.lo.s64 	%rd793, %rd127, %rd105;
+	add.s64 	%rd794, %rd793, %rd23;
+	add.s64 	%rd130, %rd16, %rd794;
+	and.b64  	%rd795, %rd130, %rd106;
+	setp.eq.s64 	%p209, %rd795, 0;
+	@%p209 bra 	$L__BB11_232;
+	setp.eq.s32 	%p210, %r1106, 0;
+	mov.u64 	%rd2010, %rd2011;
+	@%p210 bra 	$L__BB11_239;
+	cvt.u32.u64 	%r1400, %rd106;
+	setp.lt.u32 	%p211, %r1400, 3;
+	mov.u64 	%rd2010, 0;
+	mov.u32 	%r3792, 0;
+	@%p211 bra 	$L__BB11_228;
+	mov.u64 	%rd2010, 0;
+	mov.u32 	%r3792, 0;
+	mov.u32 	%r3791, %r275;
 $L__BB11_227:
-	st.u64 	[%rd176], %rd1265;
+	cvt.u64.u32 	%rd800, %r3792;
+	add.s64 	%rd801, %rd130, %rd800;
+	ld.u8 	%rd802, [%rd801];
+	shl.b32 	%r1402, %r3792, 3;
+	shl.b64 	%rd803, %rd802, %r1402;
+	or.b64  	%rd804, %rd803, %rd2010;
+	ld.u8 	%rd805, [%rd801+1];
+	add.s32 	%r1403, %r1402, 8;
+	shl.b64 	%rd806, %rd805, %r1403;
+	or.b64  	%rd807, %rd806, %rd804;
+	ld.u8 	%rd808, [%rd801+2];
+	add.s32 	%r1404, %r1402, 16;
+	shl.b64 	%rd809, %rd808, %r1404;
+	or.b64  	%rd810, %rd809, %rd807;
+	ld.u8 	%rd811, [%rd801+3];
+	add.s32 	%r1405, %r1402, 24;
+	shl.b64 	%rd812, %rd811, %r1405;
+	or.b64  	%rd2010, %rd812, %rd810;
+	add.s32 	%r3792, %r3792, 4;
+	add.s32 	%r3791, %r3791, -4;
+	setp.ne.s32 	%p212, %r3791, 0;
+	@%p212 bra 	$L__BB11_227;
 $L__BB11_228:
-	@%p65 bra 	$L__BB11_245;
-	mul.lo.s64 	%rd742, %rd1266, %rd12;
-	add.s64 	%rd179, %rd18, %rd742;
-	and.b64  	%rd743, %rd179, %rd20;
-	setp.eq.s64 	%p158, %rd743, 0;
-	@%p158 bra 	$L__BB11_238;
-	setp.eq.s32 	%p159, %r6, 0;
-	@%p159 bra 	$L__BB11_245;
-	cvt.u32.u64 	%r397, %rd20;
-	setp.lt.u32 	%p160, %r397, 3;
-	mov.u32 	%r1236, 0;
-	@%p160 bra 	$L__BB11_234;
-	mov.u32 	%r1236, 0;
-	mov.u32 	%r1235, %r8;
-$L__BB11_233:
-	shl.b32 	%r399, %r1236, 3;
-	shr.u64 	%rd744, %rd1270, %r399;
-	cvt.u64.u32 	%rd745, %r1236;
-	add.s64 	%rd746, %rd179, %rd745;
-	st.u8 	[%rd746], %rd744;
-	add.s32 	%r400, %r399, 8;
-	shr.u64 	%rd747, %rd1270, %r400;
-	st.u8 	[%rd746+1], %rd747;
-	add.s32 	%r401, %r399, 16;
-	shr.u64 	%rd748, %rd1270, %r401;
-	st.u8 	[%rd746+2], %rd748;
-	add.s32 	%r402, %r399, 24;
-	shr.u64 	%rd749, %rd1270, %r402;
-	st.u8 	[%rd746+3], %rd749;
-	add.s32 	%r1236, %r1236, 4;
-	add.s32 	%r1235, %r1235, -4;
-	setp.ne.s32 	%p161, %r1235, 0;
-	@%p161 bra 	$L__BB11_233;
-$L__BB11_234:
-	setp.eq.s32 	%p162, %r7, 0;
-	@%p162 bra 	$L__BB11_245;
-	setp.eq.s32 	%p163, %r7, 1;
-	shl.b32 	%r403, %r1236, 3;
-	shr.u64 	%rd750, %rd1270, %r403;
-	cvt.u64.u32 	%rd751, %r1236;
-	add.s64 	%rd180, %rd179, %rd751;
-	st.u8 	[%rd180], %rd750;
-	@%p163 bra 	$L__BB11_245;
-	setp.eq.s32 	%p164, %r7, 2;
-	add.s32 	%r405, %r403, 8;
-	shr.u64 	%rd752, %rd1270, %r405;
-	st.u8 	[%rd180+1], %rd752;
-	@%p164 bra 	$L__BB11_245;
-	add.s32 	%r407, %r403, 16;
-	shr.u64 	%rd753, %rd1270, %r407;
-	st.u8 	[%rd180+2], %rd753;
-	bra.uni 	$L__BB11_245;
+	setp.eq.s32 	%p213, %r274, 0;
+	@%p213 bra 	$L__BB11_239;
+	setp.eq.s32 	%p214, %r274, 1;
+	cvt.u64.u32 	%rd813, %r3792;
+	add.s64 	%rd135, %rd130, %rd813;
+	ld.u8 	%rd814, [%rd135];
+	shl.b32 	%r1406, %r3792, 3;
+	shl.b64 	%rd815, %rd814, %r1406;
+	or.b64  	%rd2010, %rd815, %rd2010;
+	@%p214 bra 	$L__BB11_239;
+	setp.eq.s32 	%p215, %r274, 2;
+	ld.u8 	%rd816, [%rd135+1];
+	add.s32 	%r1408, %r1406, 8;
+	shl.b64 	%rd817, %rd816, %r1408;
+	or.b64  	%rd2010, %rd817, %rd2010;
+	@%p215 bra 	$L__BB11_239;
+	ld.u8 	%rd818, [%rd135+2];
+	add.s32 	%r1410, %r1406, 16;
+	shl.b64 	%rd819, %rd818, %r1410;
+	or.b64  	%rd2010, %rd819, %rd2010;
+	bra.uni 	$L__BB11_239;
+$L__BB11_232:
+	setp.eq.s32 	%p216, %r1106, 1;
+	@%p216 bra 	$L__BB11_237;
+	setp.eq.s32 	%p217, %r1106, 2;
+	@%p217 bra 	$L__BB11_236;
+	setp.ne.s32 	%p218, %r1106, 4;
+	@%p218 bra 	$L__BB11_238;
+	ld.u32 	%rd2010, [%rd130];
+	bra.uni 	$L__BB11_239;
+$L__BB11_237:
+	ld.u8 	%rd2010, [%rd130];
+	bra.uni 	$L__BB11_239;
+$L__BB11_236:
+	ld.u16 	%rd2010, [%rd130];
+	bra.uni 	$L__BB11_239;
 $L__BB11_238:
-	setp.eq.s32 	%p165, %r6, 1;
-	@%p165 bra 	$L__BB11_243;
-	setp.eq.s32 	%p166, %r6, 2;
-	@%p166 bra 	$L__BB11_242;
-	setp.ne.s32 	%p167, %r6, 4;
-	@%p167 bra 	$L__BB11_244;
-	st.u32 	[%rd179], %rd1270;
-	bra.uni 	$L__BB11_245;
-$L__BB11_243:
-	st.u8 	[%rd179], %rd1270;
-	bra.uni 	$L__BB11_245;
-$L__BB11_242:
-	st.u16 	[%rd179], %rd1270;
-	bra.uni 	$L__BB11_245;
-$L__BB11_244:
-	st.u64 	[%rd179], %rd1270;
-$L__BB11_245:
-	@%p77 bra 	$L__BB11_262;
-	mul.lo.s64 	%rd754, %rd1271, %rd12;
-	add.s64 	%rd182, %rd18, %rd754;
-	and.b64  	%rd755, %rd182, %rd20;
-	setp.eq.s64 	%p169, %rd755, 0;
-	@%p169 bra 	$L__BB11_255;
-	setp.eq.s32 	%p170, %r6, 0;
-	@%p170 bra 	$L__BB11_262;
-	cvt.u32.u64 	%r411, %rd20;
-	setp.lt.u32 	%p171, %r411, 3;
-	mov.u32 	%r1239, 0;
-	@%p171 bra 	$L__BB11_251;
-	mov.u32 	%r1239, 0;
-	mov.u32 	%r1238, %r8;
-$L__BB11_250:
-	shl.b32 	%r413, %r1239, 3;
-	shr.u64 	%rd756, %rd1275, %r413;
-	cvt.u64.u32 	%rd757, %r1239;
-	add.s64 	%rd758, %rd182, %rd757;
-	st.u8 	[%rd758], %rd756;
-	add.s32 	%r414, %r413, 8;
-	shr.u64 	%rd759, %rd1275, %r414;
-	st.u8 	[%rd758+1], %rd759;
-	add.s32 	%r415, %r413, 16;
-	shr.u64 	%rd760, %rd1275, %r415;
-	st.u8 	[%rd758+2], %rd760;
-	add.s32 	%r416, %r413, 24;
-	shr.u64 	%rd761, %rd1275, %r416;
-	st.u8 	[%rd758+3], %rd761;
-	add.s32 	%r1239, %r1239, 4;
-	add.s32 	%r1238, %r1238, -4;
-	setp.ne.s32 	%p172, %r1238, 0;
-	@%p172 bra 	$L__BB11_250;
+	ld.u64 	%rd2010, [%rd130];
+$L__BB11_239:
+	add.s64 	%rd1971, %rd2000, %rd5;
+	add.s64 	%rd145, %rd1971, 64;
+	setp.ge.u64 	%p219, %rd145, %rd12;
+	@%p219 bra 	$L__BB11_241;
+	ld.u16 	%rd2011, [%rd109+128];
+$L__BB11_241:
+	mov.u64 	%rd2016, 0;
+	mov.u64 	%rd2015, %rd2016;
+	@%p219 bra 	$L__BB11_258;
+	mul.lo.s64 	%rd822, %rd145, %rd105;
+	add.s64 	%rd823, %rd822, %rd23;
+	add.s64 	%rd148, %rd16, %rd823;
+	and.b64  	%rd824, %rd148, %rd106;
+	setp.eq.s64 	%p221, %rd824, 0;
+	@%p221 bra 	$L__BB11_251;
+	setp.eq.s32 	%p222, %r1106, 0;
+	mov.u64 	%rd2015, %rd2016;
+	@%p222 bra 	$L__BB11_258;
+	cvt.u32.u64 	%r1412, %rd106;
+	setp.lt.u32 	%p223, %r1412, 3;
+	mov.u64 	%rd2015, 0;
+	mov.u32 	%r3795, 0;
+	@%p223 bra 	$L__BB11_247;
+	mov.u64 	%rd2015, 0;
+	mov.u32 	%r3795, 0;
+	mov.u32 	%r3794, %r275;
+$L__BB11_246:
+	cvt.u64.u32 	%rd829, %r3795;
+	add.s64 	%rd830, %rd148, %rd829;
+	ld.u8 	%rd831, [%rd830];
+	shl.b32 	%r1414, %r3795, 3;
+	shl.b64 	%rd832, %rd831, %r1414;
+	or.b64  	%rd833, %rd832, %rd2015;
+	ld.u8 	%rd834, [%rd830+1];
+	add.s32 	%r1415, %r1414, 8;
+	shl.b64 	%rd835, %rd834, %r1415;
+	or.b64  	%rd836, %rd835, %rd833;
+	ld.u8 	%rd837, [%rd830+2];
+	add.s32 	%r1416, %r1414, 16;
+	shl.b64 	%rd838, %rd837, %r1416;
+	or.b64  	%rd839, %rd838, %rd836;
+	ld.u8 	%rd840, [%rd830+3];
+	add.s32 	%r1417, %r1414, 24;
+	shl.b64 	%rd841, %rd840, %r1417;
+	or.b64  	%rd2015, %rd841, %rd839;
+	add.s32 	%r3795, %r3795, 4;
+	add.s32 	%r3794, %r3794, -4;
+	setp.ne.s32 	%p224, %r3794, 0;
+	@%p224 bra 	$L__BB11_246;
+$L__BB11_247:
+	setp.eq.s32 	%p225, %r274, 0;
+	@%p225 bra 	$L__BB11_258;
+	setp.eq.s32 	%p226, %r274, 1;
+	cvt.u64.u32 	%rd842, %r3795;
+	add.s64 	%rd153, %rd148, %rd842;
+	ld.u8 	%rd843, [%rd153];
+	shl.b32 	%r1418, %r3795, 3;
+	shl.b64 	%rd844, %rd843, %r1418;
+	or.b64  	%rd2015, %rd844, %rd2015;
+	@%p226 bra 	$L__BB11_258;
+	setp.eq.s32 	%p227, %r274, 2;
+	ld.u8 	%rd845, [%rd153+1];
+	add.s32 	%r1420, %r1418, 8;
+	shl.b64 	%rd846, %rd845, %r1420;
+	or.b64  	%rd2015, %rd846, %rd2015;
+	@%p227 bra 	$L__BB11_258;
+	ld.u8 	%rd847, [%rd153+2];
+	add.s32 	%r1422, %r1418, 16;
+	shl.b64 	%rd848, %rd847, %r1422;
+	or.b64  	%rd2015, %rd848, %rd2015;
+	bra.uni 	$L__BB11_258;
 $L__BB11_251:
-	setp.eq.s32 	%p173, %r7, 0;
-	@%p173 bra 	$L__BB11_262;
-	setp.eq.s32 	%p174, %r7, 1;
-	shl.b32 	%r417, %r1239, 3;
-	shr.u64 	%rd762, %rd1275, %r417;
-	cvt.u64.u32 	%rd763, %r1239;
-	add.s64 	%rd183, %rd182, %rd763;
-	st.u8 	[%rd183], %rd762;
-	@%p174 bra 	$L__BB11_262;
-	setp.eq.s32 	%p175, %r7, 2;
-	add.s32 	%r419, %r417, 8;
-	shr.u64 	%rd764, %rd1275, %r419;
-	st.u8 	[%rd183+1], %rd764;
-	@%p175 bra 	$L__BB11_262;
-	add.s32 	%r421, %r417, 16;
-	shr.u64 	%rd765, %rd1275, %r421;
-	st.u8 	[%rd183+2], %rd765;
-	bra.uni 	$L__BB11_262;
+	setp.eq.s32 	%p228, %r1106, 1;
+	@%p228 bra 	$L__BB11_256;
+	setp.eq.s32 	%p229, %r1106, 2;
+	@%p229 bra 	$L__BB11_255;
+	setp.ne.s32 	%p230, %r1106, 4;
+	@%p230 bra 	$L__BB11_257;
+	ld.u32 	%rd2015, [%rd148];
+	bra.uni 	$L__BB11_258;
+$L__BB11_256:
+	ld.u8 	%rd2015, [%rd148];
+	bra.uni 	$L__BB11_258;
 $L__BB11_255:
-	setp.eq.s32 	%p176, %r6, 1;
-	@%p176 bra 	$L__BB11_260;
-	setp.eq.s32 	%p177, %r6, 2;
-	@%p177 bra 	$L__BB11_259;
-	setp.ne.s32 	%p178, %r6, 4;
-	@%p178 bra 	$L__BB11_261;
-	st.u32 	[%rd182], %rd1275;
-	bra.uni 	$L__BB11_262;
+	ld.u16 	%rd2015, [%rd148];
+	bra.uni 	$L__BB11_258;
+$L__BB11_257:
+	ld.u64 	%rd2015, [%rd148];
+$L__BB11_258:
+	add.s64 	%rd1972, %rd2000, %rd5;
+	add.s64 	%rd163, %rd1972, 96;
+	setp.ge.u64 	%p231, %rd163, %rd12;
+	@%p231 bra 	$L__BB11_260;
+	ld.u16 	%rd2016, [%rd109+192];
 $L__BB11_260:
-	st.u8 	[%rd182], %rd1275;
-	bra.uni 	$L__BB11_262;
-$L__BB11_259:
-	st.u16 	[%rd182], %rd1275;
-	bra.uni 	$L__BB11_262;
-$L__BB11_261:
-	st.u64 	[%rd182], %rd1275;
-$L__BB11_262:
-	@%p89 bra 	$L__BB11_279;
-	mul.lo.s64 	%rd766, %rd1276, %rd12;
-	add.s64 	%rd185, %rd18, %rd766;
-	and.b64  	%rd767, %rd185, %rd20;
-	setp.eq.s64 	%p180, %rd767, 0;
-	@%p180 bra 	$L__BB11_272;
-	setp.eq.s32 	%p181, %r6, 0;
-	@%p181 bra 	$L__BB11_279;
-	cvt.u32.u64 	%r425, %rd20;
-	setp.lt.u32 	%p182, %r425, 3;
-	mov.u32 	%r1242, 0;
-	@%p182 bra 	$L__BB11_268;
-	mov.u32 	%r1242, 0;
-	mov.u32 	%r1241, %r8;
-$L__BB11_267:
-	shl.b32 	%r427, %r1242, 3;
-	shr.u64 	%rd768, %rd1280, %r427;
-	cvt.u64.u32 	%rd769, %r1242;
-	add.s64 	%rd770, %rd185, %rd769;
-	st.u8 	[%rd770], %rd768;
-	add.s32 	%r428, %r427, 8;
-	shr.u64 	%rd771, %rd1280, %r428;
-	st.u8 	[%rd770+1], %rd771;
-	add.s32 	%r429, %r427, 16;
-	shr.u64 	%rd772, %rd1280, %r429;
-	st.u8 	[%rd770+2], %rd772;
-	add.s32 	%r430, %r427, 24;
-	shr.u64 	%rd773, %rd1280, %r430;
-	st.u8 	[%rd770+3], %rd773;
-	add.s32 	%r1242, %r1242, 4;
-	add.s32 	%r1241, %r1241, -4;
-	setp.ne.s32 	%p183, %r1241, 0;
-	@%p183 bra 	$L__BB11_267;
-$L__BB11_268:
-	setp.eq.s32 	%p184, %r7, 0;
-	@%p184 bra 	$L__BB11_279;
-	setp.eq.s32 	%p185, %r7, 1;
-	shl.b32 	%r431, %r1242, 3;
-	shr.u64 	%rd774, %rd1280, %r431;
-	cvt.u64.u32 	%rd775, %r1242;
-	add.s64 	%rd186, %rd185, %rd775;
-	st.u8 	[%rd186], %rd774;
-	@%p185 bra 	$L__BB11_279;
-	setp.eq.s32 	%p186, %r7, 2;
-	add.s32 	%r433, %r431, 8;
-	shr.u64 	%rd776, %rd1280, %r433;
-	st.u8 	[%rd186+1], %rd776;
-	@%p186 bra 	$L__BB11_279;
-	add.s32 	%r435, %r431, 16;
-	shr.u64 	%rd777, %rd1280, %r435;
-	st.u8 	[%rd186+2], %rd777;
-	bra.uni 	$L__BB11_279;
-$L__BB11_272:
-	setp.eq.s32 	%p187, %r6, 1;
-	@%p187 bra 	$L__BB11_277;
-	setp.eq.s32 	%p188, %r6, 2;
-	@%p188 bra 	$L__BB11_276;
-	setp.ne.s32 	%p189, %r6, 4;
-	@%p189 bra 	$L__BB11_278;
-	st.u32 	[%rd185], %rd1280;
-	bra.uni 	$L__BB11_279;
-$L__BB11_277:
-	st.u8 	[%rd185], %rd1280;
-	bra.uni 	$L__BB11_279;
+	mov.u64 	%rd2021, 0;
+	mov.u64 	%rd2020, %rd2021;
+	@%p231 bra 	$L__BB11_277;
+	mul.lo.s64 	%rd851, %rd163, %rd105;
+	add.s64 	%rd852, %rd851, %rd23;
+	add.s64 	%rd166, %rd16, %rd852;
+	and.b64  	%rd853, %rd166, %rd106;
+	setp.eq.s64 	%p233, %rd853, 0;
+	@%p233 bra 	$L__BB11_270;
+	setp.eq.s32 	%p234, %r1106, 0;
+	mov.u64 	%rd2020, %rd2021;
+	@%p234 bra 	$L__BB11_277;
+	cvt.u32.u64 	%r1424, %rd106;
+	setp.lt.u32 	%p235, %r1424, 3;
+	mov.u64 	%rd2020, 0;
+	mov.u32 	%r3798, 0;
+	@%p235 bra 	$L__BB11_266;
+	mov.u64 	%rd2020, 0;
+	mov.u32 	%r3798, 0;
+	mov.u32 	%r3797, %r275;
+$L__BB11_265:
+	cvt.u64.u32 	%rd858, %r3798;
+	add.s64 	%rd859, %rd166, %rd858;
+	ld.u8 	%rd860, [%rd859];
+	shl.b32 	%r1426, %r3798, 3;
+	shl.b64 	%rd861, %rd860, %r1426;
+	or.b64  	%rd862, %rd861, %rd2020;
+	ld.u8 	%rd863, [%rd859+1];
+	add.s32 	%r1427, %r1426, 8;
+	shl.b64 	%rd864, %rd863, %r1427;
+	or.b64  	%rd865, %rd864, %rd862;
+	ld.u8 	%rd866, [%rd859+2];
+	add.s32 	%r1428, %r1426, 16;
+	shl.b64 	%rd867, %rd866, %r1428;
+	or.b64  	%rd868, %rd867, %rd865;
+	ld.u8 	%rd869, [%rd859+3];
+	add.s32 	%r1429, %r1426, 24;
+	shl.b64 	%rd870, %rd869, %r1429;
+	or.b64  	%rd2020, %rd870, %rd868;
+	add.s32 	%r3798, %r3798, 4;
+	add.s32 	%r3797, %r3797, -4;
+	setp.ne.s32 	%p236, %r3797, 0;
+	@%p236 bra 	$L__BB11_265;
+$L__BB11_266:
+	setp.eq.s32 	%p237, %r274, 0;
+	@%p237 bra 	$L__BB11_277;
+	setp.eq.s32 	%p238, %r274, 1;
+	cvt.u64.u32 	%rd871, %r3798;
+	add.s64 	%rd171, %rd166, %rd871;
+	ld.u8 	%rd872, [%rd171];
+	shl.b32 	%r1430, %r3798, 3;
+	shl.b64 	%rd873, %rd872, %r1430;
+	or.b64  	%rd2020, %rd873, %rd2020;
+	@%p238 bra 	$L__BB11_277;
+	setp.eq.s32 	%p239, %r274, 2;
+	ld.u8 	%rd874, [%rd171+1];
+	add.s32 	%r1432, %r1430, 8;
+	shl.b64 	%rd875, %rd874, %r1432;
+	or.b64  	%rd2020, %rd875, %rd2020;
+	@%p239 bra 	$L__BB11_277;
+	ld.u8 	%rd876, [%rd171+2];
+	add.s32 	%r1434, %r1430, 16;
+	shl.b64 	%rd877, %rd876, %r1434;
+	or.b64  	%rd2020, %rd877, %rd2020;
+	bra.uni 	$L__BB11_277;
+$L__BB11_270:
+	setp.eq.s32 	%p240, %r1106, 1;
+	@%p240 bra 	$L__BB11_275;
+	setp.eq.s32 	%p241, %r1106, 2;
+	@%p241 bra 	$L__BB11_274;
+	setp.ne.s32 	%p242, %r1106, 4;
+	@%p242 bra 	$L__BB11_276;
+	ld.u32 	%rd2020, [%rd166];
+	bra.uni 	$L__BB11_277;
+$L__BB11_275:
+	ld.u8 	%rd2020, [%rd166];
+	bra.uni 	$L__BB11_277;
+$L__BB11_274:
+	ld.u16 	%rd2020, [%rd166];
+	bra.uni 	$L__BB11_277;
 $L__BB11_276:
-	st.u16 	[%rd185], %rd1280;
-	bra.uni 	$L__BB11_279;
-$L__BB11_278:
-	st.u64 	[%rd185], %rd1280;
+	ld.u64 	%rd2020, [%rd166];
+$L__BB11_277:
+	add.s64 	%rd1973, %rd2000, %rd5;
+	add.s64 	%rd181, %rd1973, 128;
+	setp.ge.u64 	%p243, %rd181, %rd12;
+	@%p243 bra 	$L__BB11_279;
+	ld.u16 	%rd2021, [%rd109+256];
 $L__BB11_279:
-	@%p101 bra 	$L__BB11_296;
-	mul.lo.s64 	%rd778, %rd1281, %rd12;
-	add.s64 	%rd188, %rd18, %rd778;
-	and.b64  	%rd779, %rd188, %rd20;
-	setp.eq.s64 	%p191, %rd779, 0;
-	@%p191 bra 	$L__BB11_289;
-	setp.eq.s32 	%p192, %r6, 0;
-	@%p192 bra 	$L__BB11_296;
-	cvt.u32.u64 	%r439, %rd20;
-	setp.lt.u32 	%p193, %r439, 3;
-	mov.u32 	%r1245, 0;
-	@%p193 bra 	$L__BB11_285;
-	mov.u32 	%r1245, 0;
-	mov.u32 	%r1244, %r8;
+	mov.u64 	%rd2026, 0;
+	mov.u64 	%rd2025, %rd2026;
+	@%p243 bra 	$L__BB11_296;
+	mul.lo.s64 	%rd880, %rd181, %rd105;
+	add.s64 	%rd881, %rd880, %rd23;
+	add.s64 	%rd184, %rd16, %rd881;
+	and.b64  	%rd882, %rd184, %rd106;
+	setp.eq.s64 	%p245, %rd882, 0;
+	@%p245 bra 	$L__BB11_289;
+	setp.eq.s32 	%p246, %r1106, 0;
+	mov.u64 	%rd2025, %rd2026;
+	@%p246 bra 	$L__BB11_296;
+	cvt.u32.u64 	%r1436, %rd106;
+	setp.lt.u32 	%p247, %r1436, 3;
+	mov.u64 	%rd2025, 0;
+	mov.u32 	%r3801, 0;
+	@%p247 bra 	$L__BB11_285;
+	mov.u64 	%rd2025, 0;
+	mov.u32 	%r3801, 0;
+	mov.u32 	%r3800, %r275;
 $L__BB11_284:
-	shl.b32 	%r441, %r1245, 3;
-	shr.u64 	%rd780, %rd1285, %r441;
-	cvt.u64.u32 	%rd781, %r1245;
-	add.s64 	%rd782, %rd188, %rd781;
-	st.u8 	[%rd782], %rd780;
-	add.s32 	%r442, %r441, 8;
-	shr.u64 	%rd783, %rd1285, %r442;
-	st.u8 	[%rd782+1], %rd783;
-	add.s32 	%r443, %r441, 16;
-	shr.u64 	%rd784, %rd1285, %r443;
-	st.u8 	[%rd782+2], %rd784;
-	add.s32 	%r444, %r441, 24;
-	shr.u64 	%rd785, %rd1285, %r444;
-	st.u8 	[%rd782+3], %rd785;
-	add.s32 	%r1245, %r1245, 4;
-	add.s32 	%r1244, %r1244, -4;
-	setp.ne.s32 	%p194, %r1244, 0;
-	@%p194 bra 	$L__BB11_284;
+	cvt.u64.u32 	%rd887, %r3801;
+	add.s64 	%rd888, %rd184, %rd887;
+	ld.u8 	%rd889, [%rd888];
+	shl.b32 	%r1438, %r3801, 3;
+	shl.b64 	%rd890, %rd889, %r1438;
+	or.b64  	%rd891, %rd890, %rd2025;
+	ld.u8 	%rd892, [%rd888+1];
+	add.s32 	%r1439, %r1438, 8;
+	shl.b64 	%rd893, %rd892, %r1439;
+	or.b64  	%rd894, %rd893, %rd891;
+	ld.u8 	%rd895, [%rd888+2];
+	add.s32 	%r1440, %r1438, 16;
+	shl.b64 	%rd896, %rd895, %r1440;
+	or.b64  	%rd897, %rd896, %rd894;
+	ld.u8 	%rd898, [%rd888+3];
+	add.s32 	%r1441, %r1438, 24;
+	shl.b64 	%rd899, %rd898, %r1441;
+	or.b64  	%rd2025, %rd899, %rd897;
+	add.s32 	%r3801, %r3801, 4;
+	add.s32 	%r3800, %r3800, -4;
+	setp.ne.s32 	%p248, %r3800, 0;
+	@%p248 bra 	$L__BB11_284;
 $L__BB11_285:
-	setp.eq.s32 	%p195, %r7, 0;
-	@%p195 bra 	$L__BB11_296;
-	setp.eq.s32 	%p196, %r7, 1;
-	shl.b32 	%r445, %r1245, 3;
-	shr.u64 	%rd786, %rd1285, %r445;
-	cvt.u64.u32 	%rd787, %r1245;
-	add.s64 	%rd189, %rd188, %rd787;
-	st.u8 	[%rd189], %rd786;
-	@%p196 bra 	$L__BB11_296;
-	setp.eq.s32 	%p197, %r7, 2;
-	add.s32 	%r447, %r445, 8;
-	shr.u64 	%rd788, %rd1285, %r447;
-	st.u8 	[%rd189+1], %rd788;
-	@%p197 bra 	$L__BB11_296;
-	add.s32 	%r449, %r445, 16;
-	shr.u64 	%rd789, %rd1285, %r449;
-	st.u8 	[%rd189+2], %rd789;
+	setp.eq.s32 	%p249, %r274, 0;
+	@%p249 bra 	$L__BB11_296;
+	setp.eq.s32 	%p250, %r274, 1;
+	cvt.u64.u32 	%rd900, %r3801;
+	add.s64 	%rd189, %rd184, %rd900;
+	ld.u8 	%rd901, [%rd189];
+	shl.b32 	%r1442, %r3801, 3;
+	shl.b64 	%rd902, %rd901, %r1442;
+	or.b64  	%rd2025, %rd902, %rd2025;
+	@%p250 bra 	$L__BB11_296;
+	setp.eq.s32 	%p251, %r274, 2;
+	ld.u8 	%rd903, [%rd189+1];
+	add.s32 	%r1444, %r1442, 8;
+	shl.b64 	%rd904, %rd903, %r1444;
+	or.b64  	%rd2025, %rd904, %rd2025;
+	@%p251 bra 	$L__BB11_296;
+	ld.u8 	%rd905, [%rd189+2];
+	add.s32 	%r1446, %r1442, 16;
+	shl.b64 	%rd906, %rd905, %r1446;
+	or.b64  	%rd2025, %rd906, %rd2025;
 	bra.uni 	$L__BB11_296;
 $L__BB11_289:
-	setp.eq.s32 	%p198, %r6, 1;
-	@%p198 bra 	$L__BB11_294;
-	setp.eq.s32 	%p199, %r6, 2;
-	@%p199 bra 	$L__BB11_293;
-	setp.ne.s32 	%p200, %r6, 4;
-	@%p200 bra 	$L__BB11_295;
-	st.u32 	[%rd188], %rd1285;
+	setp.eq.s32 	%p252, %r1106, 1;
+	@%p252 bra 	$L__BB11_294;
+	setp.eq.s32 	%p253, %r1106, 2;
+	@%p253 bra 	$L__BB11_293;
+	setp.ne.s32 	%p254, %r1106, 4;
+	@%p254 bra 	$L__BB11_295;
+	ld.u32 	%rd2025, [%rd184];
 	bra.uni 	$L__BB11_296;
 $L__BB11_294:
-	st.u8 	[%rd188], %rd1285;
+	ld.u8 	%rd2025, [%rd184];
 	bra.uni 	$L__BB11_296;
 $L__BB11_293:
-	st.u16 	[%rd188], %rd1285;
+	ld.u16 	%rd2025, [%rd184];
 	bra.uni 	$L__BB11_296;
 $L__BB11_295:
-	st.u64 	[%rd188], %rd1285;
+	ld.u64 	%rd2025, [%rd184];
 $L__BB11_296:
-	add.s64 	%rd1245, %rd1245, 256;
-	setp.lt.u64 	%p201, %rd1245, %rd15;
-	@%p201 bra 	$L__BB11_8;
-	bra.uni 	$L__BB11_618;
+	add.s64 	%rd1974, %rd2000, %rd5;
+	add.s64 	%rd199, %rd1974, 160;
+	setp.ge.u64 	%p255, %rd199, %rd12;
+	@%p255 bra 	$L__BB11_298;
+	ld.u16 	%rd2026, [%rd109+320];
+$L__BB11_298:
+	mov.u64 	%rd2031, 0;
+	mov.u64 	%rd2030, %rd2031;
+	@%p255 bra 	$L__BB11_315;
+	mul.lo.s64 	%rd909, %rd199, %rd105;
+	add.s64 	%rd910, %rd909, %rd23;
+	add.s64 	%rd202, %rd16, %rd910;
+	and.b64  	%rd911, %rd202, %rd106;
+	setp.eq.s64 	%p257, %rd911, 0;
+	@%p257 bra 	$L__BB11_308;
+	setp.eq.s32 	%p258, %r1106, 0;
+	mov.u64 	%rd2030, %rd2031;
+	@%p258 bra 	$L__BB11_315;
+	cvt.u32.u64 	%r1448, %rd106;
+	setp.lt.u32 	%p259, %r1448, 3;
+	mov.u64 	%rd2030, 0;
+	mov.u32 	%r3804, 0;
+	@%p259 bra 	$L__BB11_304;
+	mov.u64 	%rd2030, 0;
+	mov.u32 	%r3804, 0;
+	mov.u32 	%r3803, %r275;
+$L__BB11_303:
+	cvt.u64.u32 	%rd916, %r3804;
+	add.s64 	%rd917, %rd202, %rd916;
+	ld.u8 	%rd918, [%rd917];
+	shl.b32 	%r1450, %r3804, 3;
+	shl.b64 	%rd919, %rd918, %r1450;
+	or.b64  	%rd920, %rd919, %rd2030;
+	ld.u8 	%rd921, [%rd917+1];
+	add.s32 	%r1451, %r1450, 8;
+	shl.b64 	%rd922, %rd921, %r1451;
+	or.b64  	%rd923, %rd922, %rd920;
+	ld.u8 	%rd924, [%rd917+2];
+	add.s32 	%r1452, %r1450, 16;
+	shl.b64 	%rd925, %rd924, %r1452;
+	or.b64  	%rd926, %rd925, %rd923;
+	ld.u8 	%rd927, [%rd917+3];
+	add.s32 	%r1453, %r1450, 24;
+	shl.b64 	%rd928, %rd927, %r1453;
+	or.b64  	%rd2030, %rd928, %rd926;
+	add.s32 	%r3804, %r3804, 4;
+	add.s32 	%r3803, %r3803, -4;
+	setp.ne.s32 	%p260, %r3803, 0;
+	@%p260 bra 	$L__BB11_303;
+$L__BB11_304:
+	setp.eq.s32 	%p261, %r274, 0;
+	@%p261 bra 	$L__BB11_315;
+	setp.eq.s32 	%p262, %r274, 1;
+	cvt.u64.u32 	%rd929, %r3804;
+	add.s64 	%rd207, %rd202, %rd929;
+	ld.u8 	%rd930, [%rd207];
+	shl.b32 	%r1454, %r3804, 3;
+	shl.b64 	%rd931, %rd930, %r1454;
+	or.b64  	%rd2030, %rd931, %rd2030;
+	@%p262 bra 	$L__BB11_315;
+	setp.eq.s32 	%p263, %r274, 2;
+	ld.u8 	%rd932, [%rd207+1];
+	add.s32 	%r1456, %r1454, 8;
+	shl.b64 	%rd933, %rd932, %r1456;
+	or.b64  	%rd2030, %rd933, %rd2030;
+	@%p263 bra 	$L__BB11_315;
+	ld.u8 	%rd934, [%rd207+2];
+	add.s32 	%r1458, %r1454, 16;
+	shl.b64 	%rd935, %rd934, %r1458;
+	or.b64  	%rd2030, %rd935, %rd2030;
+	bra.uni 	$L__BB11_315;
+$L__BB11_308:
+	setp.eq.s32 	%p264, %r1106, 1;
+	@%p264 bra 	$L__BB11_313;
+	setp.eq.s32 	%p265, %r1106, 2;
+	@%p265 bra 	$L__BB11_312;
+	setp.ne.s32 	%p266, %r1106, 4;
+	@%p266 bra 	$L__BB11_314;
+	ld.u32 	%rd2030, [%rd202];
+	bra.uni 	$L__BB11_315;
+$L__BB11_313:
+	ld.u8 	%rd2030, [%rd202];
+	bra.uni 	$L__BB11_315;
+$L__BB11_312:
+	ld.u16 	%rd2030, [%rd202];
+	bra.uni 	$L__BB11_315;
+$L__BB11_314:
+	ld.u64 	%rd2030, [%rd202];
+$L__BB11_315:
+	add.s64 	%rd1975, %rd2000, %rd5;
+	add.s64 	%rd217, %rd1975, 192;
+	setp.ge.u64 	%p267, %rd217, %rd12;
+	@%p267 bra 	$L__BB11_317;
+	ld.u16 	%rd2031, [%rd109+384];
+$L__BB11_317:
+	mov.u64 	%rd2035, 0;
+	@%p267 bra 	$L__BB11_334;
+	mul.lo.s64 	%rd938, %rd217, %rd105;
+	add.s64 	%rd939, %rd938, %rd23;
+	add.s64 	%rd220, %rd16, %rd939;
+	and.b64  	%rd940, %rd220, %rd106;
+	setp.eq.s64 	%p269, %rd940, 0;
+	@%p269 bra 	$L__BB11_327;
+	mov.u64 	%rd2035, 0;
+	setp.eq.s32 	%p270, %r1106, 0;
+	@%p270 bra 	$L__BB11_334;
+	cvt.u32.u64 	%r1460, %rd106;
+	setp.lt.u32 	%p271, %r1460, 3;
+	mov.u64 	%rd2035, 0;
+	mov.u32 	%r3807, 0;
+	@%p271 bra 	$L__BB11_323;
+	mov.u64 	%rd2035, 0;
+	mov.u32 	%r3807, 0;
+	mov.u32 	%r3806, %r275;
+$L__BB11_322:
+	cvt.u64.u32 	%rd945, %r3807;
+	add.s64 	%rd946, %rd220, %rd945;
+	ld.u8 	%rd947, [%rd946];
+	shl.b32 	%r1462, %r3807, 3;
+	shl.b64 	%rd948, %rd947, %r1462;
+	or.b64  	%rd949, %rd948, %rd2035;
+	ld.u8 	%rd950, [%rd946+1];
+	add.s32 	%r1463, %r1462, 8;
+	shl.b64 	%rd951, %rd950, %r1463;
+	or.b64  	%rd952, %rd951, %rd949;
+	ld.u8 	%rd953, [%rd946+2];
+	add.s32 	%r1464, %r1462, 16;
+	shl.b64 	%rd954, %rd953, %r1464;
+	or.b64  	%rd955, %rd954, %rd952;
+	ld.u8 	%rd956, [%rd946+3];
+	add.s32 	%r1465, %r1462, 24;
+	shl.b64 	%rd957, %rd956, %r1465;
+	or.b64  	%rd2035, %rd957, %rd955;
+	add.s32 	%r3807, %r3807, 4;
+	add.s32 	%r3806, %r3806, -4;
+	setp.ne.s32 	%p272, %r3806, 0;
+	@%p272 bra 	$L__BB11_322;
+$L__BB11_323:
+	setp.eq.s32 	%p273, %r274, 0;
+	@%p273 bra 	$L__BB11_334;
+	setp.eq.s32 	%p274, %r274, 1;
+	cvt.u64.u32 	%rd958, %r3807;
+	add.s64 	%rd225, %rd220, %rd958;
+	ld.u8 	%rd959, [%rd225];
+	shl.b32 	%r1466, %r3807, 3;
+	shl.b64 	%rd960, %rd959, %r1466;
+	or.b64  	%rd2035, %rd960, %rd2035;
+	@%p274 bra 	$L__BB11_334;
+	setp.eq.s32 	%p275, %r274, 2;
+	ld.u8 	%rd961, [%rd225+1];
+	add.s32 	%r1468, %r1466, 8;
+	shl.b64 	%rd962, %rd961, %r1468;
+	or.b64  	%rd2035, %rd962, %rd2035;
+	@%p275 bra 	$L__BB11_334;
+	ld.u8 	%rd963, [%rd225+2];
+	add.s32 	%r1470, %r1466, 16;
+	shl.b64 	%rd964, %rd963, %r1470;
+	or.b64  	%rd2035, %rd964, %rd2035;
+	bra.uni 	$L__BB11_334;
+$L__BB11_327:
+	setp.eq.s32 	%p276, %r1106, 1;
+	@%p276 bra 	$L__BB11_332;
+	setp.eq.s32 	%p277, %r1106, 2;
+	@%p277 bra 	$L__BB11_331;
+	setp.ne.s32 	%p278, %r1106, 4;
+	@%p278 bra 	$L__BB11_333;
+	ld.u32 	%rd2035, [%rd220];
+	bra.uni 	$L__BB11_334;
+$L__BB11_332:
+	ld.u8 	%rd2035, [%rd220];
+	bra.uni 	$L__BB11_334;
+$L__BB11_331:
+	ld.u16 	%rd2035, [%rd220];
+	bra.uni 	$L__BB11_334;
+$L__BB11_333:
+	ld.u64 	%rd2035, [%rd220];
+$L__BB11_334:
+	mov.u64 	%rd2036, 0;
+	add.s64 	%rd1964, %rd2000, %rd5;
+	add.s64 	%rd235, %rd1964, 224;
+	setp.ge.u64 	%p279, %rd235, %rd12;
+	@%p279 bra 	$L__BB11_336;
+	ld.u16 	%rd2036, [%rd109+448];
+$L__BB11_336:
+	mov.u64 	%rd2040, 0;
+	@%p279 bra 	$L__BB11_353;
+	mul.lo.s64 	%rd967, %rd235, %rd105;
+	add.s64 	%rd968, %rd967, %rd23;
+	add.s64 	%rd238, %rd16, %rd968;
+	and.b64  	%rd969, %rd238, %rd106;
+	setp.eq.s64 	%p281, %rd969, 0;
+	@%p281 bra 	$L__BB11_346;
+	mov.u64 	%rd2040, 0;
+	setp.eq.s32 	%p282, %r1106, 0;
+	@%p282 bra 	$L__BB11_353;
+	cvt.u32.u64 	%r1472, %rd106;
+	setp.lt.u32 	%p283, %r1472, 3;
+	mov.u64 	%rd2040, 0;
+	mov.u32 	%r3810, 0;
+	@%p283 bra 	$L__BB11_342;
+	mov.u64 	%rd2040, 0;
+	mov.u32 	%r3810, 0;
+	mov.u32 	%r3809, %r275;
+$L__BB11_341:
+	cvt.u64.u32 	%rd974, %r3810;
+	add.s64 	%rd975, %rd238, %rd974;
+	ld.u8 	%rd976, [%rd975];
+	shl.b32 	%r1474, %r3810, 3;
+	shl.b64 	%rd977, %rd976, %r1474;
+	or.b64  	%rd978, %rd977, %rd2040;
+	ld.u8 	%rd979, [%rd975+1];
+	add.s32 	%r1475, %r1474, 8;
+	shl.b64 	%rd980, %rd979, %r1475;
+	or.b64  	%rd981, %rd980, %rd978;
+	ld.u8 	%rd982, [%rd975+2];
+	add.s32 	%r1476, %r1474, 16;
+	shl.b64 	%rd983, %rd982, %r1476;
+	or.b64  	%rd984, %rd983, %rd981;
+	ld.u8 	%rd985, [%rd975+3];
+	add.s32 	%r1477, %r1474, 24;
+	shl.b64 	%rd986, %rd985, %r1477;
+	or.b64  	%rd2040, %rd986, %rd984;
+	add.s32 	%r3810, %r3810, 4;
+	add.s32 	%r3809, %r3809, -4;
+	setp.ne.s32 	%p284, %r3809, 0;
+	@%p284 bra 	$L__BB11_341;
+$L__BB11_342:
+	setp.eq.s32 	%p285, %r274, 0;
+	@%p285 bra 	$L__BB11_353;
+	setp.eq.s32 	%p286, %r274, 1;
+	cvt.u64.u32 	%rd987, %r3810;
+	add.s64 	%rd243, %rd238, %rd987;
+	ld.u8 	%rd988, [%rd243];
+	shl.b32 	%r1478, %r3810, 3;
+	shl.b64 	%rd989, %rd988, %r1478;
+	or.b64  	%rd2040, %rd989, %rd2040;
+	@%p286 bra 	$L__BB11_353;
+	setp.eq.s32 	%p287, %r274, 2;
+	ld.u8 	%rd990, [%rd243+1];
+	add.s32 	%r1480, %r1478, 8;
+	shl.b64 	%rd991, %rd990, %r1480;
+	or.b64  	%rd2040, %rd991, %rd2040;
+	@%p287 bra 	$L__BB11_353;
+	ld.u8 	%rd992, [%rd243+2];
+	add.s32 	%r1482, %r1478, 16;
+	shl.b64 	%rd993, %rd992, %r1482;
+	or.b64  	%rd2040, %rd993, %rd2040;
+	bra.uni 	$L__BB11_353;
+$L__BB11_346:
+	setp.eq.s32 	%p288, %r1106, 1;
+	@%p288 bra 	$L__BB11_351;
+	setp.eq.s32 	%p289, %r1106, 2;
+	@%p289 bra 	$L__BB11_350;
+	setp.ne.s32 	%p290, %r1106, 4;
+	@%p290 bra 	$L__BB11_352;
+	ld.u32 	%rd2040, [%rd238];
+	bra.uni 	$L__BB11_353;
+$L__BB11_351:
+	ld.u8 	%rd2040, [%rd238];
+	bra.uni 	$L__BB11_353;
+$L__BB11_350:
+	ld.u16 	%rd2040, [%rd238];
+	bra.uni 	$L__BB11_353;
+$L__BB11_352:
+	ld.u64 	%rd2040, [%rd238];
+$L__BB11_353:
+	add.s64 	%rd1966, %rd2000, %rd5;
+	setp.ge.u64 	%p1068, %rd1966, %rd12;
+	@%p1068 bra 	$L__BB11_370;
+	mul.lo.s64 	%rd994, %rd2001, %rd105;
+	add.s64 	%rd253, %rd1981, %rd994;
+	and.b64  	%rd995, %rd253, %rd106;
+	setp.eq.s64 	%p292, %rd995, 0;
+	@%p292 bra 	$L__BB11_363;
+	setp.eq.s32 	%p293, %r1106, 0;
+	@%p293 bra 	$L__BB11_370;
+	cvt.u32.u64 	%r1484, %rd106;
+	setp.lt.u32 	%p294, %r1484, 3;
+	mov.u32 	%r3813, 0;
+	@%p294 bra 	$L__BB11_359;
+	mov.u32 	%r3813, 0;
+	mov.u32 	%r3812, %r275;
+$L__BB11_358:
+	shl.b32 	%r1486, %r3813, 3;
+	shr.u64 	%rd996, %rd2005, %r1486;
+	cvt.u64.u32 	%rd997, %r3813;
+	add.s64 	%rd998, %rd253, %rd997;
+	st.u8 	[%rd998], %rd996;
+	add.s32 	%r1487, %r1486, 8;
+	shr.u64 	%rd999, %rd2005, %r1487;
+	st.u8 	[%rd998+1], %rd999;
+	add.s32 	%r1488, %r1486, 16;
+	shr.u64 	%rd1000, %rd2005, %r1488;
+	st.u8 	[%rd998+2], %rd1000;
+	add.s32 	%r1489, %r1486, 24;
+	shr.u64 	%rd1001, %rd2005, %r1489;
+	st.u8 	[%rd998+3], %rd1001;
+	add.s32 	%r3813, %r3813, 4;
+	add.s32 	%r3812, %r3812, -4;
+	setp.ne.s32 	%p295, %r3812, 0;
+	@%p295 bra 	$L__BB11_358;
+$L__BB11_359:
+	setp.eq.s32 	%p296, %r274, 0;
+	@%p296 bra 	$L__BB11_370;
+	setp.eq.s32 	%p297, %r274, 1;
+	shl.b32 	%r1490, %r3813, 3;
+	shr.u64 	%rd1002, %rd2005, %r1490;
+	cvt.u64.u32 	%rd1003, %r3813;
+	add.s64 	%rd254, %rd253, %rd1003;
+	st.u8 	[%rd254], %rd1002;
+	@%p297 bra 	$L__BB11_370;
+	setp.eq.s32 	%p298, %r274, 2;
+	add.s32 	%r1492, %r1490, 8;
+	shr.u64 	%rd1004, %rd2005, %r1492;
+	st.u8 	[%rd254+1], %rd1004;
+	@%p298 bra 	$L__BB11_370;
+	add.s32 	%r1494, %r1490, 16;
+	shr.u64 	%rd1005, %rd2005, %r1494;
+	st.u8 	[%rd254+2], %rd1005;
+	bra.uni 	$L__BB11_370;
+$L__BB11_363:
+	setp.eq.s32 	%p299, %r1106, 1;
+	@%p299 bra 	$L__BB11_368;
+	setp.eq.s32 	%p300, %r1106, 2;
+	@%p300 bra 	$L__BB11_367;
+	setp.ne.s32 	%p301, %r1106, 4;
+	@%p301 bra 	$L__BB11_369;
+	st.u32 	[%rd253], %rd2005;
+	bra.uni 	$L__BB11_370;
+$L__BB11_368:
+	st.u8 	[%rd253], %rd2005;
+	bra.uni 	$L__BB11_370;
+$L__BB11_367:
+	st.u16 	[%rd253], %rd2005;
+	bra.uni 	$L__BB11_370;
+$L__BB11_369:
+	st.u64 	[%rd253], %rd2005;
+$L__BB11_370:
+	@%p207 bra 	$L__BB11_387;
+	mul.lo.s64 	%rd1006, %rd2006, %rd105;
+	add.s64 	%rd256, %rd1981, %rd1006;
+	and.b64  	%rd1007, %rd256, %rd106;
+	setp.eq.s64 	%p303, %rd1007, 0;
+	@%p303 bra 	$L__BB11_380;
+	setp.eq.s32 	%p304, %r1106, 0;
+	@%p304 bra 	$L__BB11_387;
+	cvt.u32.u64 	%r1496, %rd106;
+	setp.lt.u32 	%p305, %r1496, 3;
+	mov.u32 	%r3816, 0;
+	@%p305 bra 	$L__BB11_376;
+	mov.u32 	%r3816, 0;
+	mov.u32 	%r3815, %r275;
+$L__BB11_375:
+	shl.b32 	%r1498, %r3816, 3;
+	shr.u64 	%rd1008, %rd2010, %r1498;
+	cvt.u64.u32 	%rd1009, %r3816;
+	add.s64 	%rd1010, %rd256, %rd1009;
+	st.u8 	[%rd1010], %rd1008;
+	add.s32 	%r1499, %r1498, 8;
+	shr.u64 	%rd1011, %rd2010, %r1499;
+	st.u8 	[%rd1010+1], %rd1011;
+	add.s32 	%r1500, %r1498, 16;
+	shr.u64 	%rd1012, %rd2010, %r1500;
+	st.u8 	[%rd1010+2], %rd1012;
+	add.s32 	%r1501, %r1498, 24;
+	shr.u64 	%rd1013, %rd2010, %r1501;
+	st.u8 	[%rd1010+3], %rd1013;
+	add.s32 	%r3816, %r3816, 4;
+	add.s32 	%r3815, %r3815, -4;
+	setp.ne.s32 	%p306, %r3815, 0;
+	@%p306 bra 	$L__BB11_375;
+$L__BB11_376:
+	setp.eq.s32 	%p307, %r274, 0;
+	@%p307 bra 	$L__BB11_387;
+	setp.eq.s32 	%p308, %r274, 1;
+	shl.b32 	%r1502, %r3816, 3;
+	shr.u64 	%rd1014, %rd2010, %r1502;
+	cvt.u64.u32 	%rd1015, %r3816;
+	add.s64 	%rd257, %rd256, %rd1015;
+	st.u8 	[%rd257], %rd1014;
+	@%p308 bra 	$L__BB11_387;
+	setp.eq.s32 	%p309, %r274, 2;
+	add.s32 	%r1504, %r1502, 8;
+	shr.u64 	%rd1016, %rd2010, %r1504;
+	st.u8 	[%rd257+1], %rd1016;
+	@%p309 bra 	$L__BB11_387;
+	add.s32 	%r1506, %r1502, 16;
+	shr.u64 	%rd1017, %rd2010, %r1506;
+	st.u8 	[%rd257+2], %rd1017;
+	bra.uni 	$L__BB11_387;
+$L__BB11_380:
+	setp.eq.s32 	%p310, %r1106, 1;
+	@%p310 bra 	$L__BB11_385;
+	setp.eq.s32 	%p311, %r1106, 2;
+	@%p311 bra 	$L__BB11_384;
+	setp.ne.s32 	%p312, %r1106, 4;
+	@%p312 bra 	$L__BB11_386;
+	st.u32 	[%rd256], %rd2010;
+	bra.uni 	$L__BB11_387;
+$L__BB11_385:
+	st.u8 	[%rd256], %rd2010;
+	bra.uni 	$L__BB11_387;
+$L__BB11_384:
+	st.u16 	[%rd256], %rd2010;
+	bra.uni 	$L__BB11_387;
+$L__BB11_386:
+	st.u64 	[%rd256], %rd2010;
+$L__BB11_387:
+	@%p219 bra 	$L__BB11_404;
+	mul.lo.s64 	%rd1018, %rd2011, %rd105;
+	add.s64 	%rd259, %rd1981, %rd1018;
+	and.b64  	%rd1019, %rd259, %rd106;
+	setp.eq.s64 	%p314, %rd1019, 0;
+	@%p314 bra 	$L__BB11_397;
+	setp.eq.s32 	%p315, %r1106, 0;
+	@%p315 bra 	$L__BB11_404;
+	cvt.u32.u64 	%r1508, %rd106;
+	setp.lt.u32 	%p316, %r1508, 3;
+	mov.u32 	%r3819, 0;
+	@%p316 bra 	$L__BB11_393;
+	mov.u32 	%r3819, 0;
+	mov.u32 	%r3818, %r275;
+$L__BB11_392:
+	shl.b32 	%r1510, %r3819, 3;
+	shr.u64 	%rd1020, %rd2015, %r1510;
+	cvt.u64.u32 	%rd1021, %r3819;
+	add.s64 	%rd1022, %rd259, %rd1021;
+	st.u8 	[%rd1022], %rd1020;
+	add.s32 	%r1511, %r1510, 8;
+	shr.u64 	%rd1023, %rd2015, %r1511;
+	st.u8 	[%rd1022+1], %rd1023;
+	add.s32 	%r1512, %r1510, 16;
+	shr.u64 	%rd1024, %rd2015, %r1512;
+	st.u8 	[%rd1022+2], %rd1024;
+	add.s32 	%r1513, %r1510, 24;
+	shr.u64 	%rd1025, %rd2015, %r1513;
+	st.u8 	[%rd1022+3], %rd1025;
+	add.s32 	%r3819, %r3819, 4;
+	add.s32 	%r3818, %r3818, -4;
+	setp.ne.s32 	%p317, %r3818, 0;
+	@%p317 bra 	$L__BB11_392;
+$L__BB11_393:
+	setp.eq.s32 	%p318, %r274, 0;
+	@%p318 bra 	$L__BB11_404;
+	setp.eq.s32 	%p319, %r274, 1;
+	shl.b32 	%r1514, %r3819, 3;
+	shr.u64 	%rd1026, %rd2015, %r1514;
+	cvt.u64.u32 	%rd1027, %r3819;
+	add.s64 	%rd260, %rd259, %rd1027;
+	st.u8 	[%rd260], %rd1026;
+	@%p319 bra 	$L__BB11_404;
+	setp.eq.s32 	%p320, %r274, 2;
+	add.s32 	%r1516, %r1514, 8;
+	shr.u64 	%rd1028, %rd2015, %r1516;
+	st.u8 	[%rd260+1], %rd1028;
+	@%p320 bra 	$L__BB11_404;
+	add.s32 	%r1518, %r1514, 16;
+	shr.u64 	%rd1029, %rd2015, %r1518;
+	st.u8 	[%rd260+2], %rd1029;
+	bra.uni 	$L__BB11_404;
+$L__BB11_397:
+	setp.eq.s32 	%p321, %r1106, 1;
+	@%p321 bra 	$L__BB11_402;
+	setp.eq.s32 	%p322, %r1106, 2;
+	@%p322 bra 	$L__BB11_401;
+	setp.ne.s32 	%p323, %r1106, 4;
+	@%p323 bra 	$L__BB11_403;
+	st.u32 	[%rd259], %rd2015;
+	bra.uni 	$L__BB11_404;
+$L__BB11_402:
+	st.u8 	[%rd259], %rd2015;
+	bra.uni 	$L__BB11_404;
+$L__BB11_401:
+	st.u16 	[%rd259], %rd2015;
+	bra.uni 	$L__BB11_404;
+$L__BB11_403:
+	st.u64 	[%rd259], %rd2015;
+$L__BB11_404:
+	@%p231 bra 	$L__BB11_421;
+	mul.lo.s64 	%rd1030, %rd2016, %rd105;
+	add.s64 	%rd262, %rd1981, %rd1030;
+	and.b64  	%rd1031, %rd262, %rd106;
+	setp.eq.s64 	%p325, %rd1031, 0;
+	@%p325 bra 	$L__BB11_414;
+	setp.eq.s32 	%p326, %r1106, 0;
+	@%p326 bra 	$L__BB11_421;
+	cvt.u32.u64 	%r1520, %rd106;
+	setp.lt.u32 	%p327, %r1520, 3;
+	mov.u32 	%r3822, 0;
+	@%p327 bra 	$L__BB11_410;
+	mov.u32 	%r3822, 0;
+	mov.u32 	%r3821, %r275;
+$L__BB11_409:
+	shl.b32 	%r1522, %r3822, 3;
+	shr.u64 	%rd1032, %rd2020, %r1522;
+	cvt.u64.u32 	%rd1033, %r3822;
+	add.s64 	%rd1034, %rd262, %rd1033;
+	st.u8 	[%rd1034], %rd1032;
+	add.s32 	%r1523, %r1522, 8;
+	shr.u64 	%rd1035, %rd2020, %r1523;
+	st.u8 	[%rd1034+1], %rd1035;
+	add.s32 	%r1524, %r1522, 16;
+	shr.u64 	%rd1036, %rd2020, %r1524;
+	st.u8 	[%rd1034+2], %rd1036;
+	add.s32 	%r1525, %r1522, 24;
+	shr.u64 	%rd1037, %rd2020, %r1525;
+	st.u8 	[%rd1034+3], %rd1037;
+	add.s32 	%r3822, %r3822, 4;
+	add.s32 	%r3821, %r3821, -4;
+	setp.ne.s32 	%p328, %r3821, 0;
+	@%p328 bra 	$L__BB11_409;
+$L__BB11_410:
+	setp.eq.s32 	%p329, %r274, 0;
+	@%p329 bra 	$L__BB11_421;
+	setp.eq.s32 	%p330, %r274, 1;
+	shl.b32 	%r1526, %r3822, 3;
+	shr.u64 	%rd1038, %rd2020, %r1526;
+	cvt.u64.u32 	%rd1039, %r3822;
+	add.s64 	%rd263, %rd262, %rd1039;
+	st.u8 	[%rd263], %rd1038;
+	@%p330 bra 	$L__BB11_421;
+	setp.eq.s32 	%p331, %r274, 2;
+	add.s32 	%r1528, %r1526, 8;
+	shr.u64 	%rd1040, %rd2020, %r1528;
+	st.u8 	[%rd263+1], %rd1040;
+	@%p331 bra 	$L__BB11_421;
+	add.s32 	%r1530, %r1526, 16;
+	shr.u64 	%rd1041, %rd2020, %r1530;
+	st.u8 	[%rd263+2], %rd1041;
+	bra.uni 	$L__BB11_421;
+$L__BB11_414:
+	setp.eq.s32 	%p332, %r1106, 1;
+	@%p332 bra 	$L__BB11_419;
+	setp.eq.s32 	%p333, %r1106, 2;
+	@%p333 bra 	$L__BB11_418;
+	setp.ne.s32 	%p334, %r1106, 4;
+	@%p334 bra 	$L__BB11_420;
+	st.u32 	[%rd262], %rd2020;
+	bra.uni 	$L__BB11_421;
+$L__BB11_419:
+	st.u8 	[%rd262], %rd2020;
+	bra.uni 	$L__BB11_421;
+$L__BB11_418:
+	st.u16 	[%rd262], %rd2020;
+	bra.uni 	$L__BB11_421;
+$L__BB11_420:
+	st.u64 	[%rd262], %rd2020;
+$L__BB11_421:
+	@%p243 bra 	$L__BB11_438;
+	mul.lo.s64 	%rd1042, %rd2021, %rd105;
+	add.s64 	%rd265, %rd1981, %rd1042;
+	and.b64  	%rd1043, %rd265, %rd106;
+	setp.eq.s64 	%p336, %rd1043, 0;
+	@%p336 bra 	$L__BB11_431;
+	setp.eq.s32 	%p337, %r1106, 0;
+	@%p337 bra 	$L__BB11_438;
+	cvt.u32.u64 	%r1532, %rd106;
+	setp.lt.u32 	%p338, %r1532, 3;
+	mov.u32 	%r3825, 0;
+	@%p338 bra 	$L__BB11_427;
+	mov.u32 	%r3825, 0;
+	mov.u32 	%r3824, %r275;
+$L__BB11_426:
+	shl.b32 	%r1534, %r3825, 3;
+	shr.u64 	%rd1044, %rd2025, %r1534;
+	cvt.u64.u32 	%rd1045, %r3825;
+	add.s64 	%rd1046, %rd265, %rd1045;
+	st.u8 	[%rd1046], %rd1044;
+	add.s32 	%r1535, %r1534, 8;
+	shr.u64 	%rd1047, %rd2025, %r1535;
+	st.u8 	[%rd1046+1], %rd1047;
+	add.s32 	%r1536, %r1534, 16;
+	shr.u64 	%rd1048, %rd2025, %r1536;
+	st.u8 	[%rd1046+2], %rd1048;
+	add.s32 	%r1537, %r1534, 24;
+	shr.u64 	%rd1049, %rd2025, %r1537;
+	st.u8 	[%rd1046+3], %rd1049;
+	add.s32 	%r3825, %r3825, 4;
+	add.s32 	%r3824, %r3824, -4;
+	setp.ne.s32 	%p339, %r3824, 0;
+	@%p339 bra 	$L__BB11_426;
+$L__BB11_427:
+	setp.eq.s32 	%p340, %r274, 0;
+	@%p340 bra 	$L__BB11_438;
+	setp.eq.s32 	%p341, %r274, 1;
+	shl.b32 	%r1538, %r3825, 3;
+	shr.u64 	%rd1050, %rd2025, %r1538;
+	cvt.u64.u32 	%rd1051, %r3825;
+	add.s64 	%rd266, %rd265, %rd1051;
+	st.u8 	[%rd266], %rd1050;
+	@%p341 bra 	$L__BB11_438;
+	setp.eq.s32 	%p342, %r274, 2;
+	add.s32 	%r1540, %r1538, 8;
+	shr.u64 	%rd1052, %rd2025, %r1540;
+	st.u8 	[%rd266+1], %rd1052;
+	@%p342 bra 	$L__BB11_438;
+	add.s32 	%r1542, %r1538, 16;
+	shr.u64 	%rd1053, %rd2025, %r1542;
+	st.u8 	[%rd266+2], %rd1053;
+	bra.uni 	$L__BB11_438;
+$L__BB11_431:
+	setp.eq.s32 	%p343, %r1106, 1;
+	@%p343 bra 	$L__BB11_436;
+	setp.eq.s32 	%p344, %r1106, 2;
+	@%p344 bra 	$L__BB11_435;
+	setp.ne.s32 	%p345, %r1106, 4;
+	@%p345 bra 	$L__BB11_437;
+	st.u32 	[%rd265], %rd2025;
+	bra.uni 	$L__BB11_438;
+$L__BB11_436:
+	st.u8 	[%rd265], %rd2025;
+	bra.uni 	$L__BB11_438;
+$L__BB11_435:
+	st.u16 	[%rd265], %rd2025;
+	bra.uni 	$L__BB11_438;
+$L__BB11_437:
+	st.u64 	[%rd265], %rd2025;
+$L__BB11_438:
+	@%p255 bra 	$L__BB11_455;
+	mul.lo.s64 	%rd1054, %rd2026, %rd105;
+	add.s64 	%rd268, %rd1981, %rd1054;
+	and.b64  	%rd1055, %rd268, %rd106;
+	setp.eq.s64 	%p347, %rd1055, 0;
+	@%p347 bra 	$L__BB11_448;
+	setp.eq.s32 	%p348, %r1106, 0;
+	@%p348 bra 	$L__BB11_455;
+	cvt.u32.u64 	%r1544, %rd106;
+	setp.lt.u32 	%p349, %r1544, 3;
+	mov.u32 	%r3828, 0;
+	@%p349 bra 	$L__BB11_444;
+	mov.u32 	%r3828, 0;
+	mov.u32 	%r3827, %r275;
+$L__BB11_443:
+	shl.b32 	%r1546, %r3828, 3;
+	shr.u64 	%rd1056, %rd2030, %r1546;
+	cvt.u64.u32 	%rd1057, %r3828;
+	add.s64 	%rd1058, %rd268, %rd1057;
+	st.u8 	[%rd1058], %rd1056;
+	add.s32 	%r1547, %r1546, 8;
+	shr.u64 	%rd1059, %rd2030, %r1547;
+	st.u8 	[%rd1058+1], %rd1059;
+	add.s32 	%r1548, %r1546, 16;
+	shr.u64 	%rd1060, %rd2030, %r1548;
+	st.u8 	[%rd1058+2], %rd1060;
+	add.s32 	%r1549, %r1546, 24;
+	shr.u64 	%rd1061, %rd2030, %r1549;
+	st.u8 	[%rd1058+3], %rd1061;
+	add.s32 	%r3828, %r3828, 4;
+	add.s32 	%r3827, %r3827, -4;
+	setp.ne.s32 	%p350, %r3827, 0;
+	@%p350 bra 	$L__BB11_443;
+$L__BB11_444:
+	setp.eq.s32 	%p351, %r274, 0;
+	@%p351 bra 	$L__BB11_455;
+	setp.eq.s32 	%p352, %r274, 1;
+	shl.b32 	%r1550, %r3828, 3;
+	shr.u64 	%rd1062, %rd2030, %r1550;
+	cvt.u64.u32 	%rd1063, %r3828;
+	add.s64 	%rd269, %rd268, %rd1063;
+	st.u8 	[%rd269], %rd1062;
+	@%p352 bra 	$L__BB11_455;
+	setp.eq.s32 	%p353, %r274, 2;
+	add.s32 	%r1552, %r1550, 8;
+	shr.u64 	%rd1064, %rd2030, %r1552;
+	st.u8 	[%rd269+1], %rd1064;
+	@%p353 bra 	$L__BB11_455;
+	add.s32 	%r1554, %r1550, 16;
+	shr.u64 	%rd1065, %rd2030, %r1554;
+	st.u8 	[%rd269+2], %rd1065;
+	bra.uni 	$L__BB11_455;
+$L__BB11_448:
+	setp.eq.s32 	%p354, %r1106, 1;
+	@%p354 bra 	$L__BB11_453;
+	setp.eq.s32 	%p355, %r1106, 2;
+	@%p355 bra 	$L__BB11_452;
+	setp.ne.s32 	%p356, %r1106, 4;
+	@%p356 bra 	$L__BB11_454;
+	st.u32 	[%rd268], %rd2030;
+	bra.uni 	$L__BB11_455;
+$L__BB11_453:
+	st.u8 	[%rd268], %rd2030;
+	bra.uni 	$L__BB11_455;
+$L__BB11_452:
+	st.u16 	[%rd268], %rd2030;
+	bra.uni 	$L__BB11_455;
+$L__BB11_454:
+	st.u64 	[%rd268], %rd2030;
+$L__BB11_455:
+	@%p267 bra 	$L__BB11_472;
+	mul.lo.s64 	%rd1066, %rd2031, %rd105;
+	add.s64 	%rd271, %rd1981, %rd1066;
+	and.b64  	%rd1067, %rd271, %rd106;
+	setp.eq.s64 	%p358, %rd1067, 0;
+	@%p358 bra 	$L__BB11_465;
+	setp.eq.s32 	%p359, %r1106, 0;
+	@%p359 bra 	$L__BB11_472;
+	cvt.u32.u64 	%r1556, %rd106;
+	setp.lt.u32 	%p360, %r1556, 3;
+	mov.u32 	%r3831, 0;
+	@%p360 bra 	$L__BB11_461;
+	mov.u32 	%r3831, 0;
+	mov.u32 	%r3830, %r275;
+$L__BB11_460:
+	shl.b32 	%r1558, %r3831, 3;
+	shr.u64 	%rd1068, %rd2035, %r1558;
+	cvt.u64.u32 	%rd1069, %r3831;
+	add.s64 	%rd1070, %rd271, %rd1069;
+	st.u8 	[%rd1070], %rd1068;
+	add.s32 	%r1559, %r1558, 8;
+	shr.u64 	%rd1071, %rd2035, %r1559;
+	st.u8 	[%rd1070+1], %rd1071;
+	add.s32 	%r1560, %r1558, 16;
+	shr.u64 	%rd1072, %rd2035, %r1560;
+	st.u8 	[%rd1070+2], %rd1072;
+	add.s32 	%r1561, %r1558, 24;
+	shr.u64 	%rd1073, %rd2035, %r1561;
+	st.u8 	[%rd1070+3], %rd1073;
+	add.s32 	%r3831, %r3831, 4;
+	add.s32 	%r3830, %r3830, -4;
+	setp.ne.s32 	%p361, %r3830, 0;
+	@%p361 bra 	$L__BB11_460;
+$L__BB11_461:
+	setp.eq.s32 	%p362, %r274, 0;
+	@%p362 bra 	$L__BB11_472;
+	setp.eq.s32 	%p363, %r274, 1;
+	shl.b32 	%r1562, %r3831, 3;
+	shr.u64 	%rd1074, %rd2035, %r1562;
+	cvt.u64.u32 	%rd1075, %r3831;
+	add.s64 	%rd272, %rd271, %rd1075;
+	st.u8 	[%rd272], %rd1074;
+	@%p363 bra 	$L__BB11_472;
+	setp.eq.s32 	%p364, %r274, 2;
+	add.s32 	%r1564, %r1562, 8;
+	shr.u64 	%rd1076, %rd2035, %r1564;
+	st.u8 	[%rd272+1], %rd1076;
+	@%p364 bra 	$L__BB11_472;
+	add.s32 	%r1566, %r1562, 16;
+	shr.u64 	%rd1077, %rd2035, %r1566;
+	st.u8 	[%rd272+2], %rd1077;
+	bra.uni 	$L__BB11_472;
+$L__BB11_465:
+	setp.eq.s32 	%p365, %r1106, 1;
+	@%p365 bra 	$L__BB11_470;
+	setp.eq.s32 	%p366, %r1106, 2;
+	@%p366 bra 	$L__BB11_469;
+	setp.ne.s32 	%p367, %r1106, 4;
+	@%p367 bra 	$L__BB11_471;
+	st.u32 	[%rd271], %rd2035;
+	bra.uni 	$L__BB11_472;
+$L__BB11_470:
+	st.u8 	[%rd271], %rd2035;
+	bra.uni 	$L__BB11_472;
+$L__BB11_469:
+	st.u16 	[%rd271], %rd2035;
+	bra.uni 	$L__BB11_472;
+$L__BB11_471:
+	st.u64 	[%rd271], %rd2035;
+$L__BB11_472:
+	@%p279 bra 	$L__BB11_489;
+	mul.lo.s64 	%rd1078, %rd2036, %rd105;
+	add.s64 	%rd274, %rd1981, %rd1078;
+	and.b64  	%rd1079, %rd274, %rd106;
+	setp.eq.s64 	%p369, %rd1079, 0;
+	@%p369 bra 	$L__BB11_482;
+	setp.eq.s32 	%p370, %r1106, 0;
+	@%p370 bra 	$L__BB11_489;
+	cvt.u32.u64 	%r1568, %rd106;
+	setp.lt.u32 	%p371, %r1568, 3;
+	mov.u32 	%r3834, 0;
+	@%p371 bra 	$L__BB11_478;
+	mov.u32 	%r3834, 0;
+	mov.u32 	%r3833, %r275;
+$L__BB11_477:
+	shl.b32 	%r1570, %r3834, 3;
+	shr.u64 	%rd1080, %rd2040, %r1570;
+	cvt.u64.u32 	%rd1081, %r3834;
+	add.s64 	%rd1082, %rd274, %rd1081;
+	st.u8 	[%rd1082], %rd1080;
+	add.s32 	%r1571, %r1570, 8;
+	shr.u64 	%rd1083, %rd2040, %r1571;
+	st.u8 	[%rd1082+1], %rd1083;
+	add.s32 	%r1572, %r1570, 16;
+	shr.u64 	%rd1084, %rd2040, %r1572;
+	st.u8 	[%rd1082+2], %rd1084;
+	add.s32 	%r1573, %r1570, 24;
+	shr.u64 	%rd1085, %rd2040, %r1573;
+	st.u8 	[%rd1082+3], %rd1085;
+	add.s32 	%r3834, %r3834, 4;
+	add.s32 	%r3833, %r3833, -4;
+	setp.ne.s32 	%p372, %r3833, 0;
+	@%p372 bra 	$L__BB11_477;
+$L__BB11_478:
+	setp.eq.s32 	%p373, %r274, 0;
+	@%p373 bra 	$L__BB11_489;
+	setp.eq.s32 	%p374, %r274, 1;
+	shl.b32 	%r1574, %r3834, 3;
+	shr.u64 	%rd1086, %rd2040, %r1574;
+	cvt.u64.u32 	%rd1087, %r3834;
+	add.s64 	%rd275, %rd274, %rd1087;
+	st.u8 	[%rd275], %rd1086;
+	@%p374 bra 	$L__BB11_489;
+	setp.eq.s32 	%p375, %r274, 2;
+	add.s32 	%r1576, %r1574, 8;
+	shr.u64 	%rd1088, %rd2040, %r1576;
+	st.u8 	[%rd275+1], %rd1088;
+	@%p375 bra 	$L__BB11_489;
+	add.s32 	%r1578, %r1574, 16;
+	shr.u64 	%rd1089, %rd2040, %r1578;
+	st.u8 	[%rd275+2], %rd1089;
+	bra.uni 	$L__BB11_489;
+$L__BB11_482:
+	setp.eq.s32 	%p376, %r1106, 1;
+	@%p376 bra 	$L__BB11_487;
+	setp.eq.s32 	%p377, %r1106, 2;
+	@%p377 bra 	$L__BB11_486;
+	setp.ne.s32 	%p378, %r1106, 4;
+	@%p378 bra 	$L__BB11_488;
+	st.u32 	[%rd274], %rd2040;
+	bra.uni 	$L__BB11_489;
+$L__BB11_487:
+	st.u8 	[%rd274], %rd2040;
+	bra.uni 	$L__BB11_489;
+$L__BB11_486:
+	st.u16 	[%rd274], %rd2040;
+	bra.uni 	$L__BB11_489;
+$L__BB11_488:
+	st.u64 	[%rd274], %rd2040;
+$L__BB11_489:
+	mov.u16 	%rs108, 0;
+	add.s64 	%rd2000, %rd2000, 256;
+	setp.lt.u64 	%p379, %rd2000, %rd12;
+	@%p379 bra 	$L__BB11_201;
+	bra.uni 	$L__BB11_490;
+$L__BB11_84:
+	cvt.u32.u64 	%r1200, %rd12;
+	cvt.u64.u32 	%rd70, %r1106;
+	setp.eq.s32 	%p66, %r1200, 0;
+	@%p66 bra 	$L__BB11_490;
+	and.b32  	%r3629, %r1, 31;
+	add.s32 	%r1201, %r1106, -1;
+	cvt.u64.u32 	%rd71, %r1201;
+	and.b32  	%r47, %r1106, 3;
+	sub.s32 	%r48, %r1106, %r47;
+	mov.u32 	%r1204, -2;
+	shl.b32 	%r49, %r1204, %r3629;
+	mul.lo.s64 	%rd697, %rd15, %rd70;
+	shr.u64 	%rd698, %rd697, 5;
+	and.b64  	%rd699, %rd1981, 31;
+	setp.eq.s64 	%p67, %rd699, 0;
+	mov.u64 	%rd696, 0;
+	selp.b64 	%rd72, %rd698, 0, %p67;
+	mov.u64 	%rd1994, %rd696;
+$L__BB11_86:
+	add.s64 	%rd74, %rd1994, %rd5;
+	setp.ge.u64 	%p68, %rd74, %rd12;
+	mov.u64 	%rd1998, %rd696;
+	mov.u64 	%rd1999, %rd696;
+	@%p68 bra 	$L__BB11_103;
+	shl.b64 	%rd702, %rd74, 1;
+	add.s64 	%rd703, %rd16, %rd702;
+	ld.u16 	%rd1998, [%rd703];
+	mul.lo.s64 	%rd704, %rd74, %rd70;
+	add.s64 	%rd705, %rd704, %rd23;
+	add.s64 	%rd76, %rd16, %rd705;
+	and.b64  	%rd706, %rd76, %rd71;
+	setp.eq.s64 	%p69, %rd706, 0;
+	@%p69 bra 	$L__BB11_96;
+	setp.eq.s32 	%p70, %r1106, 0;
+	mov.u64 	%rd1999, %rd696;
+	@%p70 bra 	$L__BB11_103;
+	cvt.u32.u64 	%r1206, %rd71;
+	setp.lt.u32 	%p71, %r1206, 3;
+	mov.u64 	%rd1999, 0;
+	mov.u32 	%r3694, 0;
+	@%p71 bra 	$L__BB11_92;
+	mov.u64 	%rd1999, 0;
+	mov.u32 	%r3694, 0;
+	mov.u32 	%r3693, %r48;
+$L__BB11_91:
+	cvt.u64.u32 	%rd711, %r3694;
+	add.s64 	%rd712, %rd76, %rd711;
+	ld.u8 	%rd713, [%rd712];
+	shl.b32 	%r1208, %r3694, 3;
+	shl.b64 	%rd714, %rd713, %r1208;
+	or.b64  	%rd715, %rd714, %rd1999;
+	ld.u8 	%rd716, [%rd712+1];
+	add.s32 	%r1209, %r1208, 8;
+	shl.b64 	%rd717, %rd716, %r1209;
+	or.b64  	%rd718, %rd717, %rd715;
+	ld.u8 	%rd719, [%rd712+2];
+	add.s32 	%r1210, %r1208, 16;
+	shl.b64 	%rd720, %rd719, %r1210;
+	or.b64  	%rd721, %rd720, %rd718;
+	ld.u8 	%rd722, [%rd712+3];
+	add.s32 	%r1211, %r1208, 24;
+	shl.b64 	%rd723, %rd722, %r1211;
+	or.b64  	%rd1999, %rd723, %rd721;
+	add.s32 	%r3694, %r3694, 4;
+	add.s32 	%r3693, %r3693, -4;
+	setp.ne.s32 	%p72, %r3693, 0;
+	@%p72 bra 	$L__BB11_91;
+$L__BB11_92:
+	setp.eq.s32 	%p73, %r47, 0;
+	@%p73 bra 	$L__BB11_103;
+	setp.eq.s32 	%p74, %r47, 1;
+	cvt.u64.u32 	%rd724, %r3694;
+	add.s64 	%rd81, %rd76, %rd724;
+	ld.u8 	%rd725, [%rd81];
+	shl.b32 	%r1212, %r3694, 3;
+	shl.b64 	%rd726, %rd725, %r1212;
+	or.b64  	%rd1999, %rd726, %rd1999;
+	@%p74 bra 	$L__BB11_103;
+	setp.eq.s32 	%p75, %r47, 2;
+	ld.u8 	%rd727, [%rd81+1];
+	add.s32 	%r1214, %r1212, 8;
+	shl.b64 	%rd728, %rd727, %r1214;
+	or.b64  	%rd1999, %rd728, %rd1999;
+	@%p75 bra 	$L__BB11_103;
+	ld.u8 	%rd729, [%rd81+2];
+	add.s32 	%r1216, %r1212, 16;
+	shl.b64 	%rd730, %rd729, %r1216;
+	or.b64  	%rd1999, %rd730, %rd1999;
+	bra.uni 	$L__BB11_103;
+$L__BB11_96:
+	setp.eq.s32 	%p76, %r1106, 1;
+	@%p76 bra 	$L__BB11_101;
+	setp.eq.s32 	%p77, %r1106, 2;
+	@%p77 bra 	$L__BB11_100;
+	setp.ne.s32 	%p78, %r1106, 4;
+	@%p78 bra 	$L__BB11_102;
+	ld.u32 	%rd1999, [%rd76];
+	bra.uni 	$L__BB11_103;
+$L__BB11_101:
+	ld.u8 	%rd1999, [%rd76];
+	bra.uni 	$L__BB11_103;
+$L__BB11_100:
+	ld.u16 	%rd1999, [%rd76];
+	bra.uni 	$L__BB11_103;
+$L__BB11_102:
+	ld.u64 	%rd1999, [%rd76];
+$L__BB11_103:
+	mul.lo.s64 	%rd92, %rd1998, %rd70;
+	shr.u64 	%rd93, %rd92, 5;
+	setp.lt.u64 	%p79, %rd93, %rd72;
+	setp.lt.u64 	%p80, %rd74, %rd12;
+	and.pred  	%p1, %p80, %p79;
+	xor.pred  	%p81, %p80, %p1;
+	not.pred 	%p82, %p81;
+	@%p82 bra 	$L__BB11_120;
+	add.s64 	%rd94, %rd1981, %rd92;
+	and.b64  	%rd731, %rd94, %rd71;
+	setp.eq.s64 	%p83, %rd731, 0;
+	@%p83 bra 	$L__BB11_113;
+	setp.eq.s32 	%p84, %r1106, 0;
+	@%p84 bra 	$L__BB11_120;
+	cvt.u32.u64 	%r1218, %rd71;
+	setp.lt.u32 	%p85, %r1218, 3;
+	mov.u32 	%r3697, 0;
+	@%p85 bra 	$L__BB11_109;
+	mov.u32 	%r3697, 0;
+	mov.u32 	%r3696, %r48;
+$L__BB11_108:
+	shl.b32 	%r1220, %r3697, 3;
+	shr.u64 	%rd732, %rd1999, %r1220;
+	cvt.u64.u32 	%rd733, %r3697;
+	add.s64 	%rd734, %rd94, %rd733;
+	st.u8 	[%rd734], %rd732;
+	add.s32 	%r1221, %r1220, 8;
+	shr.u64 	%rd735, %rd1999, %r1221;
+	st.u8 	[%rd734+1], %rd735;
+	add.s32 	%r1222, %r1220, 16;
+	shr.u64 	%rd736, %rd1999, %r1222;
+	st.u8 	[%rd734+2], %rd736;
+	add.s32 	%r1223, %r1220, 24;
+	shr.u64 	%rd737, %rd1999, %r1223;
+	st.u8 	[%rd734+3], %rd737;
+	add.s32 	%r3697, %r3697, 4;
+	add.s32 	%r3696, %r3696, -4;
+	setp.ne.s32 	%p86, %r3696, 0;
+	@%p86 bra 	$L__BB11_108;
+$L__BB11_109:
+	setp.eq.s32 	%p87, %r47, 0;
+	@%p87 bra 	$L__BB11_120;
+	setp.eq.s32 	%p88, %r47, 1;
+	shl.b32 	%r1224, %r3697, 3;
+	shr.u64 	%rd738, %rd1999, %r1224;
+	cvt.u64.u32 	%rd739, %r3697;
+	add.s64 	%rd95, %rd94, %rd739;
+	st.u8 	[%rd95], %rd738;
+	@%p88 bra 	$L__BB11_120;
+	setp.eq.s32 	%p89, %r47, 2;
+	add.s32 	%r1226, %r1224, 8;
+	shr.u64 	%rd740, %rd1999, %r1226;
+	st.u8 	[%rd95+1], %rd740;
+	@%p89 bra 	$L__BB11_120;
+	add.s32 	%r1228, %r1224, 16;
+	shr.u64 	%rd741, %rd1999, %r1228;
+	st.u8 	[%rd95+2], %rd741;
+	bra.uni 	$L__BB11_120;
+$L__BB11_113:
+	setp.eq.s32 	%p90, %r1106, 1;
+	@%p90 bra 	$L__BB11_118;
+	setp.eq.s32 	%p91, %r1106, 2;
+	@%p91 bra 	$L__BB11_117;
+	setp.ne.s32 	%p92, %r1106, 4;
+	@%p92 bra 	$L__BB11_119;
+	st.u32 	[%rd94], %rd1999;
+	bra.uni 	$L__BB11_120;
+$L__BB11_118:
+	st.u8 	[%rd94], %rd1999;
+	bra.uni 	$L__BB11_120;
+$L__BB11_117:
+	st.u16 	[%rd94], %rd1999;
+	bra.uni 	$L__BB11_120;
+$L__BB11_119:
+	st.u64 	[%rd94], %rd1999;
+$L__BB11_120:
+	cvt.u32.u64 	%r1241, %rd5;
+	setp.eq.s32 	%p93, %r1241, 0;
+	// begin inline asm
+	mov.b64 {%r1229,%r1230}, %rd93;
+	// end inline asm
+	mov.u32 	%r1242, 1;
+	mov.u32 	%r1243, -1;
+	mov.u32 	%r3726, 0;
+	shfl.sync.up.b32 	%r1232|%p94, %r1230, %r1242, %r3726, %r1243;
+	shfl.sync.up.b32 	%r1231|%p95, %r1229, %r1242, %r3726, %r1243;
+	// begin inline asm
+	mov.b64 %rd743, {%r1231,%r1232};
+	// end inline asm
+	setp.ne.s64 	%p96, %rd743, %rd93;
+	or.pred  	%p97, %p93, %p96;
+	and.pred  	%p2, %p1, %p97;
+	vote.sync.ballot.b32 	%r1244, %p2, %r1243;
+	vote.sync.ballot.b32 	%r1245, %p1, %r1243;
+	not.b32 	%r1246, %r1245;
+	or.b32  	%r1247, %r1244, %r1246;
+	and.b32  	%r1248, %r1247, %r49;
+	setp.eq.s32 	%p100, %r1248, 0;
+	brev.b32 	%r1249, %r1248;
+	bfind.shiftamt.u32 	%r1250, %r1249;
+	selp.b32 	%r1251, 32, %r1250, %p100;
+	sub.s32 	%r1252, %r1251, %r1241;
+	selp.b32 	%r60, %r1252, 0, %p2;
+	mov.u32 	%r1253, 31;
+	mov.u32 	%r1254, 16;
+	shfl.sync.bfly.b32 	%r1255|%p101, %r60, %r1254, %r1253, %r1243;
+	max.u32 	%r1256, %r60, %r1255;
+	mov.u32 	%r1257, 8;
+	shfl.sync.bfly.b32 	%r1258|%p102, %r1256, %r1257, %r1253, %r1243;
+	max.u32 	%r1259, %r1256, %r1258;
+	mov.u32 	%r1260, 4;
+	shfl.sync.bfly.b32 	%r1261|%p103, %r1259, %r1260, %r1253, %r1243;
+	max.u32 	%r1262, %r1259, %r1261;
+	mov.u32 	%r1263, 2;
+	shfl.sync.bfly.b32 	%r1264|%p104, %r1262, %r1263, %r1253, %r1243;
+	max.u32 	%r1265, %r1262, %r1264;
+	shfl.sync.bfly.b32 	%r1266|%p105, %r1265, %r1242, %r1253, %r1243;
+	max.u32 	%r61, %r1265, %r1266;
+	and.b64  	%rd744, %rd92, 281474976710624;
+	add.s64 	%rd97, %rd1981, %rd744;
+	not.pred 	%p106, %p2;
+	mov.u32 	%r3727, %r3726;
+	mov.u32 	%r3728, %r3726;
+	mov.u32 	%r3729, %r3726;
+	mov.u32 	%r3730, %r3726;
+	mov.u32 	%r3731, %r3726;
+	mov.u32 	%r3732, %r3726;
+	mov.u32 	%r3733, %r3726;
+	@%p106 bra 	$L__BB11_122;
+	ld.v4.u32 	{%r3726, %r3727, %r3728, %r3729}, [%rd97];
+	ld.v4.u32 	{%r3730, %r3731, %r3732, %r3733}, [%rd97+16];
+$L__BB11_122:
+	setp.eq.s32 	%p107, %r61, 0;
+	@%p107 bra 	$L__BB11_196;
+	and.b32  	%r78, %r61, 1;
+	setp.eq.s32 	%p108, %r61, 1;
+	mov.u32 	%r3760, 0;
+	@%p108 bra 	$L__BB11_172;
+	sub.s32 	%r3715, %r61, %r78;
+	mov.u32 	%r3760, 0;
+$L__BB11_125:
+	add.s32 	%r1293, %r3760, %r1;
+	and.b32  	%r1294, %r1293, 31;
+	mov.u32 	%r1295, 31;
+	// begin inline asm
+	mov.b64 {%r1285,%r1286}, %rd1999;
+	// end inline asm
+	mov.u32 	%r1296, -1;
+	shfl.sync.idx.b32 	%r1288|%p109, %r1286, %r1294, %r1295, %r1296;
+	shfl.sync.idx.b32 	%r1287|%p110, %r1285, %r1294, %r1295, %r1296;
+	// begin inline asm
+	mov.b64 %rd746, {%r1287,%r1288};
+	// end inline asm
+	// begin inline asm
+	mov.b64 {%r1289,%r1290}, %rd92;
+	// end inline asm
+	shfl.sync.idx.b32 	%r1292|%p111, %r1290, %r1294, %r1295, %r1296;
+	shfl.sync.idx.b32 	%r1291|%p112, %r1289, %r1294, %r1295, %r1296;
+	// begin inline asm
+	mov.b64 %rd748, {%r1291,%r1292};
+	// end inline asm
+	setp.ge.u32 	%p113, %r3760, %r60;
+	@%p113 bra 	$L__BB11_148;
+	cvt.u32.u64 	%r90, %rd748;
+	and.b32  	%r91, %r90, 16;
+	setp.eq.s32 	%p114, %r91, 0;
+	mov.u32 	%r100, %r3730;
+	mov.u32 	%r101, %r3731;
+	mov.u32 	%r3724, %r3732;
+	mov.u32 	%r3725, %r3733;
+	@%p114 bra 	$L__BB11_127;
+	bra.uni 	$L__BB11_128;
+$L__BB11_127:
+	mov.u32 	%r100, %r3726;
+	mov.u32 	%r101, %r3727;
+	mov.u32 	%r3724, %r3728;
+	mov.u32 	%r3725, %r3729;
+$L__BB11_128:
+	and.b32  	%r104, %r90, 15;
+	setp.eq.s32 	%p115, %r1106, 1;
+	@%p115 bra 	$L__BB11_140;
+	setp.eq.s32 	%p116, %r1106, 2;
+	@%p116 bra 	$L__BB11_134;
+	setp.ne.s32 	%p117, %r1106, 4;
+	@%p117 bra 	$L__BB11_146;
+	shr.u32 	%r105, %r104, 2;
+	cvt.u32.u64 	%r106, %rd746;
+	cvt.u16.u32 	%rs56, %r105;
+	setp.eq.s16 	%p118, %rs56, 0;
+	mov.u32 	%r3722, %r106;
+	mov.u32 	%r3723, %r101;
+	@%p118 bra 	$L__BB11_147;
+	setp.ne.s16 	%p119, %rs56, 1;
+	mov.u32 	%r3722, %r100;
+	mov.u32 	%r3723, %r106;
+	@%p119 bra 	$L__BB11_133;
+	bra.uni 	$L__BB11_147;
+$L__BB11_133:
+	setp.eq.s32 	%p120, %r105, 2;
+	selp.b32 	%r3724, %r106, %r3724, %p120;
+	selp.b32 	%r3725, %r3725, %r106, %p120;
+	mov.u32 	%r3722, %r100;
+	mov.u32 	%r3723, %r101;
+	bra.uni 	$L__BB11_147;
+$L__BB11_134:
+	shr.u32 	%r109, %r104, 2;
+	cvt.u16.u32 	%rs11, %r109;
+	setp.eq.s16 	%p121, %rs11, 0;
+	mov.u32 	%r3720, %r100;
+	@%p121 bra 	$L__BB11_137;
+	setp.ne.s16 	%p122, %rs11, 1;
+	mov.u32 	%r3720, %r101;
+	@%p122 bra 	$L__BB11_136;
+	bra.uni 	$L__BB11_137;
+$L__BB11_136:
+	setp.eq.s32 	%p123, %r109, 2;
+	selp.b32 	%r3720, %r3724, %r3725, %p123;
+$L__BB11_137:
+	shl.b32 	%r1297, %r104, 3;
+	and.b32  	%r1298, %r1297, 16;
+	mov.u32 	%r1299, 65535;
+	shl.b32 	%r1300, %r1299, %r1298;
+	not.b32 	%r1301, %r1300;
+	and.b32  	%r1302, %r3720, %r1301;
+	cvt.u32.u64 	%r1303, %rd746;
+	and.b32  	%r1304, %r1303, 65535;
+	shl.b32 	%r1305, %r1304, %r1298;
+	or.b32  	%r112, %r1302, %r1305;
+	mov.u32 	%r3722, %r112;
+	mov.u32 	%r3723, %r101;
+	@%p121 bra 	$L__BB11_147;
+	setp.ne.s16 	%p125, %rs11, 1;
+	mov.u32 	%r3722, %r100;
+	mov.u32 	%r3723, %r112;
+	@%p125 bra 	$L__BB11_139;
+	bra.uni 	$L__BB11_147;
+$L__BB11_139:
+	setp.eq.s32 	%p126, %r109, 2;
+	selp.b32 	%r3724, %r112, %r3724, %p126;
+	selp.b32 	%r3725, %r3725, %r112, %p126;
+	mov.u32 	%r3722, %r100;
+	mov.u32 	%r3723, %r101;
+	bra.uni 	$L__BB11_147;
+$L__BB11_140:
+	shr.u32 	%r115, %r104, 2;
+	cvt.u16.u32 	%rs12, %r115;
+	setp.eq.s16 	%p127, %rs12, 0;
+	mov.u32 	%r3721, %r100;
+	@%p127 bra 	$L__BB11_143;
+	setp.ne.s16 	%p128, %rs12, 1;
+	mov.u32 	%r3721, %r101;
+	@%p128 bra 	$L__BB11_142;
+	bra.uni 	$L__BB11_143;
+$L__BB11_142:
+	setp.eq.s32 	%p129, %r115, 2;
+	selp.b32 	%r3721, %r3724, %r3725, %p129;
+$L__BB11_143:
+	shl.b32 	%r1306, %r90, 3;
+	and.b32  	%r1307, %r1306, 24;
+	mov.u32 	%r1308, 255;
+	shl.b32 	%r1309, %r1308, %r1307;
+	not.b32 	%r1310, %r1309;
+	and.b32  	%r1311, %r3721, %r1310;
+	cvt.u32.u64 	%r1312, %rd746;
+	and.b32  	%r1313, %r1312, 255;
+	shl.b32 	%r1314, %r1313, %r1307;
+	or.b32  	%r118, %r1311, %r1314;
+	mov.u32 	%r3722, %r118;
+	mov.u32 	%r3723, %r101;
+	@%p127 bra 	$L__BB11_147;
+	setp.ne.s16 	%p131, %rs12, 1;
+	mov.u32 	%r3722, %r100;
+	mov.u32 	%r3723, %r118;
+	@%p131 bra 	$L__BB11_145;
+	bra.uni 	$L__BB11_147;
+$L__BB11_145:
+	setp.eq.s32 	%p132, %r115, 2;
+	selp.b32 	%r3724, %r118, %r3724, %p132;
+	selp.b32 	%r3725, %r3725, %r118, %p132;
+	mov.u32 	%r3722, %r100;
+	mov.u32 	%r3723, %r101;
+	bra.uni 	$L__BB11_147;
+$L__BB11_146:
+	shr.u32 	%r1315, %r104, 3;
+	setp.eq.s32 	%p133, %r1315, 0;
+	setp.eq.s32 	%p134, %r1315, 1;
+	cvt.u32.u64 	%r1316, %rd746;
+	selp.b32 	%r3722, %r1316, %r100, %p133;
+	selp.b32 	%r3724, %r1316, %r3724, %p134;
+	shr.u64 	%rd749, %rd746, 32;
+	cvt.u32.u64 	%r1317, %rd749;
+	selp.b32 	%r3723, %r1317, %r101, %p133;
+	selp.b32 	%r3725, %r3725, %r1317, %p133;
+$L__BB11_147:
+	selp.b32 	%r3727, %r3723, %r3727, %p114;
+	selp.b32 	%r3726, %r3722, %r3726, %p114;
+	selp.b32 	%r3728, %r3724, %r3728, %p114;
+	selp.b32 	%r3729, %r3725, %r3729, %p114;
+	selp.b32 	%r3731, %r3731, %r3723, %p114;
+	selp.b32 	%r3730, %r3730, %r3722, %p114;
+	selp.b32 	%r3732, %r3732, %r3724, %p114;
+	selp.b32 	%r3733, %r3733, %r3725, %p114;
+$L__BB11_148:
+	add.s32 	%r1326, %r3760, 1;
+	add.s32 	%r1327, %r1326, %r1;
+	and.b32  	%r1328, %r1327, 31;
+	// begin inline asm
+	mov.b64 {%r1318,%r1319}, %rd1999;
+	// end inline asm
+	shfl.sync.idx.b32 	%r1321|%p136, %r1319, %r1328, %r1295, %r1296;
+	shfl.sync.idx.b32 	%r1320|%p137, %r1318, %r1328, %r1295, %r1296;
+	// begin inline asm
+	mov.b64 %rd751, {%r1320,%r1321};
+	// end inline asm
+	// begin inline asm
+	mov.b64 {%r1322,%r1323}, %rd92;
+	// end inline asm
+	shfl.sync.idx.b32 	%r1325|%p138, %r1323, %r1328, %r1295, %r1296;
+	shfl.sync.idx.b32 	%r1324|%p139, %r1322, %r1328, %r1295, %r1296;
+	// begin inline asm
+	mov.b64 %rd753, {%r1324,%r1325};
+	// end inline asm
+	setp.ge.u32 	%p140, %r1326, %r60;
+	@%p140 bra 	$L__BB11_171;
+	cvt.u32.u64 	%r145, %rd753;
+	and.b32  	%r146, %r145, 16;
+	setp.eq.s32 	%p141, %r146, 0;
+	mov.u32 	%r155, %r3730;
+	mov.u32 	%r156, %r3731;
+	mov.u32 	%r3742, %r3732;
+	mov.u32 	%r3743, %r3733;
+	@%p141 bra 	$L__BB11_150;
+	bra.uni 	$L__BB11_151;
+$L__BB11_150:
+	mov.u32 	%r155, %r3726;
+	mov.u32 	%r156, %r3727;
+	mov.u32 	%r3742, %r3728;
+	mov.u32 	%r3743, %r3729;
+$L__BB11_151:
+	and.b32  	%r159, %r145, 15;
+	setp.eq.s32 	%p142, %r1106, 1;
+	@%p142 bra 	$L__BB11_163;
+	setp.eq.s32 	%p143, %r1106, 2;
+	@%p143 bra 	$L__BB11_157;
+	setp.ne.s32 	%p144, %r1106, 4;
+	@%p144 bra 	$L__BB11_169;
+	shr.u32 	%r160, %r159, 2;
+	cvt.u32.u64 	%r161, %rd751;
+	cvt.u16.u32 	%rs61, %r160;
+	setp.eq.s16 	%p145, %rs61, 0;
+	mov.u32 	%r3740, %r161;
+	mov.u32 	%r3741, %r156;
+	@%p145 bra 	$L__BB11_170;
+	setp.ne.s16 	%p146, %rs61, 1;
+	mov.u32 	%r3740, %r155;
+	mov.u32 	%r3741, %r161;
+	@%p146 bra 	$L__BB11_156;
+	bra.uni 	$L__BB11_170;
+$L__BB11_156:
+	setp.eq.s32 	%p147, %r160, 2;
+	selp.b32 	%r3742, %r161, %r3742, %p147;
+	selp.b32 	%r3743, %r3743, %r161, %p147;
+	mov.u32 	%r3740, %r155;
+	mov.u32 	%r3741, %r156;
+	bra.uni 	$L__BB11_170;
+$L__BB11_157:
+	shr.u32 	%r164, %r159, 2;
+	cvt.u16.u32 	%rs13, %r164;
+	setp.eq.s16 	%p148, %rs13, 0;
+	mov.u32 	%r3738, %r155;
+	@%p148 bra 	$L__BB11_160;
+	setp.ne.s16 	%p149, %rs13, 1;
+	mov.u32 	%r3738, %r156;
+	@%p149 bra 	$L__BB11_159;
+	bra.uni 	$L__BB11_160;
+$L__BB11_159:
+	setp.eq.s32 	%p150, %r164, 2;
+	selp.b32 	%r3738, %r3742, %r3743, %p150;
+$L__BB11_160:
+	shl.b32 	%r1331, %r159, 3;
+	and.b32  	%r1332, %r1331, 16;
+	mov.u32 	%r1333, 65535;
+	shl.b32 	%r1334, %r1333, %r1332;
+	not.b32 	%r1335, %r1334;
+	and.b32  	%r1336, %r3738, %r1335;
+	cvt.u32.u64 	%r1337, %rd751;
+	and.b32  	%r1338, %r1337, 65535;
+	shl.b32 	%r1339, %r1338, %r1332;
+	or.b32  	%r167, %r1336, %r1339;
+	mov.u32 	%r3740, %r167;
+	mov.u32 	%r3741, %r156;
+	@%p148 bra 	$L__BB11_170;
+	setp.ne.s16 	%p152, %rs13, 1;
+	mov.u32 	%r3740, %r155;
+	mov.u32 	%r3741, %r167;
+	@%p152 bra 	$L__BB11_162;
+	bra.uni 	$L__BB11_170;
+$L__BB11_162:
+	setp.eq.s32 	%p153, %r164, 2;
+	selp.b32 	%r3742, %r167, %r3742, %p153;
+	selp.b32 	%r3743, %r3743, %r167, %p153;
+	mov.u32 	%r3740, %r155;
+	mov.u32 	%r3741, %r156;
+	bra.uni 	$L__BB11_170;
+$L__BB11_163:
+	shr.u32 	%r170, %r159, 2;
+	cvt.u16.u32 	%rs14, %r170;
+	setp.eq.s16 	%p154, %rs14, 0;
+	mov.u32 	%r3739, %r155;
+	@%p154 bra 	$L__BB11_166;
+	setp.ne.s16 	%p155, %rs14, 1;
+	mov.u32 	%r3739, %r156;
+	@%p155 bra 	$L__BB11_165;
+	bra.uni 	$L__BB11_166;
+$L__BB11_165:
+	setp.eq.s32 	%p156, %r170, 2;
+	selp.b32 	%r3739, %r3742, %r3743, %p156;
+$L__BB11_166:
+	shl.b32 	%r1340, %r145, 3;
+	and.b32  	%r1341, %r1340, 24;
+	mov.u32 	%r1342, 255;
+	shl.b32 	%r1343, %r1342, %r1341;
+	not.b32 	%r1344, %r1343;
+	and.b32  	%r1345, %r3739, %r1344;
+	cvt.u32.u64 	%r1346, %rd751;
+	and.b32  	%r1347, %r1346, 255;
+	shl.b32 	%r1348, %r1347, %r1341;
+	or.b32  	%r173, %r1345, %r1348;
+	mov.u32 	%r3740, %r173;
+	mov.u32 	%r3741, %r156;
+	@%p154 bra 	$L__BB11_170;
+	setp.ne.s16 	%p158, %rs14, 1;
+	mov.u32 	%r3740, %r155;
+	mov.u32 	%r3741, %r173;
+	@%p158 bra 	$L__BB11_168;
+	bra.uni 	$L__BB11_170;
+$L__BB11_168:
+	setp.eq.s32 	%p159, %r170, 2;
+	selp.b32 	%r3742, %r173, %r3742, %p159;
+	selp.b32 	%r3743, %r3743, %r173, %p159;
+	mov.u32 	%r3740, %r155;
+	mov.u32 	%r3741, %r156;
+	bra.uni 	$L__BB11_170;
+$L__BB11_169:
+	shr.u32 	%r1349, %r159, 3;
+	setp.eq.s32 	%p160, %r1349, 0;
+	setp.eq.s32 	%p161, %r1349, 1;
+	cvt.u32.u64 	%r1350, %rd751;
+	selp.b32 	%r3740, %r1350, %r155, %p160;
+	selp.b32 	%r3742, %r1350, %r3742, %p161;
+	shr.u64 	%rd754, %rd751, 32;
+	cvt.u32.u64 	%r1351, %rd754;
+	selp.b32 	%r3741, %r1351, %r156, %p160;
+	selp.b32 	%r3743, %r3743, %r1351, %p160;
+$L__BB11_170:
+	selp.b32 	%r3727, %r3741, %r3727, %p141;
+	selp.b32 	%r3726, %r3740, %r3726, %p141;
+	selp.b32 	%r3728, %r3742, %r3728, %p141;
+	selp.b32 	%r3729, %r3743, %r3729, %p141;
+	selp.b32 	%r3731, %r3731, %r3741, %p141;
+	selp.b32 	%r3730, %r3730, %r3740, %p141;
+	selp.b32 	%r3732, %r3732, %r3742, %p141;
+	selp.b32 	%r3733, %r3733, %r3743, %p141;
+$L__BB11_171:
+	add.s32 	%r3760, %r3760, 2;
+	add.s32 	%r3715, %r3715, -2;
+	setp.ne.s32 	%p163, %r3715, 0;
+	@%p163 bra 	$L__BB11_125;
+$L__BB11_172:
+	setp.eq.s32 	%p164, %r78, 0;
+	@%p164 bra 	$L__BB11_196;
+	add.s32 	%r1360, %r3760, %r1;
+	and.b32  	%r1361, %r1360, 31;
+	mov.u32 	%r1362, 31;
+	// begin inline asm
+	mov.b64 {%r1352,%r1353}, %rd1999;
+	// end inline asm
+	mov.u32 	%r1363, -1;
+	shfl.sync.idx.b32 	%r1355|%p165, %r1353, %r1361, %r1362, %r1363;
+	shfl.sync.idx.b32 	%r1354|%p166, %r1352, %r1361, %r1362, %r1363;
+	// begin inline asm
+	mov.b64 %rd756, {%r1354,%r1355};
+	// end inline asm
+	// begin inline asm
+	mov.b64 {%r1356,%r1357}, %rd92;
+	// end inline asm
+	shfl.sync.idx.b32 	%r1359|%p167, %r1357, %r1361, %r1362, %r1363;
+	shfl.sync.idx.b32 	%r1358|%p168, %r1356, %r1361, %r1362, %r1363;
+	// begin inline asm
+	mov.b64 %rd758, {%r1358,%r1359};
+	// end inline asm
+	setp.ge.u32 	%p169, %r3760, %r60;
+	@%p169 bra 	$L__BB11_196;
+	cvt.u32.u64 	%r219, %rd758;
+	and.b32  	%r220, %r219, 16;
+	setp.eq.s32 	%p170, %r220, 0;
+	mov.u32 	%r229, %r3730;
+	mov.u32 	%r230, %r3731;
+	mov.u32 	%r3777, %r3732;
+	mov.u32 	%r3778, %r3733;
+	@%p170 bra 	$L__BB11_175;
+	bra.uni 	$L__BB11_176;
+$L__BB11_175:
+	mov.u32 	%r229, %r3726;
+	mov.u32 	%r230, %r3727;
+	mov.u32 	%r3777, %r3728;
+	mov.u32 	%r3778, %r3729;
+$L__BB11_176:
+	and.b32  	%r233, %r219, 15;
+	setp.eq.s32 	%p171, %r1106, 1;
+	@%p171 bra 	$L__BB11_188;
+	setp.eq.s32 	%p172, %r1106, 2;
+	@%p172 bra 	$L__BB11_182;
+	setp.ne.s32 	%p173, %r1106, 4;
+	@%p173 bra 	$L__BB11_194;
+	shr.u32 	%r234, %r233, 2;
+	cvt.u32.u64 	%r235, %rd756;
+	cvt.u16.u32 	%rs66, %r234;
+	setp.eq.s16 	%p174, %rs66, 0;
+	mov.u32 	%r3775, %r235;
+	mov.u32 	%r3776, %r230;
+	@%p174 bra 	$L__BB11_195;
+	setp.ne.s16 	%p175, %rs66, 1;
+	mov.u32 	%r3775, %r229;
+	mov.u32 	%r3776, %r235;
+	@%p175 bra 	$L__BB11_181;
+	bra.uni 	$L__BB11_195;
+$L__BB11_181:
+	setp.eq.s32 	%p176, %r234, 2;
+	selp.b32 	%r3777, %r235, %r3777, %p176;
+	selp.b32 	%r3778, %r3778, %r235, %p176;
+	mov.u32 	%r3775, %r229;
+	mov.u32 	%r3776, %r230;
+	bra.uni 	$L__BB11_195;
+$L__BB11_182:
+	shr.u32 	%r238, %r233, 2;
+	cvt.u16.u32 	%rs15, %r238;
+	setp.eq.s16 	%p177, %rs15, 0;
+	mov.u32 	%r3773, %r229;
+	@%p177 bra 	$L__BB11_185;
+	setp.ne.s16 	%p178, %rs15, 1;
+	mov.u32 	%r3773, %r230;
+	@%p178 bra 	$L__BB11_184;
+	bra.uni 	$L__BB11_185;
+$L__BB11_184:
+	setp.eq.s32 	%p179, %r238, 2;
+	selp.b32 	%r3773, %r3777, %r3778, %p179;
+$L__BB11_185:
+	shl.b32 	%r1364, %r233, 3;
+	and.b32  	%r1365, %r1364, 16;
+	mov.u32 	%r1366, 65535;
+	shl.b32 	%r1367, %r1366, %r1365;
+	not.b32 	%r1368, %r1367;
+	and.b32  	%r1369, %r3773, %r1368;
+	cvt.u32.u64 	%r1370, %rd756;
+	and.b32  	%r1371, %r1370, 65535;
+	shl.b32 	%r1372, %r1371, %r1365;
+	or.b32  	%r241, %r1369, %r1372;
+	mov.u32 	%r3775, %r241;
+	mov.u32 	%r3776, %r230;
+	@%p177 bra 	$L__BB11_195;
+	setp.ne.s16 	%p181, %rs15, 1;
+	mov.u32 	%r3775, %r229;
+	mov.u32 	%r3776, %r241;
+	@%p181 bra 	$L__BB11_187;
+	bra.uni 	$L__BB11_195;
+$L__BB11_187:
+	setp.eq.s32 	%p182, %r238, 2;
+	selp.b32 	%r3777, %r241, %r3777, %p182;
+	selp.b32 	%r3778, %r3778, %r241, %p182;
+	mov.u32 	%r3775, %r229;
+	mov.u32 	%r3776, %r230;
+	bra.uni 	$L__BB11_195;
+$L__BB11_188:
+	shr.u32 	%r244, %r233, 2;
+	cvt.u16.u32 	%rs16, %r244;
+	setp.eq.s16 	%p183, %rs16, 0;
+	mov.u32 	%r3774, %r229;
+	@%p183 bra 	$L__BB11_191;
+	setp.ne.s16 	%p184, %rs16, 1;
+	mov.u32 	%r3774, %r230;
+	@%p184 bra 	$L__BB11_190;
+	bra.uni 	$L__BB11_191;
+$L__BB11_190:
+	setp.eq.s32 	%p185, %r244, 2;
+	selp.b32 	%r3774, %r3777, %r3778, %p185;
+$L__BB11_191:
+	shl.b32 	%r1373, %r219, 3;
+	and.b32  	%r1374, %r1373, 24;
+	mov.u32 	%r1375, 255;
+	shl.b32 	%r1376, %r1375, %r1374;
+	not.b32 	%r1377, %r1376;
+	and.b32  	%r1378, %r3774, %r1377;
+	cvt.u32.u64 	%r1379, %rd756;
+	and.b32  	%r1380, %r1379, 255;
+	shl.b32 	%r1381, %r1380, %r1374;
+	or.b32  	%r247, %r1378, %r1381;
+	mov.u32 	%r3775, %r247;
+	mov.u32 	%r3776, %r230;
+	@%p183 bra 	$L__BB11_195;
+	setp.ne.s16 	%p187, %rs16, 1;
+	mov.u32 	%r3775, %r229;
+	mov.u32 	%r3776, %r247;
+	@%p187 bra 	$L__BB11_193;
+	bra.uni 	$L__BB11_195;
+$L__BB11_193:
+	setp.eq.s32 	%p188, %r244, 2;
+	selp.b32 	%r3777, %r247, %r3777, %p188;
+	selp.b32 	%r3778, %r3778, %r247, %p188;
+	mov.u32 	%r3775, %r229;
+	mov.u32 	%r3776, %r230;
+	bra.uni 	$L__BB11_195;
+$L__BB11_194:
+	shr.u32 	%r1382, %r233, 3;
+	setp.eq.s32 	%p189, %r1382, 0;
+	setp.eq.s32 	%p190, %r1382, 1;
+	cvt.u32.u64 	%r1383, %rd756;
+	selp.b32 	%r3775, %r1383, %r229, %p189;
+	selp.b32 	%r3777, %r1383, %r3777, %p190;
+	shr.u64 	%rd759, %rd756, 32;
+	cvt.u32.u64 	%r1384, %rd759;
+	selp.b32 	%r3776, %r1384, %r230, %p189;
+	selp.b32 	%r3778, %r3778, %r1384, %p189;
+$L__BB11_195:
+	selp.b32 	%r3727, %r3776, %r3727, %p170;
+	selp.b32 	%r3726, %r3775, %r3726, %p170;
+	selp.b32 	%r3728, %r3777, %r3728, %p170;
+	selp.b32 	%r3729, %r3778, %r3729, %p170;
+	selp.b32 	%r3731, %r3731, %r3776, %p170;
+	selp.b32 	%r3730, %r3730, %r3775, %p170;
+	selp.b32 	%r3732, %r3732, %r3777, %p170;
+	selp.b32 	%r3733, %r3733, %r3778, %p170;
+$L__BB11_196:
+	@%p106 bra 	$L__BB11_198;
+	st.v4.u32 	[%rd97], {%r3726, %r3727, %r3728, %r3729};
+	st.v4.u32 	[%rd97+16], {%r3730, %r3731, %r3732, %r3733};
+$L__BB11_198:
+	mov.u16 	%rs108, 0;
+	bar.warp.sync 	-1;
+	add.s64 	%rd1994, %rd1994, 32;
+	setp.lt.u64 	%p193, %rd1994, %rd12;
+	@%p193 bra 	$L__BB11_86;
+	bra.uni 	$L__BB11_490;
+$L__BB11_57:
+	setp.gt.u32 	%p42, %r35, 1199570943;
+	@%p42 bra 	$L__BB11_62;
+	bra.uni 	$L__BB11_58;
+$L__BB11_62:
+	or.b16  	%rs107, %rs107, 31744;
+	bra.uni 	$L__BB11_64;
+$L__BB11_58:
+	setp.lt.u32 	%p43, %r35, 947912704;
+	@%p43 bra 	$L__BB11_60;
+	bra.uni 	$L__BB11_59;
+$L__BB11_60:
+	setp.lt.u32 	%p44, %r35, 855638016;
+	@%p44 bra 	$L__BB11_64;
+	shr.u32 	%r1168, %r35, 23;
+	and.b32  	%r1169, %r3686, 8388607;
+	or.b32  	%r1170, %r1169, 8388608;
+	mov.u32 	%r1171, 126;
+	sub.s32 	%r1172, %r1171, %r1168;
+	shr.u32 	%r1173, %r1170, %r1172;
+	mov.u32 	%r1174, -1;
+	shl.b32 	%r1175, %r1174, %r1172;
+	not.b32 	%r1176, %r1175;
+	and.b32  	%r1177, %r1170, %r1176;
+	mov.u32 	%r1178, 125;
+	sub.s32 	%r1179, %r1178, %r1168;
+	mov.u32 	%r1180, 1;
+	shl.b32 	%r1181, %r1180, %r1179;
+	setp.gt.u32 	%p45, %r1177, %r1181;
+	setp.eq.s32 	%p46, %r1177, %r1181;
+	and.b32  	%r1182, %r1173, 1;
+	setp.eq.b32 	%p47, %r1182, 1;
+	and.pred  	%p48, %p46, %p47;
+	or.pred  	%p49, %p45, %p48;
+	selp.u32 	%r1183, 1, 0, %p49;
+	add.s32 	%r1184, %r1173, %r1183;
+	cvt.u16.u32 	%rs50, %r1184;
+	or.b16  	%rs107, %rs107, %rs50;
+	bra.uni 	$L__BB11_64;
+$L__BB11_59:
+	shr.u32 	%r1163, %r3686, 13;
+	and.b32  	%r1164, %r1163, 1;
+	add.s32 	%r1165, %r3686, %r1164;
+	add.s32 	%r1166, %r1165, 134221823;
+	shr.u32 	%r1167, %r1166, 13;
+	cvt.u16.u32 	%rs49, %r1167;
+	or.b16  	%rs107, %rs107, %rs49;
+	bra.uni 	$L__BB11_64;
+$L__BB11_12:
+	shl.b64 	%rd631, %rd1982, 1;
+	add.s64 	%rd632, %rd16, %rd631;
+	ld.u16 	%rd633, [%rd632];
+	add.s64 	%rd27, %rd14, %rd633;
+	mul.lo.s64 	%rd634, %rd1982, %rd24;
+	add.s64 	%rd635, %rd634, %rd23;
+	add.s64 	%rd28, %rd16, %rd635;
+	and.b64  	%rd636, %rd28, %rd25;
+	setp.eq.s64 	%p13, %rd636, 0;
+	@%p13 bra 	$L__BB11_21;
+	setp.eq.s32 	%p14, %r1106, 0;
+	mov.u64 	%rd1986, 0;
+	@%p14 bra 	$L__BB11_28;
+	cvt.u32.u64 	%r1113, %rd25;
+	setp.lt.u32 	%p15, %r1113, 3;
+	mov.u64 	%rd1986, 0;
+	mov.u32 	%r3683, 0;
+	@%p15 bra 	$L__BB11_17;
+	mov.u64 	%rd1986, 0;
+	mov.u32 	%r3680, 0;
+	mov.u32 	%r3681, 24;
+	mov.u32 	%r3683, %r3680;
+$L__BB11_16:
+	cvt.u64.u32 	%rd641, %r3683;
+	add.s64 	%rd642, %rd28, %rd641;
+	ld.u8 	%rd643, [%rd642];
+	shl.b64 	%rd644, %rd643, %r3680;
+	or.b64  	%rd645, %rd644, %rd1986;
+	ld.u8 	%rd646, [%rd642+1];
+	add.s32 	%r1117, %r3680, 8;
+	shl.b64 	%rd647, %rd646, %r1117;
+	or.b64  	%rd648, %rd647, %rd645;
+	ld.u8 	%rd649, [%rd642+2];
+	add.s32 	%r1118, %r3681, -8;
+	shl.b64 	%rd650, %rd649, %r1118;
+	or.b64  	%rd651, %rd650, %rd648;
+	ld.u8 	%rd652, [%rd642+3];
+	shl.b64 	%rd653, %rd652, %r3681;
+	or.b64  	%rd1986, %rd653, %rd651;
+	add.s32 	%r3683, %r3683, 4;
+	add.s32 	%r1119, %r13, %r3683;
+	setp.ne.s32 	%p16, %r1119, 0;
+	add.s32 	%r18, %r3681, 32;
+	add.s32 	%r3680, %r3681, 8;
+	mov.u32 	%r3681, %r18;
+	@%p16 bra 	$L__BB11_16;
+$L__BB11_17:
+	setp.eq.s32 	%p17, %r12, 0;
+	@%p17 bra 	$L__BB11_28;
+	setp.eq.s32 	%p18, %r12, 1;
+	cvt.u64.u32 	%rd654, %r3683;
+	add.s64 	%rd33, %rd28, %rd654;
+	ld.u8 	%rd655, [%rd33];
+	shl.b32 	%r1120, %r3683, 3;
+	shl.b64 	%rd656, %rd655, %r1120;
+	or.b64  	%rd1986, %rd656, %rd1986;
+	@%p18 bra 	$L__BB11_28;
+	setp.eq.s32 	%p19, %r12, 2;
+	ld.u8 	%rd657, [%rd33+1];
+	add.s32 	%r1122, %r1120, 8;
+	shl.b64 	%rd658, %rd657, %r1122;
+	or.b64  	%rd1986, %rd658, %rd1986;
+	@%p19 bra 	$L__BB11_28;
+	ld.u8 	%rd659, [%rd33+2];
+	add.s32 	%r1124, %r1120, 16;
+	shl.b64 	%rd660, %rd659, %r1124;
+	or.b64  	%rd1986, %rd660, %rd1986;
+	bra.uni 	$L__BB11_28;
+$L__BB11_21:
+	setp.eq.s32 	%p20, %r1106, 1;
+	@%p20 bra 	$L__BB11_26;
+	setp.eq.s32 	%p21, %r1106, 2;
+	@%p21 bra 	$L__BB11_25;
+	setp.ne.s32 	%p22, %r1106, 4;
+	@%p22 bra 	$L__BB11_27;
+	ld.u32 	%rd1986, [%rd28];
+	bra.uni 	$L__BB11_28;
+$L__BB11_26:
+	ld.u8 	%rd1986, [%rd28];
+	bra.uni 	$L__BB11_28;
+$L__BB11_25:
+	ld.u16 	%rd1986, [%rd28];
+	bra.uni 	$L__BB11_28;
+$L__BB11_27:
+	ld.u64 	%rd1986, [%rd28];
+$L__BB11_28:
+	ld.global.u64 	%rd44, [%rd1979+8];
+	or.b64  	%rd661, %rd27, %rd44;
+	and.b64  	%rd662, %rd661, -4294967296;
+	setp.eq.s64 	%p23, %rd662, 0;
+	@%p23 bra 	$L__BB11_30;
+	div.u64 	%rd1990, %rd27, %rd44;
+	mul.lo.s64 	%rd663, %rd1990, %rd44;
+	sub.s64 	%rd1988, %rd27, %rd663;
+	bra.uni 	$L__BB11_31;
+$L__BB11_30:
+	cvt.u32.u64 	%r1125, %rd44;
+	cvt.u32.u64 	%r1126, %rd27;
+	div.u32 	%r1127, %r1126, %r1125;
+	mul.lo.s32 	%r1128, %r1127, %r1125;
+	sub.s32 	%r1129, %r1126, %r1128;
+	cvt.u64.u32 	%rd1990, %r1127;
+	cvt.u64.u32 	%rd1988, %r1129;
+$L__BB11_31:
+	ld.global.u64 	%rd51, [%rd1979+40];
+	setp.lt.s64 	%p24, %rd1988, %rd51;
+	@%p24 bra 	$L__BB11_82;
+	ld.global.u64 	%rd52, [%rd1979+24];
+	add.s64 	%rd664, %rd52, %rd51;
+	setp.ge.s64 	%p25, %rd1988, %rd664;
+	@%p25 bra 	$L__BB11_82;
+	ld.global.u64 	%rd53, [%rd1979+48];
+	setp.eq.s64 	%p26, %rd53, 0;
+	@%p26 bra 	$L__BB11_38;
+	or.b64  	%rd665, %rd1990, %rd53;
+	and.b64  	%rd666, %rd665, -4294967296;
+	setp.eq.s64 	%p27, %rd666, 0;
+	@%p27 bra 	$L__BB11_36;
+	rem.s64 	%rd1989, %rd1990, %rd53;
+	bra.uni 	$L__BB11_37;
+$L__BB11_36:
+	cvt.u32.u64 	%r1130, %rd53;
+	cvt.u32.u64 	%r1131, %rd1990;
+	rem.u32 	%r1132, %r1131, %r1130;
+	cvt.u64.u32 	%rd1989, %r1132;
+$L__BB11_37:
+	shr.u64 	%rd667, %rd53, 63;
+	add.s64 	%rd668, %rd53, %rd667;
+	shr.s64 	%rd669, %rd668, 1;
+	shr.u64 	%rd670, %rd1989, 63;
+	add.s64 	%rd671, %rd1989, %rd670;
+	shr.s64 	%rd672, %rd671, 1;
+	and.b64  	%rd673, %rd671, -2;
+	sub.s64 	%rd674, %rd1989, %rd673;
+	mul.lo.s64 	%rd675, %rd674, %rd669;
+	sub.s64 	%rd676, %rd1990, %rd1989;
+	add.s64 	%rd677, %rd676, %rd672;
+	add.s64 	%rd1990, %rd677, %rd675;
+$L__BB11_38:
+	ld.global.u64 	%rd678, [%rd1979+32];
+	sub.s64 	%rd59, %rd1990, %rd678;
+	setp.lt.s64 	%p28, %rd59, 0;
+	@%p28 bra 	$L__BB11_82;
+	ld.global.u64 	%rd679, [%rd1979+16];
+	setp.ge.s64 	%p29, %rd59, %rd679;
+	@%p29 bra 	$L__BB11_82;
+	ld.global.v2.u32 	{%r1133, %r1134}, [%rd1979+56];
+	setp.eq.s32 	%p30, %r1133, %r1134;
+	mov.u64 	%rd1991, %rd25;
+	mov.u64 	%rd1992, %rd24;
+	mov.u32 	%r3688, %r1106;
+	@%p30 bra 	$L__BB11_66;
+	setp.eq.s32 	%p31, %r1133, 1;
+	@%p31 bra 	$L__BB11_52;
+	bra.uni 	$L__BB11_42;
+$L__BB11_52:
+	cvt.u32.u64 	%r3686, %rd1986;
+	bra.uni 	$L__BB11_53;
+$L__BB11_42:
+	setp.eq.s32 	%p32, %r1133, 2;
+	@%p32 bra 	$L__BB11_44;
+	bra.uni 	$L__BB11_43;
+$L__BB11_44:
+	cvt.u16.u64 	%rs45, %rd1986;
+	cvt.u32.u64 	%r1136, %rd1986;
+	shl.b32 	%r1137, %r1136, 16;
+	and.b32  	%r3686, %r1137, -2147483648;
+	shr.u16 	%rs46, %rs45, 10;
+	and.b16  	%rs2, %rs46, 31;
+	and.b16  	%rs3, %rs45, 1023;
+	and.b32  	%r3685, %r1136, 1023;
+	setp.eq.s16 	%p33, %rs2, 31;
+	@%p33 bra 	$L__BB11_51;
+	bra.uni 	$L__BB11_45;
+$L__BB11_51:
+	setp.eq.s16 	%p37, %rs3, 0;
+	shl.b32 	%r1150, %r3685, 13;
+	or.b32  	%r1151, %r1150, 4194304;
+	selp.b32 	%r1152, 0, %r1151, %p37;
+	or.b32  	%r1153, %r3686, %r1152;
+	or.b32  	%r3686, %r1153, 2139095040;
+	bra.uni 	$L__BB11_53;
+$L__BB11_43:
+	cvt.u32.u64 	%r1135, %rd1986;
+	shl.b32 	%r3686, %r1135, 16;
+	bra.uni 	$L__BB11_53;
+$L__BB11_45:
+	setp.eq.s16 	%p34, %rs2, 0;
+	@%p34 bra 	$L__BB11_47;
+	add.s16 	%rs47, %rs2, 112;
+	cvt.u32.u16 	%r1138, %rs47;
+	shl.b32 	%r1139, %r1138, 23;
+	shl.b32 	%r1140, %r3685, 13;
+	or.b32  	%r1141, %r1140, %r3686;
+	or.b32  	%r3686, %r1141, %r1139;
+	bra.uni 	$L__BB11_53;
+$L__BB11_47:
+	setp.eq.s16 	%p35, %rs3, 0;
+	@%p35 bra 	$L__BB11_53;
+	mov.u32 	%r3684, 0;
+$L__BB11_49:
+	shl.b32 	%r29, %r3685, 1;
+	add.s32 	%r3684, %r3684, 1;
+	and.b32  	%r1143, %r3685, 512;
+	setp.eq.s32 	%p36, %r1143, 0;
+	mov.u32 	%r3685, %r29;
+	@%p36 bra 	$L__BB11_49;
+	shl.b32 	%r1144, %r3684, 23;
+	mov.u32 	%r1145, 947912704;
+	sub.s32 	%r1146, %r1145, %r1144;
+	shl.b32 	%r1147, %r29, 13;
+	and.b32  	%r1148, %r1147, 8372224;
+	or.b32  	%r1149, %r1146, %r3686;
+	or.b32  	%r3686, %r1149, %r1148;
+$L__BB11_53:
+	setp.eq.s32 	%p38, %r1134, 1;
+	@%p38 bra 	$L__BB11_65;
+	setp.eq.s32 	%p39, %r1134, 2;
+	@%p39 bra 	$L__BB11_56;
+	bra.uni 	$L__BB11_55;
+$L__BB11_56:
+	shr.u32 	%r1162, %r3686, 16;
+	cvt.u16.u32 	%rs48, %r1162;
+	and.b16  	%rs107, %rs48, -32768;
+	and.b32  	%r35, %r3686, 2147483647;
+	setp.gt.u32 	%p41, %r35, 2139095040;
+	@%p41 bra 	$L__BB11_63;
+	bra.uni 	$L__BB11_57;
+$L__BB11_63:
+	shr.u32 	%r1185, %r3686, 13;
+	cvt.u16.u32 	%rs51, %r1185;
+	and.b16  	%rs52, %rs51, 511;
+	or.b16  	%rs53, %rs107, %rs52;
+	or.b16  	%rs107, %rs53, 32256;
+	bra.uni 	$L__BB11_64;
+$L__BB11_55:
+	and.b32  	%r1154, %r3686, 2147483647;
+	setp.gt.u32 	%p40, %r1154, 2139095040;
+	shr.u32 	%r1155, %r3686, 16;
+	or.b32  	%r1156, %r1155, 64;
+	and.b32  	%r1157, %r1155, 1;
+	add.s32 	%r1158, %r3686, %r1157;
+	add.s32 	%r1159, %r1158, 32767;
+	shr.u32 	%r1160, %r1159, 16;
+	selp.b32 	%r1161, %r1156, %r1160, %p40;
+	cvt.u16.u32 	%rs107, %r1161;
+$L__BB11_64:
+	cvt.u32.u16 	%r3686, %rs107;
+$L__BB11_65:
+	cvt.u64.u32 	%rd1986, %r3686;
+	selp.b32 	%r3688, 4, 2, %p38;
+	cvt.u64.u32 	%rd1992, %r3688;
+	add.s32 	%r1186, %r3688, -1;
+	cvt.u64.u32 	%rd1991, %r1186;
+$L__BB11_66:
+	mul.lo.s64 	%rd680, %rd52, %rd59;
+	add.s64 	%rd681, %rd680, %rd1988;
+	sub.s64 	%rd682, %rd681, %rd51;
+	mul.lo.s64 	%rd683, %rd682, %rd1992;
+	ld.global.u64 	%rd684, [%rd1979];
+	add.s64 	%rd66, %rd684, %rd683;
+	and.b64  	%rd685, %rd1991, %rd66;
+	setp.eq.s64 	%p51, %rd685, 0;
+	@%p51 bra 	$L__BB11_75;
+	setp.eq.s32 	%p52, %r3688, 0;
+	@%p52 bra 	$L__BB11_82;
+	add.s32 	%r1188, %r3688, -1;
+	and.b32  	%r40, %r3688, 3;
+	setp.lt.u32 	%p53, %r1188, 3;
+	mov.u32 	%r3691, 0;
+	@%p53 bra 	$L__BB11_71;
+	sub.s32 	%r3690, %r3688, %r40;
+	mov.u32 	%r3691, 0;
+$L__BB11_70:
+	shl.b32 	%r1190, %r3691, 3;
+	shr.u64 	%rd686, %rd1986, %r1190;
+	cvt.u64.u32 	%rd687, %r3691;
+	add.s64 	%rd688, %rd66, %rd687;
+	st.u8 	[%rd688], %rd686;
+	add.s32 	%r1191, %r1190, 8;
+	shr.u64 	%rd689, %rd1986, %r1191;
+	st.u8 	[%rd688+1], %rd689;
+	add.s32 	%r1192, %r1190, 16;
+	shr.u64 	%rd690, %rd1986, %r1192;
+	st.u8 	[%rd688+2], %rd690;
+	add.s32 	%r1193, %r1190, 24;
+	shr.u64 	%rd691, %rd1986, %r1193;
+	st.u8 	[%rd688+3], %rd691;
+	add.s32 	%r3691, %r3691, 4;
+	add.s32 	%r3690, %r3690, -4;
+	setp.ne.s32 	%p54, %r3690, 0;
+	@%p54 bra 	$L__BB11_70;
+$L__BB11_71:
+	setp.eq.s32 	%p55, %r40, 0;
+	@%p55 bra 	$L__BB11_82;
+	shl.b32 	%r1194, %r3691, 3;
+	shr.u64 	%rd692, %rd1986, %r1194;
+	cvt.u64.u32 	%rd693, %r3691;
+	add.s64 	%rd67, %rd66, %rd693;
+	st.u8 	[%rd67], %rd692;
+	setp.eq.s32 	%p56, %r40, 1;
+	@%p56 bra 	$L__BB11_82;
+	add.s32 	%r1196, %r1194, 8;
+	shr.u64 	%rd694, %rd1986, %r1196;
+	st.u8 	[%rd67+1], %rd694;
+	setp.eq.s32 	%p57, %r40, 2;
+	@%p57 bra 	$L__BB11_82;
+	add.s32 	%r1198, %r1194, 16;
+	shr.u64 	%rd695, %rd1986, %r1198;
+	st.u8 	[%rd67+2], %rd695;
+	bra.uni 	$L__BB11_82;
+$L__BB11_75:
+	setp.eq.s32 	%p58, %r3688, 1;
+	@%p58 bra 	$L__BB11_80;
+	setp.eq.s32 	%p59, %r3688, 2;
+	@%p59 bra 	$L__BB11_79;
+	setp.ne.s32 	%p60, %r3688, 4;
+	@%p60 bra 	$L__BB11_81;
+	st.u32 	[%rd66], %rd1986;
+	bra.uni 	$L__BB11_82;
+$L__BB11_79:
+	st.u16 	[%rd66], %rd1986;
+	bra.uni 	$L__BB11_82;
+$L__BB11_80:
+	st.u8 	[%rd66], %rd1986;
+	bra.uni 	$L__BB11_82;
+$L__BB11_81:
+	st.u64 	[%rd66], %rd1986;
+$L__BB11_82:
+	mov.u16 	%rs108, 0;
+	add.s64 	%rd1982, %rd1982, 32;
+	setp.lt.u64 	%p61, %rd1982, %rd12;
+	@%p61 bra 	$L__BB11_12;
+$L__BB11_490:
+	cvt.u32.u64 	%r1579, %rd5;
+	setp.ne.s32 	%p380, %r1579, 0;
+	@%p380 bra 	$L__BB11_492;
+	mov.u32 	%r1582, _ZZ14ws_delta_applyE4coop;
+	add.s32 	%r1583, %r1582, %r2;
+	st.shared.u8 	[%r1583], %rs108;
+$L__BB11_492:
+	bar.sync 	0;
+	mov.u32 	%r3835, 0;
+	bra.uni 	$L__BB11_493;
+$L__BB11_695:
+	cvt.u64.u32 	%rd1304, %r1590;
+	mul.lo.s64 	%rd1305, %rd289, %rd1304;
+	shr.u64 	%rd422, %rd1305, 4;
+	setp.eq.s32 	%p542, %r1590, 1;
+	@%p542 bra 	$L__BB11_866;
+	setp.eq.s32 	%p543, %r1590, 2;
+	@%p543 bra 	$L__BB11_766;
+	setp.ne.s32 	%p544, %r1590, 4;
+	@%p544 bra 	$L__BB11_1030;
+	setp.eq.s64 	%p545, %rd422, 0;
+	@%p545 bra 	$L__BB11_1123;
+	add.s64 	%rd423, %rd396, %rd290;
+	mov.u64 	%rd2073, 0;
+	mov.u32 	%r3868, 0;
+$L__BB11_700:
+	mov.u32 	%r3869, 0;
+	add.s64 	%rd425, %rd2073, %rd4;
+	setp.ge.u64 	%p546, %rd425, %rd422;
+	@%p546 bra 	$L__BB11_702;
+	shr.u64 	%rd1307, %rd425, 1;
+	and.b64  	%rd1308, %rd1307, 2305843009213693948;
+	add.s64 	%rd1309, %rd297, %rd1308;
+	cvt.u32.u64 	%r1888, %rd425;
+	shl.b32 	%r1889, %r1888, 2;
+	and.b32  	%r1890, %r1889, 28;
+	ld.u32 	%r1891, [%rd1309];
+	shr.u32 	%r1892, %r1891, %r1890;
+	and.b32  	%r3869, %r1892, 15;
+$L__BB11_702:
+	add.s64 	%rd426, %rd425, 256;
+	setp.ge.u64 	%p547, %rd426, %rd422;
+	mov.u32 	%r3871, 0;
+	mov.u32 	%r3870, %r3871;
+	@%p547 bra 	$L__BB11_704;
+	shr.u64 	%rd1310, %rd426, 1;
+	and.b64  	%rd1311, %rd1310, 2305843009213693948;
+	add.s64 	%rd1312, %rd297, %rd1311;
+	cvt.u32.u64 	%r1894, %rd426;
+	shl.b32 	%r1895, %r1894, 2;
+	and.b32  	%r1896, %r1895, 28;
+	ld.u32 	%r1897, [%rd1312];
+	shr.u32 	%r1898, %r1897, %r1896;
+	and.b32  	%r3870, %r1898, 15;
+$L__BB11_704:
+	add.s64 	%rd427, %rd425, 512;
+	setp.ge.u64 	%p548, %rd427, %rd422;
+	@%p548 bra 	$L__BB11_706;
+	shr.u64 	%rd1313, %rd427, 1;
+	and.b64  	%rd1314, %rd1313, 2305843009213693948;
+	add.s64 	%rd1315, %rd297, %rd1314;
+	cvt.u32.u64 	%r1900, %rd427;
+	shl.b32 	%r1901, %r1900, 2;
+	and.b32  	%r1902, %r1901, 28;
+	ld.u32 	%r1903, [%rd1315];
+	shr.u32 	%r1904, %r1903, %r1902;
+	and.b32  	%r3871, %r1904, 15;
+$L__BB11_706:
+	add.s64 	%rd428, %rd425, 768;
+	setp.ge.u64 	%p549, %rd428, %rd422;
+	mov.u32 	%r3873, 0;
+	mov.u32 	%r3872, %r3873;
+	@%p549 bra 	$L__BB11_708;
+	shr.u64 	%rd1316, %rd428, 1;
+	and.b64  	%rd1317, %rd1316, 2305843009213693948;
+	add.s64 	%rd1318, %rd297, %rd1317;
+	cvt.u32.u64 	%r1906, %rd428;
+	shl.b32 	%r1907, %r1906, 2;
+	and.b32  	%r1908, %r1907, 28;
+	ld.u32 	%r1909, [%rd1318];
+	shr.u32 	%r1910, %r1909, %r1908;
+	and.b32  	%r3872, %r1910, 15;
+$L__BB11_708:
+	mov.u32 	%r1915, 31;
+	mov.u32 	%r1916, 1;
+	mov.u32 	%r1917, -1;
+	shfl.sync.bfly.b32 	%r1918|%p550, %r3869, %r1916, %r1915, %r1917;
+	or.b32  	%r462, %r1918, %r3869;
+	setp.eq.s32 	%p551, %r462, 0;
+	shl.b64 	%rd1319, %rd425, 4;
+	add.s64 	%rd429, %rd2043, %rd1319;
+	mov.u32 	%r3874, %r3873;
+	mov.u32 	%r3875, %r3873;
+	mov.u32 	%r3876, %r3873;
+	@%p551 bra 	$L__BB11_710;
+	ld.v4.u32 	{%r3873, %r3874, %r3875, %r3876}, [%rd429];
+$L__BB11_710:
+	shfl.sync.bfly.b32 	%r1930|%p552, %r3870, %r1916, %r1915, %r1917;
+	or.b32  	%r471, %r1930, %r3870;
+	setp.eq.s32 	%p553, %r471, 0;
+	mov.u32 	%r3881, 0;
+	mov.u32 	%r3877, %r3881;
+	mov.u32 	%r3878, %r3881;
+	mov.u32 	%r3879, %r3881;
+	mov.u32 	%r3880, %r3881;
+	@%p553 bra 	$L__BB11_712;
+	ld.v4.u32 	{%r3877, %r3878, %r3879, %r3880}, [%rd429+4096];
+$L__BB11_712:
+	mov.u32 	%r1939, 31;
+	mov.u32 	%r1940, 1;
+	mov.u32 	%r1941, -1;
+	shfl.sync.bfly.b32 	%r1942|%p554, %r3871, %r1940, %r1939, %r1941;
+	or.b32  	%r480, %r1942, %r3871;
+	setp.eq.s32 	%p555, %r480, 0;
+	mov.u32 	%r3882, %r3881;
+	mov.u32 	%r3883, %r3881;
+	mov.u32 	%r3884, %r3881;
+	@%p555 bra 	$L__BB11_714;
+	ld.v4.u32 	{%r3881, %r3882, %r3883, %r3884}, [%rd429+8192];
+$L__BB11_714:
+	shfl.sync.bfly.b32 	%r1954|%p556, %r3872, %r1940, %r1939, %r1941;
+	or.b32  	%r489, %r1954, %r3872;
+	setp.eq.s32 	%p557, %r489, 0;
+	mov.u32 	%r1950, 0;
+	mov.u32 	%r3885, %r1950;
+	mov.u32 	%r3886, %r1950;
+	mov.u32 	%r3887, %r1950;
+	mov.u32 	%r3888, %r1950;
+	@%p557 bra 	$L__BB11_716;
+	ld.v4.u32 	{%r3885, %r3886, %r3887, %r3888}, [%rd429+12288];
+$L__BB11_716:
+	cvt.u32.u64 	%r3631, %rd5;
+	setp.lt.u32 	%p558, %r3631, 16;
+	mov.u32 	%r1980, 16;
+	setp.lt.u32 	%p559, %r3631, 4;
+	mov.u32 	%r1981, 4;
+	setp.lt.u32 	%p560, %r3631, 2;
+	mov.u32 	%r1982, 2;
+	setp.lt.u32 	%p561, %r3631, 8;
+	mov.u32 	%r1983, 8;
+	setp.ne.s32 	%p562, %r3631, 31;
+	setp.eq.s32 	%p563, %r3631, 0;
+	popc.b32 	%r1985, %r3872;
+	cvt.u64.u32 	%rd1330, %r1985;
+	shl.b64 	%rd1331, %rd1330, 48;
+	popc.b32 	%r1986, %r3870;
+	shl.b32 	%r1987, %r1986, 16;
+	popc.b32 	%r1988, %r3869;
+	or.b32  	%r1989, %r1987, %r1988;
+	cvt.u64.u32 	%rd1332, %r1989;
+	popc.b32 	%r1990, %r3871;
+	cvt.u64.u32 	%rd1333, %r1990;
+	bfi.b64 	%rd1334, %rd1333, %rd1332, 32, 32;
+	or.b64  	%rd1320, %rd1331, %rd1334;
+	// begin inline asm
+	mov.b64 {%r1959,%r1960}, %rd1320;
+	// end inline asm
+	mov.u32 	%r1991, 1;
+	mov.u32 	%r1992, -1;
+	shfl.sync.up.b32 	%r1962|%p564, %r1960, %r1991, %r1950, %r1992;
+	shfl.sync.up.b32 	%r1961|%p565, %r1959, %r1991, %r1950, %r1992;
+	// begin inline asm
+	mov.b64 %rd1321, {%r1961,%r1962};
+	// end inline asm
+	selp.b64 	%rd1335, 0, %rd1321, %p563;
+	add.s64 	%rd1322, %rd1335, %rd1320;
+	// begin inline asm
+	mov.b64 {%r1963,%r1964}, %rd1322;
+	// end inline asm
+	shfl.sync.up.b32 	%r1966|%p566, %r1964, %r1982, %r1950, %r1992;
+	shfl.sync.up.b32 	%r1965|%p567, %r1963, %r1982, %r1950, %r1992;
+	// begin inline asm
+	mov.b64 %rd1323, {%r1965,%r1966};
+	// end inline asm
+	selp.b64 	%rd1336, 0, %rd1323, %p560;
+	add.s64 	%rd1324, %rd1336, %rd1322;
+	// begin inline asm
+	mov.b64 {%r1967,%r1968}, %rd1324;
+	// end inline asm
+	shfl.sync.up.b32 	%r1970|%p568, %r1968, %r1981, %r1950, %r1992;
+	shfl.sync.up.b32 	%r1969|%p569, %r1967, %r1981, %r1950, %r1992;
+	// begin inline asm
+	mov.b64 %rd1325, {%r1969,%r1970};
+	// end inline asm
+	selp.b64 	%rd1337, 0, %rd1325, %p559;
+	add.s64 	%rd1326, %rd1337, %rd1324;
+	// begin inline asm
+	mov.b64 {%r1971,%r1972}, %rd1326;
+	// end inline asm
+	shfl.sync.up.b32 	%r1974|%p570, %r1972, %r1983, %r1950, %r1992;
+	shfl.sync.up.b32 	%r1973|%p571, %r1971, %r1983, %r1950, %r1992;
+	// begin inline asm
+	mov.b64 %rd1327, {%r1973,%r1974};
+	// end inline asm
+	selp.b64 	%rd1338, 0, %rd1327, %p561;
+	add.s64 	%rd1328, %rd1338, %rd1326;
+	// begin inline asm
+	mov.b64 {%r1975,%r1976}, %rd1328;
+	// end inline asm
+	shfl.sync.up.b32 	%r1978|%p572, %r1976, %r1980, %r1950, %r1992;
+	shfl.sync.up.b32 	%r1977|%p573, %r1975, %r1980, %r1950, %r1992;
+	// begin inline asm
+	mov.b64 %rd1329, {%r1977,%r1978};
+	// end inline asm
+	selp.b64 	%rd1339, 0, %rd1329, %p558;
+	add.s64 	%rd431, %rd1339, %rd1328;
+	@%p562 bra 	$L__BB11_718;
+	st.shared.u64 	[%r6], %rd431;
+$L__BB11_718:
+	setp.ne.s32 	%p574, %r2, 0;
+	bar.sync 	0;
+	@%p574 bra 	$L__BB11_723;
+	cvt.u32.u64 	%r3637, %rd5;
+	setp.gt.u32 	%p575, %r3637, 7;
+	mov.u64 	%rd2074, 0;
+	@%p575 bra 	$L__BB11_721;
+	ld.shared.u64 	%rd2074, [%r7];
+$L__BB11_721:
+	setp.lt.u32 	%p1035, %r3631, 16;
+	setp.lt.u32 	%p1034, %r3631, 8;
+	setp.lt.u32 	%p1033, %r3631, 4;
+	setp.lt.u32 	%p1032, %r3631, 2;
+	cvt.u32.u64 	%r3632, %rd5;
+	setp.eq.s32 	%p1031, %r3631, 0;
+	mov.u32 	%r2015, 16;
+	mov.u32 	%r2016, 4;
+	mov.u32 	%r2017, 2;
+	mov.u32 	%r2018, 8;
+	mov.u32 	%r2019, 0;
+	// begin inline asm
+	mov.b64 {%r1994,%r1995}, %rd2074;
+	// end inline asm
+	mov.u32 	%r2020, 1;
+	mov.u32 	%r2021, -1;
+	shfl.sync.up.b32 	%r1997|%p582, %r1995, %r2020, %r2019, %r2021;
+	shfl.sync.up.b32 	%r1996|%p583, %r1994, %r2020, %r2019, %r2021;
+	// begin inline asm
+	mov.b64 %rd1342, {%r1996,%r1997};
+	// end inline asm
+	selp.b64 	%rd1351, 0, %rd1342, %p1031;
+	add.s64 	%rd1343, %rd1351, %rd2074;
+	// begin inline asm
+	mov.b64 {%r1998,%r1999}, %rd1343;
+	// end inline asm
+	shfl.sync.up.b32 	%r2001|%p584, %r1999, %r2017, %r2019, %r2021;
+	shfl.sync.up.b32 	%r2000|%p585, %r1998, %r2017, %r2019, %r2021;
+	// begin inline asm
+	mov.b64 %rd1344, {%r2000,%r2001};
+	// end inline asm
+	selp.b64 	%rd1352, 0, %rd1344, %p1032;
+	add.s64 	%rd1345, %rd1352, %rd1343;
+	// begin inline asm
+	mov.b64 {%r2002,%r2003}, %rd1345;
+	// end inline asm
+	shfl.sync.up.b32 	%r2005|%p586, %r2003, %r2016, %r2019, %r2021;
+	shfl.sync.up.b32 	%r2004|%p587, %r2002, %r2016, %r2019, %r2021;
+	// begin inline asm
+	mov.b64 %rd1346, {%r2004,%r2005};
+	// end inline asm
+	selp.b64 	%rd1353, 0, %rd1346, %p1033;
+	add.s64 	%rd1347, %rd1353, %rd1345;
+	// begin inline asm
+	mov.b64 {%r2006,%r2007}, %rd1347;
+	// end inline asm
+	shfl.sync.up.b32 	%r2009|%p588, %r2007, %r2018, %r2019, %r2021;
+	shfl.sync.up.b32 	%r2008|%p589, %r2006, %r2018, %r2019, %r2021;
+	// begin inline asm
+	mov.b64 %rd1348, {%r2008,%r2009};
+	// end inline asm
+	selp.b64 	%rd1354, 0, %rd1348, %p1034;
+	add.s64 	%rd1349, %rd1354, %rd1347;
+	// begin inline asm
+	mov.b64 {%r2010,%r2011}, %rd1349;
+	// end inline asm
+	shfl.sync.up.b32 	%r2013|%p590, %r2011, %r2015, %r2019, %r2021;
+	shfl.sync.up.b32 	%r2012|%p591, %r2010, %r2015, %r2019, %r2021;
+	// begin inline asm
+	mov.b64 %rd1350, {%r2012,%r2013};
+	// end inline asm
+	selp.b64 	%rd1355, 0, %rd1350, %p1035;
+	add.s64 	%rd434, %rd1355, %rd1349;
+	@%p575 bra 	$L__BB11_723;
+	st.shared.u64 	[%r7], %rd434;
+$L__BB11_723:
+	setp.eq.s32 	%p592, %r2, 0;
+	bar.sync 	0;
+	mov.u64 	%rd2075, 0;
+	@%p592 bra 	$L__BB11_725;
+	ld.shared.u64 	%rd2075, [%r6+-8];
+$L__BB11_725:
+	ld.shared.u64 	%rd437, [_ZZ14ws_delta_applyE3red+56];
+	mov.u32 	%r3890, 0;
+	bar.sync 	0;
+	sub.s64 	%rd1357, %rd431, %rd1320;
+	add.s64 	%rd438, %rd1357, %rd2075;
+	cvt.u32.u64 	%r2023, %rd438;
+	and.b32  	%r2024, %r2023, 65535;
+	add.s32 	%r498, %r2024, %r3868;
+	and.b32  	%r499, %r3869, 1;
+	setp.eq.s32 	%p593, %r499, 0;
+	mov.u32 	%r3889, %r3890;
+	@%p593 bra 	$L__BB11_727;
+	mul.wide.u32 	%rd1358, %r498, 4;
+	add.s64 	%rd1359, %rd423, %rd1358;
+	add.s64 	%rd1360, %rd285, %rd1359;
+	ld.u32 	%r3889, [%rd1360];
+$L__BB11_727:
+	and.b32  	%r502, %r3869, 2;
+	setp.eq.s32 	%p594, %r502, 0;
+	@%p594 bra 	$L__BB11_729;
+	popc.b32 	%r2026, %r499;
+	add.s32 	%r2027, %r498, %r2026;
+	mul.wide.u32 	%rd1361, %r2027, 4;
+	add.s64 	%rd1362, %rd423, %rd1361;
+	add.s64 	%rd1363, %rd285, %rd1362;
+	ld.u32 	%r3890, [%rd1363];
+$L__BB11_729:
+	and.b32  	%r505, %r3869, 4;
+	setp.eq.s32 	%p595, %r505, 0;
+	mov.u32 	%r3892, 0;
+	mov.u32 	%r3891, %r3892;
+	@%p595 bra 	$L__BB11_731;
+	and.b32  	%r2029, %r3869, 3;
+	popc.b32 	%r2030, %r2029;
+	add.s32 	%r2031, %r498, %r2030;
+	mul.wide.u32 	%rd1364, %r2031, 4;
+	add.s64 	%rd1365, %rd423, %rd1364;
+	add.s64 	%rd1366, %rd285, %rd1365;
+	ld.u32 	%r3891, [%rd1366];
+$L__BB11_731:
+	and.b32  	%r508, %r3869, 8;
+	setp.eq.s32 	%p596, %r508, 0;
+	@%p596 bra 	$L__BB11_733;
+	and.b32  	%r2033, %r3869, 7;
+	popc.b32 	%r2034, %r2033;
+	add.s32 	%r2035, %r498, %r2034;
+	mul.wide.u32 	%rd1367, %r2035, 4;
+	add.s64 	%rd1368, %rd423, %rd1367;
+	add.s64 	%rd1369, %rd285, %rd1368;
+	ld.u32 	%r3892, [%rd1369];
+$L__BB11_733:
+	selp.b32 	%r511, %r3873, %r3889, %p593;
+	selp.b32 	%r512, %r3874, %r3890, %p594;
+	selp.b32 	%r513, %r3875, %r3891, %p595;
+	selp.b32 	%r514, %r3876, %r3892, %p596;
+	@%p551 bra 	$L__BB11_735;
+	st.v4.u32 	[%rd429], {%r511, %r512, %r513, %r514};
+$L__BB11_735:
+	cvt.u32.u64 	%r2037, %rd437;
+	and.b32  	%r2038, %r2037, 65535;
+	add.s32 	%r515, %r2038, %r3868;
+	shr.u32 	%r2040, %r2023, 16;
+	add.s32 	%r516, %r2040, %r515;
+	and.b32  	%r517, %r3870, 1;
+	setp.eq.s32 	%p602, %r517, 0;
+	mov.u32 	%r3894, 0;
+	mov.u32 	%r3893, %r3894;
+	@%p602 bra 	$L__BB11_737;
+	mul.wide.u32 	%rd1370, %r516, 4;
+	add.s64 	%rd1371, %rd423, %rd1370;
+	add.s64 	%rd1372, %rd285, %rd1371;
+	ld.u32 	%r3893, [%rd1372];
+$L__BB11_737:
+	and.b32  	%r520, %r3870, 2;
+	setp.eq.s32 	%p603, %r520, 0;
+	@%p603 bra 	$L__BB11_739;
+	popc.b32 	%r2042, %r517;
+	add.s32 	%r2043, %r516, %r2042;
+	mul.wide.u32 	%rd1373, %r2043, 4;
+	add.s64 	%rd1374, %rd423, %rd1373;
+	add.s64 	%rd1375, %rd285, %rd1374;
+	ld.u32 	%r3894, [%rd1375];
+$L__BB11_739:
+	and.b32  	%r523, %r3870, 4;
+	setp.eq.s32 	%p604, %r523, 0;
+	mov.u32 	%r3896, 0;
+	mov.u32 	%r3895, %r3896;
+	@%p604 bra 	$L__BB11_741;
+	and.b32  	%r2045, %r3870, 3;
+	popc.b32 	%r2046, %r2045;
+	add.s32 	%r2047, %r516, %r2046;
+	mul.wide.u32 	%rd1376, %r2047, 4;
+	add.s64 	%rd1377, %rd423, %rd1376;
+	add.s64 	%rd1378, %rd285, %rd1377;
+	ld.u32 	%r3895, [%rd1378];
+$L__BB11_741:
+	and.b32  	%r526, %r3870, 8;
+	setp.eq.s32 	%p605, %r526, 0;
+	@%p605 bra 	$L__BB11_743;
+	and.b32  	%r2049, %r3870, 7;
+	popc.b32 	%r2050, %r2049;
+	add.s32 	%r2051, %r516, %r2050;
+	mul.wide.u32 	%rd1379, %r2051, 4;
+	add.s64 	%rd1380, %rd423, %rd1379;
+	add.s64 	%rd1381, %rd285, %rd1380;
+	ld.u32 	%r3896, [%rd1381];
+$L__BB11_743:
+	selp.b32 	%r529, %r3877, %r3893, %p602;
+	selp.b32 	%r530, %r3878, %r3894, %p603;
+	selp.b32 	%r531, %r3879, %r3895, %p604;
+	selp.b32 	%r532, %r3880, %r3896, %p605;
+	@%p553 bra 	$L__BB11_745;
+	st.v4.u32 	[%rd429+4096], {%r529, %r530, %r531, %r532};
+$L__BB11_745:
+	shr.u32 	%r2054, %r2037, 16;
+	add.s32 	%r533, %r2054, %r515;
+	shr.u64 	%rd1382, %rd438, 32;
+	cvt.u32.u64 	%r2055, %rd1382;
+	and.b32  	%r2056, %r2055, 65535;
+	add.s32 	%r534, %r2056, %r533;
+	and.b32  	%r535, %r3871, 1;
+	setp.eq.s32 	%p611, %r535, 0;
+	mov.u32 	%r3898, 0;
+	mov.u32 	%r3897, %r3898;
+	@%p611 bra 	$L__BB11_747;
+	mul.wide.u32 	%rd1383, %r534, 4;
+	add.s64 	%rd1384, %rd423, %rd1383;
+	add.s64 	%rd1385, %rd285, %rd1384;
+	ld.u32 	%r3897, [%rd1385];
+$L__BB11_747:
+	and.b32  	%r538, %r3871, 2;
+	setp.eq.s32 	%p612, %r538, 0;
+	@%p612 bra 	$L__BB11_749;
+	popc.b32 	%r2058, %r535;
+	add.s32 	%r2059, %r534, %r2058;
+	mul.wide.u32 	%rd1386, %r2059, 4;
+	add.s64 	%rd1387, %rd423, %rd1386;
+	add.s64 	%rd1388, %rd285, %rd1387;
+	ld.u32 	%r3898, [%rd1388];
+$L__BB11_749:
+	and.b32  	%r541, %r3871, 4;
+	setp.eq.s32 	%p613, %r541, 0;
+	mov.u32 	%r3900, 0;
+	mov.u32 	%r3899, %r3900;
+	@%p613 bra 	$L__BB11_751;
+	and.b32  	%r2061, %r3871, 3;
+	popc.b32 	%r2062, %r2061;
+	add.s32 	%r2063, %r534, %r2062;
+	mul.wide.u32 	%rd1389, %r2063, 4;
+	add.s64 	%rd1390, %rd423, %rd1389;
+	add.s64 	%rd1391, %rd285, %rd1390;
+	ld.u32 	%r3899, [%rd1391];
+$L__BB11_751:
+	and.b32  	%r544, %r3871, 8;
+	setp.eq.s32 	%p614, %r544, 0;
+	@%p614 bra 	$L__BB11_753;
+	and.b32  	%r2065, %r3871, 7;
+	popc.b32 	%r2066, %r2065;
+	add.s32 	%r2067, %r534, %r2066;
+	mul.wide.u32 	%rd1392, %r2067, 4;
+	add.s64 	%rd1393, %rd423, %rd1392;
+	add.s64 	%rd1394, %rd285, %rd1393;
+	ld.u32 	%r3900, [%rd1394];
+$L__BB11_753:
+	selp.b32 	%r547, %r3881, %r3897, %p611;
+	selp.b32 	%r548, %r3882, %r3898, %p612;
+	selp.b32 	%r549, %r3883, %r3899, %p613;
+	selp.b32 	%r550, %r3884, %r3900, %p614;
+	@%p555 bra 	$L__BB11_755;
+	st.v4.u32 	[%rd429+8192], {%r547, %r548, %r549, %r550};
+$L__BB11_755:
+	shr.u64 	%rd1395, %rd437, 32;
+	cvt.u32.u64 	%r2069, %rd1395;
+	and.b32  	%r2070, %r2069, 65535;
+	add.s32 	%r551, %r2070, %r533;
+	shr.u64 	%rd1396, %rd438, 48;
+	cvt.u32.u64 	%r2071, %rd1396;
+	add.s32 	%r552, %r551, %r2071;
+	and.b32  	%r553, %r3872, 1;
+	setp.eq.s32 	%p620, %r553, 0;
+	mov.u32 	%r3902, 0;
+	mov.u32 	%r3901, %r3902;
+	@%p620 bra 	$L__BB11_757;
+	mul.wide.u32 	%rd1397, %r552, 4;
+	add.s64 	%rd1398, %rd423, %rd1397;
+	add.s64 	%rd1399, %rd285, %rd1398;
+	ld.u32 	%r3901, [%rd1399];
+$L__BB11_757:
+	and.b32  	%r556, %r3872, 2;
+	setp.eq.s32 	%p621, %r556, 0;
+	@%p621 bra 	$L__BB11_759;
+	popc.b32 	%r2073, %r553;
+	add.s32 	%r2074, %r552, %r2073;
+	mul.wide.u32 	%rd1400, %r2074, 4;
+	add.s64 	%rd1401, %rd423, %rd1400;
+	add.s64 	%rd1402, %rd285, %rd1401;
+	ld.u32 	%r3902, [%rd1402];
+$L__BB11_759:
+	and.b32  	%r559, %r3872, 4;
+	setp.eq.s32 	%p622, %r559, 0;
+	mov.u32 	%r3904, 0;
+	mov.u32 	%r3903, %r3904;
+	@%p622 bra 	$L__BB11_761;
+	and.b32  	%r2076, %r3872, 3;
+	popc.b32 	%r2077, %r2076;
+	add.s32 	%r2078, %r552, %r2077;
+	mul.wide.u32 	%rd1403, %r2078, 4;
+	add.s64 	%rd1404, %rd423, %rd1403;
+	add.s64 	%rd1405, %rd285, %rd1404;
+	ld.u32 	%r3903, [%rd1405];
+$L__BB11_761:
+	and.b32  	%r562, %r3872, 8;
+	setp.eq.s32 	%p623, %r562, 0;
+	@%p623 bra 	$L__BB11_763;
+	and.b32  	%r2080, %r3872, 7;
+	popc.b32 	%r2081, %r2080;
+	add.s32 	%r2082, %r552, %r2081;
+	mul.wide.u32 	%rd1406, %r2082, 4;
+	add.s64 	%rd1407, %rd423, %rd1406;
+	add.s64 	%rd1408, %rd285, %rd1407;
+	ld.u32 	%r3904, [%rd1408];
+$L__BB11_763:
+	selp.b32 	%r565, %r3885, %r3901, %p620;
+	selp.b32 	%r566, %r3886, %r3902, %p621;
+	selp.b32 	%r567, %r3887, %r3903, %p622;
+	selp.b32 	%r568, %r3888, %r3904, %p623;
+	@%p557 bra 	$L__BB11_765;
+	st.v4.u32 	[%rd429+12288], {%r565, %r566, %r567, %r568};
+$L__BB11_765:
+	shr.u64 	%rd1409, %rd437, 48;
+	cvt.u32.u64 	%r2083, %rd1409;
+	add.s32 	%r3868, %r551, %r2083;
+	add.s64 	%rd2073, %rd2073, 1024;
+	setp.lt.u64 	%p629, %rd2073, %rd422;
+	@%p629 bra 	$L__BB11_700;
+	bra.uni 	$L__BB11_1123;
+$L__BB11_866:
+	setp.eq.s64 	%p747, %rd422, 0;
+	@%p747 bra 	$L__BB11_1123;
+	add.s64 	%rd457, %rd396, %rd290;
+	mov.u64 	%rd2079, 0;
+	mov.u32 	%r3958, 0;
+$L__BB11_868:
+	mov.u32 	%r3959, 0;
+	add.s64 	%rd459, %rd2079, %rd4;
+	setp.ge.u64 	%p748, %rd459, %rd422;
+	@%p748 bra 	$L__BB11_870;
+	shl.b64 	%rd1559, %rd459, 1;
+	and.b64  	%rd1560, %rd1559, 2305843009213693948;
+	add.s64 	%rd1561, %rd297, %rd1560;
+	cvt.u32.u64 	%r2428, %rd459;
+	shl.b32 	%r2429, %r2428, 4;
+	and.b32  	%r2430, %r2429, 16;
+	ld.u32 	%r2431, [%rd1561];
+	shr.u32 	%r2432, %r2431, %r2430;
+	and.b32  	%r3959, %r2432, 65535;
+$L__BB11_870:
+	add.s64 	%rd460, %rd459, 256;
+	setp.ge.u64 	%p749, %rd460, %rd422;
+	mov.u32 	%r3961, 0;
+	mov.u32 	%r3960, %r3961;
+	@%p749 bra 	$L__BB11_872;
+	shl.b64 	%rd1562, %rd460, 1;
+	and.b64  	%rd1563, %rd1562, 2305843009213693948;
+	add.s64 	%rd1564, %rd297, %rd1563;
+	cvt.u32.u64 	%r2434, %rd460;
+	shl.b32 	%r2435, %r2434, 4;
+	and.b32  	%r2436, %r2435, 16;
+	ld.u32 	%r2437, [%rd1564];
+	shr.u32 	%r2438, %r2437, %r2436;
+	and.b32  	%r3960, %r2438, 65535;
+$L__BB11_872:
+	add.s64 	%rd461, %rd459, 512;
+	setp.ge.u64 	%p750, %rd461, %rd422;
+	@%p750 bra 	$L__BB11_874;
+	shl.b64 	%rd1565, %rd461, 1;
+	and.b64  	%rd1566, %rd1565, 2305843009213693948;
+	add.s64 	%rd1567, %rd297, %rd1566;
+	cvt.u32.u64 	%r2440, %rd461;
+	shl.b32 	%r2441, %r2440, 4;
+	and.b32  	%r2442, %r2441, 16;
+	ld.u32 	%r2443, [%rd1567];
+	shr.u32 	%r2444, %r2443, %r2442;
+	and.b32  	%r3961, %r2444, 65535;
+$L__BB11_874:
+	add.s64 	%rd462, %rd459, 768;
+	setp.ge.u64 	%p751, %rd462, %rd422;
+	mov.u32 	%r3963, 0;
+	mov.u32 	%r3962, %r3963;
+	@%p751 bra 	$L__BB11_876;
+	shl.b64 	%rd1568, %rd462, 1;
+	and.b64  	%rd1569, %rd1568, 2305843009213693948;
+	add.s64 	%rd1570, %rd297, %rd1569;
+	cvt.u32.u64 	%r2446, %rd462;
+	shl.b32 	%r2447, %r2446, 4;
+	and.b32  	%r2448, %r2447, 16;
+	ld.u32 	%r2449, [%rd1570];
+	shr.u32 	%r2450, %r2449, %r2448;
+	and.b32  	%r3962, %r2450, 65535;
+$L__BB11_876:
+	mov.u32 	%r2455, 31;
+	mov.u32 	%r2456, 1;
+	mov.u32 	%r2457, -1;
+	shfl.sync.bfly.b32 	%r2458|%p752, %r3959, %r2456, %r2455, %r2457;
+	or.b32  	%r756, %r2458, %r3959;
+	setp.eq.s32 	%p753, %r756, 0;
+	shl.b64 	%rd1571, %rd459, 4;
+	add.s64 	%rd463, %rd2043, %rd1571;
+	mov.u32 	%r3964, %r3963;
+	mov.u32 	%r3965, %r3963;
+	mov.u32 	%r3966, %r3963;
+	@%p753 bra 	$L__BB11_878;
+	ld.v4.u32 	{%r3963, %r3964, %r3965, %r3966}, [%rd463];
+$L__BB11_878:
+	shfl.sync.bfly.b32 	%r2470|%p754, %r3960, %r2456, %r2455, %r2457;
+	or.b32  	%r765, %r2470, %r3960;
+	setp.eq.s32 	%p755, %r765, 0;
+	mov.u32 	%r3971, 0;
+	mov.u32 	%r3967, %r3971;
+	mov.u32 	%r3968, %r3971;
+	mov.u32 	%r3969, %r3971;
+	mov.u32 	%r3970, %r3971;
+	@%p755 bra 	$L__BB11_880;
+	ld.v4.u32 	{%r3967, %r3968, %r3969, %r3970}, [%rd463+4096];
+$L__BB11_880:
+	mov.u32 	%r2479, 31;
+	mov.u32 	%r2480, 1;
+	mov.u32 	%r2481, -1;
+	shfl.sync.bfly.b32 	%r2482|%p756, %r3961, %r2480, %r2479, %r2481;
+	or.b32  	%r774, %r2482, %r3961;
+	setp.eq.s32 	%p757, %r774, 0;
+	mov.u32 	%r3972, %r3971;
+	mov.u32 	%r3973, %r3971;
+	mov.u32 	%r3974, %r3971;
+	@%p757 bra 	$L__BB11_882;
+	ld.v4.u32 	{%r3971, %r3972, %r3973, %r3974}, [%rd463+8192];
+$L__BB11_882:
+	shfl.sync.bfly.b32 	%r2494|%p758, %r3962, %r2480, %r2479, %r2481;
+	or.b32  	%r783, %r2494, %r3962;
+	setp.eq.s32 	%p759, %r783, 0;
+	mov.u32 	%r2490, 0;
+	mov.u32 	%r3975, %r2490;
+	mov.u32 	%r3976, %r2490;
+	mov.u32 	%r3977, %r2490;
+	mov.u32 	%r3978, %r2490;
+	@%p759 bra 	$L__BB11_884;
+	ld.v4.u32 	{%r3975, %r3976, %r3977, %r3978}, [%rd463+12288];
+$L__BB11_884:
+	cvt.u32.u64 	%r3638, %rd5;
+	setp.lt.u32 	%p760, %r3638, 16;
+	mov.u32 	%r2520, 16;
+	setp.lt.u32 	%p761, %r3638, 4;
+	mov.u32 	%r2521, 4;
+	setp.lt.u32 	%p762, %r3638, 2;
+	mov.u32 	%r2522, 2;
+	setp.lt.u32 	%p763, %r3638, 8;
+	mov.u32 	%r2523, 8;
+	setp.ne.s32 	%p764, %r3638, 31;
+	setp.eq.s32 	%p765, %r3638, 0;
+	popc.b32 	%r2525, %r3962;
+	cvt.u64.u32 	%rd1582, %r2525;
+	shl.b64 	%rd1583, %rd1582, 48;
+	popc.b32 	%r2526, %r3960;
+	shl.b32 	%r2527, %r2526, 16;
+	popc.b32 	%r2528, %r3959;
+	or.b32  	%r2529, %r2527, %r2528;
+	cvt.u64.u32 	%rd1584, %r2529;
+	popc.b32 	%r2530, %r3961;
+	cvt.u64.u32 	%rd1585, %r2530;
+	bfi.b64 	%rd1586, %rd1585, %rd1584, 32, 32;
+	or.b64  	%rd1572, %rd1583, %rd1586;
+	// begin inline asm
+	mov.b64 {%r2499,%r2500}, %rd1572;
+	// end inline asm
+	mov.u32 	%r2531, 1;
+	mov.u32 	%r2532, -1;
+	shfl.sync.up.b32 	%r2502|%p766, %r2500, %r2531, %r2490, %r2532;
+	shfl.sync.up.b32 	%r2501|%p767, %r2499, %r2531, %r2490, %r2532;
+	// begin inline asm
+	mov.b64 %rd1573, {%r2501,%r2502};
+	// end inline asm
+	selp.b64 	%rd1587, 0, %rd1573, %p765;
+	add.s64 	%rd1574, %rd1587, %rd1572;
+	// begin inline asm
+	mov.b64 {%r2503,%r2504}, %rd1574;
+	// end inline asm
+	shfl.sync.up.b32 	%r2506|%p768, %r2504, %r2522, %r2490, %r2532;
+	shfl.sync.up.b32 	%r2505|%p769, %r2503, %r2522, %r2490, %r2532;
+	// begin inline asm
+	mov.b64 %rd1575, {%r2505,%r2506};
+	// end inline asm
+	selp.b64 	%rd1588, 0, %rd1575, %p762;
+	add.s64 	%rd1576, %rd1588, %rd1574;
+	// begin inline asm
+	mov.b64 {%r2507,%r2508}, %rd1576;
+	// end inline asm
+	shfl.sync.up.b32 	%r2510|%p770, %r2508, %r2521, %r2490, %r2532;
+	shfl.sync.up.b32 	%r2509|%p771, %r2507, %r2521, %r2490, %r2532;
+	// begin inline asm
+	mov.b64 %rd1577, {%r2509,%r2510};
+	// end inline asm
+	selp.b64 	%rd1589, 0, %rd1577, %p761;
+	add.s64 	%rd1578, %rd1589, %rd1576;
+	// begin inline asm
+	mov.b64 {%r2511,%r2512}, %rd1578;
+	// end inline asm
+	shfl.sync.up.b32 	%r2514|%p772, %r2512, %r2523, %r2490, %r2532;
+	shfl.sync.up.b32 	%r2513|%p773, %r2511, %r2523, %r2490, %r2532;
+	// begin inline asm
+	mov.b64 %rd1579, {%r2513,%r2514};
+	// end inline asm
+	selp.b64 	%rd1590, 0, %rd1579, %p763;
+	add.s64 	%rd1580, %rd1590, %rd1578;
+	// begin inline asm
+	mov.b64 {%r2515,%r2516}, %rd1580;
+	// end inline asm
+	shfl.sync.up.b32 	%r2518|%p774, %r2516, %r2520, %r2490, %r2532;
+	shfl.sync.up.b32 	%r2517|%p775, %r2515, %r2520, %r2490, %r2532;
+	// begin inline asm
+	mov.b64 %rd1581, {%r2517,%r2518};
+	// end inline asm
+	selp.b64 	%rd1591, 0, %rd1581, %p760;
+	add.s64 	%rd465, %rd1591, %rd1580;
+	@%p764 bra 	$L__BB11_886;
+	st.shared.u64 	[%r6], %rd465;
+$L__BB11_886:
+	setp.ne.s32 	%p776, %r2, 0;
+	bar.sync 	0;
+	@%p776 bra 	$L__BB11_891;
+	cvt.u32.u64 	%r3639, %rd5;
+	setp.gt.u32 	%p777, %r3639, 7;
+	mov.u64 	%rd2080, 0;
+	@%p777 bra 	$L__BB11_889;
+	ld.shared.u64 	%rd2080, [%r7];
+$L__BB11_889:
+	cvt.u32.u64 	%r3645, %rd5;
+	setp.lt.u32 	%p1047, %r3645, 16;
+	setp.lt.u32 	%p1046, %r3645, 8;
+	setp.lt.u32 	%p1045, %r3645, 4;
+	setp.lt.u32 	%p1044, %r3645, 2;
+	setp.eq.s32 	%p1043, %r3645, 0;
+	mov.u32 	%r2555, 16;
+	mov.u32 	%r2556, 4;
+	mov.u32 	%r2557, 2;
+	mov.u32 	%r2558, 8;
+	mov.u32 	%r2559, 0;
+	// begin inline asm
+	mov.b64 {%r2534,%r2535}, %rd2080;
+	// end inline asm
+	mov.u32 	%r2560, 1;
+	mov.u32 	%r2561, -1;
+	shfl.sync.up.b32 	%r2537|%p784, %r2535, %r2560, %r2559, %r2561;
+	shfl.sync.up.b32 	%r2536|%p785, %r2534, %r2560, %r2559, %r2561;
+	// begin inline asm
+	mov.b64 %rd1594, {%r2536,%r2537};
+	// end inline asm
+	selp.b64 	%rd1603, 0, %rd1594, %p1043;
+	add.s64 	%rd1595, %rd1603, %rd2080;
+	// begin inline asm
+	mov.b64 {%r2538,%r2539}, %rd1595;
+	// end inline asm
+	shfl.sync.up.b32 	%r2541|%p786, %r2539, %r2557, %r2559, %r2561;
+	shfl.sync.up.b32 	%r2540|%p787, %r2538, %r2557, %r2559, %r2561;
+	// begin inline asm
+	mov.b64 %rd1596, {%r2540,%r2541};
+	// end inline asm
+	selp.b64 	%rd1604, 0, %rd1596, %p1044;
+	add.s64 	%rd1597, %rd1604, %rd1595;
+	// begin inline asm
+	mov.b64 {%r2542,%r2543}, %rd1597;
+	// end inline asm
+	shfl.sync.up.b32 	%r2545|%p788, %r2543, %r2556, %r2559, %r2561;
+	shfl.sync.up.b32 	%r2544|%p789, %r2542, %r2556, %r2559, %r2561;
+	// begin inline asm
+	mov.b64 %rd1598, {%r2544,%r2545};
+	// end inline asm
+	selp.b64 	%rd1605, 0, %rd1598, %p1045;
+	add.s64 	%rd1599, %rd1605, %rd1597;
+	// begin inline asm
+	mov.b64 {%r2546,%r2547}, %rd1599;
+	// end inline asm
+	shfl.sync.up.b32 	%r2549|%p790, %r2547, %r2558, %r2559, %r2561;
+	shfl.sync.up.b32 	%r2548|%p791, %r2546, %r2558, %r2559, %r2561;
+	// begin inline asm
+	mov.b64 %rd1600, {%r2548,%r2549};
+	// end inline asm
+	selp.b64 	%rd1606, 0, %rd1600, %p1046;
+	add.s64 	%rd1601, %rd1606, %rd1599;
+	// begin inline asm
+	mov.b64 {%r2550,%r2551}, %rd1601;
+	// end inline asm
+	shfl.sync.up.b32 	%r2553|%p792, %r2551, %r2555, %r2559, %r2561;
+	shfl.sync.up.b32 	%r2552|%p793, %r2550, %r2555, %r2559, %r2561;
+	// begin inline asm
+	mov.b64 %rd1602, {%r2552,%r2553};
+	// end inline asm
+	selp.b64 	%rd1607, 0, %rd1602, %p1047;
+	add.s64 	%rd468, %rd1607, %rd1601;
+	@%p777 bra 	$L__BB11_891;
+	st.shared.u64 	[%r7], %rd468;
+$L__BB11_891:
+	setp.eq.s32 	%p794, %r2, 0;
+	bar.sync 	0;
+	mov.u64 	%rd2081, 0;
+	@%p794 bra 	$L__BB11_893;
+	ld.shared.u64 	%rd2081, [%r6+-8];
+$L__BB11_893:
+	ld.shared.u64 	%rd471, [_ZZ14ws_delta_applyE3red+56];
+	mov.u32 	%r3980, 0;
+	bar.sync 	0;
+	sub.s64 	%rd1609, %rd465, %rd1572;
+	add.s64 	%rd472, %rd1609, %rd2081;
+	cvt.u32.u64 	%r2563, %rd472;
+	and.b32  	%r2564, %r2563, 65535;
+	add.s32 	%r792, %r2564, %r3958;
+	and.b32  	%r793, %r3959, 1;
+	setp.eq.s32 	%p795, %r793, 0;
+	mov.u32 	%r3979, %r3980;
+	@%p795 bra 	$L__BB11_895;
+	cvt.u64.u32 	%rd1610, %r792;
+	add.s64 	%rd1611, %rd457, %rd1610;
+	add.s64 	%rd1612, %rd285, %rd1611;
+	ld.u8 	%r3979, [%rd1612];
+$L__BB11_895:
+	and.b32  	%r796, %r3959, 2;
+	setp.eq.s32 	%p796, %r796, 0;
+	@%p796 bra 	$L__BB11_897;
+	popc.b32 	%r2566, %r793;
+	add.s32 	%r2567, %r792, %r2566;
+	cvt.u64.u32 	%rd1613, %r2567;
+	add.s64 	%rd1614, %rd457, %rd1613;
+	add.s64 	%rd1615, %rd285, %rd1614;
+	ld.u8 	%r3980, [%rd1615];
+$L__BB11_897:
+	and.b32  	%r799, %r3959, 4;
+	setp.eq.s32 	%p797, %r799, 0;
+	mov.u32 	%r3982, 0;
+	mov.u32 	%r3981, %r3982;
+	@%p797 bra 	$L__BB11_899;
+	and.b32  	%r2569, %r3959, 3;
+	popc.b32 	%r2570, %r2569;
+	add.s32 	%r2571, %r792, %r2570;
+	cvt.u64.u32 	%rd1616, %r2571;
+	add.s64 	%rd1617, %rd457, %rd1616;
+	add.s64 	%rd1618, %rd285, %rd1617;
+	ld.u8 	%r3981, [%rd1618];
+$L__BB11_899:
+	and.b32  	%r802, %r3959, 8;
+	setp.eq.s32 	%p798, %r802, 0;
+	@%p798 bra 	$L__BB11_901;
+	and.b32  	%r2573, %r3959, 7;
+	popc.b32 	%r2574, %r2573;
+	add.s32 	%r2575, %r792, %r2574;
+	cvt.u64.u32 	%rd1619, %r2575;
+	add.s64 	%rd1620, %rd457, %rd1619;
+	add.s64 	%rd1621, %rd285, %rd1620;
+	ld.u8 	%r3982, [%rd1621];
+$L__BB11_901:
+	and.b32  	%r805, %r3959, 16;
+	setp.eq.s32 	%p799, %r805, 0;
+	mov.u32 	%r3984, 0;
+	mov.u32 	%r3983, %r3984;
+	@%p799 bra 	$L__BB11_903;
+	and.b32  	%r2577, %r3959, 15;
+	popc.b32 	%r2578, %r2577;
+	add.s32 	%r2579, %r792, %r2578;
+	cvt.u64.u32 	%rd1622, %r2579;
+	add.s64 	%rd1623, %rd457, %rd1622;
+	add.s64 	%rd1624, %rd285, %rd1623;
+	ld.u8 	%r3983, [%rd1624];
+$L__BB11_903:
+	and.b32  	%r808, %r3959, 32;
+	setp.eq.s32 	%p800, %r808, 0;
+	@%p800 bra 	$L__BB11_905;
+	and.b32  	%r2581, %r3959, 31;
+	popc.b32 	%r2582, %r2581;
+	add.s32 	%r2583, %r792, %r2582;
+	cvt.u64.u32 	%rd1625, %r2583;
+	add.s64 	%rd1626, %rd457, %rd1625;
+	add.s64 	%rd1627, %rd285, %rd1626;
+	ld.u8 	%r3984, [%rd1627];
+$L__BB11_905:
+	and.b32  	%r811, %r3959, 64;
+	setp.eq.s32 	%p801, %r811, 0;
+	mov.u32 	%r3986, 0;
+	mov.u32 	%r3985, %r3986;
+	@%p801 bra 	$L__BB11_907;
+	and.b32  	%r2585, %r3959, 63;
+	popc.b32 	%r2586, %r2585;
+	add.s32 	%r2587, %r792, %r2586;
+	cvt.u64.u32 	%rd1628, %r2587;
+	add.s64 	%rd1629, %rd457, %rd1628;
+	add.s64 	%rd1630, %rd285, %rd1629;
+	ld.u8 	%r3985, [%rd1630];
+$L__BB11_907:
+	and.b32  	%r814, %r3959, 128;
+	setp.eq.s32 	%p802, %r814, 0;
+	@%p802 bra 	$L__BB11_909;
+	and.b32  	%r2589, %r3959, 127;
+	popc.b32 	%r2590, %r2589;
+	add.s32 	%r2591, %r792, %r2590;
+	cvt.u64.u32 	%rd1631, %r2591;
+	add.s64 	%rd1632, %rd457, %rd1631;
+	add.s64 	%rd1633, %rd285, %rd1632;
+	ld.u8 	%r3986, [%rd1633];
+$L__BB11_909:
+	and.b32  	%r817, %r3959, 256;
+	setp.eq.s32 	%p803, %r817, 0;
+	mov.u32 	%r3988, 0;
+	mov.u32 	%r3987, %r3988;
+	@%p803 bra 	$L__BB11_911;
+	and.b32  	%r2593, %r3959, 255;
+	popc.b32 	%r2594, %r2593;
+	add.s32 	%r2595, %r792, %r2594;
+	cvt.u64.u32 	%rd1634, %r2595;
+	add.s64 	%rd1635, %rd457, %rd1634;
+	add.s64 	%rd1636, %rd285, %rd1635;
+	ld.u8 	%r3987, [%rd1636];
+$L__BB11_911:
+	and.b32  	%r820, %r3959, 512;
+	setp.eq.s32 	%p804, %r820, 0;
+	@%p804 bra 	$L__BB11_913;
+	and.b32  	%r2597, %r3959, 511;
+	popc.b32 	%r2598, %r2597;
+	add.s32 	%r2599, %r792, %r2598;
+	cvt.u64.u32 	%rd1637, %r2599;
+	add.s64 	%rd1638, %rd457, %rd1637;
+	add.s64 	%rd1639, %rd285, %rd1638;
+	ld.u8 	%r3988, [%rd1639];
+$L__BB11_913:
+	and.b32  	%r823, %r3959, 1024;
+	setp.eq.s32 	%p805, %r823, 0;
+	mov.u32 	%r3990, 0;
+	mov.u32 	%r3989, %r3990;
+	@%p805 bra 	$L__BB11_915;
+	and.b32  	%r2601, %r3959, 1023;
+	popc.b32 	%r2602, %r2601;
+	add.s32 	%r2603, %r792, %r2602;
+	cvt.u64.u32 	%rd1640, %r2603;
+	add.s64 	%rd1641, %rd457, %rd1640;
+	add.s64 	%rd1642, %rd285, %rd1641;
+	ld.u8 	%r3989, [%rd1642];
+$L__BB11_915:
+	and.b32  	%r826, %r3959, 2048;
+	setp.eq.s32 	%p806, %r826, 0;
+	@%p806 bra 	$L__BB11_917;
+	and.b32  	%r2605, %r3959, 2047;
+	popc.b32 	%r2606, %r2605;
+	add.s32 	%r2607, %r792, %r2606;
+	cvt.u64.u32 	%rd1643, %r2607;
+	add.s64 	%rd1644, %rd457, %rd1643;
+	add.s64 	%rd1645, %rd285, %rd1644;
+	ld.u8 	%r3990, [%rd1645];
+$L__BB11_917:
+	and.b32  	%r829, %r3959, 4096;
+	setp.eq.s32 	%p807, %r829, 0;
+	mov.u32 	%r3992, 0;
+	mov.u32 	%r3991, %r3992;
+	@%p807 bra 	$L__BB11_919;
+	and.b32  	%r2609, %r3959, 4095;
+	popc.b32 	%r2610, %r2609;
+	add.s32 	%r2611, %r792, %r2610;
+	cvt.u64.u32 	%rd1646, %r2611;
+	add.s64 	%rd1647, %rd457, %rd1646;
+	add.s64 	%rd1648, %rd285, %rd1647;
+	ld.u8 	%r3991, [%rd1648];
+$L__BB11_919:
+	and.b32  	%r832, %r3959, 8192;
+	setp.eq.s32 	%p808, %r832, 0;
+	@%p808 bra 	$L__BB11_921;
+	and.b32  	%r2613, %r3959, 8191;
+	popc.b32 	%r2614, %r2613;
+	add.s32 	%r2615, %r792, %r2614;
+	cvt.u64.u32 	%rd1649, %r2615;
+	add.s64 	%rd1650, %rd457, %rd1649;
+	add.s64 	%rd1651, %rd285, %rd1650;
+	ld.u8 	%r3992, [%rd1651];
+$L__BB11_921:
+	and.b32  	%r835, %r3959, 16384;
+	setp.eq.s32 	%p809, %r835, 0;
+	mov.u32 	%r3994, 0;
+	mov.u32 	%r3993, %r3994;
+	@%p809 bra 	$L__BB11_923;
+	and.b32  	%r2617, %r3959, 16383;
+	popc.b32 	%r2618, %r2617;
+	add.s32 	%r2619, %r792, %r2618;
+	cvt.u64.u32 	%rd1652, %r2619;
+	add.s64 	%rd1653, %rd457, %rd1652;
+	add.s64 	%rd1654, %rd285, %rd1653;
+	ld.u8 	%r3993, [%rd1654];
+$L__BB11_923:
+	cvt.u16.u32 	%rs37, %r3959;
+	setp.gt.s16 	%p810, %rs37, -1;
+	@%p810 bra 	$L__BB11_925;
+	and.b32  	%r2621, %r3959, 32767;
+	popc.b32 	%r2622, %r2621;
+	add.s32 	%r2623, %r792, %r2622;
+	cvt.u64.u32 	%rd1655, %r2623;
+	add.s64 	%rd1656, %rd457, %rd1655;
+	add.s64 	%rd1657, %rd285, %rd1656;
+	ld.u8 	%r3994, [%rd1657];
+$L__BB11_925:
+	and.b32  	%r3662, %r3959, 16384;
+	setp.eq.s32 	%p1067, %r3662, 0;
+	and.b32  	%r3661, %r3959, 8192;
+	setp.eq.s32 	%p1066, %r3661, 0;
+	and.b32  	%r3660, %r3959, 4096;
+	setp.eq.s32 	%p1065, %r3660, 0;
+	and.b32  	%r3659, %r3959, 2048;
+	setp.eq.s32 	%p1064, %r3659, 0;
+	and.b32  	%r3658, %r3959, 1024;
+	setp.eq.s32 	%p1063, %r3658, 0;
+	and.b32  	%r3657, %r3959, 512;
+	setp.eq.s32 	%p1062, %r3657, 0;
+	and.b32  	%r3656, %r3959, 256;
+	setp.eq.s32 	%p1061, %r3656, 0;
+	and.b32  	%r3655, %r3959, 128;
+	setp.eq.s32 	%p1060, %r3655, 0;
+	and.b32  	%r3654, %r3959, 64;
+	setp.eq.s32 	%p1059, %r3654, 0;
+	and.b32  	%r3653, %r3959, 32;
+	setp.eq.s32 	%p1058, %r3653, 0;
+	and.b32  	%r3652, %r3959, 16;
+	setp.eq.s32 	%p1057, %r3652, 0;
+	and.b32  	%r3651, %r3959, 8;
+	setp.eq.s32 	%p1056, %r3651, 0;
+	and.b32  	%r3650, %r3959, 4;
+	setp.eq.s32 	%p1055, %r3650, 0;
+	and.b32  	%r3649, %r3959, 2;
+	setp.eq.s32 	%p1054, %r3649, 0;
+	and.b32  	%r3648, %r3959, 1;
+	setp.eq.s32 	%p1053, %r3648, 0;
+	and.b32  	%r2624, %r3963, -256;
+	or.b32  	%r2625, %r2624, %r3979;
+	selp.b32 	%r2626, %r3963, %r2625, %p1053;
+	and.b32  	%r2627, %r2626, -65281;
+	shl.b32 	%r2628, %r3980, 8;
+	or.b32  	%r2629, %r2627, %r2628;
+	selp.b32 	%r2630, %r2626, %r2629, %p1054;
+	and.b32  	%r2631, %r2630, -16711681;
+	shl.b32 	%r2632, %r3981, 16;
+	or.b32  	%r2633, %r2631, %r2632;
+	selp.b32 	%r2634, %r2630, %r2633, %p1055;
+	and.b32  	%r2635, %r2634, 16777215;
+	prmt.b32 	%r2636, %r3982, %r2635, 1620;
+	selp.b32 	%r852, %r2634, %r2636, %p1056;
+	and.b32  	%r2637, %r3964, -256;
+	or.b32  	%r2638, %r2637, %r3983;
+	selp.b32 	%r2639, %r3964, %r2638, %p1057;
+	and.b32  	%r2640, %r2639, -65281;
+	shl.b32 	%r2641, %r3984, 8;
+	or.b32  	%r2642, %r2640, %r2641;
+	selp.b32 	%r2643, %r2639, %r2642, %p1058;
+	and.b32  	%r2644, %r2643, -16711681;
+	shl.b32 	%r2645, %r3985, 16;
+	or.b32  	%r2646, %r2644, %r2645;
+	selp.b32 	%r2647, %r2643, %r2646, %p1059;
+	and.b32  	%r2648, %r2647, 16777215;
+	prmt.b32 	%r2649, %r3986, %r2648, 1620;
+	selp.b32 	%r853, %r2647, %r2649, %p1060;
+	and.b32  	%r2650, %r3965, -256;
+	or.b32  	%r2651, %r2650, %r3987;
+	selp.b32 	%r2652, %r3965, %r2651, %p1061;
+	and.b32  	%r2653, %r2652, -65281;
+	shl.b32 	%r2654, %r3988, 8;
+	or.b32  	%r2655, %r2653, %r2654;
+	selp.b32 	%r2656, %r2652, %r2655, %p1062;
+	and.b32  	%r2657, %r2656, -16711681;
+	shl.b32 	%r2658, %r3989, 16;
+	or.b32  	%r2659, %r2657, %r2658;
+	selp.b32 	%r2660, %r2656, %r2659, %p1063;
+	and.b32  	%r2661, %r2660, 16777215;
+	prmt.b32 	%r2662, %r3990, %r2661, 1620;
+	selp.b32 	%r854, %r2660, %r2662, %p1064;
+	and.b32  	%r2663, %r3966, -256;
+	or.b32  	%r2664, %r2663, %r3991;
+	selp.b32 	%r2665, %r3966, %r2664, %p1065;
+	and.b32  	%r2666, %r2665, -65281;
+	shl.b32 	%r2667, %r3992, 8;
+	or.b32  	%r2668, %r2666, %r2667;
+	selp.b32 	%r2669, %r2665, %r2668, %p1066;
+	and.b32  	%r2670, %r2669, -16711681;
+	shl.b32 	%r2671, %r3993, 16;
+	or.b32  	%r2672, %r2670, %r2671;
+	selp.b32 	%r2673, %r2669, %r2672, %p1067;
+	and.b32  	%r2674, %r2673, 16777215;
+	prmt.b32 	%r2675, %r3994, %r2674, 1620;
+	selp.b32 	%r855, %r2673, %r2675, %p810;
+	@%p753 bra 	$L__BB11_927;
+	st.v4.u32 	[%rd463], {%r852, %r853, %r854, %r855};
+$L__BB11_927:
+	cvt.u32.u64 	%r3663, %rd472;
+	cvt.u32.u64 	%r2677, %rd471;
+	and.b32  	%r2678, %r2677, 65535;
+	add.s32 	%r856, %r2678, %r3958;
+	shr.u32 	%r2680, %r3663, 16;
+	add.s32 	%r857, %r2680, %r856;
+	and.b32  	%r858, %r3960, 1;
+	setp.eq.s32 	%p828, %r858, 0;
+	mov.u32 	%r3996, 0;
+	mov.u32 	%r3995, %r3996;
+	@%p828 bra 	$L__BB11_929;
+	cvt.u64.u32 	%rd1658, %r857;
+	add.s64 	%rd1659, %rd457, %rd1658;
+	add.s64 	%rd1660, %rd285, %rd1659;
+	ld.u8 	%r3995, [%rd1660];
+$L__BB11_929:
+	and.b32  	%r861, %r3960, 2;
+	setp.eq.s32 	%p829, %r861, 0;
+	@%p829 bra 	$L__BB11_931;
+	popc.b32 	%r2682, %r858;
+	add.s32 	%r2683, %r857, %r2682;
+	cvt.u64.u32 	%rd1661, %r2683;
+	add.s64 	%rd1662, %rd457, %rd1661;
+	add.s64 	%rd1663, %rd285, %rd1662;
+	ld.u8 	%r3996, [%rd1663];
+$L__BB11_931:
+	and.b32  	%r864, %r3960, 4;
+	setp.eq.s32 	%p830, %r864, 0;
+	mov.u32 	%r3998, 0;
+	mov.u32 	%r3997, %r3998;
+	@%p830 bra 	$L__BB11_933;
+	and.b32  	%r2685, %r3960, 3;
+	popc.b32 	%r2686, %r2685;
+	add.s32 	%r2687, %r857, %r2686;
+	cvt.u64.u32 	%rd1664, %r2687;
+	add.s64 	%rd1665, %rd457, %rd1664;
+	add.s64 	%rd1666, %rd285, %rd1665;
+	ld.u8 	%r3997, [%rd1666];
+$L__BB11_933:
+	and.b32  	%r867, %r3960, 8;
+	setp.eq.s32 	%p831, %r867, 0;
+	@%p831 bra 	$L__BB11_935;
+	and.b32  	%r2689, %r3960, 7;
+	popc.b32 	%r2690, %r2689;
+	add.s32 	%r2691, %r857, %r2690;
+	cvt.u64.u32 	%rd1667, %r2691;
+	add.s64 	%rd1668, %rd457, %rd1667;
+	add.s64 	%rd1669, %rd285, %rd1668;
+	ld.u8 	%r3998, [%rd1669];
+$L__BB11_935:
+	and.b32  	%r870, %r3960, 16;
+	setp.eq.s32 	%p832, %r870, 0;
+	mov.u32 	%r4000, 0;
+	mov.u32 	%r3999, %r4000;
+	@%p832 bra 	$L__BB11_937;
+	and.b32  	%r2693, %r3960, 15;
+	popc.b32 	%r2694, %r2693;
+	add.s32 	%r2695, %r857, %r2694;
+	cvt.u64.u32 	%rd1670, %r2695;
+	add.s64 	%rd1671, %rd457, %rd1670;
+	add.s64 	%rd1672, %rd285, %rd1671;
+	ld.u8 	%r3999, [%rd1672];
+$L__BB11_937:
+	and.b32  	%r873, %r3960, 32;
+	setp.eq.s32 	%p833, %r873, 0;
+	@%p833 bra 	$L__BB11_939;
+	and.b32  	%r2697, %r3960, 31;
+	popc.b32 	%r2698, %r2697;
+	add.s32 	%r2699, %r857, %r2698;
+	cvt.u64.u32 	%rd1673, %r2699;
+	add.s64 	%rd1674, %rd457, %rd1673;
+	add.s64 	%rd1675, %rd285, %rd1674;
+	ld.u8 	%r4000, [%rd1675];
+$L__BB11_939:
+	and.b32  	%r876, %r3960, 64;
+	setp.eq.s32 	%p834, %r876, 0;
+	mov.u32 	%r4002, 0;
+	mov.u32 	%r4001, %r4002;
+	@%p834 bra 	$L__BB11_941;
+	and.b32  	%r2701, %r3960, 63;
+	popc.b32 	%r2702, %r2701;
+	add.s32 	%r2703, %r857, %r2702;
+	cvt.u64.u32 	%rd1676, %r2703;
+	add.s64 	%rd1677, %rd457, %rd1676;
+	add.s64 	%rd1678, %rd285, %rd1677;
+	ld.u8 	%r4001, [%rd1678];
+$L__BB11_941:
+	and.b32  	%r879, %r3960, 128;
+	setp.eq.s32 	%p835, %r879, 0;
+	@%p835 bra 	$L__BB11_943;
+	and.b32  	%r2705, %r3960, 127;
+	popc.b32 	%r2706, %r2705;
+	add.s32 	%r2707, %r857, %r2706;
+	cvt.u64.u32 	%rd1679, %r2707;
+	add.s64 	%rd1680, %rd457, %rd1679;
+	add.s64 	%rd1681, %rd285, %rd1680;
+	ld.u8 	%r4002, [%rd1681];
+$L__BB11_943:
+	and.b32  	%r882, %r3960, 256;
+	setp.eq.s32 	%p836, %r882, 0;
+	mov.u32 	%r4004, 0;
+	mov.u32 	%r4003, %r4004;
+	@%p836 bra 	$L__BB11_945;
+	and.b32  	%r2709, %r3960, 255;
+	popc.b32 	%r2710, %r2709;
+	add.s32 	%r2711, %r857, %r2710;
+	cvt.u64.u32 	%rd1682, %r2711;
+	add.s64 	%rd1683, %rd457, %rd1682;
+	add.s64 	%rd1684, %rd285, %rd1683;
+	ld.u8 	%r4003, [%rd1684];
+$L__BB11_945:
+	and.b32  	%r885, %r3960, 512;
+	setp.eq.s32 	%p837, %r885, 0;
+	@%p837 bra 	$L__BB11_947;
+	and.b32  	%r2713, %r3960, 511;
+	popc.b32 	%r2714, %r2713;
+	add.s32 	%r2715, %r857, %r2714;
+	cvt.u64.u32 	%rd1685, %r2715;
+	add.s64 	%rd1686, %rd457, %rd1685;
+	add.s64 	%rd1687, %rd285, %rd1686;
+	ld.u8 	%r4004, [%rd1687];
+$L__BB11_947:
+	and.b32  	%r888, %r3960, 1024;
+	setp.eq.s32 	%p838, %r888, 0;
+	mov.u32 	%r4006, 0;
+	mov.u32 	%r4005, %r4006;
+	@%p838 bra 	$L__BB11_949;
+	and.b32  	%r2717, %r3960, 1023;
+	popc.b32 	%r2718, %r2717;
+	add.s32 	%r2719, %r857, %r2718;
+	cvt.u64.u32 	%rd1688, %r2719;
+	add.s64 	%rd1689, %rd457, %rd1688;
+	add.s64 	%rd1690, %rd285, %rd1689;
+	ld.u8 	%r4005, [%rd1690];
+$L__BB11_949:
+	and.b32  	%r891, %r3960, 2048;
+	setp.eq.s32 	%p839, %r891, 0;
+	@%p839 bra 	$L__BB11_951;
+	and.b32  	%r2721, %r3960, 2047;
+	popc.b32 	%r2722, %r2721;
+	add.s32 	%r2723, %r857, %r2722;
+	cvt.u64.u32 	%rd1691, %r2723;
+	add.s64 	%rd1692, %rd457, %rd1691;
+	add.s64 	%rd1693, %rd285, %rd1692;
+	ld.u8 	%r4006, [%rd1693];
+$L__BB11_951:
+	and.b32  	%r894, %r3960, 4096;
+	setp.eq.s32 	%p840, %r894, 0;
+	mov.u32 	%r4008, 0;
+	mov.u32 	%r4007, %r4008;
+	@%p840 bra 	$L__BB11_953;
+	and.b32  	%r2725, %r3960, 4095;
+	popc.b32 	%r2726, %r2725;
+	add.s32 	%r2727, %r857, %r2726;
+	cvt.u64.u32 	%rd1694, %r2727;
+	add.s64 	%rd1695, %rd457, %rd1694;
+	add.s64 	%rd1696, %rd285, %rd1695;
+	ld.u8 	%r4007, [%rd1696];
+$L__BB11_953:
+	and.b32  	%r897, %r3960, 8192;
+	setp.eq.s32 	%p841, %r897, 0;
+	@%p841 bra 	$L__BB11_955;
+	and.b32  	%r2729, %r3960, 8191;
+	popc.b32 	%r2730, %r2729;
+	add.s32 	%r2731, %r857, %r2730;
+	cvt.u64.u32 	%rd1697, %r2731;
+	add.s64 	%rd1698, %rd457, %rd1697;
+	add.s64 	%rd1699, %rd285, %rd1698;
+	ld.u8 	%r4008, [%rd1699];
+$L__BB11_955:
+	and.b32  	%r900, %r3960, 16384;
+	setp.eq.s32 	%p842, %r900, 0;
+	mov.u32 	%r4010, 0;
+	mov.u32 	%r4009, %r4010;
+	@%p842 bra 	$L__BB11_957;
+	and.b32  	%r2733, %r3960, 16383;
+	popc.b32 	%r2734, %r2733;
+	add.s32 	%r2735, %r857, %r2734;
+	cvt.u64.u32 	%rd1700, %r2735;
+	add.s64 	%rd1701, %rd457, %rd1700;
+	add.s64 	%rd1702, %rd285, %rd1701;
+	ld.u8 	%r4009, [%rd1702];
+$L__BB11_957:
+	cvt.u16.u32 	%rs38, %r3960;
+	setp.gt.s16 	%p843, %rs38, -1;
+	@%p843 bra 	$L__BB11_959;
+	and.b32  	%r2737, %r3960, 32767;
+	popc.b32 	%r2738, %r2737;
+	add.s32 	%r2739, %r857, %r2738;
+	cvt.u64.u32 	%rd1703, %r2739;
+	add.s64 	%rd1704, %rd457, %rd1703;
+	add.s64 	%rd1705, %rd285, %rd1704;
+	ld.u8 	%r4010, [%rd1705];
+$L__BB11_959:
+	and.b32  	%r3679, %r3960, 16384;
+	setp.eq.s32 	%p1084, %r3679, 0;
+	and.b32  	%r3678, %r3960, 8192;
+	setp.eq.s32 	%p1083, %r3678, 0;
+	and.b32  	%r3676, %r3960, 4096;
+	setp.eq.s32 	%p1082, %r3676, 0;
+	and.b32  	%r3675, %r3960, 2048;
+	setp.eq.s32 	%p1081, %r3675, 0;
+	and.b32  	%r3674, %r3960, 1024;
+	setp.eq.s32 	%p1080, %r3674, 0;
+	and.b32  	%r3673, %r3960, 512;
+	setp.eq.s32 	%p1079, %r3673, 0;
+	and.b32  	%r3672, %r3960, 256;
+	setp.eq.s32 	%p1078, %r3672, 0;
+	and.b32  	%r3671, %r3960, 128;
+	setp.eq.s32 	%p1077, %r3671, 0;
+	and.b32  	%r3670, %r3960, 64;
+	setp.eq.s32 	%p1076, %r3670, 0;
+	and.b32  	%r3669, %r3960, 32;
+	setp.eq.s32 	%p1075, %r3669, 0;
+	and.b32  	%r3668, %r3960, 16;
+	setp.eq.s32 	%p1074, %r3668, 0;
+	and.b32  	%r3667, %r3960, 8;
+	setp.eq.s32 	%p1073, %r3667, 0;
+	and.b32  	%r3666, %r3960, 4;
+	setp.eq.s32 	%p1072, %r3666, 0;
+	and.b32  	%r3665, %r3960, 2;
+	setp.eq.s32 	%p1071, %r3665, 0;
+	and.b32  	%r3664, %r3960, 1;
+	setp.eq.s32 	%p1070, %r3664, 0;
+	and.b32  	%r2740, %r3967, -256;
+	or.b32  	%r2741, %r2740, %r3995;
+	selp.b32 	%r2742, %r3967, %r2741, %p1070;
+	and.b32  	%r2743, %r2742, -65281;
+	shl.b32 	%r2744, %r3996, 8;
+	or.b32  	%r2745, %r2743, %r2744;
+	selp.b32 	%r2746, %r2742, %r2745, %p1071;
+	and.b32  	%r2747, %r2746, -16711681;
+	shl.b32 	%r2748, %r3997, 16;
+	or.b32  	%r2749, %r2747, %r2748;
+	selp.b32 	%r2750, %r2746, %r2749, %p1072;
+	and.b32  	%r2751, %r2750, 16777215;
+	prmt.b32 	%r2752, %r3998, %r2751, 1620;
+	selp.b32 	%r905, %r2750, %r2752, %p1073;
+	and.b32  	%r2753, %r3968, -256;
+	or.b32  	%r2754, %r2753, %r3999;
+	selp.b32 	%r2755, %r3968, %r2754, %p1074;
+	and.b32  	%r2756, %r2755, -65281;
+	shl.b32 	%r2757, %r4000, 8;
+	or.b32  	%r2758, %r2756, %r2757;
+	selp.b32 	%r2759, %r2755, %r2758, %p1075;
+	and.b32  	%r2760, %r2759, -16711681;
+	shl.b32 	%r2761, %r4001, 16;
+	or.b32  	%r2762, %r2760, %r2761;
+	selp.b32 	%r2763, %r2759, %r2762, %p1076;
+	and.b32  	%r2764, %r2763, 16777215;
+	prmt.b32 	%r2765, %r4002, %r2764, 1620;
+	selp.b32 	%r906, %r2763, %r2765, %p1077;
+	and.b32  	%r2766, %r3969, -256;
+	or.b32  	%r2767, %r2766, %r4003;
+	selp.b32 	%r2768, %r3969, %r2767, %p1078;
+	and.b32  	%r2769, %r2768, -65281;
+	shl.b32 	%r2770, %r4004, 8;
+	or.b32  	%r2771, %r2769, %r2770;
+	selp.b32 	%r2772, %r2768, %r2771, %p1079;
+	and.b32  	%r2773, %r2772, -16711681;
+	shl.b32 	%r2774, %r4005, 16;
+	or.b32  	%r2775, %r2773, %r2774;
+	selp.b32 	%r2776, %r2772, %r2775, %p1080;
+	and.b32  	%r2777, %r2776, 16777215;
+	prmt.b32 	%r2778, %r4006, %r2777, 1620;
+	selp.b32 	%r907, %r2776, %r2778, %p1081;
+	and.b32  	%r2779, %r3970, -256;
+	or.b32  	%r2780, %r2779, %r4007;
+	selp.b32 	%r2781, %r3970, %r2780, %p1082;
+	and.b32  	%r2782, %r2781, -65281;
+	shl.b32 	%r2783, %r4008, 8;
+	or.b32  	%r2784, %r2782, %r2783;
+	selp.b32 	%r2785, %r2781, %r2784, %p1083;
+	and.b32  	%r2786, %r2785, -16711681;
+	shl.b32 	%r2787, %r4009, 16;
+	or.b32  	%r2788, %r2786, %r2787;
+	selp.b32 	%r2789, %r2785, %r2788, %p1084;
+	and.b32  	%r2790, %r2789, 16777215;
+	prmt.b32 	%r2791, %r4010, %r2790, 1620;
+	selp.b32 	%r908, %r2789, %r2791, %p843;
+	@%p755 bra 	$L__BB11_961;
+	st.v4.u32 	[%rd463+4096], {%r905, %r906, %r907, %r908};
+$L__BB11_961:
+	cvt.u32.u64 	%r3677, %rd471;
+	shr.u32 	%r2794, %r3677, 16;
+	add.s32 	%r909, %r2794, %r856;
+	shr.u64 	%rd1706, %rd472, 32;
+	cvt.u32.u64 	%r2795, %rd1706;
+	and.b32  	%r2796, %r2795, 65535;
+	add.s32 	%r910, %r2796, %r909;
+	and.b32  	%r911, %r3961, 1;
+	setp.eq.s32 	%p861, %r911, 0;
+	mov.u32 	%r4012, 0;
+	mov.u32 	%r4011, %r4012;
+	@%p861 bra 	$L__BB11_963;
+	cvt.u64.u32 	%rd1707, %r910;
+	add.s64 	%rd1708, %rd457, %rd1707;
+	add.s64 	%rd1709, %rd285, %rd1708;
+	ld.u8 	%r4011, [%rd1709];
+$L__BB11_963:
+	and.b32  	%r914, %r3961, 2;
+	setp.eq.s32 	%p862, %r914, 0;
+	@%p862 bra 	$L__BB11_965;
+	popc.b32 	%r2798, %r911;
+	add.s32 	%r2799, %r910, %r2798;
+	cvt.u64.u32 	%rd1710, %r2799;
+	add.s64 	%rd1711, %rd457, %rd1710;
+	add.s64 	%rd1712, %rd285, %rd1711;
+	ld.u8 	%r4012, [%rd1712];
+$L__BB11_965:
+	and.b32  	%r917, %r3961, 4;
+	setp.eq.s32 	%p863, %r917, 0;
+	mov.u32 	%r4014, 0;
+	mov.u32 	%r4013, %r4014;
+	@%p863 bra 	$L__BB11_967;
+	and.b32  	%r2801, %r3961, 3;
+	popc.b32 	%r2802, %r2801;
+	add.s32 	%r2803, %r910, %r2802;
+	cvt.u64.u32 	%rd1713, %r2803;
+	add.s64 	%rd1714, %rd457, %rd1713;
+	add.s64 	%rd1715, %rd285, %rd1714;
+	ld.u8 	%r4013, [%rd1715];
+$L__BB11_967:
+	and.b32  	%r920, %r3961, 8;
+	setp.eq.s32 	%p864, %r920, 0;
+	@%p864 bra 	$L__BB11_969;
+	and.b32  	%r2805, %r3961, 7;
+	popc.b32 	%r2806, %r2805;
+	add.s32 	%r2807, %r910, %r2806;
+	cvt.u64.u32 	%rd1716, %r2807;
+	add.s64 	%rd1717, %rd457, %rd1716;
+	add.s64 	%rd1718, %rd285, %rd1717;
+	ld.u8 	%r4014, [%rd1718];
+$L__BB11_969:
+	and.b32  	%r923, %r3961, 16;
+	setp.eq.s32 	%p865, %r923, 0;
+	mov.u32 	%r4016, 0;
+	mov.u32 	%r4015, %r4016;
+	@%p865 bra 	$L__BB11_971;
+	and.b32  	%r2809, %r3961, 15;
+	popc.b32 	%r2810, %r2809;
+	add.s32 	%r2811, %r910, %r2810;
+	cvt.u64.u32 	%rd1719, %r2811;
+	add.s64 	%rd1720, %rd457, %rd1719;
+	add.s64 	%rd1721, %rd285, %rd1720;
+	ld.u8 	%r4015, [%rd1721];
+$L__BB11_971:
+	and.b32  	%r926, %r3961, 32;
+	setp.eq.s32 	%p866, %r926, 0;
+	@%p866 bra 	$L__BB11_973;
+	and.b32  	%r2813, %r3961, 31;
+	popc.b32 	%r2814, %r2813;
+	add.s32 	%r2815, %r910, %r2814;
+	cvt.u64.u32 	%rd1722, %r2815;
+	add.s64 	%rd1723, %rd457, %rd1722;
+	add.s64 	%rd1724, %rd285, %rd1723;
+	ld.u8 	%r4016, [%rd1724];
+$L__BB11_973:
+	and.b32  	%r929, %r3961, 64;
+	setp.eq.s32 	%p867, %r929, 0;
+	mov.u32 	%r4018, 0;
+	mov.u32 	%r4017, %r4018;
+	@%p867 bra 	$L__BB11_975;
+	and.b32  	%r2817, %r3961, 63;
+	popc.b32 	%r2818, %r2817;
+	add.s32 	%r2819, %r910, %r2818;
+	cvt.u64.u32 	%rd1725, %r2819;
+	add.s64 	%rd1726, %rd457, %rd1725;
+	add.s64 	%rd1727, %rd285, %rd1726;
+	ld.u8 	%r4017, [%rd1727];
+$L__BB11_975:
+	and.b32  	%r932, %r3961, 128;
+	setp.eq.s32 	%p868, %r932, 0;
+	@%p868 bra 	$L__BB11_977;
+	and.b32  	%r2821, %r3961, 127;
+	popc.b32 	%r2822, %r2821;
+	add.s32 	%r2823, %r910, %r2822;
+	cvt.u64.u32 	%rd1728, %r2823;
+	add.s64 	%rd1729, %rd457, %rd1728;
+	add.s64 	%rd1730, %rd285, %rd1729;
+	ld.u8 	%r4018, [%rd1730];
+$L__BB11_977:
+	and.b32  	%r935, %r3961, 256;
+	setp.eq.s32 	%p869, %r935, 0;
+	mov.u32 	%r4020, 0;
+	mov.u32 	%r4019, %r4020;
+	@%p869 bra 	$L__BB11_979;
+	and.b32  	%r2825, %r3961, 255;
+	popc.b32 	%r2826, %r2825;
+	add.s32 	%r2827, %r910, %r2826;
+	cvt.u64.u32 	%rd1731, %r2827;
+	add.s64 	%rd1732, %rd457, %rd1731;
+	add.s64 	%rd1733, %rd285, %rd1732;
+	ld.u8 	%r4019, [%rd1733];
+$L__BB11_979:
+	and.b32  	%r938, %r3961, 512;
+	setp.eq.s32 	%p870, %r938, 0;
+	@%p870 bra 	$L__BB11_981;
+	and.b32  	%r2829, %r3961, 511;
+	popc.b32 	%r2830, %r2829;
+	add.s32 	%r2831, %r910, %r2830;
+	cvt.u64.u32 	%rd1734, %r2831;
+	add.s64 	%rd1735, %rd457, %rd1734;
+	add.s64 	%rd1736, %rd285, %rd1735;
+	ld.u8 	%r4020, [%rd1736];
+$L__BB11_981:
+	and.b32  	%r941, %r3961, 1024;
+	setp.eq.s32 	%p871, %r941, 0;
+	mov.u32 	%r4022, 0;
+	mov.u32 	%r4021, %r4022;
+	@%p871 bra 	$L__BB11_983;
+	and.b32  	%r2833, %r3961, 1023;
+	popc.b32 	%r2834, %r2833;
+	add.s32 	%r2835, %r910, %r2834;
+	cvt.u64.u32 	%rd1737, %r2835;
+	add.s64 	%rd1738, %rd457, %rd1737;
+	add.s64 	%rd1739, %rd285, %rd1738;
+	ld.u8 	%r4021, [%rd1739];
+$L__BB11_983:
+	and.b32  	%r944, %r3961, 2048;
+	setp.eq.s32 	%p872, %r944, 0;
+	@%p872 bra 	$L__BB11_985;
+	and.b32  	%r2837, %r3961, 2047;
+	popc.b32 	%r2838, %r2837;
+	add.s32 	%r2839, %r910, %r2838;
+	cvt.u64.u32 	%rd1740, %r2839;
+	add.s64 	%rd1741, %rd457, %rd1740;
+	add.s64 	%rd1742, %rd285, %rd1741;
+	ld.u8 	%r4022, [%rd1742];
+$L__BB11_985:
+	and.b32  	%r947, %r3961, 4096;
+	setp.eq.s32 	%p873, %r947, 0;
+	mov.u32 	%r4024, 0;
+	mov.u32 	%r4023, %r4024;
+	@%p873 bra 	$L__BB11_987;
+	and.b32  	%r2841, %r3961, 4095;
+	popc.b32 	%r2842, %r2841;
+	add.s32 	%r2843, %r910, %r2842;
+	cvt.u64.u32 	%rd1743, %r2843;
+	add.s64 	%rd1744, %rd457, %rd1743;
+	add.s64 	%rd1745, %rd285, %rd1744;
+	ld.u8 	%r4023, [%rd1745];
+$L__BB11_987:
+	and.b32  	%r950, %r3961, 8192;
+	setp.eq.s32 	%p874, %r950, 0;
+	@%p874 bra 	$L__BB11_989;
+	and.b32  	%r2845, %r3961, 8191;
+	popc.b32 	%r2846, %r2845;
+	add.s32 	%r2847, %r910, %r2846;
+	cvt.u64.u32 	%rd1746, %r2847;
+	add.s64 	%rd1747, %rd457, %rd1746;
+	add.s64 	%rd1748, %rd285, %rd1747;
+	ld.u8 	%r4024, [%rd1748];
+$L__BB11_989:
+	and.b32  	%r953, %r3961, 16384;
+	setp.eq.s32 	%p875, %r953, 0;
+	mov.u32 	%r4026, 0;
+	mov.u32 	%r4025, %r4026;
+	@%p875 bra 	$L__BB11_991;
+	and.b32  	%r2849, %r3961, 16383;
+	popc.b32 	%r2850, %r2849;
+	add.s32 	%r2851, %r910, %r2850;
+	cvt.u64.u32 	%rd1749, %r2851;
+	add.s64 	%rd1750, %rd457, %rd1749;
+	add.s64 	%rd1751, %rd285, %rd1750;
+	ld.u8 	%r4025, [%rd1751];
+$L__BB11_991:
+	cvt.u16.u32 	%rs39, %r3961;
+	setp.gt.s16 	%p876, %rs39, -1;
+	@%p876 bra 	$L__BB11_993;
+	and.b32  	%r2853, %r3961, 32767;
+	popc.b32 	%r2854, %r2853;
+	add.s32 	%r2855, %r910, %r2854;
+	cvt.u64.u32 	%rd1752, %r2855;
+	add.s64 	%rd1753, %rd457, %rd1752;
+	add.s64 	%rd1754, %rd285, %rd1753;
+	ld.u8 	%r4026, [%rd1754];
+$L__BB11_993:
+	and.b32  	%r2856, %r3971, -256;
+	or.b32  	%r2857, %r2856, %r4011;
+	selp.b32 	%r2858, %r3971, %r2857, %p861;
+	and.b32  	%r2859, %r2858, -65281;
+	shl.b32 	%r2860, %r4012, 8;
+	or.b32  	%r2861, %r2859, %r2860;
+	selp.b32 	%r2862, %r2858, %r2861, %p862;
+	and.b32  	%r2863, %r2862, -16711681;
+	shl.b32 	%r2864, %r4013, 16;
+	or.b32  	%r2865, %r2863, %r2864;
+	selp.b32 	%r2866, %r2862, %r2865, %p863;
+	and.b32  	%r2867, %r2866, 16777215;
+	prmt.b32 	%r2868, %r4014, %r2867, 1620;
+	selp.b32 	%r958, %r2866, %r2868, %p864;
+	and.b32  	%r2869, %r3972, -256;
+	or.b32  	%r2870, %r2869, %r4015;
+	selp.b32 	%r2871, %r3972, %r2870, %p865;
+	and.b32  	%r2872, %r2871, -65281;
+	shl.b32 	%r2873, %r4016, 8;
+	or.b32  	%r2874, %r2872, %r2873;
+	selp.b32 	%r2875, %r2871, %r2874, %p866;
+	and.b32  	%r2876, %r2875, -16711681;
+	shl.b32 	%r2877, %r4017, 16;
+	or.b32  	%r2878, %r2876, %r2877;
+	selp.b32 	%r2879, %r2875, %r2878, %p867;
+	and.b32  	%r2880, %r2879, 16777215;
+	prmt.b32 	%r2881, %r4018, %r2880, 1620;
+	selp.b32 	%r959, %r2879, %r2881, %p868;
+	and.b32  	%r2882, %r3973, -256;
+	or.b32  	%r2883, %r2882, %r4019;
+	selp.b32 	%r2884, %r3973, %r2883, %p869;
+	and.b32  	%r2885, %r2884, -65281;
+	shl.b32 	%r2886, %r4020, 8;
+	or.b32  	%r2887, %r2885, %r2886;
+	selp.b32 	%r2888, %r2884, %r2887, %p870;
+	and.b32  	%r2889, %r2888, -16711681;
+	shl.b32 	%r2890, %r4021, 16;
+	or.b32  	%r2891, %r2889, %r2890;
+	selp.b32 	%r2892, %r2888, %r2891, %p871;
+	and.b32  	%r2893, %r2892, 16777215;
+	prmt.b32 	%r2894, %r4022, %r2893, 1620;
+	selp.b32 	%r960, %r2892, %r2894, %p872;
+	and.b32  	%r2895, %r3974, -256;
+	or.b32  	%r2896, %r2895, %r4023;
+	selp.b32 	%r2897, %r3974, %r2896, %p873;
+	and.b32  	%r2898, %r2897, -65281;
+	shl.b32 	%r2899, %r4024, 8;
+	or.b32  	%r2900, %r2898, %r2899;
+	selp.b32 	%r2901, %r2897, %r2900, %p874;
+	and.b32  	%r2902, %r2901, -16711681;
+	shl.b32 	%r2903, %r4025, 16;
+	or.b32  	%r2904, %r2902, %r2903;
+	selp.b32 	%r2905, %r2901, %r2904, %p875;
+	and.b32  	%r2906, %r2905, 16777215;
+	prmt.b32 	%r2907, %r4026, %r2906, 1620;
+	selp.b32 	%r961, %r2905, %r2907, %p876;
+	@%p757 bra 	$L__BB11_995;
+	st.v4.u32 	[%rd463+8192], {%r958, %r959, %r960, %r961};
+$L__BB11_995:
+	shr.u64 	%rd1755, %rd471, 32;
+	cvt.u32.u64 	%r2909, %rd1755;
+	and.b32  	%r2910, %r2909, 65535;
+	add.s32 	%r962, %r2910, %r909;
+	shr.u64 	%rd1756, %rd472, 48;
+	cvt.u32.u64 	%r2911, %rd1756;
+	add.s32 	%r963, %r962, %r2911;
+	and.b32  	%r964, %r3962, 1;
+	setp.eq.s32 	%p894, %r964, 0;
+	mov.u32 	%r4028, 0;
+	mov.u32 	%r4027, %r4028;
+	@%p894 bra 	$L__BB11_997;
+	cvt.u64.u32 	%rd1757, %r963;
+	add.s64 	%rd1758, %rd457, %rd1757;
+	add.s64 	%rd1759, %rd285, %rd1758;
+	ld.u8 	%r4027, [%rd1759];
+$L__BB11_997:
+	and.b32  	%r967, %r3962, 2;
+	setp.eq.s32 	%p895, %r967, 0;
+	@%p895 bra 	$L__BB11_999;
+	popc.b32 	%r2913, %r964;
+	add.s32 	%r2914, %r963, %r2913;
+	cvt.u64.u32 	%rd1760, %r2914;
+	add.s64 	%rd1761, %rd457, %rd1760;
+	add.s64 	%rd1762, %rd285, %rd1761;
+	ld.u8 	%r4028, [%rd1762];
+$L__BB11_999:
+	and.b32  	%r970, %r3962, 4;
+	setp.eq.s32 	%p896, %r970, 0;
+	mov.u32 	%r4030, 0;
+	mov.u32 	%r4029, %r4030;
+	@%p896 bra 	$L__BB11_1001;
+	and.b32  	%r2916, %r3962, 3;
+	popc.b32 	%r2917, %r2916;
+	add.s32 	%r2918, %r963, %r2917;
+	cvt.u64.u32 	%rd1763, %r2918;
+	add.s64 	%rd1764, %rd457, %rd1763;
+	add.s64 	%rd1765, %rd285, %rd1764;
+	ld.u8 	%r4029, [%rd1765];
+$L__BB11_1001:
+	and.b32  	%r973, %r3962, 8;
+	setp.eq.s32 	%p897, %r973, 0;
+	@%p897 bra 	$L__BB11_1003;
+	and.b32  	%r2920, %r3962, 7;
+	popc.b32 	%r2921, %r2920;
+	add.s32 	%r2922, %r963, %r2921;
+	cvt.u64.u32 	%rd1766, %r2922;
+	add.s64 	%rd1767, %rd457, %rd1766;
+	add.s64 	%rd1768, %rd285, %rd1767;
+	ld.u8 	%r4030, [%rd1768];
+$L__BB11_1003:
+	and.b32  	%r976, %r3962, 16;
+	setp.eq.s32 	%p898, %r976, 0;
+	mov.u32 	%r4032, 0;
+	mov.u32 	%r4031, %r4032;
+	@%p898 bra 	$L__BB11_1005;
+	and.b32  	%r2924, %r3962, 15;
+	popc.b32 	%r2925, %r2924;
+	add.s32 	%r2926, %r963, %r2925;
+	cvt.u64.u32 	%rd1769, %r2926;
+	add.s64 	%rd1770, %rd457, %rd1769;
+	add.s64 	%rd1771, %rd285, %rd1770;
+	ld.u8 	%r4031, [%rd1771];
+$L__BB11_1005:
+	and.b32  	%r979, %r3962, 32;
+	setp.eq.s32 	%p899, %r979, 0;
+	@%p899 bra 	$L__BB11_1007;
+	and.b32  	%r2928, %r3962, 31;
+	popc.b32 	%r2929, %r2928;
+	add.s32 	%r2930, %r963, %r2929;
+	cvt.u64.u32 	%rd1772, %r2930;
+	add.s64 	%rd1773, %rd457, %rd1772;
+	add.s64 	%rd1774, %rd285, %rd1773;
+	ld.u8 	%r4032, [%rd1774];
+$L__BB11_1007:
+	and.b32  	%r982, %r3962, 64;
+	setp.eq.s32 	%p900, %r982, 0;
+	mov.u32 	%r4034, 0;
+	mov.u32 	%r4033, %r4034;
+	@%p900 bra 	$L__BB11_1009;
+	and.b32  	%r2932, %r3962, 63;
+	popc.b32 	%r2933, %r2932;
+	add.s32 	%r2934, %r963, %r2933;
+	cvt.u64.u32 	%rd1775, %r2934;
+	add.s64 	%rd1776, %rd457, %rd1775;
+	add.s64 	%rd1777, %rd285, %rd1776;
+	ld.u8 	%r4033, [%rd1777];
+$L__BB11_1009:
+	and.b32  	%r985, %r3962, 128;
+	setp.eq.s32 	%p901, %r985, 0;
+	@%p901 bra 	$L__BB11_1011;
+	and.b32  	%r2936, %r3962, 127;
+	popc.b32 	%r2937, %r2936;
+	add.s32 	%r2938, %r963, %r2937;
+	cvt.u64.u32 	%rd1778, %r2938;
+	add.s64 	%rd1779, %rd457, %rd1778;
+	add.s64 	%rd1780, %rd285, %rd1779;
+	ld.u8 	%r4034, [%rd1780];
+$L__BB11_1011:
+	and.b32  	%r988, %r3962, 256;
+	setp.eq.s32 	%p902, %r988, 0;
+	mov.u32 	%r4036, 0;
+	mov.u32 	%r4035, %r4036;
+	@%p902 bra 	$L__BB11_1013;
+	and.b32  	%r2940, %r3962, 255;
+	popc.b32 	%r2941, %r2940;
+	add.s32 	%r2942, %r963, %r2941;
+	cvt.u64.u32 	%rd1781, %r2942;
+	add.s64 	%rd1782, %rd457, %rd1781;
+	add.s64 	%rd1783, %rd285, %rd1782;
+	ld.u8 	%r4035, [%rd1783];
+$L__BB11_1013:
+	and.b32  	%r991, %r3962, 512;
+	setp.eq.s32 	%p903, %r991, 0;
+	@%p903 bra 	$L__BB11_1015;
+	and.b32  	%r2944, %r3962, 511;
+	popc.b32 	%r2945, %r2944;
+	add.s32 	%r2946, %r963, %r2945;
+	cvt.u64.u32 	%rd1784, %r2946;
+	add.s64 	%rd1785, %rd457, %rd1784;
+	add.s64 	%rd1786, %rd285, %rd1785;
+	ld.u8 	%r4036, [%rd1786];
+$L__BB11_1015:
+	and.b32  	%r994, %r3962, 1024;
+	setp.eq.s32 	%p904, %r994, 0;
+	mov.u32 	%r4038, 0;
+	mov.u32 	%r4037, %r4038;
+	@%p904 bra 	$L__BB11_1017;
+	and.b32  	%r2948, %r3962, 1023;
+	popc.b32 	%r2949, %r2948;
+	add.s32 	%r2950, %r963, %r2949;
+	cvt.u64.u32 	%rd1787, %r2950;
+	add.s64 	%rd1788, %rd457, %rd1787;
+	add.s64 	%rd1789, %rd285, %rd1788;
+	ld.u8 	%r4037, [%rd1789];
+$L__BB11_1017:
+	and.b32  	%r997, %r3962, 2048;
+	setp.eq.s32 	%p905, %r997, 0;
+	@%p905 bra 	$L__BB11_1019;
+	and.b32  	%r2952, %r3962, 2047;
+	popc.b32 	%r2953, %r2952;
+	add.s32 	%r2954, %r963, %r2953;
+	cvt.u64.u32 	%rd1790, %r2954;
+	add.s64 	%rd1791, %rd457, %rd1790;
+	add.s64 	%rd1792, %rd285, %rd1791;
+	ld.u8 	%r4038, [%rd1792];
+$L__BB11_1019:
+	and.b32  	%r1000, %r3962, 4096;
+	setp.eq.s32 	%p906, %r1000, 0;
+	mov.u32 	%r4040, 0;
+	mov.u32 	%r4039, %r4040;
+	@%p906 bra 	$L__BB11_1021;
+	and.b32  	%r2956, %r3962, 4095;
+	popc.b32 	%r2957, %r2956;
+	add.s32 	%r2958, %r963, %r2957;
+	cvt.u64.u32 	%rd1793, %r2958;
+	add.s64 	%rd1794, %rd457, %rd1793;
+	add.s64 	%rd1795, %rd285, %rd1794;
+	ld.u8 	%r4039, [%rd1795];
+$L__BB11_1021:
+	and.b32  	%r1003, %r3962, 8192;
+	setp.eq.s32 	%p907, %r1003, 0;
+	@%p907 bra 	$L__BB11_1023;
+	and.b32  	%r2960, %r3962, 8191;
+	popc.b32 	%r2961, %r2960;
+	add.s32 	%r2962, %r963, %r2961;
+	cvt.u64.u32 	%rd1796, %r2962;
+	add.s64 	%rd1797, %rd457, %rd1796;
+	add.s64 	%rd1798, %rd285, %rd1797;
+	ld.u8 	%r4040, [%rd1798];
+$L__BB11_1023:
+	and.b32  	%r1006, %r3962, 16384;
+	setp.eq.s32 	%p908, %r1006, 0;
+	mov.u32 	%r4042, 0;
+	mov.u32 	%r4041, %r4042;
+	@%p908 bra 	$L__BB11_1025;
+	and.b32  	%r2964, %r3962, 16383;
+	popc.b32 	%r2965, %r2964;
+	add.s32 	%r2966, %r963, %r2965;
+	cvt.u64.u32 	%rd1799, %r2966;
+	add.s64 	%rd1800, %rd457, %rd1799;
+	add.s64 	%rd1801, %rd285, %rd1800;
+	ld.u8 	%r4041, [%rd1801];
+$L__BB11_1025:
+	cvt.u16.u32 	%rs40, %r3962;
+	setp.gt.s16 	%p909, %rs40, -1;
+	@%p909 bra 	$L__BB11_1027;
+	and.b32  	%r2968, %r3962, 32767;
+	popc.b32 	%r2969, %r2968;
+	add.s32 	%r2970, %r963, %r2969;
+	cvt.u64.u32 	%rd1802, %r2970;
+	add.s64 	%rd1803, %rd457, %rd1802;
+	add.s64 	%rd1804, %rd285, %rd1803;
+	ld.u8 	%r4042, [%rd1804];
+$L__BB11_1027:
+	and.b32  	%r2971, %r3975, -256;
+	or.b32  	%r2972, %r2971, %r4027;
+	selp.b32 	%r2973, %r3975, %r2972, %p894;
+	and.b32  	%r2974, %r2973, -65281;
+	shl.b32 	%r2975, %r4028, 8;
+	or.b32  	%r2976, %r2974, %r2975;
+	selp.b32 	%r2977, %r2973, %r2976, %p895;
+	and.b32  	%r2978, %r2977, -16711681;
+	shl.b32 	%r2979, %r4029, 16;
+	or.b32  	%r2980, %r2978, %r2979;
+	selp.b32 	%r2981, %r2977, %r2980, %p896;
+	and.b32  	%r2982, %r2981, 16777215;
+	prmt.b32 	%r2983, %r4030, %r2982, 1620;
+	selp.b32 	%r1011, %r2981, %r2983, %p897;
+	and.b32  	%r2984, %r3976, -256;
+	or.b32  	%r2985, %r2984, %r4031;
+	selp.b32 	%r2986, %r3976, %r2985, %p898;
+	and.b32  	%r2987, %r2986, -65281;
+	shl.b32 	%r2988, %r4032, 8;
+	or.b32  	%r2989, %r2987, %r2988;
+	selp.b32 	%r2990, %r2986, %r2989, %p899;
+	and.b32  	%r2991, %r2990, -16711681;
+	shl.b32 	%r2992, %r4033, 16;
+	or.b32  	%r2993, %r2991, %r2992;
+	selp.b32 	%r2994, %r2990, %r2993, %p900;
+	and.b32  	%r2995, %r2994, 16777215;
+	prmt.b32 	%r2996, %r4034, %r2995, 1620;
+	selp.b32 	%r1012, %r2994, %r2996, %p901;
+	and.b32  	%r2997, %r3977, -256;
+	or.b32  	%r2998, %r2997, %r4035;
+	selp.b32 	%r2999, %r3977, %r2998, %p902;
+	and.b32  	%r3000, %r2999, -65281;
+	shl.b32 	%r3001, %r4036, 8;
+	or.b32  	%r3002, %r3000, %r3001;
+	selp.b32 	%r3003, %r2999, %r3002, %p903;
+	and.b32  	%r3004, %r3003, -16711681;
+	shl.b32 	%r3005, %r4037, 16;
+	or.b32  	%r3006, %r3004, %r3005;
+	selp.b32 	%r3007, %r3003, %r3006, %p904;
+	and.b32  	%r3008, %r3007, 16777215;
+	prmt.b32 	%r3009, %r4038, %r3008, 1620;
+	selp.b32 	%r1013, %r3007, %r3009, %p905;
+	and.b32  	%r3010, %r3978, -256;
+	or.b32  	%r3011, %r3010, %r4039;
+	selp.b32 	%r3012, %r3978, %r3011, %p906;
+	and.b32  	%r3013, %r3012, -65281;
+	shl.b32 	%r3014, %r4040, 8;
+	or.b32  	%r3015, %r3013, %r3014;
+	selp.b32 	%r3016, %r3012, %r3015, %p907;
+	and.b32  	%r3017, %r3016, -16711681;
+	shl.b32 	%r3018, %r4041, 16;
+	or.b32  	%r3019, %r3017, %r3018;
+	selp.b32 	%r3020, %r3016, %r3019, %p908;
+	and.b32  	%r3021, %r3020, 16777215;
+	prmt.b32 	%r3022, %r4042, %r3021, 1620;
+	selp.b32 	%r1014, %r3020, %r3022, %p909;
+	@%p759 bra 	$L__BB11_1029;
+	st.v4.u32 	[%rd463+12288], {%r1011, %r1012, %r1013, %r1014};
+$L__BB11_1029:
+	shr.u64 	%rd1805, %rd471, 48;
+	cvt.u32.u64 	%r3023, %rd1805;
+	add.s32 	%r3958, %r962, %r3023;
+	add.s64 	%rd2079, %rd2079, 1024;
+	setp.lt.u64 	%p927, %rd2079, %rd422;
+	@%p927 bra 	$L__BB11_868;
+	bra.uni 	$L__BB11_1123;
+$L__BB11_766:
+	setp.eq.s64 	%p630, %rd422, 0;
+	@%p630 bra 	$L__BB11_1123;
+	add.s64 	%rd440, %rd396, %rd290;
+	mov.u64 	%rd2076, 0;
+	mov.u32 	%r3905, 0;
+$L__BB11_768:
+	mov.u32 	%r3906, 0;
+	add.s64 	%rd442, %rd2076, %rd4;
+	setp.ge.u64 	%p631, %rd442, %rd422;
+	@%p631 bra 	$L__BB11_770;
+	and.b64  	%rd1411, %rd442, 2305843009213693948;
+	add.s64 	%rd1412, %rd297, %rd1411;
+	cvt.u32.u64 	%r2086, %rd442;
+	shl.b32 	%r2087, %r2086, 3;
+	and.b32  	%r2088, %r2087, 24;
+	ld.u32 	%r2089, [%rd1412];
+	shr.u32 	%r2090, %r2089, %r2088;
+	and.b32  	%r3906, %r2090, 255;
+$L__BB11_770:
+	add.s64 	%rd443, %rd442, 256;
+	setp.ge.u64 	%p632, %rd443, %rd422;
+	mov.u32 	%r3908, 0;
+	mov.u32 	%r3907, %r3908;
+	@%p632 bra 	$L__BB11_772;
+	and.b64  	%rd1413, %rd443, 2305843009213693948;
+	add.s64 	%rd1414, %rd297, %rd1413;
+	cvt.u32.u64 	%r2092, %rd443;
+	shl.b32 	%r2093, %r2092, 3;
+	and.b32  	%r2094, %r2093, 24;
+	ld.u32 	%r2095, [%rd1414];
+	shr.u32 	%r2096, %r2095, %r2094;
+	and.b32  	%r3907, %r2096, 255;
+$L__BB11_772:
+	add.s64 	%rd444, %rd442, 512;
+	setp.ge.u64 	%p633, %rd444, %rd422;
+	@%p633 bra 	$L__BB11_774;
+	and.b64  	%rd1415, %rd444, 2305843009213693948;
+	add.s64 	%rd1416, %rd297, %rd1415;
+	cvt.u32.u64 	%r2098, %rd444;
+	shl.b32 	%r2099, %r2098, 3;
+	and.b32  	%r2100, %r2099, 24;
+	ld.u32 	%r2101, [%rd1416];
+	shr.u32 	%r2102, %r2101, %r2100;
+	and.b32  	%r3908, %r2102, 255;
+$L__BB11_774:
+	add.s64 	%rd445, %rd442, 768;
+	setp.ge.u64 	%p634, %rd445, %rd422;
+	mov.u32 	%r3910, 0;
+	mov.u32 	%r3909, %r3910;
+	@%p634 bra 	$L__BB11_776;
+	and.b64  	%rd1417, %rd445, 2305843009213693948;
+	add.s64 	%rd1418, %rd297, %rd1417;
+	cvt.u32.u64 	%r2104, %rd445;
+	shl.b32 	%r2105, %r2104, 3;
+	and.b32  	%r2106, %r2105, 24;
+	ld.u32 	%r2107, [%rd1418];
+	shr.u32 	%r2108, %r2107, %r2106;
+	and.b32  	%r3909, %r2108, 255;
+$L__BB11_776:
+	mov.u32 	%r2113, 31;
+	mov.u32 	%r2114, 1;
+	mov.u32 	%r2115, -1;
+	shfl.sync.bfly.b32 	%r2116|%p635, %r3906, %r2114, %r2113, %r2115;
+	or.b32  	%r579, %r2116, %r3906;
+	setp.eq.s32 	%p636, %r579, 0;
+	shl.b64 	%rd1419, %rd442, 4;
+	add.s64 	%rd446, %rd2043, %rd1419;
+	mov.u32 	%r3911, %r3910;
+	mov.u32 	%r3912, %r3910;
+	mov.u32 	%r3913, %r3910;
+	@%p636 bra 	$L__BB11_778;
+	ld.v4.u32 	{%r3910, %r3911, %r3912, %r3913}, [%rd446];
+$L__BB11_778:
+	shfl.sync.bfly.b32 	%r2128|%p637, %r3907, %r2114, %r2113, %r2115;
+	or.b32  	%r588, %r2128, %r3907;
+	setp.eq.s32 	%p638, %r588, 0;
+	mov.u32 	%r3918, 0;
+	mov.u32 	%r3914, %r3918;
+	mov.u32 	%r3915, %r3918;
+	mov.u32 	%r3916, %r3918;
+	mov.u32 	%r3917, %r3918;
+	@%p638 bra 	$L__BB11_780;
+	ld.v4.u32 	{%r3914, %r3915, %r3916, %r3917}, [%rd446+4096];
+$L__BB11_780:
+	mov.u32 	%r2137, 31;
+	mov.u32 	%r2138, 1;
+	mov.u32 	%r2139, -1;
+	shfl.sync.bfly.b32 	%r2140|%p639, %r3908, %r2138, %r2137, %r2139;
+	or.b32  	%r597, %r2140, %r3908;
+	setp.eq.s32 	%p640, %r597, 0;
+	mov.u32 	%r3919, %r3918;
+	mov.u32 	%r3920, %r3918;
+	mov.u32 	%r3921, %r3918;
+	@%p640 bra 	$L__BB11_782;
+	ld.v4.u32 	{%r3918, %r3919, %r3920, %r3921}, [%rd446+8192];
+$L__BB11_782:
+	shfl.sync.bfly.b32 	%r2152|%p641, %r3909, %r2138, %r2137, %r2139;
+	or.b32  	%r606, %r2152, %r3909;
+	setp.eq.s32 	%p642, %r606, 0;
+	mov.u32 	%r2148, 0;
+	mov.u32 	%r3922, %r2148;
+	mov.u32 	%r3923, %r2148;
+	mov.u32 	%r3924, %r2148;
+	mov.u32 	%r3925, %r2148;
+	@%p642 bra 	$L__BB11_784;
+	ld.v4.u32 	{%r3922, %r3923, %r3924, %r3925}, [%rd446+12288];
+$L__BB11_784:
+	cvt.u32.u64 	%r3641, %rd5;
+	setp.lt.u32 	%p643, %r3641, 16;
+	mov.u32 	%r2178, 16;
+	setp.lt.u32 	%p644, %r3641, 4;
+	mov.u32 	%r2179, 4;
+	setp.lt.u32 	%p645, %r3641, 2;
+	mov.u32 	%r2180, 2;
+	setp.lt.u32 	%p646, %r3641, 8;
+	mov.u32 	%r2181, 8;
+	setp.ne.s32 	%p647, %r3641, 31;
+	setp.eq.s32 	%p648, %r3641, 0;
+	popc.b32 	%r2183, %r3909;
+	cvt.u64.u32 	%rd1430, %r2183;
+	shl.b64 	%rd1431, %rd1430, 48;
+	popc.b32 	%r2184, %r3907;
+	shl.b32 	%r2185, %r2184, 16;
+	popc.b32 	%r2186, %r3906;
+	or.b32  	%r2187, %r2185, %r2186;
+	cvt.u64.u32 	%rd1432, %r2187;
+	popc.b32 	%r2188, %r3908;
+	cvt.u64.u32 	%rd1433, %r2188;
+	bfi.b64 	%rd1434, %rd1433, %rd1432, 32, 32;
+	or.b64  	%rd1420, %rd1431, %rd1434;
+	// begin inline asm
+	mov.b64 {%r2157,%r2158}, %rd1420;
+	// end inline asm
+	mov.u32 	%r2189, 1;
+	mov.u32 	%r2190, -1;
+	shfl.sync.up.b32 	%r2160|%p649, %r2158, %r2189, %r2148, %r2190;
+	shfl.sync.up.b32 	%r2159|%p650, %r2157, %r2189, %r2148, %r2190;
+	// begin inline asm
+	mov.b64 %rd1421, {%r2159,%r2160};
+	// end inline asm
+	selp.b64 	%rd1435, 0, %rd1421, %p648;
+	add.s64 	%rd1422, %rd1435, %rd1420;
+	// begin inline asm
+	mov.b64 {%r2161,%r2162}, %rd1422;
+	// end inline asm
+	shfl.sync.up.b32 	%r2164|%p651, %r2162, %r2180, %r2148, %r2190;
+	shfl.sync.up.b32 	%r2163|%p652, %r2161, %r2180, %r2148, %r2190;
+	// begin inline asm
+	mov.b64 %rd1423, {%r2163,%r2164};
+	// end inline asm
+	selp.b64 	%rd1436, 0, %rd1423, %p645;
+	add.s64 	%rd1424, %rd1436, %rd1422;
+	// begin inline asm
+	mov.b64 {%r2165,%r2166}, %rd1424;
+	// end inline asm
+	shfl.sync.up.b32 	%r2168|%p653, %r2166, %r2179, %r2148, %r2190;
+	shfl.sync.up.b32 	%r2167|%p654, %r2165, %r2179, %r2148, %r2190;
+	// begin inline asm
+	mov.b64 %rd1425, {%r2167,%r2168};
+	// end inline asm
+	selp.b64 	%rd1437, 0, %rd1425, %p644;
+	add.s64 	%rd1426, %rd1437, %rd1424;
+	// begin inline asm
+	mov.b64 {%r2169,%r2170}, %rd1426;
+	// end inline asm
+	shfl.sync.up.b32 	%r2172|%p655, %r2170, %r2181, %r2148, %r2190;
+	shfl.sync.up.b32 	%r2171|%p656, %r2169, %r2181, %r2148, %r2190;
+	// begin inline asm
+	mov.b64 %rd1427, {%r2171,%r2172};
+	// end inline asm
+	selp.b64 	%rd1438, 0, %rd1427, %p646;
+	add.s64 	%rd1428, %rd1438, %rd1426;
+	// begin inline asm
+	mov.b64 {%r2173,%r2174}, %rd1428;
+	// end inline asm
+	shfl.sync.up.b32 	%r2176|%p657, %r2174, %r2178, %r2148, %r2190;
+	shfl.sync.up.b32 	%r2175|%p658, %r2173, %r2178, %r2148, %r2190;
+	// begin inline asm
+	mov.b64 %rd1429, {%r2175,%r2176};
+	// end inline asm
+	selp.b64 	%rd1439, 0, %rd1429, %p643;
+	add.s64 	%rd448, %rd1439, %rd1428;
+	@%p647 bra 	$L__BB11_786;
+	st.shared.u64 	[%r6], %rd448;
+$L__BB11_786:
+	setp.ne.s32 	%p659, %r2, 0;
+	bar.sync 	0;
+	@%p659 bra 	$L__BB11_791;
+	cvt.u32.u64 	%r3642, %rd5;
+	setp.gt.u32 	%p660, %r3642, 7;
+	mov.u64 	%rd2077, 0;
+	@%p660 bra 	$L__BB11_789;
+	ld.shared.u64 	%rd2077, [%r7];
+$L__BB11_789:
+	setp.lt.u32 	%p1042, %r3641, 16;
+	setp.lt.u32 	%p1041, %r3641, 8;
+	setp.lt.u32 	%p1040, %r3641, 4;
+	setp.lt.u32 	%p1039, %r3641, 2;
+	cvt.u32.u64 	%r3643, %rd5;
+	setp.eq.s32 	%p1038, %r3641, 0;
+	mov.u32 	%r2213, 16;
+	mov.u32 	%r2214, 4;
+	mov.u32 	%r2215, 2;
+	mov.u32 	%r2216, 8;
+	mov.u32 	%r2217, 0;
+	// begin inline asm
+	mov.b64 {%r2192,%r2193}, %rd2077;
+	// end inline asm
+	mov.u32 	%r2218, 1;
+	mov.u32 	%r2219, -1;
+	shfl.sync.up.b32 	%r2195|%p667, %r2193, %r2218, %r2217, %r2219;
+	shfl.sync.up.b32 	%r2194|%p668, %r2192, %r2218, %r2217, %r2219;
+	// begin inline asm
+	mov.b64 %rd1442, {%r2194,%r2195};
+	// end inline asm
+	selp.b64 	%rd1451, 0, %rd1442, %p1038;
+	add.s64 	%rd1443, %rd1451, %rd2077;
+	// begin inline asm
+	mov.b64 {%r2196,%r2197}, %rd1443;
+	// end inline asm
+	shfl.sync.up.b32 	%r2199|%p669, %r2197, %r2215, %r2217, %r2219;
+	shfl.sync.up.b32 	%r2198|%p670, %r2196, %r2215, %r2217, %r2219;
+	// begin inline asm
+	mov.b64 %rd1444, {%r2198,%r2199};
+	// end inline asm
+	selp.b64 	%rd1452, 0, %rd1444, %p1039;
+	add.s64 	%rd1445, %rd1452, %rd1443;
+	// begin inline asm
+	mov.b64 {%r2200,%r2201}, %rd1445;
+	// end inline asm
+	shfl.sync.up.b32 	%r2203|%p671, %r2201, %r2214, %r2217, %r2219;
+	shfl.sync.up.b32 	%r2202|%p672, %r2200, %r2214, %r2217, %r2219;
+	// begin inline asm
+	mov.b64 %rd1446, {%r2202,%r2203};
+	// end inline asm
+	selp.b64 	%rd1453, 0, %rd1446, %p1040;
+	add.s64 	%rd1447, %rd1453, %rd1445;
+	// begin inline asm
+	mov.b64 {%r2204,%r2205}, %rd1447;
+	// end inline asm
+	shfl.sync.up.b32 	%r2207|%p673, %r2205, %r2216, %r2217, %r2219;
+	shfl.sync.up.b32 	%r2206|%p674, %r2204, %r2216, %r2217, %r2219;
+	// begin inline asm
+	mov.b64 %rd1448, {%r2206,%r2207};
+	// end inline asm
+	selp.b64 	%rd1454, 0, %rd1448, %p1041;
+	add.s64 	%rd1449, %rd1454, %rd1447;
+	// begin inline asm
+	mov.b64 {%r2208,%r2209}, %rd1449;
+	// end inline asm
+	shfl.sync.up.b32 	%r2211|%p675, %r2209, %r2213, %r2217, %r2219;
+	shfl.sync.up.b32 	%r2210|%p676, %r2208, %r2213, %r2217, %r2219;
+	// begin inline asm
+	mov.b64 %rd1450, {%r2210,%r2211};
+	// end inline asm
+	selp.b64 	%rd1455, 0, %rd1450, %p1042;
+	add.s64 	%rd451, %rd1455, %rd1449;
+	@%p660 bra 	$L__BB11_791;
+	st.shared.u64 	[%r7], %rd451;
+$L__BB11_791:
+	setp.eq.s32 	%p677, %r2, 0;
+	bar.sync 	0;
+	mov.u64 	%rd2078, 0;
+	@%p677 bra 	$L__BB11_793;
+	ld.shared.u64 	%rd2078, [%r6+-8];
+$L__BB11_793:
+	ld.shared.u64 	%rd454, [_ZZ14ws_delta_applyE3red+56];
+	mov.u32 	%r3927, 0;
+	bar.sync 	0;
+	sub.s64 	%rd1457, %rd448, %rd1420;
+	add.s64 	%rd455, %rd1457, %rd2078;
+	cvt.u32.u64 	%r2221, %rd455;
+	and.b32  	%r2222, %r2221, 65535;
+	add.s32 	%r615, %r2222, %r3905;
+	and.b32  	%r616, %r3906, 1;
+	setp.eq.s32 	%p678, %r616, 0;
+	mov.u32 	%r3926, %r3927;
+	@%p678 bra 	$L__BB11_795;
+	mul.wide.u32 	%rd1458, %r615, 2;
+	add.s64 	%rd1459, %rd440, %rd1458;
+	add.s64 	%rd1460, %rd285, %rd1459;
+	ld.u16 	%r3926, [%rd1460];
+$L__BB11_795:
+	and.b32  	%r619, %r3906, 2;
+	setp.eq.s32 	%p679, %r619, 0;
+	@%p679 bra 	$L__BB11_797;
+	popc.b32 	%r2224, %r616;
+	add.s32 	%r2225, %r615, %r2224;
+	mul.wide.u32 	%rd1461, %r2225, 2;
+	add.s64 	%rd1462, %rd440, %rd1461;
+	add.s64 	%rd1463, %rd285, %rd1462;
+	ld.u16 	%r3927, [%rd1463];
+$L__BB11_797:
+	and.b32  	%r622, %r3906, 4;
+	setp.eq.s32 	%p680, %r622, 0;
+	mov.u32 	%r3929, 0;
+	mov.u32 	%r3928, %r3929;
+	@%p680 bra 	$L__BB11_799;
+	and.b32  	%r2227, %r3906, 3;
+	popc.b32 	%r2228, %r2227;
+	add.s32 	%r2229, %r615, %r2228;
+	mul.wide.u32 	%rd1464, %r2229, 2;
+	add.s64 	%rd1465, %rd440, %rd1464;
+	add.s64 	%rd1466, %rd285, %rd1465;
+	ld.u16 	%r3928, [%rd1466];
+$L__BB11_799:
+	and.b32  	%r625, %r3906, 8;
+	setp.eq.s32 	%p681, %r625, 0;
+	@%p681 bra 	$L__BB11_801;
+	and.b32  	%r2231, %r3906, 7;
+	popc.b32 	%r2232, %r2231;
+	add.s32 	%r2233, %r615, %r2232;
+	mul.wide.u32 	%rd1467, %r2233, 2;
+	add.s64 	%rd1468, %rd440, %rd1467;
+	add.s64 	%rd1469, %rd285, %rd1468;
+	ld.u16 	%r3929, [%rd1469];
+$L__BB11_801:
+	and.b32  	%r628, %r3906, 16;
+	setp.eq.s32 	%p682, %r628, 0;
+	mov.u32 	%r3931, 0;
+	mov.u32 	%r3930, %r3931;
+	@%p682 bra 	$L__BB11_803;
+	and.b32  	%r2235, %r3906, 15;
+	popc.b32 	%r2236, %r2235;
+	add.s32 	%r2237, %r615, %r2236;
+	mul.wide.u32 	%rd1470, %r2237, 2;
+	add.s64 	%rd1471, %rd440, %rd1470;
+	add.s64 	%rd1472, %rd285, %rd1471;
+	ld.u16 	%r3930, [%rd1472];
+$L__BB11_803:
+	and.b32  	%r631, %r3906, 32;
+	setp.eq.s32 	%p683, %r631, 0;
+	@%p683 bra 	$L__BB11_805;
+	and.b32  	%r2239, %r3906, 31;
+	popc.b32 	%r2240, %r2239;
+	add.s32 	%r2241, %r615, %r2240;
+	mul.wide.u32 	%rd1473, %r2241, 2;
+	add.s64 	%rd1474, %rd440, %rd1473;
+	add.s64 	%rd1475, %rd285, %rd1474;
+	ld.u16 	%r3931, [%rd1475];
+$L__BB11_805:
+	and.b32  	%r634, %r3906, 64;
+	setp.eq.s32 	%p684, %r634, 0;
+	mov.u32 	%r3933, 0;
+	mov.u32 	%r3932, %r3933;
+	@%p684 bra 	$L__BB11_807;
+	and.b32  	%r2243, %r3906, 63;
+	popc.b32 	%r2244, %r2243;
+	add.s32 	%r2245, %r615, %r2244;
+	mul.wide.u32 	%rd1476, %r2245, 2;
+	add.s64 	%rd1477, %rd440, %rd1476;
+	add.s64 	%rd1478, %rd285, %rd1477;
+	ld.u16 	%r3932, [%rd1478];
+$L__BB11_807:
+	and.b32  	%r637, %r3906, 128;
+	setp.eq.s32 	%p685, %r637, 0;
+	@%p685 bra 	$L__BB11_809;
+	and.b32  	%r2247, %r3906, 127;
+	popc.b32 	%r2248, %r2247;
+	add.s32 	%r2249, %r615, %r2248;
+	mul.wide.u32 	%rd1479, %r2249, 2;
+	add.s64 	%rd1480, %rd440, %rd1479;
+	add.s64 	%rd1481, %rd285, %rd1480;
+	ld.u16 	%r3933, [%rd1481];
+$L__BB11_809:
+	and.b32  	%r2250, %r3910, -65536;
+	or.b32  	%r2251, %r2250, %r3926;
+	selp.b32 	%r2252, %r3910, %r2251, %p678;
+	and.b32  	%r2253, %r2252, 65535;
+	prmt.b32 	%r2254, %r3927, %r2253, 4180;
+	selp.b32 	%r652, %r2252, %r2254, %p679;
+	and.b32  	%r2255, %r3911, -65536;
+	or.b32  	%r2256, %r2255, %r3928;
+	selp.b32 	%r2257, %r3911, %r2256, %p680;
+	and.b32  	%r2258, %r2257, 65535;
+	prmt.b32 	%r2259, %r3929, %r2258, 4180;
+	selp.b32 	%r653, %r2257, %r2259, %p681;
+	and.b32  	%r2260, %r3912, -65536;
+	or.b32  	%r2261, %r2260, %r3930;
+	selp.b32 	%r2262, %r3912, %r2261, %p682;
+	and.b32  	%r2263, %r2262, 65535;
+	prmt.b32 	%r2264, %r3931, %r2263, 4180;
+	selp.b32 	%r654, %r2262, %r2264, %p683;
+	and.b32  	%r2265, %r3913, -65536;
+	or.b32  	%r2266, %r2265, %r3932;
+	selp.b32 	%r2267, %r3913, %r2266, %p684;
+	and.b32  	%r2268, %r2267, 65535;
+	prmt.b32 	%r2269, %r3933, %r2268, 4180;
+	selp.b32 	%r655, %r2267, %r2269, %p685;
+	@%p636 bra 	$L__BB11_811;
+	st.v4.u32 	[%rd446], {%r652, %r653, %r654, %r655};
+$L__BB11_811:
+	cvt.u32.u64 	%r2271, %rd454;
+	and.b32  	%r2272, %r2271, 65535;
+	add.s32 	%r656, %r2272, %r3905;
+	shr.u32 	%r2274, %r2221, 16;
+	add.s32 	%r657, %r2274, %r656;
+	and.b32  	%r658, %r3907, 1;
+	setp.eq.s32 	%p695, %r658, 0;
+	mov.u32 	%r3935, 0;
+	mov.u32 	%r3934, %r3935;
+	@%p695 bra 	$L__BB11_813;
+	mul.wide.u32 	%rd1482, %r657, 2;
+	add.s64 	%rd1483, %rd440, %rd1482;
+	add.s64 	%rd1484, %rd285, %rd1483;
+	ld.u16 	%r3934, [%rd1484];
+$L__BB11_813:
+	and.b32  	%r661, %r3907, 2;
+	setp.eq.s32 	%p696, %r661, 0;
+	@%p696 bra 	$L__BB11_815;
+	popc.b32 	%r2276, %r658;
+	add.s32 	%r2277, %r657, %r2276;
+	mul.wide.u32 	%rd1485, %r2277, 2;
+	add.s64 	%rd1486, %rd440, %rd1485;
+	add.s64 	%rd1487, %rd285, %rd1486;
+	ld.u16 	%r3935, [%rd1487];
+$L__BB11_815:
+	and.b32  	%r664, %r3907, 4;
+	setp.eq.s32 	%p697, %r664, 0;
+	mov.u32 	%r3937, 0;
+	mov.u32 	%r3936, %r3937;
+	@%p697 bra 	$L__BB11_817;
+	and.b32  	%r2279, %r3907, 3;
+	popc.b32 	%r2280, %r2279;
+	add.s32 	%r2281, %r657, %r2280;
+	mul.wide.u32 	%rd1488, %r2281, 2;
+	add.s64 	%rd1489, %rd440, %rd1488;
+	add.s64 	%rd1490, %rd285, %rd1489;
+	ld.u16 	%r3936, [%rd1490];
+$L__BB11_817:
+	and.b32  	%r667, %r3907, 8;
+	setp.eq.s32 	%p698, %r667, 0;
+	@%p698 bra 	$L__BB11_819;
+	and.b32  	%r2283, %r3907, 7;
+	popc.b32 	%r2284, %r2283;
+	add.s32 	%r2285, %r657, %r2284;
+	mul.wide.u32 	%rd1491, %r2285, 2;
+	add.s64 	%rd1492, %rd440, %rd1491;
+	add.s64 	%rd1493, %rd285, %rd1492;
+	ld.u16 	%r3937, [%rd1493];
+$L__BB11_819:
+	and.b32  	%r670, %r3907, 16;
+	setp.eq.s32 	%p699, %r670, 0;
+	mov.u32 	%r3939, 0;
+	mov.u32 	%r3938, %r3939;
+	@%p699 bra 	$L__BB11_821;
+	and.b32  	%r2287, %r3907, 15;
+	popc.b32 	%r2288, %r2287;
+	add.s32 	%r2289, %r657, %r2288;
+	mul.wide.u32 	%rd1494, %r2289, 2;
+	add.s64 	%rd1495, %rd440, %rd1494;
+	add.s64 	%rd1496, %rd285, %rd1495;
+	ld.u16 	%r3938, [%rd1496];
+$L__BB11_821:
+	and.b32  	%r673, %r3907, 32;
+	setp.eq.s32 	%p700, %r673, 0;
+	@%p700 bra 	$L__BB11_823;
+	and.b32  	%r2291, %r3907, 31;
+	popc.b32 	%r2292, %r2291;
+	add.s32 	%r2293, %r657, %r2292;
+	mul.wide.u32 	%rd1497, %r2293, 2;
+	add.s64 	%rd1498, %rd440, %rd1497;
+	add.s64 	%rd1499, %rd285, %rd1498;
+	ld.u16 	%r3939, [%rd1499];
+$L__BB11_823:
+	and.b32  	%r676, %r3907, 64;
+	setp.eq.s32 	%p701, %r676, 0;
+	mov.u32 	%r3941, 0;
+	mov.u32 	%r3940, %r3941;
+	@%p701 bra 	$L__BB11_825;
+	and.b32  	%r2295, %r3907, 63;
+	popc.b32 	%r2296, %r2295;
+	add.s32 	%r2297, %r657, %r2296;
+	mul.wide.u32 	%rd1500, %r2297, 2;
+	add.s64 	%rd1501, %rd440, %rd1500;
+	add.s64 	%rd1502, %rd285, %rd1501;
+	ld.u16 	%r3940, [%rd1502];
+$L__BB11_825:
+	and.b32  	%r679, %r3907, 128;
+	setp.eq.s32 	%p702, %r679, 0;
+	@%p702 bra 	$L__BB11_827;
+	and.b32  	%r2299, %r3907, 127;
+	popc.b32 	%r2300, %r2299;
+	add.s32 	%r2301, %r657, %r2300;
+	mul.wide.u32 	%rd1503, %r2301, 2;
+	add.s64 	%rd1504, %rd440, %rd1503;
+	add.s64 	%rd1505, %rd285, %rd1504;
+	ld.u16 	%r3941, [%rd1505];
+$L__BB11_827:
+	and.b32  	%r2302, %r3914, -65536;
+	or.b32  	%r2303, %r2302, %r3934;
+	selp.b32 	%r2304, %r3914, %r2303, %p695;
+	and.b32  	%r2305, %r2304, 65535;
+	prmt.b32 	%r2306, %r3935, %r2305, 4180;
+	selp.b32 	%r682, %r2304, %r2306, %p696;
+	and.b32  	%r2307, %r3915, -65536;
+	or.b32  	%r2308, %r2307, %r3936;
+	selp.b32 	%r2309, %r3915, %r2308, %p697;
+	and.b32  	%r2310, %r2309, 65535;
+	prmt.b32 	%r2311, %r3937, %r2310, 4180;
+	selp.b32 	%r683, %r2309, %r2311, %p698;
+	and.b32  	%r2312, %r3916, -65536;
+	or.b32  	%r2313, %r2312, %r3938;
+	selp.b32 	%r2314, %r3916, %r2313, %p699;
+	and.b32  	%r2315, %r2314, 65535;
+	prmt.b32 	%r2316, %r3939, %r2315, 4180;
+	selp.b32 	%r684, %r2314, %r2316, %p700;
+	and.b32  	%r2317, %r3917, -65536;
+	or.b32  	%r2318, %r2317, %r3940;
+	selp.b32 	%r2319, %r3917, %r2318, %p701;
+	and.b32  	%r2320, %r2319, 65535;
+	prmt.b32 	%r2321, %r3941, %r2320, 4180;
+	selp.b32 	%r685, %r2319, %r2321, %p702;
+	@%p638 bra 	$L__BB11_829;
+	st.v4.u32 	[%rd446+4096], {%r682, %r683, %r684, %r685};
+$L__BB11_829:
+	shr.u32 	%r2324, %r2271, 16;
+	add.s32 	%r686, %r2324, %r656;
+	shr.u64 	%rd1506, %rd455, 32;
+	cvt.u32.u64 	%r2325, %rd1506;
+	and.b32  	%r2326, %r2325, 65535;
+	add.s32 	%r687, %r2326, %r686;
+	and.b32  	%r688, %r3908, 1;
+	setp.eq.s32 	%p712, %r688, 0;
+	mov.u32 	%r3943, 0;
+	mov.u32 	%r3942, %r3943;
+	@%p712 bra 	$L__BB11_831;
+	mul.wide.u32 	%rd1507, %r687, 2;
+	add.s64 	%rd1508, %rd440, %rd1507;
+	add.s64 	%rd1509, %rd285, %rd1508;
+	ld.u16 	%r3942, [%rd1509];
+$L__BB11_831:
+	and.b32  	%r691, %r3908, 2;
+	setp.eq.s32 	%p713, %r691, 0;
+	@%p713 bra 	$L__BB11_833;
+	popc.b32 	%r2328, %r688;
+	add.s32 	%r2329, %r687, %r2328;
+	mul.wide.u32 	%rd1510, %r2329, 2;
+	add.s64 	%rd1511, %rd440, %rd1510;
+	add.s64 	%rd1512, %rd285, %rd1511;
+	ld.u16 	%r3943, [%rd1512];
+$L__BB11_833:
+	and.b32  	%r694, %r3908, 4;
+	setp.eq.s32 	%p714, %r694, 0;
+	mov.u32 	%r3945, 0;
+	mov.u32 	%r3944, %r3945;
+	@%p714 bra 	$L__BB11_835;
+	and.b32  	%r2331, %r3908, 3;
+	popc.b32 	%r2332, %r2331;
+	add.s32 	%r2333, %r687, %r2332;
+	mul.wide.u32 	%rd1513, %r2333, 2;
+	add.s64 	%rd1514, %rd440, %rd1513;
+	add.s64 	%rd1515, %rd285, %rd1514;
+	ld.u16 	%r3944, [%rd1515];
+$L__BB11_835:
+	and.b32  	%r697, %r3908, 8;
+	setp.eq.s32 	%p715, %r697, 0;
+	@%p715 bra 	$L__BB11_837;
+	and.b32  	%r2335, %r3908, 7;
+	popc.b32 	%r2336, %r2335;
+	add.s32 	%r2337, %r687, %r2336;
+	mul.wide.u32 	%rd1516, %r2337, 2;
+	add.s64 	%rd1517, %rd440, %rd1516;
+	add.s64 	%rd1518, %rd285, %rd1517;
+	ld.u16 	%r3945, [%rd1518];
+$L__BB11_837:
+	and.b32  	%r700, %r3908, 16;
+	setp.eq.s32 	%p716, %r700, 0;
+	mov.u32 	%r3947, 0;
+	mov.u32 	%r3946, %r3947;
+	@%p716 bra 	$L__BB11_839;
+	and.b32  	%r2339, %r3908, 15;
+	popc.b32 	%r2340, %r2339;
+	add.s32 	%r2341, %r687, %r2340;
+	mul.wide.u32 	%rd1519, %r2341, 2;
+	add.s64 	%rd1520, %rd440, %rd1519;
+	add.s64 	%rd1521, %rd285, %rd1520;
+	ld.u16 	%r3946, [%rd1521];
+$L__BB11_839:
+	and.b32  	%r703, %r3908, 32;
+	setp.eq.s32 	%p717, %r703, 0;
+	@%p717 bra 	$L__BB11_841;
+	and.b32  	%r2343, %r3908, 31;
+	popc.b32 	%r2344, %r2343;
+	add.s32 	%r2345, %r687, %r2344;
+	mul.wide.u32 	%rd1522, %r2345, 2;
+	add.s64 	%rd1523, %rd440, %rd1522;
+	add.s64 	%rd1524, %rd285, %rd1523;
+	ld.u16 	%r3947, [%rd1524];
+$L__BB11_841:
+	and.b32  	%r706, %r3908, 64;
+	setp.eq.s32 	%p718, %r706, 0;
+	mov.u32 	%r3949, 0;
+	mov.u32 	%r3948, %r3949;
+	@%p718 bra 	$L__BB11_843;
+	and.b32  	%r2347, %r3908, 63;
+	popc.b32 	%r2348, %r2347;
+	add.s32 	%r2349, %r687, %r2348;
+	mul.wide.u32 	%rd1525, %r2349, 2;
+	add.s64 	%rd1526, %rd440, %rd1525;
+	add.s64 	%rd1527, %rd285, %rd1526;
+	ld.u16 	%r3948, [%rd1527];
+$L__BB11_843:
+	and.b32  	%r709, %r3908, 128;
+	setp.eq.s32 	%p719, %r709, 0;
+	@%p719 bra 	$L__BB11_845;
+	and.b32  	%r2351, %r3908, 127;
+	popc.b32 	%r2352, %r2351;
+	add.s32 	%r2353, %r687, %r2352;
+	mul.wide.u32 	%rd1528, %r2353, 2;
+	add.s64 	%rd1529, %rd440, %rd1528;
+	add.s64 	%rd1530, %rd285, %rd1529;
+	ld.u16 	%r3949, [%rd1530];
+$L__BB11_845:
+	and.b32  	%r2354, %r3918, -65536;
+	or.b32  	%r2355, %r2354, %r3942;
+	selp.b32 	%r2356, %r3918, %r2355, %p712;
+	and.b32  	%r2357, %r2356, 65535;
+	prmt.b32 	%r2358, %r3943, %r2357, 4180;
+	selp.b32 	%r712, %r2356, %r2358, %p713;
+	and.b32  	%r2359, %r3919, -65536;
+	or.b32  	%r2360, %r2359, %r3944;
+	selp.b32 	%r2361, %r3919, %r2360, %p714;
+	and.b32  	%r2362, %r2361, 65535;
+	prmt.b32 	%r2363, %r3945, %r2362, 4180;
+	selp.b32 	%r713, %r2361, %r2363, %p715;
+	and.b32  	%r2364, %r3920, -65536;
+	or.b32  	%r2365, %r2364, %r3946;
+	selp.b32 	%r2366, %r3920, %r2365, %p716;
+	and.b32  	%r2367, %r2366, 65535;
+	prmt.b32 	%r2368, %r3947, %r2367, 4180;
+	selp.b32 	%r714, %r2366, %r2368, %p717;
+	and.b32  	%r2369, %r3921, -65536;
+	or.b32  	%r2370, %r2369, %r3948;
+	selp.b32 	%r2371, %r3921, %r2370, %p718;
+	and.b32  	%r2372, %r2371, 65535;
+	prmt.b32 	%r2373, %r3949, %r2372, 4180;
+	selp.b32 	%r715, %r2371, %r2373, %p719;
+	@%p640 bra 	$L__BB11_847;
+	st.v4.u32 	[%rd446+8192], {%r712, %r713, %r714, %r715};
+$L__BB11_847:
+	shr.u64 	%rd1531, %rd454, 32;
+	cvt.u32.u64 	%r2375, %rd1531;
+	and.b32  	%r2376, %r2375, 65535;
+	add.s32 	%r716, %r2376, %r686;
+	shr.u64 	%rd1532, %rd455, 48;
+	cvt.u32.u64 	%r2377, %rd1532;
+	add.s32 	%r717, %r716, %r2377;
+	and.b32  	%r718, %r3909, 1;
+	setp.eq.s32 	%p729, %r718, 0;
+	mov.u32 	%r3951, 0;
+	mov.u32 	%r3950, %r3951;
+	@%p729 bra 	$L__BB11_849;
+	mul.wide.u32 	%rd1533, %r717, 2;
+	add.s64 	%rd1534, %rd440, %rd1533;
+	add.s64 	%rd1535, %rd285, %rd1534;
+	ld.u16 	%r3950, [%rd1535];
+$L__BB11_849:
+	and.b32  	%r721, %r3909, 2;
+	setp.eq.s32 	%p730, %r721, 0;
+	@%p730 bra 	$L__BB11_851;
+	popc.b32 	%r2379, %r718;
+	add.s32 	%r2380, %r717, %r2379;
+	mul.wide.u32 	%rd1536, %r2380, 2;
+	add.s64 	%rd1537, %rd440, %rd1536;
+	add.s64 	%rd1538, %rd285, %rd1537;
+	ld.u16 	%r3951, [%rd1538];
+$L__BB11_851:
+	and.b32  	%r724, %r3909, 4;
+	setp.eq.s32 	%p731, %r724, 0;
+	mov.u32 	%r3953, 0;
+	mov.u32 	%r3952, %r3953;
+	@%p731 bra 	$L__BB11_853;
+	and.b32  	%r2382, %r3909, 3;
+	popc.b32 	%r2383, %r2382;
+	add.s32 	%r2384, %r717, %r2383;
+	mul.wide.u32 	%rd1539, %r2384, 2;
+	add.s64 	%rd1540, %rd440, %rd1539;
+	add.s64 	%rd1541, %rd285, %rd1540;
+	ld.u16 	%r3952, [%rd1541];
+$L__BB11_853:
+	and.b32  	%r727, %r3909, 8;
+	setp.eq.s32 	%p732, %r727, 0;
+	@%p732 bra 	$L__BB11_855;
+	and.b32  	%r2386, %r3909, 7;
+	popc.b32 	%r2387, %r2386;
+	add.s32 	%r2388, %r717, %r2387;
+	mul.wide.u32 	%rd1542, %r2388, 2;
+	add.s64 	%rd1543, %rd440, %rd1542;
+	add.s64 	%rd1544, %rd285, %rd1543;
+	ld.u16 	%r3953, [%rd1544];
+$L__BB11_855:
+	and.b32  	%r730, %r3909, 16;
+	setp.eq.s32 	%p733, %r730, 0;
+	mov.u32 	%r3955, 0;
+	mov.u32 	%r3954, %r3955;
+	@%p733 bra 	$L__BB11_857;
+	and.b32  	%r2390, %r3909, 15;
+	popc.b32 	%r2391, %r2390;
+	add.s32 	%r2392, %r717, %r2391;
+	mul.wide.u32 	%rd1545, %r2392, 2;
+	add.s64 	%rd1546, %rd440, %rd1545;
+	add.s64 	%rd1547, %rd285, %rd1546;
+	ld.u16 	%r3954, [%rd1547];
+$L__BB11_857:
+	and.b32  	%r733, %r3909, 32;
+	setp.eq.s32 	%p734, %r733, 0;
+	@%p734 bra 	$L__BB11_859;
+	and.b32  	%r2394, %r3909, 31;
+	popc.b32 	%r2395, %r2394;
+	add.s32 	%r2396, %r717, %r2395;
+	mul.wide.u32 	%rd1548, %r2396, 2;
+	add.s64 	%rd1549, %rd440, %rd1548;
+	add.s64 	%rd1550, %rd285, %rd1549;
+	ld.u16 	%r3955, [%rd1550];
+$L__BB11_859:
+	and.b32  	%r736, %r3909, 64;
+	setp.eq.s32 	%p735, %r736, 0;
+	mov.u32 	%r3957, 0;
+	mov.u32 	%r3956, %r3957;
+	@%p735 bra 	$L__BB11_861;
+	and.b32  	%r2398, %r3909, 63;
+	popc.b32 	%r2399, %r2398;
+	add.s32 	%r2400, %r717, %r2399;
+	mul.wide.u32 	%rd1551, %r2400, 2;
+	add.s64 	%rd1552, %rd440, %rd1551;
+	add.s64 	%rd1553, %rd285, %rd1552;
+	ld.u16 	%r3956, [%rd1553];
+$L__BB11_861:
+	and.b32  	%r739, %r3909, 128;
+	setp.eq.s32 	%p736, %r739, 0;
+	@%p736 bra 	$L__BB11_863;
+	and.b32  	%r2402, %r3909, 127;
+	popc.b32 	%r2403, %r2402;
+	add.s32 	%r2404, %r717, %r2403;
+	mul.wide.u32 	%rd1554, %r2404, 2;
+	add.s64 	%rd1555, %rd440, %rd1554;
+	add.s64 	%rd1556, %rd285, %rd1555;
+	ld.u16 	%r3957, [%rd1556];
+$L__BB11_863:
+	and.b32  	%r2405, %r3922, -65536;
+	or.b32  	%r2406, %r2405, %r3950;
+	selp.b32 	%r2407, %r3922, %r2406, %p729;
+	and.b32  	%r2408, %r2407, 65535;
+	prmt.b32 	%r2409, %r3951, %r2408, 4180;
+	selp.b32 	%r742, %r2407, %r2409, %p730;
+	and.b32  	%r2410, %r3923, -65536;
+	or.b32  	%r2411, %r2410, %r3952;
+	selp.b32 	%r2412, %r3923, %r2411, %p731;
+	and.b32  	%r2413, %r2412, 65535;
+	prmt.b32 	%r2414, %r3953, %r2413, 4180;
+	selp.b32 	%r743, %r2412, %r2414, %p732;
+	and.b32  	%r2415, %r3924, -65536;
+	or.b32  	%r2416, %r2415, %r3954;
+	selp.b32 	%r2417, %r3924, %r2416, %p733;
+	and.b32  	%r2418, %r2417, 65535;
+	prmt.b32 	%r2419, %r3955, %r2418, 4180;
+	selp.b32 	%r744, %r2417, %r2419, %p734;
+	and.b32  	%r2420, %r3925, -65536;
+	or.b32  	%r2421, %r2420, %r3956;
+	selp.b32 	%r2422, %r3925, %r2421, %p735;
+	and.b32  	%r2423, %r2422, 65535;
+	prmt.b32 	%r2424, %r3957, %r2423, 4180;
+	selp.b32 	%r745, %r2422, %r2424, %p736;
+	@%p642 bra 	$L__BB11_865;
+	st.v4.u32 	[%rd446+12288], {%r742, %r743, %r744, %r745};
+$L__BB11_865:
+	shr.u64 	%rd1557, %rd454, 48;
+	cvt.u32.u64 	%r2425, %rd1557;
+	add.s32 	%r3905, %r716, %r2425;
+	add.s64 	%rd2076, %rd2076, 1024;
+	setp.lt.u64 	%p746, %rd2076, %rd422;
+	@%p746 bra 	$L__BB11_768;
+	bra.uni 	$L__BB11_1123;
+$L__BB11_1030:
+	setp.eq.s64 	%p928, %rd422, 0;
+	@%p928 bra 	$L__BB11_1123;
+	add.s64 	%rd474, %rd396, %rd290;
+	mov.u64 	%rd2082, 0;
+	mov.u32 	%r4043, 0;
+$L__BB11_1032:
+	mov.u32 	%r4044, 0;
+	add.s64 	%rd476, %rd2082, %rd4;
+	setp.ge.u64 	%p929, %rd476, %rd422;
+	@%p929 bra 	$L__BB11_1034;
+	shr.u64 	%rd1807, %rd476, 2;
+	and.b64  	%rd1808, %rd1807, 2305843009213693948;
+	add.s64 	%rd1809, %rd297, %rd1808;
+	cvt.u32.u64 	%r3026, %rd476;
+	shl.b32 	%r3027, %r3026, 1;
+	and.b32  	%r3028, %r3027, 30;
+	ld.u32 	%r3029, [%rd1809];
+	shr.u32 	%r3030, %r3029, %r3028;
+	and.b32  	%r4044, %r3030, 3;
+$L__BB11_1034:
+	add.s64 	%rd477, %rd476, 256;
+	setp.ge.u64 	%p930, %rd477, %rd422;
+	mov.u32 	%r4046, 0;
+	mov.u32 	%r4045, %r4046;
+	@%p930 bra 	$L__BB11_1036;
+	shr.u64 	%rd1810, %rd477, 2;
+	and.b64  	%rd1811, %rd1810, 2305843009213693948;
+	add.s64 	%rd1812, %rd297, %rd1811;
+	cvt.u32.u64 	%r3032, %rd477;
+	shl.b32 	%r3033, %r3032, 1;
+	and.b32  	%r3034, %r3033, 30;
+	ld.u32 	%r3035, [%rd1812];
+	shr.u32 	%r3036, %r3035, %r3034;
+	and.b32  	%r4045, %r3036, 3;
+$L__BB11_1036:
+	add.s64 	%rd478, %rd476, 512;
+	setp.ge.u64 	%p931, %rd478, %rd422;
+	@%p931 bra 	$L__BB11_1038;
+	shr.u64 	%rd1813, %rd478, 2;
+	and.b64  	%rd1814, %rd1813, 2305843009213693948;
+	add.s64 	%rd1815, %rd297, %rd1814;
+	cvt.u32.u64 	%r3038, %rd478;
+	shl.b32 	%r3039, %r3038, 1;
+	and.b32  	%r3040, %r3039, 30;
+	ld.u32 	%r3041, [%rd1815];
+	shr.u32 	%r3042, %r3041, %r3040;
+	and.b32  	%r4046, %r3042, 3;
+$L__BB11_1038:
+	add.s64 	%rd479, %rd476, 768;
+	setp.ge.u64 	%p932, %rd479, %rd422;
+	mov.u32 	%r4048, 0;
+	mov.u32 	%r4047, %r4048;
+	@%p932 bra 	$L__BB11_1040;
+	shr.u64 	%rd1816, %rd479, 2;
+	and.b64  	%rd1817, %rd1816, 2305843009213693948;
+	add.s64 	%rd1818, %rd297, %rd1817;
+	cvt.u32.u64 	%r3044, %rd479;
+	shl.b32 	%r3045, %r3044, 1;
+	and.b32  	%r3046, %r3045, 30;
+	ld.u32 	%r3047, [%rd1818];
+	shr.u32 	%r3048, %r3047, %r3046;
+	and.b32  	%r4047, %r3048, 3;
+$L__BB11_1040:
+	mov.u32 	%r3053, 31;
+	mov.u32 	%r3054, 1;
+	mov.u32 	%r3055, -1;
+	shfl.sync.bfly.b32 	%r3056|%p933, %r4044, %r3054, %r3053, %r3055;
+	or.b32  	%r1025, %r3056, %r4044;
+	setp.eq.s32 	%p934, %r1025, 0;
+	shl.b64 	%rd1819, %rd476, 4;
+	add.s64 	%rd480, %rd2043, %rd1819;
+	mov.u32 	%r4049, %r4048;
+	mov.u32 	%r4050, %r4048;
+	mov.u32 	%r4051, %r4048;
+	@%p934 bra 	$L__BB11_1042;
+	ld.v4.u32 	{%r4048, %r4049, %r4050, %r4051}, [%rd480];
+$L__BB11_1042:
+	shfl.sync.bfly.b32 	%r3068|%p935, %r4045, %r3054, %r3053, %r3055;
+	or.b32  	%r1034, %r3068, %r4045;
+	setp.eq.s32 	%p936, %r1034, 0;
+	mov.u32 	%r4056, 0;
+	mov.u32 	%r4052, %r4056;
+	mov.u32 	%r4053, %r4056;
+	mov.u32 	%r4054, %r4056;
+	mov.u32 	%r4055, %r4056;
+	@%p936 bra 	$L__BB11_1044;
+	ld.v4.u32 	{%r4052, %r4053, %r4054, %r4055}, [%rd480+4096];
+$L__BB11_1044:
+	mov.u32 	%r3077, 31;
+	mov.u32 	%r3078, 1;
+	mov.u32 	%r3079, -1;
+	shfl.sync.bfly.b32 	%r3080|%p937, %r4046, %r3078, %r3077, %r3079;
+	or.b32  	%r1043, %r3080, %r4046;
+	setp.eq.s32 	%p938, %r1043, 0;
+	mov.u32 	%r4057, %r4056;
+	mov.u32 	%r4058, %r4056;
+	mov.u32 	%r4059, %r4056;
+	@%p938 bra 	$L__BB11_1046;
+	ld.v4.u32 	{%r4056, %r4057, %r4058, %r4059}, [%rd480+8192];
+$L__BB11_1046:
+	shfl.sync.bfly.b32 	%r3092|%p939, %r4047, %r3078, %r3077, %r3079;
+	or.b32  	%r1052, %r3092, %r4047;
+	setp.eq.s32 	%p940, %r1052, 0;
+	mov.u32 	%r3088, 0;
+	mov.u32 	%r4060, %r3088;
+	mov.u32 	%r4061, %r3088;
+	mov.u32 	%r4062, %r3088;
+	mov.u32 	%r4063, %r3088;
+	@%p940 bra 	$L__BB11_1048;
+	ld.v4.u32 	{%r4060, %r4061, %r4062, %r4063}, [%rd480+12288];
+$L__BB11_1048:
+	cvt.u32.u64 	%r3635, %rd5;
+	setp.lt.u32 	%p941, %r3635, 16;
+	mov.u32 	%r3118, 16;
+	setp.lt.u32 	%p942, %r3635, 4;
+	mov.u32 	%r3119, 4;
+	setp.lt.u32 	%p943, %r3635, 2;
+	mov.u32 	%r3120, 2;
+	setp.lt.u32 	%p944, %r3635, 8;
+	mov.u32 	%r3121, 8;
+	setp.ne.s32 	%p945, %r3635, 31;
+	setp.eq.s32 	%p946, %r3635, 0;
+	popc.b32 	%r3123, %r4047;
+	cvt.u64.u32 	%rd1830, %r3123;
+	shl.b64 	%rd1831, %rd1830, 48;
+	popc.b32 	%r3124, %r4045;
+	shl.b32 	%r3125, %r3124, 16;
+	popc.b32 	%r3126, %r4044;
+	or.b32  	%r3127, %r3125, %r3126;
+	cvt.u64.u32 	%rd1832, %r3127;
+	popc.b32 	%r3128, %r4046;
+	cvt.u64.u32 	%rd1833, %r3128;
+	bfi.b64 	%rd1834, %rd1833, %rd1832, 32, 32;
+	or.b64  	%rd1820, %rd1831, %rd1834;
+	// begin inline asm
+	mov.b64 {%r3097,%r3098}, %rd1820;
+	// end inline asm
+	mov.u32 	%r3129, 1;
+	mov.u32 	%r3130, -1;
+	shfl.sync.up.b32 	%r3100|%p947, %r3098, %r3129, %r3088, %r3130;
+	shfl.sync.up.b32 	%r3099|%p948, %r3097, %r3129, %r3088, %r3130;
+	// begin inline asm
+	mov.b64 %rd1821, {%r3099,%r3100};
+	// end inline asm
+	selp.b64 	%rd1835, 0, %rd1821, %p946;
+	add.s64 	%rd1822, %rd1835, %rd1820;
+	// begin inline asm
+	mov.b64 {%r3101,%r3102}, %rd1822;
+	// end inline asm
+	shfl.sync.up.b32 	%r3104|%p949, %r3102, %r3120, %r3088, %r3130;
+	shfl.sync.up.b32 	%r3103|%p950, %r3101, %r3120, %r3088, %r3130;
+	// begin inline asm
+	mov.b64 %rd1823, {%r3103,%r3104};
+	// end inline asm
+	selp.b64 	%rd1836, 0, %rd1823, %p943;
+	add.s64 	%rd1824, %rd1836, %rd1822;
+	// begin inline asm
+	mov.b64 {%r3105,%r3106}, %rd1824;
+	// end inline asm
+	shfl.sync.up.b32 	%r3108|%p951, %r3106, %r3119, %r3088, %r3130;
+	shfl.sync.up.b32 	%r3107|%p952, %r3105, %r3119, %r3088, %r3130;
+	// begin inline asm
+	mov.b64 %rd1825, {%r3107,%r3108};
+	// end inline asm
+	selp.b64 	%rd1837, 0, %rd1825, %p942;
+	add.s64 	%rd1826, %rd1837, %rd1824;
+	// begin inline asm
+	mov.b64 {%r3109,%r3110}, %rd1826;
+	// end inline asm
+	shfl.sync.up.b32 	%r3112|%p953, %r3110, %r3121, %r3088, %r3130;
+	shfl.sync.up.b32 	%r3111|%p954, %r3109, %r3121, %r3088, %r3130;
+	// begin inline asm
+	mov.b64 %rd1827, {%r3111,%r3112};
+	// end inline asm
+	selp.b64 	%rd1838, 0, %rd1827, %p944;
+	add.s64 	%rd1828, %rd1838, %rd1826;
+	// begin inline asm
+	mov.b64 {%r3113,%r3114}, %rd1828;
+	// end inline asm
+	shfl.sync.up.b32 	%r3116|%p955, %r3114, %r3118, %r3088, %r3130;
+	shfl.sync.up.b32 	%r3115|%p956, %r3113, %r3118, %r3088, %r3130;
+	// begin inline asm
+	mov.b64 %rd1829, {%r3115,%r3116};
+	// end inline asm
+	selp.b64 	%rd1839, 0, %rd1829, %p941;
+	add.s64 	%rd482, %rd1839, %rd1828;
+	@%p945 bra 	$L__BB11_1050;
+	st.shared.u64 	[%r6], %rd482;
+$L__BB11_1050:
+	setp.ne.s32 	%p957, %r2, 0;
+	bar.sync 	0;
+	@%p957 bra 	$L__BB11_1055;
+	cvt.u32.u64 	%r3636, %rd5;
+	setp.gt.u32 	%p958, %r3636, 7;
+	mov.u64 	%rd2083, 0;
+	@%p958 bra 	$L__BB11_1053;
+	ld.shared.u64 	%rd2083, [%r7];
+$L__BB11_1053:
+	cvt.u32.u64 	%r3647, %rd5;
+	setp.lt.u32 	%p1052, %r3647, 16;
+	setp.lt.u32 	%p1051, %r3647, 8;
+	setp.lt.u32 	%p1050, %r3647, 4;
+	setp.lt.u32 	%p1049, %r3647, 2;
+	setp.eq.s32 	%p1048, %r3647, 0;
+	mov.u32 	%r3153, 16;
+	mov.u32 	%r3154, 4;
+	mov.u32 	%r3155, 2;
+	mov.u32 	%r3156, 8;
+	mov.u32 	%r3157, 0;
+	// begin inline asm
+	mov.b64 {%r3132,%r3133}, %rd2083;
+	// end inline asm
+	mov.u32 	%r3158, 1;
+	mov.u32 	%r3159, -1;
+	shfl.sync.up.b32 	%r3135|%p965, %r3133, %r3158, %r3157, %r3159;
+	shfl.sync.up.b32 	%r3134|%p966, %r3132, %r3158, %r3157, %r3159;
+	// begin inline asm
+	mov.b64 %rd1842, {%r3134,%r3135};
+	// end inline asm
+	selp.b64 	%rd1851, 0, %rd1842, %p1048;
+	add.s64 	%rd1843, %rd1851, %rd2083;
+	// begin inline asm
+	mov.b64 {%r3136,%r3137}, %rd1843;
+	// end inline asm
+	shfl.sync.up.b32 	%r3139|%p967, %r3137, %r3155, %r3157, %r3159;
+	shfl.sync.up.b32 	%r3138|%p968, %r3136, %r3155, %r3157, %r3159;
+	// begin inline asm
+	mov.b64 %rd1844, {%r3138,%r3139};
+	// end inline asm
+	selp.b64 	%rd1852, 0, %rd1844, %p1049;
+	add.s64 	%rd1845, %rd1852, %rd1843;
+	// begin inline asm
+	mov.b64 {%r3140,%r3141}, %rd1845;
+	// end inline asm
+	shfl.sync.up.b32 	%r3143|%p969, %r3141, %r3154, %r3157, %r3159;
+	shfl.sync.up.b32 	%r3142|%p970, %r3140, %r3154, %r3157, %r3159;
+	// begin inline asm
+	mov.b64 %rd1846, {%r3142,%r3143};
+	// end inline asm
+	selp.b64 	%rd1853, 0, %rd1846, %p1050;
+	add.s64 	%rd1847, %rd1853, %rd1845;
+	// begin inline asm
+	mov.b64 {%r3144,%r3145}, %rd1847;
+	// end inline asm
+	shfl.sync.up.b32 	%r3147|%p971, %r3145, %r3156, %r3157, %r3159;
+	shfl.sync.up.b32 	%r3146|%p972, %r3144, %r3156, %r3157, %r3159;
+	// begin inline asm
+	mov.b64 %rd1848, {%r3146,%r3147};
+	// end inline asm
+	selp.b64 	%rd1854, 0, %rd1848, %p1051;
+	add.s64 	%rd1849, %rd1854, %rd1847;
+	// begin inline asm
+	mov.b64 {%r3148,%r3149}, %rd1849;
+	// end inline asm
+	shfl.sync.up.b32 	%r3151|%p973, %r3149, %r3153, %r3157, %r3159;
+	shfl.sync.up.b32 	%r3150|%p974, %r3148, %r3153, %r3157, %r3159;
+	// begin inline asm
+	mov.b64 %rd1850, {%r3150,%r3151};
+	// end inline asm
+	selp.b64 	%rd1855, 0, %rd1850, %p1052;
+	add.s64 	%rd485, %rd1855, %rd1849;
+	@%p958 bra 	$L__BB11_1055;
+	st.shared.u64 	[%r7], %rd485;
+$L__BB11_1055:
+	setp.eq.s32 	%p975, %r2, 0;
+	bar.sync 	0;
+	mov.u64 	%rd2085, 0;
+	mov.u64 	%rd2084, %rd2085;
+	@%p975 bra 	$L__BB11_1057;
+	ld.shared.u64 	%rd2084, [%r6+-8];
+$L__BB11_1057:
+	ld.shared.u64 	%rd488, [_ZZ14ws_delta_applyE3red+56];
+	bar.sync 	0;
+	sub.s64 	%rd1858, %rd482, %rd1820;
+	add.s64 	%rd489, %rd1858, %rd2084;
+	cvt.u32.u64 	%r3160, %rd489;
+	and.b32  	%r3161, %r3160, 65535;
+	add.s32 	%r1061, %r3161, %r4043;
+	and.b32  	%r1062, %r4044, 1;
+	setp.eq.s32 	%p976, %r1062, 0;
+	@%p976 bra 	$L__BB11_1059;
+	mul.wide.u32 	%rd1859, %r1061, 8;
+	add.s64 	%rd1860, %rd474, %rd1859;
+	add.s64 	%rd1861, %rd285, %rd1860;
+	ld.u64 	%rd2085, [%rd1861];
+$L__BB11_1059:
+	and.b32  	%r1063, %r4044, 2;
+	setp.eq.s32 	%p977, %r1063, 0;
+	mov.u64 	%rd2086, 0;
+	@%p977 bra 	$L__BB11_1061;
+	popc.b32 	%r3162, %r1062;
+	add.s32 	%r3163, %r1061, %r3162;
+	mul.wide.u32 	%rd1863, %r3163, 8;
+	add.s64 	%rd1864, %rd474, %rd1863;
+	add.s64 	%rd1865, %rd285, %rd1864;
+	ld.u64 	%rd2086, [%rd1865];
+$L__BB11_1061:
+	shr.u64 	%rd1866, %rd2085, 32;
+	cvt.u32.u64 	%r3164, %rd1866;
+	selp.b32 	%r1064, %r4049, %r3164, %p976;
+	cvt.u32.u64 	%r3165, %rd2085;
+	selp.b32 	%r1065, %r4048, %r3165, %p976;
+	shr.u64 	%rd1867, %rd2086, 32;
+	cvt.u32.u64 	%r3166, %rd1867;
+	selp.b32 	%r1066, %r4051, %r3166, %p977;
+	cvt.u32.u64 	%r3167, %rd2086;
+	selp.b32 	%r1067, %r4050, %r3167, %p977;
+	@%p934 bra 	$L__BB11_1063;
+	st.v4.u32 	[%rd480], {%r1065, %r1064, %r1067, %r1066};
+$L__BB11_1063:
+	cvt.u32.u64 	%r3168, %rd488;
+	and.b32  	%r3169, %r3168, 65535;
+	add.s32 	%r1068, %r3169, %r4043;
+	shr.u32 	%r3171, %r3160, 16;
+	add.s32 	%r1069, %r3171, %r1068;
+	and.b32  	%r1070, %r4045, 1;
+	setp.eq.s32 	%p981, %r1070, 0;
+	mov.u64 	%rd2088, 0;
+	mov.u64 	%rd2087, %rd2088;
+	@%p981 bra 	$L__BB11_1065;
+	mul.wide.u32 	%rd1869, %r1069, 8;
+	add.s64 	%rd1870, %rd474, %rd1869;
+	add.s64 	%rd1871, %rd285, %rd1870;
+	ld.u64 	%rd2087, [%rd1871];
+$L__BB11_1065:
+	and.b32  	%r1071, %r4045, 2;
+	setp.eq.s32 	%p982, %r1071, 0;
+	@%p982 bra 	$L__BB11_1067;
+	popc.b32 	%r3172, %r1070;
+	add.s32 	%r3173, %r1069, %r3172;
+	mul.wide.u32 	%rd1873, %r3173, 8;
+	add.s64 	%rd1874, %rd474, %rd1873;
+	add.s64 	%rd1875, %rd285, %rd1874;
+	ld.u64 	%rd2088, [%rd1875];
+$L__BB11_1067:
+	shr.u64 	%rd1876, %rd2087, 32;
+	cvt.u32.u64 	%r3174, %rd1876;
+	selp.b32 	%r1072, %r4053, %r3174, %p981;
+	cvt.u32.u64 	%r3175, %rd2087;
+	selp.b32 	%r1073, %r4052, %r3175, %p981;
+	shr.u64 	%rd1877, %rd2088, 32;
+	cvt.u32.u64 	%r3176, %rd1877;
+	selp.b32 	%r1074, %r4055, %r3176, %p982;
+	cvt.u32.u64 	%r3177, %rd2088;
+	selp.b32 	%r1075, %r4054, %r3177, %p982;
+	@%p936 bra 	$L__BB11_1069;
+	st.v4.u32 	[%rd480+4096], {%r1073, %r1072, %r1075, %r1074};
+$L__BB11_1069:
+	shr.u32 	%r3179, %r3168, 16;
+	add.s32 	%r1076, %r3179, %r1068;
+	shr.u64 	%rd1879, %rd489, 32;
+	cvt.u32.u64 	%r3180, %rd1879;
+	and.b32  	%r3181, %r3180, 65535;
+	add.s32 	%r1077, %r3181, %r1076;
+	and.b32  	%r1078, %r4046, 1;
+	setp.eq.s32 	%p986, %r1078, 0;
+	mov.u64 	%rd2090, 0;
+	mov.u64 	%rd2089, %rd2090;
+	@%p986 bra 	$L__BB11_1071;
+	mul.wide.u32 	%rd1880, %r1077, 8;
+	add.s64 	%rd1881, %rd474, %rd1880;
+	add.s64 	%rd1882, %rd285, %rd1881;
+	ld.u64 	%rd2089, [%rd1882];
+$L__BB11_1071:
+	and.b32  	%r1079, %r4046, 2;
+	setp.eq.s32 	%p987, %r1079, 0;
+	@%p987 bra 	$L__BB11_1073;
+	popc.b32 	%r3182, %r1078;
+	add.s32 	%r3183, %r1077, %r3182;
+	mul.wide.u32 	%rd1884, %r3183, 8;
+	add.s64 	%rd1885, %rd474, %rd1884;
+	add.s64 	%rd1886, %rd285, %rd1885;
+	ld.u64 	%rd2090, [%rd1886];
+$L__BB11_1073:
+	shr.u64 	%rd1887, %rd2089, 32;
+	cvt.u32.u64 	%r3184, %rd1887;
+	selp.b32 	%r1080, %r4057, %r3184, %p986;
+	cvt.u32.u64 	%r3185, %rd2089;
+	selp.b32 	%r1081, %r4056, %r3185, %p986;
+	shr.u64 	%rd1888, %rd2090, 32;
+	cvt.u32.u64 	%r3186, %rd1888;
+	selp.b32 	%r1082, %r4059, %r3186, %p987;
+	cvt.u32.u64 	%r3187, %rd2090;
+	selp.b32 	%r1083, %r4058, %r3187, %p987;
+	@%p938 bra 	$L__BB11_1075;
+	st.v4.u32 	[%rd480+8192], {%r1081, %r1080, %r1083, %r1082};
+$L__BB11_1075:
+	shr.u64 	%rd1890, %rd488, 32;
+	cvt.u32.u64 	%r3188, %rd1890;
+	and.b32  	%r3189, %r3188, 65535;
+	add.s32 	%r1084, %r3189, %r1076;
+	shr.u64 	%rd1891, %rd489, 48;
+	cvt.u32.u64 	%r3190, %rd1891;
+	add.s32 	%r1085, %r1084, %r3190;
+	and.b32  	%r1086, %r4047, 1;
+	setp.eq.s32 	%p991, %r1086, 0;
+	mov.u64 	%rd2092, 0;
+	mov.u64 	%rd2091, %rd2092;
+	@%p991 bra 	$L__BB11_1077;
+	mul.wide.u32 	%rd1892, %r1085, 8;
+	add.s64 	%rd1893, %rd474, %rd1892;
+	add.s64 	%rd1894, %rd285, %rd1893;
+	ld.u64 	%rd2091, [%rd1894];
+$L__BB11_1077:
+	and.b32  	%r1087, %r4047, 2;
+	setp.eq.s32 	%p992, %r1087, 0;
+	@%p992 bra 	$L__BB11_1079;
+	popc.b32 	%r3191, %r1086;
+	add.s32 	%r3192, %r1085, %r3191;
+	mul.wide.u32 	%rd1896, %r3192, 8;
+	add.s64 	%rd1897, %rd474, %rd1896;
+	add.s64 	%rd1898, %rd285, %rd1897;
+	ld.u64 	%rd2092, [%rd1898];
+$L__BB11_1079:
+	shr.u64 	%rd1899, %rd2091, 32;
+	cvt.u32.u64 	%r3193, %rd1899;
+	selp.b32 	%r1088, %r4061, %r3193, %p991;
+	cvt.u32.u64 	%r3194, %rd2091;
+	selp.b32 	%r1089, %r4060, %r3194, %p991;
+	shr.u64 	%rd1900, %rd2092, 32;
+	cvt.u32.u64 	%r3195, %rd1900;
+	selp.b32 	%r1090, %r4063, %r3195, %p992;
+	cvt.u32.u64 	%r3196, %rd2092;
+	selp.b32 	%r1091, %r4062, %r3196, %p992;
+	@%p940 bra 	$L__BB11_1081;
+	st.v4.u32 	[%rd480+12288], {%r1089, %r1088, %r1091, %r1090};
+$L__BB11_1081:
+	shr.u64 	%rd1901, %rd488, 48;
+	cvt.u32.u64 	%r3197, %rd1901;
+	add.s32 	%r4043, %r1084, %r3197;
+	add.s64 	%rd2082, %rd2082, 1024;
+	setp.lt.u64 	%p996, %rd2082, %rd422;
+	@%p996 bra 	$L__BB11_1032;
+	bra.uni 	$L__BB11_1123;
+$L__BB11_493:
+	mov.u32 	%r1585, _ZZ14ws_delta_applyE4coop;
+	add.s32 	%r1586, %r1585, %r3835;
+	ld.shared.u8 	%rs74, [%r1586];
+	setp.eq.s16 	%p381, %rs74, 0;
+	@%p381 bra 	$L__BB11_1123;
+	ld.param.u64 	%rd1960, [%rd588+8];
+	ld.param.u64 	%rd1959, [%rd588+24];
+	cvt.u64.u32 	%rd1091, %r3835;
+	add.s64 	%rd1092, %rd1978, %rd1091;
+	cvta.to.global.u64 	%rd1093, %rd1959;
+	shr.u64 	%rd1094, %rd1092, 6;
+	and.b64  	%rd1095, %rd1094, 288230376151711740;
+	add.s64 	%rd1096, %rd1093, %rd1095;
+	ld.global.u32 	%r1587, [%rd1096];
+	cvt.u64.u32 	%rd282, %r1587;
+	cvta.to.global.u64 	%rd1097, %rd1960;
+	mul.wide.u32 	%rd1098, %r1587, 64;
+	add.s64 	%rd1099, %rd1097, %rd1098;
+	ld.global.v2.u32 	{%r1588, %r1589}, [%rd1099+16];
+	ld.global.u64 	%rd1100, [%rd1099+8];
+	shl.b64 	%rd1101, %rd1100, 8;
+	sub.s64 	%rd1102, %rd1092, %rd1101;
+	and.b64  	%rd1103, %rd1102, -256;
+	and.b64  	%rd1104, %rd1092, 255;
+	or.b64  	%rd283, %rd1103, %rd1104;
+	cvt.u64.u32 	%rd1105, %r1588;
+	setp.ge.u64 	%p382, %rd283, %rd1105;
+	ld.global.u64 	%rd1106, [%rd1099+24];
+	setp.ne.s64 	%p383, %rd1106, -1;
+	or.pred  	%p384, %p383, %p382;
+	@%p384 bra 	$L__BB11_1123;
+	ld.param.u64 	%rd1961, [%rd588];
+	cvta.to.global.u64 	%rd1107, %rd1961;
+	mul.lo.s64 	%rd1108, %rd282, 40;
+	add.s64 	%rd284, %rd1107, %rd1108;
+	ld.global.v2.u32 	{%r1590, %r1591}, [%rd284+32];
+	ld.global.u64 	%rd285, [%rd284];
+	shl.b64 	%rd1109, %rd283, 4;
+	add.s64 	%rd1110, %rd285, %rd1109;
+	add.s64 	%rd286, %rd1110, 44;
+	ld.u8 	%rs18, [%rd1110+44];
+	setp.eq.s16 	%p385, %rs18, 0;
+	@%p385 bra 	$L__BB11_1123;
+	ld.global.u64 	%rd287, [%rd284+8];
+	mov.u64 	%rd2043, 0;
+	cvt.u64.u32 	%rd1113, %r1589;
+	mul.lo.s64 	%rd288, %rd283, %rd1113;
+	ld.global.u64 	%rd1114, [%rd284+24];
+	sub.s64 	%rd1115, %rd1114, %rd288;
+	min.u64 	%rd289, %rd1115, %rd1113;
+	ld.u64 	%rd290, [%rd286+-12];
+	setp.eq.s32 	%p386, %r1591, 0;
+	mov.u64 	%rd2041, %rd2043;
+	mov.u64 	%rd2042, %rd2043;
+	@%p386 bra 	$L__BB11_498;
+	ld.param.u64 	%rd1962, [%rd588+40];
+	add.s32 	%r1592, %r1591, -1;
+	cvta.to.global.u64 	%rd1116, %rd1962;
+	mul.wide.u32 	%rd1117, %r1592, 64;
+	add.s64 	%rd2041, %rd1116, %rd1117;
+	add.s64 	%rd2042, %rd1962, %rd1117;
+$L__BB11_498:
+	setp.ne.s64 	%p387, %rd2042, 0;
+	@%p387 bra 	$L__BB11_500;
+	cvt.u64.u32 	%rd1119, %r1590;
+	mul.lo.s64 	%rd1120, %rd288, %rd1119;
+	add.s64 	%rd2043, %rd287, %rd1120;
+$L__BB11_500:
+	add.s64 	%rd297, %rd285, %rd290;
+	setp.eq.s64 	%p388, %rd2042, 0;
+	@%p388 bra 	$L__BB11_653;
+	setp.eq.s16 	%p389, %rs18, 1;
+	@%p389 bra 	$L__BB11_580;
+	bra.uni 	$L__BB11_502;
+$L__BB11_580:
+	setp.le.u64 	%p454, %rd289, %rd4;
+	@%p454 bra 	$L__BB11_1123;
+	cvt.u64.u32 	%rd350, %r1590;
+	add.s32 	%r1727, %r1590, -1;
+	cvt.u64.u32 	%rd351, %r1727;
+	and.b32  	%r401, %r1590, 3;
+	sub.s32 	%r402, %r1590, %r401;
+	mov.u64 	%rd2056, %rd4;
+$L__BB11_582:
+	add.s64 	%rd353, %rd2056, %rd288;
+	mul.lo.s64 	%rd1192, %rd2056, %rd350;
+	add.s64 	%rd354, %rd297, %rd1192;
+	and.b64  	%rd1193, %rd354, %rd351;
+	setp.eq.s64 	%p455, %rd1193, 0;
+	@%p455 bra 	$L__BB11_591;
+	setp.eq.s32 	%p456, %r1590, 0;
+	mov.u64 	%rd2060, 0;
+	@%p456 bra 	$L__BB11_598;
+	cvt.u32.u64 	%r1729, %rd351;
+	setp.lt.u32 	%p457, %r1729, 3;
+	mov.u64 	%rd2060, 0;
+	mov.u32 	%r3851, 0;
+	@%p457 bra 	$L__BB11_587;
+	mov.u64 	%rd2060, 0;
+	mov.u32 	%r3851, 0;
+	mov.u32 	%r3850, %r402;
+$L__BB11_586:
+	cvt.u64.u32 	%rd1198, %r3851;
+	add.s64 	%rd1199, %rd354, %rd1198;
+	ld.u8 	%rd1200, [%rd1199];
+	shl.b32 	%r1731, %r3851, 3;
+	shl.b64 	%rd1201, %rd1200, %r1731;
+	or.b64  	%rd1202, %rd1201, %rd2060;
+	ld.u8 	%rd1203, [%rd1199+1];
+	add.s32 	%r1732, %r1731, 8;
+	shl.b64 	%rd1204, %rd1203, %r1732;
+	or.b64  	%rd1205, %rd1204, %rd1202;
+	ld.u8 	%rd1206, [%rd1199+2];
+	add.s32 	%r1733, %r1731, 16;
+	shl.b64 	%rd1207, %rd1206, %r1733;
+	or.b64  	%rd1208, %rd1207, %rd1205;
+	ld.u8 	%rd1209, [%rd1199+3];
+	add.s32 	%r1734, %r1731, 24;
+	shl.b64 	%rd1210, %rd1209, %r1734;
+	or.b64  	%rd2060, %rd1210, %rd1208;
+	add.s32 	%r3851, %r3851, 4;
+	add.s32 	%r3850, %r3850, -4;
+	setp.ne.s32 	%p458, %r3850, 0;
+	@%p458 bra 	$L__BB11_586;
+$L__BB11_587:
+	setp.eq.s32 	%p459, %r401, 0;
+	@%p459 bra 	$L__BB11_598;
+	setp.eq.s32 	%p460, %r401, 1;
+	cvt.u64.u32 	%rd1211, %r3851;
+	add.s64 	%rd359, %rd354, %rd1211;
+	ld.u8 	%rd1212, [%rd359];
+	shl.b32 	%r1735, %r3851, 3;
+	shl.b64 	%rd1213, %rd1212, %r1735;
+	or.b64  	%rd2060, %rd1213, %rd2060;
+	@%p460 bra 	$L__BB11_598;
+	setp.eq.s32 	%p461, %r401, 2;
+	ld.u8 	%rd1214, [%rd359+1];
+	add.s32 	%r1737, %r1735, 8;
+	shl.b64 	%rd1215, %rd1214, %r1737;
+	or.b64  	%rd2060, %rd1215, %rd2060;
+	@%p461 bra 	$L__BB11_598;
+	ld.u8 	%rd1216, [%rd359+2];
+	add.s32 	%r1739, %r1735, 16;
+	shl.b64 	%rd1217, %rd1216, %r1739;
+	or.b64  	%rd2060, %rd1217, %rd2060;
+	bra.uni 	$L__BB11_598;
+$L__BB11_591:
+	setp.eq.s32 	%p462, %r1590, 1;
+	@%p462 bra 	$L__BB11_596;
+	setp.eq.s32 	%p463, %r1590, 2;
+	@%p463 bra 	$L__BB11_595;
+	setp.ne.s32 	%p464, %r1590, 4;
+	@%p464 bra 	$L__BB11_597;
+	ld.u32 	%rd2060, [%rd354];
+	bra.uni 	$L__BB11_598;
 $L__BB11_595:
-	shr.u64 	%rd380, %rd345, 4;
-	or.b64  	%rd1180, %rd7, 96;
-	setp.ge.u64 	%p419, %rd1180, %rd380;
-	mov.u64 	%rd1329, %rd7;
-	@%p419 bra 	$L__BB11_603;
-	cvt.u64.u32 	%rd1329, %r217;
-	mov.u64 	%rd1182, -97;
-	sub.s64 	%rd1183, %rd1182, %rd1329;
-	add.s64 	%rd383, %rd1183, %rd380;
-	shr.u64 	%rd1184, %rd383, 7;
-	add.s64 	%rd1185, %rd1184, 1;
-	and.b64  	%rd384, %rd1185, 3;
-	setp.eq.s64 	%p420, %rd384, 0;
-	or.b64  	%rd1327, %rd1329, 96;
-	@%p420 bra 	$L__BB11_600;
-	cvt.u64.u32 	%rd1186, %r217;
-	shl.b32 	%r904, %r1, 4;
-	cvt.u64.u32 	%rd1187, %r904;
-	and.b64  	%rd1188, %rd1187, 496;
-	add.s64 	%rd386, %rd17, %rd1188;
-	ld.v4.u32 	{%r905, %r906, %r907, %r908}, [%rd386+512];
-	ld.v4.u32 	{%r913, %r914, %r915, %r916}, [%rd386+1024];
-	ld.v4.u32 	{%r921, %r922, %r923, %r924}, [%rd386+1536];
-	add.s64 	%rd387, %rd18, %rd1188;
-	ld.v4.u32 	{%r929, %r930, %r931, %r932}, [%rd386];
-	st.v4.u32 	[%rd387], {%r929, %r930, %r931, %r932};
-	st.v4.u32 	[%rd387+512], {%r905, %r906, %r907, %r908};
-	st.v4.u32 	[%rd387+1024], {%r913, %r914, %r915, %r916};
-	st.v4.u32 	[%rd387+1536], {%r921, %r922, %r923, %r924};
-	or.b64  	%rd1327, %rd1186, 224;
-	or.b64  	%rd1329, %rd1186, 128;
-	setp.eq.s64 	%p421, %rd384, 1;
-	@%p421 bra 	$L__BB11_600;
-	ld.v4.u32 	{%r937, %r938, %r939, %r940}, [%rd386+2560];
-	ld.v4.u32 	{%r945, %r946, %r947, %r948}, [%rd386+3072];
-	ld.v4.u32 	{%r953, %r954, %r955, %r956}, [%rd386+3584];
-	ld.v4.u32 	{%r961, %r962, %r963, %r964}, [%rd386+2048];
-	st.v4.u32 	[%rd387+2048], {%r961, %r962, %r963, %r964};
-	st.v4.u32 	[%rd387+2560], {%r937, %r938, %r939, %r940};
-	st.v4.u32 	[%rd387+3072], {%r945, %r946, %r947, %r948};
-	st.v4.u32 	[%rd387+3584], {%r953, %r954, %r955, %r956};
-	or.b64  	%rd1327, %rd1186, 352;
-	or.b64  	%rd1329, %rd1186, 256;
-	setp.eq.s64 	%p422, %rd384, 2;
-	@%p422 bra 	$L__BB11_600;
-	ld.v4.u32 	{%r971, %r972, %r973, %r974}, [%rd386+4608];
-	ld.v4.u32 	{%r979, %r980, %r981, %r982}, [%rd386+5120];
-	ld.v4.u32 	{%r987, %r988, %r989, %r990}, [%rd386+5632];
-	ld.v4.u32 	{%r995, %r996, %r997, %r998}, [%rd386+4096];
-	st.v4.u32 	[%rd387+4096], {%r995, %r996, %r997, %r998};
-	st.v4.u32 	[%rd387+4608], {%r971, %r972, %r973, %r974};
-	st.v4.u32 	[%rd387+5120], {%r979, %r980, %r981, %r982};
-	st.v4.u32 	[%rd387+5632], {%r987, %r988, %r989, %r990};
-	or.b64  	%rd1327, %rd1186, 480;
-	or.b64  	%rd1329, %rd1186, 384;
+	ld.u16 	%rd2060, [%rd354];
+	bra.uni 	$L__BB11_598;
+$L__BB11_596:
+	ld.u8 	%rd2060, [%rd354];
+	bra.uni 	$L__BB11_598;
+$L__BB11_597:
+	ld.u64 	%rd2060, [%rd354];
+$L__BB11_598:
+	ld.global.u64 	%rd369, [%rd2041+8];
+	or.b64  	%rd1218, %rd353, %rd369;
+	and.b64  	%rd1219, %rd1218, -4294967296;
+	setp.eq.s64 	%p465, %rd1219, 0;
+	@%p465 bra 	$L__BB11_600;
+	div.u64 	%rd2064, %rd353, %rd369;
+	mul.lo.s64 	%rd1220, %rd2064, %rd369;
+	sub.s64 	%rd2062, %rd353, %rd1220;
+	bra.uni 	$L__BB11_601;
 $L__BB11_600:
-	setp.lt.u64 	%p423, %rd383, 384;
-	@%p423 bra 	$L__BB11_603;
-	mov.u64 	%rd1331, %rd1329;
-$L__BB11_602:
-	shl.b64 	%rd1191, %rd1331, 4;
-	add.s64 	%rd1192, %rd17, %rd1191;
-	ld.v4.u32 	{%r1005, %r1006, %r1007, %r1008}, [%rd1192+512];
-	ld.v4.u32 	{%r1013, %r1014, %r1015, %r1016}, [%rd1192+1024];
-	shl.b64 	%rd1193, %rd1327, 4;
-	add.s64 	%rd1194, %rd17, %rd1193;
-	ld.v4.u32 	{%r1021, %r1022, %r1023, %r1024}, [%rd1194];
-	add.s64 	%rd1195, %rd18, %rd1191;
-	ld.v4.u32 	{%r1029, %r1030, %r1031, %r1032}, [%rd1192];
-	st.v4.u32 	[%rd1195], {%r1029, %r1030, %r1031, %r1032};
-	st.v4.u32 	[%rd1195+512], {%r1005, %r1006, %r1007, %r1008};
-	st.v4.u32 	[%rd1195+1024], {%r1013, %r1014, %r1015, %r1016};
-	add.s64 	%rd1196, %rd18, %rd1193;
-	st.v4.u32 	[%rd1196], {%r1021, %r1022, %r1023, %r1024};
-	ld.v4.u32 	{%r1037, %r1038, %r1039, %r1040}, [%rd1192+2560];
-	ld.v4.u32 	{%r1045, %r1046, %r1047, %r1048}, [%rd1192+3072];
-	ld.v4.u32 	{%r1053, %r1054, %r1055, %r1056}, [%rd1192+3584];
-	ld.v4.u32 	{%r1061, %r1062, %r1063, %r1064}, [%rd1192+2048];
-	st.v4.u32 	[%rd1195+2048], {%r1061, %r1062, %r1063, %r1064};
-	st.v4.u32 	[%rd1195+2560], {%r1037, %r1038, %r1039, %r1040};
-	st.v4.u32 	[%rd1195+3072], {%r1045, %r1046, %r1047, %r1048};
-	st.v4.u32 	[%rd1195+3584], {%r1053, %r1054, %r1055, %r1056};
-	ld.v4.u32 	{%r1069, %r1070, %r1071, %r1072}, [%rd1192+4608];
-	ld.v4.u32 	{%r1077, %r1078, %r1079, %r1080}, [%rd1192+5120];
-	ld.v4.u32 	{%r1085, %r1086, %r1087, %r1088}, [%rd1192+5632];
-	ld.v4.u32 	{%r1093, %r1094, %r1095, %r1096}, [%rd1192+4096];
-	st.v4.u32 	[%rd1195+4096], {%r1093, %r1094, %r1095, %r1096};
-	st.v4.u32 	[%rd1195+4608], {%r1069, %r1070, %r1071, %r1072};
-	st.v4.u32 	[%rd1195+5120], {%r1077, %r1078, %r1079, %r1080};
-	st.v4.u32 	[%rd1195+5632], {%r1085, %r1086, %r1087, %r1088};
-	ld.v4.u32 	{%r1101, %r1102, %r1103, %r1104}, [%rd1192+6656];
-	ld.v4.u32 	{%r1109, %r1110, %r1111, %r1112}, [%rd1192+7168];
-	ld.v4.u32 	{%r1117, %r1118, %r1119, %r1120}, [%rd1192+7680];
-	ld.v4.u32 	{%r1125, %r1126, %r1127, %r1128}, [%rd1192+6144];
-	st.v4.u32 	[%rd1195+6144], {%r1125, %r1126, %r1127, %r1128};
-	st.v4.u32 	[%rd1195+6656], {%r1101, %r1102, %r1103, %r1104};
-	st.v4.u32 	[%rd1195+7168], {%r1109, %r1110, %r1111, %r1112};
-	st.v4.u32 	[%rd1195+7680], {%r1117, %r1118, %r1119, %r1120};
-	add.s64 	%rd1329, %rd1331, 512;
-	add.s64 	%rd1327, %rd1331, 608;
-	setp.lt.u64 	%p424, %rd1327, %rd380;
-	mov.u64 	%rd1331, %rd1329;
-	@%p424 bra 	$L__BB11_602;
-$L__BB11_603:
-	setp.ge.u64 	%p425, %rd1329, %rd380;
-	@%p425 bra 	$L__BB11_610;
-	not.b64 	%rd1197, %rd1329;
-	add.s64 	%rd402, %rd380, %rd1197;
-	shr.u64 	%rd1198, %rd402, 5;
-	add.s64 	%rd1199, %rd1198, 1;
-	and.b64  	%rd403, %rd1199, 3;
-	setp.eq.s64 	%p426, %rd403, 0;
-	mov.u64 	%rd1333, %rd1329;
-	@%p426 bra 	$L__BB11_608;
-	shl.b64 	%rd1200, %rd1329, 4;
-	add.s64 	%rd405, %rd18, %rd1200;
-	add.s64 	%rd404, %rd17, %rd1200;
-	ld.v4.u32 	{%r1133, %r1134, %r1135, %r1136}, [%rd404];
-	st.v4.u32 	[%rd405], {%r1133, %r1134, %r1135, %r1136};
-	add.s64 	%rd1333, %rd1329, 32;
-	setp.eq.s64 	%p427, %rd403, 1;
-	@%p427 bra 	$L__BB11_608;
-	ld.v4.u32 	{%r1141, %r1142, %r1143, %r1144}, [%rd404+512];
-	st.v4.u32 	[%rd405+512], {%r1141, %r1142, %r1143, %r1144};
-	add.s64 	%rd1333, %rd1329, 64;
-	setp.eq.s64 	%p428, %rd403, 2;
-	@%p428 bra 	$L__BB11_608;
-	ld.v4.u32 	{%r1149, %r1150, %r1151, %r1152}, [%rd404+1024];
-	st.v4.u32 	[%rd405+1024], {%r1149, %r1150, %r1151, %r1152};
-	add.s64 	%rd1333, %rd1329, 96;
+	cvt.u32.u64 	%r1740, %rd369;
+	cvt.u32.u64 	%r1741, %rd353;
+	div.u32 	%r1742, %r1741, %r1740;
+	mul.lo.s32 	%r1743, %r1742, %r1740;
+	sub.s32 	%r1744, %r1741, %r1743;
+	cvt.u64.u32 	%rd2064, %r1742;
+	cvt.u64.u32 	%rd2062, %r1744;
+$L__BB11_601:
+	ld.global.u64 	%rd376, [%rd2041+40];
+	setp.lt.s64 	%p466, %rd2062, %rd376;
+	@%p466 bra 	$L__BB11_652;
+	ld.global.u64 	%rd377, [%rd2041+24];
+	add.s64 	%rd1221, %rd377, %rd376;
+	setp.ge.s64 	%p467, %rd2062, %rd1221;
+	@%p467 bra 	$L__BB11_652;
+	ld.global.u64 	%rd378, [%rd2041+48];
+	setp.eq.s64 	%p468, %rd378, 0;
+	@%p468 bra 	$L__BB11_608;
+	or.b64  	%rd1222, %rd2064, %rd378;
+	and.b64  	%rd1223, %rd1222, -4294967296;
+	setp.eq.s64 	%p469, %rd1223, 0;
+	@%p469 bra 	$L__BB11_606;
+	rem.s64 	%rd2063, %rd2064, %rd378;
+	bra.uni 	$L__BB11_607;
+$L__BB11_606:
+	cvt.u32.u64 	%r1745, %rd378;
+	cvt.u32.u64 	%r1746, %rd2064;
+	rem.u32 	%r1747, %r1746, %r1745;
+	cvt.u64.u32 	%rd2063, %r1747;
+$L__BB11_607:
+	shr.u64 	%rd1224, %rd378, 63;
+	add.s64 	%rd1225, %rd378, %rd1224;
+	shr.s64 	%rd1226, %rd1225, 1;
+	shr.u64 	%rd1227, %rd2063, 63;
+	add.s64 	%rd1228, %rd2063, %rd1227;
+	shr.s64 	%rd1229, %rd1228, 1;
+	and.b64  	%rd1230, %rd1228, -2;
+	sub.s64 	%rd1231, %rd2063, %rd1230;
+	mul.lo.s64 	%rd1232, %rd1231, %rd1226;
+	sub.s64 	%rd1233, %rd2064, %rd2063;
+	add.s64 	%rd1234, %rd1233, %rd1229;
+	add.s64 	%rd2064, %rd1234, %rd1232;
 $L__BB11_608:
-	setp.lt.u64 	%p429, %rd402, 96;
-	@%p429 bra 	$L__BB11_610;
-$L__BB11_609:
-	shl.b64 	%rd1201, %rd1333, 4;
-	add.s64 	%rd1202, %rd18, %rd1201;
-	add.s64 	%rd1203, %rd17, %rd1201;
-	ld.v4.u32 	{%r1157, %r1158, %r1159, %r1160}, [%rd1203];
-	st.v4.u32 	[%rd1202], {%r1157, %r1158, %r1159, %r1160};
-	ld.v4.u32 	{%r1165, %r1166, %r1167, %r1168}, [%rd1203+512];
-	st.v4.u32 	[%rd1202+512], {%r1165, %r1166, %r1167, %r1168};
-	ld.v4.u32 	{%r1173, %r1174, %r1175, %r1176}, [%rd1203+1024];
-	st.v4.u32 	[%rd1202+1024], {%r1173, %r1174, %r1175, %r1176};
-	ld.v4.u32 	{%r1181, %r1182, %r1183, %r1184}, [%rd1203+1536];
-	st.v4.u32 	[%rd1202+1536], {%r1181, %r1182, %r1183, %r1184};
-	add.s64 	%rd1333, %rd1333, 128;
-	setp.lt.u64 	%p430, %rd1333, %rd380;
-	@%p430 bra 	$L__BB11_609;
-$L__BB11_610:
-	and.b64  	%rd1335, %rd345, -16;
-$L__BB11_611:
-	add.s64 	%rd414, %rd1335, %rd7;
-	setp.ge.u64 	%p431, %rd414, %rd345;
-	@%p431 bra 	$L__BB11_618;
-	not.b64 	%rd1204, %rd7;
-	add.s64 	%rd1205, %rd345, %rd1204;
-	sub.s64 	%rd415, %rd1205, %rd1335;
-	shr.u64 	%rd1206, %rd415, 5;
-	add.s64 	%rd1207, %rd1206, 1;
-	and.b64  	%rd416, %rd1207, 3;
-	setp.eq.s64 	%p432, %rd416, 0;
-	mov.u64 	%rd1336, %rd414;
-	@%p432 bra 	$L__BB11_616;
-	add.s64 	%rd417, %rd17, %rd414;
-	ld.u8 	%rs2, [%rd417];
-	add.s64 	%rd418, %rd18, %rd414;
-	st.u8 	[%rd418], %rs2;
-	add.s64 	%rd1336, %rd414, 32;
-	setp.eq.s64 	%p433, %rd416, 1;
-	@%p433 bra 	$L__BB11_616;
-	ld.u8 	%rs3, [%rd417+32];
-	st.u8 	[%rd418+32], %rs3;
-	add.s64 	%rd1336, %rd414, 64;
-	setp.eq.s64 	%p434, %rd416, 2;
-	@%p434 bra 	$L__BB11_616;
-	ld.u8 	%rs4, [%rd417+64];
-	st.u8 	[%rd418+64], %rs4;
-	add.s64 	%rd1336, %rd414, 96;
-$L__BB11_616:
-	setp.lt.u64 	%p435, %rd415, 96;
-	@%p435 bra 	$L__BB11_618;
+	ld.global.u64 	%rd1235, [%rd2041+32];
+	sub.s64 	%rd384, %rd2064, %rd1235;
+	setp.lt.s64 	%p470, %rd384, 0;
+	@%p470 bra 	$L__BB11_652;
+	ld.global.u64 	%rd1236, [%rd2041+16];
+	setp.ge.s64 	%p471, %rd384, %rd1236;
+	@%p471 bra 	$L__BB11_652;
+	ld.global.v2.u32 	{%r1748, %r1749}, [%rd2041+56];
+	setp.eq.s32 	%p472, %r1748, %r1749;
+	mov.u64 	%rd2065, %rd351;
+	mov.u64 	%rd2066, %rd350;
+	mov.u32 	%r3856, %r1590;
+	@%p472 bra 	$L__BB11_636;
+	setp.eq.s32 	%p473, %r1748, 1;
+	@%p473 bra 	$L__BB11_622;
+	bra.uni 	$L__BB11_612;
+$L__BB11_622:
+	cvt.u32.u64 	%r3854, %rd2060;
+	bra.uni 	$L__BB11_623;
+$L__BB11_612:
+	setp.eq.s32 	%p474, %r1748, 2;
+	@%p474 bra 	$L__BB11_614;
+	bra.uni 	$L__BB11_613;
+$L__BB11_614:
+	cvt.u16.u64 	%rs84, %rd2060;
+	cvt.u32.u64 	%r1751, %rd2060;
+	shl.b32 	%r1752, %r1751, 16;
+	and.b32  	%r3854, %r1752, -2147483648;
+	shr.u16 	%rs85, %rs84, 10;
+	and.b16  	%rs28, %rs85, 31;
+	and.b16  	%rs29, %rs84, 1023;
+	and.b32  	%r3853, %r1751, 1023;
+	setp.eq.s16 	%p475, %rs28, 31;
+	@%p475 bra 	$L__BB11_621;
+	bra.uni 	$L__BB11_615;
+$L__BB11_621:
+	setp.eq.s16 	%p479, %rs29, 0;
+	shl.b32 	%r1765, %r3853, 13;
+	or.b32  	%r1766, %r1765, 4194304;
+	selp.b32 	%r1767, 0, %r1766, %p479;
+	or.b32  	%r1768, %r3854, %r1767;
+	or.b32  	%r3854, %r1768, 2139095040;
+	bra.uni 	$L__BB11_623;
+$L__BB11_613:
+	cvt.u32.u64 	%r1750, %rd2060;
+	shl.b32 	%r3854, %r1750, 16;
+	bra.uni 	$L__BB11_623;
+$L__BB11_615:
+	setp.eq.s16 	%p476, %rs28, 0;
+	@%p476 bra 	$L__BB11_617;
+	add.s16 	%rs86, %rs28, 112;
+	cvt.u32.u16 	%r1753, %rs86;
+	shl.b32 	%r1754, %r1753, 23;
+	shl.b32 	%r1755, %r3853, 13;
+	or.b32  	%r1756, %r1755, %r3854;
+	or.b32  	%r3854, %r1756, %r1754;
+	bra.uni 	$L__BB11_623;
 $L__BB11_617:
-	add.s64 	%rd1208, %rd17, %rd1336;
-	ld.u8 	%rs5, [%rd1208];
-	add.s64 	%rd1209, %rd18, %rd1336;
-	st.u8 	[%rd1209], %rs5;
-	ld.u8 	%rs6, [%rd1208+32];
-	st.u8 	[%rd1209+32], %rs6;
-	ld.u8 	%rs7, [%rd1208+64];
-	st.u8 	[%rd1209+64], %rs7;
-	ld.u8 	%rs8, [%rd1208+96];
-	st.u8 	[%rd1209+96], %rs8;
-	add.s64 	%rd1336, %rd1336, 128;
-	setp.lt.u64 	%p436, %rd1336, %rd345;
-	@%p436 bra 	$L__BB11_617;
-$L__BB11_618:
-	mov.u32 	%r1189, %nctaid.x;
-	mul.wide.u32 	%rd1210, %r1189, 8;
-	add.s64 	%rd1244, %rd1244, %rd1210;
-	setp.lt.u64 	%p437, %rd1244, %rd2;
-	@%p437 bra 	$L__BB11_2;
+	setp.eq.s16 	%p477, %rs29, 0;
+	@%p477 bra 	$L__BB11_623;
+	mov.u32 	%r3852, 0;
 $L__BB11_619:
+	shl.b32 	%r416, %r3853, 1;
+	add.s32 	%r3852, %r3852, 1;
+	and.b32  	%r1758, %r3853, 512;
+	setp.eq.s32 	%p478, %r1758, 0;
+	mov.u32 	%r3853, %r416;
+	@%p478 bra 	$L__BB11_619;
+	shl.b32 	%r1759, %r3852, 23;
+	mov.u32 	%r1760, 947912704;
+	sub.s32 	%r1761, %r1760, %r1759;
+	shl.b32 	%r1762, %r416, 13;
+	and.b32  	%r1763, %r1762, 8372224;
+	or.b32  	%r1764, %r1761, %r3854;
+	or.b32  	%r3854, %r1764, %r1763;
+$L__BB11_623:
+	setp.eq.s32 	%p480, %r1749, 1;
+	@%p480 bra 	$L__BB11_635;
+	setp.eq.s32 	%p481, %r1749, 2;
+	@%p481 bra 	$L__BB11_626;
+	bra.uni 	$L__BB11_625;
+$L__BB11_626:
+	shr.u32 	%r1777, %r3854, 16;
+	cvt.u16.u32 	%rs87, %r1777;
+	and.b16  	%rs110, %rs87, -32768;
+	and.b32  	%r422, %r3854, 2147483647;
+	setp.gt.u32 	%p483, %r422, 2139095040;
+	@%p483 bra 	$L__BB11_633;
+	bra.uni 	$L__BB11_627;
+$L__BB11_633:
+	shr.u32 	%r1800, %r3854, 13;
+	cvt.u16.u32 	%rs90, %r1800;
+	and.b16  	%rs91, %rs90, 511;
+	or.b16  	%rs92, %rs110, %rs91;
+	or.b16  	%rs110, %rs92, 32256;
+	bra.uni 	$L__BB11_634;
+$L__BB11_625:
+	and.b32  	%r1769, %r3854, 2147483647;
+	setp.gt.u32 	%p482, %r1769, 2139095040;
+	shr.u32 	%r1770, %r3854, 16;
+	or.b32  	%r1771, %r1770, 64;
+	and.b32  	%r1772, %r1770, 1;
+	add.s32 	%r1773, %r3854, %r1772;
+	add.s32 	%r1774, %r1773, 32767;
+	shr.u32 	%r1775, %r1774, 16;
+	selp.b32 	%r1776, %r1771, %r1775, %p482;
+	cvt.u16.u32 	%rs110, %r1776;
+	bra.uni 	$L__BB11_634;
+$L__BB11_627:
+	setp.gt.u32 	%p484, %r422, 1199570943;
+	@%p484 bra 	$L__BB11_632;
+	bra.uni 	$L__BB11_628;
+$L__BB11_632:
+	or.b16  	%rs110, %rs110, 31744;
+	bra.uni 	$L__BB11_634;
+$L__BB11_628:
+	setp.lt.u32 	%p485, %r422, 947912704;
+	@%p485 bra 	$L__BB11_630;
+	bra.uni 	$L__BB11_629;
+$L__BB11_630:
+	setp.lt.u32 	%p486, %r422, 855638016;
+	@%p486 bra 	$L__BB11_634;
+	shr.u32 	%r1783, %r422, 23;
+	and.b32  	%r1784, %r3854, 8388607;
+	or.b32  	%r1785, %r1784, 8388608;
+	mov.u32 	%r1786, 126;
+	sub.s32 	%r1787, %r1786, %r1783;
+	shr.u32 	%r1788, %r1785, %r1787;
+	mov.u32 	%r1789, -1;
+	shl.b32 	%r1790, %r1789, %r1787;
+	not.b32 	%r1791, %r1790;
+	and.b32  	%r1792, %r1785, %r1791;
+	mov.u32 	%r1793, 125;
+	sub.s32 	%r1794, %r1793, %r1783;
+	mov.u32 	%r1795, 1;
+	shl.b32 	%r1796, %r1795, %r1794;
+	setp.gt.u32 	%p487, %r1792, %r1796;
+	setp.eq.s32 	%p488, %r1792, %r1796;
+	and.b32  	%r1797, %r1788, 1;
+	setp.eq.b32 	%p489, %r1797, 1;
+	and.pred  	%p490, %p488, %p489;
+	or.pred  	%p491, %p487, %p490;
+	selp.u32 	%r1798, 1, 0, %p491;
+	add.s32 	%r1799, %r1788, %r1798;
+	cvt.u16.u32 	%rs89, %r1799;
+	or.b16  	%rs110, %rs110, %rs89;
+	bra.uni 	$L__BB11_634;
+$L__BB11_629:
+	shr.u32 	%r1778, %r3854, 13;
+	and.b32  	%r1779, %r1778, 1;
+	add.s32 	%r1780, %r3854, %r1779;
+	add.s32 	%r1781, %r1780, 134221823;
+	shr.u32 	%r1782, %r1781, 13;
+	cvt.u16.u32 	%rs88, %r1782;
+	or.b16  	%rs110, %rs110, %rs88;
+$L__BB11_634:
+	cvt.u32.u16 	%r3854, %rs110;
+$L__BB11_635:
+	cvt.u64.u32 	%rd2060, %r3854;
+	selp.b32 	%r3856, 4, 2, %p480;
+	cvt.u64.u32 	%rd2066, %r3856;
+	add.s32 	%r1801, %r3856, -1;
+	cvt.u64.u32 	%rd2065, %r1801;
+$L__BB11_636:
+	mul.lo.s64 	%rd1237, %rd377, %rd384;
+	add.s64 	%rd1238, %rd1237, %rd2062;
+	sub.s64 	%rd1239, %rd1238, %rd376;
+	mul.lo.s64 	%rd1240, %rd1239, %rd2066;
+	ld.global.u64 	%rd1241, [%rd2041];
+	add.s64 	%rd391, %rd1241, %rd1240;
+	and.b64  	%rd1242, %rd2065, %rd391;
+	setp.eq.s64 	%p493, %rd1242, 0;
+	@%p493 bra 	$L__BB11_645;
+	setp.eq.s32 	%p494, %r3856, 0;
+	@%p494 bra 	$L__BB11_652;
+	add.s32 	%r1803, %r3856, -1;
+	and.b32  	%r427, %r3856, 3;
+	setp.lt.u32 	%p495, %r1803, 3;
+	mov.u32 	%r3859, 0;
+	@%p495 bra 	$L__BB11_641;
+	sub.s32 	%r3858, %r3856, %r427;
+	mov.u32 	%r3859, 0;
+$L__BB11_640:
+	shl.b32 	%r1805, %r3859, 3;
+	shr.u64 	%rd1243, %rd2060, %r1805;
+	cvt.u64.u32 	%rd1244, %r3859;
+	add.s64 	%rd1245, %rd391, %rd1244;
+	st.u8 	[%rd1245], %rd1243;
+	add.s32 	%r1806, %r1805, 8;
+	shr.u64 	%rd1246, %rd2060, %r1806;
+	st.u8 	[%rd1245+1], %rd1246;
+	add.s32 	%r1807, %r1805, 16;
+	shr.u64 	%rd1247, %rd2060, %r1807;
+	st.u8 	[%rd1245+2], %rd1247;
+	add.s32 	%r1808, %r1805, 24;
+	shr.u64 	%rd1248, %rd2060, %r1808;
+	st.u8 	[%rd1245+3], %rd1248;
+	add.s32 	%r3859, %r3859, 4;
+	add.s32 	%r3858, %r3858, -4;
+	setp.ne.s32 	%p496, %r3858, 0;
+	@%p496 bra 	$L__BB11_640;
+$L__BB11_641:
+	setp.eq.s32 	%p497, %r427, 0;
+	@%p497 bra 	$L__BB11_652;
+	shl.b32 	%r1809, %r3859, 3;
+	shr.u64 	%rd1249, %rd2060, %r1809;
+	cvt.u64.u32 	%rd1250, %r3859;
+	add.s64 	%rd392, %rd391, %rd1250;
+	st.u8 	[%rd392], %rd1249;
+	setp.eq.s32 	%p498, %r427, 1;
+	@%p498 bra 	$L__BB11_652;
+	add.s32 	%r1811, %r1809, 8;
+	shr.u64 	%rd1251, %rd2060, %r1811;
+	st.u8 	[%rd392+1], %rd1251;
+	setp.eq.s32 	%p499, %r427, 2;
+	@%p499 bra 	$L__BB11_652;
+	add.s32 	%r1813, %r1809, 16;
+	shr.u64 	%rd1252, %rd2060, %r1813;
+	st.u8 	[%rd392+2], %rd1252;
+	bra.uni 	$L__BB11_652;
+$L__BB11_645:
+	setp.eq.s32 	%p500, %r3856, 1;
+	@%p500 bra 	$L__BB11_650;
+	setp.eq.s32 	%p501, %r3856, 2;
+	@%p501 bra 	$L__BB11_649;
+	setp.ne.s32 	%p502, %r3856, 4;
+	@%p502 bra 	$L__BB11_651;
+	st.u32 	[%rd391], %rd2060;
+	bra.uni 	$L__BB11_652;
+$L__BB11_649:
+	st.u16 	[%rd391], %rd2060;
+	bra.uni 	$L__BB11_652;
+$L__BB11_650:
+	st.u8 	[%rd391], %rd2060;
+	bra.uni 	$L__BB11_652;
+$L__BB11_651:
+	st.u64 	[%rd391], %rd2060;
+$L__BB11_652:
+	add.s64 	%rd2056, %rd2056, 256;
+	setp.lt.u64 	%p503, %rd2056, %rd289;
+	@%p503 bra 	$L__BB11_582;
+	bra.uni 	$L__BB11_1123;
+$L__BB11_653:
+	setp.eq.s16 	%p504, %rs18, 1;
+	@%p504 bra 	$L__BB11_1082;
+	bra.uni 	$L__BB11_654;
+$L__BB11_1082:
+	cvt.u64.u32 	%rd1902, %r1590;
+	mul.lo.s64 	%rd507, %rd289, %rd1902;
+	or.b64  	%rd508, %rd2043, %rd297;
+	and.b64  	%rd1903, %rd508, 15;
+	setp.eq.s64 	%p997, %rd1903, 0;
+	@%p997 bra 	$L__BB11_1100;
+	and.b64  	%rd1905, %rd508, 7;
+	setp.ne.s64 	%p998, %rd1905, 0;
+	mov.u64 	%rd2109, 0;
+	@%p998 bra 	$L__BB11_1116;
+	shr.u64 	%rd509, %rd507, 3;
+	cvt.u64.u32 	%rd2095, %r1;
+	add.s64 	%rd1906, %rd2095, 768;
+	setp.ge.u64 	%p999, %rd1906, %rd509;
+	@%p999 bra 	$L__BB11_1092;
+	cvt.u64.u32 	%rd2095, %r1;
+	mov.u64 	%rd1908, -769;
+	sub.s64 	%rd1909, %rd1908, %rd2095;
+	add.s64 	%rd512, %rd1909, %rd509;
+	shr.u64 	%rd1910, %rd512, 10;
+	add.s64 	%rd1911, %rd1910, 1;
+	and.b64  	%rd513, %rd1911, 3;
+	setp.eq.s64 	%p1000, %rd513, 0;
+	add.s64 	%rd2093, %rd2095, 768;
+	@%p1000 bra 	$L__BB11_1089;
+	cvt.u64.u32 	%rd1912, %r1;
+	mul.wide.u32 	%rd1913, %r1, 8;
+	add.s64 	%rd515, %rd297, %rd1913;
+	ld.v2.u32 	{%r3201, %r3202}, [%rd515+2048];
+	ld.v2.u32 	{%r3205, %r3206}, [%rd515+4096];
+	ld.v2.u32 	{%r3209, %r3210}, [%rd515+6144];
+	ld.v2.u32 	{%r3213, %r3214}, [%rd515];
+	add.s64 	%rd516, %rd2043, %rd1913;
+	st.v2.u32 	[%rd516], {%r3213, %r3214};
+	st.v2.u32 	[%rd516+2048], {%r3201, %r3202};
+	st.v2.u32 	[%rd516+4096], {%r3205, %r3206};
+	st.v2.u32 	[%rd516+6144], {%r3209, %r3210};
+	add.s64 	%rd2093, %rd1912, 1792;
+	add.s64 	%rd2095, %rd1912, 1024;
+	setp.eq.s64 	%p1001, %rd513, 1;
+	@%p1001 bra 	$L__BB11_1089;
+	ld.v2.u32 	{%r3217, %r3218}, [%rd515+10240];
+	ld.v2.u32 	{%r3221, %r3222}, [%rd515+12288];
+	ld.v2.u32 	{%r3225, %r3226}, [%rd515+14336];
+	ld.v2.u32 	{%r3229, %r3230}, [%rd515+8192];
+	st.v2.u32 	[%rd516+8192], {%r3229, %r3230};
+	st.v2.u32 	[%rd516+10240], {%r3217, %r3218};
+	st.v2.u32 	[%rd516+12288], {%r3221, %r3222};
+	st.v2.u32 	[%rd516+14336], {%r3225, %r3226};
+	add.s64 	%rd2093, %rd1912, 2816;
+	add.s64 	%rd2095, %rd1912, 2048;
+	setp.eq.s64 	%p1002, %rd513, 2;
+	@%p1002 bra 	$L__BB11_1089;
+	ld.v2.u32 	{%r3234, %r3235}, [%rd515+18432];
+	ld.v2.u32 	{%r3238, %r3239}, [%rd515+20480];
+	ld.v2.u32 	{%r3242, %r3243}, [%rd515+22528];
+	ld.v2.u32 	{%r3246, %r3247}, [%rd515+16384];
+	st.v2.u32 	[%rd516+16384], {%r3246, %r3247};
+	st.v2.u32 	[%rd516+18432], {%r3234, %r3235};
+	st.v2.u32 	[%rd516+20480], {%r3238, %r3239};
+	st.v2.u32 	[%rd516+22528], {%r3242, %r3243};
+	add.s64 	%rd2093, %rd1912, 3840;
+	add.s64 	%rd2095, %rd1912, 3072;
+$L__BB11_1089:
+	setp.lt.u64 	%p1003, %rd512, 3072;
+	@%p1003 bra 	$L__BB11_1092;
+	mov.u64 	%rd2097, %rd2095;
+$L__BB11_1091:
+	shl.b64 	%rd1916, %rd2097, 3;
+	add.s64 	%rd1917, %rd297, %rd1916;
+	ld.v2.u32 	{%r3251, %r3252}, [%rd1917+2048];
+	ld.v2.u32 	{%r3255, %r3256}, [%rd1917+4096];
+	shl.b64 	%rd1918, %rd2093, 3;
+	add.s64 	%rd1919, %rd297, %rd1918;
+	ld.v2.u32 	{%r3259, %r3260}, [%rd1919];
+	ld.v2.u32 	{%r3263, %r3264}, [%rd1917];
+	add.s64 	%rd1920, %rd2043, %rd1916;
+	st.v2.u32 	[%rd1920], {%r3263, %r3264};
+	st.v2.u32 	[%rd1920+2048], {%r3251, %r3252};
+	st.v2.u32 	[%rd1920+4096], {%r3255, %r3256};
+	add.s64 	%rd1921, %rd2043, %rd1918;
+	st.v2.u32 	[%rd1921], {%r3259, %r3260};
+	ld.v2.u32 	{%r3267, %r3268}, [%rd1917+10240];
+	ld.v2.u32 	{%r3271, %r3272}, [%rd1917+12288];
+	ld.v2.u32 	{%r3275, %r3276}, [%rd1917+14336];
+	ld.v2.u32 	{%r3279, %r3280}, [%rd1917+8192];
+	st.v2.u32 	[%rd1920+8192], {%r3279, %r3280};
+	st.v2.u32 	[%rd1920+10240], {%r3267, %r3268};
+	st.v2.u32 	[%rd1920+12288], {%r3271, %r3272};
+	st.v2.u32 	[%rd1920+14336], {%r3275, %r3276};
+	ld.v2.u32 	{%r3283, %r3284}, [%rd1917+18432];
+	ld.v2.u32 	{%r3287, %r3288}, [%rd1917+20480];
+	ld.v2.u32 	{%r3291, %r3292}, [%rd1917+22528];
+	ld.v2.u32 	{%r3295, %r3296}, [%rd1917+16384];
+	st.v2.u32 	[%rd1920+16384], {%r3295, %r3296};
+	st.v2.u32 	[%rd1920+18432], {%r3283, %r3284};
+	st.v2.u32 	[%rd1920+20480], {%r3287, %r3288};
+	st.v2.u32 	[%rd1920+22528], {%r3291, %r3292};
+	ld.v2.u32 	{%r3299, %r3300}, [%rd1917+26624];
+	ld.v2.u32 	{%r3303, %r3304}, [%rd1917+28672];
+	ld.v2.u32 	{%r3307, %r3308}, [%rd1917+30720];
+	ld.v2.u32 	{%r3311, %r3312}, [%rd1917+24576];
+	st.v2.u32 	[%rd1920+24576], {%r3311, %r3312};
+	st.v2.u32 	[%rd1920+26624], {%r3299, %r3300};
+	st.v2.u32 	[%rd1920+28672], {%r3303, %r3304};
+	st.v2.u32 	[%rd1920+30720], {%r3307, %r3308};
+	add.s64 	%rd2095, %rd2097, 4096;
+	add.s64 	%rd2093, %rd2097, 4864;
+	setp.lt.u64 	%p1004, %rd2093, %rd509;
+	mov.u64 	%rd2097, %rd2095;
+	@%p1004 bra 	$L__BB11_1091;
+$L__BB11_1092:
+	setp.ge.u64 	%p1005, %rd2095, %rd509;
+	@%p1005 bra 	$L__BB11_1099;
+	not.b64 	%rd1922, %rd2095;
+	add.s64 	%rd531, %rd509, %rd1922;
+	shr.u64 	%rd1923, %rd531, 8;
+	add.s64 	%rd1924, %rd1923, 1;
+	and.b64  	%rd532, %rd1924, 3;
+	setp.eq.s64 	%p1006, %rd532, 0;
+	mov.u64 	%rd2099, %rd2095;
+	@%p1006 bra 	$L__BB11_1097;
+	shl.b64 	%rd1925, %rd2095, 3;
+	add.s64 	%rd533, %rd297, %rd1925;
+	ld.v2.u32 	{%r3315, %r3316}, [%rd533];
+	add.s64 	%rd534, %rd2043, %rd1925;
+	st.v2.u32 	[%rd534], {%r3315, %r3316};
+	add.s64 	%rd2099, %rd2095, 256;
+	setp.eq.s64 	%p1007, %rd532, 1;
+	@%p1007 bra 	$L__BB11_1097;
+	ld.v2.u32 	{%r3319, %r3320}, [%rd533+2048];
+	st.v2.u32 	[%rd534+2048], {%r3319, %r3320};
+	add.s64 	%rd2099, %rd2095, 512;
+	setp.eq.s64 	%p1008, %rd532, 2;
+	@%p1008 bra 	$L__BB11_1097;
+	ld.v2.u32 	{%r3323, %r3324}, [%rd533+4096];
+	st.v2.u32 	[%rd534+4096], {%r3323, %r3324};
+	add.s64 	%rd2099, %rd2095, 768;
+$L__BB11_1097:
+	setp.lt.u64 	%p1009, %rd531, 768;
+	@%p1009 bra 	$L__BB11_1099;
+$L__BB11_1098:
+	shl.b64 	%rd1926, %rd2099, 3;
+	add.s64 	%rd1927, %rd297, %rd1926;
+	ld.v2.u32 	{%r3327, %r3328}, [%rd1927];
+	add.s64 	%rd1928, %rd2043, %rd1926;
+	st.v2.u32 	[%rd1928], {%r3327, %r3328};
+	ld.v2.u32 	{%r3331, %r3332}, [%rd1927+2048];
+	st.v2.u32 	[%rd1928+2048], {%r3331, %r3332};
+	ld.v2.u32 	{%r3335, %r3336}, [%rd1927+4096];
+	st.v2.u32 	[%rd1928+4096], {%r3335, %r3336};
+	ld.v2.u32 	{%r3339, %r3340}, [%rd1927+6144];
+	st.v2.u32 	[%rd1928+6144], {%r3339, %r3340};
+	add.s64 	%rd2099, %rd2099, 1024;
+	setp.lt.u64 	%p1010, %rd2099, %rd509;
+	@%p1010 bra 	$L__BB11_1098;
+$L__BB11_1099:
+	and.b64  	%rd2109, %rd507, -8;
+	bra.uni 	$L__BB11_1116;
+$L__BB11_502:
+	add.s64 	%rd1121, %rd289, 31;
+	shr.u64 	%rd299, %rd1121, 5;
+	setp.eq.s64 	%p390, %rd299, 0;
+	@%p390 bra 	$L__BB11_1123;
+	add.s64 	%rd1123, %rd289, -1;
+	shr.u64 	%rd300, %rd1123, 5;
+	and.b64  	%rd301, %rd289, 31;
+	cvt.u32.u64 	%r1594, %rd301;
+	mov.u32 	%r1595, -1;
+	shl.b32 	%r1596, %r1595, %r1594;
+	not.b32 	%r361, %r1596;
+	add.s64 	%rd302, %rd288, %rd5;
+	cvt.u64.u32 	%rd303, %r1590;
+	add.s32 	%r1597, %r1590, -1;
+	cvt.u64.u32 	%rd304, %r1597;
+	and.b32  	%r362, %r1590, 3;
+	sub.s32 	%r363, %r1590, %r362;
+	shl.b64 	%rd1124, %rd299, 2;
+	add.s64 	%rd1125, %rd1124, 7;
+	and.b64  	%rd305, %rd1125, 2147483640;
+	mov.u32 	%r1593, 0;
+	mov.u64 	%rd2044, 0;
+	mov.u32 	%r3836, %r1593;
+$L__BB11_504:
+	add.s64 	%rd307, %rd2044, %rd3;
+	setp.ge.u64 	%p391, %rd307, %rd299;
+	mov.u32 	%r3837, %r1593;
+	@%p391 bra 	$L__BB11_506;
+	setp.ne.s64 	%p392, %rd301, 0;
+	shl.b64 	%rd1126, %rd307, 2;
+	add.s64 	%rd1127, %rd297, %rd1126;
+	setp.eq.s64 	%p393, %rd300, %rd307;
+	and.pred  	%p394, %p393, %p392;
+	selp.b32 	%r1599, %r361, -1, %p394;
+	ld.u32 	%r1600, [%rd1127];
+	and.b32  	%r3837, %r1600, %r1599;
+$L__BB11_506:
+	cvt.u32.u64 	%r3633, %rd5;
+	setp.ne.s32 	%p1036, %r3633, 0;
+	@%p1036 bra 	$L__BB11_508;
+	popc.b32 	%r1602, %r3837;
+	shr.u32 	%r1604, %r1, 3;
+	and.b32  	%r1605, %r1604, 536870908;
+	mov.u32 	%r1606, _ZZ14ws_delta_applyE4wred;
+	add.s32 	%r1607, %r1606, %r1605;
+	st.shared.u32 	[%r1607], %r1602;
+$L__BB11_508:
+	setp.gt.u32 	%p396, %r1, 255;
+	bar.sync 	0;
+	ld.shared.u32 	%r1608, [_ZZ14ws_delta_applyE4wred];
+	setp.eq.s32 	%p397, %r2, 0;
+	selp.b32 	%r1609, 0, %r1608, %p397;
+	ld.shared.u32 	%r1610, [_ZZ14ws_delta_applyE4wred+4];
+	setp.gt.u32 	%p398, %r1, 63;
+	selp.b32 	%r1611, %r1610, 0, %p398;
+	add.s32 	%r1612, %r1611, %r1609;
+	add.s32 	%r1613, %r1610, %r1608;
+	ld.shared.u32 	%r1614, [_ZZ14ws_delta_applyE4wred+8];
+	setp.gt.u32 	%p399, %r1, 95;
+	selp.b32 	%r1615, %r1614, 0, %p399;
+	add.s32 	%r1616, %r1615, %r1612;
+	add.s32 	%r1617, %r1614, %r1613;
+	ld.shared.u32 	%r1618, [_ZZ14ws_delta_applyE4wred+12];
+	setp.gt.u32 	%p400, %r1, 127;
+	selp.b32 	%r1619, %r1618, 0, %p400;
+	add.s32 	%r1620, %r1619, %r1616;
+	add.s32 	%r1621, %r1618, %r1617;
+	ld.shared.u32 	%r1622, [_ZZ14ws_delta_applyE4wred+16];
+	setp.gt.u32 	%p401, %r1, 159;
+	selp.b32 	%r1623, %r1622, 0, %p401;
+	add.s32 	%r1624, %r1623, %r1620;
+	add.s32 	%r1625, %r1622, %r1621;
+	ld.shared.u32 	%r1626, [_ZZ14ws_delta_applyE4wred+20];
+	setp.gt.u32 	%p402, %r1, 191;
+	selp.b32 	%r1627, %r1626, 0, %p402;
+	add.s32 	%r1628, %r1627, %r1624;
+	add.s32 	%r1629, %r1626, %r1625;
+	ld.shared.u32 	%r1630, [_ZZ14ws_delta_applyE4wred+24];
+	setp.gt.u32 	%p403, %r1, 223;
+	selp.b32 	%r1631, %r1630, 0, %p403;
+	add.s32 	%r1632, %r1631, %r1628;
+	add.s32 	%r1633, %r1630, %r1629;
+	ld.shared.u32 	%r1634, [_ZZ14ws_delta_applyE4wred+28];
+	selp.b32 	%r1635, %r1634, 0, %p396;
+	add.s32 	%r367, %r1635, %r1632;
+	add.s32 	%r368, %r1634, %r1633;
+	bar.sync 	0;
+	and.b32  	%r1636, %r3837, %r4;
+	setp.eq.s32 	%p404, %r1636, 0;
+	@%p404 bra 	$L__BB11_579;
+	shl.b64 	%rd1128, %rd307, 5;
+	and.b32  	%r1637, %r3837, %r5;
+	popc.b32 	%r1638, %r1637;
+	add.s32 	%r1639, %r1638, %r3836;
+	add.s32 	%r1640, %r1639, %r367;
+	add.s64 	%rd308, %rd302, %rd1128;
+	cvt.u64.u32 	%rd1129, %r1640;
+	mul.lo.s64 	%rd1130, %rd1129, %rd303;
+	add.s64 	%rd1131, %rd1130, %rd305;
+	add.s64 	%rd309, %rd297, %rd1131;
+	and.b64  	%rd1132, %rd309, %rd304;
+	setp.eq.s64 	%p405, %rd1132, 0;
+	@%p405 bra 	$L__BB11_518;
+	setp.eq.s32 	%p406, %r1590, 0;
+	mov.u64 	%rd2048, 0;
+	@%p406 bra 	$L__BB11_525;
+	cvt.u32.u64 	%r1642, %rd304;
+	setp.lt.u32 	%p407, %r1642, 3;
+	mov.u64 	%rd2048, 0;
+	mov.u32 	%r3840, 0;
+	@%p407 bra 	$L__BB11_514;
+	mov.u64 	%rd2048, 0;
+	mov.u32 	%r3840, 0;
+	mov.u32 	%r3839, %r363;
+$L__BB11_513:
+	cvt.u64.u32 	%rd1137, %r3840;
+	add.s64 	%rd1138, %rd309, %rd1137;
+	ld.u8 	%rd1139, [%rd1138];
+	shl.b32 	%r1644, %r3840, 3;
+	shl.b64 	%rd1140, %rd1139, %r1644;
+	or.b64  	%rd1141, %rd1140, %rd2048;
+	ld.u8 	%rd1142, [%rd1138+1];
+	add.s32 	%r1645, %r1644, 8;
+	shl.b64 	%rd1143, %rd1142, %r1645;
+	or.b64  	%rd1144, %rd1143, %rd1141;
+	ld.u8 	%rd1145, [%rd1138+2];
+	add.s32 	%r1646, %r1644, 16;
+	shl.b64 	%rd1146, %rd1145, %r1646;
+	or.b64  	%rd1147, %rd1146, %rd1144;
+	ld.u8 	%rd1148, [%rd1138+3];
+	add.s32 	%r1647, %r1644, 24;
+	shl.b64 	%rd1149, %rd1148, %r1647;
+	or.b64  	%rd2048, %rd1149, %rd1147;
+	add.s32 	%r3840, %r3840, 4;
+	add.s32 	%r3839, %r3839, -4;
+	setp.ne.s32 	%p408, %r3839, 0;
+	@%p408 bra 	$L__BB11_513;
+$L__BB11_514:
+	setp.eq.s32 	%p409, %r362, 0;
+	@%p409 bra 	$L__BB11_525;
+	setp.eq.s32 	%p410, %r362, 1;
+	cvt.u64.u32 	%rd1150, %r3840;
+	add.s64 	%rd314, %rd309, %rd1150;
+	ld.u8 	%rd1151, [%rd314];
+	shl.b32 	%r1648, %r3840, 3;
+	shl.b64 	%rd1152, %rd1151, %r1648;
+	or.b64  	%rd2048, %rd1152, %rd2048;
+	@%p410 bra 	$L__BB11_525;
+	setp.eq.s32 	%p411, %r362, 2;
+	ld.u8 	%rd1153, [%rd314+1];
+	add.s32 	%r1650, %r1648, 8;
+	shl.b64 	%rd1154, %rd1153, %r1650;
+	or.b64  	%rd2048, %rd1154, %rd2048;
+	@%p411 bra 	$L__BB11_525;
+	ld.u8 	%rd1155, [%rd314+2];
+	add.s32 	%r1652, %r1648, 16;
+	shl.b64 	%rd1156, %rd1155, %r1652;
+	or.b64  	%rd2048, %rd1156, %rd2048;
+	bra.uni 	$L__BB11_525;
+$L__BB11_518:
+	setp.eq.s32 	%p412, %r1590, 1;
+	@%p412 bra 	$L__BB11_523;
+	setp.eq.s32 	%p413, %r1590, 2;
+	@%p413 bra 	$L__BB11_522;
+	setp.ne.s32 	%p414, %r1590, 4;
+	@%p414 bra 	$L__BB11_524;
+	ld.u32 	%rd2048, [%rd309];
+	bra.uni 	$L__BB11_525;
+$L__BB11_522:
+	ld.u16 	%rd2048, [%rd309];
+	bra.uni 	$L__BB11_525;
+$L__BB11_523:
+	ld.u8 	%rd2048, [%rd309];
+	bra.uni 	$L__BB11_525;
+$L__BB11_524:
+	ld.u64 	%rd2048, [%rd309];
+$L__BB11_525:
+	ld.global.u64 	%rd324, [%rd2041+8];
+	or.b64  	%rd1157, %rd308, %rd324;
+	and.b64  	%rd1158, %rd1157, -4294967296;
+	setp.eq.s64 	%p415, %rd1158, 0;
+	@%p415 bra 	$L__BB11_527;
+	div.u64 	%rd2052, %rd308, %rd324;
+	mul.lo.s64 	%rd1159, %rd2052, %rd324;
+	sub.s64 	%rd2050, %rd308, %rd1159;
+	bra.uni 	$L__BB11_528;
+$L__BB11_527:
+	cvt.u32.u64 	%r1653, %rd324;
+	cvt.u32.u64 	%r1654, %rd308;
+	div.u32 	%r1655, %r1654, %r1653;
+	mul.lo.s32 	%r1656, %r1655, %r1653;
+	sub.s32 	%r1657, %r1654, %r1656;
+	cvt.u64.u32 	%rd2052, %r1655;
+	cvt.u64.u32 	%rd2050, %r1657;
+$L__BB11_528:
+	ld.global.u64 	%rd331, [%rd2041+40];
+	setp.lt.s64 	%p416, %rd2050, %rd331;
+	@%p416 bra 	$L__BB11_579;
+	ld.global.u64 	%rd332, [%rd2041+24];
+	add.s64 	%rd1160, %rd332, %rd331;
+	setp.ge.s64 	%p417, %rd2050, %rd1160;
+	@%p417 bra 	$L__BB11_579;
+	ld.global.u64 	%rd333, [%rd2041+48];
+	setp.eq.s64 	%p418, %rd333, 0;
+	@%p418 bra 	$L__BB11_535;
+	or.b64  	%rd1161, %rd2052, %rd333;
+	and.b64  	%rd1162, %rd1161, -4294967296;
+	setp.eq.s64 	%p419, %rd1162, 0;
+	@%p419 bra 	$L__BB11_533;
+	rem.s64 	%rd2051, %rd2052, %rd333;
+	bra.uni 	$L__BB11_534;
+$L__BB11_533:
+	cvt.u32.u64 	%r1658, %rd333;
+	cvt.u32.u64 	%r1659, %rd2052;
+	rem.u32 	%r1660, %r1659, %r1658;
+	cvt.u64.u32 	%rd2051, %r1660;
+$L__BB11_534:
+	shr.u64 	%rd1163, %rd333, 63;
+	add.s64 	%rd1164, %rd333, %rd1163;
+	shr.s64 	%rd1165, %rd1164, 1;
+	shr.u64 	%rd1166, %rd2051, 63;
+	add.s64 	%rd1167, %rd2051, %rd1166;
+	shr.s64 	%rd1168, %rd1167, 1;
+	and.b64  	%rd1169, %rd1167, -2;
+	sub.s64 	%rd1170, %rd2051, %rd1169;
+	mul.lo.s64 	%rd1171, %rd1170, %rd1165;
+	sub.s64 	%rd1172, %rd2052, %rd2051;
+	add.s64 	%rd1173, %rd1172, %rd1168;
+	add.s64 	%rd2052, %rd1173, %rd1171;
+$L__BB11_535:
+	ld.global.u64 	%rd1174, [%rd2041+32];
+	sub.s64 	%rd339, %rd2052, %rd1174;
+	setp.lt.s64 	%p420, %rd339, 0;
+	@%p420 bra 	$L__BB11_579;
+	ld.global.u64 	%rd1175, [%rd2041+16];
+	setp.ge.s64 	%p421, %rd339, %rd1175;
+	@%p421 bra 	$L__BB11_579;
+	ld.global.v2.u32 	{%r1661, %r1662}, [%rd2041+56];
+	setp.eq.s32 	%p422, %r1661, %r1662;
+	mov.u64 	%rd2053, %rd304;
+	mov.u64 	%rd2054, %rd303;
+	mov.u32 	%r3845, %r1590;
+	@%p422 bra 	$L__BB11_563;
+	setp.eq.s32 	%p423, %r1661, 1;
+	@%p423 bra 	$L__BB11_549;
+	bra.uni 	$L__BB11_539;
+$L__BB11_549:
+	cvt.u32.u64 	%r3843, %rd2048;
+	bra.uni 	$L__BB11_550;
+$L__BB11_539:
+	setp.eq.s32 	%p424, %r1661, 2;
+	@%p424 bra 	$L__BB11_541;
+	bra.uni 	$L__BB11_540;
+$L__BB11_541:
+	cvt.u16.u64 	%rs75, %rd2048;
+	cvt.u32.u64 	%r1664, %rd2048;
+	shl.b32 	%r1665, %r1664, 16;
+	and.b32  	%r3843, %r1665, -2147483648;
+	shr.u16 	%rs76, %rs75, 10;
+	and.b16  	%rs19, %rs76, 31;
+	and.b16  	%rs20, %rs75, 1023;
+	and.b32  	%r3842, %r1664, 1023;
+	setp.eq.s16 	%p425, %rs19, 31;
+	@%p425 bra 	$L__BB11_548;
+	bra.uni 	$L__BB11_542;
+$L__BB11_548:
+	setp.eq.s16 	%p429, %rs20, 0;
+	shl.b32 	%r1678, %r3842, 13;
+	or.b32  	%r1679, %r1678, 4194304;
+	selp.b32 	%r1680, 0, %r1679, %p429;
+	or.b32  	%r1681, %r3843, %r1680;
+	or.b32  	%r3843, %r1681, 2139095040;
+	bra.uni 	$L__BB11_550;
+$L__BB11_540:
+	cvt.u32.u64 	%r1663, %rd2048;
+	shl.b32 	%r3843, %r1663, 16;
+	bra.uni 	$L__BB11_550;
+$L__BB11_542:
+	setp.eq.s16 	%p426, %rs19, 0;
+	@%p426 bra 	$L__BB11_544;
+	add.s16 	%rs77, %rs19, 112;
+	cvt.u32.u16 	%r1666, %rs77;
+	shl.b32 	%r1667, %r1666, 23;
+	shl.b32 	%r1668, %r3842, 13;
+	or.b32  	%r1669, %r1668, %r3843;
+	or.b32  	%r3843, %r1669, %r1667;
+	bra.uni 	$L__BB11_550;
+$L__BB11_544:
+	setp.eq.s16 	%p427, %rs20, 0;
+	@%p427 bra 	$L__BB11_550;
+	mov.u32 	%r3841, 0;
+$L__BB11_546:
+	shl.b32 	%r382, %r3842, 1;
+	add.s32 	%r3841, %r3841, 1;
+	and.b32  	%r1671, %r3842, 512;
+	setp.eq.s32 	%p428, %r1671, 0;
+	mov.u32 	%r3842, %r382;
+	@%p428 bra 	$L__BB11_546;
+	shl.b32 	%r1672, %r3841, 23;
+	mov.u32 	%r1673, 947912704;
+	sub.s32 	%r1674, %r1673, %r1672;
+	shl.b32 	%r1675, %r382, 13;
+	and.b32  	%r1676, %r1675, 8372224;
+	or.b32  	%r1677, %r1674, %r3843;
+	or.b32  	%r3843, %r1677, %r1676;
+$L__BB11_550:
+	setp.eq.s32 	%p430, %r1662, 1;
+	@%p430 bra 	$L__BB11_562;
+	setp.eq.s32 	%p431, %r1662, 2;
+	@%p431 bra 	$L__BB11_553;
+	bra.uni 	$L__BB11_552;
+$L__BB11_553:
+	shr.u32 	%r1690, %r3843, 16;
+	cvt.u16.u32 	%rs78, %r1690;
+	and.b16  	%rs109, %rs78, -32768;
+	and.b32  	%r388, %r3843, 2147483647;
+	setp.gt.u32 	%p433, %r388, 2139095040;
+	@%p433 bra 	$L__BB11_560;
+	bra.uni 	$L__BB11_554;
+$L__BB11_560:
+	shr.u32 	%r1713, %r3843, 13;
+	cvt.u16.u32 	%rs81, %r1713;
+	and.b16  	%rs82, %rs81, 511;
+	or.b16  	%rs83, %rs109, %rs82;
+	or.b16  	%rs109, %rs83, 32256;
+	bra.uni 	$L__BB11_561;
+$L__BB11_552:
+	and.b32  	%r1682, %r3843, 2147483647;
+	setp.gt.u32 	%p432, %r1682, 2139095040;
+	shr.u32 	%r1683, %r3843, 16;
+	or.b32  	%r1684, %r1683, 64;
+	and.b32  	%r1685, %r1683, 1;
+	add.s32 	%r1686, %r3843, %r1685;
+	add.s32 	%r1687, %r1686, 32767;
+	shr.u32 	%r1688, %r1687, 16;
+	selp.b32 	%r1689, %r1684, %r1688, %p432;
+	cvt.u16.u32 	%rs109, %r1689;
+	bra.uni 	$L__BB11_561;
+$L__BB11_554:
+	setp.gt.u32 	%p434, %r388, 1199570943;
+	@%p434 bra 	$L__BB11_559;
+	bra.uni 	$L__BB11_555;
+$L__BB11_559:
+	or.b16  	%rs109, %rs109, 31744;
+	bra.uni 	$L__BB11_561;
+$L__BB11_555:
+	setp.lt.u32 	%p435, %r388, 947912704;
+	@%p435 bra 	$L__BB11_557;
+	bra.uni 	$L__BB11_556;
+$L__BB11_557:
+	setp.lt.u32 	%p436, %r388, 855638016;
+	@%p436 bra 	$L__BB11_561;
+	shr.u32 	%r1696, %r388, 23;
+	and.b32  	%r1697, %r3843, 8388607;
+	or.b32  	%r1698, %r1697, 8388608;
+	mov.u32 	%r1699, 126;
+	sub.s32 	%r1700, %r1699, %r1696;
+	shr.u32 	%r1701, %r1698, %r1700;
+	mov.u32 	%r1702, -1;
+	shl.b32 	%r1703, %r1702, %r1700;
+	not.b32 	%r1704, %r1703;
+	and.b32  	%r1705, %r1698, %r1704;
+	mov.u32 	%r1706, 125;
+	sub.s32 	%r1707, %r1706, %r1696;
+	mov.u32 	%r1708, 1;
+	shl.b32 	%r1709, %r1708, %r1707;
+	setp.gt.u32 	%p437, %r1705, %r1709;
+	setp.eq.s32 	%p438, %r1705, %r1709;
+	and.b32  	%r1710, %r1701, 1;
+	setp.eq.b32 	%p439, %r1710, 1;
+	and.pred  	%p440, %p438, %p439;
+	or.pred  	%p441, %p437, %p440;
+	selp.u32 	%r1711, 1, 0, %p441;
+	add.s32 	%r1712, %r1701, %r1711;
+	cvt.u16.u32 	%rs80, %r1712;
+	or.b16  	%rs109, %rs109, %rs80;
+	bra.uni 	$L__BB11_561;
+$L__BB11_556:
+	shr.u32 	%r1691, %r3843, 13;
+	and.b32  	%r1692, %r1691, 1;
+	add.s32 	%r1693, %r3843, %r1692;
+	add.s32 	%r1694, %r1693, 134221823;
+	shr.u32 	%r1695, %r1694, 13;
+	cvt.u16.u32 	%rs79, %r1695;
+	or.b16  	%rs109, %rs109, %rs79;
+$L__BB11_561:
+	cvt.u32.u16 	%r3843, %rs109;
+$L__BB11_562:
+	cvt.u64.u32 	%rd2048, %r3843;
+	selp.b32 	%r3845, 4, 2, %p430;
+	cvt.u64.u32 	%rd2054, %r3845;
+	add.s32 	%r1714, %r3845, -1;
+	cvt.u64.u32 	%rd2053, %r1714;
+$L__BB11_563:
+	mul.lo.s64 	%rd1176, %rd332, %rd339;
+	add.s64 	%rd1177, %rd1176, %rd2050;
+	sub.s64 	%rd1178, %rd1177, %rd331;
+	mul.lo.s64 	%rd1179, %rd1178, %rd2054;
+	ld.global.u64 	%rd1180, [%rd2041];
+	add.s64 	%rd346, %rd1180, %rd1179;
+	and.b64  	%rd1181, %rd2053, %rd346;
+	setp.eq.s64 	%p443, %rd1181, 0;
+	@%p443 bra 	$L__BB11_572;
+	setp.eq.s32 	%p444, %r3845, 0;
+	@%p444 bra 	$L__BB11_579;
+	add.s32 	%r1716, %r3845, -1;
+	and.b32  	%r393, %r3845, 3;
+	setp.lt.u32 	%p445, %r1716, 3;
+	mov.u32 	%r3848, 0;
+	@%p445 bra 	$L__BB11_568;
+	sub.s32 	%r3847, %r3845, %r393;
+	mov.u32 	%r3848, 0;
+$L__BB11_567:
+	shl.b32 	%r1718, %r3848, 3;
+	shr.u64 	%rd1182, %rd2048, %r1718;
+	cvt.u64.u32 	%rd1183, %r3848;
+	add.s64 	%rd1184, %rd346, %rd1183;
+	st.u8 	[%rd1184], %rd1182;
+	add.s32 	%r1719, %r1718, 8;
+	shr.u64 	%rd1185, %rd2048, %r1719;
+	st.u8 	[%rd1184+1], %rd1185;
+	add.s32 	%r1720, %r1718, 16;
+	shr.u64 	%rd1186, %rd2048, %r1720;
+	st.u8 	[%rd1184+2], %rd1186;
+	add.s32 	%r1721, %r1718, 24;
+	shr.u64 	%rd1187, %rd2048, %r1721;
+	st.u8 	[%rd1184+3], %rd1187;
+	add.s32 	%r3848, %r3848, 4;
+	add.s32 	%r3847, %r3847, -4;
+	setp.ne.s32 	%p446, %r3847, 0;
+	@%p446 bra 	$L__BB11_567;
+$L__BB11_568:
+	setp.eq.s32 	%p447, %r393, 0;
+	@%p447 bra 	$L__BB11_579;
+	shl.b32 	%r1722, %r3848, 3;
+	shr.u64 	%rd1188, %rd2048, %r1722;
+	cvt.u64.u32 	%rd1189, %r3848;
+	add.s64 	%rd347, %rd346, %rd1189;
+	st.u8 	[%rd347], %rd1188;
+	setp.eq.s32 	%p448, %r393, 1;
+	@%p448 bra 	$L__BB11_579;
+	add.s32 	%r1724, %r1722, 8;
+	shr.u64 	%rd1190, %rd2048, %r1724;
+	st.u8 	[%rd347+1], %rd1190;
+	setp.eq.s32 	%p449, %r393, 2;
+	@%p449 bra 	$L__BB11_579;
+	add.s32 	%r1726, %r1722, 16;
+	shr.u64 	%rd1191, %rd2048, %r1726;
+	st.u8 	[%rd347+2], %rd1191;
+	bra.uni 	$L__BB11_579;
+$L__BB11_572:
+	setp.eq.s32 	%p450, %r3845, 1;
+	@%p450 bra 	$L__BB11_577;
+	setp.eq.s32 	%p451, %r3845, 2;
+	@%p451 bra 	$L__BB11_576;
+	setp.ne.s32 	%p452, %r3845, 4;
+	@%p452 bra 	$L__BB11_578;
+	st.u32 	[%rd346], %rd2048;
+	bra.uni 	$L__BB11_579;
+$L__BB11_576:
+	st.u16 	[%rd346], %rd2048;
+	bra.uni 	$L__BB11_579;
+$L__BB11_577:
+	st.u8 	[%rd346], %rd2048;
+	bra.uni 	$L__BB11_579;
+$L__BB11_578:
+	st.u64 	[%rd346], %rd2048;
+$L__BB11_579:
+	add.s32 	%r3836, %r368, %r3836;
+	add.s64 	%rd2044, %rd2044, 8;
+	setp.lt.u64 	%p453, %rd2044, %rd299;
+	@%p453 bra 	$L__BB11_504;
+	bra.uni 	$L__BB11_1123;
+$L__BB11_654:
+	add.s64 	%rd1253, %rd289, 31;
+	shr.u64 	%rd395, %rd1253, 5;
+	shl.b64 	%rd1254, %rd395, 2;
+	add.s64 	%rd1255, %rd1254, 7;
+	and.b64  	%rd396, %rd1255, 2147483640;
+	and.b64  	%rd1256, %rd2043, 15;
+	and.b64  	%rd397, %rd289, 31;
+	or.b64  	%rd1257, %rd1256, %rd397;
+	setp.eq.s64 	%p505, %rd1257, 0;
+	@%p505 bra 	$L__BB11_695;
+	setp.eq.s64 	%p506, %rd395, 0;
+	@%p506 bra 	$L__BB11_1123;
+	add.s64 	%rd1259, %rd289, -1;
+	shr.u64 	%rd398, %rd1259, 5;
+	cvt.u32.u64 	%r1815, %rd397;
+	mov.u32 	%r1816, -1;
+	shl.b32 	%r1817, %r1816, %r1815;
+	not.b32 	%r434, %r1817;
+	cvt.u64.u32 	%rd399, %r1590;
+	add.s32 	%r1818, %r1590, -1;
+	cvt.u64.u32 	%rd400, %r1818;
+	and.b32  	%r435, %r1590, 3;
+	sub.s32 	%r436, %r1590, %r435;
+	mov.u32 	%r1814, 0;
+	mov.u64 	%rd2068, 0;
+	mov.u32 	%r3860, %r1814;
+$L__BB11_657:
+	add.s64 	%rd402, %rd2068, %rd3;
+	setp.ge.u64 	%p507, %rd402, %rd395;
+	mov.u32 	%r3861, %r1814;
+	@%p507 bra 	$L__BB11_659;
+	setp.eq.s64 	%p508, %rd397, 0;
+	shl.b64 	%rd1260, %rd402, 2;
+	add.s64 	%rd1261, %rd297, %rd1260;
+	setp.ne.s64 	%p509, %rd398, %rd402;
+	or.pred  	%p510, %p508, %p509;
+	selp.b32 	%r1820, -1, %r434, %p510;
+	ld.u32 	%r1821, [%rd1261];
+	and.b32  	%r3861, %r1821, %r1820;
+$L__BB11_659:
+	cvt.u32.u64 	%r3634, %rd5;
+	setp.ne.s32 	%p1037, %r3634, 0;
+	@%p1037 bra 	$L__BB11_661;
+	popc.b32 	%r1823, %r3861;
+	shr.u32 	%r1825, %r1, 3;
+	and.b32  	%r1826, %r1825, 536870908;
+	mov.u32 	%r1827, _ZZ14ws_delta_applyE4wred;
+	add.s32 	%r1828, %r1827, %r1826;
+	st.shared.u32 	[%r1828], %r1823;
+$L__BB11_661:
+	setp.gt.u32 	%p512, %r1, 255;
+	bar.sync 	0;
+	ld.shared.u32 	%r1829, [_ZZ14ws_delta_applyE4wred];
+	setp.eq.s32 	%p513, %r2, 0;
+	selp.b32 	%r1830, 0, %r1829, %p513;
+	ld.shared.u32 	%r1831, [_ZZ14ws_delta_applyE4wred+4];
+	setp.gt.u32 	%p514, %r1, 63;
+	selp.b32 	%r1832, %r1831, 0, %p514;
+	add.s32 	%r1833, %r1832, %r1830;
+	add.s32 	%r1834, %r1831, %r1829;
+	ld.shared.u32 	%r1835, [_ZZ14ws_delta_applyE4wred+8];
+	setp.gt.u32 	%p515, %r1, 95;
+	selp.b32 	%r1836, %r1835, 0, %p515;
+	add.s32 	%r1837, %r1836, %r1833;
+	add.s32 	%r1838, %r1835, %r1834;
+	ld.shared.u32 	%r1839, [_ZZ14ws_delta_applyE4wred+12];
+	setp.gt.u32 	%p516, %r1, 127;
+	selp.b32 	%r1840, %r1839, 0, %p516;
+	add.s32 	%r1841, %r1840, %r1837;
+	add.s32 	%r1842, %r1839, %r1838;
+	ld.shared.u32 	%r1843, [_ZZ14ws_delta_applyE4wred+16];
+	setp.gt.u32 	%p517, %r1, 159;
+	selp.b32 	%r1844, %r1843, 0, %p517;
+	add.s32 	%r1845, %r1844, %r1841;
+	add.s32 	%r1846, %r1843, %r1842;
+	ld.shared.u32 	%r1847, [_ZZ14ws_delta_applyE4wred+20];
+	setp.gt.u32 	%p518, %r1, 191;
+	selp.b32 	%r1848, %r1847, 0, %p518;
+	add.s32 	%r1849, %r1848, %r1845;
+	add.s32 	%r1850, %r1847, %r1846;
+	ld.shared.u32 	%r1851, [_ZZ14ws_delta_applyE4wred+24];
+	setp.gt.u32 	%p519, %r1, 223;
+	selp.b32 	%r1852, %r1851, 0, %p519;
+	add.s32 	%r1853, %r1852, %r1849;
+	add.s32 	%r1854, %r1851, %r1850;
+	ld.shared.u32 	%r1855, [_ZZ14ws_delta_applyE4wred+28];
+	selp.b32 	%r1856, %r1855, 0, %p512;
+	add.s32 	%r440, %r1856, %r1853;
+	add.s32 	%r441, %r1855, %r1854;
+	bar.sync 	0;
+	and.b32  	%r1857, %r3861, %r4;
+	setp.eq.s32 	%p520, %r1857, 0;
+	@%p520 bra 	$L__BB11_694;
+	and.b32  	%r1858, %r3861, %r5;
+	popc.b32 	%r1859, %r1858;
+	add.s32 	%r1860, %r1859, %r3860;
+	add.s32 	%r1861, %r1860, %r440;
+	cvt.u64.u32 	%rd1262, %r1861;
+	mul.lo.s64 	%rd1263, %rd1262, %rd399;
+	add.s64 	%rd1264, %rd1263, %rd396;
+	add.s64 	%rd403, %rd297, %rd1264;
+	and.b64  	%rd1265, %rd403, %rd400;
+	setp.eq.s64 	%p521, %rd1265, 0;
+	@%p521 bra 	$L__BB11_671;
+	setp.eq.s32 	%p522, %r1590, 0;
+	mov.u64 	%rd2072, 0;
+	@%p522 bra 	$L__BB11_678;
+	cvt.u32.u64 	%r1863, %rd400;
+	setp.lt.u32 	%p523, %r1863, 3;
+	mov.u64 	%rd2072, 0;
+	mov.u32 	%r3864, 0;
+	@%p523 bra 	$L__BB11_667;
+	mov.u64 	%rd2072, 0;
+	mov.u32 	%r3864, 0;
+	mov.u32 	%r3863, %r436;
+$L__BB11_666:
+	cvt.u64.u32 	%rd1270, %r3864;
+	add.s64 	%rd1271, %rd403, %rd1270;
+	ld.u8 	%rd1272, [%rd1271];
+	shl.b32 	%r1865, %r3864, 3;
+	shl.b64 	%rd1273, %rd1272, %r1865;
+	or.b64  	%rd1274, %rd1273, %rd2072;
+	ld.u8 	%rd1275, [%rd1271+1];
+	add.s32 	%r1866, %r1865, 8;
+	shl.b64 	%rd1276, %rd1275, %r1866;
+	or.b64  	%rd1277, %rd1276, %rd1274;
+	ld.u8 	%rd1278, [%rd1271+2];
+	add.s32 	%r1867, %r1865, 16;
+	shl.b64 	%rd1279, %rd1278, %r1867;
+	or.b64  	%rd1280, %rd1279, %rd1277;
+	ld.u8 	%rd1281, [%rd1271+3];
+	add.s32 	%r1868, %r1865, 24;
+	shl.b64 	%rd1282, %rd1281, %r1868;
+	or.b64  	%rd2072, %rd1282, %rd1280;
+	add.s32 	%r3864, %r3864, 4;
+	add.s32 	%r3863, %r3863, -4;
+	setp.ne.s32 	%p524, %r3863, 0;
+	@%p524 bra 	$L__BB11_666;
+$L__BB11_667:
+	setp.eq.s32 	%p525, %r435, 0;
+	@%p525 bra 	$L__BB11_678;
+	setp.eq.s32 	%p526, %r435, 1;
+	cvt.u64.u32 	%rd1283, %r3864;
+	add.s64 	%rd408, %rd403, %rd1283;
+	ld.u8 	%rd1284, [%rd408];
+	shl.b32 	%r1869, %r3864, 3;
+	shl.b64 	%rd1285, %rd1284, %r1869;
+	or.b64  	%rd2072, %rd1285, %rd2072;
+	@%p526 bra 	$L__BB11_678;
+	setp.eq.s32 	%p527, %r435, 2;
+	ld.u8 	%rd1286, [%rd408+1];
+	add.s32 	%r1871, %r1869, 8;
+	shl.b64 	%rd1287, %rd1286, %r1871;
+	or.b64  	%rd2072, %rd1287, %rd2072;
+	@%p527 bra 	$L__BB11_678;
+	ld.u8 	%rd1288, [%rd408+2];
+	add.s32 	%r1873, %r1869, 16;
+	shl.b64 	%rd1289, %rd1288, %r1873;
+	or.b64  	%rd2072, %rd1289, %rd2072;
+	bra.uni 	$L__BB11_678;
+$L__BB11_671:
+	setp.eq.s32 	%p528, %r1590, 1;
+	@%p528 bra 	$L__BB11_676;
+	setp.eq.s32 	%p529, %r1590, 2;
+	@%p529 bra 	$L__BB11_675;
+	setp.ne.s32 	%p530, %r1590, 4;
+	@%p530 bra 	$L__BB11_677;
+	ld.u32 	%rd2072, [%rd403];
+	bra.uni 	$L__BB11_678;
+$L__BB11_675:
+	ld.u16 	%rd2072, [%rd403];
+	bra.uni 	$L__BB11_678;
+$L__BB11_676:
+	ld.u8 	%rd2072, [%rd403];
+	bra.uni 	$L__BB11_678;
+$L__BB11_677:
+	ld.u64 	%rd2072, [%rd403];
+$L__BB11_678:
+	shl.b64 	%rd1290, %rd402, 5;
+	or.b64  	%rd1291, %rd1290, %rd5;
+	mul.lo.s64 	%rd1292, %rd1291, %rd399;
+	add.s64 	%rd418, %rd2043, %rd1292;
+	and.b64  	%rd1293, %rd418, %rd400;
+	setp.eq.s64 	%p531, %rd1293, 0;
+	@%p531 bra 	$L__BB11_687;
+	setp.eq.s32 	%p532, %r1590, 0;
+	@%p532 bra 	$L__BB11_694;
+	cvt.u32.u64 	%r1875, %rd400;
+	setp.lt.u32 	%p533, %r1875, 3;
+	mov.u32 	%r3867, 0;
+	@%p533 bra 	$L__BB11_683;
+	mov.u32 	%r3867, 0;
+	mov.u32 	%r3866, %r436;
+$L__BB11_682:
+	shl.b32 	%r1877, %r3867, 3;
+	shr.u64 	%rd1294, %rd2072, %r1877;
+	cvt.u64.u32 	%rd1295, %r3867;
+	add.s64 	%rd1296, %rd418, %rd1295;
+	st.u8 	[%rd1296], %rd1294;
+	add.s32 	%r1878, %r1877, 8;
+	shr.u64 	%rd1297, %rd2072, %r1878;
+	st.u8 	[%rd1296+1], %rd1297;
+	add.s32 	%r1879, %r1877, 16;
+	shr.u64 	%rd1298, %rd2072, %r1879;
+	st.u8 	[%rd1296+2], %rd1298;
+	add.s32 	%r1880, %r1877, 24;
+	shr.u64 	%rd1299, %rd2072, %r1880;
+	st.u8 	[%rd1296+3], %rd1299;
+	add.s32 	%r3867, %r3867, 4;
+	add.s32 	%r3866, %r3866, -4;
+	setp.ne.s32 	%p534, %r3866, 0;
+	@%p534 bra 	$L__BB11_682;
+$L__BB11_683:
+	setp.eq.s32 	%p535, %r435, 0;
+	@%p535 bra 	$L__BB11_694;
+	setp.eq.s32 	%p536, %r435, 1;
+	shl.b32 	%r1881, %r3867, 3;
+	shr.u64 	%rd1300, %rd2072, %r1881;
+	cvt.u64.u32 	%rd1301, %r3867;
+	add.s64 	%rd419, %rd418, %rd1301;
+	st.u8 	[%rd419], %rd1300;
+	@%p536 bra 	$L__BB11_694;
+	setp.eq.s32 	%p537, %r435, 2;
+	add.s32 	%r1883, %r1881, 8;
+	shr.u64 	%rd1302, %rd2072, %r1883;
+	st.u8 	[%rd419+1], %rd1302;
+	@%p537 bra 	$L__BB11_694;
+	add.s32 	%r1885, %r1881, 16;
+	shr.u64 	%rd1303, %rd2072, %r1885;
+	st.u8 	[%rd419+2], %rd1303;
+	bra.uni 	$L__BB11_694;
+$L__BB11_687:
+	setp.eq.s32 	%p538, %r1590, 1;
+	@%p538 bra 	$L__BB11_692;
+	setp.eq.s32 	%p539, %r1590, 2;
+	@%p539 bra 	$L__BB11_691;
+	setp.ne.s32 	%p540, %r1590, 4;
+	@%p540 bra 	$L__BB11_693;
+	st.u32 	[%rd418], %rd2072;
+	bra.uni 	$L__BB11_694;
+$L__BB11_691:
+	st.u16 	[%rd418], %rd2072;
+	bra.uni 	$L__BB11_694;
+$L__BB11_692:
+	st.u8 	[%rd418], %rd2072;
+	bra.uni 	$L__BB11_694;
+$L__BB11_693:
+	st.u64 	[%rd418], %rd2072;
+$L__BB11_694:
+	add.s32 	%r3860, %r441, %r3860;
+	add.s64 	%rd2068, %rd2068, 8;
+	setp.lt.u64 	%p541, %rd2068, %rd395;
+	@%p541 bra 	$L__BB11_657;
+	bra.uni 	$L__BB11_1123;
+$L__BB11_1100:
+	shr.u64 	%rd542, %rd507, 4;
+	cvt.u64.u32 	%rd2103, %r1;
+	add.s64 	%rd1929, %rd2103, 768;
+	setp.ge.u64 	%p1011, %rd1929, %rd542;
+	@%p1011 bra 	$L__BB11_1108;
+	cvt.u64.u32 	%rd2103, %r1;
+	mov.u64 	%rd1931, -769;
+	sub.s64 	%rd1932, %rd1931, %rd2103;
+	add.s64 	%rd545, %rd1932, %rd542;
+	shr.u64 	%rd1933, %rd545, 10;
+	add.s64 	%rd1934, %rd1933, 1;
+	and.b64  	%rd546, %rd1934, 3;
+	setp.eq.s64 	%p1012, %rd546, 0;
+	add.s64 	%rd2101, %rd2103, 768;
+	@%p1012 bra 	$L__BB11_1105;
+	cvt.u64.u32 	%rd1935, %r1;
+	mul.wide.u32 	%rd1936, %r1, 16;
+	add.s64 	%rd548, %rd297, %rd1936;
+	ld.v4.u32 	{%r3346, %r3347, %r3348, %r3349}, [%rd548+4096];
+	ld.v4.u32 	{%r3354, %r3355, %r3356, %r3357}, [%rd548+8192];
+	ld.v4.u32 	{%r3362, %r3363, %r3364, %r3365}, [%rd548+12288];
+	add.s64 	%rd549, %rd2043, %rd1936;
+	ld.v4.u32 	{%r3370, %r3371, %r3372, %r3373}, [%rd548];
+	st.v4.u32 	[%rd549], {%r3370, %r3371, %r3372, %r3373};
+	st.v4.u32 	[%rd549+4096], {%r3346, %r3347, %r3348, %r3349};
+	st.v4.u32 	[%rd549+8192], {%r3354, %r3355, %r3356, %r3357};
+	st.v4.u32 	[%rd549+12288], {%r3362, %r3363, %r3364, %r3365};
+	add.s64 	%rd2101, %rd1935, 1792;
+	add.s64 	%rd2103, %rd1935, 1024;
+	setp.eq.s64 	%p1013, %rd546, 1;
+	@%p1013 bra 	$L__BB11_1105;
+	ld.v4.u32 	{%r3378, %r3379, %r3380, %r3381}, [%rd548+20480];
+	ld.v4.u32 	{%r3386, %r3387, %r3388, %r3389}, [%rd548+24576];
+	ld.v4.u32 	{%r3394, %r3395, %r3396, %r3397}, [%rd548+28672];
+	ld.v4.u32 	{%r3402, %r3403, %r3404, %r3405}, [%rd548+16384];
+	st.v4.u32 	[%rd549+16384], {%r3402, %r3403, %r3404, %r3405};
+	st.v4.u32 	[%rd549+20480], {%r3378, %r3379, %r3380, %r3381};
+	st.v4.u32 	[%rd549+24576], {%r3386, %r3387, %r3388, %r3389};
+	st.v4.u32 	[%rd549+28672], {%r3394, %r3395, %r3396, %r3397};
+	add.s64 	%rd2101, %rd1935, 2816;
+	add.s64 	%rd2103, %rd1935, 2048;
+	setp.eq.s64 	%p1014, %rd546, 2;
+	@%p1014 bra 	$L__BB11_1105;
+	ld.v4.u32 	{%r3411, %r3412, %r3413, %r3414}, [%rd548+36864];
+	ld.v4.u32 	{%r3419, %r3420, %r3421, %r3422}, [%rd548+40960];
+	ld.v4.u32 	{%r3427, %r3428, %r3429, %r3430}, [%rd548+45056];
+	ld.v4.u32 	{%r3435, %r3436, %r3437, %r3438}, [%rd548+32768];
+	st.v4.u32 	[%rd549+32768], {%r3435, %r3436, %r3437, %r3438};
+	st.v4.u32 	[%rd549+36864], {%r3411, %r3412, %r3413, %r3414};
+	st.v4.u32 	[%rd549+40960], {%r3419, %r3420, %r3421, %r3422};
+	st.v4.u32 	[%rd549+45056], {%r3427, %r3428, %r3429, %r3430};
+	add.s64 	%rd2101, %rd1935, 3840;
+	add.s64 	%rd2103, %rd1935, 3072;
+$L__BB11_1105:
+	setp.lt.u64 	%p1015, %rd545, 3072;
+	@%p1015 bra 	$L__BB11_1108;
+	mov.u64 	%rd2105, %rd2103;
+$L__BB11_1107:
+	shl.b64 	%rd1939, %rd2105, 4;
+	add.s64 	%rd1940, %rd297, %rd1939;
+	ld.v4.u32 	{%r3444, %r3445, %r3446, %r3447}, [%rd1940+4096];
+	ld.v4.u32 	{%r3452, %r3453, %r3454, %r3455}, [%rd1940+8192];
+	shl.b64 	%rd1941, %rd2101, 4;
+	add.s64 	%rd1942, %rd297, %rd1941;
+	ld.v4.u32 	{%r3460, %r3461, %r3462, %r3463}, [%rd1942];
+	add.s64 	%rd1943, %rd2043, %rd1939;
+	ld.v4.u32 	{%r3468, %r3469, %r3470, %r3471}, [%rd1940];
+	st.v4.u32 	[%rd1943], {%r3468, %r3469, %r3470, %r3471};
+	st.v4.u32 	[%rd1943+4096], {%r3444, %r3445, %r3446, %r3447};
+	st.v4.u32 	[%rd1943+8192], {%r3452, %r3453, %r3454, %r3455};
+	add.s64 	%rd1944, %rd2043, %rd1941;
+	st.v4.u32 	[%rd1944], {%r3460, %r3461, %r3462, %r3463};
+	ld.v4.u32 	{%r3476, %r3477, %r3478, %r3479}, [%rd1940+20480];
+	ld.v4.u32 	{%r3484, %r3485, %r3486, %r3487}, [%rd1940+24576];
+	ld.v4.u32 	{%r3492, %r3493, %r3494, %r3495}, [%rd1940+28672];
+	ld.v4.u32 	{%r3500, %r3501, %r3502, %r3503}, [%rd1940+16384];
+	st.v4.u32 	[%rd1943+16384], {%r3500, %r3501, %r3502, %r3503};
+	st.v4.u32 	[%rd1943+20480], {%r3476, %r3477, %r3478, %r3479};
+	st.v4.u32 	[%rd1943+24576], {%r3484, %r3485, %r3486, %r3487};
+	st.v4.u32 	[%rd1943+28672], {%r3492, %r3493, %r3494, %r3495};
+	ld.v4.u32 	{%r3508, %r3509, %r3510, %r3511}, [%rd1940+36864];
+	ld.v4.u32 	{%r3516, %r3517, %r3518, %r3519}, [%rd1940+40960];
+	ld.v4.u32 	{%r3524, %r3525, %r3526, %r3527}, [%rd1940+45056];
+	ld.v4.u32 	{%r3532, %r3533, %r3534, %r3535}, [%rd1940+32768];
+	st.v4.u32 	[%rd1943+32768], {%r3532, %r3533, %r3534, %r3535};
+	st.v4.u32 	[%rd1943+36864], {%r3508, %r3509, %r3510, %r3511};
+	st.v4.u32 	[%rd1943+40960], {%r3516, %r3517, %r3518, %r3519};
+	st.v4.u32 	[%rd1943+45056], {%r3524, %r3525, %r3526, %r3527};
+	ld.v4.u32 	{%r3540, %r3541, %r3542, %r3543}, [%rd1940+53248];
+	ld.v4.u32 	{%r3548, %r3549, %r3550, %r3551}, [%rd1940+57344];
+	ld.v4.u32 	{%r3556, %r3557, %r3558, %r3559}, [%rd1940+61440];
+	ld.v4.u32 	{%r3564, %r3565, %r3566, %r3567}, [%rd1940+49152];
+	st.v4.u32 	[%rd1943+49152], {%r3564, %r3565, %r3566, %r3567};
+	st.v4.u32 	[%rd1943+53248], {%r3540, %r3541, %r3542, %r3543};
+	st.v4.u32 	[%rd1943+57344], {%r3548, %r3549, %r3550, %r3551};
+	st.v4.u32 	[%rd1943+61440], {%r3556, %r3557, %r3558, %r3559};
+	add.s64 	%rd2103, %rd2105, 4096;
+	add.s64 	%rd2101, %rd2105, 4864;
+	setp.lt.u64 	%p1016, %rd2101, %rd542;
+	mov.u64 	%rd2105, %rd2103;
+	@%p1016 bra 	$L__BB11_1107;
+$L__BB11_1108:
+	setp.ge.u64 	%p1017, %rd2103, %rd542;
+	@%p1017 bra 	$L__BB11_1115;
+	not.b64 	%rd1945, %rd2103;
+	add.s64 	%rd564, %rd542, %rd1945;
+	shr.u64 	%rd1946, %rd564, 8;
+	add.s64 	%rd1947, %rd1946, 1;
+	and.b64  	%rd565, %rd1947, 3;
+	setp.eq.s64 	%p1018, %rd565, 0;
+	mov.u64 	%rd2107, %rd2103;
+	@%p1018 bra 	$L__BB11_1113;
+	shl.b64 	%rd1948, %rd2103, 4;
+	add.s64 	%rd567, %rd2043, %rd1948;
+	add.s64 	%rd566, %rd297, %rd1948;
+	ld.v4.u32 	{%r3572, %r3573, %r3574, %r3575}, [%rd566];
+	st.v4.u32 	[%rd567], {%r3572, %r3573, %r3574, %r3575};
+	add.s64 	%rd2107, %rd2103, 256;
+	setp.eq.s64 	%p1019, %rd565, 1;
+	@%p1019 bra 	$L__BB11_1113;
+	ld.v4.u32 	{%r3580, %r3581, %r3582, %r3583}, [%rd566+4096];
+	st.v4.u32 	[%rd567+4096], {%r3580, %r3581, %r3582, %r3583};
+	add.s64 	%rd2107, %rd2103, 512;
+	setp.eq.s64 	%p1020, %rd565, 2;
+	@%p1020 bra 	$L__BB11_1113;
+	ld.v4.u32 	{%r3588, %r3589, %r3590, %r3591}, [%rd566+8192];
+	st.v4.u32 	[%rd567+8192], {%r3588, %r3589, %r3590, %r3591};
+	add.s64 	%rd2107, %rd2103, 768;
+$L__BB11_1113:
+	setp.lt.u64 	%p1021, %rd564, 768;
+	@%p1021 bra 	$L__BB11_1115;
+$L__BB11_1114:
+	shl.b64 	%rd1949, %rd2107, 4;
+	add.s64 	%rd1950, %rd2043, %rd1949;
+	add.s64 	%rd1951, %rd297, %rd1949;
+	ld.v4.u32 	{%r3596, %r3597, %r3598, %r3599}, [%rd1951];
+	st.v4.u32 	[%rd1950], {%r3596, %r3597, %r3598, %r3599};
+	ld.v4.u32 	{%r3604, %r3605, %r3606, %r3607}, [%rd1951+4096];
+	st.v4.u32 	[%rd1950+4096], {%r3604, %r3605, %r3606, %r3607};
+	ld.v4.u32 	{%r3612, %r3613, %r3614, %r3615}, [%rd1951+8192];
+	st.v4.u32 	[%rd1950+8192], {%r3612, %r3613, %r3614, %r3615};
+	ld.v4.u32 	{%r3620, %r3621, %r3622, %r3623}, [%rd1951+12288];
+	st.v4.u32 	[%rd1950+12288], {%r3620, %r3621, %r3622, %r3623};
+	add.s64 	%rd2107, %rd2107, 1024;
+	setp.lt.u64 	%p1022, %rd2107, %rd542;
+	@%p1022 bra 	$L__BB11_1114;
+$L__BB11_1115:
+	and.b64  	%rd2109, %rd507, -16;
+$L__BB11_1116:
+	add.s64 	%rd576, %rd2109, %rd4;
+	setp.ge.u64 	%p1023, %rd576, %rd507;
+	@%p1023 bra 	$L__BB11_1123;
+	not.b64 	%rd1952, %rd4;
+	add.s64 	%rd1953, %rd507, %rd1952;
+	sub.s64 	%rd577, %rd1953, %rd2109;
+	shr.u64 	%rd1954, %rd577, 8;
+	add.s64 	%rd1955, %rd1954, 1;
+	and.b64  	%rd578, %rd1955, 3;
+	setp.eq.s64 	%p1024, %rd578, 0;
+	mov.u64 	%rd2110, %rd576;
+	@%p1024 bra 	$L__BB11_1121;
+	add.s64 	%rd579, %rd297, %rd576;
+	ld.u8 	%rs93, [%rd579];
+	add.s64 	%rd580, %rd2043, %rd576;
+	st.u8 	[%rd580], %rs93;
+	add.s64 	%rd2110, %rd576, 256;
+	setp.eq.s64 	%p1025, %rd578, 1;
+	@%p1025 bra 	$L__BB11_1121;
+	ld.u8 	%rs94, [%rd579+256];
+	st.u8 	[%rd580+256], %rs94;
+	add.s64 	%rd2110, %rd576, 512;
+	setp.eq.s64 	%p1026, %rd578, 2;
+	@%p1026 bra 	$L__BB11_1121;
+	ld.u8 	%rs95, [%rd579+512];
+	st.u8 	[%rd580+512], %rs95;
+	add.s64 	%rd2110, %rd576, 768;
+$L__BB11_1121:
+	setp.lt.u64 	%p1027, %rd577, 768;
+	@%p1027 bra 	$L__BB11_1123;
+$L__BB11_1122:
+	add.s64 	%rd1956, %rd297, %rd2110;
+	ld.u8 	%rs96, [%rd1956];
+	add.s64 	%rd1957, %rd2043, %rd2110;
+	st.u8 	[%rd1957], %rs96;
+	ld.u8 	%rs97, [%rd1956+256];
+	st.u8 	[%rd1957+256], %rs97;
+	ld.u8 	%rs98, [%rd1956+512];
+	st.u8 	[%rd1957+512], %rs98;
+	ld.u8 	%rs99, [%rd1956+768];
+	st.u8 	[%rd1957+768], %rs99;
+	add.s64 	%rd2110, %rd2110, 1024;
+	setp.lt.u64 	%p1028, %rd2110, %rd507;
+	@%p1028 bra 	$L__BB11_1122;
+$L__BB11_1123:
+	add.s32 	%r3835, %r3835, 1;
+	setp.lt.u32 	%p1029, %r3835, 8;
+	@%p1029 bra 	$L__BB11_493;
+	shl.b64 	%rd1967, %rd591, 8;
+	bar.sync 	0;
+	mov.u32 	%r3628, %nctaid.x;
+	mul.wide.u32 	%rd1958, %r3628, 8;
+	add.s64 	%rd1978, %rd1978, %rd1958;
+	setp.lt.u64 	%p1030, %rd1978, %rd1967;
+	@%p1030 bra 	$L__BB11_2;
+$L__BB11_1125:
 	ret;
+}
+	// .globl	ws_sparse_check
+.visible .entry ws_sparse_check(
+	.param .align 8 .b8 ws_sparse_check_param_0[56]
+)
+.maxntid 256, 1, 1
+{
+	.reg .pred 	%p<8>;
+	.reg .b32 	%r<6>;
+	.reg .b64 	%rd<24>;
+	mov.b64 	%rd11, ws_sparse_check_param_0;
+	mov.u32 	%r2, %ctaid.x;
+	mul.wide.u32 	%rd13, %r2, 256;
+	mov.u32 	%r3, %tid.x;
+	cvt.u64.u32 	%rd14, %r3;
+	add.s64 	%rd23, %rd13, %rd14;
+	add.s64 	%rd2, %rd11, 32;
+	ld.param.u64 	%rd3, [ws_sparse_check_param_0+32];
+	setp.ge.u64 	%p1, %rd23, %rd3;
+	@%p1 bra 	$L__BB12_8;
+	ld.param.u64 	%rd4, [%rd2+-32];
+	ld.param.u64 	%rd5, [%rd2+8];
+	ld.param.u64 	%rd6, [%rd2+-8];
+	mov.u32 	%r4, %nctaid.x;
+	mul.wide.u32 	%rd7, %r4, 256;
+	cvta.to.global.u64 	%rd15, %rd4;
+$L__BB12_2:
+	shl.b64 	%rd16, %rd23, 2;
+	add.s64 	%rd9, %rd15, %rd16;
+	ld.global.u32 	%r1, [%rd9];
+	cvt.s64.s32 	%rd17, %r1;
+	setp.gt.s32 	%p2, %r1, -1;
+	setp.gt.u64 	%p3, %rd5, %rd17;
+	and.pred  	%p4, %p2, %p3;
+	@%p4 bra 	$L__BB12_4;
+	cvta.to.global.u64 	%rd18, %rd6;
+	atom.global.min.u64 	%rd19, [%rd18], %rd23;
+$L__BB12_4:
+	setp.eq.s64 	%p5, %rd23, 0;
+	@%p5 bra 	$L__BB12_7;
+	ld.global.u32 	%r5, [%rd9+-4];
+	setp.gt.s32 	%p6, %r1, %r5;
+	@%p6 bra 	$L__BB12_7;
+	cvta.to.global.u64 	%rd20, %rd6;
+	add.s64 	%rd21, %rd20, 8;
+	atom.global.min.u64 	%rd22, [%rd21], %rd23;
+$L__BB12_7:
+	add.s64 	%rd23, %rd23, %rd7;
+	setp.lt.u64 	%p7, %rd23, %rd3;
+	@%p7 bra 	$L__BB12_2;
+$L__BB12_8:
+	ret;
+}
+	// .globl	ws_sparse_scatter
+.visible .entry ws_sparse_scatter(
+	.param .align 8 .b8 ws_sparse_scatter_param_0[56]
+)
+.maxntid 256, 1, 1
+{
+	.reg .pred 	%p<48>;
+	.reg .b32 	%r<111>;
+	.reg .b64 	%rd<163>;
+	mov.b64 	%rd57, ws_sparse_scatter_param_0;
+	add.s64 	%rd1, %rd57, 24;
+	ld.param.u64 	%rd59, [ws_sparse_scatter_param_0+24];
+	cvta.to.global.u64 	%rd2, %rd59;
+	ld.global.u64 	%rd60, [%rd2];
+	setp.ne.s64 	%p1, %rd60, -1;
+	@%p1 bra 	$L__BB13_73;
+	bra.uni 	$L__BB13_1;
+$L__BB13_73:
+	ret;
+$L__BB13_1:
+	ld.param.u32 	%rd4, [%rd1+24];
+	ld.param.u64 	%rd5, [%rd1+-16];
+	cvta.to.global.u64 	%rd6, %rd5;
+	ld.param.u64 	%rd7, [%rd1+-8];
+	cvta.to.global.u64 	%rd8, %rd7;
+	ld.global.u64 	%rd61, [%rd2+8];
+	setp.eq.s64 	%p2, %rd61, -1;
+	mov.u32 	%r1, %ctaid.x;
+	@%p2 bra 	$L__BB13_38;
+	mov.u32 	%r31, %tid.x;
+	or.b32  	%r32, %r1, %r31;
+	setp.ne.s32 	%p3, %r32, 0;
+	@%p3 bra 	$L__BB13_73;
+	ld.param.u64 	%rd9, [%rd1+8];
+	setp.eq.s64 	%p4, %rd9, 0;
+	@%p4 bra 	$L__BB13_73;
+	cvt.u32.u64 	%r33, %rd4;
+	ld.param.u64 	%rd63, [%rd1+-24];
+	mov.u64 	%rd153, 0;
+	cvta.to.global.u64 	%rd10, %rd63;
+	add.s32 	%r35, %r33, -1;
+	cvt.u64.u32 	%rd11, %r35;
+	and.b32  	%r2, %r33, 3;
+	sub.s32 	%r3, %r33, %r2;
+$L__BB13_5:
+	shl.b64 	%rd64, %rd153, 2;
+	add.s64 	%rd65, %rd10, %rd64;
+	ld.global.u32 	%r4, [%rd65];
+	mul.lo.s64 	%rd66, %rd153, %rd4;
+	add.s64 	%rd13, %rd6, %rd66;
+	add.s64 	%rd67, %rd5, %rd66;
+	and.b64  	%rd68, %rd67, %rd11;
+	setp.eq.s64 	%p5, %rd68, 0;
+	@%p5 bra 	$L__BB13_14;
+	setp.eq.s32 	%p6, %r33, 0;
+	mov.u64 	%rd157, 0;
+	@%p6 bra 	$L__BB13_21;
+	cvt.u32.u64 	%r38, %rd11;
+	setp.lt.u32 	%p7, %r38, 3;
+	mov.u64 	%rd157, 0;
+	mov.u32 	%r100, 0;
+	@%p7 bra 	$L__BB13_10;
+	mov.u64 	%rd157, 0;
+	mov.u32 	%r100, 0;
+	mov.u32 	%r99, %r3;
+$L__BB13_9:
+	cvt.u64.u32 	%rd73, %r100;
+	add.s64 	%rd74, %rd13, %rd73;
+	ld.global.u8 	%rd75, [%rd74];
+	shl.b32 	%r40, %r100, 3;
+	shl.b64 	%rd76, %rd75, %r40;
+	or.b64  	%rd77, %rd76, %rd157;
+	ld.global.u8 	%rd78, [%rd74+1];
+	add.s32 	%r41, %r40, 8;
+	shl.b64 	%rd79, %rd78, %r41;
+	or.b64  	%rd80, %rd79, %rd77;
+	ld.global.u8 	%rd81, [%rd74+2];
+	add.s32 	%r42, %r40, 16;
+	shl.b64 	%rd82, %rd81, %r42;
+	or.b64  	%rd83, %rd82, %rd80;
+	ld.global.u8 	%rd84, [%rd74+3];
+	add.s32 	%r43, %r40, 24;
+	shl.b64 	%rd85, %rd84, %r43;
+	or.b64  	%rd157, %rd85, %rd83;
+	add.s32 	%r100, %r100, 4;
+	add.s32 	%r99, %r99, -4;
+	setp.ne.s32 	%p8, %r99, 0;
+	@%p8 bra 	$L__BB13_9;
+$L__BB13_10:
+	setp.eq.s32 	%p9, %r2, 0;
+	@%p9 bra 	$L__BB13_21;
+	setp.eq.s32 	%p10, %r2, 1;
+	cvt.u64.u32 	%rd86, %r100;
+	add.s64 	%rd18, %rd13, %rd86;
+	ld.global.u8 	%rd87, [%rd18];
+	shl.b32 	%r44, %r100, 3;
+	shl.b64 	%rd88, %rd87, %r44;
+	or.b64  	%rd157, %rd88, %rd157;
+	@%p10 bra 	$L__BB13_21;
+	setp.eq.s32 	%p11, %r2, 2;
+	ld.global.u8 	%rd89, [%rd18+1];
+	add.s32 	%r46, %r44, 8;
+	shl.b64 	%rd90, %rd89, %r46;
+	or.b64  	%rd157, %rd90, %rd157;
+	@%p11 bra 	$L__BB13_21;
+	ld.global.u8 	%rd91, [%rd18+2];
+	add.s32 	%r48, %r44, 16;
+	shl.b64 	%rd92, %rd91, %r48;
+	or.b64  	%rd157, %rd92, %rd157;
+	bra.uni 	$L__BB13_21;
+$L__BB13_14:
+	setp.eq.s32 	%p12, %r33, 1;
+	@%p12 bra 	$L__BB13_19;
+	setp.eq.s32 	%p13, %r33, 2;
+	@%p13 bra 	$L__BB13_18;
+	setp.ne.s32 	%p14, %r33, 4;
+	@%p14 bra 	$L__BB13_20;
+	ld.global.u32 	%rd157, [%rd13];
+	bra.uni 	$L__BB13_21;
+$L__BB13_18:
+	ld.global.u16 	%rd157, [%rd13];
+	bra.uni 	$L__BB13_21;
+$L__BB13_19:
+	ld.global.u8 	%rd157, [%rd13];
+	bra.uni 	$L__BB13_21;
+$L__BB13_20:
+	ld.global.u64 	%rd157, [%rd13];
+$L__BB13_21:
+	cvt.s64.s32 	%rd93, %r4;
+	mul.lo.s64 	%rd94, %rd93, %rd4;
+	add.s64 	%rd28, %rd8, %rd94;
+	add.s64 	%rd95, %rd7, %rd94;
+	and.b64  	%rd96, %rd95, %rd11;
+	setp.eq.s64 	%p15, %rd96, 0;
+	@%p15 bra 	$L__BB13_30;
+	setp.eq.s32 	%p16, %r33, 0;
+	@%p16 bra 	$L__BB13_37;
+	cvt.u32.u64 	%r52, %rd11;
+	setp.lt.u32 	%p17, %r52, 3;
+	mov.u32 	%r103, 0;
+	@%p17 bra 	$L__BB13_26;
+	mov.u32 	%r103, 0;
+	mov.u32 	%r102, %r3;
+$L__BB13_25:
+	shl.b32 	%r54, %r103, 3;
+	shr.u64 	%rd97, %rd157, %r54;
+	cvt.u64.u32 	%rd98, %r103;
+	add.s64 	%rd99, %rd28, %rd98;
+	st.global.u8 	[%rd99], %rd97;
+	add.s32 	%r55, %r54, 8;
+	shr.u64 	%rd100, %rd157, %r55;
+	st.global.u8 	[%rd99+1], %rd100;
+	add.s32 	%r56, %r54, 16;
+	shr.u64 	%rd101, %rd157, %r56;
+	st.global.u8 	[%rd99+2], %rd101;
+	add.s32 	%r57, %r54, 24;
+	shr.u64 	%rd102, %rd157, %r57;
+	st.global.u8 	[%rd99+3], %rd102;
+	add.s32 	%r103, %r103, 4;
+	add.s32 	%r102, %r102, -4;
+	setp.ne.s32 	%p18, %r102, 0;
+	@%p18 bra 	$L__BB13_25;
+$L__BB13_26:
+	setp.eq.s32 	%p19, %r2, 0;
+	@%p19 bra 	$L__BB13_37;
+	setp.eq.s32 	%p20, %r2, 1;
+	shl.b32 	%r58, %r103, 3;
+	shr.u64 	%rd103, %rd157, %r58;
+	cvt.u64.u32 	%rd104, %r103;
+	add.s64 	%rd29, %rd28, %rd104;
+	st.global.u8 	[%rd29], %rd103;
+	@%p20 bra 	$L__BB13_37;
+	setp.eq.s32 	%p21, %r2, 2;
+	add.s32 	%r60, %r58, 8;
+	shr.u64 	%rd105, %rd157, %r60;
+	st.global.u8 	[%rd29+1], %rd105;
+	@%p21 bra 	$L__BB13_37;
+	add.s32 	%r62, %r58, 16;
+	shr.u64 	%rd106, %rd157, %r62;
+	st.global.u8 	[%rd29+2], %rd106;
+	bra.uni 	$L__BB13_37;
+$L__BB13_30:
+	setp.eq.s32 	%p22, %r33, 1;
+	@%p22 bra 	$L__BB13_35;
+	setp.eq.s32 	%p23, %r33, 2;
+	@%p23 bra 	$L__BB13_34;
+	setp.ne.s32 	%p24, %r33, 4;
+	@%p24 bra 	$L__BB13_36;
+	st.global.u32 	[%rd28], %rd157;
+	bra.uni 	$L__BB13_37;
+$L__BB13_34:
+	st.global.u16 	[%rd28], %rd157;
+	bra.uni 	$L__BB13_37;
+$L__BB13_35:
+	st.global.u8 	[%rd28], %rd157;
+	bra.uni 	$L__BB13_37;
+$L__BB13_36:
+	st.global.u64 	[%rd28], %rd157;
+$L__BB13_37:
+	add.s64 	%rd153, %rd153, 1;
+	setp.lt.u64 	%p25, %rd153, %rd9;
+	@%p25 bra 	$L__BB13_5;
+	bra.uni 	$L__BB13_73;
+$L__BB13_38:
+	mul.wide.u32 	%rd107, %r1, 256;
+	mov.u32 	%r64, %tid.x;
+	cvt.u64.u32 	%rd108, %r64;
+	add.s64 	%rd158, %rd107, %rd108;
+	ld.param.u64 	%rd33, [%rd1+8];
+	setp.ge.u64 	%p26, %rd158, %rd33;
+	@%p26 bra 	$L__BB13_73;
+	cvt.u32.u64 	%r65, %rd4;
+	ld.param.u64 	%rd109, [%rd1+-24];
+	cvta.to.global.u64 	%rd34, %rd109;
+	add.s32 	%r66, %r65, -1;
+	cvt.u64.u32 	%rd35, %r66;
+	mov.u32 	%r67, %nctaid.x;
+	mul.wide.u32 	%rd36, %r67, 256;
+	and.b32  	%r15, %r65, 3;
+	sub.s32 	%r16, %r65, %r15;
+	sub.s32 	%r17, %r15, %r65;
+$L__BB13_40:
+	shl.b64 	%rd110, %rd158, 2;
+	add.s64 	%rd111, %rd34, %rd110;
+	ld.global.u32 	%r18, [%rd111];
+	mul.lo.s64 	%rd112, %rd158, %rd4;
+	add.s64 	%rd38, %rd6, %rd112;
+	add.s64 	%rd113, %rd5, %rd112;
+	and.b64  	%rd114, %rd113, %rd35;
+	setp.eq.s64 	%p27, %rd114, 0;
+	@%p27 bra 	$L__BB13_49;
+	setp.eq.s32 	%p28, %r65, 0;
+	mov.u64 	%rd162, 0;
+	@%p28 bra 	$L__BB13_56;
+	cvt.u32.u64 	%r71, %rd35;
+	setp.lt.u32 	%p29, %r71, 3;
+	mov.u64 	%rd162, 0;
+	mov.u32 	%r107, 0;
+	@%p29 bra 	$L__BB13_45;
+	mov.u64 	%rd162, 0;
+	mov.u32 	%r104, 0;
+	mov.u32 	%r105, 24;
+	mov.u32 	%r107, %r104;
+$L__BB13_44:
+	cvt.u64.u32 	%rd119, %r107;
+	add.s64 	%rd120, %rd38, %rd119;
+	ld.global.u8 	%rd121, [%rd120];
+	shl.b64 	%rd122, %rd121, %r104;
+	or.b64  	%rd123, %rd122, %rd162;
+	ld.global.u8 	%rd124, [%rd120+1];
+	add.s32 	%r75, %r104, 8;
+	shl.b64 	%rd125, %rd124, %r75;
+	or.b64  	%rd126, %rd125, %rd123;
+	ld.global.u8 	%rd127, [%rd120+2];
+	add.s32 	%r76, %r105, -8;
+	shl.b64 	%rd128, %rd127, %r76;
+	or.b64  	%rd129, %rd128, %rd126;
+	ld.global.u8 	%rd130, [%rd120+3];
+	shl.b64 	%rd131, %rd130, %r105;
+	or.b64  	%rd162, %rd131, %rd129;
+	add.s32 	%r105, %r105, 32;
+	add.s32 	%r104, %r104, 32;
+	add.s32 	%r107, %r107, 4;
+	add.s32 	%r77, %r17, %r107;
+	setp.ne.s32 	%p30, %r77, 0;
+	@%p30 bra 	$L__BB13_44;
+$L__BB13_45:
+	setp.eq.s32 	%p31, %r15, 0;
+	@%p31 bra 	$L__BB13_56;
+	setp.eq.s32 	%p32, %r15, 1;
+	cvt.u64.u32 	%rd132, %r107;
+	add.s64 	%rd43, %rd38, %rd132;
+	ld.global.u8 	%rd133, [%rd43];
+	shl.b32 	%r78, %r107, 3;
+	shl.b64 	%rd134, %rd133, %r78;
+	or.b64  	%rd162, %rd134, %rd162;
+	@%p32 bra 	$L__BB13_56;
+	setp.eq.s32 	%p33, %r15, 2;
+	ld.global.u8 	%rd135, [%rd43+1];
+	add.s32 	%r80, %r78, 8;
+	shl.b64 	%rd136, %rd135, %r80;
+	or.b64  	%rd162, %rd136, %rd162;
+	@%p33 bra 	$L__BB13_56;
+	ld.global.u8 	%rd137, [%rd43+2];
+	add.s32 	%r82, %r78, 16;
+	shl.b64 	%rd138, %rd137, %r82;
+	or.b64  	%rd162, %rd138, %rd162;
+	bra.uni 	$L__BB13_56;
+$L__BB13_49:
+	setp.eq.s32 	%p34, %r65, 1;
+	@%p34 bra 	$L__BB13_54;
+	setp.eq.s32 	%p35, %r65, 2;
+	@%p35 bra 	$L__BB13_53;
+	setp.ne.s32 	%p36, %r65, 4;
+	@%p36 bra 	$L__BB13_55;
+	ld.global.u32 	%rd162, [%rd38];
+	bra.uni 	$L__BB13_56;
+$L__BB13_54:
+	ld.global.u8 	%rd162, [%rd38];
+	bra.uni 	$L__BB13_56;
+$L__BB13_53:
+	ld.global.u16 	%rd162, [%rd38];
+	bra.uni 	$L__BB13_56;
+$L__BB13_55:
+	ld.global.u64 	%rd162, [%rd38];
+$L__BB13_56:
+	cvt.s64.s32 	%rd139, %r18;
+	mul.lo.s64 	%rd140, %rd139, %rd4;
+	add.s64 	%rd53, %rd8, %rd140;
+	add.s64 	%rd141, %rd7, %rd140;
+	and.b64  	%rd142, %rd141, %rd35;
+	setp.eq.s64 	%p37, %rd142, 0;
+	@%p37 bra 	$L__BB13_65;
+	setp.eq.s32 	%p38, %r65, 0;
+	@%p38 bra 	$L__BB13_72;
+	cvt.u32.u64 	%r86, %rd35;
+	setp.lt.u32 	%p39, %r86, 3;
+	mov.u32 	%r110, 0;
+	@%p39 bra 	$L__BB13_61;
+	mov.u32 	%r110, 0;
+	mov.u32 	%r109, %r16;
+$L__BB13_60:
+	shl.b32 	%r88, %r110, 3;
+	shr.u64 	%rd143, %rd162, %r88;
+	cvt.u64.u32 	%rd144, %r110;
+	add.s64 	%rd145, %rd53, %rd144;
+	st.global.u8 	[%rd145], %rd143;
+	add.s32 	%r89, %r88, 8;
+	shr.u64 	%rd146, %rd162, %r89;
+	st.global.u8 	[%rd145+1], %rd146;
+	add.s32 	%r90, %r88, 16;
+	shr.u64 	%rd147, %rd162, %r90;
+	st.global.u8 	[%rd145+2], %rd147;
+	add.s32 	%r91, %r88, 24;
+	shr.u64 	%rd148, %rd162, %r91;
+	st.global.u8 	[%rd145+3], %rd148;
+	add.s32 	%r110, %r110, 4;
+	add.s32 	%r109, %r109, -4;
+	setp.ne.s32 	%p40, %r109, 0;
+	@%p40 bra 	$L__BB13_60;
+$L__BB13_61:
+	setp.eq.s32 	%p41, %r15, 0;
+	@%p41 bra 	$L__BB13_72;
+	setp.eq.s32 	%p42, %r15, 1;
+	shl.b32 	%r92, %r110, 3;
+	shr.u64 	%rd149, %rd162, %r92;
+	cvt.u64.u32 	%rd150, %r110;
+	add.s64 	%rd54, %rd53, %rd150;
+	st.global.u8 	[%rd54], %rd149;
+	@%p42 bra 	$L__BB13_72;
+	setp.eq.s32 	%p43, %r15, 2;
+	add.s32 	%r94, %r92, 8;
+	shr.u64 	%rd151, %rd162, %r94;
+	st.global.u8 	[%rd54+1], %rd151;
+	@%p43 bra 	$L__BB13_72;
+	add.s32 	%r96, %r92, 16;
+	shr.u64 	%rd152, %rd162, %r96;
+	st.global.u8 	[%rd54+2], %rd152;
+	bra.uni 	$L__BB13_72;
+$L__BB13_65:
+	setp.eq.s32 	%p44, %r65, 1;
+	@%p44 bra 	$L__BB13_70;
+	setp.eq.s32 	%p45, %r65, 2;
+	@%p45 bra 	$L__BB13_69;
+	setp.ne.s32 	%p46, %r65, 4;
+	@%p46 bra 	$L__BB13_71;
+	st.global.u32 	[%rd53], %rd162;
+	bra.uni 	$L__BB13_72;
+$L__BB13_70:
+	st.global.u8 	[%rd53], %rd162;
+	bra.uni 	$L__BB13_72;
+$L__BB13_69:
+	st.global.u16 	[%rd53], %rd162;
+	bra.uni 	$L__BB13_72;
+$L__BB13_71:
+	st.global.u64 	[%rd53], %rd162;
+$L__BB13_72:
+	add.s64 	%rd158, %rd158, %rd36;
+	setp.lt.u64 	%p47, %rd158, %rd33;
+	@%p47 bra 	$L__BB13_40;
+	bra.uni 	$L__BB13_73;
 }
 )WSPTX";
 }  // namespace weightsync::detail

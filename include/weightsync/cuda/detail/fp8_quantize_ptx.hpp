@@ -8,4815 +8,829 @@ inline constexpr const char kFp8QuantizePtx[] = R"WSPTX(
 .target sm_89
 .address_size 64
 	// .globl	ws_fp8_block_bf16
+.shared .align 4 .b8 _ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red[32];
+.shared .align 4 .b8 _ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red[32];
 .visible .entry ws_fp8_block_bf16(
-	.param .align 8 .b8 ws_fp8_block_bf16_param_0[48]
+	.param .align 8 .b8 ws_fp8_block_bf16_param_0[96]
 )
 .maxntid 256, 1, 1
+.minnctapersm 4
 {
-	.reg .pred 	%p<289>;
-	.reg .b16 	%rs<47>;
-	.reg .f32 	%f<573>;
-	.reg .b32 	%r<1020>;
-	.reg .b64 	%rd<355>;
-	// demoted variable
-	.shared .align 4 .b8 _ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red[32];
-	mov.b64 	%rd75, ws_fp8_block_bf16_param_0;
-	mov.u32 	%r184, %ctaid.y;
-	mul.wide.u32 	%rd1, %r184, 128;
-	mov.u32 	%r185, %ctaid.x;
-	cvt.u64.u32 	%rd76, %r185;
-	mul.wide.u32 	%rd2, %r185, 128;
-	add.s64 	%rd3, %rd75, 44;
+	.reg .pred 	%p<261>;
+	.reg .b16 	%rs<77>;
+	.reg .f32 	%f<696>;
+	.reg .b32 	%r<1424>;
+	.reg .b64 	%rd<934>;
+	mov.b64 	%rd253, ws_fp8_block_bf16_param_0;
+	mov.u32 	%r134, %ctaid.y;
+	cvt.u64.u32 	%rd254, %r134;
+	mul.wide.u32 	%rd1, %r134, 128;
+	mov.u32 	%r135, %ctaid.x;
+	cvt.u64.u32 	%rd255, %r135;
+	mul.wide.u32 	%rd2, %r135, 128;
+	add.s64 	%rd3, %rd253, 44;
 	ld.param.u32 	%r1, [ws_fp8_block_bf16_param_0+44];
 	ld.param.u64 	%rd4, [ws_fp8_block_bf16_param_0];
 	cvta.to.global.u64 	%rd5, %rd4;
-	ld.param.u64 	%rd6, [ws_fp8_block_bf16_param_0+8];
-	cvta.to.global.u64 	%rd7, %rd6;
-	ld.param.u64 	%rd8, [ws_fp8_block_bf16_param_0+16];
-	cvta.to.global.u64 	%rd78, %rd8;
-	mov.u32 	%r186, %nctaid.x;
-	mul.wide.u32 	%rd79, %r184, %r186;
-	add.s64 	%rd80, %rd79, %rd76;
-	shl.b64 	%rd81, %rd80, 2;
-	add.s64 	%rd9, %rd78, %rd81;
-	ld.param.u64 	%rd10, [ws_fp8_block_bf16_param_0+32];
-	and.b64  	%rd82, %rd10, 7;
-	setp.ne.s64 	%p1, %rd82, 0;
-	@%p1 bra 	$L__BB0_3;
-	ld.param.u8 	%rs1, [%rd3+-44];
-	and.b16  	%rs2, %rs1, 15;
-	setp.ne.s16 	%p2, %rs2, 0;
-	@%p2 bra 	$L__BB0_3;
-	ld.param.u8 	%rs3, [%rd3+-36];
+	ld.param.u64 	%rd257, [ws_fp8_block_bf16_param_0+8];
+	cvta.to.global.u64 	%rd6, %rd257;
+	ld.param.u64 	%rd7, [ws_fp8_block_bf16_param_0+16];
+	cvta.to.global.u64 	%rd258, %rd7;
+	ld.param.u64 	%rd8, [ws_fp8_block_bf16_param_0+88];
+	mul.lo.s64 	%rd259, %rd8, %rd254;
+	add.s64 	%rd260, %rd259, %rd255;
+	shl.b64 	%rd261, %rd260, 2;
+	add.s64 	%rd9, %rd258, %rd261;
+	ld.param.u64 	%rd262, [ws_fp8_block_bf16_param_0+56];
+	and.b64  	%rd263, %rd262, 7;
+	and.b64  	%rd264, %rd4, 15;
+	or.b64  	%rd265, %rd264, %rd263;
+	setp.ne.s64 	%p4, %rd265, 0;
+	mov.pred 	%p260, -1;
+	@%p4 bra 	$L__BB0_4;
+	ld.param.u8 	%rs1, [%rd3+28];
+	and.b16  	%rs2, %rs1, 7;
+	setp.ne.s16 	%p6, %rs2, 0;
+	@%p6 bra 	$L__BB0_4;
+	ld.param.u8 	%rs3, [%rd3+-12];
 	and.b16  	%rs4, %rs3, 7;
-	setp.eq.s16 	%p3, %rs4, 0;
-	@%p3 bra 	$L__BB0_90;
-$L__BB0_3:
-	mov.u32 	%r973, %tid.x;
-	setp.gt.u32 	%p4, %r973, 16383;
-	mov.u32 	%r953, 0;
-	@%p4 bra 	$L__BB0_34;
-	ld.param.u64 	%rd11, [%rd3+-20];
-	ld.param.u64 	%rd12, [%rd3+-12];
-	mov.u32 	%r190, 16383;
-	sub.s32 	%r191, %r190, %r973;
-	shr.u32 	%r192, %r191, 8;
-	add.s32 	%r3, %r192, 1;
-	and.b32  	%r965, %r3, 3;
-	setp.lt.u32 	%p5, %r191, 768;
-	mov.u32 	%r953, 0;
-	mov.u32 	%r961, %r973;
-	@%p5 bra 	$L__BB0_27;
-	sub.s32 	%r951, %r3, %r965;
-	and.b32  	%r194, %r973, 127;
-	cvt.u64.u32 	%rd83, %r194;
-	add.s64 	%rd13, %rd2, %rd83;
-	mov.u32 	%r953, 0;
-	mov.u32 	%r961, %r973;
-$L__BB0_6:
-	shr.u32 	%r195, %r961, 7;
-	cvt.u64.u32 	%rd84, %r195;
-	add.s64 	%rd14, %rd1, %rd84;
-	setp.ge.s64 	%p6, %rd14, %rd11;
-	setp.ge.s64 	%p7, %rd13, %rd12;
-	or.pred  	%p8, %p6, %p7;
-	@%p8 bra 	$L__BB0_11;
-	mul.lo.s64 	%rd85, %rd12, %rd14;
-	add.s64 	%rd86, %rd85, %rd13;
-	shl.b64 	%rd87, %rd86, 1;
-	add.s64 	%rd15, %rd5, %rd87;
-	add.s64 	%rd88, %rd4, %rd87;
-	and.b64  	%rd89, %rd88, 1;
-	setp.eq.b64 	%p9, %rd89, 1;
-	mov.pred 	%p10, 0;
-	xor.pred  	%p11, %p9, %p10;
-	not.pred 	%p12, %p11;
-	@%p12 bra 	$L__BB0_9;
-	bra.uni 	$L__BB0_8;
-$L__BB0_9:
-	ld.global.u16 	%r952, [%rd15];
-	bra.uni 	$L__BB0_10;
-$L__BB0_8:
-	ld.global.u8 	%r196, [%rd15];
-	ld.global.u8 	%r197, [%rd15+1];
-	prmt.b32 	%r952, %r197, %r196, 30212;
-$L__BB0_10:
-	shl.b32 	%r198, %r952, 16;
-	and.b32  	%r199, %r198, 2147418112;
-	max.u32 	%r953, %r953, %r199;
-$L__BB0_11:
-	add.s32 	%r200, %r961, 256;
-	shr.u32 	%r201, %r200, 7;
-	cvt.u64.u32 	%rd90, %r201;
-	add.s64 	%rd16, %rd1, %rd90;
-	setp.ge.s64 	%p13, %rd16, %rd11;
-	or.pred  	%p15, %p13, %p7;
-	@%p15 bra 	$L__BB0_16;
-	mul.lo.s64 	%rd91, %rd12, %rd16;
-	add.s64 	%rd92, %rd91, %rd13;
-	shl.b64 	%rd93, %rd92, 1;
-	add.s64 	%rd17, %rd5, %rd93;
-	add.s64 	%rd94, %rd4, %rd93;
-	and.b64  	%rd95, %rd94, 1;
-	setp.eq.b64 	%p16, %rd95, 1;
-	mov.pred 	%p17, 0;
-	xor.pred  	%p18, %p16, %p17;
-	not.pred 	%p19, %p18;
-	@%p19 bra 	$L__BB0_14;
-	bra.uni 	$L__BB0_13;
-$L__BB0_14:
-	ld.global.u16 	%r954, [%rd17];
-	bra.uni 	$L__BB0_15;
-$L__BB0_13:
-	ld.global.u8 	%r202, [%rd17];
-	ld.global.u8 	%r203, [%rd17+1];
-	prmt.b32 	%r954, %r203, %r202, 30212;
-$L__BB0_15:
-	shl.b32 	%r204, %r954, 16;
-	and.b32  	%r205, %r204, 2147418112;
-	max.u32 	%r953, %r953, %r205;
-$L__BB0_16:
-	add.s32 	%r206, %r961, 512;
-	shr.u32 	%r207, %r206, 7;
-	cvt.u64.u32 	%rd96, %r207;
-	add.s64 	%rd18, %rd1, %rd96;
-	setp.ge.s64 	%p20, %rd18, %rd11;
-	or.pred  	%p22, %p20, %p7;
-	@%p22 bra 	$L__BB0_21;
-	mul.lo.s64 	%rd97, %rd12, %rd18;
-	add.s64 	%rd98, %rd97, %rd13;
-	shl.b64 	%rd99, %rd98, 1;
-	add.s64 	%rd19, %rd5, %rd99;
-	add.s64 	%rd100, %rd4, %rd99;
-	and.b64  	%rd101, %rd100, 1;
-	setp.eq.b64 	%p23, %rd101, 1;
-	mov.pred 	%p24, 0;
-	xor.pred  	%p25, %p23, %p24;
-	not.pred 	%p26, %p25;
-	@%p26 bra 	$L__BB0_19;
-	bra.uni 	$L__BB0_18;
-$L__BB0_19:
-	ld.global.u16 	%r956, [%rd19];
-	bra.uni 	$L__BB0_20;
-$L__BB0_18:
-	ld.global.u8 	%r208, [%rd19];
-	ld.global.u8 	%r209, [%rd19+1];
-	prmt.b32 	%r956, %r209, %r208, 30212;
-$L__BB0_20:
-	shl.b32 	%r210, %r956, 16;
-	and.b32  	%r211, %r210, 2147418112;
-	max.u32 	%r953, %r953, %r211;
-$L__BB0_21:
-	add.s32 	%r212, %r961, 768;
-	shr.u32 	%r213, %r212, 7;
-	cvt.u64.u32 	%rd102, %r213;
-	add.s64 	%rd20, %rd1, %rd102;
-	setp.ge.s64 	%p27, %rd20, %rd11;
-	or.pred  	%p29, %p27, %p7;
-	@%p29 bra 	$L__BB0_26;
-	mul.lo.s64 	%rd103, %rd12, %rd20;
-	add.s64 	%rd104, %rd103, %rd13;
-	shl.b64 	%rd105, %rd104, 1;
-	add.s64 	%rd21, %rd5, %rd105;
-	add.s64 	%rd106, %rd4, %rd105;
-	and.b64  	%rd107, %rd106, 1;
-	setp.eq.b64 	%p30, %rd107, 1;
-	mov.pred 	%p31, 0;
-	xor.pred  	%p32, %p30, %p31;
-	not.pred 	%p33, %p32;
-	@%p33 bra 	$L__BB0_24;
-	bra.uni 	$L__BB0_23;
-$L__BB0_24:
-	ld.global.u16 	%r958, [%rd21];
-	bra.uni 	$L__BB0_25;
-$L__BB0_23:
-	ld.global.u8 	%r214, [%rd21];
-	ld.global.u8 	%r215, [%rd21+1];
-	prmt.b32 	%r958, %r215, %r214, 30212;
-$L__BB0_25:
-	shl.b32 	%r216, %r958, 16;
-	and.b32  	%r217, %r216, 2147418112;
-	max.u32 	%r953, %r953, %r217;
-$L__BB0_26:
-	add.s32 	%r961, %r961, 1024;
-	add.s32 	%r951, %r951, -4;
-	setp.ne.s32 	%p34, %r951, 0;
-	@%p34 bra 	$L__BB0_6;
-$L__BB0_27:
-	setp.eq.s32 	%p35, %r965, 0;
-	@%p35 bra 	$L__BB0_34;
-$L__BB0_28:
-	.pragma "nounroll";
-	shr.u32 	%r218, %r961, 7;
-	cvt.u64.u32 	%rd108, %r218;
-	add.s64 	%rd22, %rd1, %rd108;
-	and.b32  	%r219, %r961, 127;
-	cvt.u64.u32 	%rd109, %r219;
-	add.s64 	%rd23, %rd2, %rd109;
-	setp.ge.s64 	%p36, %rd22, %rd11;
-	setp.ge.s64 	%p37, %rd23, %rd12;
-	or.pred  	%p38, %p36, %p37;
-	@%p38 bra 	$L__BB0_33;
-	mul.lo.s64 	%rd110, %rd12, %rd22;
-	add.s64 	%rd111, %rd110, %rd23;
-	shl.b64 	%rd112, %rd111, 1;
-	add.s64 	%rd24, %rd5, %rd112;
-	add.s64 	%rd113, %rd4, %rd112;
-	and.b64  	%rd114, %rd113, 1;
-	setp.eq.b64 	%p39, %rd114, 1;
-	mov.pred 	%p40, 0;
-	xor.pred  	%p41, %p39, %p40;
-	not.pred 	%p42, %p41;
-	@%p42 bra 	$L__BB0_31;
-	bra.uni 	$L__BB0_30;
-$L__BB0_31:
-	ld.global.u16 	%r966, [%rd24];
-	bra.uni 	$L__BB0_32;
-$L__BB0_30:
-	ld.global.u8 	%r220, [%rd24];
-	ld.global.u8 	%r221, [%rd24+1];
-	prmt.b32 	%r966, %r221, %r220, 30212;
-$L__BB0_32:
-	shl.b32 	%r222, %r966, 16;
-	and.b32  	%r223, %r222, 2147418112;
-	max.u32 	%r953, %r953, %r223;
-$L__BB0_33:
-	add.s32 	%r961, %r961, 256;
-	add.s32 	%r965, %r965, -1;
-	setp.ne.s32 	%p43, %r965, 0;
-	@%p43 bra 	$L__BB0_28;
-$L__BB0_34:
-	mov.u32 	%r224, -1;
-	redux.sync.max.u32 %r45, %r953, %r224;
-	and.b32  	%r225, %r973, 31;
-	setp.ne.s32 	%p44, %r225, 0;
-	@%p44 bra 	$L__BB0_36;
-	shr.u32 	%r226, %r973, 3;
-	and.b32  	%r227, %r226, 536870908;
-	mov.u32 	%r228, _ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red;
-	add.s32 	%r229, %r228, %r227;
-	st.shared.u32 	[%r229], %r45;
-$L__BB0_36:
-	bar.sync 	0;
-	ld.shared.u32 	%r231, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red+4];
-	ld.shared.u32 	%r232, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red];
-	max.u32 	%r233, %r232, %r231;
-	ld.shared.u32 	%r234, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red+8];
-	max.u32 	%r235, %r233, %r234;
-	ld.shared.u32 	%r236, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red+12];
-	max.u32 	%r237, %r235, %r236;
-	ld.shared.u32 	%r238, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red+16];
-	max.u32 	%r239, %r237, %r238;
-	ld.shared.u32 	%r240, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red+20];
-	max.u32 	%r241, %r239, %r240;
-	ld.shared.u32 	%r242, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red+24];
-	max.u32 	%r243, %r241, %r242;
-	ld.shared.u32 	%r244, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red+28];
-	max.u32 	%r46, %r243, %r244;
-	bar.sync 	0;
-	setp.gt.u32 	%p45, %r46, 2139095040;
-	mov.u32 	%r969, 2143289344;
-	@%p45 bra 	$L__BB0_42;
-	mov.b32 	%f281, %r46;
-	mov.f32 	%f282, 0f43E00000;
-	div.rn.f32 	%f283, %f281, %f282;
-	mov.b32 	%r47, %f283;
-	setp.eq.s32 	%p46, %r47, 0;
-	mov.u32 	%r969, 1065353216;
-	@%p46 bra 	$L__BB0_42;
-	setp.ne.s32 	%p47, %r1, 1;
-	setp.eq.s32 	%p48, %r47, 2139095040;
-	or.pred  	%p49, %p48, %p47;
-	mov.u32 	%r969, %r47;
-	@%p49 bra 	$L__BB0_42;
-	setp.lt.u32 	%p50, %r47, 8388608;
-	mov.u32 	%r969, 8388608;
-	@%p50 bra 	$L__BB0_42;
-	and.b32  	%r247, %r47, 8388607;
-	setp.eq.s32 	%p51, %r247, 0;
-	mov.u32 	%r969, %r47;
-	@%p51 bra 	$L__BB0_42;
-	and.b32  	%r248, %r47, 2139095040;
-	add.s32 	%r969, %r248, 8388608;
-$L__BB0_42:
-	mov.b32 	%f1, %r969;
-	rcp.rn.f32 	%f2, %f1;
-	setp.ne.s32 	%p52, %r973, 0;
-	@%p52 bra 	$L__BB0_44;
-	st.global.u32 	[%rd9], %r969;
-$L__BB0_44:
-	@%p4 bra 	$L__BB0_324;
-	ld.param.u64 	%rd25, [%rd3+-20];
-	ld.param.u64 	%rd26, [%rd3+-12];
-	mov.u32 	%r249, 16383;
-	sub.s32 	%r50, %r249, %r973;
-	shr.u32 	%r250, %r50, 8;
-	add.s32 	%r251, %r250, 1;
-	and.b32  	%r971, %r251, 3;
-	setp.eq.s32 	%p54, %r971, 0;
-	@%p54 bra 	$L__BB0_55;
-$L__BB0_46:
-	.pragma "nounroll";
-	shr.u32 	%r252, %r973, 7;
-	cvt.u64.u32 	%rd115, %r252;
-	add.s64 	%rd27, %rd1, %rd115;
-	and.b32  	%r253, %r973, 127;
-	cvt.u64.u32 	%rd116, %r253;
-	add.s64 	%rd28, %rd2, %rd116;
-	setp.ge.s64 	%p55, %rd27, %rd25;
-	setp.ge.s64 	%p56, %rd28, %rd26;
-	or.pred  	%p57, %p55, %p56;
-	@%p57 bra 	$L__BB0_54;
-	mul.lo.s64 	%rd117, %rd26, %rd27;
-	add.s64 	%rd29, %rd117, %rd28;
-	shl.b64 	%rd118, %rd29, 1;
-	add.s64 	%rd30, %rd5, %rd118;
-	add.s64 	%rd119, %rd4, %rd118;
-	and.b64  	%rd120, %rd119, 1;
-	setp.eq.b64 	%p58, %rd120, 1;
-	mov.pred 	%p59, 0;
-	xor.pred  	%p60, %p58, %p59;
-	not.pred 	%p61, %p60;
-	@%p61 bra 	$L__BB0_49;
-	bra.uni 	$L__BB0_48;
-$L__BB0_49:
-	ld.global.u16 	%r972, [%rd30];
-	bra.uni 	$L__BB0_50;
-$L__BB0_48:
-	ld.global.u8 	%r254, [%rd30];
-	ld.global.u8 	%r255, [%rd30+1];
-	prmt.b32 	%r972, %r255, %r254, 30212;
-$L__BB0_50:
-	shl.b32 	%r256, %r972, 16;
-	mov.b32 	%f3, %r256;
-	setp.eq.s32 	%p62, %r1, 1;
-	@%p62 bra 	$L__BB0_52;
-	bra.uni 	$L__BB0_51;
-$L__BB0_52:
-	mul.f32 	%f504, %f2, %f3;
-	bra.uni 	$L__BB0_53;
-$L__BB0_51:
-	div.rn.f32 	%f504, %f3, %f1;
-$L__BB0_53:
-	mov.f32 	%f286, 0fC3E00000;
-	max.f32 	%f287, %f504, %f286;
-	mov.f32 	%f288, 0f43E00000;
-	min.f32 	%f285, %f287, %f288;
-	mov.f32 	%f284, 0f00000000;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs5, %f284, %f285;
-	// end inline asm
-	setp.nan.f32 	%p63, %f504, %f504;
-	selp.b16 	%rs6, 127, %rs5, %p63;
-	add.s64 	%rd121, %rd7, %rd29;
-	st.global.u8 	[%rd121], %rs6;
-$L__BB0_54:
-	add.s32 	%r973, %r973, 256;
-	add.s32 	%r971, %r971, -1;
-	setp.ne.s32 	%p64, %r971, 0;
-	@%p64 bra 	$L__BB0_46;
-$L__BB0_55:
-	setp.lt.u32 	%p65, %r50, 768;
-	@%p65 bra 	$L__BB0_324;
-	and.b32  	%r257, %r973, 127;
-	cvt.u64.u32 	%rd122, %r257;
-	add.s64 	%rd31, %rd2, %rd122;
-$L__BB0_57:
-	shr.u32 	%r258, %r973, 7;
-	cvt.u64.u32 	%rd123, %r258;
-	add.s64 	%rd32, %rd1, %rd123;
-	setp.ge.s64 	%p66, %rd32, %rd25;
-	setp.ge.s64 	%p67, %rd31, %rd26;
-	or.pred  	%p68, %p66, %p67;
-	@%p68 bra 	$L__BB0_65;
-	mul.lo.s64 	%rd124, %rd26, %rd32;
-	add.s64 	%rd33, %rd124, %rd31;
-	shl.b64 	%rd125, %rd33, 1;
-	add.s64 	%rd34, %rd5, %rd125;
-	add.s64 	%rd126, %rd4, %rd125;
-	and.b64  	%rd127, %rd126, 1;
-	setp.eq.b64 	%p69, %rd127, 1;
-	mov.pred 	%p70, 0;
-	xor.pred  	%p71, %p69, %p70;
-	not.pred 	%p72, %p71;
-	@%p72 bra 	$L__BB0_60;
-	bra.uni 	$L__BB0_59;
-$L__BB0_60:
-	ld.global.u16 	%r975, [%rd34];
-	bra.uni 	$L__BB0_61;
-$L__BB0_59:
-	ld.global.u8 	%r259, [%rd34];
-	ld.global.u8 	%r260, [%rd34+1];
-	prmt.b32 	%r975, %r260, %r259, 30212;
-$L__BB0_61:
-	shl.b32 	%r261, %r975, 16;
-	mov.b32 	%f7, %r261;
-	setp.eq.s32 	%p73, %r1, 1;
-	@%p73 bra 	$L__BB0_63;
-	bra.uni 	$L__BB0_62;
-$L__BB0_63:
-	mul.f32 	%f505, %f2, %f7;
-	bra.uni 	$L__BB0_64;
-$L__BB0_62:
-	div.rn.f32 	%f505, %f7, %f1;
-$L__BB0_64:
-	mov.f32 	%f291, 0fC3E00000;
-	max.f32 	%f292, %f505, %f291;
-	mov.f32 	%f293, 0f43E00000;
-	min.f32 	%f290, %f292, %f293;
-	mov.f32 	%f289, 0f00000000;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs7, %f289, %f290;
-	// end inline asm
-	setp.nan.f32 	%p74, %f505, %f505;
-	selp.b16 	%rs8, 127, %rs7, %p74;
-	add.s64 	%rd128, %rd7, %rd33;
-	st.global.u8 	[%rd128], %rs8;
-$L__BB0_65:
-	add.s32 	%r262, %r973, 256;
-	shr.u32 	%r263, %r262, 7;
-	cvt.u64.u32 	%rd129, %r263;
-	add.s64 	%rd35, %rd1, %rd129;
-	setp.ge.s64 	%p76, %rd35, %rd25;
-	or.pred  	%p77, %p76, %p67;
-	@%p77 bra 	$L__BB0_73;
-	mul.lo.s64 	%rd130, %rd26, %rd35;
-	add.s64 	%rd36, %rd130, %rd31;
-	shl.b64 	%rd131, %rd36, 1;
-	add.s64 	%rd37, %rd5, %rd131;
-	add.s64 	%rd132, %rd4, %rd131;
-	and.b64  	%rd133, %rd132, 1;
-	setp.eq.b64 	%p78, %rd133, 1;
-	mov.pred 	%p79, 0;
-	xor.pred  	%p80, %p78, %p79;
-	not.pred 	%p81, %p80;
-	@%p81 bra 	$L__BB0_68;
-	bra.uni 	$L__BB0_67;
-$L__BB0_68:
-	ld.global.u16 	%r976, [%rd37];
-	bra.uni 	$L__BB0_69;
-$L__BB0_67:
-	ld.global.u8 	%r264, [%rd37];
-	ld.global.u8 	%r265, [%rd37+1];
-	prmt.b32 	%r976, %r265, %r264, 30212;
-$L__BB0_69:
-	shl.b32 	%r266, %r976, 16;
-	mov.b32 	%f11, %r266;
-	setp.eq.s32 	%p82, %r1, 1;
-	@%p82 bra 	$L__BB0_71;
-	bra.uni 	$L__BB0_70;
-$L__BB0_71:
-	mul.f32 	%f506, %f2, %f11;
-	bra.uni 	$L__BB0_72;
-$L__BB0_70:
-	div.rn.f32 	%f506, %f11, %f1;
-$L__BB0_72:
-	mov.f32 	%f296, 0fC3E00000;
-	max.f32 	%f297, %f506, %f296;
-	mov.f32 	%f298, 0f43E00000;
-	min.f32 	%f295, %f297, %f298;
-	mov.f32 	%f294, 0f00000000;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs9, %f294, %f295;
-	// end inline asm
-	setp.nan.f32 	%p83, %f506, %f506;
-	selp.b16 	%rs10, 127, %rs9, %p83;
-	add.s64 	%rd134, %rd7, %rd36;
-	st.global.u8 	[%rd134], %rs10;
-$L__BB0_73:
-	add.s32 	%r267, %r973, 512;
-	shr.u32 	%r268, %r267, 7;
-	cvt.u64.u32 	%rd135, %r268;
-	add.s64 	%rd38, %rd1, %rd135;
-	setp.ge.s64 	%p85, %rd38, %rd25;
-	or.pred  	%p86, %p85, %p67;
-	@%p86 bra 	$L__BB0_81;
-	mul.lo.s64 	%rd136, %rd26, %rd38;
-	add.s64 	%rd39, %rd136, %rd31;
-	shl.b64 	%rd137, %rd39, 1;
-	add.s64 	%rd40, %rd5, %rd137;
-	add.s64 	%rd138, %rd4, %rd137;
-	and.b64  	%rd139, %rd138, 1;
-	setp.eq.b64 	%p87, %rd139, 1;
-	mov.pred 	%p88, 0;
-	xor.pred  	%p89, %p87, %p88;
-	not.pred 	%p90, %p89;
-	@%p90 bra 	$L__BB0_76;
-	bra.uni 	$L__BB0_75;
-$L__BB0_76:
-	ld.global.u16 	%r977, [%rd40];
-	bra.uni 	$L__BB0_77;
-$L__BB0_75:
-	ld.global.u8 	%r269, [%rd40];
-	ld.global.u8 	%r270, [%rd40+1];
-	prmt.b32 	%r977, %r270, %r269, 30212;
-$L__BB0_77:
-	shl.b32 	%r271, %r977, 16;
-	mov.b32 	%f15, %r271;
-	setp.eq.s32 	%p91, %r1, 1;
-	@%p91 bra 	$L__BB0_79;
-	bra.uni 	$L__BB0_78;
-$L__BB0_79:
-	mul.f32 	%f507, %f2, %f15;
-	bra.uni 	$L__BB0_80;
-$L__BB0_78:
-	div.rn.f32 	%f507, %f15, %f1;
-$L__BB0_80:
-	mov.f32 	%f301, 0fC3E00000;
-	max.f32 	%f302, %f507, %f301;
-	mov.f32 	%f303, 0f43E00000;
-	min.f32 	%f300, %f302, %f303;
-	mov.f32 	%f299, 0f00000000;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs11, %f299, %f300;
-	// end inline asm
-	setp.nan.f32 	%p92, %f507, %f507;
-	selp.b16 	%rs12, 127, %rs11, %p92;
-	add.s64 	%rd140, %rd7, %rd39;
-	st.global.u8 	[%rd140], %rs12;
-$L__BB0_81:
-	add.s32 	%r272, %r973, 768;
-	shr.u32 	%r273, %r272, 7;
-	cvt.u64.u32 	%rd141, %r273;
-	add.s64 	%rd41, %rd1, %rd141;
-	setp.ge.s64 	%p94, %rd41, %rd25;
-	or.pred  	%p95, %p94, %p67;
-	@%p95 bra 	$L__BB0_89;
-	mul.lo.s64 	%rd142, %rd26, %rd41;
-	add.s64 	%rd42, %rd142, %rd31;
-	shl.b64 	%rd143, %rd42, 1;
-	add.s64 	%rd43, %rd5, %rd143;
-	add.s64 	%rd144, %rd4, %rd143;
-	and.b64  	%rd145, %rd144, 1;
-	setp.eq.b64 	%p96, %rd145, 1;
-	mov.pred 	%p97, 0;
-	xor.pred  	%p98, %p96, %p97;
-	not.pred 	%p99, %p98;
-	@%p99 bra 	$L__BB0_84;
-	bra.uni 	$L__BB0_83;
-$L__BB0_84:
-	ld.global.u16 	%r978, [%rd43];
-	bra.uni 	$L__BB0_85;
-$L__BB0_83:
-	ld.global.u8 	%r274, [%rd43];
-	ld.global.u8 	%r275, [%rd43+1];
-	prmt.b32 	%r978, %r275, %r274, 30212;
-$L__BB0_85:
-	shl.b32 	%r276, %r978, 16;
-	mov.b32 	%f19, %r276;
-	setp.eq.s32 	%p100, %r1, 1;
-	@%p100 bra 	$L__BB0_87;
-	bra.uni 	$L__BB0_86;
-$L__BB0_87:
-	mul.f32 	%f508, %f2, %f19;
-	bra.uni 	$L__BB0_88;
-$L__BB0_86:
-	div.rn.f32 	%f508, %f19, %f1;
-$L__BB0_88:
-	mov.f32 	%f306, 0fC3E00000;
-	max.f32 	%f307, %f508, %f306;
-	mov.f32 	%f308, 0f43E00000;
-	min.f32 	%f305, %f307, %f308;
-	mov.f32 	%f304, 0f00000000;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs13, %f304, %f305;
-	// end inline asm
-	setp.nan.f32 	%p101, %f508, %f508;
-	selp.b16 	%rs14, 127, %rs13, %p101;
-	add.s64 	%rd146, %rd7, %rd42;
-	st.global.u8 	[%rd146], %rs14;
-$L__BB0_89:
-	add.s32 	%r973, %r973, 1024;
-	setp.lt.u32 	%p102, %r973, 16384;
-	@%p102 bra 	$L__BB0_57;
-$L__BB0_324:
-	ret;
-$L__BB0_90:
-	mov.u32 	%r74, %tid.x;
-	shr.u32 	%r279, %r74, 4;
-	cvt.u64.u32 	%rd147, %r279;
-	add.s64 	%rd44, %rd1, %rd147;
-	shl.b32 	%r280, %r74, 3;
-	and.b32  	%r281, %r280, 120;
-	cvt.u64.u32 	%rd148, %r281;
-	add.s64 	%rd45, %rd2, %rd148;
-	ld.param.u64 	%rd149, [%rd3+-20];
-	setp.ge.s64 	%p103, %rd44, %rd149;
-	setp.ge.s64 	%p104, %rd45, %rd10;
-	mov.u32 	%r988, 0;
-	or.pred  	%p105, %p103, %p104;
-	@%p105 bra 	$L__BB0_92;
-	mul.lo.s64 	%rd151, %rd10, %rd44;
-	add.s64 	%rd152, %rd151, %rd45;
-	shl.b64 	%rd153, %rd152, 1;
-	add.s64 	%rd150, %rd4, %rd153;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r982,%r981,%r980,%r979}, [%rd150];
-	// end inline asm
-	and.b32  	%r286, %r982, 2147450879;
-	and.b32  	%r287, %r981, 2147450879;
-	and.b32  	%r288, %r982, 32767;
-	and.b32  	%r289, %r981, 32767;
-	max.u32 	%r290, %r288, %r289;
-	max.u32 	%r291, %r286, %r287;
-	and.b32  	%r292, %r291, 2147418112;
-	or.b32  	%r293, %r292, %r290;
-	and.b32  	%r294, %r980, 2147450879;
-	and.b32  	%r295, %r979, 2147450879;
-	and.b32  	%r296, %r980, 32767;
-	and.b32  	%r297, %r979, 32767;
-	max.u32 	%r298, %r296, %r297;
-	max.u32 	%r299, %r294, %r295;
-	and.b32  	%r300, %r299, 2147418112;
-	or.b32  	%r301, %r300, %r298;
-	max.u32 	%r302, %r290, %r298;
-	max.u32 	%r303, %r293, %r301;
-	shr.u32 	%r304, %r303, 16;
-	max.u32 	%r305, %r302, %r304;
-	shl.b32 	%r306, %r305, 16;
-	setp.eq.s32 	%p106, %r305, 0;
-	selp.b32 	%r988, 0, %r306, %p106;
-$L__BB0_92:
-	add.s32 	%r308, %r74, 256;
-	shr.u32 	%r309, %r308, 4;
-	cvt.u64.u32 	%rd154, %r309;
-	add.s64 	%rd46, %rd1, %rd154;
-	ld.param.u64 	%rd155, [%rd3+-20];
-	setp.ge.s64 	%p107, %rd46, %rd155;
-	ld.param.u64 	%rd47, [%rd3+-12];
-	setp.ge.s64 	%p108, %rd45, %rd47;
-	or.pred  	%p109, %p107, %p108;
-	@%p109 bra 	$L__BB0_94;
-	mul.lo.s64 	%rd157, %rd47, %rd46;
-	add.s64 	%rd158, %rd157, %rd45;
-	shl.b64 	%rd159, %rd158, 1;
-	add.s64 	%rd156, %rd4, %rd159;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r987,%r986,%r985,%r984}, [%rd156];
-	// end inline asm
-	and.b32  	%r314, %r987, 2147450879;
-	and.b32  	%r315, %r986, 2147450879;
-	and.b32  	%r316, %r987, 32767;
-	and.b32  	%r317, %r986, 32767;
-	max.u32 	%r318, %r316, %r317;
-	max.u32 	%r319, %r314, %r315;
-	and.b32  	%r320, %r319, 2147418112;
-	or.b32  	%r321, %r320, %r318;
-	and.b32  	%r322, %r985, 2147450879;
-	and.b32  	%r323, %r984, 2147450879;
-	and.b32  	%r324, %r985, 32767;
-	and.b32  	%r325, %r984, 32767;
-	max.u32 	%r326, %r324, %r325;
-	max.u32 	%r327, %r322, %r323;
-	and.b32  	%r328, %r327, 2147418112;
-	or.b32  	%r329, %r328, %r326;
-	max.u32 	%r330, %r318, %r326;
-	max.u32 	%r331, %r321, %r329;
-	shr.u32 	%r332, %r331, 16;
-	max.u32 	%r333, %r330, %r332;
-	shl.b32 	%r334, %r333, 16;
-	max.u32 	%r988, %r988, %r334;
-$L__BB0_94:
-	add.s32 	%r336, %r74, 512;
-	shr.u32 	%r337, %r336, 4;
-	cvt.u64.u32 	%rd160, %r337;
-	add.s64 	%rd48, %rd1, %rd160;
-	ld.param.u64 	%rd161, [%rd3+-20];
-	setp.ge.s64 	%p110, %rd48, %rd161;
-	ld.param.u64 	%rd49, [%rd3+-12];
-	setp.ge.s64 	%p111, %rd45, %rd49;
-	or.pred  	%p112, %p110, %p111;
-	@%p112 bra 	$L__BB0_96;
-	mul.lo.s64 	%rd163, %rd49, %rd48;
-	add.s64 	%rd164, %rd163, %rd45;
-	shl.b64 	%rd165, %rd164, 1;
-	add.s64 	%rd162, %rd4, %rd165;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r992,%r991,%r990,%r989}, [%rd162];
-	// end inline asm
-	and.b32  	%r342, %r992, 2147450879;
-	and.b32  	%r343, %r991, 2147450879;
-	and.b32  	%r344, %r992, 32767;
-	and.b32  	%r345, %r991, 32767;
-	max.u32 	%r346, %r344, %r345;
-	max.u32 	%r347, %r342, %r343;
-	and.b32  	%r348, %r347, 2147418112;
-	or.b32  	%r349, %r348, %r346;
-	and.b32  	%r350, %r990, 2147450879;
-	and.b32  	%r351, %r989, 2147450879;
-	and.b32  	%r352, %r990, 32767;
-	and.b32  	%r353, %r989, 32767;
-	max.u32 	%r354, %r352, %r353;
-	max.u32 	%r355, %r350, %r351;
-	and.b32  	%r356, %r355, 2147418112;
-	or.b32  	%r357, %r356, %r354;
-	max.u32 	%r358, %r346, %r354;
-	max.u32 	%r359, %r349, %r357;
-	shr.u32 	%r360, %r359, 16;
-	max.u32 	%r361, %r358, %r360;
-	shl.b32 	%r362, %r361, 16;
-	max.u32 	%r988, %r988, %r362;
-$L__BB0_96:
-	add.s32 	%r364, %r74, 768;
-	shr.u32 	%r365, %r364, 4;
-	cvt.u64.u32 	%rd166, %r365;
-	add.s64 	%rd50, %rd1, %rd166;
-	ld.param.u64 	%rd167, [%rd3+-20];
-	setp.ge.s64 	%p113, %rd50, %rd167;
-	ld.param.u64 	%rd51, [%rd3+-12];
-	setp.ge.s64 	%p114, %rd45, %rd51;
-	or.pred  	%p115, %p113, %p114;
-	@%p115 bra 	$L__BB0_98;
-	mul.lo.s64 	%rd169, %rd51, %rd50;
-	add.s64 	%rd170, %rd169, %rd45;
-	shl.b64 	%rd171, %rd170, 1;
-	add.s64 	%rd168, %rd4, %rd171;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r997,%r996,%r995,%r994}, [%rd168];
-	// end inline asm
-	and.b32  	%r370, %r997, 2147450879;
-	and.b32  	%r371, %r996, 2147450879;
-	and.b32  	%r372, %r997, 32767;
-	and.b32  	%r373, %r996, 32767;
-	max.u32 	%r374, %r372, %r373;
-	max.u32 	%r375, %r370, %r371;
-	and.b32  	%r376, %r375, 2147418112;
-	or.b32  	%r377, %r376, %r374;
-	and.b32  	%r378, %r995, 2147450879;
-	and.b32  	%r379, %r994, 2147450879;
-	and.b32  	%r380, %r995, 32767;
-	and.b32  	%r381, %r994, 32767;
-	max.u32 	%r382, %r380, %r381;
-	max.u32 	%r383, %r378, %r379;
-	and.b32  	%r384, %r383, 2147418112;
-	or.b32  	%r385, %r384, %r382;
-	max.u32 	%r386, %r374, %r382;
-	max.u32 	%r387, %r377, %r385;
-	shr.u32 	%r388, %r387, 16;
-	max.u32 	%r389, %r386, %r388;
-	shl.b32 	%r390, %r389, 16;
-	max.u32 	%r988, %r988, %r390;
-$L__BB0_98:
-	add.s32 	%r392, %r74, 1024;
-	shr.u32 	%r393, %r392, 4;
-	cvt.u64.u32 	%rd172, %r393;
-	add.s64 	%rd52, %rd1, %rd172;
-	ld.param.u64 	%rd173, [%rd3+-20];
-	setp.ge.s64 	%p116, %rd52, %rd173;
-	ld.param.u64 	%rd53, [%rd3+-12];
-	setp.ge.s64 	%p117, %rd45, %rd53;
-	or.pred  	%p118, %p116, %p117;
-	@%p118 bra 	$L__BB0_100;
-	mul.lo.s64 	%rd175, %rd53, %rd52;
-	add.s64 	%rd176, %rd175, %rd45;
-	shl.b64 	%rd177, %rd176, 1;
-	add.s64 	%rd174, %rd4, %rd177;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r1002,%r1001,%r1000,%r999}, [%rd174];
-	// end inline asm
-	and.b32  	%r398, %r1002, 2147450879;
-	and.b32  	%r399, %r1001, 2147450879;
-	and.b32  	%r400, %r1002, 32767;
-	and.b32  	%r401, %r1001, 32767;
-	max.u32 	%r402, %r400, %r401;
-	max.u32 	%r403, %r398, %r399;
-	and.b32  	%r404, %r403, 2147418112;
-	or.b32  	%r405, %r404, %r402;
-	and.b32  	%r406, %r1000, 2147450879;
-	and.b32  	%r407, %r999, 2147450879;
-	and.b32  	%r408, %r1000, 32767;
-	and.b32  	%r409, %r999, 32767;
-	max.u32 	%r410, %r408, %r409;
-	max.u32 	%r411, %r406, %r407;
-	and.b32  	%r412, %r411, 2147418112;
-	or.b32  	%r413, %r412, %r410;
-	max.u32 	%r414, %r402, %r410;
-	max.u32 	%r415, %r405, %r413;
-	shr.u32 	%r416, %r415, 16;
-	max.u32 	%r417, %r414, %r416;
-	shl.b32 	%r418, %r417, 16;
-	max.u32 	%r988, %r988, %r418;
-$L__BB0_100:
-	add.s32 	%r420, %r74, 1280;
-	shr.u32 	%r421, %r420, 4;
-	cvt.u64.u32 	%rd178, %r421;
-	add.s64 	%rd54, %rd1, %rd178;
-	ld.param.u64 	%rd179, [%rd3+-20];
-	setp.ge.s64 	%p119, %rd54, %rd179;
-	ld.param.u64 	%rd55, [%rd3+-12];
-	setp.ge.s64 	%p120, %rd45, %rd55;
-	or.pred  	%p121, %p119, %p120;
-	@%p121 bra 	$L__BB0_102;
-	mul.lo.s64 	%rd181, %rd55, %rd54;
-	add.s64 	%rd182, %rd181, %rd45;
-	shl.b64 	%rd183, %rd182, 1;
-	add.s64 	%rd180, %rd4, %rd183;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r1007,%r1006,%r1005,%r1004}, [%rd180];
-	// end inline asm
-	and.b32  	%r426, %r1007, 2147450879;
-	and.b32  	%r427, %r1006, 2147450879;
-	and.b32  	%r428, %r1007, 32767;
-	and.b32  	%r429, %r1006, 32767;
-	max.u32 	%r430, %r428, %r429;
-	max.u32 	%r431, %r426, %r427;
-	and.b32  	%r432, %r431, 2147418112;
-	or.b32  	%r433, %r432, %r430;
-	and.b32  	%r434, %r1005, 2147450879;
-	and.b32  	%r435, %r1004, 2147450879;
-	and.b32  	%r436, %r1005, 32767;
-	and.b32  	%r437, %r1004, 32767;
-	max.u32 	%r438, %r436, %r437;
-	max.u32 	%r439, %r434, %r435;
-	and.b32  	%r440, %r439, 2147418112;
-	or.b32  	%r441, %r440, %r438;
-	max.u32 	%r442, %r430, %r438;
-	max.u32 	%r443, %r433, %r441;
-	shr.u32 	%r444, %r443, 16;
-	max.u32 	%r445, %r442, %r444;
-	shl.b32 	%r446, %r445, 16;
-	max.u32 	%r988, %r988, %r446;
-$L__BB0_102:
-	mov.u32 	%r945, %tid.x;
-	mov.b64 	%rd345, ws_fp8_block_bf16_param_0;
-	add.s64 	%rd344, %rd345, 44;
-	add.s32 	%r448, %r945, 1536;
-	shr.u32 	%r449, %r448, 4;
-	cvt.u64.u32 	%rd184, %r449;
-	add.s64 	%rd56, %rd1, %rd184;
-	ld.param.u64 	%rd185, [%rd344+-20];
-	setp.ge.s64 	%p122, %rd56, %rd185;
-	ld.param.u64 	%rd57, [%rd344+-12];
-	setp.ge.s64 	%p123, %rd45, %rd57;
-	or.pred  	%p124, %p122, %p123;
-	@%p124 bra 	$L__BB0_104;
-	mul.lo.s64 	%rd187, %rd57, %rd56;
-	add.s64 	%rd188, %rd187, %rd45;
-	shl.b64 	%rd189, %rd188, 1;
-	add.s64 	%rd186, %rd4, %rd189;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r1012,%r1011,%r1010,%r1009}, [%rd186];
-	// end inline asm
-	and.b32  	%r454, %r1012, 2147450879;
-	and.b32  	%r455, %r1011, 2147450879;
-	and.b32  	%r456, %r1012, 32767;
-	and.b32  	%r457, %r1011, 32767;
-	max.u32 	%r458, %r456, %r457;
-	max.u32 	%r459, %r454, %r455;
-	and.b32  	%r460, %r459, 2147418112;
-	or.b32  	%r461, %r460, %r458;
-	and.b32  	%r462, %r1010, 2147450879;
-	and.b32  	%r463, %r1009, 2147450879;
-	and.b32  	%r464, %r1010, 32767;
-	and.b32  	%r465, %r1009, 32767;
-	max.u32 	%r466, %r464, %r465;
-	max.u32 	%r467, %r462, %r463;
-	and.b32  	%r468, %r467, 2147418112;
-	or.b32  	%r469, %r468, %r466;
-	max.u32 	%r470, %r458, %r466;
-	max.u32 	%r471, %r461, %r469;
-	shr.u32 	%r472, %r471, 16;
-	max.u32 	%r473, %r470, %r472;
-	shl.b32 	%r474, %r473, 16;
-	max.u32 	%r988, %r988, %r474;
-$L__BB0_104:
-	mov.u32 	%r940, %tid.x;
-	mov.u32 	%r939, %ctaid.y;
-	mul.wide.u32 	%rd341, %r939, 128;
-	mov.b64 	%rd340, ws_fp8_block_bf16_param_0;
-	add.s64 	%rd339, %rd340, 44;
-	add.s32 	%r476, %r940, 1792;
-	shr.u32 	%r477, %r476, 4;
-	cvt.u64.u32 	%rd190, %r477;
-	add.s64 	%rd58, %rd341, %rd190;
-	ld.param.u64 	%rd191, [%rd339+-20];
-	setp.ge.s64 	%p125, %rd58, %rd191;
-	ld.param.u64 	%rd59, [%rd339+-12];
-	setp.ge.s64 	%p126, %rd45, %rd59;
-	or.pred  	%p127, %p125, %p126;
-	@%p127 bra 	$L__BB0_106;
-	ld.param.u64 	%rd343, [ws_fp8_block_bf16_param_0];
-	mul.lo.s64 	%rd193, %rd59, %rd58;
-	add.s64 	%rd194, %rd193, %rd45;
-	shl.b64 	%rd195, %rd194, 1;
-	add.s64 	%rd192, %rd343, %rd195;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r1017,%r1016,%r1015,%r1014}, [%rd192];
-	// end inline asm
-	and.b32  	%r482, %r1017, 2147450879;
-	and.b32  	%r483, %r1016, 2147450879;
-	and.b32  	%r484, %r1017, 32767;
-	and.b32  	%r485, %r1016, 32767;
-	max.u32 	%r486, %r484, %r485;
-	max.u32 	%r487, %r482, %r483;
-	and.b32  	%r488, %r487, 2147418112;
-	or.b32  	%r489, %r488, %r486;
-	and.b32  	%r490, %r1015, 2147450879;
-	and.b32  	%r491, %r1014, 2147450879;
-	and.b32  	%r492, %r1015, 32767;
-	and.b32  	%r493, %r1014, 32767;
-	max.u32 	%r494, %r492, %r493;
-	max.u32 	%r495, %r490, %r491;
-	and.b32  	%r496, %r495, 2147418112;
-	or.b32  	%r497, %r496, %r494;
-	max.u32 	%r498, %r486, %r494;
-	max.u32 	%r499, %r489, %r497;
-	shr.u32 	%r500, %r499, 16;
-	max.u32 	%r501, %r498, %r500;
-	shl.b32 	%r502, %r501, 16;
-	max.u32 	%r988, %r988, %r502;
-$L__BB0_106:
-	mov.u32 	%r941, %tid.x;
-	mov.u32 	%r503, -1;
-	redux.sync.max.u32 %r155, %r988, %r503;
-	and.b32  	%r504, %r941, 31;
-	setp.ne.s32 	%p128, %r504, 0;
-	@%p128 bra 	$L__BB0_108;
-	mov.u32 	%r944, %tid.x;
-	shr.u32 	%r506, %r944, 3;
-	and.b32  	%r507, %r506, 536870908;
-	mov.u32 	%r508, _ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red;
-	add.s32 	%r509, %r508, %r507;
-	st.shared.u32 	[%r509], %r155;
-$L__BB0_108:
-	bar.sync 	0;
-	ld.shared.u32 	%r511, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red+4];
-	ld.shared.u32 	%r512, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red];
-	max.u32 	%r513, %r512, %r511;
-	ld.shared.u32 	%r514, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red+8];
-	max.u32 	%r515, %r513, %r514;
-	ld.shared.u32 	%r516, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red+12];
-	max.u32 	%r517, %r515, %r516;
-	ld.shared.u32 	%r518, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red+16];
-	max.u32 	%r519, %r517, %r518;
-	ld.shared.u32 	%r520, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red+20];
-	max.u32 	%r521, %r519, %r520;
-	ld.shared.u32 	%r522, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red+24];
-	max.u32 	%r523, %r521, %r522;
-	ld.shared.u32 	%r524, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red+28];
-	max.u32 	%r156, %r523, %r524;
-	bar.sync 	0;
-	setp.gt.u32 	%p129, %r156, 2139095040;
-	mov.u32 	%r1019, 2143289344;
-	@%p129 bra 	$L__BB0_114;
-	mov.b32 	%f309, %r156;
-	mov.f32 	%f310, 0f43E00000;
-	div.rn.f32 	%f311, %f309, %f310;
-	mov.b32 	%r157, %f311;
-	setp.eq.s32 	%p130, %r157, 0;
-	mov.u32 	%r1019, 1065353216;
-	@%p130 bra 	$L__BB0_114;
-	setp.ne.s32 	%p131, %r1, 1;
-	setp.eq.s32 	%p132, %r157, 2139095040;
-	or.pred  	%p133, %p132, %p131;
-	mov.u32 	%r1019, %r157;
-	@%p133 bra 	$L__BB0_114;
-	setp.lt.u32 	%p134, %r157, 8388608;
-	mov.u32 	%r1019, 8388608;
-	@%p134 bra 	$L__BB0_114;
-	and.b32  	%r527, %r157, 8388607;
-	setp.eq.s32 	%p135, %r527, 0;
-	mov.u32 	%r1019, %r157;
-	@%p135 bra 	$L__BB0_114;
-	and.b32  	%r528, %r157, 2139095040;
-	add.s32 	%r1019, %r528, 8388608;
-$L__BB0_114:
-	mov.u32 	%r942, %tid.x;
-	mov.b32 	%f23, %r1019;
-	rcp.rn.f32 	%f24, %f23;
-	setp.ne.s32 	%p136, %r942, 0;
-	@%p136 bra 	$L__BB0_116;
-	st.global.u32 	[%rd9], %r1019;
-$L__BB0_116:
-	mov.u32 	%r948, %tid.x;
-	shl.b32 	%r947, %r948, 3;
-	and.b32  	%r946, %r947, 120;
-	cvt.u64.u32 	%rd347, %r946;
-	mov.b64 	%rd346, ws_fp8_block_bf16_param_0;
-	mov.u32 	%r943, %ctaid.x;
-	mul.wide.u32 	%rd342, %r943, 128;
-	ld.param.u64 	%rd206, [%rd346+24];
-	setp.ge.s64 	%p137, %rd44, %rd206;
-	or.b64  	%rd209, %rd342, %rd347;
-	ld.param.u64 	%rd60, [%rd346+32];
-	setp.ge.s64 	%p138, %rd209, %rd60;
-	or.pred  	%p139, %p137, %p138;
-	@%p139 bra 	$L__BB0_142;
-	setp.eq.s32 	%p140, %r1, 1;
-	shl.b32 	%r539, %r982, 16;
-	mov.b32 	%f25, %r539;
-	@%p140 bra 	$L__BB0_119;
-	bra.uni 	$L__BB0_118;
-$L__BB0_119:
-	mul.f32 	%f509, %f24, %f25;
-	bra.uni 	$L__BB0_120;
-$L__BB0_118:
-	div.rn.f32 	%f509, %f25, %f23;
-$L__BB0_120:
-	and.b32  	%r540, %r982, -65536;
-	mov.b32 	%f29, %r540;
-	@%p140 bra 	$L__BB0_122;
-	bra.uni 	$L__BB0_121;
-$L__BB0_122:
-	mul.f32 	%f510, %f24, %f29;
-	bra.uni 	$L__BB0_123;
-$L__BB0_121:
-	div.rn.f32 	%f510, %f29, %f23;
-$L__BB0_123:
-	mov.f32 	%f314, 0fC3E00000;
-	max.f32 	%f315, %f509, %f314;
-	mov.f32 	%f316, 0f43E00000;
-	min.f32 	%f313, %f315, %f316;
-	max.f32 	%f317, %f510, %f314;
-	min.f32 	%f312, %f317, %f316;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs15, %f312, %f313;
-	// end inline asm
-	cvt.u32.u16 	%r541, %rs15;
-	and.b32  	%r542, %r541, 65280;
-	or.b32  	%r543, %r542, 127;
-	setp.nan.f32 	%p142, %f509, %f509;
-	selp.b32 	%r544, %r543, %r541, %p142;
-	and.b32  	%r545, %r544, 255;
-	or.b32  	%r546, %r545, 32512;
-	setp.nan.f32 	%p143, %f510, %f510;
-	selp.b32 	%r160, %r546, %r544, %p143;
-	shl.b32 	%r547, %r981, 16;
-	mov.b32 	%f33, %r547;
-	@%p140 bra 	$L__BB0_125;
-	bra.uni 	$L__BB0_124;
-$L__BB0_125:
-	mul.f32 	%f511, %f24, %f33;
-	bra.uni 	$L__BB0_126;
-$L__BB0_124:
-	div.rn.f32 	%f511, %f33, %f23;
-$L__BB0_126:
-	and.b32  	%r548, %r981, -65536;
-	mov.b32 	%f37, %r548;
-	@%p140 bra 	$L__BB0_128;
-	bra.uni 	$L__BB0_127;
+	setp.ne.s16 	%p8, %rs4, 0;
+	@%p8 bra 	$L__BB0_4;
+	ld.param.u8 	%rs5, [%rd3+-36];
+	and.b16  	%rs6, %rs5, 7;
+	setp.ne.s16 	%p260, %rs6, 0;
+$L__BB0_4:
+	mov.u32 	%r1420, %tid.x;
+	shr.u32 	%r136, %r1420, 3;
+	and.b32  	%r137, %r136, 536870908;
+	mov.u32 	%r138, _ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red;
+	add.s32 	%r3, %r138, %r137;
+	@%p260 bra 	$L__BB0_128;
+	bra.uni 	$L__BB0_5;
 $L__BB0_128:
-	mul.f32 	%f512, %f24, %f37;
-	bra.uni 	$L__BB0_129;
-$L__BB0_127:
-	div.rn.f32 	%f512, %f37, %f23;
-$L__BB0_129:
-	mov.f32 	%f320, 0fC3E00000;
-	max.f32 	%f321, %f511, %f320;
-	mov.f32 	%f322, 0f43E00000;
-	min.f32 	%f319, %f321, %f322;
-	max.f32 	%f323, %f512, %f320;
-	min.f32 	%f318, %f323, %f322;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs16, %f318, %f319;
-	// end inline asm
-	cvt.u32.u16 	%r549, %rs16;
-	and.b32  	%r550, %r549, 65280;
-	or.b32  	%r551, %r550, 127;
-	setp.nan.f32 	%p146, %f511, %f511;
-	selp.b32 	%r552, %r551, %r549, %p146;
-	and.b32  	%r553, %r552, 255;
-	or.b32  	%r554, %r553, 32512;
-	setp.nan.f32 	%p147, %f512, %f512;
-	selp.b32 	%r555, %r554, %r552, %p147;
-	shl.b32 	%r556, %r555, 16;
-	or.b32  	%r161, %r556, %r160;
-	shl.b32 	%r557, %r980, 16;
-	mov.b32 	%f41, %r557;
-	@%p140 bra 	$L__BB0_131;
-	bra.uni 	$L__BB0_130;
+	setp.gt.u32 	%p180, %r1420, 16383;
+	mov.u32 	%r1410, 0;
+	@%p180 bra 	$L__BB0_172;
+	ld.param.u64 	%rd149, [%rd3+-20];
+	ld.param.u64 	%rd150, [%rd3+-12];
+	ld.param.u64 	%rd151, [%rd3+20];
+	ld.param.u64 	%rd152, [%rd3+12];
+	ld.param.u64 	%rd153, [%rd3+28];
+	ld.param.u64 	%rd154, [%rd3+36];
+	shr.u64 	%rd775, %rd154, 63;
+	add.s64 	%rd776, %rd154, %rd775;
+	shr.s64 	%rd155, %rd776, 1;
+	mov.u32 	%r1256, 16383;
+	sub.s32 	%r1257, %r1256, %r1420;
+	shr.u32 	%r1258, %r1257, 8;
+	add.s32 	%r89, %r1258, 1;
+	and.b32  	%r90, %r89, 1;
+	setp.eq.s32 	%p181, %r1258, 0;
+	mov.u32 	%r1410, 0;
+	mov.u32 	%r1414, %r1420;
+	@%p181 bra 	$L__BB0_158;
+	sub.s32 	%r1408, %r89, %r90;
+	and.b32  	%r1260, %r1420, 127;
+	cvt.u64.u32 	%rd777, %r1260;
+	add.s64 	%rd156, %rd2, %rd777;
+	add.s64 	%rd157, %rd153, %rd156;
+	mov.u32 	%r1410, 0;
+	mov.u32 	%r1414, %r1420;
 $L__BB0_131:
-	mul.f32 	%f513, %f24, %f41;
-	bra.uni 	$L__BB0_132;
-$L__BB0_130:
-	div.rn.f32 	%f513, %f41, %f23;
-$L__BB0_132:
-	and.b32  	%r558, %r980, -65536;
-	mov.b32 	%f45, %r558;
-	@%p140 bra 	$L__BB0_134;
-	bra.uni 	$L__BB0_133;
-$L__BB0_134:
-	mul.f32 	%f514, %f24, %f45;
-	bra.uni 	$L__BB0_135;
-$L__BB0_133:
-	div.rn.f32 	%f514, %f45, %f23;
-$L__BB0_135:
-	mov.f32 	%f326, 0fC3E00000;
-	max.f32 	%f327, %f513, %f326;
-	mov.f32 	%f328, 0f43E00000;
-	min.f32 	%f325, %f327, %f328;
-	max.f32 	%f329, %f514, %f326;
-	min.f32 	%f324, %f329, %f328;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs17, %f324, %f325;
-	// end inline asm
-	cvt.u32.u16 	%r559, %rs17;
-	and.b32  	%r560, %r559, 65280;
-	or.b32  	%r561, %r560, 127;
-	setp.nan.f32 	%p150, %f513, %f513;
-	selp.b32 	%r562, %r561, %r559, %p150;
-	and.b32  	%r563, %r562, 255;
-	or.b32  	%r564, %r563, 32512;
-	setp.nan.f32 	%p151, %f514, %f514;
-	selp.b32 	%r162, %r564, %r562, %p151;
-	shl.b32 	%r565, %r979, 16;
-	mov.b32 	%f49, %r565;
-	@%p140 bra 	$L__BB0_137;
+	shr.u32 	%r1261, %r1414, 7;
+	cvt.u64.u32 	%rd778, %r1261;
+	add.s64 	%rd158, %rd1, %rd778;
+	setp.ge.s64 	%p182, %rd158, %rd149;
+	setp.ge.s64 	%p183, %rd156, %rd150;
+	or.pred  	%p184, %p182, %p183;
+	@%p184 bra 	$L__BB0_144;
+	setp.eq.s64 	%p185, %rd154, 0;
+	add.s64 	%rd913, %rd151, %rd158;
+	@%p185 bra 	$L__BB0_140;
+	or.b64  	%rd779, %rd913, %rd154;
+	and.b64  	%rd780, %rd779, -4294967296;
+	setp.eq.s64 	%p186, %rd780, 0;
+	@%p186 bra 	$L__BB0_135;
+	rem.s64 	%rd910, %rd913, %rd154;
 	bra.uni 	$L__BB0_136;
-$L__BB0_137:
-	mul.f32 	%f515, %f24, %f49;
-	bra.uni 	$L__BB0_138;
+$L__BB0_135:
+	cvt.u32.u64 	%r1262, %rd154;
+	cvt.u32.u64 	%r1263, %rd913;
+	rem.u32 	%r1264, %r1263, %r1262;
+	cvt.u64.u32 	%rd910, %r1264;
 $L__BB0_136:
-	div.rn.f32 	%f515, %f49, %f23;
-$L__BB0_138:
-	and.b32  	%r566, %r979, -65536;
-	mov.b32 	%f53, %r566;
-	@%p140 bra 	$L__BB0_140;
+	or.b64  	%rd781, %rd910, %rd155;
+	and.b64  	%rd782, %rd781, -4294967296;
+	setp.eq.s64 	%p187, %rd782, 0;
+	@%p187 bra 	$L__BB0_138;
+	div.s64 	%rd911, %rd910, %rd155;
+	mul.lo.s64 	%rd783, %rd911, %rd155;
+	sub.s64 	%rd912, %rd910, %rd783;
 	bra.uni 	$L__BB0_139;
-$L__BB0_140:
-	mul.f32 	%f516, %f24, %f53;
-	bra.uni 	$L__BB0_141;
+$L__BB0_138:
+	cvt.u32.u64 	%r1265, %rd155;
+	cvt.u32.u64 	%r1266, %rd910;
+	div.u32 	%r1267, %r1266, %r1265;
+	mul.lo.s32 	%r1268, %r1267, %r1265;
+	sub.s32 	%r1269, %r1266, %r1268;
+	cvt.u64.u32 	%rd911, %r1267;
+	cvt.u64.u32 	%rd912, %r1269;
 $L__BB0_139:
-	div.rn.f32 	%f516, %f53, %f23;
-$L__BB0_141:
-	mov.f32 	%f332, 0fC3E00000;
-	max.f32 	%f333, %f515, %f332;
-	mov.f32 	%f334, 0f43E00000;
-	min.f32 	%f331, %f333, %f334;
-	max.f32 	%f335, %f516, %f332;
-	min.f32 	%f330, %f335, %f334;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs18, %f330, %f331;
-	// end inline asm
-	cvt.u32.u16 	%r567, %rs18;
-	and.b32  	%r568, %r567, 65280;
-	or.b32  	%r569, %r568, 127;
-	setp.nan.f32 	%p154, %f515, %f515;
-	selp.b32 	%r570, %r569, %r567, %p154;
-	and.b32  	%r571, %r570, 255;
-	or.b32  	%r572, %r571, 32512;
-	setp.nan.f32 	%p155, %f516, %f516;
-	selp.b32 	%r573, %r572, %r570, %p155;
-	shl.b32 	%r574, %r573, 16;
-	or.b32  	%r575, %r574, %r162;
-	mul.lo.s64 	%rd213, %rd60, %rd44;
-	add.s64 	%rd217, %rd213, %rd209;
-	add.s64 	%rd219, %rd7, %rd217;
-	st.global.v2.u32 	[%rd219], {%r161, %r575};
+	shl.b64 	%rd784, %rd912, 1;
+	sub.s64 	%rd785, %rd913, %rd910;
+	add.s64 	%rd786, %rd785, %rd784;
+	add.s64 	%rd913, %rd786, %rd911;
+$L__BB0_140:
+	mul.lo.s64 	%rd787, %rd152, %rd913;
+	add.s64 	%rd788, %rd157, %rd787;
+	shl.b64 	%rd789, %rd788, 1;
+	add.s64 	%rd171, %rd5, %rd789;
+	add.s64 	%rd790, %rd4, %rd789;
+	and.b64  	%rd791, %rd790, 1;
+	setp.eq.b64 	%p188, %rd791, 1;
+	mov.pred 	%p189, 0;
+	xor.pred  	%p190, %p188, %p189;
+	not.pred 	%p191, %p190;
+	@%p191 bra 	$L__BB0_142;
+	bra.uni 	$L__BB0_141;
 $L__BB0_142:
-	mov.b64 	%rd348, ws_fp8_block_bf16_param_0;
-	ld.param.u64 	%rd224, [%rd348+24];
-	setp.ge.s64 	%p156, %rd46, %rd224;
-	ld.param.u64 	%rd61, [%rd348+32];
-	setp.ge.s64 	%p157, %rd209, %rd61;
-	or.pred  	%p158, %p156, %p157;
-	@%p158 bra 	$L__BB0_168;
-	setp.eq.s32 	%p159, %r1, 1;
-	mul.lo.s64 	%rd231, %rd61, %rd46;
-	add.s64 	%rd235, %rd231, %rd209;
-	add.s64 	%rd62, %rd7, %rd235;
-	shl.b32 	%r596, %r987, 16;
-	mov.b32 	%f57, %r596;
-	@%p159 bra 	$L__BB0_145;
-	bra.uni 	$L__BB0_144;
-$L__BB0_145:
-	mul.f32 	%f517, %f24, %f57;
-	bra.uni 	$L__BB0_146;
+	ld.global.u16 	%r1409, [%rd171];
+	bra.uni 	$L__BB0_143;
+$L__BB0_141:
+	ld.global.u8 	%r1270, [%rd171];
+	ld.global.u8 	%r1271, [%rd171+1];
+	prmt.b32 	%r1409, %r1271, %r1270, 30212;
+$L__BB0_143:
+	shl.b32 	%r1272, %r1409, 16;
+	and.b32  	%r1273, %r1272, 2147418112;
+	max.u32 	%r1410, %r1410, %r1273;
 $L__BB0_144:
-	div.rn.f32 	%f517, %f57, %f23;
-$L__BB0_146:
-	and.b32  	%r597, %r987, -65536;
-	mov.b32 	%f61, %r597;
-	@%p159 bra 	$L__BB0_148;
-	bra.uni 	$L__BB0_147;
-$L__BB0_148:
-	mul.f32 	%f518, %f24, %f61;
+	add.s32 	%r1274, %r1414, 256;
+	shr.u32 	%r1275, %r1274, 7;
+	cvt.u64.u32 	%rd792, %r1275;
+	add.s64 	%rd172, %rd1, %rd792;
+	setp.ge.s64 	%p192, %rd172, %rd149;
+	or.pred  	%p194, %p192, %p183;
+	@%p194 bra 	$L__BB0_157;
+	setp.eq.s64 	%p195, %rd154, 0;
+	add.s64 	%rd917, %rd151, %rd172;
+	@%p195 bra 	$L__BB0_153;
+	or.b64  	%rd793, %rd917, %rd154;
+	and.b64  	%rd794, %rd793, -4294967296;
+	setp.eq.s64 	%p196, %rd794, 0;
+	@%p196 bra 	$L__BB0_148;
+	rem.s64 	%rd914, %rd917, %rd154;
 	bra.uni 	$L__BB0_149;
-$L__BB0_147:
-	div.rn.f32 	%f518, %f61, %f23;
+$L__BB0_148:
+	cvt.u32.u64 	%r1276, %rd154;
+	cvt.u32.u64 	%r1277, %rd917;
+	rem.u32 	%r1278, %r1277, %r1276;
+	cvt.u64.u32 	%rd914, %r1278;
 $L__BB0_149:
-	mov.f32 	%f338, 0fC3E00000;
-	max.f32 	%f339, %f517, %f338;
-	mov.f32 	%f340, 0f43E00000;
-	min.f32 	%f337, %f339, %f340;
-	max.f32 	%f341, %f518, %f338;
-	min.f32 	%f336, %f341, %f340;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs19, %f336, %f337;
-	// end inline asm
-	cvt.u32.u16 	%r598, %rs19;
-	and.b32  	%r599, %r598, 65280;
-	or.b32  	%r600, %r599, 127;
-	setp.nan.f32 	%p161, %f517, %f517;
-	selp.b32 	%r601, %r600, %r598, %p161;
-	and.b32  	%r602, %r601, 255;
-	or.b32  	%r603, %r602, 32512;
-	setp.nan.f32 	%p162, %f518, %f518;
-	selp.b32 	%r163, %r603, %r601, %p162;
-	shl.b32 	%r604, %r986, 16;
-	mov.b32 	%f65, %r604;
-	@%p159 bra 	$L__BB0_151;
-	bra.uni 	$L__BB0_150;
-$L__BB0_151:
-	mul.f32 	%f519, %f24, %f65;
+	or.b64  	%rd795, %rd914, %rd155;
+	and.b64  	%rd796, %rd795, -4294967296;
+	setp.eq.s64 	%p197, %rd796, 0;
+	@%p197 bra 	$L__BB0_151;
+	div.s64 	%rd915, %rd914, %rd155;
+	mul.lo.s64 	%rd797, %rd915, %rd155;
+	sub.s64 	%rd916, %rd914, %rd797;
 	bra.uni 	$L__BB0_152;
-$L__BB0_150:
-	div.rn.f32 	%f519, %f65, %f23;
+$L__BB0_151:
+	cvt.u32.u64 	%r1279, %rd155;
+	cvt.u32.u64 	%r1280, %rd914;
+	div.u32 	%r1281, %r1280, %r1279;
+	mul.lo.s32 	%r1282, %r1281, %r1279;
+	sub.s32 	%r1283, %r1280, %r1282;
+	cvt.u64.u32 	%rd915, %r1281;
+	cvt.u64.u32 	%rd916, %r1283;
 $L__BB0_152:
-	and.b32  	%r605, %r986, -65536;
-	mov.b32 	%f69, %r605;
-	@%p159 bra 	$L__BB0_154;
-	bra.uni 	$L__BB0_153;
-$L__BB0_154:
-	mul.f32 	%f520, %f24, %f69;
-	bra.uni 	$L__BB0_155;
+	shl.b64 	%rd798, %rd916, 1;
+	sub.s64 	%rd799, %rd917, %rd914;
+	add.s64 	%rd800, %rd799, %rd798;
+	add.s64 	%rd917, %rd800, %rd915;
 $L__BB0_153:
-	div.rn.f32 	%f520, %f69, %f23;
+	mul.lo.s64 	%rd801, %rd152, %rd917;
+	add.s64 	%rd802, %rd157, %rd801;
+	shl.b64 	%rd803, %rd802, 1;
+	add.s64 	%rd185, %rd5, %rd803;
+	add.s64 	%rd804, %rd4, %rd803;
+	and.b64  	%rd805, %rd804, 1;
+	setp.eq.b64 	%p198, %rd805, 1;
+	mov.pred 	%p199, 0;
+	xor.pred  	%p200, %p198, %p199;
+	not.pred 	%p201, %p200;
+	@%p201 bra 	$L__BB0_155;
+	bra.uni 	$L__BB0_154;
 $L__BB0_155:
-	mov.f32 	%f344, 0fC3E00000;
-	max.f32 	%f345, %f519, %f344;
-	mov.f32 	%f346, 0f43E00000;
-	min.f32 	%f343, %f345, %f346;
-	max.f32 	%f347, %f520, %f344;
-	min.f32 	%f342, %f347, %f346;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs20, %f342, %f343;
-	// end inline asm
-	cvt.u32.u16 	%r606, %rs20;
-	and.b32  	%r607, %r606, 65280;
-	or.b32  	%r608, %r607, 127;
-	setp.nan.f32 	%p165, %f519, %f519;
-	selp.b32 	%r609, %r608, %r606, %p165;
-	and.b32  	%r610, %r609, 255;
-	or.b32  	%r611, %r610, 32512;
-	setp.nan.f32 	%p166, %f520, %f520;
-	selp.b32 	%r612, %r611, %r609, %p166;
-	shl.b32 	%r613, %r612, 16;
-	or.b32  	%r164, %r613, %r163;
-	shl.b32 	%r614, %r985, 16;
-	mov.b32 	%f73, %r614;
-	@%p159 bra 	$L__BB0_157;
+	ld.global.u16 	%r1411, [%rd185];
 	bra.uni 	$L__BB0_156;
-$L__BB0_157:
-	mul.f32 	%f521, %f24, %f73;
-	bra.uni 	$L__BB0_158;
+$L__BB0_154:
+	ld.global.u8 	%r1284, [%rd185];
+	ld.global.u8 	%r1285, [%rd185+1];
+	prmt.b32 	%r1411, %r1285, %r1284, 30212;
 $L__BB0_156:
-	div.rn.f32 	%f521, %f73, %f23;
+	shl.b32 	%r1286, %r1411, 16;
+	and.b32  	%r1287, %r1286, 2147418112;
+	max.u32 	%r1410, %r1410, %r1287;
+$L__BB0_157:
+	add.s32 	%r1414, %r1414, 512;
+	add.s32 	%r1408, %r1408, -2;
+	setp.ne.s32 	%p202, %r1408, 0;
+	@%p202 bra 	$L__BB0_131;
 $L__BB0_158:
-	and.b32  	%r615, %r985, -65536;
-	mov.b32 	%f77, %r615;
-	@%p159 bra 	$L__BB0_160;
-	bra.uni 	$L__BB0_159;
-$L__BB0_160:
-	mul.f32 	%f522, %f24, %f77;
-	bra.uni 	$L__BB0_161;
-$L__BB0_159:
-	div.rn.f32 	%f522, %f77, %f23;
-$L__BB0_161:
-	mov.f32 	%f350, 0fC3E00000;
-	max.f32 	%f351, %f521, %f350;
-	mov.f32 	%f352, 0f43E00000;
-	min.f32 	%f349, %f351, %f352;
-	max.f32 	%f353, %f522, %f350;
-	min.f32 	%f348, %f353, %f352;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs21, %f348, %f349;
-	// end inline asm
-	cvt.u32.u16 	%r616, %rs21;
-	and.b32  	%r617, %r616, 65280;
-	or.b32  	%r618, %r617, 127;
-	setp.nan.f32 	%p169, %f521, %f521;
-	selp.b32 	%r619, %r618, %r616, %p169;
-	and.b32  	%r620, %r619, 255;
-	or.b32  	%r621, %r620, 32512;
-	setp.nan.f32 	%p170, %f522, %f522;
-	selp.b32 	%r165, %r621, %r619, %p170;
-	shl.b32 	%r622, %r984, 16;
-	mov.b32 	%f81, %r622;
-	@%p159 bra 	$L__BB0_163;
-	bra.uni 	$L__BB0_162;
-$L__BB0_163:
-	mul.f32 	%f523, %f24, %f81;
+	setp.eq.s32 	%p203, %r90, 0;
+	@%p203 bra 	$L__BB0_172;
+	shr.u32 	%r1288, %r1414, 7;
+	cvt.u64.u32 	%rd806, %r1288;
+	add.s64 	%rd186, %rd1, %rd806;
+	and.b32  	%r1289, %r1414, 127;
+	cvt.u64.u32 	%rd807, %r1289;
+	add.s64 	%rd187, %rd2, %rd807;
+	setp.ge.s64 	%p204, %rd186, %rd149;
+	setp.ge.s64 	%p205, %rd187, %rd150;
+	or.pred  	%p206, %p204, %p205;
+	@%p206 bra 	$L__BB0_172;
+	setp.eq.s64 	%p207, %rd154, 0;
+	add.s64 	%rd921, %rd151, %rd186;
+	@%p207 bra 	$L__BB0_168;
+	or.b64  	%rd808, %rd921, %rd154;
+	and.b64  	%rd809, %rd808, -4294967296;
+	setp.eq.s64 	%p208, %rd809, 0;
+	@%p208 bra 	$L__BB0_163;
+	rem.s64 	%rd918, %rd921, %rd154;
 	bra.uni 	$L__BB0_164;
-$L__BB0_162:
-	div.rn.f32 	%f523, %f81, %f23;
-$L__BB0_164:
-	and.b32  	%r623, %r984, -65536;
-	mov.b32 	%f85, %r623;
-	@%p159 bra 	$L__BB0_166;
-	bra.uni 	$L__BB0_165;
-$L__BB0_166:
-	mul.f32 	%f524, %f24, %f85;
-	bra.uni 	$L__BB0_167;
-$L__BB0_165:
-	div.rn.f32 	%f524, %f85, %f23;
-$L__BB0_167:
-	mov.f32 	%f356, 0fC3E00000;
-	max.f32 	%f357, %f523, %f356;
-	mov.f32 	%f358, 0f43E00000;
-	min.f32 	%f355, %f357, %f358;
-	max.f32 	%f359, %f524, %f356;
-	min.f32 	%f354, %f359, %f358;
+$L__BB0_5:
+	shr.u32 	%r141, %r1420, 4;
+	shl.b32 	%r142, %r1420, 3;
+	and.b32  	%r143, %r142, 120;
+	cvt.u64.u32 	%rd266, %r143;
+	add.s64 	%rd10, %rd2, %rd266;
+	cvt.u64.u32 	%rd267, %r141;
+	add.s64 	%rd11, %rd1, %rd267;
+	ld.param.u64 	%rd268, [%rd3+-20];
+	setp.ge.s64 	%p9, %rd11, %rd268;
+	ld.param.u64 	%rd269, [%rd3+-12];
+	setp.ge.s64 	%p10, %rd10, %rd269;
+	mov.u32 	%r1374, 0;
+	or.pred  	%p11, %p9, %p10;
+	@%p11 bra 	$L__BB0_15;
+	ld.param.u64 	%rd270, [%rd3+20];
+	add.s64 	%rd881, %rd270, %rd11;
+	ld.param.u64 	%rd13, [%rd3+36];
+	setp.eq.s64 	%p12, %rd13, 0;
+	@%p12 bra 	$L__BB0_14;
+	or.b64  	%rd271, %rd881, %rd13;
+	and.b64  	%rd272, %rd271, -4294967296;
+	setp.eq.s64 	%p13, %rd272, 0;
+	@%p13 bra 	$L__BB0_9;
+	rem.s64 	%rd878, %rd881, %rd13;
+	bra.uni 	$L__BB0_10;
+$L__BB0_9:
+	cvt.u32.u64 	%r144, %rd13;
+	cvt.u32.u64 	%r145, %rd881;
+	rem.u32 	%r146, %r145, %r144;
+	cvt.u64.u32 	%rd878, %r146;
+$L__BB0_10:
+	shr.u64 	%rd273, %rd13, 63;
+	add.s64 	%rd274, %rd13, %rd273;
+	shr.s64 	%rd17, %rd274, 1;
+	or.b64  	%rd275, %rd878, %rd17;
+	and.b64  	%rd276, %rd275, -4294967296;
+	setp.eq.s64 	%p14, %rd276, 0;
+	@%p14 bra 	$L__BB0_12;
+	div.s64 	%rd879, %rd878, %rd17;
+	mul.lo.s64 	%rd277, %rd879, %rd17;
+	sub.s64 	%rd880, %rd878, %rd277;
+	bra.uni 	$L__BB0_13;
+$L__BB0_12:
+	cvt.u32.u64 	%r147, %rd17;
+	cvt.u32.u64 	%r148, %rd878;
+	div.u32 	%r149, %r148, %r147;
+	mul.lo.s32 	%r150, %r149, %r147;
+	sub.s32 	%r151, %r148, %r150;
+	cvt.u64.u32 	%rd879, %r149;
+	cvt.u64.u32 	%rd880, %r151;
+$L__BB0_13:
+	shl.b64 	%rd278, %rd880, 1;
+	sub.s64 	%rd279, %rd881, %rd878;
+	add.s64 	%rd280, %rd279, %rd278;
+	add.s64 	%rd881, %rd280, %rd879;
+$L__BB0_14:
+	ld.param.u64 	%rd282, [%rd3+12];
+	mul.lo.s64 	%rd283, %rd282, %rd881;
+	ld.param.u64 	%rd284, [%rd3+28];
+	add.s64 	%rd285, %rd284, %rd10;
+	add.s64 	%rd286, %rd285, %rd283;
+	shl.b64 	%rd287, %rd286, 1;
+	add.s64 	%rd281, %rd4, %rd287;
 	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs22, %f354, %f355;
+	ld.global.cs.v4.u32 {%r1368,%r1367,%r1366,%r1365}, [%rd281];
 	// end inline asm
-	cvt.u32.u16 	%r624, %rs22;
-	and.b32  	%r625, %r624, 65280;
-	or.b32  	%r626, %r625, 127;
-	setp.nan.f32 	%p173, %f523, %f523;
-	selp.b32 	%r627, %r626, %r624, %p173;
-	and.b32  	%r628, %r627, 255;
-	or.b32  	%r629, %r628, 32512;
-	setp.nan.f32 	%p174, %f524, %f524;
-	selp.b32 	%r630, %r629, %r627, %p174;
-	shl.b32 	%r631, %r630, 16;
-	or.b32  	%r632, %r631, %r165;
-	st.global.v2.u32 	[%rd62], {%r164, %r632};
-$L__BB0_168:
-	mov.b64 	%rd349, ws_fp8_block_bf16_param_0;
-	ld.param.u64 	%rd241, [%rd349+24];
-	setp.ge.s64 	%p175, %rd48, %rd241;
-	ld.param.u64 	%rd63, [%rd349+32];
-	setp.ge.s64 	%p176, %rd209, %rd63;
-	or.pred  	%p177, %p175, %p176;
-	@%p177 bra 	$L__BB0_194;
-	setp.eq.s32 	%p178, %r1, 1;
-	mul.lo.s64 	%rd248, %rd63, %rd48;
-	add.s64 	%rd252, %rd248, %rd209;
-	add.s64 	%rd64, %rd7, %rd252;
-	shl.b32 	%r647, %r992, 16;
-	mov.b32 	%f89, %r647;
-	@%p178 bra 	$L__BB0_171;
-	bra.uni 	$L__BB0_170;
-$L__BB0_171:
-	mul.f32 	%f525, %f24, %f89;
-	bra.uni 	$L__BB0_172;
-$L__BB0_170:
-	div.rn.f32 	%f525, %f89, %f23;
-$L__BB0_172:
-	and.b32  	%r648, %r992, -65536;
-	mov.b32 	%f93, %r648;
-	@%p178 bra 	$L__BB0_174;
-	bra.uni 	$L__BB0_173;
-$L__BB0_174:
-	mul.f32 	%f526, %f24, %f93;
-	bra.uni 	$L__BB0_175;
-$L__BB0_173:
-	div.rn.f32 	%f526, %f93, %f23;
-$L__BB0_175:
-	mov.f32 	%f362, 0fC3E00000;
-	max.f32 	%f363, %f525, %f362;
-	mov.f32 	%f364, 0f43E00000;
-	min.f32 	%f361, %f363, %f364;
-	max.f32 	%f365, %f526, %f362;
-	min.f32 	%f360, %f365, %f364;
+	and.b32  	%r156, %r1368, 2147450879;
+	and.b32  	%r157, %r1367, 2147450879;
+	and.b32  	%r158, %r1368, 32767;
+	and.b32  	%r159, %r1367, 32767;
+	max.u32 	%r160, %r158, %r159;
+	max.u32 	%r161, %r156, %r157;
+	and.b32  	%r162, %r161, 2147418112;
+	or.b32  	%r163, %r162, %r160;
+	and.b32  	%r164, %r1366, 2147450879;
+	and.b32  	%r165, %r1365, 2147450879;
+	and.b32  	%r166, %r1366, 32767;
+	and.b32  	%r167, %r1365, 32767;
+	max.u32 	%r168, %r166, %r167;
+	max.u32 	%r169, %r164, %r165;
+	and.b32  	%r170, %r169, 2147418112;
+	or.b32  	%r171, %r170, %r168;
+	max.u32 	%r172, %r160, %r168;
+	max.u32 	%r173, %r163, %r171;
+	shr.u32 	%r174, %r173, 16;
+	max.u32 	%r175, %r172, %r174;
+	shl.b32 	%r176, %r175, 16;
+	setp.eq.s32 	%p15, %r175, 0;
+	selp.b32 	%r1374, 0, %r176, %p15;
+$L__BB0_15:
+	ld.param.u64 	%rd288, [%rd3+-20];
+	add.s64 	%rd26, %rd11, 16;
+	setp.ge.s64 	%p16, %rd26, %rd288;
+	ld.param.u64 	%rd289, [%rd3+-12];
+	setp.ge.s64 	%p17, %rd10, %rd289;
+	or.pred  	%p18, %p16, %p17;
+	@%p18 bra 	$L__BB0_25;
+	ld.param.u64 	%rd290, [%rd3+20];
+	add.s64 	%rd885, %rd290, %rd26;
+	ld.param.u64 	%rd28, [%rd3+36];
+	setp.eq.s64 	%p19, %rd28, 0;
+	@%p19 bra 	$L__BB0_24;
+	or.b64  	%rd291, %rd885, %rd28;
+	and.b64  	%rd292, %rd291, -4294967296;
+	setp.eq.s64 	%p20, %rd292, 0;
+	@%p20 bra 	$L__BB0_19;
+	rem.s64 	%rd882, %rd885, %rd28;
+	bra.uni 	$L__BB0_20;
+$L__BB0_19:
+	cvt.u32.u64 	%r178, %rd28;
+	cvt.u32.u64 	%r179, %rd885;
+	rem.u32 	%r180, %r179, %r178;
+	cvt.u64.u32 	%rd882, %r180;
+$L__BB0_20:
+	shr.u64 	%rd293, %rd28, 63;
+	add.s64 	%rd294, %rd28, %rd293;
+	shr.s64 	%rd32, %rd294, 1;
+	or.b64  	%rd295, %rd882, %rd32;
+	and.b64  	%rd296, %rd295, -4294967296;
+	setp.eq.s64 	%p21, %rd296, 0;
+	@%p21 bra 	$L__BB0_22;
+	div.s64 	%rd883, %rd882, %rd32;
+	mul.lo.s64 	%rd297, %rd883, %rd32;
+	sub.s64 	%rd884, %rd882, %rd297;
+	bra.uni 	$L__BB0_23;
+$L__BB0_22:
+	cvt.u32.u64 	%r181, %rd32;
+	cvt.u32.u64 	%r182, %rd882;
+	div.u32 	%r183, %r182, %r181;
+	mul.lo.s32 	%r184, %r183, %r181;
+	sub.s32 	%r185, %r182, %r184;
+	cvt.u64.u32 	%rd883, %r183;
+	cvt.u64.u32 	%rd884, %r185;
+$L__BB0_23:
+	shl.b64 	%rd298, %rd884, 1;
+	sub.s64 	%rd299, %rd885, %rd882;
+	add.s64 	%rd300, %rd299, %rd298;
+	add.s64 	%rd885, %rd300, %rd883;
+$L__BB0_24:
+	ld.param.u64 	%rd302, [%rd3+12];
+	mul.lo.s64 	%rd303, %rd302, %rd885;
+	ld.param.u64 	%rd304, [%rd3+28];
+	add.s64 	%rd305, %rd304, %rd10;
+	add.s64 	%rd306, %rd305, %rd303;
+	shl.b64 	%rd307, %rd306, 1;
+	add.s64 	%rd301, %rd4, %rd307;
 	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs23, %f360, %f361;
+	ld.global.cs.v4.u32 {%r1373,%r1372,%r1371,%r1370}, [%rd301];
 	// end inline asm
-	cvt.u32.u16 	%r649, %rs23;
-	and.b32  	%r650, %r649, 65280;
-	or.b32  	%r651, %r650, 127;
-	setp.nan.f32 	%p180, %f525, %f525;
-	selp.b32 	%r652, %r651, %r649, %p180;
-	and.b32  	%r653, %r652, 255;
-	or.b32  	%r654, %r653, 32512;
-	setp.nan.f32 	%p181, %f526, %f526;
-	selp.b32 	%r166, %r654, %r652, %p181;
-	shl.b32 	%r655, %r991, 16;
-	mov.b32 	%f97, %r655;
-	@%p178 bra 	$L__BB0_177;
-	bra.uni 	$L__BB0_176;
-$L__BB0_177:
-	mul.f32 	%f527, %f24, %f97;
-	bra.uni 	$L__BB0_178;
-$L__BB0_176:
-	div.rn.f32 	%f527, %f97, %f23;
-$L__BB0_178:
-	and.b32  	%r656, %r991, -65536;
-	mov.b32 	%f101, %r656;
-	@%p178 bra 	$L__BB0_180;
-	bra.uni 	$L__BB0_179;
-$L__BB0_180:
-	mul.f32 	%f528, %f24, %f101;
-	bra.uni 	$L__BB0_181;
-$L__BB0_179:
-	div.rn.f32 	%f528, %f101, %f23;
-$L__BB0_181:
-	mov.f32 	%f368, 0fC3E00000;
-	max.f32 	%f369, %f527, %f368;
-	mov.f32 	%f370, 0f43E00000;
-	min.f32 	%f367, %f369, %f370;
-	max.f32 	%f371, %f528, %f368;
-	min.f32 	%f366, %f371, %f370;
+	and.b32  	%r190, %r1373, 2147450879;
+	and.b32  	%r191, %r1372, 2147450879;
+	and.b32  	%r192, %r1373, 32767;
+	and.b32  	%r193, %r1372, 32767;
+	max.u32 	%r194, %r192, %r193;
+	max.u32 	%r195, %r190, %r191;
+	and.b32  	%r196, %r195, 2147418112;
+	or.b32  	%r197, %r196, %r194;
+	and.b32  	%r198, %r1371, 2147450879;
+	and.b32  	%r199, %r1370, 2147450879;
+	and.b32  	%r200, %r1371, 32767;
+	and.b32  	%r201, %r1370, 32767;
+	max.u32 	%r202, %r200, %r201;
+	max.u32 	%r203, %r198, %r199;
+	and.b32  	%r204, %r203, 2147418112;
+	or.b32  	%r205, %r204, %r202;
+	max.u32 	%r206, %r194, %r202;
+	max.u32 	%r207, %r197, %r205;
+	shr.u32 	%r208, %r207, 16;
+	max.u32 	%r209, %r206, %r208;
+	shl.b32 	%r210, %r209, 16;
+	max.u32 	%r1374, %r1374, %r210;
+$L__BB0_25:
+	ld.param.u64 	%rd308, [%rd3+-20];
+	add.s64 	%rd41, %rd11, 32;
+	setp.ge.s64 	%p22, %rd41, %rd308;
+	ld.param.u64 	%rd309, [%rd3+-12];
+	setp.ge.s64 	%p23, %rd10, %rd309;
+	or.pred  	%p24, %p22, %p23;
+	@%p24 bra 	$L__BB0_35;
+	ld.param.u64 	%rd310, [%rd3+20];
+	add.s64 	%rd889, %rd310, %rd41;
+	ld.param.u64 	%rd43, [%rd3+36];
+	setp.eq.s64 	%p25, %rd43, 0;
+	@%p25 bra 	$L__BB0_34;
+	or.b64  	%rd311, %rd889, %rd43;
+	and.b64  	%rd312, %rd311, -4294967296;
+	setp.eq.s64 	%p26, %rd312, 0;
+	@%p26 bra 	$L__BB0_29;
+	rem.s64 	%rd886, %rd889, %rd43;
+	bra.uni 	$L__BB0_30;
+$L__BB0_29:
+	cvt.u32.u64 	%r212, %rd43;
+	cvt.u32.u64 	%r213, %rd889;
+	rem.u32 	%r214, %r213, %r212;
+	cvt.u64.u32 	%rd886, %r214;
+$L__BB0_30:
+	shr.u64 	%rd313, %rd43, 63;
+	add.s64 	%rd314, %rd43, %rd313;
+	shr.s64 	%rd47, %rd314, 1;
+	or.b64  	%rd315, %rd886, %rd47;
+	and.b64  	%rd316, %rd315, -4294967296;
+	setp.eq.s64 	%p27, %rd316, 0;
+	@%p27 bra 	$L__BB0_32;
+	div.s64 	%rd887, %rd886, %rd47;
+	mul.lo.s64 	%rd317, %rd887, %rd47;
+	sub.s64 	%rd888, %rd886, %rd317;
+	bra.uni 	$L__BB0_33;
+$L__BB0_32:
+	cvt.u32.u64 	%r215, %rd47;
+	cvt.u32.u64 	%r216, %rd886;
+	div.u32 	%r217, %r216, %r215;
+	mul.lo.s32 	%r218, %r217, %r215;
+	sub.s32 	%r219, %r216, %r218;
+	cvt.u64.u32 	%rd887, %r217;
+	cvt.u64.u32 	%rd888, %r219;
+$L__BB0_33:
+	shl.b64 	%rd318, %rd888, 1;
+	sub.s64 	%rd319, %rd889, %rd886;
+	add.s64 	%rd320, %rd319, %rd318;
+	add.s64 	%rd889, %rd320, %rd887;
+$L__BB0_34:
+	ld.param.u64 	%rd322, [%rd3+12];
+	mul.lo.s64 	%rd323, %rd322, %rd889;
+	ld.param.u64 	%rd324, [%rd3+28];
+	add.s64 	%rd325, %rd324, %rd10;
+	add.s64 	%rd326, %rd325, %rd323;
+	shl.b64 	%rd327, %rd326, 1;
+	add.s64 	%rd321, %rd4, %rd327;
 	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs24, %f366, %f367;
+	ld.global.cs.v4.u32 {%r1378,%r1377,%r1376,%r1375}, [%rd321];
 	// end inline asm
-	cvt.u32.u16 	%r657, %rs24;
-	and.b32  	%r658, %r657, 65280;
-	or.b32  	%r659, %r658, 127;
-	setp.nan.f32 	%p184, %f527, %f527;
-	selp.b32 	%r660, %r659, %r657, %p184;
-	and.b32  	%r661, %r660, 255;
-	or.b32  	%r662, %r661, 32512;
-	setp.nan.f32 	%p185, %f528, %f528;
-	selp.b32 	%r663, %r662, %r660, %p185;
-	shl.b32 	%r664, %r663, 16;
-	or.b32  	%r167, %r664, %r166;
-	shl.b32 	%r665, %r990, 16;
-	mov.b32 	%f105, %r665;
-	@%p178 bra 	$L__BB0_183;
-	bra.uni 	$L__BB0_182;
-$L__BB0_183:
-	mul.f32 	%f529, %f24, %f105;
-	bra.uni 	$L__BB0_184;
-$L__BB0_182:
-	div.rn.f32 	%f529, %f105, %f23;
-$L__BB0_184:
-	and.b32  	%r666, %r990, -65536;
-	mov.b32 	%f109, %r666;
-	@%p178 bra 	$L__BB0_186;
-	bra.uni 	$L__BB0_185;
-$L__BB0_186:
-	mul.f32 	%f530, %f24, %f109;
-	bra.uni 	$L__BB0_187;
-$L__BB0_185:
-	div.rn.f32 	%f530, %f109, %f23;
-$L__BB0_187:
-	mov.f32 	%f374, 0fC3E00000;
-	max.f32 	%f375, %f529, %f374;
-	mov.f32 	%f376, 0f43E00000;
-	min.f32 	%f373, %f375, %f376;
-	max.f32 	%f377, %f530, %f374;
-	min.f32 	%f372, %f377, %f376;
+	and.b32  	%r224, %r1378, 2147450879;
+	and.b32  	%r225, %r1377, 2147450879;
+	and.b32  	%r226, %r1378, 32767;
+	and.b32  	%r227, %r1377, 32767;
+	max.u32 	%r228, %r226, %r227;
+	max.u32 	%r229, %r224, %r225;
+	and.b32  	%r230, %r229, 2147418112;
+	or.b32  	%r231, %r230, %r228;
+	and.b32  	%r232, %r1376, 2147450879;
+	and.b32  	%r233, %r1375, 2147450879;
+	and.b32  	%r234, %r1376, 32767;
+	and.b32  	%r235, %r1375, 32767;
+	max.u32 	%r236, %r234, %r235;
+	max.u32 	%r237, %r232, %r233;
+	and.b32  	%r238, %r237, 2147418112;
+	or.b32  	%r239, %r238, %r236;
+	max.u32 	%r240, %r228, %r236;
+	max.u32 	%r241, %r231, %r239;
+	shr.u32 	%r242, %r241, 16;
+	max.u32 	%r243, %r240, %r242;
+	shl.b32 	%r244, %r243, 16;
+	max.u32 	%r1374, %r1374, %r244;
+$L__BB0_35:
+	ld.param.u64 	%rd328, [%rd3+-20];
+	add.s64 	%rd56, %rd11, 48;
+	setp.ge.s64 	%p28, %rd56, %rd328;
+	ld.param.u64 	%rd329, [%rd3+-12];
+	setp.ge.s64 	%p29, %rd10, %rd329;
+	or.pred  	%p30, %p28, %p29;
+	@%p30 bra 	$L__BB0_45;
+	ld.param.u64 	%rd330, [%rd3+20];
+	add.s64 	%rd893, %rd330, %rd56;
+	ld.param.u64 	%rd58, [%rd3+36];
+	setp.eq.s64 	%p31, %rd58, 0;
+	@%p31 bra 	$L__BB0_44;
+	or.b64  	%rd331, %rd893, %rd58;
+	and.b64  	%rd332, %rd331, -4294967296;
+	setp.eq.s64 	%p32, %rd332, 0;
+	@%p32 bra 	$L__BB0_39;
+	rem.s64 	%rd890, %rd893, %rd58;
+	bra.uni 	$L__BB0_40;
+$L__BB0_39:
+	cvt.u32.u64 	%r246, %rd58;
+	cvt.u32.u64 	%r247, %rd893;
+	rem.u32 	%r248, %r247, %r246;
+	cvt.u64.u32 	%rd890, %r248;
+$L__BB0_40:
+	shr.u64 	%rd333, %rd58, 63;
+	add.s64 	%rd334, %rd58, %rd333;
+	shr.s64 	%rd62, %rd334, 1;
+	or.b64  	%rd335, %rd890, %rd62;
+	and.b64  	%rd336, %rd335, -4294967296;
+	setp.eq.s64 	%p33, %rd336, 0;
+	@%p33 bra 	$L__BB0_42;
+	div.s64 	%rd891, %rd890, %rd62;
+	mul.lo.s64 	%rd337, %rd891, %rd62;
+	sub.s64 	%rd892, %rd890, %rd337;
+	bra.uni 	$L__BB0_43;
+$L__BB0_42:
+	cvt.u32.u64 	%r249, %rd62;
+	cvt.u32.u64 	%r250, %rd890;
+	div.u32 	%r251, %r250, %r249;
+	mul.lo.s32 	%r252, %r251, %r249;
+	sub.s32 	%r253, %r250, %r252;
+	cvt.u64.u32 	%rd891, %r251;
+	cvt.u64.u32 	%rd892, %r253;
+$L__BB0_43:
+	shl.b64 	%rd338, %rd892, 1;
+	sub.s64 	%rd339, %rd893, %rd890;
+	add.s64 	%rd340, %rd339, %rd338;
+	add.s64 	%rd893, %rd340, %rd891;
+$L__BB0_44:
+	ld.param.u64 	%rd342, [%rd3+12];
+	mul.lo.s64 	%rd343, %rd342, %rd893;
+	ld.param.u64 	%rd344, [%rd3+28];
+	add.s64 	%rd345, %rd344, %rd10;
+	add.s64 	%rd346, %rd345, %rd343;
+	shl.b64 	%rd347, %rd346, 1;
+	add.s64 	%rd341, %rd4, %rd347;
 	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs25, %f372, %f373;
+	ld.global.cs.v4.u32 {%r1383,%r1382,%r1381,%r1380}, [%rd341];
 	// end inline asm
-	cvt.u32.u16 	%r667, %rs25;
-	and.b32  	%r668, %r667, 65280;
-	or.b32  	%r669, %r668, 127;
-	setp.nan.f32 	%p188, %f529, %f529;
-	selp.b32 	%r670, %r669, %r667, %p188;
-	and.b32  	%r671, %r670, 255;
-	or.b32  	%r672, %r671, 32512;
-	setp.nan.f32 	%p189, %f530, %f530;
-	selp.b32 	%r168, %r672, %r670, %p189;
-	shl.b32 	%r673, %r989, 16;
-	mov.b32 	%f113, %r673;
-	@%p178 bra 	$L__BB0_189;
-	bra.uni 	$L__BB0_188;
-$L__BB0_189:
-	mul.f32 	%f531, %f24, %f113;
-	bra.uni 	$L__BB0_190;
-$L__BB0_188:
-	div.rn.f32 	%f531, %f113, %f23;
-$L__BB0_190:
-	and.b32  	%r674, %r989, -65536;
-	mov.b32 	%f117, %r674;
-	@%p178 bra 	$L__BB0_192;
-	bra.uni 	$L__BB0_191;
-$L__BB0_192:
-	mul.f32 	%f532, %f24, %f117;
-	bra.uni 	$L__BB0_193;
-$L__BB0_191:
-	div.rn.f32 	%f532, %f117, %f23;
-$L__BB0_193:
-	mov.f32 	%f380, 0fC3E00000;
-	max.f32 	%f381, %f531, %f380;
-	mov.f32 	%f382, 0f43E00000;
-	min.f32 	%f379, %f381, %f382;
-	max.f32 	%f383, %f532, %f380;
-	min.f32 	%f378, %f383, %f382;
+	and.b32  	%r258, %r1383, 2147450879;
+	and.b32  	%r259, %r1382, 2147450879;
+	and.b32  	%r260, %r1383, 32767;
+	and.b32  	%r261, %r1382, 32767;
+	max.u32 	%r262, %r260, %r261;
+	max.u32 	%r263, %r258, %r259;
+	and.b32  	%r264, %r263, 2147418112;
+	or.b32  	%r265, %r264, %r262;
+	and.b32  	%r266, %r1381, 2147450879;
+	and.b32  	%r267, %r1380, 2147450879;
+	and.b32  	%r268, %r1381, 32767;
+	and.b32  	%r269, %r1380, 32767;
+	max.u32 	%r270, %r268, %r269;
+	max.u32 	%r271, %r266, %r267;
+	and.b32  	%r272, %r271, 2147418112;
+	or.b32  	%r273, %r272, %r270;
+	max.u32 	%r274, %r262, %r270;
+	max.u32 	%r275, %r265, %r273;
+	shr.u32 	%r276, %r275, 16;
+	max.u32 	%r277, %r274, %r276;
+	shl.b32 	%r278, %r277, 16;
+	max.u32 	%r1374, %r1374, %r278;
+$L__BB0_45:
+	ld.param.u64 	%rd348, [%rd3+-20];
+	add.s64 	%rd71, %rd11, 64;
+	setp.ge.s64 	%p34, %rd71, %rd348;
+	ld.param.u64 	%rd349, [%rd3+-12];
+	setp.ge.s64 	%p35, %rd10, %rd349;
+	or.pred  	%p36, %p34, %p35;
+	@%p36 bra 	$L__BB0_55;
+	ld.param.u64 	%rd350, [%rd3+20];
+	add.s64 	%rd897, %rd350, %rd71;
+	ld.param.u64 	%rd73, [%rd3+36];
+	setp.eq.s64 	%p37, %rd73, 0;
+	@%p37 bra 	$L__BB0_54;
+	or.b64  	%rd351, %rd897, %rd73;
+	and.b64  	%rd352, %rd351, -4294967296;
+	setp.eq.s64 	%p38, %rd352, 0;
+	@%p38 bra 	$L__BB0_49;
+	rem.s64 	%rd894, %rd897, %rd73;
+	bra.uni 	$L__BB0_50;
+$L__BB0_49:
+	cvt.u32.u64 	%r280, %rd73;
+	cvt.u32.u64 	%r281, %rd897;
+	rem.u32 	%r282, %r281, %r280;
+	cvt.u64.u32 	%rd894, %r282;
+$L__BB0_50:
+	shr.u64 	%rd353, %rd73, 63;
+	add.s64 	%rd354, %rd73, %rd353;
+	shr.s64 	%rd77, %rd354, 1;
+	or.b64  	%rd355, %rd894, %rd77;
+	and.b64  	%rd356, %rd355, -4294967296;
+	setp.eq.s64 	%p39, %rd356, 0;
+	@%p39 bra 	$L__BB0_52;
+	div.s64 	%rd895, %rd894, %rd77;
+	mul.lo.s64 	%rd357, %rd895, %rd77;
+	sub.s64 	%rd896, %rd894, %rd357;
+	bra.uni 	$L__BB0_53;
+$L__BB0_52:
+	cvt.u32.u64 	%r283, %rd77;
+	cvt.u32.u64 	%r284, %rd894;
+	div.u32 	%r285, %r284, %r283;
+	mul.lo.s32 	%r286, %r285, %r283;
+	sub.s32 	%r287, %r284, %r286;
+	cvt.u64.u32 	%rd895, %r285;
+	cvt.u64.u32 	%rd896, %r287;
+$L__BB0_53:
+	shl.b64 	%rd358, %rd896, 1;
+	sub.s64 	%rd359, %rd897, %rd894;
+	add.s64 	%rd360, %rd359, %rd358;
+	add.s64 	%rd897, %rd360, %rd895;
+$L__BB0_54:
+	ld.param.u64 	%rd362, [%rd3+12];
+	mul.lo.s64 	%rd363, %rd362, %rd897;
+	ld.param.u64 	%rd364, [%rd3+28];
+	add.s64 	%rd365, %rd364, %rd10;
+	add.s64 	%rd366, %rd365, %rd363;
+	shl.b64 	%rd367, %rd366, 1;
+	add.s64 	%rd361, %rd4, %rd367;
 	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs26, %f378, %f379;
+	ld.global.cs.v4.u32 {%r1388,%r1387,%r1386,%r1385}, [%rd361];
 	// end inline asm
-	cvt.u32.u16 	%r675, %rs26;
-	and.b32  	%r676, %r675, 65280;
-	or.b32  	%r677, %r676, 127;
-	setp.nan.f32 	%p192, %f531, %f531;
-	selp.b32 	%r678, %r677, %r675, %p192;
-	and.b32  	%r679, %r678, 255;
-	or.b32  	%r680, %r679, 32512;
-	setp.nan.f32 	%p193, %f532, %f532;
-	selp.b32 	%r681, %r680, %r678, %p193;
-	shl.b32 	%r682, %r681, 16;
-	or.b32  	%r683, %r682, %r168;
-	st.global.v2.u32 	[%rd64], {%r167, %r683};
-$L__BB0_194:
-	mov.b64 	%rd350, ws_fp8_block_bf16_param_0;
-	ld.param.u64 	%rd258, [%rd350+24];
-	setp.ge.s64 	%p194, %rd50, %rd258;
-	ld.param.u64 	%rd65, [%rd350+32];
-	setp.ge.s64 	%p195, %rd209, %rd65;
-	or.pred  	%p196, %p194, %p195;
-	@%p196 bra 	$L__BB0_220;
-	setp.eq.s32 	%p197, %r1, 1;
-	mul.lo.s64 	%rd265, %rd65, %rd50;
-	add.s64 	%rd269, %rd265, %rd209;
-	add.s64 	%rd66, %rd7, %rd269;
-	shl.b32 	%r698, %r997, 16;
-	mov.b32 	%f121, %r698;
-	@%p197 bra 	$L__BB0_197;
-	bra.uni 	$L__BB0_196;
-$L__BB0_197:
-	mul.f32 	%f533, %f24, %f121;
-	bra.uni 	$L__BB0_198;
-$L__BB0_196:
-	div.rn.f32 	%f533, %f121, %f23;
-$L__BB0_198:
-	and.b32  	%r699, %r997, -65536;
-	mov.b32 	%f125, %r699;
-	@%p197 bra 	$L__BB0_200;
-	bra.uni 	$L__BB0_199;
-$L__BB0_200:
-	mul.f32 	%f534, %f24, %f125;
-	bra.uni 	$L__BB0_201;
-$L__BB0_199:
-	div.rn.f32 	%f534, %f125, %f23;
-$L__BB0_201:
-	mov.f32 	%f386, 0fC3E00000;
-	max.f32 	%f387, %f533, %f386;
-	mov.f32 	%f388, 0f43E00000;
-	min.f32 	%f385, %f387, %f388;
-	max.f32 	%f389, %f534, %f386;
-	min.f32 	%f384, %f389, %f388;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs27, %f384, %f385;
-	// end inline asm
-	cvt.u32.u16 	%r700, %rs27;
-	and.b32  	%r701, %r700, 65280;
-	or.b32  	%r702, %r701, 127;
-	setp.nan.f32 	%p199, %f533, %f533;
-	selp.b32 	%r703, %r702, %r700, %p199;
-	and.b32  	%r704, %r703, 255;
-	or.b32  	%r705, %r704, 32512;
-	setp.nan.f32 	%p200, %f534, %f534;
-	selp.b32 	%r169, %r705, %r703, %p200;
-	shl.b32 	%r706, %r996, 16;
-	mov.b32 	%f129, %r706;
-	@%p197 bra 	$L__BB0_203;
-	bra.uni 	$L__BB0_202;
-$L__BB0_203:
-	mul.f32 	%f535, %f24, %f129;
-	bra.uni 	$L__BB0_204;
-$L__BB0_202:
-	div.rn.f32 	%f535, %f129, %f23;
-$L__BB0_204:
-	and.b32  	%r707, %r996, -65536;
-	mov.b32 	%f133, %r707;
-	@%p197 bra 	$L__BB0_206;
-	bra.uni 	$L__BB0_205;
-$L__BB0_206:
-	mul.f32 	%f536, %f24, %f133;
-	bra.uni 	$L__BB0_207;
-$L__BB0_205:
-	div.rn.f32 	%f536, %f133, %f23;
-$L__BB0_207:
-	mov.f32 	%f392, 0fC3E00000;
-	max.f32 	%f393, %f535, %f392;
-	mov.f32 	%f394, 0f43E00000;
-	min.f32 	%f391, %f393, %f394;
-	max.f32 	%f395, %f536, %f392;
-	min.f32 	%f390, %f395, %f394;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs28, %f390, %f391;
-	// end inline asm
-	cvt.u32.u16 	%r708, %rs28;
-	and.b32  	%r709, %r708, 65280;
-	or.b32  	%r710, %r709, 127;
-	setp.nan.f32 	%p203, %f535, %f535;
-	selp.b32 	%r711, %r710, %r708, %p203;
-	and.b32  	%r712, %r711, 255;
-	or.b32  	%r713, %r712, 32512;
-	setp.nan.f32 	%p204, %f536, %f536;
-	selp.b32 	%r714, %r713, %r711, %p204;
-	shl.b32 	%r715, %r714, 16;
-	or.b32  	%r170, %r715, %r169;
-	shl.b32 	%r716, %r995, 16;
-	mov.b32 	%f137, %r716;
-	@%p197 bra 	$L__BB0_209;
-	bra.uni 	$L__BB0_208;
-$L__BB0_209:
-	mul.f32 	%f537, %f24, %f137;
-	bra.uni 	$L__BB0_210;
-$L__BB0_208:
-	div.rn.f32 	%f537, %f137, %f23;
-$L__BB0_210:
-	and.b32  	%r717, %r995, -65536;
-	mov.b32 	%f141, %r717;
-	@%p197 bra 	$L__BB0_212;
-	bra.uni 	$L__BB0_211;
-$L__BB0_212:
-	mul.f32 	%f538, %f24, %f141;
-	bra.uni 	$L__BB0_213;
-$L__BB0_211:
-	div.rn.f32 	%f538, %f141, %f23;
-$L__BB0_213:
-	mov.f32 	%f398, 0fC3E00000;
-	max.f32 	%f399, %f537, %f398;
-	mov.f32 	%f400, 0f43E00000;
-	min.f32 	%f397, %f399, %f400;
-	max.f32 	%f401, %f538, %f398;
-	min.f32 	%f396, %f401, %f400;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs29, %f396, %f397;
-	// end inline asm
-	cvt.u32.u16 	%r718, %rs29;
-	and.b32  	%r719, %r718, 65280;
-	or.b32  	%r720, %r719, 127;
-	setp.nan.f32 	%p207, %f537, %f537;
-	selp.b32 	%r721, %r720, %r718, %p207;
-	and.b32  	%r722, %r721, 255;
-	or.b32  	%r723, %r722, 32512;
-	setp.nan.f32 	%p208, %f538, %f538;
-	selp.b32 	%r171, %r723, %r721, %p208;
-	shl.b32 	%r724, %r994, 16;
-	mov.b32 	%f145, %r724;
-	@%p197 bra 	$L__BB0_215;
-	bra.uni 	$L__BB0_214;
-$L__BB0_215:
-	mul.f32 	%f539, %f24, %f145;
-	bra.uni 	$L__BB0_216;
-$L__BB0_214:
-	div.rn.f32 	%f539, %f145, %f23;
-$L__BB0_216:
-	and.b32  	%r725, %r994, -65536;
-	mov.b32 	%f149, %r725;
-	@%p197 bra 	$L__BB0_218;
-	bra.uni 	$L__BB0_217;
-$L__BB0_218:
-	mul.f32 	%f540, %f24, %f149;
-	bra.uni 	$L__BB0_219;
-$L__BB0_217:
-	div.rn.f32 	%f540, %f149, %f23;
-$L__BB0_219:
-	mov.f32 	%f404, 0fC3E00000;
-	max.f32 	%f405, %f539, %f404;
-	mov.f32 	%f406, 0f43E00000;
-	min.f32 	%f403, %f405, %f406;
-	max.f32 	%f407, %f540, %f404;
-	min.f32 	%f402, %f407, %f406;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs30, %f402, %f403;
-	// end inline asm
-	cvt.u32.u16 	%r726, %rs30;
-	and.b32  	%r727, %r726, 65280;
-	or.b32  	%r728, %r727, 127;
-	setp.nan.f32 	%p211, %f539, %f539;
-	selp.b32 	%r729, %r728, %r726, %p211;
-	and.b32  	%r730, %r729, 255;
-	or.b32  	%r731, %r730, 32512;
-	setp.nan.f32 	%p212, %f540, %f540;
-	selp.b32 	%r732, %r731, %r729, %p212;
-	shl.b32 	%r733, %r732, 16;
-	or.b32  	%r734, %r733, %r171;
-	st.global.v2.u32 	[%rd66], {%r170, %r734};
-$L__BB0_220:
-	mov.b64 	%rd351, ws_fp8_block_bf16_param_0;
-	ld.param.u64 	%rd275, [%rd351+24];
-	setp.ge.s64 	%p213, %rd52, %rd275;
-	ld.param.u64 	%rd67, [%rd351+32];
-	setp.ge.s64 	%p214, %rd209, %rd67;
-	or.pred  	%p215, %p213, %p214;
-	@%p215 bra 	$L__BB0_246;
-	setp.eq.s32 	%p216, %r1, 1;
-	mul.lo.s64 	%rd282, %rd67, %rd52;
-	add.s64 	%rd286, %rd282, %rd209;
-	add.s64 	%rd68, %rd7, %rd286;
-	shl.b32 	%r749, %r1002, 16;
-	mov.b32 	%f153, %r749;
-	@%p216 bra 	$L__BB0_223;
-	bra.uni 	$L__BB0_222;
-$L__BB0_223:
-	mul.f32 	%f541, %f24, %f153;
-	bra.uni 	$L__BB0_224;
-$L__BB0_222:
-	div.rn.f32 	%f541, %f153, %f23;
-$L__BB0_224:
-	and.b32  	%r750, %r1002, -65536;
-	mov.b32 	%f157, %r750;
-	@%p216 bra 	$L__BB0_226;
-	bra.uni 	$L__BB0_225;
-$L__BB0_226:
-	mul.f32 	%f542, %f24, %f157;
-	bra.uni 	$L__BB0_227;
-$L__BB0_225:
-	div.rn.f32 	%f542, %f157, %f23;
-$L__BB0_227:
-	mov.f32 	%f410, 0fC3E00000;
-	max.f32 	%f411, %f541, %f410;
-	mov.f32 	%f412, 0f43E00000;
-	min.f32 	%f409, %f411, %f412;
-	max.f32 	%f413, %f542, %f410;
-	min.f32 	%f408, %f413, %f412;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs31, %f408, %f409;
-	// end inline asm
-	cvt.u32.u16 	%r751, %rs31;
-	and.b32  	%r752, %r751, 65280;
-	or.b32  	%r753, %r752, 127;
-	setp.nan.f32 	%p218, %f541, %f541;
-	selp.b32 	%r754, %r753, %r751, %p218;
-	and.b32  	%r755, %r754, 255;
-	or.b32  	%r756, %r755, 32512;
-	setp.nan.f32 	%p219, %f542, %f542;
-	selp.b32 	%r172, %r756, %r754, %p219;
-	shl.b32 	%r757, %r1001, 16;
-	mov.b32 	%f161, %r757;
-	@%p216 bra 	$L__BB0_229;
-	bra.uni 	$L__BB0_228;
-$L__BB0_229:
-	mul.f32 	%f543, %f24, %f161;
-	bra.uni 	$L__BB0_230;
-$L__BB0_228:
-	div.rn.f32 	%f543, %f161, %f23;
-$L__BB0_230:
-	and.b32  	%r758, %r1001, -65536;
-	mov.b32 	%f165, %r758;
-	@%p216 bra 	$L__BB0_232;
-	bra.uni 	$L__BB0_231;
-$L__BB0_232:
-	mul.f32 	%f544, %f24, %f165;
-	bra.uni 	$L__BB0_233;
-$L__BB0_231:
-	div.rn.f32 	%f544, %f165, %f23;
-$L__BB0_233:
-	mov.f32 	%f416, 0fC3E00000;
-	max.f32 	%f417, %f543, %f416;
-	mov.f32 	%f418, 0f43E00000;
-	min.f32 	%f415, %f417, %f418;
-	max.f32 	%f419, %f544, %f416;
-	min.f32 	%f414, %f419, %f418;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs32, %f414, %f415;
-	// end inline asm
-	cvt.u32.u16 	%r759, %rs32;
-	and.b32  	%r760, %r759, 65280;
-	or.b32  	%r761, %r760, 127;
-	setp.nan.f32 	%p222, %f543, %f543;
-	selp.b32 	%r762, %r761, %r759, %p222;
-	and.b32  	%r763, %r762, 255;
-	or.b32  	%r764, %r763, 32512;
-	setp.nan.f32 	%p223, %f544, %f544;
-	selp.b32 	%r765, %r764, %r762, %p223;
-	shl.b32 	%r766, %r765, 16;
-	or.b32  	%r173, %r766, %r172;
-	shl.b32 	%r767, %r1000, 16;
-	mov.b32 	%f169, %r767;
-	@%p216 bra 	$L__BB0_235;
-	bra.uni 	$L__BB0_234;
-$L__BB0_235:
-	mul.f32 	%f545, %f24, %f169;
-	bra.uni 	$L__BB0_236;
-$L__BB0_234:
-	div.rn.f32 	%f545, %f169, %f23;
-$L__BB0_236:
-	and.b32  	%r768, %r1000, -65536;
-	mov.b32 	%f173, %r768;
-	@%p216 bra 	$L__BB0_238;
-	bra.uni 	$L__BB0_237;
-$L__BB0_238:
-	mul.f32 	%f546, %f24, %f173;
-	bra.uni 	$L__BB0_239;
-$L__BB0_237:
-	div.rn.f32 	%f546, %f173, %f23;
-$L__BB0_239:
-	mov.f32 	%f422, 0fC3E00000;
-	max.f32 	%f423, %f545, %f422;
-	mov.f32 	%f424, 0f43E00000;
-	min.f32 	%f421, %f423, %f424;
-	max.f32 	%f425, %f546, %f422;
-	min.f32 	%f420, %f425, %f424;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs33, %f420, %f421;
-	// end inline asm
-	cvt.u32.u16 	%r769, %rs33;
-	and.b32  	%r770, %r769, 65280;
-	or.b32  	%r771, %r770, 127;
-	setp.nan.f32 	%p226, %f545, %f545;
-	selp.b32 	%r772, %r771, %r769, %p226;
-	and.b32  	%r773, %r772, 255;
-	or.b32  	%r774, %r773, 32512;
-	setp.nan.f32 	%p227, %f546, %f546;
-	selp.b32 	%r174, %r774, %r772, %p227;
-	shl.b32 	%r775, %r999, 16;
-	mov.b32 	%f177, %r775;
-	@%p216 bra 	$L__BB0_241;
-	bra.uni 	$L__BB0_240;
-$L__BB0_241:
-	mul.f32 	%f547, %f24, %f177;
-	bra.uni 	$L__BB0_242;
-$L__BB0_240:
-	div.rn.f32 	%f547, %f177, %f23;
-$L__BB0_242:
-	and.b32  	%r776, %r999, -65536;
-	mov.b32 	%f181, %r776;
-	@%p216 bra 	$L__BB0_244;
-	bra.uni 	$L__BB0_243;
-$L__BB0_244:
-	mul.f32 	%f548, %f24, %f181;
-	bra.uni 	$L__BB0_245;
-$L__BB0_243:
-	div.rn.f32 	%f548, %f181, %f23;
-$L__BB0_245:
-	mov.f32 	%f428, 0fC3E00000;
-	max.f32 	%f429, %f547, %f428;
-	mov.f32 	%f430, 0f43E00000;
-	min.f32 	%f427, %f429, %f430;
-	max.f32 	%f431, %f548, %f428;
-	min.f32 	%f426, %f431, %f430;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs34, %f426, %f427;
-	// end inline asm
-	cvt.u32.u16 	%r777, %rs34;
-	and.b32  	%r778, %r777, 65280;
-	or.b32  	%r779, %r778, 127;
-	setp.nan.f32 	%p230, %f547, %f547;
-	selp.b32 	%r780, %r779, %r777, %p230;
-	and.b32  	%r781, %r780, 255;
-	or.b32  	%r782, %r781, 32512;
-	setp.nan.f32 	%p231, %f548, %f548;
-	selp.b32 	%r783, %r782, %r780, %p231;
-	shl.b32 	%r784, %r783, 16;
-	or.b32  	%r785, %r784, %r174;
-	st.global.v2.u32 	[%rd68], {%r173, %r785};
-$L__BB0_246:
-	mov.b64 	%rd352, ws_fp8_block_bf16_param_0;
-	ld.param.u64 	%rd292, [%rd352+24];
-	setp.ge.s64 	%p232, %rd54, %rd292;
-	ld.param.u64 	%rd69, [%rd352+32];
-	setp.ge.s64 	%p233, %rd209, %rd69;
-	or.pred  	%p234, %p232, %p233;
-	@%p234 bra 	$L__BB0_272;
-	setp.eq.s32 	%p235, %r1, 1;
-	mul.lo.s64 	%rd299, %rd69, %rd54;
-	add.s64 	%rd303, %rd299, %rd209;
-	add.s64 	%rd70, %rd7, %rd303;
-	shl.b32 	%r800, %r1007, 16;
-	mov.b32 	%f185, %r800;
-	@%p235 bra 	$L__BB0_249;
-	bra.uni 	$L__BB0_248;
-$L__BB0_249:
-	mul.f32 	%f549, %f24, %f185;
-	bra.uni 	$L__BB0_250;
-$L__BB0_248:
-	div.rn.f32 	%f549, %f185, %f23;
-$L__BB0_250:
-	and.b32  	%r801, %r1007, -65536;
-	mov.b32 	%f189, %r801;
-	@%p235 bra 	$L__BB0_252;
-	bra.uni 	$L__BB0_251;
-$L__BB0_252:
-	mul.f32 	%f550, %f24, %f189;
-	bra.uni 	$L__BB0_253;
-$L__BB0_251:
-	div.rn.f32 	%f550, %f189, %f23;
-$L__BB0_253:
-	mov.f32 	%f434, 0fC3E00000;
-	max.f32 	%f435, %f549, %f434;
-	mov.f32 	%f436, 0f43E00000;
-	min.f32 	%f433, %f435, %f436;
-	max.f32 	%f437, %f550, %f434;
-	min.f32 	%f432, %f437, %f436;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs35, %f432, %f433;
-	// end inline asm
-	cvt.u32.u16 	%r802, %rs35;
-	and.b32  	%r803, %r802, 65280;
-	or.b32  	%r804, %r803, 127;
-	setp.nan.f32 	%p237, %f549, %f549;
-	selp.b32 	%r805, %r804, %r802, %p237;
-	and.b32  	%r806, %r805, 255;
-	or.b32  	%r807, %r806, 32512;
-	setp.nan.f32 	%p238, %f550, %f550;
-	selp.b32 	%r175, %r807, %r805, %p238;
-	shl.b32 	%r808, %r1006, 16;
-	mov.b32 	%f193, %r808;
-	@%p235 bra 	$L__BB0_255;
-	bra.uni 	$L__BB0_254;
-$L__BB0_255:
-	mul.f32 	%f551, %f24, %f193;
-	bra.uni 	$L__BB0_256;
-$L__BB0_254:
-	div.rn.f32 	%f551, %f193, %f23;
-$L__BB0_256:
-	and.b32  	%r809, %r1006, -65536;
-	mov.b32 	%f197, %r809;
-	@%p235 bra 	$L__BB0_258;
-	bra.uni 	$L__BB0_257;
-$L__BB0_258:
-	mul.f32 	%f552, %f24, %f197;
-	bra.uni 	$L__BB0_259;
-$L__BB0_257:
-	div.rn.f32 	%f552, %f197, %f23;
-$L__BB0_259:
-	mov.f32 	%f440, 0fC3E00000;
-	max.f32 	%f441, %f551, %f440;
-	mov.f32 	%f442, 0f43E00000;
-	min.f32 	%f439, %f441, %f442;
-	max.f32 	%f443, %f552, %f440;
-	min.f32 	%f438, %f443, %f442;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs36, %f438, %f439;
-	// end inline asm
-	cvt.u32.u16 	%r810, %rs36;
-	and.b32  	%r811, %r810, 65280;
-	or.b32  	%r812, %r811, 127;
-	setp.nan.f32 	%p241, %f551, %f551;
-	selp.b32 	%r813, %r812, %r810, %p241;
-	and.b32  	%r814, %r813, 255;
-	or.b32  	%r815, %r814, 32512;
-	setp.nan.f32 	%p242, %f552, %f552;
-	selp.b32 	%r816, %r815, %r813, %p242;
-	shl.b32 	%r817, %r816, 16;
-	or.b32  	%r176, %r817, %r175;
-	shl.b32 	%r818, %r1005, 16;
-	mov.b32 	%f201, %r818;
-	@%p235 bra 	$L__BB0_261;
-	bra.uni 	$L__BB0_260;
-$L__BB0_261:
-	mul.f32 	%f553, %f24, %f201;
-	bra.uni 	$L__BB0_262;
-$L__BB0_260:
-	div.rn.f32 	%f553, %f201, %f23;
-$L__BB0_262:
-	and.b32  	%r819, %r1005, -65536;
-	mov.b32 	%f205, %r819;
-	@%p235 bra 	$L__BB0_264;
-	bra.uni 	$L__BB0_263;
-$L__BB0_264:
-	mul.f32 	%f554, %f24, %f205;
-	bra.uni 	$L__BB0_265;
-$L__BB0_263:
-	div.rn.f32 	%f554, %f205, %f23;
-$L__BB0_265:
-	mov.f32 	%f446, 0fC3E00000;
-	max.f32 	%f447, %f553, %f446;
-	mov.f32 	%f448, 0f43E00000;
-	min.f32 	%f445, %f447, %f448;
-	max.f32 	%f449, %f554, %f446;
-	min.f32 	%f444, %f449, %f448;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs37, %f444, %f445;
-	// end inline asm
-	cvt.u32.u16 	%r820, %rs37;
-	and.b32  	%r821, %r820, 65280;
-	or.b32  	%r822, %r821, 127;
-	setp.nan.f32 	%p245, %f553, %f553;
-	selp.b32 	%r823, %r822, %r820, %p245;
-	and.b32  	%r824, %r823, 255;
-	or.b32  	%r825, %r824, 32512;
-	setp.nan.f32 	%p246, %f554, %f554;
-	selp.b32 	%r177, %r825, %r823, %p246;
-	shl.b32 	%r826, %r1004, 16;
-	mov.b32 	%f209, %r826;
-	@%p235 bra 	$L__BB0_267;
-	bra.uni 	$L__BB0_266;
-$L__BB0_267:
-	mul.f32 	%f555, %f24, %f209;
-	bra.uni 	$L__BB0_268;
-$L__BB0_266:
-	div.rn.f32 	%f555, %f209, %f23;
-$L__BB0_268:
-	and.b32  	%r827, %r1004, -65536;
-	mov.b32 	%f213, %r827;
-	@%p235 bra 	$L__BB0_270;
-	bra.uni 	$L__BB0_269;
-$L__BB0_270:
-	mul.f32 	%f556, %f24, %f213;
-	bra.uni 	$L__BB0_271;
-$L__BB0_269:
-	div.rn.f32 	%f556, %f213, %f23;
-$L__BB0_271:
-	mov.f32 	%f452, 0fC3E00000;
-	max.f32 	%f453, %f555, %f452;
-	mov.f32 	%f454, 0f43E00000;
-	min.f32 	%f451, %f453, %f454;
-	max.f32 	%f455, %f556, %f452;
-	min.f32 	%f450, %f455, %f454;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs38, %f450, %f451;
-	// end inline asm
-	cvt.u32.u16 	%r828, %rs38;
-	and.b32  	%r829, %r828, 65280;
-	or.b32  	%r830, %r829, 127;
-	setp.nan.f32 	%p249, %f555, %f555;
-	selp.b32 	%r831, %r830, %r828, %p249;
-	and.b32  	%r832, %r831, 255;
-	or.b32  	%r833, %r832, 32512;
-	setp.nan.f32 	%p250, %f556, %f556;
-	selp.b32 	%r834, %r833, %r831, %p250;
-	shl.b32 	%r835, %r834, 16;
-	or.b32  	%r836, %r835, %r177;
-	st.global.v2.u32 	[%rd70], {%r176, %r836};
-$L__BB0_272:
-	mov.b64 	%rd353, ws_fp8_block_bf16_param_0;
-	ld.param.u64 	%rd309, [%rd353+24];
-	setp.ge.s64 	%p251, %rd56, %rd309;
-	ld.param.u64 	%rd71, [%rd353+32];
-	setp.ge.s64 	%p252, %rd209, %rd71;
-	or.pred  	%p253, %p251, %p252;
-	@%p253 bra 	$L__BB0_298;
-	setp.eq.s32 	%p254, %r1, 1;
-	mul.lo.s64 	%rd316, %rd71, %rd56;
-	add.s64 	%rd320, %rd316, %rd209;
-	add.s64 	%rd72, %rd7, %rd320;
-	shl.b32 	%r851, %r1012, 16;
-	mov.b32 	%f217, %r851;
-	@%p254 bra 	$L__BB0_275;
-	bra.uni 	$L__BB0_274;
-$L__BB0_275:
-	mul.f32 	%f557, %f24, %f217;
-	bra.uni 	$L__BB0_276;
-$L__BB0_274:
-	div.rn.f32 	%f557, %f217, %f23;
-$L__BB0_276:
-	and.b32  	%r852, %r1012, -65536;
-	mov.b32 	%f221, %r852;
-	@%p254 bra 	$L__BB0_278;
-	bra.uni 	$L__BB0_277;
-$L__BB0_278:
-	mul.f32 	%f558, %f24, %f221;
-	bra.uni 	$L__BB0_279;
-$L__BB0_277:
-	div.rn.f32 	%f558, %f221, %f23;
-$L__BB0_279:
-	mov.f32 	%f458, 0fC3E00000;
-	max.f32 	%f459, %f557, %f458;
-	mov.f32 	%f460, 0f43E00000;
-	min.f32 	%f457, %f459, %f460;
-	max.f32 	%f461, %f558, %f458;
-	min.f32 	%f456, %f461, %f460;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs39, %f456, %f457;
-	// end inline asm
-	cvt.u32.u16 	%r853, %rs39;
-	and.b32  	%r854, %r853, 65280;
-	or.b32  	%r855, %r854, 127;
-	setp.nan.f32 	%p256, %f557, %f557;
-	selp.b32 	%r856, %r855, %r853, %p256;
-	and.b32  	%r857, %r856, 255;
-	or.b32  	%r858, %r857, 32512;
-	setp.nan.f32 	%p257, %f558, %f558;
-	selp.b32 	%r178, %r858, %r856, %p257;
-	shl.b32 	%r859, %r1011, 16;
-	mov.b32 	%f225, %r859;
-	@%p254 bra 	$L__BB0_281;
-	bra.uni 	$L__BB0_280;
-$L__BB0_281:
-	mul.f32 	%f559, %f24, %f225;
-	bra.uni 	$L__BB0_282;
-$L__BB0_280:
-	div.rn.f32 	%f559, %f225, %f23;
-$L__BB0_282:
-	and.b32  	%r860, %r1011, -65536;
-	mov.b32 	%f229, %r860;
-	@%p254 bra 	$L__BB0_284;
-	bra.uni 	$L__BB0_283;
-$L__BB0_284:
-	mul.f32 	%f560, %f24, %f229;
-	bra.uni 	$L__BB0_285;
-$L__BB0_283:
-	div.rn.f32 	%f560, %f229, %f23;
-$L__BB0_285:
-	mov.f32 	%f464, 0fC3E00000;
-	max.f32 	%f465, %f559, %f464;
-	mov.f32 	%f466, 0f43E00000;
-	min.f32 	%f463, %f465, %f466;
-	max.f32 	%f467, %f560, %f464;
-	min.f32 	%f462, %f467, %f466;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs40, %f462, %f463;
-	// end inline asm
-	cvt.u32.u16 	%r861, %rs40;
-	and.b32  	%r862, %r861, 65280;
-	or.b32  	%r863, %r862, 127;
-	setp.nan.f32 	%p260, %f559, %f559;
-	selp.b32 	%r864, %r863, %r861, %p260;
-	and.b32  	%r865, %r864, 255;
-	or.b32  	%r866, %r865, 32512;
-	setp.nan.f32 	%p261, %f560, %f560;
-	selp.b32 	%r867, %r866, %r864, %p261;
-	shl.b32 	%r868, %r867, 16;
-	or.b32  	%r179, %r868, %r178;
-	shl.b32 	%r869, %r1010, 16;
-	mov.b32 	%f233, %r869;
-	@%p254 bra 	$L__BB0_287;
-	bra.uni 	$L__BB0_286;
-$L__BB0_287:
-	mul.f32 	%f561, %f24, %f233;
-	bra.uni 	$L__BB0_288;
-$L__BB0_286:
-	div.rn.f32 	%f561, %f233, %f23;
-$L__BB0_288:
-	and.b32  	%r870, %r1010, -65536;
-	mov.b32 	%f237, %r870;
-	@%p254 bra 	$L__BB0_290;
-	bra.uni 	$L__BB0_289;
-$L__BB0_290:
-	mul.f32 	%f562, %f24, %f237;
-	bra.uni 	$L__BB0_291;
-$L__BB0_289:
-	div.rn.f32 	%f562, %f237, %f23;
-$L__BB0_291:
-	mov.f32 	%f470, 0fC3E00000;
-	max.f32 	%f471, %f561, %f470;
-	mov.f32 	%f472, 0f43E00000;
-	min.f32 	%f469, %f471, %f472;
-	max.f32 	%f473, %f562, %f470;
-	min.f32 	%f468, %f473, %f472;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs41, %f468, %f469;
-	// end inline asm
-	cvt.u32.u16 	%r871, %rs41;
-	and.b32  	%r872, %r871, 65280;
-	or.b32  	%r873, %r872, 127;
-	setp.nan.f32 	%p264, %f561, %f561;
-	selp.b32 	%r874, %r873, %r871, %p264;
-	and.b32  	%r875, %r874, 255;
-	or.b32  	%r876, %r875, 32512;
-	setp.nan.f32 	%p265, %f562, %f562;
-	selp.b32 	%r180, %r876, %r874, %p265;
-	shl.b32 	%r877, %r1009, 16;
-	mov.b32 	%f241, %r877;
-	@%p254 bra 	$L__BB0_293;
-	bra.uni 	$L__BB0_292;
-$L__BB0_293:
-	mul.f32 	%f563, %f24, %f241;
-	bra.uni 	$L__BB0_294;
-$L__BB0_292:
-	div.rn.f32 	%f563, %f241, %f23;
-$L__BB0_294:
-	and.b32  	%r878, %r1009, -65536;
-	mov.b32 	%f245, %r878;
-	@%p254 bra 	$L__BB0_296;
-	bra.uni 	$L__BB0_295;
-$L__BB0_296:
-	mul.f32 	%f564, %f24, %f245;
-	bra.uni 	$L__BB0_297;
-$L__BB0_295:
-	div.rn.f32 	%f564, %f245, %f23;
-$L__BB0_297:
-	mov.f32 	%f476, 0fC3E00000;
-	max.f32 	%f477, %f563, %f476;
-	mov.f32 	%f478, 0f43E00000;
-	min.f32 	%f475, %f477, %f478;
-	max.f32 	%f479, %f564, %f476;
-	min.f32 	%f474, %f479, %f478;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs42, %f474, %f475;
-	// end inline asm
-	cvt.u32.u16 	%r879, %rs42;
-	and.b32  	%r880, %r879, 65280;
-	or.b32  	%r881, %r880, 127;
-	setp.nan.f32 	%p268, %f563, %f563;
-	selp.b32 	%r882, %r881, %r879, %p268;
-	and.b32  	%r883, %r882, 255;
-	or.b32  	%r884, %r883, 32512;
-	setp.nan.f32 	%p269, %f564, %f564;
-	selp.b32 	%r885, %r884, %r882, %p269;
-	shl.b32 	%r886, %r885, 16;
-	or.b32  	%r887, %r886, %r180;
-	st.global.v2.u32 	[%rd72], {%r179, %r887};
-$L__BB0_298:
-	mov.b64 	%rd354, ws_fp8_block_bf16_param_0;
-	ld.param.u64 	%rd326, [%rd354+24];
-	setp.ge.s64 	%p270, %rd58, %rd326;
-	ld.param.u64 	%rd73, [%rd354+32];
-	setp.ge.s64 	%p271, %rd209, %rd73;
-	or.pred  	%p272, %p270, %p271;
-	@%p272 bra 	$L__BB0_324;
-	setp.eq.s32 	%p273, %r1, 1;
-	mul.lo.s64 	%rd333, %rd73, %rd58;
-	add.s64 	%rd337, %rd333, %rd209;
-	add.s64 	%rd74, %rd7, %rd337;
-	shl.b32 	%r902, %r1017, 16;
-	mov.b32 	%f249, %r902;
-	@%p273 bra 	$L__BB0_301;
-	bra.uni 	$L__BB0_300;
-$L__BB0_301:
-	mul.f32 	%f565, %f24, %f249;
-	bra.uni 	$L__BB0_302;
-$L__BB0_300:
-	div.rn.f32 	%f565, %f249, %f23;
-$L__BB0_302:
-	and.b32  	%r903, %r1017, -65536;
-	mov.b32 	%f253, %r903;
-	@%p273 bra 	$L__BB0_304;
-	bra.uni 	$L__BB0_303;
-$L__BB0_304:
-	mul.f32 	%f566, %f24, %f253;
-	bra.uni 	$L__BB0_305;
-$L__BB0_303:
-	div.rn.f32 	%f566, %f253, %f23;
-$L__BB0_305:
-	mov.f32 	%f482, 0fC3E00000;
-	max.f32 	%f483, %f565, %f482;
-	mov.f32 	%f484, 0f43E00000;
-	min.f32 	%f481, %f483, %f484;
-	max.f32 	%f485, %f566, %f482;
-	min.f32 	%f480, %f485, %f484;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs43, %f480, %f481;
-	// end inline asm
-	cvt.u32.u16 	%r904, %rs43;
-	and.b32  	%r905, %r904, 65280;
-	or.b32  	%r906, %r905, 127;
-	setp.nan.f32 	%p275, %f565, %f565;
-	selp.b32 	%r907, %r906, %r904, %p275;
-	and.b32  	%r908, %r907, 255;
-	or.b32  	%r909, %r908, 32512;
-	setp.nan.f32 	%p276, %f566, %f566;
-	selp.b32 	%r181, %r909, %r907, %p276;
-	shl.b32 	%r910, %r1016, 16;
-	mov.b32 	%f257, %r910;
-	@%p273 bra 	$L__BB0_307;
-	bra.uni 	$L__BB0_306;
-$L__BB0_307:
-	mul.f32 	%f567, %f24, %f257;
-	bra.uni 	$L__BB0_308;
-$L__BB0_306:
-	div.rn.f32 	%f567, %f257, %f23;
-$L__BB0_308:
-	and.b32  	%r911, %r1016, -65536;
-	mov.b32 	%f261, %r911;
-	@%p273 bra 	$L__BB0_310;
-	bra.uni 	$L__BB0_309;
-$L__BB0_310:
-	mul.f32 	%f568, %f24, %f261;
-	bra.uni 	$L__BB0_311;
-$L__BB0_309:
-	div.rn.f32 	%f568, %f261, %f23;
-$L__BB0_311:
-	mov.f32 	%f488, 0fC3E00000;
-	max.f32 	%f489, %f567, %f488;
-	mov.f32 	%f490, 0f43E00000;
-	min.f32 	%f487, %f489, %f490;
-	max.f32 	%f491, %f568, %f488;
-	min.f32 	%f486, %f491, %f490;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs44, %f486, %f487;
-	// end inline asm
-	cvt.u32.u16 	%r912, %rs44;
-	and.b32  	%r913, %r912, 65280;
-	or.b32  	%r914, %r913, 127;
-	setp.nan.f32 	%p279, %f567, %f567;
-	selp.b32 	%r915, %r914, %r912, %p279;
-	and.b32  	%r916, %r915, 255;
-	or.b32  	%r917, %r916, 32512;
-	setp.nan.f32 	%p280, %f568, %f568;
-	selp.b32 	%r918, %r917, %r915, %p280;
-	shl.b32 	%r919, %r918, 16;
-	or.b32  	%r182, %r919, %r181;
-	shl.b32 	%r920, %r1015, 16;
-	mov.b32 	%f265, %r920;
-	@%p273 bra 	$L__BB0_313;
-	bra.uni 	$L__BB0_312;
-$L__BB0_313:
-	mul.f32 	%f569, %f24, %f265;
-	bra.uni 	$L__BB0_314;
-$L__BB0_312:
-	div.rn.f32 	%f569, %f265, %f23;
-$L__BB0_314:
-	and.b32  	%r921, %r1015, -65536;
-	mov.b32 	%f269, %r921;
-	@%p273 bra 	$L__BB0_316;
-	bra.uni 	$L__BB0_315;
-$L__BB0_316:
-	mul.f32 	%f570, %f24, %f269;
-	bra.uni 	$L__BB0_317;
-$L__BB0_315:
-	div.rn.f32 	%f570, %f269, %f23;
-$L__BB0_317:
-	mov.f32 	%f494, 0fC3E00000;
-	max.f32 	%f495, %f569, %f494;
-	mov.f32 	%f496, 0f43E00000;
-	min.f32 	%f493, %f495, %f496;
-	max.f32 	%f497, %f570, %f494;
-	min.f32 	%f492, %f497, %f496;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs45, %f492, %f493;
-	// end inline asm
-	cvt.u32.u16 	%r922, %rs45;
-	and.b32  	%r923, %r922, 65280;
-	or.b32  	%r924, %r923, 127;
-	setp.nan.f32 	%p283, %f569, %f569;
-	selp.b32 	%r925, %r924, %r922, %p283;
-	and.b32  	%r926, %r925, 255;
-	or.b32  	%r927, %r926, 32512;
-	setp.nan.f32 	%p284, %f570, %f570;
-	selp.b32 	%r183, %r927, %r925, %p284;
-	shl.b32 	%r928, %r1014, 16;
-	mov.b32 	%f273, %r928;
-	@%p273 bra 	$L__BB0_319;
-	bra.uni 	$L__BB0_318;
-$L__BB0_319:
-	mul.f32 	%f571, %f24, %f273;
-	bra.uni 	$L__BB0_320;
-$L__BB0_318:
-	div.rn.f32 	%f571, %f273, %f23;
-$L__BB0_320:
-	and.b32  	%r929, %r1014, -65536;
-	mov.b32 	%f277, %r929;
-	@%p273 bra 	$L__BB0_322;
-	bra.uni 	$L__BB0_321;
-$L__BB0_322:
-	mul.f32 	%f572, %f24, %f277;
-	bra.uni 	$L__BB0_323;
-$L__BB0_321:
-	div.rn.f32 	%f572, %f277, %f23;
-$L__BB0_323:
-	mov.f32 	%f500, 0fC3E00000;
-	max.f32 	%f501, %f571, %f500;
-	mov.f32 	%f502, 0f43E00000;
-	min.f32 	%f499, %f501, %f502;
-	max.f32 	%f503, %f572, %f500;
-	min.f32 	%f498, %f503, %f502;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs46, %f498, %f499;
-	// end inline asm
-	cvt.u32.u16 	%r930, %rs46;
-	and.b32  	%r931, %r930, 65280;
-	or.b32  	%r932, %r931, 127;
-	setp.nan.f32 	%p287, %f571, %f571;
-	selp.b32 	%r933, %r932, %r930, %p287;
-	and.b32  	%r934, %r933, 255;
-	or.b32  	%r935, %r934, 32512;
-	setp.nan.f32 	%p288, %f572, %f572;
-	selp.b32 	%r936, %r935, %r933, %p288;
-	shl.b32 	%r937, %r936, 16;
-	or.b32  	%r938, %r937, %r183;
-	st.global.v2.u32 	[%rd74], {%r182, %r938};
-	bra.uni 	$L__BB0_324;
-}
-	// .globl	ws_fp8_block_f32
-.visible .entry ws_fp8_block_f32(
-	.param .align 8 .b8 ws_fp8_block_f32_param_0[48]
-)
-.maxntid 256, 1, 1
-{
-	.reg .pred 	%p<299>;
-	.reg .b16 	%rs<43>;
-	.reg .f32 	%f<579>;
-	.reg .b32 	%r<1194>;
-	.reg .b64 	%rd<577>;
-	// demoted variable
-	.shared .align 4 .b8 _ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red[32];
-	mov.b64 	%rd99, ws_fp8_block_f32_param_0;
-	mov.u32 	%r230, %ctaid.y;
-	mul.wide.u32 	%rd1, %r230, 128;
-	mov.u32 	%r231, %ctaid.x;
-	cvt.u64.u32 	%rd100, %r231;
-	mul.wide.u32 	%rd2, %r231, 128;
-	add.s64 	%rd3, %rd99, 44;
-	ld.param.u32 	%r1, [ws_fp8_block_f32_param_0+44];
-	ld.param.u64 	%rd4, [ws_fp8_block_f32_param_0];
-	cvta.to.global.u64 	%rd5, %rd4;
-	ld.param.u64 	%rd6, [ws_fp8_block_f32_param_0+8];
-	cvta.to.global.u64 	%rd7, %rd6;
-	ld.param.u64 	%rd8, [ws_fp8_block_f32_param_0+16];
-	cvta.to.global.u64 	%rd102, %rd8;
-	mov.u32 	%r232, %nctaid.x;
-	mul.wide.u32 	%rd103, %r230, %r232;
-	add.s64 	%rd104, %rd103, %rd100;
-	shl.b64 	%rd105, %rd104, 2;
-	add.s64 	%rd9, %rd102, %rd105;
-	ld.param.u64 	%rd10, [ws_fp8_block_f32_param_0+32];
-	and.b64  	%rd106, %rd10, 3;
-	setp.ne.s64 	%p1, %rd106, 0;
-	@%p1 bra 	$L__BB1_3;
-	ld.param.u8 	%rs1, [%rd3+-44];
-	and.b16  	%rs2, %rs1, 15;
-	setp.ne.s16 	%p2, %rs2, 0;
-	@%p2 bra 	$L__BB1_3;
-	ld.param.u8 	%rs3, [%rd3+-36];
-	and.b16  	%rs4, %rs3, 3;
-	setp.eq.s16 	%p3, %rs4, 0;
-	@%p3 bra 	$L__BB1_74;
-$L__BB1_3:
-	mov.u32 	%r1118, %tid.x;
-	setp.gt.u32 	%p4, %r1118, 16383;
-	mov.u32 	%r1099, 0;
-	@%p4 bra 	$L__BB1_34;
-	ld.param.u64 	%rd11, [%rd3+-20];
-	ld.param.u64 	%rd12, [%rd3+-12];
-	mov.u32 	%r236, 16383;
-	sub.s32 	%r237, %r236, %r1118;
-	shr.u32 	%r238, %r237, 8;
-	add.s32 	%r3, %r238, 1;
-	and.b32  	%r1111, %r3, 3;
-	setp.lt.u32 	%p5, %r237, 768;
-	mov.u32 	%r1099, 0;
-	mov.u32 	%r1107, %r1118;
-	@%p5 bra 	$L__BB1_27;
-	sub.s32 	%r1097, %r3, %r1111;
-	and.b32  	%r240, %r1118, 127;
-	cvt.u64.u32 	%rd107, %r240;
-	add.s64 	%rd13, %rd2, %rd107;
-	mov.u32 	%r1099, 0;
-	mov.u32 	%r1107, %r1118;
-$L__BB1_6:
-	shr.u32 	%r241, %r1107, 7;
-	cvt.u64.u32 	%rd108, %r241;
-	add.s64 	%rd14, %rd1, %rd108;
-	setp.ge.s64 	%p6, %rd14, %rd11;
-	setp.ge.s64 	%p7, %rd13, %rd12;
-	or.pred  	%p8, %p6, %p7;
-	@%p8 bra 	$L__BB1_11;
-	mul.lo.s64 	%rd109, %rd12, %rd14;
-	add.s64 	%rd110, %rd109, %rd13;
-	shl.b64 	%rd111, %rd110, 2;
-	add.s64 	%rd15, %rd5, %rd111;
-	add.s64 	%rd112, %rd4, %rd111;
-	and.b64  	%rd113, %rd112, 3;
-	setp.eq.s64 	%p9, %rd113, 0;
-	@%p9 bra 	$L__BB1_9;
-	ld.global.u8 	%r242, [%rd15];
-	ld.global.u8 	%r243, [%rd15+1];
-	prmt.b32 	%r244, %r243, %r242, 30212;
-	ld.global.u8 	%r245, [%rd15+2];
-	prmt.b32 	%r246, %r245, %r244, 28756;
-	ld.global.u8 	%r247, [%rd15+3];
-	prmt.b32 	%r1098, %r247, %r246, 1620;
-	bra.uni 	$L__BB1_10;
-$L__BB1_9:
-	ld.global.u32 	%r1098, [%rd15];
-$L__BB1_10:
-	and.b32  	%r248, %r1098, 2147483647;
-	max.u32 	%r1099, %r1099, %r248;
-$L__BB1_11:
-	add.s32 	%r249, %r1107, 256;
-	shr.u32 	%r250, %r249, 7;
-	cvt.u64.u32 	%rd114, %r250;
-	add.s64 	%rd16, %rd1, %rd114;
-	setp.ge.s64 	%p10, %rd16, %rd11;
-	or.pred  	%p12, %p10, %p7;
-	@%p12 bra 	$L__BB1_16;
-	mul.lo.s64 	%rd115, %rd12, %rd16;
-	add.s64 	%rd116, %rd115, %rd13;
-	shl.b64 	%rd117, %rd116, 2;
-	add.s64 	%rd17, %rd5, %rd117;
-	add.s64 	%rd118, %rd4, %rd117;
-	and.b64  	%rd119, %rd118, 3;
-	setp.eq.s64 	%p13, %rd119, 0;
-	@%p13 bra 	$L__BB1_14;
-	ld.global.u8 	%r251, [%rd17];
-	ld.global.u8 	%r252, [%rd17+1];
-	prmt.b32 	%r253, %r252, %r251, 30212;
-	ld.global.u8 	%r254, [%rd17+2];
-	prmt.b32 	%r255, %r254, %r253, 28756;
-	ld.global.u8 	%r256, [%rd17+3];
-	prmt.b32 	%r1100, %r256, %r255, 1620;
-	bra.uni 	$L__BB1_15;
-$L__BB1_14:
-	ld.global.u32 	%r1100, [%rd17];
-$L__BB1_15:
-	and.b32  	%r257, %r1100, 2147483647;
-	max.u32 	%r1099, %r1099, %r257;
-$L__BB1_16:
-	add.s32 	%r258, %r1107, 512;
-	shr.u32 	%r259, %r258, 7;
-	cvt.u64.u32 	%rd120, %r259;
-	add.s64 	%rd18, %rd1, %rd120;
-	setp.ge.s64 	%p14, %rd18, %rd11;
-	or.pred  	%p16, %p14, %p7;
-	@%p16 bra 	$L__BB1_21;
-	mul.lo.s64 	%rd121, %rd12, %rd18;
-	add.s64 	%rd122, %rd121, %rd13;
-	shl.b64 	%rd123, %rd122, 2;
-	add.s64 	%rd19, %rd5, %rd123;
-	add.s64 	%rd124, %rd4, %rd123;
-	and.b64  	%rd125, %rd124, 3;
-	setp.eq.s64 	%p17, %rd125, 0;
-	@%p17 bra 	$L__BB1_19;
-	ld.global.u8 	%r260, [%rd19];
-	ld.global.u8 	%r261, [%rd19+1];
-	prmt.b32 	%r262, %r261, %r260, 30212;
-	ld.global.u8 	%r263, [%rd19+2];
-	prmt.b32 	%r264, %r263, %r262, 28756;
-	ld.global.u8 	%r265, [%rd19+3];
-	prmt.b32 	%r1102, %r265, %r264, 1620;
-	bra.uni 	$L__BB1_20;
-$L__BB1_19:
-	ld.global.u32 	%r1102, [%rd19];
-$L__BB1_20:
-	and.b32  	%r266, %r1102, 2147483647;
-	max.u32 	%r1099, %r1099, %r266;
-$L__BB1_21:
-	add.s32 	%r267, %r1107, 768;
-	shr.u32 	%r268, %r267, 7;
-	cvt.u64.u32 	%rd126, %r268;
-	add.s64 	%rd20, %rd1, %rd126;
-	setp.ge.s64 	%p18, %rd20, %rd11;
-	or.pred  	%p20, %p18, %p7;
-	@%p20 bra 	$L__BB1_26;
-	mul.lo.s64 	%rd127, %rd12, %rd20;
-	add.s64 	%rd128, %rd127, %rd13;
-	shl.b64 	%rd129, %rd128, 2;
-	add.s64 	%rd21, %rd5, %rd129;
-	add.s64 	%rd130, %rd4, %rd129;
-	and.b64  	%rd131, %rd130, 3;
-	setp.eq.s64 	%p21, %rd131, 0;
-	@%p21 bra 	$L__BB1_24;
-	ld.global.u8 	%r269, [%rd21];
-	ld.global.u8 	%r270, [%rd21+1];
-	prmt.b32 	%r271, %r270, %r269, 30212;
-	ld.global.u8 	%r272, [%rd21+2];
-	prmt.b32 	%r273, %r272, %r271, 28756;
-	ld.global.u8 	%r274, [%rd21+3];
-	prmt.b32 	%r1104, %r274, %r273, 1620;
-	bra.uni 	$L__BB1_25;
-$L__BB1_24:
-	ld.global.u32 	%r1104, [%rd21];
-$L__BB1_25:
-	and.b32  	%r275, %r1104, 2147483647;
-	max.u32 	%r1099, %r1099, %r275;
-$L__BB1_26:
-	add.s32 	%r1107, %r1107, 1024;
-	add.s32 	%r1097, %r1097, -4;
-	setp.ne.s32 	%p22, %r1097, 0;
-	@%p22 bra 	$L__BB1_6;
-$L__BB1_27:
-	setp.eq.s32 	%p23, %r1111, 0;
-	@%p23 bra 	$L__BB1_34;
-$L__BB1_28:
-	.pragma "nounroll";
-	shr.u32 	%r276, %r1107, 7;
-	cvt.u64.u32 	%rd132, %r276;
-	add.s64 	%rd22, %rd1, %rd132;
-	and.b32  	%r277, %r1107, 127;
-	cvt.u64.u32 	%rd133, %r277;
-	add.s64 	%rd23, %rd2, %rd133;
-	setp.ge.s64 	%p24, %rd22, %rd11;
-	setp.ge.s64 	%p25, %rd23, %rd12;
-	or.pred  	%p26, %p24, %p25;
-	@%p26 bra 	$L__BB1_33;
-	mul.lo.s64 	%rd134, %rd12, %rd22;
-	add.s64 	%rd135, %rd134, %rd23;
-	shl.b64 	%rd136, %rd135, 2;
-	add.s64 	%rd24, %rd5, %rd136;
-	add.s64 	%rd137, %rd4, %rd136;
-	and.b64  	%rd138, %rd137, 3;
-	setp.eq.s64 	%p27, %rd138, 0;
-	@%p27 bra 	$L__BB1_31;
-	ld.global.u8 	%r278, [%rd24];
-	ld.global.u8 	%r279, [%rd24+1];
-	prmt.b32 	%r280, %r279, %r278, 30212;
-	ld.global.u8 	%r281, [%rd24+2];
-	prmt.b32 	%r282, %r281, %r280, 28756;
-	ld.global.u8 	%r283, [%rd24+3];
-	prmt.b32 	%r1112, %r283, %r282, 1620;
-	bra.uni 	$L__BB1_32;
-$L__BB1_31:
-	ld.global.u32 	%r1112, [%rd24];
-$L__BB1_32:
-	and.b32  	%r284, %r1112, 2147483647;
-	max.u32 	%r1099, %r1099, %r284;
-$L__BB1_33:
-	add.s32 	%r1107, %r1107, 256;
-	add.s32 	%r1111, %r1111, -1;
-	setp.ne.s32 	%p28, %r1111, 0;
-	@%p28 bra 	$L__BB1_28;
-$L__BB1_34:
-	mov.u32 	%r285, -1;
-	redux.sync.max.u32 %r45, %r1099, %r285;
-	and.b32  	%r286, %r1118, 31;
-	setp.ne.s32 	%p29, %r286, 0;
-	@%p29 bra 	$L__BB1_36;
-	shr.u32 	%r287, %r1118, 3;
-	and.b32  	%r288, %r287, 536870908;
-	mov.u32 	%r289, _ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red;
-	add.s32 	%r290, %r289, %r288;
-	st.shared.u32 	[%r290], %r45;
-$L__BB1_36:
-	bar.sync 	0;
-	ld.shared.u32 	%r292, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red+4];
-	ld.shared.u32 	%r293, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red];
-	max.u32 	%r294, %r293, %r292;
-	ld.shared.u32 	%r295, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red+8];
+	and.b32  	%r292, %r1388, 2147450879;
+	and.b32  	%r293, %r1387, 2147450879;
+	and.b32  	%r294, %r1388, 32767;
+	and.b32  	%r295, %r1387, 32767;
 	max.u32 	%r296, %r294, %r295;
-	ld.shared.u32 	%r297, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red+12];
-	max.u32 	%r298, %r296, %r297;
-	ld.shared.u32 	%r299, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red+16];
-	max.u32 	%r300, %r298, %r299;
-	ld.shared.u32 	%r301, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red+20];
-	max.u32 	%r302, %r300, %r301;
-	ld.shared.u32 	%r303, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red+24];
+	max.u32 	%r297, %r292, %r293;
+	and.b32  	%r298, %r297, 2147418112;
+	or.b32  	%r299, %r298, %r296;
+	and.b32  	%r300, %r1386, 2147450879;
+	and.b32  	%r301, %r1385, 2147450879;
+	and.b32  	%r302, %r1386, 32767;
+	and.b32  	%r303, %r1385, 32767;
 	max.u32 	%r304, %r302, %r303;
-	ld.shared.u32 	%r305, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red+28];
-	max.u32 	%r46, %r304, %r305;
-	bar.sync 	0;
-	setp.gt.u32 	%p30, %r46, 2139095040;
-	mov.u32 	%r1115, 2143289344;
-	@%p30 bra 	$L__BB1_42;
-	mov.b32 	%f281, %r46;
-	mov.f32 	%f282, 0f43E00000;
-	div.rn.f32 	%f283, %f281, %f282;
-	mov.b32 	%r47, %f283;
-	setp.eq.s32 	%p31, %r47, 0;
-	mov.u32 	%r1115, 1065353216;
-	@%p31 bra 	$L__BB1_42;
-	setp.ne.s32 	%p32, %r1, 1;
-	setp.eq.s32 	%p33, %r47, 2139095040;
-	or.pred  	%p34, %p33, %p32;
-	mov.u32 	%r1115, %r47;
-	@%p34 bra 	$L__BB1_42;
-	setp.lt.u32 	%p35, %r47, 8388608;
-	mov.u32 	%r1115, 8388608;
-	@%p35 bra 	$L__BB1_42;
-	and.b32  	%r308, %r47, 8388607;
-	setp.eq.s32 	%p36, %r308, 0;
-	mov.u32 	%r1115, %r47;
-	@%p36 bra 	$L__BB1_42;
-	and.b32  	%r309, %r47, 2139095040;
-	add.s32 	%r1115, %r309, 8388608;
-$L__BB1_42:
-	mov.b32 	%f1, %r1115;
-	rcp.rn.f32 	%f2, %f1;
-	setp.ne.s32 	%p37, %r1118, 0;
-	@%p37 bra 	$L__BB1_44;
-	st.global.u32 	[%rd9], %r1115;
-$L__BB1_44:
-	@%p4 bra 	$L__BB1_340;
-	ld.param.u64 	%rd25, [%rd3+-20];
-	ld.param.u64 	%rd26, [%rd3+-12];
-	mov.u32 	%r310, 16383;
-	sub.s32 	%r50, %r310, %r1118;
-	and.b32  	%r311, %r50, 256;
-	setp.ne.s32 	%p39, %r311, 0;
-	@%p39 bra 	$L__BB1_55;
-	shr.u32 	%r312, %r1118, 7;
-	cvt.u64.u32 	%rd139, %r312;
-	add.s64 	%rd27, %rd1, %rd139;
-	and.b32  	%r313, %r1118, 127;
-	cvt.u64.u32 	%rd140, %r313;
-	add.s64 	%rd28, %rd2, %rd140;
-	setp.ge.s64 	%p40, %rd27, %rd25;
-	setp.ge.s64 	%p41, %rd28, %rd26;
+	max.u32 	%r305, %r300, %r301;
+	and.b32  	%r306, %r305, 2147418112;
+	or.b32  	%r307, %r306, %r304;
+	max.u32 	%r308, %r296, %r304;
+	max.u32 	%r309, %r299, %r307;
+	shr.u32 	%r310, %r309, 16;
+	max.u32 	%r311, %r308, %r310;
+	shl.b32 	%r312, %r311, 16;
+	max.u32 	%r1374, %r1374, %r312;
+$L__BB0_55:
+	ld.param.u64 	%rd368, [%rd3+-20];
+	add.s64 	%rd86, %rd11, 80;
+	setp.ge.s64 	%p40, %rd86, %rd368;
+	ld.param.u64 	%rd369, [%rd3+-12];
+	setp.ge.s64 	%p41, %rd10, %rd369;
 	or.pred  	%p42, %p40, %p41;
-	@%p42 bra 	$L__BB1_54;
-	mul.lo.s64 	%rd141, %rd26, %rd27;
-	add.s64 	%rd29, %rd141, %rd28;
-	shl.b64 	%rd142, %rd29, 2;
-	add.s64 	%rd30, %rd5, %rd142;
-	add.s64 	%rd143, %rd4, %rd142;
-	and.b64  	%rd144, %rd143, 3;
-	setp.eq.s64 	%p43, %rd144, 0;
-	@%p43 bra 	$L__BB1_49;
-	ld.global.u8 	%r314, [%rd30];
-	ld.global.u8 	%r315, [%rd30+1];
-	prmt.b32 	%r316, %r315, %r314, 30212;
-	ld.global.u8 	%r317, [%rd30+2];
-	prmt.b32 	%r318, %r317, %r316, 28756;
-	ld.global.u8 	%r319, [%rd30+3];
-	prmt.b32 	%r1116, %r319, %r318, 1620;
-	bra.uni 	$L__BB1_50;
-$L__BB1_74:
-	mov.u32 	%r64, %tid.x;
-	shr.u32 	%r339, %r64, 5;
-	cvt.u64.u32 	%rd159, %r339;
-	add.s64 	%rd38, %rd1, %rd159;
-	shl.b32 	%r340, %r64, 2;
-	and.b32  	%r341, %r340, 124;
-	cvt.u64.u32 	%rd160, %r341;
-	add.s64 	%rd39, %rd2, %rd160;
-	ld.param.u64 	%rd161, [%rd3+-20];
-	setp.ge.s64 	%p60, %rd38, %rd161;
-	setp.ge.s64 	%p61, %rd39, %rd10;
-	mov.u32 	%r1130, 0;
-	or.pred  	%p62, %p60, %p61;
-	@%p62 bra 	$L__BB1_76;
-	mul.lo.s64 	%rd163, %rd10, %rd38;
-	add.s64 	%rd164, %rd163, %rd39;
-	shl.b64 	%rd165, %rd164, 2;
-	add.s64 	%rd162, %rd4, %rd165;
+	@%p42 bra 	$L__BB0_65;
+	ld.param.u64 	%rd370, [%rd3+20];
+	add.s64 	%rd901, %rd370, %rd86;
+	ld.param.u64 	%rd88, [%rd3+36];
+	setp.eq.s64 	%p43, %rd88, 0;
+	@%p43 bra 	$L__BB0_64;
+	or.b64  	%rd371, %rd901, %rd88;
+	and.b64  	%rd372, %rd371, -4294967296;
+	setp.eq.s64 	%p44, %rd372, 0;
+	@%p44 bra 	$L__BB0_59;
+	rem.s64 	%rd898, %rd901, %rd88;
+	bra.uni 	$L__BB0_60;
+$L__BB0_59:
+	cvt.u32.u64 	%r314, %rd88;
+	cvt.u32.u64 	%r315, %rd901;
+	rem.u32 	%r316, %r315, %r314;
+	cvt.u64.u32 	%rd898, %r316;
+$L__BB0_60:
+	shr.u64 	%rd373, %rd88, 63;
+	add.s64 	%rd374, %rd88, %rd373;
+	shr.s64 	%rd92, %rd374, 1;
+	or.b64  	%rd375, %rd898, %rd92;
+	and.b64  	%rd376, %rd375, -4294967296;
+	setp.eq.s64 	%p45, %rd376, 0;
+	@%p45 bra 	$L__BB0_62;
+	div.s64 	%rd899, %rd898, %rd92;
+	mul.lo.s64 	%rd377, %rd899, %rd92;
+	sub.s64 	%rd900, %rd898, %rd377;
+	bra.uni 	$L__BB0_63;
+$L__BB0_62:
+	cvt.u32.u64 	%r317, %rd92;
+	cvt.u32.u64 	%r318, %rd898;
+	div.u32 	%r319, %r318, %r317;
+	mul.lo.s32 	%r320, %r319, %r317;
+	sub.s32 	%r321, %r318, %r320;
+	cvt.u64.u32 	%rd899, %r319;
+	cvt.u64.u32 	%rd900, %r321;
+$L__BB0_63:
+	shl.b64 	%rd378, %rd900, 1;
+	sub.s64 	%rd379, %rd901, %rd898;
+	add.s64 	%rd380, %rd379, %rd378;
+	add.s64 	%rd901, %rd380, %rd899;
+$L__BB0_64:
+	ld.param.u64 	%rd382, [%rd3+12];
+	mul.lo.s64 	%rd383, %rd382, %rd901;
+	ld.param.u64 	%rd384, [%rd3+28];
+	add.s64 	%rd385, %rd384, %rd10;
+	add.s64 	%rd386, %rd385, %rd383;
+	shl.b64 	%rd387, %rd386, 1;
+	add.s64 	%rd381, %rd4, %rd387;
 	// begin inline asm
-	ld.global.cs.v4.u32 {%r1124,%r1123,%r1122,%r1121}, [%rd162];
+	ld.global.cs.v4.u32 {%r1393,%r1392,%r1391,%r1390}, [%rd381];
 	// end inline asm
-	and.b32  	%r346, %r1124, 2147483647;
-	and.b32  	%r347, %r1123, 2147483647;
-	max.u32 	%r348, %r346, %r347;
-	and.b32  	%r349, %r1122, 2147483647;
-	and.b32  	%r350, %r1121, 2147483647;
-	max.u32 	%r351, %r349, %r350;
-	max.u32 	%r1130, %r348, %r351;
-$L__BB1_76:
-	add.s32 	%r353, %r64, 256;
-	shr.u32 	%r354, %r353, 5;
-	cvt.u64.u32 	%rd166, %r354;
-	add.s64 	%rd40, %rd1, %rd166;
-	ld.param.u64 	%rd167, [%rd3+-20];
-	setp.ge.s64 	%p63, %rd40, %rd167;
-	ld.param.u64 	%rd41, [%rd3+-12];
-	setp.ge.s64 	%p64, %rd39, %rd41;
-	or.pred  	%p65, %p63, %p64;
-	@%p65 bra 	$L__BB1_78;
-	mul.lo.s64 	%rd169, %rd41, %rd40;
-	add.s64 	%rd170, %rd169, %rd39;
-	shl.b64 	%rd171, %rd170, 2;
-	add.s64 	%rd168, %rd4, %rd171;
+	and.b32  	%r326, %r1393, 2147450879;
+	and.b32  	%r327, %r1392, 2147450879;
+	and.b32  	%r328, %r1393, 32767;
+	and.b32  	%r329, %r1392, 32767;
+	max.u32 	%r330, %r328, %r329;
+	max.u32 	%r331, %r326, %r327;
+	and.b32  	%r332, %r331, 2147418112;
+	or.b32  	%r333, %r332, %r330;
+	and.b32  	%r334, %r1391, 2147450879;
+	and.b32  	%r335, %r1390, 2147450879;
+	and.b32  	%r336, %r1391, 32767;
+	and.b32  	%r337, %r1390, 32767;
+	max.u32 	%r338, %r336, %r337;
+	max.u32 	%r339, %r334, %r335;
+	and.b32  	%r340, %r339, 2147418112;
+	or.b32  	%r341, %r340, %r338;
+	max.u32 	%r342, %r330, %r338;
+	max.u32 	%r343, %r333, %r341;
+	shr.u32 	%r344, %r343, 16;
+	max.u32 	%r345, %r342, %r344;
+	shl.b32 	%r346, %r345, 16;
+	max.u32 	%r1374, %r1374, %r346;
+$L__BB0_65:
+	ld.param.u64 	%rd388, [%rd3+-20];
+	add.s64 	%rd101, %rd11, 96;
+	setp.ge.s64 	%p46, %rd101, %rd388;
+	ld.param.u64 	%rd389, [%rd3+-12];
+	setp.ge.s64 	%p47, %rd10, %rd389;
+	or.pred  	%p48, %p46, %p47;
+	@%p48 bra 	$L__BB0_75;
+	ld.param.u64 	%rd390, [%rd3+20];
+	add.s64 	%rd905, %rd390, %rd101;
+	ld.param.u64 	%rd103, [%rd3+36];
+	setp.eq.s64 	%p49, %rd103, 0;
+	@%p49 bra 	$L__BB0_74;
+	or.b64  	%rd391, %rd905, %rd103;
+	and.b64  	%rd392, %rd391, -4294967296;
+	setp.eq.s64 	%p50, %rd392, 0;
+	@%p50 bra 	$L__BB0_69;
+	rem.s64 	%rd902, %rd905, %rd103;
+	bra.uni 	$L__BB0_70;
+$L__BB0_69:
+	cvt.u32.u64 	%r348, %rd103;
+	cvt.u32.u64 	%r349, %rd905;
+	rem.u32 	%r350, %r349, %r348;
+	cvt.u64.u32 	%rd902, %r350;
+$L__BB0_70:
+	shr.u64 	%rd393, %rd103, 63;
+	add.s64 	%rd394, %rd103, %rd393;
+	shr.s64 	%rd107, %rd394, 1;
+	or.b64  	%rd395, %rd902, %rd107;
+	and.b64  	%rd396, %rd395, -4294967296;
+	setp.eq.s64 	%p51, %rd396, 0;
+	@%p51 bra 	$L__BB0_72;
+	div.s64 	%rd903, %rd902, %rd107;
+	mul.lo.s64 	%rd397, %rd903, %rd107;
+	sub.s64 	%rd904, %rd902, %rd397;
+	bra.uni 	$L__BB0_73;
+$L__BB0_72:
+	cvt.u32.u64 	%r351, %rd107;
+	cvt.u32.u64 	%r352, %rd902;
+	div.u32 	%r353, %r352, %r351;
+	mul.lo.s32 	%r354, %r353, %r351;
+	sub.s32 	%r355, %r352, %r354;
+	cvt.u64.u32 	%rd903, %r353;
+	cvt.u64.u32 	%rd904, %r355;
+$L__BB0_73:
+	shl.b64 	%rd398, %rd904, 1;
+	sub.s64 	%rd399, %rd905, %rd902;
+	add.s64 	%rd400, %rd399, %rd398;
+	add.s64 	%rd905, %rd400, %rd903;
+$L__BB0_74:
+	ld.param.u64 	%rd402, [%rd3+12];
+	mul.lo.s64 	%rd403, %rd402, %rd905;
+	ld.param.u64 	%rd404, [%rd3+28];
+	add.s64 	%rd405, %rd404, %rd10;
+	add.s64 	%rd406, %rd405, %rd403;
+	shl.b64 	%rd407, %rd406, 1;
+	add.s64 	%rd401, %rd4, %rd407;
 	// begin inline asm
-	ld.global.cs.v4.u32 {%r1129,%r1128,%r1127,%r1126}, [%rd168];
+	ld.global.cs.v4.u32 {%r1398,%r1397,%r1396,%r1395}, [%rd401];
 	// end inline asm
-	and.b32  	%r359, %r1129, 2147483647;
-	and.b32  	%r360, %r1128, 2147483647;
-	max.u32 	%r361, %r359, %r360;
-	and.b32  	%r362, %r1127, 2147483647;
-	and.b32  	%r363, %r1126, 2147483647;
-	max.u32 	%r364, %r362, %r363;
-	max.u32 	%r365, %r361, %r364;
-	max.u32 	%r1130, %r1130, %r365;
-$L__BB1_78:
-	add.s32 	%r367, %r64, 512;
-	shr.u32 	%r368, %r367, 5;
-	cvt.u64.u32 	%rd172, %r368;
-	add.s64 	%rd42, %rd1, %rd172;
-	ld.param.u64 	%rd173, [%rd3+-20];
-	setp.ge.s64 	%p66, %rd42, %rd173;
-	ld.param.u64 	%rd43, [%rd3+-12];
-	setp.ge.s64 	%p67, %rd39, %rd43;
-	or.pred  	%p68, %p66, %p67;
-	@%p68 bra 	$L__BB1_80;
-	mul.lo.s64 	%rd175, %rd43, %rd42;
-	add.s64 	%rd176, %rd175, %rd39;
-	shl.b64 	%rd177, %rd176, 2;
-	add.s64 	%rd174, %rd4, %rd177;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r1134,%r1133,%r1132,%r1131}, [%rd174];
-	// end inline asm
-	and.b32  	%r373, %r1134, 2147483647;
-	and.b32  	%r374, %r1133, 2147483647;
-	max.u32 	%r375, %r373, %r374;
-	and.b32  	%r376, %r1132, 2147483647;
-	and.b32  	%r377, %r1131, 2147483647;
-	max.u32 	%r378, %r376, %r377;
-	max.u32 	%r379, %r375, %r378;
-	max.u32 	%r1130, %r1130, %r379;
-$L__BB1_80:
-	add.s32 	%r381, %r64, 768;
-	shr.u32 	%r382, %r381, 5;
-	cvt.u64.u32 	%rd178, %r382;
-	add.s64 	%rd44, %rd1, %rd178;
-	ld.param.u64 	%rd179, [%rd3+-20];
-	setp.ge.s64 	%p69, %rd44, %rd179;
-	ld.param.u64 	%rd45, [%rd3+-12];
-	setp.ge.s64 	%p70, %rd39, %rd45;
-	or.pred  	%p71, %p69, %p70;
-	@%p71 bra 	$L__BB1_82;
-	mul.lo.s64 	%rd181, %rd45, %rd44;
-	add.s64 	%rd182, %rd181, %rd39;
-	shl.b64 	%rd183, %rd182, 2;
-	add.s64 	%rd180, %rd4, %rd183;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r1139,%r1138,%r1137,%r1136}, [%rd180];
-	// end inline asm
-	and.b32  	%r387, %r1139, 2147483647;
-	and.b32  	%r388, %r1138, 2147483647;
-	max.u32 	%r389, %r387, %r388;
-	and.b32  	%r390, %r1137, 2147483647;
-	and.b32  	%r391, %r1136, 2147483647;
-	max.u32 	%r392, %r390, %r391;
-	max.u32 	%r393, %r389, %r392;
-	max.u32 	%r1130, %r1130, %r393;
-$L__BB1_82:
-	add.s32 	%r395, %r64, 1024;
-	shr.u32 	%r396, %r395, 5;
-	cvt.u64.u32 	%rd184, %r396;
-	add.s64 	%rd46, %rd1, %rd184;
-	ld.param.u64 	%rd185, [%rd3+-20];
-	setp.ge.s64 	%p72, %rd46, %rd185;
-	ld.param.u64 	%rd47, [%rd3+-12];
-	setp.ge.s64 	%p73, %rd39, %rd47;
-	or.pred  	%p74, %p72, %p73;
-	@%p74 bra 	$L__BB1_84;
-	mul.lo.s64 	%rd187, %rd47, %rd46;
-	add.s64 	%rd188, %rd187, %rd39;
-	shl.b64 	%rd189, %rd188, 2;
-	add.s64 	%rd186, %rd4, %rd189;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r1144,%r1143,%r1142,%r1141}, [%rd186];
-	// end inline asm
-	and.b32  	%r401, %r1144, 2147483647;
-	and.b32  	%r402, %r1143, 2147483647;
-	max.u32 	%r403, %r401, %r402;
-	and.b32  	%r404, %r1142, 2147483647;
-	and.b32  	%r405, %r1141, 2147483647;
-	max.u32 	%r406, %r404, %r405;
-	max.u32 	%r407, %r403, %r406;
-	max.u32 	%r1130, %r1130, %r407;
-$L__BB1_84:
-	add.s32 	%r409, %r64, 1280;
-	shr.u32 	%r410, %r409, 5;
-	cvt.u64.u32 	%rd190, %r410;
-	add.s64 	%rd48, %rd1, %rd190;
-	ld.param.u64 	%rd191, [%rd3+-20];
-	setp.ge.s64 	%p75, %rd48, %rd191;
-	ld.param.u64 	%rd49, [%rd3+-12];
-	setp.ge.s64 	%p76, %rd39, %rd49;
-	or.pred  	%p77, %p75, %p76;
-	@%p77 bra 	$L__BB1_86;
-	mul.lo.s64 	%rd193, %rd49, %rd48;
-	add.s64 	%rd194, %rd193, %rd39;
-	shl.b64 	%rd195, %rd194, 2;
-	add.s64 	%rd192, %rd4, %rd195;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r1149,%r1148,%r1147,%r1146}, [%rd192];
-	// end inline asm
-	and.b32  	%r415, %r1149, 2147483647;
-	and.b32  	%r416, %r1148, 2147483647;
-	max.u32 	%r417, %r415, %r416;
-	and.b32  	%r418, %r1147, 2147483647;
-	and.b32  	%r419, %r1146, 2147483647;
-	max.u32 	%r420, %r418, %r419;
-	max.u32 	%r421, %r417, %r420;
-	max.u32 	%r1130, %r1130, %r421;
-$L__BB1_86:
-	add.s32 	%r423, %r64, 1536;
-	shr.u32 	%r424, %r423, 5;
-	cvt.u64.u32 	%rd196, %r424;
-	add.s64 	%rd50, %rd1, %rd196;
-	ld.param.u64 	%rd197, [%rd3+-20];
-	setp.ge.s64 	%p78, %rd50, %rd197;
-	ld.param.u64 	%rd51, [%rd3+-12];
-	setp.ge.s64 	%p79, %rd39, %rd51;
-	or.pred  	%p80, %p78, %p79;
-	@%p80 bra 	$L__BB1_88;
-	mul.lo.s64 	%rd199, %rd51, %rd50;
-	add.s64 	%rd200, %rd199, %rd39;
-	shl.b64 	%rd201, %rd200, 2;
-	add.s64 	%rd198, %rd4, %rd201;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r1154,%r1153,%r1152,%r1151}, [%rd198];
-	// end inline asm
-	and.b32  	%r429, %r1154, 2147483647;
-	and.b32  	%r430, %r1153, 2147483647;
-	max.u32 	%r431, %r429, %r430;
-	and.b32  	%r432, %r1152, 2147483647;
-	and.b32  	%r433, %r1151, 2147483647;
-	max.u32 	%r434, %r432, %r433;
-	max.u32 	%r435, %r431, %r434;
-	max.u32 	%r1130, %r1130, %r435;
-$L__BB1_88:
-	add.s32 	%r437, %r64, 1792;
-	shr.u32 	%r438, %r437, 5;
-	cvt.u64.u32 	%rd202, %r438;
-	add.s64 	%rd52, %rd1, %rd202;
-	ld.param.u64 	%rd203, [%rd3+-20];
-	setp.ge.s64 	%p81, %rd52, %rd203;
-	ld.param.u64 	%rd53, [%rd3+-12];
-	setp.ge.s64 	%p82, %rd39, %rd53;
-	or.pred  	%p83, %p81, %p82;
-	@%p83 bra 	$L__BB1_90;
-	mul.lo.s64 	%rd205, %rd53, %rd52;
-	add.s64 	%rd206, %rd205, %rd39;
-	shl.b64 	%rd207, %rd206, 2;
-	add.s64 	%rd204, %rd4, %rd207;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r1159,%r1158,%r1157,%r1156}, [%rd204];
-	// end inline asm
-	and.b32  	%r443, %r1159, 2147483647;
-	and.b32  	%r444, %r1158, 2147483647;
-	max.u32 	%r445, %r443, %r444;
-	and.b32  	%r446, %r1157, 2147483647;
-	and.b32  	%r447, %r1156, 2147483647;
-	max.u32 	%r448, %r446, %r447;
-	max.u32 	%r449, %r445, %r448;
-	max.u32 	%r1130, %r1130, %r449;
-$L__BB1_90:
-	add.s32 	%r451, %r64, 2048;
-	shr.u32 	%r452, %r451, 5;
-	cvt.u64.u32 	%rd208, %r452;
-	add.s64 	%rd54, %rd1, %rd208;
-	ld.param.u64 	%rd209, [%rd3+-20];
-	setp.ge.s64 	%p84, %rd54, %rd209;
-	ld.param.u64 	%rd55, [%rd3+-12];
-	setp.ge.s64 	%p85, %rd39, %rd55;
-	or.pred  	%p86, %p84, %p85;
-	@%p86 bra 	$L__BB1_92;
-	mul.lo.s64 	%rd211, %rd55, %rd54;
-	add.s64 	%rd212, %rd211, %rd39;
-	shl.b64 	%rd213, %rd212, 2;
-	add.s64 	%rd210, %rd4, %rd213;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r1164,%r1163,%r1162,%r1161}, [%rd210];
-	// end inline asm
-	and.b32  	%r457, %r1164, 2147483647;
-	and.b32  	%r458, %r1163, 2147483647;
-	max.u32 	%r459, %r457, %r458;
-	and.b32  	%r460, %r1162, 2147483647;
-	and.b32  	%r461, %r1161, 2147483647;
-	max.u32 	%r462, %r460, %r461;
-	max.u32 	%r463, %r459, %r462;
-	max.u32 	%r1130, %r1130, %r463;
-$L__BB1_92:
-	add.s32 	%r465, %r64, 2304;
-	shr.u32 	%r466, %r465, 5;
-	cvt.u64.u32 	%rd214, %r466;
-	add.s64 	%rd56, %rd1, %rd214;
-	ld.param.u64 	%rd215, [%rd3+-20];
-	setp.ge.s64 	%p87, %rd56, %rd215;
-	ld.param.u64 	%rd57, [%rd3+-12];
-	setp.ge.s64 	%p88, %rd39, %rd57;
-	or.pred  	%p89, %p87, %p88;
-	@%p89 bra 	$L__BB1_94;
-	mul.lo.s64 	%rd217, %rd57, %rd56;
-	add.s64 	%rd218, %rd217, %rd39;
-	shl.b64 	%rd219, %rd218, 2;
-	add.s64 	%rd216, %rd4, %rd219;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r1169,%r1168,%r1167,%r1166}, [%rd216];
-	// end inline asm
-	and.b32  	%r471, %r1169, 2147483647;
-	and.b32  	%r472, %r1168, 2147483647;
-	max.u32 	%r473, %r471, %r472;
-	and.b32  	%r474, %r1167, 2147483647;
-	and.b32  	%r475, %r1166, 2147483647;
-	max.u32 	%r476, %r474, %r475;
-	max.u32 	%r477, %r473, %r476;
-	max.u32 	%r1130, %r1130, %r477;
-$L__BB1_94:
-	add.s32 	%r479, %r64, 2560;
-	shr.u32 	%r480, %r479, 5;
-	cvt.u64.u32 	%rd220, %r480;
-	add.s64 	%rd58, %rd1, %rd220;
-	ld.param.u64 	%rd221, [%rd3+-20];
-	setp.ge.s64 	%p90, %rd58, %rd221;
-	ld.param.u64 	%rd59, [%rd3+-12];
-	setp.ge.s64 	%p91, %rd39, %rd59;
-	or.pred  	%p92, %p90, %p91;
-	@%p92 bra 	$L__BB1_96;
-	mul.lo.s64 	%rd223, %rd59, %rd58;
-	add.s64 	%rd224, %rd223, %rd39;
-	shl.b64 	%rd225, %rd224, 2;
-	add.s64 	%rd222, %rd4, %rd225;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r1174,%r1173,%r1172,%r1171}, [%rd222];
-	// end inline asm
-	and.b32  	%r485, %r1174, 2147483647;
-	and.b32  	%r486, %r1173, 2147483647;
-	max.u32 	%r487, %r485, %r486;
-	and.b32  	%r488, %r1172, 2147483647;
-	and.b32  	%r489, %r1171, 2147483647;
-	max.u32 	%r490, %r488, %r489;
-	max.u32 	%r491, %r487, %r490;
-	max.u32 	%r1130, %r1130, %r491;
-$L__BB1_96:
-	mov.u32 	%r1094, %tid.x;
-	mov.u32 	%r1093, %ctaid.y;
-	mul.wide.u32 	%rd576, %r1093, 128;
-	mov.b64 	%rd575, ws_fp8_block_f32_param_0;
-	add.s64 	%rd574, %rd575, 44;
-	add.s32 	%r493, %r1094, 2816;
-	shr.u32 	%r494, %r493, 5;
-	cvt.u64.u32 	%rd226, %r494;
-	add.s64 	%rd60, %rd576, %rd226;
-	ld.param.u64 	%rd227, [%rd574+-20];
-	setp.ge.s64 	%p93, %rd60, %rd227;
-	ld.param.u64 	%rd61, [%rd574+-12];
-	setp.ge.s64 	%p94, %rd39, %rd61;
-	or.pred  	%p95, %p93, %p94;
-	@%p95 bra 	$L__BB1_98;
-	ld.param.u64 	%rd573, [ws_fp8_block_f32_param_0];
-	mul.lo.s64 	%rd229, %rd61, %rd60;
-	add.s64 	%rd230, %rd229, %rd39;
-	shl.b64 	%rd231, %rd230, 2;
-	add.s64 	%rd228, %rd573, %rd231;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r1179,%r1178,%r1177,%r1176}, [%rd228];
-	// end inline asm
-	and.b32  	%r499, %r1179, 2147483647;
-	and.b32  	%r500, %r1178, 2147483647;
-	max.u32 	%r501, %r499, %r500;
-	and.b32  	%r502, %r1177, 2147483647;
-	and.b32  	%r503, %r1176, 2147483647;
-	max.u32 	%r504, %r502, %r503;
-	max.u32 	%r505, %r501, %r504;
-	max.u32 	%r1130, %r1130, %r505;
-$L__BB1_98:
-	mov.u32 	%r1090, %ctaid.y;
-	mul.wide.u32 	%rd572, %r1090, 128;
-	mov.u32 	%r1082, %tid.x;
-	mov.b64 	%rd561, ws_fp8_block_f32_param_0;
-	add.s64 	%rd560, %rd561, 44;
-	add.s32 	%r507, %r1082, 3072;
-	shr.u32 	%r508, %r507, 5;
-	cvt.u64.u32 	%rd232, %r508;
-	add.s64 	%rd62, %rd572, %rd232;
-	ld.param.u64 	%rd233, [%rd560+-20];
-	setp.ge.s64 	%p96, %rd62, %rd233;
-	ld.param.u64 	%rd63, [%rd560+-12];
-	setp.ge.s64 	%p97, %rd39, %rd63;
-	or.pred  	%p98, %p96, %p97;
-	@%p98 bra 	$L__BB1_100;
-	ld.param.u64 	%rd569, [ws_fp8_block_f32_param_0];
-	mul.lo.s64 	%rd235, %rd63, %rd62;
-	add.s64 	%rd236, %rd235, %rd39;
-	shl.b64 	%rd237, %rd236, 2;
-	add.s64 	%rd234, %rd569, %rd237;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r1184,%r1183,%r1182,%r1181}, [%rd234];
-	// end inline asm
-	and.b32  	%r513, %r1184, 2147483647;
-	and.b32  	%r514, %r1183, 2147483647;
-	max.u32 	%r515, %r513, %r514;
-	and.b32  	%r516, %r1182, 2147483647;
-	and.b32  	%r517, %r1181, 2147483647;
-	max.u32 	%r518, %r516, %r517;
-	max.u32 	%r519, %r515, %r518;
-	max.u32 	%r1130, %r1130, %r519;
-$L__BB1_100:
-	mov.u32 	%r1086, %ctaid.y;
-	mul.wide.u32 	%rd570, %r1086, 128;
-	mov.u32 	%r1083, %tid.x;
-	mov.b64 	%rd563, ws_fp8_block_f32_param_0;
-	add.s64 	%rd562, %rd563, 44;
-	add.s32 	%r521, %r1083, 3328;
-	shr.u32 	%r522, %r521, 5;
-	cvt.u64.u32 	%rd238, %r522;
-	add.s64 	%rd239, %rd570, %rd238;
-	ld.param.u64 	%rd240, [%rd562+-20];
-	setp.ge.s64 	%p99, %rd239, %rd240;
-	ld.param.u64 	%rd64, [%rd562+-12];
-	setp.ge.s64 	%p100, %rd39, %rd64;
-	or.pred  	%p101, %p99, %p100;
-	@%p101 bra 	$L__BB1_102;
-	ld.param.u64 	%rd568, [ws_fp8_block_f32_param_0];
-	mul.lo.s64 	%rd245, %rd64, %rd239;
-	add.s64 	%rd246, %rd245, %rd39;
-	shl.b64 	%rd247, %rd246, 2;
-	add.s64 	%rd241, %rd568, %rd247;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r1189,%r1188,%r1187,%r1186}, [%rd241];
-	// end inline asm
-	and.b32  	%r531, %r1189, 2147483647;
-	and.b32  	%r532, %r1188, 2147483647;
-	max.u32 	%r533, %r531, %r532;
-	and.b32  	%r534, %r1187, 2147483647;
-	and.b32  	%r535, %r1186, 2147483647;
-	max.u32 	%r536, %r534, %r535;
-	max.u32 	%r537, %r533, %r536;
-	max.u32 	%r1130, %r1130, %r537;
-$L__BB1_102:
-	mov.u32 	%r1087, %ctaid.y;
-	mul.wide.u32 	%rd571, %r1087, 128;
-	mov.u32 	%r1084, %tid.x;
-	mov.b64 	%rd565, ws_fp8_block_f32_param_0;
-	add.s64 	%rd564, %rd565, 44;
-	add.s32 	%r538, %r1084, 3584;
-	shr.u32 	%r539, %r538, 5;
-	cvt.u64.u32 	%rd248, %r539;
-	add.s64 	%rd249, %rd571, %rd248;
-	ld.param.u64 	%rd250, [%rd564+-20];
-	setp.ge.s64 	%p102, %rd249, %rd250;
-	ld.param.u64 	%rd65, [%rd564+-12];
-	setp.ge.s64 	%p103, %rd39, %rd65;
-	or.pred  	%p104, %p102, %p103;
-	@%p104 bra 	$L__BB1_104;
-	ld.param.u64 	%rd567, [ws_fp8_block_f32_param_0];
-	mov.u32 	%r1085, %ctaid.x;
-	mul.wide.u32 	%rd566, %r1085, 128;
-	mul.lo.s64 	%rd255, %rd65, %rd249;
-	or.b64  	%rd258, %rd566, %rd160;
-	add.s64 	%rd259, %rd255, %rd258;
-	shl.b64 	%rd260, %rd259, 2;
-	add.s64 	%rd251, %rd567, %rd260;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r540,%r541,%r542,%r543}, [%rd251];
-	// end inline asm
-	and.b32  	%r551, %r540, 2147483647;
-	and.b32  	%r552, %r541, 2147483647;
-	max.u32 	%r553, %r551, %r552;
-	and.b32  	%r554, %r542, 2147483647;
-	and.b32  	%r555, %r543, 2147483647;
-	max.u32 	%r556, %r554, %r555;
-	max.u32 	%r557, %r553, %r556;
-	max.u32 	%r1130, %r1130, %r557;
-	mov.b32 	%f510, %r540;
-	mov.b32 	%f509, %r541;
-	mov.b32 	%f508, %r542;
-	mov.b32 	%f507, %r543;
-$L__BB1_104:
-	mov.u32 	%r1078, %tid.x;
-	mov.u32 	%r1077, %ctaid.y;
-	mul.wide.u32 	%rd558, %r1077, 128;
-	mov.u32 	%r1076, %ctaid.x;
-	mul.wide.u32 	%rd557, %r1076, 128;
-	add.s32 	%r559, %r1078, 3840;
-	shr.u32 	%r560, %r559, 5;
-	cvt.u64.u32 	%rd261, %r560;
-	add.s64 	%rd263, %rd558, %rd261;
-	ld.param.u64 	%rd265, [%rd99+24];
-	setp.ge.s64 	%p105, %rd263, %rd265;
-	or.b64  	%rd268, %rd557, %rd160;
-	ld.param.u64 	%rd66, [%rd99+32];
-	setp.ge.s64 	%p106, %rd268, %rd66;
-	or.pred  	%p107, %p105, %p106;
-	@%p107 bra 	$L__BB1_106;
-	ld.param.u64 	%rd559, [ws_fp8_block_f32_param_0];
-	mul.lo.s64 	%rd273, %rd66, %rd263;
-	add.s64 	%rd277, %rd273, %rd268;
-	shl.b64 	%rd278, %rd277, 2;
-	add.s64 	%rd269, %rd559, %rd278;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r565,%r566,%r567,%r568}, [%rd269];
-	// end inline asm
-	and.b32  	%r576, %r565, 2147483647;
-	and.b32  	%r577, %r566, 2147483647;
-	max.u32 	%r578, %r576, %r577;
-	and.b32  	%r579, %r567, 2147483647;
-	and.b32  	%r580, %r568, 2147483647;
-	max.u32 	%r581, %r579, %r580;
-	max.u32 	%r582, %r578, %r581;
-	max.u32 	%r1130, %r1130, %r582;
-	mov.b32 	%f514, %r565;
-	mov.b32 	%f513, %r566;
-	mov.b32 	%f512, %r567;
-	mov.b32 	%f511, %r568;
-$L__BB1_106:
-	mov.u32 	%r1079, %tid.x;
-	mov.u32 	%r583, -1;
-	redux.sync.max.u32 %r209, %r1130, %r583;
-	and.b32  	%r585, %r1079, 31;
-	setp.ne.s32 	%p108, %r585, 0;
-	@%p108 bra 	$L__BB1_108;
-	mov.u32 	%r1081, %tid.x;
-	shr.u32 	%r587, %r1081, 3;
-	and.b32  	%r588, %r587, 536870908;
-	mov.u32 	%r589, _ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red;
-	add.s32 	%r590, %r589, %r588;
-	st.shared.u32 	[%r590], %r209;
-$L__BB1_108:
-	bar.sync 	0;
-	ld.shared.u32 	%r592, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red+4];
-	ld.shared.u32 	%r593, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red];
-	max.u32 	%r594, %r593, %r592;
-	ld.shared.u32 	%r595, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red+8];
-	max.u32 	%r596, %r594, %r595;
-	ld.shared.u32 	%r597, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red+12];
-	max.u32 	%r598, %r596, %r597;
-	ld.shared.u32 	%r599, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red+16];
-	max.u32 	%r600, %r598, %r599;
-	ld.shared.u32 	%r601, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red+20];
-	max.u32 	%r602, %r600, %r601;
-	ld.shared.u32 	%r603, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red+24];
-	max.u32 	%r604, %r602, %r603;
-	ld.shared.u32 	%r605, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red+28];
-	max.u32 	%r210, %r604, %r605;
-	bar.sync 	0;
-	setp.gt.u32 	%p109, %r210, 2139095040;
-	mov.u32 	%r1193, 2143289344;
-	@%p109 bra 	$L__BB1_114;
-	mov.b32 	%f301, %r210;
-	mov.f32 	%f302, 0f43E00000;
-	div.rn.f32 	%f303, %f301, %f302;
-	mov.b32 	%r211, %f303;
-	setp.eq.s32 	%p110, %r211, 0;
-	mov.u32 	%r1193, 1065353216;
-	@%p110 bra 	$L__BB1_114;
-	mov.f32 	%f501, 0f43E00000;
-	div.rn.f32 	%f500, %f301, %f501;
-	mov.b32 	%r1193, %f500;
-	setp.ne.s32 	%p111, %r1, 1;
-	setp.eq.s32 	%p112, %r1193, 2139095040;
-	or.pred  	%p113, %p112, %p111;
-	@%p113 bra 	$L__BB1_114;
-	mov.f32 	%f503, 0f43E00000;
-	div.rn.f32 	%f502, %f301, %f503;
-	mov.b32 	%r1092, %f502;
-	setp.lt.u32 	%p114, %r1092, 8388608;
-	mov.u32 	%r1193, 8388608;
-	@%p114 bra 	$L__BB1_114;
-	mov.f32 	%f497, 0f43E00000;
-	div.rn.f32 	%f496, %f301, %f497;
-	mov.b32 	%r1193, %f496;
-	and.b32  	%r608, %r1193, 8388607;
-	setp.eq.s32 	%p115, %r608, 0;
-	@%p115 bra 	$L__BB1_114;
-	mov.f32 	%f499, 0f43E00000;
-	div.rn.f32 	%f498, %f301, %f499;
-	mov.b32 	%r1089, %f498;
-	and.b32  	%r609, %r1089, 2139095040;
-	add.s32 	%r1193, %r609, 8388608;
-$L__BB1_114:
-	mov.u32 	%r1080, %tid.x;
-	mov.b32 	%f31, %r1193;
-	rcp.rn.f32 	%f32, %f31;
-	setp.ne.s32 	%p116, %r1080, 0;
-	@%p116 bra 	$L__BB1_116;
-	st.global.u32 	[%rd9], %r1193;
-$L__BB1_116:
-	ld.param.u64 	%rd289, [%rd99+24];
-	setp.ge.s64 	%p117, %rd38, %rd289;
-	ld.param.u64 	%rd67, [%rd99+32];
-	setp.ge.s64 	%p118, %rd268, %rd67;
-	or.pred  	%p119, %p117, %p118;
-	@%p119 bra 	$L__BB1_130;
-	setp.eq.s32 	%p120, %r1, 1;
-	mul.lo.s64 	%rd296, %rd67, %rd38;
-	add.s64 	%rd300, %rd296, %rd268;
-	add.s64 	%rd68, %rd7, %rd300;
-	mov.b32 	%f33, %r1124;
-	@%p120 bra 	$L__BB1_119;
-	bra.uni 	$L__BB1_118;
-$L__BB1_119:
-	mul.f32 	%f515, %f32, %f33;
-	bra.uni 	$L__BB1_120;
-$L__BB1_49:
-	ld.global.u32 	%r1116, [%rd30];
-$L__BB1_50:
-	mov.b32 	%f3, %r1116;
-	setp.eq.s32 	%p44, %r1, 1;
-	@%p44 bra 	$L__BB1_52;
-	bra.uni 	$L__BB1_51;
-$L__BB1_52:
-	mul.f32 	%f504, %f2, %f3;
-	bra.uni 	$L__BB1_53;
-$L__BB1_51:
-	div.rn.f32 	%f504, %f3, %f1;
-$L__BB1_53:
-	mov.f32 	%f286, 0fC3E00000;
-	max.f32 	%f287, %f504, %f286;
-	mov.f32 	%f288, 0f43E00000;
-	min.f32 	%f285, %f287, %f288;
-	mov.f32 	%f284, 0f00000000;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs5, %f284, %f285;
-	// end inline asm
-	setp.nan.f32 	%p45, %f504, %f504;
-	selp.b16 	%rs6, 127, %rs5, %p45;
-	add.s64 	%rd145, %rd7, %rd29;
-	st.global.u8 	[%rd145], %rs6;
-$L__BB1_54:
-	add.s32 	%r1118, %r1118, 256;
-$L__BB1_55:
-	and.b32  	%r320, %r50, -256;
-	setp.eq.s32 	%p46, %r320, 0;
-	@%p46 bra 	$L__BB1_340;
-	and.b32  	%r321, %r1118, 127;
-	cvt.u64.u32 	%rd146, %r321;
-	add.s64 	%rd31, %rd2, %rd146;
-$L__BB1_57:
-	shr.u32 	%r322, %r1118, 7;
-	cvt.u64.u32 	%rd147, %r322;
-	add.s64 	%rd32, %rd1, %rd147;
-	setp.ge.s64 	%p47, %rd32, %rd25;
-	setp.ge.s64 	%p48, %rd31, %rd26;
-	or.pred  	%p49, %p47, %p48;
-	@%p49 bra 	$L__BB1_65;
-	mul.lo.s64 	%rd148, %rd26, %rd32;
-	add.s64 	%rd33, %rd148, %rd31;
-	shl.b64 	%rd149, %rd33, 2;
-	add.s64 	%rd34, %rd5, %rd149;
-	add.s64 	%rd150, %rd4, %rd149;
-	and.b64  	%rd151, %rd150, 3;
-	setp.eq.s64 	%p50, %rd151, 0;
-	@%p50 bra 	$L__BB1_60;
-	ld.global.u8 	%r323, [%rd34];
-	ld.global.u8 	%r324, [%rd34+1];
-	prmt.b32 	%r325, %r324, %r323, 30212;
-	ld.global.u8 	%r326, [%rd34+2];
-	prmt.b32 	%r327, %r326, %r325, 28756;
-	ld.global.u8 	%r328, [%rd34+3];
-	prmt.b32 	%r1119, %r328, %r327, 1620;
-	bra.uni 	$L__BB1_61;
-$L__BB1_60:
-	ld.global.u32 	%r1119, [%rd34];
-$L__BB1_61:
-	mov.b32 	%f7, %r1119;
-	setp.eq.s32 	%p51, %r1, 1;
-	@%p51 bra 	$L__BB1_63;
-	bra.uni 	$L__BB1_62;
-$L__BB1_63:
-	mul.f32 	%f505, %f2, %f7;
-	bra.uni 	$L__BB1_64;
-$L__BB1_62:
-	div.rn.f32 	%f505, %f7, %f1;
-$L__BB1_64:
-	mov.f32 	%f291, 0fC3E00000;
-	max.f32 	%f292, %f505, %f291;
-	mov.f32 	%f293, 0f43E00000;
-	min.f32 	%f290, %f292, %f293;
-	mov.f32 	%f289, 0f00000000;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs7, %f289, %f290;
-	// end inline asm
-	setp.nan.f32 	%p52, %f505, %f505;
-	selp.b16 	%rs8, 127, %rs7, %p52;
-	add.s64 	%rd152, %rd7, %rd33;
-	st.global.u8 	[%rd152], %rs8;
-$L__BB1_65:
-	add.s32 	%r329, %r1118, 256;
-	shr.u32 	%r330, %r329, 7;
-	cvt.u64.u32 	%rd153, %r330;
-	add.s64 	%rd35, %rd1, %rd153;
-	setp.ge.s64 	%p54, %rd35, %rd25;
-	or.pred  	%p55, %p54, %p48;
-	@%p55 bra 	$L__BB1_73;
-	mul.lo.s64 	%rd154, %rd26, %rd35;
-	add.s64 	%rd36, %rd154, %rd31;
-	shl.b64 	%rd155, %rd36, 2;
-	add.s64 	%rd37, %rd5, %rd155;
-	add.s64 	%rd156, %rd4, %rd155;
-	and.b64  	%rd157, %rd156, 3;
-	setp.eq.s64 	%p56, %rd157, 0;
-	@%p56 bra 	$L__BB1_68;
-	ld.global.u8 	%r331, [%rd37];
-	ld.global.u8 	%r332, [%rd37+1];
-	prmt.b32 	%r333, %r332, %r331, 30212;
-	ld.global.u8 	%r334, [%rd37+2];
-	prmt.b32 	%r335, %r334, %r333, 28756;
-	ld.global.u8 	%r336, [%rd37+3];
-	prmt.b32 	%r1120, %r336, %r335, 1620;
-	bra.uni 	$L__BB1_69;
-$L__BB1_68:
-	ld.global.u32 	%r1120, [%rd37];
-$L__BB1_69:
-	mov.b32 	%f11, %r1120;
-	setp.eq.s32 	%p57, %r1, 1;
-	@%p57 bra 	$L__BB1_71;
-	bra.uni 	$L__BB1_70;
-$L__BB1_71:
-	mul.f32 	%f506, %f2, %f11;
-	bra.uni 	$L__BB1_72;
-$L__BB1_70:
-	div.rn.f32 	%f506, %f11, %f1;
-$L__BB1_72:
-	mov.f32 	%f296, 0fC3E00000;
-	max.f32 	%f297, %f506, %f296;
-	mov.f32 	%f298, 0f43E00000;
-	min.f32 	%f295, %f297, %f298;
-	mov.f32 	%f294, 0f00000000;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs9, %f294, %f295;
-	// end inline asm
-	setp.nan.f32 	%p58, %f506, %f506;
-	selp.b16 	%rs10, 127, %rs9, %p58;
-	add.s64 	%rd158, %rd7, %rd36;
-	st.global.u8 	[%rd158], %rs10;
-$L__BB1_73:
-	add.s32 	%r1118, %r1118, 512;
-	setp.lt.u32 	%p59, %r1118, 16384;
-	@%p59 bra 	$L__BB1_57;
-$L__BB1_340:
-	ret;
-$L__BB1_118:
-	div.rn.f32 	%f515, %f33, %f31;
-$L__BB1_120:
-	setp.eq.s32 	%p296, %r1, 1;
-	mov.b32 	%f37, %r1123;
-	@%p296 bra 	$L__BB1_122;
-	bra.uni 	$L__BB1_121;
-$L__BB1_122:
-	mul.f32 	%f516, %f32, %f37;
-	bra.uni 	$L__BB1_123;
-$L__BB1_121:
-	div.rn.f32 	%f516, %f37, %f31;
-$L__BB1_123:
-	setp.eq.s32 	%p293, %r1, 1;
-	mov.f32 	%f306, 0fC3E00000;
-	max.f32 	%f307, %f515, %f306;
-	mov.f32 	%f308, 0f43E00000;
-	min.f32 	%f305, %f307, %f308;
-	max.f32 	%f309, %f516, %f306;
-	min.f32 	%f304, %f309, %f308;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs11, %f304, %f305;
-	// end inline asm
-	cvt.u32.u16 	%r626, %rs11;
-	and.b32  	%r627, %r626, 65280;
-	or.b32  	%r628, %r627, 127;
-	setp.nan.f32 	%p122, %f515, %f515;
-	selp.b32 	%r629, %r628, %r626, %p122;
-	and.b32  	%r630, %r629, 255;
-	or.b32  	%r631, %r630, 32512;
-	setp.nan.f32 	%p123, %f516, %f516;
-	selp.b32 	%r214, %r631, %r629, %p123;
-	mov.b32 	%f41, %r1122;
-	@%p293 bra 	$L__BB1_125;
-	bra.uni 	$L__BB1_124;
-$L__BB1_125:
-	mul.f32 	%f517, %f32, %f41;
-	bra.uni 	$L__BB1_126;
-$L__BB1_124:
-	div.rn.f32 	%f517, %f41, %f31;
-$L__BB1_126:
-	setp.eq.s32 	%p294, %r1, 1;
-	mov.b32 	%f45, %r1121;
-	@%p294 bra 	$L__BB1_128;
-	bra.uni 	$L__BB1_127;
-$L__BB1_128:
-	mul.f32 	%f518, %f32, %f45;
-	bra.uni 	$L__BB1_129;
-$L__BB1_127:
-	div.rn.f32 	%f518, %f45, %f31;
-$L__BB1_129:
-	mov.f32 	%f312, 0fC3E00000;
-	max.f32 	%f313, %f517, %f312;
-	mov.f32 	%f314, 0f43E00000;
-	min.f32 	%f311, %f313, %f314;
-	max.f32 	%f315, %f518, %f312;
-	min.f32 	%f310, %f315, %f314;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs12, %f310, %f311;
-	// end inline asm
-	cvt.u32.u16 	%r632, %rs12;
-	and.b32  	%r633, %r632, 65280;
-	or.b32  	%r634, %r633, 127;
-	setp.nan.f32 	%p126, %f517, %f517;
-	selp.b32 	%r635, %r634, %r632, %p126;
-	and.b32  	%r636, %r635, 255;
-	or.b32  	%r637, %r636, 32512;
-	setp.nan.f32 	%p127, %f518, %f518;
-	selp.b32 	%r638, %r637, %r635, %p127;
-	shl.b32 	%r639, %r638, 16;
-	or.b32  	%r640, %r639, %r214;
-	st.global.u32 	[%rd68], %r640;
-$L__BB1_130:
-	ld.param.u64 	%rd306, [%rd99+24];
-	setp.ge.s64 	%p128, %rd40, %rd306;
-	ld.param.u64 	%rd69, [%rd99+32];
-	setp.ge.s64 	%p129, %rd268, %rd69;
-	or.pred  	%p130, %p128, %p129;
-	@%p130 bra 	$L__BB1_144;
-	setp.eq.s32 	%p131, %r1, 1;
-	mul.lo.s64 	%rd313, %rd69, %rd40;
-	add.s64 	%rd317, %rd313, %rd268;
-	add.s64 	%rd70, %rd7, %rd317;
-	mov.b32 	%f49, %r1129;
-	@%p131 bra 	$L__BB1_133;
-	bra.uni 	$L__BB1_132;
-$L__BB1_133:
-	mul.f32 	%f519, %f32, %f49;
-	bra.uni 	$L__BB1_134;
-$L__BB1_132:
-	div.rn.f32 	%f519, %f49, %f31;
-$L__BB1_134:
-	setp.eq.s32 	%p297, %r1, 1;
-	mov.b32 	%f53, %r1128;
-	@%p297 bra 	$L__BB1_136;
-	bra.uni 	$L__BB1_135;
-$L__BB1_136:
-	mul.f32 	%f520, %f32, %f53;
-	bra.uni 	$L__BB1_137;
-$L__BB1_135:
-	div.rn.f32 	%f520, %f53, %f31;
-$L__BB1_137:
-	setp.eq.s32 	%p298, %r1, 1;
-	mov.f32 	%f318, 0fC3E00000;
-	max.f32 	%f319, %f519, %f318;
-	mov.f32 	%f320, 0f43E00000;
-	min.f32 	%f317, %f319, %f320;
-	max.f32 	%f321, %f520, %f318;
-	min.f32 	%f316, %f321, %f320;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs13, %f316, %f317;
-	// end inline asm
-	cvt.u32.u16 	%r655, %rs13;
-	and.b32  	%r656, %r655, 65280;
-	or.b32  	%r657, %r656, 127;
-	setp.nan.f32 	%p133, %f519, %f519;
-	selp.b32 	%r658, %r657, %r655, %p133;
-	and.b32  	%r659, %r658, 255;
-	or.b32  	%r660, %r659, 32512;
-	setp.nan.f32 	%p134, %f520, %f520;
-	selp.b32 	%r215, %r660, %r658, %p134;
-	mov.b32 	%f57, %r1127;
-	@%p298 bra 	$L__BB1_139;
-	bra.uni 	$L__BB1_138;
-$L__BB1_139:
-	mul.f32 	%f521, %f32, %f57;
-	bra.uni 	$L__BB1_140;
-$L__BB1_138:
-	div.rn.f32 	%f521, %f57, %f31;
-$L__BB1_140:
-	setp.eq.s32 	%p295, %r1, 1;
-	mov.b32 	%f61, %r1126;
-	@%p295 bra 	$L__BB1_142;
-	bra.uni 	$L__BB1_141;
-$L__BB1_142:
-	mul.f32 	%f522, %f32, %f61;
-	bra.uni 	$L__BB1_143;
-$L__BB1_141:
-	div.rn.f32 	%f522, %f61, %f31;
-$L__BB1_143:
-	mov.f32 	%f324, 0fC3E00000;
-	max.f32 	%f325, %f521, %f324;
-	mov.f32 	%f326, 0f43E00000;
-	min.f32 	%f323, %f325, %f326;
-	max.f32 	%f327, %f522, %f324;
-	min.f32 	%f322, %f327, %f326;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs14, %f322, %f323;
-	// end inline asm
-	cvt.u32.u16 	%r661, %rs14;
-	and.b32  	%r662, %r661, 65280;
-	or.b32  	%r663, %r662, 127;
-	setp.nan.f32 	%p137, %f521, %f521;
-	selp.b32 	%r664, %r663, %r661, %p137;
-	and.b32  	%r665, %r664, 255;
-	or.b32  	%r666, %r665, 32512;
-	setp.nan.f32 	%p138, %f522, %f522;
-	selp.b32 	%r667, %r666, %r664, %p138;
-	shl.b32 	%r668, %r667, 16;
-	or.b32  	%r669, %r668, %r215;
-	st.global.u32 	[%rd70], %r669;
-$L__BB1_144:
-	ld.param.u64 	%rd323, [%rd99+24];
-	setp.ge.s64 	%p139, %rd42, %rd323;
-	ld.param.u64 	%rd71, [%rd99+32];
-	setp.ge.s64 	%p140, %rd268, %rd71;
-	or.pred  	%p141, %p139, %p140;
-	@%p141 bra 	$L__BB1_158;
-	setp.eq.s32 	%p142, %r1, 1;
-	mul.lo.s64 	%rd330, %rd71, %rd42;
-	add.s64 	%rd334, %rd330, %rd268;
-	add.s64 	%rd72, %rd7, %rd334;
-	mov.b32 	%f65, %r1134;
-	@%p142 bra 	$L__BB1_147;
-	bra.uni 	$L__BB1_146;
-$L__BB1_147:
-	mul.f32 	%f523, %f32, %f65;
-	bra.uni 	$L__BB1_148;
-$L__BB1_146:
-	div.rn.f32 	%f523, %f65, %f31;
-$L__BB1_148:
-	mov.b32 	%f69, %r1133;
-	@%p142 bra 	$L__BB1_150;
-	bra.uni 	$L__BB1_149;
-$L__BB1_150:
-	mul.f32 	%f524, %f32, %f69;
-	bra.uni 	$L__BB1_151;
-$L__BB1_149:
-	div.rn.f32 	%f524, %f69, %f31;
-$L__BB1_151:
-	mov.f32 	%f330, 0fC3E00000;
-	max.f32 	%f331, %f523, %f330;
-	mov.f32 	%f332, 0f43E00000;
-	min.f32 	%f329, %f331, %f332;
-	max.f32 	%f333, %f524, %f330;
-	min.f32 	%f328, %f333, %f332;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs15, %f328, %f329;
-	// end inline asm
-	cvt.u32.u16 	%r684, %rs15;
-	and.b32  	%r685, %r684, 65280;
-	or.b32  	%r686, %r685, 127;
-	setp.nan.f32 	%p144, %f523, %f523;
-	selp.b32 	%r687, %r686, %r684, %p144;
-	and.b32  	%r688, %r687, 255;
-	or.b32  	%r689, %r688, 32512;
-	setp.nan.f32 	%p145, %f524, %f524;
-	selp.b32 	%r216, %r689, %r687, %p145;
-	mov.b32 	%f73, %r1132;
-	@%p142 bra 	$L__BB1_153;
-	bra.uni 	$L__BB1_152;
-$L__BB1_153:
-	mul.f32 	%f525, %f32, %f73;
-	bra.uni 	$L__BB1_154;
-$L__BB1_152:
-	div.rn.f32 	%f525, %f73, %f31;
-$L__BB1_154:
-	mov.b32 	%f77, %r1131;
-	@%p142 bra 	$L__BB1_156;
-	bra.uni 	$L__BB1_155;
-$L__BB1_156:
-	mul.f32 	%f526, %f32, %f77;
-	bra.uni 	$L__BB1_157;
-$L__BB1_155:
-	div.rn.f32 	%f526, %f77, %f31;
-$L__BB1_157:
-	mov.f32 	%f336, 0fC3E00000;
-	max.f32 	%f337, %f525, %f336;
-	mov.f32 	%f338, 0f43E00000;
-	min.f32 	%f335, %f337, %f338;
-	max.f32 	%f339, %f526, %f336;
-	min.f32 	%f334, %f339, %f338;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs16, %f334, %f335;
-	// end inline asm
-	cvt.u32.u16 	%r690, %rs16;
-	and.b32  	%r691, %r690, 65280;
-	or.b32  	%r692, %r691, 127;
-	setp.nan.f32 	%p148, %f525, %f525;
-	selp.b32 	%r693, %r692, %r690, %p148;
-	and.b32  	%r694, %r693, 255;
-	or.b32  	%r695, %r694, 32512;
-	setp.nan.f32 	%p149, %f526, %f526;
-	selp.b32 	%r696, %r695, %r693, %p149;
-	shl.b32 	%r697, %r696, 16;
-	or.b32  	%r698, %r697, %r216;
-	st.global.u32 	[%rd72], %r698;
-$L__BB1_158:
-	ld.param.u64 	%rd340, [%rd99+24];
-	setp.ge.s64 	%p150, %rd44, %rd340;
-	ld.param.u64 	%rd73, [%rd99+32];
-	setp.ge.s64 	%p151, %rd268, %rd73;
-	or.pred  	%p152, %p150, %p151;
-	@%p152 bra 	$L__BB1_172;
-	setp.eq.s32 	%p153, %r1, 1;
-	mul.lo.s64 	%rd347, %rd73, %rd44;
-	add.s64 	%rd351, %rd347, %rd268;
-	add.s64 	%rd74, %rd7, %rd351;
-	mov.b32 	%f81, %r1139;
-	@%p153 bra 	$L__BB1_161;
-	bra.uni 	$L__BB1_160;
-$L__BB1_161:
-	mul.f32 	%f527, %f32, %f81;
-	bra.uni 	$L__BB1_162;
-$L__BB1_160:
-	div.rn.f32 	%f527, %f81, %f31;
-$L__BB1_162:
-	mov.b32 	%f85, %r1138;
-	@%p153 bra 	$L__BB1_164;
-	bra.uni 	$L__BB1_163;
-$L__BB1_164:
-	mul.f32 	%f528, %f32, %f85;
-	bra.uni 	$L__BB1_165;
-$L__BB1_163:
-	div.rn.f32 	%f528, %f85, %f31;
-$L__BB1_165:
-	mov.f32 	%f342, 0fC3E00000;
-	max.f32 	%f343, %f527, %f342;
-	mov.f32 	%f344, 0f43E00000;
-	min.f32 	%f341, %f343, %f344;
-	max.f32 	%f345, %f528, %f342;
-	min.f32 	%f340, %f345, %f344;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs17, %f340, %f341;
-	// end inline asm
-	cvt.u32.u16 	%r713, %rs17;
-	and.b32  	%r714, %r713, 65280;
-	or.b32  	%r715, %r714, 127;
-	setp.nan.f32 	%p155, %f527, %f527;
-	selp.b32 	%r716, %r715, %r713, %p155;
-	and.b32  	%r717, %r716, 255;
-	or.b32  	%r718, %r717, 32512;
-	setp.nan.f32 	%p156, %f528, %f528;
-	selp.b32 	%r217, %r718, %r716, %p156;
-	mov.b32 	%f89, %r1137;
-	@%p153 bra 	$L__BB1_167;
-	bra.uni 	$L__BB1_166;
-$L__BB1_167:
-	mul.f32 	%f529, %f32, %f89;
-	bra.uni 	$L__BB1_168;
-$L__BB1_166:
-	div.rn.f32 	%f529, %f89, %f31;
-$L__BB1_168:
-	mov.b32 	%f93, %r1136;
-	@%p153 bra 	$L__BB1_170;
-	bra.uni 	$L__BB1_169;
-$L__BB1_170:
-	mul.f32 	%f530, %f32, %f93;
-	bra.uni 	$L__BB1_171;
-$L__BB1_169:
-	div.rn.f32 	%f530, %f93, %f31;
-$L__BB1_171:
-	mov.f32 	%f348, 0fC3E00000;
-	max.f32 	%f349, %f529, %f348;
-	mov.f32 	%f350, 0f43E00000;
-	min.f32 	%f347, %f349, %f350;
-	max.f32 	%f351, %f530, %f348;
-	min.f32 	%f346, %f351, %f350;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs18, %f346, %f347;
-	// end inline asm
-	cvt.u32.u16 	%r719, %rs18;
-	and.b32  	%r720, %r719, 65280;
-	or.b32  	%r721, %r720, 127;
-	setp.nan.f32 	%p159, %f529, %f529;
-	selp.b32 	%r722, %r721, %r719, %p159;
-	and.b32  	%r723, %r722, 255;
-	or.b32  	%r724, %r723, 32512;
-	setp.nan.f32 	%p160, %f530, %f530;
-	selp.b32 	%r725, %r724, %r722, %p160;
-	shl.b32 	%r726, %r725, 16;
-	or.b32  	%r727, %r726, %r217;
-	st.global.u32 	[%rd74], %r727;
-$L__BB1_172:
-	ld.param.u64 	%rd357, [%rd99+24];
-	setp.ge.s64 	%p161, %rd46, %rd357;
-	ld.param.u64 	%rd75, [%rd99+32];
-	setp.ge.s64 	%p162, %rd268, %rd75;
-	or.pred  	%p163, %p161, %p162;
-	@%p163 bra 	$L__BB1_186;
-	setp.eq.s32 	%p164, %r1, 1;
-	mul.lo.s64 	%rd364, %rd75, %rd46;
-	add.s64 	%rd368, %rd364, %rd268;
-	add.s64 	%rd76, %rd7, %rd368;
-	mov.b32 	%f97, %r1144;
-	@%p164 bra 	$L__BB1_175;
-	bra.uni 	$L__BB1_174;
-$L__BB1_175:
-	mul.f32 	%f531, %f32, %f97;
-	bra.uni 	$L__BB1_176;
-$L__BB1_174:
-	div.rn.f32 	%f531, %f97, %f31;
-$L__BB1_176:
-	mov.b32 	%f101, %r1143;
-	@%p164 bra 	$L__BB1_178;
-	bra.uni 	$L__BB1_177;
-$L__BB1_178:
-	mul.f32 	%f532, %f32, %f101;
-	bra.uni 	$L__BB1_179;
-$L__BB1_177:
-	div.rn.f32 	%f532, %f101, %f31;
-$L__BB1_179:
-	mov.f32 	%f354, 0fC3E00000;
-	max.f32 	%f355, %f531, %f354;
-	mov.f32 	%f356, 0f43E00000;
-	min.f32 	%f353, %f355, %f356;
-	max.f32 	%f357, %f532, %f354;
-	min.f32 	%f352, %f357, %f356;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs19, %f352, %f353;
-	// end inline asm
-	cvt.u32.u16 	%r742, %rs19;
-	and.b32  	%r743, %r742, 65280;
-	or.b32  	%r744, %r743, 127;
-	setp.nan.f32 	%p166, %f531, %f531;
-	selp.b32 	%r745, %r744, %r742, %p166;
-	and.b32  	%r746, %r745, 255;
-	or.b32  	%r747, %r746, 32512;
-	setp.nan.f32 	%p167, %f532, %f532;
-	selp.b32 	%r218, %r747, %r745, %p167;
-	mov.b32 	%f105, %r1142;
-	@%p164 bra 	$L__BB1_181;
-	bra.uni 	$L__BB1_180;
-$L__BB1_181:
-	mul.f32 	%f533, %f32, %f105;
-	bra.uni 	$L__BB1_182;
-$L__BB1_180:
-	div.rn.f32 	%f533, %f105, %f31;
-$L__BB1_182:
-	mov.b32 	%f109, %r1141;
-	@%p164 bra 	$L__BB1_184;
-	bra.uni 	$L__BB1_183;
-$L__BB1_184:
-	mul.f32 	%f534, %f32, %f109;
-	bra.uni 	$L__BB1_185;
-$L__BB1_183:
-	div.rn.f32 	%f534, %f109, %f31;
-$L__BB1_185:
-	mov.f32 	%f360, 0fC3E00000;
-	max.f32 	%f361, %f533, %f360;
-	mov.f32 	%f362, 0f43E00000;
-	min.f32 	%f359, %f361, %f362;
-	max.f32 	%f363, %f534, %f360;
-	min.f32 	%f358, %f363, %f362;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs20, %f358, %f359;
-	// end inline asm
-	cvt.u32.u16 	%r748, %rs20;
-	and.b32  	%r749, %r748, 65280;
-	or.b32  	%r750, %r749, 127;
-	setp.nan.f32 	%p170, %f533, %f533;
-	selp.b32 	%r751, %r750, %r748, %p170;
-	and.b32  	%r752, %r751, 255;
-	or.b32  	%r753, %r752, 32512;
-	setp.nan.f32 	%p171, %f534, %f534;
-	selp.b32 	%r754, %r753, %r751, %p171;
-	shl.b32 	%r755, %r754, 16;
-	or.b32  	%r756, %r755, %r218;
-	st.global.u32 	[%rd76], %r756;
-$L__BB1_186:
-	ld.param.u64 	%rd374, [%rd99+24];
-	setp.ge.s64 	%p172, %rd48, %rd374;
-	ld.param.u64 	%rd77, [%rd99+32];
-	setp.ge.s64 	%p173, %rd268, %rd77;
-	or.pred  	%p174, %p172, %p173;
-	@%p174 bra 	$L__BB1_200;
-	setp.eq.s32 	%p175, %r1, 1;
-	mul.lo.s64 	%rd381, %rd77, %rd48;
-	add.s64 	%rd385, %rd381, %rd268;
-	add.s64 	%rd78, %rd7, %rd385;
-	mov.b32 	%f113, %r1149;
-	@%p175 bra 	$L__BB1_189;
-	bra.uni 	$L__BB1_188;
-$L__BB1_189:
-	mul.f32 	%f535, %f32, %f113;
-	bra.uni 	$L__BB1_190;
-$L__BB1_188:
-	div.rn.f32 	%f535, %f113, %f31;
-$L__BB1_190:
-	mov.b32 	%f117, %r1148;
-	@%p175 bra 	$L__BB1_192;
-	bra.uni 	$L__BB1_191;
-$L__BB1_192:
-	mul.f32 	%f536, %f32, %f117;
-	bra.uni 	$L__BB1_193;
-$L__BB1_191:
-	div.rn.f32 	%f536, %f117, %f31;
-$L__BB1_193:
-	mov.f32 	%f366, 0fC3E00000;
-	max.f32 	%f367, %f535, %f366;
-	mov.f32 	%f368, 0f43E00000;
-	min.f32 	%f365, %f367, %f368;
-	max.f32 	%f369, %f536, %f366;
-	min.f32 	%f364, %f369, %f368;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs21, %f364, %f365;
-	// end inline asm
-	cvt.u32.u16 	%r771, %rs21;
-	and.b32  	%r772, %r771, 65280;
-	or.b32  	%r773, %r772, 127;
-	setp.nan.f32 	%p177, %f535, %f535;
-	selp.b32 	%r774, %r773, %r771, %p177;
-	and.b32  	%r775, %r774, 255;
-	or.b32  	%r776, %r775, 32512;
-	setp.nan.f32 	%p178, %f536, %f536;
-	selp.b32 	%r219, %r776, %r774, %p178;
-	mov.b32 	%f121, %r1147;
-	@%p175 bra 	$L__BB1_195;
-	bra.uni 	$L__BB1_194;
-$L__BB1_195:
-	mul.f32 	%f537, %f32, %f121;
-	bra.uni 	$L__BB1_196;
-$L__BB1_194:
-	div.rn.f32 	%f537, %f121, %f31;
-$L__BB1_196:
-	mov.b32 	%f125, %r1146;
-	@%p175 bra 	$L__BB1_198;
-	bra.uni 	$L__BB1_197;
-$L__BB1_198:
-	mul.f32 	%f538, %f32, %f125;
-	bra.uni 	$L__BB1_199;
-$L__BB1_197:
-	div.rn.f32 	%f538, %f125, %f31;
-$L__BB1_199:
-	mov.f32 	%f372, 0fC3E00000;
-	max.f32 	%f373, %f537, %f372;
-	mov.f32 	%f374, 0f43E00000;
-	min.f32 	%f371, %f373, %f374;
-	max.f32 	%f375, %f538, %f372;
-	min.f32 	%f370, %f375, %f374;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs22, %f370, %f371;
-	// end inline asm
-	cvt.u32.u16 	%r777, %rs22;
-	and.b32  	%r778, %r777, 65280;
-	or.b32  	%r779, %r778, 127;
-	setp.nan.f32 	%p181, %f537, %f537;
-	selp.b32 	%r780, %r779, %r777, %p181;
-	and.b32  	%r781, %r780, 255;
-	or.b32  	%r782, %r781, 32512;
-	setp.nan.f32 	%p182, %f538, %f538;
-	selp.b32 	%r783, %r782, %r780, %p182;
-	shl.b32 	%r784, %r783, 16;
-	or.b32  	%r785, %r784, %r219;
-	st.global.u32 	[%rd78], %r785;
-$L__BB1_200:
-	ld.param.u64 	%rd391, [%rd99+24];
-	setp.ge.s64 	%p183, %rd50, %rd391;
-	ld.param.u64 	%rd79, [%rd99+32];
-	setp.ge.s64 	%p184, %rd268, %rd79;
-	or.pred  	%p185, %p183, %p184;
-	@%p185 bra 	$L__BB1_214;
-	setp.eq.s32 	%p186, %r1, 1;
-	mul.lo.s64 	%rd398, %rd79, %rd50;
-	add.s64 	%rd402, %rd398, %rd268;
-	add.s64 	%rd80, %rd7, %rd402;
-	mov.b32 	%f129, %r1154;
-	@%p186 bra 	$L__BB1_203;
-	bra.uni 	$L__BB1_202;
-$L__BB1_203:
-	mul.f32 	%f539, %f32, %f129;
-	bra.uni 	$L__BB1_204;
-$L__BB1_202:
-	div.rn.f32 	%f539, %f129, %f31;
-$L__BB1_204:
-	mov.b32 	%f133, %r1153;
-	@%p186 bra 	$L__BB1_206;
-	bra.uni 	$L__BB1_205;
-$L__BB1_206:
-	mul.f32 	%f540, %f32, %f133;
-	bra.uni 	$L__BB1_207;
-$L__BB1_205:
-	div.rn.f32 	%f540, %f133, %f31;
-$L__BB1_207:
-	mov.f32 	%f378, 0fC3E00000;
-	max.f32 	%f379, %f539, %f378;
-	mov.f32 	%f380, 0f43E00000;
-	min.f32 	%f377, %f379, %f380;
-	max.f32 	%f381, %f540, %f378;
-	min.f32 	%f376, %f381, %f380;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs23, %f376, %f377;
-	// end inline asm
-	cvt.u32.u16 	%r800, %rs23;
-	and.b32  	%r801, %r800, 65280;
-	or.b32  	%r802, %r801, 127;
-	setp.nan.f32 	%p188, %f539, %f539;
-	selp.b32 	%r803, %r802, %r800, %p188;
-	and.b32  	%r804, %r803, 255;
-	or.b32  	%r805, %r804, 32512;
-	setp.nan.f32 	%p189, %f540, %f540;
-	selp.b32 	%r220, %r805, %r803, %p189;
-	mov.b32 	%f137, %r1152;
-	@%p186 bra 	$L__BB1_209;
-	bra.uni 	$L__BB1_208;
-$L__BB1_209:
-	mul.f32 	%f541, %f32, %f137;
-	bra.uni 	$L__BB1_210;
-$L__BB1_208:
-	div.rn.f32 	%f541, %f137, %f31;
-$L__BB1_210:
-	mov.b32 	%f141, %r1151;
-	@%p186 bra 	$L__BB1_212;
-	bra.uni 	$L__BB1_211;
-$L__BB1_212:
-	mul.f32 	%f542, %f32, %f141;
-	bra.uni 	$L__BB1_213;
-$L__BB1_211:
-	div.rn.f32 	%f542, %f141, %f31;
-$L__BB1_213:
-	mov.f32 	%f384, 0fC3E00000;
-	max.f32 	%f385, %f541, %f384;
-	mov.f32 	%f386, 0f43E00000;
-	min.f32 	%f383, %f385, %f386;
-	max.f32 	%f387, %f542, %f384;
-	min.f32 	%f382, %f387, %f386;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs24, %f382, %f383;
-	// end inline asm
-	cvt.u32.u16 	%r806, %rs24;
-	and.b32  	%r807, %r806, 65280;
-	or.b32  	%r808, %r807, 127;
-	setp.nan.f32 	%p192, %f541, %f541;
-	selp.b32 	%r809, %r808, %r806, %p192;
-	and.b32  	%r810, %r809, 255;
-	or.b32  	%r811, %r810, 32512;
-	setp.nan.f32 	%p193, %f542, %f542;
-	selp.b32 	%r812, %r811, %r809, %p193;
-	shl.b32 	%r813, %r812, 16;
-	or.b32  	%r814, %r813, %r220;
-	st.global.u32 	[%rd80], %r814;
-$L__BB1_214:
-	ld.param.u64 	%rd408, [%rd99+24];
-	setp.ge.s64 	%p194, %rd52, %rd408;
-	ld.param.u64 	%rd81, [%rd99+32];
-	setp.ge.s64 	%p195, %rd268, %rd81;
-	or.pred  	%p196, %p194, %p195;
-	@%p196 bra 	$L__BB1_228;
-	setp.eq.s32 	%p197, %r1, 1;
-	mul.lo.s64 	%rd415, %rd81, %rd52;
-	add.s64 	%rd419, %rd415, %rd268;
-	add.s64 	%rd82, %rd7, %rd419;
-	mov.b32 	%f145, %r1159;
-	@%p197 bra 	$L__BB1_217;
-	bra.uni 	$L__BB1_216;
-$L__BB1_217:
-	mul.f32 	%f543, %f32, %f145;
-	bra.uni 	$L__BB1_218;
-$L__BB1_216:
-	div.rn.f32 	%f543, %f145, %f31;
-$L__BB1_218:
-	mov.b32 	%f149, %r1158;
-	@%p197 bra 	$L__BB1_220;
-	bra.uni 	$L__BB1_219;
-$L__BB1_220:
-	mul.f32 	%f544, %f32, %f149;
-	bra.uni 	$L__BB1_221;
-$L__BB1_219:
-	div.rn.f32 	%f544, %f149, %f31;
-$L__BB1_221:
-	mov.f32 	%f390, 0fC3E00000;
-	max.f32 	%f391, %f543, %f390;
-	mov.f32 	%f392, 0f43E00000;
-	min.f32 	%f389, %f391, %f392;
-	max.f32 	%f393, %f544, %f390;
-	min.f32 	%f388, %f393, %f392;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs25, %f388, %f389;
-	// end inline asm
-	cvt.u32.u16 	%r829, %rs25;
-	and.b32  	%r830, %r829, 65280;
-	or.b32  	%r831, %r830, 127;
-	setp.nan.f32 	%p199, %f543, %f543;
-	selp.b32 	%r832, %r831, %r829, %p199;
-	and.b32  	%r833, %r832, 255;
-	or.b32  	%r834, %r833, 32512;
-	setp.nan.f32 	%p200, %f544, %f544;
-	selp.b32 	%r221, %r834, %r832, %p200;
-	mov.b32 	%f153, %r1157;
-	@%p197 bra 	$L__BB1_223;
-	bra.uni 	$L__BB1_222;
-$L__BB1_223:
-	mul.f32 	%f545, %f32, %f153;
-	bra.uni 	$L__BB1_224;
-$L__BB1_222:
-	div.rn.f32 	%f545, %f153, %f31;
-$L__BB1_224:
-	mov.b32 	%f157, %r1156;
-	@%p197 bra 	$L__BB1_226;
-	bra.uni 	$L__BB1_225;
-$L__BB1_226:
-	mul.f32 	%f546, %f32, %f157;
-	bra.uni 	$L__BB1_227;
-$L__BB1_225:
-	div.rn.f32 	%f546, %f157, %f31;
-$L__BB1_227:
-	mov.f32 	%f396, 0fC3E00000;
-	max.f32 	%f397, %f545, %f396;
-	mov.f32 	%f398, 0f43E00000;
-	min.f32 	%f395, %f397, %f398;
-	max.f32 	%f399, %f546, %f396;
-	min.f32 	%f394, %f399, %f398;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs26, %f394, %f395;
-	// end inline asm
-	cvt.u32.u16 	%r835, %rs26;
-	and.b32  	%r836, %r835, 65280;
-	or.b32  	%r837, %r836, 127;
-	setp.nan.f32 	%p203, %f545, %f545;
-	selp.b32 	%r838, %r837, %r835, %p203;
-	and.b32  	%r839, %r838, 255;
-	or.b32  	%r840, %r839, 32512;
-	setp.nan.f32 	%p204, %f546, %f546;
-	selp.b32 	%r841, %r840, %r838, %p204;
-	shl.b32 	%r842, %r841, 16;
-	or.b32  	%r843, %r842, %r221;
-	st.global.u32 	[%rd82], %r843;
-$L__BB1_228:
-	ld.param.u64 	%rd425, [%rd99+24];
-	setp.ge.s64 	%p205, %rd54, %rd425;
-	ld.param.u64 	%rd83, [%rd99+32];
-	setp.ge.s64 	%p206, %rd268, %rd83;
-	or.pred  	%p207, %p205, %p206;
-	@%p207 bra 	$L__BB1_242;
-	setp.eq.s32 	%p208, %r1, 1;
-	mul.lo.s64 	%rd432, %rd83, %rd54;
-	add.s64 	%rd436, %rd432, %rd268;
-	add.s64 	%rd84, %rd7, %rd436;
-	mov.b32 	%f161, %r1164;
-	@%p208 bra 	$L__BB1_231;
-	bra.uni 	$L__BB1_230;
-$L__BB1_231:
-	mul.f32 	%f547, %f32, %f161;
-	bra.uni 	$L__BB1_232;
-$L__BB1_230:
-	div.rn.f32 	%f547, %f161, %f31;
-$L__BB1_232:
-	mov.b32 	%f165, %r1163;
-	@%p208 bra 	$L__BB1_234;
-	bra.uni 	$L__BB1_233;
-$L__BB1_234:
-	mul.f32 	%f548, %f32, %f165;
-	bra.uni 	$L__BB1_235;
-$L__BB1_233:
-	div.rn.f32 	%f548, %f165, %f31;
-$L__BB1_235:
-	mov.f32 	%f402, 0fC3E00000;
-	max.f32 	%f403, %f547, %f402;
-	mov.f32 	%f404, 0f43E00000;
-	min.f32 	%f401, %f403, %f404;
-	max.f32 	%f405, %f548, %f402;
-	min.f32 	%f400, %f405, %f404;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs27, %f400, %f401;
-	// end inline asm
-	cvt.u32.u16 	%r858, %rs27;
-	and.b32  	%r859, %r858, 65280;
-	or.b32  	%r860, %r859, 127;
-	setp.nan.f32 	%p210, %f547, %f547;
-	selp.b32 	%r861, %r860, %r858, %p210;
-	and.b32  	%r862, %r861, 255;
-	or.b32  	%r863, %r862, 32512;
-	setp.nan.f32 	%p211, %f548, %f548;
-	selp.b32 	%r222, %r863, %r861, %p211;
-	mov.b32 	%f169, %r1162;
-	@%p208 bra 	$L__BB1_237;
-	bra.uni 	$L__BB1_236;
-$L__BB1_237:
-	mul.f32 	%f549, %f32, %f169;
-	bra.uni 	$L__BB1_238;
-$L__BB1_236:
-	div.rn.f32 	%f549, %f169, %f31;
-$L__BB1_238:
-	mov.b32 	%f173, %r1161;
-	@%p208 bra 	$L__BB1_240;
-	bra.uni 	$L__BB1_239;
-$L__BB1_240:
-	mul.f32 	%f550, %f32, %f173;
-	bra.uni 	$L__BB1_241;
-$L__BB1_239:
-	div.rn.f32 	%f550, %f173, %f31;
-$L__BB1_241:
-	mov.f32 	%f408, 0fC3E00000;
-	max.f32 	%f409, %f549, %f408;
-	mov.f32 	%f410, 0f43E00000;
-	min.f32 	%f407, %f409, %f410;
-	max.f32 	%f411, %f550, %f408;
-	min.f32 	%f406, %f411, %f410;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs28, %f406, %f407;
-	// end inline asm
-	cvt.u32.u16 	%r864, %rs28;
-	and.b32  	%r865, %r864, 65280;
-	or.b32  	%r866, %r865, 127;
-	setp.nan.f32 	%p214, %f549, %f549;
-	selp.b32 	%r867, %r866, %r864, %p214;
-	and.b32  	%r868, %r867, 255;
-	or.b32  	%r869, %r868, 32512;
-	setp.nan.f32 	%p215, %f550, %f550;
-	selp.b32 	%r870, %r869, %r867, %p215;
-	shl.b32 	%r871, %r870, 16;
-	or.b32  	%r872, %r871, %r222;
-	st.global.u32 	[%rd84], %r872;
-$L__BB1_242:
-	ld.param.u64 	%rd442, [%rd99+24];
-	setp.ge.s64 	%p216, %rd56, %rd442;
-	ld.param.u64 	%rd85, [%rd99+32];
-	setp.ge.s64 	%p217, %rd268, %rd85;
-	or.pred  	%p218, %p216, %p217;
-	@%p218 bra 	$L__BB1_256;
-	setp.eq.s32 	%p219, %r1, 1;
-	mul.lo.s64 	%rd449, %rd85, %rd56;
-	add.s64 	%rd453, %rd449, %rd268;
-	add.s64 	%rd86, %rd7, %rd453;
-	mov.b32 	%f177, %r1169;
-	@%p219 bra 	$L__BB1_245;
-	bra.uni 	$L__BB1_244;
-$L__BB1_245:
-	mul.f32 	%f551, %f32, %f177;
-	bra.uni 	$L__BB1_246;
-$L__BB1_244:
-	div.rn.f32 	%f551, %f177, %f31;
-$L__BB1_246:
-	mov.b32 	%f181, %r1168;
-	@%p219 bra 	$L__BB1_248;
-	bra.uni 	$L__BB1_247;
-$L__BB1_248:
-	mul.f32 	%f552, %f32, %f181;
-	bra.uni 	$L__BB1_249;
-$L__BB1_247:
-	div.rn.f32 	%f552, %f181, %f31;
-$L__BB1_249:
-	mov.f32 	%f414, 0fC3E00000;
-	max.f32 	%f415, %f551, %f414;
-	mov.f32 	%f416, 0f43E00000;
-	min.f32 	%f413, %f415, %f416;
-	max.f32 	%f417, %f552, %f414;
-	min.f32 	%f412, %f417, %f416;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs29, %f412, %f413;
-	// end inline asm
-	cvt.u32.u16 	%r887, %rs29;
-	and.b32  	%r888, %r887, 65280;
-	or.b32  	%r889, %r888, 127;
-	setp.nan.f32 	%p221, %f551, %f551;
-	selp.b32 	%r890, %r889, %r887, %p221;
-	and.b32  	%r891, %r890, 255;
-	or.b32  	%r892, %r891, 32512;
-	setp.nan.f32 	%p222, %f552, %f552;
-	selp.b32 	%r223, %r892, %r890, %p222;
-	mov.b32 	%f185, %r1167;
-	@%p219 bra 	$L__BB1_251;
-	bra.uni 	$L__BB1_250;
-$L__BB1_251:
-	mul.f32 	%f553, %f32, %f185;
-	bra.uni 	$L__BB1_252;
-$L__BB1_250:
-	div.rn.f32 	%f553, %f185, %f31;
-$L__BB1_252:
-	mov.b32 	%f189, %r1166;
-	@%p219 bra 	$L__BB1_254;
-	bra.uni 	$L__BB1_253;
-$L__BB1_254:
-	mul.f32 	%f554, %f32, %f189;
-	bra.uni 	$L__BB1_255;
-$L__BB1_253:
-	div.rn.f32 	%f554, %f189, %f31;
-$L__BB1_255:
-	mov.f32 	%f420, 0fC3E00000;
-	max.f32 	%f421, %f553, %f420;
-	mov.f32 	%f422, 0f43E00000;
-	min.f32 	%f419, %f421, %f422;
-	max.f32 	%f423, %f554, %f420;
-	min.f32 	%f418, %f423, %f422;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs30, %f418, %f419;
-	// end inline asm
-	cvt.u32.u16 	%r893, %rs30;
-	and.b32  	%r894, %r893, 65280;
-	or.b32  	%r895, %r894, 127;
-	setp.nan.f32 	%p225, %f553, %f553;
-	selp.b32 	%r896, %r895, %r893, %p225;
-	and.b32  	%r897, %r896, 255;
-	or.b32  	%r898, %r897, 32512;
-	setp.nan.f32 	%p226, %f554, %f554;
-	selp.b32 	%r899, %r898, %r896, %p226;
-	shl.b32 	%r900, %r899, 16;
-	or.b32  	%r901, %r900, %r223;
-	st.global.u32 	[%rd86], %r901;
-$L__BB1_256:
-	ld.param.u64 	%rd459, [%rd99+24];
-	setp.ge.s64 	%p227, %rd58, %rd459;
-	ld.param.u64 	%rd87, [%rd99+32];
-	setp.ge.s64 	%p228, %rd268, %rd87;
-	or.pred  	%p229, %p227, %p228;
-	@%p229 bra 	$L__BB1_270;
-	setp.eq.s32 	%p230, %r1, 1;
-	mul.lo.s64 	%rd466, %rd87, %rd58;
-	add.s64 	%rd470, %rd466, %rd268;
-	add.s64 	%rd88, %rd7, %rd470;
-	mov.b32 	%f193, %r1174;
-	@%p230 bra 	$L__BB1_259;
-	bra.uni 	$L__BB1_258;
-$L__BB1_259:
-	mul.f32 	%f555, %f32, %f193;
-	bra.uni 	$L__BB1_260;
-$L__BB1_258:
-	div.rn.f32 	%f555, %f193, %f31;
-$L__BB1_260:
-	mov.b32 	%f197, %r1173;
-	@%p230 bra 	$L__BB1_262;
-	bra.uni 	$L__BB1_261;
-$L__BB1_262:
-	mul.f32 	%f556, %f32, %f197;
-	bra.uni 	$L__BB1_263;
-$L__BB1_261:
-	div.rn.f32 	%f556, %f197, %f31;
-$L__BB1_263:
-	mov.f32 	%f426, 0fC3E00000;
-	max.f32 	%f427, %f555, %f426;
-	mov.f32 	%f428, 0f43E00000;
-	min.f32 	%f425, %f427, %f428;
-	max.f32 	%f429, %f556, %f426;
-	min.f32 	%f424, %f429, %f428;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs31, %f424, %f425;
-	// end inline asm
-	cvt.u32.u16 	%r916, %rs31;
-	and.b32  	%r917, %r916, 65280;
-	or.b32  	%r918, %r917, 127;
-	setp.nan.f32 	%p232, %f555, %f555;
-	selp.b32 	%r919, %r918, %r916, %p232;
-	and.b32  	%r920, %r919, 255;
-	or.b32  	%r921, %r920, 32512;
-	setp.nan.f32 	%p233, %f556, %f556;
-	selp.b32 	%r224, %r921, %r919, %p233;
-	mov.b32 	%f201, %r1172;
-	@%p230 bra 	$L__BB1_265;
-	bra.uni 	$L__BB1_264;
-$L__BB1_265:
-	mul.f32 	%f557, %f32, %f201;
-	bra.uni 	$L__BB1_266;
-$L__BB1_264:
-	div.rn.f32 	%f557, %f201, %f31;
-$L__BB1_266:
-	mov.b32 	%f205, %r1171;
-	@%p230 bra 	$L__BB1_268;
-	bra.uni 	$L__BB1_267;
-$L__BB1_268:
-	mul.f32 	%f558, %f32, %f205;
-	bra.uni 	$L__BB1_269;
-$L__BB1_267:
-	div.rn.f32 	%f558, %f205, %f31;
-$L__BB1_269:
-	mov.f32 	%f432, 0fC3E00000;
-	max.f32 	%f433, %f557, %f432;
-	mov.f32 	%f434, 0f43E00000;
-	min.f32 	%f431, %f433, %f434;
-	max.f32 	%f435, %f558, %f432;
-	min.f32 	%f430, %f435, %f434;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs32, %f430, %f431;
-	// end inline asm
-	cvt.u32.u16 	%r922, %rs32;
-	and.b32  	%r923, %r922, 65280;
-	or.b32  	%r924, %r923, 127;
-	setp.nan.f32 	%p236, %f557, %f557;
-	selp.b32 	%r925, %r924, %r922, %p236;
-	and.b32  	%r926, %r925, 255;
-	or.b32  	%r927, %r926, 32512;
-	setp.nan.f32 	%p237, %f558, %f558;
-	selp.b32 	%r928, %r927, %r925, %p237;
-	shl.b32 	%r929, %r928, 16;
-	or.b32  	%r930, %r929, %r224;
-	st.global.u32 	[%rd88], %r930;
-$L__BB1_270:
-	ld.param.u64 	%rd476, [%rd99+24];
-	setp.ge.s64 	%p238, %rd60, %rd476;
-	ld.param.u64 	%rd89, [%rd99+32];
-	setp.ge.s64 	%p239, %rd268, %rd89;
-	or.pred  	%p240, %p238, %p239;
-	@%p240 bra 	$L__BB1_284;
-	setp.eq.s32 	%p241, %r1, 1;
-	mul.lo.s64 	%rd483, %rd89, %rd60;
-	add.s64 	%rd487, %rd483, %rd268;
-	add.s64 	%rd90, %rd7, %rd487;
-	mov.b32 	%f209, %r1179;
-	@%p241 bra 	$L__BB1_273;
-	bra.uni 	$L__BB1_272;
-$L__BB1_273:
-	mul.f32 	%f559, %f32, %f209;
-	bra.uni 	$L__BB1_274;
-$L__BB1_272:
-	div.rn.f32 	%f559, %f209, %f31;
-$L__BB1_274:
-	mov.b32 	%f213, %r1178;
-	@%p241 bra 	$L__BB1_276;
-	bra.uni 	$L__BB1_275;
-$L__BB1_276:
-	mul.f32 	%f560, %f32, %f213;
-	bra.uni 	$L__BB1_277;
-$L__BB1_275:
-	div.rn.f32 	%f560, %f213, %f31;
-$L__BB1_277:
-	mov.f32 	%f438, 0fC3E00000;
-	max.f32 	%f439, %f559, %f438;
-	mov.f32 	%f440, 0f43E00000;
-	min.f32 	%f437, %f439, %f440;
-	max.f32 	%f441, %f560, %f438;
-	min.f32 	%f436, %f441, %f440;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs33, %f436, %f437;
-	// end inline asm
-	cvt.u32.u16 	%r945, %rs33;
-	and.b32  	%r946, %r945, 65280;
-	or.b32  	%r947, %r946, 127;
-	setp.nan.f32 	%p243, %f559, %f559;
-	selp.b32 	%r948, %r947, %r945, %p243;
-	and.b32  	%r949, %r948, 255;
-	or.b32  	%r950, %r949, 32512;
-	setp.nan.f32 	%p244, %f560, %f560;
-	selp.b32 	%r225, %r950, %r948, %p244;
-	mov.b32 	%f217, %r1177;
-	@%p241 bra 	$L__BB1_279;
-	bra.uni 	$L__BB1_278;
-$L__BB1_279:
-	mul.f32 	%f561, %f32, %f217;
-	bra.uni 	$L__BB1_280;
-$L__BB1_278:
-	div.rn.f32 	%f561, %f217, %f31;
-$L__BB1_280:
-	mov.b32 	%f221, %r1176;
-	@%p241 bra 	$L__BB1_282;
-	bra.uni 	$L__BB1_281;
-$L__BB1_282:
-	mul.f32 	%f562, %f32, %f221;
-	bra.uni 	$L__BB1_283;
-$L__BB1_281:
-	div.rn.f32 	%f562, %f221, %f31;
-$L__BB1_283:
-	mov.f32 	%f444, 0fC3E00000;
-	max.f32 	%f445, %f561, %f444;
-	mov.f32 	%f446, 0f43E00000;
-	min.f32 	%f443, %f445, %f446;
-	max.f32 	%f447, %f562, %f444;
-	min.f32 	%f442, %f447, %f446;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs34, %f442, %f443;
-	// end inline asm
-	cvt.u32.u16 	%r951, %rs34;
-	and.b32  	%r952, %r951, 65280;
-	or.b32  	%r953, %r952, 127;
-	setp.nan.f32 	%p247, %f561, %f561;
-	selp.b32 	%r954, %r953, %r951, %p247;
-	and.b32  	%r955, %r954, 255;
-	or.b32  	%r956, %r955, 32512;
-	setp.nan.f32 	%p248, %f562, %f562;
-	selp.b32 	%r957, %r956, %r954, %p248;
-	shl.b32 	%r958, %r957, 16;
-	or.b32  	%r959, %r958, %r225;
-	st.global.u32 	[%rd90], %r959;
-$L__BB1_284:
-	ld.param.u64 	%rd493, [%rd99+24];
-	setp.ge.s64 	%p249, %rd62, %rd493;
-	ld.param.u64 	%rd91, [%rd99+32];
-	setp.ge.s64 	%p250, %rd268, %rd91;
-	or.pred  	%p251, %p249, %p250;
-	@%p251 bra 	$L__BB1_298;
-	setp.eq.s32 	%p252, %r1, 1;
-	mul.lo.s64 	%rd500, %rd91, %rd62;
-	add.s64 	%rd504, %rd500, %rd268;
-	add.s64 	%rd92, %rd7, %rd504;
-	mov.b32 	%f225, %r1184;
-	@%p252 bra 	$L__BB1_287;
-	bra.uni 	$L__BB1_286;
-$L__BB1_287:
-	mul.f32 	%f563, %f32, %f225;
-	bra.uni 	$L__BB1_288;
-$L__BB1_286:
-	div.rn.f32 	%f563, %f225, %f31;
-$L__BB1_288:
-	mov.b32 	%f229, %r1183;
-	@%p252 bra 	$L__BB1_290;
-	bra.uni 	$L__BB1_289;
-$L__BB1_290:
-	mul.f32 	%f564, %f32, %f229;
-	bra.uni 	$L__BB1_291;
-$L__BB1_289:
-	div.rn.f32 	%f564, %f229, %f31;
-$L__BB1_291:
-	mov.f32 	%f450, 0fC3E00000;
-	max.f32 	%f451, %f563, %f450;
-	mov.f32 	%f452, 0f43E00000;
-	min.f32 	%f449, %f451, %f452;
-	max.f32 	%f453, %f564, %f450;
-	min.f32 	%f448, %f453, %f452;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs35, %f448, %f449;
-	// end inline asm
-	cvt.u32.u16 	%r974, %rs35;
-	and.b32  	%r975, %r974, 65280;
-	or.b32  	%r976, %r975, 127;
-	setp.nan.f32 	%p254, %f563, %f563;
-	selp.b32 	%r977, %r976, %r974, %p254;
-	and.b32  	%r978, %r977, 255;
-	or.b32  	%r979, %r978, 32512;
-	setp.nan.f32 	%p255, %f564, %f564;
-	selp.b32 	%r226, %r979, %r977, %p255;
-	mov.b32 	%f233, %r1182;
-	@%p252 bra 	$L__BB1_293;
-	bra.uni 	$L__BB1_292;
-$L__BB1_293:
-	mul.f32 	%f565, %f32, %f233;
-	bra.uni 	$L__BB1_294;
-$L__BB1_292:
-	div.rn.f32 	%f565, %f233, %f31;
-$L__BB1_294:
-	mov.b32 	%f237, %r1181;
-	@%p252 bra 	$L__BB1_296;
-	bra.uni 	$L__BB1_295;
-$L__BB1_296:
-	mul.f32 	%f566, %f32, %f237;
-	bra.uni 	$L__BB1_297;
-$L__BB1_295:
-	div.rn.f32 	%f566, %f237, %f31;
-$L__BB1_297:
-	mov.f32 	%f456, 0fC3E00000;
-	max.f32 	%f457, %f565, %f456;
-	mov.f32 	%f458, 0f43E00000;
-	min.f32 	%f455, %f457, %f458;
-	max.f32 	%f459, %f566, %f456;
-	min.f32 	%f454, %f459, %f458;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs36, %f454, %f455;
-	// end inline asm
-	cvt.u32.u16 	%r980, %rs36;
-	and.b32  	%r981, %r980, 65280;
-	or.b32  	%r982, %r981, 127;
-	setp.nan.f32 	%p258, %f565, %f565;
-	selp.b32 	%r983, %r982, %r980, %p258;
-	and.b32  	%r984, %r983, 255;
-	or.b32  	%r985, %r984, 32512;
-	setp.nan.f32 	%p259, %f566, %f566;
-	selp.b32 	%r986, %r985, %r983, %p259;
-	shl.b32 	%r987, %r986, 16;
-	or.b32  	%r988, %r987, %r226;
-	st.global.u32 	[%rd92], %r988;
-$L__BB1_298:
-	ld.param.u64 	%rd510, [%rd99+24];
-	setp.ge.s64 	%p260, %rd239, %rd510;
-	ld.param.u64 	%rd93, [%rd99+32];
-	setp.ge.s64 	%p261, %rd268, %rd93;
-	or.pred  	%p262, %p260, %p261;
-	@%p262 bra 	$L__BB1_312;
-	setp.eq.s32 	%p263, %r1, 1;
-	mul.lo.s64 	%rd517, %rd93, %rd239;
-	add.s64 	%rd521, %rd517, %rd268;
-	add.s64 	%rd94, %rd7, %rd521;
-	mov.b32 	%f241, %r1189;
-	@%p263 bra 	$L__BB1_301;
-	bra.uni 	$L__BB1_300;
-$L__BB1_301:
-	mul.f32 	%f567, %f32, %f241;
-	bra.uni 	$L__BB1_302;
-$L__BB1_300:
-	div.rn.f32 	%f567, %f241, %f31;
-$L__BB1_302:
-	mov.b32 	%f245, %r1188;
-	@%p263 bra 	$L__BB1_304;
-	bra.uni 	$L__BB1_303;
-$L__BB1_304:
-	mul.f32 	%f568, %f32, %f245;
-	bra.uni 	$L__BB1_305;
-$L__BB1_303:
-	div.rn.f32 	%f568, %f245, %f31;
-$L__BB1_305:
-	mov.f32 	%f462, 0fC3E00000;
-	max.f32 	%f463, %f567, %f462;
-	mov.f32 	%f464, 0f43E00000;
-	min.f32 	%f461, %f463, %f464;
-	max.f32 	%f465, %f568, %f462;
-	min.f32 	%f460, %f465, %f464;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs37, %f460, %f461;
-	// end inline asm
-	cvt.u32.u16 	%r1003, %rs37;
-	and.b32  	%r1004, %r1003, 65280;
-	or.b32  	%r1005, %r1004, 127;
-	setp.nan.f32 	%p265, %f567, %f567;
-	selp.b32 	%r1006, %r1005, %r1003, %p265;
-	and.b32  	%r1007, %r1006, 255;
-	or.b32  	%r1008, %r1007, 32512;
-	setp.nan.f32 	%p266, %f568, %f568;
-	selp.b32 	%r227, %r1008, %r1006, %p266;
-	mov.b32 	%f249, %r1187;
-	@%p263 bra 	$L__BB1_307;
-	bra.uni 	$L__BB1_306;
-$L__BB1_307:
-	mul.f32 	%f569, %f32, %f249;
-	bra.uni 	$L__BB1_308;
-$L__BB1_306:
-	div.rn.f32 	%f569, %f249, %f31;
-$L__BB1_308:
-	mov.b32 	%f253, %r1186;
-	@%p263 bra 	$L__BB1_310;
-	bra.uni 	$L__BB1_309;
-$L__BB1_310:
-	mul.f32 	%f570, %f32, %f253;
-	bra.uni 	$L__BB1_311;
-$L__BB1_309:
-	div.rn.f32 	%f570, %f253, %f31;
-$L__BB1_311:
-	mov.f32 	%f468, 0fC3E00000;
-	max.f32 	%f469, %f569, %f468;
-	mov.f32 	%f470, 0f43E00000;
-	min.f32 	%f467, %f469, %f470;
-	max.f32 	%f471, %f570, %f468;
-	min.f32 	%f466, %f471, %f470;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs38, %f466, %f467;
-	// end inline asm
-	cvt.u32.u16 	%r1009, %rs38;
-	and.b32  	%r1010, %r1009, 65280;
-	or.b32  	%r1011, %r1010, 127;
-	setp.nan.f32 	%p269, %f569, %f569;
-	selp.b32 	%r1012, %r1011, %r1009, %p269;
-	and.b32  	%r1013, %r1012, 255;
-	or.b32  	%r1014, %r1013, 32512;
-	setp.nan.f32 	%p270, %f570, %f570;
-	selp.b32 	%r1015, %r1014, %r1012, %p270;
-	shl.b32 	%r1016, %r1015, 16;
-	or.b32  	%r1017, %r1016, %r227;
-	st.global.u32 	[%rd94], %r1017;
-$L__BB1_312:
-	ld.param.u64 	%rd527, [%rd99+24];
-	setp.ge.s64 	%p271, %rd249, %rd527;
-	ld.param.u64 	%rd95, [%rd99+32];
-	setp.ge.s64 	%p272, %rd268, %rd95;
-	or.pred  	%p273, %p271, %p272;
-	@%p273 bra 	$L__BB1_326;
-	setp.eq.s32 	%p274, %r1, 1;
-	mul.lo.s64 	%rd534, %rd95, %rd249;
-	add.s64 	%rd538, %rd534, %rd268;
-	add.s64 	%rd96, %rd7, %rd538;
-	@%p274 bra 	$L__BB1_315;
-	bra.uni 	$L__BB1_314;
-$L__BB1_315:
-	mul.f32 	%f571, %f32, %f510;
-	bra.uni 	$L__BB1_316;
-$L__BB1_314:
-	div.rn.f32 	%f571, %f510, %f31;
-$L__BB1_316:
-	@%p274 bra 	$L__BB1_318;
-	bra.uni 	$L__BB1_317;
-$L__BB1_318:
-	mul.f32 	%f572, %f32, %f509;
-	bra.uni 	$L__BB1_319;
-$L__BB1_317:
-	div.rn.f32 	%f572, %f509, %f31;
-$L__BB1_319:
-	mov.f32 	%f474, 0fC3E00000;
-	max.f32 	%f475, %f571, %f474;
-	mov.f32 	%f476, 0f43E00000;
-	min.f32 	%f473, %f475, %f476;
-	max.f32 	%f477, %f572, %f474;
-	min.f32 	%f472, %f477, %f476;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs39, %f472, %f473;
-	// end inline asm
-	cvt.u32.u16 	%r1032, %rs39;
-	and.b32  	%r1033, %r1032, 65280;
-	or.b32  	%r1034, %r1033, 127;
-	setp.nan.f32 	%p276, %f571, %f571;
-	selp.b32 	%r1035, %r1034, %r1032, %p276;
-	and.b32  	%r1036, %r1035, 255;
-	or.b32  	%r1037, %r1036, 32512;
-	setp.nan.f32 	%p277, %f572, %f572;
-	selp.b32 	%r228, %r1037, %r1035, %p277;
-	@%p274 bra 	$L__BB1_321;
-	bra.uni 	$L__BB1_320;
-$L__BB1_321:
-	mul.f32 	%f573, %f32, %f508;
-	bra.uni 	$L__BB1_322;
-$L__BB1_320:
-	div.rn.f32 	%f573, %f508, %f31;
-$L__BB1_322:
-	@%p274 bra 	$L__BB1_324;
-	bra.uni 	$L__BB1_323;
-$L__BB1_324:
-	mul.f32 	%f574, %f32, %f507;
-	bra.uni 	$L__BB1_325;
-$L__BB1_323:
-	div.rn.f32 	%f574, %f507, %f31;
-$L__BB1_325:
-	mov.f32 	%f480, 0fC3E00000;
-	max.f32 	%f481, %f573, %f480;
-	mov.f32 	%f482, 0f43E00000;
-	min.f32 	%f479, %f481, %f482;
-	max.f32 	%f483, %f574, %f480;
-	min.f32 	%f478, %f483, %f482;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs40, %f478, %f479;
-	// end inline asm
-	cvt.u32.u16 	%r1038, %rs40;
-	and.b32  	%r1039, %r1038, 65280;
-	or.b32  	%r1040, %r1039, 127;
-	setp.nan.f32 	%p280, %f573, %f573;
-	selp.b32 	%r1041, %r1040, %r1038, %p280;
-	and.b32  	%r1042, %r1041, 255;
-	or.b32  	%r1043, %r1042, 32512;
-	setp.nan.f32 	%p281, %f574, %f574;
-	selp.b32 	%r1044, %r1043, %r1041, %p281;
-	shl.b32 	%r1045, %r1044, 16;
-	or.b32  	%r1046, %r1045, %r228;
-	st.global.u32 	[%rd96], %r1046;
-$L__BB1_326:
-	ld.param.u64 	%rd544, [%rd99+24];
-	setp.ge.s64 	%p282, %rd263, %rd544;
-	ld.param.u64 	%rd97, [%rd99+32];
-	setp.ge.s64 	%p283, %rd268, %rd97;
-	or.pred  	%p284, %p282, %p283;
-	@%p284 bra 	$L__BB1_340;
-	setp.eq.s32 	%p285, %r1, 1;
-	mul.lo.s64 	%rd551, %rd97, %rd263;
-	add.s64 	%rd555, %rd551, %rd268;
-	add.s64 	%rd98, %rd7, %rd555;
-	@%p285 bra 	$L__BB1_329;
-	bra.uni 	$L__BB1_328;
-$L__BB1_329:
-	mul.f32 	%f575, %f32, %f514;
-	bra.uni 	$L__BB1_330;
-$L__BB1_328:
-	div.rn.f32 	%f575, %f514, %f31;
-$L__BB1_330:
-	@%p285 bra 	$L__BB1_332;
-	bra.uni 	$L__BB1_331;
-$L__BB1_332:
-	mul.f32 	%f576, %f32, %f513;
-	bra.uni 	$L__BB1_333;
-$L__BB1_331:
-	div.rn.f32 	%f576, %f513, %f31;
-$L__BB1_333:
-	mov.f32 	%f486, 0fC3E00000;
-	max.f32 	%f487, %f575, %f486;
-	mov.f32 	%f488, 0f43E00000;
-	min.f32 	%f485, %f487, %f488;
-	max.f32 	%f489, %f576, %f486;
-	min.f32 	%f484, %f489, %f488;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs41, %f484, %f485;
-	// end inline asm
-	cvt.u32.u16 	%r1061, %rs41;
-	and.b32  	%r1062, %r1061, 65280;
-	or.b32  	%r1063, %r1062, 127;
-	setp.nan.f32 	%p287, %f575, %f575;
-	selp.b32 	%r1064, %r1063, %r1061, %p287;
-	and.b32  	%r1065, %r1064, 255;
-	or.b32  	%r1066, %r1065, 32512;
-	setp.nan.f32 	%p288, %f576, %f576;
-	selp.b32 	%r229, %r1066, %r1064, %p288;
-	@%p285 bra 	$L__BB1_335;
-	bra.uni 	$L__BB1_334;
-$L__BB1_335:
-	mul.f32 	%f577, %f32, %f512;
-	bra.uni 	$L__BB1_336;
-$L__BB1_334:
-	div.rn.f32 	%f577, %f512, %f31;
-$L__BB1_336:
-	@%p285 bra 	$L__BB1_338;
-	bra.uni 	$L__BB1_337;
-$L__BB1_338:
-	mul.f32 	%f578, %f32, %f511;
-	bra.uni 	$L__BB1_339;
-$L__BB1_337:
-	div.rn.f32 	%f578, %f511, %f31;
-$L__BB1_339:
-	mov.f32 	%f492, 0fC3E00000;
-	max.f32 	%f493, %f577, %f492;
-	mov.f32 	%f494, 0f43E00000;
-	min.f32 	%f491, %f493, %f494;
-	max.f32 	%f495, %f578, %f492;
-	min.f32 	%f490, %f495, %f494;
-	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs42, %f490, %f491;
-	// end inline asm
-	cvt.u32.u16 	%r1067, %rs42;
-	and.b32  	%r1068, %r1067, 65280;
-	or.b32  	%r1069, %r1068, 127;
-	setp.nan.f32 	%p291, %f577, %f577;
-	selp.b32 	%r1070, %r1069, %r1067, %p291;
-	and.b32  	%r1071, %r1070, 255;
-	or.b32  	%r1072, %r1071, 32512;
-	setp.nan.f32 	%p292, %f578, %f578;
-	selp.b32 	%r1073, %r1072, %r1070, %p292;
-	shl.b32 	%r1074, %r1073, 16;
-	or.b32  	%r1075, %r1074, %r229;
-	st.global.u32 	[%rd98], %r1075;
-	bra.uni 	$L__BB1_340;
-}
-	// .globl	ws_fp8_rows
-.visible .entry ws_fp8_rows(
-	.param .align 8 .b8 ws_fp8_rows_param_0[48]
-)
-.maxntid 256, 1, 1
-{
-	.reg .pred 	%p<100>;
-	.reg .b16 	%rs<41>;
-	.reg .f32 	%f<177>;
-	.reg .b32 	%r<656>;
-	.reg .b64 	%rd<212>;
-	// demoted variable
-	.shared .align 4 .b8 _ZZ7ws_rowsILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red[32];
-	// demoted variable
-	.shared .align 4 .b8 _ZZ7ws_rowsILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red[32];
-	mov.b64 	%rd92, ws_fp8_rows_param_0;
-	add.s64 	%rd1, %rd92, 40;
-	ld.param.u32 	%r41, [ws_fp8_rows_param_0+40];
-	setp.eq.s32 	%p1, %r41, 1;
-	ld.param.u64 	%rd2, [ws_fp8_rows_param_0+32];
-	@%p1 bra 	$L__BB2_43;
-	bra.uni 	$L__BB2_1;
-$L__BB2_43:
-	and.b64  	%rd149, %rd2, 7;
-	setp.ne.s64 	%p60, %rd149, 0;
-	mov.u16 	%rs40, 0;
-	@%p60 bra 	$L__BB2_46;
-	ld.param.u8 	%rs29, [%rd1+-40];
-	and.b16  	%rs30, %rs29, 15;
-	setp.ne.s16 	%p61, %rs30, 0;
-	@%p61 bra 	$L__BB2_46;
-	ld.param.u8 	%rs31, [%rd1+-32];
-	and.b16  	%rs32, %rs31, 7;
-	setp.eq.s16 	%p62, %rs32, 0;
-	selp.u16 	%rs40, 1, 0, %p62;
-$L__BB2_46:
-	ld.param.u64 	%rd48, [%rd1+-8];
-	mov.u32 	%r343, %ctaid.x;
-	cvt.u64.u32 	%rd49, %r343;
-	ld.param.u64 	%rd50, [%rd1+-16];
-	setp.le.s64 	%p63, %rd50, %rd49;
-	@%p63 bra 	$L__BB2_80;
-	ld.param.u64 	%rd51, [%rd1+-40];
-	mov.u64 	%rd202, 0;
-	ld.param.u64 	%rd52, [%rd1+-24];
-	ld.param.u64 	%rd53, [%rd1+-32];
-	mov.u32 	%r344, %nctaid.x;
-	mov.u32 	%r346, %tid.x;
-	cvta.to.global.u64 	%rd178, %rd52;
-	mov.u64 	%rd203, %rd49;
-$L__BB2_48:
-	cvt.u64.u32 	%rd151, %r344;
-	mul.lo.s64 	%rd152, %rd48, %rd151;
-	mul.lo.s64 	%rd153, %rd152, %rd202;
-	add.s64 	%rd155, %rd49, 1;
-	mul.lo.s64 	%rd156, %rd48, %rd155;
-	add.s64 	%rd157, %rd156, %rd153;
-	shr.u64 	%rd158, %rd157, 3;
-	cvt.u64.u32 	%rd159, %r346;
-	not.b64 	%rd160, %rd159;
-	add.s64 	%rd161, %rd158, %rd160;
-	mul.lo.s64 	%rd162, %rd48, %rd49;
-	add.s64 	%rd163, %rd162, %rd153;
-	shr.u64 	%rd164, %rd163, 3;
-	sub.s64 	%rd56, %rd161, %rd164;
-	shr.u64 	%rd165, %rd56, 8;
-	add.s64 	%rd57, %rd165, 1;
-	mul.lo.s64 	%rd58, %rd203, %rd48;
-	add.s64 	%rd59, %rd58, %rd48;
-	setp.eq.s16 	%p64, %rs40, 0;
-	@%p64 bra 	$L__BB2_57;
-	shr.u64 	%rd166, %rd58, 3;
-	add.s64 	%rd206, %rd166, %rd159;
-	shr.u64 	%rd168, %rd59, 3;
-	setp.ge.u64 	%p65, %rd206, %rd168;
-	mov.u32 	%r653, 0;
-	@%p65 bra 	$L__BB2_63;
-	and.b64  	%rd61, %rd57, 3;
-	setp.lt.u64 	%p66, %rd56, 768;
-	mov.u32 	%r653, 0;
-	@%p66 bra 	$L__BB2_53;
-	sub.s64 	%rd205, %rd57, %rd61;
-	cvta.to.global.u64 	%rd63, %rd51;
-	mov.u32 	%r653, 0;
-$L__BB2_52:
-	shl.b64 	%rd169, %rd206, 4;
-	add.s64 	%rd170, %rd63, %rd169;
-	ld.global.v4.u32 	{%r352, %r353, %r354, %r355}, [%rd170];
-	and.b32  	%r360, %r352, 2147450879;
-	and.b32  	%r361, %r353, 2147450879;
-	and.b32  	%r362, %r352, 32767;
-	and.b32  	%r363, %r353, 32767;
+	and.b32  	%r360, %r1398, 2147450879;
+	and.b32  	%r361, %r1397, 2147450879;
+	and.b32  	%r362, %r1398, 32767;
+	and.b32  	%r363, %r1397, 32767;
 	max.u32 	%r364, %r362, %r363;
 	max.u32 	%r365, %r360, %r361;
 	and.b32  	%r366, %r365, 2147418112;
 	or.b32  	%r367, %r366, %r364;
-	and.b32  	%r368, %r354, 2147450879;
-	and.b32  	%r369, %r355, 2147450879;
-	and.b32  	%r370, %r354, 32767;
-	and.b32  	%r371, %r355, 32767;
+	and.b32  	%r368, %r1396, 2147450879;
+	and.b32  	%r369, %r1395, 2147450879;
+	and.b32  	%r370, %r1396, 32767;
+	and.b32  	%r371, %r1395, 32767;
 	max.u32 	%r372, %r370, %r371;
 	max.u32 	%r373, %r368, %r369;
 	and.b32  	%r374, %r373, 2147418112;
@@ -4826,1044 +840,14598 @@ $L__BB2_52:
 	shr.u32 	%r378, %r377, 16;
 	max.u32 	%r379, %r376, %r378;
 	shl.b32 	%r380, %r379, 16;
-	max.u32 	%r381, %r653, %r380;
-	ld.global.v4.u32 	{%r382, %r383, %r384, %r385}, [%rd170+4096];
-	and.b32  	%r390, %r382, 2147450879;
-	and.b32  	%r391, %r383, 2147450879;
-	and.b32  	%r392, %r382, 32767;
-	and.b32  	%r393, %r383, 32767;
-	max.u32 	%r394, %r392, %r393;
-	max.u32 	%r395, %r390, %r391;
-	and.b32  	%r396, %r395, 2147418112;
-	or.b32  	%r397, %r396, %r394;
-	and.b32  	%r398, %r384, 2147450879;
-	and.b32  	%r399, %r385, 2147450879;
-	and.b32  	%r400, %r384, 32767;
-	and.b32  	%r401, %r385, 32767;
+	max.u32 	%r1374, %r1374, %r380;
+$L__BB0_75:
+	mov.u32 	%r383, %tid.x;
+	shr.u32 	%r384, %r383, 4;
+	cvt.u64.u32 	%rd409, %r384;
+	add.s64 	%rd410, %rd1, %rd409;
+	add.s64 	%rd411, %rd410, 112;
+	ld.param.u64 	%rd412, [%rd3+-20];
+	setp.ge.s64 	%p52, %rd411, %rd412;
+	ld.param.u64 	%rd413, [%rd3+-12];
+	setp.ge.s64 	%p53, %rd10, %rd413;
+	or.pred  	%p54, %p52, %p53;
+	@%p54 bra 	$L__BB0_85;
+	ld.param.u64 	%rd116, [%rd3+20];
+	add.s64 	%rd417, %rd116, %rd410;
+	add.s64 	%rd909, %rd417, 112;
+	ld.param.u64 	%rd118, [%rd3+36];
+	setp.eq.s64 	%p55, %rd118, 0;
+	@%p55 bra 	$L__BB0_84;
+	add.s64 	%rd422, %rd417, 112;
+	or.b64  	%rd423, %rd422, %rd118;
+	and.b64  	%rd424, %rd423, -4294967296;
+	setp.eq.s64 	%p56, %rd424, 0;
+	@%p56 bra 	$L__BB0_79;
+	rem.s64 	%rd906, %rd422, %rd118;
+	bra.uni 	$L__BB0_80;
+$L__BB0_79:
+	cvt.u32.u64 	%r394, %rd118;
+	shl.b32 	%r396, %r134, 7;
+	cvt.u64.u32 	%rd430, %r396;
+	add.s64 	%rd432, %rd430, %rd409;
+	add.s64 	%rd433, %rd116, %rd432;
+	add.s64 	%rd434, %rd433, 112;
+	cvt.u32.u64 	%r399, %rd434;
+	rem.u32 	%r400, %r399, %r394;
+	cvt.u64.u32 	%rd906, %r400;
+$L__BB0_80:
+	shr.u64 	%rd435, %rd118, 63;
+	add.s64 	%rd436, %rd118, %rd435;
+	shr.s64 	%rd122, %rd436, 1;
+	or.b64  	%rd437, %rd906, %rd122;
+	and.b64  	%rd438, %rd437, -4294967296;
+	setp.eq.s64 	%p57, %rd438, 0;
+	@%p57 bra 	$L__BB0_82;
+	div.s64 	%rd907, %rd906, %rd122;
+	mul.lo.s64 	%rd439, %rd907, %rd122;
+	sub.s64 	%rd908, %rd906, %rd439;
+	bra.uni 	$L__BB0_83;
+$L__BB0_82:
+	cvt.u32.u64 	%r401, %rd122;
+	cvt.u32.u64 	%r402, %rd906;
+	div.u32 	%r403, %r402, %r401;
+	mul.lo.s32 	%r404, %r403, %r401;
+	sub.s32 	%r405, %r402, %r404;
+	cvt.u64.u32 	%rd907, %r403;
+	cvt.u64.u32 	%rd908, %r405;
+$L__BB0_83:
+	shl.b64 	%rd440, %rd908, 1;
+	sub.s64 	%rd446, %rd422, %rd906;
+	add.s64 	%rd447, %rd446, %rd440;
+	add.s64 	%rd909, %rd447, %rd907;
+$L__BB0_84:
+	ld.param.u64 	%rd450, [%rd253+56];
+	mul.lo.s64 	%rd451, %rd450, %rd909;
+	shl.b32 	%r415, %r383, 3;
+	and.b32  	%r416, %r415, 120;
+	cvt.u64.u32 	%rd453, %r416;
+	or.b64  	%rd454, %rd2, %rd453;
+	ld.param.u64 	%rd455, [%rd253+72];
+	add.s64 	%rd456, %rd455, %rd454;
+	add.s64 	%rd457, %rd456, %rd451;
+	shl.b64 	%rd458, %rd457, 1;
+	add.s64 	%rd448, %rd4, %rd458;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1403,%r1402,%r1401,%r1400}, [%rd448];
+	// end inline asm
+	and.b32  	%r417, %r1403, 2147450879;
+	and.b32  	%r418, %r1402, 2147450879;
+	and.b32  	%r419, %r1403, 32767;
+	and.b32  	%r420, %r1402, 32767;
+	max.u32 	%r421, %r419, %r420;
+	max.u32 	%r422, %r417, %r418;
+	and.b32  	%r423, %r422, 2147418112;
+	or.b32  	%r424, %r423, %r421;
+	and.b32  	%r425, %r1401, 2147450879;
+	and.b32  	%r426, %r1400, 2147450879;
+	and.b32  	%r427, %r1401, 32767;
+	and.b32  	%r428, %r1400, 32767;
+	max.u32 	%r429, %r427, %r428;
+	max.u32 	%r430, %r425, %r426;
+	and.b32  	%r431, %r430, 2147418112;
+	or.b32  	%r432, %r431, %r429;
+	max.u32 	%r433, %r421, %r429;
+	max.u32 	%r434, %r424, %r432;
+	shr.u32 	%r435, %r434, 16;
+	max.u32 	%r436, %r433, %r435;
+	shl.b32 	%r437, %r436, 16;
+	max.u32 	%r1374, %r1374, %r437;
+$L__BB0_85:
+	mov.u32 	%r438, -1;
+	redux.sync.max.u32 %r84, %r1374, %r438;
+	and.b32  	%r440, %r383, 31;
+	setp.ne.s32 	%p58, %r440, 0;
+	@%p58 bra 	$L__BB0_87;
+	shr.u32 	%r442, %r383, 3;
+	and.b32  	%r443, %r442, 536870908;
+	add.s32 	%r445, %r138, %r443;
+	st.shared.u32 	[%r445], %r84;
+$L__BB0_87:
+	bar.sync 	0;
+	ld.shared.u32 	%r447, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+4];
+	ld.shared.u32 	%r448, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red];
+	max.u32 	%r449, %r448, %r447;
+	ld.shared.u32 	%r450, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+8];
+	max.u32 	%r451, %r449, %r450;
+	ld.shared.u32 	%r452, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+12];
+	max.u32 	%r453, %r451, %r452;
+	ld.shared.u32 	%r454, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+16];
+	max.u32 	%r455, %r453, %r454;
+	ld.shared.u32 	%r456, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+20];
+	max.u32 	%r457, %r455, %r456;
+	ld.shared.u32 	%r458, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+24];
+	max.u32 	%r459, %r457, %r458;
+	ld.shared.u32 	%r460, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+28];
+	max.u32 	%r85, %r459, %r460;
+	bar.sync 	0;
+	setp.gt.u32 	%p59, %r85, 2139095040;
+	mov.u32 	%r1405, 2143289344;
+	@%p59 bra 	$L__BB0_93;
+	mov.b32 	%f4, %r85;
+	mov.f32 	%f5, 0f43E00000;
+	div.rn.f32 	%f6, %f4, %f5;
+	mov.b32 	%r86, %f6;
+	setp.eq.s32 	%p60, %r86, 0;
+	mov.u32 	%r1405, 1065353216;
+	@%p60 bra 	$L__BB0_93;
+	setp.ne.s32 	%p61, %r1, 1;
+	setp.eq.s32 	%p62, %r86, 2139095040;
+	or.pred  	%p63, %p62, %p61;
+	mov.u32 	%r1405, %r86;
+	@%p63 bra 	$L__BB0_93;
+	setp.lt.u32 	%p64, %r86, 8388608;
+	mov.u32 	%r1405, 8388608;
+	@%p64 bra 	$L__BB0_93;
+	and.b32  	%r463, %r86, 8388607;
+	setp.eq.s32 	%p65, %r463, 0;
+	mov.u32 	%r1405, %r86;
+	@%p65 bra 	$L__BB0_93;
+	and.b32  	%r464, %r86, 2139095040;
+	add.s32 	%r1405, %r464, 8388608;
+$L__BB0_93:
+	mov.b32 	%f1, %r1405;
+	setp.ne.s32 	%p66, %r383, 0;
+	@%p66 bra 	$L__BB0_95;
+	st.global.u32 	[%rd9], %r1405;
+$L__BB0_95:
+	add.s32 	%r468, %r1405, -226492416;
+	setp.gt.u32 	%p67, %r468, 1677721600;
+	@%p67 bra 	$L__BB0_112;
+	bra.uni 	$L__BB0_96;
+$L__BB0_112:
+	ld.param.u64 	%rd625, [%rd253+8];
+	cvta.to.global.u64 	%rd140, %rd625;
+	ld.param.u64 	%rd629, [%rd253+24];
+	setp.ge.s64 	%p92, %rd410, %rd629;
+	shl.b32 	%r841, %r383, 3;
+	and.b32  	%r842, %r841, 120;
+	cvt.u64.u32 	%rd631, %r842;
+	or.b64  	%rd632, %rd2, %rd631;
+	ld.param.u64 	%rd141, [%rd253+32];
+	setp.le.s64 	%p93, %rd141, %rd632;
+	or.pred  	%p94, %p92, %p93;
+	@%p94 bra 	$L__BB0_114;
+	mul.lo.s64 	%rd636, %rd141, %rd410;
+	add.s64 	%rd640, %rd636, %rd632;
+	add.s64 	%rd641, %rd140, %rd640;
+	shl.b32 	%r849, %r1368, 16;
+	mov.b32 	%f399, %r849;
+	and.b32  	%r850, %r1368, -65536;
+	mov.b32 	%f400, %r850;
+	div.rn.f32 	%f401, %f399, %f1;
+	div.rn.f32 	%f402, %f400, %f1;
+	mov.f32 	%f403, 0fC3E00000;
+	max.f32 	%f404, %f401, %f403;
+	mov.f32 	%f405, 0f43E00000;
+	min.f32 	%f392, %f404, %f405;
+	max.f32 	%f406, %f402, %f403;
+	min.f32 	%f391, %f406, %f405;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs39, %f391, %f392;
+	// end inline asm
+	cvt.u32.u16 	%r851, %rs39;
+	setp.nan.f32 	%p95, %f401, %f401;
+	and.b32  	%r852, %r851, 65280;
+	or.b32  	%r853, %r852, 127;
+	selp.b32 	%r854, %r853, %r851, %p95;
+	setp.nan.f32 	%p96, %f402, %f402;
+	and.b32  	%r855, %r854, 255;
+	or.b32  	%r856, %r855, 32512;
+	selp.b32 	%r857, %r856, %r854, %p96;
+	shl.b32 	%r858, %r1367, 16;
+	mov.b32 	%f407, %r858;
+	and.b32  	%r859, %r1367, -65536;
+	mov.b32 	%f408, %r859;
+	div.rn.f32 	%f409, %f407, %f1;
+	div.rn.f32 	%f410, %f408, %f1;
+	max.f32 	%f411, %f409, %f403;
+	min.f32 	%f394, %f411, %f405;
+	max.f32 	%f412, %f410, %f403;
+	min.f32 	%f393, %f412, %f405;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs40, %f393, %f394;
+	// end inline asm
+	cvt.u32.u16 	%r860, %rs40;
+	setp.nan.f32 	%p97, %f409, %f409;
+	and.b32  	%r861, %r860, 65280;
+	or.b32  	%r862, %r861, 127;
+	selp.b32 	%r863, %r862, %r860, %p97;
+	setp.nan.f32 	%p98, %f410, %f410;
+	and.b32  	%r864, %r863, 255;
+	or.b32  	%r865, %r864, 32512;
+	selp.b32 	%r866, %r865, %r863, %p98;
+	shl.b32 	%r867, %r866, 16;
+	shl.b32 	%r868, %r1366, 16;
+	mov.b32 	%f413, %r868;
+	and.b32  	%r869, %r1366, -65536;
+	mov.b32 	%f414, %r869;
+	div.rn.f32 	%f415, %f413, %f1;
+	div.rn.f32 	%f416, %f414, %f1;
+	max.f32 	%f417, %f415, %f403;
+	min.f32 	%f396, %f417, %f405;
+	max.f32 	%f418, %f416, %f403;
+	min.f32 	%f395, %f418, %f405;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs41, %f395, %f396;
+	// end inline asm
+	cvt.u32.u16 	%r870, %rs41;
+	setp.nan.f32 	%p99, %f415, %f415;
+	and.b32  	%r871, %r870, 65280;
+	or.b32  	%r872, %r871, 127;
+	selp.b32 	%r873, %r872, %r870, %p99;
+	setp.nan.f32 	%p100, %f416, %f416;
+	and.b32  	%r874, %r873, 255;
+	or.b32  	%r875, %r874, 32512;
+	selp.b32 	%r876, %r875, %r873, %p100;
+	shl.b32 	%r877, %r1365, 16;
+	mov.b32 	%f419, %r877;
+	and.b32  	%r878, %r1365, -65536;
+	mov.b32 	%f420, %r878;
+	div.rn.f32 	%f421, %f419, %f1;
+	div.rn.f32 	%f422, %f420, %f1;
+	max.f32 	%f423, %f421, %f403;
+	min.f32 	%f398, %f423, %f405;
+	max.f32 	%f424, %f422, %f403;
+	min.f32 	%f397, %f424, %f405;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs42, %f397, %f398;
+	// end inline asm
+	cvt.u32.u16 	%r879, %rs42;
+	setp.nan.f32 	%p101, %f421, %f421;
+	and.b32  	%r880, %r879, 65280;
+	or.b32  	%r881, %r880, 127;
+	selp.b32 	%r882, %r881, %r879, %p101;
+	setp.nan.f32 	%p102, %f422, %f422;
+	and.b32  	%r883, %r882, 255;
+	or.b32  	%r884, %r883, 32512;
+	selp.b32 	%r885, %r884, %r882, %p102;
+	shl.b32 	%r886, %r885, 16;
+	or.b32  	%r887, %r886, %r876;
+	or.b32  	%r888, %r867, %r857;
+	st.global.v2.u32 	[%rd641], {%r888, %r887};
+$L__BB0_114:
+	add.s64 	%rd646, %rd410, 16;
+	ld.param.u64 	%rd647, [%rd253+24];
+	setp.ge.s64 	%p103, %rd646, %rd647;
+	ld.param.u64 	%rd142, [%rd253+32];
+	setp.le.s64 	%p104, %rd142, %rd632;
+	or.pred  	%p105, %p103, %p104;
+	@%p105 bra 	$L__BB0_116;
+	mul.lo.s64 	%rd655, %rd142, %rd646;
+	add.s64 	%rd659, %rd655, %rd632;
+	add.s64 	%rd660, %rd140, %rd659;
+	shl.b32 	%r901, %r1373, 16;
+	mov.b32 	%f433, %r901;
+	and.b32  	%r902, %r1373, -65536;
+	mov.b32 	%f434, %r902;
+	div.rn.f32 	%f435, %f433, %f1;
+	div.rn.f32 	%f436, %f434, %f1;
+	mov.f32 	%f437, 0fC3E00000;
+	max.f32 	%f438, %f435, %f437;
+	mov.f32 	%f439, 0f43E00000;
+	min.f32 	%f426, %f438, %f439;
+	max.f32 	%f440, %f436, %f437;
+	min.f32 	%f425, %f440, %f439;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs43, %f425, %f426;
+	// end inline asm
+	cvt.u32.u16 	%r903, %rs43;
+	setp.nan.f32 	%p106, %f435, %f435;
+	and.b32  	%r904, %r903, 65280;
+	or.b32  	%r905, %r904, 127;
+	selp.b32 	%r906, %r905, %r903, %p106;
+	setp.nan.f32 	%p107, %f436, %f436;
+	and.b32  	%r907, %r906, 255;
+	or.b32  	%r908, %r907, 32512;
+	selp.b32 	%r909, %r908, %r906, %p107;
+	shl.b32 	%r910, %r1372, 16;
+	mov.b32 	%f441, %r910;
+	and.b32  	%r911, %r1372, -65536;
+	mov.b32 	%f442, %r911;
+	div.rn.f32 	%f443, %f441, %f1;
+	div.rn.f32 	%f444, %f442, %f1;
+	max.f32 	%f445, %f443, %f437;
+	min.f32 	%f428, %f445, %f439;
+	max.f32 	%f446, %f444, %f437;
+	min.f32 	%f427, %f446, %f439;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs44, %f427, %f428;
+	// end inline asm
+	cvt.u32.u16 	%r912, %rs44;
+	setp.nan.f32 	%p108, %f443, %f443;
+	and.b32  	%r913, %r912, 65280;
+	or.b32  	%r914, %r913, 127;
+	selp.b32 	%r915, %r914, %r912, %p108;
+	setp.nan.f32 	%p109, %f444, %f444;
+	and.b32  	%r916, %r915, 255;
+	or.b32  	%r917, %r916, 32512;
+	selp.b32 	%r918, %r917, %r915, %p109;
+	shl.b32 	%r919, %r918, 16;
+	shl.b32 	%r920, %r1371, 16;
+	mov.b32 	%f447, %r920;
+	and.b32  	%r921, %r1371, -65536;
+	mov.b32 	%f448, %r921;
+	div.rn.f32 	%f449, %f447, %f1;
+	div.rn.f32 	%f450, %f448, %f1;
+	max.f32 	%f451, %f449, %f437;
+	min.f32 	%f430, %f451, %f439;
+	max.f32 	%f452, %f450, %f437;
+	min.f32 	%f429, %f452, %f439;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs45, %f429, %f430;
+	// end inline asm
+	cvt.u32.u16 	%r922, %rs45;
+	setp.nan.f32 	%p110, %f449, %f449;
+	and.b32  	%r923, %r922, 65280;
+	or.b32  	%r924, %r923, 127;
+	selp.b32 	%r925, %r924, %r922, %p110;
+	setp.nan.f32 	%p111, %f450, %f450;
+	and.b32  	%r926, %r925, 255;
+	or.b32  	%r927, %r926, 32512;
+	selp.b32 	%r928, %r927, %r925, %p111;
+	shl.b32 	%r929, %r1370, 16;
+	mov.b32 	%f453, %r929;
+	and.b32  	%r930, %r1370, -65536;
+	mov.b32 	%f454, %r930;
+	div.rn.f32 	%f455, %f453, %f1;
+	div.rn.f32 	%f456, %f454, %f1;
+	max.f32 	%f457, %f455, %f437;
+	min.f32 	%f432, %f457, %f439;
+	max.f32 	%f458, %f456, %f437;
+	min.f32 	%f431, %f458, %f439;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs46, %f431, %f432;
+	// end inline asm
+	cvt.u32.u16 	%r931, %rs46;
+	setp.nan.f32 	%p112, %f455, %f455;
+	and.b32  	%r932, %r931, 65280;
+	or.b32  	%r933, %r932, 127;
+	selp.b32 	%r934, %r933, %r931, %p112;
+	setp.nan.f32 	%p113, %f456, %f456;
+	and.b32  	%r935, %r934, 255;
+	or.b32  	%r936, %r935, 32512;
+	selp.b32 	%r937, %r936, %r934, %p113;
+	shl.b32 	%r938, %r937, 16;
+	or.b32  	%r939, %r938, %r928;
+	or.b32  	%r940, %r919, %r909;
+	st.global.v2.u32 	[%rd660], {%r940, %r939};
+$L__BB0_116:
+	add.s64 	%rd665, %rd410, 32;
+	ld.param.u64 	%rd666, [%rd253+24];
+	setp.ge.s64 	%p114, %rd665, %rd666;
+	ld.param.u64 	%rd143, [%rd253+32];
+	setp.le.s64 	%p115, %rd143, %rd632;
+	or.pred  	%p116, %p114, %p115;
+	@%p116 bra 	$L__BB0_118;
+	mul.lo.s64 	%rd674, %rd143, %rd665;
+	add.s64 	%rd678, %rd674, %rd632;
+	add.s64 	%rd679, %rd140, %rd678;
+	shl.b32 	%r953, %r1378, 16;
+	mov.b32 	%f467, %r953;
+	and.b32  	%r954, %r1378, -65536;
+	mov.b32 	%f468, %r954;
+	div.rn.f32 	%f469, %f467, %f1;
+	div.rn.f32 	%f470, %f468, %f1;
+	mov.f32 	%f471, 0fC3E00000;
+	max.f32 	%f472, %f469, %f471;
+	mov.f32 	%f473, 0f43E00000;
+	min.f32 	%f460, %f472, %f473;
+	max.f32 	%f474, %f470, %f471;
+	min.f32 	%f459, %f474, %f473;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs47, %f459, %f460;
+	// end inline asm
+	cvt.u32.u16 	%r955, %rs47;
+	setp.nan.f32 	%p117, %f469, %f469;
+	and.b32  	%r956, %r955, 65280;
+	or.b32  	%r957, %r956, 127;
+	selp.b32 	%r958, %r957, %r955, %p117;
+	setp.nan.f32 	%p118, %f470, %f470;
+	and.b32  	%r959, %r958, 255;
+	or.b32  	%r960, %r959, 32512;
+	selp.b32 	%r961, %r960, %r958, %p118;
+	shl.b32 	%r962, %r1377, 16;
+	mov.b32 	%f475, %r962;
+	and.b32  	%r963, %r1377, -65536;
+	mov.b32 	%f476, %r963;
+	div.rn.f32 	%f477, %f475, %f1;
+	div.rn.f32 	%f478, %f476, %f1;
+	max.f32 	%f479, %f477, %f471;
+	min.f32 	%f462, %f479, %f473;
+	max.f32 	%f480, %f478, %f471;
+	min.f32 	%f461, %f480, %f473;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs48, %f461, %f462;
+	// end inline asm
+	cvt.u32.u16 	%r964, %rs48;
+	setp.nan.f32 	%p119, %f477, %f477;
+	and.b32  	%r965, %r964, 65280;
+	or.b32  	%r966, %r965, 127;
+	selp.b32 	%r967, %r966, %r964, %p119;
+	setp.nan.f32 	%p120, %f478, %f478;
+	and.b32  	%r968, %r967, 255;
+	or.b32  	%r969, %r968, 32512;
+	selp.b32 	%r970, %r969, %r967, %p120;
+	shl.b32 	%r971, %r970, 16;
+	shl.b32 	%r972, %r1376, 16;
+	mov.b32 	%f481, %r972;
+	and.b32  	%r973, %r1376, -65536;
+	mov.b32 	%f482, %r973;
+	div.rn.f32 	%f483, %f481, %f1;
+	div.rn.f32 	%f484, %f482, %f1;
+	max.f32 	%f485, %f483, %f471;
+	min.f32 	%f464, %f485, %f473;
+	max.f32 	%f486, %f484, %f471;
+	min.f32 	%f463, %f486, %f473;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs49, %f463, %f464;
+	// end inline asm
+	cvt.u32.u16 	%r974, %rs49;
+	setp.nan.f32 	%p121, %f483, %f483;
+	and.b32  	%r975, %r974, 65280;
+	or.b32  	%r976, %r975, 127;
+	selp.b32 	%r977, %r976, %r974, %p121;
+	setp.nan.f32 	%p122, %f484, %f484;
+	and.b32  	%r978, %r977, 255;
+	or.b32  	%r979, %r978, 32512;
+	selp.b32 	%r980, %r979, %r977, %p122;
+	shl.b32 	%r981, %r1375, 16;
+	mov.b32 	%f487, %r981;
+	and.b32  	%r982, %r1375, -65536;
+	mov.b32 	%f488, %r982;
+	div.rn.f32 	%f489, %f487, %f1;
+	div.rn.f32 	%f490, %f488, %f1;
+	max.f32 	%f491, %f489, %f471;
+	min.f32 	%f466, %f491, %f473;
+	max.f32 	%f492, %f490, %f471;
+	min.f32 	%f465, %f492, %f473;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs50, %f465, %f466;
+	// end inline asm
+	cvt.u32.u16 	%r983, %rs50;
+	setp.nan.f32 	%p123, %f489, %f489;
+	and.b32  	%r984, %r983, 65280;
+	or.b32  	%r985, %r984, 127;
+	selp.b32 	%r986, %r985, %r983, %p123;
+	setp.nan.f32 	%p124, %f490, %f490;
+	and.b32  	%r987, %r986, 255;
+	or.b32  	%r988, %r987, 32512;
+	selp.b32 	%r989, %r988, %r986, %p124;
+	shl.b32 	%r990, %r989, 16;
+	or.b32  	%r991, %r990, %r980;
+	or.b32  	%r992, %r971, %r961;
+	st.global.v2.u32 	[%rd679], {%r992, %r991};
+$L__BB0_118:
+	add.s64 	%rd684, %rd410, 48;
+	ld.param.u64 	%rd685, [%rd253+24];
+	setp.ge.s64 	%p125, %rd684, %rd685;
+	ld.param.u64 	%rd144, [%rd253+32];
+	setp.le.s64 	%p126, %rd144, %rd632;
+	or.pred  	%p127, %p125, %p126;
+	@%p127 bra 	$L__BB0_120;
+	mul.lo.s64 	%rd693, %rd144, %rd684;
+	add.s64 	%rd697, %rd693, %rd632;
+	add.s64 	%rd698, %rd140, %rd697;
+	shl.b32 	%r1005, %r1383, 16;
+	mov.b32 	%f501, %r1005;
+	and.b32  	%r1006, %r1383, -65536;
+	mov.b32 	%f502, %r1006;
+	div.rn.f32 	%f503, %f501, %f1;
+	div.rn.f32 	%f504, %f502, %f1;
+	mov.f32 	%f505, 0fC3E00000;
+	max.f32 	%f506, %f503, %f505;
+	mov.f32 	%f507, 0f43E00000;
+	min.f32 	%f494, %f506, %f507;
+	max.f32 	%f508, %f504, %f505;
+	min.f32 	%f493, %f508, %f507;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs51, %f493, %f494;
+	// end inline asm
+	cvt.u32.u16 	%r1007, %rs51;
+	setp.nan.f32 	%p128, %f503, %f503;
+	and.b32  	%r1008, %r1007, 65280;
+	or.b32  	%r1009, %r1008, 127;
+	selp.b32 	%r1010, %r1009, %r1007, %p128;
+	setp.nan.f32 	%p129, %f504, %f504;
+	and.b32  	%r1011, %r1010, 255;
+	or.b32  	%r1012, %r1011, 32512;
+	selp.b32 	%r1013, %r1012, %r1010, %p129;
+	shl.b32 	%r1014, %r1382, 16;
+	mov.b32 	%f509, %r1014;
+	and.b32  	%r1015, %r1382, -65536;
+	mov.b32 	%f510, %r1015;
+	div.rn.f32 	%f511, %f509, %f1;
+	div.rn.f32 	%f512, %f510, %f1;
+	max.f32 	%f513, %f511, %f505;
+	min.f32 	%f496, %f513, %f507;
+	max.f32 	%f514, %f512, %f505;
+	min.f32 	%f495, %f514, %f507;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs52, %f495, %f496;
+	// end inline asm
+	cvt.u32.u16 	%r1016, %rs52;
+	setp.nan.f32 	%p130, %f511, %f511;
+	and.b32  	%r1017, %r1016, 65280;
+	or.b32  	%r1018, %r1017, 127;
+	selp.b32 	%r1019, %r1018, %r1016, %p130;
+	setp.nan.f32 	%p131, %f512, %f512;
+	and.b32  	%r1020, %r1019, 255;
+	or.b32  	%r1021, %r1020, 32512;
+	selp.b32 	%r1022, %r1021, %r1019, %p131;
+	shl.b32 	%r1023, %r1022, 16;
+	shl.b32 	%r1024, %r1381, 16;
+	mov.b32 	%f515, %r1024;
+	and.b32  	%r1025, %r1381, -65536;
+	mov.b32 	%f516, %r1025;
+	div.rn.f32 	%f517, %f515, %f1;
+	div.rn.f32 	%f518, %f516, %f1;
+	max.f32 	%f519, %f517, %f505;
+	min.f32 	%f498, %f519, %f507;
+	max.f32 	%f520, %f518, %f505;
+	min.f32 	%f497, %f520, %f507;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs53, %f497, %f498;
+	// end inline asm
+	cvt.u32.u16 	%r1026, %rs53;
+	setp.nan.f32 	%p132, %f517, %f517;
+	and.b32  	%r1027, %r1026, 65280;
+	or.b32  	%r1028, %r1027, 127;
+	selp.b32 	%r1029, %r1028, %r1026, %p132;
+	setp.nan.f32 	%p133, %f518, %f518;
+	and.b32  	%r1030, %r1029, 255;
+	or.b32  	%r1031, %r1030, 32512;
+	selp.b32 	%r1032, %r1031, %r1029, %p133;
+	shl.b32 	%r1033, %r1380, 16;
+	mov.b32 	%f521, %r1033;
+	and.b32  	%r1034, %r1380, -65536;
+	mov.b32 	%f522, %r1034;
+	div.rn.f32 	%f523, %f521, %f1;
+	div.rn.f32 	%f524, %f522, %f1;
+	max.f32 	%f525, %f523, %f505;
+	min.f32 	%f500, %f525, %f507;
+	max.f32 	%f526, %f524, %f505;
+	min.f32 	%f499, %f526, %f507;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs54, %f499, %f500;
+	// end inline asm
+	cvt.u32.u16 	%r1035, %rs54;
+	setp.nan.f32 	%p134, %f523, %f523;
+	and.b32  	%r1036, %r1035, 65280;
+	or.b32  	%r1037, %r1036, 127;
+	selp.b32 	%r1038, %r1037, %r1035, %p134;
+	setp.nan.f32 	%p135, %f524, %f524;
+	and.b32  	%r1039, %r1038, 255;
+	or.b32  	%r1040, %r1039, 32512;
+	selp.b32 	%r1041, %r1040, %r1038, %p135;
+	shl.b32 	%r1042, %r1041, 16;
+	or.b32  	%r1043, %r1042, %r1032;
+	or.b32  	%r1044, %r1023, %r1013;
+	st.global.v2.u32 	[%rd698], {%r1044, %r1043};
+$L__BB0_120:
+	add.s64 	%rd703, %rd410, 64;
+	ld.param.u64 	%rd704, [%rd253+24];
+	setp.ge.s64 	%p136, %rd703, %rd704;
+	ld.param.u64 	%rd145, [%rd253+32];
+	setp.le.s64 	%p137, %rd145, %rd632;
+	or.pred  	%p138, %p136, %p137;
+	@%p138 bra 	$L__BB0_122;
+	mul.lo.s64 	%rd712, %rd145, %rd703;
+	add.s64 	%rd716, %rd712, %rd632;
+	add.s64 	%rd717, %rd140, %rd716;
+	shl.b32 	%r1057, %r1388, 16;
+	mov.b32 	%f535, %r1057;
+	and.b32  	%r1058, %r1388, -65536;
+	mov.b32 	%f536, %r1058;
+	div.rn.f32 	%f537, %f535, %f1;
+	div.rn.f32 	%f538, %f536, %f1;
+	mov.f32 	%f539, 0fC3E00000;
+	max.f32 	%f540, %f537, %f539;
+	mov.f32 	%f541, 0f43E00000;
+	min.f32 	%f528, %f540, %f541;
+	max.f32 	%f542, %f538, %f539;
+	min.f32 	%f527, %f542, %f541;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs55, %f527, %f528;
+	// end inline asm
+	cvt.u32.u16 	%r1059, %rs55;
+	setp.nan.f32 	%p139, %f537, %f537;
+	and.b32  	%r1060, %r1059, 65280;
+	or.b32  	%r1061, %r1060, 127;
+	selp.b32 	%r1062, %r1061, %r1059, %p139;
+	setp.nan.f32 	%p140, %f538, %f538;
+	and.b32  	%r1063, %r1062, 255;
+	or.b32  	%r1064, %r1063, 32512;
+	selp.b32 	%r1065, %r1064, %r1062, %p140;
+	shl.b32 	%r1066, %r1387, 16;
+	mov.b32 	%f543, %r1066;
+	and.b32  	%r1067, %r1387, -65536;
+	mov.b32 	%f544, %r1067;
+	div.rn.f32 	%f545, %f543, %f1;
+	div.rn.f32 	%f546, %f544, %f1;
+	max.f32 	%f547, %f545, %f539;
+	min.f32 	%f530, %f547, %f541;
+	max.f32 	%f548, %f546, %f539;
+	min.f32 	%f529, %f548, %f541;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs56, %f529, %f530;
+	// end inline asm
+	cvt.u32.u16 	%r1068, %rs56;
+	setp.nan.f32 	%p141, %f545, %f545;
+	and.b32  	%r1069, %r1068, 65280;
+	or.b32  	%r1070, %r1069, 127;
+	selp.b32 	%r1071, %r1070, %r1068, %p141;
+	setp.nan.f32 	%p142, %f546, %f546;
+	and.b32  	%r1072, %r1071, 255;
+	or.b32  	%r1073, %r1072, 32512;
+	selp.b32 	%r1074, %r1073, %r1071, %p142;
+	shl.b32 	%r1075, %r1074, 16;
+	shl.b32 	%r1076, %r1386, 16;
+	mov.b32 	%f549, %r1076;
+	and.b32  	%r1077, %r1386, -65536;
+	mov.b32 	%f550, %r1077;
+	div.rn.f32 	%f551, %f549, %f1;
+	div.rn.f32 	%f552, %f550, %f1;
+	max.f32 	%f553, %f551, %f539;
+	min.f32 	%f532, %f553, %f541;
+	max.f32 	%f554, %f552, %f539;
+	min.f32 	%f531, %f554, %f541;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs57, %f531, %f532;
+	// end inline asm
+	cvt.u32.u16 	%r1078, %rs57;
+	setp.nan.f32 	%p143, %f551, %f551;
+	and.b32  	%r1079, %r1078, 65280;
+	or.b32  	%r1080, %r1079, 127;
+	selp.b32 	%r1081, %r1080, %r1078, %p143;
+	setp.nan.f32 	%p144, %f552, %f552;
+	and.b32  	%r1082, %r1081, 255;
+	or.b32  	%r1083, %r1082, 32512;
+	selp.b32 	%r1084, %r1083, %r1081, %p144;
+	shl.b32 	%r1085, %r1385, 16;
+	mov.b32 	%f555, %r1085;
+	and.b32  	%r1086, %r1385, -65536;
+	mov.b32 	%f556, %r1086;
+	div.rn.f32 	%f557, %f555, %f1;
+	div.rn.f32 	%f558, %f556, %f1;
+	max.f32 	%f559, %f557, %f539;
+	min.f32 	%f534, %f559, %f541;
+	max.f32 	%f560, %f558, %f539;
+	min.f32 	%f533, %f560, %f541;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs58, %f533, %f534;
+	// end inline asm
+	cvt.u32.u16 	%r1087, %rs58;
+	setp.nan.f32 	%p145, %f557, %f557;
+	and.b32  	%r1088, %r1087, 65280;
+	or.b32  	%r1089, %r1088, 127;
+	selp.b32 	%r1090, %r1089, %r1087, %p145;
+	setp.nan.f32 	%p146, %f558, %f558;
+	and.b32  	%r1091, %r1090, 255;
+	or.b32  	%r1092, %r1091, 32512;
+	selp.b32 	%r1093, %r1092, %r1090, %p146;
+	shl.b32 	%r1094, %r1093, 16;
+	or.b32  	%r1095, %r1094, %r1084;
+	or.b32  	%r1096, %r1075, %r1065;
+	st.global.v2.u32 	[%rd717], {%r1096, %r1095};
+$L__BB0_122:
+	add.s64 	%rd722, %rd410, 80;
+	ld.param.u64 	%rd723, [%rd253+24];
+	setp.ge.s64 	%p147, %rd722, %rd723;
+	ld.param.u64 	%rd146, [%rd253+32];
+	setp.le.s64 	%p148, %rd146, %rd632;
+	or.pred  	%p149, %p147, %p148;
+	@%p149 bra 	$L__BB0_124;
+	mul.lo.s64 	%rd731, %rd146, %rd722;
+	add.s64 	%rd735, %rd731, %rd632;
+	add.s64 	%rd736, %rd140, %rd735;
+	shl.b32 	%r1109, %r1393, 16;
+	mov.b32 	%f569, %r1109;
+	and.b32  	%r1110, %r1393, -65536;
+	mov.b32 	%f570, %r1110;
+	div.rn.f32 	%f571, %f569, %f1;
+	div.rn.f32 	%f572, %f570, %f1;
+	mov.f32 	%f573, 0fC3E00000;
+	max.f32 	%f574, %f571, %f573;
+	mov.f32 	%f575, 0f43E00000;
+	min.f32 	%f562, %f574, %f575;
+	max.f32 	%f576, %f572, %f573;
+	min.f32 	%f561, %f576, %f575;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs59, %f561, %f562;
+	// end inline asm
+	cvt.u32.u16 	%r1111, %rs59;
+	setp.nan.f32 	%p150, %f571, %f571;
+	and.b32  	%r1112, %r1111, 65280;
+	or.b32  	%r1113, %r1112, 127;
+	selp.b32 	%r1114, %r1113, %r1111, %p150;
+	setp.nan.f32 	%p151, %f572, %f572;
+	and.b32  	%r1115, %r1114, 255;
+	or.b32  	%r1116, %r1115, 32512;
+	selp.b32 	%r1117, %r1116, %r1114, %p151;
+	shl.b32 	%r1118, %r1392, 16;
+	mov.b32 	%f577, %r1118;
+	and.b32  	%r1119, %r1392, -65536;
+	mov.b32 	%f578, %r1119;
+	div.rn.f32 	%f579, %f577, %f1;
+	div.rn.f32 	%f580, %f578, %f1;
+	max.f32 	%f581, %f579, %f573;
+	min.f32 	%f564, %f581, %f575;
+	max.f32 	%f582, %f580, %f573;
+	min.f32 	%f563, %f582, %f575;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs60, %f563, %f564;
+	// end inline asm
+	cvt.u32.u16 	%r1120, %rs60;
+	setp.nan.f32 	%p152, %f579, %f579;
+	and.b32  	%r1121, %r1120, 65280;
+	or.b32  	%r1122, %r1121, 127;
+	selp.b32 	%r1123, %r1122, %r1120, %p152;
+	setp.nan.f32 	%p153, %f580, %f580;
+	and.b32  	%r1124, %r1123, 255;
+	or.b32  	%r1125, %r1124, 32512;
+	selp.b32 	%r1126, %r1125, %r1123, %p153;
+	shl.b32 	%r1127, %r1126, 16;
+	shl.b32 	%r1128, %r1391, 16;
+	mov.b32 	%f583, %r1128;
+	and.b32  	%r1129, %r1391, -65536;
+	mov.b32 	%f584, %r1129;
+	div.rn.f32 	%f585, %f583, %f1;
+	div.rn.f32 	%f586, %f584, %f1;
+	max.f32 	%f587, %f585, %f573;
+	min.f32 	%f566, %f587, %f575;
+	max.f32 	%f588, %f586, %f573;
+	min.f32 	%f565, %f588, %f575;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs61, %f565, %f566;
+	// end inline asm
+	cvt.u32.u16 	%r1130, %rs61;
+	setp.nan.f32 	%p154, %f585, %f585;
+	and.b32  	%r1131, %r1130, 65280;
+	or.b32  	%r1132, %r1131, 127;
+	selp.b32 	%r1133, %r1132, %r1130, %p154;
+	setp.nan.f32 	%p155, %f586, %f586;
+	and.b32  	%r1134, %r1133, 255;
+	or.b32  	%r1135, %r1134, 32512;
+	selp.b32 	%r1136, %r1135, %r1133, %p155;
+	shl.b32 	%r1137, %r1390, 16;
+	mov.b32 	%f589, %r1137;
+	and.b32  	%r1138, %r1390, -65536;
+	mov.b32 	%f590, %r1138;
+	div.rn.f32 	%f591, %f589, %f1;
+	div.rn.f32 	%f592, %f590, %f1;
+	max.f32 	%f593, %f591, %f573;
+	min.f32 	%f568, %f593, %f575;
+	max.f32 	%f594, %f592, %f573;
+	min.f32 	%f567, %f594, %f575;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs62, %f567, %f568;
+	// end inline asm
+	cvt.u32.u16 	%r1139, %rs62;
+	setp.nan.f32 	%p156, %f591, %f591;
+	and.b32  	%r1140, %r1139, 65280;
+	or.b32  	%r1141, %r1140, 127;
+	selp.b32 	%r1142, %r1141, %r1139, %p156;
+	setp.nan.f32 	%p157, %f592, %f592;
+	and.b32  	%r1143, %r1142, 255;
+	or.b32  	%r1144, %r1143, 32512;
+	selp.b32 	%r1145, %r1144, %r1142, %p157;
+	shl.b32 	%r1146, %r1145, 16;
+	or.b32  	%r1147, %r1146, %r1136;
+	or.b32  	%r1148, %r1127, %r1117;
+	st.global.v2.u32 	[%rd736], {%r1148, %r1147};
+$L__BB0_124:
+	add.s64 	%rd741, %rd410, 96;
+	ld.param.u64 	%rd742, [%rd253+24];
+	setp.ge.s64 	%p158, %rd741, %rd742;
+	ld.param.u64 	%rd147, [%rd253+32];
+	setp.le.s64 	%p159, %rd147, %rd632;
+	or.pred  	%p160, %p158, %p159;
+	@%p160 bra 	$L__BB0_126;
+	mul.lo.s64 	%rd750, %rd147, %rd741;
+	add.s64 	%rd754, %rd750, %rd632;
+	add.s64 	%rd755, %rd140, %rd754;
+	shl.b32 	%r1161, %r1398, 16;
+	mov.b32 	%f603, %r1161;
+	and.b32  	%r1162, %r1398, -65536;
+	mov.b32 	%f604, %r1162;
+	div.rn.f32 	%f605, %f603, %f1;
+	div.rn.f32 	%f606, %f604, %f1;
+	mov.f32 	%f607, 0fC3E00000;
+	max.f32 	%f608, %f605, %f607;
+	mov.f32 	%f609, 0f43E00000;
+	min.f32 	%f596, %f608, %f609;
+	max.f32 	%f610, %f606, %f607;
+	min.f32 	%f595, %f610, %f609;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs63, %f595, %f596;
+	// end inline asm
+	cvt.u32.u16 	%r1163, %rs63;
+	setp.nan.f32 	%p161, %f605, %f605;
+	and.b32  	%r1164, %r1163, 65280;
+	or.b32  	%r1165, %r1164, 127;
+	selp.b32 	%r1166, %r1165, %r1163, %p161;
+	setp.nan.f32 	%p162, %f606, %f606;
+	and.b32  	%r1167, %r1166, 255;
+	or.b32  	%r1168, %r1167, 32512;
+	selp.b32 	%r1169, %r1168, %r1166, %p162;
+	shl.b32 	%r1170, %r1397, 16;
+	mov.b32 	%f611, %r1170;
+	and.b32  	%r1171, %r1397, -65536;
+	mov.b32 	%f612, %r1171;
+	div.rn.f32 	%f613, %f611, %f1;
+	div.rn.f32 	%f614, %f612, %f1;
+	max.f32 	%f615, %f613, %f607;
+	min.f32 	%f598, %f615, %f609;
+	max.f32 	%f616, %f614, %f607;
+	min.f32 	%f597, %f616, %f609;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs64, %f597, %f598;
+	// end inline asm
+	cvt.u32.u16 	%r1172, %rs64;
+	setp.nan.f32 	%p163, %f613, %f613;
+	and.b32  	%r1173, %r1172, 65280;
+	or.b32  	%r1174, %r1173, 127;
+	selp.b32 	%r1175, %r1174, %r1172, %p163;
+	setp.nan.f32 	%p164, %f614, %f614;
+	and.b32  	%r1176, %r1175, 255;
+	or.b32  	%r1177, %r1176, 32512;
+	selp.b32 	%r1178, %r1177, %r1175, %p164;
+	shl.b32 	%r1179, %r1178, 16;
+	shl.b32 	%r1180, %r1396, 16;
+	mov.b32 	%f617, %r1180;
+	and.b32  	%r1181, %r1396, -65536;
+	mov.b32 	%f618, %r1181;
+	div.rn.f32 	%f619, %f617, %f1;
+	div.rn.f32 	%f620, %f618, %f1;
+	max.f32 	%f621, %f619, %f607;
+	min.f32 	%f600, %f621, %f609;
+	max.f32 	%f622, %f620, %f607;
+	min.f32 	%f599, %f622, %f609;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs65, %f599, %f600;
+	// end inline asm
+	cvt.u32.u16 	%r1182, %rs65;
+	setp.nan.f32 	%p165, %f619, %f619;
+	and.b32  	%r1183, %r1182, 65280;
+	or.b32  	%r1184, %r1183, 127;
+	selp.b32 	%r1185, %r1184, %r1182, %p165;
+	setp.nan.f32 	%p166, %f620, %f620;
+	and.b32  	%r1186, %r1185, 255;
+	or.b32  	%r1187, %r1186, 32512;
+	selp.b32 	%r1188, %r1187, %r1185, %p166;
+	shl.b32 	%r1189, %r1395, 16;
+	mov.b32 	%f623, %r1189;
+	and.b32  	%r1190, %r1395, -65536;
+	mov.b32 	%f624, %r1190;
+	div.rn.f32 	%f625, %f623, %f1;
+	div.rn.f32 	%f626, %f624, %f1;
+	max.f32 	%f627, %f625, %f607;
+	min.f32 	%f602, %f627, %f609;
+	max.f32 	%f628, %f626, %f607;
+	min.f32 	%f601, %f628, %f609;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs66, %f601, %f602;
+	// end inline asm
+	cvt.u32.u16 	%r1191, %rs66;
+	setp.nan.f32 	%p167, %f625, %f625;
+	and.b32  	%r1192, %r1191, 65280;
+	or.b32  	%r1193, %r1192, 127;
+	selp.b32 	%r1194, %r1193, %r1191, %p167;
+	setp.nan.f32 	%p168, %f626, %f626;
+	and.b32  	%r1195, %r1194, 255;
+	or.b32  	%r1196, %r1195, 32512;
+	selp.b32 	%r1197, %r1196, %r1194, %p168;
+	shl.b32 	%r1198, %r1197, 16;
+	or.b32  	%r1199, %r1198, %r1188;
+	or.b32  	%r1200, %r1179, %r1169;
+	st.global.v2.u32 	[%rd755], {%r1200, %r1199};
+$L__BB0_126:
+	ld.param.u64 	%rd761, [%rd253+24];
+	setp.ge.s64 	%p169, %rd411, %rd761;
+	ld.param.u64 	%rd148, [%rd253+32];
+	setp.le.s64 	%p170, %rd148, %rd632;
+	or.pred  	%p171, %p169, %p170;
+	@%p171 bra 	$L__BB0_227;
+	mul.lo.s64 	%rd769, %rd148, %rd411;
+	add.s64 	%rd773, %rd769, %rd632;
+	add.s64 	%rd774, %rd140, %rd773;
+	shl.b32 	%r1213, %r1403, 16;
+	mov.b32 	%f637, %r1213;
+	and.b32  	%r1214, %r1403, -65536;
+	mov.b32 	%f638, %r1214;
+	div.rn.f32 	%f639, %f637, %f1;
+	div.rn.f32 	%f640, %f638, %f1;
+	mov.f32 	%f641, 0fC3E00000;
+	max.f32 	%f642, %f639, %f641;
+	mov.f32 	%f643, 0f43E00000;
+	min.f32 	%f630, %f642, %f643;
+	max.f32 	%f644, %f640, %f641;
+	min.f32 	%f629, %f644, %f643;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs67, %f629, %f630;
+	// end inline asm
+	cvt.u32.u16 	%r1215, %rs67;
+	setp.nan.f32 	%p172, %f639, %f639;
+	and.b32  	%r1216, %r1215, 65280;
+	or.b32  	%r1217, %r1216, 127;
+	selp.b32 	%r1218, %r1217, %r1215, %p172;
+	setp.nan.f32 	%p173, %f640, %f640;
+	and.b32  	%r1219, %r1218, 255;
+	or.b32  	%r1220, %r1219, 32512;
+	selp.b32 	%r1221, %r1220, %r1218, %p173;
+	shl.b32 	%r1222, %r1402, 16;
+	mov.b32 	%f645, %r1222;
+	and.b32  	%r1223, %r1402, -65536;
+	mov.b32 	%f646, %r1223;
+	div.rn.f32 	%f647, %f645, %f1;
+	div.rn.f32 	%f648, %f646, %f1;
+	max.f32 	%f649, %f647, %f641;
+	min.f32 	%f632, %f649, %f643;
+	max.f32 	%f650, %f648, %f641;
+	min.f32 	%f631, %f650, %f643;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs68, %f631, %f632;
+	// end inline asm
+	cvt.u32.u16 	%r1224, %rs68;
+	setp.nan.f32 	%p174, %f647, %f647;
+	and.b32  	%r1225, %r1224, 65280;
+	or.b32  	%r1226, %r1225, 127;
+	selp.b32 	%r1227, %r1226, %r1224, %p174;
+	setp.nan.f32 	%p175, %f648, %f648;
+	and.b32  	%r1228, %r1227, 255;
+	or.b32  	%r1229, %r1228, 32512;
+	selp.b32 	%r1230, %r1229, %r1227, %p175;
+	shl.b32 	%r1231, %r1230, 16;
+	shl.b32 	%r1232, %r1401, 16;
+	mov.b32 	%f651, %r1232;
+	and.b32  	%r1233, %r1401, -65536;
+	mov.b32 	%f652, %r1233;
+	div.rn.f32 	%f653, %f651, %f1;
+	div.rn.f32 	%f654, %f652, %f1;
+	max.f32 	%f655, %f653, %f641;
+	min.f32 	%f634, %f655, %f643;
+	max.f32 	%f656, %f654, %f641;
+	min.f32 	%f633, %f656, %f643;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs69, %f633, %f634;
+	// end inline asm
+	cvt.u32.u16 	%r1234, %rs69;
+	setp.nan.f32 	%p176, %f653, %f653;
+	and.b32  	%r1235, %r1234, 65280;
+	or.b32  	%r1236, %r1235, 127;
+	selp.b32 	%r1237, %r1236, %r1234, %p176;
+	setp.nan.f32 	%p177, %f654, %f654;
+	and.b32  	%r1238, %r1237, 255;
+	or.b32  	%r1239, %r1238, 32512;
+	selp.b32 	%r1240, %r1239, %r1237, %p177;
+	shl.b32 	%r1241, %r1400, 16;
+	mov.b32 	%f657, %r1241;
+	and.b32  	%r1242, %r1400, -65536;
+	mov.b32 	%f658, %r1242;
+	div.rn.f32 	%f659, %f657, %f1;
+	div.rn.f32 	%f660, %f658, %f1;
+	max.f32 	%f661, %f659, %f641;
+	min.f32 	%f636, %f661, %f643;
+	max.f32 	%f662, %f660, %f641;
+	min.f32 	%f635, %f662, %f643;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs70, %f635, %f636;
+	// end inline asm
+	cvt.u32.u16 	%r1243, %rs70;
+	setp.nan.f32 	%p178, %f659, %f659;
+	and.b32  	%r1244, %r1243, 65280;
+	or.b32  	%r1245, %r1244, 127;
+	selp.b32 	%r1246, %r1245, %r1243, %p178;
+	setp.nan.f32 	%p179, %f660, %f660;
+	and.b32  	%r1247, %r1246, 255;
+	or.b32  	%r1248, %r1247, 32512;
+	selp.b32 	%r1249, %r1248, %r1246, %p179;
+	shl.b32 	%r1250, %r1249, 16;
+	or.b32  	%r1251, %r1250, %r1240;
+	or.b32  	%r1252, %r1231, %r1221;
+	st.global.v2.u32 	[%rd774], {%r1252, %r1251};
+	bra.uni 	$L__BB0_227;
+$L__BB0_96:
+	rcp.rn.f32 	%f2, %f1;
+	ld.param.u64 	%rd131, [%rd253+8];
+	ld.param.u64 	%rd470, [%rd253+24];
+	setp.ge.s64 	%p68, %rd410, %rd470;
+	shl.b32 	%r473, %r383, 3;
+	and.b32  	%r474, %r473, 120;
+	cvt.u64.u32 	%rd472, %r474;
+	or.b64  	%rd473, %rd2, %rd472;
+	ld.param.u64 	%rd132, [%rd253+32];
+	setp.le.s64 	%p69, %rd132, %rd473;
+	or.pred  	%p70, %p68, %p69;
+	@%p70 bra 	$L__BB0_98;
+	mul.lo.s64 	%rd477, %rd132, %rd410;
+	add.s64 	%rd481, %rd477, %rd473;
+	cvta.to.global.u64 	%rd482, %rd131;
+	add.s64 	%rd483, %rd482, %rd481;
+	shl.b32 	%r481, %r1368, 16;
+	mov.b32 	%f15, %r481;
+	and.b32  	%r482, %r1368, -65536;
+	mov.b32 	%f16, %r482;
+	mul.rn.f32 	%f17, %f15, %f2;
+	neg.f32 	%f18, %f17;
+	fma.rn.f32 	%f19, %f18, %f1, %f15;
+	fma.rn.f32 	%f20, %f19, %f2, %f17;
+	mov.b32 	%r483, %f20;
+	and.b32  	%r484, %r481, -2147483648;
+	or.b32  	%r485, %r484, %r483;
+	mov.b32 	%f8, %r485;
+	mul.rn.f32 	%f21, %f16, %f2;
+	neg.f32 	%f22, %f21;
+	fma.rn.f32 	%f23, %f22, %f1, %f16;
+	fma.rn.f32 	%f24, %f23, %f2, %f21;
+	mov.b32 	%r486, %f24;
+	and.b32  	%r487, %r1368, -2147483648;
+	or.b32  	%r488, %r487, %r486;
+	mov.b32 	%f7, %r488;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs7, %f7, %f8;
+	// end inline asm
+	shl.b32 	%r489, %r1367, 16;
+	mov.b32 	%f25, %r489;
+	and.b32  	%r490, %r1367, -65536;
+	mov.b32 	%f26, %r490;
+	mul.rn.f32 	%f27, %f25, %f2;
+	neg.f32 	%f28, %f27;
+	fma.rn.f32 	%f29, %f28, %f1, %f25;
+	fma.rn.f32 	%f30, %f29, %f2, %f27;
+	mov.b32 	%r491, %f30;
+	and.b32  	%r492, %r489, -2147483648;
+	or.b32  	%r493, %r492, %r491;
+	mov.b32 	%f10, %r493;
+	mul.rn.f32 	%f31, %f26, %f2;
+	neg.f32 	%f32, %f31;
+	fma.rn.f32 	%f33, %f32, %f1, %f26;
+	fma.rn.f32 	%f34, %f33, %f2, %f31;
+	mov.b32 	%r494, %f34;
+	and.b32  	%r495, %r1367, -2147483648;
+	or.b32  	%r496, %r495, %r494;
+	mov.b32 	%f9, %r496;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs8, %f9, %f10;
+	// end inline asm
+	shl.b32 	%r497, %r1366, 16;
+	mov.b32 	%f35, %r497;
+	and.b32  	%r498, %r1366, -65536;
+	mov.b32 	%f36, %r498;
+	mul.rn.f32 	%f37, %f35, %f2;
+	neg.f32 	%f38, %f37;
+	fma.rn.f32 	%f39, %f38, %f1, %f35;
+	fma.rn.f32 	%f40, %f39, %f2, %f37;
+	mov.b32 	%r499, %f40;
+	and.b32  	%r500, %r497, -2147483648;
+	or.b32  	%r501, %r500, %r499;
+	mov.b32 	%f12, %r501;
+	mul.rn.f32 	%f41, %f36, %f2;
+	neg.f32 	%f42, %f41;
+	fma.rn.f32 	%f43, %f42, %f1, %f36;
+	fma.rn.f32 	%f44, %f43, %f2, %f41;
+	mov.b32 	%r502, %f44;
+	and.b32  	%r503, %r1366, -2147483648;
+	or.b32  	%r504, %r503, %r502;
+	mov.b32 	%f11, %r504;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs9, %f11, %f12;
+	// end inline asm
+	shl.b32 	%r505, %r1365, 16;
+	mov.b32 	%f45, %r505;
+	and.b32  	%r506, %r1365, -65536;
+	mov.b32 	%f46, %r506;
+	mul.rn.f32 	%f47, %f45, %f2;
+	neg.f32 	%f48, %f47;
+	fma.rn.f32 	%f49, %f48, %f1, %f45;
+	fma.rn.f32 	%f50, %f49, %f2, %f47;
+	mov.b32 	%r507, %f50;
+	and.b32  	%r508, %r505, -2147483648;
+	or.b32  	%r509, %r508, %r507;
+	mov.b32 	%f14, %r509;
+	mul.rn.f32 	%f51, %f46, %f2;
+	neg.f32 	%f52, %f51;
+	fma.rn.f32 	%f53, %f52, %f1, %f46;
+	fma.rn.f32 	%f54, %f53, %f2, %f51;
+	mov.b32 	%r510, %f54;
+	and.b32  	%r511, %r1365, -2147483648;
+	or.b32  	%r512, %r511, %r510;
+	mov.b32 	%f13, %r512;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs10, %f13, %f14;
+	// end inline asm
+	mov.b32 	%r513, {%rs9, %rs10};
+	mov.b32 	%r514, {%rs7, %rs8};
+	st.global.v2.u32 	[%rd483], {%r514, %r513};
+$L__BB0_98:
+	add.s64 	%rd488, %rd410, 16;
+	ld.param.u64 	%rd489, [%rd253+24];
+	setp.ge.s64 	%p71, %rd488, %rd489;
+	ld.param.u64 	%rd133, [%rd253+32];
+	setp.le.s64 	%p72, %rd133, %rd473;
+	or.pred  	%p73, %p71, %p72;
+	@%p73 bra 	$L__BB0_100;
+	mul.lo.s64 	%rd497, %rd133, %rd488;
+	add.s64 	%rd501, %rd497, %rd473;
+	cvta.to.global.u64 	%rd502, %rd131;
+	add.s64 	%rd503, %rd502, %rd501;
+	shl.b32 	%r527, %r1373, 16;
+	mov.b32 	%f63, %r527;
+	and.b32  	%r528, %r1373, -65536;
+	mov.b32 	%f64, %r528;
+	mul.rn.f32 	%f65, %f63, %f2;
+	neg.f32 	%f66, %f65;
+	fma.rn.f32 	%f67, %f66, %f1, %f63;
+	fma.rn.f32 	%f68, %f67, %f2, %f65;
+	mov.b32 	%r529, %f68;
+	and.b32  	%r530, %r527, -2147483648;
+	or.b32  	%r531, %r530, %r529;
+	mov.b32 	%f56, %r531;
+	mul.rn.f32 	%f69, %f64, %f2;
+	neg.f32 	%f70, %f69;
+	fma.rn.f32 	%f71, %f70, %f1, %f64;
+	fma.rn.f32 	%f72, %f71, %f2, %f69;
+	mov.b32 	%r532, %f72;
+	and.b32  	%r533, %r1373, -2147483648;
+	or.b32  	%r534, %r533, %r532;
+	mov.b32 	%f55, %r534;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs11, %f55, %f56;
+	// end inline asm
+	shl.b32 	%r535, %r1372, 16;
+	mov.b32 	%f73, %r535;
+	and.b32  	%r536, %r1372, -65536;
+	mov.b32 	%f74, %r536;
+	mul.rn.f32 	%f75, %f73, %f2;
+	neg.f32 	%f76, %f75;
+	fma.rn.f32 	%f77, %f76, %f1, %f73;
+	fma.rn.f32 	%f78, %f77, %f2, %f75;
+	mov.b32 	%r537, %f78;
+	and.b32  	%r538, %r535, -2147483648;
+	or.b32  	%r539, %r538, %r537;
+	mov.b32 	%f58, %r539;
+	mul.rn.f32 	%f79, %f74, %f2;
+	neg.f32 	%f80, %f79;
+	fma.rn.f32 	%f81, %f80, %f1, %f74;
+	fma.rn.f32 	%f82, %f81, %f2, %f79;
+	mov.b32 	%r540, %f82;
+	and.b32  	%r541, %r1372, -2147483648;
+	or.b32  	%r542, %r541, %r540;
+	mov.b32 	%f57, %r542;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs12, %f57, %f58;
+	// end inline asm
+	shl.b32 	%r543, %r1371, 16;
+	mov.b32 	%f83, %r543;
+	and.b32  	%r544, %r1371, -65536;
+	mov.b32 	%f84, %r544;
+	mul.rn.f32 	%f85, %f83, %f2;
+	neg.f32 	%f86, %f85;
+	fma.rn.f32 	%f87, %f86, %f1, %f83;
+	fma.rn.f32 	%f88, %f87, %f2, %f85;
+	mov.b32 	%r545, %f88;
+	and.b32  	%r546, %r543, -2147483648;
+	or.b32  	%r547, %r546, %r545;
+	mov.b32 	%f60, %r547;
+	mul.rn.f32 	%f89, %f84, %f2;
+	neg.f32 	%f90, %f89;
+	fma.rn.f32 	%f91, %f90, %f1, %f84;
+	fma.rn.f32 	%f92, %f91, %f2, %f89;
+	mov.b32 	%r548, %f92;
+	and.b32  	%r549, %r1371, -2147483648;
+	or.b32  	%r550, %r549, %r548;
+	mov.b32 	%f59, %r550;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs13, %f59, %f60;
+	// end inline asm
+	shl.b32 	%r551, %r1370, 16;
+	mov.b32 	%f93, %r551;
+	and.b32  	%r552, %r1370, -65536;
+	mov.b32 	%f94, %r552;
+	mul.rn.f32 	%f95, %f93, %f2;
+	neg.f32 	%f96, %f95;
+	fma.rn.f32 	%f97, %f96, %f1, %f93;
+	fma.rn.f32 	%f98, %f97, %f2, %f95;
+	mov.b32 	%r553, %f98;
+	and.b32  	%r554, %r551, -2147483648;
+	or.b32  	%r555, %r554, %r553;
+	mov.b32 	%f62, %r555;
+	mul.rn.f32 	%f99, %f94, %f2;
+	neg.f32 	%f100, %f99;
+	fma.rn.f32 	%f101, %f100, %f1, %f94;
+	fma.rn.f32 	%f102, %f101, %f2, %f99;
+	mov.b32 	%r556, %f102;
+	and.b32  	%r557, %r1370, -2147483648;
+	or.b32  	%r558, %r557, %r556;
+	mov.b32 	%f61, %r558;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs14, %f61, %f62;
+	// end inline asm
+	mov.b32 	%r559, {%rs13, %rs14};
+	mov.b32 	%r560, {%rs11, %rs12};
+	st.global.v2.u32 	[%rd503], {%r560, %r559};
+$L__BB0_100:
+	add.s64 	%rd508, %rd410, 32;
+	ld.param.u64 	%rd509, [%rd253+24];
+	setp.ge.s64 	%p74, %rd508, %rd509;
+	ld.param.u64 	%rd134, [%rd253+32];
+	setp.le.s64 	%p75, %rd134, %rd473;
+	or.pred  	%p76, %p74, %p75;
+	@%p76 bra 	$L__BB0_102;
+	mul.lo.s64 	%rd517, %rd134, %rd508;
+	add.s64 	%rd521, %rd517, %rd473;
+	cvta.to.global.u64 	%rd522, %rd131;
+	add.s64 	%rd523, %rd522, %rd521;
+	shl.b32 	%r573, %r1378, 16;
+	mov.b32 	%f111, %r573;
+	and.b32  	%r574, %r1378, -65536;
+	mov.b32 	%f112, %r574;
+	mul.rn.f32 	%f113, %f111, %f2;
+	neg.f32 	%f114, %f113;
+	fma.rn.f32 	%f115, %f114, %f1, %f111;
+	fma.rn.f32 	%f116, %f115, %f2, %f113;
+	mov.b32 	%r575, %f116;
+	and.b32  	%r576, %r573, -2147483648;
+	or.b32  	%r577, %r576, %r575;
+	mov.b32 	%f104, %r577;
+	mul.rn.f32 	%f117, %f112, %f2;
+	neg.f32 	%f118, %f117;
+	fma.rn.f32 	%f119, %f118, %f1, %f112;
+	fma.rn.f32 	%f120, %f119, %f2, %f117;
+	mov.b32 	%r578, %f120;
+	and.b32  	%r579, %r1378, -2147483648;
+	or.b32  	%r580, %r579, %r578;
+	mov.b32 	%f103, %r580;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs15, %f103, %f104;
+	// end inline asm
+	shl.b32 	%r581, %r1377, 16;
+	mov.b32 	%f121, %r581;
+	and.b32  	%r582, %r1377, -65536;
+	mov.b32 	%f122, %r582;
+	mul.rn.f32 	%f123, %f121, %f2;
+	neg.f32 	%f124, %f123;
+	fma.rn.f32 	%f125, %f124, %f1, %f121;
+	fma.rn.f32 	%f126, %f125, %f2, %f123;
+	mov.b32 	%r583, %f126;
+	and.b32  	%r584, %r581, -2147483648;
+	or.b32  	%r585, %r584, %r583;
+	mov.b32 	%f106, %r585;
+	mul.rn.f32 	%f127, %f122, %f2;
+	neg.f32 	%f128, %f127;
+	fma.rn.f32 	%f129, %f128, %f1, %f122;
+	fma.rn.f32 	%f130, %f129, %f2, %f127;
+	mov.b32 	%r586, %f130;
+	and.b32  	%r587, %r1377, -2147483648;
+	or.b32  	%r588, %r587, %r586;
+	mov.b32 	%f105, %r588;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs16, %f105, %f106;
+	// end inline asm
+	shl.b32 	%r589, %r1376, 16;
+	mov.b32 	%f131, %r589;
+	and.b32  	%r590, %r1376, -65536;
+	mov.b32 	%f132, %r590;
+	mul.rn.f32 	%f133, %f131, %f2;
+	neg.f32 	%f134, %f133;
+	fma.rn.f32 	%f135, %f134, %f1, %f131;
+	fma.rn.f32 	%f136, %f135, %f2, %f133;
+	mov.b32 	%r591, %f136;
+	and.b32  	%r592, %r589, -2147483648;
+	or.b32  	%r593, %r592, %r591;
+	mov.b32 	%f108, %r593;
+	mul.rn.f32 	%f137, %f132, %f2;
+	neg.f32 	%f138, %f137;
+	fma.rn.f32 	%f139, %f138, %f1, %f132;
+	fma.rn.f32 	%f140, %f139, %f2, %f137;
+	mov.b32 	%r594, %f140;
+	and.b32  	%r595, %r1376, -2147483648;
+	or.b32  	%r596, %r595, %r594;
+	mov.b32 	%f107, %r596;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs17, %f107, %f108;
+	// end inline asm
+	shl.b32 	%r597, %r1375, 16;
+	mov.b32 	%f141, %r597;
+	and.b32  	%r598, %r1375, -65536;
+	mov.b32 	%f142, %r598;
+	mul.rn.f32 	%f143, %f141, %f2;
+	neg.f32 	%f144, %f143;
+	fma.rn.f32 	%f145, %f144, %f1, %f141;
+	fma.rn.f32 	%f146, %f145, %f2, %f143;
+	mov.b32 	%r599, %f146;
+	and.b32  	%r600, %r597, -2147483648;
+	or.b32  	%r601, %r600, %r599;
+	mov.b32 	%f110, %r601;
+	mul.rn.f32 	%f147, %f142, %f2;
+	neg.f32 	%f148, %f147;
+	fma.rn.f32 	%f149, %f148, %f1, %f142;
+	fma.rn.f32 	%f150, %f149, %f2, %f147;
+	mov.b32 	%r602, %f150;
+	and.b32  	%r603, %r1375, -2147483648;
+	or.b32  	%r604, %r603, %r602;
+	mov.b32 	%f109, %r604;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs18, %f109, %f110;
+	// end inline asm
+	mov.b32 	%r605, {%rs17, %rs18};
+	mov.b32 	%r606, {%rs15, %rs16};
+	st.global.v2.u32 	[%rd523], {%r606, %r605};
+$L__BB0_102:
+	add.s64 	%rd528, %rd410, 48;
+	ld.param.u64 	%rd529, [%rd253+24];
+	setp.ge.s64 	%p77, %rd528, %rd529;
+	ld.param.u64 	%rd135, [%rd253+32];
+	setp.le.s64 	%p78, %rd135, %rd473;
+	or.pred  	%p79, %p77, %p78;
+	@%p79 bra 	$L__BB0_104;
+	mul.lo.s64 	%rd537, %rd135, %rd528;
+	add.s64 	%rd541, %rd537, %rd473;
+	cvta.to.global.u64 	%rd542, %rd131;
+	add.s64 	%rd543, %rd542, %rd541;
+	shl.b32 	%r619, %r1383, 16;
+	mov.b32 	%f159, %r619;
+	and.b32  	%r620, %r1383, -65536;
+	mov.b32 	%f160, %r620;
+	mul.rn.f32 	%f161, %f159, %f2;
+	neg.f32 	%f162, %f161;
+	fma.rn.f32 	%f163, %f162, %f1, %f159;
+	fma.rn.f32 	%f164, %f163, %f2, %f161;
+	mov.b32 	%r621, %f164;
+	and.b32  	%r622, %r619, -2147483648;
+	or.b32  	%r623, %r622, %r621;
+	mov.b32 	%f152, %r623;
+	mul.rn.f32 	%f165, %f160, %f2;
+	neg.f32 	%f166, %f165;
+	fma.rn.f32 	%f167, %f166, %f1, %f160;
+	fma.rn.f32 	%f168, %f167, %f2, %f165;
+	mov.b32 	%r624, %f168;
+	and.b32  	%r625, %r1383, -2147483648;
+	or.b32  	%r626, %r625, %r624;
+	mov.b32 	%f151, %r626;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs19, %f151, %f152;
+	// end inline asm
+	shl.b32 	%r627, %r1382, 16;
+	mov.b32 	%f169, %r627;
+	and.b32  	%r628, %r1382, -65536;
+	mov.b32 	%f170, %r628;
+	mul.rn.f32 	%f171, %f169, %f2;
+	neg.f32 	%f172, %f171;
+	fma.rn.f32 	%f173, %f172, %f1, %f169;
+	fma.rn.f32 	%f174, %f173, %f2, %f171;
+	mov.b32 	%r629, %f174;
+	and.b32  	%r630, %r627, -2147483648;
+	or.b32  	%r631, %r630, %r629;
+	mov.b32 	%f154, %r631;
+	mul.rn.f32 	%f175, %f170, %f2;
+	neg.f32 	%f176, %f175;
+	fma.rn.f32 	%f177, %f176, %f1, %f170;
+	fma.rn.f32 	%f178, %f177, %f2, %f175;
+	mov.b32 	%r632, %f178;
+	and.b32  	%r633, %r1382, -2147483648;
+	or.b32  	%r634, %r633, %r632;
+	mov.b32 	%f153, %r634;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs20, %f153, %f154;
+	// end inline asm
+	shl.b32 	%r635, %r1381, 16;
+	mov.b32 	%f179, %r635;
+	and.b32  	%r636, %r1381, -65536;
+	mov.b32 	%f180, %r636;
+	mul.rn.f32 	%f181, %f179, %f2;
+	neg.f32 	%f182, %f181;
+	fma.rn.f32 	%f183, %f182, %f1, %f179;
+	fma.rn.f32 	%f184, %f183, %f2, %f181;
+	mov.b32 	%r637, %f184;
+	and.b32  	%r638, %r635, -2147483648;
+	or.b32  	%r639, %r638, %r637;
+	mov.b32 	%f156, %r639;
+	mul.rn.f32 	%f185, %f180, %f2;
+	neg.f32 	%f186, %f185;
+	fma.rn.f32 	%f187, %f186, %f1, %f180;
+	fma.rn.f32 	%f188, %f187, %f2, %f185;
+	mov.b32 	%r640, %f188;
+	and.b32  	%r641, %r1381, -2147483648;
+	or.b32  	%r642, %r641, %r640;
+	mov.b32 	%f155, %r642;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs21, %f155, %f156;
+	// end inline asm
+	shl.b32 	%r643, %r1380, 16;
+	mov.b32 	%f189, %r643;
+	and.b32  	%r644, %r1380, -65536;
+	mov.b32 	%f190, %r644;
+	mul.rn.f32 	%f191, %f189, %f2;
+	neg.f32 	%f192, %f191;
+	fma.rn.f32 	%f193, %f192, %f1, %f189;
+	fma.rn.f32 	%f194, %f193, %f2, %f191;
+	mov.b32 	%r645, %f194;
+	and.b32  	%r646, %r643, -2147483648;
+	or.b32  	%r647, %r646, %r645;
+	mov.b32 	%f158, %r647;
+	mul.rn.f32 	%f195, %f190, %f2;
+	neg.f32 	%f196, %f195;
+	fma.rn.f32 	%f197, %f196, %f1, %f190;
+	fma.rn.f32 	%f198, %f197, %f2, %f195;
+	mov.b32 	%r648, %f198;
+	and.b32  	%r649, %r1380, -2147483648;
+	or.b32  	%r650, %r649, %r648;
+	mov.b32 	%f157, %r650;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs22, %f157, %f158;
+	// end inline asm
+	mov.b32 	%r651, {%rs21, %rs22};
+	mov.b32 	%r652, {%rs19, %rs20};
+	st.global.v2.u32 	[%rd543], {%r652, %r651};
+$L__BB0_104:
+	add.s64 	%rd548, %rd410, 64;
+	ld.param.u64 	%rd549, [%rd253+24];
+	setp.ge.s64 	%p80, %rd548, %rd549;
+	ld.param.u64 	%rd136, [%rd253+32];
+	setp.le.s64 	%p81, %rd136, %rd473;
+	or.pred  	%p82, %p80, %p81;
+	@%p82 bra 	$L__BB0_106;
+	mul.lo.s64 	%rd557, %rd136, %rd548;
+	add.s64 	%rd561, %rd557, %rd473;
+	cvta.to.global.u64 	%rd562, %rd131;
+	add.s64 	%rd563, %rd562, %rd561;
+	shl.b32 	%r665, %r1388, 16;
+	mov.b32 	%f207, %r665;
+	and.b32  	%r666, %r1388, -65536;
+	mov.b32 	%f208, %r666;
+	mul.rn.f32 	%f209, %f207, %f2;
+	neg.f32 	%f210, %f209;
+	fma.rn.f32 	%f211, %f210, %f1, %f207;
+	fma.rn.f32 	%f212, %f211, %f2, %f209;
+	mov.b32 	%r667, %f212;
+	and.b32  	%r668, %r665, -2147483648;
+	or.b32  	%r669, %r668, %r667;
+	mov.b32 	%f200, %r669;
+	mul.rn.f32 	%f213, %f208, %f2;
+	neg.f32 	%f214, %f213;
+	fma.rn.f32 	%f215, %f214, %f1, %f208;
+	fma.rn.f32 	%f216, %f215, %f2, %f213;
+	mov.b32 	%r670, %f216;
+	and.b32  	%r671, %r1388, -2147483648;
+	or.b32  	%r672, %r671, %r670;
+	mov.b32 	%f199, %r672;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs23, %f199, %f200;
+	// end inline asm
+	shl.b32 	%r673, %r1387, 16;
+	mov.b32 	%f217, %r673;
+	and.b32  	%r674, %r1387, -65536;
+	mov.b32 	%f218, %r674;
+	mul.rn.f32 	%f219, %f217, %f2;
+	neg.f32 	%f220, %f219;
+	fma.rn.f32 	%f221, %f220, %f1, %f217;
+	fma.rn.f32 	%f222, %f221, %f2, %f219;
+	mov.b32 	%r675, %f222;
+	and.b32  	%r676, %r673, -2147483648;
+	or.b32  	%r677, %r676, %r675;
+	mov.b32 	%f202, %r677;
+	mul.rn.f32 	%f223, %f218, %f2;
+	neg.f32 	%f224, %f223;
+	fma.rn.f32 	%f225, %f224, %f1, %f218;
+	fma.rn.f32 	%f226, %f225, %f2, %f223;
+	mov.b32 	%r678, %f226;
+	and.b32  	%r679, %r1387, -2147483648;
+	or.b32  	%r680, %r679, %r678;
+	mov.b32 	%f201, %r680;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs24, %f201, %f202;
+	// end inline asm
+	shl.b32 	%r681, %r1386, 16;
+	mov.b32 	%f227, %r681;
+	and.b32  	%r682, %r1386, -65536;
+	mov.b32 	%f228, %r682;
+	mul.rn.f32 	%f229, %f227, %f2;
+	neg.f32 	%f230, %f229;
+	fma.rn.f32 	%f231, %f230, %f1, %f227;
+	fma.rn.f32 	%f232, %f231, %f2, %f229;
+	mov.b32 	%r683, %f232;
+	and.b32  	%r684, %r681, -2147483648;
+	or.b32  	%r685, %r684, %r683;
+	mov.b32 	%f204, %r685;
+	mul.rn.f32 	%f233, %f228, %f2;
+	neg.f32 	%f234, %f233;
+	fma.rn.f32 	%f235, %f234, %f1, %f228;
+	fma.rn.f32 	%f236, %f235, %f2, %f233;
+	mov.b32 	%r686, %f236;
+	and.b32  	%r687, %r1386, -2147483648;
+	or.b32  	%r688, %r687, %r686;
+	mov.b32 	%f203, %r688;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs25, %f203, %f204;
+	// end inline asm
+	shl.b32 	%r689, %r1385, 16;
+	mov.b32 	%f237, %r689;
+	and.b32  	%r690, %r1385, -65536;
+	mov.b32 	%f238, %r690;
+	mul.rn.f32 	%f239, %f237, %f2;
+	neg.f32 	%f240, %f239;
+	fma.rn.f32 	%f241, %f240, %f1, %f237;
+	fma.rn.f32 	%f242, %f241, %f2, %f239;
+	mov.b32 	%r691, %f242;
+	and.b32  	%r692, %r689, -2147483648;
+	or.b32  	%r693, %r692, %r691;
+	mov.b32 	%f206, %r693;
+	mul.rn.f32 	%f243, %f238, %f2;
+	neg.f32 	%f244, %f243;
+	fma.rn.f32 	%f245, %f244, %f1, %f238;
+	fma.rn.f32 	%f246, %f245, %f2, %f243;
+	mov.b32 	%r694, %f246;
+	and.b32  	%r695, %r1385, -2147483648;
+	or.b32  	%r696, %r695, %r694;
+	mov.b32 	%f205, %r696;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs26, %f205, %f206;
+	// end inline asm
+	mov.b32 	%r697, {%rs25, %rs26};
+	mov.b32 	%r698, {%rs23, %rs24};
+	st.global.v2.u32 	[%rd563], {%r698, %r697};
+$L__BB0_106:
+	add.s64 	%rd568, %rd410, 80;
+	ld.param.u64 	%rd569, [%rd253+24];
+	setp.ge.s64 	%p83, %rd568, %rd569;
+	ld.param.u64 	%rd137, [%rd253+32];
+	setp.le.s64 	%p84, %rd137, %rd473;
+	or.pred  	%p85, %p83, %p84;
+	@%p85 bra 	$L__BB0_108;
+	mul.lo.s64 	%rd577, %rd137, %rd568;
+	add.s64 	%rd581, %rd577, %rd473;
+	cvta.to.global.u64 	%rd582, %rd131;
+	add.s64 	%rd583, %rd582, %rd581;
+	shl.b32 	%r711, %r1393, 16;
+	mov.b32 	%f255, %r711;
+	and.b32  	%r712, %r1393, -65536;
+	mov.b32 	%f256, %r712;
+	mul.rn.f32 	%f257, %f255, %f2;
+	neg.f32 	%f258, %f257;
+	fma.rn.f32 	%f259, %f258, %f1, %f255;
+	fma.rn.f32 	%f260, %f259, %f2, %f257;
+	mov.b32 	%r713, %f260;
+	and.b32  	%r714, %r711, -2147483648;
+	or.b32  	%r715, %r714, %r713;
+	mov.b32 	%f248, %r715;
+	mul.rn.f32 	%f261, %f256, %f2;
+	neg.f32 	%f262, %f261;
+	fma.rn.f32 	%f263, %f262, %f1, %f256;
+	fma.rn.f32 	%f264, %f263, %f2, %f261;
+	mov.b32 	%r716, %f264;
+	and.b32  	%r717, %r1393, -2147483648;
+	or.b32  	%r718, %r717, %r716;
+	mov.b32 	%f247, %r718;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs27, %f247, %f248;
+	// end inline asm
+	shl.b32 	%r719, %r1392, 16;
+	mov.b32 	%f265, %r719;
+	and.b32  	%r720, %r1392, -65536;
+	mov.b32 	%f266, %r720;
+	mul.rn.f32 	%f267, %f265, %f2;
+	neg.f32 	%f268, %f267;
+	fma.rn.f32 	%f269, %f268, %f1, %f265;
+	fma.rn.f32 	%f270, %f269, %f2, %f267;
+	mov.b32 	%r721, %f270;
+	and.b32  	%r722, %r719, -2147483648;
+	or.b32  	%r723, %r722, %r721;
+	mov.b32 	%f250, %r723;
+	mul.rn.f32 	%f271, %f266, %f2;
+	neg.f32 	%f272, %f271;
+	fma.rn.f32 	%f273, %f272, %f1, %f266;
+	fma.rn.f32 	%f274, %f273, %f2, %f271;
+	mov.b32 	%r724, %f274;
+	and.b32  	%r725, %r1392, -2147483648;
+	or.b32  	%r726, %r725, %r724;
+	mov.b32 	%f249, %r726;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs28, %f249, %f250;
+	// end inline asm
+	shl.b32 	%r727, %r1391, 16;
+	mov.b32 	%f275, %r727;
+	and.b32  	%r728, %r1391, -65536;
+	mov.b32 	%f276, %r728;
+	mul.rn.f32 	%f277, %f275, %f2;
+	neg.f32 	%f278, %f277;
+	fma.rn.f32 	%f279, %f278, %f1, %f275;
+	fma.rn.f32 	%f280, %f279, %f2, %f277;
+	mov.b32 	%r729, %f280;
+	and.b32  	%r730, %r727, -2147483648;
+	or.b32  	%r731, %r730, %r729;
+	mov.b32 	%f252, %r731;
+	mul.rn.f32 	%f281, %f276, %f2;
+	neg.f32 	%f282, %f281;
+	fma.rn.f32 	%f283, %f282, %f1, %f276;
+	fma.rn.f32 	%f284, %f283, %f2, %f281;
+	mov.b32 	%r732, %f284;
+	and.b32  	%r733, %r1391, -2147483648;
+	or.b32  	%r734, %r733, %r732;
+	mov.b32 	%f251, %r734;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs29, %f251, %f252;
+	// end inline asm
+	shl.b32 	%r735, %r1390, 16;
+	mov.b32 	%f285, %r735;
+	and.b32  	%r736, %r1390, -65536;
+	mov.b32 	%f286, %r736;
+	mul.rn.f32 	%f287, %f285, %f2;
+	neg.f32 	%f288, %f287;
+	fma.rn.f32 	%f289, %f288, %f1, %f285;
+	fma.rn.f32 	%f290, %f289, %f2, %f287;
+	mov.b32 	%r737, %f290;
+	and.b32  	%r738, %r735, -2147483648;
+	or.b32  	%r739, %r738, %r737;
+	mov.b32 	%f254, %r739;
+	mul.rn.f32 	%f291, %f286, %f2;
+	neg.f32 	%f292, %f291;
+	fma.rn.f32 	%f293, %f292, %f1, %f286;
+	fma.rn.f32 	%f294, %f293, %f2, %f291;
+	mov.b32 	%r740, %f294;
+	and.b32  	%r741, %r1390, -2147483648;
+	or.b32  	%r742, %r741, %r740;
+	mov.b32 	%f253, %r742;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs30, %f253, %f254;
+	// end inline asm
+	mov.b32 	%r743, {%rs29, %rs30};
+	mov.b32 	%r744, {%rs27, %rs28};
+	st.global.v2.u32 	[%rd583], {%r744, %r743};
+$L__BB0_108:
+	add.s64 	%rd588, %rd410, 96;
+	ld.param.u64 	%rd589, [%rd253+24];
+	setp.ge.s64 	%p86, %rd588, %rd589;
+	ld.param.u64 	%rd138, [%rd253+32];
+	setp.le.s64 	%p87, %rd138, %rd473;
+	or.pred  	%p88, %p86, %p87;
+	@%p88 bra 	$L__BB0_110;
+	mul.lo.s64 	%rd597, %rd138, %rd588;
+	add.s64 	%rd601, %rd597, %rd473;
+	cvta.to.global.u64 	%rd602, %rd131;
+	add.s64 	%rd603, %rd602, %rd601;
+	shl.b32 	%r757, %r1398, 16;
+	mov.b32 	%f303, %r757;
+	and.b32  	%r758, %r1398, -65536;
+	mov.b32 	%f304, %r758;
+	mul.rn.f32 	%f305, %f303, %f2;
+	neg.f32 	%f306, %f305;
+	fma.rn.f32 	%f307, %f306, %f1, %f303;
+	fma.rn.f32 	%f308, %f307, %f2, %f305;
+	mov.b32 	%r759, %f308;
+	and.b32  	%r760, %r757, -2147483648;
+	or.b32  	%r761, %r760, %r759;
+	mov.b32 	%f296, %r761;
+	mul.rn.f32 	%f309, %f304, %f2;
+	neg.f32 	%f310, %f309;
+	fma.rn.f32 	%f311, %f310, %f1, %f304;
+	fma.rn.f32 	%f312, %f311, %f2, %f309;
+	mov.b32 	%r762, %f312;
+	and.b32  	%r763, %r1398, -2147483648;
+	or.b32  	%r764, %r763, %r762;
+	mov.b32 	%f295, %r764;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs31, %f295, %f296;
+	// end inline asm
+	shl.b32 	%r765, %r1397, 16;
+	mov.b32 	%f313, %r765;
+	and.b32  	%r766, %r1397, -65536;
+	mov.b32 	%f314, %r766;
+	mul.rn.f32 	%f315, %f313, %f2;
+	neg.f32 	%f316, %f315;
+	fma.rn.f32 	%f317, %f316, %f1, %f313;
+	fma.rn.f32 	%f318, %f317, %f2, %f315;
+	mov.b32 	%r767, %f318;
+	and.b32  	%r768, %r765, -2147483648;
+	or.b32  	%r769, %r768, %r767;
+	mov.b32 	%f298, %r769;
+	mul.rn.f32 	%f319, %f314, %f2;
+	neg.f32 	%f320, %f319;
+	fma.rn.f32 	%f321, %f320, %f1, %f314;
+	fma.rn.f32 	%f322, %f321, %f2, %f319;
+	mov.b32 	%r770, %f322;
+	and.b32  	%r771, %r1397, -2147483648;
+	or.b32  	%r772, %r771, %r770;
+	mov.b32 	%f297, %r772;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs32, %f297, %f298;
+	// end inline asm
+	shl.b32 	%r773, %r1396, 16;
+	mov.b32 	%f323, %r773;
+	and.b32  	%r774, %r1396, -65536;
+	mov.b32 	%f324, %r774;
+	mul.rn.f32 	%f325, %f323, %f2;
+	neg.f32 	%f326, %f325;
+	fma.rn.f32 	%f327, %f326, %f1, %f323;
+	fma.rn.f32 	%f328, %f327, %f2, %f325;
+	mov.b32 	%r775, %f328;
+	and.b32  	%r776, %r773, -2147483648;
+	or.b32  	%r777, %r776, %r775;
+	mov.b32 	%f300, %r777;
+	mul.rn.f32 	%f329, %f324, %f2;
+	neg.f32 	%f330, %f329;
+	fma.rn.f32 	%f331, %f330, %f1, %f324;
+	fma.rn.f32 	%f332, %f331, %f2, %f329;
+	mov.b32 	%r778, %f332;
+	and.b32  	%r779, %r1396, -2147483648;
+	or.b32  	%r780, %r779, %r778;
+	mov.b32 	%f299, %r780;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs33, %f299, %f300;
+	// end inline asm
+	shl.b32 	%r781, %r1395, 16;
+	mov.b32 	%f333, %r781;
+	and.b32  	%r782, %r1395, -65536;
+	mov.b32 	%f334, %r782;
+	mul.rn.f32 	%f335, %f333, %f2;
+	neg.f32 	%f336, %f335;
+	fma.rn.f32 	%f337, %f336, %f1, %f333;
+	fma.rn.f32 	%f338, %f337, %f2, %f335;
+	mov.b32 	%r783, %f338;
+	and.b32  	%r784, %r781, -2147483648;
+	or.b32  	%r785, %r784, %r783;
+	mov.b32 	%f302, %r785;
+	mul.rn.f32 	%f339, %f334, %f2;
+	neg.f32 	%f340, %f339;
+	fma.rn.f32 	%f341, %f340, %f1, %f334;
+	fma.rn.f32 	%f342, %f341, %f2, %f339;
+	mov.b32 	%r786, %f342;
+	and.b32  	%r787, %r1395, -2147483648;
+	or.b32  	%r788, %r787, %r786;
+	mov.b32 	%f301, %r788;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs34, %f301, %f302;
+	// end inline asm
+	mov.b32 	%r789, {%rs33, %rs34};
+	mov.b32 	%r790, {%rs31, %rs32};
+	st.global.v2.u32 	[%rd603], {%r790, %r789};
+$L__BB0_110:
+	ld.param.u64 	%rd609, [%rd253+24];
+	setp.ge.s64 	%p89, %rd411, %rd609;
+	ld.param.u64 	%rd139, [%rd253+32];
+	setp.le.s64 	%p90, %rd139, %rd473;
+	or.pred  	%p91, %p89, %p90;
+	@%p91 bra 	$L__BB0_227;
+	mul.lo.s64 	%rd617, %rd139, %rd411;
+	add.s64 	%rd621, %rd617, %rd473;
+	cvta.to.global.u64 	%rd622, %rd131;
+	add.s64 	%rd623, %rd622, %rd621;
+	shl.b32 	%r803, %r1403, 16;
+	mov.b32 	%f351, %r803;
+	and.b32  	%r804, %r1403, -65536;
+	mov.b32 	%f352, %r804;
+	mul.rn.f32 	%f353, %f351, %f2;
+	neg.f32 	%f354, %f353;
+	fma.rn.f32 	%f355, %f354, %f1, %f351;
+	fma.rn.f32 	%f356, %f355, %f2, %f353;
+	mov.b32 	%r805, %f356;
+	and.b32  	%r806, %r803, -2147483648;
+	or.b32  	%r807, %r806, %r805;
+	mov.b32 	%f344, %r807;
+	mul.rn.f32 	%f357, %f352, %f2;
+	neg.f32 	%f358, %f357;
+	fma.rn.f32 	%f359, %f358, %f1, %f352;
+	fma.rn.f32 	%f360, %f359, %f2, %f357;
+	mov.b32 	%r808, %f360;
+	and.b32  	%r809, %r1403, -2147483648;
+	or.b32  	%r810, %r809, %r808;
+	mov.b32 	%f343, %r810;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs35, %f343, %f344;
+	// end inline asm
+	shl.b32 	%r811, %r1402, 16;
+	mov.b32 	%f361, %r811;
+	and.b32  	%r812, %r1402, -65536;
+	mov.b32 	%f362, %r812;
+	mul.rn.f32 	%f363, %f361, %f2;
+	neg.f32 	%f364, %f363;
+	fma.rn.f32 	%f365, %f364, %f1, %f361;
+	fma.rn.f32 	%f366, %f365, %f2, %f363;
+	mov.b32 	%r813, %f366;
+	and.b32  	%r814, %r811, -2147483648;
+	or.b32  	%r815, %r814, %r813;
+	mov.b32 	%f346, %r815;
+	mul.rn.f32 	%f367, %f362, %f2;
+	neg.f32 	%f368, %f367;
+	fma.rn.f32 	%f369, %f368, %f1, %f362;
+	fma.rn.f32 	%f370, %f369, %f2, %f367;
+	mov.b32 	%r816, %f370;
+	and.b32  	%r817, %r1402, -2147483648;
+	or.b32  	%r818, %r817, %r816;
+	mov.b32 	%f345, %r818;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs36, %f345, %f346;
+	// end inline asm
+	shl.b32 	%r819, %r1401, 16;
+	mov.b32 	%f371, %r819;
+	and.b32  	%r820, %r1401, -65536;
+	mov.b32 	%f372, %r820;
+	mul.rn.f32 	%f373, %f371, %f2;
+	neg.f32 	%f374, %f373;
+	fma.rn.f32 	%f375, %f374, %f1, %f371;
+	fma.rn.f32 	%f376, %f375, %f2, %f373;
+	mov.b32 	%r821, %f376;
+	and.b32  	%r822, %r819, -2147483648;
+	or.b32  	%r823, %r822, %r821;
+	mov.b32 	%f348, %r823;
+	mul.rn.f32 	%f377, %f372, %f2;
+	neg.f32 	%f378, %f377;
+	fma.rn.f32 	%f379, %f378, %f1, %f372;
+	fma.rn.f32 	%f380, %f379, %f2, %f377;
+	mov.b32 	%r824, %f380;
+	and.b32  	%r825, %r1401, -2147483648;
+	or.b32  	%r826, %r825, %r824;
+	mov.b32 	%f347, %r826;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs37, %f347, %f348;
+	// end inline asm
+	shl.b32 	%r827, %r1400, 16;
+	mov.b32 	%f381, %r827;
+	and.b32  	%r828, %r1400, -65536;
+	mov.b32 	%f382, %r828;
+	mul.rn.f32 	%f383, %f381, %f2;
+	neg.f32 	%f384, %f383;
+	fma.rn.f32 	%f385, %f384, %f1, %f381;
+	fma.rn.f32 	%f386, %f385, %f2, %f383;
+	mov.b32 	%r829, %f386;
+	and.b32  	%r830, %r827, -2147483648;
+	or.b32  	%r831, %r830, %r829;
+	mov.b32 	%f350, %r831;
+	mul.rn.f32 	%f387, %f382, %f2;
+	neg.f32 	%f388, %f387;
+	fma.rn.f32 	%f389, %f388, %f1, %f382;
+	fma.rn.f32 	%f390, %f389, %f2, %f387;
+	mov.b32 	%r832, %f390;
+	and.b32  	%r833, %r1400, -2147483648;
+	or.b32  	%r834, %r833, %r832;
+	mov.b32 	%f349, %r834;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs38, %f349, %f350;
+	// end inline asm
+	mov.b32 	%r835, {%rs37, %rs38};
+	mov.b32 	%r836, {%rs35, %rs36};
+	st.global.v2.u32 	[%rd623], {%r836, %r835};
+	bra.uni 	$L__BB0_227;
+$L__BB0_163:
+	cvt.u32.u64 	%r1290, %rd154;
+	cvt.u32.u64 	%r1291, %rd921;
+	rem.u32 	%r1292, %r1291, %r1290;
+	cvt.u64.u32 	%rd918, %r1292;
+$L__BB0_164:
+	or.b64  	%rd810, %rd918, %rd155;
+	and.b64  	%rd811, %rd810, -4294967296;
+	setp.eq.s64 	%p209, %rd811, 0;
+	@%p209 bra 	$L__BB0_166;
+	div.s64 	%rd919, %rd918, %rd155;
+	mul.lo.s64 	%rd812, %rd919, %rd155;
+	sub.s64 	%rd920, %rd918, %rd812;
+	bra.uni 	$L__BB0_167;
+$L__BB0_166:
+	cvt.u32.u64 	%r1293, %rd155;
+	cvt.u32.u64 	%r1294, %rd918;
+	div.u32 	%r1295, %r1294, %r1293;
+	mul.lo.s32 	%r1296, %r1295, %r1293;
+	sub.s32 	%r1297, %r1294, %r1296;
+	cvt.u64.u32 	%rd919, %r1295;
+	cvt.u64.u32 	%rd920, %r1297;
+$L__BB0_167:
+	shl.b64 	%rd813, %rd920, 1;
+	sub.s64 	%rd814, %rd921, %rd918;
+	add.s64 	%rd815, %rd814, %rd813;
+	add.s64 	%rd921, %rd815, %rd919;
+$L__BB0_168:
+	add.s64 	%rd816, %rd153, %rd187;
+	mul.lo.s64 	%rd817, %rd152, %rd921;
+	add.s64 	%rd818, %rd816, %rd817;
+	shl.b64 	%rd819, %rd818, 1;
+	add.s64 	%rd200, %rd5, %rd819;
+	add.s64 	%rd820, %rd4, %rd819;
+	and.b64  	%rd821, %rd820, 1;
+	setp.eq.b64 	%p210, %rd821, 1;
+	mov.pred 	%p211, 0;
+	xor.pred  	%p212, %p210, %p211;
+	not.pred 	%p213, %p212;
+	@%p213 bra 	$L__BB0_170;
+	bra.uni 	$L__BB0_169;
+$L__BB0_170:
+	ld.global.u16 	%r1416, [%rd200];
+	bra.uni 	$L__BB0_171;
+$L__BB0_169:
+	ld.global.u8 	%r1298, [%rd200];
+	ld.global.u8 	%r1299, [%rd200+1];
+	prmt.b32 	%r1416, %r1299, %r1298, 30212;
+$L__BB0_171:
+	shl.b32 	%r1300, %r1416, 16;
+	and.b32  	%r1301, %r1300, 2147418112;
+	max.u32 	%r1410, %r1410, %r1301;
+$L__BB0_172:
+	mov.u32 	%r1302, -1;
+	redux.sync.max.u32 %r115, %r1410, %r1302;
+	and.b32  	%r1303, %r1420, 31;
+	setp.ne.s32 	%p214, %r1303, 0;
+	@%p214 bra 	$L__BB0_174;
+	st.shared.u32 	[%r3], %r115;
+$L__BB0_174:
+	bar.sync 	0;
+	ld.shared.u32 	%r1305, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+4];
+	ld.shared.u32 	%r1306, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red];
+	max.u32 	%r1307, %r1306, %r1305;
+	ld.shared.u32 	%r1308, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+8];
+	max.u32 	%r1309, %r1307, %r1308;
+	ld.shared.u32 	%r1310, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+12];
+	max.u32 	%r1311, %r1309, %r1310;
+	ld.shared.u32 	%r1312, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+16];
+	max.u32 	%r1313, %r1311, %r1312;
+	ld.shared.u32 	%r1314, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+20];
+	max.u32 	%r1315, %r1313, %r1314;
+	ld.shared.u32 	%r1316, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+24];
+	max.u32 	%r1317, %r1315, %r1316;
+	ld.shared.u32 	%r1318, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+28];
+	max.u32 	%r116, %r1317, %r1318;
+	bar.sync 	0;
+	setp.gt.u32 	%p215, %r116, 2139095040;
+	mov.u32 	%r1418, 2143289344;
+	@%p215 bra 	$L__BB0_180;
+	mov.b32 	%f663, %r116;
+	mov.f32 	%f664, 0f43E00000;
+	div.rn.f32 	%f665, %f663, %f664;
+	mov.b32 	%r117, %f665;
+	setp.eq.s32 	%p216, %r117, 0;
+	mov.u32 	%r1418, 1065353216;
+	@%p216 bra 	$L__BB0_180;
+	setp.ne.s32 	%p217, %r1, 1;
+	setp.eq.s32 	%p218, %r117, 2139095040;
+	or.pred  	%p219, %p218, %p217;
+	mov.u32 	%r1418, %r117;
+	@%p219 bra 	$L__BB0_180;
+	setp.lt.u32 	%p220, %r117, 8388608;
+	mov.u32 	%r1418, 8388608;
+	@%p220 bra 	$L__BB0_180;
+	and.b32  	%r1321, %r117, 8388607;
+	setp.eq.s32 	%p221, %r1321, 0;
+	mov.u32 	%r1418, %r117;
+	@%p221 bra 	$L__BB0_180;
+	and.b32  	%r1322, %r117, 2139095040;
+	add.s32 	%r1418, %r1322, 8388608;
+$L__BB0_180:
+	mov.b32 	%f3, %r1418;
+	setp.ne.s32 	%p222, %r1420, 0;
+	@%p222 bra 	$L__BB0_182;
+	st.global.u32 	[%rd9], %r1418;
+$L__BB0_182:
+	@%p180 bra 	$L__BB0_227;
+	ld.param.u64 	%rd201, [%rd3+-20];
+	ld.param.u64 	%rd202, [%rd3+-12];
+	ld.param.u64 	%rd203, [%rd3+20];
+	ld.param.u64 	%rd204, [%rd3+12];
+	ld.param.u64 	%rd205, [%rd3+28];
+	ld.param.u64 	%rd206, [%rd3+36];
+	shr.u64 	%rd822, %rd206, 63;
+	add.s64 	%rd823, %rd206, %rd822;
+	shr.s64 	%rd207, %rd823, 1;
+	mov.u32 	%r1323, 16383;
+	sub.s32 	%r120, %r1323, %r1420;
+	and.b32  	%r1324, %r120, 256;
+	setp.ne.s32 	%p224, %r1324, 0;
+	@%p224 bra 	$L__BB0_198;
+	shr.u32 	%r1325, %r1420, 7;
+	cvt.u64.u32 	%rd824, %r1325;
+	add.s64 	%rd208, %rd1, %rd824;
+	and.b32  	%r1326, %r1420, 127;
+	cvt.u64.u32 	%rd825, %r1326;
+	add.s64 	%rd209, %rd2, %rd825;
+	setp.ge.s64 	%p225, %rd208, %rd201;
+	setp.ge.s64 	%p226, %rd209, %rd202;
+	or.pred  	%p227, %p225, %p226;
+	@%p227 bra 	$L__BB0_197;
+	setp.eq.s64 	%p228, %rd206, 0;
+	add.s64 	%rd925, %rd203, %rd208;
+	@%p228 bra 	$L__BB0_193;
+	or.b64  	%rd826, %rd925, %rd206;
+	and.b64  	%rd827, %rd826, -4294967296;
+	setp.eq.s64 	%p229, %rd827, 0;
+	@%p229 bra 	$L__BB0_188;
+	rem.s64 	%rd922, %rd925, %rd206;
+	bra.uni 	$L__BB0_189;
+$L__BB0_188:
+	cvt.u32.u64 	%r1327, %rd206;
+	cvt.u32.u64 	%r1328, %rd925;
+	rem.u32 	%r1329, %r1328, %r1327;
+	cvt.u64.u32 	%rd922, %r1329;
+$L__BB0_189:
+	or.b64  	%rd828, %rd922, %rd207;
+	and.b64  	%rd829, %rd828, -4294967296;
+	setp.eq.s64 	%p230, %rd829, 0;
+	@%p230 bra 	$L__BB0_191;
+	div.s64 	%rd923, %rd922, %rd207;
+	mul.lo.s64 	%rd830, %rd923, %rd207;
+	sub.s64 	%rd924, %rd922, %rd830;
+	bra.uni 	$L__BB0_192;
+$L__BB0_191:
+	cvt.u32.u64 	%r1330, %rd207;
+	cvt.u32.u64 	%r1331, %rd922;
+	div.u32 	%r1332, %r1331, %r1330;
+	mul.lo.s32 	%r1333, %r1332, %r1330;
+	sub.s32 	%r1334, %r1331, %r1333;
+	cvt.u64.u32 	%rd923, %r1332;
+	cvt.u64.u32 	%rd924, %r1334;
+$L__BB0_192:
+	shl.b64 	%rd831, %rd924, 1;
+	sub.s64 	%rd832, %rd925, %rd922;
+	add.s64 	%rd833, %rd832, %rd831;
+	add.s64 	%rd925, %rd833, %rd923;
+$L__BB0_193:
+	add.s64 	%rd834, %rd205, %rd209;
+	mul.lo.s64 	%rd835, %rd204, %rd925;
+	add.s64 	%rd836, %rd834, %rd835;
+	shl.b64 	%rd837, %rd836, 1;
+	add.s64 	%rd222, %rd5, %rd837;
+	add.s64 	%rd838, %rd4, %rd837;
+	and.b64  	%rd839, %rd838, 1;
+	setp.eq.b64 	%p231, %rd839, 1;
+	mov.pred 	%p232, 0;
+	xor.pred  	%p233, %p231, %p232;
+	not.pred 	%p234, %p233;
+	@%p234 bra 	$L__BB0_195;
+	bra.uni 	$L__BB0_194;
+$L__BB0_195:
+	ld.global.u16 	%r1419, [%rd222];
+	bra.uni 	$L__BB0_196;
+$L__BB0_194:
+	ld.global.u8 	%r1335, [%rd222];
+	ld.global.u8 	%r1336, [%rd222+1];
+	prmt.b32 	%r1419, %r1336, %r1335, 30212;
+$L__BB0_196:
+	shl.b32 	%r1337, %r1419, 16;
+	mov.b32 	%f668, %r1337;
+	div.rn.f32 	%f669, %f668, %f3;
+	mov.f32 	%f670, 0fC3E00000;
+	max.f32 	%f671, %f669, %f670;
+	mov.f32 	%f672, 0f43E00000;
+	min.f32 	%f667, %f671, %f672;
+	mov.f32 	%f673, 0f00000000;
+	div.rn.f32 	%f674, %f673, %f3;
+	max.f32 	%f675, %f674, %f670;
+	min.f32 	%f666, %f675, %f672;
+	setp.nan.f32 	%p235, %f669, %f669;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs71, %f666, %f667;
+	// end inline asm
+	selp.b16 	%rs72, 127, %rs71, %p235;
+	mul.lo.s64 	%rd840, %rd202, %rd208;
+	add.s64 	%rd841, %rd840, %rd209;
+	add.s64 	%rd842, %rd6, %rd841;
+	st.global.u8 	[%rd842], %rs72;
+$L__BB0_197:
+	add.s32 	%r1420, %r1420, 256;
+$L__BB0_198:
+	and.b32  	%r1338, %r120, -256;
+	setp.eq.s32 	%p236, %r1338, 0;
+	@%p236 bra 	$L__BB0_227;
+	and.b32  	%r1339, %r1420, 127;
+	cvt.u64.u32 	%rd843, %r1339;
+	add.s64 	%rd223, %rd2, %rd843;
+	add.s64 	%rd224, %rd205, %rd223;
+	cvt.u32.u64 	%r1341, %rd206;
+$L__BB0_200:
+	shr.u32 	%r1340, %r1420, 7;
+	cvt.u64.u32 	%rd844, %r1340;
+	add.s64 	%rd225, %rd1, %rd844;
+	setp.ge.s64 	%p237, %rd225, %rd201;
+	setp.ge.s64 	%p238, %rd223, %rd202;
+	or.pred  	%p239, %p237, %p238;
+	@%p239 bra 	$L__BB0_213;
+	setp.eq.s64 	%p240, %rd206, 0;
+	add.s64 	%rd929, %rd203, %rd225;
+	@%p240 bra 	$L__BB0_209;
+	or.b64  	%rd845, %rd929, %rd206;
+	and.b64  	%rd846, %rd845, -4294967296;
+	setp.eq.s64 	%p241, %rd846, 0;
+	@%p241 bra 	$L__BB0_204;
+	rem.s64 	%rd926, %rd929, %rd206;
+	bra.uni 	$L__BB0_205;
+$L__BB0_204:
+	cvt.u32.u64 	%r1342, %rd929;
+	rem.u32 	%r1343, %r1342, %r1341;
+	cvt.u64.u32 	%rd926, %r1343;
+$L__BB0_205:
+	or.b64  	%rd847, %rd926, %rd207;
+	and.b64  	%rd848, %rd847, -4294967296;
+	setp.eq.s64 	%p242, %rd848, 0;
+	@%p242 bra 	$L__BB0_207;
+	div.s64 	%rd927, %rd926, %rd207;
+	mul.lo.s64 	%rd849, %rd927, %rd207;
+	sub.s64 	%rd928, %rd926, %rd849;
+	bra.uni 	$L__BB0_208;
+$L__BB0_207:
+	cvt.u32.u64 	%r1344, %rd207;
+	cvt.u32.u64 	%r1345, %rd926;
+	div.u32 	%r1346, %r1345, %r1344;
+	mul.lo.s32 	%r1347, %r1346, %r1344;
+	sub.s32 	%r1348, %r1345, %r1347;
+	cvt.u64.u32 	%rd927, %r1346;
+	cvt.u64.u32 	%rd928, %r1348;
+$L__BB0_208:
+	shl.b64 	%rd850, %rd928, 1;
+	sub.s64 	%rd851, %rd929, %rd926;
+	add.s64 	%rd852, %rd851, %rd850;
+	add.s64 	%rd929, %rd852, %rd927;
+$L__BB0_209:
+	mul.lo.s64 	%rd853, %rd204, %rd929;
+	add.s64 	%rd854, %rd224, %rd853;
+	shl.b64 	%rd855, %rd854, 1;
+	add.s64 	%rd238, %rd5, %rd855;
+	add.s64 	%rd856, %rd4, %rd855;
+	and.b64  	%rd857, %rd856, 1;
+	setp.eq.b64 	%p243, %rd857, 1;
+	mov.pred 	%p244, 0;
+	xor.pred  	%p245, %p243, %p244;
+	not.pred 	%p246, %p245;
+	@%p246 bra 	$L__BB0_211;
+	bra.uni 	$L__BB0_210;
+$L__BB0_211:
+	ld.global.u16 	%r1422, [%rd238];
+	bra.uni 	$L__BB0_212;
+$L__BB0_210:
+	ld.global.u8 	%r1349, [%rd238];
+	ld.global.u8 	%r1350, [%rd238+1];
+	prmt.b32 	%r1422, %r1350, %r1349, 30212;
+$L__BB0_212:
+	shl.b32 	%r1351, %r1422, 16;
+	mov.b32 	%f678, %r1351;
+	div.rn.f32 	%f679, %f678, %f3;
+	mov.f32 	%f680, 0fC3E00000;
+	max.f32 	%f681, %f679, %f680;
+	mov.f32 	%f682, 0f43E00000;
+	min.f32 	%f677, %f681, %f682;
+	mov.f32 	%f683, 0f00000000;
+	div.rn.f32 	%f684, %f683, %f3;
+	max.f32 	%f685, %f684, %f680;
+	min.f32 	%f676, %f685, %f682;
+	setp.nan.f32 	%p247, %f679, %f679;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs73, %f676, %f677;
+	// end inline asm
+	selp.b16 	%rs74, 127, %rs73, %p247;
+	mul.lo.s64 	%rd858, %rd202, %rd225;
+	add.s64 	%rd859, %rd858, %rd223;
+	add.s64 	%rd860, %rd6, %rd859;
+	st.global.u8 	[%rd860], %rs74;
+$L__BB0_213:
+	add.s32 	%r1352, %r1420, 256;
+	shr.u32 	%r1353, %r1352, 7;
+	cvt.u64.u32 	%rd861, %r1353;
+	add.s64 	%rd239, %rd1, %rd861;
+	setp.ge.s64 	%p249, %rd239, %rd201;
+	or.pred  	%p250, %p249, %p238;
+	@%p250 bra 	$L__BB0_226;
+	setp.eq.s64 	%p251, %rd206, 0;
+	add.s64 	%rd933, %rd203, %rd239;
+	@%p251 bra 	$L__BB0_222;
+	or.b64  	%rd862, %rd933, %rd206;
+	and.b64  	%rd863, %rd862, -4294967296;
+	setp.eq.s64 	%p252, %rd863, 0;
+	@%p252 bra 	$L__BB0_217;
+	rem.s64 	%rd930, %rd933, %rd206;
+	bra.uni 	$L__BB0_218;
+$L__BB0_217:
+	cvt.u32.u64 	%r1355, %rd933;
+	rem.u32 	%r1356, %r1355, %r1341;
+	cvt.u64.u32 	%rd930, %r1356;
+$L__BB0_218:
+	or.b64  	%rd864, %rd930, %rd207;
+	and.b64  	%rd865, %rd864, -4294967296;
+	setp.eq.s64 	%p253, %rd865, 0;
+	@%p253 bra 	$L__BB0_220;
+	div.s64 	%rd931, %rd930, %rd207;
+	mul.lo.s64 	%rd866, %rd931, %rd207;
+	sub.s64 	%rd932, %rd930, %rd866;
+	bra.uni 	$L__BB0_221;
+$L__BB0_220:
+	cvt.u32.u64 	%r1357, %rd207;
+	cvt.u32.u64 	%r1358, %rd930;
+	div.u32 	%r1359, %r1358, %r1357;
+	mul.lo.s32 	%r1360, %r1359, %r1357;
+	sub.s32 	%r1361, %r1358, %r1360;
+	cvt.u64.u32 	%rd931, %r1359;
+	cvt.u64.u32 	%rd932, %r1361;
+$L__BB0_221:
+	shl.b64 	%rd867, %rd932, 1;
+	sub.s64 	%rd868, %rd933, %rd930;
+	add.s64 	%rd869, %rd868, %rd867;
+	add.s64 	%rd933, %rd869, %rd931;
+$L__BB0_222:
+	mul.lo.s64 	%rd870, %rd204, %rd933;
+	add.s64 	%rd871, %rd224, %rd870;
+	shl.b64 	%rd872, %rd871, 1;
+	add.s64 	%rd252, %rd5, %rd872;
+	add.s64 	%rd873, %rd4, %rd872;
+	and.b64  	%rd874, %rd873, 1;
+	setp.eq.b64 	%p254, %rd874, 1;
+	mov.pred 	%p255, 0;
+	xor.pred  	%p256, %p254, %p255;
+	not.pred 	%p257, %p256;
+	@%p257 bra 	$L__BB0_224;
+	bra.uni 	$L__BB0_223;
+$L__BB0_224:
+	ld.global.u16 	%r1423, [%rd252];
+	bra.uni 	$L__BB0_225;
+$L__BB0_223:
+	ld.global.u8 	%r1362, [%rd252];
+	ld.global.u8 	%r1363, [%rd252+1];
+	prmt.b32 	%r1423, %r1363, %r1362, 30212;
+$L__BB0_225:
+	shl.b32 	%r1364, %r1423, 16;
+	mov.b32 	%f688, %r1364;
+	div.rn.f32 	%f689, %f688, %f3;
+	mov.f32 	%f690, 0fC3E00000;
+	max.f32 	%f691, %f689, %f690;
+	mov.f32 	%f692, 0f43E00000;
+	min.f32 	%f687, %f691, %f692;
+	mov.f32 	%f693, 0f00000000;
+	div.rn.f32 	%f694, %f693, %f3;
+	max.f32 	%f695, %f694, %f690;
+	min.f32 	%f686, %f695, %f692;
+	setp.nan.f32 	%p258, %f689, %f689;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs75, %f686, %f687;
+	// end inline asm
+	selp.b16 	%rs76, 127, %rs75, %p258;
+	mul.lo.s64 	%rd875, %rd202, %rd239;
+	add.s64 	%rd876, %rd875, %rd223;
+	add.s64 	%rd877, %rd6, %rd876;
+	st.global.u8 	[%rd877], %rs76;
+$L__BB0_226:
+	add.s32 	%r1420, %r1420, 512;
+	setp.lt.u32 	%p259, %r1420, 16384;
+	@%p259 bra 	$L__BB0_200;
+$L__BB0_227:
+	ret;
+}
+	// .globl	ws_fp8_block_f32
+.visible .entry ws_fp8_block_f32(
+	.param .align 8 .b8 ws_fp8_block_f32_param_0[96]
+)
+.maxntid 256, 1, 1
+{
+	.reg .pred 	%p<338>;
+	.reg .b16 	%rs<77>;
+	.reg .f32 	%f<787>;
+	.reg .b32 	%r<1551>;
+	.reg .b64 	%rd<1647>;
+	mov.b64 	%rd388, ws_fp8_block_f32_param_0;
+	mov.u32 	%r94, %ctaid.y;
+	cvt.u64.u32 	%rd389, %r94;
+	mul.wide.u32 	%rd1, %r94, 128;
+	mov.u32 	%r95, %ctaid.x;
+	cvt.u64.u32 	%rd390, %r95;
+	mul.wide.u32 	%rd2, %r95, 128;
+	add.s64 	%rd3, %rd388, 44;
+	ld.param.u32 	%r1, [ws_fp8_block_f32_param_0+44];
+	ld.param.u64 	%rd4, [ws_fp8_block_f32_param_0];
+	cvta.to.global.u64 	%rd5, %rd4;
+	ld.param.u64 	%rd392, [ws_fp8_block_f32_param_0+8];
+	cvta.to.global.u64 	%rd6, %rd392;
+	ld.param.u64 	%rd7, [ws_fp8_block_f32_param_0+16];
+	cvta.to.global.u64 	%rd393, %rd7;
+	ld.param.u64 	%rd8, [ws_fp8_block_f32_param_0+88];
+	mul.lo.s64 	%rd394, %rd8, %rd389;
+	add.s64 	%rd395, %rd394, %rd390;
+	shl.b64 	%rd396, %rd395, 2;
+	add.s64 	%rd9, %rd393, %rd396;
+	ld.param.u64 	%rd397, [ws_fp8_block_f32_param_0+56];
+	and.b64  	%rd398, %rd397, 3;
+	and.b64  	%rd399, %rd4, 15;
+	or.b64  	%rd400, %rd399, %rd398;
+	setp.ne.s64 	%p4, %rd400, 0;
+	mov.pred 	%p337, -1;
+	@%p4 bra 	$L__BB1_4;
+	ld.param.u8 	%rs1, [%rd3+28];
+	and.b16  	%rs2, %rs1, 3;
+	setp.ne.s16 	%p6, %rs2, 0;
+	@%p6 bra 	$L__BB1_4;
+	ld.param.u8 	%rs3, [%rd3+-12];
+	and.b16  	%rs4, %rs3, 3;
+	setp.ne.s16 	%p8, %rs4, 0;
+	@%p8 bra 	$L__BB1_4;
+	ld.param.u8 	%rs5, [%rd3+-36];
+	and.b16  	%rs6, %rs5, 3;
+	setp.ne.s16 	%p337, %rs6, 0;
+$L__BB1_4:
+	mov.u32 	%r1547, %tid.x;
+	shr.u32 	%r96, %r1547, 3;
+	and.b32  	%r97, %r96, 536870908;
+	mov.u32 	%r98, _ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red;
+	add.s32 	%r3, %r98, %r97;
+	@%p337 bra 	$L__BB1_240;
+	bra.uni 	$L__BB1_5;
+$L__BB1_240:
+	setp.gt.u32 	%p275, %r1547, 16383;
+	mov.u32 	%r1537, 0;
+	@%p275 bra 	$L__BB1_284;
+	ld.param.u64 	%rd284, [%rd3+-20];
+	ld.param.u64 	%rd285, [%rd3+-12];
+	ld.param.u64 	%rd286, [%rd3+20];
+	ld.param.u64 	%rd287, [%rd3+12];
+	ld.param.u64 	%rd288, [%rd3+28];
+	ld.param.u64 	%rd289, [%rd3+36];
+	shr.u64 	%rd1393, %rd289, 63;
+	add.s64 	%rd1394, %rd289, %rd1393;
+	shr.s64 	%rd290, %rd1394, 1;
+	mov.u32 	%r1372, 16383;
+	sub.s32 	%r1373, %r1372, %r1547;
+	shr.u32 	%r1374, %r1373, 8;
+	add.s32 	%r49, %r1374, 1;
+	and.b32  	%r50, %r49, 1;
+	setp.eq.s32 	%p276, %r1374, 0;
+	mov.u32 	%r1537, 0;
+	mov.u32 	%r1541, %r1547;
+	@%p276 bra 	$L__BB1_270;
+	sub.s32 	%r1535, %r49, %r50;
+	and.b32  	%r1376, %r1547, 127;
+	cvt.u64.u32 	%rd1395, %r1376;
+	add.s64 	%rd291, %rd2, %rd1395;
+	add.s64 	%rd292, %rd288, %rd291;
+	mov.u32 	%r1537, 0;
+	mov.u32 	%r1541, %r1547;
+$L__BB1_243:
+	shr.u32 	%r1377, %r1541, 7;
+	cvt.u64.u32 	%rd1396, %r1377;
+	add.s64 	%rd293, %rd1, %rd1396;
+	setp.ge.s64 	%p277, %rd293, %rd284;
+	setp.ge.s64 	%p278, %rd291, %rd285;
+	or.pred  	%p279, %p277, %p278;
+	@%p279 bra 	$L__BB1_256;
+	setp.eq.s64 	%p280, %rd289, 0;
+	add.s64 	%rd1626, %rd286, %rd293;
+	@%p280 bra 	$L__BB1_252;
+	or.b64  	%rd1397, %rd1626, %rd289;
+	and.b64  	%rd1398, %rd1397, -4294967296;
+	setp.eq.s64 	%p281, %rd1398, 0;
+	@%p281 bra 	$L__BB1_247;
+	rem.s64 	%rd1623, %rd1626, %rd289;
+	bra.uni 	$L__BB1_248;
+$L__BB1_247:
+	cvt.u32.u64 	%r1378, %rd289;
+	cvt.u32.u64 	%r1379, %rd1626;
+	rem.u32 	%r1380, %r1379, %r1378;
+	cvt.u64.u32 	%rd1623, %r1380;
+$L__BB1_248:
+	or.b64  	%rd1399, %rd1623, %rd290;
+	and.b64  	%rd1400, %rd1399, -4294967296;
+	setp.eq.s64 	%p282, %rd1400, 0;
+	@%p282 bra 	$L__BB1_250;
+	div.s64 	%rd1624, %rd1623, %rd290;
+	mul.lo.s64 	%rd1401, %rd1624, %rd290;
+	sub.s64 	%rd1625, %rd1623, %rd1401;
+	bra.uni 	$L__BB1_251;
+$L__BB1_250:
+	cvt.u32.u64 	%r1381, %rd290;
+	cvt.u32.u64 	%r1382, %rd1623;
+	div.u32 	%r1383, %r1382, %r1381;
+	mul.lo.s32 	%r1384, %r1383, %r1381;
+	sub.s32 	%r1385, %r1382, %r1384;
+	cvt.u64.u32 	%rd1624, %r1383;
+	cvt.u64.u32 	%rd1625, %r1385;
+$L__BB1_251:
+	shl.b64 	%rd1402, %rd1625, 1;
+	sub.s64 	%rd1403, %rd1626, %rd1623;
+	add.s64 	%rd1404, %rd1403, %rd1402;
+	add.s64 	%rd1626, %rd1404, %rd1624;
+$L__BB1_252:
+	mul.lo.s64 	%rd1405, %rd287, %rd1626;
+	add.s64 	%rd1406, %rd292, %rd1405;
+	shl.b64 	%rd1407, %rd1406, 2;
+	add.s64 	%rd306, %rd5, %rd1407;
+	add.s64 	%rd1408, %rd4, %rd1407;
+	and.b64  	%rd1409, %rd1408, 3;
+	setp.eq.s64 	%p283, %rd1409, 0;
+	@%p283 bra 	$L__BB1_254;
+	ld.global.u8 	%r1386, [%rd306];
+	ld.global.u8 	%r1387, [%rd306+1];
+	prmt.b32 	%r1388, %r1387, %r1386, 30212;
+	ld.global.u8 	%r1389, [%rd306+2];
+	prmt.b32 	%r1390, %r1389, %r1388, 28756;
+	ld.global.u8 	%r1391, [%rd306+3];
+	prmt.b32 	%r1536, %r1391, %r1390, 1620;
+	bra.uni 	$L__BB1_255;
+$L__BB1_254:
+	ld.global.u32 	%r1536, [%rd306];
+$L__BB1_255:
+	and.b32  	%r1392, %r1536, 2147483647;
+	max.u32 	%r1537, %r1537, %r1392;
+$L__BB1_256:
+	add.s32 	%r1393, %r1541, 256;
+	shr.u32 	%r1394, %r1393, 7;
+	cvt.u64.u32 	%rd1410, %r1394;
+	add.s64 	%rd307, %rd1, %rd1410;
+	setp.ge.s64 	%p284, %rd307, %rd284;
+	or.pred  	%p286, %p284, %p278;
+	@%p286 bra 	$L__BB1_269;
+	setp.eq.s64 	%p287, %rd289, 0;
+	add.s64 	%rd1630, %rd286, %rd307;
+	@%p287 bra 	$L__BB1_265;
+	or.b64  	%rd1411, %rd1630, %rd289;
+	and.b64  	%rd1412, %rd1411, -4294967296;
+	setp.eq.s64 	%p288, %rd1412, 0;
+	@%p288 bra 	$L__BB1_260;
+	rem.s64 	%rd1627, %rd1630, %rd289;
+	bra.uni 	$L__BB1_261;
+$L__BB1_260:
+	cvt.u32.u64 	%r1395, %rd289;
+	cvt.u32.u64 	%r1396, %rd1630;
+	rem.u32 	%r1397, %r1396, %r1395;
+	cvt.u64.u32 	%rd1627, %r1397;
+$L__BB1_261:
+	or.b64  	%rd1413, %rd1627, %rd290;
+	and.b64  	%rd1414, %rd1413, -4294967296;
+	setp.eq.s64 	%p289, %rd1414, 0;
+	@%p289 bra 	$L__BB1_263;
+	div.s64 	%rd1628, %rd1627, %rd290;
+	mul.lo.s64 	%rd1415, %rd1628, %rd290;
+	sub.s64 	%rd1629, %rd1627, %rd1415;
+	bra.uni 	$L__BB1_264;
+$L__BB1_263:
+	cvt.u32.u64 	%r1398, %rd290;
+	cvt.u32.u64 	%r1399, %rd1627;
+	div.u32 	%r1400, %r1399, %r1398;
+	mul.lo.s32 	%r1401, %r1400, %r1398;
+	sub.s32 	%r1402, %r1399, %r1401;
+	cvt.u64.u32 	%rd1628, %r1400;
+	cvt.u64.u32 	%rd1629, %r1402;
+$L__BB1_264:
+	shl.b64 	%rd1416, %rd1629, 1;
+	sub.s64 	%rd1417, %rd1630, %rd1627;
+	add.s64 	%rd1418, %rd1417, %rd1416;
+	add.s64 	%rd1630, %rd1418, %rd1628;
+$L__BB1_265:
+	mul.lo.s64 	%rd1419, %rd287, %rd1630;
+	add.s64 	%rd1420, %rd292, %rd1419;
+	shl.b64 	%rd1421, %rd1420, 2;
+	add.s64 	%rd320, %rd5, %rd1421;
+	add.s64 	%rd1422, %rd4, %rd1421;
+	and.b64  	%rd1423, %rd1422, 3;
+	setp.eq.s64 	%p290, %rd1423, 0;
+	@%p290 bra 	$L__BB1_267;
+	ld.global.u8 	%r1403, [%rd320];
+	ld.global.u8 	%r1404, [%rd320+1];
+	prmt.b32 	%r1405, %r1404, %r1403, 30212;
+	ld.global.u8 	%r1406, [%rd320+2];
+	prmt.b32 	%r1407, %r1406, %r1405, 28756;
+	ld.global.u8 	%r1408, [%rd320+3];
+	prmt.b32 	%r1538, %r1408, %r1407, 1620;
+	bra.uni 	$L__BB1_268;
+$L__BB1_267:
+	ld.global.u32 	%r1538, [%rd320];
+$L__BB1_268:
+	and.b32  	%r1409, %r1538, 2147483647;
+	max.u32 	%r1537, %r1537, %r1409;
+$L__BB1_269:
+	add.s32 	%r1541, %r1541, 512;
+	add.s32 	%r1535, %r1535, -2;
+	setp.ne.s32 	%p291, %r1535, 0;
+	@%p291 bra 	$L__BB1_243;
+$L__BB1_270:
+	setp.eq.s32 	%p292, %r50, 0;
+	@%p292 bra 	$L__BB1_284;
+	shr.u32 	%r1410, %r1541, 7;
+	cvt.u64.u32 	%rd1424, %r1410;
+	add.s64 	%rd321, %rd1, %rd1424;
+	and.b32  	%r1411, %r1541, 127;
+	cvt.u64.u32 	%rd1425, %r1411;
+	add.s64 	%rd322, %rd2, %rd1425;
+	setp.ge.s64 	%p293, %rd321, %rd284;
+	setp.ge.s64 	%p294, %rd322, %rd285;
+	or.pred  	%p295, %p293, %p294;
+	@%p295 bra 	$L__BB1_284;
+	setp.eq.s64 	%p296, %rd289, 0;
+	add.s64 	%rd1634, %rd286, %rd321;
+	@%p296 bra 	$L__BB1_280;
+	or.b64  	%rd1426, %rd1634, %rd289;
+	and.b64  	%rd1427, %rd1426, -4294967296;
+	setp.eq.s64 	%p297, %rd1427, 0;
+	@%p297 bra 	$L__BB1_275;
+	rem.s64 	%rd1631, %rd1634, %rd289;
+	bra.uni 	$L__BB1_276;
+$L__BB1_5:
+	shr.u32 	%r101, %r1547, 5;
+	shl.b32 	%r102, %r1547, 2;
+	and.b32  	%r103, %r102, 124;
+	cvt.u64.u32 	%rd401, %r103;
+	add.s64 	%rd10, %rd2, %rd401;
+	cvt.u64.u32 	%rd402, %r101;
+	add.s64 	%rd11, %rd1, %rd402;
+	ld.param.u64 	%rd403, [%rd3+-20];
+	setp.ge.s64 	%p9, %rd11, %rd403;
+	ld.param.u64 	%rd404, [%rd3+-12];
+	setp.ge.s64 	%p10, %rd10, %rd404;
+	mov.u32 	%r1517, 0;
+	or.pred  	%p11, %p9, %p10;
+	@%p11 bra 	$L__BB1_15;
+	ld.param.u64 	%rd405, [%rd3+20];
+	add.s64 	%rd1562, %rd405, %rd11;
+	ld.param.u64 	%rd13, [%rd3+36];
+	setp.eq.s64 	%p12, %rd13, 0;
+	@%p12 bra 	$L__BB1_14;
+	or.b64  	%rd406, %rd1562, %rd13;
+	and.b64  	%rd407, %rd406, -4294967296;
+	setp.eq.s64 	%p13, %rd407, 0;
+	@%p13 bra 	$L__BB1_9;
+	rem.s64 	%rd1559, %rd1562, %rd13;
+	bra.uni 	$L__BB1_10;
+$L__BB1_9:
+	cvt.u32.u64 	%r104, %rd13;
+	cvt.u32.u64 	%r105, %rd1562;
+	rem.u32 	%r106, %r105, %r104;
+	cvt.u64.u32 	%rd1559, %r106;
+$L__BB1_10:
+	shr.u64 	%rd408, %rd13, 63;
+	add.s64 	%rd409, %rd13, %rd408;
+	shr.s64 	%rd17, %rd409, 1;
+	or.b64  	%rd410, %rd1559, %rd17;
+	and.b64  	%rd411, %rd410, -4294967296;
+	setp.eq.s64 	%p14, %rd411, 0;
+	@%p14 bra 	$L__BB1_12;
+	div.s64 	%rd1560, %rd1559, %rd17;
+	mul.lo.s64 	%rd412, %rd1560, %rd17;
+	sub.s64 	%rd1561, %rd1559, %rd412;
+	bra.uni 	$L__BB1_13;
+$L__BB1_12:
+	cvt.u32.u64 	%r107, %rd17;
+	cvt.u32.u64 	%r108, %rd1559;
+	div.u32 	%r109, %r108, %r107;
+	mul.lo.s32 	%r110, %r109, %r107;
+	sub.s32 	%r111, %r108, %r110;
+	cvt.u64.u32 	%rd1560, %r109;
+	cvt.u64.u32 	%rd1561, %r111;
+$L__BB1_13:
+	shl.b64 	%rd413, %rd1561, 1;
+	sub.s64 	%rd414, %rd1562, %rd1559;
+	add.s64 	%rd415, %rd414, %rd413;
+	add.s64 	%rd1562, %rd415, %rd1560;
+$L__BB1_14:
+	ld.param.u64 	%rd417, [%rd3+12];
+	mul.lo.s64 	%rd418, %rd417, %rd1562;
+	ld.param.u64 	%rd419, [%rd3+28];
+	add.s64 	%rd420, %rd419, %rd10;
+	add.s64 	%rd421, %rd420, %rd418;
+	shl.b64 	%rd422, %rd421, 2;
+	add.s64 	%rd416, %rd4, %rd422;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1515,%r1514,%r1513,%r1512}, [%rd416];
+	// end inline asm
+	and.b32  	%r116, %r1515, 2147483647;
+	and.b32  	%r117, %r1514, 2147483647;
+	max.u32 	%r118, %r116, %r117;
+	and.b32  	%r119, %r1513, 2147483647;
+	and.b32  	%r120, %r1512, 2147483647;
+	max.u32 	%r121, %r119, %r120;
+	max.u32 	%r1517, %r118, %r121;
+$L__BB1_15:
+	ld.param.u64 	%rd423, [%rd3+-20];
+	add.s64 	%rd26, %rd11, 8;
+	setp.ge.s64 	%p15, %rd26, %rd423;
+	ld.param.u64 	%rd424, [%rd3+-12];
+	setp.ge.s64 	%p16, %rd10, %rd424;
+	or.pred  	%p17, %p15, %p16;
+	@%p17 bra 	$L__BB1_25;
+	ld.param.u64 	%rd425, [%rd3+20];
+	add.s64 	%rd1566, %rd425, %rd26;
+	ld.param.u64 	%rd28, [%rd3+36];
+	setp.eq.s64 	%p18, %rd28, 0;
+	@%p18 bra 	$L__BB1_24;
+	or.b64  	%rd426, %rd1566, %rd28;
+	and.b64  	%rd427, %rd426, -4294967296;
+	setp.eq.s64 	%p19, %rd427, 0;
+	@%p19 bra 	$L__BB1_19;
+	rem.s64 	%rd1563, %rd1566, %rd28;
+	bra.uni 	$L__BB1_20;
+$L__BB1_19:
+	cvt.u32.u64 	%r122, %rd28;
+	cvt.u32.u64 	%r123, %rd1566;
+	rem.u32 	%r124, %r123, %r122;
+	cvt.u64.u32 	%rd1563, %r124;
+$L__BB1_20:
+	shr.u64 	%rd428, %rd28, 63;
+	add.s64 	%rd429, %rd28, %rd428;
+	shr.s64 	%rd32, %rd429, 1;
+	or.b64  	%rd430, %rd1563, %rd32;
+	and.b64  	%rd431, %rd430, -4294967296;
+	setp.eq.s64 	%p20, %rd431, 0;
+	@%p20 bra 	$L__BB1_22;
+	div.s64 	%rd1564, %rd1563, %rd32;
+	mul.lo.s64 	%rd432, %rd1564, %rd32;
+	sub.s64 	%rd1565, %rd1563, %rd432;
+	bra.uni 	$L__BB1_23;
+$L__BB1_22:
+	cvt.u32.u64 	%r125, %rd32;
+	cvt.u32.u64 	%r126, %rd1563;
+	div.u32 	%r127, %r126, %r125;
+	mul.lo.s32 	%r128, %r127, %r125;
+	sub.s32 	%r129, %r126, %r128;
+	cvt.u64.u32 	%rd1564, %r127;
+	cvt.u64.u32 	%rd1565, %r129;
+$L__BB1_23:
+	shl.b64 	%rd433, %rd1565, 1;
+	sub.s64 	%rd434, %rd1566, %rd1563;
+	add.s64 	%rd435, %rd434, %rd433;
+	add.s64 	%rd1566, %rd435, %rd1564;
+$L__BB1_24:
+	ld.param.u64 	%rd437, [%rd3+12];
+	mul.lo.s64 	%rd438, %rd437, %rd1566;
+	ld.param.u64 	%rd439, [%rd3+28];
+	add.s64 	%rd440, %rd439, %rd10;
+	add.s64 	%rd441, %rd440, %rd438;
+	shl.b64 	%rd442, %rd441, 2;
+	add.s64 	%rd436, %rd4, %rd442;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r130,%r131,%r132,%r133}, [%rd436];
+	// end inline asm
+	and.b32  	%r134, %r130, 2147483647;
+	and.b32  	%r135, %r131, 2147483647;
+	max.u32 	%r136, %r134, %r135;
+	and.b32  	%r137, %r132, 2147483647;
+	and.b32  	%r138, %r133, 2147483647;
+	max.u32 	%r139, %r137, %r138;
+	max.u32 	%r140, %r136, %r139;
+	max.u32 	%r1517, %r1517, %r140;
+	mov.b32 	%f730, %r130;
+	mov.b32 	%f729, %r131;
+	mov.b32 	%f728, %r132;
+	mov.b32 	%f727, %r133;
+$L__BB1_25:
+	ld.param.u64 	%rd443, [%rd3+-20];
+	add.s64 	%rd41, %rd11, 16;
+	setp.ge.s64 	%p21, %rd41, %rd443;
+	ld.param.u64 	%rd444, [%rd3+-12];
+	setp.ge.s64 	%p22, %rd10, %rd444;
+	or.pred  	%p23, %p21, %p22;
+	@%p23 bra 	$L__BB1_35;
+	ld.param.u64 	%rd445, [%rd3+20];
+	add.s64 	%rd1570, %rd445, %rd41;
+	ld.param.u64 	%rd43, [%rd3+36];
+	setp.eq.s64 	%p24, %rd43, 0;
+	@%p24 bra 	$L__BB1_34;
+	or.b64  	%rd446, %rd1570, %rd43;
+	and.b64  	%rd447, %rd446, -4294967296;
+	setp.eq.s64 	%p25, %rd447, 0;
+	@%p25 bra 	$L__BB1_29;
+	rem.s64 	%rd1567, %rd1570, %rd43;
+	bra.uni 	$L__BB1_30;
+$L__BB1_29:
+	cvt.u32.u64 	%r141, %rd43;
+	cvt.u32.u64 	%r142, %rd1570;
+	rem.u32 	%r143, %r142, %r141;
+	cvt.u64.u32 	%rd1567, %r143;
+$L__BB1_30:
+	shr.u64 	%rd448, %rd43, 63;
+	add.s64 	%rd449, %rd43, %rd448;
+	shr.s64 	%rd47, %rd449, 1;
+	or.b64  	%rd450, %rd1567, %rd47;
+	and.b64  	%rd451, %rd450, -4294967296;
+	setp.eq.s64 	%p26, %rd451, 0;
+	@%p26 bra 	$L__BB1_32;
+	div.s64 	%rd1568, %rd1567, %rd47;
+	mul.lo.s64 	%rd452, %rd1568, %rd47;
+	sub.s64 	%rd1569, %rd1567, %rd452;
+	bra.uni 	$L__BB1_33;
+$L__BB1_32:
+	cvt.u32.u64 	%r144, %rd47;
+	cvt.u32.u64 	%r145, %rd1567;
+	div.u32 	%r146, %r145, %r144;
+	mul.lo.s32 	%r147, %r146, %r144;
+	sub.s32 	%r148, %r145, %r147;
+	cvt.u64.u32 	%rd1568, %r146;
+	cvt.u64.u32 	%rd1569, %r148;
+$L__BB1_33:
+	shl.b64 	%rd453, %rd1569, 1;
+	sub.s64 	%rd454, %rd1570, %rd1567;
+	add.s64 	%rd455, %rd454, %rd453;
+	add.s64 	%rd1570, %rd455, %rd1568;
+$L__BB1_34:
+	ld.param.u64 	%rd457, [%rd3+12];
+	mul.lo.s64 	%rd458, %rd457, %rd1570;
+	ld.param.u64 	%rd459, [%rd3+28];
+	add.s64 	%rd460, %rd459, %rd10;
+	add.s64 	%rd461, %rd460, %rd458;
+	shl.b64 	%rd462, %rd461, 2;
+	add.s64 	%rd456, %rd4, %rd462;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r149,%r150,%r151,%r152}, [%rd456];
+	// end inline asm
+	and.b32  	%r153, %r149, 2147483647;
+	and.b32  	%r154, %r150, 2147483647;
+	max.u32 	%r155, %r153, %r154;
+	and.b32  	%r156, %r151, 2147483647;
+	and.b32  	%r157, %r152, 2147483647;
+	max.u32 	%r158, %r156, %r157;
+	max.u32 	%r159, %r155, %r158;
+	max.u32 	%r1517, %r1517, %r159;
+	mov.b32 	%f734, %r149;
+	mov.b32 	%f733, %r150;
+	mov.b32 	%f732, %r151;
+	mov.b32 	%f731, %r152;
+$L__BB1_35:
+	ld.param.u64 	%rd463, [%rd3+-20];
+	add.s64 	%rd56, %rd11, 24;
+	setp.ge.s64 	%p27, %rd56, %rd463;
+	ld.param.u64 	%rd464, [%rd3+-12];
+	setp.ge.s64 	%p28, %rd10, %rd464;
+	or.pred  	%p29, %p27, %p28;
+	@%p29 bra 	$L__BB1_45;
+	ld.param.u64 	%rd465, [%rd3+20];
+	add.s64 	%rd1574, %rd465, %rd56;
+	ld.param.u64 	%rd58, [%rd3+36];
+	setp.eq.s64 	%p30, %rd58, 0;
+	@%p30 bra 	$L__BB1_44;
+	or.b64  	%rd466, %rd1574, %rd58;
+	and.b64  	%rd467, %rd466, -4294967296;
+	setp.eq.s64 	%p31, %rd467, 0;
+	@%p31 bra 	$L__BB1_39;
+	rem.s64 	%rd1571, %rd1574, %rd58;
+	bra.uni 	$L__BB1_40;
+$L__BB1_39:
+	cvt.u32.u64 	%r160, %rd58;
+	cvt.u32.u64 	%r161, %rd1574;
+	rem.u32 	%r162, %r161, %r160;
+	cvt.u64.u32 	%rd1571, %r162;
+$L__BB1_40:
+	shr.u64 	%rd468, %rd58, 63;
+	add.s64 	%rd469, %rd58, %rd468;
+	shr.s64 	%rd62, %rd469, 1;
+	or.b64  	%rd470, %rd1571, %rd62;
+	and.b64  	%rd471, %rd470, -4294967296;
+	setp.eq.s64 	%p32, %rd471, 0;
+	@%p32 bra 	$L__BB1_42;
+	div.s64 	%rd1572, %rd1571, %rd62;
+	mul.lo.s64 	%rd472, %rd1572, %rd62;
+	sub.s64 	%rd1573, %rd1571, %rd472;
+	bra.uni 	$L__BB1_43;
+$L__BB1_42:
+	cvt.u32.u64 	%r163, %rd62;
+	cvt.u32.u64 	%r164, %rd1571;
+	div.u32 	%r165, %r164, %r163;
+	mul.lo.s32 	%r166, %r165, %r163;
+	sub.s32 	%r167, %r164, %r166;
+	cvt.u64.u32 	%rd1572, %r165;
+	cvt.u64.u32 	%rd1573, %r167;
+$L__BB1_43:
+	shl.b64 	%rd473, %rd1573, 1;
+	sub.s64 	%rd474, %rd1574, %rd1571;
+	add.s64 	%rd475, %rd474, %rd473;
+	add.s64 	%rd1574, %rd475, %rd1572;
+$L__BB1_44:
+	ld.param.u64 	%rd477, [%rd3+12];
+	mul.lo.s64 	%rd478, %rd477, %rd1574;
+	ld.param.u64 	%rd479, [%rd3+28];
+	add.s64 	%rd480, %rd479, %rd10;
+	add.s64 	%rd481, %rd480, %rd478;
+	shl.b64 	%rd482, %rd481, 2;
+	add.s64 	%rd476, %rd4, %rd482;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r168,%r169,%r170,%r171}, [%rd476];
+	// end inline asm
+	and.b32  	%r172, %r168, 2147483647;
+	and.b32  	%r173, %r169, 2147483647;
+	max.u32 	%r174, %r172, %r173;
+	and.b32  	%r175, %r170, 2147483647;
+	and.b32  	%r176, %r171, 2147483647;
+	max.u32 	%r177, %r175, %r176;
+	max.u32 	%r178, %r174, %r177;
+	max.u32 	%r1517, %r1517, %r178;
+	mov.b32 	%f738, %r168;
+	mov.b32 	%f737, %r169;
+	mov.b32 	%f736, %r170;
+	mov.b32 	%f735, %r171;
+$L__BB1_45:
+	ld.param.u64 	%rd483, [%rd3+-20];
+	add.s64 	%rd71, %rd11, 32;
+	setp.ge.s64 	%p33, %rd71, %rd483;
+	ld.param.u64 	%rd484, [%rd3+-12];
+	setp.ge.s64 	%p34, %rd10, %rd484;
+	or.pred  	%p35, %p33, %p34;
+	@%p35 bra 	$L__BB1_55;
+	ld.param.u64 	%rd485, [%rd3+20];
+	add.s64 	%rd1578, %rd485, %rd71;
+	ld.param.u64 	%rd73, [%rd3+36];
+	setp.eq.s64 	%p36, %rd73, 0;
+	@%p36 bra 	$L__BB1_54;
+	or.b64  	%rd486, %rd1578, %rd73;
+	and.b64  	%rd487, %rd486, -4294967296;
+	setp.eq.s64 	%p37, %rd487, 0;
+	@%p37 bra 	$L__BB1_49;
+	rem.s64 	%rd1575, %rd1578, %rd73;
+	bra.uni 	$L__BB1_50;
+$L__BB1_49:
+	cvt.u32.u64 	%r179, %rd73;
+	cvt.u32.u64 	%r180, %rd1578;
+	rem.u32 	%r181, %r180, %r179;
+	cvt.u64.u32 	%rd1575, %r181;
+$L__BB1_50:
+	shr.u64 	%rd488, %rd73, 63;
+	add.s64 	%rd489, %rd73, %rd488;
+	shr.s64 	%rd77, %rd489, 1;
+	or.b64  	%rd490, %rd1575, %rd77;
+	and.b64  	%rd491, %rd490, -4294967296;
+	setp.eq.s64 	%p38, %rd491, 0;
+	@%p38 bra 	$L__BB1_52;
+	div.s64 	%rd1576, %rd1575, %rd77;
+	mul.lo.s64 	%rd492, %rd1576, %rd77;
+	sub.s64 	%rd1577, %rd1575, %rd492;
+	bra.uni 	$L__BB1_53;
+$L__BB1_52:
+	cvt.u32.u64 	%r182, %rd77;
+	cvt.u32.u64 	%r183, %rd1575;
+	div.u32 	%r184, %r183, %r182;
+	mul.lo.s32 	%r185, %r184, %r182;
+	sub.s32 	%r186, %r183, %r185;
+	cvt.u64.u32 	%rd1576, %r184;
+	cvt.u64.u32 	%rd1577, %r186;
+$L__BB1_53:
+	shl.b64 	%rd493, %rd1577, 1;
+	sub.s64 	%rd494, %rd1578, %rd1575;
+	add.s64 	%rd495, %rd494, %rd493;
+	add.s64 	%rd1578, %rd495, %rd1576;
+$L__BB1_54:
+	ld.param.u64 	%rd497, [%rd3+12];
+	mul.lo.s64 	%rd498, %rd497, %rd1578;
+	ld.param.u64 	%rd499, [%rd3+28];
+	add.s64 	%rd500, %rd499, %rd10;
+	add.s64 	%rd501, %rd500, %rd498;
+	shl.b64 	%rd502, %rd501, 2;
+	add.s64 	%rd496, %rd4, %rd502;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r187,%r188,%r189,%r190}, [%rd496];
+	// end inline asm
+	and.b32  	%r191, %r187, 2147483647;
+	and.b32  	%r192, %r188, 2147483647;
+	max.u32 	%r193, %r191, %r192;
+	and.b32  	%r194, %r189, 2147483647;
+	and.b32  	%r195, %r190, 2147483647;
+	max.u32 	%r196, %r194, %r195;
+	max.u32 	%r197, %r193, %r196;
+	max.u32 	%r1517, %r1517, %r197;
+	mov.b32 	%f742, %r187;
+	mov.b32 	%f741, %r188;
+	mov.b32 	%f740, %r189;
+	mov.b32 	%f739, %r190;
+$L__BB1_55:
+	ld.param.u64 	%rd503, [%rd3+-20];
+	add.s64 	%rd86, %rd11, 40;
+	setp.ge.s64 	%p39, %rd86, %rd503;
+	ld.param.u64 	%rd504, [%rd3+-12];
+	setp.ge.s64 	%p40, %rd10, %rd504;
+	or.pred  	%p41, %p39, %p40;
+	@%p41 bra 	$L__BB1_65;
+	ld.param.u64 	%rd505, [%rd3+20];
+	add.s64 	%rd1582, %rd505, %rd86;
+	ld.param.u64 	%rd88, [%rd3+36];
+	setp.eq.s64 	%p42, %rd88, 0;
+	@%p42 bra 	$L__BB1_64;
+	or.b64  	%rd506, %rd1582, %rd88;
+	and.b64  	%rd507, %rd506, -4294967296;
+	setp.eq.s64 	%p43, %rd507, 0;
+	@%p43 bra 	$L__BB1_59;
+	rem.s64 	%rd1579, %rd1582, %rd88;
+	bra.uni 	$L__BB1_60;
+$L__BB1_59:
+	cvt.u32.u64 	%r198, %rd88;
+	cvt.u32.u64 	%r199, %rd1582;
+	rem.u32 	%r200, %r199, %r198;
+	cvt.u64.u32 	%rd1579, %r200;
+$L__BB1_60:
+	shr.u64 	%rd508, %rd88, 63;
+	add.s64 	%rd509, %rd88, %rd508;
+	shr.s64 	%rd92, %rd509, 1;
+	or.b64  	%rd510, %rd1579, %rd92;
+	and.b64  	%rd511, %rd510, -4294967296;
+	setp.eq.s64 	%p44, %rd511, 0;
+	@%p44 bra 	$L__BB1_62;
+	div.s64 	%rd1580, %rd1579, %rd92;
+	mul.lo.s64 	%rd512, %rd1580, %rd92;
+	sub.s64 	%rd1581, %rd1579, %rd512;
+	bra.uni 	$L__BB1_63;
+$L__BB1_62:
+	cvt.u32.u64 	%r201, %rd92;
+	cvt.u32.u64 	%r202, %rd1579;
+	div.u32 	%r203, %r202, %r201;
+	mul.lo.s32 	%r204, %r203, %r201;
+	sub.s32 	%r205, %r202, %r204;
+	cvt.u64.u32 	%rd1580, %r203;
+	cvt.u64.u32 	%rd1581, %r205;
+$L__BB1_63:
+	shl.b64 	%rd513, %rd1581, 1;
+	sub.s64 	%rd514, %rd1582, %rd1579;
+	add.s64 	%rd515, %rd514, %rd513;
+	add.s64 	%rd1582, %rd515, %rd1580;
+$L__BB1_64:
+	ld.param.u64 	%rd517, [%rd3+12];
+	mul.lo.s64 	%rd518, %rd517, %rd1582;
+	ld.param.u64 	%rd519, [%rd3+28];
+	add.s64 	%rd520, %rd519, %rd10;
+	add.s64 	%rd521, %rd520, %rd518;
+	shl.b64 	%rd522, %rd521, 2;
+	add.s64 	%rd516, %rd4, %rd522;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r206,%r207,%r208,%r209}, [%rd516];
+	// end inline asm
+	and.b32  	%r210, %r206, 2147483647;
+	and.b32  	%r211, %r207, 2147483647;
+	max.u32 	%r212, %r210, %r211;
+	and.b32  	%r213, %r208, 2147483647;
+	and.b32  	%r214, %r209, 2147483647;
+	max.u32 	%r215, %r213, %r214;
+	max.u32 	%r216, %r212, %r215;
+	max.u32 	%r1517, %r1517, %r216;
+	mov.b32 	%f746, %r206;
+	mov.b32 	%f745, %r207;
+	mov.b32 	%f744, %r208;
+	mov.b32 	%f743, %r209;
+$L__BB1_65:
+	ld.param.u64 	%rd523, [%rd3+-20];
+	add.s64 	%rd101, %rd11, 48;
+	setp.ge.s64 	%p45, %rd101, %rd523;
+	ld.param.u64 	%rd524, [%rd3+-12];
+	setp.ge.s64 	%p46, %rd10, %rd524;
+	or.pred  	%p47, %p45, %p46;
+	@%p47 bra 	$L__BB1_75;
+	ld.param.u64 	%rd525, [%rd3+20];
+	add.s64 	%rd1586, %rd525, %rd101;
+	ld.param.u64 	%rd103, [%rd3+36];
+	setp.eq.s64 	%p48, %rd103, 0;
+	@%p48 bra 	$L__BB1_74;
+	or.b64  	%rd526, %rd1586, %rd103;
+	and.b64  	%rd527, %rd526, -4294967296;
+	setp.eq.s64 	%p49, %rd527, 0;
+	@%p49 bra 	$L__BB1_69;
+	rem.s64 	%rd1583, %rd1586, %rd103;
+	bra.uni 	$L__BB1_70;
+$L__BB1_69:
+	cvt.u32.u64 	%r217, %rd103;
+	cvt.u32.u64 	%r218, %rd1586;
+	rem.u32 	%r219, %r218, %r217;
+	cvt.u64.u32 	%rd1583, %r219;
+$L__BB1_70:
+	shr.u64 	%rd528, %rd103, 63;
+	add.s64 	%rd529, %rd103, %rd528;
+	shr.s64 	%rd107, %rd529, 1;
+	or.b64  	%rd530, %rd1583, %rd107;
+	and.b64  	%rd531, %rd530, -4294967296;
+	setp.eq.s64 	%p50, %rd531, 0;
+	@%p50 bra 	$L__BB1_72;
+	div.s64 	%rd1584, %rd1583, %rd107;
+	mul.lo.s64 	%rd532, %rd1584, %rd107;
+	sub.s64 	%rd1585, %rd1583, %rd532;
+	bra.uni 	$L__BB1_73;
+$L__BB1_72:
+	cvt.u32.u64 	%r220, %rd107;
+	cvt.u32.u64 	%r221, %rd1583;
+	div.u32 	%r222, %r221, %r220;
+	mul.lo.s32 	%r223, %r222, %r220;
+	sub.s32 	%r224, %r221, %r223;
+	cvt.u64.u32 	%rd1584, %r222;
+	cvt.u64.u32 	%rd1585, %r224;
+$L__BB1_73:
+	shl.b64 	%rd533, %rd1585, 1;
+	sub.s64 	%rd534, %rd1586, %rd1583;
+	add.s64 	%rd535, %rd534, %rd533;
+	add.s64 	%rd1586, %rd535, %rd1584;
+$L__BB1_74:
+	ld.param.u64 	%rd537, [%rd3+12];
+	mul.lo.s64 	%rd538, %rd537, %rd1586;
+	ld.param.u64 	%rd539, [%rd3+28];
+	add.s64 	%rd540, %rd539, %rd10;
+	add.s64 	%rd541, %rd540, %rd538;
+	shl.b64 	%rd542, %rd541, 2;
+	add.s64 	%rd536, %rd4, %rd542;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r225,%r226,%r227,%r228}, [%rd536];
+	// end inline asm
+	and.b32  	%r229, %r225, 2147483647;
+	and.b32  	%r230, %r226, 2147483647;
+	max.u32 	%r231, %r229, %r230;
+	and.b32  	%r232, %r227, 2147483647;
+	and.b32  	%r233, %r228, 2147483647;
+	max.u32 	%r234, %r232, %r233;
+	max.u32 	%r235, %r231, %r234;
+	max.u32 	%r1517, %r1517, %r235;
+	mov.b32 	%f750, %r225;
+	mov.b32 	%f749, %r226;
+	mov.b32 	%f748, %r227;
+	mov.b32 	%f747, %r228;
+$L__BB1_75:
+	ld.param.u64 	%rd543, [%rd3+-20];
+	add.s64 	%rd116, %rd11, 56;
+	setp.ge.s64 	%p51, %rd116, %rd543;
+	ld.param.u64 	%rd544, [%rd3+-12];
+	setp.ge.s64 	%p52, %rd10, %rd544;
+	or.pred  	%p53, %p51, %p52;
+	@%p53 bra 	$L__BB1_85;
+	ld.param.u64 	%rd545, [%rd3+20];
+	add.s64 	%rd1590, %rd545, %rd116;
+	ld.param.u64 	%rd118, [%rd3+36];
+	setp.eq.s64 	%p54, %rd118, 0;
+	@%p54 bra 	$L__BB1_84;
+	or.b64  	%rd546, %rd1590, %rd118;
+	and.b64  	%rd547, %rd546, -4294967296;
+	setp.eq.s64 	%p55, %rd547, 0;
+	@%p55 bra 	$L__BB1_79;
+	rem.s64 	%rd1587, %rd1590, %rd118;
+	bra.uni 	$L__BB1_80;
+$L__BB1_79:
+	cvt.u32.u64 	%r236, %rd118;
+	cvt.u32.u64 	%r237, %rd1590;
+	rem.u32 	%r238, %r237, %r236;
+	cvt.u64.u32 	%rd1587, %r238;
+$L__BB1_80:
+	shr.u64 	%rd548, %rd118, 63;
+	add.s64 	%rd549, %rd118, %rd548;
+	shr.s64 	%rd122, %rd549, 1;
+	or.b64  	%rd550, %rd1587, %rd122;
+	and.b64  	%rd551, %rd550, -4294967296;
+	setp.eq.s64 	%p56, %rd551, 0;
+	@%p56 bra 	$L__BB1_82;
+	div.s64 	%rd1588, %rd1587, %rd122;
+	mul.lo.s64 	%rd552, %rd1588, %rd122;
+	sub.s64 	%rd1589, %rd1587, %rd552;
+	bra.uni 	$L__BB1_83;
+$L__BB1_82:
+	cvt.u32.u64 	%r239, %rd122;
+	cvt.u32.u64 	%r240, %rd1587;
+	div.u32 	%r241, %r240, %r239;
+	mul.lo.s32 	%r242, %r241, %r239;
+	sub.s32 	%r243, %r240, %r242;
+	cvt.u64.u32 	%rd1588, %r241;
+	cvt.u64.u32 	%rd1589, %r243;
+$L__BB1_83:
+	shl.b64 	%rd553, %rd1589, 1;
+	sub.s64 	%rd554, %rd1590, %rd1587;
+	add.s64 	%rd555, %rd554, %rd553;
+	add.s64 	%rd1590, %rd555, %rd1588;
+$L__BB1_84:
+	ld.param.u64 	%rd557, [%rd3+12];
+	mul.lo.s64 	%rd558, %rd557, %rd1590;
+	ld.param.u64 	%rd559, [%rd3+28];
+	add.s64 	%rd560, %rd559, %rd10;
+	add.s64 	%rd561, %rd560, %rd558;
+	shl.b64 	%rd562, %rd561, 2;
+	add.s64 	%rd556, %rd4, %rd562;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r244,%r245,%r246,%r247}, [%rd556];
+	// end inline asm
+	and.b32  	%r248, %r244, 2147483647;
+	and.b32  	%r249, %r245, 2147483647;
+	max.u32 	%r250, %r248, %r249;
+	and.b32  	%r251, %r246, 2147483647;
+	and.b32  	%r252, %r247, 2147483647;
+	max.u32 	%r253, %r251, %r252;
+	max.u32 	%r254, %r250, %r253;
+	max.u32 	%r1517, %r1517, %r254;
+	mov.b32 	%f754, %r244;
+	mov.b32 	%f753, %r245;
+	mov.b32 	%f752, %r246;
+	mov.b32 	%f751, %r247;
+$L__BB1_85:
+	ld.param.u64 	%rd563, [%rd3+-20];
+	add.s64 	%rd131, %rd11, 64;
+	setp.ge.s64 	%p57, %rd131, %rd563;
+	ld.param.u64 	%rd564, [%rd3+-12];
+	setp.ge.s64 	%p58, %rd10, %rd564;
+	or.pred  	%p59, %p57, %p58;
+	@%p59 bra 	$L__BB1_95;
+	ld.param.u64 	%rd565, [%rd3+20];
+	add.s64 	%rd1594, %rd565, %rd131;
+	ld.param.u64 	%rd133, [%rd3+36];
+	setp.eq.s64 	%p60, %rd133, 0;
+	@%p60 bra 	$L__BB1_94;
+	or.b64  	%rd566, %rd1594, %rd133;
+	and.b64  	%rd567, %rd566, -4294967296;
+	setp.eq.s64 	%p61, %rd567, 0;
+	@%p61 bra 	$L__BB1_89;
+	rem.s64 	%rd1591, %rd1594, %rd133;
+	bra.uni 	$L__BB1_90;
+$L__BB1_89:
+	cvt.u32.u64 	%r255, %rd133;
+	cvt.u32.u64 	%r256, %rd1594;
+	rem.u32 	%r257, %r256, %r255;
+	cvt.u64.u32 	%rd1591, %r257;
+$L__BB1_90:
+	shr.u64 	%rd568, %rd133, 63;
+	add.s64 	%rd569, %rd133, %rd568;
+	shr.s64 	%rd137, %rd569, 1;
+	or.b64  	%rd570, %rd1591, %rd137;
+	and.b64  	%rd571, %rd570, -4294967296;
+	setp.eq.s64 	%p62, %rd571, 0;
+	@%p62 bra 	$L__BB1_92;
+	div.s64 	%rd1592, %rd1591, %rd137;
+	mul.lo.s64 	%rd572, %rd1592, %rd137;
+	sub.s64 	%rd1593, %rd1591, %rd572;
+	bra.uni 	$L__BB1_93;
+$L__BB1_92:
+	cvt.u32.u64 	%r258, %rd137;
+	cvt.u32.u64 	%r259, %rd1591;
+	div.u32 	%r260, %r259, %r258;
+	mul.lo.s32 	%r261, %r260, %r258;
+	sub.s32 	%r262, %r259, %r261;
+	cvt.u64.u32 	%rd1592, %r260;
+	cvt.u64.u32 	%rd1593, %r262;
+$L__BB1_93:
+	shl.b64 	%rd573, %rd1593, 1;
+	sub.s64 	%rd574, %rd1594, %rd1591;
+	add.s64 	%rd575, %rd574, %rd573;
+	add.s64 	%rd1594, %rd575, %rd1592;
+$L__BB1_94:
+	ld.param.u64 	%rd1536, [ws_fp8_block_f32_param_0];
+	ld.param.u64 	%rd577, [%rd3+12];
+	mul.lo.s64 	%rd578, %rd577, %rd1594;
+	ld.param.u64 	%rd579, [%rd3+28];
+	add.s64 	%rd580, %rd579, %rd10;
+	add.s64 	%rd581, %rd580, %rd578;
+	shl.b64 	%rd582, %rd581, 2;
+	add.s64 	%rd576, %rd1536, %rd582;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r263,%r264,%r265,%r266}, [%rd576];
+	// end inline asm
+	and.b32  	%r267, %r263, 2147483647;
+	and.b32  	%r268, %r264, 2147483647;
+	max.u32 	%r269, %r267, %r268;
+	and.b32  	%r270, %r265, 2147483647;
+	and.b32  	%r271, %r266, 2147483647;
+	max.u32 	%r272, %r270, %r271;
+	max.u32 	%r273, %r269, %r272;
+	max.u32 	%r1517, %r1517, %r273;
+	mov.b32 	%f758, %r263;
+	mov.b32 	%f757, %r264;
+	mov.b32 	%f756, %r265;
+	mov.b32 	%f755, %r266;
+$L__BB1_95:
+	ld.param.u64 	%rd583, [%rd3+-20];
+	add.s64 	%rd146, %rd11, 72;
+	setp.ge.s64 	%p63, %rd146, %rd583;
+	ld.param.u64 	%rd584, [%rd3+-12];
+	setp.ge.s64 	%p64, %rd10, %rd584;
+	or.pred  	%p65, %p63, %p64;
+	@%p65 bra 	$L__BB1_105;
+	ld.param.u64 	%rd585, [%rd3+20];
+	add.s64 	%rd1598, %rd585, %rd146;
+	ld.param.u64 	%rd148, [%rd3+36];
+	setp.eq.s64 	%p66, %rd148, 0;
+	@%p66 bra 	$L__BB1_104;
+	or.b64  	%rd586, %rd1598, %rd148;
+	and.b64  	%rd587, %rd586, -4294967296;
+	setp.eq.s64 	%p67, %rd587, 0;
+	@%p67 bra 	$L__BB1_99;
+	rem.s64 	%rd1595, %rd1598, %rd148;
+	bra.uni 	$L__BB1_100;
+$L__BB1_99:
+	cvt.u32.u64 	%r274, %rd148;
+	cvt.u32.u64 	%r275, %rd1598;
+	rem.u32 	%r276, %r275, %r274;
+	cvt.u64.u32 	%rd1595, %r276;
+$L__BB1_100:
+	shr.u64 	%rd588, %rd148, 63;
+	add.s64 	%rd589, %rd148, %rd588;
+	shr.s64 	%rd152, %rd589, 1;
+	or.b64  	%rd590, %rd1595, %rd152;
+	and.b64  	%rd591, %rd590, -4294967296;
+	setp.eq.s64 	%p68, %rd591, 0;
+	@%p68 bra 	$L__BB1_102;
+	div.s64 	%rd1596, %rd1595, %rd152;
+	mul.lo.s64 	%rd592, %rd1596, %rd152;
+	sub.s64 	%rd1597, %rd1595, %rd592;
+	bra.uni 	$L__BB1_103;
+$L__BB1_102:
+	cvt.u32.u64 	%r277, %rd152;
+	cvt.u32.u64 	%r278, %rd1595;
+	div.u32 	%r279, %r278, %r277;
+	mul.lo.s32 	%r280, %r279, %r277;
+	sub.s32 	%r281, %r278, %r280;
+	cvt.u64.u32 	%rd1596, %r279;
+	cvt.u64.u32 	%rd1597, %r281;
+$L__BB1_103:
+	shl.b64 	%rd593, %rd1597, 1;
+	sub.s64 	%rd594, %rd1598, %rd1595;
+	add.s64 	%rd595, %rd594, %rd593;
+	add.s64 	%rd1598, %rd595, %rd1596;
+$L__BB1_104:
+	mov.b64 	%rd1554, ws_fp8_block_f32_param_0;
+	add.s64 	%rd1553, %rd1554, 44;
+	ld.param.u64 	%rd1537, [ws_fp8_block_f32_param_0];
+	ld.param.u64 	%rd597, [%rd1553+12];
+	mul.lo.s64 	%rd598, %rd597, %rd1598;
+	ld.param.u64 	%rd599, [%rd1553+28];
+	add.s64 	%rd600, %rd599, %rd10;
+	add.s64 	%rd601, %rd600, %rd598;
+	shl.b64 	%rd602, %rd601, 2;
+	add.s64 	%rd596, %rd1537, %rd602;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r282,%r283,%r284,%r285}, [%rd596];
+	// end inline asm
+	and.b32  	%r286, %r282, 2147483647;
+	and.b32  	%r287, %r283, 2147483647;
+	max.u32 	%r288, %r286, %r287;
+	and.b32  	%r289, %r284, 2147483647;
+	and.b32  	%r290, %r285, 2147483647;
+	max.u32 	%r291, %r289, %r290;
+	max.u32 	%r292, %r288, %r291;
+	max.u32 	%r1517, %r1517, %r292;
+	mov.b32 	%f762, %r282;
+	mov.b32 	%f761, %r283;
+	mov.b32 	%f760, %r284;
+	mov.b32 	%f759, %r285;
+$L__BB1_105:
+	mov.b64 	%rd1556, ws_fp8_block_f32_param_0;
+	add.s64 	%rd1555, %rd1556, 44;
+	ld.param.u64 	%rd603, [%rd1555+-20];
+	add.s64 	%rd161, %rd11, 80;
+	setp.ge.s64 	%p69, %rd161, %rd603;
+	ld.param.u64 	%rd604, [%rd1555+-12];
+	setp.ge.s64 	%p70, %rd10, %rd604;
+	or.pred  	%p71, %p69, %p70;
+	@%p71 bra 	$L__BB1_115;
+	mov.b64 	%rd1558, ws_fp8_block_f32_param_0;
+	add.s64 	%rd1557, %rd1558, 44;
+	ld.param.u64 	%rd605, [%rd1557+20];
+	add.s64 	%rd1602, %rd605, %rd161;
+	ld.param.u64 	%rd163, [%rd1557+36];
+	setp.eq.s64 	%p72, %rd163, 0;
+	@%p72 bra 	$L__BB1_114;
+	or.b64  	%rd606, %rd1602, %rd163;
+	and.b64  	%rd607, %rd606, -4294967296;
+	setp.eq.s64 	%p73, %rd607, 0;
+	@%p73 bra 	$L__BB1_109;
+	rem.s64 	%rd1599, %rd1602, %rd163;
+	bra.uni 	$L__BB1_110;
+$L__BB1_109:
+	cvt.u32.u64 	%r293, %rd163;
+	cvt.u32.u64 	%r294, %rd1602;
+	rem.u32 	%r295, %r294, %r293;
+	cvt.u64.u32 	%rd1599, %r295;
+$L__BB1_110:
+	mov.b64 	%rd1540, ws_fp8_block_f32_param_0;
+	add.s64 	%rd1539, %rd1540, 44;
+	ld.param.u64 	%rd1538, [%rd1539+36];
+	shr.u64 	%rd608, %rd1538, 63;
+	add.s64 	%rd609, %rd1538, %rd608;
+	shr.s64 	%rd167, %rd609, 1;
+	or.b64  	%rd610, %rd1599, %rd167;
+	and.b64  	%rd611, %rd610, -4294967296;
+	setp.eq.s64 	%p74, %rd611, 0;
+	@%p74 bra 	$L__BB1_112;
+	div.s64 	%rd1600, %rd1599, %rd167;
+	mul.lo.s64 	%rd612, %rd1600, %rd167;
+	sub.s64 	%rd1601, %rd1599, %rd612;
+	bra.uni 	$L__BB1_113;
+$L__BB1_112:
+	cvt.u32.u64 	%r296, %rd167;
+	cvt.u32.u64 	%r297, %rd1599;
+	div.u32 	%r298, %r297, %r296;
+	mul.lo.s32 	%r299, %r298, %r296;
+	sub.s32 	%r300, %r297, %r299;
+	cvt.u64.u32 	%rd1600, %r298;
+	cvt.u64.u32 	%rd1601, %r300;
+$L__BB1_113:
+	shl.b64 	%rd613, %rd1601, 1;
+	sub.s64 	%rd614, %rd1602, %rd1599;
+	add.s64 	%rd615, %rd614, %rd613;
+	add.s64 	%rd1602, %rd615, %rd1600;
+$L__BB1_114:
+	mov.b64 	%rd1548, ws_fp8_block_f32_param_0;
+	add.s64 	%rd1547, %rd1548, 44;
+	ld.param.u64 	%rd1503, [ws_fp8_block_f32_param_0];
+	ld.param.u64 	%rd617, [%rd1547+12];
+	mul.lo.s64 	%rd618, %rd617, %rd1602;
+	ld.param.u64 	%rd619, [%rd1547+28];
+	add.s64 	%rd620, %rd619, %rd10;
+	add.s64 	%rd621, %rd620, %rd618;
+	shl.b64 	%rd622, %rd621, 2;
+	add.s64 	%rd616, %rd1503, %rd622;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r301,%r302,%r303,%r304}, [%rd616];
+	// end inline asm
+	and.b32  	%r305, %r301, 2147483647;
+	and.b32  	%r306, %r302, 2147483647;
+	max.u32 	%r307, %r305, %r306;
+	and.b32  	%r308, %r303, 2147483647;
+	and.b32  	%r309, %r304, 2147483647;
+	max.u32 	%r310, %r308, %r309;
+	max.u32 	%r311, %r307, %r310;
+	max.u32 	%r1517, %r1517, %r311;
+	mov.b32 	%f766, %r301;
+	mov.b32 	%f765, %r302;
+	mov.b32 	%f764, %r303;
+	mov.b32 	%f763, %r304;
+$L__BB1_115:
+	mov.b64 	%rd1550, ws_fp8_block_f32_param_0;
+	add.s64 	%rd1549, %rd1550, 44;
+	ld.param.u64 	%rd623, [%rd1549+-20];
+	add.s64 	%rd176, %rd11, 88;
+	setp.ge.s64 	%p75, %rd176, %rd623;
+	ld.param.u64 	%rd624, [%rd1549+-12];
+	setp.ge.s64 	%p76, %rd10, %rd624;
+	or.pred  	%p77, %p75, %p76;
+	@%p77 bra 	$L__BB1_125;
+	mov.b64 	%rd1552, ws_fp8_block_f32_param_0;
+	add.s64 	%rd1551, %rd1552, 44;
+	ld.param.u64 	%rd625, [%rd1551+20];
+	add.s64 	%rd1606, %rd625, %rd176;
+	ld.param.u64 	%rd178, [%rd1551+36];
+	setp.eq.s64 	%p78, %rd178, 0;
+	@%p78 bra 	$L__BB1_124;
+	or.b64  	%rd626, %rd1606, %rd178;
+	and.b64  	%rd627, %rd626, -4294967296;
+	setp.eq.s64 	%p79, %rd627, 0;
+	@%p79 bra 	$L__BB1_119;
+	rem.s64 	%rd1603, %rd1606, %rd178;
+	bra.uni 	$L__BB1_120;
+$L__BB1_119:
+	cvt.u32.u64 	%r312, %rd178;
+	cvt.u32.u64 	%r313, %rd1606;
+	rem.u32 	%r314, %r313, %r312;
+	cvt.u64.u32 	%rd1603, %r314;
+$L__BB1_120:
+	shr.u64 	%rd628, %rd178, 63;
+	add.s64 	%rd629, %rd178, %rd628;
+	shr.s64 	%rd182, %rd629, 1;
+	or.b64  	%rd630, %rd1603, %rd182;
+	and.b64  	%rd631, %rd630, -4294967296;
+	setp.eq.s64 	%p80, %rd631, 0;
+	@%p80 bra 	$L__BB1_122;
+	div.s64 	%rd1604, %rd1603, %rd182;
+	mul.lo.s64 	%rd632, %rd1604, %rd182;
+	sub.s64 	%rd1605, %rd1603, %rd632;
+	bra.uni 	$L__BB1_123;
+$L__BB1_122:
+	cvt.u32.u64 	%r315, %rd182;
+	cvt.u32.u64 	%r316, %rd1603;
+	div.u32 	%r317, %r316, %r315;
+	mul.lo.s32 	%r318, %r317, %r315;
+	sub.s32 	%r319, %r316, %r318;
+	cvt.u64.u32 	%rd1604, %r317;
+	cvt.u64.u32 	%rd1605, %r319;
+$L__BB1_123:
+	shl.b64 	%rd633, %rd1605, 1;
+	sub.s64 	%rd634, %rd1606, %rd1603;
+	add.s64 	%rd635, %rd634, %rd633;
+	add.s64 	%rd1606, %rd635, %rd1604;
+$L__BB1_124:
+	mov.b64 	%rd1542, ws_fp8_block_f32_param_0;
+	add.s64 	%rd1541, %rd1542, 44;
+	ld.param.u64 	%rd1510, [ws_fp8_block_f32_param_0];
+	ld.param.u64 	%rd637, [%rd1541+12];
+	mul.lo.s64 	%rd638, %rd637, %rd1606;
+	ld.param.u64 	%rd639, [%rd1541+28];
+	add.s64 	%rd640, %rd639, %rd10;
+	add.s64 	%rd641, %rd640, %rd638;
+	shl.b64 	%rd642, %rd641, 2;
+	add.s64 	%rd636, %rd1510, %rd642;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r320,%r321,%r322,%r323}, [%rd636];
+	// end inline asm
+	and.b32  	%r324, %r320, 2147483647;
+	and.b32  	%r325, %r321, 2147483647;
+	max.u32 	%r326, %r324, %r325;
+	and.b32  	%r327, %r322, 2147483647;
+	and.b32  	%r328, %r323, 2147483647;
+	max.u32 	%r329, %r327, %r328;
+	max.u32 	%r330, %r326, %r329;
+	max.u32 	%r1517, %r1517, %r330;
+	mov.b32 	%f770, %r320;
+	mov.b32 	%f769, %r321;
+	mov.b32 	%f768, %r322;
+	mov.b32 	%f767, %r323;
+$L__BB1_125:
+	mov.b64 	%rd1544, ws_fp8_block_f32_param_0;
+	add.s64 	%rd1543, %rd1544, 44;
+	ld.param.u64 	%rd643, [%rd1543+-20];
+	add.s64 	%rd191, %rd11, 96;
+	setp.ge.s64 	%p81, %rd191, %rd643;
+	ld.param.u64 	%rd644, [%rd1543+-12];
+	setp.ge.s64 	%p82, %rd10, %rd644;
+	or.pred  	%p83, %p81, %p82;
+	@%p83 bra 	$L__BB1_135;
+	mov.b64 	%rd1546, ws_fp8_block_f32_param_0;
+	add.s64 	%rd1545, %rd1546, 44;
+	ld.param.u64 	%rd645, [%rd1545+20];
+	add.s64 	%rd1610, %rd645, %rd191;
+	ld.param.u64 	%rd193, [%rd1545+36];
+	setp.eq.s64 	%p84, %rd193, 0;
+	@%p84 bra 	$L__BB1_134;
+	or.b64  	%rd646, %rd1610, %rd193;
+	and.b64  	%rd647, %rd646, -4294967296;
+	setp.eq.s64 	%p85, %rd647, 0;
+	@%p85 bra 	$L__BB1_129;
+	rem.s64 	%rd1607, %rd1610, %rd193;
+	bra.uni 	$L__BB1_130;
+$L__BB1_129:
+	cvt.u32.u64 	%r331, %rd193;
+	cvt.u32.u64 	%r332, %rd1610;
+	rem.u32 	%r333, %r332, %r331;
+	cvt.u64.u32 	%rd1607, %r333;
+$L__BB1_130:
+	mov.b64 	%rd1519, ws_fp8_block_f32_param_0;
+	add.s64 	%rd1518, %rd1519, 44;
+	ld.param.u64 	%rd1517, [%rd1518+36];
+	shr.u64 	%rd648, %rd1517, 63;
+	add.s64 	%rd649, %rd1517, %rd648;
+	shr.s64 	%rd197, %rd649, 1;
+	or.b64  	%rd650, %rd1607, %rd197;
+	and.b64  	%rd651, %rd650, -4294967296;
+	setp.eq.s64 	%p86, %rd651, 0;
+	@%p86 bra 	$L__BB1_132;
+	div.s64 	%rd1608, %rd1607, %rd197;
+	mul.lo.s64 	%rd652, %rd1608, %rd197;
+	sub.s64 	%rd1609, %rd1607, %rd652;
+	bra.uni 	$L__BB1_133;
+$L__BB1_132:
+	cvt.u32.u64 	%r334, %rd197;
+	cvt.u32.u64 	%r335, %rd1607;
+	div.u32 	%r336, %r335, %r334;
+	mul.lo.s32 	%r337, %r336, %r334;
+	sub.s32 	%r338, %r335, %r337;
+	cvt.u64.u32 	%rd1608, %r336;
+	cvt.u64.u32 	%rd1609, %r338;
+$L__BB1_133:
+	shl.b64 	%rd653, %rd1609, 1;
+	sub.s64 	%rd654, %rd1610, %rd1607;
+	add.s64 	%rd655, %rd654, %rd653;
+	add.s64 	%rd1610, %rd655, %rd1608;
+$L__BB1_134:
+	mov.b64 	%rd1512, ws_fp8_block_f32_param_0;
+	add.s64 	%rd1511, %rd1512, 44;
+	ld.param.u64 	%rd1509, [ws_fp8_block_f32_param_0];
+	ld.param.u64 	%rd657, [%rd1511+12];
+	mul.lo.s64 	%rd658, %rd657, %rd1610;
+	ld.param.u64 	%rd659, [%rd1511+28];
+	add.s64 	%rd660, %rd659, %rd10;
+	add.s64 	%rd661, %rd660, %rd658;
+	shl.b64 	%rd662, %rd661, 2;
+	add.s64 	%rd656, %rd1509, %rd662;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r339,%r340,%r341,%r342}, [%rd656];
+	// end inline asm
+	and.b32  	%r343, %r339, 2147483647;
+	and.b32  	%r344, %r340, 2147483647;
+	max.u32 	%r345, %r343, %r344;
+	and.b32  	%r346, %r341, 2147483647;
+	and.b32  	%r347, %r342, 2147483647;
+	max.u32 	%r348, %r346, %r347;
+	max.u32 	%r349, %r345, %r348;
+	max.u32 	%r1517, %r1517, %r349;
+	mov.b32 	%f774, %r339;
+	mov.b32 	%f773, %r340;
+	mov.b32 	%f772, %r341;
+	mov.b32 	%f771, %r342;
+$L__BB1_135:
+	mov.b64 	%rd1514, ws_fp8_block_f32_param_0;
+	add.s64 	%rd1513, %rd1514, 44;
+	ld.param.u64 	%rd663, [%rd1513+-20];
+	add.s64 	%rd206, %rd11, 104;
+	setp.ge.s64 	%p87, %rd206, %rd663;
+	ld.param.u64 	%rd664, [%rd1513+-12];
+	setp.ge.s64 	%p88, %rd10, %rd664;
+	or.pred  	%p89, %p87, %p88;
+	@%p89 bra 	$L__BB1_145;
+	mov.b64 	%rd1516, ws_fp8_block_f32_param_0;
+	add.s64 	%rd1515, %rd1516, 44;
+	ld.param.u64 	%rd665, [%rd1515+20];
+	add.s64 	%rd1614, %rd665, %rd206;
+	ld.param.u64 	%rd208, [%rd1515+36];
+	setp.eq.s64 	%p90, %rd208, 0;
+	@%p90 bra 	$L__BB1_144;
+	or.b64  	%rd666, %rd1614, %rd208;
+	and.b64  	%rd667, %rd666, -4294967296;
+	setp.eq.s64 	%p91, %rd667, 0;
+	@%p91 bra 	$L__BB1_139;
+	rem.s64 	%rd1611, %rd1614, %rd208;
+	bra.uni 	$L__BB1_140;
+$L__BB1_139:
+	cvt.u32.u64 	%r350, %rd208;
+	cvt.u32.u64 	%r351, %rd1614;
+	rem.u32 	%r352, %r351, %r350;
+	cvt.u64.u32 	%rd1611, %r352;
+$L__BB1_140:
+	mov.b64 	%rd1522, ws_fp8_block_f32_param_0;
+	add.s64 	%rd1521, %rd1522, 44;
+	ld.param.u64 	%rd1520, [%rd1521+36];
+	shr.u64 	%rd668, %rd1520, 63;
+	add.s64 	%rd669, %rd1520, %rd668;
+	shr.s64 	%rd212, %rd669, 1;
+	or.b64  	%rd670, %rd1611, %rd212;
+	and.b64  	%rd671, %rd670, -4294967296;
+	setp.eq.s64 	%p92, %rd671, 0;
+	@%p92 bra 	$L__BB1_142;
+	div.s64 	%rd1612, %rd1611, %rd212;
+	mul.lo.s64 	%rd672, %rd1612, %rd212;
+	sub.s64 	%rd1613, %rd1611, %rd672;
+	bra.uni 	$L__BB1_143;
+$L__BB1_142:
+	cvt.u32.u64 	%r353, %rd212;
+	cvt.u32.u64 	%r354, %rd1611;
+	div.u32 	%r355, %r354, %r353;
+	mul.lo.s32 	%r356, %r355, %r353;
+	sub.s32 	%r357, %r354, %r356;
+	cvt.u64.u32 	%rd1612, %r355;
+	cvt.u64.u32 	%rd1613, %r357;
+$L__BB1_143:
+	shl.b64 	%rd673, %rd1613, 1;
+	sub.s64 	%rd674, %rd1614, %rd1611;
+	add.s64 	%rd675, %rd674, %rd673;
+	add.s64 	%rd1614, %rd675, %rd1612;
+$L__BB1_144:
+	ld.param.u64 	%rd1508, [ws_fp8_block_f32_param_0];
+	ld.param.u64 	%rd678, [%rd388+56];
+	mul.lo.s64 	%rd679, %rd678, %rd1614;
+	ld.param.u64 	%rd680, [%rd388+72];
+	add.s64 	%rd681, %rd680, %rd10;
+	add.s64 	%rd682, %rd681, %rd679;
+	shl.b64 	%rd683, %rd682, 2;
+	add.s64 	%rd676, %rd1508, %rd683;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r358,%r359,%r360,%r361}, [%rd676];
+	// end inline asm
+	and.b32  	%r362, %r358, 2147483647;
+	and.b32  	%r363, %r359, 2147483647;
+	max.u32 	%r364, %r362, %r363;
+	and.b32  	%r365, %r360, 2147483647;
+	and.b32  	%r366, %r361, 2147483647;
+	max.u32 	%r367, %r365, %r366;
+	max.u32 	%r368, %r364, %r367;
+	max.u32 	%r1517, %r1517, %r368;
+	mov.b32 	%f778, %r358;
+	mov.b32 	%f777, %r359;
+	mov.b32 	%f776, %r360;
+	mov.b32 	%f775, %r361;
+$L__BB1_145:
+	add.s64 	%rd687, %rd11, 112;
+	ld.param.u64 	%rd689, [%rd388+24];
+	setp.ge.s64 	%p93, %rd687, %rd689;
+	ld.param.u64 	%rd690, [%rd388+32];
+	setp.ge.s64 	%p94, %rd10, %rd690;
+	or.pred  	%p95, %p93, %p94;
+	@%p95 bra 	$L__BB1_155;
+	ld.param.u64 	%rd695, [%rd388+64];
+	add.s64 	%rd696, %rd695, %rd11;
+	add.s64 	%rd1618, %rd696, 112;
+	ld.param.u64 	%rd222, [%rd388+80];
+	setp.eq.s64 	%p96, %rd222, 0;
+	@%p96 bra 	$L__BB1_154;
+	ld.param.u64 	%rd1523, [%rd388+80];
+	or.b64  	%rd697, %rd1618, %rd1523;
+	and.b64  	%rd698, %rd697, -4294967296;
+	setp.eq.s64 	%p97, %rd698, 0;
+	@%p97 bra 	$L__BB1_149;
+	ld.param.u64 	%rd1524, [%rd388+80];
+	rem.s64 	%rd1615, %rd1618, %rd1524;
+	bra.uni 	$L__BB1_150;
+$L__BB1_149:
+	ld.param.u64 	%rd1526, [%rd388+80];
+	cvt.u32.u64 	%r373, %rd1526;
+	cvt.u32.u64 	%r374, %rd1618;
+	rem.u32 	%r375, %r374, %r373;
+	cvt.u64.u32 	%rd1615, %r375;
+$L__BB1_150:
+	ld.param.u64 	%rd1525, [%rd388+80];
+	shr.u64 	%rd699, %rd1525, 63;
+	add.s64 	%rd700, %rd1525, %rd699;
+	shr.s64 	%rd226, %rd700, 1;
+	or.b64  	%rd701, %rd1615, %rd226;
+	and.b64  	%rd702, %rd701, -4294967296;
+	setp.eq.s64 	%p98, %rd702, 0;
+	@%p98 bra 	$L__BB1_152;
+	div.s64 	%rd1616, %rd1615, %rd226;
+	mul.lo.s64 	%rd703, %rd1616, %rd226;
+	sub.s64 	%rd1617, %rd1615, %rd703;
+	bra.uni 	$L__BB1_153;
+$L__BB1_152:
+	cvt.u32.u64 	%r376, %rd226;
+	cvt.u32.u64 	%r377, %rd1615;
+	div.u32 	%r378, %r377, %r376;
+	mul.lo.s32 	%r379, %r378, %r376;
+	sub.s32 	%r380, %r377, %r379;
+	cvt.u64.u32 	%rd1616, %r378;
+	cvt.u64.u32 	%rd1617, %r380;
+$L__BB1_153:
+	shl.b64 	%rd704, %rd1617, 1;
+	sub.s64 	%rd705, %rd1618, %rd1615;
+	add.s64 	%rd706, %rd705, %rd704;
+	add.s64 	%rd1618, %rd706, %rd1616;
+$L__BB1_154:
+	ld.param.u64 	%rd1507, [ws_fp8_block_f32_param_0];
+	ld.param.u64 	%rd709, [%rd388+56];
+	mul.lo.s64 	%rd710, %rd709, %rd1618;
+	ld.param.u64 	%rd711, [%rd388+72];
+	add.s64 	%rd712, %rd711, %rd10;
+	add.s64 	%rd713, %rd712, %rd710;
+	shl.b64 	%rd714, %rd713, 2;
+	add.s64 	%rd707, %rd1507, %rd714;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r381,%r382,%r383,%r384}, [%rd707];
+	// end inline asm
+	and.b32  	%r385, %r381, 2147483647;
+	and.b32  	%r386, %r382, 2147483647;
+	max.u32 	%r387, %r385, %r386;
+	and.b32  	%r388, %r383, 2147483647;
+	and.b32  	%r389, %r384, 2147483647;
+	max.u32 	%r390, %r388, %r389;
+	max.u32 	%r391, %r387, %r390;
+	max.u32 	%r1517, %r1517, %r391;
+	mov.b32 	%f782, %r381;
+	mov.b32 	%f781, %r382;
+	mov.b32 	%f780, %r383;
+	mov.b32 	%f779, %r384;
+$L__BB1_155:
+	mov.u32 	%r1509, %ctaid.y;
+	mul.wide.u32 	%rd1504, %r1509, 128;
+	mov.u32 	%r393, %tid.x;
+	shr.u32 	%r394, %r393, 5;
+	cvt.u64.u32 	%rd716, %r394;
+	add.s64 	%rd717, %rd1504, %rd716;
+	add.s64 	%rd718, %rd717, 120;
+	ld.param.u64 	%rd720, [%rd388+24];
+	setp.ge.s64 	%p99, %rd718, %rd720;
+	ld.param.u64 	%rd721, [%rd388+32];
+	setp.ge.s64 	%p100, %rd10, %rd721;
+	or.pred  	%p101, %p99, %p100;
+	@%p101 bra 	$L__BB1_165;
+	ld.param.u64 	%rd235, [%rd388+64];
+	add.s64 	%rd726, %rd235, %rd717;
+	add.s64 	%rd1622, %rd726, 120;
+	ld.param.u64 	%rd237, [%rd388+80];
+	setp.eq.s64 	%p102, %rd237, 0;
+	@%p102 bra 	$L__BB1_164;
+	add.s64 	%rd731, %rd726, 120;
+	or.b64  	%rd732, %rd731, %rd237;
+	and.b64  	%rd733, %rd732, -4294967296;
+	setp.eq.s64 	%p103, %rd733, 0;
+	@%p103 bra 	$L__BB1_159;
+	ld.param.u64 	%rd1530, [%rd388+64];
+	add.s64 	%rd1529, %rd1530, %rd717;
+	add.s64 	%rd1528, %rd1529, 120;
+	ld.param.u64 	%rd1527, [%rd388+80];
+	rem.s64 	%rd1619, %rd1528, %rd1527;
+	bra.uni 	$L__BB1_160;
+$L__BB1_159:
+	ld.param.u64 	%rd1535, [%rd388+80];
+	ld.param.u64 	%rd1497, [%rd388+64];
+	mov.u32 	%r1501, %tid.x;
+	shr.u32 	%r1500, %r1501, 5;
+	cvt.u64.u32 	%rd1496, %r1500;
+	mov.u32 	%r1499, %ctaid.y;
+	cvt.u32.u64 	%r404, %rd1535;
+	shl.b32 	%r406, %r1499, 7;
+	cvt.u64.u32 	%rd739, %r406;
+	add.s64 	%rd741, %rd739, %rd1496;
+	add.s64 	%rd742, %rd1497, %rd741;
+	add.s64 	%rd743, %rd742, 120;
+	cvt.u32.u64 	%r409, %rd743;
+	rem.u32 	%r410, %r409, %r404;
+	cvt.u64.u32 	%rd1619, %r410;
+$L__BB1_160:
+	ld.param.u64 	%rd1531, [%rd388+80];
+	shr.u64 	%rd744, %rd1531, 63;
+	add.s64 	%rd745, %rd1531, %rd744;
+	shr.s64 	%rd241, %rd745, 1;
+	or.b64  	%rd746, %rd1619, %rd241;
+	and.b64  	%rd747, %rd746, -4294967296;
+	setp.eq.s64 	%p104, %rd747, 0;
+	@%p104 bra 	$L__BB1_162;
+	div.s64 	%rd1620, %rd1619, %rd241;
+	mul.lo.s64 	%rd748, %rd1620, %rd241;
+	sub.s64 	%rd1621, %rd1619, %rd748;
+	bra.uni 	$L__BB1_163;
+$L__BB1_162:
+	cvt.u32.u64 	%r411, %rd241;
+	cvt.u32.u64 	%r412, %rd1619;
+	div.u32 	%r413, %r412, %r411;
+	mul.lo.s32 	%r414, %r413, %r411;
+	sub.s32 	%r415, %r412, %r414;
+	cvt.u64.u32 	%rd1620, %r413;
+	cvt.u64.u32 	%rd1621, %r415;
+$L__BB1_163:
+	ld.param.u64 	%rd1534, [%rd388+64];
+	add.s64 	%rd1533, %rd1534, %rd717;
+	add.s64 	%rd1532, %rd1533, 120;
+	shl.b64 	%rd749, %rd1621, 1;
+	sub.s64 	%rd755, %rd1532, %rd1619;
+	add.s64 	%rd756, %rd755, %rd749;
+	add.s64 	%rd1622, %rd756, %rd1620;
+$L__BB1_164:
+	ld.param.u64 	%rd1498, [ws_fp8_block_f32_param_0];
+	ld.param.u64 	%rd759, [%rd388+56];
+	mul.lo.s64 	%rd760, %rd759, %rd1622;
+	ld.param.u64 	%rd761, [%rd388+72];
+	add.s64 	%rd762, %rd761, %rd10;
+	add.s64 	%rd763, %rd762, %rd760;
+	shl.b64 	%rd764, %rd763, 2;
+	add.s64 	%rd757, %rd1498, %rd764;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r419,%r420,%r421,%r422}, [%rd757];
+	// end inline asm
+	and.b32  	%r423, %r419, 2147483647;
+	and.b32  	%r424, %r420, 2147483647;
+	max.u32 	%r425, %r423, %r424;
+	and.b32  	%r426, %r421, 2147483647;
+	and.b32  	%r427, %r422, 2147483647;
+	max.u32 	%r428, %r426, %r427;
+	max.u32 	%r429, %r425, %r428;
+	max.u32 	%r1517, %r1517, %r429;
+	mov.b32 	%f786, %r419;
+	mov.b32 	%f785, %r420;
+	mov.b32 	%f784, %r421;
+	mov.b32 	%f783, %r422;
+$L__BB1_165:
+	mov.u32 	%r1502, %tid.x;
+	mov.u32 	%r430, -1;
+	redux.sync.max.u32 %r44, %r1517, %r430;
+	and.b32  	%r432, %r1502, 31;
+	setp.ne.s32 	%p105, %r432, 0;
+	@%p105 bra 	$L__BB1_167;
+	mov.u32 	%r1508, _ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red;
+	mov.u32 	%r1507, %tid.x;
+	shr.u32 	%r434, %r1507, 3;
+	and.b32  	%r435, %r434, 536870908;
+	add.s32 	%r437, %r1508, %r435;
+	st.shared.u32 	[%r437], %r44;
+$L__BB1_167:
+	bar.sync 	0;
+	ld.shared.u32 	%r439, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+4];
+	ld.shared.u32 	%r440, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red];
+	max.u32 	%r441, %r440, %r439;
+	ld.shared.u32 	%r442, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+8];
+	max.u32 	%r443, %r441, %r442;
+	ld.shared.u32 	%r444, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+12];
+	max.u32 	%r445, %r443, %r444;
+	ld.shared.u32 	%r446, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+16];
+	max.u32 	%r447, %r445, %r446;
+	ld.shared.u32 	%r448, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+20];
+	max.u32 	%r449, %r447, %r448;
+	ld.shared.u32 	%r450, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+24];
+	max.u32 	%r451, %r449, %r450;
+	ld.shared.u32 	%r452, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+28];
+	max.u32 	%r45, %r451, %r452;
+	bar.sync 	0;
+	setp.gt.u32 	%p106, %r45, 2139095040;
+	mov.u32 	%r1532, 2143289344;
+	@%p106 bra 	$L__BB1_173;
+	mov.b32 	%f139, %r45;
+	mov.f32 	%f140, 0f43E00000;
+	div.rn.f32 	%f141, %f139, %f140;
+	mov.b32 	%r46, %f141;
+	setp.eq.s32 	%p107, %r46, 0;
+	mov.u32 	%r1532, 1065353216;
+	@%p107 bra 	$L__BB1_173;
+	ld.param.u32 	%r1503, [ws_fp8_block_f32_param_0+44];
+	setp.ne.s32 	%p108, %r1503, 1;
+	setp.eq.s32 	%p109, %r46, 2139095040;
+	or.pred  	%p110, %p109, %p108;
+	mov.u32 	%r1532, %r46;
+	@%p110 bra 	$L__BB1_173;
+	setp.lt.u32 	%p111, %r46, 8388608;
+	mov.u32 	%r1532, 8388608;
+	@%p111 bra 	$L__BB1_173;
+	and.b32  	%r455, %r46, 8388607;
+	setp.eq.s32 	%p112, %r455, 0;
+	mov.u32 	%r1532, %r46;
+	@%p112 bra 	$L__BB1_173;
+	and.b32  	%r456, %r46, 2139095040;
+	add.s32 	%r1532, %r456, 8388608;
+$L__BB1_173:
+	mov.u32 	%r1504, %tid.x;
+	mov.b32 	%f121, %r1532;
+	setp.ne.s32 	%p113, %r1504, 0;
+	@%p113 bra 	$L__BB1_175;
+	st.global.u32 	[%rd9], %r1532;
+$L__BB1_175:
+	add.s32 	%r460, %r1532, -226492416;
+	setp.gt.u32 	%p114, %r460, 1677721600;
+	@%p114 bra 	$L__BB1_208;
+	bra.uni 	$L__BB1_176;
+$L__BB1_208:
+	mov.u32 	%r1511, %ctaid.x;
+	mul.wide.u32 	%rd1506, %r1511, 128;
+	mov.u32 	%r1506, %tid.x;
+	ld.param.u64 	%rd1091, [%rd388+8];
+	cvta.to.global.u64 	%rd267, %rd1091;
+	ld.param.u64 	%rd1095, [%rd388+24];
+	setp.ge.s64 	%p163, %rd717, %rd1095;
+	shl.b32 	%r925, %r1506, 2;
+	and.b32  	%r926, %r925, 124;
+	cvt.u64.u32 	%rd1097, %r926;
+	or.b64  	%rd1098, %rd1506, %rd1097;
+	ld.param.u64 	%rd268, [%rd388+32];
+	setp.le.s64 	%p164, %rd268, %rd1098;
+	or.pred  	%p165, %p163, %p164;
+	@%p165 bra 	$L__BB1_210;
+	mul.lo.s64 	%rd1102, %rd268, %rd717;
+	add.s64 	%rd1106, %rd1102, %rd1098;
+	add.s64 	%rd1107, %rd267, %rd1106;
+	mov.b32 	%f470, %r1515;
+	div.rn.f32 	%f471, %f470, %f121;
+	mov.b32 	%f472, %r1514;
+	div.rn.f32 	%f473, %f472, %f121;
+	mov.f32 	%f474, 0fC3E00000;
+	max.f32 	%f475, %f471, %f474;
+	mov.f32 	%f476, 0f43E00000;
+	min.f32 	%f467, %f475, %f476;
+	max.f32 	%f477, %f473, %f474;
+	min.f32 	%f466, %f477, %f476;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs39, %f466, %f467;
+	// end inline asm
+	cvt.u32.u16 	%r933, %rs39;
+	setp.nan.f32 	%p166, %f471, %f471;
+	and.b32  	%r934, %r933, 65280;
+	or.b32  	%r935, %r934, 127;
+	selp.b32 	%r936, %r935, %r933, %p166;
+	setp.nan.f32 	%p167, %f473, %f473;
+	and.b32  	%r937, %r936, 255;
+	or.b32  	%r938, %r937, 32512;
+	selp.b32 	%r939, %r938, %r936, %p167;
+	mov.b32 	%f478, %r1513;
+	div.rn.f32 	%f479, %f478, %f121;
+	mov.b32 	%f480, %r1512;
+	div.rn.f32 	%f481, %f480, %f121;
+	max.f32 	%f482, %f479, %f474;
+	min.f32 	%f469, %f482, %f476;
+	max.f32 	%f483, %f481, %f474;
+	min.f32 	%f468, %f483, %f476;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs40, %f468, %f469;
+	// end inline asm
+	cvt.u32.u16 	%r940, %rs40;
+	setp.nan.f32 	%p168, %f479, %f479;
+	and.b32  	%r941, %r940, 65280;
+	or.b32  	%r942, %r941, 127;
+	selp.b32 	%r943, %r942, %r940, %p168;
+	setp.nan.f32 	%p169, %f481, %f481;
+	and.b32  	%r944, %r943, 255;
+	or.b32  	%r945, %r944, 32512;
+	selp.b32 	%r946, %r945, %r943, %p169;
+	shl.b32 	%r947, %r946, 16;
+	or.b32  	%r948, %r947, %r939;
+	st.global.u32 	[%rd1107], %r948;
+$L__BB1_210:
+	add.s64 	%rd1112, %rd717, 8;
+	ld.param.u64 	%rd1113, [%rd388+24];
+	setp.ge.s64 	%p170, %rd1112, %rd1113;
+	ld.param.u64 	%rd269, [%rd388+32];
+	setp.le.s64 	%p171, %rd269, %rd1098;
+	or.pred  	%p172, %p170, %p171;
+	@%p172 bra 	$L__BB1_212;
+	mul.lo.s64 	%rd1121, %rd269, %rd1112;
+	add.s64 	%rd1125, %rd1121, %rd1098;
+	add.s64 	%rd1126, %rd267, %rd1125;
+	div.rn.f32 	%f488, %f730, %f121;
+	mov.f32 	%f489, 0fC3E00000;
+	max.f32 	%f490, %f488, %f489;
+	mov.f32 	%f491, 0f43E00000;
+	min.f32 	%f485, %f490, %f491;
+	div.rn.f32 	%f492, %f729, %f121;
+	max.f32 	%f493, %f492, %f489;
+	min.f32 	%f484, %f493, %f491;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs41, %f484, %f485;
+	// end inline asm
+	cvt.u32.u16 	%r961, %rs41;
+	setp.nan.f32 	%p173, %f488, %f488;
+	and.b32  	%r962, %r961, 65280;
+	or.b32  	%r963, %r962, 127;
+	selp.b32 	%r964, %r963, %r961, %p173;
+	setp.nan.f32 	%p174, %f492, %f492;
+	and.b32  	%r965, %r964, 255;
+	or.b32  	%r966, %r965, 32512;
+	selp.b32 	%r967, %r966, %r964, %p174;
+	div.rn.f32 	%f494, %f728, %f121;
+	max.f32 	%f495, %f494, %f489;
+	min.f32 	%f487, %f495, %f491;
+	div.rn.f32 	%f496, %f727, %f121;
+	max.f32 	%f497, %f496, %f489;
+	min.f32 	%f486, %f497, %f491;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs42, %f486, %f487;
+	// end inline asm
+	cvt.u32.u16 	%r968, %rs42;
+	setp.nan.f32 	%p175, %f494, %f494;
+	and.b32  	%r969, %r968, 65280;
+	or.b32  	%r970, %r969, 127;
+	selp.b32 	%r971, %r970, %r968, %p175;
+	setp.nan.f32 	%p176, %f496, %f496;
+	and.b32  	%r972, %r971, 255;
+	or.b32  	%r973, %r972, 32512;
+	selp.b32 	%r974, %r973, %r971, %p176;
+	shl.b32 	%r975, %r974, 16;
+	or.b32  	%r976, %r975, %r967;
+	st.global.u32 	[%rd1126], %r976;
+$L__BB1_212:
+	add.s64 	%rd1131, %rd717, 16;
+	ld.param.u64 	%rd1132, [%rd388+24];
+	setp.ge.s64 	%p177, %rd1131, %rd1132;
+	ld.param.u64 	%rd270, [%rd388+32];
+	setp.le.s64 	%p178, %rd270, %rd1098;
+	or.pred  	%p179, %p177, %p178;
+	@%p179 bra 	$L__BB1_214;
+	mul.lo.s64 	%rd1140, %rd270, %rd1131;
+	add.s64 	%rd1144, %rd1140, %rd1098;
+	add.s64 	%rd1145, %rd267, %rd1144;
+	div.rn.f32 	%f502, %f734, %f121;
+	mov.f32 	%f503, 0fC3E00000;
+	max.f32 	%f504, %f502, %f503;
+	mov.f32 	%f505, 0f43E00000;
+	min.f32 	%f499, %f504, %f505;
+	div.rn.f32 	%f506, %f733, %f121;
+	max.f32 	%f507, %f506, %f503;
+	min.f32 	%f498, %f507, %f505;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs43, %f498, %f499;
+	// end inline asm
+	cvt.u32.u16 	%r989, %rs43;
+	setp.nan.f32 	%p180, %f502, %f502;
+	and.b32  	%r990, %r989, 65280;
+	or.b32  	%r991, %r990, 127;
+	selp.b32 	%r992, %r991, %r989, %p180;
+	setp.nan.f32 	%p181, %f506, %f506;
+	and.b32  	%r993, %r992, 255;
+	or.b32  	%r994, %r993, 32512;
+	selp.b32 	%r995, %r994, %r992, %p181;
+	div.rn.f32 	%f508, %f732, %f121;
+	max.f32 	%f509, %f508, %f503;
+	min.f32 	%f501, %f509, %f505;
+	div.rn.f32 	%f510, %f731, %f121;
+	max.f32 	%f511, %f510, %f503;
+	min.f32 	%f500, %f511, %f505;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs44, %f500, %f501;
+	// end inline asm
+	cvt.u32.u16 	%r996, %rs44;
+	setp.nan.f32 	%p182, %f508, %f508;
+	and.b32  	%r997, %r996, 65280;
+	or.b32  	%r998, %r997, 127;
+	selp.b32 	%r999, %r998, %r996, %p182;
+	setp.nan.f32 	%p183, %f510, %f510;
+	and.b32  	%r1000, %r999, 255;
+	or.b32  	%r1001, %r1000, 32512;
+	selp.b32 	%r1002, %r1001, %r999, %p183;
+	shl.b32 	%r1003, %r1002, 16;
+	or.b32  	%r1004, %r1003, %r995;
+	st.global.u32 	[%rd1145], %r1004;
+$L__BB1_214:
+	add.s64 	%rd1150, %rd717, 24;
+	ld.param.u64 	%rd1151, [%rd388+24];
+	setp.ge.s64 	%p184, %rd1150, %rd1151;
+	ld.param.u64 	%rd271, [%rd388+32];
+	setp.le.s64 	%p185, %rd271, %rd1098;
+	or.pred  	%p186, %p184, %p185;
+	@%p186 bra 	$L__BB1_216;
+	mul.lo.s64 	%rd1159, %rd271, %rd1150;
+	add.s64 	%rd1163, %rd1159, %rd1098;
+	add.s64 	%rd1164, %rd267, %rd1163;
+	div.rn.f32 	%f516, %f738, %f121;
+	mov.f32 	%f517, 0fC3E00000;
+	max.f32 	%f518, %f516, %f517;
+	mov.f32 	%f519, 0f43E00000;
+	min.f32 	%f513, %f518, %f519;
+	div.rn.f32 	%f520, %f737, %f121;
+	max.f32 	%f521, %f520, %f517;
+	min.f32 	%f512, %f521, %f519;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs45, %f512, %f513;
+	// end inline asm
+	cvt.u32.u16 	%r1017, %rs45;
+	setp.nan.f32 	%p187, %f516, %f516;
+	and.b32  	%r1018, %r1017, 65280;
+	or.b32  	%r1019, %r1018, 127;
+	selp.b32 	%r1020, %r1019, %r1017, %p187;
+	setp.nan.f32 	%p188, %f520, %f520;
+	and.b32  	%r1021, %r1020, 255;
+	or.b32  	%r1022, %r1021, 32512;
+	selp.b32 	%r1023, %r1022, %r1020, %p188;
+	div.rn.f32 	%f522, %f736, %f121;
+	max.f32 	%f523, %f522, %f517;
+	min.f32 	%f515, %f523, %f519;
+	div.rn.f32 	%f524, %f735, %f121;
+	max.f32 	%f525, %f524, %f517;
+	min.f32 	%f514, %f525, %f519;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs46, %f514, %f515;
+	// end inline asm
+	cvt.u32.u16 	%r1024, %rs46;
+	setp.nan.f32 	%p189, %f522, %f522;
+	and.b32  	%r1025, %r1024, 65280;
+	or.b32  	%r1026, %r1025, 127;
+	selp.b32 	%r1027, %r1026, %r1024, %p189;
+	setp.nan.f32 	%p190, %f524, %f524;
+	and.b32  	%r1028, %r1027, 255;
+	or.b32  	%r1029, %r1028, 32512;
+	selp.b32 	%r1030, %r1029, %r1027, %p190;
+	shl.b32 	%r1031, %r1030, 16;
+	or.b32  	%r1032, %r1031, %r1023;
+	st.global.u32 	[%rd1164], %r1032;
+$L__BB1_216:
+	add.s64 	%rd1169, %rd717, 32;
+	ld.param.u64 	%rd1170, [%rd388+24];
+	setp.ge.s64 	%p191, %rd1169, %rd1170;
+	ld.param.u64 	%rd272, [%rd388+32];
+	setp.le.s64 	%p192, %rd272, %rd1098;
+	or.pred  	%p193, %p191, %p192;
+	@%p193 bra 	$L__BB1_218;
+	mul.lo.s64 	%rd1178, %rd272, %rd1169;
+	add.s64 	%rd1182, %rd1178, %rd1098;
+	add.s64 	%rd1183, %rd267, %rd1182;
+	div.rn.f32 	%f530, %f742, %f121;
+	mov.f32 	%f531, 0fC3E00000;
+	max.f32 	%f532, %f530, %f531;
+	mov.f32 	%f533, 0f43E00000;
+	min.f32 	%f527, %f532, %f533;
+	div.rn.f32 	%f534, %f741, %f121;
+	max.f32 	%f535, %f534, %f531;
+	min.f32 	%f526, %f535, %f533;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs47, %f526, %f527;
+	// end inline asm
+	cvt.u32.u16 	%r1045, %rs47;
+	setp.nan.f32 	%p194, %f530, %f530;
+	and.b32  	%r1046, %r1045, 65280;
+	or.b32  	%r1047, %r1046, 127;
+	selp.b32 	%r1048, %r1047, %r1045, %p194;
+	setp.nan.f32 	%p195, %f534, %f534;
+	and.b32  	%r1049, %r1048, 255;
+	or.b32  	%r1050, %r1049, 32512;
+	selp.b32 	%r1051, %r1050, %r1048, %p195;
+	div.rn.f32 	%f536, %f740, %f121;
+	max.f32 	%f537, %f536, %f531;
+	min.f32 	%f529, %f537, %f533;
+	div.rn.f32 	%f538, %f739, %f121;
+	max.f32 	%f539, %f538, %f531;
+	min.f32 	%f528, %f539, %f533;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs48, %f528, %f529;
+	// end inline asm
+	cvt.u32.u16 	%r1052, %rs48;
+	setp.nan.f32 	%p196, %f536, %f536;
+	and.b32  	%r1053, %r1052, 65280;
+	or.b32  	%r1054, %r1053, 127;
+	selp.b32 	%r1055, %r1054, %r1052, %p196;
+	setp.nan.f32 	%p197, %f538, %f538;
+	and.b32  	%r1056, %r1055, 255;
+	or.b32  	%r1057, %r1056, 32512;
+	selp.b32 	%r1058, %r1057, %r1055, %p197;
+	shl.b32 	%r1059, %r1058, 16;
+	or.b32  	%r1060, %r1059, %r1051;
+	st.global.u32 	[%rd1183], %r1060;
+$L__BB1_218:
+	add.s64 	%rd1188, %rd717, 40;
+	ld.param.u64 	%rd1189, [%rd388+24];
+	setp.ge.s64 	%p198, %rd1188, %rd1189;
+	ld.param.u64 	%rd273, [%rd388+32];
+	setp.le.s64 	%p199, %rd273, %rd1098;
+	or.pred  	%p200, %p198, %p199;
+	@%p200 bra 	$L__BB1_220;
+	mul.lo.s64 	%rd1197, %rd273, %rd1188;
+	add.s64 	%rd1201, %rd1197, %rd1098;
+	add.s64 	%rd1202, %rd267, %rd1201;
+	div.rn.f32 	%f544, %f746, %f121;
+	mov.f32 	%f545, 0fC3E00000;
+	max.f32 	%f546, %f544, %f545;
+	mov.f32 	%f547, 0f43E00000;
+	min.f32 	%f541, %f546, %f547;
+	div.rn.f32 	%f548, %f745, %f121;
+	max.f32 	%f549, %f548, %f545;
+	min.f32 	%f540, %f549, %f547;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs49, %f540, %f541;
+	// end inline asm
+	cvt.u32.u16 	%r1073, %rs49;
+	setp.nan.f32 	%p201, %f544, %f544;
+	and.b32  	%r1074, %r1073, 65280;
+	or.b32  	%r1075, %r1074, 127;
+	selp.b32 	%r1076, %r1075, %r1073, %p201;
+	setp.nan.f32 	%p202, %f548, %f548;
+	and.b32  	%r1077, %r1076, 255;
+	or.b32  	%r1078, %r1077, 32512;
+	selp.b32 	%r1079, %r1078, %r1076, %p202;
+	div.rn.f32 	%f550, %f744, %f121;
+	max.f32 	%f551, %f550, %f545;
+	min.f32 	%f543, %f551, %f547;
+	div.rn.f32 	%f552, %f743, %f121;
+	max.f32 	%f553, %f552, %f545;
+	min.f32 	%f542, %f553, %f547;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs50, %f542, %f543;
+	// end inline asm
+	cvt.u32.u16 	%r1080, %rs50;
+	setp.nan.f32 	%p203, %f550, %f550;
+	and.b32  	%r1081, %r1080, 65280;
+	or.b32  	%r1082, %r1081, 127;
+	selp.b32 	%r1083, %r1082, %r1080, %p203;
+	setp.nan.f32 	%p204, %f552, %f552;
+	and.b32  	%r1084, %r1083, 255;
+	or.b32  	%r1085, %r1084, 32512;
+	selp.b32 	%r1086, %r1085, %r1083, %p204;
+	shl.b32 	%r1087, %r1086, 16;
+	or.b32  	%r1088, %r1087, %r1079;
+	st.global.u32 	[%rd1202], %r1088;
+$L__BB1_220:
+	add.s64 	%rd1207, %rd717, 48;
+	ld.param.u64 	%rd1208, [%rd388+24];
+	setp.ge.s64 	%p205, %rd1207, %rd1208;
+	ld.param.u64 	%rd274, [%rd388+32];
+	setp.le.s64 	%p206, %rd274, %rd1098;
+	or.pred  	%p207, %p205, %p206;
+	@%p207 bra 	$L__BB1_222;
+	mul.lo.s64 	%rd1216, %rd274, %rd1207;
+	add.s64 	%rd1220, %rd1216, %rd1098;
+	add.s64 	%rd1221, %rd267, %rd1220;
+	div.rn.f32 	%f558, %f750, %f121;
+	mov.f32 	%f559, 0fC3E00000;
+	max.f32 	%f560, %f558, %f559;
+	mov.f32 	%f561, 0f43E00000;
+	min.f32 	%f555, %f560, %f561;
+	div.rn.f32 	%f562, %f749, %f121;
+	max.f32 	%f563, %f562, %f559;
+	min.f32 	%f554, %f563, %f561;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs51, %f554, %f555;
+	// end inline asm
+	cvt.u32.u16 	%r1101, %rs51;
+	setp.nan.f32 	%p208, %f558, %f558;
+	and.b32  	%r1102, %r1101, 65280;
+	or.b32  	%r1103, %r1102, 127;
+	selp.b32 	%r1104, %r1103, %r1101, %p208;
+	setp.nan.f32 	%p209, %f562, %f562;
+	and.b32  	%r1105, %r1104, 255;
+	or.b32  	%r1106, %r1105, 32512;
+	selp.b32 	%r1107, %r1106, %r1104, %p209;
+	div.rn.f32 	%f564, %f748, %f121;
+	max.f32 	%f565, %f564, %f559;
+	min.f32 	%f557, %f565, %f561;
+	div.rn.f32 	%f566, %f747, %f121;
+	max.f32 	%f567, %f566, %f559;
+	min.f32 	%f556, %f567, %f561;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs52, %f556, %f557;
+	// end inline asm
+	cvt.u32.u16 	%r1108, %rs52;
+	setp.nan.f32 	%p210, %f564, %f564;
+	and.b32  	%r1109, %r1108, 65280;
+	or.b32  	%r1110, %r1109, 127;
+	selp.b32 	%r1111, %r1110, %r1108, %p210;
+	setp.nan.f32 	%p211, %f566, %f566;
+	and.b32  	%r1112, %r1111, 255;
+	or.b32  	%r1113, %r1112, 32512;
+	selp.b32 	%r1114, %r1113, %r1111, %p211;
+	shl.b32 	%r1115, %r1114, 16;
+	or.b32  	%r1116, %r1115, %r1107;
+	st.global.u32 	[%rd1221], %r1116;
+$L__BB1_222:
+	add.s64 	%rd1226, %rd717, 56;
+	ld.param.u64 	%rd1227, [%rd388+24];
+	setp.ge.s64 	%p212, %rd1226, %rd1227;
+	ld.param.u64 	%rd275, [%rd388+32];
+	setp.le.s64 	%p213, %rd275, %rd1098;
+	or.pred  	%p214, %p212, %p213;
+	@%p214 bra 	$L__BB1_224;
+	mul.lo.s64 	%rd1235, %rd275, %rd1226;
+	add.s64 	%rd1239, %rd1235, %rd1098;
+	add.s64 	%rd1240, %rd267, %rd1239;
+	div.rn.f32 	%f572, %f754, %f121;
+	mov.f32 	%f573, 0fC3E00000;
+	max.f32 	%f574, %f572, %f573;
+	mov.f32 	%f575, 0f43E00000;
+	min.f32 	%f569, %f574, %f575;
+	div.rn.f32 	%f576, %f753, %f121;
+	max.f32 	%f577, %f576, %f573;
+	min.f32 	%f568, %f577, %f575;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs53, %f568, %f569;
+	// end inline asm
+	cvt.u32.u16 	%r1129, %rs53;
+	setp.nan.f32 	%p215, %f572, %f572;
+	and.b32  	%r1130, %r1129, 65280;
+	or.b32  	%r1131, %r1130, 127;
+	selp.b32 	%r1132, %r1131, %r1129, %p215;
+	setp.nan.f32 	%p216, %f576, %f576;
+	and.b32  	%r1133, %r1132, 255;
+	or.b32  	%r1134, %r1133, 32512;
+	selp.b32 	%r1135, %r1134, %r1132, %p216;
+	div.rn.f32 	%f578, %f752, %f121;
+	max.f32 	%f579, %f578, %f573;
+	min.f32 	%f571, %f579, %f575;
+	div.rn.f32 	%f580, %f751, %f121;
+	max.f32 	%f581, %f580, %f573;
+	min.f32 	%f570, %f581, %f575;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs54, %f570, %f571;
+	// end inline asm
+	cvt.u32.u16 	%r1136, %rs54;
+	setp.nan.f32 	%p217, %f578, %f578;
+	and.b32  	%r1137, %r1136, 65280;
+	or.b32  	%r1138, %r1137, 127;
+	selp.b32 	%r1139, %r1138, %r1136, %p217;
+	setp.nan.f32 	%p218, %f580, %f580;
+	and.b32  	%r1140, %r1139, 255;
+	or.b32  	%r1141, %r1140, 32512;
+	selp.b32 	%r1142, %r1141, %r1139, %p218;
+	shl.b32 	%r1143, %r1142, 16;
+	or.b32  	%r1144, %r1143, %r1135;
+	st.global.u32 	[%rd1240], %r1144;
+$L__BB1_224:
+	add.s64 	%rd1245, %rd717, 64;
+	ld.param.u64 	%rd1246, [%rd388+24];
+	setp.ge.s64 	%p219, %rd1245, %rd1246;
+	ld.param.u64 	%rd276, [%rd388+32];
+	setp.le.s64 	%p220, %rd276, %rd1098;
+	or.pred  	%p221, %p219, %p220;
+	@%p221 bra 	$L__BB1_226;
+	mul.lo.s64 	%rd1254, %rd276, %rd1245;
+	add.s64 	%rd1258, %rd1254, %rd1098;
+	add.s64 	%rd1259, %rd267, %rd1258;
+	div.rn.f32 	%f586, %f758, %f121;
+	mov.f32 	%f587, 0fC3E00000;
+	max.f32 	%f588, %f586, %f587;
+	mov.f32 	%f589, 0f43E00000;
+	min.f32 	%f583, %f588, %f589;
+	div.rn.f32 	%f590, %f757, %f121;
+	max.f32 	%f591, %f590, %f587;
+	min.f32 	%f582, %f591, %f589;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs55, %f582, %f583;
+	// end inline asm
+	cvt.u32.u16 	%r1157, %rs55;
+	setp.nan.f32 	%p222, %f586, %f586;
+	and.b32  	%r1158, %r1157, 65280;
+	or.b32  	%r1159, %r1158, 127;
+	selp.b32 	%r1160, %r1159, %r1157, %p222;
+	setp.nan.f32 	%p223, %f590, %f590;
+	and.b32  	%r1161, %r1160, 255;
+	or.b32  	%r1162, %r1161, 32512;
+	selp.b32 	%r1163, %r1162, %r1160, %p223;
+	div.rn.f32 	%f592, %f756, %f121;
+	max.f32 	%f593, %f592, %f587;
+	min.f32 	%f585, %f593, %f589;
+	div.rn.f32 	%f594, %f755, %f121;
+	max.f32 	%f595, %f594, %f587;
+	min.f32 	%f584, %f595, %f589;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs56, %f584, %f585;
+	// end inline asm
+	cvt.u32.u16 	%r1164, %rs56;
+	setp.nan.f32 	%p224, %f592, %f592;
+	and.b32  	%r1165, %r1164, 65280;
+	or.b32  	%r1166, %r1165, 127;
+	selp.b32 	%r1167, %r1166, %r1164, %p224;
+	setp.nan.f32 	%p225, %f594, %f594;
+	and.b32  	%r1168, %r1167, 255;
+	or.b32  	%r1169, %r1168, 32512;
+	selp.b32 	%r1170, %r1169, %r1167, %p225;
+	shl.b32 	%r1171, %r1170, 16;
+	or.b32  	%r1172, %r1171, %r1163;
+	st.global.u32 	[%rd1259], %r1172;
+$L__BB1_226:
+	add.s64 	%rd1264, %rd717, 72;
+	ld.param.u64 	%rd1265, [%rd388+24];
+	setp.ge.s64 	%p226, %rd1264, %rd1265;
+	ld.param.u64 	%rd277, [%rd388+32];
+	setp.le.s64 	%p227, %rd277, %rd1098;
+	or.pred  	%p228, %p226, %p227;
+	@%p228 bra 	$L__BB1_228;
+	mul.lo.s64 	%rd1273, %rd277, %rd1264;
+	add.s64 	%rd1277, %rd1273, %rd1098;
+	add.s64 	%rd1278, %rd267, %rd1277;
+	div.rn.f32 	%f600, %f762, %f121;
+	mov.f32 	%f601, 0fC3E00000;
+	max.f32 	%f602, %f600, %f601;
+	mov.f32 	%f603, 0f43E00000;
+	min.f32 	%f597, %f602, %f603;
+	div.rn.f32 	%f604, %f761, %f121;
+	max.f32 	%f605, %f604, %f601;
+	min.f32 	%f596, %f605, %f603;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs57, %f596, %f597;
+	// end inline asm
+	cvt.u32.u16 	%r1185, %rs57;
+	setp.nan.f32 	%p229, %f600, %f600;
+	and.b32  	%r1186, %r1185, 65280;
+	or.b32  	%r1187, %r1186, 127;
+	selp.b32 	%r1188, %r1187, %r1185, %p229;
+	setp.nan.f32 	%p230, %f604, %f604;
+	and.b32  	%r1189, %r1188, 255;
+	or.b32  	%r1190, %r1189, 32512;
+	selp.b32 	%r1191, %r1190, %r1188, %p230;
+	div.rn.f32 	%f606, %f760, %f121;
+	max.f32 	%f607, %f606, %f601;
+	min.f32 	%f599, %f607, %f603;
+	div.rn.f32 	%f608, %f759, %f121;
+	max.f32 	%f609, %f608, %f601;
+	min.f32 	%f598, %f609, %f603;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs58, %f598, %f599;
+	// end inline asm
+	cvt.u32.u16 	%r1192, %rs58;
+	setp.nan.f32 	%p231, %f606, %f606;
+	and.b32  	%r1193, %r1192, 65280;
+	or.b32  	%r1194, %r1193, 127;
+	selp.b32 	%r1195, %r1194, %r1192, %p231;
+	setp.nan.f32 	%p232, %f608, %f608;
+	and.b32  	%r1196, %r1195, 255;
+	or.b32  	%r1197, %r1196, 32512;
+	selp.b32 	%r1198, %r1197, %r1195, %p232;
+	shl.b32 	%r1199, %r1198, 16;
+	or.b32  	%r1200, %r1199, %r1191;
+	st.global.u32 	[%rd1278], %r1200;
+$L__BB1_228:
+	add.s64 	%rd1283, %rd717, 80;
+	ld.param.u64 	%rd1284, [%rd388+24];
+	setp.ge.s64 	%p233, %rd1283, %rd1284;
+	ld.param.u64 	%rd278, [%rd388+32];
+	setp.le.s64 	%p234, %rd278, %rd1098;
+	or.pred  	%p235, %p233, %p234;
+	@%p235 bra 	$L__BB1_230;
+	mul.lo.s64 	%rd1292, %rd278, %rd1283;
+	add.s64 	%rd1296, %rd1292, %rd1098;
+	add.s64 	%rd1297, %rd267, %rd1296;
+	div.rn.f32 	%f614, %f766, %f121;
+	mov.f32 	%f615, 0fC3E00000;
+	max.f32 	%f616, %f614, %f615;
+	mov.f32 	%f617, 0f43E00000;
+	min.f32 	%f611, %f616, %f617;
+	div.rn.f32 	%f618, %f765, %f121;
+	max.f32 	%f619, %f618, %f615;
+	min.f32 	%f610, %f619, %f617;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs59, %f610, %f611;
+	// end inline asm
+	cvt.u32.u16 	%r1213, %rs59;
+	setp.nan.f32 	%p236, %f614, %f614;
+	and.b32  	%r1214, %r1213, 65280;
+	or.b32  	%r1215, %r1214, 127;
+	selp.b32 	%r1216, %r1215, %r1213, %p236;
+	setp.nan.f32 	%p237, %f618, %f618;
+	and.b32  	%r1217, %r1216, 255;
+	or.b32  	%r1218, %r1217, 32512;
+	selp.b32 	%r1219, %r1218, %r1216, %p237;
+	div.rn.f32 	%f620, %f764, %f121;
+	max.f32 	%f621, %f620, %f615;
+	min.f32 	%f613, %f621, %f617;
+	div.rn.f32 	%f622, %f763, %f121;
+	max.f32 	%f623, %f622, %f615;
+	min.f32 	%f612, %f623, %f617;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs60, %f612, %f613;
+	// end inline asm
+	cvt.u32.u16 	%r1220, %rs60;
+	setp.nan.f32 	%p238, %f620, %f620;
+	and.b32  	%r1221, %r1220, 65280;
+	or.b32  	%r1222, %r1221, 127;
+	selp.b32 	%r1223, %r1222, %r1220, %p238;
+	setp.nan.f32 	%p239, %f622, %f622;
+	and.b32  	%r1224, %r1223, 255;
+	or.b32  	%r1225, %r1224, 32512;
+	selp.b32 	%r1226, %r1225, %r1223, %p239;
+	shl.b32 	%r1227, %r1226, 16;
+	or.b32  	%r1228, %r1227, %r1219;
+	st.global.u32 	[%rd1297], %r1228;
+$L__BB1_230:
+	add.s64 	%rd1302, %rd717, 88;
+	ld.param.u64 	%rd1303, [%rd388+24];
+	setp.ge.s64 	%p240, %rd1302, %rd1303;
+	ld.param.u64 	%rd279, [%rd388+32];
+	setp.le.s64 	%p241, %rd279, %rd1098;
+	or.pred  	%p242, %p240, %p241;
+	@%p242 bra 	$L__BB1_232;
+	mul.lo.s64 	%rd1311, %rd279, %rd1302;
+	add.s64 	%rd1315, %rd1311, %rd1098;
+	add.s64 	%rd1316, %rd267, %rd1315;
+	div.rn.f32 	%f628, %f770, %f121;
+	mov.f32 	%f629, 0fC3E00000;
+	max.f32 	%f630, %f628, %f629;
+	mov.f32 	%f631, 0f43E00000;
+	min.f32 	%f625, %f630, %f631;
+	div.rn.f32 	%f632, %f769, %f121;
+	max.f32 	%f633, %f632, %f629;
+	min.f32 	%f624, %f633, %f631;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs61, %f624, %f625;
+	// end inline asm
+	cvt.u32.u16 	%r1241, %rs61;
+	setp.nan.f32 	%p243, %f628, %f628;
+	and.b32  	%r1242, %r1241, 65280;
+	or.b32  	%r1243, %r1242, 127;
+	selp.b32 	%r1244, %r1243, %r1241, %p243;
+	setp.nan.f32 	%p244, %f632, %f632;
+	and.b32  	%r1245, %r1244, 255;
+	or.b32  	%r1246, %r1245, 32512;
+	selp.b32 	%r1247, %r1246, %r1244, %p244;
+	div.rn.f32 	%f634, %f768, %f121;
+	max.f32 	%f635, %f634, %f629;
+	min.f32 	%f627, %f635, %f631;
+	div.rn.f32 	%f636, %f767, %f121;
+	max.f32 	%f637, %f636, %f629;
+	min.f32 	%f626, %f637, %f631;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs62, %f626, %f627;
+	// end inline asm
+	cvt.u32.u16 	%r1248, %rs62;
+	setp.nan.f32 	%p245, %f634, %f634;
+	and.b32  	%r1249, %r1248, 65280;
+	or.b32  	%r1250, %r1249, 127;
+	selp.b32 	%r1251, %r1250, %r1248, %p245;
+	setp.nan.f32 	%p246, %f636, %f636;
+	and.b32  	%r1252, %r1251, 255;
+	or.b32  	%r1253, %r1252, 32512;
+	selp.b32 	%r1254, %r1253, %r1251, %p246;
+	shl.b32 	%r1255, %r1254, 16;
+	or.b32  	%r1256, %r1255, %r1247;
+	st.global.u32 	[%rd1316], %r1256;
+$L__BB1_232:
+	add.s64 	%rd1321, %rd717, 96;
+	ld.param.u64 	%rd1322, [%rd388+24];
+	setp.ge.s64 	%p247, %rd1321, %rd1322;
+	ld.param.u64 	%rd280, [%rd388+32];
+	setp.le.s64 	%p248, %rd280, %rd1098;
+	or.pred  	%p249, %p247, %p248;
+	@%p249 bra 	$L__BB1_234;
+	mul.lo.s64 	%rd1330, %rd280, %rd1321;
+	add.s64 	%rd1334, %rd1330, %rd1098;
+	add.s64 	%rd1335, %rd267, %rd1334;
+	div.rn.f32 	%f642, %f774, %f121;
+	mov.f32 	%f643, 0fC3E00000;
+	max.f32 	%f644, %f642, %f643;
+	mov.f32 	%f645, 0f43E00000;
+	min.f32 	%f639, %f644, %f645;
+	div.rn.f32 	%f646, %f773, %f121;
+	max.f32 	%f647, %f646, %f643;
+	min.f32 	%f638, %f647, %f645;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs63, %f638, %f639;
+	// end inline asm
+	cvt.u32.u16 	%r1269, %rs63;
+	setp.nan.f32 	%p250, %f642, %f642;
+	and.b32  	%r1270, %r1269, 65280;
+	or.b32  	%r1271, %r1270, 127;
+	selp.b32 	%r1272, %r1271, %r1269, %p250;
+	setp.nan.f32 	%p251, %f646, %f646;
+	and.b32  	%r1273, %r1272, 255;
+	or.b32  	%r1274, %r1273, 32512;
+	selp.b32 	%r1275, %r1274, %r1272, %p251;
+	div.rn.f32 	%f648, %f772, %f121;
+	max.f32 	%f649, %f648, %f643;
+	min.f32 	%f641, %f649, %f645;
+	div.rn.f32 	%f650, %f771, %f121;
+	max.f32 	%f651, %f650, %f643;
+	min.f32 	%f640, %f651, %f645;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs64, %f640, %f641;
+	// end inline asm
+	cvt.u32.u16 	%r1276, %rs64;
+	setp.nan.f32 	%p252, %f648, %f648;
+	and.b32  	%r1277, %r1276, 65280;
+	or.b32  	%r1278, %r1277, 127;
+	selp.b32 	%r1279, %r1278, %r1276, %p252;
+	setp.nan.f32 	%p253, %f650, %f650;
+	and.b32  	%r1280, %r1279, 255;
+	or.b32  	%r1281, %r1280, 32512;
+	selp.b32 	%r1282, %r1281, %r1279, %p253;
+	shl.b32 	%r1283, %r1282, 16;
+	or.b32  	%r1284, %r1283, %r1275;
+	st.global.u32 	[%rd1335], %r1284;
+$L__BB1_234:
+	add.s64 	%rd1340, %rd717, 104;
+	ld.param.u64 	%rd1341, [%rd388+24];
+	setp.ge.s64 	%p254, %rd1340, %rd1341;
+	ld.param.u64 	%rd281, [%rd388+32];
+	setp.le.s64 	%p255, %rd281, %rd1098;
+	or.pred  	%p256, %p254, %p255;
+	@%p256 bra 	$L__BB1_236;
+	mul.lo.s64 	%rd1349, %rd281, %rd1340;
+	add.s64 	%rd1353, %rd1349, %rd1098;
+	add.s64 	%rd1354, %rd267, %rd1353;
+	div.rn.f32 	%f656, %f778, %f121;
+	mov.f32 	%f657, 0fC3E00000;
+	max.f32 	%f658, %f656, %f657;
+	mov.f32 	%f659, 0f43E00000;
+	min.f32 	%f653, %f658, %f659;
+	div.rn.f32 	%f660, %f777, %f121;
+	max.f32 	%f661, %f660, %f657;
+	min.f32 	%f652, %f661, %f659;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs65, %f652, %f653;
+	// end inline asm
+	cvt.u32.u16 	%r1297, %rs65;
+	setp.nan.f32 	%p257, %f656, %f656;
+	and.b32  	%r1298, %r1297, 65280;
+	or.b32  	%r1299, %r1298, 127;
+	selp.b32 	%r1300, %r1299, %r1297, %p257;
+	setp.nan.f32 	%p258, %f660, %f660;
+	and.b32  	%r1301, %r1300, 255;
+	or.b32  	%r1302, %r1301, 32512;
+	selp.b32 	%r1303, %r1302, %r1300, %p258;
+	div.rn.f32 	%f662, %f776, %f121;
+	max.f32 	%f663, %f662, %f657;
+	min.f32 	%f655, %f663, %f659;
+	div.rn.f32 	%f664, %f775, %f121;
+	max.f32 	%f665, %f664, %f657;
+	min.f32 	%f654, %f665, %f659;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs66, %f654, %f655;
+	// end inline asm
+	cvt.u32.u16 	%r1304, %rs66;
+	setp.nan.f32 	%p259, %f662, %f662;
+	and.b32  	%r1305, %r1304, 65280;
+	or.b32  	%r1306, %r1305, 127;
+	selp.b32 	%r1307, %r1306, %r1304, %p259;
+	setp.nan.f32 	%p260, %f664, %f664;
+	and.b32  	%r1308, %r1307, 255;
+	or.b32  	%r1309, %r1308, 32512;
+	selp.b32 	%r1310, %r1309, %r1307, %p260;
+	shl.b32 	%r1311, %r1310, 16;
+	or.b32  	%r1312, %r1311, %r1303;
+	st.global.u32 	[%rd1354], %r1312;
+$L__BB1_236:
+	add.s64 	%rd1359, %rd717, 112;
+	ld.param.u64 	%rd1360, [%rd388+24];
+	setp.ge.s64 	%p261, %rd1359, %rd1360;
+	ld.param.u64 	%rd282, [%rd388+32];
+	setp.le.s64 	%p262, %rd282, %rd1098;
+	or.pred  	%p263, %p261, %p262;
+	@%p263 bra 	$L__BB1_238;
+	mul.lo.s64 	%rd1368, %rd282, %rd1359;
+	add.s64 	%rd1372, %rd1368, %rd1098;
+	add.s64 	%rd1373, %rd267, %rd1372;
+	div.rn.f32 	%f670, %f782, %f121;
+	mov.f32 	%f671, 0fC3E00000;
+	max.f32 	%f672, %f670, %f671;
+	mov.f32 	%f673, 0f43E00000;
+	min.f32 	%f667, %f672, %f673;
+	div.rn.f32 	%f674, %f781, %f121;
+	max.f32 	%f675, %f674, %f671;
+	min.f32 	%f666, %f675, %f673;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs67, %f666, %f667;
+	// end inline asm
+	cvt.u32.u16 	%r1325, %rs67;
+	setp.nan.f32 	%p264, %f670, %f670;
+	and.b32  	%r1326, %r1325, 65280;
+	or.b32  	%r1327, %r1326, 127;
+	selp.b32 	%r1328, %r1327, %r1325, %p264;
+	setp.nan.f32 	%p265, %f674, %f674;
+	and.b32  	%r1329, %r1328, 255;
+	or.b32  	%r1330, %r1329, 32512;
+	selp.b32 	%r1331, %r1330, %r1328, %p265;
+	div.rn.f32 	%f676, %f780, %f121;
+	max.f32 	%f677, %f676, %f671;
+	min.f32 	%f669, %f677, %f673;
+	div.rn.f32 	%f678, %f779, %f121;
+	max.f32 	%f679, %f678, %f671;
+	min.f32 	%f668, %f679, %f673;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs68, %f668, %f669;
+	// end inline asm
+	cvt.u32.u16 	%r1332, %rs68;
+	setp.nan.f32 	%p266, %f676, %f676;
+	and.b32  	%r1333, %r1332, 65280;
+	or.b32  	%r1334, %r1333, 127;
+	selp.b32 	%r1335, %r1334, %r1332, %p266;
+	setp.nan.f32 	%p267, %f678, %f678;
+	and.b32  	%r1336, %r1335, 255;
+	or.b32  	%r1337, %r1336, 32512;
+	selp.b32 	%r1338, %r1337, %r1335, %p267;
+	shl.b32 	%r1339, %r1338, 16;
+	or.b32  	%r1340, %r1339, %r1331;
+	st.global.u32 	[%rd1373], %r1340;
+$L__BB1_238:
+	add.s64 	%rd1501, %rd717, 120;
+	ld.param.u64 	%rd1379, [%rd388+24];
+	setp.ge.s64 	%p268, %rd1501, %rd1379;
+	ld.param.u64 	%rd283, [%rd388+32];
+	setp.le.s64 	%p269, %rd283, %rd1098;
+	or.pred  	%p270, %p268, %p269;
+	@%p270 bra 	$L__BB1_339;
+	add.s64 	%rd1502, %rd717, 120;
+	mul.lo.s64 	%rd1387, %rd283, %rd1502;
+	add.s64 	%rd1391, %rd1387, %rd1098;
+	add.s64 	%rd1392, %rd267, %rd1391;
+	div.rn.f32 	%f684, %f786, %f121;
+	mov.f32 	%f685, 0fC3E00000;
+	max.f32 	%f686, %f684, %f685;
+	mov.f32 	%f687, 0f43E00000;
+	min.f32 	%f681, %f686, %f687;
+	div.rn.f32 	%f688, %f785, %f121;
+	max.f32 	%f689, %f688, %f685;
+	min.f32 	%f680, %f689, %f687;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs69, %f680, %f681;
+	// end inline asm
+	cvt.u32.u16 	%r1353, %rs69;
+	setp.nan.f32 	%p271, %f684, %f684;
+	and.b32  	%r1354, %r1353, 65280;
+	or.b32  	%r1355, %r1354, 127;
+	selp.b32 	%r1356, %r1355, %r1353, %p271;
+	setp.nan.f32 	%p272, %f688, %f688;
+	and.b32  	%r1357, %r1356, 255;
+	or.b32  	%r1358, %r1357, 32512;
+	selp.b32 	%r1359, %r1358, %r1356, %p272;
+	div.rn.f32 	%f690, %f784, %f121;
+	max.f32 	%f691, %f690, %f685;
+	min.f32 	%f683, %f691, %f687;
+	div.rn.f32 	%f692, %f783, %f121;
+	max.f32 	%f693, %f692, %f685;
+	min.f32 	%f682, %f693, %f687;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs70, %f682, %f683;
+	// end inline asm
+	cvt.u32.u16 	%r1360, %rs70;
+	setp.nan.f32 	%p273, %f690, %f690;
+	and.b32  	%r1361, %r1360, 65280;
+	or.b32  	%r1362, %r1361, 127;
+	selp.b32 	%r1363, %r1362, %r1360, %p273;
+	setp.nan.f32 	%p274, %f692, %f692;
+	and.b32  	%r1364, %r1363, 255;
+	or.b32  	%r1365, %r1364, 32512;
+	selp.b32 	%r1366, %r1365, %r1363, %p274;
+	shl.b32 	%r1367, %r1366, 16;
+	or.b32  	%r1368, %r1367, %r1359;
+	st.global.u32 	[%rd1392], %r1368;
+	bra.uni 	$L__BB1_339;
+$L__BB1_176:
+	mov.u32 	%r1510, %ctaid.x;
+	mul.wide.u32 	%rd1505, %r1510, 128;
+	mov.u32 	%r1505, %tid.x;
+	rcp.rn.f32 	%f122, %f121;
+	ld.param.u64 	%rd250, [%rd388+8];
+	ld.param.u64 	%rd776, [%rd388+24];
+	setp.ge.s64 	%p115, %rd717, %rd776;
+	shl.b32 	%r465, %r1505, 2;
+	and.b32  	%r466, %r465, 124;
+	cvt.u64.u32 	%rd778, %r466;
+	or.b64  	%rd779, %rd1505, %rd778;
+	ld.param.u64 	%rd251, [%rd388+32];
+	setp.le.s64 	%p116, %rd251, %rd779;
+	or.pred  	%p117, %p115, %p116;
+	@%p117 bra 	$L__BB1_178;
+	mul.lo.s64 	%rd783, %rd251, %rd717;
+	add.s64 	%rd787, %rd783, %rd779;
+	cvta.to.global.u64 	%rd788, %rd250;
+	add.s64 	%rd789, %rd788, %rd787;
+	mov.b32 	%f146, %r1515;
+	mul.rn.f32 	%f147, %f146, %f122;
+	neg.f32 	%f148, %f147;
+	fma.rn.f32 	%f149, %f148, %f121, %f146;
+	fma.rn.f32 	%f150, %f149, %f122, %f147;
+	mov.b32 	%r473, %f150;
+	and.b32  	%r474, %r1515, -2147483648;
+	or.b32  	%r475, %r474, %r473;
+	mov.b32 	%f143, %r475;
+	mov.b32 	%f151, %r1514;
+	mul.rn.f32 	%f152, %f151, %f122;
+	neg.f32 	%f153, %f152;
+	fma.rn.f32 	%f154, %f153, %f121, %f151;
+	fma.rn.f32 	%f155, %f154, %f122, %f152;
+	mov.b32 	%r476, %f155;
+	and.b32  	%r477, %r1514, -2147483648;
+	or.b32  	%r478, %r477, %r476;
+	mov.b32 	%f142, %r478;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs7, %f142, %f143;
+	// end inline asm
+	mov.b32 	%f156, %r1513;
+	mul.rn.f32 	%f157, %f156, %f122;
+	neg.f32 	%f158, %f157;
+	fma.rn.f32 	%f159, %f158, %f121, %f156;
+	fma.rn.f32 	%f160, %f159, %f122, %f157;
+	mov.b32 	%r479, %f160;
+	and.b32  	%r480, %r1513, -2147483648;
+	or.b32  	%r481, %r480, %r479;
+	mov.b32 	%f145, %r481;
+	mov.b32 	%f161, %r1512;
+	mul.rn.f32 	%f162, %f161, %f122;
+	neg.f32 	%f163, %f162;
+	fma.rn.f32 	%f164, %f163, %f121, %f161;
+	fma.rn.f32 	%f165, %f164, %f122, %f162;
+	mov.b32 	%r482, %f165;
+	and.b32  	%r483, %r1512, -2147483648;
+	or.b32  	%r484, %r483, %r482;
+	mov.b32 	%f144, %r484;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs8, %f144, %f145;
+	// end inline asm
+	mov.b32 	%r485, {%rs7, %rs8};
+	st.global.u32 	[%rd789], %r485;
+$L__BB1_178:
+	add.s64 	%rd794, %rd717, 8;
+	ld.param.u64 	%rd795, [%rd388+24];
+	setp.ge.s64 	%p118, %rd794, %rd795;
+	ld.param.u64 	%rd252, [%rd388+32];
+	setp.le.s64 	%p119, %rd252, %rd779;
+	or.pred  	%p120, %p118, %p119;
+	@%p120 bra 	$L__BB1_180;
+	mul.lo.s64 	%rd803, %rd252, %rd794;
+	add.s64 	%rd807, %rd803, %rd779;
+	cvta.to.global.u64 	%rd808, %rd250;
+	add.s64 	%rd809, %rd808, %rd807;
+	mul.rn.f32 	%f170, %f730, %f122;
+	neg.f32 	%f171, %f170;
+	fma.rn.f32 	%f172, %f171, %f121, %f730;
+	fma.rn.f32 	%f173, %f172, %f122, %f170;
+	mov.b32 	%r498, %f173;
+	mov.b32 	%r499, %f730;
+	and.b32  	%r500, %r499, -2147483648;
+	or.b32  	%r501, %r500, %r498;
+	mov.b32 	%f167, %r501;
+	mul.rn.f32 	%f174, %f729, %f122;
+	neg.f32 	%f175, %f174;
+	fma.rn.f32 	%f176, %f175, %f121, %f729;
+	fma.rn.f32 	%f177, %f176, %f122, %f174;
+	mov.b32 	%r502, %f177;
+	mov.b32 	%r503, %f729;
+	and.b32  	%r504, %r503, -2147483648;
+	or.b32  	%r505, %r504, %r502;
+	mov.b32 	%f166, %r505;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs9, %f166, %f167;
+	// end inline asm
+	mul.rn.f32 	%f178, %f728, %f122;
+	neg.f32 	%f179, %f178;
+	fma.rn.f32 	%f180, %f179, %f121, %f728;
+	fma.rn.f32 	%f181, %f180, %f122, %f178;
+	mov.b32 	%r506, %f181;
+	mov.b32 	%r507, %f728;
+	and.b32  	%r508, %r507, -2147483648;
+	or.b32  	%r509, %r508, %r506;
+	mov.b32 	%f169, %r509;
+	mul.rn.f32 	%f182, %f727, %f122;
+	neg.f32 	%f183, %f182;
+	fma.rn.f32 	%f184, %f183, %f121, %f727;
+	fma.rn.f32 	%f185, %f184, %f122, %f182;
+	mov.b32 	%r510, %f185;
+	mov.b32 	%r511, %f727;
+	and.b32  	%r512, %r511, -2147483648;
+	or.b32  	%r513, %r512, %r510;
+	mov.b32 	%f168, %r513;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs10, %f168, %f169;
+	// end inline asm
+	mov.b32 	%r514, {%rs9, %rs10};
+	st.global.u32 	[%rd809], %r514;
+$L__BB1_180:
+	add.s64 	%rd814, %rd717, 16;
+	ld.param.u64 	%rd815, [%rd388+24];
+	setp.ge.s64 	%p121, %rd814, %rd815;
+	ld.param.u64 	%rd253, [%rd388+32];
+	setp.le.s64 	%p122, %rd253, %rd779;
+	or.pred  	%p123, %p121, %p122;
+	@%p123 bra 	$L__BB1_182;
+	mul.lo.s64 	%rd823, %rd253, %rd814;
+	add.s64 	%rd827, %rd823, %rd779;
+	cvta.to.global.u64 	%rd828, %rd250;
+	add.s64 	%rd829, %rd828, %rd827;
+	mul.rn.f32 	%f190, %f734, %f122;
+	neg.f32 	%f191, %f190;
+	fma.rn.f32 	%f192, %f191, %f121, %f734;
+	fma.rn.f32 	%f193, %f192, %f122, %f190;
+	mov.b32 	%r527, %f193;
+	mov.b32 	%r528, %f734;
+	and.b32  	%r529, %r528, -2147483648;
+	or.b32  	%r530, %r529, %r527;
+	mov.b32 	%f187, %r530;
+	mul.rn.f32 	%f194, %f733, %f122;
+	neg.f32 	%f195, %f194;
+	fma.rn.f32 	%f196, %f195, %f121, %f733;
+	fma.rn.f32 	%f197, %f196, %f122, %f194;
+	mov.b32 	%r531, %f197;
+	mov.b32 	%r532, %f733;
+	and.b32  	%r533, %r532, -2147483648;
+	or.b32  	%r534, %r533, %r531;
+	mov.b32 	%f186, %r534;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs11, %f186, %f187;
+	// end inline asm
+	mul.rn.f32 	%f198, %f732, %f122;
+	neg.f32 	%f199, %f198;
+	fma.rn.f32 	%f200, %f199, %f121, %f732;
+	fma.rn.f32 	%f201, %f200, %f122, %f198;
+	mov.b32 	%r535, %f201;
+	mov.b32 	%r536, %f732;
+	and.b32  	%r537, %r536, -2147483648;
+	or.b32  	%r538, %r537, %r535;
+	mov.b32 	%f189, %r538;
+	mul.rn.f32 	%f202, %f731, %f122;
+	neg.f32 	%f203, %f202;
+	fma.rn.f32 	%f204, %f203, %f121, %f731;
+	fma.rn.f32 	%f205, %f204, %f122, %f202;
+	mov.b32 	%r539, %f205;
+	mov.b32 	%r540, %f731;
+	and.b32  	%r541, %r540, -2147483648;
+	or.b32  	%r542, %r541, %r539;
+	mov.b32 	%f188, %r542;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs12, %f188, %f189;
+	// end inline asm
+	mov.b32 	%r543, {%rs11, %rs12};
+	st.global.u32 	[%rd829], %r543;
+$L__BB1_182:
+	add.s64 	%rd834, %rd717, 24;
+	ld.param.u64 	%rd835, [%rd388+24];
+	setp.ge.s64 	%p124, %rd834, %rd835;
+	ld.param.u64 	%rd254, [%rd388+32];
+	setp.le.s64 	%p125, %rd254, %rd779;
+	or.pred  	%p126, %p124, %p125;
+	@%p126 bra 	$L__BB1_184;
+	mul.lo.s64 	%rd843, %rd254, %rd834;
+	add.s64 	%rd847, %rd843, %rd779;
+	cvta.to.global.u64 	%rd848, %rd250;
+	add.s64 	%rd849, %rd848, %rd847;
+	mul.rn.f32 	%f210, %f738, %f122;
+	neg.f32 	%f211, %f210;
+	fma.rn.f32 	%f212, %f211, %f121, %f738;
+	fma.rn.f32 	%f213, %f212, %f122, %f210;
+	mov.b32 	%r556, %f213;
+	mov.b32 	%r557, %f738;
+	and.b32  	%r558, %r557, -2147483648;
+	or.b32  	%r559, %r558, %r556;
+	mov.b32 	%f207, %r559;
+	mul.rn.f32 	%f214, %f737, %f122;
+	neg.f32 	%f215, %f214;
+	fma.rn.f32 	%f216, %f215, %f121, %f737;
+	fma.rn.f32 	%f217, %f216, %f122, %f214;
+	mov.b32 	%r560, %f217;
+	mov.b32 	%r561, %f737;
+	and.b32  	%r562, %r561, -2147483648;
+	or.b32  	%r563, %r562, %r560;
+	mov.b32 	%f206, %r563;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs13, %f206, %f207;
+	// end inline asm
+	mul.rn.f32 	%f218, %f736, %f122;
+	neg.f32 	%f219, %f218;
+	fma.rn.f32 	%f220, %f219, %f121, %f736;
+	fma.rn.f32 	%f221, %f220, %f122, %f218;
+	mov.b32 	%r564, %f221;
+	mov.b32 	%r565, %f736;
+	and.b32  	%r566, %r565, -2147483648;
+	or.b32  	%r567, %r566, %r564;
+	mov.b32 	%f209, %r567;
+	mul.rn.f32 	%f222, %f735, %f122;
+	neg.f32 	%f223, %f222;
+	fma.rn.f32 	%f224, %f223, %f121, %f735;
+	fma.rn.f32 	%f225, %f224, %f122, %f222;
+	mov.b32 	%r568, %f225;
+	mov.b32 	%r569, %f735;
+	and.b32  	%r570, %r569, -2147483648;
+	or.b32  	%r571, %r570, %r568;
+	mov.b32 	%f208, %r571;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs14, %f208, %f209;
+	// end inline asm
+	mov.b32 	%r572, {%rs13, %rs14};
+	st.global.u32 	[%rd849], %r572;
+$L__BB1_184:
+	add.s64 	%rd854, %rd717, 32;
+	ld.param.u64 	%rd855, [%rd388+24];
+	setp.ge.s64 	%p127, %rd854, %rd855;
+	ld.param.u64 	%rd255, [%rd388+32];
+	setp.le.s64 	%p128, %rd255, %rd779;
+	or.pred  	%p129, %p127, %p128;
+	@%p129 bra 	$L__BB1_186;
+	mul.lo.s64 	%rd863, %rd255, %rd854;
+	add.s64 	%rd867, %rd863, %rd779;
+	cvta.to.global.u64 	%rd868, %rd250;
+	add.s64 	%rd869, %rd868, %rd867;
+	mul.rn.f32 	%f230, %f742, %f122;
+	neg.f32 	%f231, %f230;
+	fma.rn.f32 	%f232, %f231, %f121, %f742;
+	fma.rn.f32 	%f233, %f232, %f122, %f230;
+	mov.b32 	%r585, %f233;
+	mov.b32 	%r586, %f742;
+	and.b32  	%r587, %r586, -2147483648;
+	or.b32  	%r588, %r587, %r585;
+	mov.b32 	%f227, %r588;
+	mul.rn.f32 	%f234, %f741, %f122;
+	neg.f32 	%f235, %f234;
+	fma.rn.f32 	%f236, %f235, %f121, %f741;
+	fma.rn.f32 	%f237, %f236, %f122, %f234;
+	mov.b32 	%r589, %f237;
+	mov.b32 	%r590, %f741;
+	and.b32  	%r591, %r590, -2147483648;
+	or.b32  	%r592, %r591, %r589;
+	mov.b32 	%f226, %r592;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs15, %f226, %f227;
+	// end inline asm
+	mul.rn.f32 	%f238, %f740, %f122;
+	neg.f32 	%f239, %f238;
+	fma.rn.f32 	%f240, %f239, %f121, %f740;
+	fma.rn.f32 	%f241, %f240, %f122, %f238;
+	mov.b32 	%r593, %f241;
+	mov.b32 	%r594, %f740;
+	and.b32  	%r595, %r594, -2147483648;
+	or.b32  	%r596, %r595, %r593;
+	mov.b32 	%f229, %r596;
+	mul.rn.f32 	%f242, %f739, %f122;
+	neg.f32 	%f243, %f242;
+	fma.rn.f32 	%f244, %f243, %f121, %f739;
+	fma.rn.f32 	%f245, %f244, %f122, %f242;
+	mov.b32 	%r597, %f245;
+	mov.b32 	%r598, %f739;
+	and.b32  	%r599, %r598, -2147483648;
+	or.b32  	%r600, %r599, %r597;
+	mov.b32 	%f228, %r600;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs16, %f228, %f229;
+	// end inline asm
+	mov.b32 	%r601, {%rs15, %rs16};
+	st.global.u32 	[%rd869], %r601;
+$L__BB1_186:
+	add.s64 	%rd874, %rd717, 40;
+	ld.param.u64 	%rd875, [%rd388+24];
+	setp.ge.s64 	%p130, %rd874, %rd875;
+	ld.param.u64 	%rd256, [%rd388+32];
+	setp.le.s64 	%p131, %rd256, %rd779;
+	or.pred  	%p132, %p130, %p131;
+	@%p132 bra 	$L__BB1_188;
+	mul.lo.s64 	%rd883, %rd256, %rd874;
+	add.s64 	%rd887, %rd883, %rd779;
+	cvta.to.global.u64 	%rd888, %rd250;
+	add.s64 	%rd889, %rd888, %rd887;
+	mul.rn.f32 	%f250, %f746, %f122;
+	neg.f32 	%f251, %f250;
+	fma.rn.f32 	%f252, %f251, %f121, %f746;
+	fma.rn.f32 	%f253, %f252, %f122, %f250;
+	mov.b32 	%r614, %f253;
+	mov.b32 	%r615, %f746;
+	and.b32  	%r616, %r615, -2147483648;
+	or.b32  	%r617, %r616, %r614;
+	mov.b32 	%f247, %r617;
+	mul.rn.f32 	%f254, %f745, %f122;
+	neg.f32 	%f255, %f254;
+	fma.rn.f32 	%f256, %f255, %f121, %f745;
+	fma.rn.f32 	%f257, %f256, %f122, %f254;
+	mov.b32 	%r618, %f257;
+	mov.b32 	%r619, %f745;
+	and.b32  	%r620, %r619, -2147483648;
+	or.b32  	%r621, %r620, %r618;
+	mov.b32 	%f246, %r621;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs17, %f246, %f247;
+	// end inline asm
+	mul.rn.f32 	%f258, %f744, %f122;
+	neg.f32 	%f259, %f258;
+	fma.rn.f32 	%f260, %f259, %f121, %f744;
+	fma.rn.f32 	%f261, %f260, %f122, %f258;
+	mov.b32 	%r622, %f261;
+	mov.b32 	%r623, %f744;
+	and.b32  	%r624, %r623, -2147483648;
+	or.b32  	%r625, %r624, %r622;
+	mov.b32 	%f249, %r625;
+	mul.rn.f32 	%f262, %f743, %f122;
+	neg.f32 	%f263, %f262;
+	fma.rn.f32 	%f264, %f263, %f121, %f743;
+	fma.rn.f32 	%f265, %f264, %f122, %f262;
+	mov.b32 	%r626, %f265;
+	mov.b32 	%r627, %f743;
+	and.b32  	%r628, %r627, -2147483648;
+	or.b32  	%r629, %r628, %r626;
+	mov.b32 	%f248, %r629;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs18, %f248, %f249;
+	// end inline asm
+	mov.b32 	%r630, {%rs17, %rs18};
+	st.global.u32 	[%rd889], %r630;
+$L__BB1_188:
+	add.s64 	%rd894, %rd717, 48;
+	ld.param.u64 	%rd895, [%rd388+24];
+	setp.ge.s64 	%p133, %rd894, %rd895;
+	ld.param.u64 	%rd257, [%rd388+32];
+	setp.le.s64 	%p134, %rd257, %rd779;
+	or.pred  	%p135, %p133, %p134;
+	@%p135 bra 	$L__BB1_190;
+	mul.lo.s64 	%rd903, %rd257, %rd894;
+	add.s64 	%rd907, %rd903, %rd779;
+	cvta.to.global.u64 	%rd908, %rd250;
+	add.s64 	%rd909, %rd908, %rd907;
+	mul.rn.f32 	%f270, %f750, %f122;
+	neg.f32 	%f271, %f270;
+	fma.rn.f32 	%f272, %f271, %f121, %f750;
+	fma.rn.f32 	%f273, %f272, %f122, %f270;
+	mov.b32 	%r643, %f273;
+	mov.b32 	%r644, %f750;
+	and.b32  	%r645, %r644, -2147483648;
+	or.b32  	%r646, %r645, %r643;
+	mov.b32 	%f267, %r646;
+	mul.rn.f32 	%f274, %f749, %f122;
+	neg.f32 	%f275, %f274;
+	fma.rn.f32 	%f276, %f275, %f121, %f749;
+	fma.rn.f32 	%f277, %f276, %f122, %f274;
+	mov.b32 	%r647, %f277;
+	mov.b32 	%r648, %f749;
+	and.b32  	%r649, %r648, -2147483648;
+	or.b32  	%r650, %r649, %r647;
+	mov.b32 	%f266, %r650;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs19, %f266, %f267;
+	// end inline asm
+	mul.rn.f32 	%f278, %f748, %f122;
+	neg.f32 	%f279, %f278;
+	fma.rn.f32 	%f280, %f279, %f121, %f748;
+	fma.rn.f32 	%f281, %f280, %f122, %f278;
+	mov.b32 	%r651, %f281;
+	mov.b32 	%r652, %f748;
+	and.b32  	%r653, %r652, -2147483648;
+	or.b32  	%r654, %r653, %r651;
+	mov.b32 	%f269, %r654;
+	mul.rn.f32 	%f282, %f747, %f122;
+	neg.f32 	%f283, %f282;
+	fma.rn.f32 	%f284, %f283, %f121, %f747;
+	fma.rn.f32 	%f285, %f284, %f122, %f282;
+	mov.b32 	%r655, %f285;
+	mov.b32 	%r656, %f747;
+	and.b32  	%r657, %r656, -2147483648;
+	or.b32  	%r658, %r657, %r655;
+	mov.b32 	%f268, %r658;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs20, %f268, %f269;
+	// end inline asm
+	mov.b32 	%r659, {%rs19, %rs20};
+	st.global.u32 	[%rd909], %r659;
+$L__BB1_190:
+	add.s64 	%rd914, %rd717, 56;
+	ld.param.u64 	%rd915, [%rd388+24];
+	setp.ge.s64 	%p136, %rd914, %rd915;
+	ld.param.u64 	%rd258, [%rd388+32];
+	setp.le.s64 	%p137, %rd258, %rd779;
+	or.pred  	%p138, %p136, %p137;
+	@%p138 bra 	$L__BB1_192;
+	mul.lo.s64 	%rd923, %rd258, %rd914;
+	add.s64 	%rd927, %rd923, %rd779;
+	cvta.to.global.u64 	%rd928, %rd250;
+	add.s64 	%rd929, %rd928, %rd927;
+	mul.rn.f32 	%f290, %f754, %f122;
+	neg.f32 	%f291, %f290;
+	fma.rn.f32 	%f292, %f291, %f121, %f754;
+	fma.rn.f32 	%f293, %f292, %f122, %f290;
+	mov.b32 	%r672, %f293;
+	mov.b32 	%r673, %f754;
+	and.b32  	%r674, %r673, -2147483648;
+	or.b32  	%r675, %r674, %r672;
+	mov.b32 	%f287, %r675;
+	mul.rn.f32 	%f294, %f753, %f122;
+	neg.f32 	%f295, %f294;
+	fma.rn.f32 	%f296, %f295, %f121, %f753;
+	fma.rn.f32 	%f297, %f296, %f122, %f294;
+	mov.b32 	%r676, %f297;
+	mov.b32 	%r677, %f753;
+	and.b32  	%r678, %r677, -2147483648;
+	or.b32  	%r679, %r678, %r676;
+	mov.b32 	%f286, %r679;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs21, %f286, %f287;
+	// end inline asm
+	mul.rn.f32 	%f298, %f752, %f122;
+	neg.f32 	%f299, %f298;
+	fma.rn.f32 	%f300, %f299, %f121, %f752;
+	fma.rn.f32 	%f301, %f300, %f122, %f298;
+	mov.b32 	%r680, %f301;
+	mov.b32 	%r681, %f752;
+	and.b32  	%r682, %r681, -2147483648;
+	or.b32  	%r683, %r682, %r680;
+	mov.b32 	%f289, %r683;
+	mul.rn.f32 	%f302, %f751, %f122;
+	neg.f32 	%f303, %f302;
+	fma.rn.f32 	%f304, %f303, %f121, %f751;
+	fma.rn.f32 	%f305, %f304, %f122, %f302;
+	mov.b32 	%r684, %f305;
+	mov.b32 	%r685, %f751;
+	and.b32  	%r686, %r685, -2147483648;
+	or.b32  	%r687, %r686, %r684;
+	mov.b32 	%f288, %r687;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs22, %f288, %f289;
+	// end inline asm
+	mov.b32 	%r688, {%rs21, %rs22};
+	st.global.u32 	[%rd929], %r688;
+$L__BB1_192:
+	add.s64 	%rd934, %rd717, 64;
+	ld.param.u64 	%rd935, [%rd388+24];
+	setp.ge.s64 	%p139, %rd934, %rd935;
+	ld.param.u64 	%rd259, [%rd388+32];
+	setp.le.s64 	%p140, %rd259, %rd779;
+	or.pred  	%p141, %p139, %p140;
+	@%p141 bra 	$L__BB1_194;
+	mul.lo.s64 	%rd943, %rd259, %rd934;
+	add.s64 	%rd947, %rd943, %rd779;
+	cvta.to.global.u64 	%rd948, %rd250;
+	add.s64 	%rd949, %rd948, %rd947;
+	mul.rn.f32 	%f310, %f758, %f122;
+	neg.f32 	%f311, %f310;
+	fma.rn.f32 	%f312, %f311, %f121, %f758;
+	fma.rn.f32 	%f313, %f312, %f122, %f310;
+	mov.b32 	%r701, %f313;
+	mov.b32 	%r702, %f758;
+	and.b32  	%r703, %r702, -2147483648;
+	or.b32  	%r704, %r703, %r701;
+	mov.b32 	%f307, %r704;
+	mul.rn.f32 	%f314, %f757, %f122;
+	neg.f32 	%f315, %f314;
+	fma.rn.f32 	%f316, %f315, %f121, %f757;
+	fma.rn.f32 	%f317, %f316, %f122, %f314;
+	mov.b32 	%r705, %f317;
+	mov.b32 	%r706, %f757;
+	and.b32  	%r707, %r706, -2147483648;
+	or.b32  	%r708, %r707, %r705;
+	mov.b32 	%f306, %r708;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs23, %f306, %f307;
+	// end inline asm
+	mul.rn.f32 	%f318, %f756, %f122;
+	neg.f32 	%f319, %f318;
+	fma.rn.f32 	%f320, %f319, %f121, %f756;
+	fma.rn.f32 	%f321, %f320, %f122, %f318;
+	mov.b32 	%r709, %f321;
+	mov.b32 	%r710, %f756;
+	and.b32  	%r711, %r710, -2147483648;
+	or.b32  	%r712, %r711, %r709;
+	mov.b32 	%f309, %r712;
+	mul.rn.f32 	%f322, %f755, %f122;
+	neg.f32 	%f323, %f322;
+	fma.rn.f32 	%f324, %f323, %f121, %f755;
+	fma.rn.f32 	%f325, %f324, %f122, %f322;
+	mov.b32 	%r713, %f325;
+	mov.b32 	%r714, %f755;
+	and.b32  	%r715, %r714, -2147483648;
+	or.b32  	%r716, %r715, %r713;
+	mov.b32 	%f308, %r716;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs24, %f308, %f309;
+	// end inline asm
+	mov.b32 	%r717, {%rs23, %rs24};
+	st.global.u32 	[%rd949], %r717;
+$L__BB1_194:
+	add.s64 	%rd954, %rd717, 72;
+	ld.param.u64 	%rd955, [%rd388+24];
+	setp.ge.s64 	%p142, %rd954, %rd955;
+	ld.param.u64 	%rd260, [%rd388+32];
+	setp.le.s64 	%p143, %rd260, %rd779;
+	or.pred  	%p144, %p142, %p143;
+	@%p144 bra 	$L__BB1_196;
+	mul.lo.s64 	%rd963, %rd260, %rd954;
+	add.s64 	%rd967, %rd963, %rd779;
+	cvta.to.global.u64 	%rd968, %rd250;
+	add.s64 	%rd969, %rd968, %rd967;
+	mul.rn.f32 	%f330, %f762, %f122;
+	neg.f32 	%f331, %f330;
+	fma.rn.f32 	%f332, %f331, %f121, %f762;
+	fma.rn.f32 	%f333, %f332, %f122, %f330;
+	mov.b32 	%r730, %f333;
+	mov.b32 	%r731, %f762;
+	and.b32  	%r732, %r731, -2147483648;
+	or.b32  	%r733, %r732, %r730;
+	mov.b32 	%f327, %r733;
+	mul.rn.f32 	%f334, %f761, %f122;
+	neg.f32 	%f335, %f334;
+	fma.rn.f32 	%f336, %f335, %f121, %f761;
+	fma.rn.f32 	%f337, %f336, %f122, %f334;
+	mov.b32 	%r734, %f337;
+	mov.b32 	%r735, %f761;
+	and.b32  	%r736, %r735, -2147483648;
+	or.b32  	%r737, %r736, %r734;
+	mov.b32 	%f326, %r737;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs25, %f326, %f327;
+	// end inline asm
+	mul.rn.f32 	%f338, %f760, %f122;
+	neg.f32 	%f339, %f338;
+	fma.rn.f32 	%f340, %f339, %f121, %f760;
+	fma.rn.f32 	%f341, %f340, %f122, %f338;
+	mov.b32 	%r738, %f341;
+	mov.b32 	%r739, %f760;
+	and.b32  	%r740, %r739, -2147483648;
+	or.b32  	%r741, %r740, %r738;
+	mov.b32 	%f329, %r741;
+	mul.rn.f32 	%f342, %f759, %f122;
+	neg.f32 	%f343, %f342;
+	fma.rn.f32 	%f344, %f343, %f121, %f759;
+	fma.rn.f32 	%f345, %f344, %f122, %f342;
+	mov.b32 	%r742, %f345;
+	mov.b32 	%r743, %f759;
+	and.b32  	%r744, %r743, -2147483648;
+	or.b32  	%r745, %r744, %r742;
+	mov.b32 	%f328, %r745;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs26, %f328, %f329;
+	// end inline asm
+	mov.b32 	%r746, {%rs25, %rs26};
+	st.global.u32 	[%rd969], %r746;
+$L__BB1_196:
+	add.s64 	%rd974, %rd717, 80;
+	ld.param.u64 	%rd975, [%rd388+24];
+	setp.ge.s64 	%p145, %rd974, %rd975;
+	ld.param.u64 	%rd261, [%rd388+32];
+	setp.le.s64 	%p146, %rd261, %rd779;
+	or.pred  	%p147, %p145, %p146;
+	@%p147 bra 	$L__BB1_198;
+	mul.lo.s64 	%rd983, %rd261, %rd974;
+	add.s64 	%rd987, %rd983, %rd779;
+	cvta.to.global.u64 	%rd988, %rd250;
+	add.s64 	%rd989, %rd988, %rd987;
+	mul.rn.f32 	%f350, %f766, %f122;
+	neg.f32 	%f351, %f350;
+	fma.rn.f32 	%f352, %f351, %f121, %f766;
+	fma.rn.f32 	%f353, %f352, %f122, %f350;
+	mov.b32 	%r759, %f353;
+	mov.b32 	%r760, %f766;
+	and.b32  	%r761, %r760, -2147483648;
+	or.b32  	%r762, %r761, %r759;
+	mov.b32 	%f347, %r762;
+	mul.rn.f32 	%f354, %f765, %f122;
+	neg.f32 	%f355, %f354;
+	fma.rn.f32 	%f356, %f355, %f121, %f765;
+	fma.rn.f32 	%f357, %f356, %f122, %f354;
+	mov.b32 	%r763, %f357;
+	mov.b32 	%r764, %f765;
+	and.b32  	%r765, %r764, -2147483648;
+	or.b32  	%r766, %r765, %r763;
+	mov.b32 	%f346, %r766;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs27, %f346, %f347;
+	// end inline asm
+	mul.rn.f32 	%f358, %f764, %f122;
+	neg.f32 	%f359, %f358;
+	fma.rn.f32 	%f360, %f359, %f121, %f764;
+	fma.rn.f32 	%f361, %f360, %f122, %f358;
+	mov.b32 	%r767, %f361;
+	mov.b32 	%r768, %f764;
+	and.b32  	%r769, %r768, -2147483648;
+	or.b32  	%r770, %r769, %r767;
+	mov.b32 	%f349, %r770;
+	mul.rn.f32 	%f362, %f763, %f122;
+	neg.f32 	%f363, %f362;
+	fma.rn.f32 	%f364, %f363, %f121, %f763;
+	fma.rn.f32 	%f365, %f364, %f122, %f362;
+	mov.b32 	%r771, %f365;
+	mov.b32 	%r772, %f763;
+	and.b32  	%r773, %r772, -2147483648;
+	or.b32  	%r774, %r773, %r771;
+	mov.b32 	%f348, %r774;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs28, %f348, %f349;
+	// end inline asm
+	mov.b32 	%r775, {%rs27, %rs28};
+	st.global.u32 	[%rd989], %r775;
+$L__BB1_198:
+	add.s64 	%rd994, %rd717, 88;
+	ld.param.u64 	%rd995, [%rd388+24];
+	setp.ge.s64 	%p148, %rd994, %rd995;
+	ld.param.u64 	%rd262, [%rd388+32];
+	setp.le.s64 	%p149, %rd262, %rd779;
+	or.pred  	%p150, %p148, %p149;
+	@%p150 bra 	$L__BB1_200;
+	mul.lo.s64 	%rd1003, %rd262, %rd994;
+	add.s64 	%rd1007, %rd1003, %rd779;
+	cvta.to.global.u64 	%rd1008, %rd250;
+	add.s64 	%rd1009, %rd1008, %rd1007;
+	mul.rn.f32 	%f370, %f770, %f122;
+	neg.f32 	%f371, %f370;
+	fma.rn.f32 	%f372, %f371, %f121, %f770;
+	fma.rn.f32 	%f373, %f372, %f122, %f370;
+	mov.b32 	%r788, %f373;
+	mov.b32 	%r789, %f770;
+	and.b32  	%r790, %r789, -2147483648;
+	or.b32  	%r791, %r790, %r788;
+	mov.b32 	%f367, %r791;
+	mul.rn.f32 	%f374, %f769, %f122;
+	neg.f32 	%f375, %f374;
+	fma.rn.f32 	%f376, %f375, %f121, %f769;
+	fma.rn.f32 	%f377, %f376, %f122, %f374;
+	mov.b32 	%r792, %f377;
+	mov.b32 	%r793, %f769;
+	and.b32  	%r794, %r793, -2147483648;
+	or.b32  	%r795, %r794, %r792;
+	mov.b32 	%f366, %r795;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs29, %f366, %f367;
+	// end inline asm
+	mul.rn.f32 	%f378, %f768, %f122;
+	neg.f32 	%f379, %f378;
+	fma.rn.f32 	%f380, %f379, %f121, %f768;
+	fma.rn.f32 	%f381, %f380, %f122, %f378;
+	mov.b32 	%r796, %f381;
+	mov.b32 	%r797, %f768;
+	and.b32  	%r798, %r797, -2147483648;
+	or.b32  	%r799, %r798, %r796;
+	mov.b32 	%f369, %r799;
+	mul.rn.f32 	%f382, %f767, %f122;
+	neg.f32 	%f383, %f382;
+	fma.rn.f32 	%f384, %f383, %f121, %f767;
+	fma.rn.f32 	%f385, %f384, %f122, %f382;
+	mov.b32 	%r800, %f385;
+	mov.b32 	%r801, %f767;
+	and.b32  	%r802, %r801, -2147483648;
+	or.b32  	%r803, %r802, %r800;
+	mov.b32 	%f368, %r803;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs30, %f368, %f369;
+	// end inline asm
+	mov.b32 	%r804, {%rs29, %rs30};
+	st.global.u32 	[%rd1009], %r804;
+$L__BB1_200:
+	add.s64 	%rd1014, %rd717, 96;
+	ld.param.u64 	%rd1015, [%rd388+24];
+	setp.ge.s64 	%p151, %rd1014, %rd1015;
+	ld.param.u64 	%rd263, [%rd388+32];
+	setp.le.s64 	%p152, %rd263, %rd779;
+	or.pred  	%p153, %p151, %p152;
+	@%p153 bra 	$L__BB1_202;
+	mul.lo.s64 	%rd1023, %rd263, %rd1014;
+	add.s64 	%rd1027, %rd1023, %rd779;
+	cvta.to.global.u64 	%rd1028, %rd250;
+	add.s64 	%rd1029, %rd1028, %rd1027;
+	mul.rn.f32 	%f390, %f774, %f122;
+	neg.f32 	%f391, %f390;
+	fma.rn.f32 	%f392, %f391, %f121, %f774;
+	fma.rn.f32 	%f393, %f392, %f122, %f390;
+	mov.b32 	%r817, %f393;
+	mov.b32 	%r818, %f774;
+	and.b32  	%r819, %r818, -2147483648;
+	or.b32  	%r820, %r819, %r817;
+	mov.b32 	%f387, %r820;
+	mul.rn.f32 	%f394, %f773, %f122;
+	neg.f32 	%f395, %f394;
+	fma.rn.f32 	%f396, %f395, %f121, %f773;
+	fma.rn.f32 	%f397, %f396, %f122, %f394;
+	mov.b32 	%r821, %f397;
+	mov.b32 	%r822, %f773;
+	and.b32  	%r823, %r822, -2147483648;
+	or.b32  	%r824, %r823, %r821;
+	mov.b32 	%f386, %r824;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs31, %f386, %f387;
+	// end inline asm
+	mul.rn.f32 	%f398, %f772, %f122;
+	neg.f32 	%f399, %f398;
+	fma.rn.f32 	%f400, %f399, %f121, %f772;
+	fma.rn.f32 	%f401, %f400, %f122, %f398;
+	mov.b32 	%r825, %f401;
+	mov.b32 	%r826, %f772;
+	and.b32  	%r827, %r826, -2147483648;
+	or.b32  	%r828, %r827, %r825;
+	mov.b32 	%f389, %r828;
+	mul.rn.f32 	%f402, %f771, %f122;
+	neg.f32 	%f403, %f402;
+	fma.rn.f32 	%f404, %f403, %f121, %f771;
+	fma.rn.f32 	%f405, %f404, %f122, %f402;
+	mov.b32 	%r829, %f405;
+	mov.b32 	%r830, %f771;
+	and.b32  	%r831, %r830, -2147483648;
+	or.b32  	%r832, %r831, %r829;
+	mov.b32 	%f388, %r832;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs32, %f388, %f389;
+	// end inline asm
+	mov.b32 	%r833, {%rs31, %rs32};
+	st.global.u32 	[%rd1029], %r833;
+$L__BB1_202:
+	add.s64 	%rd1034, %rd717, 104;
+	ld.param.u64 	%rd1035, [%rd388+24];
+	setp.ge.s64 	%p154, %rd1034, %rd1035;
+	ld.param.u64 	%rd264, [%rd388+32];
+	setp.le.s64 	%p155, %rd264, %rd779;
+	or.pred  	%p156, %p154, %p155;
+	@%p156 bra 	$L__BB1_204;
+	mul.lo.s64 	%rd1043, %rd264, %rd1034;
+	add.s64 	%rd1047, %rd1043, %rd779;
+	cvta.to.global.u64 	%rd1048, %rd250;
+	add.s64 	%rd1049, %rd1048, %rd1047;
+	mul.rn.f32 	%f410, %f778, %f122;
+	neg.f32 	%f411, %f410;
+	fma.rn.f32 	%f412, %f411, %f121, %f778;
+	fma.rn.f32 	%f413, %f412, %f122, %f410;
+	mov.b32 	%r846, %f413;
+	mov.b32 	%r847, %f778;
+	and.b32  	%r848, %r847, -2147483648;
+	or.b32  	%r849, %r848, %r846;
+	mov.b32 	%f407, %r849;
+	mul.rn.f32 	%f414, %f777, %f122;
+	neg.f32 	%f415, %f414;
+	fma.rn.f32 	%f416, %f415, %f121, %f777;
+	fma.rn.f32 	%f417, %f416, %f122, %f414;
+	mov.b32 	%r850, %f417;
+	mov.b32 	%r851, %f777;
+	and.b32  	%r852, %r851, -2147483648;
+	or.b32  	%r853, %r852, %r850;
+	mov.b32 	%f406, %r853;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs33, %f406, %f407;
+	// end inline asm
+	mul.rn.f32 	%f418, %f776, %f122;
+	neg.f32 	%f419, %f418;
+	fma.rn.f32 	%f420, %f419, %f121, %f776;
+	fma.rn.f32 	%f421, %f420, %f122, %f418;
+	mov.b32 	%r854, %f421;
+	mov.b32 	%r855, %f776;
+	and.b32  	%r856, %r855, -2147483648;
+	or.b32  	%r857, %r856, %r854;
+	mov.b32 	%f409, %r857;
+	mul.rn.f32 	%f422, %f775, %f122;
+	neg.f32 	%f423, %f422;
+	fma.rn.f32 	%f424, %f423, %f121, %f775;
+	fma.rn.f32 	%f425, %f424, %f122, %f422;
+	mov.b32 	%r858, %f425;
+	mov.b32 	%r859, %f775;
+	and.b32  	%r860, %r859, -2147483648;
+	or.b32  	%r861, %r860, %r858;
+	mov.b32 	%f408, %r861;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs34, %f408, %f409;
+	// end inline asm
+	mov.b32 	%r862, {%rs33, %rs34};
+	st.global.u32 	[%rd1049], %r862;
+$L__BB1_204:
+	add.s64 	%rd1054, %rd717, 112;
+	ld.param.u64 	%rd1055, [%rd388+24];
+	setp.ge.s64 	%p157, %rd1054, %rd1055;
+	ld.param.u64 	%rd265, [%rd388+32];
+	setp.le.s64 	%p158, %rd265, %rd779;
+	or.pred  	%p159, %p157, %p158;
+	@%p159 bra 	$L__BB1_206;
+	mul.lo.s64 	%rd1063, %rd265, %rd1054;
+	add.s64 	%rd1067, %rd1063, %rd779;
+	cvta.to.global.u64 	%rd1068, %rd250;
+	add.s64 	%rd1069, %rd1068, %rd1067;
+	mul.rn.f32 	%f430, %f782, %f122;
+	neg.f32 	%f431, %f430;
+	fma.rn.f32 	%f432, %f431, %f121, %f782;
+	fma.rn.f32 	%f433, %f432, %f122, %f430;
+	mov.b32 	%r875, %f433;
+	mov.b32 	%r876, %f782;
+	and.b32  	%r877, %r876, -2147483648;
+	or.b32  	%r878, %r877, %r875;
+	mov.b32 	%f427, %r878;
+	mul.rn.f32 	%f434, %f781, %f122;
+	neg.f32 	%f435, %f434;
+	fma.rn.f32 	%f436, %f435, %f121, %f781;
+	fma.rn.f32 	%f437, %f436, %f122, %f434;
+	mov.b32 	%r879, %f437;
+	mov.b32 	%r880, %f781;
+	and.b32  	%r881, %r880, -2147483648;
+	or.b32  	%r882, %r881, %r879;
+	mov.b32 	%f426, %r882;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs35, %f426, %f427;
+	// end inline asm
+	mul.rn.f32 	%f438, %f780, %f122;
+	neg.f32 	%f439, %f438;
+	fma.rn.f32 	%f440, %f439, %f121, %f780;
+	fma.rn.f32 	%f441, %f440, %f122, %f438;
+	mov.b32 	%r883, %f441;
+	mov.b32 	%r884, %f780;
+	and.b32  	%r885, %r884, -2147483648;
+	or.b32  	%r886, %r885, %r883;
+	mov.b32 	%f429, %r886;
+	mul.rn.f32 	%f442, %f779, %f122;
+	neg.f32 	%f443, %f442;
+	fma.rn.f32 	%f444, %f443, %f121, %f779;
+	fma.rn.f32 	%f445, %f444, %f122, %f442;
+	mov.b32 	%r887, %f445;
+	mov.b32 	%r888, %f779;
+	and.b32  	%r889, %r888, -2147483648;
+	or.b32  	%r890, %r889, %r887;
+	mov.b32 	%f428, %r890;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs36, %f428, %f429;
+	// end inline asm
+	mov.b32 	%r891, {%rs35, %rs36};
+	st.global.u32 	[%rd1069], %r891;
+$L__BB1_206:
+	add.s64 	%rd1499, %rd717, 120;
+	ld.param.u64 	%rd1075, [%rd388+24];
+	setp.ge.s64 	%p160, %rd1499, %rd1075;
+	ld.param.u64 	%rd266, [%rd388+32];
+	setp.le.s64 	%p161, %rd266, %rd779;
+	or.pred  	%p162, %p160, %p161;
+	@%p162 bra 	$L__BB1_339;
+	add.s64 	%rd1500, %rd717, 120;
+	mul.lo.s64 	%rd1083, %rd266, %rd1500;
+	add.s64 	%rd1087, %rd1083, %rd779;
+	cvta.to.global.u64 	%rd1088, %rd250;
+	add.s64 	%rd1089, %rd1088, %rd1087;
+	mul.rn.f32 	%f450, %f786, %f122;
+	neg.f32 	%f451, %f450;
+	fma.rn.f32 	%f452, %f451, %f121, %f786;
+	fma.rn.f32 	%f453, %f452, %f122, %f450;
+	mov.b32 	%r904, %f453;
+	mov.b32 	%r905, %f786;
+	and.b32  	%r906, %r905, -2147483648;
+	or.b32  	%r907, %r906, %r904;
+	mov.b32 	%f447, %r907;
+	mul.rn.f32 	%f454, %f785, %f122;
+	neg.f32 	%f455, %f454;
+	fma.rn.f32 	%f456, %f455, %f121, %f785;
+	fma.rn.f32 	%f457, %f456, %f122, %f454;
+	mov.b32 	%r908, %f457;
+	mov.b32 	%r909, %f785;
+	and.b32  	%r910, %r909, -2147483648;
+	or.b32  	%r911, %r910, %r908;
+	mov.b32 	%f446, %r911;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs37, %f446, %f447;
+	// end inline asm
+	mul.rn.f32 	%f458, %f784, %f122;
+	neg.f32 	%f459, %f458;
+	fma.rn.f32 	%f460, %f459, %f121, %f784;
+	fma.rn.f32 	%f461, %f460, %f122, %f458;
+	mov.b32 	%r912, %f461;
+	mov.b32 	%r913, %f784;
+	and.b32  	%r914, %r913, -2147483648;
+	or.b32  	%r915, %r914, %r912;
+	mov.b32 	%f449, %r915;
+	mul.rn.f32 	%f462, %f783, %f122;
+	neg.f32 	%f463, %f462;
+	fma.rn.f32 	%f464, %f463, %f121, %f783;
+	fma.rn.f32 	%f465, %f464, %f122, %f462;
+	mov.b32 	%r916, %f465;
+	mov.b32 	%r917, %f783;
+	and.b32  	%r918, %r917, -2147483648;
+	or.b32  	%r919, %r918, %r916;
+	mov.b32 	%f448, %r919;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs38, %f448, %f449;
+	// end inline asm
+	mov.b32 	%r920, {%rs37, %rs38};
+	st.global.u32 	[%rd1089], %r920;
+	bra.uni 	$L__BB1_339;
+$L__BB1_275:
+	cvt.u32.u64 	%r1412, %rd289;
+	cvt.u32.u64 	%r1413, %rd1634;
+	rem.u32 	%r1414, %r1413, %r1412;
+	cvt.u64.u32 	%rd1631, %r1414;
+$L__BB1_276:
+	or.b64  	%rd1428, %rd1631, %rd290;
+	and.b64  	%rd1429, %rd1428, -4294967296;
+	setp.eq.s64 	%p298, %rd1429, 0;
+	@%p298 bra 	$L__BB1_278;
+	div.s64 	%rd1632, %rd1631, %rd290;
+	mul.lo.s64 	%rd1430, %rd1632, %rd290;
+	sub.s64 	%rd1633, %rd1631, %rd1430;
+	bra.uni 	$L__BB1_279;
+$L__BB1_278:
+	cvt.u32.u64 	%r1415, %rd290;
+	cvt.u32.u64 	%r1416, %rd1631;
+	div.u32 	%r1417, %r1416, %r1415;
+	mul.lo.s32 	%r1418, %r1417, %r1415;
+	sub.s32 	%r1419, %r1416, %r1418;
+	cvt.u64.u32 	%rd1632, %r1417;
+	cvt.u64.u32 	%rd1633, %r1419;
+$L__BB1_279:
+	shl.b64 	%rd1431, %rd1633, 1;
+	sub.s64 	%rd1432, %rd1634, %rd1631;
+	add.s64 	%rd1433, %rd1432, %rd1431;
+	add.s64 	%rd1634, %rd1433, %rd1632;
+$L__BB1_280:
+	add.s64 	%rd1434, %rd288, %rd322;
+	mul.lo.s64 	%rd1435, %rd287, %rd1634;
+	add.s64 	%rd1436, %rd1434, %rd1435;
+	shl.b64 	%rd1437, %rd1436, 2;
+	add.s64 	%rd335, %rd5, %rd1437;
+	add.s64 	%rd1438, %rd4, %rd1437;
+	and.b64  	%rd1439, %rd1438, 3;
+	setp.eq.s64 	%p299, %rd1439, 0;
+	@%p299 bra 	$L__BB1_282;
+	ld.global.u8 	%r1420, [%rd335];
+	ld.global.u8 	%r1421, [%rd335+1];
+	prmt.b32 	%r1422, %r1421, %r1420, 30212;
+	ld.global.u8 	%r1423, [%rd335+2];
+	prmt.b32 	%r1424, %r1423, %r1422, 28756;
+	ld.global.u8 	%r1425, [%rd335+3];
+	prmt.b32 	%r1543, %r1425, %r1424, 1620;
+	bra.uni 	$L__BB1_283;
+$L__BB1_282:
+	ld.global.u32 	%r1543, [%rd335];
+$L__BB1_283:
+	and.b32  	%r1426, %r1543, 2147483647;
+	max.u32 	%r1537, %r1537, %r1426;
+$L__BB1_284:
+	mov.u32 	%r1427, -1;
+	redux.sync.max.u32 %r75, %r1537, %r1427;
+	and.b32  	%r1428, %r1547, 31;
+	setp.ne.s32 	%p300, %r1428, 0;
+	@%p300 bra 	$L__BB1_286;
+	st.shared.u32 	[%r3], %r75;
+$L__BB1_286:
+	bar.sync 	0;
+	ld.shared.u32 	%r1430, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+4];
+	ld.shared.u32 	%r1431, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red];
+	max.u32 	%r1432, %r1431, %r1430;
+	ld.shared.u32 	%r1433, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+8];
+	max.u32 	%r1434, %r1432, %r1433;
+	ld.shared.u32 	%r1435, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+12];
+	max.u32 	%r1436, %r1434, %r1435;
+	ld.shared.u32 	%r1437, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+16];
+	max.u32 	%r1438, %r1436, %r1437;
+	ld.shared.u32 	%r1439, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+20];
+	max.u32 	%r1440, %r1438, %r1439;
+	ld.shared.u32 	%r1441, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+24];
+	max.u32 	%r1442, %r1440, %r1441;
+	ld.shared.u32 	%r1443, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+28];
+	max.u32 	%r76, %r1442, %r1443;
+	bar.sync 	0;
+	setp.gt.u32 	%p301, %r76, 2139095040;
+	mov.u32 	%r1545, 2143289344;
+	@%p301 bra 	$L__BB1_292;
+	mov.b32 	%f694, %r76;
+	mov.f32 	%f695, 0f43E00000;
+	div.rn.f32 	%f696, %f694, %f695;
+	mov.b32 	%r77, %f696;
+	setp.eq.s32 	%p302, %r77, 0;
+	mov.u32 	%r1545, 1065353216;
+	@%p302 bra 	$L__BB1_292;
+	setp.ne.s32 	%p303, %r1, 1;
+	setp.eq.s32 	%p304, %r77, 2139095040;
+	or.pred  	%p305, %p304, %p303;
+	mov.u32 	%r1545, %r77;
+	@%p305 bra 	$L__BB1_292;
+	setp.lt.u32 	%p306, %r77, 8388608;
+	mov.u32 	%r1545, 8388608;
+	@%p306 bra 	$L__BB1_292;
+	and.b32  	%r1446, %r77, 8388607;
+	setp.eq.s32 	%p307, %r1446, 0;
+	mov.u32 	%r1545, %r77;
+	@%p307 bra 	$L__BB1_292;
+	and.b32  	%r1447, %r77, 2139095040;
+	add.s32 	%r1545, %r1447, 8388608;
+$L__BB1_292:
+	mov.b32 	%f123, %r1545;
+	setp.ne.s32 	%p308, %r1547, 0;
+	@%p308 bra 	$L__BB1_294;
+	st.global.u32 	[%rd9], %r1545;
+$L__BB1_294:
+	@%p275 bra 	$L__BB1_339;
+	ld.param.u64 	%rd336, [%rd3+-20];
+	ld.param.u64 	%rd337, [%rd3+-12];
+	ld.param.u64 	%rd338, [%rd3+20];
+	ld.param.u64 	%rd339, [%rd3+12];
+	ld.param.u64 	%rd340, [%rd3+28];
+	ld.param.u64 	%rd341, [%rd3+36];
+	shr.u64 	%rd1440, %rd341, 63;
+	add.s64 	%rd1441, %rd341, %rd1440;
+	shr.s64 	%rd342, %rd1441, 1;
+	mov.u32 	%r1448, 16383;
+	sub.s32 	%r80, %r1448, %r1547;
+	and.b32  	%r1449, %r80, 256;
+	setp.ne.s32 	%p310, %r1449, 0;
+	@%p310 bra 	$L__BB1_310;
+	shr.u32 	%r1450, %r1547, 7;
+	cvt.u64.u32 	%rd1442, %r1450;
+	add.s64 	%rd343, %rd1, %rd1442;
+	and.b32  	%r1451, %r1547, 127;
+	cvt.u64.u32 	%rd1443, %r1451;
+	add.s64 	%rd344, %rd2, %rd1443;
+	setp.ge.s64 	%p311, %rd343, %rd336;
+	setp.ge.s64 	%p312, %rd344, %rd337;
+	or.pred  	%p313, %p311, %p312;
+	@%p313 bra 	$L__BB1_309;
+	setp.eq.s64 	%p314, %rd341, 0;
+	add.s64 	%rd1638, %rd338, %rd343;
+	@%p314 bra 	$L__BB1_305;
+	or.b64  	%rd1444, %rd1638, %rd341;
+	and.b64  	%rd1445, %rd1444, -4294967296;
+	setp.eq.s64 	%p315, %rd1445, 0;
+	@%p315 bra 	$L__BB1_300;
+	rem.s64 	%rd1635, %rd1638, %rd341;
+	bra.uni 	$L__BB1_301;
+$L__BB1_300:
+	cvt.u32.u64 	%r1452, %rd341;
+	cvt.u32.u64 	%r1453, %rd1638;
+	rem.u32 	%r1454, %r1453, %r1452;
+	cvt.u64.u32 	%rd1635, %r1454;
+$L__BB1_301:
+	or.b64  	%rd1446, %rd1635, %rd342;
+	and.b64  	%rd1447, %rd1446, -4294967296;
+	setp.eq.s64 	%p316, %rd1447, 0;
+	@%p316 bra 	$L__BB1_303;
+	div.s64 	%rd1636, %rd1635, %rd342;
+	mul.lo.s64 	%rd1448, %rd1636, %rd342;
+	sub.s64 	%rd1637, %rd1635, %rd1448;
+	bra.uni 	$L__BB1_304;
+$L__BB1_303:
+	cvt.u32.u64 	%r1455, %rd342;
+	cvt.u32.u64 	%r1456, %rd1635;
+	div.u32 	%r1457, %r1456, %r1455;
+	mul.lo.s32 	%r1458, %r1457, %r1455;
+	sub.s32 	%r1459, %r1456, %r1458;
+	cvt.u64.u32 	%rd1636, %r1457;
+	cvt.u64.u32 	%rd1637, %r1459;
+$L__BB1_304:
+	shl.b64 	%rd1449, %rd1637, 1;
+	sub.s64 	%rd1450, %rd1638, %rd1635;
+	add.s64 	%rd1451, %rd1450, %rd1449;
+	add.s64 	%rd1638, %rd1451, %rd1636;
+$L__BB1_305:
+	add.s64 	%rd1452, %rd340, %rd344;
+	mul.lo.s64 	%rd1453, %rd339, %rd1638;
+	add.s64 	%rd1454, %rd1452, %rd1453;
+	shl.b64 	%rd1455, %rd1454, 2;
+	add.s64 	%rd357, %rd5, %rd1455;
+	add.s64 	%rd1456, %rd4, %rd1455;
+	and.b64  	%rd1457, %rd1456, 3;
+	setp.eq.s64 	%p317, %rd1457, 0;
+	@%p317 bra 	$L__BB1_307;
+	ld.global.u8 	%r1460, [%rd357];
+	ld.global.u8 	%r1461, [%rd357+1];
+	prmt.b32 	%r1462, %r1461, %r1460, 30212;
+	ld.global.u8 	%r1463, [%rd357+2];
+	prmt.b32 	%r1464, %r1463, %r1462, 28756;
+	ld.global.u8 	%r1465, [%rd357+3];
+	prmt.b32 	%r1546, %r1465, %r1464, 1620;
+	bra.uni 	$L__BB1_308;
+$L__BB1_307:
+	ld.global.u32 	%r1546, [%rd357];
+$L__BB1_308:
+	mov.b32 	%f699, %r1546;
+	div.rn.f32 	%f700, %f699, %f123;
+	mov.f32 	%f701, 0fC3E00000;
+	max.f32 	%f702, %f700, %f701;
+	mov.f32 	%f703, 0f43E00000;
+	min.f32 	%f698, %f702, %f703;
+	mov.f32 	%f704, 0f00000000;
+	div.rn.f32 	%f705, %f704, %f123;
+	max.f32 	%f706, %f705, %f701;
+	min.f32 	%f697, %f706, %f703;
+	setp.nan.f32 	%p318, %f700, %f700;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs71, %f697, %f698;
+	// end inline asm
+	selp.b16 	%rs72, 127, %rs71, %p318;
+	mul.lo.s64 	%rd1458, %rd337, %rd343;
+	add.s64 	%rd1459, %rd1458, %rd344;
+	add.s64 	%rd1460, %rd6, %rd1459;
+	st.global.u8 	[%rd1460], %rs72;
+$L__BB1_309:
+	add.s32 	%r1547, %r1547, 256;
+$L__BB1_310:
+	and.b32  	%r1466, %r80, -256;
+	setp.eq.s32 	%p319, %r1466, 0;
+	@%p319 bra 	$L__BB1_339;
+	and.b32  	%r1467, %r1547, 127;
+	cvt.u64.u32 	%rd1461, %r1467;
+	add.s64 	%rd358, %rd2, %rd1461;
+	add.s64 	%rd359, %rd340, %rd358;
+	cvt.u32.u64 	%r1469, %rd341;
+$L__BB1_312:
+	shr.u32 	%r1468, %r1547, 7;
+	cvt.u64.u32 	%rd1462, %r1468;
+	add.s64 	%rd360, %rd1, %rd1462;
+	setp.ge.s64 	%p320, %rd360, %rd336;
+	setp.ge.s64 	%p321, %rd358, %rd337;
+	or.pred  	%p322, %p320, %p321;
+	@%p322 bra 	$L__BB1_325;
+	setp.eq.s64 	%p323, %rd341, 0;
+	add.s64 	%rd1642, %rd338, %rd360;
+	@%p323 bra 	$L__BB1_321;
+	or.b64  	%rd1463, %rd1642, %rd341;
+	and.b64  	%rd1464, %rd1463, -4294967296;
+	setp.eq.s64 	%p324, %rd1464, 0;
+	@%p324 bra 	$L__BB1_316;
+	rem.s64 	%rd1639, %rd1642, %rd341;
+	bra.uni 	$L__BB1_317;
+$L__BB1_316:
+	cvt.u32.u64 	%r1470, %rd1642;
+	rem.u32 	%r1471, %r1470, %r1469;
+	cvt.u64.u32 	%rd1639, %r1471;
+$L__BB1_317:
+	or.b64  	%rd1465, %rd1639, %rd342;
+	and.b64  	%rd1466, %rd1465, -4294967296;
+	setp.eq.s64 	%p325, %rd1466, 0;
+	@%p325 bra 	$L__BB1_319;
+	div.s64 	%rd1640, %rd1639, %rd342;
+	mul.lo.s64 	%rd1467, %rd1640, %rd342;
+	sub.s64 	%rd1641, %rd1639, %rd1467;
+	bra.uni 	$L__BB1_320;
+$L__BB1_319:
+	cvt.u32.u64 	%r1472, %rd342;
+	cvt.u32.u64 	%r1473, %rd1639;
+	div.u32 	%r1474, %r1473, %r1472;
+	mul.lo.s32 	%r1475, %r1474, %r1472;
+	sub.s32 	%r1476, %r1473, %r1475;
+	cvt.u64.u32 	%rd1640, %r1474;
+	cvt.u64.u32 	%rd1641, %r1476;
+$L__BB1_320:
+	shl.b64 	%rd1468, %rd1641, 1;
+	sub.s64 	%rd1469, %rd1642, %rd1639;
+	add.s64 	%rd1470, %rd1469, %rd1468;
+	add.s64 	%rd1642, %rd1470, %rd1640;
+$L__BB1_321:
+	mul.lo.s64 	%rd1471, %rd339, %rd1642;
+	add.s64 	%rd1472, %rd359, %rd1471;
+	shl.b64 	%rd1473, %rd1472, 2;
+	add.s64 	%rd373, %rd5, %rd1473;
+	add.s64 	%rd1474, %rd4, %rd1473;
+	and.b64  	%rd1475, %rd1474, 3;
+	setp.eq.s64 	%p326, %rd1475, 0;
+	@%p326 bra 	$L__BB1_323;
+	ld.global.u8 	%r1477, [%rd373];
+	ld.global.u8 	%r1478, [%rd373+1];
+	prmt.b32 	%r1479, %r1478, %r1477, 30212;
+	ld.global.u8 	%r1480, [%rd373+2];
+	prmt.b32 	%r1481, %r1480, %r1479, 28756;
+	ld.global.u8 	%r1482, [%rd373+3];
+	prmt.b32 	%r1549, %r1482, %r1481, 1620;
+	bra.uni 	$L__BB1_324;
+$L__BB1_323:
+	ld.global.u32 	%r1549, [%rd373];
+$L__BB1_324:
+	mov.b32 	%f709, %r1549;
+	div.rn.f32 	%f710, %f709, %f123;
+	mov.f32 	%f711, 0fC3E00000;
+	max.f32 	%f712, %f710, %f711;
+	mov.f32 	%f713, 0f43E00000;
+	min.f32 	%f708, %f712, %f713;
+	mov.f32 	%f714, 0f00000000;
+	div.rn.f32 	%f715, %f714, %f123;
+	max.f32 	%f716, %f715, %f711;
+	min.f32 	%f707, %f716, %f713;
+	setp.nan.f32 	%p327, %f710, %f710;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs73, %f707, %f708;
+	// end inline asm
+	selp.b16 	%rs74, 127, %rs73, %p327;
+	mul.lo.s64 	%rd1476, %rd337, %rd360;
+	add.s64 	%rd1477, %rd1476, %rd358;
+	add.s64 	%rd1478, %rd6, %rd1477;
+	st.global.u8 	[%rd1478], %rs74;
+$L__BB1_325:
+	add.s32 	%r1483, %r1547, 256;
+	shr.u32 	%r1484, %r1483, 7;
+	cvt.u64.u32 	%rd1479, %r1484;
+	add.s64 	%rd374, %rd1, %rd1479;
+	setp.ge.s64 	%p329, %rd374, %rd336;
+	or.pred  	%p330, %p329, %p321;
+	@%p330 bra 	$L__BB1_338;
+	setp.eq.s64 	%p331, %rd341, 0;
+	add.s64 	%rd1646, %rd338, %rd374;
+	@%p331 bra 	$L__BB1_334;
+	or.b64  	%rd1480, %rd1646, %rd341;
+	and.b64  	%rd1481, %rd1480, -4294967296;
+	setp.eq.s64 	%p332, %rd1481, 0;
+	@%p332 bra 	$L__BB1_329;
+	rem.s64 	%rd1643, %rd1646, %rd341;
+	bra.uni 	$L__BB1_330;
+$L__BB1_329:
+	cvt.u32.u64 	%r1486, %rd1646;
+	rem.u32 	%r1487, %r1486, %r1469;
+	cvt.u64.u32 	%rd1643, %r1487;
+$L__BB1_330:
+	or.b64  	%rd1482, %rd1643, %rd342;
+	and.b64  	%rd1483, %rd1482, -4294967296;
+	setp.eq.s64 	%p333, %rd1483, 0;
+	@%p333 bra 	$L__BB1_332;
+	div.s64 	%rd1644, %rd1643, %rd342;
+	mul.lo.s64 	%rd1484, %rd1644, %rd342;
+	sub.s64 	%rd1645, %rd1643, %rd1484;
+	bra.uni 	$L__BB1_333;
+$L__BB1_332:
+	cvt.u32.u64 	%r1488, %rd342;
+	cvt.u32.u64 	%r1489, %rd1643;
+	div.u32 	%r1490, %r1489, %r1488;
+	mul.lo.s32 	%r1491, %r1490, %r1488;
+	sub.s32 	%r1492, %r1489, %r1491;
+	cvt.u64.u32 	%rd1644, %r1490;
+	cvt.u64.u32 	%rd1645, %r1492;
+$L__BB1_333:
+	shl.b64 	%rd1485, %rd1645, 1;
+	sub.s64 	%rd1486, %rd1646, %rd1643;
+	add.s64 	%rd1487, %rd1486, %rd1485;
+	add.s64 	%rd1646, %rd1487, %rd1644;
+$L__BB1_334:
+	mul.lo.s64 	%rd1488, %rd339, %rd1646;
+	add.s64 	%rd1489, %rd359, %rd1488;
+	shl.b64 	%rd1490, %rd1489, 2;
+	add.s64 	%rd387, %rd5, %rd1490;
+	add.s64 	%rd1491, %rd4, %rd1490;
+	and.b64  	%rd1492, %rd1491, 3;
+	setp.eq.s64 	%p334, %rd1492, 0;
+	@%p334 bra 	$L__BB1_336;
+	ld.global.u8 	%r1493, [%rd387];
+	ld.global.u8 	%r1494, [%rd387+1];
+	prmt.b32 	%r1495, %r1494, %r1493, 30212;
+	ld.global.u8 	%r1496, [%rd387+2];
+	prmt.b32 	%r1497, %r1496, %r1495, 28756;
+	ld.global.u8 	%r1498, [%rd387+3];
+	prmt.b32 	%r1550, %r1498, %r1497, 1620;
+	bra.uni 	$L__BB1_337;
+$L__BB1_336:
+	ld.global.u32 	%r1550, [%rd387];
+$L__BB1_337:
+	mov.b32 	%f719, %r1550;
+	div.rn.f32 	%f720, %f719, %f123;
+	mov.f32 	%f721, 0fC3E00000;
+	max.f32 	%f722, %f720, %f721;
+	mov.f32 	%f723, 0f43E00000;
+	min.f32 	%f718, %f722, %f723;
+	mov.f32 	%f724, 0f00000000;
+	div.rn.f32 	%f725, %f724, %f123;
+	max.f32 	%f726, %f725, %f721;
+	min.f32 	%f717, %f726, %f723;
+	setp.nan.f32 	%p335, %f720, %f720;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs75, %f717, %f718;
+	// end inline asm
+	selp.b16 	%rs76, 127, %rs75, %p335;
+	mul.lo.s64 	%rd1493, %rd337, %rd374;
+	add.s64 	%rd1494, %rd1493, %rd358;
+	add.s64 	%rd1495, %rd6, %rd1494;
+	st.global.u8 	[%rd1495], %rs76;
+$L__BB1_338:
+	add.s32 	%r1547, %r1547, 512;
+	setp.lt.u32 	%p336, %r1547, 16384;
+	@%p336 bra 	$L__BB1_312;
+$L__BB1_339:
+	ret;
+}
+	// .globl	ws_fp8_block_batch_bf16
+.visible .entry ws_fp8_block_batch_bf16(
+	.param .align 8 .b8 ws_fp8_block_batch_bf16_param_0[26640]
+)
+.maxntid 256, 1, 1
+.minnctapersm 4
+{
+	.reg .pred 	%p<242>;
+	.reg .b16 	%rs<91>;
+	.reg .f32 	%f<696>;
+	.reg .b32 	%r<1273>;
+	.reg .b64 	%rd<771>;
+	mov.b64 	%rd267, ws_fp8_block_batch_bf16_param_0;
+	mov.u32 	%r141, %ctaid.x;
+	cvt.u64.u32 	%rd711, %r141;
+	ld.param.u64 	%rd3, [ws_fp8_block_batch_bf16_param_0];
+	setp.le.u64 	%p1, %rd3, %rd711;
+	@%p1 bra 	$L__BB2_268;
+$L__BB2_1:
+	ld.param.u32 	%r1206, [%rd267+8];
+	setp.eq.s32 	%p2, %r1206, 1;
+	mov.u32 	%r1213, 0;
+	@%p2 bra 	$L__BB2_4;
+	ld.param.u32 	%r1208, [%rd267+8];
+	add.s32 	%r1211, %r1208, -1;
+	mov.u32 	%r1213, 0;
+$L__BB2_3:
+	add.s32 	%r144, %r1211, %r1213;
+	shr.u32 	%r145, %r144, 1;
+	mul.wide.u32 	%rd268, %r145, 8;
+	add.s64 	%rd269, %rd267, %rd268;
+	ld.param.u64 	%rd270, [%rd269+16];
+	setp.gt.u64 	%p3, %rd270, %rd711;
+	add.s32 	%r146, %r145, 1;
+	selp.b32 	%r1213, %r1213, %r146, %p3;
+	selp.b32 	%r1211, %r145, %r1211, %p3;
+	setp.lt.u32 	%p4, %r1213, %r1211;
+	@%p4 bra 	$L__BB2_3;
+$L__BB2_4:
+	cvt.u64.u32 	%rd6, %r1213;
+	setp.eq.s32 	%p5, %r1213, 0;
+	mov.u64 	%rd712, 0;
+	@%p5 bra 	$L__BB2_6;
+	cvt.u32.u64 	%r147, %rd6;
+	add.s32 	%r148, %r147, -1;
+	mul.wide.u32 	%rd273, %r148, 8;
+	add.s64 	%rd274, %rd267, %rd273;
+	ld.param.u64 	%rd712, [%rd274+16];
+$L__BB2_6:
+	mul.lo.s64 	%rd276, %rd6, 96;
+	add.s64 	%rd277, %rd267, %rd276;
+	add.s64 	%rd9, %rd277, 2096;
+	ld.param.u64 	%rd278, [%rd277+2096];
+	add.s64 	%rd279, %rd278, 127;
+	shr.u64 	%rd10, %rd279, 7;
+	sub.s64 	%rd11, %rd711, %rd712;
+	or.b64  	%rd280, %rd11, %rd10;
+	and.b64  	%rd281, %rd280, -4294967296;
+	setp.eq.s64 	%p6, %rd281, 0;
+	@%p6 bra 	$L__BB2_8;
+	div.u64 	%rd713, %rd11, %rd10;
+	mul.lo.s64 	%rd282, %rd713, %rd10;
+	sub.s64 	%rd714, %rd11, %rd282;
+	bra.uni 	$L__BB2_9;
+$L__BB2_8:
+	cvt.u32.u64 	%r149, %rd10;
+	cvt.u32.u64 	%r150, %rd11;
+	div.u32 	%r151, %r150, %r149;
+	mul.lo.s32 	%r152, %r151, %r149;
+	sub.s32 	%r153, %r150, %r152;
+	cvt.u64.u32 	%rd713, %r151;
+	cvt.u64.u32 	%rd714, %r153;
+$L__BB2_9:
+	and.b64  	%rd283, %rd713, 4294967295;
+	shl.b64 	%rd284, %rd713, 7;
+	and.b64  	%rd18, %rd284, 549755813760;
+	and.b64  	%rd285, %rd714, 4294967295;
+	shl.b64 	%rd286, %rd714, 7;
+	and.b64  	%rd19, %rd286, 549755813760;
+	ld.param.u64 	%rd20, [%rd9+-32];
+	cvta.to.global.u64 	%rd21, %rd20;
+	ld.param.u64 	%rd287, [%rd9+-24];
+	cvta.to.global.u64 	%rd22, %rd287;
+	ld.param.u64 	%rd288, [%rd9+-16];
+	cvta.to.global.u64 	%rd289, %rd288;
+	ld.param.u64 	%rd290, [%rd9+56];
+	mul.lo.s64 	%rd291, %rd290, %rd283;
+	add.s64 	%rd292, %rd291, %rd285;
+	shl.b64 	%rd293, %rd292, 2;
+	add.s64 	%rd23, %rd289, %rd293;
+	ld.param.u8 	%rs6, [%rd9+24];
+	and.b16  	%rs7, %rs6, 7;
+	setp.ne.s16 	%p7, %rs7, 0;
+	mov.u16 	%rs90, 0;
+	mov.u16 	%rs89, %rs90;
+	@%p7 bra 	$L__BB2_11;
+	ld.param.u8 	%rs8, [%rd9+-32];
+	and.b16  	%rs9, %rs8, 15;
+	setp.eq.s16 	%p8, %rs9, 0;
+	selp.u16 	%rs89, 1, 0, %p8;
+$L__BB2_11:
+	setp.eq.s16 	%p9, %rs89, 0;
+	@%p9 bra 	$L__BB2_15;
+	ld.param.u8 	%rs12, [%rd9+40];
+	and.b16  	%rs13, %rs12, 7;
+	setp.ne.s16 	%p10, %rs13, 0;
+	@%p10 bra 	$L__BB2_15;
+	ld.param.u8 	%rs15, [%rd9];
+	and.b16  	%rs16, %rs15, 7;
+	setp.ne.s16 	%p11, %rs16, 0;
+	@%p11 bra 	$L__BB2_15;
+	ld.param.u8 	%rs17, [%rd9+-24];
+	and.b16  	%rs18, %rs17, 7;
+	setp.eq.s16 	%p12, %rs18, 0;
+	selp.u16 	%rs90, 1, 0, %p12;
+$L__BB2_15:
+	setp.eq.s16 	%p13, %rs90, 0;
+	@%p13 bra 	$L__BB2_163;
+	mov.u32 	%r156, %tid.x;
+	shl.b32 	%r157, %r156, 3;
+	and.b32  	%r158, %r157, 120;
+	cvt.u64.u32 	%rd294, %r158;
+	add.s64 	%rd25, %rd19, %rd294;
+	shr.u32 	%r159, %r156, 4;
+	cvt.u64.u32 	%rd295, %r159;
+	add.s64 	%rd26, %rd18, %rd295;
+	ld.param.u64 	%rd296, [%rd9+-8];
+	setp.ge.s64 	%p14, %rd26, %rd296;
+	mov.u32 	%r1223, 0;
+	@%p14 bra 	$L__BB2_27;
+	ld.param.u64 	%rd297, [%rd9];
+	setp.ge.s64 	%p15, %rd25, %rd297;
+	@%p15 bra 	$L__BB2_27;
+	ld.param.u64 	%rd298, [%rd9+32];
+	add.s64 	%rd718, %rd298, %rd26;
+	ld.param.u64 	%rd28, [%rd9+48];
+	setp.eq.s64 	%p16, %rd28, 0;
+	@%p16 bra 	$L__BB2_26;
+	or.b64  	%rd299, %rd718, %rd28;
+	and.b64  	%rd300, %rd299, -4294967296;
+	setp.eq.s64 	%p17, %rd300, 0;
+	@%p17 bra 	$L__BB2_21;
+	rem.s64 	%rd715, %rd718, %rd28;
+	bra.uni 	$L__BB2_22;
+$L__BB2_163:
+	mov.u32 	%r1270, %tid.x;
+	setp.gt.u32 	%p161, %r1270, 16383;
+	mov.u32 	%r1261, 0;
+	@%p161 bra 	$L__BB2_210;
+	mov.u32 	%r1263, %tid.x;
+	mov.u32 	%r1065, 16383;
+	sub.s32 	%r1066, %r1065, %r1263;
+	shr.u32 	%r1067, %r1066, 8;
+	setp.eq.s32 	%p162, %r1067, 0;
+	mov.u32 	%r1261, 0;
+	ld.param.u64 	%rd164, [%rd9+-8];
+	@%p162 bra 	$L__BB2_195;
+	mov.u32 	%r1263, %tid.x;
+	and.b32  	%r1069, %r1263, 127;
+	cvt.u64.u32 	%rd522, %r1069;
+	add.s64 	%rd165, %rd19, %rd522;
+	sub.s32 	%r1071, %r1065, %r1263;
+	shr.u32 	%r1072, %r1071, 8;
+	add.s32 	%r1073, %r1072, 1;
+	and.b32  	%r1074, %r1073, 1;
+	sub.s32 	%r1257, %r1073, %r1074;
+	mov.u32 	%r1261, 0;
+$L__BB2_166:
+	shr.u32 	%r1075, %r1263, 7;
+	cvt.u64.u32 	%rd523, %r1075;
+	add.s64 	%rd166, %rd18, %rd523;
+	setp.ge.s64 	%p163, %rd166, %rd164;
+	@%p163 bra 	$L__BB2_180;
+	ld.param.u64 	%rd524, [%rd9];
+	setp.ge.s64 	%p164, %rd165, %rd524;
+	@%p164 bra 	$L__BB2_180;
+	ld.param.u64 	%rd525, [%rd9+32];
+	add.s64 	%rd750, %rd525, %rd166;
+	ld.param.u64 	%rd168, [%rd9+48];
+	setp.eq.s64 	%p165, %rd168, 0;
+	@%p165 bra 	$L__BB2_176;
+	or.b64  	%rd526, %rd750, %rd168;
+	and.b64  	%rd527, %rd526, -4294967296;
+	setp.eq.s64 	%p166, %rd527, 0;
+	@%p166 bra 	$L__BB2_171;
+	rem.s64 	%rd747, %rd750, %rd168;
+	bra.uni 	$L__BB2_172;
+$L__BB2_171:
+	cvt.u32.u64 	%r1076, %rd168;
+	cvt.u32.u64 	%r1077, %rd750;
+	rem.u32 	%r1078, %r1077, %r1076;
+	cvt.u64.u32 	%rd747, %r1078;
+$L__BB2_172:
+	shr.u64 	%rd528, %rd168, 63;
+	add.s64 	%rd529, %rd168, %rd528;
+	shr.s64 	%rd172, %rd529, 1;
+	or.b64  	%rd530, %rd747, %rd172;
+	and.b64  	%rd531, %rd530, -4294967296;
+	setp.eq.s64 	%p167, %rd531, 0;
+	@%p167 bra 	$L__BB2_174;
+	div.s64 	%rd748, %rd747, %rd172;
+	mul.lo.s64 	%rd532, %rd748, %rd172;
+	sub.s64 	%rd749, %rd747, %rd532;
+	bra.uni 	$L__BB2_175;
+$L__BB2_174:
+	cvt.u32.u64 	%r1079, %rd172;
+	cvt.u32.u64 	%r1080, %rd747;
+	div.u32 	%r1081, %r1080, %r1079;
+	mul.lo.s32 	%r1082, %r1081, %r1079;
+	sub.s32 	%r1083, %r1080, %r1082;
+	cvt.u64.u32 	%rd748, %r1081;
+	cvt.u64.u32 	%rd749, %r1083;
+$L__BB2_175:
+	shl.b64 	%rd533, %rd749, 1;
+	sub.s64 	%rd534, %rd750, %rd747;
+	add.s64 	%rd535, %rd534, %rd533;
+	add.s64 	%rd750, %rd535, %rd748;
+$L__BB2_176:
+	ld.param.u64 	%rd536, [%rd9+24];
+	mul.lo.s64 	%rd537, %rd536, %rd750;
+	ld.param.u64 	%rd538, [%rd9+40];
+	add.s64 	%rd539, %rd538, %rd165;
+	add.s64 	%rd540, %rd539, %rd537;
+	shl.b64 	%rd541, %rd540, 1;
+	add.s64 	%rd181, %rd21, %rd541;
+	add.s64 	%rd542, %rd20, %rd541;
+	and.b64  	%rd543, %rd542, 1;
+	setp.eq.b64 	%p168, %rd543, 1;
+	mov.pred 	%p169, 0;
+	xor.pred  	%p170, %p168, %p169;
+	not.pred 	%p171, %p170;
+	@%p171 bra 	$L__BB2_178;
+	bra.uni 	$L__BB2_177;
+$L__BB2_178:
+	ld.global.u16 	%r1258, [%rd181];
+	bra.uni 	$L__BB2_179;
+$L__BB2_177:
+	ld.global.u8 	%r1084, [%rd181];
+	ld.global.u8 	%r1085, [%rd181+1];
+	prmt.b32 	%r1258, %r1085, %r1084, 30212;
+$L__BB2_179:
+	shl.b32 	%r1086, %r1258, 16;
+	and.b32  	%r1087, %r1086, 2147418112;
+	max.u32 	%r1261, %r1261, %r1087;
+$L__BB2_180:
+	add.s32 	%r1088, %r1263, 256;
+	shr.u32 	%r1089, %r1088, 7;
+	cvt.u64.u32 	%rd544, %r1089;
+	add.s64 	%rd182, %rd18, %rd544;
+	setp.ge.s64 	%p172, %rd182, %rd164;
+	@%p172 bra 	$L__BB2_194;
+	ld.param.u64 	%rd545, [%rd9];
+	setp.ge.s64 	%p173, %rd165, %rd545;
+	@%p173 bra 	$L__BB2_194;
+	ld.param.u64 	%rd546, [%rd9+32];
+	add.s64 	%rd754, %rd546, %rd182;
+	ld.param.u64 	%rd184, [%rd9+48];
+	setp.eq.s64 	%p174, %rd184, 0;
+	@%p174 bra 	$L__BB2_190;
+	or.b64  	%rd547, %rd754, %rd184;
+	and.b64  	%rd548, %rd547, -4294967296;
+	setp.eq.s64 	%p175, %rd548, 0;
+	@%p175 bra 	$L__BB2_185;
+	rem.s64 	%rd751, %rd754, %rd184;
+	bra.uni 	$L__BB2_186;
+$L__BB2_185:
+	cvt.u32.u64 	%r1090, %rd184;
+	cvt.u32.u64 	%r1091, %rd754;
+	rem.u32 	%r1092, %r1091, %r1090;
+	cvt.u64.u32 	%rd751, %r1092;
+$L__BB2_186:
+	shr.u64 	%rd549, %rd184, 63;
+	add.s64 	%rd550, %rd184, %rd549;
+	shr.s64 	%rd188, %rd550, 1;
+	or.b64  	%rd551, %rd751, %rd188;
+	and.b64  	%rd552, %rd551, -4294967296;
+	setp.eq.s64 	%p176, %rd552, 0;
+	@%p176 bra 	$L__BB2_188;
+	div.s64 	%rd752, %rd751, %rd188;
+	mul.lo.s64 	%rd553, %rd752, %rd188;
+	sub.s64 	%rd753, %rd751, %rd553;
+	bra.uni 	$L__BB2_189;
+$L__BB2_188:
+	cvt.u32.u64 	%r1093, %rd188;
+	cvt.u32.u64 	%r1094, %rd751;
+	div.u32 	%r1095, %r1094, %r1093;
+	mul.lo.s32 	%r1096, %r1095, %r1093;
+	sub.s32 	%r1097, %r1094, %r1096;
+	cvt.u64.u32 	%rd752, %r1095;
+	cvt.u64.u32 	%rd753, %r1097;
+$L__BB2_189:
+	shl.b64 	%rd554, %rd753, 1;
+	sub.s64 	%rd555, %rd754, %rd751;
+	add.s64 	%rd556, %rd555, %rd554;
+	add.s64 	%rd754, %rd556, %rd752;
+$L__BB2_190:
+	ld.param.u64 	%rd557, [%rd9+24];
+	mul.lo.s64 	%rd558, %rd557, %rd754;
+	ld.param.u64 	%rd559, [%rd9+40];
+	add.s64 	%rd560, %rd559, %rd165;
+	add.s64 	%rd561, %rd560, %rd558;
+	shl.b64 	%rd562, %rd561, 1;
+	add.s64 	%rd197, %rd21, %rd562;
+	add.s64 	%rd563, %rd20, %rd562;
+	and.b64  	%rd564, %rd563, 1;
+	setp.eq.b64 	%p177, %rd564, 1;
+	mov.pred 	%p178, 0;
+	xor.pred  	%p179, %p177, %p178;
+	not.pred 	%p180, %p179;
+	@%p180 bra 	$L__BB2_192;
+	bra.uni 	$L__BB2_191;
+$L__BB2_192:
+	ld.global.u16 	%r1260, [%rd197];
+	bra.uni 	$L__BB2_193;
+$L__BB2_191:
+	ld.global.u8 	%r1098, [%rd197];
+	ld.global.u8 	%r1099, [%rd197+1];
+	prmt.b32 	%r1260, %r1099, %r1098, 30212;
+$L__BB2_193:
+	shl.b32 	%r1100, %r1260, 16;
+	and.b32  	%r1101, %r1100, 2147418112;
+	max.u32 	%r1261, %r1261, %r1101;
+$L__BB2_194:
+	add.s32 	%r1263, %r1263, 512;
+	add.s32 	%r1257, %r1257, -2;
+	setp.ne.s32 	%p181, %r1257, 0;
+	@%p181 bra 	$L__BB2_166;
+$L__BB2_195:
+	add.s32 	%r1106, %r1067, 1;
+	and.b32  	%r1107, %r1106, 1;
+	setp.eq.b32 	%p182, %r1107, 1;
+	mov.pred 	%p183, 0;
+	xor.pred  	%p184, %p182, %p183;
+	not.pred 	%p185, %p184;
+	@%p185 bra 	$L__BB2_210;
+	shr.u32 	%r1108, %r1263, 7;
+	cvt.u64.u32 	%rd565, %r1108;
+	add.s64 	%rd198, %rd18, %rd565;
+	and.b32  	%r1109, %r1263, 127;
+	cvt.u64.u32 	%rd566, %r1109;
+	add.s64 	%rd199, %rd19, %rd566;
+	setp.ge.s64 	%p186, %rd198, %rd164;
+	@%p186 bra 	$L__BB2_210;
+	ld.param.u64 	%rd567, [%rd9];
+	setp.ge.s64 	%p187, %rd199, %rd567;
+	@%p187 bra 	$L__BB2_210;
+	ld.param.u64 	%rd568, [%rd9+32];
+	add.s64 	%rd758, %rd568, %rd198;
+	ld.param.u64 	%rd201, [%rd9+48];
+	setp.eq.s64 	%p188, %rd201, 0;
+	@%p188 bra 	$L__BB2_206;
+	or.b64  	%rd569, %rd758, %rd201;
+	and.b64  	%rd570, %rd569, -4294967296;
+	setp.eq.s64 	%p189, %rd570, 0;
+	@%p189 bra 	$L__BB2_201;
+	rem.s64 	%rd755, %rd758, %rd201;
+	bra.uni 	$L__BB2_202;
+$L__BB2_21:
+	cvt.u32.u64 	%r162, %rd28;
+	cvt.u32.u64 	%r163, %rd718;
+	rem.u32 	%r164, %r163, %r162;
+	cvt.u64.u32 	%rd715, %r164;
+$L__BB2_22:
+	shr.u64 	%rd301, %rd28, 63;
+	add.s64 	%rd302, %rd28, %rd301;
+	shr.s64 	%rd32, %rd302, 1;
+	or.b64  	%rd303, %rd715, %rd32;
+	and.b64  	%rd304, %rd303, -4294967296;
+	setp.eq.s64 	%p18, %rd304, 0;
+	@%p18 bra 	$L__BB2_24;
+	div.s64 	%rd716, %rd715, %rd32;
+	mul.lo.s64 	%rd305, %rd716, %rd32;
+	sub.s64 	%rd717, %rd715, %rd305;
+	bra.uni 	$L__BB2_25;
+$L__BB2_24:
+	cvt.u32.u64 	%r165, %rd32;
+	cvt.u32.u64 	%r166, %rd715;
+	div.u32 	%r167, %r166, %r165;
+	mul.lo.s32 	%r168, %r167, %r165;
+	sub.s32 	%r169, %r166, %r168;
+	cvt.u64.u32 	%rd716, %r167;
+	cvt.u64.u32 	%rd717, %r169;
+$L__BB2_25:
+	shl.b64 	%rd306, %rd717, 1;
+	sub.s64 	%rd307, %rd718, %rd715;
+	add.s64 	%rd308, %rd307, %rd306;
+	add.s64 	%rd718, %rd308, %rd716;
+$L__BB2_26:
+	ld.param.u64 	%rd310, [%rd9+24];
+	mul.lo.s64 	%rd311, %rd310, %rd718;
+	ld.param.u64 	%rd312, [%rd9+40];
+	add.s64 	%rd313, %rd312, %rd25;
+	add.s64 	%rd314, %rd313, %rd311;
+	shl.b64 	%rd315, %rd314, 1;
+	add.s64 	%rd309, %rd20, %rd315;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1217,%r1216,%r1215,%r1214}, [%rd309];
+	// end inline asm
+	and.b32  	%r174, %r1217, 2147450879;
+	and.b32  	%r175, %r1216, 2147450879;
+	and.b32  	%r176, %r1217, 32767;
+	and.b32  	%r177, %r1216, 32767;
+	max.u32 	%r178, %r176, %r177;
+	max.u32 	%r179, %r174, %r175;
+	and.b32  	%r180, %r179, 2147418112;
+	or.b32  	%r181, %r180, %r178;
+	and.b32  	%r182, %r1215, 2147450879;
+	and.b32  	%r183, %r1214, 2147450879;
+	and.b32  	%r184, %r1215, 32767;
+	and.b32  	%r185, %r1214, 32767;
+	max.u32 	%r186, %r184, %r185;
+	max.u32 	%r187, %r182, %r183;
+	and.b32  	%r188, %r187, 2147418112;
+	or.b32  	%r189, %r188, %r186;
+	max.u32 	%r190, %r178, %r186;
+	max.u32 	%r191, %r181, %r189;
+	shr.u32 	%r192, %r191, 16;
+	max.u32 	%r193, %r190, %r192;
+	shl.b32 	%r194, %r193, 16;
+	setp.eq.s32 	%p19, %r193, 0;
+	selp.b32 	%r1223, 0, %r194, %p19;
+$L__BB2_27:
+	ld.param.u64 	%rd316, [%rd9+-8];
+	add.s64 	%rd41, %rd26, 16;
+	setp.ge.s64 	%p20, %rd41, %rd316;
+	@%p20 bra 	$L__BB2_38;
+	ld.param.u64 	%rd317, [%rd9];
+	setp.ge.s64 	%p21, %rd25, %rd317;
+	@%p21 bra 	$L__BB2_38;
+	ld.param.u64 	%rd318, [%rd9+32];
+	add.s64 	%rd722, %rd318, %rd41;
+	ld.param.u64 	%rd43, [%rd9+48];
+	setp.eq.s64 	%p22, %rd43, 0;
+	@%p22 bra 	$L__BB2_37;
+	or.b64  	%rd319, %rd722, %rd43;
+	and.b64  	%rd320, %rd319, -4294967296;
+	setp.eq.s64 	%p23, %rd320, 0;
+	@%p23 bra 	$L__BB2_32;
+	rem.s64 	%rd719, %rd722, %rd43;
+	bra.uni 	$L__BB2_33;
+$L__BB2_32:
+	cvt.u32.u64 	%r197, %rd43;
+	cvt.u32.u64 	%r198, %rd722;
+	rem.u32 	%r199, %r198, %r197;
+	cvt.u64.u32 	%rd719, %r199;
+$L__BB2_33:
+	shr.u64 	%rd321, %rd43, 63;
+	add.s64 	%rd322, %rd43, %rd321;
+	shr.s64 	%rd47, %rd322, 1;
+	or.b64  	%rd323, %rd719, %rd47;
+	and.b64  	%rd324, %rd323, -4294967296;
+	setp.eq.s64 	%p24, %rd324, 0;
+	@%p24 bra 	$L__BB2_35;
+	div.s64 	%rd720, %rd719, %rd47;
+	mul.lo.s64 	%rd325, %rd720, %rd47;
+	sub.s64 	%rd721, %rd719, %rd325;
+	bra.uni 	$L__BB2_36;
+$L__BB2_35:
+	cvt.u32.u64 	%r200, %rd47;
+	cvt.u32.u64 	%r201, %rd719;
+	div.u32 	%r202, %r201, %r200;
+	mul.lo.s32 	%r203, %r202, %r200;
+	sub.s32 	%r204, %r201, %r203;
+	cvt.u64.u32 	%rd720, %r202;
+	cvt.u64.u32 	%rd721, %r204;
+$L__BB2_36:
+	shl.b64 	%rd326, %rd721, 1;
+	sub.s64 	%rd327, %rd722, %rd719;
+	add.s64 	%rd328, %rd327, %rd326;
+	add.s64 	%rd722, %rd328, %rd720;
+$L__BB2_37:
+	ld.param.u64 	%rd330, [%rd9+24];
+	mul.lo.s64 	%rd331, %rd330, %rd722;
+	ld.param.u64 	%rd332, [%rd9+40];
+	add.s64 	%rd333, %rd332, %rd25;
+	add.s64 	%rd334, %rd333, %rd331;
+	shl.b64 	%rd335, %rd334, 1;
+	add.s64 	%rd329, %rd20, %rd335;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1222,%r1221,%r1220,%r1219}, [%rd329];
+	// end inline asm
+	and.b32  	%r209, %r1222, 2147450879;
+	and.b32  	%r210, %r1221, 2147450879;
+	and.b32  	%r211, %r1222, 32767;
+	and.b32  	%r212, %r1221, 32767;
+	max.u32 	%r213, %r211, %r212;
+	max.u32 	%r214, %r209, %r210;
+	and.b32  	%r215, %r214, 2147418112;
+	or.b32  	%r216, %r215, %r213;
+	and.b32  	%r217, %r1220, 2147450879;
+	and.b32  	%r218, %r1219, 2147450879;
+	and.b32  	%r219, %r1220, 32767;
+	and.b32  	%r220, %r1219, 32767;
+	max.u32 	%r221, %r219, %r220;
+	max.u32 	%r222, %r217, %r218;
+	and.b32  	%r223, %r222, 2147418112;
+	or.b32  	%r224, %r223, %r221;
+	max.u32 	%r225, %r213, %r221;
+	max.u32 	%r226, %r216, %r224;
+	shr.u32 	%r227, %r226, 16;
+	max.u32 	%r228, %r225, %r227;
+	shl.b32 	%r229, %r228, 16;
+	max.u32 	%r1223, %r1223, %r229;
+$L__BB2_38:
+	ld.param.u64 	%rd336, [%rd9+-8];
+	add.s64 	%rd56, %rd26, 32;
+	setp.ge.s64 	%p25, %rd56, %rd336;
+	@%p25 bra 	$L__BB2_49;
+	ld.param.u64 	%rd337, [%rd9];
+	setp.ge.s64 	%p26, %rd25, %rd337;
+	@%p26 bra 	$L__BB2_49;
+	add.s64 	%rd671, %rd26, 32;
+	ld.param.u64 	%rd338, [%rd9+32];
+	add.s64 	%rd726, %rd338, %rd671;
+	ld.param.u64 	%rd58, [%rd9+48];
+	setp.eq.s64 	%p27, %rd58, 0;
+	@%p27 bra 	$L__BB2_48;
+	or.b64  	%rd339, %rd726, %rd58;
+	and.b64  	%rd340, %rd339, -4294967296;
+	setp.eq.s64 	%p28, %rd340, 0;
+	@%p28 bra 	$L__BB2_43;
+	rem.s64 	%rd723, %rd726, %rd58;
+	bra.uni 	$L__BB2_44;
+$L__BB2_43:
+	cvt.u32.u64 	%r232, %rd58;
+	cvt.u32.u64 	%r233, %rd726;
+	rem.u32 	%r234, %r233, %r232;
+	cvt.u64.u32 	%rd723, %r234;
+$L__BB2_44:
+	shr.u64 	%rd341, %rd58, 63;
+	add.s64 	%rd342, %rd58, %rd341;
+	shr.s64 	%rd62, %rd342, 1;
+	or.b64  	%rd343, %rd723, %rd62;
+	and.b64  	%rd344, %rd343, -4294967296;
+	setp.eq.s64 	%p29, %rd344, 0;
+	@%p29 bra 	$L__BB2_46;
+	div.s64 	%rd724, %rd723, %rd62;
+	mul.lo.s64 	%rd345, %rd724, %rd62;
+	sub.s64 	%rd725, %rd723, %rd345;
+	bra.uni 	$L__BB2_47;
+$L__BB2_46:
+	cvt.u32.u64 	%r235, %rd62;
+	cvt.u32.u64 	%r236, %rd723;
+	div.u32 	%r237, %r236, %r235;
+	mul.lo.s32 	%r238, %r237, %r235;
+	sub.s32 	%r239, %r236, %r238;
+	cvt.u64.u32 	%rd724, %r237;
+	cvt.u64.u32 	%rd725, %r239;
+$L__BB2_47:
+	shl.b64 	%rd346, %rd725, 1;
+	sub.s64 	%rd347, %rd726, %rd723;
+	add.s64 	%rd348, %rd347, %rd346;
+	add.s64 	%rd726, %rd348, %rd724;
+$L__BB2_48:
+	ld.param.u64 	%rd350, [%rd9+24];
+	mul.lo.s64 	%rd351, %rd350, %rd726;
+	ld.param.u64 	%rd352, [%rd9+40];
+	add.s64 	%rd353, %rd352, %rd25;
+	add.s64 	%rd354, %rd353, %rd351;
+	shl.b64 	%rd355, %rd354, 1;
+	add.s64 	%rd349, %rd20, %rd355;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1227,%r1226,%r1225,%r1224}, [%rd349];
+	// end inline asm
+	and.b32  	%r244, %r1227, 2147450879;
+	and.b32  	%r245, %r1226, 2147450879;
+	and.b32  	%r246, %r1227, 32767;
+	and.b32  	%r247, %r1226, 32767;
+	max.u32 	%r248, %r246, %r247;
+	max.u32 	%r249, %r244, %r245;
+	and.b32  	%r250, %r249, 2147418112;
+	or.b32  	%r251, %r250, %r248;
+	and.b32  	%r252, %r1225, 2147450879;
+	and.b32  	%r253, %r1224, 2147450879;
+	and.b32  	%r254, %r1225, 32767;
+	and.b32  	%r255, %r1224, 32767;
+	max.u32 	%r256, %r254, %r255;
+	max.u32 	%r257, %r252, %r253;
+	and.b32  	%r258, %r257, 2147418112;
+	or.b32  	%r259, %r258, %r256;
+	max.u32 	%r260, %r248, %r256;
+	max.u32 	%r261, %r251, %r259;
+	shr.u32 	%r262, %r261, 16;
+	max.u32 	%r263, %r260, %r262;
+	shl.b32 	%r264, %r263, 16;
+	max.u32 	%r1223, %r1223, %r264;
+$L__BB2_49:
+	ld.param.u64 	%rd356, [%rd9+-8];
+	add.s64 	%rd71, %rd26, 48;
+	setp.ge.s64 	%p30, %rd71, %rd356;
+	@%p30 bra 	$L__BB2_60;
+	ld.param.u64 	%rd357, [%rd9];
+	setp.ge.s64 	%p31, %rd25, %rd357;
+	@%p31 bra 	$L__BB2_60;
+	add.s64 	%rd670, %rd26, 48;
+	ld.param.u64 	%rd358, [%rd9+32];
+	add.s64 	%rd730, %rd358, %rd670;
+	ld.param.u64 	%rd73, [%rd9+48];
+	setp.eq.s64 	%p32, %rd73, 0;
+	@%p32 bra 	$L__BB2_59;
+	or.b64  	%rd359, %rd730, %rd73;
+	and.b64  	%rd360, %rd359, -4294967296;
+	setp.eq.s64 	%p33, %rd360, 0;
+	@%p33 bra 	$L__BB2_54;
+	rem.s64 	%rd727, %rd730, %rd73;
+	bra.uni 	$L__BB2_55;
+$L__BB2_54:
+	cvt.u32.u64 	%r267, %rd73;
+	cvt.u32.u64 	%r268, %rd730;
+	rem.u32 	%r269, %r268, %r267;
+	cvt.u64.u32 	%rd727, %r269;
+$L__BB2_55:
+	shr.u64 	%rd361, %rd73, 63;
+	add.s64 	%rd362, %rd73, %rd361;
+	shr.s64 	%rd77, %rd362, 1;
+	or.b64  	%rd363, %rd727, %rd77;
+	and.b64  	%rd364, %rd363, -4294967296;
+	setp.eq.s64 	%p34, %rd364, 0;
+	@%p34 bra 	$L__BB2_57;
+	div.s64 	%rd728, %rd727, %rd77;
+	mul.lo.s64 	%rd365, %rd728, %rd77;
+	sub.s64 	%rd729, %rd727, %rd365;
+	bra.uni 	$L__BB2_58;
+$L__BB2_57:
+	cvt.u32.u64 	%r270, %rd77;
+	cvt.u32.u64 	%r271, %rd727;
+	div.u32 	%r272, %r271, %r270;
+	mul.lo.s32 	%r273, %r272, %r270;
+	sub.s32 	%r274, %r271, %r273;
+	cvt.u64.u32 	%rd728, %r272;
+	cvt.u64.u32 	%rd729, %r274;
+$L__BB2_58:
+	shl.b64 	%rd366, %rd729, 1;
+	sub.s64 	%rd367, %rd730, %rd727;
+	add.s64 	%rd368, %rd367, %rd366;
+	add.s64 	%rd730, %rd368, %rd728;
+$L__BB2_59:
+	ld.param.u64 	%rd370, [%rd9+24];
+	mul.lo.s64 	%rd371, %rd370, %rd730;
+	ld.param.u64 	%rd372, [%rd9+40];
+	add.s64 	%rd373, %rd372, %rd25;
+	add.s64 	%rd374, %rd373, %rd371;
+	shl.b64 	%rd375, %rd374, 1;
+	add.s64 	%rd369, %rd20, %rd375;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1232,%r1231,%r1230,%r1229}, [%rd369];
+	// end inline asm
+	and.b32  	%r279, %r1232, 2147450879;
+	and.b32  	%r280, %r1231, 2147450879;
+	and.b32  	%r281, %r1232, 32767;
+	and.b32  	%r282, %r1231, 32767;
+	max.u32 	%r283, %r281, %r282;
+	max.u32 	%r284, %r279, %r280;
+	and.b32  	%r285, %r284, 2147418112;
+	or.b32  	%r286, %r285, %r283;
+	and.b32  	%r287, %r1230, 2147450879;
+	and.b32  	%r288, %r1229, 2147450879;
+	and.b32  	%r289, %r1230, 32767;
+	and.b32  	%r290, %r1229, 32767;
+	max.u32 	%r291, %r289, %r290;
+	max.u32 	%r292, %r287, %r288;
+	and.b32  	%r293, %r292, 2147418112;
+	or.b32  	%r294, %r293, %r291;
+	max.u32 	%r295, %r283, %r291;
+	max.u32 	%r296, %r286, %r294;
+	shr.u32 	%r297, %r296, 16;
+	max.u32 	%r298, %r295, %r297;
+	shl.b32 	%r299, %r298, 16;
+	max.u32 	%r1223, %r1223, %r299;
+$L__BB2_60:
+	ld.param.u64 	%rd376, [%rd9+-8];
+	add.s64 	%rd86, %rd26, 64;
+	setp.ge.s64 	%p35, %rd86, %rd376;
+	@%p35 bra 	$L__BB2_71;
+	ld.param.u64 	%rd377, [%rd9];
+	setp.ge.s64 	%p36, %rd25, %rd377;
+	@%p36 bra 	$L__BB2_71;
+	add.s64 	%rd669, %rd26, 64;
+	ld.param.u64 	%rd378, [%rd9+32];
+	add.s64 	%rd734, %rd378, %rd669;
+	ld.param.u64 	%rd88, [%rd9+48];
+	setp.eq.s64 	%p37, %rd88, 0;
+	@%p37 bra 	$L__BB2_70;
+	or.b64  	%rd379, %rd734, %rd88;
+	and.b64  	%rd380, %rd379, -4294967296;
+	setp.eq.s64 	%p38, %rd380, 0;
+	@%p38 bra 	$L__BB2_65;
+	rem.s64 	%rd731, %rd734, %rd88;
+	bra.uni 	$L__BB2_66;
+$L__BB2_65:
+	cvt.u32.u64 	%r302, %rd88;
+	cvt.u32.u64 	%r303, %rd734;
+	rem.u32 	%r304, %r303, %r302;
+	cvt.u64.u32 	%rd731, %r304;
+$L__BB2_66:
+	shr.u64 	%rd381, %rd88, 63;
+	add.s64 	%rd382, %rd88, %rd381;
+	shr.s64 	%rd92, %rd382, 1;
+	or.b64  	%rd383, %rd731, %rd92;
+	and.b64  	%rd384, %rd383, -4294967296;
+	setp.eq.s64 	%p39, %rd384, 0;
+	@%p39 bra 	$L__BB2_68;
+	div.s64 	%rd732, %rd731, %rd92;
+	mul.lo.s64 	%rd385, %rd732, %rd92;
+	sub.s64 	%rd733, %rd731, %rd385;
+	bra.uni 	$L__BB2_69;
+$L__BB2_68:
+	cvt.u32.u64 	%r305, %rd92;
+	cvt.u32.u64 	%r306, %rd731;
+	div.u32 	%r307, %r306, %r305;
+	mul.lo.s32 	%r308, %r307, %r305;
+	sub.s32 	%r309, %r306, %r308;
+	cvt.u64.u32 	%rd732, %r307;
+	cvt.u64.u32 	%rd733, %r309;
+$L__BB2_69:
+	shl.b64 	%rd386, %rd733, 1;
+	sub.s64 	%rd387, %rd734, %rd731;
+	add.s64 	%rd388, %rd387, %rd386;
+	add.s64 	%rd734, %rd388, %rd732;
+$L__BB2_70:
+	ld.param.u64 	%rd390, [%rd9+24];
+	mul.lo.s64 	%rd391, %rd390, %rd734;
+	ld.param.u64 	%rd392, [%rd9+40];
+	add.s64 	%rd393, %rd392, %rd25;
+	add.s64 	%rd394, %rd393, %rd391;
+	shl.b64 	%rd395, %rd394, 1;
+	add.s64 	%rd389, %rd20, %rd395;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1237,%r1236,%r1235,%r1234}, [%rd389];
+	// end inline asm
+	and.b32  	%r314, %r1237, 2147450879;
+	and.b32  	%r315, %r1236, 2147450879;
+	and.b32  	%r316, %r1237, 32767;
+	and.b32  	%r317, %r1236, 32767;
+	max.u32 	%r318, %r316, %r317;
+	max.u32 	%r319, %r314, %r315;
+	and.b32  	%r320, %r319, 2147418112;
+	or.b32  	%r321, %r320, %r318;
+	and.b32  	%r322, %r1235, 2147450879;
+	and.b32  	%r323, %r1234, 2147450879;
+	and.b32  	%r324, %r1235, 32767;
+	and.b32  	%r325, %r1234, 32767;
+	max.u32 	%r326, %r324, %r325;
+	max.u32 	%r327, %r322, %r323;
+	and.b32  	%r328, %r327, 2147418112;
+	or.b32  	%r329, %r328, %r326;
+	max.u32 	%r330, %r318, %r326;
+	max.u32 	%r331, %r321, %r329;
+	shr.u32 	%r332, %r331, 16;
+	max.u32 	%r333, %r330, %r332;
+	shl.b32 	%r334, %r333, 16;
+	max.u32 	%r1223, %r1223, %r334;
+$L__BB2_71:
+	ld.param.u64 	%rd396, [%rd9+-8];
+	add.s64 	%rd101, %rd26, 80;
+	setp.ge.s64 	%p40, %rd101, %rd396;
+	@%p40 bra 	$L__BB2_82;
+	ld.param.u64 	%rd397, [%rd9];
+	setp.ge.s64 	%p41, %rd25, %rd397;
+	@%p41 bra 	$L__BB2_82;
+	add.s64 	%rd705, %rd26, 80;
+	ld.param.u64 	%rd398, [%rd9+32];
+	add.s64 	%rd738, %rd398, %rd705;
+	ld.param.u64 	%rd103, [%rd9+48];
+	setp.eq.s64 	%p42, %rd103, 0;
+	@%p42 bra 	$L__BB2_81;
+	ld.param.u64 	%rd706, [%rd9+48];
+	or.b64  	%rd399, %rd738, %rd706;
+	and.b64  	%rd400, %rd399, -4294967296;
+	setp.eq.s64 	%p43, %rd400, 0;
+	@%p43 bra 	$L__BB2_76;
+	ld.param.u64 	%rd707, [%rd9+48];
+	rem.s64 	%rd735, %rd738, %rd707;
+	bra.uni 	$L__BB2_77;
+$L__BB2_76:
+	ld.param.u64 	%rd709, [%rd9+48];
+	cvt.u32.u64 	%r337, %rd709;
+	cvt.u32.u64 	%r338, %rd738;
+	rem.u32 	%r339, %r338, %r337;
+	cvt.u64.u32 	%rd735, %r339;
+$L__BB2_77:
+	ld.param.u64 	%rd708, [%rd9+48];
+	shr.u64 	%rd401, %rd708, 63;
+	add.s64 	%rd402, %rd708, %rd401;
+	shr.s64 	%rd107, %rd402, 1;
+	or.b64  	%rd403, %rd735, %rd107;
+	and.b64  	%rd404, %rd403, -4294967296;
+	setp.eq.s64 	%p44, %rd404, 0;
+	@%p44 bra 	$L__BB2_79;
+	div.s64 	%rd736, %rd735, %rd107;
+	mul.lo.s64 	%rd405, %rd736, %rd107;
+	sub.s64 	%rd737, %rd735, %rd405;
+	bra.uni 	$L__BB2_80;
+$L__BB2_79:
+	cvt.u32.u64 	%r340, %rd107;
+	cvt.u32.u64 	%r341, %rd735;
+	div.u32 	%r342, %r341, %r340;
+	mul.lo.s32 	%r343, %r342, %r340;
+	sub.s32 	%r344, %r341, %r343;
+	cvt.u64.u32 	%rd736, %r342;
+	cvt.u64.u32 	%rd737, %r344;
+$L__BB2_80:
+	shl.b64 	%rd406, %rd737, 1;
+	sub.s64 	%rd407, %rd738, %rd735;
+	add.s64 	%rd408, %rd407, %rd406;
+	add.s64 	%rd738, %rd408, %rd736;
+$L__BB2_81:
+	ld.param.u64 	%rd410, [%rd9+24];
+	mul.lo.s64 	%rd411, %rd410, %rd738;
+	ld.param.u64 	%rd412, [%rd9+40];
+	add.s64 	%rd413, %rd412, %rd25;
+	add.s64 	%rd414, %rd413, %rd411;
+	shl.b64 	%rd415, %rd414, 1;
+	add.s64 	%rd409, %rd20, %rd415;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1242,%r1241,%r1240,%r1239}, [%rd409];
+	// end inline asm
+	and.b32  	%r349, %r1242, 2147450879;
+	and.b32  	%r350, %r1241, 2147450879;
+	and.b32  	%r351, %r1242, 32767;
+	and.b32  	%r352, %r1241, 32767;
+	max.u32 	%r353, %r351, %r352;
+	max.u32 	%r354, %r349, %r350;
+	and.b32  	%r355, %r354, 2147418112;
+	or.b32  	%r356, %r355, %r353;
+	and.b32  	%r357, %r1240, 2147450879;
+	and.b32  	%r358, %r1239, 2147450879;
+	and.b32  	%r359, %r1240, 32767;
+	and.b32  	%r360, %r1239, 32767;
+	max.u32 	%r361, %r359, %r360;
+	max.u32 	%r362, %r357, %r358;
+	and.b32  	%r363, %r362, 2147418112;
+	or.b32  	%r364, %r363, %r361;
+	max.u32 	%r365, %r353, %r361;
+	max.u32 	%r366, %r356, %r364;
+	shr.u32 	%r367, %r366, 16;
+	max.u32 	%r368, %r365, %r367;
+	shl.b32 	%r369, %r368, 16;
+	max.u32 	%r1223, %r1223, %r369;
+$L__BB2_82:
+	ld.param.u64 	%rd416, [%rd9+-8];
+	add.s64 	%rd116, %rd26, 96;
+	setp.ge.s64 	%p45, %rd116, %rd416;
+	@%p45 bra 	$L__BB2_93;
+	ld.param.u64 	%rd417, [%rd9];
+	setp.ge.s64 	%p46, %rd25, %rd417;
+	@%p46 bra 	$L__BB2_93;
+	add.s64 	%rd710, %rd26, 96;
+	ld.param.u64 	%rd418, [%rd9+32];
+	add.s64 	%rd742, %rd418, %rd710;
+	ld.param.u64 	%rd118, [%rd9+48];
+	setp.eq.s64 	%p47, %rd118, 0;
+	@%p47 bra 	$L__BB2_92;
+	or.b64  	%rd419, %rd742, %rd118;
+	and.b64  	%rd420, %rd419, -4294967296;
+	setp.eq.s64 	%p48, %rd420, 0;
+	@%p48 bra 	$L__BB2_87;
+	ld.param.u64 	%rd693, [%rd9+48];
+	rem.s64 	%rd739, %rd742, %rd693;
+	bra.uni 	$L__BB2_88;
+$L__BB2_87:
+	ld.param.u64 	%rd695, [%rd9+48];
+	cvt.u32.u64 	%r372, %rd695;
+	cvt.u32.u64 	%r373, %rd742;
+	rem.u32 	%r374, %r373, %r372;
+	cvt.u64.u32 	%rd739, %r374;
+$L__BB2_88:
+	ld.param.u64 	%rd694, [%rd9+48];
+	shr.u64 	%rd421, %rd694, 63;
+	add.s64 	%rd422, %rd694, %rd421;
+	shr.s64 	%rd122, %rd422, 1;
+	or.b64  	%rd423, %rd739, %rd122;
+	and.b64  	%rd424, %rd423, -4294967296;
+	setp.eq.s64 	%p49, %rd424, 0;
+	@%p49 bra 	$L__BB2_90;
+	div.s64 	%rd740, %rd739, %rd122;
+	mul.lo.s64 	%rd425, %rd740, %rd122;
+	sub.s64 	%rd741, %rd739, %rd425;
+	bra.uni 	$L__BB2_91;
+$L__BB2_90:
+	cvt.u32.u64 	%r375, %rd122;
+	cvt.u32.u64 	%r376, %rd739;
+	div.u32 	%r377, %r376, %r375;
+	mul.lo.s32 	%r378, %r377, %r375;
+	sub.s32 	%r379, %r376, %r378;
+	cvt.u64.u32 	%rd740, %r377;
+	cvt.u64.u32 	%rd741, %r379;
+$L__BB2_91:
+	shl.b64 	%rd426, %rd741, 1;
+	sub.s64 	%rd427, %rd742, %rd739;
+	add.s64 	%rd428, %rd427, %rd426;
+	add.s64 	%rd742, %rd428, %rd740;
+$L__BB2_92:
+	ld.param.u64 	%rd430, [%rd9+24];
+	mul.lo.s64 	%rd431, %rd430, %rd742;
+	ld.param.u64 	%rd432, [%rd9+40];
+	add.s64 	%rd433, %rd432, %rd25;
+	add.s64 	%rd434, %rd433, %rd431;
+	shl.b64 	%rd435, %rd434, 1;
+	add.s64 	%rd429, %rd20, %rd435;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1247,%r1246,%r1245,%r1244}, [%rd429];
+	// end inline asm
+	and.b32  	%r384, %r1247, 2147450879;
+	and.b32  	%r385, %r1246, 2147450879;
+	and.b32  	%r386, %r1247, 32767;
+	and.b32  	%r387, %r1246, 32767;
+	max.u32 	%r388, %r386, %r387;
+	max.u32 	%r389, %r384, %r385;
+	and.b32  	%r390, %r389, 2147418112;
+	or.b32  	%r391, %r390, %r388;
+	and.b32  	%r392, %r1245, 2147450879;
+	and.b32  	%r393, %r1244, 2147450879;
+	and.b32  	%r394, %r1245, 32767;
+	and.b32  	%r395, %r1244, 32767;
+	max.u32 	%r396, %r394, %r395;
+	max.u32 	%r397, %r392, %r393;
+	and.b32  	%r398, %r397, 2147418112;
+	or.b32  	%r399, %r398, %r396;
+	max.u32 	%r400, %r388, %r396;
+	max.u32 	%r401, %r391, %r399;
+	shr.u32 	%r402, %r401, 16;
+	max.u32 	%r403, %r400, %r402;
+	shl.b32 	%r404, %r403, 16;
+	max.u32 	%r1223, %r1223, %r404;
+$L__BB2_93:
+	ld.param.u64 	%rd436, [%rd9+-8];
+	add.s64 	%rd131, %rd26, 112;
+	setp.ge.s64 	%p50, %rd131, %rd436;
+	@%p50 bra 	$L__BB2_104;
+	ld.param.u64 	%rd437, [%rd9];
+	setp.ge.s64 	%p51, %rd25, %rd437;
+	@%p51 bra 	$L__BB2_104;
+	add.s64 	%rd700, %rd26, 112;
+	ld.param.u64 	%rd438, [%rd9+32];
+	add.s64 	%rd746, %rd438, %rd700;
+	ld.param.u64 	%rd133, [%rd9+48];
+	setp.eq.s64 	%p52, %rd133, 0;
+	@%p52 bra 	$L__BB2_103;
+	ld.param.u64 	%rd701, [%rd9+48];
+	or.b64  	%rd439, %rd746, %rd701;
+	and.b64  	%rd440, %rd439, -4294967296;
+	setp.eq.s64 	%p53, %rd440, 0;
+	@%p53 bra 	$L__BB2_98;
+	ld.param.u64 	%rd702, [%rd9+48];
+	rem.s64 	%rd743, %rd746, %rd702;
+	bra.uni 	$L__BB2_99;
+$L__BB2_98:
+	ld.param.u64 	%rd704, [%rd9+48];
+	cvt.u32.u64 	%r407, %rd704;
+	cvt.u32.u64 	%r408, %rd746;
+	rem.u32 	%r409, %r408, %r407;
+	cvt.u64.u32 	%rd743, %r409;
+$L__BB2_99:
+	ld.param.u64 	%rd703, [%rd9+48];
+	shr.u64 	%rd441, %rd703, 63;
+	add.s64 	%rd442, %rd703, %rd441;
+	shr.s64 	%rd137, %rd442, 1;
+	or.b64  	%rd443, %rd743, %rd137;
+	and.b64  	%rd444, %rd443, -4294967296;
+	setp.eq.s64 	%p54, %rd444, 0;
+	@%p54 bra 	$L__BB2_101;
+	div.s64 	%rd744, %rd743, %rd137;
+	mul.lo.s64 	%rd445, %rd744, %rd137;
+	sub.s64 	%rd745, %rd743, %rd445;
+	bra.uni 	$L__BB2_102;
+$L__BB2_101:
+	cvt.u32.u64 	%r410, %rd137;
+	cvt.u32.u64 	%r411, %rd743;
+	div.u32 	%r412, %r411, %r410;
+	mul.lo.s32 	%r413, %r412, %r410;
+	sub.s32 	%r414, %r411, %r413;
+	cvt.u64.u32 	%rd744, %r412;
+	cvt.u64.u32 	%rd745, %r414;
+$L__BB2_102:
+	shl.b64 	%rd446, %rd745, 1;
+	sub.s64 	%rd447, %rd746, %rd743;
+	add.s64 	%rd448, %rd447, %rd446;
+	add.s64 	%rd746, %rd448, %rd744;
+$L__BB2_103:
+	ld.param.u64 	%rd450, [%rd9+24];
+	mul.lo.s64 	%rd451, %rd450, %rd746;
+	ld.param.u64 	%rd452, [%rd9+40];
+	add.s64 	%rd453, %rd452, %rd25;
+	add.s64 	%rd454, %rd453, %rd451;
+	shl.b64 	%rd455, %rd454, 1;
+	add.s64 	%rd449, %rd20, %rd455;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1252,%r1251,%r1250,%r1249}, [%rd449];
+	// end inline asm
+	and.b32  	%r419, %r1252, 2147450879;
+	and.b32  	%r420, %r1251, 2147450879;
+	and.b32  	%r421, %r1252, 32767;
+	and.b32  	%r422, %r1251, 32767;
+	max.u32 	%r423, %r421, %r422;
+	max.u32 	%r424, %r419, %r420;
+	and.b32  	%r425, %r424, 2147418112;
+	or.b32  	%r426, %r425, %r423;
+	and.b32  	%r427, %r1250, 2147450879;
+	and.b32  	%r428, %r1249, 2147450879;
+	and.b32  	%r429, %r1250, 32767;
+	and.b32  	%r430, %r1249, 32767;
+	max.u32 	%r431, %r429, %r430;
+	max.u32 	%r432, %r427, %r428;
+	and.b32  	%r433, %r432, 2147418112;
+	or.b32  	%r434, %r433, %r431;
+	max.u32 	%r435, %r423, %r431;
+	max.u32 	%r436, %r426, %r434;
+	shr.u32 	%r437, %r436, 16;
+	max.u32 	%r438, %r435, %r437;
+	shl.b32 	%r439, %r438, 16;
+	max.u32 	%r1223, %r1223, %r439;
+$L__BB2_104:
+	mov.u32 	%r1203, %tid.x;
+	and.b32  	%r441, %r1203, 31;
+	setp.ne.s32 	%p55, %r441, 0;
+	mov.u32 	%r442, -1;
+	redux.sync.max.u32 %r89, %r1223, %r442;
+	@%p55 bra 	$L__BB2_106;
+	mov.u32 	%r1210, %tid.x;
+	shr.u32 	%r444, %r1210, 3;
+	and.b32  	%r445, %r444, 536870908;
+	mov.u32 	%r446, _ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red;
+	add.s32 	%r447, %r446, %r445;
+	st.shared.u32 	[%r447], %r89;
+$L__BB2_106:
+	bar.sync 	0;
+	ld.shared.u32 	%r449, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+4];
+	ld.shared.u32 	%r450, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red];
+	max.u32 	%r451, %r450, %r449;
+	ld.shared.u32 	%r452, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+8];
+	max.u32 	%r453, %r451, %r452;
+	ld.shared.u32 	%r454, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+12];
+	max.u32 	%r455, %r453, %r454;
+	ld.shared.u32 	%r456, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+16];
+	max.u32 	%r457, %r455, %r456;
+	ld.shared.u32 	%r458, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+20];
+	max.u32 	%r459, %r457, %r458;
+	ld.shared.u32 	%r460, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+24];
+	max.u32 	%r461, %r459, %r460;
+	ld.shared.u32 	%r462, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+28];
+	max.u32 	%r90, %r461, %r462;
+	bar.sync 	0;
+	setp.gt.u32 	%p56, %r90, 2139095040;
+	mov.u32 	%r1254, 2143289344;
+	@%p56 bra 	$L__BB2_112;
+	mov.b32 	%f4, %r90;
+	mov.f32 	%f5, 0f43E00000;
+	div.rn.f32 	%f6, %f4, %f5;
+	mov.b32 	%r91, %f6;
+	setp.eq.s32 	%p57, %r91, 0;
+	mov.u32 	%r1254, 1065353216;
+	@%p57 bra 	$L__BB2_112;
+	ld.param.u32 	%r1204, [%rd9+12];
+	setp.ne.s32 	%p58, %r1204, 1;
+	setp.eq.s32 	%p59, %r91, 2139095040;
+	or.pred  	%p60, %p59, %p58;
+	mov.u32 	%r1254, %r91;
+	@%p60 bra 	$L__BB2_112;
+	setp.lt.u32 	%p61, %r91, 8388608;
+	mov.u32 	%r1254, 8388608;
+	@%p61 bra 	$L__BB2_112;
+	and.b32  	%r465, %r91, 8388607;
+	setp.eq.s32 	%p62, %r465, 0;
+	mov.u32 	%r1254, %r91;
+	@%p62 bra 	$L__BB2_112;
+	and.b32  	%r466, %r91, 2139095040;
+	add.s32 	%r1254, %r466, 8388608;
+$L__BB2_112:
+	mov.u32 	%r1205, %tid.x;
+	setp.ne.s32 	%p63, %r1205, 0;
+	mov.b32 	%f1, %r1254;
+	@%p63 bra 	$L__BB2_114;
+	st.global.u32 	[%rd23], %r1254;
+$L__BB2_114:
+	add.s32 	%r468, %r1254, -226492416;
+	setp.gt.u32 	%p64, %r468, 1677721600;
+	@%p64 bra 	$L__BB2_139;
+	bra.uni 	$L__BB2_115;
+$L__BB2_139:
+	ld.param.u64 	%rd489, [%rd9+-24];
+	cvta.to.global.u64 	%rd155, %rd489;
+	ld.param.u64 	%rd490, [%rd9+-8];
+	setp.ge.s64 	%p81, %rd26, %rd490;
+	@%p81 bra 	$L__BB2_142;
+	ld.param.u64 	%rd156, [%rd9];
+	setp.le.s64 	%p82, %rd156, %rd25;
+	@%p82 bra 	$L__BB2_142;
+	mul.lo.s64 	%rd491, %rd156, %rd26;
+	add.s64 	%rd492, %rd491, %rd25;
+	add.s64 	%rd493, %rd155, %rd492;
+	shl.b32 	%r741, %r1217, 16;
+	mov.b32 	%f399, %r741;
+	and.b32  	%r742, %r1217, -65536;
+	mov.b32 	%f400, %r742;
+	div.rn.f32 	%f401, %f399, %f1;
+	div.rn.f32 	%f402, %f400, %f1;
+	mov.f32 	%f403, 0fC3E00000;
+	max.f32 	%f404, %f401, %f403;
+	mov.f32 	%f405, 0f43E00000;
+	min.f32 	%f392, %f404, %f405;
+	max.f32 	%f406, %f402, %f403;
+	min.f32 	%f391, %f406, %f405;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs51, %f391, %f392;
+	// end inline asm
+	cvt.u32.u16 	%r743, %rs51;
+	setp.nan.f32 	%p83, %f401, %f401;
+	and.b32  	%r744, %r743, 65280;
+	or.b32  	%r745, %r744, 127;
+	selp.b32 	%r746, %r745, %r743, %p83;
+	setp.nan.f32 	%p84, %f402, %f402;
+	and.b32  	%r747, %r746, 255;
+	or.b32  	%r748, %r747, 32512;
+	selp.b32 	%r749, %r748, %r746, %p84;
+	shl.b32 	%r750, %r1216, 16;
+	mov.b32 	%f407, %r750;
+	and.b32  	%r751, %r1216, -65536;
+	mov.b32 	%f408, %r751;
+	div.rn.f32 	%f409, %f407, %f1;
+	div.rn.f32 	%f410, %f408, %f1;
+	max.f32 	%f411, %f409, %f403;
+	min.f32 	%f394, %f411, %f405;
+	max.f32 	%f412, %f410, %f403;
+	min.f32 	%f393, %f412, %f405;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs52, %f393, %f394;
+	// end inline asm
+	cvt.u32.u16 	%r752, %rs52;
+	setp.nan.f32 	%p85, %f409, %f409;
+	and.b32  	%r753, %r752, 65280;
+	or.b32  	%r754, %r753, 127;
+	selp.b32 	%r755, %r754, %r752, %p85;
+	setp.nan.f32 	%p86, %f410, %f410;
+	and.b32  	%r756, %r755, 255;
+	or.b32  	%r757, %r756, 32512;
+	selp.b32 	%r758, %r757, %r755, %p86;
+	shl.b32 	%r759, %r758, 16;
+	shl.b32 	%r760, %r1215, 16;
+	mov.b32 	%f413, %r760;
+	and.b32  	%r761, %r1215, -65536;
+	mov.b32 	%f414, %r761;
+	div.rn.f32 	%f415, %f413, %f1;
+	div.rn.f32 	%f416, %f414, %f1;
+	max.f32 	%f417, %f415, %f403;
+	min.f32 	%f396, %f417, %f405;
+	max.f32 	%f418, %f416, %f403;
+	min.f32 	%f395, %f418, %f405;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs53, %f395, %f396;
+	// end inline asm
+	cvt.u32.u16 	%r762, %rs53;
+	setp.nan.f32 	%p87, %f415, %f415;
+	and.b32  	%r763, %r762, 65280;
+	or.b32  	%r764, %r763, 127;
+	selp.b32 	%r765, %r764, %r762, %p87;
+	setp.nan.f32 	%p88, %f416, %f416;
+	and.b32  	%r766, %r765, 255;
+	or.b32  	%r767, %r766, 32512;
+	selp.b32 	%r768, %r767, %r765, %p88;
+	shl.b32 	%r769, %r1214, 16;
+	mov.b32 	%f419, %r769;
+	and.b32  	%r770, %r1214, -65536;
+	mov.b32 	%f420, %r770;
+	div.rn.f32 	%f421, %f419, %f1;
+	div.rn.f32 	%f422, %f420, %f1;
+	max.f32 	%f423, %f421, %f403;
+	min.f32 	%f398, %f423, %f405;
+	max.f32 	%f424, %f422, %f403;
+	min.f32 	%f397, %f424, %f405;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs54, %f397, %f398;
+	// end inline asm
+	cvt.u32.u16 	%r771, %rs54;
+	setp.nan.f32 	%p89, %f421, %f421;
+	and.b32  	%r772, %r771, 65280;
+	or.b32  	%r773, %r772, 127;
+	selp.b32 	%r774, %r773, %r771, %p89;
+	setp.nan.f32 	%p90, %f422, %f422;
+	and.b32  	%r775, %r774, 255;
+	or.b32  	%r776, %r775, 32512;
+	selp.b32 	%r777, %r776, %r774, %p90;
+	shl.b32 	%r778, %r777, 16;
+	or.b32  	%r779, %r778, %r768;
+	or.b32  	%r780, %r759, %r749;
+	st.global.v2.u32 	[%rd493], {%r780, %r779};
+$L__BB2_142:
+	add.s64 	%rd683, %rd26, 16;
+	ld.param.u64 	%rd494, [%rd9+-8];
+	setp.ge.s64 	%p91, %rd683, %rd494;
+	@%p91 bra 	$L__BB2_145;
+	ld.param.u64 	%rd157, [%rd9];
+	setp.le.s64 	%p92, %rd157, %rd25;
+	@%p92 bra 	$L__BB2_145;
+	add.s64 	%rd684, %rd26, 16;
+	mul.lo.s64 	%rd495, %rd157, %rd684;
+	add.s64 	%rd496, %rd495, %rd25;
+	add.s64 	%rd497, %rd155, %rd496;
+	shl.b32 	%r781, %r1222, 16;
+	mov.b32 	%f433, %r781;
+	and.b32  	%r782, %r1222, -65536;
+	mov.b32 	%f434, %r782;
+	div.rn.f32 	%f435, %f433, %f1;
+	div.rn.f32 	%f436, %f434, %f1;
+	mov.f32 	%f437, 0fC3E00000;
+	max.f32 	%f438, %f435, %f437;
+	mov.f32 	%f439, 0f43E00000;
+	min.f32 	%f426, %f438, %f439;
+	max.f32 	%f440, %f436, %f437;
+	min.f32 	%f425, %f440, %f439;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs55, %f425, %f426;
+	// end inline asm
+	cvt.u32.u16 	%r783, %rs55;
+	setp.nan.f32 	%p93, %f435, %f435;
+	and.b32  	%r784, %r783, 65280;
+	or.b32  	%r785, %r784, 127;
+	selp.b32 	%r786, %r785, %r783, %p93;
+	setp.nan.f32 	%p94, %f436, %f436;
+	and.b32  	%r787, %r786, 255;
+	or.b32  	%r788, %r787, 32512;
+	selp.b32 	%r789, %r788, %r786, %p94;
+	shl.b32 	%r790, %r1221, 16;
+	mov.b32 	%f441, %r790;
+	and.b32  	%r791, %r1221, -65536;
+	mov.b32 	%f442, %r791;
+	div.rn.f32 	%f443, %f441, %f1;
+	div.rn.f32 	%f444, %f442, %f1;
+	max.f32 	%f445, %f443, %f437;
+	min.f32 	%f428, %f445, %f439;
+	max.f32 	%f446, %f444, %f437;
+	min.f32 	%f427, %f446, %f439;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs56, %f427, %f428;
+	// end inline asm
+	cvt.u32.u16 	%r792, %rs56;
+	setp.nan.f32 	%p95, %f443, %f443;
+	and.b32  	%r793, %r792, 65280;
+	or.b32  	%r794, %r793, 127;
+	selp.b32 	%r795, %r794, %r792, %p95;
+	setp.nan.f32 	%p96, %f444, %f444;
+	and.b32  	%r796, %r795, 255;
+	or.b32  	%r797, %r796, 32512;
+	selp.b32 	%r798, %r797, %r795, %p96;
+	shl.b32 	%r799, %r798, 16;
+	shl.b32 	%r800, %r1220, 16;
+	mov.b32 	%f447, %r800;
+	and.b32  	%r801, %r1220, -65536;
+	mov.b32 	%f448, %r801;
+	div.rn.f32 	%f449, %f447, %f1;
+	div.rn.f32 	%f450, %f448, %f1;
+	max.f32 	%f451, %f449, %f437;
+	min.f32 	%f430, %f451, %f439;
+	max.f32 	%f452, %f450, %f437;
+	min.f32 	%f429, %f452, %f439;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs57, %f429, %f430;
+	// end inline asm
+	cvt.u32.u16 	%r802, %rs57;
+	setp.nan.f32 	%p97, %f449, %f449;
+	and.b32  	%r803, %r802, 65280;
+	or.b32  	%r804, %r803, 127;
+	selp.b32 	%r805, %r804, %r802, %p97;
+	setp.nan.f32 	%p98, %f450, %f450;
+	and.b32  	%r806, %r805, 255;
+	or.b32  	%r807, %r806, 32512;
+	selp.b32 	%r808, %r807, %r805, %p98;
+	shl.b32 	%r809, %r1219, 16;
+	mov.b32 	%f453, %r809;
+	and.b32  	%r810, %r1219, -65536;
+	mov.b32 	%f454, %r810;
+	div.rn.f32 	%f455, %f453, %f1;
+	div.rn.f32 	%f456, %f454, %f1;
+	max.f32 	%f457, %f455, %f437;
+	min.f32 	%f432, %f457, %f439;
+	max.f32 	%f458, %f456, %f437;
+	min.f32 	%f431, %f458, %f439;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs58, %f431, %f432;
+	// end inline asm
+	cvt.u32.u16 	%r811, %rs58;
+	setp.nan.f32 	%p99, %f455, %f455;
+	and.b32  	%r812, %r811, 65280;
+	or.b32  	%r813, %r812, 127;
+	selp.b32 	%r814, %r813, %r811, %p99;
+	setp.nan.f32 	%p100, %f456, %f456;
+	and.b32  	%r815, %r814, 255;
+	or.b32  	%r816, %r815, 32512;
+	selp.b32 	%r817, %r816, %r814, %p100;
+	shl.b32 	%r818, %r817, 16;
+	or.b32  	%r819, %r818, %r808;
+	or.b32  	%r820, %r799, %r789;
+	st.global.v2.u32 	[%rd497], {%r820, %r819};
+$L__BB2_145:
+	add.s64 	%rd675, %rd26, 32;
+	ld.param.u64 	%rd498, [%rd9+-8];
+	setp.ge.s64 	%p101, %rd675, %rd498;
+	@%p101 bra 	$L__BB2_148;
+	ld.param.u64 	%rd158, [%rd9];
+	setp.le.s64 	%p102, %rd158, %rd25;
+	@%p102 bra 	$L__BB2_148;
+	add.s64 	%rd680, %rd26, 32;
+	mul.lo.s64 	%rd499, %rd158, %rd680;
+	add.s64 	%rd500, %rd499, %rd25;
+	add.s64 	%rd501, %rd155, %rd500;
+	shl.b32 	%r821, %r1227, 16;
+	mov.b32 	%f467, %r821;
+	and.b32  	%r822, %r1227, -65536;
+	mov.b32 	%f468, %r822;
+	div.rn.f32 	%f469, %f467, %f1;
+	div.rn.f32 	%f470, %f468, %f1;
+	mov.f32 	%f471, 0fC3E00000;
+	max.f32 	%f472, %f469, %f471;
+	mov.f32 	%f473, 0f43E00000;
+	min.f32 	%f460, %f472, %f473;
+	max.f32 	%f474, %f470, %f471;
+	min.f32 	%f459, %f474, %f473;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs59, %f459, %f460;
+	// end inline asm
+	cvt.u32.u16 	%r823, %rs59;
+	setp.nan.f32 	%p103, %f469, %f469;
+	and.b32  	%r824, %r823, 65280;
+	or.b32  	%r825, %r824, 127;
+	selp.b32 	%r826, %r825, %r823, %p103;
+	setp.nan.f32 	%p104, %f470, %f470;
+	and.b32  	%r827, %r826, 255;
+	or.b32  	%r828, %r827, 32512;
+	selp.b32 	%r829, %r828, %r826, %p104;
+	shl.b32 	%r830, %r1226, 16;
+	mov.b32 	%f475, %r830;
+	and.b32  	%r831, %r1226, -65536;
+	mov.b32 	%f476, %r831;
+	div.rn.f32 	%f477, %f475, %f1;
+	div.rn.f32 	%f478, %f476, %f1;
+	max.f32 	%f479, %f477, %f471;
+	min.f32 	%f462, %f479, %f473;
+	max.f32 	%f480, %f478, %f471;
+	min.f32 	%f461, %f480, %f473;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs60, %f461, %f462;
+	// end inline asm
+	cvt.u32.u16 	%r832, %rs60;
+	setp.nan.f32 	%p105, %f477, %f477;
+	and.b32  	%r833, %r832, 65280;
+	or.b32  	%r834, %r833, 127;
+	selp.b32 	%r835, %r834, %r832, %p105;
+	setp.nan.f32 	%p106, %f478, %f478;
+	and.b32  	%r836, %r835, 255;
+	or.b32  	%r837, %r836, 32512;
+	selp.b32 	%r838, %r837, %r835, %p106;
+	shl.b32 	%r839, %r838, 16;
+	shl.b32 	%r840, %r1225, 16;
+	mov.b32 	%f481, %r840;
+	and.b32  	%r841, %r1225, -65536;
+	mov.b32 	%f482, %r841;
+	div.rn.f32 	%f483, %f481, %f1;
+	div.rn.f32 	%f484, %f482, %f1;
+	max.f32 	%f485, %f483, %f471;
+	min.f32 	%f464, %f485, %f473;
+	max.f32 	%f486, %f484, %f471;
+	min.f32 	%f463, %f486, %f473;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs61, %f463, %f464;
+	// end inline asm
+	cvt.u32.u16 	%r842, %rs61;
+	setp.nan.f32 	%p107, %f483, %f483;
+	and.b32  	%r843, %r842, 65280;
+	or.b32  	%r844, %r843, 127;
+	selp.b32 	%r845, %r844, %r842, %p107;
+	setp.nan.f32 	%p108, %f484, %f484;
+	and.b32  	%r846, %r845, 255;
+	or.b32  	%r847, %r846, 32512;
+	selp.b32 	%r848, %r847, %r845, %p108;
+	shl.b32 	%r849, %r1224, 16;
+	mov.b32 	%f487, %r849;
+	and.b32  	%r850, %r1224, -65536;
+	mov.b32 	%f488, %r850;
+	div.rn.f32 	%f489, %f487, %f1;
+	div.rn.f32 	%f490, %f488, %f1;
+	max.f32 	%f491, %f489, %f471;
+	min.f32 	%f466, %f491, %f473;
+	max.f32 	%f492, %f490, %f471;
+	min.f32 	%f465, %f492, %f473;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs62, %f465, %f466;
+	// end inline asm
+	cvt.u32.u16 	%r851, %rs62;
+	setp.nan.f32 	%p109, %f489, %f489;
+	and.b32  	%r852, %r851, 65280;
+	or.b32  	%r853, %r852, 127;
+	selp.b32 	%r854, %r853, %r851, %p109;
+	setp.nan.f32 	%p110, %f490, %f490;
+	and.b32  	%r855, %r854, 255;
+	or.b32  	%r856, %r855, 32512;
+	selp.b32 	%r857, %r856, %r854, %p110;
+	shl.b32 	%r858, %r857, 16;
+	or.b32  	%r859, %r858, %r848;
+	or.b32  	%r860, %r839, %r829;
+	st.global.v2.u32 	[%rd501], {%r860, %r859};
+$L__BB2_148:
+	add.s64 	%rd676, %rd26, 48;
+	ld.param.u64 	%rd502, [%rd9+-8];
+	setp.ge.s64 	%p111, %rd676, %rd502;
+	@%p111 bra 	$L__BB2_151;
+	ld.param.u64 	%rd159, [%rd9];
+	setp.le.s64 	%p112, %rd159, %rd25;
+	@%p112 bra 	$L__BB2_151;
+	add.s64 	%rd679, %rd26, 48;
+	mul.lo.s64 	%rd503, %rd159, %rd679;
+	add.s64 	%rd504, %rd503, %rd25;
+	add.s64 	%rd505, %rd155, %rd504;
+	shl.b32 	%r861, %r1232, 16;
+	mov.b32 	%f501, %r861;
+	and.b32  	%r862, %r1232, -65536;
+	mov.b32 	%f502, %r862;
+	div.rn.f32 	%f503, %f501, %f1;
+	div.rn.f32 	%f504, %f502, %f1;
+	mov.f32 	%f505, 0fC3E00000;
+	max.f32 	%f506, %f503, %f505;
+	mov.f32 	%f507, 0f43E00000;
+	min.f32 	%f494, %f506, %f507;
+	max.f32 	%f508, %f504, %f505;
+	min.f32 	%f493, %f508, %f507;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs63, %f493, %f494;
+	// end inline asm
+	cvt.u32.u16 	%r863, %rs63;
+	setp.nan.f32 	%p113, %f503, %f503;
+	and.b32  	%r864, %r863, 65280;
+	or.b32  	%r865, %r864, 127;
+	selp.b32 	%r866, %r865, %r863, %p113;
+	setp.nan.f32 	%p114, %f504, %f504;
+	and.b32  	%r867, %r866, 255;
+	or.b32  	%r868, %r867, 32512;
+	selp.b32 	%r869, %r868, %r866, %p114;
+	shl.b32 	%r870, %r1231, 16;
+	mov.b32 	%f509, %r870;
+	and.b32  	%r871, %r1231, -65536;
+	mov.b32 	%f510, %r871;
+	div.rn.f32 	%f511, %f509, %f1;
+	div.rn.f32 	%f512, %f510, %f1;
+	max.f32 	%f513, %f511, %f505;
+	min.f32 	%f496, %f513, %f507;
+	max.f32 	%f514, %f512, %f505;
+	min.f32 	%f495, %f514, %f507;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs64, %f495, %f496;
+	// end inline asm
+	cvt.u32.u16 	%r872, %rs64;
+	setp.nan.f32 	%p115, %f511, %f511;
+	and.b32  	%r873, %r872, 65280;
+	or.b32  	%r874, %r873, 127;
+	selp.b32 	%r875, %r874, %r872, %p115;
+	setp.nan.f32 	%p116, %f512, %f512;
+	and.b32  	%r876, %r875, 255;
+	or.b32  	%r877, %r876, 32512;
+	selp.b32 	%r878, %r877, %r875, %p116;
+	shl.b32 	%r879, %r878, 16;
+	shl.b32 	%r880, %r1230, 16;
+	mov.b32 	%f515, %r880;
+	and.b32  	%r881, %r1230, -65536;
+	mov.b32 	%f516, %r881;
+	div.rn.f32 	%f517, %f515, %f1;
+	div.rn.f32 	%f518, %f516, %f1;
+	max.f32 	%f519, %f517, %f505;
+	min.f32 	%f498, %f519, %f507;
+	max.f32 	%f520, %f518, %f505;
+	min.f32 	%f497, %f520, %f507;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs65, %f497, %f498;
+	// end inline asm
+	cvt.u32.u16 	%r882, %rs65;
+	setp.nan.f32 	%p117, %f517, %f517;
+	and.b32  	%r883, %r882, 65280;
+	or.b32  	%r884, %r883, 127;
+	selp.b32 	%r885, %r884, %r882, %p117;
+	setp.nan.f32 	%p118, %f518, %f518;
+	and.b32  	%r886, %r885, 255;
+	or.b32  	%r887, %r886, 32512;
+	selp.b32 	%r888, %r887, %r885, %p118;
+	shl.b32 	%r889, %r1229, 16;
+	mov.b32 	%f521, %r889;
+	and.b32  	%r890, %r1229, -65536;
+	mov.b32 	%f522, %r890;
+	div.rn.f32 	%f523, %f521, %f1;
+	div.rn.f32 	%f524, %f522, %f1;
+	max.f32 	%f525, %f523, %f505;
+	min.f32 	%f500, %f525, %f507;
+	max.f32 	%f526, %f524, %f505;
+	min.f32 	%f499, %f526, %f507;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs66, %f499, %f500;
+	// end inline asm
+	cvt.u32.u16 	%r891, %rs66;
+	setp.nan.f32 	%p119, %f523, %f523;
+	and.b32  	%r892, %r891, 65280;
+	or.b32  	%r893, %r892, 127;
+	selp.b32 	%r894, %r893, %r891, %p119;
+	setp.nan.f32 	%p120, %f524, %f524;
+	and.b32  	%r895, %r894, 255;
+	or.b32  	%r896, %r895, 32512;
+	selp.b32 	%r897, %r896, %r894, %p120;
+	shl.b32 	%r898, %r897, 16;
+	or.b32  	%r899, %r898, %r888;
+	or.b32  	%r900, %r879, %r869;
+	st.global.v2.u32 	[%rd505], {%r900, %r899};
+$L__BB2_151:
+	add.s64 	%rd677, %rd26, 64;
+	ld.param.u64 	%rd506, [%rd9+-8];
+	setp.ge.s64 	%p121, %rd677, %rd506;
+	@%p121 bra 	$L__BB2_154;
+	ld.param.u64 	%rd160, [%rd9];
+	setp.le.s64 	%p122, %rd160, %rd25;
+	@%p122 bra 	$L__BB2_154;
+	add.s64 	%rd678, %rd26, 64;
+	mul.lo.s64 	%rd507, %rd160, %rd678;
+	add.s64 	%rd508, %rd507, %rd25;
+	add.s64 	%rd509, %rd155, %rd508;
+	shl.b32 	%r901, %r1237, 16;
+	mov.b32 	%f535, %r901;
+	and.b32  	%r902, %r1237, -65536;
+	mov.b32 	%f536, %r902;
+	div.rn.f32 	%f537, %f535, %f1;
+	div.rn.f32 	%f538, %f536, %f1;
+	mov.f32 	%f539, 0fC3E00000;
+	max.f32 	%f540, %f537, %f539;
+	mov.f32 	%f541, 0f43E00000;
+	min.f32 	%f528, %f540, %f541;
+	max.f32 	%f542, %f538, %f539;
+	min.f32 	%f527, %f542, %f541;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs67, %f527, %f528;
+	// end inline asm
+	cvt.u32.u16 	%r903, %rs67;
+	setp.nan.f32 	%p123, %f537, %f537;
+	and.b32  	%r904, %r903, 65280;
+	or.b32  	%r905, %r904, 127;
+	selp.b32 	%r906, %r905, %r903, %p123;
+	setp.nan.f32 	%p124, %f538, %f538;
+	and.b32  	%r907, %r906, 255;
+	or.b32  	%r908, %r907, 32512;
+	selp.b32 	%r909, %r908, %r906, %p124;
+	shl.b32 	%r910, %r1236, 16;
+	mov.b32 	%f543, %r910;
+	and.b32  	%r911, %r1236, -65536;
+	mov.b32 	%f544, %r911;
+	div.rn.f32 	%f545, %f543, %f1;
+	div.rn.f32 	%f546, %f544, %f1;
+	max.f32 	%f547, %f545, %f539;
+	min.f32 	%f530, %f547, %f541;
+	max.f32 	%f548, %f546, %f539;
+	min.f32 	%f529, %f548, %f541;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs68, %f529, %f530;
+	// end inline asm
+	cvt.u32.u16 	%r912, %rs68;
+	setp.nan.f32 	%p125, %f545, %f545;
+	and.b32  	%r913, %r912, 65280;
+	or.b32  	%r914, %r913, 127;
+	selp.b32 	%r915, %r914, %r912, %p125;
+	setp.nan.f32 	%p126, %f546, %f546;
+	and.b32  	%r916, %r915, 255;
+	or.b32  	%r917, %r916, 32512;
+	selp.b32 	%r918, %r917, %r915, %p126;
+	shl.b32 	%r919, %r918, 16;
+	shl.b32 	%r920, %r1235, 16;
+	mov.b32 	%f549, %r920;
+	and.b32  	%r921, %r1235, -65536;
+	mov.b32 	%f550, %r921;
+	div.rn.f32 	%f551, %f549, %f1;
+	div.rn.f32 	%f552, %f550, %f1;
+	max.f32 	%f553, %f551, %f539;
+	min.f32 	%f532, %f553, %f541;
+	max.f32 	%f554, %f552, %f539;
+	min.f32 	%f531, %f554, %f541;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs69, %f531, %f532;
+	// end inline asm
+	cvt.u32.u16 	%r922, %rs69;
+	setp.nan.f32 	%p127, %f551, %f551;
+	and.b32  	%r923, %r922, 65280;
+	or.b32  	%r924, %r923, 127;
+	selp.b32 	%r925, %r924, %r922, %p127;
+	setp.nan.f32 	%p128, %f552, %f552;
+	and.b32  	%r926, %r925, 255;
+	or.b32  	%r927, %r926, 32512;
+	selp.b32 	%r928, %r927, %r925, %p128;
+	shl.b32 	%r929, %r1234, 16;
+	mov.b32 	%f555, %r929;
+	and.b32  	%r930, %r1234, -65536;
+	mov.b32 	%f556, %r930;
+	div.rn.f32 	%f557, %f555, %f1;
+	div.rn.f32 	%f558, %f556, %f1;
+	max.f32 	%f559, %f557, %f539;
+	min.f32 	%f534, %f559, %f541;
+	max.f32 	%f560, %f558, %f539;
+	min.f32 	%f533, %f560, %f541;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs70, %f533, %f534;
+	// end inline asm
+	cvt.u32.u16 	%r931, %rs70;
+	setp.nan.f32 	%p129, %f557, %f557;
+	and.b32  	%r932, %r931, 65280;
+	or.b32  	%r933, %r932, 127;
+	selp.b32 	%r934, %r933, %r931, %p129;
+	setp.nan.f32 	%p130, %f558, %f558;
+	and.b32  	%r935, %r934, 255;
+	or.b32  	%r936, %r935, 32512;
+	selp.b32 	%r937, %r936, %r934, %p130;
+	shl.b32 	%r938, %r937, 16;
+	or.b32  	%r939, %r938, %r928;
+	or.b32  	%r940, %r919, %r909;
+	st.global.v2.u32 	[%rd509], {%r940, %r939};
+$L__BB2_154:
+	add.s64 	%rd687, %rd26, 80;
+	ld.param.u64 	%rd510, [%rd9+-8];
+	setp.ge.s64 	%p131, %rd687, %rd510;
+	@%p131 bra 	$L__BB2_157;
+	ld.param.u64 	%rd161, [%rd9];
+	setp.le.s64 	%p132, %rd161, %rd25;
+	@%p132 bra 	$L__BB2_157;
+	add.s64 	%rd688, %rd26, 80;
+	mul.lo.s64 	%rd511, %rd161, %rd688;
+	add.s64 	%rd512, %rd511, %rd25;
+	add.s64 	%rd513, %rd155, %rd512;
+	shl.b32 	%r941, %r1242, 16;
+	mov.b32 	%f569, %r941;
+	and.b32  	%r942, %r1242, -65536;
+	mov.b32 	%f570, %r942;
+	div.rn.f32 	%f571, %f569, %f1;
+	div.rn.f32 	%f572, %f570, %f1;
+	mov.f32 	%f573, 0fC3E00000;
+	max.f32 	%f574, %f571, %f573;
+	mov.f32 	%f575, 0f43E00000;
+	min.f32 	%f562, %f574, %f575;
+	max.f32 	%f576, %f572, %f573;
+	min.f32 	%f561, %f576, %f575;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs71, %f561, %f562;
+	// end inline asm
+	cvt.u32.u16 	%r943, %rs71;
+	setp.nan.f32 	%p133, %f571, %f571;
+	and.b32  	%r944, %r943, 65280;
+	or.b32  	%r945, %r944, 127;
+	selp.b32 	%r946, %r945, %r943, %p133;
+	setp.nan.f32 	%p134, %f572, %f572;
+	and.b32  	%r947, %r946, 255;
+	or.b32  	%r948, %r947, 32512;
+	selp.b32 	%r949, %r948, %r946, %p134;
+	shl.b32 	%r950, %r1241, 16;
+	mov.b32 	%f577, %r950;
+	and.b32  	%r951, %r1241, -65536;
+	mov.b32 	%f578, %r951;
+	div.rn.f32 	%f579, %f577, %f1;
+	div.rn.f32 	%f580, %f578, %f1;
+	max.f32 	%f581, %f579, %f573;
+	min.f32 	%f564, %f581, %f575;
+	max.f32 	%f582, %f580, %f573;
+	min.f32 	%f563, %f582, %f575;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs72, %f563, %f564;
+	// end inline asm
+	cvt.u32.u16 	%r952, %rs72;
+	setp.nan.f32 	%p135, %f579, %f579;
+	and.b32  	%r953, %r952, 65280;
+	or.b32  	%r954, %r953, 127;
+	selp.b32 	%r955, %r954, %r952, %p135;
+	setp.nan.f32 	%p136, %f580, %f580;
+	and.b32  	%r956, %r955, 255;
+	or.b32  	%r957, %r956, 32512;
+	selp.b32 	%r958, %r957, %r955, %p136;
+	shl.b32 	%r959, %r958, 16;
+	shl.b32 	%r960, %r1240, 16;
+	mov.b32 	%f583, %r960;
+	and.b32  	%r961, %r1240, -65536;
+	mov.b32 	%f584, %r961;
+	div.rn.f32 	%f585, %f583, %f1;
+	div.rn.f32 	%f586, %f584, %f1;
+	max.f32 	%f587, %f585, %f573;
+	min.f32 	%f566, %f587, %f575;
+	max.f32 	%f588, %f586, %f573;
+	min.f32 	%f565, %f588, %f575;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs73, %f565, %f566;
+	// end inline asm
+	cvt.u32.u16 	%r962, %rs73;
+	setp.nan.f32 	%p137, %f585, %f585;
+	and.b32  	%r963, %r962, 65280;
+	or.b32  	%r964, %r963, 127;
+	selp.b32 	%r965, %r964, %r962, %p137;
+	setp.nan.f32 	%p138, %f586, %f586;
+	and.b32  	%r966, %r965, 255;
+	or.b32  	%r967, %r966, 32512;
+	selp.b32 	%r968, %r967, %r965, %p138;
+	shl.b32 	%r969, %r1239, 16;
+	mov.b32 	%f589, %r969;
+	and.b32  	%r970, %r1239, -65536;
+	mov.b32 	%f590, %r970;
+	div.rn.f32 	%f591, %f589, %f1;
+	div.rn.f32 	%f592, %f590, %f1;
+	max.f32 	%f593, %f591, %f573;
+	min.f32 	%f568, %f593, %f575;
+	max.f32 	%f594, %f592, %f573;
+	min.f32 	%f567, %f594, %f575;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs74, %f567, %f568;
+	// end inline asm
+	cvt.u32.u16 	%r971, %rs74;
+	setp.nan.f32 	%p139, %f591, %f591;
+	and.b32  	%r972, %r971, 65280;
+	or.b32  	%r973, %r972, 127;
+	selp.b32 	%r974, %r973, %r971, %p139;
+	setp.nan.f32 	%p140, %f592, %f592;
+	and.b32  	%r975, %r974, 255;
+	or.b32  	%r976, %r975, 32512;
+	selp.b32 	%r977, %r976, %r974, %p140;
+	shl.b32 	%r978, %r977, 16;
+	or.b32  	%r979, %r978, %r968;
+	or.b32  	%r980, %r959, %r949;
+	st.global.v2.u32 	[%rd513], {%r980, %r979};
+$L__BB2_157:
+	add.s64 	%rd691, %rd26, 96;
+	ld.param.u64 	%rd514, [%rd9+-8];
+	setp.ge.s64 	%p141, %rd691, %rd514;
+	@%p141 bra 	$L__BB2_160;
+	ld.param.u64 	%rd162, [%rd9];
+	setp.le.s64 	%p142, %rd162, %rd25;
+	@%p142 bra 	$L__BB2_160;
+	add.s64 	%rd692, %rd26, 96;
+	mul.lo.s64 	%rd515, %rd162, %rd692;
+	add.s64 	%rd516, %rd515, %rd25;
+	add.s64 	%rd517, %rd155, %rd516;
+	shl.b32 	%r981, %r1247, 16;
+	mov.b32 	%f603, %r981;
+	and.b32  	%r982, %r1247, -65536;
+	mov.b32 	%f604, %r982;
+	div.rn.f32 	%f605, %f603, %f1;
+	div.rn.f32 	%f606, %f604, %f1;
+	mov.f32 	%f607, 0fC3E00000;
+	max.f32 	%f608, %f605, %f607;
+	mov.f32 	%f609, 0f43E00000;
+	min.f32 	%f596, %f608, %f609;
+	max.f32 	%f610, %f606, %f607;
+	min.f32 	%f595, %f610, %f609;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs75, %f595, %f596;
+	// end inline asm
+	cvt.u32.u16 	%r983, %rs75;
+	setp.nan.f32 	%p143, %f605, %f605;
+	and.b32  	%r984, %r983, 65280;
+	or.b32  	%r985, %r984, 127;
+	selp.b32 	%r986, %r985, %r983, %p143;
+	setp.nan.f32 	%p144, %f606, %f606;
+	and.b32  	%r987, %r986, 255;
+	or.b32  	%r988, %r987, 32512;
+	selp.b32 	%r989, %r988, %r986, %p144;
+	shl.b32 	%r990, %r1246, 16;
+	mov.b32 	%f611, %r990;
+	and.b32  	%r991, %r1246, -65536;
+	mov.b32 	%f612, %r991;
+	div.rn.f32 	%f613, %f611, %f1;
+	div.rn.f32 	%f614, %f612, %f1;
+	max.f32 	%f615, %f613, %f607;
+	min.f32 	%f598, %f615, %f609;
+	max.f32 	%f616, %f614, %f607;
+	min.f32 	%f597, %f616, %f609;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs76, %f597, %f598;
+	// end inline asm
+	cvt.u32.u16 	%r992, %rs76;
+	setp.nan.f32 	%p145, %f613, %f613;
+	and.b32  	%r993, %r992, 65280;
+	or.b32  	%r994, %r993, 127;
+	selp.b32 	%r995, %r994, %r992, %p145;
+	setp.nan.f32 	%p146, %f614, %f614;
+	and.b32  	%r996, %r995, 255;
+	or.b32  	%r997, %r996, 32512;
+	selp.b32 	%r998, %r997, %r995, %p146;
+	shl.b32 	%r999, %r998, 16;
+	shl.b32 	%r1000, %r1245, 16;
+	mov.b32 	%f617, %r1000;
+	and.b32  	%r1001, %r1245, -65536;
+	mov.b32 	%f618, %r1001;
+	div.rn.f32 	%f619, %f617, %f1;
+	div.rn.f32 	%f620, %f618, %f1;
+	max.f32 	%f621, %f619, %f607;
+	min.f32 	%f600, %f621, %f609;
+	max.f32 	%f622, %f620, %f607;
+	min.f32 	%f599, %f622, %f609;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs77, %f599, %f600;
+	// end inline asm
+	cvt.u32.u16 	%r1002, %rs77;
+	setp.nan.f32 	%p147, %f619, %f619;
+	and.b32  	%r1003, %r1002, 65280;
+	or.b32  	%r1004, %r1003, 127;
+	selp.b32 	%r1005, %r1004, %r1002, %p147;
+	setp.nan.f32 	%p148, %f620, %f620;
+	and.b32  	%r1006, %r1005, 255;
+	or.b32  	%r1007, %r1006, 32512;
+	selp.b32 	%r1008, %r1007, %r1005, %p148;
+	shl.b32 	%r1009, %r1244, 16;
+	mov.b32 	%f623, %r1009;
+	and.b32  	%r1010, %r1244, -65536;
+	mov.b32 	%f624, %r1010;
+	div.rn.f32 	%f625, %f623, %f1;
+	div.rn.f32 	%f626, %f624, %f1;
+	max.f32 	%f627, %f625, %f607;
+	min.f32 	%f602, %f627, %f609;
+	max.f32 	%f628, %f626, %f607;
+	min.f32 	%f601, %f628, %f609;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs78, %f601, %f602;
+	// end inline asm
+	cvt.u32.u16 	%r1011, %rs78;
+	setp.nan.f32 	%p149, %f625, %f625;
+	and.b32  	%r1012, %r1011, 65280;
+	or.b32  	%r1013, %r1012, 127;
+	selp.b32 	%r1014, %r1013, %r1011, %p149;
+	setp.nan.f32 	%p150, %f626, %f626;
+	and.b32  	%r1015, %r1014, 255;
+	or.b32  	%r1016, %r1015, 32512;
+	selp.b32 	%r1017, %r1016, %r1014, %p150;
+	shl.b32 	%r1018, %r1017, 16;
+	or.b32  	%r1019, %r1018, %r1008;
+	or.b32  	%r1020, %r999, %r989;
+	st.global.v2.u32 	[%rd517], {%r1020, %r1019};
+$L__BB2_160:
+	add.s64 	%rd698, %rd26, 112;
+	ld.param.u64 	%rd518, [%rd9+-8];
+	setp.ge.s64 	%p151, %rd698, %rd518;
+	@%p151 bra 	$L__BB2_267;
+	ld.param.u64 	%rd163, [%rd9];
+	setp.le.s64 	%p152, %rd163, %rd25;
+	@%p152 bra 	$L__BB2_267;
+	add.s64 	%rd699, %rd26, 112;
+	mul.lo.s64 	%rd519, %rd163, %rd699;
+	add.s64 	%rd520, %rd519, %rd25;
+	add.s64 	%rd521, %rd155, %rd520;
+	shl.b32 	%r1021, %r1252, 16;
+	mov.b32 	%f637, %r1021;
+	and.b32  	%r1022, %r1252, -65536;
+	mov.b32 	%f638, %r1022;
+	div.rn.f32 	%f639, %f637, %f1;
+	div.rn.f32 	%f640, %f638, %f1;
+	mov.f32 	%f641, 0fC3E00000;
+	max.f32 	%f642, %f639, %f641;
+	mov.f32 	%f643, 0f43E00000;
+	min.f32 	%f630, %f642, %f643;
+	max.f32 	%f644, %f640, %f641;
+	min.f32 	%f629, %f644, %f643;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs79, %f629, %f630;
+	// end inline asm
+	cvt.u32.u16 	%r1023, %rs79;
+	setp.nan.f32 	%p153, %f639, %f639;
+	and.b32  	%r1024, %r1023, 65280;
+	or.b32  	%r1025, %r1024, 127;
+	selp.b32 	%r1026, %r1025, %r1023, %p153;
+	setp.nan.f32 	%p154, %f640, %f640;
+	and.b32  	%r1027, %r1026, 255;
+	or.b32  	%r1028, %r1027, 32512;
+	selp.b32 	%r1029, %r1028, %r1026, %p154;
+	shl.b32 	%r1030, %r1251, 16;
+	mov.b32 	%f645, %r1030;
+	and.b32  	%r1031, %r1251, -65536;
+	mov.b32 	%f646, %r1031;
+	div.rn.f32 	%f647, %f645, %f1;
+	div.rn.f32 	%f648, %f646, %f1;
+	max.f32 	%f649, %f647, %f641;
+	min.f32 	%f632, %f649, %f643;
+	max.f32 	%f650, %f648, %f641;
+	min.f32 	%f631, %f650, %f643;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs80, %f631, %f632;
+	// end inline asm
+	cvt.u32.u16 	%r1032, %rs80;
+	setp.nan.f32 	%p155, %f647, %f647;
+	and.b32  	%r1033, %r1032, 65280;
+	or.b32  	%r1034, %r1033, 127;
+	selp.b32 	%r1035, %r1034, %r1032, %p155;
+	setp.nan.f32 	%p156, %f648, %f648;
+	and.b32  	%r1036, %r1035, 255;
+	or.b32  	%r1037, %r1036, 32512;
+	selp.b32 	%r1038, %r1037, %r1035, %p156;
+	shl.b32 	%r1039, %r1038, 16;
+	shl.b32 	%r1040, %r1250, 16;
+	mov.b32 	%f651, %r1040;
+	and.b32  	%r1041, %r1250, -65536;
+	mov.b32 	%f652, %r1041;
+	div.rn.f32 	%f653, %f651, %f1;
+	div.rn.f32 	%f654, %f652, %f1;
+	max.f32 	%f655, %f653, %f641;
+	min.f32 	%f634, %f655, %f643;
+	max.f32 	%f656, %f654, %f641;
+	min.f32 	%f633, %f656, %f643;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs81, %f633, %f634;
+	// end inline asm
+	cvt.u32.u16 	%r1042, %rs81;
+	setp.nan.f32 	%p157, %f653, %f653;
+	and.b32  	%r1043, %r1042, 65280;
+	or.b32  	%r1044, %r1043, 127;
+	selp.b32 	%r1045, %r1044, %r1042, %p157;
+	setp.nan.f32 	%p158, %f654, %f654;
+	and.b32  	%r1046, %r1045, 255;
+	or.b32  	%r1047, %r1046, 32512;
+	selp.b32 	%r1048, %r1047, %r1045, %p158;
+	shl.b32 	%r1049, %r1249, 16;
+	mov.b32 	%f657, %r1049;
+	and.b32  	%r1050, %r1249, -65536;
+	mov.b32 	%f658, %r1050;
+	div.rn.f32 	%f659, %f657, %f1;
+	div.rn.f32 	%f660, %f658, %f1;
+	max.f32 	%f661, %f659, %f641;
+	min.f32 	%f636, %f661, %f643;
+	max.f32 	%f662, %f660, %f641;
+	min.f32 	%f635, %f662, %f643;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs82, %f635, %f636;
+	// end inline asm
+	cvt.u32.u16 	%r1051, %rs82;
+	setp.nan.f32 	%p159, %f659, %f659;
+	and.b32  	%r1052, %r1051, 65280;
+	or.b32  	%r1053, %r1052, 127;
+	selp.b32 	%r1054, %r1053, %r1051, %p159;
+	setp.nan.f32 	%p160, %f660, %f660;
+	and.b32  	%r1055, %r1054, 255;
+	or.b32  	%r1056, %r1055, 32512;
+	selp.b32 	%r1057, %r1056, %r1054, %p160;
+	shl.b32 	%r1058, %r1057, 16;
+	or.b32  	%r1059, %r1058, %r1048;
+	or.b32  	%r1060, %r1039, %r1029;
+	st.global.v2.u32 	[%rd521], {%r1060, %r1059};
+	bra.uni 	$L__BB2_267;
+$L__BB2_115:
+	rcp.rn.f32 	%f2, %f1;
+	ld.param.u64 	%rd456, [%rd9+-24];
+	cvta.to.global.u64 	%rd146, %rd456;
+	ld.param.u64 	%rd457, [%rd9+-8];
+	setp.ge.s64 	%p65, %rd26, %rd457;
+	@%p65 bra 	$L__BB2_118;
+	ld.param.u64 	%rd147, [%rd9];
+	setp.le.s64 	%p66, %rd147, %rd25;
+	@%p66 bra 	$L__BB2_118;
+	mul.lo.s64 	%rd458, %rd147, %rd26;
+	add.s64 	%rd459, %rd458, %rd25;
+	add.s64 	%rd460, %rd146, %rd459;
+	shl.b32 	%r469, %r1217, 16;
+	mov.b32 	%f15, %r469;
+	and.b32  	%r470, %r1217, -65536;
+	mov.b32 	%f16, %r470;
+	mul.rn.f32 	%f17, %f15, %f2;
+	neg.f32 	%f18, %f17;
+	fma.rn.f32 	%f19, %f18, %f1, %f15;
+	fma.rn.f32 	%f20, %f19, %f2, %f17;
+	mov.b32 	%r471, %f20;
+	and.b32  	%r472, %r469, -2147483648;
+	or.b32  	%r473, %r472, %r471;
+	mov.b32 	%f8, %r473;
+	mul.rn.f32 	%f21, %f16, %f2;
+	neg.f32 	%f22, %f21;
+	fma.rn.f32 	%f23, %f22, %f1, %f16;
+	fma.rn.f32 	%f24, %f23, %f2, %f21;
+	mov.b32 	%r474, %f24;
+	and.b32  	%r475, %r1217, -2147483648;
+	or.b32  	%r476, %r475, %r474;
+	mov.b32 	%f7, %r476;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs19, %f7, %f8;
+	// end inline asm
+	shl.b32 	%r477, %r1216, 16;
+	mov.b32 	%f25, %r477;
+	and.b32  	%r478, %r1216, -65536;
+	mov.b32 	%f26, %r478;
+	mul.rn.f32 	%f27, %f25, %f2;
+	neg.f32 	%f28, %f27;
+	fma.rn.f32 	%f29, %f28, %f1, %f25;
+	fma.rn.f32 	%f30, %f29, %f2, %f27;
+	mov.b32 	%r479, %f30;
+	and.b32  	%r480, %r477, -2147483648;
+	or.b32  	%r481, %r480, %r479;
+	mov.b32 	%f10, %r481;
+	mul.rn.f32 	%f31, %f26, %f2;
+	neg.f32 	%f32, %f31;
+	fma.rn.f32 	%f33, %f32, %f1, %f26;
+	fma.rn.f32 	%f34, %f33, %f2, %f31;
+	mov.b32 	%r482, %f34;
+	and.b32  	%r483, %r1216, -2147483648;
+	or.b32  	%r484, %r483, %r482;
+	mov.b32 	%f9, %r484;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs20, %f9, %f10;
+	// end inline asm
+	shl.b32 	%r485, %r1215, 16;
+	mov.b32 	%f35, %r485;
+	and.b32  	%r486, %r1215, -65536;
+	mov.b32 	%f36, %r486;
+	mul.rn.f32 	%f37, %f35, %f2;
+	neg.f32 	%f38, %f37;
+	fma.rn.f32 	%f39, %f38, %f1, %f35;
+	fma.rn.f32 	%f40, %f39, %f2, %f37;
+	mov.b32 	%r487, %f40;
+	and.b32  	%r488, %r485, -2147483648;
+	or.b32  	%r489, %r488, %r487;
+	mov.b32 	%f12, %r489;
+	mul.rn.f32 	%f41, %f36, %f2;
+	neg.f32 	%f42, %f41;
+	fma.rn.f32 	%f43, %f42, %f1, %f36;
+	fma.rn.f32 	%f44, %f43, %f2, %f41;
+	mov.b32 	%r490, %f44;
+	and.b32  	%r491, %r1215, -2147483648;
+	or.b32  	%r492, %r491, %r490;
+	mov.b32 	%f11, %r492;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs21, %f11, %f12;
+	// end inline asm
+	shl.b32 	%r493, %r1214, 16;
+	mov.b32 	%f45, %r493;
+	and.b32  	%r494, %r1214, -65536;
+	mov.b32 	%f46, %r494;
+	mul.rn.f32 	%f47, %f45, %f2;
+	neg.f32 	%f48, %f47;
+	fma.rn.f32 	%f49, %f48, %f1, %f45;
+	fma.rn.f32 	%f50, %f49, %f2, %f47;
+	mov.b32 	%r495, %f50;
+	and.b32  	%r496, %r493, -2147483648;
+	or.b32  	%r497, %r496, %r495;
+	mov.b32 	%f14, %r497;
+	mul.rn.f32 	%f51, %f46, %f2;
+	neg.f32 	%f52, %f51;
+	fma.rn.f32 	%f53, %f52, %f1, %f46;
+	fma.rn.f32 	%f54, %f53, %f2, %f51;
+	mov.b32 	%r498, %f54;
+	and.b32  	%r499, %r1214, -2147483648;
+	or.b32  	%r500, %r499, %r498;
+	mov.b32 	%f13, %r500;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs22, %f13, %f14;
+	// end inline asm
+	mov.b32 	%r501, {%rs21, %rs22};
+	mov.b32 	%r502, {%rs19, %rs20};
+	st.global.v2.u32 	[%rd460], {%r502, %r501};
+$L__BB2_118:
+	add.s64 	%rd681, %rd26, 16;
+	ld.param.u64 	%rd461, [%rd9+-8];
+	setp.ge.s64 	%p67, %rd681, %rd461;
+	@%p67 bra 	$L__BB2_121;
+	ld.param.u64 	%rd148, [%rd9];
+	setp.le.s64 	%p68, %rd148, %rd25;
+	@%p68 bra 	$L__BB2_121;
+	add.s64 	%rd682, %rd26, 16;
+	mul.lo.s64 	%rd462, %rd148, %rd682;
+	add.s64 	%rd463, %rd462, %rd25;
+	add.s64 	%rd464, %rd146, %rd463;
+	shl.b32 	%r503, %r1222, 16;
+	mov.b32 	%f63, %r503;
+	and.b32  	%r504, %r1222, -65536;
+	mov.b32 	%f64, %r504;
+	mul.rn.f32 	%f65, %f63, %f2;
+	neg.f32 	%f66, %f65;
+	fma.rn.f32 	%f67, %f66, %f1, %f63;
+	fma.rn.f32 	%f68, %f67, %f2, %f65;
+	mov.b32 	%r505, %f68;
+	and.b32  	%r506, %r503, -2147483648;
+	or.b32  	%r507, %r506, %r505;
+	mov.b32 	%f56, %r507;
+	mul.rn.f32 	%f69, %f64, %f2;
+	neg.f32 	%f70, %f69;
+	fma.rn.f32 	%f71, %f70, %f1, %f64;
+	fma.rn.f32 	%f72, %f71, %f2, %f69;
+	mov.b32 	%r508, %f72;
+	and.b32  	%r509, %r1222, -2147483648;
+	or.b32  	%r510, %r509, %r508;
+	mov.b32 	%f55, %r510;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs23, %f55, %f56;
+	// end inline asm
+	shl.b32 	%r511, %r1221, 16;
+	mov.b32 	%f73, %r511;
+	and.b32  	%r512, %r1221, -65536;
+	mov.b32 	%f74, %r512;
+	mul.rn.f32 	%f75, %f73, %f2;
+	neg.f32 	%f76, %f75;
+	fma.rn.f32 	%f77, %f76, %f1, %f73;
+	fma.rn.f32 	%f78, %f77, %f2, %f75;
+	mov.b32 	%r513, %f78;
+	and.b32  	%r514, %r511, -2147483648;
+	or.b32  	%r515, %r514, %r513;
+	mov.b32 	%f58, %r515;
+	mul.rn.f32 	%f79, %f74, %f2;
+	neg.f32 	%f80, %f79;
+	fma.rn.f32 	%f81, %f80, %f1, %f74;
+	fma.rn.f32 	%f82, %f81, %f2, %f79;
+	mov.b32 	%r516, %f82;
+	and.b32  	%r517, %r1221, -2147483648;
+	or.b32  	%r518, %r517, %r516;
+	mov.b32 	%f57, %r518;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs24, %f57, %f58;
+	// end inline asm
+	shl.b32 	%r519, %r1220, 16;
+	mov.b32 	%f83, %r519;
+	and.b32  	%r520, %r1220, -65536;
+	mov.b32 	%f84, %r520;
+	mul.rn.f32 	%f85, %f83, %f2;
+	neg.f32 	%f86, %f85;
+	fma.rn.f32 	%f87, %f86, %f1, %f83;
+	fma.rn.f32 	%f88, %f87, %f2, %f85;
+	mov.b32 	%r521, %f88;
+	and.b32  	%r522, %r519, -2147483648;
+	or.b32  	%r523, %r522, %r521;
+	mov.b32 	%f60, %r523;
+	mul.rn.f32 	%f89, %f84, %f2;
+	neg.f32 	%f90, %f89;
+	fma.rn.f32 	%f91, %f90, %f1, %f84;
+	fma.rn.f32 	%f92, %f91, %f2, %f89;
+	mov.b32 	%r524, %f92;
+	and.b32  	%r525, %r1220, -2147483648;
+	or.b32  	%r526, %r525, %r524;
+	mov.b32 	%f59, %r526;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs25, %f59, %f60;
+	// end inline asm
+	shl.b32 	%r527, %r1219, 16;
+	mov.b32 	%f93, %r527;
+	and.b32  	%r528, %r1219, -65536;
+	mov.b32 	%f94, %r528;
+	mul.rn.f32 	%f95, %f93, %f2;
+	neg.f32 	%f96, %f95;
+	fma.rn.f32 	%f97, %f96, %f1, %f93;
+	fma.rn.f32 	%f98, %f97, %f2, %f95;
+	mov.b32 	%r529, %f98;
+	and.b32  	%r530, %r527, -2147483648;
+	or.b32  	%r531, %r530, %r529;
+	mov.b32 	%f62, %r531;
+	mul.rn.f32 	%f99, %f94, %f2;
+	neg.f32 	%f100, %f99;
+	fma.rn.f32 	%f101, %f100, %f1, %f94;
+	fma.rn.f32 	%f102, %f101, %f2, %f99;
+	mov.b32 	%r532, %f102;
+	and.b32  	%r533, %r1219, -2147483648;
+	or.b32  	%r534, %r533, %r532;
+	mov.b32 	%f61, %r534;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs26, %f61, %f62;
+	// end inline asm
+	mov.b32 	%r535, {%rs25, %rs26};
+	mov.b32 	%r536, {%rs23, %rs24};
+	st.global.v2.u32 	[%rd464], {%r536, %r535};
+$L__BB2_121:
+	add.s64 	%rd665, %rd26, 32;
+	ld.param.u64 	%rd465, [%rd9+-8];
+	setp.ge.s64 	%p69, %rd665, %rd465;
+	@%p69 bra 	$L__BB2_124;
+	ld.param.u64 	%rd149, [%rd9];
+	setp.le.s64 	%p70, %rd149, %rd25;
+	@%p70 bra 	$L__BB2_124;
+	add.s64 	%rd674, %rd26, 32;
+	mul.lo.s64 	%rd466, %rd149, %rd674;
+	add.s64 	%rd467, %rd466, %rd25;
+	add.s64 	%rd468, %rd146, %rd467;
+	shl.b32 	%r537, %r1227, 16;
+	mov.b32 	%f111, %r537;
+	and.b32  	%r538, %r1227, -65536;
+	mov.b32 	%f112, %r538;
+	mul.rn.f32 	%f113, %f111, %f2;
+	neg.f32 	%f114, %f113;
+	fma.rn.f32 	%f115, %f114, %f1, %f111;
+	fma.rn.f32 	%f116, %f115, %f2, %f113;
+	mov.b32 	%r539, %f116;
+	and.b32  	%r540, %r537, -2147483648;
+	or.b32  	%r541, %r540, %r539;
+	mov.b32 	%f104, %r541;
+	mul.rn.f32 	%f117, %f112, %f2;
+	neg.f32 	%f118, %f117;
+	fma.rn.f32 	%f119, %f118, %f1, %f112;
+	fma.rn.f32 	%f120, %f119, %f2, %f117;
+	mov.b32 	%r542, %f120;
+	and.b32  	%r543, %r1227, -2147483648;
+	or.b32  	%r544, %r543, %r542;
+	mov.b32 	%f103, %r544;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs27, %f103, %f104;
+	// end inline asm
+	shl.b32 	%r545, %r1226, 16;
+	mov.b32 	%f121, %r545;
+	and.b32  	%r546, %r1226, -65536;
+	mov.b32 	%f122, %r546;
+	mul.rn.f32 	%f123, %f121, %f2;
+	neg.f32 	%f124, %f123;
+	fma.rn.f32 	%f125, %f124, %f1, %f121;
+	fma.rn.f32 	%f126, %f125, %f2, %f123;
+	mov.b32 	%r547, %f126;
+	and.b32  	%r548, %r545, -2147483648;
+	or.b32  	%r549, %r548, %r547;
+	mov.b32 	%f106, %r549;
+	mul.rn.f32 	%f127, %f122, %f2;
+	neg.f32 	%f128, %f127;
+	fma.rn.f32 	%f129, %f128, %f1, %f122;
+	fma.rn.f32 	%f130, %f129, %f2, %f127;
+	mov.b32 	%r550, %f130;
+	and.b32  	%r551, %r1226, -2147483648;
+	or.b32  	%r552, %r551, %r550;
+	mov.b32 	%f105, %r552;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs28, %f105, %f106;
+	// end inline asm
+	shl.b32 	%r553, %r1225, 16;
+	mov.b32 	%f131, %r553;
+	and.b32  	%r554, %r1225, -65536;
+	mov.b32 	%f132, %r554;
+	mul.rn.f32 	%f133, %f131, %f2;
+	neg.f32 	%f134, %f133;
+	fma.rn.f32 	%f135, %f134, %f1, %f131;
+	fma.rn.f32 	%f136, %f135, %f2, %f133;
+	mov.b32 	%r555, %f136;
+	and.b32  	%r556, %r553, -2147483648;
+	or.b32  	%r557, %r556, %r555;
+	mov.b32 	%f108, %r557;
+	mul.rn.f32 	%f137, %f132, %f2;
+	neg.f32 	%f138, %f137;
+	fma.rn.f32 	%f139, %f138, %f1, %f132;
+	fma.rn.f32 	%f140, %f139, %f2, %f137;
+	mov.b32 	%r558, %f140;
+	and.b32  	%r559, %r1225, -2147483648;
+	or.b32  	%r560, %r559, %r558;
+	mov.b32 	%f107, %r560;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs29, %f107, %f108;
+	// end inline asm
+	shl.b32 	%r561, %r1224, 16;
+	mov.b32 	%f141, %r561;
+	and.b32  	%r562, %r1224, -65536;
+	mov.b32 	%f142, %r562;
+	mul.rn.f32 	%f143, %f141, %f2;
+	neg.f32 	%f144, %f143;
+	fma.rn.f32 	%f145, %f144, %f1, %f141;
+	fma.rn.f32 	%f146, %f145, %f2, %f143;
+	mov.b32 	%r563, %f146;
+	and.b32  	%r564, %r561, -2147483648;
+	or.b32  	%r565, %r564, %r563;
+	mov.b32 	%f110, %r565;
+	mul.rn.f32 	%f147, %f142, %f2;
+	neg.f32 	%f148, %f147;
+	fma.rn.f32 	%f149, %f148, %f1, %f142;
+	fma.rn.f32 	%f150, %f149, %f2, %f147;
+	mov.b32 	%r566, %f150;
+	and.b32  	%r567, %r1224, -2147483648;
+	or.b32  	%r568, %r567, %r566;
+	mov.b32 	%f109, %r568;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs30, %f109, %f110;
+	// end inline asm
+	mov.b32 	%r569, {%rs29, %rs30};
+	mov.b32 	%r570, {%rs27, %rs28};
+	st.global.v2.u32 	[%rd468], {%r570, %r569};
+$L__BB2_124:
+	add.s64 	%rd666, %rd26, 48;
+	ld.param.u64 	%rd469, [%rd9+-8];
+	setp.ge.s64 	%p71, %rd666, %rd469;
+	@%p71 bra 	$L__BB2_127;
+	ld.param.u64 	%rd150, [%rd9];
+	setp.le.s64 	%p72, %rd150, %rd25;
+	@%p72 bra 	$L__BB2_127;
+	add.s64 	%rd673, %rd26, 48;
+	mul.lo.s64 	%rd470, %rd150, %rd673;
+	add.s64 	%rd471, %rd470, %rd25;
+	add.s64 	%rd472, %rd146, %rd471;
+	shl.b32 	%r571, %r1232, 16;
+	mov.b32 	%f159, %r571;
+	and.b32  	%r572, %r1232, -65536;
+	mov.b32 	%f160, %r572;
+	mul.rn.f32 	%f161, %f159, %f2;
+	neg.f32 	%f162, %f161;
+	fma.rn.f32 	%f163, %f162, %f1, %f159;
+	fma.rn.f32 	%f164, %f163, %f2, %f161;
+	mov.b32 	%r573, %f164;
+	and.b32  	%r574, %r571, -2147483648;
+	or.b32  	%r575, %r574, %r573;
+	mov.b32 	%f152, %r575;
+	mul.rn.f32 	%f165, %f160, %f2;
+	neg.f32 	%f166, %f165;
+	fma.rn.f32 	%f167, %f166, %f1, %f160;
+	fma.rn.f32 	%f168, %f167, %f2, %f165;
+	mov.b32 	%r576, %f168;
+	and.b32  	%r577, %r1232, -2147483648;
+	or.b32  	%r578, %r577, %r576;
+	mov.b32 	%f151, %r578;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs31, %f151, %f152;
+	// end inline asm
+	shl.b32 	%r579, %r1231, 16;
+	mov.b32 	%f169, %r579;
+	and.b32  	%r580, %r1231, -65536;
+	mov.b32 	%f170, %r580;
+	mul.rn.f32 	%f171, %f169, %f2;
+	neg.f32 	%f172, %f171;
+	fma.rn.f32 	%f173, %f172, %f1, %f169;
+	fma.rn.f32 	%f174, %f173, %f2, %f171;
+	mov.b32 	%r581, %f174;
+	and.b32  	%r582, %r579, -2147483648;
+	or.b32  	%r583, %r582, %r581;
+	mov.b32 	%f154, %r583;
+	mul.rn.f32 	%f175, %f170, %f2;
+	neg.f32 	%f176, %f175;
+	fma.rn.f32 	%f177, %f176, %f1, %f170;
+	fma.rn.f32 	%f178, %f177, %f2, %f175;
+	mov.b32 	%r584, %f178;
+	and.b32  	%r585, %r1231, -2147483648;
+	or.b32  	%r586, %r585, %r584;
+	mov.b32 	%f153, %r586;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs32, %f153, %f154;
+	// end inline asm
+	shl.b32 	%r587, %r1230, 16;
+	mov.b32 	%f179, %r587;
+	and.b32  	%r588, %r1230, -65536;
+	mov.b32 	%f180, %r588;
+	mul.rn.f32 	%f181, %f179, %f2;
+	neg.f32 	%f182, %f181;
+	fma.rn.f32 	%f183, %f182, %f1, %f179;
+	fma.rn.f32 	%f184, %f183, %f2, %f181;
+	mov.b32 	%r589, %f184;
+	and.b32  	%r590, %r587, -2147483648;
+	or.b32  	%r591, %r590, %r589;
+	mov.b32 	%f156, %r591;
+	mul.rn.f32 	%f185, %f180, %f2;
+	neg.f32 	%f186, %f185;
+	fma.rn.f32 	%f187, %f186, %f1, %f180;
+	fma.rn.f32 	%f188, %f187, %f2, %f185;
+	mov.b32 	%r592, %f188;
+	and.b32  	%r593, %r1230, -2147483648;
+	or.b32  	%r594, %r593, %r592;
+	mov.b32 	%f155, %r594;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs33, %f155, %f156;
+	// end inline asm
+	shl.b32 	%r595, %r1229, 16;
+	mov.b32 	%f189, %r595;
+	and.b32  	%r596, %r1229, -65536;
+	mov.b32 	%f190, %r596;
+	mul.rn.f32 	%f191, %f189, %f2;
+	neg.f32 	%f192, %f191;
+	fma.rn.f32 	%f193, %f192, %f1, %f189;
+	fma.rn.f32 	%f194, %f193, %f2, %f191;
+	mov.b32 	%r597, %f194;
+	and.b32  	%r598, %r595, -2147483648;
+	or.b32  	%r599, %r598, %r597;
+	mov.b32 	%f158, %r599;
+	mul.rn.f32 	%f195, %f190, %f2;
+	neg.f32 	%f196, %f195;
+	fma.rn.f32 	%f197, %f196, %f1, %f190;
+	fma.rn.f32 	%f198, %f197, %f2, %f195;
+	mov.b32 	%r600, %f198;
+	and.b32  	%r601, %r1229, -2147483648;
+	or.b32  	%r602, %r601, %r600;
+	mov.b32 	%f157, %r602;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs34, %f157, %f158;
+	// end inline asm
+	mov.b32 	%r603, {%rs33, %rs34};
+	mov.b32 	%r604, {%rs31, %rs32};
+	st.global.v2.u32 	[%rd472], {%r604, %r603};
+$L__BB2_127:
+	add.s64 	%rd667, %rd26, 64;
+	ld.param.u64 	%rd473, [%rd9+-8];
+	setp.ge.s64 	%p73, %rd667, %rd473;
+	@%p73 bra 	$L__BB2_130;
+	ld.param.u64 	%rd151, [%rd9];
+	setp.le.s64 	%p74, %rd151, %rd25;
+	@%p74 bra 	$L__BB2_130;
+	add.s64 	%rd672, %rd26, 64;
+	mul.lo.s64 	%rd474, %rd151, %rd672;
+	add.s64 	%rd475, %rd474, %rd25;
+	add.s64 	%rd476, %rd146, %rd475;
+	shl.b32 	%r605, %r1237, 16;
+	mov.b32 	%f207, %r605;
+	and.b32  	%r606, %r1237, -65536;
+	mov.b32 	%f208, %r606;
+	mul.rn.f32 	%f209, %f207, %f2;
+	neg.f32 	%f210, %f209;
+	fma.rn.f32 	%f211, %f210, %f1, %f207;
+	fma.rn.f32 	%f212, %f211, %f2, %f209;
+	mov.b32 	%r607, %f212;
+	and.b32  	%r608, %r605, -2147483648;
+	or.b32  	%r609, %r608, %r607;
+	mov.b32 	%f200, %r609;
+	mul.rn.f32 	%f213, %f208, %f2;
+	neg.f32 	%f214, %f213;
+	fma.rn.f32 	%f215, %f214, %f1, %f208;
+	fma.rn.f32 	%f216, %f215, %f2, %f213;
+	mov.b32 	%r610, %f216;
+	and.b32  	%r611, %r1237, -2147483648;
+	or.b32  	%r612, %r611, %r610;
+	mov.b32 	%f199, %r612;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs35, %f199, %f200;
+	// end inline asm
+	shl.b32 	%r613, %r1236, 16;
+	mov.b32 	%f217, %r613;
+	and.b32  	%r614, %r1236, -65536;
+	mov.b32 	%f218, %r614;
+	mul.rn.f32 	%f219, %f217, %f2;
+	neg.f32 	%f220, %f219;
+	fma.rn.f32 	%f221, %f220, %f1, %f217;
+	fma.rn.f32 	%f222, %f221, %f2, %f219;
+	mov.b32 	%r615, %f222;
+	and.b32  	%r616, %r613, -2147483648;
+	or.b32  	%r617, %r616, %r615;
+	mov.b32 	%f202, %r617;
+	mul.rn.f32 	%f223, %f218, %f2;
+	neg.f32 	%f224, %f223;
+	fma.rn.f32 	%f225, %f224, %f1, %f218;
+	fma.rn.f32 	%f226, %f225, %f2, %f223;
+	mov.b32 	%r618, %f226;
+	and.b32  	%r619, %r1236, -2147483648;
+	or.b32  	%r620, %r619, %r618;
+	mov.b32 	%f201, %r620;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs36, %f201, %f202;
+	// end inline asm
+	shl.b32 	%r621, %r1235, 16;
+	mov.b32 	%f227, %r621;
+	and.b32  	%r622, %r1235, -65536;
+	mov.b32 	%f228, %r622;
+	mul.rn.f32 	%f229, %f227, %f2;
+	neg.f32 	%f230, %f229;
+	fma.rn.f32 	%f231, %f230, %f1, %f227;
+	fma.rn.f32 	%f232, %f231, %f2, %f229;
+	mov.b32 	%r623, %f232;
+	and.b32  	%r624, %r621, -2147483648;
+	or.b32  	%r625, %r624, %r623;
+	mov.b32 	%f204, %r625;
+	mul.rn.f32 	%f233, %f228, %f2;
+	neg.f32 	%f234, %f233;
+	fma.rn.f32 	%f235, %f234, %f1, %f228;
+	fma.rn.f32 	%f236, %f235, %f2, %f233;
+	mov.b32 	%r626, %f236;
+	and.b32  	%r627, %r1235, -2147483648;
+	or.b32  	%r628, %r627, %r626;
+	mov.b32 	%f203, %r628;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs37, %f203, %f204;
+	// end inline asm
+	shl.b32 	%r629, %r1234, 16;
+	mov.b32 	%f237, %r629;
+	and.b32  	%r630, %r1234, -65536;
+	mov.b32 	%f238, %r630;
+	mul.rn.f32 	%f239, %f237, %f2;
+	neg.f32 	%f240, %f239;
+	fma.rn.f32 	%f241, %f240, %f1, %f237;
+	fma.rn.f32 	%f242, %f241, %f2, %f239;
+	mov.b32 	%r631, %f242;
+	and.b32  	%r632, %r629, -2147483648;
+	or.b32  	%r633, %r632, %r631;
+	mov.b32 	%f206, %r633;
+	mul.rn.f32 	%f243, %f238, %f2;
+	neg.f32 	%f244, %f243;
+	fma.rn.f32 	%f245, %f244, %f1, %f238;
+	fma.rn.f32 	%f246, %f245, %f2, %f243;
+	mov.b32 	%r634, %f246;
+	and.b32  	%r635, %r1234, -2147483648;
+	or.b32  	%r636, %r635, %r634;
+	mov.b32 	%f205, %r636;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs38, %f205, %f206;
+	// end inline asm
+	mov.b32 	%r637, {%rs37, %rs38};
+	mov.b32 	%r638, {%rs35, %rs36};
+	st.global.v2.u32 	[%rd476], {%r638, %r637};
+$L__BB2_130:
+	add.s64 	%rd685, %rd26, 80;
+	ld.param.u64 	%rd477, [%rd9+-8];
+	setp.ge.s64 	%p75, %rd685, %rd477;
+	@%p75 bra 	$L__BB2_133;
+	ld.param.u64 	%rd152, [%rd9];
+	setp.le.s64 	%p76, %rd152, %rd25;
+	@%p76 bra 	$L__BB2_133;
+	add.s64 	%rd686, %rd26, 80;
+	mul.lo.s64 	%rd478, %rd152, %rd686;
+	add.s64 	%rd479, %rd478, %rd25;
+	add.s64 	%rd480, %rd146, %rd479;
+	shl.b32 	%r639, %r1242, 16;
+	mov.b32 	%f255, %r639;
+	and.b32  	%r640, %r1242, -65536;
+	mov.b32 	%f256, %r640;
+	mul.rn.f32 	%f257, %f255, %f2;
+	neg.f32 	%f258, %f257;
+	fma.rn.f32 	%f259, %f258, %f1, %f255;
+	fma.rn.f32 	%f260, %f259, %f2, %f257;
+	mov.b32 	%r641, %f260;
+	and.b32  	%r642, %r639, -2147483648;
+	or.b32  	%r643, %r642, %r641;
+	mov.b32 	%f248, %r643;
+	mul.rn.f32 	%f261, %f256, %f2;
+	neg.f32 	%f262, %f261;
+	fma.rn.f32 	%f263, %f262, %f1, %f256;
+	fma.rn.f32 	%f264, %f263, %f2, %f261;
+	mov.b32 	%r644, %f264;
+	and.b32  	%r645, %r1242, -2147483648;
+	or.b32  	%r646, %r645, %r644;
+	mov.b32 	%f247, %r646;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs39, %f247, %f248;
+	// end inline asm
+	shl.b32 	%r647, %r1241, 16;
+	mov.b32 	%f265, %r647;
+	and.b32  	%r648, %r1241, -65536;
+	mov.b32 	%f266, %r648;
+	mul.rn.f32 	%f267, %f265, %f2;
+	neg.f32 	%f268, %f267;
+	fma.rn.f32 	%f269, %f268, %f1, %f265;
+	fma.rn.f32 	%f270, %f269, %f2, %f267;
+	mov.b32 	%r649, %f270;
+	and.b32  	%r650, %r647, -2147483648;
+	or.b32  	%r651, %r650, %r649;
+	mov.b32 	%f250, %r651;
+	mul.rn.f32 	%f271, %f266, %f2;
+	neg.f32 	%f272, %f271;
+	fma.rn.f32 	%f273, %f272, %f1, %f266;
+	fma.rn.f32 	%f274, %f273, %f2, %f271;
+	mov.b32 	%r652, %f274;
+	and.b32  	%r653, %r1241, -2147483648;
+	or.b32  	%r654, %r653, %r652;
+	mov.b32 	%f249, %r654;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs40, %f249, %f250;
+	// end inline asm
+	shl.b32 	%r655, %r1240, 16;
+	mov.b32 	%f275, %r655;
+	and.b32  	%r656, %r1240, -65536;
+	mov.b32 	%f276, %r656;
+	mul.rn.f32 	%f277, %f275, %f2;
+	neg.f32 	%f278, %f277;
+	fma.rn.f32 	%f279, %f278, %f1, %f275;
+	fma.rn.f32 	%f280, %f279, %f2, %f277;
+	mov.b32 	%r657, %f280;
+	and.b32  	%r658, %r655, -2147483648;
+	or.b32  	%r659, %r658, %r657;
+	mov.b32 	%f252, %r659;
+	mul.rn.f32 	%f281, %f276, %f2;
+	neg.f32 	%f282, %f281;
+	fma.rn.f32 	%f283, %f282, %f1, %f276;
+	fma.rn.f32 	%f284, %f283, %f2, %f281;
+	mov.b32 	%r660, %f284;
+	and.b32  	%r661, %r1240, -2147483648;
+	or.b32  	%r662, %r661, %r660;
+	mov.b32 	%f251, %r662;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs41, %f251, %f252;
+	// end inline asm
+	shl.b32 	%r663, %r1239, 16;
+	mov.b32 	%f285, %r663;
+	and.b32  	%r664, %r1239, -65536;
+	mov.b32 	%f286, %r664;
+	mul.rn.f32 	%f287, %f285, %f2;
+	neg.f32 	%f288, %f287;
+	fma.rn.f32 	%f289, %f288, %f1, %f285;
+	fma.rn.f32 	%f290, %f289, %f2, %f287;
+	mov.b32 	%r665, %f290;
+	and.b32  	%r666, %r663, -2147483648;
+	or.b32  	%r667, %r666, %r665;
+	mov.b32 	%f254, %r667;
+	mul.rn.f32 	%f291, %f286, %f2;
+	neg.f32 	%f292, %f291;
+	fma.rn.f32 	%f293, %f292, %f1, %f286;
+	fma.rn.f32 	%f294, %f293, %f2, %f291;
+	mov.b32 	%r668, %f294;
+	and.b32  	%r669, %r1239, -2147483648;
+	or.b32  	%r670, %r669, %r668;
+	mov.b32 	%f253, %r670;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs42, %f253, %f254;
+	// end inline asm
+	mov.b32 	%r671, {%rs41, %rs42};
+	mov.b32 	%r672, {%rs39, %rs40};
+	st.global.v2.u32 	[%rd480], {%r672, %r671};
+$L__BB2_133:
+	add.s64 	%rd689, %rd26, 96;
+	ld.param.u64 	%rd481, [%rd9+-8];
+	setp.ge.s64 	%p77, %rd689, %rd481;
+	@%p77 bra 	$L__BB2_136;
+	ld.param.u64 	%rd153, [%rd9];
+	setp.le.s64 	%p78, %rd153, %rd25;
+	@%p78 bra 	$L__BB2_136;
+	add.s64 	%rd690, %rd26, 96;
+	mul.lo.s64 	%rd482, %rd153, %rd690;
+	add.s64 	%rd483, %rd482, %rd25;
+	add.s64 	%rd484, %rd146, %rd483;
+	shl.b32 	%r673, %r1247, 16;
+	mov.b32 	%f303, %r673;
+	and.b32  	%r674, %r1247, -65536;
+	mov.b32 	%f304, %r674;
+	mul.rn.f32 	%f305, %f303, %f2;
+	neg.f32 	%f306, %f305;
+	fma.rn.f32 	%f307, %f306, %f1, %f303;
+	fma.rn.f32 	%f308, %f307, %f2, %f305;
+	mov.b32 	%r675, %f308;
+	and.b32  	%r676, %r673, -2147483648;
+	or.b32  	%r677, %r676, %r675;
+	mov.b32 	%f296, %r677;
+	mul.rn.f32 	%f309, %f304, %f2;
+	neg.f32 	%f310, %f309;
+	fma.rn.f32 	%f311, %f310, %f1, %f304;
+	fma.rn.f32 	%f312, %f311, %f2, %f309;
+	mov.b32 	%r678, %f312;
+	and.b32  	%r679, %r1247, -2147483648;
+	or.b32  	%r680, %r679, %r678;
+	mov.b32 	%f295, %r680;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs43, %f295, %f296;
+	// end inline asm
+	shl.b32 	%r681, %r1246, 16;
+	mov.b32 	%f313, %r681;
+	and.b32  	%r682, %r1246, -65536;
+	mov.b32 	%f314, %r682;
+	mul.rn.f32 	%f315, %f313, %f2;
+	neg.f32 	%f316, %f315;
+	fma.rn.f32 	%f317, %f316, %f1, %f313;
+	fma.rn.f32 	%f318, %f317, %f2, %f315;
+	mov.b32 	%r683, %f318;
+	and.b32  	%r684, %r681, -2147483648;
+	or.b32  	%r685, %r684, %r683;
+	mov.b32 	%f298, %r685;
+	mul.rn.f32 	%f319, %f314, %f2;
+	neg.f32 	%f320, %f319;
+	fma.rn.f32 	%f321, %f320, %f1, %f314;
+	fma.rn.f32 	%f322, %f321, %f2, %f319;
+	mov.b32 	%r686, %f322;
+	and.b32  	%r687, %r1246, -2147483648;
+	or.b32  	%r688, %r687, %r686;
+	mov.b32 	%f297, %r688;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs44, %f297, %f298;
+	// end inline asm
+	shl.b32 	%r689, %r1245, 16;
+	mov.b32 	%f323, %r689;
+	and.b32  	%r690, %r1245, -65536;
+	mov.b32 	%f324, %r690;
+	mul.rn.f32 	%f325, %f323, %f2;
+	neg.f32 	%f326, %f325;
+	fma.rn.f32 	%f327, %f326, %f1, %f323;
+	fma.rn.f32 	%f328, %f327, %f2, %f325;
+	mov.b32 	%r691, %f328;
+	and.b32  	%r692, %r689, -2147483648;
+	or.b32  	%r693, %r692, %r691;
+	mov.b32 	%f300, %r693;
+	mul.rn.f32 	%f329, %f324, %f2;
+	neg.f32 	%f330, %f329;
+	fma.rn.f32 	%f331, %f330, %f1, %f324;
+	fma.rn.f32 	%f332, %f331, %f2, %f329;
+	mov.b32 	%r694, %f332;
+	and.b32  	%r695, %r1245, -2147483648;
+	or.b32  	%r696, %r695, %r694;
+	mov.b32 	%f299, %r696;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs45, %f299, %f300;
+	// end inline asm
+	shl.b32 	%r697, %r1244, 16;
+	mov.b32 	%f333, %r697;
+	and.b32  	%r698, %r1244, -65536;
+	mov.b32 	%f334, %r698;
+	mul.rn.f32 	%f335, %f333, %f2;
+	neg.f32 	%f336, %f335;
+	fma.rn.f32 	%f337, %f336, %f1, %f333;
+	fma.rn.f32 	%f338, %f337, %f2, %f335;
+	mov.b32 	%r699, %f338;
+	and.b32  	%r700, %r697, -2147483648;
+	or.b32  	%r701, %r700, %r699;
+	mov.b32 	%f302, %r701;
+	mul.rn.f32 	%f339, %f334, %f2;
+	neg.f32 	%f340, %f339;
+	fma.rn.f32 	%f341, %f340, %f1, %f334;
+	fma.rn.f32 	%f342, %f341, %f2, %f339;
+	mov.b32 	%r702, %f342;
+	and.b32  	%r703, %r1244, -2147483648;
+	or.b32  	%r704, %r703, %r702;
+	mov.b32 	%f301, %r704;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs46, %f301, %f302;
+	// end inline asm
+	mov.b32 	%r705, {%rs45, %rs46};
+	mov.b32 	%r706, {%rs43, %rs44};
+	st.global.v2.u32 	[%rd484], {%r706, %r705};
+$L__BB2_136:
+	add.s64 	%rd696, %rd26, 112;
+	ld.param.u64 	%rd485, [%rd9+-8];
+	setp.ge.s64 	%p79, %rd696, %rd485;
+	@%p79 bra 	$L__BB2_267;
+	ld.param.u64 	%rd154, [%rd9];
+	setp.le.s64 	%p80, %rd154, %rd25;
+	@%p80 bra 	$L__BB2_267;
+	add.s64 	%rd697, %rd26, 112;
+	mul.lo.s64 	%rd486, %rd154, %rd697;
+	add.s64 	%rd487, %rd486, %rd25;
+	add.s64 	%rd488, %rd146, %rd487;
+	shl.b32 	%r707, %r1252, 16;
+	mov.b32 	%f351, %r707;
+	and.b32  	%r708, %r1252, -65536;
+	mov.b32 	%f352, %r708;
+	mul.rn.f32 	%f353, %f351, %f2;
+	neg.f32 	%f354, %f353;
+	fma.rn.f32 	%f355, %f354, %f1, %f351;
+	fma.rn.f32 	%f356, %f355, %f2, %f353;
+	mov.b32 	%r709, %f356;
+	and.b32  	%r710, %r707, -2147483648;
+	or.b32  	%r711, %r710, %r709;
+	mov.b32 	%f344, %r711;
+	mul.rn.f32 	%f357, %f352, %f2;
+	neg.f32 	%f358, %f357;
+	fma.rn.f32 	%f359, %f358, %f1, %f352;
+	fma.rn.f32 	%f360, %f359, %f2, %f357;
+	mov.b32 	%r712, %f360;
+	and.b32  	%r713, %r1252, -2147483648;
+	or.b32  	%r714, %r713, %r712;
+	mov.b32 	%f343, %r714;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs47, %f343, %f344;
+	// end inline asm
+	shl.b32 	%r715, %r1251, 16;
+	mov.b32 	%f361, %r715;
+	and.b32  	%r716, %r1251, -65536;
+	mov.b32 	%f362, %r716;
+	mul.rn.f32 	%f363, %f361, %f2;
+	neg.f32 	%f364, %f363;
+	fma.rn.f32 	%f365, %f364, %f1, %f361;
+	fma.rn.f32 	%f366, %f365, %f2, %f363;
+	mov.b32 	%r717, %f366;
+	and.b32  	%r718, %r715, -2147483648;
+	or.b32  	%r719, %r718, %r717;
+	mov.b32 	%f346, %r719;
+	mul.rn.f32 	%f367, %f362, %f2;
+	neg.f32 	%f368, %f367;
+	fma.rn.f32 	%f369, %f368, %f1, %f362;
+	fma.rn.f32 	%f370, %f369, %f2, %f367;
+	mov.b32 	%r720, %f370;
+	and.b32  	%r721, %r1251, -2147483648;
+	or.b32  	%r722, %r721, %r720;
+	mov.b32 	%f345, %r722;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs48, %f345, %f346;
+	// end inline asm
+	shl.b32 	%r723, %r1250, 16;
+	mov.b32 	%f371, %r723;
+	and.b32  	%r724, %r1250, -65536;
+	mov.b32 	%f372, %r724;
+	mul.rn.f32 	%f373, %f371, %f2;
+	neg.f32 	%f374, %f373;
+	fma.rn.f32 	%f375, %f374, %f1, %f371;
+	fma.rn.f32 	%f376, %f375, %f2, %f373;
+	mov.b32 	%r725, %f376;
+	and.b32  	%r726, %r723, -2147483648;
+	or.b32  	%r727, %r726, %r725;
+	mov.b32 	%f348, %r727;
+	mul.rn.f32 	%f377, %f372, %f2;
+	neg.f32 	%f378, %f377;
+	fma.rn.f32 	%f379, %f378, %f1, %f372;
+	fma.rn.f32 	%f380, %f379, %f2, %f377;
+	mov.b32 	%r728, %f380;
+	and.b32  	%r729, %r1250, -2147483648;
+	or.b32  	%r730, %r729, %r728;
+	mov.b32 	%f347, %r730;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs49, %f347, %f348;
+	// end inline asm
+	shl.b32 	%r731, %r1249, 16;
+	mov.b32 	%f381, %r731;
+	and.b32  	%r732, %r1249, -65536;
+	mov.b32 	%f382, %r732;
+	mul.rn.f32 	%f383, %f381, %f2;
+	neg.f32 	%f384, %f383;
+	fma.rn.f32 	%f385, %f384, %f1, %f381;
+	fma.rn.f32 	%f386, %f385, %f2, %f383;
+	mov.b32 	%r733, %f386;
+	and.b32  	%r734, %r731, -2147483648;
+	or.b32  	%r735, %r734, %r733;
+	mov.b32 	%f350, %r735;
+	mul.rn.f32 	%f387, %f382, %f2;
+	neg.f32 	%f388, %f387;
+	fma.rn.f32 	%f389, %f388, %f1, %f382;
+	fma.rn.f32 	%f390, %f389, %f2, %f387;
+	mov.b32 	%r736, %f390;
+	and.b32  	%r737, %r1249, -2147483648;
+	or.b32  	%r738, %r737, %r736;
+	mov.b32 	%f349, %r738;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs50, %f349, %f350;
+	// end inline asm
+	mov.b32 	%r739, {%rs49, %rs50};
+	mov.b32 	%r740, {%rs47, %rs48};
+	st.global.v2.u32 	[%rd488], {%r740, %r739};
+	bra.uni 	$L__BB2_267;
+$L__BB2_201:
+	cvt.u32.u64 	%r1110, %rd201;
+	cvt.u32.u64 	%r1111, %rd758;
+	rem.u32 	%r1112, %r1111, %r1110;
+	cvt.u64.u32 	%rd755, %r1112;
+$L__BB2_202:
+	shr.u64 	%rd571, %rd201, 63;
+	add.s64 	%rd572, %rd201, %rd571;
+	shr.s64 	%rd205, %rd572, 1;
+	or.b64  	%rd573, %rd755, %rd205;
+	and.b64  	%rd574, %rd573, -4294967296;
+	setp.eq.s64 	%p190, %rd574, 0;
+	@%p190 bra 	$L__BB2_204;
+	div.s64 	%rd756, %rd755, %rd205;
+	mul.lo.s64 	%rd575, %rd756, %rd205;
+	sub.s64 	%rd757, %rd755, %rd575;
+	bra.uni 	$L__BB2_205;
+$L__BB2_204:
+	cvt.u32.u64 	%r1113, %rd205;
+	cvt.u32.u64 	%r1114, %rd755;
+	div.u32 	%r1115, %r1114, %r1113;
+	mul.lo.s32 	%r1116, %r1115, %r1113;
+	sub.s32 	%r1117, %r1114, %r1116;
+	cvt.u64.u32 	%rd756, %r1115;
+	cvt.u64.u32 	%rd757, %r1117;
+$L__BB2_205:
+	shl.b64 	%rd576, %rd757, 1;
+	sub.s64 	%rd577, %rd758, %rd755;
+	add.s64 	%rd578, %rd577, %rd576;
+	add.s64 	%rd758, %rd578, %rd756;
+$L__BB2_206:
+	ld.param.u64 	%rd579, [%rd9+24];
+	mul.lo.s64 	%rd580, %rd579, %rd758;
+	ld.param.u64 	%rd581, [%rd9+40];
+	add.s64 	%rd582, %rd581, %rd199;
+	add.s64 	%rd583, %rd582, %rd580;
+	shl.b64 	%rd584, %rd583, 1;
+	add.s64 	%rd214, %rd21, %rd584;
+	add.s64 	%rd585, %rd20, %rd584;
+	and.b64  	%rd586, %rd585, 1;
+	setp.eq.b64 	%p191, %rd586, 1;
+	mov.pred 	%p192, 0;
+	xor.pred  	%p193, %p191, %p192;
+	not.pred 	%p194, %p193;
+	@%p194 bra 	$L__BB2_208;
+	bra.uni 	$L__BB2_207;
+$L__BB2_208:
+	ld.global.u16 	%r1265, [%rd214];
+	bra.uni 	$L__BB2_209;
+$L__BB2_207:
+	ld.global.u8 	%r1118, [%rd214];
+	ld.global.u8 	%r1119, [%rd214+1];
+	prmt.b32 	%r1265, %r1119, %r1118, 30212;
+$L__BB2_209:
+	shl.b32 	%r1120, %r1265, 16;
+	and.b32  	%r1121, %r1120, 2147418112;
+	max.u32 	%r1261, %r1261, %r1121;
+$L__BB2_210:
+	and.b32  	%r1123, %r1270, 31;
+	setp.ne.s32 	%p195, %r1123, 0;
+	mov.u32 	%r1124, -1;
+	redux.sync.max.u32 %r120, %r1261, %r1124;
+	@%p195 bra 	$L__BB2_212;
+	mov.u32 	%r1125, %tid.x;
+	shr.u32 	%r1126, %r1125, 3;
+	and.b32  	%r1127, %r1126, 536870908;
+	mov.u32 	%r1128, _ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red;
+	add.s32 	%r1129, %r1128, %r1127;
+	st.shared.u32 	[%r1129], %r120;
+$L__BB2_212:
+	bar.sync 	0;
+	ld.shared.u32 	%r1131, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+4];
+	ld.shared.u32 	%r1132, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red];
+	max.u32 	%r1133, %r1132, %r1131;
+	ld.shared.u32 	%r1134, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+8];
+	max.u32 	%r1135, %r1133, %r1134;
+	ld.shared.u32 	%r1136, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+12];
+	max.u32 	%r1137, %r1135, %r1136;
+	ld.shared.u32 	%r1138, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+16];
+	max.u32 	%r1139, %r1137, %r1138;
+	ld.shared.u32 	%r1140, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+20];
+	max.u32 	%r1141, %r1139, %r1140;
+	ld.shared.u32 	%r1142, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+24];
+	max.u32 	%r1143, %r1141, %r1142;
+	ld.shared.u32 	%r1144, [_ZZ8ws_blockILb1EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+28];
+	max.u32 	%r121, %r1143, %r1144;
+	bar.sync 	0;
+	setp.gt.u32 	%p196, %r121, 2139095040;
+	mov.u32 	%r1267, 2143289344;
+	@%p196 bra 	$L__BB2_218;
+	mov.b32 	%f663, %r121;
+	mov.f32 	%f664, 0f43E00000;
+	div.rn.f32 	%f665, %f663, %f664;
+	mov.b32 	%r122, %f665;
+	setp.eq.s32 	%p197, %r122, 0;
+	mov.u32 	%r1267, 1065353216;
+	@%p197 bra 	$L__BB2_218;
+	ld.param.u32 	%r1209, [%rd9+12];
+	setp.ne.s32 	%p198, %r1209, 1;
+	setp.eq.s32 	%p199, %r122, 2139095040;
+	or.pred  	%p200, %p199, %p198;
+	mov.u32 	%r1267, %r122;
+	@%p200 bra 	$L__BB2_218;
+	setp.lt.u32 	%p201, %r122, 8388608;
+	mov.u32 	%r1267, 8388608;
+	@%p201 bra 	$L__BB2_218;
+	and.b32  	%r1147, %r122, 8388607;
+	setp.eq.s32 	%p202, %r1147, 0;
+	mov.u32 	%r1267, %r122;
+	@%p202 bra 	$L__BB2_218;
+	and.b32  	%r1148, %r122, 2139095040;
+	add.s32 	%r1267, %r1148, 8388608;
+$L__BB2_218:
+	setp.ne.s32 	%p203, %r1270, 0;
+	mov.b32 	%f3, %r1267;
+	@%p203 bra 	$L__BB2_220;
+	st.global.u32 	[%rd23], %r1267;
+$L__BB2_220:
+	@%p161 bra 	$L__BB2_267;
+	mov.u32 	%r1151, 16383;
+	sub.s32 	%r1152, %r1151, %r1270;
+	shr.u32 	%r1153, %r1152, 8;
+	add.s32 	%r1154, %r1153, 1;
+	and.b32  	%r1155, %r1154, 1;
+	setp.eq.b32 	%p205, %r1155, 1;
+	mov.pred 	%p206, 0;
+	xor.pred  	%p207, %p205, %p206;
+	not.pred 	%p208, %p207;
+	ld.param.u64 	%rd215, [%rd9+-8];
+	@%p208 bra 	$L__BB2_236;
+	mov.u32 	%r1156, %tid.x;
+	shr.u32 	%r1157, %r1156, 7;
+	cvt.u64.u32 	%rd587, %r1157;
+	add.s64 	%rd216, %rd18, %rd587;
+	and.b32  	%r1158, %r1156, 127;
+	cvt.u64.u32 	%rd588, %r1158;
+	add.s64 	%rd217, %rd19, %rd588;
+	setp.ge.s64 	%p209, %rd216, %rd215;
+	add.s32 	%r1270, %r1156, 256;
+	@%p209 bra 	$L__BB2_236;
+	ld.param.u64 	%rd589, [%rd9];
+	setp.ge.s64 	%p210, %rd217, %rd589;
+	@%p210 bra 	$L__BB2_236;
+	ld.param.u64 	%rd590, [%rd9+32];
+	add.s64 	%rd762, %rd590, %rd216;
+	ld.param.u64 	%rd219, [%rd9+48];
+	setp.eq.s64 	%p211, %rd219, 0;
+	@%p211 bra 	$L__BB2_232;
+	or.b64  	%rd591, %rd762, %rd219;
+	and.b64  	%rd592, %rd591, -4294967296;
+	setp.eq.s64 	%p212, %rd592, 0;
+	@%p212 bra 	$L__BB2_227;
+	rem.s64 	%rd759, %rd762, %rd219;
+	bra.uni 	$L__BB2_228;
+$L__BB2_227:
+	cvt.u32.u64 	%r1160, %rd219;
+	cvt.u32.u64 	%r1161, %rd762;
+	rem.u32 	%r1162, %r1161, %r1160;
+	cvt.u64.u32 	%rd759, %r1162;
+$L__BB2_228:
+	shr.u64 	%rd593, %rd219, 63;
+	add.s64 	%rd594, %rd219, %rd593;
+	shr.s64 	%rd223, %rd594, 1;
+	or.b64  	%rd595, %rd759, %rd223;
+	and.b64  	%rd596, %rd595, -4294967296;
+	setp.eq.s64 	%p213, %rd596, 0;
+	@%p213 bra 	$L__BB2_230;
+	div.s64 	%rd760, %rd759, %rd223;
+	mul.lo.s64 	%rd597, %rd760, %rd223;
+	sub.s64 	%rd761, %rd759, %rd597;
+	bra.uni 	$L__BB2_231;
+$L__BB2_230:
+	cvt.u32.u64 	%r1163, %rd223;
+	cvt.u32.u64 	%r1164, %rd759;
+	div.u32 	%r1165, %r1164, %r1163;
+	mul.lo.s32 	%r1166, %r1165, %r1163;
+	sub.s32 	%r1167, %r1164, %r1166;
+	cvt.u64.u32 	%rd760, %r1165;
+	cvt.u64.u32 	%rd761, %r1167;
+$L__BB2_231:
+	shl.b64 	%rd598, %rd761, 1;
+	sub.s64 	%rd599, %rd762, %rd759;
+	add.s64 	%rd600, %rd599, %rd598;
+	add.s64 	%rd762, %rd600, %rd760;
+$L__BB2_232:
+	ld.param.u64 	%rd601, [%rd9+24];
+	mul.lo.s64 	%rd602, %rd601, %rd762;
+	ld.param.u64 	%rd603, [%rd9+40];
+	add.s64 	%rd604, %rd603, %rd217;
+	add.s64 	%rd605, %rd604, %rd602;
+	shl.b64 	%rd606, %rd605, 1;
+	add.s64 	%rd232, %rd21, %rd606;
+	add.s64 	%rd607, %rd20, %rd606;
+	and.b64  	%rd608, %rd607, 1;
+	setp.eq.b64 	%p214, %rd608, 1;
+	mov.pred 	%p215, 0;
+	xor.pred  	%p216, %p214, %p215;
+	not.pred 	%p217, %p216;
+	@%p217 bra 	$L__BB2_234;
+	bra.uni 	$L__BB2_233;
+$L__BB2_234:
+	ld.global.u16 	%r1268, [%rd232];
+	bra.uni 	$L__BB2_235;
+$L__BB2_233:
+	ld.global.u8 	%r1168, [%rd232];
+	ld.global.u8 	%r1169, [%rd232+1];
+	prmt.b32 	%r1268, %r1169, %r1168, 30212;
+$L__BB2_235:
+	shl.b32 	%r1170, %r1268, 16;
+	mov.b32 	%f668, %r1170;
+	div.rn.f32 	%f669, %f668, %f3;
+	mov.f32 	%f670, 0fC3E00000;
+	max.f32 	%f671, %f669, %f670;
+	mov.f32 	%f672, 0f43E00000;
+	min.f32 	%f667, %f671, %f672;
+	mov.f32 	%f673, 0f00000000;
+	div.rn.f32 	%f674, %f673, %f3;
+	max.f32 	%f675, %f674, %f670;
+	min.f32 	%f666, %f675, %f672;
+	setp.nan.f32 	%p218, %f669, %f669;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs83, %f666, %f667;
+	// end inline asm
+	selp.b16 	%rs84, 127, %rs83, %p218;
+	ld.param.u64 	%rd609, [%rd9];
+	mul.lo.s64 	%rd610, %rd609, %rd216;
+	add.s64 	%rd611, %rd610, %rd217;
+	add.s64 	%rd612, %rd22, %rd611;
+	st.global.u8 	[%rd612], %rs84;
+$L__BB2_236:
+	setp.eq.s32 	%p219, %r1153, 0;
+	@%p219 bra 	$L__BB2_267;
+	and.b32  	%r1176, %r1270, 127;
+	cvt.u64.u32 	%rd613, %r1176;
+	add.s64 	%rd233, %rd19, %rd613;
+$L__BB2_238:
+	shr.u32 	%r1177, %r1270, 7;
+	cvt.u64.u32 	%rd614, %r1177;
+	add.s64 	%rd234, %rd18, %rd614;
+	setp.ge.s64 	%p220, %rd234, %rd215;
+	@%p220 bra 	$L__BB2_252;
+	ld.param.u64 	%rd615, [%rd9];
+	setp.ge.s64 	%p221, %rd233, %rd615;
+	@%p221 bra 	$L__BB2_252;
+	ld.param.u64 	%rd616, [%rd9+32];
+	add.s64 	%rd766, %rd616, %rd234;
+	ld.param.u64 	%rd236, [%rd9+48];
+	setp.eq.s64 	%p222, %rd236, 0;
+	@%p222 bra 	$L__BB2_248;
+	or.b64  	%rd617, %rd766, %rd236;
+	and.b64  	%rd618, %rd617, -4294967296;
+	setp.eq.s64 	%p223, %rd618, 0;
+	@%p223 bra 	$L__BB2_243;
+	rem.s64 	%rd763, %rd766, %rd236;
+	bra.uni 	$L__BB2_244;
+$L__BB2_243:
+	cvt.u32.u64 	%r1178, %rd236;
+	cvt.u32.u64 	%r1179, %rd766;
+	rem.u32 	%r1180, %r1179, %r1178;
+	cvt.u64.u32 	%rd763, %r1180;
+$L__BB2_244:
+	shr.u64 	%rd619, %rd236, 63;
+	add.s64 	%rd620, %rd236, %rd619;
+	shr.s64 	%rd240, %rd620, 1;
+	or.b64  	%rd621, %rd763, %rd240;
+	and.b64  	%rd622, %rd621, -4294967296;
+	setp.eq.s64 	%p224, %rd622, 0;
+	@%p224 bra 	$L__BB2_246;
+	div.s64 	%rd764, %rd763, %rd240;
+	mul.lo.s64 	%rd623, %rd764, %rd240;
+	sub.s64 	%rd765, %rd763, %rd623;
+	bra.uni 	$L__BB2_247;
+$L__BB2_246:
+	cvt.u32.u64 	%r1181, %rd240;
+	cvt.u32.u64 	%r1182, %rd763;
+	div.u32 	%r1183, %r1182, %r1181;
+	mul.lo.s32 	%r1184, %r1183, %r1181;
+	sub.s32 	%r1185, %r1182, %r1184;
+	cvt.u64.u32 	%rd764, %r1183;
+	cvt.u64.u32 	%rd765, %r1185;
+$L__BB2_247:
+	shl.b64 	%rd624, %rd765, 1;
+	sub.s64 	%rd625, %rd766, %rd763;
+	add.s64 	%rd626, %rd625, %rd624;
+	add.s64 	%rd766, %rd626, %rd764;
+$L__BB2_248:
+	ld.param.u64 	%rd627, [%rd9+24];
+	mul.lo.s64 	%rd628, %rd627, %rd766;
+	ld.param.u64 	%rd629, [%rd9+40];
+	add.s64 	%rd630, %rd629, %rd233;
+	add.s64 	%rd631, %rd630, %rd628;
+	shl.b64 	%rd632, %rd631, 1;
+	add.s64 	%rd249, %rd21, %rd632;
+	add.s64 	%rd633, %rd20, %rd632;
+	and.b64  	%rd634, %rd633, 1;
+	setp.eq.b64 	%p225, %rd634, 1;
+	mov.pred 	%p226, 0;
+	xor.pred  	%p227, %p225, %p226;
+	not.pred 	%p228, %p227;
+	@%p228 bra 	$L__BB2_250;
+	bra.uni 	$L__BB2_249;
+$L__BB2_250:
+	ld.global.u16 	%r1271, [%rd249];
+	bra.uni 	$L__BB2_251;
+$L__BB2_249:
+	ld.global.u8 	%r1186, [%rd249];
+	ld.global.u8 	%r1187, [%rd249+1];
+	prmt.b32 	%r1271, %r1187, %r1186, 30212;
+$L__BB2_251:
+	shl.b32 	%r1188, %r1271, 16;
+	mov.b32 	%f678, %r1188;
+	div.rn.f32 	%f679, %f678, %f3;
+	mov.f32 	%f680, 0fC3E00000;
+	max.f32 	%f681, %f679, %f680;
+	mov.f32 	%f682, 0f43E00000;
+	min.f32 	%f677, %f681, %f682;
+	mov.f32 	%f683, 0f00000000;
+	div.rn.f32 	%f684, %f683, %f3;
+	max.f32 	%f685, %f684, %f680;
+	min.f32 	%f676, %f685, %f682;
+	setp.nan.f32 	%p229, %f679, %f679;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs85, %f676, %f677;
+	// end inline asm
+	selp.b16 	%rs86, 127, %rs85, %p229;
+	ld.param.u64 	%rd635, [%rd9];
+	mul.lo.s64 	%rd636, %rd635, %rd234;
+	add.s64 	%rd637, %rd636, %rd233;
+	add.s64 	%rd638, %rd22, %rd637;
+	st.global.u8 	[%rd638], %rs86;
+$L__BB2_252:
+	add.s32 	%r1189, %r1270, 256;
+	shr.u32 	%r1190, %r1189, 7;
+	cvt.u64.u32 	%rd639, %r1190;
+	add.s64 	%rd250, %rd18, %rd639;
+	setp.ge.s64 	%p230, %rd250, %rd215;
+	@%p230 bra 	$L__BB2_266;
+	ld.param.u64 	%rd640, [%rd9];
+	setp.ge.s64 	%p231, %rd233, %rd640;
+	@%p231 bra 	$L__BB2_266;
+	ld.param.u64 	%rd641, [%rd9+32];
+	add.s64 	%rd770, %rd641, %rd250;
+	ld.param.u64 	%rd252, [%rd9+48];
+	setp.eq.s64 	%p232, %rd252, 0;
+	@%p232 bra 	$L__BB2_262;
+	or.b64  	%rd642, %rd770, %rd252;
+	and.b64  	%rd643, %rd642, -4294967296;
+	setp.eq.s64 	%p233, %rd643, 0;
+	@%p233 bra 	$L__BB2_257;
+	rem.s64 	%rd767, %rd770, %rd252;
+	bra.uni 	$L__BB2_258;
+$L__BB2_257:
+	cvt.u32.u64 	%r1191, %rd252;
+	cvt.u32.u64 	%r1192, %rd770;
+	rem.u32 	%r1193, %r1192, %r1191;
+	cvt.u64.u32 	%rd767, %r1193;
+$L__BB2_258:
+	shr.u64 	%rd644, %rd252, 63;
+	add.s64 	%rd645, %rd252, %rd644;
+	shr.s64 	%rd256, %rd645, 1;
+	or.b64  	%rd646, %rd767, %rd256;
+	and.b64  	%rd647, %rd646, -4294967296;
+	setp.eq.s64 	%p234, %rd647, 0;
+	@%p234 bra 	$L__BB2_260;
+	div.s64 	%rd768, %rd767, %rd256;
+	mul.lo.s64 	%rd648, %rd768, %rd256;
+	sub.s64 	%rd769, %rd767, %rd648;
+	bra.uni 	$L__BB2_261;
+$L__BB2_260:
+	cvt.u32.u64 	%r1194, %rd256;
+	cvt.u32.u64 	%r1195, %rd767;
+	div.u32 	%r1196, %r1195, %r1194;
+	mul.lo.s32 	%r1197, %r1196, %r1194;
+	sub.s32 	%r1198, %r1195, %r1197;
+	cvt.u64.u32 	%rd768, %r1196;
+	cvt.u64.u32 	%rd769, %r1198;
+$L__BB2_261:
+	shl.b64 	%rd649, %rd769, 1;
+	sub.s64 	%rd650, %rd770, %rd767;
+	add.s64 	%rd651, %rd650, %rd649;
+	add.s64 	%rd770, %rd651, %rd768;
+$L__BB2_262:
+	ld.param.u64 	%rd652, [%rd9+24];
+	mul.lo.s64 	%rd653, %rd652, %rd770;
+	ld.param.u64 	%rd654, [%rd9+40];
+	add.s64 	%rd655, %rd654, %rd233;
+	add.s64 	%rd656, %rd655, %rd653;
+	shl.b64 	%rd657, %rd656, 1;
+	add.s64 	%rd265, %rd21, %rd657;
+	add.s64 	%rd658, %rd20, %rd657;
+	and.b64  	%rd659, %rd658, 1;
+	setp.eq.b64 	%p235, %rd659, 1;
+	mov.pred 	%p236, 0;
+	xor.pred  	%p237, %p235, %p236;
+	not.pred 	%p238, %p237;
+	@%p238 bra 	$L__BB2_264;
+	bra.uni 	$L__BB2_263;
+$L__BB2_264:
+	ld.global.u16 	%r1272, [%rd265];
+	bra.uni 	$L__BB2_265;
+$L__BB2_263:
+	ld.global.u8 	%r1199, [%rd265];
+	ld.global.u8 	%r1200, [%rd265+1];
+	prmt.b32 	%r1272, %r1200, %r1199, 30212;
+$L__BB2_265:
+	shl.b32 	%r1201, %r1272, 16;
+	mov.b32 	%f688, %r1201;
+	div.rn.f32 	%f689, %f688, %f3;
+	mov.f32 	%f690, 0fC3E00000;
+	max.f32 	%f691, %f689, %f690;
+	mov.f32 	%f692, 0f43E00000;
+	min.f32 	%f687, %f691, %f692;
+	mov.f32 	%f693, 0f00000000;
+	div.rn.f32 	%f694, %f693, %f3;
+	max.f32 	%f695, %f694, %f690;
+	min.f32 	%f686, %f695, %f692;
+	setp.nan.f32 	%p239, %f689, %f689;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs87, %f686, %f687;
+	// end inline asm
+	selp.b16 	%rs88, 127, %rs87, %p239;
+	ld.param.u64 	%rd660, [%rd9];
+	mul.lo.s64 	%rd661, %rd660, %rd250;
+	add.s64 	%rd662, %rd661, %rd233;
+	add.s64 	%rd663, %rd22, %rd662;
+	st.global.u8 	[%rd663], %rs88;
+$L__BB2_266:
+	add.s32 	%r1270, %r1270, 512;
+	setp.lt.u32 	%p240, %r1270, 16384;
+	@%p240 bra 	$L__BB2_238;
+$L__BB2_267:
+	ld.param.u64 	%rd668, [ws_fp8_block_batch_bf16_param_0];
+	mov.u32 	%r1202, %nctaid.x;
+	cvt.u64.u32 	%rd664, %r1202;
+	add.s64 	%rd711, %rd711, %rd664;
+	setp.lt.u64 	%p241, %rd711, %rd668;
+	@%p241 bra 	$L__BB2_1;
+$L__BB2_268:
+	ret;
+}
+	// .globl	ws_fp8_block_batch_f32
+.visible .entry ws_fp8_block_batch_f32(
+	.param .align 8 .b8 ws_fp8_block_batch_f32_param_0[26640]
+)
+.maxntid 256, 1, 1
+{
+	.reg .pred 	%p<295>;
+	.reg .b16 	%rs<91>;
+	.reg .f32 	%f<712>;
+	.reg .b32 	%r<1338>;
+	.reg .b64 	%rd<1205>;
+	mov.b64 	%rd403, ws_fp8_block_batch_f32_param_0;
+	mov.u32 	%r221, %ctaid.x;
+	cvt.u64.u32 	%rd1113, %r221;
+	ld.param.u64 	%rd3, [ws_fp8_block_batch_f32_param_0];
+	setp.le.u64 	%p1, %rd3, %rd1113;
+	@%p1 bra 	$L__BB3_404;
+$L__BB3_1:
+	ld.param.u32 	%r1231, [%rd403+8];
+	setp.eq.s32 	%p2, %r1231, 1;
+	mov.u32 	%r1238, 0;
+	@%p2 bra 	$L__BB3_4;
+	ld.param.u32 	%r1233, [%rd403+8];
+	add.s32 	%r1236, %r1233, -1;
+	mov.u32 	%r1238, 0;
+$L__BB3_3:
+	add.s32 	%r224, %r1236, %r1238;
+	shr.u32 	%r225, %r224, 1;
+	mul.wide.u32 	%rd404, %r225, 8;
+	add.s64 	%rd405, %rd403, %rd404;
+	ld.param.u64 	%rd406, [%rd405+16];
+	setp.gt.u64 	%p3, %rd406, %rd1113;
+	add.s32 	%r226, %r225, 1;
+	selp.b32 	%r1238, %r1238, %r226, %p3;
+	selp.b32 	%r1236, %r225, %r1236, %p3;
+	setp.lt.u32 	%p4, %r1238, %r1236;
+	@%p4 bra 	$L__BB3_3;
+$L__BB3_4:
+	cvt.u64.u32 	%rd6, %r1238;
+	setp.eq.s32 	%p5, %r1238, 0;
+	mov.u64 	%rd1114, 0;
+	@%p5 bra 	$L__BB3_6;
+	cvt.u32.u64 	%r227, %rd6;
+	add.s32 	%r228, %r227, -1;
+	mul.wide.u32 	%rd409, %r228, 8;
+	add.s64 	%rd410, %rd403, %rd409;
+	ld.param.u64 	%rd1114, [%rd410+16];
+$L__BB3_6:
+	mul.lo.s64 	%rd412, %rd6, 96;
+	add.s64 	%rd413, %rd403, %rd412;
+	add.s64 	%rd9, %rd413, 2096;
+	ld.param.u64 	%rd414, [%rd413+2096];
+	add.s64 	%rd415, %rd414, 127;
+	shr.u64 	%rd10, %rd415, 7;
+	sub.s64 	%rd11, %rd1113, %rd1114;
+	or.b64  	%rd416, %rd11, %rd10;
+	and.b64  	%rd417, %rd416, -4294967296;
+	setp.eq.s64 	%p6, %rd417, 0;
+	@%p6 bra 	$L__BB3_8;
+	div.u64 	%rd1115, %rd11, %rd10;
+	mul.lo.s64 	%rd418, %rd1115, %rd10;
+	sub.s64 	%rd1116, %rd11, %rd418;
+	bra.uni 	$L__BB3_9;
+$L__BB3_8:
+	cvt.u32.u64 	%r229, %rd10;
+	cvt.u32.u64 	%r230, %rd11;
+	div.u32 	%r231, %r230, %r229;
+	mul.lo.s32 	%r232, %r231, %r229;
+	sub.s32 	%r233, %r230, %r232;
+	cvt.u64.u32 	%rd1115, %r231;
+	cvt.u64.u32 	%rd1116, %r233;
+$L__BB3_9:
+	and.b64  	%rd419, %rd1115, 4294967295;
+	shl.b64 	%rd420, %rd1115, 7;
+	and.b64  	%rd18, %rd420, 549755813760;
+	and.b64  	%rd421, %rd1116, 4294967295;
+	shl.b64 	%rd422, %rd1116, 7;
+	and.b64  	%rd19, %rd422, 549755813760;
+	ld.param.u64 	%rd20, [%rd9+-32];
+	cvta.to.global.u64 	%rd21, %rd20;
+	ld.param.u64 	%rd423, [%rd9+-24];
+	cvta.to.global.u64 	%rd22, %rd423;
+	ld.param.u64 	%rd424, [%rd9+-16];
+	cvta.to.global.u64 	%rd425, %rd424;
+	ld.param.u64 	%rd426, [%rd9+56];
+	mul.lo.s64 	%rd427, %rd426, %rd419;
+	add.s64 	%rd428, %rd427, %rd421;
+	shl.b64 	%rd429, %rd428, 2;
+	add.s64 	%rd23, %rd425, %rd429;
+	ld.param.u8 	%rs6, [%rd9+24];
+	and.b16  	%rs7, %rs6, 3;
+	setp.ne.s16 	%p7, %rs7, 0;
+	mov.u16 	%rs90, 0;
+	mov.u16 	%rs89, %rs90;
+	@%p7 bra 	$L__BB3_11;
+	ld.param.u8 	%rs8, [%rd9+-32];
+	and.b16  	%rs9, %rs8, 15;
+	setp.eq.s16 	%p8, %rs9, 0;
+	selp.u16 	%rs89, 1, 0, %p8;
+$L__BB3_11:
+	setp.eq.s16 	%p9, %rs89, 0;
+	@%p9 bra 	$L__BB3_15;
+	ld.param.u8 	%rs12, [%rd9+40];
+	and.b16  	%rs13, %rs12, 3;
+	setp.ne.s16 	%p10, %rs13, 0;
+	@%p10 bra 	$L__BB3_15;
+	ld.param.u8 	%rs15, [%rd9];
+	and.b16  	%rs16, %rs15, 3;
+	setp.ne.s16 	%p11, %rs16, 0;
+	@%p11 bra 	$L__BB3_15;
+	ld.param.u8 	%rs17, [%rd9+-24];
+	and.b16  	%rs18, %rs17, 3;
+	setp.eq.s16 	%p12, %rs18, 0;
+	selp.u16 	%rs90, 1, 0, %p12;
+$L__BB3_15:
+	setp.eq.s16 	%p13, %rs90, 0;
+	@%p13 bra 	$L__BB3_299;
+	mov.u32 	%r236, %tid.x;
+	shl.b32 	%r237, %r236, 2;
+	and.b32  	%r238, %r237, 124;
+	cvt.u64.u32 	%rd430, %r238;
+	add.s64 	%rd25, %rd19, %rd430;
+	shr.u32 	%r239, %r236, 5;
+	cvt.u64.u32 	%rd431, %r239;
+	add.s64 	%rd26, %rd18, %rd431;
+	ld.param.u64 	%rd432, [%rd9+-8];
+	setp.ge.s64 	%p14, %rd26, %rd432;
+	mov.u32 	%r1248, 0;
+	@%p14 bra 	$L__BB3_27;
+	ld.param.u64 	%rd433, [%rd9];
+	setp.ge.s64 	%p15, %rd25, %rd433;
+	@%p15 bra 	$L__BB3_27;
+	ld.param.u64 	%rd434, [%rd9+32];
+	add.s64 	%rd1120, %rd434, %rd26;
+	ld.param.u64 	%rd28, [%rd9+48];
+	setp.eq.s64 	%p16, %rd28, 0;
+	@%p16 bra 	$L__BB3_26;
+	or.b64  	%rd435, %rd1120, %rd28;
+	and.b64  	%rd436, %rd435, -4294967296;
+	setp.eq.s64 	%p17, %rd436, 0;
+	@%p17 bra 	$L__BB3_21;
+	rem.s64 	%rd1117, %rd1120, %rd28;
+	bra.uni 	$L__BB3_22;
+$L__BB3_299:
+	mov.u32 	%r1335, %tid.x;
+	setp.gt.u32 	%p232, %r1335, 16383;
+	mov.u32 	%r1326, 0;
+	@%p232 bra 	$L__BB3_346;
+	mov.u32 	%r1328, %tid.x;
+	mov.u32 	%r1072, 16383;
+	sub.s32 	%r1073, %r1072, %r1328;
+	shr.u32 	%r1074, %r1073, 8;
+	setp.eq.s32 	%p233, %r1074, 0;
+	mov.u32 	%r1326, 0;
+	ld.param.u64 	%rd300, [%rd9+-8];
+	@%p233 bra 	$L__BB3_331;
+	mov.u32 	%r1328, %tid.x;
+	and.b32  	%r1076, %r1328, 127;
+	cvt.u64.u32 	%rd882, %r1076;
+	add.s64 	%rd301, %rd19, %rd882;
+	sub.s32 	%r1078, %r1072, %r1328;
+	shr.u32 	%r1079, %r1078, 8;
+	add.s32 	%r1080, %r1079, 1;
+	and.b32  	%r1081, %r1080, 1;
+	sub.s32 	%r1322, %r1080, %r1081;
+	mov.u32 	%r1326, 0;
+$L__BB3_302:
+	shr.u32 	%r1082, %r1328, 7;
+	cvt.u64.u32 	%rd883, %r1082;
+	add.s64 	%rd302, %rd18, %rd883;
+	setp.ge.s64 	%p234, %rd302, %rd300;
+	@%p234 bra 	$L__BB3_316;
+	ld.param.u64 	%rd884, [%rd9];
+	setp.ge.s64 	%p235, %rd301, %rd884;
+	@%p235 bra 	$L__BB3_316;
+	ld.param.u64 	%rd885, [%rd9+32];
+	add.s64 	%rd1184, %rd885, %rd302;
+	ld.param.u64 	%rd304, [%rd9+48];
+	setp.eq.s64 	%p236, %rd304, 0;
+	@%p236 bra 	$L__BB3_312;
+	or.b64  	%rd886, %rd1184, %rd304;
+	and.b64  	%rd887, %rd886, -4294967296;
+	setp.eq.s64 	%p237, %rd887, 0;
+	@%p237 bra 	$L__BB3_307;
+	rem.s64 	%rd1181, %rd1184, %rd304;
+	bra.uni 	$L__BB3_308;
+$L__BB3_307:
+	cvt.u32.u64 	%r1083, %rd304;
+	cvt.u32.u64 	%r1084, %rd1184;
+	rem.u32 	%r1085, %r1084, %r1083;
+	cvt.u64.u32 	%rd1181, %r1085;
+$L__BB3_308:
+	shr.u64 	%rd888, %rd304, 63;
+	add.s64 	%rd889, %rd304, %rd888;
+	shr.s64 	%rd308, %rd889, 1;
+	or.b64  	%rd890, %rd1181, %rd308;
+	and.b64  	%rd891, %rd890, -4294967296;
+	setp.eq.s64 	%p238, %rd891, 0;
+	@%p238 bra 	$L__BB3_310;
+	div.s64 	%rd1182, %rd1181, %rd308;
+	mul.lo.s64 	%rd892, %rd1182, %rd308;
+	sub.s64 	%rd1183, %rd1181, %rd892;
+	bra.uni 	$L__BB3_311;
+$L__BB3_310:
+	cvt.u32.u64 	%r1086, %rd308;
+	cvt.u32.u64 	%r1087, %rd1181;
+	div.u32 	%r1088, %r1087, %r1086;
+	mul.lo.s32 	%r1089, %r1088, %r1086;
+	sub.s32 	%r1090, %r1087, %r1089;
+	cvt.u64.u32 	%rd1182, %r1088;
+	cvt.u64.u32 	%rd1183, %r1090;
+$L__BB3_311:
+	shl.b64 	%rd893, %rd1183, 1;
+	sub.s64 	%rd894, %rd1184, %rd1181;
+	add.s64 	%rd895, %rd894, %rd893;
+	add.s64 	%rd1184, %rd895, %rd1182;
+$L__BB3_312:
+	ld.param.u64 	%rd896, [%rd9+24];
+	mul.lo.s64 	%rd897, %rd896, %rd1184;
+	ld.param.u64 	%rd898, [%rd9+40];
+	add.s64 	%rd899, %rd898, %rd301;
+	add.s64 	%rd900, %rd899, %rd897;
+	shl.b64 	%rd901, %rd900, 2;
+	add.s64 	%rd317, %rd21, %rd901;
+	add.s64 	%rd902, %rd20, %rd901;
+	and.b64  	%rd903, %rd902, 3;
+	setp.eq.s64 	%p239, %rd903, 0;
+	@%p239 bra 	$L__BB3_314;
+	ld.global.u8 	%r1091, [%rd317];
+	ld.global.u8 	%r1092, [%rd317+1];
+	prmt.b32 	%r1093, %r1092, %r1091, 30212;
+	ld.global.u8 	%r1094, [%rd317+2];
+	prmt.b32 	%r1095, %r1094, %r1093, 28756;
+	ld.global.u8 	%r1096, [%rd317+3];
+	prmt.b32 	%r1323, %r1096, %r1095, 1620;
+	bra.uni 	$L__BB3_315;
+$L__BB3_314:
+	ld.global.u32 	%r1323, [%rd317];
+$L__BB3_315:
+	and.b32  	%r1097, %r1323, 2147483647;
+	max.u32 	%r1326, %r1326, %r1097;
+$L__BB3_316:
+	add.s32 	%r1098, %r1328, 256;
+	shr.u32 	%r1099, %r1098, 7;
+	cvt.u64.u32 	%rd904, %r1099;
+	add.s64 	%rd318, %rd18, %rd904;
+	setp.ge.s64 	%p240, %rd318, %rd300;
+	@%p240 bra 	$L__BB3_330;
+	ld.param.u64 	%rd905, [%rd9];
+	setp.ge.s64 	%p241, %rd301, %rd905;
+	@%p241 bra 	$L__BB3_330;
+	ld.param.u64 	%rd906, [%rd9+32];
+	add.s64 	%rd1188, %rd906, %rd318;
+	ld.param.u64 	%rd320, [%rd9+48];
+	setp.eq.s64 	%p242, %rd320, 0;
+	@%p242 bra 	$L__BB3_326;
+	or.b64  	%rd907, %rd1188, %rd320;
+	and.b64  	%rd908, %rd907, -4294967296;
+	setp.eq.s64 	%p243, %rd908, 0;
+	@%p243 bra 	$L__BB3_321;
+	rem.s64 	%rd1185, %rd1188, %rd320;
+	bra.uni 	$L__BB3_322;
+$L__BB3_321:
+	cvt.u32.u64 	%r1100, %rd320;
+	cvt.u32.u64 	%r1101, %rd1188;
+	rem.u32 	%r1102, %r1101, %r1100;
+	cvt.u64.u32 	%rd1185, %r1102;
+$L__BB3_322:
+	shr.u64 	%rd909, %rd320, 63;
+	add.s64 	%rd910, %rd320, %rd909;
+	shr.s64 	%rd324, %rd910, 1;
+	or.b64  	%rd911, %rd1185, %rd324;
+	and.b64  	%rd912, %rd911, -4294967296;
+	setp.eq.s64 	%p244, %rd912, 0;
+	@%p244 bra 	$L__BB3_324;
+	div.s64 	%rd1186, %rd1185, %rd324;
+	mul.lo.s64 	%rd913, %rd1186, %rd324;
+	sub.s64 	%rd1187, %rd1185, %rd913;
+	bra.uni 	$L__BB3_325;
+$L__BB3_324:
+	cvt.u32.u64 	%r1103, %rd324;
+	cvt.u32.u64 	%r1104, %rd1185;
+	div.u32 	%r1105, %r1104, %r1103;
+	mul.lo.s32 	%r1106, %r1105, %r1103;
+	sub.s32 	%r1107, %r1104, %r1106;
+	cvt.u64.u32 	%rd1186, %r1105;
+	cvt.u64.u32 	%rd1187, %r1107;
+$L__BB3_325:
+	shl.b64 	%rd914, %rd1187, 1;
+	sub.s64 	%rd915, %rd1188, %rd1185;
+	add.s64 	%rd916, %rd915, %rd914;
+	add.s64 	%rd1188, %rd916, %rd1186;
+$L__BB3_326:
+	ld.param.u64 	%rd917, [%rd9+24];
+	mul.lo.s64 	%rd918, %rd917, %rd1188;
+	ld.param.u64 	%rd919, [%rd9+40];
+	add.s64 	%rd920, %rd919, %rd301;
+	add.s64 	%rd921, %rd920, %rd918;
+	shl.b64 	%rd922, %rd921, 2;
+	add.s64 	%rd333, %rd21, %rd922;
+	add.s64 	%rd923, %rd20, %rd922;
+	and.b64  	%rd924, %rd923, 3;
+	setp.eq.s64 	%p245, %rd924, 0;
+	@%p245 bra 	$L__BB3_328;
+	ld.global.u8 	%r1108, [%rd333];
+	ld.global.u8 	%r1109, [%rd333+1];
+	prmt.b32 	%r1110, %r1109, %r1108, 30212;
+	ld.global.u8 	%r1111, [%rd333+2];
+	prmt.b32 	%r1112, %r1111, %r1110, 28756;
+	ld.global.u8 	%r1113, [%rd333+3];
+	prmt.b32 	%r1325, %r1113, %r1112, 1620;
+	bra.uni 	$L__BB3_329;
+$L__BB3_328:
+	ld.global.u32 	%r1325, [%rd333];
+$L__BB3_329:
+	and.b32  	%r1114, %r1325, 2147483647;
+	max.u32 	%r1326, %r1326, %r1114;
+$L__BB3_330:
+	add.s32 	%r1328, %r1328, 512;
+	add.s32 	%r1322, %r1322, -2;
+	setp.ne.s32 	%p246, %r1322, 0;
+	@%p246 bra 	$L__BB3_302;
+$L__BB3_331:
+	add.s32 	%r1119, %r1074, 1;
+	and.b32  	%r1120, %r1119, 1;
+	setp.eq.b32 	%p247, %r1120, 1;
+	mov.pred 	%p248, 0;
+	xor.pred  	%p249, %p247, %p248;
+	not.pred 	%p250, %p249;
+	@%p250 bra 	$L__BB3_346;
+	shr.u32 	%r1121, %r1328, 7;
+	cvt.u64.u32 	%rd925, %r1121;
+	add.s64 	%rd334, %rd18, %rd925;
+	and.b32  	%r1122, %r1328, 127;
+	cvt.u64.u32 	%rd926, %r1122;
+	add.s64 	%rd335, %rd19, %rd926;
+	setp.ge.s64 	%p251, %rd334, %rd300;
+	@%p251 bra 	$L__BB3_346;
+	ld.param.u64 	%rd927, [%rd9];
+	setp.ge.s64 	%p252, %rd335, %rd927;
+	@%p252 bra 	$L__BB3_346;
+	ld.param.u64 	%rd928, [%rd9+32];
+	add.s64 	%rd1192, %rd928, %rd334;
+	ld.param.u64 	%rd337, [%rd9+48];
+	setp.eq.s64 	%p253, %rd337, 0;
+	@%p253 bra 	$L__BB3_342;
+	or.b64  	%rd929, %rd1192, %rd337;
+	and.b64  	%rd930, %rd929, -4294967296;
+	setp.eq.s64 	%p254, %rd930, 0;
+	@%p254 bra 	$L__BB3_337;
+	rem.s64 	%rd1189, %rd1192, %rd337;
+	bra.uni 	$L__BB3_338;
+$L__BB3_21:
+	cvt.u32.u64 	%r242, %rd28;
+	cvt.u32.u64 	%r243, %rd1120;
+	rem.u32 	%r244, %r243, %r242;
+	cvt.u64.u32 	%rd1117, %r244;
+$L__BB3_22:
+	shr.u64 	%rd437, %rd28, 63;
+	add.s64 	%rd438, %rd28, %rd437;
+	shr.s64 	%rd32, %rd438, 1;
+	or.b64  	%rd439, %rd1117, %rd32;
+	and.b64  	%rd440, %rd439, -4294967296;
+	setp.eq.s64 	%p18, %rd440, 0;
+	@%p18 bra 	$L__BB3_24;
+	div.s64 	%rd1118, %rd1117, %rd32;
+	mul.lo.s64 	%rd441, %rd1118, %rd32;
+	sub.s64 	%rd1119, %rd1117, %rd441;
+	bra.uni 	$L__BB3_25;
+$L__BB3_24:
+	cvt.u32.u64 	%r245, %rd32;
+	cvt.u32.u64 	%r246, %rd1117;
+	div.u32 	%r247, %r246, %r245;
+	mul.lo.s32 	%r248, %r247, %r245;
+	sub.s32 	%r249, %r246, %r248;
+	cvt.u64.u32 	%rd1118, %r247;
+	cvt.u64.u32 	%rd1119, %r249;
+$L__BB3_25:
+	shl.b64 	%rd442, %rd1119, 1;
+	sub.s64 	%rd443, %rd1120, %rd1117;
+	add.s64 	%rd444, %rd443, %rd442;
+	add.s64 	%rd1120, %rd444, %rd1118;
+$L__BB3_26:
+	ld.param.u64 	%rd446, [%rd9+24];
+	mul.lo.s64 	%rd447, %rd446, %rd1120;
+	ld.param.u64 	%rd448, [%rd9+40];
+	add.s64 	%rd449, %rd448, %rd25;
+	add.s64 	%rd450, %rd449, %rd447;
+	shl.b64 	%rd451, %rd450, 2;
+	add.s64 	%rd445, %rd20, %rd451;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1242,%r1241,%r1240,%r1239}, [%rd445];
+	// end inline asm
+	and.b32  	%r254, %r1242, 2147483647;
+	and.b32  	%r255, %r1241, 2147483647;
+	max.u32 	%r256, %r254, %r255;
+	and.b32  	%r257, %r1240, 2147483647;
+	and.b32  	%r258, %r1239, 2147483647;
+	max.u32 	%r259, %r257, %r258;
+	max.u32 	%r1248, %r256, %r259;
+$L__BB3_27:
+	ld.param.u64 	%rd452, [%rd9+-8];
+	add.s64 	%rd41, %rd26, 8;
+	setp.ge.s64 	%p19, %rd41, %rd452;
+	@%p19 bra 	$L__BB3_38;
+	ld.param.u64 	%rd453, [%rd9];
+	setp.ge.s64 	%p20, %rd25, %rd453;
+	@%p20 bra 	$L__BB3_38;
+	ld.param.u64 	%rd454, [%rd9+32];
+	add.s64 	%rd1124, %rd454, %rd41;
+	ld.param.u64 	%rd43, [%rd9+48];
+	setp.eq.s64 	%p21, %rd43, 0;
+	@%p21 bra 	$L__BB3_37;
+	or.b64  	%rd455, %rd1124, %rd43;
+	and.b64  	%rd456, %rd455, -4294967296;
+	setp.eq.s64 	%p22, %rd456, 0;
+	@%p22 bra 	$L__BB3_32;
+	rem.s64 	%rd1121, %rd1124, %rd43;
+	bra.uni 	$L__BB3_33;
+$L__BB3_32:
+	cvt.u32.u64 	%r262, %rd43;
+	cvt.u32.u64 	%r263, %rd1124;
+	rem.u32 	%r264, %r263, %r262;
+	cvt.u64.u32 	%rd1121, %r264;
+$L__BB3_33:
+	shr.u64 	%rd457, %rd43, 63;
+	add.s64 	%rd458, %rd43, %rd457;
+	shr.s64 	%rd47, %rd458, 1;
+	or.b64  	%rd459, %rd1121, %rd47;
+	and.b64  	%rd460, %rd459, -4294967296;
+	setp.eq.s64 	%p23, %rd460, 0;
+	@%p23 bra 	$L__BB3_35;
+	div.s64 	%rd1122, %rd1121, %rd47;
+	mul.lo.s64 	%rd461, %rd1122, %rd47;
+	sub.s64 	%rd1123, %rd1121, %rd461;
+	bra.uni 	$L__BB3_36;
+$L__BB3_35:
+	cvt.u32.u64 	%r265, %rd47;
+	cvt.u32.u64 	%r266, %rd1121;
+	div.u32 	%r267, %r266, %r265;
+	mul.lo.s32 	%r268, %r267, %r265;
+	sub.s32 	%r269, %r266, %r268;
+	cvt.u64.u32 	%rd1122, %r267;
+	cvt.u64.u32 	%rd1123, %r269;
+$L__BB3_36:
+	shl.b64 	%rd462, %rd1123, 1;
+	sub.s64 	%rd463, %rd1124, %rd1121;
+	add.s64 	%rd464, %rd463, %rd462;
+	add.s64 	%rd1124, %rd464, %rd1122;
+$L__BB3_37:
+	ld.param.u64 	%rd466, [%rd9+24];
+	mul.lo.s64 	%rd467, %rd466, %rd1124;
+	ld.param.u64 	%rd468, [%rd9+40];
+	add.s64 	%rd469, %rd468, %rd25;
+	add.s64 	%rd470, %rd469, %rd467;
+	shl.b64 	%rd471, %rd470, 2;
+	add.s64 	%rd465, %rd20, %rd471;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1247,%r1246,%r1245,%r1244}, [%rd465];
+	// end inline asm
+	and.b32  	%r274, %r1247, 2147483647;
+	and.b32  	%r275, %r1246, 2147483647;
+	max.u32 	%r276, %r274, %r275;
+	and.b32  	%r277, %r1245, 2147483647;
+	and.b32  	%r278, %r1244, 2147483647;
+	max.u32 	%r279, %r277, %r278;
+	max.u32 	%r280, %r276, %r279;
+	max.u32 	%r1248, %r1248, %r280;
+$L__BB3_38:
+	ld.param.u64 	%rd472, [%rd9+-8];
+	add.s64 	%rd56, %rd26, 16;
+	setp.ge.s64 	%p24, %rd56, %rd472;
+	@%p24 bra 	$L__BB3_49;
+	ld.param.u64 	%rd473, [%rd9];
+	setp.ge.s64 	%p25, %rd25, %rd473;
+	@%p25 bra 	$L__BB3_49;
+	add.s64 	%rd1039, %rd26, 16;
+	ld.param.u64 	%rd474, [%rd9+32];
+	add.s64 	%rd1128, %rd474, %rd1039;
+	ld.param.u64 	%rd58, [%rd9+48];
+	setp.eq.s64 	%p26, %rd58, 0;
+	@%p26 bra 	$L__BB3_48;
+	or.b64  	%rd475, %rd1128, %rd58;
+	and.b64  	%rd476, %rd475, -4294967296;
+	setp.eq.s64 	%p27, %rd476, 0;
+	@%p27 bra 	$L__BB3_43;
+	rem.s64 	%rd1125, %rd1128, %rd58;
+	bra.uni 	$L__BB3_44;
+$L__BB3_43:
+	cvt.u32.u64 	%r283, %rd58;
+	cvt.u32.u64 	%r284, %rd1128;
+	rem.u32 	%r285, %r284, %r283;
+	cvt.u64.u32 	%rd1125, %r285;
+$L__BB3_44:
+	shr.u64 	%rd477, %rd58, 63;
+	add.s64 	%rd478, %rd58, %rd477;
+	shr.s64 	%rd62, %rd478, 1;
+	or.b64  	%rd479, %rd1125, %rd62;
+	and.b64  	%rd480, %rd479, -4294967296;
+	setp.eq.s64 	%p28, %rd480, 0;
+	@%p28 bra 	$L__BB3_46;
+	div.s64 	%rd1126, %rd1125, %rd62;
+	mul.lo.s64 	%rd481, %rd1126, %rd62;
+	sub.s64 	%rd1127, %rd1125, %rd481;
+	bra.uni 	$L__BB3_47;
+$L__BB3_46:
+	cvt.u32.u64 	%r286, %rd62;
+	cvt.u32.u64 	%r287, %rd1125;
+	div.u32 	%r288, %r287, %r286;
+	mul.lo.s32 	%r289, %r288, %r286;
+	sub.s32 	%r290, %r287, %r289;
+	cvt.u64.u32 	%rd1126, %r288;
+	cvt.u64.u32 	%rd1127, %r290;
+$L__BB3_47:
+	shl.b64 	%rd482, %rd1127, 1;
+	sub.s64 	%rd483, %rd1128, %rd1125;
+	add.s64 	%rd484, %rd483, %rd482;
+	add.s64 	%rd1128, %rd484, %rd1126;
+$L__BB3_48:
+	ld.param.u64 	%rd486, [%rd9+24];
+	mul.lo.s64 	%rd487, %rd486, %rd1128;
+	ld.param.u64 	%rd488, [%rd9+40];
+	add.s64 	%rd489, %rd488, %rd25;
+	add.s64 	%rd490, %rd489, %rd487;
+	shl.b64 	%rd491, %rd490, 2;
+	add.s64 	%rd485, %rd20, %rd491;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1252,%r1251,%r1250,%r1249}, [%rd485];
+	// end inline asm
+	and.b32  	%r295, %r1252, 2147483647;
+	and.b32  	%r296, %r1251, 2147483647;
+	max.u32 	%r297, %r295, %r296;
+	and.b32  	%r298, %r1250, 2147483647;
+	and.b32  	%r299, %r1249, 2147483647;
+	max.u32 	%r300, %r298, %r299;
+	max.u32 	%r301, %r297, %r300;
+	max.u32 	%r1248, %r1248, %r301;
+$L__BB3_49:
+	ld.param.u64 	%rd492, [%rd9+-8];
+	add.s64 	%rd71, %rd26, 24;
+	setp.ge.s64 	%p29, %rd71, %rd492;
+	@%p29 bra 	$L__BB3_60;
+	ld.param.u64 	%rd493, [%rd9];
+	setp.ge.s64 	%p30, %rd25, %rd493;
+	@%p30 bra 	$L__BB3_60;
+	add.s64 	%rd1038, %rd26, 24;
+	ld.param.u64 	%rd494, [%rd9+32];
+	add.s64 	%rd1132, %rd494, %rd1038;
+	ld.param.u64 	%rd73, [%rd9+48];
+	setp.eq.s64 	%p31, %rd73, 0;
+	@%p31 bra 	$L__BB3_59;
+	or.b64  	%rd495, %rd1132, %rd73;
+	and.b64  	%rd496, %rd495, -4294967296;
+	setp.eq.s64 	%p32, %rd496, 0;
+	@%p32 bra 	$L__BB3_54;
+	rem.s64 	%rd1129, %rd1132, %rd73;
+	bra.uni 	$L__BB3_55;
+$L__BB3_54:
+	cvt.u32.u64 	%r304, %rd73;
+	cvt.u32.u64 	%r305, %rd1132;
+	rem.u32 	%r306, %r305, %r304;
+	cvt.u64.u32 	%rd1129, %r306;
+$L__BB3_55:
+	shr.u64 	%rd497, %rd73, 63;
+	add.s64 	%rd498, %rd73, %rd497;
+	shr.s64 	%rd77, %rd498, 1;
+	or.b64  	%rd499, %rd1129, %rd77;
+	and.b64  	%rd500, %rd499, -4294967296;
+	setp.eq.s64 	%p33, %rd500, 0;
+	@%p33 bra 	$L__BB3_57;
+	div.s64 	%rd1130, %rd1129, %rd77;
+	mul.lo.s64 	%rd501, %rd1130, %rd77;
+	sub.s64 	%rd1131, %rd1129, %rd501;
+	bra.uni 	$L__BB3_58;
+$L__BB3_57:
+	cvt.u32.u64 	%r307, %rd77;
+	cvt.u32.u64 	%r308, %rd1129;
+	div.u32 	%r309, %r308, %r307;
+	mul.lo.s32 	%r310, %r309, %r307;
+	sub.s32 	%r311, %r308, %r310;
+	cvt.u64.u32 	%rd1130, %r309;
+	cvt.u64.u32 	%rd1131, %r311;
+$L__BB3_58:
+	shl.b64 	%rd502, %rd1131, 1;
+	sub.s64 	%rd503, %rd1132, %rd1129;
+	add.s64 	%rd504, %rd503, %rd502;
+	add.s64 	%rd1132, %rd504, %rd1130;
+$L__BB3_59:
+	ld.param.u64 	%rd506, [%rd9+24];
+	mul.lo.s64 	%rd507, %rd506, %rd1132;
+	ld.param.u64 	%rd508, [%rd9+40];
+	add.s64 	%rd509, %rd508, %rd25;
+	add.s64 	%rd510, %rd509, %rd507;
+	shl.b64 	%rd511, %rd510, 2;
+	add.s64 	%rd505, %rd20, %rd511;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1257,%r1256,%r1255,%r1254}, [%rd505];
+	// end inline asm
+	and.b32  	%r316, %r1257, 2147483647;
+	and.b32  	%r317, %r1256, 2147483647;
+	max.u32 	%r318, %r316, %r317;
+	and.b32  	%r319, %r1255, 2147483647;
+	and.b32  	%r320, %r1254, 2147483647;
+	max.u32 	%r321, %r319, %r320;
+	max.u32 	%r322, %r318, %r321;
+	max.u32 	%r1248, %r1248, %r322;
+$L__BB3_60:
+	ld.param.u64 	%rd512, [%rd9+-8];
+	add.s64 	%rd86, %rd26, 32;
+	setp.ge.s64 	%p34, %rd86, %rd512;
+	@%p34 bra 	$L__BB3_71;
+	ld.param.u64 	%rd513, [%rd9];
+	setp.ge.s64 	%p35, %rd25, %rd513;
+	@%p35 bra 	$L__BB3_71;
+	add.s64 	%rd1037, %rd26, 32;
+	ld.param.u64 	%rd514, [%rd9+32];
+	add.s64 	%rd1136, %rd514, %rd1037;
+	ld.param.u64 	%rd88, [%rd9+48];
+	setp.eq.s64 	%p36, %rd88, 0;
+	@%p36 bra 	$L__BB3_70;
+	or.b64  	%rd515, %rd1136, %rd88;
+	and.b64  	%rd516, %rd515, -4294967296;
+	setp.eq.s64 	%p37, %rd516, 0;
+	@%p37 bra 	$L__BB3_65;
+	rem.s64 	%rd1133, %rd1136, %rd88;
+	bra.uni 	$L__BB3_66;
+$L__BB3_65:
+	cvt.u32.u64 	%r325, %rd88;
+	cvt.u32.u64 	%r326, %rd1136;
+	rem.u32 	%r327, %r326, %r325;
+	cvt.u64.u32 	%rd1133, %r327;
+$L__BB3_66:
+	shr.u64 	%rd517, %rd88, 63;
+	add.s64 	%rd518, %rd88, %rd517;
+	shr.s64 	%rd92, %rd518, 1;
+	or.b64  	%rd519, %rd1133, %rd92;
+	and.b64  	%rd520, %rd519, -4294967296;
+	setp.eq.s64 	%p38, %rd520, 0;
+	@%p38 bra 	$L__BB3_68;
+	div.s64 	%rd1134, %rd1133, %rd92;
+	mul.lo.s64 	%rd521, %rd1134, %rd92;
+	sub.s64 	%rd1135, %rd1133, %rd521;
+	bra.uni 	$L__BB3_69;
+$L__BB3_68:
+	cvt.u32.u64 	%r328, %rd92;
+	cvt.u32.u64 	%r329, %rd1133;
+	div.u32 	%r330, %r329, %r328;
+	mul.lo.s32 	%r331, %r330, %r328;
+	sub.s32 	%r332, %r329, %r331;
+	cvt.u64.u32 	%rd1134, %r330;
+	cvt.u64.u32 	%rd1135, %r332;
+$L__BB3_69:
+	shl.b64 	%rd522, %rd1135, 1;
+	sub.s64 	%rd523, %rd1136, %rd1133;
+	add.s64 	%rd524, %rd523, %rd522;
+	add.s64 	%rd1136, %rd524, %rd1134;
+$L__BB3_70:
+	ld.param.u64 	%rd526, [%rd9+24];
+	mul.lo.s64 	%rd527, %rd526, %rd1136;
+	ld.param.u64 	%rd528, [%rd9+40];
+	add.s64 	%rd529, %rd528, %rd25;
+	add.s64 	%rd530, %rd529, %rd527;
+	shl.b64 	%rd531, %rd530, 2;
+	add.s64 	%rd525, %rd20, %rd531;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1262,%r1261,%r1260,%r1259}, [%rd525];
+	// end inline asm
+	and.b32  	%r337, %r1262, 2147483647;
+	and.b32  	%r338, %r1261, 2147483647;
+	max.u32 	%r339, %r337, %r338;
+	and.b32  	%r340, %r1260, 2147483647;
+	and.b32  	%r341, %r1259, 2147483647;
+	max.u32 	%r342, %r340, %r341;
+	max.u32 	%r343, %r339, %r342;
+	max.u32 	%r1248, %r1248, %r343;
+$L__BB3_71:
+	ld.param.u64 	%rd532, [%rd9+-8];
+	add.s64 	%rd101, %rd26, 40;
+	setp.ge.s64 	%p39, %rd101, %rd532;
+	@%p39 bra 	$L__BB3_82;
+	ld.param.u64 	%rd533, [%rd9];
+	setp.ge.s64 	%p40, %rd25, %rd533;
+	@%p40 bra 	$L__BB3_82;
+	add.s64 	%rd1036, %rd26, 40;
+	ld.param.u64 	%rd534, [%rd9+32];
+	add.s64 	%rd1140, %rd534, %rd1036;
+	ld.param.u64 	%rd103, [%rd9+48];
+	setp.eq.s64 	%p41, %rd103, 0;
+	@%p41 bra 	$L__BB3_81;
+	or.b64  	%rd535, %rd1140, %rd103;
+	and.b64  	%rd536, %rd535, -4294967296;
+	setp.eq.s64 	%p42, %rd536, 0;
+	@%p42 bra 	$L__BB3_76;
+	rem.s64 	%rd1137, %rd1140, %rd103;
+	bra.uni 	$L__BB3_77;
+$L__BB3_76:
+	cvt.u32.u64 	%r346, %rd103;
+	cvt.u32.u64 	%r347, %rd1140;
+	rem.u32 	%r348, %r347, %r346;
+	cvt.u64.u32 	%rd1137, %r348;
+$L__BB3_77:
+	shr.u64 	%rd537, %rd103, 63;
+	add.s64 	%rd538, %rd103, %rd537;
+	shr.s64 	%rd107, %rd538, 1;
+	or.b64  	%rd539, %rd1137, %rd107;
+	and.b64  	%rd540, %rd539, -4294967296;
+	setp.eq.s64 	%p43, %rd540, 0;
+	@%p43 bra 	$L__BB3_79;
+	div.s64 	%rd1138, %rd1137, %rd107;
+	mul.lo.s64 	%rd541, %rd1138, %rd107;
+	sub.s64 	%rd1139, %rd1137, %rd541;
+	bra.uni 	$L__BB3_80;
+$L__BB3_79:
+	cvt.u32.u64 	%r349, %rd107;
+	cvt.u32.u64 	%r350, %rd1137;
+	div.u32 	%r351, %r350, %r349;
+	mul.lo.s32 	%r352, %r351, %r349;
+	sub.s32 	%r353, %r350, %r352;
+	cvt.u64.u32 	%rd1138, %r351;
+	cvt.u64.u32 	%rd1139, %r353;
+$L__BB3_80:
+	shl.b64 	%rd542, %rd1139, 1;
+	sub.s64 	%rd543, %rd1140, %rd1137;
+	add.s64 	%rd544, %rd543, %rd542;
+	add.s64 	%rd1140, %rd544, %rd1138;
+$L__BB3_81:
+	ld.param.u64 	%rd546, [%rd9+24];
+	mul.lo.s64 	%rd547, %rd546, %rd1140;
+	ld.param.u64 	%rd548, [%rd9+40];
+	add.s64 	%rd549, %rd548, %rd25;
+	add.s64 	%rd550, %rd549, %rd547;
+	shl.b64 	%rd551, %rd550, 2;
+	add.s64 	%rd545, %rd20, %rd551;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1267,%r1266,%r1265,%r1264}, [%rd545];
+	// end inline asm
+	and.b32  	%r358, %r1267, 2147483647;
+	and.b32  	%r359, %r1266, 2147483647;
+	max.u32 	%r360, %r358, %r359;
+	and.b32  	%r361, %r1265, 2147483647;
+	and.b32  	%r362, %r1264, 2147483647;
+	max.u32 	%r363, %r361, %r362;
+	max.u32 	%r364, %r360, %r363;
+	max.u32 	%r1248, %r1248, %r364;
+$L__BB3_82:
+	ld.param.u64 	%rd552, [%rd9+-8];
+	add.s64 	%rd116, %rd26, 48;
+	setp.ge.s64 	%p44, %rd116, %rd552;
+	@%p44 bra 	$L__BB3_93;
+	ld.param.u64 	%rd553, [%rd9];
+	setp.ge.s64 	%p45, %rd25, %rd553;
+	@%p45 bra 	$L__BB3_93;
+	add.s64 	%rd1035, %rd26, 48;
+	ld.param.u64 	%rd554, [%rd9+32];
+	add.s64 	%rd1144, %rd554, %rd1035;
+	ld.param.u64 	%rd118, [%rd9+48];
+	setp.eq.s64 	%p46, %rd118, 0;
+	@%p46 bra 	$L__BB3_92;
+	or.b64  	%rd555, %rd1144, %rd118;
+	and.b64  	%rd556, %rd555, -4294967296;
+	setp.eq.s64 	%p47, %rd556, 0;
+	@%p47 bra 	$L__BB3_87;
+	rem.s64 	%rd1141, %rd1144, %rd118;
+	bra.uni 	$L__BB3_88;
+$L__BB3_87:
+	cvt.u32.u64 	%r367, %rd118;
+	cvt.u32.u64 	%r368, %rd1144;
+	rem.u32 	%r369, %r368, %r367;
+	cvt.u64.u32 	%rd1141, %r369;
+$L__BB3_88:
+	shr.u64 	%rd557, %rd118, 63;
+	add.s64 	%rd558, %rd118, %rd557;
+	shr.s64 	%rd122, %rd558, 1;
+	or.b64  	%rd559, %rd1141, %rd122;
+	and.b64  	%rd560, %rd559, -4294967296;
+	setp.eq.s64 	%p48, %rd560, 0;
+	@%p48 bra 	$L__BB3_90;
+	div.s64 	%rd1142, %rd1141, %rd122;
+	mul.lo.s64 	%rd561, %rd1142, %rd122;
+	sub.s64 	%rd1143, %rd1141, %rd561;
+	bra.uni 	$L__BB3_91;
+$L__BB3_90:
+	cvt.u32.u64 	%r370, %rd122;
+	cvt.u32.u64 	%r371, %rd1141;
+	div.u32 	%r372, %r371, %r370;
+	mul.lo.s32 	%r373, %r372, %r370;
+	sub.s32 	%r374, %r371, %r373;
+	cvt.u64.u32 	%rd1142, %r372;
+	cvt.u64.u32 	%rd1143, %r374;
+$L__BB3_91:
+	shl.b64 	%rd562, %rd1143, 1;
+	sub.s64 	%rd563, %rd1144, %rd1141;
+	add.s64 	%rd564, %rd563, %rd562;
+	add.s64 	%rd1144, %rd564, %rd1142;
+$L__BB3_92:
+	ld.param.u64 	%rd566, [%rd9+24];
+	mul.lo.s64 	%rd567, %rd566, %rd1144;
+	ld.param.u64 	%rd568, [%rd9+40];
+	add.s64 	%rd569, %rd568, %rd25;
+	add.s64 	%rd570, %rd569, %rd567;
+	shl.b64 	%rd571, %rd570, 2;
+	add.s64 	%rd565, %rd20, %rd571;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1272,%r1271,%r1270,%r1269}, [%rd565];
+	// end inline asm
+	and.b32  	%r379, %r1272, 2147483647;
+	and.b32  	%r380, %r1271, 2147483647;
+	max.u32 	%r381, %r379, %r380;
+	and.b32  	%r382, %r1270, 2147483647;
+	and.b32  	%r383, %r1269, 2147483647;
+	max.u32 	%r384, %r382, %r383;
+	max.u32 	%r385, %r381, %r384;
+	max.u32 	%r1248, %r1248, %r385;
+$L__BB3_93:
+	ld.param.u64 	%rd572, [%rd9+-8];
+	add.s64 	%rd131, %rd26, 56;
+	setp.ge.s64 	%p49, %rd131, %rd572;
+	@%p49 bra 	$L__BB3_104;
+	ld.param.u64 	%rd573, [%rd9];
+	setp.ge.s64 	%p50, %rd25, %rd573;
+	@%p50 bra 	$L__BB3_104;
+	add.s64 	%rd1034, %rd26, 56;
+	ld.param.u64 	%rd574, [%rd9+32];
+	add.s64 	%rd1148, %rd574, %rd1034;
+	ld.param.u64 	%rd133, [%rd9+48];
+	setp.eq.s64 	%p51, %rd133, 0;
+	@%p51 bra 	$L__BB3_103;
+	or.b64  	%rd575, %rd1148, %rd133;
+	and.b64  	%rd576, %rd575, -4294967296;
+	setp.eq.s64 	%p52, %rd576, 0;
+	@%p52 bra 	$L__BB3_98;
+	rem.s64 	%rd1145, %rd1148, %rd133;
+	bra.uni 	$L__BB3_99;
+$L__BB3_98:
+	cvt.u32.u64 	%r388, %rd133;
+	cvt.u32.u64 	%r389, %rd1148;
+	rem.u32 	%r390, %r389, %r388;
+	cvt.u64.u32 	%rd1145, %r390;
+$L__BB3_99:
+	shr.u64 	%rd577, %rd133, 63;
+	add.s64 	%rd578, %rd133, %rd577;
+	shr.s64 	%rd137, %rd578, 1;
+	or.b64  	%rd579, %rd1145, %rd137;
+	and.b64  	%rd580, %rd579, -4294967296;
+	setp.eq.s64 	%p53, %rd580, 0;
+	@%p53 bra 	$L__BB3_101;
+	div.s64 	%rd1146, %rd1145, %rd137;
+	mul.lo.s64 	%rd581, %rd1146, %rd137;
+	sub.s64 	%rd1147, %rd1145, %rd581;
+	bra.uni 	$L__BB3_102;
+$L__BB3_101:
+	cvt.u32.u64 	%r391, %rd137;
+	cvt.u32.u64 	%r392, %rd1145;
+	div.u32 	%r393, %r392, %r391;
+	mul.lo.s32 	%r394, %r393, %r391;
+	sub.s32 	%r395, %r392, %r394;
+	cvt.u64.u32 	%rd1146, %r393;
+	cvt.u64.u32 	%rd1147, %r395;
+$L__BB3_102:
+	shl.b64 	%rd582, %rd1147, 1;
+	sub.s64 	%rd583, %rd1148, %rd1145;
+	add.s64 	%rd584, %rd583, %rd582;
+	add.s64 	%rd1148, %rd584, %rd1146;
+$L__BB3_103:
+	ld.param.u64 	%rd586, [%rd9+24];
+	mul.lo.s64 	%rd587, %rd586, %rd1148;
+	ld.param.u64 	%rd588, [%rd9+40];
+	add.s64 	%rd589, %rd588, %rd25;
+	add.s64 	%rd590, %rd589, %rd587;
+	shl.b64 	%rd591, %rd590, 2;
+	add.s64 	%rd585, %rd20, %rd591;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1277,%r1276,%r1275,%r1274}, [%rd585];
+	// end inline asm
+	and.b32  	%r400, %r1277, 2147483647;
+	and.b32  	%r401, %r1276, 2147483647;
 	max.u32 	%r402, %r400, %r401;
-	max.u32 	%r403, %r398, %r399;
-	and.b32  	%r404, %r403, 2147418112;
-	or.b32  	%r405, %r404, %r402;
-	max.u32 	%r406, %r394, %r402;
-	max.u32 	%r407, %r397, %r405;
-	shr.u32 	%r408, %r407, 16;
-	max.u32 	%r409, %r406, %r408;
-	shl.b32 	%r410, %r409, 16;
-	max.u32 	%r411, %r381, %r410;
-	ld.global.v4.u32 	{%r412, %r413, %r414, %r415}, [%rd170+8192];
-	and.b32  	%r420, %r412, 2147450879;
-	and.b32  	%r421, %r413, 2147450879;
-	and.b32  	%r422, %r412, 32767;
-	and.b32  	%r423, %r413, 32767;
-	max.u32 	%r424, %r422, %r423;
-	max.u32 	%r425, %r420, %r421;
-	and.b32  	%r426, %r425, 2147418112;
-	or.b32  	%r427, %r426, %r424;
-	and.b32  	%r428, %r414, 2147450879;
-	and.b32  	%r429, %r415, 2147450879;
-	and.b32  	%r430, %r414, 32767;
-	and.b32  	%r431, %r415, 32767;
-	max.u32 	%r432, %r430, %r431;
-	max.u32 	%r433, %r428, %r429;
-	and.b32  	%r434, %r433, 2147418112;
-	or.b32  	%r435, %r434, %r432;
-	max.u32 	%r436, %r424, %r432;
-	max.u32 	%r437, %r427, %r435;
-	shr.u32 	%r438, %r437, 16;
-	max.u32 	%r439, %r436, %r438;
-	shl.b32 	%r440, %r439, 16;
-	max.u32 	%r441, %r411, %r440;
-	ld.global.v4.u32 	{%r442, %r443, %r444, %r445}, [%rd170+12288];
-	and.b32  	%r450, %r442, 2147450879;
-	and.b32  	%r451, %r443, 2147450879;
-	and.b32  	%r452, %r442, 32767;
-	and.b32  	%r453, %r443, 32767;
-	max.u32 	%r454, %r452, %r453;
-	max.u32 	%r455, %r450, %r451;
-	and.b32  	%r456, %r455, 2147418112;
-	or.b32  	%r457, %r456, %r454;
-	and.b32  	%r458, %r444, 2147450879;
-	and.b32  	%r459, %r445, 2147450879;
-	and.b32  	%r460, %r444, 32767;
-	and.b32  	%r461, %r445, 32767;
-	max.u32 	%r462, %r460, %r461;
-	max.u32 	%r463, %r458, %r459;
-	and.b32  	%r464, %r463, 2147418112;
-	or.b32  	%r465, %r464, %r462;
-	max.u32 	%r466, %r454, %r462;
-	max.u32 	%r467, %r457, %r465;
-	shr.u32 	%r468, %r467, 16;
-	max.u32 	%r469, %r466, %r468;
-	shl.b32 	%r470, %r469, 16;
-	max.u32 	%r653, %r441, %r470;
-	add.s64 	%rd206, %rd206, 1024;
-	add.s64 	%rd205, %rd205, -4;
-	setp.ne.s64 	%p67, %rd205, 0;
-	@%p67 bra 	$L__BB2_52;
-$L__BB2_53:
-	setp.eq.s64 	%p68, %rd61, 0;
-	@%p68 bra 	$L__BB2_63;
-	shl.b64 	%rd171, %rd206, 4;
-	cvta.to.global.u64 	%rd172, %rd51;
-	add.s64 	%rd69, %rd172, %rd171;
-	ld.global.v4.u32 	{%r471, %r472, %r473, %r474}, [%rd69];
-	and.b32  	%r479, %r471, 2147450879;
-	and.b32  	%r480, %r472, 2147450879;
-	and.b32  	%r481, %r471, 32767;
-	and.b32  	%r482, %r472, 32767;
-	max.u32 	%r483, %r481, %r482;
-	max.u32 	%r484, %r479, %r480;
-	and.b32  	%r485, %r484, 2147418112;
-	or.b32  	%r486, %r485, %r483;
-	and.b32  	%r487, %r473, 2147450879;
-	and.b32  	%r488, %r474, 2147450879;
-	and.b32  	%r489, %r473, 32767;
-	and.b32  	%r490, %r474, 32767;
-	max.u32 	%r491, %r489, %r490;
-	max.u32 	%r492, %r487, %r488;
-	and.b32  	%r493, %r492, 2147418112;
-	or.b32  	%r494, %r493, %r491;
-	max.u32 	%r495, %r483, %r491;
-	max.u32 	%r496, %r486, %r494;
-	shr.u32 	%r497, %r496, 16;
-	max.u32 	%r498, %r495, %r497;
-	shl.b32 	%r499, %r498, 16;
-	max.u32 	%r653, %r653, %r499;
-	setp.eq.s64 	%p69, %rd61, 1;
-	@%p69 bra 	$L__BB2_63;
-	ld.global.v4.u32 	{%r500, %r501, %r502, %r503}, [%rd69+4096];
-	and.b32  	%r508, %r500, 2147450879;
-	and.b32  	%r509, %r501, 2147450879;
-	and.b32  	%r510, %r500, 32767;
-	and.b32  	%r511, %r501, 32767;
+	and.b32  	%r403, %r1275, 2147483647;
+	and.b32  	%r404, %r1274, 2147483647;
+	max.u32 	%r405, %r403, %r404;
+	max.u32 	%r406, %r402, %r405;
+	max.u32 	%r1248, %r1248, %r406;
+$L__BB3_104:
+	ld.param.u64 	%rd592, [%rd9+-8];
+	add.s64 	%rd146, %rd26, 64;
+	setp.ge.s64 	%p54, %rd146, %rd592;
+	@%p54 bra 	$L__BB3_115;
+	ld.param.u64 	%rd593, [%rd9];
+	setp.ge.s64 	%p55, %rd25, %rd593;
+	@%p55 bra 	$L__BB3_115;
+	add.s64 	%rd1033, %rd26, 64;
+	ld.param.u64 	%rd594, [%rd9+32];
+	add.s64 	%rd1152, %rd594, %rd1033;
+	ld.param.u64 	%rd148, [%rd9+48];
+	setp.eq.s64 	%p56, %rd148, 0;
+	@%p56 bra 	$L__BB3_114;
+	or.b64  	%rd595, %rd1152, %rd148;
+	and.b64  	%rd596, %rd595, -4294967296;
+	setp.eq.s64 	%p57, %rd596, 0;
+	@%p57 bra 	$L__BB3_109;
+	rem.s64 	%rd1149, %rd1152, %rd148;
+	bra.uni 	$L__BB3_110;
+$L__BB3_109:
+	cvt.u32.u64 	%r409, %rd148;
+	cvt.u32.u64 	%r410, %rd1152;
+	rem.u32 	%r411, %r410, %r409;
+	cvt.u64.u32 	%rd1149, %r411;
+$L__BB3_110:
+	shr.u64 	%rd597, %rd148, 63;
+	add.s64 	%rd598, %rd148, %rd597;
+	shr.s64 	%rd152, %rd598, 1;
+	or.b64  	%rd599, %rd1149, %rd152;
+	and.b64  	%rd600, %rd599, -4294967296;
+	setp.eq.s64 	%p58, %rd600, 0;
+	@%p58 bra 	$L__BB3_112;
+	div.s64 	%rd1150, %rd1149, %rd152;
+	mul.lo.s64 	%rd601, %rd1150, %rd152;
+	sub.s64 	%rd1151, %rd1149, %rd601;
+	bra.uni 	$L__BB3_113;
+$L__BB3_112:
+	cvt.u32.u64 	%r412, %rd152;
+	cvt.u32.u64 	%r413, %rd1149;
+	div.u32 	%r414, %r413, %r412;
+	mul.lo.s32 	%r415, %r414, %r412;
+	sub.s32 	%r416, %r413, %r415;
+	cvt.u64.u32 	%rd1150, %r414;
+	cvt.u64.u32 	%rd1151, %r416;
+$L__BB3_113:
+	shl.b64 	%rd602, %rd1151, 1;
+	sub.s64 	%rd603, %rd1152, %rd1149;
+	add.s64 	%rd604, %rd603, %rd602;
+	add.s64 	%rd1152, %rd604, %rd1150;
+$L__BB3_114:
+	ld.param.u64 	%rd606, [%rd9+24];
+	mul.lo.s64 	%rd607, %rd606, %rd1152;
+	ld.param.u64 	%rd608, [%rd9+40];
+	add.s64 	%rd609, %rd608, %rd25;
+	add.s64 	%rd610, %rd609, %rd607;
+	shl.b64 	%rd611, %rd610, 2;
+	add.s64 	%rd605, %rd20, %rd611;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1282,%r1281,%r1280,%r1279}, [%rd605];
+	// end inline asm
+	and.b32  	%r421, %r1282, 2147483647;
+	and.b32  	%r422, %r1281, 2147483647;
+	max.u32 	%r423, %r421, %r422;
+	and.b32  	%r424, %r1280, 2147483647;
+	and.b32  	%r425, %r1279, 2147483647;
+	max.u32 	%r426, %r424, %r425;
+	max.u32 	%r427, %r423, %r426;
+	max.u32 	%r1248, %r1248, %r427;
+$L__BB3_115:
+	ld.param.u64 	%rd612, [%rd9+-8];
+	add.s64 	%rd161, %rd26, 72;
+	setp.ge.s64 	%p59, %rd161, %rd612;
+	@%p59 bra 	$L__BB3_126;
+	ld.param.u64 	%rd613, [%rd9];
+	setp.ge.s64 	%p60, %rd25, %rd613;
+	@%p60 bra 	$L__BB3_126;
+	ld.param.u64 	%rd614, [%rd9+32];
+	add.s64 	%rd1156, %rd614, %rd161;
+	ld.param.u64 	%rd163, [%rd9+48];
+	setp.eq.s64 	%p61, %rd163, 0;
+	@%p61 bra 	$L__BB3_125;
+	or.b64  	%rd615, %rd1156, %rd163;
+	and.b64  	%rd616, %rd615, -4294967296;
+	setp.eq.s64 	%p62, %rd616, 0;
+	@%p62 bra 	$L__BB3_120;
+	rem.s64 	%rd1153, %rd1156, %rd163;
+	bra.uni 	$L__BB3_121;
+$L__BB3_120:
+	cvt.u32.u64 	%r430, %rd163;
+	cvt.u32.u64 	%r431, %rd1156;
+	rem.u32 	%r432, %r431, %r430;
+	cvt.u64.u32 	%rd1153, %r432;
+$L__BB3_121:
+	shr.u64 	%rd617, %rd163, 63;
+	add.s64 	%rd618, %rd163, %rd617;
+	shr.s64 	%rd167, %rd618, 1;
+	or.b64  	%rd619, %rd1153, %rd167;
+	and.b64  	%rd620, %rd619, -4294967296;
+	setp.eq.s64 	%p63, %rd620, 0;
+	@%p63 bra 	$L__BB3_123;
+	div.s64 	%rd1154, %rd1153, %rd167;
+	mul.lo.s64 	%rd621, %rd1154, %rd167;
+	sub.s64 	%rd1155, %rd1153, %rd621;
+	bra.uni 	$L__BB3_124;
+$L__BB3_123:
+	cvt.u32.u64 	%r433, %rd167;
+	cvt.u32.u64 	%r434, %rd1153;
+	div.u32 	%r435, %r434, %r433;
+	mul.lo.s32 	%r436, %r435, %r433;
+	sub.s32 	%r437, %r434, %r436;
+	cvt.u64.u32 	%rd1154, %r435;
+	cvt.u64.u32 	%rd1155, %r437;
+$L__BB3_124:
+	shl.b64 	%rd622, %rd1155, 1;
+	sub.s64 	%rd623, %rd1156, %rd1153;
+	add.s64 	%rd624, %rd623, %rd622;
+	add.s64 	%rd1156, %rd624, %rd1154;
+$L__BB3_125:
+	ld.param.u64 	%rd626, [%rd9+24];
+	mul.lo.s64 	%rd627, %rd626, %rd1156;
+	ld.param.u64 	%rd628, [%rd9+40];
+	add.s64 	%rd629, %rd628, %rd25;
+	add.s64 	%rd630, %rd629, %rd627;
+	shl.b64 	%rd631, %rd630, 2;
+	add.s64 	%rd625, %rd20, %rd631;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1287,%r1286,%r1285,%r1284}, [%rd625];
+	// end inline asm
+	and.b32  	%r442, %r1287, 2147483647;
+	and.b32  	%r443, %r1286, 2147483647;
+	max.u32 	%r444, %r442, %r443;
+	and.b32  	%r445, %r1285, 2147483647;
+	and.b32  	%r446, %r1284, 2147483647;
+	max.u32 	%r447, %r445, %r446;
+	max.u32 	%r448, %r444, %r447;
+	max.u32 	%r1248, %r1248, %r448;
+$L__BB3_126:
+	ld.param.u64 	%rd632, [%rd9+-8];
+	add.s64 	%rd176, %rd26, 80;
+	setp.ge.s64 	%p64, %rd176, %rd632;
+	@%p64 bra 	$L__BB3_137;
+	ld.param.u64 	%rd633, [%rd9];
+	setp.ge.s64 	%p65, %rd25, %rd633;
+	@%p65 bra 	$L__BB3_137;
+	ld.param.u64 	%rd634, [%rd9+32];
+	add.s64 	%rd1160, %rd634, %rd176;
+	ld.param.u64 	%rd178, [%rd9+48];
+	setp.eq.s64 	%p66, %rd178, 0;
+	@%p66 bra 	$L__BB3_136;
+	or.b64  	%rd635, %rd1160, %rd178;
+	and.b64  	%rd636, %rd635, -4294967296;
+	setp.eq.s64 	%p67, %rd636, 0;
+	@%p67 bra 	$L__BB3_131;
+	rem.s64 	%rd1157, %rd1160, %rd178;
+	bra.uni 	$L__BB3_132;
+$L__BB3_131:
+	cvt.u32.u64 	%r451, %rd178;
+	cvt.u32.u64 	%r452, %rd1160;
+	rem.u32 	%r453, %r452, %r451;
+	cvt.u64.u32 	%rd1157, %r453;
+$L__BB3_132:
+	shr.u64 	%rd637, %rd178, 63;
+	add.s64 	%rd638, %rd178, %rd637;
+	shr.s64 	%rd182, %rd638, 1;
+	or.b64  	%rd639, %rd1157, %rd182;
+	and.b64  	%rd640, %rd639, -4294967296;
+	setp.eq.s64 	%p68, %rd640, 0;
+	@%p68 bra 	$L__BB3_134;
+	div.s64 	%rd1158, %rd1157, %rd182;
+	mul.lo.s64 	%rd641, %rd1158, %rd182;
+	sub.s64 	%rd1159, %rd1157, %rd641;
+	bra.uni 	$L__BB3_135;
+$L__BB3_134:
+	cvt.u32.u64 	%r454, %rd182;
+	cvt.u32.u64 	%r455, %rd1157;
+	div.u32 	%r456, %r455, %r454;
+	mul.lo.s32 	%r457, %r456, %r454;
+	sub.s32 	%r458, %r455, %r457;
+	cvt.u64.u32 	%rd1158, %r456;
+	cvt.u64.u32 	%rd1159, %r458;
+$L__BB3_135:
+	shl.b64 	%rd642, %rd1159, 1;
+	sub.s64 	%rd643, %rd1160, %rd1157;
+	add.s64 	%rd644, %rd643, %rd642;
+	add.s64 	%rd1160, %rd644, %rd1158;
+$L__BB3_136:
+	ld.param.u64 	%rd646, [%rd9+24];
+	mul.lo.s64 	%rd647, %rd646, %rd1160;
+	ld.param.u64 	%rd648, [%rd9+40];
+	add.s64 	%rd649, %rd648, %rd25;
+	add.s64 	%rd650, %rd649, %rd647;
+	shl.b64 	%rd651, %rd650, 2;
+	add.s64 	%rd645, %rd20, %rd651;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1292,%r1291,%r1290,%r1289}, [%rd645];
+	// end inline asm
+	and.b32  	%r463, %r1292, 2147483647;
+	and.b32  	%r464, %r1291, 2147483647;
+	max.u32 	%r465, %r463, %r464;
+	and.b32  	%r466, %r1290, 2147483647;
+	and.b32  	%r467, %r1289, 2147483647;
+	max.u32 	%r468, %r466, %r467;
+	max.u32 	%r469, %r465, %r468;
+	max.u32 	%r1248, %r1248, %r469;
+$L__BB3_137:
+	ld.param.u64 	%rd652, [%rd9+-8];
+	add.s64 	%rd191, %rd26, 88;
+	setp.ge.s64 	%p69, %rd191, %rd652;
+	@%p69 bra 	$L__BB3_148;
+	ld.param.u64 	%rd653, [%rd9];
+	setp.ge.s64 	%p70, %rd25, %rd653;
+	@%p70 bra 	$L__BB3_148;
+	ld.param.u64 	%rd654, [%rd9+32];
+	add.s64 	%rd1164, %rd654, %rd191;
+	ld.param.u64 	%rd193, [%rd9+48];
+	setp.eq.s64 	%p71, %rd193, 0;
+	@%p71 bra 	$L__BB3_147;
+	or.b64  	%rd655, %rd1164, %rd193;
+	and.b64  	%rd656, %rd655, -4294967296;
+	setp.eq.s64 	%p72, %rd656, 0;
+	@%p72 bra 	$L__BB3_142;
+	rem.s64 	%rd1161, %rd1164, %rd193;
+	bra.uni 	$L__BB3_143;
+$L__BB3_142:
+	cvt.u32.u64 	%r472, %rd193;
+	cvt.u32.u64 	%r473, %rd1164;
+	rem.u32 	%r474, %r473, %r472;
+	cvt.u64.u32 	%rd1161, %r474;
+$L__BB3_143:
+	ld.param.u64 	%rd1101, [%rd9+48];
+	shr.u64 	%rd657, %rd1101, 63;
+	add.s64 	%rd658, %rd1101, %rd657;
+	shr.s64 	%rd197, %rd658, 1;
+	or.b64  	%rd659, %rd1161, %rd197;
+	and.b64  	%rd660, %rd659, -4294967296;
+	setp.eq.s64 	%p73, %rd660, 0;
+	@%p73 bra 	$L__BB3_145;
+	div.s64 	%rd1162, %rd1161, %rd197;
+	mul.lo.s64 	%rd661, %rd1162, %rd197;
+	sub.s64 	%rd1163, %rd1161, %rd661;
+	bra.uni 	$L__BB3_146;
+$L__BB3_145:
+	cvt.u32.u64 	%r475, %rd197;
+	cvt.u32.u64 	%r476, %rd1161;
+	div.u32 	%r477, %r476, %r475;
+	mul.lo.s32 	%r478, %r477, %r475;
+	sub.s32 	%r479, %r476, %r478;
+	cvt.u64.u32 	%rd1162, %r477;
+	cvt.u64.u32 	%rd1163, %r479;
+$L__BB3_146:
+	shl.b64 	%rd662, %rd1163, 1;
+	sub.s64 	%rd663, %rd1164, %rd1161;
+	add.s64 	%rd664, %rd663, %rd662;
+	add.s64 	%rd1164, %rd664, %rd1162;
+$L__BB3_147:
+	ld.param.u64 	%rd666, [%rd9+24];
+	mul.lo.s64 	%rd667, %rd666, %rd1164;
+	ld.param.u64 	%rd668, [%rd9+40];
+	add.s64 	%rd669, %rd668, %rd25;
+	add.s64 	%rd670, %rd669, %rd667;
+	shl.b64 	%rd671, %rd670, 2;
+	add.s64 	%rd665, %rd20, %rd671;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1297,%r1296,%r1295,%r1294}, [%rd665];
+	// end inline asm
+	and.b32  	%r484, %r1297, 2147483647;
+	and.b32  	%r485, %r1296, 2147483647;
+	max.u32 	%r486, %r484, %r485;
+	and.b32  	%r487, %r1295, 2147483647;
+	and.b32  	%r488, %r1294, 2147483647;
+	max.u32 	%r489, %r487, %r488;
+	max.u32 	%r490, %r486, %r489;
+	max.u32 	%r1248, %r1248, %r490;
+$L__BB3_148:
+	ld.param.u64 	%rd672, [%rd9+-8];
+	add.s64 	%rd206, %rd26, 96;
+	setp.ge.s64 	%p74, %rd206, %rd672;
+	@%p74 bra 	$L__BB3_159;
+	ld.param.u64 	%rd673, [%rd9];
+	setp.ge.s64 	%p75, %rd25, %rd673;
+	@%p75 bra 	$L__BB3_159;
+	add.s64 	%rd1102, %rd26, 96;
+	ld.param.u64 	%rd674, [%rd9+32];
+	add.s64 	%rd1168, %rd674, %rd1102;
+	ld.param.u64 	%rd208, [%rd9+48];
+	setp.eq.s64 	%p76, %rd208, 0;
+	@%p76 bra 	$L__BB3_158;
+	ld.param.u64 	%rd1103, [%rd9+48];
+	or.b64  	%rd675, %rd1168, %rd1103;
+	and.b64  	%rd676, %rd675, -4294967296;
+	setp.eq.s64 	%p77, %rd676, 0;
+	@%p77 bra 	$L__BB3_153;
+	ld.param.u64 	%rd1104, [%rd9+48];
+	rem.s64 	%rd1165, %rd1168, %rd1104;
+	bra.uni 	$L__BB3_154;
+$L__BB3_153:
+	ld.param.u64 	%rd1106, [%rd9+48];
+	cvt.u32.u64 	%r493, %rd1106;
+	cvt.u32.u64 	%r494, %rd1168;
+	rem.u32 	%r495, %r494, %r493;
+	cvt.u64.u32 	%rd1165, %r495;
+$L__BB3_154:
+	ld.param.u64 	%rd1105, [%rd9+48];
+	shr.u64 	%rd677, %rd1105, 63;
+	add.s64 	%rd678, %rd1105, %rd677;
+	shr.s64 	%rd212, %rd678, 1;
+	or.b64  	%rd679, %rd1165, %rd212;
+	and.b64  	%rd680, %rd679, -4294967296;
+	setp.eq.s64 	%p78, %rd680, 0;
+	@%p78 bra 	$L__BB3_156;
+	div.s64 	%rd1166, %rd1165, %rd212;
+	mul.lo.s64 	%rd681, %rd1166, %rd212;
+	sub.s64 	%rd1167, %rd1165, %rd681;
+	bra.uni 	$L__BB3_157;
+$L__BB3_156:
+	cvt.u32.u64 	%r496, %rd212;
+	cvt.u32.u64 	%r497, %rd1165;
+	div.u32 	%r498, %r497, %r496;
+	mul.lo.s32 	%r499, %r498, %r496;
+	sub.s32 	%r500, %r497, %r499;
+	cvt.u64.u32 	%rd1166, %r498;
+	cvt.u64.u32 	%rd1167, %r500;
+$L__BB3_157:
+	shl.b64 	%rd682, %rd1167, 1;
+	sub.s64 	%rd683, %rd1168, %rd1165;
+	add.s64 	%rd684, %rd683, %rd682;
+	add.s64 	%rd1168, %rd684, %rd1166;
+$L__BB3_158:
+	ld.param.u64 	%rd686, [%rd9+24];
+	mul.lo.s64 	%rd687, %rd686, %rd1168;
+	ld.param.u64 	%rd688, [%rd9+40];
+	add.s64 	%rd689, %rd688, %rd25;
+	add.s64 	%rd690, %rd689, %rd687;
+	shl.b64 	%rd691, %rd690, 2;
+	add.s64 	%rd685, %rd20, %rd691;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1302,%r1301,%r1300,%r1299}, [%rd685];
+	// end inline asm
+	and.b32  	%r505, %r1302, 2147483647;
+	and.b32  	%r506, %r1301, 2147483647;
+	max.u32 	%r507, %r505, %r506;
+	and.b32  	%r508, %r1300, 2147483647;
+	and.b32  	%r509, %r1299, 2147483647;
+	max.u32 	%r510, %r508, %r509;
+	max.u32 	%r511, %r507, %r510;
+	max.u32 	%r1248, %r1248, %r511;
+$L__BB3_159:
+	ld.param.u64 	%rd692, [%rd9+-8];
+	add.s64 	%rd221, %rd26, 104;
+	setp.ge.s64 	%p79, %rd221, %rd692;
+	@%p79 bra 	$L__BB3_170;
+	ld.param.u64 	%rd693, [%rd9];
+	setp.ge.s64 	%p80, %rd25, %rd693;
+	@%p80 bra 	$L__BB3_170;
+	add.s64 	%rd1107, %rd26, 104;
+	ld.param.u64 	%rd694, [%rd9+32];
+	add.s64 	%rd1172, %rd694, %rd1107;
+	ld.param.u64 	%rd223, [%rd9+48];
+	setp.eq.s64 	%p81, %rd223, 0;
+	@%p81 bra 	$L__BB3_169;
+	ld.param.u64 	%rd1108, [%rd9+48];
+	or.b64  	%rd695, %rd1172, %rd1108;
+	and.b64  	%rd696, %rd695, -4294967296;
+	setp.eq.s64 	%p82, %rd696, 0;
+	@%p82 bra 	$L__BB3_164;
+	ld.param.u64 	%rd1109, [%rd9+48];
+	rem.s64 	%rd1169, %rd1172, %rd1109;
+	bra.uni 	$L__BB3_165;
+$L__BB3_164:
+	ld.param.u64 	%rd1111, [%rd9+48];
+	cvt.u32.u64 	%r514, %rd1111;
+	cvt.u32.u64 	%r515, %rd1172;
+	rem.u32 	%r516, %r515, %r514;
+	cvt.u64.u32 	%rd1169, %r516;
+$L__BB3_165:
+	ld.param.u64 	%rd1110, [%rd9+48];
+	shr.u64 	%rd697, %rd1110, 63;
+	add.s64 	%rd698, %rd1110, %rd697;
+	shr.s64 	%rd227, %rd698, 1;
+	or.b64  	%rd699, %rd1169, %rd227;
+	and.b64  	%rd700, %rd699, -4294967296;
+	setp.eq.s64 	%p83, %rd700, 0;
+	@%p83 bra 	$L__BB3_167;
+	div.s64 	%rd1170, %rd1169, %rd227;
+	mul.lo.s64 	%rd701, %rd1170, %rd227;
+	sub.s64 	%rd1171, %rd1169, %rd701;
+	bra.uni 	$L__BB3_168;
+$L__BB3_167:
+	cvt.u32.u64 	%r517, %rd227;
+	cvt.u32.u64 	%r518, %rd1169;
+	div.u32 	%r519, %r518, %r517;
+	mul.lo.s32 	%r520, %r519, %r517;
+	sub.s32 	%r521, %r518, %r520;
+	cvt.u64.u32 	%rd1170, %r519;
+	cvt.u64.u32 	%rd1171, %r521;
+$L__BB3_168:
+	shl.b64 	%rd702, %rd1171, 1;
+	sub.s64 	%rd703, %rd1172, %rd1169;
+	add.s64 	%rd704, %rd703, %rd702;
+	add.s64 	%rd1172, %rd704, %rd1170;
+$L__BB3_169:
+	ld.param.u64 	%rd706, [%rd9+24];
+	mul.lo.s64 	%rd707, %rd706, %rd1172;
+	ld.param.u64 	%rd708, [%rd9+40];
+	add.s64 	%rd709, %rd708, %rd25;
+	add.s64 	%rd710, %rd709, %rd707;
+	shl.b64 	%rd711, %rd710, 2;
+	add.s64 	%rd705, %rd20, %rd711;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1307,%r1306,%r1305,%r1304}, [%rd705];
+	// end inline asm
+	and.b32  	%r526, %r1307, 2147483647;
+	and.b32  	%r527, %r1306, 2147483647;
+	max.u32 	%r528, %r526, %r527;
+	and.b32  	%r529, %r1305, 2147483647;
+	and.b32  	%r530, %r1304, 2147483647;
+	max.u32 	%r531, %r529, %r530;
+	max.u32 	%r532, %r528, %r531;
+	max.u32 	%r1248, %r1248, %r532;
+$L__BB3_170:
+	ld.param.u64 	%rd712, [%rd9+-8];
+	add.s64 	%rd236, %rd26, 112;
+	setp.ge.s64 	%p84, %rd236, %rd712;
+	@%p84 bra 	$L__BB3_181;
+	ld.param.u64 	%rd713, [%rd9];
+	setp.ge.s64 	%p85, %rd25, %rd713;
+	@%p85 bra 	$L__BB3_181;
+	add.s64 	%rd1112, %rd26, 112;
+	ld.param.u64 	%rd714, [%rd9+32];
+	add.s64 	%rd1176, %rd714, %rd1112;
+	ld.param.u64 	%rd238, [%rd9+48];
+	setp.eq.s64 	%p86, %rd238, 0;
+	@%p86 bra 	$L__BB3_180;
+	or.b64  	%rd715, %rd1176, %rd238;
+	and.b64  	%rd716, %rd715, -4294967296;
+	setp.eq.s64 	%p87, %rd716, 0;
+	@%p87 bra 	$L__BB3_175;
+	ld.param.u64 	%rd1089, [%rd9+48];
+	rem.s64 	%rd1173, %rd1176, %rd1089;
+	bra.uni 	$L__BB3_176;
+$L__BB3_175:
+	ld.param.u64 	%rd1091, [%rd9+48];
+	cvt.u32.u64 	%r535, %rd1091;
+	cvt.u32.u64 	%r536, %rd1176;
+	rem.u32 	%r537, %r536, %r535;
+	cvt.u64.u32 	%rd1173, %r537;
+$L__BB3_176:
+	ld.param.u64 	%rd1090, [%rd9+48];
+	shr.u64 	%rd717, %rd1090, 63;
+	add.s64 	%rd718, %rd1090, %rd717;
+	shr.s64 	%rd242, %rd718, 1;
+	or.b64  	%rd719, %rd1173, %rd242;
+	and.b64  	%rd720, %rd719, -4294967296;
+	setp.eq.s64 	%p88, %rd720, 0;
+	@%p88 bra 	$L__BB3_178;
+	div.s64 	%rd1174, %rd1173, %rd242;
+	mul.lo.s64 	%rd721, %rd1174, %rd242;
+	sub.s64 	%rd1175, %rd1173, %rd721;
+	bra.uni 	$L__BB3_179;
+$L__BB3_178:
+	cvt.u32.u64 	%r538, %rd242;
+	cvt.u32.u64 	%r539, %rd1173;
+	div.u32 	%r540, %r539, %r538;
+	mul.lo.s32 	%r541, %r540, %r538;
+	sub.s32 	%r542, %r539, %r541;
+	cvt.u64.u32 	%rd1174, %r540;
+	cvt.u64.u32 	%rd1175, %r542;
+$L__BB3_179:
+	shl.b64 	%rd722, %rd1175, 1;
+	sub.s64 	%rd723, %rd1176, %rd1173;
+	add.s64 	%rd724, %rd723, %rd722;
+	add.s64 	%rd1176, %rd724, %rd1174;
+$L__BB3_180:
+	ld.param.u64 	%rd726, [%rd9+24];
+	mul.lo.s64 	%rd727, %rd726, %rd1176;
+	ld.param.u64 	%rd728, [%rd9+40];
+	add.s64 	%rd729, %rd728, %rd25;
+	add.s64 	%rd730, %rd729, %rd727;
+	shl.b64 	%rd731, %rd730, 2;
+	add.s64 	%rd725, %rd20, %rd731;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1312,%r1311,%r1310,%r1309}, [%rd725];
+	// end inline asm
+	and.b32  	%r547, %r1312, 2147483647;
+	and.b32  	%r548, %r1311, 2147483647;
+	max.u32 	%r549, %r547, %r548;
+	and.b32  	%r550, %r1310, 2147483647;
+	and.b32  	%r551, %r1309, 2147483647;
+	max.u32 	%r552, %r550, %r551;
+	max.u32 	%r553, %r549, %r552;
+	max.u32 	%r1248, %r1248, %r553;
+$L__BB3_181:
+	ld.param.u64 	%rd732, [%rd9+-8];
+	add.s64 	%rd251, %rd26, 120;
+	setp.ge.s64 	%p89, %rd251, %rd732;
+	@%p89 bra 	$L__BB3_192;
+	ld.param.u64 	%rd733, [%rd9];
+	setp.ge.s64 	%p90, %rd25, %rd733;
+	@%p90 bra 	$L__BB3_192;
+	add.s64 	%rd1096, %rd26, 120;
+	ld.param.u64 	%rd734, [%rd9+32];
+	add.s64 	%rd1180, %rd734, %rd1096;
+	ld.param.u64 	%rd253, [%rd9+48];
+	setp.eq.s64 	%p91, %rd253, 0;
+	@%p91 bra 	$L__BB3_191;
+	ld.param.u64 	%rd1097, [%rd9+48];
+	or.b64  	%rd735, %rd1180, %rd1097;
+	and.b64  	%rd736, %rd735, -4294967296;
+	setp.eq.s64 	%p92, %rd736, 0;
+	@%p92 bra 	$L__BB3_186;
+	ld.param.u64 	%rd1098, [%rd9+48];
+	rem.s64 	%rd1177, %rd1180, %rd1098;
+	bra.uni 	$L__BB3_187;
+$L__BB3_186:
+	ld.param.u64 	%rd1100, [%rd9+48];
+	cvt.u32.u64 	%r556, %rd1100;
+	cvt.u32.u64 	%r557, %rd1180;
+	rem.u32 	%r558, %r557, %r556;
+	cvt.u64.u32 	%rd1177, %r558;
+$L__BB3_187:
+	ld.param.u64 	%rd1099, [%rd9+48];
+	shr.u64 	%rd737, %rd1099, 63;
+	add.s64 	%rd738, %rd1099, %rd737;
+	shr.s64 	%rd257, %rd738, 1;
+	or.b64  	%rd739, %rd1177, %rd257;
+	and.b64  	%rd740, %rd739, -4294967296;
+	setp.eq.s64 	%p93, %rd740, 0;
+	@%p93 bra 	$L__BB3_189;
+	div.s64 	%rd1178, %rd1177, %rd257;
+	mul.lo.s64 	%rd741, %rd1178, %rd257;
+	sub.s64 	%rd1179, %rd1177, %rd741;
+	bra.uni 	$L__BB3_190;
+$L__BB3_189:
+	cvt.u32.u64 	%r559, %rd257;
+	cvt.u32.u64 	%r560, %rd1177;
+	div.u32 	%r561, %r560, %r559;
+	mul.lo.s32 	%r562, %r561, %r559;
+	sub.s32 	%r563, %r560, %r562;
+	cvt.u64.u32 	%rd1178, %r561;
+	cvt.u64.u32 	%rd1179, %r563;
+$L__BB3_190:
+	shl.b64 	%rd742, %rd1179, 1;
+	sub.s64 	%rd743, %rd1180, %rd1177;
+	add.s64 	%rd744, %rd743, %rd742;
+	add.s64 	%rd1180, %rd744, %rd1178;
+$L__BB3_191:
+	ld.param.u64 	%rd746, [%rd9+24];
+	mul.lo.s64 	%rd747, %rd746, %rd1180;
+	ld.param.u64 	%rd748, [%rd9+40];
+	add.s64 	%rd749, %rd748, %rd25;
+	add.s64 	%rd750, %rd749, %rd747;
+	shl.b64 	%rd751, %rd750, 2;
+	add.s64 	%rd745, %rd20, %rd751;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r1317,%r1316,%r1315,%r1314}, [%rd745];
+	// end inline asm
+	and.b32  	%r568, %r1317, 2147483647;
+	and.b32  	%r569, %r1316, 2147483647;
+	max.u32 	%r570, %r568, %r569;
+	and.b32  	%r571, %r1315, 2147483647;
+	and.b32  	%r572, %r1314, 2147483647;
+	max.u32 	%r573, %r571, %r572;
+	max.u32 	%r574, %r570, %r573;
+	max.u32 	%r1248, %r1248, %r574;
+$L__BB3_192:
+	mov.u32 	%r1228, %tid.x;
+	and.b32  	%r576, %r1228, 31;
+	setp.ne.s32 	%p94, %r576, 0;
+	mov.u32 	%r577, -1;
+	redux.sync.max.u32 %r169, %r1248, %r577;
+	@%p94 bra 	$L__BB3_194;
+	mov.u32 	%r1235, %tid.x;
+	shr.u32 	%r579, %r1235, 3;
+	and.b32  	%r580, %r579, 536870908;
+	mov.u32 	%r581, _ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red;
+	add.s32 	%r582, %r581, %r580;
+	st.shared.u32 	[%r582], %r169;
+$L__BB3_194:
+	bar.sync 	0;
+	ld.shared.u32 	%r584, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+4];
+	ld.shared.u32 	%r585, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red];
+	max.u32 	%r586, %r585, %r584;
+	ld.shared.u32 	%r587, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+8];
+	max.u32 	%r588, %r586, %r587;
+	ld.shared.u32 	%r589, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+12];
+	max.u32 	%r590, %r588, %r589;
+	ld.shared.u32 	%r591, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+16];
+	max.u32 	%r592, %r590, %r591;
+	ld.shared.u32 	%r593, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+20];
+	max.u32 	%r594, %r592, %r593;
+	ld.shared.u32 	%r595, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+24];
+	max.u32 	%r596, %r594, %r595;
+	ld.shared.u32 	%r597, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+28];
+	max.u32 	%r170, %r596, %r597;
+	bar.sync 	0;
+	setp.gt.u32 	%p95, %r170, 2139095040;
+	mov.u32 	%r1319, 2143289344;
+	@%p95 bra 	$L__BB3_200;
+	mov.b32 	%f4, %r170;
+	mov.f32 	%f5, 0f43E00000;
+	div.rn.f32 	%f6, %f4, %f5;
+	mov.b32 	%r171, %f6;
+	setp.eq.s32 	%p96, %r171, 0;
+	mov.u32 	%r1319, 1065353216;
+	@%p96 bra 	$L__BB3_200;
+	ld.param.u32 	%r1229, [%rd9+12];
+	setp.ne.s32 	%p97, %r1229, 1;
+	setp.eq.s32 	%p98, %r171, 2139095040;
+	or.pred  	%p99, %p98, %p97;
+	mov.u32 	%r1319, %r171;
+	@%p99 bra 	$L__BB3_200;
+	setp.lt.u32 	%p100, %r171, 8388608;
+	mov.u32 	%r1319, 8388608;
+	@%p100 bra 	$L__BB3_200;
+	and.b32  	%r600, %r171, 8388607;
+	setp.eq.s32 	%p101, %r600, 0;
+	mov.u32 	%r1319, %r171;
+	@%p101 bra 	$L__BB3_200;
+	and.b32  	%r601, %r171, 2139095040;
+	add.s32 	%r1319, %r601, 8388608;
+$L__BB3_200:
+	mov.u32 	%r1230, %tid.x;
+	setp.ne.s32 	%p102, %r1230, 0;
+	mov.b32 	%f1, %r1319;
+	@%p102 bra 	$L__BB3_202;
+	st.global.u32 	[%rd23], %r1319;
+$L__BB3_202:
+	add.s32 	%r603, %r1319, -226492416;
+	setp.gt.u32 	%p103, %r603, 1677721600;
+	@%p103 bra 	$L__BB3_251;
+	bra.uni 	$L__BB3_203;
+$L__BB3_251:
+	ld.param.u64 	%rd817, [%rd9+-24];
+	cvta.to.global.u64 	%rd283, %rd817;
+	ld.param.u64 	%rd818, [%rd9+-8];
+	setp.ge.s64 	%p136, %rd26, %rd818;
+	@%p136 bra 	$L__BB3_254;
+	ld.param.u64 	%rd284, [%rd9];
+	setp.le.s64 	%p137, %rd284, %rd25;
+	@%p137 bra 	$L__BB3_254;
+	mul.lo.s64 	%rd819, %rd284, %rd26;
+	add.s64 	%rd820, %rd819, %rd25;
+	add.s64 	%rd821, %rd283, %rd820;
+	mov.b32 	%f395, %r1242;
+	div.rn.f32 	%f396, %f395, %f1;
+	mov.b32 	%f397, %r1241;
+	div.rn.f32 	%f398, %f397, %f1;
+	mov.f32 	%f399, 0fC3E00000;
+	max.f32 	%f400, %f396, %f399;
+	mov.f32 	%f401, 0f43E00000;
+	min.f32 	%f392, %f400, %f401;
+	max.f32 	%f402, %f398, %f399;
+	min.f32 	%f391, %f402, %f401;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs51, %f391, %f392;
+	// end inline asm
+	cvt.u32.u16 	%r812, %rs51;
+	setp.nan.f32 	%p138, %f396, %f396;
+	and.b32  	%r813, %r812, 65280;
+	or.b32  	%r814, %r813, 127;
+	selp.b32 	%r815, %r814, %r812, %p138;
+	setp.nan.f32 	%p139, %f398, %f398;
+	and.b32  	%r816, %r815, 255;
+	or.b32  	%r817, %r816, 32512;
+	selp.b32 	%r818, %r817, %r815, %p139;
+	mov.b32 	%f403, %r1240;
+	div.rn.f32 	%f404, %f403, %f1;
+	mov.b32 	%f405, %r1239;
+	div.rn.f32 	%f406, %f405, %f1;
+	max.f32 	%f407, %f404, %f399;
+	min.f32 	%f394, %f407, %f401;
+	max.f32 	%f408, %f406, %f399;
+	min.f32 	%f393, %f408, %f401;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs52, %f393, %f394;
+	// end inline asm
+	cvt.u32.u16 	%r819, %rs52;
+	setp.nan.f32 	%p140, %f404, %f404;
+	and.b32  	%r820, %r819, 65280;
+	or.b32  	%r821, %r820, 127;
+	selp.b32 	%r822, %r821, %r819, %p140;
+	setp.nan.f32 	%p141, %f406, %f406;
+	and.b32  	%r823, %r822, 255;
+	or.b32  	%r824, %r823, 32512;
+	selp.b32 	%r825, %r824, %r822, %p141;
+	shl.b32 	%r826, %r825, 16;
+	or.b32  	%r827, %r826, %r818;
+	st.global.u32 	[%rd821], %r827;
+$L__BB3_254:
+	add.s64 	%rd1067, %rd26, 8;
+	ld.param.u64 	%rd822, [%rd9+-8];
+	setp.ge.s64 	%p142, %rd1067, %rd822;
+	@%p142 bra 	$L__BB3_257;
+	ld.param.u64 	%rd285, [%rd9];
+	setp.le.s64 	%p143, %rd285, %rd25;
+	@%p143 bra 	$L__BB3_257;
+	add.s64 	%rd1072, %rd26, 8;
+	mul.lo.s64 	%rd823, %rd285, %rd1072;
+	add.s64 	%rd824, %rd823, %rd25;
+	add.s64 	%rd825, %rd283, %rd824;
+	mov.b32 	%f413, %r1247;
+	div.rn.f32 	%f414, %f413, %f1;
+	mov.b32 	%f415, %r1246;
+	div.rn.f32 	%f416, %f415, %f1;
+	mov.f32 	%f417, 0fC3E00000;
+	max.f32 	%f418, %f414, %f417;
+	mov.f32 	%f419, 0f43E00000;
+	min.f32 	%f410, %f418, %f419;
+	max.f32 	%f420, %f416, %f417;
+	min.f32 	%f409, %f420, %f419;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs53, %f409, %f410;
+	// end inline asm
+	cvt.u32.u16 	%r828, %rs53;
+	setp.nan.f32 	%p144, %f414, %f414;
+	and.b32  	%r829, %r828, 65280;
+	or.b32  	%r830, %r829, 127;
+	selp.b32 	%r831, %r830, %r828, %p144;
+	setp.nan.f32 	%p145, %f416, %f416;
+	and.b32  	%r832, %r831, 255;
+	or.b32  	%r833, %r832, 32512;
+	selp.b32 	%r834, %r833, %r831, %p145;
+	mov.b32 	%f421, %r1245;
+	div.rn.f32 	%f422, %f421, %f1;
+	mov.b32 	%f423, %r1244;
+	div.rn.f32 	%f424, %f423, %f1;
+	max.f32 	%f425, %f422, %f417;
+	min.f32 	%f412, %f425, %f419;
+	max.f32 	%f426, %f424, %f417;
+	min.f32 	%f411, %f426, %f419;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs54, %f411, %f412;
+	// end inline asm
+	cvt.u32.u16 	%r835, %rs54;
+	setp.nan.f32 	%p146, %f422, %f422;
+	and.b32  	%r836, %r835, 65280;
+	or.b32  	%r837, %r836, 127;
+	selp.b32 	%r838, %r837, %r835, %p146;
+	setp.nan.f32 	%p147, %f424, %f424;
+	and.b32  	%r839, %r838, 255;
+	or.b32  	%r840, %r839, 32512;
+	selp.b32 	%r841, %r840, %r838, %p147;
+	shl.b32 	%r842, %r841, 16;
+	or.b32  	%r843, %r842, %r834;
+	st.global.u32 	[%rd825], %r843;
+$L__BB3_257:
+	add.s64 	%rd1047, %rd26, 16;
+	ld.param.u64 	%rd826, [%rd9+-8];
+	setp.ge.s64 	%p148, %rd1047, %rd826;
+	@%p148 bra 	$L__BB3_260;
+	ld.param.u64 	%rd286, [%rd9];
+	setp.le.s64 	%p149, %rd286, %rd25;
+	@%p149 bra 	$L__BB3_260;
+	add.s64 	%rd1060, %rd26, 16;
+	mul.lo.s64 	%rd827, %rd286, %rd1060;
+	add.s64 	%rd828, %rd827, %rd25;
+	add.s64 	%rd829, %rd283, %rd828;
+	mov.b32 	%f431, %r1252;
+	div.rn.f32 	%f432, %f431, %f1;
+	mov.b32 	%f433, %r1251;
+	div.rn.f32 	%f434, %f433, %f1;
+	mov.f32 	%f435, 0fC3E00000;
+	max.f32 	%f436, %f432, %f435;
+	mov.f32 	%f437, 0f43E00000;
+	min.f32 	%f428, %f436, %f437;
+	max.f32 	%f438, %f434, %f435;
+	min.f32 	%f427, %f438, %f437;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs55, %f427, %f428;
+	// end inline asm
+	cvt.u32.u16 	%r844, %rs55;
+	setp.nan.f32 	%p150, %f432, %f432;
+	and.b32  	%r845, %r844, 65280;
+	or.b32  	%r846, %r845, 127;
+	selp.b32 	%r847, %r846, %r844, %p150;
+	setp.nan.f32 	%p151, %f434, %f434;
+	and.b32  	%r848, %r847, 255;
+	or.b32  	%r849, %r848, 32512;
+	selp.b32 	%r850, %r849, %r847, %p151;
+	mov.b32 	%f439, %r1250;
+	div.rn.f32 	%f440, %f439, %f1;
+	mov.b32 	%f441, %r1249;
+	div.rn.f32 	%f442, %f441, %f1;
+	max.f32 	%f443, %f440, %f435;
+	min.f32 	%f430, %f443, %f437;
+	max.f32 	%f444, %f442, %f435;
+	min.f32 	%f429, %f444, %f437;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs56, %f429, %f430;
+	// end inline asm
+	cvt.u32.u16 	%r851, %rs56;
+	setp.nan.f32 	%p152, %f440, %f440;
+	and.b32  	%r852, %r851, 65280;
+	or.b32  	%r853, %r852, 127;
+	selp.b32 	%r854, %r853, %r851, %p152;
+	setp.nan.f32 	%p153, %f442, %f442;
+	and.b32  	%r855, %r854, 255;
+	or.b32  	%r856, %r855, 32512;
+	selp.b32 	%r857, %r856, %r854, %p153;
+	shl.b32 	%r858, %r857, 16;
+	or.b32  	%r859, %r858, %r850;
+	st.global.u32 	[%rd829], %r859;
+$L__BB3_260:
+	add.s64 	%rd1048, %rd26, 24;
+	ld.param.u64 	%rd830, [%rd9+-8];
+	setp.ge.s64 	%p154, %rd1048, %rd830;
+	@%p154 bra 	$L__BB3_263;
+	ld.param.u64 	%rd287, [%rd9];
+	setp.le.s64 	%p155, %rd287, %rd25;
+	@%p155 bra 	$L__BB3_263;
+	add.s64 	%rd1059, %rd26, 24;
+	mul.lo.s64 	%rd831, %rd287, %rd1059;
+	add.s64 	%rd832, %rd831, %rd25;
+	add.s64 	%rd833, %rd283, %rd832;
+	mov.b32 	%f449, %r1257;
+	div.rn.f32 	%f450, %f449, %f1;
+	mov.b32 	%f451, %r1256;
+	div.rn.f32 	%f452, %f451, %f1;
+	mov.f32 	%f453, 0fC3E00000;
+	max.f32 	%f454, %f450, %f453;
+	mov.f32 	%f455, 0f43E00000;
+	min.f32 	%f446, %f454, %f455;
+	max.f32 	%f456, %f452, %f453;
+	min.f32 	%f445, %f456, %f455;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs57, %f445, %f446;
+	// end inline asm
+	cvt.u32.u16 	%r860, %rs57;
+	setp.nan.f32 	%p156, %f450, %f450;
+	and.b32  	%r861, %r860, 65280;
+	or.b32  	%r862, %r861, 127;
+	selp.b32 	%r863, %r862, %r860, %p156;
+	setp.nan.f32 	%p157, %f452, %f452;
+	and.b32  	%r864, %r863, 255;
+	or.b32  	%r865, %r864, 32512;
+	selp.b32 	%r866, %r865, %r863, %p157;
+	mov.b32 	%f457, %r1255;
+	div.rn.f32 	%f458, %f457, %f1;
+	mov.b32 	%f459, %r1254;
+	div.rn.f32 	%f460, %f459, %f1;
+	max.f32 	%f461, %f458, %f453;
+	min.f32 	%f448, %f461, %f455;
+	max.f32 	%f462, %f460, %f453;
+	min.f32 	%f447, %f462, %f455;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs58, %f447, %f448;
+	// end inline asm
+	cvt.u32.u16 	%r867, %rs58;
+	setp.nan.f32 	%p158, %f458, %f458;
+	and.b32  	%r868, %r867, 65280;
+	or.b32  	%r869, %r868, 127;
+	selp.b32 	%r870, %r869, %r867, %p158;
+	setp.nan.f32 	%p159, %f460, %f460;
+	and.b32  	%r871, %r870, 255;
+	or.b32  	%r872, %r871, 32512;
+	selp.b32 	%r873, %r872, %r870, %p159;
+	shl.b32 	%r874, %r873, 16;
+	or.b32  	%r875, %r874, %r866;
+	st.global.u32 	[%rd833], %r875;
+$L__BB3_263:
+	add.s64 	%rd1049, %rd26, 32;
+	ld.param.u64 	%rd834, [%rd9+-8];
+	setp.ge.s64 	%p160, %rd1049, %rd834;
+	@%p160 bra 	$L__BB3_266;
+	ld.param.u64 	%rd288, [%rd9];
+	setp.le.s64 	%p161, %rd288, %rd25;
+	@%p161 bra 	$L__BB3_266;
+	add.s64 	%rd1058, %rd26, 32;
+	mul.lo.s64 	%rd835, %rd288, %rd1058;
+	add.s64 	%rd836, %rd835, %rd25;
+	add.s64 	%rd837, %rd283, %rd836;
+	mov.b32 	%f467, %r1262;
+	div.rn.f32 	%f468, %f467, %f1;
+	mov.b32 	%f469, %r1261;
+	div.rn.f32 	%f470, %f469, %f1;
+	mov.f32 	%f471, 0fC3E00000;
+	max.f32 	%f472, %f468, %f471;
+	mov.f32 	%f473, 0f43E00000;
+	min.f32 	%f464, %f472, %f473;
+	max.f32 	%f474, %f470, %f471;
+	min.f32 	%f463, %f474, %f473;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs59, %f463, %f464;
+	// end inline asm
+	cvt.u32.u16 	%r876, %rs59;
+	setp.nan.f32 	%p162, %f468, %f468;
+	and.b32  	%r877, %r876, 65280;
+	or.b32  	%r878, %r877, 127;
+	selp.b32 	%r879, %r878, %r876, %p162;
+	setp.nan.f32 	%p163, %f470, %f470;
+	and.b32  	%r880, %r879, 255;
+	or.b32  	%r881, %r880, 32512;
+	selp.b32 	%r882, %r881, %r879, %p163;
+	mov.b32 	%f475, %r1260;
+	div.rn.f32 	%f476, %f475, %f1;
+	mov.b32 	%f477, %r1259;
+	div.rn.f32 	%f478, %f477, %f1;
+	max.f32 	%f479, %f476, %f471;
+	min.f32 	%f466, %f479, %f473;
+	max.f32 	%f480, %f478, %f471;
+	min.f32 	%f465, %f480, %f473;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs60, %f465, %f466;
+	// end inline asm
+	cvt.u32.u16 	%r883, %rs60;
+	setp.nan.f32 	%p164, %f476, %f476;
+	and.b32  	%r884, %r883, 65280;
+	or.b32  	%r885, %r884, 127;
+	selp.b32 	%r886, %r885, %r883, %p164;
+	setp.nan.f32 	%p165, %f478, %f478;
+	and.b32  	%r887, %r886, 255;
+	or.b32  	%r888, %r887, 32512;
+	selp.b32 	%r889, %r888, %r886, %p165;
+	shl.b32 	%r890, %r889, 16;
+	or.b32  	%r891, %r890, %r882;
+	st.global.u32 	[%rd837], %r891;
+$L__BB3_266:
+	add.s64 	%rd1050, %rd26, 40;
+	ld.param.u64 	%rd838, [%rd9+-8];
+	setp.ge.s64 	%p166, %rd1050, %rd838;
+	@%p166 bra 	$L__BB3_269;
+	ld.param.u64 	%rd289, [%rd9];
+	setp.le.s64 	%p167, %rd289, %rd25;
+	@%p167 bra 	$L__BB3_269;
+	add.s64 	%rd1057, %rd26, 40;
+	mul.lo.s64 	%rd839, %rd289, %rd1057;
+	add.s64 	%rd840, %rd839, %rd25;
+	add.s64 	%rd841, %rd283, %rd840;
+	mov.b32 	%f485, %r1267;
+	div.rn.f32 	%f486, %f485, %f1;
+	mov.b32 	%f487, %r1266;
+	div.rn.f32 	%f488, %f487, %f1;
+	mov.f32 	%f489, 0fC3E00000;
+	max.f32 	%f490, %f486, %f489;
+	mov.f32 	%f491, 0f43E00000;
+	min.f32 	%f482, %f490, %f491;
+	max.f32 	%f492, %f488, %f489;
+	min.f32 	%f481, %f492, %f491;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs61, %f481, %f482;
+	// end inline asm
+	cvt.u32.u16 	%r892, %rs61;
+	setp.nan.f32 	%p168, %f486, %f486;
+	and.b32  	%r893, %r892, 65280;
+	or.b32  	%r894, %r893, 127;
+	selp.b32 	%r895, %r894, %r892, %p168;
+	setp.nan.f32 	%p169, %f488, %f488;
+	and.b32  	%r896, %r895, 255;
+	or.b32  	%r897, %r896, 32512;
+	selp.b32 	%r898, %r897, %r895, %p169;
+	mov.b32 	%f493, %r1265;
+	div.rn.f32 	%f494, %f493, %f1;
+	mov.b32 	%f495, %r1264;
+	div.rn.f32 	%f496, %f495, %f1;
+	max.f32 	%f497, %f494, %f489;
+	min.f32 	%f484, %f497, %f491;
+	max.f32 	%f498, %f496, %f489;
+	min.f32 	%f483, %f498, %f491;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs62, %f483, %f484;
+	// end inline asm
+	cvt.u32.u16 	%r899, %rs62;
+	setp.nan.f32 	%p170, %f494, %f494;
+	and.b32  	%r900, %r899, 65280;
+	or.b32  	%r901, %r900, 127;
+	selp.b32 	%r902, %r901, %r899, %p170;
+	setp.nan.f32 	%p171, %f496, %f496;
+	and.b32  	%r903, %r902, 255;
+	or.b32  	%r904, %r903, 32512;
+	selp.b32 	%r905, %r904, %r902, %p171;
+	shl.b32 	%r906, %r905, 16;
+	or.b32  	%r907, %r906, %r898;
+	st.global.u32 	[%rd841], %r907;
+$L__BB3_269:
+	add.s64 	%rd1051, %rd26, 48;
+	ld.param.u64 	%rd842, [%rd9+-8];
+	setp.ge.s64 	%p172, %rd1051, %rd842;
+	@%p172 bra 	$L__BB3_272;
+	ld.param.u64 	%rd290, [%rd9];
+	setp.le.s64 	%p173, %rd290, %rd25;
+	@%p173 bra 	$L__BB3_272;
+	add.s64 	%rd1056, %rd26, 48;
+	mul.lo.s64 	%rd843, %rd290, %rd1056;
+	add.s64 	%rd844, %rd843, %rd25;
+	add.s64 	%rd845, %rd283, %rd844;
+	mov.b32 	%f503, %r1272;
+	div.rn.f32 	%f504, %f503, %f1;
+	mov.b32 	%f505, %r1271;
+	div.rn.f32 	%f506, %f505, %f1;
+	mov.f32 	%f507, 0fC3E00000;
+	max.f32 	%f508, %f504, %f507;
+	mov.f32 	%f509, 0f43E00000;
+	min.f32 	%f500, %f508, %f509;
+	max.f32 	%f510, %f506, %f507;
+	min.f32 	%f499, %f510, %f509;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs63, %f499, %f500;
+	// end inline asm
+	cvt.u32.u16 	%r908, %rs63;
+	setp.nan.f32 	%p174, %f504, %f504;
+	and.b32  	%r909, %r908, 65280;
+	or.b32  	%r910, %r909, 127;
+	selp.b32 	%r911, %r910, %r908, %p174;
+	setp.nan.f32 	%p175, %f506, %f506;
+	and.b32  	%r912, %r911, 255;
+	or.b32  	%r913, %r912, 32512;
+	selp.b32 	%r914, %r913, %r911, %p175;
+	mov.b32 	%f511, %r1270;
+	div.rn.f32 	%f512, %f511, %f1;
+	mov.b32 	%f513, %r1269;
+	div.rn.f32 	%f514, %f513, %f1;
+	max.f32 	%f515, %f512, %f507;
+	min.f32 	%f502, %f515, %f509;
+	max.f32 	%f516, %f514, %f507;
+	min.f32 	%f501, %f516, %f509;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs64, %f501, %f502;
+	// end inline asm
+	cvt.u32.u16 	%r915, %rs64;
+	setp.nan.f32 	%p176, %f512, %f512;
+	and.b32  	%r916, %r915, 65280;
+	or.b32  	%r917, %r916, 127;
+	selp.b32 	%r918, %r917, %r915, %p176;
+	setp.nan.f32 	%p177, %f514, %f514;
+	and.b32  	%r919, %r918, 255;
+	or.b32  	%r920, %r919, 32512;
+	selp.b32 	%r921, %r920, %r918, %p177;
+	shl.b32 	%r922, %r921, 16;
+	or.b32  	%r923, %r922, %r914;
+	st.global.u32 	[%rd845], %r923;
+$L__BB3_272:
+	add.s64 	%rd1052, %rd26, 56;
+	ld.param.u64 	%rd846, [%rd9+-8];
+	setp.ge.s64 	%p178, %rd1052, %rd846;
+	@%p178 bra 	$L__BB3_275;
+	ld.param.u64 	%rd291, [%rd9];
+	setp.le.s64 	%p179, %rd291, %rd25;
+	@%p179 bra 	$L__BB3_275;
+	add.s64 	%rd1055, %rd26, 56;
+	mul.lo.s64 	%rd847, %rd291, %rd1055;
+	add.s64 	%rd848, %rd847, %rd25;
+	add.s64 	%rd849, %rd283, %rd848;
+	mov.b32 	%f521, %r1277;
+	div.rn.f32 	%f522, %f521, %f1;
+	mov.b32 	%f523, %r1276;
+	div.rn.f32 	%f524, %f523, %f1;
+	mov.f32 	%f525, 0fC3E00000;
+	max.f32 	%f526, %f522, %f525;
+	mov.f32 	%f527, 0f43E00000;
+	min.f32 	%f518, %f526, %f527;
+	max.f32 	%f528, %f524, %f525;
+	min.f32 	%f517, %f528, %f527;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs65, %f517, %f518;
+	// end inline asm
+	cvt.u32.u16 	%r924, %rs65;
+	setp.nan.f32 	%p180, %f522, %f522;
+	and.b32  	%r925, %r924, 65280;
+	or.b32  	%r926, %r925, 127;
+	selp.b32 	%r927, %r926, %r924, %p180;
+	setp.nan.f32 	%p181, %f524, %f524;
+	and.b32  	%r928, %r927, 255;
+	or.b32  	%r929, %r928, 32512;
+	selp.b32 	%r930, %r929, %r927, %p181;
+	mov.b32 	%f529, %r1275;
+	div.rn.f32 	%f530, %f529, %f1;
+	mov.b32 	%f531, %r1274;
+	div.rn.f32 	%f532, %f531, %f1;
+	max.f32 	%f533, %f530, %f525;
+	min.f32 	%f520, %f533, %f527;
+	max.f32 	%f534, %f532, %f525;
+	min.f32 	%f519, %f534, %f527;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs66, %f519, %f520;
+	// end inline asm
+	cvt.u32.u16 	%r931, %rs66;
+	setp.nan.f32 	%p182, %f530, %f530;
+	and.b32  	%r932, %r931, 65280;
+	or.b32  	%r933, %r932, 127;
+	selp.b32 	%r934, %r933, %r931, %p182;
+	setp.nan.f32 	%p183, %f532, %f532;
+	and.b32  	%r935, %r934, 255;
+	or.b32  	%r936, %r935, 32512;
+	selp.b32 	%r937, %r936, %r934, %p183;
+	shl.b32 	%r938, %r937, 16;
+	or.b32  	%r939, %r938, %r930;
+	st.global.u32 	[%rd849], %r939;
+$L__BB3_275:
+	add.s64 	%rd1053, %rd26, 64;
+	ld.param.u64 	%rd850, [%rd9+-8];
+	setp.ge.s64 	%p184, %rd1053, %rd850;
+	@%p184 bra 	$L__BB3_278;
+	ld.param.u64 	%rd292, [%rd9];
+	setp.le.s64 	%p185, %rd292, %rd25;
+	@%p185 bra 	$L__BB3_278;
+	add.s64 	%rd1054, %rd26, 64;
+	mul.lo.s64 	%rd851, %rd292, %rd1054;
+	add.s64 	%rd852, %rd851, %rd25;
+	add.s64 	%rd853, %rd283, %rd852;
+	mov.b32 	%f539, %r1282;
+	div.rn.f32 	%f540, %f539, %f1;
+	mov.b32 	%f541, %r1281;
+	div.rn.f32 	%f542, %f541, %f1;
+	mov.f32 	%f543, 0fC3E00000;
+	max.f32 	%f544, %f540, %f543;
+	mov.f32 	%f545, 0f43E00000;
+	min.f32 	%f536, %f544, %f545;
+	max.f32 	%f546, %f542, %f543;
+	min.f32 	%f535, %f546, %f545;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs67, %f535, %f536;
+	// end inline asm
+	cvt.u32.u16 	%r940, %rs67;
+	setp.nan.f32 	%p186, %f540, %f540;
+	and.b32  	%r941, %r940, 65280;
+	or.b32  	%r942, %r941, 127;
+	selp.b32 	%r943, %r942, %r940, %p186;
+	setp.nan.f32 	%p187, %f542, %f542;
+	and.b32  	%r944, %r943, 255;
+	or.b32  	%r945, %r944, 32512;
+	selp.b32 	%r946, %r945, %r943, %p187;
+	mov.b32 	%f547, %r1280;
+	div.rn.f32 	%f548, %f547, %f1;
+	mov.b32 	%f549, %r1279;
+	div.rn.f32 	%f550, %f549, %f1;
+	max.f32 	%f551, %f548, %f543;
+	min.f32 	%f538, %f551, %f545;
+	max.f32 	%f552, %f550, %f543;
+	min.f32 	%f537, %f552, %f545;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs68, %f537, %f538;
+	// end inline asm
+	cvt.u32.u16 	%r947, %rs68;
+	setp.nan.f32 	%p188, %f548, %f548;
+	and.b32  	%r948, %r947, 65280;
+	or.b32  	%r949, %r948, 127;
+	selp.b32 	%r950, %r949, %r947, %p188;
+	setp.nan.f32 	%p189, %f550, %f550;
+	and.b32  	%r951, %r950, 255;
+	or.b32  	%r952, %r951, 32512;
+	selp.b32 	%r953, %r952, %r950, %p189;
+	shl.b32 	%r954, %r953, 16;
+	or.b32  	%r955, %r954, %r946;
+	st.global.u32 	[%rd853], %r955;
+$L__BB3_278:
+	add.s64 	%rd1068, %rd26, 72;
+	ld.param.u64 	%rd854, [%rd9+-8];
+	setp.ge.s64 	%p190, %rd1068, %rd854;
+	@%p190 bra 	$L__BB3_281;
+	ld.param.u64 	%rd293, [%rd9];
+	setp.le.s64 	%p191, %rd293, %rd25;
+	@%p191 bra 	$L__BB3_281;
+	add.s64 	%rd1071, %rd26, 72;
+	mul.lo.s64 	%rd855, %rd293, %rd1071;
+	add.s64 	%rd856, %rd855, %rd25;
+	add.s64 	%rd857, %rd283, %rd856;
+	mov.b32 	%f557, %r1287;
+	div.rn.f32 	%f558, %f557, %f1;
+	mov.b32 	%f559, %r1286;
+	div.rn.f32 	%f560, %f559, %f1;
+	mov.f32 	%f561, 0fC3E00000;
+	max.f32 	%f562, %f558, %f561;
+	mov.f32 	%f563, 0f43E00000;
+	min.f32 	%f554, %f562, %f563;
+	max.f32 	%f564, %f560, %f561;
+	min.f32 	%f553, %f564, %f563;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs69, %f553, %f554;
+	// end inline asm
+	cvt.u32.u16 	%r956, %rs69;
+	setp.nan.f32 	%p192, %f558, %f558;
+	and.b32  	%r957, %r956, 65280;
+	or.b32  	%r958, %r957, 127;
+	selp.b32 	%r959, %r958, %r956, %p192;
+	setp.nan.f32 	%p193, %f560, %f560;
+	and.b32  	%r960, %r959, 255;
+	or.b32  	%r961, %r960, 32512;
+	selp.b32 	%r962, %r961, %r959, %p193;
+	mov.b32 	%f565, %r1285;
+	div.rn.f32 	%f566, %f565, %f1;
+	mov.b32 	%f567, %r1284;
+	div.rn.f32 	%f568, %f567, %f1;
+	max.f32 	%f569, %f566, %f561;
+	min.f32 	%f556, %f569, %f563;
+	max.f32 	%f570, %f568, %f561;
+	min.f32 	%f555, %f570, %f563;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs70, %f555, %f556;
+	// end inline asm
+	cvt.u32.u16 	%r963, %rs70;
+	setp.nan.f32 	%p194, %f566, %f566;
+	and.b32  	%r964, %r963, 65280;
+	or.b32  	%r965, %r964, 127;
+	selp.b32 	%r966, %r965, %r963, %p194;
+	setp.nan.f32 	%p195, %f568, %f568;
+	and.b32  	%r967, %r966, 255;
+	or.b32  	%r968, %r967, 32512;
+	selp.b32 	%r969, %r968, %r966, %p195;
+	shl.b32 	%r970, %r969, 16;
+	or.b32  	%r971, %r970, %r962;
+	st.global.u32 	[%rd857], %r971;
+$L__BB3_281:
+	add.s64 	%rd1069, %rd26, 80;
+	ld.param.u64 	%rd858, [%rd9+-8];
+	setp.ge.s64 	%p196, %rd1069, %rd858;
+	@%p196 bra 	$L__BB3_284;
+	ld.param.u64 	%rd294, [%rd9];
+	setp.le.s64 	%p197, %rd294, %rd25;
+	@%p197 bra 	$L__BB3_284;
+	add.s64 	%rd1070, %rd26, 80;
+	mul.lo.s64 	%rd859, %rd294, %rd1070;
+	add.s64 	%rd860, %rd859, %rd25;
+	add.s64 	%rd861, %rd283, %rd860;
+	mov.b32 	%f575, %r1292;
+	div.rn.f32 	%f576, %f575, %f1;
+	mov.b32 	%f577, %r1291;
+	div.rn.f32 	%f578, %f577, %f1;
+	mov.f32 	%f579, 0fC3E00000;
+	max.f32 	%f580, %f576, %f579;
+	mov.f32 	%f581, 0f43E00000;
+	min.f32 	%f572, %f580, %f581;
+	max.f32 	%f582, %f578, %f579;
+	min.f32 	%f571, %f582, %f581;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs71, %f571, %f572;
+	// end inline asm
+	cvt.u32.u16 	%r972, %rs71;
+	setp.nan.f32 	%p198, %f576, %f576;
+	and.b32  	%r973, %r972, 65280;
+	or.b32  	%r974, %r973, 127;
+	selp.b32 	%r975, %r974, %r972, %p198;
+	setp.nan.f32 	%p199, %f578, %f578;
+	and.b32  	%r976, %r975, 255;
+	or.b32  	%r977, %r976, 32512;
+	selp.b32 	%r978, %r977, %r975, %p199;
+	mov.b32 	%f583, %r1290;
+	div.rn.f32 	%f584, %f583, %f1;
+	mov.b32 	%f585, %r1289;
+	div.rn.f32 	%f586, %f585, %f1;
+	max.f32 	%f587, %f584, %f579;
+	min.f32 	%f574, %f587, %f581;
+	max.f32 	%f588, %f586, %f579;
+	min.f32 	%f573, %f588, %f581;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs72, %f573, %f574;
+	// end inline asm
+	cvt.u32.u16 	%r979, %rs72;
+	setp.nan.f32 	%p200, %f584, %f584;
+	and.b32  	%r980, %r979, 65280;
+	or.b32  	%r981, %r980, 127;
+	selp.b32 	%r982, %r981, %r979, %p200;
+	setp.nan.f32 	%p201, %f586, %f586;
+	and.b32  	%r983, %r982, 255;
+	or.b32  	%r984, %r983, 32512;
+	selp.b32 	%r985, %r984, %r982, %p201;
+	shl.b32 	%r986, %r985, 16;
+	or.b32  	%r987, %r986, %r978;
+	st.global.u32 	[%rd861], %r987;
+$L__BB3_284:
+	add.s64 	%rd1077, %rd26, 88;
+	ld.param.u64 	%rd862, [%rd9+-8];
+	setp.ge.s64 	%p202, %rd1077, %rd862;
+	@%p202 bra 	$L__BB3_287;
+	ld.param.u64 	%rd295, [%rd9];
+	setp.le.s64 	%p203, %rd295, %rd25;
+	@%p203 bra 	$L__BB3_287;
+	add.s64 	%rd1080, %rd26, 88;
+	mul.lo.s64 	%rd863, %rd295, %rd1080;
+	add.s64 	%rd864, %rd863, %rd25;
+	add.s64 	%rd865, %rd283, %rd864;
+	mov.b32 	%f593, %r1297;
+	div.rn.f32 	%f594, %f593, %f1;
+	mov.b32 	%f595, %r1296;
+	div.rn.f32 	%f596, %f595, %f1;
+	mov.f32 	%f597, 0fC3E00000;
+	max.f32 	%f598, %f594, %f597;
+	mov.f32 	%f599, 0f43E00000;
+	min.f32 	%f590, %f598, %f599;
+	max.f32 	%f600, %f596, %f597;
+	min.f32 	%f589, %f600, %f599;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs73, %f589, %f590;
+	// end inline asm
+	cvt.u32.u16 	%r988, %rs73;
+	setp.nan.f32 	%p204, %f594, %f594;
+	and.b32  	%r989, %r988, 65280;
+	or.b32  	%r990, %r989, 127;
+	selp.b32 	%r991, %r990, %r988, %p204;
+	setp.nan.f32 	%p205, %f596, %f596;
+	and.b32  	%r992, %r991, 255;
+	or.b32  	%r993, %r992, 32512;
+	selp.b32 	%r994, %r993, %r991, %p205;
+	mov.b32 	%f601, %r1295;
+	div.rn.f32 	%f602, %f601, %f1;
+	mov.b32 	%f603, %r1294;
+	div.rn.f32 	%f604, %f603, %f1;
+	max.f32 	%f605, %f602, %f597;
+	min.f32 	%f592, %f605, %f599;
+	max.f32 	%f606, %f604, %f597;
+	min.f32 	%f591, %f606, %f599;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs74, %f591, %f592;
+	// end inline asm
+	cvt.u32.u16 	%r995, %rs74;
+	setp.nan.f32 	%p206, %f602, %f602;
+	and.b32  	%r996, %r995, 65280;
+	or.b32  	%r997, %r996, 127;
+	selp.b32 	%r998, %r997, %r995, %p206;
+	setp.nan.f32 	%p207, %f604, %f604;
+	and.b32  	%r999, %r998, 255;
+	or.b32  	%r1000, %r999, 32512;
+	selp.b32 	%r1001, %r1000, %r998, %p207;
+	shl.b32 	%r1002, %r1001, 16;
+	or.b32  	%r1003, %r1002, %r994;
+	st.global.u32 	[%rd865], %r1003;
+$L__BB3_287:
+	add.s64 	%rd1078, %rd26, 96;
+	ld.param.u64 	%rd866, [%rd9+-8];
+	setp.ge.s64 	%p208, %rd1078, %rd866;
+	@%p208 bra 	$L__BB3_290;
+	ld.param.u64 	%rd296, [%rd9];
+	setp.le.s64 	%p209, %rd296, %rd25;
+	@%p209 bra 	$L__BB3_290;
+	add.s64 	%rd1079, %rd26, 96;
+	mul.lo.s64 	%rd867, %rd296, %rd1079;
+	add.s64 	%rd868, %rd867, %rd25;
+	add.s64 	%rd869, %rd283, %rd868;
+	mov.b32 	%f611, %r1302;
+	div.rn.f32 	%f612, %f611, %f1;
+	mov.b32 	%f613, %r1301;
+	div.rn.f32 	%f614, %f613, %f1;
+	mov.f32 	%f615, 0fC3E00000;
+	max.f32 	%f616, %f612, %f615;
+	mov.f32 	%f617, 0f43E00000;
+	min.f32 	%f608, %f616, %f617;
+	max.f32 	%f618, %f614, %f615;
+	min.f32 	%f607, %f618, %f617;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs75, %f607, %f608;
+	// end inline asm
+	cvt.u32.u16 	%r1004, %rs75;
+	setp.nan.f32 	%p210, %f612, %f612;
+	and.b32  	%r1005, %r1004, 65280;
+	or.b32  	%r1006, %r1005, 127;
+	selp.b32 	%r1007, %r1006, %r1004, %p210;
+	setp.nan.f32 	%p211, %f614, %f614;
+	and.b32  	%r1008, %r1007, 255;
+	or.b32  	%r1009, %r1008, 32512;
+	selp.b32 	%r1010, %r1009, %r1007, %p211;
+	mov.b32 	%f619, %r1300;
+	div.rn.f32 	%f620, %f619, %f1;
+	mov.b32 	%f621, %r1299;
+	div.rn.f32 	%f622, %f621, %f1;
+	max.f32 	%f623, %f620, %f615;
+	min.f32 	%f610, %f623, %f617;
+	max.f32 	%f624, %f622, %f615;
+	min.f32 	%f609, %f624, %f617;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs76, %f609, %f610;
+	// end inline asm
+	cvt.u32.u16 	%r1011, %rs76;
+	setp.nan.f32 	%p212, %f620, %f620;
+	and.b32  	%r1012, %r1011, 65280;
+	or.b32  	%r1013, %r1012, 127;
+	selp.b32 	%r1014, %r1013, %r1011, %p212;
+	setp.nan.f32 	%p213, %f622, %f622;
+	and.b32  	%r1015, %r1014, 255;
+	or.b32  	%r1016, %r1015, 32512;
+	selp.b32 	%r1017, %r1016, %r1014, %p213;
+	shl.b32 	%r1018, %r1017, 16;
+	or.b32  	%r1019, %r1018, %r1010;
+	st.global.u32 	[%rd869], %r1019;
+$L__BB3_290:
+	add.s64 	%rd1085, %rd26, 104;
+	ld.param.u64 	%rd870, [%rd9+-8];
+	setp.ge.s64 	%p214, %rd1085, %rd870;
+	@%p214 bra 	$L__BB3_293;
+	ld.param.u64 	%rd297, [%rd9];
+	setp.le.s64 	%p215, %rd297, %rd25;
+	@%p215 bra 	$L__BB3_293;
+	add.s64 	%rd1088, %rd26, 104;
+	mul.lo.s64 	%rd871, %rd297, %rd1088;
+	add.s64 	%rd872, %rd871, %rd25;
+	add.s64 	%rd873, %rd283, %rd872;
+	mov.b32 	%f629, %r1307;
+	div.rn.f32 	%f630, %f629, %f1;
+	mov.b32 	%f631, %r1306;
+	div.rn.f32 	%f632, %f631, %f1;
+	mov.f32 	%f633, 0fC3E00000;
+	max.f32 	%f634, %f630, %f633;
+	mov.f32 	%f635, 0f43E00000;
+	min.f32 	%f626, %f634, %f635;
+	max.f32 	%f636, %f632, %f633;
+	min.f32 	%f625, %f636, %f635;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs77, %f625, %f626;
+	// end inline asm
+	cvt.u32.u16 	%r1020, %rs77;
+	setp.nan.f32 	%p216, %f630, %f630;
+	and.b32  	%r1021, %r1020, 65280;
+	or.b32  	%r1022, %r1021, 127;
+	selp.b32 	%r1023, %r1022, %r1020, %p216;
+	setp.nan.f32 	%p217, %f632, %f632;
+	and.b32  	%r1024, %r1023, 255;
+	or.b32  	%r1025, %r1024, 32512;
+	selp.b32 	%r1026, %r1025, %r1023, %p217;
+	mov.b32 	%f637, %r1305;
+	div.rn.f32 	%f638, %f637, %f1;
+	mov.b32 	%f639, %r1304;
+	div.rn.f32 	%f640, %f639, %f1;
+	max.f32 	%f641, %f638, %f633;
+	min.f32 	%f628, %f641, %f635;
+	max.f32 	%f642, %f640, %f633;
+	min.f32 	%f627, %f642, %f635;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs78, %f627, %f628;
+	// end inline asm
+	cvt.u32.u16 	%r1027, %rs78;
+	setp.nan.f32 	%p218, %f638, %f638;
+	and.b32  	%r1028, %r1027, 65280;
+	or.b32  	%r1029, %r1028, 127;
+	selp.b32 	%r1030, %r1029, %r1027, %p218;
+	setp.nan.f32 	%p219, %f640, %f640;
+	and.b32  	%r1031, %r1030, 255;
+	or.b32  	%r1032, %r1031, 32512;
+	selp.b32 	%r1033, %r1032, %r1030, %p219;
+	shl.b32 	%r1034, %r1033, 16;
+	or.b32  	%r1035, %r1034, %r1026;
+	st.global.u32 	[%rd873], %r1035;
+$L__BB3_293:
+	add.s64 	%rd1086, %rd26, 112;
+	ld.param.u64 	%rd874, [%rd9+-8];
+	setp.ge.s64 	%p220, %rd1086, %rd874;
+	@%p220 bra 	$L__BB3_296;
+	ld.param.u64 	%rd298, [%rd9];
+	setp.le.s64 	%p221, %rd298, %rd25;
+	@%p221 bra 	$L__BB3_296;
+	add.s64 	%rd1087, %rd26, 112;
+	mul.lo.s64 	%rd875, %rd298, %rd1087;
+	add.s64 	%rd876, %rd875, %rd25;
+	add.s64 	%rd877, %rd283, %rd876;
+	mov.b32 	%f647, %r1312;
+	div.rn.f32 	%f648, %f647, %f1;
+	mov.b32 	%f649, %r1311;
+	div.rn.f32 	%f650, %f649, %f1;
+	mov.f32 	%f651, 0fC3E00000;
+	max.f32 	%f652, %f648, %f651;
+	mov.f32 	%f653, 0f43E00000;
+	min.f32 	%f644, %f652, %f653;
+	max.f32 	%f654, %f650, %f651;
+	min.f32 	%f643, %f654, %f653;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs79, %f643, %f644;
+	// end inline asm
+	cvt.u32.u16 	%r1036, %rs79;
+	setp.nan.f32 	%p222, %f648, %f648;
+	and.b32  	%r1037, %r1036, 65280;
+	or.b32  	%r1038, %r1037, 127;
+	selp.b32 	%r1039, %r1038, %r1036, %p222;
+	setp.nan.f32 	%p223, %f650, %f650;
+	and.b32  	%r1040, %r1039, 255;
+	or.b32  	%r1041, %r1040, 32512;
+	selp.b32 	%r1042, %r1041, %r1039, %p223;
+	mov.b32 	%f655, %r1310;
+	div.rn.f32 	%f656, %f655, %f1;
+	mov.b32 	%f657, %r1309;
+	div.rn.f32 	%f658, %f657, %f1;
+	max.f32 	%f659, %f656, %f651;
+	min.f32 	%f646, %f659, %f653;
+	max.f32 	%f660, %f658, %f651;
+	min.f32 	%f645, %f660, %f653;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs80, %f645, %f646;
+	// end inline asm
+	cvt.u32.u16 	%r1043, %rs80;
+	setp.nan.f32 	%p224, %f656, %f656;
+	and.b32  	%r1044, %r1043, 65280;
+	or.b32  	%r1045, %r1044, 127;
+	selp.b32 	%r1046, %r1045, %r1043, %p224;
+	setp.nan.f32 	%p225, %f658, %f658;
+	and.b32  	%r1047, %r1046, 255;
+	or.b32  	%r1048, %r1047, 32512;
+	selp.b32 	%r1049, %r1048, %r1046, %p225;
+	shl.b32 	%r1050, %r1049, 16;
+	or.b32  	%r1051, %r1050, %r1042;
+	st.global.u32 	[%rd877], %r1051;
+$L__BB3_296:
+	add.s64 	%rd1094, %rd26, 120;
+	ld.param.u64 	%rd878, [%rd9+-8];
+	setp.ge.s64 	%p226, %rd1094, %rd878;
+	@%p226 bra 	$L__BB3_403;
+	ld.param.u64 	%rd299, [%rd9];
+	setp.le.s64 	%p227, %rd299, %rd25;
+	@%p227 bra 	$L__BB3_403;
+	add.s64 	%rd1095, %rd26, 120;
+	mul.lo.s64 	%rd879, %rd299, %rd1095;
+	add.s64 	%rd880, %rd879, %rd25;
+	add.s64 	%rd881, %rd283, %rd880;
+	mov.b32 	%f665, %r1317;
+	div.rn.f32 	%f666, %f665, %f1;
+	mov.b32 	%f667, %r1316;
+	div.rn.f32 	%f668, %f667, %f1;
+	mov.f32 	%f669, 0fC3E00000;
+	max.f32 	%f670, %f666, %f669;
+	mov.f32 	%f671, 0f43E00000;
+	min.f32 	%f662, %f670, %f671;
+	max.f32 	%f672, %f668, %f669;
+	min.f32 	%f661, %f672, %f671;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs81, %f661, %f662;
+	// end inline asm
+	cvt.u32.u16 	%r1052, %rs81;
+	setp.nan.f32 	%p228, %f666, %f666;
+	and.b32  	%r1053, %r1052, 65280;
+	or.b32  	%r1054, %r1053, 127;
+	selp.b32 	%r1055, %r1054, %r1052, %p228;
+	setp.nan.f32 	%p229, %f668, %f668;
+	and.b32  	%r1056, %r1055, 255;
+	or.b32  	%r1057, %r1056, 32512;
+	selp.b32 	%r1058, %r1057, %r1055, %p229;
+	mov.b32 	%f673, %r1315;
+	div.rn.f32 	%f674, %f673, %f1;
+	mov.b32 	%f675, %r1314;
+	div.rn.f32 	%f676, %f675, %f1;
+	max.f32 	%f677, %f674, %f669;
+	min.f32 	%f664, %f677, %f671;
+	max.f32 	%f678, %f676, %f669;
+	min.f32 	%f663, %f678, %f671;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs82, %f663, %f664;
+	// end inline asm
+	cvt.u32.u16 	%r1059, %rs82;
+	setp.nan.f32 	%p230, %f674, %f674;
+	and.b32  	%r1060, %r1059, 65280;
+	or.b32  	%r1061, %r1060, 127;
+	selp.b32 	%r1062, %r1061, %r1059, %p230;
+	setp.nan.f32 	%p231, %f676, %f676;
+	and.b32  	%r1063, %r1062, 255;
+	or.b32  	%r1064, %r1063, 32512;
+	selp.b32 	%r1065, %r1064, %r1062, %p231;
+	shl.b32 	%r1066, %r1065, 16;
+	or.b32  	%r1067, %r1066, %r1058;
+	st.global.u32 	[%rd881], %r1067;
+	bra.uni 	$L__BB3_403;
+$L__BB3_203:
+	rcp.rn.f32 	%f2, %f1;
+	ld.param.u64 	%rd752, [%rd9+-24];
+	cvta.to.global.u64 	%rd266, %rd752;
+	ld.param.u64 	%rd753, [%rd9+-8];
+	setp.ge.s64 	%p104, %rd26, %rd753;
+	@%p104 bra 	$L__BB3_206;
+	ld.param.u64 	%rd267, [%rd9];
+	setp.le.s64 	%p105, %rd267, %rd25;
+	@%p105 bra 	$L__BB3_206;
+	mul.lo.s64 	%rd754, %rd267, %rd26;
+	add.s64 	%rd755, %rd754, %rd25;
+	add.s64 	%rd756, %rd266, %rd755;
+	mov.b32 	%f11, %r1242;
+	mul.rn.f32 	%f12, %f11, %f2;
+	neg.f32 	%f13, %f12;
+	fma.rn.f32 	%f14, %f13, %f1, %f11;
+	fma.rn.f32 	%f15, %f14, %f2, %f12;
+	mov.b32 	%r604, %f15;
+	and.b32  	%r605, %r1242, -2147483648;
+	or.b32  	%r606, %r605, %r604;
+	mov.b32 	%f8, %r606;
+	mov.b32 	%f16, %r1241;
+	mul.rn.f32 	%f17, %f16, %f2;
+	neg.f32 	%f18, %f17;
+	fma.rn.f32 	%f19, %f18, %f1, %f16;
+	fma.rn.f32 	%f20, %f19, %f2, %f17;
+	mov.b32 	%r607, %f20;
+	and.b32  	%r608, %r1241, -2147483648;
+	or.b32  	%r609, %r608, %r607;
+	mov.b32 	%f7, %r609;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs19, %f7, %f8;
+	// end inline asm
+	mov.b32 	%f21, %r1240;
+	mul.rn.f32 	%f22, %f21, %f2;
+	neg.f32 	%f23, %f22;
+	fma.rn.f32 	%f24, %f23, %f1, %f21;
+	fma.rn.f32 	%f25, %f24, %f2, %f22;
+	mov.b32 	%r610, %f25;
+	and.b32  	%r611, %r1240, -2147483648;
+	or.b32  	%r612, %r611, %r610;
+	mov.b32 	%f10, %r612;
+	mov.b32 	%f26, %r1239;
+	mul.rn.f32 	%f27, %f26, %f2;
+	neg.f32 	%f28, %f27;
+	fma.rn.f32 	%f29, %f28, %f1, %f26;
+	fma.rn.f32 	%f30, %f29, %f2, %f27;
+	mov.b32 	%r613, %f30;
+	and.b32  	%r614, %r1239, -2147483648;
+	or.b32  	%r615, %r614, %r613;
+	mov.b32 	%f9, %r615;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs20, %f9, %f10;
+	// end inline asm
+	mov.b32 	%r616, {%rs19, %rs20};
+	st.global.u32 	[%rd756], %r616;
+$L__BB3_206:
+	add.s64 	%rd1061, %rd26, 8;
+	ld.param.u64 	%rd757, [%rd9+-8];
+	setp.ge.s64 	%p106, %rd1061, %rd757;
+	@%p106 bra 	$L__BB3_209;
+	ld.param.u64 	%rd268, [%rd9];
+	setp.le.s64 	%p107, %rd268, %rd25;
+	@%p107 bra 	$L__BB3_209;
+	add.s64 	%rd1066, %rd26, 8;
+	mul.lo.s64 	%rd758, %rd268, %rd1066;
+	add.s64 	%rd759, %rd758, %rd25;
+	add.s64 	%rd760, %rd266, %rd759;
+	mov.b32 	%f35, %r1247;
+	mul.rn.f32 	%f36, %f35, %f2;
+	neg.f32 	%f37, %f36;
+	fma.rn.f32 	%f38, %f37, %f1, %f35;
+	fma.rn.f32 	%f39, %f38, %f2, %f36;
+	mov.b32 	%r617, %f39;
+	and.b32  	%r618, %r1247, -2147483648;
+	or.b32  	%r619, %r618, %r617;
+	mov.b32 	%f32, %r619;
+	mov.b32 	%f40, %r1246;
+	mul.rn.f32 	%f41, %f40, %f2;
+	neg.f32 	%f42, %f41;
+	fma.rn.f32 	%f43, %f42, %f1, %f40;
+	fma.rn.f32 	%f44, %f43, %f2, %f41;
+	mov.b32 	%r620, %f44;
+	and.b32  	%r621, %r1246, -2147483648;
+	or.b32  	%r622, %r621, %r620;
+	mov.b32 	%f31, %r622;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs21, %f31, %f32;
+	// end inline asm
+	mov.b32 	%f45, %r1245;
+	mul.rn.f32 	%f46, %f45, %f2;
+	neg.f32 	%f47, %f46;
+	fma.rn.f32 	%f48, %f47, %f1, %f45;
+	fma.rn.f32 	%f49, %f48, %f2, %f46;
+	mov.b32 	%r623, %f49;
+	and.b32  	%r624, %r1245, -2147483648;
+	or.b32  	%r625, %r624, %r623;
+	mov.b32 	%f34, %r625;
+	mov.b32 	%f50, %r1244;
+	mul.rn.f32 	%f51, %f50, %f2;
+	neg.f32 	%f52, %f51;
+	fma.rn.f32 	%f53, %f52, %f1, %f50;
+	fma.rn.f32 	%f54, %f53, %f2, %f51;
+	mov.b32 	%r626, %f54;
+	and.b32  	%r627, %r1244, -2147483648;
+	or.b32  	%r628, %r627, %r626;
+	mov.b32 	%f33, %r628;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs22, %f33, %f34;
+	// end inline asm
+	mov.b32 	%r629, {%rs21, %rs22};
+	st.global.u32 	[%rd760], %r629;
+$L__BB3_209:
+	add.s64 	%rd1025, %rd26, 16;
+	ld.param.u64 	%rd761, [%rd9+-8];
+	setp.ge.s64 	%p108, %rd1025, %rd761;
+	@%p108 bra 	$L__BB3_212;
+	ld.param.u64 	%rd269, [%rd9];
+	setp.le.s64 	%p109, %rd269, %rd25;
+	@%p109 bra 	$L__BB3_212;
+	add.s64 	%rd1046, %rd26, 16;
+	mul.lo.s64 	%rd762, %rd269, %rd1046;
+	add.s64 	%rd763, %rd762, %rd25;
+	add.s64 	%rd764, %rd266, %rd763;
+	mov.b32 	%f59, %r1252;
+	mul.rn.f32 	%f60, %f59, %f2;
+	neg.f32 	%f61, %f60;
+	fma.rn.f32 	%f62, %f61, %f1, %f59;
+	fma.rn.f32 	%f63, %f62, %f2, %f60;
+	mov.b32 	%r630, %f63;
+	and.b32  	%r631, %r1252, -2147483648;
+	or.b32  	%r632, %r631, %r630;
+	mov.b32 	%f56, %r632;
+	mov.b32 	%f64, %r1251;
+	mul.rn.f32 	%f65, %f64, %f2;
+	neg.f32 	%f66, %f65;
+	fma.rn.f32 	%f67, %f66, %f1, %f64;
+	fma.rn.f32 	%f68, %f67, %f2, %f65;
+	mov.b32 	%r633, %f68;
+	and.b32  	%r634, %r1251, -2147483648;
+	or.b32  	%r635, %r634, %r633;
+	mov.b32 	%f55, %r635;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs23, %f55, %f56;
+	// end inline asm
+	mov.b32 	%f69, %r1250;
+	mul.rn.f32 	%f70, %f69, %f2;
+	neg.f32 	%f71, %f70;
+	fma.rn.f32 	%f72, %f71, %f1, %f69;
+	fma.rn.f32 	%f73, %f72, %f2, %f70;
+	mov.b32 	%r636, %f73;
+	and.b32  	%r637, %r1250, -2147483648;
+	or.b32  	%r638, %r637, %r636;
+	mov.b32 	%f58, %r638;
+	mov.b32 	%f74, %r1249;
+	mul.rn.f32 	%f75, %f74, %f2;
+	neg.f32 	%f76, %f75;
+	fma.rn.f32 	%f77, %f76, %f1, %f74;
+	fma.rn.f32 	%f78, %f77, %f2, %f75;
+	mov.b32 	%r639, %f78;
+	and.b32  	%r640, %r1249, -2147483648;
+	or.b32  	%r641, %r640, %r639;
+	mov.b32 	%f57, %r641;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs24, %f57, %f58;
+	// end inline asm
+	mov.b32 	%r642, {%rs23, %rs24};
+	st.global.u32 	[%rd764], %r642;
+$L__BB3_212:
+	add.s64 	%rd1026, %rd26, 24;
+	ld.param.u64 	%rd765, [%rd9+-8];
+	setp.ge.s64 	%p110, %rd1026, %rd765;
+	@%p110 bra 	$L__BB3_215;
+	ld.param.u64 	%rd270, [%rd9];
+	setp.le.s64 	%p111, %rd270, %rd25;
+	@%p111 bra 	$L__BB3_215;
+	add.s64 	%rd1045, %rd26, 24;
+	mul.lo.s64 	%rd766, %rd270, %rd1045;
+	add.s64 	%rd767, %rd766, %rd25;
+	add.s64 	%rd768, %rd266, %rd767;
+	mov.b32 	%f83, %r1257;
+	mul.rn.f32 	%f84, %f83, %f2;
+	neg.f32 	%f85, %f84;
+	fma.rn.f32 	%f86, %f85, %f1, %f83;
+	fma.rn.f32 	%f87, %f86, %f2, %f84;
+	mov.b32 	%r643, %f87;
+	and.b32  	%r644, %r1257, -2147483648;
+	or.b32  	%r645, %r644, %r643;
+	mov.b32 	%f80, %r645;
+	mov.b32 	%f88, %r1256;
+	mul.rn.f32 	%f89, %f88, %f2;
+	neg.f32 	%f90, %f89;
+	fma.rn.f32 	%f91, %f90, %f1, %f88;
+	fma.rn.f32 	%f92, %f91, %f2, %f89;
+	mov.b32 	%r646, %f92;
+	and.b32  	%r647, %r1256, -2147483648;
+	or.b32  	%r648, %r647, %r646;
+	mov.b32 	%f79, %r648;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs25, %f79, %f80;
+	// end inline asm
+	mov.b32 	%f93, %r1255;
+	mul.rn.f32 	%f94, %f93, %f2;
+	neg.f32 	%f95, %f94;
+	fma.rn.f32 	%f96, %f95, %f1, %f93;
+	fma.rn.f32 	%f97, %f96, %f2, %f94;
+	mov.b32 	%r649, %f97;
+	and.b32  	%r650, %r1255, -2147483648;
+	or.b32  	%r651, %r650, %r649;
+	mov.b32 	%f82, %r651;
+	mov.b32 	%f98, %r1254;
+	mul.rn.f32 	%f99, %f98, %f2;
+	neg.f32 	%f100, %f99;
+	fma.rn.f32 	%f101, %f100, %f1, %f98;
+	fma.rn.f32 	%f102, %f101, %f2, %f99;
+	mov.b32 	%r652, %f102;
+	and.b32  	%r653, %r1254, -2147483648;
+	or.b32  	%r654, %r653, %r652;
+	mov.b32 	%f81, %r654;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs26, %f81, %f82;
+	// end inline asm
+	mov.b32 	%r655, {%rs25, %rs26};
+	st.global.u32 	[%rd768], %r655;
+$L__BB3_215:
+	add.s64 	%rd1027, %rd26, 32;
+	ld.param.u64 	%rd769, [%rd9+-8];
+	setp.ge.s64 	%p112, %rd1027, %rd769;
+	@%p112 bra 	$L__BB3_218;
+	ld.param.u64 	%rd271, [%rd9];
+	setp.le.s64 	%p113, %rd271, %rd25;
+	@%p113 bra 	$L__BB3_218;
+	add.s64 	%rd1044, %rd26, 32;
+	mul.lo.s64 	%rd770, %rd271, %rd1044;
+	add.s64 	%rd771, %rd770, %rd25;
+	add.s64 	%rd772, %rd266, %rd771;
+	mov.b32 	%f107, %r1262;
+	mul.rn.f32 	%f108, %f107, %f2;
+	neg.f32 	%f109, %f108;
+	fma.rn.f32 	%f110, %f109, %f1, %f107;
+	fma.rn.f32 	%f111, %f110, %f2, %f108;
+	mov.b32 	%r656, %f111;
+	and.b32  	%r657, %r1262, -2147483648;
+	or.b32  	%r658, %r657, %r656;
+	mov.b32 	%f104, %r658;
+	mov.b32 	%f112, %r1261;
+	mul.rn.f32 	%f113, %f112, %f2;
+	neg.f32 	%f114, %f113;
+	fma.rn.f32 	%f115, %f114, %f1, %f112;
+	fma.rn.f32 	%f116, %f115, %f2, %f113;
+	mov.b32 	%r659, %f116;
+	and.b32  	%r660, %r1261, -2147483648;
+	or.b32  	%r661, %r660, %r659;
+	mov.b32 	%f103, %r661;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs27, %f103, %f104;
+	// end inline asm
+	mov.b32 	%f117, %r1260;
+	mul.rn.f32 	%f118, %f117, %f2;
+	neg.f32 	%f119, %f118;
+	fma.rn.f32 	%f120, %f119, %f1, %f117;
+	fma.rn.f32 	%f121, %f120, %f2, %f118;
+	mov.b32 	%r662, %f121;
+	and.b32  	%r663, %r1260, -2147483648;
+	or.b32  	%r664, %r663, %r662;
+	mov.b32 	%f106, %r664;
+	mov.b32 	%f122, %r1259;
+	mul.rn.f32 	%f123, %f122, %f2;
+	neg.f32 	%f124, %f123;
+	fma.rn.f32 	%f125, %f124, %f1, %f122;
+	fma.rn.f32 	%f126, %f125, %f2, %f123;
+	mov.b32 	%r665, %f126;
+	and.b32  	%r666, %r1259, -2147483648;
+	or.b32  	%r667, %r666, %r665;
+	mov.b32 	%f105, %r667;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs28, %f105, %f106;
+	// end inline asm
+	mov.b32 	%r668, {%rs27, %rs28};
+	st.global.u32 	[%rd772], %r668;
+$L__BB3_218:
+	add.s64 	%rd1028, %rd26, 40;
+	ld.param.u64 	%rd773, [%rd9+-8];
+	setp.ge.s64 	%p114, %rd1028, %rd773;
+	@%p114 bra 	$L__BB3_221;
+	ld.param.u64 	%rd272, [%rd9];
+	setp.le.s64 	%p115, %rd272, %rd25;
+	@%p115 bra 	$L__BB3_221;
+	add.s64 	%rd1043, %rd26, 40;
+	mul.lo.s64 	%rd774, %rd272, %rd1043;
+	add.s64 	%rd775, %rd774, %rd25;
+	add.s64 	%rd776, %rd266, %rd775;
+	mov.b32 	%f131, %r1267;
+	mul.rn.f32 	%f132, %f131, %f2;
+	neg.f32 	%f133, %f132;
+	fma.rn.f32 	%f134, %f133, %f1, %f131;
+	fma.rn.f32 	%f135, %f134, %f2, %f132;
+	mov.b32 	%r669, %f135;
+	and.b32  	%r670, %r1267, -2147483648;
+	or.b32  	%r671, %r670, %r669;
+	mov.b32 	%f128, %r671;
+	mov.b32 	%f136, %r1266;
+	mul.rn.f32 	%f137, %f136, %f2;
+	neg.f32 	%f138, %f137;
+	fma.rn.f32 	%f139, %f138, %f1, %f136;
+	fma.rn.f32 	%f140, %f139, %f2, %f137;
+	mov.b32 	%r672, %f140;
+	and.b32  	%r673, %r1266, -2147483648;
+	or.b32  	%r674, %r673, %r672;
+	mov.b32 	%f127, %r674;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs29, %f127, %f128;
+	// end inline asm
+	mov.b32 	%f141, %r1265;
+	mul.rn.f32 	%f142, %f141, %f2;
+	neg.f32 	%f143, %f142;
+	fma.rn.f32 	%f144, %f143, %f1, %f141;
+	fma.rn.f32 	%f145, %f144, %f2, %f142;
+	mov.b32 	%r675, %f145;
+	and.b32  	%r676, %r1265, -2147483648;
+	or.b32  	%r677, %r676, %r675;
+	mov.b32 	%f130, %r677;
+	mov.b32 	%f146, %r1264;
+	mul.rn.f32 	%f147, %f146, %f2;
+	neg.f32 	%f148, %f147;
+	fma.rn.f32 	%f149, %f148, %f1, %f146;
+	fma.rn.f32 	%f150, %f149, %f2, %f147;
+	mov.b32 	%r678, %f150;
+	and.b32  	%r679, %r1264, -2147483648;
+	or.b32  	%r680, %r679, %r678;
+	mov.b32 	%f129, %r680;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs30, %f129, %f130;
+	// end inline asm
+	mov.b32 	%r681, {%rs29, %rs30};
+	st.global.u32 	[%rd776], %r681;
+$L__BB3_221:
+	add.s64 	%rd1029, %rd26, 48;
+	ld.param.u64 	%rd777, [%rd9+-8];
+	setp.ge.s64 	%p116, %rd1029, %rd777;
+	@%p116 bra 	$L__BB3_224;
+	ld.param.u64 	%rd273, [%rd9];
+	setp.le.s64 	%p117, %rd273, %rd25;
+	@%p117 bra 	$L__BB3_224;
+	add.s64 	%rd1042, %rd26, 48;
+	mul.lo.s64 	%rd778, %rd273, %rd1042;
+	add.s64 	%rd779, %rd778, %rd25;
+	add.s64 	%rd780, %rd266, %rd779;
+	mov.b32 	%f155, %r1272;
+	mul.rn.f32 	%f156, %f155, %f2;
+	neg.f32 	%f157, %f156;
+	fma.rn.f32 	%f158, %f157, %f1, %f155;
+	fma.rn.f32 	%f159, %f158, %f2, %f156;
+	mov.b32 	%r682, %f159;
+	and.b32  	%r683, %r1272, -2147483648;
+	or.b32  	%r684, %r683, %r682;
+	mov.b32 	%f152, %r684;
+	mov.b32 	%f160, %r1271;
+	mul.rn.f32 	%f161, %f160, %f2;
+	neg.f32 	%f162, %f161;
+	fma.rn.f32 	%f163, %f162, %f1, %f160;
+	fma.rn.f32 	%f164, %f163, %f2, %f161;
+	mov.b32 	%r685, %f164;
+	and.b32  	%r686, %r1271, -2147483648;
+	or.b32  	%r687, %r686, %r685;
+	mov.b32 	%f151, %r687;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs31, %f151, %f152;
+	// end inline asm
+	mov.b32 	%f165, %r1270;
+	mul.rn.f32 	%f166, %f165, %f2;
+	neg.f32 	%f167, %f166;
+	fma.rn.f32 	%f168, %f167, %f1, %f165;
+	fma.rn.f32 	%f169, %f168, %f2, %f166;
+	mov.b32 	%r688, %f169;
+	and.b32  	%r689, %r1270, -2147483648;
+	or.b32  	%r690, %r689, %r688;
+	mov.b32 	%f154, %r690;
+	mov.b32 	%f170, %r1269;
+	mul.rn.f32 	%f171, %f170, %f2;
+	neg.f32 	%f172, %f171;
+	fma.rn.f32 	%f173, %f172, %f1, %f170;
+	fma.rn.f32 	%f174, %f173, %f2, %f171;
+	mov.b32 	%r691, %f174;
+	and.b32  	%r692, %r1269, -2147483648;
+	or.b32  	%r693, %r692, %r691;
+	mov.b32 	%f153, %r693;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs32, %f153, %f154;
+	// end inline asm
+	mov.b32 	%r694, {%rs31, %rs32};
+	st.global.u32 	[%rd780], %r694;
+$L__BB3_224:
+	add.s64 	%rd1030, %rd26, 56;
+	ld.param.u64 	%rd781, [%rd9+-8];
+	setp.ge.s64 	%p118, %rd1030, %rd781;
+	@%p118 bra 	$L__BB3_227;
+	ld.param.u64 	%rd274, [%rd9];
+	setp.le.s64 	%p119, %rd274, %rd25;
+	@%p119 bra 	$L__BB3_227;
+	add.s64 	%rd1041, %rd26, 56;
+	mul.lo.s64 	%rd782, %rd274, %rd1041;
+	add.s64 	%rd783, %rd782, %rd25;
+	add.s64 	%rd784, %rd266, %rd783;
+	mov.b32 	%f179, %r1277;
+	mul.rn.f32 	%f180, %f179, %f2;
+	neg.f32 	%f181, %f180;
+	fma.rn.f32 	%f182, %f181, %f1, %f179;
+	fma.rn.f32 	%f183, %f182, %f2, %f180;
+	mov.b32 	%r695, %f183;
+	and.b32  	%r696, %r1277, -2147483648;
+	or.b32  	%r697, %r696, %r695;
+	mov.b32 	%f176, %r697;
+	mov.b32 	%f184, %r1276;
+	mul.rn.f32 	%f185, %f184, %f2;
+	neg.f32 	%f186, %f185;
+	fma.rn.f32 	%f187, %f186, %f1, %f184;
+	fma.rn.f32 	%f188, %f187, %f2, %f185;
+	mov.b32 	%r698, %f188;
+	and.b32  	%r699, %r1276, -2147483648;
+	or.b32  	%r700, %r699, %r698;
+	mov.b32 	%f175, %r700;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs33, %f175, %f176;
+	// end inline asm
+	mov.b32 	%f189, %r1275;
+	mul.rn.f32 	%f190, %f189, %f2;
+	neg.f32 	%f191, %f190;
+	fma.rn.f32 	%f192, %f191, %f1, %f189;
+	fma.rn.f32 	%f193, %f192, %f2, %f190;
+	mov.b32 	%r701, %f193;
+	and.b32  	%r702, %r1275, -2147483648;
+	or.b32  	%r703, %r702, %r701;
+	mov.b32 	%f178, %r703;
+	mov.b32 	%f194, %r1274;
+	mul.rn.f32 	%f195, %f194, %f2;
+	neg.f32 	%f196, %f195;
+	fma.rn.f32 	%f197, %f196, %f1, %f194;
+	fma.rn.f32 	%f198, %f197, %f2, %f195;
+	mov.b32 	%r704, %f198;
+	and.b32  	%r705, %r1274, -2147483648;
+	or.b32  	%r706, %r705, %r704;
+	mov.b32 	%f177, %r706;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs34, %f177, %f178;
+	// end inline asm
+	mov.b32 	%r707, {%rs33, %rs34};
+	st.global.u32 	[%rd784], %r707;
+$L__BB3_227:
+	add.s64 	%rd1031, %rd26, 64;
+	ld.param.u64 	%rd785, [%rd9+-8];
+	setp.ge.s64 	%p120, %rd1031, %rd785;
+	@%p120 bra 	$L__BB3_230;
+	ld.param.u64 	%rd275, [%rd9];
+	setp.le.s64 	%p121, %rd275, %rd25;
+	@%p121 bra 	$L__BB3_230;
+	add.s64 	%rd1040, %rd26, 64;
+	mul.lo.s64 	%rd786, %rd275, %rd1040;
+	add.s64 	%rd787, %rd786, %rd25;
+	add.s64 	%rd788, %rd266, %rd787;
+	mov.b32 	%f203, %r1282;
+	mul.rn.f32 	%f204, %f203, %f2;
+	neg.f32 	%f205, %f204;
+	fma.rn.f32 	%f206, %f205, %f1, %f203;
+	fma.rn.f32 	%f207, %f206, %f2, %f204;
+	mov.b32 	%r708, %f207;
+	and.b32  	%r709, %r1282, -2147483648;
+	or.b32  	%r710, %r709, %r708;
+	mov.b32 	%f200, %r710;
+	mov.b32 	%f208, %r1281;
+	mul.rn.f32 	%f209, %f208, %f2;
+	neg.f32 	%f210, %f209;
+	fma.rn.f32 	%f211, %f210, %f1, %f208;
+	fma.rn.f32 	%f212, %f211, %f2, %f209;
+	mov.b32 	%r711, %f212;
+	and.b32  	%r712, %r1281, -2147483648;
+	or.b32  	%r713, %r712, %r711;
+	mov.b32 	%f199, %r713;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs35, %f199, %f200;
+	// end inline asm
+	mov.b32 	%f213, %r1280;
+	mul.rn.f32 	%f214, %f213, %f2;
+	neg.f32 	%f215, %f214;
+	fma.rn.f32 	%f216, %f215, %f1, %f213;
+	fma.rn.f32 	%f217, %f216, %f2, %f214;
+	mov.b32 	%r714, %f217;
+	and.b32  	%r715, %r1280, -2147483648;
+	or.b32  	%r716, %r715, %r714;
+	mov.b32 	%f202, %r716;
+	mov.b32 	%f218, %r1279;
+	mul.rn.f32 	%f219, %f218, %f2;
+	neg.f32 	%f220, %f219;
+	fma.rn.f32 	%f221, %f220, %f1, %f218;
+	fma.rn.f32 	%f222, %f221, %f2, %f219;
+	mov.b32 	%r717, %f222;
+	and.b32  	%r718, %r1279, -2147483648;
+	or.b32  	%r719, %r718, %r717;
+	mov.b32 	%f201, %r719;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs36, %f201, %f202;
+	// end inline asm
+	mov.b32 	%r720, {%rs35, %rs36};
+	st.global.u32 	[%rd788], %r720;
+$L__BB3_230:
+	add.s64 	%rd1062, %rd26, 72;
+	ld.param.u64 	%rd789, [%rd9+-8];
+	setp.ge.s64 	%p122, %rd1062, %rd789;
+	@%p122 bra 	$L__BB3_233;
+	ld.param.u64 	%rd276, [%rd9];
+	setp.le.s64 	%p123, %rd276, %rd25;
+	@%p123 bra 	$L__BB3_233;
+	add.s64 	%rd1065, %rd26, 72;
+	mul.lo.s64 	%rd790, %rd276, %rd1065;
+	add.s64 	%rd791, %rd790, %rd25;
+	add.s64 	%rd792, %rd266, %rd791;
+	mov.b32 	%f227, %r1287;
+	mul.rn.f32 	%f228, %f227, %f2;
+	neg.f32 	%f229, %f228;
+	fma.rn.f32 	%f230, %f229, %f1, %f227;
+	fma.rn.f32 	%f231, %f230, %f2, %f228;
+	mov.b32 	%r721, %f231;
+	and.b32  	%r722, %r1287, -2147483648;
+	or.b32  	%r723, %r722, %r721;
+	mov.b32 	%f224, %r723;
+	mov.b32 	%f232, %r1286;
+	mul.rn.f32 	%f233, %f232, %f2;
+	neg.f32 	%f234, %f233;
+	fma.rn.f32 	%f235, %f234, %f1, %f232;
+	fma.rn.f32 	%f236, %f235, %f2, %f233;
+	mov.b32 	%r724, %f236;
+	and.b32  	%r725, %r1286, -2147483648;
+	or.b32  	%r726, %r725, %r724;
+	mov.b32 	%f223, %r726;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs37, %f223, %f224;
+	// end inline asm
+	mov.b32 	%f237, %r1285;
+	mul.rn.f32 	%f238, %f237, %f2;
+	neg.f32 	%f239, %f238;
+	fma.rn.f32 	%f240, %f239, %f1, %f237;
+	fma.rn.f32 	%f241, %f240, %f2, %f238;
+	mov.b32 	%r727, %f241;
+	and.b32  	%r728, %r1285, -2147483648;
+	or.b32  	%r729, %r728, %r727;
+	mov.b32 	%f226, %r729;
+	mov.b32 	%f242, %r1284;
+	mul.rn.f32 	%f243, %f242, %f2;
+	neg.f32 	%f244, %f243;
+	fma.rn.f32 	%f245, %f244, %f1, %f242;
+	fma.rn.f32 	%f246, %f245, %f2, %f243;
+	mov.b32 	%r730, %f246;
+	and.b32  	%r731, %r1284, -2147483648;
+	or.b32  	%r732, %r731, %r730;
+	mov.b32 	%f225, %r732;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs38, %f225, %f226;
+	// end inline asm
+	mov.b32 	%r733, {%rs37, %rs38};
+	st.global.u32 	[%rd792], %r733;
+$L__BB3_233:
+	add.s64 	%rd1063, %rd26, 80;
+	ld.param.u64 	%rd793, [%rd9+-8];
+	setp.ge.s64 	%p124, %rd1063, %rd793;
+	@%p124 bra 	$L__BB3_236;
+	ld.param.u64 	%rd277, [%rd9];
+	setp.le.s64 	%p125, %rd277, %rd25;
+	@%p125 bra 	$L__BB3_236;
+	add.s64 	%rd1064, %rd26, 80;
+	mul.lo.s64 	%rd794, %rd277, %rd1064;
+	add.s64 	%rd795, %rd794, %rd25;
+	add.s64 	%rd796, %rd266, %rd795;
+	mov.b32 	%f251, %r1292;
+	mul.rn.f32 	%f252, %f251, %f2;
+	neg.f32 	%f253, %f252;
+	fma.rn.f32 	%f254, %f253, %f1, %f251;
+	fma.rn.f32 	%f255, %f254, %f2, %f252;
+	mov.b32 	%r734, %f255;
+	and.b32  	%r735, %r1292, -2147483648;
+	or.b32  	%r736, %r735, %r734;
+	mov.b32 	%f248, %r736;
+	mov.b32 	%f256, %r1291;
+	mul.rn.f32 	%f257, %f256, %f2;
+	neg.f32 	%f258, %f257;
+	fma.rn.f32 	%f259, %f258, %f1, %f256;
+	fma.rn.f32 	%f260, %f259, %f2, %f257;
+	mov.b32 	%r737, %f260;
+	and.b32  	%r738, %r1291, -2147483648;
+	or.b32  	%r739, %r738, %r737;
+	mov.b32 	%f247, %r739;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs39, %f247, %f248;
+	// end inline asm
+	mov.b32 	%f261, %r1290;
+	mul.rn.f32 	%f262, %f261, %f2;
+	neg.f32 	%f263, %f262;
+	fma.rn.f32 	%f264, %f263, %f1, %f261;
+	fma.rn.f32 	%f265, %f264, %f2, %f262;
+	mov.b32 	%r740, %f265;
+	and.b32  	%r741, %r1290, -2147483648;
+	or.b32  	%r742, %r741, %r740;
+	mov.b32 	%f250, %r742;
+	mov.b32 	%f266, %r1289;
+	mul.rn.f32 	%f267, %f266, %f2;
+	neg.f32 	%f268, %f267;
+	fma.rn.f32 	%f269, %f268, %f1, %f266;
+	fma.rn.f32 	%f270, %f269, %f2, %f267;
+	mov.b32 	%r743, %f270;
+	and.b32  	%r744, %r1289, -2147483648;
+	or.b32  	%r745, %r744, %r743;
+	mov.b32 	%f249, %r745;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs40, %f249, %f250;
+	// end inline asm
+	mov.b32 	%r746, {%rs39, %rs40};
+	st.global.u32 	[%rd796], %r746;
+$L__BB3_236:
+	add.s64 	%rd1073, %rd26, 88;
+	ld.param.u64 	%rd797, [%rd9+-8];
+	setp.ge.s64 	%p126, %rd1073, %rd797;
+	@%p126 bra 	$L__BB3_239;
+	ld.param.u64 	%rd278, [%rd9];
+	setp.le.s64 	%p127, %rd278, %rd25;
+	@%p127 bra 	$L__BB3_239;
+	add.s64 	%rd1076, %rd26, 88;
+	mul.lo.s64 	%rd798, %rd278, %rd1076;
+	add.s64 	%rd799, %rd798, %rd25;
+	add.s64 	%rd800, %rd266, %rd799;
+	mov.b32 	%f275, %r1297;
+	mul.rn.f32 	%f276, %f275, %f2;
+	neg.f32 	%f277, %f276;
+	fma.rn.f32 	%f278, %f277, %f1, %f275;
+	fma.rn.f32 	%f279, %f278, %f2, %f276;
+	mov.b32 	%r747, %f279;
+	and.b32  	%r748, %r1297, -2147483648;
+	or.b32  	%r749, %r748, %r747;
+	mov.b32 	%f272, %r749;
+	mov.b32 	%f280, %r1296;
+	mul.rn.f32 	%f281, %f280, %f2;
+	neg.f32 	%f282, %f281;
+	fma.rn.f32 	%f283, %f282, %f1, %f280;
+	fma.rn.f32 	%f284, %f283, %f2, %f281;
+	mov.b32 	%r750, %f284;
+	and.b32  	%r751, %r1296, -2147483648;
+	or.b32  	%r752, %r751, %r750;
+	mov.b32 	%f271, %r752;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs41, %f271, %f272;
+	// end inline asm
+	mov.b32 	%f285, %r1295;
+	mul.rn.f32 	%f286, %f285, %f2;
+	neg.f32 	%f287, %f286;
+	fma.rn.f32 	%f288, %f287, %f1, %f285;
+	fma.rn.f32 	%f289, %f288, %f2, %f286;
+	mov.b32 	%r753, %f289;
+	and.b32  	%r754, %r1295, -2147483648;
+	or.b32  	%r755, %r754, %r753;
+	mov.b32 	%f274, %r755;
+	mov.b32 	%f290, %r1294;
+	mul.rn.f32 	%f291, %f290, %f2;
+	neg.f32 	%f292, %f291;
+	fma.rn.f32 	%f293, %f292, %f1, %f290;
+	fma.rn.f32 	%f294, %f293, %f2, %f291;
+	mov.b32 	%r756, %f294;
+	and.b32  	%r757, %r1294, -2147483648;
+	or.b32  	%r758, %r757, %r756;
+	mov.b32 	%f273, %r758;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs42, %f273, %f274;
+	// end inline asm
+	mov.b32 	%r759, {%rs41, %rs42};
+	st.global.u32 	[%rd800], %r759;
+$L__BB3_239:
+	add.s64 	%rd1074, %rd26, 96;
+	ld.param.u64 	%rd801, [%rd9+-8];
+	setp.ge.s64 	%p128, %rd1074, %rd801;
+	@%p128 bra 	$L__BB3_242;
+	ld.param.u64 	%rd279, [%rd9];
+	setp.le.s64 	%p129, %rd279, %rd25;
+	@%p129 bra 	$L__BB3_242;
+	add.s64 	%rd1075, %rd26, 96;
+	mul.lo.s64 	%rd802, %rd279, %rd1075;
+	add.s64 	%rd803, %rd802, %rd25;
+	add.s64 	%rd804, %rd266, %rd803;
+	mov.b32 	%f299, %r1302;
+	mul.rn.f32 	%f300, %f299, %f2;
+	neg.f32 	%f301, %f300;
+	fma.rn.f32 	%f302, %f301, %f1, %f299;
+	fma.rn.f32 	%f303, %f302, %f2, %f300;
+	mov.b32 	%r760, %f303;
+	and.b32  	%r761, %r1302, -2147483648;
+	or.b32  	%r762, %r761, %r760;
+	mov.b32 	%f296, %r762;
+	mov.b32 	%f304, %r1301;
+	mul.rn.f32 	%f305, %f304, %f2;
+	neg.f32 	%f306, %f305;
+	fma.rn.f32 	%f307, %f306, %f1, %f304;
+	fma.rn.f32 	%f308, %f307, %f2, %f305;
+	mov.b32 	%r763, %f308;
+	and.b32  	%r764, %r1301, -2147483648;
+	or.b32  	%r765, %r764, %r763;
+	mov.b32 	%f295, %r765;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs43, %f295, %f296;
+	// end inline asm
+	mov.b32 	%f309, %r1300;
+	mul.rn.f32 	%f310, %f309, %f2;
+	neg.f32 	%f311, %f310;
+	fma.rn.f32 	%f312, %f311, %f1, %f309;
+	fma.rn.f32 	%f313, %f312, %f2, %f310;
+	mov.b32 	%r766, %f313;
+	and.b32  	%r767, %r1300, -2147483648;
+	or.b32  	%r768, %r767, %r766;
+	mov.b32 	%f298, %r768;
+	mov.b32 	%f314, %r1299;
+	mul.rn.f32 	%f315, %f314, %f2;
+	neg.f32 	%f316, %f315;
+	fma.rn.f32 	%f317, %f316, %f1, %f314;
+	fma.rn.f32 	%f318, %f317, %f2, %f315;
+	mov.b32 	%r769, %f318;
+	and.b32  	%r770, %r1299, -2147483648;
+	or.b32  	%r771, %r770, %r769;
+	mov.b32 	%f297, %r771;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs44, %f297, %f298;
+	// end inline asm
+	mov.b32 	%r772, {%rs43, %rs44};
+	st.global.u32 	[%rd804], %r772;
+$L__BB3_242:
+	add.s64 	%rd1081, %rd26, 104;
+	ld.param.u64 	%rd805, [%rd9+-8];
+	setp.ge.s64 	%p130, %rd1081, %rd805;
+	@%p130 bra 	$L__BB3_245;
+	ld.param.u64 	%rd280, [%rd9];
+	setp.le.s64 	%p131, %rd280, %rd25;
+	@%p131 bra 	$L__BB3_245;
+	add.s64 	%rd1084, %rd26, 104;
+	mul.lo.s64 	%rd806, %rd280, %rd1084;
+	add.s64 	%rd807, %rd806, %rd25;
+	add.s64 	%rd808, %rd266, %rd807;
+	mov.b32 	%f323, %r1307;
+	mul.rn.f32 	%f324, %f323, %f2;
+	neg.f32 	%f325, %f324;
+	fma.rn.f32 	%f326, %f325, %f1, %f323;
+	fma.rn.f32 	%f327, %f326, %f2, %f324;
+	mov.b32 	%r773, %f327;
+	and.b32  	%r774, %r1307, -2147483648;
+	or.b32  	%r775, %r774, %r773;
+	mov.b32 	%f320, %r775;
+	mov.b32 	%f328, %r1306;
+	mul.rn.f32 	%f329, %f328, %f2;
+	neg.f32 	%f330, %f329;
+	fma.rn.f32 	%f331, %f330, %f1, %f328;
+	fma.rn.f32 	%f332, %f331, %f2, %f329;
+	mov.b32 	%r776, %f332;
+	and.b32  	%r777, %r1306, -2147483648;
+	or.b32  	%r778, %r777, %r776;
+	mov.b32 	%f319, %r778;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs45, %f319, %f320;
+	// end inline asm
+	mov.b32 	%f333, %r1305;
+	mul.rn.f32 	%f334, %f333, %f2;
+	neg.f32 	%f335, %f334;
+	fma.rn.f32 	%f336, %f335, %f1, %f333;
+	fma.rn.f32 	%f337, %f336, %f2, %f334;
+	mov.b32 	%r779, %f337;
+	and.b32  	%r780, %r1305, -2147483648;
+	or.b32  	%r781, %r780, %r779;
+	mov.b32 	%f322, %r781;
+	mov.b32 	%f338, %r1304;
+	mul.rn.f32 	%f339, %f338, %f2;
+	neg.f32 	%f340, %f339;
+	fma.rn.f32 	%f341, %f340, %f1, %f338;
+	fma.rn.f32 	%f342, %f341, %f2, %f339;
+	mov.b32 	%r782, %f342;
+	and.b32  	%r783, %r1304, -2147483648;
+	or.b32  	%r784, %r783, %r782;
+	mov.b32 	%f321, %r784;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs46, %f321, %f322;
+	// end inline asm
+	mov.b32 	%r785, {%rs45, %rs46};
+	st.global.u32 	[%rd808], %r785;
+$L__BB3_245:
+	add.s64 	%rd1082, %rd26, 112;
+	ld.param.u64 	%rd809, [%rd9+-8];
+	setp.ge.s64 	%p132, %rd1082, %rd809;
+	@%p132 bra 	$L__BB3_248;
+	ld.param.u64 	%rd281, [%rd9];
+	setp.le.s64 	%p133, %rd281, %rd25;
+	@%p133 bra 	$L__BB3_248;
+	add.s64 	%rd1083, %rd26, 112;
+	mul.lo.s64 	%rd810, %rd281, %rd1083;
+	add.s64 	%rd811, %rd810, %rd25;
+	add.s64 	%rd812, %rd266, %rd811;
+	mov.b32 	%f347, %r1312;
+	mul.rn.f32 	%f348, %f347, %f2;
+	neg.f32 	%f349, %f348;
+	fma.rn.f32 	%f350, %f349, %f1, %f347;
+	fma.rn.f32 	%f351, %f350, %f2, %f348;
+	mov.b32 	%r786, %f351;
+	and.b32  	%r787, %r1312, -2147483648;
+	or.b32  	%r788, %r787, %r786;
+	mov.b32 	%f344, %r788;
+	mov.b32 	%f352, %r1311;
+	mul.rn.f32 	%f353, %f352, %f2;
+	neg.f32 	%f354, %f353;
+	fma.rn.f32 	%f355, %f354, %f1, %f352;
+	fma.rn.f32 	%f356, %f355, %f2, %f353;
+	mov.b32 	%r789, %f356;
+	and.b32  	%r790, %r1311, -2147483648;
+	or.b32  	%r791, %r790, %r789;
+	mov.b32 	%f343, %r791;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs47, %f343, %f344;
+	// end inline asm
+	mov.b32 	%f357, %r1310;
+	mul.rn.f32 	%f358, %f357, %f2;
+	neg.f32 	%f359, %f358;
+	fma.rn.f32 	%f360, %f359, %f1, %f357;
+	fma.rn.f32 	%f361, %f360, %f2, %f358;
+	mov.b32 	%r792, %f361;
+	and.b32  	%r793, %r1310, -2147483648;
+	or.b32  	%r794, %r793, %r792;
+	mov.b32 	%f346, %r794;
+	mov.b32 	%f362, %r1309;
+	mul.rn.f32 	%f363, %f362, %f2;
+	neg.f32 	%f364, %f363;
+	fma.rn.f32 	%f365, %f364, %f1, %f362;
+	fma.rn.f32 	%f366, %f365, %f2, %f363;
+	mov.b32 	%r795, %f366;
+	and.b32  	%r796, %r1309, -2147483648;
+	or.b32  	%r797, %r796, %r795;
+	mov.b32 	%f345, %r797;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs48, %f345, %f346;
+	// end inline asm
+	mov.b32 	%r798, {%rs47, %rs48};
+	st.global.u32 	[%rd812], %r798;
+$L__BB3_248:
+	add.s64 	%rd1092, %rd26, 120;
+	ld.param.u64 	%rd813, [%rd9+-8];
+	setp.ge.s64 	%p134, %rd1092, %rd813;
+	@%p134 bra 	$L__BB3_403;
+	ld.param.u64 	%rd282, [%rd9];
+	setp.le.s64 	%p135, %rd282, %rd25;
+	@%p135 bra 	$L__BB3_403;
+	add.s64 	%rd1093, %rd26, 120;
+	mul.lo.s64 	%rd814, %rd282, %rd1093;
+	add.s64 	%rd815, %rd814, %rd25;
+	add.s64 	%rd816, %rd266, %rd815;
+	mov.b32 	%f371, %r1317;
+	mul.rn.f32 	%f372, %f371, %f2;
+	neg.f32 	%f373, %f372;
+	fma.rn.f32 	%f374, %f373, %f1, %f371;
+	fma.rn.f32 	%f375, %f374, %f2, %f372;
+	mov.b32 	%r799, %f375;
+	and.b32  	%r800, %r1317, -2147483648;
+	or.b32  	%r801, %r800, %r799;
+	mov.b32 	%f368, %r801;
+	mov.b32 	%f376, %r1316;
+	mul.rn.f32 	%f377, %f376, %f2;
+	neg.f32 	%f378, %f377;
+	fma.rn.f32 	%f379, %f378, %f1, %f376;
+	fma.rn.f32 	%f380, %f379, %f2, %f377;
+	mov.b32 	%r802, %f380;
+	and.b32  	%r803, %r1316, -2147483648;
+	or.b32  	%r804, %r803, %r802;
+	mov.b32 	%f367, %r804;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs49, %f367, %f368;
+	// end inline asm
+	mov.b32 	%f381, %r1315;
+	mul.rn.f32 	%f382, %f381, %f2;
+	neg.f32 	%f383, %f382;
+	fma.rn.f32 	%f384, %f383, %f1, %f381;
+	fma.rn.f32 	%f385, %f384, %f2, %f382;
+	mov.b32 	%r805, %f385;
+	and.b32  	%r806, %r1315, -2147483648;
+	or.b32  	%r807, %r806, %r805;
+	mov.b32 	%f370, %r807;
+	mov.b32 	%f386, %r1314;
+	mul.rn.f32 	%f387, %f386, %f2;
+	neg.f32 	%f388, %f387;
+	fma.rn.f32 	%f389, %f388, %f1, %f386;
+	fma.rn.f32 	%f390, %f389, %f2, %f387;
+	mov.b32 	%r808, %f390;
+	and.b32  	%r809, %r1314, -2147483648;
+	or.b32  	%r810, %r809, %r808;
+	mov.b32 	%f369, %r810;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs50, %f369, %f370;
+	// end inline asm
+	mov.b32 	%r811, {%rs49, %rs50};
+	st.global.u32 	[%rd816], %r811;
+	bra.uni 	$L__BB3_403;
+$L__BB3_337:
+	cvt.u32.u64 	%r1123, %rd337;
+	cvt.u32.u64 	%r1124, %rd1192;
+	rem.u32 	%r1125, %r1124, %r1123;
+	cvt.u64.u32 	%rd1189, %r1125;
+$L__BB3_338:
+	shr.u64 	%rd931, %rd337, 63;
+	add.s64 	%rd932, %rd337, %rd931;
+	shr.s64 	%rd341, %rd932, 1;
+	or.b64  	%rd933, %rd1189, %rd341;
+	and.b64  	%rd934, %rd933, -4294967296;
+	setp.eq.s64 	%p255, %rd934, 0;
+	@%p255 bra 	$L__BB3_340;
+	div.s64 	%rd1190, %rd1189, %rd341;
+	mul.lo.s64 	%rd935, %rd1190, %rd341;
+	sub.s64 	%rd1191, %rd1189, %rd935;
+	bra.uni 	$L__BB3_341;
+$L__BB3_340:
+	cvt.u32.u64 	%r1126, %rd341;
+	cvt.u32.u64 	%r1127, %rd1189;
+	div.u32 	%r1128, %r1127, %r1126;
+	mul.lo.s32 	%r1129, %r1128, %r1126;
+	sub.s32 	%r1130, %r1127, %r1129;
+	cvt.u64.u32 	%rd1190, %r1128;
+	cvt.u64.u32 	%rd1191, %r1130;
+$L__BB3_341:
+	shl.b64 	%rd936, %rd1191, 1;
+	sub.s64 	%rd937, %rd1192, %rd1189;
+	add.s64 	%rd938, %rd937, %rd936;
+	add.s64 	%rd1192, %rd938, %rd1190;
+$L__BB3_342:
+	ld.param.u64 	%rd939, [%rd9+24];
+	mul.lo.s64 	%rd940, %rd939, %rd1192;
+	ld.param.u64 	%rd941, [%rd9+40];
+	add.s64 	%rd942, %rd941, %rd335;
+	add.s64 	%rd943, %rd942, %rd940;
+	shl.b64 	%rd944, %rd943, 2;
+	add.s64 	%rd350, %rd21, %rd944;
+	add.s64 	%rd945, %rd20, %rd944;
+	and.b64  	%rd946, %rd945, 3;
+	setp.eq.s64 	%p256, %rd946, 0;
+	@%p256 bra 	$L__BB3_344;
+	ld.global.u8 	%r1131, [%rd350];
+	ld.global.u8 	%r1132, [%rd350+1];
+	prmt.b32 	%r1133, %r1132, %r1131, 30212;
+	ld.global.u8 	%r1134, [%rd350+2];
+	prmt.b32 	%r1135, %r1134, %r1133, 28756;
+	ld.global.u8 	%r1136, [%rd350+3];
+	prmt.b32 	%r1330, %r1136, %r1135, 1620;
+	bra.uni 	$L__BB3_345;
+$L__BB3_344:
+	ld.global.u32 	%r1330, [%rd350];
+$L__BB3_345:
+	and.b32  	%r1137, %r1330, 2147483647;
+	max.u32 	%r1326, %r1326, %r1137;
+$L__BB3_346:
+	and.b32  	%r1139, %r1335, 31;
+	setp.ne.s32 	%p257, %r1139, 0;
+	mov.u32 	%r1140, -1;
+	redux.sync.max.u32 %r200, %r1326, %r1140;
+	@%p257 bra 	$L__BB3_348;
+	mov.u32 	%r1141, %tid.x;
+	shr.u32 	%r1142, %r1141, 3;
+	and.b32  	%r1143, %r1142, 536870908;
+	mov.u32 	%r1144, _ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red;
+	add.s32 	%r1145, %r1144, %r1143;
+	st.shared.u32 	[%r1145], %r200;
+$L__BB3_348:
+	bar.sync 	0;
+	ld.shared.u32 	%r1147, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+4];
+	ld.shared.u32 	%r1148, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red];
+	max.u32 	%r1149, %r1148, %r1147;
+	ld.shared.u32 	%r1150, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+8];
+	max.u32 	%r1151, %r1149, %r1150;
+	ld.shared.u32 	%r1152, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+12];
+	max.u32 	%r1153, %r1151, %r1152;
+	ld.shared.u32 	%r1154, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+16];
+	max.u32 	%r1155, %r1153, %r1154;
+	ld.shared.u32 	%r1156, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+20];
+	max.u32 	%r1157, %r1155, %r1156;
+	ld.shared.u32 	%r1158, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+24];
+	max.u32 	%r1159, %r1157, %r1158;
+	ld.shared.u32 	%r1160, [_ZZ8ws_blockILb0EEvRKN10weightsync7kernels9Fp8ParamsEjjE3red+28];
+	max.u32 	%r201, %r1159, %r1160;
+	bar.sync 	0;
+	setp.gt.u32 	%p258, %r201, 2139095040;
+	mov.u32 	%r1332, 2143289344;
+	@%p258 bra 	$L__BB3_354;
+	mov.b32 	%f679, %r201;
+	mov.f32 	%f680, 0f43E00000;
+	div.rn.f32 	%f681, %f679, %f680;
+	mov.b32 	%r202, %f681;
+	setp.eq.s32 	%p259, %r202, 0;
+	mov.u32 	%r1332, 1065353216;
+	@%p259 bra 	$L__BB3_354;
+	ld.param.u32 	%r1234, [%rd9+12];
+	setp.ne.s32 	%p260, %r1234, 1;
+	setp.eq.s32 	%p261, %r202, 2139095040;
+	or.pred  	%p262, %p261, %p260;
+	mov.u32 	%r1332, %r202;
+	@%p262 bra 	$L__BB3_354;
+	setp.lt.u32 	%p263, %r202, 8388608;
+	mov.u32 	%r1332, 8388608;
+	@%p263 bra 	$L__BB3_354;
+	and.b32  	%r1163, %r202, 8388607;
+	setp.eq.s32 	%p264, %r1163, 0;
+	mov.u32 	%r1332, %r202;
+	@%p264 bra 	$L__BB3_354;
+	and.b32  	%r1164, %r202, 2139095040;
+	add.s32 	%r1332, %r1164, 8388608;
+$L__BB3_354:
+	setp.ne.s32 	%p265, %r1335, 0;
+	mov.b32 	%f3, %r1332;
+	@%p265 bra 	$L__BB3_356;
+	st.global.u32 	[%rd23], %r1332;
+$L__BB3_356:
+	@%p232 bra 	$L__BB3_403;
+	mov.u32 	%r1167, 16383;
+	sub.s32 	%r1168, %r1167, %r1335;
+	shr.u32 	%r1169, %r1168, 8;
+	add.s32 	%r1170, %r1169, 1;
+	and.b32  	%r1171, %r1170, 1;
+	setp.eq.b32 	%p267, %r1171, 1;
+	mov.pred 	%p268, 0;
+	xor.pred  	%p269, %p267, %p268;
+	not.pred 	%p270, %p269;
+	ld.param.u64 	%rd351, [%rd9+-8];
+	@%p270 bra 	$L__BB3_372;
+	mov.u32 	%r1172, %tid.x;
+	shr.u32 	%r1173, %r1172, 7;
+	cvt.u64.u32 	%rd947, %r1173;
+	add.s64 	%rd352, %rd18, %rd947;
+	and.b32  	%r1174, %r1172, 127;
+	cvt.u64.u32 	%rd948, %r1174;
+	add.s64 	%rd353, %rd19, %rd948;
+	setp.ge.s64 	%p271, %rd352, %rd351;
+	add.s32 	%r1335, %r1172, 256;
+	@%p271 bra 	$L__BB3_372;
+	ld.param.u64 	%rd949, [%rd9];
+	setp.ge.s64 	%p272, %rd353, %rd949;
+	@%p272 bra 	$L__BB3_372;
+	ld.param.u64 	%rd950, [%rd9+32];
+	add.s64 	%rd1196, %rd950, %rd352;
+	ld.param.u64 	%rd355, [%rd9+48];
+	setp.eq.s64 	%p273, %rd355, 0;
+	@%p273 bra 	$L__BB3_368;
+	or.b64  	%rd951, %rd1196, %rd355;
+	and.b64  	%rd952, %rd951, -4294967296;
+	setp.eq.s64 	%p274, %rd952, 0;
+	@%p274 bra 	$L__BB3_363;
+	rem.s64 	%rd1193, %rd1196, %rd355;
+	bra.uni 	$L__BB3_364;
+$L__BB3_363:
+	cvt.u32.u64 	%r1176, %rd355;
+	cvt.u32.u64 	%r1177, %rd1196;
+	rem.u32 	%r1178, %r1177, %r1176;
+	cvt.u64.u32 	%rd1193, %r1178;
+$L__BB3_364:
+	shr.u64 	%rd953, %rd355, 63;
+	add.s64 	%rd954, %rd355, %rd953;
+	shr.s64 	%rd359, %rd954, 1;
+	or.b64  	%rd955, %rd1193, %rd359;
+	and.b64  	%rd956, %rd955, -4294967296;
+	setp.eq.s64 	%p275, %rd956, 0;
+	@%p275 bra 	$L__BB3_366;
+	div.s64 	%rd1194, %rd1193, %rd359;
+	mul.lo.s64 	%rd957, %rd1194, %rd359;
+	sub.s64 	%rd1195, %rd1193, %rd957;
+	bra.uni 	$L__BB3_367;
+$L__BB3_366:
+	cvt.u32.u64 	%r1179, %rd359;
+	cvt.u32.u64 	%r1180, %rd1193;
+	div.u32 	%r1181, %r1180, %r1179;
+	mul.lo.s32 	%r1182, %r1181, %r1179;
+	sub.s32 	%r1183, %r1180, %r1182;
+	cvt.u64.u32 	%rd1194, %r1181;
+	cvt.u64.u32 	%rd1195, %r1183;
+$L__BB3_367:
+	shl.b64 	%rd958, %rd1195, 1;
+	sub.s64 	%rd959, %rd1196, %rd1193;
+	add.s64 	%rd960, %rd959, %rd958;
+	add.s64 	%rd1196, %rd960, %rd1194;
+$L__BB3_368:
+	ld.param.u64 	%rd961, [%rd9+24];
+	mul.lo.s64 	%rd962, %rd961, %rd1196;
+	ld.param.u64 	%rd963, [%rd9+40];
+	add.s64 	%rd964, %rd963, %rd353;
+	add.s64 	%rd965, %rd964, %rd962;
+	shl.b64 	%rd966, %rd965, 2;
+	add.s64 	%rd368, %rd21, %rd966;
+	add.s64 	%rd967, %rd20, %rd966;
+	and.b64  	%rd968, %rd967, 3;
+	setp.eq.s64 	%p276, %rd968, 0;
+	@%p276 bra 	$L__BB3_370;
+	ld.global.u8 	%r1184, [%rd368];
+	ld.global.u8 	%r1185, [%rd368+1];
+	prmt.b32 	%r1186, %r1185, %r1184, 30212;
+	ld.global.u8 	%r1187, [%rd368+2];
+	prmt.b32 	%r1188, %r1187, %r1186, 28756;
+	ld.global.u8 	%r1189, [%rd368+3];
+	prmt.b32 	%r1333, %r1189, %r1188, 1620;
+	bra.uni 	$L__BB3_371;
+$L__BB3_370:
+	ld.global.u32 	%r1333, [%rd368];
+$L__BB3_371:
+	mov.b32 	%f684, %r1333;
+	div.rn.f32 	%f685, %f684, %f3;
+	mov.f32 	%f686, 0fC3E00000;
+	max.f32 	%f687, %f685, %f686;
+	mov.f32 	%f688, 0f43E00000;
+	min.f32 	%f683, %f687, %f688;
+	mov.f32 	%f689, 0f00000000;
+	div.rn.f32 	%f690, %f689, %f3;
+	max.f32 	%f691, %f690, %f686;
+	min.f32 	%f682, %f691, %f688;
+	setp.nan.f32 	%p277, %f685, %f685;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs83, %f682, %f683;
+	// end inline asm
+	selp.b16 	%rs84, 127, %rs83, %p277;
+	ld.param.u64 	%rd969, [%rd9];
+	mul.lo.s64 	%rd970, %rd969, %rd352;
+	add.s64 	%rd971, %rd970, %rd353;
+	add.s64 	%rd972, %rd22, %rd971;
+	st.global.u8 	[%rd972], %rs84;
+$L__BB3_372:
+	setp.eq.s32 	%p278, %r1169, 0;
+	@%p278 bra 	$L__BB3_403;
+	and.b32  	%r1195, %r1335, 127;
+	cvt.u64.u32 	%rd973, %r1195;
+	add.s64 	%rd369, %rd19, %rd973;
+$L__BB3_374:
+	shr.u32 	%r1196, %r1335, 7;
+	cvt.u64.u32 	%rd974, %r1196;
+	add.s64 	%rd370, %rd18, %rd974;
+	setp.ge.s64 	%p279, %rd370, %rd351;
+	@%p279 bra 	$L__BB3_388;
+	ld.param.u64 	%rd975, [%rd9];
+	setp.ge.s64 	%p280, %rd369, %rd975;
+	@%p280 bra 	$L__BB3_388;
+	ld.param.u64 	%rd976, [%rd9+32];
+	add.s64 	%rd1200, %rd976, %rd370;
+	ld.param.u64 	%rd372, [%rd9+48];
+	setp.eq.s64 	%p281, %rd372, 0;
+	@%p281 bra 	$L__BB3_384;
+	or.b64  	%rd977, %rd1200, %rd372;
+	and.b64  	%rd978, %rd977, -4294967296;
+	setp.eq.s64 	%p282, %rd978, 0;
+	@%p282 bra 	$L__BB3_379;
+	rem.s64 	%rd1197, %rd1200, %rd372;
+	bra.uni 	$L__BB3_380;
+$L__BB3_379:
+	cvt.u32.u64 	%r1197, %rd372;
+	cvt.u32.u64 	%r1198, %rd1200;
+	rem.u32 	%r1199, %r1198, %r1197;
+	cvt.u64.u32 	%rd1197, %r1199;
+$L__BB3_380:
+	shr.u64 	%rd979, %rd372, 63;
+	add.s64 	%rd980, %rd372, %rd979;
+	shr.s64 	%rd376, %rd980, 1;
+	or.b64  	%rd981, %rd1197, %rd376;
+	and.b64  	%rd982, %rd981, -4294967296;
+	setp.eq.s64 	%p283, %rd982, 0;
+	@%p283 bra 	$L__BB3_382;
+	div.s64 	%rd1198, %rd1197, %rd376;
+	mul.lo.s64 	%rd983, %rd1198, %rd376;
+	sub.s64 	%rd1199, %rd1197, %rd983;
+	bra.uni 	$L__BB3_383;
+$L__BB3_382:
+	cvt.u32.u64 	%r1200, %rd376;
+	cvt.u32.u64 	%r1201, %rd1197;
+	div.u32 	%r1202, %r1201, %r1200;
+	mul.lo.s32 	%r1203, %r1202, %r1200;
+	sub.s32 	%r1204, %r1201, %r1203;
+	cvt.u64.u32 	%rd1198, %r1202;
+	cvt.u64.u32 	%rd1199, %r1204;
+$L__BB3_383:
+	shl.b64 	%rd984, %rd1199, 1;
+	sub.s64 	%rd985, %rd1200, %rd1197;
+	add.s64 	%rd986, %rd985, %rd984;
+	add.s64 	%rd1200, %rd986, %rd1198;
+$L__BB3_384:
+	ld.param.u64 	%rd987, [%rd9+24];
+	mul.lo.s64 	%rd988, %rd987, %rd1200;
+	ld.param.u64 	%rd989, [%rd9+40];
+	add.s64 	%rd990, %rd989, %rd369;
+	add.s64 	%rd991, %rd990, %rd988;
+	shl.b64 	%rd992, %rd991, 2;
+	add.s64 	%rd385, %rd21, %rd992;
+	add.s64 	%rd993, %rd20, %rd992;
+	and.b64  	%rd994, %rd993, 3;
+	setp.eq.s64 	%p284, %rd994, 0;
+	@%p284 bra 	$L__BB3_386;
+	ld.global.u8 	%r1205, [%rd385];
+	ld.global.u8 	%r1206, [%rd385+1];
+	prmt.b32 	%r1207, %r1206, %r1205, 30212;
+	ld.global.u8 	%r1208, [%rd385+2];
+	prmt.b32 	%r1209, %r1208, %r1207, 28756;
+	ld.global.u8 	%r1210, [%rd385+3];
+	prmt.b32 	%r1336, %r1210, %r1209, 1620;
+	bra.uni 	$L__BB3_387;
+$L__BB3_386:
+	ld.global.u32 	%r1336, [%rd385];
+$L__BB3_387:
+	mov.b32 	%f694, %r1336;
+	div.rn.f32 	%f695, %f694, %f3;
+	mov.f32 	%f696, 0fC3E00000;
+	max.f32 	%f697, %f695, %f696;
+	mov.f32 	%f698, 0f43E00000;
+	min.f32 	%f693, %f697, %f698;
+	mov.f32 	%f699, 0f00000000;
+	div.rn.f32 	%f700, %f699, %f3;
+	max.f32 	%f701, %f700, %f696;
+	min.f32 	%f692, %f701, %f698;
+	setp.nan.f32 	%p285, %f695, %f695;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs85, %f692, %f693;
+	// end inline asm
+	selp.b16 	%rs86, 127, %rs85, %p285;
+	ld.param.u64 	%rd995, [%rd9];
+	mul.lo.s64 	%rd996, %rd995, %rd370;
+	add.s64 	%rd997, %rd996, %rd369;
+	add.s64 	%rd998, %rd22, %rd997;
+	st.global.u8 	[%rd998], %rs86;
+$L__BB3_388:
+	add.s32 	%r1211, %r1335, 256;
+	shr.u32 	%r1212, %r1211, 7;
+	cvt.u64.u32 	%rd999, %r1212;
+	add.s64 	%rd386, %rd18, %rd999;
+	setp.ge.s64 	%p286, %rd386, %rd351;
+	@%p286 bra 	$L__BB3_402;
+	ld.param.u64 	%rd1000, [%rd9];
+	setp.ge.s64 	%p287, %rd369, %rd1000;
+	@%p287 bra 	$L__BB3_402;
+	ld.param.u64 	%rd1001, [%rd9+32];
+	add.s64 	%rd1204, %rd1001, %rd386;
+	ld.param.u64 	%rd388, [%rd9+48];
+	setp.eq.s64 	%p288, %rd388, 0;
+	@%p288 bra 	$L__BB3_398;
+	or.b64  	%rd1002, %rd1204, %rd388;
+	and.b64  	%rd1003, %rd1002, -4294967296;
+	setp.eq.s64 	%p289, %rd1003, 0;
+	@%p289 bra 	$L__BB3_393;
+	rem.s64 	%rd1201, %rd1204, %rd388;
+	bra.uni 	$L__BB3_394;
+$L__BB3_393:
+	cvt.u32.u64 	%r1213, %rd388;
+	cvt.u32.u64 	%r1214, %rd1204;
+	rem.u32 	%r1215, %r1214, %r1213;
+	cvt.u64.u32 	%rd1201, %r1215;
+$L__BB3_394:
+	shr.u64 	%rd1004, %rd388, 63;
+	add.s64 	%rd1005, %rd388, %rd1004;
+	shr.s64 	%rd392, %rd1005, 1;
+	or.b64  	%rd1006, %rd1201, %rd392;
+	and.b64  	%rd1007, %rd1006, -4294967296;
+	setp.eq.s64 	%p290, %rd1007, 0;
+	@%p290 bra 	$L__BB3_396;
+	div.s64 	%rd1202, %rd1201, %rd392;
+	mul.lo.s64 	%rd1008, %rd1202, %rd392;
+	sub.s64 	%rd1203, %rd1201, %rd1008;
+	bra.uni 	$L__BB3_397;
+$L__BB3_396:
+	cvt.u32.u64 	%r1216, %rd392;
+	cvt.u32.u64 	%r1217, %rd1201;
+	div.u32 	%r1218, %r1217, %r1216;
+	mul.lo.s32 	%r1219, %r1218, %r1216;
+	sub.s32 	%r1220, %r1217, %r1219;
+	cvt.u64.u32 	%rd1202, %r1218;
+	cvt.u64.u32 	%rd1203, %r1220;
+$L__BB3_397:
+	shl.b64 	%rd1009, %rd1203, 1;
+	sub.s64 	%rd1010, %rd1204, %rd1201;
+	add.s64 	%rd1011, %rd1010, %rd1009;
+	add.s64 	%rd1204, %rd1011, %rd1202;
+$L__BB3_398:
+	ld.param.u64 	%rd1012, [%rd9+24];
+	mul.lo.s64 	%rd1013, %rd1012, %rd1204;
+	ld.param.u64 	%rd1014, [%rd9+40];
+	add.s64 	%rd1015, %rd1014, %rd369;
+	add.s64 	%rd1016, %rd1015, %rd1013;
+	shl.b64 	%rd1017, %rd1016, 2;
+	add.s64 	%rd401, %rd21, %rd1017;
+	add.s64 	%rd1018, %rd20, %rd1017;
+	and.b64  	%rd1019, %rd1018, 3;
+	setp.eq.s64 	%p291, %rd1019, 0;
+	@%p291 bra 	$L__BB3_400;
+	ld.global.u8 	%r1221, [%rd401];
+	ld.global.u8 	%r1222, [%rd401+1];
+	prmt.b32 	%r1223, %r1222, %r1221, 30212;
+	ld.global.u8 	%r1224, [%rd401+2];
+	prmt.b32 	%r1225, %r1224, %r1223, 28756;
+	ld.global.u8 	%r1226, [%rd401+3];
+	prmt.b32 	%r1337, %r1226, %r1225, 1620;
+	bra.uni 	$L__BB3_401;
+$L__BB3_400:
+	ld.global.u32 	%r1337, [%rd401];
+$L__BB3_401:
+	mov.b32 	%f704, %r1337;
+	div.rn.f32 	%f705, %f704, %f3;
+	mov.f32 	%f706, 0fC3E00000;
+	max.f32 	%f707, %f705, %f706;
+	mov.f32 	%f708, 0f43E00000;
+	min.f32 	%f703, %f707, %f708;
+	mov.f32 	%f709, 0f00000000;
+	div.rn.f32 	%f710, %f709, %f3;
+	max.f32 	%f711, %f710, %f706;
+	min.f32 	%f702, %f711, %f708;
+	setp.nan.f32 	%p292, %f705, %f705;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs87, %f702, %f703;
+	// end inline asm
+	selp.b16 	%rs88, 127, %rs87, %p292;
+	ld.param.u64 	%rd1020, [%rd9];
+	mul.lo.s64 	%rd1021, %rd1020, %rd386;
+	add.s64 	%rd1022, %rd1021, %rd369;
+	add.s64 	%rd1023, %rd22, %rd1022;
+	st.global.u8 	[%rd1023], %rs88;
+$L__BB3_402:
+	add.s32 	%r1335, %r1335, 512;
+	setp.lt.u32 	%p293, %r1335, 16384;
+	@%p293 bra 	$L__BB3_374;
+$L__BB3_403:
+	ld.param.u64 	%rd1032, [ws_fp8_block_batch_f32_param_0];
+	mov.u32 	%r1227, %nctaid.x;
+	cvt.u64.u32 	%rd1024, %r1227;
+	add.s64 	%rd1113, %rd1113, %rd1024;
+	setp.lt.u64 	%p294, %rd1113, %rd1032;
+	@%p294 bra 	$L__BB3_1;
+$L__BB3_404:
+	ret;
+}
+	// .globl	ws_fp8_rows
+.visible .entry ws_fp8_rows(
+	.param .align 8 .b8 ws_fp8_rows_param_0[96]
+)
+.maxntid 256, 1, 1
+{
+	.reg .pred 	%p<130>;
+	.reg .b16 	%rs<59>;
+	.reg .f32 	%f<327>;
+	.reg .b32 	%r<774>;
+	.reg .b64 	%rd<340>;
+	// demoted variable
+	.shared .align 4 .b8 _ZZ7ws_rowsILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red[32];
+	// demoted variable
+	.shared .align 4 .b8 _ZZ7ws_rowsILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red[32];
+	mov.b64 	%rd144, ws_fp8_rows_param_0;
+	add.s64 	%rd1, %rd144, 40;
+	ld.param.u32 	%r47, [ws_fp8_rows_param_0+40];
+	setp.eq.s32 	%p1, %r47, 1;
+	ld.param.u64 	%rd2, [ws_fp8_rows_param_0+56];
+	@%p1 bra 	$L__BB4_64;
+	bra.uni 	$L__BB4_1;
+$L__BB4_64:
+	and.b64  	%rd254, %rd2, 7;
+	ld.param.u64 	%rd74, [%rd1+-40];
+	and.b64  	%rd255, %rd74, 15;
+	or.b64  	%rd256, %rd255, %rd254;
+	setp.ne.s64 	%p76, %rd256, 0;
+	mov.u16 	%rs58, 0;
+	@%p76 bra 	$L__BB4_68;
+	ld.param.u8 	%rs39, [%rd1+32];
+	and.b16  	%rs40, %rs39, 7;
+	setp.ne.s16 	%p77, %rs40, 0;
+	@%p77 bra 	$L__BB4_68;
+	ld.param.u8 	%rs42, [%rd1+-8];
+	and.b16  	%rs43, %rs42, 7;
+	setp.ne.s16 	%p78, %rs43, 0;
+	@%p78 bra 	$L__BB4_68;
+	ld.param.u8 	%rs44, [%rd1+-32];
+	and.b16  	%rs45, %rs44, 7;
+	setp.eq.s16 	%p79, %rs45, 0;
+	selp.u16 	%rs58, 1, 0, %p79;
+$L__BB4_68:
+	ld.param.u64 	%rd75, [%rd1+16];
+	ld.param.u64 	%rd76, [%rd1+-32];
+	mov.u32 	%r412, %ctaid.x;
+	cvt.u64.u32 	%rd325, %r412;
+	ld.param.u64 	%rd78, [%rd1+-16];
+	setp.le.s64 	%p80, %rd78, %rd325;
+	@%p80 bra 	$L__BB4_121;
+	ld.param.u64 	%rd79, [%rd1+24];
+	mov.u32 	%r413, %tid.x;
+	cvt.u64.u32 	%rd80, %r413;
+	ld.param.u64 	%rd81, [%rd1+-40];
+	cvta.to.global.u64 	%rd82, %rd81;
+	ld.param.u64 	%rd83, [%rd1+40];
+	shr.u64 	%rd257, %rd83, 63;
+	add.s64 	%rd258, %rd83, %rd257;
+	shr.s64 	%rd84, %rd258, 1;
+	ld.param.u64 	%rd85, [%rd1+-24];
+	ld.param.u64 	%rd86, [%rd1+32];
+	ld.param.u64 	%rd87, [%rd1+-8];
+	cvt.u32.u64 	%r414, %rd83;
+	cvt.u32.u64 	%r417, %rd84;
+	cvta.to.global.u64 	%rd280, %rd85;
+$L__BB4_70:
+	add.s64 	%rd329, %rd79, %rd325;
+	setp.eq.s64 	%p81, %rd83, 0;
+	@%p81 bra 	$L__BB4_78;
+	or.b64  	%rd259, %rd329, %rd83;
+	and.b64  	%rd260, %rd259, -4294967296;
+	setp.eq.s64 	%p82, %rd260, 0;
+	@%p82 bra 	$L__BB4_73;
+	rem.s64 	%rd326, %rd329, %rd83;
+	bra.uni 	$L__BB4_74;
+$L__BB4_73:
+	cvt.u32.u64 	%r415, %rd329;
+	rem.u32 	%r416, %r415, %r414;
+	cvt.u64.u32 	%rd326, %r416;
+$L__BB4_74:
+	or.b64  	%rd261, %rd326, %rd84;
+	and.b64  	%rd262, %rd261, -4294967296;
+	setp.eq.s64 	%p83, %rd262, 0;
+	@%p83 bra 	$L__BB4_76;
+	div.s64 	%rd327, %rd326, %rd84;
+	mul.lo.s64 	%rd263, %rd327, %rd84;
+	sub.s64 	%rd328, %rd326, %rd263;
+	bra.uni 	$L__BB4_77;
+$L__BB4_76:
+	cvt.u32.u64 	%r418, %rd326;
+	div.u32 	%r419, %r418, %r417;
+	mul.lo.s32 	%r420, %r419, %r417;
+	sub.s32 	%r421, %r418, %r420;
+	cvt.u64.u32 	%rd327, %r419;
+	cvt.u64.u32 	%rd328, %r421;
+$L__BB4_77:
+	shl.b64 	%rd264, %rd328, 1;
+	sub.s64 	%rd265, %rd329, %rd326;
+	add.s64 	%rd266, %rd265, %rd264;
+	add.s64 	%rd329, %rd266, %rd327;
+$L__BB4_78:
+	setp.eq.s64 	%p84, %rd256, 0;
+	mul.lo.s64 	%rd101, %rd329, %rd75;
+	add.s64 	%rd102, %rd101, %rd75;
+	@%p84 bra 	$L__BB4_85;
+	add.s64 	%rd330, %rd101, %rd80;
+	setp.ge.u64 	%p85, %rd330, %rd102;
+	mov.u32 	%r770, 0;
+	@%p85 bra 	$L__BB4_93;
+	mov.u32 	%r770, 0;
+$L__BB4_81:
+	shl.b64 	%rd270, %rd330, 1;
+	add.s64 	%rd105, %rd82, %rd270;
+	add.s64 	%rd271, %rd81, %rd270;
+	and.b64  	%rd272, %rd271, 1;
+	setp.eq.b64 	%p86, %rd272, 1;
+	mov.pred 	%p87, 0;
+	xor.pred  	%p88, %p86, %p87;
+	not.pred 	%p89, %p88;
+	@%p89 bra 	$L__BB4_83;
+	bra.uni 	$L__BB4_82;
+$L__BB4_83:
+	ld.global.u16 	%r766, [%rd105];
+	bra.uni 	$L__BB4_84;
+$L__BB4_82:
+	ld.global.u8 	%r424, [%rd105];
+	ld.global.u8 	%r425, [%rd105+1];
+	prmt.b32 	%r766, %r425, %r424, 30212;
+$L__BB4_84:
+	shl.b32 	%r426, %r766, 16;
+	and.b32  	%r427, %r426, 2147418112;
+	max.u32 	%r770, %r770, %r427;
+	add.s64 	%rd330, %rd330, 256;
+	setp.lt.u64 	%p90, %rd330, %rd102;
+	@%p90 bra 	$L__BB4_81;
+	bra.uni 	$L__BB4_93;
+$L__BB4_85:
+	shr.u64 	%rd107, %rd101, 3;
+	add.s64 	%rd333, %rd107, %rd80;
+	shr.u64 	%rd109, %rd102, 3;
+	setp.ge.u64 	%p91, %rd333, %rd109;
+	mov.u32 	%r770, 0;
+	@%p91 bra 	$L__BB4_93;
+	not.b64 	%rd273, %rd80;
+	add.s64 	%rd274, %rd109, %rd273;
+	sub.s64 	%rd275, %rd274, %rd107;
+	shr.u64 	%rd276, %rd275, 8;
+	add.s64 	%rd110, %rd276, 1;
+	and.b64  	%rd111, %rd110, 3;
+	setp.lt.u64 	%p92, %rd275, 768;
+	mov.u32 	%r770, 0;
+	@%p92 bra 	$L__BB4_89;
+	sub.s64 	%rd332, %rd110, %rd111;
+	mov.u32 	%r770, 0;
+$L__BB4_88:
+	shl.b64 	%rd277, %rd333, 4;
+	add.s64 	%rd278, %rd82, %rd277;
+	ld.global.v4.u32 	{%r432, %r433, %r434, %r435}, [%rd278];
+	and.b32  	%r440, %r432, 2147450879;
+	and.b32  	%r441, %r433, 2147450879;
+	and.b32  	%r442, %r432, 32767;
+	and.b32  	%r443, %r433, 32767;
+	max.u32 	%r444, %r442, %r443;
+	max.u32 	%r445, %r440, %r441;
+	and.b32  	%r446, %r445, 2147418112;
+	or.b32  	%r447, %r446, %r444;
+	and.b32  	%r448, %r434, 2147450879;
+	and.b32  	%r449, %r435, 2147450879;
+	and.b32  	%r450, %r434, 32767;
+	and.b32  	%r451, %r435, 32767;
+	max.u32 	%r452, %r450, %r451;
+	max.u32 	%r453, %r448, %r449;
+	and.b32  	%r454, %r453, 2147418112;
+	or.b32  	%r455, %r454, %r452;
+	max.u32 	%r456, %r444, %r452;
+	max.u32 	%r457, %r447, %r455;
+	shr.u32 	%r458, %r457, 16;
+	max.u32 	%r459, %r456, %r458;
+	shl.b32 	%r460, %r459, 16;
+	max.u32 	%r461, %r770, %r460;
+	ld.global.v4.u32 	{%r462, %r463, %r464, %r465}, [%rd278+4096];
+	and.b32  	%r470, %r462, 2147450879;
+	and.b32  	%r471, %r463, 2147450879;
+	and.b32  	%r472, %r462, 32767;
+	and.b32  	%r473, %r463, 32767;
+	max.u32 	%r474, %r472, %r473;
+	max.u32 	%r475, %r470, %r471;
+	and.b32  	%r476, %r475, 2147418112;
+	or.b32  	%r477, %r476, %r474;
+	and.b32  	%r478, %r464, 2147450879;
+	and.b32  	%r479, %r465, 2147450879;
+	and.b32  	%r480, %r464, 32767;
+	and.b32  	%r481, %r465, 32767;
+	max.u32 	%r482, %r480, %r481;
+	max.u32 	%r483, %r478, %r479;
+	and.b32  	%r484, %r483, 2147418112;
+	or.b32  	%r485, %r484, %r482;
+	max.u32 	%r486, %r474, %r482;
+	max.u32 	%r487, %r477, %r485;
+	shr.u32 	%r488, %r487, 16;
+	max.u32 	%r489, %r486, %r488;
+	shl.b32 	%r490, %r489, 16;
+	max.u32 	%r491, %r461, %r490;
+	ld.global.v4.u32 	{%r492, %r493, %r494, %r495}, [%rd278+8192];
+	and.b32  	%r500, %r492, 2147450879;
+	and.b32  	%r501, %r493, 2147450879;
+	and.b32  	%r502, %r492, 32767;
+	and.b32  	%r503, %r493, 32767;
+	max.u32 	%r504, %r502, %r503;
+	max.u32 	%r505, %r500, %r501;
+	and.b32  	%r506, %r505, 2147418112;
+	or.b32  	%r507, %r506, %r504;
+	and.b32  	%r508, %r494, 2147450879;
+	and.b32  	%r509, %r495, 2147450879;
+	and.b32  	%r510, %r494, 32767;
+	and.b32  	%r511, %r495, 32767;
 	max.u32 	%r512, %r510, %r511;
 	max.u32 	%r513, %r508, %r509;
 	and.b32  	%r514, %r513, 2147418112;
 	or.b32  	%r515, %r514, %r512;
-	and.b32  	%r516, %r502, 2147450879;
-	and.b32  	%r517, %r503, 2147450879;
-	and.b32  	%r518, %r502, 32767;
-	and.b32  	%r519, %r503, 32767;
-	max.u32 	%r520, %r518, %r519;
-	max.u32 	%r521, %r516, %r517;
-	and.b32  	%r522, %r521, 2147418112;
-	or.b32  	%r523, %r522, %r520;
-	max.u32 	%r524, %r512, %r520;
-	max.u32 	%r525, %r515, %r523;
-	shr.u32 	%r526, %r525, 16;
-	max.u32 	%r527, %r524, %r526;
-	shl.b32 	%r528, %r527, 16;
-	max.u32 	%r653, %r653, %r528;
-	setp.eq.s64 	%p70, %rd61, 2;
-	@%p70 bra 	$L__BB2_63;
-	ld.global.v4.u32 	{%r529, %r530, %r531, %r532}, [%rd69+8192];
-	and.b32  	%r537, %r529, 2147450879;
-	and.b32  	%r538, %r530, 2147450879;
-	and.b32  	%r539, %r529, 32767;
-	and.b32  	%r540, %r530, 32767;
-	max.u32 	%r541, %r539, %r540;
-	max.u32 	%r542, %r537, %r538;
-	and.b32  	%r543, %r542, 2147418112;
-	or.b32  	%r544, %r543, %r541;
-	and.b32  	%r545, %r531, 2147450879;
-	and.b32  	%r546, %r532, 2147450879;
-	and.b32  	%r547, %r531, 32767;
-	and.b32  	%r548, %r532, 32767;
-	max.u32 	%r549, %r547, %r548;
-	max.u32 	%r550, %r545, %r546;
-	and.b32  	%r551, %r550, 2147418112;
-	or.b32  	%r552, %r551, %r549;
-	max.u32 	%r553, %r541, %r549;
-	max.u32 	%r554, %r544, %r552;
-	shr.u32 	%r555, %r554, 16;
-	max.u32 	%r556, %r553, %r555;
-	shl.b32 	%r557, %r556, 16;
-	max.u32 	%r653, %r653, %r557;
-	bra.uni 	$L__BB2_63;
-$L__BB2_57:
-	add.s64 	%rd207, %rd58, %rd159;
-	setp.ge.u64 	%p71, %rd207, %rd59;
-	mov.u32 	%r653, 0;
-	@%p71 bra 	$L__BB2_63;
-	mov.u32 	%r653, 0;
-$L__BB2_59:
-	cvta.to.global.u64 	%rd174, %rd51;
-	shl.b64 	%rd175, %rd207, 1;
-	add.s64 	%rd72, %rd174, %rd175;
-	add.s64 	%rd176, %rd51, %rd175;
-	and.b64  	%rd177, %rd176, 1;
-	setp.eq.b64 	%p72, %rd177, 1;
-	mov.pred 	%p73, 0;
-	xor.pred  	%p74, %p72, %p73;
-	not.pred 	%p75, %p74;
-	@%p75 bra 	$L__BB2_61;
-	bra.uni 	$L__BB2_60;
-$L__BB2_61:
-	ld.global.u16 	%r652, [%rd72];
-	bra.uni 	$L__BB2_62;
-$L__BB2_60:
-	ld.global.u8 	%r561, [%rd72];
-	ld.global.u8 	%r562, [%rd72+1];
-	prmt.b32 	%r652, %r562, %r561, 30212;
-$L__BB2_62:
-	shl.b32 	%r563, %r652, 16;
-	and.b32  	%r564, %r563, 2147418112;
-	max.u32 	%r653, %r653, %r564;
-	add.s64 	%rd207, %rd207, 256;
-	setp.lt.u64 	%p76, %rd207, %rd59;
-	@%p76 bra 	$L__BB2_59;
-$L__BB2_63:
-	and.b32  	%r566, %r346, 31;
-	setp.ne.s32 	%p77, %r566, 0;
-	mov.u32 	%r567, -1;
-	redux.sync.max.u32 %r34, %r653, %r567;
-	@%p77 bra 	$L__BB2_65;
-	shr.u32 	%r569, %r346, 3;
-	and.b32  	%r570, %r569, 536870908;
-	mov.u32 	%r571, _ZZ7ws_rowsILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red;
-	add.s32 	%r572, %r571, %r570;
-	st.shared.u32 	[%r572], %r34;
-$L__BB2_65:
+	max.u32 	%r516, %r504, %r512;
+	max.u32 	%r517, %r507, %r515;
+	shr.u32 	%r518, %r517, 16;
+	max.u32 	%r519, %r516, %r518;
+	shl.b32 	%r520, %r519, 16;
+	max.u32 	%r521, %r491, %r520;
+	ld.global.v4.u32 	{%r522, %r523, %r524, %r525}, [%rd278+12288];
+	and.b32  	%r530, %r522, 2147450879;
+	and.b32  	%r531, %r523, 2147450879;
+	and.b32  	%r532, %r522, 32767;
+	and.b32  	%r533, %r523, 32767;
+	max.u32 	%r534, %r532, %r533;
+	max.u32 	%r535, %r530, %r531;
+	and.b32  	%r536, %r535, 2147418112;
+	or.b32  	%r537, %r536, %r534;
+	and.b32  	%r538, %r524, 2147450879;
+	and.b32  	%r539, %r525, 2147450879;
+	and.b32  	%r540, %r524, 32767;
+	and.b32  	%r541, %r525, 32767;
+	max.u32 	%r542, %r540, %r541;
+	max.u32 	%r543, %r538, %r539;
+	and.b32  	%r544, %r543, 2147418112;
+	or.b32  	%r545, %r544, %r542;
+	max.u32 	%r546, %r534, %r542;
+	max.u32 	%r547, %r537, %r545;
+	shr.u32 	%r548, %r547, 16;
+	max.u32 	%r549, %r546, %r548;
+	shl.b32 	%r550, %r549, 16;
+	max.u32 	%r770, %r521, %r550;
+	add.s64 	%rd333, %rd333, 1024;
+	add.s64 	%rd332, %rd332, -4;
+	setp.ne.s64 	%p93, %rd332, 0;
+	@%p93 bra 	$L__BB4_88;
+$L__BB4_89:
+	setp.eq.s64 	%p94, %rd111, 0;
+	@%p94 bra 	$L__BB4_93;
+	shl.b64 	%rd279, %rd333, 4;
+	add.s64 	%rd118, %rd82, %rd279;
+	ld.global.v4.u32 	{%r551, %r552, %r553, %r554}, [%rd118];
+	and.b32  	%r559, %r551, 2147450879;
+	and.b32  	%r560, %r552, 2147450879;
+	and.b32  	%r561, %r551, 32767;
+	and.b32  	%r562, %r552, 32767;
+	max.u32 	%r563, %r561, %r562;
+	max.u32 	%r564, %r559, %r560;
+	and.b32  	%r565, %r564, 2147418112;
+	or.b32  	%r566, %r565, %r563;
+	and.b32  	%r567, %r553, 2147450879;
+	and.b32  	%r568, %r554, 2147450879;
+	and.b32  	%r569, %r553, 32767;
+	and.b32  	%r570, %r554, 32767;
+	max.u32 	%r571, %r569, %r570;
+	max.u32 	%r572, %r567, %r568;
+	and.b32  	%r573, %r572, 2147418112;
+	or.b32  	%r574, %r573, %r571;
+	max.u32 	%r575, %r563, %r571;
+	max.u32 	%r576, %r566, %r574;
+	shr.u32 	%r577, %r576, 16;
+	max.u32 	%r578, %r575, %r577;
+	shl.b32 	%r579, %r578, 16;
+	max.u32 	%r770, %r770, %r579;
+	setp.eq.s64 	%p95, %rd111, 1;
+	@%p95 bra 	$L__BB4_93;
+	ld.global.v4.u32 	{%r580, %r581, %r582, %r583}, [%rd118+4096];
+	and.b32  	%r588, %r580, 2147450879;
+	and.b32  	%r589, %r581, 2147450879;
+	and.b32  	%r590, %r580, 32767;
+	and.b32  	%r591, %r581, 32767;
+	max.u32 	%r592, %r590, %r591;
+	max.u32 	%r593, %r588, %r589;
+	and.b32  	%r594, %r593, 2147418112;
+	or.b32  	%r595, %r594, %r592;
+	and.b32  	%r596, %r582, 2147450879;
+	and.b32  	%r597, %r583, 2147450879;
+	and.b32  	%r598, %r582, 32767;
+	and.b32  	%r599, %r583, 32767;
+	max.u32 	%r600, %r598, %r599;
+	max.u32 	%r601, %r596, %r597;
+	and.b32  	%r602, %r601, 2147418112;
+	or.b32  	%r603, %r602, %r600;
+	max.u32 	%r604, %r592, %r600;
+	max.u32 	%r605, %r595, %r603;
+	shr.u32 	%r606, %r605, 16;
+	max.u32 	%r607, %r604, %r606;
+	shl.b32 	%r608, %r607, 16;
+	max.u32 	%r770, %r770, %r608;
+	setp.eq.s64 	%p96, %rd111, 2;
+	@%p96 bra 	$L__BB4_93;
+	ld.global.v4.u32 	{%r609, %r610, %r611, %r612}, [%rd118+8192];
+	and.b32  	%r617, %r609, 2147450879;
+	and.b32  	%r618, %r610, 2147450879;
+	and.b32  	%r619, %r609, 32767;
+	and.b32  	%r620, %r610, 32767;
+	max.u32 	%r621, %r619, %r620;
+	max.u32 	%r622, %r617, %r618;
+	and.b32  	%r623, %r622, 2147418112;
+	or.b32  	%r624, %r623, %r621;
+	and.b32  	%r625, %r611, 2147450879;
+	and.b32  	%r626, %r612, 2147450879;
+	and.b32  	%r627, %r611, 32767;
+	and.b32  	%r628, %r612, 32767;
+	max.u32 	%r629, %r627, %r628;
+	max.u32 	%r630, %r625, %r626;
+	and.b32  	%r631, %r630, 2147418112;
+	or.b32  	%r632, %r631, %r629;
+	max.u32 	%r633, %r621, %r629;
+	max.u32 	%r634, %r624, %r632;
+	shr.u32 	%r635, %r634, 16;
+	max.u32 	%r636, %r633, %r635;
+	shl.b32 	%r637, %r636, 16;
+	max.u32 	%r770, %r770, %r637;
+$L__BB4_93:
+	and.b32  	%r639, %r413, 31;
+	setp.ne.s32 	%p97, %r639, 0;
+	mov.u32 	%r640, -1;
+	redux.sync.max.u32 %r37, %r770, %r640;
+	@%p97 bra 	$L__BB4_95;
+	shr.u32 	%r642, %r413, 3;
+	and.b32  	%r643, %r642, 536870908;
+	mov.u32 	%r644, _ZZ7ws_rowsILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red;
+	add.s32 	%r645, %r644, %r643;
+	st.shared.u32 	[%r645], %r37;
+$L__BB4_95:
 	bar.sync 	0;
-	ld.shared.u32 	%r574, [_ZZ7ws_rowsILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red+4];
-	ld.shared.u32 	%r575, [_ZZ7ws_rowsILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red];
-	max.u32 	%r576, %r575, %r574;
-	ld.shared.u32 	%r577, [_ZZ7ws_rowsILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red+8];
-	max.u32 	%r578, %r576, %r577;
-	ld.shared.u32 	%r579, [_ZZ7ws_rowsILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red+12];
-	max.u32 	%r580, %r578, %r579;
-	ld.shared.u32 	%r581, [_ZZ7ws_rowsILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red+16];
-	max.u32 	%r582, %r580, %r581;
-	ld.shared.u32 	%r583, [_ZZ7ws_rowsILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red+20];
-	max.u32 	%r584, %r582, %r583;
-	ld.shared.u32 	%r585, [_ZZ7ws_rowsILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red+24];
-	max.u32 	%r586, %r584, %r585;
-	ld.shared.u32 	%r587, [_ZZ7ws_rowsILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red+28];
-	max.u32 	%r35, %r586, %r587;
+	ld.shared.u32 	%r647, [_ZZ7ws_rowsILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red+4];
+	ld.shared.u32 	%r648, [_ZZ7ws_rowsILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red];
+	max.u32 	%r649, %r648, %r647;
+	ld.shared.u32 	%r650, [_ZZ7ws_rowsILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red+8];
+	max.u32 	%r651, %r649, %r650;
+	ld.shared.u32 	%r652, [_ZZ7ws_rowsILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red+12];
+	max.u32 	%r653, %r651, %r652;
+	ld.shared.u32 	%r654, [_ZZ7ws_rowsILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red+16];
+	max.u32 	%r655, %r653, %r654;
+	ld.shared.u32 	%r656, [_ZZ7ws_rowsILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red+20];
+	max.u32 	%r657, %r655, %r656;
+	ld.shared.u32 	%r658, [_ZZ7ws_rowsILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red+24];
+	max.u32 	%r659, %r657, %r658;
+	ld.shared.u32 	%r660, [_ZZ7ws_rowsILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red+28];
+	max.u32 	%r38, %r659, %r660;
 	bar.sync 	0;
-	setp.gt.u32 	%p78, %r35, 2139095040;
-	mov.u32 	%r654, 2143289344;
-	@%p78 bra 	$L__BB2_67;
-	mov.b32 	%f133, %r35;
-	mov.f32 	%f134, 0f43E00000;
-	div.rn.f32 	%f135, %f133, %f134;
-	mov.b32 	%r588, %f135;
-	setp.eq.s32 	%p79, %r588, 0;
-	selp.b32 	%r654, 1065353216, %r588, %p79;
-$L__BB2_67:
-	setp.ne.s32 	%p80, %r346, 0;
-	mov.b32 	%f2, %r654;
-	@%p80 bra 	$L__BB2_69;
-	shl.b64 	%rd179, %rd203, 2;
-	add.s64 	%rd180, %rd178, %rd179;
-	st.global.u32 	[%rd180], %r654;
-$L__BB2_69:
-	@%p64 bra 	$L__BB2_73;
-	shr.u64 	%rd181, %rd58, 3;
-	add.s64 	%rd210, %rd181, %rd159;
-	shr.u64 	%rd75, %rd59, 3;
-	setp.ge.u64 	%p82, %rd210, %rd75;
-	@%p82 bra 	$L__BB2_79;
-	shl.b64 	%rd183, %rd210, 4;
-	add.s64 	%rd209, %rd51, %rd183;
-	cvta.to.global.u64 	%rd184, %rd53;
-	shl.b64 	%rd185, %rd210, 3;
-	add.s64 	%rd208, %rd184, %rd185;
-$L__BB2_72:
+	setp.gt.u32 	%p98, %r38, 2139095040;
+	mov.u32 	%r771, 2143289344;
+	@%p98 bra 	$L__BB4_97;
+	mov.b32 	%f221, %r38;
+	mov.f32 	%f222, 0f43E00000;
+	div.rn.f32 	%f223, %f221, %f222;
+	mov.b32 	%r661, %f223;
+	setp.eq.s32 	%p99, %r661, 0;
+	selp.b32 	%r771, 1065353216, %r661, %p99;
+$L__BB4_97:
+	cvt.u32.u64 	%r662, %rd80;
+	setp.ne.s32 	%p100, %r662, 0;
+	mov.b32 	%f3, %r771;
+	@%p100 bra 	$L__BB4_99;
+	shl.b64 	%rd281, %rd325, 2;
+	add.s64 	%rd282, %rd280, %rd281;
+	st.global.u32 	[%rd282], %r771;
+$L__BB4_99:
+	add.s64 	%rd119, %rd86, %rd101;
+	mul.lo.s64 	%rd120, %rd87, %rd325;
+	add.s32 	%r663, %r771, -226492416;
+	setp.gt.u32 	%p101, %r663, 1677721600;
+	@%p101 bra 	$L__BB4_110;
+	bra.uni 	$L__BB4_100;
+$L__BB4_110:
+	setp.eq.s16 	%p111, %rs58, 0;
+	shl.b64 	%rd134, %rd119, 1;
+	@%p111 bra 	$L__BB4_114;
+	shr.u64 	%rd135, %rd87, 3;
+	setp.le.u64 	%p112, %rd135, %rd80;
+	@%p112 bra 	$L__BB4_120;
+	cvta.to.global.u64 	%rd136, %rd76;
+	mov.u64 	%rd338, %rd80;
+$L__BB4_113:
+	shl.b64 	%rd297, %rd338, 4;
+	add.s64 	%rd298, %rd297, %rd134;
+	add.s64 	%rd296, %rd81, %rd298;
 	// begin inline asm
-	ld.global.cs.v4.u32 {%r591,%r592,%r593,%r594}, [%rd209];
+	ld.global.cs.v4.u32 {%r708,%r709,%r710,%r711}, [%rd296];
 	// end inline asm
-	shl.b32 	%r595, %r591, 16;
-	mov.b32 	%f144, %r595;
-	div.rn.f32 	%f145, %f144, %f2;
-	and.b32  	%r596, %r591, -65536;
-	mov.b32 	%f146, %r596;
-	div.rn.f32 	%f147, %f146, %f2;
-	mov.f32 	%f148, 0fC3E00000;
-	max.f32 	%f149, %f145, %f148;
-	mov.f32 	%f150, 0f43E00000;
-	min.f32 	%f137, %f149, %f150;
-	max.f32 	%f151, %f147, %f148;
-	min.f32 	%f136, %f151, %f150;
+	shl.b64 	%rd299, %rd338, 3;
+	add.s64 	%rd300, %rd299, %rd120;
+	add.s64 	%rd301, %rd136, %rd300;
+	shl.b32 	%r712, %r708, 16;
+	mov.b32 	%f291, %r712;
+	and.b32  	%r713, %r708, -65536;
+	mov.b32 	%f292, %r713;
+	div.rn.f32 	%f293, %f291, %f3;
+	div.rn.f32 	%f294, %f292, %f3;
+	mov.f32 	%f295, 0fC3E00000;
+	max.f32 	%f296, %f293, %f295;
+	mov.f32 	%f297, 0f43E00000;
+	min.f32 	%f284, %f296, %f297;
+	max.f32 	%f298, %f294, %f295;
+	min.f32 	%f283, %f298, %f297;
 	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs33, %f136, %f137;
+	cvt.rn.satfinite.e4m3x2.f32 %rs51, %f283, %f284;
 	// end inline asm
-	cvt.u32.u16 	%r597, %rs33;
-	setp.nan.f32 	%p83, %f145, %f145;
-	and.b32  	%r598, %r597, 65280;
-	or.b32  	%r599, %r598, 127;
-	selp.b32 	%r600, %r599, %r597, %p83;
-	setp.nan.f32 	%p84, %f147, %f147;
-	and.b32  	%r601, %r600, 255;
-	or.b32  	%r602, %r601, 32512;
-	selp.b32 	%r603, %r602, %r600, %p84;
-	shl.b32 	%r604, %r592, 16;
-	mov.b32 	%f152, %r604;
-	div.rn.f32 	%f153, %f152, %f2;
-	and.b32  	%r605, %r592, -65536;
-	mov.b32 	%f154, %r605;
-	div.rn.f32 	%f155, %f154, %f2;
-	max.f32 	%f156, %f153, %f148;
-	min.f32 	%f139, %f156, %f150;
-	max.f32 	%f157, %f155, %f148;
-	min.f32 	%f138, %f157, %f150;
+	cvt.u32.u16 	%r714, %rs51;
+	setp.nan.f32 	%p113, %f293, %f293;
+	and.b32  	%r715, %r714, 65280;
+	or.b32  	%r716, %r715, 127;
+	selp.b32 	%r717, %r716, %r714, %p113;
+	setp.nan.f32 	%p114, %f294, %f294;
+	and.b32  	%r718, %r717, 255;
+	or.b32  	%r719, %r718, 32512;
+	selp.b32 	%r720, %r719, %r717, %p114;
+	shl.b32 	%r721, %r709, 16;
+	mov.b32 	%f299, %r721;
+	and.b32  	%r722, %r709, -65536;
+	mov.b32 	%f300, %r722;
+	div.rn.f32 	%f301, %f299, %f3;
+	div.rn.f32 	%f302, %f300, %f3;
+	max.f32 	%f303, %f301, %f295;
+	min.f32 	%f286, %f303, %f297;
+	max.f32 	%f304, %f302, %f295;
+	min.f32 	%f285, %f304, %f297;
 	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs34, %f138, %f139;
+	cvt.rn.satfinite.e4m3x2.f32 %rs52, %f285, %f286;
 	// end inline asm
-	cvt.u32.u16 	%r606, %rs34;
-	setp.nan.f32 	%p85, %f153, %f153;
-	and.b32  	%r607, %r606, 65280;
-	or.b32  	%r608, %r607, 127;
-	selp.b32 	%r609, %r608, %r606, %p85;
-	setp.nan.f32 	%p86, %f155, %f155;
-	and.b32  	%r610, %r609, 255;
-	or.b32  	%r611, %r610, 32512;
-	selp.b32 	%r612, %r611, %r609, %p86;
-	shl.b32 	%r613, %r612, 16;
-	shl.b32 	%r614, %r593, 16;
-	mov.b32 	%f158, %r614;
-	div.rn.f32 	%f159, %f158, %f2;
-	and.b32  	%r615, %r593, -65536;
-	mov.b32 	%f160, %r615;
-	div.rn.f32 	%f161, %f160, %f2;
-	max.f32 	%f162, %f159, %f148;
-	min.f32 	%f141, %f162, %f150;
-	max.f32 	%f163, %f161, %f148;
-	min.f32 	%f140, %f163, %f150;
+	cvt.u32.u16 	%r723, %rs52;
+	setp.nan.f32 	%p115, %f301, %f301;
+	and.b32  	%r724, %r723, 65280;
+	or.b32  	%r725, %r724, 127;
+	selp.b32 	%r726, %r725, %r723, %p115;
+	setp.nan.f32 	%p116, %f302, %f302;
+	and.b32  	%r727, %r726, 255;
+	or.b32  	%r728, %r727, 32512;
+	selp.b32 	%r729, %r728, %r726, %p116;
+	shl.b32 	%r730, %r729, 16;
+	shl.b32 	%r731, %r710, 16;
+	mov.b32 	%f305, %r731;
+	and.b32  	%r732, %r710, -65536;
+	mov.b32 	%f306, %r732;
+	div.rn.f32 	%f307, %f305, %f3;
+	div.rn.f32 	%f308, %f306, %f3;
+	max.f32 	%f309, %f307, %f295;
+	min.f32 	%f288, %f309, %f297;
+	max.f32 	%f310, %f308, %f295;
+	min.f32 	%f287, %f310, %f297;
 	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs35, %f140, %f141;
+	cvt.rn.satfinite.e4m3x2.f32 %rs53, %f287, %f288;
 	// end inline asm
-	cvt.u32.u16 	%r616, %rs35;
-	setp.nan.f32 	%p87, %f159, %f159;
-	and.b32  	%r617, %r616, 65280;
-	or.b32  	%r618, %r617, 127;
-	selp.b32 	%r619, %r618, %r616, %p87;
-	setp.nan.f32 	%p88, %f161, %f161;
-	and.b32  	%r620, %r619, 255;
-	or.b32  	%r621, %r620, 32512;
-	selp.b32 	%r622, %r621, %r619, %p88;
-	shl.b32 	%r623, %r594, 16;
-	mov.b32 	%f164, %r623;
-	div.rn.f32 	%f165, %f164, %f2;
-	and.b32  	%r624, %r594, -65536;
-	mov.b32 	%f166, %r624;
-	div.rn.f32 	%f167, %f166, %f2;
-	max.f32 	%f168, %f165, %f148;
-	min.f32 	%f143, %f168, %f150;
-	max.f32 	%f169, %f167, %f148;
-	min.f32 	%f142, %f169, %f150;
+	cvt.u32.u16 	%r733, %rs53;
+	setp.nan.f32 	%p117, %f307, %f307;
+	and.b32  	%r734, %r733, 65280;
+	or.b32  	%r735, %r734, 127;
+	selp.b32 	%r736, %r735, %r733, %p117;
+	setp.nan.f32 	%p118, %f308, %f308;
+	and.b32  	%r737, %r736, 255;
+	or.b32  	%r738, %r737, 32512;
+	selp.b32 	%r739, %r738, %r736, %p118;
+	shl.b32 	%r740, %r711, 16;
+	mov.b32 	%f311, %r740;
+	and.b32  	%r741, %r711, -65536;
+	mov.b32 	%f312, %r741;
+	div.rn.f32 	%f313, %f311, %f3;
+	div.rn.f32 	%f314, %f312, %f3;
+	max.f32 	%f315, %f313, %f295;
+	min.f32 	%f290, %f315, %f297;
+	max.f32 	%f316, %f314, %f295;
+	min.f32 	%f289, %f316, %f297;
 	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs36, %f142, %f143;
+	cvt.rn.satfinite.e4m3x2.f32 %rs54, %f289, %f290;
 	// end inline asm
-	cvt.u32.u16 	%r625, %rs36;
-	setp.nan.f32 	%p89, %f165, %f165;
-	and.b32  	%r626, %r625, 65280;
-	or.b32  	%r627, %r626, 127;
-	selp.b32 	%r628, %r627, %r625, %p89;
-	setp.nan.f32 	%p90, %f167, %f167;
-	and.b32  	%r629, %r628, 255;
-	or.b32  	%r630, %r629, 32512;
-	selp.b32 	%r631, %r630, %r628, %p90;
-	shl.b32 	%r632, %r631, 16;
-	or.b32  	%r633, %r632, %r622;
-	or.b32  	%r634, %r613, %r603;
-	st.global.v2.u32 	[%rd208], {%r634, %r633};
-	add.s64 	%rd209, %rd209, 4096;
-	add.s64 	%rd208, %rd208, 2048;
-	add.s64 	%rd210, %rd210, 256;
-	setp.lt.u64 	%p91, %rd210, %rd75;
-	@%p91 bra 	$L__BB2_72;
-	bra.uni 	$L__BB2_79;
-$L__BB2_73:
-	add.s64 	%rd211, %rd58, %rd159;
-	setp.ge.u64 	%p92, %rd211, %rd59;
-	@%p92 bra 	$L__BB2_79;
-	cvta.to.global.u64 	%rd85, %rd53;
-	cvta.to.global.u64 	%rd86, %rd51;
-$L__BB2_75:
-	shl.b64 	%rd188, %rd211, 1;
-	add.s64 	%rd88, %rd86, %rd188;
-	add.s64 	%rd189, %rd51, %rd188;
-	and.b64  	%rd190, %rd189, 1;
-	setp.eq.b64 	%p93, %rd190, 1;
-	mov.pred 	%p94, 0;
-	xor.pred  	%p95, %p93, %p94;
-	not.pred 	%p96, %p95;
-	@%p96 bra 	$L__BB2_77;
-	bra.uni 	$L__BB2_76;
-$L__BB2_77:
-	ld.global.u16 	%r655, [%rd88];
-	bra.uni 	$L__BB2_78;
-$L__BB2_76:
-	ld.global.u8 	%r636, [%rd88];
-	ld.global.u8 	%r637, [%rd88+1];
-	prmt.b32 	%r655, %r637, %r636, 30212;
-$L__BB2_78:
-	shl.b32 	%r638, %r655, 16;
-	mov.b32 	%f172, %r638;
-	div.rn.f32 	%f173, %f172, %f2;
-	mov.f32 	%f174, 0fC3E00000;
-	max.f32 	%f175, %f173, %f174;
-	mov.f32 	%f176, 0f43E00000;
-	min.f32 	%f171, %f175, %f176;
-	mov.f32 	%f170, 0f00000000;
-	setp.nan.f32 	%p97, %f173, %f173;
+	cvt.u32.u16 	%r742, %rs54;
+	setp.nan.f32 	%p119, %f313, %f313;
+	and.b32  	%r743, %r742, 65280;
+	or.b32  	%r744, %r743, 127;
+	selp.b32 	%r745, %r744, %r742, %p119;
+	setp.nan.f32 	%p120, %f314, %f314;
+	and.b32  	%r746, %r745, 255;
+	or.b32  	%r747, %r746, 32512;
+	selp.b32 	%r748, %r747, %r745, %p120;
+	shl.b32 	%r749, %r748, 16;
+	or.b32  	%r750, %r749, %r739;
+	or.b32  	%r751, %r730, %r720;
+	st.global.v2.u32 	[%rd301], {%r751, %r750};
+	add.s64 	%rd338, %rd338, 256;
+	setp.lt.u64 	%p121, %rd338, %rd135;
+	@%p121 bra 	$L__BB4_113;
+	bra.uni 	$L__BB4_120;
+$L__BB4_100:
+	setp.eq.s16 	%p102, %rs58, 0;
+	rcp.rn.f32 	%f4, %f3;
+	shl.b64 	%rd121, %rd119, 1;
+	@%p102 bra 	$L__BB4_104;
+	shr.u64 	%rd122, %rd87, 3;
+	setp.le.u64 	%p103, %rd122, %rd80;
+	@%p103 bra 	$L__BB4_120;
+	shl.b64 	%rd283, %rd80, 4;
+	add.s64 	%rd284, %rd81, %rd283;
+	add.s64 	%rd335, %rd284, %rd121;
+	shl.b64 	%rd285, %rd80, 3;
+	cvta.to.global.u64 	%rd286, %rd76;
+	add.s64 	%rd287, %rd286, %rd285;
+	add.s64 	%rd334, %rd287, %rd120;
+	mov.u64 	%rd336, %rd80;
+$L__BB4_103:
 	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs37, %f170, %f171;
+	ld.global.cs.v4.u32 {%r664,%r665,%r666,%r667}, [%rd335];
 	// end inline asm
-	selp.b16 	%rs38, 127, %rs37, %p97;
-	add.s64 	%rd191, %rd85, %rd211;
-	st.global.u8 	[%rd191], %rs38;
-	add.s64 	%rd211, %rd211, 256;
-	setp.lt.u64 	%p98, %rd211, %rd59;
-	@%p98 bra 	$L__BB2_75;
-$L__BB2_79:
-	add.s64 	%rd203, %rd203, %rd151;
-	setp.lt.s64 	%p99, %rd203, %rd50;
-	add.s64 	%rd202, %rd202, 1;
-	@%p99 bra 	$L__BB2_48;
-	bra.uni 	$L__BB2_80;
-$L__BB2_1:
-	and.b64  	%rd94, %rd2, 3;
-	setp.ne.s64 	%p2, %rd94, 0;
-	mov.u16 	%rs39, 0;
-	@%p2 bra 	$L__BB2_4;
-	ld.param.u8 	%rs7, [%rd1+-40];
-	and.b16  	%rs8, %rs7, 15;
+	shl.b32 	%r668, %r664, 16;
+	mov.b32 	%f232, %r668;
+	and.b32  	%r669, %r664, -65536;
+	mov.b32 	%f233, %r669;
+	mul.rn.f32 	%f234, %f232, %f4;
+	neg.f32 	%f235, %f234;
+	fma.rn.f32 	%f236, %f235, %f3, %f232;
+	fma.rn.f32 	%f237, %f236, %f4, %f234;
+	mov.b32 	%r670, %f237;
+	and.b32  	%r671, %r668, -2147483648;
+	or.b32  	%r672, %r671, %r670;
+	mov.b32 	%f225, %r672;
+	mul.rn.f32 	%f238, %f233, %f4;
+	neg.f32 	%f239, %f238;
+	fma.rn.f32 	%f240, %f239, %f3, %f233;
+	fma.rn.f32 	%f241, %f240, %f4, %f238;
+	mov.b32 	%r673, %f241;
+	and.b32  	%r674, %r664, -2147483648;
+	or.b32  	%r675, %r674, %r673;
+	mov.b32 	%f224, %r675;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs46, %f224, %f225;
+	// end inline asm
+	shl.b32 	%r676, %r665, 16;
+	mov.b32 	%f242, %r676;
+	and.b32  	%r677, %r665, -65536;
+	mov.b32 	%f243, %r677;
+	mul.rn.f32 	%f244, %f242, %f4;
+	neg.f32 	%f245, %f244;
+	fma.rn.f32 	%f246, %f245, %f3, %f242;
+	fma.rn.f32 	%f247, %f246, %f4, %f244;
+	mov.b32 	%r678, %f247;
+	and.b32  	%r679, %r676, -2147483648;
+	or.b32  	%r680, %r679, %r678;
+	mov.b32 	%f227, %r680;
+	mul.rn.f32 	%f248, %f243, %f4;
+	neg.f32 	%f249, %f248;
+	fma.rn.f32 	%f250, %f249, %f3, %f243;
+	fma.rn.f32 	%f251, %f250, %f4, %f248;
+	mov.b32 	%r681, %f251;
+	and.b32  	%r682, %r665, -2147483648;
+	or.b32  	%r683, %r682, %r681;
+	mov.b32 	%f226, %r683;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs47, %f226, %f227;
+	// end inline asm
+	shl.b32 	%r684, %r666, 16;
+	mov.b32 	%f252, %r684;
+	and.b32  	%r685, %r666, -65536;
+	mov.b32 	%f253, %r685;
+	mul.rn.f32 	%f254, %f252, %f4;
+	neg.f32 	%f255, %f254;
+	fma.rn.f32 	%f256, %f255, %f3, %f252;
+	fma.rn.f32 	%f257, %f256, %f4, %f254;
+	mov.b32 	%r686, %f257;
+	and.b32  	%r687, %r684, -2147483648;
+	or.b32  	%r688, %r687, %r686;
+	mov.b32 	%f229, %r688;
+	mul.rn.f32 	%f258, %f253, %f4;
+	neg.f32 	%f259, %f258;
+	fma.rn.f32 	%f260, %f259, %f3, %f253;
+	fma.rn.f32 	%f261, %f260, %f4, %f258;
+	mov.b32 	%r689, %f261;
+	and.b32  	%r690, %r666, -2147483648;
+	or.b32  	%r691, %r690, %r689;
+	mov.b32 	%f228, %r691;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs48, %f228, %f229;
+	// end inline asm
+	shl.b32 	%r692, %r667, 16;
+	mov.b32 	%f262, %r692;
+	and.b32  	%r693, %r667, -65536;
+	mov.b32 	%f263, %r693;
+	mul.rn.f32 	%f264, %f262, %f4;
+	neg.f32 	%f265, %f264;
+	fma.rn.f32 	%f266, %f265, %f3, %f262;
+	fma.rn.f32 	%f267, %f266, %f4, %f264;
+	mov.b32 	%r694, %f267;
+	and.b32  	%r695, %r692, -2147483648;
+	or.b32  	%r696, %r695, %r694;
+	mov.b32 	%f231, %r696;
+	mul.rn.f32 	%f268, %f263, %f4;
+	neg.f32 	%f269, %f268;
+	fma.rn.f32 	%f270, %f269, %f3, %f263;
+	fma.rn.f32 	%f271, %f270, %f4, %f268;
+	mov.b32 	%r697, %f271;
+	and.b32  	%r698, %r667, -2147483648;
+	or.b32  	%r699, %r698, %r697;
+	mov.b32 	%f230, %r699;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs49, %f230, %f231;
+	// end inline asm
+	mov.b32 	%r700, {%rs48, %rs49};
+	mov.b32 	%r701, {%rs46, %rs47};
+	st.global.v2.u32 	[%rd334], {%r701, %r700};
+	add.s64 	%rd335, %rd335, 4096;
+	add.s64 	%rd334, %rd334, 2048;
+	add.s64 	%rd336, %rd336, 256;
+	setp.lt.u64 	%p104, %rd336, %rd122;
+	@%p104 bra 	$L__BB4_103;
+	bra.uni 	$L__BB4_120;
+$L__BB4_114:
+	setp.le.u64 	%p122, %rd87, %rd80;
+	@%p122 bra 	$L__BB4_120;
+	cvta.to.global.u64 	%rd139, %rd76;
+	mov.u64 	%rd339, %rd80;
+$L__BB4_116:
+	shl.b64 	%rd302, %rd339, 1;
+	add.s64 	%rd303, %rd302, %rd134;
+	add.s64 	%rd141, %rd82, %rd303;
+	add.s64 	%rd304, %rd81, %rd303;
+	and.b64  	%rd305, %rd304, 1;
+	setp.eq.b64 	%p123, %rd305, 1;
+	mov.pred 	%p124, 0;
+	xor.pred  	%p125, %p123, %p124;
+	not.pred 	%p126, %p125;
+	@%p126 bra 	$L__BB4_118;
+	bra.uni 	$L__BB4_117;
+$L__BB4_118:
+	ld.global.u16 	%r773, [%rd141];
+	bra.uni 	$L__BB4_119;
+$L__BB4_117:
+	ld.global.u8 	%r752, [%rd141];
+	ld.global.u8 	%r753, [%rd141+1];
+	prmt.b32 	%r773, %r753, %r752, 30212;
+$L__BB4_119:
+	shl.b32 	%r754, %r773, 16;
+	mov.b32 	%f319, %r754;
+	div.rn.f32 	%f320, %f319, %f3;
+	mov.f32 	%f321, 0fC3E00000;
+	max.f32 	%f322, %f320, %f321;
+	mov.f32 	%f323, 0f43E00000;
+	min.f32 	%f318, %f322, %f323;
+	mov.f32 	%f324, 0f00000000;
+	div.rn.f32 	%f325, %f324, %f3;
+	max.f32 	%f326, %f325, %f321;
+	min.f32 	%f317, %f326, %f323;
+	setp.nan.f32 	%p127, %f320, %f320;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs55, %f317, %f318;
+	// end inline asm
+	selp.b16 	%rs56, 127, %rs55, %p127;
+	add.s64 	%rd306, %rd339, %rd120;
+	add.s64 	%rd307, %rd139, %rd306;
+	st.global.u8 	[%rd307], %rs56;
+	add.s64 	%rd339, %rd339, 256;
+	setp.lt.u64 	%p128, %rd339, %rd87;
+	@%p128 bra 	$L__BB4_116;
+	bra.uni 	$L__BB4_120;
+$L__BB4_104:
+	setp.le.u64 	%p105, %rd87, %rd80;
+	@%p105 bra 	$L__BB4_120;
+	mov.u64 	%rd337, %rd80;
+$L__BB4_106:
+	shl.b64 	%rd289, %rd337, 1;
+	add.s64 	%rd290, %rd289, %rd121;
+	add.s64 	%rd132, %rd82, %rd290;
+	add.s64 	%rd291, %rd81, %rd290;
+	and.b64  	%rd292, %rd291, 1;
+	setp.eq.b64 	%p106, %rd292, 1;
+	mov.pred 	%p107, 0;
+	xor.pred  	%p108, %p106, %p107;
+	not.pred 	%p109, %p108;
+	@%p109 bra 	$L__BB4_108;
+	bra.uni 	$L__BB4_107;
+$L__BB4_108:
+	ld.global.u16 	%r772, [%rd132];
+	bra.uni 	$L__BB4_109;
+$L__BB4_107:
+	ld.global.u8 	%r702, [%rd132];
+	ld.global.u8 	%r703, [%rd132+1];
+	prmt.b32 	%r772, %r703, %r702, 30212;
+$L__BB4_109:
+	shl.b32 	%r704, %r772, 16;
+	mov.b32 	%f274, %r704;
+	mul.rn.f32 	%f275, %f274, %f4;
+	neg.f32 	%f276, %f275;
+	fma.rn.f32 	%f277, %f276, %f3, %f274;
+	fma.rn.f32 	%f278, %f277, %f4, %f275;
+	mov.b32 	%r705, %f278;
+	and.b32  	%r706, %r704, -2147483648;
+	or.b32  	%r707, %r706, %r705;
+	mov.b32 	%f273, %r707;
+	mov.f32 	%f279, 0f00000000;
+	mul.rn.f32 	%f280, %f279, %f4;
+	neg.f32 	%f281, %f280;
+	fma.rn.f32 	%f282, %f281, %f3, %f279;
+	fma.rn.f32 	%f272, %f282, %f4, %f280;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs50, %f272, %f273;
+	// end inline asm
+	cvta.to.global.u64 	%rd293, %rd76;
+	add.s64 	%rd294, %rd337, %rd120;
+	add.s64 	%rd295, %rd293, %rd294;
+	st.global.u8 	[%rd295], %rs50;
+	add.s64 	%rd337, %rd337, 256;
+	setp.lt.u64 	%p110, %rd337, %rd87;
+	@%p110 bra 	$L__BB4_106;
+$L__BB4_120:
+	mov.u32 	%r755, %nctaid.x;
+	cvt.u64.u32 	%rd308, %r755;
+	add.s64 	%rd325, %rd325, %rd308;
+	setp.lt.s64 	%p129, %rd325, %rd78;
+	@%p129 bra 	$L__BB4_70;
+	bra.uni 	$L__BB4_121;
+$L__BB4_1:
+	and.b64  	%rd146, %rd2, 3;
+	ld.param.u64 	%rd3, [%rd1+-40];
+	and.b64  	%rd147, %rd3, 15;
+	or.b64  	%rd148, %rd147, %rd146;
+	setp.ne.s64 	%p2, %rd148, 0;
+	mov.u16 	%rs57, 0;
+	@%p2 bra 	$L__BB4_5;
+	ld.param.u8 	%rs7, [%rd1+32];
+	and.b16  	%rs8, %rs7, 3;
 	setp.ne.s16 	%p3, %rs8, 0;
-	@%p3 bra 	$L__BB2_4;
-	ld.param.u8 	%rs9, [%rd1+-32];
-	and.b16  	%rs10, %rs9, 3;
-	setp.eq.s16 	%p4, %rs10, 0;
-	selp.u16 	%rs39, 1, 0, %p4;
-$L__BB2_4:
-	ld.param.u64 	%rd3, [%rd1+-8];
-	mov.u32 	%r42, %ctaid.x;
-	cvt.u64.u32 	%rd4, %r42;
-	ld.param.u64 	%rd5, [%rd1+-16];
-	setp.le.s64 	%p5, %rd5, %rd4;
-	@%p5 bra 	$L__BB2_80;
-	ld.param.u64 	%rd6, [%rd1+-40];
-	mov.u64 	%rd193, 0;
-	ld.param.u64 	%rd7, [%rd1+-24];
-	ld.param.u64 	%rd8, [%rd1+-32];
-	mov.u32 	%r43, %nctaid.x;
-	mov.u32 	%r45, %tid.x;
-	cvta.to.global.u64 	%rd123, %rd7;
-	mov.u64 	%rd194, %rd4;
-$L__BB2_6:
-	cvt.u64.u32 	%rd96, %r43;
-	mul.lo.s64 	%rd97, %rd3, %rd96;
-	mul.lo.s64 	%rd98, %rd97, %rd193;
-	add.s64 	%rd100, %rd4, 1;
-	mul.lo.s64 	%rd101, %rd3, %rd100;
-	add.s64 	%rd102, %rd101, %rd98;
-	shr.u64 	%rd103, %rd102, 2;
-	cvt.u64.u32 	%rd104, %r45;
-	not.b64 	%rd105, %rd104;
-	add.s64 	%rd106, %rd103, %rd105;
-	mul.lo.s64 	%rd107, %rd3, %rd4;
-	add.s64 	%rd108, %rd107, %rd98;
-	shr.u64 	%rd109, %rd108, 2;
-	sub.s64 	%rd11, %rd106, %rd109;
-	shr.u64 	%rd110, %rd11, 8;
-	add.s64 	%rd12, %rd110, 1;
-	mul.lo.s64 	%rd13, %rd194, %rd3;
-	add.s64 	%rd14, %rd13, %rd3;
-	setp.eq.s16 	%p6, %rs39, 0;
-	@%p6 bra 	$L__BB2_15;
-	shr.u64 	%rd111, %rd13, 2;
-	add.s64 	%rd197, %rd111, %rd104;
-	shr.u64 	%rd113, %rd14, 2;
-	setp.ge.u64 	%p7, %rd197, %rd113;
-	mov.u32 	%r645, 0;
-	@%p7 bra 	$L__BB2_21;
-	and.b64  	%rd16, %rd12, 3;
-	setp.lt.u64 	%p8, %rd11, 768;
-	mov.u32 	%r645, 0;
-	@%p8 bra 	$L__BB2_11;
-	sub.s64 	%rd196, %rd12, %rd16;
-	cvta.to.global.u64 	%rd18, %rd6;
-	mov.u32 	%r645, 0;
-$L__BB2_10:
-	shl.b64 	%rd114, %rd197, 4;
-	add.s64 	%rd115, %rd18, %rd114;
-	ld.global.v4.u32 	{%r51, %r52, %r53, %r54}, [%rd115];
-	and.b32  	%r59, %r51, 2147483647;
-	and.b32  	%r60, %r52, 2147483647;
-	max.u32 	%r61, %r59, %r60;
-	and.b32  	%r62, %r53, 2147483647;
-	and.b32  	%r63, %r54, 2147483647;
-	max.u32 	%r64, %r62, %r63;
-	max.u32 	%r65, %r61, %r64;
-	max.u32 	%r66, %r645, %r65;
-	ld.global.v4.u32 	{%r67, %r68, %r69, %r70}, [%rd115+4096];
-	and.b32  	%r75, %r67, 2147483647;
-	and.b32  	%r76, %r68, 2147483647;
-	max.u32 	%r77, %r75, %r76;
-	and.b32  	%r78, %r69, 2147483647;
-	and.b32  	%r79, %r70, 2147483647;
-	max.u32 	%r80, %r78, %r79;
-	max.u32 	%r81, %r77, %r80;
-	max.u32 	%r82, %r66, %r81;
-	ld.global.v4.u32 	{%r83, %r84, %r85, %r86}, [%rd115+8192];
-	and.b32  	%r91, %r83, 2147483647;
-	and.b32  	%r92, %r84, 2147483647;
-	max.u32 	%r93, %r91, %r92;
-	and.b32  	%r94, %r85, 2147483647;
-	and.b32  	%r95, %r86, 2147483647;
-	max.u32 	%r96, %r94, %r95;
-	max.u32 	%r97, %r93, %r96;
-	max.u32 	%r98, %r82, %r97;
-	ld.global.v4.u32 	{%r99, %r100, %r101, %r102}, [%rd115+12288];
-	and.b32  	%r107, %r99, 2147483647;
-	and.b32  	%r108, %r100, 2147483647;
-	max.u32 	%r109, %r107, %r108;
-	and.b32  	%r110, %r101, 2147483647;
-	and.b32  	%r111, %r102, 2147483647;
-	max.u32 	%r112, %r110, %r111;
-	max.u32 	%r113, %r109, %r112;
-	max.u32 	%r645, %r98, %r113;
-	add.s64 	%rd197, %rd197, 1024;
-	add.s64 	%rd196, %rd196, -4;
-	setp.ne.s64 	%p9, %rd196, 0;
-	@%p9 bra 	$L__BB2_10;
-$L__BB2_11:
-	setp.eq.s64 	%p10, %rd16, 0;
-	@%p10 bra 	$L__BB2_21;
-	shl.b64 	%rd116, %rd197, 4;
-	cvta.to.global.u64 	%rd117, %rd6;
-	add.s64 	%rd24, %rd117, %rd116;
-	ld.global.v4.u32 	{%r114, %r115, %r116, %r117}, [%rd24];
-	and.b32  	%r122, %r114, 2147483647;
-	and.b32  	%r123, %r115, 2147483647;
-	max.u32 	%r124, %r122, %r123;
-	and.b32  	%r125, %r116, 2147483647;
-	and.b32  	%r126, %r117, 2147483647;
-	max.u32 	%r127, %r125, %r126;
-	max.u32 	%r128, %r124, %r127;
-	max.u32 	%r645, %r645, %r128;
-	setp.eq.s64 	%p11, %rd16, 1;
-	@%p11 bra 	$L__BB2_21;
-	ld.global.v4.u32 	{%r129, %r130, %r131, %r132}, [%rd24+4096];
-	and.b32  	%r137, %r129, 2147483647;
-	and.b32  	%r138, %r130, 2147483647;
-	max.u32 	%r139, %r137, %r138;
-	and.b32  	%r140, %r131, 2147483647;
-	and.b32  	%r141, %r132, 2147483647;
-	max.u32 	%r142, %r140, %r141;
-	max.u32 	%r143, %r139, %r142;
-	max.u32 	%r645, %r645, %r143;
-	setp.eq.s64 	%p12, %rd16, 2;
-	@%p12 bra 	$L__BB2_21;
-	ld.global.v4.u32 	{%r144, %r145, %r146, %r147}, [%rd24+8192];
-	and.b32  	%r152, %r144, 2147483647;
-	and.b32  	%r153, %r145, 2147483647;
-	max.u32 	%r154, %r152, %r153;
-	and.b32  	%r155, %r146, 2147483647;
-	and.b32  	%r156, %r147, 2147483647;
-	max.u32 	%r157, %r155, %r156;
-	max.u32 	%r158, %r154, %r157;
-	max.u32 	%r645, %r645, %r158;
-	bra.uni 	$L__BB2_21;
-$L__BB2_15:
-	add.s64 	%rd198, %rd13, %rd104;
-	setp.ge.u64 	%p13, %rd198, %rd14;
-	mov.u32 	%r645, 0;
-	@%p13 bra 	$L__BB2_21;
-	mov.u32 	%r645, 0;
-$L__BB2_17:
-	cvta.to.global.u64 	%rd119, %rd6;
-	shl.b64 	%rd120, %rd198, 2;
-	add.s64 	%rd27, %rd119, %rd120;
-	add.s64 	%rd121, %rd6, %rd120;
-	and.b64  	%rd122, %rd121, 3;
-	setp.eq.s64 	%p14, %rd122, 0;
-	@%p14 bra 	$L__BB2_19;
-	ld.global.u8 	%r162, [%rd27];
-	ld.global.u8 	%r163, [%rd27+1];
-	prmt.b32 	%r164, %r163, %r162, 30212;
-	ld.global.u8 	%r165, [%rd27+2];
-	prmt.b32 	%r166, %r165, %r164, 28756;
-	ld.global.u8 	%r167, [%rd27+3];
-	prmt.b32 	%r644, %r167, %r166, 1620;
-	bra.uni 	$L__BB2_20;
-$L__BB2_19:
-	ld.global.u32 	%r644, [%rd27];
-$L__BB2_20:
-	and.b32  	%r168, %r644, 2147483647;
-	max.u32 	%r645, %r645, %r168;
-	add.s64 	%rd198, %rd198, 256;
-	setp.lt.u64 	%p15, %rd198, %rd14;
-	@%p15 bra 	$L__BB2_17;
-$L__BB2_21:
-	and.b32  	%r170, %r45, 31;
-	setp.ne.s32 	%p16, %r170, 0;
-	mov.u32 	%r171, -1;
-	redux.sync.max.u32 %r14, %r645, %r171;
-	@%p16 bra 	$L__BB2_23;
-	shr.u32 	%r173, %r45, 3;
-	and.b32  	%r174, %r173, 536870908;
-	mov.u32 	%r175, _ZZ7ws_rowsILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red;
-	add.s32 	%r176, %r175, %r174;
-	st.shared.u32 	[%r176], %r14;
-$L__BB2_23:
+	@%p3 bra 	$L__BB4_5;
+	ld.param.u8 	%rs10, [%rd1+-8];
+	and.b16  	%rs11, %rs10, 3;
+	setp.ne.s16 	%p4, %rs11, 0;
+	@%p4 bra 	$L__BB4_5;
+	ld.param.u8 	%rs12, [%rd1+-32];
+	and.b16  	%rs13, %rs12, 3;
+	setp.eq.s16 	%p5, %rs13, 0;
+	selp.u16 	%rs57, 1, 0, %p5;
+$L__BB4_5:
+	ld.param.u64 	%rd4, [%rd1+16];
+	ld.param.u64 	%rd149, [%rd1+-32];
+	cvta.to.global.u64 	%rd5, %rd149;
+	mov.u32 	%r48, %ctaid.x;
+	cvt.u64.u32 	%rd310, %r48;
+	ld.param.u64 	%rd7, [%rd1+-16];
+	setp.le.s64 	%p6, %rd7, %rd310;
+	@%p6 bra 	$L__BB4_121;
+	ld.param.u64 	%rd8, [%rd1+24];
+	mov.u32 	%r49, %tid.x;
+	cvt.u64.u32 	%rd9, %r49;
+	ld.param.u64 	%rd10, [%rd1+-40];
+	ld.param.u64 	%rd11, [%rd1+40];
+	shr.u64 	%rd150, %rd11, 63;
+	add.s64 	%rd151, %rd11, %rd150;
+	shr.s64 	%rd12, %rd151, 1;
+	ld.param.u64 	%rd13, [%rd1+-24];
+	ld.param.u64 	%rd14, [%rd1+32];
+	ld.param.u64 	%rd15, [%rd1+-8];
+	cvt.u32.u64 	%r50, %rd11;
+	cvt.u32.u64 	%r53, %rd12;
+	cvta.to.global.u64 	%rd174, %rd13;
+$L__BB4_7:
+	add.s64 	%rd314, %rd8, %rd310;
+	setp.eq.s64 	%p7, %rd11, 0;
+	@%p7 bra 	$L__BB4_15;
+	or.b64  	%rd152, %rd314, %rd11;
+	and.b64  	%rd153, %rd152, -4294967296;
+	setp.eq.s64 	%p8, %rd153, 0;
+	@%p8 bra 	$L__BB4_10;
+	rem.s64 	%rd311, %rd314, %rd11;
+	bra.uni 	$L__BB4_11;
+$L__BB4_10:
+	cvt.u32.u64 	%r51, %rd314;
+	rem.u32 	%r52, %r51, %r50;
+	cvt.u64.u32 	%rd311, %r52;
+$L__BB4_11:
+	or.b64  	%rd154, %rd311, %rd12;
+	and.b64  	%rd155, %rd154, -4294967296;
+	setp.eq.s64 	%p9, %rd155, 0;
+	@%p9 bra 	$L__BB4_13;
+	div.s64 	%rd312, %rd311, %rd12;
+	mul.lo.s64 	%rd156, %rd312, %rd12;
+	sub.s64 	%rd313, %rd311, %rd156;
+	bra.uni 	$L__BB4_14;
+$L__BB4_13:
+	cvt.u32.u64 	%r54, %rd311;
+	div.u32 	%r55, %r54, %r53;
+	mul.lo.s32 	%r56, %r55, %r53;
+	sub.s32 	%r57, %r54, %r56;
+	cvt.u64.u32 	%rd312, %r55;
+	cvt.u64.u32 	%rd313, %r57;
+$L__BB4_14:
+	shl.b64 	%rd157, %rd313, 1;
+	sub.s64 	%rd158, %rd314, %rd311;
+	add.s64 	%rd159, %rd158, %rd157;
+	add.s64 	%rd314, %rd159, %rd312;
+$L__BB4_15:
+	setp.eq.s64 	%p10, %rd148, 0;
+	mul.lo.s64 	%rd29, %rd314, %rd4;
+	add.s64 	%rd30, %rd29, %rd4;
+	@%p10 bra 	$L__BB4_22;
+	add.s64 	%rd315, %rd29, %rd9;
+	setp.ge.u64 	%p11, %rd315, %rd30;
+	mov.u32 	%r761, 0;
+	@%p11 bra 	$L__BB4_30;
+	cvta.to.global.u64 	%rd32, %rd10;
+	mov.u32 	%r761, 0;
+$L__BB4_18:
+	shl.b64 	%rd163, %rd315, 2;
+	add.s64 	%rd34, %rd32, %rd163;
+	add.s64 	%rd164, %rd10, %rd163;
+	and.b64  	%rd165, %rd164, 3;
+	setp.eq.s64 	%p12, %rd165, 0;
+	@%p12 bra 	$L__BB4_20;
+	ld.global.u8 	%r60, [%rd34];
+	ld.global.u8 	%r61, [%rd34+1];
+	prmt.b32 	%r62, %r61, %r60, 30212;
+	ld.global.u8 	%r63, [%rd34+2];
+	prmt.b32 	%r64, %r63, %r62, 28756;
+	ld.global.u8 	%r65, [%rd34+3];
+	prmt.b32 	%r757, %r65, %r64, 1620;
+	bra.uni 	$L__BB4_21;
+$L__BB4_20:
+	ld.global.u32 	%r757, [%rd34];
+$L__BB4_21:
+	and.b32  	%r66, %r757, 2147483647;
+	max.u32 	%r761, %r761, %r66;
+	add.s64 	%rd315, %rd315, 256;
+	setp.lt.u64 	%p13, %rd315, %rd30;
+	@%p13 bra 	$L__BB4_18;
+	bra.uni 	$L__BB4_30;
+$L__BB4_22:
+	shr.u64 	%rd36, %rd29, 2;
+	add.s64 	%rd318, %rd36, %rd9;
+	shr.u64 	%rd38, %rd30, 2;
+	setp.ge.u64 	%p14, %rd318, %rd38;
+	mov.u32 	%r761, 0;
+	@%p14 bra 	$L__BB4_30;
+	not.b64 	%rd166, %rd9;
+	add.s64 	%rd167, %rd38, %rd166;
+	sub.s64 	%rd168, %rd167, %rd36;
+	shr.u64 	%rd169, %rd168, 8;
+	add.s64 	%rd39, %rd169, 1;
+	and.b64  	%rd40, %rd39, 3;
+	setp.lt.u64 	%p15, %rd168, 768;
+	mov.u32 	%r761, 0;
+	@%p15 bra 	$L__BB4_26;
+	sub.s64 	%rd317, %rd39, %rd40;
+	cvta.to.global.u64 	%rd42, %rd10;
+	mov.u32 	%r761, 0;
+$L__BB4_25:
+	shl.b64 	%rd170, %rd318, 4;
+	add.s64 	%rd171, %rd42, %rd170;
+	ld.global.v4.u32 	{%r71, %r72, %r73, %r74}, [%rd171];
+	and.b32  	%r79, %r71, 2147483647;
+	and.b32  	%r80, %r72, 2147483647;
+	max.u32 	%r81, %r79, %r80;
+	and.b32  	%r82, %r73, 2147483647;
+	and.b32  	%r83, %r74, 2147483647;
+	max.u32 	%r84, %r82, %r83;
+	max.u32 	%r85, %r81, %r84;
+	max.u32 	%r86, %r761, %r85;
+	ld.global.v4.u32 	{%r87, %r88, %r89, %r90}, [%rd171+4096];
+	and.b32  	%r95, %r87, 2147483647;
+	and.b32  	%r96, %r88, 2147483647;
+	max.u32 	%r97, %r95, %r96;
+	and.b32  	%r98, %r89, 2147483647;
+	and.b32  	%r99, %r90, 2147483647;
+	max.u32 	%r100, %r98, %r99;
+	max.u32 	%r101, %r97, %r100;
+	max.u32 	%r102, %r86, %r101;
+	ld.global.v4.u32 	{%r103, %r104, %r105, %r106}, [%rd171+8192];
+	and.b32  	%r111, %r103, 2147483647;
+	and.b32  	%r112, %r104, 2147483647;
+	max.u32 	%r113, %r111, %r112;
+	and.b32  	%r114, %r105, 2147483647;
+	and.b32  	%r115, %r106, 2147483647;
+	max.u32 	%r116, %r114, %r115;
+	max.u32 	%r117, %r113, %r116;
+	max.u32 	%r118, %r102, %r117;
+	ld.global.v4.u32 	{%r119, %r120, %r121, %r122}, [%rd171+12288];
+	and.b32  	%r127, %r119, 2147483647;
+	and.b32  	%r128, %r120, 2147483647;
+	max.u32 	%r129, %r127, %r128;
+	and.b32  	%r130, %r121, 2147483647;
+	and.b32  	%r131, %r122, 2147483647;
+	max.u32 	%r132, %r130, %r131;
+	max.u32 	%r133, %r129, %r132;
+	max.u32 	%r761, %r118, %r133;
+	add.s64 	%rd318, %rd318, 1024;
+	add.s64 	%rd317, %rd317, -4;
+	setp.ne.s64 	%p16, %rd317, 0;
+	@%p16 bra 	$L__BB4_25;
+$L__BB4_26:
+	setp.eq.s64 	%p17, %rd40, 0;
+	@%p17 bra 	$L__BB4_30;
+	shl.b64 	%rd172, %rd318, 4;
+	cvta.to.global.u64 	%rd173, %rd10;
+	add.s64 	%rd48, %rd173, %rd172;
+	ld.global.v4.u32 	{%r134, %r135, %r136, %r137}, [%rd48];
+	and.b32  	%r142, %r134, 2147483647;
+	and.b32  	%r143, %r135, 2147483647;
+	max.u32 	%r144, %r142, %r143;
+	and.b32  	%r145, %r136, 2147483647;
+	and.b32  	%r146, %r137, 2147483647;
+	max.u32 	%r147, %r145, %r146;
+	max.u32 	%r148, %r144, %r147;
+	max.u32 	%r761, %r761, %r148;
+	setp.eq.s64 	%p18, %rd40, 1;
+	@%p18 bra 	$L__BB4_30;
+	ld.global.v4.u32 	{%r149, %r150, %r151, %r152}, [%rd48+4096];
+	and.b32  	%r157, %r149, 2147483647;
+	and.b32  	%r158, %r150, 2147483647;
+	max.u32 	%r159, %r157, %r158;
+	and.b32  	%r160, %r151, 2147483647;
+	and.b32  	%r161, %r152, 2147483647;
+	max.u32 	%r162, %r160, %r161;
+	max.u32 	%r163, %r159, %r162;
+	max.u32 	%r761, %r761, %r163;
+	setp.eq.s64 	%p19, %rd40, 2;
+	@%p19 bra 	$L__BB4_30;
+	ld.global.v4.u32 	{%r164, %r165, %r166, %r167}, [%rd48+8192];
+	and.b32  	%r172, %r164, 2147483647;
+	and.b32  	%r173, %r165, 2147483647;
+	max.u32 	%r174, %r172, %r173;
+	and.b32  	%r175, %r166, 2147483647;
+	and.b32  	%r176, %r167, 2147483647;
+	max.u32 	%r177, %r175, %r176;
+	max.u32 	%r178, %r174, %r177;
+	max.u32 	%r761, %r761, %r178;
+$L__BB4_30:
+	and.b32  	%r180, %r49, 31;
+	setp.ne.s32 	%p20, %r180, 0;
+	mov.u32 	%r181, -1;
+	redux.sync.max.u32 %r14, %r761, %r181;
+	@%p20 bra 	$L__BB4_32;
+	shr.u32 	%r183, %r49, 3;
+	and.b32  	%r184, %r183, 536870908;
+	mov.u32 	%r185, _ZZ7ws_rowsILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red;
+	add.s32 	%r186, %r185, %r184;
+	st.shared.u32 	[%r186], %r14;
+$L__BB4_32:
 	bar.sync 	0;
-	ld.shared.u32 	%r178, [_ZZ7ws_rowsILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red+4];
-	ld.shared.u32 	%r179, [_ZZ7ws_rowsILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red];
-	max.u32 	%r180, %r179, %r178;
-	ld.shared.u32 	%r181, [_ZZ7ws_rowsILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red+8];
-	max.u32 	%r182, %r180, %r181;
-	ld.shared.u32 	%r183, [_ZZ7ws_rowsILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red+12];
-	max.u32 	%r184, %r182, %r183;
-	ld.shared.u32 	%r185, [_ZZ7ws_rowsILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red+16];
-	max.u32 	%r186, %r184, %r185;
-	ld.shared.u32 	%r187, [_ZZ7ws_rowsILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red+20];
-	max.u32 	%r188, %r186, %r187;
-	ld.shared.u32 	%r189, [_ZZ7ws_rowsILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red+24];
-	max.u32 	%r190, %r188, %r189;
-	ld.shared.u32 	%r191, [_ZZ7ws_rowsILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red+28];
-	max.u32 	%r15, %r190, %r191;
+	ld.shared.u32 	%r188, [_ZZ7ws_rowsILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red+4];
+	ld.shared.u32 	%r189, [_ZZ7ws_rowsILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red];
+	max.u32 	%r190, %r189, %r188;
+	ld.shared.u32 	%r191, [_ZZ7ws_rowsILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red+8];
+	max.u32 	%r192, %r190, %r191;
+	ld.shared.u32 	%r193, [_ZZ7ws_rowsILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red+12];
+	max.u32 	%r194, %r192, %r193;
+	ld.shared.u32 	%r195, [_ZZ7ws_rowsILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red+16];
+	max.u32 	%r196, %r194, %r195;
+	ld.shared.u32 	%r197, [_ZZ7ws_rowsILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red+20];
+	max.u32 	%r198, %r196, %r197;
+	ld.shared.u32 	%r199, [_ZZ7ws_rowsILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red+24];
+	max.u32 	%r200, %r198, %r199;
+	ld.shared.u32 	%r201, [_ZZ7ws_rowsILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red+28];
+	max.u32 	%r15, %r200, %r201;
 	bar.sync 	0;
-	setp.gt.u32 	%p17, %r15, 2139095040;
-	mov.u32 	%r646, 2143289344;
-	@%p17 bra 	$L__BB2_25;
-	mov.b32 	%f3, %r15;
-	mov.f32 	%f4, 0f43E00000;
-	div.rn.f32 	%f5, %f3, %f4;
-	mov.b32 	%r192, %f5;
-	setp.eq.s32 	%p18, %r192, 0;
-	selp.b32 	%r646, 1065353216, %r192, %p18;
-$L__BB2_25:
-	setp.ne.s32 	%p19, %r45, 0;
-	mov.b32 	%f1, %r646;
-	@%p19 bra 	$L__BB2_27;
-	shl.b64 	%rd124, %rd194, 2;
-	add.s64 	%rd125, %rd123, %rd124;
-	st.global.u32 	[%rd125], %r646;
-$L__BB2_27:
-	@%p6 bra 	$L__BB2_36;
-	shr.u64 	%rd126, %rd13, 2;
-	add.s64 	%rd29, %rd126, %rd104;
-	shr.u64 	%rd30, %rd14, 2;
-	setp.ge.u64 	%p21, %rd29, %rd30;
-	@%p21 bra 	$L__BB2_42;
-	and.b64  	%rd31, %rd12, 3;
-	setp.eq.s64 	%p22, %rd31, 0;
-	mov.u64 	%rd199, %rd29;
-	@%p22 bra 	$L__BB2_33;
-	shl.b64 	%rd129, %rd29, 4;
-	add.s64 	%rd128, %rd6, %rd129;
+	setp.gt.u32 	%p21, %r15, 2139095040;
+	mov.u32 	%r762, 2143289344;
+	@%p21 bra 	$L__BB4_34;
+	mov.b32 	%f5, %r15;
+	mov.f32 	%f6, 0f43E00000;
+	div.rn.f32 	%f7, %f5, %f6;
+	mov.b32 	%r202, %f7;
+	setp.eq.s32 	%p22, %r202, 0;
+	selp.b32 	%r762, 1065353216, %r202, %p22;
+$L__BB4_34:
+	cvt.u32.u64 	%r203, %rd9;
+	setp.ne.s32 	%p23, %r203, 0;
+	mov.b32 	%f1, %r762;
+	@%p23 bra 	$L__BB4_36;
+	shl.b64 	%rd175, %rd310, 2;
+	add.s64 	%rd176, %rd174, %rd175;
+	st.global.u32 	[%rd176], %r762;
+$L__BB4_36:
+	add.s64 	%rd49, %rd14, %rd29;
+	add.s32 	%r204, %r762, -226492416;
+	setp.gt.u32 	%p24, %r204, 1677721600;
+	shl.b64 	%rd177, %rd9, 2;
+	mul.lo.s64 	%rd50, %rd15, %rd310;
+	add.s64 	%rd178, %rd177, %rd50;
+	add.s64 	%rd51, %rd5, %rd178;
+	@%p24 bra 	$L__BB4_49;
+	bra.uni 	$L__BB4_37;
+$L__BB4_49:
+	setp.eq.s16 	%p36, %rs57, 0;
+	shl.b64 	%rd61, %rd49, 2;
+	@%p36 bra 	$L__BB4_57;
+	shr.u64 	%rd62, %rd15, 2;
+	setp.le.u64 	%p37, %rd62, %rd9;
+	@%p37 bra 	$L__BB4_63;
+	not.b64 	%rd207, %rd9;
+	add.s64 	%rd208, %rd62, %rd207;
+	shr.u64 	%rd209, %rd208, 8;
+	add.s64 	%rd210, %rd209, 1;
+	and.b64  	%rd211, %rd210, 3;
+	setp.eq.s64 	%p38, %rd211, 0;
+	mov.u64 	%rd322, %rd9;
+	@%p38 bra 	$L__BB4_55;
+	setp.eq.s64 	%p39, %rd211, 1;
+	shl.b64 	%rd219, %rd9, 4;
+	add.s64 	%rd220, %rd219, %rd61;
+	add.s64 	%rd212, %rd10, %rd220;
 	// begin inline asm
-	ld.global.cs.v4.u32 {%r195,%r196,%r197,%r198}, [%rd128];
+	ld.global.cs.v4.u32 {%r265,%r266,%r267,%r268}, [%rd212];
 	// end inline asm
-	cvta.to.global.u64 	%rd130, %rd8;
-	shl.b64 	%rd131, %rd29, 2;
-	add.s64 	%rd32, %rd130, %rd131;
-	mov.b32 	%f10, %r195;
-	div.rn.f32 	%f11, %f10, %f1;
-	mov.b32 	%f12, %r196;
-	div.rn.f32 	%f13, %f12, %f1;
-	mov.f32 	%f14, 0fC3E00000;
-	max.f32 	%f15, %f11, %f14;
-	mov.f32 	%f16, 0f43E00000;
-	min.f32 	%f7, %f15, %f16;
-	max.f32 	%f17, %f13, %f14;
-	min.f32 	%f6, %f17, %f16;
+	mov.b32 	%f95, %r265;
+	mov.b32 	%f96, %r266;
+	div.rn.f32 	%f97, %f95, %f1;
+	div.rn.f32 	%f98, %f96, %f1;
+	mov.f32 	%f99, 0fC3E00000;
+	max.f32 	%f100, %f97, %f99;
+	mov.f32 	%f101, 0f43E00000;
+	min.f32 	%f92, %f100, %f101;
+	max.f32 	%f102, %f98, %f99;
+	min.f32 	%f91, %f102, %f101;
 	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs11, %f6, %f7;
+	cvt.rn.satfinite.e4m3x2.f32 %rs21, %f91, %f92;
 	// end inline asm
-	cvt.u32.u16 	%r199, %rs11;
-	setp.nan.f32 	%p23, %f11, %f11;
-	and.b32  	%r200, %r199, 65280;
-	or.b32  	%r201, %r200, 127;
-	selp.b32 	%r202, %r201, %r199, %p23;
-	setp.nan.f32 	%p24, %f13, %f13;
-	and.b32  	%r203, %r202, 255;
-	or.b32  	%r204, %r203, 32512;
-	selp.b32 	%r205, %r204, %r202, %p24;
-	mov.b32 	%f18, %r197;
-	div.rn.f32 	%f19, %f18, %f1;
-	mov.b32 	%f20, %r198;
-	div.rn.f32 	%f21, %f20, %f1;
-	max.f32 	%f22, %f19, %f14;
-	min.f32 	%f9, %f22, %f16;
-	max.f32 	%f23, %f21, %f14;
-	min.f32 	%f8, %f23, %f16;
+	cvt.u32.u16 	%r269, %rs21;
+	setp.nan.f32 	%p40, %f97, %f97;
+	and.b32  	%r270, %r269, 65280;
+	or.b32  	%r271, %r270, 127;
+	selp.b32 	%r272, %r271, %r269, %p40;
+	setp.nan.f32 	%p41, %f98, %f98;
+	and.b32  	%r273, %r272, 255;
+	or.b32  	%r274, %r273, 32512;
+	selp.b32 	%r275, %r274, %r272, %p41;
+	mov.b32 	%f103, %r267;
+	mov.b32 	%f104, %r268;
+	div.rn.f32 	%f105, %f103, %f1;
+	div.rn.f32 	%f106, %f104, %f1;
+	max.f32 	%f107, %f105, %f99;
+	min.f32 	%f94, %f107, %f101;
+	max.f32 	%f108, %f106, %f99;
+	min.f32 	%f93, %f108, %f101;
 	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs12, %f8, %f9;
+	cvt.rn.satfinite.e4m3x2.f32 %rs22, %f93, %f94;
 	// end inline asm
-	cvt.u32.u16 	%r206, %rs12;
-	setp.nan.f32 	%p25, %f19, %f19;
-	and.b32  	%r207, %r206, 65280;
-	or.b32  	%r208, %r207, 127;
-	selp.b32 	%r209, %r208, %r206, %p25;
-	setp.nan.f32 	%p26, %f21, %f21;
-	and.b32  	%r210, %r209, 255;
-	or.b32  	%r211, %r210, 32512;
-	selp.b32 	%r212, %r211, %r209, %p26;
-	shl.b32 	%r213, %r212, 16;
-	or.b32  	%r214, %r213, %r205;
-	st.global.u32 	[%rd32], %r214;
-	add.s64 	%rd199, %rd29, 256;
-	setp.eq.s64 	%p27, %rd31, 1;
-	@%p27 bra 	$L__BB2_33;
-	shl.b64 	%rd133, %rd199, 4;
-	add.s64 	%rd132, %rd6, %rd133;
+	cvt.u32.u16 	%r276, %rs22;
+	setp.nan.f32 	%p42, %f105, %f105;
+	and.b32  	%r277, %r276, 65280;
+	or.b32  	%r278, %r277, 127;
+	selp.b32 	%r279, %r278, %r276, %p42;
+	setp.nan.f32 	%p43, %f106, %f106;
+	and.b32  	%r280, %r279, 255;
+	or.b32  	%r281, %r280, 32512;
+	selp.b32 	%r282, %r281, %r279, %p43;
+	shl.b32 	%r283, %r282, 16;
+	or.b32  	%r284, %r283, %r275;
+	st.global.u32 	[%rd51], %r284;
+	add.s64 	%rd322, %rd9, 256;
+	@%p39 bra 	$L__BB4_55;
+	setp.eq.s64 	%p44, %rd211, 2;
+	add.s64 	%rd221, %rd212, 4096;
 	// begin inline asm
-	ld.global.cs.v4.u32 {%r215,%r216,%r217,%r218}, [%rd132];
+	ld.global.cs.v4.u32 {%r285,%r286,%r287,%r288}, [%rd221];
 	// end inline asm
-	mov.b32 	%f28, %r215;
-	div.rn.f32 	%f29, %f28, %f1;
-	mov.b32 	%f30, %r216;
-	div.rn.f32 	%f31, %f30, %f1;
-	max.f32 	%f33, %f29, %f14;
-	min.f32 	%f25, %f33, %f16;
-	max.f32 	%f35, %f31, %f14;
-	min.f32 	%f24, %f35, %f16;
+	mov.b32 	%f113, %r285;
+	mov.b32 	%f114, %r286;
+	div.rn.f32 	%f115, %f113, %f1;
+	div.rn.f32 	%f116, %f114, %f1;
+	max.f32 	%f118, %f115, %f99;
+	min.f32 	%f110, %f118, %f101;
+	max.f32 	%f120, %f116, %f99;
+	min.f32 	%f109, %f120, %f101;
 	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs13, %f24, %f25;
+	cvt.rn.satfinite.e4m3x2.f32 %rs23, %f109, %f110;
 	// end inline asm
-	cvt.u32.u16 	%r219, %rs13;
-	setp.nan.f32 	%p28, %f29, %f29;
-	and.b32  	%r220, %r219, 65280;
-	or.b32  	%r221, %r220, 127;
-	selp.b32 	%r222, %r221, %r219, %p28;
-	setp.nan.f32 	%p29, %f31, %f31;
-	and.b32  	%r223, %r222, 255;
-	or.b32  	%r224, %r223, 32512;
-	selp.b32 	%r225, %r224, %r222, %p29;
-	mov.b32 	%f36, %r217;
-	div.rn.f32 	%f37, %f36, %f1;
-	mov.b32 	%f38, %r218;
-	div.rn.f32 	%f39, %f38, %f1;
-	max.f32 	%f40, %f37, %f14;
-	min.f32 	%f27, %f40, %f16;
-	max.f32 	%f41, %f39, %f14;
-	min.f32 	%f26, %f41, %f16;
+	cvt.u32.u16 	%r289, %rs23;
+	setp.nan.f32 	%p45, %f115, %f115;
+	and.b32  	%r290, %r289, 65280;
+	or.b32  	%r291, %r290, 127;
+	selp.b32 	%r292, %r291, %r289, %p45;
+	setp.nan.f32 	%p46, %f116, %f116;
+	and.b32  	%r293, %r292, 255;
+	or.b32  	%r294, %r293, 32512;
+	selp.b32 	%r295, %r294, %r292, %p46;
+	mov.b32 	%f121, %r287;
+	mov.b32 	%f122, %r288;
+	div.rn.f32 	%f123, %f121, %f1;
+	div.rn.f32 	%f124, %f122, %f1;
+	max.f32 	%f125, %f123, %f99;
+	min.f32 	%f112, %f125, %f101;
+	max.f32 	%f126, %f124, %f99;
+	min.f32 	%f111, %f126, %f101;
 	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs14, %f26, %f27;
+	cvt.rn.satfinite.e4m3x2.f32 %rs24, %f111, %f112;
 	// end inline asm
-	cvt.u32.u16 	%r226, %rs14;
-	setp.nan.f32 	%p30, %f37, %f37;
-	and.b32  	%r227, %r226, 65280;
-	or.b32  	%r228, %r227, 127;
-	selp.b32 	%r229, %r228, %r226, %p30;
-	setp.nan.f32 	%p31, %f39, %f39;
-	and.b32  	%r230, %r229, 255;
-	or.b32  	%r231, %r230, 32512;
-	selp.b32 	%r232, %r231, %r229, %p31;
-	shl.b32 	%r233, %r232, 16;
-	or.b32  	%r234, %r233, %r225;
-	st.global.u32 	[%rd32+1024], %r234;
-	add.s64 	%rd199, %rd29, 512;
-	setp.eq.s64 	%p32, %rd31, 2;
-	@%p32 bra 	$L__BB2_33;
-	shl.b64 	%rd135, %rd199, 4;
-	add.s64 	%rd134, %rd6, %rd135;
+	cvt.u32.u16 	%r296, %rs24;
+	setp.nan.f32 	%p47, %f123, %f123;
+	and.b32  	%r297, %r296, 65280;
+	or.b32  	%r298, %r297, 127;
+	selp.b32 	%r299, %r298, %r296, %p47;
+	setp.nan.f32 	%p48, %f124, %f124;
+	and.b32  	%r300, %r299, 255;
+	or.b32  	%r301, %r300, 32512;
+	selp.b32 	%r302, %r301, %r299, %p48;
+	shl.b32 	%r303, %r302, 16;
+	or.b32  	%r304, %r303, %r295;
+	st.global.u32 	[%rd51+1024], %r304;
+	add.s64 	%rd322, %rd9, 512;
+	@%p44 bra 	$L__BB4_55;
+	add.s64 	%rd231, %rd212, 8192;
 	// begin inline asm
-	ld.global.cs.v4.u32 {%r235,%r236,%r237,%r238}, [%rd134];
+	ld.global.cs.v4.u32 {%r305,%r306,%r307,%r308}, [%rd231];
 	// end inline asm
-	mov.b32 	%f46, %r235;
-	div.rn.f32 	%f47, %f46, %f1;
-	mov.b32 	%f48, %r236;
-	div.rn.f32 	%f49, %f48, %f1;
-	mov.f32 	%f50, 0fC3E00000;
-	max.f32 	%f51, %f47, %f50;
-	mov.f32 	%f52, 0f43E00000;
-	min.f32 	%f43, %f51, %f52;
-	max.f32 	%f53, %f49, %f50;
-	min.f32 	%f42, %f53, %f52;
+	mov.b32 	%f131, %r305;
+	mov.b32 	%f132, %r306;
+	div.rn.f32 	%f133, %f131, %f1;
+	div.rn.f32 	%f134, %f132, %f1;
+	mov.f32 	%f135, 0fC3E00000;
+	max.f32 	%f136, %f133, %f135;
+	mov.f32 	%f137, 0f43E00000;
+	min.f32 	%f128, %f136, %f137;
+	max.f32 	%f138, %f134, %f135;
+	min.f32 	%f127, %f138, %f137;
 	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs15, %f42, %f43;
+	cvt.rn.satfinite.e4m3x2.f32 %rs25, %f127, %f128;
 	// end inline asm
-	cvt.u32.u16 	%r239, %rs15;
-	setp.nan.f32 	%p33, %f47, %f47;
-	and.b32  	%r240, %r239, 65280;
-	or.b32  	%r241, %r240, 127;
-	selp.b32 	%r242, %r241, %r239, %p33;
-	setp.nan.f32 	%p34, %f49, %f49;
-	and.b32  	%r243, %r242, 255;
-	or.b32  	%r244, %r243, 32512;
-	selp.b32 	%r245, %r244, %r242, %p34;
-	mov.b32 	%f54, %r237;
-	div.rn.f32 	%f55, %f54, %f1;
-	mov.b32 	%f56, %r238;
-	div.rn.f32 	%f57, %f56, %f1;
-	max.f32 	%f58, %f55, %f50;
-	min.f32 	%f45, %f58, %f52;
-	max.f32 	%f59, %f57, %f50;
-	min.f32 	%f44, %f59, %f52;
+	cvt.u32.u16 	%r309, %rs25;
+	setp.nan.f32 	%p49, %f133, %f133;
+	and.b32  	%r310, %r309, 65280;
+	or.b32  	%r311, %r310, 127;
+	selp.b32 	%r312, %r311, %r309, %p49;
+	setp.nan.f32 	%p50, %f134, %f134;
+	and.b32  	%r313, %r312, 255;
+	or.b32  	%r314, %r313, 32512;
+	selp.b32 	%r315, %r314, %r312, %p50;
+	mov.b32 	%f139, %r307;
+	mov.b32 	%f140, %r308;
+	div.rn.f32 	%f141, %f139, %f1;
+	div.rn.f32 	%f142, %f140, %f1;
+	max.f32 	%f143, %f141, %f135;
+	min.f32 	%f130, %f143, %f137;
+	max.f32 	%f144, %f142, %f135;
+	min.f32 	%f129, %f144, %f137;
 	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs16, %f44, %f45;
+	cvt.rn.satfinite.e4m3x2.f32 %rs26, %f129, %f130;
 	// end inline asm
-	cvt.u32.u16 	%r246, %rs16;
-	setp.nan.f32 	%p35, %f55, %f55;
-	and.b32  	%r247, %r246, 65280;
-	or.b32  	%r248, %r247, 127;
-	selp.b32 	%r249, %r248, %r246, %p35;
-	setp.nan.f32 	%p36, %f57, %f57;
-	and.b32  	%r250, %r249, 255;
-	or.b32  	%r251, %r250, 32512;
-	selp.b32 	%r252, %r251, %r249, %p36;
-	shl.b32 	%r253, %r252, 16;
-	or.b32  	%r254, %r253, %r245;
-	st.global.u32 	[%rd32+2048], %r254;
-	add.s64 	%rd199, %rd29, 768;
-$L__BB2_33:
-	setp.lt.u64 	%p37, %rd11, 768;
-	@%p37 bra 	$L__BB2_42;
-	cvta.to.global.u64 	%rd37, %rd8;
-$L__BB2_35:
-	shl.b64 	%rd140, %rd199, 4;
-	add.s64 	%rd136, %rd6, %rd140;
+	cvt.u32.u16 	%r316, %rs26;
+	setp.nan.f32 	%p51, %f141, %f141;
+	and.b32  	%r317, %r316, 65280;
+	or.b32  	%r318, %r317, 127;
+	selp.b32 	%r319, %r318, %r316, %p51;
+	setp.nan.f32 	%p52, %f142, %f142;
+	and.b32  	%r320, %r319, 255;
+	or.b32  	%r321, %r320, 32512;
+	selp.b32 	%r322, %r321, %r319, %p52;
+	shl.b32 	%r323, %r322, 16;
+	or.b32  	%r324, %r323, %r315;
+	st.global.u32 	[%rd51+2048], %r324;
+	add.s64 	%rd322, %rd9, 768;
+$L__BB4_55:
+	setp.lt.u64 	%p53, %rd208, 768;
+	@%p53 bra 	$L__BB4_63;
+$L__BB4_56:
+	shr.u64 	%rd309, %rd15, 2;
+	shl.b64 	%rd242, %rd322, 4;
+	add.s64 	%rd243, %rd242, %rd61;
+	add.s64 	%rd238, %rd10, %rd243;
 	// begin inline asm
-	ld.global.cs.v4.u32 {%r255,%r256,%r257,%r258}, [%rd136];
+	ld.global.cs.v4.u32 {%r325,%r326,%r327,%r328}, [%rd238];
 	// end inline asm
-	shl.b64 	%rd141, %rd199, 2;
-	add.s64 	%rd142, %rd37, %rd141;
-	mov.b32 	%f76, %r255;
-	div.rn.f32 	%f77, %f76, %f1;
-	mov.b32 	%f78, %r256;
-	div.rn.f32 	%f79, %f78, %f1;
-	mov.f32 	%f80, 0fC3E00000;
-	max.f32 	%f81, %f77, %f80;
-	mov.f32 	%f82, 0f43E00000;
-	min.f32 	%f61, %f81, %f82;
-	max.f32 	%f83, %f79, %f80;
-	min.f32 	%f60, %f83, %f82;
+	shl.b64 	%rd244, %rd322, 2;
+	add.s64 	%rd245, %rd244, %rd50;
+	add.s64 	%rd246, %rd5, %rd245;
+	mov.b32 	%f161, %r325;
+	mov.b32 	%f162, %r326;
+	div.rn.f32 	%f163, %f161, %f1;
+	div.rn.f32 	%f164, %f162, %f1;
+	mov.f32 	%f165, 0fC3E00000;
+	max.f32 	%f166, %f163, %f165;
+	mov.f32 	%f167, 0f43E00000;
+	min.f32 	%f146, %f166, %f167;
+	max.f32 	%f168, %f164, %f165;
+	min.f32 	%f145, %f168, %f167;
 	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs17, %f60, %f61;
+	cvt.rn.satfinite.e4m3x2.f32 %rs27, %f145, %f146;
 	// end inline asm
-	cvt.u32.u16 	%r271, %rs17;
-	setp.nan.f32 	%p38, %f77, %f77;
-	and.b32  	%r272, %r271, 65280;
-	or.b32  	%r273, %r272, 127;
-	selp.b32 	%r274, %r273, %r271, %p38;
-	setp.nan.f32 	%p39, %f79, %f79;
-	and.b32  	%r275, %r274, 255;
-	or.b32  	%r276, %r275, 32512;
-	selp.b32 	%r277, %r276, %r274, %p39;
-	mov.b32 	%f84, %r257;
-	div.rn.f32 	%f85, %f84, %f1;
-	mov.b32 	%f86, %r258;
-	div.rn.f32 	%f87, %f86, %f1;
-	max.f32 	%f88, %f85, %f80;
-	min.f32 	%f63, %f88, %f82;
-	max.f32 	%f89, %f87, %f80;
-	min.f32 	%f62, %f89, %f82;
+	cvt.u32.u16 	%r341, %rs27;
+	setp.nan.f32 	%p54, %f163, %f163;
+	and.b32  	%r342, %r341, 65280;
+	or.b32  	%r343, %r342, 127;
+	selp.b32 	%r344, %r343, %r341, %p54;
+	setp.nan.f32 	%p55, %f164, %f164;
+	and.b32  	%r345, %r344, 255;
+	or.b32  	%r346, %r345, 32512;
+	selp.b32 	%r347, %r346, %r344, %p55;
+	mov.b32 	%f169, %r327;
+	mov.b32 	%f170, %r328;
+	div.rn.f32 	%f171, %f169, %f1;
+	div.rn.f32 	%f172, %f170, %f1;
+	max.f32 	%f173, %f171, %f165;
+	min.f32 	%f148, %f173, %f167;
+	max.f32 	%f174, %f172, %f165;
+	min.f32 	%f147, %f174, %f167;
 	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs18, %f62, %f63;
+	cvt.rn.satfinite.e4m3x2.f32 %rs28, %f147, %f148;
 	// end inline asm
-	cvt.u32.u16 	%r278, %rs18;
-	setp.nan.f32 	%p40, %f85, %f85;
-	and.b32  	%r279, %r278, 65280;
-	or.b32  	%r280, %r279, 127;
-	selp.b32 	%r281, %r280, %r278, %p40;
-	setp.nan.f32 	%p41, %f87, %f87;
-	and.b32  	%r282, %r281, 255;
-	or.b32  	%r283, %r282, 32512;
-	selp.b32 	%r284, %r283, %r281, %p41;
-	shl.b32 	%r285, %r284, 16;
-	or.b32  	%r286, %r285, %r277;
-	st.global.u32 	[%rd142], %r286;
-	add.s64 	%rd137, %rd136, 4096;
+	cvt.u32.u16 	%r348, %rs28;
+	setp.nan.f32 	%p56, %f171, %f171;
+	and.b32  	%r349, %r348, 65280;
+	or.b32  	%r350, %r349, 127;
+	selp.b32 	%r351, %r350, %r348, %p56;
+	setp.nan.f32 	%p57, %f172, %f172;
+	and.b32  	%r352, %r351, 255;
+	or.b32  	%r353, %r352, 32512;
+	selp.b32 	%r354, %r353, %r351, %p57;
+	shl.b32 	%r355, %r354, 16;
+	or.b32  	%r356, %r355, %r347;
+	st.global.u32 	[%rd246], %r356;
+	add.s64 	%rd239, %rd238, 4096;
 	// begin inline asm
-	ld.global.cs.v4.u32 {%r259,%r260,%r261,%r262}, [%rd137];
+	ld.global.cs.v4.u32 {%r329,%r330,%r331,%r332}, [%rd239];
 	// end inline asm
-	mov.b32 	%f90, %r259;
-	div.rn.f32 	%f91, %f90, %f1;
-	mov.b32 	%f92, %r260;
-	div.rn.f32 	%f93, %f92, %f1;
-	max.f32 	%f94, %f91, %f80;
-	min.f32 	%f65, %f94, %f82;
-	max.f32 	%f95, %f93, %f80;
-	min.f32 	%f64, %f95, %f82;
+	mov.b32 	%f175, %r329;
+	mov.b32 	%f176, %r330;
+	div.rn.f32 	%f177, %f175, %f1;
+	div.rn.f32 	%f178, %f176, %f1;
+	max.f32 	%f179, %f177, %f165;
+	min.f32 	%f150, %f179, %f167;
+	max.f32 	%f180, %f178, %f165;
+	min.f32 	%f149, %f180, %f167;
 	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs19, %f64, %f65;
+	cvt.rn.satfinite.e4m3x2.f32 %rs29, %f149, %f150;
 	// end inline asm
-	cvt.u32.u16 	%r287, %rs19;
-	setp.nan.f32 	%p42, %f91, %f91;
-	and.b32  	%r288, %r287, 65280;
-	or.b32  	%r289, %r288, 127;
-	selp.b32 	%r290, %r289, %r287, %p42;
-	setp.nan.f32 	%p43, %f93, %f93;
-	and.b32  	%r291, %r290, 255;
-	or.b32  	%r292, %r291, 32512;
-	selp.b32 	%r293, %r292, %r290, %p43;
-	mov.b32 	%f96, %r261;
-	div.rn.f32 	%f97, %f96, %f1;
-	mov.b32 	%f98, %r262;
-	div.rn.f32 	%f99, %f98, %f1;
-	max.f32 	%f100, %f97, %f80;
-	min.f32 	%f67, %f100, %f82;
-	max.f32 	%f101, %f99, %f80;
-	min.f32 	%f66, %f101, %f82;
+	cvt.u32.u16 	%r357, %rs29;
+	setp.nan.f32 	%p58, %f177, %f177;
+	and.b32  	%r358, %r357, 65280;
+	or.b32  	%r359, %r358, 127;
+	selp.b32 	%r360, %r359, %r357, %p58;
+	setp.nan.f32 	%p59, %f178, %f178;
+	and.b32  	%r361, %r360, 255;
+	or.b32  	%r362, %r361, 32512;
+	selp.b32 	%r363, %r362, %r360, %p59;
+	mov.b32 	%f181, %r331;
+	mov.b32 	%f182, %r332;
+	div.rn.f32 	%f183, %f181, %f1;
+	div.rn.f32 	%f184, %f182, %f1;
+	max.f32 	%f185, %f183, %f165;
+	min.f32 	%f152, %f185, %f167;
+	max.f32 	%f186, %f184, %f165;
+	min.f32 	%f151, %f186, %f167;
 	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs20, %f66, %f67;
+	cvt.rn.satfinite.e4m3x2.f32 %rs30, %f151, %f152;
 	// end inline asm
-	cvt.u32.u16 	%r294, %rs20;
-	setp.nan.f32 	%p44, %f97, %f97;
-	and.b32  	%r295, %r294, 65280;
-	or.b32  	%r296, %r295, 127;
-	selp.b32 	%r297, %r296, %r294, %p44;
-	setp.nan.f32 	%p45, %f99, %f99;
-	and.b32  	%r298, %r297, 255;
-	or.b32  	%r299, %r298, 32512;
-	selp.b32 	%r300, %r299, %r297, %p45;
-	shl.b32 	%r301, %r300, 16;
-	or.b32  	%r302, %r301, %r293;
-	st.global.u32 	[%rd142+1024], %r302;
-	add.s64 	%rd138, %rd136, 8192;
+	cvt.u32.u16 	%r364, %rs30;
+	setp.nan.f32 	%p60, %f183, %f183;
+	and.b32  	%r365, %r364, 65280;
+	or.b32  	%r366, %r365, 127;
+	selp.b32 	%r367, %r366, %r364, %p60;
+	setp.nan.f32 	%p61, %f184, %f184;
+	and.b32  	%r368, %r367, 255;
+	or.b32  	%r369, %r368, 32512;
+	selp.b32 	%r370, %r369, %r367, %p61;
+	shl.b32 	%r371, %r370, 16;
+	or.b32  	%r372, %r371, %r363;
+	st.global.u32 	[%rd246+1024], %r372;
+	add.s64 	%rd240, %rd238, 8192;
 	// begin inline asm
-	ld.global.cs.v4.u32 {%r263,%r264,%r265,%r266}, [%rd138];
+	ld.global.cs.v4.u32 {%r333,%r334,%r335,%r336}, [%rd240];
 	// end inline asm
-	mov.b32 	%f102, %r263;
-	div.rn.f32 	%f103, %f102, %f1;
-	mov.b32 	%f104, %r264;
-	div.rn.f32 	%f105, %f104, %f1;
-	max.f32 	%f106, %f103, %f80;
-	min.f32 	%f69, %f106, %f82;
-	max.f32 	%f107, %f105, %f80;
-	min.f32 	%f68, %f107, %f82;
+	mov.b32 	%f187, %r333;
+	mov.b32 	%f188, %r334;
+	div.rn.f32 	%f189, %f187, %f1;
+	div.rn.f32 	%f190, %f188, %f1;
+	max.f32 	%f191, %f189, %f165;
+	min.f32 	%f154, %f191, %f167;
+	max.f32 	%f192, %f190, %f165;
+	min.f32 	%f153, %f192, %f167;
 	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs21, %f68, %f69;
+	cvt.rn.satfinite.e4m3x2.f32 %rs31, %f153, %f154;
 	// end inline asm
-	cvt.u32.u16 	%r303, %rs21;
-	setp.nan.f32 	%p46, %f103, %f103;
-	and.b32  	%r304, %r303, 65280;
-	or.b32  	%r305, %r304, 127;
-	selp.b32 	%r306, %r305, %r303, %p46;
-	setp.nan.f32 	%p47, %f105, %f105;
-	and.b32  	%r307, %r306, 255;
-	or.b32  	%r308, %r307, 32512;
-	selp.b32 	%r309, %r308, %r306, %p47;
-	mov.b32 	%f108, %r265;
-	div.rn.f32 	%f109, %f108, %f1;
-	mov.b32 	%f110, %r266;
-	div.rn.f32 	%f111, %f110, %f1;
-	max.f32 	%f112, %f109, %f80;
-	min.f32 	%f71, %f112, %f82;
-	max.f32 	%f113, %f111, %f80;
-	min.f32 	%f70, %f113, %f82;
+	cvt.u32.u16 	%r373, %rs31;
+	setp.nan.f32 	%p62, %f189, %f189;
+	and.b32  	%r374, %r373, 65280;
+	or.b32  	%r375, %r374, 127;
+	selp.b32 	%r376, %r375, %r373, %p62;
+	setp.nan.f32 	%p63, %f190, %f190;
+	and.b32  	%r377, %r376, 255;
+	or.b32  	%r378, %r377, 32512;
+	selp.b32 	%r379, %r378, %r376, %p63;
+	mov.b32 	%f193, %r335;
+	mov.b32 	%f194, %r336;
+	div.rn.f32 	%f195, %f193, %f1;
+	div.rn.f32 	%f196, %f194, %f1;
+	max.f32 	%f197, %f195, %f165;
+	min.f32 	%f156, %f197, %f167;
+	max.f32 	%f198, %f196, %f165;
+	min.f32 	%f155, %f198, %f167;
 	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs22, %f70, %f71;
+	cvt.rn.satfinite.e4m3x2.f32 %rs32, %f155, %f156;
 	// end inline asm
-	cvt.u32.u16 	%r310, %rs22;
-	setp.nan.f32 	%p48, %f109, %f109;
-	and.b32  	%r311, %r310, 65280;
-	or.b32  	%r312, %r311, 127;
-	selp.b32 	%r313, %r312, %r310, %p48;
-	setp.nan.f32 	%p49, %f111, %f111;
-	and.b32  	%r314, %r313, 255;
-	or.b32  	%r315, %r314, 32512;
-	selp.b32 	%r316, %r315, %r313, %p49;
-	shl.b32 	%r317, %r316, 16;
-	or.b32  	%r318, %r317, %r309;
-	st.global.u32 	[%rd142+2048], %r318;
-	add.s64 	%rd139, %rd136, 12288;
+	cvt.u32.u16 	%r380, %rs32;
+	setp.nan.f32 	%p64, %f195, %f195;
+	and.b32  	%r381, %r380, 65280;
+	or.b32  	%r382, %r381, 127;
+	selp.b32 	%r383, %r382, %r380, %p64;
+	setp.nan.f32 	%p65, %f196, %f196;
+	and.b32  	%r384, %r383, 255;
+	or.b32  	%r385, %r384, 32512;
+	selp.b32 	%r386, %r385, %r383, %p65;
+	shl.b32 	%r387, %r386, 16;
+	or.b32  	%r388, %r387, %r379;
+	st.global.u32 	[%rd246+2048], %r388;
+	add.s64 	%rd241, %rd238, 12288;
 	// begin inline asm
-	ld.global.cs.v4.u32 {%r267,%r268,%r269,%r270}, [%rd139];
+	ld.global.cs.v4.u32 {%r337,%r338,%r339,%r340}, [%rd241];
 	// end inline asm
-	mov.b32 	%f114, %r267;
-	div.rn.f32 	%f115, %f114, %f1;
-	mov.b32 	%f116, %r268;
-	div.rn.f32 	%f117, %f116, %f1;
-	max.f32 	%f118, %f115, %f80;
-	min.f32 	%f73, %f118, %f82;
-	max.f32 	%f119, %f117, %f80;
-	min.f32 	%f72, %f119, %f82;
+	mov.b32 	%f199, %r337;
+	mov.b32 	%f200, %r338;
+	div.rn.f32 	%f201, %f199, %f1;
+	div.rn.f32 	%f202, %f200, %f1;
+	max.f32 	%f203, %f201, %f165;
+	min.f32 	%f158, %f203, %f167;
+	max.f32 	%f204, %f202, %f165;
+	min.f32 	%f157, %f204, %f167;
 	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs23, %f72, %f73;
+	cvt.rn.satfinite.e4m3x2.f32 %rs33, %f157, %f158;
 	// end inline asm
-	cvt.u32.u16 	%r319, %rs23;
-	setp.nan.f32 	%p50, %f115, %f115;
-	and.b32  	%r320, %r319, 65280;
-	or.b32  	%r321, %r320, 127;
-	selp.b32 	%r322, %r321, %r319, %p50;
-	setp.nan.f32 	%p51, %f117, %f117;
-	and.b32  	%r323, %r322, 255;
-	or.b32  	%r324, %r323, 32512;
-	selp.b32 	%r325, %r324, %r322, %p51;
-	mov.b32 	%f120, %r269;
-	div.rn.f32 	%f121, %f120, %f1;
-	mov.b32 	%f122, %r270;
-	div.rn.f32 	%f123, %f122, %f1;
-	max.f32 	%f124, %f121, %f80;
-	min.f32 	%f75, %f124, %f82;
-	max.f32 	%f125, %f123, %f80;
-	min.f32 	%f74, %f125, %f82;
+	cvt.u32.u16 	%r389, %rs33;
+	setp.nan.f32 	%p66, %f201, %f201;
+	and.b32  	%r390, %r389, 65280;
+	or.b32  	%r391, %r390, 127;
+	selp.b32 	%r392, %r391, %r389, %p66;
+	setp.nan.f32 	%p67, %f202, %f202;
+	and.b32  	%r393, %r392, 255;
+	or.b32  	%r394, %r393, 32512;
+	selp.b32 	%r395, %r394, %r392, %p67;
+	mov.b32 	%f205, %r339;
+	mov.b32 	%f206, %r340;
+	div.rn.f32 	%f207, %f205, %f1;
+	div.rn.f32 	%f208, %f206, %f1;
+	max.f32 	%f209, %f207, %f165;
+	min.f32 	%f160, %f209, %f167;
+	max.f32 	%f210, %f208, %f165;
+	min.f32 	%f159, %f210, %f167;
 	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs24, %f74, %f75;
+	cvt.rn.satfinite.e4m3x2.f32 %rs34, %f159, %f160;
 	// end inline asm
-	cvt.u32.u16 	%r326, %rs24;
-	setp.nan.f32 	%p52, %f121, %f121;
-	and.b32  	%r327, %r326, 65280;
-	or.b32  	%r328, %r327, 127;
-	selp.b32 	%r329, %r328, %r326, %p52;
-	setp.nan.f32 	%p53, %f123, %f123;
-	and.b32  	%r330, %r329, 255;
-	or.b32  	%r331, %r330, 32512;
-	selp.b32 	%r332, %r331, %r329, %p53;
-	shl.b32 	%r333, %r332, 16;
-	or.b32  	%r334, %r333, %r325;
-	st.global.u32 	[%rd142+3072], %r334;
-	add.s64 	%rd199, %rd199, 1024;
-	setp.lt.u64 	%p54, %rd199, %rd30;
-	@%p54 bra 	$L__BB2_35;
-	bra.uni 	$L__BB2_42;
-$L__BB2_36:
-	add.s64 	%rd201, %rd13, %rd104;
-	setp.ge.u64 	%p55, %rd201, %rd14;
-	@%p55 bra 	$L__BB2_42;
-	cvta.to.global.u64 	%rd41, %rd8;
-	cvta.to.global.u64 	%rd42, %rd6;
-$L__BB2_38:
-	shl.b64 	%rd144, %rd201, 2;
-	add.s64 	%rd44, %rd42, %rd144;
-	add.s64 	%rd145, %rd6, %rd144;
-	and.b64  	%rd146, %rd145, 3;
-	setp.eq.s64 	%p56, %rd146, 0;
-	@%p56 bra 	$L__BB2_40;
-	ld.global.u8 	%r336, [%rd44];
-	ld.global.u8 	%r337, [%rd44+1];
-	prmt.b32 	%r338, %r337, %r336, 30212;
-	ld.global.u8 	%r339, [%rd44+2];
-	prmt.b32 	%r340, %r339, %r338, 28756;
-	ld.global.u8 	%r341, [%rd44+3];
-	prmt.b32 	%r647, %r341, %r340, 1620;
-	bra.uni 	$L__BB2_41;
-$L__BB2_40:
-	ld.global.u32 	%r647, [%rd44];
-$L__BB2_41:
-	mov.b32 	%f128, %r647;
-	div.rn.f32 	%f129, %f128, %f1;
-	mov.f32 	%f130, 0fC3E00000;
-	max.f32 	%f131, %f129, %f130;
-	mov.f32 	%f132, 0f43E00000;
-	min.f32 	%f127, %f131, %f132;
-	mov.f32 	%f126, 0f00000000;
-	setp.nan.f32 	%p57, %f129, %f129;
+	cvt.u32.u16 	%r396, %rs34;
+	setp.nan.f32 	%p68, %f207, %f207;
+	and.b32  	%r397, %r396, 65280;
+	or.b32  	%r398, %r397, 127;
+	selp.b32 	%r399, %r398, %r396, %p68;
+	setp.nan.f32 	%p69, %f208, %f208;
+	and.b32  	%r400, %r399, 255;
+	or.b32  	%r401, %r400, 32512;
+	selp.b32 	%r402, %r401, %r399, %p69;
+	shl.b32 	%r403, %r402, 16;
+	or.b32  	%r404, %r403, %r395;
+	st.global.u32 	[%rd246+3072], %r404;
+	add.s64 	%rd322, %rd322, 1024;
+	setp.lt.u64 	%p70, %rd322, %rd309;
+	@%p70 bra 	$L__BB4_56;
+	bra.uni 	$L__BB4_63;
+$L__BB4_37:
+	setp.eq.s16 	%p25, %rs57, 0;
+	rcp.rn.f32 	%f2, %f1;
+	shl.b64 	%rd52, %rd49, 2;
+	@%p25 bra 	$L__BB4_43;
+	shr.u64 	%rd53, %rd15, 2;
+	setp.le.u64 	%p26, %rd53, %rd9;
+	@%p26 bra 	$L__BB4_63;
+	not.b64 	%rd180, %rd9;
+	add.s64 	%rd181, %rd53, %rd180;
+	shr.u64 	%rd182, %rd181, 8;
+	add.s64 	%rd183, %rd182, 1;
+	and.b64  	%rd184, %rd183, 1;
+	setp.eq.b64 	%p27, %rd184, 1;
+	mov.pred 	%p28, 0;
+	xor.pred  	%p29, %p27, %p28;
+	not.pred 	%p30, %p29;
+	mov.u64 	%rd320, %rd9;
+	@%p30 bra 	$L__BB4_41;
+	shl.b64 	%rd186, %rd9, 4;
+	add.s64 	%rd187, %rd186, %rd52;
+	add.s64 	%rd185, %rd10, %rd187;
 	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs25, %f126, %f127;
+	ld.global.cs.v4.u32 {%r205,%r206,%r207,%r208}, [%rd185];
 	// end inline asm
-	selp.b16 	%rs26, 127, %rs25, %p57;
-	add.s64 	%rd147, %rd41, %rd201;
-	st.global.u8 	[%rd147], %rs26;
-	add.s64 	%rd201, %rd201, 256;
-	setp.lt.u64 	%p58, %rd201, %rd14;
-	@%p58 bra 	$L__BB2_38;
-$L__BB2_42:
-	add.s64 	%rd194, %rd194, %rd96;
-	setp.lt.s64 	%p59, %rd194, %rd5;
-	add.s64 	%rd193, %rd193, 1;
-	@%p59 bra 	$L__BB2_6;
-$L__BB2_80:
+	mov.b32 	%f12, %r205;
+	mov.b32 	%f13, %r206;
+	mul.rn.f32 	%f14, %f12, %f2;
+	neg.f32 	%f15, %f14;
+	fma.rn.f32 	%f16, %f15, %f1, %f12;
+	fma.rn.f32 	%f17, %f16, %f2, %f14;
+	mov.b32 	%r209, %f17;
+	and.b32  	%r210, %r205, -2147483648;
+	or.b32  	%r211, %r210, %r209;
+	mov.b32 	%f9, %r211;
+	mul.rn.f32 	%f18, %f13, %f2;
+	neg.f32 	%f19, %f18;
+	fma.rn.f32 	%f20, %f19, %f1, %f13;
+	fma.rn.f32 	%f21, %f20, %f2, %f18;
+	mov.b32 	%r212, %f21;
+	and.b32  	%r213, %r206, -2147483648;
+	or.b32  	%r214, %r213, %r212;
+	mov.b32 	%f8, %r214;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs14, %f8, %f9;
+	// end inline asm
+	mov.b32 	%f22, %r207;
+	mov.b32 	%f23, %r208;
+	mul.rn.f32 	%f24, %f22, %f2;
+	neg.f32 	%f25, %f24;
+	fma.rn.f32 	%f26, %f25, %f1, %f22;
+	fma.rn.f32 	%f27, %f26, %f2, %f24;
+	mov.b32 	%r215, %f27;
+	and.b32  	%r216, %r207, -2147483648;
+	or.b32  	%r217, %r216, %r215;
+	mov.b32 	%f11, %r217;
+	mul.rn.f32 	%f28, %f23, %f2;
+	neg.f32 	%f29, %f28;
+	fma.rn.f32 	%f30, %f29, %f1, %f23;
+	fma.rn.f32 	%f31, %f30, %f2, %f28;
+	mov.b32 	%r218, %f31;
+	and.b32  	%r219, %r208, -2147483648;
+	or.b32  	%r220, %r219, %r218;
+	mov.b32 	%f10, %r220;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs15, %f10, %f11;
+	// end inline asm
+	mov.b32 	%r221, {%rs14, %rs15};
+	st.global.u32 	[%rd51], %r221;
+	add.s64 	%rd320, %rd9, 256;
+$L__BB4_41:
+	setp.eq.s64 	%p31, %rd182, 0;
+	@%p31 bra 	$L__BB4_63;
+$L__BB4_42:
+	shl.b64 	%rd194, %rd320, 4;
+	add.s64 	%rd195, %rd194, %rd52;
+	add.s64 	%rd192, %rd10, %rd195;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r222,%r223,%r224,%r225}, [%rd192];
+	// end inline asm
+	shl.b64 	%rd196, %rd320, 2;
+	add.s64 	%rd197, %rd196, %rd50;
+	add.s64 	%rd198, %rd5, %rd197;
+	mov.b32 	%f40, %r222;
+	mov.b32 	%f41, %r223;
+	mul.rn.f32 	%f42, %f40, %f2;
+	neg.f32 	%f43, %f42;
+	fma.rn.f32 	%f44, %f43, %f1, %f40;
+	fma.rn.f32 	%f45, %f44, %f2, %f42;
+	mov.b32 	%r230, %f45;
+	and.b32  	%r231, %r222, -2147483648;
+	or.b32  	%r232, %r231, %r230;
+	mov.b32 	%f33, %r232;
+	mul.rn.f32 	%f46, %f41, %f2;
+	neg.f32 	%f47, %f46;
+	fma.rn.f32 	%f48, %f47, %f1, %f41;
+	fma.rn.f32 	%f49, %f48, %f2, %f46;
+	mov.b32 	%r233, %f49;
+	and.b32  	%r234, %r223, -2147483648;
+	or.b32  	%r235, %r234, %r233;
+	mov.b32 	%f32, %r235;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs16, %f32, %f33;
+	// end inline asm
+	mov.b32 	%f50, %r224;
+	mov.b32 	%f51, %r225;
+	mul.rn.f32 	%f52, %f50, %f2;
+	neg.f32 	%f53, %f52;
+	fma.rn.f32 	%f54, %f53, %f1, %f50;
+	fma.rn.f32 	%f55, %f54, %f2, %f52;
+	mov.b32 	%r236, %f55;
+	and.b32  	%r237, %r224, -2147483648;
+	or.b32  	%r238, %r237, %r236;
+	mov.b32 	%f35, %r238;
+	mul.rn.f32 	%f56, %f51, %f2;
+	neg.f32 	%f57, %f56;
+	fma.rn.f32 	%f58, %f57, %f1, %f51;
+	fma.rn.f32 	%f59, %f58, %f2, %f56;
+	mov.b32 	%r239, %f59;
+	and.b32  	%r240, %r225, -2147483648;
+	or.b32  	%r241, %r240, %r239;
+	mov.b32 	%f34, %r241;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs17, %f34, %f35;
+	// end inline asm
+	mov.b32 	%r242, {%rs16, %rs17};
+	st.global.u32 	[%rd198], %r242;
+	add.s64 	%rd193, %rd192, 4096;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r226,%r227,%r228,%r229}, [%rd193];
+	// end inline asm
+	mov.b32 	%f60, %r226;
+	mov.b32 	%f61, %r227;
+	mul.rn.f32 	%f62, %f60, %f2;
+	neg.f32 	%f63, %f62;
+	fma.rn.f32 	%f64, %f63, %f1, %f60;
+	fma.rn.f32 	%f65, %f64, %f2, %f62;
+	mov.b32 	%r243, %f65;
+	and.b32  	%r244, %r226, -2147483648;
+	or.b32  	%r245, %r244, %r243;
+	mov.b32 	%f37, %r245;
+	mul.rn.f32 	%f66, %f61, %f2;
+	neg.f32 	%f67, %f66;
+	fma.rn.f32 	%f68, %f67, %f1, %f61;
+	fma.rn.f32 	%f69, %f68, %f2, %f66;
+	mov.b32 	%r246, %f69;
+	and.b32  	%r247, %r227, -2147483648;
+	or.b32  	%r248, %r247, %r246;
+	mov.b32 	%f36, %r248;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs18, %f36, %f37;
+	// end inline asm
+	mov.b32 	%f70, %r228;
+	mov.b32 	%f71, %r229;
+	mul.rn.f32 	%f72, %f70, %f2;
+	neg.f32 	%f73, %f72;
+	fma.rn.f32 	%f74, %f73, %f1, %f70;
+	fma.rn.f32 	%f75, %f74, %f2, %f72;
+	mov.b32 	%r249, %f75;
+	and.b32  	%r250, %r228, -2147483648;
+	or.b32  	%r251, %r250, %r249;
+	mov.b32 	%f39, %r251;
+	mul.rn.f32 	%f76, %f71, %f2;
+	neg.f32 	%f77, %f76;
+	fma.rn.f32 	%f78, %f77, %f1, %f71;
+	fma.rn.f32 	%f79, %f78, %f2, %f76;
+	mov.b32 	%r252, %f79;
+	and.b32  	%r253, %r229, -2147483648;
+	or.b32  	%r254, %r253, %r252;
+	mov.b32 	%f38, %r254;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs19, %f38, %f39;
+	// end inline asm
+	mov.b32 	%r255, {%rs18, %rs19};
+	st.global.u32 	[%rd198+1024], %r255;
+	add.s64 	%rd320, %rd320, 512;
+	setp.lt.u64 	%p32, %rd320, %rd53;
+	@%p32 bra 	$L__BB4_42;
+	bra.uni 	$L__BB4_63;
+$L__BB4_57:
+	setp.le.u64 	%p71, %rd15, %rd9;
+	@%p71 bra 	$L__BB4_63;
+	cvta.to.global.u64 	%rd69, %rd10;
+	mov.u64 	%rd324, %rd9;
+$L__BB4_59:
+	shl.b64 	%rd247, %rd324, 2;
+	add.s64 	%rd248, %rd247, %rd61;
+	add.s64 	%rd71, %rd69, %rd248;
+	add.s64 	%rd249, %rd10, %rd248;
+	and.b64  	%rd250, %rd249, 3;
+	setp.eq.s64 	%p72, %rd250, 0;
+	@%p72 bra 	$L__BB4_61;
+	ld.global.u8 	%r405, [%rd71];
+	ld.global.u8 	%r406, [%rd71+1];
+	prmt.b32 	%r407, %r406, %r405, 30212;
+	ld.global.u8 	%r408, [%rd71+2];
+	prmt.b32 	%r409, %r408, %r407, 28756;
+	ld.global.u8 	%r410, [%rd71+3];
+	prmt.b32 	%r764, %r410, %r409, 1620;
+	bra.uni 	$L__BB4_62;
+$L__BB4_61:
+	ld.global.u32 	%r764, [%rd71];
+$L__BB4_62:
+	mov.b32 	%f213, %r764;
+	div.rn.f32 	%f214, %f213, %f1;
+	mov.f32 	%f215, 0fC3E00000;
+	max.f32 	%f216, %f214, %f215;
+	mov.f32 	%f217, 0f43E00000;
+	min.f32 	%f212, %f216, %f217;
+	mov.f32 	%f218, 0f00000000;
+	div.rn.f32 	%f219, %f218, %f1;
+	max.f32 	%f220, %f219, %f215;
+	min.f32 	%f211, %f220, %f217;
+	setp.nan.f32 	%p73, %f214, %f214;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs35, %f211, %f212;
+	// end inline asm
+	selp.b16 	%rs36, 127, %rs35, %p73;
+	add.s64 	%rd251, %rd324, %rd50;
+	add.s64 	%rd252, %rd5, %rd251;
+	st.global.u8 	[%rd252], %rs36;
+	add.s64 	%rd324, %rd324, 256;
+	setp.lt.u64 	%p74, %rd324, %rd15;
+	@%p74 bra 	$L__BB4_59;
+	bra.uni 	$L__BB4_63;
+$L__BB4_43:
+	setp.le.u64 	%p33, %rd15, %rd9;
+	@%p33 bra 	$L__BB4_63;
+	mov.u64 	%rd321, %rd9;
+$L__BB4_45:
+	shl.b64 	%rd199, %rd321, 2;
+	add.s64 	%rd200, %rd199, %rd52;
+	cvta.to.global.u64 	%rd201, %rd10;
+	add.s64 	%rd59, %rd201, %rd200;
+	add.s64 	%rd202, %rd10, %rd200;
+	and.b64  	%rd203, %rd202, 3;
+	setp.eq.s64 	%p34, %rd203, 0;
+	@%p34 bra 	$L__BB4_47;
+	ld.global.u8 	%r256, [%rd59];
+	ld.global.u8 	%r257, [%rd59+1];
+	prmt.b32 	%r258, %r257, %r256, 30212;
+	ld.global.u8 	%r259, [%rd59+2];
+	prmt.b32 	%r260, %r259, %r258, 28756;
+	ld.global.u8 	%r261, [%rd59+3];
+	prmt.b32 	%r763, %r261, %r260, 1620;
+	bra.uni 	$L__BB4_48;
+$L__BB4_47:
+	ld.global.u32 	%r763, [%rd59];
+$L__BB4_48:
+	mov.b32 	%f82, %r763;
+	mul.rn.f32 	%f83, %f82, %f2;
+	neg.f32 	%f84, %f83;
+	fma.rn.f32 	%f85, %f84, %f1, %f82;
+	fma.rn.f32 	%f86, %f85, %f2, %f83;
+	mov.b32 	%r262, %f86;
+	and.b32  	%r263, %r763, -2147483648;
+	or.b32  	%r264, %r263, %r262;
+	mov.b32 	%f81, %r264;
+	mov.f32 	%f87, 0f00000000;
+	mul.rn.f32 	%f88, %f87, %f2;
+	neg.f32 	%f89, %f88;
+	fma.rn.f32 	%f90, %f89, %f1, %f87;
+	fma.rn.f32 	%f80, %f90, %f2, %f88;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs20, %f80, %f81;
+	// end inline asm
+	add.s64 	%rd204, %rd321, %rd50;
+	add.s64 	%rd205, %rd5, %rd204;
+	st.global.u8 	[%rd205], %rs20;
+	add.s64 	%rd321, %rd321, 256;
+	setp.lt.u64 	%p35, %rd321, %rd15;
+	@%p35 bra 	$L__BB4_45;
+$L__BB4_63:
+	mov.u32 	%r411, %nctaid.x;
+	cvt.u64.u32 	%rd253, %r411;
+	add.s64 	%rd310, %rd310, %rd253;
+	setp.lt.s64 	%p75, %rd310, %rd7;
+	@%p75 bra 	$L__BB4_7;
+$L__BB4_121:
 	ret;
 }
 	// .globl	ws_fp8_tensor_amax
 .visible .entry ws_fp8_tensor_amax(
-	.param .align 8 .b8 ws_fp8_tensor_amax_param_0[48]
+	.param .align 8 .b8 ws_fp8_tensor_amax_param_0[96]
 )
 .maxntid 256, 1, 1
 {
@@ -5878,12 +15446,12 @@ $L__BB2_80:
 	add.s64 	%rd1, %rd23, 40;
 	ld.param.u32 	%r23, [ws_fp8_tensor_amax_param_0+40];
 	setp.eq.s32 	%p1, %r23, 1;
-	ld.param.u64 	%rd25, [ws_fp8_tensor_amax_param_0+32];
-	ld.param.u64 	%rd26, [ws_fp8_tensor_amax_param_0+24];
+	ld.param.u64 	%rd25, [ws_fp8_tensor_amax_param_0+56];
+	ld.param.u64 	%rd26, [ws_fp8_tensor_amax_param_0+48];
 	mul.lo.s64 	%rd2, %rd25, %rd26;
-	@%p1 bra 	$L__BB3_15;
-	bra.uni 	$L__BB3_1;
-$L__BB3_15:
+	@%p1 bra 	$L__BB5_15;
+	bra.uni 	$L__BB5_1;
+$L__BB5_15:
 	and.b64  	%rd39, %rd2, 7;
 	ld.param.u64 	%rd15, [%rd1+-40];
 	and.b64  	%rd40, %rd15, 15;
@@ -5897,12 +15465,12 @@ $L__BB3_15:
 	mov.u32 	%r74, %nctaid.x;
 	mul.wide.u32 	%rd14, %r74, 256;
 	cvta.to.global.u64 	%rd16, %rd15;
-	@%p10 bra 	$L__BB3_22;
+	@%p10 bra 	$L__BB5_22;
 	setp.ge.u64 	%p11, %rd53, %rd2;
 	mov.u32 	%r140, 0;
-	@%p11 bra 	$L__BB3_25;
+	@%p11 bra 	$L__BB5_25;
 	mov.u32 	%r140, 0;
-$L__BB3_18:
+$L__BB5_18:
 	shl.b64 	%rd44, %rd53, 1;
 	add.s64 	%rd18, %rd16, %rd44;
 	add.s64 	%rd45, %rd15, %rd44;
@@ -5911,24 +15479,24 @@ $L__BB3_18:
 	mov.pred 	%p13, 0;
 	xor.pred  	%p14, %p12, %p13;
 	not.pred 	%p15, %p14;
-	@%p15 bra 	$L__BB3_20;
-	bra.uni 	$L__BB3_19;
-$L__BB3_20:
+	@%p15 bra 	$L__BB5_20;
+	bra.uni 	$L__BB5_19;
+$L__BB5_20:
 	ld.global.u16 	%r138, [%rd18];
-	bra.uni 	$L__BB3_21;
-$L__BB3_19:
+	bra.uni 	$L__BB5_21;
+$L__BB5_19:
 	ld.global.u8 	%r77, [%rd18];
 	ld.global.u8 	%r78, [%rd18+1];
 	prmt.b32 	%r138, %r78, %r77, 30212;
-$L__BB3_21:
+$L__BB5_21:
 	shl.b32 	%r79, %r138, 16;
 	and.b32  	%r80, %r79, 2147418112;
 	max.u32 	%r140, %r140, %r80;
 	add.s64 	%rd53, %rd53, %rd14;
 	setp.lt.u64 	%p16, %rd53, %rd2;
-	@%p16 bra 	$L__BB3_18;
-	bra.uni 	$L__BB3_25;
-$L__BB3_1:
+	@%p16 bra 	$L__BB5_18;
+	bra.uni 	$L__BB5_25;
+$L__BB5_1:
 	and.b64  	%rd27, %rd2, 3;
 	ld.param.u64 	%rd5, [%rd1+-40];
 	and.b64  	%rd28, %rd5, 15;
@@ -5942,18 +15510,18 @@ $L__BB3_1:
 	mov.u32 	%r25, %nctaid.x;
 	mul.wide.u32 	%rd4, %r25, 256;
 	cvta.to.global.u64 	%rd6, %rd5;
-	@%p2 bra 	$L__BB3_8;
+	@%p2 bra 	$L__BB5_8;
 	setp.ge.u64 	%p3, %rd51, %rd2;
 	mov.u32 	%r136, 0;
-	@%p3 bra 	$L__BB3_11;
+	@%p3 bra 	$L__BB5_11;
 	mov.u32 	%r136, 0;
-$L__BB3_4:
+$L__BB5_4:
 	shl.b64 	%rd32, %rd51, 2;
 	add.s64 	%rd8, %rd6, %rd32;
 	add.s64 	%rd33, %rd5, %rd32;
 	and.b64  	%rd34, %rd33, 3;
 	setp.eq.s64 	%p4, %rd34, 0;
-	@%p4 bra 	$L__BB3_6;
+	@%p4 bra 	$L__BB5_6;
 	ld.global.u8 	%r28, [%rd8];
 	ld.global.u8 	%r29, [%rd8+1];
 	prmt.b32 	%r30, %r29, %r28, 30212;
@@ -5961,23 +15529,23 @@ $L__BB3_4:
 	prmt.b32 	%r32, %r31, %r30, 28756;
 	ld.global.u8 	%r33, [%rd8+3];
 	prmt.b32 	%r134, %r33, %r32, 1620;
-	bra.uni 	$L__BB3_7;
-$L__BB3_6:
+	bra.uni 	$L__BB5_7;
+$L__BB5_6:
 	ld.global.u32 	%r134, [%rd8];
-$L__BB3_7:
+$L__BB5_7:
 	and.b32  	%r34, %r134, 2147483647;
 	max.u32 	%r136, %r136, %r34;
 	add.s64 	%rd51, %rd51, %rd4;
 	setp.lt.u64 	%p5, %rd51, %rd2;
-	@%p5 bra 	$L__BB3_4;
-	bra.uni 	$L__BB3_11;
-$L__BB3_22:
+	@%p5 bra 	$L__BB5_4;
+	bra.uni 	$L__BB5_11;
+$L__BB5_22:
 	shr.u64 	%rd20, %rd2, 3;
 	setp.ge.u64 	%p17, %rd53, %rd20;
 	mov.u32 	%r140, 0;
-	@%p17 bra 	$L__BB3_25;
+	@%p17 bra 	$L__BB5_25;
 	mov.u32 	%r140, 0;
-$L__BB3_24:
+$L__BB5_24:
 	shl.b64 	%rd47, %rd53, 4;
 	add.s64 	%rd48, %rd16, %rd47;
 	ld.global.v4.u32 	{%r83, %r84, %r85, %r86}, [%rd48];
@@ -6005,19 +15573,19 @@ $L__BB3_24:
 	max.u32 	%r140, %r140, %r111;
 	add.s64 	%rd53, %rd53, %rd14;
 	setp.lt.u64 	%p18, %rd53, %rd20;
-	@%p18 bra 	$L__BB3_24;
-$L__BB3_25:
+	@%p18 bra 	$L__BB5_24;
+$L__BB5_25:
 	mov.u32 	%r112, -1;
 	redux.sync.max.u32 %r21, %r140, %r112;
 	and.b32  	%r113, %r12, 31;
 	setp.ne.s32 	%p19, %r113, 0;
-	@%p19 bra 	$L__BB3_27;
+	@%p19 bra 	$L__BB5_27;
 	shr.u32 	%r114, %r12, 3;
 	and.b32  	%r115, %r114, 536870908;
 	mov.u32 	%r116, _ZZ14ws_tensor_amaxILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red;
 	add.s32 	%r117, %r116, %r115;
 	st.shared.u32 	[%r117], %r21;
-$L__BB3_27:
+$L__BB5_27:
 	bar.sync 	0;
 	ld.shared.u32 	%r118, [_ZZ14ws_tensor_amaxILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red+4];
 	ld.shared.u32 	%r119, [_ZZ14ws_tensor_amaxILb1EEvRKN10weightsync7kernels9Fp8ParamsEE3red];
@@ -6036,18 +15604,18 @@ $L__BB3_27:
 	max.u32 	%r22, %r130, %r131;
 	bar.sync 	0;
 	setp.ne.s32 	%p20, %r12, 0;
-	@%p20 bra 	$L__BB3_29;
+	@%p20 bra 	$L__BB5_29;
 	ld.param.u64 	%rd49, [%rd1+-24];
 	cvta.to.global.u64 	%rd50, %rd49;
 	atom.global.max.u32 	%r132, [%rd50], %r22;
-	bra.uni 	$L__BB3_29;
-$L__BB3_8:
+	bra.uni 	$L__BB5_29;
+$L__BB5_8:
 	shr.u64 	%rd10, %rd2, 2;
 	setp.ge.u64 	%p6, %rd51, %rd10;
 	mov.u32 	%r136, 0;
-	@%p6 bra 	$L__BB3_11;
+	@%p6 bra 	$L__BB5_11;
 	mov.u32 	%r136, 0;
-$L__BB3_10:
+$L__BB5_10:
 	shl.b64 	%rd35, %rd51, 4;
 	add.s64 	%rd36, %rd6, %rd35;
 	ld.global.v4.u32 	{%r37, %r38, %r39, %r40}, [%rd36];
@@ -6061,19 +15629,19 @@ $L__BB3_10:
 	max.u32 	%r136, %r136, %r51;
 	add.s64 	%rd51, %rd51, %rd4;
 	setp.lt.u64 	%p7, %rd51, %rd10;
-	@%p7 bra 	$L__BB3_10;
-$L__BB3_11:
+	@%p7 bra 	$L__BB5_10;
+$L__BB5_11:
 	mov.u32 	%r52, -1;
 	redux.sync.max.u32 %r10, %r136, %r52;
 	and.b32  	%r53, %r1, 31;
 	setp.ne.s32 	%p8, %r53, 0;
-	@%p8 bra 	$L__BB3_13;
+	@%p8 bra 	$L__BB5_13;
 	shr.u32 	%r54, %r1, 3;
 	and.b32  	%r55, %r54, 536870908;
 	mov.u32 	%r56, _ZZ14ws_tensor_amaxILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red;
 	add.s32 	%r57, %r56, %r55;
 	st.shared.u32 	[%r57], %r10;
-$L__BB3_13:
+$L__BB5_13:
 	bar.sync 	0;
 	ld.shared.u32 	%r58, [_ZZ14ws_tensor_amaxILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red+4];
 	ld.shared.u32 	%r59, [_ZZ14ws_tensor_amaxILb0EEvRKN10weightsync7kernels9Fp8ParamsEE3red];
@@ -6092,16 +15660,16 @@ $L__BB3_13:
 	max.u32 	%r11, %r70, %r71;
 	bar.sync 	0;
 	setp.ne.s32 	%p9, %r1, 0;
-	@%p9 bra 	$L__BB3_29;
+	@%p9 bra 	$L__BB5_29;
 	ld.param.u64 	%rd37, [%rd1+-24];
 	cvta.to.global.u64 	%rd38, %rd37;
 	atom.global.max.u32 	%r72, [%rd38], %r11;
-$L__BB3_29:
+$L__BB5_29:
 	ret;
 }
 	// .globl	ws_fp8_tensor_finalize
 .visible .entry ws_fp8_tensor_finalize(
-	.param .align 8 .b8 ws_fp8_tensor_finalize_param_0[48]
+	.param .align 8 .b8 ws_fp8_tensor_finalize_param_0[96]
 )
 {
 	.reg .pred 	%p<4>;
@@ -6113,13 +15681,13 @@ $L__BB3_29:
 	mov.u32 	%r3, %ctaid.x;
 	or.b32  	%r4, %r2, %r3;
 	setp.ne.s32 	%p1, %r4, 0;
-	@%p1 bra 	$L__BB4_4;
+	@%p1 bra 	$L__BB6_4;
 	ld.param.u64 	%rd4, [%rd2+16];
 	cvta.to.global.u64 	%rd1, %rd4;
 	ld.global.u32 	%r1, [%rd1];
 	setp.gt.u32 	%p2, %r1, 2139095040;
 	mov.f32 	%f7, 0f7FC00000;
-	@%p2 bra 	$L__BB4_3;
+	@%p2 bra 	$L__BB6_3;
 	mov.b32 	%f4, %r1;
 	mov.f32 	%f5, 0f43E00000;
 	div.rn.f32 	%f6, %f4, %f5;
@@ -6127,350 +15695,1806 @@ $L__BB3_29:
 	setp.eq.s32 	%p3, %r5, 0;
 	selp.b32 	%r6, 1065353216, %r5, %p3;
 	mov.b32 	%f7, %r6;
-$L__BB4_3:
+$L__BB6_3:
 	st.global.f32 	[%rd1], %f7;
-$L__BB4_4:
+$L__BB6_4:
 	ret;
 }
 	// .globl	ws_fp8_tensor_convert
 .visible .entry ws_fp8_tensor_convert(
-	.param .align 8 .b8 ws_fp8_tensor_convert_param_0[48]
+	.param .align 8 .b8 ws_fp8_tensor_convert_param_0[96]
 )
 .maxntid 256, 1, 1
 {
-	.reg .pred 	%p<43>;
-	.reg .b16 	%rs<19>;
-	.reg .f32 	%f<69>;
-	.reg .b32 	%r<99>;
-	.reg .b64 	%rd<82>;
-	mov.b64 	%rd29, ws_fp8_tensor_convert_param_0;
-	add.s64 	%rd1, %rd29, 40;
-	ld.param.u32 	%r7, [ws_fp8_tensor_convert_param_0+40];
-	setp.eq.s32 	%p5, %r7, 1;
-	ld.param.u64 	%rd2, [ws_fp8_tensor_convert_param_0+32];
-	ld.param.u64 	%rd3, [ws_fp8_tensor_convert_param_0+24];
-	mul.lo.s64 	%rd4, %rd2, %rd3;
-	@%p5 bra 	$L__BB5_14;
-	bra.uni 	$L__BB5_1;
-$L__BB5_14:
-	and.b64  	%rd57, %rd4, 7;
-	setp.ne.s64 	%p21, %rd57, 0;
-	mov.pred 	%p42, -1;
-	@%p21 bra 	$L__BB5_17;
-	ld.param.u8 	%rs9, [%rd1+-40];
-	and.b16  	%rs10, %rs9, 15;
-	setp.ne.s16 	%p23, %rs10, 0;
-	@%p23 bra 	$L__BB5_17;
-	ld.param.u8 	%rs11, [%rd1+-32];
-	and.b16  	%rs12, %rs11, 7;
-	setp.ne.s16 	%p42, %rs12, 0;
-$L__BB5_17:
-	ld.param.u64 	%rd58, [%rd1+-24];
-	cvta.to.global.u64 	%rd59, %rd58;
-	ld.global.f32 	%f2, [%rd59];
-	mov.u32 	%r43, %ctaid.x;
-	mul.wide.u32 	%rd60, %r43, 256;
-	mov.u32 	%r44, %tid.x;
-	cvt.u64.u32 	%rd61, %r44;
-	add.s64 	%rd81, %rd60, %rd61;
-	mov.u32 	%r45, %nctaid.x;
-	mul.wide.u32 	%rd18, %r45, 256;
-	ld.param.u64 	%rd19, [%rd1+-40];
-	ld.param.u64 	%rd20, [%rd1+-32];
-	@%p42 bra 	$L__BB5_21;
-	bra.uni 	$L__BB5_18;
-$L__BB5_21:
-	setp.ge.u64 	%p34, %rd81, %rd4;
-	@%p34 bra 	$L__BB5_27;
-	cvta.to.global.u64 	%rd71, %rd19;
-$L__BB5_23:
-	shl.b64 	%rd72, %rd81, 1;
-	add.s64 	%rd27, %rd71, %rd72;
-	add.s64 	%rd73, %rd19, %rd72;
-	and.b64  	%rd74, %rd73, 1;
-	setp.eq.b64 	%p35, %rd74, 1;
-	mov.pred 	%p36, 0;
-	xor.pred  	%p37, %p35, %p36;
-	not.pred 	%p38, %p37;
-	@%p38 bra 	$L__BB5_25;
-	bra.uni 	$L__BB5_24;
-$L__BB5_25:
-	ld.global.u16 	%r98, [%rd27];
-	bra.uni 	$L__BB5_26;
-$L__BB5_24:
-	ld.global.u8 	%r94, [%rd27];
-	ld.global.u8 	%r95, [%rd27+1];
-	prmt.b32 	%r98, %r95, %r94, 30212;
-$L__BB5_26:
-	shl.b32 	%r96, %r98, 16;
-	mov.b32 	%f64, %r96;
-	div.rn.f32 	%f65, %f64, %f2;
-	mov.f32 	%f66, 0fC3E00000;
-	max.f32 	%f67, %f65, %f66;
-	mov.f32 	%f68, 0f43E00000;
-	min.f32 	%f63, %f67, %f68;
-	mov.f32 	%f62, 0f00000000;
-	setp.nan.f32 	%p39, %f65, %f65;
+	.reg .pred 	%p<152>;
+	.reg .b16 	%rs<95>;
+	.reg .f32 	%f<488>;
+	.reg .b32 	%r<512>;
+	.reg .b64 	%rd<324>;
+	mov.b64 	%rd148, ws_fp8_tensor_convert_param_0;
+	add.s64 	%rd1, %rd148, 40;
+	ld.param.u32 	%r26, [ws_fp8_tensor_convert_param_0+40];
+	setp.eq.s32 	%p1, %r26, 1;
+	ld.param.u64 	%rd150, [ws_fp8_tensor_convert_param_0+16];
+	cvta.to.global.u64 	%rd151, %rd150;
+	ld.global.f32 	%f1, [%rd151];
+	ld.param.u64 	%rd152, [ws_fp8_tensor_convert_param_0+8];
+	cvta.to.global.u64 	%rd2, %rd152;
+	ld.param.u64 	%rd153, [ws_fp8_tensor_convert_param_0+72];
+	ld.param.u64 	%rd154, [ws_fp8_tensor_convert_param_0+64];
+	or.b64  	%rd155, %rd153, %rd154;
+	ld.param.u64 	%rd156, [ws_fp8_tensor_convert_param_0+80];
+	or.b64  	%rd3, %rd155, %rd156;
+	@%p1 bra 	$L__BB7_67;
+	bra.uni 	$L__BB7_1;
+$L__BB7_67:
+	setp.ne.s64 	%p82, %rd3, 0;
+	@%p82 bra 	$L__BB7_69;
+	ld.param.u64 	%rd235, [%rd1+-8];
+	ld.param.u64 	%rd79, [%rd1+16];
+	setp.eq.s64 	%p83, %rd79, %rd235;
+	@%p83 bra 	$L__BB7_105;
+	bra.uni 	$L__BB7_69;
+$L__BB7_105:
+	ld.param.u64 	%rd273, [%rd1+-16];
+	mul.lo.s64 	%rd129, %rd79, %rd273;
+	and.b64  	%rd274, %rd129, 7;
+	setp.ne.s64 	%p121, %rd274, 0;
+	mov.u16 	%rs94, 0;
+	@%p121 bra 	$L__BB7_108;
+	ld.param.u8 	%rs76, [%rd1+-40];
+	and.b16  	%rs77, %rs76, 15;
+	setp.ne.s16 	%p122, %rs77, 0;
+	@%p122 bra 	$L__BB7_108;
+	ld.param.u8 	%rs78, [%rd1+-32];
+	and.b16  	%rs79, %rs78, 7;
+	setp.eq.s16 	%p123, %rs79, 0;
+	selp.u16 	%rs94, 1, 0, %p123;
+$L__BB7_108:
+	mov.u32 	%r408, %ctaid.x;
+	mul.wide.u32 	%rd275, %r408, 256;
+	mov.u32 	%r409, %tid.x;
+	cvt.u64.u32 	%rd276, %r409;
+	add.s64 	%rd130, %rd275, %rd276;
+	mov.u32 	%r410, %nctaid.x;
+	mul.wide.u32 	%rd131, %r410, 256;
+	mov.b32 	%r411, %f1;
+	add.s32 	%r412, %r411, -226492416;
+	setp.gt.u32 	%p124, %r412, 1677721600;
+	@%p124 bra 	$L__BB7_118;
+	bra.uni 	$L__BB7_109;
+$L__BB7_118:
+	ld.param.u64 	%rd140, [%rd1+-40];
+	setp.eq.s16 	%p134, %rs94, 0;
+	@%p134 bra 	$L__BB7_121;
+	shr.u64 	%rd141, %rd129, 3;
+	setp.ge.u64 	%p135, %rd130, %rd141;
+	@%p135 bra 	$L__BB7_127;
+$L__BB7_120:
+	shl.b64 	%rd286, %rd130, 4;
+	add.s64 	%rd285, %rd140, %rd286;
 	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs17, %f62, %f63;
+	ld.global.cs.v4.u32 {%r457,%r458,%r459,%r460}, [%rd285];
 	// end inline asm
-	selp.b16 	%rs18, 127, %rs17, %p39;
-	cvta.to.global.u64 	%rd75, %rd20;
-	add.s64 	%rd76, %rd75, %rd81;
-	st.global.u8 	[%rd76], %rs18;
-	add.s64 	%rd81, %rd81, %rd18;
-	setp.lt.u64 	%p40, %rd81, %rd4;
-	@%p40 bra 	$L__BB5_23;
-	bra.uni 	$L__BB5_27;
-$L__BB5_1:
-	and.b64  	%rd31, %rd4, 3;
-	setp.ne.s64 	%p7, %rd31, 0;
-	mov.pred 	%p41, -1;
-	@%p7 bra 	$L__BB5_4;
-	ld.param.u8 	%rs1, [%rd1+-40];
-	and.b16  	%rs2, %rs1, 15;
-	setp.ne.s16 	%p9, %rs2, 0;
-	@%p9 bra 	$L__BB5_4;
-	ld.param.u8 	%rs3, [%rd1+-32];
-	and.b16  	%rs4, %rs3, 3;
-	setp.ne.s16 	%p41, %rs4, 0;
-$L__BB5_4:
-	ld.param.u64 	%rd32, [%rd1+-24];
-	cvta.to.global.u64 	%rd33, %rd32;
-	ld.global.f32 	%f1, [%rd33];
-	mov.u32 	%r8, %nctaid.x;
-	mul.wide.u32 	%rd5, %r8, 256;
-	ld.param.u64 	%rd6, [%rd1+-40];
-	ld.param.u64 	%rd7, [%rd1+-32];
-	@%p41 bra 	$L__BB5_8;
-	bra.uni 	$L__BB5_5;
-$L__BB5_8:
-	mov.u32 	%r33, %ctaid.x;
-	mul.wide.u32 	%rd45, %r33, 256;
-	mov.u32 	%r34, %tid.x;
-	cvt.u64.u32 	%rd46, %r34;
-	add.s64 	%rd79, %rd45, %rd46;
-	setp.ge.u64 	%p16, %rd79, %rd4;
-	@%p16 bra 	$L__BB5_27;
-	cvta.to.global.u64 	%rd50, %rd6;
-$L__BB5_10:
-	shl.b64 	%rd51, %rd79, 2;
-	add.s64 	%rd15, %rd50, %rd51;
-	add.s64 	%rd52, %rd6, %rd51;
-	and.b64  	%rd53, %rd52, 3;
-	setp.eq.s64 	%p17, %rd53, 0;
-	@%p17 bra 	$L__BB5_12;
-	ld.global.u8 	%r37, [%rd15];
-	ld.global.u8 	%r38, [%rd15+1];
-	prmt.b32 	%r39, %r38, %r37, 30212;
-	ld.global.u8 	%r40, [%rd15+2];
-	prmt.b32 	%r41, %r40, %r39, 28756;
-	ld.global.u8 	%r42, [%rd15+3];
-	prmt.b32 	%r97, %r42, %r41, 1620;
-	bra.uni 	$L__BB5_13;
-$L__BB5_12:
-	ld.global.u32 	%r97, [%rd15];
-$L__BB5_13:
-	mov.b32 	%f23, %r97;
-	div.rn.f32 	%f24, %f23, %f1;
-	mov.f32 	%f25, 0fC3E00000;
-	max.f32 	%f26, %f24, %f25;
-	mov.f32 	%f27, 0f43E00000;
-	min.f32 	%f22, %f26, %f27;
-	mov.f32 	%f21, 0f00000000;
-	setp.nan.f32 	%p18, %f24, %f24;
+	shl.b64 	%rd287, %rd130, 3;
+	add.s64 	%rd288, %rd2, %rd287;
+	shl.b32 	%r461, %r457, 16;
+	mov.b32 	%f452, %r461;
+	and.b32  	%r462, %r457, -65536;
+	mov.b32 	%f453, %r462;
+	div.rn.f32 	%f454, %f452, %f1;
+	div.rn.f32 	%f455, %f453, %f1;
+	mov.f32 	%f456, 0fC3E00000;
+	max.f32 	%f457, %f454, %f456;
+	mov.f32 	%f458, 0f43E00000;
+	min.f32 	%f445, %f457, %f458;
+	max.f32 	%f459, %f455, %f456;
+	min.f32 	%f444, %f459, %f458;
 	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs7, %f21, %f22;
+	cvt.rn.satfinite.e4m3x2.f32 %rs85, %f444, %f445;
 	// end inline asm
-	selp.b16 	%rs8, 127, %rs7, %p18;
-	cvta.to.global.u64 	%rd54, %rd7;
-	add.s64 	%rd55, %rd54, %rd79;
-	st.global.u8 	[%rd55], %rs8;
-	add.s64 	%rd79, %rd79, %rd5;
-	setp.lt.u64 	%p19, %rd79, %rd4;
-	@%p19 bra 	$L__BB5_10;
-	bra.uni 	$L__BB5_27;
-$L__BB5_18:
-	shr.u64 	%rd21, %rd4, 3;
-	add.s64 	%rd80, %rd60, %rd61;
-	setp.ge.u64 	%p24, %rd80, %rd21;
-	@%p24 bra 	$L__BB5_27;
-	cvta.to.global.u64 	%rd23, %rd20;
-$L__BB5_20:
-	shl.b64 	%rd68, %rd80, 4;
-	add.s64 	%rd67, %rd19, %rd68;
+	cvt.u32.u16 	%r463, %rs85;
+	setp.nan.f32 	%p136, %f454, %f454;
+	and.b32  	%r464, %r463, 65280;
+	or.b32  	%r465, %r464, 127;
+	selp.b32 	%r466, %r465, %r463, %p136;
+	setp.nan.f32 	%p137, %f455, %f455;
+	and.b32  	%r467, %r466, 255;
+	or.b32  	%r468, %r467, 32512;
+	selp.b32 	%r469, %r468, %r466, %p137;
+	shl.b32 	%r470, %r458, 16;
+	mov.b32 	%f460, %r470;
+	and.b32  	%r471, %r458, -65536;
+	mov.b32 	%f461, %r471;
+	div.rn.f32 	%f462, %f460, %f1;
+	div.rn.f32 	%f463, %f461, %f1;
+	max.f32 	%f464, %f462, %f456;
+	min.f32 	%f447, %f464, %f458;
+	max.f32 	%f465, %f463, %f456;
+	min.f32 	%f446, %f465, %f458;
 	// begin inline asm
-	ld.global.cs.v4.u32 {%r50,%r51,%r52,%r53}, [%rd67];
+	cvt.rn.satfinite.e4m3x2.f32 %rs86, %f446, %f447;
 	// end inline asm
-	shl.b64 	%rd69, %rd80, 3;
-	add.s64 	%rd70, %rd23, %rd69;
-	shl.b32 	%r54, %r50, 16;
-	mov.b32 	%f36, %r54;
-	div.rn.f32 	%f37, %f36, %f2;
-	and.b32  	%r55, %r50, -65536;
-	mov.b32 	%f38, %r55;
-	div.rn.f32 	%f39, %f38, %f2;
-	mov.f32 	%f40, 0fC3E00000;
-	max.f32 	%f41, %f37, %f40;
-	mov.f32 	%f42, 0f43E00000;
-	min.f32 	%f29, %f41, %f42;
-	max.f32 	%f43, %f39, %f40;
-	min.f32 	%f28, %f43, %f42;
+	cvt.u32.u16 	%r472, %rs86;
+	setp.nan.f32 	%p138, %f462, %f462;
+	and.b32  	%r473, %r472, 65280;
+	or.b32  	%r474, %r473, 127;
+	selp.b32 	%r475, %r474, %r472, %p138;
+	setp.nan.f32 	%p139, %f463, %f463;
+	and.b32  	%r476, %r475, 255;
+	or.b32  	%r477, %r476, 32512;
+	selp.b32 	%r478, %r477, %r475, %p139;
+	shl.b32 	%r479, %r478, 16;
+	shl.b32 	%r480, %r459, 16;
+	mov.b32 	%f466, %r480;
+	and.b32  	%r481, %r459, -65536;
+	mov.b32 	%f467, %r481;
+	div.rn.f32 	%f468, %f466, %f1;
+	div.rn.f32 	%f469, %f467, %f1;
+	max.f32 	%f470, %f468, %f456;
+	min.f32 	%f449, %f470, %f458;
+	max.f32 	%f471, %f469, %f456;
+	min.f32 	%f448, %f471, %f458;
 	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs13, %f28, %f29;
+	cvt.rn.satfinite.e4m3x2.f32 %rs87, %f448, %f449;
 	// end inline asm
-	cvt.u32.u16 	%r56, %rs13;
-	setp.nan.f32 	%p25, %f37, %f37;
-	and.b32  	%r57, %r56, 65280;
-	or.b32  	%r58, %r57, 127;
-	selp.b32 	%r59, %r58, %r56, %p25;
-	setp.nan.f32 	%p26, %f39, %f39;
-	and.b32  	%r60, %r59, 255;
-	or.b32  	%r61, %r60, 32512;
-	selp.b32 	%r62, %r61, %r59, %p26;
-	shl.b32 	%r63, %r51, 16;
-	mov.b32 	%f44, %r63;
-	div.rn.f32 	%f45, %f44, %f2;
-	and.b32  	%r64, %r51, -65536;
-	mov.b32 	%f46, %r64;
-	div.rn.f32 	%f47, %f46, %f2;
-	max.f32 	%f48, %f45, %f40;
-	min.f32 	%f31, %f48, %f42;
-	max.f32 	%f49, %f47, %f40;
-	min.f32 	%f30, %f49, %f42;
+	cvt.u32.u16 	%r482, %rs87;
+	setp.nan.f32 	%p140, %f468, %f468;
+	and.b32  	%r483, %r482, 65280;
+	or.b32  	%r484, %r483, 127;
+	selp.b32 	%r485, %r484, %r482, %p140;
+	setp.nan.f32 	%p141, %f469, %f469;
+	and.b32  	%r486, %r485, 255;
+	or.b32  	%r487, %r486, 32512;
+	selp.b32 	%r488, %r487, %r485, %p141;
+	shl.b32 	%r489, %r460, 16;
+	mov.b32 	%f472, %r489;
+	and.b32  	%r490, %r460, -65536;
+	mov.b32 	%f473, %r490;
+	div.rn.f32 	%f474, %f472, %f1;
+	div.rn.f32 	%f475, %f473, %f1;
+	max.f32 	%f476, %f474, %f456;
+	min.f32 	%f451, %f476, %f458;
+	max.f32 	%f477, %f475, %f456;
+	min.f32 	%f450, %f477, %f458;
 	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs14, %f30, %f31;
+	cvt.rn.satfinite.e4m3x2.f32 %rs88, %f450, %f451;
 	// end inline asm
-	cvt.u32.u16 	%r65, %rs14;
-	setp.nan.f32 	%p27, %f45, %f45;
-	and.b32  	%r66, %r65, 65280;
-	or.b32  	%r67, %r66, 127;
-	selp.b32 	%r68, %r67, %r65, %p27;
-	setp.nan.f32 	%p28, %f47, %f47;
-	and.b32  	%r69, %r68, 255;
-	or.b32  	%r70, %r69, 32512;
-	selp.b32 	%r71, %r70, %r68, %p28;
-	shl.b32 	%r72, %r71, 16;
-	shl.b32 	%r73, %r52, 16;
-	mov.b32 	%f50, %r73;
-	div.rn.f32 	%f51, %f50, %f2;
-	and.b32  	%r74, %r52, -65536;
-	mov.b32 	%f52, %r74;
-	div.rn.f32 	%f53, %f52, %f2;
-	max.f32 	%f54, %f51, %f40;
-	min.f32 	%f33, %f54, %f42;
-	max.f32 	%f55, %f53, %f40;
-	min.f32 	%f32, %f55, %f42;
+	cvt.u32.u16 	%r491, %rs88;
+	setp.nan.f32 	%p142, %f474, %f474;
+	and.b32  	%r492, %r491, 65280;
+	or.b32  	%r493, %r492, 127;
+	selp.b32 	%r494, %r493, %r491, %p142;
+	setp.nan.f32 	%p143, %f475, %f475;
+	and.b32  	%r495, %r494, 255;
+	or.b32  	%r496, %r495, 32512;
+	selp.b32 	%r497, %r496, %r494, %p143;
+	shl.b32 	%r498, %r497, 16;
+	or.b32  	%r499, %r498, %r488;
+	or.b32  	%r500, %r479, %r469;
+	st.global.v2.u32 	[%rd288], {%r500, %r499};
+	add.s64 	%rd130, %rd130, %rd131;
+	setp.lt.u64 	%p144, %rd130, %rd141;
+	@%p144 bra 	$L__BB7_120;
+	bra.uni 	$L__BB7_127;
+$L__BB7_1:
+	setp.ne.s64 	%p2, %rd3, 0;
+	@%p2 bra 	$L__BB7_3;
+	ld.param.u64 	%rd157, [%rd1+-8];
+	ld.param.u64 	%rd4, [%rd1+16];
+	setp.eq.s64 	%p3, %rd4, %rd157;
+	@%p3 bra 	$L__BB7_45;
+	bra.uni 	$L__BB7_3;
+$L__BB7_45:
+	ld.param.u64 	%rd215, [%rd1+-16];
+	mul.lo.s64 	%rd60, %rd4, %rd215;
+	and.b64  	%rd216, %rd60, 3;
+	setp.ne.s64 	%p61, %rd216, 0;
+	mov.u16 	%rs92, 0;
+	@%p61 bra 	$L__BB7_48;
+	ld.param.u8 	%rs43, [%rd1+-40];
+	and.b16  	%rs44, %rs43, 15;
+	setp.ne.s16 	%p62, %rs44, 0;
+	@%p62 bra 	$L__BB7_48;
+	ld.param.u8 	%rs45, [%rd1+-32];
+	and.b16  	%rs46, %rs45, 3;
+	setp.eq.s16 	%p63, %rs46, 0;
+	selp.u16 	%rs92, 1, 0, %p63;
+$L__BB7_48:
+	mov.u32 	%r248, %ctaid.x;
+	mul.wide.u32 	%rd217, %r248, 256;
+	mov.u32 	%r249, %tid.x;
+	cvt.u64.u32 	%rd218, %r249;
+	add.s64 	%rd61, %rd217, %rd218;
+	mov.u32 	%r250, %nctaid.x;
+	mul.wide.u32 	%rd62, %r250, 256;
+	mov.b32 	%r251, %f1;
+	add.s32 	%r252, %r251, -226492416;
+	setp.gt.u32 	%p64, %r252, 1677721600;
+	@%p64 bra 	$L__BB7_58;
+	bra.uni 	$L__BB7_49;
+$L__BB7_58:
+	ld.param.u64 	%rd71, [%rd1+-40];
+	setp.eq.s16 	%p71, %rs92, 0;
+	@%p71 bra 	$L__BB7_61;
+	shr.u64 	%rd72, %rd60, 2;
+	setp.ge.u64 	%p72, %rd61, %rd72;
+	@%p72 bra 	$L__BB7_127;
+$L__BB7_60:
+	shl.b64 	%rd228, %rd61, 4;
+	add.s64 	%rd227, %rd71, %rd228;
 	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs15, %f32, %f33;
+	ld.global.cs.v4.u32 {%r279,%r280,%r281,%r282}, [%rd227];
 	// end inline asm
-	cvt.u32.u16 	%r75, %rs15;
-	setp.nan.f32 	%p29, %f51, %f51;
-	and.b32  	%r76, %r75, 65280;
-	or.b32  	%r77, %r76, 127;
-	selp.b32 	%r78, %r77, %r75, %p29;
-	setp.nan.f32 	%p30, %f53, %f53;
-	and.b32  	%r79, %r78, 255;
-	or.b32  	%r80, %r79, 32512;
-	selp.b32 	%r81, %r80, %r78, %p30;
-	shl.b32 	%r82, %r53, 16;
-	mov.b32 	%f56, %r82;
-	div.rn.f32 	%f57, %f56, %f2;
-	and.b32  	%r83, %r53, -65536;
-	mov.b32 	%f58, %r83;
-	div.rn.f32 	%f59, %f58, %f2;
-	max.f32 	%f60, %f57, %f40;
-	min.f32 	%f35, %f60, %f42;
-	max.f32 	%f61, %f59, %f40;
-	min.f32 	%f34, %f61, %f42;
+	shl.b64 	%rd229, %rd61, 2;
+	add.s64 	%rd230, %rd2, %rd229;
+	mov.b32 	%f258, %r279;
+	mov.b32 	%f259, %r280;
+	div.rn.f32 	%f260, %f258, %f1;
+	div.rn.f32 	%f261, %f259, %f1;
+	mov.f32 	%f262, 0fC3E00000;
+	max.f32 	%f263, %f260, %f262;
+	mov.f32 	%f264, 0f43E00000;
+	min.f32 	%f255, %f263, %f264;
+	max.f32 	%f265, %f261, %f262;
+	min.f32 	%f254, %f265, %f264;
 	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs16, %f34, %f35;
+	cvt.rn.satfinite.e4m3x2.f32 %rs50, %f254, %f255;
 	// end inline asm
-	cvt.u32.u16 	%r84, %rs16;
-	setp.nan.f32 	%p31, %f57, %f57;
-	and.b32  	%r85, %r84, 65280;
-	or.b32  	%r86, %r85, 127;
-	selp.b32 	%r87, %r86, %r84, %p31;
-	setp.nan.f32 	%p32, %f59, %f59;
-	and.b32  	%r88, %r87, 255;
-	or.b32  	%r89, %r88, 32512;
-	selp.b32 	%r90, %r89, %r87, %p32;
-	shl.b32 	%r91, %r90, 16;
-	or.b32  	%r92, %r91, %r81;
-	or.b32  	%r93, %r72, %r62;
-	st.global.v2.u32 	[%rd70], {%r93, %r92};
-	add.s64 	%rd80, %rd80, %rd18;
-	setp.lt.u64 	%p33, %rd80, %rd21;
-	@%p33 bra 	$L__BB5_20;
-	bra.uni 	$L__BB5_27;
-$L__BB5_5:
-	shr.u64 	%rd8, %rd4, 2;
-	mov.u32 	%r9, %tid.x;
-	cvt.u64.u32 	%rd35, %r9;
-	mov.u32 	%r10, %ctaid.x;
-	mul.wide.u32 	%rd36, %r10, 256;
-	add.s64 	%rd78, %rd36, %rd35;
-	setp.ge.u64 	%p10, %rd78, %rd8;
-	@%p10 bra 	$L__BB5_27;
-	cvta.to.global.u64 	%rd10, %rd7;
-$L__BB5_7:
-	shl.b64 	%rd41, %rd78, 4;
-	add.s64 	%rd40, %rd6, %rd41;
+	cvt.u32.u16 	%r283, %rs50;
+	setp.nan.f32 	%p73, %f260, %f260;
+	and.b32  	%r284, %r283, 65280;
+	or.b32  	%r285, %r284, 127;
+	selp.b32 	%r286, %r285, %r283, %p73;
+	setp.nan.f32 	%p74, %f261, %f261;
+	and.b32  	%r287, %r286, 255;
+	or.b32  	%r288, %r287, 32512;
+	selp.b32 	%r289, %r288, %r286, %p74;
+	mov.b32 	%f266, %r281;
+	mov.b32 	%f267, %r282;
+	div.rn.f32 	%f268, %f266, %f1;
+	div.rn.f32 	%f269, %f267, %f1;
+	max.f32 	%f270, %f268, %f262;
+	min.f32 	%f257, %f270, %f264;
+	max.f32 	%f271, %f269, %f262;
+	min.f32 	%f256, %f271, %f264;
 	// begin inline asm
-	ld.global.cs.v4.u32 {%r13,%r14,%r15,%r16}, [%rd40];
+	cvt.rn.satfinite.e4m3x2.f32 %rs51, %f256, %f257;
 	// end inline asm
-	shl.b64 	%rd42, %rd78, 2;
-	add.s64 	%rd43, %rd10, %rd42;
-	mov.b32 	%f7, %r13;
-	div.rn.f32 	%f8, %f7, %f1;
-	mov.b32 	%f9, %r14;
-	div.rn.f32 	%f10, %f9, %f1;
-	mov.f32 	%f11, 0fC3E00000;
-	max.f32 	%f12, %f8, %f11;
-	mov.f32 	%f13, 0f43E00000;
-	min.f32 	%f4, %f12, %f13;
-	max.f32 	%f14, %f10, %f11;
-	min.f32 	%f3, %f14, %f13;
+	cvt.u32.u16 	%r290, %rs51;
+	setp.nan.f32 	%p75, %f268, %f268;
+	and.b32  	%r291, %r290, 65280;
+	or.b32  	%r292, %r291, 127;
+	selp.b32 	%r293, %r292, %r290, %p75;
+	setp.nan.f32 	%p76, %f269, %f269;
+	and.b32  	%r294, %r293, 255;
+	or.b32  	%r295, %r294, 32512;
+	selp.b32 	%r296, %r295, %r293, %p76;
+	shl.b32 	%r297, %r296, 16;
+	or.b32  	%r298, %r297, %r289;
+	st.global.u32 	[%rd230], %r298;
+	add.s64 	%rd61, %rd61, %rd62;
+	setp.lt.u64 	%p77, %rd61, %rd72;
+	@%p77 bra 	$L__BB7_60;
+	bra.uni 	$L__BB7_127;
+$L__BB7_69:
+	ld.param.u64 	%rd236, [%rd1+16];
+	and.b64  	%rd237, %rd236, 7;
+	ld.param.u64 	%rd238, [%rd1+-40];
+	and.b64  	%rd239, %rd238, 15;
+	or.b64  	%rd240, %rd239, %rd237;
+	setp.ne.s64 	%p84, %rd240, 0;
+	mov.u16 	%rs93, 0;
+	@%p84 bra 	$L__BB7_73;
+	ld.param.u8 	%rs56, [%rd1+32];
+	and.b16  	%rs57, %rs56, 7;
+	setp.ne.s16 	%p85, %rs57, 0;
+	@%p85 bra 	$L__BB7_73;
+	ld.param.u8 	%rs59, [%rd1+-8];
+	and.b16  	%rs60, %rs59, 7;
+	setp.ne.s16 	%p86, %rs60, 0;
+	@%p86 bra 	$L__BB7_73;
+	ld.param.u8 	%rs61, [%rd1+-32];
+	and.b16  	%rs62, %rs61, 7;
+	setp.eq.s16 	%p87, %rs62, 0;
+	selp.u16 	%rs93, 1, 0, %p87;
+$L__BB7_73:
+	mov.u32 	%r305, %ctaid.x;
+	cvt.u64.u32 	%rd309, %r305;
+	ld.param.u64 	%rd81, [%rd1+-16];
+	setp.le.s64 	%p88, %rd81, %rd309;
+	@%p88 bra 	$L__BB7_127;
+	ld.param.u64 	%rd82, [%rd1+24];
+	ld.param.u64 	%rd83, [%rd1+16];
+	ld.param.u64 	%rd84, [%rd1+32];
+	mov.u32 	%r306, %tid.x;
+	cvt.u64.u32 	%rd85, %r306;
+	mov.b32 	%r307, %f1;
+	add.s32 	%r13, %r307, -226492416;
+	ld.param.u64 	%rd86, [%rd1+40];
+	shr.u64 	%rd241, %rd86, 63;
+	add.s64 	%rd242, %rd86, %rd241;
+	shr.s64 	%rd87, %rd242, 1;
+	ld.param.u64 	%rd88, [%rd1+-40];
+	cvta.to.global.u64 	%rd89, %rd88;
+	mov.u32 	%r308, %nctaid.x;
+	cvt.u64.u32 	%rd90, %r308;
+	ld.param.u64 	%rd91, [%rd1+-8];
+	shr.u64 	%rd92, %rd91, 3;
+	mul.wide.u32 	%rd243, %r306, 16;
+	add.s64 	%rd93, %rd88, %rd243;
+	mul.wide.u32 	%rd244, %r306, 8;
+	add.s64 	%rd94, %rd2, %rd244;
+	cvt.u32.u64 	%r309, %rd86;
+	cvt.u32.u64 	%r312, %rd87;
+	rcp.rn.f32 	%f4, %f1;
+$L__BB7_75:
+	add.s64 	%rd313, %rd82, %rd309;
+	setp.eq.s64 	%p89, %rd86, 0;
+	@%p89 bra 	$L__BB7_83;
+	or.b64  	%rd245, %rd313, %rd86;
+	and.b64  	%rd246, %rd245, -4294967296;
+	setp.eq.s64 	%p90, %rd246, 0;
+	@%p90 bra 	$L__BB7_78;
+	rem.s64 	%rd310, %rd313, %rd86;
+	bra.uni 	$L__BB7_79;
+$L__BB7_78:
+	cvt.u32.u64 	%r310, %rd313;
+	rem.u32 	%r311, %r310, %r309;
+	cvt.u64.u32 	%rd310, %r311;
+$L__BB7_79:
+	or.b64  	%rd247, %rd310, %rd87;
+	and.b64  	%rd248, %rd247, -4294967296;
+	setp.eq.s64 	%p91, %rd248, 0;
+	@%p91 bra 	$L__BB7_81;
+	div.s64 	%rd311, %rd310, %rd87;
+	mul.lo.s64 	%rd249, %rd311, %rd87;
+	sub.s64 	%rd312, %rd310, %rd249;
+	bra.uni 	$L__BB7_82;
+$L__BB7_81:
+	cvt.u32.u64 	%r313, %rd310;
+	div.u32 	%r314, %r313, %r312;
+	mul.lo.s32 	%r315, %r314, %r312;
+	sub.s32 	%r316, %r313, %r315;
+	cvt.u64.u32 	%rd311, %r314;
+	cvt.u64.u32 	%rd312, %r316;
+$L__BB7_82:
+	shl.b64 	%rd250, %rd312, 1;
+	sub.s64 	%rd251, %rd313, %rd310;
+	add.s64 	%rd252, %rd251, %rd250;
+	add.s64 	%rd313, %rd252, %rd311;
+$L__BB7_83:
+	mul.lo.s64 	%rd253, %rd83, %rd313;
+	add.s64 	%rd108, %rd253, %rd84;
+	mul.lo.s64 	%rd109, %rd91, %rd309;
+	setp.gt.u32 	%p92, %r13, 1677721600;
+	@%p92 bra 	$L__BB7_94;
+	bra.uni 	$L__BB7_84;
+$L__BB7_94:
+	setp.eq.s16 	%p102, %rs93, 0;
+	shl.b64 	%rd122, %rd108, 1;
+	@%p102 bra 	$L__BB7_98;
+	setp.le.u64 	%p103, %rd92, %rd85;
+	@%p103 bra 	$L__BB7_104;
+	mov.u64 	%rd318, %rd85;
+$L__BB7_97:
+	shl.b64 	%rd262, %rd318, 4;
+	add.s64 	%rd263, %rd262, %rd122;
+	add.s64 	%rd261, %rd88, %rd263;
 	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs5, %f3, %f4;
+	ld.global.cs.v4.u32 {%r361,%r362,%r363,%r364}, [%rd261];
 	// end inline asm
-	cvt.u32.u16 	%r17, %rs5;
-	setp.nan.f32 	%p11, %f8, %f8;
-	and.b32  	%r18, %r17, 65280;
-	or.b32  	%r19, %r18, 127;
-	selp.b32 	%r20, %r19, %r17, %p11;
-	setp.nan.f32 	%p12, %f10, %f10;
-	and.b32  	%r21, %r20, 255;
-	or.b32  	%r22, %r21, 32512;
-	selp.b32 	%r23, %r22, %r20, %p12;
-	mov.b32 	%f15, %r15;
-	div.rn.f32 	%f16, %f15, %f1;
-	mov.b32 	%f17, %r16;
-	div.rn.f32 	%f18, %f17, %f1;
-	max.f32 	%f19, %f16, %f11;
-	min.f32 	%f6, %f19, %f13;
-	max.f32 	%f20, %f18, %f11;
-	min.f32 	%f5, %f20, %f13;
+	shl.b64 	%rd264, %rd318, 3;
+	add.s64 	%rd265, %rd264, %rd109;
+	add.s64 	%rd266, %rd2, %rd265;
+	shl.b32 	%r365, %r361, 16;
+	mov.b32 	%f349, %r365;
+	and.b32  	%r366, %r361, -65536;
+	mov.b32 	%f350, %r366;
+	div.rn.f32 	%f351, %f349, %f1;
+	div.rn.f32 	%f352, %f350, %f1;
+	mov.f32 	%f353, 0fC3E00000;
+	max.f32 	%f354, %f351, %f353;
+	mov.f32 	%f355, 0f43E00000;
+	min.f32 	%f342, %f354, %f355;
+	max.f32 	%f356, %f352, %f353;
+	min.f32 	%f341, %f356, %f355;
 	// begin inline asm
-	cvt.rn.satfinite.e4m3x2.f32 %rs6, %f5, %f6;
+	cvt.rn.satfinite.e4m3x2.f32 %rs68, %f341, %f342;
 	// end inline asm
-	cvt.u32.u16 	%r24, %rs6;
-	setp.nan.f32 	%p13, %f16, %f16;
-	and.b32  	%r25, %r24, 65280;
-	or.b32  	%r26, %r25, 127;
-	selp.b32 	%r27, %r26, %r24, %p13;
-	setp.nan.f32 	%p14, %f18, %f18;
-	and.b32  	%r28, %r27, 255;
-	or.b32  	%r29, %r28, 32512;
-	selp.b32 	%r30, %r29, %r27, %p14;
-	shl.b32 	%r31, %r30, 16;
-	or.b32  	%r32, %r31, %r23;
-	st.global.u32 	[%rd43], %r32;
-	add.s64 	%rd78, %rd78, %rd5;
-	setp.lt.u64 	%p15, %rd78, %rd8;
-	@%p15 bra 	$L__BB5_7;
-$L__BB5_27:
+	cvt.u32.u16 	%r367, %rs68;
+	setp.nan.f32 	%p104, %f351, %f351;
+	and.b32  	%r368, %r367, 65280;
+	or.b32  	%r369, %r368, 127;
+	selp.b32 	%r370, %r369, %r367, %p104;
+	setp.nan.f32 	%p105, %f352, %f352;
+	and.b32  	%r371, %r370, 255;
+	or.b32  	%r372, %r371, 32512;
+	selp.b32 	%r373, %r372, %r370, %p105;
+	shl.b32 	%r374, %r362, 16;
+	mov.b32 	%f357, %r374;
+	and.b32  	%r375, %r362, -65536;
+	mov.b32 	%f358, %r375;
+	div.rn.f32 	%f359, %f357, %f1;
+	div.rn.f32 	%f360, %f358, %f1;
+	max.f32 	%f361, %f359, %f353;
+	min.f32 	%f344, %f361, %f355;
+	max.f32 	%f362, %f360, %f353;
+	min.f32 	%f343, %f362, %f355;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs69, %f343, %f344;
+	// end inline asm
+	cvt.u32.u16 	%r376, %rs69;
+	setp.nan.f32 	%p106, %f359, %f359;
+	and.b32  	%r377, %r376, 65280;
+	or.b32  	%r378, %r377, 127;
+	selp.b32 	%r379, %r378, %r376, %p106;
+	setp.nan.f32 	%p107, %f360, %f360;
+	and.b32  	%r380, %r379, 255;
+	or.b32  	%r381, %r380, 32512;
+	selp.b32 	%r382, %r381, %r379, %p107;
+	shl.b32 	%r383, %r382, 16;
+	shl.b32 	%r384, %r363, 16;
+	mov.b32 	%f363, %r384;
+	and.b32  	%r385, %r363, -65536;
+	mov.b32 	%f364, %r385;
+	div.rn.f32 	%f365, %f363, %f1;
+	div.rn.f32 	%f366, %f364, %f1;
+	max.f32 	%f367, %f365, %f353;
+	min.f32 	%f346, %f367, %f355;
+	max.f32 	%f368, %f366, %f353;
+	min.f32 	%f345, %f368, %f355;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs70, %f345, %f346;
+	// end inline asm
+	cvt.u32.u16 	%r386, %rs70;
+	setp.nan.f32 	%p108, %f365, %f365;
+	and.b32  	%r387, %r386, 65280;
+	or.b32  	%r388, %r387, 127;
+	selp.b32 	%r389, %r388, %r386, %p108;
+	setp.nan.f32 	%p109, %f366, %f366;
+	and.b32  	%r390, %r389, 255;
+	or.b32  	%r391, %r390, 32512;
+	selp.b32 	%r392, %r391, %r389, %p109;
+	shl.b32 	%r393, %r364, 16;
+	mov.b32 	%f369, %r393;
+	and.b32  	%r394, %r364, -65536;
+	mov.b32 	%f370, %r394;
+	div.rn.f32 	%f371, %f369, %f1;
+	div.rn.f32 	%f372, %f370, %f1;
+	max.f32 	%f373, %f371, %f353;
+	min.f32 	%f348, %f373, %f355;
+	max.f32 	%f374, %f372, %f353;
+	min.f32 	%f347, %f374, %f355;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs71, %f347, %f348;
+	// end inline asm
+	cvt.u32.u16 	%r395, %rs71;
+	setp.nan.f32 	%p110, %f371, %f371;
+	and.b32  	%r396, %r395, 65280;
+	or.b32  	%r397, %r396, 127;
+	selp.b32 	%r398, %r397, %r395, %p110;
+	setp.nan.f32 	%p111, %f372, %f372;
+	and.b32  	%r399, %r398, 255;
+	or.b32  	%r400, %r399, 32512;
+	selp.b32 	%r401, %r400, %r398, %p111;
+	shl.b32 	%r402, %r401, 16;
+	or.b32  	%r403, %r402, %r392;
+	or.b32  	%r404, %r383, %r373;
+	st.global.v2.u32 	[%rd266], {%r404, %r403};
+	add.s64 	%rd318, %rd318, 256;
+	setp.lt.u64 	%p112, %rd318, %rd92;
+	@%p112 bra 	$L__BB7_97;
+	bra.uni 	$L__BB7_104;
+$L__BB7_84:
+	setp.eq.s16 	%p93, %rs93, 0;
+	shl.b64 	%rd110, %rd108, 1;
+	@%p93 bra 	$L__BB7_88;
+	setp.le.u64 	%p94, %rd92, %rd85;
+	@%p94 bra 	$L__BB7_104;
+	add.s64 	%rd315, %rd93, %rd110;
+	add.s64 	%rd314, %rd94, %rd109;
+	mov.u64 	%rd316, %rd85;
+$L__BB7_87:
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r317,%r318,%r319,%r320}, [%rd315];
+	// end inline asm
+	shl.b32 	%r321, %r317, 16;
+	mov.b32 	%f290, %r321;
+	and.b32  	%r322, %r317, -65536;
+	mov.b32 	%f291, %r322;
+	mul.rn.f32 	%f292, %f290, %f4;
+	neg.f32 	%f293, %f292;
+	fma.rn.f32 	%f294, %f293, %f1, %f290;
+	fma.rn.f32 	%f295, %f294, %f4, %f292;
+	mov.b32 	%r323, %f295;
+	and.b32  	%r324, %r321, -2147483648;
+	or.b32  	%r325, %r324, %r323;
+	mov.b32 	%f283, %r325;
+	mul.rn.f32 	%f296, %f291, %f4;
+	neg.f32 	%f297, %f296;
+	fma.rn.f32 	%f298, %f297, %f1, %f291;
+	fma.rn.f32 	%f299, %f298, %f4, %f296;
+	mov.b32 	%r326, %f299;
+	and.b32  	%r327, %r317, -2147483648;
+	or.b32  	%r328, %r327, %r326;
+	mov.b32 	%f282, %r328;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs63, %f282, %f283;
+	// end inline asm
+	shl.b32 	%r329, %r318, 16;
+	mov.b32 	%f300, %r329;
+	and.b32  	%r330, %r318, -65536;
+	mov.b32 	%f301, %r330;
+	mul.rn.f32 	%f302, %f300, %f4;
+	neg.f32 	%f303, %f302;
+	fma.rn.f32 	%f304, %f303, %f1, %f300;
+	fma.rn.f32 	%f305, %f304, %f4, %f302;
+	mov.b32 	%r331, %f305;
+	and.b32  	%r332, %r329, -2147483648;
+	or.b32  	%r333, %r332, %r331;
+	mov.b32 	%f285, %r333;
+	mul.rn.f32 	%f306, %f301, %f4;
+	neg.f32 	%f307, %f306;
+	fma.rn.f32 	%f308, %f307, %f1, %f301;
+	fma.rn.f32 	%f309, %f308, %f4, %f306;
+	mov.b32 	%r334, %f309;
+	and.b32  	%r335, %r318, -2147483648;
+	or.b32  	%r336, %r335, %r334;
+	mov.b32 	%f284, %r336;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs64, %f284, %f285;
+	// end inline asm
+	shl.b32 	%r337, %r319, 16;
+	mov.b32 	%f310, %r337;
+	and.b32  	%r338, %r319, -65536;
+	mov.b32 	%f311, %r338;
+	mul.rn.f32 	%f312, %f310, %f4;
+	neg.f32 	%f313, %f312;
+	fma.rn.f32 	%f314, %f313, %f1, %f310;
+	fma.rn.f32 	%f315, %f314, %f4, %f312;
+	mov.b32 	%r339, %f315;
+	and.b32  	%r340, %r337, -2147483648;
+	or.b32  	%r341, %r340, %r339;
+	mov.b32 	%f287, %r341;
+	mul.rn.f32 	%f316, %f311, %f4;
+	neg.f32 	%f317, %f316;
+	fma.rn.f32 	%f318, %f317, %f1, %f311;
+	fma.rn.f32 	%f319, %f318, %f4, %f316;
+	mov.b32 	%r342, %f319;
+	and.b32  	%r343, %r319, -2147483648;
+	or.b32  	%r344, %r343, %r342;
+	mov.b32 	%f286, %r344;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs65, %f286, %f287;
+	// end inline asm
+	shl.b32 	%r345, %r320, 16;
+	mov.b32 	%f320, %r345;
+	and.b32  	%r346, %r320, -65536;
+	mov.b32 	%f321, %r346;
+	mul.rn.f32 	%f322, %f320, %f4;
+	neg.f32 	%f323, %f322;
+	fma.rn.f32 	%f324, %f323, %f1, %f320;
+	fma.rn.f32 	%f325, %f324, %f4, %f322;
+	mov.b32 	%r347, %f325;
+	and.b32  	%r348, %r345, -2147483648;
+	or.b32  	%r349, %r348, %r347;
+	mov.b32 	%f289, %r349;
+	mul.rn.f32 	%f326, %f321, %f4;
+	neg.f32 	%f327, %f326;
+	fma.rn.f32 	%f328, %f327, %f1, %f321;
+	fma.rn.f32 	%f329, %f328, %f4, %f326;
+	mov.b32 	%r350, %f329;
+	and.b32  	%r351, %r320, -2147483648;
+	or.b32  	%r352, %r351, %r350;
+	mov.b32 	%f288, %r352;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs66, %f288, %f289;
+	// end inline asm
+	mov.b32 	%r353, {%rs65, %rs66};
+	mov.b32 	%r354, {%rs63, %rs64};
+	st.global.v2.u32 	[%rd314], {%r354, %r353};
+	add.s64 	%rd315, %rd315, 4096;
+	add.s64 	%rd314, %rd314, 2048;
+	add.s64 	%rd316, %rd316, 256;
+	setp.lt.u64 	%p95, %rd316, %rd92;
+	@%p95 bra 	$L__BB7_87;
+	bra.uni 	$L__BB7_104;
+$L__BB7_98:
+	setp.le.u64 	%p113, %rd91, %rd85;
+	@%p113 bra 	$L__BB7_104;
+	mov.u64 	%rd319, %rd85;
+$L__BB7_100:
+	shl.b64 	%rd267, %rd319, 1;
+	add.s64 	%rd268, %rd267, %rd122;
+	add.s64 	%rd126, %rd89, %rd268;
+	add.s64 	%rd269, %rd88, %rd268;
+	and.b64  	%rd270, %rd269, 1;
+	setp.eq.b64 	%p114, %rd270, 1;
+	mov.pred 	%p115, 0;
+	xor.pred  	%p116, %p114, %p115;
+	not.pred 	%p117, %p116;
+	@%p117 bra 	$L__BB7_102;
+	bra.uni 	$L__BB7_101;
+$L__BB7_102:
+	ld.global.u16 	%r509, [%rd126];
+	bra.uni 	$L__BB7_103;
+$L__BB7_101:
+	ld.global.u8 	%r405, [%rd126];
+	ld.global.u8 	%r406, [%rd126+1];
+	prmt.b32 	%r509, %r406, %r405, 30212;
+$L__BB7_103:
+	shl.b32 	%r407, %r509, 16;
+	mov.b32 	%f377, %r407;
+	div.rn.f32 	%f378, %f377, %f1;
+	mov.f32 	%f379, 0fC3E00000;
+	max.f32 	%f380, %f378, %f379;
+	mov.f32 	%f381, 0f43E00000;
+	min.f32 	%f376, %f380, %f381;
+	mov.f32 	%f382, 0f00000000;
+	div.rn.f32 	%f383, %f382, %f1;
+	max.f32 	%f384, %f383, %f379;
+	min.f32 	%f375, %f384, %f381;
+	setp.nan.f32 	%p118, %f378, %f378;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs72, %f375, %f376;
+	// end inline asm
+	selp.b16 	%rs73, 127, %rs72, %p118;
+	add.s64 	%rd271, %rd319, %rd109;
+	add.s64 	%rd272, %rd2, %rd271;
+	st.global.u8 	[%rd272], %rs73;
+	add.s64 	%rd319, %rd319, 256;
+	setp.lt.u64 	%p119, %rd319, %rd91;
+	@%p119 bra 	$L__BB7_100;
+	bra.uni 	$L__BB7_104;
+$L__BB7_88:
+	setp.le.u64 	%p96, %rd91, %rd85;
+	@%p96 bra 	$L__BB7_104;
+	mov.u64 	%rd317, %rd85;
+$L__BB7_90:
+	shl.b64 	%rd255, %rd317, 1;
+	add.s64 	%rd256, %rd255, %rd110;
+	add.s64 	%rd120, %rd89, %rd256;
+	add.s64 	%rd257, %rd88, %rd256;
+	and.b64  	%rd258, %rd257, 1;
+	setp.eq.b64 	%p97, %rd258, 1;
+	mov.pred 	%p98, 0;
+	xor.pred  	%p99, %p97, %p98;
+	not.pred 	%p100, %p99;
+	@%p100 bra 	$L__BB7_92;
+	bra.uni 	$L__BB7_91;
+$L__BB7_92:
+	ld.global.u16 	%r508, [%rd120];
+	bra.uni 	$L__BB7_93;
+$L__BB7_91:
+	ld.global.u8 	%r355, [%rd120];
+	ld.global.u8 	%r356, [%rd120+1];
+	prmt.b32 	%r508, %r356, %r355, 30212;
+$L__BB7_93:
+	shl.b32 	%r357, %r508, 16;
+	mov.b32 	%f332, %r357;
+	mul.rn.f32 	%f333, %f332, %f4;
+	neg.f32 	%f334, %f333;
+	fma.rn.f32 	%f335, %f334, %f1, %f332;
+	fma.rn.f32 	%f336, %f335, %f4, %f333;
+	mov.b32 	%r358, %f336;
+	and.b32  	%r359, %r357, -2147483648;
+	or.b32  	%r360, %r359, %r358;
+	mov.b32 	%f331, %r360;
+	mov.f32 	%f337, 0f00000000;
+	mul.rn.f32 	%f338, %f337, %f4;
+	neg.f32 	%f339, %f338;
+	fma.rn.f32 	%f340, %f339, %f1, %f337;
+	fma.rn.f32 	%f330, %f340, %f4, %f338;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs67, %f330, %f331;
+	// end inline asm
+	add.s64 	%rd259, %rd317, %rd109;
+	add.s64 	%rd260, %rd2, %rd259;
+	st.global.u8 	[%rd260], %rs67;
+	add.s64 	%rd317, %rd317, 256;
+	setp.lt.u64 	%p101, %rd317, %rd91;
+	@%p101 bra 	$L__BB7_90;
+$L__BB7_104:
+	add.s64 	%rd309, %rd309, %rd90;
+	setp.lt.s64 	%p120, %rd309, %rd81;
+	@%p120 bra 	$L__BB7_75;
+	bra.uni 	$L__BB7_127;
+$L__BB7_3:
+	ld.param.u64 	%rd158, [%rd1+16];
+	and.b64  	%rd159, %rd158, 3;
+	ld.param.u64 	%rd160, [%rd1+-40];
+	and.b64  	%rd161, %rd160, 15;
+	or.b64  	%rd162, %rd161, %rd159;
+	setp.ne.s64 	%p4, %rd162, 0;
+	mov.u16 	%rs91, 0;
+	@%p4 bra 	$L__BB7_7;
+	ld.param.u8 	%rs11, [%rd1+32];
+	and.b16  	%rs12, %rs11, 3;
+	setp.ne.s16 	%p5, %rs12, 0;
+	@%p5 bra 	$L__BB7_7;
+	ld.param.u8 	%rs14, [%rd1+-8];
+	and.b16  	%rs15, %rs14, 3;
+	setp.ne.s16 	%p6, %rs15, 0;
+	@%p6 bra 	$L__BB7_7;
+	ld.param.u8 	%rs16, [%rd1+-32];
+	and.b16  	%rs17, %rs16, 3;
+	setp.eq.s16 	%p7, %rs17, 0;
+	selp.u16 	%rs91, 1, 0, %p7;
+$L__BB7_7:
+	mov.u32 	%r27, %ctaid.x;
+	cvt.u64.u32 	%rd294, %r27;
+	ld.param.u64 	%rd6, [%rd1+-16];
+	setp.le.s64 	%p8, %rd6, %rd294;
+	@%p8 bra 	$L__BB7_127;
+	ld.param.u64 	%rd7, [%rd1+24];
+	ld.param.u64 	%rd8, [%rd1+16];
+	ld.param.u64 	%rd9, [%rd1+32];
+	mov.u32 	%r28, %tid.x;
+	cvt.u64.u32 	%rd10, %r28;
+	ld.param.u64 	%rd11, [%rd1+40];
+	shr.u64 	%rd163, %rd11, 63;
+	add.s64 	%rd164, %rd11, %rd163;
+	shr.s64 	%rd12, %rd164, 1;
+	ld.param.u64 	%rd13, [%rd1+-40];
+	cvta.to.global.u64 	%rd14, %rd13;
+	mov.u32 	%r29, %nctaid.x;
+	cvt.u64.u32 	%rd15, %r29;
+	ld.param.u64 	%rd16, [%rd1+-8];
+	shr.u64 	%rd17, %rd16, 2;
+	not.b64 	%rd165, %rd10;
+	add.s64 	%rd18, %rd17, %rd165;
+	shr.u64 	%rd19, %rd18, 8;
+	add.s64 	%rd166, %rd19, 1;
+	and.b64  	%rd20, %rd166, 3;
+	and.b64  	%rd21, %rd166, 1;
+	mul.wide.u32 	%rd22, %r28, 16;
+	mul.wide.u32 	%rd23, %r28, 4;
+	add.s64 	%rd24, %rd10, 256;
+	shl.b64 	%rd25, %rd24, 4;
+	add.s64 	%rd26, %rd22, 8192;
+	cvt.u32.u64 	%r30, %rd11;
+	cvt.u32.u64 	%r33, %rd12;
+	mov.b32 	%r38, %f1;
+	add.s32 	%r39, %r38, -226492416;
+	rcp.rn.f32 	%f2, %f1;
+$L__BB7_9:
+	add.s64 	%rd298, %rd7, %rd294;
+	setp.eq.s64 	%p9, %rd11, 0;
+	@%p9 bra 	$L__BB7_17;
+	or.b64  	%rd167, %rd298, %rd11;
+	and.b64  	%rd168, %rd167, -4294967296;
+	setp.eq.s64 	%p10, %rd168, 0;
+	@%p10 bra 	$L__BB7_12;
+	rem.s64 	%rd295, %rd298, %rd11;
+	bra.uni 	$L__BB7_13;
+$L__BB7_12:
+	cvt.u32.u64 	%r31, %rd298;
+	rem.u32 	%r32, %r31, %r30;
+	cvt.u64.u32 	%rd295, %r32;
+$L__BB7_13:
+	or.b64  	%rd169, %rd295, %rd12;
+	and.b64  	%rd170, %rd169, -4294967296;
+	setp.eq.s64 	%p11, %rd170, 0;
+	@%p11 bra 	$L__BB7_15;
+	div.s64 	%rd296, %rd295, %rd12;
+	mul.lo.s64 	%rd171, %rd296, %rd12;
+	sub.s64 	%rd297, %rd295, %rd171;
+	bra.uni 	$L__BB7_16;
+$L__BB7_15:
+	cvt.u32.u64 	%r34, %rd295;
+	div.u32 	%r35, %r34, %r33;
+	mul.lo.s32 	%r36, %r35, %r33;
+	sub.s32 	%r37, %r34, %r36;
+	cvt.u64.u32 	%rd296, %r35;
+	cvt.u64.u32 	%rd297, %r37;
+$L__BB7_16:
+	add.s64 	%rd293, %rd7, %rd294;
+	shl.b64 	%rd172, %rd297, 1;
+	sub.s64 	%rd173, %rd293, %rd295;
+	add.s64 	%rd174, %rd173, %rd172;
+	add.s64 	%rd298, %rd174, %rd296;
+$L__BB7_17:
+	setp.gt.u32 	%p12, %r39, 1677721600;
+	mul.lo.s64 	%rd175, %rd8, %rd298;
+	add.s64 	%rd40, %rd175, %rd9;
+	mul.lo.s64 	%rd41, %rd16, %rd294;
+	add.s64 	%rd176, %rd23, %rd41;
+	add.s64 	%rd42, %rd2, %rd176;
+	@%p12 bra 	$L__BB7_30;
+	bra.uni 	$L__BB7_18;
+$L__BB7_30:
+	setp.eq.s16 	%p21, %rs91, 0;
+	shl.b64 	%rd50, %rd40, 2;
+	@%p21 bra 	$L__BB7_38;
+	setp.le.u64 	%p22, %rd17, %rd10;
+	@%p22 bra 	$L__BB7_44;
+	setp.eq.s64 	%p23, %rd20, 0;
+	mov.u64 	%rd302, %rd10;
+	@%p23 bra 	$L__BB7_36;
+	setp.eq.s64 	%p24, %rd20, 1;
+	add.s64 	%rd193, %rd22, %rd50;
+	add.s64 	%rd192, %rd13, %rd193;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r100,%r101,%r102,%r103}, [%rd192];
+	// end inline asm
+	mov.b32 	%f93, %r100;
+	mov.b32 	%f94, %r101;
+	div.rn.f32 	%f95, %f93, %f1;
+	div.rn.f32 	%f96, %f94, %f1;
+	mov.f32 	%f97, 0fC3E00000;
+	max.f32 	%f98, %f95, %f97;
+	mov.f32 	%f99, 0f43E00000;
+	min.f32 	%f90, %f98, %f99;
+	max.f32 	%f100, %f96, %f97;
+	min.f32 	%f89, %f100, %f99;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs25, %f89, %f90;
+	// end inline asm
+	cvt.u32.u16 	%r104, %rs25;
+	setp.nan.f32 	%p25, %f95, %f95;
+	and.b32  	%r105, %r104, 65280;
+	or.b32  	%r106, %r105, 127;
+	selp.b32 	%r107, %r106, %r104, %p25;
+	setp.nan.f32 	%p26, %f96, %f96;
+	and.b32  	%r108, %r107, 255;
+	or.b32  	%r109, %r108, 32512;
+	selp.b32 	%r110, %r109, %r107, %p26;
+	mov.b32 	%f101, %r102;
+	mov.b32 	%f102, %r103;
+	div.rn.f32 	%f103, %f101, %f1;
+	div.rn.f32 	%f104, %f102, %f1;
+	max.f32 	%f105, %f103, %f97;
+	min.f32 	%f92, %f105, %f99;
+	max.f32 	%f106, %f104, %f97;
+	min.f32 	%f91, %f106, %f99;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs26, %f91, %f92;
+	// end inline asm
+	cvt.u32.u16 	%r111, %rs26;
+	setp.nan.f32 	%p27, %f103, %f103;
+	and.b32  	%r112, %r111, 65280;
+	or.b32  	%r113, %r112, 127;
+	selp.b32 	%r114, %r113, %r111, %p27;
+	setp.nan.f32 	%p28, %f104, %f104;
+	and.b32  	%r115, %r114, 255;
+	or.b32  	%r116, %r115, 32512;
+	selp.b32 	%r117, %r116, %r114, %p28;
+	shl.b32 	%r118, %r117, 16;
+	or.b32  	%r119, %r118, %r110;
+	st.global.u32 	[%rd42], %r119;
+	mov.u64 	%rd302, %rd24;
+	@%p24 bra 	$L__BB7_36;
+	setp.eq.s64 	%p29, %rd20, 2;
+	add.s64 	%rd195, %rd25, %rd50;
+	add.s64 	%rd194, %rd13, %rd195;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r120,%r121,%r122,%r123}, [%rd194];
+	// end inline asm
+	mov.b32 	%f111, %r120;
+	mov.b32 	%f112, %r121;
+	div.rn.f32 	%f113, %f111, %f1;
+	div.rn.f32 	%f114, %f112, %f1;
+	max.f32 	%f116, %f113, %f97;
+	min.f32 	%f108, %f116, %f99;
+	max.f32 	%f118, %f114, %f97;
+	min.f32 	%f107, %f118, %f99;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs27, %f107, %f108;
+	// end inline asm
+	cvt.u32.u16 	%r124, %rs27;
+	setp.nan.f32 	%p30, %f113, %f113;
+	and.b32  	%r125, %r124, 65280;
+	or.b32  	%r126, %r125, 127;
+	selp.b32 	%r127, %r126, %r124, %p30;
+	setp.nan.f32 	%p31, %f114, %f114;
+	and.b32  	%r128, %r127, 255;
+	or.b32  	%r129, %r128, 32512;
+	selp.b32 	%r130, %r129, %r127, %p31;
+	mov.b32 	%f119, %r122;
+	mov.b32 	%f120, %r123;
+	div.rn.f32 	%f121, %f119, %f1;
+	div.rn.f32 	%f122, %f120, %f1;
+	max.f32 	%f123, %f121, %f97;
+	min.f32 	%f110, %f123, %f99;
+	max.f32 	%f124, %f122, %f97;
+	min.f32 	%f109, %f124, %f99;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs28, %f109, %f110;
+	// end inline asm
+	cvt.u32.u16 	%r131, %rs28;
+	setp.nan.f32 	%p32, %f121, %f121;
+	and.b32  	%r132, %r131, 65280;
+	or.b32  	%r133, %r132, 127;
+	selp.b32 	%r134, %r133, %r131, %p32;
+	setp.nan.f32 	%p33, %f122, %f122;
+	and.b32  	%r135, %r134, 255;
+	or.b32  	%r136, %r135, 32512;
+	selp.b32 	%r137, %r136, %r134, %p33;
+	shl.b32 	%r138, %r137, 16;
+	or.b32  	%r139, %r138, %r130;
+	st.global.u32 	[%rd42+1024], %r139;
+	cvt.u64.u32 	%rd196, %r28;
+	add.s64 	%rd302, %rd196, 512;
+	@%p29 bra 	$L__BB7_36;
+	add.s64 	%rd198, %rd26, %rd50;
+	add.s64 	%rd197, %rd13, %rd198;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r141,%r142,%r143,%r144}, [%rd197];
+	// end inline asm
+	mov.b32 	%f129, %r141;
+	mov.b32 	%f130, %r142;
+	div.rn.f32 	%f131, %f129, %f1;
+	div.rn.f32 	%f132, %f130, %f1;
+	mov.f32 	%f133, 0fC3E00000;
+	max.f32 	%f134, %f131, %f133;
+	mov.f32 	%f135, 0f43E00000;
+	min.f32 	%f126, %f134, %f135;
+	max.f32 	%f136, %f132, %f133;
+	min.f32 	%f125, %f136, %f135;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs29, %f125, %f126;
+	// end inline asm
+	cvt.u32.u16 	%r145, %rs29;
+	setp.nan.f32 	%p34, %f131, %f131;
+	and.b32  	%r146, %r145, 65280;
+	or.b32  	%r147, %r146, 127;
+	selp.b32 	%r148, %r147, %r145, %p34;
+	setp.nan.f32 	%p35, %f132, %f132;
+	and.b32  	%r149, %r148, 255;
+	or.b32  	%r150, %r149, 32512;
+	selp.b32 	%r151, %r150, %r148, %p35;
+	mov.b32 	%f137, %r143;
+	mov.b32 	%f138, %r144;
+	div.rn.f32 	%f139, %f137, %f1;
+	div.rn.f32 	%f140, %f138, %f1;
+	max.f32 	%f141, %f139, %f133;
+	min.f32 	%f128, %f141, %f135;
+	max.f32 	%f142, %f140, %f133;
+	min.f32 	%f127, %f142, %f135;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs30, %f127, %f128;
+	// end inline asm
+	cvt.u32.u16 	%r152, %rs30;
+	setp.nan.f32 	%p36, %f139, %f139;
+	and.b32  	%r153, %r152, 65280;
+	or.b32  	%r154, %r153, 127;
+	selp.b32 	%r155, %r154, %r152, %p36;
+	setp.nan.f32 	%p37, %f140, %f140;
+	and.b32  	%r156, %r155, 255;
+	or.b32  	%r157, %r156, 32512;
+	selp.b32 	%r158, %r157, %r155, %p37;
+	shl.b32 	%r159, %r158, 16;
+	or.b32  	%r160, %r159, %r151;
+	st.global.u32 	[%rd42+2048], %r160;
+	add.s64 	%rd302, %rd196, 768;
+$L__BB7_36:
+	setp.lt.u64 	%p38, %rd18, 768;
+	@%p38 bra 	$L__BB7_44;
+$L__BB7_37:
+	shl.b64 	%rd204, %rd302, 4;
+	add.s64 	%rd205, %rd204, %rd50;
+	add.s64 	%rd200, %rd13, %rd205;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r162,%r163,%r164,%r165}, [%rd200];
+	// end inline asm
+	shl.b64 	%rd206, %rd302, 2;
+	add.s64 	%rd207, %rd206, %rd41;
+	add.s64 	%rd208, %rd2, %rd207;
+	mov.b32 	%f159, %r162;
+	mov.b32 	%f160, %r163;
+	div.rn.f32 	%f161, %f159, %f1;
+	div.rn.f32 	%f162, %f160, %f1;
+	mov.f32 	%f163, 0fC3E00000;
+	max.f32 	%f164, %f161, %f163;
+	mov.f32 	%f165, 0f43E00000;
+	min.f32 	%f144, %f164, %f165;
+	max.f32 	%f166, %f162, %f163;
+	min.f32 	%f143, %f166, %f165;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs31, %f143, %f144;
+	// end inline asm
+	cvt.u32.u16 	%r178, %rs31;
+	setp.nan.f32 	%p39, %f161, %f161;
+	and.b32  	%r179, %r178, 65280;
+	or.b32  	%r180, %r179, 127;
+	selp.b32 	%r181, %r180, %r178, %p39;
+	setp.nan.f32 	%p40, %f162, %f162;
+	and.b32  	%r182, %r181, 255;
+	or.b32  	%r183, %r182, 32512;
+	selp.b32 	%r184, %r183, %r181, %p40;
+	mov.b32 	%f167, %r164;
+	mov.b32 	%f168, %r165;
+	div.rn.f32 	%f169, %f167, %f1;
+	div.rn.f32 	%f170, %f168, %f1;
+	max.f32 	%f171, %f169, %f163;
+	min.f32 	%f146, %f171, %f165;
+	max.f32 	%f172, %f170, %f163;
+	min.f32 	%f145, %f172, %f165;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs32, %f145, %f146;
+	// end inline asm
+	cvt.u32.u16 	%r185, %rs32;
+	setp.nan.f32 	%p41, %f169, %f169;
+	and.b32  	%r186, %r185, 65280;
+	or.b32  	%r187, %r186, 127;
+	selp.b32 	%r188, %r187, %r185, %p41;
+	setp.nan.f32 	%p42, %f170, %f170;
+	and.b32  	%r189, %r188, 255;
+	or.b32  	%r190, %r189, 32512;
+	selp.b32 	%r191, %r190, %r188, %p42;
+	shl.b32 	%r192, %r191, 16;
+	or.b32  	%r193, %r192, %r184;
+	st.global.u32 	[%rd208], %r193;
+	add.s64 	%rd201, %rd200, 4096;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r166,%r167,%r168,%r169}, [%rd201];
+	// end inline asm
+	mov.b32 	%f173, %r166;
+	mov.b32 	%f174, %r167;
+	div.rn.f32 	%f175, %f173, %f1;
+	div.rn.f32 	%f176, %f174, %f1;
+	max.f32 	%f177, %f175, %f163;
+	min.f32 	%f148, %f177, %f165;
+	max.f32 	%f178, %f176, %f163;
+	min.f32 	%f147, %f178, %f165;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs33, %f147, %f148;
+	// end inline asm
+	cvt.u32.u16 	%r194, %rs33;
+	setp.nan.f32 	%p43, %f175, %f175;
+	and.b32  	%r195, %r194, 65280;
+	or.b32  	%r196, %r195, 127;
+	selp.b32 	%r197, %r196, %r194, %p43;
+	setp.nan.f32 	%p44, %f176, %f176;
+	and.b32  	%r198, %r197, 255;
+	or.b32  	%r199, %r198, 32512;
+	selp.b32 	%r200, %r199, %r197, %p44;
+	mov.b32 	%f179, %r168;
+	mov.b32 	%f180, %r169;
+	div.rn.f32 	%f181, %f179, %f1;
+	div.rn.f32 	%f182, %f180, %f1;
+	max.f32 	%f183, %f181, %f163;
+	min.f32 	%f150, %f183, %f165;
+	max.f32 	%f184, %f182, %f163;
+	min.f32 	%f149, %f184, %f165;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs34, %f149, %f150;
+	// end inline asm
+	cvt.u32.u16 	%r201, %rs34;
+	setp.nan.f32 	%p45, %f181, %f181;
+	and.b32  	%r202, %r201, 65280;
+	or.b32  	%r203, %r202, 127;
+	selp.b32 	%r204, %r203, %r201, %p45;
+	setp.nan.f32 	%p46, %f182, %f182;
+	and.b32  	%r205, %r204, 255;
+	or.b32  	%r206, %r205, 32512;
+	selp.b32 	%r207, %r206, %r204, %p46;
+	shl.b32 	%r208, %r207, 16;
+	or.b32  	%r209, %r208, %r200;
+	st.global.u32 	[%rd208+1024], %r209;
+	add.s64 	%rd202, %rd200, 8192;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r170,%r171,%r172,%r173}, [%rd202];
+	// end inline asm
+	mov.b32 	%f185, %r170;
+	mov.b32 	%f186, %r171;
+	div.rn.f32 	%f187, %f185, %f1;
+	div.rn.f32 	%f188, %f186, %f1;
+	max.f32 	%f189, %f187, %f163;
+	min.f32 	%f152, %f189, %f165;
+	max.f32 	%f190, %f188, %f163;
+	min.f32 	%f151, %f190, %f165;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs35, %f151, %f152;
+	// end inline asm
+	cvt.u32.u16 	%r210, %rs35;
+	setp.nan.f32 	%p47, %f187, %f187;
+	and.b32  	%r211, %r210, 65280;
+	or.b32  	%r212, %r211, 127;
+	selp.b32 	%r213, %r212, %r210, %p47;
+	setp.nan.f32 	%p48, %f188, %f188;
+	and.b32  	%r214, %r213, 255;
+	or.b32  	%r215, %r214, 32512;
+	selp.b32 	%r216, %r215, %r213, %p48;
+	mov.b32 	%f191, %r172;
+	mov.b32 	%f192, %r173;
+	div.rn.f32 	%f193, %f191, %f1;
+	div.rn.f32 	%f194, %f192, %f1;
+	max.f32 	%f195, %f193, %f163;
+	min.f32 	%f154, %f195, %f165;
+	max.f32 	%f196, %f194, %f163;
+	min.f32 	%f153, %f196, %f165;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs36, %f153, %f154;
+	// end inline asm
+	cvt.u32.u16 	%r217, %rs36;
+	setp.nan.f32 	%p49, %f193, %f193;
+	and.b32  	%r218, %r217, 65280;
+	or.b32  	%r219, %r218, 127;
+	selp.b32 	%r220, %r219, %r217, %p49;
+	setp.nan.f32 	%p50, %f194, %f194;
+	and.b32  	%r221, %r220, 255;
+	or.b32  	%r222, %r221, 32512;
+	selp.b32 	%r223, %r222, %r220, %p50;
+	shl.b32 	%r224, %r223, 16;
+	or.b32  	%r225, %r224, %r216;
+	st.global.u32 	[%rd208+2048], %r225;
+	add.s64 	%rd203, %rd200, 12288;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r174,%r175,%r176,%r177}, [%rd203];
+	// end inline asm
+	mov.b32 	%f197, %r174;
+	mov.b32 	%f198, %r175;
+	div.rn.f32 	%f199, %f197, %f1;
+	div.rn.f32 	%f200, %f198, %f1;
+	max.f32 	%f201, %f199, %f163;
+	min.f32 	%f156, %f201, %f165;
+	max.f32 	%f202, %f200, %f163;
+	min.f32 	%f155, %f202, %f165;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs37, %f155, %f156;
+	// end inline asm
+	cvt.u32.u16 	%r226, %rs37;
+	setp.nan.f32 	%p51, %f199, %f199;
+	and.b32  	%r227, %r226, 65280;
+	or.b32  	%r228, %r227, 127;
+	selp.b32 	%r229, %r228, %r226, %p51;
+	setp.nan.f32 	%p52, %f200, %f200;
+	and.b32  	%r230, %r229, 255;
+	or.b32  	%r231, %r230, 32512;
+	selp.b32 	%r232, %r231, %r229, %p52;
+	mov.b32 	%f203, %r176;
+	mov.b32 	%f204, %r177;
+	div.rn.f32 	%f205, %f203, %f1;
+	div.rn.f32 	%f206, %f204, %f1;
+	max.f32 	%f207, %f205, %f163;
+	min.f32 	%f158, %f207, %f165;
+	max.f32 	%f208, %f206, %f163;
+	min.f32 	%f157, %f208, %f165;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs38, %f157, %f158;
+	// end inline asm
+	cvt.u32.u16 	%r233, %rs38;
+	setp.nan.f32 	%p53, %f205, %f205;
+	and.b32  	%r234, %r233, 65280;
+	or.b32  	%r235, %r234, 127;
+	selp.b32 	%r236, %r235, %r233, %p53;
+	setp.nan.f32 	%p54, %f206, %f206;
+	and.b32  	%r237, %r236, 255;
+	or.b32  	%r238, %r237, 32512;
+	selp.b32 	%r239, %r238, %r236, %p54;
+	shl.b32 	%r240, %r239, 16;
+	or.b32  	%r241, %r240, %r232;
+	st.global.u32 	[%rd208+3072], %r241;
+	add.s64 	%rd302, %rd302, 1024;
+	setp.lt.u64 	%p55, %rd302, %rd17;
+	@%p55 bra 	$L__BB7_37;
+	bra.uni 	$L__BB7_44;
+$L__BB7_18:
+	setp.eq.s16 	%p13, %rs91, 0;
+	shl.b64 	%rd43, %rd40, 2;
+	@%p13 bra 	$L__BB7_24;
+	setp.le.u64 	%p14, %rd17, %rd10;
+	@%p14 bra 	$L__BB7_44;
+	setp.eq.s64 	%p15, %rd21, 0;
+	mov.u64 	%rd300, %rd10;
+	@%p15 bra 	$L__BB7_22;
+	add.s64 	%rd178, %rd22, %rd43;
+	add.s64 	%rd177, %rd13, %rd178;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r40,%r41,%r42,%r43}, [%rd177];
+	// end inline asm
+	mov.b32 	%f10, %r40;
+	mov.b32 	%f11, %r41;
+	mul.rn.f32 	%f12, %f10, %f2;
+	neg.f32 	%f13, %f12;
+	fma.rn.f32 	%f14, %f13, %f1, %f10;
+	fma.rn.f32 	%f15, %f14, %f2, %f12;
+	mov.b32 	%r44, %f15;
+	and.b32  	%r45, %r40, -2147483648;
+	or.b32  	%r46, %r45, %r44;
+	mov.b32 	%f7, %r46;
+	mul.rn.f32 	%f16, %f11, %f2;
+	neg.f32 	%f17, %f16;
+	fma.rn.f32 	%f18, %f17, %f1, %f11;
+	fma.rn.f32 	%f19, %f18, %f2, %f16;
+	mov.b32 	%r47, %f19;
+	and.b32  	%r48, %r41, -2147483648;
+	or.b32  	%r49, %r48, %r47;
+	mov.b32 	%f6, %r49;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs18, %f6, %f7;
+	// end inline asm
+	mov.b32 	%f20, %r42;
+	mov.b32 	%f21, %r43;
+	mul.rn.f32 	%f22, %f20, %f2;
+	neg.f32 	%f23, %f22;
+	fma.rn.f32 	%f24, %f23, %f1, %f20;
+	fma.rn.f32 	%f25, %f24, %f2, %f22;
+	mov.b32 	%r50, %f25;
+	and.b32  	%r51, %r42, -2147483648;
+	or.b32  	%r52, %r51, %r50;
+	mov.b32 	%f9, %r52;
+	mul.rn.f32 	%f26, %f21, %f2;
+	neg.f32 	%f27, %f26;
+	fma.rn.f32 	%f28, %f27, %f1, %f21;
+	fma.rn.f32 	%f29, %f28, %f2, %f26;
+	mov.b32 	%r53, %f29;
+	and.b32  	%r54, %r43, -2147483648;
+	or.b32  	%r55, %r54, %r53;
+	mov.b32 	%f8, %r55;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs19, %f8, %f9;
+	// end inline asm
+	mov.b32 	%r56, {%rs18, %rs19};
+	st.global.u32 	[%rd42], %r56;
+	mov.u64 	%rd300, %rd24;
+$L__BB7_22:
+	setp.eq.s64 	%p16, %rd19, 0;
+	@%p16 bra 	$L__BB7_44;
+$L__BB7_23:
+	shl.b64 	%rd181, %rd300, 4;
+	add.s64 	%rd182, %rd181, %rd43;
+	add.s64 	%rd179, %rd13, %rd182;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r57,%r58,%r59,%r60}, [%rd179];
+	// end inline asm
+	shl.b64 	%rd183, %rd300, 2;
+	add.s64 	%rd184, %rd183, %rd41;
+	add.s64 	%rd185, %rd2, %rd184;
+	mov.b32 	%f38, %r57;
+	mov.b32 	%f39, %r58;
+	mul.rn.f32 	%f40, %f38, %f2;
+	neg.f32 	%f41, %f40;
+	fma.rn.f32 	%f42, %f41, %f1, %f38;
+	fma.rn.f32 	%f43, %f42, %f2, %f40;
+	mov.b32 	%r65, %f43;
+	and.b32  	%r66, %r57, -2147483648;
+	or.b32  	%r67, %r66, %r65;
+	mov.b32 	%f31, %r67;
+	mul.rn.f32 	%f44, %f39, %f2;
+	neg.f32 	%f45, %f44;
+	fma.rn.f32 	%f46, %f45, %f1, %f39;
+	fma.rn.f32 	%f47, %f46, %f2, %f44;
+	mov.b32 	%r68, %f47;
+	and.b32  	%r69, %r58, -2147483648;
+	or.b32  	%r70, %r69, %r68;
+	mov.b32 	%f30, %r70;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs20, %f30, %f31;
+	// end inline asm
+	mov.b32 	%f48, %r59;
+	mov.b32 	%f49, %r60;
+	mul.rn.f32 	%f50, %f48, %f2;
+	neg.f32 	%f51, %f50;
+	fma.rn.f32 	%f52, %f51, %f1, %f48;
+	fma.rn.f32 	%f53, %f52, %f2, %f50;
+	mov.b32 	%r71, %f53;
+	and.b32  	%r72, %r59, -2147483648;
+	or.b32  	%r73, %r72, %r71;
+	mov.b32 	%f33, %r73;
+	mul.rn.f32 	%f54, %f49, %f2;
+	neg.f32 	%f55, %f54;
+	fma.rn.f32 	%f56, %f55, %f1, %f49;
+	fma.rn.f32 	%f57, %f56, %f2, %f54;
+	mov.b32 	%r74, %f57;
+	and.b32  	%r75, %r60, -2147483648;
+	or.b32  	%r76, %r75, %r74;
+	mov.b32 	%f32, %r76;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs21, %f32, %f33;
+	// end inline asm
+	mov.b32 	%r77, {%rs20, %rs21};
+	st.global.u32 	[%rd185], %r77;
+	add.s64 	%rd180, %rd179, 4096;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r61,%r62,%r63,%r64}, [%rd180];
+	// end inline asm
+	mov.b32 	%f58, %r61;
+	mov.b32 	%f59, %r62;
+	mul.rn.f32 	%f60, %f58, %f2;
+	neg.f32 	%f61, %f60;
+	fma.rn.f32 	%f62, %f61, %f1, %f58;
+	fma.rn.f32 	%f63, %f62, %f2, %f60;
+	mov.b32 	%r78, %f63;
+	and.b32  	%r79, %r61, -2147483648;
+	or.b32  	%r80, %r79, %r78;
+	mov.b32 	%f35, %r80;
+	mul.rn.f32 	%f64, %f59, %f2;
+	neg.f32 	%f65, %f64;
+	fma.rn.f32 	%f66, %f65, %f1, %f59;
+	fma.rn.f32 	%f67, %f66, %f2, %f64;
+	mov.b32 	%r81, %f67;
+	and.b32  	%r82, %r62, -2147483648;
+	or.b32  	%r83, %r82, %r81;
+	mov.b32 	%f34, %r83;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs22, %f34, %f35;
+	// end inline asm
+	mov.b32 	%f68, %r63;
+	mov.b32 	%f69, %r64;
+	mul.rn.f32 	%f70, %f68, %f2;
+	neg.f32 	%f71, %f70;
+	fma.rn.f32 	%f72, %f71, %f1, %f68;
+	fma.rn.f32 	%f73, %f72, %f2, %f70;
+	mov.b32 	%r84, %f73;
+	and.b32  	%r85, %r63, -2147483648;
+	or.b32  	%r86, %r85, %r84;
+	mov.b32 	%f37, %r86;
+	mul.rn.f32 	%f74, %f69, %f2;
+	neg.f32 	%f75, %f74;
+	fma.rn.f32 	%f76, %f75, %f1, %f69;
+	fma.rn.f32 	%f77, %f76, %f2, %f74;
+	mov.b32 	%r87, %f77;
+	and.b32  	%r88, %r64, -2147483648;
+	or.b32  	%r89, %r88, %r87;
+	mov.b32 	%f36, %r89;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs23, %f36, %f37;
+	// end inline asm
+	mov.b32 	%r90, {%rs22, %rs23};
+	st.global.u32 	[%rd185+1024], %r90;
+	add.s64 	%rd300, %rd300, 512;
+	setp.lt.u64 	%p17, %rd300, %rd17;
+	@%p17 bra 	$L__BB7_23;
+	bra.uni 	$L__BB7_44;
+$L__BB7_38:
+	setp.le.u64 	%p56, %rd16, %rd10;
+	@%p56 bra 	$L__BB7_44;
+	mov.u64 	%rd304, %rd10;
+$L__BB7_40:
+	shl.b64 	%rd209, %rd304, 2;
+	add.s64 	%rd210, %rd209, %rd50;
+	add.s64 	%rd57, %rd14, %rd210;
+	add.s64 	%rd211, %rd13, %rd210;
+	and.b64  	%rd212, %rd211, 3;
+	setp.eq.s64 	%p57, %rd212, 0;
+	@%p57 bra 	$L__BB7_42;
+	ld.global.u8 	%r242, [%rd57];
+	ld.global.u8 	%r243, [%rd57+1];
+	prmt.b32 	%r244, %r243, %r242, 30212;
+	ld.global.u8 	%r245, [%rd57+2];
+	prmt.b32 	%r246, %r245, %r244, 28756;
+	ld.global.u8 	%r247, [%rd57+3];
+	prmt.b32 	%r505, %r247, %r246, 1620;
+	bra.uni 	$L__BB7_43;
+$L__BB7_42:
+	ld.global.u32 	%r505, [%rd57];
+$L__BB7_43:
+	mov.b32 	%f211, %r505;
+	div.rn.f32 	%f212, %f211, %f1;
+	mov.f32 	%f213, 0fC3E00000;
+	max.f32 	%f214, %f212, %f213;
+	mov.f32 	%f215, 0f43E00000;
+	min.f32 	%f210, %f214, %f215;
+	mov.f32 	%f216, 0f00000000;
+	div.rn.f32 	%f217, %f216, %f1;
+	max.f32 	%f218, %f217, %f213;
+	min.f32 	%f209, %f218, %f215;
+	setp.nan.f32 	%p58, %f212, %f212;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs39, %f209, %f210;
+	// end inline asm
+	selp.b16 	%rs40, 127, %rs39, %p58;
+	add.s64 	%rd213, %rd304, %rd41;
+	add.s64 	%rd214, %rd2, %rd213;
+	st.global.u8 	[%rd214], %rs40;
+	add.s64 	%rd304, %rd304, 256;
+	setp.lt.u64 	%p59, %rd304, %rd16;
+	@%p59 bra 	$L__BB7_40;
+	bra.uni 	$L__BB7_44;
+$L__BB7_24:
+	setp.le.u64 	%p18, %rd16, %rd10;
+	@%p18 bra 	$L__BB7_44;
+	mov.u64 	%rd301, %rd10;
+$L__BB7_26:
+	shl.b64 	%rd186, %rd301, 2;
+	add.s64 	%rd187, %rd186, %rd43;
+	add.s64 	%rd48, %rd14, %rd187;
+	add.s64 	%rd188, %rd13, %rd187;
+	and.b64  	%rd189, %rd188, 3;
+	setp.eq.s64 	%p19, %rd189, 0;
+	@%p19 bra 	$L__BB7_28;
+	ld.global.u8 	%r91, [%rd48];
+	ld.global.u8 	%r92, [%rd48+1];
+	prmt.b32 	%r93, %r92, %r91, 30212;
+	ld.global.u8 	%r94, [%rd48+2];
+	prmt.b32 	%r95, %r94, %r93, 28756;
+	ld.global.u8 	%r96, [%rd48+3];
+	prmt.b32 	%r504, %r96, %r95, 1620;
+	bra.uni 	$L__BB7_29;
+$L__BB7_28:
+	ld.global.u32 	%r504, [%rd48];
+$L__BB7_29:
+	mov.b32 	%f80, %r504;
+	mul.rn.f32 	%f81, %f80, %f2;
+	neg.f32 	%f82, %f81;
+	fma.rn.f32 	%f83, %f82, %f1, %f80;
+	fma.rn.f32 	%f84, %f83, %f2, %f81;
+	mov.b32 	%r97, %f84;
+	and.b32  	%r98, %r504, -2147483648;
+	or.b32  	%r99, %r98, %r97;
+	mov.b32 	%f79, %r99;
+	mov.f32 	%f85, 0f00000000;
+	mul.rn.f32 	%f86, %f85, %f2;
+	neg.f32 	%f87, %f86;
+	fma.rn.f32 	%f88, %f87, %f1, %f85;
+	fma.rn.f32 	%f78, %f88, %f2, %f86;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs24, %f78, %f79;
+	// end inline asm
+	add.s64 	%rd190, %rd301, %rd41;
+	add.s64 	%rd191, %rd2, %rd190;
+	st.global.u8 	[%rd191], %rs24;
+	add.s64 	%rd301, %rd301, 256;
+	setp.lt.u64 	%p20, %rd301, %rd16;
+	@%p20 bra 	$L__BB7_26;
+$L__BB7_44:
+	add.s64 	%rd294, %rd294, %rd15;
+	setp.lt.s64 	%p60, %rd294, %rd6;
+	@%p60 bra 	$L__BB7_9;
+$L__BB7_127:
 	ret;
+$L__BB7_109:
+	rcp.rn.f32 	%f5, %f1;
+	ld.param.u64 	%rd132, [%rd1+-40];
+	setp.eq.s16 	%p125, %rs94, 0;
+	@%p125 bra 	$L__BB7_112;
+	shr.u64 	%rd133, %rd129, 3;
+	setp.ge.u64 	%p126, %rd130, %rd133;
+	@%p126 bra 	$L__BB7_127;
+$L__BB7_111:
+	shl.b64 	%rd278, %rd130, 4;
+	add.s64 	%rd277, %rd132, %rd278;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r413,%r414,%r415,%r416}, [%rd277];
+	// end inline asm
+	shl.b64 	%rd279, %rd130, 3;
+	add.s64 	%rd280, %rd2, %rd279;
+	shl.b32 	%r417, %r413, 16;
+	mov.b32 	%f393, %r417;
+	and.b32  	%r418, %r413, -65536;
+	mov.b32 	%f394, %r418;
+	mul.rn.f32 	%f395, %f393, %f5;
+	neg.f32 	%f396, %f395;
+	fma.rn.f32 	%f397, %f396, %f1, %f393;
+	fma.rn.f32 	%f398, %f397, %f5, %f395;
+	mov.b32 	%r419, %f398;
+	and.b32  	%r420, %r417, -2147483648;
+	or.b32  	%r421, %r420, %r419;
+	mov.b32 	%f386, %r421;
+	mul.rn.f32 	%f399, %f394, %f5;
+	neg.f32 	%f400, %f399;
+	fma.rn.f32 	%f401, %f400, %f1, %f394;
+	fma.rn.f32 	%f402, %f401, %f5, %f399;
+	mov.b32 	%r422, %f402;
+	and.b32  	%r423, %r413, -2147483648;
+	or.b32  	%r424, %r423, %r422;
+	mov.b32 	%f385, %r424;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs80, %f385, %f386;
+	// end inline asm
+	shl.b32 	%r425, %r414, 16;
+	mov.b32 	%f403, %r425;
+	and.b32  	%r426, %r414, -65536;
+	mov.b32 	%f404, %r426;
+	mul.rn.f32 	%f405, %f403, %f5;
+	neg.f32 	%f406, %f405;
+	fma.rn.f32 	%f407, %f406, %f1, %f403;
+	fma.rn.f32 	%f408, %f407, %f5, %f405;
+	mov.b32 	%r427, %f408;
+	and.b32  	%r428, %r425, -2147483648;
+	or.b32  	%r429, %r428, %r427;
+	mov.b32 	%f388, %r429;
+	mul.rn.f32 	%f409, %f404, %f5;
+	neg.f32 	%f410, %f409;
+	fma.rn.f32 	%f411, %f410, %f1, %f404;
+	fma.rn.f32 	%f412, %f411, %f5, %f409;
+	mov.b32 	%r430, %f412;
+	and.b32  	%r431, %r414, -2147483648;
+	or.b32  	%r432, %r431, %r430;
+	mov.b32 	%f387, %r432;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs81, %f387, %f388;
+	// end inline asm
+	shl.b32 	%r433, %r415, 16;
+	mov.b32 	%f413, %r433;
+	and.b32  	%r434, %r415, -65536;
+	mov.b32 	%f414, %r434;
+	mul.rn.f32 	%f415, %f413, %f5;
+	neg.f32 	%f416, %f415;
+	fma.rn.f32 	%f417, %f416, %f1, %f413;
+	fma.rn.f32 	%f418, %f417, %f5, %f415;
+	mov.b32 	%r435, %f418;
+	and.b32  	%r436, %r433, -2147483648;
+	or.b32  	%r437, %r436, %r435;
+	mov.b32 	%f390, %r437;
+	mul.rn.f32 	%f419, %f414, %f5;
+	neg.f32 	%f420, %f419;
+	fma.rn.f32 	%f421, %f420, %f1, %f414;
+	fma.rn.f32 	%f422, %f421, %f5, %f419;
+	mov.b32 	%r438, %f422;
+	and.b32  	%r439, %r415, -2147483648;
+	or.b32  	%r440, %r439, %r438;
+	mov.b32 	%f389, %r440;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs82, %f389, %f390;
+	// end inline asm
+	shl.b32 	%r441, %r416, 16;
+	mov.b32 	%f423, %r441;
+	and.b32  	%r442, %r416, -65536;
+	mov.b32 	%f424, %r442;
+	mul.rn.f32 	%f425, %f423, %f5;
+	neg.f32 	%f426, %f425;
+	fma.rn.f32 	%f427, %f426, %f1, %f423;
+	fma.rn.f32 	%f428, %f427, %f5, %f425;
+	mov.b32 	%r443, %f428;
+	and.b32  	%r444, %r441, -2147483648;
+	or.b32  	%r445, %r444, %r443;
+	mov.b32 	%f392, %r445;
+	mul.rn.f32 	%f429, %f424, %f5;
+	neg.f32 	%f430, %f429;
+	fma.rn.f32 	%f431, %f430, %f1, %f424;
+	fma.rn.f32 	%f432, %f431, %f5, %f429;
+	mov.b32 	%r446, %f432;
+	and.b32  	%r447, %r416, -2147483648;
+	or.b32  	%r448, %r447, %r446;
+	mov.b32 	%f391, %r448;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs83, %f391, %f392;
+	// end inline asm
+	mov.b32 	%r449, {%rs82, %rs83};
+	mov.b32 	%r450, {%rs80, %rs81};
+	st.global.v2.u32 	[%rd280], {%r450, %r449};
+	add.s64 	%rd130, %rd130, %rd131;
+	setp.lt.u64 	%p127, %rd130, %rd133;
+	@%p127 bra 	$L__BB7_111;
+	bra.uni 	$L__BB7_127;
+$L__BB7_49:
+	rcp.rn.f32 	%f3, %f1;
+	ld.param.u64 	%rd63, [%rd1+-40];
+	setp.eq.s16 	%p65, %rs92, 0;
+	@%p65 bra 	$L__BB7_52;
+	shr.u64 	%rd64, %rd60, 2;
+	setp.ge.u64 	%p66, %rd61, %rd64;
+	@%p66 bra 	$L__BB7_127;
+$L__BB7_51:
+	shl.b64 	%rd220, %rd61, 4;
+	add.s64 	%rd219, %rd63, %rd220;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r253,%r254,%r255,%r256}, [%rd219];
+	// end inline asm
+	shl.b64 	%rd221, %rd61, 2;
+	add.s64 	%rd222, %rd2, %rd221;
+	mov.b32 	%f223, %r253;
+	mov.b32 	%f224, %r254;
+	mul.rn.f32 	%f225, %f223, %f3;
+	neg.f32 	%f226, %f225;
+	fma.rn.f32 	%f227, %f226, %f1, %f223;
+	fma.rn.f32 	%f228, %f227, %f3, %f225;
+	mov.b32 	%r257, %f228;
+	and.b32  	%r258, %r253, -2147483648;
+	or.b32  	%r259, %r258, %r257;
+	mov.b32 	%f220, %r259;
+	mul.rn.f32 	%f229, %f224, %f3;
+	neg.f32 	%f230, %f229;
+	fma.rn.f32 	%f231, %f230, %f1, %f224;
+	fma.rn.f32 	%f232, %f231, %f3, %f229;
+	mov.b32 	%r260, %f232;
+	and.b32  	%r261, %r254, -2147483648;
+	or.b32  	%r262, %r261, %r260;
+	mov.b32 	%f219, %r262;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs47, %f219, %f220;
+	// end inline asm
+	mov.b32 	%f233, %r255;
+	mov.b32 	%f234, %r256;
+	mul.rn.f32 	%f235, %f233, %f3;
+	neg.f32 	%f236, %f235;
+	fma.rn.f32 	%f237, %f236, %f1, %f233;
+	fma.rn.f32 	%f238, %f237, %f3, %f235;
+	mov.b32 	%r263, %f238;
+	and.b32  	%r264, %r255, -2147483648;
+	or.b32  	%r265, %r264, %r263;
+	mov.b32 	%f222, %r265;
+	mul.rn.f32 	%f239, %f234, %f3;
+	neg.f32 	%f240, %f239;
+	fma.rn.f32 	%f241, %f240, %f1, %f234;
+	fma.rn.f32 	%f242, %f241, %f3, %f239;
+	mov.b32 	%r266, %f242;
+	and.b32  	%r267, %r256, -2147483648;
+	or.b32  	%r268, %r267, %r266;
+	mov.b32 	%f221, %r268;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs48, %f221, %f222;
+	// end inline asm
+	mov.b32 	%r269, {%rs47, %rs48};
+	st.global.u32 	[%rd222], %r269;
+	add.s64 	%rd61, %rd61, %rd62;
+	setp.lt.u64 	%p67, %rd61, %rd64;
+	@%p67 bra 	$L__BB7_51;
+	bra.uni 	$L__BB7_127;
+$L__BB7_121:
+	setp.ge.u64 	%p145, %rd130, %rd129;
+	@%p145 bra 	$L__BB7_127;
+	cvta.to.global.u64 	%rd144, %rd140;
+$L__BB7_123:
+	shl.b64 	%rd289, %rd130, 1;
+	add.s64 	%rd146, %rd144, %rd289;
+	add.s64 	%rd290, %rd140, %rd289;
+	and.b64  	%rd291, %rd290, 1;
+	setp.eq.b64 	%p146, %rd291, 1;
+	mov.pred 	%p147, 0;
+	xor.pred  	%p148, %p146, %p147;
+	not.pred 	%p149, %p148;
+	@%p149 bra 	$L__BB7_125;
+	bra.uni 	$L__BB7_124;
+$L__BB7_125:
+	ld.global.u16 	%r511, [%rd146];
+	bra.uni 	$L__BB7_126;
+$L__BB7_124:
+	ld.global.u8 	%r501, [%rd146];
+	ld.global.u8 	%r502, [%rd146+1];
+	prmt.b32 	%r511, %r502, %r501, 30212;
+$L__BB7_126:
+	shl.b32 	%r503, %r511, 16;
+	mov.b32 	%f480, %r503;
+	div.rn.f32 	%f481, %f480, %f1;
+	mov.f32 	%f482, 0fC3E00000;
+	max.f32 	%f483, %f481, %f482;
+	mov.f32 	%f484, 0f43E00000;
+	min.f32 	%f479, %f483, %f484;
+	mov.f32 	%f485, 0f00000000;
+	div.rn.f32 	%f486, %f485, %f1;
+	max.f32 	%f487, %f486, %f482;
+	min.f32 	%f478, %f487, %f484;
+	setp.nan.f32 	%p150, %f481, %f481;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs89, %f478, %f479;
+	// end inline asm
+	selp.b16 	%rs90, 127, %rs89, %p150;
+	add.s64 	%rd292, %rd2, %rd130;
+	st.global.u8 	[%rd292], %rs90;
+	add.s64 	%rd130, %rd130, %rd131;
+	setp.lt.u64 	%p151, %rd130, %rd129;
+	@%p151 bra 	$L__BB7_123;
+	bra.uni 	$L__BB7_127;
+$L__BB7_61:
+	setp.ge.u64 	%p78, %rd61, %rd60;
+	@%p78 bra 	$L__BB7_127;
+	cvta.to.global.u64 	%rd75, %rd71;
+$L__BB7_63:
+	shl.b64 	%rd231, %rd61, 2;
+	add.s64 	%rd77, %rd75, %rd231;
+	add.s64 	%rd232, %rd71, %rd231;
+	and.b64  	%rd233, %rd232, 3;
+	setp.eq.s64 	%p79, %rd233, 0;
+	@%p79 bra 	$L__BB7_65;
+	ld.global.u8 	%r299, [%rd77];
+	ld.global.u8 	%r300, [%rd77+1];
+	prmt.b32 	%r301, %r300, %r299, 30212;
+	ld.global.u8 	%r302, [%rd77+2];
+	prmt.b32 	%r303, %r302, %r301, 28756;
+	ld.global.u8 	%r304, [%rd77+3];
+	prmt.b32 	%r507, %r304, %r303, 1620;
+	bra.uni 	$L__BB7_66;
+$L__BB7_65:
+	ld.global.u32 	%r507, [%rd77];
+$L__BB7_66:
+	mov.b32 	%f274, %r507;
+	div.rn.f32 	%f275, %f274, %f1;
+	mov.f32 	%f276, 0fC3E00000;
+	max.f32 	%f277, %f275, %f276;
+	mov.f32 	%f278, 0f43E00000;
+	min.f32 	%f273, %f277, %f278;
+	mov.f32 	%f279, 0f00000000;
+	div.rn.f32 	%f280, %f279, %f1;
+	max.f32 	%f281, %f280, %f276;
+	min.f32 	%f272, %f281, %f278;
+	setp.nan.f32 	%p80, %f275, %f275;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs52, %f272, %f273;
+	// end inline asm
+	selp.b16 	%rs53, 127, %rs52, %p80;
+	add.s64 	%rd234, %rd2, %rd61;
+	st.global.u8 	[%rd234], %rs53;
+	add.s64 	%rd61, %rd61, %rd62;
+	setp.lt.u64 	%p81, %rd61, %rd60;
+	@%p81 bra 	$L__BB7_63;
+	bra.uni 	$L__BB7_127;
+$L__BB7_112:
+	setp.ge.u64 	%p128, %rd130, %rd129;
+	@%p128 bra 	$L__BB7_127;
+	cvta.to.global.u64 	%rd136, %rd132;
+$L__BB7_114:
+	shl.b64 	%rd281, %rd130, 1;
+	add.s64 	%rd138, %rd136, %rd281;
+	add.s64 	%rd282, %rd132, %rd281;
+	and.b64  	%rd283, %rd282, 1;
+	setp.eq.b64 	%p129, %rd283, 1;
+	mov.pred 	%p130, 0;
+	xor.pred  	%p131, %p129, %p130;
+	not.pred 	%p132, %p131;
+	@%p132 bra 	$L__BB7_116;
+	bra.uni 	$L__BB7_115;
+$L__BB7_116:
+	ld.global.u16 	%r510, [%rd138];
+	bra.uni 	$L__BB7_117;
+$L__BB7_115:
+	ld.global.u8 	%r451, [%rd138];
+	ld.global.u8 	%r452, [%rd138+1];
+	prmt.b32 	%r510, %r452, %r451, 30212;
+$L__BB7_117:
+	shl.b32 	%r453, %r510, 16;
+	mov.b32 	%f435, %r453;
+	mul.rn.f32 	%f436, %f435, %f5;
+	neg.f32 	%f437, %f436;
+	fma.rn.f32 	%f438, %f437, %f1, %f435;
+	fma.rn.f32 	%f439, %f438, %f5, %f436;
+	mov.b32 	%r454, %f439;
+	and.b32  	%r455, %r453, -2147483648;
+	or.b32  	%r456, %r455, %r454;
+	mov.b32 	%f434, %r456;
+	mov.f32 	%f440, 0f00000000;
+	mul.rn.f32 	%f441, %f440, %f5;
+	neg.f32 	%f442, %f441;
+	fma.rn.f32 	%f443, %f442, %f1, %f440;
+	fma.rn.f32 	%f433, %f443, %f5, %f441;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs84, %f433, %f434;
+	// end inline asm
+	add.s64 	%rd284, %rd2, %rd130;
+	st.global.u8 	[%rd284], %rs84;
+	add.s64 	%rd130, %rd130, %rd131;
+	setp.lt.u64 	%p133, %rd130, %rd129;
+	@%p133 bra 	$L__BB7_114;
+	bra.uni 	$L__BB7_127;
+$L__BB7_52:
+	setp.ge.u64 	%p68, %rd61, %rd60;
+	@%p68 bra 	$L__BB7_127;
+	cvta.to.global.u64 	%rd67, %rd63;
+$L__BB7_54:
+	shl.b64 	%rd223, %rd61, 2;
+	add.s64 	%rd69, %rd67, %rd223;
+	add.s64 	%rd224, %rd63, %rd223;
+	and.b64  	%rd225, %rd224, 3;
+	setp.eq.s64 	%p69, %rd225, 0;
+	@%p69 bra 	$L__BB7_56;
+	ld.global.u8 	%r270, [%rd69];
+	ld.global.u8 	%r271, [%rd69+1];
+	prmt.b32 	%r272, %r271, %r270, 30212;
+	ld.global.u8 	%r273, [%rd69+2];
+	prmt.b32 	%r274, %r273, %r272, 28756;
+	ld.global.u8 	%r275, [%rd69+3];
+	prmt.b32 	%r506, %r275, %r274, 1620;
+	bra.uni 	$L__BB7_57;
+$L__BB7_56:
+	ld.global.u32 	%r506, [%rd69];
+$L__BB7_57:
+	mov.b32 	%f245, %r506;
+	mul.rn.f32 	%f246, %f245, %f3;
+	neg.f32 	%f247, %f246;
+	fma.rn.f32 	%f248, %f247, %f1, %f245;
+	fma.rn.f32 	%f249, %f248, %f3, %f246;
+	mov.b32 	%r276, %f249;
+	and.b32  	%r277, %r506, -2147483648;
+	or.b32  	%r278, %r277, %r276;
+	mov.b32 	%f244, %r278;
+	mov.f32 	%f250, 0f00000000;
+	mul.rn.f32 	%f251, %f250, %f3;
+	neg.f32 	%f252, %f251;
+	fma.rn.f32 	%f253, %f252, %f1, %f250;
+	fma.rn.f32 	%f243, %f253, %f3, %f251;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs49, %f243, %f244;
+	// end inline asm
+	add.s64 	%rd226, %rd2, %rd61;
+	st.global.u8 	[%rd226], %rs49;
+	add.s64 	%rd61, %rd61, %rd62;
+	setp.lt.u64 	%p70, %rd61, %rd60;
+	@%p70 bra 	$L__BB7_54;
+	bra.uni 	$L__BB7_127;
 }
 )WSPTX";
 }  // namespace weightsync::detail
