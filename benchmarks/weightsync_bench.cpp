@@ -91,6 +91,7 @@ struct Args {
   std::vector<int> num_buffers{2};
   std::vector<std::string> modes{"packed"};
   std::vector<std::size_t> direct{0};
+  std::vector<int> checksum{0};  // --checksum off,on: rows without and with per-chunk checksums
   std::string protocol = "weightsync";
   std::string backend = "nccl";
   int copy_streams = 2;                      // IpcOptions::copy_streams
@@ -200,6 +201,9 @@ usage: weightsync_bench [options]
   --buffer-size S,...  B, the packing threshold (default 1G); sizes: 4096, 64M, 1G (binary)
   --num-buffers K,...  ring slots (default 2)
   --direct S,...       direct-tensor threshold (default 0: off)
+  --checksum C,...     off (default), on: per-chunk checksums (TransferOptions::checksum; rows
+                       "+ck"); "off,on" measures both in one run; ipc: on-ce copies with copy
+                       engines, then digests (IpcOptions::checksum_copy = false; rows "+ck-ce")
   --protocol P         weightsync (default) or vllm (no handshake; vLLM's wire)
   --warmup N           untimed iterations (default 3)
   --iters N            timed iterations (default 10); the median is reported
@@ -261,6 +265,13 @@ Args parse(int argc, char** argv) {
     else if (k == "--direct") {
       a.direct.clear();
       for (auto& s : split(val())) a.direct.push_back(parse_size(s, k));
+    } else if (k == "--checksum") {
+      a.checksum.clear();
+      for (auto& c : split(val())) {
+        if (c != "off" && c != "on" && c != "on-ce")
+          throw std::invalid_argument("--checksum takes off, on and/or on-ce, got '" + c + "'");
+        a.checksum.push_back(c == "off" ? 0 : c == "on" ? 1 : 2);
+      }
     } else if (k == "--protocol")
       a.protocol = val();
     else if (k == "--backend")
@@ -1181,12 +1192,16 @@ class Bench {
 
     int config = 0;
     const int configs = static_cast<int>(a_.modes.size() * a_.buffer_sizes.size() *
-                                         a_.num_buffers.size() * a_.direct.size());
+                                         a_.num_buffers.size() * a_.direct.size() *
+                                         a_.checksum.size());
     for (const auto& mode : a_.modes)
       for (const std::size_t b : a_.buffer_sizes)
         for (const int k : a_.num_buffers)
-          for (const std::size_t direct : a_.direct) {
+          for (const std::size_t direct : a_.direct)
+          for (const int checksum : a_.checksum) {
             ++config;
+            if (checksum && a_.protocol == "vllm") continue;  // vLLM's wire has no status frames
+            if (checksum == 2 && !ipc_) continue;             // (an ipc setting)
             const bool unpacked = mode.rfind("unpacked", 0) == 0;
             if (unpacked && (b != a_.buffer_sizes.front() || direct != a_.direct.front())) continue;
             if (ipc_ && (unpacked || direct)) continue;  // not IPC modes
@@ -1212,10 +1227,12 @@ class Bench {
             opt.buffer_size_bytes = b;
             opt.num_buffers = k;
             opt.direct_threshold_bytes = direct;
+            opt.checksum = checksum != 0;
             opt.protocol = a_.protocol == "vllm" ? ws::Protocol::vllm : ws::Protocol::weightsync;
             opt.timeout = std::chrono::seconds(a_.timeout_s);
             const bool zc = mode == "zerocopy" || mode == "unpacked-zc" || mode == "staged";
             if (ipc_) ipc_->options().export_sources = mode != "staged";
+            if (ipc_) ipc_->options().checksum_copy = checksum != 2;
             auto index = [&](const ws::TensorMeta* m) {
               return static_cast<std::size_t>(m - metas.data());
             };
@@ -1289,6 +1306,7 @@ class Bench {
             std::string impl = mode;
             if (mapped) impl = ws::detail::cat("mapped-tp", a_.tp, "r", a_.tp_rank);
             if (direct) impl += "+d" + size_label(direct);
+            if (checksum) impl += checksum == 2 ? "+ck-ce" : "+ck";
             Row r;
             r.layout = layout;
             r.impl = impl;
@@ -1305,7 +1323,7 @@ class Bench {
             r.ring_producer = producer ? ring_mine : 0;
             r.ring_consumer = static_cast<std::size_t>(ring_c / double(std::max(1, a_.np - 1)));
             emit(r);
-            if (!mapped && !direct) bf16_time[mode] = ev.median;
+            if (!mapped && !direct && !checksum) bf16_time[mode] = ev.median;
             failures += wrong != 0;
             if (ipc_) {  // where each side's time went (ranks 0 and 1, last iteration)
               const auto& x = ipc_->stats();

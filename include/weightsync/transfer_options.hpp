@@ -110,14 +110,25 @@ struct TransferOptions {
   //! acknowledgement fails this rank's call too (a remote_error naming the first such rank), so
   //! that every rank of the group returns the same verdict. Shadow updates commit on it
   //! (engine/shadow.hpp). Off: a consumer fails only for its own failure or the producer's.
+  //! Over ipc / p2p with several consumers the producer sends the verdict after the outcomes when
+  //! it runs with Acknowledge::each_transfer (a consumer with all_or_nothing refuses a producer
+  //! that does not).
   bool all_or_nothing = false;
-  //! Protocol::weightsync: each producer (each trainer rank of a sharded transfer) sends a Hash64
-  //! of each chunk's bytes in the chunk's status frame, and the consumer checks it before loading;
-  //! a mismatch is that consumer's failure (protocol_error naming the producer), reported in the
-  //! acknowledgement, so with all_or_nothing no rank commits. Both sides must agree (handshake).
-  //! Host memory only for now (the host backend): the hash runs on the host. TODO: a GPU kernel
-  //! for the CUDA backends (until then they refuse it with config_error("checksum")), overlapped
-  //! with the transfer.
+  //! Protocol::weightsync: each producer (each trainer rank of a sharded transfer) sends the chunk
+  //! digest (detail/digest.hpp) of each of its chunks in the chunk's status frame, and each
+  //! consumer digests where the chunk's bytes landed and compares; a mismatch is that consumer's
+  //! failure (protocol_error naming the producer), reported in the acknowledgement, so with
+  //! all_or_nothing no rank commits. Both sides must agree (handshake).
+  //! - Host backend: the digests run on the host, and a mismatch is found before load_weights
+  //!   sees the chunk.
+  //! - CUDA backends (nccl): the digests run on the device (kernels/digest.cu): a root's into its
+  //!   status frame before the frame is sent, a consumer's on the unpack stream behind each step's
+  //!   data (overlapping the next steps' transfers). A mismatch is found once the data is
+  //!   complete, before the acknowledgement, not before load_weights: the chunk may have been
+  //!   loaded (or written to its destination) by then. With all_or_nothing (shadow mode) nothing
+  //!   is committed on a mismatch.
+  //! - ipc / p2p (whole-tensor syncs): one digest per tensor, the producer's sent after the pulls;
+  //!   each consumer compares before it reports its outcome (sharded ipc syncs refuse checksums).
   bool checksum = false;
   //! Optional, either side: called as the transfer moves on (see TransferProgress). Needs no
   //! agreement between the sides.

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "weightsync/concepts.hpp"
+#include "weightsync/detail/digest.hpp"
 #include "weightsync/detail/frame.hpp"
 #include "weightsync/tensor_meta.hpp"
 
@@ -51,6 +52,7 @@ struct WorkspaceState {
       received.push_back(policy.make_event());
       received2.push_back(policy.make_event());
       unpacked.push_back(policy.make_event());
+      hashed.push_back(policy.make_event());
     }
   }
   //! @returns true when nothing had to be allocated.
@@ -67,6 +69,20 @@ struct WorkspaceState {
     if (handshake.size() == bytes) return;
     handshake = policy.alloc(bytes);
     handshake_host = policy.alloc_host(bytes);
+  }
+  //! TransferOptions::checksum: `count` chunk digests on the device (per step of a root, per step
+  //! and root on a consumer) and their host mirror. Only grows.
+  void ensure_digests(std::size_t count) {
+    if (digest_count >= count) return;
+    digest_sums = policy.alloc(count * sizeof(std::uint64_t));
+    digest_host = policy.alloc_host(count * sizeof(std::uint64_t));
+    digest_count = count;
+  }
+  std::uint64_t* digest_dev(std::size_t i) {
+    return reinterpret_cast<std::uint64_t*>(digest_sums.data()) + i;
+  }
+  std::uint64_t* digest_mirror(std::size_t i) {
+    return reinterpret_cast<std::uint64_t*>(digest_host.data()) + i;
   }
   //! Slots only grow (a plan that needs less reuses them): a consumer that alternates between
   //! destinations and views does not reallocate every round. @returns true when nothing had to
@@ -88,6 +104,7 @@ struct WorkspaceState {
     copy_src.reserve(m);
     copy_size.reserve(m);
     views.reserve(m);
+    digest_spans.reserve(m);
   }
   void clear_copies() {
     copy_dst.clear();
@@ -106,13 +123,15 @@ struct WorkspaceState {
       policy.copy_batch(copy_dst.data(), copy_src.data(), copy_size.data(), copy_dst.size(), s);
   }
   std::size_t bytes_held() const noexcept {
-    return slot_bytes * slots.size() + frames.size() + scratch.size() + handshake.size();
+    return slot_bytes * slots.size() + frames.size() + scratch.size() + handshake.size() +
+           digest_sums.size();
   }
 
   Policy policy;
   std::optional<typename Policy::Stream> comm_stream;
   std::vector<typename Policy::Stream> slot_streams;
-  std::vector<typename Policy::Event> slot_free, packed, received, received2, unpacked;
+  //! hashed: a root's chunk digest of the slot's step is done (TransferOptions::checksum).
+  std::vector<typename Policy::Event> slot_free, packed, received, received2, unpacked, hashed;
   std::optional<typename Policy::Event> done, source_ready;
   std::vector<typename Policy::Buffer> slots;
   std::size_t slot_bytes = 0;
@@ -122,6 +141,9 @@ struct WorkspaceState {
   typename Policy::Buffer handshake;  // see ensure_handshake
   typename Policy::HostBuffer handshake_host;
   typename Policy::Buffer scratch;
+  typename Policy::Buffer digest_sums;  // see ensure_digests
+  typename Policy::HostBuffer digest_host;
+  std::size_t digest_count = 0;
   std::uint64_t transfers = 0;
   //! This rank's failure of an earlier transfer that no other rank has seen yet
   //! (Acknowledge::next_transfer): it travels in the next handshake frame.
@@ -134,6 +156,7 @@ struct WorkspaceState {
   std::vector<const void*> copy_src;
   std::vector<std::size_t> copy_size;
   std::vector<TensorView> views;
+  std::vector<DigestSpan> digest_spans;  // one chunk's pieces to digest
 };
 
 struct WorkspaceAccess;

@@ -95,6 +95,8 @@ __global__ void perturb_kernel(std::uint8_t* p, std::size_t n, unsigned eb, std:
   }
 }
 
+__global__ void flip_kernel(std::uint8_t* p, std::uint8_t bits) { *p ^= bits; }
+
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
 }
@@ -151,6 +153,11 @@ void perturb(void* p, std::size_t n, unsigned elem_bytes, double fraction, std::
   perturb_kernel<<<static_cast<unsigned>(b > 8192 ? 8192 : b), 256, 0, stream>>>(
       static_cast<std::uint8_t*>(p), n, elem_bytes, threshold, all, seed);
   check(cudaGetLastError(), "perturb_kernel");
+}
+
+void flip(void* p, std::uint8_t bits, cudaStream_t stream) {
+  flip_kernel<<<1, 1, 0, stream>>>(static_cast<std::uint8_t*>(p), bits);
+  check(cudaGetLastError(), "flip_kernel");
 }
 
 }  // namespace ws_pattern

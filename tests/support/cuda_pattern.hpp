@@ -34,4 +34,7 @@ std::uint8_t expected_byte(std::uint64_t seed, std::size_t i);
 void perturb(void* p, std::size_t n, unsigned elem_bytes, double fraction, std::uint64_t seed,
              cudaStream_t stream);
 
+//! XORs the byte at `p` with `bits`, on `stream` (a fault on the wire, for the checksum tests).
+void flip(void* p, std::uint8_t bits, cudaStream_t stream);
+
 }  // namespace ws_pattern

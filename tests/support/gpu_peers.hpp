@@ -178,6 +178,29 @@ inline bool ran_as_parent(int gpus, std::chrono::seconds limit, int ranks = 2) {
   return true;
 }
 
+//! ran_as_parent that also prints the lines of every peer's output that begin with "[ws-test] "
+//! (measurements a test reports; a peer's output is shown otherwise only when it fails).
+inline bool ran_as_parent_reporting(int gpus, std::chrono::seconds limit, int ranks = 2) {
+  if (role().is_peer()) return false;
+  const auto s = announce_sharing(ranks, gpus);
+  const auto results =
+      run_peers(current_test_name(), ranks, free_port(), "", limit, -1, {}, peer_env(s));
+  for (std::size_t r = 0; r < results.size(); ++r) {
+    std::size_t a = 0;
+    const std::string& out = results[r].output;
+    while (a < out.size()) {
+      std::size_t b = out.find('\n', a);
+      if (b == std::string::npos) b = out.size();
+      if (out.compare(a, 10, "[ws-test] ") == 0)
+        std::printf("rank %zu: %s\n", r, out.substr(a, b - a).c_str());
+      a = b + 1;
+    }
+  }
+  std::fflush(stdout);
+  expect_peers_passed(results);
+  return true;
+}
+
 //! ran_as_parent for a test that needs `gpus` distinct devices (see run_peers_on_distinct_gpus).
 inline bool ran_as_parent_on_distinct_gpus(int gpus, std::chrono::seconds limit) {
   if (role().is_peer()) return false;

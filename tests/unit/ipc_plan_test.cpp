@@ -47,6 +47,7 @@ IpcPlan sample_plan() {
   p.digest = 0x1234567890abcdefull;
   p.num_tensors = 3;
   p.total_bytes = 3 << 20;
+  p.flags = detail::kIpcPlanChecksum | detail::kIpcPlanVote;
   p.regions.push_back({77, std::string(64, 'h'), 64 << 20});
   p.regions.push_back({78, std::string(64, 's'), 4 << 20});
   p.slot_region = 1;
@@ -71,6 +72,7 @@ TEST_CASE("ipc plan: encode and decode round trip", "[ipc]") {
   CHECK(q.num_tensors == p.num_tensors);
   CHECK(q.total_bytes == p.total_bytes);
   CHECK(q.error.empty());
+  CHECK(q.flags == (detail::kIpcPlanChecksum | detail::kIpcPlanVote));  // checksums, the verdict
   REQUIRE(q.regions.size() == 2);
   CHECK(q.regions[1].buffer_id == 78);
   CHECK(q.regions[1].handle == std::string(64, 's'));

@@ -232,13 +232,8 @@ TEST_CASE("shadow mode: options that cannot commit together are refused, naming 
   CHECK(field_of(worker_options(0, 1)).empty());
   CHECK(WeightTransferEngine::transfer_options({}, {}, shadow_engine()).checksum);
   auto ipc = shadow_engine();
-  ipc.backend = "ipc";
-  try {
-    (void)WeightTransferEngine::transfer_options({}, {}, ipc);
-    FAIL("the ipc backend accepted checksums");
-  } catch (const config_error& e) {
-    CHECK(e.field() == "checksum");
-  }
+  ipc.backend = "ipc";  // the ipc backends carry checksums too (whole-tensor syncs)
+  CHECK(WeightTransferEngine::transfer_options({}, {}, ipc).checksum);
 
   WeightTransferEngine in_place;
   CHECK_THROWS_AS(in_place.register_parameters({}), config_error);
@@ -479,7 +474,7 @@ TEST_CASE(
     procs.spawn([=] {
       TrainerEngine::Options o;
       o.engine = shadow_engine();
-      o.engine.checksum = false;  // sharded transfers carry none yet
+      o.engine.checksum = true;  // sharded transfers carry them too
       o.trainer_rank = r;
       o.trainer_world = m;
       TrainerEngine t(o);
@@ -500,7 +495,7 @@ TEST_CASE(
   for (int w = 0; w < n; ++w)
     procs.spawn([=] {
       auto o = worker_options(0, 1);
-      o.engine.checksum = false;
+      o.engine.checksum = true;
       o.parallel.data_parallel_size = n;
       o.parallel.data_parallel_index = w;
       WeightTransferEngine e(o);

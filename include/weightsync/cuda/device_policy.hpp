@@ -14,12 +14,14 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "weightsync/concepts.hpp"
 #include "weightsync/cuda/batched_copy.hpp"
 #include "weightsync/cuda/check.hpp"
 #include "weightsync/cuda/device_buffer.hpp"
+#include "weightsync/cuda/digest.hpp"
 #include "weightsync/cuda/event.hpp"
 #include "weightsync/cuda/stream.hpp"
 
@@ -28,6 +30,8 @@ namespace weightsync {
 class CudaPolicy {
  public:
   using stream_type = cudaStream_t;
+  //! Work is enqueued on streams: a result is there once an event after it is ready.
+  static constexpr bool synchronous = false;
   using Stream = CudaStream;
   using Event = CudaEvent;
   using Buffer = DeviceBuffer;
@@ -104,6 +108,14 @@ class CudaPolicy {
     for (std::size_t i = 0; i < count; ++i)
       detail::check(cudaMemcpyAsync(dst[i], src[i], n[i], cudaMemcpyDeviceToDevice, s),
                     "cudaMemcpyAsync(D2D)");
+  }
+
+  //! Enqueues on `s`: sums[0..nsums) (device memory) <- the chunk digests (detail/digest.hpp)
+  //! of the `count` pieces (device memory), each into sums[piece.sum], by the digest kernel
+  //! (cuda/digest.hpp).
+  void digest(const detail::DigestSpan* spans, std::size_t count, std::uint64_t* sums,
+              std::size_t nsums, cudaStream_t s) const {
+    detail::DigestKernel::instance().launch(spans, count, sums, nsums, s);
   }
 
  private:

@@ -86,7 +86,9 @@ struct HandshakeBody {
 //! chunk's bytes are junk.
 struct StatusBody {
   std::uint64_t chunk;
-  std::uint64_t checksum;  //!< Hash64 of the chunk's tensor bytes (TransferOptions::checksum)
+  //! The chunk digest (detail/digest.hpp) of the root's pieces of the chunk
+  //! (TransferOptions::checksum; written on the root's device before the frame is sent).
+  std::uint64_t checksum;
   char message[kFrameBodyBytes - 16];
 };
 //! FrameKind::ack: a rank's outcome of a transfer (code ok or failed / mismatch, with why).

@@ -24,8 +24,9 @@ inline constexpr std::uint32_t kWireMagic = 0x56525357u;
 //! the agreed settings travel at full width; one handshake for whole and sharded transfers.
 //! 5: one schedule for whole and sharded transfers: a root's chunk of empty pieces sends no status
 //! frame (as whole-tensor chunks never did), and sharded transfers carry direct pieces, launch
-//! splits, checksums and eager bytes.
-inline constexpr std::uint16_t kProtocolVersion = 5;
+//! splits, checksums and eager bytes. 6: a status frame's checksum is the chunk digest
+//! (detail/digest.hpp: lanes and blocks hashed in parallel, on the GPU too), not Hash64.
+inline constexpr std::uint16_t kProtocolVersion = 6;
 
 enum class MsgType : std::uint16_t { hello = 1, welcome = 2, reject = 3, abort = 4, goodbye = 5, link = 6 };
 

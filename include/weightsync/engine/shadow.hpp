@@ -382,15 +382,6 @@ inline void check_shadow_options(const ShadowOptions& s, const EngineOptions& e)
                            "backend only)");
 }
 
-//! The pull transports report outcomes to the producer only: no vote among several workers.
-inline void check_shadow_group(const std::string& backend, int workers) {
-  if ((backend == "ipc" || backend == "p2p") && workers > 1)
-    throw config_error("backend", cat("shadow mode with ", workers,
-                                      " worker ranks needs an outcome every "
-                                      "rank sees (the host or nccl backend); the ",
-                                      backend, " backend reports outcomes to the trainer only"));
-}
-
 //! A transfer of a shadow session: tensors land in the shadow, and the call fails on every rank
 //! when any rank failed (the vote).
 inline void shadow_transfer(std::shared_ptr<const ShadowWeights> w, TransferOptions& t) {

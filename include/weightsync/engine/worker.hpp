@@ -376,8 +376,6 @@ class WeightTransferEngine {
     t.acknowledge = e.acknowledge;
     t.progress = e.progress;
     t.checksum = e.checksum;
-    if (e.checksum && (e.backend == "ipc" || e.backend == "p2p"))
-      throw config_error("checksum", "the " + e.backend + " backend does not carry checksums yet");
     return t;
   }
 
@@ -457,8 +455,6 @@ class WeightTransferEngine {
                       trainers - 1, " are the ", trainers, " trainer ranks' (",
                       said ? "the init info" : "Options::trainer_ranks",
                       "), so rank_offset must be >= ", trainers, ", got ", info.rank_offset));
-    if (opt_.shadow.enabled)
-      detail::check_shadow_group(opt_.engine.backend, world_size - std::max(trainers, 1));
     if (backend_) backend_->shutdown();
     backend_.reset();
     init_.reset();

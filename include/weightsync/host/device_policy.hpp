@@ -8,11 +8,13 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <new>
 
 #include "weightsync/concepts.hpp"
+#include "weightsync/detail/digest.hpp"
 #include "weightsync/error.hpp"
 
 namespace weightsync {
@@ -27,6 +29,8 @@ struct HostStream {
 class HostPolicy {
  public:
   using stream_type = HostStream;
+  //! Work is complete when the call returns (results may be read at once).
+  static constexpr bool synchronous = true;
 
   //! Owning, 64-byte aligned host memory. Move-only.
   class Buffer {
@@ -82,6 +86,12 @@ class HostPolicy {
   void copy_batch(void* const* dst, const void* const* src, const std::size_t* n, std::size_t count,
                   HostStream s) const noexcept {
     for (std::size_t i = 0; i < count; ++i) copy(dst[i], src[i], n[i], s);
+  }
+  //! sums[0..nsums) <- the chunk digests (detail/digest.hpp) of the `count` pieces, each into
+  //! sums[piece.sum], computed here.
+  void digest(const detail::DigestSpan* spans, std::size_t count, std::uint64_t* sums,
+              std::size_t nsums, HostStream) const noexcept {
+    detail::digest_sums(spans, count, sums, nsums);
   }
 
  private:

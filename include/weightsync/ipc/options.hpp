@@ -48,6 +48,11 @@ struct IpcOptions {
   //! about a microsecond each instead of a TCP round trip on loopback. Used only when every member of the
   //! group wants it and could open the segment; otherwise TCP, as with false.
   bool shared_memory_control = true;
+  //! TransferOptions::checksum on one GPU (ipc): true (the default), a tensor with a destination
+  //! is copied by the digest kernel (kernels/digest.cu), which digests the bytes it copies: one
+  //! read of the producer's memory serves the copy and the consumer's digest. false: copy engines
+  //! copy it, then the digest reads the destination (one more pass over the weights' bytes).
+  bool checksum_copy = true;
 };
 
 //! What an IPC transport did with handles (for leak checks).

@@ -21,6 +21,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <optional>
@@ -36,6 +37,7 @@
 #include "weightsync/detail/frame.hpp"
 #include "weightsync/error.hpp"
 #include "weightsync/host/communicator.hpp"
+#include "weightsync/ipc/detail/checksum.hpp"
 #include "weightsync/ipc/detail/control_messages.hpp"
 #include "weightsync/ipc/detail/endpoint.hpp"
 #include "weightsync/ipc/detail/plan.hpp"
@@ -62,6 +64,7 @@ class IpcTransport {
                std::chrono::milliseconds op_timeout)
       : ep_(rv, device, opt, op_timeout),
         follower_(ep_.device),
+        digests_(ep_.device),
         pull_begin_(ep_.device),
         pull_end_(ep_.device) {}
   IpcTransport(IpcTransport&&) noexcept = default;
@@ -107,6 +110,7 @@ class IpcTransport {
     ep_.begin_round();
     Phases t;
     IpcPlan plan = ep_.plan_header(metas);
+    plan.flags = plan_flags(opt);
     std::vector<const std::byte*> src;
     std::exception_ptr failure;  // the items were wrong: said in the plan, rethrown at the end
     try {
@@ -119,12 +123,16 @@ class IpcTransport {
     // The producer's earlier work on the weights must be complete before a consumer reads them.
     ep_.await_source(opt);
     t.mark();
-    const bool same = !failure && sent_.reusable() && last_.same(plan.digest, src, ep_.opt, opt);
+    // Checksums: the sources' digests run beside the consumers' pulls (they read the same memory).
+    if (!failure && (plan.flags & kIpcPlanChecksum)) digests_.start_sources(metas, src);
+    const bool same = !failure && sent_.reusable() && last_.same(plan.digest, src, ep_.opt, opt) &&
+                      last_.flags == plan.flags;
     if (!failure && !same) {
       place_tensors(metas, src, plan, opt);
       ep_.stats.regions = plan.regions.size();
       ep_.exports.prune(plan);
       last_.remember(plan, src, ep_, opt);
+      last_.flags = plan.flags;
     }
     t.mark();
     if (same)
@@ -133,8 +141,13 @@ class IpcTransport {
       sent_.send(ep_, plan);
     t.mark();
     if (!failure) staging_.run(ep_, src, opt);
+    if (!failure && (plan.flags & kIpcPlanChecksum)) {
+      ep_.await_event(digests_.done(), opt, "ipc checksum");
+      ep_.channel().guarded([&] { ep_.channel().send_blob(digests_.blob()); });
+    }
     t.mark();
     const auto outcomes = ep_.gather_outcomes(FrameCode::ok, "");
+    if (!failure && (plan.flags & kIpcPlanVote)) send_verdict(outcomes);
     t.mark();
     sent_.outcome(!failure && std::all_of(outcomes.begin(), outcomes.end(),
                                           [](const auto& o) { return o.ok(); }));
@@ -191,7 +204,8 @@ class IpcTransport {
     Prebuilt pre;
     if (const auto* last = received_.last(); last && last->metas_digest == digest) {
       try {
-        collect(last->plan, last->base, metas, opt, IpcWhere::region, 0, pre.pieces, pre.views);
+        collect(last->plan, last->base, metas, opt, IpcWhere::region, 0, pre.pieces, pre.views,
+                pre.spans, ep_.opt.checksum_copy);
         pre.valid = true;
       } catch (...) {  // pull() meets it again, where it becomes this transfer's failure
       }
@@ -203,11 +217,13 @@ class IpcTransport {
     t.mark();
     accept_plan(c, reused);
     t.mark();
+    c.checks = c.plan.error.empty() && (c.plan.flags & kIpcPlanChecksum) != 0;
+    if (c.ok() && c.checks) digests_.begin(metas.size(), ep_.stream.get());
     if (c.ok()) {
       pull_begin_.record(ep_.stream.get());
       c.attempt([&] {
         if (pre.valid && reused != nullptr && reused == received_.last())
-          issue(c, pre.pieces, pre.views);
+          issue(c, pre.pieces, pre.views, pre.spans);
         else
           pull(c, IpcWhere::region, 0);
       });
@@ -216,13 +232,27 @@ class IpcTransport {
     follower_.run(
         ep_, c.plan, opt, [&] { return c.ok(); },
         [&](std::size_t chunk) { c.attempt([&] { pull(c, IpcWhere::staged, chunk); }); });
+    if (c.ok() && c.checks) digests_.end(ep_.stream.get());
     t.mark();
     if (c.ok())
       ep_.await_stream(ep_.stream.get(), opt, "ipc pull");
     else
       ep_.drain(opt);  // nothing of ours may still run when the caller gets the error
+    if (c.checks) {
+      // The producer's digests follow the pulls whatever happened here (the channel stays in
+      // step); compared before this side reports its outcome.
+      std::string theirs;
+      ep_.channel().guarded([&] {
+        const std::uint64_t n = std::max<std::uint64_t>(
+            metas.size(), std::min<std::uint64_t>(c.plan.num_tensors, std::uint64_t{1} << 24));
+        theirs = ep_.channel().receive_blob(n * sizeof(std::uint64_t), "ipc checksums");
+      });
+      if (c.ok()) c.attempt([&] { digests_.compare(theirs, metas); });
+    }
     t.mark();
-    ep_.gather_outcomes(c.code, c.why);
+    const auto outcomes = ep_.gather_outcomes(c.code, c.why);
+    if (c.plan.error.empty() && (c.plan.flags & kIpcPlanVote)) receive_verdict(c, opt);
+    (void)outcomes;
     t.mark();
     abort_on_throw.disarm();  // in step with the producer: what follows leaves the channel usable
     auto& s = ep_.stats;
@@ -232,6 +262,7 @@ class IpcTransport {
     // Only the producer's failure (in the plan) and our own are ours to throw; another consumer's
     // failure is the producer's business.
     if (c.failure) std::rethrow_exception(c.failure);
+    if (c.remote) std::rethrow_exception(c.remote);
     TransferStats st;
     st.tensors = metas.size();
     st.chunks = c.plan.num_chunks;
@@ -259,6 +290,7 @@ class IpcTransport {
   //! same allocations, with the same options make the same plan: it is neither rebuilt nor encoded.
   struct LastSources {
     std::uint64_t digest = 0;
+    std::uint8_t flags = 0;  // IpcPlan::flags
     std::vector<const std::byte*> src;
     bool export_sources = true;
     std::size_t buffer_size = 0;
@@ -306,6 +338,8 @@ class IpcTransport {
     detail::FrameCode code = detail::FrameCode::ok;
     std::string why;
     std::exception_ptr failure;
+    bool checks = false;         // the plan's kIpcPlanChecksum (and no producer error)
+    std::exception_ptr remote;  // all_or_nothing: another consumer's failure (the verdict)
 
     bool ok() const { return code == detail::FrameCode::ok; }
     void fail(detail::FrameCode c) {
@@ -375,6 +409,14 @@ class IpcTransport {
     c.attempt([&] {
       using namespace detail;
       if (!c.plan.error.empty()) throw remote_error(0, c.plan.error);
+      if (((c.plan.flags & kIpcPlanChecksum) != 0) != c.opt.checksum)
+        throw protocol_error(0, cat("ipc handshake: checksum differs: rank 0 has ",
+                                    c.plan.flags & kIpcPlanChecksum ? "on" : "off", ", rank ",
+                                    rank(), " has ", c.opt.checksum ? "on" : "off"));
+      if (c.opt.all_or_nothing && size() > 2 && !(c.plan.flags & kIpcPlanVote))
+        throw protocol_error(0, cat("ipc handshake: all_or_nothing with ", size() - 1,
+                                    " consumers needs the producer's verdict: give the trainer "
+                                    "Acknowledge::each_transfer"));
       if (reused && reused->metas_digest == c.digest) {
         c.base = reused->base;
         c.staged = reused->staged;
@@ -413,6 +455,7 @@ class IpcTransport {
     bool valid = false;
     std::vector<detail::CopyPiece> pieces;
     std::vector<TensorView> views;
+    std::vector<detail::DigestSpan> spans;
   };
 
   //! The copies and the views of the tensors at `where` (chunk `chunk` when staged), for `plan`
@@ -420,7 +463,10 @@ class IpcTransport {
   static void collect(const detail::IpcPlan& plan, const std::vector<std::byte*>& base,
                       std::span<const TensorMeta> metas, const TransferOptions& opt,
                       detail::IpcWhere where, std::size_t chunk,
-                      std::vector<detail::CopyPiece>& pieces, std::vector<TensorView>& views) {
+                      std::vector<detail::CopyPiece>& pieces, std::vector<TensorView>& views,
+                      std::vector<detail::DigestSpan>& spans, bool checksum_copy) {
+    // Checksums on one GPU: the digest kernel copies what it digests (IpcOptions::checksum_copy).
+    const bool fuse = (plan.flags & detail::kIpcPlanChecksum) && plan.same_gpu && checksum_copy;
     using namespace detail;
     for (std::size_t i = 0; i < metas.size(); ++i) {
       const auto& pl = plan.places[i];
@@ -438,10 +484,18 @@ class IpcTransport {
               ? base[pl.index] + pl.offset
               : base[plan.slot_region] + (chunk % plan.num_slots) * plan.slot_stride + pl.offset;
       void* to = opt.destination ? opt.destination(meta) : nullptr;
+      if (to && fuse) {  // copied and digested in one read
+        spans.push_back(DigestSpan{from, nb, 0, static_cast<std::uint32_t>(i), to});
+        continue;
+      }
       if (to)
         add_piece(pieces, static_cast<std::byte*>(to), from, nb);
       else
         views.push_back(TensorView{&meta, const_cast<std::byte*>(from), nb});
+      // where the tensor ends up on this side, for the checksums (plan.flags)
+      if (plan.flags & kIpcPlanChecksum)
+        spans.push_back(DigestSpan{to ? static_cast<const void*>(to) : from, nb, 0,
+                                   static_cast<std::uint32_t>(i)});
     }
   }
 
@@ -449,13 +503,52 @@ class IpcTransport {
   void pull(Consume& c, detail::IpcWhere where, std::size_t chunk) {
     std::vector<detail::CopyPiece> pieces;
     std::vector<TensorView> views;
-    collect(c.plan, c.base, c.metas, c.opt, where, chunk, pieces, views);
-    issue(c, pieces, views);
+    std::vector<detail::DigestSpan> spans;
+    collect(c.plan, c.base, c.metas, c.opt, where, chunk, pieces, views, spans,
+            ep_.opt.checksum_copy);
+    issue(c, pieces, views, spans);
   }
+  //! Enqueues the copies, hands the views to load_weights, then (checksums) digests every tensor
+  //! where it ended up, behind both on the stream (a staged view before its slot is handed back).
   void issue(Consume& c, const std::vector<detail::CopyPiece>& pieces,
-             const std::vector<TensorView>& views) {
+             const std::vector<TensorView>& views, const std::vector<detail::DigestSpan>& spans) {
     ep_.puller->enqueue(pieces, ep_.stream.get(), ep_.opt);
     if (!views.empty()) c.load(std::span<const TensorView>(views), ep_.stream.get());
+    // (some spans also copy into their destination: IpcOptions::checksum_copy)
+    if (c.checks && c.ok()) digests_.add(spans, ep_.stream.get());
+  }
+
+  //! The plan's flags for these options: checksums, and the verdict after the outcomes when
+  //! several consumers must learn each other's (Acknowledge::each_transfer).
+  std::uint8_t plan_flags(const TransferOptions& opt) const {
+    std::uint8_t f = 0;
+    if (opt.checksum) f |= detail::kIpcPlanChecksum;
+    if (opt.acknowledge == Acknowledge::each_transfer && size() > 2) f |= detail::kIpcPlanVote;
+    return f;
+  }
+  //! Producer (kIpcPlanVote): every consumer learns the first consumer that failed, if any.
+  void send_verdict(const std::vector<detail::ControlMessages::Outcome>& outcomes) {
+    std::string v(4, '\0');
+    std::int32_t first = -1;
+    for (int r = 1; r < size() && first < 0; ++r)
+      if (!outcomes[static_cast<std::size_t>(r)].ok()) {
+        first = r;
+        v += outcomes[static_cast<std::size_t>(r)].text.substr(0, 4000);
+      }
+    std::memcpy(v.data(), &first, 4);
+    ep_.channel().guarded([&] { ep_.channel().send_blob(v); });
+  }
+  //! Consumer (kIpcPlanVote): the producer's verdict; with all_or_nothing, another consumer's
+  //! failure is this one's too.
+  void receive_verdict(Consume& c, const TransferOptions& opt) {
+    std::string v;
+    ep_.channel().guarded([&] { v = ep_.channel().receive_blob(4 + 4000, "ipc verdict"); });
+    std::int32_t first = -1;
+    if (v.size() < 4) throw protocol_error(0, "ipc verdict: too short");
+    std::memcpy(&first, v.data(), 4);
+    if (first < 0 || first == rank() || !c.ok() || !opt.all_or_nothing) return;
+    c.remote = std::make_exception_ptr(
+        remote_error(first, detail::cat("rank ", first, " failed (all_or_nothing): ", v.substr(4))));
   }
 
   detail::IpcEndpoint ep_;
@@ -464,6 +557,7 @@ class IpcTransport {
   detail::StagingRing staging_;       // producer
   detail::PlanReceiver received_;     // consumer
   detail::StagingFollower follower_;  // consumer
+  detail::IpcDigests digests_;        // TransferOptions::checksum
   TimedEvent pull_begin_, pull_end_;  // consumer: the device time of the pulls
 };
 

@@ -33,6 +33,14 @@ inline constexpr std::size_t kIpcHandleBytes = 64;
 
 enum class IpcWhere : std::uint8_t { empty = 0, region = 1, staged = 2 };
 
+//! Bits of IpcPlan::flags: what follows the pulls, which both sides must do alike.
+//! kIpcPlanChecksum: the producer sends a digest per tensor (TransferOptions::checksum) after the
+//! pulls, and each consumer compares before its outcome. kIpcPlanVote: after the outcomes, the
+//! producer sends every consumer the verdict (the first failed consumer), so that consumers with
+//! all_or_nothing fail together (the producer's Acknowledge::each_transfer).
+inline constexpr std::uint8_t kIpcPlanChecksum = 1;
+inline constexpr std::uint8_t kIpcPlanVote = 2;
+
 //! The plan the producer sends before every transfer.
 struct IpcPlan {
   std::uint8_t same_gpu = 1;
@@ -41,6 +49,7 @@ struct IpcPlan {
   std::int32_t pid = 0;
   std::uint64_t digest = 0, num_tensors = 0, total_bytes = 0;
   std::string error;  //!< the producer's items were wrong: nothing else follows
+  std::uint8_t flags = 0;  //!< kIpcPlanChecksum, kIpcPlanVote
   struct Region {
     std::uint64_t buffer_id = 0;
     std::string handle;  // kIpcHandleBytes
@@ -71,6 +80,7 @@ struct IpcPlan {
     w.u64(num_tensors);
     w.u64(total_bytes);
     w.str(error);
+    w.u8(flags);
     w.u64(regions.size());
     for (const auto& r : regions) {
       w.u64(r.buffer_id);
@@ -109,6 +119,7 @@ struct IpcPlan {
     p.num_tensors = r.u64();
     p.total_bytes = r.u64();
     p.error = r.str(1 << 16);
+    p.flags = r.u8();
     const auto nr = r.u64();
     // Each region takes at least 84 bytes on the wire, each placement 17: a count the message
     // cannot hold is refused before anything is allocated for it.

@@ -77,6 +77,9 @@ inline std::vector<ShardPiece> all_pieces(std::span<const TensorMeta> metas,
 struct IpcShards {
   static void begin(IpcEndpoint& t, const TransferOptions& opt, int trainers, bool producer) {
     opt.validate();
+    if (opt.checksum)
+      throw config_error("checksum", "the ipc backends' sharded syncs carry no checksums yet "
+                                     "(whole-tensor syncs do)");
     if (trainers < 1 || trainers >= t.size())
       throw config_error("trainers", cat("must be in 1..", t.size() - 1, " (world ", t.size(),
                                          "), got ", trainers));
@@ -327,10 +330,18 @@ inline TransferStats receive_shards_on(IpcEndpoint& ep, std::span<const TensorMe
     why = what_of(failure);
     ep.drain(opt);  // nothing of ours may still run when the caller gets the error
   }
-  ep.channel(trainers).gather_outcomes(code, why);
+  // Every consumer's outcome reaches every rank here (over the socket): with all_or_nothing,
+  // another consumer's failure is this one's too.
+  const auto outcomes = ep.channel(trainers).gather_outcomes(code, why);
   abort_on_throw.disarm();
   if (!failure) IpcShards::prune(ep, plans);
   if (failure) std::rethrow_exception(failure);
+  if (opt.all_or_nothing)
+    for (int r = trainers; r < ep.size(); ++r) {
+      const auto& o = outcomes[static_cast<std::size_t>(r)];
+      if (r != ep.rank() && !o.ok())
+        throw remote_error(r, cat("rank ", r, " failed (all_or_nothing): ", o.text));
+    }
   TransferStats st;
   st.tensors = metas.size();
   st.bytes = total;

@@ -16,14 +16,12 @@
 #include <random>
 #include <string>
 #include <string_view>
-#include <type_traits>
 #include <vector>
 
 #include "weightsync/detail/format.hpp"
 #include "weightsync/detail/frame.hpp"
 #include "weightsync/pipeline/detail/run.hpp"
 #include "weightsync/error.hpp"
-#include "weightsync/host/device_policy.hpp"
 
 namespace weightsync::detail {
 
@@ -305,17 +303,13 @@ std::uint64_t handshake(PipelineRun<C>& run, std::uint8_t flags = 0) {
   return all[static_cast<std::size_t>(ref)].head.transfer_id;
 }
 
-//! Per-chunk checksums (TransferOptions::checksum) read the chunk on the host.
-//! @throws config_error("checksum") where that cannot work.
+//! Per-chunk checksums (TransferOptions::checksum) travel in the status frames.
+//! @throws config_error("checksum") on vLLM's wire, which has none.
 template <class C>
 void check_checksum_support(const PipelineRun<C>& run) {
   if (!run.opt.checksum) return;
   if (!run.plan.framed)
     throw config_error("checksum", "needs Protocol::weightsync (the status frames carry it)");
-  if constexpr (!std::is_same_v<policy_t<C>, HostPolicy>)
-    throw config_error("checksum",
-                       "per-chunk checksums run on the host: the host backend only, until the GPU "
-                       "kernel lands (TODO)");
 }
 
 //! Exchanges every rank's outcome of the transfer ("" = ok).

@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <iterator>
@@ -37,7 +38,7 @@
 
 #include "weightsync/detail/format.hpp"
 #include "weightsync/detail/frame.hpp"
-#include "weightsync/detail/hash.hpp"
+#include "weightsync/detail/digest.hpp"
 #include "weightsync/pipeline/detail/handshake.hpp"
 #include "weightsync/pipeline/detail/plan.hpp"
 #include "weightsync/pipeline/detail/run.hpp"
@@ -114,8 +115,10 @@ class TransferRun {
     bool reused = ws.ensure_frames(own0() + (root() ? S : 0));
     ws.ensure_streams(K);
     bool eager = false;
+    if (run_.opt.checksum) ws.ensure_digests(root() ? S : S * static_cast<std::size_t>(m()));
+    hashed_.assign(run_.opt.checksum && !root() ? S * static_cast<std::size_t>(m()) : 0, 0);
+    expected_.assign(hashed_.size(), 0);
     if (root()) {
-      digests_.assign(S, 0);
       // One root packs only (a region of several pieces); with M > 1 it also receives the others'.
       const std::size_t slot = receives() ? plan().slot_bytes : plan().packing_bytes(mine_);
       reused = ws.ensure_slots(slot, K) && reused;
@@ -153,6 +156,11 @@ class TransferRun {
           fail(std::make_exception_ptr(too_many_items(owned().size())));
       }
       run_.end_data();
+      if (!hashed_.empty() && !Policy::synchronous) {
+        // The digests ran on the device behind the data: compare them before acknowledging.
+        for (std::size_t k = 0; k < K; ++k) run_.await(ws.unpacked[k], "checksum");
+        for (std::size_t s = 0; s < S; ++s) compare_digests(s);
+      }
       if (plan().framed) acks = conclude(run_, id_, failure_);
       if (!root() && !run_.eager)
         for (std::size_t k = 0; k < K; ++k) run_.await(ws.unpacked[k], "unpack");
@@ -168,7 +176,10 @@ class TransferRun {
 
  private:
   using byte = std::byte;
+  using Policy = typename Run::Policy;
   static constexpr std::size_t npos = PiecePlan::npos;
+  //! Where a status frame holds its chunk's digest (written there on the device).
+  static constexpr std::size_t kChecksumAt = sizeof(FrameHeader) + offsetof(StatusBody, checksum);
 
   void start(R* items) {
     mine_ = items ? plan().root_of(run_.comm.rank()) : -1;
@@ -377,12 +388,10 @@ class TransferRun {
     for (std::size_t s = 0; s < S; ++s) {
       Frame f(FrameKind::status, Role::producer, run_.comm.rank(), id_);
       f.status.chunk = s;
-      f.status.checksum = digests_[s];
-      *run_.frame_host(own0() + s) = f;
+      *run_.frame_host(own0() + s) = f;  // (the digest is written on the device: post)
     }
     run_.ws.policy.copy_from_host(run_.frame_dev(own0()), run_.frame_host(own0()),
                                   S * kFrameBytes, run_.comm_stream());
-    frames_written_ = true;
   }
 
   //! Where this root's region of chunk `c` already lies back to back in its sources, or nullptr.
@@ -440,19 +449,32 @@ class TransferRun {
     packed_[k] = 1;
   }
 
-  //! TransferOptions::checksum: the digest of this root's chunk (its pieces' bytes in order), in
-  //! its status frame (before the chunk is sent).
+  //! TransferOptions::checksum: the digest (detail/digest.hpp) of this root's chunk, its pieces
+  //! at their positions in the chunk, computed on slot s % K's stream from where the pieces lie
+  //! (it overlaps the earlier steps' transfers) into the step's digest on the device; post()
+  //! copies it into the status frame there before the frame is sent (no host round trip).
   void checksum(std::size_t s, const Chunk& c) {
     if (!run_.opt.checksum || !failure_.empty()) return;
-    Hash64 h;
+    auto& ws = run_.ws;
+    ws.digest_spans.clear();
     for (std::size_t q = c.begin; q < c.end; ++q)
-      if (const std::size_t nb = plan().piece_at(mine_, q).bytes()) h.bytes(src_[q], nb);
-    digests_[s] = h.value();
-    if (!frames_written_) return;  // write_status_frames puts it there
-    const std::size_t f = own0() + s;
-    run_.frame_host(f)->status.checksum = digests_[s];
-    run_.ws.policy.copy_from_host(run_.frame_dev(f), run_.frame_host(f), kFrameBytes,
-                                  run_.comm_stream());
+      if (const std::size_t nb = plan().piece_at(mine_, q).bytes())
+        ws.digest_spans.push_back(DigestSpan{src_[q], nb, static_cast<std::uint32_t>(q - c.begin), 0});
+    const std::size_t k = s % run_.slots();
+    const auto st = run_.slot_stream(k);
+    ws.policy.digest(ws.digest_spans.data(), ws.digest_spans.size(), ws.digest_dev(s), 1, st);
+    ws.policy.record(ws.hashed[k], st);
+  }
+  //! The digest of step s, done on the device, into this root's status frame (on the
+  //! communication stream, before the step's launch).
+  void write_digest(std::size_t s) {
+    auto& ws = run_.ws;
+    const auto cs = run_.comm_stream();
+    ws.policy.wait(cs, ws.hashed[s % run_.slots()]);
+    void* dst = run_.frame_dev(own0() + s) + kChecksumAt;
+    const void* src = ws.digest_dev(s);
+    const std::size_t n = sizeof(std::uint64_t);
+    ws.policy.copy_batch(&dst, &src, &n, 1, cs);
   }
 
   //! After a failure the wire still carries this root's bytes of step s: junk of the right size
@@ -485,6 +507,7 @@ class TransferRun {
     const Chunk* own = root() ? plan().chunk(mine_, s) : nullptr;
     if (own && prepared_ != s) prepare(s);
     byte* junk = own && !failure_.empty() ? junk_for(s) : nullptr;
+    if (own && !junk && own->bytes > 0 && plan().framed && run_.opt.checksum) write_digest(s);
     const bool was_packed = own && !junk && packed_[k];
     const Split split = plan().splits[s];
     if (!root()) ws.policy.wait(cs, ws.unpacked[k]);  // the slot's previous step is unloaded
@@ -583,29 +606,58 @@ class TransferRun {
     ws.flush_copies(unpack_stream(s));
   }
 
-  //! TransferOptions::checksum: hashes each root's chunk where its bytes landed, in the root's
-  //! order, and compares with its status frame. Host memory only (see check_checksum_support). A
-  //! mismatch is this rank's failure, reported in the acknowledgement.
-  void verify(std::size_t s) {
+  //! TransferOptions::checksum: digests each root's chunk where its pieces landed (the slot, or
+  //! in place), at their positions in the root's chunk, on the unpack stream (behind the step's
+  //! data, overlapping the next steps' transfers), and mirrors the digests to the host. The host
+  //! policy has them at once and compares before load_weights; on a device they are compared
+  //! once the data is complete, before the acknowledgement (compare_digests). A mismatch is this
+  //! rank's failure, reported in the acknowledgement.
+  void verify(std::size_t s, stream_type us) {
+    auto& ws = run_.ws;
+    const std::size_t M = static_cast<std::size_t>(m());
     const std::size_t k = s % run_.slots();
+    ws.digest_spans.clear();
     for (int r = 0; r < m(); ++r) {
       const Chunk* c = plan().chunk(r, s);
-      if (!c || c->bytes == 0 || !failure_.empty()) continue;
-      Hash64 h;
-      std::size_t lo = npos, hi = 0;
+      if (!c || c->bytes == 0) continue;  // (no status frame: nothing to compare)
       for (std::size_t q = c->begin; q < c->end; ++q) {
         const std::size_t idx = plan().piece_index(r, q);
-        const std::size_t t = plan().pieces[idx].tensor;
+        if (const std::size_t nb = plan().pieces[idx].bytes())
+          ws.digest_spans.push_back(DigestSpan{landing(s, idx), nb,
+                                               static_cast<std::uint32_t>(q - c->begin),
+                                               static_cast<std::uint32_t>(r)});
+      }
+      const std::size_t at = s * M + static_cast<std::size_t>(r);
+      expected_[at] = run_.frame_host(recv_frame(k, r))->status.checksum;
+      hashed_[at] = 1;
+    }
+    // One launch for every root's chunk of the step: root r's digest lands in sum r.
+    ws.policy.digest(ws.digest_spans.data(), ws.digest_spans.size(), ws.digest_dev(s * M), M, us);
+    ws.policy.copy_to_host(ws.digest_mirror(s * M), ws.digest_dev(s * M), M * sizeof(std::uint64_t),
+                           us);
+    if constexpr (Policy::synchronous) compare_digests(s);
+  }
+  //! Compares step s's digests (ready on the host) with the roots' status frames; the first
+  //! mismatch becomes this rank's failure.
+  void compare_digests(std::size_t s) {
+    const std::size_t M = static_cast<std::size_t>(m());
+    for (int r = 0; r < m(); ++r) {
+      const std::size_t at = s * M + static_cast<std::size_t>(r);
+      if (!hashed_[at] || !failure_.empty()) continue;
+      hashed_[at] = 0;
+      const std::uint64_t got = *run_.ws.digest_mirror(at);
+      if (got == expected_[at]) continue;
+      const Chunk* c = plan().chunk(r, s);
+      std::size_t lo = npos, hi = 0;
+      for (std::size_t q = c->begin; q < c->end; ++q) {
+        const std::size_t t = plan().pieces[plan().piece_index(r, q)].tensor;
         lo = std::min(lo, t);
         hi = std::max(hi, t);
-        if (const std::size_t nb = plan().pieces[idx].bytes()) h.bytes(landing(s, idx), nb);
       }
-      const Frame f = *run_.frame_host(recv_frame(k, r));
-      if (h.value() == f.status.checksum) continue;
       const int rank = plan().root_rank[r];
       failure_ = cat(unit(), " ", s, " (tensors ", lo, "..", hi, "): checksum mismatch: rank ",
-                     rank, " sent digest 0x", hex(f.status.checksum),
-                     ", received bytes hash to 0x", hex(h.value()));
+                     rank, " sent digest 0x", hex(expected_[at]),
+                     ", received bytes hash to 0x", hex(got));
       failure_ptr_ = std::make_exception_ptr(protocol_error(rank, failure_));
     }
   }
@@ -683,7 +735,7 @@ class TransferRun {
         ws.policy.wait(us, ws.received2[k]);
       }
       if (good) unpack(s, split != Split::region_first, true);
-      if (ok() && run_.opt.checksum) verify(s);
+      if (ok() && run_.opt.checksum) verify(s, us);
     }
     if (ok()) load(s, us);
     ws.policy.record(ws.unpacked[k], us);
@@ -770,8 +822,10 @@ class TransferRun {
   std::vector<const void*> region_src_;  // root: per slot, where its region is sent from
   std::vector<char> packed_;             // root: per slot, the region was packed there
   std::vector<char> launched_;           // per slot: its step had a launch
-  std::vector<std::uint64_t> digests_;   // root, TransferOptions::checksum: per step
-  bool frames_written_ = false;
+  // consumer, TransferOptions::checksum: per step and root, whether its digest was enqueued and
+  // not compared yet, and the digest its root sent
+  std::vector<char> hashed_;
+  std::vector<std::uint64_t> expected_;
   std::uint64_t id_ = 0;
   std::vector<byte*> dest_;
   std::vector<std::size_t> land_;  // per piece: its offset in its step's slot, npos in place
