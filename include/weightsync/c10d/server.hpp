@@ -85,16 +85,7 @@ class TcpStoreServer {
     wake_r_ = detail::Fd(p[0]);
     wake_w_ = detail::Fd(p[1]);
     spare_ = detail::Fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-    rlimit rl{};
-    if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-        o_.limits.max_connections + 64 > rl.rlim_cur)
-      log(LogLevel::warning,
-          detail::cat("TCPStore server: max_connections ", o_.limits.max_connections,
-                      " is near or above this process's descriptor limit (RLIMIT_NOFILE soft "
-                      "limit ",
-                      static_cast<long long>(rl.rlim_cur),
-                      "): connections past it are closed at once; raise `ulimit -n` or lower "
-                      "max_connections"));
+    warn_if_near_fd_limit();
     thread_ = std::thread([this] { run(); });
   }
   TcpStoreServer(const TcpStoreServer&) = delete;
@@ -177,6 +168,20 @@ class TcpStoreServer {
   }
 
   //! Logs an accept that failed for want of descriptors, at most every 5 s.
+  //! Warns when max_connections is near or above this process's descriptor limit (at start, and
+  //! again when the descriptors ran out).
+  void warn_if_near_fd_limit() const {
+    rlimit rl{};
+    if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        o_.limits.max_connections + 64 > rl.rlim_cur)
+      log(LogLevel::warning,
+          detail::cat("TCPStore server: max_connections ", o_.limits.max_connections,
+                      " is near or above this process's descriptor limit (RLIMIT_NOFILE soft "
+                      "limit ",
+                      static_cast<long long>(rl.rlim_cur),
+                      "): connections past it are closed at once; raise `ulimit -n` or lower "
+                      "max_connections"));
+  }
   void log_fd_shortage(int err) {
     const auto now = Clock::now();
     if (fd_log_at_ != Clock::time_point{} && now - fd_log_at_ < std::chrono::seconds(5)) return;
@@ -202,16 +207,7 @@ class TcpStoreServer {
       if (fd) ++fd_refused_;
       fd.reset();
       spare_ = detail::Fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-      rlimit rl{};
-      if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-          o_.limits.max_connections + 64 > rl.rlim_cur)
-        log(LogLevel::warning,
-            detail::cat("TCPStore server: max_connections ", o_.limits.max_connections,
-                        " is near or above this process's descriptor limit (RLIMIT_NOFILE soft "
-                        "limit ",
-                        static_cast<long long>(rl.rlim_cur),
-                        "): connections past it are closed at once; raise `ulimit -n` or lower "
-                        "max_connections"));
+      warn_if_near_fd_limit();
       if (spare_) return;
     }
     accept_paused_until_ = Clock::now() + o_.accept_backoff;
