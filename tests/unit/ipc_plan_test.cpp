@@ -85,6 +85,16 @@ TEST_CASE("ipc plan: encode and decode round trip", "[ipc]") {
   CHECK(q.places[0].where == IpcWhere::region);
   CHECK(q.places[0].offset == 4096);
   CHECK(q.places[2].where == IpcWhere::staged);
+  // A flag this side does not know announces a step it would not take: refused, named.
+  IpcPlan unknown = sample_plan();
+  unknown.flags = static_cast<std::uint8_t>(unknown.flags | 0x80);
+  try {
+    (void)IpcPlan::decode(unknown.encode());
+    FAIL("a plan with an unknown flag was accepted");
+  } catch (const protocol_error& e) {
+    INFO(e.what());
+    CHECK(std::string(e.what()).find("unknown flags 0x80") != std::string::npos);
+  }
 }
 
 TEST_CASE("ipc plan: every truncation, trailing bytes, wrong magic or version is a protocol_error",

@@ -69,7 +69,10 @@ class IpcTransport {
         pull_end_(ep_.device) {}
   IpcTransport(IpcTransport&&) noexcept = default;
   //! Waits for this end's copies before its slots, events and mappings go.
-  ~IpcTransport() { ep_.quiesce(); }
+  ~IpcTransport() {
+    ep_.quiesce();
+    digests_.quiesce();
+  }
   //! Not assignable: replacing a transport must drain its streams first (destroy it, then make
   //! one).
   IpcTransport& operator=(IpcTransport&&) = delete;
@@ -118,13 +121,25 @@ class IpcTransport {
     } catch (...) {
       failure = std::current_exception();
       plan.error = what_of(failure).substr(0, 4000);  // the consumers' decoder takes 64 KiB at most
+      // The consumers tell a failed producer by a non-empty error: never send an empty one.
+      if (plan.error.empty()) plan.error = "the producer's items failed (no message)";
     }
     t.mark();
     // The producer's earlier work on the weights must be complete before a consumer reads them.
     ep_.await_source(opt);
     t.mark();
     // Checksums: the sources' digests run beside the consumers' pulls (they read the same memory).
-    if (!failure && (plan.flags & kIpcPlanChecksum)) digests_.start_sources(metas, src);
+    // A failure to start them (no kernel, no memory, a source the kernel cannot read) fails this
+    // sync for every rank through the plan, like a wrong item.
+    if (!failure && (plan.flags & kIpcPlanChecksum)) {
+      try {
+        digests_.start_sources(metas, src);
+      } catch (...) {
+        failure = std::current_exception();
+        plan.error = detail::cat("ipc checksums: ", detail::what_of(failure)).substr(0, 4000);
+        digests_.quiesce();
+      }
+    }
     const bool same = !failure && sent_.reusable() && last_.same(plan.digest, src, ep_.opt, opt) &&
                       last_.flags == plan.flags;
     if (!failure && !same) {
@@ -218,7 +233,7 @@ class IpcTransport {
     accept_plan(c, reused);
     t.mark();
     c.checks = c.plan.error.empty() && (c.plan.flags & kIpcPlanChecksum) != 0;
-    if (c.ok() && c.checks) digests_.begin(metas.size(), ep_.stream.get());
+    if (c.ok() && c.checks) c.attempt([&] { digests_.begin(metas.size(), ep_.stream.get()); });
     if (c.ok()) {
       pull_begin_.record(ep_.stream.get());
       c.attempt([&] {
@@ -232,7 +247,7 @@ class IpcTransport {
     follower_.run(
         ep_, c.plan, opt, [&] { return c.ok(); },
         [&](std::size_t chunk) { c.attempt([&] { pull(c, IpcWhere::staged, chunk); }); });
-    if (c.ok() && c.checks) digests_.end(ep_.stream.get());
+    if (c.ok() && c.checks) c.attempt([&] { digests_.end(ep_.stream.get()); });
     t.mark();
     if (c.ok())
       ep_.await_stream(ep_.stream.get(), opt, "ipc pull");
@@ -546,6 +561,8 @@ class IpcTransport {
     std::int32_t first = -1;
     if (v.size() < 4) throw protocol_error(0, "ipc verdict: too short");
     std::memcpy(&first, v.data(), 4);
+    if (first >= size() || first == 0)
+      throw protocol_error(0, detail::cat("ipc verdict: names rank ", first, " of ", size()));
     if (first < 0 || first == rank() || !c.ok() || !opt.all_or_nothing) return;
     c.remote = std::make_exception_ptr(
         remote_error(first, detail::cat("rank ", first, " failed (all_or_nothing): ", v.substr(4))));

@@ -47,14 +47,27 @@ class IpcDigests {
 
   //! Producer: enqueues the digests of `src` (tensor i: metas[i].nbytes() bytes at src[i]) on a
   //! stream of its own, and their copy to the host.
+  //! @throws config_error("checksum") for a source the kernel cannot read (host memory that is not
+  //!   mapped for the device: the staging path moves such sources, the digest kernel cannot).
   void start_sources(std::span<const TensorMeta> metas, std::span<const std::byte* const> src) {
-    begin(metas.size(), stream_.get());
     spans_.clear();
     for (std::size_t i = 0; i < metas.size(); ++i)
-      if (const std::size_t nb = metas[i].nbytes())
+      if (const std::size_t nb = metas[i].nbytes()) {
+        if (!device_readable(src[i]))
+          throw config_error("checksum",
+                             cat("tensor ", i, " ('", metas[i].name,
+                                 "') lies in host memory the GPU cannot read; ipc checksums "
+                                 "digest the sources on the GPU"));
         spans_.push_back(DigestSpan{src[i], nb, 0, static_cast<std::uint32_t>(i)});
+      }
+    begin(metas.size(), stream_.get());
     add(spans_, stream_.get());
     end(stream_.get());
+  }
+  //! Waits for what start_sources enqueued (on a failure path: nothing of ours may still read the
+  //! caller's weights when it gets the error). Never throws.
+  void quiesce() noexcept {
+    if (stream_.get()) (void)cudaStreamSynchronize(stream_.get());
   }
   //! The event after the producer's digests (start_sources).
   const CudaEvent& done() const noexcept { return done_; }
@@ -104,13 +117,17 @@ class IpcDigests {
   }
 
  private:
-  static std::string hex(std::uint64_t v) {
-    static const char* d = "0123456789abcdef";
-    std::string s(16, '0');
-    for (int i = 15; i >= 0; --i, v >>= 4) s[static_cast<std::size_t>(i)] = d[v & 15];
-    return s;
-  }
   std::uint64_t* sums() { return reinterpret_cast<std::uint64_t*>(dev_.data()); }
+  //! Device, managed, or host memory mapped for the device (cudaHostAlloc / cudaHostRegister).
+  static bool device_readable(const void* p) {
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+      (void)cudaGetLastError();  // (not sticky; clear it)
+      return false;
+    }
+    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged ||
+           (a.type == cudaMemoryTypeHost && a.devicePointer != nullptr);
+  }
 
   int device_;
   CudaStream stream_;  // producer: the digests run here, beside the consumers' pulls

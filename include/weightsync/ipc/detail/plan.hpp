@@ -120,6 +120,11 @@ struct IpcPlan {
     p.total_bytes = r.u64();
     p.error = r.str(1 << 16);
     p.flags = r.u8();
+    // A bit this side does not know would announce a step it would not take: refuse it at once
+    // rather than let the control channel go out of step.
+    if (const unsigned unknown = p.flags & ~unsigned{kIpcPlanChecksum | kIpcPlanVote})
+      throw protocol_error(0, cat("ipc plan: unknown flags 0x", detail::hex(unknown, 2), " in 0x",
+                                  detail::hex(p.flags, 2), " (a newer peer?)"));
     const auto nr = r.u64();
     // Each region takes at least 84 bytes on the wire, each placement 17: a count the message
     // cannot hold is refused before anything is allocated for it.

@@ -661,12 +661,6 @@ class TransferRun {
       failure_ptr_ = std::make_exception_ptr(protocol_error(rank, failure_));
     }
   }
-  static std::string hex(std::uint64_t v) {
-    static const char* d = "0123456789abcdef";
-    std::string s(16, '0');
-    for (int i = 15; i >= 0; --i, v >>= 4) s[static_cast<std::size_t>(i)] = d[v & 15];
-    return s;
-  }
 
   //! Consumer: hands the tensors complete after step s that have no destination to load_weights.
   void load(std::size_t s, stream_type st) {
