@@ -42,6 +42,7 @@
 #include <cstddef>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <ranges>
 #include <regex>
@@ -210,8 +211,8 @@ class Fp8Source {
   enum class Place : char { slot, solo, source };
 
   AnyTensorRange start() {
-    inner_.reset();
-    inner_.emplace(src_.iterate());
+    it_.reset();
+    inner_ = std::make_unique<Inner>(src_.iterate());
     it_.emplace(std::ranges::begin(*inner_));
     started_ = false;
     pending_scale_ = nullptr;
@@ -452,7 +453,9 @@ class Fp8Source {
   std::vector<typename Quantizer::Buffer> arenas_;
   std::size_t arena_bytes_ = 0;
   std::vector<std::size_t> arena_chunk_, arena_used_;
-  std::optional<Inner> inner_;
+  // On the heap: its iterator may point into it, and an optional of a range that holds a
+  // std::function trips GCC 13's -Wmaybe-uninitialized.
+  std::unique_ptr<Inner> inner_;
   std::optional<std::ranges::iterator_t<Inner>> it_;
   bool started_ = false;
   const void* pending_scale_ = nullptr;
