@@ -18,6 +18,7 @@
 #include <weightsync/cuda/event.hpp>
 #include <weightsync/cuda/stream.hpp>
 #include <weightsync/engine.hpp>
+#include <weightsync/ipc/backend.hpp>
 #include <weightsync/layouts.hpp>
 
 #include <signal.h>
