@@ -1027,39 +1027,44 @@ class Bench {
         }
         ws::detail::check(cudaStreamSynchronize(s()), "cudaStreamSynchronize");
       };
-      // The update info (HTTP in a real setup): the trainer's payload sizes, broadcast here.
-      std::vector<std::int64_t> payload(metas.size() + 1, 0);  // + whether the round is whole
-      if (producer) {
-        reset();
-        const auto first = d.prepare("v1", plain);
-        std::copy(first.delta->payload_bytes.begin(), first.delta->payload_bytes.end(),
-                  payload.begin());
-        payload.back() = first.delta->base_version.empty() ? 1 : 0;
-        d.invalidate();
-      } else {
-        copy_all(*want, base);
-        step(*want, density, seed);
-      }
-      if (ipc_) {  // (ipc: over the host control channel)
-        ipc_->control().broadcast(payload.data(), payload.size() * sizeof(std::int64_t), 0);
-      } else {
-        ws::detail::check(cudaMemcpyAsync(sizes_dev.data(), payload.data(), sizes_dev.size(),
+      // The update info (HTTP in a real setup): the trainer's payload sizes and whether the round
+      // is whole, broadcast before every round's transfer (inside the timed part: a receiver
+      // cannot take a delta round before it knows its sizes). DeltaMode::automatic may decide a
+      // round differently from the one before (it measures the diff's speed as it goes).
+      auto announce = [&](std::vector<std::int64_t>& p) {
+        if (ipc_) {  // (ipc: over the host control channel)
+          ipc_->control().broadcast(p.data(), p.size() * sizeof(std::int64_t), 0);
+          return;
+        }
+        ws::detail::check(cudaMemcpyAsync(sizes_dev.data(), p.data(), sizes_dev.size(),
                                           cudaMemcpyHostToDevice, s()),
                           "cudaMemcpyAsync");
         comm_->broadcast(sizes_dev.data(), sizes_dev.size(), 0, s());
-        ws::detail::check(cudaMemcpyAsync(payload.data(), sizes_dev.data(), sizes_dev.size(),
+        ws::detail::check(cudaMemcpyAsync(p.data(), sizes_dev.data(), sizes_dev.size(),
                                           cudaMemcpyDeviceToHost, s()),
                           "cudaMemcpyAsync");
+        ws::detail::check(cudaStreamSynchronize(s()), "cudaStreamSynchronize");
+      };
+      auto payload_of = [&](const ws::NcclUpdateInfo& got) {
+        std::vector<std::int64_t> p(metas.size() + 1, 0);
+        std::copy(got.delta->payload_bytes.begin(), got.delta->payload_bytes.end(), p.begin());
+        p.back() = got.delta->base_version.empty() ? 1 : 0;
+        return p;
+      };
+      bool whole_round = false;
+      ws::detail::UpdateWire wire;
+      auto take = [&](std::vector<std::int64_t> p) {  // -> the round's wire, as the receiver sees it
+        whole_round = p.back() != 0;
+        p.pop_back();
+        auto info = plain;
+        info.delta = ws::DeltaUpdate{whole_round ? "" : "v0", ws::delta::kDefaultBucketElems, p};
+        wire = ws::detail::update_wire(info, "v0");
+      };
+      if (!producer) {
+        copy_all(*want, base);
+        step(*want, density, seed);
+        ws::detail::check(cudaStreamSynchronize(s()), "cudaStreamSynchronize");
       }
-      ws::detail::check(cudaStreamSynchronize(s()), "cudaStreamSynchronize");
-      const bool whole_round = payload.back() != 0;
-      payload.pop_back();
-      auto info = plain;
-      info.delta =
-          ws::DeltaUpdate{whole_round ? "" : "v0", ws::delta::kDefaultBucketElems, payload};
-      const auto wire = ws::detail::update_wire(info, "v0");
-      std::uint64_t wire_bytes = 0;
-      for (const auto& m : wire.metas) wire_bytes += m.nbytes();
       std::vector<double> encode_us, load_us;
       ws::TransferStats st;
       unsigned long long wrong = 0;
@@ -1075,8 +1080,9 @@ class Bench {
           [&](int) {
             if (producer) {
               const auto got = d.prepare("v1", plain);
-              if (got.delta->payload_bytes != payload || got.delta->base_version.empty() != whole_round)
-                throw std::runtime_error("--delta: the step is not deterministic");
+              auto p = payload_of(got);
+              announce(p);
+              take(std::move(p));
               encode_us.push_back(std::chrono::duration<double, std::micro>(d.stats().encode).count());
               opt.source_stream = s();
               auto items = d.iterate();
@@ -1085,6 +1091,9 @@ class Bench {
                         : ws::packed_broadcast_producer(wm, items, *comm_, 0, opt, wsp);
               return;
             }
+            std::vector<std::int64_t> p(metas.size() + 1, 0);
+            announce(p);
+            take(std::move(p));
             ws::detail::UpdateReceiver rx(
                 wire, nullptr,
                 [&](const ws::TensorMeta& m) -> void* { return model.data(index.at(m.name)); },
@@ -1100,6 +1109,8 @@ class Bench {
             load_us.push_back(std::chrono::duration<double, std::micro>(st.load).count());
           });
       wrong += diff();
+      std::uint64_t wire_bytes = 0;  // (the last round's)
+      for (const auto& m : wire.metas) wire_bytes += m.nbytes();
       if (producer) {
         const auto t0 = std::chrono::steady_clock::now();
         d.commit();
