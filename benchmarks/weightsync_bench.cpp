@@ -965,6 +965,29 @@ class Bench {
     return failures;
   }
 
+  // Where each side's time went in the last ipc sync (ranks 0 and 1), printed by rank 0.
+  void print_ipc_phases() {
+    const auto& x = ipc_->stats();
+    double v[6] = {x.plan_us, x.prepare_us, x.enqueue_us,
+                   x.wait_us, x.status_us,  x.pull_device_us};
+    for (double& d : v) d = sum_over_ranks(rank() == 1 ? d : 0.0);
+    double p[6] = {x.check_us,     x.source_us,  x.place_us,
+                   x.send_plan_us, x.staging_us, x.outcomes_us};
+    for (double& d : p) d = sum_over_ranks(rank() == 0 ? d : 0.0);
+    if (rank() == 0) {
+      std::printf(
+          "#   producer us: check %.1f, source %.1f, place %.1f, send plan %.1f, staging "
+          "%.1f, outcomes %.1f; control %s\n",
+          p[0], p[1], p[2], p[3], p[4], p[5],
+          ipc_->shared_memory_control_active() ? "shm" : "tcp");
+      std::printf(
+          "#   consumer us: plan %.1f, prepare %.1f, enqueue %.1f, wait %.1f, status "
+          "%.1f; "
+          "pull on device %.1f\n",
+          v[0], v[1], v[2], v[3], v[4], v[5]);
+    }
+  }
+
   // --delta: delta syncs of the layout. Both sides start from v0 (the pattern of round 1); the
   // trainer's step changes a `density` share of its bf16 elements; DeltaSource (CudaDeltaCodec)
   // encodes against its reference (seeded with v0 before each iteration, untimed) and sends the
@@ -1072,12 +1095,19 @@ class Bench {
         return producer ? 0 : model.count_diff(*want, s());
       };
       double commit_us = 0;
+      double before_us = 0;  // host time of the last round before the transfer started
       auto [ev, wall] = time_it(
           [&](int i) {
             if (i > 0) wrong += diff();
             reset();
           },
           [&](int) {
+            const auto lambda_start = std::chrono::steady_clock::now();
+            auto mark_before = [&] {
+              before_us = std::chrono::duration<double, std::micro>(
+                              std::chrono::steady_clock::now() - lambda_start)
+                              .count();
+            };
             if (producer) {
               const auto got = d.prepare("v1", plain);
               auto p = payload_of(got);
@@ -1087,6 +1117,7 @@ class Bench {
               opt.source_stream = s();
               auto items = d.iterate();
               const auto wm = d.metas();
+              mark_before();
               st = ipc_ ? ipc_->send(wm, items, opt)
                         : ws::packed_broadcast_producer(wm, items, *comm_, 0, opt, wsp);
               return;
@@ -1104,6 +1135,7 @@ class Bench {
             auto land = [&](std::span<const ws::TensorView> batch, cudaStream_t stream) {
               load(batch, stream);
             };
+            mark_before();
             st = ipc_ ? ipc_->receive(rx.metas(), o, land)
                       : ws::packed_broadcast_consumer(rx.metas(), *comm_, 0, land, o, wsp);
             load_us.push_back(std::chrono::duration<double, std::micro>(st.load).count());
@@ -1137,6 +1169,15 @@ class Bench {
       r.wrong = wrong;
       r.ratio = full != full_time.end() ? full->second / ev.median : 0.0;
       emit(r);
+      if (ipc_) print_ipc_phases();
+      {
+        const double pb = sum_over_ranks(rank() == 0 ? before_us : 0.0);
+        const double cb = sum_over_ranks(rank() == 1 ? before_us : 0.0);
+        if (rank() == 0)
+          std::printf("#   delta host us before the transfer (last iteration): producer %.1f "
+                      "(prepare, announce), consumer %.1f (announcement, receiver)\n",
+                      pb, cb);
+      }
       if (rank() == 0)
         std::printf(
             "#   delta %.4g: payload %zu B = %.3f%% of %zu; encode %.1f us = %.1f GB/s of source; "
@@ -1337,25 +1378,7 @@ class Bench {
             if (!mapped && !direct && !checksum) bf16_time[mode] = ev.median;
             failures += wrong != 0;
             if (ipc_) {  // where each side's time went (ranks 0 and 1, last iteration)
-              const auto& x = ipc_->stats();
-              double v[6] = {x.plan_us, x.prepare_us, x.enqueue_us,
-                             x.wait_us, x.status_us,  x.pull_device_us};
-              for (double& d : v) d = sum_over_ranks(rank() == 1 ? d : 0.0);
-              double p[6] = {x.check_us,     x.source_us,  x.place_us,
-                             x.send_plan_us, x.staging_us, x.outcomes_us};
-              for (double& d : p) d = sum_over_ranks(rank() == 0 ? d : 0.0);
-              if (rank() == 0) {
-                std::printf(
-                    "#   producer us: check %.1f, source %.1f, place %.1f, send plan %.1f, staging "
-                    "%.1f, outcomes %.1f; control %s\n",
-                    p[0], p[1], p[2], p[3], p[4], p[5],
-                    ipc_->shared_memory_control_active() ? "shm" : "tcp");
-                std::printf(
-                    "#   consumer us: plan %.1f, prepare %.1f, enqueue %.1f, wait %.1f, status "
-                    "%.1f; "
-                    "pull on device %.1f\n",
-                    v[0], v[1], v[2], v[3], v[4], v[5]);
-              }
+              print_ipc_phases();
             } else if (a_.protocol == "weightsync") {  // TransferStats, ranks 0 and 1, last iteration
               auto us = [](std::chrono::nanoseconds d) { return double(d.count()) / 1e3; };
               double q[2][4];
