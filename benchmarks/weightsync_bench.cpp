@@ -1095,7 +1095,9 @@ class Bench {
         return producer ? 0 : model.count_diff(*want, s());
       };
       double commit_us = 0;
-      double before_us = 0;  // host time of the last round before the transfer started
+      // host time of the last round before the transfer started, at the end of: prepare (the
+      // producer), the announcement, the receiver's wire, everything (the receiver set up)
+      double before_us[4] = {};
       auto [ev, wall] = time_it(
           [&](int i) {
             if (i > 0) wrong += diff();
@@ -1103,16 +1105,20 @@ class Bench {
           },
           [&](int) {
             const auto lambda_start = std::chrono::steady_clock::now();
-            auto mark_before = [&] {
-              before_us = std::chrono::duration<double, std::micro>(
-                              std::chrono::steady_clock::now() - lambda_start)
-                              .count();
+            auto since = [&] {
+              return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() -
+                                                               lambda_start)
+                  .count();
             };
+            auto mark_before = [&] { before_us[3] = since(); };
             if (producer) {
               const auto got = d.prepare("v1", plain);
+              before_us[0] = since();
               auto p = payload_of(got);
               announce(p);
+              before_us[1] = since();
               take(std::move(p));
+              before_us[2] = since();
               encode_us.push_back(std::chrono::duration<double, std::micro>(d.stats().encode).count());
               opt.source_stream = s();
               auto items = d.iterate();
@@ -1123,8 +1129,11 @@ class Bench {
               return;
             }
             std::vector<std::int64_t> p(metas.size() + 1, 0);
+            before_us[0] = 0;
             announce(p);
+            before_us[1] = since();
             take(std::move(p));
+            before_us[2] = since();
             ws::detail::UpdateReceiver rx(
                 wire, nullptr,
                 [&](const ws::TensorMeta& m) -> void* { return model.data(index.at(m.name)); },
@@ -1171,12 +1180,16 @@ class Bench {
       emit(r);
       if (ipc_) print_ipc_phases();
       {
-        const double pb = sum_over_ranks(rank() == 0 ? before_us : 0.0);
-        const double cb = sum_over_ranks(rank() == 1 ? before_us : 0.0);
+        double pb[4], cb[4];
+        for (int j = 0; j < 4; ++j) {
+          pb[j] = sum_over_ranks(rank() == 0 ? before_us[j] : 0.0);
+          cb[j] = sum_over_ranks(rank() == 1 ? before_us[j] : 0.0);
+        }
         if (rank() == 0)
-          std::printf("#   delta host us before the transfer (last iteration): producer %.1f "
-                      "(prepare, announce), consumer %.1f (announcement, receiver)\n",
-                      pb, cb);
+          std::printf("#   delta host us from the round's start (last iteration): producer "
+                      "prepared %.1f, announced %.1f, wire %.1f, sending %.1f; consumer "
+                      "announced %.1f, wire %.1f, receiving %.1f\n",
+                      pb[0], pb[1], pb[2], pb[3], cb[1], cb[2], cb[3]);
       }
       if (rank() == 0)
         std::printf(
