@@ -66,6 +66,8 @@ struct UpdateWire {
 inline UpdateWire update_wire(const UpdateRequest& u, const std::string& held) {
   UpdateWire w;
   w.tensors = u.metas;
+  w.metas.reserve(u.metas.size() + 1);
+  w.what.reserve(u.metas.size() + 1);
   auto add = [&](TensorMeta m, WireTensor::Kind k, std::size_t i) {
     w.metas.push_back(std::move(m));
     w.what.push_back({k, i});

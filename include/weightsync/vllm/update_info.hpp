@@ -87,11 +87,15 @@ struct NcclUpdateInfo {
 
   //! One ShardSpec per tensor (all "rank 0 sends it whole" when not sharded).
   //! @throws config_error naming the entry ("shards[3].dim", "src_placements[2]").
-  std::vector<ShardSpec> shard_specs() const {
+  std::vector<ShardSpec> shard_specs() const { return shard_specs(metas()); }
+  //! The same, given metas() (computed once by a caller that needs both).
+  std::vector<ShardSpec> shard_specs(const std::vector<TensorMeta>& ms) const {
     check_lengths();
+    if (ms.size() != names.size())
+      throw config_error("metas", detail::cat("has ", ms.size(), " entries but names has ",
+                                              names.size()));
     if (src_placements && !src_mesh_dims)
       throw config_error("src_mesh_dims", "required with src_placements");
-    const auto ms = metas();
     std::vector<ShardSpec> out(names.size());
     for (std::size_t i = 0; i < names.size(); ++i) {
       if (shards) {
@@ -205,7 +209,10 @@ struct NcclUpdateInfo {
 inline UpdateRequest to_update_request(const NcclUpdateInfo& u, const UpdateContext&) {
   UpdateRequest r;
   r.metas = u.metas();
-  auto specs = u.shard_specs();
+  // Without shards or placements every spec is "rank 0 sends it whole": nothing to build or check
+  // (an unsharded update's metadata is converted once, not twice).
+  std::vector<ShardSpec> specs;
+  if (u.shards || u.src_placements || u.src_mesh_dims) specs = u.shard_specs(r.metas);
   r.sharded = u.sharded();
   if (r.sharded) {
     if (u.shards || u.src_placements) r.shards = std::move(specs);
