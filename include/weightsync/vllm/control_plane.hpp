@@ -472,8 +472,13 @@ class VllmClient {
         return weightsync::detail::cat("the server closed or reset the connection after ", ms,
                                        " ms without answering");
       case E::Write:
-        return weightsync::detail::cat("sending the request failed after ", ms,
-                                       " ms (connection reset, or the write timed out)");
+        // A server that closes at once is a failed write or a failed read, whichever the
+        // client's send meets first: both are told as the same event.
+        if (took + std::chrono::milliseconds(250) >= timeout_)
+          return weightsync::detail::cat("sending the request took longer than the write ",
+                                         "timeout of ", timeout_.count(), " ms (timed out)");
+        return weightsync::detail::cat("the server closed or reset the connection after ", ms,
+                                       " ms, while the request was being sent");
       default:
         return httplib::to_string(e);
     }
