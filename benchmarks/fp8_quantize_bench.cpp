@@ -4,7 +4,8 @@
 // moe30b's projection shapes, per scale layout: CUDA events around `reps` launches after `warmup`,
 // the median of `trials` such timings. Before timing, each output is checked bit for bit against
 // the host implementation (the whole tensor for q_proj; the first 256 rows elsewhere, per-tensor
-// excepted).
+// excepted). Then dense8b's 252 linears as the FP8 source's ring mode quantizes them (batched
+// launches, block 128).
 // --load L,...: quantize on load (the load planner into vLLM-layout FP8 parameters: qkv / gate_up
 // fused, experts stacked, TP shards, block 128 scales) of a whole layout at TP 1 and 2 (rank 0):
 // CUDA events around one LoadPlan::load of every tensor (device views), the median of `trials`
@@ -30,6 +31,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda_pattern.hpp"
@@ -86,6 +88,77 @@ bool check(const TensorMeta& m, Fp8Scaling s, const std::vector<std::byte>& in,
   detail::check(cudaMemcpy(sgot.data(), sc.data(), sgot.size() * 4, cudaMemcpyDeviceToHost),
                 "cudaMemcpy");
   return w == got && std::memcmp(sw.data(), sgot.data(), sw.size() * 4) == 0;
+}
+
+// dense8b's 252 linear projections as the FP8 source's ring mode quantizes them: block 128,
+// quantize_fp8_views (one batched launch per kernels::kFp8MaxBatch views) over one input arena;
+// CUDA events around the whole batch, the median of `trials`; the first view checked against the
+// host implementation (its first 256 rows).
+bool run_model_batch(DType dt, int trials, cudaStream_t stream, std::ofstream& js,
+                     const char* device) {
+  std::vector<TensorMeta> lin;
+  for (const auto& m : layouts::dense8b())
+    if (m.shape.size() == 2 && m.name.find("proj.weight") != std::string::npos)
+      lin.push_back(TensorMeta{m.name, dt, m.shape});
+  std::size_t in_bytes = 0, out_bytes = 0, sc_count = 0;
+  for (const auto& m : lin) {
+    in_bytes += m.nbytes();
+    out_bytes += (m.numel() + 255) / 256 * 256;
+    sc_count += scale_count(m, Fp8Scaling::block128);
+  }
+  DeviceBuffer in(in_bytes, 0), out(out_bytes, 0), sc(sc_count * 4, 0);
+  detail::check(cudaMemset(out.data(), 0xab, out_bytes), "cudaMemset");
+  std::vector<kernels::Fp8Params> views;
+  std::vector<std::pair<std::int64_t, std::int64_t>> shapes;
+  std::vector<std::vector<std::byte>> inputs;
+  std::size_t ai = 0, ao = 0, as = 0;
+  for (const auto& m : lin) {
+    const auto key = std::make_pair(m.shape[0], m.shape[1]);
+    auto it = std::find(shapes.begin(), shapes.end(), key);
+    if (it == shapes.end()) {
+      shapes.push_back(key);
+      inputs.push_back(make_input(dt, key.first, key.second));
+      it = shapes.end() - 1;
+    }
+    const auto& host = inputs[static_cast<std::size_t>(it - shapes.begin())];
+    auto* src = static_cast<std::byte*>(in.data()) + ai;
+    detail::check(cudaMemcpy(src, host.data(), host.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
+    views.push_back(fp8_whole_view(m, Fp8Scaling::block128, src,
+                                   static_cast<std::byte*>(out.data()) + ao,
+                                   reinterpret_cast<float*>(sc.data()) + as));
+    ai += m.nbytes();
+    ao += (m.numel() + 255) / 256 * 256;
+    as += scale_count(m, Fp8Scaling::block128);
+  }
+  quantize_fp8_views(views, stream, "dense8b linears");
+  detail::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  const bool ok = check(lin[0], Fp8Scaling::block128, inputs[0], out, sc, 256);
+  cudaEvent_t e0, e1;
+  detail::check(cudaEventCreate(&e0), "cudaEventCreate");
+  detail::check(cudaEventCreate(&e1), "cudaEventCreate");
+  std::vector<float> ms;
+  for (int t = 0; t <= trials; ++t) {  // the first is the warm-up
+    detail::check(cudaEventRecord(e0, stream), "cudaEventRecord");
+    quantize_fp8_views(views, stream, "dense8b linears");
+    detail::check(cudaEventRecord(e1, stream), "cudaEventRecord");
+    detail::check(cudaEventSynchronize(e1), "cudaEventSynchronize");
+    float x = 0;
+    detail::check(cudaEventElapsedTime(&x, e0, e1), "cudaEventElapsedTime");
+    if (t > 0) ms.push_back(x);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  std::sort(ms.begin(), ms.end());
+  const double us = ms[ms.size() / 2] * 1e3;
+  const double gbs = static_cast<double>(in_bytes) / (us * 1e-6) / 1e9;
+  std::printf("  %-10s %13s %-15s %10.1f %10.1f %10.1f %6s\n", "dense8b", "252 linears",
+              "block128 batch", static_cast<double>(in_bytes) / 1e6, us, gbs, ok ? "ok" : "FAIL");
+  if (js)
+    js << "{\"tensor\":\"dense8b linears\",\"count\":" << lin.size() << ",\"dtype\":\""
+       << dtype_name(dt) << "\",\"scaling\":\"block128\",\"batched\":true,\"in_bytes\":" << in_bytes
+       << ",\"time_us\":" << us << ",\"in_GBps\":" << gbs << ",\"check\":\""
+       << (ok ? "ok" : "FAIL") << "\",\"device\":\"" << device << "\"}\n";
+  return ok;
 }
 
 // ---- quantize on load ----
@@ -393,6 +466,7 @@ int main(int argc, char** argv) {
            << ",\"check\":\"" << check_text << "\",\"device\":\"" << prop.name << "\"}\n";
     }
   }
+  all_ok = run_model_batch(dt, trials, stream, js, prop.name) && all_ok;
   std::printf("# check: %s\n", all_ok ? "all outputs match the host implementation" : "MISMATCH");
   for (const auto& l : loads) all_ok = run_load(l, trials, stream, js) && all_ok;
   return all_ok ? 0 : 1;

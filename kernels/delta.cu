@@ -20,8 +20,9 @@
 //   kept in scratch so that encode reads src only where it changed, and ref never) and its count.
 // - ws_delta_chunks: payload bytes per bucket (choose_kind), scanned inside chunks of 2048.
 // - ws_delta_top (one CTA): scans the chunk sums; each job's blob size and scan base.
-// - ws_delta_encode (a warp per bucket): the header (extra CTAs after the buckets), each bucket's
-//   directory entry and payload; raw copied wide, bitmask values compacted element-wise (lane l
+// - ws_delta_encode (a CTA per 256 buckets: a thread reads a bucket's metadata and writes its
+//   directory entry, then a warp per sparse payload, the CTA per raw or bitmask one): the
+//   header (extra CTAs after the buckets), each bucket's directory entry and payload; raw copied wide, bitmask values compacted element-wise (lane l
 //   takes bit l of each word), sparse offsets ranked per lane's run of words, then the values
 //   gathered through them.
 // Apply (parameters DeltaApplyParams): the checks of check_delta_blob, then the writes; a blob
@@ -340,15 +341,17 @@ __device__ __forceinline__ unsigned ws_measure_vec(const uint4* s, uint4* r, u64
     for (unsigned u = 0; u < 4; ++u) {
       const u64 v = v0 + u * WS_THREADS + threadIdx.x;
       unsigned rk = base + static_cast<unsigned>((ex >> (16 * u)) & 0xffffu);
+      if (bits[u] != 0 && rk < m.cap) {  // (most vectors have no change at low densities)
 #pragma unroll
-      for (unsigned k = 0; k < E; ++k)
-        if ((bits[u] >> k) & 1u) {
-          if (rk < m.cap) {  // (the slot is 4-byte aligned: ws_store checks)
-            m.offs[rk] = static_cast<unsigned short>(v * E + k);
-            ws_store(m.vals + u64{rk} * EB, EB, ws_vec_get<EB>(a[u], k));
+        for (unsigned k = 0; k < E; ++k)
+          if ((bits[u] >> k) & 1u) {
+            if (rk < m.cap) {  // (the slot is 4-byte aligned: ws_store checks)
+              m.offs[rk] = static_cast<unsigned short>(v * E + k);
+              ws_store(m.vals + u64{rk} * EB, EB, ws_vec_get<EB>(a[u], k));
+            }
+            ++rk;
           }
-          ++rk;
-        }
+      }
       base += static_cast<unsigned>((total >> (16 * u)) & 0xffffu);
     }
     carry = base;
@@ -403,7 +406,7 @@ __device__ __forceinline__ unsigned ws_measure_words(const unsigned char* s, uns
 
 // A CTA per bucket: its count, and in its slot either the list (a sparse bucket of at most cap
 // changes) or its changed bits; under kDeltaUpdateRef the reference becomes the source.
-extern "C" __global__ void __launch_bounds__(WS_THREADS, 3)
+extern "C" __global__ void __launch_bounds__(WS_THREADS, 4)
     ws_delta_count(const __grid_constant__ wk::DeltaEncodeParams p) {
   __shared__ u64 red[WS_THREADS / 32];
   __shared__ unsigned wred[WS_THREADS / 32];
@@ -723,44 +726,52 @@ __device__ __forceinline__ void ws_encode_sparse(const unsigned* words, u64 W, u
   }
 }
 
-// The per-bucket part of ws_delta_encode for global bucket g (its warp): the directory entry, and
-// a sparse payload (copied from the list measure kept, or gathered through the changed bits).
-// Returns true for a raw or bitmask bucket, which the whole CTA writes next.
-__device__ __forceinline__ bool ws_encode_warp(const wk::DeltaEncodeParams& p, u64 g) {
+// What ws_delta_encode needs of global bucket g, read by one lane (the loads of a warp's 32
+// buckets in flight together: at low densities encode is bound by these round trips, not bytes).
+struct WsEncBucket {
+  unsigned char* out;      // the job's blob (nullptr: not encoded, or no bucket)
+  const unsigned char* s;  // the bucket's first source element
+  u64 b, len, off;         // bucket in its job, elements, payload offset in the blob
+  unsigned count, eb;
+  wdl::BucketKind kind;
+};
+
+__device__ __forceinline__ WsEncBucket ws_enc_bucket(const wk::DeltaEncodeParams& p, u64 g) {
   constexpr unsigned C = wk::kDeltaEncodeChunk;
-  const unsigned lane = ws_lane();
+  WsEncBucket x{};
+  if (g >= p.n_buckets) return x;
   const unsigned j = p.bucket_job[g];
-  auto* out = static_cast<unsigned char*>(p.outs[j]);
-  if (out == nullptr) return false;  // not encoded (the caller sends it whole)
-  const wk::DeltaEncodeJob J = p.jobs[j];
-  const unsigned eb = J.elem_bytes;
-  const u64 b = g - J.bucket_base, begin = b * p.bucket_elems;
-  const u64 len = wdl::bucket_len(J.numel, p.bucket_elems, b);
   const unsigned count = p.counts[g];
-  const wdl::BucketKind kind = wdl::choose_kind(len, count, eb);
-  const u64 off = wdl::blob_prefix_bytes(J.n_buckets) + p.chunk_base[g / C] + p.local[g] -
-                  p.results[j].scan_base;
-  if (lane == 0) {
-    wdl::BucketEntry e{};
-    e.offset = kind == wdl::BucketKind::unchanged ? 0 : off;
-    e.count = kind == wdl::BucketKind::raw ? static_cast<unsigned>(len) : count;
-    e.kind = static_cast<unsigned char>(kind);
-    *reinterpret_cast<wdl::BucketEntry*>(out + sizeof(wdl::BlobHeader) +
-                                         b * sizeof(wdl::BucketEntry)) = e;
-  }
-  if (kind != wdl::BucketKind::sparse) return kind != wdl::BucketKind::unchanged;
-  unsigned char* pl = out + off;
+  const u64 at = p.chunk_base[g / C] + p.local[g];
+  x.out = static_cast<unsigned char*>(p.outs[j]);
+  if (x.out == nullptr) return x;  // not encoded (the caller sends it whole)
+  const wk::DeltaEncodeJob J = p.jobs[j];
+  x.eb = J.elem_bytes;
+  x.b = g - J.bucket_base;
+  x.len = wdl::bucket_len(J.numel, p.bucket_elems, x.b);
+  x.s = static_cast<const unsigned char*>(J.src) + x.b * p.bucket_elems * x.eb;
+  x.count = count;
+  x.kind = wdl::choose_kind(x.len, count, x.eb);
+  x.off = wdl::blob_prefix_bytes(J.n_buckets) + at - p.results[j].scan_base;
+  return x;
+}
+
+// A sparse bucket's payload, by its warp: the list measure kept, copied, or the offsets ranked
+// from the changed bits and the values gathered through them.
+__device__ __forceinline__ void ws_encode_sparse_bucket(const wk::DeltaEncodeParams& p, u64 g,
+                                                        const WsEncBucket& x) {
+  const unsigned lane = ws_lane();
+  unsigned char* pl = x.out + x.off;
   const auto* slot = reinterpret_cast<const unsigned char*>(p.mask + g * (p.bucket_elems / 32));
-  if (count <= wk::delta_list_cap(p.bucket_elems, eb)) {  // the list: two copies
-    const u64 n2 = u64{count} * 2;
+  if (x.count <= wk::delta_list_cap(p.bucket_elems, x.eb)) {  // the list: two copies
+    const u64 n2 = u64{x.count} * 2;
     ws_copy<32>(pl, slot, n2, true, lane);
-    ws_copy<32>(pl + wdl::align8(n2), slot + wk::delta_list_values_at(p.bucket_elems, eb),
-                u64{count} * eb, true, lane);
+    ws_copy<32>(pl + wdl::align8(n2), slot + wk::delta_list_values_at(p.bucket_elems, x.eb),
+                u64{x.count} * x.eb, true, lane);
   } else {
-    ws_encode_sparse(reinterpret_cast<const unsigned*>(slot), (len + 31) / 32, len, count,
-                     static_cast<const unsigned char*>(J.src) + begin * eb, eb, pl);
+    ws_encode_sparse(reinterpret_cast<const unsigned*>(slot), (x.len + 31) / 32, x.len, x.count,
+                     x.s, x.eb, pl);
   }
-  return false;
 }
 
 // A raw or bitmask bucket, by the whole CTA.
@@ -814,18 +825,19 @@ __device__ __forceinline__ void ws_encode_cta(const wk::DeltaEncodeParams& p, u6
   }
 }
 
-// A warp per bucket (kDeltaThreads / 32 buckets per CTA: entries and sparse payloads), then the
-// CTA's raw and bitmask buckets by the whole CTA, one after another; then CTAs of headers (a
-// thread per job).
+// A CTA per kDeltaThreads buckets: thread t reads bucket t's metadata and writes its directory
+// entry (the warp's 32 buckets' loads in flight together, the entries' stores coalesced); each
+// warp then writes its sparse buckets' payloads one after another; then the CTA's raw and
+// bitmask buckets by the whole CTA, one after another; then CTAs of headers (a thread per job).
 extern "C" __global__ void __launch_bounds__(WS_THREADS, 4)
     ws_delta_encode(const __grid_constant__ wk::DeltaEncodeParams p) {
   constexpr unsigned NW = WS_THREADS / 32;
   __shared__ u64 red[NW];
   __shared__ unsigned wred[NW];
-  __shared__ unsigned char coop[NW];
-  const u64 bctas = (p.n_buckets + NW - 1) / NW;
+  __shared__ unsigned coop[WS_THREADS];
+  __shared__ unsigned ncoop;
+  const u64 bctas = (p.n_buckets + WS_THREADS - 1) / WS_THREADS;
   const u64 items = bctas + (p.n_jobs + WS_THREADS - 1) / WS_THREADS;
-  const unsigned warp = threadIdx.x >> 5;
   for (u64 it = blockIdx.x; it < items; it += gridDim.x) {
     if (it >= bctas) {  // the headers, a thread per job (the same branch for the whole CTA)
       const u64 j = (it - bctas) * WS_THREADS + threadIdx.x;
@@ -842,13 +854,41 @@ extern "C" __global__ void __launch_bounds__(WS_THREADS, 4)
       }
       continue;
     }
-    const u64 g = it * NW + warp;
-    const bool mine = g < p.n_buckets && ws_encode_warp(p, g);
-    if (ws_lane() == 0) coop[warp] = mine ? 1 : 0;
+    if (threadIdx.x == 0) ncoop = 0;
     __syncthreads();
-    for (unsigned k = 0; k < NW; ++k)
-      if (coop[k] != 0) ws_encode_cta(p, it * NW + k, red, wred);
-    __syncthreads();  // (coop is written again)
+    const u64 g = it * WS_THREADS + threadIdx.x;
+    const WsEncBucket x = ws_enc_bucket(p, g);
+    if (x.out != nullptr) {
+      wdl::BucketEntry e{};
+      e.offset = x.kind == wdl::BucketKind::unchanged ? 0 : x.off;
+      e.count = x.kind == wdl::BucketKind::raw ? static_cast<unsigned>(x.len) : x.count;
+      e.kind = static_cast<unsigned char>(x.kind);
+      *reinterpret_cast<wdl::BucketEntry*>(x.out + sizeof(wdl::BlobHeader) +
+                                           x.b * sizeof(wdl::BucketEntry)) = e;
+      if (x.kind == wdl::BucketKind::raw || x.kind == wdl::BucketKind::bitmask)
+        coop[atomicAdd(&ncoop, 1u)] = threadIdx.x;
+    }
+    unsigned sparse = __ballot_sync(WS_FULL, x.out != nullptr && x.kind == wdl::BucketKind::sparse);
+    while (sparse != 0) {
+      const unsigned k = static_cast<unsigned>(__ffs(sparse)) - 1;
+      sparse &= sparse - 1;
+      WsEncBucket y;
+      y.out = reinterpret_cast<unsigned char*>(
+          __shfl_sync(WS_FULL, reinterpret_cast<u64>(x.out), k));
+      y.s = reinterpret_cast<const unsigned char*>(
+          __shfl_sync(WS_FULL, reinterpret_cast<u64>(x.s), k));
+      y.b = __shfl_sync(WS_FULL, x.b, k);
+      y.len = __shfl_sync(WS_FULL, x.len, k);
+      y.off = __shfl_sync(WS_FULL, x.off, k);
+      y.count = __shfl_sync(WS_FULL, x.count, k);
+      y.eb = __shfl_sync(WS_FULL, x.eb, k);
+      y.kind = wdl::BucketKind::sparse;
+      ws_encode_sparse_bucket(p, g - ws_lane() + k, y);
+    }
+    __syncthreads();  // (ncoop and coop complete)
+    const unsigned nc = ncoop;
+    for (unsigned c = 0; c < nc; ++c) ws_encode_cta(p, it * WS_THREADS + coop[c], red, wred);
+    __syncthreads();  // (ncoop is reset next item)
   }
 }
 

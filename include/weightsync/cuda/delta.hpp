@@ -306,8 +306,8 @@ class CudaDeltaEncoder {
         cudaMemcpyAsync(const_cast<void**>(p_.outs), outs_.data(), outs_.size() * sizeof(void*),
                         cudaMemcpyHostToDevice, s),
         "cudaMemcpyAsync(delta outs)");
-    // a warp per bucket, then a thread per job's header
-    const std::uint64_t items = (n_buckets_ + wk::kDeltaWarps - 1) / wk::kDeltaWarps +
+    // a CTA per kDeltaThreads buckets, then a thread per job's header
+    const std::uint64_t items = (n_buckets_ + wk::kDeltaThreads - 1) / wk::kDeltaThreads +
                                 (jobs_.size() + wk::kDeltaThreads - 1) / wk::kDeltaThreads;
     detail::delta_launch(detail::DeltaKernels::instance().encode, items, wk::kDeltaThreads, p_, s,
                          "cudaLaunchKernel(ws_delta_encode)");

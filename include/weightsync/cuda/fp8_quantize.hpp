@@ -71,13 +71,23 @@ inline void fp8_launch(cudaKernel_t k, dim3 grid, Params& p, cudaStream_t s, con
         what);
 }
 
+//! The block kernels' persistent grid: two CTAs per SM of the current device (what their
+//! registers allow; run 70), never more CTAs than blocks.
+inline unsigned fp8_block_grid(unsigned long long blocks) {
+  int dev = 0, sms = 0;
+  check(cudaGetDevice(&dev), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev),
+        "cudaDeviceGetAttribute(multiProcessorCount)");
+  return static_cast<unsigned>(
+      std::clamp<unsigned long long>(blocks, 1, 2ull * static_cast<unsigned>(std::max(sms, 1))));
+}
+
 }  // namespace detail
 
 //! Quantizes the view `p` (kernels/fp8_abi.hpp; src, dst and scales in device memory) in
 //! `stream` order: what quantize_fp8_view_host writes for the same parameters, bit for bit.
 //! `what` names the tensor in errors. Nothing is synchronized.
-//! @throws config_error naming `what` for a block grid over CUDA's limits; cuda_error from the
-//! launches.
+//! @throws cuda_error from the launches.
 inline void quantize_fp8_view(kernels::Fp8Params p, cudaStream_t stream,
                               const std::string& what = "fp8 view") {
   using namespace kernels;
@@ -108,15 +118,12 @@ inline void quantize_fp8_view(kernels::Fp8Params p, cudaStream_t stream,
     return;
   }
   if (n == 0) return;  // an empty block grid: no scale either
-  const long long gx = (p.cols + kFp8Block - 1) / kFp8Block;
-  const long long gy = (p.rows + kFp8Block - 1) / kFp8Block;
-  if (gy > 65535 || gx > 0x7fffffffLL)
-    throw config_error(what,
-                       detail::cat("a grid of ", gy, " x ", gx,
-                                   " 128x128 blocks is over CUDA's limits (65535 block rows)"));
+  const auto blocks = static_cast<unsigned long long>((p.cols + kFp8Block - 1) / kFp8Block) *
+                      static_cast<unsigned long long>((p.rows + kFp8Block - 1) / kFp8Block);
   detail::fp8_launch(p.src_type == kFp8SrcBfloat16 ? k.block_bf16 : k.block_f32,
-                     dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), p, stream,
+                     dim3(detail::fp8_block_grid(blocks)), p, stream,
                      "cudaLaunchKernel(ws_fp8_block)");
+  (void)what;
 }
 
 //! Quantizes the views `views` (as quantize_fp8_view each) in `stream` order, with one launch per
@@ -133,10 +140,9 @@ inline void quantize_fp8_views(std::span<const kernels::Fp8Params> views, cudaSt
     b.total_blocks = 0;
     const auto flush = [&] {
       if (b.count == 0) return;
-      const auto grid =
-          static_cast<unsigned>(std::min<unsigned long long>(b.total_blocks, 1u << 30));
       detail::fp8_launch(type == kFp8SrcBfloat16 ? k.block_batch_bf16 : k.block_batch_f32,
-                         dim3(grid), b, stream, "cudaLaunchKernel(ws_fp8_block_batch)");
+                         dim3(detail::fp8_block_grid(b.total_blocks)), b, stream,
+                         "cudaLaunchKernel(ws_fp8_block_batch)");
       b.count = 0;
       b.total_blocks = 0;
     };

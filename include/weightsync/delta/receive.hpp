@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -62,12 +63,13 @@ struct UpdateWire {
 };
 
 //! The wire of an update with a delta or sparse counts (and of a plain one: every tensor whole).
-//! `held`: the version this rank vouches for (the marker's text).
-inline UpdateWire update_wire(const UpdateRequest& u, const std::string& held) {
+//! `held`: the version this rank vouches for (the marker's text). The request's tensors are
+//! copied (or moved, from an rvalue) into UpdateWire::tensors.
+inline UpdateWire update_wire(UpdateRequest&& u, const std::string& held) {
   UpdateWire w;
-  w.tensors = u.metas;
-  w.metas.reserve(u.metas.size() + 1);
-  w.what.reserve(u.metas.size() + 1);
+  w.tensors = std::move(u.metas);
+  w.metas.reserve(w.tensors.size() + 1);
+  w.what.reserve(w.tensors.size() + 1);
   auto add = [&](TensorMeta m, WireTensor::Kind k, std::size_t i) {
     w.metas.push_back(std::move(m));
     w.what.push_back({k, i});
@@ -92,6 +94,34 @@ inline UpdateWire update_wire(const UpdateRequest& u, const std::string& held) {
   }
   return w;
 }
+inline UpdateWire update_wire(const UpdateRequest& u, const std::string& held) {
+  return update_wire(UpdateRequest(u), held);
+}
+
+//! The last wire built, given again while the update that asks for it is the same (tensors,
+//! delta or sparse counts, held version): a receiver whose rounds repeat (every round whole, or
+//! the same tensors changed) pays one comparison of the update instead of building and copying
+//! its wire. Not thread-safe; one per receiver.
+class UpdateWireCache {
+ public:
+  std::shared_ptr<const UpdateWire> get(const UpdateRequest& u, const std::string& held) {
+    if (wire_ && held == held_ && u.delta == delta_ && u.sparse_counts == sparse_ &&
+        u.metas == wire_->tensors)
+      return wire_;
+    held_ = held;
+    delta_ = u.delta;
+    sparse_ = u.sparse_counts;
+    wire_ = std::make_shared<const UpdateWire>(update_wire(u, held));
+    return wire_;
+  }
+
+ private:
+  std::shared_ptr<const UpdateWire> wire_;
+  std::string held_;
+  std::optional<DeltaUpdate> delta_;
+  std::optional<std::vector<std::int64_t>> sparse_;
+};
+
 //! The same for an adapter's update description (vLLM's NcclUpdateInfo: <weightsync/vllm.hpp>).
 template <UpdateInfo Info>
   requires(!std::same_as<Info, UpdateRequest>)
@@ -129,7 +159,13 @@ class UpdateReceiver {
   //! through (<weightsync/delta/gather.hpp>); empty: none.
   UpdateReceiver(UpdateWire wire, AnyLoadWeights load, AnyDestination destination, bool device,
                  AnyDeltaGather gather = {})
-      : w_(std::move(wire)),
+      : UpdateReceiver(std::make_shared<const UpdateWire>(std::move(wire)), std::move(load),
+                       std::move(destination), device, std::move(gather)) {}
+  //! The same over a shared wire (UpdateWireCache's): nothing copied.
+  UpdateReceiver(std::shared_ptr<const UpdateWire> wire, AnyLoadWeights load,
+                 AnyDestination destination, bool device, AnyDeltaGather gather = {})
+      : wp_(std::move(wire)),
+        w_(wp_.get()),
         load_(std::move(load)),
         dest_(std::move(destination)),
         gather_(std::move(gather)),
@@ -138,10 +174,10 @@ class UpdateReceiver {
   //! Whether every tensor applied in place has a destination; else the reason (the marker then
   //! carries it, so every rank refuses the transfer).
   std::string cannot_apply() const {
-    for (std::size_t k = 0; k < w_.metas.size(); ++k) {
-      const auto kind = w_.what[k].kind;
+    for (std::size_t k = 0; k < w_->metas.size(); ++k) {
+      const auto kind = w_->what[k].kind;
       if (kind != WireTensor::Kind::blob && kind != WireTensor::Kind::sparse_values) continue;
-      const TensorMeta& t = w_.tensors[w_.what[k].tensor];
+      const TensorMeta& t = w_->tensors[w_->what[k].tensor];
       const bool placed = (dest_ && dest_(t) != nullptr) ||
                           (kind == WireTensor::Kind::blob && gather_ && gather_(t) != nullptr);
       if (!placed)
@@ -154,12 +190,12 @@ class UpdateReceiver {
     return "";
   }
 
-  const std::vector<TensorMeta>& metas() const { return w_.metas; }
+  const std::vector<TensorMeta>& metas() const { return w_->metas; }
 
   AnyDestination destination() {
     return [this](const TensorMeta& m) -> void* {
       const std::size_t k = find(m);
-      if (w_.what[k].kind == WireTensor::Kind::whole && dest_) return dest_(m);
+      if (w_->what[k].kind == WireTensor::Kind::whole && dest_) return dest_(m);
       return nullptr;  // blobs, pairs and the marker come as views
     };
   }
@@ -169,8 +205,8 @@ class UpdateReceiver {
       std::vector<TensorView> pass;
       for (const TensorView& v : views) {
         const std::size_t k = find(*v.meta);
-        const WireTensor& x = w_.what[k];
-        const TensorMeta& t = w_.tensors[x.tensor];
+        const WireTensor& x = w_->what[k];
+        const TensorMeta& t = w_->tensors[x.tensor];
         switch (x.kind) {
           case WireTensor::Kind::whole:
             pass.push_back(v);
@@ -248,9 +284,9 @@ class UpdateReceiver {
   //! The wire index of a meta the pipeline hands back (the pipeline keeps the order, so a moving
   //! cursor finds it at once; the name search is the fallback).
   std::size_t find(const TensorMeta& m) {
-    for (std::size_t n = 0; n < w_.metas.size(); ++n) {
-      const std::size_t k = (cursor_ + n) % w_.metas.size();
-      if (&w_.metas[k] == &m || w_.metas[k] == m) {
+    for (std::size_t n = 0; n < w_->metas.size(); ++n) {
+      const std::size_t k = (cursor_ + n) % w_->metas.size();
+      if (&w_->metas[k] == &m || w_->metas[k] == m) {
         cursor_ = k;
         return k;
       }
@@ -258,7 +294,8 @@ class UpdateReceiver {
     throw protocol_error(-1, cat("received a tensor the update does not have: ", m.name));
   }
 
-  UpdateWire w_;
+  std::shared_ptr<const UpdateWire> wp_;
+  const UpdateWire* w_;  // (wp_'s)
   AnyLoadWeights load_;
   AnyDestination dest_;
   AnyDeltaGather gather_;

@@ -58,6 +58,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <ranges>
 #include <span>
@@ -371,7 +372,7 @@ class DeltaSource {
     info.delta = std::move(d);
     info.sparse_counts.reset();
     info.validate();
-    wire_ = detail::update_wire(info, base_);
+    wire_ = wire_cache_.get(info, base_);  // (the last round's when it is the same)
     delta_ = *info.delta;
     stats_.encode = std::chrono::duration_cast<std::chrono::nanoseconds>(
         std::chrono::steady_clock::now() - started);
@@ -395,14 +396,14 @@ class DeltaSource {
   }
 
   //! The prepared round's wire (WeightSource).
-  std::vector<TensorMeta> metas() const { return wire_.metas; }
+  const std::vector<TensorMeta>& metas() const { return wire_->metas; }
 
   //! The prepared round's tensors (WeightSource): the marker, blobs and whole tensors.
   AnyTensorRange iterate() {
     if (!pending_) throw state_error("DeltaSource::iterate before prepare");
     return AnyTensorRange([this, k = std::size_t{0}](SourceTensorRef& out) mutable {
-      if (k >= wire_.metas.size()) return false;
-      const auto& x = wire_.what[k];
+      if (k >= wire_->metas.size()) return false;
+      const auto& x = wire_->what[k];
       const void* p = nullptr;
       switch (x.kind) {
         case detail::WireTensor::Kind::marker:
@@ -417,7 +418,7 @@ class DeltaSource {
         default:
           throw state_error("DeltaSource: a sparse pair in a delta round");
       }
-      out = SourceTensorRef{&wire_.metas[k], p};
+      out = SourceTensorRef{&wire_->metas[k], p};
       ++k;
       return true;
     });
@@ -558,7 +559,8 @@ class DeltaSource {
   std::vector<typename Codec::Buffer> refs_;
   typename Codec::Buffer blobs_{};
   std::vector<std::uint64_t> blob_at_;
-  detail::UpdateWire wire_;
+  detail::UpdateWireCache wire_cache_;
+  std::shared_ptr<const detail::UpdateWire> wire_ = std::make_shared<const detail::UpdateWire>();
   DeltaUpdate delta_;
   DeltaStats stats_;
   std::string base_, target_;

@@ -407,7 +407,9 @@ class WeightTransferEngine {
                          "a delta update needs the weightsync protocol (its handshake "
                          "checks the base version on every rank)");
     const std::string held = held_base();
-    auto rx = std::make_shared<detail::UpdateReceiver>(detail::update_wire(info, held), load,
+    // (the last update's wire when this one is the same: a run of whole or same-shaped rounds
+    // pays one comparison, not a wire built and copied)
+    auto rx = std::make_shared<detail::UpdateReceiver>(wires_.get(info, held), load,
                                                        t.destination, device, gather);
     const bool delta = info.delta && !info.delta->base_version.empty();
     std::string why = rx->cannot_apply();
@@ -514,6 +516,8 @@ class WeightTransferEngine {
   bool base_ok_ = true;  //!< the weights are version_ (see delta_base())
   int updates_in_session_ = 0;
   bool paused_ = false;
+  //! (under mutex_) The last delta / sparse update's wire (delta_receiver).
+  mutable detail::UpdateWireCache wires_;
   //! Shadow mode's two copies (null: in place, or nothing registered yet). Written under both
   //! mutexes, read under either: acquire() takes shadow_mutex_ only.
   std::shared_ptr<ShadowWeights> shadow_;

@@ -23,7 +23,8 @@ namespace weightsync::kernels {
 //! Threads of every CTA but the single-CTA scans (kDeltaScanThreads).
 inline constexpr int kDeltaThreads = 256;
 inline constexpr int kDeltaScanThreads = 1024;
-//! Warps per CTA: ws_delta_encode and ws_delta_apply take a bucket per warp.
+//! Warps per CTA: ws_delta_apply takes a bucket per warp (ws_delta_encode a bucket per thread for
+//! its metadata, then a sparse payload per warp).
 inline constexpr int kDeltaWarps = kDeltaThreads / 32;
 //! Buckets per chunk of the encoder's payload-offset scan (8 per thread of ws_delta_chunks).
 inline constexpr std::uint32_t kDeltaEncodeChunk = 2048;
