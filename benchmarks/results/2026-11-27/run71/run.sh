@@ -3,7 +3,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # Run 71 (2026-11-27, one H200: two processes' dense8b delta state, ~98 GB, does not fit an H100).
 # A/B in one call: bench-old/ (the tree before run 70's findings were applied, git archive of
-# 9b1b8c6) against this tree:
+# 0630143) against this tree:
 # - fp8: the block-128 bf16 kernel persistent (2 CTAs/SM) with the next block prefetched;
 #   predicted 2.27-2.49 TB/s (run 70's lab) against 1.76-1.95;
 # - delta codec: measure at 4 CTAs/SM and no rank loop over vectors without a change (predicted
