@@ -825,6 +825,64 @@ __device__ __forceinline__ void ws_encode_cta(const wk::DeltaEncodeParams& p, u6
   }
 }
 
+// The lists of up to 4 of the warp's sparse buckets (`lists`: lanes whose bucket's list measure
+// kept has both sections within 512 bytes) copied into their payloads, every load issued before
+// the first store: 8-byte units (the slot's sections and the payload's are 8-byte aligned), lane
+// l taking units l and l + 32 of each section, the tail unit's bytes past the section zeroed (the
+// blob's padding). Returns the lanes left.
+__device__ __forceinline__ unsigned ws_copy_lists(const wk::DeltaEncodeParams& p,
+                                                  const WsEncBucket& x, u64 g, unsigned lists) {
+  constexpr unsigned Q = 4;
+  const unsigned lane = ws_lane();
+  uint2 v[Q][2][2];
+  uint2* d[Q][2];
+  unsigned units[Q][2];
+#pragma unroll
+  for (unsigned q = 0; q < Q; ++q) {
+    const unsigned k = lists != 0 ? static_cast<unsigned>(__ffs(lists)) - 1 : 0u;
+    const bool any = lists != 0;
+    lists &= lists - 1;
+    unsigned char* out = reinterpret_cast<unsigned char*>(
+        __shfl_sync(WS_FULL, reinterpret_cast<u64>(x.out), k));
+    const u64 off = __shfl_sync(WS_FULL, x.off, k);
+    const unsigned count = __shfl_sync(WS_FULL, x.count, k);
+    const unsigned eb = __shfl_sync(WS_FULL, x.eb, k);
+    const u64 gk = g - lane + k;
+    const auto* slot = reinterpret_cast<const unsigned char*>(p.mask + gk * (p.bucket_elems / 32));
+    const u64 n[2] = {u64{count} * 2, u64{count} * eb};
+    const unsigned char* from[2] = {slot, slot + wk::delta_list_values_at(p.bucket_elems, eb)};
+    unsigned char* to[2] = {out + off, out + off + wdl::align8(n[0])};
+#pragma unroll
+    for (unsigned a = 0; a < 2; ++a) {
+      units[q][a] = any ? static_cast<unsigned>(wdl::align8(n[a]) / 8) : 0u;
+      d[q][a] = reinterpret_cast<uint2*>(to[a]);
+#pragma unroll
+      for (unsigned r = 0; r < 2; ++r) {
+        const unsigned u = r * 32 + lane;
+        uint2 w = make_uint2(0, 0);
+        if (u < units[q][a]) {
+          w = __ldg(reinterpret_cast<const uint2*>(from[a]) + u);
+          const u64 tail = n[a] - u64{u} * 8;  // bytes of the section in this unit
+          if (tail < 8) {
+            const u64 keep = (u64{1} << (8 * tail)) - 1;
+            w.x &= static_cast<unsigned>(keep);
+            w.y &= static_cast<unsigned>(keep >> 32);
+          }
+        }
+        v[q][a][r] = w;
+      }
+    }
+  }
+#pragma unroll
+  for (unsigned q = 0; q < Q; ++q)
+#pragma unroll
+    for (unsigned a = 0; a < 2; ++a)
+#pragma unroll
+      for (unsigned r = 0; r < 2; ++r)
+        if (r * 32 + lane < units[q][a]) d[q][a][r * 32 + lane] = v[q][a][r];
+  return lists;
+}
+
 // A CTA per kDeltaThreads buckets: thread t reads bucket t's metadata and writes its directory
 // entry (the warp's 32 buckets' loads in flight together, the entries' stores coalesced); each
 // warp then writes its sparse buckets' payloads one after another; then the CTA's raw and
@@ -868,7 +926,13 @@ extern "C" __global__ void __launch_bounds__(WS_THREADS, 4)
       if (x.kind == wdl::BucketKind::raw || x.kind == wdl::BucketKind::bitmask)
         coop[atomicAdd(&ncoop, 1u)] = threadIdx.x;
     }
-    unsigned sparse = __ballot_sync(WS_FULL, x.out != nullptr && x.kind == wdl::BucketKind::sparse);
+    const bool sp = x.out != nullptr && x.kind == wdl::BucketKind::sparse;
+    // (both sections of the list within 512 bytes: offsets 2 bytes, values eb bytes each)
+    const bool short_list = sp && x.count <= wk::delta_list_cap(p.bucket_elems, x.eb) &&
+                            x.count <= 512u / (x.eb > 2 ? x.eb : 2u);
+    unsigned lists = __ballot_sync(WS_FULL, short_list);
+    while (lists != 0) lists = ws_copy_lists(p, x, g, lists);
+    unsigned sparse = __ballot_sync(WS_FULL, sp && !short_list);
     while (sparse != 0) {
       const unsigned k = static_cast<unsigned>(__ffs(sparse)) - 1;
       sparse &= sparse - 1;

@@ -184,16 +184,19 @@ template <bool BF16, unsigned NV, unsigned VPR, unsigned RPS>
 __device__ __forceinline__ void ws_block_load(const WsBlockAt& b, uint4 (&v)[NV]) {
   constexpr unsigned EPV = BF16 ? 8 : 4, ES = BF16 ? 2 : 4;
   const Fp8Params& p = *b.p;
+  // (the view's fields read once, not per vector: the loads below wait on them)
   const auto* src = static_cast<const unsigned char*>(p.src);
-  const unsigned tr = threadIdx.x / VPR;
-  const long long r0 = static_cast<long long>(b.by) * 128;
+  const long long rows = p.rows, cols = p.cols, src_cols = p.src_cols, row0 = p.row0;
+  const long long base = p.col0 + static_cast<long long>(b.bx) * 128 + (threadIdx.x % VPR) * EPV;
   const long long col = static_cast<long long>(b.bx) * 128 + (threadIdx.x % VPR) * EPV;
+  const bool permuted = p.head_rows != 0;
+  const long long r0 = static_cast<long long>(b.by) * 128 + threadIdx.x / VPR;
 #pragma unroll
   for (unsigned j = 0; j < NV; ++j) {
-    const long long row = r0 + j * RPS + tr;
-    v[j] = row < p.rows && col < p.cols
-               ? __ldcs(reinterpret_cast<const uint4*>(
-                     src + (ws_src_row(p, row) * p.src_cols + p.col0 + col) * ES))
+    const long long row = r0 + j * RPS;
+    const long long sr = permuted ? ws_src_row(p, row) : row0 + row;
+    v[j] = row < rows && col < cols
+               ? __ldcs(reinterpret_cast<const uint4*>(src + (sr * src_cols + base) * ES))
                : make_uint4(0, 0, 0, 0);  // (amax 0: no effect; never stored)
   }
 }

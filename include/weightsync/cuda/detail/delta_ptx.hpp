@@ -7488,10 +7488,10 @@ $L__BB3_27:
 .maxntid 256, 1, 1
 .minnctapersm 4
 {
-	.reg .pred 	%p<836>;
+	.reg .pred 	%p<941>;
 	.reg .b16 	%rs<66>;
-	.reg .b32 	%r<3514>;
-	.reg .b64 	%rd<2267>;
+	.reg .b32 	%r<4020>;
+	.reg .b64 	%rd<2544>;
 	// demoted variable
 	.shared .align 8 .b8 _ZZ15ws_delta_encodeE3red[64];
 	// demoted variable
@@ -7500,6151 +7500,6910 @@ $L__BB3_27:
 	.shared .align 4 .b8 _ZZ15ws_delta_encodeE4coop[1024];
 	// demoted variable
 	.shared .align 4 .u32 _ZZ15ws_delta_encodeE5ncoop;
-	mov.b64 	%rd609, ws_delta_encode_param_0;
-	ld.param.u64 	%rd1, [ws_delta_encode_param_0+80];
-	add.s64 	%rd610, %rd1, 255;
-	shr.u64 	%rd611, %rd610, 8;
+	mov.b64 	%rd675, ws_delta_encode_param_0;
+	add.s64 	%rd1, %rd675, 80;
+	ld.param.u64 	%rd2, [ws_delta_encode_param_0+80];
+	add.s64 	%rd677, %rd2, 255;
+	shr.u64 	%rd678, %rd677, 8;
 	ld.param.u32 	%r1, [ws_delta_encode_param_0+88];
-	add.s32 	%r636, %r1, 255;
-	shr.u32 	%r637, %r636, 8;
-	cvt.u64.u32 	%rd612, %r637;
-	add.s64 	%rd613, %rd611, %rd612;
-	mov.u32 	%r638, %ctaid.x;
-	cvt.u64.u32 	%rd2133, %r638;
-	setp.le.u64 	%p4, %rd613, %rd2133;
-	@%p4 bra 	$L__BB4_923;
-	mov.u32 	%r639, %tid.x;
-	cvt.u64.u32 	%rd3, %r639;
-	and.b32  	%r640, %r639, 31;
-	cvt.u64.u32 	%rd4, %r640;
-	shr.u32 	%r641, %r639, 5;
-	cvt.u64.u32 	%rd5, %r641;
-	shl.b32 	%r642, %r641, 3;
-	mov.u32 	%r643, _ZZ15ws_delta_encodeE3red;
-	add.s32 	%r2, %r643, %r642;
-	shl.b32 	%r644, %r639, 3;
-	and.b32  	%r645, %r644, 248;
-	add.s32 	%r3, %r643, %r645;
-	or.b64  	%rd6, %rd4, 128;
-	or.b64  	%rd7, %rd4, 224;
-	or.b64  	%rd8, %rd4, 256;
-	or.b64  	%rd9, %rd4, 352;
-	or.b64  	%rd10, %rd4, 384;
-	or.b64  	%rd11, %rd4, 480;
+	add.s32 	%r764, %r1, 255;
+	shr.u32 	%r765, %r764, 8;
+	cvt.u64.u32 	%rd679, %r765;
+	add.s64 	%rd680, %rd678, %rd679;
+	mov.u32 	%r766, %ctaid.x;
+	cvt.u64.u32 	%rd2410, %r766;
+	setp.le.u64 	%p7, %rd680, %rd2410;
+	@%p7 bra 	$L__BB4_1018;
+	mov.u32 	%r767, %tid.x;
+	cvt.u64.u32 	%rd4, %r767;
+	and.b32  	%r768, %r767, 31;
+	cvt.u64.u32 	%rd5, %r768;
+	shr.u32 	%r769, %r767, 5;
+	cvt.u64.u32 	%rd6, %r769;
+	shl.b32 	%r770, %r769, 3;
+	mov.u32 	%r771, _ZZ15ws_delta_encodeE3red;
+	add.s32 	%r2, %r771, %r770;
+	shl.b32 	%r772, %r767, 3;
+	and.b32  	%r773, %r772, 248;
+	add.s32 	%r3, %r771, %r773;
+	or.b32  	%r774, %r768, 32;
+	cvt.u64.u32 	%rd7, %r774;
+	or.b64  	%rd8, %rd5, 128;
+	or.b64  	%rd9, %rd5, 224;
+	or.b64  	%rd10, %rd5, 256;
+	or.b64  	%rd11, %rd5, 352;
+	or.b64  	%rd12, %rd5, 384;
+	or.b64  	%rd13, %rd5, 480;
 $L__BB4_2:
-	setp.lt.u64 	%p5, %rd2133, %rd611;
-	@%p5 bra 	$L__BB4_6;
+	setp.lt.u64 	%p8, %rd2410, %rd678;
+	@%p8 bra 	$L__BB4_6;
 	bra.uni 	$L__BB4_3;
 $L__BB4_6:
-	setp.ne.s32 	%p8, %r639, 0;
-	@%p8 bra 	$L__BB4_8;
-	mov.u32 	%r653, 0;
-	st.shared.u32 	[_ZZ15ws_delta_encodeE5ncoop], %r653;
+	setp.ne.s32 	%p11, %r767, 0;
+	@%p11 bra 	$L__BB4_8;
+	mov.u32 	%r782, 0;
+	st.shared.u32 	[_ZZ15ws_delta_encodeE5ncoop], %r782;
 $L__BB4_8:
 	bar.sync 	0;
-	shl.b64 	%rd644, %rd2133, 8;
-	add.s64 	%rd15, %rd644, %rd3;
-	ld.param.u64 	%rd646, [%rd609+80];
-	setp.le.u64 	%p9, %rd646, %rd15;
+	shl.b64 	%rd708, %rd2410, 8;
+	add.s64 	%rd709, %rd708, %rd4;
+	ld.param.u64 	%rd710, [%rd1];
+	setp.le.u64 	%p12, %rd710, %rd709;
 	mov.u16 	%rs63, 0;
-	mov.u32 	%r3232, 0;
-	mov.u64 	%rd2134, 0;
-	mov.u64 	%rd2135, %rd2134;
-	mov.u64 	%rd2136, %rd2134;
-	mov.u64 	%rd2137, %rd2134;
-	mov.u64 	%rd2138, %rd2134;
-	mov.u32 	%r3233, %r3232;
-	@%p9 bra 	$L__BB4_14;
-	add.s64 	%rd16, %rd609, 80;
-	ld.param.u64 	%rd653, [%rd609+24];
-	cvta.to.global.u64 	%rd654, %rd653;
-	shl.b64 	%rd655, %rd15, 2;
-	add.s64 	%rd656, %rd654, %rd655;
-	ld.param.u64 	%rd657, [%rd609+32];
-	cvta.to.global.u64 	%rd658, %rd657;
-	add.s64 	%rd659, %rd658, %rd655;
-	ld.global.u32 	%rd17, [%rd659];
-	ld.param.u64 	%rd660, [%rd609+16];
-	cvta.to.global.u64 	%rd661, %rd660;
-	ld.global.u32 	%r658, [%rd656];
-	cvt.u64.u32 	%rd18, %r658;
-	mul.wide.u32 	%rd662, %r658, 8;
-	add.s64 	%rd663, %rd661, %rd662;
-	ld.global.u64 	%rd19, [%rd663];
-	setp.eq.s64 	%p10, %rd19, 0;
-	@%p10 bra 	$L__BB4_14;
-	ld.param.u64 	%rd664, [%rd16+-24];
-	cvta.to.global.u64 	%rd665, %rd664;
-	shr.u64 	%rd666, %rd15, 8;
-	and.b64  	%rd667, %rd666, 72057594037927928;
-	add.s64 	%rd668, %rd665, %rd667;
-	ld.global.u64 	%rd20, [%rd668];
-	ld.param.u64 	%rd669, [%rd16+-32];
-	cvta.to.global.u64 	%rd670, %rd669;
-	add.s64 	%rd672, %rd670, %rd655;
-	ld.global.u32 	%r4, [%rd672];
-	cvt.u32.u64 	%r3232, %rd17;
-	ld.param.u64 	%rd674, [%rd609];
-	cvta.to.global.u64 	%rd675, %rd674;
-	mul.lo.s64 	%rd676, %rd18, 40;
-	add.s64 	%rd677, %rd675, %rd676;
-	ld.global.v2.u32 	{%r660, %r661}, [%rd677+32];
-	ld.global.u64 	%rd678, [%rd677+24];
-	sub.s64 	%rd2136, %rd15, %rd678;
-	ld.param.u32 	%rd679, [%rd609+92];
-	mul.lo.s64 	%rd680, %rd2136, %rd679;
-	ld.global.u64 	%rd681, [%rd677+16];
-	sub.s64 	%rd682, %rd681, %rd680;
-	min.u64 	%rd2137, %rd682, %rd679;
-	cvt.u64.u32 	%rd23, %r661;
-	mul.lo.s64 	%rd683, %rd680, %rd23;
-	ld.global.u64 	%rd684, [%rd677];
-	add.s64 	%rd2135, %rd684, %rd683;
-	setp.eq.s32 	%p11, %r3232, 0;
+	mov.u32 	%r3700, 0;
+	mov.u64 	%rd2411, 0;
+	mov.u64 	%rd2412, %rd2411;
+	mov.u64 	%rd2413, %rd2411;
+	mov.u64 	%rd2414, %rd2411;
+	mov.u64 	%rd2415, %rd2411;
+	mov.u32 	%r3701, %r3700;
+	@%p12 bra 	$L__BB4_14;
+	ld.param.u64 	%rd716, [%rd1+-56];
+	cvta.to.global.u64 	%rd717, %rd716;
+	shl.b64 	%rd719, %rd709, 2;
+	add.s64 	%rd720, %rd717, %rd719;
+	ld.param.u64 	%rd721, [%rd1+-48];
+	cvta.to.global.u64 	%rd722, %rd721;
+	add.s64 	%rd723, %rd722, %rd719;
+	ld.global.u32 	%rd19, [%rd723];
+	ld.param.u64 	%rd724, [%rd1+-64];
+	cvta.to.global.u64 	%rd725, %rd724;
+	ld.global.u32 	%r787, [%rd720];
+	cvt.u64.u32 	%rd20, %r787;
+	mul.wide.u32 	%rd726, %r787, 8;
+	add.s64 	%rd727, %rd725, %rd726;
+	ld.global.u64 	%rd21, [%rd727];
+	setp.eq.s64 	%p13, %rd21, 0;
+	@%p13 bra 	$L__BB4_14;
+	ld.param.u64 	%rd728, [%rd1+-24];
+	cvta.to.global.u64 	%rd729, %rd728;
+	shr.u64 	%rd730, %rd709, 8;
+	and.b64  	%rd731, %rd730, 72057594037927928;
+	add.s64 	%rd732, %rd729, %rd731;
+	ld.global.u64 	%rd22, [%rd732];
+	ld.param.u64 	%rd733, [%rd1+-32];
+	cvta.to.global.u64 	%rd734, %rd733;
+	add.s64 	%rd736, %rd734, %rd719;
+	ld.global.u32 	%r4, [%rd736];
+	cvt.u32.u64 	%r3700, %rd19;
+	ld.param.u64 	%rd737, [%rd1+-80];
+	cvta.to.global.u64 	%rd738, %rd737;
+	mul.lo.s64 	%rd739, %rd20, 40;
+	add.s64 	%rd740, %rd738, %rd739;
+	ld.global.v2.u32 	{%r789, %r790}, [%rd740+32];
+	ld.global.u64 	%rd743, [%rd740+24];
+	sub.s64 	%rd2413, %rd709, %rd743;
+	ld.param.u32 	%rd744, [%rd1+12];
+	mul.lo.s64 	%rd745, %rd2413, %rd744;
+	ld.global.u64 	%rd746, [%rd740+16];
+	sub.s64 	%rd747, %rd746, %rd745;
+	min.u64 	%rd2414, %rd747, %rd744;
+	cvt.u64.u32 	%rd25, %r790;
+	mul.lo.s64 	%rd748, %rd745, %rd25;
+	ld.global.u64 	%rd749, [%rd740];
+	add.s64 	%rd2412, %rd749, %rd748;
+	setp.eq.s32 	%p14, %r3700, 0;
 	mov.u16 	%rs63, 0;
-	@%p11 bra 	$L__BB4_13;
-	mul.lo.s64 	%rd685, %rd2137, %rd23;
-	add.s64 	%rd686, %rd685, 7;
-	and.b64  	%rd687, %rd686, -8;
-	add.s64 	%rd688, %rd2137, 31;
-	shr.u64 	%rd689, %rd688, 3;
-	and.b64  	%rd690, %rd689, 1073741820;
-	add.s64 	%rd691, %rd690, 7;
-	and.b64  	%rd692, %rd691, 2147483640;
-	mul.lo.s64 	%rd693, %rd23, %rd17;
-	add.s64 	%rd694, %rd693, 7;
-	and.b64  	%rd695, %rd694, -8;
-	add.s64 	%rd25, %rd692, %rd695;
-	shl.b64 	%rd696, %rd17, 1;
-	add.s64 	%rd697, %rd696, 7;
-	and.b64  	%rd698, %rd697, 17179869176;
-	add.s64 	%rd26, %rd695, %rd698;
-	setp.le.u64 	%p12, %rd687, %rd25;
-	setp.le.u64 	%p13, %rd687, %rd26;
-	and.pred  	%p14, %p13, %p12;
-	mov.u16 	%rs63, 1;
 	@%p14 bra 	$L__BB4_13;
-	setp.gt.u64 	%p15, %rd25, %rd26;
-	selp.b16 	%rs63, 3, 2, %p15;
+	mul.lo.s64 	%rd750, %rd2414, %rd25;
+	add.s64 	%rd751, %rd750, 7;
+	and.b64  	%rd752, %rd751, -8;
+	add.s64 	%rd753, %rd2414, 31;
+	shr.u64 	%rd754, %rd753, 3;
+	and.b64  	%rd755, %rd754, 1073741820;
+	add.s64 	%rd756, %rd755, 7;
+	and.b64  	%rd757, %rd756, 2147483640;
+	mul.lo.s64 	%rd758, %rd25, %rd19;
+	add.s64 	%rd759, %rd758, 7;
+	and.b64  	%rd760, %rd759, -8;
+	add.s64 	%rd27, %rd757, %rd760;
+	shl.b64 	%rd761, %rd19, 1;
+	add.s64 	%rd762, %rd761, 7;
+	and.b64  	%rd763, %rd762, 17179869176;
+	add.s64 	%rd28, %rd760, %rd763;
+	setp.le.u64 	%p15, %rd752, %rd27;
+	setp.le.u64 	%p16, %rd752, %rd28;
+	and.pred  	%p17, %p16, %p15;
+	mov.u16 	%rs63, 1;
+	@%p17 bra 	$L__BB4_13;
+	setp.gt.u64 	%p18, %rd27, %rd28;
+	selp.b16 	%rs63, 3, 2, %p18;
 $L__BB4_13:
-	mul.wide.u32 	%rd699, %r660, 16;
-	ld.param.u64 	%rd701, [%rd609+8];
-	cvta.to.global.u64 	%rd702, %rd701;
-	shl.b64 	%rd703, %rd18, 4;
-	add.s64 	%rd704, %rd702, %rd703;
-	cvt.u64.u32 	%rd705, %r4;
-	add.s64 	%rd706, %rd20, %rd705;
-	add.s64 	%rd707, %rd706, %rd699;
-	add.s64 	%rd708, %rd707, 32;
-	ld.global.u64 	%rd709, [%rd704+8];
-	sub.s64 	%rd2138, %rd708, %rd709;
-	cvt.u32.u64 	%r3233, %rd23;
-	mov.u64 	%rd2134, %rd19;
+	mul.wide.u32 	%rd764, %r789, 16;
+	ld.param.u64 	%rd765, [%rd1+-72];
+	cvta.to.global.u64 	%rd766, %rd765;
+	shl.b64 	%rd767, %rd20, 4;
+	add.s64 	%rd768, %rd766, %rd767;
+	cvt.u64.u32 	%rd769, %r4;
+	add.s64 	%rd770, %rd22, %rd769;
+	add.s64 	%rd771, %rd770, %rd764;
+	add.s64 	%rd772, %rd771, 32;
+	ld.global.u64 	%rd773, [%rd768+8];
+	sub.s64 	%rd2415, %rd772, %rd773;
+	cvt.u32.u64 	%r3701, %rd25;
+	mov.u64 	%rd2411, %rd21;
 $L__BB4_14:
-	setp.eq.s64 	%p16, %rd2134, 0;
-	@%p16 bra 	$L__BB4_17;
+	setp.eq.s64 	%p19, %rd2411, 0;
+	@%p19 bra 	$L__BB4_17;
 	and.b16  	%rs42, %rs63, 255;
-	setp.eq.s16 	%p17, %rs42, 0;
+	setp.eq.s16 	%p20, %rs42, 0;
 	mov.u16 	%rs43, 0;
-	selp.b64 	%rd710, 0, %rd2138, %p17;
-	cvt.u32.u64 	%r663, %rd2137;
-	setp.eq.s16 	%p18, %rs42, 1;
-	selp.b32 	%r664, %r663, %r3232, %p18;
-	shl.b64 	%rd711, %rd2136, 4;
-	add.s64 	%rd712, %rd2134, %rd711;
-	st.u64 	[%rd712+32], %rd710;
-	st.u32 	[%rd712+40], %r664;
-	st.v4.u8 	[%rd712+44], {%rs63, %rs43, %rs43, %rs43};
+	selp.b64 	%rd774, 0, %rd2415, %p20;
+	cvt.u32.u64 	%r792, %rd2414;
+	setp.eq.s16 	%p21, %rs42, 1;
+	selp.b32 	%r793, %r792, %r3700, %p21;
+	shl.b64 	%rd775, %rd2413, 4;
+	add.s64 	%rd776, %rd2411, %rd775;
+	st.u64 	[%rd776+32], %rd774;
+	st.u32 	[%rd776+40], %r793;
+	st.v4.u8 	[%rd776+44], {%rs63, %rs43, %rs43, %rs43};
 	add.s16 	%rs44, %rs63, -1;
 	and.b16  	%rs45, %rs44, 255;
-	setp.gt.u16 	%p19, %rs45, 1;
-	@%p19 bra 	$L__BB4_17;
-	mov.u32 	%r665, _ZZ15ws_delta_encodeE5ncoop;
-	atom.shared.add.u32 	%r666, [%r665], 1;
-	shl.b32 	%r667, %r666, 2;
-	mov.u32 	%r668, _ZZ15ws_delta_encodeE4coop;
-	add.s32 	%r669, %r668, %r667;
-	st.shared.u32 	[%r669], %r639;
+	setp.gt.u16 	%p22, %rs45, 1;
+	@%p22 bra 	$L__BB4_17;
+	mov.u32 	%r794, _ZZ15ws_delta_encodeE5ncoop;
+	atom.shared.add.u32 	%r795, [%r794], 1;
+	shl.b32 	%r796, %r795, 2;
+	mov.u32 	%r797, _ZZ15ws_delta_encodeE4coop;
+	add.s32 	%r798, %r797, %r796;
+	st.shared.u32 	[%r798], %r767;
 $L__BB4_17:
-	setp.ne.s64 	%p20, %rd2134, 0;
+	setp.ne.s64 	%p24, %rd2411, 0;
 	and.b16  	%rs46, %rs63, 255;
-	setp.eq.s16 	%p21, %rs46, 3;
-	and.pred  	%p22, %p21, %p20;
-	mov.u32 	%r671, -1;
-	vote.sync.ballot.b32 	%r3234, %p22, %r671;
-	setp.eq.s32 	%p24, %r3234, 0;
-	@%p24 bra 	$L__BB4_450;
-$L__BB4_18:
-	shl.b64 	%rd2098, %rd2133, 8;
-	add.s64 	%rd2097, %rd2098, %rd3;
-	brev.b32 	%r693, %r3234;
-	bfind.shiftamt.u32 	%r694, %r693;
-	add.s32 	%r695, %r3234, -1;
-	mov.u32 	%r696, -1;
-	and.b32  	%r3234, %r695, %r3234;
-	// begin inline asm
-	mov.b64 {%r672,%r673}, %rd2134;
-	// end inline asm
-	mov.u32 	%r3235, 0;
-	mov.u32 	%r697, 31;
-	shfl.sync.idx.b32 	%r675|%p25, %r673, %r694, %r697, %r696;
-	shfl.sync.idx.b32 	%r674|%p26, %r672, %r694, %r697, %r696;
-	// begin inline asm
-	mov.b64 %rd714, {%r674,%r675};
-	// end inline asm
-	// begin inline asm
-	mov.b64 {%r676,%r677}, %rd2135;
-	// end inline asm
-	shfl.sync.idx.b32 	%r679|%p27, %r677, %r694, %r697, %r696;
-	shfl.sync.idx.b32 	%r678|%p28, %r676, %r694, %r697, %r696;
-	// begin inline asm
-	mov.b64 %rd716, {%r678,%r679};
-	// end inline asm
-	// begin inline asm
-	mov.b64 {%r680,%r681}, %rd2136;
-	// end inline asm
-	shfl.sync.idx.b32 	%r683|%p29, %r681, %r694, %r697, %r696;
-	shfl.sync.idx.b32 	%r682|%p30, %r680, %r694, %r697, %r696;
-	// begin inline asm
-	mov.b64 %rd718, {%r682,%r683};
-	// end inline asm
-	// begin inline asm
-	mov.b64 {%r684,%r685}, %rd2137;
-	// end inline asm
-	shfl.sync.idx.b32 	%r687|%p31, %r685, %r694, %r697, %r696;
-	shfl.sync.idx.b32 	%r686|%p32, %r684, %r694, %r697, %r696;
-	// begin inline asm
-	mov.b64 %rd720, {%r686,%r687};
-	// end inline asm
-	// begin inline asm
-	mov.b64 {%r688,%r689}, %rd2138;
-	// end inline asm
-	shfl.sync.idx.b32 	%r691|%p33, %r689, %r694, %r697, %r696;
-	shfl.sync.idx.b32 	%r690|%p34, %r688, %r694, %r697, %r696;
-	// begin inline asm
-	mov.b64 %rd722, {%r690,%r691};
-	// end inline asm
-	shfl.sync.idx.b32 	%r15|%p1, %r3232, %r694, %r697, %r696;
-	shfl.sync.idx.b32 	%r16|%p35, %r3233, %r694, %r697, %r696;
-	cvt.u64.u32 	%rd723, %r694;
-	sub.s64 	%rd726, %rd2097, %rd4;
-	add.s64 	%rd727, %rd726, %rd723;
-	ld.param.u64 	%rd46, [%rd609+40];
-	cvta.to.global.u64 	%rd47, %rd46;
-	ld.param.u32 	%r17, [%rd609+92];
-	shr.u32 	%r698, %r17, 5;
-	cvt.u64.u32 	%rd729, %r698;
-	mul.lo.s64 	%rd48, %rd727, %rd729;
-	setp.lt.u32 	%p36, %r17, 128;
-	@%p36 bra 	$L__BB4_20;
-	shr.u32 	%r699, %r17, 3;
-	add.s32 	%r700, %r699, -16;
-	add.s32 	%r701, %r16, 2;
-	div.u32 	%r3235, %r700, %r701;
+	setp.eq.s16 	%p25, %rs46, 3;
+	and.pred  	%p1, %p25, %p24;
+	mov.pred 	%p940, 0;
+	not.pred 	%p26, %p1;
+	@%p26 bra 	$L__BB4_22;
+	ld.param.u32 	%r12, [%rd1+12];
+	setp.lt.u32 	%p27, %r12, 128;
+	mov.u32 	%r3702, 0;
+	@%p27 bra 	$L__BB4_20;
+	shr.u32 	%r801, %r12, 3;
+	add.s32 	%r802, %r801, -16;
+	add.s32 	%r803, %r3701, 2;
+	div.u32 	%r3702, %r802, %r803;
 $L__BB4_20:
-	add.s64 	%rd49, %rd714, %rd722;
-	shl.b64 	%rd730, %rd48, 2;
-	add.s64 	%rd50, %rd47, %rd730;
-	add.s64 	%rd51, %rd46, %rd730;
-	setp.gt.u32 	%p37, %r15, %r3235;
-	@%p37 bra 	$L__BB4_131;
-	bra.uni 	$L__BB4_21;
-$L__BB4_131:
-	add.s64 	%rd843, %rd720, 31;
-	shr.u64 	%rd194, %rd843, 5;
-	add.s64 	%rd844, %rd194, 31;
-	shr.u64 	%rd195, %rd844, 5;
-	mul.lo.s64 	%rd845, %rd195, %rd4;
-	min.u64 	%rd2185, %rd194, %rd845;
-	add.s64 	%rd846, %rd2185, %rd195;
-	min.u64 	%rd197, %rd194, %rd846;
-	and.b64  	%rd847, %rd844, 96;
-	and.b64  	%rd848, %rd194, 3;
-	and.b64  	%rd849, %rd51, 15;
-	and.b64  	%rd198, %rd720, 31;
-	or.b64  	%rd850, %rd848, %rd198;
-	or.b64  	%rd851, %rd850, %rd847;
-	or.b64  	%rd852, %rd851, %rd849;
-	setp.eq.s64 	%p117, %rd852, 0;
-	@%p117 bra 	$L__BB4_140;
-	setp.ge.u64 	%p118, %rd2185, %rd197;
-	mov.u32 	%r3257, 0;
-	@%p118 bra 	$L__BB4_148;
-	add.s64 	%rd853, %rd720, -1;
-	shr.u64 	%rd199, %rd853, 5;
-	cvt.u32.u64 	%r1566, %rd198;
-	mov.u32 	%r1567, -1;
-	shl.b32 	%r1568, %r1567, %r1566;
-	not.b32 	%r52, %r1568;
-	not.b64 	%rd854, %rd2185;
-	sub.s64 	%rd855, %rd854, %rd195;
-	not.b64 	%rd856, %rd194;
-	max.u64 	%rd857, %rd855, %rd856;
-	sub.s64 	%rd200, %rd854, %rd857;
-	mov.u64 	%rd858, -2;
-	sub.s64 	%rd859, %rd858, %rd2185;
-	sub.s64 	%rd860, %rd859, %rd857;
-	and.b64  	%rd201, %rd200, 3;
-	setp.lt.u64 	%p119, %rd860, 3;
-	mov.u32 	%r3257, 0;
-	mov.u64 	%rd2181, %rd2185;
-	@%p119 bra 	$L__BB4_136;
-	sub.s64 	%rd2180, %rd200, %rd201;
-	mov.u32 	%r3257, 0;
-	mov.u64 	%rd2181, %rd2185;
-$L__BB4_135:
-	.pragma "nounroll";
-	setp.ne.s64 	%p120, %rd199, %rd2181;
-	setp.eq.s64 	%p121, %rd198, 0;
-	or.pred  	%p122, %p121, %p120;
-	selp.b32 	%r1570, -1, %r52, %p122;
-	shl.b64 	%rd861, %rd2181, 2;
-	add.s64 	%rd862, %rd50, %rd861;
-	ld.global.u32 	%r1571, [%rd862];
-	and.b32  	%r1572, %r1571, %r1570;
-	popc.b32 	%r1573, %r1572;
-	add.s32 	%r1574, %r1573, %r3257;
-	add.s64 	%rd863, %rd2181, 1;
-	setp.ne.s64 	%p123, %rd199, %rd863;
-	or.pred  	%p124, %p121, %p123;
-	selp.b32 	%r1575, -1, %r52, %p124;
-	ld.global.u32 	%r1576, [%rd862+4];
-	and.b32  	%r1577, %r1576, %r1575;
-	popc.b32 	%r1578, %r1577;
-	add.s32 	%r1579, %r1578, %r1574;
-	add.s64 	%rd864, %rd2181, 2;
-	setp.ne.s64 	%p125, %rd199, %rd864;
-	or.pred  	%p126, %p121, %p125;
-	selp.b32 	%r1580, -1, %r52, %p126;
-	ld.global.u32 	%r1581, [%rd862+8];
-	and.b32  	%r1582, %r1581, %r1580;
-	popc.b32 	%r1583, %r1582;
-	add.s32 	%r1584, %r1583, %r1579;
-	add.s64 	%rd865, %rd2181, 3;
-	setp.ne.s64 	%p127, %rd199, %rd865;
-	or.pred  	%p128, %p121, %p127;
-	selp.b32 	%r1585, -1, %r52, %p128;
-	ld.global.u32 	%r1586, [%rd862+12];
-	and.b32  	%r1587, %r1586, %r1585;
-	popc.b32 	%r1588, %r1587;
-	add.s32 	%r3257, %r1588, %r1584;
-	add.s64 	%rd2181, %rd2181, 4;
-	add.s64 	%rd2180, %rd2180, -4;
-	setp.ne.s64 	%p129, %rd2180, 0;
-	@%p129 bra 	$L__BB4_135;
-$L__BB4_136:
-	setp.eq.s64 	%p130, %rd201, 0;
-	@%p130 bra 	$L__BB4_148;
-	setp.eq.s64 	%p131, %rd198, 0;
-	setp.ne.s64 	%p132, %rd199, %rd2181;
-	or.pred  	%p133, %p131, %p132;
-	selp.b32 	%r1589, -1, %r52, %p133;
-	shl.b64 	%rd866, %rd2181, 2;
-	add.s64 	%rd208, %rd50, %rd866;
-	ld.global.u32 	%r1590, [%rd208];
-	and.b32  	%r1591, %r1590, %r1589;
-	popc.b32 	%r1592, %r1591;
-	add.s32 	%r3257, %r1592, %r3257;
-	setp.eq.s64 	%p134, %rd201, 1;
-	@%p134 bra 	$L__BB4_148;
-	add.s64 	%rd867, %rd2181, 1;
-	setp.ne.s64 	%p136, %rd199, %rd867;
-	or.pred  	%p137, %p131, %p136;
-	selp.b32 	%r1593, -1, %r52, %p137;
-	ld.global.u32 	%r1594, [%rd208+4];
-	and.b32  	%r1595, %r1594, %r1593;
-	popc.b32 	%r1596, %r1595;
-	add.s32 	%r3257, %r1596, %r3257;
-	setp.eq.s64 	%p138, %rd201, 2;
-	@%p138 bra 	$L__BB4_148;
-	add.s64 	%rd868, %rd2181, 2;
-	setp.ne.s64 	%p140, %rd199, %rd868;
-	or.pred  	%p141, %p131, %p140;
-	selp.b32 	%r1597, -1, %r52, %p141;
-	ld.global.u32 	%r1598, [%rd208+8];
-	and.b32  	%r1599, %r1598, %r1597;
-	popc.b32 	%r1600, %r1599;
-	add.s32 	%r3257, %r1600, %r3257;
-	bra.uni 	$L__BB4_148;
-$L__BB4_21:
-	cvt.u64.u32 	%rd52, %r15;
-	mul.wide.u32 	%rd53, %r15, 2;
-	or.b64  	%rd54, %rd51, %rd49;
-	and.b64  	%rd731, %rd54, 15;
-	setp.eq.s64 	%p38, %rd731, 0;
-	@%p38 bra 	$L__BB4_38;
-	and.b64  	%rd733, %rd54, 7;
-	setp.ne.s64 	%p39, %rd733, 0;
-	mov.u64 	%rd2155, 0;
-	@%p39 bra 	$L__BB4_53;
-	shr.u64 	%rd55, %rd52, 2;
-	or.b64  	%rd2139, %rd4, 96;
-	setp.ge.u64 	%p40, %rd2139, %rd55;
-	mov.u64 	%rd2141, %rd4;
-	@%p40 bra 	$L__BB4_30;
-	mov.u64 	%rd736, -97;
-	sub.s64 	%rd737, %rd736, %rd4;
-	add.s64 	%rd56, %rd737, %rd55;
-	shr.u64 	%rd738, %rd56, 7;
-	add.s64 	%rd739, %rd738, 1;
-	and.b64  	%rd57, %rd739, 3;
-	setp.eq.s64 	%p41, %rd57, 0;
-	mov.u64 	%rd2140, %rd4;
+	setp.gt.u32 	%p29, %r3700, %r3702;
+	@%p29 bra 	$L__BB4_22;
+	max.u32 	%r804, %r3701, 2;
+	mov.u32 	%r805, 512;
+	div.u32 	%r806, %r805, %r804;
+	setp.le.u32 	%p940, %r3700, %r806;
+$L__BB4_22:
+	mov.u32 	%r807, -1;
+	vote.sync.ballot.b32 	%r3703, %p940, %r807;
+	setp.eq.s32 	%p31, %r3703, 0;
+	@%p31 bra 	$L__BB4_112;
+$L__BB4_23:
+	shl.b64 	%rd2355, %rd2410, 8;
+	add.s64 	%rd2354, %rd2355, %rd4;
+	brev.b32 	%r817, %r3703;
+	bfind.shiftamt.u32 	%r818, %r817;
+	setp.eq.s32 	%p32, %r3703, 0;
+	mov.u32 	%r3705, 0;
+	selp.b32 	%r819, 0, %r818, %p32;
+	add.s32 	%r820, %r3703, -1;
+	mov.u32 	%r821, -1;
+	and.b32  	%r17, %r820, %r3703;
+	// begin inline asm
+	mov.b64 {%r808,%r809}, %rd2411;
+	// end inline asm
+	mov.u32 	%r822, 31;
+	shfl.sync.idx.b32 	%r811|%p33, %r809, %r819, %r822, %r821;
+	shfl.sync.idx.b32 	%r810|%p34, %r808, %r819, %r822, %r821;
+	// begin inline asm
+	mov.b64 %rd778, {%r810,%r811};
+	// end inline asm
+	// begin inline asm
+	mov.b64 {%r812,%r813}, %rd2415;
+	// end inline asm
+	shfl.sync.idx.b32 	%r815|%p35, %r813, %r819, %r822, %r821;
+	shfl.sync.idx.b32 	%r814|%p36, %r812, %r819, %r822, %r821;
+	// begin inline asm
+	mov.b64 %rd780, {%r814,%r815};
+	// end inline asm
+	shfl.sync.idx.b32 	%r823|%p37, %r3700, %r819, %r822, %r821;
+	shfl.sync.idx.b32 	%r19|%p38, %r3701, %r819, %r822, %r821;
+	cvt.u64.u32 	%rd781, %r819;
+	sub.s64 	%rd784, %rd2354, %rd5;
+	add.s64 	%rd785, %rd784, %rd781;
+	ld.param.u32 	%r18, [%rd1+12];
+	shr.u32 	%r824, %r18, 5;
+	cvt.u64.u32 	%rd786, %r824;
+	mul.lo.s64 	%rd787, %rd785, %rd786;
+	ld.param.u64 	%rd788, [%rd1+-40];
+	shl.b64 	%rd789, %rd787, 2;
+	add.s64 	%rd45, %rd788, %rd789;
+	mul.wide.u32 	%rd46, %r823, 2;
+	mul.wide.u32 	%rd47, %r19, %r823;
+	setp.lt.u32 	%p39, %r18, 128;
+	mov.u32 	%r3704, %r3705;
+	@%p39 bra 	$L__BB4_25;
+	shr.u32 	%r825, %r18, 3;
+	add.s32 	%r826, %r825, -16;
+	add.s32 	%r827, %r19, 2;
+	div.u32 	%r828, %r826, %r827;
+	shl.b32 	%r829, %r828, 1;
+	add.s32 	%r830, %r829, 7;
+	and.b32  	%r3704, %r830, -8;
+$L__BB4_25:
+	add.s64 	%rd48, %rd778, %rd780;
+	add.s64 	%rd49, %rd46, 7;
+	shr.u64 	%rd790, %rd49, 3;
+	cvt.u32.u64 	%r833, %rd790;
+	selp.b32 	%r22, 0, %r833, %p32;
+	cvt.u32.u64 	%r834, %rd5;
+	setp.ge.u32 	%p41, %r834, %r22;
+	mov.u32 	%r3706, %r3705;
 	@%p41 bra 	$L__BB4_28;
-	shl.b64 	%rd740, %rd4, 3;
-	add.s64 	%rd741, %rd50, %rd740;
-	add.s64 	%rd59, %rd741, 256;
-	ld.global.v2.u32 	{%r702, %r703}, [%rd741+256];
-	ld.global.v2.u32 	{%r706, %r707}, [%rd741+512];
-	ld.global.v2.u32 	{%r710, %r711}, [%rd741+768];
-	ld.global.v2.u32 	{%r714, %r715}, [%rd741];
-	add.s64 	%rd60, %rd49, %rd740;
-	st.v2.u32 	[%rd60], {%r714, %r715};
-	st.v2.u32 	[%rd60+256], {%r702, %r703};
-	st.v2.u32 	[%rd60+512], {%r706, %r707};
-	st.v2.u32 	[%rd60+768], {%r710, %r711};
-	setp.eq.s64 	%p42, %rd57, 1;
-	mov.u64 	%rd2139, %rd7;
-	mov.u64 	%rd2140, %rd6;
-	mov.u64 	%rd2141, %rd6;
+	shl.b64 	%rd792, %rd5, 3;
+	add.s64 	%rd791, %rd45, %rd792;
+	// begin inline asm
+	ld.global.nc.v2.u32 {%r3705,%r3706}, [%rd791];
+	// end inline asm
+	cvt.u64.u32 	%rd793, %r773;
+	sub.s64 	%rd50, %rd46, %rd793;
+	setp.gt.u64 	%p42, %rd50, 7;
 	@%p42 bra 	$L__BB4_28;
-	ld.global.v2.u32 	{%r718, %r719}, [%rd59+1024];
-	ld.global.v2.u32 	{%r722, %r723}, [%rd59+1280];
-	ld.global.v2.u32 	{%r726, %r727}, [%rd59+1536];
-	ld.global.v2.u32 	{%r730, %r731}, [%rd59+768];
-	st.v2.u32 	[%rd60+1024], {%r730, %r731};
-	st.v2.u32 	[%rd60+1280], {%r718, %r719};
-	st.v2.u32 	[%rd60+1536], {%r722, %r723};
-	st.v2.u32 	[%rd60+1792], {%r726, %r727};
-	setp.eq.s64 	%p43, %rd57, 2;
-	mov.u64 	%rd2139, %rd9;
-	mov.u64 	%rd2140, %rd8;
-	mov.u64 	%rd2141, %rd8;
-	@%p43 bra 	$L__BB4_28;
-	ld.global.v2.u32 	{%r734, %r735}, [%rd59+2048];
-	ld.global.v2.u32 	{%r738, %r739}, [%rd59+2304];
-	ld.global.v2.u32 	{%r742, %r743}, [%rd59+2560];
-	ld.global.v2.u32 	{%r746, %r747}, [%rd59+1792];
-	st.v2.u32 	[%rd60+2048], {%r746, %r747};
-	st.v2.u32 	[%rd60+2304], {%r734, %r735};
-	st.v2.u32 	[%rd60+2560], {%r738, %r739};
-	st.v2.u32 	[%rd60+2816], {%r742, %r743};
-	mov.u64 	%rd2139, %rd11;
-	mov.u64 	%rd2140, %rd10;
-	mov.u64 	%rd2141, %rd10;
+	cvt.u32.u64 	%r840, %rd50;
+	shl.b32 	%r841, %r840, 3;
+	mov.u64 	%rd794, -1;
+	shl.b64 	%rd795, %rd794, %r841;
+	not.b64 	%rd796, %rd795;
+	cvt.u32.u64 	%r842, %rd796;
+	and.b32  	%r3705, %r3705, %r842;
+	shr.u64 	%rd797, %rd796, 32;
+	cvt.u32.u64 	%r843, %rd797;
+	and.b32  	%r3706, %r3706, %r843;
 $L__BB4_28:
-	setp.lt.u64 	%p44, %rd56, 384;
-	@%p44 bra 	$L__BB4_30;
-$L__BB4_29:
-	shl.b64 	%rd742, %rd2140, 3;
-	add.s64 	%rd743, %rd50, %rd742;
-	ld.global.v2.u32 	{%r750, %r751}, [%rd743+256];
-	ld.global.v2.u32 	{%r754, %r755}, [%rd743+512];
-	shl.b64 	%rd744, %rd2139, 3;
-	add.s64 	%rd745, %rd50, %rd744;
-	ld.global.v2.u32 	{%r758, %r759}, [%rd745];
-	ld.global.v2.u32 	{%r762, %r763}, [%rd743];
-	add.s64 	%rd746, %rd49, %rd742;
-	st.v2.u32 	[%rd746], {%r762, %r763};
-	st.v2.u32 	[%rd746+256], {%r750, %r751};
-	st.v2.u32 	[%rd746+512], {%r754, %r755};
-	add.s64 	%rd747, %rd49, %rd744;
-	st.v2.u32 	[%rd747], {%r758, %r759};
-	ld.global.v2.u32 	{%r766, %r767}, [%rd743+1280];
-	ld.global.v2.u32 	{%r770, %r771}, [%rd743+1536];
-	ld.global.v2.u32 	{%r774, %r775}, [%rd743+1792];
-	ld.global.v2.u32 	{%r778, %r779}, [%rd743+1024];
-	st.v2.u32 	[%rd746+1024], {%r778, %r779};
-	st.v2.u32 	[%rd746+1280], {%r766, %r767};
-	st.v2.u32 	[%rd746+1536], {%r770, %r771};
-	st.v2.u32 	[%rd746+1792], {%r774, %r775};
-	ld.global.v2.u32 	{%r782, %r783}, [%rd743+2304];
-	ld.global.v2.u32 	{%r786, %r787}, [%rd743+2560];
-	ld.global.v2.u32 	{%r790, %r791}, [%rd743+2816];
-	ld.global.v2.u32 	{%r794, %r795}, [%rd743+2048];
-	st.v2.u32 	[%rd746+2048], {%r794, %r795};
-	st.v2.u32 	[%rd746+2304], {%r782, %r783};
-	st.v2.u32 	[%rd746+2560], {%r786, %r787};
-	st.v2.u32 	[%rd746+2816], {%r790, %r791};
-	ld.global.v2.u32 	{%r798, %r799}, [%rd743+3328];
-	ld.global.v2.u32 	{%r802, %r803}, [%rd743+3584];
-	ld.global.v2.u32 	{%r806, %r807}, [%rd743+3840];
-	ld.global.v2.u32 	{%r810, %r811}, [%rd743+3072];
-	st.v2.u32 	[%rd746+3072], {%r810, %r811};
-	st.v2.u32 	[%rd746+3328], {%r798, %r799};
-	st.v2.u32 	[%rd746+3584], {%r802, %r803};
-	st.v2.u32 	[%rd746+3840], {%r806, %r807};
-	add.s64 	%rd2141, %rd2140, 512;
-	add.s64 	%rd2139, %rd2140, 608;
-	setp.lt.u64 	%p45, %rd2139, %rd55;
-	mov.u64 	%rd2140, %rd2141;
-	@%p45 bra 	$L__BB4_29;
-$L__BB4_30:
-	setp.ge.u64 	%p46, %rd2141, %rd55;
-	@%p46 bra 	$L__BB4_37;
-	not.b64 	%rd748, %rd2141;
-	add.s64 	%rd69, %rd55, %rd748;
-	shr.u64 	%rd749, %rd69, 5;
-	add.s64 	%rd750, %rd749, 1;
-	and.b64  	%rd70, %rd750, 3;
-	setp.eq.s64 	%p47, %rd70, 0;
-	mov.u64 	%rd2145, %rd2141;
-	@%p47 bra 	$L__BB4_35;
-	shl.b64 	%rd751, %rd2141, 3;
-	add.s64 	%rd71, %rd50, %rd751;
-	ld.global.v2.u32 	{%r814, %r815}, [%rd71];
-	add.s64 	%rd72, %rd49, %rd751;
-	st.v2.u32 	[%rd72], {%r814, %r815};
-	add.s64 	%rd2145, %rd2141, 32;
-	setp.eq.s64 	%p48, %rd70, 1;
-	@%p48 bra 	$L__BB4_35;
-	ld.global.v2.u32 	{%r818, %r819}, [%rd71+256];
-	st.v2.u32 	[%rd72+256], {%r818, %r819};
-	add.s64 	%rd2145, %rd2141, 64;
-	setp.eq.s64 	%p49, %rd70, 2;
-	@%p49 bra 	$L__BB4_35;
-	ld.global.v2.u32 	{%r822, %r823}, [%rd71+512];
-	st.v2.u32 	[%rd72+512], {%r822, %r823};
-	add.s64 	%rd2145, %rd2141, 96;
-$L__BB4_35:
-	setp.lt.u64 	%p50, %rd69, 96;
-	@%p50 bra 	$L__BB4_37;
-$L__BB4_36:
-	shl.b64 	%rd752, %rd2145, 3;
-	add.s64 	%rd753, %rd50, %rd752;
-	ld.global.v2.u32 	{%r826, %r827}, [%rd753];
-	add.s64 	%rd754, %rd49, %rd752;
-	st.v2.u32 	[%rd754], {%r826, %r827};
-	ld.global.v2.u32 	{%r830, %r831}, [%rd753+256];
-	st.v2.u32 	[%rd754+256], {%r830, %r831};
-	ld.global.v2.u32 	{%r834, %r835}, [%rd753+512];
-	st.v2.u32 	[%rd754+512], {%r834, %r835};
-	ld.global.v2.u32 	{%r838, %r839}, [%rd753+768];
-	st.v2.u32 	[%rd754+768], {%r838, %r839};
-	add.s64 	%rd2145, %rd2145, 128;
-	setp.lt.u64 	%p51, %rd2145, %rd55;
-	@%p51 bra 	$L__BB4_36;
+	cvt.u32.u64 	%r846, %rd7;
+	setp.ge.u32 	%p43, %r846, %r22;
+	mov.u32 	%r3709, 0;
+	mov.u32 	%r3707, %r3709;
+	mov.u32 	%r3708, %r3709;
+	@%p43 bra 	$L__BB4_31;
+	shl.b64 	%rd799, %rd7, 3;
+	add.s64 	%rd798, %rd45, %rd799;
+	// begin inline asm
+	ld.global.nc.v2.u32 {%r3707,%r3708}, [%rd798];
+	// end inline asm
+	or.b32  	%r852, %r773, 256;
+	cvt.u64.u32 	%rd800, %r852;
+	sub.s64 	%rd51, %rd46, %rd800;
+	setp.gt.u64 	%p44, %rd51, 7;
+	@%p44 bra 	$L__BB4_31;
+	cvt.u32.u64 	%r853, %rd51;
+	shl.b32 	%r854, %r853, 3;
+	mov.u64 	%rd801, -1;
+	shl.b64 	%rd802, %rd801, %r854;
+	not.b64 	%rd803, %rd802;
+	cvt.u32.u64 	%r855, %rd803;
+	and.b32  	%r3707, %r3707, %r855;
+	shr.u64 	%rd804, %rd803, 32;
+	cvt.u32.u64 	%r856, %rd804;
+	and.b32  	%r3708, %r3708, %r856;
+$L__BB4_31:
+	cvt.u64.u32 	%rd805, %r3704;
+	add.s64 	%rd52, %rd45, %rd805;
+	add.s64 	%rd806, %rd47, 7;
+	shr.u64 	%rd807, %rd806, 3;
+	cvt.u32.u64 	%r859, %rd807;
+	selp.b32 	%r35, 0, %r859, %p32;
+	setp.ge.u32 	%p46, %r834, %r35;
+	mov.u32 	%r3710, %r3709;
+	@%p46 bra 	$L__BB4_34;
+	shl.b64 	%rd809, %rd5, 3;
+	add.s64 	%rd808, %rd52, %rd809;
+	// begin inline asm
+	ld.global.nc.v2.u32 {%r3709,%r3710}, [%rd808];
+	// end inline asm
+	cvt.u64.u32 	%rd810, %r773;
+	sub.s64 	%rd53, %rd47, %rd810;
+	setp.gt.u64 	%p47, %rd53, 7;
+	@%p47 bra 	$L__BB4_34;
+	cvt.u32.u64 	%r866, %rd53;
+	shl.b32 	%r867, %r866, 3;
+	mov.u64 	%rd811, -1;
+	shl.b64 	%rd812, %rd811, %r867;
+	not.b64 	%rd813, %rd812;
+	cvt.u32.u64 	%r868, %rd813;
+	and.b32  	%r3709, %r3709, %r868;
+	shr.u64 	%rd814, %rd813, 32;
+	cvt.u32.u64 	%r869, %rd814;
+	and.b32  	%r3710, %r3710, %r869;
+$L__BB4_34:
+	cvt.u32.u64 	%r3684, %rd7;
+	setp.ge.u32 	%p48, %r3684, %r35;
+	mov.u32 	%r3713, 0;
+	mov.u32 	%r3711, %r3713;
+	mov.u32 	%r3712, %r3713;
+	@%p48 bra 	$L__BB4_37;
+	shl.b64 	%rd816, %rd7, 3;
+	add.s64 	%rd815, %rd52, %rd816;
+	// begin inline asm
+	ld.global.nc.v2.u32 {%r3711,%r3712}, [%rd815];
+	// end inline asm
+	or.b32  	%r878, %r773, 256;
+	cvt.u64.u32 	%rd817, %r878;
+	sub.s64 	%rd54, %rd47, %rd817;
+	setp.gt.u64 	%p49, %rd54, 7;
+	@%p49 bra 	$L__BB4_37;
+	cvt.u32.u64 	%r879, %rd54;
+	shl.b32 	%r880, %r879, 3;
+	mov.u64 	%rd818, -1;
+	shl.b64 	%rd819, %rd818, %r880;
+	not.b64 	%rd820, %rd819;
+	cvt.u32.u64 	%r881, %rd820;
+	and.b32  	%r3711, %r3711, %r881;
+	shr.u64 	%rd821, %rd820, 32;
+	cvt.u32.u64 	%r882, %rd821;
+	and.b32  	%r3712, %r3712, %r882;
 $L__BB4_37:
-	and.b64  	%rd2155, %rd53, 8589934584;
-	bra.uni 	$L__BB4_53;
-$L__BB4_140:
-	setp.ge.u64 	%p142, %rd2185, %rd197;
-	mov.u32 	%r3257, 0;
-	@%p142 bra 	$L__BB4_148;
-	not.b64 	%rd869, %rd194;
-	not.b64 	%rd870, %rd2185;
-	sub.s64 	%rd871, %rd870, %rd195;
-	max.u64 	%rd872, %rd871, %rd869;
-	mov.u64 	%rd873, -2;
-	sub.s64 	%rd874, %rd873, %rd2185;
-	sub.s64 	%rd875, %rd874, %rd872;
-	shr.u64 	%rd876, %rd875, 2;
-	add.s64 	%rd209, %rd876, 1;
-	and.b64  	%rd210, %rd209, 3;
-	setp.lt.u64 	%p143, %rd875, 12;
-	mov.u32 	%r3257, 0;
-	mov.u64 	%rd2184, %rd2185;
-	@%p143 bra 	$L__BB4_144;
-	sub.s64 	%rd2183, %rd209, %rd210;
-	mov.u32 	%r3257, 0;
-	mov.u64 	%rd2184, %rd2185;
-$L__BB4_143:
-	.pragma "nounroll";
-	shl.b64 	%rd877, %rd2184, 2;
-	add.s64 	%rd878, %rd50, %rd877;
-	ld.global.v4.u32 	{%r1605, %r1606, %r1607, %r1608}, [%rd878];
-	popc.b32 	%r1613, %r1605;
-	popc.b32 	%r1614, %r1606;
-	popc.b32 	%r1615, %r1607;
-	popc.b32 	%r1616, %r1608;
-	add.s32 	%r1617, %r1614, %r3257;
-	add.s32 	%r1618, %r1617, %r1613;
-	add.s32 	%r1619, %r1618, %r1615;
-	add.s32 	%r1620, %r1619, %r1616;
-	ld.global.v4.u32 	{%r1621, %r1622, %r1623, %r1624}, [%rd878+16];
-	popc.b32 	%r1629, %r1621;
-	popc.b32 	%r1630, %r1622;
-	popc.b32 	%r1631, %r1623;
-	popc.b32 	%r1632, %r1624;
-	add.s32 	%r1633, %r1630, %r1620;
-	add.s32 	%r1634, %r1633, %r1629;
-	add.s32 	%r1635, %r1634, %r1631;
-	add.s32 	%r1636, %r1635, %r1632;
-	ld.global.v4.u32 	{%r1637, %r1638, %r1639, %r1640}, [%rd878+32];
-	popc.b32 	%r1645, %r1637;
-	popc.b32 	%r1646, %r1638;
-	popc.b32 	%r1647, %r1639;
-	popc.b32 	%r1648, %r1640;
-	add.s32 	%r1649, %r1646, %r1636;
-	add.s32 	%r1650, %r1649, %r1645;
-	add.s32 	%r1651, %r1650, %r1647;
-	add.s32 	%r1652, %r1651, %r1648;
-	ld.global.v4.u32 	{%r1653, %r1654, %r1655, %r1656}, [%rd878+48];
-	popc.b32 	%r1661, %r1653;
-	popc.b32 	%r1662, %r1654;
-	popc.b32 	%r1663, %r1655;
-	popc.b32 	%r1664, %r1656;
-	add.s32 	%r1665, %r1662, %r1652;
-	add.s32 	%r1666, %r1665, %r1661;
-	add.s32 	%r1667, %r1666, %r1663;
-	add.s32 	%r3257, %r1667, %r1664;
-	add.s64 	%rd2184, %rd2184, 16;
-	add.s64 	%rd2183, %rd2183, -4;
-	setp.ne.s64 	%p144, %rd2183, 0;
-	@%p144 bra 	$L__BB4_143;
-$L__BB4_144:
-	setp.eq.s64 	%p145, %rd210, 0;
-	@%p145 bra 	$L__BB4_148;
-	shl.b64 	%rd879, %rd2184, 2;
-	add.s64 	%rd217, %rd50, %rd879;
-	ld.global.v4.u32 	{%r1668, %r1669, %r1670, %r1671}, [%rd217];
-	popc.b32 	%r1676, %r1668;
-	popc.b32 	%r1677, %r1669;
-	popc.b32 	%r1678, %r1670;
-	popc.b32 	%r1679, %r1671;
-	add.s32 	%r1680, %r1677, %r3257;
-	add.s32 	%r1681, %r1680, %r1676;
-	add.s32 	%r1682, %r1681, %r1678;
-	add.s32 	%r3257, %r1682, %r1679;
-	setp.eq.s64 	%p146, %rd210, 1;
-	@%p146 bra 	$L__BB4_148;
-	ld.global.v4.u32 	{%r1683, %r1684, %r1685, %r1686}, [%rd217+16];
-	popc.b32 	%r1691, %r1683;
-	popc.b32 	%r1692, %r1684;
-	popc.b32 	%r1693, %r1685;
-	popc.b32 	%r1694, %r1686;
-	add.s32 	%r1695, %r1692, %r3257;
-	add.s32 	%r1696, %r1695, %r1691;
-	add.s32 	%r1697, %r1696, %r1693;
-	add.s32 	%r3257, %r1697, %r1694;
-	setp.eq.s64 	%p147, %rd210, 2;
-	@%p147 bra 	$L__BB4_148;
-	ld.global.v4.u32 	{%r1698, %r1699, %r1700, %r1701}, [%rd217+32];
-	popc.b32 	%r1706, %r1698;
-	popc.b32 	%r1707, %r1699;
-	popc.b32 	%r1708, %r1700;
-	popc.b32 	%r1709, %r1701;
-	add.s32 	%r1710, %r1707, %r3257;
-	add.s32 	%r1711, %r1710, %r1706;
-	add.s32 	%r1712, %r1711, %r1708;
-	add.s32 	%r3257, %r1712, %r1709;
-$L__BB4_148:
-	cvt.u32.u64 	%r1713, %rd4;
-	setp.lt.u32 	%p148, %r1713, 16;
-	mov.u32 	%r1714, 16;
-	setp.lt.u32 	%p149, %r1713, 4;
-	mov.u32 	%r1715, 4;
-	setp.lt.u32 	%p150, %r1713, 2;
-	mov.u32 	%r1716, 2;
-	setp.lt.u32 	%p151, %r1713, 8;
-	mov.u32 	%r1717, 8;
-	setp.eq.s32 	%p152, %r1713, 0;
-	mov.u32 	%r1718, 0;
-	mov.u32 	%r1719, 1;
-	mov.u32 	%r1720, -1;
-	shfl.sync.up.b32 	%r1721|%p153, %r3257, %r1719, %r1718, %r1720;
-	selp.b32 	%r1722, 0, %r1721, %p152;
-	add.s32 	%r1723, %r1722, %r3257;
-	shfl.sync.up.b32 	%r1724|%p154, %r1723, %r1716, %r1718, %r1720;
-	selp.b32 	%r1725, 0, %r1724, %p150;
-	add.s32 	%r1726, %r1725, %r1723;
-	shfl.sync.up.b32 	%r1727|%p155, %r1726, %r1715, %r1718, %r1720;
-	selp.b32 	%r1728, 0, %r1727, %p149;
-	add.s32 	%r1729, %r1728, %r1726;
-	shfl.sync.up.b32 	%r1730|%p156, %r1729, %r1717, %r1718, %r1720;
-	selp.b32 	%r1731, 0, %r1730, %p151;
-	add.s32 	%r1732, %r1731, %r1729;
-	shfl.sync.up.b32 	%r1733|%p157, %r1732, %r1714, %r1718, %r1720;
-	selp.b32 	%r1734, 0, %r1733, %p148;
-	add.s32 	%r1735, %r1734, %r1732;
-	mov.u32 	%r1736, 31;
-	shfl.sync.idx.b32 	%r1737|%p158, %r1735, %r1736, %r1736, %r1720;
-	sub.s32 	%r3261, %r1735, %r3257;
-	setp.ge.u64 	%p159, %rd2185, %rd197;
-	@%p159 bra 	$L__BB4_154;
-	add.s64 	%rd880, %rd720, -1;
-	shr.u64 	%rd218, %rd880, 5;
-	cvt.u32.u64 	%r1738, %rd198;
-	shl.b32 	%r1740, %r1720, %r1738;
-	not.b32 	%r69, %r1740;
-$L__BB4_150:
-	setp.ne.s64 	%p160, %rd218, %rd2185;
-	setp.eq.s64 	%p161, %rd198, 0;
-	or.pred  	%p162, %p161, %p160;
-	selp.b32 	%r1741, -1, %r69, %p162;
-	shl.b64 	%rd881, %rd2185, 2;
-	add.s64 	%rd882, %rd50, %rd881;
-	ld.global.u32 	%r1742, [%rd882];
-	and.b32  	%r3259, %r1742, %r1741;
-	setp.eq.s32 	%p163, %r3259, 0;
-	@%p163 bra 	$L__BB4_153;
-	shl.b64 	%rd220, %rd2185, 5;
-	mov.u32 	%r3260, %r3261;
-$L__BB4_152:
-	brev.b32 	%r1743, %r3259;
-	bfind.shiftamt.u32 	%r1744, %r1743;
-	add.s32 	%r1745, %r3259, -1;
-	and.b32  	%r3259, %r1745, %r3259;
-	cvt.u64.u32 	%rd883, %r1744;
-	add.s64 	%rd884, %rd220, %rd883;
-	add.s32 	%r3261, %r3260, 1;
-	mul.wide.u32 	%rd885, %r3260, 2;
-	add.s64 	%rd886, %rd49, %rd885;
-	st.u16 	[%rd886], %rd884;
-	setp.ne.s32 	%p164, %r3259, 0;
-	mov.u32 	%r3260, %r3261;
-	@%p164 bra 	$L__BB4_152;
-$L__BB4_153:
-	add.s64 	%rd2185, %rd2185, 1;
-	setp.lt.u64 	%p165, %rd2185, %rd197;
-	@%p165 bra 	$L__BB4_150;
-$L__BB4_154:
-	cvt.u64.u32 	%rd222, %r15;
-	mul.wide.u32 	%rd223, %r15, 2;
-	cvt.u64.u32 	%rd224, %r16;
-	mul.wide.u32 	%rd225, %r16, %r15;
-	add.s64 	%rd887, %rd223, 7;
-	and.b64  	%rd226, %rd887, 17179869176;
-	sub.s64 	%rd888, %rd226, %rd223;
-	setp.le.u64 	%p166, %rd888, %rd4;
-	@%p166 bra 	$L__BB4_156;
-	add.s64 	%rd889, %rd722, %rd4;
-	add.s64 	%rd890, %rd889, %rd223;
-	add.s64 	%rd891, %rd714, %rd890;
-	mov.u16 	%rs47, 0;
-	st.u8 	[%rd891], %rs47;
-$L__BB4_156:
-	add.s64 	%rd892, %rd225, 7;
-	and.b64  	%rd893, %rd892, -8;
-	sub.s64 	%rd894, %rd893, %rd225;
-	setp.le.u64 	%p167, %rd894, %rd4;
-	@%p167 bra 	$L__BB4_158;
-	add.s64 	%rd895, %rd722, %rd4;
-	add.s64 	%rd896, %rd895, %rd225;
-	add.s64 	%rd897, %rd896, %rd226;
-	add.s64 	%rd898, %rd714, %rd897;
-	mov.u16 	%rs48, 0;
-	st.u8 	[%rd898], %rs48;
-$L__BB4_158:
-	bar.warp.sync 	-1;
-	setp.eq.s32 	%p168, %r15, 0;
-	@%p168 bra 	$L__BB4_449;
-	add.s32 	%r1746, %r16, -1;
-	cvt.u64.u32 	%rd227, %r1746;
-	add.s64 	%rd228, %rd226, %rd722;
-	and.b32  	%r77, %r16, 3;
-	sub.s32 	%r78, %r16, %r77;
-	mov.u64 	%rd2186, 0;
-$L__BB4_160:
-	mov.u64 	%rd2187, 0;
-	add.s64 	%rd230, %rd2186, %rd4;
-	setp.ge.u64 	%p169, %rd230, %rd222;
-	shl.b64 	%rd901, %rd230, 1;
-	add.s64 	%rd231, %rd49, %rd901;
-	@%p169 bra 	$L__BB4_162;
-	ld.u16 	%rd2187, [%rd231];
-$L__BB4_162:
-	add.s64 	%rd2100, %rd2186, %rd4;
-	add.s64 	%rd234, %rd2100, 32;
-	setp.ge.u64 	%p170, %rd234, %rd222;
-	mov.u64 	%rd2189, 0;
-	mov.u64 	%rd2188, %rd2189;
-	@%p170 bra 	$L__BB4_164;
-	ld.u16 	%rd2188, [%rd231+64];
-$L__BB4_164:
-	add.s64 	%rd2101, %rd2186, %rd4;
-	add.s64 	%rd237, %rd2101, 64;
-	setp.ge.u64 	%p171, %rd237, %rd222;
-	@%p171 bra 	$L__BB4_166;
-	ld.u16 	%rd2189, [%rd231+128];
-$L__BB4_166:
-	add.s64 	%rd2102, %rd2186, %rd4;
-	add.s64 	%rd240, %rd2102, 96;
-	setp.ge.u64 	%p172, %rd240, %rd222;
-	mov.u64 	%rd2191, 0;
-	mov.u64 	%rd2190, %rd2191;
-	@%p172 bra 	$L__BB4_168;
-	ld.u16 	%rd2190, [%rd231+192];
-$L__BB4_168:
-	add.s64 	%rd2103, %rd2186, %rd4;
-	add.s64 	%rd243, %rd2103, 128;
-	setp.ge.u64 	%p173, %rd243, %rd222;
-	@%p173 bra 	$L__BB4_170;
-	ld.u16 	%rd2191, [%rd231+256];
-$L__BB4_170:
-	add.s64 	%rd2104, %rd2186, %rd4;
-	add.s64 	%rd246, %rd2104, 160;
-	setp.ge.u64 	%p174, %rd246, %rd222;
-	mov.u64 	%rd2193, 0;
-	mov.u64 	%rd2192, %rd2193;
-	@%p174 bra 	$L__BB4_172;
-	ld.u16 	%rd2192, [%rd231+320];
-$L__BB4_172:
-	add.s64 	%rd2105, %rd2186, %rd4;
-	add.s64 	%rd249, %rd2105, 192;
-	setp.ge.u64 	%p175, %rd249, %rd222;
-	@%p175 bra 	$L__BB4_174;
-	ld.u16 	%rd2193, [%rd231+384];
-$L__BB4_174:
-	add.s64 	%rd2096, %rd2186, %rd4;
-	add.s64 	%rd252, %rd2096, 224;
-	setp.ge.u64 	%p176, %rd252, %rd222;
-	mov.u64 	%rd2194, 0;
-	@%p176 bra 	$L__BB4_176;
-	ld.u16 	%rd2194, [%rd231+448];
-$L__BB4_176:
-	mov.u64 	%rd2198, 0;
-	@%p169 bra 	$L__BB4_193;
-	mul.lo.s64 	%rd910, %rd2187, %rd224;
-	add.s64 	%rd255, %rd716, %rd910;
-	and.b64  	%rd911, %rd255, %rd227;
-	setp.eq.s64 	%p178, %rd911, 0;
-	@%p178 bra 	$L__BB4_186;
-	mov.u64 	%rd2198, 0;
-	setp.eq.s32 	%p179, %r16, 0;
-	@%p179 bra 	$L__BB4_193;
-	cvt.u32.u64 	%r1748, %rd227;
-	setp.lt.u32 	%p180, %r1748, 3;
-	mov.u64 	%rd2198, 0;
-	mov.u32 	%r3264, 0;
-	@%p180 bra 	$L__BB4_182;
-	mov.u64 	%rd2198, 0;
-	mov.u32 	%r3264, 0;
-	mov.u32 	%r3263, %r78;
-$L__BB4_181:
-	cvt.u64.u32 	%rd916, %r3264;
-	add.s64 	%rd917, %rd255, %rd916;
-	ld.u8 	%rd918, [%rd917];
-	shl.b32 	%r1750, %r3264, 3;
-	shl.b64 	%rd919, %rd918, %r1750;
-	or.b64  	%rd920, %rd919, %rd2198;
-	ld.u8 	%rd921, [%rd917+1];
-	add.s32 	%r1751, %r1750, 8;
-	shl.b64 	%rd922, %rd921, %r1751;
-	or.b64  	%rd923, %rd922, %rd920;
-	ld.u8 	%rd924, [%rd917+2];
-	add.s32 	%r1752, %r1750, 16;
-	shl.b64 	%rd925, %rd924, %r1752;
-	or.b64  	%rd926, %rd925, %rd923;
-	ld.u8 	%rd927, [%rd917+3];
-	add.s32 	%r1753, %r1750, 24;
-	shl.b64 	%rd928, %rd927, %r1753;
-	or.b64  	%rd2198, %rd928, %rd926;
-	add.s32 	%r3264, %r3264, 4;
-	add.s32 	%r3263, %r3263, -4;
-	setp.ne.s32 	%p181, %r3263, 0;
-	@%p181 bra 	$L__BB4_181;
-$L__BB4_182:
-	setp.eq.s32 	%p182, %r77, 0;
-	@%p182 bra 	$L__BB4_193;
-	setp.eq.s32 	%p183, %r77, 1;
-	cvt.u64.u32 	%rd929, %r3264;
-	add.s64 	%rd260, %rd255, %rd929;
-	ld.u8 	%rd930, [%rd260];
-	shl.b32 	%r1754, %r3264, 3;
-	shl.b64 	%rd931, %rd930, %r1754;
-	or.b64  	%rd2198, %rd931, %rd2198;
-	@%p183 bra 	$L__BB4_193;
-	setp.eq.s32 	%p184, %r77, 2;
-	ld.u8 	%rd932, [%rd260+1];
-	add.s32 	%r1756, %r1754, 8;
-	shl.b64 	%rd933, %rd932, %r1756;
-	or.b64  	%rd2198, %rd933, %rd2198;
-	@%p184 bra 	$L__BB4_193;
-	ld.u8 	%rd934, [%rd260+2];
-	add.s32 	%r1758, %r1754, 16;
-	shl.b64 	%rd935, %rd934, %r1758;
-	or.b64  	%rd2198, %rd935, %rd2198;
-	bra.uni 	$L__BB4_193;
-$L__BB4_186:
-	setp.eq.s32 	%p185, %r16, 1;
-	@%p185 bra 	$L__BB4_191;
-	setp.eq.s32 	%p186, %r16, 2;
-	@%p186 bra 	$L__BB4_190;
-	setp.ne.s32 	%p187, %r16, 4;
-	@%p187 bra 	$L__BB4_192;
-	ld.u32 	%rd2198, [%rd255];
-	bra.uni 	$L__BB4_193;
-$L__BB4_190:
-	ld.u16 	%rd2198, [%rd255];
-	bra.uni 	$L__BB4_193;
-$L__BB4_191:
-	ld.u8 	%rd2198, [%rd255];
-	bra.uni 	$L__BB4_193;
-$L__BB4_192:
-	ld.u64 	%rd2198, [%rd255];
-$L__BB4_193:
-	mov.u64 	%rd2202, 0;
-	@%p170 bra 	$L__BB4_210;
-	mul.lo.s64 	%rd937, %rd2188, %rd224;
-	add.s64 	%rd270, %rd716, %rd937;
-	and.b64  	%rd938, %rd270, %rd227;
-	setp.eq.s64 	%p189, %rd938, 0;
-	@%p189 bra 	$L__BB4_203;
-	mov.u64 	%rd2202, 0;
-	setp.eq.s32 	%p190, %r16, 0;
-	@%p190 bra 	$L__BB4_210;
-	cvt.u32.u64 	%r1760, %rd227;
-	setp.lt.u32 	%p191, %r1760, 3;
-	mov.u64 	%rd2202, 0;
-	mov.u32 	%r3267, 0;
-	@%p191 bra 	$L__BB4_199;
-	mov.u64 	%rd2202, 0;
-	mov.u32 	%r3267, 0;
-	mov.u32 	%r3266, %r78;
-$L__BB4_198:
-	cvt.u64.u32 	%rd943, %r3267;
-	add.s64 	%rd944, %rd270, %rd943;
-	ld.u8 	%rd945, [%rd944];
-	shl.b32 	%r1762, %r3267, 3;
-	shl.b64 	%rd946, %rd945, %r1762;
-	or.b64  	%rd947, %rd946, %rd2202;
-	ld.u8 	%rd948, [%rd944+1];
-	add.s32 	%r1763, %r1762, 8;
-	shl.b64 	%rd949, %rd948, %r1763;
-	or.b64  	%rd950, %rd949, %rd947;
-	ld.u8 	%rd951, [%rd944+2];
-	add.s32 	%r1764, %r1762, 16;
-	shl.b64 	%rd952, %rd951, %r1764;
-	or.b64  	%rd953, %rd952, %rd950;
-	ld.u8 	%rd954, [%rd944+3];
-	add.s32 	%r1765, %r1762, 24;
-	shl.b64 	%rd955, %rd954, %r1765;
-	or.b64  	%rd2202, %rd955, %rd953;
-	add.s32 	%r3267, %r3267, 4;
-	add.s32 	%r3266, %r3266, -4;
-	setp.ne.s32 	%p192, %r3266, 0;
-	@%p192 bra 	$L__BB4_198;
-$L__BB4_199:
-	setp.eq.s32 	%p193, %r77, 0;
-	@%p193 bra 	$L__BB4_210;
-	setp.eq.s32 	%p194, %r77, 1;
-	cvt.u64.u32 	%rd956, %r3267;
-	add.s64 	%rd275, %rd270, %rd956;
-	ld.u8 	%rd957, [%rd275];
-	shl.b32 	%r1766, %r3267, 3;
-	shl.b64 	%rd958, %rd957, %r1766;
-	or.b64  	%rd2202, %rd958, %rd2202;
-	@%p194 bra 	$L__BB4_210;
-	setp.eq.s32 	%p195, %r77, 2;
-	ld.u8 	%rd959, [%rd275+1];
-	add.s32 	%r1768, %r1766, 8;
-	shl.b64 	%rd960, %rd959, %r1768;
-	or.b64  	%rd2202, %rd960, %rd2202;
-	@%p195 bra 	$L__BB4_210;
-	ld.u8 	%rd961, [%rd275+2];
-	add.s32 	%r1770, %r1766, 16;
-	shl.b64 	%rd962, %rd961, %r1770;
-	or.b64  	%rd2202, %rd962, %rd2202;
-	bra.uni 	$L__BB4_210;
-$L__BB4_203:
-	setp.eq.s32 	%p196, %r16, 1;
-	@%p196 bra 	$L__BB4_208;
-	setp.eq.s32 	%p197, %r16, 2;
-	@%p197 bra 	$L__BB4_207;
-	setp.ne.s32 	%p198, %r16, 4;
-	@%p198 bra 	$L__BB4_209;
-	ld.u32 	%rd2202, [%rd270];
-	bra.uni 	$L__BB4_210;
-$L__BB4_207:
-	ld.u16 	%rd2202, [%rd270];
-	bra.uni 	$L__BB4_210;
-$L__BB4_208:
-	ld.u8 	%rd2202, [%rd270];
-	bra.uni 	$L__BB4_210;
-$L__BB4_209:
-	ld.u64 	%rd2202, [%rd270];
-$L__BB4_210:
-	mov.u64 	%rd2206, 0;
-	@%p171 bra 	$L__BB4_227;
-	mul.lo.s64 	%rd964, %rd2189, %rd224;
-	add.s64 	%rd285, %rd716, %rd964;
-	and.b64  	%rd965, %rd285, %rd227;
-	setp.eq.s64 	%p200, %rd965, 0;
-	@%p200 bra 	$L__BB4_220;
-	mov.u64 	%rd2206, 0;
-	setp.eq.s32 	%p201, %r16, 0;
-	@%p201 bra 	$L__BB4_227;
-	cvt.u32.u64 	%r1772, %rd227;
-	setp.lt.u32 	%p202, %r1772, 3;
-	mov.u64 	%rd2206, 0;
-	mov.u32 	%r3270, 0;
-	@%p202 bra 	$L__BB4_216;
-	mov.u64 	%rd2206, 0;
-	mov.u32 	%r3270, 0;
-	mov.u32 	%r3269, %r78;
-$L__BB4_215:
-	cvt.u64.u32 	%rd970, %r3270;
-	add.s64 	%rd971, %rd285, %rd970;
-	ld.u8 	%rd972, [%rd971];
-	shl.b32 	%r1774, %r3270, 3;
-	shl.b64 	%rd973, %rd972, %r1774;
-	or.b64  	%rd974, %rd973, %rd2206;
-	ld.u8 	%rd975, [%rd971+1];
-	add.s32 	%r1775, %r1774, 8;
-	shl.b64 	%rd976, %rd975, %r1775;
-	or.b64  	%rd977, %rd976, %rd974;
-	ld.u8 	%rd978, [%rd971+2];
-	add.s32 	%r1776, %r1774, 16;
-	shl.b64 	%rd979, %rd978, %r1776;
-	or.b64  	%rd980, %rd979, %rd977;
-	ld.u8 	%rd981, [%rd971+3];
-	add.s32 	%r1777, %r1774, 24;
-	shl.b64 	%rd982, %rd981, %r1777;
-	or.b64  	%rd2206, %rd982, %rd980;
-	add.s32 	%r3270, %r3270, 4;
-	add.s32 	%r3269, %r3269, -4;
-	setp.ne.s32 	%p203, %r3269, 0;
-	@%p203 bra 	$L__BB4_215;
-$L__BB4_216:
-	setp.eq.s32 	%p204, %r77, 0;
-	@%p204 bra 	$L__BB4_227;
-	setp.eq.s32 	%p205, %r77, 1;
-	cvt.u64.u32 	%rd983, %r3270;
-	add.s64 	%rd290, %rd285, %rd983;
-	ld.u8 	%rd984, [%rd290];
-	shl.b32 	%r1778, %r3270, 3;
-	shl.b64 	%rd985, %rd984, %r1778;
-	or.b64  	%rd2206, %rd985, %rd2206;
-	@%p205 bra 	$L__BB4_227;
-	setp.eq.s32 	%p206, %r77, 2;
-	ld.u8 	%rd986, [%rd290+1];
-	add.s32 	%r1780, %r1778, 8;
-	shl.b64 	%rd987, %rd986, %r1780;
-	or.b64  	%rd2206, %rd987, %rd2206;
-	@%p206 bra 	$L__BB4_227;
-	ld.u8 	%rd988, [%rd290+2];
-	add.s32 	%r1782, %r1778, 16;
-	shl.b64 	%rd989, %rd988, %r1782;
-	or.b64  	%rd2206, %rd989, %rd2206;
-	bra.uni 	$L__BB4_227;
-$L__BB4_220:
-	setp.eq.s32 	%p207, %r16, 1;
-	@%p207 bra 	$L__BB4_225;
-	setp.eq.s32 	%p208, %r16, 2;
-	@%p208 bra 	$L__BB4_224;
-	setp.ne.s32 	%p209, %r16, 4;
-	@%p209 bra 	$L__BB4_226;
-	ld.u32 	%rd2206, [%rd285];
-	bra.uni 	$L__BB4_227;
-$L__BB4_224:
-	ld.u16 	%rd2206, [%rd285];
-	bra.uni 	$L__BB4_227;
-$L__BB4_225:
-	ld.u8 	%rd2206, [%rd285];
-	bra.uni 	$L__BB4_227;
-$L__BB4_226:
-	ld.u64 	%rd2206, [%rd285];
-$L__BB4_227:
-	mov.u64 	%rd2210, 0;
-	@%p172 bra 	$L__BB4_244;
-	mul.lo.s64 	%rd991, %rd2190, %rd224;
-	add.s64 	%rd300, %rd716, %rd991;
-	and.b64  	%rd992, %rd300, %rd227;
-	setp.eq.s64 	%p211, %rd992, 0;
-	@%p211 bra 	$L__BB4_237;
-	mov.u64 	%rd2210, 0;
-	setp.eq.s32 	%p212, %r16, 0;
-	@%p212 bra 	$L__BB4_244;
-	cvt.u32.u64 	%r1784, %rd227;
-	setp.lt.u32 	%p213, %r1784, 3;
-	mov.u64 	%rd2210, 0;
-	mov.u32 	%r3273, 0;
-	@%p213 bra 	$L__BB4_233;
-	mov.u64 	%rd2210, 0;
-	mov.u32 	%r3273, 0;
-	mov.u32 	%r3272, %r78;
-$L__BB4_232:
-	cvt.u64.u32 	%rd997, %r3273;
-	add.s64 	%rd998, %rd300, %rd997;
-	ld.u8 	%rd999, [%rd998];
-	shl.b32 	%r1786, %r3273, 3;
-	shl.b64 	%rd1000, %rd999, %r1786;
-	or.b64  	%rd1001, %rd1000, %rd2210;
-	ld.u8 	%rd1002, [%rd998+1];
-	add.s32 	%r1787, %r1786, 8;
-	shl.b64 	%rd1003, %rd1002, %r1787;
-	or.b64  	%rd1004, %rd1003, %rd1001;
-	ld.u8 	%rd1005, [%rd998+2];
-	add.s32 	%r1788, %r1786, 16;
-	shl.b64 	%rd1006, %rd1005, %r1788;
-	or.b64  	%rd1007, %rd1006, %rd1004;
-	ld.u8 	%rd1008, [%rd998+3];
-	add.s32 	%r1789, %r1786, 24;
-	shl.b64 	%rd1009, %rd1008, %r1789;
-	or.b64  	%rd2210, %rd1009, %rd1007;
-	add.s32 	%r3273, %r3273, 4;
-	add.s32 	%r3272, %r3272, -4;
-	setp.ne.s32 	%p214, %r3272, 0;
-	@%p214 bra 	$L__BB4_232;
-$L__BB4_233:
-	setp.eq.s32 	%p215, %r77, 0;
-	@%p215 bra 	$L__BB4_244;
-	setp.eq.s32 	%p216, %r77, 1;
-	cvt.u64.u32 	%rd1010, %r3273;
-	add.s64 	%rd305, %rd300, %rd1010;
-	ld.u8 	%rd1011, [%rd305];
-	shl.b32 	%r1790, %r3273, 3;
-	shl.b64 	%rd1012, %rd1011, %r1790;
-	or.b64  	%rd2210, %rd1012, %rd2210;
-	@%p216 bra 	$L__BB4_244;
-	setp.eq.s32 	%p217, %r77, 2;
-	ld.u8 	%rd1013, [%rd305+1];
-	add.s32 	%r1792, %r1790, 8;
-	shl.b64 	%rd1014, %rd1013, %r1792;
-	or.b64  	%rd2210, %rd1014, %rd2210;
-	@%p217 bra 	$L__BB4_244;
-	ld.u8 	%rd1015, [%rd305+2];
-	add.s32 	%r1794, %r1790, 16;
-	shl.b64 	%rd1016, %rd1015, %r1794;
-	or.b64  	%rd2210, %rd1016, %rd2210;
-	bra.uni 	$L__BB4_244;
-$L__BB4_237:
-	setp.eq.s32 	%p218, %r16, 1;
-	@%p218 bra 	$L__BB4_242;
-	setp.eq.s32 	%p219, %r16, 2;
-	@%p219 bra 	$L__BB4_241;
-	setp.ne.s32 	%p220, %r16, 4;
-	@%p220 bra 	$L__BB4_243;
-	ld.u32 	%rd2210, [%rd300];
-	bra.uni 	$L__BB4_244;
-$L__BB4_241:
-	ld.u16 	%rd2210, [%rd300];
-	bra.uni 	$L__BB4_244;
-$L__BB4_242:
-	ld.u8 	%rd2210, [%rd300];
-	bra.uni 	$L__BB4_244;
-$L__BB4_243:
-	ld.u64 	%rd2210, [%rd300];
-$L__BB4_244:
-	mov.u64 	%rd2214, 0;
-	@%p173 bra 	$L__BB4_261;
-	mul.lo.s64 	%rd1018, %rd2191, %rd224;
-	add.s64 	%rd315, %rd716, %rd1018;
-	and.b64  	%rd1019, %rd315, %rd227;
-	setp.eq.s64 	%p222, %rd1019, 0;
-	@%p222 bra 	$L__BB4_254;
-	mov.u64 	%rd2214, 0;
-	setp.eq.s32 	%p223, %r16, 0;
-	@%p223 bra 	$L__BB4_261;
-	cvt.u32.u64 	%r1796, %rd227;
-	setp.lt.u32 	%p224, %r1796, 3;
-	mov.u64 	%rd2214, 0;
-	mov.u32 	%r3276, 0;
-	@%p224 bra 	$L__BB4_250;
-	mov.u64 	%rd2214, 0;
-	mov.u32 	%r3276, 0;
-	mov.u32 	%r3275, %r78;
-$L__BB4_249:
-	cvt.u64.u32 	%rd1024, %r3276;
-	add.s64 	%rd1025, %rd315, %rd1024;
-	ld.u8 	%rd1026, [%rd1025];
-	shl.b32 	%r1798, %r3276, 3;
-	shl.b64 	%rd1027, %rd1026, %r1798;
-	or.b64  	%rd1028, %rd1027, %rd2214;
-	ld.u8 	%rd1029, [%rd1025+1];
-	add.s32 	%r1799, %r1798, 8;
-	shl.b64 	%rd1030, %rd1029, %r1799;
-	or.b64  	%rd1031, %rd1030, %rd1028;
-	ld.u8 	%rd1032, [%rd1025+2];
-	add.s32 	%r1800, %r1798, 16;
-	shl.b64 	%rd1033, %rd1032, %r1800;
-	or.b64  	%rd1034, %rd1033, %rd1031;
-	ld.u8 	%rd1035, [%rd1025+3];
-	add.s32 	%r1801, %r1798, 24;
-	shl.b64 	%rd1036, %rd1035, %r1801;
-	or.b64  	%rd2214, %rd1036, %rd1034;
-	add.s32 	%r3276, %r3276, 4;
-	add.s32 	%r3275, %r3275, -4;
-	setp.ne.s32 	%p225, %r3275, 0;
-	@%p225 bra 	$L__BB4_249;
-$L__BB4_250:
-	setp.eq.s32 	%p226, %r77, 0;
-	@%p226 bra 	$L__BB4_261;
-	setp.eq.s32 	%p227, %r77, 1;
-	cvt.u64.u32 	%rd1037, %r3276;
-	add.s64 	%rd320, %rd315, %rd1037;
-	ld.u8 	%rd1038, [%rd320];
-	shl.b32 	%r1802, %r3276, 3;
-	shl.b64 	%rd1039, %rd1038, %r1802;
-	or.b64  	%rd2214, %rd1039, %rd2214;
-	@%p227 bra 	$L__BB4_261;
-	setp.eq.s32 	%p228, %r77, 2;
-	ld.u8 	%rd1040, [%rd320+1];
-	add.s32 	%r1804, %r1802, 8;
-	shl.b64 	%rd1041, %rd1040, %r1804;
-	or.b64  	%rd2214, %rd1041, %rd2214;
-	@%p228 bra 	$L__BB4_261;
-	ld.u8 	%rd1042, [%rd320+2];
-	add.s32 	%r1806, %r1802, 16;
-	shl.b64 	%rd1043, %rd1042, %r1806;
-	or.b64  	%rd2214, %rd1043, %rd2214;
-	bra.uni 	$L__BB4_261;
-$L__BB4_254:
-	setp.eq.s32 	%p229, %r16, 1;
-	@%p229 bra 	$L__BB4_259;
-	setp.eq.s32 	%p230, %r16, 2;
-	@%p230 bra 	$L__BB4_258;
-	setp.ne.s32 	%p231, %r16, 4;
-	@%p231 bra 	$L__BB4_260;
-	ld.u32 	%rd2214, [%rd315];
-	bra.uni 	$L__BB4_261;
-$L__BB4_258:
-	ld.u16 	%rd2214, [%rd315];
-	bra.uni 	$L__BB4_261;
-$L__BB4_259:
-	ld.u8 	%rd2214, [%rd315];
-	bra.uni 	$L__BB4_261;
-$L__BB4_260:
-	ld.u64 	%rd2214, [%rd315];
-$L__BB4_261:
-	mov.u64 	%rd2218, 0;
-	@%p174 bra 	$L__BB4_278;
-	mul.lo.s64 	%rd1045, %rd2192, %rd224;
-	add.s64 	%rd330, %rd716, %rd1045;
-	and.b64  	%rd1046, %rd330, %rd227;
-	setp.eq.s64 	%p233, %rd1046, 0;
-	@%p233 bra 	$L__BB4_271;
-	mov.u64 	%rd2218, 0;
-	setp.eq.s32 	%p234, %r16, 0;
-	@%p234 bra 	$L__BB4_278;
-	cvt.u32.u64 	%r1808, %rd227;
-	setp.lt.u32 	%p235, %r1808, 3;
-	mov.u64 	%rd2218, 0;
-	mov.u32 	%r3279, 0;
-	@%p235 bra 	$L__BB4_267;
-	mov.u64 	%rd2218, 0;
-	mov.u32 	%r3279, 0;
-	mov.u32 	%r3278, %r78;
-$L__BB4_266:
-	cvt.u64.u32 	%rd1051, %r3279;
-	add.s64 	%rd1052, %rd330, %rd1051;
-	ld.u8 	%rd1053, [%rd1052];
-	shl.b32 	%r1810, %r3279, 3;
-	shl.b64 	%rd1054, %rd1053, %r1810;
-	or.b64  	%rd1055, %rd1054, %rd2218;
-	ld.u8 	%rd1056, [%rd1052+1];
-	add.s32 	%r1811, %r1810, 8;
-	shl.b64 	%rd1057, %rd1056, %r1811;
-	or.b64  	%rd1058, %rd1057, %rd1055;
-	ld.u8 	%rd1059, [%rd1052+2];
-	add.s32 	%r1812, %r1810, 16;
-	shl.b64 	%rd1060, %rd1059, %r1812;
-	or.b64  	%rd1061, %rd1060, %rd1058;
-	ld.u8 	%rd1062, [%rd1052+3];
-	add.s32 	%r1813, %r1810, 24;
-	shl.b64 	%rd1063, %rd1062, %r1813;
-	or.b64  	%rd2218, %rd1063, %rd1061;
-	add.s32 	%r3279, %r3279, 4;
-	add.s32 	%r3278, %r3278, -4;
-	setp.ne.s32 	%p236, %r3278, 0;
-	@%p236 bra 	$L__BB4_266;
-$L__BB4_267:
-	setp.eq.s32 	%p237, %r77, 0;
-	@%p237 bra 	$L__BB4_278;
-	setp.eq.s32 	%p238, %r77, 1;
-	cvt.u64.u32 	%rd1064, %r3279;
-	add.s64 	%rd335, %rd330, %rd1064;
-	ld.u8 	%rd1065, [%rd335];
-	shl.b32 	%r1814, %r3279, 3;
-	shl.b64 	%rd1066, %rd1065, %r1814;
-	or.b64  	%rd2218, %rd1066, %rd2218;
-	@%p238 bra 	$L__BB4_278;
-	setp.eq.s32 	%p239, %r77, 2;
-	ld.u8 	%rd1067, [%rd335+1];
-	add.s32 	%r1816, %r1814, 8;
-	shl.b64 	%rd1068, %rd1067, %r1816;
-	or.b64  	%rd2218, %rd1068, %rd2218;
-	@%p239 bra 	$L__BB4_278;
-	ld.u8 	%rd1069, [%rd335+2];
-	add.s32 	%r1818, %r1814, 16;
-	shl.b64 	%rd1070, %rd1069, %r1818;
-	or.b64  	%rd2218, %rd1070, %rd2218;
-	bra.uni 	$L__BB4_278;
-$L__BB4_271:
-	setp.eq.s32 	%p240, %r16, 1;
-	@%p240 bra 	$L__BB4_276;
-	setp.eq.s32 	%p241, %r16, 2;
-	@%p241 bra 	$L__BB4_275;
-	setp.ne.s32 	%p242, %r16, 4;
-	@%p242 bra 	$L__BB4_277;
-	ld.u32 	%rd2218, [%rd330];
-	bra.uni 	$L__BB4_278;
-$L__BB4_275:
-	ld.u16 	%rd2218, [%rd330];
-	bra.uni 	$L__BB4_278;
-$L__BB4_276:
-	ld.u8 	%rd2218, [%rd330];
-	bra.uni 	$L__BB4_278;
-$L__BB4_277:
-	ld.u64 	%rd2218, [%rd330];
-$L__BB4_278:
-	mov.u64 	%rd2222, 0;
-	@%p175 bra 	$L__BB4_295;
-	mul.lo.s64 	%rd1072, %rd2193, %rd224;
-	add.s64 	%rd345, %rd716, %rd1072;
-	and.b64  	%rd1073, %rd345, %rd227;
-	setp.eq.s64 	%p244, %rd1073, 0;
-	@%p244 bra 	$L__BB4_288;
-	mov.u64 	%rd2222, 0;
-	setp.eq.s32 	%p245, %r16, 0;
-	@%p245 bra 	$L__BB4_295;
-	cvt.u32.u64 	%r1820, %rd227;
-	setp.lt.u32 	%p246, %r1820, 3;
-	mov.u64 	%rd2222, 0;
-	mov.u32 	%r3282, 0;
-	@%p246 bra 	$L__BB4_284;
-	mov.u64 	%rd2222, 0;
-	mov.u32 	%r3282, 0;
-	mov.u32 	%r3281, %r78;
-$L__BB4_283:
-	cvt.u64.u32 	%rd1078, %r3282;
-	add.s64 	%rd1079, %rd345, %rd1078;
-	ld.u8 	%rd1080, [%rd1079];
-	shl.b32 	%r1822, %r3282, 3;
-	shl.b64 	%rd1081, %rd1080, %r1822;
-	or.b64  	%rd1082, %rd1081, %rd2222;
-	ld.u8 	%rd1083, [%rd1079+1];
-	add.s32 	%r1823, %r1822, 8;
-	shl.b64 	%rd1084, %rd1083, %r1823;
-	or.b64  	%rd1085, %rd1084, %rd1082;
-	ld.u8 	%rd1086, [%rd1079+2];
-	add.s32 	%r1824, %r1822, 16;
-	shl.b64 	%rd1087, %rd1086, %r1824;
-	or.b64  	%rd1088, %rd1087, %rd1085;
-	ld.u8 	%rd1089, [%rd1079+3];
-	add.s32 	%r1825, %r1822, 24;
-	shl.b64 	%rd1090, %rd1089, %r1825;
-	or.b64  	%rd2222, %rd1090, %rd1088;
-	add.s32 	%r3282, %r3282, 4;
-	add.s32 	%r3281, %r3281, -4;
-	setp.ne.s32 	%p247, %r3281, 0;
-	@%p247 bra 	$L__BB4_283;
-$L__BB4_284:
-	setp.eq.s32 	%p248, %r77, 0;
-	@%p248 bra 	$L__BB4_295;
-	setp.eq.s32 	%p249, %r77, 1;
-	cvt.u64.u32 	%rd1091, %r3282;
-	add.s64 	%rd350, %rd345, %rd1091;
-	ld.u8 	%rd1092, [%rd350];
-	shl.b32 	%r1826, %r3282, 3;
-	shl.b64 	%rd1093, %rd1092, %r1826;
-	or.b64  	%rd2222, %rd1093, %rd2222;
-	@%p249 bra 	$L__BB4_295;
-	setp.eq.s32 	%p250, %r77, 2;
-	ld.u8 	%rd1094, [%rd350+1];
-	add.s32 	%r1828, %r1826, 8;
-	shl.b64 	%rd1095, %rd1094, %r1828;
-	or.b64  	%rd2222, %rd1095, %rd2222;
-	@%p250 bra 	$L__BB4_295;
-	ld.u8 	%rd1096, [%rd350+2];
-	add.s32 	%r1830, %r1826, 16;
-	shl.b64 	%rd1097, %rd1096, %r1830;
-	or.b64  	%rd2222, %rd1097, %rd2222;
-	bra.uni 	$L__BB4_295;
-$L__BB4_288:
-	setp.eq.s32 	%p251, %r16, 1;
-	@%p251 bra 	$L__BB4_293;
-	setp.eq.s32 	%p252, %r16, 2;
-	@%p252 bra 	$L__BB4_292;
-	setp.ne.s32 	%p253, %r16, 4;
-	@%p253 bra 	$L__BB4_294;
-	ld.u32 	%rd2222, [%rd345];
-	bra.uni 	$L__BB4_295;
-$L__BB4_292:
-	ld.u16 	%rd2222, [%rd345];
-	bra.uni 	$L__BB4_295;
-$L__BB4_293:
-	ld.u8 	%rd2222, [%rd345];
-	bra.uni 	$L__BB4_295;
-$L__BB4_294:
-	ld.u64 	%rd2222, [%rd345];
-$L__BB4_295:
-	mov.u64 	%rd2226, 0;
-	@%p176 bra 	$L__BB4_312;
-	mul.lo.s64 	%rd1099, %rd2194, %rd224;
-	add.s64 	%rd360, %rd716, %rd1099;
-	and.b64  	%rd1100, %rd360, %rd227;
-	setp.eq.s64 	%p255, %rd1100, 0;
-	@%p255 bra 	$L__BB4_305;
-	mov.u64 	%rd2226, 0;
-	setp.eq.s32 	%p256, %r16, 0;
-	@%p256 bra 	$L__BB4_312;
-	cvt.u32.u64 	%r1832, %rd227;
-	setp.lt.u32 	%p257, %r1832, 3;
-	mov.u64 	%rd2226, 0;
-	mov.u32 	%r3285, 0;
-	@%p257 bra 	$L__BB4_301;
-	mov.u64 	%rd2226, 0;
-	mov.u32 	%r3285, 0;
-	mov.u32 	%r3284, %r78;
-$L__BB4_300:
-	cvt.u64.u32 	%rd1105, %r3285;
-	add.s64 	%rd1106, %rd360, %rd1105;
-	ld.u8 	%rd1107, [%rd1106];
-	shl.b32 	%r1834, %r3285, 3;
-	shl.b64 	%rd1108, %rd1107, %r1834;
-	or.b64  	%rd1109, %rd1108, %rd2226;
-	ld.u8 	%rd1110, [%rd1106+1];
-	add.s32 	%r1835, %r1834, 8;
-	shl.b64 	%rd1111, %rd1110, %r1835;
-	or.b64  	%rd1112, %rd1111, %rd1109;
-	ld.u8 	%rd1113, [%rd1106+2];
-	add.s32 	%r1836, %r1834, 16;
-	shl.b64 	%rd1114, %rd1113, %r1836;
-	or.b64  	%rd1115, %rd1114, %rd1112;
-	ld.u8 	%rd1116, [%rd1106+3];
-	add.s32 	%r1837, %r1834, 24;
-	shl.b64 	%rd1117, %rd1116, %r1837;
-	or.b64  	%rd2226, %rd1117, %rd1115;
-	add.s32 	%r3285, %r3285, 4;
-	add.s32 	%r3284, %r3284, -4;
-	setp.ne.s32 	%p258, %r3284, 0;
-	@%p258 bra 	$L__BB4_300;
-$L__BB4_301:
-	setp.eq.s32 	%p259, %r77, 0;
-	@%p259 bra 	$L__BB4_312;
-	setp.eq.s32 	%p260, %r77, 1;
-	cvt.u64.u32 	%rd1118, %r3285;
-	add.s64 	%rd365, %rd360, %rd1118;
-	ld.u8 	%rd1119, [%rd365];
-	shl.b32 	%r1838, %r3285, 3;
-	shl.b64 	%rd1120, %rd1119, %r1838;
-	or.b64  	%rd2226, %rd1120, %rd2226;
-	@%p260 bra 	$L__BB4_312;
-	setp.eq.s32 	%p261, %r77, 2;
-	ld.u8 	%rd1121, [%rd365+1];
-	add.s32 	%r1840, %r1838, 8;
-	shl.b64 	%rd1122, %rd1121, %r1840;
-	or.b64  	%rd2226, %rd1122, %rd2226;
-	@%p261 bra 	$L__BB4_312;
-	ld.u8 	%rd1123, [%rd365+2];
-	add.s32 	%r1842, %r1838, 16;
-	shl.b64 	%rd1124, %rd1123, %r1842;
-	or.b64  	%rd2226, %rd1124, %rd2226;
-	bra.uni 	$L__BB4_312;
-$L__BB4_305:
-	setp.eq.s32 	%p262, %r16, 1;
-	@%p262 bra 	$L__BB4_310;
-	setp.eq.s32 	%p263, %r16, 2;
-	@%p263 bra 	$L__BB4_309;
-	setp.ne.s32 	%p264, %r16, 4;
-	@%p264 bra 	$L__BB4_311;
-	ld.u32 	%rd2226, [%rd360];
-	bra.uni 	$L__BB4_312;
-$L__BB4_309:
-	ld.u16 	%rd2226, [%rd360];
-	bra.uni 	$L__BB4_312;
-$L__BB4_310:
-	ld.u8 	%rd2226, [%rd360];
-	bra.uni 	$L__BB4_312;
-$L__BB4_311:
-	ld.u64 	%rd2226, [%rd360];
-$L__BB4_312:
-	@%p169 bra 	$L__BB4_329;
-	add.s64 	%rd2118, %rd2186, %rd4;
-	mul.lo.s64 	%rd1125, %rd2118, %rd224;
-	add.s64 	%rd1126, %rd228, %rd1125;
-	add.s64 	%rd375, %rd714, %rd1126;
-	and.b64  	%rd1127, %rd375, %rd227;
-	setp.eq.s64 	%p266, %rd1127, 0;
-	@%p266 bra 	$L__BB4_322;
-	setp.eq.s32 	%p267, %r16, 0;
-	@%p267 bra 	$L__BB4_329;
-	cvt.u32.u64 	%r1844, %rd227;
-	setp.lt.u32 	%p268, %r1844, 3;
-	mov.u32 	%r3288, 0;
-	@%p268 bra 	$L__BB4_318;
-	mov.u32 	%r3288, 0;
-	mov.u32 	%r3287, %r78;
-$L__BB4_317:
-	shl.b32 	%r1846, %r3288, 3;
-	shr.u64 	%rd1128, %rd2198, %r1846;
-	cvt.u64.u32 	%rd1129, %r3288;
-	add.s64 	%rd1130, %rd375, %rd1129;
-	st.u8 	[%rd1130], %rd1128;
-	add.s32 	%r1847, %r1846, 8;
-	shr.u64 	%rd1131, %rd2198, %r1847;
-	st.u8 	[%rd1130+1], %rd1131;
-	add.s32 	%r1848, %r1846, 16;
-	shr.u64 	%rd1132, %rd2198, %r1848;
-	st.u8 	[%rd1130+2], %rd1132;
-	add.s32 	%r1849, %r1846, 24;
-	shr.u64 	%rd1133, %rd2198, %r1849;
-	st.u8 	[%rd1130+3], %rd1133;
-	add.s32 	%r3288, %r3288, 4;
-	add.s32 	%r3287, %r3287, -4;
-	setp.ne.s32 	%p269, %r3287, 0;
-	@%p269 bra 	$L__BB4_317;
-$L__BB4_318:
-	setp.eq.s32 	%p270, %r77, 0;
-	@%p270 bra 	$L__BB4_329;
-	setp.eq.s32 	%p271, %r77, 1;
-	shl.b32 	%r1850, %r3288, 3;
-	shr.u64 	%rd1134, %rd2198, %r1850;
-	cvt.u64.u32 	%rd1135, %r3288;
-	add.s64 	%rd376, %rd375, %rd1135;
-	st.u8 	[%rd376], %rd1134;
-	@%p271 bra 	$L__BB4_329;
-	shl.b32 	%r3228, %r3288, 3;
-	setp.eq.s32 	%p272, %r77, 2;
-	add.s32 	%r1852, %r3228, 8;
-	shr.u64 	%rd1136, %rd2198, %r1852;
-	st.u8 	[%rd376+1], %rd1136;
-	@%p272 bra 	$L__BB4_329;
-	shl.b32 	%r3229, %r3288, 3;
-	add.s32 	%r1854, %r3229, 16;
-	shr.u64 	%rd1137, %rd2198, %r1854;
-	st.u8 	[%rd376+2], %rd1137;
-	bra.uni 	$L__BB4_329;
-$L__BB4_322:
-	setp.eq.s32 	%p273, %r16, 1;
-	@%p273 bra 	$L__BB4_327;
-	setp.eq.s32 	%p274, %r16, 2;
-	@%p274 bra 	$L__BB4_326;
-	setp.ne.s32 	%p275, %r16, 4;
-	@%p275 bra 	$L__BB4_328;
-	st.u32 	[%rd375], %rd2198;
-	bra.uni 	$L__BB4_329;
-$L__BB4_326:
-	st.u16 	[%rd375], %rd2198;
-	bra.uni 	$L__BB4_329;
-$L__BB4_327:
-	st.u8 	[%rd375], %rd2198;
-	bra.uni 	$L__BB4_329;
-$L__BB4_328:
-	st.u64 	[%rd375], %rd2198;
-$L__BB4_329:
-	@%p170 bra 	$L__BB4_346;
-	add.s64 	%rd2117, %rd2186, %rd4;
-	add.s64 	%rd2116, %rd2100, 32;
-	mul.lo.s64 	%rd1138, %rd2116, %rd224;
-	add.s64 	%rd1139, %rd228, %rd1138;
-	add.s64 	%rd378, %rd714, %rd1139;
-	and.b64  	%rd1140, %rd378, %rd227;
-	setp.eq.s64 	%p277, %rd1140, 0;
-	@%p277 bra 	$L__BB4_339;
-	setp.eq.s32 	%p278, %r16, 0;
-	@%p278 bra 	$L__BB4_346;
-	cvt.u32.u64 	%r1856, %rd227;
-	setp.lt.u32 	%p279, %r1856, 3;
-	mov.u32 	%r3291, 0;
-	@%p279 bra 	$L__BB4_335;
-	mov.u32 	%r3291, 0;
-	mov.u32 	%r3290, %r78;
-$L__BB4_334:
-	shl.b32 	%r1858, %r3291, 3;
-	shr.u64 	%rd1141, %rd2202, %r1858;
-	cvt.u64.u32 	%rd1142, %r3291;
-	add.s64 	%rd1143, %rd378, %rd1142;
-	st.u8 	[%rd1143], %rd1141;
-	add.s32 	%r1859, %r1858, 8;
-	shr.u64 	%rd1144, %rd2202, %r1859;
-	st.u8 	[%rd1143+1], %rd1144;
-	add.s32 	%r1860, %r1858, 16;
-	shr.u64 	%rd1145, %rd2202, %r1860;
-	st.u8 	[%rd1143+2], %rd1145;
-	add.s32 	%r1861, %r1858, 24;
-	shr.u64 	%rd1146, %rd2202, %r1861;
-	st.u8 	[%rd1143+3], %rd1146;
-	add.s32 	%r3291, %r3291, 4;
-	add.s32 	%r3290, %r3290, -4;
-	setp.ne.s32 	%p280, %r3290, 0;
-	@%p280 bra 	$L__BB4_334;
-$L__BB4_335:
-	setp.eq.s32 	%p281, %r77, 0;
-	@%p281 bra 	$L__BB4_346;
-	setp.eq.s32 	%p282, %r77, 1;
-	shl.b32 	%r1862, %r3291, 3;
-	shr.u64 	%rd1147, %rd2202, %r1862;
-	cvt.u64.u32 	%rd1148, %r3291;
-	add.s64 	%rd379, %rd378, %rd1148;
-	st.u8 	[%rd379], %rd1147;
-	@%p282 bra 	$L__BB4_346;
-	shl.b32 	%r3230, %r3291, 3;
-	setp.eq.s32 	%p283, %r77, 2;
-	add.s32 	%r1864, %r3230, 8;
-	shr.u64 	%rd1149, %rd2202, %r1864;
-	st.u8 	[%rd379+1], %rd1149;
-	@%p283 bra 	$L__BB4_346;
-	shl.b32 	%r3231, %r3291, 3;
-	add.s32 	%r1866, %r3231, 16;
-	shr.u64 	%rd1150, %rd2202, %r1866;
-	st.u8 	[%rd379+2], %rd1150;
-	bra.uni 	$L__BB4_346;
-$L__BB4_339:
-	setp.eq.s32 	%p284, %r16, 1;
-	@%p284 bra 	$L__BB4_344;
-	setp.eq.s32 	%p285, %r16, 2;
-	@%p285 bra 	$L__BB4_343;
-	setp.ne.s32 	%p286, %r16, 4;
-	@%p286 bra 	$L__BB4_345;
-	st.u32 	[%rd378], %rd2202;
-	bra.uni 	$L__BB4_346;
-$L__BB4_343:
-	st.u16 	[%rd378], %rd2202;
-	bra.uni 	$L__BB4_346;
-$L__BB4_344:
-	st.u8 	[%rd378], %rd2202;
-	bra.uni 	$L__BB4_346;
-$L__BB4_345:
-	st.u64 	[%rd378], %rd2202;
-$L__BB4_346:
-	@%p171 bra 	$L__BB4_363;
-	add.s64 	%rd2115, %rd2186, %rd4;
-	add.s64 	%rd2114, %rd2101, 64;
-	mul.lo.s64 	%rd1151, %rd2114, %rd224;
-	add.s64 	%rd1152, %rd228, %rd1151;
-	add.s64 	%rd381, %rd714, %rd1152;
-	and.b64  	%rd1153, %rd381, %rd227;
-	setp.eq.s64 	%p288, %rd1153, 0;
-	@%p288 bra 	$L__BB4_356;
-	setp.eq.s32 	%p289, %r16, 0;
-	@%p289 bra 	$L__BB4_363;
-	cvt.u32.u64 	%r1868, %rd227;
-	setp.lt.u32 	%p290, %r1868, 3;
-	mov.u32 	%r3294, 0;
-	@%p290 bra 	$L__BB4_352;
-	mov.u32 	%r3294, 0;
-	mov.u32 	%r3293, %r78;
-$L__BB4_351:
-	shl.b32 	%r1870, %r3294, 3;
-	shr.u64 	%rd1154, %rd2206, %r1870;
-	cvt.u64.u32 	%rd1155, %r3294;
-	add.s64 	%rd1156, %rd381, %rd1155;
-	st.u8 	[%rd1156], %rd1154;
-	add.s32 	%r1871, %r1870, 8;
-	shr.u64 	%rd1157, %rd2206, %r1871;
-	st.u8 	[%rd1156+1], %rd1157;
-	add.s32 	%r1872, %r1870, 16;
-	shr.u64 	%rd1158, %rd2206, %r1872;
-	st.u8 	[%rd1156+2], %rd1158;
-	add.s32 	%r1873, %r1870, 24;
-	shr.u64 	%rd1159, %rd2206, %r1873;
-	st.u8 	[%rd1156+3], %rd1159;
-	add.s32 	%r3294, %r3294, 4;
-	add.s32 	%r3293, %r3293, -4;
-	setp.ne.s32 	%p291, %r3293, 0;
-	@%p291 bra 	$L__BB4_351;
-$L__BB4_352:
-	setp.eq.s32 	%p292, %r77, 0;
-	@%p292 bra 	$L__BB4_363;
-	setp.eq.s32 	%p293, %r77, 1;
-	shl.b32 	%r1874, %r3294, 3;
-	shr.u64 	%rd1160, %rd2206, %r1874;
-	cvt.u64.u32 	%rd1161, %r3294;
-	add.s64 	%rd382, %rd381, %rd1161;
-	st.u8 	[%rd382], %rd1160;
-	@%p293 bra 	$L__BB4_363;
-	setp.eq.s32 	%p294, %r77, 2;
-	add.s32 	%r1876, %r1874, 8;
-	shr.u64 	%rd1162, %rd2206, %r1876;
-	st.u8 	[%rd382+1], %rd1162;
-	@%p294 bra 	$L__BB4_363;
-	add.s32 	%r1878, %r1874, 16;
-	shr.u64 	%rd1163, %rd2206, %r1878;
-	st.u8 	[%rd382+2], %rd1163;
-	bra.uni 	$L__BB4_363;
-$L__BB4_356:
-	setp.eq.s32 	%p295, %r16, 1;
-	@%p295 bra 	$L__BB4_361;
-	setp.eq.s32 	%p296, %r16, 2;
-	@%p296 bra 	$L__BB4_360;
-	setp.ne.s32 	%p297, %r16, 4;
-	@%p297 bra 	$L__BB4_362;
-	st.u32 	[%rd381], %rd2206;
-	bra.uni 	$L__BB4_363;
-$L__BB4_360:
-	st.u16 	[%rd381], %rd2206;
-	bra.uni 	$L__BB4_363;
-$L__BB4_361:
-	st.u8 	[%rd381], %rd2206;
-	bra.uni 	$L__BB4_363;
-$L__BB4_362:
-	st.u64 	[%rd381], %rd2206;
-$L__BB4_363:
-	@%p172 bra 	$L__BB4_380;
-	add.s64 	%rd2113, %rd2186, %rd4;
-	add.s64 	%rd2112, %rd2102, 96;
-	mul.lo.s64 	%rd1164, %rd2112, %rd224;
-	add.s64 	%rd1165, %rd228, %rd1164;
-	add.s64 	%rd384, %rd714, %rd1165;
-	and.b64  	%rd1166, %rd384, %rd227;
-	setp.eq.s64 	%p299, %rd1166, 0;
-	@%p299 bra 	$L__BB4_373;
-	setp.eq.s32 	%p300, %r16, 0;
-	@%p300 bra 	$L__BB4_380;
-	cvt.u32.u64 	%r1880, %rd227;
-	setp.lt.u32 	%p301, %r1880, 3;
-	mov.u32 	%r3297, 0;
-	@%p301 bra 	$L__BB4_369;
-	mov.u32 	%r3297, 0;
-	mov.u32 	%r3296, %r78;
-$L__BB4_368:
-	shl.b32 	%r1882, %r3297, 3;
-	shr.u64 	%rd1167, %rd2210, %r1882;
-	cvt.u64.u32 	%rd1168, %r3297;
-	add.s64 	%rd1169, %rd384, %rd1168;
-	st.u8 	[%rd1169], %rd1167;
-	add.s32 	%r1883, %r1882, 8;
-	shr.u64 	%rd1170, %rd2210, %r1883;
-	st.u8 	[%rd1169+1], %rd1170;
-	add.s32 	%r1884, %r1882, 16;
-	shr.u64 	%rd1171, %rd2210, %r1884;
-	st.u8 	[%rd1169+2], %rd1171;
-	add.s32 	%r1885, %r1882, 24;
-	shr.u64 	%rd1172, %rd2210, %r1885;
-	st.u8 	[%rd1169+3], %rd1172;
-	add.s32 	%r3297, %r3297, 4;
-	add.s32 	%r3296, %r3296, -4;
-	setp.ne.s32 	%p302, %r3296, 0;
-	@%p302 bra 	$L__BB4_368;
-$L__BB4_369:
-	setp.eq.s32 	%p303, %r77, 0;
-	@%p303 bra 	$L__BB4_380;
-	setp.eq.s32 	%p304, %r77, 1;
-	shl.b32 	%r1886, %r3297, 3;
-	shr.u64 	%rd1173, %rd2210, %r1886;
-	cvt.u64.u32 	%rd1174, %r3297;
-	add.s64 	%rd385, %rd384, %rd1174;
-	st.u8 	[%rd385], %rd1173;
-	@%p304 bra 	$L__BB4_380;
-	setp.eq.s32 	%p305, %r77, 2;
-	add.s32 	%r1888, %r1886, 8;
-	shr.u64 	%rd1175, %rd2210, %r1888;
-	st.u8 	[%rd385+1], %rd1175;
-	@%p305 bra 	$L__BB4_380;
-	add.s32 	%r1890, %r1886, 16;
-	shr.u64 	%rd1176, %rd2210, %r1890;
-	st.u8 	[%rd385+2], %rd1176;
-	bra.uni 	$L__BB4_380;
-$L__BB4_373:
-	setp.eq.s32 	%p306, %r16, 1;
-	@%p306 bra 	$L__BB4_378;
-	setp.eq.s32 	%p307, %r16, 2;
-	@%p307 bra 	$L__BB4_377;
-	setp.ne.s32 	%p308, %r16, 4;
-	@%p308 bra 	$L__BB4_379;
-	st.u32 	[%rd384], %rd2210;
-	bra.uni 	$L__BB4_380;
-$L__BB4_377:
-	st.u16 	[%rd384], %rd2210;
-	bra.uni 	$L__BB4_380;
-$L__BB4_378:
-	st.u8 	[%rd384], %rd2210;
-	bra.uni 	$L__BB4_380;
-$L__BB4_379:
-	st.u64 	[%rd384], %rd2210;
-$L__BB4_380:
-	@%p173 bra 	$L__BB4_397;
-	add.s64 	%rd2111, %rd2186, %rd4;
-	add.s64 	%rd2110, %rd2103, 128;
-	mul.lo.s64 	%rd1177, %rd2110, %rd224;
-	add.s64 	%rd1178, %rd228, %rd1177;
-	add.s64 	%rd387, %rd714, %rd1178;
-	and.b64  	%rd1179, %rd387, %rd227;
-	setp.eq.s64 	%p310, %rd1179, 0;
-	@%p310 bra 	$L__BB4_390;
-	setp.eq.s32 	%p311, %r16, 0;
-	@%p311 bra 	$L__BB4_397;
-	cvt.u32.u64 	%r1892, %rd227;
-	setp.lt.u32 	%p312, %r1892, 3;
-	mov.u32 	%r3300, 0;
-	@%p312 bra 	$L__BB4_386;
-	mov.u32 	%r3300, 0;
-	mov.u32 	%r3299, %r78;
-$L__BB4_385:
-	shl.b32 	%r1894, %r3300, 3;
-	shr.u64 	%rd1180, %rd2214, %r1894;
-	cvt.u64.u32 	%rd1181, %r3300;
-	add.s64 	%rd1182, %rd387, %rd1181;
-	st.u8 	[%rd1182], %rd1180;
-	add.s32 	%r1895, %r1894, 8;
-	shr.u64 	%rd1183, %rd2214, %r1895;
-	st.u8 	[%rd1182+1], %rd1183;
-	add.s32 	%r1896, %r1894, 16;
-	shr.u64 	%rd1184, %rd2214, %r1896;
-	st.u8 	[%rd1182+2], %rd1184;
-	add.s32 	%r1897, %r1894, 24;
-	shr.u64 	%rd1185, %rd2214, %r1897;
-	st.u8 	[%rd1182+3], %rd1185;
-	add.s32 	%r3300, %r3300, 4;
-	add.s32 	%r3299, %r3299, -4;
-	setp.ne.s32 	%p313, %r3299, 0;
-	@%p313 bra 	$L__BB4_385;
-$L__BB4_386:
-	setp.eq.s32 	%p314, %r77, 0;
-	@%p314 bra 	$L__BB4_397;
-	setp.eq.s32 	%p315, %r77, 1;
-	shl.b32 	%r1898, %r3300, 3;
-	shr.u64 	%rd1186, %rd2214, %r1898;
-	cvt.u64.u32 	%rd1187, %r3300;
-	add.s64 	%rd388, %rd387, %rd1187;
-	st.u8 	[%rd388], %rd1186;
-	@%p315 bra 	$L__BB4_397;
-	setp.eq.s32 	%p316, %r77, 2;
-	add.s32 	%r1900, %r1898, 8;
-	shr.u64 	%rd1188, %rd2214, %r1900;
-	st.u8 	[%rd388+1], %rd1188;
-	@%p316 bra 	$L__BB4_397;
-	add.s32 	%r1902, %r1898, 16;
-	shr.u64 	%rd1189, %rd2214, %r1902;
-	st.u8 	[%rd388+2], %rd1189;
-	bra.uni 	$L__BB4_397;
-$L__BB4_390:
-	setp.eq.s32 	%p317, %r16, 1;
-	@%p317 bra 	$L__BB4_395;
-	setp.eq.s32 	%p318, %r16, 2;
-	@%p318 bra 	$L__BB4_394;
-	setp.ne.s32 	%p319, %r16, 4;
-	@%p319 bra 	$L__BB4_396;
-	st.u32 	[%rd387], %rd2214;
-	bra.uni 	$L__BB4_397;
-$L__BB4_394:
-	st.u16 	[%rd387], %rd2214;
-	bra.uni 	$L__BB4_397;
-$L__BB4_395:
-	st.u8 	[%rd387], %rd2214;
-	bra.uni 	$L__BB4_397;
-$L__BB4_396:
-	st.u64 	[%rd387], %rd2214;
-$L__BB4_397:
-	@%p174 bra 	$L__BB4_414;
-	add.s64 	%rd2109, %rd2186, %rd4;
-	add.s64 	%rd2108, %rd2104, 160;
-	mul.lo.s64 	%rd1190, %rd2108, %rd224;
-	add.s64 	%rd1191, %rd228, %rd1190;
-	add.s64 	%rd390, %rd714, %rd1191;
-	and.b64  	%rd1192, %rd390, %rd227;
-	setp.eq.s64 	%p321, %rd1192, 0;
-	@%p321 bra 	$L__BB4_407;
-	setp.eq.s32 	%p322, %r16, 0;
-	@%p322 bra 	$L__BB4_414;
-	cvt.u32.u64 	%r1904, %rd227;
-	setp.lt.u32 	%p323, %r1904, 3;
-	mov.u32 	%r3303, 0;
-	@%p323 bra 	$L__BB4_403;
-	mov.u32 	%r3303, 0;
-	mov.u32 	%r3302, %r78;
-$L__BB4_402:
-	shl.b32 	%r1906, %r3303, 3;
-	shr.u64 	%rd1193, %rd2218, %r1906;
-	cvt.u64.u32 	%rd1194, %r3303;
-	add.s64 	%rd1195, %rd390, %rd1194;
-	st.u8 	[%rd1195], %rd1193;
-	add.s32 	%r1907, %r1906, 8;
-	shr.u64 	%rd1196, %rd2218, %r1907;
-	st.u8 	[%rd1195+1], %rd1196;
-	add.s32 	%r1908, %r1906, 16;
-	shr.u64 	%rd1197, %rd2218, %r1908;
-	st.u8 	[%rd1195+2], %rd1197;
-	add.s32 	%r1909, %r1906, 24;
-	shr.u64 	%rd1198, %rd2218, %r1909;
-	st.u8 	[%rd1195+3], %rd1198;
-	add.s32 	%r3303, %r3303, 4;
-	add.s32 	%r3302, %r3302, -4;
-	setp.ne.s32 	%p324, %r3302, 0;
-	@%p324 bra 	$L__BB4_402;
-$L__BB4_403:
-	setp.eq.s32 	%p325, %r77, 0;
-	@%p325 bra 	$L__BB4_414;
-	setp.eq.s32 	%p326, %r77, 1;
-	shl.b32 	%r1910, %r3303, 3;
-	shr.u64 	%rd1199, %rd2218, %r1910;
-	cvt.u64.u32 	%rd1200, %r3303;
-	add.s64 	%rd391, %rd390, %rd1200;
-	st.u8 	[%rd391], %rd1199;
-	@%p326 bra 	$L__BB4_414;
-	setp.eq.s32 	%p327, %r77, 2;
-	add.s32 	%r1912, %r1910, 8;
-	shr.u64 	%rd1201, %rd2218, %r1912;
-	st.u8 	[%rd391+1], %rd1201;
-	@%p327 bra 	$L__BB4_414;
-	add.s32 	%r1914, %r1910, 16;
-	shr.u64 	%rd1202, %rd2218, %r1914;
-	st.u8 	[%rd391+2], %rd1202;
-	bra.uni 	$L__BB4_414;
-$L__BB4_407:
-	setp.eq.s32 	%p328, %r16, 1;
-	@%p328 bra 	$L__BB4_412;
-	setp.eq.s32 	%p329, %r16, 2;
-	@%p329 bra 	$L__BB4_411;
-	setp.ne.s32 	%p330, %r16, 4;
-	@%p330 bra 	$L__BB4_413;
-	st.u32 	[%rd390], %rd2218;
-	bra.uni 	$L__BB4_414;
-$L__BB4_411:
-	st.u16 	[%rd390], %rd2218;
-	bra.uni 	$L__BB4_414;
-$L__BB4_412:
-	st.u8 	[%rd390], %rd2218;
-	bra.uni 	$L__BB4_414;
-$L__BB4_413:
-	st.u64 	[%rd390], %rd2218;
-$L__BB4_414:
-	@%p175 bra 	$L__BB4_431;
-	add.s64 	%rd2107, %rd2186, %rd4;
-	add.s64 	%rd2106, %rd2105, 192;
-	mul.lo.s64 	%rd1203, %rd2106, %rd224;
-	add.s64 	%rd1204, %rd228, %rd1203;
-	add.s64 	%rd393, %rd714, %rd1204;
-	and.b64  	%rd1205, %rd393, %rd227;
-	setp.eq.s64 	%p332, %rd1205, 0;
-	@%p332 bra 	$L__BB4_424;
-	setp.eq.s32 	%p333, %r16, 0;
-	@%p333 bra 	$L__BB4_431;
-	cvt.u32.u64 	%r1916, %rd227;
-	setp.lt.u32 	%p334, %r1916, 3;
-	mov.u32 	%r3306, 0;
-	@%p334 bra 	$L__BB4_420;
-	mov.u32 	%r3306, 0;
-	mov.u32 	%r3305, %r78;
-$L__BB4_419:
-	shl.b32 	%r1918, %r3306, 3;
-	shr.u64 	%rd1206, %rd2222, %r1918;
-	cvt.u64.u32 	%rd1207, %r3306;
-	add.s64 	%rd1208, %rd393, %rd1207;
-	st.u8 	[%rd1208], %rd1206;
-	add.s32 	%r1919, %r1918, 8;
-	shr.u64 	%rd1209, %rd2222, %r1919;
-	st.u8 	[%rd1208+1], %rd1209;
-	add.s32 	%r1920, %r1918, 16;
-	shr.u64 	%rd1210, %rd2222, %r1920;
-	st.u8 	[%rd1208+2], %rd1210;
-	add.s32 	%r1921, %r1918, 24;
-	shr.u64 	%rd1211, %rd2222, %r1921;
-	st.u8 	[%rd1208+3], %rd1211;
-	add.s32 	%r3306, %r3306, 4;
-	add.s32 	%r3305, %r3305, -4;
-	setp.ne.s32 	%p335, %r3305, 0;
-	@%p335 bra 	$L__BB4_419;
-$L__BB4_420:
-	setp.eq.s32 	%p336, %r77, 0;
-	@%p336 bra 	$L__BB4_431;
-	setp.eq.s32 	%p337, %r77, 1;
-	shl.b32 	%r1922, %r3306, 3;
-	shr.u64 	%rd1212, %rd2222, %r1922;
-	cvt.u64.u32 	%rd1213, %r3306;
-	add.s64 	%rd394, %rd393, %rd1213;
-	st.u8 	[%rd394], %rd1212;
-	@%p337 bra 	$L__BB4_431;
-	setp.eq.s32 	%p338, %r77, 2;
-	add.s32 	%r1924, %r1922, 8;
-	shr.u64 	%rd1214, %rd2222, %r1924;
-	st.u8 	[%rd394+1], %rd1214;
-	@%p338 bra 	$L__BB4_431;
-	add.s32 	%r1926, %r1922, 16;
-	shr.u64 	%rd1215, %rd2222, %r1926;
-	st.u8 	[%rd394+2], %rd1215;
-	bra.uni 	$L__BB4_431;
-$L__BB4_424:
-	setp.eq.s32 	%p339, %r16, 1;
-	@%p339 bra 	$L__BB4_429;
-	setp.eq.s32 	%p340, %r16, 2;
-	@%p340 bra 	$L__BB4_428;
-	setp.ne.s32 	%p341, %r16, 4;
-	@%p341 bra 	$L__BB4_430;
-	st.u32 	[%rd393], %rd2222;
-	bra.uni 	$L__BB4_431;
-$L__BB4_428:
-	st.u16 	[%rd393], %rd2222;
-	bra.uni 	$L__BB4_431;
-$L__BB4_429:
-	st.u8 	[%rd393], %rd2222;
-	bra.uni 	$L__BB4_431;
-$L__BB4_430:
-	st.u64 	[%rd393], %rd2222;
-$L__BB4_431:
-	@%p176 bra 	$L__BB4_448;
-	add.s64 	%rd2121, %rd2186, %rd4;
-	add.s64 	%rd2120, %rd2121, 224;
-	mul.lo.s64 	%rd1216, %rd2120, %rd224;
-	add.s64 	%rd1217, %rd228, %rd1216;
-	add.s64 	%rd396, %rd714, %rd1217;
-	and.b64  	%rd1218, %rd396, %rd227;
-	setp.eq.s64 	%p343, %rd1218, 0;
-	@%p343 bra 	$L__BB4_441;
-	setp.eq.s32 	%p344, %r16, 0;
-	@%p344 bra 	$L__BB4_448;
-	cvt.u32.u64 	%r1928, %rd227;
-	setp.lt.u32 	%p345, %r1928, 3;
-	mov.u32 	%r3309, 0;
-	@%p345 bra 	$L__BB4_437;
-	mov.u32 	%r3309, 0;
-	mov.u32 	%r3308, %r78;
-$L__BB4_436:
-	shl.b32 	%r1930, %r3309, 3;
-	shr.u64 	%rd1219, %rd2226, %r1930;
-	cvt.u64.u32 	%rd1220, %r3309;
-	add.s64 	%rd1221, %rd396, %rd1220;
-	st.u8 	[%rd1221], %rd1219;
-	add.s32 	%r1931, %r1930, 8;
-	shr.u64 	%rd1222, %rd2226, %r1931;
-	st.u8 	[%rd1221+1], %rd1222;
-	add.s32 	%r1932, %r1930, 16;
-	shr.u64 	%rd1223, %rd2226, %r1932;
-	st.u8 	[%rd1221+2], %rd1223;
-	add.s32 	%r1933, %r1930, 24;
-	shr.u64 	%rd1224, %rd2226, %r1933;
-	st.u8 	[%rd1221+3], %rd1224;
-	add.s32 	%r3309, %r3309, 4;
-	add.s32 	%r3308, %r3308, -4;
-	setp.ne.s32 	%p346, %r3308, 0;
-	@%p346 bra 	$L__BB4_436;
-$L__BB4_437:
-	setp.eq.s32 	%p347, %r77, 0;
-	@%p347 bra 	$L__BB4_448;
-	setp.eq.s32 	%p348, %r77, 1;
-	shl.b32 	%r1934, %r3309, 3;
-	shr.u64 	%rd1225, %rd2226, %r1934;
-	cvt.u64.u32 	%rd1226, %r3309;
-	add.s64 	%rd397, %rd396, %rd1226;
-	st.u8 	[%rd397], %rd1225;
-	@%p348 bra 	$L__BB4_448;
-	setp.eq.s32 	%p349, %r77, 2;
-	add.s32 	%r1936, %r1934, 8;
-	shr.u64 	%rd1227, %rd2226, %r1936;
-	st.u8 	[%rd397+1], %rd1227;
-	@%p349 bra 	$L__BB4_448;
-	add.s32 	%r1938, %r1934, 16;
-	shr.u64 	%rd1228, %rd2226, %r1938;
-	st.u8 	[%rd397+2], %rd1228;
-	bra.uni 	$L__BB4_448;
-$L__BB4_441:
-	setp.eq.s32 	%p350, %r16, 1;
-	@%p350 bra 	$L__BB4_446;
-	setp.eq.s32 	%p351, %r16, 2;
-	@%p351 bra 	$L__BB4_445;
-	setp.ne.s32 	%p352, %r16, 4;
-	@%p352 bra 	$L__BB4_447;
-	st.u32 	[%rd396], %rd2226;
-	bra.uni 	$L__BB4_448;
-$L__BB4_445:
-	st.u16 	[%rd396], %rd2226;
-	bra.uni 	$L__BB4_448;
-$L__BB4_446:
-	st.u8 	[%rd396], %rd2226;
-	bra.uni 	$L__BB4_448;
-$L__BB4_447:
-	st.u64 	[%rd396], %rd2226;
-$L__BB4_448:
-	add.s64 	%rd2186, %rd2186, 256;
-	setp.lt.u64 	%p353, %rd2186, %rd222;
-	@%p353 bra 	$L__BB4_160;
-	bra.uni 	$L__BB4_449;
-$L__BB4_38:
-	shr.u64 	%rd80, %rd52, 3;
-	or.b64  	%rd2147, %rd4, 96;
-	setp.ge.u64 	%p52, %rd2147, %rd80;
-	mov.u64 	%rd2149, %rd4;
-	@%p52 bra 	$L__BB4_45;
-	mov.u64 	%rd757, -97;
-	sub.s64 	%rd758, %rd757, %rd4;
-	add.s64 	%rd81, %rd758, %rd80;
-	shr.u64 	%rd759, %rd81, 7;
-	add.s64 	%rd760, %rd759, 1;
-	and.b64  	%rd82, %rd760, 3;
-	setp.eq.s64 	%p53, %rd82, 0;
-	mov.u64 	%rd2148, %rd4;
-	@%p53 bra 	$L__BB4_43;
-	shl.b64 	%rd761, %rd4, 4;
-	add.s64 	%rd84, %rd50, %rd761;
-	ld.global.v4.u32 	{%r842, %r843, %r844, %r845}, [%rd84+512];
-	ld.global.v4.u32 	{%r850, %r851, %r852, %r853}, [%rd84+1024];
-	ld.global.v4.u32 	{%r858, %r859, %r860, %r861}, [%rd84+1536];
-	add.s64 	%rd85, %rd49, %rd761;
-	ld.global.v4.u32 	{%r866, %r867, %r868, %r869}, [%rd84];
-	st.v4.u32 	[%rd85], {%r866, %r867, %r868, %r869};
-	st.v4.u32 	[%rd85+512], {%r842, %r843, %r844, %r845};
-	st.v4.u32 	[%rd85+1024], {%r850, %r851, %r852, %r853};
-	st.v4.u32 	[%rd85+1536], {%r858, %r859, %r860, %r861};
-	setp.eq.s64 	%p54, %rd82, 1;
-	mov.u64 	%rd2147, %rd7;
-	mov.u64 	%rd2148, %rd6;
-	mov.u64 	%rd2149, %rd6;
-	@%p54 bra 	$L__BB4_43;
-	ld.global.v4.u32 	{%r874, %r875, %r876, %r877}, [%rd84+2560];
-	ld.global.v4.u32 	{%r882, %r883, %r884, %r885}, [%rd84+3072];
-	ld.global.v4.u32 	{%r890, %r891, %r892, %r893}, [%rd84+3584];
-	ld.global.v4.u32 	{%r898, %r899, %r900, %r901}, [%rd84+2048];
-	st.v4.u32 	[%rd85+2048], {%r898, %r899, %r900, %r901};
-	st.v4.u32 	[%rd85+2560], {%r874, %r875, %r876, %r877};
-	st.v4.u32 	[%rd85+3072], {%r882, %r883, %r884, %r885};
-	st.v4.u32 	[%rd85+3584], {%r890, %r891, %r892, %r893};
-	setp.eq.s64 	%p55, %rd82, 2;
-	mov.u64 	%rd2147, %rd9;
-	mov.u64 	%rd2148, %rd8;
-	mov.u64 	%rd2149, %rd8;
-	@%p55 bra 	$L__BB4_43;
-	ld.global.v4.u32 	{%r906, %r907, %r908, %r909}, [%rd84+4608];
-	ld.global.v4.u32 	{%r914, %r915, %r916, %r917}, [%rd84+5120];
-	ld.global.v4.u32 	{%r922, %r923, %r924, %r925}, [%rd84+5632];
-	ld.global.v4.u32 	{%r930, %r931, %r932, %r933}, [%rd84+4096];
-	st.v4.u32 	[%rd85+4096], {%r930, %r931, %r932, %r933};
-	st.v4.u32 	[%rd85+4608], {%r906, %r907, %r908, %r909};
-	st.v4.u32 	[%rd85+5120], {%r914, %r915, %r916, %r917};
-	st.v4.u32 	[%rd85+5632], {%r922, %r923, %r924, %r925};
-	mov.u64 	%rd2147, %rd11;
-	mov.u64 	%rd2148, %rd10;
-	mov.u64 	%rd2149, %rd10;
-$L__BB4_43:
-	setp.lt.u64 	%p56, %rd81, 384;
-	@%p56 bra 	$L__BB4_45;
-$L__BB4_44:
-	shl.b64 	%rd762, %rd2148, 4;
-	add.s64 	%rd763, %rd50, %rd762;
-	ld.global.v4.u32 	{%r938, %r939, %r940, %r941}, [%rd763+512];
-	ld.global.v4.u32 	{%r946, %r947, %r948, %r949}, [%rd763+1024];
-	shl.b64 	%rd764, %rd2147, 4;
-	add.s64 	%rd765, %rd50, %rd764;
-	ld.global.v4.u32 	{%r954, %r955, %r956, %r957}, [%rd765];
-	add.s64 	%rd766, %rd49, %rd762;
-	ld.global.v4.u32 	{%r962, %r963, %r964, %r965}, [%rd763];
-	st.v4.u32 	[%rd766], {%r962, %r963, %r964, %r965};
-	st.v4.u32 	[%rd766+512], {%r938, %r939, %r940, %r941};
-	st.v4.u32 	[%rd766+1024], {%r946, %r947, %r948, %r949};
-	add.s64 	%rd767, %rd49, %rd764;
-	st.v4.u32 	[%rd767], {%r954, %r955, %r956, %r957};
-	ld.global.v4.u32 	{%r970, %r971, %r972, %r973}, [%rd763+2560];
-	ld.global.v4.u32 	{%r978, %r979, %r980, %r981}, [%rd763+3072];
-	ld.global.v4.u32 	{%r986, %r987, %r988, %r989}, [%rd763+3584];
-	ld.global.v4.u32 	{%r994, %r995, %r996, %r997}, [%rd763+2048];
-	st.v4.u32 	[%rd766+2048], {%r994, %r995, %r996, %r997};
-	st.v4.u32 	[%rd766+2560], {%r970, %r971, %r972, %r973};
-	st.v4.u32 	[%rd766+3072], {%r978, %r979, %r980, %r981};
-	st.v4.u32 	[%rd766+3584], {%r986, %r987, %r988, %r989};
-	ld.global.v4.u32 	{%r1002, %r1003, %r1004, %r1005}, [%rd763+4608];
-	ld.global.v4.u32 	{%r1010, %r1011, %r1012, %r1013}, [%rd763+5120];
-	ld.global.v4.u32 	{%r1018, %r1019, %r1020, %r1021}, [%rd763+5632];
-	ld.global.v4.u32 	{%r1026, %r1027, %r1028, %r1029}, [%rd763+4096];
-	st.v4.u32 	[%rd766+4096], {%r1026, %r1027, %r1028, %r1029};
-	st.v4.u32 	[%rd766+4608], {%r1002, %r1003, %r1004, %r1005};
-	st.v4.u32 	[%rd766+5120], {%r1010, %r1011, %r1012, %r1013};
-	st.v4.u32 	[%rd766+5632], {%r1018, %r1019, %r1020, %r1021};
-	ld.global.v4.u32 	{%r1034, %r1035, %r1036, %r1037}, [%rd763+6656];
-	ld.global.v4.u32 	{%r1042, %r1043, %r1044, %r1045}, [%rd763+7168];
-	ld.global.v4.u32 	{%r1050, %r1051, %r1052, %r1053}, [%rd763+7680];
-	ld.global.v4.u32 	{%r1058, %r1059, %r1060, %r1061}, [%rd763+6144];
-	st.v4.u32 	[%rd766+6144], {%r1058, %r1059, %r1060, %r1061};
-	st.v4.u32 	[%rd766+6656], {%r1034, %r1035, %r1036, %r1037};
-	st.v4.u32 	[%rd766+7168], {%r1042, %r1043, %r1044, %r1045};
-	st.v4.u32 	[%rd766+7680], {%r1050, %r1051, %r1052, %r1053};
-	add.s64 	%rd2149, %rd2148, 512;
-	add.s64 	%rd2147, %rd2148, 608;
-	setp.lt.u64 	%p57, %rd2147, %rd80;
-	mov.u64 	%rd2148, %rd2149;
-	@%p57 bra 	$L__BB4_44;
+	brev.b32 	%r892, %r17;
+	bfind.shiftamt.u32 	%r893, %r892;
+	setp.eq.s32 	%p50, %r17, 0;
+	selp.b32 	%r894, 0, %r893, %p50;
+	add.s32 	%r895, %r17, -1;
+	mov.u32 	%r896, -1;
+	and.b32  	%r48, %r895, %r17;
+	// begin inline asm
+	mov.b64 {%r883,%r884}, %rd2411;
+	// end inline asm
+	mov.u32 	%r897, 31;
+	shfl.sync.idx.b32 	%r886|%p51, %r884, %r894, %r897, %r896;
+	shfl.sync.idx.b32 	%r885|%p52, %r883, %r894, %r897, %r896;
+	// begin inline asm
+	mov.b64 %rd823, {%r885,%r886};
+	// end inline asm
+	// begin inline asm
+	mov.b64 {%r887,%r888}, %rd2415;
+	// end inline asm
+	shfl.sync.idx.b32 	%r890|%p53, %r888, %r894, %r897, %r896;
+	shfl.sync.idx.b32 	%r889|%p54, %r887, %r894, %r897, %r896;
+	// begin inline asm
+	mov.b64 %rd825, {%r889,%r890};
+	// end inline asm
+	shfl.sync.idx.b32 	%r898|%p55, %r3700, %r894, %r897, %r896;
+	shfl.sync.idx.b32 	%r50|%p56, %r3701, %r894, %r897, %r896;
+	cvt.u64.u32 	%rd826, %r894;
+	add.s64 	%rd830, %rd784, %rd826;
+	ld.param.u32 	%r49, [%rd1+12];
+	shr.u32 	%r899, %r49, 5;
+	cvt.u64.u32 	%rd831, %r899;
+	mul.lo.s64 	%rd832, %rd830, %rd831;
+	ld.param.u64 	%rd833, [%rd1+-40];
+	shl.b64 	%rd834, %rd832, 2;
+	add.s64 	%rd57, %rd833, %rd834;
+	mul.wide.u32 	%rd58, %r898, 2;
+	mul.wide.u32 	%rd59, %r50, %r898;
+	setp.lt.u32 	%p57, %r49, 128;
+	@%p57 bra 	$L__BB4_39;
+	shr.u32 	%r900, %r49, 3;
+	add.s32 	%r901, %r900, -16;
+	add.s32 	%r902, %r50, 2;
+	div.u32 	%r903, %r901, %r902;
+	shl.b32 	%r904, %r903, 1;
+	add.s32 	%r905, %r904, 7;
+	and.b32  	%r3713, %r905, -8;
+$L__BB4_39:
+	add.s64 	%rd60, %rd823, %rd825;
+	add.s64 	%rd61, %rd58, 7;
+	shr.u64 	%rd835, %rd61, 3;
+	cvt.u32.u64 	%r908, %rd835;
+	mov.u32 	%r3716, 0;
+	selp.b32 	%r53, 0, %r908, %p50;
+	setp.ge.u32 	%p59, %r834, %r53;
+	mov.u32 	%r3714, %r3716;
+	mov.u32 	%r3715, %r3716;
+	@%p59 bra 	$L__BB4_42;
+	shl.b64 	%rd837, %rd5, 3;
+	add.s64 	%rd836, %rd57, %rd837;
+	// begin inline asm
+	ld.global.nc.v2.u32 {%r3714,%r3715}, [%rd836];
+	// end inline asm
+	cvt.u64.u32 	%rd838, %r773;
+	sub.s64 	%rd62, %rd58, %rd838;
+	setp.gt.u64 	%p60, %rd62, 7;
+	@%p60 bra 	$L__BB4_42;
+	cvt.u32.u64 	%r915, %rd62;
+	shl.b32 	%r916, %r915, 3;
+	mov.u64 	%rd839, -1;
+	shl.b64 	%rd840, %rd839, %r916;
+	not.b64 	%rd841, %rd840;
+	cvt.u32.u64 	%r917, %rd841;
+	and.b32  	%r3714, %r3714, %r917;
+	shr.u64 	%rd842, %rd841, 32;
+	cvt.u32.u64 	%r918, %rd842;
+	and.b32  	%r3715, %r3715, %r918;
+$L__BB4_42:
+	cvt.u32.u64 	%r3685, %rd7;
+	setp.ge.u32 	%p61, %r3685, %r53;
+	mov.u32 	%r3717, %r3716;
+	@%p61 bra 	$L__BB4_45;
+	shl.b64 	%rd844, %rd7, 3;
+	add.s64 	%rd843, %rd57, %rd844;
+	// begin inline asm
+	ld.global.nc.v2.u32 {%r3716,%r3717}, [%rd843];
+	// end inline asm
+	or.b32  	%r927, %r773, 256;
+	cvt.u64.u32 	%rd845, %r927;
+	sub.s64 	%rd63, %rd58, %rd845;
+	setp.gt.u64 	%p62, %rd63, 7;
+	@%p62 bra 	$L__BB4_45;
+	cvt.u32.u64 	%r928, %rd63;
+	shl.b32 	%r929, %r928, 3;
+	mov.u64 	%rd846, -1;
+	shl.b64 	%rd847, %rd846, %r929;
+	not.b64 	%rd848, %rd847;
+	cvt.u32.u64 	%r930, %rd848;
+	and.b32  	%r3716, %r3716, %r930;
+	shr.u64 	%rd849, %rd848, 32;
+	cvt.u32.u64 	%r931, %rd849;
+	and.b32  	%r3717, %r3717, %r931;
 $L__BB4_45:
-	setp.ge.u64 	%p58, %rd2149, %rd80;
-	@%p58 bra 	$L__BB4_52;
-	not.b64 	%rd768, %rd2149;
-	add.s64 	%rd94, %rd80, %rd768;
-	shr.u64 	%rd769, %rd94, 5;
-	add.s64 	%rd770, %rd769, 1;
-	and.b64  	%rd95, %rd770, 3;
-	setp.eq.s64 	%p59, %rd95, 0;
-	mov.u64 	%rd2153, %rd2149;
-	@%p59 bra 	$L__BB4_50;
-	shl.b64 	%rd771, %rd2149, 4;
-	add.s64 	%rd97, %rd49, %rd771;
-	add.s64 	%rd96, %rd50, %rd771;
-	ld.global.v4.u32 	{%r1066, %r1067, %r1068, %r1069}, [%rd96];
-	st.v4.u32 	[%rd97], {%r1066, %r1067, %r1068, %r1069};
-	add.s64 	%rd2153, %rd2149, 32;
-	setp.eq.s64 	%p60, %rd95, 1;
-	@%p60 bra 	$L__BB4_50;
-	ld.global.v4.u32 	{%r1074, %r1075, %r1076, %r1077}, [%rd96+512];
-	st.v4.u32 	[%rd97+512], {%r1074, %r1075, %r1076, %r1077};
-	add.s64 	%rd2153, %rd2149, 64;
-	setp.eq.s64 	%p61, %rd95, 2;
-	@%p61 bra 	$L__BB4_50;
-	ld.global.v4.u32 	{%r1082, %r1083, %r1084, %r1085}, [%rd96+1024];
-	st.v4.u32 	[%rd97+1024], {%r1082, %r1083, %r1084, %r1085};
-	add.s64 	%rd2153, %rd2149, 96;
-$L__BB4_50:
-	setp.lt.u64 	%p62, %rd94, 96;
-	@%p62 bra 	$L__BB4_52;
+	cvt.u64.u32 	%rd850, %r3713;
+	add.s64 	%rd64, %rd57, %rd850;
+	add.s64 	%rd851, %rd59, 7;
+	shr.u64 	%rd852, %rd851, 3;
+	cvt.u32.u64 	%r934, %rd852;
+	mov.u32 	%r3720, 0;
+	selp.b32 	%r66, 0, %r934, %p50;
+	setp.ge.u32 	%p64, %r834, %r66;
+	mov.u32 	%r3718, %r3720;
+	mov.u32 	%r3719, %r3720;
+	@%p64 bra 	$L__BB4_48;
+	shl.b64 	%rd854, %rd5, 3;
+	add.s64 	%rd853, %rd64, %rd854;
+	// begin inline asm
+	ld.global.nc.v2.u32 {%r3718,%r3719}, [%rd853];
+	// end inline asm
+	cvt.u64.u32 	%rd855, %r773;
+	sub.s64 	%rd65, %rd59, %rd855;
+	setp.gt.u64 	%p65, %rd65, 7;
+	@%p65 bra 	$L__BB4_48;
+	cvt.u32.u64 	%r941, %rd65;
+	shl.b32 	%r942, %r941, 3;
+	mov.u64 	%rd856, -1;
+	shl.b64 	%rd857, %rd856, %r942;
+	not.b64 	%rd858, %rd857;
+	cvt.u32.u64 	%r943, %rd858;
+	and.b32  	%r3718, %r3718, %r943;
+	shr.u64 	%rd859, %rd858, 32;
+	cvt.u32.u64 	%r944, %rd859;
+	and.b32  	%r3719, %r3719, %r944;
+$L__BB4_48:
+	cvt.u32.u64 	%r3686, %rd7;
+	setp.ge.u32 	%p66, %r3686, %r66;
+	mov.u32 	%r3721, %r3720;
+	@%p66 bra 	$L__BB4_51;
+	shl.b64 	%rd861, %rd7, 3;
+	add.s64 	%rd860, %rd64, %rd861;
+	// begin inline asm
+	ld.global.nc.v2.u32 {%r3720,%r3721}, [%rd860];
+	// end inline asm
+	or.b32  	%r953, %r773, 256;
+	cvt.u64.u32 	%rd862, %r953;
+	sub.s64 	%rd66, %rd59, %rd862;
+	setp.gt.u64 	%p67, %rd66, 7;
+	@%p67 bra 	$L__BB4_51;
+	cvt.u32.u64 	%r954, %rd66;
+	shl.b32 	%r955, %r954, 3;
+	mov.u64 	%rd863, -1;
+	shl.b64 	%rd864, %rd863, %r955;
+	not.b64 	%rd865, %rd864;
+	cvt.u32.u64 	%r956, %rd865;
+	and.b32  	%r3720, %r3720, %r956;
+	shr.u64 	%rd866, %rd865, 32;
+	cvt.u32.u64 	%r957, %rd866;
+	and.b32  	%r3721, %r3721, %r957;
 $L__BB4_51:
-	shl.b64 	%rd772, %rd2153, 4;
-	add.s64 	%rd773, %rd49, %rd772;
-	add.s64 	%rd774, %rd50, %rd772;
-	ld.global.v4.u32 	{%r1090, %r1091, %r1092, %r1093}, [%rd774];
-	st.v4.u32 	[%rd773], {%r1090, %r1091, %r1092, %r1093};
-	ld.global.v4.u32 	{%r1098, %r1099, %r1100, %r1101}, [%rd774+512];
-	st.v4.u32 	[%rd773+512], {%r1098, %r1099, %r1100, %r1101};
-	ld.global.v4.u32 	{%r1106, %r1107, %r1108, %r1109}, [%rd774+1024];
-	st.v4.u32 	[%rd773+1024], {%r1106, %r1107, %r1108, %r1109};
-	ld.global.v4.u32 	{%r1114, %r1115, %r1116, %r1117}, [%rd774+1536];
-	st.v4.u32 	[%rd773+1536], {%r1114, %r1115, %r1116, %r1117};
-	add.s64 	%rd2153, %rd2153, 128;
-	setp.lt.u64 	%p63, %rd2153, %rd80;
-	@%p63 bra 	$L__BB4_51;
-$L__BB4_52:
-	and.b64  	%rd2155, %rd53, 8589934576;
+	brev.b32 	%r967, %r48;
+	bfind.shiftamt.u32 	%r968, %r967;
+	setp.eq.s32 	%p68, %r48, 0;
+	mov.u32 	%r3723, 0;
+	selp.b32 	%r969, 0, %r968, %p68;
+	add.s32 	%r970, %r48, -1;
+	mov.u32 	%r971, -1;
+	and.b32  	%r79, %r970, %r48;
+	// begin inline asm
+	mov.b64 {%r958,%r959}, %rd2411;
+	// end inline asm
+	mov.u32 	%r972, 31;
+	shfl.sync.idx.b32 	%r961|%p69, %r959, %r969, %r972, %r971;
+	shfl.sync.idx.b32 	%r960|%p70, %r958, %r969, %r972, %r971;
+	// begin inline asm
+	mov.b64 %rd868, {%r960,%r961};
+	// end inline asm
+	// begin inline asm
+	mov.b64 {%r962,%r963}, %rd2415;
+	// end inline asm
+	shfl.sync.idx.b32 	%r965|%p71, %r963, %r969, %r972, %r971;
+	shfl.sync.idx.b32 	%r964|%p72, %r962, %r969, %r972, %r971;
+	// begin inline asm
+	mov.b64 %rd870, {%r964,%r965};
+	// end inline asm
+	shfl.sync.idx.b32 	%r973|%p73, %r3700, %r969, %r972, %r971;
+	shfl.sync.idx.b32 	%r81|%p74, %r3701, %r969, %r972, %r971;
+	cvt.u64.u32 	%rd871, %r969;
+	add.s64 	%rd875, %rd784, %rd871;
+	ld.param.u32 	%r80, [%rd1+12];
+	shr.u32 	%r974, %r80, 5;
+	cvt.u64.u32 	%rd876, %r974;
+	mul.lo.s64 	%rd877, %rd875, %rd876;
+	ld.param.u64 	%rd878, [%rd1+-40];
+	shl.b64 	%rd879, %rd877, 2;
+	add.s64 	%rd69, %rd878, %rd879;
+	mul.wide.u32 	%rd70, %r973, 2;
+	mul.wide.u32 	%rd71, %r81, %r973;
+	setp.lt.u32 	%p75, %r80, 128;
+	mov.u32 	%r3722, %r3723;
+	@%p75 bra 	$L__BB4_53;
+	shr.u32 	%r975, %r80, 3;
+	add.s32 	%r976, %r975, -16;
+	add.s32 	%r977, %r81, 2;
+	div.u32 	%r978, %r976, %r977;
+	shl.b32 	%r979, %r978, 1;
+	add.s32 	%r980, %r979, 7;
+	and.b32  	%r3722, %r980, -8;
 $L__BB4_53:
-	add.s64 	%rd775, %rd53, 7;
-	and.b64  	%rd106, %rd775, 17179869176;
-	add.s64 	%rd107, %rd2155, %rd4;
-	setp.ge.u64 	%p64, %rd107, %rd106;
-	@%p64 bra 	$L__BB4_75;
-	not.b64 	%rd776, %rd4;
-	add.s64 	%rd777, %rd106, %rd776;
-	sub.s64 	%rd108, %rd777, %rd2155;
-	shr.u64 	%rd778, %rd108, 5;
-	add.s64 	%rd779, %rd778, 1;
-	and.b64  	%rd109, %rd779, 3;
-	setp.eq.s64 	%p65, %rd109, 0;
-	mov.u64 	%rd2156, %rd107;
-	@%p65 bra 	$L__BB4_64;
-	setp.ge.u64 	%p66, %rd107, %rd53;
-	add.s64 	%rd110, %rd50, %rd107;
-	mov.u32 	%r3236, 0;
-	@%p66 bra 	$L__BB4_57;
-	ld.global.u8 	%r3236, [%rd110];
-$L__BB4_57:
-	add.s64 	%rd111, %rd49, %rd107;
-	st.u8 	[%rd111], %r3236;
-	add.s64 	%rd2156, %rd107, 32;
-	setp.eq.s64 	%p67, %rd109, 1;
-	@%p67 bra 	$L__BB4_64;
-	setp.ge.u64 	%p68, %rd2156, %rd53;
-	mov.u32 	%r3237, 0;
-	@%p68 bra 	$L__BB4_60;
-	ld.global.u8 	%r3237, [%rd110+32];
-$L__BB4_60:
-	st.u8 	[%rd111+32], %r3237;
-	add.s64 	%rd2156, %rd107, 64;
-	setp.eq.s64 	%p69, %rd109, 2;
-	@%p69 bra 	$L__BB4_64;
-	setp.ge.u64 	%p70, %rd2156, %rd53;
-	mov.u32 	%r3238, 0;
-	@%p70 bra 	$L__BB4_63;
-	ld.global.u8 	%r3238, [%rd110+64];
-$L__BB4_63:
-	st.u8 	[%rd111+64], %r3238;
-	add.s64 	%rd2156, %rd107, 96;
-$L__BB4_64:
-	setp.lt.u64 	%p71, %rd108, 96;
-	@%p71 bra 	$L__BB4_75;
-	add.s64 	%rd2158, %rd50, %rd2156;
-$L__BB4_66:
-	setp.ge.u64 	%p72, %rd2156, %rd53;
-	mov.u32 	%r3240, 0;
-	mov.u32 	%r3239, %r3240;
-	@%p72 bra 	$L__BB4_68;
-	ld.global.u8 	%r3239, [%rd2158];
-$L__BB4_68:
-	add.s64 	%rd119, %rd49, %rd2156;
-	st.u8 	[%rd119], %r3239;
-	add.s64 	%rd782, %rd2156, 32;
-	setp.ge.u64 	%p73, %rd782, %rd53;
-	@%p73 bra 	$L__BB4_70;
-	ld.global.u8 	%r3240, [%rd2158+32];
+	cvt.u32.u64 	%r3697, %rd5;
+	add.s64 	%rd72, %rd868, %rd870;
+	add.s64 	%rd73, %rd70, 7;
+	shr.u64 	%rd880, %rd73, 3;
+	cvt.u32.u64 	%r983, %rd880;
+	selp.b32 	%r84, 0, %r983, %p68;
+	setp.ge.u32 	%p77, %r3697, %r84;
+	mov.u32 	%r3724, %r3723;
+	@%p77 bra 	$L__BB4_56;
+	shl.b64 	%rd882, %rd5, 3;
+	add.s64 	%rd881, %rd69, %rd882;
+	// begin inline asm
+	ld.global.nc.v2.u32 {%r3723,%r3724}, [%rd881];
+	// end inline asm
+	cvt.u64.u32 	%rd883, %r773;
+	sub.s64 	%rd74, %rd70, %rd883;
+	setp.gt.u64 	%p78, %rd74, 7;
+	@%p78 bra 	$L__BB4_56;
+	cvt.u32.u64 	%r990, %rd74;
+	shl.b32 	%r991, %r990, 3;
+	mov.u64 	%rd884, -1;
+	shl.b64 	%rd885, %rd884, %r991;
+	not.b64 	%rd886, %rd885;
+	cvt.u32.u64 	%r992, %rd886;
+	and.b32  	%r3723, %r3723, %r992;
+	shr.u64 	%rd887, %rd886, 32;
+	cvt.u32.u64 	%r993, %rd887;
+	and.b32  	%r3724, %r3724, %r993;
+$L__BB4_56:
+	cvt.u32.u64 	%r3687, %rd7;
+	setp.ge.u32 	%p79, %r3687, %r84;
+	mov.u32 	%r3727, 0;
+	mov.u32 	%r3725, %r3727;
+	mov.u32 	%r3726, %r3727;
+	@%p79 bra 	$L__BB4_59;
+	shl.b64 	%rd889, %rd7, 3;
+	add.s64 	%rd888, %rd69, %rd889;
+	// begin inline asm
+	ld.global.nc.v2.u32 {%r3725,%r3726}, [%rd888];
+	// end inline asm
+	or.b32  	%r1002, %r773, 256;
+	cvt.u64.u32 	%rd890, %r1002;
+	sub.s64 	%rd75, %rd70, %rd890;
+	setp.gt.u64 	%p80, %rd75, 7;
+	@%p80 bra 	$L__BB4_59;
+	cvt.u32.u64 	%r1003, %rd75;
+	shl.b32 	%r1004, %r1003, 3;
+	mov.u64 	%rd891, -1;
+	shl.b64 	%rd892, %rd891, %r1004;
+	not.b64 	%rd893, %rd892;
+	cvt.u32.u64 	%r1005, %rd893;
+	and.b32  	%r3725, %r3725, %r1005;
+	shr.u64 	%rd894, %rd893, 32;
+	cvt.u32.u64 	%r1006, %rd894;
+	and.b32  	%r3726, %r3726, %r1006;
+$L__BB4_59:
+	cvt.u32.u64 	%r3698, %rd5;
+	cvt.u64.u32 	%rd895, %r3722;
+	add.s64 	%rd76, %rd69, %rd895;
+	add.s64 	%rd896, %rd71, 7;
+	shr.u64 	%rd897, %rd896, 3;
+	cvt.u32.u64 	%r1009, %rd897;
+	selp.b32 	%r97, 0, %r1009, %p68;
+	setp.ge.u32 	%p82, %r3698, %r97;
+	mov.u32 	%r3728, %r3727;
+	@%p82 bra 	$L__BB4_62;
+	shl.b64 	%rd899, %rd5, 3;
+	add.s64 	%rd898, %rd76, %rd899;
+	// begin inline asm
+	ld.global.nc.v2.u32 {%r3727,%r3728}, [%rd898];
+	// end inline asm
+	cvt.u64.u32 	%rd900, %r773;
+	sub.s64 	%rd77, %rd71, %rd900;
+	setp.gt.u64 	%p83, %rd77, 7;
+	@%p83 bra 	$L__BB4_62;
+	cvt.u32.u64 	%r1016, %rd77;
+	shl.b32 	%r1017, %r1016, 3;
+	mov.u64 	%rd901, -1;
+	shl.b64 	%rd902, %rd901, %r1017;
+	not.b64 	%rd903, %rd902;
+	cvt.u32.u64 	%r1018, %rd903;
+	and.b32  	%r3727, %r3727, %r1018;
+	shr.u64 	%rd904, %rd903, 32;
+	cvt.u32.u64 	%r1019, %rd904;
+	and.b32  	%r3728, %r3728, %r1019;
+$L__BB4_62:
+	cvt.u32.u64 	%r3688, %rd7;
+	setp.ge.u32 	%p84, %r3688, %r97;
+	mov.u32 	%r3731, 0;
+	mov.u32 	%r3729, %r3731;
+	mov.u32 	%r3730, %r3731;
+	@%p84 bra 	$L__BB4_65;
+	shl.b64 	%rd906, %rd7, 3;
+	add.s64 	%rd905, %rd76, %rd906;
+	// begin inline asm
+	ld.global.nc.v2.u32 {%r3729,%r3730}, [%rd905];
+	// end inline asm
+	or.b32  	%r1028, %r773, 256;
+	cvt.u64.u32 	%rd907, %r1028;
+	sub.s64 	%rd78, %rd71, %rd907;
+	setp.gt.u64 	%p85, %rd78, 7;
+	@%p85 bra 	$L__BB4_65;
+	cvt.u32.u64 	%r1029, %rd78;
+	shl.b32 	%r1030, %r1029, 3;
+	mov.u64 	%rd908, -1;
+	shl.b64 	%rd909, %rd908, %r1030;
+	not.b64 	%rd910, %rd909;
+	cvt.u32.u64 	%r1031, %rd910;
+	and.b32  	%r3729, %r3729, %r1031;
+	shr.u64 	%rd911, %rd910, 32;
+	cvt.u32.u64 	%r1032, %rd911;
+	and.b32  	%r3730, %r3730, %r1032;
+$L__BB4_65:
+	shl.b64 	%rd2360, %rd2410, 8;
+	add.s64 	%rd2359, %rd2360, %rd4;
+	sub.s64 	%rd2358, %rd2359, %rd5;
+	brev.b32 	%r1042, %r79;
+	bfind.shiftamt.u32 	%r1043, %r1042;
+	setp.eq.s32 	%p86, %r79, 0;
+	selp.b32 	%r1044, 0, %r1043, %p86;
+	add.s32 	%r1045, %r79, -1;
+	mov.u32 	%r1046, -1;
+	and.b32  	%r3703, %r1045, %r79;
+	// begin inline asm
+	mov.b64 {%r1033,%r1034}, %rd2411;
+	// end inline asm
+	mov.u32 	%r1047, 31;
+	shfl.sync.idx.b32 	%r1036|%p87, %r1034, %r1044, %r1047, %r1046;
+	shfl.sync.idx.b32 	%r1035|%p88, %r1033, %r1044, %r1047, %r1046;
+	// begin inline asm
+	mov.b64 %rd913, {%r1035,%r1036};
+	// end inline asm
+	// begin inline asm
+	mov.b64 {%r1037,%r1038}, %rd2415;
+	// end inline asm
+	shfl.sync.idx.b32 	%r1040|%p89, %r1038, %r1044, %r1047, %r1046;
+	shfl.sync.idx.b32 	%r1039|%p90, %r1037, %r1044, %r1047, %r1046;
+	// begin inline asm
+	mov.b64 %rd915, {%r1039,%r1040};
+	// end inline asm
+	shfl.sync.idx.b32 	%r1048|%p91, %r3700, %r1044, %r1047, %r1046;
+	shfl.sync.idx.b32 	%r112|%p92, %r3701, %r1044, %r1047, %r1046;
+	cvt.u64.u32 	%rd916, %r1044;
+	add.s64 	%rd920, %rd2358, %rd916;
+	ld.param.u32 	%r111, [%rd1+12];
+	shr.u32 	%r1049, %r111, 5;
+	cvt.u64.u32 	%rd921, %r1049;
+	mul.lo.s64 	%rd922, %rd920, %rd921;
+	ld.param.u64 	%rd923, [%rd1+-40];
+	shl.b64 	%rd924, %rd922, 2;
+	add.s64 	%rd81, %rd923, %rd924;
+	mul.wide.u32 	%rd82, %r1048, 2;
+	mul.wide.u32 	%rd83, %r112, %r1048;
+	setp.lt.u32 	%p93, %r111, 128;
+	@%p93 bra 	$L__BB4_67;
+	shr.u32 	%r1050, %r111, 3;
+	add.s32 	%r1051, %r1050, -16;
+	add.s32 	%r1052, %r112, 2;
+	div.u32 	%r1053, %r1051, %r1052;
+	shl.b32 	%r1054, %r1053, 1;
+	add.s32 	%r1055, %r1054, 7;
+	and.b32  	%r3731, %r1055, -8;
+$L__BB4_67:
+	cvt.u32.u64 	%r3691, %rd5;
+	add.s64 	%rd84, %rd913, %rd915;
+	add.s64 	%rd85, %rd82, 7;
+	shr.u64 	%rd925, %rd85, 3;
+	cvt.u32.u64 	%r1058, %rd925;
+	mov.u32 	%r3734, 0;
+	selp.b32 	%r115, 0, %r1058, %p86;
+	setp.ge.u32 	%p95, %r3691, %r115;
+	mov.u32 	%r3732, %r3734;
+	mov.u32 	%r3733, %r3734;
+	@%p95 bra 	$L__BB4_70;
+	shl.b64 	%rd927, %rd5, 3;
+	add.s64 	%rd926, %rd81, %rd927;
+	// begin inline asm
+	ld.global.nc.v2.u32 {%r3732,%r3733}, [%rd926];
+	// end inline asm
+	cvt.u64.u32 	%rd928, %r773;
+	sub.s64 	%rd86, %rd82, %rd928;
+	setp.gt.u64 	%p96, %rd86, 7;
+	@%p96 bra 	$L__BB4_70;
+	cvt.u32.u64 	%r1065, %rd86;
+	shl.b32 	%r1066, %r1065, 3;
+	mov.u64 	%rd929, -1;
+	shl.b64 	%rd930, %rd929, %r1066;
+	not.b64 	%rd931, %rd930;
+	cvt.u32.u64 	%r1067, %rd931;
+	and.b32  	%r3732, %r3732, %r1067;
+	shr.u64 	%rd932, %rd931, 32;
+	cvt.u32.u64 	%r1068, %rd932;
+	and.b32  	%r3733, %r3733, %r1068;
 $L__BB4_70:
-	st.u8 	[%rd119+32], %r3240;
-	add.s64 	%rd783, %rd2156, 64;
-	setp.ge.u64 	%p74, %rd783, %rd53;
-	mov.u32 	%r3242, 0;
-	mov.u32 	%r3241, %r3242;
-	@%p74 bra 	$L__BB4_72;
-	ld.global.u8 	%r3241, [%rd2158+64];
-$L__BB4_72:
-	st.u8 	[%rd119+64], %r3241;
-	add.s64 	%rd784, %rd2156, 96;
-	setp.ge.u64 	%p75, %rd784, %rd53;
-	@%p75 bra 	$L__BB4_74;
-	ld.global.u8 	%r3242, [%rd2158+96];
-$L__BB4_74:
-	add.s64 	%rd2158, %rd2158, 128;
-	st.u8 	[%rd119+96], %r3242;
-	add.s64 	%rd2156, %rd2156, 128;
-	setp.lt.u64 	%p76, %rd2156, %rd106;
-	@%p76 bra 	$L__BB4_66;
-$L__BB4_75:
-	add.s64 	%rd122, %rd49, %rd106;
-	ld.param.u32 	%r35, [%rd609+92];
-	setp.lt.u32 	%p77, %r35, 128;
-	mov.u32 	%r3243, 0;
-	@%p77 bra 	$L__BB4_77;
-	shr.u32 	%r1130, %r35, 3;
-	add.s32 	%r1131, %r1130, -16;
-	add.s32 	%r1132, %r16, 2;
-	div.u32 	%r1133, %r1131, %r1132;
-	shl.b32 	%r1134, %r1133, 1;
-	add.s32 	%r1135, %r1134, 7;
-	and.b32  	%r3243, %r1135, -8;
-$L__BB4_77:
-	cvt.u64.u32 	%rd123, %r3243;
-	add.s64 	%rd124, %rd50, %rd123;
-	add.s64 	%rd786, %rd51, %rd123;
-	cvt.u64.u32 	%rd787, %r16;
-	mul.lo.s64 	%rd125, %rd787, %rd52;
-	or.b64  	%rd126, %rd786, %rd122;
-	and.b64  	%rd788, %rd126, 15;
-	setp.eq.s64 	%p78, %rd788, 0;
-	@%p78 bra 	$L__BB4_94;
-	and.b64  	%rd790, %rd126, 7;
-	setp.ne.s64 	%p79, %rd790, 0;
-	mov.u64 	%rd2175, 0;
-	@%p79 bra 	$L__BB4_109;
-	shr.u64 	%rd127, %rd125, 3;
-	or.b64  	%rd2159, %rd4, 96;
-	setp.ge.u64 	%p80, %rd2159, %rd127;
-	mov.u64 	%rd2161, %rd4;
-	@%p80 bra 	$L__BB4_86;
-	mov.u64 	%rd793, -97;
-	sub.s64 	%rd794, %rd793, %rd4;
-	add.s64 	%rd128, %rd794, %rd127;
-	shr.u64 	%rd795, %rd128, 7;
-	add.s64 	%rd796, %rd795, 1;
-	and.b64  	%rd129, %rd796, 3;
-	setp.eq.s64 	%p81, %rd129, 0;
-	mov.u64 	%rd2160, %rd4;
-	@%p81 bra 	$L__BB4_84;
-	shl.b64 	%rd797, %rd4, 3;
-	add.s64 	%rd798, %rd124, %rd797;
-	add.s64 	%rd131, %rd798, 256;
-	ld.global.v2.u32 	{%r1136, %r1137}, [%rd798+256];
-	ld.global.v2.u32 	{%r1140, %r1141}, [%rd798+512];
-	ld.global.v2.u32 	{%r1144, %r1145}, [%rd798+768];
-	ld.global.v2.u32 	{%r1148, %r1149}, [%rd798];
-	add.s64 	%rd132, %rd122, %rd797;
-	st.v2.u32 	[%rd132], {%r1148, %r1149};
-	st.v2.u32 	[%rd132+256], {%r1136, %r1137};
-	st.v2.u32 	[%rd132+512], {%r1140, %r1141};
-	st.v2.u32 	[%rd132+768], {%r1144, %r1145};
-	setp.eq.s64 	%p82, %rd129, 1;
-	mov.u64 	%rd2159, %rd7;
-	mov.u64 	%rd2160, %rd6;
-	mov.u64 	%rd2161, %rd6;
-	@%p82 bra 	$L__BB4_84;
-	ld.global.v2.u32 	{%r1152, %r1153}, [%rd131+1024];
-	ld.global.v2.u32 	{%r1156, %r1157}, [%rd131+1280];
-	ld.global.v2.u32 	{%r1160, %r1161}, [%rd131+1536];
-	ld.global.v2.u32 	{%r1164, %r1165}, [%rd131+768];
-	st.v2.u32 	[%rd132+1024], {%r1164, %r1165};
-	st.v2.u32 	[%rd132+1280], {%r1152, %r1153};
-	st.v2.u32 	[%rd132+1536], {%r1156, %r1157};
-	st.v2.u32 	[%rd132+1792], {%r1160, %r1161};
-	setp.eq.s64 	%p83, %rd129, 2;
-	mov.u64 	%rd2159, %rd9;
-	mov.u64 	%rd2160, %rd8;
-	mov.u64 	%rd2161, %rd8;
-	@%p83 bra 	$L__BB4_84;
-	ld.global.v2.u32 	{%r1168, %r1169}, [%rd131+2048];
-	ld.global.v2.u32 	{%r1172, %r1173}, [%rd131+2304];
-	ld.global.v2.u32 	{%r1176, %r1177}, [%rd131+2560];
-	ld.global.v2.u32 	{%r1180, %r1181}, [%rd131+1792];
-	st.v2.u32 	[%rd132+2048], {%r1180, %r1181};
-	st.v2.u32 	[%rd132+2304], {%r1168, %r1169};
-	st.v2.u32 	[%rd132+2560], {%r1172, %r1173};
-	st.v2.u32 	[%rd132+2816], {%r1176, %r1177};
-	mov.u64 	%rd2159, %rd11;
-	mov.u64 	%rd2160, %rd10;
-	mov.u64 	%rd2161, %rd10;
-$L__BB4_84:
-	setp.lt.u64 	%p84, %rd128, 384;
-	@%p84 bra 	$L__BB4_86;
+	cvt.u32.u64 	%r3689, %rd7;
+	setp.ge.u32 	%p97, %r3689, %r115;
+	mov.u32 	%r3735, %r3734;
+	@%p97 bra 	$L__BB4_73;
+	shl.b64 	%rd934, %rd7, 3;
+	add.s64 	%rd933, %rd81, %rd934;
+	// begin inline asm
+	ld.global.nc.v2.u32 {%r3734,%r3735}, [%rd933];
+	// end inline asm
+	or.b32  	%r1077, %r773, 256;
+	cvt.u64.u32 	%rd935, %r1077;
+	sub.s64 	%rd87, %rd82, %rd935;
+	setp.gt.u64 	%p98, %rd87, 7;
+	@%p98 bra 	$L__BB4_73;
+	cvt.u32.u64 	%r1078, %rd87;
+	shl.b32 	%r1079, %r1078, 3;
+	mov.u64 	%rd936, -1;
+	shl.b64 	%rd937, %rd936, %r1079;
+	not.b64 	%rd938, %rd937;
+	cvt.u32.u64 	%r1080, %rd938;
+	and.b32  	%r3734, %r3734, %r1080;
+	shr.u64 	%rd939, %rd938, 32;
+	cvt.u32.u64 	%r1081, %rd939;
+	and.b32  	%r3735, %r3735, %r1081;
+$L__BB4_73:
+	cvt.u32.u64 	%r3690, %rd5;
+	cvt.u64.u32 	%rd940, %r3731;
+	add.s64 	%rd88, %rd81, %rd940;
+	add.s64 	%rd941, %rd83, 7;
+	shr.u64 	%rd942, %rd941, 3;
+	cvt.u32.u64 	%r1084, %rd942;
+	mov.u32 	%r3738, 0;
+	selp.b32 	%r128, 0, %r1084, %p86;
+	setp.ge.u32 	%p100, %r3690, %r128;
+	mov.u32 	%r3736, %r3738;
+	mov.u32 	%r3737, %r3738;
+	@%p100 bra 	$L__BB4_76;
+	shl.b64 	%rd944, %rd5, 3;
+	add.s64 	%rd943, %rd88, %rd944;
+	// begin inline asm
+	ld.global.nc.v2.u32 {%r3736,%r3737}, [%rd943];
+	// end inline asm
+	cvt.u64.u32 	%rd945, %r773;
+	sub.s64 	%rd89, %rd83, %rd945;
+	setp.gt.u64 	%p101, %rd89, 7;
+	@%p101 bra 	$L__BB4_76;
+	cvt.u32.u64 	%r1091, %rd89;
+	shl.b32 	%r1092, %r1091, 3;
+	mov.u64 	%rd946, -1;
+	shl.b64 	%rd947, %rd946, %r1092;
+	not.b64 	%rd948, %rd947;
+	cvt.u32.u64 	%r1093, %rd948;
+	and.b32  	%r3736, %r3736, %r1093;
+	shr.u64 	%rd949, %rd948, 32;
+	cvt.u32.u64 	%r1094, %rd949;
+	and.b32  	%r3737, %r3737, %r1094;
+$L__BB4_76:
+	cvt.u32.u64 	%r3682, %rd7;
+	setp.ge.u32 	%p102, %r3682, %r128;
+	mov.u32 	%r3739, %r3738;
+	@%p102 bra 	$L__BB4_79;
+	shl.b64 	%rd951, %rd7, 3;
+	add.s64 	%rd950, %rd88, %rd951;
+	// begin inline asm
+	ld.global.nc.v2.u32 {%r3738,%r3739}, [%rd950];
+	// end inline asm
+	or.b32  	%r1103, %r773, 256;
+	cvt.u64.u32 	%rd952, %r1103;
+	sub.s64 	%rd90, %rd83, %rd952;
+	setp.gt.u64 	%p103, %rd90, 7;
+	@%p103 bra 	$L__BB4_79;
+	cvt.u32.u64 	%r1104, %rd90;
+	shl.b32 	%r1105, %r1104, 3;
+	mov.u64 	%rd953, -1;
+	shl.b64 	%rd954, %rd953, %r1105;
+	not.b64 	%rd955, %rd954;
+	cvt.u32.u64 	%r1106, %rd955;
+	and.b32  	%r3738, %r3738, %r1106;
+	shr.u64 	%rd956, %rd955, 32;
+	cvt.u32.u64 	%r1107, %rd956;
+	and.b32  	%r3739, %r3739, %r1107;
+$L__BB4_79:
+	shl.b64 	%rd957, %rd5, 3;
+	add.s64 	%rd91, %rd48, %rd957;
+	and.b64  	%rd958, %rd49, 17179869176;
+	add.s64 	%rd92, %rd48, %rd958;
+	@%p41 bra 	$L__BB4_81;
+	st.v2.u32 	[%rd91], {%r3705, %r3706};
+$L__BB4_81:
+	@%p43 bra 	$L__BB4_83;
+	st.v2.u32 	[%rd91+256], {%r3707, %r3708};
+$L__BB4_83:
+	shl.b64 	%rd2363, %rd5, 3;
+	add.s64 	%rd93, %rd92, %rd2363;
+	@%p46 bra 	$L__BB4_85;
+	st.v2.u32 	[%rd93], {%r3709, %r3710};
 $L__BB4_85:
-	shl.b64 	%rd799, %rd2160, 3;
-	add.s64 	%rd800, %rd124, %rd799;
-	ld.global.v2.u32 	{%r1184, %r1185}, [%rd800+256];
-	ld.global.v2.u32 	{%r1188, %r1189}, [%rd800+512];
-	shl.b64 	%rd801, %rd2159, 3;
-	add.s64 	%rd802, %rd124, %rd801;
-	ld.global.v2.u32 	{%r1192, %r1193}, [%rd802];
-	ld.global.v2.u32 	{%r1196, %r1197}, [%rd800];
-	add.s64 	%rd803, %rd122, %rd799;
-	st.v2.u32 	[%rd803], {%r1196, %r1197};
-	st.v2.u32 	[%rd803+256], {%r1184, %r1185};
-	st.v2.u32 	[%rd803+512], {%r1188, %r1189};
-	add.s64 	%rd804, %rd122, %rd801;
-	st.v2.u32 	[%rd804], {%r1192, %r1193};
-	ld.global.v2.u32 	{%r1200, %r1201}, [%rd800+1280];
-	ld.global.v2.u32 	{%r1204, %r1205}, [%rd800+1536];
-	ld.global.v2.u32 	{%r1208, %r1209}, [%rd800+1792];
-	ld.global.v2.u32 	{%r1212, %r1213}, [%rd800+1024];
-	st.v2.u32 	[%rd803+1024], {%r1212, %r1213};
-	st.v2.u32 	[%rd803+1280], {%r1200, %r1201};
-	st.v2.u32 	[%rd803+1536], {%r1204, %r1205};
-	st.v2.u32 	[%rd803+1792], {%r1208, %r1209};
-	ld.global.v2.u32 	{%r1216, %r1217}, [%rd800+2304];
-	ld.global.v2.u32 	{%r1220, %r1221}, [%rd800+2560];
-	ld.global.v2.u32 	{%r1224, %r1225}, [%rd800+2816];
-	ld.global.v2.u32 	{%r1228, %r1229}, [%rd800+2048];
-	st.v2.u32 	[%rd803+2048], {%r1228, %r1229};
-	st.v2.u32 	[%rd803+2304], {%r1216, %r1217};
-	st.v2.u32 	[%rd803+2560], {%r1220, %r1221};
-	st.v2.u32 	[%rd803+2816], {%r1224, %r1225};
-	ld.global.v2.u32 	{%r1232, %r1233}, [%rd800+3328];
-	ld.global.v2.u32 	{%r1236, %r1237}, [%rd800+3584];
-	ld.global.v2.u32 	{%r1240, %r1241}, [%rd800+3840];
-	ld.global.v2.u32 	{%r1244, %r1245}, [%rd800+3072];
-	st.v2.u32 	[%rd803+3072], {%r1244, %r1245};
-	st.v2.u32 	[%rd803+3328], {%r1232, %r1233};
-	st.v2.u32 	[%rd803+3584], {%r1236, %r1237};
-	st.v2.u32 	[%rd803+3840], {%r1240, %r1241};
-	add.s64 	%rd2161, %rd2160, 512;
-	add.s64 	%rd2159, %rd2160, 608;
-	setp.lt.u64 	%p85, %rd2159, %rd127;
-	mov.u64 	%rd2160, %rd2161;
-	@%p85 bra 	$L__BB4_85;
-$L__BB4_86:
-	setp.ge.u64 	%p86, %rd2161, %rd127;
-	@%p86 bra 	$L__BB4_93;
-	not.b64 	%rd805, %rd2161;
-	add.s64 	%rd141, %rd127, %rd805;
-	shr.u64 	%rd806, %rd141, 5;
-	add.s64 	%rd807, %rd806, 1;
-	and.b64  	%rd142, %rd807, 3;
-	setp.eq.s64 	%p87, %rd142, 0;
-	mov.u64 	%rd2165, %rd2161;
-	@%p87 bra 	$L__BB4_91;
-	shl.b64 	%rd808, %rd2161, 3;
-	add.s64 	%rd143, %rd124, %rd808;
-	ld.global.v2.u32 	{%r1248, %r1249}, [%rd143];
-	add.s64 	%rd144, %rd122, %rd808;
-	st.v2.u32 	[%rd144], {%r1248, %r1249};
-	add.s64 	%rd2165, %rd2161, 32;
-	setp.eq.s64 	%p88, %rd142, 1;
-	@%p88 bra 	$L__BB4_91;
-	ld.global.v2.u32 	{%r1252, %r1253}, [%rd143+256];
-	st.v2.u32 	[%rd144+256], {%r1252, %r1253};
-	add.s64 	%rd2165, %rd2161, 64;
-	setp.eq.s64 	%p89, %rd142, 2;
-	@%p89 bra 	$L__BB4_91;
-	ld.global.v2.u32 	{%r1256, %r1257}, [%rd143+512];
-	st.v2.u32 	[%rd144+512], {%r1256, %r1257};
-	add.s64 	%rd2165, %rd2161, 96;
+	@%p48 bra 	$L__BB4_87;
+	st.v2.u32 	[%rd93+256], {%r3711, %r3712};
+$L__BB4_87:
+	shl.b64 	%rd2364, %rd5, 3;
+	add.s64 	%rd94, %rd60, %rd2364;
+	and.b64  	%rd961, %rd61, 17179869176;
+	add.s64 	%rd95, %rd60, %rd961;
+	@%p59 bra 	$L__BB4_89;
+	st.v2.u32 	[%rd94], {%r3714, %r3715};
+$L__BB4_89:
+	@%p61 bra 	$L__BB4_91;
+	st.v2.u32 	[%rd94+256], {%r3716, %r3717};
 $L__BB4_91:
-	setp.lt.u64 	%p90, %rd141, 96;
-	@%p90 bra 	$L__BB4_93;
-$L__BB4_92:
-	shl.b64 	%rd809, %rd2165, 3;
-	add.s64 	%rd810, %rd124, %rd809;
-	ld.global.v2.u32 	{%r1260, %r1261}, [%rd810];
-	add.s64 	%rd811, %rd122, %rd809;
-	st.v2.u32 	[%rd811], {%r1260, %r1261};
-	ld.global.v2.u32 	{%r1264, %r1265}, [%rd810+256];
-	st.v2.u32 	[%rd811+256], {%r1264, %r1265};
-	ld.global.v2.u32 	{%r1268, %r1269}, [%rd810+512];
-	st.v2.u32 	[%rd811+512], {%r1268, %r1269};
-	ld.global.v2.u32 	{%r1272, %r1273}, [%rd810+768];
-	st.v2.u32 	[%rd811+768], {%r1272, %r1273};
-	add.s64 	%rd2165, %rd2165, 128;
-	setp.lt.u64 	%p91, %rd2165, %rd127;
-	@%p91 bra 	$L__BB4_92;
+	shl.b64 	%rd2365, %rd5, 3;
+	add.s64 	%rd96, %rd95, %rd2365;
+	@%p64 bra 	$L__BB4_93;
+	st.v2.u32 	[%rd96], {%r3718, %r3719};
 $L__BB4_93:
-	and.b64  	%rd2175, %rd125, -8;
-	bra.uni 	$L__BB4_109;
-$L__BB4_94:
-	shr.u64 	%rd152, %rd125, 4;
-	or.b64  	%rd2167, %rd4, 96;
-	setp.ge.u64 	%p92, %rd2167, %rd152;
-	mov.u64 	%rd2169, %rd4;
-	@%p92 bra 	$L__BB4_101;
-	mov.u64 	%rd814, -97;
-	sub.s64 	%rd815, %rd814, %rd4;
-	add.s64 	%rd153, %rd815, %rd152;
-	shr.u64 	%rd816, %rd153, 7;
-	add.s64 	%rd817, %rd816, 1;
-	and.b64  	%rd154, %rd817, 3;
-	setp.eq.s64 	%p93, %rd154, 0;
-	mov.u64 	%rd2168, %rd4;
-	@%p93 bra 	$L__BB4_99;
-	shl.b64 	%rd818, %rd4, 4;
-	add.s64 	%rd156, %rd124, %rd818;
-	ld.global.v4.u32 	{%r1276, %r1277, %r1278, %r1279}, [%rd156+512];
-	ld.global.v4.u32 	{%r1284, %r1285, %r1286, %r1287}, [%rd156+1024];
-	ld.global.v4.u32 	{%r1292, %r1293, %r1294, %r1295}, [%rd156+1536];
-	add.s64 	%rd157, %rd122, %rd818;
-	ld.global.v4.u32 	{%r1300, %r1301, %r1302, %r1303}, [%rd156];
-	st.v4.u32 	[%rd157], {%r1300, %r1301, %r1302, %r1303};
-	st.v4.u32 	[%rd157+512], {%r1276, %r1277, %r1278, %r1279};
-	st.v4.u32 	[%rd157+1024], {%r1284, %r1285, %r1286, %r1287};
-	st.v4.u32 	[%rd157+1536], {%r1292, %r1293, %r1294, %r1295};
-	setp.eq.s64 	%p94, %rd154, 1;
-	mov.u64 	%rd2167, %rd7;
-	mov.u64 	%rd2168, %rd6;
-	mov.u64 	%rd2169, %rd6;
-	@%p94 bra 	$L__BB4_99;
-	ld.global.v4.u32 	{%r1308, %r1309, %r1310, %r1311}, [%rd156+2560];
-	ld.global.v4.u32 	{%r1316, %r1317, %r1318, %r1319}, [%rd156+3072];
-	ld.global.v4.u32 	{%r1324, %r1325, %r1326, %r1327}, [%rd156+3584];
-	ld.global.v4.u32 	{%r1332, %r1333, %r1334, %r1335}, [%rd156+2048];
-	st.v4.u32 	[%rd157+2048], {%r1332, %r1333, %r1334, %r1335};
-	st.v4.u32 	[%rd157+2560], {%r1308, %r1309, %r1310, %r1311};
-	st.v4.u32 	[%rd157+3072], {%r1316, %r1317, %r1318, %r1319};
-	st.v4.u32 	[%rd157+3584], {%r1324, %r1325, %r1326, %r1327};
-	setp.eq.s64 	%p95, %rd154, 2;
-	mov.u64 	%rd2167, %rd9;
-	mov.u64 	%rd2168, %rd8;
-	mov.u64 	%rd2169, %rd8;
-	@%p95 bra 	$L__BB4_99;
-	ld.global.v4.u32 	{%r1340, %r1341, %r1342, %r1343}, [%rd156+4608];
-	ld.global.v4.u32 	{%r1348, %r1349, %r1350, %r1351}, [%rd156+5120];
-	ld.global.v4.u32 	{%r1356, %r1357, %r1358, %r1359}, [%rd156+5632];
-	ld.global.v4.u32 	{%r1364, %r1365, %r1366, %r1367}, [%rd156+4096];
-	st.v4.u32 	[%rd157+4096], {%r1364, %r1365, %r1366, %r1367};
-	st.v4.u32 	[%rd157+4608], {%r1340, %r1341, %r1342, %r1343};
-	st.v4.u32 	[%rd157+5120], {%r1348, %r1349, %r1350, %r1351};
-	st.v4.u32 	[%rd157+5632], {%r1356, %r1357, %r1358, %r1359};
-	mov.u64 	%rd2167, %rd11;
-	mov.u64 	%rd2168, %rd10;
-	mov.u64 	%rd2169, %rd10;
+	@%p66 bra 	$L__BB4_95;
+	st.v2.u32 	[%rd96+256], {%r3720, %r3721};
+$L__BB4_95:
+	mul.wide.u32 	%rd2409, %r973, 2;
+	add.s64 	%rd2408, %rd2409, 7;
+	cvt.u32.u64 	%r3699, %rd5;
+	setp.ge.u32 	%p939, %r3699, %r84;
+	shl.b64 	%rd2366, %rd5, 3;
+	add.s64 	%rd97, %rd72, %rd2366;
+	and.b64  	%rd964, %rd2408, 17179869176;
+	add.s64 	%rd98, %rd72, %rd964;
+	@%p939 bra 	$L__BB4_97;
+	st.v2.u32 	[%rd97], {%r3723, %r3724};
+$L__BB4_97:
+	@%p79 bra 	$L__BB4_99;
+	st.v2.u32 	[%rd97+256], {%r3725, %r3726};
 $L__BB4_99:
-	setp.lt.u64 	%p96, %rd153, 384;
-	@%p96 bra 	$L__BB4_101;
-$L__BB4_100:
-	shl.b64 	%rd819, %rd2168, 4;
-	add.s64 	%rd820, %rd124, %rd819;
-	ld.global.v4.u32 	{%r1372, %r1373, %r1374, %r1375}, [%rd820+512];
-	ld.global.v4.u32 	{%r1380, %r1381, %r1382, %r1383}, [%rd820+1024];
-	shl.b64 	%rd821, %rd2167, 4;
-	add.s64 	%rd822, %rd124, %rd821;
-	ld.global.v4.u32 	{%r1388, %r1389, %r1390, %r1391}, [%rd822];
-	add.s64 	%rd823, %rd122, %rd819;
-	ld.global.v4.u32 	{%r1396, %r1397, %r1398, %r1399}, [%rd820];
-	st.v4.u32 	[%rd823], {%r1396, %r1397, %r1398, %r1399};
-	st.v4.u32 	[%rd823+512], {%r1372, %r1373, %r1374, %r1375};
-	st.v4.u32 	[%rd823+1024], {%r1380, %r1381, %r1382, %r1383};
-	add.s64 	%rd824, %rd122, %rd821;
-	st.v4.u32 	[%rd824], {%r1388, %r1389, %r1390, %r1391};
-	ld.global.v4.u32 	{%r1404, %r1405, %r1406, %r1407}, [%rd820+2560];
-	ld.global.v4.u32 	{%r1412, %r1413, %r1414, %r1415}, [%rd820+3072];
-	ld.global.v4.u32 	{%r1420, %r1421, %r1422, %r1423}, [%rd820+3584];
-	ld.global.v4.u32 	{%r1428, %r1429, %r1430, %r1431}, [%rd820+2048];
-	st.v4.u32 	[%rd823+2048], {%r1428, %r1429, %r1430, %r1431};
-	st.v4.u32 	[%rd823+2560], {%r1404, %r1405, %r1406, %r1407};
-	st.v4.u32 	[%rd823+3072], {%r1412, %r1413, %r1414, %r1415};
-	st.v4.u32 	[%rd823+3584], {%r1420, %r1421, %r1422, %r1423};
-	ld.global.v4.u32 	{%r1436, %r1437, %r1438, %r1439}, [%rd820+4608];
-	ld.global.v4.u32 	{%r1444, %r1445, %r1446, %r1447}, [%rd820+5120];
-	ld.global.v4.u32 	{%r1452, %r1453, %r1454, %r1455}, [%rd820+5632];
-	ld.global.v4.u32 	{%r1460, %r1461, %r1462, %r1463}, [%rd820+4096];
-	st.v4.u32 	[%rd823+4096], {%r1460, %r1461, %r1462, %r1463};
-	st.v4.u32 	[%rd823+4608], {%r1436, %r1437, %r1438, %r1439};
-	st.v4.u32 	[%rd823+5120], {%r1444, %r1445, %r1446, %r1447};
-	st.v4.u32 	[%rd823+5632], {%r1452, %r1453, %r1454, %r1455};
-	ld.global.v4.u32 	{%r1468, %r1469, %r1470, %r1471}, [%rd820+6656];
-	ld.global.v4.u32 	{%r1476, %r1477, %r1478, %r1479}, [%rd820+7168];
-	ld.global.v4.u32 	{%r1484, %r1485, %r1486, %r1487}, [%rd820+7680];
-	ld.global.v4.u32 	{%r1492, %r1493, %r1494, %r1495}, [%rd820+6144];
-	st.v4.u32 	[%rd823+6144], {%r1492, %r1493, %r1494, %r1495};
-	st.v4.u32 	[%rd823+6656], {%r1468, %r1469, %r1470, %r1471};
-	st.v4.u32 	[%rd823+7168], {%r1476, %r1477, %r1478, %r1479};
-	st.v4.u32 	[%rd823+7680], {%r1484, %r1485, %r1486, %r1487};
-	add.s64 	%rd2169, %rd2168, 512;
-	add.s64 	%rd2167, %rd2168, 608;
-	setp.lt.u64 	%p97, %rd2167, %rd152;
-	mov.u64 	%rd2168, %rd2169;
-	@%p97 bra 	$L__BB4_100;
+	shl.b64 	%rd2367, %rd5, 3;
+	cvt.u32.u64 	%r3692, %rd5;
+	setp.ge.u32 	%p932, %r3692, %r97;
+	add.s64 	%rd99, %rd98, %rd2367;
+	@%p932 bra 	$L__BB4_101;
+	st.v2.u32 	[%rd99], {%r3727, %r3728};
 $L__BB4_101:
-	setp.ge.u64 	%p98, %rd2169, %rd152;
-	@%p98 bra 	$L__BB4_108;
-	not.b64 	%rd825, %rd2169;
-	add.s64 	%rd166, %rd152, %rd825;
-	shr.u64 	%rd826, %rd166, 5;
-	add.s64 	%rd827, %rd826, 1;
-	and.b64  	%rd167, %rd827, 3;
-	setp.eq.s64 	%p99, %rd167, 0;
-	mov.u64 	%rd2173, %rd2169;
-	@%p99 bra 	$L__BB4_106;
-	shl.b64 	%rd828, %rd2169, 4;
-	add.s64 	%rd169, %rd122, %rd828;
-	add.s64 	%rd168, %rd124, %rd828;
-	ld.global.v4.u32 	{%r1500, %r1501, %r1502, %r1503}, [%rd168];
-	st.v4.u32 	[%rd169], {%r1500, %r1501, %r1502, %r1503};
-	add.s64 	%rd2173, %rd2169, 32;
-	setp.eq.s64 	%p100, %rd167, 1;
-	@%p100 bra 	$L__BB4_106;
-	ld.global.v4.u32 	{%r1508, %r1509, %r1510, %r1511}, [%rd168+512];
-	st.v4.u32 	[%rd169+512], {%r1508, %r1509, %r1510, %r1511};
-	add.s64 	%rd2173, %rd2169, 64;
-	setp.eq.s64 	%p101, %rd167, 2;
-	@%p101 bra 	$L__BB4_106;
-	ld.global.v4.u32 	{%r1516, %r1517, %r1518, %r1519}, [%rd168+1024];
-	st.v4.u32 	[%rd169+1024], {%r1516, %r1517, %r1518, %r1519};
-	add.s64 	%rd2173, %rd2169, 96;
-$L__BB4_106:
-	setp.lt.u64 	%p102, %rd166, 96;
-	@%p102 bra 	$L__BB4_108;
+	@%p84 bra 	$L__BB4_103;
+	st.v2.u32 	[%rd99+256], {%r3729, %r3730};
+$L__BB4_103:
+	shl.b64 	%rd2368, %rd5, 3;
+	mul.wide.u32 	%rd2362, %r1048, 2;
+	add.s64 	%rd2361, %rd2362, 7;
+	cvt.u32.u64 	%r3693, %rd5;
+	setp.ge.u32 	%p933, %r3693, %r115;
+	add.s64 	%rd100, %rd84, %rd2368;
+	and.b64  	%rd967, %rd2361, 17179869176;
+	add.s64 	%rd101, %rd84, %rd967;
+	@%p933 bra 	$L__BB4_105;
+	st.v2.u32 	[%rd100], {%r3732, %r3733};
+$L__BB4_105:
+	@%p97 bra 	$L__BB4_107;
+	st.v2.u32 	[%rd100+256], {%r3734, %r3735};
 $L__BB4_107:
-	shl.b64 	%rd829, %rd2173, 4;
-	add.s64 	%rd830, %rd122, %rd829;
-	add.s64 	%rd831, %rd124, %rd829;
-	ld.global.v4.u32 	{%r1524, %r1525, %r1526, %r1527}, [%rd831];
-	st.v4.u32 	[%rd830], {%r1524, %r1525, %r1526, %r1527};
-	ld.global.v4.u32 	{%r1532, %r1533, %r1534, %r1535}, [%rd831+512];
-	st.v4.u32 	[%rd830+512], {%r1532, %r1533, %r1534, %r1535};
-	ld.global.v4.u32 	{%r1540, %r1541, %r1542, %r1543}, [%rd831+1024];
-	st.v4.u32 	[%rd830+1024], {%r1540, %r1541, %r1542, %r1543};
-	ld.global.v4.u32 	{%r1548, %r1549, %r1550, %r1551}, [%rd831+1536];
-	st.v4.u32 	[%rd830+1536], {%r1548, %r1549, %r1550, %r1551};
-	add.s64 	%rd2173, %rd2173, 128;
-	setp.lt.u64 	%p103, %rd2173, %rd152;
-	@%p103 bra 	$L__BB4_107;
-$L__BB4_108:
-	and.b64  	%rd2175, %rd125, -16;
+	shl.b64 	%rd2369, %rd5, 3;
+	cvt.u32.u64 	%r3683, %rd5;
+	setp.ge.u32 	%p931, %r3683, %r128;
+	add.s64 	%rd102, %rd101, %rd2369;
+	@%p931 bra 	$L__BB4_109;
+	st.v2.u32 	[%rd102], {%r3736, %r3737};
 $L__BB4_109:
-	add.s64 	%rd832, %rd125, 7;
-	and.b64  	%rd178, %rd832, -8;
-	add.s64 	%rd179, %rd2175, %rd4;
-	setp.ge.u64 	%p104, %rd179, %rd178;
-	@%p104 bra 	$L__BB4_449;
-	not.b64 	%rd833, %rd4;
-	add.s64 	%rd834, %rd178, %rd833;
-	sub.s64 	%rd180, %rd834, %rd2175;
-	shr.u64 	%rd835, %rd180, 5;
-	add.s64 	%rd836, %rd835, 1;
-	and.b64  	%rd181, %rd836, 3;
-	setp.eq.s64 	%p105, %rd181, 0;
-	mov.u64 	%rd2176, %rd179;
-	@%p105 bra 	$L__BB4_120;
-	setp.ge.u64 	%p106, %rd179, %rd125;
-	add.s64 	%rd182, %rd124, %rd179;
-	mov.u32 	%r3244, 0;
-	@%p106 bra 	$L__BB4_113;
-	ld.global.u8 	%r3244, [%rd182];
+	@%p102 bra 	$L__BB4_111;
+	st.v2.u32 	[%rd102+256], {%r3738, %r3739};
+$L__BB4_111:
+	setp.ne.s32 	%p120, %r3703, 0;
+	@%p120 bra 	$L__BB4_23;
+$L__BB4_112:
+	not.pred 	%p121, %p940;
+	and.pred  	%p122, %p1, %p121;
+	vote.sync.ballot.b32 	%r3740, %p122, %r807;
+	setp.eq.s32 	%p124, %r3740, 0;
+	@%p124 bra 	$L__BB4_545;
 $L__BB4_113:
-	add.s64 	%rd183, %rd122, %rd179;
-	st.u8 	[%rd183], %r3244;
-	add.s64 	%rd2176, %rd179, 32;
-	setp.eq.s64 	%p107, %rd181, 1;
-	@%p107 bra 	$L__BB4_120;
-	setp.ge.u64 	%p108, %rd2176, %rd125;
-	mov.u32 	%r3245, 0;
-	@%p108 bra 	$L__BB4_116;
-	ld.global.u8 	%r3245, [%rd182+32];
+	shl.b64 	%rd2373, %rd2410, 8;
+	add.s64 	%rd2372, %rd2373, %rd4;
+	sub.s64 	%rd2371, %rd2372, %rd5;
+	brev.b32 	%r1146, %r3740;
+	bfind.shiftamt.u32 	%r1147, %r1146;
+	add.s32 	%r1148, %r3740, -1;
+	mov.u32 	%r1149, -1;
+	and.b32  	%r3740, %r1148, %r3740;
+	// begin inline asm
+	mov.b64 {%r1125,%r1126}, %rd2411;
+	// end inline asm
+	mov.u32 	%r3741, 0;
+	mov.u32 	%r1150, 31;
+	shfl.sync.idx.b32 	%r1128|%p125, %r1126, %r1147, %r1150, %r1149;
+	shfl.sync.idx.b32 	%r1127|%p126, %r1125, %r1147, %r1150, %r1149;
+	// begin inline asm
+	mov.b64 %rd972, {%r1127,%r1128};
+	// end inline asm
+	// begin inline asm
+	mov.b64 {%r1129,%r1130}, %rd2412;
+	// end inline asm
+	shfl.sync.idx.b32 	%r1132|%p127, %r1130, %r1147, %r1150, %r1149;
+	shfl.sync.idx.b32 	%r1131|%p128, %r1129, %r1147, %r1150, %r1149;
+	// begin inline asm
+	mov.b64 %rd974, {%r1131,%r1132};
+	// end inline asm
+	// begin inline asm
+	mov.b64 {%r1133,%r1134}, %rd2413;
+	// end inline asm
+	shfl.sync.idx.b32 	%r1136|%p129, %r1134, %r1147, %r1150, %r1149;
+	shfl.sync.idx.b32 	%r1135|%p130, %r1133, %r1147, %r1150, %r1149;
+	// begin inline asm
+	mov.b64 %rd976, {%r1135,%r1136};
+	// end inline asm
+	// begin inline asm
+	mov.b64 {%r1137,%r1138}, %rd2414;
+	// end inline asm
+	shfl.sync.idx.b32 	%r1140|%p131, %r1138, %r1147, %r1150, %r1149;
+	shfl.sync.idx.b32 	%r1139|%p132, %r1137, %r1147, %r1150, %r1149;
+	// begin inline asm
+	mov.b64 %rd978, {%r1139,%r1140};
+	// end inline asm
+	// begin inline asm
+	mov.b64 {%r1141,%r1142}, %rd2415;
+	// end inline asm
+	shfl.sync.idx.b32 	%r1144|%p133, %r1142, %r1147, %r1150, %r1149;
+	shfl.sync.idx.b32 	%r1143|%p134, %r1141, %r1147, %r1150, %r1149;
+	// begin inline asm
+	mov.b64 %rd980, {%r1143,%r1144};
+	// end inline asm
+	shfl.sync.idx.b32 	%r144|%p4, %r3700, %r1147, %r1150, %r1149;
+	shfl.sync.idx.b32 	%r145|%p135, %r3701, %r1147, %r1150, %r1149;
+	cvt.u64.u32 	%rd981, %r1147;
+	add.s64 	%rd982, %rd2371, %rd981;
+	ld.param.u64 	%rd109, [%rd1+-40];
+	cvta.to.global.u64 	%rd110, %rd109;
+	ld.param.u32 	%r146, [%rd1+12];
+	shr.u32 	%r1151, %r146, 5;
+	cvt.u64.u32 	%rd983, %r1151;
+	mul.lo.s64 	%rd111, %rd982, %rd983;
+	setp.lt.u32 	%p136, %r146, 128;
+	@%p136 bra 	$L__BB4_115;
+	shr.u32 	%r1152, %r146, 3;
+	add.s32 	%r1153, %r1152, -16;
+	add.s32 	%r1154, %r145, 2;
+	div.u32 	%r3741, %r1153, %r1154;
+$L__BB4_115:
+	add.s64 	%rd112, %rd972, %rd980;
+	shl.b64 	%rd984, %rd111, 2;
+	add.s64 	%rd113, %rd110, %rd984;
+	add.s64 	%rd114, %rd109, %rd984;
+	setp.gt.u32 	%p137, %r144, %r3741;
+	@%p137 bra 	$L__BB4_226;
+	bra.uni 	$L__BB4_116;
+$L__BB4_226:
+	add.s64 	%rd1096, %rd978, 31;
+	shr.u64 	%rd257, %rd1096, 5;
+	add.s64 	%rd1097, %rd257, 31;
+	shr.u64 	%rd258, %rd1097, 5;
+	mul.lo.s64 	%rd1098, %rd258, %rd5;
+	min.u64 	%rd2462, %rd257, %rd1098;
+	add.s64 	%rd1099, %rd2462, %rd258;
+	min.u64 	%rd260, %rd257, %rd1099;
+	and.b64  	%rd1100, %rd1097, 96;
+	and.b64  	%rd1101, %rd257, 3;
+	and.b64  	%rd1102, %rd114, 15;
+	and.b64  	%rd261, %rd978, 31;
+	or.b64  	%rd1103, %rd1101, %rd261;
+	or.b64  	%rd1104, %rd1103, %rd1100;
+	or.b64  	%rd1105, %rd1104, %rd1102;
+	setp.eq.s64 	%p217, %rd1105, 0;
+	@%p217 bra 	$L__BB4_235;
+	setp.ge.u64 	%p218, %rd2462, %rd260;
+	mov.u32 	%r3763, 0;
+	@%p218 bra 	$L__BB4_243;
+	add.s64 	%rd1106, %rd978, -1;
+	shr.u64 	%rd262, %rd1106, 5;
+	cvt.u32.u64 	%r2019, %rd261;
+	mov.u32 	%r2020, -1;
+	shl.b32 	%r2021, %r2020, %r2019;
+	not.b32 	%r181, %r2021;
+	not.b64 	%rd1107, %rd2462;
+	sub.s64 	%rd1108, %rd1107, %rd258;
+	not.b64 	%rd1109, %rd257;
+	max.u64 	%rd1110, %rd1108, %rd1109;
+	sub.s64 	%rd263, %rd1107, %rd1110;
+	mov.u64 	%rd1111, -2;
+	sub.s64 	%rd1112, %rd1111, %rd2462;
+	sub.s64 	%rd1113, %rd1112, %rd1110;
+	and.b64  	%rd264, %rd263, 3;
+	setp.lt.u64 	%p219, %rd1113, 3;
+	mov.u32 	%r3763, 0;
+	mov.u64 	%rd2458, %rd2462;
+	@%p219 bra 	$L__BB4_231;
+	sub.s64 	%rd2457, %rd263, %rd264;
+	mov.u32 	%r3763, 0;
+	mov.u64 	%rd2458, %rd2462;
+$L__BB4_230:
+	.pragma "nounroll";
+	setp.ne.s64 	%p220, %rd262, %rd2458;
+	setp.eq.s64 	%p221, %rd261, 0;
+	or.pred  	%p222, %p221, %p220;
+	selp.b32 	%r2023, -1, %r181, %p222;
+	shl.b64 	%rd1114, %rd2458, 2;
+	add.s64 	%rd1115, %rd113, %rd1114;
+	ld.global.u32 	%r2024, [%rd1115];
+	and.b32  	%r2025, %r2024, %r2023;
+	popc.b32 	%r2026, %r2025;
+	add.s32 	%r2027, %r2026, %r3763;
+	add.s64 	%rd1116, %rd2458, 1;
+	setp.ne.s64 	%p223, %rd262, %rd1116;
+	or.pred  	%p224, %p221, %p223;
+	selp.b32 	%r2028, -1, %r181, %p224;
+	ld.global.u32 	%r2029, [%rd1115+4];
+	and.b32  	%r2030, %r2029, %r2028;
+	popc.b32 	%r2031, %r2030;
+	add.s32 	%r2032, %r2031, %r2027;
+	add.s64 	%rd1117, %rd2458, 2;
+	setp.ne.s64 	%p225, %rd262, %rd1117;
+	or.pred  	%p226, %p221, %p225;
+	selp.b32 	%r2033, -1, %r181, %p226;
+	ld.global.u32 	%r2034, [%rd1115+8];
+	and.b32  	%r2035, %r2034, %r2033;
+	popc.b32 	%r2036, %r2035;
+	add.s32 	%r2037, %r2036, %r2032;
+	add.s64 	%rd1118, %rd2458, 3;
+	setp.ne.s64 	%p227, %rd262, %rd1118;
+	or.pred  	%p228, %p221, %p227;
+	selp.b32 	%r2038, -1, %r181, %p228;
+	ld.global.u32 	%r2039, [%rd1115+12];
+	and.b32  	%r2040, %r2039, %r2038;
+	popc.b32 	%r2041, %r2040;
+	add.s32 	%r3763, %r2041, %r2037;
+	add.s64 	%rd2458, %rd2458, 4;
+	add.s64 	%rd2457, %rd2457, -4;
+	setp.ne.s64 	%p229, %rd2457, 0;
+	@%p229 bra 	$L__BB4_230;
+$L__BB4_231:
+	setp.eq.s64 	%p230, %rd264, 0;
+	@%p230 bra 	$L__BB4_243;
+	setp.eq.s64 	%p231, %rd261, 0;
+	setp.ne.s64 	%p232, %rd262, %rd2458;
+	or.pred  	%p233, %p231, %p232;
+	selp.b32 	%r2042, -1, %r181, %p233;
+	shl.b64 	%rd1119, %rd2458, 2;
+	add.s64 	%rd271, %rd113, %rd1119;
+	ld.global.u32 	%r2043, [%rd271];
+	and.b32  	%r2044, %r2043, %r2042;
+	popc.b32 	%r2045, %r2044;
+	add.s32 	%r3763, %r2045, %r3763;
+	setp.eq.s64 	%p234, %rd264, 1;
+	@%p234 bra 	$L__BB4_243;
+	add.s64 	%rd1120, %rd2458, 1;
+	setp.ne.s64 	%p236, %rd262, %rd1120;
+	or.pred  	%p237, %p231, %p236;
+	selp.b32 	%r2046, -1, %r181, %p237;
+	ld.global.u32 	%r2047, [%rd271+4];
+	and.b32  	%r2048, %r2047, %r2046;
+	popc.b32 	%r2049, %r2048;
+	add.s32 	%r3763, %r2049, %r3763;
+	setp.eq.s64 	%p238, %rd264, 2;
+	@%p238 bra 	$L__BB4_243;
+	add.s64 	%rd1121, %rd2458, 2;
+	setp.ne.s64 	%p240, %rd262, %rd1121;
+	or.pred  	%p241, %p231, %p240;
+	selp.b32 	%r2050, -1, %r181, %p241;
+	ld.global.u32 	%r2051, [%rd271+8];
+	and.b32  	%r2052, %r2051, %r2050;
+	popc.b32 	%r2053, %r2052;
+	add.s32 	%r3763, %r2053, %r3763;
+	bra.uni 	$L__BB4_243;
 $L__BB4_116:
-	st.u8 	[%rd183+32], %r3245;
-	add.s64 	%rd2176, %rd179, 64;
-	setp.eq.s64 	%p109, %rd181, 2;
-	@%p109 bra 	$L__BB4_120;
-	setp.ge.u64 	%p110, %rd2176, %rd125;
-	mov.u32 	%r3246, 0;
-	@%p110 bra 	$L__BB4_119;
-	ld.global.u8 	%r3246, [%rd182+64];
-$L__BB4_119:
-	st.u8 	[%rd183+64], %r3246;
-	add.s64 	%rd2176, %rd179, 96;
-$L__BB4_120:
-	setp.lt.u64 	%p111, %rd180, 96;
-	@%p111 bra 	$L__BB4_449;
-	add.s64 	%rd839, %rd2176, %rd123;
-	add.s64 	%rd2178, %rd50, %rd839;
-$L__BB4_122:
-	setp.ge.u64 	%p112, %rd2176, %rd125;
-	mov.u32 	%r3248, 0;
-	mov.u32 	%r3247, %r3248;
-	@%p112 bra 	$L__BB4_124;
-	ld.global.u8 	%r3247, [%rd2178];
+	cvt.u64.u32 	%rd115, %r144;
+	mul.wide.u32 	%rd116, %r144, 2;
+	or.b64  	%rd117, %rd114, %rd112;
+	and.b64  	%rd985, %rd117, 15;
+	setp.eq.s64 	%p138, %rd985, 0;
+	@%p138 bra 	$L__BB4_133;
+	and.b64  	%rd987, %rd117, 7;
+	setp.ne.s64 	%p139, %rd987, 0;
+	mov.u64 	%rd2432, 0;
+	@%p139 bra 	$L__BB4_148;
+	shr.u64 	%rd118, %rd115, 2;
+	or.b64  	%rd2416, %rd5, 96;
+	setp.ge.u64 	%p140, %rd2416, %rd118;
+	mov.u64 	%rd2418, %rd5;
+	@%p140 bra 	$L__BB4_125;
+	mov.u64 	%rd990, -97;
+	sub.s64 	%rd991, %rd990, %rd5;
+	add.s64 	%rd119, %rd991, %rd118;
+	shr.u64 	%rd992, %rd119, 7;
+	add.s64 	%rd993, %rd992, 1;
+	and.b64  	%rd120, %rd993, 3;
+	setp.eq.s64 	%p141, %rd120, 0;
+	mov.u64 	%rd2417, %rd5;
+	@%p141 bra 	$L__BB4_123;
+	shl.b64 	%rd994, %rd7, 3;
+	add.s64 	%rd122, %rd113, %rd994;
+	ld.global.v2.u32 	{%r1155, %r1156}, [%rd122];
+	ld.global.v2.u32 	{%r1159, %r1160}, [%rd122+256];
+	ld.global.v2.u32 	{%r1163, %r1164}, [%rd122+512];
+	ld.global.v2.u32 	{%r1167, %r1168}, [%rd122+-256];
+	shl.b64 	%rd995, %rd5, 3;
+	add.s64 	%rd123, %rd112, %rd995;
+	st.v2.u32 	[%rd123], {%r1167, %r1168};
+	st.v2.u32 	[%rd123+256], {%r1155, %r1156};
+	st.v2.u32 	[%rd123+512], {%r1159, %r1160};
+	st.v2.u32 	[%rd123+768], {%r1163, %r1164};
+	setp.eq.s64 	%p142, %rd120, 1;
+	mov.u64 	%rd2416, %rd9;
+	mov.u64 	%rd2417, %rd8;
+	mov.u64 	%rd2418, %rd8;
+	@%p142 bra 	$L__BB4_123;
+	ld.global.v2.u32 	{%r1171, %r1172}, [%rd122+1024];
+	ld.global.v2.u32 	{%r1175, %r1176}, [%rd122+1280];
+	ld.global.v2.u32 	{%r1179, %r1180}, [%rd122+1536];
+	ld.global.v2.u32 	{%r1183, %r1184}, [%rd122+768];
+	st.v2.u32 	[%rd123+1024], {%r1183, %r1184};
+	st.v2.u32 	[%rd123+1280], {%r1171, %r1172};
+	st.v2.u32 	[%rd123+1536], {%r1175, %r1176};
+	st.v2.u32 	[%rd123+1792], {%r1179, %r1180};
+	setp.eq.s64 	%p143, %rd120, 2;
+	mov.u64 	%rd2416, %rd11;
+	mov.u64 	%rd2417, %rd10;
+	mov.u64 	%rd2418, %rd10;
+	@%p143 bra 	$L__BB4_123;
+	ld.global.v2.u32 	{%r1187, %r1188}, [%rd122+2048];
+	ld.global.v2.u32 	{%r1191, %r1192}, [%rd122+2304];
+	ld.global.v2.u32 	{%r1195, %r1196}, [%rd122+2560];
+	ld.global.v2.u32 	{%r1199, %r1200}, [%rd122+1792];
+	st.v2.u32 	[%rd123+2048], {%r1199, %r1200};
+	st.v2.u32 	[%rd123+2304], {%r1187, %r1188};
+	st.v2.u32 	[%rd123+2560], {%r1191, %r1192};
+	st.v2.u32 	[%rd123+2816], {%r1195, %r1196};
+	mov.u64 	%rd2416, %rd13;
+	mov.u64 	%rd2417, %rd12;
+	mov.u64 	%rd2418, %rd12;
+$L__BB4_123:
+	setp.lt.u64 	%p144, %rd119, 384;
+	@%p144 bra 	$L__BB4_125;
 $L__BB4_124:
-	add.s64 	%rd191, %rd122, %rd2176;
-	st.u8 	[%rd191], %r3247;
-	add.s64 	%rd840, %rd2176, 32;
-	setp.ge.u64 	%p113, %rd840, %rd125;
-	@%p113 bra 	$L__BB4_126;
-	ld.global.u8 	%r3248, [%rd2178+32];
-$L__BB4_126:
-	st.u8 	[%rd191+32], %r3248;
-	add.s64 	%rd841, %rd2176, 64;
-	setp.ge.u64 	%p114, %rd841, %rd125;
-	mov.u32 	%r3250, 0;
-	mov.u32 	%r3249, %r3250;
-	@%p114 bra 	$L__BB4_128;
-	ld.global.u8 	%r3249, [%rd2178+64];
-$L__BB4_128:
-	st.u8 	[%rd191+64], %r3249;
-	add.s64 	%rd842, %rd2176, 96;
-	setp.ge.u64 	%p115, %rd842, %rd125;
-	@%p115 bra 	$L__BB4_130;
-	ld.global.u8 	%r3250, [%rd2178+96];
+	shl.b64 	%rd996, %rd2417, 3;
+	add.s64 	%rd997, %rd113, %rd996;
+	ld.global.v2.u32 	{%r1203, %r1204}, [%rd997+256];
+	ld.global.v2.u32 	{%r1207, %r1208}, [%rd997+512];
+	shl.b64 	%rd998, %rd2416, 3;
+	add.s64 	%rd999, %rd113, %rd998;
+	ld.global.v2.u32 	{%r1211, %r1212}, [%rd999];
+	ld.global.v2.u32 	{%r1215, %r1216}, [%rd997];
+	add.s64 	%rd1000, %rd112, %rd996;
+	st.v2.u32 	[%rd1000], {%r1215, %r1216};
+	st.v2.u32 	[%rd1000+256], {%r1203, %r1204};
+	st.v2.u32 	[%rd1000+512], {%r1207, %r1208};
+	add.s64 	%rd1001, %rd112, %rd998;
+	st.v2.u32 	[%rd1001], {%r1211, %r1212};
+	ld.global.v2.u32 	{%r1219, %r1220}, [%rd997+1280];
+	ld.global.v2.u32 	{%r1223, %r1224}, [%rd997+1536];
+	ld.global.v2.u32 	{%r1227, %r1228}, [%rd997+1792];
+	ld.global.v2.u32 	{%r1231, %r1232}, [%rd997+1024];
+	st.v2.u32 	[%rd1000+1024], {%r1231, %r1232};
+	st.v2.u32 	[%rd1000+1280], {%r1219, %r1220};
+	st.v2.u32 	[%rd1000+1536], {%r1223, %r1224};
+	st.v2.u32 	[%rd1000+1792], {%r1227, %r1228};
+	ld.global.v2.u32 	{%r1235, %r1236}, [%rd997+2304];
+	ld.global.v2.u32 	{%r1239, %r1240}, [%rd997+2560];
+	ld.global.v2.u32 	{%r1243, %r1244}, [%rd997+2816];
+	ld.global.v2.u32 	{%r1247, %r1248}, [%rd997+2048];
+	st.v2.u32 	[%rd1000+2048], {%r1247, %r1248};
+	st.v2.u32 	[%rd1000+2304], {%r1235, %r1236};
+	st.v2.u32 	[%rd1000+2560], {%r1239, %r1240};
+	st.v2.u32 	[%rd1000+2816], {%r1243, %r1244};
+	ld.global.v2.u32 	{%r1251, %r1252}, [%rd997+3328];
+	ld.global.v2.u32 	{%r1255, %r1256}, [%rd997+3584];
+	ld.global.v2.u32 	{%r1259, %r1260}, [%rd997+3840];
+	ld.global.v2.u32 	{%r1263, %r1264}, [%rd997+3072];
+	st.v2.u32 	[%rd1000+3072], {%r1263, %r1264};
+	st.v2.u32 	[%rd1000+3328], {%r1251, %r1252};
+	st.v2.u32 	[%rd1000+3584], {%r1255, %r1256};
+	st.v2.u32 	[%rd1000+3840], {%r1259, %r1260};
+	add.s64 	%rd2418, %rd2417, 512;
+	add.s64 	%rd2416, %rd2417, 608;
+	setp.lt.u64 	%p145, %rd2416, %rd118;
+	mov.u64 	%rd2417, %rd2418;
+	@%p145 bra 	$L__BB4_124;
+$L__BB4_125:
+	setp.ge.u64 	%p146, %rd2418, %rd118;
+	@%p146 bra 	$L__BB4_132;
+	not.b64 	%rd1002, %rd2418;
+	add.s64 	%rd132, %rd118, %rd1002;
+	shr.u64 	%rd1003, %rd132, 5;
+	add.s64 	%rd1004, %rd1003, 1;
+	and.b64  	%rd133, %rd1004, 3;
+	setp.eq.s64 	%p147, %rd133, 0;
+	mov.u64 	%rd2422, %rd2418;
+	@%p147 bra 	$L__BB4_130;
+	shl.b64 	%rd1005, %rd2418, 3;
+	add.s64 	%rd134, %rd113, %rd1005;
+	ld.global.v2.u32 	{%r1267, %r1268}, [%rd134];
+	add.s64 	%rd135, %rd112, %rd1005;
+	st.v2.u32 	[%rd135], {%r1267, %r1268};
+	add.s64 	%rd2422, %rd2418, 32;
+	setp.eq.s64 	%p148, %rd133, 1;
+	@%p148 bra 	$L__BB4_130;
+	ld.global.v2.u32 	{%r1271, %r1272}, [%rd134+256];
+	st.v2.u32 	[%rd135+256], {%r1271, %r1272};
+	add.s64 	%rd2422, %rd2418, 64;
+	setp.eq.s64 	%p149, %rd133, 2;
+	@%p149 bra 	$L__BB4_130;
+	ld.global.v2.u32 	{%r1275, %r1276}, [%rd134+512];
+	st.v2.u32 	[%rd135+512], {%r1275, %r1276};
+	add.s64 	%rd2422, %rd2418, 96;
 $L__BB4_130:
-	add.s64 	%rd2178, %rd2178, 128;
-	st.u8 	[%rd191+96], %r3250;
-	add.s64 	%rd2176, %rd2176, 128;
-	setp.lt.u64 	%p116, %rd2176, %rd178;
-	@%p116 bra 	$L__BB4_122;
-$L__BB4_449:
-	setp.ne.s32 	%p354, %r3234, 0;
-	@%p354 bra 	$L__BB4_18;
-$L__BB4_450:
-	bar.sync 	0;
-	ld.shared.u32 	%r159, [_ZZ15ws_delta_encodeE5ncoop];
-	setp.eq.s32 	%p355, %r159, 0;
-	@%p355 bra 	$L__BB4_921;
-	ld.param.u64 	%rd1230, [%rd609+40];
-	cvta.to.global.u64 	%rd407, %rd1230;
-	mov.u32 	%r3310, 0;
-	bra.uni 	$L__BB4_452;
-$L__BB4_509:
-	cvt.u32.u64 	%r2059, %rd416;
-	mul.lo.s64 	%rd1356, %rd409, %rd416;
-	shr.u64 	%rd464, %rd1356, 4;
-	setp.eq.s32 	%p423, %r2059, 1;
-	@%p423 bra 	$L__BB4_664;
-	setp.eq.s32 	%p424, %r2059, 2;
-	@%p424 bra 	$L__BB4_572;
-	setp.ne.s32 	%p425, %r2059, 4;
-	@%p425 bra 	$L__BB4_820;
-	setp.eq.s64 	%p426, %rd464, 0;
-	@%p426 bra 	$L__BB4_920;
-	mov.u64 	%rd2234, 0;
-	mov.u32 	%r3319, 0;
-$L__BB4_514:
-	mov.u32 	%r3320, 0;
-	add.s64 	%rd466, %rd2234, %rd3;
-	setp.ge.u64 	%p427, %rd466, %rd464;
-	@%p427 bra 	$L__BB4_516;
-	shr.u64 	%rd1358, %rd466, 3;
-	and.b64  	%rd1359, %rd1358, 576460752303423487;
-	add.s64 	%rd1360, %rd1359, %rd424;
-	shl.b64 	%rd1361, %rd1360, 2;
-	add.s64 	%rd1362, %rd407, %rd1361;
-	cvt.u32.u64 	%r2062, %rd466;
-	shl.b32 	%r2063, %r2062, 2;
-	and.b32  	%r2064, %r2063, 28;
-	ld.global.u32 	%r2065, [%rd1362];
-	shr.u32 	%r2066, %r2065, %r2064;
-	and.b32  	%r3320, %r2066, 15;
-$L__BB4_516:
-	add.s64 	%rd467, %rd466, 256;
-	setp.ge.u64 	%p428, %rd467, %rd464;
-	mov.u32 	%r3322, 0;
-	mov.u32 	%r3321, %r3322;
-	@%p428 bra 	$L__BB4_518;
-	shr.u64 	%rd1363, %rd467, 3;
-	and.b64  	%rd1364, %rd1363, 576460752303423487;
-	add.s64 	%rd1365, %rd1364, %rd424;
-	shl.b64 	%rd1366, %rd1365, 2;
-	add.s64 	%rd1367, %rd407, %rd1366;
-	cvt.u32.u64 	%r2068, %rd467;
-	shl.b32 	%r2069, %r2068, 2;
-	and.b32  	%r2070, %r2069, 28;
-	ld.global.u32 	%r2071, [%rd1367];
-	shr.u32 	%r2072, %r2071, %r2070;
-	and.b32  	%r3321, %r2072, 15;
-$L__BB4_518:
-	add.s64 	%rd468, %rd466, 512;
-	setp.ge.u64 	%p429, %rd468, %rd464;
-	@%p429 bra 	$L__BB4_520;
-	shr.u64 	%rd1368, %rd468, 3;
-	and.b64  	%rd1369, %rd1368, 576460752303423487;
-	add.s64 	%rd1370, %rd1369, %rd424;
-	shl.b64 	%rd1371, %rd1370, 2;
-	add.s64 	%rd1372, %rd407, %rd1371;
-	cvt.u32.u64 	%r2074, %rd468;
-	shl.b32 	%r2075, %r2074, 2;
-	and.b32  	%r2076, %r2075, 28;
-	ld.global.u32 	%r2077, [%rd1372];
-	shr.u32 	%r2078, %r2077, %r2076;
-	and.b32  	%r3322, %r2078, 15;
-$L__BB4_520:
-	add.s64 	%rd469, %rd466, 768;
-	setp.ge.u64 	%p430, %rd469, %rd464;
-	mov.u32 	%r3324, 0;
-	mov.u32 	%r3323, %r3324;
-	@%p430 bra 	$L__BB4_522;
-	shr.u64 	%rd1373, %rd469, 3;
-	and.b64  	%rd1374, %rd1373, 576460752303423487;
-	add.s64 	%rd1375, %rd1374, %rd424;
-	shl.b64 	%rd1376, %rd1375, 2;
-	add.s64 	%rd1377, %rd407, %rd1376;
-	cvt.u32.u64 	%r2080, %rd469;
-	shl.b32 	%r2081, %r2080, 2;
-	and.b32  	%r2082, %r2081, 28;
-	ld.global.u32 	%r2083, [%rd1377];
-	shr.u32 	%r2084, %r2083, %r2082;
-	and.b32  	%r3323, %r2084, 15;
-$L__BB4_522:
-	setp.eq.s32 	%p431, %r3320, 0;
-	mov.u32 	%r3325, %r3324;
-	mov.u32 	%r3326, %r3324;
-	mov.u32 	%r3327, %r3324;
-	@%p431 bra 	$L__BB4_524;
-	shl.b64 	%rd1379, %rd466, 4;
-	add.s64 	%rd1378, %rd423, %rd1379;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r3324,%r3325,%r3326,%r3327}, [%rd1378];
-	// end inline asm
-$L__BB4_524:
-	setp.eq.s32 	%p432, %r3321, 0;
-	mov.u32 	%r3332, 0;
-	mov.u32 	%r3328, %r3332;
-	mov.u32 	%r3329, %r3332;
-	mov.u32 	%r3330, %r3332;
-	mov.u32 	%r3331, %r3332;
-	@%p432 bra 	$L__BB4_526;
-	shl.b64 	%rd1381, %rd467, 4;
-	add.s64 	%rd1380, %rd423, %rd1381;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r3328,%r3329,%r3330,%r3331}, [%rd1380];
-	// end inline asm
-$L__BB4_526:
-	setp.eq.s32 	%p433, %r3322, 0;
-	mov.u32 	%r3333, %r3332;
-	mov.u32 	%r3334, %r3332;
-	mov.u32 	%r3335, %r3332;
-	@%p433 bra 	$L__BB4_528;
-	shl.b64 	%rd1383, %rd468, 4;
-	add.s64 	%rd1382, %rd423, %rd1383;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r3332,%r3333,%r3334,%r3335}, [%rd1382];
-	// end inline asm
-$L__BB4_528:
-	setp.eq.s32 	%p434, %r3323, 0;
-	mov.u32 	%r2112, 0;
-	mov.u32 	%r3336, %r2112;
-	mov.u32 	%r3337, %r2112;
-	mov.u32 	%r3338, %r2112;
-	mov.u32 	%r3339, %r2112;
-	@%p434 bra 	$L__BB4_530;
-	shl.b64 	%rd1385, %rd469, 4;
-	add.s64 	%rd1384, %rd423, %rd1385;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r3336,%r3337,%r3338,%r3339}, [%rd1384];
-	// end inline asm
-$L__BB4_530:
-	cvt.u32.u64 	%r2137, %rd4;
-	setp.lt.u32 	%p435, %r2137, 16;
-	mov.u32 	%r2138, 16;
-	setp.lt.u32 	%p436, %r2137, 4;
-	mov.u32 	%r2139, 4;
-	setp.lt.u32 	%p437, %r2137, 2;
-	mov.u32 	%r2140, 2;
-	setp.lt.u32 	%p438, %r2137, 8;
-	mov.u32 	%r2141, 8;
-	setp.ne.s32 	%p439, %r2137, 31;
-	setp.eq.s32 	%p440, %r2137, 0;
-	popc.b32 	%r2143, %r3323;
-	cvt.u64.u32 	%rd1396, %r2143;
-	shl.b64 	%rd1397, %rd1396, 48;
-	popc.b32 	%r2144, %r3321;
-	shl.b32 	%r2145, %r2144, 16;
-	popc.b32 	%r2146, %r3320;
-	or.b32  	%r2147, %r2145, %r2146;
-	cvt.u64.u32 	%rd1398, %r2147;
-	popc.b32 	%r2148, %r3322;
-	cvt.u64.u32 	%rd1399, %r2148;
-	bfi.b64 	%rd1400, %rd1399, %rd1398, 32, 32;
-	or.b64  	%rd1386, %rd1397, %rd1400;
-	// begin inline asm
-	mov.b64 {%r2117,%r2118}, %rd1386;
-	// end inline asm
-	mov.u32 	%r2149, 1;
-	mov.u32 	%r2150, -1;
-	shfl.sync.up.b32 	%r2120|%p441, %r2118, %r2149, %r2112, %r2150;
-	shfl.sync.up.b32 	%r2119|%p442, %r2117, %r2149, %r2112, %r2150;
-	// begin inline asm
-	mov.b64 %rd1387, {%r2119,%r2120};
-	// end inline asm
-	selp.b64 	%rd1401, 0, %rd1387, %p440;
-	add.s64 	%rd1388, %rd1401, %rd1386;
-	// begin inline asm
-	mov.b64 {%r2121,%r2122}, %rd1388;
-	// end inline asm
-	shfl.sync.up.b32 	%r2124|%p443, %r2122, %r2140, %r2112, %r2150;
-	shfl.sync.up.b32 	%r2123|%p444, %r2121, %r2140, %r2112, %r2150;
-	// begin inline asm
-	mov.b64 %rd1389, {%r2123,%r2124};
-	// end inline asm
-	selp.b64 	%rd1402, 0, %rd1389, %p437;
-	add.s64 	%rd1390, %rd1402, %rd1388;
-	// begin inline asm
-	mov.b64 {%r2125,%r2126}, %rd1390;
-	// end inline asm
-	shfl.sync.up.b32 	%r2128|%p445, %r2126, %r2139, %r2112, %r2150;
-	shfl.sync.up.b32 	%r2127|%p446, %r2125, %r2139, %r2112, %r2150;
-	// begin inline asm
-	mov.b64 %rd1391, {%r2127,%r2128};
-	// end inline asm
-	selp.b64 	%rd1403, 0, %rd1391, %p436;
-	add.s64 	%rd1392, %rd1403, %rd1390;
-	// begin inline asm
-	mov.b64 {%r2129,%r2130}, %rd1392;
-	// end inline asm
-	shfl.sync.up.b32 	%r2132|%p447, %r2130, %r2141, %r2112, %r2150;
-	shfl.sync.up.b32 	%r2131|%p448, %r2129, %r2141, %r2112, %r2150;
-	// begin inline asm
-	mov.b64 %rd1393, {%r2131,%r2132};
-	// end inline asm
-	selp.b64 	%rd1404, 0, %rd1393, %p438;
-	add.s64 	%rd1394, %rd1404, %rd1392;
-	// begin inline asm
-	mov.b64 {%r2133,%r2134}, %rd1394;
-	// end inline asm
-	shfl.sync.up.b32 	%r2136|%p449, %r2134, %r2138, %r2112, %r2150;
-	shfl.sync.up.b32 	%r2135|%p450, %r2133, %r2138, %r2112, %r2150;
-	// begin inline asm
-	mov.b64 %rd1395, {%r2135,%r2136};
-	// end inline asm
-	selp.b64 	%rd1405, 0, %rd1395, %p435;
-	add.s64 	%rd471, %rd1405, %rd1394;
-	@%p439 bra 	$L__BB4_532;
-	st.shared.u64 	[%r2], %rd471;
-$L__BB4_532:
-	cvt.u32.u64 	%r2151, %rd5;
-	setp.ne.s32 	%p451, %r2151, 0;
-	bar.sync 	0;
-	@%p451 bra 	$L__BB4_537;
-	cvt.u32.u64 	%r3217, %rd4;
-	setp.gt.u32 	%p452, %r3217, 7;
-	mov.u64 	%rd2235, 0;
-	@%p452 bra 	$L__BB4_535;
-	ld.shared.u64 	%rd2235, [%r3];
-$L__BB4_535:
-	cvt.u32.u64 	%r3227, %rd4;
-	setp.lt.u32 	%p835, %r3227, 16;
-	setp.lt.u32 	%p834, %r3227, 8;
-	setp.lt.u32 	%p833, %r3227, 4;
-	setp.lt.u32 	%p832, %r3227, 2;
-	setp.eq.s32 	%p831, %r3227, 0;
-	mov.u32 	%r2174, 16;
-	mov.u32 	%r2175, 4;
-	mov.u32 	%r2176, 2;
-	mov.u32 	%r2177, 8;
-	mov.u32 	%r2178, 0;
-	// begin inline asm
-	mov.b64 {%r2153,%r2154}, %rd2235;
-	// end inline asm
-	mov.u32 	%r2179, 1;
-	mov.u32 	%r2180, -1;
-	shfl.sync.up.b32 	%r2156|%p459, %r2154, %r2179, %r2178, %r2180;
-	shfl.sync.up.b32 	%r2155|%p460, %r2153, %r2179, %r2178, %r2180;
-	// begin inline asm
-	mov.b64 %rd1408, {%r2155,%r2156};
-	// end inline asm
-	selp.b64 	%rd1417, 0, %rd1408, %p831;
-	add.s64 	%rd1409, %rd1417, %rd2235;
-	// begin inline asm
-	mov.b64 {%r2157,%r2158}, %rd1409;
-	// end inline asm
-	shfl.sync.up.b32 	%r2160|%p461, %r2158, %r2176, %r2178, %r2180;
-	shfl.sync.up.b32 	%r2159|%p462, %r2157, %r2176, %r2178, %r2180;
-	// begin inline asm
-	mov.b64 %rd1410, {%r2159,%r2160};
-	// end inline asm
-	selp.b64 	%rd1418, 0, %rd1410, %p832;
-	add.s64 	%rd1411, %rd1418, %rd1409;
-	// begin inline asm
-	mov.b64 {%r2161,%r2162}, %rd1411;
-	// end inline asm
-	shfl.sync.up.b32 	%r2164|%p463, %r2162, %r2175, %r2178, %r2180;
-	shfl.sync.up.b32 	%r2163|%p464, %r2161, %r2175, %r2178, %r2180;
-	// begin inline asm
-	mov.b64 %rd1412, {%r2163,%r2164};
-	// end inline asm
-	selp.b64 	%rd1419, 0, %rd1412, %p833;
-	add.s64 	%rd1413, %rd1419, %rd1411;
-	// begin inline asm
-	mov.b64 {%r2165,%r2166}, %rd1413;
-	// end inline asm
-	shfl.sync.up.b32 	%r2168|%p465, %r2166, %r2177, %r2178, %r2180;
-	shfl.sync.up.b32 	%r2167|%p466, %r2165, %r2177, %r2178, %r2180;
-	// begin inline asm
-	mov.b64 %rd1414, {%r2167,%r2168};
-	// end inline asm
-	selp.b64 	%rd1420, 0, %rd1414, %p834;
-	add.s64 	%rd1415, %rd1420, %rd1413;
-	// begin inline asm
-	mov.b64 {%r2169,%r2170}, %rd1415;
-	// end inline asm
-	shfl.sync.up.b32 	%r2172|%p467, %r2170, %r2174, %r2178, %r2180;
-	shfl.sync.up.b32 	%r2171|%p468, %r2169, %r2174, %r2178, %r2180;
-	// begin inline asm
-	mov.b64 %rd1416, {%r2171,%r2172};
-	// end inline asm
-	selp.b64 	%rd1421, 0, %rd1416, %p835;
-	add.s64 	%rd474, %rd1421, %rd1415;
-	@%p452 bra 	$L__BB4_537;
-	st.shared.u64 	[%r3], %rd474;
-$L__BB4_537:
-	setp.eq.s32 	%p469, %r2151, 0;
-	bar.sync 	0;
-	mov.u64 	%rd2236, 0;
-	@%p469 bra 	$L__BB4_539;
-	ld.shared.u64 	%rd2236, [%r2+-8];
-$L__BB4_539:
-	ld.shared.u64 	%rd477, [_ZZ15ws_delta_encodeE3red+56];
-	bar.sync 	0;
-	sub.s64 	%rd1423, %rd471, %rd1386;
-	add.s64 	%rd478, %rd1423, %rd2236;
-	cvt.u32.u64 	%r2182, %rd478;
-	and.b32  	%r2183, %r2182, 65535;
-	add.s32 	%r3341, %r2183, %r3319;
-	and.b32  	%r2184, %r3320, 1;
-	setp.eq.b32 	%p470, %r2184, 1;
-	mov.pred 	%p471, 0;
-	xor.pred  	%p472, %p470, %p471;
-	not.pred 	%p473, %p472;
-	@%p473 bra 	$L__BB4_541;
-	add.s32 	%r227, %r3341, 1;
-	mul.wide.u32 	%rd1424, %r3341, 4;
-	add.s64 	%rd1425, %rd1424, %rd438;
-	add.s64 	%rd1426, %rd415, %rd1425;
-	st.u32 	[%rd1426], %r3324;
-	mov.u32 	%r3341, %r227;
-$L__BB4_541:
-	and.b32  	%r2185, %r3320, 2;
-	setp.eq.s32 	%p474, %r2185, 0;
-	@%p474 bra 	$L__BB4_543;
-	add.s32 	%r229, %r3341, 1;
-	mul.wide.u32 	%rd1427, %r3341, 4;
-	add.s64 	%rd1428, %rd1427, %rd438;
-	add.s64 	%rd1429, %rd415, %rd1428;
-	st.u32 	[%rd1429], %r3325;
-	mov.u32 	%r3341, %r229;
-$L__BB4_543:
-	and.b32  	%r2186, %r3320, 4;
-	setp.eq.s32 	%p475, %r2186, 0;
-	@%p475 bra 	$L__BB4_545;
-	add.s32 	%r231, %r3341, 1;
-	mul.wide.u32 	%rd1430, %r3341, 4;
-	add.s64 	%rd1431, %rd1430, %rd438;
-	add.s64 	%rd1432, %rd415, %rd1431;
-	st.u32 	[%rd1432], %r3326;
-	mov.u32 	%r3341, %r231;
-$L__BB4_545:
-	and.b32  	%r2187, %r3320, 8;
-	setp.eq.s32 	%p476, %r2187, 0;
-	@%p476 bra 	$L__BB4_547;
-	mul.wide.u32 	%rd1433, %r3341, 4;
-	add.s64 	%rd1434, %rd1433, %rd438;
-	add.s64 	%rd1435, %rd415, %rd1434;
-	st.u32 	[%rd1435], %r3327;
-$L__BB4_547:
-	cvt.u32.u64 	%r2188, %rd477;
-	and.b32  	%r2189, %r2188, 65535;
-	add.s32 	%r233, %r2189, %r3319;
-	shr.u32 	%r2191, %r2182, 16;
-	add.s32 	%r3344, %r2191, %r233;
-	and.b32  	%r2192, %r3321, 1;
-	setp.eq.b32 	%p477, %r2192, 1;
-	mov.pred 	%p478, 0;
-	xor.pred  	%p479, %p477, %p478;
-	not.pred 	%p480, %p479;
-	@%p480 bra 	$L__BB4_549;
-	add.s32 	%r235, %r3344, 1;
-	mul.wide.u32 	%rd1436, %r3344, 4;
-	add.s64 	%rd1437, %rd1436, %rd438;
-	add.s64 	%rd1438, %rd415, %rd1437;
-	st.u32 	[%rd1438], %r3328;
-	mov.u32 	%r3344, %r235;
-$L__BB4_549:
-	and.b32  	%r2193, %r3321, 2;
-	setp.eq.s32 	%p481, %r2193, 0;
-	@%p481 bra 	$L__BB4_551;
-	add.s32 	%r237, %r3344, 1;
-	mul.wide.u32 	%rd1439, %r3344, 4;
-	add.s64 	%rd1440, %rd1439, %rd438;
-	add.s64 	%rd1441, %rd415, %rd1440;
-	st.u32 	[%rd1441], %r3329;
-	mov.u32 	%r3344, %r237;
-$L__BB4_551:
-	and.b32  	%r2194, %r3321, 4;
-	setp.eq.s32 	%p482, %r2194, 0;
-	@%p482 bra 	$L__BB4_553;
-	add.s32 	%r239, %r3344, 1;
-	mul.wide.u32 	%rd1442, %r3344, 4;
-	add.s64 	%rd1443, %rd1442, %rd438;
-	add.s64 	%rd1444, %rd415, %rd1443;
-	st.u32 	[%rd1444], %r3330;
-	mov.u32 	%r3344, %r239;
-$L__BB4_553:
-	and.b32  	%r2195, %r3321, 8;
-	setp.eq.s32 	%p483, %r2195, 0;
-	@%p483 bra 	$L__BB4_555;
-	mul.wide.u32 	%rd1445, %r3344, 4;
-	add.s64 	%rd1446, %rd1445, %rd438;
-	add.s64 	%rd1447, %rd415, %rd1446;
-	st.u32 	[%rd1447], %r3331;
-$L__BB4_555:
-	shr.u32 	%r2197, %r2188, 16;
-	add.s32 	%r241, %r2197, %r233;
-	shr.u64 	%rd1448, %rd478, 32;
-	cvt.u32.u64 	%r2198, %rd1448;
-	and.b32  	%r2199, %r2198, 65535;
-	add.s32 	%r3347, %r2199, %r241;
-	and.b32  	%r2200, %r3322, 1;
-	setp.eq.b32 	%p484, %r2200, 1;
-	mov.pred 	%p485, 0;
-	xor.pred  	%p486, %p484, %p485;
-	not.pred 	%p487, %p486;
-	@%p487 bra 	$L__BB4_557;
-	add.s32 	%r243, %r3347, 1;
-	mul.wide.u32 	%rd1449, %r3347, 4;
-	add.s64 	%rd1450, %rd1449, %rd438;
-	add.s64 	%rd1451, %rd415, %rd1450;
-	st.u32 	[%rd1451], %r3332;
-	mov.u32 	%r3347, %r243;
-$L__BB4_557:
-	and.b32  	%r2201, %r3322, 2;
-	setp.eq.s32 	%p488, %r2201, 0;
-	@%p488 bra 	$L__BB4_559;
-	add.s32 	%r245, %r3347, 1;
-	mul.wide.u32 	%rd1452, %r3347, 4;
-	add.s64 	%rd1453, %rd1452, %rd438;
-	add.s64 	%rd1454, %rd415, %rd1453;
-	st.u32 	[%rd1454], %r3333;
-	mov.u32 	%r3347, %r245;
-$L__BB4_559:
-	and.b32  	%r2202, %r3322, 4;
-	setp.eq.s32 	%p489, %r2202, 0;
-	@%p489 bra 	$L__BB4_561;
-	add.s32 	%r247, %r3347, 1;
-	mul.wide.u32 	%rd1455, %r3347, 4;
-	add.s64 	%rd1456, %rd1455, %rd438;
-	add.s64 	%rd1457, %rd415, %rd1456;
-	st.u32 	[%rd1457], %r3334;
-	mov.u32 	%r3347, %r247;
-$L__BB4_561:
-	and.b32  	%r2203, %r3322, 8;
-	setp.eq.s32 	%p490, %r2203, 0;
-	@%p490 bra 	$L__BB4_563;
-	mul.wide.u32 	%rd1458, %r3347, 4;
-	add.s64 	%rd1459, %rd1458, %rd438;
-	add.s64 	%rd1460, %rd415, %rd1459;
-	st.u32 	[%rd1460], %r3335;
-$L__BB4_563:
-	shr.u64 	%rd1461, %rd477, 32;
-	cvt.u32.u64 	%r2204, %rd1461;
-	and.b32  	%r2205, %r2204, 65535;
-	add.s32 	%r249, %r2205, %r241;
-	shr.u64 	%rd1462, %rd478, 48;
-	cvt.u32.u64 	%r2206, %rd1462;
-	add.s32 	%r3350, %r249, %r2206;
-	and.b32  	%r2207, %r3323, 1;
-	setp.eq.b32 	%p491, %r2207, 1;
-	mov.pred 	%p492, 0;
-	xor.pred  	%p493, %p491, %p492;
-	not.pred 	%p494, %p493;
-	@%p494 bra 	$L__BB4_565;
-	add.s32 	%r251, %r3350, 1;
-	mul.wide.u32 	%rd1463, %r3350, 4;
-	add.s64 	%rd1464, %rd1463, %rd438;
-	add.s64 	%rd1465, %rd415, %rd1464;
-	st.u32 	[%rd1465], %r3336;
-	mov.u32 	%r3350, %r251;
-$L__BB4_565:
-	and.b32  	%r2208, %r3323, 2;
-	setp.eq.s32 	%p495, %r2208, 0;
-	@%p495 bra 	$L__BB4_567;
-	add.s32 	%r253, %r3350, 1;
-	mul.wide.u32 	%rd1466, %r3350, 4;
-	add.s64 	%rd1467, %rd1466, %rd438;
-	add.s64 	%rd1468, %rd415, %rd1467;
-	st.u32 	[%rd1468], %r3337;
-	mov.u32 	%r3350, %r253;
-$L__BB4_567:
-	and.b32  	%r2209, %r3323, 4;
-	setp.eq.s32 	%p496, %r2209, 0;
-	@%p496 bra 	$L__BB4_569;
-	add.s32 	%r255, %r3350, 1;
-	mul.wide.u32 	%rd1469, %r3350, 4;
-	add.s64 	%rd1470, %rd1469, %rd438;
-	add.s64 	%rd1471, %rd415, %rd1470;
-	st.u32 	[%rd1471], %r3338;
-	mov.u32 	%r3350, %r255;
-$L__BB4_569:
-	and.b32  	%r2210, %r3323, 8;
-	setp.eq.s32 	%p497, %r2210, 0;
-	@%p497 bra 	$L__BB4_571;
-	mul.wide.u32 	%rd1472, %r3350, 4;
-	add.s64 	%rd1473, %rd1472, %rd438;
-	add.s64 	%rd1474, %rd415, %rd1473;
-	st.u32 	[%rd1474], %r3339;
-$L__BB4_571:
-	shr.u64 	%rd1475, %rd477, 48;
-	cvt.u32.u64 	%r2211, %rd1475;
-	add.s32 	%r3319, %r249, %r2211;
-	add.s64 	%rd2234, %rd2234, 1024;
-	setp.lt.u64 	%p498, %rd2234, %rd464;
-	@%p498 bra 	$L__BB4_514;
-	bra.uni 	$L__BB4_920;
-$L__BB4_572:
-	setp.eq.s64 	%p499, %rd464, 0;
-	@%p499 bra 	$L__BB4_920;
-	mov.u64 	%rd2237, 0;
-	mov.u32 	%r3352, 0;
-$L__BB4_574:
-	mov.u32 	%r3353, 0;
-	add.s64 	%rd481, %rd2237, %rd3;
-	setp.ge.u64 	%p500, %rd481, %rd464;
-	@%p500 bra 	$L__BB4_576;
-	shr.u64 	%rd1477, %rd481, 2;
-	and.b64  	%rd1478, %rd1477, 576460752303423487;
-	add.s64 	%rd1479, %rd1478, %rd424;
-	shl.b64 	%rd1480, %rd1479, 2;
-	add.s64 	%rd1481, %rd407, %rd1480;
-	cvt.u32.u64 	%r2214, %rd481;
-	shl.b32 	%r2215, %r2214, 3;
-	and.b32  	%r2216, %r2215, 24;
-	ld.global.u32 	%r2217, [%rd1481];
-	shr.u32 	%r2218, %r2217, %r2216;
-	and.b32  	%r3353, %r2218, 255;
-$L__BB4_576:
-	add.s64 	%rd482, %rd481, 256;
-	setp.ge.u64 	%p501, %rd482, %rd464;
-	mov.u32 	%r3355, 0;
-	mov.u32 	%r3354, %r3355;
-	@%p501 bra 	$L__BB4_578;
-	shr.u64 	%rd1482, %rd482, 2;
-	and.b64  	%rd1483, %rd1482, 576460752303423487;
-	add.s64 	%rd1484, %rd1483, %rd424;
-	shl.b64 	%rd1485, %rd1484, 2;
-	add.s64 	%rd1486, %rd407, %rd1485;
-	cvt.u32.u64 	%r2220, %rd482;
-	shl.b32 	%r2221, %r2220, 3;
-	and.b32  	%r2222, %r2221, 24;
-	ld.global.u32 	%r2223, [%rd1486];
-	shr.u32 	%r2224, %r2223, %r2222;
-	and.b32  	%r3354, %r2224, 255;
-$L__BB4_578:
-	add.s64 	%rd483, %rd481, 512;
-	setp.ge.u64 	%p502, %rd483, %rd464;
-	@%p502 bra 	$L__BB4_580;
-	shr.u64 	%rd1487, %rd483, 2;
-	and.b64  	%rd1488, %rd1487, 576460752303423487;
-	add.s64 	%rd1489, %rd1488, %rd424;
-	shl.b64 	%rd1490, %rd1489, 2;
-	add.s64 	%rd1491, %rd407, %rd1490;
-	cvt.u32.u64 	%r2226, %rd483;
-	shl.b32 	%r2227, %r2226, 3;
-	and.b32  	%r2228, %r2227, 24;
-	ld.global.u32 	%r2229, [%rd1491];
-	shr.u32 	%r2230, %r2229, %r2228;
-	and.b32  	%r3355, %r2230, 255;
-$L__BB4_580:
-	add.s64 	%rd484, %rd481, 768;
-	setp.ge.u64 	%p503, %rd484, %rd464;
-	mov.u32 	%r3357, 0;
-	mov.u32 	%r3356, %r3357;
-	@%p503 bra 	$L__BB4_582;
-	shr.u64 	%rd1492, %rd484, 2;
-	and.b64  	%rd1493, %rd1492, 576460752303423487;
-	add.s64 	%rd1494, %rd1493, %rd424;
-	shl.b64 	%rd1495, %rd1494, 2;
-	add.s64 	%rd1496, %rd407, %rd1495;
-	cvt.u32.u64 	%r2232, %rd484;
-	shl.b32 	%r2233, %r2232, 3;
-	and.b32  	%r2234, %r2233, 24;
-	ld.global.u32 	%r2235, [%rd1496];
-	shr.u32 	%r2236, %r2235, %r2234;
-	and.b32  	%r3356, %r2236, 255;
-$L__BB4_582:
-	setp.eq.s32 	%p504, %r3353, 0;
-	mov.u32 	%r3358, %r3357;
-	mov.u32 	%r3359, %r3357;
-	mov.u32 	%r3360, %r3357;
-	@%p504 bra 	$L__BB4_584;
-	shl.b64 	%rd1498, %rd481, 4;
-	add.s64 	%rd1497, %rd423, %rd1498;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r3357,%r3358,%r3359,%r3360}, [%rd1497];
-	// end inline asm
-$L__BB4_584:
-	setp.eq.s32 	%p505, %r3354, 0;
-	mov.u32 	%r3365, 0;
-	mov.u32 	%r3361, %r3365;
-	mov.u32 	%r3362, %r3365;
-	mov.u32 	%r3363, %r3365;
-	mov.u32 	%r3364, %r3365;
-	@%p505 bra 	$L__BB4_586;
-	shl.b64 	%rd1500, %rd482, 4;
-	add.s64 	%rd1499, %rd423, %rd1500;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r3361,%r3362,%r3363,%r3364}, [%rd1499];
-	// end inline asm
-$L__BB4_586:
-	setp.eq.s32 	%p506, %r3355, 0;
-	mov.u32 	%r3366, %r3365;
-	mov.u32 	%r3367, %r3365;
-	mov.u32 	%r3368, %r3365;
-	@%p506 bra 	$L__BB4_588;
-	shl.b64 	%rd1502, %rd483, 4;
-	add.s64 	%rd1501, %rd423, %rd1502;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r3365,%r3366,%r3367,%r3368}, [%rd1501];
-	// end inline asm
-$L__BB4_588:
-	setp.eq.s32 	%p507, %r3356, 0;
-	mov.u32 	%r2264, 0;
-	mov.u32 	%r3369, %r2264;
-	mov.u32 	%r3370, %r2264;
-	mov.u32 	%r3371, %r2264;
-	mov.u32 	%r3372, %r2264;
-	@%p507 bra 	$L__BB4_590;
-	shl.b64 	%rd1504, %rd484, 4;
-	add.s64 	%rd1503, %rd423, %rd1504;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r3369,%r3370,%r3371,%r3372}, [%rd1503];
-	// end inline asm
-$L__BB4_590:
-	cvt.u32.u64 	%r2289, %rd4;
-	setp.lt.u32 	%p508, %r2289, 16;
-	mov.u32 	%r2290, 16;
-	setp.lt.u32 	%p509, %r2289, 4;
-	mov.u32 	%r2291, 4;
-	setp.lt.u32 	%p510, %r2289, 2;
-	mov.u32 	%r2292, 2;
-	setp.lt.u32 	%p511, %r2289, 8;
-	mov.u32 	%r2293, 8;
-	setp.ne.s32 	%p512, %r2289, 31;
-	setp.eq.s32 	%p513, %r2289, 0;
-	popc.b32 	%r2295, %r3356;
-	cvt.u64.u32 	%rd1515, %r2295;
-	shl.b64 	%rd1516, %rd1515, 48;
-	popc.b32 	%r2296, %r3354;
-	shl.b32 	%r2297, %r2296, 16;
-	popc.b32 	%r2298, %r3353;
-	or.b32  	%r2299, %r2297, %r2298;
-	cvt.u64.u32 	%rd1517, %r2299;
-	popc.b32 	%r2300, %r3355;
-	cvt.u64.u32 	%rd1518, %r2300;
-	bfi.b64 	%rd1519, %rd1518, %rd1517, 32, 32;
-	or.b64  	%rd1505, %rd1516, %rd1519;
-	// begin inline asm
-	mov.b64 {%r2269,%r2270}, %rd1505;
-	// end inline asm
-	mov.u32 	%r2301, 1;
-	mov.u32 	%r2302, -1;
-	shfl.sync.up.b32 	%r2272|%p514, %r2270, %r2301, %r2264, %r2302;
-	shfl.sync.up.b32 	%r2271|%p515, %r2269, %r2301, %r2264, %r2302;
-	// begin inline asm
-	mov.b64 %rd1506, {%r2271,%r2272};
-	// end inline asm
-	selp.b64 	%rd1520, 0, %rd1506, %p513;
-	add.s64 	%rd1507, %rd1520, %rd1505;
-	// begin inline asm
-	mov.b64 {%r2273,%r2274}, %rd1507;
-	// end inline asm
-	shfl.sync.up.b32 	%r2276|%p516, %r2274, %r2292, %r2264, %r2302;
-	shfl.sync.up.b32 	%r2275|%p517, %r2273, %r2292, %r2264, %r2302;
-	// begin inline asm
-	mov.b64 %rd1508, {%r2275,%r2276};
-	// end inline asm
-	selp.b64 	%rd1521, 0, %rd1508, %p510;
-	add.s64 	%rd1509, %rd1521, %rd1507;
-	// begin inline asm
-	mov.b64 {%r2277,%r2278}, %rd1509;
-	// end inline asm
-	shfl.sync.up.b32 	%r2280|%p518, %r2278, %r2291, %r2264, %r2302;
-	shfl.sync.up.b32 	%r2279|%p519, %r2277, %r2291, %r2264, %r2302;
-	// begin inline asm
-	mov.b64 %rd1510, {%r2279,%r2280};
-	// end inline asm
-	selp.b64 	%rd1522, 0, %rd1510, %p509;
-	add.s64 	%rd1511, %rd1522, %rd1509;
-	// begin inline asm
-	mov.b64 {%r2281,%r2282}, %rd1511;
-	// end inline asm
-	shfl.sync.up.b32 	%r2284|%p520, %r2282, %r2293, %r2264, %r2302;
-	shfl.sync.up.b32 	%r2283|%p521, %r2281, %r2293, %r2264, %r2302;
-	// begin inline asm
-	mov.b64 %rd1512, {%r2283,%r2284};
-	// end inline asm
-	selp.b64 	%rd1523, 0, %rd1512, %p511;
-	add.s64 	%rd1513, %rd1523, %rd1511;
-	// begin inline asm
-	mov.b64 {%r2285,%r2286}, %rd1513;
-	// end inline asm
-	shfl.sync.up.b32 	%r2288|%p522, %r2286, %r2290, %r2264, %r2302;
-	shfl.sync.up.b32 	%r2287|%p523, %r2285, %r2290, %r2264, %r2302;
-	// begin inline asm
-	mov.b64 %rd1514, {%r2287,%r2288};
-	// end inline asm
-	selp.b64 	%rd1524, 0, %rd1514, %p508;
-	add.s64 	%rd486, %rd1524, %rd1513;
-	@%p512 bra 	$L__BB4_592;
-	st.shared.u64 	[%r2], %rd486;
-$L__BB4_592:
-	cvt.u32.u64 	%r2303, %rd5;
-	setp.ne.s32 	%p524, %r2303, 0;
-	bar.sync 	0;
-	@%p524 bra 	$L__BB4_597;
-	cvt.u32.u64 	%r3219, %rd4;
-	setp.gt.u32 	%p525, %r3219, 7;
-	mov.u64 	%rd2238, 0;
-	@%p525 bra 	$L__BB4_595;
-	ld.shared.u64 	%rd2238, [%r3];
-$L__BB4_595:
-	cvt.u32.u64 	%r3220, %rd4;
-	setp.lt.u32 	%p820, %r3220, 16;
-	setp.lt.u32 	%p819, %r3220, 8;
-	setp.lt.u32 	%p818, %r3220, 4;
-	setp.lt.u32 	%p817, %r3220, 2;
-	setp.eq.s32 	%p816, %r3220, 0;
-	mov.u32 	%r2326, 16;
-	mov.u32 	%r2327, 4;
-	mov.u32 	%r2328, 2;
-	mov.u32 	%r2329, 8;
-	mov.u32 	%r2330, 0;
-	// begin inline asm
-	mov.b64 {%r2305,%r2306}, %rd2238;
-	// end inline asm
-	mov.u32 	%r2331, 1;
-	mov.u32 	%r2332, -1;
-	shfl.sync.up.b32 	%r2308|%p532, %r2306, %r2331, %r2330, %r2332;
-	shfl.sync.up.b32 	%r2307|%p533, %r2305, %r2331, %r2330, %r2332;
-	// begin inline asm
-	mov.b64 %rd1527, {%r2307,%r2308};
-	// end inline asm
-	selp.b64 	%rd1536, 0, %rd1527, %p816;
-	add.s64 	%rd1528, %rd1536, %rd2238;
-	// begin inline asm
-	mov.b64 {%r2309,%r2310}, %rd1528;
-	// end inline asm
-	shfl.sync.up.b32 	%r2312|%p534, %r2310, %r2328, %r2330, %r2332;
-	shfl.sync.up.b32 	%r2311|%p535, %r2309, %r2328, %r2330, %r2332;
-	// begin inline asm
-	mov.b64 %rd1529, {%r2311,%r2312};
-	// end inline asm
-	selp.b64 	%rd1537, 0, %rd1529, %p817;
-	add.s64 	%rd1530, %rd1537, %rd1528;
-	// begin inline asm
-	mov.b64 {%r2313,%r2314}, %rd1530;
-	// end inline asm
-	shfl.sync.up.b32 	%r2316|%p536, %r2314, %r2327, %r2330, %r2332;
-	shfl.sync.up.b32 	%r2315|%p537, %r2313, %r2327, %r2330, %r2332;
-	// begin inline asm
-	mov.b64 %rd1531, {%r2315,%r2316};
-	// end inline asm
-	selp.b64 	%rd1538, 0, %rd1531, %p818;
-	add.s64 	%rd1532, %rd1538, %rd1530;
-	// begin inline asm
-	mov.b64 {%r2317,%r2318}, %rd1532;
-	// end inline asm
-	shfl.sync.up.b32 	%r2320|%p538, %r2318, %r2329, %r2330, %r2332;
-	shfl.sync.up.b32 	%r2319|%p539, %r2317, %r2329, %r2330, %r2332;
-	// begin inline asm
-	mov.b64 %rd1533, {%r2319,%r2320};
-	// end inline asm
-	selp.b64 	%rd1539, 0, %rd1533, %p819;
-	add.s64 	%rd1534, %rd1539, %rd1532;
-	// begin inline asm
-	mov.b64 {%r2321,%r2322}, %rd1534;
-	// end inline asm
-	shfl.sync.up.b32 	%r2324|%p540, %r2322, %r2326, %r2330, %r2332;
-	shfl.sync.up.b32 	%r2323|%p541, %r2321, %r2326, %r2330, %r2332;
-	// begin inline asm
-	mov.b64 %rd1535, {%r2323,%r2324};
-	// end inline asm
-	selp.b64 	%rd1540, 0, %rd1535, %p820;
-	add.s64 	%rd489, %rd1540, %rd1534;
-	@%p525 bra 	$L__BB4_597;
-	st.shared.u64 	[%r3], %rd489;
-$L__BB4_597:
-	setp.eq.s32 	%p542, %r2303, 0;
-	bar.sync 	0;
-	mov.u64 	%rd2239, 0;
-	@%p542 bra 	$L__BB4_599;
-	ld.shared.u64 	%rd2239, [%r2+-8];
-$L__BB4_599:
-	ld.shared.u64 	%rd492, [_ZZ15ws_delta_encodeE3red+56];
-	bar.sync 	0;
-	sub.s64 	%rd1542, %rd486, %rd1505;
-	add.s64 	%rd493, %rd1542, %rd2239;
-	cvt.u32.u64 	%r2334, %rd493;
-	and.b32  	%r2335, %r2334, 65535;
-	add.s32 	%r3374, %r2335, %r3352;
-	and.b32  	%r2336, %r3353, 1;
-	setp.eq.b32 	%p543, %r2336, 1;
-	mov.pred 	%p544, 0;
-	xor.pred  	%p545, %p543, %p544;
-	not.pred 	%p546, %p545;
-	@%p546 bra 	$L__BB4_601;
-	add.s32 	%r301, %r3374, 1;
-	mul.wide.u32 	%rd1543, %r3374, 2;
-	add.s64 	%rd1544, %rd1543, %rd438;
-	add.s64 	%rd1545, %rd415, %rd1544;
-	st.u16 	[%rd1545], %r3357;
-	mov.u32 	%r3374, %r301;
-$L__BB4_601:
-	and.b32  	%r2337, %r3353, 2;
-	setp.eq.s32 	%p547, %r2337, 0;
-	@%p547 bra 	$L__BB4_603;
-	add.s32 	%r303, %r3374, 1;
-	mul.wide.u32 	%rd1546, %r3374, 2;
-	add.s64 	%rd1547, %rd1546, %rd438;
-	add.s64 	%rd1548, %rd415, %rd1547;
-	shr.u32 	%r2338, %r3357, 16;
-	st.u16 	[%rd1548], %r2338;
-	mov.u32 	%r3374, %r303;
-$L__BB4_603:
-	and.b32  	%r2339, %r3353, 4;
-	setp.eq.s32 	%p548, %r2339, 0;
-	@%p548 bra 	$L__BB4_605;
-	add.s32 	%r306, %r3374, 1;
-	mul.wide.u32 	%rd1549, %r3374, 2;
-	add.s64 	%rd1550, %rd1549, %rd438;
-	add.s64 	%rd1551, %rd415, %rd1550;
-	st.u16 	[%rd1551], %r3358;
-	mov.u32 	%r3374, %r306;
-$L__BB4_605:
-	and.b32  	%r2340, %r3353, 8;
-	setp.eq.s32 	%p549, %r2340, 0;
-	@%p549 bra 	$L__BB4_607;
-	add.s32 	%r308, %r3374, 1;
-	mul.wide.u32 	%rd1552, %r3374, 2;
-	add.s64 	%rd1553, %rd1552, %rd438;
-	add.s64 	%rd1554, %rd415, %rd1553;
-	shr.u32 	%r2341, %r3358, 16;
-	st.u16 	[%rd1554], %r2341;
-	mov.u32 	%r3374, %r308;
-$L__BB4_607:
-	and.b32  	%r2342, %r3353, 16;
-	setp.eq.s32 	%p550, %r2342, 0;
-	@%p550 bra 	$L__BB4_609;
-	add.s32 	%r311, %r3374, 1;
-	mul.wide.u32 	%rd1555, %r3374, 2;
-	add.s64 	%rd1556, %rd1555, %rd438;
-	add.s64 	%rd1557, %rd415, %rd1556;
-	st.u16 	[%rd1557], %r3359;
-	mov.u32 	%r3374, %r311;
-$L__BB4_609:
-	and.b32  	%r2343, %r3353, 32;
-	setp.eq.s32 	%p551, %r2343, 0;
-	@%p551 bra 	$L__BB4_611;
-	add.s32 	%r313, %r3374, 1;
-	mul.wide.u32 	%rd1558, %r3374, 2;
-	add.s64 	%rd1559, %rd1558, %rd438;
-	add.s64 	%rd1560, %rd415, %rd1559;
-	shr.u32 	%r2344, %r3359, 16;
-	st.u16 	[%rd1560], %r2344;
-	mov.u32 	%r3374, %r313;
-$L__BB4_611:
-	and.b32  	%r2345, %r3353, 64;
-	setp.eq.s32 	%p552, %r2345, 0;
-	@%p552 bra 	$L__BB4_613;
-	add.s32 	%r316, %r3374, 1;
-	mul.wide.u32 	%rd1561, %r3374, 2;
-	add.s64 	%rd1562, %rd1561, %rd438;
-	add.s64 	%rd1563, %rd415, %rd1562;
-	st.u16 	[%rd1563], %r3360;
-	mov.u32 	%r3374, %r316;
-$L__BB4_613:
-	and.b32  	%r2346, %r3353, 128;
-	setp.eq.s32 	%p553, %r2346, 0;
-	@%p553 bra 	$L__BB4_615;
-	mul.wide.u32 	%rd1564, %r3374, 2;
-	add.s64 	%rd1565, %rd1564, %rd438;
-	add.s64 	%rd1566, %rd415, %rd1565;
-	shr.u32 	%r2347, %r3360, 16;
-	st.u16 	[%rd1566], %r2347;
-$L__BB4_615:
-	cvt.u32.u64 	%r2348, %rd492;
-	and.b32  	%r2349, %r2348, 65535;
-	add.s32 	%r319, %r2349, %r3352;
-	shr.u32 	%r2351, %r2334, 16;
-	add.s32 	%r3381, %r2351, %r319;
-	and.b32  	%r2352, %r3354, 1;
-	setp.eq.b32 	%p554, %r2352, 1;
-	mov.pred 	%p555, 0;
-	xor.pred  	%p556, %p554, %p555;
-	not.pred 	%p557, %p556;
-	@%p557 bra 	$L__BB4_617;
-	add.s32 	%r321, %r3381, 1;
-	mul.wide.u32 	%rd1567, %r3381, 2;
-	add.s64 	%rd1568, %rd1567, %rd438;
-	add.s64 	%rd1569, %rd415, %rd1568;
-	st.u16 	[%rd1569], %r3361;
-	mov.u32 	%r3381, %r321;
-$L__BB4_617:
-	and.b32  	%r2353, %r3354, 2;
-	setp.eq.s32 	%p558, %r2353, 0;
-	@%p558 bra 	$L__BB4_619;
-	add.s32 	%r323, %r3381, 1;
-	mul.wide.u32 	%rd1570, %r3381, 2;
-	add.s64 	%rd1571, %rd1570, %rd438;
-	add.s64 	%rd1572, %rd415, %rd1571;
-	shr.u32 	%r2354, %r3361, 16;
-	st.u16 	[%rd1572], %r2354;
-	mov.u32 	%r3381, %r323;
-$L__BB4_619:
-	and.b32  	%r2355, %r3354, 4;
-	setp.eq.s32 	%p559, %r2355, 0;
-	@%p559 bra 	$L__BB4_621;
-	add.s32 	%r326, %r3381, 1;
-	mul.wide.u32 	%rd1573, %r3381, 2;
-	add.s64 	%rd1574, %rd1573, %rd438;
-	add.s64 	%rd1575, %rd415, %rd1574;
-	st.u16 	[%rd1575], %r3362;
-	mov.u32 	%r3381, %r326;
-$L__BB4_621:
-	and.b32  	%r2356, %r3354, 8;
-	setp.eq.s32 	%p560, %r2356, 0;
-	@%p560 bra 	$L__BB4_623;
-	add.s32 	%r328, %r3381, 1;
-	mul.wide.u32 	%rd1576, %r3381, 2;
-	add.s64 	%rd1577, %rd1576, %rd438;
-	add.s64 	%rd1578, %rd415, %rd1577;
-	shr.u32 	%r2357, %r3362, 16;
-	st.u16 	[%rd1578], %r2357;
-	mov.u32 	%r3381, %r328;
-$L__BB4_623:
-	and.b32  	%r2358, %r3354, 16;
-	setp.eq.s32 	%p561, %r2358, 0;
-	@%p561 bra 	$L__BB4_625;
-	add.s32 	%r331, %r3381, 1;
-	mul.wide.u32 	%rd1579, %r3381, 2;
-	add.s64 	%rd1580, %rd1579, %rd438;
-	add.s64 	%rd1581, %rd415, %rd1580;
-	st.u16 	[%rd1581], %r3363;
-	mov.u32 	%r3381, %r331;
-$L__BB4_625:
-	and.b32  	%r2359, %r3354, 32;
-	setp.eq.s32 	%p562, %r2359, 0;
-	@%p562 bra 	$L__BB4_627;
-	add.s32 	%r333, %r3381, 1;
-	mul.wide.u32 	%rd1582, %r3381, 2;
-	add.s64 	%rd1583, %rd1582, %rd438;
-	add.s64 	%rd1584, %rd415, %rd1583;
-	shr.u32 	%r2360, %r3363, 16;
-	st.u16 	[%rd1584], %r2360;
-	mov.u32 	%r3381, %r333;
-$L__BB4_627:
-	and.b32  	%r2361, %r3354, 64;
-	setp.eq.s32 	%p563, %r2361, 0;
-	@%p563 bra 	$L__BB4_629;
-	add.s32 	%r336, %r3381, 1;
-	mul.wide.u32 	%rd1585, %r3381, 2;
-	add.s64 	%rd1586, %rd1585, %rd438;
-	add.s64 	%rd1587, %rd415, %rd1586;
-	st.u16 	[%rd1587], %r3364;
-	mov.u32 	%r3381, %r336;
-$L__BB4_629:
-	and.b32  	%r2362, %r3354, 128;
-	setp.eq.s32 	%p564, %r2362, 0;
-	@%p564 bra 	$L__BB4_631;
-	mul.wide.u32 	%rd1588, %r3381, 2;
-	add.s64 	%rd1589, %rd1588, %rd438;
-	add.s64 	%rd1590, %rd415, %rd1589;
-	shr.u32 	%r2363, %r3364, 16;
-	st.u16 	[%rd1590], %r2363;
-$L__BB4_631:
-	shr.u32 	%r2365, %r2348, 16;
-	add.s32 	%r339, %r2365, %r319;
-	shr.u64 	%rd1591, %rd493, 32;
-	cvt.u32.u64 	%r2366, %rd1591;
-	and.b32  	%r2367, %r2366, 65535;
-	add.s32 	%r3388, %r2367, %r339;
-	and.b32  	%r2368, %r3355, 1;
-	setp.eq.b32 	%p565, %r2368, 1;
-	mov.pred 	%p566, 0;
-	xor.pred  	%p567, %p565, %p566;
-	not.pred 	%p568, %p567;
-	@%p568 bra 	$L__BB4_633;
-	add.s32 	%r341, %r3388, 1;
-	mul.wide.u32 	%rd1592, %r3388, 2;
-	add.s64 	%rd1593, %rd1592, %rd438;
-	add.s64 	%rd1594, %rd415, %rd1593;
-	st.u16 	[%rd1594], %r3365;
-	mov.u32 	%r3388, %r341;
-$L__BB4_633:
-	and.b32  	%r2369, %r3355, 2;
-	setp.eq.s32 	%p569, %r2369, 0;
-	@%p569 bra 	$L__BB4_635;
-	add.s32 	%r343, %r3388, 1;
-	mul.wide.u32 	%rd1595, %r3388, 2;
-	add.s64 	%rd1596, %rd1595, %rd438;
-	add.s64 	%rd1597, %rd415, %rd1596;
-	shr.u32 	%r2370, %r3365, 16;
-	st.u16 	[%rd1597], %r2370;
-	mov.u32 	%r3388, %r343;
-$L__BB4_635:
-	and.b32  	%r2371, %r3355, 4;
-	setp.eq.s32 	%p570, %r2371, 0;
-	@%p570 bra 	$L__BB4_637;
-	add.s32 	%r346, %r3388, 1;
-	mul.wide.u32 	%rd1598, %r3388, 2;
-	add.s64 	%rd1599, %rd1598, %rd438;
-	add.s64 	%rd1600, %rd415, %rd1599;
-	st.u16 	[%rd1600], %r3366;
-	mov.u32 	%r3388, %r346;
-$L__BB4_637:
-	and.b32  	%r2372, %r3355, 8;
-	setp.eq.s32 	%p571, %r2372, 0;
-	@%p571 bra 	$L__BB4_639;
-	add.s32 	%r348, %r3388, 1;
-	mul.wide.u32 	%rd1601, %r3388, 2;
-	add.s64 	%rd1602, %rd1601, %rd438;
-	add.s64 	%rd1603, %rd415, %rd1602;
-	shr.u32 	%r2373, %r3366, 16;
-	st.u16 	[%rd1603], %r2373;
-	mov.u32 	%r3388, %r348;
-$L__BB4_639:
-	and.b32  	%r2374, %r3355, 16;
-	setp.eq.s32 	%p572, %r2374, 0;
-	@%p572 bra 	$L__BB4_641;
-	add.s32 	%r351, %r3388, 1;
-	mul.wide.u32 	%rd1604, %r3388, 2;
-	add.s64 	%rd1605, %rd1604, %rd438;
-	add.s64 	%rd1606, %rd415, %rd1605;
-	st.u16 	[%rd1606], %r3367;
-	mov.u32 	%r3388, %r351;
-$L__BB4_641:
-	and.b32  	%r2375, %r3355, 32;
-	setp.eq.s32 	%p573, %r2375, 0;
-	@%p573 bra 	$L__BB4_643;
-	add.s32 	%r353, %r3388, 1;
-	mul.wide.u32 	%rd1607, %r3388, 2;
-	add.s64 	%rd1608, %rd1607, %rd438;
-	add.s64 	%rd1609, %rd415, %rd1608;
-	shr.u32 	%r2376, %r3367, 16;
-	st.u16 	[%rd1609], %r2376;
-	mov.u32 	%r3388, %r353;
-$L__BB4_643:
-	and.b32  	%r2377, %r3355, 64;
-	setp.eq.s32 	%p574, %r2377, 0;
-	@%p574 bra 	$L__BB4_645;
-	add.s32 	%r356, %r3388, 1;
-	mul.wide.u32 	%rd1610, %r3388, 2;
-	add.s64 	%rd1611, %rd1610, %rd438;
-	add.s64 	%rd1612, %rd415, %rd1611;
-	st.u16 	[%rd1612], %r3368;
-	mov.u32 	%r3388, %r356;
-$L__BB4_645:
-	and.b32  	%r2378, %r3355, 128;
-	setp.eq.s32 	%p575, %r2378, 0;
-	@%p575 bra 	$L__BB4_647;
-	mul.wide.u32 	%rd1613, %r3388, 2;
-	add.s64 	%rd1614, %rd1613, %rd438;
-	add.s64 	%rd1615, %rd415, %rd1614;
-	shr.u32 	%r2379, %r3368, 16;
-	st.u16 	[%rd1615], %r2379;
-$L__BB4_647:
-	shr.u64 	%rd1616, %rd492, 32;
-	cvt.u32.u64 	%r2380, %rd1616;
-	and.b32  	%r2381, %r2380, 65535;
-	add.s32 	%r359, %r2381, %r339;
-	shr.u64 	%rd1617, %rd493, 48;
-	cvt.u32.u64 	%r2382, %rd1617;
-	add.s32 	%r3395, %r359, %r2382;
-	and.b32  	%r2383, %r3356, 1;
-	setp.eq.b32 	%p576, %r2383, 1;
-	mov.pred 	%p577, 0;
-	xor.pred  	%p578, %p576, %p577;
-	not.pred 	%p579, %p578;
-	@%p579 bra 	$L__BB4_649;
-	add.s32 	%r361, %r3395, 1;
-	mul.wide.u32 	%rd1618, %r3395, 2;
-	add.s64 	%rd1619, %rd1618, %rd438;
-	add.s64 	%rd1620, %rd415, %rd1619;
-	st.u16 	[%rd1620], %r3369;
-	mov.u32 	%r3395, %r361;
-$L__BB4_649:
-	and.b32  	%r2384, %r3356, 2;
-	setp.eq.s32 	%p580, %r2384, 0;
-	@%p580 bra 	$L__BB4_651;
-	add.s32 	%r363, %r3395, 1;
-	mul.wide.u32 	%rd1621, %r3395, 2;
-	add.s64 	%rd1622, %rd1621, %rd438;
-	add.s64 	%rd1623, %rd415, %rd1622;
-	shr.u32 	%r2385, %r3369, 16;
-	st.u16 	[%rd1623], %r2385;
-	mov.u32 	%r3395, %r363;
-$L__BB4_651:
-	and.b32  	%r2386, %r3356, 4;
-	setp.eq.s32 	%p581, %r2386, 0;
-	@%p581 bra 	$L__BB4_653;
-	add.s32 	%r366, %r3395, 1;
-	mul.wide.u32 	%rd1624, %r3395, 2;
-	add.s64 	%rd1625, %rd1624, %rd438;
-	add.s64 	%rd1626, %rd415, %rd1625;
-	st.u16 	[%rd1626], %r3370;
-	mov.u32 	%r3395, %r366;
-$L__BB4_653:
-	and.b32  	%r2387, %r3356, 8;
-	setp.eq.s32 	%p582, %r2387, 0;
-	@%p582 bra 	$L__BB4_655;
-	add.s32 	%r368, %r3395, 1;
-	mul.wide.u32 	%rd1627, %r3395, 2;
-	add.s64 	%rd1628, %rd1627, %rd438;
-	add.s64 	%rd1629, %rd415, %rd1628;
-	shr.u32 	%r2388, %r3370, 16;
-	st.u16 	[%rd1629], %r2388;
-	mov.u32 	%r3395, %r368;
-$L__BB4_655:
-	and.b32  	%r2389, %r3356, 16;
-	setp.eq.s32 	%p583, %r2389, 0;
-	@%p583 bra 	$L__BB4_657;
-	add.s32 	%r371, %r3395, 1;
-	mul.wide.u32 	%rd1630, %r3395, 2;
-	add.s64 	%rd1631, %rd1630, %rd438;
-	add.s64 	%rd1632, %rd415, %rd1631;
-	st.u16 	[%rd1632], %r3371;
-	mov.u32 	%r3395, %r371;
-$L__BB4_657:
-	and.b32  	%r2390, %r3356, 32;
-	setp.eq.s32 	%p584, %r2390, 0;
-	@%p584 bra 	$L__BB4_659;
-	add.s32 	%r373, %r3395, 1;
-	mul.wide.u32 	%rd1633, %r3395, 2;
-	add.s64 	%rd1634, %rd1633, %rd438;
-	add.s64 	%rd1635, %rd415, %rd1634;
-	shr.u32 	%r2391, %r3371, 16;
-	st.u16 	[%rd1635], %r2391;
-	mov.u32 	%r3395, %r373;
-$L__BB4_659:
-	and.b32  	%r2392, %r3356, 64;
-	setp.eq.s32 	%p585, %r2392, 0;
-	@%p585 bra 	$L__BB4_661;
-	add.s32 	%r376, %r3395, 1;
-	mul.wide.u32 	%rd1636, %r3395, 2;
-	add.s64 	%rd1637, %rd1636, %rd438;
-	add.s64 	%rd1638, %rd415, %rd1637;
-	st.u16 	[%rd1638], %r3372;
-	mov.u32 	%r3395, %r376;
-$L__BB4_661:
-	and.b32  	%r2393, %r3356, 128;
-	setp.eq.s32 	%p586, %r2393, 0;
-	@%p586 bra 	$L__BB4_663;
-	mul.wide.u32 	%rd1639, %r3395, 2;
-	add.s64 	%rd1640, %rd1639, %rd438;
-	add.s64 	%rd1641, %rd415, %rd1640;
-	shr.u32 	%r2394, %r3372, 16;
-	st.u16 	[%rd1641], %r2394;
-$L__BB4_663:
-	shr.u64 	%rd1642, %rd492, 48;
-	cvt.u32.u64 	%r2395, %rd1642;
-	add.s32 	%r3352, %r359, %r2395;
-	add.s64 	%rd2237, %rd2237, 1024;
-	setp.lt.u64 	%p587, %rd2237, %rd464;
-	@%p587 bra 	$L__BB4_574;
-	bra.uni 	$L__BB4_920;
-$L__BB4_664:
-	setp.eq.s64 	%p588, %rd464, 0;
-	@%p588 bra 	$L__BB4_920;
-	mov.u64 	%rd2240, 0;
-	mov.u32 	%r3401, 0;
-$L__BB4_666:
-	mov.u32 	%r3402, 0;
-	add.s64 	%rd496, %rd2240, %rd3;
-	setp.ge.u64 	%p589, %rd496, %rd464;
-	@%p589 bra 	$L__BB4_668;
-	shr.u64 	%rd1644, %rd496, 1;
-	and.b64  	%rd1645, %rd1644, 576460752303423487;
-	add.s64 	%rd1646, %rd1645, %rd424;
-	shl.b64 	%rd1647, %rd1646, 2;
-	add.s64 	%rd1648, %rd407, %rd1647;
-	cvt.u32.u64 	%r2398, %rd496;
-	shl.b32 	%r2399, %r2398, 4;
-	and.b32  	%r2400, %r2399, 16;
-	ld.global.u32 	%r2401, [%rd1648];
-	shr.u32 	%r2402, %r2401, %r2400;
-	and.b32  	%r3402, %r2402, 65535;
-$L__BB4_668:
-	add.s64 	%rd497, %rd496, 256;
-	setp.ge.u64 	%p590, %rd497, %rd464;
-	mov.u32 	%r3404, 0;
-	mov.u32 	%r3403, %r3404;
-	@%p590 bra 	$L__BB4_670;
-	shr.u64 	%rd1649, %rd497, 1;
-	and.b64  	%rd1650, %rd1649, 576460752303423487;
-	add.s64 	%rd1651, %rd1650, %rd424;
-	shl.b64 	%rd1652, %rd1651, 2;
-	add.s64 	%rd1653, %rd407, %rd1652;
-	cvt.u32.u64 	%r2404, %rd497;
-	shl.b32 	%r2405, %r2404, 4;
-	and.b32  	%r2406, %r2405, 16;
-	ld.global.u32 	%r2407, [%rd1653];
-	shr.u32 	%r2408, %r2407, %r2406;
-	and.b32  	%r3403, %r2408, 65535;
-$L__BB4_670:
-	add.s64 	%rd498, %rd496, 512;
-	setp.ge.u64 	%p591, %rd498, %rd464;
-	@%p591 bra 	$L__BB4_672;
-	shr.u64 	%rd1654, %rd498, 1;
-	and.b64  	%rd1655, %rd1654, 576460752303423487;
-	add.s64 	%rd1656, %rd1655, %rd424;
-	shl.b64 	%rd1657, %rd1656, 2;
-	add.s64 	%rd1658, %rd407, %rd1657;
-	cvt.u32.u64 	%r2410, %rd498;
-	shl.b32 	%r2411, %r2410, 4;
-	and.b32  	%r2412, %r2411, 16;
-	ld.global.u32 	%r2413, [%rd1658];
-	shr.u32 	%r2414, %r2413, %r2412;
-	and.b32  	%r3404, %r2414, 65535;
-$L__BB4_672:
-	add.s64 	%rd499, %rd496, 768;
-	setp.ge.u64 	%p592, %rd499, %rd464;
-	mov.u32 	%r3406, 0;
-	mov.u32 	%r3405, %r3406;
-	@%p592 bra 	$L__BB4_674;
-	shr.u64 	%rd1659, %rd499, 1;
-	and.b64  	%rd1660, %rd1659, 576460752303423487;
-	add.s64 	%rd1661, %rd1660, %rd424;
-	shl.b64 	%rd1662, %rd1661, 2;
-	add.s64 	%rd1663, %rd407, %rd1662;
-	cvt.u32.u64 	%r2416, %rd499;
-	shl.b32 	%r2417, %r2416, 4;
-	and.b32  	%r2418, %r2417, 16;
-	ld.global.u32 	%r2419, [%rd1663];
-	shr.u32 	%r2420, %r2419, %r2418;
-	and.b32  	%r3405, %r2420, 65535;
-$L__BB4_674:
-	setp.eq.s32 	%p593, %r3402, 0;
-	mov.u32 	%r3407, %r3406;
-	mov.u32 	%r3408, %r3406;
-	mov.u32 	%r3409, %r3406;
-	@%p593 bra 	$L__BB4_676;
-	shl.b64 	%rd1665, %rd496, 4;
-	add.s64 	%rd1664, %rd423, %rd1665;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r3406,%r3407,%r3408,%r3409}, [%rd1664];
-	// end inline asm
-$L__BB4_676:
-	setp.eq.s32 	%p594, %r3403, 0;
-	mov.u32 	%r3414, 0;
-	mov.u32 	%r3410, %r3414;
-	mov.u32 	%r3411, %r3414;
-	mov.u32 	%r3412, %r3414;
-	mov.u32 	%r3413, %r3414;
-	@%p594 bra 	$L__BB4_678;
-	shl.b64 	%rd1667, %rd497, 4;
-	add.s64 	%rd1666, %rd423, %rd1667;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r3410,%r3411,%r3412,%r3413}, [%rd1666];
-	// end inline asm
-$L__BB4_678:
-	setp.eq.s32 	%p595, %r3404, 0;
-	mov.u32 	%r3415, %r3414;
-	mov.u32 	%r3416, %r3414;
-	mov.u32 	%r3417, %r3414;
-	@%p595 bra 	$L__BB4_680;
-	shl.b64 	%rd1669, %rd498, 4;
-	add.s64 	%rd1668, %rd423, %rd1669;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r3414,%r3415,%r3416,%r3417}, [%rd1668];
-	// end inline asm
-$L__BB4_680:
-	setp.eq.s32 	%p596, %r3405, 0;
-	mov.u32 	%r2448, 0;
-	mov.u32 	%r3418, %r2448;
-	mov.u32 	%r3419, %r2448;
-	mov.u32 	%r3420, %r2448;
-	mov.u32 	%r3421, %r2448;
-	@%p596 bra 	$L__BB4_682;
-	shl.b64 	%rd1671, %rd499, 4;
-	add.s64 	%rd1670, %rd423, %rd1671;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r3418,%r3419,%r3420,%r3421}, [%rd1670];
-	// end inline asm
-$L__BB4_682:
-	cvt.u32.u64 	%r2473, %rd4;
-	setp.lt.u32 	%p597, %r2473, 16;
-	mov.u32 	%r2474, 16;
-	setp.lt.u32 	%p598, %r2473, 4;
-	mov.u32 	%r2475, 4;
-	setp.lt.u32 	%p599, %r2473, 2;
-	mov.u32 	%r2476, 2;
-	setp.lt.u32 	%p600, %r2473, 8;
-	mov.u32 	%r2477, 8;
-	setp.ne.s32 	%p601, %r2473, 31;
-	setp.eq.s32 	%p602, %r2473, 0;
-	popc.b32 	%r2479, %r3405;
-	cvt.u64.u32 	%rd1682, %r2479;
-	shl.b64 	%rd1683, %rd1682, 48;
-	popc.b32 	%r2480, %r3403;
-	shl.b32 	%r2481, %r2480, 16;
-	popc.b32 	%r2482, %r3402;
-	or.b32  	%r2483, %r2481, %r2482;
-	cvt.u64.u32 	%rd1684, %r2483;
-	popc.b32 	%r2484, %r3404;
-	cvt.u64.u32 	%rd1685, %r2484;
-	bfi.b64 	%rd1686, %rd1685, %rd1684, 32, 32;
-	or.b64  	%rd1672, %rd1683, %rd1686;
-	// begin inline asm
-	mov.b64 {%r2453,%r2454}, %rd1672;
-	// end inline asm
-	mov.u32 	%r2485, 1;
-	mov.u32 	%r2486, -1;
-	shfl.sync.up.b32 	%r2456|%p603, %r2454, %r2485, %r2448, %r2486;
-	shfl.sync.up.b32 	%r2455|%p604, %r2453, %r2485, %r2448, %r2486;
-	// begin inline asm
-	mov.b64 %rd1673, {%r2455,%r2456};
-	// end inline asm
-	selp.b64 	%rd1687, 0, %rd1673, %p602;
-	add.s64 	%rd1674, %rd1687, %rd1672;
-	// begin inline asm
-	mov.b64 {%r2457,%r2458}, %rd1674;
-	// end inline asm
-	shfl.sync.up.b32 	%r2460|%p605, %r2458, %r2476, %r2448, %r2486;
-	shfl.sync.up.b32 	%r2459|%p606, %r2457, %r2476, %r2448, %r2486;
-	// begin inline asm
-	mov.b64 %rd1675, {%r2459,%r2460};
-	// end inline asm
-	selp.b64 	%rd1688, 0, %rd1675, %p599;
-	add.s64 	%rd1676, %rd1688, %rd1674;
-	// begin inline asm
-	mov.b64 {%r2461,%r2462}, %rd1676;
-	// end inline asm
-	shfl.sync.up.b32 	%r2464|%p607, %r2462, %r2475, %r2448, %r2486;
-	shfl.sync.up.b32 	%r2463|%p608, %r2461, %r2475, %r2448, %r2486;
-	// begin inline asm
-	mov.b64 %rd1677, {%r2463,%r2464};
-	// end inline asm
-	selp.b64 	%rd1689, 0, %rd1677, %p598;
-	add.s64 	%rd1678, %rd1689, %rd1676;
-	// begin inline asm
-	mov.b64 {%r2465,%r2466}, %rd1678;
-	// end inline asm
-	shfl.sync.up.b32 	%r2468|%p609, %r2466, %r2477, %r2448, %r2486;
-	shfl.sync.up.b32 	%r2467|%p610, %r2465, %r2477, %r2448, %r2486;
-	// begin inline asm
-	mov.b64 %rd1679, {%r2467,%r2468};
-	// end inline asm
-	selp.b64 	%rd1690, 0, %rd1679, %p600;
-	add.s64 	%rd1680, %rd1690, %rd1678;
-	// begin inline asm
-	mov.b64 {%r2469,%r2470}, %rd1680;
-	// end inline asm
-	shfl.sync.up.b32 	%r2472|%p611, %r2470, %r2474, %r2448, %r2486;
-	shfl.sync.up.b32 	%r2471|%p612, %r2469, %r2474, %r2448, %r2486;
-	// begin inline asm
-	mov.b64 %rd1681, {%r2471,%r2472};
-	// end inline asm
-	selp.b64 	%rd1691, 0, %rd1681, %p597;
-	add.s64 	%rd501, %rd1691, %rd1680;
-	@%p601 bra 	$L__BB4_684;
-	st.shared.u64 	[%r2], %rd501;
-$L__BB4_684:
-	cvt.u32.u64 	%r2487, %rd5;
-	setp.ne.s32 	%p613, %r2487, 0;
-	bar.sync 	0;
-	@%p613 bra 	$L__BB4_689;
-	cvt.u32.u64 	%r3222, %rd4;
-	setp.gt.u32 	%p614, %r3222, 7;
-	mov.u64 	%rd2241, 0;
-	@%p614 bra 	$L__BB4_687;
-	ld.shared.u64 	%rd2241, [%r3];
-$L__BB4_687:
-	cvt.u32.u64 	%r3223, %rd4;
-	setp.lt.u32 	%p825, %r3223, 16;
-	setp.lt.u32 	%p824, %r3223, 8;
-	setp.lt.u32 	%p823, %r3223, 4;
-	setp.lt.u32 	%p822, %r3223, 2;
-	setp.eq.s32 	%p821, %r3223, 0;
-	mov.u32 	%r2510, 16;
-	mov.u32 	%r2511, 4;
-	mov.u32 	%r2512, 2;
-	mov.u32 	%r2513, 8;
-	mov.u32 	%r2514, 0;
-	// begin inline asm
-	mov.b64 {%r2489,%r2490}, %rd2241;
-	// end inline asm
-	mov.u32 	%r2515, 1;
-	mov.u32 	%r2516, -1;
-	shfl.sync.up.b32 	%r2492|%p621, %r2490, %r2515, %r2514, %r2516;
-	shfl.sync.up.b32 	%r2491|%p622, %r2489, %r2515, %r2514, %r2516;
-	// begin inline asm
-	mov.b64 %rd1694, {%r2491,%r2492};
-	// end inline asm
-	selp.b64 	%rd1703, 0, %rd1694, %p821;
-	add.s64 	%rd1695, %rd1703, %rd2241;
-	// begin inline asm
-	mov.b64 {%r2493,%r2494}, %rd1695;
-	// end inline asm
-	shfl.sync.up.b32 	%r2496|%p623, %r2494, %r2512, %r2514, %r2516;
-	shfl.sync.up.b32 	%r2495|%p624, %r2493, %r2512, %r2514, %r2516;
-	// begin inline asm
-	mov.b64 %rd1696, {%r2495,%r2496};
-	// end inline asm
-	selp.b64 	%rd1704, 0, %rd1696, %p822;
-	add.s64 	%rd1697, %rd1704, %rd1695;
-	// begin inline asm
-	mov.b64 {%r2497,%r2498}, %rd1697;
-	// end inline asm
-	shfl.sync.up.b32 	%r2500|%p625, %r2498, %r2511, %r2514, %r2516;
-	shfl.sync.up.b32 	%r2499|%p626, %r2497, %r2511, %r2514, %r2516;
-	// begin inline asm
-	mov.b64 %rd1698, {%r2499,%r2500};
-	// end inline asm
-	selp.b64 	%rd1705, 0, %rd1698, %p823;
-	add.s64 	%rd1699, %rd1705, %rd1697;
-	// begin inline asm
-	mov.b64 {%r2501,%r2502}, %rd1699;
-	// end inline asm
-	shfl.sync.up.b32 	%r2504|%p627, %r2502, %r2513, %r2514, %r2516;
-	shfl.sync.up.b32 	%r2503|%p628, %r2501, %r2513, %r2514, %r2516;
-	// begin inline asm
-	mov.b64 %rd1700, {%r2503,%r2504};
-	// end inline asm
-	selp.b64 	%rd1706, 0, %rd1700, %p824;
-	add.s64 	%rd1701, %rd1706, %rd1699;
-	// begin inline asm
-	mov.b64 {%r2505,%r2506}, %rd1701;
-	// end inline asm
-	shfl.sync.up.b32 	%r2508|%p629, %r2506, %r2510, %r2514, %r2516;
-	shfl.sync.up.b32 	%r2507|%p630, %r2505, %r2510, %r2514, %r2516;
-	// begin inline asm
-	mov.b64 %rd1702, {%r2507,%r2508};
-	// end inline asm
-	selp.b64 	%rd1707, 0, %rd1702, %p825;
-	add.s64 	%rd504, %rd1707, %rd1701;
-	@%p614 bra 	$L__BB4_689;
-	st.shared.u64 	[%r3], %rd504;
-$L__BB4_689:
-	setp.eq.s32 	%p631, %r2487, 0;
-	bar.sync 	0;
-	mov.u64 	%rd2242, 0;
-	@%p631 bra 	$L__BB4_691;
-	ld.shared.u64 	%rd2242, [%r2+-8];
-$L__BB4_691:
-	ld.shared.u64 	%rd507, [_ZZ15ws_delta_encodeE3red+56];
-	bar.sync 	0;
-	sub.s64 	%rd1709, %rd501, %rd1672;
-	add.s64 	%rd508, %rd1709, %rd2242;
-	cvt.u32.u64 	%r2518, %rd508;
-	and.b32  	%r2519, %r2518, 65535;
-	add.s32 	%r3423, %r2519, %r3401;
-	and.b32  	%r2520, %r3402, 1;
-	setp.eq.b32 	%p632, %r2520, 1;
-	mov.pred 	%p633, 0;
-	xor.pred  	%p634, %p632, %p633;
-	not.pred 	%p635, %p634;
-	@%p635 bra 	$L__BB4_693;
-	add.s32 	%r422, %r3423, 1;
-	cvt.u64.u32 	%rd1710, %r3423;
-	add.s64 	%rd1711, %rd438, %rd1710;
-	add.s64 	%rd1712, %rd415, %rd1711;
-	st.u8 	[%rd1712], %r3406;
-	mov.u32 	%r3423, %r422;
-$L__BB4_693:
-	and.b32  	%r2521, %r3402, 2;
-	setp.eq.s32 	%p636, %r2521, 0;
-	@%p636 bra 	$L__BB4_695;
-	add.s32 	%r424, %r3423, 1;
-	cvt.u64.u32 	%rd1713, %r3423;
-	add.s64 	%rd1714, %rd438, %rd1713;
-	add.s64 	%rd1715, %rd415, %rd1714;
-	shr.u32 	%r2522, %r3406, 8;
-	st.u8 	[%rd1715], %r2522;
-	mov.u32 	%r3423, %r424;
-$L__BB4_695:
-	and.b32  	%r2523, %r3402, 4;
-	setp.eq.s32 	%p637, %r2523, 0;
-	@%p637 bra 	$L__BB4_697;
-	add.s32 	%r426, %r3423, 1;
-	cvt.u64.u32 	%rd1716, %r3423;
-	add.s64 	%rd1717, %rd438, %rd1716;
-	add.s64 	%rd1718, %rd415, %rd1717;
-	shr.u32 	%r2524, %r3406, 16;
-	st.u8 	[%rd1718], %r2524;
-	mov.u32 	%r3423, %r426;
-$L__BB4_697:
-	and.b32  	%r2525, %r3402, 8;
-	setp.eq.s32 	%p638, %r2525, 0;
-	@%p638 bra 	$L__BB4_699;
-	add.s32 	%r428, %r3423, 1;
-	cvt.u64.u32 	%rd1719, %r3423;
-	add.s64 	%rd1720, %rd438, %rd1719;
-	add.s64 	%rd1721, %rd415, %rd1720;
-	shr.u32 	%r2526, %r3406, 24;
-	st.u8 	[%rd1721], %r2526;
-	mov.u32 	%r3423, %r428;
-$L__BB4_699:
-	and.b32  	%r2527, %r3402, 16;
-	setp.eq.s32 	%p639, %r2527, 0;
-	@%p639 bra 	$L__BB4_701;
-	add.s32 	%r431, %r3423, 1;
-	cvt.u64.u32 	%rd1722, %r3423;
-	add.s64 	%rd1723, %rd438, %rd1722;
-	add.s64 	%rd1724, %rd415, %rd1723;
-	st.u8 	[%rd1724], %r3407;
-	mov.u32 	%r3423, %r431;
-$L__BB4_701:
-	and.b32  	%r2528, %r3402, 32;
-	setp.eq.s32 	%p640, %r2528, 0;
-	@%p640 bra 	$L__BB4_703;
-	add.s32 	%r433, %r3423, 1;
-	cvt.u64.u32 	%rd1725, %r3423;
-	add.s64 	%rd1726, %rd438, %rd1725;
-	add.s64 	%rd1727, %rd415, %rd1726;
-	shr.u32 	%r2529, %r3407, 8;
-	st.u8 	[%rd1727], %r2529;
-	mov.u32 	%r3423, %r433;
-$L__BB4_703:
-	and.b32  	%r2530, %r3402, 64;
-	setp.eq.s32 	%p641, %r2530, 0;
-	@%p641 bra 	$L__BB4_705;
-	add.s32 	%r435, %r3423, 1;
-	cvt.u64.u32 	%rd1728, %r3423;
-	add.s64 	%rd1729, %rd438, %rd1728;
-	add.s64 	%rd1730, %rd415, %rd1729;
-	shr.u32 	%r2531, %r3407, 16;
-	st.u8 	[%rd1730], %r2531;
-	mov.u32 	%r3423, %r435;
-$L__BB4_705:
-	and.b32  	%r2532, %r3402, 128;
-	setp.eq.s32 	%p642, %r2532, 0;
-	@%p642 bra 	$L__BB4_707;
-	add.s32 	%r437, %r3423, 1;
-	cvt.u64.u32 	%rd1731, %r3423;
-	add.s64 	%rd1732, %rd438, %rd1731;
-	add.s64 	%rd1733, %rd415, %rd1732;
-	shr.u32 	%r2533, %r3407, 24;
-	st.u8 	[%rd1733], %r2533;
-	mov.u32 	%r3423, %r437;
-$L__BB4_707:
-	and.b32  	%r2534, %r3402, 256;
-	setp.eq.s32 	%p643, %r2534, 0;
-	@%p643 bra 	$L__BB4_709;
-	add.s32 	%r440, %r3423, 1;
-	cvt.u64.u32 	%rd1734, %r3423;
-	add.s64 	%rd1735, %rd438, %rd1734;
-	add.s64 	%rd1736, %rd415, %rd1735;
-	st.u8 	[%rd1736], %r3408;
-	mov.u32 	%r3423, %r440;
-$L__BB4_709:
-	and.b32  	%r2535, %r3402, 512;
-	setp.eq.s32 	%p644, %r2535, 0;
-	@%p644 bra 	$L__BB4_711;
-	add.s32 	%r442, %r3423, 1;
-	cvt.u64.u32 	%rd1737, %r3423;
-	add.s64 	%rd1738, %rd438, %rd1737;
-	add.s64 	%rd1739, %rd415, %rd1738;
-	shr.u32 	%r2536, %r3408, 8;
-	st.u8 	[%rd1739], %r2536;
-	mov.u32 	%r3423, %r442;
-$L__BB4_711:
-	and.b32  	%r2537, %r3402, 1024;
-	setp.eq.s32 	%p645, %r2537, 0;
-	@%p645 bra 	$L__BB4_713;
-	add.s32 	%r444, %r3423, 1;
-	cvt.u64.u32 	%rd1740, %r3423;
-	add.s64 	%rd1741, %rd438, %rd1740;
-	add.s64 	%rd1742, %rd415, %rd1741;
-	shr.u32 	%r2538, %r3408, 16;
-	st.u8 	[%rd1742], %r2538;
-	mov.u32 	%r3423, %r444;
-$L__BB4_713:
-	and.b32  	%r2539, %r3402, 2048;
-	setp.eq.s32 	%p646, %r2539, 0;
-	@%p646 bra 	$L__BB4_715;
-	add.s32 	%r446, %r3423, 1;
-	cvt.u64.u32 	%rd1743, %r3423;
-	add.s64 	%rd1744, %rd438, %rd1743;
-	add.s64 	%rd1745, %rd415, %rd1744;
-	shr.u32 	%r2540, %r3408, 24;
-	st.u8 	[%rd1745], %r2540;
-	mov.u32 	%r3423, %r446;
-$L__BB4_715:
-	and.b32  	%r2541, %r3402, 4096;
-	setp.eq.s32 	%p647, %r2541, 0;
-	@%p647 bra 	$L__BB4_717;
-	add.s32 	%r449, %r3423, 1;
-	cvt.u64.u32 	%rd1746, %r3423;
-	add.s64 	%rd1747, %rd438, %rd1746;
-	add.s64 	%rd1748, %rd415, %rd1747;
-	st.u8 	[%rd1748], %r3409;
-	mov.u32 	%r3423, %r449;
-$L__BB4_717:
-	and.b32  	%r2542, %r3402, 8192;
-	setp.eq.s32 	%p648, %r2542, 0;
-	@%p648 bra 	$L__BB4_719;
-	add.s32 	%r451, %r3423, 1;
-	cvt.u64.u32 	%rd1749, %r3423;
-	add.s64 	%rd1750, %rd438, %rd1749;
-	add.s64 	%rd1751, %rd415, %rd1750;
-	shr.u32 	%r2543, %r3409, 8;
-	st.u8 	[%rd1751], %r2543;
-	mov.u32 	%r3423, %r451;
-$L__BB4_719:
-	and.b32  	%r2544, %r3402, 16384;
-	setp.eq.s32 	%p649, %r2544, 0;
-	@%p649 bra 	$L__BB4_721;
-	add.s32 	%r453, %r3423, 1;
-	cvt.u64.u32 	%rd1752, %r3423;
-	add.s64 	%rd1753, %rd438, %rd1752;
-	add.s64 	%rd1754, %rd415, %rd1753;
-	shr.u32 	%r2545, %r3409, 16;
-	st.u8 	[%rd1754], %r2545;
-	mov.u32 	%r3423, %r453;
-$L__BB4_721:
-	cvt.u16.u32 	%rs52, %r3402;
-	setp.gt.s16 	%p650, %rs52, -1;
-	@%p650 bra 	$L__BB4_723;
-	cvt.u64.u32 	%rd1755, %r3423;
-	add.s64 	%rd1756, %rd438, %rd1755;
-	add.s64 	%rd1757, %rd415, %rd1756;
-	shr.u32 	%r2546, %r3409, 24;
-	st.u8 	[%rd1757], %r2546;
-$L__BB4_723:
-	cvt.u32.u64 	%r2547, %rd507;
-	and.b32  	%r2548, %r2547, 65535;
-	add.s32 	%r456, %r2548, %r3401;
-	shr.u32 	%r2550, %r2518, 16;
-	add.s32 	%r3438, %r2550, %r456;
-	and.b32  	%r2551, %r3403, 1;
-	setp.eq.b32 	%p651, %r2551, 1;
-	mov.pred 	%p652, 0;
-	xor.pred  	%p653, %p651, %p652;
-	not.pred 	%p654, %p653;
-	@%p654 bra 	$L__BB4_725;
-	add.s32 	%r458, %r3438, 1;
-	cvt.u64.u32 	%rd1758, %r3438;
-	add.s64 	%rd1759, %rd438, %rd1758;
-	add.s64 	%rd1760, %rd415, %rd1759;
-	st.u8 	[%rd1760], %r3410;
-	mov.u32 	%r3438, %r458;
-$L__BB4_725:
-	and.b32  	%r2552, %r3403, 2;
-	setp.eq.s32 	%p655, %r2552, 0;
-	@%p655 bra 	$L__BB4_727;
-	add.s32 	%r460, %r3438, 1;
-	cvt.u64.u32 	%rd1761, %r3438;
-	add.s64 	%rd1762, %rd438, %rd1761;
-	add.s64 	%rd1763, %rd415, %rd1762;
-	shr.u32 	%r2553, %r3410, 8;
-	st.u8 	[%rd1763], %r2553;
-	mov.u32 	%r3438, %r460;
-$L__BB4_727:
-	and.b32  	%r2554, %r3403, 4;
-	setp.eq.s32 	%p656, %r2554, 0;
-	@%p656 bra 	$L__BB4_729;
-	add.s32 	%r462, %r3438, 1;
-	cvt.u64.u32 	%rd1764, %r3438;
-	add.s64 	%rd1765, %rd438, %rd1764;
-	add.s64 	%rd1766, %rd415, %rd1765;
-	shr.u32 	%r2555, %r3410, 16;
-	st.u8 	[%rd1766], %r2555;
-	mov.u32 	%r3438, %r462;
-$L__BB4_729:
-	and.b32  	%r2556, %r3403, 8;
-	setp.eq.s32 	%p657, %r2556, 0;
-	@%p657 bra 	$L__BB4_731;
-	add.s32 	%r464, %r3438, 1;
-	cvt.u64.u32 	%rd1767, %r3438;
-	add.s64 	%rd1768, %rd438, %rd1767;
-	add.s64 	%rd1769, %rd415, %rd1768;
-	shr.u32 	%r2557, %r3410, 24;
-	st.u8 	[%rd1769], %r2557;
-	mov.u32 	%r3438, %r464;
-$L__BB4_731:
-	and.b32  	%r2558, %r3403, 16;
-	setp.eq.s32 	%p658, %r2558, 0;
-	@%p658 bra 	$L__BB4_733;
-	add.s32 	%r467, %r3438, 1;
-	cvt.u64.u32 	%rd1770, %r3438;
-	add.s64 	%rd1771, %rd438, %rd1770;
-	add.s64 	%rd1772, %rd415, %rd1771;
-	st.u8 	[%rd1772], %r3411;
-	mov.u32 	%r3438, %r467;
-$L__BB4_733:
-	and.b32  	%r2559, %r3403, 32;
-	setp.eq.s32 	%p659, %r2559, 0;
-	@%p659 bra 	$L__BB4_735;
-	add.s32 	%r469, %r3438, 1;
-	cvt.u64.u32 	%rd1773, %r3438;
-	add.s64 	%rd1774, %rd438, %rd1773;
-	add.s64 	%rd1775, %rd415, %rd1774;
-	shr.u32 	%r2560, %r3411, 8;
-	st.u8 	[%rd1775], %r2560;
-	mov.u32 	%r3438, %r469;
-$L__BB4_735:
-	and.b32  	%r2561, %r3403, 64;
-	setp.eq.s32 	%p660, %r2561, 0;
-	@%p660 bra 	$L__BB4_737;
-	add.s32 	%r471, %r3438, 1;
-	cvt.u64.u32 	%rd1776, %r3438;
-	add.s64 	%rd1777, %rd438, %rd1776;
-	add.s64 	%rd1778, %rd415, %rd1777;
-	shr.u32 	%r2562, %r3411, 16;
-	st.u8 	[%rd1778], %r2562;
-	mov.u32 	%r3438, %r471;
-$L__BB4_737:
-	and.b32  	%r2563, %r3403, 128;
-	setp.eq.s32 	%p661, %r2563, 0;
-	@%p661 bra 	$L__BB4_739;
-	add.s32 	%r473, %r3438, 1;
-	cvt.u64.u32 	%rd1779, %r3438;
-	add.s64 	%rd1780, %rd438, %rd1779;
-	add.s64 	%rd1781, %rd415, %rd1780;
-	shr.u32 	%r2564, %r3411, 24;
-	st.u8 	[%rd1781], %r2564;
-	mov.u32 	%r3438, %r473;
-$L__BB4_739:
-	and.b32  	%r2565, %r3403, 256;
-	setp.eq.s32 	%p662, %r2565, 0;
-	@%p662 bra 	$L__BB4_741;
-	add.s32 	%r476, %r3438, 1;
-	cvt.u64.u32 	%rd1782, %r3438;
-	add.s64 	%rd1783, %rd438, %rd1782;
-	add.s64 	%rd1784, %rd415, %rd1783;
-	st.u8 	[%rd1784], %r3412;
-	mov.u32 	%r3438, %r476;
-$L__BB4_741:
-	and.b32  	%r2566, %r3403, 512;
-	setp.eq.s32 	%p663, %r2566, 0;
-	@%p663 bra 	$L__BB4_743;
-	add.s32 	%r478, %r3438, 1;
-	cvt.u64.u32 	%rd1785, %r3438;
-	add.s64 	%rd1786, %rd438, %rd1785;
-	add.s64 	%rd1787, %rd415, %rd1786;
-	shr.u32 	%r2567, %r3412, 8;
-	st.u8 	[%rd1787], %r2567;
-	mov.u32 	%r3438, %r478;
-$L__BB4_743:
-	and.b32  	%r2568, %r3403, 1024;
-	setp.eq.s32 	%p664, %r2568, 0;
-	@%p664 bra 	$L__BB4_745;
-	add.s32 	%r480, %r3438, 1;
-	cvt.u64.u32 	%rd1788, %r3438;
-	add.s64 	%rd1789, %rd438, %rd1788;
-	add.s64 	%rd1790, %rd415, %rd1789;
-	shr.u32 	%r2569, %r3412, 16;
-	st.u8 	[%rd1790], %r2569;
-	mov.u32 	%r3438, %r480;
-$L__BB4_745:
-	and.b32  	%r2570, %r3403, 2048;
-	setp.eq.s32 	%p665, %r2570, 0;
-	@%p665 bra 	$L__BB4_747;
-	add.s32 	%r482, %r3438, 1;
-	cvt.u64.u32 	%rd1791, %r3438;
-	add.s64 	%rd1792, %rd438, %rd1791;
-	add.s64 	%rd1793, %rd415, %rd1792;
-	shr.u32 	%r2571, %r3412, 24;
-	st.u8 	[%rd1793], %r2571;
-	mov.u32 	%r3438, %r482;
-$L__BB4_747:
-	and.b32  	%r2572, %r3403, 4096;
-	setp.eq.s32 	%p666, %r2572, 0;
-	@%p666 bra 	$L__BB4_749;
-	add.s32 	%r485, %r3438, 1;
-	cvt.u64.u32 	%rd1794, %r3438;
-	add.s64 	%rd1795, %rd438, %rd1794;
-	add.s64 	%rd1796, %rd415, %rd1795;
-	st.u8 	[%rd1796], %r3413;
-	mov.u32 	%r3438, %r485;
-$L__BB4_749:
-	and.b32  	%r2573, %r3403, 8192;
-	setp.eq.s32 	%p667, %r2573, 0;
-	@%p667 bra 	$L__BB4_751;
-	add.s32 	%r487, %r3438, 1;
-	cvt.u64.u32 	%rd1797, %r3438;
-	add.s64 	%rd1798, %rd438, %rd1797;
-	add.s64 	%rd1799, %rd415, %rd1798;
-	shr.u32 	%r2574, %r3413, 8;
-	st.u8 	[%rd1799], %r2574;
-	mov.u32 	%r3438, %r487;
-$L__BB4_751:
-	and.b32  	%r2575, %r3403, 16384;
-	setp.eq.s32 	%p668, %r2575, 0;
-	@%p668 bra 	$L__BB4_753;
-	add.s32 	%r489, %r3438, 1;
-	cvt.u64.u32 	%rd1800, %r3438;
-	add.s64 	%rd1801, %rd438, %rd1800;
-	add.s64 	%rd1802, %rd415, %rd1801;
-	shr.u32 	%r2576, %r3413, 16;
-	st.u8 	[%rd1802], %r2576;
-	mov.u32 	%r3438, %r489;
-$L__BB4_753:
-	cvt.u16.u32 	%rs53, %r3403;
-	setp.gt.s16 	%p669, %rs53, -1;
-	@%p669 bra 	$L__BB4_755;
-	cvt.u64.u32 	%rd1803, %r3438;
-	add.s64 	%rd1804, %rd438, %rd1803;
-	add.s64 	%rd1805, %rd415, %rd1804;
-	shr.u32 	%r2577, %r3413, 24;
-	st.u8 	[%rd1805], %r2577;
-$L__BB4_755:
-	shr.u32 	%r2579, %r2547, 16;
-	add.s32 	%r492, %r2579, %r456;
-	shr.u64 	%rd1806, %rd508, 32;
-	cvt.u32.u64 	%r2580, %rd1806;
-	and.b32  	%r2581, %r2580, 65535;
-	add.s32 	%r3453, %r2581, %r492;
-	and.b32  	%r2582, %r3404, 1;
-	setp.eq.b32 	%p670, %r2582, 1;
-	mov.pred 	%p671, 0;
-	xor.pred  	%p672, %p670, %p671;
-	not.pred 	%p673, %p672;
-	@%p673 bra 	$L__BB4_757;
-	add.s32 	%r494, %r3453, 1;
-	cvt.u64.u32 	%rd1807, %r3453;
-	add.s64 	%rd1808, %rd438, %rd1807;
-	add.s64 	%rd1809, %rd415, %rd1808;
-	st.u8 	[%rd1809], %r3414;
-	mov.u32 	%r3453, %r494;
-$L__BB4_757:
-	and.b32  	%r2583, %r3404, 2;
-	setp.eq.s32 	%p674, %r2583, 0;
-	@%p674 bra 	$L__BB4_759;
-	add.s32 	%r496, %r3453, 1;
-	cvt.u64.u32 	%rd1810, %r3453;
-	add.s64 	%rd1811, %rd438, %rd1810;
-	add.s64 	%rd1812, %rd415, %rd1811;
-	shr.u32 	%r2584, %r3414, 8;
-	st.u8 	[%rd1812], %r2584;
-	mov.u32 	%r3453, %r496;
-$L__BB4_759:
-	and.b32  	%r2585, %r3404, 4;
-	setp.eq.s32 	%p675, %r2585, 0;
-	@%p675 bra 	$L__BB4_761;
-	add.s32 	%r498, %r3453, 1;
-	cvt.u64.u32 	%rd1813, %r3453;
-	add.s64 	%rd1814, %rd438, %rd1813;
-	add.s64 	%rd1815, %rd415, %rd1814;
-	shr.u32 	%r2586, %r3414, 16;
-	st.u8 	[%rd1815], %r2586;
-	mov.u32 	%r3453, %r498;
-$L__BB4_761:
-	and.b32  	%r2587, %r3404, 8;
-	setp.eq.s32 	%p676, %r2587, 0;
-	@%p676 bra 	$L__BB4_763;
-	add.s32 	%r500, %r3453, 1;
-	cvt.u64.u32 	%rd1816, %r3453;
-	add.s64 	%rd1817, %rd438, %rd1816;
-	add.s64 	%rd1818, %rd415, %rd1817;
-	shr.u32 	%r2588, %r3414, 24;
-	st.u8 	[%rd1818], %r2588;
-	mov.u32 	%r3453, %r500;
-$L__BB4_763:
-	and.b32  	%r2589, %r3404, 16;
-	setp.eq.s32 	%p677, %r2589, 0;
-	@%p677 bra 	$L__BB4_765;
-	add.s32 	%r503, %r3453, 1;
-	cvt.u64.u32 	%rd1819, %r3453;
-	add.s64 	%rd1820, %rd438, %rd1819;
-	add.s64 	%rd1821, %rd415, %rd1820;
-	st.u8 	[%rd1821], %r3415;
-	mov.u32 	%r3453, %r503;
-$L__BB4_765:
-	and.b32  	%r2590, %r3404, 32;
-	setp.eq.s32 	%p678, %r2590, 0;
-	@%p678 bra 	$L__BB4_767;
-	add.s32 	%r505, %r3453, 1;
-	cvt.u64.u32 	%rd1822, %r3453;
-	add.s64 	%rd1823, %rd438, %rd1822;
-	add.s64 	%rd1824, %rd415, %rd1823;
-	shr.u32 	%r2591, %r3415, 8;
-	st.u8 	[%rd1824], %r2591;
-	mov.u32 	%r3453, %r505;
-$L__BB4_767:
-	and.b32  	%r2592, %r3404, 64;
-	setp.eq.s32 	%p679, %r2592, 0;
-	@%p679 bra 	$L__BB4_769;
-	add.s32 	%r507, %r3453, 1;
-	cvt.u64.u32 	%rd1825, %r3453;
-	add.s64 	%rd1826, %rd438, %rd1825;
-	add.s64 	%rd1827, %rd415, %rd1826;
-	shr.u32 	%r2593, %r3415, 16;
-	st.u8 	[%rd1827], %r2593;
-	mov.u32 	%r3453, %r507;
-$L__BB4_769:
-	and.b32  	%r2594, %r3404, 128;
-	setp.eq.s32 	%p680, %r2594, 0;
-	@%p680 bra 	$L__BB4_771;
-	add.s32 	%r509, %r3453, 1;
-	cvt.u64.u32 	%rd1828, %r3453;
-	add.s64 	%rd1829, %rd438, %rd1828;
-	add.s64 	%rd1830, %rd415, %rd1829;
-	shr.u32 	%r2595, %r3415, 24;
-	st.u8 	[%rd1830], %r2595;
-	mov.u32 	%r3453, %r509;
-$L__BB4_771:
-	and.b32  	%r2596, %r3404, 256;
-	setp.eq.s32 	%p681, %r2596, 0;
-	@%p681 bra 	$L__BB4_773;
-	add.s32 	%r512, %r3453, 1;
-	cvt.u64.u32 	%rd1831, %r3453;
-	add.s64 	%rd1832, %rd438, %rd1831;
-	add.s64 	%rd1833, %rd415, %rd1832;
-	st.u8 	[%rd1833], %r3416;
-	mov.u32 	%r3453, %r512;
-$L__BB4_773:
-	and.b32  	%r2597, %r3404, 512;
-	setp.eq.s32 	%p682, %r2597, 0;
-	@%p682 bra 	$L__BB4_775;
-	add.s32 	%r514, %r3453, 1;
-	cvt.u64.u32 	%rd1834, %r3453;
-	add.s64 	%rd1835, %rd438, %rd1834;
-	add.s64 	%rd1836, %rd415, %rd1835;
-	shr.u32 	%r2598, %r3416, 8;
-	st.u8 	[%rd1836], %r2598;
-	mov.u32 	%r3453, %r514;
-$L__BB4_775:
-	and.b32  	%r2599, %r3404, 1024;
-	setp.eq.s32 	%p683, %r2599, 0;
-	@%p683 bra 	$L__BB4_777;
-	add.s32 	%r516, %r3453, 1;
-	cvt.u64.u32 	%rd1837, %r3453;
-	add.s64 	%rd1838, %rd438, %rd1837;
-	add.s64 	%rd1839, %rd415, %rd1838;
-	shr.u32 	%r2600, %r3416, 16;
-	st.u8 	[%rd1839], %r2600;
-	mov.u32 	%r3453, %r516;
-$L__BB4_777:
-	and.b32  	%r2601, %r3404, 2048;
-	setp.eq.s32 	%p684, %r2601, 0;
-	@%p684 bra 	$L__BB4_779;
-	add.s32 	%r518, %r3453, 1;
-	cvt.u64.u32 	%rd1840, %r3453;
-	add.s64 	%rd1841, %rd438, %rd1840;
-	add.s64 	%rd1842, %rd415, %rd1841;
-	shr.u32 	%r2602, %r3416, 24;
-	st.u8 	[%rd1842], %r2602;
-	mov.u32 	%r3453, %r518;
-$L__BB4_779:
-	and.b32  	%r2603, %r3404, 4096;
-	setp.eq.s32 	%p685, %r2603, 0;
-	@%p685 bra 	$L__BB4_781;
-	add.s32 	%r521, %r3453, 1;
-	cvt.u64.u32 	%rd1843, %r3453;
-	add.s64 	%rd1844, %rd438, %rd1843;
-	add.s64 	%rd1845, %rd415, %rd1844;
-	st.u8 	[%rd1845], %r3417;
-	mov.u32 	%r3453, %r521;
-$L__BB4_781:
-	and.b32  	%r2604, %r3404, 8192;
-	setp.eq.s32 	%p686, %r2604, 0;
-	@%p686 bra 	$L__BB4_783;
-	add.s32 	%r523, %r3453, 1;
-	cvt.u64.u32 	%rd1846, %r3453;
-	add.s64 	%rd1847, %rd438, %rd1846;
-	add.s64 	%rd1848, %rd415, %rd1847;
-	shr.u32 	%r2605, %r3417, 8;
-	st.u8 	[%rd1848], %r2605;
-	mov.u32 	%r3453, %r523;
-$L__BB4_783:
-	and.b32  	%r2606, %r3404, 16384;
-	setp.eq.s32 	%p687, %r2606, 0;
-	@%p687 bra 	$L__BB4_785;
-	add.s32 	%r525, %r3453, 1;
-	cvt.u64.u32 	%rd1849, %r3453;
-	add.s64 	%rd1850, %rd438, %rd1849;
-	add.s64 	%rd1851, %rd415, %rd1850;
-	shr.u32 	%r2607, %r3417, 16;
-	st.u8 	[%rd1851], %r2607;
-	mov.u32 	%r3453, %r525;
-$L__BB4_785:
-	cvt.u16.u32 	%rs54, %r3404;
-	setp.gt.s16 	%p688, %rs54, -1;
-	@%p688 bra 	$L__BB4_787;
-	cvt.u64.u32 	%rd1852, %r3453;
-	add.s64 	%rd1853, %rd438, %rd1852;
-	add.s64 	%rd1854, %rd415, %rd1853;
-	shr.u32 	%r2608, %r3417, 24;
-	st.u8 	[%rd1854], %r2608;
-$L__BB4_787:
-	shr.u64 	%rd1855, %rd507, 32;
-	cvt.u32.u64 	%r2609, %rd1855;
-	and.b32  	%r2610, %r2609, 65535;
-	add.s32 	%r528, %r2610, %r492;
-	shr.u64 	%rd1856, %rd508, 48;
-	cvt.u32.u64 	%r2611, %rd1856;
-	add.s32 	%r3468, %r528, %r2611;
-	and.b32  	%r2612, %r3405, 1;
-	setp.eq.b32 	%p689, %r2612, 1;
-	mov.pred 	%p690, 0;
-	xor.pred  	%p691, %p689, %p690;
-	not.pred 	%p692, %p691;
-	@%p692 bra 	$L__BB4_789;
-	add.s32 	%r530, %r3468, 1;
-	cvt.u64.u32 	%rd1857, %r3468;
-	add.s64 	%rd1858, %rd438, %rd1857;
-	add.s64 	%rd1859, %rd415, %rd1858;
-	st.u8 	[%rd1859], %r3418;
-	mov.u32 	%r3468, %r530;
-$L__BB4_789:
-	and.b32  	%r2613, %r3405, 2;
-	setp.eq.s32 	%p693, %r2613, 0;
-	@%p693 bra 	$L__BB4_791;
-	add.s32 	%r532, %r3468, 1;
-	cvt.u64.u32 	%rd1860, %r3468;
-	add.s64 	%rd1861, %rd438, %rd1860;
-	add.s64 	%rd1862, %rd415, %rd1861;
-	shr.u32 	%r2614, %r3418, 8;
-	st.u8 	[%rd1862], %r2614;
-	mov.u32 	%r3468, %r532;
-$L__BB4_791:
-	and.b32  	%r2615, %r3405, 4;
-	setp.eq.s32 	%p694, %r2615, 0;
-	@%p694 bra 	$L__BB4_793;
-	add.s32 	%r534, %r3468, 1;
-	cvt.u64.u32 	%rd1863, %r3468;
-	add.s64 	%rd1864, %rd438, %rd1863;
-	add.s64 	%rd1865, %rd415, %rd1864;
-	shr.u32 	%r2616, %r3418, 16;
-	st.u8 	[%rd1865], %r2616;
-	mov.u32 	%r3468, %r534;
-$L__BB4_793:
-	and.b32  	%r2617, %r3405, 8;
-	setp.eq.s32 	%p695, %r2617, 0;
-	@%p695 bra 	$L__BB4_795;
-	add.s32 	%r536, %r3468, 1;
-	cvt.u64.u32 	%rd1866, %r3468;
-	add.s64 	%rd1867, %rd438, %rd1866;
-	add.s64 	%rd1868, %rd415, %rd1867;
-	shr.u32 	%r2618, %r3418, 24;
-	st.u8 	[%rd1868], %r2618;
-	mov.u32 	%r3468, %r536;
-$L__BB4_795:
-	and.b32  	%r2619, %r3405, 16;
-	setp.eq.s32 	%p696, %r2619, 0;
-	@%p696 bra 	$L__BB4_797;
-	add.s32 	%r539, %r3468, 1;
-	cvt.u64.u32 	%rd1869, %r3468;
-	add.s64 	%rd1870, %rd438, %rd1869;
-	add.s64 	%rd1871, %rd415, %rd1870;
-	st.u8 	[%rd1871], %r3419;
-	mov.u32 	%r3468, %r539;
-$L__BB4_797:
-	and.b32  	%r2620, %r3405, 32;
-	setp.eq.s32 	%p697, %r2620, 0;
-	@%p697 bra 	$L__BB4_799;
-	add.s32 	%r541, %r3468, 1;
-	cvt.u64.u32 	%rd1872, %r3468;
-	add.s64 	%rd1873, %rd438, %rd1872;
-	add.s64 	%rd1874, %rd415, %rd1873;
-	shr.u32 	%r2621, %r3419, 8;
-	st.u8 	[%rd1874], %r2621;
-	mov.u32 	%r3468, %r541;
-$L__BB4_799:
-	and.b32  	%r2622, %r3405, 64;
-	setp.eq.s32 	%p698, %r2622, 0;
-	@%p698 bra 	$L__BB4_801;
-	add.s32 	%r543, %r3468, 1;
-	cvt.u64.u32 	%rd1875, %r3468;
-	add.s64 	%rd1876, %rd438, %rd1875;
-	add.s64 	%rd1877, %rd415, %rd1876;
-	shr.u32 	%r2623, %r3419, 16;
-	st.u8 	[%rd1877], %r2623;
-	mov.u32 	%r3468, %r543;
-$L__BB4_801:
-	and.b32  	%r2624, %r3405, 128;
-	setp.eq.s32 	%p699, %r2624, 0;
-	@%p699 bra 	$L__BB4_803;
-	add.s32 	%r545, %r3468, 1;
-	cvt.u64.u32 	%rd1878, %r3468;
-	add.s64 	%rd1879, %rd438, %rd1878;
-	add.s64 	%rd1880, %rd415, %rd1879;
-	shr.u32 	%r2625, %r3419, 24;
-	st.u8 	[%rd1880], %r2625;
-	mov.u32 	%r3468, %r545;
-$L__BB4_803:
-	and.b32  	%r2626, %r3405, 256;
-	setp.eq.s32 	%p700, %r2626, 0;
-	@%p700 bra 	$L__BB4_805;
-	add.s32 	%r548, %r3468, 1;
-	cvt.u64.u32 	%rd1881, %r3468;
-	add.s64 	%rd1882, %rd438, %rd1881;
-	add.s64 	%rd1883, %rd415, %rd1882;
-	st.u8 	[%rd1883], %r3420;
-	mov.u32 	%r3468, %r548;
-$L__BB4_805:
-	and.b32  	%r2627, %r3405, 512;
-	setp.eq.s32 	%p701, %r2627, 0;
-	@%p701 bra 	$L__BB4_807;
-	add.s32 	%r550, %r3468, 1;
-	cvt.u64.u32 	%rd1884, %r3468;
-	add.s64 	%rd1885, %rd438, %rd1884;
-	add.s64 	%rd1886, %rd415, %rd1885;
-	shr.u32 	%r2628, %r3420, 8;
-	st.u8 	[%rd1886], %r2628;
-	mov.u32 	%r3468, %r550;
-$L__BB4_807:
-	and.b32  	%r2629, %r3405, 1024;
-	setp.eq.s32 	%p702, %r2629, 0;
-	@%p702 bra 	$L__BB4_809;
-	add.s32 	%r552, %r3468, 1;
-	cvt.u64.u32 	%rd1887, %r3468;
-	add.s64 	%rd1888, %rd438, %rd1887;
-	add.s64 	%rd1889, %rd415, %rd1888;
-	shr.u32 	%r2630, %r3420, 16;
-	st.u8 	[%rd1889], %r2630;
-	mov.u32 	%r3468, %r552;
-$L__BB4_809:
-	and.b32  	%r2631, %r3405, 2048;
-	setp.eq.s32 	%p703, %r2631, 0;
-	@%p703 bra 	$L__BB4_811;
-	add.s32 	%r554, %r3468, 1;
-	cvt.u64.u32 	%rd1890, %r3468;
-	add.s64 	%rd1891, %rd438, %rd1890;
-	add.s64 	%rd1892, %rd415, %rd1891;
-	shr.u32 	%r2632, %r3420, 24;
-	st.u8 	[%rd1892], %r2632;
-	mov.u32 	%r3468, %r554;
-$L__BB4_811:
-	and.b32  	%r2633, %r3405, 4096;
-	setp.eq.s32 	%p704, %r2633, 0;
-	@%p704 bra 	$L__BB4_813;
-	add.s32 	%r557, %r3468, 1;
-	cvt.u64.u32 	%rd1893, %r3468;
-	add.s64 	%rd1894, %rd438, %rd1893;
-	add.s64 	%rd1895, %rd415, %rd1894;
-	st.u8 	[%rd1895], %r3421;
-	mov.u32 	%r3468, %r557;
-$L__BB4_813:
-	and.b32  	%r2634, %r3405, 8192;
-	setp.eq.s32 	%p705, %r2634, 0;
-	@%p705 bra 	$L__BB4_815;
-	add.s32 	%r559, %r3468, 1;
-	cvt.u64.u32 	%rd1896, %r3468;
-	add.s64 	%rd1897, %rd438, %rd1896;
-	add.s64 	%rd1898, %rd415, %rd1897;
-	shr.u32 	%r2635, %r3421, 8;
-	st.u8 	[%rd1898], %r2635;
-	mov.u32 	%r3468, %r559;
-$L__BB4_815:
-	and.b32  	%r2636, %r3405, 16384;
-	setp.eq.s32 	%p706, %r2636, 0;
-	@%p706 bra 	$L__BB4_817;
-	add.s32 	%r561, %r3468, 1;
-	cvt.u64.u32 	%rd1899, %r3468;
-	add.s64 	%rd1900, %rd438, %rd1899;
-	add.s64 	%rd1901, %rd415, %rd1900;
-	shr.u32 	%r2637, %r3421, 16;
-	st.u8 	[%rd1901], %r2637;
-	mov.u32 	%r3468, %r561;
-$L__BB4_817:
-	cvt.u16.u32 	%rs55, %r3405;
-	setp.gt.s16 	%p707, %rs55, -1;
-	@%p707 bra 	$L__BB4_819;
-	cvt.u64.u32 	%rd1902, %r3468;
-	add.s64 	%rd1903, %rd438, %rd1902;
-	add.s64 	%rd1904, %rd415, %rd1903;
-	shr.u32 	%r2638, %r3421, 24;
-	st.u8 	[%rd1904], %r2638;
-$L__BB4_819:
-	shr.u64 	%rd1905, %rd507, 48;
-	cvt.u32.u64 	%r2639, %rd1905;
-	add.s32 	%r3401, %r528, %r2639;
-	add.s64 	%rd2240, %rd2240, 1024;
-	setp.lt.u64 	%p708, %rd2240, %rd464;
-	@%p708 bra 	$L__BB4_666;
-	bra.uni 	$L__BB4_920;
-$L__BB4_820:
-	setp.eq.s64 	%p709, %rd464, 0;
-	@%p709 bra 	$L__BB4_920;
-	mov.u64 	%rd2243, 0;
-	mov.u32 	%r3482, 0;
-$L__BB4_822:
-	mov.u32 	%r3483, 0;
-	add.s64 	%rd511, %rd2243, %rd3;
-	setp.ge.u64 	%p710, %rd511, %rd464;
-	@%p710 bra 	$L__BB4_824;
-	shr.u64 	%rd1907, %rd511, 4;
-	and.b64  	%rd1908, %rd1907, 576460752303423487;
-	add.s64 	%rd1909, %rd1908, %rd424;
-	shl.b64 	%rd1910, %rd1909, 2;
-	add.s64 	%rd1911, %rd407, %rd1910;
-	cvt.u32.u64 	%r2642, %rd511;
-	shl.b32 	%r2643, %r2642, 1;
-	and.b32  	%r2644, %r2643, 30;
-	ld.global.u32 	%r2645, [%rd1911];
-	shr.u32 	%r2646, %r2645, %r2644;
-	and.b32  	%r3483, %r2646, 3;
-$L__BB4_824:
-	add.s64 	%rd512, %rd511, 256;
-	setp.ge.u64 	%p711, %rd512, %rd464;
-	mov.u32 	%r3485, 0;
-	mov.u32 	%r3484, %r3485;
-	@%p711 bra 	$L__BB4_826;
-	shr.u64 	%rd1912, %rd512, 4;
-	and.b64  	%rd1913, %rd1912, 576460752303423487;
-	add.s64 	%rd1914, %rd1913, %rd424;
-	shl.b64 	%rd1915, %rd1914, 2;
-	add.s64 	%rd1916, %rd407, %rd1915;
-	cvt.u32.u64 	%r2648, %rd512;
-	shl.b32 	%r2649, %r2648, 1;
-	and.b32  	%r2650, %r2649, 30;
-	ld.global.u32 	%r2651, [%rd1916];
-	shr.u32 	%r2652, %r2651, %r2650;
-	and.b32  	%r3484, %r2652, 3;
-$L__BB4_826:
-	add.s64 	%rd513, %rd511, 512;
-	setp.ge.u64 	%p712, %rd513, %rd464;
-	@%p712 bra 	$L__BB4_828;
-	shr.u64 	%rd1917, %rd513, 4;
-	and.b64  	%rd1918, %rd1917, 576460752303423487;
-	add.s64 	%rd1919, %rd1918, %rd424;
-	shl.b64 	%rd1920, %rd1919, 2;
-	add.s64 	%rd1921, %rd407, %rd1920;
-	cvt.u32.u64 	%r2654, %rd513;
-	shl.b32 	%r2655, %r2654, 1;
-	and.b32  	%r2656, %r2655, 30;
-	ld.global.u32 	%r2657, [%rd1921];
-	shr.u32 	%r2658, %r2657, %r2656;
-	and.b32  	%r3485, %r2658, 3;
-$L__BB4_828:
-	add.s64 	%rd514, %rd511, 768;
-	setp.ge.u64 	%p713, %rd514, %rd464;
-	mov.u32 	%r3487, 0;
-	mov.u32 	%r3486, %r3487;
-	@%p713 bra 	$L__BB4_830;
-	shr.u64 	%rd1922, %rd514, 4;
-	and.b64  	%rd1923, %rd1922, 576460752303423487;
-	add.s64 	%rd1924, %rd1923, %rd424;
-	shl.b64 	%rd1925, %rd1924, 2;
-	add.s64 	%rd1926, %rd407, %rd1925;
-	cvt.u32.u64 	%r2660, %rd514;
-	shl.b32 	%r2661, %r2660, 1;
-	and.b32  	%r2662, %r2661, 30;
-	ld.global.u32 	%r2663, [%rd1926];
-	shr.u32 	%r2664, %r2663, %r2662;
-	and.b32  	%r3486, %r2664, 3;
-$L__BB4_830:
-	setp.eq.s32 	%p714, %r3483, 0;
-	mov.u32 	%r3488, %r3487;
-	mov.u32 	%r3489, %r3487;
-	mov.u32 	%r3490, %r3487;
-	@%p714 bra 	$L__BB4_832;
-	shl.b64 	%rd1928, %rd511, 4;
-	add.s64 	%rd1927, %rd423, %rd1928;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r3487,%r3488,%r3489,%r3490}, [%rd1927];
-	// end inline asm
-$L__BB4_832:
-	setp.eq.s32 	%p715, %r3484, 0;
-	mov.u32 	%r3495, 0;
-	mov.u32 	%r3491, %r3495;
-	mov.u32 	%r3492, %r3495;
-	mov.u32 	%r3493, %r3495;
-	mov.u32 	%r3494, %r3495;
-	@%p715 bra 	$L__BB4_834;
-	shl.b64 	%rd1930, %rd512, 4;
-	add.s64 	%rd1929, %rd423, %rd1930;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r3491,%r3492,%r3493,%r3494}, [%rd1929];
-	// end inline asm
-$L__BB4_834:
-	setp.eq.s32 	%p716, %r3485, 0;
-	mov.u32 	%r3496, %r3495;
-	mov.u32 	%r3497, %r3495;
-	mov.u32 	%r3498, %r3495;
-	@%p716 bra 	$L__BB4_836;
-	shl.b64 	%rd1932, %rd513, 4;
-	add.s64 	%rd1931, %rd423, %rd1932;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r3495,%r3496,%r3497,%r3498}, [%rd1931];
-	// end inline asm
-$L__BB4_836:
-	setp.eq.s32 	%p717, %r3486, 0;
-	mov.u32 	%r2692, 0;
-	mov.u32 	%r3499, %r2692;
-	mov.u32 	%r3500, %r2692;
-	mov.u32 	%r3501, %r2692;
-	mov.u32 	%r3502, %r2692;
-	@%p717 bra 	$L__BB4_838;
-	shl.b64 	%rd1934, %rd514, 4;
-	add.s64 	%rd1933, %rd423, %rd1934;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r3499,%r3500,%r3501,%r3502}, [%rd1933];
-	// end inline asm
-$L__BB4_838:
-	cvt.u32.u64 	%r2717, %rd4;
-	setp.lt.u32 	%p718, %r2717, 16;
-	mov.u32 	%r2718, 16;
-	setp.lt.u32 	%p719, %r2717, 4;
-	mov.u32 	%r2719, 4;
-	setp.lt.u32 	%p720, %r2717, 2;
-	mov.u32 	%r2720, 2;
-	setp.lt.u32 	%p721, %r2717, 8;
-	mov.u32 	%r2721, 8;
-	setp.ne.s32 	%p722, %r2717, 31;
-	setp.eq.s32 	%p723, %r2717, 0;
-	popc.b32 	%r2723, %r3486;
-	cvt.u64.u32 	%rd1945, %r2723;
-	shl.b64 	%rd1946, %rd1945, 48;
-	popc.b32 	%r2724, %r3484;
-	shl.b32 	%r2725, %r2724, 16;
-	popc.b32 	%r2726, %r3483;
-	or.b32  	%r2727, %r2725, %r2726;
-	cvt.u64.u32 	%rd1947, %r2727;
-	popc.b32 	%r2728, %r3485;
-	cvt.u64.u32 	%rd1948, %r2728;
-	bfi.b64 	%rd1949, %rd1948, %rd1947, 32, 32;
-	or.b64  	%rd1935, %rd1946, %rd1949;
-	// begin inline asm
-	mov.b64 {%r2697,%r2698}, %rd1935;
-	// end inline asm
-	mov.u32 	%r2729, 1;
-	mov.u32 	%r2730, -1;
-	shfl.sync.up.b32 	%r2700|%p724, %r2698, %r2729, %r2692, %r2730;
-	shfl.sync.up.b32 	%r2699|%p725, %r2697, %r2729, %r2692, %r2730;
-	// begin inline asm
-	mov.b64 %rd1936, {%r2699,%r2700};
-	// end inline asm
-	selp.b64 	%rd1950, 0, %rd1936, %p723;
-	add.s64 	%rd1937, %rd1950, %rd1935;
-	// begin inline asm
-	mov.b64 {%r2701,%r2702}, %rd1937;
-	// end inline asm
-	shfl.sync.up.b32 	%r2704|%p726, %r2702, %r2720, %r2692, %r2730;
-	shfl.sync.up.b32 	%r2703|%p727, %r2701, %r2720, %r2692, %r2730;
-	// begin inline asm
-	mov.b64 %rd1938, {%r2703,%r2704};
-	// end inline asm
-	selp.b64 	%rd1951, 0, %rd1938, %p720;
-	add.s64 	%rd1939, %rd1951, %rd1937;
-	// begin inline asm
-	mov.b64 {%r2705,%r2706}, %rd1939;
-	// end inline asm
-	shfl.sync.up.b32 	%r2708|%p728, %r2706, %r2719, %r2692, %r2730;
-	shfl.sync.up.b32 	%r2707|%p729, %r2705, %r2719, %r2692, %r2730;
-	// begin inline asm
-	mov.b64 %rd1940, {%r2707,%r2708};
-	// end inline asm
-	selp.b64 	%rd1952, 0, %rd1940, %p719;
-	add.s64 	%rd1941, %rd1952, %rd1939;
-	// begin inline asm
-	mov.b64 {%r2709,%r2710}, %rd1941;
-	// end inline asm
-	shfl.sync.up.b32 	%r2712|%p730, %r2710, %r2721, %r2692, %r2730;
-	shfl.sync.up.b32 	%r2711|%p731, %r2709, %r2721, %r2692, %r2730;
-	// begin inline asm
-	mov.b64 %rd1942, {%r2711,%r2712};
-	// end inline asm
-	selp.b64 	%rd1953, 0, %rd1942, %p721;
-	add.s64 	%rd1943, %rd1953, %rd1941;
-	// begin inline asm
-	mov.b64 {%r2713,%r2714}, %rd1943;
-	// end inline asm
-	shfl.sync.up.b32 	%r2716|%p732, %r2714, %r2718, %r2692, %r2730;
-	shfl.sync.up.b32 	%r2715|%p733, %r2713, %r2718, %r2692, %r2730;
-	// begin inline asm
-	mov.b64 %rd1944, {%r2715,%r2716};
-	// end inline asm
-	selp.b64 	%rd1954, 0, %rd1944, %p718;
-	add.s64 	%rd516, %rd1954, %rd1943;
-	@%p722 bra 	$L__BB4_840;
-	st.shared.u64 	[%r2], %rd516;
-$L__BB4_840:
-	cvt.u32.u64 	%r2731, %rd5;
-	setp.ne.s32 	%p734, %r2731, 0;
-	bar.sync 	0;
-	@%p734 bra 	$L__BB4_845;
-	cvt.u32.u64 	%r3225, %rd4;
-	setp.gt.u32 	%p735, %r3225, 7;
-	mov.u64 	%rd2244, 0;
-	@%p735 bra 	$L__BB4_843;
-	ld.shared.u64 	%rd2244, [%r3];
-$L__BB4_843:
-	cvt.u32.u64 	%r3226, %rd4;
-	setp.lt.u32 	%p830, %r3226, 16;
-	setp.lt.u32 	%p829, %r3226, 8;
-	setp.lt.u32 	%p828, %r3226, 4;
-	setp.lt.u32 	%p827, %r3226, 2;
-	setp.eq.s32 	%p826, %r3226, 0;
-	mov.u32 	%r2754, 16;
-	mov.u32 	%r2755, 4;
-	mov.u32 	%r2756, 2;
-	mov.u32 	%r2757, 8;
-	mov.u32 	%r2758, 0;
-	// begin inline asm
-	mov.b64 {%r2733,%r2734}, %rd2244;
-	// end inline asm
-	mov.u32 	%r2759, 1;
-	mov.u32 	%r2760, -1;
-	shfl.sync.up.b32 	%r2736|%p742, %r2734, %r2759, %r2758, %r2760;
-	shfl.sync.up.b32 	%r2735|%p743, %r2733, %r2759, %r2758, %r2760;
-	// begin inline asm
-	mov.b64 %rd1957, {%r2735,%r2736};
-	// end inline asm
-	selp.b64 	%rd1966, 0, %rd1957, %p826;
-	add.s64 	%rd1958, %rd1966, %rd2244;
-	// begin inline asm
-	mov.b64 {%r2737,%r2738}, %rd1958;
-	// end inline asm
-	shfl.sync.up.b32 	%r2740|%p744, %r2738, %r2756, %r2758, %r2760;
-	shfl.sync.up.b32 	%r2739|%p745, %r2737, %r2756, %r2758, %r2760;
-	// begin inline asm
-	mov.b64 %rd1959, {%r2739,%r2740};
-	// end inline asm
-	selp.b64 	%rd1967, 0, %rd1959, %p827;
-	add.s64 	%rd1960, %rd1967, %rd1958;
-	// begin inline asm
-	mov.b64 {%r2741,%r2742}, %rd1960;
-	// end inline asm
-	shfl.sync.up.b32 	%r2744|%p746, %r2742, %r2755, %r2758, %r2760;
-	shfl.sync.up.b32 	%r2743|%p747, %r2741, %r2755, %r2758, %r2760;
-	// begin inline asm
-	mov.b64 %rd1961, {%r2743,%r2744};
-	// end inline asm
-	selp.b64 	%rd1968, 0, %rd1961, %p828;
-	add.s64 	%rd1962, %rd1968, %rd1960;
-	// begin inline asm
-	mov.b64 {%r2745,%r2746}, %rd1962;
-	// end inline asm
-	shfl.sync.up.b32 	%r2748|%p748, %r2746, %r2757, %r2758, %r2760;
-	shfl.sync.up.b32 	%r2747|%p749, %r2745, %r2757, %r2758, %r2760;
-	// begin inline asm
-	mov.b64 %rd1963, {%r2747,%r2748};
-	// end inline asm
-	selp.b64 	%rd1969, 0, %rd1963, %p829;
-	add.s64 	%rd1964, %rd1969, %rd1962;
-	// begin inline asm
-	mov.b64 {%r2749,%r2750}, %rd1964;
-	// end inline asm
-	shfl.sync.up.b32 	%r2752|%p750, %r2750, %r2754, %r2758, %r2760;
-	shfl.sync.up.b32 	%r2751|%p751, %r2749, %r2754, %r2758, %r2760;
-	// begin inline asm
-	mov.b64 %rd1965, {%r2751,%r2752};
-	// end inline asm
-	selp.b64 	%rd1970, 0, %rd1965, %p830;
-	add.s64 	%rd519, %rd1970, %rd1964;
-	@%p735 bra 	$L__BB4_845;
-	st.shared.u64 	[%r3], %rd519;
-$L__BB4_845:
-	setp.eq.s32 	%p752, %r2731, 0;
-	bar.sync 	0;
-	mov.u64 	%rd2245, 0;
-	@%p752 bra 	$L__BB4_847;
-	ld.shared.u64 	%rd2245, [%r2+-8];
-$L__BB4_847:
-	ld.shared.u64 	%rd522, [_ZZ15ws_delta_encodeE3red+56];
-	bar.sync 	0;
-	sub.s64 	%rd1972, %rd516, %rd1935;
-	add.s64 	%rd523, %rd1972, %rd2245;
-	cvt.u32.u64 	%r2762, %rd523;
-	and.b32  	%r2763, %r2762, 65535;
-	add.s32 	%r3503, %r2763, %r3482;
-	and.b32  	%r2764, %r3483, 1;
-	setp.eq.b32 	%p753, %r2764, 1;
-	mov.pred 	%p754, 0;
-	xor.pred  	%p755, %p753, %p754;
-	not.pred 	%p756, %p755;
-	@%p756 bra 	$L__BB4_849;
-	add.s32 	%r606, %r3503, 1;
-	mul.wide.u32 	%rd1973, %r3503, 8;
-	add.s64 	%rd1974, %rd1973, %rd438;
-	add.s64 	%rd1975, %rd415, %rd1974;
-	cvt.u64.u32 	%rd1976, %r3488;
-	cvt.u64.u32 	%rd1977, %r3487;
-	bfi.b64 	%rd1978, %rd1976, %rd1977, 32, 32;
-	st.u64 	[%rd1975], %rd1978;
-	mov.u32 	%r3503, %r606;
-$L__BB4_849:
-	and.b32  	%r2765, %r3483, 2;
-	setp.eq.s32 	%p757, %r2765, 0;
-	@%p757 bra 	$L__BB4_851;
-	mul.wide.u32 	%rd1979, %r3503, 8;
-	add.s64 	%rd1980, %rd1979, %rd438;
-	add.s64 	%rd1981, %rd415, %rd1980;
-	cvt.u64.u32 	%rd1982, %r3490;
-	cvt.u64.u32 	%rd1983, %r3489;
-	bfi.b64 	%rd1984, %rd1982, %rd1983, 32, 32;
-	st.u64 	[%rd1981], %rd1984;
-$L__BB4_851:
-	cvt.u32.u64 	%r2766, %rd522;
-	and.b32  	%r2767, %r2766, 65535;
-	add.s32 	%r608, %r2767, %r3482;
-	shr.u32 	%r2769, %r2762, 16;
-	add.s32 	%r3504, %r2769, %r608;
-	and.b32  	%r2770, %r3484, 1;
-	setp.eq.b32 	%p758, %r2770, 1;
-	mov.pred 	%p759, 0;
-	xor.pred  	%p760, %p758, %p759;
-	not.pred 	%p761, %p760;
-	@%p761 bra 	$L__BB4_853;
-	add.s32 	%r610, %r3504, 1;
-	mul.wide.u32 	%rd1985, %r3504, 8;
-	add.s64 	%rd1986, %rd1985, %rd438;
-	add.s64 	%rd1987, %rd415, %rd1986;
-	cvt.u64.u32 	%rd1988, %r3492;
-	cvt.u64.u32 	%rd1989, %r3491;
-	bfi.b64 	%rd1990, %rd1988, %rd1989, 32, 32;
-	st.u64 	[%rd1987], %rd1990;
-	mov.u32 	%r3504, %r610;
-$L__BB4_853:
-	and.b32  	%r2771, %r3484, 2;
-	setp.eq.s32 	%p762, %r2771, 0;
-	@%p762 bra 	$L__BB4_855;
-	mul.wide.u32 	%rd1991, %r3504, 8;
-	add.s64 	%rd1992, %rd1991, %rd438;
-	add.s64 	%rd1993, %rd415, %rd1992;
-	cvt.u64.u32 	%rd1994, %r3494;
-	cvt.u64.u32 	%rd1995, %r3493;
-	bfi.b64 	%rd1996, %rd1994, %rd1995, 32, 32;
-	st.u64 	[%rd1993], %rd1996;
-$L__BB4_855:
-	shr.u32 	%r2773, %r2766, 16;
-	add.s32 	%r612, %r2773, %r608;
-	shr.u64 	%rd1997, %rd523, 32;
-	cvt.u32.u64 	%r2774, %rd1997;
-	and.b32  	%r2775, %r2774, 65535;
-	add.s32 	%r3505, %r2775, %r612;
-	and.b32  	%r2776, %r3485, 1;
-	setp.eq.b32 	%p763, %r2776, 1;
-	mov.pred 	%p764, 0;
-	xor.pred  	%p765, %p763, %p764;
-	not.pred 	%p766, %p765;
-	@%p766 bra 	$L__BB4_857;
-	add.s32 	%r614, %r3505, 1;
-	mul.wide.u32 	%rd1998, %r3505, 8;
-	add.s64 	%rd1999, %rd1998, %rd438;
-	add.s64 	%rd2000, %rd415, %rd1999;
-	cvt.u64.u32 	%rd2001, %r3496;
-	cvt.u64.u32 	%rd2002, %r3495;
-	bfi.b64 	%rd2003, %rd2001, %rd2002, 32, 32;
-	st.u64 	[%rd2000], %rd2003;
-	mov.u32 	%r3505, %r614;
-$L__BB4_857:
-	and.b32  	%r2777, %r3485, 2;
-	setp.eq.s32 	%p767, %r2777, 0;
-	@%p767 bra 	$L__BB4_859;
-	mul.wide.u32 	%rd2004, %r3505, 8;
-	add.s64 	%rd2005, %rd2004, %rd438;
-	add.s64 	%rd2006, %rd415, %rd2005;
-	cvt.u64.u32 	%rd2007, %r3498;
-	cvt.u64.u32 	%rd2008, %r3497;
-	bfi.b64 	%rd2009, %rd2007, %rd2008, 32, 32;
-	st.u64 	[%rd2006], %rd2009;
-$L__BB4_859:
-	shr.u64 	%rd2010, %rd522, 32;
-	cvt.u32.u64 	%r2778, %rd2010;
-	and.b32  	%r2779, %r2778, 65535;
-	add.s32 	%r616, %r2779, %r612;
-	shr.u64 	%rd2011, %rd523, 48;
-	cvt.u32.u64 	%r2780, %rd2011;
-	add.s32 	%r3506, %r616, %r2780;
-	and.b32  	%r2781, %r3486, 1;
-	setp.eq.b32 	%p768, %r2781, 1;
-	mov.pred 	%p769, 0;
-	xor.pred  	%p770, %p768, %p769;
-	not.pred 	%p771, %p770;
-	@%p771 bra 	$L__BB4_861;
-	add.s32 	%r618, %r3506, 1;
-	mul.wide.u32 	%rd2012, %r3506, 8;
-	add.s64 	%rd2013, %rd2012, %rd438;
-	add.s64 	%rd2014, %rd415, %rd2013;
-	cvt.u64.u32 	%rd2015, %r3500;
-	cvt.u64.u32 	%rd2016, %r3499;
-	bfi.b64 	%rd2017, %rd2015, %rd2016, 32, 32;
-	st.u64 	[%rd2014], %rd2017;
-	mov.u32 	%r3506, %r618;
-$L__BB4_861:
-	and.b32  	%r2782, %r3486, 2;
-	setp.eq.s32 	%p772, %r2782, 0;
-	@%p772 bra 	$L__BB4_863;
-	mul.wide.u32 	%rd2018, %r3506, 8;
-	add.s64 	%rd2019, %rd2018, %rd438;
-	add.s64 	%rd2020, %rd415, %rd2019;
-	cvt.u64.u32 	%rd2021, %r3502;
-	cvt.u64.u32 	%rd2022, %r3501;
-	bfi.b64 	%rd2023, %rd2021, %rd2022, 32, 32;
-	st.u64 	[%rd2020], %rd2023;
-$L__BB4_863:
-	shr.u64 	%rd2024, %rd522, 48;
-	cvt.u32.u64 	%r2783, %rd2024;
-	add.s32 	%r3482, %r616, %r2783;
-	add.s64 	%rd2243, %rd2243, 1024;
-	setp.lt.u64 	%p773, %rd2243, %rd464;
-	@%p773 bra 	$L__BB4_822;
-	bra.uni 	$L__BB4_920;
-$L__BB4_452:
-	ld.param.u64 	%rd2095, [%rd609+16];
-	ld.param.u64 	%rd2094, [%rd609+8];
-	ld.param.u64 	%rd2093, [%rd609+48];
-	ld.param.u64 	%rd2092, [%rd609+56];
-	ld.param.u64 	%rd2091, [%rd609+32];
-	ld.param.u32 	%r3214, [%rd609+92];
-	ld.param.u64 	%rd2090, [%rd609];
-	ld.param.u64 	%rd2089, [%rd609+24];
-	shl.b64 	%rd2088, %rd2133, 8;
-	shl.b32 	%r1940, %r3310, 2;
-	mov.u32 	%r1941, _ZZ15ws_delta_encodeE4coop;
-	add.s32 	%r1942, %r1941, %r1940;
-	ld.shared.u32 	%rd1231, [%r1942];
-	add.s64 	%rd408, %rd2088, %rd1231;
-	cvta.to.global.u64 	%rd1233, %rd2089;
-	shl.b64 	%rd1234, %rd408, 2;
-	add.s64 	%rd1235, %rd1233, %rd1234;
-	ld.global.u32 	%r1943, [%rd1235];
-	cvta.to.global.u64 	%rd1236, %rd2095;
-	mul.wide.u32 	%rd1237, %r1943, 8;
-	add.s64 	%rd1238, %rd1236, %rd1237;
-	cvta.to.global.u64 	%rd1239, %rd2090;
-	mul.wide.u32 	%rd1240, %r1943, 40;
-	add.s64 	%rd1241, %rd1239, %rd1240;
-	ld.global.v2.u32 	{%r1944, %r1945}, [%rd1241+32];
-	ld.global.u64 	%rd1242, [%rd1241+24];
-	sub.s64 	%rd1243, %rd408, %rd1242;
-	cvt.u64.u32 	%rd1244, %r3214;
-	mul.lo.s64 	%rd1245, %rd1243, %rd1244;
-	ld.global.u64 	%rd1246, [%rd1241+16];
-	sub.s64 	%rd1247, %rd1246, %rd1245;
-	min.u64 	%rd409, %rd1247, %rd1244;
-	cvta.to.global.u64 	%rd1248, %rd2091;
-	add.s64 	%rd1249, %rd1248, %rd1234;
-	mul.wide.u32 	%rd410, %r1944, 16;
-	cvta.to.global.u64 	%rd1250, %rd2092;
-	shr.u64 	%rd1251, %rd408, 8;
-	and.b64  	%rd1252, %rd1251, 72057594037927928;
-	add.s64 	%rd1253, %rd1250, %rd1252;
-	ld.global.u64 	%rd411, [%rd1253];
-	add.s64 	%rd1254, %rd410, %rd411;
-	cvta.to.global.u64 	%rd1255, %rd2093;
-	add.s64 	%rd1256, %rd1255, %rd1234;
-	ld.global.u32 	%rd412, [%rd1256];
-	add.s64 	%rd1257, %rd1254, %rd412;
-	add.s64 	%rd1258, %rd1257, 32;
-	cvta.to.global.u64 	%rd1259, %rd2094;
-	mul.wide.u32 	%rd1260, %r1943, 16;
-	add.s64 	%rd1261, %rd1259, %rd1260;
-	ld.global.u64 	%rd413, [%rd1261+8];
-	sub.s64 	%rd414, %rd1258, %rd413;
-	ld.global.u64 	%rd415, [%rd1238];
-	cvt.u64.u32 	%rd416, %r1945;
-	mul.lo.s64 	%rd417, %rd1245, %rd416;
-	ld.global.u64 	%rd418, [%rd1241];
-	ld.global.u32 	%rd419, [%rd1249];
-	setp.eq.s64 	%p356, %rd419, 0;
-	mov.u16 	%rs65, 0;
-	@%p356 bra 	$L__BB4_455;
-	mul.lo.s64 	%rd1262, %rd409, %rd416;
-	add.s64 	%rd1263, %rd1262, 7;
-	and.b64  	%rd1264, %rd1263, -8;
-	add.s64 	%rd1265, %rd409, 31;
-	shr.u64 	%rd1266, %rd1265, 3;
-	and.b64  	%rd1267, %rd1266, 1073741820;
-	add.s64 	%rd1268, %rd1267, 7;
-	and.b64  	%rd1269, %rd1268, 2147483640;
-	mul.lo.s64 	%rd1270, %rd419, %rd416;
-	add.s64 	%rd1271, %rd1270, 7;
-	and.b64  	%rd1272, %rd1271, -8;
-	add.s64 	%rd420, %rd1269, %rd1272;
-	shl.b64 	%rd1273, %rd419, 1;
-	add.s64 	%rd1274, %rd1273, 7;
-	and.b64  	%rd1275, %rd1274, 17179869176;
-	add.s64 	%rd421, %rd1272, %rd1275;
-	setp.le.u64 	%p357, %rd1264, %rd420;
-	setp.le.u64 	%p358, %rd1264, %rd421;
-	and.pred  	%p359, %p358, %p357;
-	mov.u16 	%rs65, 1;
-	@%p359 bra 	$L__BB4_455;
-	setp.gt.u64 	%p360, %rd420, %rd421;
-	selp.b16 	%rs65, 3, 2, %p360;
+	setp.lt.u64 	%p150, %rd132, 96;
+	@%p150 bra 	$L__BB4_132;
+$L__BB4_131:
+	shl.b64 	%rd1006, %rd2422, 3;
+	add.s64 	%rd1007, %rd113, %rd1006;
+	ld.global.v2.u32 	{%r1279, %r1280}, [%rd1007];
+	add.s64 	%rd1008, %rd112, %rd1006;
+	st.v2.u32 	[%rd1008], {%r1279, %r1280};
+	ld.global.v2.u32 	{%r1283, %r1284}, [%rd1007+256];
+	st.v2.u32 	[%rd1008+256], {%r1283, %r1284};
+	ld.global.v2.u32 	{%r1287, %r1288}, [%rd1007+512];
+	st.v2.u32 	[%rd1008+512], {%r1287, %r1288};
+	ld.global.v2.u32 	{%r1291, %r1292}, [%rd1007+768];
+	st.v2.u32 	[%rd1008+768], {%r1291, %r1292};
+	add.s64 	%rd2422, %rd2422, 128;
+	setp.lt.u64 	%p151, %rd2422, %rd118;
+	@%p151 bra 	$L__BB4_131;
+$L__BB4_132:
+	and.b64  	%rd2432, %rd116, 8589934584;
+	bra.uni 	$L__BB4_148;
+$L__BB4_235:
+	setp.ge.u64 	%p242, %rd2462, %rd260;
+	mov.u32 	%r3763, 0;
+	@%p242 bra 	$L__BB4_243;
+	not.b64 	%rd1122, %rd257;
+	not.b64 	%rd1123, %rd2462;
+	sub.s64 	%rd1124, %rd1123, %rd258;
+	max.u64 	%rd1125, %rd1124, %rd1122;
+	mov.u64 	%rd1126, -2;
+	sub.s64 	%rd1127, %rd1126, %rd2462;
+	sub.s64 	%rd1128, %rd1127, %rd1125;
+	shr.u64 	%rd1129, %rd1128, 2;
+	add.s64 	%rd272, %rd1129, 1;
+	and.b64  	%rd273, %rd272, 3;
+	setp.lt.u64 	%p243, %rd1128, 12;
+	mov.u32 	%r3763, 0;
+	mov.u64 	%rd2461, %rd2462;
+	@%p243 bra 	$L__BB4_239;
+	sub.s64 	%rd2460, %rd272, %rd273;
+	mov.u32 	%r3763, 0;
+	mov.u64 	%rd2461, %rd2462;
+$L__BB4_238:
+	.pragma "nounroll";
+	shl.b64 	%rd1130, %rd2461, 2;
+	add.s64 	%rd1131, %rd113, %rd1130;
+	ld.global.v4.u32 	{%r2058, %r2059, %r2060, %r2061}, [%rd1131];
+	popc.b32 	%r2066, %r2058;
+	popc.b32 	%r2067, %r2059;
+	popc.b32 	%r2068, %r2060;
+	popc.b32 	%r2069, %r2061;
+	add.s32 	%r2070, %r2067, %r3763;
+	add.s32 	%r2071, %r2070, %r2066;
+	add.s32 	%r2072, %r2071, %r2068;
+	add.s32 	%r2073, %r2072, %r2069;
+	ld.global.v4.u32 	{%r2074, %r2075, %r2076, %r2077}, [%rd1131+16];
+	popc.b32 	%r2082, %r2074;
+	popc.b32 	%r2083, %r2075;
+	popc.b32 	%r2084, %r2076;
+	popc.b32 	%r2085, %r2077;
+	add.s32 	%r2086, %r2083, %r2073;
+	add.s32 	%r2087, %r2086, %r2082;
+	add.s32 	%r2088, %r2087, %r2084;
+	add.s32 	%r2089, %r2088, %r2085;
+	ld.global.v4.u32 	{%r2090, %r2091, %r2092, %r2093}, [%rd1131+32];
+	popc.b32 	%r2098, %r2090;
+	popc.b32 	%r2099, %r2091;
+	popc.b32 	%r2100, %r2092;
+	popc.b32 	%r2101, %r2093;
+	add.s32 	%r2102, %r2099, %r2089;
+	add.s32 	%r2103, %r2102, %r2098;
+	add.s32 	%r2104, %r2103, %r2100;
+	add.s32 	%r2105, %r2104, %r2101;
+	ld.global.v4.u32 	{%r2106, %r2107, %r2108, %r2109}, [%rd1131+48];
+	popc.b32 	%r2114, %r2106;
+	popc.b32 	%r2115, %r2107;
+	popc.b32 	%r2116, %r2108;
+	popc.b32 	%r2117, %r2109;
+	add.s32 	%r2118, %r2115, %r2105;
+	add.s32 	%r2119, %r2118, %r2114;
+	add.s32 	%r2120, %r2119, %r2116;
+	add.s32 	%r3763, %r2120, %r2117;
+	add.s64 	%rd2461, %rd2461, 16;
+	add.s64 	%rd2460, %rd2460, -4;
+	setp.ne.s64 	%p244, %rd2460, 0;
+	@%p244 bra 	$L__BB4_238;
+$L__BB4_239:
+	setp.eq.s64 	%p245, %rd273, 0;
+	@%p245 bra 	$L__BB4_243;
+	shl.b64 	%rd1132, %rd2461, 2;
+	add.s64 	%rd280, %rd113, %rd1132;
+	ld.global.v4.u32 	{%r2121, %r2122, %r2123, %r2124}, [%rd280];
+	popc.b32 	%r2129, %r2121;
+	popc.b32 	%r2130, %r2122;
+	popc.b32 	%r2131, %r2123;
+	popc.b32 	%r2132, %r2124;
+	add.s32 	%r2133, %r2130, %r3763;
+	add.s32 	%r2134, %r2133, %r2129;
+	add.s32 	%r2135, %r2134, %r2131;
+	add.s32 	%r3763, %r2135, %r2132;
+	setp.eq.s64 	%p246, %rd273, 1;
+	@%p246 bra 	$L__BB4_243;
+	ld.global.v4.u32 	{%r2136, %r2137, %r2138, %r2139}, [%rd280+16];
+	popc.b32 	%r2144, %r2136;
+	popc.b32 	%r2145, %r2137;
+	popc.b32 	%r2146, %r2138;
+	popc.b32 	%r2147, %r2139;
+	add.s32 	%r2148, %r2145, %r3763;
+	add.s32 	%r2149, %r2148, %r2144;
+	add.s32 	%r2150, %r2149, %r2146;
+	add.s32 	%r3763, %r2150, %r2147;
+	setp.eq.s64 	%p247, %rd273, 2;
+	@%p247 bra 	$L__BB4_243;
+	ld.global.v4.u32 	{%r2151, %r2152, %r2153, %r2154}, [%rd280+32];
+	popc.b32 	%r2159, %r2151;
+	popc.b32 	%r2160, %r2152;
+	popc.b32 	%r2161, %r2153;
+	popc.b32 	%r2162, %r2154;
+	add.s32 	%r2163, %r2160, %r3763;
+	add.s32 	%r2164, %r2163, %r2159;
+	add.s32 	%r2165, %r2164, %r2161;
+	add.s32 	%r3763, %r2165, %r2162;
+$L__BB4_243:
+	cvt.u32.u64 	%r2166, %rd5;
+	setp.lt.u32 	%p248, %r2166, 16;
+	mov.u32 	%r2167, 16;
+	setp.lt.u32 	%p249, %r2166, 4;
+	mov.u32 	%r2168, 4;
+	setp.lt.u32 	%p250, %r2166, 2;
+	mov.u32 	%r2169, 2;
+	setp.lt.u32 	%p251, %r2166, 8;
+	mov.u32 	%r2170, 8;
+	setp.eq.s32 	%p252, %r2166, 0;
+	mov.u32 	%r2171, 0;
+	mov.u32 	%r2172, 1;
+	mov.u32 	%r2173, -1;
+	shfl.sync.up.b32 	%r2174|%p253, %r3763, %r2172, %r2171, %r2173;
+	selp.b32 	%r2175, 0, %r2174, %p252;
+	add.s32 	%r2176, %r2175, %r3763;
+	shfl.sync.up.b32 	%r2177|%p254, %r2176, %r2169, %r2171, %r2173;
+	selp.b32 	%r2178, 0, %r2177, %p250;
+	add.s32 	%r2179, %r2178, %r2176;
+	shfl.sync.up.b32 	%r2180|%p255, %r2179, %r2168, %r2171, %r2173;
+	selp.b32 	%r2181, 0, %r2180, %p249;
+	add.s32 	%r2182, %r2181, %r2179;
+	shfl.sync.up.b32 	%r2183|%p256, %r2182, %r2170, %r2171, %r2173;
+	selp.b32 	%r2184, 0, %r2183, %p251;
+	add.s32 	%r2185, %r2184, %r2182;
+	shfl.sync.up.b32 	%r2186|%p257, %r2185, %r2167, %r2171, %r2173;
+	selp.b32 	%r2187, 0, %r2186, %p248;
+	add.s32 	%r2188, %r2187, %r2185;
+	mov.u32 	%r2189, 31;
+	shfl.sync.idx.b32 	%r2190|%p258, %r2188, %r2189, %r2189, %r2173;
+	sub.s32 	%r3767, %r2188, %r3763;
+	setp.ge.u64 	%p259, %rd2462, %rd260;
+	@%p259 bra 	$L__BB4_249;
+	add.s64 	%rd1133, %rd978, -1;
+	shr.u64 	%rd281, %rd1133, 5;
+	cvt.u32.u64 	%r2191, %rd261;
+	shl.b32 	%r2193, %r2173, %r2191;
+	not.b32 	%r198, %r2193;
+$L__BB4_245:
+	setp.ne.s64 	%p260, %rd281, %rd2462;
+	setp.eq.s64 	%p261, %rd261, 0;
+	or.pred  	%p262, %p261, %p260;
+	selp.b32 	%r2194, -1, %r198, %p262;
+	shl.b64 	%rd1134, %rd2462, 2;
+	add.s64 	%rd1135, %rd113, %rd1134;
+	ld.global.u32 	%r2195, [%rd1135];
+	and.b32  	%r3765, %r2195, %r2194;
+	setp.eq.s32 	%p263, %r3765, 0;
+	@%p263 bra 	$L__BB4_248;
+	shl.b64 	%rd283, %rd2462, 5;
+	mov.u32 	%r3766, %r3767;
+$L__BB4_247:
+	brev.b32 	%r2196, %r3765;
+	bfind.shiftamt.u32 	%r2197, %r2196;
+	add.s32 	%r2198, %r3765, -1;
+	and.b32  	%r3765, %r2198, %r3765;
+	cvt.u64.u32 	%rd1136, %r2197;
+	add.s64 	%rd1137, %rd283, %rd1136;
+	add.s32 	%r3767, %r3766, 1;
+	mul.wide.u32 	%rd1138, %r3766, 2;
+	add.s64 	%rd1139, %rd112, %rd1138;
+	st.u16 	[%rd1139], %rd1137;
+	setp.ne.s32 	%p264, %r3765, 0;
+	mov.u32 	%r3766, %r3767;
+	@%p264 bra 	$L__BB4_247;
+$L__BB4_248:
+	add.s64 	%rd2462, %rd2462, 1;
+	setp.lt.u64 	%p265, %rd2462, %rd260;
+	@%p265 bra 	$L__BB4_245;
+$L__BB4_249:
+	cvt.u64.u32 	%rd285, %r144;
+	mul.wide.u32 	%rd286, %r144, 2;
+	cvt.u64.u32 	%rd287, %r145;
+	mul.wide.u32 	%rd288, %r145, %r144;
+	add.s64 	%rd1140, %rd286, 7;
+	and.b64  	%rd289, %rd1140, 17179869176;
+	sub.s64 	%rd1141, %rd289, %rd286;
+	setp.le.u64 	%p266, %rd1141, %rd5;
+	@%p266 bra 	$L__BB4_251;
+	add.s64 	%rd1142, %rd980, %rd5;
+	add.s64 	%rd1143, %rd1142, %rd286;
+	add.s64 	%rd1144, %rd972, %rd1143;
+	mov.u16 	%rs47, 0;
+	st.u8 	[%rd1144], %rs47;
+$L__BB4_251:
+	add.s64 	%rd1145, %rd288, 7;
+	and.b64  	%rd1146, %rd1145, -8;
+	sub.s64 	%rd1147, %rd1146, %rd288;
+	setp.le.u64 	%p267, %rd1147, %rd5;
+	@%p267 bra 	$L__BB4_253;
+	add.s64 	%rd1148, %rd980, %rd5;
+	add.s64 	%rd1149, %rd1148, %rd288;
+	add.s64 	%rd1150, %rd1149, %rd289;
+	add.s64 	%rd1151, %rd972, %rd1150;
+	mov.u16 	%rs48, 0;
+	st.u8 	[%rd1151], %rs48;
+$L__BB4_253:
+	bar.warp.sync 	-1;
+	setp.eq.s32 	%p268, %r144, 0;
+	@%p268 bra 	$L__BB4_544;
+	add.s32 	%r2199, %r145, -1;
+	cvt.u64.u32 	%rd290, %r2199;
+	add.s64 	%rd291, %rd289, %rd980;
+	and.b32  	%r206, %r145, 3;
+	sub.s32 	%r207, %r145, %r206;
+	mov.u64 	%rd2463, 0;
+$L__BB4_255:
+	mov.u64 	%rd2464, 0;
+	add.s64 	%rd293, %rd2463, %rd5;
+	setp.ge.u64 	%p269, %rd293, %rd285;
+	shl.b64 	%rd1154, %rd293, 1;
+	add.s64 	%rd294, %rd112, %rd1154;
+	@%p269 bra 	$L__BB4_257;
+	ld.u16 	%rd2464, [%rd294];
+$L__BB4_257:
+	add.s64 	%rd2375, %rd2463, %rd5;
+	add.s64 	%rd297, %rd2375, 32;
+	setp.ge.u64 	%p270, %rd297, %rd285;
+	mov.u64 	%rd2466, 0;
+	mov.u64 	%rd2465, %rd2466;
+	@%p270 bra 	$L__BB4_259;
+	ld.u16 	%rd2465, [%rd294+64];
+$L__BB4_259:
+	add.s64 	%rd2376, %rd2463, %rd5;
+	add.s64 	%rd300, %rd2376, 64;
+	setp.ge.u64 	%p271, %rd300, %rd285;
+	@%p271 bra 	$L__BB4_261;
+	ld.u16 	%rd2466, [%rd294+128];
+$L__BB4_261:
+	add.s64 	%rd2377, %rd2463, %rd5;
+	add.s64 	%rd303, %rd2377, 96;
+	setp.ge.u64 	%p272, %rd303, %rd285;
+	mov.u64 	%rd2468, 0;
+	mov.u64 	%rd2467, %rd2468;
+	@%p272 bra 	$L__BB4_263;
+	ld.u16 	%rd2467, [%rd294+192];
+$L__BB4_263:
+	add.s64 	%rd2378, %rd2463, %rd5;
+	add.s64 	%rd306, %rd2378, 128;
+	setp.ge.u64 	%p273, %rd306, %rd285;
+	@%p273 bra 	$L__BB4_265;
+	ld.u16 	%rd2468, [%rd294+256];
+$L__BB4_265:
+	add.s64 	%rd2379, %rd2463, %rd5;
+	add.s64 	%rd309, %rd2379, 160;
+	setp.ge.u64 	%p274, %rd309, %rd285;
+	mov.u64 	%rd2470, 0;
+	mov.u64 	%rd2469, %rd2470;
+	@%p274 bra 	$L__BB4_267;
+	ld.u16 	%rd2469, [%rd294+320];
+$L__BB4_267:
+	add.s64 	%rd2380, %rd2463, %rd5;
+	add.s64 	%rd312, %rd2380, 192;
+	setp.ge.u64 	%p275, %rd312, %rd285;
+	@%p275 bra 	$L__BB4_269;
+	ld.u16 	%rd2470, [%rd294+384];
+$L__BB4_269:
+	add.s64 	%rd2381, %rd2463, %rd5;
+	add.s64 	%rd315, %rd2381, 224;
+	setp.ge.u64 	%p276, %rd315, %rd285;
+	mov.u64 	%rd2471, 0;
+	@%p276 bra 	$L__BB4_271;
+	ld.u16 	%rd2471, [%rd294+448];
+$L__BB4_271:
+	mov.u64 	%rd2475, 0;
+	@%p269 bra 	$L__BB4_288;
+	mul.lo.s64 	%rd1163, %rd2464, %rd287;
+	add.s64 	%rd318, %rd974, %rd1163;
+	and.b64  	%rd1164, %rd318, %rd290;
+	setp.eq.s64 	%p278, %rd1164, 0;
+	@%p278 bra 	$L__BB4_281;
+	mov.u64 	%rd2475, 0;
+	setp.eq.s32 	%p279, %r145, 0;
+	@%p279 bra 	$L__BB4_288;
+	cvt.u32.u64 	%r2201, %rd290;
+	setp.lt.u32 	%p280, %r2201, 3;
+	mov.u64 	%rd2475, 0;
+	mov.u32 	%r3770, 0;
+	@%p280 bra 	$L__BB4_277;
+	mov.u64 	%rd2475, 0;
+	mov.u32 	%r3770, 0;
+	mov.u32 	%r3769, %r207;
+$L__BB4_276:
+	cvt.u64.u32 	%rd1169, %r3770;
+	add.s64 	%rd1170, %rd318, %rd1169;
+	ld.u8 	%rd1171, [%rd1170];
+	shl.b32 	%r2203, %r3770, 3;
+	shl.b64 	%rd1172, %rd1171, %r2203;
+	or.b64  	%rd1173, %rd1172, %rd2475;
+	ld.u8 	%rd1174, [%rd1170+1];
+	add.s32 	%r2204, %r2203, 8;
+	shl.b64 	%rd1175, %rd1174, %r2204;
+	or.b64  	%rd1176, %rd1175, %rd1173;
+	ld.u8 	%rd1177, [%rd1170+2];
+	add.s32 	%r2205, %r2203, 16;
+	shl.b64 	%rd1178, %rd1177, %r2205;
+	or.b64  	%rd1179, %rd1178, %rd1176;
+	ld.u8 	%rd1180, [%rd1170+3];
+	add.s32 	%r2206, %r2203, 24;
+	shl.b64 	%rd1181, %rd1180, %r2206;
+	or.b64  	%rd2475, %rd1181, %rd1179;
+	add.s32 	%r3770, %r3770, 4;
+	add.s32 	%r3769, %r3769, -4;
+	setp.ne.s32 	%p281, %r3769, 0;
+	@%p281 bra 	$L__BB4_276;
+$L__BB4_277:
+	setp.eq.s32 	%p282, %r206, 0;
+	@%p282 bra 	$L__BB4_288;
+	setp.eq.s32 	%p283, %r206, 1;
+	cvt.u64.u32 	%rd1182, %r3770;
+	add.s64 	%rd323, %rd318, %rd1182;
+	ld.u8 	%rd1183, [%rd323];
+	shl.b32 	%r2207, %r3770, 3;
+	shl.b64 	%rd1184, %rd1183, %r2207;
+	or.b64  	%rd2475, %rd1184, %rd2475;
+	@%p283 bra 	$L__BB4_288;
+	setp.eq.s32 	%p284, %r206, 2;
+	ld.u8 	%rd1185, [%rd323+1];
+	add.s32 	%r2209, %r2207, 8;
+	shl.b64 	%rd1186, %rd1185, %r2209;
+	or.b64  	%rd2475, %rd1186, %rd2475;
+	@%p284 bra 	$L__BB4_288;
+	ld.u8 	%rd1187, [%rd323+2];
+	add.s32 	%r2211, %r2207, 16;
+	shl.b64 	%rd1188, %rd1187, %r2211;
+	or.b64  	%rd2475, %rd1188, %rd2475;
+	bra.uni 	$L__BB4_288;
+$L__BB4_281:
+	setp.eq.s32 	%p285, %r145, 1;
+	@%p285 bra 	$L__BB4_286;
+	setp.eq.s32 	%p286, %r145, 2;
+	@%p286 bra 	$L__BB4_285;
+	setp.ne.s32 	%p287, %r145, 4;
+	@%p287 bra 	$L__BB4_287;
+	ld.u32 	%rd2475, [%rd318];
+	bra.uni 	$L__BB4_288;
+$L__BB4_285:
+	ld.u16 	%rd2475, [%rd318];
+	bra.uni 	$L__BB4_288;
+$L__BB4_286:
+	ld.u8 	%rd2475, [%rd318];
+	bra.uni 	$L__BB4_288;
+$L__BB4_287:
+	ld.u64 	%rd2475, [%rd318];
+$L__BB4_288:
+	mov.u64 	%rd2479, 0;
+	@%p270 bra 	$L__BB4_305;
+	mul.lo.s64 	%rd1190, %rd2465, %rd287;
+	add.s64 	%rd333, %rd974, %rd1190;
+	and.b64  	%rd1191, %rd333, %rd290;
+	setp.eq.s64 	%p289, %rd1191, 0;
+	@%p289 bra 	$L__BB4_298;
+	mov.u64 	%rd2479, 0;
+	setp.eq.s32 	%p290, %r145, 0;
+	@%p290 bra 	$L__BB4_305;
+	cvt.u32.u64 	%r2213, %rd290;
+	setp.lt.u32 	%p291, %r2213, 3;
+	mov.u64 	%rd2479, 0;
+	mov.u32 	%r3773, 0;
+	@%p291 bra 	$L__BB4_294;
+	mov.u64 	%rd2479, 0;
+	mov.u32 	%r3773, 0;
+	mov.u32 	%r3772, %r207;
+$L__BB4_293:
+	cvt.u64.u32 	%rd1196, %r3773;
+	add.s64 	%rd1197, %rd333, %rd1196;
+	ld.u8 	%rd1198, [%rd1197];
+	shl.b32 	%r2215, %r3773, 3;
+	shl.b64 	%rd1199, %rd1198, %r2215;
+	or.b64  	%rd1200, %rd1199, %rd2479;
+	ld.u8 	%rd1201, [%rd1197+1];
+	add.s32 	%r2216, %r2215, 8;
+	shl.b64 	%rd1202, %rd1201, %r2216;
+	or.b64  	%rd1203, %rd1202, %rd1200;
+	ld.u8 	%rd1204, [%rd1197+2];
+	add.s32 	%r2217, %r2215, 16;
+	shl.b64 	%rd1205, %rd1204, %r2217;
+	or.b64  	%rd1206, %rd1205, %rd1203;
+	ld.u8 	%rd1207, [%rd1197+3];
+	add.s32 	%r2218, %r2215, 24;
+	shl.b64 	%rd1208, %rd1207, %r2218;
+	or.b64  	%rd2479, %rd1208, %rd1206;
+	add.s32 	%r3773, %r3773, 4;
+	add.s32 	%r3772, %r3772, -4;
+	setp.ne.s32 	%p292, %r3772, 0;
+	@%p292 bra 	$L__BB4_293;
+$L__BB4_294:
+	setp.eq.s32 	%p293, %r206, 0;
+	@%p293 bra 	$L__BB4_305;
+	setp.eq.s32 	%p294, %r206, 1;
+	cvt.u64.u32 	%rd1209, %r3773;
+	add.s64 	%rd338, %rd333, %rd1209;
+	ld.u8 	%rd1210, [%rd338];
+	shl.b32 	%r2219, %r3773, 3;
+	shl.b64 	%rd1211, %rd1210, %r2219;
+	or.b64  	%rd2479, %rd1211, %rd2479;
+	@%p294 bra 	$L__BB4_305;
+	setp.eq.s32 	%p295, %r206, 2;
+	ld.u8 	%rd1212, [%rd338+1];
+	add.s32 	%r2221, %r2219, 8;
+	shl.b64 	%rd1213, %rd1212, %r2221;
+	or.b64  	%rd2479, %rd1213, %rd2479;
+	@%p295 bra 	$L__BB4_305;
+	ld.u8 	%rd1214, [%rd338+2];
+	add.s32 	%r2223, %r2219, 16;
+	shl.b64 	%rd1215, %rd1214, %r2223;
+	or.b64  	%rd2479, %rd1215, %rd2479;
+	bra.uni 	$L__BB4_305;
+$L__BB4_298:
+	setp.eq.s32 	%p296, %r145, 1;
+	@%p296 bra 	$L__BB4_303;
+	setp.eq.s32 	%p297, %r145, 2;
+	@%p297 bra 	$L__BB4_302;
+	setp.ne.s32 	%p298, %r145, 4;
+	@%p298 bra 	$L__BB4_304;
+	ld.u32 	%rd2479, [%rd333];
+	bra.uni 	$L__BB4_305;
+$L__BB4_302:
+	ld.u16 	%rd2479, [%rd333];
+	bra.uni 	$L__BB4_305;
+$L__BB4_303:
+	ld.u8 	%rd2479, [%rd333];
+	bra.uni 	$L__BB4_305;
+$L__BB4_304:
+	ld.u64 	%rd2479, [%rd333];
+$L__BB4_305:
+	mov.u64 	%rd2483, 0;
+	@%p271 bra 	$L__BB4_322;
+	mul.lo.s64 	%rd1217, %rd2466, %rd287;
+	add.s64 	%rd348, %rd974, %rd1217;
+	and.b64  	%rd1218, %rd348, %rd290;
+	setp.eq.s64 	%p300, %rd1218, 0;
+	@%p300 bra 	$L__BB4_315;
+	mov.u64 	%rd2483, 0;
+	setp.eq.s32 	%p301, %r145, 0;
+	@%p301 bra 	$L__BB4_322;
+	cvt.u32.u64 	%r2225, %rd290;
+	setp.lt.u32 	%p302, %r2225, 3;
+	mov.u64 	%rd2483, 0;
+	mov.u32 	%r3776, 0;
+	@%p302 bra 	$L__BB4_311;
+	mov.u64 	%rd2483, 0;
+	mov.u32 	%r3776, 0;
+	mov.u32 	%r3775, %r207;
+$L__BB4_310:
+	cvt.u64.u32 	%rd1223, %r3776;
+	add.s64 	%rd1224, %rd348, %rd1223;
+	ld.u8 	%rd1225, [%rd1224];
+	shl.b32 	%r2227, %r3776, 3;
+	shl.b64 	%rd1226, %rd1225, %r2227;
+	or.b64  	%rd1227, %rd1226, %rd2483;
+	ld.u8 	%rd1228, [%rd1224+1];
+	add.s32 	%r2228, %r2227, 8;
+	shl.b64 	%rd1229, %rd1228, %r2228;
+	or.b64  	%rd1230, %rd1229, %rd1227;
+	ld.u8 	%rd1231, [%rd1224+2];
+	add.s32 	%r2229, %r2227, 16;
+	shl.b64 	%rd1232, %rd1231, %r2229;
+	or.b64  	%rd1233, %rd1232, %rd1230;
+	ld.u8 	%rd1234, [%rd1224+3];
+	add.s32 	%r2230, %r2227, 24;
+	shl.b64 	%rd1235, %rd1234, %r2230;
+	or.b64  	%rd2483, %rd1235, %rd1233;
+	add.s32 	%r3776, %r3776, 4;
+	add.s32 	%r3775, %r3775, -4;
+	setp.ne.s32 	%p303, %r3775, 0;
+	@%p303 bra 	$L__BB4_310;
+$L__BB4_311:
+	setp.eq.s32 	%p304, %r206, 0;
+	@%p304 bra 	$L__BB4_322;
+	setp.eq.s32 	%p305, %r206, 1;
+	cvt.u64.u32 	%rd1236, %r3776;
+	add.s64 	%rd353, %rd348, %rd1236;
+	ld.u8 	%rd1237, [%rd353];
+	shl.b32 	%r2231, %r3776, 3;
+	shl.b64 	%rd1238, %rd1237, %r2231;
+	or.b64  	%rd2483, %rd1238, %rd2483;
+	@%p305 bra 	$L__BB4_322;
+	setp.eq.s32 	%p306, %r206, 2;
+	ld.u8 	%rd1239, [%rd353+1];
+	add.s32 	%r2233, %r2231, 8;
+	shl.b64 	%rd1240, %rd1239, %r2233;
+	or.b64  	%rd2483, %rd1240, %rd2483;
+	@%p306 bra 	$L__BB4_322;
+	ld.u8 	%rd1241, [%rd353+2];
+	add.s32 	%r2235, %r2231, 16;
+	shl.b64 	%rd1242, %rd1241, %r2235;
+	or.b64  	%rd2483, %rd1242, %rd2483;
+	bra.uni 	$L__BB4_322;
+$L__BB4_315:
+	setp.eq.s32 	%p307, %r145, 1;
+	@%p307 bra 	$L__BB4_320;
+	setp.eq.s32 	%p308, %r145, 2;
+	@%p308 bra 	$L__BB4_319;
+	setp.ne.s32 	%p309, %r145, 4;
+	@%p309 bra 	$L__BB4_321;
+	ld.u32 	%rd2483, [%rd348];
+	bra.uni 	$L__BB4_322;
+$L__BB4_319:
+	ld.u16 	%rd2483, [%rd348];
+	bra.uni 	$L__BB4_322;
+$L__BB4_320:
+	ld.u8 	%rd2483, [%rd348];
+	bra.uni 	$L__BB4_322;
+$L__BB4_321:
+	ld.u64 	%rd2483, [%rd348];
+$L__BB4_322:
+	mov.u64 	%rd2487, 0;
+	@%p272 bra 	$L__BB4_339;
+	mul.lo.s64 	%rd1244, %rd2467, %rd287;
+	add.s64 	%rd363, %rd974, %rd1244;
+	and.b64  	%rd1245, %rd363, %rd290;
+	setp.eq.s64 	%p311, %rd1245, 0;
+	@%p311 bra 	$L__BB4_332;
+	mov.u64 	%rd2487, 0;
+	setp.eq.s32 	%p312, %r145, 0;
+	@%p312 bra 	$L__BB4_339;
+	cvt.u32.u64 	%r2237, %rd290;
+	setp.lt.u32 	%p313, %r2237, 3;
+	mov.u64 	%rd2487, 0;
+	mov.u32 	%r3779, 0;
+	@%p313 bra 	$L__BB4_328;
+	mov.u64 	%rd2487, 0;
+	mov.u32 	%r3779, 0;
+	mov.u32 	%r3778, %r207;
+$L__BB4_327:
+	cvt.u64.u32 	%rd1250, %r3779;
+	add.s64 	%rd1251, %rd363, %rd1250;
+	ld.u8 	%rd1252, [%rd1251];
+	shl.b32 	%r2239, %r3779, 3;
+	shl.b64 	%rd1253, %rd1252, %r2239;
+	or.b64  	%rd1254, %rd1253, %rd2487;
+	ld.u8 	%rd1255, [%rd1251+1];
+	add.s32 	%r2240, %r2239, 8;
+	shl.b64 	%rd1256, %rd1255, %r2240;
+	or.b64  	%rd1257, %rd1256, %rd1254;
+	ld.u8 	%rd1258, [%rd1251+2];
+	add.s32 	%r2241, %r2239, 16;
+	shl.b64 	%rd1259, %rd1258, %r2241;
+	or.b64  	%rd1260, %rd1259, %rd1257;
+	ld.u8 	%rd1261, [%rd1251+3];
+	add.s32 	%r2242, %r2239, 24;
+	shl.b64 	%rd1262, %rd1261, %r2242;
+	or.b64  	%rd2487, %rd1262, %rd1260;
+	add.s32 	%r3779, %r3779, 4;
+	add.s32 	%r3778, %r3778, -4;
+	setp.ne.s32 	%p314, %r3778, 0;
+	@%p314 bra 	$L__BB4_327;
+$L__BB4_328:
+	setp.eq.s32 	%p315, %r206, 0;
+	@%p315 bra 	$L__BB4_339;
+	setp.eq.s32 	%p316, %r206, 1;
+	cvt.u64.u32 	%rd1263, %r3779;
+	add.s64 	%rd368, %rd363, %rd1263;
+	ld.u8 	%rd1264, [%rd368];
+	shl.b32 	%r2243, %r3779, 3;
+	shl.b64 	%rd1265, %rd1264, %r2243;
+	or.b64  	%rd2487, %rd1265, %rd2487;
+	@%p316 bra 	$L__BB4_339;
+	setp.eq.s32 	%p317, %r206, 2;
+	ld.u8 	%rd1266, [%rd368+1];
+	add.s32 	%r2245, %r2243, 8;
+	shl.b64 	%rd1267, %rd1266, %r2245;
+	or.b64  	%rd2487, %rd1267, %rd2487;
+	@%p317 bra 	$L__BB4_339;
+	ld.u8 	%rd1268, [%rd368+2];
+	add.s32 	%r2247, %r2243, 16;
+	shl.b64 	%rd1269, %rd1268, %r2247;
+	or.b64  	%rd2487, %rd1269, %rd2487;
+	bra.uni 	$L__BB4_339;
+$L__BB4_332:
+	setp.eq.s32 	%p318, %r145, 1;
+	@%p318 bra 	$L__BB4_337;
+	setp.eq.s32 	%p319, %r145, 2;
+	@%p319 bra 	$L__BB4_336;
+	setp.ne.s32 	%p320, %r145, 4;
+	@%p320 bra 	$L__BB4_338;
+	ld.u32 	%rd2487, [%rd363];
+	bra.uni 	$L__BB4_339;
+$L__BB4_336:
+	ld.u16 	%rd2487, [%rd363];
+	bra.uni 	$L__BB4_339;
+$L__BB4_337:
+	ld.u8 	%rd2487, [%rd363];
+	bra.uni 	$L__BB4_339;
+$L__BB4_338:
+	ld.u64 	%rd2487, [%rd363];
+$L__BB4_339:
+	mov.u64 	%rd2491, 0;
+	@%p273 bra 	$L__BB4_356;
+	mul.lo.s64 	%rd1271, %rd2468, %rd287;
+	add.s64 	%rd378, %rd974, %rd1271;
+	and.b64  	%rd1272, %rd378, %rd290;
+	setp.eq.s64 	%p322, %rd1272, 0;
+	@%p322 bra 	$L__BB4_349;
+	mov.u64 	%rd2491, 0;
+	setp.eq.s32 	%p323, %r145, 0;
+	@%p323 bra 	$L__BB4_356;
+	cvt.u32.u64 	%r2249, %rd290;
+	setp.lt.u32 	%p324, %r2249, 3;
+	mov.u64 	%rd2491, 0;
+	mov.u32 	%r3782, 0;
+	@%p324 bra 	$L__BB4_345;
+	mov.u64 	%rd2491, 0;
+	mov.u32 	%r3782, 0;
+	mov.u32 	%r3781, %r207;
+$L__BB4_344:
+	cvt.u64.u32 	%rd1277, %r3782;
+	add.s64 	%rd1278, %rd378, %rd1277;
+	ld.u8 	%rd1279, [%rd1278];
+	shl.b32 	%r2251, %r3782, 3;
+	shl.b64 	%rd1280, %rd1279, %r2251;
+	or.b64  	%rd1281, %rd1280, %rd2491;
+	ld.u8 	%rd1282, [%rd1278+1];
+	add.s32 	%r2252, %r2251, 8;
+	shl.b64 	%rd1283, %rd1282, %r2252;
+	or.b64  	%rd1284, %rd1283, %rd1281;
+	ld.u8 	%rd1285, [%rd1278+2];
+	add.s32 	%r2253, %r2251, 16;
+	shl.b64 	%rd1286, %rd1285, %r2253;
+	or.b64  	%rd1287, %rd1286, %rd1284;
+	ld.u8 	%rd1288, [%rd1278+3];
+	add.s32 	%r2254, %r2251, 24;
+	shl.b64 	%rd1289, %rd1288, %r2254;
+	or.b64  	%rd2491, %rd1289, %rd1287;
+	add.s32 	%r3782, %r3782, 4;
+	add.s32 	%r3781, %r3781, -4;
+	setp.ne.s32 	%p325, %r3781, 0;
+	@%p325 bra 	$L__BB4_344;
+$L__BB4_345:
+	setp.eq.s32 	%p326, %r206, 0;
+	@%p326 bra 	$L__BB4_356;
+	setp.eq.s32 	%p327, %r206, 1;
+	cvt.u64.u32 	%rd1290, %r3782;
+	add.s64 	%rd383, %rd378, %rd1290;
+	ld.u8 	%rd1291, [%rd383];
+	shl.b32 	%r2255, %r3782, 3;
+	shl.b64 	%rd1292, %rd1291, %r2255;
+	or.b64  	%rd2491, %rd1292, %rd2491;
+	@%p327 bra 	$L__BB4_356;
+	setp.eq.s32 	%p328, %r206, 2;
+	ld.u8 	%rd1293, [%rd383+1];
+	add.s32 	%r2257, %r2255, 8;
+	shl.b64 	%rd1294, %rd1293, %r2257;
+	or.b64  	%rd2491, %rd1294, %rd2491;
+	@%p328 bra 	$L__BB4_356;
+	ld.u8 	%rd1295, [%rd383+2];
+	add.s32 	%r2259, %r2255, 16;
+	shl.b64 	%rd1296, %rd1295, %r2259;
+	or.b64  	%rd2491, %rd1296, %rd2491;
+	bra.uni 	$L__BB4_356;
+$L__BB4_349:
+	setp.eq.s32 	%p329, %r145, 1;
+	@%p329 bra 	$L__BB4_354;
+	setp.eq.s32 	%p330, %r145, 2;
+	@%p330 bra 	$L__BB4_353;
+	setp.ne.s32 	%p331, %r145, 4;
+	@%p331 bra 	$L__BB4_355;
+	ld.u32 	%rd2491, [%rd378];
+	bra.uni 	$L__BB4_356;
+$L__BB4_353:
+	ld.u16 	%rd2491, [%rd378];
+	bra.uni 	$L__BB4_356;
+$L__BB4_354:
+	ld.u8 	%rd2491, [%rd378];
+	bra.uni 	$L__BB4_356;
+$L__BB4_355:
+	ld.u64 	%rd2491, [%rd378];
+$L__BB4_356:
+	mov.u64 	%rd2495, 0;
+	@%p274 bra 	$L__BB4_373;
+	mul.lo.s64 	%rd1298, %rd2469, %rd287;
+	add.s64 	%rd393, %rd974, %rd1298;
+	and.b64  	%rd1299, %rd393, %rd290;
+	setp.eq.s64 	%p333, %rd1299, 0;
+	@%p333 bra 	$L__BB4_366;
+	mov.u64 	%rd2495, 0;
+	setp.eq.s32 	%p334, %r145, 0;
+	@%p334 bra 	$L__BB4_373;
+	cvt.u32.u64 	%r2261, %rd290;
+	setp.lt.u32 	%p335, %r2261, 3;
+	mov.u64 	%rd2495, 0;
+	mov.u32 	%r3785, 0;
+	@%p335 bra 	$L__BB4_362;
+	mov.u64 	%rd2495, 0;
+	mov.u32 	%r3785, 0;
+	mov.u32 	%r3784, %r207;
+$L__BB4_361:
+	cvt.u64.u32 	%rd1304, %r3785;
+	add.s64 	%rd1305, %rd393, %rd1304;
+	ld.u8 	%rd1306, [%rd1305];
+	shl.b32 	%r2263, %r3785, 3;
+	shl.b64 	%rd1307, %rd1306, %r2263;
+	or.b64  	%rd1308, %rd1307, %rd2495;
+	ld.u8 	%rd1309, [%rd1305+1];
+	add.s32 	%r2264, %r2263, 8;
+	shl.b64 	%rd1310, %rd1309, %r2264;
+	or.b64  	%rd1311, %rd1310, %rd1308;
+	ld.u8 	%rd1312, [%rd1305+2];
+	add.s32 	%r2265, %r2263, 16;
+	shl.b64 	%rd1313, %rd1312, %r2265;
+	or.b64  	%rd1314, %rd1313, %rd1311;
+	ld.u8 	%rd1315, [%rd1305+3];
+	add.s32 	%r2266, %r2263, 24;
+	shl.b64 	%rd1316, %rd1315, %r2266;
+	or.b64  	%rd2495, %rd1316, %rd1314;
+	add.s32 	%r3785, %r3785, 4;
+	add.s32 	%r3784, %r3784, -4;
+	setp.ne.s32 	%p336, %r3784, 0;
+	@%p336 bra 	$L__BB4_361;
+$L__BB4_362:
+	setp.eq.s32 	%p337, %r206, 0;
+	@%p337 bra 	$L__BB4_373;
+	setp.eq.s32 	%p338, %r206, 1;
+	cvt.u64.u32 	%rd1317, %r3785;
+	add.s64 	%rd398, %rd393, %rd1317;
+	ld.u8 	%rd1318, [%rd398];
+	shl.b32 	%r2267, %r3785, 3;
+	shl.b64 	%rd1319, %rd1318, %r2267;
+	or.b64  	%rd2495, %rd1319, %rd2495;
+	@%p338 bra 	$L__BB4_373;
+	setp.eq.s32 	%p339, %r206, 2;
+	ld.u8 	%rd1320, [%rd398+1];
+	add.s32 	%r2269, %r2267, 8;
+	shl.b64 	%rd1321, %rd1320, %r2269;
+	or.b64  	%rd2495, %rd1321, %rd2495;
+	@%p339 bra 	$L__BB4_373;
+	ld.u8 	%rd1322, [%rd398+2];
+	add.s32 	%r2271, %r2267, 16;
+	shl.b64 	%rd1323, %rd1322, %r2271;
+	or.b64  	%rd2495, %rd1323, %rd2495;
+	bra.uni 	$L__BB4_373;
+$L__BB4_366:
+	setp.eq.s32 	%p340, %r145, 1;
+	@%p340 bra 	$L__BB4_371;
+	setp.eq.s32 	%p341, %r145, 2;
+	@%p341 bra 	$L__BB4_370;
+	setp.ne.s32 	%p342, %r145, 4;
+	@%p342 bra 	$L__BB4_372;
+	ld.u32 	%rd2495, [%rd393];
+	bra.uni 	$L__BB4_373;
+$L__BB4_370:
+	ld.u16 	%rd2495, [%rd393];
+	bra.uni 	$L__BB4_373;
+$L__BB4_371:
+	ld.u8 	%rd2495, [%rd393];
+	bra.uni 	$L__BB4_373;
+$L__BB4_372:
+	ld.u64 	%rd2495, [%rd393];
+$L__BB4_373:
+	mov.u64 	%rd2499, 0;
+	@%p275 bra 	$L__BB4_390;
+	mul.lo.s64 	%rd1325, %rd2470, %rd287;
+	add.s64 	%rd408, %rd974, %rd1325;
+	and.b64  	%rd1326, %rd408, %rd290;
+	setp.eq.s64 	%p344, %rd1326, 0;
+	@%p344 bra 	$L__BB4_383;
+	mov.u64 	%rd2499, 0;
+	setp.eq.s32 	%p345, %r145, 0;
+	@%p345 bra 	$L__BB4_390;
+	cvt.u32.u64 	%r2273, %rd290;
+	setp.lt.u32 	%p346, %r2273, 3;
+	mov.u64 	%rd2499, 0;
+	mov.u32 	%r3788, 0;
+	@%p346 bra 	$L__BB4_379;
+	mov.u64 	%rd2499, 0;
+	mov.u32 	%r3788, 0;
+	mov.u32 	%r3787, %r207;
+$L__BB4_378:
+	cvt.u64.u32 	%rd1331, %r3788;
+	add.s64 	%rd1332, %rd408, %rd1331;
+	ld.u8 	%rd1333, [%rd1332];
+	shl.b32 	%r2275, %r3788, 3;
+	shl.b64 	%rd1334, %rd1333, %r2275;
+	or.b64  	%rd1335, %rd1334, %rd2499;
+	ld.u8 	%rd1336, [%rd1332+1];
+	add.s32 	%r2276, %r2275, 8;
+	shl.b64 	%rd1337, %rd1336, %r2276;
+	or.b64  	%rd1338, %rd1337, %rd1335;
+	ld.u8 	%rd1339, [%rd1332+2];
+	add.s32 	%r2277, %r2275, 16;
+	shl.b64 	%rd1340, %rd1339, %r2277;
+	or.b64  	%rd1341, %rd1340, %rd1338;
+	ld.u8 	%rd1342, [%rd1332+3];
+	add.s32 	%r2278, %r2275, 24;
+	shl.b64 	%rd1343, %rd1342, %r2278;
+	or.b64  	%rd2499, %rd1343, %rd1341;
+	add.s32 	%r3788, %r3788, 4;
+	add.s32 	%r3787, %r3787, -4;
+	setp.ne.s32 	%p347, %r3787, 0;
+	@%p347 bra 	$L__BB4_378;
+$L__BB4_379:
+	setp.eq.s32 	%p348, %r206, 0;
+	@%p348 bra 	$L__BB4_390;
+	setp.eq.s32 	%p349, %r206, 1;
+	cvt.u64.u32 	%rd1344, %r3788;
+	add.s64 	%rd413, %rd408, %rd1344;
+	ld.u8 	%rd1345, [%rd413];
+	shl.b32 	%r2279, %r3788, 3;
+	shl.b64 	%rd1346, %rd1345, %r2279;
+	or.b64  	%rd2499, %rd1346, %rd2499;
+	@%p349 bra 	$L__BB4_390;
+	setp.eq.s32 	%p350, %r206, 2;
+	ld.u8 	%rd1347, [%rd413+1];
+	add.s32 	%r2281, %r2279, 8;
+	shl.b64 	%rd1348, %rd1347, %r2281;
+	or.b64  	%rd2499, %rd1348, %rd2499;
+	@%p350 bra 	$L__BB4_390;
+	ld.u8 	%rd1349, [%rd413+2];
+	add.s32 	%r2283, %r2279, 16;
+	shl.b64 	%rd1350, %rd1349, %r2283;
+	or.b64  	%rd2499, %rd1350, %rd2499;
+	bra.uni 	$L__BB4_390;
+$L__BB4_383:
+	setp.eq.s32 	%p351, %r145, 1;
+	@%p351 bra 	$L__BB4_388;
+	setp.eq.s32 	%p352, %r145, 2;
+	@%p352 bra 	$L__BB4_387;
+	setp.ne.s32 	%p353, %r145, 4;
+	@%p353 bra 	$L__BB4_389;
+	ld.u32 	%rd2499, [%rd408];
+	bra.uni 	$L__BB4_390;
+$L__BB4_387:
+	ld.u16 	%rd2499, [%rd408];
+	bra.uni 	$L__BB4_390;
+$L__BB4_388:
+	ld.u8 	%rd2499, [%rd408];
+	bra.uni 	$L__BB4_390;
+$L__BB4_389:
+	ld.u64 	%rd2499, [%rd408];
+$L__BB4_390:
+	mov.u64 	%rd2503, 0;
+	@%p276 bra 	$L__BB4_407;
+	mul.lo.s64 	%rd1352, %rd2471, %rd287;
+	add.s64 	%rd423, %rd974, %rd1352;
+	and.b64  	%rd1353, %rd423, %rd290;
+	setp.eq.s64 	%p355, %rd1353, 0;
+	@%p355 bra 	$L__BB4_400;
+	mov.u64 	%rd2503, 0;
+	setp.eq.s32 	%p356, %r145, 0;
+	@%p356 bra 	$L__BB4_407;
+	cvt.u32.u64 	%r2285, %rd290;
+	setp.lt.u32 	%p357, %r2285, 3;
+	mov.u64 	%rd2503, 0;
+	mov.u32 	%r3791, 0;
+	@%p357 bra 	$L__BB4_396;
+	mov.u64 	%rd2503, 0;
+	mov.u32 	%r3791, 0;
+	mov.u32 	%r3790, %r207;
+$L__BB4_395:
+	cvt.u64.u32 	%rd1358, %r3791;
+	add.s64 	%rd1359, %rd423, %rd1358;
+	ld.u8 	%rd1360, [%rd1359];
+	shl.b32 	%r2287, %r3791, 3;
+	shl.b64 	%rd1361, %rd1360, %r2287;
+	or.b64  	%rd1362, %rd1361, %rd2503;
+	ld.u8 	%rd1363, [%rd1359+1];
+	add.s32 	%r2288, %r2287, 8;
+	shl.b64 	%rd1364, %rd1363, %r2288;
+	or.b64  	%rd1365, %rd1364, %rd1362;
+	ld.u8 	%rd1366, [%rd1359+2];
+	add.s32 	%r2289, %r2287, 16;
+	shl.b64 	%rd1367, %rd1366, %r2289;
+	or.b64  	%rd1368, %rd1367, %rd1365;
+	ld.u8 	%rd1369, [%rd1359+3];
+	add.s32 	%r2290, %r2287, 24;
+	shl.b64 	%rd1370, %rd1369, %r2290;
+	or.b64  	%rd2503, %rd1370, %rd1368;
+	add.s32 	%r3791, %r3791, 4;
+	add.s32 	%r3790, %r3790, -4;
+	setp.ne.s32 	%p358, %r3790, 0;
+	@%p358 bra 	$L__BB4_395;
+$L__BB4_396:
+	setp.eq.s32 	%p359, %r206, 0;
+	@%p359 bra 	$L__BB4_407;
+	setp.eq.s32 	%p360, %r206, 1;
+	cvt.u64.u32 	%rd1371, %r3791;
+	add.s64 	%rd428, %rd423, %rd1371;
+	ld.u8 	%rd1372, [%rd428];
+	shl.b32 	%r2291, %r3791, 3;
+	shl.b64 	%rd1373, %rd1372, %r2291;
+	or.b64  	%rd2503, %rd1373, %rd2503;
+	@%p360 bra 	$L__BB4_407;
+	setp.eq.s32 	%p361, %r206, 2;
+	ld.u8 	%rd1374, [%rd428+1];
+	add.s32 	%r2293, %r2291, 8;
+	shl.b64 	%rd1375, %rd1374, %r2293;
+	or.b64  	%rd2503, %rd1375, %rd2503;
+	@%p361 bra 	$L__BB4_407;
+	ld.u8 	%rd1376, [%rd428+2];
+	add.s32 	%r2295, %r2291, 16;
+	shl.b64 	%rd1377, %rd1376, %r2295;
+	or.b64  	%rd2503, %rd1377, %rd2503;
+	bra.uni 	$L__BB4_407;
+$L__BB4_400:
+	setp.eq.s32 	%p362, %r145, 1;
+	@%p362 bra 	$L__BB4_405;
+	setp.eq.s32 	%p363, %r145, 2;
+	@%p363 bra 	$L__BB4_404;
+	setp.ne.s32 	%p364, %r145, 4;
+	@%p364 bra 	$L__BB4_406;
+	ld.u32 	%rd2503, [%rd423];
+	bra.uni 	$L__BB4_407;
+$L__BB4_404:
+	ld.u16 	%rd2503, [%rd423];
+	bra.uni 	$L__BB4_407;
+$L__BB4_405:
+	ld.u8 	%rd2503, [%rd423];
+	bra.uni 	$L__BB4_407;
+$L__BB4_406:
+	ld.u64 	%rd2503, [%rd423];
+$L__BB4_407:
+	@%p269 bra 	$L__BB4_424;
+	add.s64 	%rd2396, %rd2463, %rd5;
+	mul.lo.s64 	%rd1378, %rd2396, %rd287;
+	add.s64 	%rd1379, %rd291, %rd1378;
+	add.s64 	%rd438, %rd972, %rd1379;
+	and.b64  	%rd1380, %rd438, %rd290;
+	setp.eq.s64 	%p366, %rd1380, 0;
+	@%p366 bra 	$L__BB4_417;
+	setp.eq.s32 	%p367, %r145, 0;
+	@%p367 bra 	$L__BB4_424;
+	cvt.u32.u64 	%r2297, %rd290;
+	setp.lt.u32 	%p368, %r2297, 3;
+	mov.u32 	%r3794, 0;
+	@%p368 bra 	$L__BB4_413;
+	mov.u32 	%r3794, 0;
+	mov.u32 	%r3793, %r207;
+$L__BB4_412:
+	shl.b32 	%r2299, %r3794, 3;
+	shr.u64 	%rd1381, %rd2475, %r2299;
+	cvt.u64.u32 	%rd1382, %r3794;
+	add.s64 	%rd1383, %rd438, %rd1382;
+	st.u8 	[%rd1383], %rd1381;
+	add.s32 	%r2300, %r2299, 8;
+	shr.u64 	%rd1384, %rd2475, %r2300;
+	st.u8 	[%rd1383+1], %rd1384;
+	add.s32 	%r2301, %r2299, 16;
+	shr.u64 	%rd1385, %rd2475, %r2301;
+	st.u8 	[%rd1383+2], %rd1385;
+	add.s32 	%r2302, %r2299, 24;
+	shr.u64 	%rd1386, %rd2475, %r2302;
+	st.u8 	[%rd1383+3], %rd1386;
+	add.s32 	%r3794, %r3794, 4;
+	add.s32 	%r3793, %r3793, -4;
+	setp.ne.s32 	%p369, %r3793, 0;
+	@%p369 bra 	$L__BB4_412;
+$L__BB4_413:
+	setp.eq.s32 	%p370, %r206, 0;
+	@%p370 bra 	$L__BB4_424;
+	setp.eq.s32 	%p371, %r206, 1;
+	shl.b32 	%r2303, %r3794, 3;
+	shr.u64 	%rd1387, %rd2475, %r2303;
+	cvt.u64.u32 	%rd1388, %r3794;
+	add.s64 	%rd439, %rd438, %rd1388;
+	st.u8 	[%rd439], %rd1387;
+	@%p371 bra 	$L__BB4_424;
+	shl.b32 	%r3694, %r3794, 3;
+	setp.eq.s32 	%p372, %r206, 2;
+	add.s32 	%r2305, %r3694, 8;
+	shr.u64 	%rd1389, %rd2475, %r2305;
+	st.u8 	[%rd439+1], %rd1389;
+	@%p372 bra 	$L__BB4_424;
+	shl.b32 	%r3695, %r3794, 3;
+	add.s32 	%r2307, %r3695, 16;
+	shr.u64 	%rd1390, %rd2475, %r2307;
+	st.u8 	[%rd439+2], %rd1390;
+	bra.uni 	$L__BB4_424;
+$L__BB4_417:
+	setp.eq.s32 	%p373, %r145, 1;
+	@%p373 bra 	$L__BB4_422;
+	setp.eq.s32 	%p374, %r145, 2;
+	@%p374 bra 	$L__BB4_421;
+	setp.ne.s32 	%p375, %r145, 4;
+	@%p375 bra 	$L__BB4_423;
+	st.u32 	[%rd438], %rd2475;
+	bra.uni 	$L__BB4_424;
+$L__BB4_421:
+	st.u16 	[%rd438], %rd2475;
+	bra.uni 	$L__BB4_424;
+$L__BB4_422:
+	st.u8 	[%rd438], %rd2475;
+	bra.uni 	$L__BB4_424;
+$L__BB4_423:
+	st.u64 	[%rd438], %rd2475;
+$L__BB4_424:
+	@%p270 bra 	$L__BB4_441;
+	add.s64 	%rd2395, %rd2463, %rd5;
+	add.s64 	%rd2394, %rd2375, 32;
+	mul.lo.s64 	%rd1391, %rd2394, %rd287;
+	add.s64 	%rd1392, %rd291, %rd1391;
+	add.s64 	%rd441, %rd972, %rd1392;
+	and.b64  	%rd1393, %rd441, %rd290;
+	setp.eq.s64 	%p377, %rd1393, 0;
+	@%p377 bra 	$L__BB4_434;
+	setp.eq.s32 	%p378, %r145, 0;
+	@%p378 bra 	$L__BB4_441;
+	cvt.u32.u64 	%r2309, %rd290;
+	setp.lt.u32 	%p379, %r2309, 3;
+	mov.u32 	%r3797, 0;
+	@%p379 bra 	$L__BB4_430;
+	mov.u32 	%r3797, 0;
+	mov.u32 	%r3796, %r207;
+$L__BB4_429:
+	shl.b32 	%r2311, %r3797, 3;
+	shr.u64 	%rd1394, %rd2479, %r2311;
+	cvt.u64.u32 	%rd1395, %r3797;
+	add.s64 	%rd1396, %rd441, %rd1395;
+	st.u8 	[%rd1396], %rd1394;
+	add.s32 	%r2312, %r2311, 8;
+	shr.u64 	%rd1397, %rd2479, %r2312;
+	st.u8 	[%rd1396+1], %rd1397;
+	add.s32 	%r2313, %r2311, 16;
+	shr.u64 	%rd1398, %rd2479, %r2313;
+	st.u8 	[%rd1396+2], %rd1398;
+	add.s32 	%r2314, %r2311, 24;
+	shr.u64 	%rd1399, %rd2479, %r2314;
+	st.u8 	[%rd1396+3], %rd1399;
+	add.s32 	%r3797, %r3797, 4;
+	add.s32 	%r3796, %r3796, -4;
+	setp.ne.s32 	%p380, %r3796, 0;
+	@%p380 bra 	$L__BB4_429;
+$L__BB4_430:
+	setp.eq.s32 	%p381, %r206, 0;
+	@%p381 bra 	$L__BB4_441;
+	setp.eq.s32 	%p382, %r206, 1;
+	shl.b32 	%r2315, %r3797, 3;
+	shr.u64 	%rd1400, %rd2479, %r2315;
+	cvt.u64.u32 	%rd1401, %r3797;
+	add.s64 	%rd442, %rd441, %rd1401;
+	st.u8 	[%rd442], %rd1400;
+	@%p382 bra 	$L__BB4_441;
+	setp.eq.s32 	%p383, %r206, 2;
+	add.s32 	%r2317, %r2315, 8;
+	shr.u64 	%rd1402, %rd2479, %r2317;
+	st.u8 	[%rd442+1], %rd1402;
+	@%p383 bra 	$L__BB4_441;
+	add.s32 	%r2319, %r2315, 16;
+	shr.u64 	%rd1403, %rd2479, %r2319;
+	st.u8 	[%rd442+2], %rd1403;
+	bra.uni 	$L__BB4_441;
+$L__BB4_434:
+	setp.eq.s32 	%p384, %r145, 1;
+	@%p384 bra 	$L__BB4_439;
+	setp.eq.s32 	%p385, %r145, 2;
+	@%p385 bra 	$L__BB4_438;
+	setp.ne.s32 	%p386, %r145, 4;
+	@%p386 bra 	$L__BB4_440;
+	st.u32 	[%rd441], %rd2479;
+	bra.uni 	$L__BB4_441;
+$L__BB4_438:
+	st.u16 	[%rd441], %rd2479;
+	bra.uni 	$L__BB4_441;
+$L__BB4_439:
+	st.u8 	[%rd441], %rd2479;
+	bra.uni 	$L__BB4_441;
+$L__BB4_440:
+	st.u64 	[%rd441], %rd2479;
+$L__BB4_441:
+	@%p271 bra 	$L__BB4_458;
+	add.s64 	%rd2393, %rd2463, %rd5;
+	add.s64 	%rd2392, %rd2376, 64;
+	mul.lo.s64 	%rd1404, %rd2392, %rd287;
+	add.s64 	%rd1405, %rd291, %rd1404;
+	add.s64 	%rd444, %rd972, %rd1405;
+	and.b64  	%rd1406, %rd444, %rd290;
+	setp.eq.s64 	%p388, %rd1406, 0;
+	@%p388 bra 	$L__BB4_451;
+	setp.eq.s32 	%p389, %r145, 0;
+	@%p389 bra 	$L__BB4_458;
+	cvt.u32.u64 	%r2321, %rd290;
+	setp.lt.u32 	%p390, %r2321, 3;
+	mov.u32 	%r3800, 0;
+	@%p390 bra 	$L__BB4_447;
+	mov.u32 	%r3800, 0;
+	mov.u32 	%r3799, %r207;
+$L__BB4_446:
+	shl.b32 	%r2323, %r3800, 3;
+	shr.u64 	%rd1407, %rd2483, %r2323;
+	cvt.u64.u32 	%rd1408, %r3800;
+	add.s64 	%rd1409, %rd444, %rd1408;
+	st.u8 	[%rd1409], %rd1407;
+	add.s32 	%r2324, %r2323, 8;
+	shr.u64 	%rd1410, %rd2483, %r2324;
+	st.u8 	[%rd1409+1], %rd1410;
+	add.s32 	%r2325, %r2323, 16;
+	shr.u64 	%rd1411, %rd2483, %r2325;
+	st.u8 	[%rd1409+2], %rd1411;
+	add.s32 	%r2326, %r2323, 24;
+	shr.u64 	%rd1412, %rd2483, %r2326;
+	st.u8 	[%rd1409+3], %rd1412;
+	add.s32 	%r3800, %r3800, 4;
+	add.s32 	%r3799, %r3799, -4;
+	setp.ne.s32 	%p391, %r3799, 0;
+	@%p391 bra 	$L__BB4_446;
+$L__BB4_447:
+	setp.eq.s32 	%p392, %r206, 0;
+	@%p392 bra 	$L__BB4_458;
+	setp.eq.s32 	%p393, %r206, 1;
+	shl.b32 	%r2327, %r3800, 3;
+	shr.u64 	%rd1413, %rd2483, %r2327;
+	cvt.u64.u32 	%rd1414, %r3800;
+	add.s64 	%rd445, %rd444, %rd1414;
+	st.u8 	[%rd445], %rd1413;
+	@%p393 bra 	$L__BB4_458;
+	setp.eq.s32 	%p394, %r206, 2;
+	add.s32 	%r2329, %r2327, 8;
+	shr.u64 	%rd1415, %rd2483, %r2329;
+	st.u8 	[%rd445+1], %rd1415;
+	@%p394 bra 	$L__BB4_458;
+	add.s32 	%r2331, %r2327, 16;
+	shr.u64 	%rd1416, %rd2483, %r2331;
+	st.u8 	[%rd445+2], %rd1416;
+	bra.uni 	$L__BB4_458;
+$L__BB4_451:
+	setp.eq.s32 	%p395, %r145, 1;
+	@%p395 bra 	$L__BB4_456;
+	setp.eq.s32 	%p396, %r145, 2;
+	@%p396 bra 	$L__BB4_455;
+	setp.ne.s32 	%p397, %r145, 4;
+	@%p397 bra 	$L__BB4_457;
+	st.u32 	[%rd444], %rd2483;
+	bra.uni 	$L__BB4_458;
 $L__BB4_455:
-	add.s64 	%rd422, %rd415, %rd414;
-	add.s64 	%rd423, %rd418, %rd417;
-	setp.eq.s16 	%p361, %rs65, 1;
-	@%p361 bra 	$L__BB4_864;
-	bra.uni 	$L__BB4_456;
-$L__BB4_864:
-	mul.lo.s64 	%rd525, %rd409, %rd416;
-	or.b64  	%rd526, %rd422, %rd423;
-	and.b64  	%rd2025, %rd526, 15;
-	setp.eq.s64 	%p774, %rd2025, 0;
-	@%p774 bra 	$L__BB4_882;
-	and.b64  	%rd2027, %rd526, 7;
-	setp.ne.s64 	%p775, %rd2027, 0;
-	mov.u64 	%rd2262, 0;
-	@%p775 bra 	$L__BB4_898;
-	shr.u64 	%rd527, %rd525, 3;
-	add.s64 	%rd2246, %rd3, 768;
-	setp.ge.u64 	%p776, %rd2246, %rd527;
-	mov.u64 	%rd2248, %rd3;
-	@%p776 bra 	$L__BB4_874;
-	mov.u64 	%rd2030, -769;
-	sub.s64 	%rd2031, %rd2030, %rd3;
-	add.s64 	%rd528, %rd2031, %rd527;
-	shr.u64 	%rd2032, %rd528, 10;
-	add.s64 	%rd2033, %rd2032, 1;
-	and.b64  	%rd529, %rd2033, 3;
-	setp.eq.s64 	%p777, %rd529, 0;
-	mov.u64 	%rd2248, %rd3;
-	@%p777 bra 	$L__BB4_871;
-	shl.b64 	%rd2034, %rd3, 3;
-	add.s64 	%rd2035, %rd423, %rd2034;
-	add.s64 	%rd531, %rd2035, 2048;
-	ld.v2.u32 	{%r2784, %r2785}, [%rd2035+2048];
-	ld.v2.u32 	{%r2788, %r2789}, [%rd2035+4096];
-	ld.v2.u32 	{%r2792, %r2793}, [%rd2035+6144];
-	ld.v2.u32 	{%r2796, %r2797}, [%rd2035];
-	add.s64 	%rd532, %rd422, %rd2034;
-	st.v2.u32 	[%rd532], {%r2796, %r2797};
-	st.v2.u32 	[%rd532+2048], {%r2784, %r2785};
-	st.v2.u32 	[%rd532+4096], {%r2788, %r2789};
-	st.v2.u32 	[%rd532+6144], {%r2792, %r2793};
-	add.s64 	%rd2246, %rd3, 1792;
-	add.s64 	%rd2248, %rd3, 1024;
-	setp.eq.s64 	%p778, %rd529, 1;
-	@%p778 bra 	$L__BB4_871;
-	ld.v2.u32 	{%r2800, %r2801}, [%rd531+8192];
-	ld.v2.u32 	{%r2804, %r2805}, [%rd531+10240];
-	ld.v2.u32 	{%r2808, %r2809}, [%rd531+12288];
-	ld.v2.u32 	{%r2812, %r2813}, [%rd531+6144];
-	st.v2.u32 	[%rd532+8192], {%r2812, %r2813};
-	st.v2.u32 	[%rd532+10240], {%r2800, %r2801};
-	st.v2.u32 	[%rd532+12288], {%r2804, %r2805};
-	st.v2.u32 	[%rd532+14336], {%r2808, %r2809};
-	add.s64 	%rd2246, %rd3, 2816;
-	add.s64 	%rd2248, %rd3, 2048;
-	setp.eq.s64 	%p779, %rd529, 2;
-	@%p779 bra 	$L__BB4_871;
-	ld.v2.u32 	{%r2816, %r2817}, [%rd531+16384];
-	ld.v2.u32 	{%r2820, %r2821}, [%rd531+18432];
-	ld.v2.u32 	{%r2824, %r2825}, [%rd531+20480];
-	ld.v2.u32 	{%r2828, %r2829}, [%rd531+14336];
-	st.v2.u32 	[%rd532+16384], {%r2828, %r2829};
-	st.v2.u32 	[%rd532+18432], {%r2816, %r2817};
-	st.v2.u32 	[%rd532+20480], {%r2820, %r2821};
-	st.v2.u32 	[%rd532+22528], {%r2824, %r2825};
-	add.s64 	%rd2246, %rd3, 3840;
-	add.s64 	%rd2248, %rd3, 3072;
-$L__BB4_871:
-	setp.lt.u64 	%p780, %rd528, 3072;
-	@%p780 bra 	$L__BB4_874;
-	mov.u64 	%rd2250, %rd2248;
-$L__BB4_873:
-	shl.b64 	%rd2036, %rd2250, 3;
-	add.s64 	%rd2037, %rd423, %rd2036;
-	ld.v2.u32 	{%r2832, %r2833}, [%rd2037+2048];
-	ld.v2.u32 	{%r2836, %r2837}, [%rd2037+4096];
-	shl.b64 	%rd2038, %rd2246, 3;
-	add.s64 	%rd2039, %rd423, %rd2038;
-	ld.v2.u32 	{%r2840, %r2841}, [%rd2039];
-	ld.v2.u32 	{%r2844, %r2845}, [%rd2037];
-	add.s64 	%rd2040, %rd422, %rd2036;
-	st.v2.u32 	[%rd2040], {%r2844, %r2845};
-	st.v2.u32 	[%rd2040+2048], {%r2832, %r2833};
-	st.v2.u32 	[%rd2040+4096], {%r2836, %r2837};
-	add.s64 	%rd2041, %rd422, %rd2038;
-	st.v2.u32 	[%rd2041], {%r2840, %r2841};
-	ld.v2.u32 	{%r2848, %r2849}, [%rd2037+10240];
-	ld.v2.u32 	{%r2852, %r2853}, [%rd2037+12288];
-	ld.v2.u32 	{%r2856, %r2857}, [%rd2037+14336];
-	ld.v2.u32 	{%r2860, %r2861}, [%rd2037+8192];
-	st.v2.u32 	[%rd2040+8192], {%r2860, %r2861};
-	st.v2.u32 	[%rd2040+10240], {%r2848, %r2849};
-	st.v2.u32 	[%rd2040+12288], {%r2852, %r2853};
-	st.v2.u32 	[%rd2040+14336], {%r2856, %r2857};
-	ld.v2.u32 	{%r2864, %r2865}, [%rd2037+18432];
-	ld.v2.u32 	{%r2868, %r2869}, [%rd2037+20480];
-	ld.v2.u32 	{%r2872, %r2873}, [%rd2037+22528];
-	ld.v2.u32 	{%r2876, %r2877}, [%rd2037+16384];
-	st.v2.u32 	[%rd2040+16384], {%r2876, %r2877};
-	st.v2.u32 	[%rd2040+18432], {%r2864, %r2865};
-	st.v2.u32 	[%rd2040+20480], {%r2868, %r2869};
-	st.v2.u32 	[%rd2040+22528], {%r2872, %r2873};
-	ld.v2.u32 	{%r2880, %r2881}, [%rd2037+26624];
-	ld.v2.u32 	{%r2884, %r2885}, [%rd2037+28672];
-	ld.v2.u32 	{%r2888, %r2889}, [%rd2037+30720];
-	ld.v2.u32 	{%r2892, %r2893}, [%rd2037+24576];
-	st.v2.u32 	[%rd2040+24576], {%r2892, %r2893};
-	st.v2.u32 	[%rd2040+26624], {%r2880, %r2881};
-	st.v2.u32 	[%rd2040+28672], {%r2884, %r2885};
-	st.v2.u32 	[%rd2040+30720], {%r2888, %r2889};
-	add.s64 	%rd2248, %rd2250, 4096;
-	add.s64 	%rd2246, %rd2250, 4864;
-	setp.lt.u64 	%p781, %rd2246, %rd527;
-	mov.u64 	%rd2250, %rd2248;
-	@%p781 bra 	$L__BB4_873;
-$L__BB4_874:
-	setp.ge.u64 	%p782, %rd2248, %rd527;
-	@%p782 bra 	$L__BB4_881;
-	not.b64 	%rd2042, %rd2248;
-	add.s64 	%rd547, %rd527, %rd2042;
-	shr.u64 	%rd2043, %rd547, 8;
-	add.s64 	%rd2044, %rd2043, 1;
-	and.b64  	%rd548, %rd2044, 3;
-	setp.eq.s64 	%p783, %rd548, 0;
-	mov.u64 	%rd2252, %rd2248;
-	@%p783 bra 	$L__BB4_879;
-	shl.b64 	%rd2045, %rd2248, 3;
-	add.s64 	%rd549, %rd423, %rd2045;
-	ld.v2.u32 	{%r2896, %r2897}, [%rd549];
-	add.s64 	%rd550, %rd422, %rd2045;
-	st.v2.u32 	[%rd550], {%r2896, %r2897};
-	add.s64 	%rd2252, %rd2248, 256;
-	setp.eq.s64 	%p784, %rd548, 1;
-	@%p784 bra 	$L__BB4_879;
-	ld.v2.u32 	{%r2900, %r2901}, [%rd549+2048];
-	st.v2.u32 	[%rd550+2048], {%r2900, %r2901};
-	add.s64 	%rd2252, %rd2248, 512;
-	setp.eq.s64 	%p785, %rd548, 2;
-	@%p785 bra 	$L__BB4_879;
-	ld.v2.u32 	{%r2904, %r2905}, [%rd549+4096];
-	st.v2.u32 	[%rd550+4096], {%r2904, %r2905};
-	add.s64 	%rd2252, %rd2248, 768;
-$L__BB4_879:
-	setp.lt.u64 	%p786, %rd547, 768;
-	@%p786 bra 	$L__BB4_881;
-$L__BB4_880:
-	shl.b64 	%rd2046, %rd2252, 3;
-	add.s64 	%rd2047, %rd423, %rd2046;
-	ld.v2.u32 	{%r2908, %r2909}, [%rd2047];
-	add.s64 	%rd2048, %rd422, %rd2046;
-	st.v2.u32 	[%rd2048], {%r2908, %r2909};
-	ld.v2.u32 	{%r2912, %r2913}, [%rd2047+2048];
-	st.v2.u32 	[%rd2048+2048], {%r2912, %r2913};
-	ld.v2.u32 	{%r2916, %r2917}, [%rd2047+4096];
-	st.v2.u32 	[%rd2048+4096], {%r2916, %r2917};
-	ld.v2.u32 	{%r2920, %r2921}, [%rd2047+6144];
-	st.v2.u32 	[%rd2048+6144], {%r2920, %r2921};
-	add.s64 	%rd2252, %rd2252, 1024;
-	setp.lt.u64 	%p787, %rd2252, %rd527;
-	@%p787 bra 	$L__BB4_880;
-$L__BB4_881:
-	and.b64  	%rd2262, %rd525, -8;
-	bra.uni 	$L__BB4_898;
+	st.u16 	[%rd444], %rd2483;
+	bra.uni 	$L__BB4_458;
 $L__BB4_456:
-	setp.ne.s32 	%p815, %r639, 0;
-	ld.param.u32 	%r3215, [%rd609+92];
-	shr.u32 	%r1949, %r3215, 5;
-	cvt.u64.u32 	%rd1276, %r1949;
-	mul.lo.s64 	%rd424, %rd408, %rd1276;
-	add.s64 	%rd1277, %rd409, 31;
-	shr.u64 	%rd425, %rd1277, 5;
-	and.b64  	%rd1278, %rd1277, 32;
-	setp.eq.s64 	%p363, %rd1278, 0;
-	or.pred  	%p364, %p815, %p363;
-	@%p364 bra 	$L__BB4_458;
-	shl.b64 	%rd1279, %rd425, 2;
-	add.s64 	%rd1280, %rd422, %rd1279;
-	mov.u32 	%r1950, 0;
-	st.u32 	[%rd1280], %r1950;
+	st.u8 	[%rd444], %rd2483;
+	bra.uni 	$L__BB4_458;
+$L__BB4_457:
+	st.u64 	[%rd444], %rd2483;
 $L__BB4_458:
-	setp.le.u64 	%p365, %rd425, %rd3;
-	@%p365 bra 	$L__BB4_466;
-	add.s64 	%rd1281, %rd409, -1;
-	shr.u64 	%rd426, %rd1281, 5;
-	and.b64  	%rd427, %rd409, 31;
-	cvt.u32.u64 	%r1951, %rd427;
-	mov.u32 	%r1952, -1;
-	shl.b32 	%r1953, %r1952, %r1951;
-	not.b32 	%r162, %r1953;
-	not.b64 	%rd1282, %rd3;
-	add.s64 	%rd428, %rd425, %rd1282;
-	shr.u64 	%rd1283, %rd428, 8;
-	add.s64 	%rd1284, %rd1283, 1;
-	and.b64  	%rd429, %rd1284, 3;
-	setp.eq.s64 	%p366, %rd429, 0;
-	mov.u64 	%rd2227, %rd3;
-	@%p366 bra 	$L__BB4_463;
-	add.s64 	%rd1285, %rd424, %rd3;
-	shl.b64 	%rd1286, %rd1285, 2;
-	add.s64 	%rd430, %rd407, %rd1286;
-	setp.ne.s64 	%p2, %rd427, 0;
-	setp.eq.s64 	%p367, %rd426, %rd3;
-	and.pred  	%p368, %p367, %p2;
-	selp.b32 	%r1954, %r162, -1, %p368;
-	ld.global.u32 	%r1955, [%rd430];
-	and.b32  	%r1956, %r1955, %r1954;
-	shl.b64 	%rd1287, %rd3, 2;
-	add.s64 	%rd431, %rd422, %rd1287;
-	st.u32 	[%rd431], %r1956;
-	add.s64 	%rd2227, %rd3, 256;
-	setp.eq.s64 	%p369, %rd429, 1;
-	@%p369 bra 	$L__BB4_463;
-	add.s64 	%rd1288, %rd3, 256;
-	setp.eq.s64 	%p370, %rd426, %rd1288;
-	and.pred  	%p371, %p370, %p2;
-	selp.b32 	%r1957, %r162, -1, %p371;
-	ld.global.u32 	%r1958, [%rd430+1024];
-	and.b32  	%r1959, %r1958, %r1957;
-	st.u32 	[%rd431+1024], %r1959;
-	add.s64 	%rd2227, %rd3, 512;
-	setp.eq.s64 	%p372, %rd429, 2;
-	@%p372 bra 	$L__BB4_463;
-	add.s64 	%rd1289, %rd3, 512;
-	setp.eq.s64 	%p373, %rd426, %rd1289;
-	and.pred  	%p374, %p373, %p2;
-	selp.b32 	%r1960, %r162, -1, %p374;
-	ld.global.u32 	%r1961, [%rd430+2048];
-	and.b32  	%r1962, %r1961, %r1960;
-	st.u32 	[%rd431+2048], %r1962;
-	add.s64 	%rd2227, %rd3, 768;
+	@%p272 bra 	$L__BB4_475;
+	add.s64 	%rd2391, %rd2463, %rd5;
+	add.s64 	%rd2390, %rd2377, 96;
+	mul.lo.s64 	%rd1417, %rd2390, %rd287;
+	add.s64 	%rd1418, %rd291, %rd1417;
+	add.s64 	%rd447, %rd972, %rd1418;
+	and.b64  	%rd1419, %rd447, %rd290;
+	setp.eq.s64 	%p399, %rd1419, 0;
+	@%p399 bra 	$L__BB4_468;
+	setp.eq.s32 	%p400, %r145, 0;
+	@%p400 bra 	$L__BB4_475;
+	cvt.u32.u64 	%r2333, %rd290;
+	setp.lt.u32 	%p401, %r2333, 3;
+	mov.u32 	%r3803, 0;
+	@%p401 bra 	$L__BB4_464;
+	mov.u32 	%r3803, 0;
+	mov.u32 	%r3802, %r207;
 $L__BB4_463:
-	setp.lt.u64 	%p375, %rd428, 768;
-	@%p375 bra 	$L__BB4_466;
-	setp.ne.s64 	%p3, %rd427, 0;
-$L__BB4_465:
-	add.s64 	%rd1290, %rd2227, %rd424;
-	shl.b64 	%rd1291, %rd1290, 2;
-	add.s64 	%rd1292, %rd407, %rd1291;
-	setp.eq.s64 	%p376, %rd426, %rd2227;
-	and.pred  	%p377, %p376, %p3;
-	selp.b32 	%r1963, %r162, -1, %p377;
-	ld.global.u32 	%r1964, [%rd1292];
-	and.b32  	%r1965, %r1964, %r1963;
-	shl.b64 	%rd1293, %rd2227, 2;
-	add.s64 	%rd1294, %rd422, %rd1293;
-	st.u32 	[%rd1294], %r1965;
-	add.s64 	%rd1295, %rd2227, 256;
-	setp.eq.s64 	%p378, %rd426, %rd1295;
-	and.pred  	%p379, %p378, %p3;
-	selp.b32 	%r1966, %r162, -1, %p379;
-	ld.global.u32 	%r1967, [%rd1292+1024];
-	and.b32  	%r1968, %r1967, %r1966;
-	st.u32 	[%rd1294+1024], %r1968;
-	add.s64 	%rd1296, %rd2227, 512;
-	setp.eq.s64 	%p380, %rd426, %rd1296;
-	and.pred  	%p381, %p380, %p3;
-	selp.b32 	%r1969, %r162, -1, %p381;
-	ld.global.u32 	%r1970, [%rd1292+2048];
-	and.b32  	%r1971, %r1970, %r1969;
-	st.u32 	[%rd1294+2048], %r1971;
-	add.s64 	%rd1297, %rd2227, 768;
-	setp.eq.s64 	%p382, %rd426, %rd1297;
-	and.pred  	%p383, %p382, %p3;
-	selp.b32 	%r1972, %r162, -1, %p383;
-	ld.global.u32 	%r1973, [%rd1292+3072];
-	and.b32  	%r1974, %r1973, %r1972;
-	st.u32 	[%rd1294+3072], %r1974;
-	add.s64 	%rd2227, %rd2227, 1024;
-	setp.lt.u64 	%p384, %rd2227, %rd425;
-	@%p384 bra 	$L__BB4_465;
-$L__BB4_466:
-	shl.b64 	%rd1298, %rd425, 2;
-	add.s64 	%rd1299, %rd1298, 7;
-	and.b64  	%rd1300, %rd1299, 2147483640;
-	add.s64 	%rd438, %rd1300, %rd414;
-	mul.lo.s64 	%rd439, %rd419, %rd416;
-	add.s64 	%rd1301, %rd439, 7;
-	and.b64  	%rd1302, %rd1301, -8;
-	sub.s64 	%rd1303, %rd1302, %rd439;
-	setp.le.u64 	%p385, %rd1303, %rd3;
-	@%p385 bra 	$L__BB4_468;
-	add.s64 	%rd1304, %rd439, %rd3;
-	add.s64 	%rd1305, %rd1304, %rd438;
-	add.s64 	%rd1306, %rd415, %rd1305;
-	mov.u16 	%rs51, 0;
-	st.u8 	[%rd1306], %rs51;
+	shl.b32 	%r2335, %r3803, 3;
+	shr.u64 	%rd1420, %rd2487, %r2335;
+	cvt.u64.u32 	%rd1421, %r3803;
+	add.s64 	%rd1422, %rd447, %rd1421;
+	st.u8 	[%rd1422], %rd1420;
+	add.s32 	%r2336, %r2335, 8;
+	shr.u64 	%rd1423, %rd2487, %r2336;
+	st.u8 	[%rd1422+1], %rd1423;
+	add.s32 	%r2337, %r2335, 16;
+	shr.u64 	%rd1424, %rd2487, %r2337;
+	st.u8 	[%rd1422+2], %rd1424;
+	add.s32 	%r2338, %r2335, 24;
+	shr.u64 	%rd1425, %rd2487, %r2338;
+	st.u8 	[%rd1422+3], %rd1425;
+	add.s32 	%r3803, %r3803, 4;
+	add.s32 	%r3802, %r3802, -4;
+	setp.ne.s32 	%p402, %r3802, 0;
+	@%p402 bra 	$L__BB4_463;
+$L__BB4_464:
+	setp.eq.s32 	%p403, %r206, 0;
+	@%p403 bra 	$L__BB4_475;
+	setp.eq.s32 	%p404, %r206, 1;
+	shl.b32 	%r2339, %r3803, 3;
+	shr.u64 	%rd1426, %rd2487, %r2339;
+	cvt.u64.u32 	%rd1427, %r3803;
+	add.s64 	%rd448, %rd447, %rd1427;
+	st.u8 	[%rd448], %rd1426;
+	@%p404 bra 	$L__BB4_475;
+	setp.eq.s32 	%p405, %r206, 2;
+	add.s32 	%r2341, %r2339, 8;
+	shr.u64 	%rd1428, %rd2487, %r2341;
+	st.u8 	[%rd448+1], %rd1428;
+	@%p405 bra 	$L__BB4_475;
+	add.s32 	%r2343, %r2339, 16;
+	shr.u64 	%rd1429, %rd2487, %r2343;
+	st.u8 	[%rd448+2], %rd1429;
+	bra.uni 	$L__BB4_475;
 $L__BB4_468:
-	and.b64  	%rd1307, %rd423, 15;
-	and.b64  	%rd440, %rd409, 31;
-	or.b64  	%rd1308, %rd1307, %rd440;
-	setp.eq.s64 	%p386, %rd1308, 0;
-	@%p386 bra 	$L__BB4_509;
-	setp.eq.s64 	%p387, %rd425, 0;
-	@%p387 bra 	$L__BB4_920;
-	cvt.u32.u64 	%r1976, %rd416;
-	add.s64 	%rd1310, %rd409, -1;
-	shr.u64 	%rd441, %rd1310, 5;
-	cvt.u32.u64 	%r1977, %rd440;
-	mov.u32 	%r1978, -1;
-	shl.b32 	%r1979, %r1978, %r1977;
-	not.b32 	%r163, %r1979;
-	add.s32 	%r1980, %r1976, -1;
-	cvt.u64.u32 	%rd442, %r1980;
-	and.b32  	%r164, %r1976, 3;
-	sub.s32 	%r165, %r1976, %r164;
-	mov.u32 	%r1982, 1;
-	shl.b32 	%r167, %r1982, %r640;
-	mov.u32 	%r1975, 0;
-	mov.u64 	%rd2229, 0;
-	mov.u32 	%r3311, %r1975;
-$L__BB4_471:
-	add.s64 	%rd444, %rd2229, %rd5;
-	setp.ge.u64 	%p388, %rd444, %rd425;
-	mov.u32 	%r3312, %r1975;
-	@%p388 bra 	$L__BB4_473;
-	setp.eq.s64 	%p389, %rd440, 0;
-	add.s64 	%rd1311, %rd444, %rd424;
-	shl.b64 	%rd1312, %rd1311, 2;
-	add.s64 	%rd1313, %rd407, %rd1312;
-	setp.ne.s64 	%p390, %rd441, %rd444;
-	or.pred  	%p391, %p389, %p390;
-	selp.b32 	%r1984, -1, %r163, %p391;
-	ld.global.u32 	%r1985, [%rd1313];
-	and.b32  	%r3312, %r1985, %r1984;
+	setp.eq.s32 	%p406, %r145, 1;
+	@%p406 bra 	$L__BB4_473;
+	setp.eq.s32 	%p407, %r145, 2;
+	@%p407 bra 	$L__BB4_472;
+	setp.ne.s32 	%p408, %r145, 4;
+	@%p408 bra 	$L__BB4_474;
+	st.u32 	[%rd447], %rd2487;
+	bra.uni 	$L__BB4_475;
+$L__BB4_472:
+	st.u16 	[%rd447], %rd2487;
+	bra.uni 	$L__BB4_475;
 $L__BB4_473:
-	cvt.u32.u64 	%r1986, %rd4;
-	setp.ne.s32 	%p392, %r1986, 0;
-	@%p392 bra 	$L__BB4_475;
-	popc.b32 	%r1987, %r3312;
-	shr.u32 	%r1989, %r639, 3;
-	and.b32  	%r1990, %r1989, 536870908;
-	mov.u32 	%r1991, _ZZ15ws_delta_encodeE4wred;
-	add.s32 	%r1992, %r1991, %r1990;
-	st.shared.u32 	[%r1992], %r1987;
+	st.u8 	[%rd447], %rd2487;
+	bra.uni 	$L__BB4_475;
+$L__BB4_474:
+	st.u64 	[%rd447], %rd2487;
 $L__BB4_475:
-	cvt.u32.u64 	%r1993, %rd5;
-	setp.eq.s32 	%p393, %r1993, 0;
-	bar.sync 	0;
-	ld.shared.u32 	%r1994, [_ZZ15ws_delta_encodeE4wred];
-	selp.b32 	%r1995, 0, %r1994, %p393;
-	ld.shared.u32 	%r1996, [_ZZ15ws_delta_encodeE4wred+4];
-	setp.gt.u32 	%p394, %r639, 63;
-	selp.b32 	%r1997, %r1996, 0, %p394;
-	add.s32 	%r1998, %r1997, %r1995;
-	add.s32 	%r1999, %r1996, %r1994;
-	ld.shared.u32 	%r2000, [_ZZ15ws_delta_encodeE4wred+8];
-	setp.gt.u32 	%p395, %r639, 95;
-	selp.b32 	%r2001, %r2000, 0, %p395;
-	add.s32 	%r2002, %r2001, %r1998;
-	add.s32 	%r2003, %r2000, %r1999;
-	ld.shared.u32 	%r2004, [_ZZ15ws_delta_encodeE4wred+12];
-	setp.gt.u32 	%p396, %r639, 127;
-	selp.b32 	%r2005, %r2004, 0, %p396;
-	add.s32 	%r2006, %r2005, %r2002;
-	add.s32 	%r2007, %r2004, %r2003;
-	ld.shared.u32 	%r2008, [_ZZ15ws_delta_encodeE4wred+16];
-	setp.gt.u32 	%p397, %r639, 159;
-	selp.b32 	%r2009, %r2008, 0, %p397;
-	add.s32 	%r2010, %r2009, %r2006;
-	add.s32 	%r2011, %r2008, %r2007;
-	ld.shared.u32 	%r2012, [_ZZ15ws_delta_encodeE4wred+20];
-	setp.gt.u32 	%p398, %r639, 191;
-	selp.b32 	%r2013, %r2012, 0, %p398;
-	add.s32 	%r2014, %r2013, %r2010;
-	add.s32 	%r2015, %r2012, %r2011;
-	ld.shared.u32 	%r2016, [_ZZ15ws_delta_encodeE4wred+24];
-	setp.gt.u32 	%p399, %r639, 223;
-	selp.b32 	%r2017, %r2016, 0, %p399;
-	add.s32 	%r2018, %r2017, %r2014;
-	add.s32 	%r2019, %r2016, %r2015;
-	ld.shared.u32 	%r2020, [_ZZ15ws_delta_encodeE4wred+28];
-	setp.gt.u32 	%p400, %r639, 255;
-	selp.b32 	%r2021, %r2020, 0, %p400;
-	add.s32 	%r171, %r2021, %r2018;
-	add.s32 	%r172, %r2020, %r2019;
-	bar.sync 	0;
-	and.b32  	%r2022, %r3312, %r167;
-	setp.eq.s32 	%p401, %r2022, 0;
-	@%p401 bra 	$L__BB4_508;
-	shl.b64 	%rd1314, %rd444, 5;
-	or.b64  	%rd1315, %rd1314, %rd4;
-	mov.u32 	%r2025, -1;
-	shl.b32 	%r2026, %r2025, %r640;
-	not.b32 	%r2027, %r2026;
-	and.b32  	%r2028, %r3312, %r2027;
-	popc.b32 	%r2029, %r2028;
-	add.s32 	%r2030, %r2029, %r3311;
-	add.s32 	%r173, %r2030, %r171;
-	mul.lo.s64 	%rd1316, %rd1315, %rd416;
-	add.s64 	%rd445, %rd423, %rd1316;
-	and.b64  	%rd1317, %rd445, %rd442;
-	setp.eq.s64 	%p402, %rd1317, 0;
-	@%p402 bra 	$L__BB4_485;
-	setp.eq.s32 	%p403, %r1976, 0;
-	mov.u64 	%rd2233, 0;
-	@%p403 bra 	$L__BB4_492;
-	cvt.u32.u64 	%r2033, %rd442;
-	setp.lt.u32 	%p404, %r2033, 3;
-	mov.u64 	%rd2233, 0;
-	mov.u32 	%r3315, 0;
-	@%p404 bra 	$L__BB4_481;
-	mov.u64 	%rd2233, 0;
-	mov.u32 	%r3315, 0;
-	mov.u32 	%r3314, %r165;
+	@%p273 bra 	$L__BB4_492;
+	add.s64 	%rd2389, %rd2463, %rd5;
+	add.s64 	%rd2388, %rd2378, 128;
+	mul.lo.s64 	%rd1430, %rd2388, %rd287;
+	add.s64 	%rd1431, %rd291, %rd1430;
+	add.s64 	%rd450, %rd972, %rd1431;
+	and.b64  	%rd1432, %rd450, %rd290;
+	setp.eq.s64 	%p410, %rd1432, 0;
+	@%p410 bra 	$L__BB4_485;
+	setp.eq.s32 	%p411, %r145, 0;
+	@%p411 bra 	$L__BB4_492;
+	cvt.u32.u64 	%r2345, %rd290;
+	setp.lt.u32 	%p412, %r2345, 3;
+	mov.u32 	%r3806, 0;
+	@%p412 bra 	$L__BB4_481;
+	mov.u32 	%r3806, 0;
+	mov.u32 	%r3805, %r207;
 $L__BB4_480:
-	cvt.u64.u32 	%rd1322, %r3315;
-	add.s64 	%rd1323, %rd445, %rd1322;
-	ld.u8 	%rd1324, [%rd1323];
-	shl.b32 	%r2035, %r3315, 3;
-	shl.b64 	%rd1325, %rd1324, %r2035;
-	or.b64  	%rd1326, %rd1325, %rd2233;
-	ld.u8 	%rd1327, [%rd1323+1];
-	add.s32 	%r2036, %r2035, 8;
-	shl.b64 	%rd1328, %rd1327, %r2036;
-	or.b64  	%rd1329, %rd1328, %rd1326;
-	ld.u8 	%rd1330, [%rd1323+2];
-	add.s32 	%r2037, %r2035, 16;
-	shl.b64 	%rd1331, %rd1330, %r2037;
-	or.b64  	%rd1332, %rd1331, %rd1329;
-	ld.u8 	%rd1333, [%rd1323+3];
-	add.s32 	%r2038, %r2035, 24;
-	shl.b64 	%rd1334, %rd1333, %r2038;
-	or.b64  	%rd2233, %rd1334, %rd1332;
-	add.s32 	%r3315, %r3315, 4;
-	add.s32 	%r3314, %r3314, -4;
-	setp.ne.s32 	%p405, %r3314, 0;
-	@%p405 bra 	$L__BB4_480;
+	shl.b32 	%r2347, %r3806, 3;
+	shr.u64 	%rd1433, %rd2491, %r2347;
+	cvt.u64.u32 	%rd1434, %r3806;
+	add.s64 	%rd1435, %rd450, %rd1434;
+	st.u8 	[%rd1435], %rd1433;
+	add.s32 	%r2348, %r2347, 8;
+	shr.u64 	%rd1436, %rd2491, %r2348;
+	st.u8 	[%rd1435+1], %rd1436;
+	add.s32 	%r2349, %r2347, 16;
+	shr.u64 	%rd1437, %rd2491, %r2349;
+	st.u8 	[%rd1435+2], %rd1437;
+	add.s32 	%r2350, %r2347, 24;
+	shr.u64 	%rd1438, %rd2491, %r2350;
+	st.u8 	[%rd1435+3], %rd1438;
+	add.s32 	%r3806, %r3806, 4;
+	add.s32 	%r3805, %r3805, -4;
+	setp.ne.s32 	%p413, %r3805, 0;
+	@%p413 bra 	$L__BB4_480;
 $L__BB4_481:
-	setp.eq.s32 	%p406, %r164, 0;
-	@%p406 bra 	$L__BB4_492;
-	setp.eq.s32 	%p407, %r164, 1;
-	cvt.u64.u32 	%rd1335, %r3315;
-	add.s64 	%rd450, %rd445, %rd1335;
-	ld.u8 	%rd1336, [%rd450];
-	shl.b32 	%r2039, %r3315, 3;
-	shl.b64 	%rd1337, %rd1336, %r2039;
-	or.b64  	%rd2233, %rd1337, %rd2233;
-	@%p407 bra 	$L__BB4_492;
-	setp.eq.s32 	%p408, %r164, 2;
-	ld.u8 	%rd1338, [%rd450+1];
-	add.s32 	%r2041, %r2039, 8;
-	shl.b64 	%rd1339, %rd1338, %r2041;
-	or.b64  	%rd2233, %rd1339, %rd2233;
-	@%p408 bra 	$L__BB4_492;
-	ld.u8 	%rd1340, [%rd450+2];
-	add.s32 	%r2043, %r2039, 16;
-	shl.b64 	%rd1341, %rd1340, %r2043;
-	or.b64  	%rd2233, %rd1341, %rd2233;
+	setp.eq.s32 	%p414, %r206, 0;
+	@%p414 bra 	$L__BB4_492;
+	setp.eq.s32 	%p415, %r206, 1;
+	shl.b32 	%r2351, %r3806, 3;
+	shr.u64 	%rd1439, %rd2491, %r2351;
+	cvt.u64.u32 	%rd1440, %r3806;
+	add.s64 	%rd451, %rd450, %rd1440;
+	st.u8 	[%rd451], %rd1439;
+	@%p415 bra 	$L__BB4_492;
+	setp.eq.s32 	%p416, %r206, 2;
+	add.s32 	%r2353, %r2351, 8;
+	shr.u64 	%rd1441, %rd2491, %r2353;
+	st.u8 	[%rd451+1], %rd1441;
+	@%p416 bra 	$L__BB4_492;
+	add.s32 	%r2355, %r2351, 16;
+	shr.u64 	%rd1442, %rd2491, %r2355;
+	st.u8 	[%rd451+2], %rd1442;
 	bra.uni 	$L__BB4_492;
 $L__BB4_485:
-	setp.eq.s32 	%p409, %r1976, 1;
-	@%p409 bra 	$L__BB4_490;
-	setp.eq.s32 	%p410, %r1976, 2;
-	@%p410 bra 	$L__BB4_489;
-	setp.ne.s32 	%p411, %r1976, 4;
-	@%p411 bra 	$L__BB4_491;
-	ld.u32 	%rd2233, [%rd445];
-	bra.uni 	$L__BB4_492;
-$L__BB4_490:
-	ld.u8 	%rd2233, [%rd445];
+	setp.eq.s32 	%p417, %r145, 1;
+	@%p417 bra 	$L__BB4_490;
+	setp.eq.s32 	%p418, %r145, 2;
+	@%p418 bra 	$L__BB4_489;
+	setp.ne.s32 	%p419, %r145, 4;
+	@%p419 bra 	$L__BB4_491;
+	st.u32 	[%rd450], %rd2491;
 	bra.uni 	$L__BB4_492;
 $L__BB4_489:
-	ld.u16 	%rd2233, [%rd445];
+	st.u16 	[%rd450], %rd2491;
+	bra.uni 	$L__BB4_492;
+$L__BB4_490:
+	st.u8 	[%rd450], %rd2491;
 	bra.uni 	$L__BB4_492;
 $L__BB4_491:
-	ld.u64 	%rd2233, [%rd445];
+	st.u64 	[%rd450], %rd2491;
 $L__BB4_492:
-	cvt.u64.u32 	%rd1342, %r173;
-	mul.lo.s64 	%rd1343, %rd1342, %rd416;
-	add.s64 	%rd1344, %rd1343, %rd438;
-	add.s64 	%rd460, %rd415, %rd1344;
-	and.b64  	%rd1345, %rd460, %rd442;
-	setp.eq.s64 	%p412, %rd1345, 0;
-	@%p412 bra 	$L__BB4_501;
-	setp.eq.s32 	%p413, %r1976, 0;
-	@%p413 bra 	$L__BB4_508;
-	cvt.u32.u64 	%r2047, %rd442;
-	setp.lt.u32 	%p414, %r2047, 3;
-	mov.u32 	%r3318, 0;
-	@%p414 bra 	$L__BB4_497;
-	mov.u32 	%r3318, 0;
-	mov.u32 	%r3317, %r165;
-$L__BB4_496:
-	shl.b32 	%r2049, %r3318, 3;
-	shr.u64 	%rd1346, %rd2233, %r2049;
-	cvt.u64.u32 	%rd1347, %r3318;
-	add.s64 	%rd1348, %rd460, %rd1347;
-	st.u8 	[%rd1348], %rd1346;
-	add.s32 	%r2050, %r2049, 8;
-	shr.u64 	%rd1349, %rd2233, %r2050;
-	st.u8 	[%rd1348+1], %rd1349;
-	add.s32 	%r2051, %r2049, 16;
-	shr.u64 	%rd1350, %rd2233, %r2051;
-	st.u8 	[%rd1348+2], %rd1350;
-	add.s32 	%r2052, %r2049, 24;
-	shr.u64 	%rd1351, %rd2233, %r2052;
-	st.u8 	[%rd1348+3], %rd1351;
-	add.s32 	%r3318, %r3318, 4;
-	add.s32 	%r3317, %r3317, -4;
-	setp.ne.s32 	%p415, %r3317, 0;
-	@%p415 bra 	$L__BB4_496;
+	@%p274 bra 	$L__BB4_509;
+	add.s64 	%rd2387, %rd2463, %rd5;
+	add.s64 	%rd2386, %rd2379, 160;
+	mul.lo.s64 	%rd1443, %rd2386, %rd287;
+	add.s64 	%rd1444, %rd291, %rd1443;
+	add.s64 	%rd453, %rd972, %rd1444;
+	and.b64  	%rd1445, %rd453, %rd290;
+	setp.eq.s64 	%p421, %rd1445, 0;
+	@%p421 bra 	$L__BB4_502;
+	setp.eq.s32 	%p422, %r145, 0;
+	@%p422 bra 	$L__BB4_509;
+	cvt.u32.u64 	%r2357, %rd290;
+	setp.lt.u32 	%p423, %r2357, 3;
+	mov.u32 	%r3809, 0;
+	@%p423 bra 	$L__BB4_498;
+	mov.u32 	%r3809, 0;
+	mov.u32 	%r3808, %r207;
 $L__BB4_497:
-	setp.eq.s32 	%p416, %r164, 0;
-	@%p416 bra 	$L__BB4_508;
-	setp.eq.s32 	%p417, %r164, 1;
-	shl.b32 	%r2053, %r3318, 3;
-	shr.u64 	%rd1352, %rd2233, %r2053;
-	cvt.u64.u32 	%rd1353, %r3318;
-	add.s64 	%rd461, %rd460, %rd1353;
-	st.u8 	[%rd461], %rd1352;
-	@%p417 bra 	$L__BB4_508;
-	setp.eq.s32 	%p418, %r164, 2;
-	add.s32 	%r2055, %r2053, 8;
-	shr.u64 	%rd1354, %rd2233, %r2055;
-	st.u8 	[%rd461+1], %rd1354;
-	@%p418 bra 	$L__BB4_508;
-	add.s32 	%r2057, %r2053, 16;
-	shr.u64 	%rd1355, %rd2233, %r2057;
-	st.u8 	[%rd461+2], %rd1355;
-	bra.uni 	$L__BB4_508;
-$L__BB4_501:
-	setp.eq.s32 	%p419, %r1976, 1;
-	@%p419 bra 	$L__BB4_506;
-	setp.eq.s32 	%p420, %r1976, 2;
-	@%p420 bra 	$L__BB4_505;
-	setp.ne.s32 	%p421, %r1976, 4;
-	@%p421 bra 	$L__BB4_507;
-	st.u32 	[%rd460], %rd2233;
-	bra.uni 	$L__BB4_508;
+	shl.b32 	%r2359, %r3809, 3;
+	shr.u64 	%rd1446, %rd2495, %r2359;
+	cvt.u64.u32 	%rd1447, %r3809;
+	add.s64 	%rd1448, %rd453, %rd1447;
+	st.u8 	[%rd1448], %rd1446;
+	add.s32 	%r2360, %r2359, 8;
+	shr.u64 	%rd1449, %rd2495, %r2360;
+	st.u8 	[%rd1448+1], %rd1449;
+	add.s32 	%r2361, %r2359, 16;
+	shr.u64 	%rd1450, %rd2495, %r2361;
+	st.u8 	[%rd1448+2], %rd1450;
+	add.s32 	%r2362, %r2359, 24;
+	shr.u64 	%rd1451, %rd2495, %r2362;
+	st.u8 	[%rd1448+3], %rd1451;
+	add.s32 	%r3809, %r3809, 4;
+	add.s32 	%r3808, %r3808, -4;
+	setp.ne.s32 	%p424, %r3808, 0;
+	@%p424 bra 	$L__BB4_497;
+$L__BB4_498:
+	setp.eq.s32 	%p425, %r206, 0;
+	@%p425 bra 	$L__BB4_509;
+	setp.eq.s32 	%p426, %r206, 1;
+	shl.b32 	%r2363, %r3809, 3;
+	shr.u64 	%rd1452, %rd2495, %r2363;
+	cvt.u64.u32 	%rd1453, %r3809;
+	add.s64 	%rd454, %rd453, %rd1453;
+	st.u8 	[%rd454], %rd1452;
+	@%p426 bra 	$L__BB4_509;
+	setp.eq.s32 	%p427, %r206, 2;
+	add.s32 	%r2365, %r2363, 8;
+	shr.u64 	%rd1454, %rd2495, %r2365;
+	st.u8 	[%rd454+1], %rd1454;
+	@%p427 bra 	$L__BB4_509;
+	add.s32 	%r2367, %r2363, 16;
+	shr.u64 	%rd1455, %rd2495, %r2367;
+	st.u8 	[%rd454+2], %rd1455;
+	bra.uni 	$L__BB4_509;
+$L__BB4_502:
+	setp.eq.s32 	%p428, %r145, 1;
+	@%p428 bra 	$L__BB4_507;
+	setp.eq.s32 	%p429, %r145, 2;
+	@%p429 bra 	$L__BB4_506;
+	setp.ne.s32 	%p430, %r145, 4;
+	@%p430 bra 	$L__BB4_508;
+	st.u32 	[%rd453], %rd2495;
+	bra.uni 	$L__BB4_509;
 $L__BB4_506:
-	st.u8 	[%rd460], %rd2233;
-	bra.uni 	$L__BB4_508;
-$L__BB4_505:
-	st.u16 	[%rd460], %rd2233;
-	bra.uni 	$L__BB4_508;
+	st.u16 	[%rd453], %rd2495;
+	bra.uni 	$L__BB4_509;
 $L__BB4_507:
-	st.u64 	[%rd460], %rd2233;
+	st.u8 	[%rd453], %rd2495;
+	bra.uni 	$L__BB4_509;
 $L__BB4_508:
-	add.s32 	%r3311, %r172, %r3311;
-	add.s64 	%rd2229, %rd2229, 8;
-	setp.lt.u64 	%p422, %rd2229, %rd425;
-	@%p422 bra 	$L__BB4_471;
-	bra.uni 	$L__BB4_920;
-$L__BB4_882:
-	shr.u64 	%rd558, %rd525, 4;
-	add.s64 	%rd2254, %rd3, 768;
-	setp.ge.u64 	%p788, %rd2254, %rd558;
-	mov.u64 	%rd2256, %rd3;
-	@%p788 bra 	$L__BB4_890;
-	mov.u64 	%rd2051, -769;
-	sub.s64 	%rd2052, %rd2051, %rd3;
-	add.s64 	%rd559, %rd2052, %rd558;
-	shr.u64 	%rd2053, %rd559, 10;
-	add.s64 	%rd2054, %rd2053, 1;
-	and.b64  	%rd560, %rd2054, 3;
-	setp.eq.s64 	%p789, %rd560, 0;
-	mov.u64 	%rd2256, %rd3;
-	@%p789 bra 	$L__BB4_887;
-	shl.b64 	%rd2055, %rd3, 4;
-	add.s64 	%rd562, %rd423, %rd2055;
-	ld.v4.u32 	{%r2924, %r2925, %r2926, %r2927}, [%rd562+4096];
-	ld.v4.u32 	{%r2932, %r2933, %r2934, %r2935}, [%rd562+8192];
-	ld.v4.u32 	{%r2940, %r2941, %r2942, %r2943}, [%rd562+12288];
-	add.s64 	%rd563, %rd422, %rd2055;
-	ld.v4.u32 	{%r2948, %r2949, %r2950, %r2951}, [%rd562];
-	st.v4.u32 	[%rd563], {%r2948, %r2949, %r2950, %r2951};
-	st.v4.u32 	[%rd563+4096], {%r2924, %r2925, %r2926, %r2927};
-	st.v4.u32 	[%rd563+8192], {%r2932, %r2933, %r2934, %r2935};
-	st.v4.u32 	[%rd563+12288], {%r2940, %r2941, %r2942, %r2943};
-	add.s64 	%rd2254, %rd3, 1792;
-	add.s64 	%rd2256, %rd3, 1024;
-	setp.eq.s64 	%p790, %rd560, 1;
-	@%p790 bra 	$L__BB4_887;
-	ld.v4.u32 	{%r2956, %r2957, %r2958, %r2959}, [%rd562+20480];
-	ld.v4.u32 	{%r2964, %r2965, %r2966, %r2967}, [%rd562+24576];
-	ld.v4.u32 	{%r2972, %r2973, %r2974, %r2975}, [%rd562+28672];
-	ld.v4.u32 	{%r2980, %r2981, %r2982, %r2983}, [%rd562+16384];
-	st.v4.u32 	[%rd563+16384], {%r2980, %r2981, %r2982, %r2983};
-	st.v4.u32 	[%rd563+20480], {%r2956, %r2957, %r2958, %r2959};
-	st.v4.u32 	[%rd563+24576], {%r2964, %r2965, %r2966, %r2967};
-	st.v4.u32 	[%rd563+28672], {%r2972, %r2973, %r2974, %r2975};
-	add.s64 	%rd2254, %rd3, 2816;
-	add.s64 	%rd2256, %rd3, 2048;
-	setp.eq.s64 	%p791, %rd560, 2;
-	@%p791 bra 	$L__BB4_887;
-	ld.v4.u32 	{%r2988, %r2989, %r2990, %r2991}, [%rd562+36864];
-	ld.v4.u32 	{%r2996, %r2997, %r2998, %r2999}, [%rd562+40960];
-	ld.v4.u32 	{%r3004, %r3005, %r3006, %r3007}, [%rd562+45056];
-	ld.v4.u32 	{%r3012, %r3013, %r3014, %r3015}, [%rd562+32768];
-	st.v4.u32 	[%rd563+32768], {%r3012, %r3013, %r3014, %r3015};
-	st.v4.u32 	[%rd563+36864], {%r2988, %r2989, %r2990, %r2991};
-	st.v4.u32 	[%rd563+40960], {%r2996, %r2997, %r2998, %r2999};
-	st.v4.u32 	[%rd563+45056], {%r3004, %r3005, %r3006, %r3007};
-	add.s64 	%rd2254, %rd3, 3840;
-	add.s64 	%rd2256, %rd3, 3072;
-$L__BB4_887:
-	setp.lt.u64 	%p792, %rd559, 3072;
-	@%p792 bra 	$L__BB4_890;
-	mov.u64 	%rd2258, %rd2256;
-$L__BB4_889:
-	shl.b64 	%rd2056, %rd2258, 4;
-	add.s64 	%rd2057, %rd423, %rd2056;
-	ld.v4.u32 	{%r3020, %r3021, %r3022, %r3023}, [%rd2057+4096];
-	ld.v4.u32 	{%r3028, %r3029, %r3030, %r3031}, [%rd2057+8192];
-	shl.b64 	%rd2058, %rd2254, 4;
-	add.s64 	%rd2059, %rd423, %rd2058;
-	ld.v4.u32 	{%r3036, %r3037, %r3038, %r3039}, [%rd2059];
-	add.s64 	%rd2060, %rd422, %rd2056;
-	ld.v4.u32 	{%r3044, %r3045, %r3046, %r3047}, [%rd2057];
-	st.v4.u32 	[%rd2060], {%r3044, %r3045, %r3046, %r3047};
-	st.v4.u32 	[%rd2060+4096], {%r3020, %r3021, %r3022, %r3023};
-	st.v4.u32 	[%rd2060+8192], {%r3028, %r3029, %r3030, %r3031};
-	add.s64 	%rd2061, %rd422, %rd2058;
-	st.v4.u32 	[%rd2061], {%r3036, %r3037, %r3038, %r3039};
-	ld.v4.u32 	{%r3052, %r3053, %r3054, %r3055}, [%rd2057+20480];
-	ld.v4.u32 	{%r3060, %r3061, %r3062, %r3063}, [%rd2057+24576];
-	ld.v4.u32 	{%r3068, %r3069, %r3070, %r3071}, [%rd2057+28672];
-	ld.v4.u32 	{%r3076, %r3077, %r3078, %r3079}, [%rd2057+16384];
-	st.v4.u32 	[%rd2060+16384], {%r3076, %r3077, %r3078, %r3079};
-	st.v4.u32 	[%rd2060+20480], {%r3052, %r3053, %r3054, %r3055};
-	st.v4.u32 	[%rd2060+24576], {%r3060, %r3061, %r3062, %r3063};
-	st.v4.u32 	[%rd2060+28672], {%r3068, %r3069, %r3070, %r3071};
-	ld.v4.u32 	{%r3084, %r3085, %r3086, %r3087}, [%rd2057+36864];
-	ld.v4.u32 	{%r3092, %r3093, %r3094, %r3095}, [%rd2057+40960];
-	ld.v4.u32 	{%r3100, %r3101, %r3102, %r3103}, [%rd2057+45056];
-	ld.v4.u32 	{%r3108, %r3109, %r3110, %r3111}, [%rd2057+32768];
-	st.v4.u32 	[%rd2060+32768], {%r3108, %r3109, %r3110, %r3111};
-	st.v4.u32 	[%rd2060+36864], {%r3084, %r3085, %r3086, %r3087};
-	st.v4.u32 	[%rd2060+40960], {%r3092, %r3093, %r3094, %r3095};
-	st.v4.u32 	[%rd2060+45056], {%r3100, %r3101, %r3102, %r3103};
-	ld.v4.u32 	{%r3116, %r3117, %r3118, %r3119}, [%rd2057+53248];
-	ld.v4.u32 	{%r3124, %r3125, %r3126, %r3127}, [%rd2057+57344];
-	ld.v4.u32 	{%r3132, %r3133, %r3134, %r3135}, [%rd2057+61440];
-	ld.v4.u32 	{%r3140, %r3141, %r3142, %r3143}, [%rd2057+49152];
-	st.v4.u32 	[%rd2060+49152], {%r3140, %r3141, %r3142, %r3143};
-	st.v4.u32 	[%rd2060+53248], {%r3116, %r3117, %r3118, %r3119};
-	st.v4.u32 	[%rd2060+57344], {%r3124, %r3125, %r3126, %r3127};
-	st.v4.u32 	[%rd2060+61440], {%r3132, %r3133, %r3134, %r3135};
-	add.s64 	%rd2256, %rd2258, 4096;
-	add.s64 	%rd2254, %rd2258, 4864;
-	setp.lt.u64 	%p793, %rd2254, %rd558;
-	mov.u64 	%rd2258, %rd2256;
-	@%p793 bra 	$L__BB4_889;
-$L__BB4_890:
-	setp.ge.u64 	%p794, %rd2256, %rd558;
-	@%p794 bra 	$L__BB4_897;
-	not.b64 	%rd2062, %rd2256;
-	add.s64 	%rd578, %rd558, %rd2062;
-	shr.u64 	%rd2063, %rd578, 8;
-	add.s64 	%rd2064, %rd2063, 1;
-	and.b64  	%rd579, %rd2064, 3;
-	setp.eq.s64 	%p795, %rd579, 0;
-	mov.u64 	%rd2260, %rd2256;
-	@%p795 bra 	$L__BB4_895;
-	shl.b64 	%rd2065, %rd2256, 4;
-	add.s64 	%rd581, %rd422, %rd2065;
-	add.s64 	%rd580, %rd423, %rd2065;
-	ld.v4.u32 	{%r3148, %r3149, %r3150, %r3151}, [%rd580];
-	st.v4.u32 	[%rd581], {%r3148, %r3149, %r3150, %r3151};
-	add.s64 	%rd2260, %rd2256, 256;
-	setp.eq.s64 	%p796, %rd579, 1;
-	@%p796 bra 	$L__BB4_895;
-	ld.v4.u32 	{%r3156, %r3157, %r3158, %r3159}, [%rd580+4096];
-	st.v4.u32 	[%rd581+4096], {%r3156, %r3157, %r3158, %r3159};
-	add.s64 	%rd2260, %rd2256, 512;
-	setp.eq.s64 	%p797, %rd579, 2;
-	@%p797 bra 	$L__BB4_895;
-	ld.v4.u32 	{%r3164, %r3165, %r3166, %r3167}, [%rd580+8192];
-	st.v4.u32 	[%rd581+8192], {%r3164, %r3165, %r3166, %r3167};
-	add.s64 	%rd2260, %rd2256, 768;
-$L__BB4_895:
-	setp.lt.u64 	%p798, %rd578, 768;
-	@%p798 bra 	$L__BB4_897;
-$L__BB4_896:
-	shl.b64 	%rd2066, %rd2260, 4;
-	add.s64 	%rd2067, %rd422, %rd2066;
-	add.s64 	%rd2068, %rd423, %rd2066;
-	ld.v4.u32 	{%r3172, %r3173, %r3174, %r3175}, [%rd2068];
-	st.v4.u32 	[%rd2067], {%r3172, %r3173, %r3174, %r3175};
-	ld.v4.u32 	{%r3180, %r3181, %r3182, %r3183}, [%rd2068+4096];
-	st.v4.u32 	[%rd2067+4096], {%r3180, %r3181, %r3182, %r3183};
-	ld.v4.u32 	{%r3188, %r3189, %r3190, %r3191}, [%rd2068+8192];
-	st.v4.u32 	[%rd2067+8192], {%r3188, %r3189, %r3190, %r3191};
-	ld.v4.u32 	{%r3196, %r3197, %r3198, %r3199}, [%rd2068+12288];
-	st.v4.u32 	[%rd2067+12288], {%r3196, %r3197, %r3198, %r3199};
-	add.s64 	%rd2260, %rd2260, 1024;
-	setp.lt.u64 	%p799, %rd2260, %rd558;
-	@%p799 bra 	$L__BB4_896;
-$L__BB4_897:
-	and.b64  	%rd2262, %rd525, -16;
-$L__BB4_898:
-	add.s64 	%rd2069, %rd525, 7;
-	and.b64  	%rd590, %rd2069, -8;
-	add.s64 	%rd591, %rd2262, %rd3;
-	setp.ge.u64 	%p800, %rd591, %rd590;
-	@%p800 bra 	$L__BB4_920;
-	not.b64 	%rd2070, %rd3;
-	add.s64 	%rd2071, %rd590, %rd2070;
-	sub.s64 	%rd592, %rd2071, %rd2262;
-	shr.u64 	%rd2072, %rd592, 8;
-	add.s64 	%rd2073, %rd2072, 1;
-	and.b64  	%rd593, %rd2073, 3;
-	setp.eq.s64 	%p801, %rd593, 0;
-	mov.u64 	%rd2263, %rd591;
-	@%p801 bra 	$L__BB4_909;
-	setp.ge.u64 	%p802, %rd591, %rd525;
-	add.s64 	%rd594, %rd423, %rd591;
-	mov.u32 	%r3507, 0;
-	@%p802 bra 	$L__BB4_902;
-	ld.u8 	%r3507, [%rd594];
-$L__BB4_902:
-	add.s64 	%rd595, %rd422, %rd591;
-	st.u8 	[%rd595], %r3507;
-	add.s64 	%rd2263, %rd591, 256;
-	setp.eq.s64 	%p803, %rd593, 1;
-	@%p803 bra 	$L__BB4_909;
-	setp.ge.u64 	%p804, %rd2263, %rd525;
-	mov.u32 	%r3508, 0;
-	@%p804 bra 	$L__BB4_905;
-	ld.u8 	%r3508, [%rd594+256];
-$L__BB4_905:
-	st.u8 	[%rd595+256], %r3508;
-	add.s64 	%rd2263, %rd591, 512;
-	setp.eq.s64 	%p805, %rd593, 2;
-	@%p805 bra 	$L__BB4_909;
-	setp.ge.u64 	%p806, %rd2263, %rd525;
-	mov.u32 	%r3509, 0;
-	@%p806 bra 	$L__BB4_908;
-	ld.u8 	%r3509, [%rd594+512];
-$L__BB4_908:
-	st.u8 	[%rd595+512], %r3509;
-	add.s64 	%rd2263, %rd591, 768;
-$L__BB4_909:
-	setp.lt.u64 	%p807, %rd592, 768;
-	@%p807 bra 	$L__BB4_920;
-	add.s64 	%rd2074, %rd2263, %rd417;
-	add.s64 	%rd2265, %rd418, %rd2074;
-	add.s64 	%rd2075, %rd2263, %rd411;
-	add.s64 	%rd2076, %rd2075, %rd410;
-	add.s64 	%rd2077, %rd2076, %rd412;
-	sub.s64 	%rd2078, %rd2077, %rd413;
-	add.s64 	%rd2079, %rd415, %rd2078;
-	add.s64 	%rd2266, %rd2079, 32;
-$L__BB4_911:
-	setp.ge.u64 	%p808, %rd2263, %rd525;
-	mov.u32 	%r3511, 0;
-	mov.u32 	%r3510, %r3511;
-	@%p808 bra 	$L__BB4_913;
-	ld.u8 	%r3510, [%rd2265];
-$L__BB4_913:
-	st.u8 	[%rd2266], %r3510;
-	add.s64 	%rd2080, %rd2263, 256;
-	setp.ge.u64 	%p809, %rd2080, %rd525;
-	@%p809 bra 	$L__BB4_915;
-	ld.u8 	%r3511, [%rd2265+256];
-$L__BB4_915:
-	st.u8 	[%rd2266+256], %r3511;
-	add.s64 	%rd2081, %rd2263, 512;
-	setp.ge.u64 	%p810, %rd2081, %rd525;
-	mov.u32 	%r3513, 0;
-	mov.u32 	%r3512, %r3513;
-	@%p810 bra 	$L__BB4_917;
-	ld.u8 	%r3512, [%rd2265+512];
-$L__BB4_917:
-	st.u8 	[%rd2266+512], %r3512;
-	add.s64 	%rd2082, %rd2263, 768;
-	setp.ge.u64 	%p811, %rd2082, %rd525;
-	@%p811 bra 	$L__BB4_919;
-	ld.u8 	%r3513, [%rd2265+768];
-$L__BB4_919:
-	add.s64 	%rd2265, %rd2265, 1024;
-	add.s64 	%rd606, %rd2266, 1024;
-	st.u8 	[%rd2266+768], %r3513;
-	add.s64 	%rd2263, %rd2263, 1024;
-	setp.lt.u64 	%p812, %rd2263, %rd590;
-	mov.u64 	%rd2266, %rd606;
-	@%p812 bra 	$L__BB4_911;
-$L__BB4_920:
-	add.s32 	%r3310, %r3310, 1;
-	setp.lt.u32 	%p813, %r3310, %r159;
-	@%p813 bra 	$L__BB4_452;
-$L__BB4_921:
+	st.u64 	[%rd453], %rd2495;
+$L__BB4_509:
+	@%p275 bra 	$L__BB4_526;
+	add.s64 	%rd2385, %rd2463, %rd5;
+	add.s64 	%rd2384, %rd2380, 192;
+	mul.lo.s64 	%rd1456, %rd2384, %rd287;
+	add.s64 	%rd1457, %rd291, %rd1456;
+	add.s64 	%rd456, %rd972, %rd1457;
+	and.b64  	%rd1458, %rd456, %rd290;
+	setp.eq.s64 	%p432, %rd1458, 0;
+	@%p432 bra 	$L__BB4_519;
+	setp.eq.s32 	%p433, %r145, 0;
+	@%p433 bra 	$L__BB4_526;
+	cvt.u32.u64 	%r2369, %rd290;
+	setp.lt.u32 	%p434, %r2369, 3;
+	mov.u32 	%r3812, 0;
+	@%p434 bra 	$L__BB4_515;
+	mov.u32 	%r3812, 0;
+	mov.u32 	%r3811, %r207;
+$L__BB4_514:
+	shl.b32 	%r2371, %r3812, 3;
+	shr.u64 	%rd1459, %rd2499, %r2371;
+	cvt.u64.u32 	%rd1460, %r3812;
+	add.s64 	%rd1461, %rd456, %rd1460;
+	st.u8 	[%rd1461], %rd1459;
+	add.s32 	%r2372, %r2371, 8;
+	shr.u64 	%rd1462, %rd2499, %r2372;
+	st.u8 	[%rd1461+1], %rd1462;
+	add.s32 	%r2373, %r2371, 16;
+	shr.u64 	%rd1463, %rd2499, %r2373;
+	st.u8 	[%rd1461+2], %rd1463;
+	add.s32 	%r2374, %r2371, 24;
+	shr.u64 	%rd1464, %rd2499, %r2374;
+	st.u8 	[%rd1461+3], %rd1464;
+	add.s32 	%r3812, %r3812, 4;
+	add.s32 	%r3811, %r3811, -4;
+	setp.ne.s32 	%p435, %r3811, 0;
+	@%p435 bra 	$L__BB4_514;
+$L__BB4_515:
+	setp.eq.s32 	%p436, %r206, 0;
+	@%p436 bra 	$L__BB4_526;
+	setp.eq.s32 	%p437, %r206, 1;
+	shl.b32 	%r2375, %r3812, 3;
+	shr.u64 	%rd1465, %rd2499, %r2375;
+	cvt.u64.u32 	%rd1466, %r3812;
+	add.s64 	%rd457, %rd456, %rd1466;
+	st.u8 	[%rd457], %rd1465;
+	@%p437 bra 	$L__BB4_526;
+	setp.eq.s32 	%p438, %r206, 2;
+	add.s32 	%r2377, %r2375, 8;
+	shr.u64 	%rd1467, %rd2499, %r2377;
+	st.u8 	[%rd457+1], %rd1467;
+	@%p438 bra 	$L__BB4_526;
+	add.s32 	%r2379, %r2375, 16;
+	shr.u64 	%rd1468, %rd2499, %r2379;
+	st.u8 	[%rd457+2], %rd1468;
+	bra.uni 	$L__BB4_526;
+$L__BB4_519:
+	setp.eq.s32 	%p439, %r145, 1;
+	@%p439 bra 	$L__BB4_524;
+	setp.eq.s32 	%p440, %r145, 2;
+	@%p440 bra 	$L__BB4_523;
+	setp.ne.s32 	%p441, %r145, 4;
+	@%p441 bra 	$L__BB4_525;
+	st.u32 	[%rd456], %rd2499;
+	bra.uni 	$L__BB4_526;
+$L__BB4_523:
+	st.u16 	[%rd456], %rd2499;
+	bra.uni 	$L__BB4_526;
+$L__BB4_524:
+	st.u8 	[%rd456], %rd2499;
+	bra.uni 	$L__BB4_526;
+$L__BB4_525:
+	st.u64 	[%rd456], %rd2499;
+$L__BB4_526:
+	@%p276 bra 	$L__BB4_543;
+	add.s64 	%rd2383, %rd2463, %rd5;
+	add.s64 	%rd2382, %rd2381, 224;
+	mul.lo.s64 	%rd1469, %rd2382, %rd287;
+	add.s64 	%rd1470, %rd291, %rd1469;
+	add.s64 	%rd459, %rd972, %rd1470;
+	and.b64  	%rd1471, %rd459, %rd290;
+	setp.eq.s64 	%p443, %rd1471, 0;
+	@%p443 bra 	$L__BB4_536;
+	setp.eq.s32 	%p444, %r145, 0;
+	@%p444 bra 	$L__BB4_543;
+	cvt.u32.u64 	%r2381, %rd290;
+	setp.lt.u32 	%p445, %r2381, 3;
+	mov.u32 	%r3815, 0;
+	@%p445 bra 	$L__BB4_532;
+	mov.u32 	%r3815, 0;
+	mov.u32 	%r3814, %r207;
+$L__BB4_531:
+	shl.b32 	%r2383, %r3815, 3;
+	shr.u64 	%rd1472, %rd2503, %r2383;
+	cvt.u64.u32 	%rd1473, %r3815;
+	add.s64 	%rd1474, %rd459, %rd1473;
+	st.u8 	[%rd1474], %rd1472;
+	add.s32 	%r2384, %r2383, 8;
+	shr.u64 	%rd1475, %rd2503, %r2384;
+	st.u8 	[%rd1474+1], %rd1475;
+	add.s32 	%r2385, %r2383, 16;
+	shr.u64 	%rd1476, %rd2503, %r2385;
+	st.u8 	[%rd1474+2], %rd1476;
+	add.s32 	%r2386, %r2383, 24;
+	shr.u64 	%rd1477, %rd2503, %r2386;
+	st.u8 	[%rd1474+3], %rd1477;
+	add.s32 	%r3815, %r3815, 4;
+	add.s32 	%r3814, %r3814, -4;
+	setp.ne.s32 	%p446, %r3814, 0;
+	@%p446 bra 	$L__BB4_531;
+$L__BB4_532:
+	setp.eq.s32 	%p447, %r206, 0;
+	@%p447 bra 	$L__BB4_543;
+	setp.eq.s32 	%p448, %r206, 1;
+	shl.b32 	%r2387, %r3815, 3;
+	shr.u64 	%rd1478, %rd2503, %r2387;
+	cvt.u64.u32 	%rd1479, %r3815;
+	add.s64 	%rd460, %rd459, %rd1479;
+	st.u8 	[%rd460], %rd1478;
+	@%p448 bra 	$L__BB4_543;
+	setp.eq.s32 	%p449, %r206, 2;
+	add.s32 	%r2389, %r2387, 8;
+	shr.u64 	%rd1480, %rd2503, %r2389;
+	st.u8 	[%rd460+1], %rd1480;
+	@%p449 bra 	$L__BB4_543;
+	add.s32 	%r2391, %r2387, 16;
+	shr.u64 	%rd1481, %rd2503, %r2391;
+	st.u8 	[%rd460+2], %rd1481;
+	bra.uni 	$L__BB4_543;
+$L__BB4_536:
+	setp.eq.s32 	%p450, %r145, 1;
+	@%p450 bra 	$L__BB4_541;
+	setp.eq.s32 	%p451, %r145, 2;
+	@%p451 bra 	$L__BB4_540;
+	setp.ne.s32 	%p452, %r145, 4;
+	@%p452 bra 	$L__BB4_542;
+	st.u32 	[%rd459], %rd2503;
+	bra.uni 	$L__BB4_543;
+$L__BB4_540:
+	st.u16 	[%rd459], %rd2503;
+	bra.uni 	$L__BB4_543;
+$L__BB4_541:
+	st.u8 	[%rd459], %rd2503;
+	bra.uni 	$L__BB4_543;
+$L__BB4_542:
+	st.u64 	[%rd459], %rd2503;
+$L__BB4_543:
+	add.s64 	%rd2463, %rd2463, 256;
+	setp.lt.u64 	%p453, %rd2463, %rd285;
+	@%p453 bra 	$L__BB4_255;
+	bra.uni 	$L__BB4_544;
+$L__BB4_133:
+	shr.u64 	%rd143, %rd115, 3;
+	or.b64  	%rd2424, %rd5, 96;
+	setp.ge.u64 	%p152, %rd2424, %rd143;
+	mov.u64 	%rd2426, %rd5;
+	@%p152 bra 	$L__BB4_140;
+	mov.u64 	%rd1011, -97;
+	sub.s64 	%rd1012, %rd1011, %rd5;
+	add.s64 	%rd144, %rd1012, %rd143;
+	shr.u64 	%rd1013, %rd144, 7;
+	add.s64 	%rd1014, %rd1013, 1;
+	and.b64  	%rd145, %rd1014, 3;
+	setp.eq.s64 	%p153, %rd145, 0;
+	mov.u64 	%rd2425, %rd5;
+	@%p153 bra 	$L__BB4_138;
+	shl.b64 	%rd1015, %rd5, 4;
+	add.s64 	%rd147, %rd113, %rd1015;
+	ld.global.v4.u32 	{%r1295, %r1296, %r1297, %r1298}, [%rd147+512];
+	ld.global.v4.u32 	{%r1303, %r1304, %r1305, %r1306}, [%rd147+1024];
+	ld.global.v4.u32 	{%r1311, %r1312, %r1313, %r1314}, [%rd147+1536];
+	add.s64 	%rd148, %rd112, %rd1015;
+	ld.global.v4.u32 	{%r1319, %r1320, %r1321, %r1322}, [%rd147];
+	st.v4.u32 	[%rd148], {%r1319, %r1320, %r1321, %r1322};
+	st.v4.u32 	[%rd148+512], {%r1295, %r1296, %r1297, %r1298};
+	st.v4.u32 	[%rd148+1024], {%r1303, %r1304, %r1305, %r1306};
+	st.v4.u32 	[%rd148+1536], {%r1311, %r1312, %r1313, %r1314};
+	setp.eq.s64 	%p154, %rd145, 1;
+	mov.u64 	%rd2424, %rd9;
+	mov.u64 	%rd2425, %rd8;
+	mov.u64 	%rd2426, %rd8;
+	@%p154 bra 	$L__BB4_138;
+	ld.global.v4.u32 	{%r1327, %r1328, %r1329, %r1330}, [%rd147+2560];
+	ld.global.v4.u32 	{%r1335, %r1336, %r1337, %r1338}, [%rd147+3072];
+	ld.global.v4.u32 	{%r1343, %r1344, %r1345, %r1346}, [%rd147+3584];
+	ld.global.v4.u32 	{%r1351, %r1352, %r1353, %r1354}, [%rd147+2048];
+	st.v4.u32 	[%rd148+2048], {%r1351, %r1352, %r1353, %r1354};
+	st.v4.u32 	[%rd148+2560], {%r1327, %r1328, %r1329, %r1330};
+	st.v4.u32 	[%rd148+3072], {%r1335, %r1336, %r1337, %r1338};
+	st.v4.u32 	[%rd148+3584], {%r1343, %r1344, %r1345, %r1346};
+	setp.eq.s64 	%p155, %rd145, 2;
+	mov.u64 	%rd2424, %rd11;
+	mov.u64 	%rd2425, %rd10;
+	mov.u64 	%rd2426, %rd10;
+	@%p155 bra 	$L__BB4_138;
+	ld.global.v4.u32 	{%r1359, %r1360, %r1361, %r1362}, [%rd147+4608];
+	ld.global.v4.u32 	{%r1367, %r1368, %r1369, %r1370}, [%rd147+5120];
+	ld.global.v4.u32 	{%r1375, %r1376, %r1377, %r1378}, [%rd147+5632];
+	ld.global.v4.u32 	{%r1383, %r1384, %r1385, %r1386}, [%rd147+4096];
+	st.v4.u32 	[%rd148+4096], {%r1383, %r1384, %r1385, %r1386};
+	st.v4.u32 	[%rd148+4608], {%r1359, %r1360, %r1361, %r1362};
+	st.v4.u32 	[%rd148+5120], {%r1367, %r1368, %r1369, %r1370};
+	st.v4.u32 	[%rd148+5632], {%r1375, %r1376, %r1377, %r1378};
+	mov.u64 	%rd2424, %rd13;
+	mov.u64 	%rd2425, %rd12;
+	mov.u64 	%rd2426, %rd12;
+$L__BB4_138:
+	setp.lt.u64 	%p156, %rd144, 384;
+	@%p156 bra 	$L__BB4_140;
+$L__BB4_139:
+	shl.b64 	%rd1016, %rd2425, 4;
+	add.s64 	%rd1017, %rd113, %rd1016;
+	ld.global.v4.u32 	{%r1391, %r1392, %r1393, %r1394}, [%rd1017+512];
+	ld.global.v4.u32 	{%r1399, %r1400, %r1401, %r1402}, [%rd1017+1024];
+	shl.b64 	%rd1018, %rd2424, 4;
+	add.s64 	%rd1019, %rd113, %rd1018;
+	ld.global.v4.u32 	{%r1407, %r1408, %r1409, %r1410}, [%rd1019];
+	add.s64 	%rd1020, %rd112, %rd1016;
+	ld.global.v4.u32 	{%r1415, %r1416, %r1417, %r1418}, [%rd1017];
+	st.v4.u32 	[%rd1020], {%r1415, %r1416, %r1417, %r1418};
+	st.v4.u32 	[%rd1020+512], {%r1391, %r1392, %r1393, %r1394};
+	st.v4.u32 	[%rd1020+1024], {%r1399, %r1400, %r1401, %r1402};
+	add.s64 	%rd1021, %rd112, %rd1018;
+	st.v4.u32 	[%rd1021], {%r1407, %r1408, %r1409, %r1410};
+	ld.global.v4.u32 	{%r1423, %r1424, %r1425, %r1426}, [%rd1017+2560];
+	ld.global.v4.u32 	{%r1431, %r1432, %r1433, %r1434}, [%rd1017+3072];
+	ld.global.v4.u32 	{%r1439, %r1440, %r1441, %r1442}, [%rd1017+3584];
+	ld.global.v4.u32 	{%r1447, %r1448, %r1449, %r1450}, [%rd1017+2048];
+	st.v4.u32 	[%rd1020+2048], {%r1447, %r1448, %r1449, %r1450};
+	st.v4.u32 	[%rd1020+2560], {%r1423, %r1424, %r1425, %r1426};
+	st.v4.u32 	[%rd1020+3072], {%r1431, %r1432, %r1433, %r1434};
+	st.v4.u32 	[%rd1020+3584], {%r1439, %r1440, %r1441, %r1442};
+	ld.global.v4.u32 	{%r1455, %r1456, %r1457, %r1458}, [%rd1017+4608];
+	ld.global.v4.u32 	{%r1463, %r1464, %r1465, %r1466}, [%rd1017+5120];
+	ld.global.v4.u32 	{%r1471, %r1472, %r1473, %r1474}, [%rd1017+5632];
+	ld.global.v4.u32 	{%r1479, %r1480, %r1481, %r1482}, [%rd1017+4096];
+	st.v4.u32 	[%rd1020+4096], {%r1479, %r1480, %r1481, %r1482};
+	st.v4.u32 	[%rd1020+4608], {%r1455, %r1456, %r1457, %r1458};
+	st.v4.u32 	[%rd1020+5120], {%r1463, %r1464, %r1465, %r1466};
+	st.v4.u32 	[%rd1020+5632], {%r1471, %r1472, %r1473, %r1474};
+	ld.global.v4.u32 	{%r1487, %r1488, %r1489, %r1490}, [%rd1017+6656];
+	ld.global.v4.u32 	{%r1495, %r1496, %r1497, %r1498}, [%rd1017+7168];
+	ld.global.v4.u32 	{%r1503, %r1504, %r1505, %r1506}, [%rd1017+7680];
+	ld.global.v4.u32 	{%r1511, %r1512, %r1513, %r1514}, [%rd1017+6144];
+	st.v4.u32 	[%rd1020+6144], {%r1511, %r1512, %r1513, %r1514};
+	st.v4.u32 	[%rd1020+6656], {%r1487, %r1488, %r1489, %r1490};
+	st.v4.u32 	[%rd1020+7168], {%r1495, %r1496, %r1497, %r1498};
+	st.v4.u32 	[%rd1020+7680], {%r1503, %r1504, %r1505, %r1506};
+	add.s64 	%rd2426, %rd2425, 512;
+	add.s64 	%rd2424, %rd2425, 608;
+	setp.lt.u64 	%p157, %rd2424, %rd143;
+	mov.u64 	%rd2425, %rd2426;
+	@%p157 bra 	$L__BB4_139;
+$L__BB4_140:
+	setp.ge.u64 	%p158, %rd2426, %rd143;
+	@%p158 bra 	$L__BB4_147;
+	not.b64 	%rd1022, %rd2426;
+	add.s64 	%rd157, %rd143, %rd1022;
+	shr.u64 	%rd1023, %rd157, 5;
+	add.s64 	%rd1024, %rd1023, 1;
+	and.b64  	%rd158, %rd1024, 3;
+	setp.eq.s64 	%p159, %rd158, 0;
+	mov.u64 	%rd2430, %rd2426;
+	@%p159 bra 	$L__BB4_145;
+	shl.b64 	%rd1025, %rd2426, 4;
+	add.s64 	%rd160, %rd112, %rd1025;
+	add.s64 	%rd159, %rd113, %rd1025;
+	ld.global.v4.u32 	{%r1519, %r1520, %r1521, %r1522}, [%rd159];
+	st.v4.u32 	[%rd160], {%r1519, %r1520, %r1521, %r1522};
+	add.s64 	%rd2430, %rd2426, 32;
+	setp.eq.s64 	%p160, %rd158, 1;
+	@%p160 bra 	$L__BB4_145;
+	ld.global.v4.u32 	{%r1527, %r1528, %r1529, %r1530}, [%rd159+512];
+	st.v4.u32 	[%rd160+512], {%r1527, %r1528, %r1529, %r1530};
+	add.s64 	%rd2430, %rd2426, 64;
+	setp.eq.s64 	%p161, %rd158, 2;
+	@%p161 bra 	$L__BB4_145;
+	ld.global.v4.u32 	{%r1535, %r1536, %r1537, %r1538}, [%rd159+1024];
+	st.v4.u32 	[%rd160+1024], {%r1535, %r1536, %r1537, %r1538};
+	add.s64 	%rd2430, %rd2426, 96;
+$L__BB4_145:
+	setp.lt.u64 	%p162, %rd157, 96;
+	@%p162 bra 	$L__BB4_147;
+$L__BB4_146:
+	shl.b64 	%rd1026, %rd2430, 4;
+	add.s64 	%rd1027, %rd112, %rd1026;
+	add.s64 	%rd1028, %rd113, %rd1026;
+	ld.global.v4.u32 	{%r1543, %r1544, %r1545, %r1546}, [%rd1028];
+	st.v4.u32 	[%rd1027], {%r1543, %r1544, %r1545, %r1546};
+	ld.global.v4.u32 	{%r1551, %r1552, %r1553, %r1554}, [%rd1028+512];
+	st.v4.u32 	[%rd1027+512], {%r1551, %r1552, %r1553, %r1554};
+	ld.global.v4.u32 	{%r1559, %r1560, %r1561, %r1562}, [%rd1028+1024];
+	st.v4.u32 	[%rd1027+1024], {%r1559, %r1560, %r1561, %r1562};
+	ld.global.v4.u32 	{%r1567, %r1568, %r1569, %r1570}, [%rd1028+1536];
+	st.v4.u32 	[%rd1027+1536], {%r1567, %r1568, %r1569, %r1570};
+	add.s64 	%rd2430, %rd2430, 128;
+	setp.lt.u64 	%p163, %rd2430, %rd143;
+	@%p163 bra 	$L__BB4_146;
+$L__BB4_147:
+	and.b64  	%rd2432, %rd116, 8589934576;
+$L__BB4_148:
+	add.s64 	%rd1029, %rd116, 7;
+	and.b64  	%rd169, %rd1029, 17179869176;
+	add.s64 	%rd170, %rd2432, %rd5;
+	setp.ge.u64 	%p164, %rd170, %rd169;
+	@%p164 bra 	$L__BB4_170;
+	not.b64 	%rd1030, %rd5;
+	add.s64 	%rd1031, %rd169, %rd1030;
+	sub.s64 	%rd171, %rd1031, %rd2432;
+	shr.u64 	%rd1032, %rd171, 5;
+	add.s64 	%rd1033, %rd1032, 1;
+	and.b64  	%rd172, %rd1033, 3;
+	setp.eq.s64 	%p165, %rd172, 0;
+	mov.u64 	%rd2433, %rd170;
+	@%p165 bra 	$L__BB4_159;
+	setp.ge.u64 	%p166, %rd170, %rd116;
+	add.s64 	%rd173, %rd113, %rd170;
+	mov.u32 	%r3742, 0;
+	@%p166 bra 	$L__BB4_152;
+	ld.global.u8 	%r3742, [%rd173];
+$L__BB4_152:
+	add.s64 	%rd174, %rd112, %rd170;
+	st.u8 	[%rd174], %r3742;
+	add.s64 	%rd2433, %rd170, 32;
+	setp.eq.s64 	%p167, %rd172, 1;
+	@%p167 bra 	$L__BB4_159;
+	setp.ge.u64 	%p168, %rd2433, %rd116;
+	mov.u32 	%r3743, 0;
+	@%p168 bra 	$L__BB4_155;
+	ld.global.u8 	%r3743, [%rd173+32];
+$L__BB4_155:
+	st.u8 	[%rd174+32], %r3743;
+	add.s64 	%rd2433, %rd170, 64;
+	setp.eq.s64 	%p169, %rd172, 2;
+	@%p169 bra 	$L__BB4_159;
+	setp.ge.u64 	%p170, %rd2433, %rd116;
+	mov.u32 	%r3744, 0;
+	@%p170 bra 	$L__BB4_158;
+	ld.global.u8 	%r3744, [%rd173+64];
+$L__BB4_158:
+	st.u8 	[%rd174+64], %r3744;
+	add.s64 	%rd2433, %rd170, 96;
+$L__BB4_159:
+	setp.lt.u64 	%p171, %rd171, 96;
+	@%p171 bra 	$L__BB4_170;
+	add.s64 	%rd2435, %rd113, %rd2433;
+$L__BB4_161:
+	setp.ge.u64 	%p172, %rd2433, %rd116;
+	mov.u32 	%r3746, 0;
+	mov.u32 	%r3745, %r3746;
+	@%p172 bra 	$L__BB4_163;
+	ld.global.u8 	%r3745, [%rd2435];
+$L__BB4_163:
+	add.s64 	%rd182, %rd112, %rd2433;
+	st.u8 	[%rd182], %r3745;
+	add.s64 	%rd1036, %rd2433, 32;
+	setp.ge.u64 	%p173, %rd1036, %rd116;
+	@%p173 bra 	$L__BB4_165;
+	ld.global.u8 	%r3746, [%rd2435+32];
+$L__BB4_165:
+	st.u8 	[%rd182+32], %r3746;
+	add.s64 	%rd1037, %rd2433, 64;
+	setp.ge.u64 	%p174, %rd1037, %rd116;
+	mov.u32 	%r3748, 0;
+	mov.u32 	%r3747, %r3748;
+	@%p174 bra 	$L__BB4_167;
+	ld.global.u8 	%r3747, [%rd2435+64];
+$L__BB4_167:
+	st.u8 	[%rd182+64], %r3747;
+	add.s64 	%rd1038, %rd2433, 96;
+	setp.ge.u64 	%p175, %rd1038, %rd116;
+	@%p175 bra 	$L__BB4_169;
+	ld.global.u8 	%r3748, [%rd2435+96];
+$L__BB4_169:
+	add.s64 	%rd2435, %rd2435, 128;
+	st.u8 	[%rd182+96], %r3748;
+	add.s64 	%rd2433, %rd2433, 128;
+	setp.lt.u64 	%p176, %rd2433, %rd169;
+	@%p176 bra 	$L__BB4_161;
+$L__BB4_170:
+	add.s64 	%rd185, %rd112, %rd169;
+	ld.param.u32 	%r164, [%rd1+12];
+	setp.lt.u32 	%p177, %r164, 128;
+	mov.u32 	%r3749, 0;
+	@%p177 bra 	$L__BB4_172;
+	shr.u32 	%r1583, %r164, 3;
+	add.s32 	%r1584, %r1583, -16;
+	add.s32 	%r1585, %r145, 2;
+	div.u32 	%r1586, %r1584, %r1585;
+	shl.b32 	%r1587, %r1586, 1;
+	add.s32 	%r1588, %r1587, 7;
+	and.b32  	%r3749, %r1588, -8;
+$L__BB4_172:
+	cvt.u64.u32 	%rd186, %r3749;
+	add.s64 	%rd187, %rd113, %rd186;
+	add.s64 	%rd1039, %rd114, %rd186;
+	cvt.u64.u32 	%rd1040, %r145;
+	mul.lo.s64 	%rd188, %rd1040, %rd115;
+	or.b64  	%rd189, %rd1039, %rd185;
+	and.b64  	%rd1041, %rd189, 15;
+	setp.eq.s64 	%p178, %rd1041, 0;
+	@%p178 bra 	$L__BB4_189;
+	and.b64  	%rd1043, %rd189, 7;
+	setp.ne.s64 	%p179, %rd1043, 0;
+	mov.u64 	%rd2452, 0;
+	@%p179 bra 	$L__BB4_204;
+	shr.u64 	%rd190, %rd188, 3;
+	or.b64  	%rd2436, %rd5, 96;
+	setp.ge.u64 	%p180, %rd2436, %rd190;
+	mov.u64 	%rd2438, %rd5;
+	@%p180 bra 	$L__BB4_181;
+	mov.u64 	%rd1046, -97;
+	sub.s64 	%rd1047, %rd1046, %rd5;
+	add.s64 	%rd191, %rd1047, %rd190;
+	shr.u64 	%rd1048, %rd191, 7;
+	add.s64 	%rd1049, %rd1048, 1;
+	and.b64  	%rd192, %rd1049, 3;
+	setp.eq.s64 	%p181, %rd192, 0;
+	mov.u64 	%rd2437, %rd5;
+	@%p181 bra 	$L__BB4_179;
+	shl.b64 	%rd1050, %rd7, 3;
+	add.s64 	%rd194, %rd187, %rd1050;
+	ld.global.v2.u32 	{%r1589, %r1590}, [%rd194];
+	ld.global.v2.u32 	{%r1593, %r1594}, [%rd194+256];
+	ld.global.v2.u32 	{%r1597, %r1598}, [%rd194+512];
+	ld.global.v2.u32 	{%r1601, %r1602}, [%rd194+-256];
+	shl.b64 	%rd1051, %rd5, 3;
+	add.s64 	%rd195, %rd185, %rd1051;
+	st.v2.u32 	[%rd195], {%r1601, %r1602};
+	st.v2.u32 	[%rd195+256], {%r1589, %r1590};
+	st.v2.u32 	[%rd195+512], {%r1593, %r1594};
+	st.v2.u32 	[%rd195+768], {%r1597, %r1598};
+	setp.eq.s64 	%p182, %rd192, 1;
+	mov.u64 	%rd2436, %rd9;
+	mov.u64 	%rd2437, %rd8;
+	mov.u64 	%rd2438, %rd8;
+	@%p182 bra 	$L__BB4_179;
+	ld.global.v2.u32 	{%r1605, %r1606}, [%rd194+1024];
+	ld.global.v2.u32 	{%r1609, %r1610}, [%rd194+1280];
+	ld.global.v2.u32 	{%r1613, %r1614}, [%rd194+1536];
+	ld.global.v2.u32 	{%r1617, %r1618}, [%rd194+768];
+	st.v2.u32 	[%rd195+1024], {%r1617, %r1618};
+	st.v2.u32 	[%rd195+1280], {%r1605, %r1606};
+	st.v2.u32 	[%rd195+1536], {%r1609, %r1610};
+	st.v2.u32 	[%rd195+1792], {%r1613, %r1614};
+	setp.eq.s64 	%p183, %rd192, 2;
+	mov.u64 	%rd2436, %rd11;
+	mov.u64 	%rd2437, %rd10;
+	mov.u64 	%rd2438, %rd10;
+	@%p183 bra 	$L__BB4_179;
+	ld.global.v2.u32 	{%r1621, %r1622}, [%rd194+2048];
+	ld.global.v2.u32 	{%r1625, %r1626}, [%rd194+2304];
+	ld.global.v2.u32 	{%r1629, %r1630}, [%rd194+2560];
+	ld.global.v2.u32 	{%r1633, %r1634}, [%rd194+1792];
+	st.v2.u32 	[%rd195+2048], {%r1633, %r1634};
+	st.v2.u32 	[%rd195+2304], {%r1621, %r1622};
+	st.v2.u32 	[%rd195+2560], {%r1625, %r1626};
+	st.v2.u32 	[%rd195+2816], {%r1629, %r1630};
+	mov.u64 	%rd2436, %rd13;
+	mov.u64 	%rd2437, %rd12;
+	mov.u64 	%rd2438, %rd12;
+$L__BB4_179:
+	setp.lt.u64 	%p184, %rd191, 384;
+	@%p184 bra 	$L__BB4_181;
+$L__BB4_180:
+	shl.b64 	%rd1052, %rd2437, 3;
+	add.s64 	%rd1053, %rd187, %rd1052;
+	ld.global.v2.u32 	{%r1637, %r1638}, [%rd1053+256];
+	ld.global.v2.u32 	{%r1641, %r1642}, [%rd1053+512];
+	shl.b64 	%rd1054, %rd2436, 3;
+	add.s64 	%rd1055, %rd187, %rd1054;
+	ld.global.v2.u32 	{%r1645, %r1646}, [%rd1055];
+	ld.global.v2.u32 	{%r1649, %r1650}, [%rd1053];
+	add.s64 	%rd1056, %rd185, %rd1052;
+	st.v2.u32 	[%rd1056], {%r1649, %r1650};
+	st.v2.u32 	[%rd1056+256], {%r1637, %r1638};
+	st.v2.u32 	[%rd1056+512], {%r1641, %r1642};
+	add.s64 	%rd1057, %rd185, %rd1054;
+	st.v2.u32 	[%rd1057], {%r1645, %r1646};
+	ld.global.v2.u32 	{%r1653, %r1654}, [%rd1053+1280];
+	ld.global.v2.u32 	{%r1657, %r1658}, [%rd1053+1536];
+	ld.global.v2.u32 	{%r1661, %r1662}, [%rd1053+1792];
+	ld.global.v2.u32 	{%r1665, %r1666}, [%rd1053+1024];
+	st.v2.u32 	[%rd1056+1024], {%r1665, %r1666};
+	st.v2.u32 	[%rd1056+1280], {%r1653, %r1654};
+	st.v2.u32 	[%rd1056+1536], {%r1657, %r1658};
+	st.v2.u32 	[%rd1056+1792], {%r1661, %r1662};
+	ld.global.v2.u32 	{%r1669, %r1670}, [%rd1053+2304];
+	ld.global.v2.u32 	{%r1673, %r1674}, [%rd1053+2560];
+	ld.global.v2.u32 	{%r1677, %r1678}, [%rd1053+2816];
+	ld.global.v2.u32 	{%r1681, %r1682}, [%rd1053+2048];
+	st.v2.u32 	[%rd1056+2048], {%r1681, %r1682};
+	st.v2.u32 	[%rd1056+2304], {%r1669, %r1670};
+	st.v2.u32 	[%rd1056+2560], {%r1673, %r1674};
+	st.v2.u32 	[%rd1056+2816], {%r1677, %r1678};
+	ld.global.v2.u32 	{%r1685, %r1686}, [%rd1053+3328];
+	ld.global.v2.u32 	{%r1689, %r1690}, [%rd1053+3584];
+	ld.global.v2.u32 	{%r1693, %r1694}, [%rd1053+3840];
+	ld.global.v2.u32 	{%r1697, %r1698}, [%rd1053+3072];
+	st.v2.u32 	[%rd1056+3072], {%r1697, %r1698};
+	st.v2.u32 	[%rd1056+3328], {%r1685, %r1686};
+	st.v2.u32 	[%rd1056+3584], {%r1689, %r1690};
+	st.v2.u32 	[%rd1056+3840], {%r1693, %r1694};
+	add.s64 	%rd2438, %rd2437, 512;
+	add.s64 	%rd2436, %rd2437, 608;
+	setp.lt.u64 	%p185, %rd2436, %rd190;
+	mov.u64 	%rd2437, %rd2438;
+	@%p185 bra 	$L__BB4_180;
+$L__BB4_181:
+	setp.ge.u64 	%p186, %rd2438, %rd190;
+	@%p186 bra 	$L__BB4_188;
+	not.b64 	%rd1058, %rd2438;
+	add.s64 	%rd204, %rd190, %rd1058;
+	shr.u64 	%rd1059, %rd204, 5;
+	add.s64 	%rd1060, %rd1059, 1;
+	and.b64  	%rd205, %rd1060, 3;
+	setp.eq.s64 	%p187, %rd205, 0;
+	mov.u64 	%rd2442, %rd2438;
+	@%p187 bra 	$L__BB4_186;
+	shl.b64 	%rd1061, %rd2438, 3;
+	add.s64 	%rd206, %rd187, %rd1061;
+	ld.global.v2.u32 	{%r1701, %r1702}, [%rd206];
+	add.s64 	%rd207, %rd185, %rd1061;
+	st.v2.u32 	[%rd207], {%r1701, %r1702};
+	add.s64 	%rd2442, %rd2438, 32;
+	setp.eq.s64 	%p188, %rd205, 1;
+	@%p188 bra 	$L__BB4_186;
+	ld.global.v2.u32 	{%r1705, %r1706}, [%rd206+256];
+	st.v2.u32 	[%rd207+256], {%r1705, %r1706};
+	add.s64 	%rd2442, %rd2438, 64;
+	setp.eq.s64 	%p189, %rd205, 2;
+	@%p189 bra 	$L__BB4_186;
+	ld.global.v2.u32 	{%r1709, %r1710}, [%rd206+512];
+	st.v2.u32 	[%rd207+512], {%r1709, %r1710};
+	add.s64 	%rd2442, %rd2438, 96;
+$L__BB4_186:
+	setp.lt.u64 	%p190, %rd204, 96;
+	@%p190 bra 	$L__BB4_188;
+$L__BB4_187:
+	shl.b64 	%rd1062, %rd2442, 3;
+	add.s64 	%rd1063, %rd187, %rd1062;
+	ld.global.v2.u32 	{%r1713, %r1714}, [%rd1063];
+	add.s64 	%rd1064, %rd185, %rd1062;
+	st.v2.u32 	[%rd1064], {%r1713, %r1714};
+	ld.global.v2.u32 	{%r1717, %r1718}, [%rd1063+256];
+	st.v2.u32 	[%rd1064+256], {%r1717, %r1718};
+	ld.global.v2.u32 	{%r1721, %r1722}, [%rd1063+512];
+	st.v2.u32 	[%rd1064+512], {%r1721, %r1722};
+	ld.global.v2.u32 	{%r1725, %r1726}, [%rd1063+768];
+	st.v2.u32 	[%rd1064+768], {%r1725, %r1726};
+	add.s64 	%rd2442, %rd2442, 128;
+	setp.lt.u64 	%p191, %rd2442, %rd190;
+	@%p191 bra 	$L__BB4_187;
+$L__BB4_188:
+	and.b64  	%rd2452, %rd188, -8;
+	bra.uni 	$L__BB4_204;
+$L__BB4_189:
+	shr.u64 	%rd215, %rd188, 4;
+	or.b64  	%rd2444, %rd5, 96;
+	setp.ge.u64 	%p192, %rd2444, %rd215;
+	mov.u64 	%rd2446, %rd5;
+	@%p192 bra 	$L__BB4_196;
+	mov.u64 	%rd1067, -97;
+	sub.s64 	%rd1068, %rd1067, %rd5;
+	add.s64 	%rd216, %rd1068, %rd215;
+	shr.u64 	%rd1069, %rd216, 7;
+	add.s64 	%rd1070, %rd1069, 1;
+	and.b64  	%rd217, %rd1070, 3;
+	setp.eq.s64 	%p193, %rd217, 0;
+	mov.u64 	%rd2445, %rd5;
+	@%p193 bra 	$L__BB4_194;
+	shl.b64 	%rd1071, %rd5, 4;
+	add.s64 	%rd219, %rd187, %rd1071;
+	ld.global.v4.u32 	{%r1729, %r1730, %r1731, %r1732}, [%rd219+512];
+	ld.global.v4.u32 	{%r1737, %r1738, %r1739, %r1740}, [%rd219+1024];
+	ld.global.v4.u32 	{%r1745, %r1746, %r1747, %r1748}, [%rd219+1536];
+	add.s64 	%rd220, %rd185, %rd1071;
+	ld.global.v4.u32 	{%r1753, %r1754, %r1755, %r1756}, [%rd219];
+	st.v4.u32 	[%rd220], {%r1753, %r1754, %r1755, %r1756};
+	st.v4.u32 	[%rd220+512], {%r1729, %r1730, %r1731, %r1732};
+	st.v4.u32 	[%rd220+1024], {%r1737, %r1738, %r1739, %r1740};
+	st.v4.u32 	[%rd220+1536], {%r1745, %r1746, %r1747, %r1748};
+	setp.eq.s64 	%p194, %rd217, 1;
+	mov.u64 	%rd2444, %rd9;
+	mov.u64 	%rd2445, %rd8;
+	mov.u64 	%rd2446, %rd8;
+	@%p194 bra 	$L__BB4_194;
+	ld.global.v4.u32 	{%r1761, %r1762, %r1763, %r1764}, [%rd219+2560];
+	ld.global.v4.u32 	{%r1769, %r1770, %r1771, %r1772}, [%rd219+3072];
+	ld.global.v4.u32 	{%r1777, %r1778, %r1779, %r1780}, [%rd219+3584];
+	ld.global.v4.u32 	{%r1785, %r1786, %r1787, %r1788}, [%rd219+2048];
+	st.v4.u32 	[%rd220+2048], {%r1785, %r1786, %r1787, %r1788};
+	st.v4.u32 	[%rd220+2560], {%r1761, %r1762, %r1763, %r1764};
+	st.v4.u32 	[%rd220+3072], {%r1769, %r1770, %r1771, %r1772};
+	st.v4.u32 	[%rd220+3584], {%r1777, %r1778, %r1779, %r1780};
+	setp.eq.s64 	%p195, %rd217, 2;
+	mov.u64 	%rd2444, %rd11;
+	mov.u64 	%rd2445, %rd10;
+	mov.u64 	%rd2446, %rd10;
+	@%p195 bra 	$L__BB4_194;
+	ld.global.v4.u32 	{%r1793, %r1794, %r1795, %r1796}, [%rd219+4608];
+	ld.global.v4.u32 	{%r1801, %r1802, %r1803, %r1804}, [%rd219+5120];
+	ld.global.v4.u32 	{%r1809, %r1810, %r1811, %r1812}, [%rd219+5632];
+	ld.global.v4.u32 	{%r1817, %r1818, %r1819, %r1820}, [%rd219+4096];
+	st.v4.u32 	[%rd220+4096], {%r1817, %r1818, %r1819, %r1820};
+	st.v4.u32 	[%rd220+4608], {%r1793, %r1794, %r1795, %r1796};
+	st.v4.u32 	[%rd220+5120], {%r1801, %r1802, %r1803, %r1804};
+	st.v4.u32 	[%rd220+5632], {%r1809, %r1810, %r1811, %r1812};
+	mov.u64 	%rd2444, %rd13;
+	mov.u64 	%rd2445, %rd12;
+	mov.u64 	%rd2446, %rd12;
+$L__BB4_194:
+	setp.lt.u64 	%p196, %rd216, 384;
+	@%p196 bra 	$L__BB4_196;
+$L__BB4_195:
+	shl.b64 	%rd1072, %rd2445, 4;
+	add.s64 	%rd1073, %rd187, %rd1072;
+	ld.global.v4.u32 	{%r1825, %r1826, %r1827, %r1828}, [%rd1073+512];
+	ld.global.v4.u32 	{%r1833, %r1834, %r1835, %r1836}, [%rd1073+1024];
+	shl.b64 	%rd1074, %rd2444, 4;
+	add.s64 	%rd1075, %rd187, %rd1074;
+	ld.global.v4.u32 	{%r1841, %r1842, %r1843, %r1844}, [%rd1075];
+	add.s64 	%rd1076, %rd185, %rd1072;
+	ld.global.v4.u32 	{%r1849, %r1850, %r1851, %r1852}, [%rd1073];
+	st.v4.u32 	[%rd1076], {%r1849, %r1850, %r1851, %r1852};
+	st.v4.u32 	[%rd1076+512], {%r1825, %r1826, %r1827, %r1828};
+	st.v4.u32 	[%rd1076+1024], {%r1833, %r1834, %r1835, %r1836};
+	add.s64 	%rd1077, %rd185, %rd1074;
+	st.v4.u32 	[%rd1077], {%r1841, %r1842, %r1843, %r1844};
+	ld.global.v4.u32 	{%r1857, %r1858, %r1859, %r1860}, [%rd1073+2560];
+	ld.global.v4.u32 	{%r1865, %r1866, %r1867, %r1868}, [%rd1073+3072];
+	ld.global.v4.u32 	{%r1873, %r1874, %r1875, %r1876}, [%rd1073+3584];
+	ld.global.v4.u32 	{%r1881, %r1882, %r1883, %r1884}, [%rd1073+2048];
+	st.v4.u32 	[%rd1076+2048], {%r1881, %r1882, %r1883, %r1884};
+	st.v4.u32 	[%rd1076+2560], {%r1857, %r1858, %r1859, %r1860};
+	st.v4.u32 	[%rd1076+3072], {%r1865, %r1866, %r1867, %r1868};
+	st.v4.u32 	[%rd1076+3584], {%r1873, %r1874, %r1875, %r1876};
+	ld.global.v4.u32 	{%r1889, %r1890, %r1891, %r1892}, [%rd1073+4608];
+	ld.global.v4.u32 	{%r1897, %r1898, %r1899, %r1900}, [%rd1073+5120];
+	ld.global.v4.u32 	{%r1905, %r1906, %r1907, %r1908}, [%rd1073+5632];
+	ld.global.v4.u32 	{%r1913, %r1914, %r1915, %r1916}, [%rd1073+4096];
+	st.v4.u32 	[%rd1076+4096], {%r1913, %r1914, %r1915, %r1916};
+	st.v4.u32 	[%rd1076+4608], {%r1889, %r1890, %r1891, %r1892};
+	st.v4.u32 	[%rd1076+5120], {%r1897, %r1898, %r1899, %r1900};
+	st.v4.u32 	[%rd1076+5632], {%r1905, %r1906, %r1907, %r1908};
+	ld.global.v4.u32 	{%r1921, %r1922, %r1923, %r1924}, [%rd1073+6656];
+	ld.global.v4.u32 	{%r1929, %r1930, %r1931, %r1932}, [%rd1073+7168];
+	ld.global.v4.u32 	{%r1937, %r1938, %r1939, %r1940}, [%rd1073+7680];
+	ld.global.v4.u32 	{%r1945, %r1946, %r1947, %r1948}, [%rd1073+6144];
+	st.v4.u32 	[%rd1076+6144], {%r1945, %r1946, %r1947, %r1948};
+	st.v4.u32 	[%rd1076+6656], {%r1921, %r1922, %r1923, %r1924};
+	st.v4.u32 	[%rd1076+7168], {%r1929, %r1930, %r1931, %r1932};
+	st.v4.u32 	[%rd1076+7680], {%r1937, %r1938, %r1939, %r1940};
+	add.s64 	%rd2446, %rd2445, 512;
+	add.s64 	%rd2444, %rd2445, 608;
+	setp.lt.u64 	%p197, %rd2444, %rd215;
+	mov.u64 	%rd2445, %rd2446;
+	@%p197 bra 	$L__BB4_195;
+$L__BB4_196:
+	setp.ge.u64 	%p198, %rd2446, %rd215;
+	@%p198 bra 	$L__BB4_203;
+	not.b64 	%rd1078, %rd2446;
+	add.s64 	%rd229, %rd215, %rd1078;
+	shr.u64 	%rd1079, %rd229, 5;
+	add.s64 	%rd1080, %rd1079, 1;
+	and.b64  	%rd230, %rd1080, 3;
+	setp.eq.s64 	%p199, %rd230, 0;
+	mov.u64 	%rd2450, %rd2446;
+	@%p199 bra 	$L__BB4_201;
+	shl.b64 	%rd1081, %rd2446, 4;
+	add.s64 	%rd232, %rd185, %rd1081;
+	add.s64 	%rd231, %rd187, %rd1081;
+	ld.global.v4.u32 	{%r1953, %r1954, %r1955, %r1956}, [%rd231];
+	st.v4.u32 	[%rd232], {%r1953, %r1954, %r1955, %r1956};
+	add.s64 	%rd2450, %rd2446, 32;
+	setp.eq.s64 	%p200, %rd230, 1;
+	@%p200 bra 	$L__BB4_201;
+	ld.global.v4.u32 	{%r1961, %r1962, %r1963, %r1964}, [%rd231+512];
+	st.v4.u32 	[%rd232+512], {%r1961, %r1962, %r1963, %r1964};
+	add.s64 	%rd2450, %rd2446, 64;
+	setp.eq.s64 	%p201, %rd230, 2;
+	@%p201 bra 	$L__BB4_201;
+	ld.global.v4.u32 	{%r1969, %r1970, %r1971, %r1972}, [%rd231+1024];
+	st.v4.u32 	[%rd232+1024], {%r1969, %r1970, %r1971, %r1972};
+	add.s64 	%rd2450, %rd2446, 96;
+$L__BB4_201:
+	setp.lt.u64 	%p202, %rd229, 96;
+	@%p202 bra 	$L__BB4_203;
+$L__BB4_202:
+	shl.b64 	%rd1082, %rd2450, 4;
+	add.s64 	%rd1083, %rd185, %rd1082;
+	add.s64 	%rd1084, %rd187, %rd1082;
+	ld.global.v4.u32 	{%r1977, %r1978, %r1979, %r1980}, [%rd1084];
+	st.v4.u32 	[%rd1083], {%r1977, %r1978, %r1979, %r1980};
+	ld.global.v4.u32 	{%r1985, %r1986, %r1987, %r1988}, [%rd1084+512];
+	st.v4.u32 	[%rd1083+512], {%r1985, %r1986, %r1987, %r1988};
+	ld.global.v4.u32 	{%r1993, %r1994, %r1995, %r1996}, [%rd1084+1024];
+	st.v4.u32 	[%rd1083+1024], {%r1993, %r1994, %r1995, %r1996};
+	ld.global.v4.u32 	{%r2001, %r2002, %r2003, %r2004}, [%rd1084+1536];
+	st.v4.u32 	[%rd1083+1536], {%r2001, %r2002, %r2003, %r2004};
+	add.s64 	%rd2450, %rd2450, 128;
+	setp.lt.u64 	%p203, %rd2450, %rd215;
+	@%p203 bra 	$L__BB4_202;
+$L__BB4_203:
+	and.b64  	%rd2452, %rd188, -16;
+$L__BB4_204:
+	add.s64 	%rd1085, %rd188, 7;
+	and.b64  	%rd241, %rd1085, -8;
+	add.s64 	%rd242, %rd2452, %rd5;
+	setp.ge.u64 	%p204, %rd242, %rd241;
+	@%p204 bra 	$L__BB4_544;
+	not.b64 	%rd1086, %rd5;
+	add.s64 	%rd1087, %rd241, %rd1086;
+	sub.s64 	%rd243, %rd1087, %rd2452;
+	shr.u64 	%rd1088, %rd243, 5;
+	add.s64 	%rd1089, %rd1088, 1;
+	and.b64  	%rd244, %rd1089, 3;
+	setp.eq.s64 	%p205, %rd244, 0;
+	mov.u64 	%rd2453, %rd242;
+	@%p205 bra 	$L__BB4_215;
+	setp.ge.u64 	%p206, %rd242, %rd188;
+	add.s64 	%rd245, %rd187, %rd242;
+	mov.u32 	%r3750, 0;
+	@%p206 bra 	$L__BB4_208;
+	ld.global.u8 	%r3750, [%rd245];
+$L__BB4_208:
+	add.s64 	%rd246, %rd185, %rd242;
+	st.u8 	[%rd246], %r3750;
+	add.s64 	%rd2453, %rd242, 32;
+	setp.eq.s64 	%p207, %rd244, 1;
+	@%p207 bra 	$L__BB4_215;
+	setp.ge.u64 	%p208, %rd2453, %rd188;
+	mov.u32 	%r3751, 0;
+	@%p208 bra 	$L__BB4_211;
+	ld.global.u8 	%r3751, [%rd245+32];
+$L__BB4_211:
+	st.u8 	[%rd246+32], %r3751;
+	add.s64 	%rd2453, %rd242, 64;
+	setp.eq.s64 	%p209, %rd244, 2;
+	@%p209 bra 	$L__BB4_215;
+	setp.ge.u64 	%p210, %rd2453, %rd188;
+	mov.u32 	%r3752, 0;
+	@%p210 bra 	$L__BB4_214;
+	ld.global.u8 	%r3752, [%rd245+64];
+$L__BB4_214:
+	st.u8 	[%rd246+64], %r3752;
+	add.s64 	%rd2453, %rd242, 96;
+$L__BB4_215:
+	setp.lt.u64 	%p211, %rd243, 96;
+	@%p211 bra 	$L__BB4_544;
+	add.s64 	%rd1092, %rd2453, %rd186;
+	add.s64 	%rd2455, %rd113, %rd1092;
+$L__BB4_217:
+	setp.ge.u64 	%p212, %rd2453, %rd188;
+	mov.u32 	%r3754, 0;
+	mov.u32 	%r3753, %r3754;
+	@%p212 bra 	$L__BB4_219;
+	ld.global.u8 	%r3753, [%rd2455];
+$L__BB4_219:
+	add.s64 	%rd254, %rd185, %rd2453;
+	st.u8 	[%rd254], %r3753;
+	add.s64 	%rd1093, %rd2453, 32;
+	setp.ge.u64 	%p213, %rd1093, %rd188;
+	@%p213 bra 	$L__BB4_221;
+	ld.global.u8 	%r3754, [%rd2455+32];
+$L__BB4_221:
+	st.u8 	[%rd254+32], %r3754;
+	add.s64 	%rd1094, %rd2453, 64;
+	setp.ge.u64 	%p214, %rd1094, %rd188;
+	mov.u32 	%r3756, 0;
+	mov.u32 	%r3755, %r3756;
+	@%p214 bra 	$L__BB4_223;
+	ld.global.u8 	%r3755, [%rd2455+64];
+$L__BB4_223:
+	st.u8 	[%rd254+64], %r3755;
+	add.s64 	%rd1095, %rd2453, 96;
+	setp.ge.u64 	%p215, %rd1095, %rd188;
+	@%p215 bra 	$L__BB4_225;
+	ld.global.u8 	%r3756, [%rd2455+96];
+$L__BB4_225:
+	add.s64 	%rd2455, %rd2455, 128;
+	st.u8 	[%rd254+96], %r3756;
+	add.s64 	%rd2453, %rd2453, 128;
+	setp.lt.u64 	%p216, %rd2453, %rd241;
+	@%p216 bra 	$L__BB4_217;
+$L__BB4_544:
+	setp.ne.s32 	%p454, %r3740, 0;
+	@%p454 bra 	$L__BB4_113;
+$L__BB4_545:
 	bar.sync 	0;
-	bra.uni 	$L__BB4_922;
-$L__BB4_3:
-	sub.s64 	%rd618, %rd2133, %rd611;
-	shl.b64 	%rd619, %rd618, 8;
-	add.s64 	%rd13, %rd619, %rd3;
-	ld.param.u32 	%rd621, [%rd609+88];
-	setp.ge.u64 	%p6, %rd13, %rd621;
-	@%p6 bra 	$L__BB4_922;
-	ld.param.u64 	%rd623, [%rd609+16];
-	cvta.to.global.u64 	%rd624, %rd623;
-	shl.b64 	%rd625, %rd13, 3;
-	add.s64 	%rd14, %rd624, %rd625;
-	ld.global.u64 	%rd626, [%rd14];
-	setp.eq.s64 	%p7, %rd626, 0;
-	@%p7 bra 	$L__BB4_922;
-	ld.param.u64 	%rd628, [%rd609];
-	cvta.to.global.u64 	%rd629, %rd628;
-	mul.lo.s64 	%rd630, %rd13, 40;
-	add.s64 	%rd631, %rd629, %rd630;
-	ld.global.u64 	%rd632, [%rd631+16];
-	ld.global.v2.u32 	{%r646, %r647}, [%rd631+32];
-	ld.param.u64 	%rd633, [%rd609+8];
-	cvta.to.global.u64 	%rd634, %rd633;
-	shl.b64 	%rd635, %rd13, 4;
-	add.s64 	%rd636, %rd634, %rd635;
-	ld.global.u64 	%rd637, [%rd636];
-	ld.global.u64 	%rd638, [%rd14];
-	mov.u32 	%r649, 826561367;
-	st.u32 	[%rd638], %r649;
-	mov.u16 	%rs22, 0;
-	cvt.u16.u32 	%rs23, %r647;
-	st.v4.u8 	[%rd638+4], {%rs23, %rs22, %rs22, %rs22};
-	ld.param.u32 	%r651, [%rd609+92];
-	st.v2.u32 	[%rd638+8], {%r651, %r646};
-	st.u64 	[%rd638+16], %rd632;
-	st.u64 	[%rd638+24], %rd637;
-$L__BB4_922:
-	mov.u32 	%r3211, %nctaid.x;
-	cvt.u64.u32 	%rd2083, %r3211;
-	add.s64 	%rd2133, %rd2133, %rd2083;
-	setp.lt.u64 	%p814, %rd2133, %rd613;
-	@%p814 bra 	$L__BB4_2;
+	ld.shared.u32 	%r288, [_ZZ15ws_delta_encodeE5ncoop];
+	setp.eq.s32 	%p455, %r288, 0;
+	@%p455 bra 	$L__BB4_1016;
+	ld.param.u64 	%rd1489, [%rd1+-40];
+	cvta.to.global.u64 	%rd471, %rd1489;
+	mov.u32 	%r3816, 0;
+	bra.uni 	$L__BB4_547;
+$L__BB4_604:
+	cvt.u32.u64 	%r2513, %rd482;
+	mul.lo.s64 	%rd1605, %rd475, %rd482;
+	shr.u64 	%rd530, %rd1605, 4;
+	setp.eq.s32 	%p523, %r2513, 1;
+	@%p523 bra 	$L__BB4_759;
+	setp.eq.s32 	%p524, %r2513, 2;
+	@%p524 bra 	$L__BB4_667;
+	setp.ne.s32 	%p525, %r2513, 4;
+	@%p525 bra 	$L__BB4_915;
+	setp.eq.s64 	%p526, %rd530, 0;
+	@%p526 bra 	$L__BB4_1015;
+	mov.u64 	%rd2511, 0;
+	mov.u32 	%r3825, 0;
+$L__BB4_609:
+	mov.u32 	%r3826, 0;
+	add.s64 	%rd532, %rd2511, %rd4;
+	setp.ge.u64 	%p527, %rd532, %rd530;
+	@%p527 bra 	$L__BB4_611;
+	shr.u64 	%rd1607, %rd532, 3;
+	and.b64  	%rd1608, %rd1607, 576460752303423487;
+	add.s64 	%rd1609, %rd1608, %rd490;
+	shl.b64 	%rd1610, %rd1609, 2;
+	add.s64 	%rd1611, %rd471, %rd1610;
+	cvt.u32.u64 	%r2516, %rd532;
+	shl.b32 	%r2517, %r2516, 2;
+	and.b32  	%r2518, %r2517, 28;
+	ld.global.u32 	%r2519, [%rd1611];
+	shr.u32 	%r2520, %r2519, %r2518;
+	and.b32  	%r3826, %r2520, 15;
+$L__BB4_611:
+	add.s64 	%rd533, %rd532, 256;
+	setp.ge.u64 	%p528, %rd533, %rd530;
+	mov.u32 	%r3828, 0;
+	mov.u32 	%r3827, %r3828;
+	@%p528 bra 	$L__BB4_613;
+	shr.u64 	%rd1612, %rd533, 3;
+	and.b64  	%rd1613, %rd1612, 576460752303423487;
+	add.s64 	%rd1614, %rd1613, %rd490;
+	shl.b64 	%rd1615, %rd1614, 2;
+	add.s64 	%rd1616, %rd471, %rd1615;
+	cvt.u32.u64 	%r2522, %rd533;
+	shl.b32 	%r2523, %r2522, 2;
+	and.b32  	%r2524, %r2523, 28;
+	ld.global.u32 	%r2525, [%rd1616];
+	shr.u32 	%r2526, %r2525, %r2524;
+	and.b32  	%r3827, %r2526, 15;
+$L__BB4_613:
+	add.s64 	%rd534, %rd532, 512;
+	setp.ge.u64 	%p529, %rd534, %rd530;
+	@%p529 bra 	$L__BB4_615;
+	shr.u64 	%rd1617, %rd534, 3;
+	and.b64  	%rd1618, %rd1617, 576460752303423487;
+	add.s64 	%rd1619, %rd1618, %rd490;
+	shl.b64 	%rd1620, %rd1619, 2;
+	add.s64 	%rd1621, %rd471, %rd1620;
+	cvt.u32.u64 	%r2528, %rd534;
+	shl.b32 	%r2529, %r2528, 2;
+	and.b32  	%r2530, %r2529, 28;
+	ld.global.u32 	%r2531, [%rd1621];
+	shr.u32 	%r2532, %r2531, %r2530;
+	and.b32  	%r3828, %r2532, 15;
+$L__BB4_615:
+	add.s64 	%rd535, %rd532, 768;
+	setp.ge.u64 	%p530, %rd535, %rd530;
+	mov.u32 	%r3830, 0;
+	mov.u32 	%r3829, %r3830;
+	@%p530 bra 	$L__BB4_617;
+	shr.u64 	%rd1622, %rd535, 3;
+	and.b64  	%rd1623, %rd1622, 576460752303423487;
+	add.s64 	%rd1624, %rd1623, %rd490;
+	shl.b64 	%rd1625, %rd1624, 2;
+	add.s64 	%rd1626, %rd471, %rd1625;
+	cvt.u32.u64 	%r2534, %rd535;
+	shl.b32 	%r2535, %r2534, 2;
+	and.b32  	%r2536, %r2535, 28;
+	ld.global.u32 	%r2537, [%rd1626];
+	shr.u32 	%r2538, %r2537, %r2536;
+	and.b32  	%r3829, %r2538, 15;
+$L__BB4_617:
+	setp.eq.s32 	%p531, %r3826, 0;
+	mov.u32 	%r3831, %r3830;
+	mov.u32 	%r3832, %r3830;
+	mov.u32 	%r3833, %r3830;
+	@%p531 bra 	$L__BB4_619;
+	shl.b64 	%rd1628, %rd532, 4;
+	add.s64 	%rd1627, %rd489, %rd1628;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r3830,%r3831,%r3832,%r3833}, [%rd1627];
+	// end inline asm
+$L__BB4_619:
+	setp.eq.s32 	%p532, %r3827, 0;
+	mov.u32 	%r3838, 0;
+	mov.u32 	%r3834, %r3838;
+	mov.u32 	%r3835, %r3838;
+	mov.u32 	%r3836, %r3838;
+	mov.u32 	%r3837, %r3838;
+	@%p532 bra 	$L__BB4_621;
+	shl.b64 	%rd1630, %rd533, 4;
+	add.s64 	%rd1629, %rd489, %rd1630;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r3834,%r3835,%r3836,%r3837}, [%rd1629];
+	// end inline asm
+$L__BB4_621:
+	setp.eq.s32 	%p533, %r3828, 0;
+	mov.u32 	%r3839, %r3838;
+	mov.u32 	%r3840, %r3838;
+	mov.u32 	%r3841, %r3838;
+	@%p533 bra 	$L__BB4_623;
+	shl.b64 	%rd1632, %rd534, 4;
+	add.s64 	%rd1631, %rd489, %rd1632;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r3838,%r3839,%r3840,%r3841}, [%rd1631];
+	// end inline asm
+$L__BB4_623:
+	setp.eq.s32 	%p534, %r3829, 0;
+	mov.u32 	%r2566, 0;
+	mov.u32 	%r3842, %r2566;
+	mov.u32 	%r3843, %r2566;
+	mov.u32 	%r3844, %r2566;
+	mov.u32 	%r3845, %r2566;
+	@%p534 bra 	$L__BB4_625;
+	shl.b64 	%rd1634, %rd535, 4;
+	add.s64 	%rd1633, %rd489, %rd1634;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r3842,%r3843,%r3844,%r3845}, [%rd1633];
+	// end inline asm
+$L__BB4_625:
+	cvt.u32.u64 	%r2591, %rd5;
+	setp.lt.u32 	%p535, %r2591, 16;
+	mov.u32 	%r2592, 16;
+	setp.lt.u32 	%p536, %r2591, 4;
+	mov.u32 	%r2593, 4;
+	setp.lt.u32 	%p537, %r2591, 2;
+	mov.u32 	%r2594, 2;
+	setp.lt.u32 	%p538, %r2591, 8;
+	mov.u32 	%r2595, 8;
+	setp.ne.s32 	%p539, %r2591, 31;
+	setp.eq.s32 	%p540, %r2591, 0;
+	popc.b32 	%r2597, %r3829;
+	cvt.u64.u32 	%rd1645, %r2597;
+	shl.b64 	%rd1646, %rd1645, 48;
+	popc.b32 	%r2598, %r3827;
+	shl.b32 	%r2599, %r2598, 16;
+	popc.b32 	%r2600, %r3826;
+	or.b32  	%r2601, %r2599, %r2600;
+	cvt.u64.u32 	%rd1647, %r2601;
+	popc.b32 	%r2602, %r3828;
+	cvt.u64.u32 	%rd1648, %r2602;
+	bfi.b64 	%rd1649, %rd1648, %rd1647, 32, 32;
+	or.b64  	%rd1635, %rd1646, %rd1649;
+	// begin inline asm
+	mov.b64 {%r2571,%r2572}, %rd1635;
+	// end inline asm
+	mov.u32 	%r2603, 1;
+	mov.u32 	%r2604, -1;
+	shfl.sync.up.b32 	%r2574|%p541, %r2572, %r2603, %r2566, %r2604;
+	shfl.sync.up.b32 	%r2573|%p542, %r2571, %r2603, %r2566, %r2604;
+	// begin inline asm
+	mov.b64 %rd1636, {%r2573,%r2574};
+	// end inline asm
+	selp.b64 	%rd1650, 0, %rd1636, %p540;
+	add.s64 	%rd1637, %rd1650, %rd1635;
+	// begin inline asm
+	mov.b64 {%r2575,%r2576}, %rd1637;
+	// end inline asm
+	shfl.sync.up.b32 	%r2578|%p543, %r2576, %r2594, %r2566, %r2604;
+	shfl.sync.up.b32 	%r2577|%p544, %r2575, %r2594, %r2566, %r2604;
+	// begin inline asm
+	mov.b64 %rd1638, {%r2577,%r2578};
+	// end inline asm
+	selp.b64 	%rd1651, 0, %rd1638, %p537;
+	add.s64 	%rd1639, %rd1651, %rd1637;
+	// begin inline asm
+	mov.b64 {%r2579,%r2580}, %rd1639;
+	// end inline asm
+	shfl.sync.up.b32 	%r2582|%p545, %r2580, %r2593, %r2566, %r2604;
+	shfl.sync.up.b32 	%r2581|%p546, %r2579, %r2593, %r2566, %r2604;
+	// begin inline asm
+	mov.b64 %rd1640, {%r2581,%r2582};
+	// end inline asm
+	selp.b64 	%rd1652, 0, %rd1640, %p536;
+	add.s64 	%rd1641, %rd1652, %rd1639;
+	// begin inline asm
+	mov.b64 {%r2583,%r2584}, %rd1641;
+	// end inline asm
+	shfl.sync.up.b32 	%r2586|%p547, %r2584, %r2595, %r2566, %r2604;
+	shfl.sync.up.b32 	%r2585|%p548, %r2583, %r2595, %r2566, %r2604;
+	// begin inline asm
+	mov.b64 %rd1642, {%r2585,%r2586};
+	// end inline asm
+	selp.b64 	%rd1653, 0, %rd1642, %p538;
+	add.s64 	%rd1643, %rd1653, %rd1641;
+	// begin inline asm
+	mov.b64 {%r2587,%r2588}, %rd1643;
+	// end inline asm
+	shfl.sync.up.b32 	%r2590|%p549, %r2588, %r2592, %r2566, %r2604;
+	shfl.sync.up.b32 	%r2589|%p550, %r2587, %r2592, %r2566, %r2604;
+	// begin inline asm
+	mov.b64 %rd1644, {%r2589,%r2590};
+	// end inline asm
+	selp.b64 	%rd1654, 0, %rd1644, %p535;
+	add.s64 	%rd537, %rd1654, %rd1643;
+	@%p539 bra 	$L__BB4_627;
+	st.shared.u64 	[%r2], %rd537;
+$L__BB4_627:
+	cvt.u32.u64 	%r2605, %rd6;
+	setp.ne.s32 	%p551, %r2605, 0;
+	bar.sync 	0;
+	@%p551 bra 	$L__BB4_632;
+	cvt.u32.u64 	%r3669, %rd5;
+	setp.gt.u32 	%p552, %r3669, 7;
+	mov.u64 	%rd2512, 0;
+	@%p552 bra 	$L__BB4_630;
+	ld.shared.u64 	%rd2512, [%r3];
+$L__BB4_630:
+	cvt.u32.u64 	%r3696, %rd5;
+	setp.lt.u32 	%p938, %r3696, 16;
+	setp.lt.u32 	%p937, %r3696, 8;
+	setp.lt.u32 	%p936, %r3696, 4;
+	setp.lt.u32 	%p935, %r3696, 2;
+	setp.eq.s32 	%p934, %r3696, 0;
+	mov.u32 	%r2628, 16;
+	mov.u32 	%r2629, 4;
+	mov.u32 	%r2630, 2;
+	mov.u32 	%r2631, 8;
+	mov.u32 	%r2632, 0;
+	// begin inline asm
+	mov.b64 {%r2607,%r2608}, %rd2512;
+	// end inline asm
+	mov.u32 	%r2633, 1;
+	mov.u32 	%r2634, -1;
+	shfl.sync.up.b32 	%r2610|%p559, %r2608, %r2633, %r2632, %r2634;
+	shfl.sync.up.b32 	%r2609|%p560, %r2607, %r2633, %r2632, %r2634;
+	// begin inline asm
+	mov.b64 %rd1657, {%r2609,%r2610};
+	// end inline asm
+	selp.b64 	%rd1666, 0, %rd1657, %p934;
+	add.s64 	%rd1658, %rd1666, %rd2512;
+	// begin inline asm
+	mov.b64 {%r2611,%r2612}, %rd1658;
+	// end inline asm
+	shfl.sync.up.b32 	%r2614|%p561, %r2612, %r2630, %r2632, %r2634;
+	shfl.sync.up.b32 	%r2613|%p562, %r2611, %r2630, %r2632, %r2634;
+	// begin inline asm
+	mov.b64 %rd1659, {%r2613,%r2614};
+	// end inline asm
+	selp.b64 	%rd1667, 0, %rd1659, %p935;
+	add.s64 	%rd1660, %rd1667, %rd1658;
+	// begin inline asm
+	mov.b64 {%r2615,%r2616}, %rd1660;
+	// end inline asm
+	shfl.sync.up.b32 	%r2618|%p563, %r2616, %r2629, %r2632, %r2634;
+	shfl.sync.up.b32 	%r2617|%p564, %r2615, %r2629, %r2632, %r2634;
+	// begin inline asm
+	mov.b64 %rd1661, {%r2617,%r2618};
+	// end inline asm
+	selp.b64 	%rd1668, 0, %rd1661, %p936;
+	add.s64 	%rd1662, %rd1668, %rd1660;
+	// begin inline asm
+	mov.b64 {%r2619,%r2620}, %rd1662;
+	// end inline asm
+	shfl.sync.up.b32 	%r2622|%p565, %r2620, %r2631, %r2632, %r2634;
+	shfl.sync.up.b32 	%r2621|%p566, %r2619, %r2631, %r2632, %r2634;
+	// begin inline asm
+	mov.b64 %rd1663, {%r2621,%r2622};
+	// end inline asm
+	selp.b64 	%rd1669, 0, %rd1663, %p937;
+	add.s64 	%rd1664, %rd1669, %rd1662;
+	// begin inline asm
+	mov.b64 {%r2623,%r2624}, %rd1664;
+	// end inline asm
+	shfl.sync.up.b32 	%r2626|%p567, %r2624, %r2628, %r2632, %r2634;
+	shfl.sync.up.b32 	%r2625|%p568, %r2623, %r2628, %r2632, %r2634;
+	// begin inline asm
+	mov.b64 %rd1665, {%r2625,%r2626};
+	// end inline asm
+	selp.b64 	%rd1670, 0, %rd1665, %p938;
+	add.s64 	%rd540, %rd1670, %rd1664;
+	@%p552 bra 	$L__BB4_632;
+	st.shared.u64 	[%r3], %rd540;
+$L__BB4_632:
+	setp.eq.s32 	%p569, %r2605, 0;
+	bar.sync 	0;
+	mov.u64 	%rd2513, 0;
+	@%p569 bra 	$L__BB4_634;
+	ld.shared.u64 	%rd2513, [%r2+-8];
+$L__BB4_634:
+	ld.shared.u64 	%rd543, [_ZZ15ws_delta_encodeE3red+56];
+	bar.sync 	0;
+	sub.s64 	%rd1672, %rd537, %rd1635;
+	add.s64 	%rd544, %rd1672, %rd2513;
+	cvt.u32.u64 	%r2636, %rd544;
+	and.b32  	%r2637, %r2636, 65535;
+	add.s32 	%r3847, %r2637, %r3825;
+	and.b32  	%r2638, %r3826, 1;
+	setp.eq.b32 	%p570, %r2638, 1;
+	mov.pred 	%p571, 0;
+	xor.pred  	%p572, %p570, %p571;
+	not.pred 	%p573, %p572;
+	@%p573 bra 	$L__BB4_636;
+	add.s32 	%r355, %r3847, 1;
+	mul.wide.u32 	%rd1673, %r3847, 4;
+	add.s64 	%rd1674, %rd1673, %rd504;
+	add.s64 	%rd1675, %rd481, %rd1674;
+	st.u32 	[%rd1675], %r3830;
+	mov.u32 	%r3847, %r355;
+$L__BB4_636:
+	and.b32  	%r2639, %r3826, 2;
+	setp.eq.s32 	%p574, %r2639, 0;
+	@%p574 bra 	$L__BB4_638;
+	add.s32 	%r357, %r3847, 1;
+	mul.wide.u32 	%rd1676, %r3847, 4;
+	add.s64 	%rd1677, %rd1676, %rd504;
+	add.s64 	%rd1678, %rd481, %rd1677;
+	st.u32 	[%rd1678], %r3831;
+	mov.u32 	%r3847, %r357;
+$L__BB4_638:
+	and.b32  	%r2640, %r3826, 4;
+	setp.eq.s32 	%p575, %r2640, 0;
+	@%p575 bra 	$L__BB4_640;
+	add.s32 	%r359, %r3847, 1;
+	mul.wide.u32 	%rd1679, %r3847, 4;
+	add.s64 	%rd1680, %rd1679, %rd504;
+	add.s64 	%rd1681, %rd481, %rd1680;
+	st.u32 	[%rd1681], %r3832;
+	mov.u32 	%r3847, %r359;
+$L__BB4_640:
+	and.b32  	%r2641, %r3826, 8;
+	setp.eq.s32 	%p576, %r2641, 0;
+	@%p576 bra 	$L__BB4_642;
+	mul.wide.u32 	%rd1682, %r3847, 4;
+	add.s64 	%rd1683, %rd1682, %rd504;
+	add.s64 	%rd1684, %rd481, %rd1683;
+	st.u32 	[%rd1684], %r3833;
+$L__BB4_642:
+	cvt.u32.u64 	%r2642, %rd543;
+	and.b32  	%r2643, %r2642, 65535;
+	add.s32 	%r361, %r2643, %r3825;
+	shr.u32 	%r2645, %r2636, 16;
+	add.s32 	%r3850, %r2645, %r361;
+	and.b32  	%r2646, %r3827, 1;
+	setp.eq.b32 	%p577, %r2646, 1;
+	mov.pred 	%p578, 0;
+	xor.pred  	%p579, %p577, %p578;
+	not.pred 	%p580, %p579;
+	@%p580 bra 	$L__BB4_644;
+	add.s32 	%r363, %r3850, 1;
+	mul.wide.u32 	%rd1685, %r3850, 4;
+	add.s64 	%rd1686, %rd1685, %rd504;
+	add.s64 	%rd1687, %rd481, %rd1686;
+	st.u32 	[%rd1687], %r3834;
+	mov.u32 	%r3850, %r363;
+$L__BB4_644:
+	and.b32  	%r2647, %r3827, 2;
+	setp.eq.s32 	%p581, %r2647, 0;
+	@%p581 bra 	$L__BB4_646;
+	add.s32 	%r365, %r3850, 1;
+	mul.wide.u32 	%rd1688, %r3850, 4;
+	add.s64 	%rd1689, %rd1688, %rd504;
+	add.s64 	%rd1690, %rd481, %rd1689;
+	st.u32 	[%rd1690], %r3835;
+	mov.u32 	%r3850, %r365;
+$L__BB4_646:
+	and.b32  	%r2648, %r3827, 4;
+	setp.eq.s32 	%p582, %r2648, 0;
+	@%p582 bra 	$L__BB4_648;
+	add.s32 	%r367, %r3850, 1;
+	mul.wide.u32 	%rd1691, %r3850, 4;
+	add.s64 	%rd1692, %rd1691, %rd504;
+	add.s64 	%rd1693, %rd481, %rd1692;
+	st.u32 	[%rd1693], %r3836;
+	mov.u32 	%r3850, %r367;
+$L__BB4_648:
+	and.b32  	%r2649, %r3827, 8;
+	setp.eq.s32 	%p583, %r2649, 0;
+	@%p583 bra 	$L__BB4_650;
+	mul.wide.u32 	%rd1694, %r3850, 4;
+	add.s64 	%rd1695, %rd1694, %rd504;
+	add.s64 	%rd1696, %rd481, %rd1695;
+	st.u32 	[%rd1696], %r3837;
+$L__BB4_650:
+	shr.u32 	%r2651, %r2642, 16;
+	add.s32 	%r369, %r2651, %r361;
+	shr.u64 	%rd1697, %rd544, 32;
+	cvt.u32.u64 	%r2652, %rd1697;
+	and.b32  	%r2653, %r2652, 65535;
+	add.s32 	%r3853, %r2653, %r369;
+	and.b32  	%r2654, %r3828, 1;
+	setp.eq.b32 	%p584, %r2654, 1;
+	mov.pred 	%p585, 0;
+	xor.pred  	%p586, %p584, %p585;
+	not.pred 	%p587, %p586;
+	@%p587 bra 	$L__BB4_652;
+	add.s32 	%r371, %r3853, 1;
+	mul.wide.u32 	%rd1698, %r3853, 4;
+	add.s64 	%rd1699, %rd1698, %rd504;
+	add.s64 	%rd1700, %rd481, %rd1699;
+	st.u32 	[%rd1700], %r3838;
+	mov.u32 	%r3853, %r371;
+$L__BB4_652:
+	and.b32  	%r2655, %r3828, 2;
+	setp.eq.s32 	%p588, %r2655, 0;
+	@%p588 bra 	$L__BB4_654;
+	add.s32 	%r373, %r3853, 1;
+	mul.wide.u32 	%rd1701, %r3853, 4;
+	add.s64 	%rd1702, %rd1701, %rd504;
+	add.s64 	%rd1703, %rd481, %rd1702;
+	st.u32 	[%rd1703], %r3839;
+	mov.u32 	%r3853, %r373;
+$L__BB4_654:
+	and.b32  	%r2656, %r3828, 4;
+	setp.eq.s32 	%p589, %r2656, 0;
+	@%p589 bra 	$L__BB4_656;
+	add.s32 	%r375, %r3853, 1;
+	mul.wide.u32 	%rd1704, %r3853, 4;
+	add.s64 	%rd1705, %rd1704, %rd504;
+	add.s64 	%rd1706, %rd481, %rd1705;
+	st.u32 	[%rd1706], %r3840;
+	mov.u32 	%r3853, %r375;
+$L__BB4_656:
+	and.b32  	%r2657, %r3828, 8;
+	setp.eq.s32 	%p590, %r2657, 0;
+	@%p590 bra 	$L__BB4_658;
+	mul.wide.u32 	%rd1707, %r3853, 4;
+	add.s64 	%rd1708, %rd1707, %rd504;
+	add.s64 	%rd1709, %rd481, %rd1708;
+	st.u32 	[%rd1709], %r3841;
+$L__BB4_658:
+	shr.u64 	%rd1710, %rd543, 32;
+	cvt.u32.u64 	%r2658, %rd1710;
+	and.b32  	%r2659, %r2658, 65535;
+	add.s32 	%r377, %r2659, %r369;
+	shr.u64 	%rd1711, %rd544, 48;
+	cvt.u32.u64 	%r2660, %rd1711;
+	add.s32 	%r3856, %r377, %r2660;
+	and.b32  	%r2661, %r3829, 1;
+	setp.eq.b32 	%p591, %r2661, 1;
+	mov.pred 	%p592, 0;
+	xor.pred  	%p593, %p591, %p592;
+	not.pred 	%p594, %p593;
+	@%p594 bra 	$L__BB4_660;
+	add.s32 	%r379, %r3856, 1;
+	mul.wide.u32 	%rd1712, %r3856, 4;
+	add.s64 	%rd1713, %rd1712, %rd504;
+	add.s64 	%rd1714, %rd481, %rd1713;
+	st.u32 	[%rd1714], %r3842;
+	mov.u32 	%r3856, %r379;
+$L__BB4_660:
+	and.b32  	%r2662, %r3829, 2;
+	setp.eq.s32 	%p595, %r2662, 0;
+	@%p595 bra 	$L__BB4_662;
+	add.s32 	%r381, %r3856, 1;
+	mul.wide.u32 	%rd1715, %r3856, 4;
+	add.s64 	%rd1716, %rd1715, %rd504;
+	add.s64 	%rd1717, %rd481, %rd1716;
+	st.u32 	[%rd1717], %r3843;
+	mov.u32 	%r3856, %r381;
+$L__BB4_662:
+	and.b32  	%r2663, %r3829, 4;
+	setp.eq.s32 	%p596, %r2663, 0;
+	@%p596 bra 	$L__BB4_664;
+	add.s32 	%r383, %r3856, 1;
+	mul.wide.u32 	%rd1718, %r3856, 4;
+	add.s64 	%rd1719, %rd1718, %rd504;
+	add.s64 	%rd1720, %rd481, %rd1719;
+	st.u32 	[%rd1720], %r3844;
+	mov.u32 	%r3856, %r383;
+$L__BB4_664:
+	and.b32  	%r2664, %r3829, 8;
+	setp.eq.s32 	%p597, %r2664, 0;
+	@%p597 bra 	$L__BB4_666;
+	mul.wide.u32 	%rd1721, %r3856, 4;
+	add.s64 	%rd1722, %rd1721, %rd504;
+	add.s64 	%rd1723, %rd481, %rd1722;
+	st.u32 	[%rd1723], %r3845;
+$L__BB4_666:
+	shr.u64 	%rd1724, %rd543, 48;
+	cvt.u32.u64 	%r2665, %rd1724;
+	add.s32 	%r3825, %r377, %r2665;
+	add.s64 	%rd2511, %rd2511, 1024;
+	setp.lt.u64 	%p598, %rd2511, %rd530;
+	@%p598 bra 	$L__BB4_609;
+	bra.uni 	$L__BB4_1015;
+$L__BB4_667:
+	setp.eq.s64 	%p599, %rd530, 0;
+	@%p599 bra 	$L__BB4_1015;
+	mov.u64 	%rd2514, 0;
+	mov.u32 	%r3858, 0;
+$L__BB4_669:
+	mov.u32 	%r3859, 0;
+	add.s64 	%rd547, %rd2514, %rd4;
+	setp.ge.u64 	%p600, %rd547, %rd530;
+	@%p600 bra 	$L__BB4_671;
+	shr.u64 	%rd1726, %rd547, 2;
+	and.b64  	%rd1727, %rd1726, 576460752303423487;
+	add.s64 	%rd1728, %rd1727, %rd490;
+	shl.b64 	%rd1729, %rd1728, 2;
+	add.s64 	%rd1730, %rd471, %rd1729;
+	cvt.u32.u64 	%r2668, %rd547;
+	shl.b32 	%r2669, %r2668, 3;
+	and.b32  	%r2670, %r2669, 24;
+	ld.global.u32 	%r2671, [%rd1730];
+	shr.u32 	%r2672, %r2671, %r2670;
+	and.b32  	%r3859, %r2672, 255;
+$L__BB4_671:
+	add.s64 	%rd548, %rd547, 256;
+	setp.ge.u64 	%p601, %rd548, %rd530;
+	mov.u32 	%r3861, 0;
+	mov.u32 	%r3860, %r3861;
+	@%p601 bra 	$L__BB4_673;
+	shr.u64 	%rd1731, %rd548, 2;
+	and.b64  	%rd1732, %rd1731, 576460752303423487;
+	add.s64 	%rd1733, %rd1732, %rd490;
+	shl.b64 	%rd1734, %rd1733, 2;
+	add.s64 	%rd1735, %rd471, %rd1734;
+	cvt.u32.u64 	%r2674, %rd548;
+	shl.b32 	%r2675, %r2674, 3;
+	and.b32  	%r2676, %r2675, 24;
+	ld.global.u32 	%r2677, [%rd1735];
+	shr.u32 	%r2678, %r2677, %r2676;
+	and.b32  	%r3860, %r2678, 255;
+$L__BB4_673:
+	add.s64 	%rd549, %rd547, 512;
+	setp.ge.u64 	%p602, %rd549, %rd530;
+	@%p602 bra 	$L__BB4_675;
+	shr.u64 	%rd1736, %rd549, 2;
+	and.b64  	%rd1737, %rd1736, 576460752303423487;
+	add.s64 	%rd1738, %rd1737, %rd490;
+	shl.b64 	%rd1739, %rd1738, 2;
+	add.s64 	%rd1740, %rd471, %rd1739;
+	cvt.u32.u64 	%r2680, %rd549;
+	shl.b32 	%r2681, %r2680, 3;
+	and.b32  	%r2682, %r2681, 24;
+	ld.global.u32 	%r2683, [%rd1740];
+	shr.u32 	%r2684, %r2683, %r2682;
+	and.b32  	%r3861, %r2684, 255;
+$L__BB4_675:
+	add.s64 	%rd550, %rd547, 768;
+	setp.ge.u64 	%p603, %rd550, %rd530;
+	mov.u32 	%r3863, 0;
+	mov.u32 	%r3862, %r3863;
+	@%p603 bra 	$L__BB4_677;
+	shr.u64 	%rd1741, %rd550, 2;
+	and.b64  	%rd1742, %rd1741, 576460752303423487;
+	add.s64 	%rd1743, %rd1742, %rd490;
+	shl.b64 	%rd1744, %rd1743, 2;
+	add.s64 	%rd1745, %rd471, %rd1744;
+	cvt.u32.u64 	%r2686, %rd550;
+	shl.b32 	%r2687, %r2686, 3;
+	and.b32  	%r2688, %r2687, 24;
+	ld.global.u32 	%r2689, [%rd1745];
+	shr.u32 	%r2690, %r2689, %r2688;
+	and.b32  	%r3862, %r2690, 255;
+$L__BB4_677:
+	setp.eq.s32 	%p604, %r3859, 0;
+	mov.u32 	%r3864, %r3863;
+	mov.u32 	%r3865, %r3863;
+	mov.u32 	%r3866, %r3863;
+	@%p604 bra 	$L__BB4_679;
+	shl.b64 	%rd1747, %rd547, 4;
+	add.s64 	%rd1746, %rd489, %rd1747;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r3863,%r3864,%r3865,%r3866}, [%rd1746];
+	// end inline asm
+$L__BB4_679:
+	setp.eq.s32 	%p605, %r3860, 0;
+	mov.u32 	%r3871, 0;
+	mov.u32 	%r3867, %r3871;
+	mov.u32 	%r3868, %r3871;
+	mov.u32 	%r3869, %r3871;
+	mov.u32 	%r3870, %r3871;
+	@%p605 bra 	$L__BB4_681;
+	shl.b64 	%rd1749, %rd548, 4;
+	add.s64 	%rd1748, %rd489, %rd1749;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r3867,%r3868,%r3869,%r3870}, [%rd1748];
+	// end inline asm
+$L__BB4_681:
+	setp.eq.s32 	%p606, %r3861, 0;
+	mov.u32 	%r3872, %r3871;
+	mov.u32 	%r3873, %r3871;
+	mov.u32 	%r3874, %r3871;
+	@%p606 bra 	$L__BB4_683;
+	shl.b64 	%rd1751, %rd549, 4;
+	add.s64 	%rd1750, %rd489, %rd1751;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r3871,%r3872,%r3873,%r3874}, [%rd1750];
+	// end inline asm
+$L__BB4_683:
+	setp.eq.s32 	%p607, %r3862, 0;
+	mov.u32 	%r2718, 0;
+	mov.u32 	%r3875, %r2718;
+	mov.u32 	%r3876, %r2718;
+	mov.u32 	%r3877, %r2718;
+	mov.u32 	%r3878, %r2718;
+	@%p607 bra 	$L__BB4_685;
+	shl.b64 	%rd1753, %rd550, 4;
+	add.s64 	%rd1752, %rd489, %rd1753;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r3875,%r3876,%r3877,%r3878}, [%rd1752];
+	// end inline asm
+$L__BB4_685:
+	cvt.u32.u64 	%r2743, %rd5;
+	setp.lt.u32 	%p608, %r2743, 16;
+	mov.u32 	%r2744, 16;
+	setp.lt.u32 	%p609, %r2743, 4;
+	mov.u32 	%r2745, 4;
+	setp.lt.u32 	%p610, %r2743, 2;
+	mov.u32 	%r2746, 2;
+	setp.lt.u32 	%p611, %r2743, 8;
+	mov.u32 	%r2747, 8;
+	setp.ne.s32 	%p612, %r2743, 31;
+	setp.eq.s32 	%p613, %r2743, 0;
+	popc.b32 	%r2749, %r3862;
+	cvt.u64.u32 	%rd1764, %r2749;
+	shl.b64 	%rd1765, %rd1764, 48;
+	popc.b32 	%r2750, %r3860;
+	shl.b32 	%r2751, %r2750, 16;
+	popc.b32 	%r2752, %r3859;
+	or.b32  	%r2753, %r2751, %r2752;
+	cvt.u64.u32 	%rd1766, %r2753;
+	popc.b32 	%r2754, %r3861;
+	cvt.u64.u32 	%rd1767, %r2754;
+	bfi.b64 	%rd1768, %rd1767, %rd1766, 32, 32;
+	or.b64  	%rd1754, %rd1765, %rd1768;
+	// begin inline asm
+	mov.b64 {%r2723,%r2724}, %rd1754;
+	// end inline asm
+	mov.u32 	%r2755, 1;
+	mov.u32 	%r2756, -1;
+	shfl.sync.up.b32 	%r2726|%p614, %r2724, %r2755, %r2718, %r2756;
+	shfl.sync.up.b32 	%r2725|%p615, %r2723, %r2755, %r2718, %r2756;
+	// begin inline asm
+	mov.b64 %rd1755, {%r2725,%r2726};
+	// end inline asm
+	selp.b64 	%rd1769, 0, %rd1755, %p613;
+	add.s64 	%rd1756, %rd1769, %rd1754;
+	// begin inline asm
+	mov.b64 {%r2727,%r2728}, %rd1756;
+	// end inline asm
+	shfl.sync.up.b32 	%r2730|%p616, %r2728, %r2746, %r2718, %r2756;
+	shfl.sync.up.b32 	%r2729|%p617, %r2727, %r2746, %r2718, %r2756;
+	// begin inline asm
+	mov.b64 %rd1757, {%r2729,%r2730};
+	// end inline asm
+	selp.b64 	%rd1770, 0, %rd1757, %p610;
+	add.s64 	%rd1758, %rd1770, %rd1756;
+	// begin inline asm
+	mov.b64 {%r2731,%r2732}, %rd1758;
+	// end inline asm
+	shfl.sync.up.b32 	%r2734|%p618, %r2732, %r2745, %r2718, %r2756;
+	shfl.sync.up.b32 	%r2733|%p619, %r2731, %r2745, %r2718, %r2756;
+	// begin inline asm
+	mov.b64 %rd1759, {%r2733,%r2734};
+	// end inline asm
+	selp.b64 	%rd1771, 0, %rd1759, %p609;
+	add.s64 	%rd1760, %rd1771, %rd1758;
+	// begin inline asm
+	mov.b64 {%r2735,%r2736}, %rd1760;
+	// end inline asm
+	shfl.sync.up.b32 	%r2738|%p620, %r2736, %r2747, %r2718, %r2756;
+	shfl.sync.up.b32 	%r2737|%p621, %r2735, %r2747, %r2718, %r2756;
+	// begin inline asm
+	mov.b64 %rd1761, {%r2737,%r2738};
+	// end inline asm
+	selp.b64 	%rd1772, 0, %rd1761, %p611;
+	add.s64 	%rd1762, %rd1772, %rd1760;
+	// begin inline asm
+	mov.b64 {%r2739,%r2740}, %rd1762;
+	// end inline asm
+	shfl.sync.up.b32 	%r2742|%p622, %r2740, %r2744, %r2718, %r2756;
+	shfl.sync.up.b32 	%r2741|%p623, %r2739, %r2744, %r2718, %r2756;
+	// begin inline asm
+	mov.b64 %rd1763, {%r2741,%r2742};
+	// end inline asm
+	selp.b64 	%rd1773, 0, %rd1763, %p608;
+	add.s64 	%rd552, %rd1773, %rd1762;
+	@%p612 bra 	$L__BB4_687;
+	st.shared.u64 	[%r2], %rd552;
+$L__BB4_687:
+	cvt.u32.u64 	%r2757, %rd6;
+	setp.ne.s32 	%p624, %r2757, 0;
+	bar.sync 	0;
+	@%p624 bra 	$L__BB4_692;
+	cvt.u32.u64 	%r3674, %rd5;
+	setp.gt.u32 	%p625, %r3674, 7;
+	mov.u64 	%rd2515, 0;
+	@%p625 bra 	$L__BB4_690;
+	ld.shared.u64 	%rd2515, [%r3];
+$L__BB4_690:
+	cvt.u32.u64 	%r3675, %rd5;
+	setp.lt.u32 	%p920, %r3675, 16;
+	setp.lt.u32 	%p919, %r3675, 8;
+	setp.lt.u32 	%p918, %r3675, 4;
+	setp.lt.u32 	%p917, %r3675, 2;
+	setp.eq.s32 	%p916, %r3675, 0;
+	mov.u32 	%r2780, 16;
+	mov.u32 	%r2781, 4;
+	mov.u32 	%r2782, 2;
+	mov.u32 	%r2783, 8;
+	mov.u32 	%r2784, 0;
+	// begin inline asm
+	mov.b64 {%r2759,%r2760}, %rd2515;
+	// end inline asm
+	mov.u32 	%r2785, 1;
+	mov.u32 	%r2786, -1;
+	shfl.sync.up.b32 	%r2762|%p632, %r2760, %r2785, %r2784, %r2786;
+	shfl.sync.up.b32 	%r2761|%p633, %r2759, %r2785, %r2784, %r2786;
+	// begin inline asm
+	mov.b64 %rd1776, {%r2761,%r2762};
+	// end inline asm
+	selp.b64 	%rd1785, 0, %rd1776, %p916;
+	add.s64 	%rd1777, %rd1785, %rd2515;
+	// begin inline asm
+	mov.b64 {%r2763,%r2764}, %rd1777;
+	// end inline asm
+	shfl.sync.up.b32 	%r2766|%p634, %r2764, %r2782, %r2784, %r2786;
+	shfl.sync.up.b32 	%r2765|%p635, %r2763, %r2782, %r2784, %r2786;
+	// begin inline asm
+	mov.b64 %rd1778, {%r2765,%r2766};
+	// end inline asm
+	selp.b64 	%rd1786, 0, %rd1778, %p917;
+	add.s64 	%rd1779, %rd1786, %rd1777;
+	// begin inline asm
+	mov.b64 {%r2767,%r2768}, %rd1779;
+	// end inline asm
+	shfl.sync.up.b32 	%r2770|%p636, %r2768, %r2781, %r2784, %r2786;
+	shfl.sync.up.b32 	%r2769|%p637, %r2767, %r2781, %r2784, %r2786;
+	// begin inline asm
+	mov.b64 %rd1780, {%r2769,%r2770};
+	// end inline asm
+	selp.b64 	%rd1787, 0, %rd1780, %p918;
+	add.s64 	%rd1781, %rd1787, %rd1779;
+	// begin inline asm
+	mov.b64 {%r2771,%r2772}, %rd1781;
+	// end inline asm
+	shfl.sync.up.b32 	%r2774|%p638, %r2772, %r2783, %r2784, %r2786;
+	shfl.sync.up.b32 	%r2773|%p639, %r2771, %r2783, %r2784, %r2786;
+	// begin inline asm
+	mov.b64 %rd1782, {%r2773,%r2774};
+	// end inline asm
+	selp.b64 	%rd1788, 0, %rd1782, %p919;
+	add.s64 	%rd1783, %rd1788, %rd1781;
+	// begin inline asm
+	mov.b64 {%r2775,%r2776}, %rd1783;
+	// end inline asm
+	shfl.sync.up.b32 	%r2778|%p640, %r2776, %r2780, %r2784, %r2786;
+	shfl.sync.up.b32 	%r2777|%p641, %r2775, %r2780, %r2784, %r2786;
+	// begin inline asm
+	mov.b64 %rd1784, {%r2777,%r2778};
+	// end inline asm
+	selp.b64 	%rd1789, 0, %rd1784, %p920;
+	add.s64 	%rd555, %rd1789, %rd1783;
+	@%p625 bra 	$L__BB4_692;
+	st.shared.u64 	[%r3], %rd555;
+$L__BB4_692:
+	setp.eq.s32 	%p642, %r2757, 0;
+	bar.sync 	0;
+	mov.u64 	%rd2516, 0;
+	@%p642 bra 	$L__BB4_694;
+	ld.shared.u64 	%rd2516, [%r2+-8];
+$L__BB4_694:
+	ld.shared.u64 	%rd558, [_ZZ15ws_delta_encodeE3red+56];
+	bar.sync 	0;
+	sub.s64 	%rd1791, %rd552, %rd1754;
+	add.s64 	%rd559, %rd1791, %rd2516;
+	cvt.u32.u64 	%r2788, %rd559;
+	and.b32  	%r2789, %r2788, 65535;
+	add.s32 	%r3880, %r2789, %r3858;
+	and.b32  	%r2790, %r3859, 1;
+	setp.eq.b32 	%p643, %r2790, 1;
+	mov.pred 	%p644, 0;
+	xor.pred  	%p645, %p643, %p644;
+	not.pred 	%p646, %p645;
+	@%p646 bra 	$L__BB4_696;
+	add.s32 	%r429, %r3880, 1;
+	mul.wide.u32 	%rd1792, %r3880, 2;
+	add.s64 	%rd1793, %rd1792, %rd504;
+	add.s64 	%rd1794, %rd481, %rd1793;
+	st.u16 	[%rd1794], %r3863;
+	mov.u32 	%r3880, %r429;
+$L__BB4_696:
+	and.b32  	%r2791, %r3859, 2;
+	setp.eq.s32 	%p647, %r2791, 0;
+	@%p647 bra 	$L__BB4_698;
+	add.s32 	%r431, %r3880, 1;
+	mul.wide.u32 	%rd1795, %r3880, 2;
+	add.s64 	%rd1796, %rd1795, %rd504;
+	add.s64 	%rd1797, %rd481, %rd1796;
+	shr.u32 	%r2792, %r3863, 16;
+	st.u16 	[%rd1797], %r2792;
+	mov.u32 	%r3880, %r431;
+$L__BB4_698:
+	and.b32  	%r2793, %r3859, 4;
+	setp.eq.s32 	%p648, %r2793, 0;
+	@%p648 bra 	$L__BB4_700;
+	add.s32 	%r434, %r3880, 1;
+	mul.wide.u32 	%rd1798, %r3880, 2;
+	add.s64 	%rd1799, %rd1798, %rd504;
+	add.s64 	%rd1800, %rd481, %rd1799;
+	st.u16 	[%rd1800], %r3864;
+	mov.u32 	%r3880, %r434;
+$L__BB4_700:
+	and.b32  	%r2794, %r3859, 8;
+	setp.eq.s32 	%p649, %r2794, 0;
+	@%p649 bra 	$L__BB4_702;
+	add.s32 	%r436, %r3880, 1;
+	mul.wide.u32 	%rd1801, %r3880, 2;
+	add.s64 	%rd1802, %rd1801, %rd504;
+	add.s64 	%rd1803, %rd481, %rd1802;
+	shr.u32 	%r2795, %r3864, 16;
+	st.u16 	[%rd1803], %r2795;
+	mov.u32 	%r3880, %r436;
+$L__BB4_702:
+	and.b32  	%r2796, %r3859, 16;
+	setp.eq.s32 	%p650, %r2796, 0;
+	@%p650 bra 	$L__BB4_704;
+	add.s32 	%r439, %r3880, 1;
+	mul.wide.u32 	%rd1804, %r3880, 2;
+	add.s64 	%rd1805, %rd1804, %rd504;
+	add.s64 	%rd1806, %rd481, %rd1805;
+	st.u16 	[%rd1806], %r3865;
+	mov.u32 	%r3880, %r439;
+$L__BB4_704:
+	and.b32  	%r2797, %r3859, 32;
+	setp.eq.s32 	%p651, %r2797, 0;
+	@%p651 bra 	$L__BB4_706;
+	add.s32 	%r441, %r3880, 1;
+	mul.wide.u32 	%rd1807, %r3880, 2;
+	add.s64 	%rd1808, %rd1807, %rd504;
+	add.s64 	%rd1809, %rd481, %rd1808;
+	shr.u32 	%r2798, %r3865, 16;
+	st.u16 	[%rd1809], %r2798;
+	mov.u32 	%r3880, %r441;
+$L__BB4_706:
+	and.b32  	%r2799, %r3859, 64;
+	setp.eq.s32 	%p652, %r2799, 0;
+	@%p652 bra 	$L__BB4_708;
+	add.s32 	%r444, %r3880, 1;
+	mul.wide.u32 	%rd1810, %r3880, 2;
+	add.s64 	%rd1811, %rd1810, %rd504;
+	add.s64 	%rd1812, %rd481, %rd1811;
+	st.u16 	[%rd1812], %r3866;
+	mov.u32 	%r3880, %r444;
+$L__BB4_708:
+	and.b32  	%r2800, %r3859, 128;
+	setp.eq.s32 	%p653, %r2800, 0;
+	@%p653 bra 	$L__BB4_710;
+	mul.wide.u32 	%rd1813, %r3880, 2;
+	add.s64 	%rd1814, %rd1813, %rd504;
+	add.s64 	%rd1815, %rd481, %rd1814;
+	shr.u32 	%r2801, %r3866, 16;
+	st.u16 	[%rd1815], %r2801;
+$L__BB4_710:
+	cvt.u32.u64 	%r2802, %rd558;
+	and.b32  	%r2803, %r2802, 65535;
+	add.s32 	%r447, %r2803, %r3858;
+	shr.u32 	%r2805, %r2788, 16;
+	add.s32 	%r3887, %r2805, %r447;
+	and.b32  	%r2806, %r3860, 1;
+	setp.eq.b32 	%p654, %r2806, 1;
+	mov.pred 	%p655, 0;
+	xor.pred  	%p656, %p654, %p655;
+	not.pred 	%p657, %p656;
+	@%p657 bra 	$L__BB4_712;
+	add.s32 	%r449, %r3887, 1;
+	mul.wide.u32 	%rd1816, %r3887, 2;
+	add.s64 	%rd1817, %rd1816, %rd504;
+	add.s64 	%rd1818, %rd481, %rd1817;
+	st.u16 	[%rd1818], %r3867;
+	mov.u32 	%r3887, %r449;
+$L__BB4_712:
+	and.b32  	%r2807, %r3860, 2;
+	setp.eq.s32 	%p658, %r2807, 0;
+	@%p658 bra 	$L__BB4_714;
+	add.s32 	%r451, %r3887, 1;
+	mul.wide.u32 	%rd1819, %r3887, 2;
+	add.s64 	%rd1820, %rd1819, %rd504;
+	add.s64 	%rd1821, %rd481, %rd1820;
+	shr.u32 	%r2808, %r3867, 16;
+	st.u16 	[%rd1821], %r2808;
+	mov.u32 	%r3887, %r451;
+$L__BB4_714:
+	and.b32  	%r2809, %r3860, 4;
+	setp.eq.s32 	%p659, %r2809, 0;
+	@%p659 bra 	$L__BB4_716;
+	add.s32 	%r454, %r3887, 1;
+	mul.wide.u32 	%rd1822, %r3887, 2;
+	add.s64 	%rd1823, %rd1822, %rd504;
+	add.s64 	%rd1824, %rd481, %rd1823;
+	st.u16 	[%rd1824], %r3868;
+	mov.u32 	%r3887, %r454;
+$L__BB4_716:
+	and.b32  	%r2810, %r3860, 8;
+	setp.eq.s32 	%p660, %r2810, 0;
+	@%p660 bra 	$L__BB4_718;
+	add.s32 	%r456, %r3887, 1;
+	mul.wide.u32 	%rd1825, %r3887, 2;
+	add.s64 	%rd1826, %rd1825, %rd504;
+	add.s64 	%rd1827, %rd481, %rd1826;
+	shr.u32 	%r2811, %r3868, 16;
+	st.u16 	[%rd1827], %r2811;
+	mov.u32 	%r3887, %r456;
+$L__BB4_718:
+	and.b32  	%r2812, %r3860, 16;
+	setp.eq.s32 	%p661, %r2812, 0;
+	@%p661 bra 	$L__BB4_720;
+	add.s32 	%r459, %r3887, 1;
+	mul.wide.u32 	%rd1828, %r3887, 2;
+	add.s64 	%rd1829, %rd1828, %rd504;
+	add.s64 	%rd1830, %rd481, %rd1829;
+	st.u16 	[%rd1830], %r3869;
+	mov.u32 	%r3887, %r459;
+$L__BB4_720:
+	and.b32  	%r2813, %r3860, 32;
+	setp.eq.s32 	%p662, %r2813, 0;
+	@%p662 bra 	$L__BB4_722;
+	add.s32 	%r461, %r3887, 1;
+	mul.wide.u32 	%rd1831, %r3887, 2;
+	add.s64 	%rd1832, %rd1831, %rd504;
+	add.s64 	%rd1833, %rd481, %rd1832;
+	shr.u32 	%r2814, %r3869, 16;
+	st.u16 	[%rd1833], %r2814;
+	mov.u32 	%r3887, %r461;
+$L__BB4_722:
+	and.b32  	%r2815, %r3860, 64;
+	setp.eq.s32 	%p663, %r2815, 0;
+	@%p663 bra 	$L__BB4_724;
+	add.s32 	%r464, %r3887, 1;
+	mul.wide.u32 	%rd1834, %r3887, 2;
+	add.s64 	%rd1835, %rd1834, %rd504;
+	add.s64 	%rd1836, %rd481, %rd1835;
+	st.u16 	[%rd1836], %r3870;
+	mov.u32 	%r3887, %r464;
+$L__BB4_724:
+	and.b32  	%r2816, %r3860, 128;
+	setp.eq.s32 	%p664, %r2816, 0;
+	@%p664 bra 	$L__BB4_726;
+	mul.wide.u32 	%rd1837, %r3887, 2;
+	add.s64 	%rd1838, %rd1837, %rd504;
+	add.s64 	%rd1839, %rd481, %rd1838;
+	shr.u32 	%r2817, %r3870, 16;
+	st.u16 	[%rd1839], %r2817;
+$L__BB4_726:
+	shr.u32 	%r2819, %r2802, 16;
+	add.s32 	%r467, %r2819, %r447;
+	shr.u64 	%rd1840, %rd559, 32;
+	cvt.u32.u64 	%r2820, %rd1840;
+	and.b32  	%r2821, %r2820, 65535;
+	add.s32 	%r3894, %r2821, %r467;
+	and.b32  	%r2822, %r3861, 1;
+	setp.eq.b32 	%p665, %r2822, 1;
+	mov.pred 	%p666, 0;
+	xor.pred  	%p667, %p665, %p666;
+	not.pred 	%p668, %p667;
+	@%p668 bra 	$L__BB4_728;
+	add.s32 	%r469, %r3894, 1;
+	mul.wide.u32 	%rd1841, %r3894, 2;
+	add.s64 	%rd1842, %rd1841, %rd504;
+	add.s64 	%rd1843, %rd481, %rd1842;
+	st.u16 	[%rd1843], %r3871;
+	mov.u32 	%r3894, %r469;
+$L__BB4_728:
+	and.b32  	%r2823, %r3861, 2;
+	setp.eq.s32 	%p669, %r2823, 0;
+	@%p669 bra 	$L__BB4_730;
+	add.s32 	%r471, %r3894, 1;
+	mul.wide.u32 	%rd1844, %r3894, 2;
+	add.s64 	%rd1845, %rd1844, %rd504;
+	add.s64 	%rd1846, %rd481, %rd1845;
+	shr.u32 	%r2824, %r3871, 16;
+	st.u16 	[%rd1846], %r2824;
+	mov.u32 	%r3894, %r471;
+$L__BB4_730:
+	and.b32  	%r2825, %r3861, 4;
+	setp.eq.s32 	%p670, %r2825, 0;
+	@%p670 bra 	$L__BB4_732;
+	add.s32 	%r474, %r3894, 1;
+	mul.wide.u32 	%rd1847, %r3894, 2;
+	add.s64 	%rd1848, %rd1847, %rd504;
+	add.s64 	%rd1849, %rd481, %rd1848;
+	st.u16 	[%rd1849], %r3872;
+	mov.u32 	%r3894, %r474;
+$L__BB4_732:
+	and.b32  	%r2826, %r3861, 8;
+	setp.eq.s32 	%p671, %r2826, 0;
+	@%p671 bra 	$L__BB4_734;
+	add.s32 	%r476, %r3894, 1;
+	mul.wide.u32 	%rd1850, %r3894, 2;
+	add.s64 	%rd1851, %rd1850, %rd504;
+	add.s64 	%rd1852, %rd481, %rd1851;
+	shr.u32 	%r2827, %r3872, 16;
+	st.u16 	[%rd1852], %r2827;
+	mov.u32 	%r3894, %r476;
+$L__BB4_734:
+	and.b32  	%r2828, %r3861, 16;
+	setp.eq.s32 	%p672, %r2828, 0;
+	@%p672 bra 	$L__BB4_736;
+	add.s32 	%r479, %r3894, 1;
+	mul.wide.u32 	%rd1853, %r3894, 2;
+	add.s64 	%rd1854, %rd1853, %rd504;
+	add.s64 	%rd1855, %rd481, %rd1854;
+	st.u16 	[%rd1855], %r3873;
+	mov.u32 	%r3894, %r479;
+$L__BB4_736:
+	and.b32  	%r2829, %r3861, 32;
+	setp.eq.s32 	%p673, %r2829, 0;
+	@%p673 bra 	$L__BB4_738;
+	add.s32 	%r481, %r3894, 1;
+	mul.wide.u32 	%rd1856, %r3894, 2;
+	add.s64 	%rd1857, %rd1856, %rd504;
+	add.s64 	%rd1858, %rd481, %rd1857;
+	shr.u32 	%r2830, %r3873, 16;
+	st.u16 	[%rd1858], %r2830;
+	mov.u32 	%r3894, %r481;
+$L__BB4_738:
+	and.b32  	%r2831, %r3861, 64;
+	setp.eq.s32 	%p674, %r2831, 0;
+	@%p674 bra 	$L__BB4_740;
+	add.s32 	%r484, %r3894, 1;
+	mul.wide.u32 	%rd1859, %r3894, 2;
+	add.s64 	%rd1860, %rd1859, %rd504;
+	add.s64 	%rd1861, %rd481, %rd1860;
+	st.u16 	[%rd1861], %r3874;
+	mov.u32 	%r3894, %r484;
+$L__BB4_740:
+	and.b32  	%r2832, %r3861, 128;
+	setp.eq.s32 	%p675, %r2832, 0;
+	@%p675 bra 	$L__BB4_742;
+	mul.wide.u32 	%rd1862, %r3894, 2;
+	add.s64 	%rd1863, %rd1862, %rd504;
+	add.s64 	%rd1864, %rd481, %rd1863;
+	shr.u32 	%r2833, %r3874, 16;
+	st.u16 	[%rd1864], %r2833;
+$L__BB4_742:
+	shr.u64 	%rd1865, %rd558, 32;
+	cvt.u32.u64 	%r2834, %rd1865;
+	and.b32  	%r2835, %r2834, 65535;
+	add.s32 	%r487, %r2835, %r467;
+	shr.u64 	%rd1866, %rd559, 48;
+	cvt.u32.u64 	%r2836, %rd1866;
+	add.s32 	%r3901, %r487, %r2836;
+	and.b32  	%r2837, %r3862, 1;
+	setp.eq.b32 	%p676, %r2837, 1;
+	mov.pred 	%p677, 0;
+	xor.pred  	%p678, %p676, %p677;
+	not.pred 	%p679, %p678;
+	@%p679 bra 	$L__BB4_744;
+	add.s32 	%r489, %r3901, 1;
+	mul.wide.u32 	%rd1867, %r3901, 2;
+	add.s64 	%rd1868, %rd1867, %rd504;
+	add.s64 	%rd1869, %rd481, %rd1868;
+	st.u16 	[%rd1869], %r3875;
+	mov.u32 	%r3901, %r489;
+$L__BB4_744:
+	and.b32  	%r2838, %r3862, 2;
+	setp.eq.s32 	%p680, %r2838, 0;
+	@%p680 bra 	$L__BB4_746;
+	add.s32 	%r491, %r3901, 1;
+	mul.wide.u32 	%rd1870, %r3901, 2;
+	add.s64 	%rd1871, %rd1870, %rd504;
+	add.s64 	%rd1872, %rd481, %rd1871;
+	shr.u32 	%r2839, %r3875, 16;
+	st.u16 	[%rd1872], %r2839;
+	mov.u32 	%r3901, %r491;
+$L__BB4_746:
+	and.b32  	%r2840, %r3862, 4;
+	setp.eq.s32 	%p681, %r2840, 0;
+	@%p681 bra 	$L__BB4_748;
+	add.s32 	%r494, %r3901, 1;
+	mul.wide.u32 	%rd1873, %r3901, 2;
+	add.s64 	%rd1874, %rd1873, %rd504;
+	add.s64 	%rd1875, %rd481, %rd1874;
+	st.u16 	[%rd1875], %r3876;
+	mov.u32 	%r3901, %r494;
+$L__BB4_748:
+	and.b32  	%r2841, %r3862, 8;
+	setp.eq.s32 	%p682, %r2841, 0;
+	@%p682 bra 	$L__BB4_750;
+	add.s32 	%r496, %r3901, 1;
+	mul.wide.u32 	%rd1876, %r3901, 2;
+	add.s64 	%rd1877, %rd1876, %rd504;
+	add.s64 	%rd1878, %rd481, %rd1877;
+	shr.u32 	%r2842, %r3876, 16;
+	st.u16 	[%rd1878], %r2842;
+	mov.u32 	%r3901, %r496;
+$L__BB4_750:
+	and.b32  	%r2843, %r3862, 16;
+	setp.eq.s32 	%p683, %r2843, 0;
+	@%p683 bra 	$L__BB4_752;
+	add.s32 	%r499, %r3901, 1;
+	mul.wide.u32 	%rd1879, %r3901, 2;
+	add.s64 	%rd1880, %rd1879, %rd504;
+	add.s64 	%rd1881, %rd481, %rd1880;
+	st.u16 	[%rd1881], %r3877;
+	mov.u32 	%r3901, %r499;
+$L__BB4_752:
+	and.b32  	%r2844, %r3862, 32;
+	setp.eq.s32 	%p684, %r2844, 0;
+	@%p684 bra 	$L__BB4_754;
+	add.s32 	%r501, %r3901, 1;
+	mul.wide.u32 	%rd1882, %r3901, 2;
+	add.s64 	%rd1883, %rd1882, %rd504;
+	add.s64 	%rd1884, %rd481, %rd1883;
+	shr.u32 	%r2845, %r3877, 16;
+	st.u16 	[%rd1884], %r2845;
+	mov.u32 	%r3901, %r501;
+$L__BB4_754:
+	and.b32  	%r2846, %r3862, 64;
+	setp.eq.s32 	%p685, %r2846, 0;
+	@%p685 bra 	$L__BB4_756;
+	add.s32 	%r504, %r3901, 1;
+	mul.wide.u32 	%rd1885, %r3901, 2;
+	add.s64 	%rd1886, %rd1885, %rd504;
+	add.s64 	%rd1887, %rd481, %rd1886;
+	st.u16 	[%rd1887], %r3878;
+	mov.u32 	%r3901, %r504;
+$L__BB4_756:
+	and.b32  	%r2847, %r3862, 128;
+	setp.eq.s32 	%p686, %r2847, 0;
+	@%p686 bra 	$L__BB4_758;
+	mul.wide.u32 	%rd1888, %r3901, 2;
+	add.s64 	%rd1889, %rd1888, %rd504;
+	add.s64 	%rd1890, %rd481, %rd1889;
+	shr.u32 	%r2848, %r3878, 16;
+	st.u16 	[%rd1890], %r2848;
+$L__BB4_758:
+	shr.u64 	%rd1891, %rd558, 48;
+	cvt.u32.u64 	%r2849, %rd1891;
+	add.s32 	%r3858, %r487, %r2849;
+	add.s64 	%rd2514, %rd2514, 1024;
+	setp.lt.u64 	%p687, %rd2514, %rd530;
+	@%p687 bra 	$L__BB4_669;
+	bra.uni 	$L__BB4_1015;
+$L__BB4_759:
+	setp.eq.s64 	%p688, %rd530, 0;
+	@%p688 bra 	$L__BB4_1015;
+	mov.u64 	%rd2517, 0;
+	mov.u32 	%r3907, 0;
+$L__BB4_761:
+	mov.u32 	%r3908, 0;
+	add.s64 	%rd562, %rd2517, %rd4;
+	setp.ge.u64 	%p689, %rd562, %rd530;
+	@%p689 bra 	$L__BB4_763;
+	shr.u64 	%rd1893, %rd562, 1;
+	and.b64  	%rd1894, %rd1893, 576460752303423487;
+	add.s64 	%rd1895, %rd1894, %rd490;
+	shl.b64 	%rd1896, %rd1895, 2;
+	add.s64 	%rd1897, %rd471, %rd1896;
+	cvt.u32.u64 	%r2852, %rd562;
+	shl.b32 	%r2853, %r2852, 4;
+	and.b32  	%r2854, %r2853, 16;
+	ld.global.u32 	%r2855, [%rd1897];
+	shr.u32 	%r2856, %r2855, %r2854;
+	and.b32  	%r3908, %r2856, 65535;
+$L__BB4_763:
+	add.s64 	%rd563, %rd562, 256;
+	setp.ge.u64 	%p690, %rd563, %rd530;
+	mov.u32 	%r3910, 0;
+	mov.u32 	%r3909, %r3910;
+	@%p690 bra 	$L__BB4_765;
+	shr.u64 	%rd1898, %rd563, 1;
+	and.b64  	%rd1899, %rd1898, 576460752303423487;
+	add.s64 	%rd1900, %rd1899, %rd490;
+	shl.b64 	%rd1901, %rd1900, 2;
+	add.s64 	%rd1902, %rd471, %rd1901;
+	cvt.u32.u64 	%r2858, %rd563;
+	shl.b32 	%r2859, %r2858, 4;
+	and.b32  	%r2860, %r2859, 16;
+	ld.global.u32 	%r2861, [%rd1902];
+	shr.u32 	%r2862, %r2861, %r2860;
+	and.b32  	%r3909, %r2862, 65535;
+$L__BB4_765:
+	add.s64 	%rd564, %rd562, 512;
+	setp.ge.u64 	%p691, %rd564, %rd530;
+	@%p691 bra 	$L__BB4_767;
+	shr.u64 	%rd1903, %rd564, 1;
+	and.b64  	%rd1904, %rd1903, 576460752303423487;
+	add.s64 	%rd1905, %rd1904, %rd490;
+	shl.b64 	%rd1906, %rd1905, 2;
+	add.s64 	%rd1907, %rd471, %rd1906;
+	cvt.u32.u64 	%r2864, %rd564;
+	shl.b32 	%r2865, %r2864, 4;
+	and.b32  	%r2866, %r2865, 16;
+	ld.global.u32 	%r2867, [%rd1907];
+	shr.u32 	%r2868, %r2867, %r2866;
+	and.b32  	%r3910, %r2868, 65535;
+$L__BB4_767:
+	add.s64 	%rd565, %rd562, 768;
+	setp.ge.u64 	%p692, %rd565, %rd530;
+	mov.u32 	%r3912, 0;
+	mov.u32 	%r3911, %r3912;
+	@%p692 bra 	$L__BB4_769;
+	shr.u64 	%rd1908, %rd565, 1;
+	and.b64  	%rd1909, %rd1908, 576460752303423487;
+	add.s64 	%rd1910, %rd1909, %rd490;
+	shl.b64 	%rd1911, %rd1910, 2;
+	add.s64 	%rd1912, %rd471, %rd1911;
+	cvt.u32.u64 	%r2870, %rd565;
+	shl.b32 	%r2871, %r2870, 4;
+	and.b32  	%r2872, %r2871, 16;
+	ld.global.u32 	%r2873, [%rd1912];
+	shr.u32 	%r2874, %r2873, %r2872;
+	and.b32  	%r3911, %r2874, 65535;
+$L__BB4_769:
+	setp.eq.s32 	%p693, %r3908, 0;
+	mov.u32 	%r3913, %r3912;
+	mov.u32 	%r3914, %r3912;
+	mov.u32 	%r3915, %r3912;
+	@%p693 bra 	$L__BB4_771;
+	shl.b64 	%rd1914, %rd562, 4;
+	add.s64 	%rd1913, %rd489, %rd1914;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r3912,%r3913,%r3914,%r3915}, [%rd1913];
+	// end inline asm
+$L__BB4_771:
+	setp.eq.s32 	%p694, %r3909, 0;
+	mov.u32 	%r3920, 0;
+	mov.u32 	%r3916, %r3920;
+	mov.u32 	%r3917, %r3920;
+	mov.u32 	%r3918, %r3920;
+	mov.u32 	%r3919, %r3920;
+	@%p694 bra 	$L__BB4_773;
+	shl.b64 	%rd1916, %rd563, 4;
+	add.s64 	%rd1915, %rd489, %rd1916;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r3916,%r3917,%r3918,%r3919}, [%rd1915];
+	// end inline asm
+$L__BB4_773:
+	setp.eq.s32 	%p695, %r3910, 0;
+	mov.u32 	%r3921, %r3920;
+	mov.u32 	%r3922, %r3920;
+	mov.u32 	%r3923, %r3920;
+	@%p695 bra 	$L__BB4_775;
+	shl.b64 	%rd1918, %rd564, 4;
+	add.s64 	%rd1917, %rd489, %rd1918;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r3920,%r3921,%r3922,%r3923}, [%rd1917];
+	// end inline asm
+$L__BB4_775:
+	setp.eq.s32 	%p696, %r3911, 0;
+	mov.u32 	%r2902, 0;
+	mov.u32 	%r3924, %r2902;
+	mov.u32 	%r3925, %r2902;
+	mov.u32 	%r3926, %r2902;
+	mov.u32 	%r3927, %r2902;
+	@%p696 bra 	$L__BB4_777;
+	shl.b64 	%rd1920, %rd565, 4;
+	add.s64 	%rd1919, %rd489, %rd1920;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r3924,%r3925,%r3926,%r3927}, [%rd1919];
+	// end inline asm
+$L__BB4_777:
+	cvt.u32.u64 	%r2927, %rd5;
+	setp.lt.u32 	%p697, %r2927, 16;
+	mov.u32 	%r2928, 16;
+	setp.lt.u32 	%p698, %r2927, 4;
+	mov.u32 	%r2929, 4;
+	setp.lt.u32 	%p699, %r2927, 2;
+	mov.u32 	%r2930, 2;
+	setp.lt.u32 	%p700, %r2927, 8;
+	mov.u32 	%r2931, 8;
+	setp.ne.s32 	%p701, %r2927, 31;
+	setp.eq.s32 	%p702, %r2927, 0;
+	popc.b32 	%r2933, %r3911;
+	cvt.u64.u32 	%rd1931, %r2933;
+	shl.b64 	%rd1932, %rd1931, 48;
+	popc.b32 	%r2934, %r3909;
+	shl.b32 	%r2935, %r2934, 16;
+	popc.b32 	%r2936, %r3908;
+	or.b32  	%r2937, %r2935, %r2936;
+	cvt.u64.u32 	%rd1933, %r2937;
+	popc.b32 	%r2938, %r3910;
+	cvt.u64.u32 	%rd1934, %r2938;
+	bfi.b64 	%rd1935, %rd1934, %rd1933, 32, 32;
+	or.b64  	%rd1921, %rd1932, %rd1935;
+	// begin inline asm
+	mov.b64 {%r2907,%r2908}, %rd1921;
+	// end inline asm
+	mov.u32 	%r2939, 1;
+	mov.u32 	%r2940, -1;
+	shfl.sync.up.b32 	%r2910|%p703, %r2908, %r2939, %r2902, %r2940;
+	shfl.sync.up.b32 	%r2909|%p704, %r2907, %r2939, %r2902, %r2940;
+	// begin inline asm
+	mov.b64 %rd1922, {%r2909,%r2910};
+	// end inline asm
+	selp.b64 	%rd1936, 0, %rd1922, %p702;
+	add.s64 	%rd1923, %rd1936, %rd1921;
+	// begin inline asm
+	mov.b64 {%r2911,%r2912}, %rd1923;
+	// end inline asm
+	shfl.sync.up.b32 	%r2914|%p705, %r2912, %r2930, %r2902, %r2940;
+	shfl.sync.up.b32 	%r2913|%p706, %r2911, %r2930, %r2902, %r2940;
+	// begin inline asm
+	mov.b64 %rd1924, {%r2913,%r2914};
+	// end inline asm
+	selp.b64 	%rd1937, 0, %rd1924, %p699;
+	add.s64 	%rd1925, %rd1937, %rd1923;
+	// begin inline asm
+	mov.b64 {%r2915,%r2916}, %rd1925;
+	// end inline asm
+	shfl.sync.up.b32 	%r2918|%p707, %r2916, %r2929, %r2902, %r2940;
+	shfl.sync.up.b32 	%r2917|%p708, %r2915, %r2929, %r2902, %r2940;
+	// begin inline asm
+	mov.b64 %rd1926, {%r2917,%r2918};
+	// end inline asm
+	selp.b64 	%rd1938, 0, %rd1926, %p698;
+	add.s64 	%rd1927, %rd1938, %rd1925;
+	// begin inline asm
+	mov.b64 {%r2919,%r2920}, %rd1927;
+	// end inline asm
+	shfl.sync.up.b32 	%r2922|%p709, %r2920, %r2931, %r2902, %r2940;
+	shfl.sync.up.b32 	%r2921|%p710, %r2919, %r2931, %r2902, %r2940;
+	// begin inline asm
+	mov.b64 %rd1928, {%r2921,%r2922};
+	// end inline asm
+	selp.b64 	%rd1939, 0, %rd1928, %p700;
+	add.s64 	%rd1929, %rd1939, %rd1927;
+	// begin inline asm
+	mov.b64 {%r2923,%r2924}, %rd1929;
+	// end inline asm
+	shfl.sync.up.b32 	%r2926|%p711, %r2924, %r2928, %r2902, %r2940;
+	shfl.sync.up.b32 	%r2925|%p712, %r2923, %r2928, %r2902, %r2940;
+	// begin inline asm
+	mov.b64 %rd1930, {%r2925,%r2926};
+	// end inline asm
+	selp.b64 	%rd1940, 0, %rd1930, %p697;
+	add.s64 	%rd567, %rd1940, %rd1929;
+	@%p701 bra 	$L__BB4_779;
+	st.shared.u64 	[%r2], %rd567;
+$L__BB4_779:
+	cvt.u32.u64 	%r2941, %rd6;
+	setp.ne.s32 	%p713, %r2941, 0;
+	bar.sync 	0;
+	@%p713 bra 	$L__BB4_784;
+	cvt.u32.u64 	%r3677, %rd5;
+	setp.gt.u32 	%p714, %r3677, 7;
+	mov.u64 	%rd2518, 0;
+	@%p714 bra 	$L__BB4_782;
+	ld.shared.u64 	%rd2518, [%r3];
+$L__BB4_782:
+	cvt.u32.u64 	%r3678, %rd5;
+	setp.lt.u32 	%p925, %r3678, 16;
+	setp.lt.u32 	%p924, %r3678, 8;
+	setp.lt.u32 	%p923, %r3678, 4;
+	setp.lt.u32 	%p922, %r3678, 2;
+	setp.eq.s32 	%p921, %r3678, 0;
+	mov.u32 	%r2964, 16;
+	mov.u32 	%r2965, 4;
+	mov.u32 	%r2966, 2;
+	mov.u32 	%r2967, 8;
+	mov.u32 	%r2968, 0;
+	// begin inline asm
+	mov.b64 {%r2943,%r2944}, %rd2518;
+	// end inline asm
+	mov.u32 	%r2969, 1;
+	mov.u32 	%r2970, -1;
+	shfl.sync.up.b32 	%r2946|%p721, %r2944, %r2969, %r2968, %r2970;
+	shfl.sync.up.b32 	%r2945|%p722, %r2943, %r2969, %r2968, %r2970;
+	// begin inline asm
+	mov.b64 %rd1943, {%r2945,%r2946};
+	// end inline asm
+	selp.b64 	%rd1952, 0, %rd1943, %p921;
+	add.s64 	%rd1944, %rd1952, %rd2518;
+	// begin inline asm
+	mov.b64 {%r2947,%r2948}, %rd1944;
+	// end inline asm
+	shfl.sync.up.b32 	%r2950|%p723, %r2948, %r2966, %r2968, %r2970;
+	shfl.sync.up.b32 	%r2949|%p724, %r2947, %r2966, %r2968, %r2970;
+	// begin inline asm
+	mov.b64 %rd1945, {%r2949,%r2950};
+	// end inline asm
+	selp.b64 	%rd1953, 0, %rd1945, %p922;
+	add.s64 	%rd1946, %rd1953, %rd1944;
+	// begin inline asm
+	mov.b64 {%r2951,%r2952}, %rd1946;
+	// end inline asm
+	shfl.sync.up.b32 	%r2954|%p725, %r2952, %r2965, %r2968, %r2970;
+	shfl.sync.up.b32 	%r2953|%p726, %r2951, %r2965, %r2968, %r2970;
+	// begin inline asm
+	mov.b64 %rd1947, {%r2953,%r2954};
+	// end inline asm
+	selp.b64 	%rd1954, 0, %rd1947, %p923;
+	add.s64 	%rd1948, %rd1954, %rd1946;
+	// begin inline asm
+	mov.b64 {%r2955,%r2956}, %rd1948;
+	// end inline asm
+	shfl.sync.up.b32 	%r2958|%p727, %r2956, %r2967, %r2968, %r2970;
+	shfl.sync.up.b32 	%r2957|%p728, %r2955, %r2967, %r2968, %r2970;
+	// begin inline asm
+	mov.b64 %rd1949, {%r2957,%r2958};
+	// end inline asm
+	selp.b64 	%rd1955, 0, %rd1949, %p924;
+	add.s64 	%rd1950, %rd1955, %rd1948;
+	// begin inline asm
+	mov.b64 {%r2959,%r2960}, %rd1950;
+	// end inline asm
+	shfl.sync.up.b32 	%r2962|%p729, %r2960, %r2964, %r2968, %r2970;
+	shfl.sync.up.b32 	%r2961|%p730, %r2959, %r2964, %r2968, %r2970;
+	// begin inline asm
+	mov.b64 %rd1951, {%r2961,%r2962};
+	// end inline asm
+	selp.b64 	%rd1956, 0, %rd1951, %p925;
+	add.s64 	%rd570, %rd1956, %rd1950;
+	@%p714 bra 	$L__BB4_784;
+	st.shared.u64 	[%r3], %rd570;
+$L__BB4_784:
+	setp.eq.s32 	%p731, %r2941, 0;
+	bar.sync 	0;
+	mov.u64 	%rd2519, 0;
+	@%p731 bra 	$L__BB4_786;
+	ld.shared.u64 	%rd2519, [%r2+-8];
+$L__BB4_786:
+	ld.shared.u64 	%rd573, [_ZZ15ws_delta_encodeE3red+56];
+	bar.sync 	0;
+	sub.s64 	%rd1958, %rd567, %rd1921;
+	add.s64 	%rd574, %rd1958, %rd2519;
+	cvt.u32.u64 	%r2972, %rd574;
+	and.b32  	%r2973, %r2972, 65535;
+	add.s32 	%r3929, %r2973, %r3907;
+	and.b32  	%r2974, %r3908, 1;
+	setp.eq.b32 	%p732, %r2974, 1;
+	mov.pred 	%p733, 0;
+	xor.pred  	%p734, %p732, %p733;
+	not.pred 	%p735, %p734;
+	@%p735 bra 	$L__BB4_788;
+	add.s32 	%r550, %r3929, 1;
+	cvt.u64.u32 	%rd1959, %r3929;
+	add.s64 	%rd1960, %rd504, %rd1959;
+	add.s64 	%rd1961, %rd481, %rd1960;
+	st.u8 	[%rd1961], %r3912;
+	mov.u32 	%r3929, %r550;
+$L__BB4_788:
+	and.b32  	%r2975, %r3908, 2;
+	setp.eq.s32 	%p736, %r2975, 0;
+	@%p736 bra 	$L__BB4_790;
+	add.s32 	%r552, %r3929, 1;
+	cvt.u64.u32 	%rd1962, %r3929;
+	add.s64 	%rd1963, %rd504, %rd1962;
+	add.s64 	%rd1964, %rd481, %rd1963;
+	shr.u32 	%r2976, %r3912, 8;
+	st.u8 	[%rd1964], %r2976;
+	mov.u32 	%r3929, %r552;
+$L__BB4_790:
+	and.b32  	%r2977, %r3908, 4;
+	setp.eq.s32 	%p737, %r2977, 0;
+	@%p737 bra 	$L__BB4_792;
+	add.s32 	%r554, %r3929, 1;
+	cvt.u64.u32 	%rd1965, %r3929;
+	add.s64 	%rd1966, %rd504, %rd1965;
+	add.s64 	%rd1967, %rd481, %rd1966;
+	shr.u32 	%r2978, %r3912, 16;
+	st.u8 	[%rd1967], %r2978;
+	mov.u32 	%r3929, %r554;
+$L__BB4_792:
+	and.b32  	%r2979, %r3908, 8;
+	setp.eq.s32 	%p738, %r2979, 0;
+	@%p738 bra 	$L__BB4_794;
+	add.s32 	%r556, %r3929, 1;
+	cvt.u64.u32 	%rd1968, %r3929;
+	add.s64 	%rd1969, %rd504, %rd1968;
+	add.s64 	%rd1970, %rd481, %rd1969;
+	shr.u32 	%r2980, %r3912, 24;
+	st.u8 	[%rd1970], %r2980;
+	mov.u32 	%r3929, %r556;
+$L__BB4_794:
+	and.b32  	%r2981, %r3908, 16;
+	setp.eq.s32 	%p739, %r2981, 0;
+	@%p739 bra 	$L__BB4_796;
+	add.s32 	%r559, %r3929, 1;
+	cvt.u64.u32 	%rd1971, %r3929;
+	add.s64 	%rd1972, %rd504, %rd1971;
+	add.s64 	%rd1973, %rd481, %rd1972;
+	st.u8 	[%rd1973], %r3913;
+	mov.u32 	%r3929, %r559;
+$L__BB4_796:
+	and.b32  	%r2982, %r3908, 32;
+	setp.eq.s32 	%p740, %r2982, 0;
+	@%p740 bra 	$L__BB4_798;
+	add.s32 	%r561, %r3929, 1;
+	cvt.u64.u32 	%rd1974, %r3929;
+	add.s64 	%rd1975, %rd504, %rd1974;
+	add.s64 	%rd1976, %rd481, %rd1975;
+	shr.u32 	%r2983, %r3913, 8;
+	st.u8 	[%rd1976], %r2983;
+	mov.u32 	%r3929, %r561;
+$L__BB4_798:
+	and.b32  	%r2984, %r3908, 64;
+	setp.eq.s32 	%p741, %r2984, 0;
+	@%p741 bra 	$L__BB4_800;
+	add.s32 	%r563, %r3929, 1;
+	cvt.u64.u32 	%rd1977, %r3929;
+	add.s64 	%rd1978, %rd504, %rd1977;
+	add.s64 	%rd1979, %rd481, %rd1978;
+	shr.u32 	%r2985, %r3913, 16;
+	st.u8 	[%rd1979], %r2985;
+	mov.u32 	%r3929, %r563;
+$L__BB4_800:
+	and.b32  	%r2986, %r3908, 128;
+	setp.eq.s32 	%p742, %r2986, 0;
+	@%p742 bra 	$L__BB4_802;
+	add.s32 	%r565, %r3929, 1;
+	cvt.u64.u32 	%rd1980, %r3929;
+	add.s64 	%rd1981, %rd504, %rd1980;
+	add.s64 	%rd1982, %rd481, %rd1981;
+	shr.u32 	%r2987, %r3913, 24;
+	st.u8 	[%rd1982], %r2987;
+	mov.u32 	%r3929, %r565;
+$L__BB4_802:
+	and.b32  	%r2988, %r3908, 256;
+	setp.eq.s32 	%p743, %r2988, 0;
+	@%p743 bra 	$L__BB4_804;
+	add.s32 	%r568, %r3929, 1;
+	cvt.u64.u32 	%rd1983, %r3929;
+	add.s64 	%rd1984, %rd504, %rd1983;
+	add.s64 	%rd1985, %rd481, %rd1984;
+	st.u8 	[%rd1985], %r3914;
+	mov.u32 	%r3929, %r568;
+$L__BB4_804:
+	and.b32  	%r2989, %r3908, 512;
+	setp.eq.s32 	%p744, %r2989, 0;
+	@%p744 bra 	$L__BB4_806;
+	add.s32 	%r570, %r3929, 1;
+	cvt.u64.u32 	%rd1986, %r3929;
+	add.s64 	%rd1987, %rd504, %rd1986;
+	add.s64 	%rd1988, %rd481, %rd1987;
+	shr.u32 	%r2990, %r3914, 8;
+	st.u8 	[%rd1988], %r2990;
+	mov.u32 	%r3929, %r570;
+$L__BB4_806:
+	and.b32  	%r2991, %r3908, 1024;
+	setp.eq.s32 	%p745, %r2991, 0;
+	@%p745 bra 	$L__BB4_808;
+	add.s32 	%r572, %r3929, 1;
+	cvt.u64.u32 	%rd1989, %r3929;
+	add.s64 	%rd1990, %rd504, %rd1989;
+	add.s64 	%rd1991, %rd481, %rd1990;
+	shr.u32 	%r2992, %r3914, 16;
+	st.u8 	[%rd1991], %r2992;
+	mov.u32 	%r3929, %r572;
+$L__BB4_808:
+	and.b32  	%r2993, %r3908, 2048;
+	setp.eq.s32 	%p746, %r2993, 0;
+	@%p746 bra 	$L__BB4_810;
+	add.s32 	%r574, %r3929, 1;
+	cvt.u64.u32 	%rd1992, %r3929;
+	add.s64 	%rd1993, %rd504, %rd1992;
+	add.s64 	%rd1994, %rd481, %rd1993;
+	shr.u32 	%r2994, %r3914, 24;
+	st.u8 	[%rd1994], %r2994;
+	mov.u32 	%r3929, %r574;
+$L__BB4_810:
+	and.b32  	%r2995, %r3908, 4096;
+	setp.eq.s32 	%p747, %r2995, 0;
+	@%p747 bra 	$L__BB4_812;
+	add.s32 	%r577, %r3929, 1;
+	cvt.u64.u32 	%rd1995, %r3929;
+	add.s64 	%rd1996, %rd504, %rd1995;
+	add.s64 	%rd1997, %rd481, %rd1996;
+	st.u8 	[%rd1997], %r3915;
+	mov.u32 	%r3929, %r577;
+$L__BB4_812:
+	and.b32  	%r2996, %r3908, 8192;
+	setp.eq.s32 	%p748, %r2996, 0;
+	@%p748 bra 	$L__BB4_814;
+	add.s32 	%r579, %r3929, 1;
+	cvt.u64.u32 	%rd1998, %r3929;
+	add.s64 	%rd1999, %rd504, %rd1998;
+	add.s64 	%rd2000, %rd481, %rd1999;
+	shr.u32 	%r2997, %r3915, 8;
+	st.u8 	[%rd2000], %r2997;
+	mov.u32 	%r3929, %r579;
+$L__BB4_814:
+	and.b32  	%r2998, %r3908, 16384;
+	setp.eq.s32 	%p749, %r2998, 0;
+	@%p749 bra 	$L__BB4_816;
+	add.s32 	%r581, %r3929, 1;
+	cvt.u64.u32 	%rd2001, %r3929;
+	add.s64 	%rd2002, %rd504, %rd2001;
+	add.s64 	%rd2003, %rd481, %rd2002;
+	shr.u32 	%r2999, %r3915, 16;
+	st.u8 	[%rd2003], %r2999;
+	mov.u32 	%r3929, %r581;
+$L__BB4_816:
+	cvt.u16.u32 	%rs52, %r3908;
+	setp.gt.s16 	%p750, %rs52, -1;
+	@%p750 bra 	$L__BB4_818;
+	cvt.u64.u32 	%rd2004, %r3929;
+	add.s64 	%rd2005, %rd504, %rd2004;
+	add.s64 	%rd2006, %rd481, %rd2005;
+	shr.u32 	%r3000, %r3915, 24;
+	st.u8 	[%rd2006], %r3000;
+$L__BB4_818:
+	cvt.u32.u64 	%r3001, %rd573;
+	and.b32  	%r3002, %r3001, 65535;
+	add.s32 	%r584, %r3002, %r3907;
+	shr.u32 	%r3004, %r2972, 16;
+	add.s32 	%r3944, %r3004, %r584;
+	and.b32  	%r3005, %r3909, 1;
+	setp.eq.b32 	%p751, %r3005, 1;
+	mov.pred 	%p752, 0;
+	xor.pred  	%p753, %p751, %p752;
+	not.pred 	%p754, %p753;
+	@%p754 bra 	$L__BB4_820;
+	add.s32 	%r586, %r3944, 1;
+	cvt.u64.u32 	%rd2007, %r3944;
+	add.s64 	%rd2008, %rd504, %rd2007;
+	add.s64 	%rd2009, %rd481, %rd2008;
+	st.u8 	[%rd2009], %r3916;
+	mov.u32 	%r3944, %r586;
+$L__BB4_820:
+	and.b32  	%r3006, %r3909, 2;
+	setp.eq.s32 	%p755, %r3006, 0;
+	@%p755 bra 	$L__BB4_822;
+	add.s32 	%r588, %r3944, 1;
+	cvt.u64.u32 	%rd2010, %r3944;
+	add.s64 	%rd2011, %rd504, %rd2010;
+	add.s64 	%rd2012, %rd481, %rd2011;
+	shr.u32 	%r3007, %r3916, 8;
+	st.u8 	[%rd2012], %r3007;
+	mov.u32 	%r3944, %r588;
+$L__BB4_822:
+	and.b32  	%r3008, %r3909, 4;
+	setp.eq.s32 	%p756, %r3008, 0;
+	@%p756 bra 	$L__BB4_824;
+	add.s32 	%r590, %r3944, 1;
+	cvt.u64.u32 	%rd2013, %r3944;
+	add.s64 	%rd2014, %rd504, %rd2013;
+	add.s64 	%rd2015, %rd481, %rd2014;
+	shr.u32 	%r3009, %r3916, 16;
+	st.u8 	[%rd2015], %r3009;
+	mov.u32 	%r3944, %r590;
+$L__BB4_824:
+	and.b32  	%r3010, %r3909, 8;
+	setp.eq.s32 	%p757, %r3010, 0;
+	@%p757 bra 	$L__BB4_826;
+	add.s32 	%r592, %r3944, 1;
+	cvt.u64.u32 	%rd2016, %r3944;
+	add.s64 	%rd2017, %rd504, %rd2016;
+	add.s64 	%rd2018, %rd481, %rd2017;
+	shr.u32 	%r3011, %r3916, 24;
+	st.u8 	[%rd2018], %r3011;
+	mov.u32 	%r3944, %r592;
+$L__BB4_826:
+	and.b32  	%r3012, %r3909, 16;
+	setp.eq.s32 	%p758, %r3012, 0;
+	@%p758 bra 	$L__BB4_828;
+	add.s32 	%r595, %r3944, 1;
+	cvt.u64.u32 	%rd2019, %r3944;
+	add.s64 	%rd2020, %rd504, %rd2019;
+	add.s64 	%rd2021, %rd481, %rd2020;
+	st.u8 	[%rd2021], %r3917;
+	mov.u32 	%r3944, %r595;
+$L__BB4_828:
+	and.b32  	%r3013, %r3909, 32;
+	setp.eq.s32 	%p759, %r3013, 0;
+	@%p759 bra 	$L__BB4_830;
+	add.s32 	%r597, %r3944, 1;
+	cvt.u64.u32 	%rd2022, %r3944;
+	add.s64 	%rd2023, %rd504, %rd2022;
+	add.s64 	%rd2024, %rd481, %rd2023;
+	shr.u32 	%r3014, %r3917, 8;
+	st.u8 	[%rd2024], %r3014;
+	mov.u32 	%r3944, %r597;
+$L__BB4_830:
+	and.b32  	%r3015, %r3909, 64;
+	setp.eq.s32 	%p760, %r3015, 0;
+	@%p760 bra 	$L__BB4_832;
+	add.s32 	%r599, %r3944, 1;
+	cvt.u64.u32 	%rd2025, %r3944;
+	add.s64 	%rd2026, %rd504, %rd2025;
+	add.s64 	%rd2027, %rd481, %rd2026;
+	shr.u32 	%r3016, %r3917, 16;
+	st.u8 	[%rd2027], %r3016;
+	mov.u32 	%r3944, %r599;
+$L__BB4_832:
+	and.b32  	%r3017, %r3909, 128;
+	setp.eq.s32 	%p761, %r3017, 0;
+	@%p761 bra 	$L__BB4_834;
+	add.s32 	%r601, %r3944, 1;
+	cvt.u64.u32 	%rd2028, %r3944;
+	add.s64 	%rd2029, %rd504, %rd2028;
+	add.s64 	%rd2030, %rd481, %rd2029;
+	shr.u32 	%r3018, %r3917, 24;
+	st.u8 	[%rd2030], %r3018;
+	mov.u32 	%r3944, %r601;
+$L__BB4_834:
+	and.b32  	%r3019, %r3909, 256;
+	setp.eq.s32 	%p762, %r3019, 0;
+	@%p762 bra 	$L__BB4_836;
+	add.s32 	%r604, %r3944, 1;
+	cvt.u64.u32 	%rd2031, %r3944;
+	add.s64 	%rd2032, %rd504, %rd2031;
+	add.s64 	%rd2033, %rd481, %rd2032;
+	st.u8 	[%rd2033], %r3918;
+	mov.u32 	%r3944, %r604;
+$L__BB4_836:
+	and.b32  	%r3020, %r3909, 512;
+	setp.eq.s32 	%p763, %r3020, 0;
+	@%p763 bra 	$L__BB4_838;
+	add.s32 	%r606, %r3944, 1;
+	cvt.u64.u32 	%rd2034, %r3944;
+	add.s64 	%rd2035, %rd504, %rd2034;
+	add.s64 	%rd2036, %rd481, %rd2035;
+	shr.u32 	%r3021, %r3918, 8;
+	st.u8 	[%rd2036], %r3021;
+	mov.u32 	%r3944, %r606;
+$L__BB4_838:
+	and.b32  	%r3022, %r3909, 1024;
+	setp.eq.s32 	%p764, %r3022, 0;
+	@%p764 bra 	$L__BB4_840;
+	add.s32 	%r608, %r3944, 1;
+	cvt.u64.u32 	%rd2037, %r3944;
+	add.s64 	%rd2038, %rd504, %rd2037;
+	add.s64 	%rd2039, %rd481, %rd2038;
+	shr.u32 	%r3023, %r3918, 16;
+	st.u8 	[%rd2039], %r3023;
+	mov.u32 	%r3944, %r608;
+$L__BB4_840:
+	and.b32  	%r3024, %r3909, 2048;
+	setp.eq.s32 	%p765, %r3024, 0;
+	@%p765 bra 	$L__BB4_842;
+	add.s32 	%r610, %r3944, 1;
+	cvt.u64.u32 	%rd2040, %r3944;
+	add.s64 	%rd2041, %rd504, %rd2040;
+	add.s64 	%rd2042, %rd481, %rd2041;
+	shr.u32 	%r3025, %r3918, 24;
+	st.u8 	[%rd2042], %r3025;
+	mov.u32 	%r3944, %r610;
+$L__BB4_842:
+	and.b32  	%r3026, %r3909, 4096;
+	setp.eq.s32 	%p766, %r3026, 0;
+	@%p766 bra 	$L__BB4_844;
+	add.s32 	%r613, %r3944, 1;
+	cvt.u64.u32 	%rd2043, %r3944;
+	add.s64 	%rd2044, %rd504, %rd2043;
+	add.s64 	%rd2045, %rd481, %rd2044;
+	st.u8 	[%rd2045], %r3919;
+	mov.u32 	%r3944, %r613;
+$L__BB4_844:
+	and.b32  	%r3027, %r3909, 8192;
+	setp.eq.s32 	%p767, %r3027, 0;
+	@%p767 bra 	$L__BB4_846;
+	add.s32 	%r615, %r3944, 1;
+	cvt.u64.u32 	%rd2046, %r3944;
+	add.s64 	%rd2047, %rd504, %rd2046;
+	add.s64 	%rd2048, %rd481, %rd2047;
+	shr.u32 	%r3028, %r3919, 8;
+	st.u8 	[%rd2048], %r3028;
+	mov.u32 	%r3944, %r615;
+$L__BB4_846:
+	and.b32  	%r3029, %r3909, 16384;
+	setp.eq.s32 	%p768, %r3029, 0;
+	@%p768 bra 	$L__BB4_848;
+	add.s32 	%r617, %r3944, 1;
+	cvt.u64.u32 	%rd2049, %r3944;
+	add.s64 	%rd2050, %rd504, %rd2049;
+	add.s64 	%rd2051, %rd481, %rd2050;
+	shr.u32 	%r3030, %r3919, 16;
+	st.u8 	[%rd2051], %r3030;
+	mov.u32 	%r3944, %r617;
+$L__BB4_848:
+	cvt.u16.u32 	%rs53, %r3909;
+	setp.gt.s16 	%p769, %rs53, -1;
+	@%p769 bra 	$L__BB4_850;
+	cvt.u64.u32 	%rd2052, %r3944;
+	add.s64 	%rd2053, %rd504, %rd2052;
+	add.s64 	%rd2054, %rd481, %rd2053;
+	shr.u32 	%r3031, %r3919, 24;
+	st.u8 	[%rd2054], %r3031;
+$L__BB4_850:
+	shr.u32 	%r3033, %r3001, 16;
+	add.s32 	%r620, %r3033, %r584;
+	shr.u64 	%rd2055, %rd574, 32;
+	cvt.u32.u64 	%r3034, %rd2055;
+	and.b32  	%r3035, %r3034, 65535;
+	add.s32 	%r3959, %r3035, %r620;
+	and.b32  	%r3036, %r3910, 1;
+	setp.eq.b32 	%p770, %r3036, 1;
+	mov.pred 	%p771, 0;
+	xor.pred  	%p772, %p770, %p771;
+	not.pred 	%p773, %p772;
+	@%p773 bra 	$L__BB4_852;
+	add.s32 	%r622, %r3959, 1;
+	cvt.u64.u32 	%rd2056, %r3959;
+	add.s64 	%rd2057, %rd504, %rd2056;
+	add.s64 	%rd2058, %rd481, %rd2057;
+	st.u8 	[%rd2058], %r3920;
+	mov.u32 	%r3959, %r622;
+$L__BB4_852:
+	and.b32  	%r3037, %r3910, 2;
+	setp.eq.s32 	%p774, %r3037, 0;
+	@%p774 bra 	$L__BB4_854;
+	add.s32 	%r624, %r3959, 1;
+	cvt.u64.u32 	%rd2059, %r3959;
+	add.s64 	%rd2060, %rd504, %rd2059;
+	add.s64 	%rd2061, %rd481, %rd2060;
+	shr.u32 	%r3038, %r3920, 8;
+	st.u8 	[%rd2061], %r3038;
+	mov.u32 	%r3959, %r624;
+$L__BB4_854:
+	and.b32  	%r3039, %r3910, 4;
+	setp.eq.s32 	%p775, %r3039, 0;
+	@%p775 bra 	$L__BB4_856;
+	add.s32 	%r626, %r3959, 1;
+	cvt.u64.u32 	%rd2062, %r3959;
+	add.s64 	%rd2063, %rd504, %rd2062;
+	add.s64 	%rd2064, %rd481, %rd2063;
+	shr.u32 	%r3040, %r3920, 16;
+	st.u8 	[%rd2064], %r3040;
+	mov.u32 	%r3959, %r626;
+$L__BB4_856:
+	and.b32  	%r3041, %r3910, 8;
+	setp.eq.s32 	%p776, %r3041, 0;
+	@%p776 bra 	$L__BB4_858;
+	add.s32 	%r628, %r3959, 1;
+	cvt.u64.u32 	%rd2065, %r3959;
+	add.s64 	%rd2066, %rd504, %rd2065;
+	add.s64 	%rd2067, %rd481, %rd2066;
+	shr.u32 	%r3042, %r3920, 24;
+	st.u8 	[%rd2067], %r3042;
+	mov.u32 	%r3959, %r628;
+$L__BB4_858:
+	and.b32  	%r3043, %r3910, 16;
+	setp.eq.s32 	%p777, %r3043, 0;
+	@%p777 bra 	$L__BB4_860;
+	add.s32 	%r631, %r3959, 1;
+	cvt.u64.u32 	%rd2068, %r3959;
+	add.s64 	%rd2069, %rd504, %rd2068;
+	add.s64 	%rd2070, %rd481, %rd2069;
+	st.u8 	[%rd2070], %r3921;
+	mov.u32 	%r3959, %r631;
+$L__BB4_860:
+	and.b32  	%r3044, %r3910, 32;
+	setp.eq.s32 	%p778, %r3044, 0;
+	@%p778 bra 	$L__BB4_862;
+	add.s32 	%r633, %r3959, 1;
+	cvt.u64.u32 	%rd2071, %r3959;
+	add.s64 	%rd2072, %rd504, %rd2071;
+	add.s64 	%rd2073, %rd481, %rd2072;
+	shr.u32 	%r3045, %r3921, 8;
+	st.u8 	[%rd2073], %r3045;
+	mov.u32 	%r3959, %r633;
+$L__BB4_862:
+	and.b32  	%r3046, %r3910, 64;
+	setp.eq.s32 	%p779, %r3046, 0;
+	@%p779 bra 	$L__BB4_864;
+	add.s32 	%r635, %r3959, 1;
+	cvt.u64.u32 	%rd2074, %r3959;
+	add.s64 	%rd2075, %rd504, %rd2074;
+	add.s64 	%rd2076, %rd481, %rd2075;
+	shr.u32 	%r3047, %r3921, 16;
+	st.u8 	[%rd2076], %r3047;
+	mov.u32 	%r3959, %r635;
+$L__BB4_864:
+	and.b32  	%r3048, %r3910, 128;
+	setp.eq.s32 	%p780, %r3048, 0;
+	@%p780 bra 	$L__BB4_866;
+	add.s32 	%r637, %r3959, 1;
+	cvt.u64.u32 	%rd2077, %r3959;
+	add.s64 	%rd2078, %rd504, %rd2077;
+	add.s64 	%rd2079, %rd481, %rd2078;
+	shr.u32 	%r3049, %r3921, 24;
+	st.u8 	[%rd2079], %r3049;
+	mov.u32 	%r3959, %r637;
+$L__BB4_866:
+	and.b32  	%r3050, %r3910, 256;
+	setp.eq.s32 	%p781, %r3050, 0;
+	@%p781 bra 	$L__BB4_868;
+	add.s32 	%r640, %r3959, 1;
+	cvt.u64.u32 	%rd2080, %r3959;
+	add.s64 	%rd2081, %rd504, %rd2080;
+	add.s64 	%rd2082, %rd481, %rd2081;
+	st.u8 	[%rd2082], %r3922;
+	mov.u32 	%r3959, %r640;
+$L__BB4_868:
+	and.b32  	%r3051, %r3910, 512;
+	setp.eq.s32 	%p782, %r3051, 0;
+	@%p782 bra 	$L__BB4_870;
+	add.s32 	%r642, %r3959, 1;
+	cvt.u64.u32 	%rd2083, %r3959;
+	add.s64 	%rd2084, %rd504, %rd2083;
+	add.s64 	%rd2085, %rd481, %rd2084;
+	shr.u32 	%r3052, %r3922, 8;
+	st.u8 	[%rd2085], %r3052;
+	mov.u32 	%r3959, %r642;
+$L__BB4_870:
+	and.b32  	%r3053, %r3910, 1024;
+	setp.eq.s32 	%p783, %r3053, 0;
+	@%p783 bra 	$L__BB4_872;
+	add.s32 	%r644, %r3959, 1;
+	cvt.u64.u32 	%rd2086, %r3959;
+	add.s64 	%rd2087, %rd504, %rd2086;
+	add.s64 	%rd2088, %rd481, %rd2087;
+	shr.u32 	%r3054, %r3922, 16;
+	st.u8 	[%rd2088], %r3054;
+	mov.u32 	%r3959, %r644;
+$L__BB4_872:
+	and.b32  	%r3055, %r3910, 2048;
+	setp.eq.s32 	%p784, %r3055, 0;
+	@%p784 bra 	$L__BB4_874;
+	add.s32 	%r646, %r3959, 1;
+	cvt.u64.u32 	%rd2089, %r3959;
+	add.s64 	%rd2090, %rd504, %rd2089;
+	add.s64 	%rd2091, %rd481, %rd2090;
+	shr.u32 	%r3056, %r3922, 24;
+	st.u8 	[%rd2091], %r3056;
+	mov.u32 	%r3959, %r646;
+$L__BB4_874:
+	and.b32  	%r3057, %r3910, 4096;
+	setp.eq.s32 	%p785, %r3057, 0;
+	@%p785 bra 	$L__BB4_876;
+	add.s32 	%r649, %r3959, 1;
+	cvt.u64.u32 	%rd2092, %r3959;
+	add.s64 	%rd2093, %rd504, %rd2092;
+	add.s64 	%rd2094, %rd481, %rd2093;
+	st.u8 	[%rd2094], %r3923;
+	mov.u32 	%r3959, %r649;
+$L__BB4_876:
+	and.b32  	%r3058, %r3910, 8192;
+	setp.eq.s32 	%p786, %r3058, 0;
+	@%p786 bra 	$L__BB4_878;
+	add.s32 	%r651, %r3959, 1;
+	cvt.u64.u32 	%rd2095, %r3959;
+	add.s64 	%rd2096, %rd504, %rd2095;
+	add.s64 	%rd2097, %rd481, %rd2096;
+	shr.u32 	%r3059, %r3923, 8;
+	st.u8 	[%rd2097], %r3059;
+	mov.u32 	%r3959, %r651;
+$L__BB4_878:
+	and.b32  	%r3060, %r3910, 16384;
+	setp.eq.s32 	%p787, %r3060, 0;
+	@%p787 bra 	$L__BB4_880;
+	add.s32 	%r653, %r3959, 1;
+	cvt.u64.u32 	%rd2098, %r3959;
+	add.s64 	%rd2099, %rd504, %rd2098;
+	add.s64 	%rd2100, %rd481, %rd2099;
+	shr.u32 	%r3061, %r3923, 16;
+	st.u8 	[%rd2100], %r3061;
+	mov.u32 	%r3959, %r653;
+$L__BB4_880:
+	cvt.u16.u32 	%rs54, %r3910;
+	setp.gt.s16 	%p788, %rs54, -1;
+	@%p788 bra 	$L__BB4_882;
+	cvt.u64.u32 	%rd2101, %r3959;
+	add.s64 	%rd2102, %rd504, %rd2101;
+	add.s64 	%rd2103, %rd481, %rd2102;
+	shr.u32 	%r3062, %r3923, 24;
+	st.u8 	[%rd2103], %r3062;
+$L__BB4_882:
+	shr.u64 	%rd2104, %rd573, 32;
+	cvt.u32.u64 	%r3063, %rd2104;
+	and.b32  	%r3064, %r3063, 65535;
+	add.s32 	%r656, %r3064, %r620;
+	shr.u64 	%rd2105, %rd574, 48;
+	cvt.u32.u64 	%r3065, %rd2105;
+	add.s32 	%r3974, %r656, %r3065;
+	and.b32  	%r3066, %r3911, 1;
+	setp.eq.b32 	%p789, %r3066, 1;
+	mov.pred 	%p790, 0;
+	xor.pred  	%p791, %p789, %p790;
+	not.pred 	%p792, %p791;
+	@%p792 bra 	$L__BB4_884;
+	add.s32 	%r658, %r3974, 1;
+	cvt.u64.u32 	%rd2106, %r3974;
+	add.s64 	%rd2107, %rd504, %rd2106;
+	add.s64 	%rd2108, %rd481, %rd2107;
+	st.u8 	[%rd2108], %r3924;
+	mov.u32 	%r3974, %r658;
+$L__BB4_884:
+	and.b32  	%r3067, %r3911, 2;
+	setp.eq.s32 	%p793, %r3067, 0;
+	@%p793 bra 	$L__BB4_886;
+	add.s32 	%r660, %r3974, 1;
+	cvt.u64.u32 	%rd2109, %r3974;
+	add.s64 	%rd2110, %rd504, %rd2109;
+	add.s64 	%rd2111, %rd481, %rd2110;
+	shr.u32 	%r3068, %r3924, 8;
+	st.u8 	[%rd2111], %r3068;
+	mov.u32 	%r3974, %r660;
+$L__BB4_886:
+	and.b32  	%r3069, %r3911, 4;
+	setp.eq.s32 	%p794, %r3069, 0;
+	@%p794 bra 	$L__BB4_888;
+	add.s32 	%r662, %r3974, 1;
+	cvt.u64.u32 	%rd2112, %r3974;
+	add.s64 	%rd2113, %rd504, %rd2112;
+	add.s64 	%rd2114, %rd481, %rd2113;
+	shr.u32 	%r3070, %r3924, 16;
+	st.u8 	[%rd2114], %r3070;
+	mov.u32 	%r3974, %r662;
+$L__BB4_888:
+	and.b32  	%r3071, %r3911, 8;
+	setp.eq.s32 	%p795, %r3071, 0;
+	@%p795 bra 	$L__BB4_890;
+	add.s32 	%r664, %r3974, 1;
+	cvt.u64.u32 	%rd2115, %r3974;
+	add.s64 	%rd2116, %rd504, %rd2115;
+	add.s64 	%rd2117, %rd481, %rd2116;
+	shr.u32 	%r3072, %r3924, 24;
+	st.u8 	[%rd2117], %r3072;
+	mov.u32 	%r3974, %r664;
+$L__BB4_890:
+	and.b32  	%r3073, %r3911, 16;
+	setp.eq.s32 	%p796, %r3073, 0;
+	@%p796 bra 	$L__BB4_892;
+	add.s32 	%r667, %r3974, 1;
+	cvt.u64.u32 	%rd2118, %r3974;
+	add.s64 	%rd2119, %rd504, %rd2118;
+	add.s64 	%rd2120, %rd481, %rd2119;
+	st.u8 	[%rd2120], %r3925;
+	mov.u32 	%r3974, %r667;
+$L__BB4_892:
+	and.b32  	%r3074, %r3911, 32;
+	setp.eq.s32 	%p797, %r3074, 0;
+	@%p797 bra 	$L__BB4_894;
+	add.s32 	%r669, %r3974, 1;
+	cvt.u64.u32 	%rd2121, %r3974;
+	add.s64 	%rd2122, %rd504, %rd2121;
+	add.s64 	%rd2123, %rd481, %rd2122;
+	shr.u32 	%r3075, %r3925, 8;
+	st.u8 	[%rd2123], %r3075;
+	mov.u32 	%r3974, %r669;
+$L__BB4_894:
+	and.b32  	%r3076, %r3911, 64;
+	setp.eq.s32 	%p798, %r3076, 0;
+	@%p798 bra 	$L__BB4_896;
+	add.s32 	%r671, %r3974, 1;
+	cvt.u64.u32 	%rd2124, %r3974;
+	add.s64 	%rd2125, %rd504, %rd2124;
+	add.s64 	%rd2126, %rd481, %rd2125;
+	shr.u32 	%r3077, %r3925, 16;
+	st.u8 	[%rd2126], %r3077;
+	mov.u32 	%r3974, %r671;
+$L__BB4_896:
+	and.b32  	%r3078, %r3911, 128;
+	setp.eq.s32 	%p799, %r3078, 0;
+	@%p799 bra 	$L__BB4_898;
+	add.s32 	%r673, %r3974, 1;
+	cvt.u64.u32 	%rd2127, %r3974;
+	add.s64 	%rd2128, %rd504, %rd2127;
+	add.s64 	%rd2129, %rd481, %rd2128;
+	shr.u32 	%r3079, %r3925, 24;
+	st.u8 	[%rd2129], %r3079;
+	mov.u32 	%r3974, %r673;
+$L__BB4_898:
+	and.b32  	%r3080, %r3911, 256;
+	setp.eq.s32 	%p800, %r3080, 0;
+	@%p800 bra 	$L__BB4_900;
+	add.s32 	%r676, %r3974, 1;
+	cvt.u64.u32 	%rd2130, %r3974;
+	add.s64 	%rd2131, %rd504, %rd2130;
+	add.s64 	%rd2132, %rd481, %rd2131;
+	st.u8 	[%rd2132], %r3926;
+	mov.u32 	%r3974, %r676;
+$L__BB4_900:
+	and.b32  	%r3081, %r3911, 512;
+	setp.eq.s32 	%p801, %r3081, 0;
+	@%p801 bra 	$L__BB4_902;
+	add.s32 	%r678, %r3974, 1;
+	cvt.u64.u32 	%rd2133, %r3974;
+	add.s64 	%rd2134, %rd504, %rd2133;
+	add.s64 	%rd2135, %rd481, %rd2134;
+	shr.u32 	%r3082, %r3926, 8;
+	st.u8 	[%rd2135], %r3082;
+	mov.u32 	%r3974, %r678;
+$L__BB4_902:
+	and.b32  	%r3083, %r3911, 1024;
+	setp.eq.s32 	%p802, %r3083, 0;
+	@%p802 bra 	$L__BB4_904;
+	add.s32 	%r680, %r3974, 1;
+	cvt.u64.u32 	%rd2136, %r3974;
+	add.s64 	%rd2137, %rd504, %rd2136;
+	add.s64 	%rd2138, %rd481, %rd2137;
+	shr.u32 	%r3084, %r3926, 16;
+	st.u8 	[%rd2138], %r3084;
+	mov.u32 	%r3974, %r680;
+$L__BB4_904:
+	and.b32  	%r3085, %r3911, 2048;
+	setp.eq.s32 	%p803, %r3085, 0;
+	@%p803 bra 	$L__BB4_906;
+	add.s32 	%r682, %r3974, 1;
+	cvt.u64.u32 	%rd2139, %r3974;
+	add.s64 	%rd2140, %rd504, %rd2139;
+	add.s64 	%rd2141, %rd481, %rd2140;
+	shr.u32 	%r3086, %r3926, 24;
+	st.u8 	[%rd2141], %r3086;
+	mov.u32 	%r3974, %r682;
+$L__BB4_906:
+	and.b32  	%r3087, %r3911, 4096;
+	setp.eq.s32 	%p804, %r3087, 0;
+	@%p804 bra 	$L__BB4_908;
+	add.s32 	%r685, %r3974, 1;
+	cvt.u64.u32 	%rd2142, %r3974;
+	add.s64 	%rd2143, %rd504, %rd2142;
+	add.s64 	%rd2144, %rd481, %rd2143;
+	st.u8 	[%rd2144], %r3927;
+	mov.u32 	%r3974, %r685;
+$L__BB4_908:
+	and.b32  	%r3088, %r3911, 8192;
+	setp.eq.s32 	%p805, %r3088, 0;
+	@%p805 bra 	$L__BB4_910;
+	add.s32 	%r687, %r3974, 1;
+	cvt.u64.u32 	%rd2145, %r3974;
+	add.s64 	%rd2146, %rd504, %rd2145;
+	add.s64 	%rd2147, %rd481, %rd2146;
+	shr.u32 	%r3089, %r3927, 8;
+	st.u8 	[%rd2147], %r3089;
+	mov.u32 	%r3974, %r687;
+$L__BB4_910:
+	and.b32  	%r3090, %r3911, 16384;
+	setp.eq.s32 	%p806, %r3090, 0;
+	@%p806 bra 	$L__BB4_912;
+	add.s32 	%r689, %r3974, 1;
+	cvt.u64.u32 	%rd2148, %r3974;
+	add.s64 	%rd2149, %rd504, %rd2148;
+	add.s64 	%rd2150, %rd481, %rd2149;
+	shr.u32 	%r3091, %r3927, 16;
+	st.u8 	[%rd2150], %r3091;
+	mov.u32 	%r3974, %r689;
+$L__BB4_912:
+	cvt.u16.u32 	%rs55, %r3911;
+	setp.gt.s16 	%p807, %rs55, -1;
+	@%p807 bra 	$L__BB4_914;
+	cvt.u64.u32 	%rd2151, %r3974;
+	add.s64 	%rd2152, %rd504, %rd2151;
+	add.s64 	%rd2153, %rd481, %rd2152;
+	shr.u32 	%r3092, %r3927, 24;
+	st.u8 	[%rd2153], %r3092;
+$L__BB4_914:
+	shr.u64 	%rd2154, %rd573, 48;
+	cvt.u32.u64 	%r3093, %rd2154;
+	add.s32 	%r3907, %r656, %r3093;
+	add.s64 	%rd2517, %rd2517, 1024;
+	setp.lt.u64 	%p808, %rd2517, %rd530;
+	@%p808 bra 	$L__BB4_761;
+	bra.uni 	$L__BB4_1015;
+$L__BB4_915:
+	setp.eq.s64 	%p809, %rd530, 0;
+	@%p809 bra 	$L__BB4_1015;
+	mov.u64 	%rd2520, 0;
+	mov.u32 	%r3988, 0;
+$L__BB4_917:
+	mov.u32 	%r3989, 0;
+	add.s64 	%rd577, %rd2520, %rd4;
+	setp.ge.u64 	%p810, %rd577, %rd530;
+	@%p810 bra 	$L__BB4_919;
+	shr.u64 	%rd2156, %rd577, 4;
+	and.b64  	%rd2157, %rd2156, 576460752303423487;
+	add.s64 	%rd2158, %rd2157, %rd490;
+	shl.b64 	%rd2159, %rd2158, 2;
+	add.s64 	%rd2160, %rd471, %rd2159;
+	cvt.u32.u64 	%r3096, %rd577;
+	shl.b32 	%r3097, %r3096, 1;
+	and.b32  	%r3098, %r3097, 30;
+	ld.global.u32 	%r3099, [%rd2160];
+	shr.u32 	%r3100, %r3099, %r3098;
+	and.b32  	%r3989, %r3100, 3;
+$L__BB4_919:
+	add.s64 	%rd578, %rd577, 256;
+	setp.ge.u64 	%p811, %rd578, %rd530;
+	mov.u32 	%r3991, 0;
+	mov.u32 	%r3990, %r3991;
+	@%p811 bra 	$L__BB4_921;
+	shr.u64 	%rd2161, %rd578, 4;
+	and.b64  	%rd2162, %rd2161, 576460752303423487;
+	add.s64 	%rd2163, %rd2162, %rd490;
+	shl.b64 	%rd2164, %rd2163, 2;
+	add.s64 	%rd2165, %rd471, %rd2164;
+	cvt.u32.u64 	%r3102, %rd578;
+	shl.b32 	%r3103, %r3102, 1;
+	and.b32  	%r3104, %r3103, 30;
+	ld.global.u32 	%r3105, [%rd2165];
+	shr.u32 	%r3106, %r3105, %r3104;
+	and.b32  	%r3990, %r3106, 3;
+$L__BB4_921:
+	add.s64 	%rd579, %rd577, 512;
+	setp.ge.u64 	%p812, %rd579, %rd530;
+	@%p812 bra 	$L__BB4_923;
+	shr.u64 	%rd2166, %rd579, 4;
+	and.b64  	%rd2167, %rd2166, 576460752303423487;
+	add.s64 	%rd2168, %rd2167, %rd490;
+	shl.b64 	%rd2169, %rd2168, 2;
+	add.s64 	%rd2170, %rd471, %rd2169;
+	cvt.u32.u64 	%r3108, %rd579;
+	shl.b32 	%r3109, %r3108, 1;
+	and.b32  	%r3110, %r3109, 30;
+	ld.global.u32 	%r3111, [%rd2170];
+	shr.u32 	%r3112, %r3111, %r3110;
+	and.b32  	%r3991, %r3112, 3;
 $L__BB4_923:
+	add.s64 	%rd580, %rd577, 768;
+	setp.ge.u64 	%p813, %rd580, %rd530;
+	mov.u32 	%r3993, 0;
+	mov.u32 	%r3992, %r3993;
+	@%p813 bra 	$L__BB4_925;
+	shr.u64 	%rd2171, %rd580, 4;
+	and.b64  	%rd2172, %rd2171, 576460752303423487;
+	add.s64 	%rd2173, %rd2172, %rd490;
+	shl.b64 	%rd2174, %rd2173, 2;
+	add.s64 	%rd2175, %rd471, %rd2174;
+	cvt.u32.u64 	%r3114, %rd580;
+	shl.b32 	%r3115, %r3114, 1;
+	and.b32  	%r3116, %r3115, 30;
+	ld.global.u32 	%r3117, [%rd2175];
+	shr.u32 	%r3118, %r3117, %r3116;
+	and.b32  	%r3992, %r3118, 3;
+$L__BB4_925:
+	setp.eq.s32 	%p814, %r3989, 0;
+	mov.u32 	%r3994, %r3993;
+	mov.u32 	%r3995, %r3993;
+	mov.u32 	%r3996, %r3993;
+	@%p814 bra 	$L__BB4_927;
+	shl.b64 	%rd2177, %rd577, 4;
+	add.s64 	%rd2176, %rd489, %rd2177;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r3993,%r3994,%r3995,%r3996}, [%rd2176];
+	// end inline asm
+$L__BB4_927:
+	setp.eq.s32 	%p815, %r3990, 0;
+	mov.u32 	%r4001, 0;
+	mov.u32 	%r3997, %r4001;
+	mov.u32 	%r3998, %r4001;
+	mov.u32 	%r3999, %r4001;
+	mov.u32 	%r4000, %r4001;
+	@%p815 bra 	$L__BB4_929;
+	shl.b64 	%rd2179, %rd578, 4;
+	add.s64 	%rd2178, %rd489, %rd2179;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r3997,%r3998,%r3999,%r4000}, [%rd2178];
+	// end inline asm
+$L__BB4_929:
+	setp.eq.s32 	%p816, %r3991, 0;
+	mov.u32 	%r4002, %r4001;
+	mov.u32 	%r4003, %r4001;
+	mov.u32 	%r4004, %r4001;
+	@%p816 bra 	$L__BB4_931;
+	shl.b64 	%rd2181, %rd579, 4;
+	add.s64 	%rd2180, %rd489, %rd2181;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r4001,%r4002,%r4003,%r4004}, [%rd2180];
+	// end inline asm
+$L__BB4_931:
+	setp.eq.s32 	%p817, %r3992, 0;
+	mov.u32 	%r3146, 0;
+	mov.u32 	%r4005, %r3146;
+	mov.u32 	%r4006, %r3146;
+	mov.u32 	%r4007, %r3146;
+	mov.u32 	%r4008, %r3146;
+	@%p817 bra 	$L__BB4_933;
+	shl.b64 	%rd2183, %rd580, 4;
+	add.s64 	%rd2182, %rd489, %rd2183;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r4005,%r4006,%r4007,%r4008}, [%rd2182];
+	// end inline asm
+$L__BB4_933:
+	cvt.u32.u64 	%r3171, %rd5;
+	setp.lt.u32 	%p818, %r3171, 16;
+	mov.u32 	%r3172, 16;
+	setp.lt.u32 	%p819, %r3171, 4;
+	mov.u32 	%r3173, 4;
+	setp.lt.u32 	%p820, %r3171, 2;
+	mov.u32 	%r3174, 2;
+	setp.lt.u32 	%p821, %r3171, 8;
+	mov.u32 	%r3175, 8;
+	setp.ne.s32 	%p822, %r3171, 31;
+	setp.eq.s32 	%p823, %r3171, 0;
+	popc.b32 	%r3177, %r3992;
+	cvt.u64.u32 	%rd2194, %r3177;
+	shl.b64 	%rd2195, %rd2194, 48;
+	popc.b32 	%r3178, %r3990;
+	shl.b32 	%r3179, %r3178, 16;
+	popc.b32 	%r3180, %r3989;
+	or.b32  	%r3181, %r3179, %r3180;
+	cvt.u64.u32 	%rd2196, %r3181;
+	popc.b32 	%r3182, %r3991;
+	cvt.u64.u32 	%rd2197, %r3182;
+	bfi.b64 	%rd2198, %rd2197, %rd2196, 32, 32;
+	or.b64  	%rd2184, %rd2195, %rd2198;
+	// begin inline asm
+	mov.b64 {%r3151,%r3152}, %rd2184;
+	// end inline asm
+	mov.u32 	%r3183, 1;
+	mov.u32 	%r3184, -1;
+	shfl.sync.up.b32 	%r3154|%p824, %r3152, %r3183, %r3146, %r3184;
+	shfl.sync.up.b32 	%r3153|%p825, %r3151, %r3183, %r3146, %r3184;
+	// begin inline asm
+	mov.b64 %rd2185, {%r3153,%r3154};
+	// end inline asm
+	selp.b64 	%rd2199, 0, %rd2185, %p823;
+	add.s64 	%rd2186, %rd2199, %rd2184;
+	// begin inline asm
+	mov.b64 {%r3155,%r3156}, %rd2186;
+	// end inline asm
+	shfl.sync.up.b32 	%r3158|%p826, %r3156, %r3174, %r3146, %r3184;
+	shfl.sync.up.b32 	%r3157|%p827, %r3155, %r3174, %r3146, %r3184;
+	// begin inline asm
+	mov.b64 %rd2187, {%r3157,%r3158};
+	// end inline asm
+	selp.b64 	%rd2200, 0, %rd2187, %p820;
+	add.s64 	%rd2188, %rd2200, %rd2186;
+	// begin inline asm
+	mov.b64 {%r3159,%r3160}, %rd2188;
+	// end inline asm
+	shfl.sync.up.b32 	%r3162|%p828, %r3160, %r3173, %r3146, %r3184;
+	shfl.sync.up.b32 	%r3161|%p829, %r3159, %r3173, %r3146, %r3184;
+	// begin inline asm
+	mov.b64 %rd2189, {%r3161,%r3162};
+	// end inline asm
+	selp.b64 	%rd2201, 0, %rd2189, %p819;
+	add.s64 	%rd2190, %rd2201, %rd2188;
+	// begin inline asm
+	mov.b64 {%r3163,%r3164}, %rd2190;
+	// end inline asm
+	shfl.sync.up.b32 	%r3166|%p830, %r3164, %r3175, %r3146, %r3184;
+	shfl.sync.up.b32 	%r3165|%p831, %r3163, %r3175, %r3146, %r3184;
+	// begin inline asm
+	mov.b64 %rd2191, {%r3165,%r3166};
+	// end inline asm
+	selp.b64 	%rd2202, 0, %rd2191, %p821;
+	add.s64 	%rd2192, %rd2202, %rd2190;
+	// begin inline asm
+	mov.b64 {%r3167,%r3168}, %rd2192;
+	// end inline asm
+	shfl.sync.up.b32 	%r3170|%p832, %r3168, %r3172, %r3146, %r3184;
+	shfl.sync.up.b32 	%r3169|%p833, %r3167, %r3172, %r3146, %r3184;
+	// begin inline asm
+	mov.b64 %rd2193, {%r3169,%r3170};
+	// end inline asm
+	selp.b64 	%rd2203, 0, %rd2193, %p818;
+	add.s64 	%rd582, %rd2203, %rd2192;
+	@%p822 bra 	$L__BB4_935;
+	st.shared.u64 	[%r2], %rd582;
+$L__BB4_935:
+	cvt.u32.u64 	%r3185, %rd6;
+	setp.ne.s32 	%p834, %r3185, 0;
+	bar.sync 	0;
+	@%p834 bra 	$L__BB4_940;
+	cvt.u32.u64 	%r3680, %rd5;
+	setp.gt.u32 	%p835, %r3680, 7;
+	mov.u64 	%rd2521, 0;
+	@%p835 bra 	$L__BB4_938;
+	ld.shared.u64 	%rd2521, [%r3];
+$L__BB4_938:
+	cvt.u32.u64 	%r3681, %rd5;
+	setp.lt.u32 	%p930, %r3681, 16;
+	setp.lt.u32 	%p929, %r3681, 8;
+	setp.lt.u32 	%p928, %r3681, 4;
+	setp.lt.u32 	%p927, %r3681, 2;
+	setp.eq.s32 	%p926, %r3681, 0;
+	mov.u32 	%r3208, 16;
+	mov.u32 	%r3209, 4;
+	mov.u32 	%r3210, 2;
+	mov.u32 	%r3211, 8;
+	mov.u32 	%r3212, 0;
+	// begin inline asm
+	mov.b64 {%r3187,%r3188}, %rd2521;
+	// end inline asm
+	mov.u32 	%r3213, 1;
+	mov.u32 	%r3214, -1;
+	shfl.sync.up.b32 	%r3190|%p842, %r3188, %r3213, %r3212, %r3214;
+	shfl.sync.up.b32 	%r3189|%p843, %r3187, %r3213, %r3212, %r3214;
+	// begin inline asm
+	mov.b64 %rd2206, {%r3189,%r3190};
+	// end inline asm
+	selp.b64 	%rd2215, 0, %rd2206, %p926;
+	add.s64 	%rd2207, %rd2215, %rd2521;
+	// begin inline asm
+	mov.b64 {%r3191,%r3192}, %rd2207;
+	// end inline asm
+	shfl.sync.up.b32 	%r3194|%p844, %r3192, %r3210, %r3212, %r3214;
+	shfl.sync.up.b32 	%r3193|%p845, %r3191, %r3210, %r3212, %r3214;
+	// begin inline asm
+	mov.b64 %rd2208, {%r3193,%r3194};
+	// end inline asm
+	selp.b64 	%rd2216, 0, %rd2208, %p927;
+	add.s64 	%rd2209, %rd2216, %rd2207;
+	// begin inline asm
+	mov.b64 {%r3195,%r3196}, %rd2209;
+	// end inline asm
+	shfl.sync.up.b32 	%r3198|%p846, %r3196, %r3209, %r3212, %r3214;
+	shfl.sync.up.b32 	%r3197|%p847, %r3195, %r3209, %r3212, %r3214;
+	// begin inline asm
+	mov.b64 %rd2210, {%r3197,%r3198};
+	// end inline asm
+	selp.b64 	%rd2217, 0, %rd2210, %p928;
+	add.s64 	%rd2211, %rd2217, %rd2209;
+	// begin inline asm
+	mov.b64 {%r3199,%r3200}, %rd2211;
+	// end inline asm
+	shfl.sync.up.b32 	%r3202|%p848, %r3200, %r3211, %r3212, %r3214;
+	shfl.sync.up.b32 	%r3201|%p849, %r3199, %r3211, %r3212, %r3214;
+	// begin inline asm
+	mov.b64 %rd2212, {%r3201,%r3202};
+	// end inline asm
+	selp.b64 	%rd2218, 0, %rd2212, %p929;
+	add.s64 	%rd2213, %rd2218, %rd2211;
+	// begin inline asm
+	mov.b64 {%r3203,%r3204}, %rd2213;
+	// end inline asm
+	shfl.sync.up.b32 	%r3206|%p850, %r3204, %r3208, %r3212, %r3214;
+	shfl.sync.up.b32 	%r3205|%p851, %r3203, %r3208, %r3212, %r3214;
+	// begin inline asm
+	mov.b64 %rd2214, {%r3205,%r3206};
+	// end inline asm
+	selp.b64 	%rd2219, 0, %rd2214, %p930;
+	add.s64 	%rd585, %rd2219, %rd2213;
+	@%p835 bra 	$L__BB4_940;
+	st.shared.u64 	[%r3], %rd585;
+$L__BB4_940:
+	setp.eq.s32 	%p852, %r3185, 0;
+	bar.sync 	0;
+	mov.u64 	%rd2522, 0;
+	@%p852 bra 	$L__BB4_942;
+	ld.shared.u64 	%rd2522, [%r2+-8];
+$L__BB4_942:
+	ld.shared.u64 	%rd588, [_ZZ15ws_delta_encodeE3red+56];
+	bar.sync 	0;
+	sub.s64 	%rd2221, %rd582, %rd2184;
+	add.s64 	%rd589, %rd2221, %rd2522;
+	cvt.u32.u64 	%r3216, %rd589;
+	and.b32  	%r3217, %r3216, 65535;
+	add.s32 	%r4009, %r3217, %r3988;
+	and.b32  	%r3218, %r3989, 1;
+	setp.eq.b32 	%p853, %r3218, 1;
+	mov.pred 	%p854, 0;
+	xor.pred  	%p855, %p853, %p854;
+	not.pred 	%p856, %p855;
+	@%p856 bra 	$L__BB4_944;
+	add.s32 	%r734, %r4009, 1;
+	mul.wide.u32 	%rd2222, %r4009, 8;
+	add.s64 	%rd2223, %rd2222, %rd504;
+	add.s64 	%rd2224, %rd481, %rd2223;
+	cvt.u64.u32 	%rd2225, %r3994;
+	cvt.u64.u32 	%rd2226, %r3993;
+	bfi.b64 	%rd2227, %rd2225, %rd2226, 32, 32;
+	st.u64 	[%rd2224], %rd2227;
+	mov.u32 	%r4009, %r734;
+$L__BB4_944:
+	and.b32  	%r3219, %r3989, 2;
+	setp.eq.s32 	%p857, %r3219, 0;
+	@%p857 bra 	$L__BB4_946;
+	mul.wide.u32 	%rd2228, %r4009, 8;
+	add.s64 	%rd2229, %rd2228, %rd504;
+	add.s64 	%rd2230, %rd481, %rd2229;
+	cvt.u64.u32 	%rd2231, %r3996;
+	cvt.u64.u32 	%rd2232, %r3995;
+	bfi.b64 	%rd2233, %rd2231, %rd2232, 32, 32;
+	st.u64 	[%rd2230], %rd2233;
+$L__BB4_946:
+	cvt.u32.u64 	%r3220, %rd588;
+	and.b32  	%r3221, %r3220, 65535;
+	add.s32 	%r736, %r3221, %r3988;
+	shr.u32 	%r3223, %r3216, 16;
+	add.s32 	%r4010, %r3223, %r736;
+	and.b32  	%r3224, %r3990, 1;
+	setp.eq.b32 	%p858, %r3224, 1;
+	mov.pred 	%p859, 0;
+	xor.pred  	%p860, %p858, %p859;
+	not.pred 	%p861, %p860;
+	@%p861 bra 	$L__BB4_948;
+	add.s32 	%r738, %r4010, 1;
+	mul.wide.u32 	%rd2234, %r4010, 8;
+	add.s64 	%rd2235, %rd2234, %rd504;
+	add.s64 	%rd2236, %rd481, %rd2235;
+	cvt.u64.u32 	%rd2237, %r3998;
+	cvt.u64.u32 	%rd2238, %r3997;
+	bfi.b64 	%rd2239, %rd2237, %rd2238, 32, 32;
+	st.u64 	[%rd2236], %rd2239;
+	mov.u32 	%r4010, %r738;
+$L__BB4_948:
+	and.b32  	%r3225, %r3990, 2;
+	setp.eq.s32 	%p862, %r3225, 0;
+	@%p862 bra 	$L__BB4_950;
+	mul.wide.u32 	%rd2240, %r4010, 8;
+	add.s64 	%rd2241, %rd2240, %rd504;
+	add.s64 	%rd2242, %rd481, %rd2241;
+	cvt.u64.u32 	%rd2243, %r4000;
+	cvt.u64.u32 	%rd2244, %r3999;
+	bfi.b64 	%rd2245, %rd2243, %rd2244, 32, 32;
+	st.u64 	[%rd2242], %rd2245;
+$L__BB4_950:
+	shr.u32 	%r3227, %r3220, 16;
+	add.s32 	%r740, %r3227, %r736;
+	shr.u64 	%rd2246, %rd589, 32;
+	cvt.u32.u64 	%r3228, %rd2246;
+	and.b32  	%r3229, %r3228, 65535;
+	add.s32 	%r4011, %r3229, %r740;
+	and.b32  	%r3230, %r3991, 1;
+	setp.eq.b32 	%p863, %r3230, 1;
+	mov.pred 	%p864, 0;
+	xor.pred  	%p865, %p863, %p864;
+	not.pred 	%p866, %p865;
+	@%p866 bra 	$L__BB4_952;
+	add.s32 	%r742, %r4011, 1;
+	mul.wide.u32 	%rd2247, %r4011, 8;
+	add.s64 	%rd2248, %rd2247, %rd504;
+	add.s64 	%rd2249, %rd481, %rd2248;
+	cvt.u64.u32 	%rd2250, %r4002;
+	cvt.u64.u32 	%rd2251, %r4001;
+	bfi.b64 	%rd2252, %rd2250, %rd2251, 32, 32;
+	st.u64 	[%rd2249], %rd2252;
+	mov.u32 	%r4011, %r742;
+$L__BB4_952:
+	and.b32  	%r3231, %r3991, 2;
+	setp.eq.s32 	%p867, %r3231, 0;
+	@%p867 bra 	$L__BB4_954;
+	mul.wide.u32 	%rd2253, %r4011, 8;
+	add.s64 	%rd2254, %rd2253, %rd504;
+	add.s64 	%rd2255, %rd481, %rd2254;
+	cvt.u64.u32 	%rd2256, %r4004;
+	cvt.u64.u32 	%rd2257, %r4003;
+	bfi.b64 	%rd2258, %rd2256, %rd2257, 32, 32;
+	st.u64 	[%rd2255], %rd2258;
+$L__BB4_954:
+	shr.u64 	%rd2259, %rd588, 32;
+	cvt.u32.u64 	%r3232, %rd2259;
+	and.b32  	%r3233, %r3232, 65535;
+	add.s32 	%r744, %r3233, %r740;
+	shr.u64 	%rd2260, %rd589, 48;
+	cvt.u32.u64 	%r3234, %rd2260;
+	add.s32 	%r4012, %r744, %r3234;
+	and.b32  	%r3235, %r3992, 1;
+	setp.eq.b32 	%p868, %r3235, 1;
+	mov.pred 	%p869, 0;
+	xor.pred  	%p870, %p868, %p869;
+	not.pred 	%p871, %p870;
+	@%p871 bra 	$L__BB4_956;
+	add.s32 	%r746, %r4012, 1;
+	mul.wide.u32 	%rd2261, %r4012, 8;
+	add.s64 	%rd2262, %rd2261, %rd504;
+	add.s64 	%rd2263, %rd481, %rd2262;
+	cvt.u64.u32 	%rd2264, %r4006;
+	cvt.u64.u32 	%rd2265, %r4005;
+	bfi.b64 	%rd2266, %rd2264, %rd2265, 32, 32;
+	st.u64 	[%rd2263], %rd2266;
+	mov.u32 	%r4012, %r746;
+$L__BB4_956:
+	and.b32  	%r3236, %r3992, 2;
+	setp.eq.s32 	%p872, %r3236, 0;
+	@%p872 bra 	$L__BB4_958;
+	mul.wide.u32 	%rd2267, %r4012, 8;
+	add.s64 	%rd2268, %rd2267, %rd504;
+	add.s64 	%rd2269, %rd481, %rd2268;
+	cvt.u64.u32 	%rd2270, %r4008;
+	cvt.u64.u32 	%rd2271, %r4007;
+	bfi.b64 	%rd2272, %rd2270, %rd2271, 32, 32;
+	st.u64 	[%rd2269], %rd2272;
+$L__BB4_958:
+	shr.u64 	%rd2273, %rd588, 48;
+	cvt.u32.u64 	%r3237, %rd2273;
+	add.s32 	%r3988, %r744, %r3237;
+	add.s64 	%rd2520, %rd2520, 1024;
+	setp.lt.u64 	%p873, %rd2520, %rd530;
+	@%p873 bra 	$L__BB4_917;
+	bra.uni 	$L__BB4_1015;
+$L__BB4_547:
+	ld.param.u32 	%r3670, [%rd1+12];
+	cvt.u64.u32 	%rd2352, %r3670;
+	ld.param.u64 	%rd2351, [%rd1+-72];
+	cvta.to.global.u64 	%rd2350, %rd2351;
+	ld.param.u64 	%rd2349, [%rd1+-32];
+	cvta.to.global.u64 	%rd2348, %rd2349;
+	ld.param.u64 	%rd2347, [%rd1+-24];
+	cvta.to.global.u64 	%rd2346, %rd2347;
+	ld.param.u64 	%rd2345, [%rd1+-48];
+	cvta.to.global.u64 	%rd2344, %rd2345;
+	ld.param.u64 	%rd2343, [%rd1+-80];
+	cvta.to.global.u64 	%rd2342, %rd2343;
+	ld.param.u64 	%rd2341, [%rd1+-64];
+	cvta.to.global.u64 	%rd2340, %rd2341;
+	ld.param.u64 	%rd2339, [%rd1+-56];
+	cvta.to.global.u64 	%rd2338, %rd2339;
+	shl.b64 	%rd2337, %rd2410, 8;
+	shl.b32 	%r2395, %r3816, 2;
+	mov.u32 	%r2396, _ZZ15ws_delta_encodeE4coop;
+	add.s32 	%r2397, %r2396, %r2395;
+	ld.shared.u32 	%rd1490, [%r2397];
+	add.s64 	%rd474, %rd2337, %rd1490;
+	shl.b64 	%rd1491, %rd474, 2;
+	add.s64 	%rd1492, %rd2338, %rd1491;
+	ld.global.u32 	%r2398, [%rd1492];
+	mul.wide.u32 	%rd1493, %r2398, 8;
+	add.s64 	%rd1494, %rd2340, %rd1493;
+	mul.wide.u32 	%rd1495, %r2398, 40;
+	add.s64 	%rd1496, %rd2342, %rd1495;
+	ld.global.v2.u32 	{%r2399, %r2400}, [%rd1496+32];
+	ld.global.u64 	%rd1497, [%rd1496+24];
+	sub.s64 	%rd1498, %rd474, %rd1497;
+	mul.lo.s64 	%rd1499, %rd1498, %rd2352;
+	ld.global.u64 	%rd1500, [%rd1496+16];
+	sub.s64 	%rd1501, %rd1500, %rd1499;
+	min.u64 	%rd475, %rd1501, %rd2352;
+	add.s64 	%rd1502, %rd2344, %rd1491;
+	mul.wide.u32 	%rd476, %r2399, 16;
+	shr.u64 	%rd1503, %rd474, 8;
+	and.b64  	%rd1504, %rd1503, 72057594037927928;
+	add.s64 	%rd1505, %rd2346, %rd1504;
+	ld.global.u64 	%rd477, [%rd1505];
+	add.s64 	%rd1506, %rd476, %rd477;
+	add.s64 	%rd1507, %rd2348, %rd1491;
+	ld.global.u32 	%rd478, [%rd1507];
+	add.s64 	%rd1508, %rd1506, %rd478;
+	add.s64 	%rd1509, %rd1508, 32;
+	mul.wide.u32 	%rd1510, %r2398, 16;
+	add.s64 	%rd1511, %rd2350, %rd1510;
+	ld.global.u64 	%rd479, [%rd1511+8];
+	sub.s64 	%rd480, %rd1509, %rd479;
+	ld.global.u64 	%rd481, [%rd1494];
+	cvt.u64.u32 	%rd482, %r2400;
+	mul.lo.s64 	%rd483, %rd1499, %rd482;
+	ld.global.u64 	%rd484, [%rd1496];
+	ld.global.u32 	%rd485, [%rd1502];
+	setp.eq.s64 	%p456, %rd485, 0;
+	mov.u16 	%rs65, 0;
+	@%p456 bra 	$L__BB4_550;
+	mul.lo.s64 	%rd1512, %rd475, %rd482;
+	add.s64 	%rd1513, %rd1512, 7;
+	and.b64  	%rd1514, %rd1513, -8;
+	add.s64 	%rd1515, %rd475, 31;
+	shr.u64 	%rd1516, %rd1515, 3;
+	and.b64  	%rd1517, %rd1516, 1073741820;
+	add.s64 	%rd1518, %rd1517, 7;
+	and.b64  	%rd1519, %rd1518, 2147483640;
+	mul.lo.s64 	%rd1520, %rd485, %rd482;
+	add.s64 	%rd1521, %rd1520, 7;
+	and.b64  	%rd1522, %rd1521, -8;
+	add.s64 	%rd486, %rd1519, %rd1522;
+	shl.b64 	%rd1523, %rd485, 1;
+	add.s64 	%rd1524, %rd1523, 7;
+	and.b64  	%rd1525, %rd1524, 17179869176;
+	add.s64 	%rd487, %rd1522, %rd1525;
+	setp.le.u64 	%p457, %rd1514, %rd486;
+	setp.le.u64 	%p458, %rd1514, %rd487;
+	and.pred  	%p459, %p458, %p457;
+	mov.u16 	%rs65, 1;
+	@%p459 bra 	$L__BB4_550;
+	setp.gt.u64 	%p460, %rd486, %rd487;
+	selp.b16 	%rs65, 3, 2, %p460;
+$L__BB4_550:
+	add.s64 	%rd488, %rd481, %rd480;
+	add.s64 	%rd489, %rd484, %rd483;
+	setp.eq.s16 	%p461, %rs65, 1;
+	@%p461 bra 	$L__BB4_959;
+	bra.uni 	$L__BB4_551;
+$L__BB4_959:
+	mul.lo.s64 	%rd591, %rd475, %rd482;
+	or.b64  	%rd592, %rd488, %rd489;
+	and.b64  	%rd2274, %rd592, 15;
+	setp.eq.s64 	%p874, %rd2274, 0;
+	@%p874 bra 	$L__BB4_977;
+	and.b64  	%rd2276, %rd592, 7;
+	setp.ne.s64 	%p875, %rd2276, 0;
+	mov.u64 	%rd2539, 0;
+	@%p875 bra 	$L__BB4_993;
+	shr.u64 	%rd593, %rd591, 3;
+	add.s64 	%rd2523, %rd4, 768;
+	setp.ge.u64 	%p876, %rd2523, %rd593;
+	mov.u64 	%rd2525, %rd4;
+	@%p876 bra 	$L__BB4_969;
+	mov.u64 	%rd2279, -769;
+	sub.s64 	%rd2280, %rd2279, %rd4;
+	add.s64 	%rd594, %rd2280, %rd593;
+	shr.u64 	%rd2281, %rd594, 10;
+	add.s64 	%rd2282, %rd2281, 1;
+	and.b64  	%rd595, %rd2282, 3;
+	setp.eq.s64 	%p877, %rd595, 0;
+	mov.u64 	%rd2525, %rd4;
+	@%p877 bra 	$L__BB4_966;
+	shl.b64 	%rd2283, %rd4, 3;
+	add.s64 	%rd2284, %rd489, %rd2283;
+	add.s64 	%rd597, %rd2284, 2048;
+	ld.v2.u32 	{%r3238, %r3239}, [%rd2284+2048];
+	ld.v2.u32 	{%r3242, %r3243}, [%rd2284+4096];
+	ld.v2.u32 	{%r3246, %r3247}, [%rd2284+6144];
+	ld.v2.u32 	{%r3250, %r3251}, [%rd2284];
+	add.s64 	%rd598, %rd488, %rd2283;
+	st.v2.u32 	[%rd598], {%r3250, %r3251};
+	st.v2.u32 	[%rd598+2048], {%r3238, %r3239};
+	st.v2.u32 	[%rd598+4096], {%r3242, %r3243};
+	st.v2.u32 	[%rd598+6144], {%r3246, %r3247};
+	add.s64 	%rd2523, %rd4, 1792;
+	add.s64 	%rd2525, %rd4, 1024;
+	setp.eq.s64 	%p878, %rd595, 1;
+	@%p878 bra 	$L__BB4_966;
+	ld.v2.u32 	{%r3254, %r3255}, [%rd597+8192];
+	ld.v2.u32 	{%r3258, %r3259}, [%rd597+10240];
+	ld.v2.u32 	{%r3262, %r3263}, [%rd597+12288];
+	ld.v2.u32 	{%r3266, %r3267}, [%rd597+6144];
+	st.v2.u32 	[%rd598+8192], {%r3266, %r3267};
+	st.v2.u32 	[%rd598+10240], {%r3254, %r3255};
+	st.v2.u32 	[%rd598+12288], {%r3258, %r3259};
+	st.v2.u32 	[%rd598+14336], {%r3262, %r3263};
+	add.s64 	%rd2523, %rd4, 2816;
+	add.s64 	%rd2525, %rd4, 2048;
+	setp.eq.s64 	%p879, %rd595, 2;
+	@%p879 bra 	$L__BB4_966;
+	ld.v2.u32 	{%r3270, %r3271}, [%rd597+16384];
+	ld.v2.u32 	{%r3274, %r3275}, [%rd597+18432];
+	ld.v2.u32 	{%r3278, %r3279}, [%rd597+20480];
+	ld.v2.u32 	{%r3282, %r3283}, [%rd597+14336];
+	st.v2.u32 	[%rd598+16384], {%r3282, %r3283};
+	st.v2.u32 	[%rd598+18432], {%r3270, %r3271};
+	st.v2.u32 	[%rd598+20480], {%r3274, %r3275};
+	st.v2.u32 	[%rd598+22528], {%r3278, %r3279};
+	add.s64 	%rd2523, %rd4, 3840;
+	add.s64 	%rd2525, %rd4, 3072;
+$L__BB4_966:
+	setp.lt.u64 	%p880, %rd594, 3072;
+	@%p880 bra 	$L__BB4_969;
+	mov.u64 	%rd2527, %rd2525;
+$L__BB4_968:
+	shl.b64 	%rd2285, %rd2527, 3;
+	add.s64 	%rd2286, %rd489, %rd2285;
+	ld.v2.u32 	{%r3286, %r3287}, [%rd2286+2048];
+	ld.v2.u32 	{%r3290, %r3291}, [%rd2286+4096];
+	shl.b64 	%rd2287, %rd2523, 3;
+	add.s64 	%rd2288, %rd489, %rd2287;
+	ld.v2.u32 	{%r3294, %r3295}, [%rd2288];
+	ld.v2.u32 	{%r3298, %r3299}, [%rd2286];
+	add.s64 	%rd2289, %rd488, %rd2285;
+	st.v2.u32 	[%rd2289], {%r3298, %r3299};
+	st.v2.u32 	[%rd2289+2048], {%r3286, %r3287};
+	st.v2.u32 	[%rd2289+4096], {%r3290, %r3291};
+	add.s64 	%rd2290, %rd488, %rd2287;
+	st.v2.u32 	[%rd2290], {%r3294, %r3295};
+	ld.v2.u32 	{%r3302, %r3303}, [%rd2286+10240];
+	ld.v2.u32 	{%r3306, %r3307}, [%rd2286+12288];
+	ld.v2.u32 	{%r3310, %r3311}, [%rd2286+14336];
+	ld.v2.u32 	{%r3314, %r3315}, [%rd2286+8192];
+	st.v2.u32 	[%rd2289+8192], {%r3314, %r3315};
+	st.v2.u32 	[%rd2289+10240], {%r3302, %r3303};
+	st.v2.u32 	[%rd2289+12288], {%r3306, %r3307};
+	st.v2.u32 	[%rd2289+14336], {%r3310, %r3311};
+	ld.v2.u32 	{%r3318, %r3319}, [%rd2286+18432];
+	ld.v2.u32 	{%r3322, %r3323}, [%rd2286+20480];
+	ld.v2.u32 	{%r3326, %r3327}, [%rd2286+22528];
+	ld.v2.u32 	{%r3330, %r3331}, [%rd2286+16384];
+	st.v2.u32 	[%rd2289+16384], {%r3330, %r3331};
+	st.v2.u32 	[%rd2289+18432], {%r3318, %r3319};
+	st.v2.u32 	[%rd2289+20480], {%r3322, %r3323};
+	st.v2.u32 	[%rd2289+22528], {%r3326, %r3327};
+	ld.v2.u32 	{%r3334, %r3335}, [%rd2286+26624];
+	ld.v2.u32 	{%r3338, %r3339}, [%rd2286+28672];
+	ld.v2.u32 	{%r3342, %r3343}, [%rd2286+30720];
+	ld.v2.u32 	{%r3346, %r3347}, [%rd2286+24576];
+	st.v2.u32 	[%rd2289+24576], {%r3346, %r3347};
+	st.v2.u32 	[%rd2289+26624], {%r3334, %r3335};
+	st.v2.u32 	[%rd2289+28672], {%r3338, %r3339};
+	st.v2.u32 	[%rd2289+30720], {%r3342, %r3343};
+	add.s64 	%rd2525, %rd2527, 4096;
+	add.s64 	%rd2523, %rd2527, 4864;
+	setp.lt.u64 	%p881, %rd2523, %rd593;
+	mov.u64 	%rd2527, %rd2525;
+	@%p881 bra 	$L__BB4_968;
+$L__BB4_969:
+	setp.ge.u64 	%p882, %rd2525, %rd593;
+	@%p882 bra 	$L__BB4_976;
+	not.b64 	%rd2291, %rd2525;
+	add.s64 	%rd613, %rd593, %rd2291;
+	shr.u64 	%rd2292, %rd613, 8;
+	add.s64 	%rd2293, %rd2292, 1;
+	and.b64  	%rd614, %rd2293, 3;
+	setp.eq.s64 	%p883, %rd614, 0;
+	mov.u64 	%rd2529, %rd2525;
+	@%p883 bra 	$L__BB4_974;
+	shl.b64 	%rd2294, %rd2525, 3;
+	add.s64 	%rd615, %rd489, %rd2294;
+	ld.v2.u32 	{%r3350, %r3351}, [%rd615];
+	add.s64 	%rd616, %rd488, %rd2294;
+	st.v2.u32 	[%rd616], {%r3350, %r3351};
+	add.s64 	%rd2529, %rd2525, 256;
+	setp.eq.s64 	%p884, %rd614, 1;
+	@%p884 bra 	$L__BB4_974;
+	ld.v2.u32 	{%r3354, %r3355}, [%rd615+2048];
+	st.v2.u32 	[%rd616+2048], {%r3354, %r3355};
+	add.s64 	%rd2529, %rd2525, 512;
+	setp.eq.s64 	%p885, %rd614, 2;
+	@%p885 bra 	$L__BB4_974;
+	ld.v2.u32 	{%r3358, %r3359}, [%rd615+4096];
+	st.v2.u32 	[%rd616+4096], {%r3358, %r3359};
+	add.s64 	%rd2529, %rd2525, 768;
+$L__BB4_974:
+	setp.lt.u64 	%p886, %rd613, 768;
+	@%p886 bra 	$L__BB4_976;
+$L__BB4_975:
+	shl.b64 	%rd2295, %rd2529, 3;
+	add.s64 	%rd2296, %rd489, %rd2295;
+	ld.v2.u32 	{%r3362, %r3363}, [%rd2296];
+	add.s64 	%rd2297, %rd488, %rd2295;
+	st.v2.u32 	[%rd2297], {%r3362, %r3363};
+	ld.v2.u32 	{%r3366, %r3367}, [%rd2296+2048];
+	st.v2.u32 	[%rd2297+2048], {%r3366, %r3367};
+	ld.v2.u32 	{%r3370, %r3371}, [%rd2296+4096];
+	st.v2.u32 	[%rd2297+4096], {%r3370, %r3371};
+	ld.v2.u32 	{%r3374, %r3375}, [%rd2296+6144];
+	st.v2.u32 	[%rd2297+6144], {%r3374, %r3375};
+	add.s64 	%rd2529, %rd2529, 1024;
+	setp.lt.u64 	%p887, %rd2529, %rd593;
+	@%p887 bra 	$L__BB4_975;
+$L__BB4_976:
+	and.b64  	%rd2539, %rd591, -8;
+	bra.uni 	$L__BB4_993;
+$L__BB4_551:
+	ld.param.u32 	%r3672, [%rd1+12];
+	shr.u32 	%r3671, %r3672, 5;
+	cvt.u64.u32 	%rd2353, %r3671;
+	setp.ne.s32 	%p915, %r767, 0;
+	mul.lo.s64 	%rd490, %rd474, %rd2353;
+	add.s64 	%rd1526, %rd475, 31;
+	shr.u64 	%rd491, %rd1526, 5;
+	and.b64  	%rd1527, %rd1526, 32;
+	setp.eq.s64 	%p463, %rd1527, 0;
+	or.pred  	%p464, %p915, %p463;
+	@%p464 bra 	$L__BB4_553;
+	shl.b64 	%rd1528, %rd491, 2;
+	add.s64 	%rd1529, %rd488, %rd1528;
+	mov.u32 	%r2403, 0;
+	st.u32 	[%rd1529], %r2403;
+$L__BB4_553:
+	setp.le.u64 	%p465, %rd491, %rd4;
+	@%p465 bra 	$L__BB4_561;
+	add.s64 	%rd1530, %rd475, -1;
+	shr.u64 	%rd492, %rd1530, 5;
+	and.b64  	%rd493, %rd475, 31;
+	cvt.u32.u64 	%r2404, %rd493;
+	mov.u32 	%r2405, -1;
+	shl.b32 	%r2406, %r2405, %r2404;
+	not.b32 	%r291, %r2406;
+	not.b64 	%rd1531, %rd4;
+	add.s64 	%rd494, %rd491, %rd1531;
+	shr.u64 	%rd1532, %rd494, 8;
+	add.s64 	%rd1533, %rd1532, 1;
+	and.b64  	%rd495, %rd1533, 3;
+	setp.eq.s64 	%p466, %rd495, 0;
+	mov.u64 	%rd2504, %rd4;
+	@%p466 bra 	$L__BB4_558;
+	add.s64 	%rd1534, %rd490, %rd4;
+	shl.b64 	%rd1535, %rd1534, 2;
+	add.s64 	%rd496, %rd471, %rd1535;
+	setp.ne.s64 	%p5, %rd493, 0;
+	setp.eq.s64 	%p467, %rd492, %rd4;
+	and.pred  	%p468, %p467, %p5;
+	selp.b32 	%r2407, %r291, -1, %p468;
+	ld.global.u32 	%r2408, [%rd496];
+	and.b32  	%r2409, %r2408, %r2407;
+	shl.b64 	%rd1536, %rd4, 2;
+	add.s64 	%rd497, %rd488, %rd1536;
+	st.u32 	[%rd497], %r2409;
+	add.s64 	%rd2504, %rd4, 256;
+	setp.eq.s64 	%p469, %rd495, 1;
+	@%p469 bra 	$L__BB4_558;
+	add.s64 	%rd1537, %rd4, 256;
+	setp.eq.s64 	%p470, %rd492, %rd1537;
+	and.pred  	%p471, %p470, %p5;
+	selp.b32 	%r2410, %r291, -1, %p471;
+	ld.global.u32 	%r2411, [%rd496+1024];
+	and.b32  	%r2412, %r2411, %r2410;
+	st.u32 	[%rd497+1024], %r2412;
+	add.s64 	%rd2504, %rd4, 512;
+	setp.eq.s64 	%p472, %rd495, 2;
+	@%p472 bra 	$L__BB4_558;
+	add.s64 	%rd1538, %rd4, 512;
+	setp.eq.s64 	%p473, %rd492, %rd1538;
+	and.pred  	%p474, %p473, %p5;
+	selp.b32 	%r2413, %r291, -1, %p474;
+	ld.global.u32 	%r2414, [%rd496+2048];
+	and.b32  	%r2415, %r2414, %r2413;
+	st.u32 	[%rd497+2048], %r2415;
+	add.s64 	%rd2504, %rd4, 768;
+$L__BB4_558:
+	setp.lt.u64 	%p475, %rd494, 768;
+	@%p475 bra 	$L__BB4_561;
+	setp.ne.s64 	%p6, %rd493, 0;
+$L__BB4_560:
+	add.s64 	%rd1539, %rd2504, %rd490;
+	shl.b64 	%rd1540, %rd1539, 2;
+	add.s64 	%rd1541, %rd471, %rd1540;
+	setp.eq.s64 	%p476, %rd492, %rd2504;
+	and.pred  	%p477, %p476, %p6;
+	selp.b32 	%r2416, %r291, -1, %p477;
+	ld.global.u32 	%r2417, [%rd1541];
+	and.b32  	%r2418, %r2417, %r2416;
+	shl.b64 	%rd1542, %rd2504, 2;
+	add.s64 	%rd1543, %rd488, %rd1542;
+	st.u32 	[%rd1543], %r2418;
+	add.s64 	%rd1544, %rd2504, 256;
+	setp.eq.s64 	%p478, %rd492, %rd1544;
+	and.pred  	%p479, %p478, %p6;
+	selp.b32 	%r2419, %r291, -1, %p479;
+	ld.global.u32 	%r2420, [%rd1541+1024];
+	and.b32  	%r2421, %r2420, %r2419;
+	st.u32 	[%rd1543+1024], %r2421;
+	add.s64 	%rd1545, %rd2504, 512;
+	setp.eq.s64 	%p480, %rd492, %rd1545;
+	and.pred  	%p481, %p480, %p6;
+	selp.b32 	%r2422, %r291, -1, %p481;
+	ld.global.u32 	%r2423, [%rd1541+2048];
+	and.b32  	%r2424, %r2423, %r2422;
+	st.u32 	[%rd1543+2048], %r2424;
+	add.s64 	%rd1546, %rd2504, 768;
+	setp.eq.s64 	%p482, %rd492, %rd1546;
+	and.pred  	%p483, %p482, %p6;
+	selp.b32 	%r2425, %r291, -1, %p483;
+	ld.global.u32 	%r2426, [%rd1541+3072];
+	and.b32  	%r2427, %r2426, %r2425;
+	st.u32 	[%rd1543+3072], %r2427;
+	add.s64 	%rd2504, %rd2504, 1024;
+	setp.lt.u64 	%p484, %rd2504, %rd491;
+	@%p484 bra 	$L__BB4_560;
+$L__BB4_561:
+	shl.b64 	%rd1547, %rd491, 2;
+	add.s64 	%rd1548, %rd1547, 7;
+	and.b64  	%rd1549, %rd1548, 2147483640;
+	add.s64 	%rd504, %rd1549, %rd480;
+	mul.lo.s64 	%rd505, %rd485, %rd482;
+	add.s64 	%rd1550, %rd505, 7;
+	and.b64  	%rd1551, %rd1550, -8;
+	sub.s64 	%rd1552, %rd1551, %rd505;
+	setp.le.u64 	%p485, %rd1552, %rd4;
+	@%p485 bra 	$L__BB4_563;
+	add.s64 	%rd1553, %rd505, %rd4;
+	add.s64 	%rd1554, %rd1553, %rd504;
+	add.s64 	%rd1555, %rd481, %rd1554;
+	mov.u16 	%rs51, 0;
+	st.u8 	[%rd1555], %rs51;
+$L__BB4_563:
+	and.b64  	%rd1556, %rd489, 15;
+	and.b64  	%rd506, %rd475, 31;
+	or.b64  	%rd1557, %rd1556, %rd506;
+	setp.eq.s64 	%p486, %rd1557, 0;
+	@%p486 bra 	$L__BB4_604;
+	setp.eq.s64 	%p487, %rd491, 0;
+	@%p487 bra 	$L__BB4_1015;
+	cvt.u32.u64 	%r2429, %rd482;
+	add.s64 	%rd1559, %rd475, -1;
+	shr.u64 	%rd507, %rd1559, 5;
+	cvt.u32.u64 	%r2430, %rd506;
+	mov.u32 	%r2431, -1;
+	shl.b32 	%r2432, %r2431, %r2430;
+	not.b32 	%r292, %r2432;
+	add.s32 	%r2433, %r2429, -1;
+	cvt.u64.u32 	%rd508, %r2433;
+	and.b32  	%r293, %r2429, 3;
+	sub.s32 	%r294, %r2429, %r293;
+	mov.u32 	%r2436, 1;
+	shl.b32 	%r295, %r2436, %r768;
+	mov.u32 	%r2428, 0;
+	mov.u64 	%rd2506, 0;
+	mov.u32 	%r3817, %r2428;
+$L__BB4_566:
+	add.s64 	%rd510, %rd2506, %rd6;
+	setp.ge.u64 	%p488, %rd510, %rd491;
+	mov.u32 	%r3818, %r2428;
+	@%p488 bra 	$L__BB4_568;
+	setp.eq.s64 	%p489, %rd506, 0;
+	add.s64 	%rd1560, %rd510, %rd490;
+	shl.b64 	%rd1561, %rd1560, 2;
+	add.s64 	%rd1562, %rd471, %rd1561;
+	setp.ne.s64 	%p490, %rd507, %rd510;
+	or.pred  	%p491, %p489, %p490;
+	selp.b32 	%r2438, -1, %r292, %p491;
+	ld.global.u32 	%r2439, [%rd1562];
+	and.b32  	%r3818, %r2439, %r2438;
+$L__BB4_568:
+	cvt.u32.u64 	%r2440, %rd5;
+	setp.ne.s32 	%p492, %r2440, 0;
+	@%p492 bra 	$L__BB4_570;
+	popc.b32 	%r2441, %r3818;
+	shr.u32 	%r2443, %r767, 3;
+	and.b32  	%r2444, %r2443, 536870908;
+	mov.u32 	%r2445, _ZZ15ws_delta_encodeE4wred;
+	add.s32 	%r2446, %r2445, %r2444;
+	st.shared.u32 	[%r2446], %r2441;
+$L__BB4_570:
+	cvt.u32.u64 	%r2447, %rd6;
+	setp.eq.s32 	%p493, %r2447, 0;
+	bar.sync 	0;
+	ld.shared.u32 	%r2448, [_ZZ15ws_delta_encodeE4wred];
+	selp.b32 	%r2449, 0, %r2448, %p493;
+	ld.shared.u32 	%r2450, [_ZZ15ws_delta_encodeE4wred+4];
+	setp.gt.u32 	%p494, %r767, 63;
+	selp.b32 	%r2451, %r2450, 0, %p494;
+	add.s32 	%r2452, %r2451, %r2449;
+	add.s32 	%r2453, %r2450, %r2448;
+	ld.shared.u32 	%r2454, [_ZZ15ws_delta_encodeE4wred+8];
+	setp.gt.u32 	%p495, %r767, 95;
+	selp.b32 	%r2455, %r2454, 0, %p495;
+	add.s32 	%r2456, %r2455, %r2452;
+	add.s32 	%r2457, %r2454, %r2453;
+	ld.shared.u32 	%r2458, [_ZZ15ws_delta_encodeE4wred+12];
+	setp.gt.u32 	%p496, %r767, 127;
+	selp.b32 	%r2459, %r2458, 0, %p496;
+	add.s32 	%r2460, %r2459, %r2456;
+	add.s32 	%r2461, %r2458, %r2457;
+	ld.shared.u32 	%r2462, [_ZZ15ws_delta_encodeE4wred+16];
+	setp.gt.u32 	%p497, %r767, 159;
+	selp.b32 	%r2463, %r2462, 0, %p497;
+	add.s32 	%r2464, %r2463, %r2460;
+	add.s32 	%r2465, %r2462, %r2461;
+	ld.shared.u32 	%r2466, [_ZZ15ws_delta_encodeE4wred+20];
+	setp.gt.u32 	%p498, %r767, 191;
+	selp.b32 	%r2467, %r2466, 0, %p498;
+	add.s32 	%r2468, %r2467, %r2464;
+	add.s32 	%r2469, %r2466, %r2465;
+	ld.shared.u32 	%r2470, [_ZZ15ws_delta_encodeE4wred+24];
+	setp.gt.u32 	%p499, %r767, 223;
+	selp.b32 	%r2471, %r2470, 0, %p499;
+	add.s32 	%r2472, %r2471, %r2468;
+	add.s32 	%r2473, %r2470, %r2469;
+	ld.shared.u32 	%r2474, [_ZZ15ws_delta_encodeE4wred+28];
+	setp.gt.u32 	%p500, %r767, 255;
+	selp.b32 	%r2475, %r2474, 0, %p500;
+	add.s32 	%r299, %r2475, %r2472;
+	add.s32 	%r300, %r2474, %r2473;
+	bar.sync 	0;
+	and.b32  	%r2476, %r3818, %r295;
+	setp.eq.s32 	%p501, %r2476, 0;
+	@%p501 bra 	$L__BB4_603;
+	shl.b64 	%rd1563, %rd510, 5;
+	or.b64  	%rd1564, %rd1563, %rd5;
+	mov.u32 	%r2479, -1;
+	shl.b32 	%r2480, %r2479, %r768;
+	not.b32 	%r2481, %r2480;
+	and.b32  	%r2482, %r3818, %r2481;
+	popc.b32 	%r2483, %r2482;
+	add.s32 	%r2484, %r2483, %r3817;
+	add.s32 	%r301, %r2484, %r299;
+	mul.lo.s64 	%rd1565, %rd1564, %rd482;
+	add.s64 	%rd511, %rd489, %rd1565;
+	and.b64  	%rd1566, %rd511, %rd508;
+	setp.eq.s64 	%p502, %rd1566, 0;
+	@%p502 bra 	$L__BB4_580;
+	setp.eq.s32 	%p503, %r2429, 0;
+	mov.u64 	%rd2510, 0;
+	@%p503 bra 	$L__BB4_587;
+	cvt.u32.u64 	%r2487, %rd508;
+	setp.lt.u32 	%p504, %r2487, 3;
+	mov.u64 	%rd2510, 0;
+	mov.u32 	%r3821, 0;
+	@%p504 bra 	$L__BB4_576;
+	mov.u64 	%rd2510, 0;
+	mov.u32 	%r3821, 0;
+	mov.u32 	%r3820, %r294;
+$L__BB4_575:
+	cvt.u64.u32 	%rd1571, %r3821;
+	add.s64 	%rd1572, %rd511, %rd1571;
+	ld.u8 	%rd1573, [%rd1572];
+	shl.b32 	%r2489, %r3821, 3;
+	shl.b64 	%rd1574, %rd1573, %r2489;
+	or.b64  	%rd1575, %rd1574, %rd2510;
+	ld.u8 	%rd1576, [%rd1572+1];
+	add.s32 	%r2490, %r2489, 8;
+	shl.b64 	%rd1577, %rd1576, %r2490;
+	or.b64  	%rd1578, %rd1577, %rd1575;
+	ld.u8 	%rd1579, [%rd1572+2];
+	add.s32 	%r2491, %r2489, 16;
+	shl.b64 	%rd1580, %rd1579, %r2491;
+	or.b64  	%rd1581, %rd1580, %rd1578;
+	ld.u8 	%rd1582, [%rd1572+3];
+	add.s32 	%r2492, %r2489, 24;
+	shl.b64 	%rd1583, %rd1582, %r2492;
+	or.b64  	%rd2510, %rd1583, %rd1581;
+	add.s32 	%r3821, %r3821, 4;
+	add.s32 	%r3820, %r3820, -4;
+	setp.ne.s32 	%p505, %r3820, 0;
+	@%p505 bra 	$L__BB4_575;
+$L__BB4_576:
+	setp.eq.s32 	%p506, %r293, 0;
+	@%p506 bra 	$L__BB4_587;
+	setp.eq.s32 	%p507, %r293, 1;
+	cvt.u64.u32 	%rd1584, %r3821;
+	add.s64 	%rd516, %rd511, %rd1584;
+	ld.u8 	%rd1585, [%rd516];
+	shl.b32 	%r2493, %r3821, 3;
+	shl.b64 	%rd1586, %rd1585, %r2493;
+	or.b64  	%rd2510, %rd1586, %rd2510;
+	@%p507 bra 	$L__BB4_587;
+	setp.eq.s32 	%p508, %r293, 2;
+	ld.u8 	%rd1587, [%rd516+1];
+	add.s32 	%r2495, %r2493, 8;
+	shl.b64 	%rd1588, %rd1587, %r2495;
+	or.b64  	%rd2510, %rd1588, %rd2510;
+	@%p508 bra 	$L__BB4_587;
+	ld.u8 	%rd1589, [%rd516+2];
+	add.s32 	%r2497, %r2493, 16;
+	shl.b64 	%rd1590, %rd1589, %r2497;
+	or.b64  	%rd2510, %rd1590, %rd2510;
+	bra.uni 	$L__BB4_587;
+$L__BB4_580:
+	setp.eq.s32 	%p509, %r2429, 1;
+	@%p509 bra 	$L__BB4_585;
+	setp.eq.s32 	%p510, %r2429, 2;
+	@%p510 bra 	$L__BB4_584;
+	setp.ne.s32 	%p511, %r2429, 4;
+	@%p511 bra 	$L__BB4_586;
+	ld.u32 	%rd2510, [%rd511];
+	bra.uni 	$L__BB4_587;
+$L__BB4_585:
+	ld.u8 	%rd2510, [%rd511];
+	bra.uni 	$L__BB4_587;
+$L__BB4_584:
+	ld.u16 	%rd2510, [%rd511];
+	bra.uni 	$L__BB4_587;
+$L__BB4_586:
+	ld.u64 	%rd2510, [%rd511];
+$L__BB4_587:
+	cvt.u64.u32 	%rd1591, %r301;
+	mul.lo.s64 	%rd1592, %rd1591, %rd482;
+	add.s64 	%rd1593, %rd1592, %rd504;
+	add.s64 	%rd526, %rd481, %rd1593;
+	and.b64  	%rd1594, %rd526, %rd508;
+	setp.eq.s64 	%p512, %rd1594, 0;
+	@%p512 bra 	$L__BB4_596;
+	setp.eq.s32 	%p513, %r2429, 0;
+	@%p513 bra 	$L__BB4_603;
+	cvt.u32.u64 	%r2501, %rd508;
+	setp.lt.u32 	%p514, %r2501, 3;
+	mov.u32 	%r3824, 0;
+	@%p514 bra 	$L__BB4_592;
+	mov.u32 	%r3824, 0;
+	mov.u32 	%r3823, %r294;
+$L__BB4_591:
+	shl.b32 	%r2503, %r3824, 3;
+	shr.u64 	%rd1595, %rd2510, %r2503;
+	cvt.u64.u32 	%rd1596, %r3824;
+	add.s64 	%rd1597, %rd526, %rd1596;
+	st.u8 	[%rd1597], %rd1595;
+	add.s32 	%r2504, %r2503, 8;
+	shr.u64 	%rd1598, %rd2510, %r2504;
+	st.u8 	[%rd1597+1], %rd1598;
+	add.s32 	%r2505, %r2503, 16;
+	shr.u64 	%rd1599, %rd2510, %r2505;
+	st.u8 	[%rd1597+2], %rd1599;
+	add.s32 	%r2506, %r2503, 24;
+	shr.u64 	%rd1600, %rd2510, %r2506;
+	st.u8 	[%rd1597+3], %rd1600;
+	add.s32 	%r3824, %r3824, 4;
+	add.s32 	%r3823, %r3823, -4;
+	setp.ne.s32 	%p515, %r3823, 0;
+	@%p515 bra 	$L__BB4_591;
+$L__BB4_592:
+	setp.eq.s32 	%p516, %r293, 0;
+	@%p516 bra 	$L__BB4_603;
+	setp.eq.s32 	%p517, %r293, 1;
+	shl.b32 	%r2507, %r3824, 3;
+	shr.u64 	%rd1601, %rd2510, %r2507;
+	cvt.u64.u32 	%rd1602, %r3824;
+	add.s64 	%rd527, %rd526, %rd1602;
+	st.u8 	[%rd527], %rd1601;
+	@%p517 bra 	$L__BB4_603;
+	setp.eq.s32 	%p518, %r293, 2;
+	add.s32 	%r2509, %r2507, 8;
+	shr.u64 	%rd1603, %rd2510, %r2509;
+	st.u8 	[%rd527+1], %rd1603;
+	@%p518 bra 	$L__BB4_603;
+	add.s32 	%r2511, %r2507, 16;
+	shr.u64 	%rd1604, %rd2510, %r2511;
+	st.u8 	[%rd527+2], %rd1604;
+	bra.uni 	$L__BB4_603;
+$L__BB4_596:
+	setp.eq.s32 	%p519, %r2429, 1;
+	@%p519 bra 	$L__BB4_601;
+	setp.eq.s32 	%p520, %r2429, 2;
+	@%p520 bra 	$L__BB4_600;
+	setp.ne.s32 	%p521, %r2429, 4;
+	@%p521 bra 	$L__BB4_602;
+	st.u32 	[%rd526], %rd2510;
+	bra.uni 	$L__BB4_603;
+$L__BB4_601:
+	st.u8 	[%rd526], %rd2510;
+	bra.uni 	$L__BB4_603;
+$L__BB4_600:
+	st.u16 	[%rd526], %rd2510;
+	bra.uni 	$L__BB4_603;
+$L__BB4_602:
+	st.u64 	[%rd526], %rd2510;
+$L__BB4_603:
+	add.s32 	%r3817, %r300, %r3817;
+	add.s64 	%rd2506, %rd2506, 8;
+	setp.lt.u64 	%p522, %rd2506, %rd491;
+	@%p522 bra 	$L__BB4_566;
+	bra.uni 	$L__BB4_1015;
+$L__BB4_977:
+	shr.u64 	%rd624, %rd591, 4;
+	add.s64 	%rd2531, %rd4, 768;
+	setp.ge.u64 	%p888, %rd2531, %rd624;
+	mov.u64 	%rd2533, %rd4;
+	@%p888 bra 	$L__BB4_985;
+	mov.u64 	%rd2300, -769;
+	sub.s64 	%rd2301, %rd2300, %rd4;
+	add.s64 	%rd625, %rd2301, %rd624;
+	shr.u64 	%rd2302, %rd625, 10;
+	add.s64 	%rd2303, %rd2302, 1;
+	and.b64  	%rd626, %rd2303, 3;
+	setp.eq.s64 	%p889, %rd626, 0;
+	mov.u64 	%rd2533, %rd4;
+	@%p889 bra 	$L__BB4_982;
+	shl.b64 	%rd2304, %rd4, 4;
+	add.s64 	%rd628, %rd489, %rd2304;
+	ld.v4.u32 	{%r3378, %r3379, %r3380, %r3381}, [%rd628+4096];
+	ld.v4.u32 	{%r3386, %r3387, %r3388, %r3389}, [%rd628+8192];
+	ld.v4.u32 	{%r3394, %r3395, %r3396, %r3397}, [%rd628+12288];
+	add.s64 	%rd629, %rd488, %rd2304;
+	ld.v4.u32 	{%r3402, %r3403, %r3404, %r3405}, [%rd628];
+	st.v4.u32 	[%rd629], {%r3402, %r3403, %r3404, %r3405};
+	st.v4.u32 	[%rd629+4096], {%r3378, %r3379, %r3380, %r3381};
+	st.v4.u32 	[%rd629+8192], {%r3386, %r3387, %r3388, %r3389};
+	st.v4.u32 	[%rd629+12288], {%r3394, %r3395, %r3396, %r3397};
+	add.s64 	%rd2531, %rd4, 1792;
+	add.s64 	%rd2533, %rd4, 1024;
+	setp.eq.s64 	%p890, %rd626, 1;
+	@%p890 bra 	$L__BB4_982;
+	ld.v4.u32 	{%r3410, %r3411, %r3412, %r3413}, [%rd628+20480];
+	ld.v4.u32 	{%r3418, %r3419, %r3420, %r3421}, [%rd628+24576];
+	ld.v4.u32 	{%r3426, %r3427, %r3428, %r3429}, [%rd628+28672];
+	ld.v4.u32 	{%r3434, %r3435, %r3436, %r3437}, [%rd628+16384];
+	st.v4.u32 	[%rd629+16384], {%r3434, %r3435, %r3436, %r3437};
+	st.v4.u32 	[%rd629+20480], {%r3410, %r3411, %r3412, %r3413};
+	st.v4.u32 	[%rd629+24576], {%r3418, %r3419, %r3420, %r3421};
+	st.v4.u32 	[%rd629+28672], {%r3426, %r3427, %r3428, %r3429};
+	add.s64 	%rd2531, %rd4, 2816;
+	add.s64 	%rd2533, %rd4, 2048;
+	setp.eq.s64 	%p891, %rd626, 2;
+	@%p891 bra 	$L__BB4_982;
+	ld.v4.u32 	{%r3442, %r3443, %r3444, %r3445}, [%rd628+36864];
+	ld.v4.u32 	{%r3450, %r3451, %r3452, %r3453}, [%rd628+40960];
+	ld.v4.u32 	{%r3458, %r3459, %r3460, %r3461}, [%rd628+45056];
+	ld.v4.u32 	{%r3466, %r3467, %r3468, %r3469}, [%rd628+32768];
+	st.v4.u32 	[%rd629+32768], {%r3466, %r3467, %r3468, %r3469};
+	st.v4.u32 	[%rd629+36864], {%r3442, %r3443, %r3444, %r3445};
+	st.v4.u32 	[%rd629+40960], {%r3450, %r3451, %r3452, %r3453};
+	st.v4.u32 	[%rd629+45056], {%r3458, %r3459, %r3460, %r3461};
+	add.s64 	%rd2531, %rd4, 3840;
+	add.s64 	%rd2533, %rd4, 3072;
+$L__BB4_982:
+	setp.lt.u64 	%p892, %rd625, 3072;
+	@%p892 bra 	$L__BB4_985;
+	mov.u64 	%rd2535, %rd2533;
+$L__BB4_984:
+	shl.b64 	%rd2305, %rd2535, 4;
+	add.s64 	%rd2306, %rd489, %rd2305;
+	ld.v4.u32 	{%r3474, %r3475, %r3476, %r3477}, [%rd2306+4096];
+	ld.v4.u32 	{%r3482, %r3483, %r3484, %r3485}, [%rd2306+8192];
+	shl.b64 	%rd2307, %rd2531, 4;
+	add.s64 	%rd2308, %rd489, %rd2307;
+	ld.v4.u32 	{%r3490, %r3491, %r3492, %r3493}, [%rd2308];
+	add.s64 	%rd2309, %rd488, %rd2305;
+	ld.v4.u32 	{%r3498, %r3499, %r3500, %r3501}, [%rd2306];
+	st.v4.u32 	[%rd2309], {%r3498, %r3499, %r3500, %r3501};
+	st.v4.u32 	[%rd2309+4096], {%r3474, %r3475, %r3476, %r3477};
+	st.v4.u32 	[%rd2309+8192], {%r3482, %r3483, %r3484, %r3485};
+	add.s64 	%rd2310, %rd488, %rd2307;
+	st.v4.u32 	[%rd2310], {%r3490, %r3491, %r3492, %r3493};
+	ld.v4.u32 	{%r3506, %r3507, %r3508, %r3509}, [%rd2306+20480];
+	ld.v4.u32 	{%r3514, %r3515, %r3516, %r3517}, [%rd2306+24576];
+	ld.v4.u32 	{%r3522, %r3523, %r3524, %r3525}, [%rd2306+28672];
+	ld.v4.u32 	{%r3530, %r3531, %r3532, %r3533}, [%rd2306+16384];
+	st.v4.u32 	[%rd2309+16384], {%r3530, %r3531, %r3532, %r3533};
+	st.v4.u32 	[%rd2309+20480], {%r3506, %r3507, %r3508, %r3509};
+	st.v4.u32 	[%rd2309+24576], {%r3514, %r3515, %r3516, %r3517};
+	st.v4.u32 	[%rd2309+28672], {%r3522, %r3523, %r3524, %r3525};
+	ld.v4.u32 	{%r3538, %r3539, %r3540, %r3541}, [%rd2306+36864];
+	ld.v4.u32 	{%r3546, %r3547, %r3548, %r3549}, [%rd2306+40960];
+	ld.v4.u32 	{%r3554, %r3555, %r3556, %r3557}, [%rd2306+45056];
+	ld.v4.u32 	{%r3562, %r3563, %r3564, %r3565}, [%rd2306+32768];
+	st.v4.u32 	[%rd2309+32768], {%r3562, %r3563, %r3564, %r3565};
+	st.v4.u32 	[%rd2309+36864], {%r3538, %r3539, %r3540, %r3541};
+	st.v4.u32 	[%rd2309+40960], {%r3546, %r3547, %r3548, %r3549};
+	st.v4.u32 	[%rd2309+45056], {%r3554, %r3555, %r3556, %r3557};
+	ld.v4.u32 	{%r3570, %r3571, %r3572, %r3573}, [%rd2306+53248];
+	ld.v4.u32 	{%r3578, %r3579, %r3580, %r3581}, [%rd2306+57344];
+	ld.v4.u32 	{%r3586, %r3587, %r3588, %r3589}, [%rd2306+61440];
+	ld.v4.u32 	{%r3594, %r3595, %r3596, %r3597}, [%rd2306+49152];
+	st.v4.u32 	[%rd2309+49152], {%r3594, %r3595, %r3596, %r3597};
+	st.v4.u32 	[%rd2309+53248], {%r3570, %r3571, %r3572, %r3573};
+	st.v4.u32 	[%rd2309+57344], {%r3578, %r3579, %r3580, %r3581};
+	st.v4.u32 	[%rd2309+61440], {%r3586, %r3587, %r3588, %r3589};
+	add.s64 	%rd2533, %rd2535, 4096;
+	add.s64 	%rd2531, %rd2535, 4864;
+	setp.lt.u64 	%p893, %rd2531, %rd624;
+	mov.u64 	%rd2535, %rd2533;
+	@%p893 bra 	$L__BB4_984;
+$L__BB4_985:
+	setp.ge.u64 	%p894, %rd2533, %rd624;
+	@%p894 bra 	$L__BB4_992;
+	not.b64 	%rd2311, %rd2533;
+	add.s64 	%rd644, %rd624, %rd2311;
+	shr.u64 	%rd2312, %rd644, 8;
+	add.s64 	%rd2313, %rd2312, 1;
+	and.b64  	%rd645, %rd2313, 3;
+	setp.eq.s64 	%p895, %rd645, 0;
+	mov.u64 	%rd2537, %rd2533;
+	@%p895 bra 	$L__BB4_990;
+	shl.b64 	%rd2314, %rd2533, 4;
+	add.s64 	%rd647, %rd488, %rd2314;
+	add.s64 	%rd646, %rd489, %rd2314;
+	ld.v4.u32 	{%r3602, %r3603, %r3604, %r3605}, [%rd646];
+	st.v4.u32 	[%rd647], {%r3602, %r3603, %r3604, %r3605};
+	add.s64 	%rd2537, %rd2533, 256;
+	setp.eq.s64 	%p896, %rd645, 1;
+	@%p896 bra 	$L__BB4_990;
+	ld.v4.u32 	{%r3610, %r3611, %r3612, %r3613}, [%rd646+4096];
+	st.v4.u32 	[%rd647+4096], {%r3610, %r3611, %r3612, %r3613};
+	add.s64 	%rd2537, %rd2533, 512;
+	setp.eq.s64 	%p897, %rd645, 2;
+	@%p897 bra 	$L__BB4_990;
+	ld.v4.u32 	{%r3618, %r3619, %r3620, %r3621}, [%rd646+8192];
+	st.v4.u32 	[%rd647+8192], {%r3618, %r3619, %r3620, %r3621};
+	add.s64 	%rd2537, %rd2533, 768;
+$L__BB4_990:
+	setp.lt.u64 	%p898, %rd644, 768;
+	@%p898 bra 	$L__BB4_992;
+$L__BB4_991:
+	shl.b64 	%rd2315, %rd2537, 4;
+	add.s64 	%rd2316, %rd488, %rd2315;
+	add.s64 	%rd2317, %rd489, %rd2315;
+	ld.v4.u32 	{%r3626, %r3627, %r3628, %r3629}, [%rd2317];
+	st.v4.u32 	[%rd2316], {%r3626, %r3627, %r3628, %r3629};
+	ld.v4.u32 	{%r3634, %r3635, %r3636, %r3637}, [%rd2317+4096];
+	st.v4.u32 	[%rd2316+4096], {%r3634, %r3635, %r3636, %r3637};
+	ld.v4.u32 	{%r3642, %r3643, %r3644, %r3645}, [%rd2317+8192];
+	st.v4.u32 	[%rd2316+8192], {%r3642, %r3643, %r3644, %r3645};
+	ld.v4.u32 	{%r3650, %r3651, %r3652, %r3653}, [%rd2317+12288];
+	st.v4.u32 	[%rd2316+12288], {%r3650, %r3651, %r3652, %r3653};
+	add.s64 	%rd2537, %rd2537, 1024;
+	setp.lt.u64 	%p899, %rd2537, %rd624;
+	@%p899 bra 	$L__BB4_991;
+$L__BB4_992:
+	and.b64  	%rd2539, %rd591, -16;
+$L__BB4_993:
+	add.s64 	%rd2318, %rd591, 7;
+	and.b64  	%rd656, %rd2318, -8;
+	add.s64 	%rd657, %rd2539, %rd4;
+	setp.ge.u64 	%p900, %rd657, %rd656;
+	@%p900 bra 	$L__BB4_1015;
+	not.b64 	%rd2319, %rd4;
+	add.s64 	%rd2320, %rd656, %rd2319;
+	sub.s64 	%rd658, %rd2320, %rd2539;
+	shr.u64 	%rd2321, %rd658, 8;
+	add.s64 	%rd2322, %rd2321, 1;
+	and.b64  	%rd659, %rd2322, 3;
+	setp.eq.s64 	%p901, %rd659, 0;
+	mov.u64 	%rd2540, %rd657;
+	@%p901 bra 	$L__BB4_1004;
+	setp.ge.u64 	%p902, %rd657, %rd591;
+	add.s64 	%rd660, %rd489, %rd657;
+	mov.u32 	%r4013, 0;
+	@%p902 bra 	$L__BB4_997;
+	ld.u8 	%r4013, [%rd660];
+$L__BB4_997:
+	add.s64 	%rd661, %rd488, %rd657;
+	st.u8 	[%rd661], %r4013;
+	add.s64 	%rd2540, %rd657, 256;
+	setp.eq.s64 	%p903, %rd659, 1;
+	@%p903 bra 	$L__BB4_1004;
+	setp.ge.u64 	%p904, %rd2540, %rd591;
+	mov.u32 	%r4014, 0;
+	@%p904 bra 	$L__BB4_1000;
+	ld.u8 	%r4014, [%rd660+256];
+$L__BB4_1000:
+	st.u8 	[%rd661+256], %r4014;
+	add.s64 	%rd2540, %rd657, 512;
+	setp.eq.s64 	%p905, %rd659, 2;
+	@%p905 bra 	$L__BB4_1004;
+	setp.ge.u64 	%p906, %rd2540, %rd591;
+	mov.u32 	%r4015, 0;
+	@%p906 bra 	$L__BB4_1003;
+	ld.u8 	%r4015, [%rd660+512];
+$L__BB4_1003:
+	st.u8 	[%rd661+512], %r4015;
+	add.s64 	%rd2540, %rd657, 768;
+$L__BB4_1004:
+	setp.lt.u64 	%p907, %rd658, 768;
+	@%p907 bra 	$L__BB4_1015;
+	add.s64 	%rd2323, %rd2540, %rd483;
+	add.s64 	%rd2542, %rd484, %rd2323;
+	add.s64 	%rd2324, %rd2540, %rd477;
+	add.s64 	%rd2325, %rd2324, %rd476;
+	add.s64 	%rd2326, %rd2325, %rd478;
+	sub.s64 	%rd2327, %rd2326, %rd479;
+	add.s64 	%rd2328, %rd481, %rd2327;
+	add.s64 	%rd2543, %rd2328, 32;
+$L__BB4_1006:
+	setp.ge.u64 	%p908, %rd2540, %rd591;
+	mov.u32 	%r4017, 0;
+	mov.u32 	%r4016, %r4017;
+	@%p908 bra 	$L__BB4_1008;
+	ld.u8 	%r4016, [%rd2542];
+$L__BB4_1008:
+	st.u8 	[%rd2543], %r4016;
+	add.s64 	%rd2329, %rd2540, 256;
+	setp.ge.u64 	%p909, %rd2329, %rd591;
+	@%p909 bra 	$L__BB4_1010;
+	ld.u8 	%r4017, [%rd2542+256];
+$L__BB4_1010:
+	st.u8 	[%rd2543+256], %r4017;
+	add.s64 	%rd2330, %rd2540, 512;
+	setp.ge.u64 	%p910, %rd2330, %rd591;
+	mov.u32 	%r4019, 0;
+	mov.u32 	%r4018, %r4019;
+	@%p910 bra 	$L__BB4_1012;
+	ld.u8 	%r4018, [%rd2542+512];
+$L__BB4_1012:
+	st.u8 	[%rd2543+512], %r4018;
+	add.s64 	%rd2331, %rd2540, 768;
+	setp.ge.u64 	%p911, %rd2331, %rd591;
+	@%p911 bra 	$L__BB4_1014;
+	ld.u8 	%r4019, [%rd2542+768];
+$L__BB4_1014:
+	add.s64 	%rd2542, %rd2542, 1024;
+	add.s64 	%rd672, %rd2543, 1024;
+	st.u8 	[%rd2543+768], %r4019;
+	add.s64 	%rd2540, %rd2540, 1024;
+	setp.lt.u64 	%p912, %rd2540, %rd656;
+	mov.u64 	%rd2543, %rd672;
+	@%p912 bra 	$L__BB4_1006;
+$L__BB4_1015:
+	add.s32 	%r3816, %r3816, 1;
+	setp.lt.u32 	%p913, %r3816, %r288;
+	@%p913 bra 	$L__BB4_547;
+$L__BB4_1016:
+	bar.sync 	0;
+	bra.uni 	$L__BB4_1017;
+$L__BB4_3:
+	sub.s64 	%rd685, %rd2410, %rd678;
+	shl.b64 	%rd686, %rd685, 8;
+	add.s64 	%rd15, %rd686, %rd4;
+	ld.param.u32 	%rd687, [%rd1+8];
+	setp.ge.u64 	%p9, %rd15, %rd687;
+	@%p9 bra 	$L__BB4_1017;
+	ld.param.u64 	%rd688, [%rd1+-64];
+	cvta.to.global.u64 	%rd689, %rd688;
+	shl.b64 	%rd690, %rd15, 3;
+	add.s64 	%rd16, %rd689, %rd690;
+	ld.global.u64 	%rd691, [%rd16];
+	setp.eq.s64 	%p10, %rd691, 0;
+	@%p10 bra 	$L__BB4_1017;
+	ld.param.u64 	%rd692, [%rd1+-80];
+	cvta.to.global.u64 	%rd693, %rd692;
+	mul.lo.s64 	%rd694, %rd15, 40;
+	add.s64 	%rd695, %rd693, %rd694;
+	ld.global.u64 	%rd696, [%rd695+16];
+	ld.global.v2.u32 	{%r775, %r776}, [%rd695+32];
+	ld.param.u64 	%rd697, [%rd1+-72];
+	cvta.to.global.u64 	%rd698, %rd697;
+	shl.b64 	%rd699, %rd15, 4;
+	add.s64 	%rd700, %rd698, %rd699;
+	ld.global.u64 	%rd701, [%rd700];
+	ld.global.u64 	%rd702, [%rd16];
+	mov.u32 	%r778, 826561367;
+	st.u32 	[%rd702], %r778;
+	mov.u16 	%rs22, 0;
+	cvt.u16.u32 	%rs23, %r776;
+	st.v4.u8 	[%rd702+4], {%rs23, %rs22, %rs22, %rs22};
+	ld.param.u32 	%r780, [%rd1+12];
+	st.v2.u32 	[%rd702+8], {%r780, %r775};
+	st.u64 	[%rd702+16], %rd696;
+	st.u64 	[%rd702+24], %rd701;
+$L__BB4_1017:
+	mov.u32 	%r3665, %nctaid.x;
+	cvt.u64.u32 	%rd2332, %r3665;
+	add.s64 	%rd2410, %rd2410, %rd2332;
+	setp.lt.u64 	%p914, %rd2410, %rd680;
+	@%p914 bra 	$L__BB4_2;
+$L__BB4_1018:
 	ret;
 }
 	// .globl	ws_delta_vhead
