@@ -309,9 +309,66 @@ __device__ __forceinline__ void ws_view_blocks(const Fp8Params& p) {
   });
 }
 
+// A whole bf16 tensor (no row or column offset, no permutation, whole 16-byte rows, aligned):
+// the loop of ws_blocks with the addressing reduced to row * cols + col, which run 72 measured
+// 10-20 % faster than the general view (q_proj 14.9 against 18.1 us on an H200).
+__device__ __forceinline__ bool ws_plain_view(const Fp8Params& p) {
+  return p.row0 == 0 && p.col0 == 0 && p.head_rows == 0 && p.src_cols == p.cols &&
+         ws_vec_ok(p, 8);
+}
+
+__device__ __forceinline__ void ws_plain_blocks_bf16(const Fp8Params& p) {
+  constexpr unsigned EPV = 8, VPR = 16, NV = 8, RPS = 16;
+  __shared__ unsigned red[WS_THREADS / 32];
+  const unsigned long long gx = static_cast<unsigned long long>((p.cols + 127) / 128);
+  const unsigned long long nblocks = gx * static_cast<unsigned long long>((p.rows + 127) / 128);
+  const long long rows = p.rows, cols = p.cols;
+  const unsigned tr = threadIdx.x / VPR;
+  const long long cv = (threadIdx.x % VPR) * EPV;
+  const auto* src = static_cast<const unsigned char*>(p.src);
+  const bool ue8m0 = p.mode == weightsync::kernels::kFp8Block128Ue8m0;
+  const auto load = [&](unsigned long long t, uint4(&d)[NV]) {
+    const long long r0 = static_cast<long long>(t / gx) * 128 + tr;
+    const long long col = static_cast<long long>(t % gx) * 128 + cv;
+#pragma unroll
+    for (unsigned j = 0; j < NV; ++j) {
+      const long long row = r0 + j * RPS;
+      d[j] = row < rows && col < cols
+                 ? __ldcs(reinterpret_cast<const uint4*>(src + (row * cols + col) * 2))
+                 : make_uint4(0, 0, 0, 0);
+    }
+  };
+  unsigned long long t = blockIdx.x;
+  if (t >= nblocks) return;
+  uint4 v[NV], nx[NV];
+  load(t, v);
+  for (; t < nblocks; t += gridDim.x) {
+    const unsigned long long tn = t + gridDim.x;
+    if (tn < nblocks) load(tn, nx);
+    unsigned amax = 0;
+#pragma unroll
+    for (unsigned j = 0; j < NV; ++j) amax = max(amax, ws_vec_amax<true>(v[j]));
+    amax = ws_block_max(amax, red);
+    const unsigned sb = wd::fp8_scale_bits(amax, ue8m0);
+    const float s = __uint_as_float(sb);
+    const unsigned long long by = t / gx, bx = t % gx;
+    if (threadIdx.x == 0) p.scales[by * p.scale_stride + bx] = s;
+    const long long r0 = static_cast<long long>(by) * 128, col = static_cast<long long>(bx) * 128 + cv;
+    if (wd::fp8_fast_scale(sb))
+      ws_block_store<true, true, NV, RPS, 2>(p, v, r0, col, tr, s);
+    else
+      ws_block_store<true, false, NV, RPS, 2>(p, v, r0, col, tr, s);
+#pragma unroll
+    for (unsigned j = 0; j < NV; ++j) v[j] = nx[j];
+  }
+}
+
 extern "C" __global__ void __launch_bounds__(WS_THREADS, 2)
     ws_fp8_block_bf16(const __grid_constant__ Fp8Params p) {
-  ws_view_blocks<true, true>(p);
+  if (ws_plain_view(p))
+    ws_plain_blocks_bf16(p);
+  else
+    ws_view_blocks<true, true>(p);
 }
 
 extern "C" __global__ void __launch_bounds__(WS_THREADS)
