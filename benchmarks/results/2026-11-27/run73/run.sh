@@ -16,6 +16,9 @@ start=$SECONDS
 {
   nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader
   nvcc -O3 -arch=sm_90 -std=c++17 benchmarks/results/2026-11-27/run72/fp8_lab.cu -o /tmp/fp8_lab &
+  cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DWEIGHTSYNC_WITH_CUDA=ON -DWEIGHTSYNC_WITH_NCCL=ON -DWEIGHTSYNC_BUILD_TESTS=ON \
+    -DWEIGHTSYNC_BUILD_BENCHMARKS=ON -DWEIGHTSYNC_BUILD_EXAMPLES=OFF -DWEIGHTSYNC_WERROR=ON > /dev/null
   cmake --build build/gpu -j 14 --target fp8_quantize_bench weightsync_gpu_tests weightsync_nccl_tests 2>&1 | grep -E "error|FAILED" | head
   echo "build rc=${PIPESTATUS[0]}"
   wait
