@@ -698,9 +698,16 @@ class Bench {
         "backend: %s; protocol: %s; nccl launches: %s\n",
         a_.np, a_.warmup, a_.iters, a_.backend.c_str(), a_.protocol.c_str(),
         a_.blocking ? "blocking" : "non-blocking");
-    if (shared_gpu())
-      std::printf("# transport: %s (%d ranks share %s)\n", kSharedNote, a_.np,
-                  device_name_.c_str());
+    if (shared_gpu()) {
+      int ndev = 0;
+      if (cudaGetDeviceCount(&ndev) != cudaSuccess) ndev = 0;
+      if (ndev >= a_.np)  // (WS_SHARE_GPU=1 with a GPU per rank: the net transport, no sharing)
+        std::printf("# transport: %s (%d ranks on %d GPUs, one each: %s)\n", kSharedNote, a_.np,
+                    ndev, device_name_.c_str());
+      else
+        std::printf("# transport: %s (%d ranks share %d %s)\n", kSharedNote, a_.np, ndev,
+                    device_name_.c_str());
+    }
     if (shared_gpu() || a_.backend == "ipc") {
       std::printf("# mps: %s\n", ws::mps_note().c_str());
     }
