@@ -211,9 +211,10 @@ usage: weightsync_bench [options]
   --timeout S          seconds for every wait (default 120)
   --gap S              bytes between tensors (default 0: one flat arena)
   --non-blocking       NCCL launches through a non-blocking communicator
-  --fp8                nccl: after each bf16 row, the same sync with the trainer's tensors
+  --fp8                nccl, ipc: after each bf16 row, the same sync with the trainer's tensors
                        quantized on the fly (Fp8Source: the linear projections as float8_e4m3fn
-                       with 128x128 block scales, the rest bf16, into the producer's ring);
+                       with 128x128 block scales, the rest bf16; nccl: into the producer's ring,
+                       ipc: into one arena, a whole FP8 copy, since ipc pulls every tensor);
                        every received byte checked against the consumer's own quantization of
                        the same weights; also prints the wire bytes with lm_head quantized too
   --delta D[,D...]     nccl, ipc or host: after the bf16 rows, delta syncs (DeltaSource; on
@@ -355,10 +356,8 @@ Args parse(int argc, char** argv) {
   if (a.backend != "nccl" && a.backend != "ipc" && a.backend != "p2p" && a.backend != "host")
     throw std::invalid_argument("--backend must be nccl, ipc, p2p or host, got " + a.backend);
   for (const auto& l : a.layouts) (void)ws::layouts::by_name(l);  // names a bad one now
-  if (a.fp8 && a.backend != "nccl")
-    throw std::invalid_argument(
-        "--fp8 needs --backend nccl (ipc and p2p pull every tensor of a "
-        "sync at once: an on-the-fly source would need a whole FP8 copy)");
+  if (a.fp8 && a.backend != "nccl" && a.backend != "ipc")
+    throw std::invalid_argument("--fp8 needs --backend nccl or ipc");
   if (!a.delta.empty() && a.backend != "nccl" && a.backend != "host" && a.backend != "ipc")
     throw std::invalid_argument("--delta needs --backend nccl, ipc or host");
   if (a.backend == "host")
@@ -841,6 +840,7 @@ class Bench {
     const bool producer = rank() == 0;
     int failures = 0;
     ws::Fp8SourceOptions fo;
+    fo.whole = ipc_.has_value();  // (ipc pulls every tensor of a sync at once)
     Src src{metas, model};
     ws::Fp8Source<Src, ws::CudaFp8Quantizer> fp8(src, fo, ws::CudaFp8Quantizer{s(), device_});
     const auto metas8 = fp8.metas();
@@ -899,7 +899,7 @@ class Bench {
       return host;
     };
     for (const auto& mode : a_.modes) {
-      if (mode != "packed" && mode != "zerocopy") continue;
+      if (ipc_ ? mode != "zerocopy" : (mode != "packed" && mode != "zerocopy")) continue;
       ws::TransferOptions opt;
       opt.buffer_size_bytes = a_.buffer_sizes.front();
       opt.num_buffers = a_.num_buffers.front();
@@ -923,20 +923,24 @@ class Bench {
           [&](int) {
             if (producer) {
               opt.source_stream = s();
+              if (ipc_) {
+                auto items = fp8.iterate();
+                st = ipc_->send(metas8, items, opt);
+                return;
+              }
               auto items = fp8.iterate(wsp, opt);
               st = ws::packed_broadcast_producer(metas8, items, *comm_, 0, opt, wsp);
               return;
             }
-            st = ws::packed_broadcast_consumer(
-                metas8, *comm_, 0,
-                [&](std::span<const ws::TensorView> batch, cudaStream_t stream) {
-                  for (const auto& v : batch)
-                    if (v.nbytes)
-                      ws::detail::check(cudaMemcpyAsync(got(index(v.meta)), v.data, v.nbytes,
-                                                        cudaMemcpyDeviceToDevice, stream),
-                                        "cudaMemcpyAsync");
-                },
-                opt, wsp);
+            auto land = [&](std::span<const ws::TensorView> batch, cudaStream_t stream) {
+              for (const auto& v : batch)
+                if (v.nbytes)
+                  ws::detail::check(cudaMemcpyAsync(got(index(v.meta)), v.data, v.nbytes,
+                                                    cudaMemcpyDeviceToDevice, stream),
+                                    "cudaMemcpyAsync");
+            };
+            st = ipc_ ? ipc_->receive(metas8, opt, land)
+                      : ws::packed_broadcast_consumer(metas8, *comm_, 0, land, opt, wsp);
           });
       wrong += diff();
       wrong = static_cast<unsigned long long>(sum_over_ranks(double(wrong)));
@@ -966,7 +970,10 @@ class Bench {
             mode.c_str(), bytes8, double(bytes8) / double(model.bytes()), model.bytes(), bytes8_lm,
             double(bytes8_lm) / double(model.bytes()), ev.median,
             b != bf16_time.end() ? ev.median / b->second : 0.0,
-            in_ring > 0 ? "quantized into the ring" : "arenas", extra / 1e6, ring / 1e6);
+            in_ring > 0 ? "quantized into the ring"
+            : fo.whole  ? "one arena (a whole FP8 copy of the quantized tensors: ipc pulls them all)"
+                        : "arenas",
+            extra / 1e6, ring / 1e6);
       failures += wrong != 0;
     }
     return failures;

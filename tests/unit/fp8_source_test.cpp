@@ -187,6 +187,35 @@ TEST_CASE("fp8 source: lazy, bounded, and the bytes of the reference", "[unit][f
   CHECK(fp8.arena_bytes() < fp8_bytes / 2);
 }
 
+TEST_CASE("fp8 source, whole: every tensor held at once in one arena (ipc pulls them all)",
+          "[unit][fp8]") {
+  Bf16Model model(4);
+  Fp8SourceOptions o;
+  o.whole = true;
+  o.buffer_size_bytes = 96 * 1024;  // (not used in whole mode)
+  const auto want = expected(model, o);
+  Fp8Source<Bf16Model> fp8(model, o);
+  for (int pass = 0; pass < 2; ++pass) {  // the arena is kept and rewritten
+    // take every item first, as the ipc producer does, then check them all
+    std::vector<std::pair<const void*, std::size_t>> held;
+    std::size_t quantized_bytes = 0;
+    for (const auto& t : fp8.iterate()) {
+      held.emplace_back(t.data(), t.meta().nbytes());
+      if (t.meta().dtype == DType::float8_e4m3fn ||
+          t.meta().name.find("_scale") != std::string::npos)
+        quantized_bytes += (t.meta().nbytes() + 255) / 256 * 256;
+    }
+    REQUIRE(held.size() == want.size());
+    for (std::size_t i = 0; i < held.size(); ++i) {
+      INFO("pass " << pass << ", tensor " << i);
+      REQUIRE(held[i].second == want[i].size());
+      CHECK(std::memcmp(held[i].first, want[i].data(), want[i].size()) == 0);
+    }
+    // one arena, exactly the quantized tensors' (aligned) bytes: a whole FP8 copy of them
+    CHECK(fp8.arena_bytes() == quantized_bytes);
+  }
+}
+
 TEST_CASE("fp8 source: a host trainer engine sends the FP8 checkpoint to a host worker engine",
           "[unit][fp8][engine]") {
   for (Fp8Scaling scaling : {Fp8Scaling::block128, Fp8Scaling::per_channel}) {

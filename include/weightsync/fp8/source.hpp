@@ -24,6 +24,8 @@
 //!   passed to packed_broadcast_producer for this iteration. Transfers the producer sends another
 //!   way (direct tensors, direct_threshold_bytes > 0; or small enough to travel in the handshake,
 //!   up to 64 KiB here) fall back to the arenas below.
+//! - iterate() with Fp8SourceOptions::whole (ipc, p2p: the consumer pulls every tensor at once):
+//!   into one arena of every quantized tensor, a whole FP8 copy of them.
 //! - iterate(): into K + 1 arenas, each the size of the largest chunk's quantized bytes (fp8 +
 //!   scales, 256-byte aligned), chunk c using arena c % (K + 1). Extra memory: (K + 1) x (largest
 //!   chunk's quantized bytes) <= (K + 1) x (B + the largest fp8 tensor and its scales), never a
@@ -82,6 +84,11 @@ struct Fp8SourceOptions {
   bool packed = true;
   std::size_t buffer_size_bytes = static_cast<std::size_t>(kDefaultPackedBufferSizeBytes);
   int num_buffers = kDefaultPackedNumBuffers;
+  //! For transports that pull every tensor of a sync at once (ipc, p2p): iterate() quantizes
+  //! into one arena that holds every quantized tensor, kept until the next iteration. Extra
+  //! memory: the model's quantized bytes (fp8 + scales), a whole FP8 copy of the chosen tensors;
+  //! the chunking above is then not used.
+  bool whole = false;
 
   //! The chunking of a transfer's packing (packed, packed_buffer_size_bytes, packed_num_buffers).
   void chunking_from(const Packing& p) {
@@ -369,8 +376,9 @@ class Fp8Source {
 
   //! Each output tensor's chunk, and arenas for K + 1 chunks of the largest quantized size.
   void plan_arenas() {
-    const auto chunks =
-        opt_.packed ? chunk_plan(out_, opt_.buffer_size_bytes) : unpacked_plan(out_);
+    const auto chunks = opt_.whole    ? std::vector<Chunk>{Chunk{0, out_.size(), 0}}
+                        : opt_.packed ? chunk_plan(out_, opt_.buffer_size_bytes)
+                                      : unpacked_plan(out_);
     chunk_of_.assign(out_.size(), 0);
     std::size_t largest = 0;
     for (std::size_t c = 0; c < chunks.size(); ++c) {
@@ -381,7 +389,7 @@ class Fp8Source {
       }
       largest = std::max(largest, q);
     }
-    const std::size_t n = static_cast<std::size_t>(opt_.num_buffers) + 1;
+    const std::size_t n = opt_.whole ? 1 : static_cast<std::size_t>(opt_.num_buffers) + 1;
     if (largest != arena_bytes_ || arenas_.size() != n) {
       arenas_.clear();
       arena_bytes_ = largest;
