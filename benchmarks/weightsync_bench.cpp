@@ -962,6 +962,7 @@ class Bench {
       r.ratio = b != bf16_time.end() ? b->second / ev.median : 0.0;
       r.ring_producer = static_cast<std::size_t>(ring);
       emit(r);
+      if (ipc_) print_ipc_phases();
       if (rank() == 0)
         std::printf(
             "#   fp8 %s: wire bytes %zu = %.4f x bf16 (%zu); with lm_head quantized too %zu = "
