@@ -25,7 +25,8 @@
 //!   way (direct tensors, direct_threshold_bytes > 0; or small enough to travel in the handshake,
 //!   up to 64 KiB here) fall back to the arenas below.
 //! - iterate() with Fp8SourceOptions::whole (ipc, p2p: the consumer pulls every tensor at once):
-//!   into one arena of every quantized tensor, a whole FP8 copy of them.
+//!   takes every source tensor at once and quantizes the chosen ones into one arena in batched
+//!   launches (a whole FP8 copy of them), waited for once before the first tensor is yielded.
 //! - iterate(): into K + 1 arenas, each the size of the largest chunk's quantized bytes (fp8 +
 //!   scales, 256-byte aligned), chunk c using arena c % (K + 1). Extra memory: (K + 1) x (largest
 //!   chunk's quantized bytes) <= (K + 1) x (B + the largest fp8 tensor and its scales), never a
@@ -177,6 +178,7 @@ class Fp8Source {
     refresh();
     plan_arenas();
     slot_mode_ = false;
+    if (opt_.whole) return whole_pass();
     return start();
   }
 
@@ -216,6 +218,52 @@ class Fp8Source {
   //! every chunk's items at once, which the ring cannot hold; they use the arenas.
   static constexpr std::size_t kRingMinBytes = std::size_t{64} << 10;
   enum class Place : char { slot, solo, source };
+
+  //! Fp8SourceOptions::whole: takes every tensor of the source at once (their memory must stay
+  //! valid together, as a pulling transport's sources must), quantizes the chosen ones into the
+  //! arena in batched launches, waits for them once, then yields the checkpoint's tensors.
+  AnyTensorRange whole_pass() {
+    whole_out_.clear();
+    batch_.clear();
+    Inner inner = src_.iterate();
+    std::size_t si = 0, o = 0;
+    for (auto&& item : inner) {
+      const TensorMeta& m = item.meta();
+      if (si >= src_metas_.size() || o >= out_.size())
+        throw config_error("source", detail::cat("yields more than the ", src_metas_.size(),
+                                                 " declared tensors"));
+      if (!quant_[si]) {  // as it is: the pipeline checks it against the declared metadata
+        SourceTensorRef r{&out_[o++], item.data()};
+        if (m.name != r.meta().name || m.dtype != r.meta().dtype || m.shape != r.meta().shape)
+          r.meta_ = &m;
+        whole_out_.push_back(r);
+        ++si;
+        continue;
+      }
+      const TensorMeta& want = src_metas_[si++];
+      if (m.name != want.name || m.dtype != want.dtype || m.shape != want.shape)
+        throw config_error(
+            want.name, detail::cat("the source yields ", m.name, " ", dtype_name(m.dtype), " ",
+                                   detail::shape_string(m.shape), " where ",
+                                   dtype_name(want.dtype), " ", detail::shape_string(want.shape),
+                                   " was declared"));
+      std::byte* w = take(o, out_[o].nbytes());
+      std::byte* sc = take(o + 1, out_[o + 1].nbytes());
+      batch_.push_back(
+          fp8_whole_view(m, opt_.scaling, item.data(), w, reinterpret_cast<float*>(sc)));
+      whole_out_.push_back(SourceTensorRef{&out_[o], w});
+      whole_out_.push_back(SourceTensorRef{&out_[o + 1], sc});
+      o += 2;
+    }
+    if (!batch_.empty()) q_.quantize_views(std::span<const kernels::Fp8Params>(batch_));
+    batch_.clear();
+    q_.finish();
+    return AnyTensorRange([this, k = std::size_t{0}](SourceTensorRef& out) mutable {
+      if (k >= whole_out_.size()) return false;
+      out = whole_out_[k++];
+      return true;
+    });
+  }
 
   AnyTensorRange start() {
     it_.reset();
@@ -464,6 +512,7 @@ class Fp8Source {
   // On the heap: its iterator may point into it, and an optional of a range that holds a
   // std::function trips GCC 13's -Wmaybe-uninitialized.
   std::unique_ptr<Inner> inner_;
+  std::vector<SourceTensorRef> whole_out_;  //!< Fp8SourceOptions::whole: the pass's tensors
   std::optional<std::ranges::iterator_t<Inner>> it_;
   bool started_ = false;
   const void* pending_scale_ = nullptr;

@@ -6,6 +6,8 @@
 # consumer pulls. Predicted on an H200: bf16 zerocopy ~8.1 ms; FP8 ~6.3 ms of quantize (13.9 GB
 # at ~2.2 TB/s, before the pull) + ~4.7 ms of pull (9.44 GB) = ~11 ms, i.e. ~1.35x the bf16 row:
 # over ipc the quantize costs more than the halved bytes save. Then the bench smoke tests.
+# The first calls (first/) measured 27.8 ms: a synchronization after every tensor's quantize.
+# This call measures whole_pass (batched launches, one synchronization): predicted ~11-12 ms.
 #   bash benchmarks/results/2026-11-27/run75/run.sh OUT_DIR
 set -u
 out=${1:?usage: run.sh OUT_DIR}
