@@ -913,6 +913,7 @@ class Bench {
       ws::workspace_for<ws::NcclCommunicator> wsp{ws::CudaPolicy(device_)};
       ws::TransferStats st;
       unsigned long long wrong = 0;
+      double pass_us = 0;  // ipc: the producer's whole quantize pass (host clock, last iteration)
       auto [ev, wall] = time_it(
           [&](int i) {
             if (i > 0) wrong += diff();
@@ -924,7 +925,11 @@ class Bench {
             if (producer) {
               opt.source_stream = s();
               if (ipc_) {
+                const auto q0 = std::chrono::steady_clock::now();
                 auto items = fp8.iterate();
+                pass_us = std::chrono::duration<double, std::micro>(
+                              std::chrono::steady_clock::now() - q0)
+                              .count();
                 st = ipc_->send(metas8, items, opt);
                 return;
               }
@@ -962,7 +967,26 @@ class Bench {
       r.ratio = b != bf16_time.end() ? b->second / ev.median : 0.0;
       r.ring_producer = static_cast<std::size_t>(ring);
       emit(r);
-      if (ipc_) print_ipc_phases();
+      if (ipc_) {
+        print_ipc_phases();
+        // the same pass alone, both ranks idle: what the quantize itself costs
+        const double last = sum_over_ranks(producer ? pass_us : 0.0);
+        double alone = 0;
+        if (producer) {
+          ws::TimedEvent a, b;
+          a.record(s());
+          const auto q0 = std::chrono::steady_clock::now();
+          (void)fp8.iterate();
+          b.record(s());
+          b.synchronize();
+          alone = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - q0)
+                      .count();
+        }
+        alone = sum_over_ranks(alone);
+        if (rank() == 0)
+          std::printf("#   fp8 ipc: the producer's quantize pass (fp8.iterate(), host clock): %.1f us "
+                      "in the last timed sync, %.1f us alone\n", last, alone);
+      }
       if (rank() == 0)
         std::printf(
             "#   fp8 %s: wire bytes %zu = %.4f x bf16 (%zu); with lm_head quantized too %zu = "
