@@ -973,12 +973,11 @@ class Bench {
         const double last = sum_over_ranks(producer ? pass_us : 0.0);
         double alone = 0;
         if (producer) {
-          ws::TimedEvent a, b;
-          a.record(s());
+          ws::TimedEvent t_end;
           const auto q0 = std::chrono::steady_clock::now();
           (void)fp8.iterate();
-          b.record(s());
-          b.synchronize();
+          t_end.record(s());
+          t_end.synchronize();
           alone = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - q0)
                       .count();
         }
