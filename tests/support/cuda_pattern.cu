@@ -140,6 +140,28 @@ std::uint8_t expected_byte(std::uint64_t seed, std::size_t i) {
   return byte_at(seed, i);
 }
 
+__global__ void finite_kernel(std::uint8_t* p, std::size_t n, unsigned eb) {
+  const std::size_t stride = std::size_t(blockDim.x) * gridDim.x;
+  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    if (eb == 2)
+      reinterpret_cast<std::uint16_t*>(p)[i] &= 0xBFFFu;
+    else
+      reinterpret_cast<std::uint32_t*>(p)[i] &= 0xBFFFFFFFu;
+  }
+}
+
+void finite(void* p, std::size_t n, unsigned elem_bytes, cudaStream_t stream) {
+  if (elem_bytes != 2 && elem_bytes != 4)
+    throw std::invalid_argument("finite: elem_bytes must be 2 or 4");
+  if (reinterpret_cast<std::uintptr_t>(p) % elem_bytes != 0)
+    throw std::invalid_argument("finite: p must be aligned to elem_bytes");
+  if (n == 0) return;
+  const std::size_t b = (n + 255) / 256;
+  finite_kernel<<<static_cast<unsigned>(b > 8192 ? 8192 : b), 256, 0, stream>>>(
+      static_cast<std::uint8_t*>(p), n, elem_bytes);
+  check(cudaGetLastError(), "finite_kernel");
+}
+
 void perturb(void* p, std::size_t n, unsigned elem_bytes, double fraction, std::uint64_t seed,
              cudaStream_t stream) {
   if (elem_bytes != 1 && elem_bytes != 2 && elem_bytes != 4 && elem_bytes != 8)

@@ -34,6 +34,13 @@ std::uint8_t expected_byte(std::uint64_t seed, std::size_t i);
 void perturb(void* p, std::size_t n, unsigned elem_bytes, double fraction, std::uint64_t seed,
              cudaStream_t stream);
 
+//! Makes the `n` floats of `elem_bytes` bytes (2: bfloat16 / float16, 4: float32) at `p` finite
+//! and weight-like in place, on `stream`: the top exponent bit is cleared, so |x| < 2 and no
+//! element is inf or NaN (random bits hold one in 256 bf16 elements; an FP8 block holding one
+//! takes the quantizer's exact slow path, which real weights never do).
+//! @throws std::invalid_argument for elem_bytes not 2 or 4 or a misaligned p.
+void finite(void* p, std::size_t n, unsigned elem_bytes, cudaStream_t stream);
+
 //! XORs the byte at `p` with `bits`, on `stream` (a fault on the wire, for the checksum tests).
 void flip(void* p, std::uint8_t bits, cudaStream_t stream);
 
