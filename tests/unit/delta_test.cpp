@@ -208,6 +208,42 @@ TEST_CASE("delta codec: a malformed blob is refused, naming the tensor, and chan
   CHECK(refused(bad, n, 2, "kind") == "refused");
 }
 
+TEST_CASE("update wire cache: a repeated update gets the same wire, a changed one a new wire",
+          "[unit][delta]") {
+  UpdateRequest u;
+  u.metas = {{"a", DType::bfloat16, {64}}, {"b", DType::bfloat16, {8, 8}}, {"c", DType::float32, {4}}};
+  u.delta = DeltaUpdate{"v1", 32, {-1, 40, 0}};
+  detail::UpdateWireCache cache;
+  const auto w1 = cache.get(u, "v1");
+  REQUIRE(w1->metas.size() == 3);  // the marker, a whole, b's blob (c unchanged: nothing)
+  CHECK(w1->metas[0].name == std::string(detail::kDeltaMarker) + "v1");
+  CHECK(w1->metas[1].name == "a");
+  CHECK(w1->metas[2].dtype == DType::uint8);
+  CHECK(w1->metas[2].nbytes() == 40);
+  const auto w2 = cache.get(UpdateRequest(u), "v1");
+  CHECK(w2.get() == w1.get());  // the same update: the same wire, nothing built
+  // each change builds a new wire: the held version, a payload, the base, the tensors
+  const auto w3 = cache.get(u, "v0");
+  CHECK(w3.get() != w1.get());
+  CHECK(w3->metas[0].name == std::string(detail::kDeltaMarker) + "v0");
+  auto v = u;
+  v.delta->payload_bytes[1] = 48;
+  const auto w4 = cache.get(v, "v0");
+  CHECK(w4.get() != w3.get());
+  CHECK(w4->metas[2].nbytes() == 48);
+  v.delta->base_version.clear();  // a whole round: no marker
+  const auto w5 = cache.get(v, "v0");
+  CHECK(w5->metas.size() == 2);
+  v.metas[2].shape = {5};
+  const auto w6 = cache.get(v, "v0");
+  CHECK(w6.get() != w5.get());
+  CHECK(w6->tensors[2].shape == std::vector<std::int64_t>{5});
+  // a receiver over the shared wire sees its tensors; the older wires stay valid
+  detail::UpdateReceiver rx(w6, {}, {}, false);
+  CHECK(rx.metas().size() == w6->metas.size());
+  CHECK(w1->metas.size() == 3);
+}
+
 TEST_CASE("update info: delta and vLLM's sparse_nccl JSON round-trip and are checked, naming the "
           "field",
           "[unit][delta]") {
