@@ -90,6 +90,28 @@ bool check(const TensorMeta& m, Fp8Scaling s, const std::vector<std::byte>& in,
   return w == got && std::memcmp(sw.data(), sgot.data(), sw.size() * 4) == 0;
 }
 
+// CUDA events around `run()` on `stream`: the median of `trials` timings after one warm-up, in us.
+template <class F>
+double median_us(int trials, cudaStream_t stream, F&& run) {
+  cudaEvent_t e0, e1;
+  detail::check(cudaEventCreate(&e0), "cudaEventCreate");
+  detail::check(cudaEventCreate(&e1), "cudaEventCreate");
+  std::vector<float> ms;
+  for (int t = 0; t <= trials; ++t) {  // the first is the warm-up
+    detail::check(cudaEventRecord(e0, stream), "cudaEventRecord");
+    run();
+    detail::check(cudaEventRecord(e1, stream), "cudaEventRecord");
+    detail::check(cudaEventSynchronize(e1), "cudaEventSynchronize");
+    float x = 0;
+    detail::check(cudaEventElapsedTime(&x, e0, e1), "cudaEventElapsedTime");
+    if (t > 0) ms.push_back(x);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2] * 1e3;
+}
+
 // dense8b's 252 linear projections as the FP8 source's ring mode quantizes them: block 128,
 // quantize_fp8_views (one batched launch per kernels::kFp8MaxBatch views) over one input arena;
 // CUDA events around the whole batch, the median of `trials`; the first view checked against the
@@ -133,23 +155,8 @@ bool run_model_batch(DType dt, int trials, cudaStream_t stream, std::ofstream& j
   quantize_fp8_views(views, stream, "dense8b linears");
   detail::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   const bool ok = check(lin[0], Fp8Scaling::block128, inputs[0], out, sc, 256);
-  cudaEvent_t e0, e1;
-  detail::check(cudaEventCreate(&e0), "cudaEventCreate");
-  detail::check(cudaEventCreate(&e1), "cudaEventCreate");
-  std::vector<float> ms;
-  for (int t = 0; t <= trials; ++t) {  // the first is the warm-up
-    detail::check(cudaEventRecord(e0, stream), "cudaEventRecord");
-    quantize_fp8_views(views, stream, "dense8b linears");
-    detail::check(cudaEventRecord(e1, stream), "cudaEventRecord");
-    detail::check(cudaEventSynchronize(e1), "cudaEventSynchronize");
-    float x = 0;
-    detail::check(cudaEventElapsedTime(&x, e0, e1), "cudaEventElapsedTime");
-    if (t > 0) ms.push_back(x);
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  std::sort(ms.begin(), ms.end());
-  const double us = ms[ms.size() / 2] * 1e3;
+  const double us =
+      median_us(trials, stream, [&] { quantize_fp8_views(views, stream, "dense8b linears"); });
   const double gbs = static_cast<double>(in_bytes) / (us * 1e-6) / 1e9;
   std::printf("  %-10s %13s %-15s %10.1f %10.1f %10.1f %6s\n", "dense8b", "252 linears",
               "block128 batch", static_cast<double>(in_bytes) / 1e6, us, gbs, ok ? "ok" : "FAIL");
@@ -293,21 +300,8 @@ bool run_load(const std::string& name, int trials, cudaStream_t stream, std::ofs
       for (const auto& m : metas)
         if (const GatherOp* g = plan.gather(m.name); g && g->quantize()) quantized += m.nbytes();
       detail::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-      cudaEvent_t e0, e1;
-      detail::check(cudaEventCreate(&e0), "cudaEventCreate");
-      detail::check(cudaEventCreate(&e1), "cudaEventCreate");
-      std::vector<float> ms;
-      for (int t = 0; t <= trials; ++t) {  // the first is the warm-up
-        detail::check(cudaEventRecord(e0, stream), "cudaEventRecord");
-        plan.load(std::span<const TensorView>(views), stream);
-        detail::check(cudaEventRecord(e1, stream), "cudaEventRecord");
-        detail::check(cudaEventSynchronize(e1), "cudaEventSynchronize");
-        float x = 0;
-        detail::check(cudaEventElapsedTime(&x, e0, e1), "cudaEventElapsedTime");
-        if (t > 0) ms.push_back(x);
-      }
-      std::sort(ms.begin(), ms.end());
-      const double us = ms[ms.size() / 2] * 1e3;
+      const double us = median_us(
+          trials, stream, [&] { plan.load(std::span<const TensorView>(views), stream); });
       // The reference: each tensor quantized whole, then loaded as the FP8 checkpoint it makes.
       std::vector<TensorMeta> metas8;
       for (const auto& m : metas) {
@@ -348,8 +342,6 @@ bool run_load(const std::string& name, int trials, cudaStream_t stream, std::ofs
       detail::check(cudaMemcpyAsync(&wrong, cnt, sizeof wrong, cudaMemcpyDeviceToHost, stream),
                     "cudaMemcpyAsync");
       detail::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-      cudaEventDestroy(e0);
-      cudaEventDestroy(e1);
       ok = ok && wrong == 0;
       std::printf(
           "  load %-8s tp %d r0: %zu tensors, %.2f GB bf16 (%.2f GB quantized) -> %.2f GB "
