@@ -250,7 +250,7 @@ inline int run_rank(const Options& o) {
       payload.pop_back();
       auto info = plain;
       info.delta =
-          ws::DeltaUpdate{whole_round ? "" : "v0", ws::delta::kDefaultBucketElems, payload};
+          ws::DeltaUpdate{whole_round ? "" : "v0", ws::delta::kDefaultBucketElems, payload, {}};
       const auto wire = ws::detail::update_wire(info, "v0");
       std::size_t wire_bytes = 0;
       for (const auto& m : wire.metas) wire_bytes += m.nbytes();

@@ -1136,7 +1136,7 @@ class Bench {
         p.pop_back();
         auto info = plain_req;
         info.delta = ws::DeltaUpdate{whole_round ? "" : "v0", ws::delta::kDefaultBucketElems,
-                                     std::move(p)};
+                                     std::move(p), {}};
         wire = wires.get(info, "v0");
       };
       if (!producer) {

@@ -11,11 +11,14 @@
 // its weights against.
 #include <weightsync/cuda/delta_source.hpp>
 #include <weightsync/cuda/stream.hpp>
+#include <weightsync/delta/sharded_source.hpp>
 #include <weightsync/delta/source.hpp>
 #include <weightsync/engine.hpp>
 #include <weightsync/ipc/backend.hpp>
 #include <weightsync/layouts.hpp>
 #include <weightsync/nccl/backend.hpp>
+
+#include <sys/stat.h>
 
 #include <chrono>
 #include <cstdint>
@@ -26,6 +29,7 @@
 #include "support/catch.hpp"
 #include "support/cuda_pattern.hpp"
 #include "support/engine_options.hpp"
+#include "support/files.hpp"
 #include "support/gpu_model.hpp"
 #include "support/gpu_peers.hpp"
 #include "support/gpu_round.hpp"
@@ -147,7 +151,141 @@ void delta_rounds(const std::string& backend) {
       " bytes verified per round");
 }
 
+// A trainer rank's pieces of its full model (every tensor split along dim 0, FSDP's Shard(0); a
+// tensor of one row, or none, whole from rank 0): each piece a range of the full tensor.
+struct Dim0Shards {
+  const std::vector<TensorMeta>& declared;
+  const ws_test::DeviceModel& model;
+  int rank, trainers;
+  std::vector<TensorMeta> metas() const { return declared; }
+  std::vector<ShardSpec> shard_specs() const {
+    std::vector<ShardSpec> v;
+    for (const auto& t : declared)
+      v.push_back(!t.shape.empty() && t.shape[0] > 1 ? ShardSpec{0, {}, {}} : ShardSpec{});
+    return v;
+  }
+  std::vector<SourceTensorRef> iterate() const {
+    const auto specs = shard_specs();
+    std::vector<SourceTensorRef> v;
+    for (std::size_t i = 0; i < declared.size(); ++i)
+      for (const auto& p : shard_pieces(declared[i], i, specs[i], trainers))
+        if (p.rank == rank)
+          v.push_back({&declared[i], static_cast<const std::byte*>(model.data(i)) + p.offset});
+    return v;
+  }
+};
+
+// M = 2 trainer ranks (a sharded ShardedDeltaSource each, CudaDeltaCodec) -> 2 workers over
+// NCCL, four processes: the parts and the update info travel as files.
+void sharded_delta_rounds() {
+  const auto& r = ws_test::role();
+  constexpr int kTrainers = 2, kWorkers = 2, kRounds = 7;
+  const int device = r.rank % device_count();
+  detail::check(cudaSetDevice(device), "cudaSetDevice");
+  NcclInitInfo info = ws_test::loopback_init_info(r.port, kTrainers + kWorkers, kTrainers);
+  info.packed = true;
+  info.packed_buffer_size_bytes = 64 << 20;
+  const EngineOptions eo = ws_test::gpu_engine_options("nccl", device, 60s);
+  const std::string dir = "/tmp/ws_sharded_delta_" + std::to_string(r.port);
+  (void)::mkdir(dir.c_str(), 0700);  // (every rank: whichever comes first makes it)
+  const auto metas = layouts::small1b();
+  CudaStream s(device);
+  ws_test::DeviceModel model(metas, device);  // the trainer's full model (and the worker's twin)
+  ws_test::fill_now(model, 1, s.get());
+  if (r.rank < kTrainers) {
+    TrainerEngine::Options o = ws_test::options_for<TrainerEngine>(eo);
+    o.trainer_rank = r.rank;
+    o.trainer_world = kTrainers;
+    TrainerEngine t(o);
+    t.trainer_init(info);
+    Dim0Shards src{metas, model, r.rank, kTrainers};
+    ShardedDeltaSource<Dim0Shards, CudaDeltaCodec> d(src, r.rank, kTrainers, DeltaOptions{},
+                                                     CudaDeltaCodec(s.get(), device));
+    d.seed("default");
+    for (int round = 1; round <= kRounds; ++round) {
+      step(model, metas, round, s.get());
+      const std::string tag = dir + "/part_" + std::to_string(round) + "_";
+      ws_test::write_file(tag + std::to_string(r.rank), d.measure("v" + std::to_string(round)).serialize());
+      std::vector<DeltaPart> parts;
+      for (int q = 0; q < kTrainers; ++q)
+        parts.push_back(DeltaPart::parse(ws_test::wait_for_file(tag + std::to_string(q), 60s)));
+      auto plain = t.update_info(d.tensors(), d.tensor_specs());
+      plain.packed = true;
+      plain.packed_buffer_size_bytes = info.packed_buffer_size_bytes;
+      const auto u = d.prepare(parts, plain);
+      if (r.rank == 0)
+        ws_test::write_file(dir + "/info_" + std::to_string(round) + ".json", nlohmann::json(u).dump());
+      const auto& st = d.stats();
+      say("trainer " + std::to_string(r.rank) + " round " + std::to_string(round) + ": " +
+          (st.whole_round ? "whole" : "delta") + ", wire " + std::to_string(st.wire_bytes) +
+          " of " + std::to_string(st.tensor_bytes) + " bytes, " + std::to_string(st.blobs) +
+          " piece blobs, " + std::to_string(st.whole) + " whole");
+      REQUIRE(st.whole_round == (round == 6));  // 6: after the refused round 5
+      if (round == 2) REQUIRE(st.blobs > 0);
+      if (round == 5) {  // worker 3 named round 4 otherwise: refused before a byte moved
+        try {
+          t.send_weights(d);
+          FAIL("a delta onto a wrong base was sent");
+        } catch (const protocol_error& e) {
+          say(std::string("refused: ") + e.what());
+          CHECK(std::string(e.what()).find("base_version=v4-other") != std::string::npos);
+        }
+        continue;
+      }
+      t.send_weights(d);
+      d.commit();
+    }
+    return;
+  }
+  ws_test::DeviceModel params(metas, device);  // the worker's weights, v0 ("default")
+  ws_test::fill_now(params, 1, s.get());
+  std::map<std::string, std::size_t> index;
+  for (std::size_t i = 0; i < metas.size(); ++i) index[metas[i].name] = i;
+  auto wo = ws_test::options_for<WeightTransferEngine>(eo);
+  wo.parallel.data_parallel_size = kWorkers;
+  wo.parallel.data_parallel_index = r.rank - kTrainers;
+  WeightTransferEngine e(wo);
+  e.init_transfer_engine(info);
+  for (int round = 1; round <= kRounds; ++round) {
+    step(model, metas, round, s.get());
+    const auto text = ws_test::wait_for_file(dir + "/info_" + std::to_string(round) + ".json", 60s);
+    const auto u = nlohmann::json::parse(text);
+    if (round == 2) REQUIRE(u["delta"].contains("piece_bytes"));
+    e.start_weight_update();
+    auto run = [&] {
+      return e.update_weights(
+          u,
+          [](std::span<const TensorView> views, void*) {
+            for (const auto& v : views)
+              if (v.nbytes > 0) throw std::runtime_error(v.name() + " came as a view");
+          },
+          [&](const TensorMeta& m) -> void* { return params.data(index.at(m.name)); });
+    };
+    if (round == 5) {
+      ws_test::DeviceModel before(metas, device);
+      detail::check(cudaMemcpy(before.arena(), params.arena(), params.arena_bytes(),
+                               cudaMemcpyDeviceToDevice),
+                    "cudaMemcpy");
+      REQUIRE_THROWS_AS(run(), protocol_error);
+      REQUIRE(before.count_diff(params, s.get()) == 0);  // nothing applied
+      continue;
+    }
+    run();
+    e.finish_weight_update(round == 4 && r.rank == 3 ? "v4-other" : "v" + std::to_string(round));
+    REQUIRE(params.count_diff(model, s.get()) == 0);
+  }
+  say("sharded delta rounds ok on worker " + std::to_string(r.rank) + ": " +
+      std::to_string(model.bytes()) + " bytes verified per round");
+}
+
 }  // namespace
+
+TEST_CASE("nccl sharded delta rounds: M=2 trainer ranks -> 2 workers (four processes), pieces as "
+          "blobs, bit-exact, a wrong base refused on every rank, then repaired",
+          "[gpu][nccl][multi_gpu][engine][delta][sharded]") {
+  if (ws_test::ran_as_parent(2, 300s, 4)) return;
+  sharded_delta_rounds();
+}
 
 TEST_CASE("nccl delta rounds: bit-exact on the GPU, a wrong base refused on both ranks, then "
           "repaired by a whole round",

@@ -10,6 +10,7 @@
 #include <weightsync/delta/gather.hpp>
 #include <weightsync/delta/receive.hpp>
 #include <weightsync/loading/planner.hpp>
+#include <weightsync/vllm.hpp>
 
 #include <cstdint>
 #include <cstring>

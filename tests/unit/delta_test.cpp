@@ -24,6 +24,7 @@
 
 #include "support/catch.hpp"
 #include "support/engine_options.hpp"
+#include "support/files.hpp"
 #include "support/host_world.hpp"
 #include "support/outcomes.hpp"
 #include "support/process.hpp"
@@ -212,7 +213,7 @@ TEST_CASE("update wire cache: a repeated update gets the same wire, a changed on
           "[unit][delta]") {
   UpdateRequest u;
   u.metas = {{"a", DType::bfloat16, {64}}, {"b", DType::bfloat16, {8, 8}}, {"c", DType::float32, {4}}};
-  u.delta = DeltaUpdate{"v1", 32, {-1, 40, 0}};
+  u.delta = DeltaUpdate{"v1", 32, {-1, 40, 0}, {}};
   detail::UpdateWireCache cache;
   const auto w1 = cache.get(u, "v1");
   REQUIRE(w1->metas.size() == 3);  // the marker, a whole, b's blob (c unchanged: nothing)
@@ -315,32 +316,10 @@ struct Model {
   }
 };
 // The update infos travel from the trainer process to the workers as files (HTTP in a real
-// setup): written whole under a temporary name, then renamed.
-std::string temp_dir() {
-  char tmpl[] = "/tmp/ws_delta_XXXXXX";
-  if (mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
-  return tmpl;
-}
-void write_file(const std::string& path, const std::string& text) {
-  {
-    std::ofstream f(path + ".tmp");
-    f << text;
-  }
-  std::rename((path + ".tmp").c_str(), path.c_str());
-}
-std::string wait_for_file(const std::string& path, std::chrono::milliseconds limit) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < end) {
-    std::ifstream f(path);
-    if (f) {
-      std::stringstream s;
-      s << f.rdbuf();
-      return s.str();
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  throw std::runtime_error("no " + path + " within the limit");
-}
+// setup).
+using ws_test::temp_dir;
+using ws_test::wait_for_file;
+using ws_test::write_file;
 
 constexpr double kDensity[] = {0, 0.001, 0.01, 0.03, 0.1, 0.5, 0.0};  // round r uses [r]
 

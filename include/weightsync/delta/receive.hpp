@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -33,6 +34,7 @@
 #include "weightsync/engine/backend.hpp"
 #include "weightsync/engine/update_request.hpp"
 #include "weightsync/error.hpp"
+#include "weightsync/shard.hpp"
 #include "weightsync/tensor_meta.hpp"
 #if WEIGHTSYNC_HAS_CUDA
 #include <cuda_runtime_api.h>
@@ -52,6 +54,11 @@ struct WireTensor {
   enum class Kind : std::uint8_t { whole, blob, marker, sparse_indices, sparse_values };
   Kind kind = Kind::whole;
   std::size_t tensor = 0;  //!< index into the update's tensors
+  //! A blob: the elements of its tensor it covers, [elem_offset, elem_offset + numel) (the whole
+  //! tensor, or one contiguous piece of a sharded delta, whose first row is row_begin).
+  std::uint64_t elem_offset = 0, numel = 0;
+  std::int64_t row_begin = 0;
+  bool piece() const noexcept { return elem_offset != 0 || row_begin != 0; }
 };
 
 //! The wire of an update with `delta` or `num_updates_list` (and of a plain one: every tensor
@@ -60,22 +67,45 @@ struct UpdateWire {
   std::vector<TensorMeta> tensors;  //!< the update's tensors (names, dtypes, shapes)
   std::vector<TensorMeta> metas;    //!< what travels, in order
   std::vector<WireTensor> what;     //!< per wire tensor
+  //! A sharded update: per wire tensor, how it is split over the trainer ranks (a whole tensor
+  //! keeps its spec; a piece's blob comes whole from the rank that holds the piece; the marker
+  //! from rank 0). Empty when not sharded.
+  std::vector<ShardSpec> specs;
 };
+
+//! The name of the wire tensor that carries piece `p` of tensor `name` in a sharded delta.
+inline std::string piece_blob_name(const std::string& name, std::size_t p) {
+  return cat(name, ".__piece", p, "__");
+}
 
 //! The wire of an update with a delta or sparse counts (and of a plain one: every tensor whole).
 //! `held`: the version this rank vouches for (the marker's text). The request's tensors are
 //! copied (or moved, from an rvalue) into UpdateWire::tensors.
+//! A sharded delta (UpdateRequest::sharded) sends each changed piece of a tensor as its own blob,
+//! from the trainer rank that holds it (DeltaUpdate::piece_bytes), and whole tensors as the
+//! sharded transfer would; UpdateWire::specs then says who sends what.
 inline UpdateWire update_wire(UpdateRequest&& u, const std::string& held) {
   UpdateWire w;
+  const bool sharded = u.sharded;
+  std::vector<ShardSpec> specs;
+  std::vector<std::vector<ShardPiece>> pieces;
+  if (sharded) {
+    specs = u.shard_specs();
+    if (u.delta && !u.delta->piece_bytes.empty()) pieces = u.pieces(u.trainer_ranks.value_or(1));
+  }
   w.tensors = std::move(u.metas);
   w.metas.reserve(w.tensors.size() + 1);
   w.what.reserve(w.tensors.size() + 1);
-  auto add = [&](TensorMeta m, WireTensor::Kind k, std::size_t i) {
+  auto add = [&](TensorMeta m, WireTensor::Kind k, std::size_t i, ShardSpec spec = {}) {
     w.metas.push_back(std::move(m));
-    w.what.push_back({k, i});
+    WireTensor x{k, i};
+    if (k == WireTensor::Kind::blob) x.numel = w.tensors[i].numel();
+    w.what.push_back(x);
+    if (sharded) w.specs.push_back(std::move(spec));
   };
   if (u.delta && !u.delta->base_version.empty())
     add(TensorMeta{kDeltaMarker + held, DType::uint8, {0}}, WireTensor::Kind::marker, 0);
+  std::size_t piece_at = 0;  // (the next entry of piece_bytes)
   for (std::size_t i = 0; i < w.tensors.size(); ++i) {
     const TensorMeta& t = w.tensors[i];
     if (u.sparse_counts) {
@@ -87,10 +117,24 @@ inline UpdateWire update_wire(UpdateRequest&& u, const std::string& held) {
       continue;
     }
     const std::int64_t p = u.delta ? u.delta->payload_bytes[i] : -1;
-    if (p == -1)
-      add(t, WireTensor::Kind::whole, i);
-    else if (p > 0)
+    if (p == -1) {
+      add(t, WireTensor::Kind::whole, i, sharded ? specs[i] : ShardSpec{});
+    } else if (p > 0 && !pieces.empty()) {
+      const std::size_t eb = dtype_size(t.dtype);
+      for (std::size_t k = 0; k < pieces[i].size(); ++k) {
+        const ShardPiece& piece = pieces[i][k];
+        const std::int64_t bytes = u.delta->piece_bytes[piece_at++];
+        if (bytes == 0) continue;
+        add(TensorMeta{piece_blob_name(t.name, k), DType::uint8, {bytes}},
+            WireTensor::Kind::blob, i, ShardSpec{-1, {}, {piece.rank}});
+        auto& x = w.what.back();
+        x.elem_offset = piece.offset / eb;
+        x.numel = piece.bytes() / eb;
+        x.row_begin = piece.begin;
+      }
+    } else if (p > 0) {
       add(TensorMeta{t.name, DType::uint8, {p}}, WireTensor::Kind::blob, i);
+    }
   }
   return w;
 }
@@ -106,11 +150,15 @@ class UpdateWireCache {
  public:
   std::shared_ptr<const UpdateWire> get(const UpdateRequest& u, const std::string& held) {
     if (wire_ && held == held_ && u.delta == delta_ && u.sparse_counts == sparse_ &&
+        u.sharded == sharded_ && u.shards == shards_ && u.trainer_ranks == trainers_ &&
         u.metas == wire_->tensors)
       return wire_;
     held_ = held;
     delta_ = u.delta;
     sparse_ = u.sparse_counts;
+    sharded_ = u.sharded;
+    shards_ = u.shards;
+    trainers_ = u.trainer_ranks;
     wire_ = std::make_shared<const UpdateWire>(update_wire(u, held));
     return wire_;
   }
@@ -120,6 +168,9 @@ class UpdateWireCache {
   std::string held_;
   std::optional<DeltaUpdate> delta_;
   std::optional<std::vector<std::int64_t>> sparse_;
+  bool sharded_ = false;
+  std::vector<ShardSpec> shards_;
+  std::optional<int> trainers_;
 };
 
 //! The same for an adapter's update description (vLLM's NcclUpdateInfo: <weightsync/vllm.hpp>).
@@ -178,11 +229,16 @@ class UpdateReceiver {
       const auto kind = w_->what[k].kind;
       if (kind != WireTensor::Kind::blob && kind != WireTensor::Kind::sparse_values) continue;
       const TensorMeta& t = w_->tensors[w_->what[k].tensor];
-      const bool placed = (dest_ && dest_(t) != nullptr) ||
-                          (kind == WireTensor::Kind::blob && gather_ && gather_(t) != nullptr);
-      if (!placed)
+      const bool in_place = dest_ && dest_(t) != nullptr;
+      const GatherOp* op = !in_place && kind == WireTensor::Kind::blob && gather_ ? gather_(t) : nullptr;
+      if (!in_place && op == nullptr)
         return cat("no destination for ", t.name,
                    " (a delta applies in place, or through the load plan's gather)");
+      if (op != nullptr && w_->what[k].piece() && !piece_gather(*op, w_->what[k]))
+        return cat("a piece of ", t.name, " (from element ", w_->what[k].elem_offset,
+                   ") cannot go through its load plan's gather (a rotary permutation, or a piece "
+                   "that does not start a row of the gather's ", op->src_cols,
+                   "-element rows): give it a destination, or send it unsharded");
 #if !WEIGHTSYNC_HAS_CUDA
       if (device_) return cat("the delta of ", t.name, " lands in device memory: no CUDA here");
 #endif
@@ -191,6 +247,8 @@ class UpdateReceiver {
   }
 
   const std::vector<TensorMeta>& metas() const { return w_->metas; }
+  //! A sharded update's wire specs (UpdateWire::specs; empty when not sharded).
+  const std::vector<ShardSpec>& specs() const { return w_->specs; }
 
   AnyDestination destination() {
     return [this](const TensorMeta& m) -> void* {
@@ -203,6 +261,7 @@ class UpdateReceiver {
   AnyLoadWeights load() {
     return [this](std::span<const TensorView> views, void* stream) {
       std::vector<TensorView> pass;
+      shifted_.clear();  // (the last call's pieces' gathers: applied by now)
       for (const TensorView& v : views) {
         const std::size_t k = find(*v.meta);
         const WireTensor& x = w_->what[k];
@@ -218,17 +277,32 @@ class UpdateReceiver {
             const GatherOp* op = dst == nullptr && gather_ ? gather_(t) : nullptr;
             const auto eb = static_cast<unsigned>(dtype_size(t.dtype));
             applied_bytes_ += v.nbytes;
+            // A piece of a sharded delta: its elements from x.elem_offset on (a blob of numel
+            // elements, checked as such).
+            std::string name = t.name;
+            TensorMeta piece_meta;
+            const TensorMeta* as = &t;
+            if (x.piece() || x.numel != t.numel()) {
+              name = cat(t.name, " (piece from element ", x.elem_offset, ")");
+              if (dst) dst = static_cast<std::byte*>(dst) + x.elem_offset * eb;
+              if (op && x.piece()) {  // (cannot_apply() refused a piece it cannot shift)
+                shifted_.push_back(*piece_gather(*op, x));
+                op = &shifted_.back();
+              }
+              piece_meta = TensorMeta{name, t.dtype, {static_cast<std::int64_t>(x.numel)}};
+              as = &piece_meta;
+            }
             if (!device_) {
               if (op != nullptr)
                 delta::apply_delta_gather_host(static_cast<const std::byte*>(v.data), v.nbytes,
-                                               *op, t);
+                                               *op, *as);
               else
                 delta::apply_delta_host(static_cast<const std::byte*>(v.data), v.nbytes, dst,
-                                        t.numel(), eb, t.name);
+                                        x.numel, eb, name);
               break;
             }
 #if WEIGHTSYNC_HAS_CUDA
-            device_blobs_.push_back({v.data, v.nbytes, dst, t.numel(), eb, t.name, op});
+            device_blobs_.push_back({v.data, v.nbytes, dst, x.numel, eb, name, op});
 #endif
             break;
           }
@@ -281,6 +355,18 @@ class UpdateReceiver {
   std::uint64_t applied_bytes() const { return applied_bytes_; }
 
  private:
+  //! The gather of a piece that starts at a row of the gather's 2-D view: `op` with its rows
+  //! counted from the piece's first (no rotary permutation: that does not shift). nullopt when
+  //! the piece cannot go through it.
+  static std::optional<GatherOp> piece_gather(const GatherOp& op, const WireTensor& x) {
+    const auto cols = static_cast<std::uint64_t>(op.src_cols);
+    if (op.head_rows != 0 || op.quantize() || cols == 0 || x.elem_offset % cols != 0)
+      return std::nullopt;
+    GatherOp g = op;
+    g.row0 -= static_cast<std::int64_t>(x.elem_offset / cols);
+    return g;
+  }
+
   //! The wire index of a meta the pipeline hands back (the pipeline keeps the order, so a moving
   //! cursor finds it at once; the name search is the fallback).
   std::size_t find(const TensorMeta& m) {
@@ -305,6 +391,7 @@ class UpdateReceiver {
   std::uint64_t n_indices_ = 0;
   std::size_t cursor_ = 0;
   std::uint64_t applied_bytes_ = 0;
+  std::deque<GatherOp> shifted_;  //!< this load() call's pieces' gathers (piece_gather)
 #if WEIGHTSYNC_HAS_CUDA
   std::vector<delta::DeltaApplyBlob> device_blobs_;
   std::optional<delta::CudaDeltaApplier> applier_;

@@ -70,7 +70,8 @@ struct PackingOverrides {
 
 //! A delta sync (<weightsync/delta/source.hpp>): the tensors travel as delta blobs against the
 //! version the receivers hold. In vLLM's update info JSON (this library's extension):
-//! "delta": {"base_version": "v7", "bucket_elems": 16384, "payload_bytes": [n0, n1, ...]}.
+//! "delta": {"base_version": "v7", "bucket_elems": 16384, "payload_bytes": [n0, n1, ...]}, and for
+//! a sharded delta also "piece_bytes": [p0, p1, ...].
 struct DeltaUpdate {
   //! The version the blobs apply to; every receiver must hold it (the handshake refuses the
   //! transfer on every rank otherwise). "" for a full sync (nothing to match).
@@ -80,6 +81,11 @@ struct DeltaUpdate {
   //! Per tensor (in the update's order): the delta blob's size in bytes; -1 when the tensor is
   //! sent whole, 0 when it did not change (nothing is sent for it).
   std::vector<std::int64_t> payload_bytes;
+  //! A sharded delta (UpdateRequest::sharded, from <weightsync/delta/sharded_source.hpp>): each
+  //! trainer rank encodes the pieces it holds. For every tensor with payload_bytes > 0, in order,
+  //! one entry per piece of it (shard_pieces order): that piece's blob size, 0 when the piece did
+  //! not change; payload_bytes is their sum. Empty for an unsharded delta.
+  std::vector<std::int64_t> piece_bytes;
 
   //! Checks the delta of an update of `tensors` tensors.
   //! @throws config_error naming the field ("delta.bucket_elems", "delta.payload_bytes[3]").
@@ -101,6 +107,43 @@ struct DeltaUpdate {
         if (payload_bytes[i] != -1)
           throw config_error(detail::cat("delta.payload_bytes[", i, "]"),
                              "a sync without base_version sends every tensor whole (-1)");
+    for (std::size_t k = 0; k < piece_bytes.size(); ++k)
+      if (piece_bytes[k] < 0)
+        throw config_error(detail::cat("delta.piece_bytes[", k, "]"),
+                           detail::cat("must be 0 (unchanged) or a size, got ", piece_bytes[k]));
+  }
+  //! Checks piece_bytes against the pieces of a sharded delta's tensors (`pieces[i]`: tensor i's,
+  //! see shard_pieces): one entry per piece of every tensor sent as blobs, summing to its
+  //! payload_bytes, and every such piece contiguous in its tensor (a piece split along a later
+  //! dim, with rows of other pieces between its blocks, goes whole).
+  //! @throws config_error naming the field and the tensor.
+  void validate_pieces(const std::vector<TensorMeta>& metas,
+                       const std::vector<std::vector<ShardPiece>>& pieces) const {
+    std::size_t k = 0;
+    for (std::size_t i = 0; i < metas.size(); ++i) {
+      if (payload_bytes[i] <= 0) continue;
+      std::int64_t sum = 0;
+      for (const auto& p : pieces[i]) {
+        if (k >= piece_bytes.size())
+          throw config_error("delta.piece_bytes",
+                             detail::cat("has ", piece_bytes.size(), " entries; tensor '",
+                                         metas[i].name, "' needs one for each of its ",
+                                         pieces[i].size(), " pieces"));
+        if (piece_bytes[k] > 0 && !p.contiguous())
+          throw config_error(detail::cat("delta.piece_bytes[", k, "]"),
+                             detail::cat("a piece of tensor '", metas[i].name,
+                                         "' is not contiguous in it (a split along a later dim): "
+                                         "it goes whole, not as a blob"));
+        sum += piece_bytes[k++];
+      }
+      if (sum != payload_bytes[i])
+        throw config_error(detail::cat("delta.payload_bytes[", i, "]"),
+                           detail::cat("tensor '", metas[i].name, "': ", payload_bytes[i],
+                                       " bytes, but its pieces' piece_bytes sum to ", sum));
+    }
+    if (k != piece_bytes.size())
+      throw config_error("delta.piece_bytes", detail::cat("has ", piece_bytes.size(),
+                                                          " entries for ", k, " pieces"));
   }
   friend bool operator==(const DeltaUpdate&, const DeltaUpdate&) = default;
 };
@@ -153,6 +196,17 @@ struct UpdateRequest {
     return shards.empty() ? std::vector<ShardSpec>(metas.size()) : shards;
   }
 
+  //! Every tensor's pieces with M = `trainers` trainer ranks (shard_pieces).
+  //! @throws config_error naming the spec at fault.
+  std::vector<std::vector<ShardPiece>> pieces(int trainers) const {
+    const auto specs = shard_specs();
+    std::vector<std::vector<ShardPiece>> out;
+    out.reserve(metas.size());
+    for (std::size_t i = 0; i < metas.size(); ++i)
+      out.push_back(shard_pieces(metas[i], i, specs[i], trainers));
+    return out;
+  }
+
   //! @throws config_error naming the first field at fault ("shards[2].dim", "delta", ...).
   void validate() const {
     for (const auto& m : metas) m.validate();
@@ -168,9 +222,16 @@ struct UpdateRequest {
                          "shards or trainer_ranks given for an update that is not "
                          "sharded");
     if (delta) {
-      if (sharded) throw config_error("delta", "a delta sync has one root (not sharded)");
       if (sparse_counts) throw config_error("delta", "give delta or num_updates_list, not both");
       delta->validate(metas.size());
+      if (!sharded && !delta->piece_bytes.empty())
+        throw config_error("delta.piece_bytes", "given for an update that is not sharded");
+      if (sharded) {
+        if (!trainer_ranks)
+          throw config_error("num_trainer_ranks",
+                             "a sharded delta says how many trainer ranks send it");
+        delta->validate_pieces(metas, pieces(*trainer_ranks));
+      }
     }
     if (sparse_counts) {
       if (sharded) throw config_error("num_updates_list", "a sparse update has one root");

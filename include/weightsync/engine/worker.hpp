@@ -190,7 +190,9 @@ class WeightTransferEngine {
       if (info.delta || info.sparse_counts) {
         rx = delta_receiver(info, t, load, gather);
         metas = rx->metas();
-        specs.assign(metas.size(), ShardSpec{});
+        // (a sharded delta's wire says who sends each piece's blob; else all from rank 0)
+        if (sharded) specs = rx->specs();
+        else specs.assign(metas.size(), ShardSpec{});
         t.destination = rx->destination();
         rx_load = rx->load();
       }

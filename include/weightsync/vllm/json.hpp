@@ -109,6 +109,7 @@ inline void to_json(nlohmann::json& j, const NcclUpdateInfo& v) {
     j["delta"] = {{"base_version", v.delta->base_version},
                   {"bucket_elems", v.delta->bucket_elems},
                   {"payload_bytes", v.delta->payload_bytes}};
+  if (v.delta && !v.delta->piece_bytes.empty()) j["delta"]["piece_bytes"] = v.delta->piece_bytes;
   if (v.num_updates_list) j["num_updates_list"] = *v.num_updates_list;
   if (v.src_mesh_dims) j["src_mesh_dims"] = *v.src_mesh_dims;
   if (v.src_placements) {
@@ -160,12 +161,14 @@ inline void from_json(const nlohmann::json& j, NcclUpdateInfo& v) {
   if (auto* x = o.optional("src_mesh_dims")) r.src_mesh_dims = json_ints(*x, "src_mesh_dims", 1);
   if (auto* x = o.optional("src_placements")) r.src_placements = read_placements(*x);
   if (auto* x = o.optional("delta")) {
-    JsonObject d(*x, "delta", {"base_version", "bucket_elems", "payload_bytes"});
+    JsonObject d(*x, "delta", {"base_version", "bucket_elems", "payload_bytes", "piece_bytes"});
     DeltaUpdate u;
     u.base_version = json_string(d.required("base_version"), "delta.base_version");
     if (auto* b = d.optional("bucket_elems"))
       u.bucket_elems = json_int_in(*b, "delta.bucket_elems", 32, 65536);
     u.payload_bytes = json_ints(d.required("payload_bytes"), "delta.payload_bytes", -1);
+    if (auto* pb = d.optional("piece_bytes"))
+      u.piece_bytes = json_ints(*pb, "delta.piece_bytes", 0);
     r.delta = std::move(u);
   }
   if (auto* x = o.optional("num_updates_list"))

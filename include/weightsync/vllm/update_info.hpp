@@ -173,9 +173,22 @@ struct NcclUpdateInfo {
           "num_trainer_ranks",
           detail::cat(*num_trainer_ranks, " trainer ranks, but src_mesh_dims has ", mesh));
     if (delta) {
-      if (sharded()) throw config_error("delta", "a delta sync has one root (not sharded)");
       if (num_updates_list) throw config_error("delta", "give delta or num_updates_list, not both");
       delta->validate(names.size());
+      if (!sharded() && !delta->piece_bytes.empty())
+        throw config_error("delta.piece_bytes", "given for an update that is not sharded");
+      if (sharded()) {
+        if (!num_trainer_ranks && !src_mesh_dims)
+          throw config_error("num_trainer_ranks",
+                             "a sharded delta says how many trainer ranks send it");
+        const auto m = metas();
+        const auto specs = shard_specs(m);
+        const int trainers = trainer_ranks(0);
+        std::vector<std::vector<ShardPiece>> pieces;
+        for (std::size_t i = 0; i < m.size(); ++i)
+          pieces.push_back(shard_pieces(m[i], i, specs[i], trainers));
+        delta->validate_pieces(m, pieces);
+      }
     }
     if (num_updates_list) {
       if (sharded()) throw config_error("num_updates_list", "a sparse update has one root");

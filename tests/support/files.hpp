@@ -1,0 +1,50 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+//! Files as the messages between a test's processes (update infos, which travel by HTTP in a real
+//! setup; a sharded trainer's delta parts, which travel through its own group): a temporary
+//! folder, a file written whole (under a temporary name, then renamed), and a bounded wait for one.
+
+#include <stdlib.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+namespace ws_test {
+
+inline std::string temp_dir() {
+  char tmpl[] = "/tmp/ws_test_XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
+  return tmpl;
+}
+
+inline void write_file(const std::string& path, const std::string& text) {
+  {
+    std::ofstream f(path + ".tmp");
+    f << text;
+  }
+  std::rename((path + ".tmp").c_str(), path.c_str());
+}
+
+//! @throws std::runtime_error naming the file when it does not appear within `limit`.
+inline std::string wait_for_file(const std::string& path, std::chrono::milliseconds limit) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    std::ifstream f(path);
+    if (f) {
+      std::stringstream s;
+      s << f.rdbuf();
+      return s.str();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  throw std::runtime_error("no " + path + " within the limit");
+}
+
+}  // namespace ws_test
