@@ -50,6 +50,8 @@ constexpr const char* kUsage = R"(usage: delta_codec_bench [options]
   --ref-update MODE    fused (measure writes the source into the reference; default) or apply
                        (the blobs applied onto the reference after encode)
   --sparse-writes MODE scattered (default) or sectors: how apply writes sparse buckets
+  --reference KIND     full (default: a copy of the tensors) or low-byte (1 byte per element plus a
+                       hash per 256, updated inside measure; the bucket a multiple of 256)
   --json FILE          also write one JSON object per density to FILE
   -h, --help           this text
 Needs about 3x the layout's bytes of GPU memory plus the blobs (dense8b: 16.4 GB per copy).
@@ -66,6 +68,7 @@ struct Args {
   std::uint64_t seed = 1;
   bool fused = true;
   SparseWrites writes = SparseWrites::scattered;
+  bool low_byte = false;
   std::string json;
 };
 
@@ -135,6 +138,10 @@ Args parse(int argc, char** argv) {
       if (v != "scattered" && v != "sectors")
         throw std::invalid_argument("--sparse-writes: scattered or sectors, got '" + v + "'");
       a.writes = v == "sectors" ? SparseWrites::sectors : SparseWrites::scattered;
+    } else if (k == "--reference") {
+      if (v != "full" && v != "low-byte")
+        throw std::invalid_argument("--reference: full or low-byte, got '" + v + "'");
+      a.low_byte = v == "low-byte";
     } else if (k == "--json") {
       a.json = v;
     } else {
@@ -210,14 +217,27 @@ int main(int argc, char** argv) {
     ws_pattern::fill(base.data(), total, a.seed * 7 + 3, s);
     CudaDeltaEncoder enc(a.bucket_elems);
     CudaDeltaApplier app(a.bucket_elems, a.writes);
+    if (a.low_byte && !a.fused)
+      throw config_error("ref-update", "a low-byte reference is updated inside measure (fused)");
+    // --reference low-byte: the trainer's reference is each tensor's low bytes and block hashes
+    std::vector<std::uint64_t> lat;
+    std::uint64_t ltotal = 0;
+    for (const auto& m : metas) {
+      lat.push_back(ltotal);
+      ltotal += a.low_byte ? (low_byte_ref_bytes(m.numel()) + 255) / 256 * 256 : 0;
+    }
+    DeviceBuffer lref(std::max<std::uint64_t>(ltotal, 1), 0);
     std::vector<DeltaJob> jobs;
     for (std::size_t i = 0; i < metas.size(); ++i)
-      jobs.push_back({src.data() + at[i], work.data() + at[i], metas[i].numel(), 2});
+      jobs.push_back({src.data() + at[i], a.low_byte ? lref.data() + lat[i] : work.data() + at[i],
+                      metas[i].numel(), 2, a.low_byte});
     std::printf(
         "# delta_codec_bench on %s: layout %s, %zu bf16 tensors, %llu bytes, bucket %u, "
-        "ref-update %s, sparse-writes %s, median of %d reps after %d warm-up\n",
+        "reference %s (%llu bytes), ref-update %s, sparse-writes %s, median of %d reps after %d "
+        "warm-up\n",
         prop.name, a.layout.c_str(), metas.size(), static_cast<unsigned long long>(src_bytes),
-        a.bucket_elems, a.fused ? "fused" : "apply",
+        a.bucket_elems, a.low_byte ? "low-byte" : "full",
+        static_cast<unsigned long long>(a.low_byte ? ltotal : total), a.fused ? "fused" : "apply",
         a.writes == SparseWrites::sectors ? "sectors" : "scattered", a.reps, a.warmup);
     std::printf(
         "# encode = measure + encode + reference update (the blobs applied onto the "
@@ -241,9 +261,13 @@ int main(int argc, char** argv) {
       std::uint64_t blob_total = 0, changed = 0, wrong_total = 0;
       std::vector<std::uint64_t> sizes;
       for (int r = 0; r < a.warmup + a.reps; ++r) {
-        // reset the reference copy (it holds the source after the last rep)
-        ck(cudaMemcpyAsync(work.data(), base.data(), total, cudaMemcpyDeviceToDevice, s),
-           "cudaMemcpyAsync");
+        // reset the reference (it holds the source after the last rep)
+        if (a.low_byte)
+          for (std::size_t i = 0; i < metas.size(); ++i)
+            low_byte_seed(lref.data() + lat[i], base.data() + at[i], metas[i].numel(), s);
+        else
+          ck(cudaMemcpyAsync(work.data(), base.data(), total, cudaMemcpyDeviceToDevice, s),
+             "cudaMemcpyAsync");
         ck(cudaEventRecord(ev.e[0], s), "cudaEventRecord");
         sizes = enc.measure(jobs, s, a.fused);
         ck(cudaEventRecord(ev.e[1], s), "cudaEventRecord");
@@ -273,8 +297,9 @@ int main(int argc, char** argv) {
         app.finish(s);
         changed = enc.changed_elements();
         ck(cudaMemsetAsync(wrong_d.data(), 0, 8, s), "cudaMemsetAsync");
-        ws_pattern::count_diff(work.data(), src.data(), total,
-                               reinterpret_cast<unsigned long long*>(wrong_d.data()), s);
+        if (!a.low_byte)  // (the full reference now equals the source)
+          ws_pattern::count_diff(work.data(), src.data(), total,
+                                 reinterpret_cast<unsigned long long*>(wrong_d.data()), s);
         // the inference side: the blobs onto a fresh reference copy
         ck(cudaMemcpyAsync(work.data(), base.data(), total, cudaMemcpyDeviceToDevice, s),
            "cudaMemcpyAsync");
@@ -317,6 +342,8 @@ int main(int argc, char** argv) {
         js << "{\"tool\":\"delta_codec_bench\",\"device\":\"" << prop.name << "\",\"layout\":\""
            << a.layout << "\",\"tensors\":" << metas.size() << ",\"src_bytes\":" << src_bytes
            << ",\"dtype\":\"bfloat16\",\"bucket_elems\":" << a.bucket_elems
+           << ",\"reference\":\"" << (a.low_byte ? "low-byte" : "full")
+           << "\",\"reference_bytes\":" << (a.low_byte ? ltotal : total)
            << ",\"ref_update\":\"" << (a.fused ? "fused" : "apply") << "\",\"sparse_writes\":\""
            << (a.writes == SparseWrites::sectors ? "sectors" : "scattered")
            << "\",\"density\":" << d

@@ -41,6 +41,7 @@
 // - ws_delta_apply (a warp per check-chunk slot): writes the good blobs' payloads into their
 //   tensors.
 #include "../include/weightsync/delta/format.hpp"
+#include "../include/weightsync/delta/low_byte.hpp"
 #include "../include/weightsync/kernels/delta_abi.hpp"
 
 namespace wk = weightsync::kernels;
@@ -202,6 +203,7 @@ extern "C" __global__ void __launch_bounds__(WS_THREADS)
     const wk::DeltaEncodeJob J = p.jobs[j];
     for (u64 b = threadIdx.x; b < J.n_buckets; b += WS_THREADS) p.bucket_job[J.bucket_base + b] = j;
   }
+  if (blockIdx.x == 0 && threadIdx.x == 0) p.totals[2] = 0;  // (ws_delta_count counts into it)
 }
 
 // The changed bits of one 16-byte vector of EB-byte elements (element k: bit k).
@@ -404,8 +406,173 @@ __device__ __forceinline__ unsigned ws_measure_words(const unsigned char* s, uns
   return carry;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Low-byte references (<weightsync/delta/low_byte.hpp>): a warp per block of kLowByteBlock = 256
+// 2-byte elements, 8 per lane.
+
+static_assert(wdl::kLowByteBlock == 256, "a warp of 8 elements per lane per block");
+
+__device__ __forceinline__ u64 ws_warp_sum64(u64 v) {
+#pragma unroll
+  for (unsigned o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(WS_FULL, v, o);
+  return v;
+}
+
+// Lane's 8 elements [e, e + 8) of `s` (2-byte elements; those at or past n are left 0) and of the
+// low bytes `lo`: one 16-byte and one 8-byte load when aligned and whole, else element by element.
+__device__ __forceinline__ void ws_low_byte_load(const unsigned char* s, const unsigned char* lo,
+                                                 u64 e, u64 n, unsigned short (&v)[8],
+                                                 unsigned char (&l)[8]) {
+  if (e + 8 <= n && ((reinterpret_cast<u64>(s + e * 2) & 15) | (reinterpret_cast<u64>(lo + e) & 7)) == 0) {
+    const uint4 a = __ldcs(reinterpret_cast<const uint4*>(s + e * 2));
+    const u64 b = *reinterpret_cast<const u64*>(lo + e);
+#pragma unroll
+    for (unsigned j = 0; j < 8; ++j) {
+      v[j] = static_cast<unsigned short>(ws_vec_get<2>(a, j));
+      l[j] = static_cast<unsigned char>(b >> (8 * j));
+    }
+    return;
+  }
+#pragma unroll
+  for (unsigned j = 0; j < 8; ++j) {
+    v[j] = e + j < n ? *reinterpret_cast<const unsigned short*>(s + (e + j) * 2) : 0;
+    l[j] = e + j < n ? lo[e + j] : 0;
+  }
+}
+
+// A low-byte job's bucket [begin, begin + len) of its numel elements (begin a multiple of 256):
+// as low_byte_changes_host, the elements whose low byte differs, every element of a block whose
+// hash check fails (counted in *failed), the list ranked as ws_measure_words ranks it; the low
+// bytes and hashes updated in the same pass. Returns the bucket's changes (every thread).
+__device__ __forceinline__ unsigned ws_measure_low_byte(const unsigned char* src,
+                                                        unsigned char* ref, u64 numel, u64 begin,
+                                                        u64 len, const WsMeasure& m, u64* failed,
+                                                        unsigned* wred) {
+  constexpr unsigned NW = WS_THREADS / 32;
+  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+  unsigned char* lo = ref;
+  u64* hashes = reinterpret_cast<u64*>(ref + wdl::align8(numel));
+  const u64 nblk = (len + 255) / 256;
+  unsigned carry = 0;
+  for (u64 k0 = 0; k0 < nblk; k0 += NW) {
+    const u64 k = k0 + warp;
+    const bool active = k < nblk;
+    const u64 e = begin + k * 256 + lane * 8;  // the lane's first element in the tensor
+    const u64 end = begin + len;
+    unsigned short v[8] = {};
+    unsigned char l[8] = {};
+    unsigned bits = 0, valid = 0;
+    u64 now = 0, rebuilt = 0;
+    if (active) {
+      ws_low_byte_load(src, lo, e, end, v, l);
+#pragma unroll
+      for (unsigned j = 0; j < 8; ++j) {
+        if (e + j >= end) continue;
+        valid |= 1u << j;
+        const unsigned kk = lane * 8 + j;
+        const u64 t = wdl::low_byte_term(kk, v[j]);
+        now += t;
+        if (static_cast<unsigned char>(v[j]) != l[j]) {
+          bits |= 1u << j;
+          rebuilt += wdl::low_byte_term(kk, wdl::low_byte_nearest(v[j], l[j]));
+        } else {
+          rebuilt += t;
+        }
+      }
+    }
+    now = ws_warp_sum64(now);
+    rebuilt = ws_warp_sum64(rebuilt);
+    const bool any = __any_sync(WS_FULL, bits != 0);
+    u64 stored = 0;
+    if (active && lane == 0) stored = hashes[(begin / 256) + k];
+    stored = __shfl_sync(WS_FULL, stored, 0);
+    const unsigned lowbits = bits;
+    if (active && (any ? rebuilt : now) != stored) {  // a change the low bytes did not show
+      bits = valid;
+      if (lane == 0) atomicAdd(failed, 1ull);
+    }
+    if (active && lowbits != 0) {  // the reference's new low bytes
+#pragma unroll
+      for (unsigned j = 0; j < 8; ++j)
+        if ((lowbits >> j) & 1u) lo[e + j] = static_cast<unsigned char>(v[j]);
+    }
+    if (active && lane == 0 && now != stored) hashes[(begin / 256) + k] = now;
+    // the mask: 4 lanes make a word
+    unsigned word = bits << (8 * (lane % 4));
+    word |= __shfl_xor_sync(WS_FULL, word, 1);
+    word |= __shfl_xor_sync(WS_FULL, word, 2);
+    if (active && lane % 4 == 0 && k * 256 + lane * 8 < len) m.smask[k * 8 + lane / 4] = word;
+    // rank the changes: warps in block order, lanes in element order
+    unsigned wtotal;
+    const unsigned before_lane = ws_warp_excl(static_cast<unsigned>(__popc(bits)), wtotal);
+    if (lane == 0) wred[warp] = wtotal;
+    __syncthreads();
+    unsigned before = 0, total = 0;
+#pragma unroll
+    for (unsigned w = 0; w < NW; ++w) {
+      const unsigned c = wred[w];
+      before += w < warp ? c : 0u;
+      total += c;
+    }
+    __syncthreads();  // (wred is written again next round)
+    unsigned rk = carry + before + before_lane;
+#pragma unroll
+    for (unsigned j = 0; j < 8; ++j)
+      if ((bits >> j) & 1u) {
+        if (rk < m.cap) {
+          m.offs[rk] = static_cast<unsigned short>(k * 256 + lane * 8 + j);
+          ws_store(m.vals + u64{rk} * 2, 2, v[j]);
+        }
+        ++rk;
+      }
+    carry += total;
+  }
+  return carry;
+}
+
+// A warp per block: the low bytes and hash of every block of `src` into the low-byte reference.
+extern "C" __global__ void __launch_bounds__(WS_THREADS)
+    ws_delta_lowbyte_seed(const __grid_constant__ wk::DeltaLowByteSeedParams p) {
+  const unsigned lane = threadIdx.x & 31u;
+  const auto* s = static_cast<const unsigned char*>(p.src);
+  auto* lo = static_cast<unsigned char*>(p.ref);
+  u64* hashes = reinterpret_cast<u64*>(lo + wdl::align8(p.numel));
+  const u64 nblk = (p.numel + 255) / 256;
+  const u64 warps = u64{gridDim.x} * (WS_THREADS / 32);
+  for (u64 k = u64{blockIdx.x} * (WS_THREADS / 32) + (threadIdx.x >> 5); k < nblk; k += warps) {
+    const u64 e = k * 256 + lane * 8;
+    unsigned short v[8];
+    unsigned char l[8];
+    ws_low_byte_load(s, lo, e, p.numel, v, l);
+    u64 h = 0;
+#pragma unroll
+    for (unsigned j = 0; j < 8; ++j)
+      if (e + j < p.numel) {
+        lo[e + j] = static_cast<unsigned char>(v[j]);
+        h += wdl::low_byte_term(lane * 8 + j, v[j]);
+      }
+    h = ws_warp_sum64(h);
+    if (lane == 0) hashes[k] = h;
+  }
+}
+
+// A bucket's end of the count: in its slot the changed bits when encode reads them (a bitmask
+// bucket, a sparse one whose list did not fit; an unchanged or raw bucket needs neither), and its
+// count.
+__device__ __forceinline__ void ws_count_finish(const wk::DeltaEncodeParams& p, u64 g, u64 len,
+                                                unsigned eb, unsigned count, const WsMeasure& m,
+                                                unsigned* slot) {
+  __syncthreads();  // smask complete; the list's stores ordered before the mask's below
+  const wdl::BucketKind kind = wdl::choose_kind(len, count, eb);
+  if (kind == wdl::BucketKind::bitmask || (kind == wdl::BucketKind::sparse && count > m.cap))
+    for (u64 w = threadIdx.x; w < (len + 31) / 32; w += WS_THREADS) slot[w] = m.smask[w];
+  if (threadIdx.x == 0) p.counts[g] = count;
+  __syncthreads();  // smask is the next bucket's
+}
+
 // A CTA per bucket: its count, and in its slot either the list (a sparse bucket of at most cap
-// changes) or its changed bits; under kDeltaUpdateRef the reference becomes the source.
+// changes) or its changed bits; under kDeltaUpdateRef the reference becomes the source. Buckets
+// of low-byte jobs are ws_delta_count_lowbyte's.
 extern "C" __global__ void __launch_bounds__(WS_THREADS, 4)
     ws_delta_count(const __grid_constant__ wk::DeltaEncodeParams p) {
   __shared__ u64 red[WS_THREADS / 32];
@@ -414,6 +581,7 @@ extern "C" __global__ void __launch_bounds__(WS_THREADS, 4)
   const u64 wpb = p.bucket_elems / 32;
   for (u64 g = blockIdx.x; g < p.n_buckets; g += gridDim.x) {
     const wk::DeltaEncodeJob J = p.jobs[p.bucket_job[g]];
+    if (J.low_byte) continue;
     const u64 b = g - J.bucket_base, begin = b * p.bucket_elems;
     const u64 len = wdl::bucket_len(J.numel, p.bucket_elems, b);
     const unsigned eb = J.elem_bytes;
@@ -448,14 +616,32 @@ extern "C" __global__ void __launch_bounds__(WS_THREADS, 4)
       }
     }
     count = ws_measure_words(s, r, eb, done, len, m, count, wred);
-    __syncthreads();  // smask complete; the list's stores ordered before the mask's below
-    // encode reads the bits of a bitmask bucket and of a sparse one whose list did not fit; an
-    // unchanged or raw bucket needs neither
-    const wdl::BucketKind kind = wdl::choose_kind(len, count, eb);
-    if (kind == wdl::BucketKind::bitmask || (kind == wdl::BucketKind::sparse && count > m.cap))
-      for (u64 w = threadIdx.x; w < (len + 31) / 32; w += WS_THREADS) slot[w] = smask[w];
-    if (threadIdx.x == 0) p.counts[g] = count;
-    __syncthreads();  // smask is the next bucket's
+    ws_count_finish(p, g, len, eb, count, m, slot);
+  }
+}
+
+// ws_delta_count for the buckets of low-byte jobs (launched only when the batch has one): 2-byte
+// elements, buckets of whole kLowByteBlock blocks (the launcher checks); the reference (low
+// bytes and block hashes) is always updated, as low_byte_changes_host updates it.
+extern "C" __global__ void __launch_bounds__(WS_THREADS)
+    ws_delta_count_lowbyte(const __grid_constant__ wk::DeltaEncodeParams p) {
+  __shared__ unsigned wred[WS_THREADS / 32];
+  __shared__ unsigned smask[wdl::kMaxBucketElems / 32];
+  const u64 wpb = p.bucket_elems / 32;
+  for (u64 g = blockIdx.x; g < p.n_buckets; g += gridDim.x) {
+    const wk::DeltaEncodeJob J = p.jobs[p.bucket_job[g]];
+    if (!J.low_byte) continue;
+    const u64 b = g - J.bucket_base, begin = b * p.bucket_elems;
+    const u64 len = wdl::bucket_len(J.numel, p.bucket_elems, b);
+    unsigned* slot = p.mask + g * wpb;
+    WsMeasure m{smask, reinterpret_cast<unsigned short*>(slot),
+                reinterpret_cast<unsigned char*>(slot) + wk::delta_list_values_at(p.bucket_elems, 2),
+                wk::delta_list_cap(p.bucket_elems, 2), true};
+    const unsigned count = ws_measure_low_byte(
+        static_cast<const unsigned char*>(J.src),
+        const_cast<unsigned char*>(static_cast<const unsigned char*>(J.ref)), J.numel, begin, len,
+        m, reinterpret_cast<u64*>(p.totals + 2), wred);
+    ws_count_finish(p, g, len, 2, count, m, slot);
   }
 }
 

@@ -53,8 +53,9 @@ void step(const ws_test::DeviceModel& m, const std::vector<TensorMeta>& metas, i
   detail::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
 }
 
-// The rounds, on `backend` ("nccl": a GPU per rank, or one shared; "ipc": both on GPU 0).
-void delta_rounds(const std::string& backend) {
+// The rounds, on `backend` ("nccl": a GPU per rank, or one shared; "ipc": both on GPU 0), the
+// trainer keeping a `reference` of what the worker holds.
+void delta_rounds(const std::string& backend, DeltaReference reference = DeltaReference::full) {
   const auto& r = ws_test::role();
   const int device = backend == "ipc" ? 0 : r.rank % device_count();
   detail::check(cudaSetDevice(device), "cudaSetDevice");
@@ -69,8 +70,13 @@ void delta_rounds(const std::string& backend) {
   ws_test::fill_now(model, 1, s.get());
   ws_test::ModelSource src{metas, model};
   DeltaOptions o;
+  o.reference = reference;
   DeltaSource<ws_test::ModelSource, CudaDeltaCodec> d(src, o, CudaDeltaCodec(s.get(), device));
   d.seed("default");  // what a server that loaded the same checkpoint holds
+  if (r.rank == 0)
+    say(std::string("reference: ") + (reference == DeltaReference::full ? "full" : "low-byte") +
+        ", " + std::to_string(d.reference_bytes()) + " bytes for " +
+        std::to_string(model.bytes()) + " of tensors");
   constexpr int kRounds = 7;
   const auto plain = [&] {
     auto u = NcclUpdateInfo::from_metas(metas);
@@ -292,6 +298,13 @@ TEST_CASE("nccl delta rounds: bit-exact on the GPU, a wrong base refused on both
           "[gpu][nccl][multi_gpu][engine][delta]") {
   if (ws_test::ran_as_parent(2, 240s)) return;
   delta_rounds("nccl");
+}
+
+TEST_CASE("ipc delta rounds with a low-byte reference on the GPU: bit-exact, a wrong base refused, "
+          "then repaired by a whole round",
+          "[gpu][ipc][engine][delta]") {
+  if (ws_test::ran_as_parent_reporting(1, 240s)) return;
+  delta_rounds("ipc", DeltaReference::low_byte);
 }
 
 TEST_CASE("ipc delta rounds (colocated, one GPU): bit-exact, a wrong base refused on both ranks, "

@@ -13,6 +13,7 @@
 #include <weightsync/cuda/device_buffer.hpp>
 #include <weightsync/delta/codec.hpp>
 #include <weightsync/delta/gather.hpp>
+#include <weightsync/delta/low_byte.hpp>
 #include <weightsync/delta/receive.hpp>
 
 #include <cuda_runtime_api.h>
@@ -202,6 +203,77 @@ TEST_CASE("delta kernels: blobs byte-identical to the host codec, applied bit-ex
             CHECK(gpu_encode(enc, src, ref2, numel, eb, st.s, nullptr, true) == want);
           }
         }
+  }
+}
+
+TEST_CASE("delta kernels: a low-byte reference is seeded, measured, encoded and updated as the host "
+          "codec does; a change that kept the low byte fails its block, which goes whole",
+          "[gpu][delta]") {
+  Stream st;
+  std::uint64_t seed = 500;
+  for (std::uint32_t be : {kDefaultBucketElems, 1024u}) {
+    CudaDeltaEncoder enc(be);
+    CudaDeltaApplier app(be);
+    for (double density : {0.0, 0.001, 0.01, 0.3, 1.0})
+      for (std::uint64_t numel : {std::uint64_t{3} * be + 777, std::uint64_t{2} * be, std::uint64_t{300}})
+        for (bool special : {false, true})
+          for (std::size_t offset : {std::size_t{0}, std::size_t{2}}) {  // 2: a misaligned source
+            if (offset != 0 && density != 0.01) continue;
+            CAPTURE(be, density, numel, special, offset);
+            Pair p = make_pair(numel, 2, density, seed++, special);
+            if (special)  // sign flips and a jump of 2^12 steps: the low byte stays
+              for (std::uint64_t i = 5; i < numel; i += 131) p.src[2 * i + 1] ^= std::byte(i % 2 ? 0x80 : 0x10);
+            // the host: the receivers' version seeded, then this round's changes
+            Bytes want_ref(low_byte_ref_bytes(numel));
+            low_byte_seed_host(want_ref.data(), p.ref.data(), numel);
+            const Bytes seeded = want_ref;
+            std::vector<std::uint64_t> bits;
+            std::uint64_t failed = 0;
+            const auto counts =
+                low_byte_changes_host(p.src.data(), want_ref.data(), numel, be, bits, &failed);
+            Bytes want(blob_bytes_for(counts, numel, 2, be));
+            encode_delta_host_if(p.src.data(), numel, 2, be, counts, want.data(), want.size(),
+                                 [&](std::uint64_t e) { return (bits[e / 64] >> (e % 64)) & 1u; });
+            if (special && numel >= 131) CHECK(failed > 0);
+            // the GPU: seeded from the receivers' version, then measured against the source
+            const Dev full(p.ref), src(p.src, offset);
+            Dev lo(Bytes(seeded.size(), std::byte{0}));
+            low_byte_seed(lo.data(), full.data(), numel, st.s);
+            weightsync::detail::check(cudaStreamSynchronize(st.s), "cudaStreamSynchronize");
+            REQUIRE(lo.get() == seeded);
+            const DeltaJob job{src.data(), lo.data(), numel, 2, true};
+            const auto sizes = enc.measure(std::span<const DeltaJob>(&job, 1), st.s, true);
+            REQUIRE(sizes.size() == 1);
+            CHECK(enc.failed_blocks() == failed);
+            CHECK(enc.changed_elements() == popcount_total(counts));
+            REQUIRE(sizes[0] == want.size());
+            Dev out(Bytes(sizes[0], std::byte{0xee}));
+            void* outs[] = {out.data()};
+            enc.encode(outs, st.s);
+            weightsync::detail::check(cudaStreamSynchronize(st.s), "cudaStreamSynchronize");
+            CHECK(out.get() == want);
+            CHECK(lo.get() == want_ref);  // the reference is now the source's
+            // applied onto the receivers' full version, the blob gives the source exactly
+            CHECK(gpu_apply(app, want, p.ref, numel, 2, st.s) == p.src);
+          }
+  }
+  // argument errors name the field
+  CudaDeltaEncoder odd(992);  // not a multiple of 256
+  const Dev a(Bytes(64)), b(Bytes(64));
+  const DeltaJob j{a.data(), b.data(), 16, 2, true};
+  try {
+    (void)odd.measure(std::span<const DeltaJob>(&j, 1), st.s, true);
+    FAIL("measured");
+  } catch (const weightsync::config_error& e) {
+    CHECK(e.field() == "bucket_elems");
+  }
+  const DeltaJob j4{a.data(), b.data(), 16, 4, true};
+  CudaDeltaEncoder enc;
+  try {
+    (void)enc.measure(std::span<const DeltaJob>(&j4, 1), st.s, true);
+    FAIL("measured");
+  } catch (const weightsync::config_error& e) {
+    CHECK(e.field() == "jobs[0].low_byte");
   }
 }
 

@@ -44,6 +44,7 @@
 #include "weightsync/delta/codec.hpp"
 #include "weightsync/delta/format.hpp"
 #include "weightsync/delta/gather.hpp"
+#include "weightsync/delta/low_byte.hpp"
 #include "weightsync/detail/format.hpp"
 #include "weightsync/error.hpp"
 #include "weightsync/kernels/delta_abi.hpp"
@@ -86,7 +87,7 @@ class DeltaKernels {
   cudaKernel_t index = nullptr, count = nullptr, chunks = nullptr, top = nullptr, encode = nullptr,
                vhead = nullptr, vbase = nullptr, vchunks = nullptr, vtop = nullptr,
                vcheck = nullptr, vdescribe = nullptr, apply = nullptr, sparse_check = nullptr,
-               sparse_scatter = nullptr;
+               sparse_scatter = nullptr, lowbyte_seed = nullptr, count_lowbyte = nullptr;
 
  private:
   DeltaKernels() {
@@ -112,6 +113,8 @@ class DeltaKernels {
     get(apply, "ws_delta_apply");
     get(sparse_check, "ws_sparse_check");
     get(sparse_scatter, "ws_sparse_scatter");
+    get(lowbyte_seed, "ws_delta_lowbyte_seed");
+    get(count_lowbyte, "ws_delta_count_lowbyte");
   }
 };
 
@@ -184,10 +187,17 @@ class CudaDeltaEncoder {
     jobs_.clear();
     jobs_.reserve(jobs.size());
     std::uint64_t n = 0;
+    bool low_byte = false;
     for (std::size_t i = 0; i < jobs.size(); ++i) {
       const DeltaJob& j = jobs[i];
+      low_byte = low_byte || j.low_byte;
       const std::string f = cat("jobs[", i, "]");
       detail::check_elem_bytes(j.elem_bytes, f + ".elem_bytes");
+      if (j.low_byte && j.elem_bytes != 2)
+        throw config_error(f + ".low_byte", cat("needs 2-byte elements, got ", j.elem_bytes));
+      if (j.low_byte && bucket_elems_ % kLowByteBlock != 0)
+        throw config_error("bucket_elems", cat("a low-byte reference needs a multiple of ",
+                                               kLowByteBlock, ", got ", bucket_elems_));
       if (j.numel > 0 && (j.src == nullptr || j.ref == nullptr))
         throw config_error(f + (j.src == nullptr ? ".src" : ".ref"),
                            cat("null for ", j.numel, " elements"));
@@ -195,7 +205,7 @@ class CudaDeltaEncoder {
       if (nb > 0xffffffffull)
         throw config_error(f + ".numel", cat(j.numel, " elements make more than 2^32 buckets"));
       jobs_.push_back(wk::DeltaEncodeJob{j.src, j.ref, j.numel, n, static_cast<std::uint32_t>(nb),
-                                         j.elem_bytes});
+                                         j.elem_bytes, j.low_byte ? 1u : 0u, 0u});
       n += nb;
     }
     if (jobs.size() > 0xffffffffull)
@@ -204,6 +214,7 @@ class CudaDeltaEncoder {
     n_buckets_ = n;
     changed_ = 0;
     payload_ = 0;
+    failed_ = 0;
     const std::size_t m = jobs.size();
     if (m == 0) {
       measured_ = true;
@@ -225,10 +236,10 @@ class CudaDeltaEncoder {
     const std::size_t o_local = take(n * 4);
     const std::size_t o_chunk_base = take((nc + 1) * 8);
     const std::size_t o_chunk_changed = take(nc * 8);
-    const std::size_t o_totals = take(2 * 8);
+    const std::size_t o_totals = take(3 * 8);
     detail::delta_reserve(arena_, at, device_);
     detail::delta_reserve(mask_, std::max<std::size_t>(n * (bucket_elems_ / 8), 1), device_);
-    const std::size_t readback = m * sizeof(wk::DeltaEncodeResult) + 2 * 8;
+    const std::size_t readback = m * sizeof(wk::DeltaEncodeResult) + 3 * 8;
     if (readback_.size() < readback) {
       readback_ = PinnedBuffer();
       readback_ = PinnedBuffer(readback);
@@ -259,6 +270,9 @@ class CudaDeltaEncoder {
     if (n > 0) {
       detail::delta_launch(k.count, n, wk::kDeltaThreads, p_, s,
                            "cudaLaunchKernel(ws_delta_count)");
+      if (low_byte)
+        detail::delta_launch(k.count_lowbyte, n, wk::kDeltaThreads, p_, s,
+                             "cudaLaunchKernel(ws_delta_count_lowbyte)");
       detail::delta_launch(k.chunks, nc, wk::kDeltaThreads, p_, s,
                            "cudaLaunchKernel(ws_delta_chunks)");
     }
@@ -266,7 +280,7 @@ class CudaDeltaEncoder {
     check(cudaMemcpyAsync(readback_.data(), p_.results, m * sizeof(wk::DeltaEncodeResult),
                           cudaMemcpyDeviceToHost, s),
           "cudaMemcpyAsync(delta sizes)");
-    check(cudaMemcpyAsync(readback_.data() + m * sizeof(wk::DeltaEncodeResult), p_.totals, 16,
+    check(cudaMemcpyAsync(readback_.data() + m * sizeof(wk::DeltaEncodeResult), p_.totals, 24,
                           cudaMemcpyDeviceToHost, s),
           "cudaMemcpyAsync(delta totals)");
     check(cudaStreamSynchronize(s), "cudaStreamSynchronize(delta measure)");
@@ -276,10 +290,11 @@ class CudaDeltaEncoder {
       std::memcpy(&r, readback_.data() + i * sizeof r, sizeof r);
       sizes[i] = r.blob_bytes;
     }
-    std::uint64_t totals[2];
+    std::uint64_t totals[3];
     std::memcpy(totals, readback_.data() + m * sizeof(wk::DeltaEncodeResult), sizeof totals);
     changed_ = totals[0];
     payload_ = totals[1];
+    failed_ = totals[2];
     measured_ = true;
     return sizes;
   }
@@ -317,6 +332,8 @@ class CudaDeltaEncoder {
   std::uint64_t changed_elements() const noexcept { return changed_; }
   //! Payload bytes (blobs less their headers and directories) of the last measure()'s batch.
   std::uint64_t payload_bytes() const noexcept { return payload_; }
+  //! Low-byte blocks of the last measure()'s batch whose hash check failed (sent whole).
+  std::uint64_t failed_blocks() const noexcept { return failed_; }
   std::uint32_t bucket_elems() const noexcept { return bucket_elems_; }
 
  private:
@@ -327,9 +344,27 @@ class CudaDeltaEncoder {
   std::vector<kernels::DeltaEncodeJob> jobs_;
   std::vector<void*> outs_;
   kernels::DeltaEncodeParams p_{};
-  std::uint64_t n_buckets_ = 0, changed_ = 0, payload_ = 0;
+  std::uint64_t n_buckets_ = 0, changed_ = 0, payload_ = 0, failed_ = 0;
   bool measured_ = false;
 };
+
+//! The low bytes and block hashes of `src` (numel 2-byte elements, device memory) into the
+//! low-byte reference `ref` (device memory, low_byte_ref_bytes(numel)), in stream order on `s`:
+//! the GPU's low_byte_seed_host.
+//! @throws config_error for a null pointer; cuda_error.
+inline void low_byte_seed(void* ref, const void* src, std::uint64_t numel, cudaStream_t s) {
+  namespace wk = weightsync::kernels;
+  if (numel == 0) return;
+  if (ref == nullptr || src == nullptr)
+    throw config_error(ref == nullptr ? "ref" : "src",
+                       weightsync::detail::cat("null for ", numel, " elements"));
+  wk::DeltaLowByteSeedParams p{src, ref, numel};
+  const std::uint64_t warps = (numel + kLowByteBlock - 1) / kLowByteBlock;
+  const std::uint64_t grid = std::min<std::uint64_t>(
+      (warps + wk::kDeltaThreads / 32 - 1) / (wk::kDeltaThreads / 32), 65535);
+  detail::delta_launch(detail::DeltaKernels::instance().lowbyte_seed, grid, wk::kDeltaThreads, p,
+                       s, "cudaLaunchKernel(ws_delta_lowbyte_seed)");
+}
 
 //! Checks and applies delta blobs in device memory onto device tensors, in stream order. Every
 //! apply() enqueues its checks and writes at once (a blob of any bucket size; 7 launches per

@@ -43,6 +43,9 @@ class CudaDeltaCodec {
   //! measure() writes each source into its reference in the same pass (CudaDeltaEncoder::measure
   //! with update_reference): DeltaSource::commit() then has nothing left to do for a delta round.
   static constexpr bool kMeasureUpdatesReference = true;
+  //! Measures DeltaJob::low_byte jobs (updating their references in the same pass, as the host
+  //! codec does), with buckets a multiple of delta::kLowByteBlock.
+  static constexpr bool kLowByteReference = true;
   CudaDeltaCodec(cudaStream_t stream, int device,
                  std::uint32_t bucket_elems = delta::kDefaultBucketElems)
       : s_(stream), device_(device) {
@@ -51,6 +54,10 @@ class CudaDeltaCodec {
     app_ = std::make_unique<delta::CudaDeltaApplier>(bucket_elems);
   }
   Buffer alloc(std::size_t bytes) const { return DeviceBuffer(bytes, device_); }
+  //! A low-byte reference made the source's (a whole round).
+  void seed_low_byte(void* ref, const void* src, std::uint64_t numel) const {
+    delta::low_byte_seed(ref, src, numel, s_);
+  }
   static std::byte* data(Buffer& b) { return b.data(); }
   void copy(void* dst, const void* src, std::size_t bytes) const {
     if (bytes > 0)
@@ -66,6 +73,8 @@ class CudaDeltaCodec {
     return enc_->measure(jobs, s_, kMeasureUpdatesReference);
   }
   std::uint64_t changed_elements() const { return enc_->changed_elements(); }
+  //! Low-byte blocks of the last measure whose check failed.
+  std::uint64_t failed_blocks() const { return enc_->failed_blocks(); }
   void encode(std::span<void* const> outs) {
     enc_->encode(outs, s_);
     detail::check(cudaStreamSynchronize(s_), "cudaStreamSynchronize (delta encode)");

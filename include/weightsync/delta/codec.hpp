@@ -31,7 +31,8 @@ struct DeltaJob {
   std::uint64_t numel = 0;
   unsigned elem_bytes = 0;
   //! `ref` is a low-byte reference (<weightsync/delta/low_byte.hpp>; 2-byte elements), which the
-  //! measure updates to `src` in the same pass. The host codec only.
+  //! measure updates to `src` in the same pass (HostDeltaCodec, and CudaDeltaCodec with buckets a
+  //! multiple of kLowByteBlock).
   bool low_byte = false;
 };
 

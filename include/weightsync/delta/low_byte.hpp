@@ -34,7 +34,7 @@
 #include <cstring>
 #include <vector>
 
-#include "weightsync/delta/format.hpp"
+#include "format.hpp"  // (relative: nvcc compiles the kernels without -I)
 
 namespace weightsync::delta {
 

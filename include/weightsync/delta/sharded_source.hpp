@@ -30,8 +30,8 @@
 //!
 //! Bit-exact as DeltaSource is: the references are only ever what the receivers were sent, and
 //! the handshake refuses a delta on every rank when a receiver holds another base version.
-//! Reference memory: a full copy of this rank's contiguous pieces (DeltaReference::low_byte with
-//! the host codec: 1 + 8/256 bytes per 2-byte element); pieces that always go whole keep none.
+//! Reference memory: a full copy of this rank's contiguous pieces (DeltaReference::low_byte: 1 +
+//! 8/256 bytes per 2-byte element); pieces that always go whole keep none.
 
 #include <algorithm>
 #include <charconv>
@@ -154,8 +154,7 @@ class ShardedDeltaSource {
       throw config_error("anchor_every", detail::cat("must be >= 0, got ", opt_.anchor_every));
     if (opt_.reference == DeltaReference::low_byte && !kLowByte)
       throw config_error("reference",
-                         "this codec keeps full references only (the low-byte reference is the "
-                         "host codec's)");
+                         "this codec keeps full references only (it has no kLowByteReference)");
   }
 
   //! Step 1: diffs this rank's pieces against its reference for the round that makes `version`.

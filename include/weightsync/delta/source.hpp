@@ -11,7 +11,7 @@
 //! - DeltaReference::full (default): a copy of the sent tensors in the codec's memory, 1x the
 //!   model; every change found bitwise. The CUDA codec updates it inside the diff pass (writes of
 //!   the changed 32-byte sectors: about 15 % of the bytes at 1 % of bf16 elements changed).
-//! - DeltaReference::low_byte (host codec): 1 + 8/256 bytes per bf16 / fp16 element (51.6 % of
+//! - DeltaReference::low_byte (host and CUDA codecs): 1 + 8/256 bytes per bf16 / fp16 element (51.6 % of
 //!   those tensors), the other widths full; the diff also hashes every 256-element block (a 64-bit
 //!   mix per element); a block whose check fails goes whole (512 bytes of wire), which an
 //!   optimizer step of a few ULPs never causes; a missed change slips through only on a 64-bit
@@ -92,7 +92,7 @@ enum class DeltaReference {
   //! for 2-byte tensors (bf16, fp16), 1 byte per element plus an 8-byte hash per 256 elements
   //! (51.6 % of those tensors' bytes); a change that kept the low byte is caught by the block
   //! hash and its block sent whole in the same sync (<weightsync/delta/low_byte.hpp>). Other
-  //! widths keep a full copy. The host codec only (HostDeltaCodec::kLowByteReference).
+  //! widths keep a full copy. Codecs with kLowByteReference: HostDeltaCodec, CudaDeltaCodec.
   low_byte,
 };
 
@@ -284,8 +284,7 @@ class DeltaSource {
                          detail::cat("must be >= 0, got ", opt_.encode_bytes_per_s));
     if (opt_.reference == DeltaReference::low_byte && !kLowByte)
       throw config_error("reference",
-                         "this codec keeps full references only (the low-byte reference is the "
-                         "host codec's)");
+                         "this codec keeps full references only (it has no kLowByteReference)");
     encode_rate_ = opt_.encode_bytes_per_s > 0 ? opt_.encode_bytes_per_s : Codec::kEncodeBytesPerS;
     link_rate_ = opt_.link_bytes_per_s;
   }

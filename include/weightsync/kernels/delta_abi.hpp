@@ -87,15 +87,28 @@ inline constexpr std::uint32_t kDeltaErrTrailing = 1;  //!< a = bytes after the 
 //! One tensor of an encode batch.
 struct DeltaEncodeJob {
   const void* src;
-  const void* ref;  //!< written by ws_delta_count under kDeltaUpdateRef
+  const void* ref;  //!< written by ws_delta_count under kDeltaUpdateRef (always when low_byte)
   std::uint64_t numel;
   std::uint64_t bucket_base;  //!< its first global bucket
   std::uint32_t n_buckets;
   std::uint32_t elem_bytes;
+  //! 1: `ref` is a low-byte reference (<weightsync/delta/low_byte.hpp>; 2-byte elements, buckets a
+  //! multiple of kLowByteBlock), measured and updated as low_byte_changes_host does.
+  std::uint32_t low_byte;
+  std::uint32_t reserved;
 };
-static_assert(sizeof(DeltaEncodeJob) == 40, "DeltaEncodeJob is an ABI: 2 pointers, 2 u64, 2 u32");
+static_assert(sizeof(DeltaEncodeJob) == 48, "DeltaEncodeJob is an ABI: 2 pointers, 2 u64, 4 u32");
 static_assert(offsetof(DeltaEncodeJob, bucket_base) == 24 &&
-              offsetof(DeltaEncodeJob, elem_bytes) == 36);
+              offsetof(DeltaEncodeJob, elem_bytes) == 36 && offsetof(DeltaEncodeJob, low_byte) == 40);
+
+//! ws_delta_lowbyte_seed: the low bytes and block hashes of `src` (numel 2-byte elements) into
+//! the low-byte reference `ref`.
+struct DeltaLowByteSeedParams {
+  const void* src;
+  void* ref;
+  std::uint64_t numel;
+};
+static_assert(sizeof(DeltaLowByteSeedParams) == 24, "DeltaLowByteSeedParams is an ABI: 2 pointers, u64");
 
 //! Written by ws_delta_top for each job.
 struct DeltaEncodeResult {
@@ -115,7 +128,8 @@ struct DeltaEncodeParams {
   std::uint32_t* local;          //!< [n_buckets] payload offset inside the bucket's chunk
   std::uint64_t* chunk_base;     //!< [n_chunks + 1] chunk sums, then their exclusive scan
   std::uint64_t* chunk_changed;  //!< [n_chunks] changed elements per chunk
-  std::uint64_t* totals;         //!< [2] changed elements, payload bytes of the batch
+  std::uint64_t* totals;         //!< [3] changed elements, payload bytes of the batch, low-byte
+                                 //!< blocks whose check failed
   std::uint64_t n_buckets;
   std::uint32_t n_jobs;
   std::uint32_t bucket_elems;

@@ -13,76 +13,415 @@ inline constexpr const char kDeltaPtx[] = R"WSPTX(
 )
 .maxntid 256, 1, 1
 {
-	.reg .pred 	%p<9>;
-	.reg .b32 	%r<10>;
-	.reg .b64 	%rd<37>;
+	.reg .pred 	%p<10>;
+	.reg .b32 	%r<13>;
+	.reg .b64 	%rd<40>;
 	mov.b64 	%rd21, ws_delta_index_param_0;
 	add.s64 	%rd1, %rd21, 88;
 	ld.param.u32 	%r1, [ws_delta_index_param_0+88];
-	mov.u32 	%r9, %ctaid.x;
-	setp.ge.u32 	%p1, %r9, %r1;
-	@%p1 bra 	$L__BB0_11;
+	mov.u32 	%r12, %ctaid.x;
+	setp.lt.u32 	%p1, %r12, %r1;
+	@%p1 bra 	$L__BB0_1;
+	bra.uni 	$L__BB0_11;
+$L__BB0_1:
 	ld.param.u64 	%rd23, [%rd1+-88];
 	cvta.to.global.u64 	%rd2, %rd23;
-	mov.u32 	%r5, %tid.x;
-	cvt.u64.u32 	%rd3, %r5;
-	ld.param.u64 	%rd4, [%rd1+-64];
-	cvta.to.global.u64 	%rd24, %rd4;
+	mov.u32 	%r6, %tid.x;
+	cvt.u64.u32 	%rd3, %r6;
+	ld.param.u64 	%rd24, [%rd1+-64];
+	cvta.to.global.u64 	%rd4, %rd24;
+	mov.u32 	%r3, %nctaid.x;
 	not.b64 	%rd5, %rd3;
 	add.s64 	%rd6, %rd3, 256;
 	add.s64 	%rd7, %rd3, 512;
 	add.s64 	%rd8, %rd3, 768;
-	add.s64 	%rd9, %rd24, 2048;
-	cvt.u32.u64 	%r7, %rd3;
+	add.s64 	%rd9, %rd4, 2048;
+	cvt.u32.u64 	%r8, %rd3;
 $L__BB0_2:
-	mul.wide.u32 	%rd25, %r9, 40;
+	mul.wide.u32 	%rd25, %r12, 48;
 	add.s64 	%rd26, %rd2, %rd25;
 	ld.global.u64 	%rd10, [%rd26+24];
-	ld.global.u32 	%r6, [%rd26+32];
-	cvt.u64.u32 	%rd11, %r6;
-	setp.ge.u32 	%p2, %r7, %r6;
+	ld.global.u32 	%r7, [%rd26+32];
+	cvt.u64.u32 	%rd11, %r7;
+	setp.ge.u32 	%p2, %r8, %r7;
 	@%p2 bra 	$L__BB0_10;
 	add.s64 	%rd12, %rd5, %rd11;
 	shr.u64 	%rd27, %rd12, 8;
 	add.s64 	%rd28, %rd27, 1;
 	and.b64  	%rd13, %rd28, 3;
 	setp.eq.s64 	%p3, %rd13, 0;
-	mov.u64 	%rd34, %rd3;
+	mov.u64 	%rd37, %rd3;
 	@%p3 bra 	$L__BB0_7;
 	add.s64 	%rd29, %rd10, %rd3;
-	shl.b64 	%rd31, %rd29, 2;
-	add.s64 	%rd14, %rd24, %rd31;
-	st.global.u32 	[%rd14], %r9;
+	shl.b64 	%rd30, %rd29, 2;
+	add.s64 	%rd14, %rd4, %rd30;
+	st.global.u32 	[%rd14], %r12;
 	setp.eq.s64 	%p4, %rd13, 1;
-	mov.u64 	%rd34, %rd6;
+	mov.u64 	%rd37, %rd6;
 	@%p4 bra 	$L__BB0_7;
-	st.global.u32 	[%rd14+1024], %r9;
+	st.global.u32 	[%rd14+1024], %r12;
 	setp.eq.s64 	%p5, %rd13, 2;
-	mov.u64 	%rd34, %rd7;
+	mov.u64 	%rd37, %rd7;
 	@%p5 bra 	$L__BB0_7;
-	st.global.u32 	[%rd14+2048], %r9;
-	mov.u64 	%rd34, %rd8;
+	st.global.u32 	[%rd14+2048], %r12;
+	mov.u64 	%rd37, %rd8;
 $L__BB0_7:
 	setp.lt.u64 	%p6, %rd12, 768;
 	@%p6 bra 	$L__BB0_10;
-	add.s64 	%rd32, %rd34, %rd10;
-	shl.b64 	%rd33, %rd32, 2;
-	add.s64 	%rd35, %rd9, %rd33;
+	add.s64 	%rd31, %rd37, %rd10;
+	shl.b64 	%rd32, %rd31, 2;
+	add.s64 	%rd38, %rd9, %rd32;
 $L__BB0_9:
-	st.global.u32 	[%rd35+-2048], %r9;
-	st.global.u32 	[%rd35+-1024], %r9;
-	st.global.u32 	[%rd35], %r9;
-	st.global.u32 	[%rd35+1024], %r9;
-	add.s64 	%rd35, %rd35, 4096;
-	add.s64 	%rd34, %rd34, 1024;
-	setp.lt.u64 	%p7, %rd34, %rd11;
+	st.global.u32 	[%rd38+-2048], %r12;
+	st.global.u32 	[%rd38+-1024], %r12;
+	st.global.u32 	[%rd38], %r12;
+	st.global.u32 	[%rd38+1024], %r12;
+	add.s64 	%rd38, %rd38, 4096;
+	add.s64 	%rd37, %rd37, 1024;
+	setp.lt.u64 	%p7, %rd37, %rd11;
 	@%p7 bra 	$L__BB0_9;
 $L__BB0_10:
-	mov.u32 	%r8, %nctaid.x;
-	add.s32 	%r9, %r9, %r8;
-	setp.lt.u32 	%p8, %r9, %r1;
+	add.s32 	%r12, %r12, %r3;
+	setp.lt.u32 	%p8, %r12, %r1;
 	@%p8 bra 	$L__BB0_2;
 $L__BB0_11:
+	mov.u32 	%r9, %tid.x;
+	mov.u32 	%r10, %ctaid.x;
+	or.b32  	%r11, %r10, %r9;
+	setp.ne.s32 	%p9, %r11, 0;
+	@%p9 bra 	$L__BB0_13;
+	ld.param.u64 	%rd34, [%rd21+72];
+	mov.u64 	%rd35, 0;
+	cvta.to.global.u64 	%rd36, %rd34;
+	st.global.u64 	[%rd36+16], %rd35;
+$L__BB0_13:
+	ret;
+}
+	// .globl	ws_delta_lowbyte_seed
+.visible .entry ws_delta_lowbyte_seed(
+	.param .align 8 .b8 ws_delta_lowbyte_seed_param_0[24]
+)
+.maxntid 256, 1, 1
+{
+	.reg .pred 	%p<32>;
+	.reg .b32 	%r<133>;
+	.reg .b64 	%rd<166>;
+	mov.u32 	%r33, %tid.x;
+	and.b32  	%r1, %r33, 31;
+	ld.param.u64 	%rd1, [ws_delta_lowbyte_seed_param_0];
+	ld.param.u64 	%rd2, [ws_delta_lowbyte_seed_param_0+8];
+	ld.param.u64 	%rd3, [ws_delta_lowbyte_seed_param_0+16];
+	add.s64 	%rd31, %rd3, 255;
+	shr.u64 	%rd4, %rd31, 8;
+	mov.u32 	%r34, %ctaid.x;
+	mul.wide.u32 	%rd32, %r34, 8;
+	shr.u32 	%r35, %r33, 5;
+	cvt.u64.u32 	%rd33, %r35;
+	add.s64 	%rd157, %rd32, %rd33;
+	setp.ge.u64 	%p1, %rd157, %rd4;
+	@%p1 bra 	$L__BB1_40;
+	shl.b32 	%r36, %r1, 3;
+	cvt.u64.u32 	%rd6, %r36;
+	mov.u32 	%r37, %nctaid.x;
+	mul.wide.u32 	%rd7, %r37, 8;
+$L__BB1_2:
+	shl.b64 	%rd34, %rd157, 8;
+	or.b64  	%rd9, %rd34, %rd6;
+	add.s64 	%rd35, %rd9, 8;
+	setp.gt.u64 	%p2, %rd35, %rd3;
+	@%p2 bra 	$L__BB1_5;
+	shl.b64 	%rd36, %rd9, 1;
+	add.s64 	%rd10, %rd1, %rd36;
+	and.b64  	%rd37, %rd10, 15;
+	add.s64 	%rd38, %rd2, %rd9;
+	and.b64  	%rd39, %rd38, 7;
+	or.b64  	%rd40, %rd37, %rd39;
+	setp.ne.s64 	%p3, %rd40, 0;
+	@%p3 bra 	$L__BB1_5;
+	bra.uni 	$L__BB1_4;
+$L__BB1_5:
+	setp.ge.u64 	%p4, %rd9, %rd3;
+	cvta.to.global.u64 	%rd42, %rd1;
+	shl.b64 	%rd43, %rd9, 1;
+	add.s64 	%rd11, %rd42, %rd43;
+	mov.u32 	%r131, 0;
+	mov.u32 	%r132, %r131;
+	@%p4 bra 	$L__BB1_7;
+	ld.global.u16 	%r132, [%rd11];
+$L__BB1_7:
+	add.s64 	%rd44, %rd9, 1;
+	setp.ge.u64 	%p5, %rd44, %rd3;
+	@%p5 bra 	$L__BB1_9;
+	ld.global.u16 	%r131, [%rd11+2];
+$L__BB1_9:
+	add.s64 	%rd45, %rd9, 2;
+	setp.ge.u64 	%p6, %rd45, %rd3;
+	mov.u32 	%r129, 0;
+	mov.u32 	%r130, %r129;
+	@%p6 bra 	$L__BB1_11;
+	ld.global.u16 	%r130, [%rd11+4];
+$L__BB1_11:
+	add.s64 	%rd46, %rd9, 3;
+	setp.ge.u64 	%p7, %rd46, %rd3;
+	@%p7 bra 	$L__BB1_13;
+	ld.global.u16 	%r129, [%rd11+6];
+$L__BB1_13:
+	add.s64 	%rd47, %rd9, 4;
+	setp.ge.u64 	%p8, %rd47, %rd3;
+	mov.u32 	%r127, 0;
+	mov.u32 	%r128, %r127;
+	@%p8 bra 	$L__BB1_15;
+	ld.global.u16 	%r128, [%rd11+8];
+$L__BB1_15:
+	add.s64 	%rd48, %rd9, 5;
+	setp.ge.u64 	%p9, %rd48, %rd3;
+	@%p9 bra 	$L__BB1_17;
+	ld.global.u16 	%r127, [%rd11+10];
+$L__BB1_17:
+	add.s64 	%rd49, %rd9, 6;
+	setp.ge.u64 	%p10, %rd49, %rd3;
+	mov.u32 	%r125, 0;
+	mov.u32 	%r126, %r125;
+	@%p10 bra 	$L__BB1_19;
+	ld.global.u16 	%r126, [%rd11+12];
+$L__BB1_19:
+	add.s64 	%rd50, %rd9, 7;
+	setp.ge.u64 	%p11, %rd50, %rd3;
+	@%p11 bra 	$L__BB1_21;
+	ld.global.u16 	%r125, [%rd11+14];
+	bra.uni 	$L__BB1_21;
+$L__BB1_4:
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r132,%r130,%r128,%r126}, [%rd10];
+	// end inline asm
+	shr.u32 	%r131, %r132, 16;
+	shr.u32 	%r129, %r130, 16;
+	shr.u32 	%r127, %r128, 16;
+	shr.u32 	%r125, %r126, 16;
+$L__BB1_21:
+	cvta.to.global.u64 	%rd52, %rd2;
+	add.s64 	%rd12, %rd52, %rd9;
+	setp.ge.u64 	%p12, %rd9, %rd3;
+	mov.u64 	%rd159, 0;
+	@%p12 bra 	$L__BB1_23;
+	st.global.u8 	[%rd12], %r132;
+	and.b32  	%r52, %r132, 65535;
+	bfi.b32 	%r53, %r1, %r52, 19, 5;
+	cvt.u64.u32 	%rd53, %r53;
+	add.s64 	%rd54, %rd53, -7046029254386353131;
+	xor.b64  	%rd55, %rd54, 1327217884;
+	mul.lo.s64 	%rd56, %rd55, -49064778989728563;
+	shr.u64 	%rd57, %rd56, 33;
+	xor.b64  	%rd58, %rd57, %rd56;
+	mul.lo.s64 	%rd59, %rd58, -4265267296055464877;
+	shr.u64 	%rd60, %rd59, 33;
+	xor.b64  	%rd159, %rd60, %rd59;
+$L__BB1_23:
+	add.s64 	%rd61, %rd9, 1;
+	setp.ge.u64 	%p13, %rd61, %rd3;
+	@%p13 bra 	$L__BB1_25;
+	st.global.u8 	[%rd12+1], %r131;
+	shl.b32 	%r55, %r33, 19;
+	and.b32  	%r56, %r55, 16252928;
+	or.b32  	%r57, %r56, %r131;
+	or.b32  	%r58, %r57, 65536;
+	cvt.u64.u32 	%rd62, %r58;
+	add.s64 	%rd63, %rd62, -7046029254386353131;
+	shr.u64 	%rd64, %rd63, 33;
+	xor.b64  	%rd65, %rd64, %rd63;
+	mul.lo.s64 	%rd66, %rd65, -49064778989728563;
+	shr.u64 	%rd67, %rd66, 33;
+	xor.b64  	%rd68, %rd67, %rd66;
+	mul.lo.s64 	%rd69, %rd68, -4265267296055464877;
+	shr.u64 	%rd70, %rd69, 33;
+	xor.b64  	%rd71, %rd70, %rd69;
+	add.s64 	%rd159, %rd71, %rd159;
+$L__BB1_25:
+	add.s64 	%rd72, %rd9, 2;
+	setp.ge.u64 	%p14, %rd72, %rd3;
+	@%p14 bra 	$L__BB1_27;
+	st.global.u8 	[%rd12+2], %r130;
+	and.b32  	%r61, %r130, 65535;
+	bfi.b32 	%r62, %r1, %r61, 19, 5;
+	or.b32  	%r63, %r62, 131072;
+	cvt.u64.u32 	%rd73, %r63;
+	add.s64 	%rd74, %rd73, -7046029254386353131;
+	shr.u64 	%rd75, %rd74, 33;
+	xor.b64  	%rd76, %rd75, %rd74;
+	mul.lo.s64 	%rd77, %rd76, -49064778989728563;
+	shr.u64 	%rd78, %rd77, 33;
+	xor.b64  	%rd79, %rd78, %rd77;
+	mul.lo.s64 	%rd80, %rd79, -4265267296055464877;
+	shr.u64 	%rd81, %rd80, 33;
+	xor.b64  	%rd82, %rd81, %rd80;
+	add.s64 	%rd159, %rd82, %rd159;
+$L__BB1_27:
+	add.s64 	%rd83, %rd9, 3;
+	setp.ge.u64 	%p15, %rd83, %rd3;
+	@%p15 bra 	$L__BB1_29;
+	st.global.u8 	[%rd12+3], %r129;
+	shl.b32 	%r65, %r33, 19;
+	and.b32  	%r66, %r65, 16252928;
+	or.b32  	%r67, %r66, %r129;
+	or.b32  	%r68, %r67, 196608;
+	cvt.u64.u32 	%rd84, %r68;
+	add.s64 	%rd85, %rd84, -7046029254386353131;
+	shr.u64 	%rd86, %rd85, 33;
+	xor.b64  	%rd87, %rd86, %rd85;
+	mul.lo.s64 	%rd88, %rd87, -49064778989728563;
+	shr.u64 	%rd89, %rd88, 33;
+	xor.b64  	%rd90, %rd89, %rd88;
+	mul.lo.s64 	%rd91, %rd90, -4265267296055464877;
+	shr.u64 	%rd92, %rd91, 33;
+	xor.b64  	%rd93, %rd92, %rd91;
+	add.s64 	%rd159, %rd93, %rd159;
+$L__BB1_29:
+	add.s64 	%rd94, %rd9, 4;
+	setp.ge.u64 	%p16, %rd94, %rd3;
+	@%p16 bra 	$L__BB1_31;
+	st.global.u8 	[%rd12+4], %r128;
+	and.b32  	%r71, %r128, 65535;
+	bfi.b32 	%r72, %r1, %r71, 19, 5;
+	or.b32  	%r73, %r72, 262144;
+	cvt.u64.u32 	%rd95, %r73;
+	add.s64 	%rd96, %rd95, -7046029254386353131;
+	shr.u64 	%rd97, %rd96, 33;
+	xor.b64  	%rd98, %rd97, %rd96;
+	mul.lo.s64 	%rd99, %rd98, -49064778989728563;
+	shr.u64 	%rd100, %rd99, 33;
+	xor.b64  	%rd101, %rd100, %rd99;
+	mul.lo.s64 	%rd102, %rd101, -4265267296055464877;
+	shr.u64 	%rd103, %rd102, 33;
+	xor.b64  	%rd104, %rd103, %rd102;
+	add.s64 	%rd159, %rd104, %rd159;
+$L__BB1_31:
+	add.s64 	%rd105, %rd9, 5;
+	setp.ge.u64 	%p17, %rd105, %rd3;
+	@%p17 bra 	$L__BB1_33;
+	st.global.u8 	[%rd12+5], %r127;
+	shl.b32 	%r75, %r33, 19;
+	and.b32  	%r76, %r75, 16252928;
+	or.b32  	%r77, %r76, %r127;
+	or.b32  	%r78, %r77, 327680;
+	cvt.u64.u32 	%rd106, %r78;
+	add.s64 	%rd107, %rd106, -7046029254386353131;
+	shr.u64 	%rd108, %rd107, 33;
+	xor.b64  	%rd109, %rd108, %rd107;
+	mul.lo.s64 	%rd110, %rd109, -49064778989728563;
+	shr.u64 	%rd111, %rd110, 33;
+	xor.b64  	%rd112, %rd111, %rd110;
+	mul.lo.s64 	%rd113, %rd112, -4265267296055464877;
+	shr.u64 	%rd114, %rd113, 33;
+	xor.b64  	%rd115, %rd114, %rd113;
+	add.s64 	%rd159, %rd115, %rd159;
+$L__BB1_33:
+	add.s64 	%rd116, %rd9, 6;
+	setp.ge.u64 	%p18, %rd116, %rd3;
+	@%p18 bra 	$L__BB1_35;
+	st.global.u8 	[%rd12+6], %r126;
+	and.b32  	%r81, %r126, 65535;
+	bfi.b32 	%r82, %r1, %r81, 19, 5;
+	or.b32  	%r83, %r82, 393216;
+	cvt.u64.u32 	%rd117, %r83;
+	add.s64 	%rd118, %rd117, -7046029254386353131;
+	shr.u64 	%rd119, %rd118, 33;
+	xor.b64  	%rd120, %rd119, %rd118;
+	mul.lo.s64 	%rd121, %rd120, -49064778989728563;
+	shr.u64 	%rd122, %rd121, 33;
+	xor.b64  	%rd123, %rd122, %rd121;
+	mul.lo.s64 	%rd124, %rd123, -4265267296055464877;
+	shr.u64 	%rd125, %rd124, 33;
+	xor.b64  	%rd126, %rd125, %rd124;
+	add.s64 	%rd159, %rd126, %rd159;
+$L__BB1_35:
+	add.s64 	%rd127, %rd9, 7;
+	setp.ge.u64 	%p19, %rd127, %rd3;
+	@%p19 bra 	$L__BB1_37;
+	st.global.u8 	[%rd12+7], %r125;
+	shl.b32 	%r85, %r33, 19;
+	and.b32  	%r86, %r85, 16252928;
+	or.b32  	%r87, %r86, %r125;
+	or.b32  	%r88, %r87, 458752;
+	cvt.u64.u32 	%rd128, %r88;
+	add.s64 	%rd129, %rd128, -7046029254386353131;
+	shr.u64 	%rd130, %rd129, 33;
+	xor.b64  	%rd131, %rd130, %rd129;
+	mul.lo.s64 	%rd132, %rd131, -49064778989728563;
+	shr.u64 	%rd133, %rd132, 33;
+	xor.b64  	%rd134, %rd133, %rd132;
+	mul.lo.s64 	%rd135, %rd134, -4265267296055464877;
+	shr.u64 	%rd136, %rd135, 33;
+	xor.b64  	%rd137, %rd136, %rd135;
+	add.s64 	%rd159, %rd137, %rd159;
+$L__BB1_37:
+	mov.u32 	%r111, 31;
+	setp.ne.s32 	%p20, %r1, 0;
+	// begin inline asm
+	mov.b64 {%r89,%r90}, %rd159;
+	// end inline asm
+	mov.u32 	%r112, 16;
+	mov.u32 	%r113, -1;
+	shfl.sync.bfly.b32 	%r92|%p21, %r90, %r112, %r111, %r113;
+	shfl.sync.bfly.b32 	%r91|%p22, %r89, %r112, %r111, %r113;
+	// begin inline asm
+	mov.b64 %rd139, {%r91,%r92};
+	// end inline asm
+	add.s64 	%rd140, %rd139, %rd159;
+	// begin inline asm
+	mov.b64 {%r93,%r94}, %rd140;
+	// end inline asm
+	mov.u32 	%r114, 8;
+	shfl.sync.bfly.b32 	%r96|%p23, %r94, %r114, %r111, %r113;
+	shfl.sync.bfly.b32 	%r95|%p24, %r93, %r114, %r111, %r113;
+	// begin inline asm
+	mov.b64 %rd141, {%r95,%r96};
+	// end inline asm
+	add.s64 	%rd142, %rd141, %rd140;
+	// begin inline asm
+	mov.b64 {%r97,%r98}, %rd142;
+	// end inline asm
+	mov.u32 	%r115, 4;
+	shfl.sync.bfly.b32 	%r100|%p25, %r98, %r115, %r111, %r113;
+	shfl.sync.bfly.b32 	%r99|%p26, %r97, %r115, %r111, %r113;
+	// begin inline asm
+	mov.b64 %rd143, {%r99,%r100};
+	// end inline asm
+	add.s64 	%rd144, %rd143, %rd142;
+	// begin inline asm
+	mov.b64 {%r101,%r102}, %rd144;
+	// end inline asm
+	mov.u32 	%r116, 2;
+	shfl.sync.bfly.b32 	%r104|%p27, %r102, %r116, %r111, %r113;
+	shfl.sync.bfly.b32 	%r103|%p28, %r101, %r116, %r111, %r113;
+	// begin inline asm
+	mov.b64 %rd145, {%r103,%r104};
+	// end inline asm
+	add.s64 	%rd146, %rd145, %rd144;
+	// begin inline asm
+	mov.b64 {%r105,%r106}, %rd146;
+	// end inline asm
+	mov.u32 	%r117, 1;
+	shfl.sync.bfly.b32 	%r108|%p29, %r106, %r117, %r111, %r113;
+	shfl.sync.bfly.b32 	%r107|%p30, %r105, %r117, %r111, %r113;
+	// begin inline asm
+	mov.b64 %rd147, {%r107,%r108};
+	// end inline asm
+	add.s64 	%rd29, %rd147, %rd146;
+	@%p20 bra 	$L__BB1_39;
+	cvta.to.global.u64 	%rd156, %rd2;
+	add.s64 	%rd149, %rd3, 7;
+	and.b64  	%rd150, %rd149, -8;
+	add.s64 	%rd151, %rd156, %rd150;
+	shl.b64 	%rd152, %rd157, 3;
+	add.s64 	%rd153, %rd151, %rd152;
+	st.global.u64 	[%rd153], %rd29;
+$L__BB1_39:
+	add.s64 	%rd155, %rd3, 255;
+	shr.u64 	%rd154, %rd155, 8;
+	add.s64 	%rd157, %rd157, %rd7;
+	setp.lt.u64 	%p31, %rd157, %rd154;
+	@%p31 bra 	$L__BB1_2;
+$L__BB1_40:
 	ret;
 }
 	// .globl	ws_delta_count
@@ -92,10 +431,10 @@ $L__BB0_11:
 .maxntid 256, 1, 1
 .minnctapersm 4
 {
-	.reg .pred 	%p<940>;
+	.reg .pred 	%p<941>;
 	.reg .b16 	%rs<350>;
-	.reg .b32 	%r<2826>;
-	.reg .b64 	%rd<1286>;
+	.reg .b32 	%r<2828>;
+	.reg .b64 	%rd<1288>;
 	// demoted variable
 	.shared .align 8 .b8 _ZZ14ws_delta_countE3red[64];
 	// demoted variable
@@ -106,10 +445,10 @@ $L__BB0_11:
 	add.s64 	%rd1, %rd238, 92;
 	ld.param.u32 	%r1, [ws_delta_count_param_0+92];
 	mov.u32 	%r642, %ctaid.x;
-	cvt.u64.u32 	%rd1252, %r642;
+	cvt.u64.u32 	%rd1254, %r642;
 	ld.param.u64 	%rd3, [ws_delta_count_param_0+80];
-	setp.le.u64 	%p17, %rd3, %rd1252;
-	@%p17 bra 	$L__BB1_814;
+	setp.le.u64 	%p17, %rd3, %rd1254;
+	@%p17 bra 	$L__BB2_818;
 	ld.param.u64 	%rd4, [%rd1+-92];
 	ld.param.u64 	%rd5, [%rd1+-68];
 	ld.param.u64 	%rd6, [%rd1+-52];
@@ -119,5889 +458,7420 @@ $L__BB0_11:
 	and.b32  	%r645, %r644, 31;
 	cvt.u64.u32 	%rd7, %r645;
 	ld.param.u64 	%rd8, [%rd1+-60];
-	cvta.to.global.u64 	%rd241, %rd5;
-	cvta.to.global.u64 	%rd244, %rd4;
-	shr.u32 	%r650, %r1, 3;
-	add.s32 	%r651, %r650, -16;
-	cvta.to.global.u64 	%rd1207, %rd8;
-	bra.uni 	$L__BB1_2;
-$L__BB1_7:
-	cvt.u32.u64 	%r662, %rd11;
-	shr.u64 	%rd259, %rd10, 5;
+	cvta.to.global.u64 	%rd240, %rd5;
+	cvta.to.global.u64 	%rd243, %rd4;
+	shr.u32 	%r651, %r1, 3;
+	add.s32 	%r652, %r651, -16;
+	cvta.to.global.u64 	%rd1209, %rd8;
+	bra.uni 	$L__BB2_2;
+$L__BB2_8:
+	cvt.u32.u64 	%r663, %rd11;
+	shr.u64 	%rd259, %rd12, 5;
 	mul.lo.s64 	%rd260, %rd259, %rd11;
-	shl.b64 	%rd20, %rd260, 1;
-	shr.u64 	%rd1273, %rd10, 5;
-	setp.eq.s32 	%p21, %r662, 1;
-	@%p21 bra 	$L__BB1_362;
-	setp.eq.s32 	%p22, %r662, 2;
-	@%p22 bra 	$L__BB1_138;
-	setp.ne.s32 	%p23, %r662, 4;
-	@%p23 bra 	$L__BB1_646;
-	setp.eq.s64 	%p24, %rd20, 0;
-	@%p24 bra 	$L__BB1_726;
+	shl.b64 	%rd21, %rd260, 1;
+	shr.u64 	%rd1275, %rd12, 5;
+	setp.eq.s32 	%p22, %r663, 1;
+	@%p22 bra 	$L__BB2_363;
+	setp.eq.s32 	%p23, %r663, 2;
+	@%p23 bra 	$L__BB2_139;
+	setp.ne.s32 	%p24, %r663, 4;
+	@%p24 bra 	$L__BB2_647;
+	setp.eq.s64 	%p25, %rd21, 0;
+	@%p25 bra 	$L__BB2_727;
 	mul.wide.u32 	%rd262, %r644, 16;
-	add.s64 	%rd263, %rd13, %rd262;
-	add.s64 	%rd1254, %rd263, %rd12;
-	add.s64 	%rd264, %rd14, %rd262;
-	add.s64 	%rd1255, %rd264, %rd12;
-	shl.b32 	%r666, %r644, 2;
-	and.b32  	%r8, %r666, 28;
-	mov.u64 	%rd1253, 0;
-	mov.u32 	%r2811, 0;
-$L__BB1_12:
-	mov.u32 	%r2576, 0;
-	cvt.u64.u32 	%rd1222, %r644;
-	add.s64 	%rd29, %rd1253, %rd1222;
-	setp.ge.u64 	%p25, %rd29, %rd20;
-	mov.u32 	%r2577, %r2576;
-	mov.u32 	%r2578, %r2576;
-	mov.u32 	%r2579, %r2576;
-	mov.u32 	%r2580, %r2576;
-	mov.u32 	%r2581, %r2576;
-	mov.u32 	%r2582, %r2576;
-	mov.u32 	%r2583, %r2576;
-	@%p25 bra 	$L__BB1_14;
+	add.s64 	%rd263, %rd14, %rd262;
+	add.s64 	%rd1256, %rd263, %rd13;
+	add.s64 	%rd264, %rd15, %rd262;
+	add.s64 	%rd1257, %rd264, %rd13;
+	shl.b32 	%r667, %r644, 2;
+	and.b32  	%r8, %r667, 28;
+	mov.u64 	%rd1255, 0;
+	mov.u32 	%r2813, 0;
+$L__BB2_13:
+	mov.u32 	%r2578, 0;
+	cvt.u64.u32 	%rd1224, %r644;
+	add.s64 	%rd30, %rd1255, %rd1224;
+	setp.ge.u64 	%p26, %rd30, %rd21;
+	mov.u32 	%r2579, %r2578;
+	mov.u32 	%r2580, %r2578;
+	mov.u32 	%r2581, %r2578;
+	mov.u32 	%r2582, %r2578;
+	mov.u32 	%r2583, %r2578;
+	mov.u32 	%r2584, %r2578;
+	mov.u32 	%r2585, %r2578;
+	@%p26 bra 	$L__BB2_15;
 	// begin inline asm
-	ld.global.cs.v4.u32 {%r2579,%r2578,%r2577,%r2576}, [%rd1254];
+	ld.global.cs.v4.u32 {%r2581,%r2580,%r2579,%r2578}, [%rd1256];
 	// end inline asm
 	// begin inline asm
-	ld.global.cs.v4.u32 {%r2583,%r2582,%r2581,%r2580}, [%rd1255];
+	ld.global.cs.v4.u32 {%r2585,%r2584,%r2583,%r2582}, [%rd1257];
 	// end inline asm
-$L__BB1_14:
-	add.s64 	%rd30, %rd29, 256;
-	setp.ge.u64 	%p26, %rd30, %rd20;
-	mov.u32 	%r2592, 0;
-	mov.u32 	%r2584, %r2592;
-	mov.u32 	%r2585, %r2592;
-	mov.u32 	%r2586, %r2592;
-	mov.u32 	%r2587, %r2592;
-	mov.u32 	%r2588, %r2592;
-	mov.u32 	%r2589, %r2592;
-	mov.u32 	%r2590, %r2592;
-	mov.u32 	%r2591, %r2592;
-	@%p26 bra 	$L__BB1_16;
-	add.s64 	%rd267, %rd1254, 4096;
+$L__BB2_15:
+	add.s64 	%rd31, %rd30, 256;
+	setp.ge.u64 	%p27, %rd31, %rd21;
+	mov.u32 	%r2594, 0;
+	mov.u32 	%r2586, %r2594;
+	mov.u32 	%r2587, %r2594;
+	mov.u32 	%r2588, %r2594;
+	mov.u32 	%r2589, %r2594;
+	mov.u32 	%r2590, %r2594;
+	mov.u32 	%r2591, %r2594;
+	mov.u32 	%r2592, %r2594;
+	mov.u32 	%r2593, %r2594;
+	@%p27 bra 	$L__BB2_17;
+	add.s64 	%rd267, %rd1256, 4096;
 	// begin inline asm
-	ld.global.cs.v4.u32 {%r2587,%r2586,%r2585,%r2584}, [%rd267];
+	ld.global.cs.v4.u32 {%r2589,%r2588,%r2587,%r2586}, [%rd267];
 	// end inline asm
-	add.s64 	%rd268, %rd1255, 4096;
+	add.s64 	%rd268, %rd1257, 4096;
 	// begin inline asm
-	ld.global.cs.v4.u32 {%r2591,%r2590,%r2589,%r2588}, [%rd268];
+	ld.global.cs.v4.u32 {%r2593,%r2592,%r2591,%r2590}, [%rd268];
 	// end inline asm
-$L__BB1_16:
-	add.s64 	%rd31, %rd29, 512;
-	setp.ge.u64 	%p27, %rd31, %rd20;
-	mov.u32 	%r2593, %r2592;
-	mov.u32 	%r2594, %r2592;
-	mov.u32 	%r2595, %r2592;
-	mov.u32 	%r2596, %r2592;
-	mov.u32 	%r2597, %r2592;
-	mov.u32 	%r2598, %r2592;
-	mov.u32 	%r2599, %r2592;
-	@%p27 bra 	$L__BB1_18;
-	add.s64 	%rd269, %rd1254, 8192;
+$L__BB2_17:
+	add.s64 	%rd32, %rd30, 512;
+	setp.ge.u64 	%p28, %rd32, %rd21;
+	mov.u32 	%r2595, %r2594;
+	mov.u32 	%r2596, %r2594;
+	mov.u32 	%r2597, %r2594;
+	mov.u32 	%r2598, %r2594;
+	mov.u32 	%r2599, %r2594;
+	mov.u32 	%r2600, %r2594;
+	mov.u32 	%r2601, %r2594;
+	@%p28 bra 	$L__BB2_19;
+	add.s64 	%rd269, %rd1256, 8192;
 	// begin inline asm
-	ld.global.cs.v4.u32 {%r2595,%r2594,%r2593,%r2592}, [%rd269];
+	ld.global.cs.v4.u32 {%r2597,%r2596,%r2595,%r2594}, [%rd269];
 	// end inline asm
-	add.s64 	%rd270, %rd1255, 8192;
+	add.s64 	%rd270, %rd1257, 8192;
 	// begin inline asm
-	ld.global.cs.v4.u32 {%r2599,%r2598,%r2597,%r2596}, [%rd270];
+	ld.global.cs.v4.u32 {%r2601,%r2600,%r2599,%r2598}, [%rd270];
 	// end inline asm
-$L__BB1_18:
-	add.s64 	%rd32, %rd29, 768;
-	setp.ge.u64 	%p28, %rd32, %rd20;
-	mov.u32 	%r2600, 0;
-	mov.u32 	%r2601, %r2600;
-	mov.u32 	%r2602, %r2600;
-	mov.u32 	%r2603, %r2600;
-	mov.u32 	%r2604, %r2600;
-	mov.u32 	%r2605, %r2600;
-	mov.u32 	%r2606, %r2600;
-	mov.u32 	%r2607, %r2600;
-	@%p28 bra 	$L__BB1_20;
-	add.s64 	%rd271, %rd1254, 12288;
+$L__BB2_19:
+	add.s64 	%rd33, %rd30, 768;
+	setp.ge.u64 	%p29, %rd33, %rd21;
+	mov.u32 	%r2602, 0;
+	mov.u32 	%r2603, %r2602;
+	mov.u32 	%r2604, %r2602;
+	mov.u32 	%r2605, %r2602;
+	mov.u32 	%r2606, %r2602;
+	mov.u32 	%r2607, %r2602;
+	mov.u32 	%r2608, %r2602;
+	mov.u32 	%r2609, %r2602;
+	@%p29 bra 	$L__BB2_21;
+	add.s64 	%rd271, %rd1256, 12288;
 	// begin inline asm
-	ld.global.cs.v4.u32 {%r2603,%r2602,%r2601,%r2600}, [%rd271];
+	ld.global.cs.v4.u32 {%r2605,%r2604,%r2603,%r2602}, [%rd271];
 	// end inline asm
-	add.s64 	%rd272, %rd1255, 12288;
+	add.s64 	%rd272, %rd1257, 12288;
 	// begin inline asm
-	ld.global.cs.v4.u32 {%r2607,%r2606,%r2605,%r2604}, [%rd272];
+	ld.global.cs.v4.u32 {%r2609,%r2608,%r2607,%r2606}, [%rd272];
 	// end inline asm
-$L__BB1_20:
-	and.b32  	%r2540, %r644, 7;
-	setp.ne.s32 	%p29, %r2579, %r2583;
-	selp.u32 	%r732, 1, 0, %p29;
-	setp.ne.s32 	%p30, %r2578, %r2582;
-	mov.u32 	%r733, 1;
-	selp.u32 	%r734, -1, 0, %p30;
-	bfi.b32 	%r735, %r734, %r732, 1, 1;
-	setp.ne.s32 	%p31, %r2577, %r2581;
-	selp.u16 	%rs5, 1, 0, %p31;
-	mul.wide.u16 	%r736, %rs5, 4;
-	mov.u32 	%r737, 2;
-	or.b32  	%r738, %r735, %r736;
-	setp.ne.s32 	%p32, %r2576, %r2580;
-	selp.u16 	%rs6, 1, 0, %p32;
-	mul.wide.u16 	%r739, %rs6, 8;
-	or.b32  	%r74, %r738, %r739;
-	shl.b32 	%r740, %r74, %r8;
-	mov.u32 	%r741, 31;
-	mov.u32 	%r742, -1;
-	shfl.sync.bfly.b32 	%r743|%p33, %r740, %r733, %r741, %r742;
-	or.b32  	%r744, %r743, %r740;
-	shfl.sync.bfly.b32 	%r745|%p34, %r744, %r737, %r741, %r742;
-	or.b32  	%r75, %r745, %r744;
-	mov.u32 	%r746, 4;
-	shfl.sync.bfly.b32 	%r76|%p1, %r75, %r746, %r741, %r742;
-	setp.ne.s32 	%p35, %r2540, 0;
-	or.pred  	%p37, %p35, %p25;
-	@%p37 bra 	$L__BB1_22;
-	shr.u64 	%rd273, %rd29, 3;
-	cvt.u32.u64 	%r747, %rd273;
-	shl.b32 	%r748, %r747, 2;
-	mov.u32 	%r749, _ZZ14ws_delta_countE5smask;
-	add.s32 	%r750, %r749, %r748;
-	or.b32  	%r751, %r76, %r75;
-	st.shared.u32 	[%r750], %r751;
-$L__BB1_22:
-	setp.eq.s32 	%p38, %r2, 0;
-	@%p38 bra 	$L__BB1_25;
-	mov.u32 	%r752, 31;
-	mov.u32 	%r753, 1;
-	mov.u32 	%r754, -1;
-	shfl.sync.bfly.b32 	%r755|%p40, %r74, %r753, %r752, %r754;
-	or.b32  	%r756, %r755, %r74;
-	setp.eq.s32 	%p41, %r756, 0;
-	or.pred  	%p42, %p25, %p41;
-	@%p42 bra 	$L__BB1_25;
-	st.v4.u32 	[%rd1255], {%r2579, %r2578, %r2577, %r2576};
-$L__BB1_25:
-	setp.ne.s32 	%p44, %r2587, %r2591;
-	selp.u32 	%r757, 1, 0, %p44;
-	setp.ne.s32 	%p45, %r2586, %r2590;
-	mov.u32 	%r758, 1;
-	selp.u32 	%r759, -1, 0, %p45;
-	bfi.b32 	%r760, %r759, %r757, 1, 1;
-	setp.ne.s32 	%p46, %r2585, %r2589;
-	selp.u16 	%rs7, 1, 0, %p46;
-	mul.wide.u16 	%r761, %rs7, 4;
-	mov.u32 	%r762, 2;
-	or.b32  	%r763, %r760, %r761;
-	setp.ne.s32 	%p47, %r2584, %r2588;
-	selp.u16 	%rs8, 1, 0, %p47;
-	mul.wide.u16 	%r764, %rs8, 8;
-	or.b32  	%r77, %r763, %r764;
-	shl.b32 	%r765, %r77, %r8;
-	mov.u32 	%r766, 31;
-	mov.u32 	%r767, -1;
-	shfl.sync.bfly.b32 	%r768|%p48, %r765, %r758, %r766, %r767;
-	or.b32  	%r769, %r768, %r765;
-	shfl.sync.bfly.b32 	%r770|%p49, %r769, %r762, %r766, %r767;
-	or.b32  	%r78, %r770, %r769;
-	mov.u32 	%r771, 4;
-	shfl.sync.bfly.b32 	%r79|%p2, %r78, %r771, %r766, %r767;
-	or.pred  	%p51, %p35, %p26;
-	@%p51 bra 	$L__BB1_27;
-	shr.u64 	%rd274, %rd30, 3;
-	cvt.u32.u64 	%r772, %rd274;
-	shl.b32 	%r773, %r772, 2;
-	mov.u32 	%r774, _ZZ14ws_delta_countE5smask;
-	add.s32 	%r775, %r774, %r773;
-	or.b32  	%r776, %r79, %r78;
-	st.shared.u32 	[%r775], %r776;
-$L__BB1_27:
-	@%p38 bra 	$L__BB1_30;
-	mov.u32 	%r777, 31;
-	mov.u32 	%r778, 1;
-	mov.u32 	%r779, -1;
-	shfl.sync.bfly.b32 	%r780|%p54, %r77, %r778, %r777, %r779;
-	or.b32  	%r781, %r780, %r77;
-	setp.eq.s32 	%p55, %r781, 0;
-	or.pred  	%p56, %p26, %p55;
-	@%p56 bra 	$L__BB1_30;
-	st.v4.u32 	[%rd1255+4096], {%r2587, %r2586, %r2585, %r2584};
-$L__BB1_30:
-	setp.ne.s32 	%p58, %r2595, %r2599;
-	selp.u32 	%r782, 1, 0, %p58;
-	setp.ne.s32 	%p59, %r2594, %r2598;
-	mov.u32 	%r783, 1;
-	selp.u32 	%r784, -1, 0, %p59;
-	bfi.b32 	%r785, %r784, %r782, 1, 1;
-	setp.ne.s32 	%p60, %r2593, %r2597;
-	selp.u16 	%rs9, 1, 0, %p60;
-	mul.wide.u16 	%r786, %rs9, 4;
-	mov.u32 	%r787, 2;
-	or.b32  	%r788, %r785, %r786;
-	setp.ne.s32 	%p61, %r2592, %r2596;
-	selp.u16 	%rs10, 1, 0, %p61;
-	mul.wide.u16 	%r789, %rs10, 8;
-	or.b32  	%r80, %r788, %r789;
-	shl.b32 	%r790, %r80, %r8;
-	mov.u32 	%r791, 31;
-	mov.u32 	%r792, -1;
-	shfl.sync.bfly.b32 	%r793|%p62, %r790, %r783, %r791, %r792;
-	or.b32  	%r794, %r793, %r790;
-	shfl.sync.bfly.b32 	%r795|%p63, %r794, %r787, %r791, %r792;
-	or.b32  	%r81, %r795, %r794;
-	mov.u32 	%r796, 4;
-	shfl.sync.bfly.b32 	%r82|%p3, %r81, %r796, %r791, %r792;
-	or.pred  	%p65, %p35, %p27;
-	@%p65 bra 	$L__BB1_32;
-	shr.u64 	%rd275, %rd31, 3;
-	cvt.u32.u64 	%r797, %rd275;
-	shl.b32 	%r798, %r797, 2;
-	mov.u32 	%r799, _ZZ14ws_delta_countE5smask;
-	add.s32 	%r800, %r799, %r798;
-	or.b32  	%r801, %r82, %r81;
-	st.shared.u32 	[%r800], %r801;
-$L__BB1_32:
-	@%p38 bra 	$L__BB1_35;
-	mov.u32 	%r802, 31;
-	mov.u32 	%r803, 1;
-	mov.u32 	%r804, -1;
-	shfl.sync.bfly.b32 	%r805|%p68, %r80, %r803, %r802, %r804;
-	or.b32  	%r806, %r805, %r80;
-	setp.eq.s32 	%p69, %r806, 0;
-	or.pred  	%p70, %p27, %p69;
-	@%p70 bra 	$L__BB1_35;
-	st.v4.u32 	[%rd1255+8192], {%r2595, %r2594, %r2593, %r2592};
-$L__BB1_35:
-	setp.ne.s32 	%p72, %r2603, %r2607;
-	selp.u32 	%r807, 1, 0, %p72;
-	setp.ne.s32 	%p73, %r2602, %r2606;
-	mov.u32 	%r808, 1;
-	selp.u32 	%r809, -1, 0, %p73;
-	bfi.b32 	%r810, %r809, %r807, 1, 1;
-	setp.ne.s32 	%p74, %r2601, %r2605;
-	selp.u16 	%rs11, 1, 0, %p74;
-	mul.wide.u16 	%r811, %rs11, 4;
-	mov.u32 	%r812, 2;
-	or.b32  	%r813, %r810, %r811;
-	setp.ne.s32 	%p75, %r2600, %r2604;
-	selp.u16 	%rs12, 1, 0, %p75;
-	mul.wide.u16 	%r814, %rs12, 8;
-	or.b32  	%r83, %r813, %r814;
-	shl.b32 	%r815, %r83, %r8;
-	popc.b32 	%r816, %r83;
-	cvt.u64.u32 	%rd276, %r816;
+$L__BB2_21:
+	and.b32  	%r2542, %r644, 7;
+	setp.ne.s32 	%p30, %r2581, %r2585;
+	selp.u32 	%r733, 1, 0, %p30;
+	setp.ne.s32 	%p31, %r2580, %r2584;
+	mov.u32 	%r734, 1;
+	selp.u32 	%r735, -1, 0, %p31;
+	bfi.b32 	%r736, %r735, %r733, 1, 1;
+	setp.ne.s32 	%p32, %r2579, %r2583;
+	selp.u16 	%rs5, 1, 0, %p32;
+	mul.wide.u16 	%r737, %rs5, 4;
+	mov.u32 	%r738, 2;
+	or.b32  	%r739, %r736, %r737;
+	setp.ne.s32 	%p33, %r2578, %r2582;
+	selp.u16 	%rs6, 1, 0, %p33;
+	mul.wide.u16 	%r740, %rs6, 8;
+	or.b32  	%r74, %r739, %r740;
+	shl.b32 	%r741, %r74, %r8;
+	mov.u32 	%r742, 31;
+	mov.u32 	%r743, -1;
+	shfl.sync.bfly.b32 	%r744|%p34, %r741, %r734, %r742, %r743;
+	or.b32  	%r745, %r744, %r741;
+	shfl.sync.bfly.b32 	%r746|%p35, %r745, %r738, %r742, %r743;
+	or.b32  	%r75, %r746, %r745;
+	mov.u32 	%r747, 4;
+	shfl.sync.bfly.b32 	%r76|%p1, %r75, %r747, %r742, %r743;
+	setp.ne.s32 	%p36, %r2542, 0;
+	or.pred  	%p38, %p36, %p26;
+	@%p38 bra 	$L__BB2_23;
+	shr.u64 	%rd273, %rd30, 3;
+	cvt.u32.u64 	%r748, %rd273;
+	shl.b32 	%r749, %r748, 2;
+	mov.u32 	%r750, _ZZ14ws_delta_countE5smask;
+	add.s32 	%r751, %r750, %r749;
+	or.b32  	%r752, %r76, %r75;
+	st.shared.u32 	[%r751], %r752;
+$L__BB2_23:
+	setp.eq.s32 	%p39, %r2, 0;
+	@%p39 bra 	$L__BB2_26;
+	mov.u32 	%r753, 31;
+	mov.u32 	%r754, 1;
+	mov.u32 	%r755, -1;
+	shfl.sync.bfly.b32 	%r756|%p41, %r74, %r754, %r753, %r755;
+	or.b32  	%r757, %r756, %r74;
+	setp.eq.s32 	%p42, %r757, 0;
+	or.pred  	%p43, %p26, %p42;
+	@%p43 bra 	$L__BB2_26;
+	st.v4.u32 	[%rd1257], {%r2581, %r2580, %r2579, %r2578};
+$L__BB2_26:
+	setp.ne.s32 	%p45, %r2589, %r2593;
+	selp.u32 	%r758, 1, 0, %p45;
+	setp.ne.s32 	%p46, %r2588, %r2592;
+	mov.u32 	%r759, 1;
+	selp.u32 	%r760, -1, 0, %p46;
+	bfi.b32 	%r761, %r760, %r758, 1, 1;
+	setp.ne.s32 	%p47, %r2587, %r2591;
+	selp.u16 	%rs7, 1, 0, %p47;
+	mul.wide.u16 	%r762, %rs7, 4;
+	mov.u32 	%r763, 2;
+	or.b32  	%r764, %r761, %r762;
+	setp.ne.s32 	%p48, %r2586, %r2590;
+	selp.u16 	%rs8, 1, 0, %p48;
+	mul.wide.u16 	%r765, %rs8, 8;
+	or.b32  	%r77, %r764, %r765;
+	shl.b32 	%r766, %r77, %r8;
+	mov.u32 	%r767, 31;
+	mov.u32 	%r768, -1;
+	shfl.sync.bfly.b32 	%r769|%p49, %r766, %r759, %r767, %r768;
+	or.b32  	%r770, %r769, %r766;
+	shfl.sync.bfly.b32 	%r771|%p50, %r770, %r763, %r767, %r768;
+	or.b32  	%r78, %r771, %r770;
+	mov.u32 	%r772, 4;
+	shfl.sync.bfly.b32 	%r79|%p2, %r78, %r772, %r767, %r768;
+	or.pred  	%p52, %p36, %p27;
+	@%p52 bra 	$L__BB2_28;
+	shr.u64 	%rd274, %rd31, 3;
+	cvt.u32.u64 	%r773, %rd274;
+	shl.b32 	%r774, %r773, 2;
+	mov.u32 	%r775, _ZZ14ws_delta_countE5smask;
+	add.s32 	%r776, %r775, %r774;
+	or.b32  	%r777, %r79, %r78;
+	st.shared.u32 	[%r776], %r777;
+$L__BB2_28:
+	@%p39 bra 	$L__BB2_31;
+	mov.u32 	%r778, 31;
+	mov.u32 	%r779, 1;
+	mov.u32 	%r780, -1;
+	shfl.sync.bfly.b32 	%r781|%p55, %r77, %r779, %r778, %r780;
+	or.b32  	%r782, %r781, %r77;
+	setp.eq.s32 	%p56, %r782, 0;
+	or.pred  	%p57, %p27, %p56;
+	@%p57 bra 	$L__BB2_31;
+	st.v4.u32 	[%rd1257+4096], {%r2589, %r2588, %r2587, %r2586};
+$L__BB2_31:
+	setp.ne.s32 	%p59, %r2597, %r2601;
+	selp.u32 	%r783, 1, 0, %p59;
+	setp.ne.s32 	%p60, %r2596, %r2600;
+	mov.u32 	%r784, 1;
+	selp.u32 	%r785, -1, 0, %p60;
+	bfi.b32 	%r786, %r785, %r783, 1, 1;
+	setp.ne.s32 	%p61, %r2595, %r2599;
+	selp.u16 	%rs9, 1, 0, %p61;
+	mul.wide.u16 	%r787, %rs9, 4;
+	mov.u32 	%r788, 2;
+	or.b32  	%r789, %r786, %r787;
+	setp.ne.s32 	%p62, %r2594, %r2598;
+	selp.u16 	%rs10, 1, 0, %p62;
+	mul.wide.u16 	%r790, %rs10, 8;
+	or.b32  	%r80, %r789, %r790;
+	shl.b32 	%r791, %r80, %r8;
+	mov.u32 	%r792, 31;
+	mov.u32 	%r793, -1;
+	shfl.sync.bfly.b32 	%r794|%p63, %r791, %r784, %r792, %r793;
+	or.b32  	%r795, %r794, %r791;
+	shfl.sync.bfly.b32 	%r796|%p64, %r795, %r788, %r792, %r793;
+	or.b32  	%r81, %r796, %r795;
+	mov.u32 	%r797, 4;
+	shfl.sync.bfly.b32 	%r82|%p3, %r81, %r797, %r792, %r793;
+	or.pred  	%p66, %p36, %p28;
+	@%p66 bra 	$L__BB2_33;
+	shr.u64 	%rd275, %rd32, 3;
+	cvt.u32.u64 	%r798, %rd275;
+	shl.b32 	%r799, %r798, 2;
+	mov.u32 	%r800, _ZZ14ws_delta_countE5smask;
+	add.s32 	%r801, %r800, %r799;
+	or.b32  	%r802, %r82, %r81;
+	st.shared.u32 	[%r801], %r802;
+$L__BB2_33:
+	@%p39 bra 	$L__BB2_36;
+	mov.u32 	%r803, 31;
+	mov.u32 	%r804, 1;
+	mov.u32 	%r805, -1;
+	shfl.sync.bfly.b32 	%r806|%p69, %r80, %r804, %r803, %r805;
+	or.b32  	%r807, %r806, %r80;
+	setp.eq.s32 	%p70, %r807, 0;
+	or.pred  	%p71, %p28, %p70;
+	@%p71 bra 	$L__BB2_36;
+	st.v4.u32 	[%rd1257+8192], {%r2597, %r2596, %r2595, %r2594};
+$L__BB2_36:
+	setp.ne.s32 	%p73, %r2605, %r2609;
+	selp.u32 	%r808, 1, 0, %p73;
+	setp.ne.s32 	%p74, %r2604, %r2608;
+	mov.u32 	%r809, 1;
+	selp.u32 	%r810, -1, 0, %p74;
+	bfi.b32 	%r811, %r810, %r808, 1, 1;
+	setp.ne.s32 	%p75, %r2603, %r2607;
+	selp.u16 	%rs11, 1, 0, %p75;
+	mul.wide.u16 	%r812, %rs11, 4;
+	mov.u32 	%r813, 2;
+	or.b32  	%r814, %r811, %r812;
+	setp.ne.s32 	%p76, %r2602, %r2606;
+	selp.u16 	%rs12, 1, 0, %p76;
+	mul.wide.u16 	%r815, %rs12, 8;
+	or.b32  	%r83, %r814, %r815;
+	shl.b32 	%r816, %r83, %r8;
+	popc.b32 	%r817, %r83;
+	cvt.u64.u32 	%rd276, %r817;
 	shl.b64 	%rd277, %rd276, 48;
-	mov.u32 	%r817, 31;
-	mov.u32 	%r818, -1;
-	shfl.sync.bfly.b32 	%r819|%p76, %r815, %r808, %r817, %r818;
-	or.b32  	%r820, %r819, %r815;
-	shfl.sync.bfly.b32 	%r821|%p77, %r820, %r812, %r817, %r818;
-	or.b32  	%r822, %r821, %r820;
-	mov.u32 	%r823, 4;
-	shfl.sync.bfly.b32 	%r824|%p78, %r822, %r823, %r817, %r818;
-	or.b32  	%r84, %r824, %r822;
-	popc.b32 	%r825, %r80;
-	cvt.u64.u32 	%rd278, %r825;
-	popc.b32 	%r826, %r77;
-	shl.b32 	%r827, %r826, 16;
-	popc.b32 	%r828, %r74;
-	or.b32  	%r829, %r827, %r828;
-	cvt.u64.u32 	%rd279, %r829;
+	mov.u32 	%r818, 31;
+	mov.u32 	%r819, -1;
+	shfl.sync.bfly.b32 	%r820|%p77, %r816, %r809, %r818, %r819;
+	or.b32  	%r821, %r820, %r816;
+	shfl.sync.bfly.b32 	%r822|%p78, %r821, %r813, %r818, %r819;
+	or.b32  	%r823, %r822, %r821;
+	mov.u32 	%r824, 4;
+	shfl.sync.bfly.b32 	%r825|%p79, %r823, %r824, %r818, %r819;
+	or.b32  	%r84, %r825, %r823;
+	popc.b32 	%r826, %r80;
+	cvt.u64.u32 	%rd278, %r826;
+	popc.b32 	%r827, %r77;
+	shl.b32 	%r828, %r827, 16;
+	popc.b32 	%r829, %r74;
+	or.b32  	%r830, %r828, %r829;
+	cvt.u64.u32 	%rd279, %r830;
 	bfi.b64 	%rd280, %rd278, %rd279, 32, 32;
-	or.b64  	%rd33, %rd277, %rd280;
-	or.pred  	%p80, %p35, %p28;
-	@%p80 bra 	$L__BB1_37;
-	shr.u64 	%rd281, %rd32, 3;
-	cvt.u32.u64 	%r830, %rd281;
-	shl.b32 	%r831, %r830, 2;
-	mov.u32 	%r832, _ZZ14ws_delta_countE5smask;
-	add.s32 	%r833, %r832, %r831;
-	st.shared.u32 	[%r833], %r84;
-$L__BB1_37:
-	@%p38 bra 	$L__BB1_40;
-	mov.u32 	%r834, 31;
-	mov.u32 	%r835, 1;
-	mov.u32 	%r836, -1;
-	shfl.sync.bfly.b32 	%r837|%p83, %r83, %r835, %r834, %r836;
-	or.b32  	%r838, %r837, %r83;
-	setp.eq.s32 	%p84, %r838, 0;
-	or.pred  	%p85, %p28, %p84;
-	@%p85 bra 	$L__BB1_40;
-	st.v4.u32 	[%rd1255+12288], {%r2603, %r2602, %r2601, %r2600};
-$L__BB1_40:
-	cvt.u32.u64 	%r859, %rd7;
-	setp.lt.u32 	%p86, %r859, 16;
-	mov.u32 	%r860, 16;
-	setp.lt.u32 	%p87, %r859, 4;
-	mov.u32 	%r861, 4;
-	setp.lt.u32 	%p88, %r859, 2;
-	mov.u32 	%r862, 2;
-	setp.lt.u32 	%p89, %r859, 8;
-	mov.u32 	%r863, 8;
-	setp.ne.s32 	%p90, %r859, 31;
-	setp.eq.s32 	%p91, %r859, 0;
-	mov.u32 	%r864, 0;
+	or.b64  	%rd34, %rd277, %rd280;
+	or.pred  	%p81, %p36, %p29;
+	@%p81 bra 	$L__BB2_38;
+	shr.u64 	%rd281, %rd33, 3;
+	cvt.u32.u64 	%r831, %rd281;
+	shl.b32 	%r832, %r831, 2;
+	mov.u32 	%r833, _ZZ14ws_delta_countE5smask;
+	add.s32 	%r834, %r833, %r832;
+	st.shared.u32 	[%r834], %r84;
+$L__BB2_38:
+	@%p39 bra 	$L__BB2_41;
+	mov.u32 	%r835, 31;
+	mov.u32 	%r836, 1;
+	mov.u32 	%r837, -1;
+	shfl.sync.bfly.b32 	%r838|%p84, %r83, %r836, %r835, %r837;
+	or.b32  	%r839, %r838, %r83;
+	setp.eq.s32 	%p85, %r839, 0;
+	or.pred  	%p86, %p29, %p85;
+	@%p86 bra 	$L__BB2_41;
+	st.v4.u32 	[%rd1257+12288], {%r2605, %r2604, %r2603, %r2602};
+$L__BB2_41:
+	cvt.u32.u64 	%r860, %rd7;
+	setp.lt.u32 	%p87, %r860, 16;
+	mov.u32 	%r861, 16;
+	setp.lt.u32 	%p88, %r860, 4;
+	mov.u32 	%r862, 4;
+	setp.lt.u32 	%p89, %r860, 2;
+	mov.u32 	%r863, 2;
+	setp.lt.u32 	%p90, %r860, 8;
+	mov.u32 	%r864, 8;
+	setp.ne.s32 	%p91, %r860, 31;
+	setp.eq.s32 	%p92, %r860, 0;
+	mov.u32 	%r865, 0;
 	// begin inline asm
-	mov.b64 {%r839,%r840}, %rd33;
+	mov.b64 {%r840,%r841}, %rd34;
 	// end inline asm
-	mov.u32 	%r865, 1;
-	mov.u32 	%r866, -1;
-	shfl.sync.up.b32 	%r842|%p92, %r840, %r865, %r864, %r866;
-	shfl.sync.up.b32 	%r841|%p93, %r839, %r865, %r864, %r866;
+	mov.u32 	%r866, 1;
+	mov.u32 	%r867, -1;
+	shfl.sync.up.b32 	%r843|%p93, %r841, %r866, %r865, %r867;
+	shfl.sync.up.b32 	%r842|%p94, %r840, %r866, %r865, %r867;
 	// begin inline asm
-	mov.b64 %rd283, {%r841,%r842};
+	mov.b64 %rd283, {%r842,%r843};
 	// end inline asm
-	selp.b64 	%rd292, 0, %rd283, %p91;
-	add.s64 	%rd284, %rd292, %rd33;
+	selp.b64 	%rd292, 0, %rd283, %p92;
+	add.s64 	%rd284, %rd292, %rd34;
 	// begin inline asm
-	mov.b64 {%r843,%r844}, %rd284;
+	mov.b64 {%r844,%r845}, %rd284;
 	// end inline asm
-	shfl.sync.up.b32 	%r846|%p94, %r844, %r862, %r864, %r866;
-	shfl.sync.up.b32 	%r845|%p95, %r843, %r862, %r864, %r866;
+	shfl.sync.up.b32 	%r847|%p95, %r845, %r863, %r865, %r867;
+	shfl.sync.up.b32 	%r846|%p96, %r844, %r863, %r865, %r867;
 	// begin inline asm
-	mov.b64 %rd285, {%r845,%r846};
+	mov.b64 %rd285, {%r846,%r847};
 	// end inline asm
-	selp.b64 	%rd293, 0, %rd285, %p88;
+	selp.b64 	%rd293, 0, %rd285, %p89;
 	add.s64 	%rd286, %rd293, %rd284;
 	// begin inline asm
-	mov.b64 {%r847,%r848}, %rd286;
+	mov.b64 {%r848,%r849}, %rd286;
 	// end inline asm
-	shfl.sync.up.b32 	%r850|%p96, %r848, %r861, %r864, %r866;
-	shfl.sync.up.b32 	%r849|%p97, %r847, %r861, %r864, %r866;
+	shfl.sync.up.b32 	%r851|%p97, %r849, %r862, %r865, %r867;
+	shfl.sync.up.b32 	%r850|%p98, %r848, %r862, %r865, %r867;
 	// begin inline asm
-	mov.b64 %rd287, {%r849,%r850};
+	mov.b64 %rd287, {%r850,%r851};
 	// end inline asm
-	selp.b64 	%rd294, 0, %rd287, %p87;
+	selp.b64 	%rd294, 0, %rd287, %p88;
 	add.s64 	%rd288, %rd294, %rd286;
 	// begin inline asm
-	mov.b64 {%r851,%r852}, %rd288;
+	mov.b64 {%r852,%r853}, %rd288;
 	// end inline asm
-	shfl.sync.up.b32 	%r854|%p98, %r852, %r863, %r864, %r866;
-	shfl.sync.up.b32 	%r853|%p99, %r851, %r863, %r864, %r866;
+	shfl.sync.up.b32 	%r855|%p99, %r853, %r864, %r865, %r867;
+	shfl.sync.up.b32 	%r854|%p100, %r852, %r864, %r865, %r867;
 	// begin inline asm
-	mov.b64 %rd289, {%r853,%r854};
+	mov.b64 %rd289, {%r854,%r855};
 	// end inline asm
-	selp.b64 	%rd295, 0, %rd289, %p89;
+	selp.b64 	%rd295, 0, %rd289, %p90;
 	add.s64 	%rd290, %rd295, %rd288;
 	// begin inline asm
-	mov.b64 {%r855,%r856}, %rd290;
+	mov.b64 {%r856,%r857}, %rd290;
 	// end inline asm
-	shfl.sync.up.b32 	%r858|%p100, %r856, %r860, %r864, %r866;
-	shfl.sync.up.b32 	%r857|%p101, %r855, %r860, %r864, %r866;
+	shfl.sync.up.b32 	%r859|%p101, %r857, %r861, %r865, %r867;
+	shfl.sync.up.b32 	%r858|%p102, %r856, %r861, %r865, %r867;
 	// begin inline asm
-	mov.b64 %rd291, {%r857,%r858};
+	mov.b64 %rd291, {%r858,%r859};
 	// end inline asm
-	selp.b64 	%rd296, 0, %rd291, %p86;
-	add.s64 	%rd34, %rd296, %rd290;
-	@%p90 bra 	$L__BB1_42;
-	shr.u32 	%r868, %r644, 2;
-	and.b32  	%r869, %r868, 1073741816;
-	mov.u32 	%r870, _ZZ14ws_delta_countE3red;
-	add.s32 	%r871, %r870, %r869;
-	st.shared.u64 	[%r871], %rd34;
-$L__BB1_42:
-	shr.u32 	%r2538, %r644, 5;
-	cvt.u64.u32 	%rd1221, %r2538;
-	cvt.u32.u64 	%r872, %rd1221;
-	setp.ne.s32 	%p102, %r872, 0;
+	selp.b64 	%rd296, 0, %rd291, %p87;
+	add.s64 	%rd35, %rd296, %rd290;
+	@%p91 bra 	$L__BB2_43;
+	shr.u32 	%r869, %r644, 2;
+	and.b32  	%r870, %r869, 1073741816;
+	mov.u32 	%r871, _ZZ14ws_delta_countE3red;
+	add.s32 	%r872, %r871, %r870;
+	st.shared.u64 	[%r872], %rd35;
+$L__BB2_43:
+	shr.u32 	%r2540, %r644, 5;
+	cvt.u64.u32 	%rd1223, %r2540;
+	cvt.u32.u64 	%r873, %rd1223;
+	setp.ne.s32 	%p103, %r873, 0;
 	bar.sync 	0;
-	@%p102 bra 	$L__BB1_47;
-	cvt.u32.u64 	%r2541, %rd7;
-	setp.gt.u32 	%p103, %r2541, 7;
-	mov.u64 	%rd1256, 0;
-	@%p103 bra 	$L__BB1_45;
-	shl.b32 	%r875, %r644, 3;
-	and.b32  	%r876, %r875, 248;
-	mov.u32 	%r877, _ZZ14ws_delta_countE3red;
-	add.s32 	%r878, %r877, %r876;
-	ld.shared.u64 	%rd1256, [%r878];
-$L__BB1_45:
-	cvt.u32.u64 	%r2542, %rd7;
-	setp.lt.u32 	%p929, %r2542, 16;
-	setp.lt.u32 	%p928, %r2542, 8;
-	setp.lt.u32 	%p927, %r2542, 4;
-	setp.lt.u32 	%p926, %r2542, 2;
-	setp.eq.s32 	%p925, %r2542, 0;
-	mov.u32 	%r900, 16;
-	mov.u32 	%r901, 4;
-	mov.u32 	%r902, 2;
-	mov.u32 	%r903, 8;
-	mov.u32 	%r904, 0;
+	@%p103 bra 	$L__BB2_48;
+	cvt.u32.u64 	%r2543, %rd7;
+	setp.gt.u32 	%p104, %r2543, 7;
+	mov.u64 	%rd1258, 0;
+	@%p104 bra 	$L__BB2_46;
+	shl.b32 	%r876, %r644, 3;
+	and.b32  	%r877, %r876, 248;
+	mov.u32 	%r878, _ZZ14ws_delta_countE3red;
+	add.s32 	%r879, %r878, %r877;
+	ld.shared.u64 	%rd1258, [%r879];
+$L__BB2_46:
+	cvt.u32.u64 	%r2544, %rd7;
+	setp.lt.u32 	%p930, %r2544, 16;
+	setp.lt.u32 	%p929, %r2544, 8;
+	setp.lt.u32 	%p928, %r2544, 4;
+	setp.lt.u32 	%p927, %r2544, 2;
+	setp.eq.s32 	%p926, %r2544, 0;
+	mov.u32 	%r901, 16;
+	mov.u32 	%r902, 4;
+	mov.u32 	%r903, 2;
+	mov.u32 	%r904, 8;
+	mov.u32 	%r905, 0;
 	// begin inline asm
-	mov.b64 {%r879,%r880}, %rd1256;
+	mov.b64 {%r880,%r881}, %rd1258;
 	// end inline asm
-	mov.u32 	%r905, 1;
-	mov.u32 	%r906, -1;
-	shfl.sync.up.b32 	%r882|%p110, %r880, %r905, %r904, %r906;
-	shfl.sync.up.b32 	%r881|%p111, %r879, %r905, %r904, %r906;
+	mov.u32 	%r906, 1;
+	mov.u32 	%r907, -1;
+	shfl.sync.up.b32 	%r883|%p111, %r881, %r906, %r905, %r907;
+	shfl.sync.up.b32 	%r882|%p112, %r880, %r906, %r905, %r907;
 	// begin inline asm
-	mov.b64 %rd299, {%r881,%r882};
+	mov.b64 %rd299, {%r882,%r883};
 	// end inline asm
-	selp.b64 	%rd308, 0, %rd299, %p925;
-	add.s64 	%rd300, %rd308, %rd1256;
+	selp.b64 	%rd308, 0, %rd299, %p926;
+	add.s64 	%rd300, %rd308, %rd1258;
 	// begin inline asm
-	mov.b64 {%r883,%r884}, %rd300;
+	mov.b64 {%r884,%r885}, %rd300;
 	// end inline asm
-	shfl.sync.up.b32 	%r886|%p112, %r884, %r902, %r904, %r906;
-	shfl.sync.up.b32 	%r885|%p113, %r883, %r902, %r904, %r906;
+	shfl.sync.up.b32 	%r887|%p113, %r885, %r903, %r905, %r907;
+	shfl.sync.up.b32 	%r886|%p114, %r884, %r903, %r905, %r907;
 	// begin inline asm
-	mov.b64 %rd301, {%r885,%r886};
+	mov.b64 %rd301, {%r886,%r887};
 	// end inline asm
-	selp.b64 	%rd309, 0, %rd301, %p926;
+	selp.b64 	%rd309, 0, %rd301, %p927;
 	add.s64 	%rd302, %rd309, %rd300;
 	// begin inline asm
-	mov.b64 {%r887,%r888}, %rd302;
+	mov.b64 {%r888,%r889}, %rd302;
 	// end inline asm
-	shfl.sync.up.b32 	%r890|%p114, %r888, %r901, %r904, %r906;
-	shfl.sync.up.b32 	%r889|%p115, %r887, %r901, %r904, %r906;
+	shfl.sync.up.b32 	%r891|%p115, %r889, %r902, %r905, %r907;
+	shfl.sync.up.b32 	%r890|%p116, %r888, %r902, %r905, %r907;
 	// begin inline asm
-	mov.b64 %rd303, {%r889,%r890};
+	mov.b64 %rd303, {%r890,%r891};
 	// end inline asm
-	selp.b64 	%rd310, 0, %rd303, %p927;
+	selp.b64 	%rd310, 0, %rd303, %p928;
 	add.s64 	%rd304, %rd310, %rd302;
 	// begin inline asm
-	mov.b64 {%r891,%r892}, %rd304;
+	mov.b64 {%r892,%r893}, %rd304;
 	// end inline asm
-	shfl.sync.up.b32 	%r894|%p116, %r892, %r903, %r904, %r906;
-	shfl.sync.up.b32 	%r893|%p117, %r891, %r903, %r904, %r906;
+	shfl.sync.up.b32 	%r895|%p117, %r893, %r904, %r905, %r907;
+	shfl.sync.up.b32 	%r894|%p118, %r892, %r904, %r905, %r907;
 	// begin inline asm
-	mov.b64 %rd305, {%r893,%r894};
+	mov.b64 %rd305, {%r894,%r895};
 	// end inline asm
-	selp.b64 	%rd311, 0, %rd305, %p928;
+	selp.b64 	%rd311, 0, %rd305, %p929;
 	add.s64 	%rd306, %rd311, %rd304;
 	// begin inline asm
-	mov.b64 {%r895,%r896}, %rd306;
+	mov.b64 {%r896,%r897}, %rd306;
 	// end inline asm
-	shfl.sync.up.b32 	%r898|%p118, %r896, %r900, %r904, %r906;
-	shfl.sync.up.b32 	%r897|%p119, %r895, %r900, %r904, %r906;
+	shfl.sync.up.b32 	%r899|%p119, %r897, %r901, %r905, %r907;
+	shfl.sync.up.b32 	%r898|%p120, %r896, %r901, %r905, %r907;
 	// begin inline asm
-	mov.b64 %rd307, {%r897,%r898};
+	mov.b64 %rd307, {%r898,%r899};
 	// end inline asm
-	selp.b64 	%rd312, 0, %rd307, %p929;
-	add.s64 	%rd37, %rd312, %rd306;
-	@%p103 bra 	$L__BB1_47;
-	shl.b32 	%r908, %r644, 3;
-	and.b32  	%r909, %r908, 248;
-	mov.u32 	%r910, _ZZ14ws_delta_countE3red;
-	add.s32 	%r911, %r910, %r909;
-	st.shared.u64 	[%r911], %rd37;
-$L__BB1_47:
-	setp.eq.s32 	%p120, %r872, 0;
+	selp.b64 	%rd312, 0, %rd307, %p930;
+	add.s64 	%rd38, %rd312, %rd306;
+	@%p104 bra 	$L__BB2_48;
+	shl.b32 	%r909, %r644, 3;
+	and.b32  	%r910, %r909, 248;
+	mov.u32 	%r911, _ZZ14ws_delta_countE3red;
+	add.s32 	%r912, %r911, %r910;
+	st.shared.u64 	[%r912], %rd38;
+$L__BB2_48:
+	setp.eq.s32 	%p121, %r873, 0;
 	bar.sync 	0;
-	mov.u64 	%rd1257, 0;
-	@%p120 bra 	$L__BB1_49;
-	shr.u32 	%r914, %r644, 2;
-	and.b32  	%r915, %r914, 1073741816;
-	mov.u32 	%r916, _ZZ14ws_delta_countE3red;
-	add.s32 	%r917, %r916, %r915;
-	ld.shared.u64 	%rd1257, [%r917+-8];
-$L__BB1_49:
-	ld.shared.u64 	%rd40, [_ZZ14ws_delta_countE3red+56];
+	mov.u64 	%rd1259, 0;
+	@%p121 bra 	$L__BB2_50;
+	shr.u32 	%r915, %r644, 2;
+	and.b32  	%r916, %r915, 1073741816;
+	mov.u32 	%r917, _ZZ14ws_delta_countE3red;
+	add.s32 	%r918, %r917, %r916;
+	ld.shared.u64 	%rd1259, [%r918+-8];
+$L__BB2_50:
+	ld.shared.u64 	%rd41, [_ZZ14ws_delta_countE3red+56];
 	bar.sync 	0;
-	sub.s64 	%rd314, %rd34, %rd33;
-	add.s64 	%rd41, %rd314, %rd1257;
-	cvt.u32.u64 	%r918, %rd41;
-	and.b32  	%r919, %r918, 65535;
-	add.s32 	%r2609, %r919, %r2811;
-	setp.ge.u32 	%p121, %r2609, %r2574;
-	setp.eq.s32 	%p122, %r74, 0;
-	or.pred  	%p123, %p121, %p122;
-	@%p123 bra 	$L__BB1_71;
-	setp.eq.s32 	%p124, %r2579, %r2583;
-	shl.b64 	%rd42, %rd29, 2;
-	@%p124 bra 	$L__BB1_55;
-	mul.wide.u32 	%rd315, %r2609, 2;
-	add.s64 	%rd316, %rd18, %rd315;
-	st.global.u16 	[%rd316], %rd42;
-	mul.wide.u32 	%rd317, %r2609, 4;
-	add.s64 	%rd318, %rd317, %rd15;
-	add.s64 	%rd43, %rd18, %rd318;
-	add.s64 	%rd319, %rd19, %rd318;
+	sub.s64 	%rd314, %rd35, %rd34;
+	add.s64 	%rd42, %rd314, %rd1259;
+	cvt.u32.u64 	%r919, %rd42;
+	and.b32  	%r920, %r919, 65535;
+	add.s32 	%r2611, %r920, %r2813;
+	setp.ge.u32 	%p122, %r2611, %r2576;
+	setp.eq.s32 	%p123, %r74, 0;
+	or.pred  	%p124, %p122, %p123;
+	@%p124 bra 	$L__BB2_72;
+	setp.eq.s32 	%p125, %r2581, %r2585;
+	shl.b64 	%rd43, %rd30, 2;
+	@%p125 bra 	$L__BB2_56;
+	mul.wide.u32 	%rd315, %r2611, 2;
+	add.s64 	%rd316, %rd19, %rd315;
+	st.global.u16 	[%rd316], %rd43;
+	mul.wide.u32 	%rd317, %r2611, 4;
+	add.s64 	%rd318, %rd317, %rd16;
+	add.s64 	%rd44, %rd19, %rd318;
+	add.s64 	%rd319, %rd20, %rd318;
 	and.b64  	%rd320, %rd319, 3;
-	setp.eq.s64 	%p125, %rd320, 0;
-	@%p125 bra 	$L__BB1_53;
-	st.global.u8 	[%rd43], %r2579;
-	shr.u32 	%r920, %r2579, 8;
-	st.global.u8 	[%rd43+1], %r920;
-	shr.u32 	%r921, %r2579, 16;
-	st.global.u8 	[%rd43+2], %r921;
-	shr.u32 	%r922, %r2579, 24;
-	st.global.u8 	[%rd43+3], %r922;
-	bra.uni 	$L__BB1_54;
-$L__BB1_53:
-	st.global.u32 	[%rd43], %r2579;
-$L__BB1_54:
-	add.s32 	%r2609, %r2609, 1;
-$L__BB1_55:
-	setp.eq.s32 	%p126, %r2578, %r2582;
-	@%p126 bra 	$L__BB1_61;
-	setp.ge.u32 	%p127, %r2609, %r2574;
-	@%p127 bra 	$L__BB1_60;
-	cvt.u16.u64 	%rs13, %rd42;
+	setp.eq.s64 	%p126, %rd320, 0;
+	@%p126 bra 	$L__BB2_54;
+	st.global.u8 	[%rd44], %r2581;
+	shr.u32 	%r921, %r2581, 8;
+	st.global.u8 	[%rd44+1], %r921;
+	shr.u32 	%r922, %r2581, 16;
+	st.global.u8 	[%rd44+2], %r922;
+	shr.u32 	%r923, %r2581, 24;
+	st.global.u8 	[%rd44+3], %r923;
+	bra.uni 	$L__BB2_55;
+$L__BB2_54:
+	st.global.u32 	[%rd44], %r2581;
+$L__BB2_55:
+	add.s32 	%r2611, %r2611, 1;
+$L__BB2_56:
+	setp.eq.s32 	%p127, %r2580, %r2584;
+	@%p127 bra 	$L__BB2_62;
+	setp.ge.u32 	%p128, %r2611, %r2576;
+	@%p128 bra 	$L__BB2_61;
+	cvt.u16.u64 	%rs13, %rd43;
 	add.s16 	%rs14, %rs13, 1;
-	mul.wide.u32 	%rd321, %r2609, 2;
-	add.s64 	%rd322, %rd18, %rd321;
+	mul.wide.u32 	%rd321, %r2611, 2;
+	add.s64 	%rd322, %rd19, %rd321;
 	st.global.u16 	[%rd322], %rs14;
-	mul.wide.u32 	%rd323, %r2609, 4;
-	add.s64 	%rd324, %rd323, %rd15;
-	add.s64 	%rd44, %rd18, %rd324;
-	add.s64 	%rd325, %rd19, %rd324;
+	mul.wide.u32 	%rd323, %r2611, 4;
+	add.s64 	%rd324, %rd323, %rd16;
+	add.s64 	%rd45, %rd19, %rd324;
+	add.s64 	%rd325, %rd20, %rd324;
 	and.b64  	%rd326, %rd325, 3;
-	setp.eq.s64 	%p128, %rd326, 0;
-	@%p128 bra 	$L__BB1_59;
-	st.global.u8 	[%rd44], %r2578;
-	shr.u32 	%r923, %r2578, 8;
-	st.global.u8 	[%rd44+1], %r923;
-	shr.u32 	%r924, %r2578, 16;
-	st.global.u8 	[%rd44+2], %r924;
-	shr.u32 	%r925, %r2578, 24;
-	st.global.u8 	[%rd44+3], %r925;
-	bra.uni 	$L__BB1_60;
-$L__BB1_59:
-	st.global.u32 	[%rd44], %r2578;
-$L__BB1_60:
-	add.s32 	%r2609, %r2609, 1;
-$L__BB1_61:
-	setp.eq.s32 	%p129, %r2577, %r2581;
-	@%p129 bra 	$L__BB1_67;
-	setp.ge.u32 	%p130, %r2609, %r2574;
-	@%p130 bra 	$L__BB1_66;
-	cvt.u16.u64 	%rs15, %rd42;
+	setp.eq.s64 	%p129, %rd326, 0;
+	@%p129 bra 	$L__BB2_60;
+	st.global.u8 	[%rd45], %r2580;
+	shr.u32 	%r924, %r2580, 8;
+	st.global.u8 	[%rd45+1], %r924;
+	shr.u32 	%r925, %r2580, 16;
+	st.global.u8 	[%rd45+2], %r925;
+	shr.u32 	%r926, %r2580, 24;
+	st.global.u8 	[%rd45+3], %r926;
+	bra.uni 	$L__BB2_61;
+$L__BB2_60:
+	st.global.u32 	[%rd45], %r2580;
+$L__BB2_61:
+	add.s32 	%r2611, %r2611, 1;
+$L__BB2_62:
+	setp.eq.s32 	%p130, %r2579, %r2583;
+	@%p130 bra 	$L__BB2_68;
+	setp.ge.u32 	%p131, %r2611, %r2576;
+	@%p131 bra 	$L__BB2_67;
+	cvt.u16.u64 	%rs15, %rd43;
 	add.s16 	%rs16, %rs15, 2;
-	mul.wide.u32 	%rd327, %r2609, 2;
-	add.s64 	%rd328, %rd18, %rd327;
+	mul.wide.u32 	%rd327, %r2611, 2;
+	add.s64 	%rd328, %rd19, %rd327;
 	st.global.u16 	[%rd328], %rs16;
-	mul.wide.u32 	%rd329, %r2609, 4;
-	add.s64 	%rd330, %rd329, %rd15;
-	add.s64 	%rd45, %rd18, %rd330;
-	add.s64 	%rd331, %rd19, %rd330;
+	mul.wide.u32 	%rd329, %r2611, 4;
+	add.s64 	%rd330, %rd329, %rd16;
+	add.s64 	%rd46, %rd19, %rd330;
+	add.s64 	%rd331, %rd20, %rd330;
 	and.b64  	%rd332, %rd331, 3;
-	setp.eq.s64 	%p131, %rd332, 0;
-	@%p131 bra 	$L__BB1_65;
-	st.global.u8 	[%rd45], %r2577;
-	shr.u32 	%r926, %r2577, 8;
-	st.global.u8 	[%rd45+1], %r926;
-	shr.u32 	%r927, %r2577, 16;
-	st.global.u8 	[%rd45+2], %r927;
-	shr.u32 	%r928, %r2577, 24;
-	st.global.u8 	[%rd45+3], %r928;
-	bra.uni 	$L__BB1_66;
-$L__BB1_65:
-	st.global.u32 	[%rd45], %r2577;
-$L__BB1_66:
-	add.s32 	%r2609, %r2609, 1;
-$L__BB1_67:
-	setp.ge.u32 	%p132, %r2609, %r2574;
-	setp.eq.s32 	%p133, %r2576, %r2580;
-	or.pred  	%p134, %p133, %p132;
-	@%p134 bra 	$L__BB1_71;
-	cvt.u16.u64 	%rs17, %rd42;
+	setp.eq.s64 	%p132, %rd332, 0;
+	@%p132 bra 	$L__BB2_66;
+	st.global.u8 	[%rd46], %r2579;
+	shr.u32 	%r927, %r2579, 8;
+	st.global.u8 	[%rd46+1], %r927;
+	shr.u32 	%r928, %r2579, 16;
+	st.global.u8 	[%rd46+2], %r928;
+	shr.u32 	%r929, %r2579, 24;
+	st.global.u8 	[%rd46+3], %r929;
+	bra.uni 	$L__BB2_67;
+$L__BB2_66:
+	st.global.u32 	[%rd46], %r2579;
+$L__BB2_67:
+	add.s32 	%r2611, %r2611, 1;
+$L__BB2_68:
+	setp.ge.u32 	%p133, %r2611, %r2576;
+	setp.eq.s32 	%p134, %r2578, %r2582;
+	or.pred  	%p135, %p134, %p133;
+	@%p135 bra 	$L__BB2_72;
+	cvt.u16.u64 	%rs17, %rd43;
 	add.s16 	%rs18, %rs17, 3;
-	mul.wide.u32 	%rd333, %r2609, 2;
-	add.s64 	%rd334, %rd18, %rd333;
+	mul.wide.u32 	%rd333, %r2611, 2;
+	add.s64 	%rd334, %rd19, %rd333;
 	st.global.u16 	[%rd334], %rs18;
-	mul.wide.u32 	%rd335, %r2609, 4;
-	add.s64 	%rd336, %rd335, %rd15;
-	add.s64 	%rd46, %rd18, %rd336;
-	add.s64 	%rd337, %rd19, %rd336;
+	mul.wide.u32 	%rd335, %r2611, 4;
+	add.s64 	%rd336, %rd335, %rd16;
+	add.s64 	%rd47, %rd19, %rd336;
+	add.s64 	%rd337, %rd20, %rd336;
 	and.b64  	%rd338, %rd337, 3;
-	setp.eq.s64 	%p135, %rd338, 0;
-	@%p135 bra 	$L__BB1_70;
-	st.global.u8 	[%rd46], %r2576;
-	shr.u32 	%r929, %r2576, 8;
-	st.global.u8 	[%rd46+1], %r929;
-	shr.u32 	%r930, %r2576, 16;
-	st.global.u8 	[%rd46+2], %r930;
-	shr.u32 	%r931, %r2576, 24;
-	st.global.u8 	[%rd46+3], %r931;
-	bra.uni 	$L__BB1_71;
-$L__BB1_70:
-	st.global.u32 	[%rd46], %r2576;
-$L__BB1_71:
-	cvt.u32.u64 	%r932, %rd40;
-	and.b32  	%r933, %r932, 65535;
-	add.s32 	%r92, %r933, %r2811;
-	shr.u32 	%r935, %r918, 16;
-	add.s32 	%r2612, %r935, %r92;
-	setp.ge.u32 	%p136, %r2612, %r2574;
-	setp.eq.s32 	%p137, %r77, 0;
-	or.pred  	%p138, %p136, %p137;
-	@%p138 bra 	$L__BB1_93;
-	setp.eq.s32 	%p139, %r2587, %r2591;
-	shl.b64 	%rd47, %rd29, 2;
-	@%p139 bra 	$L__BB1_77;
-	cvt.u16.u64 	%rs19, %rd47;
+	setp.eq.s64 	%p136, %rd338, 0;
+	@%p136 bra 	$L__BB2_71;
+	st.global.u8 	[%rd47], %r2578;
+	shr.u32 	%r930, %r2578, 8;
+	st.global.u8 	[%rd47+1], %r930;
+	shr.u32 	%r931, %r2578, 16;
+	st.global.u8 	[%rd47+2], %r931;
+	shr.u32 	%r932, %r2578, 24;
+	st.global.u8 	[%rd47+3], %r932;
+	bra.uni 	$L__BB2_72;
+$L__BB2_71:
+	st.global.u32 	[%rd47], %r2578;
+$L__BB2_72:
+	cvt.u32.u64 	%r933, %rd41;
+	and.b32  	%r934, %r933, 65535;
+	add.s32 	%r92, %r934, %r2813;
+	shr.u32 	%r936, %r919, 16;
+	add.s32 	%r2614, %r936, %r92;
+	setp.ge.u32 	%p137, %r2614, %r2576;
+	setp.eq.s32 	%p138, %r77, 0;
+	or.pred  	%p139, %p137, %p138;
+	@%p139 bra 	$L__BB2_94;
+	setp.eq.s32 	%p140, %r2589, %r2593;
+	shl.b64 	%rd48, %rd30, 2;
+	@%p140 bra 	$L__BB2_78;
+	cvt.u16.u64 	%rs19, %rd48;
 	add.s16 	%rs20, %rs19, 1024;
-	mul.wide.u32 	%rd339, %r2612, 2;
-	add.s64 	%rd340, %rd18, %rd339;
+	mul.wide.u32 	%rd339, %r2614, 2;
+	add.s64 	%rd340, %rd19, %rd339;
 	st.global.u16 	[%rd340], %rs20;
-	mul.wide.u32 	%rd341, %r2612, 4;
-	add.s64 	%rd342, %rd341, %rd15;
-	add.s64 	%rd48, %rd18, %rd342;
-	add.s64 	%rd343, %rd19, %rd342;
+	mul.wide.u32 	%rd341, %r2614, 4;
+	add.s64 	%rd342, %rd341, %rd16;
+	add.s64 	%rd49, %rd19, %rd342;
+	add.s64 	%rd343, %rd20, %rd342;
 	and.b64  	%rd344, %rd343, 3;
-	setp.eq.s64 	%p140, %rd344, 0;
-	@%p140 bra 	$L__BB1_75;
-	st.global.u8 	[%rd48], %r2587;
-	shr.u32 	%r936, %r2587, 8;
-	st.global.u8 	[%rd48+1], %r936;
-	shr.u32 	%r937, %r2587, 16;
-	st.global.u8 	[%rd48+2], %r937;
-	shr.u32 	%r938, %r2587, 24;
-	st.global.u8 	[%rd48+3], %r938;
-	bra.uni 	$L__BB1_76;
-$L__BB1_75:
-	st.global.u32 	[%rd48], %r2587;
-$L__BB1_76:
-	add.s32 	%r2612, %r2612, 1;
-$L__BB1_77:
-	setp.eq.s32 	%p141, %r2586, %r2590;
-	@%p141 bra 	$L__BB1_83;
-	setp.ge.u32 	%p142, %r2612, %r2574;
-	@%p142 bra 	$L__BB1_82;
-	cvt.u16.u64 	%rs21, %rd47;
+	setp.eq.s64 	%p141, %rd344, 0;
+	@%p141 bra 	$L__BB2_76;
+	st.global.u8 	[%rd49], %r2589;
+	shr.u32 	%r937, %r2589, 8;
+	st.global.u8 	[%rd49+1], %r937;
+	shr.u32 	%r938, %r2589, 16;
+	st.global.u8 	[%rd49+2], %r938;
+	shr.u32 	%r939, %r2589, 24;
+	st.global.u8 	[%rd49+3], %r939;
+	bra.uni 	$L__BB2_77;
+$L__BB2_76:
+	st.global.u32 	[%rd49], %r2589;
+$L__BB2_77:
+	add.s32 	%r2614, %r2614, 1;
+$L__BB2_78:
+	setp.eq.s32 	%p142, %r2588, %r2592;
+	@%p142 bra 	$L__BB2_84;
+	setp.ge.u32 	%p143, %r2614, %r2576;
+	@%p143 bra 	$L__BB2_83;
+	cvt.u16.u64 	%rs21, %rd48;
 	add.s16 	%rs22, %rs21, 1025;
-	mul.wide.u32 	%rd345, %r2612, 2;
-	add.s64 	%rd346, %rd18, %rd345;
+	mul.wide.u32 	%rd345, %r2614, 2;
+	add.s64 	%rd346, %rd19, %rd345;
 	st.global.u16 	[%rd346], %rs22;
-	mul.wide.u32 	%rd347, %r2612, 4;
-	add.s64 	%rd348, %rd347, %rd15;
-	add.s64 	%rd49, %rd18, %rd348;
-	add.s64 	%rd349, %rd19, %rd348;
+	mul.wide.u32 	%rd347, %r2614, 4;
+	add.s64 	%rd348, %rd347, %rd16;
+	add.s64 	%rd50, %rd19, %rd348;
+	add.s64 	%rd349, %rd20, %rd348;
 	and.b64  	%rd350, %rd349, 3;
-	setp.eq.s64 	%p143, %rd350, 0;
-	@%p143 bra 	$L__BB1_81;
-	st.global.u8 	[%rd49], %r2586;
-	shr.u32 	%r939, %r2586, 8;
-	st.global.u8 	[%rd49+1], %r939;
-	shr.u32 	%r940, %r2586, 16;
-	st.global.u8 	[%rd49+2], %r940;
-	shr.u32 	%r941, %r2586, 24;
-	st.global.u8 	[%rd49+3], %r941;
-	bra.uni 	$L__BB1_82;
-$L__BB1_81:
-	st.global.u32 	[%rd49], %r2586;
-$L__BB1_82:
-	add.s32 	%r2612, %r2612, 1;
-$L__BB1_83:
-	setp.eq.s32 	%p144, %r2585, %r2589;
-	@%p144 bra 	$L__BB1_89;
-	setp.ge.u32 	%p145, %r2612, %r2574;
-	@%p145 bra 	$L__BB1_88;
-	cvt.u16.u64 	%rs23, %rd47;
+	setp.eq.s64 	%p144, %rd350, 0;
+	@%p144 bra 	$L__BB2_82;
+	st.global.u8 	[%rd50], %r2588;
+	shr.u32 	%r940, %r2588, 8;
+	st.global.u8 	[%rd50+1], %r940;
+	shr.u32 	%r941, %r2588, 16;
+	st.global.u8 	[%rd50+2], %r941;
+	shr.u32 	%r942, %r2588, 24;
+	st.global.u8 	[%rd50+3], %r942;
+	bra.uni 	$L__BB2_83;
+$L__BB2_82:
+	st.global.u32 	[%rd50], %r2588;
+$L__BB2_83:
+	add.s32 	%r2614, %r2614, 1;
+$L__BB2_84:
+	setp.eq.s32 	%p145, %r2587, %r2591;
+	@%p145 bra 	$L__BB2_90;
+	setp.ge.u32 	%p146, %r2614, %r2576;
+	@%p146 bra 	$L__BB2_89;
+	cvt.u16.u64 	%rs23, %rd48;
 	add.s16 	%rs24, %rs23, 1026;
-	mul.wide.u32 	%rd351, %r2612, 2;
-	add.s64 	%rd352, %rd18, %rd351;
+	mul.wide.u32 	%rd351, %r2614, 2;
+	add.s64 	%rd352, %rd19, %rd351;
 	st.global.u16 	[%rd352], %rs24;
-	mul.wide.u32 	%rd353, %r2612, 4;
-	add.s64 	%rd354, %rd353, %rd15;
-	add.s64 	%rd50, %rd18, %rd354;
-	add.s64 	%rd355, %rd19, %rd354;
+	mul.wide.u32 	%rd353, %r2614, 4;
+	add.s64 	%rd354, %rd353, %rd16;
+	add.s64 	%rd51, %rd19, %rd354;
+	add.s64 	%rd355, %rd20, %rd354;
 	and.b64  	%rd356, %rd355, 3;
-	setp.eq.s64 	%p146, %rd356, 0;
-	@%p146 bra 	$L__BB1_87;
-	st.global.u8 	[%rd50], %r2585;
-	shr.u32 	%r942, %r2585, 8;
-	st.global.u8 	[%rd50+1], %r942;
-	shr.u32 	%r943, %r2585, 16;
-	st.global.u8 	[%rd50+2], %r943;
-	shr.u32 	%r944, %r2585, 24;
-	st.global.u8 	[%rd50+3], %r944;
-	bra.uni 	$L__BB1_88;
-$L__BB1_87:
-	st.global.u32 	[%rd50], %r2585;
-$L__BB1_88:
-	add.s32 	%r2612, %r2612, 1;
-$L__BB1_89:
-	setp.ge.u32 	%p147, %r2612, %r2574;
-	setp.eq.s32 	%p148, %r2584, %r2588;
-	or.pred  	%p149, %p148, %p147;
-	@%p149 bra 	$L__BB1_93;
-	cvt.u16.u64 	%rs25, %rd47;
+	setp.eq.s64 	%p147, %rd356, 0;
+	@%p147 bra 	$L__BB2_88;
+	st.global.u8 	[%rd51], %r2587;
+	shr.u32 	%r943, %r2587, 8;
+	st.global.u8 	[%rd51+1], %r943;
+	shr.u32 	%r944, %r2587, 16;
+	st.global.u8 	[%rd51+2], %r944;
+	shr.u32 	%r945, %r2587, 24;
+	st.global.u8 	[%rd51+3], %r945;
+	bra.uni 	$L__BB2_89;
+$L__BB2_88:
+	st.global.u32 	[%rd51], %r2587;
+$L__BB2_89:
+	add.s32 	%r2614, %r2614, 1;
+$L__BB2_90:
+	setp.ge.u32 	%p148, %r2614, %r2576;
+	setp.eq.s32 	%p149, %r2586, %r2590;
+	or.pred  	%p150, %p149, %p148;
+	@%p150 bra 	$L__BB2_94;
+	cvt.u16.u64 	%rs25, %rd48;
 	add.s16 	%rs26, %rs25, 1027;
-	mul.wide.u32 	%rd357, %r2612, 2;
-	add.s64 	%rd358, %rd18, %rd357;
+	mul.wide.u32 	%rd357, %r2614, 2;
+	add.s64 	%rd358, %rd19, %rd357;
 	st.global.u16 	[%rd358], %rs26;
-	mul.wide.u32 	%rd359, %r2612, 4;
-	add.s64 	%rd360, %rd359, %rd15;
-	add.s64 	%rd51, %rd18, %rd360;
-	add.s64 	%rd361, %rd19, %rd360;
+	mul.wide.u32 	%rd359, %r2614, 4;
+	add.s64 	%rd360, %rd359, %rd16;
+	add.s64 	%rd52, %rd19, %rd360;
+	add.s64 	%rd361, %rd20, %rd360;
 	and.b64  	%rd362, %rd361, 3;
-	setp.eq.s64 	%p150, %rd362, 0;
-	@%p150 bra 	$L__BB1_92;
-	st.global.u8 	[%rd51], %r2584;
-	shr.u32 	%r945, %r2584, 8;
-	st.global.u8 	[%rd51+1], %r945;
-	shr.u32 	%r946, %r2584, 16;
-	st.global.u8 	[%rd51+2], %r946;
-	shr.u32 	%r947, %r2584, 24;
-	st.global.u8 	[%rd51+3], %r947;
-	bra.uni 	$L__BB1_93;
-$L__BB1_92:
-	st.global.u32 	[%rd51], %r2584;
-$L__BB1_93:
-	shr.u32 	%r949, %r932, 16;
-	add.s32 	%r100, %r949, %r92;
-	shr.u64 	%rd363, %rd41, 32;
-	cvt.u32.u64 	%r950, %rd363;
-	and.b32  	%r951, %r950, 65535;
-	add.s32 	%r2615, %r951, %r100;
-	setp.ge.u32 	%p151, %r2615, %r2574;
-	setp.eq.s32 	%p152, %r80, 0;
-	or.pred  	%p153, %p151, %p152;
-	@%p153 bra 	$L__BB1_115;
-	setp.eq.s32 	%p154, %r2595, %r2599;
-	shl.b64 	%rd52, %rd29, 2;
-	@%p154 bra 	$L__BB1_99;
-	cvt.u16.u64 	%rs27, %rd52;
+	setp.eq.s64 	%p151, %rd362, 0;
+	@%p151 bra 	$L__BB2_93;
+	st.global.u8 	[%rd52], %r2586;
+	shr.u32 	%r946, %r2586, 8;
+	st.global.u8 	[%rd52+1], %r946;
+	shr.u32 	%r947, %r2586, 16;
+	st.global.u8 	[%rd52+2], %r947;
+	shr.u32 	%r948, %r2586, 24;
+	st.global.u8 	[%rd52+3], %r948;
+	bra.uni 	$L__BB2_94;
+$L__BB2_93:
+	st.global.u32 	[%rd52], %r2586;
+$L__BB2_94:
+	shr.u32 	%r950, %r933, 16;
+	add.s32 	%r100, %r950, %r92;
+	shr.u64 	%rd363, %rd42, 32;
+	cvt.u32.u64 	%r951, %rd363;
+	and.b32  	%r952, %r951, 65535;
+	add.s32 	%r2617, %r952, %r100;
+	setp.ge.u32 	%p152, %r2617, %r2576;
+	setp.eq.s32 	%p153, %r80, 0;
+	or.pred  	%p154, %p152, %p153;
+	@%p154 bra 	$L__BB2_116;
+	setp.eq.s32 	%p155, %r2597, %r2601;
+	shl.b64 	%rd53, %rd30, 2;
+	@%p155 bra 	$L__BB2_100;
+	cvt.u16.u64 	%rs27, %rd53;
 	add.s16 	%rs28, %rs27, 2048;
-	mul.wide.u32 	%rd364, %r2615, 2;
-	add.s64 	%rd365, %rd18, %rd364;
+	mul.wide.u32 	%rd364, %r2617, 2;
+	add.s64 	%rd365, %rd19, %rd364;
 	st.global.u16 	[%rd365], %rs28;
-	mul.wide.u32 	%rd366, %r2615, 4;
-	add.s64 	%rd367, %rd366, %rd15;
-	add.s64 	%rd53, %rd18, %rd367;
-	add.s64 	%rd368, %rd19, %rd367;
+	mul.wide.u32 	%rd366, %r2617, 4;
+	add.s64 	%rd367, %rd366, %rd16;
+	add.s64 	%rd54, %rd19, %rd367;
+	add.s64 	%rd368, %rd20, %rd367;
 	and.b64  	%rd369, %rd368, 3;
-	setp.eq.s64 	%p155, %rd369, 0;
-	@%p155 bra 	$L__BB1_97;
-	st.global.u8 	[%rd53], %r2595;
-	shr.u32 	%r952, %r2595, 8;
-	st.global.u8 	[%rd53+1], %r952;
-	shr.u32 	%r953, %r2595, 16;
-	st.global.u8 	[%rd53+2], %r953;
-	shr.u32 	%r954, %r2595, 24;
-	st.global.u8 	[%rd53+3], %r954;
-	bra.uni 	$L__BB1_98;
-$L__BB1_97:
-	st.global.u32 	[%rd53], %r2595;
-$L__BB1_98:
-	add.s32 	%r2615, %r2615, 1;
-$L__BB1_99:
-	setp.eq.s32 	%p156, %r2594, %r2598;
-	@%p156 bra 	$L__BB1_105;
-	setp.ge.u32 	%p157, %r2615, %r2574;
-	@%p157 bra 	$L__BB1_104;
-	cvt.u16.u64 	%rs29, %rd52;
+	setp.eq.s64 	%p156, %rd369, 0;
+	@%p156 bra 	$L__BB2_98;
+	st.global.u8 	[%rd54], %r2597;
+	shr.u32 	%r953, %r2597, 8;
+	st.global.u8 	[%rd54+1], %r953;
+	shr.u32 	%r954, %r2597, 16;
+	st.global.u8 	[%rd54+2], %r954;
+	shr.u32 	%r955, %r2597, 24;
+	st.global.u8 	[%rd54+3], %r955;
+	bra.uni 	$L__BB2_99;
+$L__BB2_98:
+	st.global.u32 	[%rd54], %r2597;
+$L__BB2_99:
+	add.s32 	%r2617, %r2617, 1;
+$L__BB2_100:
+	setp.eq.s32 	%p157, %r2596, %r2600;
+	@%p157 bra 	$L__BB2_106;
+	setp.ge.u32 	%p158, %r2617, %r2576;
+	@%p158 bra 	$L__BB2_105;
+	cvt.u16.u64 	%rs29, %rd53;
 	add.s16 	%rs30, %rs29, 2049;
-	mul.wide.u32 	%rd370, %r2615, 2;
-	add.s64 	%rd371, %rd18, %rd370;
+	mul.wide.u32 	%rd370, %r2617, 2;
+	add.s64 	%rd371, %rd19, %rd370;
 	st.global.u16 	[%rd371], %rs30;
-	mul.wide.u32 	%rd372, %r2615, 4;
-	add.s64 	%rd373, %rd372, %rd15;
-	add.s64 	%rd54, %rd18, %rd373;
-	add.s64 	%rd374, %rd19, %rd373;
+	mul.wide.u32 	%rd372, %r2617, 4;
+	add.s64 	%rd373, %rd372, %rd16;
+	add.s64 	%rd55, %rd19, %rd373;
+	add.s64 	%rd374, %rd20, %rd373;
 	and.b64  	%rd375, %rd374, 3;
-	setp.eq.s64 	%p158, %rd375, 0;
-	@%p158 bra 	$L__BB1_103;
-	st.global.u8 	[%rd54], %r2594;
-	shr.u32 	%r955, %r2594, 8;
-	st.global.u8 	[%rd54+1], %r955;
-	shr.u32 	%r956, %r2594, 16;
-	st.global.u8 	[%rd54+2], %r956;
-	shr.u32 	%r957, %r2594, 24;
-	st.global.u8 	[%rd54+3], %r957;
-	bra.uni 	$L__BB1_104;
-$L__BB1_103:
-	st.global.u32 	[%rd54], %r2594;
-$L__BB1_104:
-	add.s32 	%r2615, %r2615, 1;
-$L__BB1_105:
-	setp.eq.s32 	%p159, %r2593, %r2597;
-	@%p159 bra 	$L__BB1_111;
-	setp.ge.u32 	%p160, %r2615, %r2574;
-	@%p160 bra 	$L__BB1_110;
-	cvt.u16.u64 	%rs31, %rd52;
+	setp.eq.s64 	%p159, %rd375, 0;
+	@%p159 bra 	$L__BB2_104;
+	st.global.u8 	[%rd55], %r2596;
+	shr.u32 	%r956, %r2596, 8;
+	st.global.u8 	[%rd55+1], %r956;
+	shr.u32 	%r957, %r2596, 16;
+	st.global.u8 	[%rd55+2], %r957;
+	shr.u32 	%r958, %r2596, 24;
+	st.global.u8 	[%rd55+3], %r958;
+	bra.uni 	$L__BB2_105;
+$L__BB2_104:
+	st.global.u32 	[%rd55], %r2596;
+$L__BB2_105:
+	add.s32 	%r2617, %r2617, 1;
+$L__BB2_106:
+	setp.eq.s32 	%p160, %r2595, %r2599;
+	@%p160 bra 	$L__BB2_112;
+	setp.ge.u32 	%p161, %r2617, %r2576;
+	@%p161 bra 	$L__BB2_111;
+	cvt.u16.u64 	%rs31, %rd53;
 	add.s16 	%rs32, %rs31, 2050;
-	mul.wide.u32 	%rd376, %r2615, 2;
-	add.s64 	%rd377, %rd18, %rd376;
+	mul.wide.u32 	%rd376, %r2617, 2;
+	add.s64 	%rd377, %rd19, %rd376;
 	st.global.u16 	[%rd377], %rs32;
-	mul.wide.u32 	%rd378, %r2615, 4;
-	add.s64 	%rd379, %rd378, %rd15;
-	add.s64 	%rd55, %rd18, %rd379;
-	add.s64 	%rd380, %rd19, %rd379;
+	mul.wide.u32 	%rd378, %r2617, 4;
+	add.s64 	%rd379, %rd378, %rd16;
+	add.s64 	%rd56, %rd19, %rd379;
+	add.s64 	%rd380, %rd20, %rd379;
 	and.b64  	%rd381, %rd380, 3;
-	setp.eq.s64 	%p161, %rd381, 0;
-	@%p161 bra 	$L__BB1_109;
-	st.global.u8 	[%rd55], %r2593;
-	shr.u32 	%r958, %r2593, 8;
-	st.global.u8 	[%rd55+1], %r958;
-	shr.u32 	%r959, %r2593, 16;
-	st.global.u8 	[%rd55+2], %r959;
-	shr.u32 	%r960, %r2593, 24;
-	st.global.u8 	[%rd55+3], %r960;
-	bra.uni 	$L__BB1_110;
-$L__BB1_109:
-	st.global.u32 	[%rd55], %r2593;
-$L__BB1_110:
-	add.s32 	%r2615, %r2615, 1;
-$L__BB1_111:
-	setp.ge.u32 	%p162, %r2615, %r2574;
-	setp.eq.s32 	%p163, %r2592, %r2596;
-	or.pred  	%p164, %p163, %p162;
-	@%p164 bra 	$L__BB1_115;
-	cvt.u16.u64 	%rs33, %rd52;
+	setp.eq.s64 	%p162, %rd381, 0;
+	@%p162 bra 	$L__BB2_110;
+	st.global.u8 	[%rd56], %r2595;
+	shr.u32 	%r959, %r2595, 8;
+	st.global.u8 	[%rd56+1], %r959;
+	shr.u32 	%r960, %r2595, 16;
+	st.global.u8 	[%rd56+2], %r960;
+	shr.u32 	%r961, %r2595, 24;
+	st.global.u8 	[%rd56+3], %r961;
+	bra.uni 	$L__BB2_111;
+$L__BB2_110:
+	st.global.u32 	[%rd56], %r2595;
+$L__BB2_111:
+	add.s32 	%r2617, %r2617, 1;
+$L__BB2_112:
+	setp.ge.u32 	%p163, %r2617, %r2576;
+	setp.eq.s32 	%p164, %r2594, %r2598;
+	or.pred  	%p165, %p164, %p163;
+	@%p165 bra 	$L__BB2_116;
+	cvt.u16.u64 	%rs33, %rd53;
 	add.s16 	%rs34, %rs33, 2051;
-	mul.wide.u32 	%rd382, %r2615, 2;
-	add.s64 	%rd383, %rd18, %rd382;
+	mul.wide.u32 	%rd382, %r2617, 2;
+	add.s64 	%rd383, %rd19, %rd382;
 	st.global.u16 	[%rd383], %rs34;
-	mul.wide.u32 	%rd384, %r2615, 4;
-	add.s64 	%rd385, %rd384, %rd15;
-	add.s64 	%rd56, %rd18, %rd385;
-	add.s64 	%rd386, %rd19, %rd385;
+	mul.wide.u32 	%rd384, %r2617, 4;
+	add.s64 	%rd385, %rd384, %rd16;
+	add.s64 	%rd57, %rd19, %rd385;
+	add.s64 	%rd386, %rd20, %rd385;
 	and.b64  	%rd387, %rd386, 3;
-	setp.eq.s64 	%p165, %rd387, 0;
-	@%p165 bra 	$L__BB1_114;
-	st.global.u8 	[%rd56], %r2592;
-	shr.u32 	%r961, %r2592, 8;
-	st.global.u8 	[%rd56+1], %r961;
-	shr.u32 	%r962, %r2592, 16;
-	st.global.u8 	[%rd56+2], %r962;
-	shr.u32 	%r963, %r2592, 24;
-	st.global.u8 	[%rd56+3], %r963;
-	bra.uni 	$L__BB1_115;
-$L__BB1_114:
-	st.global.u32 	[%rd56], %r2592;
-$L__BB1_115:
-	shr.u64 	%rd388, %rd40, 32;
-	cvt.u32.u64 	%r964, %rd388;
-	and.b32  	%r965, %r964, 65535;
-	add.s32 	%r108, %r965, %r100;
-	shr.u64 	%rd389, %rd41, 48;
-	cvt.u32.u64 	%r966, %rd389;
-	add.s32 	%r2618, %r108, %r966;
-	setp.ge.u32 	%p166, %r2618, %r2574;
-	setp.eq.s32 	%p167, %r83, 0;
-	or.pred  	%p168, %p166, %p167;
-	@%p168 bra 	$L__BB1_137;
-	setp.eq.s32 	%p169, %r2603, %r2607;
-	shl.b64 	%rd57, %rd29, 2;
-	@%p169 bra 	$L__BB1_121;
-	cvt.u16.u64 	%rs35, %rd57;
+	setp.eq.s64 	%p166, %rd387, 0;
+	@%p166 bra 	$L__BB2_115;
+	st.global.u8 	[%rd57], %r2594;
+	shr.u32 	%r962, %r2594, 8;
+	st.global.u8 	[%rd57+1], %r962;
+	shr.u32 	%r963, %r2594, 16;
+	st.global.u8 	[%rd57+2], %r963;
+	shr.u32 	%r964, %r2594, 24;
+	st.global.u8 	[%rd57+3], %r964;
+	bra.uni 	$L__BB2_116;
+$L__BB2_115:
+	st.global.u32 	[%rd57], %r2594;
+$L__BB2_116:
+	shr.u64 	%rd388, %rd41, 32;
+	cvt.u32.u64 	%r965, %rd388;
+	and.b32  	%r966, %r965, 65535;
+	add.s32 	%r108, %r966, %r100;
+	shr.u64 	%rd389, %rd42, 48;
+	cvt.u32.u64 	%r967, %rd389;
+	add.s32 	%r2620, %r108, %r967;
+	setp.ge.u32 	%p167, %r2620, %r2576;
+	setp.eq.s32 	%p168, %r83, 0;
+	or.pred  	%p169, %p167, %p168;
+	@%p169 bra 	$L__BB2_138;
+	setp.eq.s32 	%p170, %r2605, %r2609;
+	shl.b64 	%rd58, %rd30, 2;
+	@%p170 bra 	$L__BB2_122;
+	cvt.u16.u64 	%rs35, %rd58;
 	add.s16 	%rs36, %rs35, 3072;
-	mul.wide.u32 	%rd390, %r2618, 2;
-	add.s64 	%rd391, %rd18, %rd390;
+	mul.wide.u32 	%rd390, %r2620, 2;
+	add.s64 	%rd391, %rd19, %rd390;
 	st.global.u16 	[%rd391], %rs36;
-	mul.wide.u32 	%rd392, %r2618, 4;
-	add.s64 	%rd393, %rd392, %rd15;
-	add.s64 	%rd58, %rd18, %rd393;
-	add.s64 	%rd394, %rd19, %rd393;
+	mul.wide.u32 	%rd392, %r2620, 4;
+	add.s64 	%rd393, %rd392, %rd16;
+	add.s64 	%rd59, %rd19, %rd393;
+	add.s64 	%rd394, %rd20, %rd393;
 	and.b64  	%rd395, %rd394, 3;
-	setp.eq.s64 	%p170, %rd395, 0;
-	@%p170 bra 	$L__BB1_119;
-	st.global.u8 	[%rd58], %r2603;
-	shr.u32 	%r967, %r2603, 8;
-	st.global.u8 	[%rd58+1], %r967;
-	shr.u32 	%r968, %r2603, 16;
-	st.global.u8 	[%rd58+2], %r968;
-	shr.u32 	%r969, %r2603, 24;
-	st.global.u8 	[%rd58+3], %r969;
-	bra.uni 	$L__BB1_120;
-$L__BB1_119:
-	st.global.u32 	[%rd58], %r2603;
-$L__BB1_120:
-	add.s32 	%r2618, %r2618, 1;
-$L__BB1_121:
-	setp.eq.s32 	%p171, %r2602, %r2606;
-	@%p171 bra 	$L__BB1_127;
-	setp.ge.u32 	%p172, %r2618, %r2574;
-	@%p172 bra 	$L__BB1_126;
-	cvt.u16.u64 	%rs37, %rd57;
+	setp.eq.s64 	%p171, %rd395, 0;
+	@%p171 bra 	$L__BB2_120;
+	st.global.u8 	[%rd59], %r2605;
+	shr.u32 	%r968, %r2605, 8;
+	st.global.u8 	[%rd59+1], %r968;
+	shr.u32 	%r969, %r2605, 16;
+	st.global.u8 	[%rd59+2], %r969;
+	shr.u32 	%r970, %r2605, 24;
+	st.global.u8 	[%rd59+3], %r970;
+	bra.uni 	$L__BB2_121;
+$L__BB2_120:
+	st.global.u32 	[%rd59], %r2605;
+$L__BB2_121:
+	add.s32 	%r2620, %r2620, 1;
+$L__BB2_122:
+	setp.eq.s32 	%p172, %r2604, %r2608;
+	@%p172 bra 	$L__BB2_128;
+	setp.ge.u32 	%p173, %r2620, %r2576;
+	@%p173 bra 	$L__BB2_127;
+	cvt.u16.u64 	%rs37, %rd58;
 	add.s16 	%rs38, %rs37, 3073;
-	mul.wide.u32 	%rd396, %r2618, 2;
-	add.s64 	%rd397, %rd18, %rd396;
+	mul.wide.u32 	%rd396, %r2620, 2;
+	add.s64 	%rd397, %rd19, %rd396;
 	st.global.u16 	[%rd397], %rs38;
-	mul.wide.u32 	%rd398, %r2618, 4;
-	add.s64 	%rd399, %rd398, %rd15;
-	add.s64 	%rd59, %rd18, %rd399;
-	add.s64 	%rd400, %rd19, %rd399;
+	mul.wide.u32 	%rd398, %r2620, 4;
+	add.s64 	%rd399, %rd398, %rd16;
+	add.s64 	%rd60, %rd19, %rd399;
+	add.s64 	%rd400, %rd20, %rd399;
 	and.b64  	%rd401, %rd400, 3;
-	setp.eq.s64 	%p173, %rd401, 0;
-	@%p173 bra 	$L__BB1_125;
-	st.global.u8 	[%rd59], %r2602;
-	shr.u32 	%r970, %r2602, 8;
-	st.global.u8 	[%rd59+1], %r970;
-	shr.u32 	%r971, %r2602, 16;
-	st.global.u8 	[%rd59+2], %r971;
-	shr.u32 	%r972, %r2602, 24;
-	st.global.u8 	[%rd59+3], %r972;
-	bra.uni 	$L__BB1_126;
-$L__BB1_125:
-	st.global.u32 	[%rd59], %r2602;
-$L__BB1_126:
-	add.s32 	%r2618, %r2618, 1;
-$L__BB1_127:
-	setp.eq.s32 	%p174, %r2601, %r2605;
-	@%p174 bra 	$L__BB1_133;
-	setp.ge.u32 	%p175, %r2618, %r2574;
-	@%p175 bra 	$L__BB1_132;
-	cvt.u16.u64 	%rs39, %rd57;
+	setp.eq.s64 	%p174, %rd401, 0;
+	@%p174 bra 	$L__BB2_126;
+	st.global.u8 	[%rd60], %r2604;
+	shr.u32 	%r971, %r2604, 8;
+	st.global.u8 	[%rd60+1], %r971;
+	shr.u32 	%r972, %r2604, 16;
+	st.global.u8 	[%rd60+2], %r972;
+	shr.u32 	%r973, %r2604, 24;
+	st.global.u8 	[%rd60+3], %r973;
+	bra.uni 	$L__BB2_127;
+$L__BB2_126:
+	st.global.u32 	[%rd60], %r2604;
+$L__BB2_127:
+	add.s32 	%r2620, %r2620, 1;
+$L__BB2_128:
+	setp.eq.s32 	%p175, %r2603, %r2607;
+	@%p175 bra 	$L__BB2_134;
+	setp.ge.u32 	%p176, %r2620, %r2576;
+	@%p176 bra 	$L__BB2_133;
+	cvt.u16.u64 	%rs39, %rd58;
 	add.s16 	%rs40, %rs39, 3074;
-	mul.wide.u32 	%rd402, %r2618, 2;
-	add.s64 	%rd403, %rd18, %rd402;
+	mul.wide.u32 	%rd402, %r2620, 2;
+	add.s64 	%rd403, %rd19, %rd402;
 	st.global.u16 	[%rd403], %rs40;
-	mul.wide.u32 	%rd404, %r2618, 4;
-	add.s64 	%rd405, %rd404, %rd15;
-	add.s64 	%rd60, %rd18, %rd405;
-	add.s64 	%rd406, %rd19, %rd405;
+	mul.wide.u32 	%rd404, %r2620, 4;
+	add.s64 	%rd405, %rd404, %rd16;
+	add.s64 	%rd61, %rd19, %rd405;
+	add.s64 	%rd406, %rd20, %rd405;
 	and.b64  	%rd407, %rd406, 3;
-	setp.eq.s64 	%p176, %rd407, 0;
-	@%p176 bra 	$L__BB1_131;
-	st.global.u8 	[%rd60], %r2601;
-	shr.u32 	%r973, %r2601, 8;
-	st.global.u8 	[%rd60+1], %r973;
-	shr.u32 	%r974, %r2601, 16;
-	st.global.u8 	[%rd60+2], %r974;
-	shr.u32 	%r975, %r2601, 24;
-	st.global.u8 	[%rd60+3], %r975;
-	bra.uni 	$L__BB1_132;
-$L__BB1_131:
-	st.global.u32 	[%rd60], %r2601;
-$L__BB1_132:
-	add.s32 	%r2618, %r2618, 1;
-$L__BB1_133:
-	setp.ge.u32 	%p177, %r2618, %r2574;
-	setp.eq.s32 	%p178, %r2600, %r2604;
-	or.pred  	%p179, %p178, %p177;
-	@%p179 bra 	$L__BB1_137;
-	cvt.u16.u64 	%rs41, %rd57;
+	setp.eq.s64 	%p177, %rd407, 0;
+	@%p177 bra 	$L__BB2_132;
+	st.global.u8 	[%rd61], %r2603;
+	shr.u32 	%r974, %r2603, 8;
+	st.global.u8 	[%rd61+1], %r974;
+	shr.u32 	%r975, %r2603, 16;
+	st.global.u8 	[%rd61+2], %r975;
+	shr.u32 	%r976, %r2603, 24;
+	st.global.u8 	[%rd61+3], %r976;
+	bra.uni 	$L__BB2_133;
+$L__BB2_132:
+	st.global.u32 	[%rd61], %r2603;
+$L__BB2_133:
+	add.s32 	%r2620, %r2620, 1;
+$L__BB2_134:
+	setp.ge.u32 	%p178, %r2620, %r2576;
+	setp.eq.s32 	%p179, %r2602, %r2606;
+	or.pred  	%p180, %p179, %p178;
+	@%p180 bra 	$L__BB2_138;
+	cvt.u16.u64 	%rs41, %rd58;
 	add.s16 	%rs42, %rs41, 3075;
-	mul.wide.u32 	%rd408, %r2618, 2;
-	add.s64 	%rd409, %rd18, %rd408;
+	mul.wide.u32 	%rd408, %r2620, 2;
+	add.s64 	%rd409, %rd19, %rd408;
 	st.global.u16 	[%rd409], %rs42;
-	mul.wide.u32 	%rd410, %r2618, 4;
-	add.s64 	%rd411, %rd410, %rd15;
-	add.s64 	%rd61, %rd18, %rd411;
-	add.s64 	%rd412, %rd19, %rd411;
+	mul.wide.u32 	%rd410, %r2620, 4;
+	add.s64 	%rd411, %rd410, %rd16;
+	add.s64 	%rd62, %rd19, %rd411;
+	add.s64 	%rd412, %rd20, %rd411;
 	and.b64  	%rd413, %rd412, 3;
-	setp.eq.s64 	%p180, %rd413, 0;
-	@%p180 bra 	$L__BB1_136;
-	st.global.u8 	[%rd61], %r2600;
-	shr.u32 	%r976, %r2600, 8;
-	st.global.u8 	[%rd61+1], %r976;
-	shr.u32 	%r977, %r2600, 16;
-	st.global.u8 	[%rd61+2], %r977;
-	shr.u32 	%r978, %r2600, 24;
-	st.global.u8 	[%rd61+3], %r978;
-	bra.uni 	$L__BB1_137;
-$L__BB1_136:
-	st.global.u32 	[%rd61], %r2600;
-$L__BB1_137:
-	shr.u64 	%rd1273, %rd10, 5;
-	add.s64 	%rd1255, %rd1255, 16384;
-	add.s64 	%rd1254, %rd1254, 16384;
-	shr.u64 	%rd414, %rd40, 48;
-	cvt.u32.u64 	%r979, %rd414;
-	add.s32 	%r2811, %r108, %r979;
-	add.s64 	%rd1253, %rd1253, 1024;
-	setp.lt.u64 	%p181, %rd1253, %rd20;
-	@%p181 bra 	$L__BB1_12;
-	bra.uni 	$L__BB1_726;
-$L__BB1_138:
-	setp.eq.s64 	%p182, %rd20, 0;
-	@%p182 bra 	$L__BB1_726;
-	mul.wide.u32 	%rd416, %r644, 16;
-	add.s64 	%rd417, %rd13, %rd416;
-	add.s64 	%rd1259, %rd417, %rd12;
-	add.s64 	%rd418, %rd14, %rd416;
-	add.s64 	%rd1260, %rd418, %rd12;
-	mov.u64 	%rd1258, 0;
-	mov.u32 	%r2811, 0;
-$L__BB1_140:
-	mov.u32 	%r2621, 0;
-	cvt.u64.u32 	%rd419, %r644;
-	add.s64 	%rd71, %rd1258, %rd419;
-	setp.ge.u64 	%p183, %rd71, %rd20;
-	mov.u32 	%r2622, %r2621;
-	mov.u32 	%r2623, %r2621;
-	mov.u32 	%r2624, %r2621;
-	mov.u32 	%r2625, %r2621;
-	mov.u32 	%r2626, %r2621;
-	mov.u32 	%r2627, %r2621;
-	mov.u32 	%r2628, %r2621;
-	@%p183 bra 	$L__BB1_142;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r2624,%r2623,%r2622,%r2621}, [%rd1259];
-	// end inline asm
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r2628,%r2627,%r2626,%r2625}, [%rd1260];
-	// end inline asm
-$L__BB1_142:
-	add.s64 	%rd72, %rd71, 256;
-	setp.ge.u64 	%p184, %rd72, %rd20;
-	mov.u32 	%r2637, 0;
-	mov.u32 	%r2629, %r2637;
-	mov.u32 	%r2630, %r2637;
-	mov.u32 	%r2631, %r2637;
-	mov.u32 	%r2632, %r2637;
-	mov.u32 	%r2633, %r2637;
-	mov.u32 	%r2634, %r2637;
-	mov.u32 	%r2635, %r2637;
-	mov.u32 	%r2636, %r2637;
-	@%p184 bra 	$L__BB1_144;
-	add.s64 	%rd422, %rd1259, 4096;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r2632,%r2631,%r2630,%r2629}, [%rd422];
-	// end inline asm
-	add.s64 	%rd423, %rd1260, 4096;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r2636,%r2635,%r2634,%r2633}, [%rd423];
-	// end inline asm
-$L__BB1_144:
-	add.s64 	%rd73, %rd71, 512;
-	setp.ge.u64 	%p185, %rd73, %rd20;
-	mov.u32 	%r2638, %r2637;
-	mov.u32 	%r2639, %r2637;
-	mov.u32 	%r2640, %r2637;
-	mov.u32 	%r2641, %r2637;
-	mov.u32 	%r2642, %r2637;
-	mov.u32 	%r2643, %r2637;
-	mov.u32 	%r2644, %r2637;
-	@%p185 bra 	$L__BB1_146;
-	add.s64 	%rd424, %rd1259, 8192;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r2640,%r2639,%r2638,%r2637}, [%rd424];
-	// end inline asm
-	add.s64 	%rd425, %rd1260, 8192;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r2644,%r2643,%r2642,%r2641}, [%rd425];
-	// end inline asm
-$L__BB1_146:
-	add.s64 	%rd74, %rd71, 768;
-	setp.ge.u64 	%p186, %rd74, %rd20;
-	mov.u32 	%r2645, 0;
-	mov.u32 	%r2646, %r2645;
-	mov.u32 	%r2647, %r2645;
-	mov.u32 	%r2648, %r2645;
-	mov.u32 	%r2649, %r2645;
-	mov.u32 	%r2650, %r2645;
-	mov.u32 	%r2651, %r2645;
-	mov.u32 	%r2652, %r2645;
-	@%p186 bra 	$L__BB1_148;
-	add.s64 	%rd426, %rd1259, 12288;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r2648,%r2647,%r2646,%r2645}, [%rd426];
-	// end inline asm
-	add.s64 	%rd427, %rd1260, 12288;
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r2652,%r2651,%r2650,%r2649}, [%rd427];
-	// end inline asm
-$L__BB1_148:
-	and.b32  	%r1057, %r644, 3;
-	setp.ne.s32 	%p187, %r1057, 0;
-	xor.b32  	%r1058, %r2628, %r2624;
-	or.b32  	%r1059, %r1058, -2147450880;
-	add.s32 	%r1060, %r1059, -65537;
-	or.b32  	%r1048, %r1060, %r1058;
-	// begin inline asm
-	prmt.b32 %r1048, %r1048, 0, 0xbb99;
-	// end inline asm
-	and.b32  	%r1061, %r1048, 1;
-	mov.u32 	%r1062, 1;
-	shr.u32 	%r1063, %r1048, 15;
-	and.b32  	%r1064, %r1063, 2;
-	mov.u32 	%r1065, 2;
-	or.b32  	%r1066, %r1064, %r1061;
-	xor.b32  	%r1067, %r2627, %r2623;
-	or.b32  	%r1068, %r1067, -2147450880;
-	add.s32 	%r1069, %r1068, -65537;
-	or.b32  	%r1050, %r1069, %r1067;
-	// begin inline asm
-	prmt.b32 %r1050, %r1050, 0, 0xbb99;
-	// end inline asm
-	and.b32  	%r184, %r1050, 1;
-	shr.u32 	%r1070, %r1050, 15;
-	and.b32  	%r1071, %r1070, 2;
-	or.b32  	%r1072, %r1071, %r184;
-	shl.b32 	%r1073, %r1072, 2;
-	or.b32  	%r1074, %r1066, %r1073;
-	xor.b32  	%r1075, %r2626, %r2622;
-	or.b32  	%r1076, %r1075, -2147450880;
-	add.s32 	%r1077, %r1076, -65537;
-	or.b32  	%r1052, %r1077, %r1075;
-	// begin inline asm
-	prmt.b32 %r1052, %r1052, 0, 0xbb99;
-	// end inline asm
-	and.b32  	%r186, %r1052, 1;
-	shr.u32 	%r1078, %r1052, 15;
-	and.b32  	%r1079, %r1078, 2;
-	or.b32  	%r1080, %r1079, %r186;
-	shl.b32 	%r1081, %r1080, 4;
-	or.b32  	%r1082, %r1074, %r1081;
-	xor.b32  	%r1083, %r2625, %r2621;
-	or.b32  	%r1084, %r1083, -2147450880;
-	add.s32 	%r1085, %r1084, -65537;
-	or.b32  	%r1054, %r1085, %r1083;
-	// begin inline asm
-	prmt.b32 %r1054, %r1054, 0, 0xbb99;
-	// end inline asm
-	and.b32  	%r1086, %r1054, 1;
-	shr.u32 	%r1087, %r1054, 15;
-	and.b32  	%r1088, %r1087, 2;
-	or.b32  	%r1089, %r1088, %r1086;
-	shl.b32 	%r1090, %r1089, 6;
-	or.b32  	%r187, %r1082, %r1090;
-	shl.b32 	%r1091, %r644, 3;
-	and.b32  	%r1092, %r1091, 24;
-	shl.b32 	%r1093, %r187, %r1092;
-	mov.u32 	%r1094, 31;
-	mov.u32 	%r1095, -1;
-	shfl.sync.bfly.b32 	%r1096|%p188, %r1093, %r1062, %r1094, %r1095;
-	or.b32  	%r188, %r1096, %r1093;
-	shfl.sync.bfly.b32 	%r189|%p4, %r188, %r1065, %r1094, %r1095;
-	or.pred  	%p190, %p187, %p183;
-	@%p190 bra 	$L__BB1_150;
-	cvt.u32.u64 	%r1097, %rd71;
-	and.b32  	%r1098, %r1097, -4;
-	mov.u32 	%r1099, _ZZ14ws_delta_countE5smask;
-	add.s32 	%r1100, %r1099, %r1098;
-	or.b32  	%r1101, %r189, %r188;
-	st.shared.u32 	[%r1100], %r1101;
-$L__BB1_150:
-	setp.eq.s32 	%p191, %r2, 0;
-	@%p191 bra 	$L__BB1_153;
-	mov.u32 	%r1102, 31;
-	mov.u32 	%r1103, 1;
-	mov.u32 	%r1104, -1;
-	shfl.sync.bfly.b32 	%r1105|%p193, %r187, %r1103, %r1102, %r1104;
-	or.b32  	%r1106, %r1105, %r187;
-	setp.eq.s32 	%p194, %r1106, 0;
-	or.pred  	%p195, %p183, %p194;
-	@%p195 bra 	$L__BB1_153;
-	st.v4.u32 	[%rd1260], {%r2624, %r2623, %r2622, %r2621};
-$L__BB1_153:
-	xor.b32  	%r1117, %r2636, %r2632;
-	or.b32  	%r1118, %r1117, -2147450880;
-	add.s32 	%r1119, %r1118, -65537;
-	or.b32  	%r1107, %r1119, %r1117;
-	// begin inline asm
-	prmt.b32 %r1107, %r1107, 0, 0xbb99;
-	// end inline asm
-	and.b32  	%r1120, %r1107, 1;
-	mov.u32 	%r1121, 1;
-	shr.u32 	%r1122, %r1107, 15;
-	and.b32  	%r1123, %r1122, 2;
-	mov.u32 	%r1124, 2;
-	or.b32  	%r1125, %r1123, %r1120;
-	xor.b32  	%r1126, %r2635, %r2631;
-	or.b32  	%r1127, %r1126, -2147450880;
-	add.s32 	%r1128, %r1127, -65537;
-	or.b32  	%r1109, %r1128, %r1126;
-	// begin inline asm
-	prmt.b32 %r1109, %r1109, 0, 0xbb99;
-	// end inline asm
-	and.b32  	%r192, %r1109, 1;
-	shr.u32 	%r1129, %r1109, 15;
-	and.b32  	%r1130, %r1129, 2;
-	or.b32  	%r1131, %r1130, %r192;
-	shl.b32 	%r1132, %r1131, 2;
-	or.b32  	%r1133, %r1125, %r1132;
-	xor.b32  	%r1134, %r2634, %r2630;
-	or.b32  	%r1135, %r1134, -2147450880;
-	add.s32 	%r1136, %r1135, -65537;
-	or.b32  	%r1111, %r1136, %r1134;
-	// begin inline asm
-	prmt.b32 %r1111, %r1111, 0, 0xbb99;
-	// end inline asm
-	and.b32  	%r194, %r1111, 1;
-	shr.u32 	%r1137, %r1111, 15;
-	and.b32  	%r1138, %r1137, 2;
-	or.b32  	%r1139, %r1138, %r194;
-	shl.b32 	%r1140, %r1139, 4;
-	or.b32  	%r1141, %r1133, %r1140;
-	xor.b32  	%r1142, %r2633, %r2629;
-	or.b32  	%r1143, %r1142, -2147450880;
-	add.s32 	%r1144, %r1143, -65537;
-	or.b32  	%r1113, %r1144, %r1142;
-	// begin inline asm
-	prmt.b32 %r1113, %r1113, 0, 0xbb99;
-	// end inline asm
-	and.b32  	%r1145, %r1113, 1;
-	shr.u32 	%r1146, %r1113, 15;
-	and.b32  	%r1147, %r1146, 2;
-	or.b32  	%r1148, %r1147, %r1145;
-	shl.b32 	%r1149, %r1148, 6;
-	or.b32  	%r195, %r1141, %r1149;
-	shl.b32 	%r1152, %r195, %r1092;
-	mov.u32 	%r1153, 31;
-	mov.u32 	%r1154, -1;
-	shfl.sync.bfly.b32 	%r1155|%p198, %r1152, %r1121, %r1153, %r1154;
-	or.b32  	%r196, %r1155, %r1152;
-	shfl.sync.bfly.b32 	%r197|%p5, %r196, %r1124, %r1153, %r1154;
-	or.pred  	%p199, %p187, %p184;
-	@%p199 bra 	$L__BB1_155;
-	add.s64 	%rd1225, %rd71, 256;
-	cvt.u32.u64 	%r1156, %rd1225;
-	and.b32  	%r1157, %r1156, -4;
-	mov.u32 	%r1158, _ZZ14ws_delta_countE5smask;
-	add.s32 	%r1159, %r1158, %r1157;
-	or.b32  	%r1160, %r197, %r196;
-	st.shared.u32 	[%r1159], %r1160;
-$L__BB1_155:
-	@%p191 bra 	$L__BB1_158;
-	mov.u32 	%r1161, 31;
-	mov.u32 	%r1162, 1;
-	mov.u32 	%r1163, -1;
-	shfl.sync.bfly.b32 	%r1164|%p202, %r195, %r1162, %r1161, %r1163;
-	or.b32  	%r1165, %r1164, %r195;
-	setp.eq.s32 	%p203, %r1165, 0;
-	or.pred  	%p204, %p184, %p203;
-	@%p204 bra 	$L__BB1_158;
-	st.v4.u32 	[%rd1260+4096], {%r2632, %r2631, %r2630, %r2629};
-$L__BB1_158:
-	xor.b32  	%r1176, %r2644, %r2640;
-	or.b32  	%r1177, %r1176, -2147450880;
-	add.s32 	%r1178, %r1177, -65537;
-	or.b32  	%r1166, %r1178, %r1176;
-	// begin inline asm
-	prmt.b32 %r1166, %r1166, 0, 0xbb99;
-	// end inline asm
-	and.b32  	%r1179, %r1166, 1;
-	mov.u32 	%r1180, 1;
-	shr.u32 	%r1181, %r1166, 15;
-	and.b32  	%r1182, %r1181, 2;
-	mov.u32 	%r1183, 2;
-	or.b32  	%r1184, %r1182, %r1179;
-	xor.b32  	%r1185, %r2643, %r2639;
-	or.b32  	%r1186, %r1185, -2147450880;
-	add.s32 	%r1187, %r1186, -65537;
-	or.b32  	%r1168, %r1187, %r1185;
-	// begin inline asm
-	prmt.b32 %r1168, %r1168, 0, 0xbb99;
-	// end inline asm
-	and.b32  	%r200, %r1168, 1;
-	shr.u32 	%r1188, %r1168, 15;
-	and.b32  	%r1189, %r1188, 2;
-	or.b32  	%r1190, %r1189, %r200;
-	shl.b32 	%r1191, %r1190, 2;
-	or.b32  	%r1192, %r1184, %r1191;
-	xor.b32  	%r1193, %r2642, %r2638;
-	or.b32  	%r1194, %r1193, -2147450880;
-	add.s32 	%r1195, %r1194, -65537;
-	or.b32  	%r1170, %r1195, %r1193;
-	// begin inline asm
-	prmt.b32 %r1170, %r1170, 0, 0xbb99;
-	// end inline asm
-	and.b32  	%r202, %r1170, 1;
-	shr.u32 	%r1196, %r1170, 15;
-	and.b32  	%r1197, %r1196, 2;
-	or.b32  	%r1198, %r1197, %r202;
-	shl.b32 	%r1199, %r1198, 4;
-	or.b32  	%r1200, %r1192, %r1199;
-	xor.b32  	%r1201, %r2641, %r2637;
-	or.b32  	%r1202, %r1201, -2147450880;
-	add.s32 	%r1203, %r1202, -65537;
-	or.b32  	%r1172, %r1203, %r1201;
-	// begin inline asm
-	prmt.b32 %r1172, %r1172, 0, 0xbb99;
-	// end inline asm
-	and.b32  	%r1204, %r1172, 1;
-	shr.u32 	%r1205, %r1172, 15;
-	and.b32  	%r1206, %r1205, 2;
-	or.b32  	%r1207, %r1206, %r1204;
-	shl.b32 	%r1208, %r1207, 6;
-	or.b32  	%r203, %r1200, %r1208;
-	shl.b32 	%r1211, %r203, %r1092;
-	mov.u32 	%r1212, 31;
-	mov.u32 	%r1213, -1;
-	shfl.sync.bfly.b32 	%r1214|%p207, %r1211, %r1180, %r1212, %r1213;
-	or.b32  	%r204, %r1214, %r1211;
-	shfl.sync.bfly.b32 	%r205|%p6, %r204, %r1183, %r1212, %r1213;
-	or.pred  	%p208, %p187, %p185;
-	@%p208 bra 	$L__BB1_160;
-	add.s64 	%rd1224, %rd71, 512;
-	cvt.u32.u64 	%r1215, %rd1224;
-	and.b32  	%r1216, %r1215, -4;
-	mov.u32 	%r1217, _ZZ14ws_delta_countE5smask;
-	add.s32 	%r1218, %r1217, %r1216;
-	or.b32  	%r1219, %r205, %r204;
-	st.shared.u32 	[%r1218], %r1219;
-$L__BB1_160:
-	@%p191 bra 	$L__BB1_163;
-	mov.u32 	%r1220, 31;
-	mov.u32 	%r1221, 1;
-	mov.u32 	%r1222, -1;
-	shfl.sync.bfly.b32 	%r1223|%p211, %r203, %r1221, %r1220, %r1222;
-	or.b32  	%r1224, %r1223, %r203;
-	setp.eq.s32 	%p212, %r1224, 0;
-	or.pred  	%p213, %p185, %p212;
-	@%p213 bra 	$L__BB1_163;
-	st.v4.u32 	[%rd1260+8192], {%r2640, %r2639, %r2638, %r2637};
-$L__BB1_163:
-	xor.b32  	%r1235, %r2652, %r2648;
-	or.b32  	%r1236, %r1235, -2147450880;
-	add.s32 	%r1237, %r1236, -65537;
-	or.b32  	%r1225, %r1237, %r1235;
-	// begin inline asm
-	prmt.b32 %r1225, %r1225, 0, 0xbb99;
-	// end inline asm
-	and.b32  	%r1238, %r1225, 1;
-	mov.u32 	%r1239, 1;
-	shr.u32 	%r1240, %r1225, 15;
-	and.b32  	%r1241, %r1240, 2;
-	mov.u32 	%r1242, 2;
-	or.b32  	%r1243, %r1241, %r1238;
-	xor.b32  	%r1244, %r2651, %r2647;
-	or.b32  	%r1245, %r1244, -2147450880;
-	add.s32 	%r1246, %r1245, -65537;
-	or.b32  	%r1227, %r1246, %r1244;
-	// begin inline asm
-	prmt.b32 %r1227, %r1227, 0, 0xbb99;
-	// end inline asm
-	and.b32  	%r208, %r1227, 1;
-	shr.u32 	%r1247, %r1227, 15;
-	and.b32  	%r1248, %r1247, 2;
-	or.b32  	%r1249, %r1248, %r208;
-	shl.b32 	%r1250, %r1249, 2;
-	or.b32  	%r1251, %r1243, %r1250;
-	xor.b32  	%r1252, %r2650, %r2646;
-	or.b32  	%r1253, %r1252, -2147450880;
-	add.s32 	%r1254, %r1253, -65537;
-	or.b32  	%r1229, %r1254, %r1252;
-	// begin inline asm
-	prmt.b32 %r1229, %r1229, 0, 0xbb99;
-	// end inline asm
-	and.b32  	%r210, %r1229, 1;
-	shr.u32 	%r1255, %r1229, 15;
-	and.b32  	%r1256, %r1255, 2;
-	or.b32  	%r1257, %r1256, %r210;
-	shl.b32 	%r1258, %r1257, 4;
-	or.b32  	%r1259, %r1251, %r1258;
-	xor.b32  	%r1260, %r2649, %r2645;
-	or.b32  	%r1261, %r1260, -2147450880;
-	add.s32 	%r1262, %r1261, -65537;
-	or.b32  	%r1231, %r1262, %r1260;
-	// begin inline asm
-	prmt.b32 %r1231, %r1231, 0, 0xbb99;
-	// end inline asm
-	and.b32  	%r1263, %r1231, 1;
-	shr.u32 	%r1264, %r1231, 15;
-	and.b32  	%r1265, %r1264, 2;
-	or.b32  	%r1266, %r1265, %r1263;
-	shl.b32 	%r1267, %r1266, 6;
-	or.b32  	%r211, %r1259, %r1267;
-	popc.b32 	%r1268, %r211;
-	cvt.u64.u32 	%rd428, %r1268;
-	shl.b64 	%rd429, %rd428, 48;
-	popc.b32 	%r1269, %r203;
-	cvt.u64.u32 	%rd430, %r1269;
-	popc.b32 	%r1270, %r195;
-	shl.b32 	%r1271, %r1270, 16;
-	popc.b32 	%r1272, %r187;
-	or.b32  	%r1273, %r1271, %r1272;
-	cvt.u64.u32 	%rd431, %r1273;
-	bfi.b64 	%rd432, %rd430, %rd431, 32, 32;
-	or.b64  	%rd75, %rd429, %rd432;
-	shl.b32 	%r1276, %r211, %r1092;
-	mov.u32 	%r1277, 31;
-	mov.u32 	%r1278, -1;
-	shfl.sync.bfly.b32 	%r1279|%p216, %r1276, %r1239, %r1277, %r1278;
-	or.b32  	%r1280, %r1279, %r1276;
-	shfl.sync.bfly.b32 	%r1281|%p217, %r1280, %r1242, %r1277, %r1278;
-	or.b32  	%r212, %r1281, %r1280;
-	or.pred  	%p218, %p187, %p186;
-	@%p218 bra 	$L__BB1_165;
-	add.s64 	%rd1223, %rd71, 768;
-	cvt.u32.u64 	%r1282, %rd1223;
-	and.b32  	%r1283, %r1282, -4;
-	mov.u32 	%r1284, _ZZ14ws_delta_countE5smask;
-	add.s32 	%r1285, %r1284, %r1283;
-	st.shared.u32 	[%r1285], %r212;
-$L__BB1_165:
-	@%p191 bra 	$L__BB1_168;
-	mov.u32 	%r1286, 31;
-	mov.u32 	%r1287, 1;
-	mov.u32 	%r1288, -1;
-	shfl.sync.bfly.b32 	%r1289|%p221, %r211, %r1287, %r1286, %r1288;
-	or.b32  	%r1290, %r1289, %r211;
-	setp.eq.s32 	%p222, %r1290, 0;
-	or.pred  	%p223, %p186, %p222;
-	@%p223 bra 	$L__BB1_168;
-	st.v4.u32 	[%rd1260+12288], {%r2648, %r2647, %r2646, %r2645};
-$L__BB1_168:
-	cvt.u32.u64 	%r1311, %rd7;
-	setp.lt.u32 	%p224, %r1311, 16;
-	mov.u32 	%r1312, 16;
-	setp.lt.u32 	%p225, %r1311, 4;
-	mov.u32 	%r1313, 4;
-	setp.lt.u32 	%p226, %r1311, 2;
-	mov.u32 	%r1314, 2;
-	setp.lt.u32 	%p227, %r1311, 8;
-	mov.u32 	%r1315, 8;
-	setp.ne.s32 	%p228, %r1311, 31;
-	setp.eq.s32 	%p229, %r1311, 0;
-	mov.u32 	%r1316, 0;
-	// begin inline asm
-	mov.b64 {%r1291,%r1292}, %rd75;
-	// end inline asm
-	mov.u32 	%r1317, 1;
-	mov.u32 	%r1318, -1;
-	shfl.sync.up.b32 	%r1294|%p230, %r1292, %r1317, %r1316, %r1318;
-	shfl.sync.up.b32 	%r1293|%p231, %r1291, %r1317, %r1316, %r1318;
-	// begin inline asm
-	mov.b64 %rd434, {%r1293,%r1294};
-	// end inline asm
-	selp.b64 	%rd443, 0, %rd434, %p229;
-	add.s64 	%rd435, %rd443, %rd75;
-	// begin inline asm
-	mov.b64 {%r1295,%r1296}, %rd435;
-	// end inline asm
-	shfl.sync.up.b32 	%r1298|%p232, %r1296, %r1314, %r1316, %r1318;
-	shfl.sync.up.b32 	%r1297|%p233, %r1295, %r1314, %r1316, %r1318;
-	// begin inline asm
-	mov.b64 %rd436, {%r1297,%r1298};
-	// end inline asm
-	selp.b64 	%rd444, 0, %rd436, %p226;
-	add.s64 	%rd437, %rd444, %rd435;
-	// begin inline asm
-	mov.b64 {%r1299,%r1300}, %rd437;
-	// end inline asm
-	shfl.sync.up.b32 	%r1302|%p234, %r1300, %r1313, %r1316, %r1318;
-	shfl.sync.up.b32 	%r1301|%p235, %r1299, %r1313, %r1316, %r1318;
-	// begin inline asm
-	mov.b64 %rd438, {%r1301,%r1302};
-	// end inline asm
-	selp.b64 	%rd445, 0, %rd438, %p225;
-	add.s64 	%rd439, %rd445, %rd437;
-	// begin inline asm
-	mov.b64 {%r1303,%r1304}, %rd439;
-	// end inline asm
-	shfl.sync.up.b32 	%r1306|%p236, %r1304, %r1315, %r1316, %r1318;
-	shfl.sync.up.b32 	%r1305|%p237, %r1303, %r1315, %r1316, %r1318;
-	// begin inline asm
-	mov.b64 %rd440, {%r1305,%r1306};
-	// end inline asm
-	selp.b64 	%rd446, 0, %rd440, %p227;
-	add.s64 	%rd441, %rd446, %rd439;
-	// begin inline asm
-	mov.b64 {%r1307,%r1308}, %rd441;
-	// end inline asm
-	shfl.sync.up.b32 	%r1310|%p238, %r1308, %r1312, %r1316, %r1318;
-	shfl.sync.up.b32 	%r1309|%p239, %r1307, %r1312, %r1316, %r1318;
-	// begin inline asm
-	mov.b64 %rd442, {%r1309,%r1310};
-	// end inline asm
-	selp.b64 	%rd447, 0, %rd442, %p224;
-	add.s64 	%rd76, %rd447, %rd441;
-	@%p228 bra 	$L__BB1_170;
-	shr.u32 	%r1320, %r644, 2;
-	and.b32  	%r1321, %r1320, 1073741816;
-	mov.u32 	%r1322, _ZZ14ws_delta_countE3red;
-	add.s32 	%r1323, %r1322, %r1321;
-	st.shared.u64 	[%r1323], %rd76;
-$L__BB1_170:
-	shr.u32 	%r1325, %r644, 5;
-	setp.ne.s32 	%p240, %r1325, 0;
-	bar.sync 	0;
-	@%p240 bra 	$L__BB1_175;
-	cvt.u32.u64 	%r2564, %rd7;
-	setp.gt.u32 	%p241, %r2564, 7;
-	mov.u64 	%rd1261, 0;
-	@%p241 bra 	$L__BB1_173;
-	shl.b32 	%r2567, %r644, 3;
-	and.b32  	%r1329, %r2567, 248;
-	mov.u32 	%r1330, _ZZ14ws_delta_countE3red;
-	add.s32 	%r1331, %r1330, %r1329;
-	ld.shared.u64 	%rd1261, [%r1331];
-$L__BB1_173:
-	cvt.u32.u64 	%r2565, %rd7;
-	setp.lt.u32 	%p934, %r2565, 16;
-	setp.lt.u32 	%p933, %r2565, 8;
-	setp.lt.u32 	%p932, %r2565, 4;
-	setp.lt.u32 	%p931, %r2565, 2;
-	setp.eq.s32 	%p930, %r2565, 0;
-	mov.u32 	%r1353, 16;
-	mov.u32 	%r1354, 4;
-	mov.u32 	%r1355, 2;
-	mov.u32 	%r1356, 8;
-	mov.u32 	%r1357, 0;
-	// begin inline asm
-	mov.b64 {%r1332,%r1333}, %rd1261;
-	// end inline asm
-	mov.u32 	%r1358, 1;
-	mov.u32 	%r1359, -1;
-	shfl.sync.up.b32 	%r1335|%p248, %r1333, %r1358, %r1357, %r1359;
-	shfl.sync.up.b32 	%r1334|%p249, %r1332, %r1358, %r1357, %r1359;
-	// begin inline asm
-	mov.b64 %rd450, {%r1334,%r1335};
-	// end inline asm
-	selp.b64 	%rd459, 0, %rd450, %p930;
-	add.s64 	%rd451, %rd459, %rd1261;
-	// begin inline asm
-	mov.b64 {%r1336,%r1337}, %rd451;
-	// end inline asm
-	shfl.sync.up.b32 	%r1339|%p250, %r1337, %r1355, %r1357, %r1359;
-	shfl.sync.up.b32 	%r1338|%p251, %r1336, %r1355, %r1357, %r1359;
-	// begin inline asm
-	mov.b64 %rd452, {%r1338,%r1339};
-	// end inline asm
-	selp.b64 	%rd460, 0, %rd452, %p931;
-	add.s64 	%rd453, %rd460, %rd451;
-	// begin inline asm
-	mov.b64 {%r1340,%r1341}, %rd453;
-	// end inline asm
-	shfl.sync.up.b32 	%r1343|%p252, %r1341, %r1354, %r1357, %r1359;
-	shfl.sync.up.b32 	%r1342|%p253, %r1340, %r1354, %r1357, %r1359;
-	// begin inline asm
-	mov.b64 %rd454, {%r1342,%r1343};
-	// end inline asm
-	selp.b64 	%rd461, 0, %rd454, %p932;
-	add.s64 	%rd455, %rd461, %rd453;
-	// begin inline asm
-	mov.b64 {%r1344,%r1345}, %rd455;
-	// end inline asm
-	shfl.sync.up.b32 	%r1347|%p254, %r1345, %r1356, %r1357, %r1359;
-	shfl.sync.up.b32 	%r1346|%p255, %r1344, %r1356, %r1357, %r1359;
-	// begin inline asm
-	mov.b64 %rd456, {%r1346,%r1347};
-	// end inline asm
-	selp.b64 	%rd462, 0, %rd456, %p933;
-	add.s64 	%rd457, %rd462, %rd455;
-	// begin inline asm
-	mov.b64 {%r1348,%r1349}, %rd457;
-	// end inline asm
-	shfl.sync.up.b32 	%r1351|%p256, %r1349, %r1353, %r1357, %r1359;
-	shfl.sync.up.b32 	%r1350|%p257, %r1348, %r1353, %r1357, %r1359;
-	// begin inline asm
-	mov.b64 %rd458, {%r1350,%r1351};
-	// end inline asm
-	selp.b64 	%rd463, 0, %rd458, %p934;
-	add.s64 	%rd79, %rd463, %rd457;
-	@%p241 bra 	$L__BB1_175;
-	shl.b32 	%r2566, %r644, 3;
-	and.b32  	%r1362, %r2566, 248;
-	mov.u32 	%r1363, _ZZ14ws_delta_countE3red;
-	add.s32 	%r1364, %r1363, %r1362;
-	st.shared.u64 	[%r1364], %rd79;
-$L__BB1_175:
-	setp.eq.s32 	%p258, %r1325, 0;
-	bar.sync 	0;
-	mov.u64 	%rd1262, 0;
-	@%p258 bra 	$L__BB1_177;
-	shr.u32 	%r1368, %r644, 2;
-	and.b32  	%r1369, %r1368, 1073741816;
-	mov.u32 	%r1370, _ZZ14ws_delta_countE3red;
-	add.s32 	%r1371, %r1370, %r1369;
-	ld.shared.u64 	%rd1262, [%r1371+-8];
-$L__BB1_177:
-	ld.shared.u64 	%rd82, [_ZZ14ws_delta_countE3red+56];
-	bar.sync 	0;
-	sub.s64 	%rd465, %rd76, %rd75;
-	add.s64 	%rd83, %rd465, %rd1262;
-	cvt.u32.u64 	%r1372, %rd83;
-	and.b32  	%r1373, %r1372, 65535;
-	add.s32 	%r2654, %r1373, %r2811;
-	setp.ge.u32 	%p259, %r2654, %r2574;
-	setp.eq.s32 	%p260, %r187, 0;
-	or.pred  	%p261, %p259, %p260;
-	@%p261 bra 	$L__BB1_223;
-	and.b32  	%r2559, %r1048, 1;
-	setp.eq.b32 	%p262, %r2559, 1;
-	mov.pred 	%p263, 0;
-	xor.pred  	%p264, %p262, %p263;
-	not.pred 	%p265, %p264;
-	@%p265 bra 	$L__BB1_183;
-	cvt.u16.u64 	%rs43, %rd71;
-	shl.b16 	%rs44, %rs43, 3;
-	mul.wide.u32 	%rd466, %r2654, 2;
-	add.s64 	%rd467, %rd18, %rd466;
-	st.global.u16 	[%rd467], %rs44;
-	add.s64 	%rd84, %rd467, %rd15;
-	add.s64 	%rd468, %rd19, %rd15;
-	and.b64  	%rd469, %rd468, 1;
-	setp.eq.b64 	%p266, %rd469, 1;
-	xor.pred  	%p268, %p266, %p263;
-	not.pred 	%p269, %p268;
-	@%p269 bra 	$L__BB1_181;
-	bra.uni 	$L__BB1_180;
-$L__BB1_181:
-	st.global.u16 	[%rd84], %r2624;
-	bra.uni 	$L__BB1_182;
-$L__BB1_180:
-	st.global.u8 	[%rd84], %r2624;
-	shr.u32 	%r1375, %r2624, 8;
-	st.global.u8 	[%rd84+1], %r1375;
-$L__BB1_182:
-	add.s32 	%r2654, %r2654, 1;
-$L__BB1_183:
-	shr.u32 	%r2561, %r1048, 15;
-	and.b32  	%r2560, %r2561, 2;
-	setp.eq.s32 	%p270, %r2560, 0;
-	@%p270 bra 	$L__BB1_189;
-	setp.ge.u32 	%p271, %r2654, %r2574;
-	@%p271 bra 	$L__BB1_188;
-	cvt.u16.u64 	%rs45, %rd71;
-	shl.b16 	%rs46, %rs45, 3;
-	or.b16  	%rs47, %rs46, 1;
-	mul.wide.u32 	%rd470, %r2654, 2;
-	add.s64 	%rd471, %rd18, %rd470;
-	st.global.u16 	[%rd471], %rs47;
-	add.s64 	%rd85, %rd471, %rd15;
-	add.s64 	%rd472, %rd19, %rd15;
-	shr.u32 	%r216, %r2624, 16;
-	and.b64  	%rd473, %rd472, 1;
-	setp.eq.b64 	%p272, %rd473, 1;
-	mov.pred 	%p273, 0;
-	xor.pred  	%p274, %p272, %p273;
-	not.pred 	%p275, %p274;
-	@%p275 bra 	$L__BB1_187;
-	bra.uni 	$L__BB1_186;
-$L__BB1_187:
-	st.global.u16 	[%rd85], %r216;
-	bra.uni 	$L__BB1_188;
-$L__BB1_186:
-	st.global.u8 	[%rd85], %r216;
-	shr.u32 	%r1378, %r2624, 24;
-	st.global.u8 	[%rd85+1], %r1378;
-$L__BB1_188:
-	add.s32 	%r2654, %r2654, 1;
-$L__BB1_189:
-	and.b32  	%r2562, %r1050, 1;
-	setp.eq.s32 	%p276, %r2562, 0;
-	@%p276 bra 	$L__BB1_195;
-	setp.ge.u32 	%p277, %r2654, %r2574;
-	@%p277 bra 	$L__BB1_194;
-	cvt.u16.u64 	%rs48, %rd71;
-	shl.b16 	%rs49, %rs48, 3;
-	or.b16  	%rs50, %rs49, 2;
-	mul.wide.u32 	%rd474, %r2654, 2;
-	add.s64 	%rd475, %rd18, %rd474;
-	st.global.u16 	[%rd475], %rs50;
-	add.s64 	%rd86, %rd475, %rd15;
-	add.s64 	%rd476, %rd19, %rd15;
-	and.b64  	%rd477, %rd476, 1;
-	setp.eq.b64 	%p278, %rd477, 1;
-	mov.pred 	%p279, 0;
-	xor.pred  	%p280, %p278, %p279;
-	not.pred 	%p281, %p280;
-	@%p281 bra 	$L__BB1_193;
-	bra.uni 	$L__BB1_192;
-$L__BB1_193:
-	st.global.u16 	[%rd86], %r2623;
-	bra.uni 	$L__BB1_194;
-$L__BB1_192:
-	st.global.u8 	[%rd86], %r2623;
-	shr.u32 	%r1379, %r2623, 8;
-	st.global.u8 	[%rd86+1], %r1379;
-$L__BB1_194:
-	add.s32 	%r2654, %r2654, 1;
-$L__BB1_195:
-	and.b32  	%r1380, %r1050, 65536;
-	setp.eq.s32 	%p282, %r1380, 0;
-	@%p282 bra 	$L__BB1_201;
-	setp.ge.u32 	%p283, %r2654, %r2574;
-	@%p283 bra 	$L__BB1_200;
-	cvt.u16.u64 	%rs51, %rd71;
-	shl.b16 	%rs52, %rs51, 3;
-	or.b16  	%rs53, %rs52, 3;
-	mul.wide.u32 	%rd478, %r2654, 2;
-	add.s64 	%rd479, %rd18, %rd478;
-	st.global.u16 	[%rd479], %rs53;
-	add.s64 	%rd87, %rd479, %rd15;
-	add.s64 	%rd480, %rd19, %rd15;
-	shr.u32 	%r221, %r2623, 16;
-	and.b64  	%rd481, %rd480, 1;
-	setp.eq.b64 	%p284, %rd481, 1;
-	mov.pred 	%p285, 0;
-	xor.pred  	%p286, %p284, %p285;
-	not.pred 	%p287, %p286;
-	@%p287 bra 	$L__BB1_199;
-	bra.uni 	$L__BB1_198;
-$L__BB1_199:
-	st.global.u16 	[%rd87], %r221;
-	bra.uni 	$L__BB1_200;
-$L__BB1_198:
-	st.global.u8 	[%rd87], %r221;
-	shr.u32 	%r1381, %r2623, 24;
-	st.global.u8 	[%rd87+1], %r1381;
-$L__BB1_200:
-	add.s32 	%r2654, %r2654, 1;
-$L__BB1_201:
-	and.b32  	%r2563, %r1052, 1;
-	setp.eq.s32 	%p288, %r2563, 0;
-	@%p288 bra 	$L__BB1_207;
-	setp.ge.u32 	%p289, %r2654, %r2574;
-	@%p289 bra 	$L__BB1_206;
-	cvt.u16.u64 	%rs54, %rd71;
-	shl.b16 	%rs55, %rs54, 3;
-	or.b16  	%rs56, %rs55, 4;
-	mul.wide.u32 	%rd482, %r2654, 2;
-	add.s64 	%rd483, %rd18, %rd482;
-	st.global.u16 	[%rd483], %rs56;
-	add.s64 	%rd88, %rd483, %rd15;
-	add.s64 	%rd484, %rd19, %rd15;
-	and.b64  	%rd485, %rd484, 1;
-	setp.eq.b64 	%p290, %rd485, 1;
-	mov.pred 	%p291, 0;
-	xor.pred  	%p292, %p290, %p291;
-	not.pred 	%p293, %p292;
-	@%p293 bra 	$L__BB1_205;
-	bra.uni 	$L__BB1_204;
-$L__BB1_205:
-	st.global.u16 	[%rd88], %r2622;
-	bra.uni 	$L__BB1_206;
-$L__BB1_204:
-	st.global.u8 	[%rd88], %r2622;
-	shr.u32 	%r1382, %r2622, 8;
-	st.global.u8 	[%rd88+1], %r1382;
-$L__BB1_206:
-	add.s32 	%r2654, %r2654, 1;
-$L__BB1_207:
-	and.b32  	%r1383, %r1052, 65536;
-	setp.eq.s32 	%p294, %r1383, 0;
-	@%p294 bra 	$L__BB1_213;
-	setp.ge.u32 	%p295, %r2654, %r2574;
-	@%p295 bra 	$L__BB1_212;
-	cvt.u16.u64 	%rs57, %rd71;
-	shl.b16 	%rs58, %rs57, 3;
-	or.b16  	%rs59, %rs58, 5;
-	mul.wide.u32 	%rd486, %r2654, 2;
-	add.s64 	%rd487, %rd18, %rd486;
-	st.global.u16 	[%rd487], %rs59;
-	add.s64 	%rd89, %rd487, %rd15;
-	add.s64 	%rd488, %rd19, %rd15;
-	shr.u32 	%r226, %r2622, 16;
-	and.b64  	%rd489, %rd488, 1;
-	setp.eq.b64 	%p296, %rd489, 1;
-	mov.pred 	%p297, 0;
-	xor.pred  	%p298, %p296, %p297;
-	not.pred 	%p299, %p298;
-	@%p299 bra 	$L__BB1_211;
-	bra.uni 	$L__BB1_210;
-$L__BB1_211:
-	st.global.u16 	[%rd89], %r226;
-	bra.uni 	$L__BB1_212;
-$L__BB1_210:
-	st.global.u8 	[%rd89], %r226;
-	shr.u32 	%r1384, %r2622, 24;
-	st.global.u8 	[%rd89+1], %r1384;
-$L__BB1_212:
-	add.s32 	%r2654, %r2654, 1;
-$L__BB1_213:
-	and.b32  	%r1385, %r187, 64;
-	setp.eq.s32 	%p300, %r1385, 0;
-	@%p300 bra 	$L__BB1_219;
-	setp.ge.u32 	%p301, %r2654, %r2574;
-	@%p301 bra 	$L__BB1_218;
-	cvt.u16.u64 	%rs60, %rd71;
-	shl.b16 	%rs61, %rs60, 3;
-	or.b16  	%rs62, %rs61, 6;
-	mul.wide.u32 	%rd490, %r2654, 2;
-	add.s64 	%rd491, %rd18, %rd490;
-	st.global.u16 	[%rd491], %rs62;
-	add.s64 	%rd90, %rd491, %rd15;
-	add.s64 	%rd492, %rd19, %rd15;
-	and.b64  	%rd493, %rd492, 1;
-	setp.eq.b64 	%p302, %rd493, 1;
-	mov.pred 	%p303, 0;
-	xor.pred  	%p304, %p302, %p303;
-	not.pred 	%p305, %p304;
-	@%p305 bra 	$L__BB1_217;
-	bra.uni 	$L__BB1_216;
-$L__BB1_217:
-	st.global.u16 	[%rd90], %r2621;
-	bra.uni 	$L__BB1_218;
-$L__BB1_216:
-	st.global.u8 	[%rd90], %r2621;
-	shr.u32 	%r1386, %r2621, 8;
-	st.global.u8 	[%rd90+1], %r1386;
-$L__BB1_218:
-	add.s32 	%r2654, %r2654, 1;
-$L__BB1_219:
-	and.b32  	%r1387, %r187, 128;
-	setp.eq.s32 	%p306, %r1387, 0;
-	setp.ge.u32 	%p307, %r2654, %r2574;
-	or.pred  	%p308, %p306, %p307;
-	@%p308 bra 	$L__BB1_223;
-	cvt.u16.u64 	%rs63, %rd71;
-	shl.b16 	%rs64, %rs63, 3;
-	or.b16  	%rs65, %rs64, 7;
-	mul.wide.u32 	%rd494, %r2654, 2;
-	add.s64 	%rd495, %rd18, %rd494;
-	st.global.u16 	[%rd495], %rs65;
-	add.s64 	%rd91, %rd495, %rd15;
-	add.s64 	%rd496, %rd19, %rd15;
-	shr.u32 	%r231, %r2621, 16;
-	and.b64  	%rd497, %rd496, 1;
-	setp.eq.b64 	%p309, %rd497, 1;
-	mov.pred 	%p310, 0;
-	xor.pred  	%p311, %p309, %p310;
-	not.pred 	%p312, %p311;
-	@%p312 bra 	$L__BB1_222;
-	bra.uni 	$L__BB1_221;
-$L__BB1_222:
-	st.global.u16 	[%rd91], %r231;
-	bra.uni 	$L__BB1_223;
-$L__BB1_221:
-	st.global.u8 	[%rd91], %r231;
-	shr.u32 	%r1388, %r2621, 24;
-	st.global.u8 	[%rd91+1], %r1388;
-$L__BB1_223:
-	cvt.u32.u64 	%r1389, %rd82;
-	and.b32  	%r1390, %r1389, 65535;
-	add.s32 	%r232, %r1390, %r2811;
-	shr.u32 	%r1392, %r1372, 16;
-	add.s32 	%r2661, %r1392, %r232;
-	setp.ge.u32 	%p313, %r2661, %r2574;
-	setp.eq.s32 	%p314, %r195, 0;
-	or.pred  	%p315, %p313, %p314;
-	@%p315 bra 	$L__BB1_269;
-	and.b32  	%r2554, %r1107, 1;
-	setp.eq.b32 	%p316, %r2554, 1;
-	mov.pred 	%p317, 0;
-	xor.pred  	%p318, %p316, %p317;
-	not.pred 	%p319, %p318;
-	@%p319 bra 	$L__BB1_229;
-	add.s64 	%rd1242, %rd71, 256;
-	cvt.u16.u64 	%rs66, %rd1242;
-	shl.b16 	%rs67, %rs66, 3;
-	mul.wide.u32 	%rd498, %r2661, 2;
-	add.s64 	%rd499, %rd18, %rd498;
-	st.global.u16 	[%rd499], %rs67;
-	add.s64 	%rd92, %rd499, %rd15;
-	add.s64 	%rd500, %rd19, %rd15;
-	and.b64  	%rd501, %rd500, 1;
-	setp.eq.b64 	%p320, %rd501, 1;
-	xor.pred  	%p322, %p320, %p317;
-	not.pred 	%p323, %p322;
-	@%p323 bra 	$L__BB1_227;
-	bra.uni 	$L__BB1_226;
-$L__BB1_227:
-	st.global.u16 	[%rd92], %r2632;
-	bra.uni 	$L__BB1_228;
-$L__BB1_226:
-	st.global.u8 	[%rd92], %r2632;
-	shr.u32 	%r1394, %r2632, 8;
-	st.global.u8 	[%rd92+1], %r1394;
-$L__BB1_228:
-	add.s32 	%r2661, %r2661, 1;
-$L__BB1_229:
-	shr.u32 	%r2556, %r1107, 15;
-	and.b32  	%r2555, %r2556, 2;
-	setp.eq.s32 	%p324, %r2555, 0;
-	@%p324 bra 	$L__BB1_235;
-	setp.ge.u32 	%p325, %r2661, %r2574;
-	@%p325 bra 	$L__BB1_234;
-	add.s64 	%rd1243, %rd71, 256;
-	cvt.u16.u64 	%rs68, %rd1243;
-	shl.b16 	%rs69, %rs68, 3;
-	or.b16  	%rs70, %rs69, 1;
-	mul.wide.u32 	%rd502, %r2661, 2;
-	add.s64 	%rd503, %rd18, %rd502;
-	st.global.u16 	[%rd503], %rs70;
-	add.s64 	%rd93, %rd503, %rd15;
-	add.s64 	%rd504, %rd19, %rd15;
-	shr.u32 	%r236, %r2632, 16;
-	and.b64  	%rd505, %rd504, 1;
-	setp.eq.b64 	%p326, %rd505, 1;
-	mov.pred 	%p327, 0;
-	xor.pred  	%p328, %p326, %p327;
-	not.pred 	%p329, %p328;
-	@%p329 bra 	$L__BB1_233;
-	bra.uni 	$L__BB1_232;
-$L__BB1_233:
-	st.global.u16 	[%rd93], %r236;
-	bra.uni 	$L__BB1_234;
-$L__BB1_232:
-	st.global.u8 	[%rd93], %r236;
-	shr.u32 	%r1397, %r2632, 24;
-	st.global.u8 	[%rd93+1], %r1397;
-$L__BB1_234:
-	add.s32 	%r2661, %r2661, 1;
-$L__BB1_235:
-	and.b32  	%r2557, %r1109, 1;
-	setp.eq.s32 	%p330, %r2557, 0;
-	@%p330 bra 	$L__BB1_241;
-	setp.ge.u32 	%p331, %r2661, %r2574;
-	@%p331 bra 	$L__BB1_240;
-	add.s64 	%rd1244, %rd71, 256;
-	cvt.u16.u64 	%rs71, %rd1244;
-	shl.b16 	%rs72, %rs71, 3;
-	or.b16  	%rs73, %rs72, 2;
-	mul.wide.u32 	%rd506, %r2661, 2;
-	add.s64 	%rd507, %rd18, %rd506;
-	st.global.u16 	[%rd507], %rs73;
-	add.s64 	%rd94, %rd507, %rd15;
-	add.s64 	%rd508, %rd19, %rd15;
-	and.b64  	%rd509, %rd508, 1;
-	setp.eq.b64 	%p332, %rd509, 1;
-	mov.pred 	%p333, 0;
-	xor.pred  	%p334, %p332, %p333;
-	not.pred 	%p335, %p334;
-	@%p335 bra 	$L__BB1_239;
-	bra.uni 	$L__BB1_238;
-$L__BB1_239:
-	st.global.u16 	[%rd94], %r2631;
-	bra.uni 	$L__BB1_240;
-$L__BB1_238:
-	st.global.u8 	[%rd94], %r2631;
-	shr.u32 	%r1398, %r2631, 8;
-	st.global.u8 	[%rd94+1], %r1398;
-$L__BB1_240:
-	add.s32 	%r2661, %r2661, 1;
-$L__BB1_241:
-	and.b32  	%r1399, %r1109, 65536;
-	setp.eq.s32 	%p336, %r1399, 0;
-	@%p336 bra 	$L__BB1_247;
-	setp.ge.u32 	%p337, %r2661, %r2574;
-	@%p337 bra 	$L__BB1_246;
-	add.s64 	%rd1245, %rd71, 256;
-	cvt.u16.u64 	%rs74, %rd1245;
-	shl.b16 	%rs75, %rs74, 3;
-	or.b16  	%rs76, %rs75, 3;
-	mul.wide.u32 	%rd510, %r2661, 2;
-	add.s64 	%rd511, %rd18, %rd510;
-	st.global.u16 	[%rd511], %rs76;
-	add.s64 	%rd95, %rd511, %rd15;
-	add.s64 	%rd512, %rd19, %rd15;
-	shr.u32 	%r241, %r2631, 16;
-	and.b64  	%rd513, %rd512, 1;
-	setp.eq.b64 	%p338, %rd513, 1;
-	mov.pred 	%p339, 0;
-	xor.pred  	%p340, %p338, %p339;
-	not.pred 	%p341, %p340;
-	@%p341 bra 	$L__BB1_245;
-	bra.uni 	$L__BB1_244;
-$L__BB1_245:
-	st.global.u16 	[%rd95], %r241;
-	bra.uni 	$L__BB1_246;
-$L__BB1_244:
-	st.global.u8 	[%rd95], %r241;
-	shr.u32 	%r1400, %r2631, 24;
-	st.global.u8 	[%rd95+1], %r1400;
-$L__BB1_246:
-	add.s32 	%r2661, %r2661, 1;
-$L__BB1_247:
-	and.b32  	%r2558, %r1111, 1;
-	setp.eq.s32 	%p342, %r2558, 0;
-	@%p342 bra 	$L__BB1_253;
-	setp.ge.u32 	%p343, %r2661, %r2574;
-	@%p343 bra 	$L__BB1_252;
-	add.s64 	%rd1246, %rd71, 256;
-	cvt.u16.u64 	%rs77, %rd1246;
-	shl.b16 	%rs78, %rs77, 3;
-	or.b16  	%rs79, %rs78, 4;
-	mul.wide.u32 	%rd514, %r2661, 2;
-	add.s64 	%rd515, %rd18, %rd514;
-	st.global.u16 	[%rd515], %rs79;
-	add.s64 	%rd96, %rd515, %rd15;
-	add.s64 	%rd516, %rd19, %rd15;
-	and.b64  	%rd517, %rd516, 1;
-	setp.eq.b64 	%p344, %rd517, 1;
-	mov.pred 	%p345, 0;
-	xor.pred  	%p346, %p344, %p345;
-	not.pred 	%p347, %p346;
-	@%p347 bra 	$L__BB1_251;
-	bra.uni 	$L__BB1_250;
-$L__BB1_251:
-	st.global.u16 	[%rd96], %r2630;
-	bra.uni 	$L__BB1_252;
-$L__BB1_250:
-	st.global.u8 	[%rd96], %r2630;
-	shr.u32 	%r1401, %r2630, 8;
-	st.global.u8 	[%rd96+1], %r1401;
-$L__BB1_252:
-	add.s32 	%r2661, %r2661, 1;
-$L__BB1_253:
-	and.b32  	%r1402, %r1111, 65536;
-	setp.eq.s32 	%p348, %r1402, 0;
-	@%p348 bra 	$L__BB1_259;
-	setp.ge.u32 	%p349, %r2661, %r2574;
-	@%p349 bra 	$L__BB1_258;
-	add.s64 	%rd1247, %rd71, 256;
-	cvt.u16.u64 	%rs80, %rd1247;
-	shl.b16 	%rs81, %rs80, 3;
-	or.b16  	%rs82, %rs81, 5;
-	mul.wide.u32 	%rd518, %r2661, 2;
-	add.s64 	%rd519, %rd18, %rd518;
-	st.global.u16 	[%rd519], %rs82;
-	add.s64 	%rd97, %rd519, %rd15;
-	add.s64 	%rd520, %rd19, %rd15;
-	shr.u32 	%r246, %r2630, 16;
-	and.b64  	%rd521, %rd520, 1;
-	setp.eq.b64 	%p350, %rd521, 1;
-	mov.pred 	%p351, 0;
-	xor.pred  	%p352, %p350, %p351;
-	not.pred 	%p353, %p352;
-	@%p353 bra 	$L__BB1_257;
-	bra.uni 	$L__BB1_256;
-$L__BB1_257:
-	st.global.u16 	[%rd97], %r246;
-	bra.uni 	$L__BB1_258;
-$L__BB1_256:
-	st.global.u8 	[%rd97], %r246;
-	shr.u32 	%r1403, %r2630, 24;
-	st.global.u8 	[%rd97+1], %r1403;
-$L__BB1_258:
-	add.s32 	%r2661, %r2661, 1;
-$L__BB1_259:
-	and.b32  	%r1404, %r195, 64;
-	setp.eq.s32 	%p354, %r1404, 0;
-	@%p354 bra 	$L__BB1_265;
-	setp.ge.u32 	%p355, %r2661, %r2574;
-	@%p355 bra 	$L__BB1_264;
-	add.s64 	%rd1248, %rd71, 256;
-	cvt.u16.u64 	%rs83, %rd1248;
-	shl.b16 	%rs84, %rs83, 3;
-	or.b16  	%rs85, %rs84, 6;
-	mul.wide.u32 	%rd522, %r2661, 2;
-	add.s64 	%rd523, %rd18, %rd522;
-	st.global.u16 	[%rd523], %rs85;
-	add.s64 	%rd98, %rd523, %rd15;
-	add.s64 	%rd524, %rd19, %rd15;
-	and.b64  	%rd525, %rd524, 1;
-	setp.eq.b64 	%p356, %rd525, 1;
-	mov.pred 	%p357, 0;
-	xor.pred  	%p358, %p356, %p357;
-	not.pred 	%p359, %p358;
-	@%p359 bra 	$L__BB1_263;
-	bra.uni 	$L__BB1_262;
-$L__BB1_263:
-	st.global.u16 	[%rd98], %r2629;
-	bra.uni 	$L__BB1_264;
-$L__BB1_262:
-	st.global.u8 	[%rd98], %r2629;
-	shr.u32 	%r1405, %r2629, 8;
-	st.global.u8 	[%rd98+1], %r1405;
-$L__BB1_264:
-	add.s32 	%r2661, %r2661, 1;
-$L__BB1_265:
-	and.b32  	%r1406, %r195, 128;
-	setp.eq.s32 	%p360, %r1406, 0;
-	setp.ge.u32 	%p361, %r2661, %r2574;
-	or.pred  	%p362, %p360, %p361;
-	@%p362 bra 	$L__BB1_269;
-	add.s64 	%rd1249, %rd71, 256;
-	cvt.u16.u64 	%rs86, %rd1249;
-	shl.b16 	%rs87, %rs86, 3;
-	or.b16  	%rs88, %rs87, 7;
-	mul.wide.u32 	%rd526, %r2661, 2;
-	add.s64 	%rd527, %rd18, %rd526;
-	st.global.u16 	[%rd527], %rs88;
-	add.s64 	%rd99, %rd527, %rd15;
-	add.s64 	%rd528, %rd19, %rd15;
-	shr.u32 	%r251, %r2629, 16;
-	and.b64  	%rd529, %rd528, 1;
-	setp.eq.b64 	%p363, %rd529, 1;
-	mov.pred 	%p364, 0;
-	xor.pred  	%p365, %p363, %p364;
-	not.pred 	%p366, %p365;
-	@%p366 bra 	$L__BB1_268;
-	bra.uni 	$L__BB1_267;
-$L__BB1_268:
-	st.global.u16 	[%rd99], %r251;
-	bra.uni 	$L__BB1_269;
-$L__BB1_267:
-	st.global.u8 	[%rd99], %r251;
-	shr.u32 	%r1407, %r2629, 24;
-	st.global.u8 	[%rd99+1], %r1407;
-$L__BB1_269:
-	shr.u32 	%r1409, %r1389, 16;
-	add.s32 	%r252, %r1409, %r232;
-	shr.u64 	%rd530, %rd83, 32;
-	cvt.u32.u64 	%r1410, %rd530;
-	and.b32  	%r1411, %r1410, 65535;
-	add.s32 	%r2668, %r1411, %r252;
-	setp.ge.u32 	%p367, %r2668, %r2574;
-	setp.eq.s32 	%p368, %r203, 0;
-	or.pred  	%p369, %p367, %p368;
-	@%p369 bra 	$L__BB1_315;
-	and.b32  	%r2549, %r1166, 1;
-	setp.eq.b32 	%p370, %r2549, 1;
-	mov.pred 	%p371, 0;
-	xor.pred  	%p372, %p370, %p371;
-	not.pred 	%p373, %p372;
-	@%p373 bra 	$L__BB1_275;
-	add.s64 	%rd1234, %rd71, 512;
-	cvt.u16.u64 	%rs89, %rd1234;
-	shl.b16 	%rs90, %rs89, 3;
-	mul.wide.u32 	%rd531, %r2668, 2;
-	add.s64 	%rd532, %rd18, %rd531;
-	st.global.u16 	[%rd532], %rs90;
-	add.s64 	%rd100, %rd532, %rd15;
-	add.s64 	%rd533, %rd19, %rd15;
-	and.b64  	%rd534, %rd533, 1;
-	setp.eq.b64 	%p374, %rd534, 1;
-	xor.pred  	%p376, %p374, %p371;
-	not.pred 	%p377, %p376;
-	@%p377 bra 	$L__BB1_273;
-	bra.uni 	$L__BB1_272;
-$L__BB1_273:
-	st.global.u16 	[%rd100], %r2640;
-	bra.uni 	$L__BB1_274;
-$L__BB1_272:
-	st.global.u8 	[%rd100], %r2640;
-	shr.u32 	%r1413, %r2640, 8;
-	st.global.u8 	[%rd100+1], %r1413;
-$L__BB1_274:
-	add.s32 	%r2668, %r2668, 1;
-$L__BB1_275:
-	shr.u32 	%r2551, %r1166, 15;
-	and.b32  	%r2550, %r2551, 2;
-	setp.eq.s32 	%p378, %r2550, 0;
-	@%p378 bra 	$L__BB1_281;
-	setp.ge.u32 	%p379, %r2668, %r2574;
-	@%p379 bra 	$L__BB1_280;
-	add.s64 	%rd1235, %rd71, 512;
-	cvt.u16.u64 	%rs91, %rd1235;
-	shl.b16 	%rs92, %rs91, 3;
-	or.b16  	%rs93, %rs92, 1;
-	mul.wide.u32 	%rd535, %r2668, 2;
-	add.s64 	%rd536, %rd18, %rd535;
-	st.global.u16 	[%rd536], %rs93;
-	add.s64 	%rd101, %rd536, %rd15;
-	add.s64 	%rd537, %rd19, %rd15;
-	shr.u32 	%r256, %r2640, 16;
-	and.b64  	%rd538, %rd537, 1;
-	setp.eq.b64 	%p380, %rd538, 1;
-	mov.pred 	%p381, 0;
-	xor.pred  	%p382, %p380, %p381;
-	not.pred 	%p383, %p382;
-	@%p383 bra 	$L__BB1_279;
-	bra.uni 	$L__BB1_278;
-$L__BB1_279:
-	st.global.u16 	[%rd101], %r256;
-	bra.uni 	$L__BB1_280;
-$L__BB1_278:
-	st.global.u8 	[%rd101], %r256;
-	shr.u32 	%r1416, %r2640, 24;
-	st.global.u8 	[%rd101+1], %r1416;
-$L__BB1_280:
-	add.s32 	%r2668, %r2668, 1;
-$L__BB1_281:
-	and.b32  	%r2552, %r1168, 1;
-	setp.eq.s32 	%p384, %r2552, 0;
-	@%p384 bra 	$L__BB1_287;
-	setp.ge.u32 	%p385, %r2668, %r2574;
-	@%p385 bra 	$L__BB1_286;
-	add.s64 	%rd1236, %rd71, 512;
-	cvt.u16.u64 	%rs94, %rd1236;
-	shl.b16 	%rs95, %rs94, 3;
-	or.b16  	%rs96, %rs95, 2;
-	mul.wide.u32 	%rd539, %r2668, 2;
-	add.s64 	%rd540, %rd18, %rd539;
-	st.global.u16 	[%rd540], %rs96;
-	add.s64 	%rd102, %rd540, %rd15;
-	add.s64 	%rd541, %rd19, %rd15;
-	and.b64  	%rd542, %rd541, 1;
-	setp.eq.b64 	%p386, %rd542, 1;
-	mov.pred 	%p387, 0;
-	xor.pred  	%p388, %p386, %p387;
-	not.pred 	%p389, %p388;
-	@%p389 bra 	$L__BB1_285;
-	bra.uni 	$L__BB1_284;
-$L__BB1_285:
-	st.global.u16 	[%rd102], %r2639;
-	bra.uni 	$L__BB1_286;
-$L__BB1_284:
-	st.global.u8 	[%rd102], %r2639;
-	shr.u32 	%r1417, %r2639, 8;
-	st.global.u8 	[%rd102+1], %r1417;
-$L__BB1_286:
-	add.s32 	%r2668, %r2668, 1;
-$L__BB1_287:
-	and.b32  	%r1418, %r1168, 65536;
-	setp.eq.s32 	%p390, %r1418, 0;
-	@%p390 bra 	$L__BB1_293;
-	setp.ge.u32 	%p391, %r2668, %r2574;
-	@%p391 bra 	$L__BB1_292;
-	add.s64 	%rd1237, %rd71, 512;
-	cvt.u16.u64 	%rs97, %rd1237;
-	shl.b16 	%rs98, %rs97, 3;
-	or.b16  	%rs99, %rs98, 3;
-	mul.wide.u32 	%rd543, %r2668, 2;
-	add.s64 	%rd544, %rd18, %rd543;
-	st.global.u16 	[%rd544], %rs99;
-	add.s64 	%rd103, %rd544, %rd15;
-	add.s64 	%rd545, %rd19, %rd15;
-	shr.u32 	%r261, %r2639, 16;
-	and.b64  	%rd546, %rd545, 1;
-	setp.eq.b64 	%p392, %rd546, 1;
-	mov.pred 	%p393, 0;
-	xor.pred  	%p394, %p392, %p393;
-	not.pred 	%p395, %p394;
-	@%p395 bra 	$L__BB1_291;
-	bra.uni 	$L__BB1_290;
-$L__BB1_291:
-	st.global.u16 	[%rd103], %r261;
-	bra.uni 	$L__BB1_292;
-$L__BB1_290:
-	st.global.u8 	[%rd103], %r261;
-	shr.u32 	%r1419, %r2639, 24;
-	st.global.u8 	[%rd103+1], %r1419;
-$L__BB1_292:
-	add.s32 	%r2668, %r2668, 1;
-$L__BB1_293:
-	and.b32  	%r2553, %r1170, 1;
-	setp.eq.s32 	%p396, %r2553, 0;
-	@%p396 bra 	$L__BB1_299;
-	setp.ge.u32 	%p397, %r2668, %r2574;
-	@%p397 bra 	$L__BB1_298;
-	add.s64 	%rd1238, %rd71, 512;
-	cvt.u16.u64 	%rs100, %rd1238;
-	shl.b16 	%rs101, %rs100, 3;
-	or.b16  	%rs102, %rs101, 4;
-	mul.wide.u32 	%rd547, %r2668, 2;
-	add.s64 	%rd548, %rd18, %rd547;
-	st.global.u16 	[%rd548], %rs102;
-	add.s64 	%rd104, %rd548, %rd15;
-	add.s64 	%rd549, %rd19, %rd15;
-	and.b64  	%rd550, %rd549, 1;
-	setp.eq.b64 	%p398, %rd550, 1;
-	mov.pred 	%p399, 0;
-	xor.pred  	%p400, %p398, %p399;
-	not.pred 	%p401, %p400;
-	@%p401 bra 	$L__BB1_297;
-	bra.uni 	$L__BB1_296;
-$L__BB1_297:
-	st.global.u16 	[%rd104], %r2638;
-	bra.uni 	$L__BB1_298;
-$L__BB1_296:
-	st.global.u8 	[%rd104], %r2638;
-	shr.u32 	%r1420, %r2638, 8;
-	st.global.u8 	[%rd104+1], %r1420;
-$L__BB1_298:
-	add.s32 	%r2668, %r2668, 1;
-$L__BB1_299:
-	and.b32  	%r1421, %r1170, 65536;
-	setp.eq.s32 	%p402, %r1421, 0;
-	@%p402 bra 	$L__BB1_305;
-	setp.ge.u32 	%p403, %r2668, %r2574;
-	@%p403 bra 	$L__BB1_304;
-	add.s64 	%rd1239, %rd71, 512;
-	cvt.u16.u64 	%rs103, %rd1239;
-	shl.b16 	%rs104, %rs103, 3;
-	or.b16  	%rs105, %rs104, 5;
-	mul.wide.u32 	%rd551, %r2668, 2;
-	add.s64 	%rd552, %rd18, %rd551;
-	st.global.u16 	[%rd552], %rs105;
-	add.s64 	%rd105, %rd552, %rd15;
-	add.s64 	%rd553, %rd19, %rd15;
-	shr.u32 	%r266, %r2638, 16;
-	and.b64  	%rd554, %rd553, 1;
-	setp.eq.b64 	%p404, %rd554, 1;
-	mov.pred 	%p405, 0;
-	xor.pred  	%p406, %p404, %p405;
-	not.pred 	%p407, %p406;
-	@%p407 bra 	$L__BB1_303;
-	bra.uni 	$L__BB1_302;
-$L__BB1_303:
-	st.global.u16 	[%rd105], %r266;
-	bra.uni 	$L__BB1_304;
-$L__BB1_302:
-	st.global.u8 	[%rd105], %r266;
-	shr.u32 	%r1422, %r2638, 24;
-	st.global.u8 	[%rd105+1], %r1422;
-$L__BB1_304:
-	add.s32 	%r2668, %r2668, 1;
-$L__BB1_305:
-	and.b32  	%r1423, %r203, 64;
-	setp.eq.s32 	%p408, %r1423, 0;
-	@%p408 bra 	$L__BB1_311;
-	setp.ge.u32 	%p409, %r2668, %r2574;
-	@%p409 bra 	$L__BB1_310;
-	add.s64 	%rd1240, %rd71, 512;
-	cvt.u16.u64 	%rs106, %rd1240;
-	shl.b16 	%rs107, %rs106, 3;
-	or.b16  	%rs108, %rs107, 6;
-	mul.wide.u32 	%rd555, %r2668, 2;
-	add.s64 	%rd556, %rd18, %rd555;
-	st.global.u16 	[%rd556], %rs108;
-	add.s64 	%rd106, %rd556, %rd15;
-	add.s64 	%rd557, %rd19, %rd15;
-	and.b64  	%rd558, %rd557, 1;
-	setp.eq.b64 	%p410, %rd558, 1;
-	mov.pred 	%p411, 0;
-	xor.pred  	%p412, %p410, %p411;
-	not.pred 	%p413, %p412;
-	@%p413 bra 	$L__BB1_309;
-	bra.uni 	$L__BB1_308;
-$L__BB1_309:
-	st.global.u16 	[%rd106], %r2637;
-	bra.uni 	$L__BB1_310;
-$L__BB1_308:
-	st.global.u8 	[%rd106], %r2637;
-	shr.u32 	%r1424, %r2637, 8;
-	st.global.u8 	[%rd106+1], %r1424;
-$L__BB1_310:
-	add.s32 	%r2668, %r2668, 1;
-$L__BB1_311:
-	and.b32  	%r1425, %r203, 128;
-	setp.eq.s32 	%p414, %r1425, 0;
-	setp.ge.u32 	%p415, %r2668, %r2574;
-	or.pred  	%p416, %p414, %p415;
-	@%p416 bra 	$L__BB1_315;
-	add.s64 	%rd1241, %rd71, 512;
-	cvt.u16.u64 	%rs109, %rd1241;
-	shl.b16 	%rs110, %rs109, 3;
-	or.b16  	%rs111, %rs110, 7;
-	mul.wide.u32 	%rd559, %r2668, 2;
-	add.s64 	%rd560, %rd18, %rd559;
-	st.global.u16 	[%rd560], %rs111;
-	add.s64 	%rd107, %rd560, %rd15;
-	add.s64 	%rd561, %rd19, %rd15;
-	shr.u32 	%r271, %r2637, 16;
-	and.b64  	%rd562, %rd561, 1;
-	setp.eq.b64 	%p417, %rd562, 1;
-	mov.pred 	%p418, 0;
-	xor.pred  	%p419, %p417, %p418;
-	not.pred 	%p420, %p419;
-	@%p420 bra 	$L__BB1_314;
-	bra.uni 	$L__BB1_313;
-$L__BB1_314:
-	st.global.u16 	[%rd107], %r271;
-	bra.uni 	$L__BB1_315;
-$L__BB1_313:
-	st.global.u8 	[%rd107], %r271;
-	shr.u32 	%r1426, %r2637, 24;
-	st.global.u8 	[%rd107+1], %r1426;
-$L__BB1_315:
-	shr.u64 	%rd563, %rd82, 32;
-	cvt.u32.u64 	%r1427, %rd563;
-	and.b32  	%r1428, %r1427, 65535;
-	add.s32 	%r272, %r1428, %r252;
-	shr.u64 	%rd564, %rd83, 48;
-	cvt.u32.u64 	%r1429, %rd564;
-	add.s32 	%r2675, %r272, %r1429;
-	setp.ge.u32 	%p421, %r2675, %r2574;
-	setp.eq.s32 	%p422, %r211, 0;
-	or.pred  	%p423, %p421, %p422;
-	@%p423 bra 	$L__BB1_361;
-	and.b32  	%r2544, %r1225, 1;
-	setp.eq.b32 	%p424, %r2544, 1;
-	mov.pred 	%p425, 0;
-	xor.pred  	%p426, %p424, %p425;
-	not.pred 	%p427, %p426;
-	@%p427 bra 	$L__BB1_321;
-	add.s64 	%rd1226, %rd71, 768;
-	cvt.u16.u64 	%rs112, %rd1226;
-	shl.b16 	%rs113, %rs112, 3;
-	mul.wide.u32 	%rd565, %r2675, 2;
-	add.s64 	%rd566, %rd18, %rd565;
-	st.global.u16 	[%rd566], %rs113;
-	add.s64 	%rd108, %rd566, %rd15;
-	add.s64 	%rd567, %rd19, %rd15;
-	and.b64  	%rd568, %rd567, 1;
-	setp.eq.b64 	%p428, %rd568, 1;
-	xor.pred  	%p430, %p428, %p425;
-	not.pred 	%p431, %p430;
-	@%p431 bra 	$L__BB1_319;
-	bra.uni 	$L__BB1_318;
-$L__BB1_319:
-	st.global.u16 	[%rd108], %r2648;
-	bra.uni 	$L__BB1_320;
-$L__BB1_318:
-	st.global.u8 	[%rd108], %r2648;
-	shr.u32 	%r1431, %r2648, 8;
-	st.global.u8 	[%rd108+1], %r1431;
-$L__BB1_320:
-	add.s32 	%r2675, %r2675, 1;
-$L__BB1_321:
-	shr.u32 	%r2546, %r1225, 15;
-	and.b32  	%r2545, %r2546, 2;
-	setp.eq.s32 	%p432, %r2545, 0;
-	@%p432 bra 	$L__BB1_327;
-	setp.ge.u32 	%p433, %r2675, %r2574;
-	@%p433 bra 	$L__BB1_326;
-	add.s64 	%rd1227, %rd71, 768;
-	cvt.u16.u64 	%rs114, %rd1227;
-	shl.b16 	%rs115, %rs114, 3;
-	or.b16  	%rs116, %rs115, 1;
-	mul.wide.u32 	%rd569, %r2675, 2;
-	add.s64 	%rd570, %rd18, %rd569;
-	st.global.u16 	[%rd570], %rs116;
-	add.s64 	%rd109, %rd570, %rd15;
-	add.s64 	%rd571, %rd19, %rd15;
-	shr.u32 	%r276, %r2648, 16;
-	and.b64  	%rd572, %rd571, 1;
-	setp.eq.b64 	%p434, %rd572, 1;
-	mov.pred 	%p435, 0;
-	xor.pred  	%p436, %p434, %p435;
-	not.pred 	%p437, %p436;
-	@%p437 bra 	$L__BB1_325;
-	bra.uni 	$L__BB1_324;
-$L__BB1_325:
-	st.global.u16 	[%rd109], %r276;
-	bra.uni 	$L__BB1_326;
-$L__BB1_324:
-	st.global.u8 	[%rd109], %r276;
-	shr.u32 	%r1434, %r2648, 24;
-	st.global.u8 	[%rd109+1], %r1434;
-$L__BB1_326:
-	add.s32 	%r2675, %r2675, 1;
-$L__BB1_327:
-	and.b32  	%r2547, %r1227, 1;
-	setp.eq.s32 	%p438, %r2547, 0;
-	@%p438 bra 	$L__BB1_333;
-	setp.ge.u32 	%p439, %r2675, %r2574;
-	@%p439 bra 	$L__BB1_332;
-	add.s64 	%rd1228, %rd71, 768;
-	cvt.u16.u64 	%rs117, %rd1228;
-	shl.b16 	%rs118, %rs117, 3;
-	or.b16  	%rs119, %rs118, 2;
-	mul.wide.u32 	%rd573, %r2675, 2;
-	add.s64 	%rd574, %rd18, %rd573;
-	st.global.u16 	[%rd574], %rs119;
-	add.s64 	%rd110, %rd574, %rd15;
-	add.s64 	%rd575, %rd19, %rd15;
-	and.b64  	%rd576, %rd575, 1;
-	setp.eq.b64 	%p440, %rd576, 1;
-	mov.pred 	%p441, 0;
-	xor.pred  	%p442, %p440, %p441;
-	not.pred 	%p443, %p442;
-	@%p443 bra 	$L__BB1_331;
-	bra.uni 	$L__BB1_330;
-$L__BB1_331:
-	st.global.u16 	[%rd110], %r2647;
-	bra.uni 	$L__BB1_332;
-$L__BB1_330:
-	st.global.u8 	[%rd110], %r2647;
-	shr.u32 	%r1435, %r2647, 8;
-	st.global.u8 	[%rd110+1], %r1435;
-$L__BB1_332:
-	add.s32 	%r2675, %r2675, 1;
-$L__BB1_333:
-	and.b32  	%r1436, %r1227, 65536;
-	setp.eq.s32 	%p444, %r1436, 0;
-	@%p444 bra 	$L__BB1_339;
-	setp.ge.u32 	%p445, %r2675, %r2574;
-	@%p445 bra 	$L__BB1_338;
-	add.s64 	%rd1229, %rd71, 768;
-	cvt.u16.u64 	%rs120, %rd1229;
-	shl.b16 	%rs121, %rs120, 3;
-	or.b16  	%rs122, %rs121, 3;
-	mul.wide.u32 	%rd577, %r2675, 2;
-	add.s64 	%rd578, %rd18, %rd577;
-	st.global.u16 	[%rd578], %rs122;
-	add.s64 	%rd111, %rd578, %rd15;
-	add.s64 	%rd579, %rd19, %rd15;
-	shr.u32 	%r281, %r2647, 16;
-	and.b64  	%rd580, %rd579, 1;
-	setp.eq.b64 	%p446, %rd580, 1;
-	mov.pred 	%p447, 0;
-	xor.pred  	%p448, %p446, %p447;
-	not.pred 	%p449, %p448;
-	@%p449 bra 	$L__BB1_337;
-	bra.uni 	$L__BB1_336;
-$L__BB1_337:
-	st.global.u16 	[%rd111], %r281;
-	bra.uni 	$L__BB1_338;
-$L__BB1_336:
-	st.global.u8 	[%rd111], %r281;
-	shr.u32 	%r1437, %r2647, 24;
-	st.global.u8 	[%rd111+1], %r1437;
-$L__BB1_338:
-	add.s32 	%r2675, %r2675, 1;
-$L__BB1_339:
-	and.b32  	%r2548, %r1229, 1;
-	setp.eq.s32 	%p450, %r2548, 0;
-	@%p450 bra 	$L__BB1_345;
-	setp.ge.u32 	%p451, %r2675, %r2574;
-	@%p451 bra 	$L__BB1_344;
-	add.s64 	%rd1230, %rd71, 768;
-	cvt.u16.u64 	%rs123, %rd1230;
-	shl.b16 	%rs124, %rs123, 3;
-	or.b16  	%rs125, %rs124, 4;
-	mul.wide.u32 	%rd581, %r2675, 2;
-	add.s64 	%rd582, %rd18, %rd581;
-	st.global.u16 	[%rd582], %rs125;
-	add.s64 	%rd112, %rd582, %rd15;
-	add.s64 	%rd583, %rd19, %rd15;
-	and.b64  	%rd584, %rd583, 1;
-	setp.eq.b64 	%p452, %rd584, 1;
-	mov.pred 	%p453, 0;
-	xor.pred  	%p454, %p452, %p453;
-	not.pred 	%p455, %p454;
-	@%p455 bra 	$L__BB1_343;
-	bra.uni 	$L__BB1_342;
-$L__BB1_343:
-	st.global.u16 	[%rd112], %r2646;
-	bra.uni 	$L__BB1_344;
-$L__BB1_342:
-	st.global.u8 	[%rd112], %r2646;
-	shr.u32 	%r1438, %r2646, 8;
-	st.global.u8 	[%rd112+1], %r1438;
-$L__BB1_344:
-	add.s32 	%r2675, %r2675, 1;
-$L__BB1_345:
-	and.b32  	%r1439, %r1229, 65536;
-	setp.eq.s32 	%p456, %r1439, 0;
-	@%p456 bra 	$L__BB1_351;
-	setp.ge.u32 	%p457, %r2675, %r2574;
-	@%p457 bra 	$L__BB1_350;
-	add.s64 	%rd1231, %rd71, 768;
-	cvt.u16.u64 	%rs126, %rd1231;
-	shl.b16 	%rs127, %rs126, 3;
-	or.b16  	%rs128, %rs127, 5;
-	mul.wide.u32 	%rd585, %r2675, 2;
-	add.s64 	%rd586, %rd18, %rd585;
-	st.global.u16 	[%rd586], %rs128;
-	add.s64 	%rd113, %rd586, %rd15;
-	add.s64 	%rd587, %rd19, %rd15;
-	shr.u32 	%r286, %r2646, 16;
-	and.b64  	%rd588, %rd587, 1;
-	setp.eq.b64 	%p458, %rd588, 1;
-	mov.pred 	%p459, 0;
-	xor.pred  	%p460, %p458, %p459;
-	not.pred 	%p461, %p460;
-	@%p461 bra 	$L__BB1_349;
-	bra.uni 	$L__BB1_348;
-$L__BB1_349:
-	st.global.u16 	[%rd113], %r286;
-	bra.uni 	$L__BB1_350;
-$L__BB1_348:
-	st.global.u8 	[%rd113], %r286;
-	shr.u32 	%r1440, %r2646, 24;
-	st.global.u8 	[%rd113+1], %r1440;
-$L__BB1_350:
-	add.s32 	%r2675, %r2675, 1;
-$L__BB1_351:
-	and.b32  	%r1441, %r211, 64;
-	setp.eq.s32 	%p462, %r1441, 0;
-	@%p462 bra 	$L__BB1_357;
-	setp.ge.u32 	%p463, %r2675, %r2574;
-	@%p463 bra 	$L__BB1_356;
-	add.s64 	%rd1232, %rd71, 768;
-	cvt.u16.u64 	%rs129, %rd1232;
-	shl.b16 	%rs130, %rs129, 3;
-	or.b16  	%rs131, %rs130, 6;
-	mul.wide.u32 	%rd589, %r2675, 2;
-	add.s64 	%rd590, %rd18, %rd589;
-	st.global.u16 	[%rd590], %rs131;
-	add.s64 	%rd114, %rd590, %rd15;
-	add.s64 	%rd591, %rd19, %rd15;
-	and.b64  	%rd592, %rd591, 1;
-	setp.eq.b64 	%p464, %rd592, 1;
-	mov.pred 	%p465, 0;
-	xor.pred  	%p466, %p464, %p465;
-	not.pred 	%p467, %p466;
-	@%p467 bra 	$L__BB1_355;
-	bra.uni 	$L__BB1_354;
-$L__BB1_355:
-	st.global.u16 	[%rd114], %r2645;
-	bra.uni 	$L__BB1_356;
-$L__BB1_354:
-	st.global.u8 	[%rd114], %r2645;
-	shr.u32 	%r1442, %r2645, 8;
-	st.global.u8 	[%rd114+1], %r1442;
-$L__BB1_356:
-	add.s32 	%r2675, %r2675, 1;
-$L__BB1_357:
-	and.b32  	%r1443, %r211, 128;
-	setp.eq.s32 	%p468, %r1443, 0;
-	setp.ge.u32 	%p469, %r2675, %r2574;
-	or.pred  	%p470, %p468, %p469;
-	@%p470 bra 	$L__BB1_361;
-	add.s64 	%rd1233, %rd71, 768;
-	cvt.u16.u64 	%rs132, %rd1233;
-	shl.b16 	%rs133, %rs132, 3;
-	or.b16  	%rs134, %rs133, 7;
-	mul.wide.u32 	%rd593, %r2675, 2;
-	add.s64 	%rd594, %rd18, %rd593;
-	st.global.u16 	[%rd594], %rs134;
-	add.s64 	%rd115, %rd594, %rd15;
-	add.s64 	%rd595, %rd19, %rd15;
-	shr.u32 	%r291, %r2645, 16;
-	and.b64  	%rd596, %rd595, 1;
-	setp.eq.b64 	%p471, %rd596, 1;
-	mov.pred 	%p472, 0;
-	xor.pred  	%p473, %p471, %p472;
-	not.pred 	%p474, %p473;
-	@%p474 bra 	$L__BB1_360;
-	bra.uni 	$L__BB1_359;
-$L__BB1_360:
-	st.global.u16 	[%rd115], %r291;
-	bra.uni 	$L__BB1_361;
-$L__BB1_359:
-	st.global.u8 	[%rd115], %r291;
-	shr.u32 	%r1444, %r2645, 24;
-	st.global.u8 	[%rd115+1], %r1444;
-$L__BB1_361:
-	shr.u64 	%rd1273, %rd10, 5;
-	add.s64 	%rd1260, %rd1260, 16384;
-	add.s64 	%rd1259, %rd1259, 16384;
-	shr.u64 	%rd597, %rd82, 48;
-	cvt.u32.u64 	%r1445, %rd597;
-	add.s32 	%r2811, %r272, %r1445;
-	add.s64 	%rd1258, %rd1258, 1024;
-	setp.lt.u64 	%p475, %rd1258, %rd20;
-	@%p475 bra 	$L__BB1_140;
-	bra.uni 	$L__BB1_726;
-$L__BB1_362:
-	setp.eq.s64 	%p476, %rd20, 0;
-	@%p476 bra 	$L__BB1_726;
+	setp.eq.s64 	%p181, %rd413, 0;
+	@%p181 bra 	$L__BB2_137;
+	st.global.u8 	[%rd62], %r2602;
+	shr.u32 	%r977, %r2602, 8;
+	st.global.u8 	[%rd62+1], %r977;
+	shr.u32 	%r978, %r2602, 16;
+	st.global.u8 	[%rd62+2], %r978;
+	shr.u32 	%r979, %r2602, 24;
+	st.global.u8 	[%rd62+3], %r979;
+	bra.uni 	$L__BB2_138;
+$L__BB2_137:
+	st.global.u32 	[%rd62], %r2602;
+$L__BB2_138:
+	shr.u64 	%rd1275, %rd12, 5;
+	add.s64 	%rd1257, %rd1257, 16384;
+	add.s64 	%rd1256, %rd1256, 16384;
+	shr.u64 	%rd414, %rd41, 48;
+	cvt.u32.u64 	%r980, %rd414;
+	add.s32 	%r2813, %r108, %r980;
+	add.s64 	%rd1255, %rd1255, 1024;
+	setp.lt.u64 	%p182, %rd1255, %rd21;
+	@%p182 bra 	$L__BB2_13;
+	bra.uni 	$L__BB2_727;
+$L__BB2_363:
+	setp.eq.s64 	%p477, %rd21, 0;
+	@%p477 bra 	$L__BB2_727;
 	mul.wide.u32 	%rd599, %r644, 16;
-	add.s64 	%rd600, %rd13, %rd599;
-	add.s64 	%rd1264, %rd600, %rd12;
-	add.s64 	%rd601, %rd14, %rd599;
-	add.s64 	%rd1265, %rd601, %rd12;
-	mov.u64 	%rd1263, 0;
-	mov.u32 	%r2811, 0;
-$L__BB1_364:
-	mov.u32 	%r2682, 0;
+	add.s64 	%rd600, %rd14, %rd599;
+	add.s64 	%rd1266, %rd600, %rd13;
+	add.s64 	%rd601, %rd15, %rd599;
+	add.s64 	%rd1267, %rd601, %rd13;
+	mov.u64 	%rd1265, 0;
+	mov.u32 	%r2813, 0;
+$L__BB2_365:
+	mov.u32 	%r2684, 0;
 	cvt.u64.u32 	%rd602, %r644;
-	add.s64 	%rd126, %rd1263, %rd602;
-	setp.ge.u64 	%p477, %rd126, %rd20;
-	mov.u32 	%r2683, %r2682;
-	mov.u32 	%r2684, %r2682;
-	mov.u32 	%r2685, %r2682;
-	mov.u32 	%r2686, %r2682;
-	mov.u32 	%r2687, %r2682;
-	mov.u32 	%r2688, %r2682;
-	mov.u32 	%r2689, %r2682;
-	@%p477 bra 	$L__BB1_366;
+	add.s64 	%rd127, %rd1265, %rd602;
+	setp.ge.u64 	%p478, %rd127, %rd21;
+	mov.u32 	%r2685, %r2684;
+	mov.u32 	%r2686, %r2684;
+	mov.u32 	%r2687, %r2684;
+	mov.u32 	%r2688, %r2684;
+	mov.u32 	%r2689, %r2684;
+	mov.u32 	%r2690, %r2684;
+	mov.u32 	%r2691, %r2684;
+	@%p478 bra 	$L__BB2_367;
 	// begin inline asm
-	ld.global.cs.v4.u32 {%r2685,%r2684,%r2683,%r2682}, [%rd1264];
+	ld.global.cs.v4.u32 {%r2687,%r2686,%r2685,%r2684}, [%rd1266];
 	// end inline asm
 	// begin inline asm
-	ld.global.cs.v4.u32 {%r2689,%r2688,%r2687,%r2686}, [%rd1265];
+	ld.global.cs.v4.u32 {%r2691,%r2690,%r2689,%r2688}, [%rd1267];
 	// end inline asm
-$L__BB1_366:
-	add.s64 	%rd127, %rd126, 256;
-	setp.ge.u64 	%p478, %rd127, %rd20;
-	mov.u32 	%r2698, 0;
-	mov.u32 	%r2690, %r2698;
-	mov.u32 	%r2691, %r2698;
-	mov.u32 	%r2692, %r2698;
-	mov.u32 	%r2693, %r2698;
-	mov.u32 	%r2694, %r2698;
-	mov.u32 	%r2695, %r2698;
-	mov.u32 	%r2696, %r2698;
-	mov.u32 	%r2697, %r2698;
-	@%p478 bra 	$L__BB1_368;
-	add.s64 	%rd605, %rd1264, 4096;
+$L__BB2_367:
+	add.s64 	%rd128, %rd127, 256;
+	setp.ge.u64 	%p479, %rd128, %rd21;
+	mov.u32 	%r2700, 0;
+	mov.u32 	%r2692, %r2700;
+	mov.u32 	%r2693, %r2700;
+	mov.u32 	%r2694, %r2700;
+	mov.u32 	%r2695, %r2700;
+	mov.u32 	%r2696, %r2700;
+	mov.u32 	%r2697, %r2700;
+	mov.u32 	%r2698, %r2700;
+	mov.u32 	%r2699, %r2700;
+	@%p479 bra 	$L__BB2_369;
+	add.s64 	%rd605, %rd1266, 4096;
 	// begin inline asm
-	ld.global.cs.v4.u32 {%r2693,%r2692,%r2691,%r2690}, [%rd605];
+	ld.global.cs.v4.u32 {%r2695,%r2694,%r2693,%r2692}, [%rd605];
 	// end inline asm
-	add.s64 	%rd606, %rd1265, 4096;
+	add.s64 	%rd606, %rd1267, 4096;
 	// begin inline asm
-	ld.global.cs.v4.u32 {%r2697,%r2696,%r2695,%r2694}, [%rd606];
+	ld.global.cs.v4.u32 {%r2699,%r2698,%r2697,%r2696}, [%rd606];
 	// end inline asm
-$L__BB1_368:
-	add.s64 	%rd128, %rd126, 512;
-	setp.ge.u64 	%p479, %rd128, %rd20;
-	mov.u32 	%r2699, %r2698;
-	mov.u32 	%r2700, %r2698;
-	mov.u32 	%r2701, %r2698;
-	mov.u32 	%r2702, %r2698;
-	mov.u32 	%r2703, %r2698;
-	mov.u32 	%r2704, %r2698;
-	mov.u32 	%r2705, %r2698;
-	@%p479 bra 	$L__BB1_370;
-	add.s64 	%rd607, %rd1264, 8192;
+$L__BB2_369:
+	add.s64 	%rd129, %rd127, 512;
+	setp.ge.u64 	%p480, %rd129, %rd21;
+	mov.u32 	%r2701, %r2700;
+	mov.u32 	%r2702, %r2700;
+	mov.u32 	%r2703, %r2700;
+	mov.u32 	%r2704, %r2700;
+	mov.u32 	%r2705, %r2700;
+	mov.u32 	%r2706, %r2700;
+	mov.u32 	%r2707, %r2700;
+	@%p480 bra 	$L__BB2_371;
+	add.s64 	%rd607, %rd1266, 8192;
 	// begin inline asm
-	ld.global.cs.v4.u32 {%r2701,%r2700,%r2699,%r2698}, [%rd607];
+	ld.global.cs.v4.u32 {%r2703,%r2702,%r2701,%r2700}, [%rd607];
 	// end inline asm
-	add.s64 	%rd608, %rd1265, 8192;
+	add.s64 	%rd608, %rd1267, 8192;
 	// begin inline asm
-	ld.global.cs.v4.u32 {%r2705,%r2704,%r2703,%r2702}, [%rd608];
+	ld.global.cs.v4.u32 {%r2707,%r2706,%r2705,%r2704}, [%rd608];
 	// end inline asm
-$L__BB1_370:
-	add.s64 	%rd129, %rd126, 768;
-	setp.ge.u64 	%p480, %rd129, %rd20;
-	mov.u32 	%r2706, 0;
-	mov.u32 	%r2707, %r2706;
-	mov.u32 	%r2708, %r2706;
-	mov.u32 	%r2709, %r2706;
-	mov.u32 	%r2710, %r2706;
-	mov.u32 	%r2711, %r2706;
-	mov.u32 	%r2712, %r2706;
-	mov.u32 	%r2713, %r2706;
-	@%p480 bra 	$L__BB1_372;
-	add.s64 	%rd609, %rd1264, 12288;
+$L__BB2_371:
+	add.s64 	%rd130, %rd127, 768;
+	setp.ge.u64 	%p481, %rd130, %rd21;
+	mov.u32 	%r2708, 0;
+	mov.u32 	%r2709, %r2708;
+	mov.u32 	%r2710, %r2708;
+	mov.u32 	%r2711, %r2708;
+	mov.u32 	%r2712, %r2708;
+	mov.u32 	%r2713, %r2708;
+	mov.u32 	%r2714, %r2708;
+	mov.u32 	%r2715, %r2708;
+	@%p481 bra 	$L__BB2_373;
+	add.s64 	%rd609, %rd1266, 12288;
 	// begin inline asm
-	ld.global.cs.v4.u32 {%r2709,%r2708,%r2707,%r2706}, [%rd609];
+	ld.global.cs.v4.u32 {%r2711,%r2710,%r2709,%r2708}, [%rd609];
 	// end inline asm
-	add.s64 	%rd610, %rd1265, 12288;
+	add.s64 	%rd610, %rd1267, 12288;
 	// begin inline asm
-	ld.global.cs.v4.u32 {%r2713,%r2712,%r2711,%r2710}, [%rd610];
+	ld.global.cs.v4.u32 {%r2715,%r2714,%r2713,%r2712}, [%rd610];
 	// end inline asm
-$L__BB1_372:
-	mov.u32 	%r1523, 1;
-	and.b32  	%r1524, %r644, 1;
-	setp.eq.b32 	%p481, %r1524, 1;
-	xor.b32  	%r1525, %r2689, %r2685;
-	or.b32  	%r1526, %r1525, -2139062144;
-	add.s32 	%r1527, %r1526, -16843009;
-	or.b32  	%r1514, %r1527, %r1525;
+$L__BB2_373:
+	mov.u32 	%r1524, 1;
+	and.b32  	%r1525, %r644, 1;
+	setp.eq.b32 	%p482, %r1525, 1;
+	xor.b32  	%r1526, %r2691, %r2687;
+	or.b32  	%r1527, %r1526, -2139062144;
+	add.s32 	%r1528, %r1527, -16843009;
+	or.b32  	%r1515, %r1528, %r1526;
 	// begin inline asm
-	prmt.b32 %r1514, %r1514, 0, 0xba98;
+	prmt.b32 %r1515, %r1515, 0, 0xba98;
 	// end inline asm
-	and.b32  	%r1528, %r1514, 1;
-	shr.u32 	%r1529, %r1514, 7;
-	and.b32  	%r1530, %r1529, 2;
-	or.b32  	%r1531, %r1530, %r1528;
-	shr.u32 	%r1532, %r1514, 14;
-	and.b32  	%r1533, %r1532, 4;
-	or.b32  	%r1534, %r1531, %r1533;
-	shr.u32 	%r1535, %r1514, 21;
-	and.b32  	%r1536, %r1535, 8;
-	or.b32  	%r1537, %r1534, %r1536;
-	xor.b32  	%r1538, %r2688, %r2684;
-	or.b32  	%r1539, %r1538, -2139062144;
-	add.s32 	%r1540, %r1539, -16843009;
-	or.b32  	%r1516, %r1540, %r1538;
+	and.b32  	%r1529, %r1515, 1;
+	shr.u32 	%r1530, %r1515, 7;
+	and.b32  	%r1531, %r1530, 2;
+	or.b32  	%r1532, %r1531, %r1529;
+	shr.u32 	%r1533, %r1515, 14;
+	and.b32  	%r1534, %r1533, 4;
+	or.b32  	%r1535, %r1532, %r1534;
+	shr.u32 	%r1536, %r1515, 21;
+	and.b32  	%r1537, %r1536, 8;
+	or.b32  	%r1538, %r1535, %r1537;
+	xor.b32  	%r1539, %r2690, %r2686;
+	or.b32  	%r1540, %r1539, -2139062144;
+	add.s32 	%r1541, %r1540, -16843009;
+	or.b32  	%r1517, %r1541, %r1539;
 	// begin inline asm
-	prmt.b32 %r1516, %r1516, 0, 0xba98;
+	prmt.b32 %r1517, %r1517, 0, 0xba98;
 	// end inline asm
-	and.b32  	%r360, %r1516, 1;
-	shr.u32 	%r1541, %r1516, 7;
-	and.b32  	%r1542, %r1541, 2;
-	or.b32  	%r1543, %r1542, %r360;
-	shr.u32 	%r1544, %r1516, 14;
-	and.b32  	%r1545, %r1544, 4;
-	or.b32  	%r1546, %r1543, %r1545;
-	shr.u32 	%r1547, %r1516, 21;
-	and.b32  	%r1548, %r1547, 8;
-	or.b32  	%r1549, %r1546, %r1548;
-	shl.b32 	%r1550, %r1549, 4;
-	or.b32  	%r1551, %r1537, %r1550;
-	xor.b32  	%r1552, %r2687, %r2683;
-	or.b32  	%r1553, %r1552, -2139062144;
-	add.s32 	%r1554, %r1553, -16843009;
-	or.b32  	%r1518, %r1554, %r1552;
+	and.b32  	%r360, %r1517, 1;
+	shr.u32 	%r1542, %r1517, 7;
+	and.b32  	%r1543, %r1542, 2;
+	or.b32  	%r1544, %r1543, %r360;
+	shr.u32 	%r1545, %r1517, 14;
+	and.b32  	%r1546, %r1545, 4;
+	or.b32  	%r1547, %r1544, %r1546;
+	shr.u32 	%r1548, %r1517, 21;
+	and.b32  	%r1549, %r1548, 8;
+	or.b32  	%r1550, %r1547, %r1549;
+	shl.b32 	%r1551, %r1550, 4;
+	or.b32  	%r1552, %r1538, %r1551;
+	xor.b32  	%r1553, %r2689, %r2685;
+	or.b32  	%r1554, %r1553, -2139062144;
+	add.s32 	%r1555, %r1554, -16843009;
+	or.b32  	%r1519, %r1555, %r1553;
 	// begin inline asm
-	prmt.b32 %r1518, %r1518, 0, 0xba98;
+	prmt.b32 %r1519, %r1519, 0, 0xba98;
 	// end inline asm
-	and.b32  	%r1555, %r1518, 1;
-	shr.u32 	%r1556, %r1518, 7;
-	and.b32  	%r1557, %r1556, 2;
-	or.b32  	%r1558, %r1557, %r1555;
-	shr.u32 	%r1559, %r1518, 14;
-	and.b32  	%r1560, %r1559, 4;
-	or.b32  	%r1561, %r1558, %r1560;
-	shr.u32 	%r1562, %r1518, 21;
-	and.b32  	%r1563, %r1562, 8;
-	or.b32  	%r1564, %r1561, %r1563;
-	shl.b32 	%r1565, %r1564, 8;
-	or.b32  	%r361, %r1551, %r1565;
-	xor.b32  	%r1566, %r2686, %r2682;
-	or.b32  	%r1567, %r1566, -2139062144;
-	add.s32 	%r1568, %r1567, -16843009;
-	or.b32  	%r1520, %r1568, %r1566;
+	and.b32  	%r1556, %r1519, 1;
+	shr.u32 	%r1557, %r1519, 7;
+	and.b32  	%r1558, %r1557, 2;
+	or.b32  	%r1559, %r1558, %r1556;
+	shr.u32 	%r1560, %r1519, 14;
+	and.b32  	%r1561, %r1560, 4;
+	or.b32  	%r1562, %r1559, %r1561;
+	shr.u32 	%r1563, %r1519, 21;
+	and.b32  	%r1564, %r1563, 8;
+	or.b32  	%r1565, %r1562, %r1564;
+	shl.b32 	%r1566, %r1565, 8;
+	or.b32  	%r361, %r1552, %r1566;
+	xor.b32  	%r1567, %r2688, %r2684;
+	or.b32  	%r1568, %r1567, -2139062144;
+	add.s32 	%r1569, %r1568, -16843009;
+	or.b32  	%r1521, %r1569, %r1567;
 	// begin inline asm
-	prmt.b32 %r1520, %r1520, 0, 0xba98;
+	prmt.b32 %r1521, %r1521, 0, 0xba98;
 	// end inline asm
-	and.b32  	%r1569, %r1520, 1;
-	shr.u32 	%r1570, %r1520, 7;
-	and.b32  	%r1571, %r1570, 2;
-	or.b32  	%r1572, %r1571, %r1569;
-	shr.u32 	%r1573, %r1520, 14;
-	and.b32  	%r1574, %r1573, 4;
-	or.b32  	%r1575, %r1572, %r1574;
-	shr.u32 	%r1576, %r1520, 21;
-	and.b32  	%r1577, %r1576, 8;
-	or.b32  	%r1578, %r1575, %r1577;
-	shl.b32 	%r1579, %r1578, 12;
-	or.b32  	%r362, %r361, %r1579;
-	shl.b32 	%r1580, %r644, 4;
-	and.b32  	%r1581, %r1580, 16;
-	shl.b32 	%r363, %r362, %r1581;
-	mov.u32 	%r1582, 31;
-	mov.u32 	%r1583, -1;
-	shfl.sync.bfly.b32 	%r364|%p7, %r363, %r1523, %r1582, %r1583;
-	or.pred  	%p483, %p481, %p477;
-	@%p483 bra 	$L__BB1_374;
-	cvt.u32.u64 	%r1584, %rd126;
-	shl.b32 	%r1585, %r1584, 1;
-	and.b32  	%r1586, %r1585, -4;
-	mov.u32 	%r1587, _ZZ14ws_delta_countE5smask;
-	add.s32 	%r1588, %r1587, %r1586;
-	or.b32  	%r1589, %r364, %r363;
-	st.shared.u32 	[%r1588], %r1589;
-$L__BB1_374:
-	setp.eq.s32 	%p484, %r2, 0;
-	@%p484 bra 	$L__BB1_377;
-	mov.u32 	%r1590, 31;
-	mov.u32 	%r1591, 1;
-	mov.u32 	%r1592, -1;
-	shfl.sync.bfly.b32 	%r1593|%p486, %r362, %r1591, %r1590, %r1592;
-	or.b32  	%r1594, %r1593, %r362;
-	setp.eq.s32 	%p487, %r1594, 0;
-	or.pred  	%p488, %p477, %p487;
-	@%p488 bra 	$L__BB1_377;
-	st.v4.u32 	[%rd1265], {%r2685, %r2684, %r2683, %r2682};
-$L__BB1_377:
-	mov.u32 	%r1604, 1;
-	xor.b32  	%r1606, %r2697, %r2693;
-	or.b32  	%r1607, %r1606, -2139062144;
-	add.s32 	%r1608, %r1607, -16843009;
-	or.b32  	%r1595, %r1608, %r1606;
+	and.b32  	%r1570, %r1521, 1;
+	shr.u32 	%r1571, %r1521, 7;
+	and.b32  	%r1572, %r1571, 2;
+	or.b32  	%r1573, %r1572, %r1570;
+	shr.u32 	%r1574, %r1521, 14;
+	and.b32  	%r1575, %r1574, 4;
+	or.b32  	%r1576, %r1573, %r1575;
+	shr.u32 	%r1577, %r1521, 21;
+	and.b32  	%r1578, %r1577, 8;
+	or.b32  	%r1579, %r1576, %r1578;
+	shl.b32 	%r1580, %r1579, 12;
+	or.b32  	%r362, %r361, %r1580;
+	shl.b32 	%r1581, %r644, 4;
+	and.b32  	%r1582, %r1581, 16;
+	shl.b32 	%r363, %r362, %r1582;
+	mov.u32 	%r1583, 31;
+	mov.u32 	%r1584, -1;
+	shfl.sync.bfly.b32 	%r364|%p7, %r363, %r1524, %r1583, %r1584;
+	or.pred  	%p484, %p482, %p478;
+	@%p484 bra 	$L__BB2_375;
+	cvt.u32.u64 	%r1585, %rd127;
+	shl.b32 	%r1586, %r1585, 1;
+	and.b32  	%r1587, %r1586, -4;
+	mov.u32 	%r1588, _ZZ14ws_delta_countE5smask;
+	add.s32 	%r1589, %r1588, %r1587;
+	or.b32  	%r1590, %r364, %r363;
+	st.shared.u32 	[%r1589], %r1590;
+$L__BB2_375:
+	setp.eq.s32 	%p485, %r2, 0;
+	@%p485 bra 	$L__BB2_378;
+	mov.u32 	%r1591, 31;
+	mov.u32 	%r1592, 1;
+	mov.u32 	%r1593, -1;
+	shfl.sync.bfly.b32 	%r1594|%p487, %r362, %r1592, %r1591, %r1593;
+	or.b32  	%r1595, %r1594, %r362;
+	setp.eq.s32 	%p488, %r1595, 0;
+	or.pred  	%p489, %p478, %p488;
+	@%p489 bra 	$L__BB2_378;
+	st.v4.u32 	[%rd1267], {%r2687, %r2686, %r2685, %r2684};
+$L__BB2_378:
+	mov.u32 	%r1605, 1;
+	xor.b32  	%r1607, %r2699, %r2695;
+	or.b32  	%r1608, %r1607, -2139062144;
+	add.s32 	%r1609, %r1608, -16843009;
+	or.b32  	%r1596, %r1609, %r1607;
 	// begin inline asm
-	prmt.b32 %r1595, %r1595, 0, 0xba98;
+	prmt.b32 %r1596, %r1596, 0, 0xba98;
 	// end inline asm
-	and.b32  	%r1609, %r1595, 1;
-	shr.u32 	%r1610, %r1595, 7;
-	and.b32  	%r1611, %r1610, 2;
-	or.b32  	%r1612, %r1611, %r1609;
-	shr.u32 	%r1613, %r1595, 14;
-	and.b32  	%r1614, %r1613, 4;
-	or.b32  	%r1615, %r1612, %r1614;
-	shr.u32 	%r1616, %r1595, 21;
-	and.b32  	%r1617, %r1616, 8;
-	or.b32  	%r1618, %r1615, %r1617;
-	xor.b32  	%r1619, %r2696, %r2692;
-	or.b32  	%r1620, %r1619, -2139062144;
-	add.s32 	%r1621, %r1620, -16843009;
-	or.b32  	%r1597, %r1621, %r1619;
+	and.b32  	%r1610, %r1596, 1;
+	shr.u32 	%r1611, %r1596, 7;
+	and.b32  	%r1612, %r1611, 2;
+	or.b32  	%r1613, %r1612, %r1610;
+	shr.u32 	%r1614, %r1596, 14;
+	and.b32  	%r1615, %r1614, 4;
+	or.b32  	%r1616, %r1613, %r1615;
+	shr.u32 	%r1617, %r1596, 21;
+	and.b32  	%r1618, %r1617, 8;
+	or.b32  	%r1619, %r1616, %r1618;
+	xor.b32  	%r1620, %r2698, %r2694;
+	or.b32  	%r1621, %r1620, -2139062144;
+	add.s32 	%r1622, %r1621, -16843009;
+	or.b32  	%r1598, %r1622, %r1620;
 	// begin inline asm
-	prmt.b32 %r1597, %r1597, 0, 0xba98;
+	prmt.b32 %r1598, %r1598, 0, 0xba98;
 	// end inline asm
-	and.b32  	%r367, %r1597, 1;
-	shr.u32 	%r1622, %r1597, 7;
-	and.b32  	%r1623, %r1622, 2;
-	or.b32  	%r1624, %r1623, %r367;
-	shr.u32 	%r1625, %r1597, 14;
-	and.b32  	%r1626, %r1625, 4;
-	or.b32  	%r1627, %r1624, %r1626;
-	shr.u32 	%r1628, %r1597, 21;
-	and.b32  	%r1629, %r1628, 8;
-	or.b32  	%r1630, %r1627, %r1629;
-	shl.b32 	%r1631, %r1630, 4;
-	or.b32  	%r1632, %r1618, %r1631;
-	xor.b32  	%r1633, %r2695, %r2691;
-	or.b32  	%r1634, %r1633, -2139062144;
-	add.s32 	%r1635, %r1634, -16843009;
-	or.b32  	%r1599, %r1635, %r1633;
+	and.b32  	%r367, %r1598, 1;
+	shr.u32 	%r1623, %r1598, 7;
+	and.b32  	%r1624, %r1623, 2;
+	or.b32  	%r1625, %r1624, %r367;
+	shr.u32 	%r1626, %r1598, 14;
+	and.b32  	%r1627, %r1626, 4;
+	or.b32  	%r1628, %r1625, %r1627;
+	shr.u32 	%r1629, %r1598, 21;
+	and.b32  	%r1630, %r1629, 8;
+	or.b32  	%r1631, %r1628, %r1630;
+	shl.b32 	%r1632, %r1631, 4;
+	or.b32  	%r1633, %r1619, %r1632;
+	xor.b32  	%r1634, %r2697, %r2693;
+	or.b32  	%r1635, %r1634, -2139062144;
+	add.s32 	%r1636, %r1635, -16843009;
+	or.b32  	%r1600, %r1636, %r1634;
 	// begin inline asm
-	prmt.b32 %r1599, %r1599, 0, 0xba98;
+	prmt.b32 %r1600, %r1600, 0, 0xba98;
 	// end inline asm
-	and.b32  	%r1636, %r1599, 1;
-	shr.u32 	%r1637, %r1599, 7;
-	and.b32  	%r1638, %r1637, 2;
-	or.b32  	%r1639, %r1638, %r1636;
-	shr.u32 	%r1640, %r1599, 14;
-	and.b32  	%r1641, %r1640, 4;
-	or.b32  	%r1642, %r1639, %r1641;
-	shr.u32 	%r1643, %r1599, 21;
-	and.b32  	%r1644, %r1643, 8;
-	or.b32  	%r1645, %r1642, %r1644;
-	shl.b32 	%r1646, %r1645, 8;
-	or.b32  	%r368, %r1632, %r1646;
-	xor.b32  	%r1647, %r2694, %r2690;
-	or.b32  	%r1648, %r1647, -2139062144;
-	add.s32 	%r1649, %r1648, -16843009;
-	or.b32  	%r1601, %r1649, %r1647;
+	and.b32  	%r1637, %r1600, 1;
+	shr.u32 	%r1638, %r1600, 7;
+	and.b32  	%r1639, %r1638, 2;
+	or.b32  	%r1640, %r1639, %r1637;
+	shr.u32 	%r1641, %r1600, 14;
+	and.b32  	%r1642, %r1641, 4;
+	or.b32  	%r1643, %r1640, %r1642;
+	shr.u32 	%r1644, %r1600, 21;
+	and.b32  	%r1645, %r1644, 8;
+	or.b32  	%r1646, %r1643, %r1645;
+	shl.b32 	%r1647, %r1646, 8;
+	or.b32  	%r368, %r1633, %r1647;
+	xor.b32  	%r1648, %r2696, %r2692;
+	or.b32  	%r1649, %r1648, -2139062144;
+	add.s32 	%r1650, %r1649, -16843009;
+	or.b32  	%r1602, %r1650, %r1648;
 	// begin inline asm
-	prmt.b32 %r1601, %r1601, 0, 0xba98;
+	prmt.b32 %r1602, %r1602, 0, 0xba98;
 	// end inline asm
-	and.b32  	%r1650, %r1601, 1;
-	shr.u32 	%r1651, %r1601, 7;
-	and.b32  	%r1652, %r1651, 2;
-	or.b32  	%r1653, %r1652, %r1650;
-	shr.u32 	%r1654, %r1601, 14;
-	and.b32  	%r1655, %r1654, 4;
-	or.b32  	%r1656, %r1653, %r1655;
-	shr.u32 	%r1657, %r1601, 21;
-	and.b32  	%r1658, %r1657, 8;
-	or.b32  	%r1659, %r1656, %r1658;
-	shl.b32 	%r1660, %r1659, 12;
-	or.b32  	%r369, %r368, %r1660;
-	shl.b32 	%r370, %r369, %r1581;
-	mov.u32 	%r1663, 31;
-	mov.u32 	%r1664, -1;
-	shfl.sync.bfly.b32 	%r371|%p8, %r370, %r1604, %r1663, %r1664;
-	or.pred  	%p491, %p481, %p478;
-	@%p491 bra 	$L__BB1_379;
-	cvt.u32.u64 	%r1665, %rd127;
-	shl.b32 	%r1666, %r1665, 1;
-	and.b32  	%r1667, %r1666, -4;
-	mov.u32 	%r1668, _ZZ14ws_delta_countE5smask;
-	add.s32 	%r1669, %r1668, %r1667;
-	or.b32  	%r1670, %r371, %r370;
-	st.shared.u32 	[%r1669], %r1670;
-$L__BB1_379:
-	@%p484 bra 	$L__BB1_382;
-	mov.u32 	%r1671, 31;
-	mov.u32 	%r1672, 1;
-	mov.u32 	%r1673, -1;
-	shfl.sync.bfly.b32 	%r1674|%p494, %r369, %r1672, %r1671, %r1673;
-	or.b32  	%r1675, %r1674, %r369;
-	setp.eq.s32 	%p495, %r1675, 0;
-	or.pred  	%p496, %p478, %p495;
-	@%p496 bra 	$L__BB1_382;
-	st.v4.u32 	[%rd1265+4096], {%r2693, %r2692, %r2691, %r2690};
-$L__BB1_382:
-	mov.u32 	%r1685, 1;
-	xor.b32  	%r1687, %r2705, %r2701;
-	or.b32  	%r1688, %r1687, -2139062144;
-	add.s32 	%r1689, %r1688, -16843009;
-	or.b32  	%r1676, %r1689, %r1687;
+	and.b32  	%r1651, %r1602, 1;
+	shr.u32 	%r1652, %r1602, 7;
+	and.b32  	%r1653, %r1652, 2;
+	or.b32  	%r1654, %r1653, %r1651;
+	shr.u32 	%r1655, %r1602, 14;
+	and.b32  	%r1656, %r1655, 4;
+	or.b32  	%r1657, %r1654, %r1656;
+	shr.u32 	%r1658, %r1602, 21;
+	and.b32  	%r1659, %r1658, 8;
+	or.b32  	%r1660, %r1657, %r1659;
+	shl.b32 	%r1661, %r1660, 12;
+	or.b32  	%r369, %r368, %r1661;
+	shl.b32 	%r370, %r369, %r1582;
+	mov.u32 	%r1664, 31;
+	mov.u32 	%r1665, -1;
+	shfl.sync.bfly.b32 	%r371|%p8, %r370, %r1605, %r1664, %r1665;
+	or.pred  	%p492, %p482, %p479;
+	@%p492 bra 	$L__BB2_380;
+	cvt.u32.u64 	%r1666, %rd128;
+	shl.b32 	%r1667, %r1666, 1;
+	and.b32  	%r1668, %r1667, -4;
+	mov.u32 	%r1669, _ZZ14ws_delta_countE5smask;
+	add.s32 	%r1670, %r1669, %r1668;
+	or.b32  	%r1671, %r371, %r370;
+	st.shared.u32 	[%r1670], %r1671;
+$L__BB2_380:
+	@%p485 bra 	$L__BB2_383;
+	mov.u32 	%r1672, 31;
+	mov.u32 	%r1673, 1;
+	mov.u32 	%r1674, -1;
+	shfl.sync.bfly.b32 	%r1675|%p495, %r369, %r1673, %r1672, %r1674;
+	or.b32  	%r1676, %r1675, %r369;
+	setp.eq.s32 	%p496, %r1676, 0;
+	or.pred  	%p497, %p479, %p496;
+	@%p497 bra 	$L__BB2_383;
+	st.v4.u32 	[%rd1267+4096], {%r2695, %r2694, %r2693, %r2692};
+$L__BB2_383:
+	mov.u32 	%r1686, 1;
+	xor.b32  	%r1688, %r2707, %r2703;
+	or.b32  	%r1689, %r1688, -2139062144;
+	add.s32 	%r1690, %r1689, -16843009;
+	or.b32  	%r1677, %r1690, %r1688;
 	// begin inline asm
-	prmt.b32 %r1676, %r1676, 0, 0xba98;
+	prmt.b32 %r1677, %r1677, 0, 0xba98;
 	// end inline asm
-	and.b32  	%r1690, %r1676, 1;
-	shr.u32 	%r1691, %r1676, 7;
-	and.b32  	%r1692, %r1691, 2;
-	or.b32  	%r1693, %r1692, %r1690;
-	shr.u32 	%r1694, %r1676, 14;
-	and.b32  	%r1695, %r1694, 4;
-	or.b32  	%r1696, %r1693, %r1695;
-	shr.u32 	%r1697, %r1676, 21;
-	and.b32  	%r1698, %r1697, 8;
-	or.b32  	%r1699, %r1696, %r1698;
-	xor.b32  	%r1700, %r2704, %r2700;
-	or.b32  	%r1701, %r1700, -2139062144;
-	add.s32 	%r1702, %r1701, -16843009;
-	or.b32  	%r1678, %r1702, %r1700;
+	and.b32  	%r1691, %r1677, 1;
+	shr.u32 	%r1692, %r1677, 7;
+	and.b32  	%r1693, %r1692, 2;
+	or.b32  	%r1694, %r1693, %r1691;
+	shr.u32 	%r1695, %r1677, 14;
+	and.b32  	%r1696, %r1695, 4;
+	or.b32  	%r1697, %r1694, %r1696;
+	shr.u32 	%r1698, %r1677, 21;
+	and.b32  	%r1699, %r1698, 8;
+	or.b32  	%r1700, %r1697, %r1699;
+	xor.b32  	%r1701, %r2706, %r2702;
+	or.b32  	%r1702, %r1701, -2139062144;
+	add.s32 	%r1703, %r1702, -16843009;
+	or.b32  	%r1679, %r1703, %r1701;
 	// begin inline asm
-	prmt.b32 %r1678, %r1678, 0, 0xba98;
+	prmt.b32 %r1679, %r1679, 0, 0xba98;
 	// end inline asm
-	and.b32  	%r374, %r1678, 1;
-	shr.u32 	%r1703, %r1678, 7;
-	and.b32  	%r1704, %r1703, 2;
-	or.b32  	%r1705, %r1704, %r374;
-	shr.u32 	%r1706, %r1678, 14;
-	and.b32  	%r1707, %r1706, 4;
-	or.b32  	%r1708, %r1705, %r1707;
-	shr.u32 	%r1709, %r1678, 21;
-	and.b32  	%r1710, %r1709, 8;
-	or.b32  	%r1711, %r1708, %r1710;
-	shl.b32 	%r1712, %r1711, 4;
-	or.b32  	%r1713, %r1699, %r1712;
-	xor.b32  	%r1714, %r2703, %r2699;
-	or.b32  	%r1715, %r1714, -2139062144;
-	add.s32 	%r1716, %r1715, -16843009;
-	or.b32  	%r1680, %r1716, %r1714;
+	and.b32  	%r374, %r1679, 1;
+	shr.u32 	%r1704, %r1679, 7;
+	and.b32  	%r1705, %r1704, 2;
+	or.b32  	%r1706, %r1705, %r374;
+	shr.u32 	%r1707, %r1679, 14;
+	and.b32  	%r1708, %r1707, 4;
+	or.b32  	%r1709, %r1706, %r1708;
+	shr.u32 	%r1710, %r1679, 21;
+	and.b32  	%r1711, %r1710, 8;
+	or.b32  	%r1712, %r1709, %r1711;
+	shl.b32 	%r1713, %r1712, 4;
+	or.b32  	%r1714, %r1700, %r1713;
+	xor.b32  	%r1715, %r2705, %r2701;
+	or.b32  	%r1716, %r1715, -2139062144;
+	add.s32 	%r1717, %r1716, -16843009;
+	or.b32  	%r1681, %r1717, %r1715;
 	// begin inline asm
-	prmt.b32 %r1680, %r1680, 0, 0xba98;
+	prmt.b32 %r1681, %r1681, 0, 0xba98;
 	// end inline asm
-	and.b32  	%r1717, %r1680, 1;
-	shr.u32 	%r1718, %r1680, 7;
-	and.b32  	%r1719, %r1718, 2;
-	or.b32  	%r1720, %r1719, %r1717;
-	shr.u32 	%r1721, %r1680, 14;
-	and.b32  	%r1722, %r1721, 4;
-	or.b32  	%r1723, %r1720, %r1722;
-	shr.u32 	%r1724, %r1680, 21;
-	and.b32  	%r1725, %r1724, 8;
-	or.b32  	%r1726, %r1723, %r1725;
-	shl.b32 	%r1727, %r1726, 8;
-	or.b32  	%r375, %r1713, %r1727;
-	xor.b32  	%r1728, %r2702, %r2698;
-	or.b32  	%r1729, %r1728, -2139062144;
-	add.s32 	%r1730, %r1729, -16843009;
-	or.b32  	%r1682, %r1730, %r1728;
+	and.b32  	%r1718, %r1681, 1;
+	shr.u32 	%r1719, %r1681, 7;
+	and.b32  	%r1720, %r1719, 2;
+	or.b32  	%r1721, %r1720, %r1718;
+	shr.u32 	%r1722, %r1681, 14;
+	and.b32  	%r1723, %r1722, 4;
+	or.b32  	%r1724, %r1721, %r1723;
+	shr.u32 	%r1725, %r1681, 21;
+	and.b32  	%r1726, %r1725, 8;
+	or.b32  	%r1727, %r1724, %r1726;
+	shl.b32 	%r1728, %r1727, 8;
+	or.b32  	%r375, %r1714, %r1728;
+	xor.b32  	%r1729, %r2704, %r2700;
+	or.b32  	%r1730, %r1729, -2139062144;
+	add.s32 	%r1731, %r1730, -16843009;
+	or.b32  	%r1683, %r1731, %r1729;
 	// begin inline asm
-	prmt.b32 %r1682, %r1682, 0, 0xba98;
+	prmt.b32 %r1683, %r1683, 0, 0xba98;
 	// end inline asm
-	and.b32  	%r1731, %r1682, 1;
-	shr.u32 	%r1732, %r1682, 7;
-	and.b32  	%r1733, %r1732, 2;
-	or.b32  	%r1734, %r1733, %r1731;
-	shr.u32 	%r1735, %r1682, 14;
-	and.b32  	%r1736, %r1735, 4;
-	or.b32  	%r1737, %r1734, %r1736;
-	shr.u32 	%r1738, %r1682, 21;
-	and.b32  	%r1739, %r1738, 8;
-	or.b32  	%r1740, %r1737, %r1739;
-	shl.b32 	%r1741, %r1740, 12;
-	or.b32  	%r376, %r375, %r1741;
-	shl.b32 	%r377, %r376, %r1581;
-	mov.u32 	%r1744, 31;
-	mov.u32 	%r1745, -1;
-	shfl.sync.bfly.b32 	%r378|%p9, %r377, %r1685, %r1744, %r1745;
-	or.pred  	%p499, %p481, %p479;
-	@%p499 bra 	$L__BB1_384;
-	cvt.u32.u64 	%r1746, %rd128;
-	shl.b32 	%r1747, %r1746, 1;
-	and.b32  	%r1748, %r1747, -4;
-	mov.u32 	%r1749, _ZZ14ws_delta_countE5smask;
-	add.s32 	%r1750, %r1749, %r1748;
-	or.b32  	%r1751, %r378, %r377;
-	st.shared.u32 	[%r1750], %r1751;
-$L__BB1_384:
-	@%p484 bra 	$L__BB1_387;
-	mov.u32 	%r1752, 31;
-	mov.u32 	%r1753, 1;
-	mov.u32 	%r1754, -1;
-	shfl.sync.bfly.b32 	%r1755|%p502, %r376, %r1753, %r1752, %r1754;
-	or.b32  	%r1756, %r1755, %r376;
-	setp.eq.s32 	%p503, %r1756, 0;
-	or.pred  	%p504, %p479, %p503;
-	@%p504 bra 	$L__BB1_387;
-	st.v4.u32 	[%rd1265+8192], {%r2701, %r2700, %r2699, %r2698};
-$L__BB1_387:
-	mov.u32 	%r1766, 1;
-	xor.b32  	%r1768, %r2713, %r2709;
-	or.b32  	%r1769, %r1768, -2139062144;
-	add.s32 	%r1770, %r1769, -16843009;
-	or.b32  	%r1757, %r1770, %r1768;
+	and.b32  	%r1732, %r1683, 1;
+	shr.u32 	%r1733, %r1683, 7;
+	and.b32  	%r1734, %r1733, 2;
+	or.b32  	%r1735, %r1734, %r1732;
+	shr.u32 	%r1736, %r1683, 14;
+	and.b32  	%r1737, %r1736, 4;
+	or.b32  	%r1738, %r1735, %r1737;
+	shr.u32 	%r1739, %r1683, 21;
+	and.b32  	%r1740, %r1739, 8;
+	or.b32  	%r1741, %r1738, %r1740;
+	shl.b32 	%r1742, %r1741, 12;
+	or.b32  	%r376, %r375, %r1742;
+	shl.b32 	%r377, %r376, %r1582;
+	mov.u32 	%r1745, 31;
+	mov.u32 	%r1746, -1;
+	shfl.sync.bfly.b32 	%r378|%p9, %r377, %r1686, %r1745, %r1746;
+	or.pred  	%p500, %p482, %p480;
+	@%p500 bra 	$L__BB2_385;
+	cvt.u32.u64 	%r1747, %rd129;
+	shl.b32 	%r1748, %r1747, 1;
+	and.b32  	%r1749, %r1748, -4;
+	mov.u32 	%r1750, _ZZ14ws_delta_countE5smask;
+	add.s32 	%r1751, %r1750, %r1749;
+	or.b32  	%r1752, %r378, %r377;
+	st.shared.u32 	[%r1751], %r1752;
+$L__BB2_385:
+	@%p485 bra 	$L__BB2_388;
+	mov.u32 	%r1753, 31;
+	mov.u32 	%r1754, 1;
+	mov.u32 	%r1755, -1;
+	shfl.sync.bfly.b32 	%r1756|%p503, %r376, %r1754, %r1753, %r1755;
+	or.b32  	%r1757, %r1756, %r376;
+	setp.eq.s32 	%p504, %r1757, 0;
+	or.pred  	%p505, %p480, %p504;
+	@%p505 bra 	$L__BB2_388;
+	st.v4.u32 	[%rd1267+8192], {%r2703, %r2702, %r2701, %r2700};
+$L__BB2_388:
+	mov.u32 	%r1767, 1;
+	xor.b32  	%r1769, %r2715, %r2711;
+	or.b32  	%r1770, %r1769, -2139062144;
+	add.s32 	%r1771, %r1770, -16843009;
+	or.b32  	%r1758, %r1771, %r1769;
 	// begin inline asm
-	prmt.b32 %r1757, %r1757, 0, 0xba98;
+	prmt.b32 %r1758, %r1758, 0, 0xba98;
 	// end inline asm
-	and.b32  	%r1771, %r1757, 1;
-	shr.u32 	%r1772, %r1757, 7;
-	and.b32  	%r1773, %r1772, 2;
-	or.b32  	%r1774, %r1773, %r1771;
-	shr.u32 	%r1775, %r1757, 14;
-	and.b32  	%r1776, %r1775, 4;
-	or.b32  	%r1777, %r1774, %r1776;
-	shr.u32 	%r1778, %r1757, 21;
-	and.b32  	%r1779, %r1778, 8;
-	or.b32  	%r1780, %r1777, %r1779;
-	xor.b32  	%r1781, %r2712, %r2708;
-	or.b32  	%r1782, %r1781, -2139062144;
-	add.s32 	%r1783, %r1782, -16843009;
-	or.b32  	%r1759, %r1783, %r1781;
+	and.b32  	%r1772, %r1758, 1;
+	shr.u32 	%r1773, %r1758, 7;
+	and.b32  	%r1774, %r1773, 2;
+	or.b32  	%r1775, %r1774, %r1772;
+	shr.u32 	%r1776, %r1758, 14;
+	and.b32  	%r1777, %r1776, 4;
+	or.b32  	%r1778, %r1775, %r1777;
+	shr.u32 	%r1779, %r1758, 21;
+	and.b32  	%r1780, %r1779, 8;
+	or.b32  	%r1781, %r1778, %r1780;
+	xor.b32  	%r1782, %r2714, %r2710;
+	or.b32  	%r1783, %r1782, -2139062144;
+	add.s32 	%r1784, %r1783, -16843009;
+	or.b32  	%r1760, %r1784, %r1782;
 	// begin inline asm
-	prmt.b32 %r1759, %r1759, 0, 0xba98;
+	prmt.b32 %r1760, %r1760, 0, 0xba98;
 	// end inline asm
-	and.b32  	%r381, %r1759, 1;
-	shr.u32 	%r1784, %r1759, 7;
-	and.b32  	%r1785, %r1784, 2;
-	or.b32  	%r1786, %r1785, %r381;
-	shr.u32 	%r1787, %r1759, 14;
-	and.b32  	%r1788, %r1787, 4;
-	or.b32  	%r1789, %r1786, %r1788;
-	shr.u32 	%r1790, %r1759, 21;
-	and.b32  	%r1791, %r1790, 8;
-	or.b32  	%r1792, %r1789, %r1791;
-	shl.b32 	%r1793, %r1792, 4;
-	or.b32  	%r1794, %r1780, %r1793;
-	xor.b32  	%r1795, %r2711, %r2707;
-	or.b32  	%r1796, %r1795, -2139062144;
-	add.s32 	%r1797, %r1796, -16843009;
-	or.b32  	%r1761, %r1797, %r1795;
+	and.b32  	%r381, %r1760, 1;
+	shr.u32 	%r1785, %r1760, 7;
+	and.b32  	%r1786, %r1785, 2;
+	or.b32  	%r1787, %r1786, %r381;
+	shr.u32 	%r1788, %r1760, 14;
+	and.b32  	%r1789, %r1788, 4;
+	or.b32  	%r1790, %r1787, %r1789;
+	shr.u32 	%r1791, %r1760, 21;
+	and.b32  	%r1792, %r1791, 8;
+	or.b32  	%r1793, %r1790, %r1792;
+	shl.b32 	%r1794, %r1793, 4;
+	or.b32  	%r1795, %r1781, %r1794;
+	xor.b32  	%r1796, %r2713, %r2709;
+	or.b32  	%r1797, %r1796, -2139062144;
+	add.s32 	%r1798, %r1797, -16843009;
+	or.b32  	%r1762, %r1798, %r1796;
 	// begin inline asm
-	prmt.b32 %r1761, %r1761, 0, 0xba98;
+	prmt.b32 %r1762, %r1762, 0, 0xba98;
 	// end inline asm
-	and.b32  	%r1798, %r1761, 1;
-	shr.u32 	%r1799, %r1761, 7;
-	and.b32  	%r1800, %r1799, 2;
-	or.b32  	%r1801, %r1800, %r1798;
-	shr.u32 	%r1802, %r1761, 14;
-	and.b32  	%r1803, %r1802, 4;
-	or.b32  	%r1804, %r1801, %r1803;
-	shr.u32 	%r1805, %r1761, 21;
-	and.b32  	%r1806, %r1805, 8;
-	or.b32  	%r1807, %r1804, %r1806;
-	shl.b32 	%r1808, %r1807, 8;
-	or.b32  	%r382, %r1794, %r1808;
-	xor.b32  	%r1809, %r2710, %r2706;
-	or.b32  	%r1810, %r1809, -2139062144;
-	add.s32 	%r1811, %r1810, -16843009;
-	or.b32  	%r1763, %r1811, %r1809;
+	and.b32  	%r1799, %r1762, 1;
+	shr.u32 	%r1800, %r1762, 7;
+	and.b32  	%r1801, %r1800, 2;
+	or.b32  	%r1802, %r1801, %r1799;
+	shr.u32 	%r1803, %r1762, 14;
+	and.b32  	%r1804, %r1803, 4;
+	or.b32  	%r1805, %r1802, %r1804;
+	shr.u32 	%r1806, %r1762, 21;
+	and.b32  	%r1807, %r1806, 8;
+	or.b32  	%r1808, %r1805, %r1807;
+	shl.b32 	%r1809, %r1808, 8;
+	or.b32  	%r382, %r1795, %r1809;
+	xor.b32  	%r1810, %r2712, %r2708;
+	or.b32  	%r1811, %r1810, -2139062144;
+	add.s32 	%r1812, %r1811, -16843009;
+	or.b32  	%r1764, %r1812, %r1810;
 	// begin inline asm
-	prmt.b32 %r1763, %r1763, 0, 0xba98;
+	prmt.b32 %r1764, %r1764, 0, 0xba98;
 	// end inline asm
-	and.b32  	%r1812, %r1763, 1;
-	shr.u32 	%r1813, %r1763, 7;
-	and.b32  	%r1814, %r1813, 2;
-	or.b32  	%r1815, %r1814, %r1812;
-	shr.u32 	%r1816, %r1763, 14;
-	and.b32  	%r1817, %r1816, 4;
-	or.b32  	%r1818, %r1815, %r1817;
-	shr.u32 	%r1819, %r1763, 21;
-	and.b32  	%r1820, %r1819, 8;
-	or.b32  	%r1821, %r1818, %r1820;
-	shl.b32 	%r1822, %r1821, 12;
-	or.b32  	%r383, %r382, %r1822;
-	shl.b32 	%r1825, %r383, %r1581;
-	popc.b32 	%r1826, %r383;
-	cvt.u64.u32 	%rd611, %r1826;
+	and.b32  	%r1813, %r1764, 1;
+	shr.u32 	%r1814, %r1764, 7;
+	and.b32  	%r1815, %r1814, 2;
+	or.b32  	%r1816, %r1815, %r1813;
+	shr.u32 	%r1817, %r1764, 14;
+	and.b32  	%r1818, %r1817, 4;
+	or.b32  	%r1819, %r1816, %r1818;
+	shr.u32 	%r1820, %r1764, 21;
+	and.b32  	%r1821, %r1820, 8;
+	or.b32  	%r1822, %r1819, %r1821;
+	shl.b32 	%r1823, %r1822, 12;
+	or.b32  	%r383, %r382, %r1823;
+	shl.b32 	%r1826, %r383, %r1582;
+	popc.b32 	%r1827, %r383;
+	cvt.u64.u32 	%rd611, %r1827;
 	shl.b64 	%rd612, %rd611, 48;
-	mov.u32 	%r1827, 31;
-	mov.u32 	%r1828, -1;
-	shfl.sync.bfly.b32 	%r1829|%p507, %r1825, %r1766, %r1827, %r1828;
-	or.b32  	%r384, %r1829, %r1825;
-	popc.b32 	%r1830, %r376;
-	cvt.u64.u32 	%rd613, %r1830;
-	popc.b32 	%r1831, %r369;
-	shl.b32 	%r1832, %r1831, 16;
-	popc.b32 	%r1833, %r362;
-	or.b32  	%r1834, %r1832, %r1833;
-	cvt.u64.u32 	%rd614, %r1834;
+	mov.u32 	%r1828, 31;
+	mov.u32 	%r1829, -1;
+	shfl.sync.bfly.b32 	%r1830|%p508, %r1826, %r1767, %r1828, %r1829;
+	or.b32  	%r384, %r1830, %r1826;
+	popc.b32 	%r1831, %r376;
+	cvt.u64.u32 	%rd613, %r1831;
+	popc.b32 	%r1832, %r369;
+	shl.b32 	%r1833, %r1832, 16;
+	popc.b32 	%r1834, %r362;
+	or.b32  	%r1835, %r1833, %r1834;
+	cvt.u64.u32 	%rd614, %r1835;
 	bfi.b64 	%rd615, %rd613, %rd614, 32, 32;
-	or.b64  	%rd130, %rd612, %rd615;
-	or.pred  	%p508, %p481, %p480;
-	@%p508 bra 	$L__BB1_389;
-	cvt.u32.u64 	%r1835, %rd129;
-	shl.b32 	%r1836, %r1835, 1;
-	and.b32  	%r1837, %r1836, -4;
-	mov.u32 	%r1838, _ZZ14ws_delta_countE5smask;
-	add.s32 	%r1839, %r1838, %r1837;
-	st.shared.u32 	[%r1839], %r384;
-$L__BB1_389:
-	@%p484 bra 	$L__BB1_392;
-	mov.u32 	%r1840, 31;
-	mov.u32 	%r1841, 1;
-	mov.u32 	%r1842, -1;
-	shfl.sync.bfly.b32 	%r1843|%p511, %r383, %r1841, %r1840, %r1842;
-	or.b32  	%r1844, %r1843, %r383;
-	setp.eq.s32 	%p512, %r1844, 0;
-	or.pred  	%p513, %p480, %p512;
-	@%p513 bra 	$L__BB1_392;
-	st.v4.u32 	[%rd1265+12288], {%r2709, %r2708, %r2707, %r2706};
-$L__BB1_392:
-	cvt.u32.u64 	%r1865, %rd7;
-	setp.lt.u32 	%p514, %r1865, 16;
-	mov.u32 	%r1866, 16;
-	setp.lt.u32 	%p515, %r1865, 4;
-	mov.u32 	%r1867, 4;
-	setp.lt.u32 	%p516, %r1865, 2;
-	mov.u32 	%r1868, 2;
-	setp.lt.u32 	%p517, %r1865, 8;
-	mov.u32 	%r1869, 8;
-	setp.ne.s32 	%p518, %r1865, 31;
-	setp.eq.s32 	%p519, %r1865, 0;
-	mov.u32 	%r1870, 0;
+	or.b64  	%rd131, %rd612, %rd615;
+	or.pred  	%p509, %p482, %p481;
+	@%p509 bra 	$L__BB2_390;
+	cvt.u32.u64 	%r1836, %rd130;
+	shl.b32 	%r1837, %r1836, 1;
+	and.b32  	%r1838, %r1837, -4;
+	mov.u32 	%r1839, _ZZ14ws_delta_countE5smask;
+	add.s32 	%r1840, %r1839, %r1838;
+	st.shared.u32 	[%r1840], %r384;
+$L__BB2_390:
+	@%p485 bra 	$L__BB2_393;
+	mov.u32 	%r1841, 31;
+	mov.u32 	%r1842, 1;
+	mov.u32 	%r1843, -1;
+	shfl.sync.bfly.b32 	%r1844|%p512, %r383, %r1842, %r1841, %r1843;
+	or.b32  	%r1845, %r1844, %r383;
+	setp.eq.s32 	%p513, %r1845, 0;
+	or.pred  	%p514, %p481, %p513;
+	@%p514 bra 	$L__BB2_393;
+	st.v4.u32 	[%rd1267+12288], {%r2711, %r2710, %r2709, %r2708};
+$L__BB2_393:
+	cvt.u32.u64 	%r1866, %rd7;
+	setp.lt.u32 	%p515, %r1866, 16;
+	mov.u32 	%r1867, 16;
+	setp.lt.u32 	%p516, %r1866, 4;
+	mov.u32 	%r1868, 4;
+	setp.lt.u32 	%p517, %r1866, 2;
+	mov.u32 	%r1869, 2;
+	setp.lt.u32 	%p518, %r1866, 8;
+	mov.u32 	%r1870, 8;
+	setp.ne.s32 	%p519, %r1866, 31;
+	setp.eq.s32 	%p520, %r1866, 0;
+	mov.u32 	%r1871, 0;
 	// begin inline asm
-	mov.b64 {%r1845,%r1846}, %rd130;
+	mov.b64 {%r1846,%r1847}, %rd131;
 	// end inline asm
-	mov.u32 	%r1871, 1;
-	mov.u32 	%r1872, -1;
-	shfl.sync.up.b32 	%r1848|%p520, %r1846, %r1871, %r1870, %r1872;
-	shfl.sync.up.b32 	%r1847|%p521, %r1845, %r1871, %r1870, %r1872;
+	mov.u32 	%r1872, 1;
+	mov.u32 	%r1873, -1;
+	shfl.sync.up.b32 	%r1849|%p521, %r1847, %r1872, %r1871, %r1873;
+	shfl.sync.up.b32 	%r1848|%p522, %r1846, %r1872, %r1871, %r1873;
 	// begin inline asm
-	mov.b64 %rd617, {%r1847,%r1848};
+	mov.b64 %rd617, {%r1848,%r1849};
 	// end inline asm
-	selp.b64 	%rd626, 0, %rd617, %p519;
-	add.s64 	%rd618, %rd626, %rd130;
+	selp.b64 	%rd626, 0, %rd617, %p520;
+	add.s64 	%rd618, %rd626, %rd131;
 	// begin inline asm
-	mov.b64 {%r1849,%r1850}, %rd618;
+	mov.b64 {%r1850,%r1851}, %rd618;
 	// end inline asm
-	shfl.sync.up.b32 	%r1852|%p522, %r1850, %r1868, %r1870, %r1872;
-	shfl.sync.up.b32 	%r1851|%p523, %r1849, %r1868, %r1870, %r1872;
+	shfl.sync.up.b32 	%r1853|%p523, %r1851, %r1869, %r1871, %r1873;
+	shfl.sync.up.b32 	%r1852|%p524, %r1850, %r1869, %r1871, %r1873;
 	// begin inline asm
-	mov.b64 %rd619, {%r1851,%r1852};
+	mov.b64 %rd619, {%r1852,%r1853};
 	// end inline asm
-	selp.b64 	%rd627, 0, %rd619, %p516;
+	selp.b64 	%rd627, 0, %rd619, %p517;
 	add.s64 	%rd620, %rd627, %rd618;
 	// begin inline asm
-	mov.b64 {%r1853,%r1854}, %rd620;
+	mov.b64 {%r1854,%r1855}, %rd620;
 	// end inline asm
-	shfl.sync.up.b32 	%r1856|%p524, %r1854, %r1867, %r1870, %r1872;
-	shfl.sync.up.b32 	%r1855|%p525, %r1853, %r1867, %r1870, %r1872;
+	shfl.sync.up.b32 	%r1857|%p525, %r1855, %r1868, %r1871, %r1873;
+	shfl.sync.up.b32 	%r1856|%p526, %r1854, %r1868, %r1871, %r1873;
 	// begin inline asm
-	mov.b64 %rd621, {%r1855,%r1856};
+	mov.b64 %rd621, {%r1856,%r1857};
 	// end inline asm
-	selp.b64 	%rd628, 0, %rd621, %p515;
+	selp.b64 	%rd628, 0, %rd621, %p516;
 	add.s64 	%rd622, %rd628, %rd620;
 	// begin inline asm
-	mov.b64 {%r1857,%r1858}, %rd622;
+	mov.b64 {%r1858,%r1859}, %rd622;
 	// end inline asm
-	shfl.sync.up.b32 	%r1860|%p526, %r1858, %r1869, %r1870, %r1872;
-	shfl.sync.up.b32 	%r1859|%p527, %r1857, %r1869, %r1870, %r1872;
+	shfl.sync.up.b32 	%r1861|%p527, %r1859, %r1870, %r1871, %r1873;
+	shfl.sync.up.b32 	%r1860|%p528, %r1858, %r1870, %r1871, %r1873;
 	// begin inline asm
-	mov.b64 %rd623, {%r1859,%r1860};
+	mov.b64 %rd623, {%r1860,%r1861};
 	// end inline asm
-	selp.b64 	%rd629, 0, %rd623, %p517;
+	selp.b64 	%rd629, 0, %rd623, %p518;
 	add.s64 	%rd624, %rd629, %rd622;
 	// begin inline asm
-	mov.b64 {%r1861,%r1862}, %rd624;
+	mov.b64 {%r1862,%r1863}, %rd624;
 	// end inline asm
-	shfl.sync.up.b32 	%r1864|%p528, %r1862, %r1866, %r1870, %r1872;
-	shfl.sync.up.b32 	%r1863|%p529, %r1861, %r1866, %r1870, %r1872;
+	shfl.sync.up.b32 	%r1865|%p529, %r1863, %r1867, %r1871, %r1873;
+	shfl.sync.up.b32 	%r1864|%p530, %r1862, %r1867, %r1871, %r1873;
 	// begin inline asm
-	mov.b64 %rd625, {%r1863,%r1864};
+	mov.b64 %rd625, {%r1864,%r1865};
 	// end inline asm
-	selp.b64 	%rd630, 0, %rd625, %p514;
-	add.s64 	%rd131, %rd630, %rd624;
-	@%p518 bra 	$L__BB1_394;
-	shr.u32 	%r1874, %r644, 2;
-	and.b32  	%r1875, %r1874, 1073741816;
-	mov.u32 	%r1876, _ZZ14ws_delta_countE3red;
-	add.s32 	%r1877, %r1876, %r1875;
-	st.shared.u64 	[%r1877], %rd131;
-$L__BB1_394:
-	shr.u32 	%r1879, %r644, 5;
-	setp.ne.s32 	%p530, %r1879, 0;
+	selp.b64 	%rd630, 0, %rd625, %p515;
+	add.s64 	%rd132, %rd630, %rd624;
+	@%p519 bra 	$L__BB2_395;
+	shr.u32 	%r1875, %r644, 2;
+	and.b32  	%r1876, %r1875, 1073741816;
+	mov.u32 	%r1877, _ZZ14ws_delta_countE3red;
+	add.s32 	%r1878, %r1877, %r1876;
+	st.shared.u64 	[%r1878], %rd132;
+$L__BB2_395:
+	shr.u32 	%r1880, %r644, 5;
+	setp.ne.s32 	%p531, %r1880, 0;
 	bar.sync 	0;
-	@%p530 bra 	$L__BB1_399;
-	cvt.u32.u64 	%r2536, %rd7;
-	setp.gt.u32 	%p531, %r2536, 7;
-	mov.u64 	%rd1266, 0;
-	@%p531 bra 	$L__BB1_397;
-	shl.b32 	%r1882, %r644, 3;
-	and.b32  	%r1883, %r1882, 248;
-	mov.u32 	%r1884, _ZZ14ws_delta_countE3red;
-	add.s32 	%r1885, %r1884, %r1883;
-	ld.shared.u64 	%rd1266, [%r1885];
-$L__BB1_397:
-	cvt.u32.u64 	%r2537, %rd7;
-	setp.lt.u32 	%p924, %r2537, 16;
-	setp.lt.u32 	%p923, %r2537, 8;
-	setp.lt.u32 	%p922, %r2537, 4;
-	setp.lt.u32 	%p921, %r2537, 2;
-	setp.eq.s32 	%p920, %r2537, 0;
-	mov.u32 	%r1907, 16;
-	mov.u32 	%r1908, 4;
-	mov.u32 	%r1909, 2;
-	mov.u32 	%r1910, 8;
-	mov.u32 	%r1911, 0;
+	@%p531 bra 	$L__BB2_400;
+	cvt.u32.u64 	%r2538, %rd7;
+	setp.gt.u32 	%p532, %r2538, 7;
+	mov.u64 	%rd1268, 0;
+	@%p532 bra 	$L__BB2_398;
+	shl.b32 	%r1883, %r644, 3;
+	and.b32  	%r1884, %r1883, 248;
+	mov.u32 	%r1885, _ZZ14ws_delta_countE3red;
+	add.s32 	%r1886, %r1885, %r1884;
+	ld.shared.u64 	%rd1268, [%r1886];
+$L__BB2_398:
+	cvt.u32.u64 	%r2539, %rd7;
+	setp.lt.u32 	%p925, %r2539, 16;
+	setp.lt.u32 	%p924, %r2539, 8;
+	setp.lt.u32 	%p923, %r2539, 4;
+	setp.lt.u32 	%p922, %r2539, 2;
+	setp.eq.s32 	%p921, %r2539, 0;
+	mov.u32 	%r1908, 16;
+	mov.u32 	%r1909, 4;
+	mov.u32 	%r1910, 2;
+	mov.u32 	%r1911, 8;
+	mov.u32 	%r1912, 0;
 	// begin inline asm
-	mov.b64 {%r1886,%r1887}, %rd1266;
+	mov.b64 {%r1887,%r1888}, %rd1268;
 	// end inline asm
-	mov.u32 	%r1912, 1;
-	mov.u32 	%r1913, -1;
-	shfl.sync.up.b32 	%r1889|%p538, %r1887, %r1912, %r1911, %r1913;
-	shfl.sync.up.b32 	%r1888|%p539, %r1886, %r1912, %r1911, %r1913;
+	mov.u32 	%r1913, 1;
+	mov.u32 	%r1914, -1;
+	shfl.sync.up.b32 	%r1890|%p539, %r1888, %r1913, %r1912, %r1914;
+	shfl.sync.up.b32 	%r1889|%p540, %r1887, %r1913, %r1912, %r1914;
 	// begin inline asm
-	mov.b64 %rd633, {%r1888,%r1889};
+	mov.b64 %rd633, {%r1889,%r1890};
 	// end inline asm
-	selp.b64 	%rd642, 0, %rd633, %p920;
-	add.s64 	%rd634, %rd642, %rd1266;
+	selp.b64 	%rd642, 0, %rd633, %p921;
+	add.s64 	%rd634, %rd642, %rd1268;
 	// begin inline asm
-	mov.b64 {%r1890,%r1891}, %rd634;
+	mov.b64 {%r1891,%r1892}, %rd634;
 	// end inline asm
-	shfl.sync.up.b32 	%r1893|%p540, %r1891, %r1909, %r1911, %r1913;
-	shfl.sync.up.b32 	%r1892|%p541, %r1890, %r1909, %r1911, %r1913;
+	shfl.sync.up.b32 	%r1894|%p541, %r1892, %r1910, %r1912, %r1914;
+	shfl.sync.up.b32 	%r1893|%p542, %r1891, %r1910, %r1912, %r1914;
 	// begin inline asm
-	mov.b64 %rd635, {%r1892,%r1893};
+	mov.b64 %rd635, {%r1893,%r1894};
 	// end inline asm
-	selp.b64 	%rd643, 0, %rd635, %p921;
+	selp.b64 	%rd643, 0, %rd635, %p922;
 	add.s64 	%rd636, %rd643, %rd634;
 	// begin inline asm
-	mov.b64 {%r1894,%r1895}, %rd636;
+	mov.b64 {%r1895,%r1896}, %rd636;
 	// end inline asm
-	shfl.sync.up.b32 	%r1897|%p542, %r1895, %r1908, %r1911, %r1913;
-	shfl.sync.up.b32 	%r1896|%p543, %r1894, %r1908, %r1911, %r1913;
+	shfl.sync.up.b32 	%r1898|%p543, %r1896, %r1909, %r1912, %r1914;
+	shfl.sync.up.b32 	%r1897|%p544, %r1895, %r1909, %r1912, %r1914;
 	// begin inline asm
-	mov.b64 %rd637, {%r1896,%r1897};
+	mov.b64 %rd637, {%r1897,%r1898};
 	// end inline asm
-	selp.b64 	%rd644, 0, %rd637, %p922;
+	selp.b64 	%rd644, 0, %rd637, %p923;
 	add.s64 	%rd638, %rd644, %rd636;
 	// begin inline asm
-	mov.b64 {%r1898,%r1899}, %rd638;
+	mov.b64 {%r1899,%r1900}, %rd638;
 	// end inline asm
-	shfl.sync.up.b32 	%r1901|%p544, %r1899, %r1910, %r1911, %r1913;
-	shfl.sync.up.b32 	%r1900|%p545, %r1898, %r1910, %r1911, %r1913;
+	shfl.sync.up.b32 	%r1902|%p545, %r1900, %r1911, %r1912, %r1914;
+	shfl.sync.up.b32 	%r1901|%p546, %r1899, %r1911, %r1912, %r1914;
 	// begin inline asm
-	mov.b64 %rd639, {%r1900,%r1901};
+	mov.b64 %rd639, {%r1901,%r1902};
 	// end inline asm
-	selp.b64 	%rd645, 0, %rd639, %p923;
+	selp.b64 	%rd645, 0, %rd639, %p924;
 	add.s64 	%rd640, %rd645, %rd638;
 	// begin inline asm
-	mov.b64 {%r1902,%r1903}, %rd640;
+	mov.b64 {%r1903,%r1904}, %rd640;
 	// end inline asm
-	shfl.sync.up.b32 	%r1905|%p546, %r1903, %r1907, %r1911, %r1913;
-	shfl.sync.up.b32 	%r1904|%p547, %r1902, %r1907, %r1911, %r1913;
+	shfl.sync.up.b32 	%r1906|%p547, %r1904, %r1908, %r1912, %r1914;
+	shfl.sync.up.b32 	%r1905|%p548, %r1903, %r1908, %r1912, %r1914;
 	// begin inline asm
-	mov.b64 %rd641, {%r1904,%r1905};
+	mov.b64 %rd641, {%r1905,%r1906};
 	// end inline asm
-	selp.b64 	%rd646, 0, %rd641, %p924;
-	add.s64 	%rd134, %rd646, %rd640;
-	@%p531 bra 	$L__BB1_399;
-	shl.b32 	%r1915, %r644, 3;
-	and.b32  	%r1916, %r1915, 248;
-	mov.u32 	%r1917, _ZZ14ws_delta_countE3red;
-	add.s32 	%r1918, %r1917, %r1916;
-	st.shared.u64 	[%r1918], %rd134;
-$L__BB1_399:
-	setp.eq.s32 	%p548, %r1879, 0;
+	selp.b64 	%rd646, 0, %rd641, %p925;
+	add.s64 	%rd135, %rd646, %rd640;
+	@%p532 bra 	$L__BB2_400;
+	shl.b32 	%r1916, %r644, 3;
+	and.b32  	%r1917, %r1916, 248;
+	mov.u32 	%r1918, _ZZ14ws_delta_countE3red;
+	add.s32 	%r1919, %r1918, %r1917;
+	st.shared.u64 	[%r1919], %rd135;
+$L__BB2_400:
+	setp.eq.s32 	%p549, %r1880, 0;
 	bar.sync 	0;
-	mov.u64 	%rd1267, 0;
-	@%p548 bra 	$L__BB1_401;
-	shr.u32 	%r1922, %r644, 2;
-	and.b32  	%r1923, %r1922, 1073741816;
-	mov.u32 	%r1924, _ZZ14ws_delta_countE3red;
-	add.s32 	%r1925, %r1924, %r1923;
-	ld.shared.u64 	%rd1267, [%r1925+-8];
-$L__BB1_401:
-	ld.shared.u64 	%rd137, [_ZZ14ws_delta_countE3red+56];
+	mov.u64 	%rd1269, 0;
+	@%p549 bra 	$L__BB2_402;
+	shr.u32 	%r1923, %r644, 2;
+	and.b32  	%r1924, %r1923, 1073741816;
+	mov.u32 	%r1925, _ZZ14ws_delta_countE3red;
+	add.s32 	%r1926, %r1925, %r1924;
+	ld.shared.u64 	%rd1269, [%r1926+-8];
+$L__BB2_402:
+	ld.shared.u64 	%rd138, [_ZZ14ws_delta_countE3red+56];
 	bar.sync 	0;
-	sub.s64 	%rd648, %rd131, %rd130;
-	add.s64 	%rd138, %rd648, %rd1267;
-	cvt.u32.u64 	%r1926, %rd138;
-	and.b32  	%r1927, %r1926, 65535;
-	add.s32 	%r2715, %r1927, %r2811;
-	setp.ge.u32 	%p549, %r2715, %r2574;
-	setp.eq.s32 	%p550, %r362, 0;
-	or.pred  	%p551, %p549, %p550;
-	@%p551 bra 	$L__BB1_462;
-	and.b32  	%r2528, %r1514, 1;
-	setp.eq.b32 	%p552, %r2528, 1;
-	mov.pred 	%p553, 0;
-	xor.pred  	%p554, %p552, %p553;
-	not.pred 	%p555, %p554;
-	@%p555 bra 	$L__BB1_404;
-	cvt.u16.u64 	%rs135, %rd126;
+	sub.s64 	%rd648, %rd132, %rd131;
+	add.s64 	%rd139, %rd648, %rd1269;
+	cvt.u32.u64 	%r1927, %rd139;
+	and.b32  	%r1928, %r1927, 65535;
+	add.s32 	%r2717, %r1928, %r2813;
+	setp.ge.u32 	%p550, %r2717, %r2576;
+	setp.eq.s32 	%p551, %r362, 0;
+	or.pred  	%p552, %p550, %p551;
+	@%p552 bra 	$L__BB2_463;
+	and.b32  	%r2530, %r1515, 1;
+	setp.eq.b32 	%p553, %r2530, 1;
+	mov.pred 	%p554, 0;
+	xor.pred  	%p555, %p553, %p554;
+	not.pred 	%p556, %p555;
+	@%p556 bra 	$L__BB2_405;
+	cvt.u16.u64 	%rs135, %rd127;
 	shl.b16 	%rs136, %rs135, 4;
-	cvt.u64.u32 	%rd649, %r2715;
-	mul.wide.u32 	%rd650, %r2715, 2;
-	add.s64 	%rd651, %rd18, %rd650;
+	cvt.u64.u32 	%rd649, %r2717;
+	mul.wide.u32 	%rd650, %r2717, 2;
+	add.s64 	%rd651, %rd19, %rd650;
 	st.global.u16 	[%rd651], %rs136;
-	add.s64 	%rd652, %rd649, %rd15;
-	add.s64 	%rd653, %rd18, %rd652;
-	st.global.u8 	[%rd653], %r2685;
-	add.s32 	%r2715, %r2715, 1;
-$L__BB1_404:
-	shr.u32 	%r2530, %r1514, 7;
-	and.b32  	%r2529, %r2530, 2;
-	setp.eq.s32 	%p556, %r2529, 0;
-	@%p556 bra 	$L__BB1_408;
-	setp.ge.u32 	%p557, %r2715, %r2574;
-	@%p557 bra 	$L__BB1_407;
-	cvt.u16.u64 	%rs137, %rd126;
+	add.s64 	%rd652, %rd649, %rd16;
+	add.s64 	%rd653, %rd19, %rd652;
+	st.global.u8 	[%rd653], %r2687;
+	add.s32 	%r2717, %r2717, 1;
+$L__BB2_405:
+	shr.u32 	%r2532, %r1515, 7;
+	and.b32  	%r2531, %r2532, 2;
+	setp.eq.s32 	%p557, %r2531, 0;
+	@%p557 bra 	$L__BB2_409;
+	setp.ge.u32 	%p558, %r2717, %r2576;
+	@%p558 bra 	$L__BB2_408;
+	cvt.u16.u64 	%rs137, %rd127;
 	shl.b16 	%rs138, %rs137, 4;
 	or.b16  	%rs139, %rs138, 1;
-	cvt.u64.u32 	%rd654, %r2715;
-	mul.wide.u32 	%rd655, %r2715, 2;
-	add.s64 	%rd656, %rd18, %rd655;
+	cvt.u64.u32 	%rd654, %r2717;
+	mul.wide.u32 	%rd655, %r2717, 2;
+	add.s64 	%rd656, %rd19, %rd655;
 	st.global.u16 	[%rd656], %rs139;
-	add.s64 	%rd657, %rd654, %rd15;
-	add.s64 	%rd658, %rd18, %rd657;
-	shr.u32 	%r1931, %r2685, 8;
-	st.global.u8 	[%rd658], %r1931;
-$L__BB1_407:
-	add.s32 	%r2715, %r2715, 1;
-$L__BB1_408:
-	shr.u32 	%r2532, %r1514, 14;
-	and.b32  	%r2531, %r2532, 4;
-	setp.eq.s32 	%p558, %r2531, 0;
-	@%p558 bra 	$L__BB1_412;
-	setp.ge.u32 	%p559, %r2715, %r2574;
-	@%p559 bra 	$L__BB1_411;
-	cvt.u16.u64 	%rs140, %rd126;
+	add.s64 	%rd657, %rd654, %rd16;
+	add.s64 	%rd658, %rd19, %rd657;
+	shr.u32 	%r1932, %r2687, 8;
+	st.global.u8 	[%rd658], %r1932;
+$L__BB2_408:
+	add.s32 	%r2717, %r2717, 1;
+$L__BB2_409:
+	shr.u32 	%r2534, %r1515, 14;
+	and.b32  	%r2533, %r2534, 4;
+	setp.eq.s32 	%p559, %r2533, 0;
+	@%p559 bra 	$L__BB2_413;
+	setp.ge.u32 	%p560, %r2717, %r2576;
+	@%p560 bra 	$L__BB2_412;
+	cvt.u16.u64 	%rs140, %rd127;
 	shl.b16 	%rs141, %rs140, 4;
 	or.b16  	%rs142, %rs141, 2;
-	cvt.u64.u32 	%rd659, %r2715;
-	mul.wide.u32 	%rd660, %r2715, 2;
-	add.s64 	%rd661, %rd18, %rd660;
+	cvt.u64.u32 	%rd659, %r2717;
+	mul.wide.u32 	%rd660, %r2717, 2;
+	add.s64 	%rd661, %rd19, %rd660;
 	st.global.u16 	[%rd661], %rs142;
-	add.s64 	%rd662, %rd659, %rd15;
-	add.s64 	%rd663, %rd18, %rd662;
-	shr.u32 	%r1934, %r2685, 16;
-	st.global.u8 	[%rd663], %r1934;
-$L__BB1_411:
-	add.s32 	%r2715, %r2715, 1;
-$L__BB1_412:
-	shr.u32 	%r2534, %r1514, 21;
-	and.b32  	%r2533, %r2534, 8;
-	setp.eq.s32 	%p560, %r2533, 0;
-	@%p560 bra 	$L__BB1_416;
-	setp.ge.u32 	%p561, %r2715, %r2574;
-	@%p561 bra 	$L__BB1_415;
-	cvt.u16.u64 	%rs143, %rd126;
+	add.s64 	%rd662, %rd659, %rd16;
+	add.s64 	%rd663, %rd19, %rd662;
+	shr.u32 	%r1935, %r2687, 16;
+	st.global.u8 	[%rd663], %r1935;
+$L__BB2_412:
+	add.s32 	%r2717, %r2717, 1;
+$L__BB2_413:
+	shr.u32 	%r2536, %r1515, 21;
+	and.b32  	%r2535, %r2536, 8;
+	setp.eq.s32 	%p561, %r2535, 0;
+	@%p561 bra 	$L__BB2_417;
+	setp.ge.u32 	%p562, %r2717, %r2576;
+	@%p562 bra 	$L__BB2_416;
+	cvt.u16.u64 	%rs143, %rd127;
 	shl.b16 	%rs144, %rs143, 4;
 	or.b16  	%rs145, %rs144, 3;
-	cvt.u64.u32 	%rd664, %r2715;
-	mul.wide.u32 	%rd665, %r2715, 2;
-	add.s64 	%rd666, %rd18, %rd665;
+	cvt.u64.u32 	%rd664, %r2717;
+	mul.wide.u32 	%rd665, %r2717, 2;
+	add.s64 	%rd666, %rd19, %rd665;
 	st.global.u16 	[%rd666], %rs145;
-	add.s64 	%rd667, %rd664, %rd15;
-	add.s64 	%rd668, %rd18, %rd667;
-	shr.u32 	%r1937, %r2685, 24;
-	st.global.u8 	[%rd668], %r1937;
-$L__BB1_415:
-	add.s32 	%r2715, %r2715, 1;
-$L__BB1_416:
-	and.b32  	%r2535, %r1516, 1;
-	setp.eq.s32 	%p562, %r2535, 0;
-	@%p562 bra 	$L__BB1_420;
-	setp.ge.u32 	%p563, %r2715, %r2574;
-	@%p563 bra 	$L__BB1_419;
-	cvt.u16.u64 	%rs146, %rd126;
+	add.s64 	%rd667, %rd664, %rd16;
+	add.s64 	%rd668, %rd19, %rd667;
+	shr.u32 	%r1938, %r2687, 24;
+	st.global.u8 	[%rd668], %r1938;
+$L__BB2_416:
+	add.s32 	%r2717, %r2717, 1;
+$L__BB2_417:
+	and.b32  	%r2537, %r1517, 1;
+	setp.eq.s32 	%p563, %r2537, 0;
+	@%p563 bra 	$L__BB2_421;
+	setp.ge.u32 	%p564, %r2717, %r2576;
+	@%p564 bra 	$L__BB2_420;
+	cvt.u16.u64 	%rs146, %rd127;
 	shl.b16 	%rs147, %rs146, 4;
 	or.b16  	%rs148, %rs147, 4;
-	cvt.u64.u32 	%rd669, %r2715;
-	mul.wide.u32 	%rd670, %r2715, 2;
-	add.s64 	%rd671, %rd18, %rd670;
+	cvt.u64.u32 	%rd669, %r2717;
+	mul.wide.u32 	%rd670, %r2717, 2;
+	add.s64 	%rd671, %rd19, %rd670;
 	st.global.u16 	[%rd671], %rs148;
-	add.s64 	%rd672, %rd669, %rd15;
-	add.s64 	%rd673, %rd18, %rd672;
-	st.global.u8 	[%rd673], %r2684;
-$L__BB1_419:
-	add.s32 	%r2715, %r2715, 1;
-$L__BB1_420:
-	and.b32  	%r1938, %r1516, 256;
-	setp.eq.s32 	%p564, %r1938, 0;
-	@%p564 bra 	$L__BB1_424;
-	setp.ge.u32 	%p565, %r2715, %r2574;
-	@%p565 bra 	$L__BB1_423;
-	cvt.u16.u64 	%rs149, %rd126;
+	add.s64 	%rd672, %rd669, %rd16;
+	add.s64 	%rd673, %rd19, %rd672;
+	st.global.u8 	[%rd673], %r2686;
+$L__BB2_420:
+	add.s32 	%r2717, %r2717, 1;
+$L__BB2_421:
+	and.b32  	%r1939, %r1517, 256;
+	setp.eq.s32 	%p565, %r1939, 0;
+	@%p565 bra 	$L__BB2_425;
+	setp.ge.u32 	%p566, %r2717, %r2576;
+	@%p566 bra 	$L__BB2_424;
+	cvt.u16.u64 	%rs149, %rd127;
 	shl.b16 	%rs150, %rs149, 4;
 	or.b16  	%rs151, %rs150, 5;
-	cvt.u64.u32 	%rd674, %r2715;
-	mul.wide.u32 	%rd675, %r2715, 2;
-	add.s64 	%rd676, %rd18, %rd675;
+	cvt.u64.u32 	%rd674, %r2717;
+	mul.wide.u32 	%rd675, %r2717, 2;
+	add.s64 	%rd676, %rd19, %rd675;
 	st.global.u16 	[%rd676], %rs151;
-	add.s64 	%rd677, %rd674, %rd15;
-	add.s64 	%rd678, %rd18, %rd677;
-	shr.u32 	%r1939, %r2684, 8;
-	st.global.u8 	[%rd678], %r1939;
-$L__BB1_423:
-	add.s32 	%r2715, %r2715, 1;
-$L__BB1_424:
-	and.b32  	%r1940, %r1516, 65536;
-	setp.eq.s32 	%p566, %r1940, 0;
-	@%p566 bra 	$L__BB1_428;
-	setp.ge.u32 	%p567, %r2715, %r2574;
-	@%p567 bra 	$L__BB1_427;
-	cvt.u16.u64 	%rs152, %rd126;
+	add.s64 	%rd677, %rd674, %rd16;
+	add.s64 	%rd678, %rd19, %rd677;
+	shr.u32 	%r1940, %r2686, 8;
+	st.global.u8 	[%rd678], %r1940;
+$L__BB2_424:
+	add.s32 	%r2717, %r2717, 1;
+$L__BB2_425:
+	and.b32  	%r1941, %r1517, 65536;
+	setp.eq.s32 	%p567, %r1941, 0;
+	@%p567 bra 	$L__BB2_429;
+	setp.ge.u32 	%p568, %r2717, %r2576;
+	@%p568 bra 	$L__BB2_428;
+	cvt.u16.u64 	%rs152, %rd127;
 	shl.b16 	%rs153, %rs152, 4;
 	or.b16  	%rs154, %rs153, 6;
-	cvt.u64.u32 	%rd679, %r2715;
-	mul.wide.u32 	%rd680, %r2715, 2;
-	add.s64 	%rd681, %rd18, %rd680;
+	cvt.u64.u32 	%rd679, %r2717;
+	mul.wide.u32 	%rd680, %r2717, 2;
+	add.s64 	%rd681, %rd19, %rd680;
 	st.global.u16 	[%rd681], %rs154;
-	add.s64 	%rd682, %rd679, %rd15;
-	add.s64 	%rd683, %rd18, %rd682;
-	shr.u32 	%r1941, %r2684, 16;
-	st.global.u8 	[%rd683], %r1941;
-$L__BB1_427:
-	add.s32 	%r2715, %r2715, 1;
-$L__BB1_428:
-	and.b32  	%r1942, %r1516, 16777216;
-	setp.eq.s32 	%p568, %r1942, 0;
-	@%p568 bra 	$L__BB1_432;
-	setp.ge.u32 	%p569, %r2715, %r2574;
-	@%p569 bra 	$L__BB1_431;
-	cvt.u16.u64 	%rs155, %rd126;
+	add.s64 	%rd682, %rd679, %rd16;
+	add.s64 	%rd683, %rd19, %rd682;
+	shr.u32 	%r1942, %r2686, 16;
+	st.global.u8 	[%rd683], %r1942;
+$L__BB2_428:
+	add.s32 	%r2717, %r2717, 1;
+$L__BB2_429:
+	and.b32  	%r1943, %r1517, 16777216;
+	setp.eq.s32 	%p569, %r1943, 0;
+	@%p569 bra 	$L__BB2_433;
+	setp.ge.u32 	%p570, %r2717, %r2576;
+	@%p570 bra 	$L__BB2_432;
+	cvt.u16.u64 	%rs155, %rd127;
 	shl.b16 	%rs156, %rs155, 4;
 	or.b16  	%rs157, %rs156, 7;
-	cvt.u64.u32 	%rd684, %r2715;
-	mul.wide.u32 	%rd685, %r2715, 2;
-	add.s64 	%rd686, %rd18, %rd685;
+	cvt.u64.u32 	%rd684, %r2717;
+	mul.wide.u32 	%rd685, %r2717, 2;
+	add.s64 	%rd686, %rd19, %rd685;
 	st.global.u16 	[%rd686], %rs157;
-	add.s64 	%rd687, %rd684, %rd15;
-	add.s64 	%rd688, %rd18, %rd687;
-	shr.u32 	%r1943, %r2684, 24;
-	st.global.u8 	[%rd688], %r1943;
-$L__BB1_431:
-	add.s32 	%r2715, %r2715, 1;
-$L__BB1_432:
-	and.b32  	%r1944, %r361, 256;
-	setp.eq.s32 	%p570, %r1944, 0;
-	@%p570 bra 	$L__BB1_436;
-	setp.ge.u32 	%p571, %r2715, %r2574;
-	@%p571 bra 	$L__BB1_435;
-	cvt.u16.u64 	%rs158, %rd126;
+	add.s64 	%rd687, %rd684, %rd16;
+	add.s64 	%rd688, %rd19, %rd687;
+	shr.u32 	%r1944, %r2686, 24;
+	st.global.u8 	[%rd688], %r1944;
+$L__BB2_432:
+	add.s32 	%r2717, %r2717, 1;
+$L__BB2_433:
+	and.b32  	%r1945, %r361, 256;
+	setp.eq.s32 	%p571, %r1945, 0;
+	@%p571 bra 	$L__BB2_437;
+	setp.ge.u32 	%p572, %r2717, %r2576;
+	@%p572 bra 	$L__BB2_436;
+	cvt.u16.u64 	%rs158, %rd127;
 	shl.b16 	%rs159, %rs158, 4;
 	or.b16  	%rs160, %rs159, 8;
-	cvt.u64.u32 	%rd689, %r2715;
-	mul.wide.u32 	%rd690, %r2715, 2;
-	add.s64 	%rd691, %rd18, %rd690;
+	cvt.u64.u32 	%rd689, %r2717;
+	mul.wide.u32 	%rd690, %r2717, 2;
+	add.s64 	%rd691, %rd19, %rd690;
 	st.global.u16 	[%rd691], %rs160;
-	add.s64 	%rd692, %rd689, %rd15;
-	add.s64 	%rd693, %rd18, %rd692;
-	st.global.u8 	[%rd693], %r2683;
-$L__BB1_435:
-	add.s32 	%r2715, %r2715, 1;
-$L__BB1_436:
-	and.b32  	%r1945, %r361, 512;
-	setp.eq.s32 	%p572, %r1945, 0;
-	@%p572 bra 	$L__BB1_440;
-	setp.ge.u32 	%p573, %r2715, %r2574;
-	@%p573 bra 	$L__BB1_439;
-	cvt.u16.u64 	%rs161, %rd126;
+	add.s64 	%rd692, %rd689, %rd16;
+	add.s64 	%rd693, %rd19, %rd692;
+	st.global.u8 	[%rd693], %r2685;
+$L__BB2_436:
+	add.s32 	%r2717, %r2717, 1;
+$L__BB2_437:
+	and.b32  	%r1946, %r361, 512;
+	setp.eq.s32 	%p573, %r1946, 0;
+	@%p573 bra 	$L__BB2_441;
+	setp.ge.u32 	%p574, %r2717, %r2576;
+	@%p574 bra 	$L__BB2_440;
+	cvt.u16.u64 	%rs161, %rd127;
 	shl.b16 	%rs162, %rs161, 4;
 	or.b16  	%rs163, %rs162, 9;
-	cvt.u64.u32 	%rd694, %r2715;
-	mul.wide.u32 	%rd695, %r2715, 2;
-	add.s64 	%rd696, %rd18, %rd695;
+	cvt.u64.u32 	%rd694, %r2717;
+	mul.wide.u32 	%rd695, %r2717, 2;
+	add.s64 	%rd696, %rd19, %rd695;
 	st.global.u16 	[%rd696], %rs163;
-	add.s64 	%rd697, %rd694, %rd15;
-	add.s64 	%rd698, %rd18, %rd697;
-	shr.u32 	%r1946, %r2683, 8;
-	st.global.u8 	[%rd698], %r1946;
-$L__BB1_439:
-	add.s32 	%r2715, %r2715, 1;
-$L__BB1_440:
-	and.b32  	%r1947, %r361, 1024;
-	setp.eq.s32 	%p574, %r1947, 0;
-	@%p574 bra 	$L__BB1_444;
-	setp.ge.u32 	%p575, %r2715, %r2574;
-	@%p575 bra 	$L__BB1_443;
-	cvt.u16.u64 	%rs164, %rd126;
+	add.s64 	%rd697, %rd694, %rd16;
+	add.s64 	%rd698, %rd19, %rd697;
+	shr.u32 	%r1947, %r2685, 8;
+	st.global.u8 	[%rd698], %r1947;
+$L__BB2_440:
+	add.s32 	%r2717, %r2717, 1;
+$L__BB2_441:
+	and.b32  	%r1948, %r361, 1024;
+	setp.eq.s32 	%p575, %r1948, 0;
+	@%p575 bra 	$L__BB2_445;
+	setp.ge.u32 	%p576, %r2717, %r2576;
+	@%p576 bra 	$L__BB2_444;
+	cvt.u16.u64 	%rs164, %rd127;
 	shl.b16 	%rs165, %rs164, 4;
 	or.b16  	%rs166, %rs165, 10;
-	cvt.u64.u32 	%rd699, %r2715;
-	mul.wide.u32 	%rd700, %r2715, 2;
-	add.s64 	%rd701, %rd18, %rd700;
+	cvt.u64.u32 	%rd699, %r2717;
+	mul.wide.u32 	%rd700, %r2717, 2;
+	add.s64 	%rd701, %rd19, %rd700;
 	st.global.u16 	[%rd701], %rs166;
-	add.s64 	%rd702, %rd699, %rd15;
-	add.s64 	%rd703, %rd18, %rd702;
-	shr.u32 	%r1948, %r2683, 16;
-	st.global.u8 	[%rd703], %r1948;
-$L__BB1_443:
-	add.s32 	%r2715, %r2715, 1;
-$L__BB1_444:
-	and.b32  	%r1949, %r361, 2048;
-	setp.eq.s32 	%p576, %r1949, 0;
-	@%p576 bra 	$L__BB1_448;
-	setp.ge.u32 	%p577, %r2715, %r2574;
-	@%p577 bra 	$L__BB1_447;
-	cvt.u16.u64 	%rs167, %rd126;
+	add.s64 	%rd702, %rd699, %rd16;
+	add.s64 	%rd703, %rd19, %rd702;
+	shr.u32 	%r1949, %r2685, 16;
+	st.global.u8 	[%rd703], %r1949;
+$L__BB2_444:
+	add.s32 	%r2717, %r2717, 1;
+$L__BB2_445:
+	and.b32  	%r1950, %r361, 2048;
+	setp.eq.s32 	%p577, %r1950, 0;
+	@%p577 bra 	$L__BB2_449;
+	setp.ge.u32 	%p578, %r2717, %r2576;
+	@%p578 bra 	$L__BB2_448;
+	cvt.u16.u64 	%rs167, %rd127;
 	shl.b16 	%rs168, %rs167, 4;
 	or.b16  	%rs169, %rs168, 11;
-	cvt.u64.u32 	%rd704, %r2715;
-	mul.wide.u32 	%rd705, %r2715, 2;
-	add.s64 	%rd706, %rd18, %rd705;
+	cvt.u64.u32 	%rd704, %r2717;
+	mul.wide.u32 	%rd705, %r2717, 2;
+	add.s64 	%rd706, %rd19, %rd705;
 	st.global.u16 	[%rd706], %rs169;
-	add.s64 	%rd707, %rd704, %rd15;
-	add.s64 	%rd708, %rd18, %rd707;
-	shr.u32 	%r1950, %r2683, 24;
-	st.global.u8 	[%rd708], %r1950;
-$L__BB1_447:
-	add.s32 	%r2715, %r2715, 1;
-$L__BB1_448:
-	and.b32  	%r1951, %r362, 4096;
-	setp.eq.s32 	%p578, %r1951, 0;
-	@%p578 bra 	$L__BB1_452;
-	setp.ge.u32 	%p579, %r2715, %r2574;
-	@%p579 bra 	$L__BB1_451;
-	cvt.u16.u64 	%rs170, %rd126;
+	add.s64 	%rd707, %rd704, %rd16;
+	add.s64 	%rd708, %rd19, %rd707;
+	shr.u32 	%r1951, %r2685, 24;
+	st.global.u8 	[%rd708], %r1951;
+$L__BB2_448:
+	add.s32 	%r2717, %r2717, 1;
+$L__BB2_449:
+	and.b32  	%r1952, %r362, 4096;
+	setp.eq.s32 	%p579, %r1952, 0;
+	@%p579 bra 	$L__BB2_453;
+	setp.ge.u32 	%p580, %r2717, %r2576;
+	@%p580 bra 	$L__BB2_452;
+	cvt.u16.u64 	%rs170, %rd127;
 	shl.b16 	%rs171, %rs170, 4;
 	or.b16  	%rs172, %rs171, 12;
-	cvt.u64.u32 	%rd709, %r2715;
-	mul.wide.u32 	%rd710, %r2715, 2;
-	add.s64 	%rd711, %rd18, %rd710;
+	cvt.u64.u32 	%rd709, %r2717;
+	mul.wide.u32 	%rd710, %r2717, 2;
+	add.s64 	%rd711, %rd19, %rd710;
 	st.global.u16 	[%rd711], %rs172;
-	add.s64 	%rd712, %rd709, %rd15;
-	add.s64 	%rd713, %rd18, %rd712;
-	st.global.u8 	[%rd713], %r2682;
-$L__BB1_451:
-	add.s32 	%r2715, %r2715, 1;
-$L__BB1_452:
-	and.b32  	%r1952, %r362, 8192;
-	setp.eq.s32 	%p580, %r1952, 0;
-	@%p580 bra 	$L__BB1_456;
-	setp.ge.u32 	%p581, %r2715, %r2574;
-	@%p581 bra 	$L__BB1_455;
-	cvt.u16.u64 	%rs173, %rd126;
+	add.s64 	%rd712, %rd709, %rd16;
+	add.s64 	%rd713, %rd19, %rd712;
+	st.global.u8 	[%rd713], %r2684;
+$L__BB2_452:
+	add.s32 	%r2717, %r2717, 1;
+$L__BB2_453:
+	and.b32  	%r1953, %r362, 8192;
+	setp.eq.s32 	%p581, %r1953, 0;
+	@%p581 bra 	$L__BB2_457;
+	setp.ge.u32 	%p582, %r2717, %r2576;
+	@%p582 bra 	$L__BB2_456;
+	cvt.u16.u64 	%rs173, %rd127;
 	shl.b16 	%rs174, %rs173, 4;
 	or.b16  	%rs175, %rs174, 13;
-	cvt.u64.u32 	%rd714, %r2715;
-	mul.wide.u32 	%rd715, %r2715, 2;
-	add.s64 	%rd716, %rd18, %rd715;
+	cvt.u64.u32 	%rd714, %r2717;
+	mul.wide.u32 	%rd715, %r2717, 2;
+	add.s64 	%rd716, %rd19, %rd715;
 	st.global.u16 	[%rd716], %rs175;
-	add.s64 	%rd717, %rd714, %rd15;
-	add.s64 	%rd718, %rd18, %rd717;
-	shr.u32 	%r1953, %r2682, 8;
-	st.global.u8 	[%rd718], %r1953;
-$L__BB1_455:
-	add.s32 	%r2715, %r2715, 1;
-$L__BB1_456:
-	and.b32  	%r1954, %r362, 16384;
-	setp.eq.s32 	%p582, %r1954, 0;
-	@%p582 bra 	$L__BB1_460;
-	setp.ge.u32 	%p583, %r2715, %r2574;
-	@%p583 bra 	$L__BB1_459;
-	cvt.u16.u64 	%rs176, %rd126;
+	add.s64 	%rd717, %rd714, %rd16;
+	add.s64 	%rd718, %rd19, %rd717;
+	shr.u32 	%r1954, %r2684, 8;
+	st.global.u8 	[%rd718], %r1954;
+$L__BB2_456:
+	add.s32 	%r2717, %r2717, 1;
+$L__BB2_457:
+	and.b32  	%r1955, %r362, 16384;
+	setp.eq.s32 	%p583, %r1955, 0;
+	@%p583 bra 	$L__BB2_461;
+	setp.ge.u32 	%p584, %r2717, %r2576;
+	@%p584 bra 	$L__BB2_460;
+	cvt.u16.u64 	%rs176, %rd127;
 	shl.b16 	%rs177, %rs176, 4;
 	or.b16  	%rs178, %rs177, 14;
-	cvt.u64.u32 	%rd719, %r2715;
-	mul.wide.u32 	%rd720, %r2715, 2;
-	add.s64 	%rd721, %rd18, %rd720;
+	cvt.u64.u32 	%rd719, %r2717;
+	mul.wide.u32 	%rd720, %r2717, 2;
+	add.s64 	%rd721, %rd19, %rd720;
 	st.global.u16 	[%rd721], %rs178;
-	add.s64 	%rd722, %rd719, %rd15;
-	add.s64 	%rd723, %rd18, %rd722;
-	shr.u32 	%r1955, %r2682, 16;
-	st.global.u8 	[%rd723], %r1955;
-$L__BB1_459:
-	add.s32 	%r2715, %r2715, 1;
-$L__BB1_460:
+	add.s64 	%rd722, %rd719, %rd16;
+	add.s64 	%rd723, %rd19, %rd722;
+	shr.u32 	%r1956, %r2684, 16;
+	st.global.u8 	[%rd723], %r1956;
+$L__BB2_460:
+	add.s32 	%r2717, %r2717, 1;
+$L__BB2_461:
 	cvt.u16.u32 	%rs179, %r362;
-	setp.gt.s16 	%p584, %rs179, -1;
-	setp.ge.u32 	%p585, %r2715, %r2574;
-	or.pred  	%p586, %p584, %p585;
-	@%p586 bra 	$L__BB1_462;
-	cvt.u16.u64 	%rs180, %rd126;
+	setp.gt.s16 	%p585, %rs179, -1;
+	setp.ge.u32 	%p586, %r2717, %r2576;
+	or.pred  	%p587, %p585, %p586;
+	@%p587 bra 	$L__BB2_463;
+	cvt.u16.u64 	%rs180, %rd127;
 	shl.b16 	%rs181, %rs180, 4;
 	or.b16  	%rs182, %rs181, 15;
-	cvt.u64.u32 	%rd724, %r2715;
-	mul.wide.u32 	%rd725, %r2715, 2;
-	add.s64 	%rd726, %rd18, %rd725;
+	cvt.u64.u32 	%rd724, %r2717;
+	mul.wide.u32 	%rd725, %r2717, 2;
+	add.s64 	%rd726, %rd19, %rd725;
 	st.global.u16 	[%rd726], %rs182;
-	add.s64 	%rd727, %rd724, %rd15;
-	add.s64 	%rd728, %rd18, %rd727;
-	shr.u32 	%r1956, %r2682, 24;
-	st.global.u8 	[%rd728], %r1956;
-$L__BB1_462:
-	cvt.u32.u64 	%r1957, %rd137;
-	and.b32  	%r1958, %r1957, 65535;
-	add.s32 	%r416, %r1958, %r2811;
-	shr.u32 	%r1960, %r1926, 16;
-	add.s32 	%r2730, %r1960, %r416;
-	setp.ge.u32 	%p587, %r2730, %r2574;
-	setp.eq.s32 	%p588, %r369, 0;
-	or.pred  	%p589, %p587, %p588;
-	@%p589 bra 	$L__BB1_523;
-	and.b32  	%r2520, %r1595, 1;
-	setp.eq.b32 	%p590, %r2520, 1;
-	mov.pred 	%p591, 0;
-	xor.pred  	%p592, %p590, %p591;
-	not.pred 	%p593, %p592;
-	@%p593 bra 	$L__BB1_465;
-	cvt.u16.u64 	%rs183, %rd127;
+	add.s64 	%rd727, %rd724, %rd16;
+	add.s64 	%rd728, %rd19, %rd727;
+	shr.u32 	%r1957, %r2684, 24;
+	st.global.u8 	[%rd728], %r1957;
+$L__BB2_463:
+	cvt.u32.u64 	%r1958, %rd138;
+	and.b32  	%r1959, %r1958, 65535;
+	add.s32 	%r416, %r1959, %r2813;
+	shr.u32 	%r1961, %r1927, 16;
+	add.s32 	%r2732, %r1961, %r416;
+	setp.ge.u32 	%p588, %r2732, %r2576;
+	setp.eq.s32 	%p589, %r369, 0;
+	or.pred  	%p590, %p588, %p589;
+	@%p590 bra 	$L__BB2_524;
+	and.b32  	%r2522, %r1596, 1;
+	setp.eq.b32 	%p591, %r2522, 1;
+	mov.pred 	%p592, 0;
+	xor.pred  	%p593, %p591, %p592;
+	not.pred 	%p594, %p593;
+	@%p594 bra 	$L__BB2_466;
+	cvt.u16.u64 	%rs183, %rd128;
 	shl.b16 	%rs184, %rs183, 4;
-	cvt.u64.u32 	%rd729, %r2730;
-	mul.wide.u32 	%rd730, %r2730, 2;
-	add.s64 	%rd731, %rd18, %rd730;
+	cvt.u64.u32 	%rd729, %r2732;
+	mul.wide.u32 	%rd730, %r2732, 2;
+	add.s64 	%rd731, %rd19, %rd730;
 	st.global.u16 	[%rd731], %rs184;
-	add.s64 	%rd732, %rd729, %rd15;
-	add.s64 	%rd733, %rd18, %rd732;
-	st.global.u8 	[%rd733], %r2693;
-	add.s32 	%r2730, %r2730, 1;
-$L__BB1_465:
-	shr.u32 	%r2522, %r1595, 7;
-	and.b32  	%r2521, %r2522, 2;
-	setp.eq.s32 	%p594, %r2521, 0;
-	@%p594 bra 	$L__BB1_469;
-	setp.ge.u32 	%p595, %r2730, %r2574;
-	@%p595 bra 	$L__BB1_468;
-	cvt.u16.u64 	%rs185, %rd127;
+	add.s64 	%rd732, %rd729, %rd16;
+	add.s64 	%rd733, %rd19, %rd732;
+	st.global.u8 	[%rd733], %r2695;
+	add.s32 	%r2732, %r2732, 1;
+$L__BB2_466:
+	shr.u32 	%r2524, %r1596, 7;
+	and.b32  	%r2523, %r2524, 2;
+	setp.eq.s32 	%p595, %r2523, 0;
+	@%p595 bra 	$L__BB2_470;
+	setp.ge.u32 	%p596, %r2732, %r2576;
+	@%p596 bra 	$L__BB2_469;
+	cvt.u16.u64 	%rs185, %rd128;
 	shl.b16 	%rs186, %rs185, 4;
 	or.b16  	%rs187, %rs186, 1;
-	cvt.u64.u32 	%rd734, %r2730;
-	mul.wide.u32 	%rd735, %r2730, 2;
-	add.s64 	%rd736, %rd18, %rd735;
+	cvt.u64.u32 	%rd734, %r2732;
+	mul.wide.u32 	%rd735, %r2732, 2;
+	add.s64 	%rd736, %rd19, %rd735;
 	st.global.u16 	[%rd736], %rs187;
-	add.s64 	%rd737, %rd734, %rd15;
-	add.s64 	%rd738, %rd18, %rd737;
-	shr.u32 	%r1964, %r2693, 8;
-	st.global.u8 	[%rd738], %r1964;
-$L__BB1_468:
-	add.s32 	%r2730, %r2730, 1;
-$L__BB1_469:
-	shr.u32 	%r2524, %r1595, 14;
-	and.b32  	%r2523, %r2524, 4;
-	setp.eq.s32 	%p596, %r2523, 0;
-	@%p596 bra 	$L__BB1_473;
-	setp.ge.u32 	%p597, %r2730, %r2574;
-	@%p597 bra 	$L__BB1_472;
-	cvt.u16.u64 	%rs188, %rd127;
+	add.s64 	%rd737, %rd734, %rd16;
+	add.s64 	%rd738, %rd19, %rd737;
+	shr.u32 	%r1965, %r2695, 8;
+	st.global.u8 	[%rd738], %r1965;
+$L__BB2_469:
+	add.s32 	%r2732, %r2732, 1;
+$L__BB2_470:
+	shr.u32 	%r2526, %r1596, 14;
+	and.b32  	%r2525, %r2526, 4;
+	setp.eq.s32 	%p597, %r2525, 0;
+	@%p597 bra 	$L__BB2_474;
+	setp.ge.u32 	%p598, %r2732, %r2576;
+	@%p598 bra 	$L__BB2_473;
+	cvt.u16.u64 	%rs188, %rd128;
 	shl.b16 	%rs189, %rs188, 4;
 	or.b16  	%rs190, %rs189, 2;
-	cvt.u64.u32 	%rd739, %r2730;
-	mul.wide.u32 	%rd740, %r2730, 2;
-	add.s64 	%rd741, %rd18, %rd740;
+	cvt.u64.u32 	%rd739, %r2732;
+	mul.wide.u32 	%rd740, %r2732, 2;
+	add.s64 	%rd741, %rd19, %rd740;
 	st.global.u16 	[%rd741], %rs190;
-	add.s64 	%rd742, %rd739, %rd15;
-	add.s64 	%rd743, %rd18, %rd742;
-	shr.u32 	%r1967, %r2693, 16;
-	st.global.u8 	[%rd743], %r1967;
-$L__BB1_472:
-	add.s32 	%r2730, %r2730, 1;
-$L__BB1_473:
-	shr.u32 	%r2526, %r1595, 21;
-	and.b32  	%r2525, %r2526, 8;
-	setp.eq.s32 	%p598, %r2525, 0;
-	@%p598 bra 	$L__BB1_477;
-	setp.ge.u32 	%p599, %r2730, %r2574;
-	@%p599 bra 	$L__BB1_476;
-	cvt.u16.u64 	%rs191, %rd127;
+	add.s64 	%rd742, %rd739, %rd16;
+	add.s64 	%rd743, %rd19, %rd742;
+	shr.u32 	%r1968, %r2695, 16;
+	st.global.u8 	[%rd743], %r1968;
+$L__BB2_473:
+	add.s32 	%r2732, %r2732, 1;
+$L__BB2_474:
+	shr.u32 	%r2528, %r1596, 21;
+	and.b32  	%r2527, %r2528, 8;
+	setp.eq.s32 	%p599, %r2527, 0;
+	@%p599 bra 	$L__BB2_478;
+	setp.ge.u32 	%p600, %r2732, %r2576;
+	@%p600 bra 	$L__BB2_477;
+	cvt.u16.u64 	%rs191, %rd128;
 	shl.b16 	%rs192, %rs191, 4;
 	or.b16  	%rs193, %rs192, 3;
-	cvt.u64.u32 	%rd744, %r2730;
-	mul.wide.u32 	%rd745, %r2730, 2;
-	add.s64 	%rd746, %rd18, %rd745;
+	cvt.u64.u32 	%rd744, %r2732;
+	mul.wide.u32 	%rd745, %r2732, 2;
+	add.s64 	%rd746, %rd19, %rd745;
 	st.global.u16 	[%rd746], %rs193;
-	add.s64 	%rd747, %rd744, %rd15;
-	add.s64 	%rd748, %rd18, %rd747;
-	shr.u32 	%r1970, %r2693, 24;
-	st.global.u8 	[%rd748], %r1970;
-$L__BB1_476:
-	add.s32 	%r2730, %r2730, 1;
-$L__BB1_477:
-	and.b32  	%r2527, %r1597, 1;
-	setp.eq.s32 	%p600, %r2527, 0;
-	@%p600 bra 	$L__BB1_481;
-	setp.ge.u32 	%p601, %r2730, %r2574;
-	@%p601 bra 	$L__BB1_480;
-	cvt.u16.u64 	%rs194, %rd127;
+	add.s64 	%rd747, %rd744, %rd16;
+	add.s64 	%rd748, %rd19, %rd747;
+	shr.u32 	%r1971, %r2695, 24;
+	st.global.u8 	[%rd748], %r1971;
+$L__BB2_477:
+	add.s32 	%r2732, %r2732, 1;
+$L__BB2_478:
+	and.b32  	%r2529, %r1598, 1;
+	setp.eq.s32 	%p601, %r2529, 0;
+	@%p601 bra 	$L__BB2_482;
+	setp.ge.u32 	%p602, %r2732, %r2576;
+	@%p602 bra 	$L__BB2_481;
+	cvt.u16.u64 	%rs194, %rd128;
 	shl.b16 	%rs195, %rs194, 4;
 	or.b16  	%rs196, %rs195, 4;
-	cvt.u64.u32 	%rd749, %r2730;
-	mul.wide.u32 	%rd750, %r2730, 2;
-	add.s64 	%rd751, %rd18, %rd750;
+	cvt.u64.u32 	%rd749, %r2732;
+	mul.wide.u32 	%rd750, %r2732, 2;
+	add.s64 	%rd751, %rd19, %rd750;
 	st.global.u16 	[%rd751], %rs196;
-	add.s64 	%rd752, %rd749, %rd15;
-	add.s64 	%rd753, %rd18, %rd752;
-	st.global.u8 	[%rd753], %r2692;
-$L__BB1_480:
-	add.s32 	%r2730, %r2730, 1;
-$L__BB1_481:
-	and.b32  	%r1971, %r1597, 256;
-	setp.eq.s32 	%p602, %r1971, 0;
-	@%p602 bra 	$L__BB1_485;
-	setp.ge.u32 	%p603, %r2730, %r2574;
-	@%p603 bra 	$L__BB1_484;
-	cvt.u16.u64 	%rs197, %rd127;
+	add.s64 	%rd752, %rd749, %rd16;
+	add.s64 	%rd753, %rd19, %rd752;
+	st.global.u8 	[%rd753], %r2694;
+$L__BB2_481:
+	add.s32 	%r2732, %r2732, 1;
+$L__BB2_482:
+	and.b32  	%r1972, %r1598, 256;
+	setp.eq.s32 	%p603, %r1972, 0;
+	@%p603 bra 	$L__BB2_486;
+	setp.ge.u32 	%p604, %r2732, %r2576;
+	@%p604 bra 	$L__BB2_485;
+	cvt.u16.u64 	%rs197, %rd128;
 	shl.b16 	%rs198, %rs197, 4;
 	or.b16  	%rs199, %rs198, 5;
-	cvt.u64.u32 	%rd754, %r2730;
-	mul.wide.u32 	%rd755, %r2730, 2;
-	add.s64 	%rd756, %rd18, %rd755;
+	cvt.u64.u32 	%rd754, %r2732;
+	mul.wide.u32 	%rd755, %r2732, 2;
+	add.s64 	%rd756, %rd19, %rd755;
 	st.global.u16 	[%rd756], %rs199;
-	add.s64 	%rd757, %rd754, %rd15;
-	add.s64 	%rd758, %rd18, %rd757;
-	shr.u32 	%r1972, %r2692, 8;
-	st.global.u8 	[%rd758], %r1972;
-$L__BB1_484:
-	add.s32 	%r2730, %r2730, 1;
-$L__BB1_485:
-	and.b32  	%r1973, %r1597, 65536;
-	setp.eq.s32 	%p604, %r1973, 0;
-	@%p604 bra 	$L__BB1_489;
-	setp.ge.u32 	%p605, %r2730, %r2574;
-	@%p605 bra 	$L__BB1_488;
-	cvt.u16.u64 	%rs200, %rd127;
+	add.s64 	%rd757, %rd754, %rd16;
+	add.s64 	%rd758, %rd19, %rd757;
+	shr.u32 	%r1973, %r2694, 8;
+	st.global.u8 	[%rd758], %r1973;
+$L__BB2_485:
+	add.s32 	%r2732, %r2732, 1;
+$L__BB2_486:
+	and.b32  	%r1974, %r1598, 65536;
+	setp.eq.s32 	%p605, %r1974, 0;
+	@%p605 bra 	$L__BB2_490;
+	setp.ge.u32 	%p606, %r2732, %r2576;
+	@%p606 bra 	$L__BB2_489;
+	cvt.u16.u64 	%rs200, %rd128;
 	shl.b16 	%rs201, %rs200, 4;
 	or.b16  	%rs202, %rs201, 6;
-	cvt.u64.u32 	%rd759, %r2730;
-	mul.wide.u32 	%rd760, %r2730, 2;
-	add.s64 	%rd761, %rd18, %rd760;
+	cvt.u64.u32 	%rd759, %r2732;
+	mul.wide.u32 	%rd760, %r2732, 2;
+	add.s64 	%rd761, %rd19, %rd760;
 	st.global.u16 	[%rd761], %rs202;
-	add.s64 	%rd762, %rd759, %rd15;
-	add.s64 	%rd763, %rd18, %rd762;
-	shr.u32 	%r1974, %r2692, 16;
-	st.global.u8 	[%rd763], %r1974;
-$L__BB1_488:
-	add.s32 	%r2730, %r2730, 1;
-$L__BB1_489:
-	and.b32  	%r1975, %r1597, 16777216;
-	setp.eq.s32 	%p606, %r1975, 0;
-	@%p606 bra 	$L__BB1_493;
-	setp.ge.u32 	%p607, %r2730, %r2574;
-	@%p607 bra 	$L__BB1_492;
-	cvt.u16.u64 	%rs203, %rd127;
+	add.s64 	%rd762, %rd759, %rd16;
+	add.s64 	%rd763, %rd19, %rd762;
+	shr.u32 	%r1975, %r2694, 16;
+	st.global.u8 	[%rd763], %r1975;
+$L__BB2_489:
+	add.s32 	%r2732, %r2732, 1;
+$L__BB2_490:
+	and.b32  	%r1976, %r1598, 16777216;
+	setp.eq.s32 	%p607, %r1976, 0;
+	@%p607 bra 	$L__BB2_494;
+	setp.ge.u32 	%p608, %r2732, %r2576;
+	@%p608 bra 	$L__BB2_493;
+	cvt.u16.u64 	%rs203, %rd128;
 	shl.b16 	%rs204, %rs203, 4;
 	or.b16  	%rs205, %rs204, 7;
-	cvt.u64.u32 	%rd764, %r2730;
-	mul.wide.u32 	%rd765, %r2730, 2;
-	add.s64 	%rd766, %rd18, %rd765;
+	cvt.u64.u32 	%rd764, %r2732;
+	mul.wide.u32 	%rd765, %r2732, 2;
+	add.s64 	%rd766, %rd19, %rd765;
 	st.global.u16 	[%rd766], %rs205;
-	add.s64 	%rd767, %rd764, %rd15;
-	add.s64 	%rd768, %rd18, %rd767;
-	shr.u32 	%r1976, %r2692, 24;
-	st.global.u8 	[%rd768], %r1976;
-$L__BB1_492:
-	add.s32 	%r2730, %r2730, 1;
-$L__BB1_493:
-	and.b32  	%r1977, %r368, 256;
-	setp.eq.s32 	%p608, %r1977, 0;
-	@%p608 bra 	$L__BB1_497;
-	setp.ge.u32 	%p609, %r2730, %r2574;
-	@%p609 bra 	$L__BB1_496;
-	cvt.u16.u64 	%rs206, %rd127;
+	add.s64 	%rd767, %rd764, %rd16;
+	add.s64 	%rd768, %rd19, %rd767;
+	shr.u32 	%r1977, %r2694, 24;
+	st.global.u8 	[%rd768], %r1977;
+$L__BB2_493:
+	add.s32 	%r2732, %r2732, 1;
+$L__BB2_494:
+	and.b32  	%r1978, %r368, 256;
+	setp.eq.s32 	%p609, %r1978, 0;
+	@%p609 bra 	$L__BB2_498;
+	setp.ge.u32 	%p610, %r2732, %r2576;
+	@%p610 bra 	$L__BB2_497;
+	cvt.u16.u64 	%rs206, %rd128;
 	shl.b16 	%rs207, %rs206, 4;
 	or.b16  	%rs208, %rs207, 8;
-	cvt.u64.u32 	%rd769, %r2730;
-	mul.wide.u32 	%rd770, %r2730, 2;
-	add.s64 	%rd771, %rd18, %rd770;
+	cvt.u64.u32 	%rd769, %r2732;
+	mul.wide.u32 	%rd770, %r2732, 2;
+	add.s64 	%rd771, %rd19, %rd770;
 	st.global.u16 	[%rd771], %rs208;
-	add.s64 	%rd772, %rd769, %rd15;
-	add.s64 	%rd773, %rd18, %rd772;
-	st.global.u8 	[%rd773], %r2691;
-$L__BB1_496:
-	add.s32 	%r2730, %r2730, 1;
-$L__BB1_497:
-	and.b32  	%r1978, %r368, 512;
-	setp.eq.s32 	%p610, %r1978, 0;
-	@%p610 bra 	$L__BB1_501;
-	setp.ge.u32 	%p611, %r2730, %r2574;
-	@%p611 bra 	$L__BB1_500;
-	cvt.u16.u64 	%rs209, %rd127;
+	add.s64 	%rd772, %rd769, %rd16;
+	add.s64 	%rd773, %rd19, %rd772;
+	st.global.u8 	[%rd773], %r2693;
+$L__BB2_497:
+	add.s32 	%r2732, %r2732, 1;
+$L__BB2_498:
+	and.b32  	%r1979, %r368, 512;
+	setp.eq.s32 	%p611, %r1979, 0;
+	@%p611 bra 	$L__BB2_502;
+	setp.ge.u32 	%p612, %r2732, %r2576;
+	@%p612 bra 	$L__BB2_501;
+	cvt.u16.u64 	%rs209, %rd128;
 	shl.b16 	%rs210, %rs209, 4;
 	or.b16  	%rs211, %rs210, 9;
-	cvt.u64.u32 	%rd774, %r2730;
-	mul.wide.u32 	%rd775, %r2730, 2;
-	add.s64 	%rd776, %rd18, %rd775;
+	cvt.u64.u32 	%rd774, %r2732;
+	mul.wide.u32 	%rd775, %r2732, 2;
+	add.s64 	%rd776, %rd19, %rd775;
 	st.global.u16 	[%rd776], %rs211;
-	add.s64 	%rd777, %rd774, %rd15;
-	add.s64 	%rd778, %rd18, %rd777;
-	shr.u32 	%r1979, %r2691, 8;
-	st.global.u8 	[%rd778], %r1979;
-$L__BB1_500:
-	add.s32 	%r2730, %r2730, 1;
-$L__BB1_501:
-	and.b32  	%r1980, %r368, 1024;
-	setp.eq.s32 	%p612, %r1980, 0;
-	@%p612 bra 	$L__BB1_505;
-	setp.ge.u32 	%p613, %r2730, %r2574;
-	@%p613 bra 	$L__BB1_504;
-	cvt.u16.u64 	%rs212, %rd127;
+	add.s64 	%rd777, %rd774, %rd16;
+	add.s64 	%rd778, %rd19, %rd777;
+	shr.u32 	%r1980, %r2693, 8;
+	st.global.u8 	[%rd778], %r1980;
+$L__BB2_501:
+	add.s32 	%r2732, %r2732, 1;
+$L__BB2_502:
+	and.b32  	%r1981, %r368, 1024;
+	setp.eq.s32 	%p613, %r1981, 0;
+	@%p613 bra 	$L__BB2_506;
+	setp.ge.u32 	%p614, %r2732, %r2576;
+	@%p614 bra 	$L__BB2_505;
+	cvt.u16.u64 	%rs212, %rd128;
 	shl.b16 	%rs213, %rs212, 4;
 	or.b16  	%rs214, %rs213, 10;
-	cvt.u64.u32 	%rd779, %r2730;
-	mul.wide.u32 	%rd780, %r2730, 2;
-	add.s64 	%rd781, %rd18, %rd780;
+	cvt.u64.u32 	%rd779, %r2732;
+	mul.wide.u32 	%rd780, %r2732, 2;
+	add.s64 	%rd781, %rd19, %rd780;
 	st.global.u16 	[%rd781], %rs214;
-	add.s64 	%rd782, %rd779, %rd15;
-	add.s64 	%rd783, %rd18, %rd782;
-	shr.u32 	%r1981, %r2691, 16;
-	st.global.u8 	[%rd783], %r1981;
-$L__BB1_504:
-	add.s32 	%r2730, %r2730, 1;
-$L__BB1_505:
-	and.b32  	%r1982, %r368, 2048;
-	setp.eq.s32 	%p614, %r1982, 0;
-	@%p614 bra 	$L__BB1_509;
-	setp.ge.u32 	%p615, %r2730, %r2574;
-	@%p615 bra 	$L__BB1_508;
-	cvt.u16.u64 	%rs215, %rd127;
+	add.s64 	%rd782, %rd779, %rd16;
+	add.s64 	%rd783, %rd19, %rd782;
+	shr.u32 	%r1982, %r2693, 16;
+	st.global.u8 	[%rd783], %r1982;
+$L__BB2_505:
+	add.s32 	%r2732, %r2732, 1;
+$L__BB2_506:
+	and.b32  	%r1983, %r368, 2048;
+	setp.eq.s32 	%p615, %r1983, 0;
+	@%p615 bra 	$L__BB2_510;
+	setp.ge.u32 	%p616, %r2732, %r2576;
+	@%p616 bra 	$L__BB2_509;
+	cvt.u16.u64 	%rs215, %rd128;
 	shl.b16 	%rs216, %rs215, 4;
 	or.b16  	%rs217, %rs216, 11;
-	cvt.u64.u32 	%rd784, %r2730;
-	mul.wide.u32 	%rd785, %r2730, 2;
-	add.s64 	%rd786, %rd18, %rd785;
+	cvt.u64.u32 	%rd784, %r2732;
+	mul.wide.u32 	%rd785, %r2732, 2;
+	add.s64 	%rd786, %rd19, %rd785;
 	st.global.u16 	[%rd786], %rs217;
-	add.s64 	%rd787, %rd784, %rd15;
-	add.s64 	%rd788, %rd18, %rd787;
-	shr.u32 	%r1983, %r2691, 24;
-	st.global.u8 	[%rd788], %r1983;
-$L__BB1_508:
-	add.s32 	%r2730, %r2730, 1;
-$L__BB1_509:
-	and.b32  	%r1984, %r369, 4096;
-	setp.eq.s32 	%p616, %r1984, 0;
-	@%p616 bra 	$L__BB1_513;
-	setp.ge.u32 	%p617, %r2730, %r2574;
-	@%p617 bra 	$L__BB1_512;
-	cvt.u16.u64 	%rs218, %rd127;
+	add.s64 	%rd787, %rd784, %rd16;
+	add.s64 	%rd788, %rd19, %rd787;
+	shr.u32 	%r1984, %r2693, 24;
+	st.global.u8 	[%rd788], %r1984;
+$L__BB2_509:
+	add.s32 	%r2732, %r2732, 1;
+$L__BB2_510:
+	and.b32  	%r1985, %r369, 4096;
+	setp.eq.s32 	%p617, %r1985, 0;
+	@%p617 bra 	$L__BB2_514;
+	setp.ge.u32 	%p618, %r2732, %r2576;
+	@%p618 bra 	$L__BB2_513;
+	cvt.u16.u64 	%rs218, %rd128;
 	shl.b16 	%rs219, %rs218, 4;
 	or.b16  	%rs220, %rs219, 12;
-	cvt.u64.u32 	%rd789, %r2730;
-	mul.wide.u32 	%rd790, %r2730, 2;
-	add.s64 	%rd791, %rd18, %rd790;
+	cvt.u64.u32 	%rd789, %r2732;
+	mul.wide.u32 	%rd790, %r2732, 2;
+	add.s64 	%rd791, %rd19, %rd790;
 	st.global.u16 	[%rd791], %rs220;
-	add.s64 	%rd792, %rd789, %rd15;
-	add.s64 	%rd793, %rd18, %rd792;
-	st.global.u8 	[%rd793], %r2690;
-$L__BB1_512:
-	add.s32 	%r2730, %r2730, 1;
-$L__BB1_513:
-	and.b32  	%r1985, %r369, 8192;
-	setp.eq.s32 	%p618, %r1985, 0;
-	@%p618 bra 	$L__BB1_517;
-	setp.ge.u32 	%p619, %r2730, %r2574;
-	@%p619 bra 	$L__BB1_516;
-	cvt.u16.u64 	%rs221, %rd127;
+	add.s64 	%rd792, %rd789, %rd16;
+	add.s64 	%rd793, %rd19, %rd792;
+	st.global.u8 	[%rd793], %r2692;
+$L__BB2_513:
+	add.s32 	%r2732, %r2732, 1;
+$L__BB2_514:
+	and.b32  	%r1986, %r369, 8192;
+	setp.eq.s32 	%p619, %r1986, 0;
+	@%p619 bra 	$L__BB2_518;
+	setp.ge.u32 	%p620, %r2732, %r2576;
+	@%p620 bra 	$L__BB2_517;
+	cvt.u16.u64 	%rs221, %rd128;
 	shl.b16 	%rs222, %rs221, 4;
 	or.b16  	%rs223, %rs222, 13;
-	cvt.u64.u32 	%rd794, %r2730;
-	mul.wide.u32 	%rd795, %r2730, 2;
-	add.s64 	%rd796, %rd18, %rd795;
+	cvt.u64.u32 	%rd794, %r2732;
+	mul.wide.u32 	%rd795, %r2732, 2;
+	add.s64 	%rd796, %rd19, %rd795;
 	st.global.u16 	[%rd796], %rs223;
-	add.s64 	%rd797, %rd794, %rd15;
-	add.s64 	%rd798, %rd18, %rd797;
-	shr.u32 	%r1986, %r2690, 8;
-	st.global.u8 	[%rd798], %r1986;
-$L__BB1_516:
-	add.s32 	%r2730, %r2730, 1;
-$L__BB1_517:
-	and.b32  	%r1987, %r369, 16384;
-	setp.eq.s32 	%p620, %r1987, 0;
-	@%p620 bra 	$L__BB1_521;
-	setp.ge.u32 	%p621, %r2730, %r2574;
-	@%p621 bra 	$L__BB1_520;
-	cvt.u16.u64 	%rs224, %rd127;
+	add.s64 	%rd797, %rd794, %rd16;
+	add.s64 	%rd798, %rd19, %rd797;
+	shr.u32 	%r1987, %r2692, 8;
+	st.global.u8 	[%rd798], %r1987;
+$L__BB2_517:
+	add.s32 	%r2732, %r2732, 1;
+$L__BB2_518:
+	and.b32  	%r1988, %r369, 16384;
+	setp.eq.s32 	%p621, %r1988, 0;
+	@%p621 bra 	$L__BB2_522;
+	setp.ge.u32 	%p622, %r2732, %r2576;
+	@%p622 bra 	$L__BB2_521;
+	cvt.u16.u64 	%rs224, %rd128;
 	shl.b16 	%rs225, %rs224, 4;
 	or.b16  	%rs226, %rs225, 14;
-	cvt.u64.u32 	%rd799, %r2730;
-	mul.wide.u32 	%rd800, %r2730, 2;
-	add.s64 	%rd801, %rd18, %rd800;
+	cvt.u64.u32 	%rd799, %r2732;
+	mul.wide.u32 	%rd800, %r2732, 2;
+	add.s64 	%rd801, %rd19, %rd800;
 	st.global.u16 	[%rd801], %rs226;
-	add.s64 	%rd802, %rd799, %rd15;
-	add.s64 	%rd803, %rd18, %rd802;
-	shr.u32 	%r1988, %r2690, 16;
-	st.global.u8 	[%rd803], %r1988;
-$L__BB1_520:
-	add.s32 	%r2730, %r2730, 1;
-$L__BB1_521:
+	add.s64 	%rd802, %rd799, %rd16;
+	add.s64 	%rd803, %rd19, %rd802;
+	shr.u32 	%r1989, %r2692, 16;
+	st.global.u8 	[%rd803], %r1989;
+$L__BB2_521:
+	add.s32 	%r2732, %r2732, 1;
+$L__BB2_522:
 	cvt.u16.u32 	%rs227, %r369;
-	setp.gt.s16 	%p622, %rs227, -1;
-	setp.ge.u32 	%p623, %r2730, %r2574;
-	or.pred  	%p624, %p622, %p623;
-	@%p624 bra 	$L__BB1_523;
-	cvt.u16.u64 	%rs228, %rd127;
+	setp.gt.s16 	%p623, %rs227, -1;
+	setp.ge.u32 	%p624, %r2732, %r2576;
+	or.pred  	%p625, %p623, %p624;
+	@%p625 bra 	$L__BB2_524;
+	cvt.u16.u64 	%rs228, %rd128;
 	shl.b16 	%rs229, %rs228, 4;
 	or.b16  	%rs230, %rs229, 15;
-	cvt.u64.u32 	%rd804, %r2730;
-	mul.wide.u32 	%rd805, %r2730, 2;
-	add.s64 	%rd806, %rd18, %rd805;
+	cvt.u64.u32 	%rd804, %r2732;
+	mul.wide.u32 	%rd805, %r2732, 2;
+	add.s64 	%rd806, %rd19, %rd805;
 	st.global.u16 	[%rd806], %rs230;
-	add.s64 	%rd807, %rd804, %rd15;
-	add.s64 	%rd808, %rd18, %rd807;
-	shr.u32 	%r1989, %r2690, 24;
-	st.global.u8 	[%rd808], %r1989;
-$L__BB1_523:
-	shr.u32 	%r1991, %r1957, 16;
-	add.s32 	%r448, %r1991, %r416;
-	shr.u64 	%rd809, %rd138, 32;
-	cvt.u32.u64 	%r1992, %rd809;
-	and.b32  	%r1993, %r1992, 65535;
-	add.s32 	%r2745, %r1993, %r448;
-	setp.ge.u32 	%p625, %r2745, %r2574;
-	setp.eq.s32 	%p626, %r376, 0;
-	or.pred  	%p627, %p625, %p626;
-	@%p627 bra 	$L__BB1_584;
-	and.b32  	%r2512, %r1676, 1;
-	setp.eq.b32 	%p628, %r2512, 1;
-	mov.pred 	%p629, 0;
-	xor.pred  	%p630, %p628, %p629;
-	not.pred 	%p631, %p630;
-	@%p631 bra 	$L__BB1_526;
-	cvt.u16.u64 	%rs231, %rd128;
+	add.s64 	%rd807, %rd804, %rd16;
+	add.s64 	%rd808, %rd19, %rd807;
+	shr.u32 	%r1990, %r2692, 24;
+	st.global.u8 	[%rd808], %r1990;
+$L__BB2_524:
+	shr.u32 	%r1992, %r1958, 16;
+	add.s32 	%r448, %r1992, %r416;
+	shr.u64 	%rd809, %rd139, 32;
+	cvt.u32.u64 	%r1993, %rd809;
+	and.b32  	%r1994, %r1993, 65535;
+	add.s32 	%r2747, %r1994, %r448;
+	setp.ge.u32 	%p626, %r2747, %r2576;
+	setp.eq.s32 	%p627, %r376, 0;
+	or.pred  	%p628, %p626, %p627;
+	@%p628 bra 	$L__BB2_585;
+	and.b32  	%r2514, %r1677, 1;
+	setp.eq.b32 	%p629, %r2514, 1;
+	mov.pred 	%p630, 0;
+	xor.pred  	%p631, %p629, %p630;
+	not.pred 	%p632, %p631;
+	@%p632 bra 	$L__BB2_527;
+	cvt.u16.u64 	%rs231, %rd129;
 	shl.b16 	%rs232, %rs231, 4;
-	cvt.u64.u32 	%rd810, %r2745;
-	mul.wide.u32 	%rd811, %r2745, 2;
-	add.s64 	%rd812, %rd18, %rd811;
+	cvt.u64.u32 	%rd810, %r2747;
+	mul.wide.u32 	%rd811, %r2747, 2;
+	add.s64 	%rd812, %rd19, %rd811;
 	st.global.u16 	[%rd812], %rs232;
-	add.s64 	%rd813, %rd810, %rd15;
-	add.s64 	%rd814, %rd18, %rd813;
-	st.global.u8 	[%rd814], %r2701;
-	add.s32 	%r2745, %r2745, 1;
-$L__BB1_526:
-	shr.u32 	%r2514, %r1676, 7;
-	and.b32  	%r2513, %r2514, 2;
-	setp.eq.s32 	%p632, %r2513, 0;
-	@%p632 bra 	$L__BB1_530;
-	setp.ge.u32 	%p633, %r2745, %r2574;
-	@%p633 bra 	$L__BB1_529;
-	cvt.u16.u64 	%rs233, %rd128;
+	add.s64 	%rd813, %rd810, %rd16;
+	add.s64 	%rd814, %rd19, %rd813;
+	st.global.u8 	[%rd814], %r2703;
+	add.s32 	%r2747, %r2747, 1;
+$L__BB2_527:
+	shr.u32 	%r2516, %r1677, 7;
+	and.b32  	%r2515, %r2516, 2;
+	setp.eq.s32 	%p633, %r2515, 0;
+	@%p633 bra 	$L__BB2_531;
+	setp.ge.u32 	%p634, %r2747, %r2576;
+	@%p634 bra 	$L__BB2_530;
+	cvt.u16.u64 	%rs233, %rd129;
 	shl.b16 	%rs234, %rs233, 4;
 	or.b16  	%rs235, %rs234, 1;
-	cvt.u64.u32 	%rd815, %r2745;
-	mul.wide.u32 	%rd816, %r2745, 2;
-	add.s64 	%rd817, %rd18, %rd816;
+	cvt.u64.u32 	%rd815, %r2747;
+	mul.wide.u32 	%rd816, %r2747, 2;
+	add.s64 	%rd817, %rd19, %rd816;
 	st.global.u16 	[%rd817], %rs235;
-	add.s64 	%rd818, %rd815, %rd15;
-	add.s64 	%rd819, %rd18, %rd818;
-	shr.u32 	%r1997, %r2701, 8;
-	st.global.u8 	[%rd819], %r1997;
-$L__BB1_529:
-	add.s32 	%r2745, %r2745, 1;
-$L__BB1_530:
-	shr.u32 	%r2516, %r1676, 14;
-	and.b32  	%r2515, %r2516, 4;
-	setp.eq.s32 	%p634, %r2515, 0;
-	@%p634 bra 	$L__BB1_534;
-	setp.ge.u32 	%p635, %r2745, %r2574;
-	@%p635 bra 	$L__BB1_533;
-	cvt.u16.u64 	%rs236, %rd128;
+	add.s64 	%rd818, %rd815, %rd16;
+	add.s64 	%rd819, %rd19, %rd818;
+	shr.u32 	%r1998, %r2703, 8;
+	st.global.u8 	[%rd819], %r1998;
+$L__BB2_530:
+	add.s32 	%r2747, %r2747, 1;
+$L__BB2_531:
+	shr.u32 	%r2518, %r1677, 14;
+	and.b32  	%r2517, %r2518, 4;
+	setp.eq.s32 	%p635, %r2517, 0;
+	@%p635 bra 	$L__BB2_535;
+	setp.ge.u32 	%p636, %r2747, %r2576;
+	@%p636 bra 	$L__BB2_534;
+	cvt.u16.u64 	%rs236, %rd129;
 	shl.b16 	%rs237, %rs236, 4;
 	or.b16  	%rs238, %rs237, 2;
-	cvt.u64.u32 	%rd820, %r2745;
-	mul.wide.u32 	%rd821, %r2745, 2;
-	add.s64 	%rd822, %rd18, %rd821;
+	cvt.u64.u32 	%rd820, %r2747;
+	mul.wide.u32 	%rd821, %r2747, 2;
+	add.s64 	%rd822, %rd19, %rd821;
 	st.global.u16 	[%rd822], %rs238;
-	add.s64 	%rd823, %rd820, %rd15;
-	add.s64 	%rd824, %rd18, %rd823;
-	shr.u32 	%r2000, %r2701, 16;
-	st.global.u8 	[%rd824], %r2000;
-$L__BB1_533:
-	add.s32 	%r2745, %r2745, 1;
-$L__BB1_534:
-	shr.u32 	%r2518, %r1676, 21;
-	and.b32  	%r2517, %r2518, 8;
-	setp.eq.s32 	%p636, %r2517, 0;
-	@%p636 bra 	$L__BB1_538;
-	setp.ge.u32 	%p637, %r2745, %r2574;
-	@%p637 bra 	$L__BB1_537;
-	cvt.u16.u64 	%rs239, %rd128;
+	add.s64 	%rd823, %rd820, %rd16;
+	add.s64 	%rd824, %rd19, %rd823;
+	shr.u32 	%r2001, %r2703, 16;
+	st.global.u8 	[%rd824], %r2001;
+$L__BB2_534:
+	add.s32 	%r2747, %r2747, 1;
+$L__BB2_535:
+	shr.u32 	%r2520, %r1677, 21;
+	and.b32  	%r2519, %r2520, 8;
+	setp.eq.s32 	%p637, %r2519, 0;
+	@%p637 bra 	$L__BB2_539;
+	setp.ge.u32 	%p638, %r2747, %r2576;
+	@%p638 bra 	$L__BB2_538;
+	cvt.u16.u64 	%rs239, %rd129;
 	shl.b16 	%rs240, %rs239, 4;
 	or.b16  	%rs241, %rs240, 3;
-	cvt.u64.u32 	%rd825, %r2745;
-	mul.wide.u32 	%rd826, %r2745, 2;
-	add.s64 	%rd827, %rd18, %rd826;
+	cvt.u64.u32 	%rd825, %r2747;
+	mul.wide.u32 	%rd826, %r2747, 2;
+	add.s64 	%rd827, %rd19, %rd826;
 	st.global.u16 	[%rd827], %rs241;
-	add.s64 	%rd828, %rd825, %rd15;
-	add.s64 	%rd829, %rd18, %rd828;
-	shr.u32 	%r2003, %r2701, 24;
-	st.global.u8 	[%rd829], %r2003;
-$L__BB1_537:
-	add.s32 	%r2745, %r2745, 1;
-$L__BB1_538:
-	and.b32  	%r2519, %r1678, 1;
-	setp.eq.s32 	%p638, %r2519, 0;
-	@%p638 bra 	$L__BB1_542;
-	setp.ge.u32 	%p639, %r2745, %r2574;
-	@%p639 bra 	$L__BB1_541;
-	cvt.u16.u64 	%rs242, %rd128;
+	add.s64 	%rd828, %rd825, %rd16;
+	add.s64 	%rd829, %rd19, %rd828;
+	shr.u32 	%r2004, %r2703, 24;
+	st.global.u8 	[%rd829], %r2004;
+$L__BB2_538:
+	add.s32 	%r2747, %r2747, 1;
+$L__BB2_539:
+	and.b32  	%r2521, %r1679, 1;
+	setp.eq.s32 	%p639, %r2521, 0;
+	@%p639 bra 	$L__BB2_543;
+	setp.ge.u32 	%p640, %r2747, %r2576;
+	@%p640 bra 	$L__BB2_542;
+	cvt.u16.u64 	%rs242, %rd129;
 	shl.b16 	%rs243, %rs242, 4;
 	or.b16  	%rs244, %rs243, 4;
-	cvt.u64.u32 	%rd830, %r2745;
-	mul.wide.u32 	%rd831, %r2745, 2;
-	add.s64 	%rd832, %rd18, %rd831;
+	cvt.u64.u32 	%rd830, %r2747;
+	mul.wide.u32 	%rd831, %r2747, 2;
+	add.s64 	%rd832, %rd19, %rd831;
 	st.global.u16 	[%rd832], %rs244;
-	add.s64 	%rd833, %rd830, %rd15;
-	add.s64 	%rd834, %rd18, %rd833;
-	st.global.u8 	[%rd834], %r2700;
-$L__BB1_541:
-	add.s32 	%r2745, %r2745, 1;
-$L__BB1_542:
-	and.b32  	%r2004, %r1678, 256;
-	setp.eq.s32 	%p640, %r2004, 0;
-	@%p640 bra 	$L__BB1_546;
-	setp.ge.u32 	%p641, %r2745, %r2574;
-	@%p641 bra 	$L__BB1_545;
-	cvt.u16.u64 	%rs245, %rd128;
+	add.s64 	%rd833, %rd830, %rd16;
+	add.s64 	%rd834, %rd19, %rd833;
+	st.global.u8 	[%rd834], %r2702;
+$L__BB2_542:
+	add.s32 	%r2747, %r2747, 1;
+$L__BB2_543:
+	and.b32  	%r2005, %r1679, 256;
+	setp.eq.s32 	%p641, %r2005, 0;
+	@%p641 bra 	$L__BB2_547;
+	setp.ge.u32 	%p642, %r2747, %r2576;
+	@%p642 bra 	$L__BB2_546;
+	cvt.u16.u64 	%rs245, %rd129;
 	shl.b16 	%rs246, %rs245, 4;
 	or.b16  	%rs247, %rs246, 5;
-	cvt.u64.u32 	%rd835, %r2745;
-	mul.wide.u32 	%rd836, %r2745, 2;
-	add.s64 	%rd837, %rd18, %rd836;
+	cvt.u64.u32 	%rd835, %r2747;
+	mul.wide.u32 	%rd836, %r2747, 2;
+	add.s64 	%rd837, %rd19, %rd836;
 	st.global.u16 	[%rd837], %rs247;
-	add.s64 	%rd838, %rd835, %rd15;
-	add.s64 	%rd839, %rd18, %rd838;
-	shr.u32 	%r2005, %r2700, 8;
-	st.global.u8 	[%rd839], %r2005;
-$L__BB1_545:
-	add.s32 	%r2745, %r2745, 1;
-$L__BB1_546:
-	and.b32  	%r2006, %r1678, 65536;
-	setp.eq.s32 	%p642, %r2006, 0;
-	@%p642 bra 	$L__BB1_550;
-	setp.ge.u32 	%p643, %r2745, %r2574;
-	@%p643 bra 	$L__BB1_549;
-	cvt.u16.u64 	%rs248, %rd128;
+	add.s64 	%rd838, %rd835, %rd16;
+	add.s64 	%rd839, %rd19, %rd838;
+	shr.u32 	%r2006, %r2702, 8;
+	st.global.u8 	[%rd839], %r2006;
+$L__BB2_546:
+	add.s32 	%r2747, %r2747, 1;
+$L__BB2_547:
+	and.b32  	%r2007, %r1679, 65536;
+	setp.eq.s32 	%p643, %r2007, 0;
+	@%p643 bra 	$L__BB2_551;
+	setp.ge.u32 	%p644, %r2747, %r2576;
+	@%p644 bra 	$L__BB2_550;
+	cvt.u16.u64 	%rs248, %rd129;
 	shl.b16 	%rs249, %rs248, 4;
 	or.b16  	%rs250, %rs249, 6;
-	cvt.u64.u32 	%rd840, %r2745;
-	mul.wide.u32 	%rd841, %r2745, 2;
-	add.s64 	%rd842, %rd18, %rd841;
+	cvt.u64.u32 	%rd840, %r2747;
+	mul.wide.u32 	%rd841, %r2747, 2;
+	add.s64 	%rd842, %rd19, %rd841;
 	st.global.u16 	[%rd842], %rs250;
-	add.s64 	%rd843, %rd840, %rd15;
-	add.s64 	%rd844, %rd18, %rd843;
-	shr.u32 	%r2007, %r2700, 16;
-	st.global.u8 	[%rd844], %r2007;
-$L__BB1_549:
-	add.s32 	%r2745, %r2745, 1;
-$L__BB1_550:
-	and.b32  	%r2008, %r1678, 16777216;
-	setp.eq.s32 	%p644, %r2008, 0;
-	@%p644 bra 	$L__BB1_554;
-	setp.ge.u32 	%p645, %r2745, %r2574;
-	@%p645 bra 	$L__BB1_553;
-	cvt.u16.u64 	%rs251, %rd128;
+	add.s64 	%rd843, %rd840, %rd16;
+	add.s64 	%rd844, %rd19, %rd843;
+	shr.u32 	%r2008, %r2702, 16;
+	st.global.u8 	[%rd844], %r2008;
+$L__BB2_550:
+	add.s32 	%r2747, %r2747, 1;
+$L__BB2_551:
+	and.b32  	%r2009, %r1679, 16777216;
+	setp.eq.s32 	%p645, %r2009, 0;
+	@%p645 bra 	$L__BB2_555;
+	setp.ge.u32 	%p646, %r2747, %r2576;
+	@%p646 bra 	$L__BB2_554;
+	cvt.u16.u64 	%rs251, %rd129;
 	shl.b16 	%rs252, %rs251, 4;
 	or.b16  	%rs253, %rs252, 7;
-	cvt.u64.u32 	%rd845, %r2745;
-	mul.wide.u32 	%rd846, %r2745, 2;
-	add.s64 	%rd847, %rd18, %rd846;
+	cvt.u64.u32 	%rd845, %r2747;
+	mul.wide.u32 	%rd846, %r2747, 2;
+	add.s64 	%rd847, %rd19, %rd846;
 	st.global.u16 	[%rd847], %rs253;
-	add.s64 	%rd848, %rd845, %rd15;
-	add.s64 	%rd849, %rd18, %rd848;
-	shr.u32 	%r2009, %r2700, 24;
-	st.global.u8 	[%rd849], %r2009;
-$L__BB1_553:
-	add.s32 	%r2745, %r2745, 1;
-$L__BB1_554:
-	and.b32  	%r2010, %r375, 256;
-	setp.eq.s32 	%p646, %r2010, 0;
-	@%p646 bra 	$L__BB1_558;
-	setp.ge.u32 	%p647, %r2745, %r2574;
-	@%p647 bra 	$L__BB1_557;
-	cvt.u16.u64 	%rs254, %rd128;
+	add.s64 	%rd848, %rd845, %rd16;
+	add.s64 	%rd849, %rd19, %rd848;
+	shr.u32 	%r2010, %r2702, 24;
+	st.global.u8 	[%rd849], %r2010;
+$L__BB2_554:
+	add.s32 	%r2747, %r2747, 1;
+$L__BB2_555:
+	and.b32  	%r2011, %r375, 256;
+	setp.eq.s32 	%p647, %r2011, 0;
+	@%p647 bra 	$L__BB2_559;
+	setp.ge.u32 	%p648, %r2747, %r2576;
+	@%p648 bra 	$L__BB2_558;
+	cvt.u16.u64 	%rs254, %rd129;
 	shl.b16 	%rs255, %rs254, 4;
 	or.b16  	%rs256, %rs255, 8;
-	cvt.u64.u32 	%rd850, %r2745;
-	mul.wide.u32 	%rd851, %r2745, 2;
-	add.s64 	%rd852, %rd18, %rd851;
+	cvt.u64.u32 	%rd850, %r2747;
+	mul.wide.u32 	%rd851, %r2747, 2;
+	add.s64 	%rd852, %rd19, %rd851;
 	st.global.u16 	[%rd852], %rs256;
-	add.s64 	%rd853, %rd850, %rd15;
-	add.s64 	%rd854, %rd18, %rd853;
-	st.global.u8 	[%rd854], %r2699;
-$L__BB1_557:
-	add.s32 	%r2745, %r2745, 1;
-$L__BB1_558:
-	and.b32  	%r2011, %r375, 512;
-	setp.eq.s32 	%p648, %r2011, 0;
-	@%p648 bra 	$L__BB1_562;
-	setp.ge.u32 	%p649, %r2745, %r2574;
-	@%p649 bra 	$L__BB1_561;
-	cvt.u16.u64 	%rs257, %rd128;
+	add.s64 	%rd853, %rd850, %rd16;
+	add.s64 	%rd854, %rd19, %rd853;
+	st.global.u8 	[%rd854], %r2701;
+$L__BB2_558:
+	add.s32 	%r2747, %r2747, 1;
+$L__BB2_559:
+	and.b32  	%r2012, %r375, 512;
+	setp.eq.s32 	%p649, %r2012, 0;
+	@%p649 bra 	$L__BB2_563;
+	setp.ge.u32 	%p650, %r2747, %r2576;
+	@%p650 bra 	$L__BB2_562;
+	cvt.u16.u64 	%rs257, %rd129;
 	shl.b16 	%rs258, %rs257, 4;
 	or.b16  	%rs259, %rs258, 9;
-	cvt.u64.u32 	%rd855, %r2745;
-	mul.wide.u32 	%rd856, %r2745, 2;
-	add.s64 	%rd857, %rd18, %rd856;
+	cvt.u64.u32 	%rd855, %r2747;
+	mul.wide.u32 	%rd856, %r2747, 2;
+	add.s64 	%rd857, %rd19, %rd856;
 	st.global.u16 	[%rd857], %rs259;
-	add.s64 	%rd858, %rd855, %rd15;
-	add.s64 	%rd859, %rd18, %rd858;
-	shr.u32 	%r2012, %r2699, 8;
-	st.global.u8 	[%rd859], %r2012;
-$L__BB1_561:
-	add.s32 	%r2745, %r2745, 1;
-$L__BB1_562:
-	and.b32  	%r2013, %r375, 1024;
-	setp.eq.s32 	%p650, %r2013, 0;
-	@%p650 bra 	$L__BB1_566;
-	setp.ge.u32 	%p651, %r2745, %r2574;
-	@%p651 bra 	$L__BB1_565;
-	cvt.u16.u64 	%rs260, %rd128;
+	add.s64 	%rd858, %rd855, %rd16;
+	add.s64 	%rd859, %rd19, %rd858;
+	shr.u32 	%r2013, %r2701, 8;
+	st.global.u8 	[%rd859], %r2013;
+$L__BB2_562:
+	add.s32 	%r2747, %r2747, 1;
+$L__BB2_563:
+	and.b32  	%r2014, %r375, 1024;
+	setp.eq.s32 	%p651, %r2014, 0;
+	@%p651 bra 	$L__BB2_567;
+	setp.ge.u32 	%p652, %r2747, %r2576;
+	@%p652 bra 	$L__BB2_566;
+	cvt.u16.u64 	%rs260, %rd129;
 	shl.b16 	%rs261, %rs260, 4;
 	or.b16  	%rs262, %rs261, 10;
-	cvt.u64.u32 	%rd860, %r2745;
-	mul.wide.u32 	%rd861, %r2745, 2;
-	add.s64 	%rd862, %rd18, %rd861;
+	cvt.u64.u32 	%rd860, %r2747;
+	mul.wide.u32 	%rd861, %r2747, 2;
+	add.s64 	%rd862, %rd19, %rd861;
 	st.global.u16 	[%rd862], %rs262;
-	add.s64 	%rd863, %rd860, %rd15;
-	add.s64 	%rd864, %rd18, %rd863;
-	shr.u32 	%r2014, %r2699, 16;
-	st.global.u8 	[%rd864], %r2014;
-$L__BB1_565:
-	add.s32 	%r2745, %r2745, 1;
-$L__BB1_566:
-	and.b32  	%r2015, %r375, 2048;
-	setp.eq.s32 	%p652, %r2015, 0;
-	@%p652 bra 	$L__BB1_570;
-	setp.ge.u32 	%p653, %r2745, %r2574;
-	@%p653 bra 	$L__BB1_569;
-	cvt.u16.u64 	%rs263, %rd128;
+	add.s64 	%rd863, %rd860, %rd16;
+	add.s64 	%rd864, %rd19, %rd863;
+	shr.u32 	%r2015, %r2701, 16;
+	st.global.u8 	[%rd864], %r2015;
+$L__BB2_566:
+	add.s32 	%r2747, %r2747, 1;
+$L__BB2_567:
+	and.b32  	%r2016, %r375, 2048;
+	setp.eq.s32 	%p653, %r2016, 0;
+	@%p653 bra 	$L__BB2_571;
+	setp.ge.u32 	%p654, %r2747, %r2576;
+	@%p654 bra 	$L__BB2_570;
+	cvt.u16.u64 	%rs263, %rd129;
 	shl.b16 	%rs264, %rs263, 4;
 	or.b16  	%rs265, %rs264, 11;
-	cvt.u64.u32 	%rd865, %r2745;
-	mul.wide.u32 	%rd866, %r2745, 2;
-	add.s64 	%rd867, %rd18, %rd866;
+	cvt.u64.u32 	%rd865, %r2747;
+	mul.wide.u32 	%rd866, %r2747, 2;
+	add.s64 	%rd867, %rd19, %rd866;
 	st.global.u16 	[%rd867], %rs265;
-	add.s64 	%rd868, %rd865, %rd15;
-	add.s64 	%rd869, %rd18, %rd868;
-	shr.u32 	%r2016, %r2699, 24;
-	st.global.u8 	[%rd869], %r2016;
-$L__BB1_569:
-	add.s32 	%r2745, %r2745, 1;
-$L__BB1_570:
-	and.b32  	%r2017, %r376, 4096;
-	setp.eq.s32 	%p654, %r2017, 0;
-	@%p654 bra 	$L__BB1_574;
-	setp.ge.u32 	%p655, %r2745, %r2574;
-	@%p655 bra 	$L__BB1_573;
-	cvt.u16.u64 	%rs266, %rd128;
+	add.s64 	%rd868, %rd865, %rd16;
+	add.s64 	%rd869, %rd19, %rd868;
+	shr.u32 	%r2017, %r2701, 24;
+	st.global.u8 	[%rd869], %r2017;
+$L__BB2_570:
+	add.s32 	%r2747, %r2747, 1;
+$L__BB2_571:
+	and.b32  	%r2018, %r376, 4096;
+	setp.eq.s32 	%p655, %r2018, 0;
+	@%p655 bra 	$L__BB2_575;
+	setp.ge.u32 	%p656, %r2747, %r2576;
+	@%p656 bra 	$L__BB2_574;
+	cvt.u16.u64 	%rs266, %rd129;
 	shl.b16 	%rs267, %rs266, 4;
 	or.b16  	%rs268, %rs267, 12;
-	cvt.u64.u32 	%rd870, %r2745;
-	mul.wide.u32 	%rd871, %r2745, 2;
-	add.s64 	%rd872, %rd18, %rd871;
+	cvt.u64.u32 	%rd870, %r2747;
+	mul.wide.u32 	%rd871, %r2747, 2;
+	add.s64 	%rd872, %rd19, %rd871;
 	st.global.u16 	[%rd872], %rs268;
-	add.s64 	%rd873, %rd870, %rd15;
-	add.s64 	%rd874, %rd18, %rd873;
-	st.global.u8 	[%rd874], %r2698;
-$L__BB1_573:
-	add.s32 	%r2745, %r2745, 1;
-$L__BB1_574:
-	and.b32  	%r2018, %r376, 8192;
-	setp.eq.s32 	%p656, %r2018, 0;
-	@%p656 bra 	$L__BB1_578;
-	setp.ge.u32 	%p657, %r2745, %r2574;
-	@%p657 bra 	$L__BB1_577;
-	cvt.u16.u64 	%rs269, %rd128;
+	add.s64 	%rd873, %rd870, %rd16;
+	add.s64 	%rd874, %rd19, %rd873;
+	st.global.u8 	[%rd874], %r2700;
+$L__BB2_574:
+	add.s32 	%r2747, %r2747, 1;
+$L__BB2_575:
+	and.b32  	%r2019, %r376, 8192;
+	setp.eq.s32 	%p657, %r2019, 0;
+	@%p657 bra 	$L__BB2_579;
+	setp.ge.u32 	%p658, %r2747, %r2576;
+	@%p658 bra 	$L__BB2_578;
+	cvt.u16.u64 	%rs269, %rd129;
 	shl.b16 	%rs270, %rs269, 4;
 	or.b16  	%rs271, %rs270, 13;
-	cvt.u64.u32 	%rd875, %r2745;
-	mul.wide.u32 	%rd876, %r2745, 2;
-	add.s64 	%rd877, %rd18, %rd876;
+	cvt.u64.u32 	%rd875, %r2747;
+	mul.wide.u32 	%rd876, %r2747, 2;
+	add.s64 	%rd877, %rd19, %rd876;
 	st.global.u16 	[%rd877], %rs271;
-	add.s64 	%rd878, %rd875, %rd15;
-	add.s64 	%rd879, %rd18, %rd878;
-	shr.u32 	%r2019, %r2698, 8;
-	st.global.u8 	[%rd879], %r2019;
-$L__BB1_577:
-	add.s32 	%r2745, %r2745, 1;
-$L__BB1_578:
-	and.b32  	%r2020, %r376, 16384;
-	setp.eq.s32 	%p658, %r2020, 0;
-	@%p658 bra 	$L__BB1_582;
-	setp.ge.u32 	%p659, %r2745, %r2574;
-	@%p659 bra 	$L__BB1_581;
-	cvt.u16.u64 	%rs272, %rd128;
+	add.s64 	%rd878, %rd875, %rd16;
+	add.s64 	%rd879, %rd19, %rd878;
+	shr.u32 	%r2020, %r2700, 8;
+	st.global.u8 	[%rd879], %r2020;
+$L__BB2_578:
+	add.s32 	%r2747, %r2747, 1;
+$L__BB2_579:
+	and.b32  	%r2021, %r376, 16384;
+	setp.eq.s32 	%p659, %r2021, 0;
+	@%p659 bra 	$L__BB2_583;
+	setp.ge.u32 	%p660, %r2747, %r2576;
+	@%p660 bra 	$L__BB2_582;
+	cvt.u16.u64 	%rs272, %rd129;
 	shl.b16 	%rs273, %rs272, 4;
 	or.b16  	%rs274, %rs273, 14;
-	cvt.u64.u32 	%rd880, %r2745;
-	mul.wide.u32 	%rd881, %r2745, 2;
-	add.s64 	%rd882, %rd18, %rd881;
+	cvt.u64.u32 	%rd880, %r2747;
+	mul.wide.u32 	%rd881, %r2747, 2;
+	add.s64 	%rd882, %rd19, %rd881;
 	st.global.u16 	[%rd882], %rs274;
-	add.s64 	%rd883, %rd880, %rd15;
-	add.s64 	%rd884, %rd18, %rd883;
-	shr.u32 	%r2021, %r2698, 16;
-	st.global.u8 	[%rd884], %r2021;
-$L__BB1_581:
-	add.s32 	%r2745, %r2745, 1;
-$L__BB1_582:
+	add.s64 	%rd883, %rd880, %rd16;
+	add.s64 	%rd884, %rd19, %rd883;
+	shr.u32 	%r2022, %r2700, 16;
+	st.global.u8 	[%rd884], %r2022;
+$L__BB2_582:
+	add.s32 	%r2747, %r2747, 1;
+$L__BB2_583:
 	cvt.u16.u32 	%rs275, %r376;
-	setp.gt.s16 	%p660, %rs275, -1;
-	setp.ge.u32 	%p661, %r2745, %r2574;
-	or.pred  	%p662, %p660, %p661;
-	@%p662 bra 	$L__BB1_584;
-	cvt.u16.u64 	%rs276, %rd128;
+	setp.gt.s16 	%p661, %rs275, -1;
+	setp.ge.u32 	%p662, %r2747, %r2576;
+	or.pred  	%p663, %p661, %p662;
+	@%p663 bra 	$L__BB2_585;
+	cvt.u16.u64 	%rs276, %rd129;
 	shl.b16 	%rs277, %rs276, 4;
 	or.b16  	%rs278, %rs277, 15;
-	cvt.u64.u32 	%rd885, %r2745;
-	mul.wide.u32 	%rd886, %r2745, 2;
-	add.s64 	%rd887, %rd18, %rd886;
+	cvt.u64.u32 	%rd885, %r2747;
+	mul.wide.u32 	%rd886, %r2747, 2;
+	add.s64 	%rd887, %rd19, %rd886;
 	st.global.u16 	[%rd887], %rs278;
-	add.s64 	%rd888, %rd885, %rd15;
-	add.s64 	%rd889, %rd18, %rd888;
-	shr.u32 	%r2022, %r2698, 24;
-	st.global.u8 	[%rd889], %r2022;
-$L__BB1_584:
-	shr.u64 	%rd890, %rd137, 32;
-	cvt.u32.u64 	%r2023, %rd890;
-	and.b32  	%r2024, %r2023, 65535;
-	add.s32 	%r480, %r2024, %r448;
-	shr.u64 	%rd891, %rd138, 48;
-	cvt.u32.u64 	%r2025, %rd891;
-	add.s32 	%r2760, %r480, %r2025;
-	setp.ge.u32 	%p663, %r2760, %r2574;
-	setp.eq.s32 	%p664, %r383, 0;
-	or.pred  	%p665, %p663, %p664;
-	@%p665 bra 	$L__BB1_645;
-	and.b32  	%r2504, %r1757, 1;
-	setp.eq.b32 	%p666, %r2504, 1;
-	mov.pred 	%p667, 0;
-	xor.pred  	%p668, %p666, %p667;
-	not.pred 	%p669, %p668;
-	@%p669 bra 	$L__BB1_587;
-	cvt.u16.u64 	%rs279, %rd129;
+	add.s64 	%rd888, %rd885, %rd16;
+	add.s64 	%rd889, %rd19, %rd888;
+	shr.u32 	%r2023, %r2700, 24;
+	st.global.u8 	[%rd889], %r2023;
+$L__BB2_585:
+	shr.u64 	%rd890, %rd138, 32;
+	cvt.u32.u64 	%r2024, %rd890;
+	and.b32  	%r2025, %r2024, 65535;
+	add.s32 	%r480, %r2025, %r448;
+	shr.u64 	%rd891, %rd139, 48;
+	cvt.u32.u64 	%r2026, %rd891;
+	add.s32 	%r2762, %r480, %r2026;
+	setp.ge.u32 	%p664, %r2762, %r2576;
+	setp.eq.s32 	%p665, %r383, 0;
+	or.pred  	%p666, %p664, %p665;
+	@%p666 bra 	$L__BB2_646;
+	and.b32  	%r2506, %r1758, 1;
+	setp.eq.b32 	%p667, %r2506, 1;
+	mov.pred 	%p668, 0;
+	xor.pred  	%p669, %p667, %p668;
+	not.pred 	%p670, %p669;
+	@%p670 bra 	$L__BB2_588;
+	cvt.u16.u64 	%rs279, %rd130;
 	shl.b16 	%rs280, %rs279, 4;
-	cvt.u64.u32 	%rd892, %r2760;
-	mul.wide.u32 	%rd893, %r2760, 2;
-	add.s64 	%rd894, %rd18, %rd893;
+	cvt.u64.u32 	%rd892, %r2762;
+	mul.wide.u32 	%rd893, %r2762, 2;
+	add.s64 	%rd894, %rd19, %rd893;
 	st.global.u16 	[%rd894], %rs280;
-	add.s64 	%rd895, %rd892, %rd15;
-	add.s64 	%rd896, %rd18, %rd895;
-	st.global.u8 	[%rd896], %r2709;
-	add.s32 	%r2760, %r2760, 1;
-$L__BB1_587:
-	shr.u32 	%r2506, %r1757, 7;
-	and.b32  	%r2505, %r2506, 2;
-	setp.eq.s32 	%p670, %r2505, 0;
-	@%p670 bra 	$L__BB1_591;
-	setp.ge.u32 	%p671, %r2760, %r2574;
-	@%p671 bra 	$L__BB1_590;
-	cvt.u16.u64 	%rs281, %rd129;
+	add.s64 	%rd895, %rd892, %rd16;
+	add.s64 	%rd896, %rd19, %rd895;
+	st.global.u8 	[%rd896], %r2711;
+	add.s32 	%r2762, %r2762, 1;
+$L__BB2_588:
+	shr.u32 	%r2508, %r1758, 7;
+	and.b32  	%r2507, %r2508, 2;
+	setp.eq.s32 	%p671, %r2507, 0;
+	@%p671 bra 	$L__BB2_592;
+	setp.ge.u32 	%p672, %r2762, %r2576;
+	@%p672 bra 	$L__BB2_591;
+	cvt.u16.u64 	%rs281, %rd130;
 	shl.b16 	%rs282, %rs281, 4;
 	or.b16  	%rs283, %rs282, 1;
-	cvt.u64.u32 	%rd897, %r2760;
-	mul.wide.u32 	%rd898, %r2760, 2;
-	add.s64 	%rd899, %rd18, %rd898;
+	cvt.u64.u32 	%rd897, %r2762;
+	mul.wide.u32 	%rd898, %r2762, 2;
+	add.s64 	%rd899, %rd19, %rd898;
 	st.global.u16 	[%rd899], %rs283;
-	add.s64 	%rd900, %rd897, %rd15;
-	add.s64 	%rd901, %rd18, %rd900;
-	shr.u32 	%r2029, %r2709, 8;
-	st.global.u8 	[%rd901], %r2029;
-$L__BB1_590:
-	add.s32 	%r2760, %r2760, 1;
-$L__BB1_591:
-	shr.u32 	%r2508, %r1757, 14;
-	and.b32  	%r2507, %r2508, 4;
-	setp.eq.s32 	%p672, %r2507, 0;
-	@%p672 bra 	$L__BB1_595;
-	setp.ge.u32 	%p673, %r2760, %r2574;
-	@%p673 bra 	$L__BB1_594;
-	cvt.u16.u64 	%rs284, %rd129;
+	add.s64 	%rd900, %rd897, %rd16;
+	add.s64 	%rd901, %rd19, %rd900;
+	shr.u32 	%r2030, %r2711, 8;
+	st.global.u8 	[%rd901], %r2030;
+$L__BB2_591:
+	add.s32 	%r2762, %r2762, 1;
+$L__BB2_592:
+	shr.u32 	%r2510, %r1758, 14;
+	and.b32  	%r2509, %r2510, 4;
+	setp.eq.s32 	%p673, %r2509, 0;
+	@%p673 bra 	$L__BB2_596;
+	setp.ge.u32 	%p674, %r2762, %r2576;
+	@%p674 bra 	$L__BB2_595;
+	cvt.u16.u64 	%rs284, %rd130;
 	shl.b16 	%rs285, %rs284, 4;
 	or.b16  	%rs286, %rs285, 2;
-	cvt.u64.u32 	%rd902, %r2760;
-	mul.wide.u32 	%rd903, %r2760, 2;
-	add.s64 	%rd904, %rd18, %rd903;
+	cvt.u64.u32 	%rd902, %r2762;
+	mul.wide.u32 	%rd903, %r2762, 2;
+	add.s64 	%rd904, %rd19, %rd903;
 	st.global.u16 	[%rd904], %rs286;
-	add.s64 	%rd905, %rd902, %rd15;
-	add.s64 	%rd906, %rd18, %rd905;
-	shr.u32 	%r2032, %r2709, 16;
-	st.global.u8 	[%rd906], %r2032;
-$L__BB1_594:
-	add.s32 	%r2760, %r2760, 1;
-$L__BB1_595:
-	shr.u32 	%r2510, %r1757, 21;
-	and.b32  	%r2509, %r2510, 8;
-	setp.eq.s32 	%p674, %r2509, 0;
-	@%p674 bra 	$L__BB1_599;
-	setp.ge.u32 	%p675, %r2760, %r2574;
-	@%p675 bra 	$L__BB1_598;
-	cvt.u16.u64 	%rs287, %rd129;
+	add.s64 	%rd905, %rd902, %rd16;
+	add.s64 	%rd906, %rd19, %rd905;
+	shr.u32 	%r2033, %r2711, 16;
+	st.global.u8 	[%rd906], %r2033;
+$L__BB2_595:
+	add.s32 	%r2762, %r2762, 1;
+$L__BB2_596:
+	shr.u32 	%r2512, %r1758, 21;
+	and.b32  	%r2511, %r2512, 8;
+	setp.eq.s32 	%p675, %r2511, 0;
+	@%p675 bra 	$L__BB2_600;
+	setp.ge.u32 	%p676, %r2762, %r2576;
+	@%p676 bra 	$L__BB2_599;
+	cvt.u16.u64 	%rs287, %rd130;
 	shl.b16 	%rs288, %rs287, 4;
 	or.b16  	%rs289, %rs288, 3;
-	cvt.u64.u32 	%rd907, %r2760;
-	mul.wide.u32 	%rd908, %r2760, 2;
-	add.s64 	%rd909, %rd18, %rd908;
+	cvt.u64.u32 	%rd907, %r2762;
+	mul.wide.u32 	%rd908, %r2762, 2;
+	add.s64 	%rd909, %rd19, %rd908;
 	st.global.u16 	[%rd909], %rs289;
-	add.s64 	%rd910, %rd907, %rd15;
-	add.s64 	%rd911, %rd18, %rd910;
-	shr.u32 	%r2035, %r2709, 24;
-	st.global.u8 	[%rd911], %r2035;
-$L__BB1_598:
-	add.s32 	%r2760, %r2760, 1;
-$L__BB1_599:
-	and.b32  	%r2511, %r1759, 1;
-	setp.eq.s32 	%p676, %r2511, 0;
-	@%p676 bra 	$L__BB1_603;
-	setp.ge.u32 	%p677, %r2760, %r2574;
-	@%p677 bra 	$L__BB1_602;
-	cvt.u16.u64 	%rs290, %rd129;
+	add.s64 	%rd910, %rd907, %rd16;
+	add.s64 	%rd911, %rd19, %rd910;
+	shr.u32 	%r2036, %r2711, 24;
+	st.global.u8 	[%rd911], %r2036;
+$L__BB2_599:
+	add.s32 	%r2762, %r2762, 1;
+$L__BB2_600:
+	and.b32  	%r2513, %r1760, 1;
+	setp.eq.s32 	%p677, %r2513, 0;
+	@%p677 bra 	$L__BB2_604;
+	setp.ge.u32 	%p678, %r2762, %r2576;
+	@%p678 bra 	$L__BB2_603;
+	cvt.u16.u64 	%rs290, %rd130;
 	shl.b16 	%rs291, %rs290, 4;
 	or.b16  	%rs292, %rs291, 4;
-	cvt.u64.u32 	%rd912, %r2760;
-	mul.wide.u32 	%rd913, %r2760, 2;
-	add.s64 	%rd914, %rd18, %rd913;
+	cvt.u64.u32 	%rd912, %r2762;
+	mul.wide.u32 	%rd913, %r2762, 2;
+	add.s64 	%rd914, %rd19, %rd913;
 	st.global.u16 	[%rd914], %rs292;
-	add.s64 	%rd915, %rd912, %rd15;
-	add.s64 	%rd916, %rd18, %rd915;
-	st.global.u8 	[%rd916], %r2708;
-$L__BB1_602:
-	add.s32 	%r2760, %r2760, 1;
-$L__BB1_603:
-	and.b32  	%r2036, %r1759, 256;
-	setp.eq.s32 	%p678, %r2036, 0;
-	@%p678 bra 	$L__BB1_607;
-	setp.ge.u32 	%p679, %r2760, %r2574;
-	@%p679 bra 	$L__BB1_606;
-	cvt.u16.u64 	%rs293, %rd129;
+	add.s64 	%rd915, %rd912, %rd16;
+	add.s64 	%rd916, %rd19, %rd915;
+	st.global.u8 	[%rd916], %r2710;
+$L__BB2_603:
+	add.s32 	%r2762, %r2762, 1;
+$L__BB2_604:
+	and.b32  	%r2037, %r1760, 256;
+	setp.eq.s32 	%p679, %r2037, 0;
+	@%p679 bra 	$L__BB2_608;
+	setp.ge.u32 	%p680, %r2762, %r2576;
+	@%p680 bra 	$L__BB2_607;
+	cvt.u16.u64 	%rs293, %rd130;
 	shl.b16 	%rs294, %rs293, 4;
 	or.b16  	%rs295, %rs294, 5;
-	cvt.u64.u32 	%rd917, %r2760;
-	mul.wide.u32 	%rd918, %r2760, 2;
-	add.s64 	%rd919, %rd18, %rd918;
+	cvt.u64.u32 	%rd917, %r2762;
+	mul.wide.u32 	%rd918, %r2762, 2;
+	add.s64 	%rd919, %rd19, %rd918;
 	st.global.u16 	[%rd919], %rs295;
-	add.s64 	%rd920, %rd917, %rd15;
-	add.s64 	%rd921, %rd18, %rd920;
-	shr.u32 	%r2037, %r2708, 8;
-	st.global.u8 	[%rd921], %r2037;
-$L__BB1_606:
-	add.s32 	%r2760, %r2760, 1;
-$L__BB1_607:
-	and.b32  	%r2038, %r1759, 65536;
-	setp.eq.s32 	%p680, %r2038, 0;
-	@%p680 bra 	$L__BB1_611;
-	setp.ge.u32 	%p681, %r2760, %r2574;
-	@%p681 bra 	$L__BB1_610;
-	cvt.u16.u64 	%rs296, %rd129;
+	add.s64 	%rd920, %rd917, %rd16;
+	add.s64 	%rd921, %rd19, %rd920;
+	shr.u32 	%r2038, %r2710, 8;
+	st.global.u8 	[%rd921], %r2038;
+$L__BB2_607:
+	add.s32 	%r2762, %r2762, 1;
+$L__BB2_608:
+	and.b32  	%r2039, %r1760, 65536;
+	setp.eq.s32 	%p681, %r2039, 0;
+	@%p681 bra 	$L__BB2_612;
+	setp.ge.u32 	%p682, %r2762, %r2576;
+	@%p682 bra 	$L__BB2_611;
+	cvt.u16.u64 	%rs296, %rd130;
 	shl.b16 	%rs297, %rs296, 4;
 	or.b16  	%rs298, %rs297, 6;
-	cvt.u64.u32 	%rd922, %r2760;
-	mul.wide.u32 	%rd923, %r2760, 2;
-	add.s64 	%rd924, %rd18, %rd923;
+	cvt.u64.u32 	%rd922, %r2762;
+	mul.wide.u32 	%rd923, %r2762, 2;
+	add.s64 	%rd924, %rd19, %rd923;
 	st.global.u16 	[%rd924], %rs298;
-	add.s64 	%rd925, %rd922, %rd15;
-	add.s64 	%rd926, %rd18, %rd925;
-	shr.u32 	%r2039, %r2708, 16;
-	st.global.u8 	[%rd926], %r2039;
-$L__BB1_610:
-	add.s32 	%r2760, %r2760, 1;
-$L__BB1_611:
-	and.b32  	%r2040, %r1759, 16777216;
-	setp.eq.s32 	%p682, %r2040, 0;
-	@%p682 bra 	$L__BB1_615;
-	setp.ge.u32 	%p683, %r2760, %r2574;
-	@%p683 bra 	$L__BB1_614;
-	cvt.u16.u64 	%rs299, %rd129;
+	add.s64 	%rd925, %rd922, %rd16;
+	add.s64 	%rd926, %rd19, %rd925;
+	shr.u32 	%r2040, %r2710, 16;
+	st.global.u8 	[%rd926], %r2040;
+$L__BB2_611:
+	add.s32 	%r2762, %r2762, 1;
+$L__BB2_612:
+	and.b32  	%r2041, %r1760, 16777216;
+	setp.eq.s32 	%p683, %r2041, 0;
+	@%p683 bra 	$L__BB2_616;
+	setp.ge.u32 	%p684, %r2762, %r2576;
+	@%p684 bra 	$L__BB2_615;
+	cvt.u16.u64 	%rs299, %rd130;
 	shl.b16 	%rs300, %rs299, 4;
 	or.b16  	%rs301, %rs300, 7;
-	cvt.u64.u32 	%rd927, %r2760;
-	mul.wide.u32 	%rd928, %r2760, 2;
-	add.s64 	%rd929, %rd18, %rd928;
+	cvt.u64.u32 	%rd927, %r2762;
+	mul.wide.u32 	%rd928, %r2762, 2;
+	add.s64 	%rd929, %rd19, %rd928;
 	st.global.u16 	[%rd929], %rs301;
-	add.s64 	%rd930, %rd927, %rd15;
-	add.s64 	%rd931, %rd18, %rd930;
-	shr.u32 	%r2041, %r2708, 24;
-	st.global.u8 	[%rd931], %r2041;
-$L__BB1_614:
-	add.s32 	%r2760, %r2760, 1;
-$L__BB1_615:
-	and.b32  	%r2042, %r382, 256;
-	setp.eq.s32 	%p684, %r2042, 0;
-	@%p684 bra 	$L__BB1_619;
-	setp.ge.u32 	%p685, %r2760, %r2574;
-	@%p685 bra 	$L__BB1_618;
-	cvt.u16.u64 	%rs302, %rd129;
+	add.s64 	%rd930, %rd927, %rd16;
+	add.s64 	%rd931, %rd19, %rd930;
+	shr.u32 	%r2042, %r2710, 24;
+	st.global.u8 	[%rd931], %r2042;
+$L__BB2_615:
+	add.s32 	%r2762, %r2762, 1;
+$L__BB2_616:
+	and.b32  	%r2043, %r382, 256;
+	setp.eq.s32 	%p685, %r2043, 0;
+	@%p685 bra 	$L__BB2_620;
+	setp.ge.u32 	%p686, %r2762, %r2576;
+	@%p686 bra 	$L__BB2_619;
+	cvt.u16.u64 	%rs302, %rd130;
 	shl.b16 	%rs303, %rs302, 4;
 	or.b16  	%rs304, %rs303, 8;
-	cvt.u64.u32 	%rd932, %r2760;
-	mul.wide.u32 	%rd933, %r2760, 2;
-	add.s64 	%rd934, %rd18, %rd933;
+	cvt.u64.u32 	%rd932, %r2762;
+	mul.wide.u32 	%rd933, %r2762, 2;
+	add.s64 	%rd934, %rd19, %rd933;
 	st.global.u16 	[%rd934], %rs304;
-	add.s64 	%rd935, %rd932, %rd15;
-	add.s64 	%rd936, %rd18, %rd935;
-	st.global.u8 	[%rd936], %r2707;
-$L__BB1_618:
-	add.s32 	%r2760, %r2760, 1;
-$L__BB1_619:
-	and.b32  	%r2043, %r382, 512;
-	setp.eq.s32 	%p686, %r2043, 0;
-	@%p686 bra 	$L__BB1_623;
-	setp.ge.u32 	%p687, %r2760, %r2574;
-	@%p687 bra 	$L__BB1_622;
-	cvt.u16.u64 	%rs305, %rd129;
+	add.s64 	%rd935, %rd932, %rd16;
+	add.s64 	%rd936, %rd19, %rd935;
+	st.global.u8 	[%rd936], %r2709;
+$L__BB2_619:
+	add.s32 	%r2762, %r2762, 1;
+$L__BB2_620:
+	and.b32  	%r2044, %r382, 512;
+	setp.eq.s32 	%p687, %r2044, 0;
+	@%p687 bra 	$L__BB2_624;
+	setp.ge.u32 	%p688, %r2762, %r2576;
+	@%p688 bra 	$L__BB2_623;
+	cvt.u16.u64 	%rs305, %rd130;
 	shl.b16 	%rs306, %rs305, 4;
 	or.b16  	%rs307, %rs306, 9;
-	cvt.u64.u32 	%rd937, %r2760;
-	mul.wide.u32 	%rd938, %r2760, 2;
-	add.s64 	%rd939, %rd18, %rd938;
+	cvt.u64.u32 	%rd937, %r2762;
+	mul.wide.u32 	%rd938, %r2762, 2;
+	add.s64 	%rd939, %rd19, %rd938;
 	st.global.u16 	[%rd939], %rs307;
-	add.s64 	%rd940, %rd937, %rd15;
-	add.s64 	%rd941, %rd18, %rd940;
-	shr.u32 	%r2044, %r2707, 8;
-	st.global.u8 	[%rd941], %r2044;
-$L__BB1_622:
-	add.s32 	%r2760, %r2760, 1;
-$L__BB1_623:
-	and.b32  	%r2045, %r382, 1024;
-	setp.eq.s32 	%p688, %r2045, 0;
-	@%p688 bra 	$L__BB1_627;
-	setp.ge.u32 	%p689, %r2760, %r2574;
-	@%p689 bra 	$L__BB1_626;
-	cvt.u16.u64 	%rs308, %rd129;
+	add.s64 	%rd940, %rd937, %rd16;
+	add.s64 	%rd941, %rd19, %rd940;
+	shr.u32 	%r2045, %r2709, 8;
+	st.global.u8 	[%rd941], %r2045;
+$L__BB2_623:
+	add.s32 	%r2762, %r2762, 1;
+$L__BB2_624:
+	and.b32  	%r2046, %r382, 1024;
+	setp.eq.s32 	%p689, %r2046, 0;
+	@%p689 bra 	$L__BB2_628;
+	setp.ge.u32 	%p690, %r2762, %r2576;
+	@%p690 bra 	$L__BB2_627;
+	cvt.u16.u64 	%rs308, %rd130;
 	shl.b16 	%rs309, %rs308, 4;
 	or.b16  	%rs310, %rs309, 10;
-	cvt.u64.u32 	%rd942, %r2760;
-	mul.wide.u32 	%rd943, %r2760, 2;
-	add.s64 	%rd944, %rd18, %rd943;
+	cvt.u64.u32 	%rd942, %r2762;
+	mul.wide.u32 	%rd943, %r2762, 2;
+	add.s64 	%rd944, %rd19, %rd943;
 	st.global.u16 	[%rd944], %rs310;
-	add.s64 	%rd945, %rd942, %rd15;
-	add.s64 	%rd946, %rd18, %rd945;
-	shr.u32 	%r2046, %r2707, 16;
-	st.global.u8 	[%rd946], %r2046;
-$L__BB1_626:
-	add.s32 	%r2760, %r2760, 1;
-$L__BB1_627:
-	and.b32  	%r2047, %r382, 2048;
-	setp.eq.s32 	%p690, %r2047, 0;
-	@%p690 bra 	$L__BB1_631;
-	setp.ge.u32 	%p691, %r2760, %r2574;
-	@%p691 bra 	$L__BB1_630;
-	cvt.u16.u64 	%rs311, %rd129;
+	add.s64 	%rd945, %rd942, %rd16;
+	add.s64 	%rd946, %rd19, %rd945;
+	shr.u32 	%r2047, %r2709, 16;
+	st.global.u8 	[%rd946], %r2047;
+$L__BB2_627:
+	add.s32 	%r2762, %r2762, 1;
+$L__BB2_628:
+	and.b32  	%r2048, %r382, 2048;
+	setp.eq.s32 	%p691, %r2048, 0;
+	@%p691 bra 	$L__BB2_632;
+	setp.ge.u32 	%p692, %r2762, %r2576;
+	@%p692 bra 	$L__BB2_631;
+	cvt.u16.u64 	%rs311, %rd130;
 	shl.b16 	%rs312, %rs311, 4;
 	or.b16  	%rs313, %rs312, 11;
-	cvt.u64.u32 	%rd947, %r2760;
-	mul.wide.u32 	%rd948, %r2760, 2;
-	add.s64 	%rd949, %rd18, %rd948;
+	cvt.u64.u32 	%rd947, %r2762;
+	mul.wide.u32 	%rd948, %r2762, 2;
+	add.s64 	%rd949, %rd19, %rd948;
 	st.global.u16 	[%rd949], %rs313;
-	add.s64 	%rd950, %rd947, %rd15;
-	add.s64 	%rd951, %rd18, %rd950;
-	shr.u32 	%r2048, %r2707, 24;
-	st.global.u8 	[%rd951], %r2048;
-$L__BB1_630:
-	add.s32 	%r2760, %r2760, 1;
-$L__BB1_631:
-	and.b32  	%r2049, %r383, 4096;
-	setp.eq.s32 	%p692, %r2049, 0;
-	@%p692 bra 	$L__BB1_635;
-	setp.ge.u32 	%p693, %r2760, %r2574;
-	@%p693 bra 	$L__BB1_634;
-	cvt.u16.u64 	%rs314, %rd129;
+	add.s64 	%rd950, %rd947, %rd16;
+	add.s64 	%rd951, %rd19, %rd950;
+	shr.u32 	%r2049, %r2709, 24;
+	st.global.u8 	[%rd951], %r2049;
+$L__BB2_631:
+	add.s32 	%r2762, %r2762, 1;
+$L__BB2_632:
+	and.b32  	%r2050, %r383, 4096;
+	setp.eq.s32 	%p693, %r2050, 0;
+	@%p693 bra 	$L__BB2_636;
+	setp.ge.u32 	%p694, %r2762, %r2576;
+	@%p694 bra 	$L__BB2_635;
+	cvt.u16.u64 	%rs314, %rd130;
 	shl.b16 	%rs315, %rs314, 4;
 	or.b16  	%rs316, %rs315, 12;
-	cvt.u64.u32 	%rd952, %r2760;
-	mul.wide.u32 	%rd953, %r2760, 2;
-	add.s64 	%rd954, %rd18, %rd953;
+	cvt.u64.u32 	%rd952, %r2762;
+	mul.wide.u32 	%rd953, %r2762, 2;
+	add.s64 	%rd954, %rd19, %rd953;
 	st.global.u16 	[%rd954], %rs316;
-	add.s64 	%rd955, %rd952, %rd15;
-	add.s64 	%rd956, %rd18, %rd955;
-	st.global.u8 	[%rd956], %r2706;
-$L__BB1_634:
-	add.s32 	%r2760, %r2760, 1;
-$L__BB1_635:
-	and.b32  	%r2050, %r383, 8192;
-	setp.eq.s32 	%p694, %r2050, 0;
-	@%p694 bra 	$L__BB1_639;
-	setp.ge.u32 	%p695, %r2760, %r2574;
-	@%p695 bra 	$L__BB1_638;
-	cvt.u16.u64 	%rs317, %rd129;
+	add.s64 	%rd955, %rd952, %rd16;
+	add.s64 	%rd956, %rd19, %rd955;
+	st.global.u8 	[%rd956], %r2708;
+$L__BB2_635:
+	add.s32 	%r2762, %r2762, 1;
+$L__BB2_636:
+	and.b32  	%r2051, %r383, 8192;
+	setp.eq.s32 	%p695, %r2051, 0;
+	@%p695 bra 	$L__BB2_640;
+	setp.ge.u32 	%p696, %r2762, %r2576;
+	@%p696 bra 	$L__BB2_639;
+	cvt.u16.u64 	%rs317, %rd130;
 	shl.b16 	%rs318, %rs317, 4;
 	or.b16  	%rs319, %rs318, 13;
-	cvt.u64.u32 	%rd957, %r2760;
-	mul.wide.u32 	%rd958, %r2760, 2;
-	add.s64 	%rd959, %rd18, %rd958;
+	cvt.u64.u32 	%rd957, %r2762;
+	mul.wide.u32 	%rd958, %r2762, 2;
+	add.s64 	%rd959, %rd19, %rd958;
 	st.global.u16 	[%rd959], %rs319;
-	add.s64 	%rd960, %rd957, %rd15;
-	add.s64 	%rd961, %rd18, %rd960;
-	shr.u32 	%r2051, %r2706, 8;
-	st.global.u8 	[%rd961], %r2051;
-$L__BB1_638:
-	add.s32 	%r2760, %r2760, 1;
-$L__BB1_639:
-	and.b32  	%r2052, %r383, 16384;
-	setp.eq.s32 	%p696, %r2052, 0;
-	@%p696 bra 	$L__BB1_643;
-	setp.ge.u32 	%p697, %r2760, %r2574;
-	@%p697 bra 	$L__BB1_642;
-	cvt.u16.u64 	%rs320, %rd129;
+	add.s64 	%rd960, %rd957, %rd16;
+	add.s64 	%rd961, %rd19, %rd960;
+	shr.u32 	%r2052, %r2708, 8;
+	st.global.u8 	[%rd961], %r2052;
+$L__BB2_639:
+	add.s32 	%r2762, %r2762, 1;
+$L__BB2_640:
+	and.b32  	%r2053, %r383, 16384;
+	setp.eq.s32 	%p697, %r2053, 0;
+	@%p697 bra 	$L__BB2_644;
+	setp.ge.u32 	%p698, %r2762, %r2576;
+	@%p698 bra 	$L__BB2_643;
+	cvt.u16.u64 	%rs320, %rd130;
 	shl.b16 	%rs321, %rs320, 4;
 	or.b16  	%rs322, %rs321, 14;
-	cvt.u64.u32 	%rd962, %r2760;
-	mul.wide.u32 	%rd963, %r2760, 2;
-	add.s64 	%rd964, %rd18, %rd963;
+	cvt.u64.u32 	%rd962, %r2762;
+	mul.wide.u32 	%rd963, %r2762, 2;
+	add.s64 	%rd964, %rd19, %rd963;
 	st.global.u16 	[%rd964], %rs322;
-	add.s64 	%rd965, %rd962, %rd15;
-	add.s64 	%rd966, %rd18, %rd965;
-	shr.u32 	%r2053, %r2706, 16;
-	st.global.u8 	[%rd966], %r2053;
-$L__BB1_642:
-	add.s32 	%r2760, %r2760, 1;
-$L__BB1_643:
+	add.s64 	%rd965, %rd962, %rd16;
+	add.s64 	%rd966, %rd19, %rd965;
+	shr.u32 	%r2054, %r2708, 16;
+	st.global.u8 	[%rd966], %r2054;
+$L__BB2_643:
+	add.s32 	%r2762, %r2762, 1;
+$L__BB2_644:
 	cvt.u16.u32 	%rs323, %r383;
-	setp.gt.s16 	%p698, %rs323, -1;
-	setp.ge.u32 	%p699, %r2760, %r2574;
-	or.pred  	%p700, %p698, %p699;
-	@%p700 bra 	$L__BB1_645;
-	cvt.u16.u64 	%rs324, %rd129;
+	setp.gt.s16 	%p699, %rs323, -1;
+	setp.ge.u32 	%p700, %r2762, %r2576;
+	or.pred  	%p701, %p699, %p700;
+	@%p701 bra 	$L__BB2_646;
+	cvt.u16.u64 	%rs324, %rd130;
 	shl.b16 	%rs325, %rs324, 4;
 	or.b16  	%rs326, %rs325, 15;
-	cvt.u64.u32 	%rd967, %r2760;
-	mul.wide.u32 	%rd968, %r2760, 2;
-	add.s64 	%rd969, %rd18, %rd968;
+	cvt.u64.u32 	%rd967, %r2762;
+	mul.wide.u32 	%rd968, %r2762, 2;
+	add.s64 	%rd969, %rd19, %rd968;
 	st.global.u16 	[%rd969], %rs326;
-	add.s64 	%rd970, %rd967, %rd15;
-	add.s64 	%rd971, %rd18, %rd970;
-	shr.u32 	%r2054, %r2706, 24;
-	st.global.u8 	[%rd971], %r2054;
-$L__BB1_645:
-	shr.u64 	%rd1273, %rd10, 5;
-	add.s64 	%rd1265, %rd1265, 16384;
-	add.s64 	%rd1264, %rd1264, 16384;
-	shr.u64 	%rd972, %rd137, 48;
-	cvt.u32.u64 	%r2055, %rd972;
-	add.s32 	%r2811, %r480, %r2055;
-	add.s64 	%rd1263, %rd1263, 1024;
-	setp.lt.u64 	%p701, %rd1263, %rd20;
-	@%p701 bra 	$L__BB1_364;
-	bra.uni 	$L__BB1_726;
-$L__BB1_646:
-	setp.eq.s64 	%p702, %rd20, 0;
-	@%p702 bra 	$L__BB1_726;
+	add.s64 	%rd970, %rd967, %rd16;
+	add.s64 	%rd971, %rd19, %rd970;
+	shr.u32 	%r2055, %r2708, 24;
+	st.global.u8 	[%rd971], %r2055;
+$L__BB2_646:
+	shr.u64 	%rd1275, %rd12, 5;
+	add.s64 	%rd1267, %rd1267, 16384;
+	add.s64 	%rd1266, %rd1266, 16384;
+	shr.u64 	%rd972, %rd138, 48;
+	cvt.u32.u64 	%r2056, %rd972;
+	add.s32 	%r2813, %r480, %r2056;
+	add.s64 	%rd1265, %rd1265, 1024;
+	setp.lt.u64 	%p702, %rd1265, %rd21;
+	@%p702 bra 	$L__BB2_365;
+	bra.uni 	$L__BB2_727;
+$L__BB2_139:
+	setp.eq.s64 	%p183, %rd21, 0;
+	@%p183 bra 	$L__BB2_727;
+	mul.wide.u32 	%rd416, %r644, 16;
+	add.s64 	%rd417, %rd14, %rd416;
+	add.s64 	%rd1261, %rd417, %rd13;
+	add.s64 	%rd418, %rd15, %rd416;
+	add.s64 	%rd1262, %rd418, %rd13;
+	mov.u64 	%rd1260, 0;
+	mov.u32 	%r2813, 0;
+$L__BB2_141:
+	mov.u32 	%r2623, 0;
+	cvt.u64.u32 	%rd419, %r644;
+	add.s64 	%rd72, %rd1260, %rd419;
+	setp.ge.u64 	%p184, %rd72, %rd21;
+	mov.u32 	%r2624, %r2623;
+	mov.u32 	%r2625, %r2623;
+	mov.u32 	%r2626, %r2623;
+	mov.u32 	%r2627, %r2623;
+	mov.u32 	%r2628, %r2623;
+	mov.u32 	%r2629, %r2623;
+	mov.u32 	%r2630, %r2623;
+	@%p184 bra 	$L__BB2_143;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r2626,%r2625,%r2624,%r2623}, [%rd1261];
+	// end inline asm
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r2630,%r2629,%r2628,%r2627}, [%rd1262];
+	// end inline asm
+$L__BB2_143:
+	add.s64 	%rd73, %rd72, 256;
+	setp.ge.u64 	%p185, %rd73, %rd21;
+	mov.u32 	%r2639, 0;
+	mov.u32 	%r2631, %r2639;
+	mov.u32 	%r2632, %r2639;
+	mov.u32 	%r2633, %r2639;
+	mov.u32 	%r2634, %r2639;
+	mov.u32 	%r2635, %r2639;
+	mov.u32 	%r2636, %r2639;
+	mov.u32 	%r2637, %r2639;
+	mov.u32 	%r2638, %r2639;
+	@%p185 bra 	$L__BB2_145;
+	add.s64 	%rd422, %rd1261, 4096;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r2634,%r2633,%r2632,%r2631}, [%rd422];
+	// end inline asm
+	add.s64 	%rd423, %rd1262, 4096;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r2638,%r2637,%r2636,%r2635}, [%rd423];
+	// end inline asm
+$L__BB2_145:
+	add.s64 	%rd74, %rd72, 512;
+	setp.ge.u64 	%p186, %rd74, %rd21;
+	mov.u32 	%r2640, %r2639;
+	mov.u32 	%r2641, %r2639;
+	mov.u32 	%r2642, %r2639;
+	mov.u32 	%r2643, %r2639;
+	mov.u32 	%r2644, %r2639;
+	mov.u32 	%r2645, %r2639;
+	mov.u32 	%r2646, %r2639;
+	@%p186 bra 	$L__BB2_147;
+	add.s64 	%rd424, %rd1261, 8192;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r2642,%r2641,%r2640,%r2639}, [%rd424];
+	// end inline asm
+	add.s64 	%rd425, %rd1262, 8192;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r2646,%r2645,%r2644,%r2643}, [%rd425];
+	// end inline asm
+$L__BB2_147:
+	add.s64 	%rd75, %rd72, 768;
+	setp.ge.u64 	%p187, %rd75, %rd21;
+	mov.u32 	%r2647, 0;
+	mov.u32 	%r2648, %r2647;
+	mov.u32 	%r2649, %r2647;
+	mov.u32 	%r2650, %r2647;
+	mov.u32 	%r2651, %r2647;
+	mov.u32 	%r2652, %r2647;
+	mov.u32 	%r2653, %r2647;
+	mov.u32 	%r2654, %r2647;
+	@%p187 bra 	$L__BB2_149;
+	add.s64 	%rd426, %rd1261, 12288;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r2650,%r2649,%r2648,%r2647}, [%rd426];
+	// end inline asm
+	add.s64 	%rd427, %rd1262, 12288;
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r2654,%r2653,%r2652,%r2651}, [%rd427];
+	// end inline asm
+$L__BB2_149:
+	and.b32  	%r1058, %r644, 3;
+	setp.ne.s32 	%p188, %r1058, 0;
+	xor.b32  	%r1059, %r2630, %r2626;
+	or.b32  	%r1060, %r1059, -2147450880;
+	add.s32 	%r1061, %r1060, -65537;
+	or.b32  	%r1049, %r1061, %r1059;
+	// begin inline asm
+	prmt.b32 %r1049, %r1049, 0, 0xbb99;
+	// end inline asm
+	and.b32  	%r1062, %r1049, 1;
+	mov.u32 	%r1063, 1;
+	shr.u32 	%r1064, %r1049, 15;
+	and.b32  	%r1065, %r1064, 2;
+	mov.u32 	%r1066, 2;
+	or.b32  	%r1067, %r1065, %r1062;
+	xor.b32  	%r1068, %r2629, %r2625;
+	or.b32  	%r1069, %r1068, -2147450880;
+	add.s32 	%r1070, %r1069, -65537;
+	or.b32  	%r1051, %r1070, %r1068;
+	// begin inline asm
+	prmt.b32 %r1051, %r1051, 0, 0xbb99;
+	// end inline asm
+	and.b32  	%r184, %r1051, 1;
+	shr.u32 	%r1071, %r1051, 15;
+	and.b32  	%r1072, %r1071, 2;
+	or.b32  	%r1073, %r1072, %r184;
+	shl.b32 	%r1074, %r1073, 2;
+	or.b32  	%r1075, %r1067, %r1074;
+	xor.b32  	%r1076, %r2628, %r2624;
+	or.b32  	%r1077, %r1076, -2147450880;
+	add.s32 	%r1078, %r1077, -65537;
+	or.b32  	%r1053, %r1078, %r1076;
+	// begin inline asm
+	prmt.b32 %r1053, %r1053, 0, 0xbb99;
+	// end inline asm
+	and.b32  	%r186, %r1053, 1;
+	shr.u32 	%r1079, %r1053, 15;
+	and.b32  	%r1080, %r1079, 2;
+	or.b32  	%r1081, %r1080, %r186;
+	shl.b32 	%r1082, %r1081, 4;
+	or.b32  	%r1083, %r1075, %r1082;
+	xor.b32  	%r1084, %r2627, %r2623;
+	or.b32  	%r1085, %r1084, -2147450880;
+	add.s32 	%r1086, %r1085, -65537;
+	or.b32  	%r1055, %r1086, %r1084;
+	// begin inline asm
+	prmt.b32 %r1055, %r1055, 0, 0xbb99;
+	// end inline asm
+	and.b32  	%r1087, %r1055, 1;
+	shr.u32 	%r1088, %r1055, 15;
+	and.b32  	%r1089, %r1088, 2;
+	or.b32  	%r1090, %r1089, %r1087;
+	shl.b32 	%r1091, %r1090, 6;
+	or.b32  	%r187, %r1083, %r1091;
+	shl.b32 	%r1092, %r644, 3;
+	and.b32  	%r1093, %r1092, 24;
+	shl.b32 	%r1094, %r187, %r1093;
+	mov.u32 	%r1095, 31;
+	mov.u32 	%r1096, -1;
+	shfl.sync.bfly.b32 	%r1097|%p189, %r1094, %r1063, %r1095, %r1096;
+	or.b32  	%r188, %r1097, %r1094;
+	shfl.sync.bfly.b32 	%r189|%p4, %r188, %r1066, %r1095, %r1096;
+	or.pred  	%p191, %p188, %p184;
+	@%p191 bra 	$L__BB2_151;
+	cvt.u32.u64 	%r1098, %rd72;
+	and.b32  	%r1099, %r1098, -4;
+	mov.u32 	%r1100, _ZZ14ws_delta_countE5smask;
+	add.s32 	%r1101, %r1100, %r1099;
+	or.b32  	%r1102, %r189, %r188;
+	st.shared.u32 	[%r1101], %r1102;
+$L__BB2_151:
+	setp.eq.s32 	%p192, %r2, 0;
+	@%p192 bra 	$L__BB2_154;
+	mov.u32 	%r1103, 31;
+	mov.u32 	%r1104, 1;
+	mov.u32 	%r1105, -1;
+	shfl.sync.bfly.b32 	%r1106|%p194, %r187, %r1104, %r1103, %r1105;
+	or.b32  	%r1107, %r1106, %r187;
+	setp.eq.s32 	%p195, %r1107, 0;
+	or.pred  	%p196, %p184, %p195;
+	@%p196 bra 	$L__BB2_154;
+	st.v4.u32 	[%rd1262], {%r2626, %r2625, %r2624, %r2623};
+$L__BB2_154:
+	xor.b32  	%r1118, %r2638, %r2634;
+	or.b32  	%r1119, %r1118, -2147450880;
+	add.s32 	%r1120, %r1119, -65537;
+	or.b32  	%r1108, %r1120, %r1118;
+	// begin inline asm
+	prmt.b32 %r1108, %r1108, 0, 0xbb99;
+	// end inline asm
+	and.b32  	%r1121, %r1108, 1;
+	mov.u32 	%r1122, 1;
+	shr.u32 	%r1123, %r1108, 15;
+	and.b32  	%r1124, %r1123, 2;
+	mov.u32 	%r1125, 2;
+	or.b32  	%r1126, %r1124, %r1121;
+	xor.b32  	%r1127, %r2637, %r2633;
+	or.b32  	%r1128, %r1127, -2147450880;
+	add.s32 	%r1129, %r1128, -65537;
+	or.b32  	%r1110, %r1129, %r1127;
+	// begin inline asm
+	prmt.b32 %r1110, %r1110, 0, 0xbb99;
+	// end inline asm
+	and.b32  	%r192, %r1110, 1;
+	shr.u32 	%r1130, %r1110, 15;
+	and.b32  	%r1131, %r1130, 2;
+	or.b32  	%r1132, %r1131, %r192;
+	shl.b32 	%r1133, %r1132, 2;
+	or.b32  	%r1134, %r1126, %r1133;
+	xor.b32  	%r1135, %r2636, %r2632;
+	or.b32  	%r1136, %r1135, -2147450880;
+	add.s32 	%r1137, %r1136, -65537;
+	or.b32  	%r1112, %r1137, %r1135;
+	// begin inline asm
+	prmt.b32 %r1112, %r1112, 0, 0xbb99;
+	// end inline asm
+	and.b32  	%r194, %r1112, 1;
+	shr.u32 	%r1138, %r1112, 15;
+	and.b32  	%r1139, %r1138, 2;
+	or.b32  	%r1140, %r1139, %r194;
+	shl.b32 	%r1141, %r1140, 4;
+	or.b32  	%r1142, %r1134, %r1141;
+	xor.b32  	%r1143, %r2635, %r2631;
+	or.b32  	%r1144, %r1143, -2147450880;
+	add.s32 	%r1145, %r1144, -65537;
+	or.b32  	%r1114, %r1145, %r1143;
+	// begin inline asm
+	prmt.b32 %r1114, %r1114, 0, 0xbb99;
+	// end inline asm
+	and.b32  	%r1146, %r1114, 1;
+	shr.u32 	%r1147, %r1114, 15;
+	and.b32  	%r1148, %r1147, 2;
+	or.b32  	%r1149, %r1148, %r1146;
+	shl.b32 	%r1150, %r1149, 6;
+	or.b32  	%r195, %r1142, %r1150;
+	shl.b32 	%r1153, %r195, %r1093;
+	mov.u32 	%r1154, 31;
+	mov.u32 	%r1155, -1;
+	shfl.sync.bfly.b32 	%r1156|%p199, %r1153, %r1122, %r1154, %r1155;
+	or.b32  	%r196, %r1156, %r1153;
+	shfl.sync.bfly.b32 	%r197|%p5, %r196, %r1125, %r1154, %r1155;
+	or.pred  	%p200, %p188, %p185;
+	@%p200 bra 	$L__BB2_156;
+	add.s64 	%rd1227, %rd72, 256;
+	cvt.u32.u64 	%r1157, %rd1227;
+	and.b32  	%r1158, %r1157, -4;
+	mov.u32 	%r1159, _ZZ14ws_delta_countE5smask;
+	add.s32 	%r1160, %r1159, %r1158;
+	or.b32  	%r1161, %r197, %r196;
+	st.shared.u32 	[%r1160], %r1161;
+$L__BB2_156:
+	@%p192 bra 	$L__BB2_159;
+	mov.u32 	%r1162, 31;
+	mov.u32 	%r1163, 1;
+	mov.u32 	%r1164, -1;
+	shfl.sync.bfly.b32 	%r1165|%p203, %r195, %r1163, %r1162, %r1164;
+	or.b32  	%r1166, %r1165, %r195;
+	setp.eq.s32 	%p204, %r1166, 0;
+	or.pred  	%p205, %p185, %p204;
+	@%p205 bra 	$L__BB2_159;
+	st.v4.u32 	[%rd1262+4096], {%r2634, %r2633, %r2632, %r2631};
+$L__BB2_159:
+	xor.b32  	%r1177, %r2646, %r2642;
+	or.b32  	%r1178, %r1177, -2147450880;
+	add.s32 	%r1179, %r1178, -65537;
+	or.b32  	%r1167, %r1179, %r1177;
+	// begin inline asm
+	prmt.b32 %r1167, %r1167, 0, 0xbb99;
+	// end inline asm
+	and.b32  	%r1180, %r1167, 1;
+	mov.u32 	%r1181, 1;
+	shr.u32 	%r1182, %r1167, 15;
+	and.b32  	%r1183, %r1182, 2;
+	mov.u32 	%r1184, 2;
+	or.b32  	%r1185, %r1183, %r1180;
+	xor.b32  	%r1186, %r2645, %r2641;
+	or.b32  	%r1187, %r1186, -2147450880;
+	add.s32 	%r1188, %r1187, -65537;
+	or.b32  	%r1169, %r1188, %r1186;
+	// begin inline asm
+	prmt.b32 %r1169, %r1169, 0, 0xbb99;
+	// end inline asm
+	and.b32  	%r200, %r1169, 1;
+	shr.u32 	%r1189, %r1169, 15;
+	and.b32  	%r1190, %r1189, 2;
+	or.b32  	%r1191, %r1190, %r200;
+	shl.b32 	%r1192, %r1191, 2;
+	or.b32  	%r1193, %r1185, %r1192;
+	xor.b32  	%r1194, %r2644, %r2640;
+	or.b32  	%r1195, %r1194, -2147450880;
+	add.s32 	%r1196, %r1195, -65537;
+	or.b32  	%r1171, %r1196, %r1194;
+	// begin inline asm
+	prmt.b32 %r1171, %r1171, 0, 0xbb99;
+	// end inline asm
+	and.b32  	%r202, %r1171, 1;
+	shr.u32 	%r1197, %r1171, 15;
+	and.b32  	%r1198, %r1197, 2;
+	or.b32  	%r1199, %r1198, %r202;
+	shl.b32 	%r1200, %r1199, 4;
+	or.b32  	%r1201, %r1193, %r1200;
+	xor.b32  	%r1202, %r2643, %r2639;
+	or.b32  	%r1203, %r1202, -2147450880;
+	add.s32 	%r1204, %r1203, -65537;
+	or.b32  	%r1173, %r1204, %r1202;
+	// begin inline asm
+	prmt.b32 %r1173, %r1173, 0, 0xbb99;
+	// end inline asm
+	and.b32  	%r1205, %r1173, 1;
+	shr.u32 	%r1206, %r1173, 15;
+	and.b32  	%r1207, %r1206, 2;
+	or.b32  	%r1208, %r1207, %r1205;
+	shl.b32 	%r1209, %r1208, 6;
+	or.b32  	%r203, %r1201, %r1209;
+	shl.b32 	%r1212, %r203, %r1093;
+	mov.u32 	%r1213, 31;
+	mov.u32 	%r1214, -1;
+	shfl.sync.bfly.b32 	%r1215|%p208, %r1212, %r1181, %r1213, %r1214;
+	or.b32  	%r204, %r1215, %r1212;
+	shfl.sync.bfly.b32 	%r205|%p6, %r204, %r1184, %r1213, %r1214;
+	or.pred  	%p209, %p188, %p186;
+	@%p209 bra 	$L__BB2_161;
+	add.s64 	%rd1226, %rd72, 512;
+	cvt.u32.u64 	%r1216, %rd1226;
+	and.b32  	%r1217, %r1216, -4;
+	mov.u32 	%r1218, _ZZ14ws_delta_countE5smask;
+	add.s32 	%r1219, %r1218, %r1217;
+	or.b32  	%r1220, %r205, %r204;
+	st.shared.u32 	[%r1219], %r1220;
+$L__BB2_161:
+	@%p192 bra 	$L__BB2_164;
+	mov.u32 	%r1221, 31;
+	mov.u32 	%r1222, 1;
+	mov.u32 	%r1223, -1;
+	shfl.sync.bfly.b32 	%r1224|%p212, %r203, %r1222, %r1221, %r1223;
+	or.b32  	%r1225, %r1224, %r203;
+	setp.eq.s32 	%p213, %r1225, 0;
+	or.pred  	%p214, %p186, %p213;
+	@%p214 bra 	$L__BB2_164;
+	st.v4.u32 	[%rd1262+8192], {%r2642, %r2641, %r2640, %r2639};
+$L__BB2_164:
+	xor.b32  	%r1236, %r2654, %r2650;
+	or.b32  	%r1237, %r1236, -2147450880;
+	add.s32 	%r1238, %r1237, -65537;
+	or.b32  	%r1226, %r1238, %r1236;
+	// begin inline asm
+	prmt.b32 %r1226, %r1226, 0, 0xbb99;
+	// end inline asm
+	and.b32  	%r1239, %r1226, 1;
+	mov.u32 	%r1240, 1;
+	shr.u32 	%r1241, %r1226, 15;
+	and.b32  	%r1242, %r1241, 2;
+	mov.u32 	%r1243, 2;
+	or.b32  	%r1244, %r1242, %r1239;
+	xor.b32  	%r1245, %r2653, %r2649;
+	or.b32  	%r1246, %r1245, -2147450880;
+	add.s32 	%r1247, %r1246, -65537;
+	or.b32  	%r1228, %r1247, %r1245;
+	// begin inline asm
+	prmt.b32 %r1228, %r1228, 0, 0xbb99;
+	// end inline asm
+	and.b32  	%r208, %r1228, 1;
+	shr.u32 	%r1248, %r1228, 15;
+	and.b32  	%r1249, %r1248, 2;
+	or.b32  	%r1250, %r1249, %r208;
+	shl.b32 	%r1251, %r1250, 2;
+	or.b32  	%r1252, %r1244, %r1251;
+	xor.b32  	%r1253, %r2652, %r2648;
+	or.b32  	%r1254, %r1253, -2147450880;
+	add.s32 	%r1255, %r1254, -65537;
+	or.b32  	%r1230, %r1255, %r1253;
+	// begin inline asm
+	prmt.b32 %r1230, %r1230, 0, 0xbb99;
+	// end inline asm
+	and.b32  	%r210, %r1230, 1;
+	shr.u32 	%r1256, %r1230, 15;
+	and.b32  	%r1257, %r1256, 2;
+	or.b32  	%r1258, %r1257, %r210;
+	shl.b32 	%r1259, %r1258, 4;
+	or.b32  	%r1260, %r1252, %r1259;
+	xor.b32  	%r1261, %r2651, %r2647;
+	or.b32  	%r1262, %r1261, -2147450880;
+	add.s32 	%r1263, %r1262, -65537;
+	or.b32  	%r1232, %r1263, %r1261;
+	// begin inline asm
+	prmt.b32 %r1232, %r1232, 0, 0xbb99;
+	// end inline asm
+	and.b32  	%r1264, %r1232, 1;
+	shr.u32 	%r1265, %r1232, 15;
+	and.b32  	%r1266, %r1265, 2;
+	or.b32  	%r1267, %r1266, %r1264;
+	shl.b32 	%r1268, %r1267, 6;
+	or.b32  	%r211, %r1260, %r1268;
+	popc.b32 	%r1269, %r211;
+	cvt.u64.u32 	%rd428, %r1269;
+	shl.b64 	%rd429, %rd428, 48;
+	popc.b32 	%r1270, %r203;
+	cvt.u64.u32 	%rd430, %r1270;
+	popc.b32 	%r1271, %r195;
+	shl.b32 	%r1272, %r1271, 16;
+	popc.b32 	%r1273, %r187;
+	or.b32  	%r1274, %r1272, %r1273;
+	cvt.u64.u32 	%rd431, %r1274;
+	bfi.b64 	%rd432, %rd430, %rd431, 32, 32;
+	or.b64  	%rd76, %rd429, %rd432;
+	shl.b32 	%r1277, %r211, %r1093;
+	mov.u32 	%r1278, 31;
+	mov.u32 	%r1279, -1;
+	shfl.sync.bfly.b32 	%r1280|%p217, %r1277, %r1240, %r1278, %r1279;
+	or.b32  	%r1281, %r1280, %r1277;
+	shfl.sync.bfly.b32 	%r1282|%p218, %r1281, %r1243, %r1278, %r1279;
+	or.b32  	%r212, %r1282, %r1281;
+	or.pred  	%p219, %p188, %p187;
+	@%p219 bra 	$L__BB2_166;
+	add.s64 	%rd1225, %rd72, 768;
+	cvt.u32.u64 	%r1283, %rd1225;
+	and.b32  	%r1284, %r1283, -4;
+	mov.u32 	%r1285, _ZZ14ws_delta_countE5smask;
+	add.s32 	%r1286, %r1285, %r1284;
+	st.shared.u32 	[%r1286], %r212;
+$L__BB2_166:
+	@%p192 bra 	$L__BB2_169;
+	mov.u32 	%r1287, 31;
+	mov.u32 	%r1288, 1;
+	mov.u32 	%r1289, -1;
+	shfl.sync.bfly.b32 	%r1290|%p222, %r211, %r1288, %r1287, %r1289;
+	or.b32  	%r1291, %r1290, %r211;
+	setp.eq.s32 	%p223, %r1291, 0;
+	or.pred  	%p224, %p187, %p223;
+	@%p224 bra 	$L__BB2_169;
+	st.v4.u32 	[%rd1262+12288], {%r2650, %r2649, %r2648, %r2647};
+$L__BB2_169:
+	cvt.u32.u64 	%r1312, %rd7;
+	setp.lt.u32 	%p225, %r1312, 16;
+	mov.u32 	%r1313, 16;
+	setp.lt.u32 	%p226, %r1312, 4;
+	mov.u32 	%r1314, 4;
+	setp.lt.u32 	%p227, %r1312, 2;
+	mov.u32 	%r1315, 2;
+	setp.lt.u32 	%p228, %r1312, 8;
+	mov.u32 	%r1316, 8;
+	setp.ne.s32 	%p229, %r1312, 31;
+	setp.eq.s32 	%p230, %r1312, 0;
+	mov.u32 	%r1317, 0;
+	// begin inline asm
+	mov.b64 {%r1292,%r1293}, %rd76;
+	// end inline asm
+	mov.u32 	%r1318, 1;
+	mov.u32 	%r1319, -1;
+	shfl.sync.up.b32 	%r1295|%p231, %r1293, %r1318, %r1317, %r1319;
+	shfl.sync.up.b32 	%r1294|%p232, %r1292, %r1318, %r1317, %r1319;
+	// begin inline asm
+	mov.b64 %rd434, {%r1294,%r1295};
+	// end inline asm
+	selp.b64 	%rd443, 0, %rd434, %p230;
+	add.s64 	%rd435, %rd443, %rd76;
+	// begin inline asm
+	mov.b64 {%r1296,%r1297}, %rd435;
+	// end inline asm
+	shfl.sync.up.b32 	%r1299|%p233, %r1297, %r1315, %r1317, %r1319;
+	shfl.sync.up.b32 	%r1298|%p234, %r1296, %r1315, %r1317, %r1319;
+	// begin inline asm
+	mov.b64 %rd436, {%r1298,%r1299};
+	// end inline asm
+	selp.b64 	%rd444, 0, %rd436, %p227;
+	add.s64 	%rd437, %rd444, %rd435;
+	// begin inline asm
+	mov.b64 {%r1300,%r1301}, %rd437;
+	// end inline asm
+	shfl.sync.up.b32 	%r1303|%p235, %r1301, %r1314, %r1317, %r1319;
+	shfl.sync.up.b32 	%r1302|%p236, %r1300, %r1314, %r1317, %r1319;
+	// begin inline asm
+	mov.b64 %rd438, {%r1302,%r1303};
+	// end inline asm
+	selp.b64 	%rd445, 0, %rd438, %p226;
+	add.s64 	%rd439, %rd445, %rd437;
+	// begin inline asm
+	mov.b64 {%r1304,%r1305}, %rd439;
+	// end inline asm
+	shfl.sync.up.b32 	%r1307|%p237, %r1305, %r1316, %r1317, %r1319;
+	shfl.sync.up.b32 	%r1306|%p238, %r1304, %r1316, %r1317, %r1319;
+	// begin inline asm
+	mov.b64 %rd440, {%r1306,%r1307};
+	// end inline asm
+	selp.b64 	%rd446, 0, %rd440, %p228;
+	add.s64 	%rd441, %rd446, %rd439;
+	// begin inline asm
+	mov.b64 {%r1308,%r1309}, %rd441;
+	// end inline asm
+	shfl.sync.up.b32 	%r1311|%p239, %r1309, %r1313, %r1317, %r1319;
+	shfl.sync.up.b32 	%r1310|%p240, %r1308, %r1313, %r1317, %r1319;
+	// begin inline asm
+	mov.b64 %rd442, {%r1310,%r1311};
+	// end inline asm
+	selp.b64 	%rd447, 0, %rd442, %p225;
+	add.s64 	%rd77, %rd447, %rd441;
+	@%p229 bra 	$L__BB2_171;
+	shr.u32 	%r1321, %r644, 2;
+	and.b32  	%r1322, %r1321, 1073741816;
+	mov.u32 	%r1323, _ZZ14ws_delta_countE3red;
+	add.s32 	%r1324, %r1323, %r1322;
+	st.shared.u64 	[%r1324], %rd77;
+$L__BB2_171:
+	shr.u32 	%r1326, %r644, 5;
+	setp.ne.s32 	%p241, %r1326, 0;
+	bar.sync 	0;
+	@%p241 bra 	$L__BB2_176;
+	cvt.u32.u64 	%r2566, %rd7;
+	setp.gt.u32 	%p242, %r2566, 7;
+	mov.u64 	%rd1263, 0;
+	@%p242 bra 	$L__BB2_174;
+	shl.b32 	%r2569, %r644, 3;
+	and.b32  	%r1330, %r2569, 248;
+	mov.u32 	%r1331, _ZZ14ws_delta_countE3red;
+	add.s32 	%r1332, %r1331, %r1330;
+	ld.shared.u64 	%rd1263, [%r1332];
+$L__BB2_174:
+	cvt.u32.u64 	%r2567, %rd7;
+	setp.lt.u32 	%p935, %r2567, 16;
+	setp.lt.u32 	%p934, %r2567, 8;
+	setp.lt.u32 	%p933, %r2567, 4;
+	setp.lt.u32 	%p932, %r2567, 2;
+	setp.eq.s32 	%p931, %r2567, 0;
+	mov.u32 	%r1354, 16;
+	mov.u32 	%r1355, 4;
+	mov.u32 	%r1356, 2;
+	mov.u32 	%r1357, 8;
+	mov.u32 	%r1358, 0;
+	// begin inline asm
+	mov.b64 {%r1333,%r1334}, %rd1263;
+	// end inline asm
+	mov.u32 	%r1359, 1;
+	mov.u32 	%r1360, -1;
+	shfl.sync.up.b32 	%r1336|%p249, %r1334, %r1359, %r1358, %r1360;
+	shfl.sync.up.b32 	%r1335|%p250, %r1333, %r1359, %r1358, %r1360;
+	// begin inline asm
+	mov.b64 %rd450, {%r1335,%r1336};
+	// end inline asm
+	selp.b64 	%rd459, 0, %rd450, %p931;
+	add.s64 	%rd451, %rd459, %rd1263;
+	// begin inline asm
+	mov.b64 {%r1337,%r1338}, %rd451;
+	// end inline asm
+	shfl.sync.up.b32 	%r1340|%p251, %r1338, %r1356, %r1358, %r1360;
+	shfl.sync.up.b32 	%r1339|%p252, %r1337, %r1356, %r1358, %r1360;
+	// begin inline asm
+	mov.b64 %rd452, {%r1339,%r1340};
+	// end inline asm
+	selp.b64 	%rd460, 0, %rd452, %p932;
+	add.s64 	%rd453, %rd460, %rd451;
+	// begin inline asm
+	mov.b64 {%r1341,%r1342}, %rd453;
+	// end inline asm
+	shfl.sync.up.b32 	%r1344|%p253, %r1342, %r1355, %r1358, %r1360;
+	shfl.sync.up.b32 	%r1343|%p254, %r1341, %r1355, %r1358, %r1360;
+	// begin inline asm
+	mov.b64 %rd454, {%r1343,%r1344};
+	// end inline asm
+	selp.b64 	%rd461, 0, %rd454, %p933;
+	add.s64 	%rd455, %rd461, %rd453;
+	// begin inline asm
+	mov.b64 {%r1345,%r1346}, %rd455;
+	// end inline asm
+	shfl.sync.up.b32 	%r1348|%p255, %r1346, %r1357, %r1358, %r1360;
+	shfl.sync.up.b32 	%r1347|%p256, %r1345, %r1357, %r1358, %r1360;
+	// begin inline asm
+	mov.b64 %rd456, {%r1347,%r1348};
+	// end inline asm
+	selp.b64 	%rd462, 0, %rd456, %p934;
+	add.s64 	%rd457, %rd462, %rd455;
+	// begin inline asm
+	mov.b64 {%r1349,%r1350}, %rd457;
+	// end inline asm
+	shfl.sync.up.b32 	%r1352|%p257, %r1350, %r1354, %r1358, %r1360;
+	shfl.sync.up.b32 	%r1351|%p258, %r1349, %r1354, %r1358, %r1360;
+	// begin inline asm
+	mov.b64 %rd458, {%r1351,%r1352};
+	// end inline asm
+	selp.b64 	%rd463, 0, %rd458, %p935;
+	add.s64 	%rd80, %rd463, %rd457;
+	@%p242 bra 	$L__BB2_176;
+	shl.b32 	%r2568, %r644, 3;
+	and.b32  	%r1363, %r2568, 248;
+	mov.u32 	%r1364, _ZZ14ws_delta_countE3red;
+	add.s32 	%r1365, %r1364, %r1363;
+	st.shared.u64 	[%r1365], %rd80;
+$L__BB2_176:
+	setp.eq.s32 	%p259, %r1326, 0;
+	bar.sync 	0;
+	mov.u64 	%rd1264, 0;
+	@%p259 bra 	$L__BB2_178;
+	shr.u32 	%r1369, %r644, 2;
+	and.b32  	%r1370, %r1369, 1073741816;
+	mov.u32 	%r1371, _ZZ14ws_delta_countE3red;
+	add.s32 	%r1372, %r1371, %r1370;
+	ld.shared.u64 	%rd1264, [%r1372+-8];
+$L__BB2_178:
+	ld.shared.u64 	%rd83, [_ZZ14ws_delta_countE3red+56];
+	bar.sync 	0;
+	sub.s64 	%rd465, %rd77, %rd76;
+	add.s64 	%rd84, %rd465, %rd1264;
+	cvt.u32.u64 	%r1373, %rd84;
+	and.b32  	%r1374, %r1373, 65535;
+	add.s32 	%r2656, %r1374, %r2813;
+	setp.ge.u32 	%p260, %r2656, %r2576;
+	setp.eq.s32 	%p261, %r187, 0;
+	or.pred  	%p262, %p260, %p261;
+	@%p262 bra 	$L__BB2_224;
+	and.b32  	%r2561, %r1049, 1;
+	setp.eq.b32 	%p263, %r2561, 1;
+	mov.pred 	%p264, 0;
+	xor.pred  	%p265, %p263, %p264;
+	not.pred 	%p266, %p265;
+	@%p266 bra 	$L__BB2_184;
+	cvt.u16.u64 	%rs43, %rd72;
+	shl.b16 	%rs44, %rs43, 3;
+	mul.wide.u32 	%rd466, %r2656, 2;
+	add.s64 	%rd467, %rd19, %rd466;
+	st.global.u16 	[%rd467], %rs44;
+	add.s64 	%rd85, %rd467, %rd16;
+	add.s64 	%rd468, %rd20, %rd16;
+	and.b64  	%rd469, %rd468, 1;
+	setp.eq.b64 	%p267, %rd469, 1;
+	xor.pred  	%p269, %p267, %p264;
+	not.pred 	%p270, %p269;
+	@%p270 bra 	$L__BB2_182;
+	bra.uni 	$L__BB2_181;
+$L__BB2_182:
+	st.global.u16 	[%rd85], %r2626;
+	bra.uni 	$L__BB2_183;
+$L__BB2_181:
+	st.global.u8 	[%rd85], %r2626;
+	shr.u32 	%r1376, %r2626, 8;
+	st.global.u8 	[%rd85+1], %r1376;
+$L__BB2_183:
+	add.s32 	%r2656, %r2656, 1;
+$L__BB2_184:
+	shr.u32 	%r2563, %r1049, 15;
+	and.b32  	%r2562, %r2563, 2;
+	setp.eq.s32 	%p271, %r2562, 0;
+	@%p271 bra 	$L__BB2_190;
+	setp.ge.u32 	%p272, %r2656, %r2576;
+	@%p272 bra 	$L__BB2_189;
+	cvt.u16.u64 	%rs45, %rd72;
+	shl.b16 	%rs46, %rs45, 3;
+	or.b16  	%rs47, %rs46, 1;
+	mul.wide.u32 	%rd470, %r2656, 2;
+	add.s64 	%rd471, %rd19, %rd470;
+	st.global.u16 	[%rd471], %rs47;
+	add.s64 	%rd86, %rd471, %rd16;
+	add.s64 	%rd472, %rd20, %rd16;
+	shr.u32 	%r216, %r2626, 16;
+	and.b64  	%rd473, %rd472, 1;
+	setp.eq.b64 	%p273, %rd473, 1;
+	mov.pred 	%p274, 0;
+	xor.pred  	%p275, %p273, %p274;
+	not.pred 	%p276, %p275;
+	@%p276 bra 	$L__BB2_188;
+	bra.uni 	$L__BB2_187;
+$L__BB2_188:
+	st.global.u16 	[%rd86], %r216;
+	bra.uni 	$L__BB2_189;
+$L__BB2_187:
+	st.global.u8 	[%rd86], %r216;
+	shr.u32 	%r1379, %r2626, 24;
+	st.global.u8 	[%rd86+1], %r1379;
+$L__BB2_189:
+	add.s32 	%r2656, %r2656, 1;
+$L__BB2_190:
+	and.b32  	%r2564, %r1051, 1;
+	setp.eq.s32 	%p277, %r2564, 0;
+	@%p277 bra 	$L__BB2_196;
+	setp.ge.u32 	%p278, %r2656, %r2576;
+	@%p278 bra 	$L__BB2_195;
+	cvt.u16.u64 	%rs48, %rd72;
+	shl.b16 	%rs49, %rs48, 3;
+	or.b16  	%rs50, %rs49, 2;
+	mul.wide.u32 	%rd474, %r2656, 2;
+	add.s64 	%rd475, %rd19, %rd474;
+	st.global.u16 	[%rd475], %rs50;
+	add.s64 	%rd87, %rd475, %rd16;
+	add.s64 	%rd476, %rd20, %rd16;
+	and.b64  	%rd477, %rd476, 1;
+	setp.eq.b64 	%p279, %rd477, 1;
+	mov.pred 	%p280, 0;
+	xor.pred  	%p281, %p279, %p280;
+	not.pred 	%p282, %p281;
+	@%p282 bra 	$L__BB2_194;
+	bra.uni 	$L__BB2_193;
+$L__BB2_194:
+	st.global.u16 	[%rd87], %r2625;
+	bra.uni 	$L__BB2_195;
+$L__BB2_193:
+	st.global.u8 	[%rd87], %r2625;
+	shr.u32 	%r1380, %r2625, 8;
+	st.global.u8 	[%rd87+1], %r1380;
+$L__BB2_195:
+	add.s32 	%r2656, %r2656, 1;
+$L__BB2_196:
+	and.b32  	%r1381, %r1051, 65536;
+	setp.eq.s32 	%p283, %r1381, 0;
+	@%p283 bra 	$L__BB2_202;
+	setp.ge.u32 	%p284, %r2656, %r2576;
+	@%p284 bra 	$L__BB2_201;
+	cvt.u16.u64 	%rs51, %rd72;
+	shl.b16 	%rs52, %rs51, 3;
+	or.b16  	%rs53, %rs52, 3;
+	mul.wide.u32 	%rd478, %r2656, 2;
+	add.s64 	%rd479, %rd19, %rd478;
+	st.global.u16 	[%rd479], %rs53;
+	add.s64 	%rd88, %rd479, %rd16;
+	add.s64 	%rd480, %rd20, %rd16;
+	shr.u32 	%r221, %r2625, 16;
+	and.b64  	%rd481, %rd480, 1;
+	setp.eq.b64 	%p285, %rd481, 1;
+	mov.pred 	%p286, 0;
+	xor.pred  	%p287, %p285, %p286;
+	not.pred 	%p288, %p287;
+	@%p288 bra 	$L__BB2_200;
+	bra.uni 	$L__BB2_199;
+$L__BB2_200:
+	st.global.u16 	[%rd88], %r221;
+	bra.uni 	$L__BB2_201;
+$L__BB2_199:
+	st.global.u8 	[%rd88], %r221;
+	shr.u32 	%r1382, %r2625, 24;
+	st.global.u8 	[%rd88+1], %r1382;
+$L__BB2_201:
+	add.s32 	%r2656, %r2656, 1;
+$L__BB2_202:
+	and.b32  	%r2565, %r1053, 1;
+	setp.eq.s32 	%p289, %r2565, 0;
+	@%p289 bra 	$L__BB2_208;
+	setp.ge.u32 	%p290, %r2656, %r2576;
+	@%p290 bra 	$L__BB2_207;
+	cvt.u16.u64 	%rs54, %rd72;
+	shl.b16 	%rs55, %rs54, 3;
+	or.b16  	%rs56, %rs55, 4;
+	mul.wide.u32 	%rd482, %r2656, 2;
+	add.s64 	%rd483, %rd19, %rd482;
+	st.global.u16 	[%rd483], %rs56;
+	add.s64 	%rd89, %rd483, %rd16;
+	add.s64 	%rd484, %rd20, %rd16;
+	and.b64  	%rd485, %rd484, 1;
+	setp.eq.b64 	%p291, %rd485, 1;
+	mov.pred 	%p292, 0;
+	xor.pred  	%p293, %p291, %p292;
+	not.pred 	%p294, %p293;
+	@%p294 bra 	$L__BB2_206;
+	bra.uni 	$L__BB2_205;
+$L__BB2_206:
+	st.global.u16 	[%rd89], %r2624;
+	bra.uni 	$L__BB2_207;
+$L__BB2_205:
+	st.global.u8 	[%rd89], %r2624;
+	shr.u32 	%r1383, %r2624, 8;
+	st.global.u8 	[%rd89+1], %r1383;
+$L__BB2_207:
+	add.s32 	%r2656, %r2656, 1;
+$L__BB2_208:
+	and.b32  	%r1384, %r1053, 65536;
+	setp.eq.s32 	%p295, %r1384, 0;
+	@%p295 bra 	$L__BB2_214;
+	setp.ge.u32 	%p296, %r2656, %r2576;
+	@%p296 bra 	$L__BB2_213;
+	cvt.u16.u64 	%rs57, %rd72;
+	shl.b16 	%rs58, %rs57, 3;
+	or.b16  	%rs59, %rs58, 5;
+	mul.wide.u32 	%rd486, %r2656, 2;
+	add.s64 	%rd487, %rd19, %rd486;
+	st.global.u16 	[%rd487], %rs59;
+	add.s64 	%rd90, %rd487, %rd16;
+	add.s64 	%rd488, %rd20, %rd16;
+	shr.u32 	%r226, %r2624, 16;
+	and.b64  	%rd489, %rd488, 1;
+	setp.eq.b64 	%p297, %rd489, 1;
+	mov.pred 	%p298, 0;
+	xor.pred  	%p299, %p297, %p298;
+	not.pred 	%p300, %p299;
+	@%p300 bra 	$L__BB2_212;
+	bra.uni 	$L__BB2_211;
+$L__BB2_212:
+	st.global.u16 	[%rd90], %r226;
+	bra.uni 	$L__BB2_213;
+$L__BB2_211:
+	st.global.u8 	[%rd90], %r226;
+	shr.u32 	%r1385, %r2624, 24;
+	st.global.u8 	[%rd90+1], %r1385;
+$L__BB2_213:
+	add.s32 	%r2656, %r2656, 1;
+$L__BB2_214:
+	and.b32  	%r1386, %r187, 64;
+	setp.eq.s32 	%p301, %r1386, 0;
+	@%p301 bra 	$L__BB2_220;
+	setp.ge.u32 	%p302, %r2656, %r2576;
+	@%p302 bra 	$L__BB2_219;
+	cvt.u16.u64 	%rs60, %rd72;
+	shl.b16 	%rs61, %rs60, 3;
+	or.b16  	%rs62, %rs61, 6;
+	mul.wide.u32 	%rd490, %r2656, 2;
+	add.s64 	%rd491, %rd19, %rd490;
+	st.global.u16 	[%rd491], %rs62;
+	add.s64 	%rd91, %rd491, %rd16;
+	add.s64 	%rd492, %rd20, %rd16;
+	and.b64  	%rd493, %rd492, 1;
+	setp.eq.b64 	%p303, %rd493, 1;
+	mov.pred 	%p304, 0;
+	xor.pred  	%p305, %p303, %p304;
+	not.pred 	%p306, %p305;
+	@%p306 bra 	$L__BB2_218;
+	bra.uni 	$L__BB2_217;
+$L__BB2_218:
+	st.global.u16 	[%rd91], %r2623;
+	bra.uni 	$L__BB2_219;
+$L__BB2_217:
+	st.global.u8 	[%rd91], %r2623;
+	shr.u32 	%r1387, %r2623, 8;
+	st.global.u8 	[%rd91+1], %r1387;
+$L__BB2_219:
+	add.s32 	%r2656, %r2656, 1;
+$L__BB2_220:
+	and.b32  	%r1388, %r187, 128;
+	setp.eq.s32 	%p307, %r1388, 0;
+	setp.ge.u32 	%p308, %r2656, %r2576;
+	or.pred  	%p309, %p307, %p308;
+	@%p309 bra 	$L__BB2_224;
+	cvt.u16.u64 	%rs63, %rd72;
+	shl.b16 	%rs64, %rs63, 3;
+	or.b16  	%rs65, %rs64, 7;
+	mul.wide.u32 	%rd494, %r2656, 2;
+	add.s64 	%rd495, %rd19, %rd494;
+	st.global.u16 	[%rd495], %rs65;
+	add.s64 	%rd92, %rd495, %rd16;
+	add.s64 	%rd496, %rd20, %rd16;
+	shr.u32 	%r231, %r2623, 16;
+	and.b64  	%rd497, %rd496, 1;
+	setp.eq.b64 	%p310, %rd497, 1;
+	mov.pred 	%p311, 0;
+	xor.pred  	%p312, %p310, %p311;
+	not.pred 	%p313, %p312;
+	@%p313 bra 	$L__BB2_223;
+	bra.uni 	$L__BB2_222;
+$L__BB2_223:
+	st.global.u16 	[%rd92], %r231;
+	bra.uni 	$L__BB2_224;
+$L__BB2_222:
+	st.global.u8 	[%rd92], %r231;
+	shr.u32 	%r1389, %r2623, 24;
+	st.global.u8 	[%rd92+1], %r1389;
+$L__BB2_224:
+	cvt.u32.u64 	%r1390, %rd83;
+	and.b32  	%r1391, %r1390, 65535;
+	add.s32 	%r232, %r1391, %r2813;
+	shr.u32 	%r1393, %r1373, 16;
+	add.s32 	%r2663, %r1393, %r232;
+	setp.ge.u32 	%p314, %r2663, %r2576;
+	setp.eq.s32 	%p315, %r195, 0;
+	or.pred  	%p316, %p314, %p315;
+	@%p316 bra 	$L__BB2_270;
+	and.b32  	%r2556, %r1108, 1;
+	setp.eq.b32 	%p317, %r2556, 1;
+	mov.pred 	%p318, 0;
+	xor.pred  	%p319, %p317, %p318;
+	not.pred 	%p320, %p319;
+	@%p320 bra 	$L__BB2_230;
+	add.s64 	%rd1244, %rd72, 256;
+	cvt.u16.u64 	%rs66, %rd1244;
+	shl.b16 	%rs67, %rs66, 3;
+	mul.wide.u32 	%rd498, %r2663, 2;
+	add.s64 	%rd499, %rd19, %rd498;
+	st.global.u16 	[%rd499], %rs67;
+	add.s64 	%rd93, %rd499, %rd16;
+	add.s64 	%rd500, %rd20, %rd16;
+	and.b64  	%rd501, %rd500, 1;
+	setp.eq.b64 	%p321, %rd501, 1;
+	xor.pred  	%p323, %p321, %p318;
+	not.pred 	%p324, %p323;
+	@%p324 bra 	$L__BB2_228;
+	bra.uni 	$L__BB2_227;
+$L__BB2_228:
+	st.global.u16 	[%rd93], %r2634;
+	bra.uni 	$L__BB2_229;
+$L__BB2_227:
+	st.global.u8 	[%rd93], %r2634;
+	shr.u32 	%r1395, %r2634, 8;
+	st.global.u8 	[%rd93+1], %r1395;
+$L__BB2_229:
+	add.s32 	%r2663, %r2663, 1;
+$L__BB2_230:
+	shr.u32 	%r2558, %r1108, 15;
+	and.b32  	%r2557, %r2558, 2;
+	setp.eq.s32 	%p325, %r2557, 0;
+	@%p325 bra 	$L__BB2_236;
+	setp.ge.u32 	%p326, %r2663, %r2576;
+	@%p326 bra 	$L__BB2_235;
+	add.s64 	%rd1245, %rd72, 256;
+	cvt.u16.u64 	%rs68, %rd1245;
+	shl.b16 	%rs69, %rs68, 3;
+	or.b16  	%rs70, %rs69, 1;
+	mul.wide.u32 	%rd502, %r2663, 2;
+	add.s64 	%rd503, %rd19, %rd502;
+	st.global.u16 	[%rd503], %rs70;
+	add.s64 	%rd94, %rd503, %rd16;
+	add.s64 	%rd504, %rd20, %rd16;
+	shr.u32 	%r236, %r2634, 16;
+	and.b64  	%rd505, %rd504, 1;
+	setp.eq.b64 	%p327, %rd505, 1;
+	mov.pred 	%p328, 0;
+	xor.pred  	%p329, %p327, %p328;
+	not.pred 	%p330, %p329;
+	@%p330 bra 	$L__BB2_234;
+	bra.uni 	$L__BB2_233;
+$L__BB2_234:
+	st.global.u16 	[%rd94], %r236;
+	bra.uni 	$L__BB2_235;
+$L__BB2_233:
+	st.global.u8 	[%rd94], %r236;
+	shr.u32 	%r1398, %r2634, 24;
+	st.global.u8 	[%rd94+1], %r1398;
+$L__BB2_235:
+	add.s32 	%r2663, %r2663, 1;
+$L__BB2_236:
+	and.b32  	%r2559, %r1110, 1;
+	setp.eq.s32 	%p331, %r2559, 0;
+	@%p331 bra 	$L__BB2_242;
+	setp.ge.u32 	%p332, %r2663, %r2576;
+	@%p332 bra 	$L__BB2_241;
+	add.s64 	%rd1246, %rd72, 256;
+	cvt.u16.u64 	%rs71, %rd1246;
+	shl.b16 	%rs72, %rs71, 3;
+	or.b16  	%rs73, %rs72, 2;
+	mul.wide.u32 	%rd506, %r2663, 2;
+	add.s64 	%rd507, %rd19, %rd506;
+	st.global.u16 	[%rd507], %rs73;
+	add.s64 	%rd95, %rd507, %rd16;
+	add.s64 	%rd508, %rd20, %rd16;
+	and.b64  	%rd509, %rd508, 1;
+	setp.eq.b64 	%p333, %rd509, 1;
+	mov.pred 	%p334, 0;
+	xor.pred  	%p335, %p333, %p334;
+	not.pred 	%p336, %p335;
+	@%p336 bra 	$L__BB2_240;
+	bra.uni 	$L__BB2_239;
+$L__BB2_240:
+	st.global.u16 	[%rd95], %r2633;
+	bra.uni 	$L__BB2_241;
+$L__BB2_239:
+	st.global.u8 	[%rd95], %r2633;
+	shr.u32 	%r1399, %r2633, 8;
+	st.global.u8 	[%rd95+1], %r1399;
+$L__BB2_241:
+	add.s32 	%r2663, %r2663, 1;
+$L__BB2_242:
+	and.b32  	%r1400, %r1110, 65536;
+	setp.eq.s32 	%p337, %r1400, 0;
+	@%p337 bra 	$L__BB2_248;
+	setp.ge.u32 	%p338, %r2663, %r2576;
+	@%p338 bra 	$L__BB2_247;
+	add.s64 	%rd1247, %rd72, 256;
+	cvt.u16.u64 	%rs74, %rd1247;
+	shl.b16 	%rs75, %rs74, 3;
+	or.b16  	%rs76, %rs75, 3;
+	mul.wide.u32 	%rd510, %r2663, 2;
+	add.s64 	%rd511, %rd19, %rd510;
+	st.global.u16 	[%rd511], %rs76;
+	add.s64 	%rd96, %rd511, %rd16;
+	add.s64 	%rd512, %rd20, %rd16;
+	shr.u32 	%r241, %r2633, 16;
+	and.b64  	%rd513, %rd512, 1;
+	setp.eq.b64 	%p339, %rd513, 1;
+	mov.pred 	%p340, 0;
+	xor.pred  	%p341, %p339, %p340;
+	not.pred 	%p342, %p341;
+	@%p342 bra 	$L__BB2_246;
+	bra.uni 	$L__BB2_245;
+$L__BB2_246:
+	st.global.u16 	[%rd96], %r241;
+	bra.uni 	$L__BB2_247;
+$L__BB2_245:
+	st.global.u8 	[%rd96], %r241;
+	shr.u32 	%r1401, %r2633, 24;
+	st.global.u8 	[%rd96+1], %r1401;
+$L__BB2_247:
+	add.s32 	%r2663, %r2663, 1;
+$L__BB2_248:
+	and.b32  	%r2560, %r1112, 1;
+	setp.eq.s32 	%p343, %r2560, 0;
+	@%p343 bra 	$L__BB2_254;
+	setp.ge.u32 	%p344, %r2663, %r2576;
+	@%p344 bra 	$L__BB2_253;
+	add.s64 	%rd1248, %rd72, 256;
+	cvt.u16.u64 	%rs77, %rd1248;
+	shl.b16 	%rs78, %rs77, 3;
+	or.b16  	%rs79, %rs78, 4;
+	mul.wide.u32 	%rd514, %r2663, 2;
+	add.s64 	%rd515, %rd19, %rd514;
+	st.global.u16 	[%rd515], %rs79;
+	add.s64 	%rd97, %rd515, %rd16;
+	add.s64 	%rd516, %rd20, %rd16;
+	and.b64  	%rd517, %rd516, 1;
+	setp.eq.b64 	%p345, %rd517, 1;
+	mov.pred 	%p346, 0;
+	xor.pred  	%p347, %p345, %p346;
+	not.pred 	%p348, %p347;
+	@%p348 bra 	$L__BB2_252;
+	bra.uni 	$L__BB2_251;
+$L__BB2_252:
+	st.global.u16 	[%rd97], %r2632;
+	bra.uni 	$L__BB2_253;
+$L__BB2_251:
+	st.global.u8 	[%rd97], %r2632;
+	shr.u32 	%r1402, %r2632, 8;
+	st.global.u8 	[%rd97+1], %r1402;
+$L__BB2_253:
+	add.s32 	%r2663, %r2663, 1;
+$L__BB2_254:
+	and.b32  	%r1403, %r1112, 65536;
+	setp.eq.s32 	%p349, %r1403, 0;
+	@%p349 bra 	$L__BB2_260;
+	setp.ge.u32 	%p350, %r2663, %r2576;
+	@%p350 bra 	$L__BB2_259;
+	add.s64 	%rd1249, %rd72, 256;
+	cvt.u16.u64 	%rs80, %rd1249;
+	shl.b16 	%rs81, %rs80, 3;
+	or.b16  	%rs82, %rs81, 5;
+	mul.wide.u32 	%rd518, %r2663, 2;
+	add.s64 	%rd519, %rd19, %rd518;
+	st.global.u16 	[%rd519], %rs82;
+	add.s64 	%rd98, %rd519, %rd16;
+	add.s64 	%rd520, %rd20, %rd16;
+	shr.u32 	%r246, %r2632, 16;
+	and.b64  	%rd521, %rd520, 1;
+	setp.eq.b64 	%p351, %rd521, 1;
+	mov.pred 	%p352, 0;
+	xor.pred  	%p353, %p351, %p352;
+	not.pred 	%p354, %p353;
+	@%p354 bra 	$L__BB2_258;
+	bra.uni 	$L__BB2_257;
+$L__BB2_258:
+	st.global.u16 	[%rd98], %r246;
+	bra.uni 	$L__BB2_259;
+$L__BB2_257:
+	st.global.u8 	[%rd98], %r246;
+	shr.u32 	%r1404, %r2632, 24;
+	st.global.u8 	[%rd98+1], %r1404;
+$L__BB2_259:
+	add.s32 	%r2663, %r2663, 1;
+$L__BB2_260:
+	and.b32  	%r1405, %r195, 64;
+	setp.eq.s32 	%p355, %r1405, 0;
+	@%p355 bra 	$L__BB2_266;
+	setp.ge.u32 	%p356, %r2663, %r2576;
+	@%p356 bra 	$L__BB2_265;
+	add.s64 	%rd1250, %rd72, 256;
+	cvt.u16.u64 	%rs83, %rd1250;
+	shl.b16 	%rs84, %rs83, 3;
+	or.b16  	%rs85, %rs84, 6;
+	mul.wide.u32 	%rd522, %r2663, 2;
+	add.s64 	%rd523, %rd19, %rd522;
+	st.global.u16 	[%rd523], %rs85;
+	add.s64 	%rd99, %rd523, %rd16;
+	add.s64 	%rd524, %rd20, %rd16;
+	and.b64  	%rd525, %rd524, 1;
+	setp.eq.b64 	%p357, %rd525, 1;
+	mov.pred 	%p358, 0;
+	xor.pred  	%p359, %p357, %p358;
+	not.pred 	%p360, %p359;
+	@%p360 bra 	$L__BB2_264;
+	bra.uni 	$L__BB2_263;
+$L__BB2_264:
+	st.global.u16 	[%rd99], %r2631;
+	bra.uni 	$L__BB2_265;
+$L__BB2_263:
+	st.global.u8 	[%rd99], %r2631;
+	shr.u32 	%r1406, %r2631, 8;
+	st.global.u8 	[%rd99+1], %r1406;
+$L__BB2_265:
+	add.s32 	%r2663, %r2663, 1;
+$L__BB2_266:
+	and.b32  	%r1407, %r195, 128;
+	setp.eq.s32 	%p361, %r1407, 0;
+	setp.ge.u32 	%p362, %r2663, %r2576;
+	or.pred  	%p363, %p361, %p362;
+	@%p363 bra 	$L__BB2_270;
+	add.s64 	%rd1251, %rd72, 256;
+	cvt.u16.u64 	%rs86, %rd1251;
+	shl.b16 	%rs87, %rs86, 3;
+	or.b16  	%rs88, %rs87, 7;
+	mul.wide.u32 	%rd526, %r2663, 2;
+	add.s64 	%rd527, %rd19, %rd526;
+	st.global.u16 	[%rd527], %rs88;
+	add.s64 	%rd100, %rd527, %rd16;
+	add.s64 	%rd528, %rd20, %rd16;
+	shr.u32 	%r251, %r2631, 16;
+	and.b64  	%rd529, %rd528, 1;
+	setp.eq.b64 	%p364, %rd529, 1;
+	mov.pred 	%p365, 0;
+	xor.pred  	%p366, %p364, %p365;
+	not.pred 	%p367, %p366;
+	@%p367 bra 	$L__BB2_269;
+	bra.uni 	$L__BB2_268;
+$L__BB2_269:
+	st.global.u16 	[%rd100], %r251;
+	bra.uni 	$L__BB2_270;
+$L__BB2_268:
+	st.global.u8 	[%rd100], %r251;
+	shr.u32 	%r1408, %r2631, 24;
+	st.global.u8 	[%rd100+1], %r1408;
+$L__BB2_270:
+	shr.u32 	%r1410, %r1390, 16;
+	add.s32 	%r252, %r1410, %r232;
+	shr.u64 	%rd530, %rd84, 32;
+	cvt.u32.u64 	%r1411, %rd530;
+	and.b32  	%r1412, %r1411, 65535;
+	add.s32 	%r2670, %r1412, %r252;
+	setp.ge.u32 	%p368, %r2670, %r2576;
+	setp.eq.s32 	%p369, %r203, 0;
+	or.pred  	%p370, %p368, %p369;
+	@%p370 bra 	$L__BB2_316;
+	and.b32  	%r2551, %r1167, 1;
+	setp.eq.b32 	%p371, %r2551, 1;
+	mov.pred 	%p372, 0;
+	xor.pred  	%p373, %p371, %p372;
+	not.pred 	%p374, %p373;
+	@%p374 bra 	$L__BB2_276;
+	add.s64 	%rd1236, %rd72, 512;
+	cvt.u16.u64 	%rs89, %rd1236;
+	shl.b16 	%rs90, %rs89, 3;
+	mul.wide.u32 	%rd531, %r2670, 2;
+	add.s64 	%rd532, %rd19, %rd531;
+	st.global.u16 	[%rd532], %rs90;
+	add.s64 	%rd101, %rd532, %rd16;
+	add.s64 	%rd533, %rd20, %rd16;
+	and.b64  	%rd534, %rd533, 1;
+	setp.eq.b64 	%p375, %rd534, 1;
+	xor.pred  	%p377, %p375, %p372;
+	not.pred 	%p378, %p377;
+	@%p378 bra 	$L__BB2_274;
+	bra.uni 	$L__BB2_273;
+$L__BB2_274:
+	st.global.u16 	[%rd101], %r2642;
+	bra.uni 	$L__BB2_275;
+$L__BB2_273:
+	st.global.u8 	[%rd101], %r2642;
+	shr.u32 	%r1414, %r2642, 8;
+	st.global.u8 	[%rd101+1], %r1414;
+$L__BB2_275:
+	add.s32 	%r2670, %r2670, 1;
+$L__BB2_276:
+	shr.u32 	%r2553, %r1167, 15;
+	and.b32  	%r2552, %r2553, 2;
+	setp.eq.s32 	%p379, %r2552, 0;
+	@%p379 bra 	$L__BB2_282;
+	setp.ge.u32 	%p380, %r2670, %r2576;
+	@%p380 bra 	$L__BB2_281;
+	add.s64 	%rd1237, %rd72, 512;
+	cvt.u16.u64 	%rs91, %rd1237;
+	shl.b16 	%rs92, %rs91, 3;
+	or.b16  	%rs93, %rs92, 1;
+	mul.wide.u32 	%rd535, %r2670, 2;
+	add.s64 	%rd536, %rd19, %rd535;
+	st.global.u16 	[%rd536], %rs93;
+	add.s64 	%rd102, %rd536, %rd16;
+	add.s64 	%rd537, %rd20, %rd16;
+	shr.u32 	%r256, %r2642, 16;
+	and.b64  	%rd538, %rd537, 1;
+	setp.eq.b64 	%p381, %rd538, 1;
+	mov.pred 	%p382, 0;
+	xor.pred  	%p383, %p381, %p382;
+	not.pred 	%p384, %p383;
+	@%p384 bra 	$L__BB2_280;
+	bra.uni 	$L__BB2_279;
+$L__BB2_280:
+	st.global.u16 	[%rd102], %r256;
+	bra.uni 	$L__BB2_281;
+$L__BB2_279:
+	st.global.u8 	[%rd102], %r256;
+	shr.u32 	%r1417, %r2642, 24;
+	st.global.u8 	[%rd102+1], %r1417;
+$L__BB2_281:
+	add.s32 	%r2670, %r2670, 1;
+$L__BB2_282:
+	and.b32  	%r2554, %r1169, 1;
+	setp.eq.s32 	%p385, %r2554, 0;
+	@%p385 bra 	$L__BB2_288;
+	setp.ge.u32 	%p386, %r2670, %r2576;
+	@%p386 bra 	$L__BB2_287;
+	add.s64 	%rd1238, %rd72, 512;
+	cvt.u16.u64 	%rs94, %rd1238;
+	shl.b16 	%rs95, %rs94, 3;
+	or.b16  	%rs96, %rs95, 2;
+	mul.wide.u32 	%rd539, %r2670, 2;
+	add.s64 	%rd540, %rd19, %rd539;
+	st.global.u16 	[%rd540], %rs96;
+	add.s64 	%rd103, %rd540, %rd16;
+	add.s64 	%rd541, %rd20, %rd16;
+	and.b64  	%rd542, %rd541, 1;
+	setp.eq.b64 	%p387, %rd542, 1;
+	mov.pred 	%p388, 0;
+	xor.pred  	%p389, %p387, %p388;
+	not.pred 	%p390, %p389;
+	@%p390 bra 	$L__BB2_286;
+	bra.uni 	$L__BB2_285;
+$L__BB2_286:
+	st.global.u16 	[%rd103], %r2641;
+	bra.uni 	$L__BB2_287;
+$L__BB2_285:
+	st.global.u8 	[%rd103], %r2641;
+	shr.u32 	%r1418, %r2641, 8;
+	st.global.u8 	[%rd103+1], %r1418;
+$L__BB2_287:
+	add.s32 	%r2670, %r2670, 1;
+$L__BB2_288:
+	and.b32  	%r1419, %r1169, 65536;
+	setp.eq.s32 	%p391, %r1419, 0;
+	@%p391 bra 	$L__BB2_294;
+	setp.ge.u32 	%p392, %r2670, %r2576;
+	@%p392 bra 	$L__BB2_293;
+	add.s64 	%rd1239, %rd72, 512;
+	cvt.u16.u64 	%rs97, %rd1239;
+	shl.b16 	%rs98, %rs97, 3;
+	or.b16  	%rs99, %rs98, 3;
+	mul.wide.u32 	%rd543, %r2670, 2;
+	add.s64 	%rd544, %rd19, %rd543;
+	st.global.u16 	[%rd544], %rs99;
+	add.s64 	%rd104, %rd544, %rd16;
+	add.s64 	%rd545, %rd20, %rd16;
+	shr.u32 	%r261, %r2641, 16;
+	and.b64  	%rd546, %rd545, 1;
+	setp.eq.b64 	%p393, %rd546, 1;
+	mov.pred 	%p394, 0;
+	xor.pred  	%p395, %p393, %p394;
+	not.pred 	%p396, %p395;
+	@%p396 bra 	$L__BB2_292;
+	bra.uni 	$L__BB2_291;
+$L__BB2_292:
+	st.global.u16 	[%rd104], %r261;
+	bra.uni 	$L__BB2_293;
+$L__BB2_291:
+	st.global.u8 	[%rd104], %r261;
+	shr.u32 	%r1420, %r2641, 24;
+	st.global.u8 	[%rd104+1], %r1420;
+$L__BB2_293:
+	add.s32 	%r2670, %r2670, 1;
+$L__BB2_294:
+	and.b32  	%r2555, %r1171, 1;
+	setp.eq.s32 	%p397, %r2555, 0;
+	@%p397 bra 	$L__BB2_300;
+	setp.ge.u32 	%p398, %r2670, %r2576;
+	@%p398 bra 	$L__BB2_299;
+	add.s64 	%rd1240, %rd72, 512;
+	cvt.u16.u64 	%rs100, %rd1240;
+	shl.b16 	%rs101, %rs100, 3;
+	or.b16  	%rs102, %rs101, 4;
+	mul.wide.u32 	%rd547, %r2670, 2;
+	add.s64 	%rd548, %rd19, %rd547;
+	st.global.u16 	[%rd548], %rs102;
+	add.s64 	%rd105, %rd548, %rd16;
+	add.s64 	%rd549, %rd20, %rd16;
+	and.b64  	%rd550, %rd549, 1;
+	setp.eq.b64 	%p399, %rd550, 1;
+	mov.pred 	%p400, 0;
+	xor.pred  	%p401, %p399, %p400;
+	not.pred 	%p402, %p401;
+	@%p402 bra 	$L__BB2_298;
+	bra.uni 	$L__BB2_297;
+$L__BB2_298:
+	st.global.u16 	[%rd105], %r2640;
+	bra.uni 	$L__BB2_299;
+$L__BB2_297:
+	st.global.u8 	[%rd105], %r2640;
+	shr.u32 	%r1421, %r2640, 8;
+	st.global.u8 	[%rd105+1], %r1421;
+$L__BB2_299:
+	add.s32 	%r2670, %r2670, 1;
+$L__BB2_300:
+	and.b32  	%r1422, %r1171, 65536;
+	setp.eq.s32 	%p403, %r1422, 0;
+	@%p403 bra 	$L__BB2_306;
+	setp.ge.u32 	%p404, %r2670, %r2576;
+	@%p404 bra 	$L__BB2_305;
+	add.s64 	%rd1241, %rd72, 512;
+	cvt.u16.u64 	%rs103, %rd1241;
+	shl.b16 	%rs104, %rs103, 3;
+	or.b16  	%rs105, %rs104, 5;
+	mul.wide.u32 	%rd551, %r2670, 2;
+	add.s64 	%rd552, %rd19, %rd551;
+	st.global.u16 	[%rd552], %rs105;
+	add.s64 	%rd106, %rd552, %rd16;
+	add.s64 	%rd553, %rd20, %rd16;
+	shr.u32 	%r266, %r2640, 16;
+	and.b64  	%rd554, %rd553, 1;
+	setp.eq.b64 	%p405, %rd554, 1;
+	mov.pred 	%p406, 0;
+	xor.pred  	%p407, %p405, %p406;
+	not.pred 	%p408, %p407;
+	@%p408 bra 	$L__BB2_304;
+	bra.uni 	$L__BB2_303;
+$L__BB2_304:
+	st.global.u16 	[%rd106], %r266;
+	bra.uni 	$L__BB2_305;
+$L__BB2_303:
+	st.global.u8 	[%rd106], %r266;
+	shr.u32 	%r1423, %r2640, 24;
+	st.global.u8 	[%rd106+1], %r1423;
+$L__BB2_305:
+	add.s32 	%r2670, %r2670, 1;
+$L__BB2_306:
+	and.b32  	%r1424, %r203, 64;
+	setp.eq.s32 	%p409, %r1424, 0;
+	@%p409 bra 	$L__BB2_312;
+	setp.ge.u32 	%p410, %r2670, %r2576;
+	@%p410 bra 	$L__BB2_311;
+	add.s64 	%rd1242, %rd72, 512;
+	cvt.u16.u64 	%rs106, %rd1242;
+	shl.b16 	%rs107, %rs106, 3;
+	or.b16  	%rs108, %rs107, 6;
+	mul.wide.u32 	%rd555, %r2670, 2;
+	add.s64 	%rd556, %rd19, %rd555;
+	st.global.u16 	[%rd556], %rs108;
+	add.s64 	%rd107, %rd556, %rd16;
+	add.s64 	%rd557, %rd20, %rd16;
+	and.b64  	%rd558, %rd557, 1;
+	setp.eq.b64 	%p411, %rd558, 1;
+	mov.pred 	%p412, 0;
+	xor.pred  	%p413, %p411, %p412;
+	not.pred 	%p414, %p413;
+	@%p414 bra 	$L__BB2_310;
+	bra.uni 	$L__BB2_309;
+$L__BB2_310:
+	st.global.u16 	[%rd107], %r2639;
+	bra.uni 	$L__BB2_311;
+$L__BB2_309:
+	st.global.u8 	[%rd107], %r2639;
+	shr.u32 	%r1425, %r2639, 8;
+	st.global.u8 	[%rd107+1], %r1425;
+$L__BB2_311:
+	add.s32 	%r2670, %r2670, 1;
+$L__BB2_312:
+	and.b32  	%r1426, %r203, 128;
+	setp.eq.s32 	%p415, %r1426, 0;
+	setp.ge.u32 	%p416, %r2670, %r2576;
+	or.pred  	%p417, %p415, %p416;
+	@%p417 bra 	$L__BB2_316;
+	add.s64 	%rd1243, %rd72, 512;
+	cvt.u16.u64 	%rs109, %rd1243;
+	shl.b16 	%rs110, %rs109, 3;
+	or.b16  	%rs111, %rs110, 7;
+	mul.wide.u32 	%rd559, %r2670, 2;
+	add.s64 	%rd560, %rd19, %rd559;
+	st.global.u16 	[%rd560], %rs111;
+	add.s64 	%rd108, %rd560, %rd16;
+	add.s64 	%rd561, %rd20, %rd16;
+	shr.u32 	%r271, %r2639, 16;
+	and.b64  	%rd562, %rd561, 1;
+	setp.eq.b64 	%p418, %rd562, 1;
+	mov.pred 	%p419, 0;
+	xor.pred  	%p420, %p418, %p419;
+	not.pred 	%p421, %p420;
+	@%p421 bra 	$L__BB2_315;
+	bra.uni 	$L__BB2_314;
+$L__BB2_315:
+	st.global.u16 	[%rd108], %r271;
+	bra.uni 	$L__BB2_316;
+$L__BB2_314:
+	st.global.u8 	[%rd108], %r271;
+	shr.u32 	%r1427, %r2639, 24;
+	st.global.u8 	[%rd108+1], %r1427;
+$L__BB2_316:
+	shr.u64 	%rd563, %rd83, 32;
+	cvt.u32.u64 	%r1428, %rd563;
+	and.b32  	%r1429, %r1428, 65535;
+	add.s32 	%r272, %r1429, %r252;
+	shr.u64 	%rd564, %rd84, 48;
+	cvt.u32.u64 	%r1430, %rd564;
+	add.s32 	%r2677, %r272, %r1430;
+	setp.ge.u32 	%p422, %r2677, %r2576;
+	setp.eq.s32 	%p423, %r211, 0;
+	or.pred  	%p424, %p422, %p423;
+	@%p424 bra 	$L__BB2_362;
+	and.b32  	%r2546, %r1226, 1;
+	setp.eq.b32 	%p425, %r2546, 1;
+	mov.pred 	%p426, 0;
+	xor.pred  	%p427, %p425, %p426;
+	not.pred 	%p428, %p427;
+	@%p428 bra 	$L__BB2_322;
+	add.s64 	%rd1228, %rd72, 768;
+	cvt.u16.u64 	%rs112, %rd1228;
+	shl.b16 	%rs113, %rs112, 3;
+	mul.wide.u32 	%rd565, %r2677, 2;
+	add.s64 	%rd566, %rd19, %rd565;
+	st.global.u16 	[%rd566], %rs113;
+	add.s64 	%rd109, %rd566, %rd16;
+	add.s64 	%rd567, %rd20, %rd16;
+	and.b64  	%rd568, %rd567, 1;
+	setp.eq.b64 	%p429, %rd568, 1;
+	xor.pred  	%p431, %p429, %p426;
+	not.pred 	%p432, %p431;
+	@%p432 bra 	$L__BB2_320;
+	bra.uni 	$L__BB2_319;
+$L__BB2_320:
+	st.global.u16 	[%rd109], %r2650;
+	bra.uni 	$L__BB2_321;
+$L__BB2_319:
+	st.global.u8 	[%rd109], %r2650;
+	shr.u32 	%r1432, %r2650, 8;
+	st.global.u8 	[%rd109+1], %r1432;
+$L__BB2_321:
+	add.s32 	%r2677, %r2677, 1;
+$L__BB2_322:
+	shr.u32 	%r2548, %r1226, 15;
+	and.b32  	%r2547, %r2548, 2;
+	setp.eq.s32 	%p433, %r2547, 0;
+	@%p433 bra 	$L__BB2_328;
+	setp.ge.u32 	%p434, %r2677, %r2576;
+	@%p434 bra 	$L__BB2_327;
+	add.s64 	%rd1229, %rd72, 768;
+	cvt.u16.u64 	%rs114, %rd1229;
+	shl.b16 	%rs115, %rs114, 3;
+	or.b16  	%rs116, %rs115, 1;
+	mul.wide.u32 	%rd569, %r2677, 2;
+	add.s64 	%rd570, %rd19, %rd569;
+	st.global.u16 	[%rd570], %rs116;
+	add.s64 	%rd110, %rd570, %rd16;
+	add.s64 	%rd571, %rd20, %rd16;
+	shr.u32 	%r276, %r2650, 16;
+	and.b64  	%rd572, %rd571, 1;
+	setp.eq.b64 	%p435, %rd572, 1;
+	mov.pred 	%p436, 0;
+	xor.pred  	%p437, %p435, %p436;
+	not.pred 	%p438, %p437;
+	@%p438 bra 	$L__BB2_326;
+	bra.uni 	$L__BB2_325;
+$L__BB2_326:
+	st.global.u16 	[%rd110], %r276;
+	bra.uni 	$L__BB2_327;
+$L__BB2_325:
+	st.global.u8 	[%rd110], %r276;
+	shr.u32 	%r1435, %r2650, 24;
+	st.global.u8 	[%rd110+1], %r1435;
+$L__BB2_327:
+	add.s32 	%r2677, %r2677, 1;
+$L__BB2_328:
+	and.b32  	%r2549, %r1228, 1;
+	setp.eq.s32 	%p439, %r2549, 0;
+	@%p439 bra 	$L__BB2_334;
+	setp.ge.u32 	%p440, %r2677, %r2576;
+	@%p440 bra 	$L__BB2_333;
+	add.s64 	%rd1230, %rd72, 768;
+	cvt.u16.u64 	%rs117, %rd1230;
+	shl.b16 	%rs118, %rs117, 3;
+	or.b16  	%rs119, %rs118, 2;
+	mul.wide.u32 	%rd573, %r2677, 2;
+	add.s64 	%rd574, %rd19, %rd573;
+	st.global.u16 	[%rd574], %rs119;
+	add.s64 	%rd111, %rd574, %rd16;
+	add.s64 	%rd575, %rd20, %rd16;
+	and.b64  	%rd576, %rd575, 1;
+	setp.eq.b64 	%p441, %rd576, 1;
+	mov.pred 	%p442, 0;
+	xor.pred  	%p443, %p441, %p442;
+	not.pred 	%p444, %p443;
+	@%p444 bra 	$L__BB2_332;
+	bra.uni 	$L__BB2_331;
+$L__BB2_332:
+	st.global.u16 	[%rd111], %r2649;
+	bra.uni 	$L__BB2_333;
+$L__BB2_331:
+	st.global.u8 	[%rd111], %r2649;
+	shr.u32 	%r1436, %r2649, 8;
+	st.global.u8 	[%rd111+1], %r1436;
+$L__BB2_333:
+	add.s32 	%r2677, %r2677, 1;
+$L__BB2_334:
+	and.b32  	%r1437, %r1228, 65536;
+	setp.eq.s32 	%p445, %r1437, 0;
+	@%p445 bra 	$L__BB2_340;
+	setp.ge.u32 	%p446, %r2677, %r2576;
+	@%p446 bra 	$L__BB2_339;
+	add.s64 	%rd1231, %rd72, 768;
+	cvt.u16.u64 	%rs120, %rd1231;
+	shl.b16 	%rs121, %rs120, 3;
+	or.b16  	%rs122, %rs121, 3;
+	mul.wide.u32 	%rd577, %r2677, 2;
+	add.s64 	%rd578, %rd19, %rd577;
+	st.global.u16 	[%rd578], %rs122;
+	add.s64 	%rd112, %rd578, %rd16;
+	add.s64 	%rd579, %rd20, %rd16;
+	shr.u32 	%r281, %r2649, 16;
+	and.b64  	%rd580, %rd579, 1;
+	setp.eq.b64 	%p447, %rd580, 1;
+	mov.pred 	%p448, 0;
+	xor.pred  	%p449, %p447, %p448;
+	not.pred 	%p450, %p449;
+	@%p450 bra 	$L__BB2_338;
+	bra.uni 	$L__BB2_337;
+$L__BB2_338:
+	st.global.u16 	[%rd112], %r281;
+	bra.uni 	$L__BB2_339;
+$L__BB2_337:
+	st.global.u8 	[%rd112], %r281;
+	shr.u32 	%r1438, %r2649, 24;
+	st.global.u8 	[%rd112+1], %r1438;
+$L__BB2_339:
+	add.s32 	%r2677, %r2677, 1;
+$L__BB2_340:
+	and.b32  	%r2550, %r1230, 1;
+	setp.eq.s32 	%p451, %r2550, 0;
+	@%p451 bra 	$L__BB2_346;
+	setp.ge.u32 	%p452, %r2677, %r2576;
+	@%p452 bra 	$L__BB2_345;
+	add.s64 	%rd1232, %rd72, 768;
+	cvt.u16.u64 	%rs123, %rd1232;
+	shl.b16 	%rs124, %rs123, 3;
+	or.b16  	%rs125, %rs124, 4;
+	mul.wide.u32 	%rd581, %r2677, 2;
+	add.s64 	%rd582, %rd19, %rd581;
+	st.global.u16 	[%rd582], %rs125;
+	add.s64 	%rd113, %rd582, %rd16;
+	add.s64 	%rd583, %rd20, %rd16;
+	and.b64  	%rd584, %rd583, 1;
+	setp.eq.b64 	%p453, %rd584, 1;
+	mov.pred 	%p454, 0;
+	xor.pred  	%p455, %p453, %p454;
+	not.pred 	%p456, %p455;
+	@%p456 bra 	$L__BB2_344;
+	bra.uni 	$L__BB2_343;
+$L__BB2_344:
+	st.global.u16 	[%rd113], %r2648;
+	bra.uni 	$L__BB2_345;
+$L__BB2_343:
+	st.global.u8 	[%rd113], %r2648;
+	shr.u32 	%r1439, %r2648, 8;
+	st.global.u8 	[%rd113+1], %r1439;
+$L__BB2_345:
+	add.s32 	%r2677, %r2677, 1;
+$L__BB2_346:
+	and.b32  	%r1440, %r1230, 65536;
+	setp.eq.s32 	%p457, %r1440, 0;
+	@%p457 bra 	$L__BB2_352;
+	setp.ge.u32 	%p458, %r2677, %r2576;
+	@%p458 bra 	$L__BB2_351;
+	add.s64 	%rd1233, %rd72, 768;
+	cvt.u16.u64 	%rs126, %rd1233;
+	shl.b16 	%rs127, %rs126, 3;
+	or.b16  	%rs128, %rs127, 5;
+	mul.wide.u32 	%rd585, %r2677, 2;
+	add.s64 	%rd586, %rd19, %rd585;
+	st.global.u16 	[%rd586], %rs128;
+	add.s64 	%rd114, %rd586, %rd16;
+	add.s64 	%rd587, %rd20, %rd16;
+	shr.u32 	%r286, %r2648, 16;
+	and.b64  	%rd588, %rd587, 1;
+	setp.eq.b64 	%p459, %rd588, 1;
+	mov.pred 	%p460, 0;
+	xor.pred  	%p461, %p459, %p460;
+	not.pred 	%p462, %p461;
+	@%p462 bra 	$L__BB2_350;
+	bra.uni 	$L__BB2_349;
+$L__BB2_350:
+	st.global.u16 	[%rd114], %r286;
+	bra.uni 	$L__BB2_351;
+$L__BB2_349:
+	st.global.u8 	[%rd114], %r286;
+	shr.u32 	%r1441, %r2648, 24;
+	st.global.u8 	[%rd114+1], %r1441;
+$L__BB2_351:
+	add.s32 	%r2677, %r2677, 1;
+$L__BB2_352:
+	and.b32  	%r1442, %r211, 64;
+	setp.eq.s32 	%p463, %r1442, 0;
+	@%p463 bra 	$L__BB2_358;
+	setp.ge.u32 	%p464, %r2677, %r2576;
+	@%p464 bra 	$L__BB2_357;
+	add.s64 	%rd1234, %rd72, 768;
+	cvt.u16.u64 	%rs129, %rd1234;
+	shl.b16 	%rs130, %rs129, 3;
+	or.b16  	%rs131, %rs130, 6;
+	mul.wide.u32 	%rd589, %r2677, 2;
+	add.s64 	%rd590, %rd19, %rd589;
+	st.global.u16 	[%rd590], %rs131;
+	add.s64 	%rd115, %rd590, %rd16;
+	add.s64 	%rd591, %rd20, %rd16;
+	and.b64  	%rd592, %rd591, 1;
+	setp.eq.b64 	%p465, %rd592, 1;
+	mov.pred 	%p466, 0;
+	xor.pred  	%p467, %p465, %p466;
+	not.pred 	%p468, %p467;
+	@%p468 bra 	$L__BB2_356;
+	bra.uni 	$L__BB2_355;
+$L__BB2_356:
+	st.global.u16 	[%rd115], %r2647;
+	bra.uni 	$L__BB2_357;
+$L__BB2_355:
+	st.global.u8 	[%rd115], %r2647;
+	shr.u32 	%r1443, %r2647, 8;
+	st.global.u8 	[%rd115+1], %r1443;
+$L__BB2_357:
+	add.s32 	%r2677, %r2677, 1;
+$L__BB2_358:
+	and.b32  	%r1444, %r211, 128;
+	setp.eq.s32 	%p469, %r1444, 0;
+	setp.ge.u32 	%p470, %r2677, %r2576;
+	or.pred  	%p471, %p469, %p470;
+	@%p471 bra 	$L__BB2_362;
+	add.s64 	%rd1235, %rd72, 768;
+	cvt.u16.u64 	%rs132, %rd1235;
+	shl.b16 	%rs133, %rs132, 3;
+	or.b16  	%rs134, %rs133, 7;
+	mul.wide.u32 	%rd593, %r2677, 2;
+	add.s64 	%rd594, %rd19, %rd593;
+	st.global.u16 	[%rd594], %rs134;
+	add.s64 	%rd116, %rd594, %rd16;
+	add.s64 	%rd595, %rd20, %rd16;
+	shr.u32 	%r291, %r2647, 16;
+	and.b64  	%rd596, %rd595, 1;
+	setp.eq.b64 	%p472, %rd596, 1;
+	mov.pred 	%p473, 0;
+	xor.pred  	%p474, %p472, %p473;
+	not.pred 	%p475, %p474;
+	@%p475 bra 	$L__BB2_361;
+	bra.uni 	$L__BB2_360;
+$L__BB2_361:
+	st.global.u16 	[%rd116], %r291;
+	bra.uni 	$L__BB2_362;
+$L__BB2_360:
+	st.global.u8 	[%rd116], %r291;
+	shr.u32 	%r1445, %r2647, 24;
+	st.global.u8 	[%rd116+1], %r1445;
+$L__BB2_362:
+	shr.u64 	%rd1275, %rd12, 5;
+	add.s64 	%rd1262, %rd1262, 16384;
+	add.s64 	%rd1261, %rd1261, 16384;
+	shr.u64 	%rd597, %rd83, 48;
+	cvt.u32.u64 	%r1446, %rd597;
+	add.s32 	%r2813, %r272, %r1446;
+	add.s64 	%rd1260, %rd1260, 1024;
+	setp.lt.u64 	%p476, %rd1260, %rd21;
+	@%p476 bra 	$L__BB2_141;
+	bra.uni 	$L__BB2_727;
+$L__BB2_647:
+	setp.eq.s64 	%p703, %rd21, 0;
+	@%p703 bra 	$L__BB2_727;
 	mul.wide.u32 	%rd974, %r644, 16;
-	add.s64 	%rd975, %rd13, %rd974;
-	add.s64 	%rd1269, %rd975, %rd12;
-	add.s64 	%rd976, %rd14, %rd974;
-	add.s64 	%rd1270, %rd976, %rd12;
-	shl.b32 	%r2059, %r644, 1;
-	and.b32  	%r514, %r2059, 30;
-	mov.u64 	%rd1268, 0;
-	mov.u32 	%r2811, 0;
-$L__BB1_648:
-	mov.u32 	%r2775, 0;
-	cvt.u64.u32 	%rd1251, %r644;
-	add.s64 	%rd151, %rd1268, %rd1251;
-	setp.ge.u64 	%p703, %rd151, %rd20;
-	mov.u32 	%r2776, %r2775;
-	mov.u32 	%r2777, %r2775;
-	mov.u32 	%r2778, %r2775;
-	mov.u32 	%r2779, %r2775;
-	mov.u32 	%r2780, %r2775;
-	mov.u32 	%r2781, %r2775;
-	mov.u32 	%r2782, %r2775;
-	@%p703 bra 	$L__BB1_650;
+	add.s64 	%rd975, %rd14, %rd974;
+	add.s64 	%rd1271, %rd975, %rd13;
+	add.s64 	%rd976, %rd15, %rd974;
+	add.s64 	%rd1272, %rd976, %rd13;
+	shl.b32 	%r2060, %r644, 1;
+	and.b32  	%r514, %r2060, 30;
+	mov.u64 	%rd1270, 0;
+	mov.u32 	%r2813, 0;
+$L__BB2_649:
+	mov.u32 	%r2777, 0;
+	cvt.u64.u32 	%rd1253, %r644;
+	add.s64 	%rd152, %rd1270, %rd1253;
+	setp.ge.u64 	%p704, %rd152, %rd21;
+	mov.u32 	%r2778, %r2777;
+	mov.u32 	%r2779, %r2777;
+	mov.u32 	%r2780, %r2777;
+	mov.u32 	%r2781, %r2777;
+	mov.u32 	%r2782, %r2777;
+	mov.u32 	%r2783, %r2777;
+	mov.u32 	%r2784, %r2777;
+	@%p704 bra 	$L__BB2_651;
 	// begin inline asm
-	ld.global.cs.v4.u32 {%r2778,%r2777,%r2776,%r2775}, [%rd1269];
+	ld.global.cs.v4.u32 {%r2780,%r2779,%r2778,%r2777}, [%rd1271];
 	// end inline asm
 	// begin inline asm
-	ld.global.cs.v4.u32 {%r2782,%r2781,%r2780,%r2779}, [%rd1270];
+	ld.global.cs.v4.u32 {%r2784,%r2783,%r2782,%r2781}, [%rd1272];
 	// end inline asm
-$L__BB1_650:
-	add.s64 	%rd152, %rd151, 256;
-	setp.ge.u64 	%p704, %rd152, %rd20;
-	mov.u32 	%r2791, 0;
-	mov.u32 	%r2783, %r2791;
-	mov.u32 	%r2784, %r2791;
-	mov.u32 	%r2785, %r2791;
-	mov.u32 	%r2786, %r2791;
-	mov.u32 	%r2787, %r2791;
-	mov.u32 	%r2788, %r2791;
-	mov.u32 	%r2789, %r2791;
-	mov.u32 	%r2790, %r2791;
-	@%p704 bra 	$L__BB1_652;
-	add.s64 	%rd979, %rd1269, 4096;
+$L__BB2_651:
+	add.s64 	%rd153, %rd152, 256;
+	setp.ge.u64 	%p705, %rd153, %rd21;
+	mov.u32 	%r2793, 0;
+	mov.u32 	%r2785, %r2793;
+	mov.u32 	%r2786, %r2793;
+	mov.u32 	%r2787, %r2793;
+	mov.u32 	%r2788, %r2793;
+	mov.u32 	%r2789, %r2793;
+	mov.u32 	%r2790, %r2793;
+	mov.u32 	%r2791, %r2793;
+	mov.u32 	%r2792, %r2793;
+	@%p705 bra 	$L__BB2_653;
+	add.s64 	%rd979, %rd1271, 4096;
 	// begin inline asm
-	ld.global.cs.v4.u32 {%r2786,%r2785,%r2784,%r2783}, [%rd979];
+	ld.global.cs.v4.u32 {%r2788,%r2787,%r2786,%r2785}, [%rd979];
 	// end inline asm
-	add.s64 	%rd980, %rd1270, 4096;
+	add.s64 	%rd980, %rd1272, 4096;
 	// begin inline asm
-	ld.global.cs.v4.u32 {%r2790,%r2789,%r2788,%r2787}, [%rd980];
+	ld.global.cs.v4.u32 {%r2792,%r2791,%r2790,%r2789}, [%rd980];
 	// end inline asm
-$L__BB1_652:
-	add.s64 	%rd153, %rd151, 512;
-	setp.ge.u64 	%p705, %rd153, %rd20;
-	mov.u32 	%r2792, %r2791;
-	mov.u32 	%r2793, %r2791;
-	mov.u32 	%r2794, %r2791;
-	mov.u32 	%r2795, %r2791;
-	mov.u32 	%r2796, %r2791;
-	mov.u32 	%r2797, %r2791;
-	mov.u32 	%r2798, %r2791;
-	@%p705 bra 	$L__BB1_654;
-	add.s64 	%rd981, %rd1269, 8192;
+$L__BB2_653:
+	add.s64 	%rd154, %rd152, 512;
+	setp.ge.u64 	%p706, %rd154, %rd21;
+	mov.u32 	%r2794, %r2793;
+	mov.u32 	%r2795, %r2793;
+	mov.u32 	%r2796, %r2793;
+	mov.u32 	%r2797, %r2793;
+	mov.u32 	%r2798, %r2793;
+	mov.u32 	%r2799, %r2793;
+	mov.u32 	%r2800, %r2793;
+	@%p706 bra 	$L__BB2_655;
+	add.s64 	%rd981, %rd1271, 8192;
 	// begin inline asm
-	ld.global.cs.v4.u32 {%r2794,%r2793,%r2792,%r2791}, [%rd981];
+	ld.global.cs.v4.u32 {%r2796,%r2795,%r2794,%r2793}, [%rd981];
 	// end inline asm
-	add.s64 	%rd982, %rd1270, 8192;
+	add.s64 	%rd982, %rd1272, 8192;
 	// begin inline asm
-	ld.global.cs.v4.u32 {%r2798,%r2797,%r2796,%r2795}, [%rd982];
+	ld.global.cs.v4.u32 {%r2800,%r2799,%r2798,%r2797}, [%rd982];
 	// end inline asm
-$L__BB1_654:
-	add.s64 	%rd154, %rd151, 768;
-	setp.ge.u64 	%p706, %rd154, %rd20;
-	mov.u32 	%r2799, 0;
-	mov.u32 	%r2800, %r2799;
-	mov.u32 	%r2801, %r2799;
-	mov.u32 	%r2802, %r2799;
-	mov.u32 	%r2803, %r2799;
-	mov.u32 	%r2804, %r2799;
-	mov.u32 	%r2805, %r2799;
-	mov.u32 	%r2806, %r2799;
-	@%p706 bra 	$L__BB1_656;
-	add.s64 	%rd983, %rd1269, 12288;
+$L__BB2_655:
+	add.s64 	%rd155, %rd152, 768;
+	setp.ge.u64 	%p707, %rd155, %rd21;
+	mov.u32 	%r2801, 0;
+	mov.u32 	%r2802, %r2801;
+	mov.u32 	%r2803, %r2801;
+	mov.u32 	%r2804, %r2801;
+	mov.u32 	%r2805, %r2801;
+	mov.u32 	%r2806, %r2801;
+	mov.u32 	%r2807, %r2801;
+	mov.u32 	%r2808, %r2801;
+	@%p707 bra 	$L__BB2_657;
+	add.s64 	%rd983, %rd1271, 12288;
 	// begin inline asm
-	ld.global.cs.v4.u32 {%r2802,%r2801,%r2800,%r2799}, [%rd983];
+	ld.global.cs.v4.u32 {%r2804,%r2803,%r2802,%r2801}, [%rd983];
 	// end inline asm
-	add.s64 	%rd984, %rd1270, 12288;
+	add.s64 	%rd984, %rd1272, 12288;
 	// begin inline asm
-	ld.global.cs.v4.u32 {%r2806,%r2805,%r2804,%r2803}, [%rd984];
+	ld.global.cs.v4.u32 {%r2808,%r2807,%r2806,%r2805}, [%rd984];
 	// end inline asm
-$L__BB1_656:
-	and.b32  	%r2570, %r644, 15;
-	setp.ne.s32 	%p707, %r2777, %r2781;
-	setp.ne.s32 	%p708, %r2778, %r2782;
-	or.pred  	%p10, %p707, %p708;
-	selp.u32 	%r2125, 1, 0, %p10;
-	setp.ne.s32 	%p709, %r2775, %r2779;
-	selp.u16 	%rs327, 1, 0, %p709;
-	mul.wide.u16 	%r2126, %rs327, 2;
-	mov.u32 	%r2127, 1;
-	setp.eq.s32 	%p710, %r2776, %r2780;
-	selp.b32 	%r580, %r2126, 2, %p710;
-	mov.u32 	%r2128, 2;
-	or.b32  	%r581, %r580, %r2125;
-	shl.b32 	%r2129, %r581, %r514;
-	mov.u32 	%r2130, 31;
-	mov.u32 	%r2131, -1;
-	shfl.sync.bfly.b32 	%r2132|%p711, %r2129, %r2127, %r2130, %r2131;
-	or.b32  	%r2133, %r2132, %r2129;
-	shfl.sync.bfly.b32 	%r2134|%p712, %r2133, %r2128, %r2130, %r2131;
-	or.b32  	%r2135, %r2134, %r2133;
-	mov.u32 	%r2136, 4;
-	shfl.sync.bfly.b32 	%r2137|%p713, %r2135, %r2136, %r2130, %r2131;
-	or.b32  	%r582, %r2137, %r2135;
-	mov.u32 	%r2138, 8;
-	shfl.sync.bfly.b32 	%r583|%p11, %r582, %r2138, %r2130, %r2131;
-	setp.ne.s32 	%p714, %r2570, 0;
-	or.pred  	%p716, %p714, %p703;
-	@%p716 bra 	$L__BB1_658;
-	shr.u64 	%rd985, %rd151, 4;
-	cvt.u32.u64 	%r2139, %rd985;
-	shl.b32 	%r2140, %r2139, 2;
-	mov.u32 	%r2141, _ZZ14ws_delta_countE5smask;
-	add.s32 	%r2142, %r2141, %r2140;
-	or.b32  	%r2143, %r583, %r582;
-	st.shared.u32 	[%r2142], %r2143;
-$L__BB1_658:
-	setp.eq.s32 	%p717, %r2, 0;
-	@%p717 bra 	$L__BB1_661;
-	mov.u32 	%r2144, 31;
-	mov.u32 	%r2145, 1;
-	mov.u32 	%r2146, -1;
-	shfl.sync.bfly.b32 	%r2147|%p719, %r581, %r2145, %r2144, %r2146;
-	or.b32  	%r2148, %r2147, %r581;
-	setp.eq.s32 	%p720, %r2148, 0;
-	or.pred  	%p721, %p703, %p720;
-	@%p721 bra 	$L__BB1_661;
-	st.v4.u32 	[%rd1270], {%r2778, %r2777, %r2776, %r2775};
-$L__BB1_661:
-	setp.ne.s32 	%p723, %r2785, %r2789;
-	setp.ne.s32 	%p724, %r2786, %r2790;
-	or.pred  	%p12, %p723, %p724;
-	selp.u32 	%r2149, 1, 0, %p12;
-	setp.ne.s32 	%p725, %r2783, %r2787;
-	selp.u16 	%rs328, 1, 0, %p725;
-	mul.wide.u16 	%r2150, %rs328, 2;
-	mov.u32 	%r2151, 1;
-	setp.eq.s32 	%p726, %r2784, %r2788;
-	selp.b32 	%r584, %r2150, 2, %p726;
-	mov.u32 	%r2152, 2;
-	or.b32  	%r585, %r584, %r2149;
-	shl.b32 	%r2153, %r585, %r514;
-	mov.u32 	%r2154, 31;
-	mov.u32 	%r2155, -1;
-	shfl.sync.bfly.b32 	%r2156|%p727, %r2153, %r2151, %r2154, %r2155;
-	or.b32  	%r2157, %r2156, %r2153;
-	shfl.sync.bfly.b32 	%r2158|%p728, %r2157, %r2152, %r2154, %r2155;
-	or.b32  	%r2159, %r2158, %r2157;
-	mov.u32 	%r2160, 4;
-	shfl.sync.bfly.b32 	%r2161|%p729, %r2159, %r2160, %r2154, %r2155;
-	or.b32  	%r586, %r2161, %r2159;
-	mov.u32 	%r2162, 8;
-	shfl.sync.bfly.b32 	%r587|%p13, %r586, %r2162, %r2154, %r2155;
-	or.pred  	%p731, %p714, %p704;
-	@%p731 bra 	$L__BB1_663;
-	shr.u64 	%rd986, %rd152, 4;
-	cvt.u32.u64 	%r2163, %rd986;
-	shl.b32 	%r2164, %r2163, 2;
-	mov.u32 	%r2165, _ZZ14ws_delta_countE5smask;
-	add.s32 	%r2166, %r2165, %r2164;
-	or.b32  	%r2167, %r587, %r586;
-	st.shared.u32 	[%r2166], %r2167;
-$L__BB1_663:
-	@%p717 bra 	$L__BB1_666;
-	mov.u32 	%r2168, 31;
-	mov.u32 	%r2169, 1;
-	mov.u32 	%r2170, -1;
-	shfl.sync.bfly.b32 	%r2171|%p734, %r585, %r2169, %r2168, %r2170;
-	or.b32  	%r2172, %r2171, %r585;
-	setp.eq.s32 	%p735, %r2172, 0;
-	or.pred  	%p736, %p704, %p735;
-	@%p736 bra 	$L__BB1_666;
-	st.v4.u32 	[%rd1270+4096], {%r2786, %r2785, %r2784, %r2783};
-$L__BB1_666:
-	setp.ne.s32 	%p738, %r2793, %r2797;
-	setp.ne.s32 	%p739, %r2794, %r2798;
-	or.pred  	%p14, %p738, %p739;
-	selp.u32 	%r2173, 1, 0, %p14;
-	setp.ne.s32 	%p740, %r2791, %r2795;
-	selp.u16 	%rs329, 1, 0, %p740;
-	mul.wide.u16 	%r2174, %rs329, 2;
-	mov.u32 	%r2175, 1;
-	setp.eq.s32 	%p741, %r2792, %r2796;
-	selp.b32 	%r588, %r2174, 2, %p741;
-	mov.u32 	%r2176, 2;
-	or.b32  	%r589, %r588, %r2173;
-	shl.b32 	%r2177, %r589, %r514;
-	mov.u32 	%r2178, 31;
-	mov.u32 	%r2179, -1;
-	shfl.sync.bfly.b32 	%r2180|%p742, %r2177, %r2175, %r2178, %r2179;
-	or.b32  	%r2181, %r2180, %r2177;
-	shfl.sync.bfly.b32 	%r2182|%p743, %r2181, %r2176, %r2178, %r2179;
-	or.b32  	%r2183, %r2182, %r2181;
-	mov.u32 	%r2184, 4;
-	shfl.sync.bfly.b32 	%r2185|%p744, %r2183, %r2184, %r2178, %r2179;
-	or.b32  	%r590, %r2185, %r2183;
-	mov.u32 	%r2186, 8;
-	shfl.sync.bfly.b32 	%r591|%p15, %r590, %r2186, %r2178, %r2179;
-	or.pred  	%p746, %p714, %p705;
-	@%p746 bra 	$L__BB1_668;
-	shr.u64 	%rd987, %rd153, 4;
-	cvt.u32.u64 	%r2187, %rd987;
-	shl.b32 	%r2188, %r2187, 2;
-	mov.u32 	%r2189, _ZZ14ws_delta_countE5smask;
-	add.s32 	%r2190, %r2189, %r2188;
-	or.b32  	%r2191, %r591, %r590;
-	st.shared.u32 	[%r2190], %r2191;
-$L__BB1_668:
-	@%p717 bra 	$L__BB1_671;
-	mov.u32 	%r2192, 31;
-	mov.u32 	%r2193, 1;
-	mov.u32 	%r2194, -1;
-	shfl.sync.bfly.b32 	%r2195|%p749, %r589, %r2193, %r2192, %r2194;
-	or.b32  	%r2196, %r2195, %r589;
-	setp.eq.s32 	%p750, %r2196, 0;
-	or.pred  	%p751, %p705, %p750;
-	@%p751 bra 	$L__BB1_671;
-	st.v4.u32 	[%rd1270+8192], {%r2794, %r2793, %r2792, %r2791};
-$L__BB1_671:
-	setp.ne.s32 	%p753, %r2801, %r2805;
-	setp.ne.s32 	%p754, %r2802, %r2806;
-	or.pred  	%p16, %p753, %p754;
-	selp.u32 	%r2197, 1, 0, %p16;
-	setp.ne.s32 	%p755, %r2799, %r2803;
-	selp.u16 	%rs330, 1, 0, %p755;
-	mul.wide.u16 	%r2198, %rs330, 2;
-	mov.u32 	%r2199, 1;
-	setp.eq.s32 	%p756, %r2800, %r2804;
-	selp.b32 	%r592, %r2198, 2, %p756;
-	mov.u32 	%r2200, 2;
-	or.b32  	%r593, %r592, %r2197;
-	shl.b32 	%r2201, %r593, %r514;
-	popc.b32 	%r2202, %r593;
-	cvt.u64.u32 	%rd988, %r2202;
+$L__BB2_657:
+	and.b32  	%r2572, %r644, 15;
+	setp.ne.s32 	%p708, %r2779, %r2783;
+	setp.ne.s32 	%p709, %r2780, %r2784;
+	or.pred  	%p10, %p708, %p709;
+	selp.u32 	%r2126, 1, 0, %p10;
+	setp.ne.s32 	%p710, %r2777, %r2781;
+	selp.u16 	%rs327, 1, 0, %p710;
+	mul.wide.u16 	%r2127, %rs327, 2;
+	mov.u32 	%r2128, 1;
+	setp.eq.s32 	%p711, %r2778, %r2782;
+	selp.b32 	%r580, %r2127, 2, %p711;
+	mov.u32 	%r2129, 2;
+	or.b32  	%r581, %r580, %r2126;
+	shl.b32 	%r2130, %r581, %r514;
+	mov.u32 	%r2131, 31;
+	mov.u32 	%r2132, -1;
+	shfl.sync.bfly.b32 	%r2133|%p712, %r2130, %r2128, %r2131, %r2132;
+	or.b32  	%r2134, %r2133, %r2130;
+	shfl.sync.bfly.b32 	%r2135|%p713, %r2134, %r2129, %r2131, %r2132;
+	or.b32  	%r2136, %r2135, %r2134;
+	mov.u32 	%r2137, 4;
+	shfl.sync.bfly.b32 	%r2138|%p714, %r2136, %r2137, %r2131, %r2132;
+	or.b32  	%r582, %r2138, %r2136;
+	mov.u32 	%r2139, 8;
+	shfl.sync.bfly.b32 	%r583|%p11, %r582, %r2139, %r2131, %r2132;
+	setp.ne.s32 	%p715, %r2572, 0;
+	or.pred  	%p717, %p715, %p704;
+	@%p717 bra 	$L__BB2_659;
+	shr.u64 	%rd985, %rd152, 4;
+	cvt.u32.u64 	%r2140, %rd985;
+	shl.b32 	%r2141, %r2140, 2;
+	mov.u32 	%r2142, _ZZ14ws_delta_countE5smask;
+	add.s32 	%r2143, %r2142, %r2141;
+	or.b32  	%r2144, %r583, %r582;
+	st.shared.u32 	[%r2143], %r2144;
+$L__BB2_659:
+	setp.eq.s32 	%p718, %r2, 0;
+	@%p718 bra 	$L__BB2_662;
+	mov.u32 	%r2145, 31;
+	mov.u32 	%r2146, 1;
+	mov.u32 	%r2147, -1;
+	shfl.sync.bfly.b32 	%r2148|%p720, %r581, %r2146, %r2145, %r2147;
+	or.b32  	%r2149, %r2148, %r581;
+	setp.eq.s32 	%p721, %r2149, 0;
+	or.pred  	%p722, %p704, %p721;
+	@%p722 bra 	$L__BB2_662;
+	st.v4.u32 	[%rd1272], {%r2780, %r2779, %r2778, %r2777};
+$L__BB2_662:
+	setp.ne.s32 	%p724, %r2787, %r2791;
+	setp.ne.s32 	%p725, %r2788, %r2792;
+	or.pred  	%p12, %p724, %p725;
+	selp.u32 	%r2150, 1, 0, %p12;
+	setp.ne.s32 	%p726, %r2785, %r2789;
+	selp.u16 	%rs328, 1, 0, %p726;
+	mul.wide.u16 	%r2151, %rs328, 2;
+	mov.u32 	%r2152, 1;
+	setp.eq.s32 	%p727, %r2786, %r2790;
+	selp.b32 	%r584, %r2151, 2, %p727;
+	mov.u32 	%r2153, 2;
+	or.b32  	%r585, %r584, %r2150;
+	shl.b32 	%r2154, %r585, %r514;
+	mov.u32 	%r2155, 31;
+	mov.u32 	%r2156, -1;
+	shfl.sync.bfly.b32 	%r2157|%p728, %r2154, %r2152, %r2155, %r2156;
+	or.b32  	%r2158, %r2157, %r2154;
+	shfl.sync.bfly.b32 	%r2159|%p729, %r2158, %r2153, %r2155, %r2156;
+	or.b32  	%r2160, %r2159, %r2158;
+	mov.u32 	%r2161, 4;
+	shfl.sync.bfly.b32 	%r2162|%p730, %r2160, %r2161, %r2155, %r2156;
+	or.b32  	%r586, %r2162, %r2160;
+	mov.u32 	%r2163, 8;
+	shfl.sync.bfly.b32 	%r587|%p13, %r586, %r2163, %r2155, %r2156;
+	or.pred  	%p732, %p715, %p705;
+	@%p732 bra 	$L__BB2_664;
+	shr.u64 	%rd986, %rd153, 4;
+	cvt.u32.u64 	%r2164, %rd986;
+	shl.b32 	%r2165, %r2164, 2;
+	mov.u32 	%r2166, _ZZ14ws_delta_countE5smask;
+	add.s32 	%r2167, %r2166, %r2165;
+	or.b32  	%r2168, %r587, %r586;
+	st.shared.u32 	[%r2167], %r2168;
+$L__BB2_664:
+	@%p718 bra 	$L__BB2_667;
+	mov.u32 	%r2169, 31;
+	mov.u32 	%r2170, 1;
+	mov.u32 	%r2171, -1;
+	shfl.sync.bfly.b32 	%r2172|%p735, %r585, %r2170, %r2169, %r2171;
+	or.b32  	%r2173, %r2172, %r585;
+	setp.eq.s32 	%p736, %r2173, 0;
+	or.pred  	%p737, %p705, %p736;
+	@%p737 bra 	$L__BB2_667;
+	st.v4.u32 	[%rd1272+4096], {%r2788, %r2787, %r2786, %r2785};
+$L__BB2_667:
+	setp.ne.s32 	%p739, %r2795, %r2799;
+	setp.ne.s32 	%p740, %r2796, %r2800;
+	or.pred  	%p14, %p739, %p740;
+	selp.u32 	%r2174, 1, 0, %p14;
+	setp.ne.s32 	%p741, %r2793, %r2797;
+	selp.u16 	%rs329, 1, 0, %p741;
+	mul.wide.u16 	%r2175, %rs329, 2;
+	mov.u32 	%r2176, 1;
+	setp.eq.s32 	%p742, %r2794, %r2798;
+	selp.b32 	%r588, %r2175, 2, %p742;
+	mov.u32 	%r2177, 2;
+	or.b32  	%r589, %r588, %r2174;
+	shl.b32 	%r2178, %r589, %r514;
+	mov.u32 	%r2179, 31;
+	mov.u32 	%r2180, -1;
+	shfl.sync.bfly.b32 	%r2181|%p743, %r2178, %r2176, %r2179, %r2180;
+	or.b32  	%r2182, %r2181, %r2178;
+	shfl.sync.bfly.b32 	%r2183|%p744, %r2182, %r2177, %r2179, %r2180;
+	or.b32  	%r2184, %r2183, %r2182;
+	mov.u32 	%r2185, 4;
+	shfl.sync.bfly.b32 	%r2186|%p745, %r2184, %r2185, %r2179, %r2180;
+	or.b32  	%r590, %r2186, %r2184;
+	mov.u32 	%r2187, 8;
+	shfl.sync.bfly.b32 	%r591|%p15, %r590, %r2187, %r2179, %r2180;
+	or.pred  	%p747, %p715, %p706;
+	@%p747 bra 	$L__BB2_669;
+	shr.u64 	%rd987, %rd154, 4;
+	cvt.u32.u64 	%r2188, %rd987;
+	shl.b32 	%r2189, %r2188, 2;
+	mov.u32 	%r2190, _ZZ14ws_delta_countE5smask;
+	add.s32 	%r2191, %r2190, %r2189;
+	or.b32  	%r2192, %r591, %r590;
+	st.shared.u32 	[%r2191], %r2192;
+$L__BB2_669:
+	@%p718 bra 	$L__BB2_672;
+	mov.u32 	%r2193, 31;
+	mov.u32 	%r2194, 1;
+	mov.u32 	%r2195, -1;
+	shfl.sync.bfly.b32 	%r2196|%p750, %r589, %r2194, %r2193, %r2195;
+	or.b32  	%r2197, %r2196, %r589;
+	setp.eq.s32 	%p751, %r2197, 0;
+	or.pred  	%p752, %p706, %p751;
+	@%p752 bra 	$L__BB2_672;
+	st.v4.u32 	[%rd1272+8192], {%r2796, %r2795, %r2794, %r2793};
+$L__BB2_672:
+	setp.ne.s32 	%p754, %r2803, %r2807;
+	setp.ne.s32 	%p755, %r2804, %r2808;
+	or.pred  	%p16, %p754, %p755;
+	selp.u32 	%r2198, 1, 0, %p16;
+	setp.ne.s32 	%p756, %r2801, %r2805;
+	selp.u16 	%rs330, 1, 0, %p756;
+	mul.wide.u16 	%r2199, %rs330, 2;
+	mov.u32 	%r2200, 1;
+	setp.eq.s32 	%p757, %r2802, %r2806;
+	selp.b32 	%r592, %r2199, 2, %p757;
+	mov.u32 	%r2201, 2;
+	or.b32  	%r593, %r592, %r2198;
+	shl.b32 	%r2202, %r593, %r514;
+	popc.b32 	%r2203, %r593;
+	cvt.u64.u32 	%rd988, %r2203;
 	shl.b64 	%rd989, %rd988, 48;
-	mov.u32 	%r2203, 31;
-	mov.u32 	%r2204, -1;
-	shfl.sync.bfly.b32 	%r2205|%p757, %r2201, %r2199, %r2203, %r2204;
-	or.b32  	%r2206, %r2205, %r2201;
-	shfl.sync.bfly.b32 	%r2207|%p758, %r2206, %r2200, %r2203, %r2204;
-	or.b32  	%r2208, %r2207, %r2206;
-	mov.u32 	%r2209, 4;
-	shfl.sync.bfly.b32 	%r2210|%p759, %r2208, %r2209, %r2203, %r2204;
-	or.b32  	%r2211, %r2210, %r2208;
-	mov.u32 	%r2212, 8;
-	shfl.sync.bfly.b32 	%r2213|%p760, %r2211, %r2212, %r2203, %r2204;
-	or.b32  	%r594, %r2213, %r2211;
-	popc.b32 	%r2214, %r589;
-	cvt.u64.u32 	%rd990, %r2214;
-	popc.b32 	%r2215, %r585;
-	shl.b32 	%r2216, %r2215, 16;
-	popc.b32 	%r2217, %r581;
-	or.b32  	%r2218, %r2216, %r2217;
-	cvt.u64.u32 	%rd991, %r2218;
+	mov.u32 	%r2204, 31;
+	mov.u32 	%r2205, -1;
+	shfl.sync.bfly.b32 	%r2206|%p758, %r2202, %r2200, %r2204, %r2205;
+	or.b32  	%r2207, %r2206, %r2202;
+	shfl.sync.bfly.b32 	%r2208|%p759, %r2207, %r2201, %r2204, %r2205;
+	or.b32  	%r2209, %r2208, %r2207;
+	mov.u32 	%r2210, 4;
+	shfl.sync.bfly.b32 	%r2211|%p760, %r2209, %r2210, %r2204, %r2205;
+	or.b32  	%r2212, %r2211, %r2209;
+	mov.u32 	%r2213, 8;
+	shfl.sync.bfly.b32 	%r2214|%p761, %r2212, %r2213, %r2204, %r2205;
+	or.b32  	%r594, %r2214, %r2212;
+	popc.b32 	%r2215, %r589;
+	cvt.u64.u32 	%rd990, %r2215;
+	popc.b32 	%r2216, %r585;
+	shl.b32 	%r2217, %r2216, 16;
+	popc.b32 	%r2218, %r581;
+	or.b32  	%r2219, %r2217, %r2218;
+	cvt.u64.u32 	%rd991, %r2219;
 	bfi.b64 	%rd992, %rd990, %rd991, 32, 32;
-	or.b64  	%rd155, %rd989, %rd992;
-	or.pred  	%p762, %p714, %p706;
-	@%p762 bra 	$L__BB1_673;
-	shr.u64 	%rd993, %rd154, 4;
-	cvt.u32.u64 	%r2219, %rd993;
-	shl.b32 	%r2220, %r2219, 2;
-	mov.u32 	%r2221, _ZZ14ws_delta_countE5smask;
-	add.s32 	%r2222, %r2221, %r2220;
-	st.shared.u32 	[%r2222], %r594;
-$L__BB1_673:
-	@%p717 bra 	$L__BB1_676;
-	mov.u32 	%r2223, 31;
-	mov.u32 	%r2224, 1;
-	mov.u32 	%r2225, -1;
-	shfl.sync.bfly.b32 	%r2226|%p765, %r593, %r2224, %r2223, %r2225;
-	or.b32  	%r2227, %r2226, %r593;
-	setp.eq.s32 	%p766, %r2227, 0;
-	or.pred  	%p767, %p706, %p766;
-	@%p767 bra 	$L__BB1_676;
-	st.v4.u32 	[%rd1270+12288], {%r2802, %r2801, %r2800, %r2799};
-$L__BB1_676:
-	cvt.u32.u64 	%r2248, %rd7;
-	setp.lt.u32 	%p768, %r2248, 16;
-	mov.u32 	%r2249, 16;
-	setp.lt.u32 	%p769, %r2248, 4;
-	mov.u32 	%r2250, 4;
-	setp.lt.u32 	%p770, %r2248, 2;
-	mov.u32 	%r2251, 2;
-	setp.lt.u32 	%p771, %r2248, 8;
-	mov.u32 	%r2252, 8;
-	setp.ne.s32 	%p772, %r2248, 31;
-	setp.eq.s32 	%p773, %r2248, 0;
-	mov.u32 	%r2253, 0;
+	or.b64  	%rd156, %rd989, %rd992;
+	or.pred  	%p763, %p715, %p707;
+	@%p763 bra 	$L__BB2_674;
+	shr.u64 	%rd993, %rd155, 4;
+	cvt.u32.u64 	%r2220, %rd993;
+	shl.b32 	%r2221, %r2220, 2;
+	mov.u32 	%r2222, _ZZ14ws_delta_countE5smask;
+	add.s32 	%r2223, %r2222, %r2221;
+	st.shared.u32 	[%r2223], %r594;
+$L__BB2_674:
+	@%p718 bra 	$L__BB2_677;
+	mov.u32 	%r2224, 31;
+	mov.u32 	%r2225, 1;
+	mov.u32 	%r2226, -1;
+	shfl.sync.bfly.b32 	%r2227|%p766, %r593, %r2225, %r2224, %r2226;
+	or.b32  	%r2228, %r2227, %r593;
+	setp.eq.s32 	%p767, %r2228, 0;
+	or.pred  	%p768, %p707, %p767;
+	@%p768 bra 	$L__BB2_677;
+	st.v4.u32 	[%rd1272+12288], {%r2804, %r2803, %r2802, %r2801};
+$L__BB2_677:
+	cvt.u32.u64 	%r2249, %rd7;
+	setp.lt.u32 	%p769, %r2249, 16;
+	mov.u32 	%r2250, 16;
+	setp.lt.u32 	%p770, %r2249, 4;
+	mov.u32 	%r2251, 4;
+	setp.lt.u32 	%p771, %r2249, 2;
+	mov.u32 	%r2252, 2;
+	setp.lt.u32 	%p772, %r2249, 8;
+	mov.u32 	%r2253, 8;
+	setp.ne.s32 	%p773, %r2249, 31;
+	setp.eq.s32 	%p774, %r2249, 0;
+	mov.u32 	%r2254, 0;
 	// begin inline asm
-	mov.b64 {%r2228,%r2229}, %rd155;
+	mov.b64 {%r2229,%r2230}, %rd156;
 	// end inline asm
-	mov.u32 	%r2254, 1;
-	mov.u32 	%r2255, -1;
-	shfl.sync.up.b32 	%r2231|%p774, %r2229, %r2254, %r2253, %r2255;
-	shfl.sync.up.b32 	%r2230|%p775, %r2228, %r2254, %r2253, %r2255;
+	mov.u32 	%r2255, 1;
+	mov.u32 	%r2256, -1;
+	shfl.sync.up.b32 	%r2232|%p775, %r2230, %r2255, %r2254, %r2256;
+	shfl.sync.up.b32 	%r2231|%p776, %r2229, %r2255, %r2254, %r2256;
 	// begin inline asm
-	mov.b64 %rd995, {%r2230,%r2231};
+	mov.b64 %rd995, {%r2231,%r2232};
 	// end inline asm
-	selp.b64 	%rd1004, 0, %rd995, %p773;
-	add.s64 	%rd996, %rd1004, %rd155;
+	selp.b64 	%rd1004, 0, %rd995, %p774;
+	add.s64 	%rd996, %rd1004, %rd156;
 	// begin inline asm
-	mov.b64 {%r2232,%r2233}, %rd996;
+	mov.b64 {%r2233,%r2234}, %rd996;
 	// end inline asm
-	shfl.sync.up.b32 	%r2235|%p776, %r2233, %r2251, %r2253, %r2255;
-	shfl.sync.up.b32 	%r2234|%p777, %r2232, %r2251, %r2253, %r2255;
+	shfl.sync.up.b32 	%r2236|%p777, %r2234, %r2252, %r2254, %r2256;
+	shfl.sync.up.b32 	%r2235|%p778, %r2233, %r2252, %r2254, %r2256;
 	// begin inline asm
-	mov.b64 %rd997, {%r2234,%r2235};
+	mov.b64 %rd997, {%r2235,%r2236};
 	// end inline asm
-	selp.b64 	%rd1005, 0, %rd997, %p770;
+	selp.b64 	%rd1005, 0, %rd997, %p771;
 	add.s64 	%rd998, %rd1005, %rd996;
 	// begin inline asm
-	mov.b64 {%r2236,%r2237}, %rd998;
+	mov.b64 {%r2237,%r2238}, %rd998;
 	// end inline asm
-	shfl.sync.up.b32 	%r2239|%p778, %r2237, %r2250, %r2253, %r2255;
-	shfl.sync.up.b32 	%r2238|%p779, %r2236, %r2250, %r2253, %r2255;
+	shfl.sync.up.b32 	%r2240|%p779, %r2238, %r2251, %r2254, %r2256;
+	shfl.sync.up.b32 	%r2239|%p780, %r2237, %r2251, %r2254, %r2256;
 	// begin inline asm
-	mov.b64 %rd999, {%r2238,%r2239};
+	mov.b64 %rd999, {%r2239,%r2240};
 	// end inline asm
-	selp.b64 	%rd1006, 0, %rd999, %p769;
+	selp.b64 	%rd1006, 0, %rd999, %p770;
 	add.s64 	%rd1000, %rd1006, %rd998;
 	// begin inline asm
-	mov.b64 {%r2240,%r2241}, %rd1000;
+	mov.b64 {%r2241,%r2242}, %rd1000;
 	// end inline asm
-	shfl.sync.up.b32 	%r2243|%p780, %r2241, %r2252, %r2253, %r2255;
-	shfl.sync.up.b32 	%r2242|%p781, %r2240, %r2252, %r2253, %r2255;
+	shfl.sync.up.b32 	%r2244|%p781, %r2242, %r2253, %r2254, %r2256;
+	shfl.sync.up.b32 	%r2243|%p782, %r2241, %r2253, %r2254, %r2256;
 	// begin inline asm
-	mov.b64 %rd1001, {%r2242,%r2243};
+	mov.b64 %rd1001, {%r2243,%r2244};
 	// end inline asm
-	selp.b64 	%rd1007, 0, %rd1001, %p771;
+	selp.b64 	%rd1007, 0, %rd1001, %p772;
 	add.s64 	%rd1002, %rd1007, %rd1000;
 	// begin inline asm
-	mov.b64 {%r2244,%r2245}, %rd1002;
+	mov.b64 {%r2245,%r2246}, %rd1002;
 	// end inline asm
-	shfl.sync.up.b32 	%r2247|%p782, %r2245, %r2249, %r2253, %r2255;
-	shfl.sync.up.b32 	%r2246|%p783, %r2244, %r2249, %r2253, %r2255;
+	shfl.sync.up.b32 	%r2248|%p783, %r2246, %r2250, %r2254, %r2256;
+	shfl.sync.up.b32 	%r2247|%p784, %r2245, %r2250, %r2254, %r2256;
 	// begin inline asm
-	mov.b64 %rd1003, {%r2246,%r2247};
+	mov.b64 %rd1003, {%r2247,%r2248};
 	// end inline asm
-	selp.b64 	%rd1008, 0, %rd1003, %p768;
-	add.s64 	%rd156, %rd1008, %rd1002;
-	@%p772 bra 	$L__BB1_678;
-	shr.u32 	%r2257, %r644, 2;
-	and.b32  	%r2258, %r2257, 1073741816;
-	mov.u32 	%r2259, _ZZ14ws_delta_countE3red;
-	add.s32 	%r2260, %r2259, %r2258;
-	st.shared.u64 	[%r2260], %rd156;
-$L__BB1_678:
-	shr.u32 	%r2568, %r644, 5;
-	cvt.u64.u32 	%rd1250, %r2568;
-	cvt.u32.u64 	%r2261, %rd1250;
-	setp.ne.s32 	%p784, %r2261, 0;
+	selp.b64 	%rd1008, 0, %rd1003, %p769;
+	add.s64 	%rd157, %rd1008, %rd1002;
+	@%p773 bra 	$L__BB2_679;
+	shr.u32 	%r2258, %r644, 2;
+	and.b32  	%r2259, %r2258, 1073741816;
+	mov.u32 	%r2260, _ZZ14ws_delta_countE3red;
+	add.s32 	%r2261, %r2260, %r2259;
+	st.shared.u64 	[%r2261], %rd157;
+$L__BB2_679:
+	shr.u32 	%r2570, %r644, 5;
+	cvt.u64.u32 	%rd1252, %r2570;
+	cvt.u32.u64 	%r2262, %rd1252;
+	setp.ne.s32 	%p785, %r2262, 0;
 	bar.sync 	0;
-	@%p784 bra 	$L__BB1_683;
-	cvt.u32.u64 	%r2571, %rd7;
-	setp.gt.u32 	%p785, %r2571, 7;
-	mov.u64 	%rd1271, 0;
-	@%p785 bra 	$L__BB1_681;
-	shl.b32 	%r2264, %r644, 3;
-	and.b32  	%r2265, %r2264, 248;
-	mov.u32 	%r2266, _ZZ14ws_delta_countE3red;
-	add.s32 	%r2267, %r2266, %r2265;
-	ld.shared.u64 	%rd1271, [%r2267];
-$L__BB1_681:
-	cvt.u32.u64 	%r2572, %rd7;
-	setp.lt.u32 	%p939, %r2572, 16;
-	setp.lt.u32 	%p938, %r2572, 8;
-	setp.lt.u32 	%p937, %r2572, 4;
-	setp.lt.u32 	%p936, %r2572, 2;
-	setp.eq.s32 	%p935, %r2572, 0;
-	mov.u32 	%r2289, 16;
-	mov.u32 	%r2290, 4;
-	mov.u32 	%r2291, 2;
-	mov.u32 	%r2292, 8;
-	mov.u32 	%r2293, 0;
+	@%p785 bra 	$L__BB2_684;
+	cvt.u32.u64 	%r2573, %rd7;
+	setp.gt.u32 	%p786, %r2573, 7;
+	mov.u64 	%rd1273, 0;
+	@%p786 bra 	$L__BB2_682;
+	shl.b32 	%r2265, %r644, 3;
+	and.b32  	%r2266, %r2265, 248;
+	mov.u32 	%r2267, _ZZ14ws_delta_countE3red;
+	add.s32 	%r2268, %r2267, %r2266;
+	ld.shared.u64 	%rd1273, [%r2268];
+$L__BB2_682:
+	cvt.u32.u64 	%r2574, %rd7;
+	setp.lt.u32 	%p940, %r2574, 16;
+	setp.lt.u32 	%p939, %r2574, 8;
+	setp.lt.u32 	%p938, %r2574, 4;
+	setp.lt.u32 	%p937, %r2574, 2;
+	setp.eq.s32 	%p936, %r2574, 0;
+	mov.u32 	%r2290, 16;
+	mov.u32 	%r2291, 4;
+	mov.u32 	%r2292, 2;
+	mov.u32 	%r2293, 8;
+	mov.u32 	%r2294, 0;
 	// begin inline asm
-	mov.b64 {%r2268,%r2269}, %rd1271;
+	mov.b64 {%r2269,%r2270}, %rd1273;
 	// end inline asm
-	mov.u32 	%r2294, 1;
-	mov.u32 	%r2295, -1;
-	shfl.sync.up.b32 	%r2271|%p792, %r2269, %r2294, %r2293, %r2295;
-	shfl.sync.up.b32 	%r2270|%p793, %r2268, %r2294, %r2293, %r2295;
+	mov.u32 	%r2295, 1;
+	mov.u32 	%r2296, -1;
+	shfl.sync.up.b32 	%r2272|%p793, %r2270, %r2295, %r2294, %r2296;
+	shfl.sync.up.b32 	%r2271|%p794, %r2269, %r2295, %r2294, %r2296;
 	// begin inline asm
-	mov.b64 %rd1011, {%r2270,%r2271};
+	mov.b64 %rd1011, {%r2271,%r2272};
 	// end inline asm
-	selp.b64 	%rd1020, 0, %rd1011, %p935;
-	add.s64 	%rd1012, %rd1020, %rd1271;
+	selp.b64 	%rd1020, 0, %rd1011, %p936;
+	add.s64 	%rd1012, %rd1020, %rd1273;
 	// begin inline asm
-	mov.b64 {%r2272,%r2273}, %rd1012;
+	mov.b64 {%r2273,%r2274}, %rd1012;
 	// end inline asm
-	shfl.sync.up.b32 	%r2275|%p794, %r2273, %r2291, %r2293, %r2295;
-	shfl.sync.up.b32 	%r2274|%p795, %r2272, %r2291, %r2293, %r2295;
+	shfl.sync.up.b32 	%r2276|%p795, %r2274, %r2292, %r2294, %r2296;
+	shfl.sync.up.b32 	%r2275|%p796, %r2273, %r2292, %r2294, %r2296;
 	// begin inline asm
-	mov.b64 %rd1013, {%r2274,%r2275};
+	mov.b64 %rd1013, {%r2275,%r2276};
 	// end inline asm
-	selp.b64 	%rd1021, 0, %rd1013, %p936;
+	selp.b64 	%rd1021, 0, %rd1013, %p937;
 	add.s64 	%rd1014, %rd1021, %rd1012;
 	// begin inline asm
-	mov.b64 {%r2276,%r2277}, %rd1014;
+	mov.b64 {%r2277,%r2278}, %rd1014;
 	// end inline asm
-	shfl.sync.up.b32 	%r2279|%p796, %r2277, %r2290, %r2293, %r2295;
-	shfl.sync.up.b32 	%r2278|%p797, %r2276, %r2290, %r2293, %r2295;
+	shfl.sync.up.b32 	%r2280|%p797, %r2278, %r2291, %r2294, %r2296;
+	shfl.sync.up.b32 	%r2279|%p798, %r2277, %r2291, %r2294, %r2296;
 	// begin inline asm
-	mov.b64 %rd1015, {%r2278,%r2279};
+	mov.b64 %rd1015, {%r2279,%r2280};
 	// end inline asm
-	selp.b64 	%rd1022, 0, %rd1015, %p937;
+	selp.b64 	%rd1022, 0, %rd1015, %p938;
 	add.s64 	%rd1016, %rd1022, %rd1014;
 	// begin inline asm
-	mov.b64 {%r2280,%r2281}, %rd1016;
+	mov.b64 {%r2281,%r2282}, %rd1016;
 	// end inline asm
-	shfl.sync.up.b32 	%r2283|%p798, %r2281, %r2292, %r2293, %r2295;
-	shfl.sync.up.b32 	%r2282|%p799, %r2280, %r2292, %r2293, %r2295;
+	shfl.sync.up.b32 	%r2284|%p799, %r2282, %r2293, %r2294, %r2296;
+	shfl.sync.up.b32 	%r2283|%p800, %r2281, %r2293, %r2294, %r2296;
 	// begin inline asm
-	mov.b64 %rd1017, {%r2282,%r2283};
+	mov.b64 %rd1017, {%r2283,%r2284};
 	// end inline asm
-	selp.b64 	%rd1023, 0, %rd1017, %p938;
+	selp.b64 	%rd1023, 0, %rd1017, %p939;
 	add.s64 	%rd1018, %rd1023, %rd1016;
 	// begin inline asm
-	mov.b64 {%r2284,%r2285}, %rd1018;
+	mov.b64 {%r2285,%r2286}, %rd1018;
 	// end inline asm
-	shfl.sync.up.b32 	%r2287|%p800, %r2285, %r2289, %r2293, %r2295;
-	shfl.sync.up.b32 	%r2286|%p801, %r2284, %r2289, %r2293, %r2295;
+	shfl.sync.up.b32 	%r2288|%p801, %r2286, %r2290, %r2294, %r2296;
+	shfl.sync.up.b32 	%r2287|%p802, %r2285, %r2290, %r2294, %r2296;
 	// begin inline asm
-	mov.b64 %rd1019, {%r2286,%r2287};
+	mov.b64 %rd1019, {%r2287,%r2288};
 	// end inline asm
-	selp.b64 	%rd1024, 0, %rd1019, %p939;
-	add.s64 	%rd159, %rd1024, %rd1018;
-	@%p785 bra 	$L__BB1_683;
-	shl.b32 	%r2297, %r644, 3;
-	and.b32  	%r2298, %r2297, 248;
-	mov.u32 	%r2299, _ZZ14ws_delta_countE3red;
-	add.s32 	%r2300, %r2299, %r2298;
-	st.shared.u64 	[%r2300], %rd159;
-$L__BB1_683:
-	setp.eq.s32 	%p802, %r2261, 0;
+	selp.b64 	%rd1024, 0, %rd1019, %p940;
+	add.s64 	%rd160, %rd1024, %rd1018;
+	@%p786 bra 	$L__BB2_684;
+	shl.b32 	%r2298, %r644, 3;
+	and.b32  	%r2299, %r2298, 248;
+	mov.u32 	%r2300, _ZZ14ws_delta_countE3red;
+	add.s32 	%r2301, %r2300, %r2299;
+	st.shared.u64 	[%r2301], %rd160;
+$L__BB2_684:
+	setp.eq.s32 	%p803, %r2262, 0;
 	bar.sync 	0;
-	mov.u64 	%rd1272, 0;
-	@%p802 bra 	$L__BB1_685;
-	shr.u32 	%r2303, %r644, 2;
-	and.b32  	%r2304, %r2303, 1073741816;
-	mov.u32 	%r2305, _ZZ14ws_delta_countE3red;
-	add.s32 	%r2306, %r2305, %r2304;
-	ld.shared.u64 	%rd1272, [%r2306+-8];
-$L__BB1_685:
-	ld.shared.u64 	%rd162, [_ZZ14ws_delta_countE3red+56];
+	mov.u64 	%rd1274, 0;
+	@%p803 bra 	$L__BB2_686;
+	shr.u32 	%r2304, %r644, 2;
+	and.b32  	%r2305, %r2304, 1073741816;
+	mov.u32 	%r2306, _ZZ14ws_delta_countE3red;
+	add.s32 	%r2307, %r2306, %r2305;
+	ld.shared.u64 	%rd1274, [%r2307+-8];
+$L__BB2_686:
+	ld.shared.u64 	%rd163, [_ZZ14ws_delta_countE3red+56];
 	bar.sync 	0;
-	sub.s64 	%rd1026, %rd156, %rd155;
-	add.s64 	%rd163, %rd1026, %rd1272;
-	cvt.u32.u64 	%r2307, %rd163;
-	and.b32  	%r2308, %r2307, 65535;
-	add.s32 	%r2807, %r2308, %r2811;
-	setp.ge.u32 	%p803, %r2807, %r2574;
-	setp.eq.s32 	%p804, %r581, 0;
-	or.pred  	%p805, %p803, %p804;
-	@%p805 bra 	$L__BB1_695;
-	shl.b64 	%rd164, %rd151, 1;
-	not.pred 	%p806, %p10;
-	@%p806 bra 	$L__BB1_691;
-	mul.wide.u32 	%rd1027, %r2807, 2;
-	add.s64 	%rd1028, %rd18, %rd1027;
-	st.global.u16 	[%rd1028], %rd164;
-	mul.wide.u32 	%rd1029, %r2807, 8;
-	add.s64 	%rd1030, %rd1029, %rd15;
-	add.s64 	%rd165, %rd18, %rd1030;
-	add.s64 	%rd1031, %rd19, %rd1030;
+	sub.s64 	%rd1026, %rd157, %rd156;
+	add.s64 	%rd164, %rd1026, %rd1274;
+	cvt.u32.u64 	%r2308, %rd164;
+	and.b32  	%r2309, %r2308, 65535;
+	add.s32 	%r2809, %r2309, %r2813;
+	setp.ge.u32 	%p804, %r2809, %r2576;
+	setp.eq.s32 	%p805, %r581, 0;
+	or.pred  	%p806, %p804, %p805;
+	@%p806 bra 	$L__BB2_696;
+	shl.b64 	%rd165, %rd152, 1;
+	not.pred 	%p807, %p10;
+	@%p807 bra 	$L__BB2_692;
+	mul.wide.u32 	%rd1027, %r2809, 2;
+	add.s64 	%rd1028, %rd19, %rd1027;
+	st.global.u16 	[%rd1028], %rd165;
+	mul.wide.u32 	%rd1029, %r2809, 8;
+	add.s64 	%rd1030, %rd1029, %rd16;
+	add.s64 	%rd166, %rd19, %rd1030;
+	add.s64 	%rd1031, %rd20, %rd1030;
 	and.b64  	%rd1032, %rd1031, 7;
-	setp.eq.s64 	%p807, %rd1032, 0;
-	@%p807 bra 	$L__BB1_689;
-	st.global.u8 	[%rd165], %r2778;
-	shr.u32 	%r2309, %r2778, 8;
-	st.global.u8 	[%rd165+1], %r2309;
-	shr.u32 	%r2310, %r2778, 16;
-	st.global.u8 	[%rd165+2], %r2310;
-	shr.u32 	%r2311, %r2778, 24;
-	st.global.u8 	[%rd165+3], %r2311;
-	st.global.u8 	[%rd165+4], %r2777;
-	shr.u32 	%r2312, %r2777, 8;
-	st.global.u8 	[%rd165+5], %r2312;
-	shr.u32 	%r2313, %r2777, 16;
-	st.global.u8 	[%rd165+6], %r2313;
-	shr.u32 	%r2314, %r2777, 24;
-	st.global.u8 	[%rd165+7], %r2314;
-	bra.uni 	$L__BB1_690;
-$L__BB1_689:
-	cvt.u64.u32 	%rd1033, %r2778;
-	cvt.u64.u32 	%rd1034, %r2777;
+	setp.eq.s64 	%p808, %rd1032, 0;
+	@%p808 bra 	$L__BB2_690;
+	st.global.u8 	[%rd166], %r2780;
+	shr.u32 	%r2310, %r2780, 8;
+	st.global.u8 	[%rd166+1], %r2310;
+	shr.u32 	%r2311, %r2780, 16;
+	st.global.u8 	[%rd166+2], %r2311;
+	shr.u32 	%r2312, %r2780, 24;
+	st.global.u8 	[%rd166+3], %r2312;
+	st.global.u8 	[%rd166+4], %r2779;
+	shr.u32 	%r2313, %r2779, 8;
+	st.global.u8 	[%rd166+5], %r2313;
+	shr.u32 	%r2314, %r2779, 16;
+	st.global.u8 	[%rd166+6], %r2314;
+	shr.u32 	%r2315, %r2779, 24;
+	st.global.u8 	[%rd166+7], %r2315;
+	bra.uni 	$L__BB2_691;
+$L__BB2_690:
+	cvt.u64.u32 	%rd1033, %r2780;
+	cvt.u64.u32 	%rd1034, %r2779;
 	bfi.b64 	%rd1035, %rd1034, %rd1033, 32, 32;
-	st.global.u64 	[%rd165], %rd1035;
-$L__BB1_690:
-	add.s32 	%r2807, %r2807, 1;
-$L__BB1_691:
-	setp.ge.u32 	%p808, %r2807, %r2574;
-	setp.eq.s32 	%p809, %r580, 0;
-	or.pred  	%p810, %p809, %p808;
-	@%p810 bra 	$L__BB1_695;
-	cvt.u16.u64 	%rs331, %rd164;
-	add.s16 	%rs332, %rs331, 1;
-	mul.wide.u32 	%rd1036, %r2807, 2;
-	add.s64 	%rd1037, %rd18, %rd1036;
-	st.global.u16 	[%rd1037], %rs332;
-	mul.wide.u32 	%rd1038, %r2807, 8;
-	add.s64 	%rd1039, %rd1038, %rd15;
-	add.s64 	%rd166, %rd18, %rd1039;
-	add.s64 	%rd1040, %rd19, %rd1039;
-	and.b64  	%rd1041, %rd1040, 7;
-	setp.eq.s64 	%p811, %rd1041, 0;
-	@%p811 bra 	$L__BB1_694;
-	st.global.u8 	[%rd166], %r2776;
-	shr.u32 	%r2315, %r2776, 8;
-	st.global.u8 	[%rd166+1], %r2315;
-	shr.u32 	%r2316, %r2776, 16;
-	st.global.u8 	[%rd166+2], %r2316;
-	shr.u32 	%r2317, %r2776, 24;
-	st.global.u8 	[%rd166+3], %r2317;
-	st.global.u8 	[%rd166+4], %r2775;
-	shr.u32 	%r2318, %r2775, 8;
-	st.global.u8 	[%rd166+5], %r2318;
-	shr.u32 	%r2319, %r2775, 16;
-	st.global.u8 	[%rd166+6], %r2319;
-	shr.u32 	%r2320, %r2775, 24;
-	st.global.u8 	[%rd166+7], %r2320;
-	bra.uni 	$L__BB1_695;
-$L__BB1_694:
-	cvt.u64.u32 	%rd1042, %r2776;
-	cvt.u64.u32 	%rd1043, %r2775;
-	bfi.b64 	%rd1044, %rd1043, %rd1042, 32, 32;
-	st.global.u64 	[%rd166], %rd1044;
-$L__BB1_695:
-	cvt.u32.u64 	%r2321, %rd162;
-	and.b32  	%r2322, %r2321, 65535;
-	add.s32 	%r598, %r2322, %r2811;
-	shr.u32 	%r2324, %r2307, 16;
-	add.s32 	%r2808, %r2324, %r598;
-	setp.ge.u32 	%p812, %r2808, %r2574;
-	setp.eq.s32 	%p813, %r585, 0;
-	or.pred  	%p814, %p812, %p813;
-	@%p814 bra 	$L__BB1_705;
-	shl.b64 	%rd167, %rd151, 1;
-	not.pred 	%p815, %p12;
-	@%p815 bra 	$L__BB1_701;
-	cvt.u16.u64 	%rs333, %rd167;
-	add.s16 	%rs334, %rs333, 512;
-	mul.wide.u32 	%rd1045, %r2808, 2;
-	add.s64 	%rd1046, %rd18, %rd1045;
-	st.global.u16 	[%rd1046], %rs334;
-	mul.wide.u32 	%rd1047, %r2808, 8;
-	add.s64 	%rd1048, %rd1047, %rd15;
-	add.s64 	%rd168, %rd18, %rd1048;
-	add.s64 	%rd1049, %rd19, %rd1048;
-	and.b64  	%rd1050, %rd1049, 7;
-	setp.eq.s64 	%p816, %rd1050, 0;
-	@%p816 bra 	$L__BB1_699;
-	st.global.u8 	[%rd168], %r2786;
-	shr.u32 	%r2325, %r2786, 8;
-	st.global.u8 	[%rd168+1], %r2325;
-	shr.u32 	%r2326, %r2786, 16;
-	st.global.u8 	[%rd168+2], %r2326;
-	shr.u32 	%r2327, %r2786, 24;
-	st.global.u8 	[%rd168+3], %r2327;
-	st.global.u8 	[%rd168+4], %r2785;
-	shr.u32 	%r2328, %r2785, 8;
-	st.global.u8 	[%rd168+5], %r2328;
-	shr.u32 	%r2329, %r2785, 16;
-	st.global.u8 	[%rd168+6], %r2329;
-	shr.u32 	%r2330, %r2785, 24;
-	st.global.u8 	[%rd168+7], %r2330;
-	bra.uni 	$L__BB1_700;
-$L__BB1_699:
-	cvt.u64.u32 	%rd1051, %r2786;
-	cvt.u64.u32 	%rd1052, %r2785;
-	bfi.b64 	%rd1053, %rd1052, %rd1051, 32, 32;
-	st.global.u64 	[%rd168], %rd1053;
-$L__BB1_700:
-	add.s32 	%r2808, %r2808, 1;
-$L__BB1_701:
-	setp.ge.u32 	%p817, %r2808, %r2574;
-	setp.eq.s32 	%p818, %r584, 0;
-	or.pred  	%p819, %p818, %p817;
-	@%p819 bra 	$L__BB1_705;
-	cvt.u16.u64 	%rs335, %rd167;
-	add.s16 	%rs336, %rs335, 513;
-	mul.wide.u32 	%rd1054, %r2808, 2;
-	add.s64 	%rd1055, %rd18, %rd1054;
-	st.global.u16 	[%rd1055], %rs336;
-	mul.wide.u32 	%rd1056, %r2808, 8;
-	add.s64 	%rd1057, %rd1056, %rd15;
-	add.s64 	%rd169, %rd18, %rd1057;
-	add.s64 	%rd1058, %rd19, %rd1057;
-	and.b64  	%rd1059, %rd1058, 7;
-	setp.eq.s64 	%p820, %rd1059, 0;
-	@%p820 bra 	$L__BB1_704;
-	st.global.u8 	[%rd169], %r2784;
-	shr.u32 	%r2331, %r2784, 8;
-	st.global.u8 	[%rd169+1], %r2331;
-	shr.u32 	%r2332, %r2784, 16;
-	st.global.u8 	[%rd169+2], %r2332;
-	shr.u32 	%r2333, %r2784, 24;
-	st.global.u8 	[%rd169+3], %r2333;
-	st.global.u8 	[%rd169+4], %r2783;
-	shr.u32 	%r2334, %r2783, 8;
-	st.global.u8 	[%rd169+5], %r2334;
-	shr.u32 	%r2335, %r2783, 16;
-	st.global.u8 	[%rd169+6], %r2335;
-	shr.u32 	%r2336, %r2783, 24;
-	st.global.u8 	[%rd169+7], %r2336;
-	bra.uni 	$L__BB1_705;
-$L__BB1_704:
-	cvt.u64.u32 	%rd1060, %r2784;
-	cvt.u64.u32 	%rd1061, %r2783;
-	bfi.b64 	%rd1062, %rd1061, %rd1060, 32, 32;
-	st.global.u64 	[%rd169], %rd1062;
-$L__BB1_705:
-	shr.u32 	%r2338, %r2321, 16;
-	add.s32 	%r602, %r2338, %r598;
-	shr.u64 	%rd1063, %rd163, 32;
-	cvt.u32.u64 	%r2339, %rd1063;
-	and.b32  	%r2340, %r2339, 65535;
-	add.s32 	%r2809, %r2340, %r602;
-	setp.ge.u32 	%p821, %r2809, %r2574;
-	setp.eq.s32 	%p822, %r589, 0;
-	or.pred  	%p823, %p821, %p822;
-	@%p823 bra 	$L__BB1_715;
-	shl.b64 	%rd170, %rd151, 1;
-	not.pred 	%p824, %p14;
-	@%p824 bra 	$L__BB1_711;
-	cvt.u16.u64 	%rs337, %rd170;
-	add.s16 	%rs338, %rs337, 1024;
-	mul.wide.u32 	%rd1064, %r2809, 2;
-	add.s64 	%rd1065, %rd18, %rd1064;
-	st.global.u16 	[%rd1065], %rs338;
-	mul.wide.u32 	%rd1066, %r2809, 8;
-	add.s64 	%rd1067, %rd1066, %rd15;
-	add.s64 	%rd171, %rd18, %rd1067;
-	add.s64 	%rd1068, %rd19, %rd1067;
-	and.b64  	%rd1069, %rd1068, 7;
-	setp.eq.s64 	%p825, %rd1069, 0;
-	@%p825 bra 	$L__BB1_709;
-	st.global.u8 	[%rd171], %r2794;
-	shr.u32 	%r2341, %r2794, 8;
-	st.global.u8 	[%rd171+1], %r2341;
-	shr.u32 	%r2342, %r2794, 16;
-	st.global.u8 	[%rd171+2], %r2342;
-	shr.u32 	%r2343, %r2794, 24;
-	st.global.u8 	[%rd171+3], %r2343;
-	st.global.u8 	[%rd171+4], %r2793;
-	shr.u32 	%r2344, %r2793, 8;
-	st.global.u8 	[%rd171+5], %r2344;
-	shr.u32 	%r2345, %r2793, 16;
-	st.global.u8 	[%rd171+6], %r2345;
-	shr.u32 	%r2346, %r2793, 24;
-	st.global.u8 	[%rd171+7], %r2346;
-	bra.uni 	$L__BB1_710;
-$L__BB1_709:
-	cvt.u64.u32 	%rd1070, %r2794;
-	cvt.u64.u32 	%rd1071, %r2793;
-	bfi.b64 	%rd1072, %rd1071, %rd1070, 32, 32;
-	st.global.u64 	[%rd171], %rd1072;
-$L__BB1_710:
+	st.global.u64 	[%rd166], %rd1035;
+$L__BB2_691:
 	add.s32 	%r2809, %r2809, 1;
-$L__BB1_711:
-	setp.ge.u32 	%p826, %r2809, %r2574;
-	setp.eq.s32 	%p827, %r588, 0;
-	or.pred  	%p828, %p827, %p826;
-	@%p828 bra 	$L__BB1_715;
-	cvt.u16.u64 	%rs339, %rd170;
-	add.s16 	%rs340, %rs339, 1025;
-	mul.wide.u32 	%rd1073, %r2809, 2;
-	add.s64 	%rd1074, %rd18, %rd1073;
-	st.global.u16 	[%rd1074], %rs340;
-	mul.wide.u32 	%rd1075, %r2809, 8;
-	add.s64 	%rd1076, %rd1075, %rd15;
-	add.s64 	%rd172, %rd18, %rd1076;
-	add.s64 	%rd1077, %rd19, %rd1076;
-	and.b64  	%rd1078, %rd1077, 7;
-	setp.eq.s64 	%p829, %rd1078, 0;
-	@%p829 bra 	$L__BB1_714;
-	st.global.u8 	[%rd172], %r2792;
-	shr.u32 	%r2347, %r2792, 8;
-	st.global.u8 	[%rd172+1], %r2347;
-	shr.u32 	%r2348, %r2792, 16;
-	st.global.u8 	[%rd172+2], %r2348;
-	shr.u32 	%r2349, %r2792, 24;
-	st.global.u8 	[%rd172+3], %r2349;
-	st.global.u8 	[%rd172+4], %r2791;
-	shr.u32 	%r2350, %r2791, 8;
-	st.global.u8 	[%rd172+5], %r2350;
-	shr.u32 	%r2351, %r2791, 16;
-	st.global.u8 	[%rd172+6], %r2351;
-	shr.u32 	%r2352, %r2791, 24;
-	st.global.u8 	[%rd172+7], %r2352;
-	bra.uni 	$L__BB1_715;
-$L__BB1_714:
-	cvt.u64.u32 	%rd1079, %r2792;
-	cvt.u64.u32 	%rd1080, %r2791;
-	bfi.b64 	%rd1081, %rd1080, %rd1079, 32, 32;
-	st.global.u64 	[%rd172], %rd1081;
-$L__BB1_715:
-	shr.u64 	%rd1082, %rd162, 32;
-	cvt.u32.u64 	%r2353, %rd1082;
-	and.b32  	%r2354, %r2353, 65535;
-	add.s32 	%r606, %r2354, %r602;
-	shr.u64 	%rd1083, %rd163, 48;
-	cvt.u32.u64 	%r2355, %rd1083;
-	add.s32 	%r2810, %r606, %r2355;
-	setp.ge.u32 	%p830, %r2810, %r2574;
-	setp.eq.s32 	%p831, %r593, 0;
-	or.pred  	%p832, %p830, %p831;
-	@%p832 bra 	$L__BB1_725;
-	shl.b64 	%rd173, %rd151, 1;
-	not.pred 	%p833, %p16;
-	@%p833 bra 	$L__BB1_721;
-	cvt.u16.u64 	%rs341, %rd173;
-	add.s16 	%rs342, %rs341, 1536;
-	mul.wide.u32 	%rd1084, %r2810, 2;
-	add.s64 	%rd1085, %rd18, %rd1084;
-	st.global.u16 	[%rd1085], %rs342;
-	mul.wide.u32 	%rd1086, %r2810, 8;
-	add.s64 	%rd1087, %rd1086, %rd15;
-	add.s64 	%rd174, %rd18, %rd1087;
-	add.s64 	%rd1088, %rd19, %rd1087;
-	and.b64  	%rd1089, %rd1088, 7;
-	setp.eq.s64 	%p834, %rd1089, 0;
-	@%p834 bra 	$L__BB1_719;
-	st.global.u8 	[%rd174], %r2802;
-	shr.u32 	%r2356, %r2802, 8;
-	st.global.u8 	[%rd174+1], %r2356;
-	shr.u32 	%r2357, %r2802, 16;
-	st.global.u8 	[%rd174+2], %r2357;
-	shr.u32 	%r2358, %r2802, 24;
-	st.global.u8 	[%rd174+3], %r2358;
-	st.global.u8 	[%rd174+4], %r2801;
-	shr.u32 	%r2359, %r2801, 8;
-	st.global.u8 	[%rd174+5], %r2359;
-	shr.u32 	%r2360, %r2801, 16;
-	st.global.u8 	[%rd174+6], %r2360;
-	shr.u32 	%r2361, %r2801, 24;
-	st.global.u8 	[%rd174+7], %r2361;
-	bra.uni 	$L__BB1_720;
-$L__BB1_719:
-	cvt.u64.u32 	%rd1090, %r2802;
-	cvt.u64.u32 	%rd1091, %r2801;
-	bfi.b64 	%rd1092, %rd1091, %rd1090, 32, 32;
-	st.global.u64 	[%rd174], %rd1092;
-$L__BB1_720:
+$L__BB2_692:
+	setp.ge.u32 	%p809, %r2809, %r2576;
+	setp.eq.s32 	%p810, %r580, 0;
+	or.pred  	%p811, %p810, %p809;
+	@%p811 bra 	$L__BB2_696;
+	cvt.u16.u64 	%rs331, %rd165;
+	add.s16 	%rs332, %rs331, 1;
+	mul.wide.u32 	%rd1036, %r2809, 2;
+	add.s64 	%rd1037, %rd19, %rd1036;
+	st.global.u16 	[%rd1037], %rs332;
+	mul.wide.u32 	%rd1038, %r2809, 8;
+	add.s64 	%rd1039, %rd1038, %rd16;
+	add.s64 	%rd167, %rd19, %rd1039;
+	add.s64 	%rd1040, %rd20, %rd1039;
+	and.b64  	%rd1041, %rd1040, 7;
+	setp.eq.s64 	%p812, %rd1041, 0;
+	@%p812 bra 	$L__BB2_695;
+	st.global.u8 	[%rd167], %r2778;
+	shr.u32 	%r2316, %r2778, 8;
+	st.global.u8 	[%rd167+1], %r2316;
+	shr.u32 	%r2317, %r2778, 16;
+	st.global.u8 	[%rd167+2], %r2317;
+	shr.u32 	%r2318, %r2778, 24;
+	st.global.u8 	[%rd167+3], %r2318;
+	st.global.u8 	[%rd167+4], %r2777;
+	shr.u32 	%r2319, %r2777, 8;
+	st.global.u8 	[%rd167+5], %r2319;
+	shr.u32 	%r2320, %r2777, 16;
+	st.global.u8 	[%rd167+6], %r2320;
+	shr.u32 	%r2321, %r2777, 24;
+	st.global.u8 	[%rd167+7], %r2321;
+	bra.uni 	$L__BB2_696;
+$L__BB2_695:
+	cvt.u64.u32 	%rd1042, %r2778;
+	cvt.u64.u32 	%rd1043, %r2777;
+	bfi.b64 	%rd1044, %rd1043, %rd1042, 32, 32;
+	st.global.u64 	[%rd167], %rd1044;
+$L__BB2_696:
+	cvt.u32.u64 	%r2322, %rd163;
+	and.b32  	%r2323, %r2322, 65535;
+	add.s32 	%r598, %r2323, %r2813;
+	shr.u32 	%r2325, %r2308, 16;
+	add.s32 	%r2810, %r2325, %r598;
+	setp.ge.u32 	%p813, %r2810, %r2576;
+	setp.eq.s32 	%p814, %r585, 0;
+	or.pred  	%p815, %p813, %p814;
+	@%p815 bra 	$L__BB2_706;
+	shl.b64 	%rd168, %rd152, 1;
+	not.pred 	%p816, %p12;
+	@%p816 bra 	$L__BB2_702;
+	cvt.u16.u64 	%rs333, %rd168;
+	add.s16 	%rs334, %rs333, 512;
+	mul.wide.u32 	%rd1045, %r2810, 2;
+	add.s64 	%rd1046, %rd19, %rd1045;
+	st.global.u16 	[%rd1046], %rs334;
+	mul.wide.u32 	%rd1047, %r2810, 8;
+	add.s64 	%rd1048, %rd1047, %rd16;
+	add.s64 	%rd169, %rd19, %rd1048;
+	add.s64 	%rd1049, %rd20, %rd1048;
+	and.b64  	%rd1050, %rd1049, 7;
+	setp.eq.s64 	%p817, %rd1050, 0;
+	@%p817 bra 	$L__BB2_700;
+	st.global.u8 	[%rd169], %r2788;
+	shr.u32 	%r2326, %r2788, 8;
+	st.global.u8 	[%rd169+1], %r2326;
+	shr.u32 	%r2327, %r2788, 16;
+	st.global.u8 	[%rd169+2], %r2327;
+	shr.u32 	%r2328, %r2788, 24;
+	st.global.u8 	[%rd169+3], %r2328;
+	st.global.u8 	[%rd169+4], %r2787;
+	shr.u32 	%r2329, %r2787, 8;
+	st.global.u8 	[%rd169+5], %r2329;
+	shr.u32 	%r2330, %r2787, 16;
+	st.global.u8 	[%rd169+6], %r2330;
+	shr.u32 	%r2331, %r2787, 24;
+	st.global.u8 	[%rd169+7], %r2331;
+	bra.uni 	$L__BB2_701;
+$L__BB2_700:
+	cvt.u64.u32 	%rd1051, %r2788;
+	cvt.u64.u32 	%rd1052, %r2787;
+	bfi.b64 	%rd1053, %rd1052, %rd1051, 32, 32;
+	st.global.u64 	[%rd169], %rd1053;
+$L__BB2_701:
 	add.s32 	%r2810, %r2810, 1;
-$L__BB1_721:
-	setp.ge.u32 	%p835, %r2810, %r2574;
-	setp.eq.s32 	%p836, %r592, 0;
-	or.pred  	%p837, %p836, %p835;
-	@%p837 bra 	$L__BB1_725;
-	cvt.u16.u64 	%rs343, %rd173;
+$L__BB2_702:
+	setp.ge.u32 	%p818, %r2810, %r2576;
+	setp.eq.s32 	%p819, %r584, 0;
+	or.pred  	%p820, %p819, %p818;
+	@%p820 bra 	$L__BB2_706;
+	cvt.u16.u64 	%rs335, %rd168;
+	add.s16 	%rs336, %rs335, 513;
+	mul.wide.u32 	%rd1054, %r2810, 2;
+	add.s64 	%rd1055, %rd19, %rd1054;
+	st.global.u16 	[%rd1055], %rs336;
+	mul.wide.u32 	%rd1056, %r2810, 8;
+	add.s64 	%rd1057, %rd1056, %rd16;
+	add.s64 	%rd170, %rd19, %rd1057;
+	add.s64 	%rd1058, %rd20, %rd1057;
+	and.b64  	%rd1059, %rd1058, 7;
+	setp.eq.s64 	%p821, %rd1059, 0;
+	@%p821 bra 	$L__BB2_705;
+	st.global.u8 	[%rd170], %r2786;
+	shr.u32 	%r2332, %r2786, 8;
+	st.global.u8 	[%rd170+1], %r2332;
+	shr.u32 	%r2333, %r2786, 16;
+	st.global.u8 	[%rd170+2], %r2333;
+	shr.u32 	%r2334, %r2786, 24;
+	st.global.u8 	[%rd170+3], %r2334;
+	st.global.u8 	[%rd170+4], %r2785;
+	shr.u32 	%r2335, %r2785, 8;
+	st.global.u8 	[%rd170+5], %r2335;
+	shr.u32 	%r2336, %r2785, 16;
+	st.global.u8 	[%rd170+6], %r2336;
+	shr.u32 	%r2337, %r2785, 24;
+	st.global.u8 	[%rd170+7], %r2337;
+	bra.uni 	$L__BB2_706;
+$L__BB2_705:
+	cvt.u64.u32 	%rd1060, %r2786;
+	cvt.u64.u32 	%rd1061, %r2785;
+	bfi.b64 	%rd1062, %rd1061, %rd1060, 32, 32;
+	st.global.u64 	[%rd170], %rd1062;
+$L__BB2_706:
+	shr.u32 	%r2339, %r2322, 16;
+	add.s32 	%r602, %r2339, %r598;
+	shr.u64 	%rd1063, %rd164, 32;
+	cvt.u32.u64 	%r2340, %rd1063;
+	and.b32  	%r2341, %r2340, 65535;
+	add.s32 	%r2811, %r2341, %r602;
+	setp.ge.u32 	%p822, %r2811, %r2576;
+	setp.eq.s32 	%p823, %r589, 0;
+	or.pred  	%p824, %p822, %p823;
+	@%p824 bra 	$L__BB2_716;
+	shl.b64 	%rd171, %rd152, 1;
+	not.pred 	%p825, %p14;
+	@%p825 bra 	$L__BB2_712;
+	cvt.u16.u64 	%rs337, %rd171;
+	add.s16 	%rs338, %rs337, 1024;
+	mul.wide.u32 	%rd1064, %r2811, 2;
+	add.s64 	%rd1065, %rd19, %rd1064;
+	st.global.u16 	[%rd1065], %rs338;
+	mul.wide.u32 	%rd1066, %r2811, 8;
+	add.s64 	%rd1067, %rd1066, %rd16;
+	add.s64 	%rd172, %rd19, %rd1067;
+	add.s64 	%rd1068, %rd20, %rd1067;
+	and.b64  	%rd1069, %rd1068, 7;
+	setp.eq.s64 	%p826, %rd1069, 0;
+	@%p826 bra 	$L__BB2_710;
+	st.global.u8 	[%rd172], %r2796;
+	shr.u32 	%r2342, %r2796, 8;
+	st.global.u8 	[%rd172+1], %r2342;
+	shr.u32 	%r2343, %r2796, 16;
+	st.global.u8 	[%rd172+2], %r2343;
+	shr.u32 	%r2344, %r2796, 24;
+	st.global.u8 	[%rd172+3], %r2344;
+	st.global.u8 	[%rd172+4], %r2795;
+	shr.u32 	%r2345, %r2795, 8;
+	st.global.u8 	[%rd172+5], %r2345;
+	shr.u32 	%r2346, %r2795, 16;
+	st.global.u8 	[%rd172+6], %r2346;
+	shr.u32 	%r2347, %r2795, 24;
+	st.global.u8 	[%rd172+7], %r2347;
+	bra.uni 	$L__BB2_711;
+$L__BB2_710:
+	cvt.u64.u32 	%rd1070, %r2796;
+	cvt.u64.u32 	%rd1071, %r2795;
+	bfi.b64 	%rd1072, %rd1071, %rd1070, 32, 32;
+	st.global.u64 	[%rd172], %rd1072;
+$L__BB2_711:
+	add.s32 	%r2811, %r2811, 1;
+$L__BB2_712:
+	setp.ge.u32 	%p827, %r2811, %r2576;
+	setp.eq.s32 	%p828, %r588, 0;
+	or.pred  	%p829, %p828, %p827;
+	@%p829 bra 	$L__BB2_716;
+	cvt.u16.u64 	%rs339, %rd171;
+	add.s16 	%rs340, %rs339, 1025;
+	mul.wide.u32 	%rd1073, %r2811, 2;
+	add.s64 	%rd1074, %rd19, %rd1073;
+	st.global.u16 	[%rd1074], %rs340;
+	mul.wide.u32 	%rd1075, %r2811, 8;
+	add.s64 	%rd1076, %rd1075, %rd16;
+	add.s64 	%rd173, %rd19, %rd1076;
+	add.s64 	%rd1077, %rd20, %rd1076;
+	and.b64  	%rd1078, %rd1077, 7;
+	setp.eq.s64 	%p830, %rd1078, 0;
+	@%p830 bra 	$L__BB2_715;
+	st.global.u8 	[%rd173], %r2794;
+	shr.u32 	%r2348, %r2794, 8;
+	st.global.u8 	[%rd173+1], %r2348;
+	shr.u32 	%r2349, %r2794, 16;
+	st.global.u8 	[%rd173+2], %r2349;
+	shr.u32 	%r2350, %r2794, 24;
+	st.global.u8 	[%rd173+3], %r2350;
+	st.global.u8 	[%rd173+4], %r2793;
+	shr.u32 	%r2351, %r2793, 8;
+	st.global.u8 	[%rd173+5], %r2351;
+	shr.u32 	%r2352, %r2793, 16;
+	st.global.u8 	[%rd173+6], %r2352;
+	shr.u32 	%r2353, %r2793, 24;
+	st.global.u8 	[%rd173+7], %r2353;
+	bra.uni 	$L__BB2_716;
+$L__BB2_715:
+	cvt.u64.u32 	%rd1079, %r2794;
+	cvt.u64.u32 	%rd1080, %r2793;
+	bfi.b64 	%rd1081, %rd1080, %rd1079, 32, 32;
+	st.global.u64 	[%rd173], %rd1081;
+$L__BB2_716:
+	shr.u64 	%rd1082, %rd163, 32;
+	cvt.u32.u64 	%r2354, %rd1082;
+	and.b32  	%r2355, %r2354, 65535;
+	add.s32 	%r606, %r2355, %r602;
+	shr.u64 	%rd1083, %rd164, 48;
+	cvt.u32.u64 	%r2356, %rd1083;
+	add.s32 	%r2812, %r606, %r2356;
+	setp.ge.u32 	%p831, %r2812, %r2576;
+	setp.eq.s32 	%p832, %r593, 0;
+	or.pred  	%p833, %p831, %p832;
+	@%p833 bra 	$L__BB2_726;
+	shl.b64 	%rd174, %rd152, 1;
+	not.pred 	%p834, %p16;
+	@%p834 bra 	$L__BB2_722;
+	cvt.u16.u64 	%rs341, %rd174;
+	add.s16 	%rs342, %rs341, 1536;
+	mul.wide.u32 	%rd1084, %r2812, 2;
+	add.s64 	%rd1085, %rd19, %rd1084;
+	st.global.u16 	[%rd1085], %rs342;
+	mul.wide.u32 	%rd1086, %r2812, 8;
+	add.s64 	%rd1087, %rd1086, %rd16;
+	add.s64 	%rd175, %rd19, %rd1087;
+	add.s64 	%rd1088, %rd20, %rd1087;
+	and.b64  	%rd1089, %rd1088, 7;
+	setp.eq.s64 	%p835, %rd1089, 0;
+	@%p835 bra 	$L__BB2_720;
+	st.global.u8 	[%rd175], %r2804;
+	shr.u32 	%r2357, %r2804, 8;
+	st.global.u8 	[%rd175+1], %r2357;
+	shr.u32 	%r2358, %r2804, 16;
+	st.global.u8 	[%rd175+2], %r2358;
+	shr.u32 	%r2359, %r2804, 24;
+	st.global.u8 	[%rd175+3], %r2359;
+	st.global.u8 	[%rd175+4], %r2803;
+	shr.u32 	%r2360, %r2803, 8;
+	st.global.u8 	[%rd175+5], %r2360;
+	shr.u32 	%r2361, %r2803, 16;
+	st.global.u8 	[%rd175+6], %r2361;
+	shr.u32 	%r2362, %r2803, 24;
+	st.global.u8 	[%rd175+7], %r2362;
+	bra.uni 	$L__BB2_721;
+$L__BB2_720:
+	cvt.u64.u32 	%rd1090, %r2804;
+	cvt.u64.u32 	%rd1091, %r2803;
+	bfi.b64 	%rd1092, %rd1091, %rd1090, 32, 32;
+	st.global.u64 	[%rd175], %rd1092;
+$L__BB2_721:
+	add.s32 	%r2812, %r2812, 1;
+$L__BB2_722:
+	setp.ge.u32 	%p836, %r2812, %r2576;
+	setp.eq.s32 	%p837, %r592, 0;
+	or.pred  	%p838, %p837, %p836;
+	@%p838 bra 	$L__BB2_726;
+	cvt.u16.u64 	%rs343, %rd174;
 	add.s16 	%rs344, %rs343, 1537;
-	mul.wide.u32 	%rd1093, %r2810, 2;
-	add.s64 	%rd1094, %rd18, %rd1093;
+	mul.wide.u32 	%rd1093, %r2812, 2;
+	add.s64 	%rd1094, %rd19, %rd1093;
 	st.global.u16 	[%rd1094], %rs344;
-	mul.wide.u32 	%rd1095, %r2810, 8;
-	add.s64 	%rd1096, %rd1095, %rd15;
-	add.s64 	%rd175, %rd18, %rd1096;
-	add.s64 	%rd1097, %rd19, %rd1096;
+	mul.wide.u32 	%rd1095, %r2812, 8;
+	add.s64 	%rd1096, %rd1095, %rd16;
+	add.s64 	%rd176, %rd19, %rd1096;
+	add.s64 	%rd1097, %rd20, %rd1096;
 	and.b64  	%rd1098, %rd1097, 7;
-	setp.eq.s64 	%p838, %rd1098, 0;
-	@%p838 bra 	$L__BB1_724;
-	st.global.u8 	[%rd175], %r2800;
-	shr.u32 	%r2362, %r2800, 8;
-	st.global.u8 	[%rd175+1], %r2362;
-	shr.u32 	%r2363, %r2800, 16;
-	st.global.u8 	[%rd175+2], %r2363;
-	shr.u32 	%r2364, %r2800, 24;
-	st.global.u8 	[%rd175+3], %r2364;
-	st.global.u8 	[%rd175+4], %r2799;
-	shr.u32 	%r2365, %r2799, 8;
-	st.global.u8 	[%rd175+5], %r2365;
-	shr.u32 	%r2366, %r2799, 16;
-	st.global.u8 	[%rd175+6], %r2366;
-	shr.u32 	%r2367, %r2799, 24;
-	st.global.u8 	[%rd175+7], %r2367;
-	bra.uni 	$L__BB1_725;
-$L__BB1_724:
-	cvt.u64.u32 	%rd1099, %r2800;
-	cvt.u64.u32 	%rd1100, %r2799;
+	setp.eq.s64 	%p839, %rd1098, 0;
+	@%p839 bra 	$L__BB2_725;
+	st.global.u8 	[%rd176], %r2802;
+	shr.u32 	%r2363, %r2802, 8;
+	st.global.u8 	[%rd176+1], %r2363;
+	shr.u32 	%r2364, %r2802, 16;
+	st.global.u8 	[%rd176+2], %r2364;
+	shr.u32 	%r2365, %r2802, 24;
+	st.global.u8 	[%rd176+3], %r2365;
+	st.global.u8 	[%rd176+4], %r2801;
+	shr.u32 	%r2366, %r2801, 8;
+	st.global.u8 	[%rd176+5], %r2366;
+	shr.u32 	%r2367, %r2801, 16;
+	st.global.u8 	[%rd176+6], %r2367;
+	shr.u32 	%r2368, %r2801, 24;
+	st.global.u8 	[%rd176+7], %r2368;
+	bra.uni 	$L__BB2_726;
+$L__BB2_725:
+	cvt.u64.u32 	%rd1099, %r2802;
+	cvt.u64.u32 	%rd1100, %r2801;
 	bfi.b64 	%rd1101, %rd1100, %rd1099, 32, 32;
-	st.global.u64 	[%rd175], %rd1101;
-$L__BB1_725:
-	shr.u64 	%rd1273, %rd10, 5;
-	add.s64 	%rd1270, %rd1270, 16384;
-	add.s64 	%rd1269, %rd1269, 16384;
-	shr.u64 	%rd1102, %rd162, 48;
-	cvt.u32.u64 	%r2368, %rd1102;
-	add.s32 	%r2811, %r606, %r2368;
-	add.s64 	%rd1268, %rd1268, 1024;
-	setp.lt.u64 	%p839, %rd1268, %rd20;
-	@%p839 bra 	$L__BB1_648;
-	bra.uni 	$L__BB1_726;
-$L__BB1_2:
-	cvt.u64.u32 	%rd240, %r1;
-	setp.lt.u32 	%p18, %r1, 128;
-	shl.b64 	%rd242, %rd1252, 2;
-	add.s64 	%rd243, %rd241, %rd242;
-	ld.global.u32 	%r647, [%rd243];
-	mul.wide.u32 	%rd245, %r647, 40;
-	add.s64 	%rd246, %rd244, %rd245;
-	ld.global.u64 	%rd247, [%rd246+24];
-	sub.s64 	%rd248, %rd1252, %rd247;
-	mul.lo.s64 	%rd249, %rd248, %rd240;
-	ld.global.u64 	%rd250, [%rd246+16];
+	st.global.u64 	[%rd176], %rd1101;
+$L__BB2_726:
+	shr.u64 	%rd1275, %rd12, 5;
+	add.s64 	%rd1272, %rd1272, 16384;
+	add.s64 	%rd1271, %rd1271, 16384;
+	shr.u64 	%rd1102, %rd163, 48;
+	cvt.u32.u64 	%r2369, %rd1102;
+	add.s32 	%r2813, %r606, %r2369;
+	add.s64 	%rd1270, %rd1270, 1024;
+	setp.lt.u64 	%p840, %rd1270, %rd21;
+	@%p840 bra 	$L__BB2_649;
+	bra.uni 	$L__BB2_727;
+$L__BB2_2:
+	shl.b64 	%rd241, %rd1254, 2;
+	add.s64 	%rd242, %rd240, %rd241;
+	ld.global.u32 	%r646, [%rd242];
+	mul.wide.u32 	%rd244, %r646, 48;
+	add.s64 	%rd245, %rd243, %rd244;
+	add.s64 	%rd10, %rd245, 36;
+	ld.global.u32 	%rd11, [%rd245+36];
+	ld.global.u32 	%r647, [%rd245+40];
+	setp.ne.s32 	%p18, %r647, 0;
+	@%p18 bra 	$L__BB2_817;
+	cvt.u64.u32 	%rd246, %r1;
+	setp.lt.u32 	%p19, %r1, 128;
+	ld.global.u64 	%rd247, [%rd10+-12];
+	sub.s64 	%rd248, %rd1254, %rd247;
+	mul.lo.s64 	%rd249, %rd248, %rd246;
+	ld.global.u64 	%rd250, [%rd10+-20];
 	sub.s64 	%rd251, %rd250, %rd249;
-	min.u64 	%rd10, %rd251, %rd240;
-	ld.global.u32 	%rd11, [%rd246+36];
-	mul.lo.s64 	%rd12, %rd249, %rd11;
-	ld.global.u64 	%rd13, [%rd246];
-	ld.global.u64 	%rd14, [%rd246+8];
-	mov.u32 	%r2574, 0;
-	mov.u32 	%r2573, %r2574;
-	@%p18 bra 	$L__BB1_4;
-	cvt.u32.u64 	%r648, %rd11;
-	add.s32 	%r649, %r648, 2;
-	div.u32 	%r652, %r651, %r649;
-	shl.b32 	%r653, %r652, 1;
-	add.s32 	%r654, %r653, 7;
-	and.b32  	%r2573, %r654, -8;
-$L__BB1_4:
-	cvt.u64.u32 	%rd15, %r2573;
-	@%p18 bra 	$L__BB1_6;
-	cvt.u32.u64 	%r656, %rd11;
-	add.s32 	%r657, %r656, 2;
-	div.u32 	%r2574, %r651, %r657;
-$L__BB1_6:
-	add.s64 	%rd16, %rd13, %rd12;
-	add.s64 	%rd17, %rd14, %rd12;
-	shr.u32 	%r661, %r1, 5;
-	cvt.u64.u32 	%rd253, %r661;
-	mul.lo.s64 	%rd254, %rd1252, %rd253;
+	min.u64 	%rd12, %rd251, %rd246;
+	mul.lo.s64 	%rd13, %rd249, %rd11;
+	ld.global.u64 	%rd14, [%rd10+-36];
+	ld.global.u64 	%rd15, [%rd10+-28];
+	mov.u32 	%r2576, 0;
+	mov.u32 	%r2575, %r2576;
+	@%p19 bra 	$L__BB2_5;
+	cvt.u32.u64 	%r649, %rd11;
+	add.s32 	%r650, %r649, 2;
+	div.u32 	%r653, %r652, %r650;
+	shl.b32 	%r654, %r653, 1;
+	add.s32 	%r655, %r654, 7;
+	and.b32  	%r2575, %r655, -8;
+$L__BB2_5:
+	cvt.u64.u32 	%rd16, %r2575;
+	@%p19 bra 	$L__BB2_7;
+	cvt.u32.u64 	%r657, %rd11;
+	add.s32 	%r658, %r657, 2;
+	div.u32 	%r2576, %r652, %r658;
+$L__BB2_7:
+	add.s64 	%rd17, %rd14, %rd13;
+	add.s64 	%rd18, %rd15, %rd13;
+	shr.u32 	%r662, %r1, 5;
+	cvt.u64.u32 	%rd253, %r662;
+	mul.lo.s64 	%rd254, %rd1254, %rd253;
 	cvta.to.global.u64 	%rd255, %rd6;
 	shl.b64 	%rd256, %rd254, 2;
-	add.s64 	%rd18, %rd255, %rd256;
-	add.s64 	%rd19, %rd6, %rd256;
-	or.b64  	%rd257, %rd16, %rd17;
+	add.s64 	%rd19, %rd255, %rd256;
+	add.s64 	%rd20, %rd6, %rd256;
+	or.b64  	%rd257, %rd17, %rd18;
 	and.b64  	%rd258, %rd257, 15;
-	setp.ne.s64 	%p20, %rd258, 0;
-	mov.u64 	%rd1273, 0;
-	mov.u32 	%r2811, 0;
-	@%p20 bra 	$L__BB1_726;
-	bra.uni 	$L__BB1_7;
-$L__BB1_726:
-	add.s64 	%rd1103, %rd10, 31;
-	shr.u64 	%rd180, %rd1103, 5;
-	setp.ge.u64 	%p840, %rd1273, %rd180;
-	@%p840 bra 	$L__BB1_801;
-	cvt.u32.u64 	%r2369, %rd11;
-	add.s32 	%r2370, %r2369, -1;
-	cvt.u64.u32 	%rd181, %r2370;
-	and.b32  	%r612, %r2369, 3;
-	sub.s32 	%r613, %r2369, %r612;
-	cvt.u64.u32 	%rd182, %r644;
-	shr.u32 	%r2372, %r644, 5;
-	cvt.u64.u32 	%rd183, %r2372;
-$L__BB1_728:
-	add.s64 	%rd185, %rd1273, %rd183;
-	shl.b64 	%rd1105, %rd185, 5;
-	or.b64  	%rd186, %rd1105, %rd7;
-	setp.ge.u64 	%p841, %rd185, %rd180;
-	setp.ge.u64 	%p842, %rd186, %rd10;
-	mul.lo.s64 	%rd1106, %rd186, %rd11;
-	add.s64 	%rd187, %rd17, %rd1106;
+	setp.ne.s64 	%p21, %rd258, 0;
+	mov.u64 	%rd1275, 0;
+	mov.u32 	%r2813, 0;
+	@%p21 bra 	$L__BB2_727;
+	bra.uni 	$L__BB2_8;
+$L__BB2_727:
+	add.s64 	%rd1103, %rd12, 31;
+	shr.u64 	%rd181, %rd1103, 5;
+	setp.ge.u64 	%p841, %rd1275, %rd181;
+	@%p841 bra 	$L__BB2_802;
+	cvt.u32.u64 	%r2370, %rd11;
+	add.s32 	%r2371, %r2370, -1;
+	cvt.u64.u32 	%rd182, %r2371;
+	and.b32  	%r612, %r2370, 3;
+	sub.s32 	%r613, %r2370, %r612;
+	cvt.u64.u32 	%rd183, %r644;
+	shr.u32 	%r2373, %r644, 5;
+	cvt.u64.u32 	%rd184, %r2373;
+$L__BB2_729:
+	add.s64 	%rd186, %rd1275, %rd184;
+	shl.b64 	%rd1105, %rd186, 5;
+	or.b64  	%rd187, %rd1105, %rd7;
+	setp.ge.u64 	%p842, %rd186, %rd181;
+	setp.ge.u64 	%p843, %rd187, %rd12;
+	mul.lo.s64 	%rd1106, %rd187, %rd11;
+	add.s64 	%rd188, %rd18, %rd1106;
 	mov.u16 	%rs348, 0;
-	mov.u64 	%rd1278, 0;
-	or.pred  	%p843, %p841, %p842;
-	@%p843 bra 	$L__BB1_762;
-	add.s64 	%rd189, %rd16, %rd1106;
-	and.b64  	%rd1107, %rd189, %rd181;
-	setp.eq.s64 	%p844, %rd1107, 0;
-	@%p844 bra 	$L__BB1_738;
-	setp.eq.s32 	%p845, %r2369, 0;
-	mov.u64 	%rd1278, 0;
-	@%p845 bra 	$L__BB1_745;
-	cvt.u32.u64 	%r2375, %rd181;
-	setp.lt.u32 	%p846, %r2375, 3;
-	mov.u64 	%rd1278, 0;
-	mov.u32 	%r2815, 0;
-	@%p846 bra 	$L__BB1_734;
-	mov.u64 	%rd1278, 0;
-	mov.u32 	%r2815, 0;
-	mov.u32 	%r2814, %r613;
-$L__BB1_733:
-	cvt.u64.u32 	%rd1112, %r2815;
-	add.s64 	%rd1113, %rd189, %rd1112;
+	mov.u64 	%rd1280, 0;
+	or.pred  	%p844, %p842, %p843;
+	@%p844 bra 	$L__BB2_763;
+	add.s64 	%rd190, %rd17, %rd1106;
+	and.b64  	%rd1107, %rd190, %rd182;
+	setp.eq.s64 	%p845, %rd1107, 0;
+	@%p845 bra 	$L__BB2_739;
+	setp.eq.s32 	%p846, %r2370, 0;
+	mov.u64 	%rd1280, 0;
+	@%p846 bra 	$L__BB2_746;
+	cvt.u32.u64 	%r2376, %rd182;
+	setp.lt.u32 	%p847, %r2376, 3;
+	mov.u64 	%rd1280, 0;
+	mov.u32 	%r2817, 0;
+	@%p847 bra 	$L__BB2_735;
+	mov.u64 	%rd1280, 0;
+	mov.u32 	%r2817, 0;
+	mov.u32 	%r2816, %r613;
+$L__BB2_734:
+	cvt.u64.u32 	%rd1112, %r2817;
+	add.s64 	%rd1113, %rd190, %rd1112;
 	ld.u8 	%rd1114, [%rd1113];
-	shl.b32 	%r2377, %r2815, 3;
-	shl.b64 	%rd1115, %rd1114, %r2377;
-	or.b64  	%rd1116, %rd1115, %rd1278;
+	shl.b32 	%r2378, %r2817, 3;
+	shl.b64 	%rd1115, %rd1114, %r2378;
+	or.b64  	%rd1116, %rd1115, %rd1280;
 	ld.u8 	%rd1117, [%rd1113+1];
-	add.s32 	%r2378, %r2377, 8;
-	shl.b64 	%rd1118, %rd1117, %r2378;
+	add.s32 	%r2379, %r2378, 8;
+	shl.b64 	%rd1118, %rd1117, %r2379;
 	or.b64  	%rd1119, %rd1118, %rd1116;
 	ld.u8 	%rd1120, [%rd1113+2];
-	add.s32 	%r2379, %r2377, 16;
-	shl.b64 	%rd1121, %rd1120, %r2379;
+	add.s32 	%r2380, %r2378, 16;
+	shl.b64 	%rd1121, %rd1120, %r2380;
 	or.b64  	%rd1122, %rd1121, %rd1119;
 	ld.u8 	%rd1123, [%rd1113+3];
-	add.s32 	%r2380, %r2377, 24;
-	shl.b64 	%rd1124, %rd1123, %r2380;
-	or.b64  	%rd1278, %rd1124, %rd1122;
-	add.s32 	%r2815, %r2815, 4;
-	add.s32 	%r2814, %r2814, -4;
-	setp.ne.s32 	%p847, %r2814, 0;
-	@%p847 bra 	$L__BB1_733;
-$L__BB1_734:
-	setp.eq.s32 	%p848, %r612, 0;
-	@%p848 bra 	$L__BB1_745;
-	setp.eq.s32 	%p849, %r612, 1;
-	cvt.u64.u32 	%rd1125, %r2815;
-	add.s64 	%rd194, %rd189, %rd1125;
-	ld.u8 	%rd1126, [%rd194];
-	shl.b32 	%r2381, %r2815, 3;
-	shl.b64 	%rd1127, %rd1126, %r2381;
-	or.b64  	%rd1278, %rd1127, %rd1278;
-	@%p849 bra 	$L__BB1_745;
-	setp.eq.s32 	%p850, %r612, 2;
-	ld.u8 	%rd1128, [%rd194+1];
-	add.s32 	%r2383, %r2381, 8;
-	shl.b64 	%rd1129, %rd1128, %r2383;
-	or.b64  	%rd1278, %rd1129, %rd1278;
-	@%p850 bra 	$L__BB1_745;
-	ld.u8 	%rd1130, [%rd194+2];
-	add.s32 	%r2385, %r2381, 16;
-	shl.b64 	%rd1131, %rd1130, %r2385;
-	or.b64  	%rd1278, %rd1131, %rd1278;
-	bra.uni 	$L__BB1_745;
-$L__BB1_738:
-	setp.eq.s32 	%p851, %r2369, 1;
-	@%p851 bra 	$L__BB1_743;
-	setp.eq.s32 	%p852, %r2369, 2;
-	@%p852 bra 	$L__BB1_742;
-	setp.ne.s32 	%p853, %r2369, 4;
-	@%p853 bra 	$L__BB1_744;
-	ld.u32 	%rd1278, [%rd189];
-	bra.uni 	$L__BB1_745;
-$L__BB1_742:
-	ld.u16 	%rd1278, [%rd189];
-	bra.uni 	$L__BB1_745;
-$L__BB1_743:
-	ld.u8 	%rd1278, [%rd189];
-	bra.uni 	$L__BB1_745;
-$L__BB1_744:
-	ld.u64 	%rd1278, [%rd189];
-$L__BB1_745:
-	and.b64  	%rd1132, %rd187, %rd181;
-	setp.eq.s64 	%p854, %rd1132, 0;
-	@%p854 bra 	$L__BB1_754;
-	setp.eq.s32 	%p855, %r2369, 0;
-	mov.u64 	%rd1282, 0;
-	@%p855 bra 	$L__BB1_761;
-	cvt.u32.u64 	%r2389, %rd181;
-	setp.lt.u32 	%p856, %r2389, 3;
-	mov.u64 	%rd1282, 0;
-	mov.u32 	%r2818, 0;
-	@%p856 bra 	$L__BB1_750;
-	mov.u64 	%rd1282, 0;
-	mov.u32 	%r2818, 0;
-	mov.u32 	%r2817, %r613;
-$L__BB1_749:
-	cvt.u64.u32 	%rd1137, %r2818;
-	add.s64 	%rd1138, %rd187, %rd1137;
+	add.s32 	%r2381, %r2378, 24;
+	shl.b64 	%rd1124, %rd1123, %r2381;
+	or.b64  	%rd1280, %rd1124, %rd1122;
+	add.s32 	%r2817, %r2817, 4;
+	add.s32 	%r2816, %r2816, -4;
+	setp.ne.s32 	%p848, %r2816, 0;
+	@%p848 bra 	$L__BB2_734;
+$L__BB2_735:
+	setp.eq.s32 	%p849, %r612, 0;
+	@%p849 bra 	$L__BB2_746;
+	setp.eq.s32 	%p850, %r612, 1;
+	cvt.u64.u32 	%rd1125, %r2817;
+	add.s64 	%rd195, %rd190, %rd1125;
+	ld.u8 	%rd1126, [%rd195];
+	shl.b32 	%r2382, %r2817, 3;
+	shl.b64 	%rd1127, %rd1126, %r2382;
+	or.b64  	%rd1280, %rd1127, %rd1280;
+	@%p850 bra 	$L__BB2_746;
+	setp.eq.s32 	%p851, %r612, 2;
+	ld.u8 	%rd1128, [%rd195+1];
+	add.s32 	%r2384, %r2382, 8;
+	shl.b64 	%rd1129, %rd1128, %r2384;
+	or.b64  	%rd1280, %rd1129, %rd1280;
+	@%p851 bra 	$L__BB2_746;
+	ld.u8 	%rd1130, [%rd195+2];
+	add.s32 	%r2386, %r2382, 16;
+	shl.b64 	%rd1131, %rd1130, %r2386;
+	or.b64  	%rd1280, %rd1131, %rd1280;
+	bra.uni 	$L__BB2_746;
+$L__BB2_739:
+	setp.eq.s32 	%p852, %r2370, 1;
+	@%p852 bra 	$L__BB2_744;
+	setp.eq.s32 	%p853, %r2370, 2;
+	@%p853 bra 	$L__BB2_743;
+	setp.ne.s32 	%p854, %r2370, 4;
+	@%p854 bra 	$L__BB2_745;
+	ld.u32 	%rd1280, [%rd190];
+	bra.uni 	$L__BB2_746;
+$L__BB2_744:
+	ld.u8 	%rd1280, [%rd190];
+	bra.uni 	$L__BB2_746;
+$L__BB2_743:
+	ld.u16 	%rd1280, [%rd190];
+	bra.uni 	$L__BB2_746;
+$L__BB2_745:
+	ld.u64 	%rd1280, [%rd190];
+$L__BB2_746:
+	and.b64  	%rd1132, %rd188, %rd182;
+	setp.eq.s64 	%p855, %rd1132, 0;
+	@%p855 bra 	$L__BB2_755;
+	setp.eq.s32 	%p856, %r2370, 0;
+	mov.u64 	%rd1284, 0;
+	@%p856 bra 	$L__BB2_762;
+	cvt.u32.u64 	%r2390, %rd182;
+	setp.lt.u32 	%p857, %r2390, 3;
+	mov.u64 	%rd1284, 0;
+	mov.u32 	%r2820, 0;
+	@%p857 bra 	$L__BB2_751;
+	mov.u64 	%rd1284, 0;
+	mov.u32 	%r2820, 0;
+	mov.u32 	%r2819, %r613;
+$L__BB2_750:
+	cvt.u64.u32 	%rd1137, %r2820;
+	add.s64 	%rd1138, %rd188, %rd1137;
 	ld.u8 	%rd1139, [%rd1138];
-	shl.b32 	%r2391, %r2818, 3;
-	shl.b64 	%rd1140, %rd1139, %r2391;
-	or.b64  	%rd1141, %rd1140, %rd1282;
+	shl.b32 	%r2392, %r2820, 3;
+	shl.b64 	%rd1140, %rd1139, %r2392;
+	or.b64  	%rd1141, %rd1140, %rd1284;
 	ld.u8 	%rd1142, [%rd1138+1];
-	add.s32 	%r2392, %r2391, 8;
-	shl.b64 	%rd1143, %rd1142, %r2392;
+	add.s32 	%r2393, %r2392, 8;
+	shl.b64 	%rd1143, %rd1142, %r2393;
 	or.b64  	%rd1144, %rd1143, %rd1141;
 	ld.u8 	%rd1145, [%rd1138+2];
-	add.s32 	%r2393, %r2391, 16;
-	shl.b64 	%rd1146, %rd1145, %r2393;
+	add.s32 	%r2394, %r2392, 16;
+	shl.b64 	%rd1146, %rd1145, %r2394;
 	or.b64  	%rd1147, %rd1146, %rd1144;
 	ld.u8 	%rd1148, [%rd1138+3];
-	add.s32 	%r2394, %r2391, 24;
-	shl.b64 	%rd1149, %rd1148, %r2394;
-	or.b64  	%rd1282, %rd1149, %rd1147;
-	add.s32 	%r2818, %r2818, 4;
-	add.s32 	%r2817, %r2817, -4;
-	setp.ne.s32 	%p857, %r2817, 0;
-	@%p857 bra 	$L__BB1_749;
-$L__BB1_750:
-	setp.eq.s32 	%p858, %r612, 0;
-	@%p858 bra 	$L__BB1_761;
-	setp.eq.s32 	%p859, %r612, 1;
-	cvt.u64.u32 	%rd1150, %r2818;
-	add.s64 	%rd209, %rd187, %rd1150;
-	ld.u8 	%rd1151, [%rd209];
-	shl.b32 	%r2395, %r2818, 3;
-	shl.b64 	%rd1152, %rd1151, %r2395;
-	or.b64  	%rd1282, %rd1152, %rd1282;
-	@%p859 bra 	$L__BB1_761;
-	setp.eq.s32 	%p860, %r612, 2;
-	ld.u8 	%rd1153, [%rd209+1];
-	add.s32 	%r2397, %r2395, 8;
-	shl.b64 	%rd1154, %rd1153, %r2397;
-	or.b64  	%rd1282, %rd1154, %rd1282;
-	@%p860 bra 	$L__BB1_761;
-	ld.u8 	%rd1155, [%rd209+2];
-	add.s32 	%r2399, %r2395, 16;
-	shl.b64 	%rd1156, %rd1155, %r2399;
-	or.b64  	%rd1282, %rd1156, %rd1282;
-	bra.uni 	$L__BB1_761;
-$L__BB1_754:
-	setp.eq.s32 	%p861, %r2369, 1;
-	@%p861 bra 	$L__BB1_759;
-	setp.eq.s32 	%p862, %r2369, 2;
-	@%p862 bra 	$L__BB1_758;
-	setp.ne.s32 	%p863, %r2369, 4;
-	@%p863 bra 	$L__BB1_760;
-	ld.u32 	%rd1282, [%rd187];
-	bra.uni 	$L__BB1_761;
-$L__BB1_758:
-	ld.u16 	%rd1282, [%rd187];
-	bra.uni 	$L__BB1_761;
-$L__BB1_759:
-	ld.u8 	%rd1282, [%rd187];
-	bra.uni 	$L__BB1_761;
-$L__BB1_760:
-	ld.u64 	%rd1282, [%rd187];
-$L__BB1_761:
-	setp.ne.s64 	%p864, %rd1278, %rd1282;
-	selp.u16 	%rs348, 1, 0, %p864;
-$L__BB1_762:
-	cvt.u32.u64 	%r2401, %rd7;
-	setp.ne.s32 	%p865, %r2401, 0;
-	setp.ne.s16 	%p866, %rs348, 0;
-	mov.u32 	%r2402, -1;
-	vote.sync.ballot.b32 	%r625, %p866, %r2402;
-	@%p865 bra 	$L__BB1_765;
-	shr.u32 	%r2404, %r644, 3;
-	and.b32  	%r2405, %r2404, 536870908;
-	mov.u32 	%r2406, _ZZ14ws_delta_countE4wred;
-	add.s32 	%r2407, %r2406, %r2405;
-	popc.b32 	%r2408, %r625;
-	st.shared.u32 	[%r2407], %r2408;
-	@%p841 bra 	$L__BB1_765;
-	cvt.u32.u64 	%r2409, %rd185;
-	shl.b32 	%r2410, %r2409, 2;
-	mov.u32 	%r2411, _ZZ14ws_delta_countE5smask;
-	add.s32 	%r2412, %r2411, %r2410;
-	st.shared.u32 	[%r2412], %r625;
-$L__BB1_765:
-	cvt.u32.u64 	%r2413, %rd183;
-	cvt.u32.u64 	%r2414, %rd182;
-	setp.gt.u32 	%p869, %r2414, 255;
-	setp.gt.u32 	%p870, %r2414, 223;
-	setp.gt.u32 	%p871, %r2414, 191;
-	setp.gt.u32 	%p872, %r2414, 159;
-	setp.gt.u32 	%p873, %r2414, 127;
-	setp.gt.u32 	%p874, %r2414, 95;
-	setp.gt.u32 	%p875, %r2414, 63;
-	setp.eq.s32 	%p876, %r2413, 0;
+	add.s32 	%r2395, %r2392, 24;
+	shl.b64 	%rd1149, %rd1148, %r2395;
+	or.b64  	%rd1284, %rd1149, %rd1147;
+	add.s32 	%r2820, %r2820, 4;
+	add.s32 	%r2819, %r2819, -4;
+	setp.ne.s32 	%p858, %r2819, 0;
+	@%p858 bra 	$L__BB2_750;
+$L__BB2_751:
+	setp.eq.s32 	%p859, %r612, 0;
+	@%p859 bra 	$L__BB2_762;
+	setp.eq.s32 	%p860, %r612, 1;
+	cvt.u64.u32 	%rd1150, %r2820;
+	add.s64 	%rd210, %rd188, %rd1150;
+	ld.u8 	%rd1151, [%rd210];
+	shl.b32 	%r2396, %r2820, 3;
+	shl.b64 	%rd1152, %rd1151, %r2396;
+	or.b64  	%rd1284, %rd1152, %rd1284;
+	@%p860 bra 	$L__BB2_762;
+	setp.eq.s32 	%p861, %r612, 2;
+	ld.u8 	%rd1153, [%rd210+1];
+	add.s32 	%r2398, %r2396, 8;
+	shl.b64 	%rd1154, %rd1153, %r2398;
+	or.b64  	%rd1284, %rd1154, %rd1284;
+	@%p861 bra 	$L__BB2_762;
+	ld.u8 	%rd1155, [%rd210+2];
+	add.s32 	%r2400, %r2396, 16;
+	shl.b64 	%rd1156, %rd1155, %r2400;
+	or.b64  	%rd1284, %rd1156, %rd1284;
+	bra.uni 	$L__BB2_762;
+$L__BB2_755:
+	setp.eq.s32 	%p862, %r2370, 1;
+	@%p862 bra 	$L__BB2_760;
+	setp.eq.s32 	%p863, %r2370, 2;
+	@%p863 bra 	$L__BB2_759;
+	setp.ne.s32 	%p864, %r2370, 4;
+	@%p864 bra 	$L__BB2_761;
+	ld.u32 	%rd1284, [%rd188];
+	bra.uni 	$L__BB2_762;
+$L__BB2_760:
+	ld.u8 	%rd1284, [%rd188];
+	bra.uni 	$L__BB2_762;
+$L__BB2_759:
+	ld.u16 	%rd1284, [%rd188];
+	bra.uni 	$L__BB2_762;
+$L__BB2_761:
+	ld.u64 	%rd1284, [%rd188];
+$L__BB2_762:
+	setp.ne.s64 	%p865, %rd1280, %rd1284;
+	selp.u16 	%rs348, 1, 0, %p865;
+$L__BB2_763:
+	cvt.u32.u64 	%r2402, %rd7;
+	setp.ne.s32 	%p866, %r2402, 0;
+	setp.ne.s16 	%p867, %rs348, 0;
+	mov.u32 	%r2403, -1;
+	vote.sync.ballot.b32 	%r625, %p867, %r2403;
+	@%p866 bra 	$L__BB2_766;
+	shr.u32 	%r2405, %r644, 3;
+	and.b32  	%r2406, %r2405, 536870908;
+	mov.u32 	%r2407, _ZZ14ws_delta_countE4wred;
+	add.s32 	%r2408, %r2407, %r2406;
+	popc.b32 	%r2409, %r625;
+	st.shared.u32 	[%r2408], %r2409;
+	@%p842 bra 	$L__BB2_766;
+	cvt.u32.u64 	%r2410, %rd186;
+	shl.b32 	%r2411, %r2410, 2;
+	mov.u32 	%r2412, _ZZ14ws_delta_countE5smask;
+	add.s32 	%r2413, %r2412, %r2411;
+	st.shared.u32 	[%r2413], %r625;
+$L__BB2_766:
+	cvt.u32.u64 	%r2414, %rd184;
+	cvt.u32.u64 	%r2415, %rd183;
+	setp.gt.u32 	%p870, %r2415, 255;
+	setp.gt.u32 	%p871, %r2415, 223;
+	setp.gt.u32 	%p872, %r2415, 191;
+	setp.gt.u32 	%p873, %r2415, 159;
+	setp.gt.u32 	%p874, %r2415, 127;
+	setp.gt.u32 	%p875, %r2415, 95;
+	setp.gt.u32 	%p876, %r2415, 63;
+	setp.eq.s32 	%p877, %r2414, 0;
 	bar.sync 	0;
-	ld.shared.u32 	%r2415, [_ZZ14ws_delta_countE4wred];
-	selp.b32 	%r2416, 0, %r2415, %p876;
-	ld.shared.u32 	%r2417, [_ZZ14ws_delta_countE4wred+4];
-	selp.b32 	%r2418, %r2417, 0, %p875;
-	add.s32 	%r2419, %r2418, %r2416;
-	add.s32 	%r2420, %r2417, %r2415;
-	ld.shared.u32 	%r2421, [_ZZ14ws_delta_countE4wred+8];
-	selp.b32 	%r2422, %r2421, 0, %p874;
-	add.s32 	%r2423, %r2422, %r2419;
-	add.s32 	%r2424, %r2421, %r2420;
-	ld.shared.u32 	%r2425, [_ZZ14ws_delta_countE4wred+12];
-	selp.b32 	%r2426, %r2425, 0, %p873;
-	add.s32 	%r2427, %r2426, %r2423;
-	add.s32 	%r2428, %r2425, %r2424;
-	ld.shared.u32 	%r2429, [_ZZ14ws_delta_countE4wred+16];
-	selp.b32 	%r2430, %r2429, 0, %p872;
-	add.s32 	%r2431, %r2430, %r2427;
-	add.s32 	%r2432, %r2429, %r2428;
-	ld.shared.u32 	%r2433, [_ZZ14ws_delta_countE4wred+20];
-	selp.b32 	%r2434, %r2433, 0, %p871;
-	add.s32 	%r2435, %r2434, %r2431;
-	add.s32 	%r2436, %r2433, %r2432;
-	ld.shared.u32 	%r2437, [_ZZ14ws_delta_countE4wred+24];
-	selp.b32 	%r2438, %r2437, 0, %p870;
-	add.s32 	%r2439, %r2438, %r2435;
-	add.s32 	%r2440, %r2437, %r2436;
-	ld.shared.u32 	%r2441, [_ZZ14ws_delta_countE4wred+28];
-	selp.b32 	%r2442, %r2441, 0, %p869;
-	add.s32 	%r626, %r2442, %r2439;
-	add.s32 	%r627, %r2441, %r2440;
+	ld.shared.u32 	%r2416, [_ZZ14ws_delta_countE4wred];
+	selp.b32 	%r2417, 0, %r2416, %p877;
+	ld.shared.u32 	%r2418, [_ZZ14ws_delta_countE4wred+4];
+	selp.b32 	%r2419, %r2418, 0, %p876;
+	add.s32 	%r2420, %r2419, %r2417;
+	add.s32 	%r2421, %r2418, %r2416;
+	ld.shared.u32 	%r2422, [_ZZ14ws_delta_countE4wred+8];
+	selp.b32 	%r2423, %r2422, 0, %p875;
+	add.s32 	%r2424, %r2423, %r2420;
+	add.s32 	%r2425, %r2422, %r2421;
+	ld.shared.u32 	%r2426, [_ZZ14ws_delta_countE4wred+12];
+	selp.b32 	%r2427, %r2426, 0, %p874;
+	add.s32 	%r2428, %r2427, %r2424;
+	add.s32 	%r2429, %r2426, %r2425;
+	ld.shared.u32 	%r2430, [_ZZ14ws_delta_countE4wred+16];
+	selp.b32 	%r2431, %r2430, 0, %p873;
+	add.s32 	%r2432, %r2431, %r2428;
+	add.s32 	%r2433, %r2430, %r2429;
+	ld.shared.u32 	%r2434, [_ZZ14ws_delta_countE4wred+20];
+	selp.b32 	%r2435, %r2434, 0, %p872;
+	add.s32 	%r2436, %r2435, %r2432;
+	add.s32 	%r2437, %r2434, %r2433;
+	ld.shared.u32 	%r2438, [_ZZ14ws_delta_countE4wred+24];
+	selp.b32 	%r2439, %r2438, 0, %p871;
+	add.s32 	%r2440, %r2439, %r2436;
+	add.s32 	%r2441, %r2438, %r2437;
+	ld.shared.u32 	%r2442, [_ZZ14ws_delta_countE4wred+28];
+	selp.b32 	%r2443, %r2442, 0, %p870;
+	add.s32 	%r626, %r2443, %r2440;
+	add.s32 	%r627, %r2442, %r2441;
 	bar.sync 	0;
-	setp.eq.s16 	%p877, %rs348, 0;
-	@%p877 bra 	$L__BB1_800;
-	and.b32  	%r2502, %r644, 31;
-	mov.u32 	%r2445, -1;
-	shl.b32 	%r2446, %r2445, %r2502;
-	not.b32 	%r2447, %r2446;
-	and.b32  	%r2448, %r625, %r2447;
-	popc.b32 	%r2449, %r2448;
-	add.s32 	%r2450, %r2449, %r2811;
-	add.s32 	%r628, %r2450, %r626;
-	setp.ge.u32 	%p878, %r628, %r2574;
-	@%p878 bra 	$L__BB1_783;
+	setp.eq.s16 	%p878, %rs348, 0;
+	@%p878 bra 	$L__BB2_801;
+	and.b32  	%r2504, %r644, 31;
+	mov.u32 	%r2446, -1;
+	shl.b32 	%r2447, %r2446, %r2504;
+	not.b32 	%r2448, %r2447;
+	and.b32  	%r2449, %r625, %r2448;
+	popc.b32 	%r2450, %r2449;
+	add.s32 	%r2451, %r2450, %r2813;
+	add.s32 	%r628, %r2451, %r626;
+	setp.ge.u32 	%p879, %r628, %r2576;
+	@%p879 bra 	$L__BB2_784;
 	cvt.u64.u32 	%rd1157, %r628;
 	mul.wide.u32 	%rd1158, %r628, 2;
-	add.s64 	%rd1159, %rd18, %rd1158;
-	st.global.u16 	[%rd1159], %rd186;
+	add.s64 	%rd1159, %rd19, %rd1158;
+	st.global.u16 	[%rd1159], %rd187;
 	mul.lo.s64 	%rd1160, %rd1157, %rd11;
-	add.s64 	%rd1161, %rd1160, %rd15;
-	add.s64 	%rd219, %rd18, %rd1161;
-	add.s64 	%rd1162, %rd19, %rd1161;
-	and.b64  	%rd1163, %rd1162, %rd181;
-	setp.eq.s64 	%p879, %rd1163, 0;
-	@%p879 bra 	$L__BB1_776;
-	setp.eq.s32 	%p880, %r2369, 0;
-	@%p880 bra 	$L__BB1_783;
-	cvt.u32.u64 	%r2453, %rd181;
-	setp.lt.u32 	%p881, %r2453, 3;
-	mov.u32 	%r2821, 0;
-	@%p881 bra 	$L__BB1_772;
-	mov.u32 	%r2821, 0;
-	mov.u32 	%r2820, %r613;
-$L__BB1_771:
-	shl.b32 	%r2455, %r2821, 3;
-	shr.u64 	%rd1164, %rd1278, %r2455;
-	cvt.u64.u32 	%rd1165, %r2821;
-	add.s64 	%rd1166, %rd219, %rd1165;
+	add.s64 	%rd1161, %rd1160, %rd16;
+	add.s64 	%rd220, %rd19, %rd1161;
+	add.s64 	%rd1162, %rd20, %rd1161;
+	and.b64  	%rd1163, %rd1162, %rd182;
+	setp.eq.s64 	%p880, %rd1163, 0;
+	@%p880 bra 	$L__BB2_777;
+	setp.eq.s32 	%p881, %r2370, 0;
+	@%p881 bra 	$L__BB2_784;
+	cvt.u32.u64 	%r2454, %rd182;
+	setp.lt.u32 	%p882, %r2454, 3;
+	mov.u32 	%r2823, 0;
+	@%p882 bra 	$L__BB2_773;
+	mov.u32 	%r2823, 0;
+	mov.u32 	%r2822, %r613;
+$L__BB2_772:
+	shl.b32 	%r2456, %r2823, 3;
+	shr.u64 	%rd1164, %rd1280, %r2456;
+	cvt.u64.u32 	%rd1165, %r2823;
+	add.s64 	%rd1166, %rd220, %rd1165;
 	st.global.u8 	[%rd1166], %rd1164;
-	add.s32 	%r2456, %r2455, 8;
-	shr.u64 	%rd1167, %rd1278, %r2456;
+	add.s32 	%r2457, %r2456, 8;
+	shr.u64 	%rd1167, %rd1280, %r2457;
 	st.global.u8 	[%rd1166+1], %rd1167;
-	add.s32 	%r2457, %r2455, 16;
-	shr.u64 	%rd1168, %rd1278, %r2457;
+	add.s32 	%r2458, %r2456, 16;
+	shr.u64 	%rd1168, %rd1280, %r2458;
 	st.global.u8 	[%rd1166+2], %rd1168;
-	add.s32 	%r2458, %r2455, 24;
-	shr.u64 	%rd1169, %rd1278, %r2458;
+	add.s32 	%r2459, %r2456, 24;
+	shr.u64 	%rd1169, %rd1280, %r2459;
 	st.global.u8 	[%rd1166+3], %rd1169;
-	add.s32 	%r2821, %r2821, 4;
-	add.s32 	%r2820, %r2820, -4;
-	setp.ne.s32 	%p882, %r2820, 0;
-	@%p882 bra 	$L__BB1_771;
-$L__BB1_772:
-	setp.eq.s32 	%p883, %r612, 0;
-	@%p883 bra 	$L__BB1_783;
-	setp.eq.s32 	%p884, %r612, 1;
-	shl.b32 	%r2459, %r2821, 3;
-	shr.u64 	%rd1170, %rd1278, %r2459;
-	cvt.u64.u32 	%rd1171, %r2821;
-	add.s64 	%rd220, %rd219, %rd1171;
-	st.global.u8 	[%rd220], %rd1170;
-	@%p884 bra 	$L__BB1_783;
-	setp.eq.s32 	%p885, %r612, 2;
-	add.s32 	%r2461, %r2459, 8;
-	shr.u64 	%rd1172, %rd1278, %r2461;
-	st.global.u8 	[%rd220+1], %rd1172;
-	@%p885 bra 	$L__BB1_783;
-	add.s32 	%r2463, %r2459, 16;
-	shr.u64 	%rd1173, %rd1278, %r2463;
-	st.global.u8 	[%rd220+2], %rd1173;
-	bra.uni 	$L__BB1_783;
-$L__BB1_776:
-	setp.eq.s32 	%p886, %r2369, 1;
-	@%p886 bra 	$L__BB1_781;
-	setp.eq.s32 	%p887, %r2369, 2;
-	@%p887 bra 	$L__BB1_780;
-	setp.ne.s32 	%p888, %r2369, 4;
-	@%p888 bra 	$L__BB1_782;
-	st.global.u32 	[%rd219], %rd1278;
-	bra.uni 	$L__BB1_783;
-$L__BB1_780:
-	st.global.u16 	[%rd219], %rd1278;
-	bra.uni 	$L__BB1_783;
-$L__BB1_781:
-	st.global.u8 	[%rd219], %rd1278;
-	bra.uni 	$L__BB1_783;
-$L__BB1_782:
-	st.global.u64 	[%rd219], %rd1278;
-$L__BB1_783:
-	setp.eq.s32 	%p889, %r2, 0;
-	@%p889 bra 	$L__BB1_800;
-	and.b64  	%rd1174, %rd187, %rd181;
-	setp.eq.s64 	%p890, %rd1174, 0;
-	@%p890 bra 	$L__BB1_793;
-	setp.eq.s32 	%p891, %r2369, 0;
-	@%p891 bra 	$L__BB1_800;
-	cvt.u32.u64 	%r2467, %rd181;
-	setp.lt.u32 	%p892, %r2467, 3;
-	mov.u32 	%r2824, 0;
-	@%p892 bra 	$L__BB1_789;
-	mov.u32 	%r2824, 0;
-	mov.u32 	%r2823, %r613;
-$L__BB1_788:
-	shl.b32 	%r2469, %r2824, 3;
-	shr.u64 	%rd1175, %rd1278, %r2469;
-	cvt.u64.u32 	%rd1176, %r2824;
-	add.s64 	%rd1177, %rd187, %rd1176;
+	add.s32 	%r2823, %r2823, 4;
+	add.s32 	%r2822, %r2822, -4;
+	setp.ne.s32 	%p883, %r2822, 0;
+	@%p883 bra 	$L__BB2_772;
+$L__BB2_773:
+	setp.eq.s32 	%p884, %r612, 0;
+	@%p884 bra 	$L__BB2_784;
+	setp.eq.s32 	%p885, %r612, 1;
+	shl.b32 	%r2460, %r2823, 3;
+	shr.u64 	%rd1170, %rd1280, %r2460;
+	cvt.u64.u32 	%rd1171, %r2823;
+	add.s64 	%rd221, %rd220, %rd1171;
+	st.global.u8 	[%rd221], %rd1170;
+	@%p885 bra 	$L__BB2_784;
+	setp.eq.s32 	%p886, %r612, 2;
+	add.s32 	%r2462, %r2460, 8;
+	shr.u64 	%rd1172, %rd1280, %r2462;
+	st.global.u8 	[%rd221+1], %rd1172;
+	@%p886 bra 	$L__BB2_784;
+	add.s32 	%r2464, %r2460, 16;
+	shr.u64 	%rd1173, %rd1280, %r2464;
+	st.global.u8 	[%rd221+2], %rd1173;
+	bra.uni 	$L__BB2_784;
+$L__BB2_777:
+	setp.eq.s32 	%p887, %r2370, 1;
+	@%p887 bra 	$L__BB2_782;
+	setp.eq.s32 	%p888, %r2370, 2;
+	@%p888 bra 	$L__BB2_781;
+	setp.ne.s32 	%p889, %r2370, 4;
+	@%p889 bra 	$L__BB2_783;
+	st.global.u32 	[%rd220], %rd1280;
+	bra.uni 	$L__BB2_784;
+$L__BB2_782:
+	st.global.u8 	[%rd220], %rd1280;
+	bra.uni 	$L__BB2_784;
+$L__BB2_781:
+	st.global.u16 	[%rd220], %rd1280;
+	bra.uni 	$L__BB2_784;
+$L__BB2_783:
+	st.global.u64 	[%rd220], %rd1280;
+$L__BB2_784:
+	setp.eq.s32 	%p890, %r2, 0;
+	@%p890 bra 	$L__BB2_801;
+	and.b64  	%rd1174, %rd188, %rd182;
+	setp.eq.s64 	%p891, %rd1174, 0;
+	@%p891 bra 	$L__BB2_794;
+	setp.eq.s32 	%p892, %r2370, 0;
+	@%p892 bra 	$L__BB2_801;
+	cvt.u32.u64 	%r2468, %rd182;
+	setp.lt.u32 	%p893, %r2468, 3;
+	mov.u32 	%r2826, 0;
+	@%p893 bra 	$L__BB2_790;
+	mov.u32 	%r2826, 0;
+	mov.u32 	%r2825, %r613;
+$L__BB2_789:
+	shl.b32 	%r2470, %r2826, 3;
+	shr.u64 	%rd1175, %rd1280, %r2470;
+	cvt.u64.u32 	%rd1176, %r2826;
+	add.s64 	%rd1177, %rd188, %rd1176;
 	st.u8 	[%rd1177], %rd1175;
-	add.s32 	%r2470, %r2469, 8;
-	shr.u64 	%rd1178, %rd1278, %r2470;
+	add.s32 	%r2471, %r2470, 8;
+	shr.u64 	%rd1178, %rd1280, %r2471;
 	st.u8 	[%rd1177+1], %rd1178;
-	add.s32 	%r2471, %r2469, 16;
-	shr.u64 	%rd1179, %rd1278, %r2471;
+	add.s32 	%r2472, %r2470, 16;
+	shr.u64 	%rd1179, %rd1280, %r2472;
 	st.u8 	[%rd1177+2], %rd1179;
-	add.s32 	%r2472, %r2469, 24;
-	shr.u64 	%rd1180, %rd1278, %r2472;
+	add.s32 	%r2473, %r2470, 24;
+	shr.u64 	%rd1180, %rd1280, %r2473;
 	st.u8 	[%rd1177+3], %rd1180;
-	add.s32 	%r2824, %r2824, 4;
-	add.s32 	%r2823, %r2823, -4;
-	setp.ne.s32 	%p893, %r2823, 0;
-	@%p893 bra 	$L__BB1_788;
-$L__BB1_789:
-	setp.eq.s32 	%p894, %r612, 0;
-	@%p894 bra 	$L__BB1_800;
-	setp.eq.s32 	%p895, %r612, 1;
-	shl.b32 	%r2473, %r2824, 3;
-	shr.u64 	%rd1181, %rd1278, %r2473;
-	cvt.u64.u32 	%rd1182, %r2824;
-	add.s64 	%rd222, %rd187, %rd1182;
-	st.u8 	[%rd222], %rd1181;
-	@%p895 bra 	$L__BB1_800;
-	setp.eq.s32 	%p896, %r612, 2;
-	add.s32 	%r2475, %r2473, 8;
-	shr.u64 	%rd1183, %rd1278, %r2475;
-	st.u8 	[%rd222+1], %rd1183;
-	@%p896 bra 	$L__BB1_800;
-	add.s32 	%r2477, %r2473, 16;
-	shr.u64 	%rd1184, %rd1278, %r2477;
-	st.u8 	[%rd222+2], %rd1184;
-	bra.uni 	$L__BB1_800;
-$L__BB1_793:
-	setp.eq.s32 	%p897, %r2369, 1;
-	@%p897 bra 	$L__BB1_798;
-	setp.eq.s32 	%p898, %r2369, 2;
-	@%p898 bra 	$L__BB1_797;
-	setp.ne.s32 	%p899, %r2369, 4;
-	@%p899 bra 	$L__BB1_799;
-	st.u32 	[%rd187], %rd1278;
-	bra.uni 	$L__BB1_800;
-$L__BB1_797:
-	st.u16 	[%rd187], %rd1278;
-	bra.uni 	$L__BB1_800;
-$L__BB1_798:
-	st.u8 	[%rd187], %rd1278;
-	bra.uni 	$L__BB1_800;
-$L__BB1_799:
-	st.u64 	[%rd187], %rd1278;
-$L__BB1_800:
-	add.s32 	%r2811, %r627, %r2811;
-	add.s64 	%rd1273, %rd1273, 8;
-	setp.lt.u64 	%p900, %rd1273, %rd180;
-	@%p900 bra 	$L__BB1_728;
-$L__BB1_801:
+	add.s32 	%r2826, %r2826, 4;
+	add.s32 	%r2825, %r2825, -4;
+	setp.ne.s32 	%p894, %r2825, 0;
+	@%p894 bra 	$L__BB2_789;
+$L__BB2_790:
+	setp.eq.s32 	%p895, %r612, 0;
+	@%p895 bra 	$L__BB2_801;
+	setp.eq.s32 	%p896, %r612, 1;
+	shl.b32 	%r2474, %r2826, 3;
+	shr.u64 	%rd1181, %rd1280, %r2474;
+	cvt.u64.u32 	%rd1182, %r2826;
+	add.s64 	%rd223, %rd188, %rd1182;
+	st.u8 	[%rd223], %rd1181;
+	@%p896 bra 	$L__BB2_801;
+	setp.eq.s32 	%p897, %r612, 2;
+	add.s32 	%r2476, %r2474, 8;
+	shr.u64 	%rd1183, %rd1280, %r2476;
+	st.u8 	[%rd223+1], %rd1183;
+	@%p897 bra 	$L__BB2_801;
+	add.s32 	%r2478, %r2474, 16;
+	shr.u64 	%rd1184, %rd1280, %r2478;
+	st.u8 	[%rd223+2], %rd1184;
+	bra.uni 	$L__BB2_801;
+$L__BB2_794:
+	setp.eq.s32 	%p898, %r2370, 1;
+	@%p898 bra 	$L__BB2_799;
+	setp.eq.s32 	%p899, %r2370, 2;
+	@%p899 bra 	$L__BB2_798;
+	setp.ne.s32 	%p900, %r2370, 4;
+	@%p900 bra 	$L__BB2_800;
+	st.u32 	[%rd188], %rd1280;
+	bra.uni 	$L__BB2_801;
+$L__BB2_799:
+	st.u8 	[%rd188], %rd1280;
+	bra.uni 	$L__BB2_801;
+$L__BB2_798:
+	st.u16 	[%rd188], %rd1280;
+	bra.uni 	$L__BB2_801;
+$L__BB2_800:
+	st.u64 	[%rd188], %rd1280;
+$L__BB2_801:
+	add.s32 	%r2813, %r627, %r2813;
+	add.s64 	%rd1275, %rd1275, 8;
+	setp.lt.u64 	%p901, %rd1275, %rd181;
+	@%p901 bra 	$L__BB2_729;
+$L__BB2_802:
 	bar.sync 	0;
-	setp.eq.s32 	%p901, %r2811, 0;
+	setp.eq.s32 	%p902, %r2813, 0;
 	mov.u16 	%rs349, 0;
-	@%p901 bra 	$L__BB1_804;
-	cvt.u64.u32 	%rd1185, %r2811;
-	mul.lo.s64 	%rd1186, %rd10, %rd11;
+	@%p902 bra 	$L__BB2_805;
+	cvt.u64.u32 	%rd1185, %r2813;
+	mul.lo.s64 	%rd1186, %rd12, %rd11;
 	add.s64 	%rd1187, %rd1186, 7;
 	and.b64  	%rd1188, %rd1187, -8;
-	shl.b64 	%rd1189, %rd180, 2;
+	shl.b64 	%rd1189, %rd181, 2;
 	add.s64 	%rd1190, %rd1189, 7;
 	and.b64  	%rd1191, %rd1190, 2147483640;
 	mul.lo.s64 	%rd1192, %rd1185, %rd11;
 	add.s64 	%rd1193, %rd1192, 7;
 	and.b64  	%rd1194, %rd1193, -8;
-	add.s64 	%rd224, %rd1194, %rd1191;
-	mul.wide.u32 	%rd1195, %r2811, 2;
+	add.s64 	%rd225, %rd1194, %rd1191;
+	mul.wide.u32 	%rd1195, %r2813, 2;
 	add.s64 	%rd1196, %rd1195, 7;
 	and.b64  	%rd1197, %rd1196, 17179869176;
-	add.s64 	%rd225, %rd1194, %rd1197;
-	setp.le.u64 	%p902, %rd1188, %rd224;
+	add.s64 	%rd226, %rd1194, %rd1197;
 	setp.le.u64 	%p903, %rd1188, %rd225;
-	and.pred  	%p904, %p903, %p902;
+	setp.le.u64 	%p904, %rd1188, %rd226;
+	and.pred  	%p905, %p904, %p903;
 	mov.u16 	%rs349, 1;
-	@%p904 bra 	$L__BB1_804;
-	setp.gt.u64 	%p905, %rd224, %rd225;
-	selp.b16 	%rs349, 3, 2, %p905;
-$L__BB1_804:
-	setp.le.u32 	%p906, %r2811, %r2574;
-	setp.ne.s16 	%p907, %rs349, 3;
-	or.pred  	%p908, %p906, %p907;
-	setp.ne.s16 	%p909, %rs349, 2;
+	@%p905 bra 	$L__BB2_805;
+	setp.gt.u64 	%p906, %rd225, %rd226;
+	selp.b16 	%rs349, 3, 2, %p906;
+$L__BB2_805:
+	setp.eq.s16 	%p907, %rs349, 2;
+	@%p907 bra 	$L__BB2_807;
+	bra.uni 	$L__BB2_806;
+$L__BB2_807:
+	cvt.u64.u32 	%rd1199, %r644;
+	setp.le.u64 	%p913, %rd181, %rd1199;
+	@%p913 bra 	$L__BB2_814;
+	bra.uni 	$L__BB2_808;
+$L__BB2_806:
+	setp.eq.s16 	%p908, %rs349, 3;
+	setp.lt.u32 	%p909, %r2576, %r2813;
 	and.pred  	%p910, %p909, %p908;
-	cvt.u64.u32 	%rd226, %r644;
-	setp.le.u64 	%p911, %rd180, %rd226;
-	or.pred  	%p912, %p910, %p911;
-	@%p912 bra 	$L__BB1_811;
-	not.b64 	%rd1198, %rd226;
-	add.s64 	%rd228, %rd180, %rd1198;
-	shr.u64 	%rd1199, %rd228, 8;
-	add.s64 	%rd1200, %rd1199, 1;
-	and.b64  	%rd229, %rd1200, 3;
-	setp.eq.s64 	%p913, %rd229, 0;
-	mov.u64 	%rd1284, %rd226;
-	@%p913 bra 	$L__BB1_809;
-	shl.b32 	%r2482, %r644, 2;
-	mov.u32 	%r2483, _ZZ14ws_delta_countE5smask;
-	add.s32 	%r2484, %r2483, %r2482;
-	ld.shared.u32 	%r2485, [%r2484];
-	cvt.u64.u32 	%rd1201, %r644;
-	mul.wide.u32 	%rd1202, %r644, 4;
-	add.s64 	%rd230, %rd18, %rd1202;
-	st.global.u32 	[%rd230], %r2485;
-	add.s64 	%rd1284, %rd1201, 256;
-	setp.eq.s64 	%p914, %rd229, 1;
-	@%p914 bra 	$L__BB1_809;
-	ld.shared.u32 	%r2489, [%r2484+1024];
-	st.global.u32 	[%rd230+1024], %r2489;
-	add.s64 	%rd1284, %rd1201, 512;
-	setp.eq.s64 	%p915, %rd229, 2;
-	@%p915 bra 	$L__BB1_809;
-	ld.shared.u32 	%r2490, [%r2484+2048];
-	st.global.u32 	[%rd230+2048], %r2490;
-	add.s64 	%rd1284, %rd1201, 768;
-$L__BB1_809:
-	setp.lt.u64 	%p916, %rd228, 768;
-	@%p916 bra 	$L__BB1_811;
-$L__BB1_810:
-	cvt.u32.u64 	%r2492, %rd1284;
-	shl.b32 	%r2493, %r2492, 2;
-	mov.u32 	%r2494, _ZZ14ws_delta_countE5smask;
-	add.s32 	%r2495, %r2494, %r2493;
-	ld.shared.u32 	%r2496, [%r2495];
-	shl.b64 	%rd1205, %rd1284, 2;
-	add.s64 	%rd1206, %rd18, %rd1205;
-	st.global.u32 	[%rd1206], %r2496;
-	ld.shared.u32 	%r2497, [%r2495+1024];
-	st.global.u32 	[%rd1206+1024], %r2497;
-	ld.shared.u32 	%r2498, [%r2495+2048];
-	st.global.u32 	[%rd1206+2048], %r2498;
-	ld.shared.u32 	%r2499, [%r2495+3072];
-	st.global.u32 	[%rd1206+3072], %r2499;
-	add.s64 	%rd1284, %rd1284, 1024;
-	setp.lt.u64 	%p917, %rd1284, %rd180;
-	@%p917 bra 	$L__BB1_810;
-$L__BB1_811:
-	cvt.u32.u64 	%r2500, %rd226;
-	setp.ne.s32 	%p918, %r2500, 0;
-	@%p918 bra 	$L__BB1_813;
-	shl.b64 	%rd1220, %rd1252, 2;
-	add.s64 	%rd1209, %rd1207, %rd1220;
-	st.global.u32 	[%rd1209], %r2811;
-$L__BB1_813:
-	ld.param.u64 	%rd1212, [ws_delta_count_param_0+80];
+	cvt.u64.u32 	%rd1198, %r644;
+	setp.gt.u64 	%p911, %rd181, %rd1198;
+	and.pred  	%p912, %p910, %p911;
+	@%p912 bra 	$L__BB2_808;
+	bra.uni 	$L__BB2_814;
+$L__BB2_808:
+	cvt.u64.u32 	%rd1286, %r644;
+	not.b64 	%rd1200, %rd1286;
+	add.s64 	%rd228, %rd181, %rd1200;
+	shr.u64 	%rd1201, %rd228, 8;
+	add.s64 	%rd1202, %rd1201, 1;
+	and.b64  	%rd229, %rd1202, 3;
+	setp.eq.s64 	%p914, %rd229, 0;
+	@%p914 bra 	$L__BB2_812;
+	shl.b32 	%r2484, %r644, 2;
+	mov.u32 	%r2485, _ZZ14ws_delta_countE5smask;
+	add.s32 	%r2486, %r2485, %r2484;
+	ld.shared.u32 	%r2487, [%r2486];
+	cvt.u64.u32 	%rd1203, %r644;
+	mul.wide.u32 	%rd1204, %r644, 4;
+	add.s64 	%rd230, %rd19, %rd1204;
+	st.global.u32 	[%rd230], %r2487;
+	add.s64 	%rd1286, %rd1203, 256;
+	setp.eq.s64 	%p915, %rd229, 1;
+	@%p915 bra 	$L__BB2_812;
+	ld.shared.u32 	%r2491, [%r2486+1024];
+	st.global.u32 	[%rd230+1024], %r2491;
+	add.s64 	%rd1286, %rd1203, 512;
+	setp.eq.s64 	%p916, %rd229, 2;
+	@%p916 bra 	$L__BB2_812;
+	ld.shared.u32 	%r2492, [%r2486+2048];
+	st.global.u32 	[%rd230+2048], %r2492;
+	add.s64 	%rd1286, %rd1203, 768;
+$L__BB2_812:
+	setp.lt.u64 	%p917, %rd228, 768;
+	@%p917 bra 	$L__BB2_814;
+$L__BB2_813:
+	cvt.u32.u64 	%r2494, %rd1286;
+	shl.b32 	%r2495, %r2494, 2;
+	mov.u32 	%r2496, _ZZ14ws_delta_countE5smask;
+	add.s32 	%r2497, %r2496, %r2495;
+	ld.shared.u32 	%r2498, [%r2497];
+	shl.b64 	%rd1207, %rd1286, 2;
+	add.s64 	%rd1208, %rd19, %rd1207;
+	st.global.u32 	[%rd1208], %r2498;
+	ld.shared.u32 	%r2499, [%r2497+1024];
+	st.global.u32 	[%rd1208+1024], %r2499;
+	ld.shared.u32 	%r2500, [%r2497+2048];
+	st.global.u32 	[%rd1208+2048], %r2500;
+	ld.shared.u32 	%r2501, [%r2497+3072];
+	st.global.u32 	[%rd1208+3072], %r2501;
+	add.s64 	%rd1286, %rd1286, 1024;
+	setp.lt.u64 	%p918, %rd1286, %rd181;
+	@%p918 bra 	$L__BB2_813;
+$L__BB2_814:
+	setp.ne.s32 	%p919, %r644, 0;
+	@%p919 bra 	$L__BB2_816;
+	shl.b64 	%rd1222, %rd1254, 2;
+	add.s64 	%rd1211, %rd1209, %rd1222;
+	st.global.u32 	[%rd1211], %r2813;
+$L__BB2_816:
 	bar.sync 	0;
-	mov.u32 	%r2501, %nctaid.x;
-	cvt.u64.u32 	%rd1210, %r2501;
-	add.s64 	%rd1252, %rd1252, %rd1210;
-	setp.lt.u64 	%p919, %rd1252, %rd1212;
-	@%p919 bra 	$L__BB1_2;
-$L__BB1_814:
+$L__BB2_817:
+	ld.param.u64 	%rd1214, [ws_delta_count_param_0+80];
+	mov.u32 	%r2503, %nctaid.x;
+	cvt.u64.u32 	%rd1212, %r2503;
+	add.s64 	%rd1254, %rd1254, %rd1212;
+	setp.lt.u64 	%p920, %rd1254, %rd1214;
+	@%p920 bra 	$L__BB2_2;
+$L__BB2_818:
+	ret;
+}
+	// .globl	ws_delta_count_lowbyte
+.visible .entry ws_delta_count_lowbyte(
+	.param .align 8 .b8 ws_delta_count_lowbyte_param_0[104]
+)
+.maxntid 256, 1, 1
+{
+	.reg .pred 	%p<224>;
+	.reg .b16 	%rs<175>;
+	.reg .b32 	%r<625>;
+	.reg .b64 	%rd<523>;
+	// demoted variable
+	.shared .align 4 .b8 _ZZ22ws_delta_count_lowbyteE4wred[32];
+	// demoted variable
+	.shared .align 4 .b8 _ZZ22ws_delta_count_lowbyteE5smask[8192];
+	mov.b64 	%rd115, ws_delta_count_lowbyte_param_0;
+	add.s64 	%rd1, %rd115, 92;
+	ld.param.u32 	%r1, [ws_delta_count_lowbyte_param_0+92];
+	mov.u32 	%r113, %ctaid.x;
+	cvt.u64.u32 	%rd501, %r113;
+	ld.param.u64 	%rd3, [ws_delta_count_lowbyte_param_0+80];
+	setp.le.u64 	%p4, %rd3, %rd501;
+	@%p4 bra 	$L__BB3_164;
+	ld.param.u64 	%rd4, [%rd1+-92];
+	ld.param.u64 	%rd5, [%rd1+-68];
+	ld.param.u64 	%rd6, [%rd1+-52];
+	ld.param.u64 	%rd7, [%rd1+-20];
+	ld.param.u64 	%rd8, [%rd1+-60];
+	cvta.to.global.u64 	%rd117, %rd5;
+	cvta.to.global.u64 	%rd120, %rd4;
+	mov.u32 	%r118, %tid.x;
+	shr.u32 	%r124, %r118, 5;
+	cvta.to.global.u64 	%rd358, %rd7;
+	add.s64 	%rd359, %rd358, 16;
+	cvta.to.global.u64 	%rd474, %rd8;
+$L__BB3_2:
+	shl.b64 	%rd118, %rd501, 2;
+	add.s64 	%rd119, %rd117, %rd118;
+	ld.global.u32 	%r114, [%rd119];
+	mul.wide.u32 	%rd121, %r114, 48;
+	add.s64 	%rd10, %rd120, %rd121;
+	ld.global.u64 	%rd11, [%rd10];
+	ld.global.u64 	%rd12, [%rd10+8];
+	ld.global.u32 	%r115, [%rd10+40];
+	setp.eq.s32 	%p5, %r115, 0;
+	@%p5 bra 	$L__BB3_163;
+	ld.global.u64 	%rd13, [%rd10+16];
+	ld.global.u64 	%rd122, [%rd10+24];
+	sub.s64 	%rd123, %rd501, %rd122;
+	cvt.u64.u32 	%rd124, %r1;
+	mul.lo.s64 	%rd14, %rd123, %rd124;
+	sub.s64 	%rd125, %rd13, %rd14;
+	min.u64 	%rd15, %rd125, %rd124;
+	add.s64 	%rd126, %rd15, 255;
+	shr.u64 	%rd16, %rd126, 8;
+	setp.eq.s64 	%p6, %rd16, 0;
+	mov.u32 	%r623, 0;
+	@%p6 bra 	$L__BB3_147;
+	add.s64 	%rd18, %rd15, %rd14;
+	add.s64 	%rd129, %rd13, 7;
+	and.b64  	%rd130, %rd129, -8;
+	add.s64 	%rd20, %rd12, %rd130;
+	mov.u32 	%r623, 0;
+	mov.u64 	%rd502, 0;
+	bra.uni 	$L__BB3_5;
+$L__BB3_8:
+	// begin inline asm
+	ld.global.cs.v4.u32 {%r598,%r596,%r594,%r592}, [%rd26];
+	// end inline asm
+	ld.u64 	%rd141, [%rd25];
+	cvt.u16.u64 	%rs165, %rd141;
+	shr.u32 	%r597, %r598, 16;
+	shr.u64 	%rd142, %rd141, 8;
+	cvt.u16.u64 	%rs164, %rd142;
+	shr.u64 	%rd143, %rd141, 16;
+	cvt.u16.u64 	%rs163, %rd143;
+	shr.u32 	%r595, %r596, 16;
+	shr.u64 	%rd144, %rd141, 24;
+	cvt.u16.u64 	%rs162, %rd144;
+	shr.u64 	%rd145, %rd141, 32;
+	cvt.u16.u64 	%rs161, %rd145;
+	shr.u32 	%r593, %r594, 16;
+	shr.u64 	%rd146, %rd141, 40;
+	cvt.u16.u64 	%rs160, %rd146;
+	shr.u64 	%rd147, %rd141, 48;
+	cvt.u16.u64 	%rs159, %rd147;
+	shr.u32 	%r591, %r592, 16;
+	shr.u64 	%rd148, %rd141, 56;
+	cvt.u16.u64 	%rs158, %rd148;
+	bra.uni 	$L__BB3_42;
+$L__BB3_5:
+	cvt.u64.u32 	%rd492, %r1;
+	sub.s64 	%rd491, %rd501, %rd122;
+	shl.b32 	%r572, %r118, 3;
+	and.b32  	%r571, %r572, 248;
+	cvt.u64.u32 	%rd490, %r571;
+	mul.lo.s64 	%rd489, %rd491, %rd492;
+	add.s64 	%rd488, %rd489, %rd490;
+	add.s64 	%rd487, %rd15, 255;
+	shr.u64 	%rd486, %rd487, 8;
+	mov.u64 	%rd505, 0;
+	mov.u32 	%r599, 0;
+	cvt.u64.u32 	%rd133, %r124;
+	add.s64 	%rd22, %rd502, %rd133;
+	setp.ge.u64 	%p7, %rd22, %rd486;
+	shl.b64 	%rd23, %rd22, 8;
+	add.s64 	%rd24, %rd488, %rd23;
+	add.s64 	%rd25, %rd12, %rd24;
+	mov.u16 	%rs166, 0;
+	mov.u16 	%rs167, %rs166;
+	mov.u16 	%rs168, %rs166;
+	mov.u16 	%rs169, %rs166;
+	mov.u16 	%rs170, %rs166;
+	mov.u16 	%rs171, %rs166;
+	mov.u16 	%rs172, %rs166;
+	mov.u16 	%rs173, %rs166;
+	mov.u32 	%r600, %r599;
+	mov.u64 	%rd504, %rd505;
+	@%p7 bra 	$L__BB3_73;
+	add.s64 	%rd134, %rd24, 8;
+	setp.gt.u64 	%p8, %rd134, %rd18;
+	@%p8 bra 	$L__BB3_9;
+	shl.b64 	%rd135, %rd24, 1;
+	add.s64 	%rd26, %rd11, %rd135;
+	and.b64  	%rd136, %rd26, 15;
+	and.b64  	%rd138, %rd25, 7;
+	or.b64  	%rd139, %rd136, %rd138;
+	setp.ne.s64 	%p9, %rd139, 0;
+	@%p9 bra 	$L__BB3_9;
+	bra.uni 	$L__BB3_8;
+$L__BB3_9:
+	setp.ge.u64 	%p10, %rd24, %rd18;
+	shl.b64 	%rd149, %rd24, 1;
+	add.s64 	%rd27, %rd11, %rd149;
+	mov.u32 	%r576, 0;
+	mov.u32 	%r598, %r576;
+	@%p10 bra 	$L__BB3_11;
+	ld.u16 	%r598, [%rd27];
+$L__BB3_11:
+	@%p10 bra 	$L__BB3_13;
+	ld.u8 	%r576, [%rd25];
+$L__BB3_13:
+	add.s64 	%rd28, %rd24, 1;
+	setp.ge.u64 	%p12, %rd28, %rd18;
+	mov.u32 	%r578, 0;
+	mov.u32 	%r597, %r578;
+	@%p12 bra 	$L__BB3_15;
+	ld.u16 	%r597, [%rd27+2];
+$L__BB3_15:
+	@%p12 bra 	$L__BB3_17;
+	ld.u8 	%r578, [%rd25+1];
+$L__BB3_17:
+	add.s64 	%rd29, %rd24, 2;
+	setp.ge.u64 	%p14, %rd29, %rd18;
+	mov.u32 	%r580, 0;
+	mov.u32 	%r596, %r580;
+	@%p14 bra 	$L__BB3_19;
+	ld.u16 	%r596, [%rd27+4];
+$L__BB3_19:
+	@%p14 bra 	$L__BB3_21;
+	ld.u8 	%r580, [%rd25+2];
+$L__BB3_21:
+	add.s64 	%rd30, %rd24, 3;
+	setp.ge.u64 	%p16, %rd30, %rd18;
+	mov.u32 	%r582, 0;
+	mov.u32 	%r595, %r582;
+	@%p16 bra 	$L__BB3_23;
+	ld.u16 	%r595, [%rd27+6];
+$L__BB3_23:
+	@%p16 bra 	$L__BB3_25;
+	ld.u8 	%r582, [%rd25+3];
+$L__BB3_25:
+	add.s64 	%rd31, %rd24, 4;
+	setp.ge.u64 	%p18, %rd31, %rd18;
+	mov.u32 	%r584, 0;
+	mov.u32 	%r594, %r584;
+	@%p18 bra 	$L__BB3_27;
+	ld.u16 	%r594, [%rd27+8];
+$L__BB3_27:
+	@%p18 bra 	$L__BB3_29;
+	ld.u8 	%r584, [%rd25+4];
+$L__BB3_29:
+	add.s64 	%rd32, %rd24, 5;
+	setp.ge.u64 	%p20, %rd32, %rd18;
+	mov.u32 	%r586, 0;
+	mov.u32 	%r593, %r586;
+	@%p20 bra 	$L__BB3_31;
+	ld.u16 	%r593, [%rd27+10];
+$L__BB3_31:
+	@%p20 bra 	$L__BB3_33;
+	ld.u8 	%r586, [%rd25+5];
+$L__BB3_33:
+	add.s64 	%rd33, %rd24, 6;
+	setp.ge.u64 	%p22, %rd33, %rd18;
+	mov.u32 	%r588, 0;
+	mov.u32 	%r592, %r588;
+	@%p22 bra 	$L__BB3_35;
+	ld.u16 	%r592, [%rd27+12];
+$L__BB3_35:
+	@%p22 bra 	$L__BB3_37;
+	ld.u8 	%r588, [%rd25+6];
+$L__BB3_37:
+	add.s64 	%rd34, %rd24, 7;
+	setp.ge.u64 	%p24, %rd34, %rd18;
+	mov.u32 	%r590, 0;
+	mov.u32 	%r591, %r590;
+	@%p24 bra 	$L__BB3_39;
+	ld.u16 	%r591, [%rd27+14];
+$L__BB3_39:
+	@%p24 bra 	$L__BB3_41;
+	ld.u8 	%r590, [%rd25+7];
+$L__BB3_41:
+	cvt.u16.u32 	%rs158, %r590;
+	cvt.u16.u32 	%rs159, %r588;
+	cvt.u16.u32 	%rs160, %r586;
+	cvt.u16.u32 	%rs161, %r584;
+	cvt.u16.u32 	%rs162, %r582;
+	cvt.u16.u32 	%rs163, %r580;
+	cvt.u16.u32 	%rs164, %r578;
+	cvt.u16.u32 	%rs165, %r576;
+$L__BB3_42:
+	cvt.u16.u32 	%rs173, %r598;
+	setp.ge.u64 	%p26, %rd24, %rd18;
+	mov.u64 	%rd505, 0;
+	mov.u32 	%r599, 0;
+	mov.u32 	%r600, %r599;
+	mov.u64 	%rd504, %rd505;
+	@%p26 bra 	$L__BB3_45;
+	and.b32  	%r150, %r118, 31;
+	and.b32  	%r151, %r598, 65535;
+	bfi.b32 	%r152, %r150, %r151, 19, 5;
+	cvt.u64.u32 	%rd152, %r152;
+	add.s64 	%rd153, %rd152, -7046029254386353131;
+	xor.b64  	%rd154, %rd153, 1327217884;
+	mul.lo.s64 	%rd155, %rd154, -49064778989728563;
+	shr.u64 	%rd156, %rd155, 33;
+	xor.b64  	%rd157, %rd156, %rd155;
+	mul.lo.s64 	%rd158, %rd157, -4265267296055464877;
+	shr.u64 	%rd159, %rd158, 33;
+	xor.b64  	%rd505, %rd159, %rd158;
+	cvt.u16.u32 	%rs58, %r598;
+	and.b16  	%rs59, %rs58, 255;
+	and.b16  	%rs60, %rs165, 255;
+	setp.eq.s16 	%p27, %rs60, %rs59;
+	mov.u32 	%r600, 1;
+	mov.u64 	%rd504, %rd505;
+	@%p27 bra 	$L__BB3_45;
+	and.b32  	%r155, %r598, 32767;
+	sub.s16 	%rs62, %rs165, %rs58;
+	cvt.u32.u16 	%r156, %rs62;
+	cvt.s32.s8 	%r157, %r156;
+	add.s32 	%r158, %r155, %r157;
+	setp.lt.s32 	%p28, %r158, 0;
+	add.s32 	%r159, %r158, 256;
+	setp.gt.s32 	%p29, %r158, 32767;
+	add.s32 	%r160, %r158, 65280;
+	selp.b32 	%r161, %r160, %r158, %p29;
+	selp.b32 	%r162, %r159, %r161, %p28;
+	cvt.u16.u32 	%rs63, %r162;
+	and.b16  	%rs64, %rs173, -32768;
+	or.b16  	%rs65, %rs64, %rs63;
+	cvt.u64.u16 	%rd160, %rs65;
+	shl.b32 	%r165, %r118, 19;
+	and.b32  	%r166, %r165, 16252928;
+	cvt.u64.u32 	%rd161, %r166;
+	or.b64  	%rd162, %rd161, %rd160;
+	add.s64 	%rd163, %rd162, -7046029254386353131;
+	xor.b64  	%rd164, %rd163, 1327217884;
+	mul.lo.s64 	%rd165, %rd164, -49064778989728563;
+	shr.u64 	%rd166, %rd165, 33;
+	xor.b64  	%rd167, %rd166, %rd165;
+	mul.lo.s64 	%rd168, %rd167, -4265267296055464877;
+	shr.u64 	%rd169, %rd168, 33;
+	xor.b64  	%rd504, %rd169, %rd168;
+	mov.u32 	%r599, 1;
+	mov.u32 	%r600, %r599;
+$L__BB3_45:
+	add.s64 	%rd178, %rd24, 1;
+	setp.ge.u64 	%p30, %rd178, %rd18;
+	@%p30 bra 	$L__BB3_49;
+	shl.b32 	%r170, %r118, 19;
+	and.b32  	%r171, %r170, 16252928;
+	or.b32  	%r172, %r171, %r597;
+	or.b32  	%r173, %r172, 65536;
+	cvt.u64.u32 	%rd179, %r173;
+	add.s64 	%rd180, %rd179, -7046029254386353131;
+	shr.u64 	%rd181, %rd180, 33;
+	xor.b64  	%rd182, %rd181, %rd180;
+	mul.lo.s64 	%rd183, %rd182, -49064778989728563;
+	shr.u64 	%rd184, %rd183, 33;
+	xor.b64  	%rd185, %rd184, %rd183;
+	mul.lo.s64 	%rd186, %rd185, -4265267296055464877;
+	shr.u64 	%rd187, %rd186, 33;
+	xor.b64  	%rd40, %rd187, %rd186;
+	add.s64 	%rd505, %rd40, %rd505;
+	cvt.u16.u32 	%rs33, %r597;
+	and.b16  	%rs66, %rs33, 255;
+	and.b16  	%rs67, %rs164, 255;
+	setp.eq.s16 	%p31, %rs67, %rs66;
+	@%p31 bra 	$L__BB3_48;
+	bra.uni 	$L__BB3_47;
+$L__BB3_48:
+	add.s64 	%rd504, %rd40, %rd504;
+	or.b32  	%r600, %r600, 2;
+	bra.uni 	$L__BB3_49;
+$L__BB3_47:
+	cvt.u16.u32 	%rs131, %r597;
+	or.b32  	%r599, %r599, 2;
+	sub.s16 	%rs68, %rs164, %rs33;
+	cvt.u32.u16 	%r174, %rs68;
+	cvt.s32.s8 	%r175, %r174;
+	and.b32  	%r176, %r597, 32767;
+	add.s32 	%r177, %r176, %r175;
+	setp.lt.s32 	%p32, %r177, 0;
+	add.s32 	%r178, %r177, 256;
+	setp.gt.s32 	%p33, %r177, 32767;
+	add.s32 	%r179, %r177, 65280;
+	selp.b32 	%r180, %r179, %r177, %p33;
+	selp.b32 	%r181, %r178, %r180, %p32;
+	cvt.u16.u32 	%rs69, %r181;
+	and.b16  	%rs70, %rs131, -32768;
+	or.b16  	%rs71, %rs70, %rs69;
+	cvt.u64.u16 	%rd188, %rs71;
+	or.b32  	%r185, %r171, 65536;
+	cvt.u64.u32 	%rd189, %r185;
+	or.b64  	%rd190, %rd189, %rd188;
+	add.s64 	%rd191, %rd190, -7046029254386353131;
+	shr.u64 	%rd192, %rd191, 33;
+	xor.b64  	%rd193, %rd192, %rd191;
+	mul.lo.s64 	%rd194, %rd193, -49064778989728563;
+	shr.u64 	%rd195, %rd194, 33;
+	xor.b64  	%rd196, %rd195, %rd194;
+	mul.lo.s64 	%rd197, %rd196, -4265267296055464877;
+	shr.u64 	%rd198, %rd197, 33;
+	xor.b64  	%rd199, %rd198, %rd197;
+	add.s64 	%rd504, %rd199, %rd504;
+	or.b32  	%r600, %r600, 2;
+$L__BB3_49:
+	add.s64 	%rd200, %rd24, 2;
+	setp.ge.u64 	%p34, %rd200, %rd18;
+	@%p34 bra 	$L__BB3_53;
+	and.b32  	%r187, %r118, 31;
+	and.b32  	%r188, %r596, 65535;
+	bfi.b32 	%r189, %r187, %r188, 19, 5;
+	or.b32  	%r600, %r600, 4;
+	or.b32  	%r190, %r189, 131072;
+	cvt.u64.u32 	%rd201, %r190;
+	add.s64 	%rd202, %rd201, -7046029254386353131;
+	shr.u64 	%rd203, %rd202, 33;
+	xor.b64  	%rd204, %rd203, %rd202;
+	mul.lo.s64 	%rd205, %rd204, -49064778989728563;
+	shr.u64 	%rd206, %rd205, 33;
+	xor.b64  	%rd207, %rd206, %rd205;
+	mul.lo.s64 	%rd208, %rd207, -4265267296055464877;
+	shr.u64 	%rd209, %rd208, 33;
+	xor.b64  	%rd46, %rd209, %rd208;
+	add.s64 	%rd505, %rd46, %rd505;
+	cvt.u16.u32 	%rs34, %r596;
+	and.b16  	%rs72, %rs34, 255;
+	and.b16  	%rs73, %rs163, 255;
+	setp.eq.s16 	%p35, %rs73, %rs72;
+	@%p35 bra 	$L__BB3_52;
+	bra.uni 	$L__BB3_51;
+$L__BB3_52:
+	add.s64 	%rd504, %rd46, %rd504;
+	bra.uni 	$L__BB3_53;
+$L__BB3_51:
+	cvt.u16.u32 	%rs157, %r596;
+	or.b32  	%r599, %r599, 4;
+	sub.s16 	%rs74, %rs163, %rs34;
+	cvt.u32.u16 	%r191, %rs74;
+	cvt.s32.s8 	%r192, %r191;
+	and.b32  	%r193, %r596, 32767;
+	add.s32 	%r194, %r193, %r192;
+	setp.lt.s32 	%p36, %r194, 0;
+	add.s32 	%r195, %r194, 256;
+	setp.gt.s32 	%p37, %r194, 32767;
+	add.s32 	%r196, %r194, 65280;
+	selp.b32 	%r197, %r196, %r194, %p37;
+	selp.b32 	%r198, %r195, %r197, %p36;
+	cvt.u16.u32 	%rs75, %r198;
+	and.b16  	%rs76, %rs157, -32768;
+	or.b16  	%rs77, %rs76, %rs75;
+	cvt.u64.u16 	%rd210, %rs77;
+	shl.b32 	%r200, %r118, 19;
+	and.b32  	%r201, %r200, 16252928;
+	or.b32  	%r202, %r201, 131072;
+	cvt.u64.u32 	%rd211, %r202;
+	or.b64  	%rd212, %rd211, %rd210;
+	add.s64 	%rd213, %rd212, -7046029254386353131;
+	shr.u64 	%rd214, %rd213, 33;
+	xor.b64  	%rd215, %rd214, %rd213;
+	mul.lo.s64 	%rd216, %rd215, -49064778989728563;
+	shr.u64 	%rd217, %rd216, 33;
+	xor.b64  	%rd218, %rd217, %rd216;
+	mul.lo.s64 	%rd219, %rd218, -4265267296055464877;
+	shr.u64 	%rd220, %rd219, 33;
+	xor.b64  	%rd221, %rd220, %rd219;
+	add.s64 	%rd504, %rd221, %rd504;
+$L__BB3_53:
+	add.s64 	%rd222, %rd24, 3;
+	setp.ge.u64 	%p38, %rd222, %rd18;
+	@%p38 bra 	$L__BB3_57;
+	shl.b32 	%r204, %r118, 19;
+	and.b32  	%r205, %r204, 16252928;
+	or.b32  	%r206, %r205, %r595;
+	or.b32  	%r600, %r600, 8;
+	or.b32  	%r207, %r206, 196608;
+	cvt.u64.u32 	%rd223, %r207;
+	add.s64 	%rd224, %rd223, -7046029254386353131;
+	shr.u64 	%rd225, %rd224, 33;
+	xor.b64  	%rd226, %rd225, %rd224;
+	mul.lo.s64 	%rd227, %rd226, -49064778989728563;
+	shr.u64 	%rd228, %rd227, 33;
+	xor.b64  	%rd229, %rd228, %rd227;
+	mul.lo.s64 	%rd230, %rd229, -4265267296055464877;
+	shr.u64 	%rd231, %rd230, 33;
+	xor.b64  	%rd52, %rd231, %rd230;
+	add.s64 	%rd505, %rd52, %rd505;
+	cvt.u16.u32 	%rs35, %r595;
+	and.b16  	%rs78, %rs35, 255;
+	and.b16  	%rs79, %rs162, 255;
+	setp.eq.s16 	%p39, %rs79, %rs78;
+	@%p39 bra 	$L__BB3_56;
+	bra.uni 	$L__BB3_55;
+$L__BB3_56:
+	add.s64 	%rd504, %rd52, %rd504;
+	bra.uni 	$L__BB3_57;
+$L__BB3_55:
+	cvt.u16.u32 	%rs156, %r595;
+	or.b32  	%r599, %r599, 8;
+	sub.s16 	%rs80, %rs162, %rs35;
+	cvt.u32.u16 	%r208, %rs80;
+	cvt.s32.s8 	%r209, %r208;
+	and.b32  	%r210, %r595, 32767;
+	add.s32 	%r211, %r210, %r209;
+	setp.lt.s32 	%p40, %r211, 0;
+	add.s32 	%r212, %r211, 256;
+	setp.gt.s32 	%p41, %r211, 32767;
+	add.s32 	%r213, %r211, 65280;
+	selp.b32 	%r214, %r213, %r211, %p41;
+	selp.b32 	%r215, %r212, %r214, %p40;
+	cvt.u16.u32 	%rs81, %r215;
+	and.b16  	%rs82, %rs156, -32768;
+	or.b16  	%rs83, %rs82, %rs81;
+	cvt.u64.u16 	%rd232, %rs83;
+	or.b32  	%r219, %r205, 196608;
+	cvt.u64.u32 	%rd233, %r219;
+	or.b64  	%rd234, %rd233, %rd232;
+	add.s64 	%rd235, %rd234, -7046029254386353131;
+	shr.u64 	%rd236, %rd235, 33;
+	xor.b64  	%rd237, %rd236, %rd235;
+	mul.lo.s64 	%rd238, %rd237, -49064778989728563;
+	shr.u64 	%rd239, %rd238, 33;
+	xor.b64  	%rd240, %rd239, %rd238;
+	mul.lo.s64 	%rd241, %rd240, -4265267296055464877;
+	shr.u64 	%rd242, %rd241, 33;
+	xor.b64  	%rd243, %rd242, %rd241;
+	add.s64 	%rd504, %rd243, %rd504;
+$L__BB3_57:
+	add.s64 	%rd244, %rd24, 4;
+	setp.ge.u64 	%p42, %rd244, %rd18;
+	@%p42 bra 	$L__BB3_61;
+	and.b32  	%r221, %r118, 31;
+	and.b32  	%r222, %r594, 65535;
+	bfi.b32 	%r223, %r221, %r222, 19, 5;
+	or.b32  	%r600, %r600, 16;
+	or.b32  	%r224, %r223, 262144;
+	cvt.u64.u32 	%rd245, %r224;
+	add.s64 	%rd246, %rd245, -7046029254386353131;
+	shr.u64 	%rd247, %rd246, 33;
+	xor.b64  	%rd248, %rd247, %rd246;
+	mul.lo.s64 	%rd249, %rd248, -49064778989728563;
+	shr.u64 	%rd250, %rd249, 33;
+	xor.b64  	%rd251, %rd250, %rd249;
+	mul.lo.s64 	%rd252, %rd251, -4265267296055464877;
+	shr.u64 	%rd253, %rd252, 33;
+	xor.b64  	%rd58, %rd253, %rd252;
+	add.s64 	%rd505, %rd58, %rd505;
+	cvt.u16.u32 	%rs36, %r594;
+	and.b16  	%rs84, %rs36, 255;
+	and.b16  	%rs85, %rs161, 255;
+	setp.eq.s16 	%p43, %rs85, %rs84;
+	@%p43 bra 	$L__BB3_60;
+	bra.uni 	$L__BB3_59;
+$L__BB3_60:
+	add.s64 	%rd504, %rd58, %rd504;
+	bra.uni 	$L__BB3_61;
+$L__BB3_59:
+	cvt.u16.u32 	%rs155, %r594;
+	or.b32  	%r599, %r599, 16;
+	sub.s16 	%rs86, %rs161, %rs36;
+	cvt.u32.u16 	%r225, %rs86;
+	cvt.s32.s8 	%r226, %r225;
+	and.b32  	%r227, %r594, 32767;
+	add.s32 	%r228, %r227, %r226;
+	setp.lt.s32 	%p44, %r228, 0;
+	add.s32 	%r229, %r228, 256;
+	setp.gt.s32 	%p45, %r228, 32767;
+	add.s32 	%r230, %r228, 65280;
+	selp.b32 	%r231, %r230, %r228, %p45;
+	selp.b32 	%r232, %r229, %r231, %p44;
+	cvt.u16.u32 	%rs87, %r232;
+	and.b16  	%rs88, %rs155, -32768;
+	or.b16  	%rs89, %rs88, %rs87;
+	cvt.u64.u16 	%rd254, %rs89;
+	shl.b32 	%r234, %r118, 19;
+	and.b32  	%r235, %r234, 16252928;
+	or.b32  	%r236, %r235, 262144;
+	cvt.u64.u32 	%rd255, %r236;
+	or.b64  	%rd256, %rd255, %rd254;
+	add.s64 	%rd257, %rd256, -7046029254386353131;
+	shr.u64 	%rd258, %rd257, 33;
+	xor.b64  	%rd259, %rd258, %rd257;
+	mul.lo.s64 	%rd260, %rd259, -49064778989728563;
+	shr.u64 	%rd261, %rd260, 33;
+	xor.b64  	%rd262, %rd261, %rd260;
+	mul.lo.s64 	%rd263, %rd262, -4265267296055464877;
+	shr.u64 	%rd264, %rd263, 33;
+	xor.b64  	%rd265, %rd264, %rd263;
+	add.s64 	%rd504, %rd265, %rd504;
+$L__BB3_61:
+	add.s64 	%rd266, %rd24, 5;
+	setp.ge.u64 	%p46, %rd266, %rd18;
+	@%p46 bra 	$L__BB3_65;
+	shl.b32 	%r238, %r118, 19;
+	and.b32  	%r239, %r238, 16252928;
+	or.b32  	%r240, %r239, %r593;
+	or.b32  	%r600, %r600, 32;
+	or.b32  	%r241, %r240, 327680;
+	cvt.u64.u32 	%rd267, %r241;
+	add.s64 	%rd268, %rd267, -7046029254386353131;
+	shr.u64 	%rd269, %rd268, 33;
+	xor.b64  	%rd270, %rd269, %rd268;
+	mul.lo.s64 	%rd271, %rd270, -49064778989728563;
+	shr.u64 	%rd272, %rd271, 33;
+	xor.b64  	%rd273, %rd272, %rd271;
+	mul.lo.s64 	%rd274, %rd273, -4265267296055464877;
+	shr.u64 	%rd275, %rd274, 33;
+	xor.b64  	%rd64, %rd275, %rd274;
+	add.s64 	%rd505, %rd64, %rd505;
+	cvt.u16.u32 	%rs37, %r593;
+	and.b16  	%rs90, %rs37, 255;
+	and.b16  	%rs91, %rs160, 255;
+	setp.eq.s16 	%p47, %rs91, %rs90;
+	@%p47 bra 	$L__BB3_64;
+	bra.uni 	$L__BB3_63;
+$L__BB3_64:
+	add.s64 	%rd504, %rd64, %rd504;
+	bra.uni 	$L__BB3_65;
+$L__BB3_63:
+	cvt.u16.u32 	%rs154, %r593;
+	or.b32  	%r599, %r599, 32;
+	sub.s16 	%rs92, %rs160, %rs37;
+	cvt.u32.u16 	%r242, %rs92;
+	cvt.s32.s8 	%r243, %r242;
+	and.b32  	%r244, %r593, 32767;
+	add.s32 	%r245, %r244, %r243;
+	setp.lt.s32 	%p48, %r245, 0;
+	add.s32 	%r246, %r245, 256;
+	setp.gt.s32 	%p49, %r245, 32767;
+	add.s32 	%r247, %r245, 65280;
+	selp.b32 	%r248, %r247, %r245, %p49;
+	selp.b32 	%r249, %r246, %r248, %p48;
+	cvt.u16.u32 	%rs93, %r249;
+	and.b16  	%rs94, %rs154, -32768;
+	or.b16  	%rs95, %rs94, %rs93;
+	cvt.u64.u16 	%rd276, %rs95;
+	or.b32  	%r253, %r239, 327680;
+	cvt.u64.u32 	%rd277, %r253;
+	or.b64  	%rd278, %rd277, %rd276;
+	add.s64 	%rd279, %rd278, -7046029254386353131;
+	shr.u64 	%rd280, %rd279, 33;
+	xor.b64  	%rd281, %rd280, %rd279;
+	mul.lo.s64 	%rd282, %rd281, -49064778989728563;
+	shr.u64 	%rd283, %rd282, 33;
+	xor.b64  	%rd284, %rd283, %rd282;
+	mul.lo.s64 	%rd285, %rd284, -4265267296055464877;
+	shr.u64 	%rd286, %rd285, 33;
+	xor.b64  	%rd287, %rd286, %rd285;
+	add.s64 	%rd504, %rd287, %rd504;
+$L__BB3_65:
+	add.s64 	%rd288, %rd24, 6;
+	setp.ge.u64 	%p50, %rd288, %rd18;
+	@%p50 bra 	$L__BB3_69;
+	and.b32  	%r255, %r118, 31;
+	and.b32  	%r256, %r592, 65535;
+	bfi.b32 	%r257, %r255, %r256, 19, 5;
+	or.b32  	%r600, %r600, 64;
+	or.b32  	%r258, %r257, 393216;
+	cvt.u64.u32 	%rd289, %r258;
+	add.s64 	%rd290, %rd289, -7046029254386353131;
+	shr.u64 	%rd291, %rd290, 33;
+	xor.b64  	%rd292, %rd291, %rd290;
+	mul.lo.s64 	%rd293, %rd292, -49064778989728563;
+	shr.u64 	%rd294, %rd293, 33;
+	xor.b64  	%rd295, %rd294, %rd293;
+	mul.lo.s64 	%rd296, %rd295, -4265267296055464877;
+	shr.u64 	%rd297, %rd296, 33;
+	xor.b64  	%rd70, %rd297, %rd296;
+	add.s64 	%rd505, %rd70, %rd505;
+	cvt.u16.u32 	%rs38, %r592;
+	and.b16  	%rs96, %rs38, 255;
+	and.b16  	%rs97, %rs159, 255;
+	setp.eq.s16 	%p51, %rs97, %rs96;
+	@%p51 bra 	$L__BB3_68;
+	bra.uni 	$L__BB3_67;
+$L__BB3_68:
+	add.s64 	%rd504, %rd70, %rd504;
+	bra.uni 	$L__BB3_69;
+$L__BB3_67:
+	cvt.u16.u32 	%rs153, %r592;
+	or.b32  	%r599, %r599, 64;
+	sub.s16 	%rs98, %rs159, %rs38;
+	cvt.u32.u16 	%r259, %rs98;
+	cvt.s32.s8 	%r260, %r259;
+	and.b32  	%r261, %r592, 32767;
+	add.s32 	%r262, %r261, %r260;
+	setp.lt.s32 	%p52, %r262, 0;
+	add.s32 	%r263, %r262, 256;
+	setp.gt.s32 	%p53, %r262, 32767;
+	add.s32 	%r264, %r262, 65280;
+	selp.b32 	%r265, %r264, %r262, %p53;
+	selp.b32 	%r266, %r263, %r265, %p52;
+	cvt.u16.u32 	%rs99, %r266;
+	and.b16  	%rs100, %rs153, -32768;
+	or.b16  	%rs101, %rs100, %rs99;
+	cvt.u64.u16 	%rd298, %rs101;
+	shl.b32 	%r268, %r118, 19;
+	and.b32  	%r269, %r268, 16252928;
+	or.b32  	%r270, %r269, 393216;
+	cvt.u64.u32 	%rd299, %r270;
+	or.b64  	%rd300, %rd299, %rd298;
+	add.s64 	%rd301, %rd300, -7046029254386353131;
+	shr.u64 	%rd302, %rd301, 33;
+	xor.b64  	%rd303, %rd302, %rd301;
+	mul.lo.s64 	%rd304, %rd303, -49064778989728563;
+	shr.u64 	%rd305, %rd304, 33;
+	xor.b64  	%rd306, %rd305, %rd304;
+	mul.lo.s64 	%rd307, %rd306, -4265267296055464877;
+	shr.u64 	%rd308, %rd307, 33;
+	xor.b64  	%rd309, %rd308, %rd307;
+	add.s64 	%rd504, %rd309, %rd504;
+$L__BB3_69:
+	cvt.u16.u32 	%rs166, %r591;
+	cvt.u16.u32 	%rs167, %r592;
+	cvt.u16.u32 	%rs168, %r593;
+	cvt.u16.u32 	%rs169, %r594;
+	cvt.u16.u32 	%rs170, %r595;
+	cvt.u16.u32 	%rs171, %r596;
+	cvt.u16.u32 	%rs172, %r597;
+	add.s64 	%rd310, %rd24, 7;
+	setp.ge.u64 	%p54, %rd310, %rd18;
+	@%p54 bra 	$L__BB3_73;
+	shl.b32 	%r272, %r118, 19;
+	and.b32  	%r273, %r272, 16252928;
+	or.b32  	%r274, %r273, %r591;
+	or.b32  	%r600, %r600, 128;
+	or.b32  	%r275, %r274, 458752;
+	cvt.u64.u32 	%rd311, %r275;
+	add.s64 	%rd312, %rd311, -7046029254386353131;
+	shr.u64 	%rd313, %rd312, 33;
+	xor.b64  	%rd314, %rd313, %rd312;
+	mul.lo.s64 	%rd315, %rd314, -49064778989728563;
+	shr.u64 	%rd316, %rd315, 33;
+	xor.b64  	%rd317, %rd316, %rd315;
+	mul.lo.s64 	%rd318, %rd317, -4265267296055464877;
+	shr.u64 	%rd319, %rd318, 33;
+	xor.b64  	%rd76, %rd319, %rd318;
+	add.s64 	%rd505, %rd76, %rd505;
+	cvt.u16.u32 	%rs39, %r591;
+	and.b16  	%rs102, %rs39, 255;
+	cvt.u16.u32 	%rs166, %r591;
+	cvt.u16.u32 	%rs167, %r592;
+	cvt.u16.u32 	%rs168, %r593;
+	cvt.u16.u32 	%rs169, %r594;
+	cvt.u16.u32 	%rs170, %r595;
+	cvt.u16.u32 	%rs171, %r596;
+	cvt.u16.u32 	%rs172, %r597;
+	setp.eq.s16 	%p55, %rs158, %rs102;
+	@%p55 bra 	$L__BB3_72;
+	bra.uni 	$L__BB3_71;
+$L__BB3_72:
+	add.s64 	%rd504, %rd76, %rd504;
+	bra.uni 	$L__BB3_73;
+$L__BB3_71:
+	or.b32  	%r599, %r599, 128;
+	sub.s16 	%rs103, %rs158, %rs39;
+	cvt.u32.u16 	%r276, %rs103;
+	cvt.s32.s8 	%r277, %r276;
+	and.b32  	%r278, %r591, 32767;
+	add.s32 	%r279, %r278, %r277;
+	setp.lt.s32 	%p56, %r279, 0;
+	add.s32 	%r280, %r279, 256;
+	setp.gt.s32 	%p57, %r279, 32767;
+	add.s32 	%r281, %r279, 65280;
+	selp.b32 	%r282, %r281, %r279, %p57;
+	selp.b32 	%r283, %r280, %r282, %p56;
+	cvt.u16.u32 	%rs104, %r283;
+	and.b16  	%rs105, %rs166, -32768;
+	or.b16  	%rs106, %rs105, %rs104;
+	cvt.u64.u16 	%rd320, %rs106;
+	or.b32  	%r287, %r273, 458752;
+	cvt.u64.u32 	%rd321, %r287;
+	or.b64  	%rd322, %rd321, %rd320;
+	add.s64 	%rd323, %rd322, -7046029254386353131;
+	shr.u64 	%rd324, %rd323, 33;
+	xor.b64  	%rd325, %rd324, %rd323;
+	mul.lo.s64 	%rd326, %rd325, -49064778989728563;
+	shr.u64 	%rd327, %rd326, 33;
+	xor.b64  	%rd328, %rd327, %rd326;
+	mul.lo.s64 	%rd329, %rd328, -4265267296055464877;
+	shr.u64 	%rd330, %rd329, 33;
+	xor.b64  	%rd331, %rd330, %rd329;
+	add.s64 	%rd504, %rd331, %rd504;
+$L__BB3_73:
+	cvt.u64.u32 	%rd498, %r1;
+	sub.s64 	%rd497, %rd501, %rd122;
+	mul.lo.s64 	%rd496, %rd497, %rd498;
+	shr.u64 	%rd495, %rd496, 8;
+	add.s64 	%rd494, %rd15, 255;
+	shr.u64 	%rd493, %rd494, 8;
+	and.b32  	%r82, %r118, 31;
+	mov.u32 	%r329, 31;
+	setp.eq.s32 	%p58, %r82, 0;
+	// begin inline asm
+	mov.b64 {%r288,%r289}, %rd505;
+	// end inline asm
+	mov.u32 	%r330, 16;
+	mov.u32 	%r331, -1;
+	shfl.sync.bfly.b32 	%r291|%p59, %r289, %r330, %r329, %r331;
+	shfl.sync.bfly.b32 	%r290|%p60, %r288, %r330, %r329, %r331;
+	// begin inline asm
+	mov.b64 %rd333, {%r290,%r291};
+	// end inline asm
+	add.s64 	%rd334, %rd333, %rd505;
+	// begin inline asm
+	mov.b64 {%r292,%r293}, %rd334;
+	// end inline asm
+	mov.u32 	%r332, 8;
+	shfl.sync.bfly.b32 	%r295|%p61, %r293, %r332, %r329, %r331;
+	shfl.sync.bfly.b32 	%r294|%p62, %r292, %r332, %r329, %r331;
+	// begin inline asm
+	mov.b64 %rd335, {%r294,%r295};
+	// end inline asm
+	add.s64 	%rd336, %rd335, %rd334;
+	// begin inline asm
+	mov.b64 {%r296,%r297}, %rd336;
+	// end inline asm
+	mov.u32 	%r333, 4;
+	shfl.sync.bfly.b32 	%r299|%p63, %r297, %r333, %r329, %r331;
+	shfl.sync.bfly.b32 	%r298|%p64, %r296, %r333, %r329, %r331;
+	// begin inline asm
+	mov.b64 %rd337, {%r298,%r299};
+	// end inline asm
+	add.s64 	%rd338, %rd337, %rd336;
+	// begin inline asm
+	mov.b64 {%r300,%r301}, %rd338;
+	// end inline asm
+	mov.u32 	%r334, 2;
+	shfl.sync.bfly.b32 	%r303|%p65, %r301, %r334, %r329, %r331;
+	shfl.sync.bfly.b32 	%r302|%p66, %r300, %r334, %r329, %r331;
+	// begin inline asm
+	mov.b64 %rd339, {%r302,%r303};
+	// end inline asm
+	add.s64 	%rd340, %rd339, %rd338;
+	// begin inline asm
+	mov.b64 {%r304,%r305}, %rd340;
+	// end inline asm
+	mov.u32 	%r335, 1;
+	shfl.sync.bfly.b32 	%r307|%p67, %r305, %r335, %r329, %r331;
+	shfl.sync.bfly.b32 	%r306|%p68, %r304, %r335, %r329, %r331;
+	// begin inline asm
+	mov.b64 %rd341, {%r306,%r307};
+	// end inline asm
+	// begin inline asm
+	mov.b64 {%r308,%r309}, %rd504;
+	// end inline asm
+	shfl.sync.bfly.b32 	%r311|%p69, %r309, %r330, %r329, %r331;
+	shfl.sync.bfly.b32 	%r310|%p70, %r308, %r330, %r329, %r331;
+	// begin inline asm
+	mov.b64 %rd343, {%r310,%r311};
+	// end inline asm
+	add.s64 	%rd344, %rd343, %rd504;
+	// begin inline asm
+	mov.b64 {%r312,%r313}, %rd344;
+	// end inline asm
+	shfl.sync.bfly.b32 	%r315|%p71, %r313, %r332, %r329, %r331;
+	shfl.sync.bfly.b32 	%r314|%p72, %r312, %r332, %r329, %r331;
+	// begin inline asm
+	mov.b64 %rd345, {%r314,%r315};
+	// end inline asm
+	add.s64 	%rd346, %rd345, %rd344;
+	// begin inline asm
+	mov.b64 {%r316,%r317}, %rd346;
+	// end inline asm
+	shfl.sync.bfly.b32 	%r319|%p73, %r317, %r333, %r329, %r331;
+	shfl.sync.bfly.b32 	%r318|%p74, %r316, %r333, %r329, %r331;
+	// begin inline asm
+	mov.b64 %rd347, {%r318,%r319};
+	// end inline asm
+	add.s64 	%rd348, %rd347, %rd346;
+	// begin inline asm
+	mov.b64 {%r320,%r321}, %rd348;
+	// end inline asm
+	shfl.sync.bfly.b32 	%r323|%p75, %r321, %r334, %r329, %r331;
+	shfl.sync.bfly.b32 	%r322|%p76, %r320, %r334, %r329, %r331;
+	// begin inline asm
+	mov.b64 %rd349, {%r322,%r323};
+	// end inline asm
+	add.s64 	%rd350, %rd349, %rd348;
+	// begin inline asm
+	mov.b64 {%r324,%r325}, %rd350;
+	// end inline asm
+	shfl.sync.bfly.b32 	%r327|%p77, %r325, %r335, %r329, %r331;
+	shfl.sync.bfly.b32 	%r326|%p78, %r324, %r335, %r329, %r331;
+	// begin inline asm
+	mov.b64 %rd351, {%r326,%r327};
+	// end inline asm
+	add.s64 	%rd82, %rd351, %rd350;
+	add.s64 	%rd83, %rd341, %rd340;
+	setp.ne.s32 	%p79, %r599, 0;
+	vote.sync.any.pred 	%p1, %p79, %r331;
+	setp.lt.u64 	%p80, %rd22, %rd493;
+	and.pred  	%p2, %p58, %p80;
+	add.s64 	%rd353, %rd22, %rd495;
+	shl.b64 	%rd354, %rd353, 3;
+	add.s64 	%rd84, %rd20, %rd354;
+	mov.u64 	%rd519, 0;
+	not.pred 	%p81, %p2;
+	@%p81 bra 	$L__BB3_75;
+	ld.u64 	%rd519, [%rd84];
+$L__BB3_75:
+	and.b32  	%r565, %r118, 31;
+	// begin inline asm
+	mov.b64 {%r336,%r337}, %rd519;
+	// end inline asm
+	mov.u32 	%r341, 0;
+	shfl.sync.idx.b32 	%r339|%p82, %r337, %r341, %r329, %r331;
+	shfl.sync.idx.b32 	%r338|%p83, %r336, %r341, %r329, %r331;
+	// begin inline asm
+	mov.b64 %rd356, {%r338,%r339};
+	// end inline asm
+	selp.b64 	%rd357, %rd82, %rd83, %p1;
+	setp.ne.s64 	%p84, %rd357, %rd356;
+	and.pred  	%p86, %p80, %p84;
+	not.pred 	%p87, %p86;
+	setp.ne.s32 	%p88, %r565, 0;
+	selp.b32 	%r615, %r600, %r599, %p86;
+	or.pred  	%p89, %p88, %p87;
+	@%p89 bra 	$L__BB3_77;
+	atom.global.add.u64 	%rd360, [%rd359], 1;
+	mov.u32 	%r615, %r600;
+$L__BB3_77:
+	setp.eq.s32 	%p91, %r599, 0;
+	or.pred  	%p92, %p7, %p91;
+	@%p92 bra 	$L__BB3_94;
+	and.b32  	%r343, %r599, 1;
+	setp.eq.b32 	%p93, %r343, 1;
+	mov.pred 	%p94, 0;
+	xor.pred  	%p95, %p93, %p94;
+	not.pred 	%p96, %p95;
+	@%p96 bra 	$L__BB3_80;
+	st.u8 	[%rd25], %rs173;
+$L__BB3_80:
+	and.b32  	%r344, %r599, 2;
+	setp.eq.s32 	%p97, %r344, 0;
+	@%p97 bra 	$L__BB3_82;
+	st.u8 	[%rd25+1], %rs172;
+$L__BB3_82:
+	and.b32  	%r345, %r599, 4;
+	setp.eq.s32 	%p98, %r345, 0;
+	@%p98 bra 	$L__BB3_84;
+	st.u8 	[%rd25+2], %rs171;
+$L__BB3_84:
+	and.b32  	%r346, %r599, 8;
+	setp.eq.s32 	%p99, %r346, 0;
+	@%p99 bra 	$L__BB3_86;
+	st.u8 	[%rd25+3], %rs170;
+$L__BB3_86:
+	and.b32  	%r347, %r599, 16;
+	setp.eq.s32 	%p100, %r347, 0;
+	@%p100 bra 	$L__BB3_88;
+	st.u8 	[%rd25+4], %rs169;
+$L__BB3_88:
+	and.b32  	%r348, %r599, 32;
+	setp.eq.s32 	%p101, %r348, 0;
+	@%p101 bra 	$L__BB3_90;
+	st.u8 	[%rd25+5], %rs168;
+$L__BB3_90:
+	and.b32  	%r349, %r599, 64;
+	setp.eq.s32 	%p102, %r349, 0;
+	@%p102 bra 	$L__BB3_92;
+	st.u8 	[%rd25+6], %rs167;
+$L__BB3_92:
+	and.b32  	%r350, %r599, 128;
+	setp.eq.s32 	%p103, %r350, 0;
+	@%p103 bra 	$L__BB3_94;
+	st.u8 	[%rd25+7], %rs166;
+$L__BB3_94:
+	and.b32  	%r566, %r118, 31;
+	setp.eq.s32 	%p222, %r566, 0;
+	and.pred  	%p221, %p222, %p80;
+	not.pred 	%p220, %p221;
+	setp.eq.s64 	%p104, %rd83, %rd356;
+	or.pred  	%p106, %p220, %p104;
+	@%p106 bra 	$L__BB3_96;
+	st.u64 	[%rd84], %rd83;
+$L__BB3_96:
+	cvt.u64.u32 	%rd480, %r124;
+	add.s64 	%rd479, %rd502, %rd480;
+	shl.b64 	%rd478, %rd479, 8;
+	shl.b32 	%r568, %r118, 3;
+	and.b32  	%r567, %r118, 31;
+	and.b32  	%r352, %r118, 3;
+	setp.ne.s32 	%p108, %r352, 0;
+	and.b32  	%r354, %r568, 24;
+	shl.b32 	%r355, %r615, %r354;
+	mov.u32 	%r356, 31;
+	mov.u32 	%r357, 1;
+	mov.u32 	%r358, -1;
+	shfl.sync.bfly.b32 	%r359|%p109, %r355, %r357, %r356, %r358;
+	or.b32  	%r360, %r359, %r355;
+	mov.u32 	%r361, 2;
+	shfl.sync.bfly.b32 	%r362|%p110, %r360, %r361, %r356, %r358;
+	or.b32  	%r86, %r360, %r362;
+	or.pred  	%p111, %p108, %p7;
+	shl.b32 	%r363, %r567, 3;
+	cvt.u64.u32 	%rd361, %r363;
+	add.s64 	%rd88, %rd478, %rd361;
+	setp.ge.u64 	%p112, %rd88, %rd15;
+	or.pred  	%p113, %p111, %p112;
+	@%p113 bra 	$L__BB3_98;
+	cvt.u64.u32 	%rd500, %r124;
+	add.s64 	%rd499, %rd502, %rd500;
+	and.b32  	%r573, %r118, 31;
+	cvt.u32.u64 	%r364, %rd499;
+	shl.b32 	%r365, %r364, 3;
+	shr.u32 	%r368, %r573, 2;
+	or.b32  	%r369, %r365, %r368;
+	shl.b32 	%r370, %r369, 2;
+	mov.u32 	%r371, _ZZ22ws_delta_count_lowbyteE5smask;
+	add.s32 	%r372, %r371, %r370;
+	st.shared.u32 	[%r372], %r86;
+$L__BB3_98:
+	and.b32  	%r569, %r118, 31;
+	setp.eq.s32 	%p223, %r569, 0;
+	setp.lt.u32 	%p114, %r569, 16;
+	mov.u32 	%r373, 16;
+	popc.b32 	%r87, %r615;
+	mov.u32 	%r374, 0;
+	shfl.sync.up.b32 	%r377|%p115, %r87, %r357, %r374, %r358;
+	selp.b32 	%r378, 0, %r377, %p223;
+	add.s32 	%r379, %r378, %r87;
+	shfl.sync.up.b32 	%r381|%p118, %r379, %r361, %r374, %r358;
+	setp.lt.u32 	%p119, %r569, 2;
+	selp.b32 	%r382, 0, %r381, %p119;
+	add.s32 	%r383, %r382, %r379;
+	mov.u32 	%r384, 4;
+	shfl.sync.up.b32 	%r385|%p120, %r383, %r384, %r374, %r358;
+	setp.lt.u32 	%p121, %r569, 4;
+	selp.b32 	%r386, 0, %r385, %p121;
+	add.s32 	%r387, %r386, %r383;
+	mov.u32 	%r388, 8;
+	shfl.sync.up.b32 	%r389|%p122, %r387, %r388, %r374, %r358;
+	setp.lt.u32 	%p123, %r569, 8;
+	selp.b32 	%r390, 0, %r389, %p123;
+	add.s32 	%r391, %r390, %r387;
+	shfl.sync.up.b32 	%r392|%p124, %r391, %r373, %r374, %r358;
+	selp.b32 	%r393, 0, %r392, %p114;
+	add.s32 	%r88, %r393, %r391;
+	shfl.sync.idx.b32 	%r89|%p3, %r88, %r356, %r356, %r358;
+	@%p88 bra 	$L__BB3_100;
+	shr.u32 	%r396, %r118, 3;
+	and.b32  	%r397, %r396, 536870908;
+	mov.u32 	%r398, _ZZ22ws_delta_count_lowbyteE4wred;
+	add.s32 	%r399, %r398, %r397;
+	st.shared.u32 	[%r399], %r89;
+$L__BB3_100:
+	setp.gt.u32 	%p125, %r118, 255;
+	setp.gt.u32 	%p126, %r118, 223;
+	setp.gt.u32 	%p127, %r118, 191;
+	setp.gt.u32 	%p128, %r118, 159;
+	setp.gt.u32 	%p129, %r118, 127;
+	setp.gt.u32 	%p130, %r118, 95;
+	setp.gt.u32 	%p131, %r118, 63;
+	setp.eq.s32 	%p132, %r124, 0;
+	bar.sync 	0;
+	ld.shared.u32 	%r402, [_ZZ22ws_delta_count_lowbyteE4wred];
+	selp.b32 	%r403, 0, %r402, %p132;
+	ld.shared.u32 	%r404, [_ZZ22ws_delta_count_lowbyteE4wred+4];
+	selp.b32 	%r405, %r404, 0, %p131;
+	add.s32 	%r406, %r405, %r403;
+	add.s32 	%r407, %r404, %r402;
+	ld.shared.u32 	%r408, [_ZZ22ws_delta_count_lowbyteE4wred+8];
+	selp.b32 	%r409, %r408, 0, %p130;
+	add.s32 	%r410, %r409, %r406;
+	add.s32 	%r411, %r408, %r407;
+	ld.shared.u32 	%r412, [_ZZ22ws_delta_count_lowbyteE4wred+12];
+	selp.b32 	%r413, %r412, 0, %p129;
+	add.s32 	%r414, %r413, %r410;
+	add.s32 	%r415, %r412, %r411;
+	ld.shared.u32 	%r416, [_ZZ22ws_delta_count_lowbyteE4wred+16];
+	selp.b32 	%r417, %r416, 0, %p128;
+	add.s32 	%r418, %r417, %r414;
+	add.s32 	%r419, %r416, %r415;
+	ld.shared.u32 	%r420, [_ZZ22ws_delta_count_lowbyteE4wred+20];
+	selp.b32 	%r421, %r420, 0, %p127;
+	add.s32 	%r422, %r421, %r418;
+	add.s32 	%r423, %r420, %r419;
+	ld.shared.u32 	%r424, [_ZZ22ws_delta_count_lowbyteE4wred+24];
+	selp.b32 	%r425, %r424, 0, %p126;
+	add.s32 	%r426, %r425, %r422;
+	add.s32 	%r90, %r424, %r423;
+	ld.shared.u32 	%r91, [_ZZ22ws_delta_count_lowbyteE4wred+28];
+	selp.b32 	%r427, %r91, 0, %p125;
+	add.s32 	%r428, %r427, %r426;
+	bar.sync 	0;
+	sub.s32 	%r429, %r623, %r87;
+	add.s32 	%r430, %r429, %r88;
+	add.s32 	%r617, %r430, %r428;
+	and.b32  	%r431, %r615, 1;
+	setp.eq.b32 	%p133, %r431, 1;
+	mov.pred 	%p134, 0;
+	xor.pred  	%p135, %p133, %p134;
+	not.pred 	%p136, %p135;
+	@%p136 bra 	$L__BB3_106;
+	setp.lt.u32 	%p137, %r1, 128;
+	shr.u32 	%r432, %r1, 3;
+	add.s32 	%r433, %r432, -16;
+	shr.u32 	%r434, %r433, 2;
+	selp.b32 	%r435, 0, %r434, %p137;
+	setp.ge.u32 	%p138, %r617, %r435;
+	@%p138 bra 	$L__BB3_105;
+	shr.u32 	%r436, %r1, 5;
+	cvt.u64.u32 	%rd362, %r436;
+	mul.lo.s64 	%rd363, %rd501, %rd362;
+	shl.b64 	%rd364, %rd363, 2;
+	cvta.to.global.u64 	%rd365, %rd6;
+	add.s64 	%rd366, %rd365, %rd364;
+	mul.wide.u32 	%rd367, %r617, 2;
+	add.s64 	%rd368, %rd366, %rd367;
+	st.global.u16 	[%rd368], %rd88;
+	shr.u32 	%r439, %r433, 1;
+	and.b32  	%r440, %r439, 2147483646;
+	add.s32 	%r441, %r440, 7;
+	and.b32  	%r442, %r441, -8;
+	selp.b32 	%r443, 0, %r442, %p137;
+	cvt.u64.u32 	%rd369, %r443;
+	add.s64 	%rd89, %rd368, %rd369;
+	add.s64 	%rd370, %rd6, %rd364;
+	and.b64  	%rd371, %rd370, 1;
+	setp.eq.b64 	%p140, %rd371, 1;
+	mov.pred 	%p141, 0;
+	xor.pred  	%p142, %p140, %p141;
+	not.pred 	%p143, %p142;
+	@%p143 bra 	$L__BB3_104;
+	bra.uni 	$L__BB3_103;
+$L__BB3_104:
+	st.global.u16 	[%rd89], %rs173;
+	bra.uni 	$L__BB3_105;
+$L__BB3_103:
+	st.global.u8 	[%rd89], %rs173;
+	shr.u16 	%rs107, %rs173, 8;
+	st.global.u8 	[%rd89+1], %rs107;
+$L__BB3_105:
+	add.s32 	%r617, %r617, 1;
+$L__BB3_106:
+	and.b32  	%r444, %r615, 2;
+	setp.eq.s32 	%p144, %r444, 0;
+	@%p144 bra 	$L__BB3_112;
+	setp.lt.u32 	%p145, %r1, 128;
+	shr.u32 	%r445, %r1, 3;
+	add.s32 	%r446, %r445, -16;
+	shr.u32 	%r447, %r446, 2;
+	selp.b32 	%r448, 0, %r447, %p145;
+	setp.ge.u32 	%p146, %r617, %r448;
+	@%p146 bra 	$L__BB3_111;
+	shr.u32 	%r449, %r1, 5;
+	cvt.u64.u32 	%rd372, %r449;
+	mul.lo.s64 	%rd373, %rd501, %rd372;
+	shl.b64 	%rd374, %rd373, 2;
+	cvta.to.global.u64 	%rd375, %rd6;
+	add.s64 	%rd376, %rd375, %rd374;
+	cvt.u16.u64 	%rs108, %rd88;
+	add.s16 	%rs109, %rs108, 1;
+	mul.wide.u32 	%rd377, %r617, 2;
+	add.s64 	%rd378, %rd376, %rd377;
+	st.global.u16 	[%rd378], %rs109;
+	shr.u32 	%r452, %r446, 1;
+	and.b32  	%r453, %r452, 2147483646;
+	add.s32 	%r454, %r453, 7;
+	and.b32  	%r455, %r454, -8;
+	selp.b32 	%r456, 0, %r455, %p145;
+	cvt.u64.u32 	%rd379, %r456;
+	add.s64 	%rd90, %rd378, %rd379;
+	add.s64 	%rd380, %rd6, %rd374;
+	and.b64  	%rd381, %rd380, 1;
+	setp.eq.b64 	%p148, %rd381, 1;
+	mov.pred 	%p149, 0;
+	xor.pred  	%p150, %p148, %p149;
+	not.pred 	%p151, %p150;
+	@%p151 bra 	$L__BB3_110;
+	bra.uni 	$L__BB3_109;
+$L__BB3_110:
+	st.global.u16 	[%rd90], %rs172;
+	bra.uni 	$L__BB3_111;
+$L__BB3_109:
+	st.global.u8 	[%rd90], %rs172;
+	shr.u16 	%rs110, %rs172, 8;
+	st.global.u8 	[%rd90+1], %rs110;
+$L__BB3_111:
+	add.s32 	%r617, %r617, 1;
+$L__BB3_112:
+	and.b32  	%r457, %r615, 4;
+	setp.eq.s32 	%p152, %r457, 0;
+	@%p152 bra 	$L__BB3_118;
+	setp.lt.u32 	%p153, %r1, 128;
+	shr.u32 	%r458, %r1, 3;
+	add.s32 	%r459, %r458, -16;
+	shr.u32 	%r460, %r459, 2;
+	selp.b32 	%r461, 0, %r460, %p153;
+	setp.ge.u32 	%p154, %r617, %r461;
+	@%p154 bra 	$L__BB3_117;
+	shr.u32 	%r462, %r1, 5;
+	cvt.u64.u32 	%rd382, %r462;
+	mul.lo.s64 	%rd383, %rd501, %rd382;
+	shl.b64 	%rd384, %rd383, 2;
+	cvta.to.global.u64 	%rd385, %rd6;
+	add.s64 	%rd386, %rd385, %rd384;
+	cvt.u16.u64 	%rs111, %rd88;
+	add.s16 	%rs112, %rs111, 2;
+	mul.wide.u32 	%rd387, %r617, 2;
+	add.s64 	%rd388, %rd386, %rd387;
+	st.global.u16 	[%rd388], %rs112;
+	shr.u32 	%r465, %r459, 1;
+	and.b32  	%r466, %r465, 2147483646;
+	add.s32 	%r467, %r466, 7;
+	and.b32  	%r468, %r467, -8;
+	selp.b32 	%r469, 0, %r468, %p153;
+	cvt.u64.u32 	%rd389, %r469;
+	add.s64 	%rd91, %rd388, %rd389;
+	add.s64 	%rd390, %rd6, %rd384;
+	and.b64  	%rd391, %rd390, 1;
+	setp.eq.b64 	%p156, %rd391, 1;
+	mov.pred 	%p157, 0;
+	xor.pred  	%p158, %p156, %p157;
+	not.pred 	%p159, %p158;
+	@%p159 bra 	$L__BB3_116;
+	bra.uni 	$L__BB3_115;
+$L__BB3_116:
+	st.global.u16 	[%rd91], %rs171;
+	bra.uni 	$L__BB3_117;
+$L__BB3_115:
+	st.global.u8 	[%rd91], %rs171;
+	shr.u16 	%rs113, %rs171, 8;
+	st.global.u8 	[%rd91+1], %rs113;
+$L__BB3_117:
+	add.s32 	%r617, %r617, 1;
+$L__BB3_118:
+	and.b32  	%r470, %r615, 8;
+	setp.eq.s32 	%p160, %r470, 0;
+	@%p160 bra 	$L__BB3_124;
+	setp.lt.u32 	%p161, %r1, 128;
+	shr.u32 	%r471, %r1, 3;
+	add.s32 	%r472, %r471, -16;
+	shr.u32 	%r473, %r472, 2;
+	selp.b32 	%r474, 0, %r473, %p161;
+	setp.ge.u32 	%p162, %r617, %r474;
+	@%p162 bra 	$L__BB3_123;
+	shr.u32 	%r475, %r1, 5;
+	cvt.u64.u32 	%rd392, %r475;
+	mul.lo.s64 	%rd393, %rd501, %rd392;
+	shl.b64 	%rd394, %rd393, 2;
+	cvta.to.global.u64 	%rd395, %rd6;
+	add.s64 	%rd396, %rd395, %rd394;
+	cvt.u16.u64 	%rs114, %rd88;
+	add.s16 	%rs115, %rs114, 3;
+	mul.wide.u32 	%rd397, %r617, 2;
+	add.s64 	%rd398, %rd396, %rd397;
+	st.global.u16 	[%rd398], %rs115;
+	shr.u32 	%r478, %r472, 1;
+	and.b32  	%r479, %r478, 2147483646;
+	add.s32 	%r480, %r479, 7;
+	and.b32  	%r481, %r480, -8;
+	selp.b32 	%r482, 0, %r481, %p161;
+	cvt.u64.u32 	%rd399, %r482;
+	add.s64 	%rd92, %rd398, %rd399;
+	add.s64 	%rd400, %rd6, %rd394;
+	and.b64  	%rd401, %rd400, 1;
+	setp.eq.b64 	%p164, %rd401, 1;
+	mov.pred 	%p165, 0;
+	xor.pred  	%p166, %p164, %p165;
+	not.pred 	%p167, %p166;
+	@%p167 bra 	$L__BB3_122;
+	bra.uni 	$L__BB3_121;
+$L__BB3_122:
+	st.global.u16 	[%rd92], %rs170;
+	bra.uni 	$L__BB3_123;
+$L__BB3_121:
+	st.global.u8 	[%rd92], %rs170;
+	shr.u16 	%rs116, %rs170, 8;
+	st.global.u8 	[%rd92+1], %rs116;
+$L__BB3_123:
+	add.s32 	%r617, %r617, 1;
+$L__BB3_124:
+	and.b32  	%r483, %r615, 16;
+	setp.eq.s32 	%p168, %r483, 0;
+	@%p168 bra 	$L__BB3_130;
+	setp.lt.u32 	%p169, %r1, 128;
+	shr.u32 	%r484, %r1, 3;
+	add.s32 	%r485, %r484, -16;
+	shr.u32 	%r486, %r485, 2;
+	selp.b32 	%r487, 0, %r486, %p169;
+	setp.ge.u32 	%p170, %r617, %r487;
+	@%p170 bra 	$L__BB3_129;
+	shr.u32 	%r488, %r1, 5;
+	cvt.u64.u32 	%rd402, %r488;
+	mul.lo.s64 	%rd403, %rd501, %rd402;
+	shl.b64 	%rd404, %rd403, 2;
+	cvta.to.global.u64 	%rd405, %rd6;
+	add.s64 	%rd406, %rd405, %rd404;
+	cvt.u16.u64 	%rs117, %rd88;
+	add.s16 	%rs118, %rs117, 4;
+	mul.wide.u32 	%rd407, %r617, 2;
+	add.s64 	%rd408, %rd406, %rd407;
+	st.global.u16 	[%rd408], %rs118;
+	shr.u32 	%r491, %r485, 1;
+	and.b32  	%r492, %r491, 2147483646;
+	add.s32 	%r493, %r492, 7;
+	and.b32  	%r494, %r493, -8;
+	selp.b32 	%r495, 0, %r494, %p169;
+	cvt.u64.u32 	%rd409, %r495;
+	add.s64 	%rd93, %rd408, %rd409;
+	add.s64 	%rd410, %rd6, %rd404;
+	and.b64  	%rd411, %rd410, 1;
+	setp.eq.b64 	%p172, %rd411, 1;
+	mov.pred 	%p173, 0;
+	xor.pred  	%p174, %p172, %p173;
+	not.pred 	%p175, %p174;
+	@%p175 bra 	$L__BB3_128;
+	bra.uni 	$L__BB3_127;
+$L__BB3_128:
+	st.global.u16 	[%rd93], %rs169;
+	bra.uni 	$L__BB3_129;
+$L__BB3_127:
+	st.global.u8 	[%rd93], %rs169;
+	shr.u16 	%rs119, %rs169, 8;
+	st.global.u8 	[%rd93+1], %rs119;
+$L__BB3_129:
+	add.s32 	%r617, %r617, 1;
+$L__BB3_130:
+	and.b32  	%r496, %r615, 32;
+	setp.eq.s32 	%p176, %r496, 0;
+	@%p176 bra 	$L__BB3_136;
+	setp.lt.u32 	%p177, %r1, 128;
+	shr.u32 	%r497, %r1, 3;
+	add.s32 	%r498, %r497, -16;
+	shr.u32 	%r499, %r498, 2;
+	selp.b32 	%r500, 0, %r499, %p177;
+	setp.ge.u32 	%p178, %r617, %r500;
+	@%p178 bra 	$L__BB3_135;
+	shr.u32 	%r501, %r1, 5;
+	cvt.u64.u32 	%rd412, %r501;
+	mul.lo.s64 	%rd413, %rd501, %rd412;
+	shl.b64 	%rd414, %rd413, 2;
+	cvta.to.global.u64 	%rd415, %rd6;
+	add.s64 	%rd416, %rd415, %rd414;
+	cvt.u16.u64 	%rs120, %rd88;
+	add.s16 	%rs121, %rs120, 5;
+	mul.wide.u32 	%rd417, %r617, 2;
+	add.s64 	%rd418, %rd416, %rd417;
+	st.global.u16 	[%rd418], %rs121;
+	shr.u32 	%r504, %r498, 1;
+	and.b32  	%r505, %r504, 2147483646;
+	add.s32 	%r506, %r505, 7;
+	and.b32  	%r507, %r506, -8;
+	selp.b32 	%r508, 0, %r507, %p177;
+	cvt.u64.u32 	%rd419, %r508;
+	add.s64 	%rd94, %rd418, %rd419;
+	add.s64 	%rd420, %rd6, %rd414;
+	and.b64  	%rd421, %rd420, 1;
+	setp.eq.b64 	%p180, %rd421, 1;
+	mov.pred 	%p181, 0;
+	xor.pred  	%p182, %p180, %p181;
+	not.pred 	%p183, %p182;
+	@%p183 bra 	$L__BB3_134;
+	bra.uni 	$L__BB3_133;
+$L__BB3_134:
+	st.global.u16 	[%rd94], %rs168;
+	bra.uni 	$L__BB3_135;
+$L__BB3_133:
+	st.global.u8 	[%rd94], %rs168;
+	shr.u16 	%rs122, %rs168, 8;
+	st.global.u8 	[%rd94+1], %rs122;
+$L__BB3_135:
+	add.s32 	%r617, %r617, 1;
+$L__BB3_136:
+	and.b32  	%r509, %r615, 64;
+	setp.eq.s32 	%p184, %r509, 0;
+	@%p184 bra 	$L__BB3_142;
+	setp.lt.u32 	%p185, %r1, 128;
+	shr.u32 	%r510, %r1, 3;
+	add.s32 	%r511, %r510, -16;
+	shr.u32 	%r512, %r511, 2;
+	selp.b32 	%r513, 0, %r512, %p185;
+	setp.ge.u32 	%p186, %r617, %r513;
+	@%p186 bra 	$L__BB3_141;
+	shr.u32 	%r514, %r1, 5;
+	cvt.u64.u32 	%rd422, %r514;
+	mul.lo.s64 	%rd423, %rd501, %rd422;
+	shl.b64 	%rd424, %rd423, 2;
+	cvta.to.global.u64 	%rd425, %rd6;
+	add.s64 	%rd426, %rd425, %rd424;
+	cvt.u16.u64 	%rs123, %rd88;
+	add.s16 	%rs124, %rs123, 6;
+	mul.wide.u32 	%rd427, %r617, 2;
+	add.s64 	%rd428, %rd426, %rd427;
+	st.global.u16 	[%rd428], %rs124;
+	shr.u32 	%r517, %r511, 1;
+	and.b32  	%r518, %r517, 2147483646;
+	add.s32 	%r519, %r518, 7;
+	and.b32  	%r520, %r519, -8;
+	selp.b32 	%r521, 0, %r520, %p185;
+	cvt.u64.u32 	%rd429, %r521;
+	add.s64 	%rd95, %rd428, %rd429;
+	add.s64 	%rd430, %rd6, %rd424;
+	and.b64  	%rd431, %rd430, 1;
+	setp.eq.b64 	%p188, %rd431, 1;
+	mov.pred 	%p189, 0;
+	xor.pred  	%p190, %p188, %p189;
+	not.pred 	%p191, %p190;
+	@%p191 bra 	$L__BB3_140;
+	bra.uni 	$L__BB3_139;
+$L__BB3_140:
+	st.global.u16 	[%rd95], %rs167;
+	bra.uni 	$L__BB3_141;
+$L__BB3_139:
+	st.global.u8 	[%rd95], %rs167;
+	shr.u16 	%rs125, %rs167, 8;
+	st.global.u8 	[%rd95+1], %rs125;
+$L__BB3_141:
+	add.s32 	%r617, %r617, 1;
+$L__BB3_142:
+	and.b32  	%r522, %r615, 128;
+	setp.eq.s32 	%p192, %r522, 0;
+	setp.lt.u32 	%p193, %r1, 128;
+	shr.u32 	%r523, %r1, 3;
+	add.s32 	%r524, %r523, -16;
+	shr.u32 	%r525, %r524, 2;
+	selp.b32 	%r526, 0, %r525, %p193;
+	setp.ge.u32 	%p194, %r617, %r526;
+	or.pred  	%p195, %p192, %p194;
+	@%p195 bra 	$L__BB3_146;
+	shr.u32 	%r527, %r1, 5;
+	cvt.u64.u32 	%rd432, %r527;
+	mul.lo.s64 	%rd433, %rd501, %rd432;
+	shl.b64 	%rd434, %rd433, 2;
+	cvta.to.global.u64 	%rd435, %rd6;
+	add.s64 	%rd436, %rd435, %rd434;
+	cvt.u16.u64 	%rs126, %rd88;
+	add.s16 	%rs127, %rs126, 7;
+	mul.wide.u32 	%rd437, %r617, 2;
+	add.s64 	%rd438, %rd436, %rd437;
+	st.global.u16 	[%rd438], %rs127;
+	shr.u32 	%r530, %r524, 1;
+	and.b32  	%r531, %r530, 2147483646;
+	add.s32 	%r532, %r531, 7;
+	and.b32  	%r533, %r532, -8;
+	selp.b32 	%r534, 0, %r533, %p193;
+	cvt.u64.u32 	%rd439, %r534;
+	add.s64 	%rd96, %rd438, %rd439;
+	add.s64 	%rd440, %rd6, %rd434;
+	and.b64  	%rd441, %rd440, 1;
+	setp.eq.b64 	%p197, %rd441, 1;
+	mov.pred 	%p198, 0;
+	xor.pred  	%p199, %p197, %p198;
+	not.pred 	%p200, %p199;
+	@%p200 bra 	$L__BB3_145;
+	bra.uni 	$L__BB3_144;
+$L__BB3_145:
+	st.global.u16 	[%rd96], %rs166;
+	bra.uni 	$L__BB3_146;
+$L__BB3_144:
+	st.global.u8 	[%rd96], %rs166;
+	shr.u16 	%rs128, %rs166, 8;
+	st.global.u8 	[%rd96+1], %rs128;
+$L__BB3_146:
+	add.s64 	%rd482, %rd15, 255;
+	shr.u64 	%rd481, %rd482, 8;
+	add.s32 	%r535, %r91, %r90;
+	add.s32 	%r623, %r535, %r623;
+	add.s64 	%rd502, %rd502, 8;
+	setp.lt.u64 	%p201, %rd502, %rd481;
+	@%p201 bra 	$L__BB3_5;
+$L__BB3_147:
+	bar.sync 	0;
+	setp.eq.s32 	%p202, %r623, 0;
+	mov.u16 	%rs174, 0;
+	@%p202 bra 	$L__BB3_150;
+	shl.b64 	%rd442, %rd15, 1;
+	add.s64 	%rd443, %rd442, 7;
+	and.b64  	%rd444, %rd443, 17179869176;
+	add.s64 	%rd445, %rd15, 31;
+	shr.u64 	%rd446, %rd445, 3;
+	and.b64  	%rd447, %rd446, 1073741820;
+	add.s64 	%rd448, %rd447, 7;
+	and.b64  	%rd449, %rd448, 2147483640;
+	mul.wide.u32 	%rd450, %r623, 2;
+	add.s64 	%rd451, %rd450, 7;
+	and.b64  	%rd452, %rd451, 17179869176;
+	add.s64 	%rd98, %rd452, %rd449;
+	shl.b64 	%rd453, %rd451, 1;
+	and.b64  	%rd99, %rd453, 34359738352;
+	setp.le.u64 	%p203, %rd444, %rd98;
+	setp.le.u64 	%p204, %rd444, %rd99;
+	and.pred  	%p205, %p204, %p203;
+	mov.u16 	%rs174, 1;
+	@%p205 bra 	$L__BB3_150;
+	setp.gt.u64 	%p206, %rd98, %rd99;
+	selp.b16 	%rs174, 3, 2, %p206;
+$L__BB3_150:
+	setp.eq.s16 	%p207, %rs174, 2;
+	@%p207 bra 	$L__BB3_152;
+	setp.ne.s16 	%p208, %rs174, 3;
+	setp.lt.u32 	%p209, %r1, 128;
+	shr.u32 	%r536, %r1, 3;
+	add.s32 	%r537, %r536, -16;
+	shr.u32 	%r538, %r537, 2;
+	selp.b32 	%r539, 0, %r538, %p209;
+	setp.ge.u32 	%p210, %r539, %r623;
+	or.pred  	%p211, %p210, %p208;
+	@%p211 bra 	$L__BB3_160;
+$L__BB3_152:
+	add.s64 	%rd454, %rd15, 31;
+	shr.u64 	%rd100, %rd454, 5;
+	cvt.u64.u32 	%rd520, %r118;
+	setp.le.u64 	%p212, %rd100, %rd520;
+	@%p212 bra 	$L__BB3_160;
+	not.b64 	%rd456, %rd520;
+	add.s64 	%rd102, %rd100, %rd456;
+	shr.u64 	%rd457, %rd102, 8;
+	add.s64 	%rd458, %rd457, 1;
+	and.b64  	%rd103, %rd458, 3;
+	setp.eq.s64 	%p213, %rd103, 0;
+	@%p213 bra 	$L__BB3_157;
+	shl.b32 	%r543, %r118, 2;
+	mov.u32 	%r544, _ZZ22ws_delta_count_lowbyteE5smask;
+	add.s32 	%r545, %r544, %r543;
+	ld.shared.u32 	%r546, [%r545];
+	shr.u32 	%r547, %r1, 5;
+	cvt.u64.u32 	%rd459, %r547;
+	mul.lo.s64 	%rd460, %rd501, %rd459;
+	cvta.to.global.u64 	%rd461, %rd6;
+	shl.b64 	%rd462, %rd460, 2;
+	add.s64 	%rd463, %rd461, %rd462;
+	cvt.u64.u32 	%rd464, %r118;
+	mul.wide.u32 	%rd465, %r118, 4;
+	add.s64 	%rd104, %rd463, %rd465;
+	st.global.u32 	[%rd104], %r546;
+	add.s64 	%rd520, %rd464, 256;
+	setp.eq.s64 	%p214, %rd103, 1;
+	@%p214 bra 	$L__BB3_157;
+	ld.shared.u32 	%r551, [%r545+1024];
+	st.global.u32 	[%rd104+1024], %r551;
+	add.s64 	%rd520, %rd464, 512;
+	setp.eq.s64 	%p215, %rd103, 2;
+	@%p215 bra 	$L__BB3_157;
+	ld.shared.u32 	%r552, [%r545+2048];
+	st.global.u32 	[%rd104+2048], %r552;
+	add.s64 	%rd520, %rd464, 768;
+$L__BB3_157:
+	setp.lt.u64 	%p216, %rd102, 768;
+	@%p216 bra 	$L__BB3_160;
+	cvt.u32.u64 	%r554, %rd520;
+	shl.b32 	%r555, %r554, 2;
+	mov.u32 	%r556, _ZZ22ws_delta_count_lowbyteE5smask;
+	add.s32 	%r557, %r556, %r555;
+	add.s32 	%r624, %r557, 2048;
+	shr.u32 	%r558, %r1, 5;
+	cvt.u64.u32 	%rd468, %r558;
+	mul.lo.s64 	%rd469, %rd501, %rd468;
+	add.s64 	%rd470, %rd520, %rd469;
+	cvta.to.global.u64 	%rd471, %rd6;
+	shl.b64 	%rd472, %rd470, 2;
+	add.s64 	%rd473, %rd471, %rd472;
+	add.s64 	%rd521, %rd473, 2048;
+$L__BB3_159:
+	ld.shared.u32 	%r559, [%r624+-2048];
+	st.global.u32 	[%rd521+-2048], %r559;
+	ld.shared.u32 	%r560, [%r624+-1024];
+	st.global.u32 	[%rd521+-1024], %r560;
+	ld.shared.u32 	%r561, [%r624];
+	st.global.u32 	[%rd521], %r561;
+	ld.shared.u32 	%r562, [%r624+1024];
+	st.global.u32 	[%rd521+1024], %r562;
+	add.s32 	%r624, %r624, 4096;
+	add.s64 	%rd521, %rd521, 4096;
+	add.s64 	%rd520, %rd520, 1024;
+	setp.lt.u64 	%p217, %rd520, %rd100;
+	@%p217 bra 	$L__BB3_159;
+$L__BB3_160:
+	setp.ne.s32 	%p218, %r118, 0;
+	@%p218 bra 	$L__BB3_162;
+	shl.b64 	%rd484, %rd501, 2;
+	add.s64 	%rd476, %rd474, %rd484;
+	st.global.u32 	[%rd476], %r623;
+$L__BB3_162:
+	bar.sync 	0;
+$L__BB3_163:
+	ld.param.u64 	%rd483, [ws_delta_count_lowbyte_param_0+80];
+	mov.u32 	%r564, %nctaid.x;
+	cvt.u64.u32 	%rd477, %r564;
+	add.s64 	%rd501, %rd501, %rd477;
+	setp.lt.u64 	%p219, %rd501, %rd483;
+	@%p219 bra 	$L__BB3_2;
+$L__BB3_164:
 	ret;
 }
 	// .globl	ws_delta_chunks
@@ -6024,7 +7894,7 @@ $L__BB1_814:
 	mov.u32 	%r21, %ctaid.x;
 	cvt.u64.u32 	%rd567, %r21;
 	setp.le.u64 	%p1, %rd130, %rd567;
-	@%p1 bra 	$L__BB2_117;
+	@%p1 bra 	$L__BB4_117;
 	ld.param.u64 	%rd4, [%rd1+-32];
 	ld.param.u64 	%rd5, [%rd1+-24];
 	ld.param.u64 	%rd6, [%rd1+-16];
@@ -6039,7 +7909,7 @@ $L__BB1_814:
 	cvta.to.global.u64 	%rd507, %rd4;
 	cvta.to.global.u64 	%rd540, %rd5;
 	cvta.to.global.u64 	%rd543, %rd6;
-$L__BB2_2:
+$L__BB4_2:
 	cvt.u64.u32 	%rd132, %r24;
 	shl.b64 	%rd133, %rd567, 11;
 	add.s64 	%rd11, %rd133, %rd132;
@@ -6051,10 +7921,10 @@ $L__BB2_2:
 	mov.u32 	%r196, 0;
 	mov.u32 	%r195, %r196;
 	mov.u64 	%rd568, %rd569;
-	@%p2 bra 	$L__BB2_12;
+	@%p2 bra 	$L__BB4_12;
 	ld.global.u32 	%r25, [%rd12];
 	cvta.to.global.u64 	%rd137, %rd7;
-	mul.wide.u32 	%rd138, %r25, 40;
+	mul.wide.u32 	%rd138, %r25, 48;
 	add.s64 	%rd139, %rd137, %rd138;
 	ld.global.u64 	%rd140, [%rd139+24];
 	sub.s64 	%rd141, %rd11, %rd140;
@@ -6068,7 +7938,7 @@ $L__BB2_2:
 	ld.global.u32 	%rd16, [%rd139+36];
 	setp.eq.s32 	%p3, %r195, 0;
 	mov.u16 	%rs41, 0;
-	@%p3 bra 	$L__BB2_6;
+	@%p3 bra 	$L__BB4_6;
 	mul.lo.s64 	%rd146, %rd14, %rd16;
 	add.s64 	%rd147, %rd146, 7;
 	and.b64  	%rd148, %rd147, -8;
@@ -6089,17 +7959,17 @@ $L__BB2_2:
 	setp.le.u64 	%p5, %rd148, %rd18;
 	and.pred  	%p6, %p5, %p4;
 	mov.u16 	%rs41, 1;
-	@%p6 bra 	$L__BB2_6;
+	@%p6 bra 	$L__BB4_6;
 	setp.gt.u64 	%p7, %rd17, %rd18;
 	selp.b16 	%rs41, 3, 2, %p7;
-$L__BB2_6:
+$L__BB4_6:
 	setp.eq.s16 	%p8, %rs41, 1;
-	@%p8 bra 	$L__BB2_10;
+	@%p8 bra 	$L__BB4_10;
 	setp.eq.s16 	%p9, %rs41, 3;
-	@%p9 bra 	$L__BB2_11;
+	@%p9 bra 	$L__BB4_11;
 	setp.ne.s16 	%p10, %rs41, 2;
 	mov.u64 	%rd568, %rd569;
-	@%p10 bra 	$L__BB2_12;
+	@%p10 bra 	$L__BB4_12;
 	add.s64 	%rd161, %rd14, 31;
 	shr.u64 	%rd162, %rd161, 3;
 	and.b64  	%rd163, %rd162, 1073741820;
@@ -6109,8 +7979,8 @@ $L__BB2_6:
 	add.s64 	%rd167, %rd166, 7;
 	and.b64  	%rd168, %rd167, -8;
 	add.s64 	%rd568, %rd165, %rd168;
-	bra.uni 	$L__BB2_12;
-$L__BB2_11:
+	bra.uni 	$L__BB4_12;
+$L__BB4_11:
 	shl.b64 	%rd171, %rd15, 1;
 	add.s64 	%rd172, %rd171, 7;
 	and.b64  	%rd173, %rd172, 17179869176;
@@ -6118,18 +7988,18 @@ $L__BB2_11:
 	add.s64 	%rd175, %rd174, 7;
 	and.b64  	%rd176, %rd175, -8;
 	add.s64 	%rd568, %rd176, %rd173;
-	bra.uni 	$L__BB2_12;
-$L__BB2_10:
+	bra.uni 	$L__BB4_12;
+$L__BB4_10:
 	mul.lo.s64 	%rd169, %rd14, %rd16;
 	add.s64 	%rd170, %rd169, 7;
 	and.b64  	%rd568, %rd170, -8;
-$L__BB2_12:
+$L__BB4_12:
 	add.s64 	%rd23, %rd11, 1;
 	setp.ge.u64 	%p11, %rd23, %rd2;
-	@%p11 bra 	$L__BB2_22;
+	@%p11 bra 	$L__BB4_22;
 	ld.global.u32 	%r27, [%rd12+4];
 	cvta.to.global.u64 	%rd178, %rd7;
-	mul.wide.u32 	%rd179, %r27, 40;
+	mul.wide.u32 	%rd179, %r27, 48;
 	add.s64 	%rd180, %rd178, %rd179;
 	ld.global.u64 	%rd181, [%rd180+24];
 	sub.s64 	%rd182, %rd23, %rd181;
@@ -6143,7 +8013,7 @@ $L__BB2_12:
 	ld.global.u32 	%rd26, [%rd180+36];
 	setp.eq.s32 	%p12, %r196, 0;
 	mov.u16 	%rs42, 0;
-	@%p12 bra 	$L__BB2_16;
+	@%p12 bra 	$L__BB4_16;
 	mul.lo.s64 	%rd187, %rd24, %rd26;
 	add.s64 	%rd188, %rd187, 7;
 	and.b64  	%rd189, %rd188, -8;
@@ -6164,16 +8034,16 @@ $L__BB2_12:
 	setp.le.u64 	%p14, %rd189, %rd28;
 	and.pred  	%p15, %p14, %p13;
 	mov.u16 	%rs42, 1;
-	@%p15 bra 	$L__BB2_16;
+	@%p15 bra 	$L__BB4_16;
 	setp.gt.u64 	%p16, %rd27, %rd28;
 	selp.b16 	%rs42, 3, 2, %p16;
-$L__BB2_16:
+$L__BB4_16:
 	setp.eq.s16 	%p17, %rs42, 1;
-	@%p17 bra 	$L__BB2_20;
+	@%p17 bra 	$L__BB4_20;
 	setp.eq.s16 	%p18, %rs42, 3;
-	@%p18 bra 	$L__BB2_21;
+	@%p18 bra 	$L__BB4_21;
 	setp.ne.s16 	%p19, %rs42, 2;
-	@%p19 bra 	$L__BB2_22;
+	@%p19 bra 	$L__BB4_22;
 	add.s64 	%rd202, %rd24, 31;
 	shr.u64 	%rd203, %rd202, 3;
 	and.b64  	%rd204, %rd203, 1073741820;
@@ -6183,8 +8053,8 @@ $L__BB2_16:
 	add.s64 	%rd208, %rd207, 7;
 	and.b64  	%rd209, %rd208, -8;
 	add.s64 	%rd569, %rd206, %rd209;
-	bra.uni 	$L__BB2_22;
-$L__BB2_21:
+	bra.uni 	$L__BB4_22;
+$L__BB4_21:
 	shl.b64 	%rd212, %rd25, 1;
 	add.s64 	%rd213, %rd212, 7;
 	and.b64  	%rd214, %rd213, 17179869176;
@@ -6192,22 +8062,22 @@ $L__BB2_21:
 	add.s64 	%rd216, %rd215, 7;
 	and.b64  	%rd217, %rd216, -8;
 	add.s64 	%rd569, %rd217, %rd214;
-	bra.uni 	$L__BB2_22;
-$L__BB2_20:
+	bra.uni 	$L__BB4_22;
+$L__BB4_20:
 	mul.lo.s64 	%rd210, %rd24, %rd26;
 	add.s64 	%rd211, %rd210, 7;
 	and.b64  	%rd569, %rd211, -8;
-$L__BB2_22:
+$L__BB4_22:
 	add.s64 	%rd33, %rd11, 2;
 	setp.ge.u64 	%p20, %rd33, %rd2;
 	mov.u64 	%rd571, 0;
 	mov.u32 	%r198, 0;
 	mov.u32 	%r197, %r198;
 	mov.u64 	%rd570, %rd571;
-	@%p20 bra 	$L__BB2_32;
+	@%p20 bra 	$L__BB4_32;
 	ld.global.u32 	%r29, [%rd12+8];
 	cvta.to.global.u64 	%rd219, %rd7;
-	mul.wide.u32 	%rd220, %r29, 40;
+	mul.wide.u32 	%rd220, %r29, 48;
 	add.s64 	%rd221, %rd219, %rd220;
 	ld.global.u64 	%rd222, [%rd221+24];
 	sub.s64 	%rd223, %rd33, %rd222;
@@ -6221,7 +8091,7 @@ $L__BB2_22:
 	ld.global.u32 	%rd36, [%rd221+36];
 	setp.eq.s32 	%p21, %r197, 0;
 	mov.u16 	%rs43, 0;
-	@%p21 bra 	$L__BB2_26;
+	@%p21 bra 	$L__BB4_26;
 	mul.lo.s64 	%rd228, %rd34, %rd36;
 	add.s64 	%rd229, %rd228, 7;
 	and.b64  	%rd230, %rd229, -8;
@@ -6242,17 +8112,17 @@ $L__BB2_22:
 	setp.le.u64 	%p23, %rd230, %rd38;
 	and.pred  	%p24, %p23, %p22;
 	mov.u16 	%rs43, 1;
-	@%p24 bra 	$L__BB2_26;
+	@%p24 bra 	$L__BB4_26;
 	setp.gt.u64 	%p25, %rd37, %rd38;
 	selp.b16 	%rs43, 3, 2, %p25;
-$L__BB2_26:
+$L__BB4_26:
 	setp.eq.s16 	%p26, %rs43, 1;
-	@%p26 bra 	$L__BB2_30;
+	@%p26 bra 	$L__BB4_30;
 	setp.eq.s16 	%p27, %rs43, 3;
-	@%p27 bra 	$L__BB2_31;
+	@%p27 bra 	$L__BB4_31;
 	setp.ne.s16 	%p28, %rs43, 2;
 	mov.u64 	%rd570, %rd571;
-	@%p28 bra 	$L__BB2_32;
+	@%p28 bra 	$L__BB4_32;
 	add.s64 	%rd243, %rd34, 31;
 	shr.u64 	%rd244, %rd243, 3;
 	and.b64  	%rd245, %rd244, 1073741820;
@@ -6262,8 +8132,8 @@ $L__BB2_26:
 	add.s64 	%rd249, %rd248, 7;
 	and.b64  	%rd250, %rd249, -8;
 	add.s64 	%rd570, %rd247, %rd250;
-	bra.uni 	$L__BB2_32;
-$L__BB2_31:
+	bra.uni 	$L__BB4_32;
+$L__BB4_31:
 	shl.b64 	%rd253, %rd35, 1;
 	add.s64 	%rd254, %rd253, 7;
 	and.b64  	%rd255, %rd254, 17179869176;
@@ -6271,12 +8141,12 @@ $L__BB2_31:
 	add.s64 	%rd257, %rd256, 7;
 	and.b64  	%rd258, %rd257, -8;
 	add.s64 	%rd570, %rd258, %rd255;
-	bra.uni 	$L__BB2_32;
-$L__BB2_30:
+	bra.uni 	$L__BB4_32;
+$L__BB4_30:
 	mul.lo.s64 	%rd251, %rd34, %rd36;
 	add.s64 	%rd252, %rd251, 7;
 	and.b64  	%rd570, %rd252, -8;
-$L__BB2_32:
+$L__BB4_32:
 	add.s64 	%rd260, %rd569, %rd568;
 	add.s64 	%rd43, %rd570, %rd260;
 	cvt.u64.u32 	%rd261, %r197;
@@ -6286,10 +8156,10 @@ $L__BB2_32:
 	add.s64 	%rd44, %rd264, %rd261;
 	add.s64 	%rd45, %rd11, 3;
 	setp.ge.u64 	%p29, %rd45, %rd2;
-	@%p29 bra 	$L__BB2_42;
+	@%p29 bra 	$L__BB4_42;
 	ld.global.u32 	%r31, [%rd12+12];
 	cvta.to.global.u64 	%rd265, %rd7;
-	mul.wide.u32 	%rd266, %r31, 40;
+	mul.wide.u32 	%rd266, %r31, 48;
 	add.s64 	%rd267, %rd265, %rd266;
 	ld.global.u64 	%rd268, [%rd267+24];
 	sub.s64 	%rd269, %rd45, %rd268;
@@ -6303,7 +8173,7 @@ $L__BB2_32:
 	ld.global.u32 	%rd48, [%rd267+36];
 	setp.eq.s32 	%p30, %r198, 0;
 	mov.u16 	%rs44, 0;
-	@%p30 bra 	$L__BB2_36;
+	@%p30 bra 	$L__BB4_36;
 	mul.lo.s64 	%rd274, %rd46, %rd48;
 	add.s64 	%rd275, %rd274, 7;
 	and.b64  	%rd276, %rd275, -8;
@@ -6324,16 +8194,16 @@ $L__BB2_32:
 	setp.le.u64 	%p32, %rd276, %rd50;
 	and.pred  	%p33, %p32, %p31;
 	mov.u16 	%rs44, 1;
-	@%p33 bra 	$L__BB2_36;
+	@%p33 bra 	$L__BB4_36;
 	setp.gt.u64 	%p34, %rd49, %rd50;
 	selp.b16 	%rs44, 3, 2, %p34;
-$L__BB2_36:
+$L__BB4_36:
 	setp.eq.s16 	%p35, %rs44, 1;
-	@%p35 bra 	$L__BB2_40;
+	@%p35 bra 	$L__BB4_40;
 	setp.eq.s16 	%p36, %rs44, 3;
-	@%p36 bra 	$L__BB2_41;
+	@%p36 bra 	$L__BB4_41;
 	setp.ne.s16 	%p37, %rs44, 2;
-	@%p37 bra 	$L__BB2_42;
+	@%p37 bra 	$L__BB4_42;
 	add.s64 	%rd289, %rd46, 31;
 	shr.u64 	%rd290, %rd289, 3;
 	and.b64  	%rd291, %rd290, 1073741820;
@@ -6343,8 +8213,8 @@ $L__BB2_36:
 	add.s64 	%rd295, %rd294, 7;
 	and.b64  	%rd296, %rd295, -8;
 	add.s64 	%rd571, %rd293, %rd296;
-	bra.uni 	$L__BB2_42;
-$L__BB2_41:
+	bra.uni 	$L__BB4_42;
+$L__BB4_41:
 	shl.b64 	%rd299, %rd47, 1;
 	add.s64 	%rd300, %rd299, 7;
 	and.b64  	%rd301, %rd300, 17179869176;
@@ -6352,12 +8222,12 @@ $L__BB2_41:
 	add.s64 	%rd303, %rd302, 7;
 	and.b64  	%rd304, %rd303, -8;
 	add.s64 	%rd571, %rd304, %rd301;
-	bra.uni 	$L__BB2_42;
-$L__BB2_40:
+	bra.uni 	$L__BB4_42;
+$L__BB4_40:
 	mul.lo.s64 	%rd297, %rd46, %rd48;
 	add.s64 	%rd298, %rd297, 7;
 	and.b64  	%rd571, %rd298, -8;
-$L__BB2_42:
+$L__BB4_42:
 	add.s64 	%rd55, %rd571, %rd43;
 	cvt.u64.u32 	%rd306, %r198;
 	add.s64 	%rd56, %rd44, %rd306;
@@ -6367,10 +8237,10 @@ $L__BB2_42:
 	mov.u32 	%r200, 0;
 	mov.u32 	%r199, %r200;
 	mov.u64 	%rd572, %rd573;
-	@%p38 bra 	$L__BB2_52;
+	@%p38 bra 	$L__BB4_52;
 	ld.global.u32 	%r33, [%rd12+16];
 	cvta.to.global.u64 	%rd307, %rd7;
-	mul.wide.u32 	%rd308, %r33, 40;
+	mul.wide.u32 	%rd308, %r33, 48;
 	add.s64 	%rd309, %rd307, %rd308;
 	ld.global.u64 	%rd310, [%rd309+24];
 	sub.s64 	%rd311, %rd57, %rd310;
@@ -6384,7 +8254,7 @@ $L__BB2_42:
 	ld.global.u32 	%rd60, [%rd309+36];
 	setp.eq.s32 	%p39, %r199, 0;
 	mov.u16 	%rs45, 0;
-	@%p39 bra 	$L__BB2_46;
+	@%p39 bra 	$L__BB4_46;
 	mul.lo.s64 	%rd316, %rd58, %rd60;
 	add.s64 	%rd317, %rd316, 7;
 	and.b64  	%rd318, %rd317, -8;
@@ -6405,17 +8275,17 @@ $L__BB2_42:
 	setp.le.u64 	%p41, %rd318, %rd62;
 	and.pred  	%p42, %p41, %p40;
 	mov.u16 	%rs45, 1;
-	@%p42 bra 	$L__BB2_46;
+	@%p42 bra 	$L__BB4_46;
 	setp.gt.u64 	%p43, %rd61, %rd62;
 	selp.b16 	%rs45, 3, 2, %p43;
-$L__BB2_46:
+$L__BB4_46:
 	setp.eq.s16 	%p44, %rs45, 1;
-	@%p44 bra 	$L__BB2_50;
+	@%p44 bra 	$L__BB4_50;
 	setp.eq.s16 	%p45, %rs45, 3;
-	@%p45 bra 	$L__BB2_51;
+	@%p45 bra 	$L__BB4_51;
 	setp.ne.s16 	%p46, %rs45, 2;
 	mov.u64 	%rd572, %rd573;
-	@%p46 bra 	$L__BB2_52;
+	@%p46 bra 	$L__BB4_52;
 	add.s64 	%rd331, %rd58, 31;
 	shr.u64 	%rd332, %rd331, 3;
 	and.b64  	%rd333, %rd332, 1073741820;
@@ -6425,8 +8295,8 @@ $L__BB2_46:
 	add.s64 	%rd337, %rd336, 7;
 	and.b64  	%rd338, %rd337, -8;
 	add.s64 	%rd572, %rd335, %rd338;
-	bra.uni 	$L__BB2_52;
-$L__BB2_51:
+	bra.uni 	$L__BB4_52;
+$L__BB4_51:
 	shl.b64 	%rd341, %rd59, 1;
 	add.s64 	%rd342, %rd341, 7;
 	and.b64  	%rd343, %rd342, 17179869176;
@@ -6434,21 +8304,21 @@ $L__BB2_51:
 	add.s64 	%rd345, %rd344, 7;
 	and.b64  	%rd346, %rd345, -8;
 	add.s64 	%rd572, %rd346, %rd343;
-	bra.uni 	$L__BB2_52;
-$L__BB2_50:
+	bra.uni 	$L__BB4_52;
+$L__BB4_50:
 	mul.lo.s64 	%rd339, %rd58, %rd60;
 	add.s64 	%rd340, %rd339, 7;
 	and.b64  	%rd572, %rd340, -8;
-$L__BB2_52:
+$L__BB4_52:
 	add.s64 	%rd67, %rd572, %rd55;
 	cvt.u64.u32 	%rd348, %r199;
 	add.s64 	%rd68, %rd56, %rd348;
 	add.s64 	%rd69, %rd11, 5;
 	setp.ge.u64 	%p47, %rd69, %rd2;
-	@%p47 bra 	$L__BB2_62;
+	@%p47 bra 	$L__BB4_62;
 	ld.global.u32 	%r35, [%rd12+20];
 	cvta.to.global.u64 	%rd349, %rd7;
-	mul.wide.u32 	%rd350, %r35, 40;
+	mul.wide.u32 	%rd350, %r35, 48;
 	add.s64 	%rd351, %rd349, %rd350;
 	ld.global.u64 	%rd352, [%rd351+24];
 	sub.s64 	%rd353, %rd69, %rd352;
@@ -6462,7 +8332,7 @@ $L__BB2_52:
 	ld.global.u32 	%rd72, [%rd351+36];
 	setp.eq.s32 	%p48, %r200, 0;
 	mov.u16 	%rs46, 0;
-	@%p48 bra 	$L__BB2_56;
+	@%p48 bra 	$L__BB4_56;
 	mul.lo.s64 	%rd358, %rd70, %rd72;
 	add.s64 	%rd359, %rd358, 7;
 	and.b64  	%rd360, %rd359, -8;
@@ -6483,16 +8353,16 @@ $L__BB2_52:
 	setp.le.u64 	%p50, %rd360, %rd74;
 	and.pred  	%p51, %p50, %p49;
 	mov.u16 	%rs46, 1;
-	@%p51 bra 	$L__BB2_56;
+	@%p51 bra 	$L__BB4_56;
 	setp.gt.u64 	%p52, %rd73, %rd74;
 	selp.b16 	%rs46, 3, 2, %p52;
-$L__BB2_56:
+$L__BB4_56:
 	setp.eq.s16 	%p53, %rs46, 1;
-	@%p53 bra 	$L__BB2_60;
+	@%p53 bra 	$L__BB4_60;
 	setp.eq.s16 	%p54, %rs46, 3;
-	@%p54 bra 	$L__BB2_61;
+	@%p54 bra 	$L__BB4_61;
 	setp.ne.s16 	%p55, %rs46, 2;
-	@%p55 bra 	$L__BB2_62;
+	@%p55 bra 	$L__BB4_62;
 	add.s64 	%rd373, %rd70, 31;
 	shr.u64 	%rd374, %rd373, 3;
 	and.b64  	%rd375, %rd374, 1073741820;
@@ -6502,8 +8372,8 @@ $L__BB2_56:
 	add.s64 	%rd379, %rd378, 7;
 	and.b64  	%rd380, %rd379, -8;
 	add.s64 	%rd573, %rd377, %rd380;
-	bra.uni 	$L__BB2_62;
-$L__BB2_61:
+	bra.uni 	$L__BB4_62;
+$L__BB4_61:
 	shl.b64 	%rd383, %rd71, 1;
 	add.s64 	%rd384, %rd383, 7;
 	and.b64  	%rd385, %rd384, 17179869176;
@@ -6511,12 +8381,12 @@ $L__BB2_61:
 	add.s64 	%rd387, %rd386, 7;
 	and.b64  	%rd388, %rd387, -8;
 	add.s64 	%rd573, %rd388, %rd385;
-	bra.uni 	$L__BB2_62;
-$L__BB2_60:
+	bra.uni 	$L__BB4_62;
+$L__BB4_60:
 	mul.lo.s64 	%rd381, %rd70, %rd72;
 	add.s64 	%rd382, %rd381, 7;
 	and.b64  	%rd573, %rd382, -8;
-$L__BB2_62:
+$L__BB4_62:
 	add.s64 	%rd79, %rd573, %rd67;
 	cvt.u64.u32 	%rd390, %r200;
 	add.s64 	%rd80, %rd68, %rd390;
@@ -6526,10 +8396,10 @@ $L__BB2_62:
 	mov.u32 	%r202, 0;
 	mov.u32 	%r201, %r202;
 	mov.u64 	%rd574, %rd575;
-	@%p56 bra 	$L__BB2_72;
+	@%p56 bra 	$L__BB4_72;
 	ld.global.u32 	%r37, [%rd12+24];
 	cvta.to.global.u64 	%rd391, %rd7;
-	mul.wide.u32 	%rd392, %r37, 40;
+	mul.wide.u32 	%rd392, %r37, 48;
 	add.s64 	%rd393, %rd391, %rd392;
 	ld.global.u64 	%rd394, [%rd393+24];
 	sub.s64 	%rd395, %rd81, %rd394;
@@ -6543,7 +8413,7 @@ $L__BB2_62:
 	ld.global.u32 	%rd84, [%rd393+36];
 	setp.eq.s32 	%p57, %r201, 0;
 	mov.u16 	%rs47, 0;
-	@%p57 bra 	$L__BB2_66;
+	@%p57 bra 	$L__BB4_66;
 	mul.lo.s64 	%rd400, %rd82, %rd84;
 	add.s64 	%rd401, %rd400, 7;
 	and.b64  	%rd402, %rd401, -8;
@@ -6564,17 +8434,17 @@ $L__BB2_62:
 	setp.le.u64 	%p59, %rd402, %rd86;
 	and.pred  	%p60, %p59, %p58;
 	mov.u16 	%rs47, 1;
-	@%p60 bra 	$L__BB2_66;
+	@%p60 bra 	$L__BB4_66;
 	setp.gt.u64 	%p61, %rd85, %rd86;
 	selp.b16 	%rs47, 3, 2, %p61;
-$L__BB2_66:
+$L__BB4_66:
 	setp.eq.s16 	%p62, %rs47, 1;
-	@%p62 bra 	$L__BB2_70;
+	@%p62 bra 	$L__BB4_70;
 	setp.eq.s16 	%p63, %rs47, 3;
-	@%p63 bra 	$L__BB2_71;
+	@%p63 bra 	$L__BB4_71;
 	setp.ne.s16 	%p64, %rs47, 2;
 	mov.u64 	%rd574, %rd575;
-	@%p64 bra 	$L__BB2_72;
+	@%p64 bra 	$L__BB4_72;
 	add.s64 	%rd415, %rd82, 31;
 	shr.u64 	%rd416, %rd415, 3;
 	and.b64  	%rd417, %rd416, 1073741820;
@@ -6584,8 +8454,8 @@ $L__BB2_66:
 	add.s64 	%rd421, %rd420, 7;
 	and.b64  	%rd422, %rd421, -8;
 	add.s64 	%rd574, %rd419, %rd422;
-	bra.uni 	$L__BB2_72;
-$L__BB2_71:
+	bra.uni 	$L__BB4_72;
+$L__BB4_71:
 	shl.b64 	%rd425, %rd83, 1;
 	add.s64 	%rd426, %rd425, 7;
 	and.b64  	%rd427, %rd426, 17179869176;
@@ -6593,21 +8463,21 @@ $L__BB2_71:
 	add.s64 	%rd429, %rd428, 7;
 	and.b64  	%rd430, %rd429, -8;
 	add.s64 	%rd574, %rd430, %rd427;
-	bra.uni 	$L__BB2_72;
-$L__BB2_70:
+	bra.uni 	$L__BB4_72;
+$L__BB4_70:
 	mul.lo.s64 	%rd423, %rd82, %rd84;
 	add.s64 	%rd424, %rd423, 7;
 	and.b64  	%rd574, %rd424, -8;
-$L__BB2_72:
+$L__BB4_72:
 	add.s64 	%rd91, %rd574, %rd79;
 	cvt.u64.u32 	%rd432, %r201;
 	add.s64 	%rd92, %rd80, %rd432;
 	add.s64 	%rd93, %rd11, 7;
 	setp.ge.u64 	%p65, %rd93, %rd2;
-	@%p65 bra 	$L__BB2_82;
+	@%p65 bra 	$L__BB4_82;
 	ld.global.u32 	%r39, [%rd12+28];
 	cvta.to.global.u64 	%rd433, %rd7;
-	mul.wide.u32 	%rd434, %r39, 40;
+	mul.wide.u32 	%rd434, %r39, 48;
 	add.s64 	%rd435, %rd433, %rd434;
 	ld.global.u64 	%rd436, [%rd435+24];
 	sub.s64 	%rd437, %rd93, %rd436;
@@ -6621,7 +8491,7 @@ $L__BB2_72:
 	ld.global.u32 	%rd96, [%rd435+36];
 	setp.eq.s32 	%p66, %r202, 0;
 	mov.u16 	%rs48, 0;
-	@%p66 bra 	$L__BB2_76;
+	@%p66 bra 	$L__BB4_76;
 	mul.lo.s64 	%rd442, %rd94, %rd96;
 	add.s64 	%rd443, %rd442, 7;
 	and.b64  	%rd444, %rd443, -8;
@@ -6642,16 +8512,16 @@ $L__BB2_72:
 	setp.le.u64 	%p68, %rd444, %rd98;
 	and.pred  	%p69, %p68, %p67;
 	mov.u16 	%rs48, 1;
-	@%p69 bra 	$L__BB2_76;
+	@%p69 bra 	$L__BB4_76;
 	setp.gt.u64 	%p70, %rd97, %rd98;
 	selp.b16 	%rs48, 3, 2, %p70;
-$L__BB2_76:
+$L__BB4_76:
 	setp.eq.s16 	%p71, %rs48, 1;
-	@%p71 bra 	$L__BB2_80;
+	@%p71 bra 	$L__BB4_80;
 	setp.eq.s16 	%p72, %rs48, 3;
-	@%p72 bra 	$L__BB2_81;
+	@%p72 bra 	$L__BB4_81;
 	setp.ne.s16 	%p73, %rs48, 2;
-	@%p73 bra 	$L__BB2_82;
+	@%p73 bra 	$L__BB4_82;
 	add.s64 	%rd457, %rd94, 31;
 	shr.u64 	%rd458, %rd457, 3;
 	and.b64  	%rd459, %rd458, 1073741820;
@@ -6661,8 +8531,8 @@ $L__BB2_76:
 	add.s64 	%rd463, %rd462, 7;
 	and.b64  	%rd464, %rd463, -8;
 	add.s64 	%rd575, %rd461, %rd464;
-	bra.uni 	$L__BB2_82;
-$L__BB2_81:
+	bra.uni 	$L__BB4_82;
+$L__BB4_81:
 	shl.b64 	%rd467, %rd95, 1;
 	add.s64 	%rd468, %rd467, 7;
 	and.b64  	%rd469, %rd468, 17179869176;
@@ -6670,12 +8540,12 @@ $L__BB2_81:
 	add.s64 	%rd471, %rd470, 7;
 	and.b64  	%rd472, %rd471, -8;
 	add.s64 	%rd575, %rd472, %rd469;
-	bra.uni 	$L__BB2_82;
-$L__BB2_80:
+	bra.uni 	$L__BB4_82;
+$L__BB4_80:
 	mul.lo.s64 	%rd465, %rd94, %rd96;
 	add.s64 	%rd466, %rd465, 7;
 	and.b64  	%rd575, %rd466, -8;
-$L__BB2_82:
+$L__BB4_82:
 	add.s64 	%rd566, %rd569, %rd568;
 	add.s64 	%rd565, %rd570, %rd566;
 	add.s64 	%rd564, %rd571, %rd565;
@@ -6749,26 +8619,26 @@ $L__BB2_82:
 	add.s64 	%rd104, %rd487, %rd481;
 	cvt.u64.u32 	%rd488, %r202;
 	add.s64 	%rd105, %rd92, %rd488;
-	@%p79 bra 	$L__BB2_84;
+	@%p79 bra 	$L__BB4_84;
 	shr.u32 	%r68, %r23, 2;
 	and.b32  	%r69, %r68, 1073741816;
 	mov.u32 	%r70, _ZZ15ws_delta_chunksE3red;
 	add.s32 	%r71, %r70, %r69;
 	st.shared.u64 	[%r71], %rd104;
-$L__BB2_84:
+$L__BB4_84:
 	shr.u32 	%r20, %r23, 5;
 	setp.ne.s32 	%p90, %r20, 0;
 	bar.sync 	0;
-	@%p90 bra 	$L__BB2_89;
+	@%p90 bra 	$L__BB4_89;
 	and.b32  	%r193, %r23, 31;
 	setp.gt.u32 	%p91, %r193, 7;
 	mov.u64 	%rd576, 0;
-	@%p91 bra 	$L__BB2_87;
+	@%p91 bra 	$L__BB4_87;
 	and.b32  	%r76, %r24, 248;
 	mov.u32 	%r77, _ZZ15ws_delta_chunksE3red;
 	add.s32 	%r78, %r77, %r76;
 	ld.shared.u64 	%rd576, [%r78];
-$L__BB2_87:
+$L__BB4_87:
 	mov.u32 	%r101, 16;
 	mov.u32 	%r102, 4;
 	mov.u32 	%r103, 2;
@@ -6826,22 +8696,22 @@ $L__BB2_87:
 	// end inline asm
 	selp.b64 	%rd504, 0, %rd499, %p74;
 	add.s64 	%rd108, %rd504, %rd498;
-	@%p91 bra 	$L__BB2_89;
+	@%p91 bra 	$L__BB4_89;
 	and.b32  	%r110, %r24, 248;
 	mov.u32 	%r111, _ZZ15ws_delta_chunksE3red;
 	add.s32 	%r112, %r111, %r110;
 	st.shared.u64 	[%r112], %rd108;
-$L__BB2_89:
+$L__BB4_89:
 	setp.eq.s32 	%p108, %r20, 0;
 	bar.sync 	0;
 	mov.u64 	%rd577, 0;
-	@%p108 bra 	$L__BB2_91;
+	@%p108 bra 	$L__BB4_91;
 	shr.u32 	%r114, %r23, 2;
 	and.b32  	%r115, %r114, 1073741816;
 	mov.u32 	%r116, _ZZ15ws_delta_chunksE3red;
 	add.s32 	%r117, %r116, %r115;
 	ld.shared.u64 	%rd577, [%r117+-8];
-$L__BB2_91:
+$L__BB4_91:
 	cvt.u64.u32 	%rd558, %r24;
 	shl.b64 	%rd557, %rd567, 11;
 	add.s64 	%rd556, %rd557, %rd558;
@@ -6859,37 +8729,37 @@ $L__BB2_91:
 	sub.s64 	%rd506, %rd104, %rd549;
 	add.s64 	%rd112, %rd506, %rd577;
 	add.s64 	%rd113, %rd507, %rd548;
-	@%p153 bra 	$L__BB2_93;
+	@%p153 bra 	$L__BB4_93;
 	st.global.u32 	[%rd113], %rd112;
-$L__BB2_93:
+$L__BB4_93:
 	add.s64 	%rd114, %rd568, %rd112;
-	@%p11 bra 	$L__BB2_95;
+	@%p11 bra 	$L__BB4_95;
 	st.global.u32 	[%rd113+4], %rd114;
-$L__BB2_95:
+$L__BB4_95:
 	add.s64 	%rd115, %rd569, %rd114;
-	@%p20 bra 	$L__BB2_97;
+	@%p20 bra 	$L__BB4_97;
 	st.global.u32 	[%rd113+8], %rd115;
-$L__BB2_97:
+$L__BB4_97:
 	add.s64 	%rd116, %rd570, %rd115;
-	@%p29 bra 	$L__BB2_99;
+	@%p29 bra 	$L__BB4_99;
 	st.global.u32 	[%rd113+12], %rd116;
-$L__BB2_99:
+$L__BB4_99:
 	add.s64 	%rd117, %rd571, %rd116;
-	@%p38 bra 	$L__BB2_101;
+	@%p38 bra 	$L__BB4_101;
 	st.global.u32 	[%rd113+16], %rd117;
-$L__BB2_101:
+$L__BB4_101:
 	add.s64 	%rd118, %rd572, %rd117;
-	@%p47 bra 	$L__BB2_103;
+	@%p47 bra 	$L__BB4_103;
 	st.global.u32 	[%rd113+20], %rd118;
-$L__BB2_103:
+$L__BB4_103:
 	add.s64 	%rd119, %rd573, %rd118;
-	@%p56 bra 	$L__BB2_105;
+	@%p56 bra 	$L__BB4_105;
 	st.global.u32 	[%rd113+24], %rd119;
-$L__BB2_105:
+$L__BB4_105:
 	add.s64 	%rd120, %rd574, %rd119;
-	@%p65 bra 	$L__BB2_107;
+	@%p65 bra 	$L__BB4_107;
 	st.global.u32 	[%rd113+28], %rd120;
-$L__BB2_107:
+$L__BB4_107:
 	and.b32  	%r192, %r23, 31;
 	setp.ne.s32 	%p154, %r192, 31;
 	mov.u32 	%r138, 16;
@@ -6949,25 +8819,25 @@ $L__BB2_107:
 	// end inline asm
 	selp.b64 	%rd523, 0, %rd518, %p74;
 	add.s64 	%rd121, %rd523, %rd517;
-	@%p154 bra 	$L__BB2_109;
+	@%p154 bra 	$L__BB4_109;
 	shr.u32 	%r146, %r23, 2;
 	and.b32  	%r147, %r146, 1073741816;
 	mov.u32 	%r148, _ZZ15ws_delta_chunksE3red;
 	add.s32 	%r149, %r148, %r147;
 	st.shared.u64 	[%r149], %rd121;
-$L__BB2_109:
+$L__BB4_109:
 	setp.ne.s32 	%p155, %r20, 0;
 	bar.sync 	0;
-	@%p155 bra 	$L__BB2_114;
+	@%p155 bra 	$L__BB4_114;
 	and.b32  	%r194, %r23, 31;
 	setp.gt.u32 	%p134, %r194, 7;
 	mov.u64 	%rd578, 0;
-	@%p134 bra 	$L__BB2_112;
+	@%p134 bra 	$L__BB4_112;
 	and.b32  	%r154, %r24, 248;
 	mov.u32 	%r155, _ZZ15ws_delta_chunksE3red;
 	add.s32 	%r156, %r155, %r154;
 	ld.shared.u64 	%rd578, [%r156];
-$L__BB2_112:
+$L__BB4_112:
 	mov.u32 	%r179, 16;
 	mov.u32 	%r180, 4;
 	mov.u32 	%r181, 2;
@@ -7025,31 +8895,31 @@ $L__BB2_112:
 	// end inline asm
 	selp.b64 	%rd539, 0, %rd534, %p74;
 	add.s64 	%rd124, %rd539, %rd533;
-	@%p134 bra 	$L__BB2_114;
+	@%p134 bra 	$L__BB4_114;
 	and.b32  	%r188, %r24, 248;
 	mov.u32 	%r189, _ZZ15ws_delta_chunksE3red;
 	add.s32 	%r190, %r189, %r188;
 	st.shared.u64 	[%r190], %rd124;
-$L__BB2_114:
+$L__BB4_114:
 	setp.ne.s32 	%p151, %r23, 0;
 	bar.sync 	0;
 	ld.shared.u64 	%rd125, [_ZZ15ws_delta_chunksE3red+56];
 	bar.sync 	0;
-	@%p151 bra 	$L__BB2_116;
+	@%p151 bra 	$L__BB4_116;
 	shl.b64 	%rd541, %rd567, 3;
 	add.s64 	%rd542, %rd540, %rd541;
 	st.global.u64 	[%rd542], %rd111;
 	add.s64 	%rd544, %rd543, %rd541;
 	st.global.u64 	[%rd544], %rd125;
-$L__BB2_116:
+$L__BB4_116:
 	add.s64 	%rd560, %rd2, 2047;
 	shr.u64 	%rd559, %rd560, 11;
 	mov.u32 	%r191, %nctaid.x;
 	cvt.u64.u32 	%rd545, %r191;
 	add.s64 	%rd567, %rd567, %rd545;
 	setp.lt.u64 	%p152, %rd567, %rd559;
-	@%p152 bra 	$L__BB2_2;
-$L__BB2_117:
+	@%p152 bra 	$L__BB4_2;
+$L__BB4_117:
 	ret;
 }
 	// .globl	ws_delta_top
@@ -7069,7 +8939,7 @@ $L__BB2_117:
 	add.s64 	%rd44, %rd43, 2047;
 	shr.u64 	%rd2, %rd44, 11;
 	setp.eq.s64 	%p1, %rd2, 0;
-	@%p1 bra 	$L__BB3_13;
+	@%p1 bra 	$L__BB5_13;
 	mov.u32 	%r7, %tid.x;
 	ld.param.u64 	%rd48, [%rd1+-24];
 	mov.u64 	%rd47, 0;
@@ -7083,16 +8953,16 @@ $L__BB2_117:
 	mov.u64 	%rd166, %rd47;
 	mov.u64 	%rd173, %rd47;
 	mov.u64 	%rd172, %rd47;
-$L__BB3_2:
+$L__BB5_2:
 	cvt.u64.u32 	%rd55, %r7;
 	add.s64 	%rd10, %rd55, %rd166;
 	setp.ge.u64 	%p2, %rd10, %rd2;
 	mov.u64 	%rd169, %rd47;
 	mov.u64 	%rd170, %rd47;
-	@%p2 bra 	$L__BB3_4;
+	@%p2 bra 	$L__BB5_4;
 	ld.global.u64 	%rd169, [%rd165];
 	ld.global.u64 	%rd170, [%rd164];
-$L__BB3_4:
+$L__BB5_4:
 	setp.lt.u32 	%p3, %r30, 16;
 	mov.u32 	%r31, 16;
 	setp.lt.u32 	%p4, %r30, 8;
@@ -7157,17 +9027,17 @@ $L__BB3_4:
 	selp.b64 	%rd70, 0, %rd65, %p3;
 	add.s64 	%rd15, %rd70, %rd64;
 	add.s64 	%rd173, %rd170, %rd173;
-	@%p8 bra 	$L__BB3_6;
+	@%p8 bra 	$L__BB5_6;
 	shr.u32 	%r39, %r7, 2;
 	and.b32  	%r40, %r39, 1073741816;
 	mov.u32 	%r41, _ZZ12ws_delta_topN10weightsync7kernels17DeltaEncodeParamsEE3red;
 	add.s32 	%r42, %r41, %r40;
 	st.shared.u64 	[%r42], %rd15;
-$L__BB3_6:
+$L__BB5_6:
 	shr.u32 	%r44, %r7, 5;
 	setp.ne.s32 	%p19, %r44, 0;
 	bar.sync 	0;
-	@%p19 bra 	$L__BB3_8;
+	@%p19 bra 	$L__BB5_8;
 	setp.lt.u32 	%p77, %r30, 8;
 	setp.lt.u32 	%p76, %r30, 4;
 	setp.lt.u32 	%p75, %r30, 2;
@@ -7234,39 +9104,39 @@ $L__BB3_6:
 	selp.b64 	%rd85, 0, %rd80, %p3;
 	add.s64 	%rd86, %rd85, %rd79;
 	st.shared.u64 	[%r75], %rd86;
-$L__BB3_8:
+$L__BB5_8:
 	setp.eq.s32 	%p35, %r44, 0;
 	bar.sync 	0;
 	mov.u64 	%rd171, 0;
-	@%p35 bra 	$L__BB3_10;
+	@%p35 bra 	$L__BB5_10;
 	shr.u32 	%r81, %r7, 2;
 	and.b32  	%r82, %r81, 1073741816;
 	mov.u32 	%r83, _ZZ12ws_delta_topN10weightsync7kernels17DeltaEncodeParamsEE3red;
 	add.s32 	%r84, %r83, %r82;
 	ld.shared.u64 	%rd171, [%r84+-8];
-$L__BB3_10:
+$L__BB5_10:
 	cvt.u64.u32 	%rd163, %r7;
 	add.s64 	%rd162, %rd163, %rd166;
 	setp.ge.u64 	%p78, %rd162, %rd2;
 	ld.shared.u64 	%rd19, [_ZZ12ws_delta_topN10weightsync7kernels17DeltaEncodeParamsEE3red+248];
 	bar.sync 	0;
-	@%p78 bra 	$L__BB3_12;
+	@%p78 bra 	$L__BB5_12;
 	sub.s64 	%rd88, %rd172, %rd169;
 	add.s64 	%rd89, %rd88, %rd15;
 	add.s64 	%rd90, %rd89, %rd171;
 	st.global.u64 	[%rd165], %rd90;
-$L__BB3_12:
+$L__BB5_12:
 	add.s64 	%rd172, %rd19, %rd172;
 	add.s64 	%rd165, %rd165, 8192;
 	add.s64 	%rd164, %rd164, 8192;
 	add.s64 	%rd166, %rd166, 1024;
 	setp.lt.u64 	%p37, %rd166, %rd2;
-	@%p37 bra 	$L__BB3_2;
-	bra.uni 	$L__BB3_14;
-$L__BB3_13:
+	@%p37 bra 	$L__BB5_2;
+	bra.uni 	$L__BB5_14;
+$L__BB5_13:
 	mov.u64 	%rd172, 0;
 	mov.u64 	%rd173, %rd172;
-$L__BB3_14:
+$L__BB5_14:
 	mov.u32 	%r146, %tid.x;
 	and.b32  	%r2, %r146, 31;
 	shr.u32 	%r3, %r146, 5;
@@ -7333,15 +9203,15 @@ $L__BB3_14:
 	selp.b64 	%rd107, 0, %rd102, %p52;
 	add.s64 	%rd26, %rd107, %rd101;
 	setp.ne.s32 	%p53, %r2, 31;
-	@%p53 bra 	$L__BB3_16;
+	@%p53 bra 	$L__BB5_16;
 	shl.b32 	%r112, %r3, 3;
 	mov.u32 	%r113, _ZZ12ws_delta_topN10weightsync7kernels17DeltaEncodeParamsEE3red;
 	add.s32 	%r114, %r113, %r112;
 	st.shared.u64 	[%r114], %rd26;
-$L__BB3_16:
+$L__BB5_16:
 	bar.sync 	0;
 	setp.ne.s32 	%p54, %r3, 0;
-	@%p54 bra 	$L__BB3_18;
+	@%p54 bra 	$L__BB5_18;
 	mov.u32 	%r135, 16;
 	shl.b32 	%r136, %r2, 3;
 	mov.u32 	%r137, _ZZ12ws_delta_topN10weightsync7kernels17DeltaEncodeParamsEE3red;
@@ -7404,12 +9274,12 @@ $L__BB3_16:
 	selp.b64 	%rd122, 0, %rd117, %p52;
 	add.s64 	%rd123, %rd122, %rd116;
 	st.shared.u64 	[%r138], %rd123;
-$L__BB3_18:
+$L__BB5_18:
 	bar.sync 	0;
 	ld.shared.u64 	%rd27, [_ZZ12ws_delta_topN10weightsync7kernels17DeltaEncodeParamsEE3red+248];
 	bar.sync 	0;
 	setp.ne.s32 	%p70, %r146, 0;
-	@%p70 bra 	$L__BB3_20;
+	@%p70 bra 	$L__BB5_20;
 	mov.b64 	%rd161, ws_delta_top_param_0;
 	ld.param.u64 	%rd125, [%rd161+56];
 	cvta.to.global.u64 	%rd126, %rd125;
@@ -7420,11 +9290,11 @@ $L__BB3_18:
 	cvta.to.global.u64 	%rd130, %rd129;
 	st.global.u64 	[%rd130], %rd27;
 	st.global.u64 	[%rd130+8], %rd172;
-$L__BB3_20:
+$L__BB5_20:
 	mov.b64 	%rd159, ws_delta_top_param_0;
 	ld.param.u32 	%r4, [%rd159+88];
 	setp.ge.u32 	%p71, %r146, %r4;
-	@%p71 bra 	$L__BB3_27;
+	@%p71 bra 	$L__BB5_27;
 	mov.b64 	%rd160, ws_delta_top_param_0;
 	ld.param.u64 	%rd133, [%rd160];
 	cvta.to.global.u64 	%rd28, %rd133;
@@ -7435,15 +9305,15 @@ $L__BB3_20:
 	cvta.to.global.u64 	%rd31, %rd135;
 	ld.param.u64 	%rd136, [%rd160+8];
 	cvta.to.global.u64 	%rd32, %rd136;
-$L__BB3_22:
+$L__BB5_22:
 	cvt.u64.u32 	%rd33, %r146;
-	mul.wide.u32 	%rd137, %r146, 40;
+	mul.wide.u32 	%rd137, %r146, 48;
 	add.s64 	%rd138, %rd28, %rd137;
 	ld.global.u32 	%rd34, [%rd138+32];
 	ld.global.u64 	%rd35, [%rd138+24];
 	setp.le.u64 	%p72, %rd29, %rd35;
 	mov.u64 	%rd174, %rd172;
-	@%p72 bra 	$L__BB3_24;
+	@%p72 bra 	$L__BB5_24;
 	shr.u64 	%rd139, %rd35, 8;
 	and.b64  	%rd140, %rd139, 72057594037927928;
 	add.s64 	%rd141, %rd30, %rd140;
@@ -7452,11 +9322,11 @@ $L__BB3_22:
 	ld.global.u32 	%rd144, [%rd143];
 	ld.global.u64 	%rd145, [%rd141];
 	add.s64 	%rd174, %rd145, %rd144;
-$L__BB3_24:
+$L__BB5_24:
 	add.s64 	%rd38, %rd35, %rd34;
 	setp.le.u64 	%p73, %rd29, %rd38;
 	mov.u64 	%rd175, %rd172;
-	@%p73 bra 	$L__BB3_26;
+	@%p73 bra 	$L__BB5_26;
 	shr.u64 	%rd146, %rd38, 8;
 	and.b64  	%rd147, %rd146, 72057594037927928;
 	add.s64 	%rd148, %rd30, %rd147;
@@ -7465,7 +9335,7 @@ $L__BB3_24:
 	ld.global.u32 	%rd151, [%rd150];
 	ld.global.u64 	%rd152, [%rd148];
 	add.s64 	%rd175, %rd152, %rd151;
-$L__BB3_26:
+$L__BB5_26:
 	shl.b64 	%rd153, %rd34, 4;
 	add.s64 	%rd154, %rd153, 32;
 	sub.s64 	%rd155, %rd154, %rd174;
@@ -7477,8 +9347,8 @@ $L__BB3_26:
 	cvt.u32.u64 	%r145, %rd33;
 	add.s32 	%r146, %r145, 1024;
 	setp.lt.u32 	%p74, %r146, %r4;
-	@%p74 bra 	$L__BB3_22;
-$L__BB3_27:
+	@%p74 bra 	$L__BB5_22;
+$L__BB5_27:
 	ret;
 }
 	// .globl	ws_delta_encode
@@ -7513,7 +9383,7 @@ $L__BB3_27:
 	mov.u32 	%r766, %ctaid.x;
 	cvt.u64.u32 	%rd2410, %r766;
 	setp.le.u64 	%p7, %rd680, %rd2410;
-	@%p7 bra 	$L__BB4_1018;
+	@%p7 bra 	$L__BB6_1018;
 	mov.u32 	%r767, %tid.x;
 	cvt.u64.u32 	%rd4, %r767;
 	and.b32  	%r768, %r767, 31;
@@ -7534,16 +9404,16 @@ $L__BB3_27:
 	or.b64  	%rd11, %rd5, 352;
 	or.b64  	%rd12, %rd5, 384;
 	or.b64  	%rd13, %rd5, 480;
-$L__BB4_2:
+$L__BB6_2:
 	setp.lt.u64 	%p8, %rd2410, %rd678;
-	@%p8 bra 	$L__BB4_6;
-	bra.uni 	$L__BB4_3;
-$L__BB4_6:
+	@%p8 bra 	$L__BB6_6;
+	bra.uni 	$L__BB6_3;
+$L__BB6_6:
 	setp.ne.s32 	%p11, %r767, 0;
-	@%p11 bra 	$L__BB4_8;
+	@%p11 bra 	$L__BB6_8;
 	mov.u32 	%r782, 0;
 	st.shared.u32 	[_ZZ15ws_delta_encodeE5ncoop], %r782;
-$L__BB4_8:
+$L__BB6_8:
 	bar.sync 	0;
 	shl.b64 	%rd708, %rd2410, 8;
 	add.s64 	%rd709, %rd708, %rd4;
@@ -7557,7 +9427,7 @@ $L__BB4_8:
 	mov.u64 	%rd2414, %rd2411;
 	mov.u64 	%rd2415, %rd2411;
 	mov.u32 	%r3701, %r3700;
-	@%p12 bra 	$L__BB4_14;
+	@%p12 bra 	$L__BB6_14;
 	ld.param.u64 	%rd716, [%rd1+-56];
 	cvta.to.global.u64 	%rd717, %rd716;
 	shl.b64 	%rd719, %rd709, 2;
@@ -7574,7 +9444,7 @@ $L__BB4_8:
 	add.s64 	%rd727, %rd725, %rd726;
 	ld.global.u64 	%rd21, [%rd727];
 	setp.eq.s64 	%p13, %rd21, 0;
-	@%p13 bra 	$L__BB4_14;
+	@%p13 bra 	$L__BB6_14;
 	ld.param.u64 	%rd728, [%rd1+-24];
 	cvta.to.global.u64 	%rd729, %rd728;
 	shr.u64 	%rd730, %rd709, 8;
@@ -7588,7 +9458,7 @@ $L__BB4_8:
 	cvt.u32.u64 	%r3700, %rd19;
 	ld.param.u64 	%rd737, [%rd1+-80];
 	cvta.to.global.u64 	%rd738, %rd737;
-	mul.lo.s64 	%rd739, %rd20, 40;
+	mul.lo.s64 	%rd739, %rd20, 48;
 	add.s64 	%rd740, %rd738, %rd739;
 	ld.global.v2.u32 	{%r789, %r790}, [%rd740+32];
 	ld.global.u64 	%rd743, [%rd740+24];
@@ -7604,7 +9474,7 @@ $L__BB4_8:
 	add.s64 	%rd2412, %rd749, %rd748;
 	setp.eq.s32 	%p14, %r3700, 0;
 	mov.u16 	%rs63, 0;
-	@%p14 bra 	$L__BB4_13;
+	@%p14 bra 	$L__BB6_13;
 	mul.lo.s64 	%rd750, %rd2414, %rd25;
 	add.s64 	%rd751, %rd750, 7;
 	and.b64  	%rd752, %rd751, -8;
@@ -7625,10 +9495,10 @@ $L__BB4_8:
 	setp.le.u64 	%p16, %rd752, %rd28;
 	and.pred  	%p17, %p16, %p15;
 	mov.u16 	%rs63, 1;
-	@%p17 bra 	$L__BB4_13;
+	@%p17 bra 	$L__BB6_13;
 	setp.gt.u64 	%p18, %rd27, %rd28;
 	selp.b16 	%rs63, 3, 2, %p18;
-$L__BB4_13:
+$L__BB6_13:
 	mul.wide.u32 	%rd764, %r789, 16;
 	ld.param.u64 	%rd765, [%rd1+-72];
 	cvta.to.global.u64 	%rd766, %rd765;
@@ -7642,9 +9512,9 @@ $L__BB4_13:
 	sub.s64 	%rd2415, %rd772, %rd773;
 	cvt.u32.u64 	%r3701, %rd25;
 	mov.u64 	%rd2411, %rd21;
-$L__BB4_14:
+$L__BB6_14:
 	setp.eq.s64 	%p19, %rd2411, 0;
-	@%p19 bra 	$L__BB4_17;
+	@%p19 bra 	$L__BB6_17;
 	and.b16  	%rs42, %rs63, 255;
 	setp.eq.s16 	%p20, %rs42, 0;
 	mov.u16 	%rs43, 0;
@@ -7660,42 +9530,42 @@ $L__BB4_14:
 	add.s16 	%rs44, %rs63, -1;
 	and.b16  	%rs45, %rs44, 255;
 	setp.gt.u16 	%p22, %rs45, 1;
-	@%p22 bra 	$L__BB4_17;
+	@%p22 bra 	$L__BB6_17;
 	mov.u32 	%r794, _ZZ15ws_delta_encodeE5ncoop;
 	atom.shared.add.u32 	%r795, [%r794], 1;
 	shl.b32 	%r796, %r795, 2;
 	mov.u32 	%r797, _ZZ15ws_delta_encodeE4coop;
 	add.s32 	%r798, %r797, %r796;
 	st.shared.u32 	[%r798], %r767;
-$L__BB4_17:
+$L__BB6_17:
 	setp.ne.s64 	%p24, %rd2411, 0;
 	and.b16  	%rs46, %rs63, 255;
 	setp.eq.s16 	%p25, %rs46, 3;
 	and.pred  	%p1, %p25, %p24;
 	mov.pred 	%p940, 0;
 	not.pred 	%p26, %p1;
-	@%p26 bra 	$L__BB4_22;
+	@%p26 bra 	$L__BB6_22;
 	ld.param.u32 	%r12, [%rd1+12];
 	setp.lt.u32 	%p27, %r12, 128;
 	mov.u32 	%r3702, 0;
-	@%p27 bra 	$L__BB4_20;
+	@%p27 bra 	$L__BB6_20;
 	shr.u32 	%r801, %r12, 3;
 	add.s32 	%r802, %r801, -16;
 	add.s32 	%r803, %r3701, 2;
 	div.u32 	%r3702, %r802, %r803;
-$L__BB4_20:
+$L__BB6_20:
 	setp.gt.u32 	%p29, %r3700, %r3702;
-	@%p29 bra 	$L__BB4_22;
+	@%p29 bra 	$L__BB6_22;
 	max.u32 	%r804, %r3701, 2;
 	mov.u32 	%r805, 512;
 	div.u32 	%r806, %r805, %r804;
 	setp.le.u32 	%p940, %r3700, %r806;
-$L__BB4_22:
+$L__BB6_22:
 	mov.u32 	%r807, -1;
 	vote.sync.ballot.b32 	%r3703, %p940, %r807;
 	setp.eq.s32 	%p31, %r3703, 0;
-	@%p31 bra 	$L__BB4_112;
-$L__BB4_23:
+	@%p31 bra 	$L__BB6_112;
+$L__BB6_23:
 	shl.b64 	%rd2355, %rd2410, 8;
 	add.s64 	%rd2354, %rd2355, %rd4;
 	brev.b32 	%r817, %r3703;
@@ -7739,7 +9609,7 @@ $L__BB4_23:
 	mul.wide.u32 	%rd47, %r19, %r823;
 	setp.lt.u32 	%p39, %r18, 128;
 	mov.u32 	%r3704, %r3705;
-	@%p39 bra 	$L__BB4_25;
+	@%p39 bra 	$L__BB6_25;
 	shr.u32 	%r825, %r18, 3;
 	add.s32 	%r826, %r825, -16;
 	add.s32 	%r827, %r19, 2;
@@ -7747,7 +9617,7 @@ $L__BB4_23:
 	shl.b32 	%r829, %r828, 1;
 	add.s32 	%r830, %r829, 7;
 	and.b32  	%r3704, %r830, -8;
-$L__BB4_25:
+$L__BB6_25:
 	add.s64 	%rd48, %rd778, %rd780;
 	add.s64 	%rd49, %rd46, 7;
 	shr.u64 	%rd790, %rd49, 3;
@@ -7756,7 +9626,7 @@ $L__BB4_25:
 	cvt.u32.u64 	%r834, %rd5;
 	setp.ge.u32 	%p41, %r834, %r22;
 	mov.u32 	%r3706, %r3705;
-	@%p41 bra 	$L__BB4_28;
+	@%p41 bra 	$L__BB6_28;
 	shl.b64 	%rd792, %rd5, 3;
 	add.s64 	%rd791, %rd45, %rd792;
 	// begin inline asm
@@ -7765,7 +9635,7 @@ $L__BB4_25:
 	cvt.u64.u32 	%rd793, %r773;
 	sub.s64 	%rd50, %rd46, %rd793;
 	setp.gt.u64 	%p42, %rd50, 7;
-	@%p42 bra 	$L__BB4_28;
+	@%p42 bra 	$L__BB6_28;
 	cvt.u32.u64 	%r840, %rd50;
 	shl.b32 	%r841, %r840, 3;
 	mov.u64 	%rd794, -1;
@@ -7776,13 +9646,13 @@ $L__BB4_25:
 	shr.u64 	%rd797, %rd796, 32;
 	cvt.u32.u64 	%r843, %rd797;
 	and.b32  	%r3706, %r3706, %r843;
-$L__BB4_28:
+$L__BB6_28:
 	cvt.u32.u64 	%r846, %rd7;
 	setp.ge.u32 	%p43, %r846, %r22;
 	mov.u32 	%r3709, 0;
 	mov.u32 	%r3707, %r3709;
 	mov.u32 	%r3708, %r3709;
-	@%p43 bra 	$L__BB4_31;
+	@%p43 bra 	$L__BB6_31;
 	shl.b64 	%rd799, %rd7, 3;
 	add.s64 	%rd798, %rd45, %rd799;
 	// begin inline asm
@@ -7792,7 +9662,7 @@ $L__BB4_28:
 	cvt.u64.u32 	%rd800, %r852;
 	sub.s64 	%rd51, %rd46, %rd800;
 	setp.gt.u64 	%p44, %rd51, 7;
-	@%p44 bra 	$L__BB4_31;
+	@%p44 bra 	$L__BB6_31;
 	cvt.u32.u64 	%r853, %rd51;
 	shl.b32 	%r854, %r853, 3;
 	mov.u64 	%rd801, -1;
@@ -7803,7 +9673,7 @@ $L__BB4_28:
 	shr.u64 	%rd804, %rd803, 32;
 	cvt.u32.u64 	%r856, %rd804;
 	and.b32  	%r3708, %r3708, %r856;
-$L__BB4_31:
+$L__BB6_31:
 	cvt.u64.u32 	%rd805, %r3704;
 	add.s64 	%rd52, %rd45, %rd805;
 	add.s64 	%rd806, %rd47, 7;
@@ -7812,7 +9682,7 @@ $L__BB4_31:
 	selp.b32 	%r35, 0, %r859, %p32;
 	setp.ge.u32 	%p46, %r834, %r35;
 	mov.u32 	%r3710, %r3709;
-	@%p46 bra 	$L__BB4_34;
+	@%p46 bra 	$L__BB6_34;
 	shl.b64 	%rd809, %rd5, 3;
 	add.s64 	%rd808, %rd52, %rd809;
 	// begin inline asm
@@ -7821,7 +9691,7 @@ $L__BB4_31:
 	cvt.u64.u32 	%rd810, %r773;
 	sub.s64 	%rd53, %rd47, %rd810;
 	setp.gt.u64 	%p47, %rd53, 7;
-	@%p47 bra 	$L__BB4_34;
+	@%p47 bra 	$L__BB6_34;
 	cvt.u32.u64 	%r866, %rd53;
 	shl.b32 	%r867, %r866, 3;
 	mov.u64 	%rd811, -1;
@@ -7832,13 +9702,13 @@ $L__BB4_31:
 	shr.u64 	%rd814, %rd813, 32;
 	cvt.u32.u64 	%r869, %rd814;
 	and.b32  	%r3710, %r3710, %r869;
-$L__BB4_34:
+$L__BB6_34:
 	cvt.u32.u64 	%r3684, %rd7;
 	setp.ge.u32 	%p48, %r3684, %r35;
 	mov.u32 	%r3713, 0;
 	mov.u32 	%r3711, %r3713;
 	mov.u32 	%r3712, %r3713;
-	@%p48 bra 	$L__BB4_37;
+	@%p48 bra 	$L__BB6_37;
 	shl.b64 	%rd816, %rd7, 3;
 	add.s64 	%rd815, %rd52, %rd816;
 	// begin inline asm
@@ -7848,7 +9718,7 @@ $L__BB4_34:
 	cvt.u64.u32 	%rd817, %r878;
 	sub.s64 	%rd54, %rd47, %rd817;
 	setp.gt.u64 	%p49, %rd54, 7;
-	@%p49 bra 	$L__BB4_37;
+	@%p49 bra 	$L__BB6_37;
 	cvt.u32.u64 	%r879, %rd54;
 	shl.b32 	%r880, %r879, 3;
 	mov.u64 	%rd818, -1;
@@ -7859,7 +9729,7 @@ $L__BB4_34:
 	shr.u64 	%rd821, %rd820, 32;
 	cvt.u32.u64 	%r882, %rd821;
 	and.b32  	%r3712, %r3712, %r882;
-$L__BB4_37:
+$L__BB6_37:
 	brev.b32 	%r892, %r17;
 	bfind.shiftamt.u32 	%r893, %r892;
 	setp.eq.s32 	%p50, %r17, 0;
@@ -7898,7 +9768,7 @@ $L__BB4_37:
 	mul.wide.u32 	%rd58, %r898, 2;
 	mul.wide.u32 	%rd59, %r50, %r898;
 	setp.lt.u32 	%p57, %r49, 128;
-	@%p57 bra 	$L__BB4_39;
+	@%p57 bra 	$L__BB6_39;
 	shr.u32 	%r900, %r49, 3;
 	add.s32 	%r901, %r900, -16;
 	add.s32 	%r902, %r50, 2;
@@ -7906,7 +9776,7 @@ $L__BB4_37:
 	shl.b32 	%r904, %r903, 1;
 	add.s32 	%r905, %r904, 7;
 	and.b32  	%r3713, %r905, -8;
-$L__BB4_39:
+$L__BB6_39:
 	add.s64 	%rd60, %rd823, %rd825;
 	add.s64 	%rd61, %rd58, 7;
 	shr.u64 	%rd835, %rd61, 3;
@@ -7916,7 +9786,7 @@ $L__BB4_39:
 	setp.ge.u32 	%p59, %r834, %r53;
 	mov.u32 	%r3714, %r3716;
 	mov.u32 	%r3715, %r3716;
-	@%p59 bra 	$L__BB4_42;
+	@%p59 bra 	$L__BB6_42;
 	shl.b64 	%rd837, %rd5, 3;
 	add.s64 	%rd836, %rd57, %rd837;
 	// begin inline asm
@@ -7925,7 +9795,7 @@ $L__BB4_39:
 	cvt.u64.u32 	%rd838, %r773;
 	sub.s64 	%rd62, %rd58, %rd838;
 	setp.gt.u64 	%p60, %rd62, 7;
-	@%p60 bra 	$L__BB4_42;
+	@%p60 bra 	$L__BB6_42;
 	cvt.u32.u64 	%r915, %rd62;
 	shl.b32 	%r916, %r915, 3;
 	mov.u64 	%rd839, -1;
@@ -7936,11 +9806,11 @@ $L__BB4_39:
 	shr.u64 	%rd842, %rd841, 32;
 	cvt.u32.u64 	%r918, %rd842;
 	and.b32  	%r3715, %r3715, %r918;
-$L__BB4_42:
+$L__BB6_42:
 	cvt.u32.u64 	%r3685, %rd7;
 	setp.ge.u32 	%p61, %r3685, %r53;
 	mov.u32 	%r3717, %r3716;
-	@%p61 bra 	$L__BB4_45;
+	@%p61 bra 	$L__BB6_45;
 	shl.b64 	%rd844, %rd7, 3;
 	add.s64 	%rd843, %rd57, %rd844;
 	// begin inline asm
@@ -7950,7 +9820,7 @@ $L__BB4_42:
 	cvt.u64.u32 	%rd845, %r927;
 	sub.s64 	%rd63, %rd58, %rd845;
 	setp.gt.u64 	%p62, %rd63, 7;
-	@%p62 bra 	$L__BB4_45;
+	@%p62 bra 	$L__BB6_45;
 	cvt.u32.u64 	%r928, %rd63;
 	shl.b32 	%r929, %r928, 3;
 	mov.u64 	%rd846, -1;
@@ -7961,7 +9831,7 @@ $L__BB4_42:
 	shr.u64 	%rd849, %rd848, 32;
 	cvt.u32.u64 	%r931, %rd849;
 	and.b32  	%r3717, %r3717, %r931;
-$L__BB4_45:
+$L__BB6_45:
 	cvt.u64.u32 	%rd850, %r3713;
 	add.s64 	%rd64, %rd57, %rd850;
 	add.s64 	%rd851, %rd59, 7;
@@ -7972,7 +9842,7 @@ $L__BB4_45:
 	setp.ge.u32 	%p64, %r834, %r66;
 	mov.u32 	%r3718, %r3720;
 	mov.u32 	%r3719, %r3720;
-	@%p64 bra 	$L__BB4_48;
+	@%p64 bra 	$L__BB6_48;
 	shl.b64 	%rd854, %rd5, 3;
 	add.s64 	%rd853, %rd64, %rd854;
 	// begin inline asm
@@ -7981,7 +9851,7 @@ $L__BB4_45:
 	cvt.u64.u32 	%rd855, %r773;
 	sub.s64 	%rd65, %rd59, %rd855;
 	setp.gt.u64 	%p65, %rd65, 7;
-	@%p65 bra 	$L__BB4_48;
+	@%p65 bra 	$L__BB6_48;
 	cvt.u32.u64 	%r941, %rd65;
 	shl.b32 	%r942, %r941, 3;
 	mov.u64 	%rd856, -1;
@@ -7992,11 +9862,11 @@ $L__BB4_45:
 	shr.u64 	%rd859, %rd858, 32;
 	cvt.u32.u64 	%r944, %rd859;
 	and.b32  	%r3719, %r3719, %r944;
-$L__BB4_48:
+$L__BB6_48:
 	cvt.u32.u64 	%r3686, %rd7;
 	setp.ge.u32 	%p66, %r3686, %r66;
 	mov.u32 	%r3721, %r3720;
-	@%p66 bra 	$L__BB4_51;
+	@%p66 bra 	$L__BB6_51;
 	shl.b64 	%rd861, %rd7, 3;
 	add.s64 	%rd860, %rd64, %rd861;
 	// begin inline asm
@@ -8006,7 +9876,7 @@ $L__BB4_48:
 	cvt.u64.u32 	%rd862, %r953;
 	sub.s64 	%rd66, %rd59, %rd862;
 	setp.gt.u64 	%p67, %rd66, 7;
-	@%p67 bra 	$L__BB4_51;
+	@%p67 bra 	$L__BB6_51;
 	cvt.u32.u64 	%r954, %rd66;
 	shl.b32 	%r955, %r954, 3;
 	mov.u64 	%rd863, -1;
@@ -8017,7 +9887,7 @@ $L__BB4_48:
 	shr.u64 	%rd866, %rd865, 32;
 	cvt.u32.u64 	%r957, %rd866;
 	and.b32  	%r3721, %r3721, %r957;
-$L__BB4_51:
+$L__BB6_51:
 	brev.b32 	%r967, %r48;
 	bfind.shiftamt.u32 	%r968, %r967;
 	setp.eq.s32 	%p68, %r48, 0;
@@ -8058,7 +9928,7 @@ $L__BB4_51:
 	mul.wide.u32 	%rd71, %r81, %r973;
 	setp.lt.u32 	%p75, %r80, 128;
 	mov.u32 	%r3722, %r3723;
-	@%p75 bra 	$L__BB4_53;
+	@%p75 bra 	$L__BB6_53;
 	shr.u32 	%r975, %r80, 3;
 	add.s32 	%r976, %r975, -16;
 	add.s32 	%r977, %r81, 2;
@@ -8066,7 +9936,7 @@ $L__BB4_51:
 	shl.b32 	%r979, %r978, 1;
 	add.s32 	%r980, %r979, 7;
 	and.b32  	%r3722, %r980, -8;
-$L__BB4_53:
+$L__BB6_53:
 	cvt.u32.u64 	%r3697, %rd5;
 	add.s64 	%rd72, %rd868, %rd870;
 	add.s64 	%rd73, %rd70, 7;
@@ -8075,7 +9945,7 @@ $L__BB4_53:
 	selp.b32 	%r84, 0, %r983, %p68;
 	setp.ge.u32 	%p77, %r3697, %r84;
 	mov.u32 	%r3724, %r3723;
-	@%p77 bra 	$L__BB4_56;
+	@%p77 bra 	$L__BB6_56;
 	shl.b64 	%rd882, %rd5, 3;
 	add.s64 	%rd881, %rd69, %rd882;
 	// begin inline asm
@@ -8084,7 +9954,7 @@ $L__BB4_53:
 	cvt.u64.u32 	%rd883, %r773;
 	sub.s64 	%rd74, %rd70, %rd883;
 	setp.gt.u64 	%p78, %rd74, 7;
-	@%p78 bra 	$L__BB4_56;
+	@%p78 bra 	$L__BB6_56;
 	cvt.u32.u64 	%r990, %rd74;
 	shl.b32 	%r991, %r990, 3;
 	mov.u64 	%rd884, -1;
@@ -8095,13 +9965,13 @@ $L__BB4_53:
 	shr.u64 	%rd887, %rd886, 32;
 	cvt.u32.u64 	%r993, %rd887;
 	and.b32  	%r3724, %r3724, %r993;
-$L__BB4_56:
+$L__BB6_56:
 	cvt.u32.u64 	%r3687, %rd7;
 	setp.ge.u32 	%p79, %r3687, %r84;
 	mov.u32 	%r3727, 0;
 	mov.u32 	%r3725, %r3727;
 	mov.u32 	%r3726, %r3727;
-	@%p79 bra 	$L__BB4_59;
+	@%p79 bra 	$L__BB6_59;
 	shl.b64 	%rd889, %rd7, 3;
 	add.s64 	%rd888, %rd69, %rd889;
 	// begin inline asm
@@ -8111,7 +9981,7 @@ $L__BB4_56:
 	cvt.u64.u32 	%rd890, %r1002;
 	sub.s64 	%rd75, %rd70, %rd890;
 	setp.gt.u64 	%p80, %rd75, 7;
-	@%p80 bra 	$L__BB4_59;
+	@%p80 bra 	$L__BB6_59;
 	cvt.u32.u64 	%r1003, %rd75;
 	shl.b32 	%r1004, %r1003, 3;
 	mov.u64 	%rd891, -1;
@@ -8122,7 +9992,7 @@ $L__BB4_56:
 	shr.u64 	%rd894, %rd893, 32;
 	cvt.u32.u64 	%r1006, %rd894;
 	and.b32  	%r3726, %r3726, %r1006;
-$L__BB4_59:
+$L__BB6_59:
 	cvt.u32.u64 	%r3698, %rd5;
 	cvt.u64.u32 	%rd895, %r3722;
 	add.s64 	%rd76, %rd69, %rd895;
@@ -8132,7 +10002,7 @@ $L__BB4_59:
 	selp.b32 	%r97, 0, %r1009, %p68;
 	setp.ge.u32 	%p82, %r3698, %r97;
 	mov.u32 	%r3728, %r3727;
-	@%p82 bra 	$L__BB4_62;
+	@%p82 bra 	$L__BB6_62;
 	shl.b64 	%rd899, %rd5, 3;
 	add.s64 	%rd898, %rd76, %rd899;
 	// begin inline asm
@@ -8141,7 +10011,7 @@ $L__BB4_59:
 	cvt.u64.u32 	%rd900, %r773;
 	sub.s64 	%rd77, %rd71, %rd900;
 	setp.gt.u64 	%p83, %rd77, 7;
-	@%p83 bra 	$L__BB4_62;
+	@%p83 bra 	$L__BB6_62;
 	cvt.u32.u64 	%r1016, %rd77;
 	shl.b32 	%r1017, %r1016, 3;
 	mov.u64 	%rd901, -1;
@@ -8152,13 +10022,13 @@ $L__BB4_59:
 	shr.u64 	%rd904, %rd903, 32;
 	cvt.u32.u64 	%r1019, %rd904;
 	and.b32  	%r3728, %r3728, %r1019;
-$L__BB4_62:
+$L__BB6_62:
 	cvt.u32.u64 	%r3688, %rd7;
 	setp.ge.u32 	%p84, %r3688, %r97;
 	mov.u32 	%r3731, 0;
 	mov.u32 	%r3729, %r3731;
 	mov.u32 	%r3730, %r3731;
-	@%p84 bra 	$L__BB4_65;
+	@%p84 bra 	$L__BB6_65;
 	shl.b64 	%rd906, %rd7, 3;
 	add.s64 	%rd905, %rd76, %rd906;
 	// begin inline asm
@@ -8168,7 +10038,7 @@ $L__BB4_62:
 	cvt.u64.u32 	%rd907, %r1028;
 	sub.s64 	%rd78, %rd71, %rd907;
 	setp.gt.u64 	%p85, %rd78, 7;
-	@%p85 bra 	$L__BB4_65;
+	@%p85 bra 	$L__BB6_65;
 	cvt.u32.u64 	%r1029, %rd78;
 	shl.b32 	%r1030, %r1029, 3;
 	mov.u64 	%rd908, -1;
@@ -8179,7 +10049,7 @@ $L__BB4_62:
 	shr.u64 	%rd911, %rd910, 32;
 	cvt.u32.u64 	%r1032, %rd911;
 	and.b32  	%r3730, %r3730, %r1032;
-$L__BB4_65:
+$L__BB6_65:
 	shl.b64 	%rd2360, %rd2410, 8;
 	add.s64 	%rd2359, %rd2360, %rd4;
 	sub.s64 	%rd2358, %rd2359, %rd5;
@@ -8221,7 +10091,7 @@ $L__BB4_65:
 	mul.wide.u32 	%rd82, %r1048, 2;
 	mul.wide.u32 	%rd83, %r112, %r1048;
 	setp.lt.u32 	%p93, %r111, 128;
-	@%p93 bra 	$L__BB4_67;
+	@%p93 bra 	$L__BB6_67;
 	shr.u32 	%r1050, %r111, 3;
 	add.s32 	%r1051, %r1050, -16;
 	add.s32 	%r1052, %r112, 2;
@@ -8229,7 +10099,7 @@ $L__BB4_65:
 	shl.b32 	%r1054, %r1053, 1;
 	add.s32 	%r1055, %r1054, 7;
 	and.b32  	%r3731, %r1055, -8;
-$L__BB4_67:
+$L__BB6_67:
 	cvt.u32.u64 	%r3691, %rd5;
 	add.s64 	%rd84, %rd913, %rd915;
 	add.s64 	%rd85, %rd82, 7;
@@ -8240,7 +10110,7 @@ $L__BB4_67:
 	setp.ge.u32 	%p95, %r3691, %r115;
 	mov.u32 	%r3732, %r3734;
 	mov.u32 	%r3733, %r3734;
-	@%p95 bra 	$L__BB4_70;
+	@%p95 bra 	$L__BB6_70;
 	shl.b64 	%rd927, %rd5, 3;
 	add.s64 	%rd926, %rd81, %rd927;
 	// begin inline asm
@@ -8249,7 +10119,7 @@ $L__BB4_67:
 	cvt.u64.u32 	%rd928, %r773;
 	sub.s64 	%rd86, %rd82, %rd928;
 	setp.gt.u64 	%p96, %rd86, 7;
-	@%p96 bra 	$L__BB4_70;
+	@%p96 bra 	$L__BB6_70;
 	cvt.u32.u64 	%r1065, %rd86;
 	shl.b32 	%r1066, %r1065, 3;
 	mov.u64 	%rd929, -1;
@@ -8260,11 +10130,11 @@ $L__BB4_67:
 	shr.u64 	%rd932, %rd931, 32;
 	cvt.u32.u64 	%r1068, %rd932;
 	and.b32  	%r3733, %r3733, %r1068;
-$L__BB4_70:
+$L__BB6_70:
 	cvt.u32.u64 	%r3689, %rd7;
 	setp.ge.u32 	%p97, %r3689, %r115;
 	mov.u32 	%r3735, %r3734;
-	@%p97 bra 	$L__BB4_73;
+	@%p97 bra 	$L__BB6_73;
 	shl.b64 	%rd934, %rd7, 3;
 	add.s64 	%rd933, %rd81, %rd934;
 	// begin inline asm
@@ -8274,7 +10144,7 @@ $L__BB4_70:
 	cvt.u64.u32 	%rd935, %r1077;
 	sub.s64 	%rd87, %rd82, %rd935;
 	setp.gt.u64 	%p98, %rd87, 7;
-	@%p98 bra 	$L__BB4_73;
+	@%p98 bra 	$L__BB6_73;
 	cvt.u32.u64 	%r1078, %rd87;
 	shl.b32 	%r1079, %r1078, 3;
 	mov.u64 	%rd936, -1;
@@ -8285,7 +10155,7 @@ $L__BB4_70:
 	shr.u64 	%rd939, %rd938, 32;
 	cvt.u32.u64 	%r1081, %rd939;
 	and.b32  	%r3735, %r3735, %r1081;
-$L__BB4_73:
+$L__BB6_73:
 	cvt.u32.u64 	%r3690, %rd5;
 	cvt.u64.u32 	%rd940, %r3731;
 	add.s64 	%rd88, %rd81, %rd940;
@@ -8297,7 +10167,7 @@ $L__BB4_73:
 	setp.ge.u32 	%p100, %r3690, %r128;
 	mov.u32 	%r3736, %r3738;
 	mov.u32 	%r3737, %r3738;
-	@%p100 bra 	$L__BB4_76;
+	@%p100 bra 	$L__BB6_76;
 	shl.b64 	%rd944, %rd5, 3;
 	add.s64 	%rd943, %rd88, %rd944;
 	// begin inline asm
@@ -8306,7 +10176,7 @@ $L__BB4_73:
 	cvt.u64.u32 	%rd945, %r773;
 	sub.s64 	%rd89, %rd83, %rd945;
 	setp.gt.u64 	%p101, %rd89, 7;
-	@%p101 bra 	$L__BB4_76;
+	@%p101 bra 	$L__BB6_76;
 	cvt.u32.u64 	%r1091, %rd89;
 	shl.b32 	%r1092, %r1091, 3;
 	mov.u64 	%rd946, -1;
@@ -8317,11 +10187,11 @@ $L__BB4_73:
 	shr.u64 	%rd949, %rd948, 32;
 	cvt.u32.u64 	%r1094, %rd949;
 	and.b32  	%r3737, %r3737, %r1094;
-$L__BB4_76:
+$L__BB6_76:
 	cvt.u32.u64 	%r3682, %rd7;
 	setp.ge.u32 	%p102, %r3682, %r128;
 	mov.u32 	%r3739, %r3738;
-	@%p102 bra 	$L__BB4_79;
+	@%p102 bra 	$L__BB6_79;
 	shl.b64 	%rd951, %rd7, 3;
 	add.s64 	%rd950, %rd88, %rd951;
 	// begin inline asm
@@ -8331,7 +10201,7 @@ $L__BB4_76:
 	cvt.u64.u32 	%rd952, %r1103;
 	sub.s64 	%rd90, %rd83, %rd952;
 	setp.gt.u64 	%p103, %rd90, 7;
-	@%p103 bra 	$L__BB4_79;
+	@%p103 bra 	$L__BB6_79;
 	cvt.u32.u64 	%r1104, %rd90;
 	shl.b32 	%r1105, %r1104, 3;
 	mov.u64 	%rd953, -1;
@@ -8342,43 +10212,43 @@ $L__BB4_76:
 	shr.u64 	%rd956, %rd955, 32;
 	cvt.u32.u64 	%r1107, %rd956;
 	and.b32  	%r3739, %r3739, %r1107;
-$L__BB4_79:
+$L__BB6_79:
 	shl.b64 	%rd957, %rd5, 3;
 	add.s64 	%rd91, %rd48, %rd957;
 	and.b64  	%rd958, %rd49, 17179869176;
 	add.s64 	%rd92, %rd48, %rd958;
-	@%p41 bra 	$L__BB4_81;
+	@%p41 bra 	$L__BB6_81;
 	st.v2.u32 	[%rd91], {%r3705, %r3706};
-$L__BB4_81:
-	@%p43 bra 	$L__BB4_83;
+$L__BB6_81:
+	@%p43 bra 	$L__BB6_83;
 	st.v2.u32 	[%rd91+256], {%r3707, %r3708};
-$L__BB4_83:
+$L__BB6_83:
 	shl.b64 	%rd2363, %rd5, 3;
 	add.s64 	%rd93, %rd92, %rd2363;
-	@%p46 bra 	$L__BB4_85;
+	@%p46 bra 	$L__BB6_85;
 	st.v2.u32 	[%rd93], {%r3709, %r3710};
-$L__BB4_85:
-	@%p48 bra 	$L__BB4_87;
+$L__BB6_85:
+	@%p48 bra 	$L__BB6_87;
 	st.v2.u32 	[%rd93+256], {%r3711, %r3712};
-$L__BB4_87:
+$L__BB6_87:
 	shl.b64 	%rd2364, %rd5, 3;
 	add.s64 	%rd94, %rd60, %rd2364;
 	and.b64  	%rd961, %rd61, 17179869176;
 	add.s64 	%rd95, %rd60, %rd961;
-	@%p59 bra 	$L__BB4_89;
+	@%p59 bra 	$L__BB6_89;
 	st.v2.u32 	[%rd94], {%r3714, %r3715};
-$L__BB4_89:
-	@%p61 bra 	$L__BB4_91;
+$L__BB6_89:
+	@%p61 bra 	$L__BB6_91;
 	st.v2.u32 	[%rd94+256], {%r3716, %r3717};
-$L__BB4_91:
+$L__BB6_91:
 	shl.b64 	%rd2365, %rd5, 3;
 	add.s64 	%rd96, %rd95, %rd2365;
-	@%p64 bra 	$L__BB4_93;
+	@%p64 bra 	$L__BB6_93;
 	st.v2.u32 	[%rd96], {%r3718, %r3719};
-$L__BB4_93:
-	@%p66 bra 	$L__BB4_95;
+$L__BB6_93:
+	@%p66 bra 	$L__BB6_95;
 	st.v2.u32 	[%rd96+256], {%r3720, %r3721};
-$L__BB4_95:
+$L__BB6_95:
 	mul.wide.u32 	%rd2409, %r973, 2;
 	add.s64 	%rd2408, %rd2409, 7;
 	cvt.u32.u64 	%r3699, %rd5;
@@ -8387,22 +10257,22 @@ $L__BB4_95:
 	add.s64 	%rd97, %rd72, %rd2366;
 	and.b64  	%rd964, %rd2408, 17179869176;
 	add.s64 	%rd98, %rd72, %rd964;
-	@%p939 bra 	$L__BB4_97;
+	@%p939 bra 	$L__BB6_97;
 	st.v2.u32 	[%rd97], {%r3723, %r3724};
-$L__BB4_97:
-	@%p79 bra 	$L__BB4_99;
+$L__BB6_97:
+	@%p79 bra 	$L__BB6_99;
 	st.v2.u32 	[%rd97+256], {%r3725, %r3726};
-$L__BB4_99:
+$L__BB6_99:
 	shl.b64 	%rd2367, %rd5, 3;
 	cvt.u32.u64 	%r3692, %rd5;
 	setp.ge.u32 	%p932, %r3692, %r97;
 	add.s64 	%rd99, %rd98, %rd2367;
-	@%p932 bra 	$L__BB4_101;
+	@%p932 bra 	$L__BB6_101;
 	st.v2.u32 	[%rd99], {%r3727, %r3728};
-$L__BB4_101:
-	@%p84 bra 	$L__BB4_103;
+$L__BB6_101:
+	@%p84 bra 	$L__BB6_103;
 	st.v2.u32 	[%rd99+256], {%r3729, %r3730};
-$L__BB4_103:
+$L__BB6_103:
 	shl.b64 	%rd2368, %rd5, 3;
 	mul.wide.u32 	%rd2362, %r1048, 2;
 	add.s64 	%rd2361, %rd2362, 7;
@@ -8411,31 +10281,31 @@ $L__BB4_103:
 	add.s64 	%rd100, %rd84, %rd2368;
 	and.b64  	%rd967, %rd2361, 17179869176;
 	add.s64 	%rd101, %rd84, %rd967;
-	@%p933 bra 	$L__BB4_105;
+	@%p933 bra 	$L__BB6_105;
 	st.v2.u32 	[%rd100], {%r3732, %r3733};
-$L__BB4_105:
-	@%p97 bra 	$L__BB4_107;
+$L__BB6_105:
+	@%p97 bra 	$L__BB6_107;
 	st.v2.u32 	[%rd100+256], {%r3734, %r3735};
-$L__BB4_107:
+$L__BB6_107:
 	shl.b64 	%rd2369, %rd5, 3;
 	cvt.u32.u64 	%r3683, %rd5;
 	setp.ge.u32 	%p931, %r3683, %r128;
 	add.s64 	%rd102, %rd101, %rd2369;
-	@%p931 bra 	$L__BB4_109;
+	@%p931 bra 	$L__BB6_109;
 	st.v2.u32 	[%rd102], {%r3736, %r3737};
-$L__BB4_109:
-	@%p102 bra 	$L__BB4_111;
+$L__BB6_109:
+	@%p102 bra 	$L__BB6_111;
 	st.v2.u32 	[%rd102+256], {%r3738, %r3739};
-$L__BB4_111:
+$L__BB6_111:
 	setp.ne.s32 	%p120, %r3703, 0;
-	@%p120 bra 	$L__BB4_23;
-$L__BB4_112:
+	@%p120 bra 	$L__BB6_23;
+$L__BB6_112:
 	not.pred 	%p121, %p940;
 	and.pred  	%p122, %p1, %p121;
 	vote.sync.ballot.b32 	%r3740, %p122, %r807;
 	setp.eq.s32 	%p124, %r3740, 0;
-	@%p124 bra 	$L__BB4_545;
-$L__BB4_113:
+	@%p124 bra 	$L__BB6_545;
+$L__BB6_113:
 	shl.b64 	%rd2373, %rd2410, 8;
 	add.s64 	%rd2372, %rd2373, %rd4;
 	sub.s64 	%rd2371, %rd2372, %rd5;
@@ -8497,20 +10367,20 @@ $L__BB4_113:
 	cvt.u64.u32 	%rd983, %r1151;
 	mul.lo.s64 	%rd111, %rd982, %rd983;
 	setp.lt.u32 	%p136, %r146, 128;
-	@%p136 bra 	$L__BB4_115;
+	@%p136 bra 	$L__BB6_115;
 	shr.u32 	%r1152, %r146, 3;
 	add.s32 	%r1153, %r1152, -16;
 	add.s32 	%r1154, %r145, 2;
 	div.u32 	%r3741, %r1153, %r1154;
-$L__BB4_115:
+$L__BB6_115:
 	add.s64 	%rd112, %rd972, %rd980;
 	shl.b64 	%rd984, %rd111, 2;
 	add.s64 	%rd113, %rd110, %rd984;
 	add.s64 	%rd114, %rd109, %rd984;
 	setp.gt.u32 	%p137, %r144, %r3741;
-	@%p137 bra 	$L__BB4_226;
-	bra.uni 	$L__BB4_116;
-$L__BB4_226:
+	@%p137 bra 	$L__BB6_226;
+	bra.uni 	$L__BB6_116;
+$L__BB6_226:
 	add.s64 	%rd1096, %rd978, 31;
 	shr.u64 	%rd257, %rd1096, 5;
 	add.s64 	%rd1097, %rd257, 31;
@@ -8527,10 +10397,10 @@ $L__BB4_226:
 	or.b64  	%rd1104, %rd1103, %rd1100;
 	or.b64  	%rd1105, %rd1104, %rd1102;
 	setp.eq.s64 	%p217, %rd1105, 0;
-	@%p217 bra 	$L__BB4_235;
+	@%p217 bra 	$L__BB6_235;
 	setp.ge.u64 	%p218, %rd2462, %rd260;
 	mov.u32 	%r3763, 0;
-	@%p218 bra 	$L__BB4_243;
+	@%p218 bra 	$L__BB6_243;
 	add.s64 	%rd1106, %rd978, -1;
 	shr.u64 	%rd262, %rd1106, 5;
 	cvt.u32.u64 	%r2019, %rd261;
@@ -8549,11 +10419,11 @@ $L__BB4_226:
 	setp.lt.u64 	%p219, %rd1113, 3;
 	mov.u32 	%r3763, 0;
 	mov.u64 	%rd2458, %rd2462;
-	@%p219 bra 	$L__BB4_231;
+	@%p219 bra 	$L__BB6_231;
 	sub.s64 	%rd2457, %rd263, %rd264;
 	mov.u32 	%r3763, 0;
 	mov.u64 	%rd2458, %rd2462;
-$L__BB4_230:
+$L__BB6_230:
 	.pragma "nounroll";
 	setp.ne.s64 	%p220, %rd262, %rd2458;
 	setp.eq.s64 	%p221, %rd261, 0;
@@ -8592,10 +10462,10 @@ $L__BB4_230:
 	add.s64 	%rd2458, %rd2458, 4;
 	add.s64 	%rd2457, %rd2457, -4;
 	setp.ne.s64 	%p229, %rd2457, 0;
-	@%p229 bra 	$L__BB4_230;
-$L__BB4_231:
+	@%p229 bra 	$L__BB6_230;
+$L__BB6_231:
 	setp.eq.s64 	%p230, %rd264, 0;
-	@%p230 bra 	$L__BB4_243;
+	@%p230 bra 	$L__BB6_243;
 	setp.eq.s64 	%p231, %rd261, 0;
 	setp.ne.s64 	%p232, %rd262, %rd2458;
 	or.pred  	%p233, %p231, %p232;
@@ -8607,7 +10477,7 @@ $L__BB4_231:
 	popc.b32 	%r2045, %r2044;
 	add.s32 	%r3763, %r2045, %r3763;
 	setp.eq.s64 	%p234, %rd264, 1;
-	@%p234 bra 	$L__BB4_243;
+	@%p234 bra 	$L__BB6_243;
 	add.s64 	%rd1120, %rd2458, 1;
 	setp.ne.s64 	%p236, %rd262, %rd1120;
 	or.pred  	%p237, %p231, %p236;
@@ -8617,7 +10487,7 @@ $L__BB4_231:
 	popc.b32 	%r2049, %r2048;
 	add.s32 	%r3763, %r2049, %r3763;
 	setp.eq.s64 	%p238, %rd264, 2;
-	@%p238 bra 	$L__BB4_243;
+	@%p238 bra 	$L__BB6_243;
 	add.s64 	%rd1121, %rd2458, 2;
 	setp.ne.s64 	%p240, %rd262, %rd1121;
 	or.pred  	%p241, %p231, %p240;
@@ -8626,23 +10496,23 @@ $L__BB4_231:
 	and.b32  	%r2052, %r2051, %r2050;
 	popc.b32 	%r2053, %r2052;
 	add.s32 	%r3763, %r2053, %r3763;
-	bra.uni 	$L__BB4_243;
-$L__BB4_116:
+	bra.uni 	$L__BB6_243;
+$L__BB6_116:
 	cvt.u64.u32 	%rd115, %r144;
 	mul.wide.u32 	%rd116, %r144, 2;
 	or.b64  	%rd117, %rd114, %rd112;
 	and.b64  	%rd985, %rd117, 15;
 	setp.eq.s64 	%p138, %rd985, 0;
-	@%p138 bra 	$L__BB4_133;
+	@%p138 bra 	$L__BB6_133;
 	and.b64  	%rd987, %rd117, 7;
 	setp.ne.s64 	%p139, %rd987, 0;
 	mov.u64 	%rd2432, 0;
-	@%p139 bra 	$L__BB4_148;
+	@%p139 bra 	$L__BB6_148;
 	shr.u64 	%rd118, %rd115, 2;
 	or.b64  	%rd2416, %rd5, 96;
 	setp.ge.u64 	%p140, %rd2416, %rd118;
 	mov.u64 	%rd2418, %rd5;
-	@%p140 bra 	$L__BB4_125;
+	@%p140 bra 	$L__BB6_125;
 	mov.u64 	%rd990, -97;
 	sub.s64 	%rd991, %rd990, %rd5;
 	add.s64 	%rd119, %rd991, %rd118;
@@ -8651,7 +10521,7 @@ $L__BB4_116:
 	and.b64  	%rd120, %rd993, 3;
 	setp.eq.s64 	%p141, %rd120, 0;
 	mov.u64 	%rd2417, %rd5;
-	@%p141 bra 	$L__BB4_123;
+	@%p141 bra 	$L__BB6_123;
 	shl.b64 	%rd994, %rd7, 3;
 	add.s64 	%rd122, %rd113, %rd994;
 	ld.global.v2.u32 	{%r1155, %r1156}, [%rd122];
@@ -8668,7 +10538,7 @@ $L__BB4_116:
 	mov.u64 	%rd2416, %rd9;
 	mov.u64 	%rd2417, %rd8;
 	mov.u64 	%rd2418, %rd8;
-	@%p142 bra 	$L__BB4_123;
+	@%p142 bra 	$L__BB6_123;
 	ld.global.v2.u32 	{%r1171, %r1172}, [%rd122+1024];
 	ld.global.v2.u32 	{%r1175, %r1176}, [%rd122+1280];
 	ld.global.v2.u32 	{%r1179, %r1180}, [%rd122+1536];
@@ -8681,7 +10551,7 @@ $L__BB4_116:
 	mov.u64 	%rd2416, %rd11;
 	mov.u64 	%rd2417, %rd10;
 	mov.u64 	%rd2418, %rd10;
-	@%p143 bra 	$L__BB4_123;
+	@%p143 bra 	$L__BB6_123;
 	ld.global.v2.u32 	{%r1187, %r1188}, [%rd122+2048];
 	ld.global.v2.u32 	{%r1191, %r1192}, [%rd122+2304];
 	ld.global.v2.u32 	{%r1195, %r1196}, [%rd122+2560];
@@ -8693,10 +10563,10 @@ $L__BB4_116:
 	mov.u64 	%rd2416, %rd13;
 	mov.u64 	%rd2417, %rd12;
 	mov.u64 	%rd2418, %rd12;
-$L__BB4_123:
+$L__BB6_123:
 	setp.lt.u64 	%p144, %rd119, 384;
-	@%p144 bra 	$L__BB4_125;
-$L__BB4_124:
+	@%p144 bra 	$L__BB6_125;
+$L__BB6_124:
 	shl.b64 	%rd996, %rd2417, 3;
 	add.s64 	%rd997, %rd113, %rd996;
 	ld.global.v2.u32 	{%r1203, %r1204}, [%rd997+256];
@@ -8739,10 +10609,10 @@ $L__BB4_124:
 	add.s64 	%rd2416, %rd2417, 608;
 	setp.lt.u64 	%p145, %rd2416, %rd118;
 	mov.u64 	%rd2417, %rd2418;
-	@%p145 bra 	$L__BB4_124;
-$L__BB4_125:
+	@%p145 bra 	$L__BB6_124;
+$L__BB6_125:
 	setp.ge.u64 	%p146, %rd2418, %rd118;
-	@%p146 bra 	$L__BB4_132;
+	@%p146 bra 	$L__BB6_132;
 	not.b64 	%rd1002, %rd2418;
 	add.s64 	%rd132, %rd118, %rd1002;
 	shr.u64 	%rd1003, %rd132, 5;
@@ -8750,7 +10620,7 @@ $L__BB4_125:
 	and.b64  	%rd133, %rd1004, 3;
 	setp.eq.s64 	%p147, %rd133, 0;
 	mov.u64 	%rd2422, %rd2418;
-	@%p147 bra 	$L__BB4_130;
+	@%p147 bra 	$L__BB6_130;
 	shl.b64 	%rd1005, %rd2418, 3;
 	add.s64 	%rd134, %rd113, %rd1005;
 	ld.global.v2.u32 	{%r1267, %r1268}, [%rd134];
@@ -8758,19 +10628,19 @@ $L__BB4_125:
 	st.v2.u32 	[%rd135], {%r1267, %r1268};
 	add.s64 	%rd2422, %rd2418, 32;
 	setp.eq.s64 	%p148, %rd133, 1;
-	@%p148 bra 	$L__BB4_130;
+	@%p148 bra 	$L__BB6_130;
 	ld.global.v2.u32 	{%r1271, %r1272}, [%rd134+256];
 	st.v2.u32 	[%rd135+256], {%r1271, %r1272};
 	add.s64 	%rd2422, %rd2418, 64;
 	setp.eq.s64 	%p149, %rd133, 2;
-	@%p149 bra 	$L__BB4_130;
+	@%p149 bra 	$L__BB6_130;
 	ld.global.v2.u32 	{%r1275, %r1276}, [%rd134+512];
 	st.v2.u32 	[%rd135+512], {%r1275, %r1276};
 	add.s64 	%rd2422, %rd2418, 96;
-$L__BB4_130:
+$L__BB6_130:
 	setp.lt.u64 	%p150, %rd132, 96;
-	@%p150 bra 	$L__BB4_132;
-$L__BB4_131:
+	@%p150 bra 	$L__BB6_132;
+$L__BB6_131:
 	shl.b64 	%rd1006, %rd2422, 3;
 	add.s64 	%rd1007, %rd113, %rd1006;
 	ld.global.v2.u32 	{%r1279, %r1280}, [%rd1007];
@@ -8784,14 +10654,14 @@ $L__BB4_131:
 	st.v2.u32 	[%rd1008+768], {%r1291, %r1292};
 	add.s64 	%rd2422, %rd2422, 128;
 	setp.lt.u64 	%p151, %rd2422, %rd118;
-	@%p151 bra 	$L__BB4_131;
-$L__BB4_132:
+	@%p151 bra 	$L__BB6_131;
+$L__BB6_132:
 	and.b64  	%rd2432, %rd116, 8589934584;
-	bra.uni 	$L__BB4_148;
-$L__BB4_235:
+	bra.uni 	$L__BB6_148;
+$L__BB6_235:
 	setp.ge.u64 	%p242, %rd2462, %rd260;
 	mov.u32 	%r3763, 0;
-	@%p242 bra 	$L__BB4_243;
+	@%p242 bra 	$L__BB6_243;
 	not.b64 	%rd1122, %rd257;
 	not.b64 	%rd1123, %rd2462;
 	sub.s64 	%rd1124, %rd1123, %rd258;
@@ -8805,11 +10675,11 @@ $L__BB4_235:
 	setp.lt.u64 	%p243, %rd1128, 12;
 	mov.u32 	%r3763, 0;
 	mov.u64 	%rd2461, %rd2462;
-	@%p243 bra 	$L__BB4_239;
+	@%p243 bra 	$L__BB6_239;
 	sub.s64 	%rd2460, %rd272, %rd273;
 	mov.u32 	%r3763, 0;
 	mov.u64 	%rd2461, %rd2462;
-$L__BB4_238:
+$L__BB6_238:
 	.pragma "nounroll";
 	shl.b64 	%rd1130, %rd2461, 2;
 	add.s64 	%rd1131, %rd113, %rd1130;
@@ -8852,10 +10722,10 @@ $L__BB4_238:
 	add.s64 	%rd2461, %rd2461, 16;
 	add.s64 	%rd2460, %rd2460, -4;
 	setp.ne.s64 	%p244, %rd2460, 0;
-	@%p244 bra 	$L__BB4_238;
-$L__BB4_239:
+	@%p244 bra 	$L__BB6_238;
+$L__BB6_239:
 	setp.eq.s64 	%p245, %rd273, 0;
-	@%p245 bra 	$L__BB4_243;
+	@%p245 bra 	$L__BB6_243;
 	shl.b64 	%rd1132, %rd2461, 2;
 	add.s64 	%rd280, %rd113, %rd1132;
 	ld.global.v4.u32 	{%r2121, %r2122, %r2123, %r2124}, [%rd280];
@@ -8868,7 +10738,7 @@ $L__BB4_239:
 	add.s32 	%r2135, %r2134, %r2131;
 	add.s32 	%r3763, %r2135, %r2132;
 	setp.eq.s64 	%p246, %rd273, 1;
-	@%p246 bra 	$L__BB4_243;
+	@%p246 bra 	$L__BB6_243;
 	ld.global.v4.u32 	{%r2136, %r2137, %r2138, %r2139}, [%rd280+16];
 	popc.b32 	%r2144, %r2136;
 	popc.b32 	%r2145, %r2137;
@@ -8879,7 +10749,7 @@ $L__BB4_239:
 	add.s32 	%r2150, %r2149, %r2146;
 	add.s32 	%r3763, %r2150, %r2147;
 	setp.eq.s64 	%p247, %rd273, 2;
-	@%p247 bra 	$L__BB4_243;
+	@%p247 bra 	$L__BB6_243;
 	ld.global.v4.u32 	{%r2151, %r2152, %r2153, %r2154}, [%rd280+32];
 	popc.b32 	%r2159, %r2151;
 	popc.b32 	%r2160, %r2152;
@@ -8889,7 +10759,7 @@ $L__BB4_239:
 	add.s32 	%r2164, %r2163, %r2159;
 	add.s32 	%r2165, %r2164, %r2161;
 	add.s32 	%r3763, %r2165, %r2162;
-$L__BB4_243:
+$L__BB6_243:
 	cvt.u32.u64 	%r2166, %rd5;
 	setp.lt.u32 	%p248, %r2166, 16;
 	mov.u32 	%r2167, 16;
@@ -8922,13 +10792,13 @@ $L__BB4_243:
 	shfl.sync.idx.b32 	%r2190|%p258, %r2188, %r2189, %r2189, %r2173;
 	sub.s32 	%r3767, %r2188, %r3763;
 	setp.ge.u64 	%p259, %rd2462, %rd260;
-	@%p259 bra 	$L__BB4_249;
+	@%p259 bra 	$L__BB6_249;
 	add.s64 	%rd1133, %rd978, -1;
 	shr.u64 	%rd281, %rd1133, 5;
 	cvt.u32.u64 	%r2191, %rd261;
 	shl.b32 	%r2193, %r2173, %r2191;
 	not.b32 	%r198, %r2193;
-$L__BB4_245:
+$L__BB6_245:
 	setp.ne.s64 	%p260, %rd281, %rd2462;
 	setp.eq.s64 	%p261, %rd261, 0;
 	or.pred  	%p262, %p261, %p260;
@@ -8938,10 +10808,10 @@ $L__BB4_245:
 	ld.global.u32 	%r2195, [%rd1135];
 	and.b32  	%r3765, %r2195, %r2194;
 	setp.eq.s32 	%p263, %r3765, 0;
-	@%p263 bra 	$L__BB4_248;
+	@%p263 bra 	$L__BB6_248;
 	shl.b64 	%rd283, %rd2462, 5;
 	mov.u32 	%r3766, %r3767;
-$L__BB4_247:
+$L__BB6_247:
 	brev.b32 	%r2196, %r3765;
 	bfind.shiftamt.u32 	%r2197, %r2196;
 	add.s32 	%r2198, %r3765, -1;
@@ -8954,12 +10824,12 @@ $L__BB4_247:
 	st.u16 	[%rd1139], %rd1137;
 	setp.ne.s32 	%p264, %r3765, 0;
 	mov.u32 	%r3766, %r3767;
-	@%p264 bra 	$L__BB4_247;
-$L__BB4_248:
+	@%p264 bra 	$L__BB6_247;
+$L__BB6_248:
 	add.s64 	%rd2462, %rd2462, 1;
 	setp.lt.u64 	%p265, %rd2462, %rd260;
-	@%p265 bra 	$L__BB4_245;
-$L__BB4_249:
+	@%p265 bra 	$L__BB6_245;
+$L__BB6_249:
 	cvt.u64.u32 	%rd285, %r144;
 	mul.wide.u32 	%rd286, %r144, 2;
 	cvt.u64.u32 	%rd287, %r145;
@@ -8968,111 +10838,111 @@ $L__BB4_249:
 	and.b64  	%rd289, %rd1140, 17179869176;
 	sub.s64 	%rd1141, %rd289, %rd286;
 	setp.le.u64 	%p266, %rd1141, %rd5;
-	@%p266 bra 	$L__BB4_251;
+	@%p266 bra 	$L__BB6_251;
 	add.s64 	%rd1142, %rd980, %rd5;
 	add.s64 	%rd1143, %rd1142, %rd286;
 	add.s64 	%rd1144, %rd972, %rd1143;
 	mov.u16 	%rs47, 0;
 	st.u8 	[%rd1144], %rs47;
-$L__BB4_251:
+$L__BB6_251:
 	add.s64 	%rd1145, %rd288, 7;
 	and.b64  	%rd1146, %rd1145, -8;
 	sub.s64 	%rd1147, %rd1146, %rd288;
 	setp.le.u64 	%p267, %rd1147, %rd5;
-	@%p267 bra 	$L__BB4_253;
+	@%p267 bra 	$L__BB6_253;
 	add.s64 	%rd1148, %rd980, %rd5;
 	add.s64 	%rd1149, %rd1148, %rd288;
 	add.s64 	%rd1150, %rd1149, %rd289;
 	add.s64 	%rd1151, %rd972, %rd1150;
 	mov.u16 	%rs48, 0;
 	st.u8 	[%rd1151], %rs48;
-$L__BB4_253:
+$L__BB6_253:
 	bar.warp.sync 	-1;
 	setp.eq.s32 	%p268, %r144, 0;
-	@%p268 bra 	$L__BB4_544;
+	@%p268 bra 	$L__BB6_544;
 	add.s32 	%r2199, %r145, -1;
 	cvt.u64.u32 	%rd290, %r2199;
 	add.s64 	%rd291, %rd289, %rd980;
 	and.b32  	%r206, %r145, 3;
 	sub.s32 	%r207, %r145, %r206;
 	mov.u64 	%rd2463, 0;
-$L__BB4_255:
+$L__BB6_255:
 	mov.u64 	%rd2464, 0;
 	add.s64 	%rd293, %rd2463, %rd5;
 	setp.ge.u64 	%p269, %rd293, %rd285;
 	shl.b64 	%rd1154, %rd293, 1;
 	add.s64 	%rd294, %rd112, %rd1154;
-	@%p269 bra 	$L__BB4_257;
+	@%p269 bra 	$L__BB6_257;
 	ld.u16 	%rd2464, [%rd294];
-$L__BB4_257:
+$L__BB6_257:
 	add.s64 	%rd2375, %rd2463, %rd5;
 	add.s64 	%rd297, %rd2375, 32;
 	setp.ge.u64 	%p270, %rd297, %rd285;
 	mov.u64 	%rd2466, 0;
 	mov.u64 	%rd2465, %rd2466;
-	@%p270 bra 	$L__BB4_259;
+	@%p270 bra 	$L__BB6_259;
 	ld.u16 	%rd2465, [%rd294+64];
-$L__BB4_259:
+$L__BB6_259:
 	add.s64 	%rd2376, %rd2463, %rd5;
 	add.s64 	%rd300, %rd2376, 64;
 	setp.ge.u64 	%p271, %rd300, %rd285;
-	@%p271 bra 	$L__BB4_261;
+	@%p271 bra 	$L__BB6_261;
 	ld.u16 	%rd2466, [%rd294+128];
-$L__BB4_261:
+$L__BB6_261:
 	add.s64 	%rd2377, %rd2463, %rd5;
 	add.s64 	%rd303, %rd2377, 96;
 	setp.ge.u64 	%p272, %rd303, %rd285;
 	mov.u64 	%rd2468, 0;
 	mov.u64 	%rd2467, %rd2468;
-	@%p272 bra 	$L__BB4_263;
+	@%p272 bra 	$L__BB6_263;
 	ld.u16 	%rd2467, [%rd294+192];
-$L__BB4_263:
+$L__BB6_263:
 	add.s64 	%rd2378, %rd2463, %rd5;
 	add.s64 	%rd306, %rd2378, 128;
 	setp.ge.u64 	%p273, %rd306, %rd285;
-	@%p273 bra 	$L__BB4_265;
+	@%p273 bra 	$L__BB6_265;
 	ld.u16 	%rd2468, [%rd294+256];
-$L__BB4_265:
+$L__BB6_265:
 	add.s64 	%rd2379, %rd2463, %rd5;
 	add.s64 	%rd309, %rd2379, 160;
 	setp.ge.u64 	%p274, %rd309, %rd285;
 	mov.u64 	%rd2470, 0;
 	mov.u64 	%rd2469, %rd2470;
-	@%p274 bra 	$L__BB4_267;
+	@%p274 bra 	$L__BB6_267;
 	ld.u16 	%rd2469, [%rd294+320];
-$L__BB4_267:
+$L__BB6_267:
 	add.s64 	%rd2380, %rd2463, %rd5;
 	add.s64 	%rd312, %rd2380, 192;
 	setp.ge.u64 	%p275, %rd312, %rd285;
-	@%p275 bra 	$L__BB4_269;
+	@%p275 bra 	$L__BB6_269;
 	ld.u16 	%rd2470, [%rd294+384];
-$L__BB4_269:
+$L__BB6_269:
 	add.s64 	%rd2381, %rd2463, %rd5;
 	add.s64 	%rd315, %rd2381, 224;
 	setp.ge.u64 	%p276, %rd315, %rd285;
 	mov.u64 	%rd2471, 0;
-	@%p276 bra 	$L__BB4_271;
+	@%p276 bra 	$L__BB6_271;
 	ld.u16 	%rd2471, [%rd294+448];
-$L__BB4_271:
+$L__BB6_271:
 	mov.u64 	%rd2475, 0;
-	@%p269 bra 	$L__BB4_288;
+	@%p269 bra 	$L__BB6_288;
 	mul.lo.s64 	%rd1163, %rd2464, %rd287;
 	add.s64 	%rd318, %rd974, %rd1163;
 	and.b64  	%rd1164, %rd318, %rd290;
 	setp.eq.s64 	%p278, %rd1164, 0;
-	@%p278 bra 	$L__BB4_281;
+	@%p278 bra 	$L__BB6_281;
 	mov.u64 	%rd2475, 0;
 	setp.eq.s32 	%p279, %r145, 0;
-	@%p279 bra 	$L__BB4_288;
+	@%p279 bra 	$L__BB6_288;
 	cvt.u32.u64 	%r2201, %rd290;
 	setp.lt.u32 	%p280, %r2201, 3;
 	mov.u64 	%rd2475, 0;
 	mov.u32 	%r3770, 0;
-	@%p280 bra 	$L__BB4_277;
+	@%p280 bra 	$L__BB6_277;
 	mov.u64 	%rd2475, 0;
 	mov.u32 	%r3770, 0;
 	mov.u32 	%r3769, %r207;
-$L__BB4_276:
+$L__BB6_276:
 	cvt.u64.u32 	%rd1169, %r3770;
 	add.s64 	%rd1170, %rd318, %rd1169;
 	ld.u8 	%rd1171, [%rd1170];
@@ -9094,10 +10964,10 @@ $L__BB4_276:
 	add.s32 	%r3770, %r3770, 4;
 	add.s32 	%r3769, %r3769, -4;
 	setp.ne.s32 	%p281, %r3769, 0;
-	@%p281 bra 	$L__BB4_276;
-$L__BB4_277:
+	@%p281 bra 	$L__BB6_276;
+$L__BB6_277:
 	setp.eq.s32 	%p282, %r206, 0;
-	@%p282 bra 	$L__BB4_288;
+	@%p282 bra 	$L__BB6_288;
 	setp.eq.s32 	%p283, %r206, 1;
 	cvt.u64.u32 	%rd1182, %r3770;
 	add.s64 	%rd323, %rd318, %rd1182;
@@ -9105,55 +10975,55 @@ $L__BB4_277:
 	shl.b32 	%r2207, %r3770, 3;
 	shl.b64 	%rd1184, %rd1183, %r2207;
 	or.b64  	%rd2475, %rd1184, %rd2475;
-	@%p283 bra 	$L__BB4_288;
+	@%p283 bra 	$L__BB6_288;
 	setp.eq.s32 	%p284, %r206, 2;
 	ld.u8 	%rd1185, [%rd323+1];
 	add.s32 	%r2209, %r2207, 8;
 	shl.b64 	%rd1186, %rd1185, %r2209;
 	or.b64  	%rd2475, %rd1186, %rd2475;
-	@%p284 bra 	$L__BB4_288;
+	@%p284 bra 	$L__BB6_288;
 	ld.u8 	%rd1187, [%rd323+2];
 	add.s32 	%r2211, %r2207, 16;
 	shl.b64 	%rd1188, %rd1187, %r2211;
 	or.b64  	%rd2475, %rd1188, %rd2475;
-	bra.uni 	$L__BB4_288;
-$L__BB4_281:
+	bra.uni 	$L__BB6_288;
+$L__BB6_281:
 	setp.eq.s32 	%p285, %r145, 1;
-	@%p285 bra 	$L__BB4_286;
+	@%p285 bra 	$L__BB6_286;
 	setp.eq.s32 	%p286, %r145, 2;
-	@%p286 bra 	$L__BB4_285;
+	@%p286 bra 	$L__BB6_285;
 	setp.ne.s32 	%p287, %r145, 4;
-	@%p287 bra 	$L__BB4_287;
+	@%p287 bra 	$L__BB6_287;
 	ld.u32 	%rd2475, [%rd318];
-	bra.uni 	$L__BB4_288;
-$L__BB4_285:
+	bra.uni 	$L__BB6_288;
+$L__BB6_285:
 	ld.u16 	%rd2475, [%rd318];
-	bra.uni 	$L__BB4_288;
-$L__BB4_286:
+	bra.uni 	$L__BB6_288;
+$L__BB6_286:
 	ld.u8 	%rd2475, [%rd318];
-	bra.uni 	$L__BB4_288;
-$L__BB4_287:
+	bra.uni 	$L__BB6_288;
+$L__BB6_287:
 	ld.u64 	%rd2475, [%rd318];
-$L__BB4_288:
+$L__BB6_288:
 	mov.u64 	%rd2479, 0;
-	@%p270 bra 	$L__BB4_305;
+	@%p270 bra 	$L__BB6_305;
 	mul.lo.s64 	%rd1190, %rd2465, %rd287;
 	add.s64 	%rd333, %rd974, %rd1190;
 	and.b64  	%rd1191, %rd333, %rd290;
 	setp.eq.s64 	%p289, %rd1191, 0;
-	@%p289 bra 	$L__BB4_298;
+	@%p289 bra 	$L__BB6_298;
 	mov.u64 	%rd2479, 0;
 	setp.eq.s32 	%p290, %r145, 0;
-	@%p290 bra 	$L__BB4_305;
+	@%p290 bra 	$L__BB6_305;
 	cvt.u32.u64 	%r2213, %rd290;
 	setp.lt.u32 	%p291, %r2213, 3;
 	mov.u64 	%rd2479, 0;
 	mov.u32 	%r3773, 0;
-	@%p291 bra 	$L__BB4_294;
+	@%p291 bra 	$L__BB6_294;
 	mov.u64 	%rd2479, 0;
 	mov.u32 	%r3773, 0;
 	mov.u32 	%r3772, %r207;
-$L__BB4_293:
+$L__BB6_293:
 	cvt.u64.u32 	%rd1196, %r3773;
 	add.s64 	%rd1197, %rd333, %rd1196;
 	ld.u8 	%rd1198, [%rd1197];
@@ -9175,10 +11045,10 @@ $L__BB4_293:
 	add.s32 	%r3773, %r3773, 4;
 	add.s32 	%r3772, %r3772, -4;
 	setp.ne.s32 	%p292, %r3772, 0;
-	@%p292 bra 	$L__BB4_293;
-$L__BB4_294:
+	@%p292 bra 	$L__BB6_293;
+$L__BB6_294:
 	setp.eq.s32 	%p293, %r206, 0;
-	@%p293 bra 	$L__BB4_305;
+	@%p293 bra 	$L__BB6_305;
 	setp.eq.s32 	%p294, %r206, 1;
 	cvt.u64.u32 	%rd1209, %r3773;
 	add.s64 	%rd338, %rd333, %rd1209;
@@ -9186,55 +11056,55 @@ $L__BB4_294:
 	shl.b32 	%r2219, %r3773, 3;
 	shl.b64 	%rd1211, %rd1210, %r2219;
 	or.b64  	%rd2479, %rd1211, %rd2479;
-	@%p294 bra 	$L__BB4_305;
+	@%p294 bra 	$L__BB6_305;
 	setp.eq.s32 	%p295, %r206, 2;
 	ld.u8 	%rd1212, [%rd338+1];
 	add.s32 	%r2221, %r2219, 8;
 	shl.b64 	%rd1213, %rd1212, %r2221;
 	or.b64  	%rd2479, %rd1213, %rd2479;
-	@%p295 bra 	$L__BB4_305;
+	@%p295 bra 	$L__BB6_305;
 	ld.u8 	%rd1214, [%rd338+2];
 	add.s32 	%r2223, %r2219, 16;
 	shl.b64 	%rd1215, %rd1214, %r2223;
 	or.b64  	%rd2479, %rd1215, %rd2479;
-	bra.uni 	$L__BB4_305;
-$L__BB4_298:
+	bra.uni 	$L__BB6_305;
+$L__BB6_298:
 	setp.eq.s32 	%p296, %r145, 1;
-	@%p296 bra 	$L__BB4_303;
+	@%p296 bra 	$L__BB6_303;
 	setp.eq.s32 	%p297, %r145, 2;
-	@%p297 bra 	$L__BB4_302;
+	@%p297 bra 	$L__BB6_302;
 	setp.ne.s32 	%p298, %r145, 4;
-	@%p298 bra 	$L__BB4_304;
+	@%p298 bra 	$L__BB6_304;
 	ld.u32 	%rd2479, [%rd333];
-	bra.uni 	$L__BB4_305;
-$L__BB4_302:
+	bra.uni 	$L__BB6_305;
+$L__BB6_302:
 	ld.u16 	%rd2479, [%rd333];
-	bra.uni 	$L__BB4_305;
-$L__BB4_303:
+	bra.uni 	$L__BB6_305;
+$L__BB6_303:
 	ld.u8 	%rd2479, [%rd333];
-	bra.uni 	$L__BB4_305;
-$L__BB4_304:
+	bra.uni 	$L__BB6_305;
+$L__BB6_304:
 	ld.u64 	%rd2479, [%rd333];
-$L__BB4_305:
+$L__BB6_305:
 	mov.u64 	%rd2483, 0;
-	@%p271 bra 	$L__BB4_322;
+	@%p271 bra 	$L__BB6_322;
 	mul.lo.s64 	%rd1217, %rd2466, %rd287;
 	add.s64 	%rd348, %rd974, %rd1217;
 	and.b64  	%rd1218, %rd348, %rd290;
 	setp.eq.s64 	%p300, %rd1218, 0;
-	@%p300 bra 	$L__BB4_315;
+	@%p300 bra 	$L__BB6_315;
 	mov.u64 	%rd2483, 0;
 	setp.eq.s32 	%p301, %r145, 0;
-	@%p301 bra 	$L__BB4_322;
+	@%p301 bra 	$L__BB6_322;
 	cvt.u32.u64 	%r2225, %rd290;
 	setp.lt.u32 	%p302, %r2225, 3;
 	mov.u64 	%rd2483, 0;
 	mov.u32 	%r3776, 0;
-	@%p302 bra 	$L__BB4_311;
+	@%p302 bra 	$L__BB6_311;
 	mov.u64 	%rd2483, 0;
 	mov.u32 	%r3776, 0;
 	mov.u32 	%r3775, %r207;
-$L__BB4_310:
+$L__BB6_310:
 	cvt.u64.u32 	%rd1223, %r3776;
 	add.s64 	%rd1224, %rd348, %rd1223;
 	ld.u8 	%rd1225, [%rd1224];
@@ -9256,10 +11126,10 @@ $L__BB4_310:
 	add.s32 	%r3776, %r3776, 4;
 	add.s32 	%r3775, %r3775, -4;
 	setp.ne.s32 	%p303, %r3775, 0;
-	@%p303 bra 	$L__BB4_310;
-$L__BB4_311:
+	@%p303 bra 	$L__BB6_310;
+$L__BB6_311:
 	setp.eq.s32 	%p304, %r206, 0;
-	@%p304 bra 	$L__BB4_322;
+	@%p304 bra 	$L__BB6_322;
 	setp.eq.s32 	%p305, %r206, 1;
 	cvt.u64.u32 	%rd1236, %r3776;
 	add.s64 	%rd353, %rd348, %rd1236;
@@ -9267,55 +11137,55 @@ $L__BB4_311:
 	shl.b32 	%r2231, %r3776, 3;
 	shl.b64 	%rd1238, %rd1237, %r2231;
 	or.b64  	%rd2483, %rd1238, %rd2483;
-	@%p305 bra 	$L__BB4_322;
+	@%p305 bra 	$L__BB6_322;
 	setp.eq.s32 	%p306, %r206, 2;
 	ld.u8 	%rd1239, [%rd353+1];
 	add.s32 	%r2233, %r2231, 8;
 	shl.b64 	%rd1240, %rd1239, %r2233;
 	or.b64  	%rd2483, %rd1240, %rd2483;
-	@%p306 bra 	$L__BB4_322;
+	@%p306 bra 	$L__BB6_322;
 	ld.u8 	%rd1241, [%rd353+2];
 	add.s32 	%r2235, %r2231, 16;
 	shl.b64 	%rd1242, %rd1241, %r2235;
 	or.b64  	%rd2483, %rd1242, %rd2483;
-	bra.uni 	$L__BB4_322;
-$L__BB4_315:
+	bra.uni 	$L__BB6_322;
+$L__BB6_315:
 	setp.eq.s32 	%p307, %r145, 1;
-	@%p307 bra 	$L__BB4_320;
+	@%p307 bra 	$L__BB6_320;
 	setp.eq.s32 	%p308, %r145, 2;
-	@%p308 bra 	$L__BB4_319;
+	@%p308 bra 	$L__BB6_319;
 	setp.ne.s32 	%p309, %r145, 4;
-	@%p309 bra 	$L__BB4_321;
+	@%p309 bra 	$L__BB6_321;
 	ld.u32 	%rd2483, [%rd348];
-	bra.uni 	$L__BB4_322;
-$L__BB4_319:
+	bra.uni 	$L__BB6_322;
+$L__BB6_319:
 	ld.u16 	%rd2483, [%rd348];
-	bra.uni 	$L__BB4_322;
-$L__BB4_320:
+	bra.uni 	$L__BB6_322;
+$L__BB6_320:
 	ld.u8 	%rd2483, [%rd348];
-	bra.uni 	$L__BB4_322;
-$L__BB4_321:
+	bra.uni 	$L__BB6_322;
+$L__BB6_321:
 	ld.u64 	%rd2483, [%rd348];
-$L__BB4_322:
+$L__BB6_322:
 	mov.u64 	%rd2487, 0;
-	@%p272 bra 	$L__BB4_339;
+	@%p272 bra 	$L__BB6_339;
 	mul.lo.s64 	%rd1244, %rd2467, %rd287;
 	add.s64 	%rd363, %rd974, %rd1244;
 	and.b64  	%rd1245, %rd363, %rd290;
 	setp.eq.s64 	%p311, %rd1245, 0;
-	@%p311 bra 	$L__BB4_332;
+	@%p311 bra 	$L__BB6_332;
 	mov.u64 	%rd2487, 0;
 	setp.eq.s32 	%p312, %r145, 0;
-	@%p312 bra 	$L__BB4_339;
+	@%p312 bra 	$L__BB6_339;
 	cvt.u32.u64 	%r2237, %rd290;
 	setp.lt.u32 	%p313, %r2237, 3;
 	mov.u64 	%rd2487, 0;
 	mov.u32 	%r3779, 0;
-	@%p313 bra 	$L__BB4_328;
+	@%p313 bra 	$L__BB6_328;
 	mov.u64 	%rd2487, 0;
 	mov.u32 	%r3779, 0;
 	mov.u32 	%r3778, %r207;
-$L__BB4_327:
+$L__BB6_327:
 	cvt.u64.u32 	%rd1250, %r3779;
 	add.s64 	%rd1251, %rd363, %rd1250;
 	ld.u8 	%rd1252, [%rd1251];
@@ -9337,10 +11207,10 @@ $L__BB4_327:
 	add.s32 	%r3779, %r3779, 4;
 	add.s32 	%r3778, %r3778, -4;
 	setp.ne.s32 	%p314, %r3778, 0;
-	@%p314 bra 	$L__BB4_327;
-$L__BB4_328:
+	@%p314 bra 	$L__BB6_327;
+$L__BB6_328:
 	setp.eq.s32 	%p315, %r206, 0;
-	@%p315 bra 	$L__BB4_339;
+	@%p315 bra 	$L__BB6_339;
 	setp.eq.s32 	%p316, %r206, 1;
 	cvt.u64.u32 	%rd1263, %r3779;
 	add.s64 	%rd368, %rd363, %rd1263;
@@ -9348,55 +11218,55 @@ $L__BB4_328:
 	shl.b32 	%r2243, %r3779, 3;
 	shl.b64 	%rd1265, %rd1264, %r2243;
 	or.b64  	%rd2487, %rd1265, %rd2487;
-	@%p316 bra 	$L__BB4_339;
+	@%p316 bra 	$L__BB6_339;
 	setp.eq.s32 	%p317, %r206, 2;
 	ld.u8 	%rd1266, [%rd368+1];
 	add.s32 	%r2245, %r2243, 8;
 	shl.b64 	%rd1267, %rd1266, %r2245;
 	or.b64  	%rd2487, %rd1267, %rd2487;
-	@%p317 bra 	$L__BB4_339;
+	@%p317 bra 	$L__BB6_339;
 	ld.u8 	%rd1268, [%rd368+2];
 	add.s32 	%r2247, %r2243, 16;
 	shl.b64 	%rd1269, %rd1268, %r2247;
 	or.b64  	%rd2487, %rd1269, %rd2487;
-	bra.uni 	$L__BB4_339;
-$L__BB4_332:
+	bra.uni 	$L__BB6_339;
+$L__BB6_332:
 	setp.eq.s32 	%p318, %r145, 1;
-	@%p318 bra 	$L__BB4_337;
+	@%p318 bra 	$L__BB6_337;
 	setp.eq.s32 	%p319, %r145, 2;
-	@%p319 bra 	$L__BB4_336;
+	@%p319 bra 	$L__BB6_336;
 	setp.ne.s32 	%p320, %r145, 4;
-	@%p320 bra 	$L__BB4_338;
+	@%p320 bra 	$L__BB6_338;
 	ld.u32 	%rd2487, [%rd363];
-	bra.uni 	$L__BB4_339;
-$L__BB4_336:
+	bra.uni 	$L__BB6_339;
+$L__BB6_336:
 	ld.u16 	%rd2487, [%rd363];
-	bra.uni 	$L__BB4_339;
-$L__BB4_337:
+	bra.uni 	$L__BB6_339;
+$L__BB6_337:
 	ld.u8 	%rd2487, [%rd363];
-	bra.uni 	$L__BB4_339;
-$L__BB4_338:
+	bra.uni 	$L__BB6_339;
+$L__BB6_338:
 	ld.u64 	%rd2487, [%rd363];
-$L__BB4_339:
+$L__BB6_339:
 	mov.u64 	%rd2491, 0;
-	@%p273 bra 	$L__BB4_356;
+	@%p273 bra 	$L__BB6_356;
 	mul.lo.s64 	%rd1271, %rd2468, %rd287;
 	add.s64 	%rd378, %rd974, %rd1271;
 	and.b64  	%rd1272, %rd378, %rd290;
 	setp.eq.s64 	%p322, %rd1272, 0;
-	@%p322 bra 	$L__BB4_349;
+	@%p322 bra 	$L__BB6_349;
 	mov.u64 	%rd2491, 0;
 	setp.eq.s32 	%p323, %r145, 0;
-	@%p323 bra 	$L__BB4_356;
+	@%p323 bra 	$L__BB6_356;
 	cvt.u32.u64 	%r2249, %rd290;
 	setp.lt.u32 	%p324, %r2249, 3;
 	mov.u64 	%rd2491, 0;
 	mov.u32 	%r3782, 0;
-	@%p324 bra 	$L__BB4_345;
+	@%p324 bra 	$L__BB6_345;
 	mov.u64 	%rd2491, 0;
 	mov.u32 	%r3782, 0;
 	mov.u32 	%r3781, %r207;
-$L__BB4_344:
+$L__BB6_344:
 	cvt.u64.u32 	%rd1277, %r3782;
 	add.s64 	%rd1278, %rd378, %rd1277;
 	ld.u8 	%rd1279, [%rd1278];
@@ -9418,10 +11288,10 @@ $L__BB4_344:
 	add.s32 	%r3782, %r3782, 4;
 	add.s32 	%r3781, %r3781, -4;
 	setp.ne.s32 	%p325, %r3781, 0;
-	@%p325 bra 	$L__BB4_344;
-$L__BB4_345:
+	@%p325 bra 	$L__BB6_344;
+$L__BB6_345:
 	setp.eq.s32 	%p326, %r206, 0;
-	@%p326 bra 	$L__BB4_356;
+	@%p326 bra 	$L__BB6_356;
 	setp.eq.s32 	%p327, %r206, 1;
 	cvt.u64.u32 	%rd1290, %r3782;
 	add.s64 	%rd383, %rd378, %rd1290;
@@ -9429,55 +11299,55 @@ $L__BB4_345:
 	shl.b32 	%r2255, %r3782, 3;
 	shl.b64 	%rd1292, %rd1291, %r2255;
 	or.b64  	%rd2491, %rd1292, %rd2491;
-	@%p327 bra 	$L__BB4_356;
+	@%p327 bra 	$L__BB6_356;
 	setp.eq.s32 	%p328, %r206, 2;
 	ld.u8 	%rd1293, [%rd383+1];
 	add.s32 	%r2257, %r2255, 8;
 	shl.b64 	%rd1294, %rd1293, %r2257;
 	or.b64  	%rd2491, %rd1294, %rd2491;
-	@%p328 bra 	$L__BB4_356;
+	@%p328 bra 	$L__BB6_356;
 	ld.u8 	%rd1295, [%rd383+2];
 	add.s32 	%r2259, %r2255, 16;
 	shl.b64 	%rd1296, %rd1295, %r2259;
 	or.b64  	%rd2491, %rd1296, %rd2491;
-	bra.uni 	$L__BB4_356;
-$L__BB4_349:
+	bra.uni 	$L__BB6_356;
+$L__BB6_349:
 	setp.eq.s32 	%p329, %r145, 1;
-	@%p329 bra 	$L__BB4_354;
+	@%p329 bra 	$L__BB6_354;
 	setp.eq.s32 	%p330, %r145, 2;
-	@%p330 bra 	$L__BB4_353;
+	@%p330 bra 	$L__BB6_353;
 	setp.ne.s32 	%p331, %r145, 4;
-	@%p331 bra 	$L__BB4_355;
+	@%p331 bra 	$L__BB6_355;
 	ld.u32 	%rd2491, [%rd378];
-	bra.uni 	$L__BB4_356;
-$L__BB4_353:
+	bra.uni 	$L__BB6_356;
+$L__BB6_353:
 	ld.u16 	%rd2491, [%rd378];
-	bra.uni 	$L__BB4_356;
-$L__BB4_354:
+	bra.uni 	$L__BB6_356;
+$L__BB6_354:
 	ld.u8 	%rd2491, [%rd378];
-	bra.uni 	$L__BB4_356;
-$L__BB4_355:
+	bra.uni 	$L__BB6_356;
+$L__BB6_355:
 	ld.u64 	%rd2491, [%rd378];
-$L__BB4_356:
+$L__BB6_356:
 	mov.u64 	%rd2495, 0;
-	@%p274 bra 	$L__BB4_373;
+	@%p274 bra 	$L__BB6_373;
 	mul.lo.s64 	%rd1298, %rd2469, %rd287;
 	add.s64 	%rd393, %rd974, %rd1298;
 	and.b64  	%rd1299, %rd393, %rd290;
 	setp.eq.s64 	%p333, %rd1299, 0;
-	@%p333 bra 	$L__BB4_366;
+	@%p333 bra 	$L__BB6_366;
 	mov.u64 	%rd2495, 0;
 	setp.eq.s32 	%p334, %r145, 0;
-	@%p334 bra 	$L__BB4_373;
+	@%p334 bra 	$L__BB6_373;
 	cvt.u32.u64 	%r2261, %rd290;
 	setp.lt.u32 	%p335, %r2261, 3;
 	mov.u64 	%rd2495, 0;
 	mov.u32 	%r3785, 0;
-	@%p335 bra 	$L__BB4_362;
+	@%p335 bra 	$L__BB6_362;
 	mov.u64 	%rd2495, 0;
 	mov.u32 	%r3785, 0;
 	mov.u32 	%r3784, %r207;
-$L__BB4_361:
+$L__BB6_361:
 	cvt.u64.u32 	%rd1304, %r3785;
 	add.s64 	%rd1305, %rd393, %rd1304;
 	ld.u8 	%rd1306, [%rd1305];
@@ -9499,10 +11369,10 @@ $L__BB4_361:
 	add.s32 	%r3785, %r3785, 4;
 	add.s32 	%r3784, %r3784, -4;
 	setp.ne.s32 	%p336, %r3784, 0;
-	@%p336 bra 	$L__BB4_361;
-$L__BB4_362:
+	@%p336 bra 	$L__BB6_361;
+$L__BB6_362:
 	setp.eq.s32 	%p337, %r206, 0;
-	@%p337 bra 	$L__BB4_373;
+	@%p337 bra 	$L__BB6_373;
 	setp.eq.s32 	%p338, %r206, 1;
 	cvt.u64.u32 	%rd1317, %r3785;
 	add.s64 	%rd398, %rd393, %rd1317;
@@ -9510,55 +11380,55 @@ $L__BB4_362:
 	shl.b32 	%r2267, %r3785, 3;
 	shl.b64 	%rd1319, %rd1318, %r2267;
 	or.b64  	%rd2495, %rd1319, %rd2495;
-	@%p338 bra 	$L__BB4_373;
+	@%p338 bra 	$L__BB6_373;
 	setp.eq.s32 	%p339, %r206, 2;
 	ld.u8 	%rd1320, [%rd398+1];
 	add.s32 	%r2269, %r2267, 8;
 	shl.b64 	%rd1321, %rd1320, %r2269;
 	or.b64  	%rd2495, %rd1321, %rd2495;
-	@%p339 bra 	$L__BB4_373;
+	@%p339 bra 	$L__BB6_373;
 	ld.u8 	%rd1322, [%rd398+2];
 	add.s32 	%r2271, %r2267, 16;
 	shl.b64 	%rd1323, %rd1322, %r2271;
 	or.b64  	%rd2495, %rd1323, %rd2495;
-	bra.uni 	$L__BB4_373;
-$L__BB4_366:
+	bra.uni 	$L__BB6_373;
+$L__BB6_366:
 	setp.eq.s32 	%p340, %r145, 1;
-	@%p340 bra 	$L__BB4_371;
+	@%p340 bra 	$L__BB6_371;
 	setp.eq.s32 	%p341, %r145, 2;
-	@%p341 bra 	$L__BB4_370;
+	@%p341 bra 	$L__BB6_370;
 	setp.ne.s32 	%p342, %r145, 4;
-	@%p342 bra 	$L__BB4_372;
+	@%p342 bra 	$L__BB6_372;
 	ld.u32 	%rd2495, [%rd393];
-	bra.uni 	$L__BB4_373;
-$L__BB4_370:
+	bra.uni 	$L__BB6_373;
+$L__BB6_370:
 	ld.u16 	%rd2495, [%rd393];
-	bra.uni 	$L__BB4_373;
-$L__BB4_371:
+	bra.uni 	$L__BB6_373;
+$L__BB6_371:
 	ld.u8 	%rd2495, [%rd393];
-	bra.uni 	$L__BB4_373;
-$L__BB4_372:
+	bra.uni 	$L__BB6_373;
+$L__BB6_372:
 	ld.u64 	%rd2495, [%rd393];
-$L__BB4_373:
+$L__BB6_373:
 	mov.u64 	%rd2499, 0;
-	@%p275 bra 	$L__BB4_390;
+	@%p275 bra 	$L__BB6_390;
 	mul.lo.s64 	%rd1325, %rd2470, %rd287;
 	add.s64 	%rd408, %rd974, %rd1325;
 	and.b64  	%rd1326, %rd408, %rd290;
 	setp.eq.s64 	%p344, %rd1326, 0;
-	@%p344 bra 	$L__BB4_383;
+	@%p344 bra 	$L__BB6_383;
 	mov.u64 	%rd2499, 0;
 	setp.eq.s32 	%p345, %r145, 0;
-	@%p345 bra 	$L__BB4_390;
+	@%p345 bra 	$L__BB6_390;
 	cvt.u32.u64 	%r2273, %rd290;
 	setp.lt.u32 	%p346, %r2273, 3;
 	mov.u64 	%rd2499, 0;
 	mov.u32 	%r3788, 0;
-	@%p346 bra 	$L__BB4_379;
+	@%p346 bra 	$L__BB6_379;
 	mov.u64 	%rd2499, 0;
 	mov.u32 	%r3788, 0;
 	mov.u32 	%r3787, %r207;
-$L__BB4_378:
+$L__BB6_378:
 	cvt.u64.u32 	%rd1331, %r3788;
 	add.s64 	%rd1332, %rd408, %rd1331;
 	ld.u8 	%rd1333, [%rd1332];
@@ -9580,10 +11450,10 @@ $L__BB4_378:
 	add.s32 	%r3788, %r3788, 4;
 	add.s32 	%r3787, %r3787, -4;
 	setp.ne.s32 	%p347, %r3787, 0;
-	@%p347 bra 	$L__BB4_378;
-$L__BB4_379:
+	@%p347 bra 	$L__BB6_378;
+$L__BB6_379:
 	setp.eq.s32 	%p348, %r206, 0;
-	@%p348 bra 	$L__BB4_390;
+	@%p348 bra 	$L__BB6_390;
 	setp.eq.s32 	%p349, %r206, 1;
 	cvt.u64.u32 	%rd1344, %r3788;
 	add.s64 	%rd413, %rd408, %rd1344;
@@ -9591,55 +11461,55 @@ $L__BB4_379:
 	shl.b32 	%r2279, %r3788, 3;
 	shl.b64 	%rd1346, %rd1345, %r2279;
 	or.b64  	%rd2499, %rd1346, %rd2499;
-	@%p349 bra 	$L__BB4_390;
+	@%p349 bra 	$L__BB6_390;
 	setp.eq.s32 	%p350, %r206, 2;
 	ld.u8 	%rd1347, [%rd413+1];
 	add.s32 	%r2281, %r2279, 8;
 	shl.b64 	%rd1348, %rd1347, %r2281;
 	or.b64  	%rd2499, %rd1348, %rd2499;
-	@%p350 bra 	$L__BB4_390;
+	@%p350 bra 	$L__BB6_390;
 	ld.u8 	%rd1349, [%rd413+2];
 	add.s32 	%r2283, %r2279, 16;
 	shl.b64 	%rd1350, %rd1349, %r2283;
 	or.b64  	%rd2499, %rd1350, %rd2499;
-	bra.uni 	$L__BB4_390;
-$L__BB4_383:
+	bra.uni 	$L__BB6_390;
+$L__BB6_383:
 	setp.eq.s32 	%p351, %r145, 1;
-	@%p351 bra 	$L__BB4_388;
+	@%p351 bra 	$L__BB6_388;
 	setp.eq.s32 	%p352, %r145, 2;
-	@%p352 bra 	$L__BB4_387;
+	@%p352 bra 	$L__BB6_387;
 	setp.ne.s32 	%p353, %r145, 4;
-	@%p353 bra 	$L__BB4_389;
+	@%p353 bra 	$L__BB6_389;
 	ld.u32 	%rd2499, [%rd408];
-	bra.uni 	$L__BB4_390;
-$L__BB4_387:
+	bra.uni 	$L__BB6_390;
+$L__BB6_387:
 	ld.u16 	%rd2499, [%rd408];
-	bra.uni 	$L__BB4_390;
-$L__BB4_388:
+	bra.uni 	$L__BB6_390;
+$L__BB6_388:
 	ld.u8 	%rd2499, [%rd408];
-	bra.uni 	$L__BB4_390;
-$L__BB4_389:
+	bra.uni 	$L__BB6_390;
+$L__BB6_389:
 	ld.u64 	%rd2499, [%rd408];
-$L__BB4_390:
+$L__BB6_390:
 	mov.u64 	%rd2503, 0;
-	@%p276 bra 	$L__BB4_407;
+	@%p276 bra 	$L__BB6_407;
 	mul.lo.s64 	%rd1352, %rd2471, %rd287;
 	add.s64 	%rd423, %rd974, %rd1352;
 	and.b64  	%rd1353, %rd423, %rd290;
 	setp.eq.s64 	%p355, %rd1353, 0;
-	@%p355 bra 	$L__BB4_400;
+	@%p355 bra 	$L__BB6_400;
 	mov.u64 	%rd2503, 0;
 	setp.eq.s32 	%p356, %r145, 0;
-	@%p356 bra 	$L__BB4_407;
+	@%p356 bra 	$L__BB6_407;
 	cvt.u32.u64 	%r2285, %rd290;
 	setp.lt.u32 	%p357, %r2285, 3;
 	mov.u64 	%rd2503, 0;
 	mov.u32 	%r3791, 0;
-	@%p357 bra 	$L__BB4_396;
+	@%p357 bra 	$L__BB6_396;
 	mov.u64 	%rd2503, 0;
 	mov.u32 	%r3791, 0;
 	mov.u32 	%r3790, %r207;
-$L__BB4_395:
+$L__BB6_395:
 	cvt.u64.u32 	%rd1358, %r3791;
 	add.s64 	%rd1359, %rd423, %rd1358;
 	ld.u8 	%rd1360, [%rd1359];
@@ -9661,10 +11531,10 @@ $L__BB4_395:
 	add.s32 	%r3791, %r3791, 4;
 	add.s32 	%r3790, %r3790, -4;
 	setp.ne.s32 	%p358, %r3790, 0;
-	@%p358 bra 	$L__BB4_395;
-$L__BB4_396:
+	@%p358 bra 	$L__BB6_395;
+$L__BB6_396:
 	setp.eq.s32 	%p359, %r206, 0;
-	@%p359 bra 	$L__BB4_407;
+	@%p359 bra 	$L__BB6_407;
 	setp.eq.s32 	%p360, %r206, 1;
 	cvt.u64.u32 	%rd1371, %r3791;
 	add.s64 	%rd428, %rd423, %rd1371;
@@ -9672,53 +11542,53 @@ $L__BB4_396:
 	shl.b32 	%r2291, %r3791, 3;
 	shl.b64 	%rd1373, %rd1372, %r2291;
 	or.b64  	%rd2503, %rd1373, %rd2503;
-	@%p360 bra 	$L__BB4_407;
+	@%p360 bra 	$L__BB6_407;
 	setp.eq.s32 	%p361, %r206, 2;
 	ld.u8 	%rd1374, [%rd428+1];
 	add.s32 	%r2293, %r2291, 8;
 	shl.b64 	%rd1375, %rd1374, %r2293;
 	or.b64  	%rd2503, %rd1375, %rd2503;
-	@%p361 bra 	$L__BB4_407;
+	@%p361 bra 	$L__BB6_407;
 	ld.u8 	%rd1376, [%rd428+2];
 	add.s32 	%r2295, %r2291, 16;
 	shl.b64 	%rd1377, %rd1376, %r2295;
 	or.b64  	%rd2503, %rd1377, %rd2503;
-	bra.uni 	$L__BB4_407;
-$L__BB4_400:
+	bra.uni 	$L__BB6_407;
+$L__BB6_400:
 	setp.eq.s32 	%p362, %r145, 1;
-	@%p362 bra 	$L__BB4_405;
+	@%p362 bra 	$L__BB6_405;
 	setp.eq.s32 	%p363, %r145, 2;
-	@%p363 bra 	$L__BB4_404;
+	@%p363 bra 	$L__BB6_404;
 	setp.ne.s32 	%p364, %r145, 4;
-	@%p364 bra 	$L__BB4_406;
+	@%p364 bra 	$L__BB6_406;
 	ld.u32 	%rd2503, [%rd423];
-	bra.uni 	$L__BB4_407;
-$L__BB4_404:
+	bra.uni 	$L__BB6_407;
+$L__BB6_404:
 	ld.u16 	%rd2503, [%rd423];
-	bra.uni 	$L__BB4_407;
-$L__BB4_405:
+	bra.uni 	$L__BB6_407;
+$L__BB6_405:
 	ld.u8 	%rd2503, [%rd423];
-	bra.uni 	$L__BB4_407;
-$L__BB4_406:
+	bra.uni 	$L__BB6_407;
+$L__BB6_406:
 	ld.u64 	%rd2503, [%rd423];
-$L__BB4_407:
-	@%p269 bra 	$L__BB4_424;
+$L__BB6_407:
+	@%p269 bra 	$L__BB6_424;
 	add.s64 	%rd2396, %rd2463, %rd5;
 	mul.lo.s64 	%rd1378, %rd2396, %rd287;
 	add.s64 	%rd1379, %rd291, %rd1378;
 	add.s64 	%rd438, %rd972, %rd1379;
 	and.b64  	%rd1380, %rd438, %rd290;
 	setp.eq.s64 	%p366, %rd1380, 0;
-	@%p366 bra 	$L__BB4_417;
+	@%p366 bra 	$L__BB6_417;
 	setp.eq.s32 	%p367, %r145, 0;
-	@%p367 bra 	$L__BB4_424;
+	@%p367 bra 	$L__BB6_424;
 	cvt.u32.u64 	%r2297, %rd290;
 	setp.lt.u32 	%p368, %r2297, 3;
 	mov.u32 	%r3794, 0;
-	@%p368 bra 	$L__BB4_413;
+	@%p368 bra 	$L__BB6_413;
 	mov.u32 	%r3794, 0;
 	mov.u32 	%r3793, %r207;
-$L__BB4_412:
+$L__BB6_412:
 	shl.b32 	%r2299, %r3794, 3;
 	shr.u64 	%rd1381, %rd2475, %r2299;
 	cvt.u64.u32 	%rd1382, %r3794;
@@ -9736,47 +11606,47 @@ $L__BB4_412:
 	add.s32 	%r3794, %r3794, 4;
 	add.s32 	%r3793, %r3793, -4;
 	setp.ne.s32 	%p369, %r3793, 0;
-	@%p369 bra 	$L__BB4_412;
-$L__BB4_413:
+	@%p369 bra 	$L__BB6_412;
+$L__BB6_413:
 	setp.eq.s32 	%p370, %r206, 0;
-	@%p370 bra 	$L__BB4_424;
+	@%p370 bra 	$L__BB6_424;
 	setp.eq.s32 	%p371, %r206, 1;
 	shl.b32 	%r2303, %r3794, 3;
 	shr.u64 	%rd1387, %rd2475, %r2303;
 	cvt.u64.u32 	%rd1388, %r3794;
 	add.s64 	%rd439, %rd438, %rd1388;
 	st.u8 	[%rd439], %rd1387;
-	@%p371 bra 	$L__BB4_424;
+	@%p371 bra 	$L__BB6_424;
 	shl.b32 	%r3694, %r3794, 3;
 	setp.eq.s32 	%p372, %r206, 2;
 	add.s32 	%r2305, %r3694, 8;
 	shr.u64 	%rd1389, %rd2475, %r2305;
 	st.u8 	[%rd439+1], %rd1389;
-	@%p372 bra 	$L__BB4_424;
+	@%p372 bra 	$L__BB6_424;
 	shl.b32 	%r3695, %r3794, 3;
 	add.s32 	%r2307, %r3695, 16;
 	shr.u64 	%rd1390, %rd2475, %r2307;
 	st.u8 	[%rd439+2], %rd1390;
-	bra.uni 	$L__BB4_424;
-$L__BB4_417:
+	bra.uni 	$L__BB6_424;
+$L__BB6_417:
 	setp.eq.s32 	%p373, %r145, 1;
-	@%p373 bra 	$L__BB4_422;
+	@%p373 bra 	$L__BB6_422;
 	setp.eq.s32 	%p374, %r145, 2;
-	@%p374 bra 	$L__BB4_421;
+	@%p374 bra 	$L__BB6_421;
 	setp.ne.s32 	%p375, %r145, 4;
-	@%p375 bra 	$L__BB4_423;
+	@%p375 bra 	$L__BB6_423;
 	st.u32 	[%rd438], %rd2475;
-	bra.uni 	$L__BB4_424;
-$L__BB4_421:
+	bra.uni 	$L__BB6_424;
+$L__BB6_421:
 	st.u16 	[%rd438], %rd2475;
-	bra.uni 	$L__BB4_424;
-$L__BB4_422:
+	bra.uni 	$L__BB6_424;
+$L__BB6_422:
 	st.u8 	[%rd438], %rd2475;
-	bra.uni 	$L__BB4_424;
-$L__BB4_423:
+	bra.uni 	$L__BB6_424;
+$L__BB6_423:
 	st.u64 	[%rd438], %rd2475;
-$L__BB4_424:
-	@%p270 bra 	$L__BB4_441;
+$L__BB6_424:
+	@%p270 bra 	$L__BB6_441;
 	add.s64 	%rd2395, %rd2463, %rd5;
 	add.s64 	%rd2394, %rd2375, 32;
 	mul.lo.s64 	%rd1391, %rd2394, %rd287;
@@ -9784,16 +11654,16 @@ $L__BB4_424:
 	add.s64 	%rd441, %rd972, %rd1392;
 	and.b64  	%rd1393, %rd441, %rd290;
 	setp.eq.s64 	%p377, %rd1393, 0;
-	@%p377 bra 	$L__BB4_434;
+	@%p377 bra 	$L__BB6_434;
 	setp.eq.s32 	%p378, %r145, 0;
-	@%p378 bra 	$L__BB4_441;
+	@%p378 bra 	$L__BB6_441;
 	cvt.u32.u64 	%r2309, %rd290;
 	setp.lt.u32 	%p379, %r2309, 3;
 	mov.u32 	%r3797, 0;
-	@%p379 bra 	$L__BB4_430;
+	@%p379 bra 	$L__BB6_430;
 	mov.u32 	%r3797, 0;
 	mov.u32 	%r3796, %r207;
-$L__BB4_429:
+$L__BB6_429:
 	shl.b32 	%r2311, %r3797, 3;
 	shr.u64 	%rd1394, %rd2479, %r2311;
 	cvt.u64.u32 	%rd1395, %r3797;
@@ -9811,45 +11681,45 @@ $L__BB4_429:
 	add.s32 	%r3797, %r3797, 4;
 	add.s32 	%r3796, %r3796, -4;
 	setp.ne.s32 	%p380, %r3796, 0;
-	@%p380 bra 	$L__BB4_429;
-$L__BB4_430:
+	@%p380 bra 	$L__BB6_429;
+$L__BB6_430:
 	setp.eq.s32 	%p381, %r206, 0;
-	@%p381 bra 	$L__BB4_441;
+	@%p381 bra 	$L__BB6_441;
 	setp.eq.s32 	%p382, %r206, 1;
 	shl.b32 	%r2315, %r3797, 3;
 	shr.u64 	%rd1400, %rd2479, %r2315;
 	cvt.u64.u32 	%rd1401, %r3797;
 	add.s64 	%rd442, %rd441, %rd1401;
 	st.u8 	[%rd442], %rd1400;
-	@%p382 bra 	$L__BB4_441;
+	@%p382 bra 	$L__BB6_441;
 	setp.eq.s32 	%p383, %r206, 2;
 	add.s32 	%r2317, %r2315, 8;
 	shr.u64 	%rd1402, %rd2479, %r2317;
 	st.u8 	[%rd442+1], %rd1402;
-	@%p383 bra 	$L__BB4_441;
+	@%p383 bra 	$L__BB6_441;
 	add.s32 	%r2319, %r2315, 16;
 	shr.u64 	%rd1403, %rd2479, %r2319;
 	st.u8 	[%rd442+2], %rd1403;
-	bra.uni 	$L__BB4_441;
-$L__BB4_434:
+	bra.uni 	$L__BB6_441;
+$L__BB6_434:
 	setp.eq.s32 	%p384, %r145, 1;
-	@%p384 bra 	$L__BB4_439;
+	@%p384 bra 	$L__BB6_439;
 	setp.eq.s32 	%p385, %r145, 2;
-	@%p385 bra 	$L__BB4_438;
+	@%p385 bra 	$L__BB6_438;
 	setp.ne.s32 	%p386, %r145, 4;
-	@%p386 bra 	$L__BB4_440;
+	@%p386 bra 	$L__BB6_440;
 	st.u32 	[%rd441], %rd2479;
-	bra.uni 	$L__BB4_441;
-$L__BB4_438:
+	bra.uni 	$L__BB6_441;
+$L__BB6_438:
 	st.u16 	[%rd441], %rd2479;
-	bra.uni 	$L__BB4_441;
-$L__BB4_439:
+	bra.uni 	$L__BB6_441;
+$L__BB6_439:
 	st.u8 	[%rd441], %rd2479;
-	bra.uni 	$L__BB4_441;
-$L__BB4_440:
+	bra.uni 	$L__BB6_441;
+$L__BB6_440:
 	st.u64 	[%rd441], %rd2479;
-$L__BB4_441:
-	@%p271 bra 	$L__BB4_458;
+$L__BB6_441:
+	@%p271 bra 	$L__BB6_458;
 	add.s64 	%rd2393, %rd2463, %rd5;
 	add.s64 	%rd2392, %rd2376, 64;
 	mul.lo.s64 	%rd1404, %rd2392, %rd287;
@@ -9857,16 +11727,16 @@ $L__BB4_441:
 	add.s64 	%rd444, %rd972, %rd1405;
 	and.b64  	%rd1406, %rd444, %rd290;
 	setp.eq.s64 	%p388, %rd1406, 0;
-	@%p388 bra 	$L__BB4_451;
+	@%p388 bra 	$L__BB6_451;
 	setp.eq.s32 	%p389, %r145, 0;
-	@%p389 bra 	$L__BB4_458;
+	@%p389 bra 	$L__BB6_458;
 	cvt.u32.u64 	%r2321, %rd290;
 	setp.lt.u32 	%p390, %r2321, 3;
 	mov.u32 	%r3800, 0;
-	@%p390 bra 	$L__BB4_447;
+	@%p390 bra 	$L__BB6_447;
 	mov.u32 	%r3800, 0;
 	mov.u32 	%r3799, %r207;
-$L__BB4_446:
+$L__BB6_446:
 	shl.b32 	%r2323, %r3800, 3;
 	shr.u64 	%rd1407, %rd2483, %r2323;
 	cvt.u64.u32 	%rd1408, %r3800;
@@ -9884,45 +11754,45 @@ $L__BB4_446:
 	add.s32 	%r3800, %r3800, 4;
 	add.s32 	%r3799, %r3799, -4;
 	setp.ne.s32 	%p391, %r3799, 0;
-	@%p391 bra 	$L__BB4_446;
-$L__BB4_447:
+	@%p391 bra 	$L__BB6_446;
+$L__BB6_447:
 	setp.eq.s32 	%p392, %r206, 0;
-	@%p392 bra 	$L__BB4_458;
+	@%p392 bra 	$L__BB6_458;
 	setp.eq.s32 	%p393, %r206, 1;
 	shl.b32 	%r2327, %r3800, 3;
 	shr.u64 	%rd1413, %rd2483, %r2327;
 	cvt.u64.u32 	%rd1414, %r3800;
 	add.s64 	%rd445, %rd444, %rd1414;
 	st.u8 	[%rd445], %rd1413;
-	@%p393 bra 	$L__BB4_458;
+	@%p393 bra 	$L__BB6_458;
 	setp.eq.s32 	%p394, %r206, 2;
 	add.s32 	%r2329, %r2327, 8;
 	shr.u64 	%rd1415, %rd2483, %r2329;
 	st.u8 	[%rd445+1], %rd1415;
-	@%p394 bra 	$L__BB4_458;
+	@%p394 bra 	$L__BB6_458;
 	add.s32 	%r2331, %r2327, 16;
 	shr.u64 	%rd1416, %rd2483, %r2331;
 	st.u8 	[%rd445+2], %rd1416;
-	bra.uni 	$L__BB4_458;
-$L__BB4_451:
+	bra.uni 	$L__BB6_458;
+$L__BB6_451:
 	setp.eq.s32 	%p395, %r145, 1;
-	@%p395 bra 	$L__BB4_456;
+	@%p395 bra 	$L__BB6_456;
 	setp.eq.s32 	%p396, %r145, 2;
-	@%p396 bra 	$L__BB4_455;
+	@%p396 bra 	$L__BB6_455;
 	setp.ne.s32 	%p397, %r145, 4;
-	@%p397 bra 	$L__BB4_457;
+	@%p397 bra 	$L__BB6_457;
 	st.u32 	[%rd444], %rd2483;
-	bra.uni 	$L__BB4_458;
-$L__BB4_455:
+	bra.uni 	$L__BB6_458;
+$L__BB6_455:
 	st.u16 	[%rd444], %rd2483;
-	bra.uni 	$L__BB4_458;
-$L__BB4_456:
+	bra.uni 	$L__BB6_458;
+$L__BB6_456:
 	st.u8 	[%rd444], %rd2483;
-	bra.uni 	$L__BB4_458;
-$L__BB4_457:
+	bra.uni 	$L__BB6_458;
+$L__BB6_457:
 	st.u64 	[%rd444], %rd2483;
-$L__BB4_458:
-	@%p272 bra 	$L__BB4_475;
+$L__BB6_458:
+	@%p272 bra 	$L__BB6_475;
 	add.s64 	%rd2391, %rd2463, %rd5;
 	add.s64 	%rd2390, %rd2377, 96;
 	mul.lo.s64 	%rd1417, %rd2390, %rd287;
@@ -9930,16 +11800,16 @@ $L__BB4_458:
 	add.s64 	%rd447, %rd972, %rd1418;
 	and.b64  	%rd1419, %rd447, %rd290;
 	setp.eq.s64 	%p399, %rd1419, 0;
-	@%p399 bra 	$L__BB4_468;
+	@%p399 bra 	$L__BB6_468;
 	setp.eq.s32 	%p400, %r145, 0;
-	@%p400 bra 	$L__BB4_475;
+	@%p400 bra 	$L__BB6_475;
 	cvt.u32.u64 	%r2333, %rd290;
 	setp.lt.u32 	%p401, %r2333, 3;
 	mov.u32 	%r3803, 0;
-	@%p401 bra 	$L__BB4_464;
+	@%p401 bra 	$L__BB6_464;
 	mov.u32 	%r3803, 0;
 	mov.u32 	%r3802, %r207;
-$L__BB4_463:
+$L__BB6_463:
 	shl.b32 	%r2335, %r3803, 3;
 	shr.u64 	%rd1420, %rd2487, %r2335;
 	cvt.u64.u32 	%rd1421, %r3803;
@@ -9957,45 +11827,45 @@ $L__BB4_463:
 	add.s32 	%r3803, %r3803, 4;
 	add.s32 	%r3802, %r3802, -4;
 	setp.ne.s32 	%p402, %r3802, 0;
-	@%p402 bra 	$L__BB4_463;
-$L__BB4_464:
+	@%p402 bra 	$L__BB6_463;
+$L__BB6_464:
 	setp.eq.s32 	%p403, %r206, 0;
-	@%p403 bra 	$L__BB4_475;
+	@%p403 bra 	$L__BB6_475;
 	setp.eq.s32 	%p404, %r206, 1;
 	shl.b32 	%r2339, %r3803, 3;
 	shr.u64 	%rd1426, %rd2487, %r2339;
 	cvt.u64.u32 	%rd1427, %r3803;
 	add.s64 	%rd448, %rd447, %rd1427;
 	st.u8 	[%rd448], %rd1426;
-	@%p404 bra 	$L__BB4_475;
+	@%p404 bra 	$L__BB6_475;
 	setp.eq.s32 	%p405, %r206, 2;
 	add.s32 	%r2341, %r2339, 8;
 	shr.u64 	%rd1428, %rd2487, %r2341;
 	st.u8 	[%rd448+1], %rd1428;
-	@%p405 bra 	$L__BB4_475;
+	@%p405 bra 	$L__BB6_475;
 	add.s32 	%r2343, %r2339, 16;
 	shr.u64 	%rd1429, %rd2487, %r2343;
 	st.u8 	[%rd448+2], %rd1429;
-	bra.uni 	$L__BB4_475;
-$L__BB4_468:
+	bra.uni 	$L__BB6_475;
+$L__BB6_468:
 	setp.eq.s32 	%p406, %r145, 1;
-	@%p406 bra 	$L__BB4_473;
+	@%p406 bra 	$L__BB6_473;
 	setp.eq.s32 	%p407, %r145, 2;
-	@%p407 bra 	$L__BB4_472;
+	@%p407 bra 	$L__BB6_472;
 	setp.ne.s32 	%p408, %r145, 4;
-	@%p408 bra 	$L__BB4_474;
+	@%p408 bra 	$L__BB6_474;
 	st.u32 	[%rd447], %rd2487;
-	bra.uni 	$L__BB4_475;
-$L__BB4_472:
+	bra.uni 	$L__BB6_475;
+$L__BB6_472:
 	st.u16 	[%rd447], %rd2487;
-	bra.uni 	$L__BB4_475;
-$L__BB4_473:
+	bra.uni 	$L__BB6_475;
+$L__BB6_473:
 	st.u8 	[%rd447], %rd2487;
-	bra.uni 	$L__BB4_475;
-$L__BB4_474:
+	bra.uni 	$L__BB6_475;
+$L__BB6_474:
 	st.u64 	[%rd447], %rd2487;
-$L__BB4_475:
-	@%p273 bra 	$L__BB4_492;
+$L__BB6_475:
+	@%p273 bra 	$L__BB6_492;
 	add.s64 	%rd2389, %rd2463, %rd5;
 	add.s64 	%rd2388, %rd2378, 128;
 	mul.lo.s64 	%rd1430, %rd2388, %rd287;
@@ -10003,16 +11873,16 @@ $L__BB4_475:
 	add.s64 	%rd450, %rd972, %rd1431;
 	and.b64  	%rd1432, %rd450, %rd290;
 	setp.eq.s64 	%p410, %rd1432, 0;
-	@%p410 bra 	$L__BB4_485;
+	@%p410 bra 	$L__BB6_485;
 	setp.eq.s32 	%p411, %r145, 0;
-	@%p411 bra 	$L__BB4_492;
+	@%p411 bra 	$L__BB6_492;
 	cvt.u32.u64 	%r2345, %rd290;
 	setp.lt.u32 	%p412, %r2345, 3;
 	mov.u32 	%r3806, 0;
-	@%p412 bra 	$L__BB4_481;
+	@%p412 bra 	$L__BB6_481;
 	mov.u32 	%r3806, 0;
 	mov.u32 	%r3805, %r207;
-$L__BB4_480:
+$L__BB6_480:
 	shl.b32 	%r2347, %r3806, 3;
 	shr.u64 	%rd1433, %rd2491, %r2347;
 	cvt.u64.u32 	%rd1434, %r3806;
@@ -10030,45 +11900,45 @@ $L__BB4_480:
 	add.s32 	%r3806, %r3806, 4;
 	add.s32 	%r3805, %r3805, -4;
 	setp.ne.s32 	%p413, %r3805, 0;
-	@%p413 bra 	$L__BB4_480;
-$L__BB4_481:
+	@%p413 bra 	$L__BB6_480;
+$L__BB6_481:
 	setp.eq.s32 	%p414, %r206, 0;
-	@%p414 bra 	$L__BB4_492;
+	@%p414 bra 	$L__BB6_492;
 	setp.eq.s32 	%p415, %r206, 1;
 	shl.b32 	%r2351, %r3806, 3;
 	shr.u64 	%rd1439, %rd2491, %r2351;
 	cvt.u64.u32 	%rd1440, %r3806;
 	add.s64 	%rd451, %rd450, %rd1440;
 	st.u8 	[%rd451], %rd1439;
-	@%p415 bra 	$L__BB4_492;
+	@%p415 bra 	$L__BB6_492;
 	setp.eq.s32 	%p416, %r206, 2;
 	add.s32 	%r2353, %r2351, 8;
 	shr.u64 	%rd1441, %rd2491, %r2353;
 	st.u8 	[%rd451+1], %rd1441;
-	@%p416 bra 	$L__BB4_492;
+	@%p416 bra 	$L__BB6_492;
 	add.s32 	%r2355, %r2351, 16;
 	shr.u64 	%rd1442, %rd2491, %r2355;
 	st.u8 	[%rd451+2], %rd1442;
-	bra.uni 	$L__BB4_492;
-$L__BB4_485:
+	bra.uni 	$L__BB6_492;
+$L__BB6_485:
 	setp.eq.s32 	%p417, %r145, 1;
-	@%p417 bra 	$L__BB4_490;
+	@%p417 bra 	$L__BB6_490;
 	setp.eq.s32 	%p418, %r145, 2;
-	@%p418 bra 	$L__BB4_489;
+	@%p418 bra 	$L__BB6_489;
 	setp.ne.s32 	%p419, %r145, 4;
-	@%p419 bra 	$L__BB4_491;
+	@%p419 bra 	$L__BB6_491;
 	st.u32 	[%rd450], %rd2491;
-	bra.uni 	$L__BB4_492;
-$L__BB4_489:
+	bra.uni 	$L__BB6_492;
+$L__BB6_489:
 	st.u16 	[%rd450], %rd2491;
-	bra.uni 	$L__BB4_492;
-$L__BB4_490:
+	bra.uni 	$L__BB6_492;
+$L__BB6_490:
 	st.u8 	[%rd450], %rd2491;
-	bra.uni 	$L__BB4_492;
-$L__BB4_491:
+	bra.uni 	$L__BB6_492;
+$L__BB6_491:
 	st.u64 	[%rd450], %rd2491;
-$L__BB4_492:
-	@%p274 bra 	$L__BB4_509;
+$L__BB6_492:
+	@%p274 bra 	$L__BB6_509;
 	add.s64 	%rd2387, %rd2463, %rd5;
 	add.s64 	%rd2386, %rd2379, 160;
 	mul.lo.s64 	%rd1443, %rd2386, %rd287;
@@ -10076,16 +11946,16 @@ $L__BB4_492:
 	add.s64 	%rd453, %rd972, %rd1444;
 	and.b64  	%rd1445, %rd453, %rd290;
 	setp.eq.s64 	%p421, %rd1445, 0;
-	@%p421 bra 	$L__BB4_502;
+	@%p421 bra 	$L__BB6_502;
 	setp.eq.s32 	%p422, %r145, 0;
-	@%p422 bra 	$L__BB4_509;
+	@%p422 bra 	$L__BB6_509;
 	cvt.u32.u64 	%r2357, %rd290;
 	setp.lt.u32 	%p423, %r2357, 3;
 	mov.u32 	%r3809, 0;
-	@%p423 bra 	$L__BB4_498;
+	@%p423 bra 	$L__BB6_498;
 	mov.u32 	%r3809, 0;
 	mov.u32 	%r3808, %r207;
-$L__BB4_497:
+$L__BB6_497:
 	shl.b32 	%r2359, %r3809, 3;
 	shr.u64 	%rd1446, %rd2495, %r2359;
 	cvt.u64.u32 	%rd1447, %r3809;
@@ -10103,45 +11973,45 @@ $L__BB4_497:
 	add.s32 	%r3809, %r3809, 4;
 	add.s32 	%r3808, %r3808, -4;
 	setp.ne.s32 	%p424, %r3808, 0;
-	@%p424 bra 	$L__BB4_497;
-$L__BB4_498:
+	@%p424 bra 	$L__BB6_497;
+$L__BB6_498:
 	setp.eq.s32 	%p425, %r206, 0;
-	@%p425 bra 	$L__BB4_509;
+	@%p425 bra 	$L__BB6_509;
 	setp.eq.s32 	%p426, %r206, 1;
 	shl.b32 	%r2363, %r3809, 3;
 	shr.u64 	%rd1452, %rd2495, %r2363;
 	cvt.u64.u32 	%rd1453, %r3809;
 	add.s64 	%rd454, %rd453, %rd1453;
 	st.u8 	[%rd454], %rd1452;
-	@%p426 bra 	$L__BB4_509;
+	@%p426 bra 	$L__BB6_509;
 	setp.eq.s32 	%p427, %r206, 2;
 	add.s32 	%r2365, %r2363, 8;
 	shr.u64 	%rd1454, %rd2495, %r2365;
 	st.u8 	[%rd454+1], %rd1454;
-	@%p427 bra 	$L__BB4_509;
+	@%p427 bra 	$L__BB6_509;
 	add.s32 	%r2367, %r2363, 16;
 	shr.u64 	%rd1455, %rd2495, %r2367;
 	st.u8 	[%rd454+2], %rd1455;
-	bra.uni 	$L__BB4_509;
-$L__BB4_502:
+	bra.uni 	$L__BB6_509;
+$L__BB6_502:
 	setp.eq.s32 	%p428, %r145, 1;
-	@%p428 bra 	$L__BB4_507;
+	@%p428 bra 	$L__BB6_507;
 	setp.eq.s32 	%p429, %r145, 2;
-	@%p429 bra 	$L__BB4_506;
+	@%p429 bra 	$L__BB6_506;
 	setp.ne.s32 	%p430, %r145, 4;
-	@%p430 bra 	$L__BB4_508;
+	@%p430 bra 	$L__BB6_508;
 	st.u32 	[%rd453], %rd2495;
-	bra.uni 	$L__BB4_509;
-$L__BB4_506:
+	bra.uni 	$L__BB6_509;
+$L__BB6_506:
 	st.u16 	[%rd453], %rd2495;
-	bra.uni 	$L__BB4_509;
-$L__BB4_507:
+	bra.uni 	$L__BB6_509;
+$L__BB6_507:
 	st.u8 	[%rd453], %rd2495;
-	bra.uni 	$L__BB4_509;
-$L__BB4_508:
+	bra.uni 	$L__BB6_509;
+$L__BB6_508:
 	st.u64 	[%rd453], %rd2495;
-$L__BB4_509:
-	@%p275 bra 	$L__BB4_526;
+$L__BB6_509:
+	@%p275 bra 	$L__BB6_526;
 	add.s64 	%rd2385, %rd2463, %rd5;
 	add.s64 	%rd2384, %rd2380, 192;
 	mul.lo.s64 	%rd1456, %rd2384, %rd287;
@@ -10149,16 +12019,16 @@ $L__BB4_509:
 	add.s64 	%rd456, %rd972, %rd1457;
 	and.b64  	%rd1458, %rd456, %rd290;
 	setp.eq.s64 	%p432, %rd1458, 0;
-	@%p432 bra 	$L__BB4_519;
+	@%p432 bra 	$L__BB6_519;
 	setp.eq.s32 	%p433, %r145, 0;
-	@%p433 bra 	$L__BB4_526;
+	@%p433 bra 	$L__BB6_526;
 	cvt.u32.u64 	%r2369, %rd290;
 	setp.lt.u32 	%p434, %r2369, 3;
 	mov.u32 	%r3812, 0;
-	@%p434 bra 	$L__BB4_515;
+	@%p434 bra 	$L__BB6_515;
 	mov.u32 	%r3812, 0;
 	mov.u32 	%r3811, %r207;
-$L__BB4_514:
+$L__BB6_514:
 	shl.b32 	%r2371, %r3812, 3;
 	shr.u64 	%rd1459, %rd2499, %r2371;
 	cvt.u64.u32 	%rd1460, %r3812;
@@ -10176,45 +12046,45 @@ $L__BB4_514:
 	add.s32 	%r3812, %r3812, 4;
 	add.s32 	%r3811, %r3811, -4;
 	setp.ne.s32 	%p435, %r3811, 0;
-	@%p435 bra 	$L__BB4_514;
-$L__BB4_515:
+	@%p435 bra 	$L__BB6_514;
+$L__BB6_515:
 	setp.eq.s32 	%p436, %r206, 0;
-	@%p436 bra 	$L__BB4_526;
+	@%p436 bra 	$L__BB6_526;
 	setp.eq.s32 	%p437, %r206, 1;
 	shl.b32 	%r2375, %r3812, 3;
 	shr.u64 	%rd1465, %rd2499, %r2375;
 	cvt.u64.u32 	%rd1466, %r3812;
 	add.s64 	%rd457, %rd456, %rd1466;
 	st.u8 	[%rd457], %rd1465;
-	@%p437 bra 	$L__BB4_526;
+	@%p437 bra 	$L__BB6_526;
 	setp.eq.s32 	%p438, %r206, 2;
 	add.s32 	%r2377, %r2375, 8;
 	shr.u64 	%rd1467, %rd2499, %r2377;
 	st.u8 	[%rd457+1], %rd1467;
-	@%p438 bra 	$L__BB4_526;
+	@%p438 bra 	$L__BB6_526;
 	add.s32 	%r2379, %r2375, 16;
 	shr.u64 	%rd1468, %rd2499, %r2379;
 	st.u8 	[%rd457+2], %rd1468;
-	bra.uni 	$L__BB4_526;
-$L__BB4_519:
+	bra.uni 	$L__BB6_526;
+$L__BB6_519:
 	setp.eq.s32 	%p439, %r145, 1;
-	@%p439 bra 	$L__BB4_524;
+	@%p439 bra 	$L__BB6_524;
 	setp.eq.s32 	%p440, %r145, 2;
-	@%p440 bra 	$L__BB4_523;
+	@%p440 bra 	$L__BB6_523;
 	setp.ne.s32 	%p441, %r145, 4;
-	@%p441 bra 	$L__BB4_525;
+	@%p441 bra 	$L__BB6_525;
 	st.u32 	[%rd456], %rd2499;
-	bra.uni 	$L__BB4_526;
-$L__BB4_523:
+	bra.uni 	$L__BB6_526;
+$L__BB6_523:
 	st.u16 	[%rd456], %rd2499;
-	bra.uni 	$L__BB4_526;
-$L__BB4_524:
+	bra.uni 	$L__BB6_526;
+$L__BB6_524:
 	st.u8 	[%rd456], %rd2499;
-	bra.uni 	$L__BB4_526;
-$L__BB4_525:
+	bra.uni 	$L__BB6_526;
+$L__BB6_525:
 	st.u64 	[%rd456], %rd2499;
-$L__BB4_526:
-	@%p276 bra 	$L__BB4_543;
+$L__BB6_526:
+	@%p276 bra 	$L__BB6_543;
 	add.s64 	%rd2383, %rd2463, %rd5;
 	add.s64 	%rd2382, %rd2381, 224;
 	mul.lo.s64 	%rd1469, %rd2382, %rd287;
@@ -10222,16 +12092,16 @@ $L__BB4_526:
 	add.s64 	%rd459, %rd972, %rd1470;
 	and.b64  	%rd1471, %rd459, %rd290;
 	setp.eq.s64 	%p443, %rd1471, 0;
-	@%p443 bra 	$L__BB4_536;
+	@%p443 bra 	$L__BB6_536;
 	setp.eq.s32 	%p444, %r145, 0;
-	@%p444 bra 	$L__BB4_543;
+	@%p444 bra 	$L__BB6_543;
 	cvt.u32.u64 	%r2381, %rd290;
 	setp.lt.u32 	%p445, %r2381, 3;
 	mov.u32 	%r3815, 0;
-	@%p445 bra 	$L__BB4_532;
+	@%p445 bra 	$L__BB6_532;
 	mov.u32 	%r3815, 0;
 	mov.u32 	%r3814, %r207;
-$L__BB4_531:
+$L__BB6_531:
 	shl.b32 	%r2383, %r3815, 3;
 	shr.u64 	%rd1472, %rd2503, %r2383;
 	cvt.u64.u32 	%rd1473, %r3815;
@@ -10249,54 +12119,54 @@ $L__BB4_531:
 	add.s32 	%r3815, %r3815, 4;
 	add.s32 	%r3814, %r3814, -4;
 	setp.ne.s32 	%p446, %r3814, 0;
-	@%p446 bra 	$L__BB4_531;
-$L__BB4_532:
+	@%p446 bra 	$L__BB6_531;
+$L__BB6_532:
 	setp.eq.s32 	%p447, %r206, 0;
-	@%p447 bra 	$L__BB4_543;
+	@%p447 bra 	$L__BB6_543;
 	setp.eq.s32 	%p448, %r206, 1;
 	shl.b32 	%r2387, %r3815, 3;
 	shr.u64 	%rd1478, %rd2503, %r2387;
 	cvt.u64.u32 	%rd1479, %r3815;
 	add.s64 	%rd460, %rd459, %rd1479;
 	st.u8 	[%rd460], %rd1478;
-	@%p448 bra 	$L__BB4_543;
+	@%p448 bra 	$L__BB6_543;
 	setp.eq.s32 	%p449, %r206, 2;
 	add.s32 	%r2389, %r2387, 8;
 	shr.u64 	%rd1480, %rd2503, %r2389;
 	st.u8 	[%rd460+1], %rd1480;
-	@%p449 bra 	$L__BB4_543;
+	@%p449 bra 	$L__BB6_543;
 	add.s32 	%r2391, %r2387, 16;
 	shr.u64 	%rd1481, %rd2503, %r2391;
 	st.u8 	[%rd460+2], %rd1481;
-	bra.uni 	$L__BB4_543;
-$L__BB4_536:
+	bra.uni 	$L__BB6_543;
+$L__BB6_536:
 	setp.eq.s32 	%p450, %r145, 1;
-	@%p450 bra 	$L__BB4_541;
+	@%p450 bra 	$L__BB6_541;
 	setp.eq.s32 	%p451, %r145, 2;
-	@%p451 bra 	$L__BB4_540;
+	@%p451 bra 	$L__BB6_540;
 	setp.ne.s32 	%p452, %r145, 4;
-	@%p452 bra 	$L__BB4_542;
+	@%p452 bra 	$L__BB6_542;
 	st.u32 	[%rd459], %rd2503;
-	bra.uni 	$L__BB4_543;
-$L__BB4_540:
+	bra.uni 	$L__BB6_543;
+$L__BB6_540:
 	st.u16 	[%rd459], %rd2503;
-	bra.uni 	$L__BB4_543;
-$L__BB4_541:
+	bra.uni 	$L__BB6_543;
+$L__BB6_541:
 	st.u8 	[%rd459], %rd2503;
-	bra.uni 	$L__BB4_543;
-$L__BB4_542:
+	bra.uni 	$L__BB6_543;
+$L__BB6_542:
 	st.u64 	[%rd459], %rd2503;
-$L__BB4_543:
+$L__BB6_543:
 	add.s64 	%rd2463, %rd2463, 256;
 	setp.lt.u64 	%p453, %rd2463, %rd285;
-	@%p453 bra 	$L__BB4_255;
-	bra.uni 	$L__BB4_544;
-$L__BB4_133:
+	@%p453 bra 	$L__BB6_255;
+	bra.uni 	$L__BB6_544;
+$L__BB6_133:
 	shr.u64 	%rd143, %rd115, 3;
 	or.b64  	%rd2424, %rd5, 96;
 	setp.ge.u64 	%p152, %rd2424, %rd143;
 	mov.u64 	%rd2426, %rd5;
-	@%p152 bra 	$L__BB4_140;
+	@%p152 bra 	$L__BB6_140;
 	mov.u64 	%rd1011, -97;
 	sub.s64 	%rd1012, %rd1011, %rd5;
 	add.s64 	%rd144, %rd1012, %rd143;
@@ -10305,7 +12175,7 @@ $L__BB4_133:
 	and.b64  	%rd145, %rd1014, 3;
 	setp.eq.s64 	%p153, %rd145, 0;
 	mov.u64 	%rd2425, %rd5;
-	@%p153 bra 	$L__BB4_138;
+	@%p153 bra 	$L__BB6_138;
 	shl.b64 	%rd1015, %rd5, 4;
 	add.s64 	%rd147, %rd113, %rd1015;
 	ld.global.v4.u32 	{%r1295, %r1296, %r1297, %r1298}, [%rd147+512];
@@ -10321,7 +12191,7 @@ $L__BB4_133:
 	mov.u64 	%rd2424, %rd9;
 	mov.u64 	%rd2425, %rd8;
 	mov.u64 	%rd2426, %rd8;
-	@%p154 bra 	$L__BB4_138;
+	@%p154 bra 	$L__BB6_138;
 	ld.global.v4.u32 	{%r1327, %r1328, %r1329, %r1330}, [%rd147+2560];
 	ld.global.v4.u32 	{%r1335, %r1336, %r1337, %r1338}, [%rd147+3072];
 	ld.global.v4.u32 	{%r1343, %r1344, %r1345, %r1346}, [%rd147+3584];
@@ -10334,7 +12204,7 @@ $L__BB4_133:
 	mov.u64 	%rd2424, %rd11;
 	mov.u64 	%rd2425, %rd10;
 	mov.u64 	%rd2426, %rd10;
-	@%p155 bra 	$L__BB4_138;
+	@%p155 bra 	$L__BB6_138;
 	ld.global.v4.u32 	{%r1359, %r1360, %r1361, %r1362}, [%rd147+4608];
 	ld.global.v4.u32 	{%r1367, %r1368, %r1369, %r1370}, [%rd147+5120];
 	ld.global.v4.u32 	{%r1375, %r1376, %r1377, %r1378}, [%rd147+5632];
@@ -10346,10 +12216,10 @@ $L__BB4_133:
 	mov.u64 	%rd2424, %rd13;
 	mov.u64 	%rd2425, %rd12;
 	mov.u64 	%rd2426, %rd12;
-$L__BB4_138:
+$L__BB6_138:
 	setp.lt.u64 	%p156, %rd144, 384;
-	@%p156 bra 	$L__BB4_140;
-$L__BB4_139:
+	@%p156 bra 	$L__BB6_140;
+$L__BB6_139:
 	shl.b64 	%rd1016, %rd2425, 4;
 	add.s64 	%rd1017, %rd113, %rd1016;
 	ld.global.v4.u32 	{%r1391, %r1392, %r1393, %r1394}, [%rd1017+512];
@@ -10392,10 +12262,10 @@ $L__BB4_139:
 	add.s64 	%rd2424, %rd2425, 608;
 	setp.lt.u64 	%p157, %rd2424, %rd143;
 	mov.u64 	%rd2425, %rd2426;
-	@%p157 bra 	$L__BB4_139;
-$L__BB4_140:
+	@%p157 bra 	$L__BB6_139;
+$L__BB6_140:
 	setp.ge.u64 	%p158, %rd2426, %rd143;
-	@%p158 bra 	$L__BB4_147;
+	@%p158 bra 	$L__BB6_147;
 	not.b64 	%rd1022, %rd2426;
 	add.s64 	%rd157, %rd143, %rd1022;
 	shr.u64 	%rd1023, %rd157, 5;
@@ -10403,7 +12273,7 @@ $L__BB4_140:
 	and.b64  	%rd158, %rd1024, 3;
 	setp.eq.s64 	%p159, %rd158, 0;
 	mov.u64 	%rd2430, %rd2426;
-	@%p159 bra 	$L__BB4_145;
+	@%p159 bra 	$L__BB6_145;
 	shl.b64 	%rd1025, %rd2426, 4;
 	add.s64 	%rd160, %rd112, %rd1025;
 	add.s64 	%rd159, %rd113, %rd1025;
@@ -10411,19 +12281,19 @@ $L__BB4_140:
 	st.v4.u32 	[%rd160], {%r1519, %r1520, %r1521, %r1522};
 	add.s64 	%rd2430, %rd2426, 32;
 	setp.eq.s64 	%p160, %rd158, 1;
-	@%p160 bra 	$L__BB4_145;
+	@%p160 bra 	$L__BB6_145;
 	ld.global.v4.u32 	{%r1527, %r1528, %r1529, %r1530}, [%rd159+512];
 	st.v4.u32 	[%rd160+512], {%r1527, %r1528, %r1529, %r1530};
 	add.s64 	%rd2430, %rd2426, 64;
 	setp.eq.s64 	%p161, %rd158, 2;
-	@%p161 bra 	$L__BB4_145;
+	@%p161 bra 	$L__BB6_145;
 	ld.global.v4.u32 	{%r1535, %r1536, %r1537, %r1538}, [%rd159+1024];
 	st.v4.u32 	[%rd160+1024], {%r1535, %r1536, %r1537, %r1538};
 	add.s64 	%rd2430, %rd2426, 96;
-$L__BB4_145:
+$L__BB6_145:
 	setp.lt.u64 	%p162, %rd157, 96;
-	@%p162 bra 	$L__BB4_147;
-$L__BB4_146:
+	@%p162 bra 	$L__BB6_147;
+$L__BB6_146:
 	shl.b64 	%rd1026, %rd2430, 4;
 	add.s64 	%rd1027, %rd112, %rd1026;
 	add.s64 	%rd1028, %rd113, %rd1026;
@@ -10437,15 +12307,15 @@ $L__BB4_146:
 	st.v4.u32 	[%rd1027+1536], {%r1567, %r1568, %r1569, %r1570};
 	add.s64 	%rd2430, %rd2430, 128;
 	setp.lt.u64 	%p163, %rd2430, %rd143;
-	@%p163 bra 	$L__BB4_146;
-$L__BB4_147:
+	@%p163 bra 	$L__BB6_146;
+$L__BB6_147:
 	and.b64  	%rd2432, %rd116, 8589934576;
-$L__BB4_148:
+$L__BB6_148:
 	add.s64 	%rd1029, %rd116, 7;
 	and.b64  	%rd169, %rd1029, 17179869176;
 	add.s64 	%rd170, %rd2432, %rd5;
 	setp.ge.u64 	%p164, %rd170, %rd169;
-	@%p164 bra 	$L__BB4_170;
+	@%p164 bra 	$L__BB6_170;
 	not.b64 	%rd1030, %rd5;
 	add.s64 	%rd1031, %rd169, %rd1030;
 	sub.s64 	%rd171, %rd1031, %rd2432;
@@ -10454,77 +12324,77 @@ $L__BB4_148:
 	and.b64  	%rd172, %rd1033, 3;
 	setp.eq.s64 	%p165, %rd172, 0;
 	mov.u64 	%rd2433, %rd170;
-	@%p165 bra 	$L__BB4_159;
+	@%p165 bra 	$L__BB6_159;
 	setp.ge.u64 	%p166, %rd170, %rd116;
 	add.s64 	%rd173, %rd113, %rd170;
 	mov.u32 	%r3742, 0;
-	@%p166 bra 	$L__BB4_152;
+	@%p166 bra 	$L__BB6_152;
 	ld.global.u8 	%r3742, [%rd173];
-$L__BB4_152:
+$L__BB6_152:
 	add.s64 	%rd174, %rd112, %rd170;
 	st.u8 	[%rd174], %r3742;
 	add.s64 	%rd2433, %rd170, 32;
 	setp.eq.s64 	%p167, %rd172, 1;
-	@%p167 bra 	$L__BB4_159;
+	@%p167 bra 	$L__BB6_159;
 	setp.ge.u64 	%p168, %rd2433, %rd116;
 	mov.u32 	%r3743, 0;
-	@%p168 bra 	$L__BB4_155;
+	@%p168 bra 	$L__BB6_155;
 	ld.global.u8 	%r3743, [%rd173+32];
-$L__BB4_155:
+$L__BB6_155:
 	st.u8 	[%rd174+32], %r3743;
 	add.s64 	%rd2433, %rd170, 64;
 	setp.eq.s64 	%p169, %rd172, 2;
-	@%p169 bra 	$L__BB4_159;
+	@%p169 bra 	$L__BB6_159;
 	setp.ge.u64 	%p170, %rd2433, %rd116;
 	mov.u32 	%r3744, 0;
-	@%p170 bra 	$L__BB4_158;
+	@%p170 bra 	$L__BB6_158;
 	ld.global.u8 	%r3744, [%rd173+64];
-$L__BB4_158:
+$L__BB6_158:
 	st.u8 	[%rd174+64], %r3744;
 	add.s64 	%rd2433, %rd170, 96;
-$L__BB4_159:
+$L__BB6_159:
 	setp.lt.u64 	%p171, %rd171, 96;
-	@%p171 bra 	$L__BB4_170;
+	@%p171 bra 	$L__BB6_170;
 	add.s64 	%rd2435, %rd113, %rd2433;
-$L__BB4_161:
+$L__BB6_161:
 	setp.ge.u64 	%p172, %rd2433, %rd116;
 	mov.u32 	%r3746, 0;
 	mov.u32 	%r3745, %r3746;
-	@%p172 bra 	$L__BB4_163;
+	@%p172 bra 	$L__BB6_163;
 	ld.global.u8 	%r3745, [%rd2435];
-$L__BB4_163:
+$L__BB6_163:
 	add.s64 	%rd182, %rd112, %rd2433;
 	st.u8 	[%rd182], %r3745;
 	add.s64 	%rd1036, %rd2433, 32;
 	setp.ge.u64 	%p173, %rd1036, %rd116;
-	@%p173 bra 	$L__BB4_165;
+	@%p173 bra 	$L__BB6_165;
 	ld.global.u8 	%r3746, [%rd2435+32];
-$L__BB4_165:
+$L__BB6_165:
 	st.u8 	[%rd182+32], %r3746;
 	add.s64 	%rd1037, %rd2433, 64;
 	setp.ge.u64 	%p174, %rd1037, %rd116;
 	mov.u32 	%r3748, 0;
 	mov.u32 	%r3747, %r3748;
-	@%p174 bra 	$L__BB4_167;
+	@%p174 bra 	$L__BB6_167;
 	ld.global.u8 	%r3747, [%rd2435+64];
-$L__BB4_167:
+$L__BB6_167:
 	st.u8 	[%rd182+64], %r3747;
 	add.s64 	%rd1038, %rd2433, 96;
 	setp.ge.u64 	%p175, %rd1038, %rd116;
-	@%p175 bra 	$L__BB4_169;
+	@%p175 bra 	$L__BB6_169;
 	ld.global.u8 	%r3748, [%rd2435+96];
-$L__BB4_169:
+$L__BB6_169:
 	add.s64 	%rd2435, %rd2435, 128;
 	st.u8 	[%rd182+96], %r3748;
 	add.s64 	%rd2433, %rd2433, 128;
 	setp.lt.u64 	%p176, %rd2433, %rd169;
-	@%p176 bra 	$L__BB4_161;
-$L__BB4_170:
+	@%p176 bra 	$L__BB6_161;
+$L__BB6_170:
 	add.s64 	%rd185, %rd112, %rd169;
 	ld.param.u32 	%r164, [%rd1+12];
 	setp.lt.u32 	%p177, %r164, 128;
 	mov.u32 	%r3749, 0;
-	@%p177 bra 	$L__BB4_172;
+	@%p177 bra 	$L__BB6_172;
 	shr.u32 	%r1583, %r164, 3;
 	add.s32 	%r1584, %r1583, -16;
 	add.s32 	%r1585, %r145, 2;
@@ -10532,7 +12402,7 @@ $L__BB4_170:
 	shl.b32 	%r1587, %r1586, 1;
 	add.s32 	%r1588, %r1587, 7;
 	and.b32  	%r3749, %r1588, -8;
-$L__BB4_172:
+$L__BB6_172:
 	cvt.u64.u32 	%rd186, %r3749;
 	add.s64 	%rd187, %rd113, %rd186;
 	add.s64 	%rd1039, %rd114, %rd186;
@@ -10541,16 +12411,16 @@ $L__BB4_172:
 	or.b64  	%rd189, %rd1039, %rd185;
 	and.b64  	%rd1041, %rd189, 15;
 	setp.eq.s64 	%p178, %rd1041, 0;
-	@%p178 bra 	$L__BB4_189;
+	@%p178 bra 	$L__BB6_189;
 	and.b64  	%rd1043, %rd189, 7;
 	setp.ne.s64 	%p179, %rd1043, 0;
 	mov.u64 	%rd2452, 0;
-	@%p179 bra 	$L__BB4_204;
+	@%p179 bra 	$L__BB6_204;
 	shr.u64 	%rd190, %rd188, 3;
 	or.b64  	%rd2436, %rd5, 96;
 	setp.ge.u64 	%p180, %rd2436, %rd190;
 	mov.u64 	%rd2438, %rd5;
-	@%p180 bra 	$L__BB4_181;
+	@%p180 bra 	$L__BB6_181;
 	mov.u64 	%rd1046, -97;
 	sub.s64 	%rd1047, %rd1046, %rd5;
 	add.s64 	%rd191, %rd1047, %rd190;
@@ -10559,7 +12429,7 @@ $L__BB4_172:
 	and.b64  	%rd192, %rd1049, 3;
 	setp.eq.s64 	%p181, %rd192, 0;
 	mov.u64 	%rd2437, %rd5;
-	@%p181 bra 	$L__BB4_179;
+	@%p181 bra 	$L__BB6_179;
 	shl.b64 	%rd1050, %rd7, 3;
 	add.s64 	%rd194, %rd187, %rd1050;
 	ld.global.v2.u32 	{%r1589, %r1590}, [%rd194];
@@ -10576,7 +12446,7 @@ $L__BB4_172:
 	mov.u64 	%rd2436, %rd9;
 	mov.u64 	%rd2437, %rd8;
 	mov.u64 	%rd2438, %rd8;
-	@%p182 bra 	$L__BB4_179;
+	@%p182 bra 	$L__BB6_179;
 	ld.global.v2.u32 	{%r1605, %r1606}, [%rd194+1024];
 	ld.global.v2.u32 	{%r1609, %r1610}, [%rd194+1280];
 	ld.global.v2.u32 	{%r1613, %r1614}, [%rd194+1536];
@@ -10589,7 +12459,7 @@ $L__BB4_172:
 	mov.u64 	%rd2436, %rd11;
 	mov.u64 	%rd2437, %rd10;
 	mov.u64 	%rd2438, %rd10;
-	@%p183 bra 	$L__BB4_179;
+	@%p183 bra 	$L__BB6_179;
 	ld.global.v2.u32 	{%r1621, %r1622}, [%rd194+2048];
 	ld.global.v2.u32 	{%r1625, %r1626}, [%rd194+2304];
 	ld.global.v2.u32 	{%r1629, %r1630}, [%rd194+2560];
@@ -10601,10 +12471,10 @@ $L__BB4_172:
 	mov.u64 	%rd2436, %rd13;
 	mov.u64 	%rd2437, %rd12;
 	mov.u64 	%rd2438, %rd12;
-$L__BB4_179:
+$L__BB6_179:
 	setp.lt.u64 	%p184, %rd191, 384;
-	@%p184 bra 	$L__BB4_181;
-$L__BB4_180:
+	@%p184 bra 	$L__BB6_181;
+$L__BB6_180:
 	shl.b64 	%rd1052, %rd2437, 3;
 	add.s64 	%rd1053, %rd187, %rd1052;
 	ld.global.v2.u32 	{%r1637, %r1638}, [%rd1053+256];
@@ -10647,10 +12517,10 @@ $L__BB4_180:
 	add.s64 	%rd2436, %rd2437, 608;
 	setp.lt.u64 	%p185, %rd2436, %rd190;
 	mov.u64 	%rd2437, %rd2438;
-	@%p185 bra 	$L__BB4_180;
-$L__BB4_181:
+	@%p185 bra 	$L__BB6_180;
+$L__BB6_181:
 	setp.ge.u64 	%p186, %rd2438, %rd190;
-	@%p186 bra 	$L__BB4_188;
+	@%p186 bra 	$L__BB6_188;
 	not.b64 	%rd1058, %rd2438;
 	add.s64 	%rd204, %rd190, %rd1058;
 	shr.u64 	%rd1059, %rd204, 5;
@@ -10658,7 +12528,7 @@ $L__BB4_181:
 	and.b64  	%rd205, %rd1060, 3;
 	setp.eq.s64 	%p187, %rd205, 0;
 	mov.u64 	%rd2442, %rd2438;
-	@%p187 bra 	$L__BB4_186;
+	@%p187 bra 	$L__BB6_186;
 	shl.b64 	%rd1061, %rd2438, 3;
 	add.s64 	%rd206, %rd187, %rd1061;
 	ld.global.v2.u32 	{%r1701, %r1702}, [%rd206];
@@ -10666,19 +12536,19 @@ $L__BB4_181:
 	st.v2.u32 	[%rd207], {%r1701, %r1702};
 	add.s64 	%rd2442, %rd2438, 32;
 	setp.eq.s64 	%p188, %rd205, 1;
-	@%p188 bra 	$L__BB4_186;
+	@%p188 bra 	$L__BB6_186;
 	ld.global.v2.u32 	{%r1705, %r1706}, [%rd206+256];
 	st.v2.u32 	[%rd207+256], {%r1705, %r1706};
 	add.s64 	%rd2442, %rd2438, 64;
 	setp.eq.s64 	%p189, %rd205, 2;
-	@%p189 bra 	$L__BB4_186;
+	@%p189 bra 	$L__BB6_186;
 	ld.global.v2.u32 	{%r1709, %r1710}, [%rd206+512];
 	st.v2.u32 	[%rd207+512], {%r1709, %r1710};
 	add.s64 	%rd2442, %rd2438, 96;
-$L__BB4_186:
+$L__BB6_186:
 	setp.lt.u64 	%p190, %rd204, 96;
-	@%p190 bra 	$L__BB4_188;
-$L__BB4_187:
+	@%p190 bra 	$L__BB6_188;
+$L__BB6_187:
 	shl.b64 	%rd1062, %rd2442, 3;
 	add.s64 	%rd1063, %rd187, %rd1062;
 	ld.global.v2.u32 	{%r1713, %r1714}, [%rd1063];
@@ -10692,16 +12562,16 @@ $L__BB4_187:
 	st.v2.u32 	[%rd1064+768], {%r1725, %r1726};
 	add.s64 	%rd2442, %rd2442, 128;
 	setp.lt.u64 	%p191, %rd2442, %rd190;
-	@%p191 bra 	$L__BB4_187;
-$L__BB4_188:
+	@%p191 bra 	$L__BB6_187;
+$L__BB6_188:
 	and.b64  	%rd2452, %rd188, -8;
-	bra.uni 	$L__BB4_204;
-$L__BB4_189:
+	bra.uni 	$L__BB6_204;
+$L__BB6_189:
 	shr.u64 	%rd215, %rd188, 4;
 	or.b64  	%rd2444, %rd5, 96;
 	setp.ge.u64 	%p192, %rd2444, %rd215;
 	mov.u64 	%rd2446, %rd5;
-	@%p192 bra 	$L__BB4_196;
+	@%p192 bra 	$L__BB6_196;
 	mov.u64 	%rd1067, -97;
 	sub.s64 	%rd1068, %rd1067, %rd5;
 	add.s64 	%rd216, %rd1068, %rd215;
@@ -10710,7 +12580,7 @@ $L__BB4_189:
 	and.b64  	%rd217, %rd1070, 3;
 	setp.eq.s64 	%p193, %rd217, 0;
 	mov.u64 	%rd2445, %rd5;
-	@%p193 bra 	$L__BB4_194;
+	@%p193 bra 	$L__BB6_194;
 	shl.b64 	%rd1071, %rd5, 4;
 	add.s64 	%rd219, %rd187, %rd1071;
 	ld.global.v4.u32 	{%r1729, %r1730, %r1731, %r1732}, [%rd219+512];
@@ -10726,7 +12596,7 @@ $L__BB4_189:
 	mov.u64 	%rd2444, %rd9;
 	mov.u64 	%rd2445, %rd8;
 	mov.u64 	%rd2446, %rd8;
-	@%p194 bra 	$L__BB4_194;
+	@%p194 bra 	$L__BB6_194;
 	ld.global.v4.u32 	{%r1761, %r1762, %r1763, %r1764}, [%rd219+2560];
 	ld.global.v4.u32 	{%r1769, %r1770, %r1771, %r1772}, [%rd219+3072];
 	ld.global.v4.u32 	{%r1777, %r1778, %r1779, %r1780}, [%rd219+3584];
@@ -10739,7 +12609,7 @@ $L__BB4_189:
 	mov.u64 	%rd2444, %rd11;
 	mov.u64 	%rd2445, %rd10;
 	mov.u64 	%rd2446, %rd10;
-	@%p195 bra 	$L__BB4_194;
+	@%p195 bra 	$L__BB6_194;
 	ld.global.v4.u32 	{%r1793, %r1794, %r1795, %r1796}, [%rd219+4608];
 	ld.global.v4.u32 	{%r1801, %r1802, %r1803, %r1804}, [%rd219+5120];
 	ld.global.v4.u32 	{%r1809, %r1810, %r1811, %r1812}, [%rd219+5632];
@@ -10751,10 +12621,10 @@ $L__BB4_189:
 	mov.u64 	%rd2444, %rd13;
 	mov.u64 	%rd2445, %rd12;
 	mov.u64 	%rd2446, %rd12;
-$L__BB4_194:
+$L__BB6_194:
 	setp.lt.u64 	%p196, %rd216, 384;
-	@%p196 bra 	$L__BB4_196;
-$L__BB4_195:
+	@%p196 bra 	$L__BB6_196;
+$L__BB6_195:
 	shl.b64 	%rd1072, %rd2445, 4;
 	add.s64 	%rd1073, %rd187, %rd1072;
 	ld.global.v4.u32 	{%r1825, %r1826, %r1827, %r1828}, [%rd1073+512];
@@ -10797,10 +12667,10 @@ $L__BB4_195:
 	add.s64 	%rd2444, %rd2445, 608;
 	setp.lt.u64 	%p197, %rd2444, %rd215;
 	mov.u64 	%rd2445, %rd2446;
-	@%p197 bra 	$L__BB4_195;
-$L__BB4_196:
+	@%p197 bra 	$L__BB6_195;
+$L__BB6_196:
 	setp.ge.u64 	%p198, %rd2446, %rd215;
-	@%p198 bra 	$L__BB4_203;
+	@%p198 bra 	$L__BB6_203;
 	not.b64 	%rd1078, %rd2446;
 	add.s64 	%rd229, %rd215, %rd1078;
 	shr.u64 	%rd1079, %rd229, 5;
@@ -10808,7 +12678,7 @@ $L__BB4_196:
 	and.b64  	%rd230, %rd1080, 3;
 	setp.eq.s64 	%p199, %rd230, 0;
 	mov.u64 	%rd2450, %rd2446;
-	@%p199 bra 	$L__BB4_201;
+	@%p199 bra 	$L__BB6_201;
 	shl.b64 	%rd1081, %rd2446, 4;
 	add.s64 	%rd232, %rd185, %rd1081;
 	add.s64 	%rd231, %rd187, %rd1081;
@@ -10816,19 +12686,19 @@ $L__BB4_196:
 	st.v4.u32 	[%rd232], {%r1953, %r1954, %r1955, %r1956};
 	add.s64 	%rd2450, %rd2446, 32;
 	setp.eq.s64 	%p200, %rd230, 1;
-	@%p200 bra 	$L__BB4_201;
+	@%p200 bra 	$L__BB6_201;
 	ld.global.v4.u32 	{%r1961, %r1962, %r1963, %r1964}, [%rd231+512];
 	st.v4.u32 	[%rd232+512], {%r1961, %r1962, %r1963, %r1964};
 	add.s64 	%rd2450, %rd2446, 64;
 	setp.eq.s64 	%p201, %rd230, 2;
-	@%p201 bra 	$L__BB4_201;
+	@%p201 bra 	$L__BB6_201;
 	ld.global.v4.u32 	{%r1969, %r1970, %r1971, %r1972}, [%rd231+1024];
 	st.v4.u32 	[%rd232+1024], {%r1969, %r1970, %r1971, %r1972};
 	add.s64 	%rd2450, %rd2446, 96;
-$L__BB4_201:
+$L__BB6_201:
 	setp.lt.u64 	%p202, %rd229, 96;
-	@%p202 bra 	$L__BB4_203;
-$L__BB4_202:
+	@%p202 bra 	$L__BB6_203;
+$L__BB6_202:
 	shl.b64 	%rd1082, %rd2450, 4;
 	add.s64 	%rd1083, %rd185, %rd1082;
 	add.s64 	%rd1084, %rd187, %rd1082;
@@ -10842,15 +12712,15 @@ $L__BB4_202:
 	st.v4.u32 	[%rd1083+1536], {%r2001, %r2002, %r2003, %r2004};
 	add.s64 	%rd2450, %rd2450, 128;
 	setp.lt.u64 	%p203, %rd2450, %rd215;
-	@%p203 bra 	$L__BB4_202;
-$L__BB4_203:
+	@%p203 bra 	$L__BB6_202;
+$L__BB6_203:
 	and.b64  	%rd2452, %rd188, -16;
-$L__BB4_204:
+$L__BB6_204:
 	add.s64 	%rd1085, %rd188, 7;
 	and.b64  	%rd241, %rd1085, -8;
 	add.s64 	%rd242, %rd2452, %rd5;
 	setp.ge.u64 	%p204, %rd242, %rd241;
-	@%p204 bra 	$L__BB4_544;
+	@%p204 bra 	$L__BB6_544;
 	not.b64 	%rd1086, %rd5;
 	add.s64 	%rd1087, %rd241, %rd1086;
 	sub.s64 	%rd243, %rd1087, %rd2452;
@@ -10859,103 +12729,103 @@ $L__BB4_204:
 	and.b64  	%rd244, %rd1089, 3;
 	setp.eq.s64 	%p205, %rd244, 0;
 	mov.u64 	%rd2453, %rd242;
-	@%p205 bra 	$L__BB4_215;
+	@%p205 bra 	$L__BB6_215;
 	setp.ge.u64 	%p206, %rd242, %rd188;
 	add.s64 	%rd245, %rd187, %rd242;
 	mov.u32 	%r3750, 0;
-	@%p206 bra 	$L__BB4_208;
+	@%p206 bra 	$L__BB6_208;
 	ld.global.u8 	%r3750, [%rd245];
-$L__BB4_208:
+$L__BB6_208:
 	add.s64 	%rd246, %rd185, %rd242;
 	st.u8 	[%rd246], %r3750;
 	add.s64 	%rd2453, %rd242, 32;
 	setp.eq.s64 	%p207, %rd244, 1;
-	@%p207 bra 	$L__BB4_215;
+	@%p207 bra 	$L__BB6_215;
 	setp.ge.u64 	%p208, %rd2453, %rd188;
 	mov.u32 	%r3751, 0;
-	@%p208 bra 	$L__BB4_211;
+	@%p208 bra 	$L__BB6_211;
 	ld.global.u8 	%r3751, [%rd245+32];
-$L__BB4_211:
+$L__BB6_211:
 	st.u8 	[%rd246+32], %r3751;
 	add.s64 	%rd2453, %rd242, 64;
 	setp.eq.s64 	%p209, %rd244, 2;
-	@%p209 bra 	$L__BB4_215;
+	@%p209 bra 	$L__BB6_215;
 	setp.ge.u64 	%p210, %rd2453, %rd188;
 	mov.u32 	%r3752, 0;
-	@%p210 bra 	$L__BB4_214;
+	@%p210 bra 	$L__BB6_214;
 	ld.global.u8 	%r3752, [%rd245+64];
-$L__BB4_214:
+$L__BB6_214:
 	st.u8 	[%rd246+64], %r3752;
 	add.s64 	%rd2453, %rd242, 96;
-$L__BB4_215:
+$L__BB6_215:
 	setp.lt.u64 	%p211, %rd243, 96;
-	@%p211 bra 	$L__BB4_544;
+	@%p211 bra 	$L__BB6_544;
 	add.s64 	%rd1092, %rd2453, %rd186;
 	add.s64 	%rd2455, %rd113, %rd1092;
-$L__BB4_217:
+$L__BB6_217:
 	setp.ge.u64 	%p212, %rd2453, %rd188;
 	mov.u32 	%r3754, 0;
 	mov.u32 	%r3753, %r3754;
-	@%p212 bra 	$L__BB4_219;
+	@%p212 bra 	$L__BB6_219;
 	ld.global.u8 	%r3753, [%rd2455];
-$L__BB4_219:
+$L__BB6_219:
 	add.s64 	%rd254, %rd185, %rd2453;
 	st.u8 	[%rd254], %r3753;
 	add.s64 	%rd1093, %rd2453, 32;
 	setp.ge.u64 	%p213, %rd1093, %rd188;
-	@%p213 bra 	$L__BB4_221;
+	@%p213 bra 	$L__BB6_221;
 	ld.global.u8 	%r3754, [%rd2455+32];
-$L__BB4_221:
+$L__BB6_221:
 	st.u8 	[%rd254+32], %r3754;
 	add.s64 	%rd1094, %rd2453, 64;
 	setp.ge.u64 	%p214, %rd1094, %rd188;
 	mov.u32 	%r3756, 0;
 	mov.u32 	%r3755, %r3756;
-	@%p214 bra 	$L__BB4_223;
+	@%p214 bra 	$L__BB6_223;
 	ld.global.u8 	%r3755, [%rd2455+64];
-$L__BB4_223:
+$L__BB6_223:
 	st.u8 	[%rd254+64], %r3755;
 	add.s64 	%rd1095, %rd2453, 96;
 	setp.ge.u64 	%p215, %rd1095, %rd188;
-	@%p215 bra 	$L__BB4_225;
+	@%p215 bra 	$L__BB6_225;
 	ld.global.u8 	%r3756, [%rd2455+96];
-$L__BB4_225:
+$L__BB6_225:
 	add.s64 	%rd2455, %rd2455, 128;
 	st.u8 	[%rd254+96], %r3756;
 	add.s64 	%rd2453, %rd2453, 128;
 	setp.lt.u64 	%p216, %rd2453, %rd241;
-	@%p216 bra 	$L__BB4_217;
-$L__BB4_544:
+	@%p216 bra 	$L__BB6_217;
+$L__BB6_544:
 	setp.ne.s32 	%p454, %r3740, 0;
-	@%p454 bra 	$L__BB4_113;
-$L__BB4_545:
+	@%p454 bra 	$L__BB6_113;
+$L__BB6_545:
 	bar.sync 	0;
 	ld.shared.u32 	%r288, [_ZZ15ws_delta_encodeE5ncoop];
 	setp.eq.s32 	%p455, %r288, 0;
-	@%p455 bra 	$L__BB4_1016;
+	@%p455 bra 	$L__BB6_1016;
 	ld.param.u64 	%rd1489, [%rd1+-40];
 	cvta.to.global.u64 	%rd471, %rd1489;
 	mov.u32 	%r3816, 0;
-	bra.uni 	$L__BB4_547;
-$L__BB4_604:
+	bra.uni 	$L__BB6_547;
+$L__BB6_604:
 	cvt.u32.u64 	%r2513, %rd482;
 	mul.lo.s64 	%rd1605, %rd475, %rd482;
 	shr.u64 	%rd530, %rd1605, 4;
 	setp.eq.s32 	%p523, %r2513, 1;
-	@%p523 bra 	$L__BB4_759;
+	@%p523 bra 	$L__BB6_759;
 	setp.eq.s32 	%p524, %r2513, 2;
-	@%p524 bra 	$L__BB4_667;
+	@%p524 bra 	$L__BB6_667;
 	setp.ne.s32 	%p525, %r2513, 4;
-	@%p525 bra 	$L__BB4_915;
+	@%p525 bra 	$L__BB6_915;
 	setp.eq.s64 	%p526, %rd530, 0;
-	@%p526 bra 	$L__BB4_1015;
+	@%p526 bra 	$L__BB6_1015;
 	mov.u64 	%rd2511, 0;
 	mov.u32 	%r3825, 0;
-$L__BB4_609:
+$L__BB6_609:
 	mov.u32 	%r3826, 0;
 	add.s64 	%rd532, %rd2511, %rd4;
 	setp.ge.u64 	%p527, %rd532, %rd530;
-	@%p527 bra 	$L__BB4_611;
+	@%p527 bra 	$L__BB6_611;
 	shr.u64 	%rd1607, %rd532, 3;
 	and.b64  	%rd1608, %rd1607, 576460752303423487;
 	add.s64 	%rd1609, %rd1608, %rd490;
@@ -10967,12 +12837,12 @@ $L__BB4_609:
 	ld.global.u32 	%r2519, [%rd1611];
 	shr.u32 	%r2520, %r2519, %r2518;
 	and.b32  	%r3826, %r2520, 15;
-$L__BB4_611:
+$L__BB6_611:
 	add.s64 	%rd533, %rd532, 256;
 	setp.ge.u64 	%p528, %rd533, %rd530;
 	mov.u32 	%r3828, 0;
 	mov.u32 	%r3827, %r3828;
-	@%p528 bra 	$L__BB4_613;
+	@%p528 bra 	$L__BB6_613;
 	shr.u64 	%rd1612, %rd533, 3;
 	and.b64  	%rd1613, %rd1612, 576460752303423487;
 	add.s64 	%rd1614, %rd1613, %rd490;
@@ -10984,10 +12854,10 @@ $L__BB4_611:
 	ld.global.u32 	%r2525, [%rd1616];
 	shr.u32 	%r2526, %r2525, %r2524;
 	and.b32  	%r3827, %r2526, 15;
-$L__BB4_613:
+$L__BB6_613:
 	add.s64 	%rd534, %rd532, 512;
 	setp.ge.u64 	%p529, %rd534, %rd530;
-	@%p529 bra 	$L__BB4_615;
+	@%p529 bra 	$L__BB6_615;
 	shr.u64 	%rd1617, %rd534, 3;
 	and.b64  	%rd1618, %rd1617, 576460752303423487;
 	add.s64 	%rd1619, %rd1618, %rd490;
@@ -10999,12 +12869,12 @@ $L__BB4_613:
 	ld.global.u32 	%r2531, [%rd1621];
 	shr.u32 	%r2532, %r2531, %r2530;
 	and.b32  	%r3828, %r2532, 15;
-$L__BB4_615:
+$L__BB6_615:
 	add.s64 	%rd535, %rd532, 768;
 	setp.ge.u64 	%p530, %rd535, %rd530;
 	mov.u32 	%r3830, 0;
 	mov.u32 	%r3829, %r3830;
-	@%p530 bra 	$L__BB4_617;
+	@%p530 bra 	$L__BB6_617;
 	shr.u64 	%rd1622, %rd535, 3;
 	and.b64  	%rd1623, %rd1622, 576460752303423487;
 	add.s64 	%rd1624, %rd1623, %rd490;
@@ -11016,55 +12886,55 @@ $L__BB4_615:
 	ld.global.u32 	%r2537, [%rd1626];
 	shr.u32 	%r2538, %r2537, %r2536;
 	and.b32  	%r3829, %r2538, 15;
-$L__BB4_617:
+$L__BB6_617:
 	setp.eq.s32 	%p531, %r3826, 0;
 	mov.u32 	%r3831, %r3830;
 	mov.u32 	%r3832, %r3830;
 	mov.u32 	%r3833, %r3830;
-	@%p531 bra 	$L__BB4_619;
+	@%p531 bra 	$L__BB6_619;
 	shl.b64 	%rd1628, %rd532, 4;
 	add.s64 	%rd1627, %rd489, %rd1628;
 	// begin inline asm
 	ld.global.cs.v4.u32 {%r3830,%r3831,%r3832,%r3833}, [%rd1627];
 	// end inline asm
-$L__BB4_619:
+$L__BB6_619:
 	setp.eq.s32 	%p532, %r3827, 0;
 	mov.u32 	%r3838, 0;
 	mov.u32 	%r3834, %r3838;
 	mov.u32 	%r3835, %r3838;
 	mov.u32 	%r3836, %r3838;
 	mov.u32 	%r3837, %r3838;
-	@%p532 bra 	$L__BB4_621;
+	@%p532 bra 	$L__BB6_621;
 	shl.b64 	%rd1630, %rd533, 4;
 	add.s64 	%rd1629, %rd489, %rd1630;
 	// begin inline asm
 	ld.global.cs.v4.u32 {%r3834,%r3835,%r3836,%r3837}, [%rd1629];
 	// end inline asm
-$L__BB4_621:
+$L__BB6_621:
 	setp.eq.s32 	%p533, %r3828, 0;
 	mov.u32 	%r3839, %r3838;
 	mov.u32 	%r3840, %r3838;
 	mov.u32 	%r3841, %r3838;
-	@%p533 bra 	$L__BB4_623;
+	@%p533 bra 	$L__BB6_623;
 	shl.b64 	%rd1632, %rd534, 4;
 	add.s64 	%rd1631, %rd489, %rd1632;
 	// begin inline asm
 	ld.global.cs.v4.u32 {%r3838,%r3839,%r3840,%r3841}, [%rd1631];
 	// end inline asm
-$L__BB4_623:
+$L__BB6_623:
 	setp.eq.s32 	%p534, %r3829, 0;
 	mov.u32 	%r2566, 0;
 	mov.u32 	%r3842, %r2566;
 	mov.u32 	%r3843, %r2566;
 	mov.u32 	%r3844, %r2566;
 	mov.u32 	%r3845, %r2566;
-	@%p534 bra 	$L__BB4_625;
+	@%p534 bra 	$L__BB6_625;
 	shl.b64 	%rd1634, %rd535, 4;
 	add.s64 	%rd1633, %rd489, %rd1634;
 	// begin inline asm
 	ld.global.cs.v4.u32 {%r3842,%r3843,%r3844,%r3845}, [%rd1633];
 	// end inline asm
-$L__BB4_625:
+$L__BB6_625:
 	cvt.u32.u64 	%r2591, %rd5;
 	setp.lt.u32 	%p535, %r2591, 16;
 	mov.u32 	%r2592, 16;
@@ -11140,19 +13010,19 @@ $L__BB4_625:
 	// end inline asm
 	selp.b64 	%rd1654, 0, %rd1644, %p535;
 	add.s64 	%rd537, %rd1654, %rd1643;
-	@%p539 bra 	$L__BB4_627;
+	@%p539 bra 	$L__BB6_627;
 	st.shared.u64 	[%r2], %rd537;
-$L__BB4_627:
+$L__BB6_627:
 	cvt.u32.u64 	%r2605, %rd6;
 	setp.ne.s32 	%p551, %r2605, 0;
 	bar.sync 	0;
-	@%p551 bra 	$L__BB4_632;
+	@%p551 bra 	$L__BB6_632;
 	cvt.u32.u64 	%r3669, %rd5;
 	setp.gt.u32 	%p552, %r3669, 7;
 	mov.u64 	%rd2512, 0;
-	@%p552 bra 	$L__BB4_630;
+	@%p552 bra 	$L__BB6_630;
 	ld.shared.u64 	%rd2512, [%r3];
-$L__BB4_630:
+$L__BB6_630:
 	cvt.u32.u64 	%r3696, %rd5;
 	setp.lt.u32 	%p938, %r3696, 16;
 	setp.lt.u32 	%p937, %r3696, 8;
@@ -11216,15 +13086,15 @@ $L__BB4_630:
 	// end inline asm
 	selp.b64 	%rd1670, 0, %rd1665, %p938;
 	add.s64 	%rd540, %rd1670, %rd1664;
-	@%p552 bra 	$L__BB4_632;
+	@%p552 bra 	$L__BB6_632;
 	st.shared.u64 	[%r3], %rd540;
-$L__BB4_632:
+$L__BB6_632:
 	setp.eq.s32 	%p569, %r2605, 0;
 	bar.sync 	0;
 	mov.u64 	%rd2513, 0;
-	@%p569 bra 	$L__BB4_634;
+	@%p569 bra 	$L__BB6_634;
 	ld.shared.u64 	%rd2513, [%r2+-8];
-$L__BB4_634:
+$L__BB6_634:
 	ld.shared.u64 	%rd543, [_ZZ15ws_delta_encodeE3red+56];
 	bar.sync 	0;
 	sub.s64 	%rd1672, %rd537, %rd1635;
@@ -11237,42 +13107,42 @@ $L__BB4_634:
 	mov.pred 	%p571, 0;
 	xor.pred  	%p572, %p570, %p571;
 	not.pred 	%p573, %p572;
-	@%p573 bra 	$L__BB4_636;
+	@%p573 bra 	$L__BB6_636;
 	add.s32 	%r355, %r3847, 1;
 	mul.wide.u32 	%rd1673, %r3847, 4;
 	add.s64 	%rd1674, %rd1673, %rd504;
 	add.s64 	%rd1675, %rd481, %rd1674;
 	st.u32 	[%rd1675], %r3830;
 	mov.u32 	%r3847, %r355;
-$L__BB4_636:
+$L__BB6_636:
 	and.b32  	%r2639, %r3826, 2;
 	setp.eq.s32 	%p574, %r2639, 0;
-	@%p574 bra 	$L__BB4_638;
+	@%p574 bra 	$L__BB6_638;
 	add.s32 	%r357, %r3847, 1;
 	mul.wide.u32 	%rd1676, %r3847, 4;
 	add.s64 	%rd1677, %rd1676, %rd504;
 	add.s64 	%rd1678, %rd481, %rd1677;
 	st.u32 	[%rd1678], %r3831;
 	mov.u32 	%r3847, %r357;
-$L__BB4_638:
+$L__BB6_638:
 	and.b32  	%r2640, %r3826, 4;
 	setp.eq.s32 	%p575, %r2640, 0;
-	@%p575 bra 	$L__BB4_640;
+	@%p575 bra 	$L__BB6_640;
 	add.s32 	%r359, %r3847, 1;
 	mul.wide.u32 	%rd1679, %r3847, 4;
 	add.s64 	%rd1680, %rd1679, %rd504;
 	add.s64 	%rd1681, %rd481, %rd1680;
 	st.u32 	[%rd1681], %r3832;
 	mov.u32 	%r3847, %r359;
-$L__BB4_640:
+$L__BB6_640:
 	and.b32  	%r2641, %r3826, 8;
 	setp.eq.s32 	%p576, %r2641, 0;
-	@%p576 bra 	$L__BB4_642;
+	@%p576 bra 	$L__BB6_642;
 	mul.wide.u32 	%rd1682, %r3847, 4;
 	add.s64 	%rd1683, %rd1682, %rd504;
 	add.s64 	%rd1684, %rd481, %rd1683;
 	st.u32 	[%rd1684], %r3833;
-$L__BB4_642:
+$L__BB6_642:
 	cvt.u32.u64 	%r2642, %rd543;
 	and.b32  	%r2643, %r2642, 65535;
 	add.s32 	%r361, %r2643, %r3825;
@@ -11283,42 +13153,42 @@ $L__BB4_642:
 	mov.pred 	%p578, 0;
 	xor.pred  	%p579, %p577, %p578;
 	not.pred 	%p580, %p579;
-	@%p580 bra 	$L__BB4_644;
+	@%p580 bra 	$L__BB6_644;
 	add.s32 	%r363, %r3850, 1;
 	mul.wide.u32 	%rd1685, %r3850, 4;
 	add.s64 	%rd1686, %rd1685, %rd504;
 	add.s64 	%rd1687, %rd481, %rd1686;
 	st.u32 	[%rd1687], %r3834;
 	mov.u32 	%r3850, %r363;
-$L__BB4_644:
+$L__BB6_644:
 	and.b32  	%r2647, %r3827, 2;
 	setp.eq.s32 	%p581, %r2647, 0;
-	@%p581 bra 	$L__BB4_646;
+	@%p581 bra 	$L__BB6_646;
 	add.s32 	%r365, %r3850, 1;
 	mul.wide.u32 	%rd1688, %r3850, 4;
 	add.s64 	%rd1689, %rd1688, %rd504;
 	add.s64 	%rd1690, %rd481, %rd1689;
 	st.u32 	[%rd1690], %r3835;
 	mov.u32 	%r3850, %r365;
-$L__BB4_646:
+$L__BB6_646:
 	and.b32  	%r2648, %r3827, 4;
 	setp.eq.s32 	%p582, %r2648, 0;
-	@%p582 bra 	$L__BB4_648;
+	@%p582 bra 	$L__BB6_648;
 	add.s32 	%r367, %r3850, 1;
 	mul.wide.u32 	%rd1691, %r3850, 4;
 	add.s64 	%rd1692, %rd1691, %rd504;
 	add.s64 	%rd1693, %rd481, %rd1692;
 	st.u32 	[%rd1693], %r3836;
 	mov.u32 	%r3850, %r367;
-$L__BB4_648:
+$L__BB6_648:
 	and.b32  	%r2649, %r3827, 8;
 	setp.eq.s32 	%p583, %r2649, 0;
-	@%p583 bra 	$L__BB4_650;
+	@%p583 bra 	$L__BB6_650;
 	mul.wide.u32 	%rd1694, %r3850, 4;
 	add.s64 	%rd1695, %rd1694, %rd504;
 	add.s64 	%rd1696, %rd481, %rd1695;
 	st.u32 	[%rd1696], %r3837;
-$L__BB4_650:
+$L__BB6_650:
 	shr.u32 	%r2651, %r2642, 16;
 	add.s32 	%r369, %r2651, %r361;
 	shr.u64 	%rd1697, %rd544, 32;
@@ -11330,42 +13200,42 @@ $L__BB4_650:
 	mov.pred 	%p585, 0;
 	xor.pred  	%p586, %p584, %p585;
 	not.pred 	%p587, %p586;
-	@%p587 bra 	$L__BB4_652;
+	@%p587 bra 	$L__BB6_652;
 	add.s32 	%r371, %r3853, 1;
 	mul.wide.u32 	%rd1698, %r3853, 4;
 	add.s64 	%rd1699, %rd1698, %rd504;
 	add.s64 	%rd1700, %rd481, %rd1699;
 	st.u32 	[%rd1700], %r3838;
 	mov.u32 	%r3853, %r371;
-$L__BB4_652:
+$L__BB6_652:
 	and.b32  	%r2655, %r3828, 2;
 	setp.eq.s32 	%p588, %r2655, 0;
-	@%p588 bra 	$L__BB4_654;
+	@%p588 bra 	$L__BB6_654;
 	add.s32 	%r373, %r3853, 1;
 	mul.wide.u32 	%rd1701, %r3853, 4;
 	add.s64 	%rd1702, %rd1701, %rd504;
 	add.s64 	%rd1703, %rd481, %rd1702;
 	st.u32 	[%rd1703], %r3839;
 	mov.u32 	%r3853, %r373;
-$L__BB4_654:
+$L__BB6_654:
 	and.b32  	%r2656, %r3828, 4;
 	setp.eq.s32 	%p589, %r2656, 0;
-	@%p589 bra 	$L__BB4_656;
+	@%p589 bra 	$L__BB6_656;
 	add.s32 	%r375, %r3853, 1;
 	mul.wide.u32 	%rd1704, %r3853, 4;
 	add.s64 	%rd1705, %rd1704, %rd504;
 	add.s64 	%rd1706, %rd481, %rd1705;
 	st.u32 	[%rd1706], %r3840;
 	mov.u32 	%r3853, %r375;
-$L__BB4_656:
+$L__BB6_656:
 	and.b32  	%r2657, %r3828, 8;
 	setp.eq.s32 	%p590, %r2657, 0;
-	@%p590 bra 	$L__BB4_658;
+	@%p590 bra 	$L__BB6_658;
 	mul.wide.u32 	%rd1707, %r3853, 4;
 	add.s64 	%rd1708, %rd1707, %rd504;
 	add.s64 	%rd1709, %rd481, %rd1708;
 	st.u32 	[%rd1709], %r3841;
-$L__BB4_658:
+$L__BB6_658:
 	shr.u64 	%rd1710, %rd543, 32;
 	cvt.u32.u64 	%r2658, %rd1710;
 	and.b32  	%r2659, %r2658, 65535;
@@ -11378,59 +13248,59 @@ $L__BB4_658:
 	mov.pred 	%p592, 0;
 	xor.pred  	%p593, %p591, %p592;
 	not.pred 	%p594, %p593;
-	@%p594 bra 	$L__BB4_660;
+	@%p594 bra 	$L__BB6_660;
 	add.s32 	%r379, %r3856, 1;
 	mul.wide.u32 	%rd1712, %r3856, 4;
 	add.s64 	%rd1713, %rd1712, %rd504;
 	add.s64 	%rd1714, %rd481, %rd1713;
 	st.u32 	[%rd1714], %r3842;
 	mov.u32 	%r3856, %r379;
-$L__BB4_660:
+$L__BB6_660:
 	and.b32  	%r2662, %r3829, 2;
 	setp.eq.s32 	%p595, %r2662, 0;
-	@%p595 bra 	$L__BB4_662;
+	@%p595 bra 	$L__BB6_662;
 	add.s32 	%r381, %r3856, 1;
 	mul.wide.u32 	%rd1715, %r3856, 4;
 	add.s64 	%rd1716, %rd1715, %rd504;
 	add.s64 	%rd1717, %rd481, %rd1716;
 	st.u32 	[%rd1717], %r3843;
 	mov.u32 	%r3856, %r381;
-$L__BB4_662:
+$L__BB6_662:
 	and.b32  	%r2663, %r3829, 4;
 	setp.eq.s32 	%p596, %r2663, 0;
-	@%p596 bra 	$L__BB4_664;
+	@%p596 bra 	$L__BB6_664;
 	add.s32 	%r383, %r3856, 1;
 	mul.wide.u32 	%rd1718, %r3856, 4;
 	add.s64 	%rd1719, %rd1718, %rd504;
 	add.s64 	%rd1720, %rd481, %rd1719;
 	st.u32 	[%rd1720], %r3844;
 	mov.u32 	%r3856, %r383;
-$L__BB4_664:
+$L__BB6_664:
 	and.b32  	%r2664, %r3829, 8;
 	setp.eq.s32 	%p597, %r2664, 0;
-	@%p597 bra 	$L__BB4_666;
+	@%p597 bra 	$L__BB6_666;
 	mul.wide.u32 	%rd1721, %r3856, 4;
 	add.s64 	%rd1722, %rd1721, %rd504;
 	add.s64 	%rd1723, %rd481, %rd1722;
 	st.u32 	[%rd1723], %r3845;
-$L__BB4_666:
+$L__BB6_666:
 	shr.u64 	%rd1724, %rd543, 48;
 	cvt.u32.u64 	%r2665, %rd1724;
 	add.s32 	%r3825, %r377, %r2665;
 	add.s64 	%rd2511, %rd2511, 1024;
 	setp.lt.u64 	%p598, %rd2511, %rd530;
-	@%p598 bra 	$L__BB4_609;
-	bra.uni 	$L__BB4_1015;
-$L__BB4_667:
+	@%p598 bra 	$L__BB6_609;
+	bra.uni 	$L__BB6_1015;
+$L__BB6_667:
 	setp.eq.s64 	%p599, %rd530, 0;
-	@%p599 bra 	$L__BB4_1015;
+	@%p599 bra 	$L__BB6_1015;
 	mov.u64 	%rd2514, 0;
 	mov.u32 	%r3858, 0;
-$L__BB4_669:
+$L__BB6_669:
 	mov.u32 	%r3859, 0;
 	add.s64 	%rd547, %rd2514, %rd4;
 	setp.ge.u64 	%p600, %rd547, %rd530;
-	@%p600 bra 	$L__BB4_671;
+	@%p600 bra 	$L__BB6_671;
 	shr.u64 	%rd1726, %rd547, 2;
 	and.b64  	%rd1727, %rd1726, 576460752303423487;
 	add.s64 	%rd1728, %rd1727, %rd490;
@@ -11442,12 +13312,12 @@ $L__BB4_669:
 	ld.global.u32 	%r2671, [%rd1730];
 	shr.u32 	%r2672, %r2671, %r2670;
 	and.b32  	%r3859, %r2672, 255;
-$L__BB4_671:
+$L__BB6_671:
 	add.s64 	%rd548, %rd547, 256;
 	setp.ge.u64 	%p601, %rd548, %rd530;
 	mov.u32 	%r3861, 0;
 	mov.u32 	%r3860, %r3861;
-	@%p601 bra 	$L__BB4_673;
+	@%p601 bra 	$L__BB6_673;
 	shr.u64 	%rd1731, %rd548, 2;
 	and.b64  	%rd1732, %rd1731, 576460752303423487;
 	add.s64 	%rd1733, %rd1732, %rd490;
@@ -11459,10 +13329,10 @@ $L__BB4_671:
 	ld.global.u32 	%r2677, [%rd1735];
 	shr.u32 	%r2678, %r2677, %r2676;
 	and.b32  	%r3860, %r2678, 255;
-$L__BB4_673:
+$L__BB6_673:
 	add.s64 	%rd549, %rd547, 512;
 	setp.ge.u64 	%p602, %rd549, %rd530;
-	@%p602 bra 	$L__BB4_675;
+	@%p602 bra 	$L__BB6_675;
 	shr.u64 	%rd1736, %rd549, 2;
 	and.b64  	%rd1737, %rd1736, 576460752303423487;
 	add.s64 	%rd1738, %rd1737, %rd490;
@@ -11474,12 +13344,12 @@ $L__BB4_673:
 	ld.global.u32 	%r2683, [%rd1740];
 	shr.u32 	%r2684, %r2683, %r2682;
 	and.b32  	%r3861, %r2684, 255;
-$L__BB4_675:
+$L__BB6_675:
 	add.s64 	%rd550, %rd547, 768;
 	setp.ge.u64 	%p603, %rd550, %rd530;
 	mov.u32 	%r3863, 0;
 	mov.u32 	%r3862, %r3863;
-	@%p603 bra 	$L__BB4_677;
+	@%p603 bra 	$L__BB6_677;
 	shr.u64 	%rd1741, %rd550, 2;
 	and.b64  	%rd1742, %rd1741, 576460752303423487;
 	add.s64 	%rd1743, %rd1742, %rd490;
@@ -11491,55 +13361,55 @@ $L__BB4_675:
 	ld.global.u32 	%r2689, [%rd1745];
 	shr.u32 	%r2690, %r2689, %r2688;
 	and.b32  	%r3862, %r2690, 255;
-$L__BB4_677:
+$L__BB6_677:
 	setp.eq.s32 	%p604, %r3859, 0;
 	mov.u32 	%r3864, %r3863;
 	mov.u32 	%r3865, %r3863;
 	mov.u32 	%r3866, %r3863;
-	@%p604 bra 	$L__BB4_679;
+	@%p604 bra 	$L__BB6_679;
 	shl.b64 	%rd1747, %rd547, 4;
 	add.s64 	%rd1746, %rd489, %rd1747;
 	// begin inline asm
 	ld.global.cs.v4.u32 {%r3863,%r3864,%r3865,%r3866}, [%rd1746];
 	// end inline asm
-$L__BB4_679:
+$L__BB6_679:
 	setp.eq.s32 	%p605, %r3860, 0;
 	mov.u32 	%r3871, 0;
 	mov.u32 	%r3867, %r3871;
 	mov.u32 	%r3868, %r3871;
 	mov.u32 	%r3869, %r3871;
 	mov.u32 	%r3870, %r3871;
-	@%p605 bra 	$L__BB4_681;
+	@%p605 bra 	$L__BB6_681;
 	shl.b64 	%rd1749, %rd548, 4;
 	add.s64 	%rd1748, %rd489, %rd1749;
 	// begin inline asm
 	ld.global.cs.v4.u32 {%r3867,%r3868,%r3869,%r3870}, [%rd1748];
 	// end inline asm
-$L__BB4_681:
+$L__BB6_681:
 	setp.eq.s32 	%p606, %r3861, 0;
 	mov.u32 	%r3872, %r3871;
 	mov.u32 	%r3873, %r3871;
 	mov.u32 	%r3874, %r3871;
-	@%p606 bra 	$L__BB4_683;
+	@%p606 bra 	$L__BB6_683;
 	shl.b64 	%rd1751, %rd549, 4;
 	add.s64 	%rd1750, %rd489, %rd1751;
 	// begin inline asm
 	ld.global.cs.v4.u32 {%r3871,%r3872,%r3873,%r3874}, [%rd1750];
 	// end inline asm
-$L__BB4_683:
+$L__BB6_683:
 	setp.eq.s32 	%p607, %r3862, 0;
 	mov.u32 	%r2718, 0;
 	mov.u32 	%r3875, %r2718;
 	mov.u32 	%r3876, %r2718;
 	mov.u32 	%r3877, %r2718;
 	mov.u32 	%r3878, %r2718;
-	@%p607 bra 	$L__BB4_685;
+	@%p607 bra 	$L__BB6_685;
 	shl.b64 	%rd1753, %rd550, 4;
 	add.s64 	%rd1752, %rd489, %rd1753;
 	// begin inline asm
 	ld.global.cs.v4.u32 {%r3875,%r3876,%r3877,%r3878}, [%rd1752];
 	// end inline asm
-$L__BB4_685:
+$L__BB6_685:
 	cvt.u32.u64 	%r2743, %rd5;
 	setp.lt.u32 	%p608, %r2743, 16;
 	mov.u32 	%r2744, 16;
@@ -11615,19 +13485,19 @@ $L__BB4_685:
 	// end inline asm
 	selp.b64 	%rd1773, 0, %rd1763, %p608;
 	add.s64 	%rd552, %rd1773, %rd1762;
-	@%p612 bra 	$L__BB4_687;
+	@%p612 bra 	$L__BB6_687;
 	st.shared.u64 	[%r2], %rd552;
-$L__BB4_687:
+$L__BB6_687:
 	cvt.u32.u64 	%r2757, %rd6;
 	setp.ne.s32 	%p624, %r2757, 0;
 	bar.sync 	0;
-	@%p624 bra 	$L__BB4_692;
+	@%p624 bra 	$L__BB6_692;
 	cvt.u32.u64 	%r3674, %rd5;
 	setp.gt.u32 	%p625, %r3674, 7;
 	mov.u64 	%rd2515, 0;
-	@%p625 bra 	$L__BB4_690;
+	@%p625 bra 	$L__BB6_690;
 	ld.shared.u64 	%rd2515, [%r3];
-$L__BB4_690:
+$L__BB6_690:
 	cvt.u32.u64 	%r3675, %rd5;
 	setp.lt.u32 	%p920, %r3675, 16;
 	setp.lt.u32 	%p919, %r3675, 8;
@@ -11691,15 +13561,15 @@ $L__BB4_690:
 	// end inline asm
 	selp.b64 	%rd1789, 0, %rd1784, %p920;
 	add.s64 	%rd555, %rd1789, %rd1783;
-	@%p625 bra 	$L__BB4_692;
+	@%p625 bra 	$L__BB6_692;
 	st.shared.u64 	[%r3], %rd555;
-$L__BB4_692:
+$L__BB6_692:
 	setp.eq.s32 	%p642, %r2757, 0;
 	bar.sync 	0;
 	mov.u64 	%rd2516, 0;
-	@%p642 bra 	$L__BB4_694;
+	@%p642 bra 	$L__BB6_694;
 	ld.shared.u64 	%rd2516, [%r2+-8];
-$L__BB4_694:
+$L__BB6_694:
 	ld.shared.u64 	%rd558, [_ZZ15ws_delta_encodeE3red+56];
 	bar.sync 	0;
 	sub.s64 	%rd1791, %rd552, %rd1754;
@@ -11712,17 +13582,17 @@ $L__BB4_694:
 	mov.pred 	%p644, 0;
 	xor.pred  	%p645, %p643, %p644;
 	not.pred 	%p646, %p645;
-	@%p646 bra 	$L__BB4_696;
+	@%p646 bra 	$L__BB6_696;
 	add.s32 	%r429, %r3880, 1;
 	mul.wide.u32 	%rd1792, %r3880, 2;
 	add.s64 	%rd1793, %rd1792, %rd504;
 	add.s64 	%rd1794, %rd481, %rd1793;
 	st.u16 	[%rd1794], %r3863;
 	mov.u32 	%r3880, %r429;
-$L__BB4_696:
+$L__BB6_696:
 	and.b32  	%r2791, %r3859, 2;
 	setp.eq.s32 	%p647, %r2791, 0;
-	@%p647 bra 	$L__BB4_698;
+	@%p647 bra 	$L__BB6_698;
 	add.s32 	%r431, %r3880, 1;
 	mul.wide.u32 	%rd1795, %r3880, 2;
 	add.s64 	%rd1796, %rd1795, %rd504;
@@ -11730,20 +13600,20 @@ $L__BB4_696:
 	shr.u32 	%r2792, %r3863, 16;
 	st.u16 	[%rd1797], %r2792;
 	mov.u32 	%r3880, %r431;
-$L__BB4_698:
+$L__BB6_698:
 	and.b32  	%r2793, %r3859, 4;
 	setp.eq.s32 	%p648, %r2793, 0;
-	@%p648 bra 	$L__BB4_700;
+	@%p648 bra 	$L__BB6_700;
 	add.s32 	%r434, %r3880, 1;
 	mul.wide.u32 	%rd1798, %r3880, 2;
 	add.s64 	%rd1799, %rd1798, %rd504;
 	add.s64 	%rd1800, %rd481, %rd1799;
 	st.u16 	[%rd1800], %r3864;
 	mov.u32 	%r3880, %r434;
-$L__BB4_700:
+$L__BB6_700:
 	and.b32  	%r2794, %r3859, 8;
 	setp.eq.s32 	%p649, %r2794, 0;
-	@%p649 bra 	$L__BB4_702;
+	@%p649 bra 	$L__BB6_702;
 	add.s32 	%r436, %r3880, 1;
 	mul.wide.u32 	%rd1801, %r3880, 2;
 	add.s64 	%rd1802, %rd1801, %rd504;
@@ -11751,20 +13621,20 @@ $L__BB4_700:
 	shr.u32 	%r2795, %r3864, 16;
 	st.u16 	[%rd1803], %r2795;
 	mov.u32 	%r3880, %r436;
-$L__BB4_702:
+$L__BB6_702:
 	and.b32  	%r2796, %r3859, 16;
 	setp.eq.s32 	%p650, %r2796, 0;
-	@%p650 bra 	$L__BB4_704;
+	@%p650 bra 	$L__BB6_704;
 	add.s32 	%r439, %r3880, 1;
 	mul.wide.u32 	%rd1804, %r3880, 2;
 	add.s64 	%rd1805, %rd1804, %rd504;
 	add.s64 	%rd1806, %rd481, %rd1805;
 	st.u16 	[%rd1806], %r3865;
 	mov.u32 	%r3880, %r439;
-$L__BB4_704:
+$L__BB6_704:
 	and.b32  	%r2797, %r3859, 32;
 	setp.eq.s32 	%p651, %r2797, 0;
-	@%p651 bra 	$L__BB4_706;
+	@%p651 bra 	$L__BB6_706;
 	add.s32 	%r441, %r3880, 1;
 	mul.wide.u32 	%rd1807, %r3880, 2;
 	add.s64 	%rd1808, %rd1807, %rd504;
@@ -11772,26 +13642,26 @@ $L__BB4_704:
 	shr.u32 	%r2798, %r3865, 16;
 	st.u16 	[%rd1809], %r2798;
 	mov.u32 	%r3880, %r441;
-$L__BB4_706:
+$L__BB6_706:
 	and.b32  	%r2799, %r3859, 64;
 	setp.eq.s32 	%p652, %r2799, 0;
-	@%p652 bra 	$L__BB4_708;
+	@%p652 bra 	$L__BB6_708;
 	add.s32 	%r444, %r3880, 1;
 	mul.wide.u32 	%rd1810, %r3880, 2;
 	add.s64 	%rd1811, %rd1810, %rd504;
 	add.s64 	%rd1812, %rd481, %rd1811;
 	st.u16 	[%rd1812], %r3866;
 	mov.u32 	%r3880, %r444;
-$L__BB4_708:
+$L__BB6_708:
 	and.b32  	%r2800, %r3859, 128;
 	setp.eq.s32 	%p653, %r2800, 0;
-	@%p653 bra 	$L__BB4_710;
+	@%p653 bra 	$L__BB6_710;
 	mul.wide.u32 	%rd1813, %r3880, 2;
 	add.s64 	%rd1814, %rd1813, %rd504;
 	add.s64 	%rd1815, %rd481, %rd1814;
 	shr.u32 	%r2801, %r3866, 16;
 	st.u16 	[%rd1815], %r2801;
-$L__BB4_710:
+$L__BB6_710:
 	cvt.u32.u64 	%r2802, %rd558;
 	and.b32  	%r2803, %r2802, 65535;
 	add.s32 	%r447, %r2803, %r3858;
@@ -11802,17 +13672,17 @@ $L__BB4_710:
 	mov.pred 	%p655, 0;
 	xor.pred  	%p656, %p654, %p655;
 	not.pred 	%p657, %p656;
-	@%p657 bra 	$L__BB4_712;
+	@%p657 bra 	$L__BB6_712;
 	add.s32 	%r449, %r3887, 1;
 	mul.wide.u32 	%rd1816, %r3887, 2;
 	add.s64 	%rd1817, %rd1816, %rd504;
 	add.s64 	%rd1818, %rd481, %rd1817;
 	st.u16 	[%rd1818], %r3867;
 	mov.u32 	%r3887, %r449;
-$L__BB4_712:
+$L__BB6_712:
 	and.b32  	%r2807, %r3860, 2;
 	setp.eq.s32 	%p658, %r2807, 0;
-	@%p658 bra 	$L__BB4_714;
+	@%p658 bra 	$L__BB6_714;
 	add.s32 	%r451, %r3887, 1;
 	mul.wide.u32 	%rd1819, %r3887, 2;
 	add.s64 	%rd1820, %rd1819, %rd504;
@@ -11820,20 +13690,20 @@ $L__BB4_712:
 	shr.u32 	%r2808, %r3867, 16;
 	st.u16 	[%rd1821], %r2808;
 	mov.u32 	%r3887, %r451;
-$L__BB4_714:
+$L__BB6_714:
 	and.b32  	%r2809, %r3860, 4;
 	setp.eq.s32 	%p659, %r2809, 0;
-	@%p659 bra 	$L__BB4_716;
+	@%p659 bra 	$L__BB6_716;
 	add.s32 	%r454, %r3887, 1;
 	mul.wide.u32 	%rd1822, %r3887, 2;
 	add.s64 	%rd1823, %rd1822, %rd504;
 	add.s64 	%rd1824, %rd481, %rd1823;
 	st.u16 	[%rd1824], %r3868;
 	mov.u32 	%r3887, %r454;
-$L__BB4_716:
+$L__BB6_716:
 	and.b32  	%r2810, %r3860, 8;
 	setp.eq.s32 	%p660, %r2810, 0;
-	@%p660 bra 	$L__BB4_718;
+	@%p660 bra 	$L__BB6_718;
 	add.s32 	%r456, %r3887, 1;
 	mul.wide.u32 	%rd1825, %r3887, 2;
 	add.s64 	%rd1826, %rd1825, %rd504;
@@ -11841,20 +13711,20 @@ $L__BB4_716:
 	shr.u32 	%r2811, %r3868, 16;
 	st.u16 	[%rd1827], %r2811;
 	mov.u32 	%r3887, %r456;
-$L__BB4_718:
+$L__BB6_718:
 	and.b32  	%r2812, %r3860, 16;
 	setp.eq.s32 	%p661, %r2812, 0;
-	@%p661 bra 	$L__BB4_720;
+	@%p661 bra 	$L__BB6_720;
 	add.s32 	%r459, %r3887, 1;
 	mul.wide.u32 	%rd1828, %r3887, 2;
 	add.s64 	%rd1829, %rd1828, %rd504;
 	add.s64 	%rd1830, %rd481, %rd1829;
 	st.u16 	[%rd1830], %r3869;
 	mov.u32 	%r3887, %r459;
-$L__BB4_720:
+$L__BB6_720:
 	and.b32  	%r2813, %r3860, 32;
 	setp.eq.s32 	%p662, %r2813, 0;
-	@%p662 bra 	$L__BB4_722;
+	@%p662 bra 	$L__BB6_722;
 	add.s32 	%r461, %r3887, 1;
 	mul.wide.u32 	%rd1831, %r3887, 2;
 	add.s64 	%rd1832, %rd1831, %rd504;
@@ -11862,26 +13732,26 @@ $L__BB4_720:
 	shr.u32 	%r2814, %r3869, 16;
 	st.u16 	[%rd1833], %r2814;
 	mov.u32 	%r3887, %r461;
-$L__BB4_722:
+$L__BB6_722:
 	and.b32  	%r2815, %r3860, 64;
 	setp.eq.s32 	%p663, %r2815, 0;
-	@%p663 bra 	$L__BB4_724;
+	@%p663 bra 	$L__BB6_724;
 	add.s32 	%r464, %r3887, 1;
 	mul.wide.u32 	%rd1834, %r3887, 2;
 	add.s64 	%rd1835, %rd1834, %rd504;
 	add.s64 	%rd1836, %rd481, %rd1835;
 	st.u16 	[%rd1836], %r3870;
 	mov.u32 	%r3887, %r464;
-$L__BB4_724:
+$L__BB6_724:
 	and.b32  	%r2816, %r3860, 128;
 	setp.eq.s32 	%p664, %r2816, 0;
-	@%p664 bra 	$L__BB4_726;
+	@%p664 bra 	$L__BB6_726;
 	mul.wide.u32 	%rd1837, %r3887, 2;
 	add.s64 	%rd1838, %rd1837, %rd504;
 	add.s64 	%rd1839, %rd481, %rd1838;
 	shr.u32 	%r2817, %r3870, 16;
 	st.u16 	[%rd1839], %r2817;
-$L__BB4_726:
+$L__BB6_726:
 	shr.u32 	%r2819, %r2802, 16;
 	add.s32 	%r467, %r2819, %r447;
 	shr.u64 	%rd1840, %rd559, 32;
@@ -11893,17 +13763,17 @@ $L__BB4_726:
 	mov.pred 	%p666, 0;
 	xor.pred  	%p667, %p665, %p666;
 	not.pred 	%p668, %p667;
-	@%p668 bra 	$L__BB4_728;
+	@%p668 bra 	$L__BB6_728;
 	add.s32 	%r469, %r3894, 1;
 	mul.wide.u32 	%rd1841, %r3894, 2;
 	add.s64 	%rd1842, %rd1841, %rd504;
 	add.s64 	%rd1843, %rd481, %rd1842;
 	st.u16 	[%rd1843], %r3871;
 	mov.u32 	%r3894, %r469;
-$L__BB4_728:
+$L__BB6_728:
 	and.b32  	%r2823, %r3861, 2;
 	setp.eq.s32 	%p669, %r2823, 0;
-	@%p669 bra 	$L__BB4_730;
+	@%p669 bra 	$L__BB6_730;
 	add.s32 	%r471, %r3894, 1;
 	mul.wide.u32 	%rd1844, %r3894, 2;
 	add.s64 	%rd1845, %rd1844, %rd504;
@@ -11911,20 +13781,20 @@ $L__BB4_728:
 	shr.u32 	%r2824, %r3871, 16;
 	st.u16 	[%rd1846], %r2824;
 	mov.u32 	%r3894, %r471;
-$L__BB4_730:
+$L__BB6_730:
 	and.b32  	%r2825, %r3861, 4;
 	setp.eq.s32 	%p670, %r2825, 0;
-	@%p670 bra 	$L__BB4_732;
+	@%p670 bra 	$L__BB6_732;
 	add.s32 	%r474, %r3894, 1;
 	mul.wide.u32 	%rd1847, %r3894, 2;
 	add.s64 	%rd1848, %rd1847, %rd504;
 	add.s64 	%rd1849, %rd481, %rd1848;
 	st.u16 	[%rd1849], %r3872;
 	mov.u32 	%r3894, %r474;
-$L__BB4_732:
+$L__BB6_732:
 	and.b32  	%r2826, %r3861, 8;
 	setp.eq.s32 	%p671, %r2826, 0;
-	@%p671 bra 	$L__BB4_734;
+	@%p671 bra 	$L__BB6_734;
 	add.s32 	%r476, %r3894, 1;
 	mul.wide.u32 	%rd1850, %r3894, 2;
 	add.s64 	%rd1851, %rd1850, %rd504;
@@ -11932,20 +13802,20 @@ $L__BB4_732:
 	shr.u32 	%r2827, %r3872, 16;
 	st.u16 	[%rd1852], %r2827;
 	mov.u32 	%r3894, %r476;
-$L__BB4_734:
+$L__BB6_734:
 	and.b32  	%r2828, %r3861, 16;
 	setp.eq.s32 	%p672, %r2828, 0;
-	@%p672 bra 	$L__BB4_736;
+	@%p672 bra 	$L__BB6_736;
 	add.s32 	%r479, %r3894, 1;
 	mul.wide.u32 	%rd1853, %r3894, 2;
 	add.s64 	%rd1854, %rd1853, %rd504;
 	add.s64 	%rd1855, %rd481, %rd1854;
 	st.u16 	[%rd1855], %r3873;
 	mov.u32 	%r3894, %r479;
-$L__BB4_736:
+$L__BB6_736:
 	and.b32  	%r2829, %r3861, 32;
 	setp.eq.s32 	%p673, %r2829, 0;
-	@%p673 bra 	$L__BB4_738;
+	@%p673 bra 	$L__BB6_738;
 	add.s32 	%r481, %r3894, 1;
 	mul.wide.u32 	%rd1856, %r3894, 2;
 	add.s64 	%rd1857, %rd1856, %rd504;
@@ -11953,26 +13823,26 @@ $L__BB4_736:
 	shr.u32 	%r2830, %r3873, 16;
 	st.u16 	[%rd1858], %r2830;
 	mov.u32 	%r3894, %r481;
-$L__BB4_738:
+$L__BB6_738:
 	and.b32  	%r2831, %r3861, 64;
 	setp.eq.s32 	%p674, %r2831, 0;
-	@%p674 bra 	$L__BB4_740;
+	@%p674 bra 	$L__BB6_740;
 	add.s32 	%r484, %r3894, 1;
 	mul.wide.u32 	%rd1859, %r3894, 2;
 	add.s64 	%rd1860, %rd1859, %rd504;
 	add.s64 	%rd1861, %rd481, %rd1860;
 	st.u16 	[%rd1861], %r3874;
 	mov.u32 	%r3894, %r484;
-$L__BB4_740:
+$L__BB6_740:
 	and.b32  	%r2832, %r3861, 128;
 	setp.eq.s32 	%p675, %r2832, 0;
-	@%p675 bra 	$L__BB4_742;
+	@%p675 bra 	$L__BB6_742;
 	mul.wide.u32 	%rd1862, %r3894, 2;
 	add.s64 	%rd1863, %rd1862, %rd504;
 	add.s64 	%rd1864, %rd481, %rd1863;
 	shr.u32 	%r2833, %r3874, 16;
 	st.u16 	[%rd1864], %r2833;
-$L__BB4_742:
+$L__BB6_742:
 	shr.u64 	%rd1865, %rd558, 32;
 	cvt.u32.u64 	%r2834, %rd1865;
 	and.b32  	%r2835, %r2834, 65535;
@@ -11985,17 +13855,17 @@ $L__BB4_742:
 	mov.pred 	%p677, 0;
 	xor.pred  	%p678, %p676, %p677;
 	not.pred 	%p679, %p678;
-	@%p679 bra 	$L__BB4_744;
+	@%p679 bra 	$L__BB6_744;
 	add.s32 	%r489, %r3901, 1;
 	mul.wide.u32 	%rd1867, %r3901, 2;
 	add.s64 	%rd1868, %rd1867, %rd504;
 	add.s64 	%rd1869, %rd481, %rd1868;
 	st.u16 	[%rd1869], %r3875;
 	mov.u32 	%r3901, %r489;
-$L__BB4_744:
+$L__BB6_744:
 	and.b32  	%r2838, %r3862, 2;
 	setp.eq.s32 	%p680, %r2838, 0;
-	@%p680 bra 	$L__BB4_746;
+	@%p680 bra 	$L__BB6_746;
 	add.s32 	%r491, %r3901, 1;
 	mul.wide.u32 	%rd1870, %r3901, 2;
 	add.s64 	%rd1871, %rd1870, %rd504;
@@ -12003,20 +13873,20 @@ $L__BB4_744:
 	shr.u32 	%r2839, %r3875, 16;
 	st.u16 	[%rd1872], %r2839;
 	mov.u32 	%r3901, %r491;
-$L__BB4_746:
+$L__BB6_746:
 	and.b32  	%r2840, %r3862, 4;
 	setp.eq.s32 	%p681, %r2840, 0;
-	@%p681 bra 	$L__BB4_748;
+	@%p681 bra 	$L__BB6_748;
 	add.s32 	%r494, %r3901, 1;
 	mul.wide.u32 	%rd1873, %r3901, 2;
 	add.s64 	%rd1874, %rd1873, %rd504;
 	add.s64 	%rd1875, %rd481, %rd1874;
 	st.u16 	[%rd1875], %r3876;
 	mov.u32 	%r3901, %r494;
-$L__BB4_748:
+$L__BB6_748:
 	and.b32  	%r2841, %r3862, 8;
 	setp.eq.s32 	%p682, %r2841, 0;
-	@%p682 bra 	$L__BB4_750;
+	@%p682 bra 	$L__BB6_750;
 	add.s32 	%r496, %r3901, 1;
 	mul.wide.u32 	%rd1876, %r3901, 2;
 	add.s64 	%rd1877, %rd1876, %rd504;
@@ -12024,20 +13894,20 @@ $L__BB4_748:
 	shr.u32 	%r2842, %r3876, 16;
 	st.u16 	[%rd1878], %r2842;
 	mov.u32 	%r3901, %r496;
-$L__BB4_750:
+$L__BB6_750:
 	and.b32  	%r2843, %r3862, 16;
 	setp.eq.s32 	%p683, %r2843, 0;
-	@%p683 bra 	$L__BB4_752;
+	@%p683 bra 	$L__BB6_752;
 	add.s32 	%r499, %r3901, 1;
 	mul.wide.u32 	%rd1879, %r3901, 2;
 	add.s64 	%rd1880, %rd1879, %rd504;
 	add.s64 	%rd1881, %rd481, %rd1880;
 	st.u16 	[%rd1881], %r3877;
 	mov.u32 	%r3901, %r499;
-$L__BB4_752:
+$L__BB6_752:
 	and.b32  	%r2844, %r3862, 32;
 	setp.eq.s32 	%p684, %r2844, 0;
-	@%p684 bra 	$L__BB4_754;
+	@%p684 bra 	$L__BB6_754;
 	add.s32 	%r501, %r3901, 1;
 	mul.wide.u32 	%rd1882, %r3901, 2;
 	add.s64 	%rd1883, %rd1882, %rd504;
@@ -12045,43 +13915,43 @@ $L__BB4_752:
 	shr.u32 	%r2845, %r3877, 16;
 	st.u16 	[%rd1884], %r2845;
 	mov.u32 	%r3901, %r501;
-$L__BB4_754:
+$L__BB6_754:
 	and.b32  	%r2846, %r3862, 64;
 	setp.eq.s32 	%p685, %r2846, 0;
-	@%p685 bra 	$L__BB4_756;
+	@%p685 bra 	$L__BB6_756;
 	add.s32 	%r504, %r3901, 1;
 	mul.wide.u32 	%rd1885, %r3901, 2;
 	add.s64 	%rd1886, %rd1885, %rd504;
 	add.s64 	%rd1887, %rd481, %rd1886;
 	st.u16 	[%rd1887], %r3878;
 	mov.u32 	%r3901, %r504;
-$L__BB4_756:
+$L__BB6_756:
 	and.b32  	%r2847, %r3862, 128;
 	setp.eq.s32 	%p686, %r2847, 0;
-	@%p686 bra 	$L__BB4_758;
+	@%p686 bra 	$L__BB6_758;
 	mul.wide.u32 	%rd1888, %r3901, 2;
 	add.s64 	%rd1889, %rd1888, %rd504;
 	add.s64 	%rd1890, %rd481, %rd1889;
 	shr.u32 	%r2848, %r3878, 16;
 	st.u16 	[%rd1890], %r2848;
-$L__BB4_758:
+$L__BB6_758:
 	shr.u64 	%rd1891, %rd558, 48;
 	cvt.u32.u64 	%r2849, %rd1891;
 	add.s32 	%r3858, %r487, %r2849;
 	add.s64 	%rd2514, %rd2514, 1024;
 	setp.lt.u64 	%p687, %rd2514, %rd530;
-	@%p687 bra 	$L__BB4_669;
-	bra.uni 	$L__BB4_1015;
-$L__BB4_759:
+	@%p687 bra 	$L__BB6_669;
+	bra.uni 	$L__BB6_1015;
+$L__BB6_759:
 	setp.eq.s64 	%p688, %rd530, 0;
-	@%p688 bra 	$L__BB4_1015;
+	@%p688 bra 	$L__BB6_1015;
 	mov.u64 	%rd2517, 0;
 	mov.u32 	%r3907, 0;
-$L__BB4_761:
+$L__BB6_761:
 	mov.u32 	%r3908, 0;
 	add.s64 	%rd562, %rd2517, %rd4;
 	setp.ge.u64 	%p689, %rd562, %rd530;
-	@%p689 bra 	$L__BB4_763;
+	@%p689 bra 	$L__BB6_763;
 	shr.u64 	%rd1893, %rd562, 1;
 	and.b64  	%rd1894, %rd1893, 576460752303423487;
 	add.s64 	%rd1895, %rd1894, %rd490;
@@ -12093,12 +13963,12 @@ $L__BB4_761:
 	ld.global.u32 	%r2855, [%rd1897];
 	shr.u32 	%r2856, %r2855, %r2854;
 	and.b32  	%r3908, %r2856, 65535;
-$L__BB4_763:
+$L__BB6_763:
 	add.s64 	%rd563, %rd562, 256;
 	setp.ge.u64 	%p690, %rd563, %rd530;
 	mov.u32 	%r3910, 0;
 	mov.u32 	%r3909, %r3910;
-	@%p690 bra 	$L__BB4_765;
+	@%p690 bra 	$L__BB6_765;
 	shr.u64 	%rd1898, %rd563, 1;
 	and.b64  	%rd1899, %rd1898, 576460752303423487;
 	add.s64 	%rd1900, %rd1899, %rd490;
@@ -12110,10 +13980,10 @@ $L__BB4_763:
 	ld.global.u32 	%r2861, [%rd1902];
 	shr.u32 	%r2862, %r2861, %r2860;
 	and.b32  	%r3909, %r2862, 65535;
-$L__BB4_765:
+$L__BB6_765:
 	add.s64 	%rd564, %rd562, 512;
 	setp.ge.u64 	%p691, %rd564, %rd530;
-	@%p691 bra 	$L__BB4_767;
+	@%p691 bra 	$L__BB6_767;
 	shr.u64 	%rd1903, %rd564, 1;
 	and.b64  	%rd1904, %rd1903, 576460752303423487;
 	add.s64 	%rd1905, %rd1904, %rd490;
@@ -12125,12 +13995,12 @@ $L__BB4_765:
 	ld.global.u32 	%r2867, [%rd1907];
 	shr.u32 	%r2868, %r2867, %r2866;
 	and.b32  	%r3910, %r2868, 65535;
-$L__BB4_767:
+$L__BB6_767:
 	add.s64 	%rd565, %rd562, 768;
 	setp.ge.u64 	%p692, %rd565, %rd530;
 	mov.u32 	%r3912, 0;
 	mov.u32 	%r3911, %r3912;
-	@%p692 bra 	$L__BB4_769;
+	@%p692 bra 	$L__BB6_769;
 	shr.u64 	%rd1908, %rd565, 1;
 	and.b64  	%rd1909, %rd1908, 576460752303423487;
 	add.s64 	%rd1910, %rd1909, %rd490;
@@ -12142,55 +14012,55 @@ $L__BB4_767:
 	ld.global.u32 	%r2873, [%rd1912];
 	shr.u32 	%r2874, %r2873, %r2872;
 	and.b32  	%r3911, %r2874, 65535;
-$L__BB4_769:
+$L__BB6_769:
 	setp.eq.s32 	%p693, %r3908, 0;
 	mov.u32 	%r3913, %r3912;
 	mov.u32 	%r3914, %r3912;
 	mov.u32 	%r3915, %r3912;
-	@%p693 bra 	$L__BB4_771;
+	@%p693 bra 	$L__BB6_771;
 	shl.b64 	%rd1914, %rd562, 4;
 	add.s64 	%rd1913, %rd489, %rd1914;
 	// begin inline asm
 	ld.global.cs.v4.u32 {%r3912,%r3913,%r3914,%r3915}, [%rd1913];
 	// end inline asm
-$L__BB4_771:
+$L__BB6_771:
 	setp.eq.s32 	%p694, %r3909, 0;
 	mov.u32 	%r3920, 0;
 	mov.u32 	%r3916, %r3920;
 	mov.u32 	%r3917, %r3920;
 	mov.u32 	%r3918, %r3920;
 	mov.u32 	%r3919, %r3920;
-	@%p694 bra 	$L__BB4_773;
+	@%p694 bra 	$L__BB6_773;
 	shl.b64 	%rd1916, %rd563, 4;
 	add.s64 	%rd1915, %rd489, %rd1916;
 	// begin inline asm
 	ld.global.cs.v4.u32 {%r3916,%r3917,%r3918,%r3919}, [%rd1915];
 	// end inline asm
-$L__BB4_773:
+$L__BB6_773:
 	setp.eq.s32 	%p695, %r3910, 0;
 	mov.u32 	%r3921, %r3920;
 	mov.u32 	%r3922, %r3920;
 	mov.u32 	%r3923, %r3920;
-	@%p695 bra 	$L__BB4_775;
+	@%p695 bra 	$L__BB6_775;
 	shl.b64 	%rd1918, %rd564, 4;
 	add.s64 	%rd1917, %rd489, %rd1918;
 	// begin inline asm
 	ld.global.cs.v4.u32 {%r3920,%r3921,%r3922,%r3923}, [%rd1917];
 	// end inline asm
-$L__BB4_775:
+$L__BB6_775:
 	setp.eq.s32 	%p696, %r3911, 0;
 	mov.u32 	%r2902, 0;
 	mov.u32 	%r3924, %r2902;
 	mov.u32 	%r3925, %r2902;
 	mov.u32 	%r3926, %r2902;
 	mov.u32 	%r3927, %r2902;
-	@%p696 bra 	$L__BB4_777;
+	@%p696 bra 	$L__BB6_777;
 	shl.b64 	%rd1920, %rd565, 4;
 	add.s64 	%rd1919, %rd489, %rd1920;
 	// begin inline asm
 	ld.global.cs.v4.u32 {%r3924,%r3925,%r3926,%r3927}, [%rd1919];
 	// end inline asm
-$L__BB4_777:
+$L__BB6_777:
 	cvt.u32.u64 	%r2927, %rd5;
 	setp.lt.u32 	%p697, %r2927, 16;
 	mov.u32 	%r2928, 16;
@@ -12266,19 +14136,19 @@ $L__BB4_777:
 	// end inline asm
 	selp.b64 	%rd1940, 0, %rd1930, %p697;
 	add.s64 	%rd567, %rd1940, %rd1929;
-	@%p701 bra 	$L__BB4_779;
+	@%p701 bra 	$L__BB6_779;
 	st.shared.u64 	[%r2], %rd567;
-$L__BB4_779:
+$L__BB6_779:
 	cvt.u32.u64 	%r2941, %rd6;
 	setp.ne.s32 	%p713, %r2941, 0;
 	bar.sync 	0;
-	@%p713 bra 	$L__BB4_784;
+	@%p713 bra 	$L__BB6_784;
 	cvt.u32.u64 	%r3677, %rd5;
 	setp.gt.u32 	%p714, %r3677, 7;
 	mov.u64 	%rd2518, 0;
-	@%p714 bra 	$L__BB4_782;
+	@%p714 bra 	$L__BB6_782;
 	ld.shared.u64 	%rd2518, [%r3];
-$L__BB4_782:
+$L__BB6_782:
 	cvt.u32.u64 	%r3678, %rd5;
 	setp.lt.u32 	%p925, %r3678, 16;
 	setp.lt.u32 	%p924, %r3678, 8;
@@ -12342,15 +14212,15 @@ $L__BB4_782:
 	// end inline asm
 	selp.b64 	%rd1956, 0, %rd1951, %p925;
 	add.s64 	%rd570, %rd1956, %rd1950;
-	@%p714 bra 	$L__BB4_784;
+	@%p714 bra 	$L__BB6_784;
 	st.shared.u64 	[%r3], %rd570;
-$L__BB4_784:
+$L__BB6_784:
 	setp.eq.s32 	%p731, %r2941, 0;
 	bar.sync 	0;
 	mov.u64 	%rd2519, 0;
-	@%p731 bra 	$L__BB4_786;
+	@%p731 bra 	$L__BB6_786;
 	ld.shared.u64 	%rd2519, [%r2+-8];
-$L__BB4_786:
+$L__BB6_786:
 	ld.shared.u64 	%rd573, [_ZZ15ws_delta_encodeE3red+56];
 	bar.sync 	0;
 	sub.s64 	%rd1958, %rd567, %rd1921;
@@ -12363,17 +14233,17 @@ $L__BB4_786:
 	mov.pred 	%p733, 0;
 	xor.pred  	%p734, %p732, %p733;
 	not.pred 	%p735, %p734;
-	@%p735 bra 	$L__BB4_788;
+	@%p735 bra 	$L__BB6_788;
 	add.s32 	%r550, %r3929, 1;
 	cvt.u64.u32 	%rd1959, %r3929;
 	add.s64 	%rd1960, %rd504, %rd1959;
 	add.s64 	%rd1961, %rd481, %rd1960;
 	st.u8 	[%rd1961], %r3912;
 	mov.u32 	%r3929, %r550;
-$L__BB4_788:
+$L__BB6_788:
 	and.b32  	%r2975, %r3908, 2;
 	setp.eq.s32 	%p736, %r2975, 0;
-	@%p736 bra 	$L__BB4_790;
+	@%p736 bra 	$L__BB6_790;
 	add.s32 	%r552, %r3929, 1;
 	cvt.u64.u32 	%rd1962, %r3929;
 	add.s64 	%rd1963, %rd504, %rd1962;
@@ -12381,10 +14251,10 @@ $L__BB4_788:
 	shr.u32 	%r2976, %r3912, 8;
 	st.u8 	[%rd1964], %r2976;
 	mov.u32 	%r3929, %r552;
-$L__BB4_790:
+$L__BB6_790:
 	and.b32  	%r2977, %r3908, 4;
 	setp.eq.s32 	%p737, %r2977, 0;
-	@%p737 bra 	$L__BB4_792;
+	@%p737 bra 	$L__BB6_792;
 	add.s32 	%r554, %r3929, 1;
 	cvt.u64.u32 	%rd1965, %r3929;
 	add.s64 	%rd1966, %rd504, %rd1965;
@@ -12392,10 +14262,10 @@ $L__BB4_790:
 	shr.u32 	%r2978, %r3912, 16;
 	st.u8 	[%rd1967], %r2978;
 	mov.u32 	%r3929, %r554;
-$L__BB4_792:
+$L__BB6_792:
 	and.b32  	%r2979, %r3908, 8;
 	setp.eq.s32 	%p738, %r2979, 0;
-	@%p738 bra 	$L__BB4_794;
+	@%p738 bra 	$L__BB6_794;
 	add.s32 	%r556, %r3929, 1;
 	cvt.u64.u32 	%rd1968, %r3929;
 	add.s64 	%rd1969, %rd504, %rd1968;
@@ -12403,20 +14273,20 @@ $L__BB4_792:
 	shr.u32 	%r2980, %r3912, 24;
 	st.u8 	[%rd1970], %r2980;
 	mov.u32 	%r3929, %r556;
-$L__BB4_794:
+$L__BB6_794:
 	and.b32  	%r2981, %r3908, 16;
 	setp.eq.s32 	%p739, %r2981, 0;
-	@%p739 bra 	$L__BB4_796;
+	@%p739 bra 	$L__BB6_796;
 	add.s32 	%r559, %r3929, 1;
 	cvt.u64.u32 	%rd1971, %r3929;
 	add.s64 	%rd1972, %rd504, %rd1971;
 	add.s64 	%rd1973, %rd481, %rd1972;
 	st.u8 	[%rd1973], %r3913;
 	mov.u32 	%r3929, %r559;
-$L__BB4_796:
+$L__BB6_796:
 	and.b32  	%r2982, %r3908, 32;
 	setp.eq.s32 	%p740, %r2982, 0;
-	@%p740 bra 	$L__BB4_798;
+	@%p740 bra 	$L__BB6_798;
 	add.s32 	%r561, %r3929, 1;
 	cvt.u64.u32 	%rd1974, %r3929;
 	add.s64 	%rd1975, %rd504, %rd1974;
@@ -12424,10 +14294,10 @@ $L__BB4_796:
 	shr.u32 	%r2983, %r3913, 8;
 	st.u8 	[%rd1976], %r2983;
 	mov.u32 	%r3929, %r561;
-$L__BB4_798:
+$L__BB6_798:
 	and.b32  	%r2984, %r3908, 64;
 	setp.eq.s32 	%p741, %r2984, 0;
-	@%p741 bra 	$L__BB4_800;
+	@%p741 bra 	$L__BB6_800;
 	add.s32 	%r563, %r3929, 1;
 	cvt.u64.u32 	%rd1977, %r3929;
 	add.s64 	%rd1978, %rd504, %rd1977;
@@ -12435,10 +14305,10 @@ $L__BB4_798:
 	shr.u32 	%r2985, %r3913, 16;
 	st.u8 	[%rd1979], %r2985;
 	mov.u32 	%r3929, %r563;
-$L__BB4_800:
+$L__BB6_800:
 	and.b32  	%r2986, %r3908, 128;
 	setp.eq.s32 	%p742, %r2986, 0;
-	@%p742 bra 	$L__BB4_802;
+	@%p742 bra 	$L__BB6_802;
 	add.s32 	%r565, %r3929, 1;
 	cvt.u64.u32 	%rd1980, %r3929;
 	add.s64 	%rd1981, %rd504, %rd1980;
@@ -12446,20 +14316,20 @@ $L__BB4_800:
 	shr.u32 	%r2987, %r3913, 24;
 	st.u8 	[%rd1982], %r2987;
 	mov.u32 	%r3929, %r565;
-$L__BB4_802:
+$L__BB6_802:
 	and.b32  	%r2988, %r3908, 256;
 	setp.eq.s32 	%p743, %r2988, 0;
-	@%p743 bra 	$L__BB4_804;
+	@%p743 bra 	$L__BB6_804;
 	add.s32 	%r568, %r3929, 1;
 	cvt.u64.u32 	%rd1983, %r3929;
 	add.s64 	%rd1984, %rd504, %rd1983;
 	add.s64 	%rd1985, %rd481, %rd1984;
 	st.u8 	[%rd1985], %r3914;
 	mov.u32 	%r3929, %r568;
-$L__BB4_804:
+$L__BB6_804:
 	and.b32  	%r2989, %r3908, 512;
 	setp.eq.s32 	%p744, %r2989, 0;
-	@%p744 bra 	$L__BB4_806;
+	@%p744 bra 	$L__BB6_806;
 	add.s32 	%r570, %r3929, 1;
 	cvt.u64.u32 	%rd1986, %r3929;
 	add.s64 	%rd1987, %rd504, %rd1986;
@@ -12467,10 +14337,10 @@ $L__BB4_804:
 	shr.u32 	%r2990, %r3914, 8;
 	st.u8 	[%rd1988], %r2990;
 	mov.u32 	%r3929, %r570;
-$L__BB4_806:
+$L__BB6_806:
 	and.b32  	%r2991, %r3908, 1024;
 	setp.eq.s32 	%p745, %r2991, 0;
-	@%p745 bra 	$L__BB4_808;
+	@%p745 bra 	$L__BB6_808;
 	add.s32 	%r572, %r3929, 1;
 	cvt.u64.u32 	%rd1989, %r3929;
 	add.s64 	%rd1990, %rd504, %rd1989;
@@ -12478,10 +14348,10 @@ $L__BB4_806:
 	shr.u32 	%r2992, %r3914, 16;
 	st.u8 	[%rd1991], %r2992;
 	mov.u32 	%r3929, %r572;
-$L__BB4_808:
+$L__BB6_808:
 	and.b32  	%r2993, %r3908, 2048;
 	setp.eq.s32 	%p746, %r2993, 0;
-	@%p746 bra 	$L__BB4_810;
+	@%p746 bra 	$L__BB6_810;
 	add.s32 	%r574, %r3929, 1;
 	cvt.u64.u32 	%rd1992, %r3929;
 	add.s64 	%rd1993, %rd504, %rd1992;
@@ -12489,20 +14359,20 @@ $L__BB4_808:
 	shr.u32 	%r2994, %r3914, 24;
 	st.u8 	[%rd1994], %r2994;
 	mov.u32 	%r3929, %r574;
-$L__BB4_810:
+$L__BB6_810:
 	and.b32  	%r2995, %r3908, 4096;
 	setp.eq.s32 	%p747, %r2995, 0;
-	@%p747 bra 	$L__BB4_812;
+	@%p747 bra 	$L__BB6_812;
 	add.s32 	%r577, %r3929, 1;
 	cvt.u64.u32 	%rd1995, %r3929;
 	add.s64 	%rd1996, %rd504, %rd1995;
 	add.s64 	%rd1997, %rd481, %rd1996;
 	st.u8 	[%rd1997], %r3915;
 	mov.u32 	%r3929, %r577;
-$L__BB4_812:
+$L__BB6_812:
 	and.b32  	%r2996, %r3908, 8192;
 	setp.eq.s32 	%p748, %r2996, 0;
-	@%p748 bra 	$L__BB4_814;
+	@%p748 bra 	$L__BB6_814;
 	add.s32 	%r579, %r3929, 1;
 	cvt.u64.u32 	%rd1998, %r3929;
 	add.s64 	%rd1999, %rd504, %rd1998;
@@ -12510,10 +14380,10 @@ $L__BB4_812:
 	shr.u32 	%r2997, %r3915, 8;
 	st.u8 	[%rd2000], %r2997;
 	mov.u32 	%r3929, %r579;
-$L__BB4_814:
+$L__BB6_814:
 	and.b32  	%r2998, %r3908, 16384;
 	setp.eq.s32 	%p749, %r2998, 0;
-	@%p749 bra 	$L__BB4_816;
+	@%p749 bra 	$L__BB6_816;
 	add.s32 	%r581, %r3929, 1;
 	cvt.u64.u32 	%rd2001, %r3929;
 	add.s64 	%rd2002, %rd504, %rd2001;
@@ -12521,16 +14391,16 @@ $L__BB4_814:
 	shr.u32 	%r2999, %r3915, 16;
 	st.u8 	[%rd2003], %r2999;
 	mov.u32 	%r3929, %r581;
-$L__BB4_816:
+$L__BB6_816:
 	cvt.u16.u32 	%rs52, %r3908;
 	setp.gt.s16 	%p750, %rs52, -1;
-	@%p750 bra 	$L__BB4_818;
+	@%p750 bra 	$L__BB6_818;
 	cvt.u64.u32 	%rd2004, %r3929;
 	add.s64 	%rd2005, %rd504, %rd2004;
 	add.s64 	%rd2006, %rd481, %rd2005;
 	shr.u32 	%r3000, %r3915, 24;
 	st.u8 	[%rd2006], %r3000;
-$L__BB4_818:
+$L__BB6_818:
 	cvt.u32.u64 	%r3001, %rd573;
 	and.b32  	%r3002, %r3001, 65535;
 	add.s32 	%r584, %r3002, %r3907;
@@ -12541,17 +14411,17 @@ $L__BB4_818:
 	mov.pred 	%p752, 0;
 	xor.pred  	%p753, %p751, %p752;
 	not.pred 	%p754, %p753;
-	@%p754 bra 	$L__BB4_820;
+	@%p754 bra 	$L__BB6_820;
 	add.s32 	%r586, %r3944, 1;
 	cvt.u64.u32 	%rd2007, %r3944;
 	add.s64 	%rd2008, %rd504, %rd2007;
 	add.s64 	%rd2009, %rd481, %rd2008;
 	st.u8 	[%rd2009], %r3916;
 	mov.u32 	%r3944, %r586;
-$L__BB4_820:
+$L__BB6_820:
 	and.b32  	%r3006, %r3909, 2;
 	setp.eq.s32 	%p755, %r3006, 0;
-	@%p755 bra 	$L__BB4_822;
+	@%p755 bra 	$L__BB6_822;
 	add.s32 	%r588, %r3944, 1;
 	cvt.u64.u32 	%rd2010, %r3944;
 	add.s64 	%rd2011, %rd504, %rd2010;
@@ -12559,10 +14429,10 @@ $L__BB4_820:
 	shr.u32 	%r3007, %r3916, 8;
 	st.u8 	[%rd2012], %r3007;
 	mov.u32 	%r3944, %r588;
-$L__BB4_822:
+$L__BB6_822:
 	and.b32  	%r3008, %r3909, 4;
 	setp.eq.s32 	%p756, %r3008, 0;
-	@%p756 bra 	$L__BB4_824;
+	@%p756 bra 	$L__BB6_824;
 	add.s32 	%r590, %r3944, 1;
 	cvt.u64.u32 	%rd2013, %r3944;
 	add.s64 	%rd2014, %rd504, %rd2013;
@@ -12570,10 +14440,10 @@ $L__BB4_822:
 	shr.u32 	%r3009, %r3916, 16;
 	st.u8 	[%rd2015], %r3009;
 	mov.u32 	%r3944, %r590;
-$L__BB4_824:
+$L__BB6_824:
 	and.b32  	%r3010, %r3909, 8;
 	setp.eq.s32 	%p757, %r3010, 0;
-	@%p757 bra 	$L__BB4_826;
+	@%p757 bra 	$L__BB6_826;
 	add.s32 	%r592, %r3944, 1;
 	cvt.u64.u32 	%rd2016, %r3944;
 	add.s64 	%rd2017, %rd504, %rd2016;
@@ -12581,20 +14451,20 @@ $L__BB4_824:
 	shr.u32 	%r3011, %r3916, 24;
 	st.u8 	[%rd2018], %r3011;
 	mov.u32 	%r3944, %r592;
-$L__BB4_826:
+$L__BB6_826:
 	and.b32  	%r3012, %r3909, 16;
 	setp.eq.s32 	%p758, %r3012, 0;
-	@%p758 bra 	$L__BB4_828;
+	@%p758 bra 	$L__BB6_828;
 	add.s32 	%r595, %r3944, 1;
 	cvt.u64.u32 	%rd2019, %r3944;
 	add.s64 	%rd2020, %rd504, %rd2019;
 	add.s64 	%rd2021, %rd481, %rd2020;
 	st.u8 	[%rd2021], %r3917;
 	mov.u32 	%r3944, %r595;
-$L__BB4_828:
+$L__BB6_828:
 	and.b32  	%r3013, %r3909, 32;
 	setp.eq.s32 	%p759, %r3013, 0;
-	@%p759 bra 	$L__BB4_830;
+	@%p759 bra 	$L__BB6_830;
 	add.s32 	%r597, %r3944, 1;
 	cvt.u64.u32 	%rd2022, %r3944;
 	add.s64 	%rd2023, %rd504, %rd2022;
@@ -12602,10 +14472,10 @@ $L__BB4_828:
 	shr.u32 	%r3014, %r3917, 8;
 	st.u8 	[%rd2024], %r3014;
 	mov.u32 	%r3944, %r597;
-$L__BB4_830:
+$L__BB6_830:
 	and.b32  	%r3015, %r3909, 64;
 	setp.eq.s32 	%p760, %r3015, 0;
-	@%p760 bra 	$L__BB4_832;
+	@%p760 bra 	$L__BB6_832;
 	add.s32 	%r599, %r3944, 1;
 	cvt.u64.u32 	%rd2025, %r3944;
 	add.s64 	%rd2026, %rd504, %rd2025;
@@ -12613,10 +14483,10 @@ $L__BB4_830:
 	shr.u32 	%r3016, %r3917, 16;
 	st.u8 	[%rd2027], %r3016;
 	mov.u32 	%r3944, %r599;
-$L__BB4_832:
+$L__BB6_832:
 	and.b32  	%r3017, %r3909, 128;
 	setp.eq.s32 	%p761, %r3017, 0;
-	@%p761 bra 	$L__BB4_834;
+	@%p761 bra 	$L__BB6_834;
 	add.s32 	%r601, %r3944, 1;
 	cvt.u64.u32 	%rd2028, %r3944;
 	add.s64 	%rd2029, %rd504, %rd2028;
@@ -12624,20 +14494,20 @@ $L__BB4_832:
 	shr.u32 	%r3018, %r3917, 24;
 	st.u8 	[%rd2030], %r3018;
 	mov.u32 	%r3944, %r601;
-$L__BB4_834:
+$L__BB6_834:
 	and.b32  	%r3019, %r3909, 256;
 	setp.eq.s32 	%p762, %r3019, 0;
-	@%p762 bra 	$L__BB4_836;
+	@%p762 bra 	$L__BB6_836;
 	add.s32 	%r604, %r3944, 1;
 	cvt.u64.u32 	%rd2031, %r3944;
 	add.s64 	%rd2032, %rd504, %rd2031;
 	add.s64 	%rd2033, %rd481, %rd2032;
 	st.u8 	[%rd2033], %r3918;
 	mov.u32 	%r3944, %r604;
-$L__BB4_836:
+$L__BB6_836:
 	and.b32  	%r3020, %r3909, 512;
 	setp.eq.s32 	%p763, %r3020, 0;
-	@%p763 bra 	$L__BB4_838;
+	@%p763 bra 	$L__BB6_838;
 	add.s32 	%r606, %r3944, 1;
 	cvt.u64.u32 	%rd2034, %r3944;
 	add.s64 	%rd2035, %rd504, %rd2034;
@@ -12645,10 +14515,10 @@ $L__BB4_836:
 	shr.u32 	%r3021, %r3918, 8;
 	st.u8 	[%rd2036], %r3021;
 	mov.u32 	%r3944, %r606;
-$L__BB4_838:
+$L__BB6_838:
 	and.b32  	%r3022, %r3909, 1024;
 	setp.eq.s32 	%p764, %r3022, 0;
-	@%p764 bra 	$L__BB4_840;
+	@%p764 bra 	$L__BB6_840;
 	add.s32 	%r608, %r3944, 1;
 	cvt.u64.u32 	%rd2037, %r3944;
 	add.s64 	%rd2038, %rd504, %rd2037;
@@ -12656,10 +14526,10 @@ $L__BB4_838:
 	shr.u32 	%r3023, %r3918, 16;
 	st.u8 	[%rd2039], %r3023;
 	mov.u32 	%r3944, %r608;
-$L__BB4_840:
+$L__BB6_840:
 	and.b32  	%r3024, %r3909, 2048;
 	setp.eq.s32 	%p765, %r3024, 0;
-	@%p765 bra 	$L__BB4_842;
+	@%p765 bra 	$L__BB6_842;
 	add.s32 	%r610, %r3944, 1;
 	cvt.u64.u32 	%rd2040, %r3944;
 	add.s64 	%rd2041, %rd504, %rd2040;
@@ -12667,20 +14537,20 @@ $L__BB4_840:
 	shr.u32 	%r3025, %r3918, 24;
 	st.u8 	[%rd2042], %r3025;
 	mov.u32 	%r3944, %r610;
-$L__BB4_842:
+$L__BB6_842:
 	and.b32  	%r3026, %r3909, 4096;
 	setp.eq.s32 	%p766, %r3026, 0;
-	@%p766 bra 	$L__BB4_844;
+	@%p766 bra 	$L__BB6_844;
 	add.s32 	%r613, %r3944, 1;
 	cvt.u64.u32 	%rd2043, %r3944;
 	add.s64 	%rd2044, %rd504, %rd2043;
 	add.s64 	%rd2045, %rd481, %rd2044;
 	st.u8 	[%rd2045], %r3919;
 	mov.u32 	%r3944, %r613;
-$L__BB4_844:
+$L__BB6_844:
 	and.b32  	%r3027, %r3909, 8192;
 	setp.eq.s32 	%p767, %r3027, 0;
-	@%p767 bra 	$L__BB4_846;
+	@%p767 bra 	$L__BB6_846;
 	add.s32 	%r615, %r3944, 1;
 	cvt.u64.u32 	%rd2046, %r3944;
 	add.s64 	%rd2047, %rd504, %rd2046;
@@ -12688,10 +14558,10 @@ $L__BB4_844:
 	shr.u32 	%r3028, %r3919, 8;
 	st.u8 	[%rd2048], %r3028;
 	mov.u32 	%r3944, %r615;
-$L__BB4_846:
+$L__BB6_846:
 	and.b32  	%r3029, %r3909, 16384;
 	setp.eq.s32 	%p768, %r3029, 0;
-	@%p768 bra 	$L__BB4_848;
+	@%p768 bra 	$L__BB6_848;
 	add.s32 	%r617, %r3944, 1;
 	cvt.u64.u32 	%rd2049, %r3944;
 	add.s64 	%rd2050, %rd504, %rd2049;
@@ -12699,16 +14569,16 @@ $L__BB4_846:
 	shr.u32 	%r3030, %r3919, 16;
 	st.u8 	[%rd2051], %r3030;
 	mov.u32 	%r3944, %r617;
-$L__BB4_848:
+$L__BB6_848:
 	cvt.u16.u32 	%rs53, %r3909;
 	setp.gt.s16 	%p769, %rs53, -1;
-	@%p769 bra 	$L__BB4_850;
+	@%p769 bra 	$L__BB6_850;
 	cvt.u64.u32 	%rd2052, %r3944;
 	add.s64 	%rd2053, %rd504, %rd2052;
 	add.s64 	%rd2054, %rd481, %rd2053;
 	shr.u32 	%r3031, %r3919, 24;
 	st.u8 	[%rd2054], %r3031;
-$L__BB4_850:
+$L__BB6_850:
 	shr.u32 	%r3033, %r3001, 16;
 	add.s32 	%r620, %r3033, %r584;
 	shr.u64 	%rd2055, %rd574, 32;
@@ -12720,17 +14590,17 @@ $L__BB4_850:
 	mov.pred 	%p771, 0;
 	xor.pred  	%p772, %p770, %p771;
 	not.pred 	%p773, %p772;
-	@%p773 bra 	$L__BB4_852;
+	@%p773 bra 	$L__BB6_852;
 	add.s32 	%r622, %r3959, 1;
 	cvt.u64.u32 	%rd2056, %r3959;
 	add.s64 	%rd2057, %rd504, %rd2056;
 	add.s64 	%rd2058, %rd481, %rd2057;
 	st.u8 	[%rd2058], %r3920;
 	mov.u32 	%r3959, %r622;
-$L__BB4_852:
+$L__BB6_852:
 	and.b32  	%r3037, %r3910, 2;
 	setp.eq.s32 	%p774, %r3037, 0;
-	@%p774 bra 	$L__BB4_854;
+	@%p774 bra 	$L__BB6_854;
 	add.s32 	%r624, %r3959, 1;
 	cvt.u64.u32 	%rd2059, %r3959;
 	add.s64 	%rd2060, %rd504, %rd2059;
@@ -12738,10 +14608,10 @@ $L__BB4_852:
 	shr.u32 	%r3038, %r3920, 8;
 	st.u8 	[%rd2061], %r3038;
 	mov.u32 	%r3959, %r624;
-$L__BB4_854:
+$L__BB6_854:
 	and.b32  	%r3039, %r3910, 4;
 	setp.eq.s32 	%p775, %r3039, 0;
-	@%p775 bra 	$L__BB4_856;
+	@%p775 bra 	$L__BB6_856;
 	add.s32 	%r626, %r3959, 1;
 	cvt.u64.u32 	%rd2062, %r3959;
 	add.s64 	%rd2063, %rd504, %rd2062;
@@ -12749,10 +14619,10 @@ $L__BB4_854:
 	shr.u32 	%r3040, %r3920, 16;
 	st.u8 	[%rd2064], %r3040;
 	mov.u32 	%r3959, %r626;
-$L__BB4_856:
+$L__BB6_856:
 	and.b32  	%r3041, %r3910, 8;
 	setp.eq.s32 	%p776, %r3041, 0;
-	@%p776 bra 	$L__BB4_858;
+	@%p776 bra 	$L__BB6_858;
 	add.s32 	%r628, %r3959, 1;
 	cvt.u64.u32 	%rd2065, %r3959;
 	add.s64 	%rd2066, %rd504, %rd2065;
@@ -12760,20 +14630,20 @@ $L__BB4_856:
 	shr.u32 	%r3042, %r3920, 24;
 	st.u8 	[%rd2067], %r3042;
 	mov.u32 	%r3959, %r628;
-$L__BB4_858:
+$L__BB6_858:
 	and.b32  	%r3043, %r3910, 16;
 	setp.eq.s32 	%p777, %r3043, 0;
-	@%p777 bra 	$L__BB4_860;
+	@%p777 bra 	$L__BB6_860;
 	add.s32 	%r631, %r3959, 1;
 	cvt.u64.u32 	%rd2068, %r3959;
 	add.s64 	%rd2069, %rd504, %rd2068;
 	add.s64 	%rd2070, %rd481, %rd2069;
 	st.u8 	[%rd2070], %r3921;
 	mov.u32 	%r3959, %r631;
-$L__BB4_860:
+$L__BB6_860:
 	and.b32  	%r3044, %r3910, 32;
 	setp.eq.s32 	%p778, %r3044, 0;
-	@%p778 bra 	$L__BB4_862;
+	@%p778 bra 	$L__BB6_862;
 	add.s32 	%r633, %r3959, 1;
 	cvt.u64.u32 	%rd2071, %r3959;
 	add.s64 	%rd2072, %rd504, %rd2071;
@@ -12781,10 +14651,10 @@ $L__BB4_860:
 	shr.u32 	%r3045, %r3921, 8;
 	st.u8 	[%rd2073], %r3045;
 	mov.u32 	%r3959, %r633;
-$L__BB4_862:
+$L__BB6_862:
 	and.b32  	%r3046, %r3910, 64;
 	setp.eq.s32 	%p779, %r3046, 0;
-	@%p779 bra 	$L__BB4_864;
+	@%p779 bra 	$L__BB6_864;
 	add.s32 	%r635, %r3959, 1;
 	cvt.u64.u32 	%rd2074, %r3959;
 	add.s64 	%rd2075, %rd504, %rd2074;
@@ -12792,10 +14662,10 @@ $L__BB4_862:
 	shr.u32 	%r3047, %r3921, 16;
 	st.u8 	[%rd2076], %r3047;
 	mov.u32 	%r3959, %r635;
-$L__BB4_864:
+$L__BB6_864:
 	and.b32  	%r3048, %r3910, 128;
 	setp.eq.s32 	%p780, %r3048, 0;
-	@%p780 bra 	$L__BB4_866;
+	@%p780 bra 	$L__BB6_866;
 	add.s32 	%r637, %r3959, 1;
 	cvt.u64.u32 	%rd2077, %r3959;
 	add.s64 	%rd2078, %rd504, %rd2077;
@@ -12803,20 +14673,20 @@ $L__BB4_864:
 	shr.u32 	%r3049, %r3921, 24;
 	st.u8 	[%rd2079], %r3049;
 	mov.u32 	%r3959, %r637;
-$L__BB4_866:
+$L__BB6_866:
 	and.b32  	%r3050, %r3910, 256;
 	setp.eq.s32 	%p781, %r3050, 0;
-	@%p781 bra 	$L__BB4_868;
+	@%p781 bra 	$L__BB6_868;
 	add.s32 	%r640, %r3959, 1;
 	cvt.u64.u32 	%rd2080, %r3959;
 	add.s64 	%rd2081, %rd504, %rd2080;
 	add.s64 	%rd2082, %rd481, %rd2081;
 	st.u8 	[%rd2082], %r3922;
 	mov.u32 	%r3959, %r640;
-$L__BB4_868:
+$L__BB6_868:
 	and.b32  	%r3051, %r3910, 512;
 	setp.eq.s32 	%p782, %r3051, 0;
-	@%p782 bra 	$L__BB4_870;
+	@%p782 bra 	$L__BB6_870;
 	add.s32 	%r642, %r3959, 1;
 	cvt.u64.u32 	%rd2083, %r3959;
 	add.s64 	%rd2084, %rd504, %rd2083;
@@ -12824,10 +14694,10 @@ $L__BB4_868:
 	shr.u32 	%r3052, %r3922, 8;
 	st.u8 	[%rd2085], %r3052;
 	mov.u32 	%r3959, %r642;
-$L__BB4_870:
+$L__BB6_870:
 	and.b32  	%r3053, %r3910, 1024;
 	setp.eq.s32 	%p783, %r3053, 0;
-	@%p783 bra 	$L__BB4_872;
+	@%p783 bra 	$L__BB6_872;
 	add.s32 	%r644, %r3959, 1;
 	cvt.u64.u32 	%rd2086, %r3959;
 	add.s64 	%rd2087, %rd504, %rd2086;
@@ -12835,10 +14705,10 @@ $L__BB4_870:
 	shr.u32 	%r3054, %r3922, 16;
 	st.u8 	[%rd2088], %r3054;
 	mov.u32 	%r3959, %r644;
-$L__BB4_872:
+$L__BB6_872:
 	and.b32  	%r3055, %r3910, 2048;
 	setp.eq.s32 	%p784, %r3055, 0;
-	@%p784 bra 	$L__BB4_874;
+	@%p784 bra 	$L__BB6_874;
 	add.s32 	%r646, %r3959, 1;
 	cvt.u64.u32 	%rd2089, %r3959;
 	add.s64 	%rd2090, %rd504, %rd2089;
@@ -12846,20 +14716,20 @@ $L__BB4_872:
 	shr.u32 	%r3056, %r3922, 24;
 	st.u8 	[%rd2091], %r3056;
 	mov.u32 	%r3959, %r646;
-$L__BB4_874:
+$L__BB6_874:
 	and.b32  	%r3057, %r3910, 4096;
 	setp.eq.s32 	%p785, %r3057, 0;
-	@%p785 bra 	$L__BB4_876;
+	@%p785 bra 	$L__BB6_876;
 	add.s32 	%r649, %r3959, 1;
 	cvt.u64.u32 	%rd2092, %r3959;
 	add.s64 	%rd2093, %rd504, %rd2092;
 	add.s64 	%rd2094, %rd481, %rd2093;
 	st.u8 	[%rd2094], %r3923;
 	mov.u32 	%r3959, %r649;
-$L__BB4_876:
+$L__BB6_876:
 	and.b32  	%r3058, %r3910, 8192;
 	setp.eq.s32 	%p786, %r3058, 0;
-	@%p786 bra 	$L__BB4_878;
+	@%p786 bra 	$L__BB6_878;
 	add.s32 	%r651, %r3959, 1;
 	cvt.u64.u32 	%rd2095, %r3959;
 	add.s64 	%rd2096, %rd504, %rd2095;
@@ -12867,10 +14737,10 @@ $L__BB4_876:
 	shr.u32 	%r3059, %r3923, 8;
 	st.u8 	[%rd2097], %r3059;
 	mov.u32 	%r3959, %r651;
-$L__BB4_878:
+$L__BB6_878:
 	and.b32  	%r3060, %r3910, 16384;
 	setp.eq.s32 	%p787, %r3060, 0;
-	@%p787 bra 	$L__BB4_880;
+	@%p787 bra 	$L__BB6_880;
 	add.s32 	%r653, %r3959, 1;
 	cvt.u64.u32 	%rd2098, %r3959;
 	add.s64 	%rd2099, %rd504, %rd2098;
@@ -12878,16 +14748,16 @@ $L__BB4_878:
 	shr.u32 	%r3061, %r3923, 16;
 	st.u8 	[%rd2100], %r3061;
 	mov.u32 	%r3959, %r653;
-$L__BB4_880:
+$L__BB6_880:
 	cvt.u16.u32 	%rs54, %r3910;
 	setp.gt.s16 	%p788, %rs54, -1;
-	@%p788 bra 	$L__BB4_882;
+	@%p788 bra 	$L__BB6_882;
 	cvt.u64.u32 	%rd2101, %r3959;
 	add.s64 	%rd2102, %rd504, %rd2101;
 	add.s64 	%rd2103, %rd481, %rd2102;
 	shr.u32 	%r3062, %r3923, 24;
 	st.u8 	[%rd2103], %r3062;
-$L__BB4_882:
+$L__BB6_882:
 	shr.u64 	%rd2104, %rd573, 32;
 	cvt.u32.u64 	%r3063, %rd2104;
 	and.b32  	%r3064, %r3063, 65535;
@@ -12900,17 +14770,17 @@ $L__BB4_882:
 	mov.pred 	%p790, 0;
 	xor.pred  	%p791, %p789, %p790;
 	not.pred 	%p792, %p791;
-	@%p792 bra 	$L__BB4_884;
+	@%p792 bra 	$L__BB6_884;
 	add.s32 	%r658, %r3974, 1;
 	cvt.u64.u32 	%rd2106, %r3974;
 	add.s64 	%rd2107, %rd504, %rd2106;
 	add.s64 	%rd2108, %rd481, %rd2107;
 	st.u8 	[%rd2108], %r3924;
 	mov.u32 	%r3974, %r658;
-$L__BB4_884:
+$L__BB6_884:
 	and.b32  	%r3067, %r3911, 2;
 	setp.eq.s32 	%p793, %r3067, 0;
-	@%p793 bra 	$L__BB4_886;
+	@%p793 bra 	$L__BB6_886;
 	add.s32 	%r660, %r3974, 1;
 	cvt.u64.u32 	%rd2109, %r3974;
 	add.s64 	%rd2110, %rd504, %rd2109;
@@ -12918,10 +14788,10 @@ $L__BB4_884:
 	shr.u32 	%r3068, %r3924, 8;
 	st.u8 	[%rd2111], %r3068;
 	mov.u32 	%r3974, %r660;
-$L__BB4_886:
+$L__BB6_886:
 	and.b32  	%r3069, %r3911, 4;
 	setp.eq.s32 	%p794, %r3069, 0;
-	@%p794 bra 	$L__BB4_888;
+	@%p794 bra 	$L__BB6_888;
 	add.s32 	%r662, %r3974, 1;
 	cvt.u64.u32 	%rd2112, %r3974;
 	add.s64 	%rd2113, %rd504, %rd2112;
@@ -12929,10 +14799,10 @@ $L__BB4_886:
 	shr.u32 	%r3070, %r3924, 16;
 	st.u8 	[%rd2114], %r3070;
 	mov.u32 	%r3974, %r662;
-$L__BB4_888:
+$L__BB6_888:
 	and.b32  	%r3071, %r3911, 8;
 	setp.eq.s32 	%p795, %r3071, 0;
-	@%p795 bra 	$L__BB4_890;
+	@%p795 bra 	$L__BB6_890;
 	add.s32 	%r664, %r3974, 1;
 	cvt.u64.u32 	%rd2115, %r3974;
 	add.s64 	%rd2116, %rd504, %rd2115;
@@ -12940,20 +14810,20 @@ $L__BB4_888:
 	shr.u32 	%r3072, %r3924, 24;
 	st.u8 	[%rd2117], %r3072;
 	mov.u32 	%r3974, %r664;
-$L__BB4_890:
+$L__BB6_890:
 	and.b32  	%r3073, %r3911, 16;
 	setp.eq.s32 	%p796, %r3073, 0;
-	@%p796 bra 	$L__BB4_892;
+	@%p796 bra 	$L__BB6_892;
 	add.s32 	%r667, %r3974, 1;
 	cvt.u64.u32 	%rd2118, %r3974;
 	add.s64 	%rd2119, %rd504, %rd2118;
 	add.s64 	%rd2120, %rd481, %rd2119;
 	st.u8 	[%rd2120], %r3925;
 	mov.u32 	%r3974, %r667;
-$L__BB4_892:
+$L__BB6_892:
 	and.b32  	%r3074, %r3911, 32;
 	setp.eq.s32 	%p797, %r3074, 0;
-	@%p797 bra 	$L__BB4_894;
+	@%p797 bra 	$L__BB6_894;
 	add.s32 	%r669, %r3974, 1;
 	cvt.u64.u32 	%rd2121, %r3974;
 	add.s64 	%rd2122, %rd504, %rd2121;
@@ -12961,10 +14831,10 @@ $L__BB4_892:
 	shr.u32 	%r3075, %r3925, 8;
 	st.u8 	[%rd2123], %r3075;
 	mov.u32 	%r3974, %r669;
-$L__BB4_894:
+$L__BB6_894:
 	and.b32  	%r3076, %r3911, 64;
 	setp.eq.s32 	%p798, %r3076, 0;
-	@%p798 bra 	$L__BB4_896;
+	@%p798 bra 	$L__BB6_896;
 	add.s32 	%r671, %r3974, 1;
 	cvt.u64.u32 	%rd2124, %r3974;
 	add.s64 	%rd2125, %rd504, %rd2124;
@@ -12972,10 +14842,10 @@ $L__BB4_894:
 	shr.u32 	%r3077, %r3925, 16;
 	st.u8 	[%rd2126], %r3077;
 	mov.u32 	%r3974, %r671;
-$L__BB4_896:
+$L__BB6_896:
 	and.b32  	%r3078, %r3911, 128;
 	setp.eq.s32 	%p799, %r3078, 0;
-	@%p799 bra 	$L__BB4_898;
+	@%p799 bra 	$L__BB6_898;
 	add.s32 	%r673, %r3974, 1;
 	cvt.u64.u32 	%rd2127, %r3974;
 	add.s64 	%rd2128, %rd504, %rd2127;
@@ -12983,20 +14853,20 @@ $L__BB4_896:
 	shr.u32 	%r3079, %r3925, 24;
 	st.u8 	[%rd2129], %r3079;
 	mov.u32 	%r3974, %r673;
-$L__BB4_898:
+$L__BB6_898:
 	and.b32  	%r3080, %r3911, 256;
 	setp.eq.s32 	%p800, %r3080, 0;
-	@%p800 bra 	$L__BB4_900;
+	@%p800 bra 	$L__BB6_900;
 	add.s32 	%r676, %r3974, 1;
 	cvt.u64.u32 	%rd2130, %r3974;
 	add.s64 	%rd2131, %rd504, %rd2130;
 	add.s64 	%rd2132, %rd481, %rd2131;
 	st.u8 	[%rd2132], %r3926;
 	mov.u32 	%r3974, %r676;
-$L__BB4_900:
+$L__BB6_900:
 	and.b32  	%r3081, %r3911, 512;
 	setp.eq.s32 	%p801, %r3081, 0;
-	@%p801 bra 	$L__BB4_902;
+	@%p801 bra 	$L__BB6_902;
 	add.s32 	%r678, %r3974, 1;
 	cvt.u64.u32 	%rd2133, %r3974;
 	add.s64 	%rd2134, %rd504, %rd2133;
@@ -13004,10 +14874,10 @@ $L__BB4_900:
 	shr.u32 	%r3082, %r3926, 8;
 	st.u8 	[%rd2135], %r3082;
 	mov.u32 	%r3974, %r678;
-$L__BB4_902:
+$L__BB6_902:
 	and.b32  	%r3083, %r3911, 1024;
 	setp.eq.s32 	%p802, %r3083, 0;
-	@%p802 bra 	$L__BB4_904;
+	@%p802 bra 	$L__BB6_904;
 	add.s32 	%r680, %r3974, 1;
 	cvt.u64.u32 	%rd2136, %r3974;
 	add.s64 	%rd2137, %rd504, %rd2136;
@@ -13015,10 +14885,10 @@ $L__BB4_902:
 	shr.u32 	%r3084, %r3926, 16;
 	st.u8 	[%rd2138], %r3084;
 	mov.u32 	%r3974, %r680;
-$L__BB4_904:
+$L__BB6_904:
 	and.b32  	%r3085, %r3911, 2048;
 	setp.eq.s32 	%p803, %r3085, 0;
-	@%p803 bra 	$L__BB4_906;
+	@%p803 bra 	$L__BB6_906;
 	add.s32 	%r682, %r3974, 1;
 	cvt.u64.u32 	%rd2139, %r3974;
 	add.s64 	%rd2140, %rd504, %rd2139;
@@ -13026,20 +14896,20 @@ $L__BB4_904:
 	shr.u32 	%r3086, %r3926, 24;
 	st.u8 	[%rd2141], %r3086;
 	mov.u32 	%r3974, %r682;
-$L__BB4_906:
+$L__BB6_906:
 	and.b32  	%r3087, %r3911, 4096;
 	setp.eq.s32 	%p804, %r3087, 0;
-	@%p804 bra 	$L__BB4_908;
+	@%p804 bra 	$L__BB6_908;
 	add.s32 	%r685, %r3974, 1;
 	cvt.u64.u32 	%rd2142, %r3974;
 	add.s64 	%rd2143, %rd504, %rd2142;
 	add.s64 	%rd2144, %rd481, %rd2143;
 	st.u8 	[%rd2144], %r3927;
 	mov.u32 	%r3974, %r685;
-$L__BB4_908:
+$L__BB6_908:
 	and.b32  	%r3088, %r3911, 8192;
 	setp.eq.s32 	%p805, %r3088, 0;
-	@%p805 bra 	$L__BB4_910;
+	@%p805 bra 	$L__BB6_910;
 	add.s32 	%r687, %r3974, 1;
 	cvt.u64.u32 	%rd2145, %r3974;
 	add.s64 	%rd2146, %rd504, %rd2145;
@@ -13047,10 +14917,10 @@ $L__BB4_908:
 	shr.u32 	%r3089, %r3927, 8;
 	st.u8 	[%rd2147], %r3089;
 	mov.u32 	%r3974, %r687;
-$L__BB4_910:
+$L__BB6_910:
 	and.b32  	%r3090, %r3911, 16384;
 	setp.eq.s32 	%p806, %r3090, 0;
-	@%p806 bra 	$L__BB4_912;
+	@%p806 bra 	$L__BB6_912;
 	add.s32 	%r689, %r3974, 1;
 	cvt.u64.u32 	%rd2148, %r3974;
 	add.s64 	%rd2149, %rd504, %rd2148;
@@ -13058,33 +14928,33 @@ $L__BB4_910:
 	shr.u32 	%r3091, %r3927, 16;
 	st.u8 	[%rd2150], %r3091;
 	mov.u32 	%r3974, %r689;
-$L__BB4_912:
+$L__BB6_912:
 	cvt.u16.u32 	%rs55, %r3911;
 	setp.gt.s16 	%p807, %rs55, -1;
-	@%p807 bra 	$L__BB4_914;
+	@%p807 bra 	$L__BB6_914;
 	cvt.u64.u32 	%rd2151, %r3974;
 	add.s64 	%rd2152, %rd504, %rd2151;
 	add.s64 	%rd2153, %rd481, %rd2152;
 	shr.u32 	%r3092, %r3927, 24;
 	st.u8 	[%rd2153], %r3092;
-$L__BB4_914:
+$L__BB6_914:
 	shr.u64 	%rd2154, %rd573, 48;
 	cvt.u32.u64 	%r3093, %rd2154;
 	add.s32 	%r3907, %r656, %r3093;
 	add.s64 	%rd2517, %rd2517, 1024;
 	setp.lt.u64 	%p808, %rd2517, %rd530;
-	@%p808 bra 	$L__BB4_761;
-	bra.uni 	$L__BB4_1015;
-$L__BB4_915:
+	@%p808 bra 	$L__BB6_761;
+	bra.uni 	$L__BB6_1015;
+$L__BB6_915:
 	setp.eq.s64 	%p809, %rd530, 0;
-	@%p809 bra 	$L__BB4_1015;
+	@%p809 bra 	$L__BB6_1015;
 	mov.u64 	%rd2520, 0;
 	mov.u32 	%r3988, 0;
-$L__BB4_917:
+$L__BB6_917:
 	mov.u32 	%r3989, 0;
 	add.s64 	%rd577, %rd2520, %rd4;
 	setp.ge.u64 	%p810, %rd577, %rd530;
-	@%p810 bra 	$L__BB4_919;
+	@%p810 bra 	$L__BB6_919;
 	shr.u64 	%rd2156, %rd577, 4;
 	and.b64  	%rd2157, %rd2156, 576460752303423487;
 	add.s64 	%rd2158, %rd2157, %rd490;
@@ -13096,12 +14966,12 @@ $L__BB4_917:
 	ld.global.u32 	%r3099, [%rd2160];
 	shr.u32 	%r3100, %r3099, %r3098;
 	and.b32  	%r3989, %r3100, 3;
-$L__BB4_919:
+$L__BB6_919:
 	add.s64 	%rd578, %rd577, 256;
 	setp.ge.u64 	%p811, %rd578, %rd530;
 	mov.u32 	%r3991, 0;
 	mov.u32 	%r3990, %r3991;
-	@%p811 bra 	$L__BB4_921;
+	@%p811 bra 	$L__BB6_921;
 	shr.u64 	%rd2161, %rd578, 4;
 	and.b64  	%rd2162, %rd2161, 576460752303423487;
 	add.s64 	%rd2163, %rd2162, %rd490;
@@ -13113,10 +14983,10 @@ $L__BB4_919:
 	ld.global.u32 	%r3105, [%rd2165];
 	shr.u32 	%r3106, %r3105, %r3104;
 	and.b32  	%r3990, %r3106, 3;
-$L__BB4_921:
+$L__BB6_921:
 	add.s64 	%rd579, %rd577, 512;
 	setp.ge.u64 	%p812, %rd579, %rd530;
-	@%p812 bra 	$L__BB4_923;
+	@%p812 bra 	$L__BB6_923;
 	shr.u64 	%rd2166, %rd579, 4;
 	and.b64  	%rd2167, %rd2166, 576460752303423487;
 	add.s64 	%rd2168, %rd2167, %rd490;
@@ -13128,12 +14998,12 @@ $L__BB4_921:
 	ld.global.u32 	%r3111, [%rd2170];
 	shr.u32 	%r3112, %r3111, %r3110;
 	and.b32  	%r3991, %r3112, 3;
-$L__BB4_923:
+$L__BB6_923:
 	add.s64 	%rd580, %rd577, 768;
 	setp.ge.u64 	%p813, %rd580, %rd530;
 	mov.u32 	%r3993, 0;
 	mov.u32 	%r3992, %r3993;
-	@%p813 bra 	$L__BB4_925;
+	@%p813 bra 	$L__BB6_925;
 	shr.u64 	%rd2171, %rd580, 4;
 	and.b64  	%rd2172, %rd2171, 576460752303423487;
 	add.s64 	%rd2173, %rd2172, %rd490;
@@ -13145,55 +15015,55 @@ $L__BB4_923:
 	ld.global.u32 	%r3117, [%rd2175];
 	shr.u32 	%r3118, %r3117, %r3116;
 	and.b32  	%r3992, %r3118, 3;
-$L__BB4_925:
+$L__BB6_925:
 	setp.eq.s32 	%p814, %r3989, 0;
 	mov.u32 	%r3994, %r3993;
 	mov.u32 	%r3995, %r3993;
 	mov.u32 	%r3996, %r3993;
-	@%p814 bra 	$L__BB4_927;
+	@%p814 bra 	$L__BB6_927;
 	shl.b64 	%rd2177, %rd577, 4;
 	add.s64 	%rd2176, %rd489, %rd2177;
 	// begin inline asm
 	ld.global.cs.v4.u32 {%r3993,%r3994,%r3995,%r3996}, [%rd2176];
 	// end inline asm
-$L__BB4_927:
+$L__BB6_927:
 	setp.eq.s32 	%p815, %r3990, 0;
 	mov.u32 	%r4001, 0;
 	mov.u32 	%r3997, %r4001;
 	mov.u32 	%r3998, %r4001;
 	mov.u32 	%r3999, %r4001;
 	mov.u32 	%r4000, %r4001;
-	@%p815 bra 	$L__BB4_929;
+	@%p815 bra 	$L__BB6_929;
 	shl.b64 	%rd2179, %rd578, 4;
 	add.s64 	%rd2178, %rd489, %rd2179;
 	// begin inline asm
 	ld.global.cs.v4.u32 {%r3997,%r3998,%r3999,%r4000}, [%rd2178];
 	// end inline asm
-$L__BB4_929:
+$L__BB6_929:
 	setp.eq.s32 	%p816, %r3991, 0;
 	mov.u32 	%r4002, %r4001;
 	mov.u32 	%r4003, %r4001;
 	mov.u32 	%r4004, %r4001;
-	@%p816 bra 	$L__BB4_931;
+	@%p816 bra 	$L__BB6_931;
 	shl.b64 	%rd2181, %rd579, 4;
 	add.s64 	%rd2180, %rd489, %rd2181;
 	// begin inline asm
 	ld.global.cs.v4.u32 {%r4001,%r4002,%r4003,%r4004}, [%rd2180];
 	// end inline asm
-$L__BB4_931:
+$L__BB6_931:
 	setp.eq.s32 	%p817, %r3992, 0;
 	mov.u32 	%r3146, 0;
 	mov.u32 	%r4005, %r3146;
 	mov.u32 	%r4006, %r3146;
 	mov.u32 	%r4007, %r3146;
 	mov.u32 	%r4008, %r3146;
-	@%p817 bra 	$L__BB4_933;
+	@%p817 bra 	$L__BB6_933;
 	shl.b64 	%rd2183, %rd580, 4;
 	add.s64 	%rd2182, %rd489, %rd2183;
 	// begin inline asm
 	ld.global.cs.v4.u32 {%r4005,%r4006,%r4007,%r4008}, [%rd2182];
 	// end inline asm
-$L__BB4_933:
+$L__BB6_933:
 	cvt.u32.u64 	%r3171, %rd5;
 	setp.lt.u32 	%p818, %r3171, 16;
 	mov.u32 	%r3172, 16;
@@ -13269,19 +15139,19 @@ $L__BB4_933:
 	// end inline asm
 	selp.b64 	%rd2203, 0, %rd2193, %p818;
 	add.s64 	%rd582, %rd2203, %rd2192;
-	@%p822 bra 	$L__BB4_935;
+	@%p822 bra 	$L__BB6_935;
 	st.shared.u64 	[%r2], %rd582;
-$L__BB4_935:
+$L__BB6_935:
 	cvt.u32.u64 	%r3185, %rd6;
 	setp.ne.s32 	%p834, %r3185, 0;
 	bar.sync 	0;
-	@%p834 bra 	$L__BB4_940;
+	@%p834 bra 	$L__BB6_940;
 	cvt.u32.u64 	%r3680, %rd5;
 	setp.gt.u32 	%p835, %r3680, 7;
 	mov.u64 	%rd2521, 0;
-	@%p835 bra 	$L__BB4_938;
+	@%p835 bra 	$L__BB6_938;
 	ld.shared.u64 	%rd2521, [%r3];
-$L__BB4_938:
+$L__BB6_938:
 	cvt.u32.u64 	%r3681, %rd5;
 	setp.lt.u32 	%p930, %r3681, 16;
 	setp.lt.u32 	%p929, %r3681, 8;
@@ -13345,15 +15215,15 @@ $L__BB4_938:
 	// end inline asm
 	selp.b64 	%rd2219, 0, %rd2214, %p930;
 	add.s64 	%rd585, %rd2219, %rd2213;
-	@%p835 bra 	$L__BB4_940;
+	@%p835 bra 	$L__BB6_940;
 	st.shared.u64 	[%r3], %rd585;
-$L__BB4_940:
+$L__BB6_940:
 	setp.eq.s32 	%p852, %r3185, 0;
 	bar.sync 	0;
 	mov.u64 	%rd2522, 0;
-	@%p852 bra 	$L__BB4_942;
+	@%p852 bra 	$L__BB6_942;
 	ld.shared.u64 	%rd2522, [%r2+-8];
-$L__BB4_942:
+$L__BB6_942:
 	ld.shared.u64 	%rd588, [_ZZ15ws_delta_encodeE3red+56];
 	bar.sync 	0;
 	sub.s64 	%rd2221, %rd582, %rd2184;
@@ -13366,7 +15236,7 @@ $L__BB4_942:
 	mov.pred 	%p854, 0;
 	xor.pred  	%p855, %p853, %p854;
 	not.pred 	%p856, %p855;
-	@%p856 bra 	$L__BB4_944;
+	@%p856 bra 	$L__BB6_944;
 	add.s32 	%r734, %r4009, 1;
 	mul.wide.u32 	%rd2222, %r4009, 8;
 	add.s64 	%rd2223, %rd2222, %rd504;
@@ -13376,10 +15246,10 @@ $L__BB4_942:
 	bfi.b64 	%rd2227, %rd2225, %rd2226, 32, 32;
 	st.u64 	[%rd2224], %rd2227;
 	mov.u32 	%r4009, %r734;
-$L__BB4_944:
+$L__BB6_944:
 	and.b32  	%r3219, %r3989, 2;
 	setp.eq.s32 	%p857, %r3219, 0;
-	@%p857 bra 	$L__BB4_946;
+	@%p857 bra 	$L__BB6_946;
 	mul.wide.u32 	%rd2228, %r4009, 8;
 	add.s64 	%rd2229, %rd2228, %rd504;
 	add.s64 	%rd2230, %rd481, %rd2229;
@@ -13387,7 +15257,7 @@ $L__BB4_944:
 	cvt.u64.u32 	%rd2232, %r3995;
 	bfi.b64 	%rd2233, %rd2231, %rd2232, 32, 32;
 	st.u64 	[%rd2230], %rd2233;
-$L__BB4_946:
+$L__BB6_946:
 	cvt.u32.u64 	%r3220, %rd588;
 	and.b32  	%r3221, %r3220, 65535;
 	add.s32 	%r736, %r3221, %r3988;
@@ -13398,7 +15268,7 @@ $L__BB4_946:
 	mov.pred 	%p859, 0;
 	xor.pred  	%p860, %p858, %p859;
 	not.pred 	%p861, %p860;
-	@%p861 bra 	$L__BB4_948;
+	@%p861 bra 	$L__BB6_948;
 	add.s32 	%r738, %r4010, 1;
 	mul.wide.u32 	%rd2234, %r4010, 8;
 	add.s64 	%rd2235, %rd2234, %rd504;
@@ -13408,10 +15278,10 @@ $L__BB4_946:
 	bfi.b64 	%rd2239, %rd2237, %rd2238, 32, 32;
 	st.u64 	[%rd2236], %rd2239;
 	mov.u32 	%r4010, %r738;
-$L__BB4_948:
+$L__BB6_948:
 	and.b32  	%r3225, %r3990, 2;
 	setp.eq.s32 	%p862, %r3225, 0;
-	@%p862 bra 	$L__BB4_950;
+	@%p862 bra 	$L__BB6_950;
 	mul.wide.u32 	%rd2240, %r4010, 8;
 	add.s64 	%rd2241, %rd2240, %rd504;
 	add.s64 	%rd2242, %rd481, %rd2241;
@@ -13419,7 +15289,7 @@ $L__BB4_948:
 	cvt.u64.u32 	%rd2244, %r3999;
 	bfi.b64 	%rd2245, %rd2243, %rd2244, 32, 32;
 	st.u64 	[%rd2242], %rd2245;
-$L__BB4_950:
+$L__BB6_950:
 	shr.u32 	%r3227, %r3220, 16;
 	add.s32 	%r740, %r3227, %r736;
 	shr.u64 	%rd2246, %rd589, 32;
@@ -13431,7 +15301,7 @@ $L__BB4_950:
 	mov.pred 	%p864, 0;
 	xor.pred  	%p865, %p863, %p864;
 	not.pred 	%p866, %p865;
-	@%p866 bra 	$L__BB4_952;
+	@%p866 bra 	$L__BB6_952;
 	add.s32 	%r742, %r4011, 1;
 	mul.wide.u32 	%rd2247, %r4011, 8;
 	add.s64 	%rd2248, %rd2247, %rd504;
@@ -13441,10 +15311,10 @@ $L__BB4_950:
 	bfi.b64 	%rd2252, %rd2250, %rd2251, 32, 32;
 	st.u64 	[%rd2249], %rd2252;
 	mov.u32 	%r4011, %r742;
-$L__BB4_952:
+$L__BB6_952:
 	and.b32  	%r3231, %r3991, 2;
 	setp.eq.s32 	%p867, %r3231, 0;
-	@%p867 bra 	$L__BB4_954;
+	@%p867 bra 	$L__BB6_954;
 	mul.wide.u32 	%rd2253, %r4011, 8;
 	add.s64 	%rd2254, %rd2253, %rd504;
 	add.s64 	%rd2255, %rd481, %rd2254;
@@ -13452,7 +15322,7 @@ $L__BB4_952:
 	cvt.u64.u32 	%rd2257, %r4003;
 	bfi.b64 	%rd2258, %rd2256, %rd2257, 32, 32;
 	st.u64 	[%rd2255], %rd2258;
-$L__BB4_954:
+$L__BB6_954:
 	shr.u64 	%rd2259, %rd588, 32;
 	cvt.u32.u64 	%r3232, %rd2259;
 	and.b32  	%r3233, %r3232, 65535;
@@ -13465,7 +15335,7 @@ $L__BB4_954:
 	mov.pred 	%p869, 0;
 	xor.pred  	%p870, %p868, %p869;
 	not.pred 	%p871, %p870;
-	@%p871 bra 	$L__BB4_956;
+	@%p871 bra 	$L__BB6_956;
 	add.s32 	%r746, %r4012, 1;
 	mul.wide.u32 	%rd2261, %r4012, 8;
 	add.s64 	%rd2262, %rd2261, %rd504;
@@ -13475,10 +15345,10 @@ $L__BB4_954:
 	bfi.b64 	%rd2266, %rd2264, %rd2265, 32, 32;
 	st.u64 	[%rd2263], %rd2266;
 	mov.u32 	%r4012, %r746;
-$L__BB4_956:
+$L__BB6_956:
 	and.b32  	%r3236, %r3992, 2;
 	setp.eq.s32 	%p872, %r3236, 0;
-	@%p872 bra 	$L__BB4_958;
+	@%p872 bra 	$L__BB6_958;
 	mul.wide.u32 	%rd2267, %r4012, 8;
 	add.s64 	%rd2268, %rd2267, %rd504;
 	add.s64 	%rd2269, %rd481, %rd2268;
@@ -13486,15 +15356,15 @@ $L__BB4_956:
 	cvt.u64.u32 	%rd2271, %r4007;
 	bfi.b64 	%rd2272, %rd2270, %rd2271, 32, 32;
 	st.u64 	[%rd2269], %rd2272;
-$L__BB4_958:
+$L__BB6_958:
 	shr.u64 	%rd2273, %rd588, 48;
 	cvt.u32.u64 	%r3237, %rd2273;
 	add.s32 	%r3988, %r744, %r3237;
 	add.s64 	%rd2520, %rd2520, 1024;
 	setp.lt.u64 	%p873, %rd2520, %rd530;
-	@%p873 bra 	$L__BB4_917;
-	bra.uni 	$L__BB4_1015;
-$L__BB4_547:
+	@%p873 bra 	$L__BB6_917;
+	bra.uni 	$L__BB6_1015;
+$L__BB6_547:
 	ld.param.u32 	%r3670, [%rd1+12];
 	cvt.u64.u32 	%rd2352, %r3670;
 	ld.param.u64 	%rd2351, [%rd1+-72];
@@ -13522,7 +15392,7 @@ $L__BB4_547:
 	ld.global.u32 	%r2398, [%rd1492];
 	mul.wide.u32 	%rd1493, %r2398, 8;
 	add.s64 	%rd1494, %rd2340, %rd1493;
-	mul.wide.u32 	%rd1495, %r2398, 40;
+	mul.wide.u32 	%rd1495, %r2398, 48;
 	add.s64 	%rd1496, %rd2342, %rd1495;
 	ld.global.v2.u32 	{%r2399, %r2400}, [%rd1496+32];
 	ld.global.u64 	%rd1497, [%rd1496+24];
@@ -13553,7 +15423,7 @@ $L__BB4_547:
 	ld.global.u32 	%rd485, [%rd1502];
 	setp.eq.s64 	%p456, %rd485, 0;
 	mov.u16 	%rs65, 0;
-	@%p456 bra 	$L__BB4_550;
+	@%p456 bra 	$L__BB6_550;
 	mul.lo.s64 	%rd1512, %rd475, %rd482;
 	add.s64 	%rd1513, %rd1512, 7;
 	and.b64  	%rd1514, %rd1513, -8;
@@ -13574,30 +15444,30 @@ $L__BB4_547:
 	setp.le.u64 	%p458, %rd1514, %rd487;
 	and.pred  	%p459, %p458, %p457;
 	mov.u16 	%rs65, 1;
-	@%p459 bra 	$L__BB4_550;
+	@%p459 bra 	$L__BB6_550;
 	setp.gt.u64 	%p460, %rd486, %rd487;
 	selp.b16 	%rs65, 3, 2, %p460;
-$L__BB4_550:
+$L__BB6_550:
 	add.s64 	%rd488, %rd481, %rd480;
 	add.s64 	%rd489, %rd484, %rd483;
 	setp.eq.s16 	%p461, %rs65, 1;
-	@%p461 bra 	$L__BB4_959;
-	bra.uni 	$L__BB4_551;
-$L__BB4_959:
+	@%p461 bra 	$L__BB6_959;
+	bra.uni 	$L__BB6_551;
+$L__BB6_959:
 	mul.lo.s64 	%rd591, %rd475, %rd482;
 	or.b64  	%rd592, %rd488, %rd489;
 	and.b64  	%rd2274, %rd592, 15;
 	setp.eq.s64 	%p874, %rd2274, 0;
-	@%p874 bra 	$L__BB4_977;
+	@%p874 bra 	$L__BB6_977;
 	and.b64  	%rd2276, %rd592, 7;
 	setp.ne.s64 	%p875, %rd2276, 0;
 	mov.u64 	%rd2539, 0;
-	@%p875 bra 	$L__BB4_993;
+	@%p875 bra 	$L__BB6_993;
 	shr.u64 	%rd593, %rd591, 3;
 	add.s64 	%rd2523, %rd4, 768;
 	setp.ge.u64 	%p876, %rd2523, %rd593;
 	mov.u64 	%rd2525, %rd4;
-	@%p876 bra 	$L__BB4_969;
+	@%p876 bra 	$L__BB6_969;
 	mov.u64 	%rd2279, -769;
 	sub.s64 	%rd2280, %rd2279, %rd4;
 	add.s64 	%rd594, %rd2280, %rd593;
@@ -13606,7 +15476,7 @@ $L__BB4_959:
 	and.b64  	%rd595, %rd2282, 3;
 	setp.eq.s64 	%p877, %rd595, 0;
 	mov.u64 	%rd2525, %rd4;
-	@%p877 bra 	$L__BB4_966;
+	@%p877 bra 	$L__BB6_966;
 	shl.b64 	%rd2283, %rd4, 3;
 	add.s64 	%rd2284, %rd489, %rd2283;
 	add.s64 	%rd597, %rd2284, 2048;
@@ -13622,7 +15492,7 @@ $L__BB4_959:
 	add.s64 	%rd2523, %rd4, 1792;
 	add.s64 	%rd2525, %rd4, 1024;
 	setp.eq.s64 	%p878, %rd595, 1;
-	@%p878 bra 	$L__BB4_966;
+	@%p878 bra 	$L__BB6_966;
 	ld.v2.u32 	{%r3254, %r3255}, [%rd597+8192];
 	ld.v2.u32 	{%r3258, %r3259}, [%rd597+10240];
 	ld.v2.u32 	{%r3262, %r3263}, [%rd597+12288];
@@ -13634,7 +15504,7 @@ $L__BB4_959:
 	add.s64 	%rd2523, %rd4, 2816;
 	add.s64 	%rd2525, %rd4, 2048;
 	setp.eq.s64 	%p879, %rd595, 2;
-	@%p879 bra 	$L__BB4_966;
+	@%p879 bra 	$L__BB6_966;
 	ld.v2.u32 	{%r3270, %r3271}, [%rd597+16384];
 	ld.v2.u32 	{%r3274, %r3275}, [%rd597+18432];
 	ld.v2.u32 	{%r3278, %r3279}, [%rd597+20480];
@@ -13645,11 +15515,11 @@ $L__BB4_959:
 	st.v2.u32 	[%rd598+22528], {%r3278, %r3279};
 	add.s64 	%rd2523, %rd4, 3840;
 	add.s64 	%rd2525, %rd4, 3072;
-$L__BB4_966:
+$L__BB6_966:
 	setp.lt.u64 	%p880, %rd594, 3072;
-	@%p880 bra 	$L__BB4_969;
+	@%p880 bra 	$L__BB6_969;
 	mov.u64 	%rd2527, %rd2525;
-$L__BB4_968:
+$L__BB6_968:
 	shl.b64 	%rd2285, %rd2527, 3;
 	add.s64 	%rd2286, %rd489, %rd2285;
 	ld.v2.u32 	{%r3286, %r3287}, [%rd2286+2048];
@@ -13692,10 +15562,10 @@ $L__BB4_968:
 	add.s64 	%rd2523, %rd2527, 4864;
 	setp.lt.u64 	%p881, %rd2523, %rd593;
 	mov.u64 	%rd2527, %rd2525;
-	@%p881 bra 	$L__BB4_968;
-$L__BB4_969:
+	@%p881 bra 	$L__BB6_968;
+$L__BB6_969:
 	setp.ge.u64 	%p882, %rd2525, %rd593;
-	@%p882 bra 	$L__BB4_976;
+	@%p882 bra 	$L__BB6_976;
 	not.b64 	%rd2291, %rd2525;
 	add.s64 	%rd613, %rd593, %rd2291;
 	shr.u64 	%rd2292, %rd613, 8;
@@ -13703,7 +15573,7 @@ $L__BB4_969:
 	and.b64  	%rd614, %rd2293, 3;
 	setp.eq.s64 	%p883, %rd614, 0;
 	mov.u64 	%rd2529, %rd2525;
-	@%p883 bra 	$L__BB4_974;
+	@%p883 bra 	$L__BB6_974;
 	shl.b64 	%rd2294, %rd2525, 3;
 	add.s64 	%rd615, %rd489, %rd2294;
 	ld.v2.u32 	{%r3350, %r3351}, [%rd615];
@@ -13711,19 +15581,19 @@ $L__BB4_969:
 	st.v2.u32 	[%rd616], {%r3350, %r3351};
 	add.s64 	%rd2529, %rd2525, 256;
 	setp.eq.s64 	%p884, %rd614, 1;
-	@%p884 bra 	$L__BB4_974;
+	@%p884 bra 	$L__BB6_974;
 	ld.v2.u32 	{%r3354, %r3355}, [%rd615+2048];
 	st.v2.u32 	[%rd616+2048], {%r3354, %r3355};
 	add.s64 	%rd2529, %rd2525, 512;
 	setp.eq.s64 	%p885, %rd614, 2;
-	@%p885 bra 	$L__BB4_974;
+	@%p885 bra 	$L__BB6_974;
 	ld.v2.u32 	{%r3358, %r3359}, [%rd615+4096];
 	st.v2.u32 	[%rd616+4096], {%r3358, %r3359};
 	add.s64 	%rd2529, %rd2525, 768;
-$L__BB4_974:
+$L__BB6_974:
 	setp.lt.u64 	%p886, %rd613, 768;
-	@%p886 bra 	$L__BB4_976;
-$L__BB4_975:
+	@%p886 bra 	$L__BB6_976;
+$L__BB6_975:
 	shl.b64 	%rd2295, %rd2529, 3;
 	add.s64 	%rd2296, %rd489, %rd2295;
 	ld.v2.u32 	{%r3362, %r3363}, [%rd2296];
@@ -13737,11 +15607,11 @@ $L__BB4_975:
 	st.v2.u32 	[%rd2297+6144], {%r3374, %r3375};
 	add.s64 	%rd2529, %rd2529, 1024;
 	setp.lt.u64 	%p887, %rd2529, %rd593;
-	@%p887 bra 	$L__BB4_975;
-$L__BB4_976:
+	@%p887 bra 	$L__BB6_975;
+$L__BB6_976:
 	and.b64  	%rd2539, %rd591, -8;
-	bra.uni 	$L__BB4_993;
-$L__BB4_551:
+	bra.uni 	$L__BB6_993;
+$L__BB6_551:
 	ld.param.u32 	%r3672, [%rd1+12];
 	shr.u32 	%r3671, %r3672, 5;
 	cvt.u64.u32 	%rd2353, %r3671;
@@ -13752,14 +15622,14 @@ $L__BB4_551:
 	and.b64  	%rd1527, %rd1526, 32;
 	setp.eq.s64 	%p463, %rd1527, 0;
 	or.pred  	%p464, %p915, %p463;
-	@%p464 bra 	$L__BB4_553;
+	@%p464 bra 	$L__BB6_553;
 	shl.b64 	%rd1528, %rd491, 2;
 	add.s64 	%rd1529, %rd488, %rd1528;
 	mov.u32 	%r2403, 0;
 	st.u32 	[%rd1529], %r2403;
-$L__BB4_553:
+$L__BB6_553:
 	setp.le.u64 	%p465, %rd491, %rd4;
-	@%p465 bra 	$L__BB4_561;
+	@%p465 bra 	$L__BB6_561;
 	add.s64 	%rd1530, %rd475, -1;
 	shr.u64 	%rd492, %rd1530, 5;
 	and.b64  	%rd493, %rd475, 31;
@@ -13774,7 +15644,7 @@ $L__BB4_553:
 	and.b64  	%rd495, %rd1533, 3;
 	setp.eq.s64 	%p466, %rd495, 0;
 	mov.u64 	%rd2504, %rd4;
-	@%p466 bra 	$L__BB4_558;
+	@%p466 bra 	$L__BB6_558;
 	add.s64 	%rd1534, %rd490, %rd4;
 	shl.b64 	%rd1535, %rd1534, 2;
 	add.s64 	%rd496, %rd471, %rd1535;
@@ -13789,7 +15659,7 @@ $L__BB4_553:
 	st.u32 	[%rd497], %r2409;
 	add.s64 	%rd2504, %rd4, 256;
 	setp.eq.s64 	%p469, %rd495, 1;
-	@%p469 bra 	$L__BB4_558;
+	@%p469 bra 	$L__BB6_558;
 	add.s64 	%rd1537, %rd4, 256;
 	setp.eq.s64 	%p470, %rd492, %rd1537;
 	and.pred  	%p471, %p470, %p5;
@@ -13799,7 +15669,7 @@ $L__BB4_553:
 	st.u32 	[%rd497+1024], %r2412;
 	add.s64 	%rd2504, %rd4, 512;
 	setp.eq.s64 	%p472, %rd495, 2;
-	@%p472 bra 	$L__BB4_558;
+	@%p472 bra 	$L__BB6_558;
 	add.s64 	%rd1538, %rd4, 512;
 	setp.eq.s64 	%p473, %rd492, %rd1538;
 	and.pred  	%p474, %p473, %p5;
@@ -13808,11 +15678,11 @@ $L__BB4_553:
 	and.b32  	%r2415, %r2414, %r2413;
 	st.u32 	[%rd497+2048], %r2415;
 	add.s64 	%rd2504, %rd4, 768;
-$L__BB4_558:
+$L__BB6_558:
 	setp.lt.u64 	%p475, %rd494, 768;
-	@%p475 bra 	$L__BB4_561;
+	@%p475 bra 	$L__BB6_561;
 	setp.ne.s64 	%p6, %rd493, 0;
-$L__BB4_560:
+$L__BB6_560:
 	add.s64 	%rd1539, %rd2504, %rd490;
 	shl.b64 	%rd1540, %rd1539, 2;
 	add.s64 	%rd1541, %rd471, %rd1540;
@@ -13847,8 +15717,8 @@ $L__BB4_560:
 	st.u32 	[%rd1543+3072], %r2427;
 	add.s64 	%rd2504, %rd2504, 1024;
 	setp.lt.u64 	%p484, %rd2504, %rd491;
-	@%p484 bra 	$L__BB4_560;
-$L__BB4_561:
+	@%p484 bra 	$L__BB6_560;
+$L__BB6_561:
 	shl.b64 	%rd1547, %rd491, 2;
 	add.s64 	%rd1548, %rd1547, 7;
 	and.b64  	%rd1549, %rd1548, 2147483640;
@@ -13858,20 +15728,20 @@ $L__BB4_561:
 	and.b64  	%rd1551, %rd1550, -8;
 	sub.s64 	%rd1552, %rd1551, %rd505;
 	setp.le.u64 	%p485, %rd1552, %rd4;
-	@%p485 bra 	$L__BB4_563;
+	@%p485 bra 	$L__BB6_563;
 	add.s64 	%rd1553, %rd505, %rd4;
 	add.s64 	%rd1554, %rd1553, %rd504;
 	add.s64 	%rd1555, %rd481, %rd1554;
 	mov.u16 	%rs51, 0;
 	st.u8 	[%rd1555], %rs51;
-$L__BB4_563:
+$L__BB6_563:
 	and.b64  	%rd1556, %rd489, 15;
 	and.b64  	%rd506, %rd475, 31;
 	or.b64  	%rd1557, %rd1556, %rd506;
 	setp.eq.s64 	%p486, %rd1557, 0;
-	@%p486 bra 	$L__BB4_604;
+	@%p486 bra 	$L__BB6_604;
 	setp.eq.s64 	%p487, %rd491, 0;
-	@%p487 bra 	$L__BB4_1015;
+	@%p487 bra 	$L__BB6_1015;
 	cvt.u32.u64 	%r2429, %rd482;
 	add.s64 	%rd1559, %rd475, -1;
 	shr.u64 	%rd507, %rd1559, 5;
@@ -13888,11 +15758,11 @@ $L__BB4_563:
 	mov.u32 	%r2428, 0;
 	mov.u64 	%rd2506, 0;
 	mov.u32 	%r3817, %r2428;
-$L__BB4_566:
+$L__BB6_566:
 	add.s64 	%rd510, %rd2506, %rd6;
 	setp.ge.u64 	%p488, %rd510, %rd491;
 	mov.u32 	%r3818, %r2428;
-	@%p488 bra 	$L__BB4_568;
+	@%p488 bra 	$L__BB6_568;
 	setp.eq.s64 	%p489, %rd506, 0;
 	add.s64 	%rd1560, %rd510, %rd490;
 	shl.b64 	%rd1561, %rd1560, 2;
@@ -13902,17 +15772,17 @@ $L__BB4_566:
 	selp.b32 	%r2438, -1, %r292, %p491;
 	ld.global.u32 	%r2439, [%rd1562];
 	and.b32  	%r3818, %r2439, %r2438;
-$L__BB4_568:
+$L__BB6_568:
 	cvt.u32.u64 	%r2440, %rd5;
 	setp.ne.s32 	%p492, %r2440, 0;
-	@%p492 bra 	$L__BB4_570;
+	@%p492 bra 	$L__BB6_570;
 	popc.b32 	%r2441, %r3818;
 	shr.u32 	%r2443, %r767, 3;
 	and.b32  	%r2444, %r2443, 536870908;
 	mov.u32 	%r2445, _ZZ15ws_delta_encodeE4wred;
 	add.s32 	%r2446, %r2445, %r2444;
 	st.shared.u32 	[%r2446], %r2441;
-$L__BB4_570:
+$L__BB6_570:
 	cvt.u32.u64 	%r2447, %rd6;
 	setp.eq.s32 	%p493, %r2447, 0;
 	bar.sync 	0;
@@ -13956,7 +15826,7 @@ $L__BB4_570:
 	bar.sync 	0;
 	and.b32  	%r2476, %r3818, %r295;
 	setp.eq.s32 	%p501, %r2476, 0;
-	@%p501 bra 	$L__BB4_603;
+	@%p501 bra 	$L__BB6_603;
 	shl.b64 	%rd1563, %rd510, 5;
 	or.b64  	%rd1564, %rd1563, %rd5;
 	mov.u32 	%r2479, -1;
@@ -13970,19 +15840,19 @@ $L__BB4_570:
 	add.s64 	%rd511, %rd489, %rd1565;
 	and.b64  	%rd1566, %rd511, %rd508;
 	setp.eq.s64 	%p502, %rd1566, 0;
-	@%p502 bra 	$L__BB4_580;
+	@%p502 bra 	$L__BB6_580;
 	setp.eq.s32 	%p503, %r2429, 0;
 	mov.u64 	%rd2510, 0;
-	@%p503 bra 	$L__BB4_587;
+	@%p503 bra 	$L__BB6_587;
 	cvt.u32.u64 	%r2487, %rd508;
 	setp.lt.u32 	%p504, %r2487, 3;
 	mov.u64 	%rd2510, 0;
 	mov.u32 	%r3821, 0;
-	@%p504 bra 	$L__BB4_576;
+	@%p504 bra 	$L__BB6_576;
 	mov.u64 	%rd2510, 0;
 	mov.u32 	%r3821, 0;
 	mov.u32 	%r3820, %r294;
-$L__BB4_575:
+$L__BB6_575:
 	cvt.u64.u32 	%rd1571, %r3821;
 	add.s64 	%rd1572, %rd511, %rd1571;
 	ld.u8 	%rd1573, [%rd1572];
@@ -14004,10 +15874,10 @@ $L__BB4_575:
 	add.s32 	%r3821, %r3821, 4;
 	add.s32 	%r3820, %r3820, -4;
 	setp.ne.s32 	%p505, %r3820, 0;
-	@%p505 bra 	$L__BB4_575;
-$L__BB4_576:
+	@%p505 bra 	$L__BB6_575;
+$L__BB6_576:
 	setp.eq.s32 	%p506, %r293, 0;
-	@%p506 bra 	$L__BB4_587;
+	@%p506 bra 	$L__BB6_587;
 	setp.eq.s32 	%p507, %r293, 1;
 	cvt.u64.u32 	%rd1584, %r3821;
 	add.s64 	%rd516, %rd511, %rd1584;
@@ -14015,52 +15885,52 @@ $L__BB4_576:
 	shl.b32 	%r2493, %r3821, 3;
 	shl.b64 	%rd1586, %rd1585, %r2493;
 	or.b64  	%rd2510, %rd1586, %rd2510;
-	@%p507 bra 	$L__BB4_587;
+	@%p507 bra 	$L__BB6_587;
 	setp.eq.s32 	%p508, %r293, 2;
 	ld.u8 	%rd1587, [%rd516+1];
 	add.s32 	%r2495, %r2493, 8;
 	shl.b64 	%rd1588, %rd1587, %r2495;
 	or.b64  	%rd2510, %rd1588, %rd2510;
-	@%p508 bra 	$L__BB4_587;
+	@%p508 bra 	$L__BB6_587;
 	ld.u8 	%rd1589, [%rd516+2];
 	add.s32 	%r2497, %r2493, 16;
 	shl.b64 	%rd1590, %rd1589, %r2497;
 	or.b64  	%rd2510, %rd1590, %rd2510;
-	bra.uni 	$L__BB4_587;
-$L__BB4_580:
+	bra.uni 	$L__BB6_587;
+$L__BB6_580:
 	setp.eq.s32 	%p509, %r2429, 1;
-	@%p509 bra 	$L__BB4_585;
+	@%p509 bra 	$L__BB6_585;
 	setp.eq.s32 	%p510, %r2429, 2;
-	@%p510 bra 	$L__BB4_584;
+	@%p510 bra 	$L__BB6_584;
 	setp.ne.s32 	%p511, %r2429, 4;
-	@%p511 bra 	$L__BB4_586;
+	@%p511 bra 	$L__BB6_586;
 	ld.u32 	%rd2510, [%rd511];
-	bra.uni 	$L__BB4_587;
-$L__BB4_585:
+	bra.uni 	$L__BB6_587;
+$L__BB6_585:
 	ld.u8 	%rd2510, [%rd511];
-	bra.uni 	$L__BB4_587;
-$L__BB4_584:
+	bra.uni 	$L__BB6_587;
+$L__BB6_584:
 	ld.u16 	%rd2510, [%rd511];
-	bra.uni 	$L__BB4_587;
-$L__BB4_586:
+	bra.uni 	$L__BB6_587;
+$L__BB6_586:
 	ld.u64 	%rd2510, [%rd511];
-$L__BB4_587:
+$L__BB6_587:
 	cvt.u64.u32 	%rd1591, %r301;
 	mul.lo.s64 	%rd1592, %rd1591, %rd482;
 	add.s64 	%rd1593, %rd1592, %rd504;
 	add.s64 	%rd526, %rd481, %rd1593;
 	and.b64  	%rd1594, %rd526, %rd508;
 	setp.eq.s64 	%p512, %rd1594, 0;
-	@%p512 bra 	$L__BB4_596;
+	@%p512 bra 	$L__BB6_596;
 	setp.eq.s32 	%p513, %r2429, 0;
-	@%p513 bra 	$L__BB4_603;
+	@%p513 bra 	$L__BB6_603;
 	cvt.u32.u64 	%r2501, %rd508;
 	setp.lt.u32 	%p514, %r2501, 3;
 	mov.u32 	%r3824, 0;
-	@%p514 bra 	$L__BB4_592;
+	@%p514 bra 	$L__BB6_592;
 	mov.u32 	%r3824, 0;
 	mov.u32 	%r3823, %r294;
-$L__BB4_591:
+$L__BB6_591:
 	shl.b32 	%r2503, %r3824, 3;
 	shr.u64 	%rd1595, %rd2510, %r2503;
 	cvt.u64.u32 	%rd1596, %r3824;
@@ -14078,55 +15948,55 @@ $L__BB4_591:
 	add.s32 	%r3824, %r3824, 4;
 	add.s32 	%r3823, %r3823, -4;
 	setp.ne.s32 	%p515, %r3823, 0;
-	@%p515 bra 	$L__BB4_591;
-$L__BB4_592:
+	@%p515 bra 	$L__BB6_591;
+$L__BB6_592:
 	setp.eq.s32 	%p516, %r293, 0;
-	@%p516 bra 	$L__BB4_603;
+	@%p516 bra 	$L__BB6_603;
 	setp.eq.s32 	%p517, %r293, 1;
 	shl.b32 	%r2507, %r3824, 3;
 	shr.u64 	%rd1601, %rd2510, %r2507;
 	cvt.u64.u32 	%rd1602, %r3824;
 	add.s64 	%rd527, %rd526, %rd1602;
 	st.u8 	[%rd527], %rd1601;
-	@%p517 bra 	$L__BB4_603;
+	@%p517 bra 	$L__BB6_603;
 	setp.eq.s32 	%p518, %r293, 2;
 	add.s32 	%r2509, %r2507, 8;
 	shr.u64 	%rd1603, %rd2510, %r2509;
 	st.u8 	[%rd527+1], %rd1603;
-	@%p518 bra 	$L__BB4_603;
+	@%p518 bra 	$L__BB6_603;
 	add.s32 	%r2511, %r2507, 16;
 	shr.u64 	%rd1604, %rd2510, %r2511;
 	st.u8 	[%rd527+2], %rd1604;
-	bra.uni 	$L__BB4_603;
-$L__BB4_596:
+	bra.uni 	$L__BB6_603;
+$L__BB6_596:
 	setp.eq.s32 	%p519, %r2429, 1;
-	@%p519 bra 	$L__BB4_601;
+	@%p519 bra 	$L__BB6_601;
 	setp.eq.s32 	%p520, %r2429, 2;
-	@%p520 bra 	$L__BB4_600;
+	@%p520 bra 	$L__BB6_600;
 	setp.ne.s32 	%p521, %r2429, 4;
-	@%p521 bra 	$L__BB4_602;
+	@%p521 bra 	$L__BB6_602;
 	st.u32 	[%rd526], %rd2510;
-	bra.uni 	$L__BB4_603;
-$L__BB4_601:
+	bra.uni 	$L__BB6_603;
+$L__BB6_601:
 	st.u8 	[%rd526], %rd2510;
-	bra.uni 	$L__BB4_603;
-$L__BB4_600:
+	bra.uni 	$L__BB6_603;
+$L__BB6_600:
 	st.u16 	[%rd526], %rd2510;
-	bra.uni 	$L__BB4_603;
-$L__BB4_602:
+	bra.uni 	$L__BB6_603;
+$L__BB6_602:
 	st.u64 	[%rd526], %rd2510;
-$L__BB4_603:
+$L__BB6_603:
 	add.s32 	%r3817, %r300, %r3817;
 	add.s64 	%rd2506, %rd2506, 8;
 	setp.lt.u64 	%p522, %rd2506, %rd491;
-	@%p522 bra 	$L__BB4_566;
-	bra.uni 	$L__BB4_1015;
-$L__BB4_977:
+	@%p522 bra 	$L__BB6_566;
+	bra.uni 	$L__BB6_1015;
+$L__BB6_977:
 	shr.u64 	%rd624, %rd591, 4;
 	add.s64 	%rd2531, %rd4, 768;
 	setp.ge.u64 	%p888, %rd2531, %rd624;
 	mov.u64 	%rd2533, %rd4;
-	@%p888 bra 	$L__BB4_985;
+	@%p888 bra 	$L__BB6_985;
 	mov.u64 	%rd2300, -769;
 	sub.s64 	%rd2301, %rd2300, %rd4;
 	add.s64 	%rd625, %rd2301, %rd624;
@@ -14135,7 +16005,7 @@ $L__BB4_977:
 	and.b64  	%rd626, %rd2303, 3;
 	setp.eq.s64 	%p889, %rd626, 0;
 	mov.u64 	%rd2533, %rd4;
-	@%p889 bra 	$L__BB4_982;
+	@%p889 bra 	$L__BB6_982;
 	shl.b64 	%rd2304, %rd4, 4;
 	add.s64 	%rd628, %rd489, %rd2304;
 	ld.v4.u32 	{%r3378, %r3379, %r3380, %r3381}, [%rd628+4096];
@@ -14150,7 +16020,7 @@ $L__BB4_977:
 	add.s64 	%rd2531, %rd4, 1792;
 	add.s64 	%rd2533, %rd4, 1024;
 	setp.eq.s64 	%p890, %rd626, 1;
-	@%p890 bra 	$L__BB4_982;
+	@%p890 bra 	$L__BB6_982;
 	ld.v4.u32 	{%r3410, %r3411, %r3412, %r3413}, [%rd628+20480];
 	ld.v4.u32 	{%r3418, %r3419, %r3420, %r3421}, [%rd628+24576];
 	ld.v4.u32 	{%r3426, %r3427, %r3428, %r3429}, [%rd628+28672];
@@ -14162,7 +16032,7 @@ $L__BB4_977:
 	add.s64 	%rd2531, %rd4, 2816;
 	add.s64 	%rd2533, %rd4, 2048;
 	setp.eq.s64 	%p891, %rd626, 2;
-	@%p891 bra 	$L__BB4_982;
+	@%p891 bra 	$L__BB6_982;
 	ld.v4.u32 	{%r3442, %r3443, %r3444, %r3445}, [%rd628+36864];
 	ld.v4.u32 	{%r3450, %r3451, %r3452, %r3453}, [%rd628+40960];
 	ld.v4.u32 	{%r3458, %r3459, %r3460, %r3461}, [%rd628+45056];
@@ -14173,11 +16043,11 @@ $L__BB4_977:
 	st.v4.u32 	[%rd629+45056], {%r3458, %r3459, %r3460, %r3461};
 	add.s64 	%rd2531, %rd4, 3840;
 	add.s64 	%rd2533, %rd4, 3072;
-$L__BB4_982:
+$L__BB6_982:
 	setp.lt.u64 	%p892, %rd625, 3072;
-	@%p892 bra 	$L__BB4_985;
+	@%p892 bra 	$L__BB6_985;
 	mov.u64 	%rd2535, %rd2533;
-$L__BB4_984:
+$L__BB6_984:
 	shl.b64 	%rd2305, %rd2535, 4;
 	add.s64 	%rd2306, %rd489, %rd2305;
 	ld.v4.u32 	{%r3474, %r3475, %r3476, %r3477}, [%rd2306+4096];
@@ -14220,10 +16090,10 @@ $L__BB4_984:
 	add.s64 	%rd2531, %rd2535, 4864;
 	setp.lt.u64 	%p893, %rd2531, %rd624;
 	mov.u64 	%rd2535, %rd2533;
-	@%p893 bra 	$L__BB4_984;
-$L__BB4_985:
+	@%p893 bra 	$L__BB6_984;
+$L__BB6_985:
 	setp.ge.u64 	%p894, %rd2533, %rd624;
-	@%p894 bra 	$L__BB4_992;
+	@%p894 bra 	$L__BB6_992;
 	not.b64 	%rd2311, %rd2533;
 	add.s64 	%rd644, %rd624, %rd2311;
 	shr.u64 	%rd2312, %rd644, 8;
@@ -14231,7 +16101,7 @@ $L__BB4_985:
 	and.b64  	%rd645, %rd2313, 3;
 	setp.eq.s64 	%p895, %rd645, 0;
 	mov.u64 	%rd2537, %rd2533;
-	@%p895 bra 	$L__BB4_990;
+	@%p895 bra 	$L__BB6_990;
 	shl.b64 	%rd2314, %rd2533, 4;
 	add.s64 	%rd647, %rd488, %rd2314;
 	add.s64 	%rd646, %rd489, %rd2314;
@@ -14239,19 +16109,19 @@ $L__BB4_985:
 	st.v4.u32 	[%rd647], {%r3602, %r3603, %r3604, %r3605};
 	add.s64 	%rd2537, %rd2533, 256;
 	setp.eq.s64 	%p896, %rd645, 1;
-	@%p896 bra 	$L__BB4_990;
+	@%p896 bra 	$L__BB6_990;
 	ld.v4.u32 	{%r3610, %r3611, %r3612, %r3613}, [%rd646+4096];
 	st.v4.u32 	[%rd647+4096], {%r3610, %r3611, %r3612, %r3613};
 	add.s64 	%rd2537, %rd2533, 512;
 	setp.eq.s64 	%p897, %rd645, 2;
-	@%p897 bra 	$L__BB4_990;
+	@%p897 bra 	$L__BB6_990;
 	ld.v4.u32 	{%r3618, %r3619, %r3620, %r3621}, [%rd646+8192];
 	st.v4.u32 	[%rd647+8192], {%r3618, %r3619, %r3620, %r3621};
 	add.s64 	%rd2537, %rd2533, 768;
-$L__BB4_990:
+$L__BB6_990:
 	setp.lt.u64 	%p898, %rd644, 768;
-	@%p898 bra 	$L__BB4_992;
-$L__BB4_991:
+	@%p898 bra 	$L__BB6_992;
+$L__BB6_991:
 	shl.b64 	%rd2315, %rd2537, 4;
 	add.s64 	%rd2316, %rd488, %rd2315;
 	add.s64 	%rd2317, %rd489, %rd2315;
@@ -14265,15 +16135,15 @@ $L__BB4_991:
 	st.v4.u32 	[%rd2316+12288], {%r3650, %r3651, %r3652, %r3653};
 	add.s64 	%rd2537, %rd2537, 1024;
 	setp.lt.u64 	%p899, %rd2537, %rd624;
-	@%p899 bra 	$L__BB4_991;
-$L__BB4_992:
+	@%p899 bra 	$L__BB6_991;
+$L__BB6_992:
 	and.b64  	%rd2539, %rd591, -16;
-$L__BB4_993:
+$L__BB6_993:
 	add.s64 	%rd2318, %rd591, 7;
 	and.b64  	%rd656, %rd2318, -8;
 	add.s64 	%rd657, %rd2539, %rd4;
 	setp.ge.u64 	%p900, %rd657, %rd656;
-	@%p900 bra 	$L__BB4_1015;
+	@%p900 bra 	$L__BB6_1015;
 	not.b64 	%rd2319, %rd4;
 	add.s64 	%rd2320, %rd656, %rd2319;
 	sub.s64 	%rd658, %rd2320, %rd2539;
@@ -14282,37 +16152,37 @@ $L__BB4_993:
 	and.b64  	%rd659, %rd2322, 3;
 	setp.eq.s64 	%p901, %rd659, 0;
 	mov.u64 	%rd2540, %rd657;
-	@%p901 bra 	$L__BB4_1004;
+	@%p901 bra 	$L__BB6_1004;
 	setp.ge.u64 	%p902, %rd657, %rd591;
 	add.s64 	%rd660, %rd489, %rd657;
 	mov.u32 	%r4013, 0;
-	@%p902 bra 	$L__BB4_997;
+	@%p902 bra 	$L__BB6_997;
 	ld.u8 	%r4013, [%rd660];
-$L__BB4_997:
+$L__BB6_997:
 	add.s64 	%rd661, %rd488, %rd657;
 	st.u8 	[%rd661], %r4013;
 	add.s64 	%rd2540, %rd657, 256;
 	setp.eq.s64 	%p903, %rd659, 1;
-	@%p903 bra 	$L__BB4_1004;
+	@%p903 bra 	$L__BB6_1004;
 	setp.ge.u64 	%p904, %rd2540, %rd591;
 	mov.u32 	%r4014, 0;
-	@%p904 bra 	$L__BB4_1000;
+	@%p904 bra 	$L__BB6_1000;
 	ld.u8 	%r4014, [%rd660+256];
-$L__BB4_1000:
+$L__BB6_1000:
 	st.u8 	[%rd661+256], %r4014;
 	add.s64 	%rd2540, %rd657, 512;
 	setp.eq.s64 	%p905, %rd659, 2;
-	@%p905 bra 	$L__BB4_1004;
+	@%p905 bra 	$L__BB6_1004;
 	setp.ge.u64 	%p906, %rd2540, %rd591;
 	mov.u32 	%r4015, 0;
-	@%p906 bra 	$L__BB4_1003;
+	@%p906 bra 	$L__BB6_1003;
 	ld.u8 	%r4015, [%rd660+512];
-$L__BB4_1003:
+$L__BB6_1003:
 	st.u8 	[%rd661+512], %r4015;
 	add.s64 	%rd2540, %rd657, 768;
-$L__BB4_1004:
+$L__BB6_1004:
 	setp.lt.u64 	%p907, %rd658, 768;
-	@%p907 bra 	$L__BB4_1015;
+	@%p907 bra 	$L__BB6_1015;
 	add.s64 	%rd2323, %rd2540, %rd483;
 	add.s64 	%rd2542, %rd484, %rd2323;
 	add.s64 	%rd2324, %rd2540, %rd477;
@@ -14321,64 +16191,64 @@ $L__BB4_1004:
 	sub.s64 	%rd2327, %rd2326, %rd479;
 	add.s64 	%rd2328, %rd481, %rd2327;
 	add.s64 	%rd2543, %rd2328, 32;
-$L__BB4_1006:
+$L__BB6_1006:
 	setp.ge.u64 	%p908, %rd2540, %rd591;
 	mov.u32 	%r4017, 0;
 	mov.u32 	%r4016, %r4017;
-	@%p908 bra 	$L__BB4_1008;
+	@%p908 bra 	$L__BB6_1008;
 	ld.u8 	%r4016, [%rd2542];
-$L__BB4_1008:
+$L__BB6_1008:
 	st.u8 	[%rd2543], %r4016;
 	add.s64 	%rd2329, %rd2540, 256;
 	setp.ge.u64 	%p909, %rd2329, %rd591;
-	@%p909 bra 	$L__BB4_1010;
+	@%p909 bra 	$L__BB6_1010;
 	ld.u8 	%r4017, [%rd2542+256];
-$L__BB4_1010:
+$L__BB6_1010:
 	st.u8 	[%rd2543+256], %r4017;
 	add.s64 	%rd2330, %rd2540, 512;
 	setp.ge.u64 	%p910, %rd2330, %rd591;
 	mov.u32 	%r4019, 0;
 	mov.u32 	%r4018, %r4019;
-	@%p910 bra 	$L__BB4_1012;
+	@%p910 bra 	$L__BB6_1012;
 	ld.u8 	%r4018, [%rd2542+512];
-$L__BB4_1012:
+$L__BB6_1012:
 	st.u8 	[%rd2543+512], %r4018;
 	add.s64 	%rd2331, %rd2540, 768;
 	setp.ge.u64 	%p911, %rd2331, %rd591;
-	@%p911 bra 	$L__BB4_1014;
+	@%p911 bra 	$L__BB6_1014;
 	ld.u8 	%r4019, [%rd2542+768];
-$L__BB4_1014:
+$L__BB6_1014:
 	add.s64 	%rd2542, %rd2542, 1024;
 	add.s64 	%rd672, %rd2543, 1024;
 	st.u8 	[%rd2543+768], %r4019;
 	add.s64 	%rd2540, %rd2540, 1024;
 	setp.lt.u64 	%p912, %rd2540, %rd656;
 	mov.u64 	%rd2543, %rd672;
-	@%p912 bra 	$L__BB4_1006;
-$L__BB4_1015:
+	@%p912 bra 	$L__BB6_1006;
+$L__BB6_1015:
 	add.s32 	%r3816, %r3816, 1;
 	setp.lt.u32 	%p913, %r3816, %r288;
-	@%p913 bra 	$L__BB4_547;
-$L__BB4_1016:
+	@%p913 bra 	$L__BB6_547;
+$L__BB6_1016:
 	bar.sync 	0;
-	bra.uni 	$L__BB4_1017;
-$L__BB4_3:
+	bra.uni 	$L__BB6_1017;
+$L__BB6_3:
 	sub.s64 	%rd685, %rd2410, %rd678;
 	shl.b64 	%rd686, %rd685, 8;
 	add.s64 	%rd15, %rd686, %rd4;
 	ld.param.u32 	%rd687, [%rd1+8];
 	setp.ge.u64 	%p9, %rd15, %rd687;
-	@%p9 bra 	$L__BB4_1017;
+	@%p9 bra 	$L__BB6_1017;
 	ld.param.u64 	%rd688, [%rd1+-64];
 	cvta.to.global.u64 	%rd689, %rd688;
 	shl.b64 	%rd690, %rd15, 3;
 	add.s64 	%rd16, %rd689, %rd690;
 	ld.global.u64 	%rd691, [%rd16];
 	setp.eq.s64 	%p10, %rd691, 0;
-	@%p10 bra 	$L__BB4_1017;
+	@%p10 bra 	$L__BB6_1017;
 	ld.param.u64 	%rd692, [%rd1+-80];
 	cvta.to.global.u64 	%rd693, %rd692;
-	mul.lo.s64 	%rd694, %rd15, 40;
+	mul.lo.s64 	%rd694, %rd15, 48;
 	add.s64 	%rd695, %rd693, %rd694;
 	ld.global.u64 	%rd696, [%rd695+16];
 	ld.global.v2.u32 	{%r775, %r776}, [%rd695+32];
@@ -14397,13 +16267,13 @@ $L__BB4_3:
 	st.v2.u32 	[%rd702+8], {%r780, %r775};
 	st.u64 	[%rd702+16], %rd696;
 	st.u64 	[%rd702+24], %rd701;
-$L__BB4_1017:
+$L__BB6_1017:
 	mov.u32 	%r3665, %nctaid.x;
 	cvt.u64.u32 	%rd2332, %r3665;
 	add.s64 	%rd2410, %rd2410, %rd2332;
 	setp.lt.u64 	%p914, %rd2410, %rd680;
-	@%p914 bra 	$L__BB4_2;
-$L__BB4_1018:
+	@%p914 bra 	$L__BB6_2;
+$L__BB6_1018:
 	ret;
 }
 	// .globl	ws_delta_vhead
@@ -14426,38 +16296,38 @@ $L__BB4_1018:
 	ld.param.u32 	%r1, [ws_delta_vhead_param_0+48];
 	cvt.u64.u32 	%rd31, %r1;
 	setp.ge.u64 	%p1, %rd76, %rd31;
-	@%p1 bra 	$L__BB5_17;
+	@%p1 bra 	$L__BB7_17;
 	ld.param.u64 	%rd3, [%rd2+-48];
 	ld.param.u64 	%rd4, [%rd2+-40];
 	cvta.to.global.u64 	%rd35, %rd3;
 	cvta.to.global.u64 	%rd71, %rd4;
-	bra.uni 	$L__BB5_2;
-$L__BB5_8:
+	bra.uni 	$L__BB7_2;
+$L__BB7_8:
 	cvt.u64.u32 	%rd80, %r17;
 	mov.u32 	%r50, 5;
 	mov.u32 	%r49, %r48;
 	mov.u64 	%rd79, %rd41;
 	mov.u64 	%rd81, %rd41;
-	bra.uni 	$L__BB5_16;
-$L__BB5_11:
+	bra.uni 	$L__BB7_16;
+$L__BB7_11:
 	cvt.u32.u64 	%r34, %rd15;
 	cvt.u32.u64 	%r35, %rd16;
 	div.u32 	%r36, %r35, %r34;
 	cvt.u64.u32 	%rd81, %r36;
-$L__BB5_12:
+$L__BB7_12:
 	setp.ne.s64 	%p10, %rd81, %rd14;
 	mov.u32 	%r50, 6;
 	mov.u32 	%r49, %r48;
 	mov.u64 	%rd79, %rd41;
 	mov.u64 	%rd80, %rd14;
-	@%p10 bra 	$L__BB5_16;
+	@%p10 bra 	$L__BB7_16;
 	setp.ne.s64 	%p11, %rd11, %rd9;
 	mov.u32 	%r50, 7;
 	mov.u32 	%r49, %r48;
 	mov.u64 	%rd79, %rd41;
 	mov.u64 	%rd80, %rd11;
 	mov.u64 	%rd81, %rd9;
-	@%p11 bra 	$L__BB5_16;
+	@%p11 bra 	$L__BB7_16;
 	shl.b64 	%rd62, %rd14, 4;
 	add.s64 	%rd63, %rd62, 32;
 	setp.gt.u64 	%p12, %rd63, %rd9;
@@ -14466,7 +16336,7 @@ $L__BB5_12:
 	mov.u64 	%rd79, %rd41;
 	mov.u64 	%rd80, %rd41;
 	mov.u64 	%rd81, %rd41;
-	@%p12 bra 	$L__BB5_16;
+	@%p12 bra 	$L__BB7_16;
 	setp.eq.s32 	%p13, %r18, 0;
 	mov.u32 	%r50, 0;
 	setp.ne.s64 	%p14, %rd9, 32;
@@ -14477,8 +16347,8 @@ $L__BB5_12:
 	mov.u32 	%r49, %r17;
 	mov.u64 	%rd80, %rd41;
 	mov.u64 	%rd81, %rd41;
-	bra.uni 	$L__BB5_16;
-$L__BB5_2:
+	bra.uni 	$L__BB7_16;
+$L__BB7_2:
 	mul.lo.s64 	%rd36, %rd76, 40;
 	add.s64 	%rd37, %rd35, %rd36;
 	add.s64 	%rd6, %rd37, 16;
@@ -14494,7 +16364,7 @@ $L__BB5_2:
 	mov.u64 	%rd79, %rd34;
 	mov.u64 	%rd80, %rd9;
 	mov.u64 	%rd81, %rd34;
-	@%p2 bra 	$L__BB5_16;
+	@%p2 bra 	$L__BB7_16;
 	ld.global.u64 	%rd42, [%rd6+-16];
 	mov.u64 	%rd41, 0;
 	cvta.to.global.u64 	%rd43, %rd42;
@@ -14508,46 +16378,46 @@ $L__BB5_2:
 	mov.u64 	%rd79, %rd41;
 	mov.u64 	%rd80, %rd41;
 	mov.u64 	%rd81, %rd41;
-	@%p3 bra 	$L__BB5_16;
+	@%p3 bra 	$L__BB7_16;
 	cvt.u32.u64 	%r20, %rd8;
 	cvt.u32.u16 	%r21, %rs1;
 	and.b32  	%r22, %r21, 255;
 	setp.eq.s32 	%p4, %r20, %r22;
-	@%p4 bra 	$L__BB5_6;
-	bra.uni 	$L__BB5_5;
-$L__BB5_6:
+	@%p4 bra 	$L__BB7_6;
+	bra.uni 	$L__BB7_5;
+$L__BB7_6:
 	setp.ne.s64 	%p5, %rd10, %rd7;
 	mov.u32 	%r50, 4;
 	mov.u32 	%r49, %r48;
 	mov.u64 	%rd79, %rd41;
 	mov.u64 	%rd80, %rd10;
 	mov.u64 	%rd81, %rd7;
-	@%p5 bra 	$L__BB5_16;
+	@%p5 bra 	$L__BB7_16;
 	add.s32 	%r29, %r17, -1;
 	setp.lt.u32 	%p6, %r29, 65536;
 	and.b32  	%r30, %r17, 31;
 	setp.eq.s32 	%p7, %r30, 0;
 	and.pred  	%p8, %p6, %p7;
-	@%p8 bra 	$L__BB5_9;
-	bra.uni 	$L__BB5_8;
-$L__BB5_9:
+	@%p8 bra 	$L__BB7_9;
+	bra.uni 	$L__BB7_8;
+$L__BB7_9:
 	cvt.u64.u32 	%rd14, %r18;
 	cvt.u64.u32 	%rd15, %r17;
 	add.s64 	%rd52, %rd7, %rd15;
 	add.s64 	%rd16, %rd52, -1;
 	and.b64  	%rd53, %rd16, -4294967296;
 	setp.eq.s64 	%p9, %rd53, 0;
-	@%p9 bra 	$L__BB5_11;
+	@%p9 bra 	$L__BB7_11;
 	div.u64 	%rd81, %rd16, %rd15;
-	bra.uni 	$L__BB5_12;
-$L__BB5_5:
+	bra.uni 	$L__BB7_12;
+$L__BB7_5:
 	cvt.u64.u16 	%rd46, %rs1;
 	and.b64  	%rd80, %rd46, 255;
 	mov.u32 	%r50, 3;
 	mov.u32 	%r49, %r48;
 	mov.u64 	%rd79, %rd41;
 	mov.u64 	%rd81, %rd8;
-$L__BB5_16:
+$L__BB7_16:
 	cvt.u64.u32 	%rd66, %r50;
 	setp.eq.s32 	%p16, %r50, 0;
 	selp.b64 	%rd67, %rd78, %rd66, %p16;
@@ -14567,8 +16437,8 @@ $L__BB5_16:
 	mul.wide.u32 	%rd74, %r47, 256;
 	add.s64 	%rd76, %rd76, %rd74;
 	setp.lt.u64 	%p17, %rd76, %rd31;
-	@%p17 bra 	$L__BB5_2;
-$L__BB5_17:
+	@%p17 bra 	$L__BB7_2;
+$L__BB7_17:
 	ret;
 }
 	// .globl	ws_delta_vbase
@@ -14588,7 +16458,7 @@ $L__BB5_17:
 	mov.u64 	%rd127, 0;
 	setp.eq.s32 	%p1, %r1, 0;
 	mov.u64 	%rd128, %rd127;
-	@%p1 bra 	$L__BB6_19;
+	@%p1 bra 	$L__BB8_19;
 	mov.u32 	%r4, %tid.x;
 	ld.param.u64 	%rd29, [%rd1+-40];
 	mov.u64 	%rd122, 0;
@@ -14600,16 +16470,16 @@ $L__BB5_17:
 	and.b32  	%r28, %r4, 31;
 	mov.u64 	%rd128, %rd122;
 	mov.u64 	%rd127, %rd122;
-$L__BB6_2:
+$L__BB8_2:
 	ld.param.u32 	%r163, [ws_delta_vbase_param_0+48];
 	add.s64 	%rd7, %rd33, %rd122;
 	cvt.u64.u32 	%rd34, %r163;
 	setp.ge.u64 	%p2, %rd7, %rd34;
 	mov.u32 	%r5, 0;
 	mov.u32 	%r166, %r5;
-	@%p2 bra 	$L__BB6_4;
+	@%p2 bra 	$L__BB8_4;
 	ld.global.u32 	%r166, [%rd121+8];
-$L__BB6_4:
+$L__BB8_4:
 	setp.lt.u32 	%p3, %r28, 16;
 	mov.u32 	%r29, 16;
 	setp.lt.u32 	%p4, %r28, 8;
@@ -14673,17 +16543,17 @@ $L__BB6_4:
 	// end inline asm
 	selp.b64 	%rd49, 0, %rd44, %p3;
 	add.s64 	%rd8, %rd49, %rd43;
-	@%p8 bra 	$L__BB6_6;
+	@%p8 bra 	$L__BB8_6;
 	shr.u32 	%r37, %r4, 2;
 	and.b32  	%r38, %r37, 1073741816;
 	mov.u32 	%r39, _ZZ14ws_delta_vbaseE3red;
 	add.s32 	%r40, %r39, %r38;
 	st.shared.u64 	[%r40], %rd8;
-$L__BB6_6:
+$L__BB8_6:
 	shr.u32 	%r42, %r4, 5;
 	setp.ne.s32 	%p19, %r42, 0;
 	bar.sync 	0;
-	@%p19 bra 	$L__BB6_8;
+	@%p19 bra 	$L__BB8_8;
 	mov.u32 	%r65, 16;
 	mov.u32 	%r66, 8;
 	mov.u32 	%r67, 4;
@@ -14747,18 +16617,18 @@ $L__BB6_6:
 	selp.b64 	%rd64, 0, %rd59, %p3;
 	add.s64 	%rd65, %rd64, %rd58;
 	st.shared.u64 	[%r73], %rd65;
-$L__BB6_8:
+$L__BB8_8:
 	shr.u32 	%r164, %r4, 5;
 	setp.eq.s32 	%p35, %r164, 0;
 	bar.sync 	0;
 	mov.u64 	%rd125, 0;
-	@%p35 bra 	$L__BB6_10;
+	@%p35 bra 	$L__BB8_10;
 	shr.u32 	%r79, %r4, 2;
 	and.b32  	%r80, %r79, 1073741816;
 	mov.u32 	%r81, _ZZ14ws_delta_vbaseE3red;
 	add.s32 	%r82, %r81, %r80;
 	ld.shared.u64 	%rd125, [%r82+-8];
-$L__BB6_10:
+$L__BB8_10:
 	and.b32  	%r165, %r4, 31;
 	setp.ne.s32 	%p74, %r165, 31;
 	cvt.u64.u32 	%rd117, %r166;
@@ -14823,17 +16693,17 @@ $L__BB6_10:
 	// end inline asm
 	selp.b64 	%rd83, 0, %rd76, %p3;
 	add.s64 	%rd12, %rd83, %rd75;
-	@%p74 bra 	$L__BB6_12;
+	@%p74 bra 	$L__BB8_12;
 	shr.u32 	%r113, %r4, 2;
 	and.b32  	%r114, %r113, 1073741816;
 	mov.u32 	%r115, _ZZ14ws_delta_vbaseE3red;
 	add.s32 	%r116, %r115, %r114;
 	st.shared.u64 	[%r116], %rd12;
-$L__BB6_12:
+$L__BB8_12:
 	shr.u32 	%r160, %r4, 5;
 	setp.ne.s32 	%p72, %r160, 0;
 	bar.sync 	0;
-	@%p72 bra 	$L__BB6_14;
+	@%p72 bra 	$L__BB8_14;
 	mov.u32 	%r141, 16;
 	mov.u32 	%r142, 8;
 	mov.u32 	%r143, 4;
@@ -14897,21 +16767,21 @@ $L__BB6_12:
 	selp.b64 	%rd98, 0, %rd93, %p3;
 	add.s64 	%rd99, %rd98, %rd92;
 	st.shared.u64 	[%r149], %rd99;
-$L__BB6_14:
+$L__BB8_14:
 	shr.u32 	%r161, %r4, 5;
 	setp.eq.s32 	%p73, %r161, 0;
 	bar.sync 	0;
 	mov.u64 	%rd126, 0;
-	@%p73 bra 	$L__BB6_16;
+	@%p73 bra 	$L__BB8_16;
 	shr.u32 	%r155, %r4, 2;
 	and.b32  	%r156, %r155, 1073741816;
 	mov.u32 	%r157, _ZZ14ws_delta_vbaseE3red;
 	add.s32 	%r158, %r157, %r156;
 	ld.shared.u64 	%rd126, [%r158+-8];
-$L__BB6_16:
+$L__BB8_16:
 	ld.shared.u64 	%rd15, [_ZZ14ws_delta_vbaseE3red+248];
 	bar.sync 	0;
-	@%p2 bra 	$L__BB6_18;
+	@%p2 bra 	$L__BB8_18;
 	add.s64 	%rd120, %rd117, 255;
 	shr.u64 	%rd119, %rd120, 8;
 	cvt.u64.u32 	%rd118, %r166;
@@ -14923,7 +16793,7 @@ $L__BB6_16:
 	add.s64 	%rd109, %rd108, %rd12;
 	add.s64 	%rd110, %rd109, %rd126;
 	st.global.u64 	[%rd121], %rd110;
-$L__BB6_18:
+$L__BB8_18:
 	ld.param.u32 	%r162, [ws_delta_vbase_param_0+48];
 	cvt.u64.u32 	%rd115, %r162;
 	add.s64 	%rd128, %rd11, %rd128;
@@ -14931,17 +16801,17 @@ $L__BB6_18:
 	add.s64 	%rd121, %rd121, 65536;
 	add.s64 	%rd122, %rd122, 1024;
 	setp.lt.u64 	%p70, %rd122, %rd115;
-	@%p70 bra 	$L__BB6_2;
-$L__BB6_19:
+	@%p70 bra 	$L__BB8_2;
+$L__BB8_19:
 	mov.u32 	%r159, %tid.x;
 	setp.ne.s32 	%p71, %r159, 0;
-	@%p71 bra 	$L__BB6_21;
+	@%p71 bra 	$L__BB8_21;
 	mov.b64 	%rd116, ws_delta_vbase_param_0;
 	ld.param.u64 	%rd113, [%rd116+32];
 	cvta.to.global.u64 	%rd114, %rd113;
 	st.global.u64 	[%rd114], %rd128;
 	st.global.u64 	[%rd114+8], %rd127;
-$L__BB6_21:
+$L__BB8_21:
 	ret;
 }
 	// .globl	ws_delta_vchunks
@@ -14964,7 +16834,7 @@ $L__BB6_21:
 	cvt.u64.u32 	%rd112, %r7;
 	ld.global.u64 	%rd3, [%rd30+8];
 	setp.le.u64 	%p1, %rd3, %rd112;
-	@%p1 bra 	$L__BB7_26;
+	@%p1 bra 	$L__BB9_26;
 	ld.param.u64 	%rd4, [%rd1+-24];
 	ld.param.u32 	%r1, [%rd1+16];
 	ld.param.u64 	%rd5, [%rd1+-32];
@@ -14973,14 +16843,14 @@ $L__BB6_21:
 	cvta.to.global.u64 	%rd38, %rd5;
 	cvta.to.global.u64 	%rd105, %rd6;
 	cvta.to.global.u64 	%rd108, %rd7;
-$L__BB7_2:
+$L__BB9_2:
 	setp.lt.u32 	%p2, %r1, 2;
 	mov.u32 	%r95, 0;
-	@%p2 bra 	$L__BB7_5;
+	@%p2 bra 	$L__BB9_5;
 	cvta.to.global.u64 	%rd9, %rd4;
 	mov.u32 	%r95, 0;
 	mov.u32 	%r93, %r1;
-$L__BB7_4:
+$L__BB9_4:
 	add.s32 	%r10, %r93, %r95;
 	shr.u32 	%r11, %r10, 1;
 	mul.wide.u32 	%rd31, %r11, 64;
@@ -14991,8 +16861,8 @@ $L__BB7_4:
 	selp.b32 	%r93, %r93, %r11, %p3;
 	sub.s32 	%r12, %r93, %r95;
 	setp.gt.u32 	%p4, %r12, 1;
-	@%p4 bra 	$L__BB7_4;
-$L__BB7_5:
+	@%p4 bra 	$L__BB9_4;
+$L__BB9_5:
 	cvta.to.global.u64 	%rd35, %rd4;
 	mul.wide.u32 	%rd36, %r95, 64;
 	add.s64 	%rd37, %rd35, %rd36;
@@ -15010,7 +16880,7 @@ $L__BB7_5:
 	add.s64 	%rd13, %rd43, %rd44;
 	ld.global.u32 	%rd45, [%rd37+16];
 	setp.ge.u64 	%p5, %rd13, %rd45;
-	@%p5 bra 	$L__BB7_16;
+	@%p5 bra 	$L__BB9_16;
 	ld.global.u64 	%rd47, [%rd11+-32];
 	shl.b64 	%rd48, %rd13, 4;
 	add.s64 	%rd49, %rd47, %rd48;
@@ -15024,21 +16894,21 @@ $L__BB7_5:
 	add.s16 	%rs2, %rs1, -1;
 	and.b16  	%rs3, %rs2, 255;
 	setp.gt.u16 	%p6, %rs3, 2;
-	@%p6 bra 	$L__BB7_16;
+	@%p6 bra 	$L__BB9_16;
 	ld.u32 	%rd16, [%rd15+-4];
 	setp.eq.s64 	%p7, %rd16, 0;
-	@%p7 bra 	$L__BB7_16;
+	@%p7 bra 	$L__BB9_16;
 	setp.lt.u64 	%p8, %rd14, %rd16;
-	@%p8 bra 	$L__BB7_16;
+	@%p8 bra 	$L__BB9_16;
 	setp.eq.s16 	%p9, %rs1, 1;
 	setp.ne.s64 	%p10, %rd14, %rd16;
 	and.pred  	%p11, %p9, %p10;
-	@%p11 bra 	$L__BB7_16;
-	@%p9 bra 	$L__BB7_14;
+	@%p11 bra 	$L__BB9_16;
+	@%p9 bra 	$L__BB9_14;
 	setp.eq.s16 	%p13, %rs1, 3;
-	@%p13 bra 	$L__BB7_15;
+	@%p13 bra 	$L__BB9_15;
 	setp.ne.s16 	%p14, %rs1, 2;
-	@%p14 bra 	$L__BB7_16;
+	@%p14 bra 	$L__BB9_16;
 	add.s64 	%rd58, %rd14, 31;
 	shr.u64 	%rd59, %rd58, 3;
 	and.b64  	%rd60, %rd59, 1073741820;
@@ -15048,13 +16918,13 @@ $L__BB7_5:
 	add.s64 	%rd64, %rd63, 7;
 	and.b64  	%rd65, %rd64, -8;
 	add.s64 	%rd113, %rd65, %rd62;
-	bra.uni 	$L__BB7_16;
-$L__BB7_14:
+	bra.uni 	$L__BB9_16;
+$L__BB9_14:
 	mul.lo.s64 	%rd66, %rd14, %rd12;
 	add.s64 	%rd67, %rd66, 7;
 	and.b64  	%rd113, %rd67, -8;
-	bra.uni 	$L__BB7_16;
-$L__BB7_15:
+	bra.uni 	$L__BB9_16;
+$L__BB9_15:
 	shl.b64 	%rd68, %rd16, 1;
 	add.s64 	%rd69, %rd68, 7;
 	and.b64  	%rd70, %rd69, 17179869176;
@@ -15062,7 +16932,7 @@ $L__BB7_15:
 	add.s64 	%rd72, %rd71, 7;
 	and.b64  	%rd73, %rd72, -8;
 	add.s64 	%rd113, %rd73, %rd70;
-$L__BB7_16:
+$L__BB9_16:
 	and.b32  	%r35, %r13, 31;
 	setp.lt.u32 	%p15, %r35, 16;
 	mov.u32 	%r36, 16;
@@ -15127,26 +16997,26 @@ $L__BB7_16:
 	// end inline asm
 	selp.b64 	%rd88, 0, %rd83, %p15;
 	add.s64 	%rd21, %rd88, %rd82;
-	@%p20 bra 	$L__BB7_18;
+	@%p20 bra 	$L__BB9_18;
 	shr.u32 	%r44, %r13, 2;
 	and.b32  	%r45, %r44, 1073741816;
 	mov.u32 	%r46, _ZZ16ws_delta_vchunksE3red;
 	add.s32 	%r47, %r46, %r45;
 	st.shared.u64 	[%r47], %rd21;
-$L__BB7_18:
+$L__BB9_18:
 	shr.u32 	%r49, %r13, 5;
 	setp.ne.s32 	%p31, %r49, 0;
 	bar.sync 	0;
-	@%p31 bra 	$L__BB7_23;
+	@%p31 bra 	$L__BB9_23;
 	setp.gt.u32 	%p32, %r35, 7;
 	mov.u64 	%rd114, 0;
-	@%p32 bra 	$L__BB7_21;
+	@%p32 bra 	$L__BB9_21;
 	shl.b32 	%r53, %r13, 3;
 	and.b32  	%r54, %r53, 248;
 	mov.u32 	%r55, _ZZ16ws_delta_vchunksE3red;
 	add.s32 	%r56, %r55, %r54;
 	ld.shared.u64 	%rd114, [%r56];
-$L__BB7_21:
+$L__BB9_21:
 	mov.u32 	%r79, 16;
 	mov.u32 	%r80, 4;
 	mov.u32 	%r81, 2;
@@ -15204,31 +17074,31 @@ $L__BB7_21:
 	// end inline asm
 	selp.b64 	%rd104, 0, %rd99, %p15;
 	add.s64 	%rd24, %rd104, %rd98;
-	@%p32 bra 	$L__BB7_23;
+	@%p32 bra 	$L__BB9_23;
 	shl.b32 	%r87, %r13, 3;
 	and.b32  	%r88, %r87, 248;
 	mov.u32 	%r89, _ZZ16ws_delta_vchunksE3red;
 	add.s32 	%r90, %r89, %r88;
 	st.shared.u64 	[%r90], %rd24;
-$L__BB7_23:
+$L__BB9_23:
 	setp.ne.s32 	%p49, %r13, 0;
 	bar.sync 	0;
 	ld.shared.u64 	%rd25, [_ZZ16ws_delta_vchunksE3red+56];
 	bar.sync 	0;
-	@%p49 bra 	$L__BB7_25;
+	@%p49 bra 	$L__BB9_25;
 	shl.b64 	%rd106, %rd112, 3;
 	add.s64 	%rd107, %rd105, %rd106;
 	st.global.u64 	[%rd107], %rd25;
 	shl.b64 	%rd109, %rd112, 2;
 	add.s64 	%rd110, %rd108, %rd109;
 	st.global.u32 	[%rd110], %r95;
-$L__BB7_25:
+$L__BB9_25:
 	mov.u32 	%r92, %nctaid.x;
 	cvt.u64.u32 	%rd111, %r92;
 	add.s64 	%rd112, %rd112, %rd111;
 	setp.lt.u64 	%p50, %rd112, %rd3;
-	@%p50 bra 	$L__BB7_2;
-$L__BB7_26:
+	@%p50 bra 	$L__BB9_2;
+$L__BB9_26:
 	ret;
 }
 	// .globl	ws_delta_vtop
@@ -15248,7 +17118,7 @@ $L__BB7_26:
 	cvta.to.global.u64 	%rd19, %rd18;
 	ld.global.u64 	%rd2, [%rd19+8];
 	setp.eq.s64 	%p1, %rd2, 0;
-	@%p1 bra 	$L__BB8_13;
+	@%p1 bra 	$L__BB10_13;
 	mov.u32 	%r3, %tid.x;
 	ld.param.u64 	%rd3, [%rd1+-16];
 	mov.u64 	%rd62, 0;
@@ -15257,15 +17127,15 @@ $L__BB7_26:
 	cvt.u64.u32 	%rd23, %r3;
 	cvta.to.global.u64 	%rd24, %rd3;
 	mov.u64 	%rd63, %rd62;
-$L__BB8_2:
+$L__BB10_2:
 	mov.u64 	%rd64, 0;
 	add.s64 	%rd6, %rd62, %rd23;
 	setp.ge.u64 	%p2, %rd6, %rd2;
 	shl.b64 	%rd25, %rd6, 3;
 	add.s64 	%rd7, %rd24, %rd25;
-	@%p2 bra 	$L__BB8_4;
+	@%p2 bra 	$L__BB10_4;
 	ld.global.u64 	%rd64, [%rd7];
-$L__BB8_4:
+$L__BB10_4:
 	and.b32  	%r75, %r3, 31;
 	// begin inline asm
 	mov.b64 {%r5,%r6}, %rd64;
@@ -15330,16 +17200,16 @@ $L__BB8_4:
 	selp.b64 	%rd40, 0, %rd35, %p17;
 	add.s64 	%rd10, %rd40, %rd34;
 	setp.ne.s32 	%p18, %r75, 31;
-	@%p18 bra 	$L__BB8_6;
+	@%p18 bra 	$L__BB10_6;
 	shr.u32 	%r33, %r3, 2;
 	and.b32  	%r34, %r33, 1073741816;
 	mov.u32 	%r35, _ZZ13ws_delta_vtopE3red;
 	add.s32 	%r36, %r35, %r34;
 	st.shared.u64 	[%r36], %rd10;
-$L__BB8_6:
+$L__BB10_6:
 	setp.ne.s32 	%p19, %r2, 0;
 	bar.sync 	0;
-	@%p19 bra 	$L__BB8_8;
+	@%p19 bra 	$L__BB10_8;
 	setp.lt.u32 	%p39, %r75, 2;
 	setp.eq.s32 	%p38, %r75, 0;
 	mov.u32 	%r59, 16;
@@ -15405,30 +17275,30 @@ $L__BB8_6:
 	selp.b64 	%rd55, 0, %rd50, %p17;
 	add.s64 	%rd56, %rd55, %rd49;
 	st.shared.u64 	[%r67], %rd56;
-$L__BB8_8:
+$L__BB10_8:
 	setp.eq.s32 	%p35, %r2, 0;
 	bar.sync 	0;
 	mov.u64 	%rd65, 0;
-	@%p35 bra 	$L__BB8_10;
+	@%p35 bra 	$L__BB10_10;
 	shr.u32 	%r71, %r3, 2;
 	and.b32  	%r72, %r71, 1073741816;
 	mov.u32 	%r73, _ZZ13ws_delta_vtopE3red;
 	add.s32 	%r74, %r73, %r72;
 	ld.shared.u64 	%rd65, [%r74+-8];
-$L__BB8_10:
+$L__BB10_10:
 	ld.shared.u64 	%rd13, [_ZZ13ws_delta_vtopE3red+248];
 	bar.sync 	0;
-	@%p2 bra 	$L__BB8_12;
+	@%p2 bra 	$L__BB10_12;
 	sub.s64 	%rd58, %rd63, %rd64;
 	add.s64 	%rd59, %rd58, %rd10;
 	add.s64 	%rd60, %rd59, %rd65;
 	st.global.u64 	[%rd7], %rd60;
-$L__BB8_12:
+$L__BB10_12:
 	add.s64 	%rd63, %rd13, %rd63;
 	add.s64 	%rd62, %rd62, 1024;
 	setp.lt.u64 	%p37, %rd62, %rd2;
-	@%p37 bra 	$L__BB8_2;
-$L__BB8_13:
+	@%p37 bra 	$L__BB10_2;
+$L__BB10_13:
 	ret;
 }
 	// .globl	ws_delta_vcheck
@@ -15461,7 +17331,7 @@ $L__BB8_13:
 	cvt.u64.u32 	%rd293, %r42;
 	ld.global.u64 	%rd3, [%rd86+8];
 	setp.le.u64 	%p7, %rd3, %rd293;
-	@%p7 bra 	$L__BB9_85;
+	@%p7 bra 	$L__BB11_85;
 	ld.param.u64 	%rd4, [%rd1+-8];
 	mov.u64 	%rd292, 0;
 	ld.param.u64 	%rd6, [%rd1+-32];
@@ -15469,13 +17339,13 @@ $L__BB8_13:
 	cvta.to.global.u64 	%rd92, %rd4;
 	cvta.to.global.u64 	%rd98, %rd6;
 	cvta.to.global.u64 	%rd138, %rd7;
-	bra.uni 	$L__BB9_2;
-$L__BB9_33:
+	bra.uni 	$L__BB11_2;
+$L__BB11_33:
 	mul.lo.s64 	%rd180, %rd295, %rd16;
 	add.s64 	%rd181, %rd180, 7;
 	and.b64  	%rd299, %rd181, -8;
-	bra.uni 	$L__BB9_35;
-$L__BB9_34:
+	bra.uni 	$L__BB11_35;
+$L__BB11_34:
 	shl.b64 	%rd182, %rd37, 1;
 	add.s64 	%rd183, %rd182, 7;
 	and.b64  	%rd184, %rd183, 17179869176;
@@ -15483,17 +17353,17 @@ $L__BB9_34:
 	add.s64 	%rd186, %rd185, 7;
 	and.b64  	%rd187, %rd186, -8;
 	add.s64 	%rd299, %rd187, %rd184;
-$L__BB9_35:
+$L__BB11_35:
 	sub.s64 	%rd188, %rd14, %rd294;
 	setp.gt.u64 	%p70, %rd299, %rd188;
 	selp.b32 	%r275, 5, 0, %p70;
-	bra.uni 	$L__BB9_37;
-$L__BB9_2:
+	bra.uni 	$L__BB11_37;
+$L__BB11_2:
 	setp.ne.s32 	%p8, %r41, 0;
-	@%p8 bra 	$L__BB9_4;
+	@%p8 bra 	$L__BB11_4;
 	mov.u64 	%rd88, -1;
 	st.shared.u64 	[_ZZ15ws_delta_vcheckE5s_key], %rd88;
-$L__BB9_4:
+$L__BB11_4:
 	mov.b64 	%rd281, ws_delta_vcheck_param_0;
 	add.s64 	%rd280, %rd281, 32;
 	ld.param.u64 	%rd279, [%rd280+-24];
@@ -15524,7 +17394,7 @@ $L__BB9_4:
 	mov.u32 	%r274, %r43;
 	mov.u64 	%rd294, %rd296;
 	mov.u64 	%rd295, %rd296;
-	@%p9 bra 	$L__BB9_13;
+	@%p9 bra 	$L__BB11_13;
 	shl.b64 	%rd104, %rd19, 4;
 	add.s64 	%rd105, %rd13, %rd104;
 	ld.u64 	%rd294, [%rd105+32];
@@ -15543,19 +17413,19 @@ $L__BB9_4:
 	setp.lt.u64 	%p13, %rd295, %rd22;
 	or.pred  	%p14, %p13, %p12;
 	mov.u16 	%rs27, %rs1;
-	@%p14 bra 	$L__BB9_13;
+	@%p14 bra 	$L__BB11_13;
 	setp.eq.s16 	%p15, %rs1, 1;
 	mov.u16 	%rs27, 1;
 	setp.ne.s64 	%p16, %rd295, %rd22;
 	and.pred  	%p17, %p15, %p16;
-	@%p17 bra 	$L__BB9_13;
+	@%p17 bra 	$L__BB11_13;
 	mov.u16 	%rs12, 3;
-	@%p15 bra 	$L__BB9_11;
+	@%p15 bra 	$L__BB11_11;
 	setp.eq.s16 	%p19, %rs1, 3;
-	@%p19 bra 	$L__BB9_12;
+	@%p19 bra 	$L__BB11_12;
 	setp.ne.s16 	%p20, %rs1, 2;
 	mov.u16 	%rs27, %rs12;
-	@%p20 bra 	$L__BB9_13;
+	@%p20 bra 	$L__BB11_13;
 	add.s64 	%rd111, %rd295, 31;
 	shr.u64 	%rd112, %rd111, 3;
 	and.b64  	%rd113, %rd112, 1073741820;
@@ -15566,13 +17436,13 @@ $L__BB9_4:
 	and.b64  	%rd118, %rd117, -8;
 	add.s64 	%rd296, %rd118, %rd115;
 	mov.u16 	%rs27, 2;
-	bra.uni 	$L__BB9_13;
-$L__BB9_11:
+	bra.uni 	$L__BB11_13;
+$L__BB11_11:
 	mul.lo.s64 	%rd119, %rd295, %rd16;
 	add.s64 	%rd120, %rd119, 7;
 	and.b64  	%rd296, %rd120, -8;
-	bra.uni 	$L__BB9_13;
-$L__BB9_12:
+	bra.uni 	$L__BB11_13;
+$L__BB11_12:
 	shl.b64 	%rd121, %rd22, 1;
 	add.s64 	%rd122, %rd121, 7;
 	and.b64  	%rd123, %rd122, 17179869176;
@@ -15581,7 +17451,7 @@ $L__BB9_12:
 	and.b64  	%rd126, %rd125, -8;
 	add.s64 	%rd296, %rd126, %rd123;
 	mov.u16 	%rs27, %rs12;
-$L__BB9_13:
+$L__BB11_13:
 	shl.b64 	%rd137, %rd12, 4;
 	mov.u32 	%r69, 4;
 	shl.b64 	%rd139, %rd293, 3;
@@ -15654,26 +17524,26 @@ $L__BB9_13:
 	add.s64 	%rd29, %rd151, %rd135;
 	sub.s64 	%rd30, %rd143, %rd146;
 	setp.ne.s32 	%p36, %r1, 31;
-	@%p36 bra 	$L__BB9_15;
+	@%p36 bra 	$L__BB11_15;
 	shr.u32 	%r77, %r41, 2;
 	and.b32  	%r78, %r77, 1073741816;
 	mov.u32 	%r79, _ZZ15ws_delta_vcheckE3red;
 	add.s32 	%r80, %r79, %r78;
 	st.shared.u64 	[%r80], %rd29;
-$L__BB9_15:
+$L__BB11_15:
 	shr.u32 	%r82, %r41, 5;
 	setp.ne.s32 	%p37, %r82, 0;
 	bar.sync 	0;
-	@%p37 bra 	$L__BB9_20;
+	@%p37 bra 	$L__BB11_20;
 	setp.gt.u32 	%p38, %r1, 7;
 	mov.u64 	%rd297, 0;
-	@%p38 bra 	$L__BB9_18;
+	@%p38 bra 	$L__BB11_18;
 	shl.b32 	%r84, %r41, 3;
 	and.b32  	%r85, %r84, 248;
 	mov.u32 	%r86, _ZZ15ws_delta_vcheckE3red;
 	add.s32 	%r87, %r86, %r85;
 	ld.shared.u64 	%rd297, [%r87];
-$L__BB9_18:
+$L__BB11_18:
 	setp.lt.u32 	%p205, %r1, 16;
 	setp.lt.u32 	%p204, %r1, 8;
 	setp.lt.u32 	%p203, %r1, 4;
@@ -15735,58 +17605,58 @@ $L__BB9_18:
 	// end inline asm
 	selp.b64 	%rd167, 0, %rd162, %p205;
 	add.s64 	%rd33, %rd167, %rd161;
-	@%p38 bra 	$L__BB9_20;
+	@%p38 bra 	$L__BB11_20;
 	shl.b32 	%r116, %r41, 3;
 	and.b32  	%r117, %r116, 248;
 	mov.u32 	%r118, _ZZ15ws_delta_vcheckE3red;
 	add.s32 	%r119, %r118, %r117;
 	st.shared.u64 	[%r119], %rd33;
-$L__BB9_20:
+$L__BB11_20:
 	shr.u32 	%r268, %r41, 5;
 	setp.eq.s32 	%p55, %r268, 0;
 	bar.sync 	0;
 	mov.u64 	%rd298, 0;
-	@%p55 bra 	$L__BB9_22;
+	@%p55 bra 	$L__BB11_22;
 	shr.u32 	%r123, %r41, 2;
 	and.b32  	%r124, %r123, 1073741816;
 	mov.u32 	%r125, _ZZ15ws_delta_vcheckE3red;
 	add.s32 	%r126, %r125, %r124;
 	ld.shared.u64 	%rd298, [%r126+-8];
-$L__BB9_22:
+$L__BB11_22:
 	bar.sync 	0;
 	add.s64 	%rd36, %rd298, %rd29;
 	mov.u32 	%r275, 0;
-	@%p9 bra 	$L__BB9_37;
+	@%p9 bra 	$L__BB11_37;
 	and.b16  	%rs17, %rs27, 255;
 	setp.gt.u16 	%p57, %rs17, 3;
 	mov.u32 	%r275, 1;
-	@%p57 bra 	$L__BB9_37;
+	@%p57 bra 	$L__BB11_37;
 	setp.eq.s16 	%p58, %rs17, 0;
-	@%p58 bra 	$L__BB9_36;
+	@%p58 bra 	$L__BB11_36;
 	setp.eq.s32 	%p59, %r274, 0;
 	cvt.u64.u32 	%rd37, %r274;
 	setp.lt.u64 	%p60, %rd295, %rd37;
 	or.pred  	%p61, %p59, %p60;
 	mov.u32 	%r275, 3;
-	@%p61 bra 	$L__BB9_37;
+	@%p61 bra 	$L__BB11_37;
 	setp.eq.s16 	%p62, %rs17, 1;
 	setp.ne.s64 	%p63, %rd295, %rd37;
 	and.pred  	%p64, %p62, %p63;
-	@%p64 bra 	$L__BB9_37;
+	@%p64 bra 	$L__BB11_37;
 	sub.s64 	%rd169, %rd30, %rd296;
 	add.s64 	%rd170, %rd169, %rd36;
 	setp.ne.s64 	%p65, %rd294, %rd170;
 	mov.u32 	%r275, 4;
-	@%p65 bra 	$L__BB9_37;
+	@%p65 bra 	$L__BB11_37;
 	setp.lt.u64 	%p66, %rd14, %rd294;
 	mov.u32 	%r275, 5;
-	@%p66 bra 	$L__BB9_37;
+	@%p66 bra 	$L__BB11_37;
 	mov.u64 	%rd299, 0;
-	@%p62 bra 	$L__BB9_33;
+	@%p62 bra 	$L__BB11_33;
 	setp.eq.s16 	%p68, %rs17, 3;
-	@%p68 bra 	$L__BB9_34;
+	@%p68 bra 	$L__BB11_34;
 	setp.ne.s16 	%p69, %rs17, 2;
-	@%p69 bra 	$L__BB9_35;
+	@%p69 bra 	$L__BB11_35;
 	add.s64 	%rd172, %rd295, 31;
 	shr.u64 	%rd173, %rd172, 3;
 	and.b64  	%rd174, %rd173, 1073741820;
@@ -15796,45 +17666,45 @@ $L__BB9_22:
 	add.s64 	%rd178, %rd177, 7;
 	and.b64  	%rd179, %rd178, -8;
 	add.s64 	%rd299, %rd176, %rd179;
-	bra.uni 	$L__BB9_35;
-$L__BB9_36:
+	bra.uni 	$L__BB11_35;
+$L__BB11_36:
 	setp.eq.s32 	%p71, %r274, 0;
 	setp.eq.s64 	%p72, %rd294, 0;
 	and.pred  	%p73, %p71, %p72;
 	selp.b32 	%r275, 0, 2, %p73;
-$L__BB9_37:
+$L__BB11_37:
 	setp.eq.s32 	%p74, %r275, 0;
-	@%p74 bra 	$L__BB9_39;
+	@%p74 bra 	$L__BB11_39;
 	shl.b64 	%rd189, %rd19, 8;
 	add.s64 	%rd190, %rd189, 256;
 	cvt.u64.u32 	%rd191, %r275;
 	or.b64  	%rd192, %rd190, %rd191;
 	mov.u32 	%r133, _ZZ15ws_delta_vcheckE5s_key;
 	atom.shared.min.u64 	%rd193, [%r133], %rd192;
-	bra.uni 	$L__BB9_41;
-$L__BB9_39:
+	bra.uni 	$L__BB11_41;
+$L__BB11_39:
 	add.s64 	%rd194, %rd19, 1;
 	setp.ne.s64 	%p76, %rd194, %rd12;
 	or.pred  	%p77, %p9, %p76;
 	add.s64 	%rd43, %rd36, %rd30;
 	setp.eq.s64 	%p78, %rd43, %rd14;
 	or.pred  	%p79, %p77, %p78;
-	@%p79 bra 	$L__BB9_41;
+	@%p79 bra 	$L__BB11_41;
 	st.global.u64 	[%rd11+40], %rd43;
 	shl.b64 	%rd195, %rd12, 8;
 	add.s64 	%rd196, %rd195, 256;
 	or.b64  	%rd197, %rd196, 1;
 	mov.u32 	%r134, _ZZ15ws_delta_vcheckE5s_key;
 	atom.shared.min.u64 	%rd198, [%r134], %rd197;
-$L__BB9_41:
+$L__BB11_41:
 	setp.ne.s32 	%p81, %r275, 0;
 	mov.pred 	%p206, 0;
 	or.pred  	%p83, %p9, %p81;
-	@%p83 bra 	$L__BB9_43;
+	@%p83 bra 	$L__BB11_43;
 	or.b16  	%rs21, %rs27, 1;
 	and.b16  	%rs22, %rs21, 255;
 	setp.eq.s16 	%p206, %rs22, 3;
-$L__BB9_43:
+$L__BB11_43:
 	setp.gt.u32 	%p84, %r41, 8191;
 	mov.u32 	%r136, _ZZ15ws_delta_vcheckE6s_kind;
 	add.s32 	%r137, %r136, %r41;
@@ -15849,7 +17719,7 @@ $L__BB9_43:
 	add.s32 	%r143, %r142, %r141;
 	st.shared.u32 	[%r143], %r274;
 	bar.sync 	0;
-	@%p84 bra 	$L__BB9_82;
+	@%p84 bra 	$L__BB11_82;
 	shr.u32 	%r276, %r41, 5;
 	cvt.u64.u32 	%rd282, %r41;
 	mov.u32 	%r267, %ctaid.x;
@@ -15870,7 +17740,7 @@ $L__BB9_43:
 	mul.wide.u32 	%rd46, %r46, 8;
 	not.b64 	%rd47, %rd44;
 	mov.u64 	%rd300, 0;
-$L__BB9_45:
+$L__BB11_45:
 	mov.u32 	%r270, _ZZ15ws_delta_vcheckE6s_kind;
 	mul.lo.s64 	%rd212, %rd46, %rd300;
 	add.s64 	%rd213, %rd45, %rd212;
@@ -15886,7 +17756,7 @@ $L__BB9_45:
 	add.s32 	%r150, %r270, %r276;
 	ld.shared.u8 	%rs3, [%r150];
 	setp.eq.s16 	%p85, %rs3, 0;
-	@%p85 bra 	$L__BB9_81;
+	@%p85 bra 	$L__BB11_81;
 	mov.u32 	%r272, _ZZ15ws_delta_vcheckE7s_count;
 	mov.u32 	%r271, _ZZ15ws_delta_vcheckE5s_off;
 	sub.s64 	%rd284, %rd293, %rd17;
@@ -15903,14 +17773,14 @@ $L__BB9_45:
 	add.s32 	%r156, %r272, %r154;
 	ld.shared.u32 	%rd53, [%r156];
 	setp.eq.s16 	%p86, %rs3, 2;
-	@%p86 bra 	$L__BB9_71;
-	bra.uni 	$L__BB9_47;
-$L__BB9_71:
+	@%p86 bra 	$L__BB11_71;
+	bra.uni 	$L__BB11_47;
+$L__BB11_71:
 	add.s64 	%rd250, %rd51, 31;
 	shr.u64 	%rd251, %rd250, 5;
 	setp.le.u64 	%p168, %rd251, %rd306;
 	mov.u32 	%r289, 0;
-	@%p168 bra 	$L__BB9_79;
+	@%p168 bra 	$L__BB11_79;
 	add.s64 	%rd66, %rd13, %rd52;
 	add.s64 	%rd253, %rd51, -1;
 	shr.u64 	%rd67, %rd253, 5;
@@ -15922,12 +17792,12 @@ $L__BB9_71:
 	and.b64  	%rd69, %rd50, 3;
 	setp.lt.u64 	%p169, %rd49, 96;
 	mov.u32 	%r289, 0;
-	@%p169 bra 	$L__BB9_75;
+	@%p169 bra 	$L__BB11_75;
 	sub.s64 	%rd305, %rd50, %rd69;
 	setp.ne.s64 	%p5, %rd68, 0;
 	cvt.u64.u32 	%rd306, %r1;
 	mov.u32 	%r289, 0;
-$L__BB9_74:
+$L__BB11_74:
 	.pragma "nounroll";
 	shl.b64 	%rd254, %rd306, 2;
 	add.s64 	%rd255, %rd66, %rd254;
@@ -15965,10 +17835,10 @@ $L__BB9_74:
 	add.s64 	%rd306, %rd306, 128;
 	add.s64 	%rd305, %rd305, -4;
 	setp.ne.s64 	%p178, %rd305, 0;
-	@%p178 bra 	$L__BB9_74;
-$L__BB9_75:
+	@%p178 bra 	$L__BB11_74;
+$L__BB11_75:
 	setp.eq.s64 	%p179, %rd69, 0;
-	@%p179 bra 	$L__BB9_79;
+	@%p179 bra 	$L__BB11_79;
 	shl.b64 	%rd259, %rd306, 2;
 	add.s64 	%rd78, %rd66, %rd259;
 	setp.ne.s64 	%p6, %rd68, 0;
@@ -15980,7 +17850,7 @@ $L__BB9_75:
 	popc.b32 	%r237, %r236;
 	add.s32 	%r289, %r237, %r289;
 	setp.eq.s64 	%p182, %rd69, 1;
-	@%p182 bra 	$L__BB9_79;
+	@%p182 bra 	$L__BB11_79;
 	add.s64 	%rd260, %rd306, 32;
 	setp.eq.s64 	%p183, %rd67, %rd260;
 	and.pred  	%p184, %p183, %p6;
@@ -15990,7 +17860,7 @@ $L__BB9_75:
 	popc.b32 	%r241, %r240;
 	add.s32 	%r289, %r241, %r289;
 	setp.eq.s64 	%p185, %rd69, 2;
-	@%p185 bra 	$L__BB9_79;
+	@%p185 bra 	$L__BB11_79;
 	add.s64 	%rd261, %rd306, 64;
 	setp.eq.s64 	%p186, %rd67, %rd261;
 	and.pred  	%p187, %p186, %p6;
@@ -15999,7 +17869,7 @@ $L__BB9_75:
 	and.b32  	%r244, %r243, %r242;
 	popc.b32 	%r245, %r244;
 	add.s32 	%r289, %r245, %r289;
-$L__BB9_79:
+$L__BB11_79:
 	mov.u32 	%r246, 31;
 	mov.u32 	%r247, 16;
 	mov.u32 	%r248, -1;
@@ -16021,18 +17891,18 @@ $L__BB9_79:
 	setp.eq.s32 	%p193, %r262, %r263;
 	setp.ne.s32 	%p194, %r1, 0;
 	or.pred  	%p195, %p194, %p193;
-	@%p195 bra 	$L__BB9_81;
+	@%p195 bra 	$L__BB11_81;
 	shl.b64 	%rd264, %rd222, 8;
 	add.s64 	%rd265, %rd264, 256;
 	or.b64  	%rd266, %rd265, 6;
 	mov.u32 	%r264, _ZZ15ws_delta_vcheckE5s_key;
 	atom.shared.min.u64 	%rd267, [%r264], %rd266;
-	bra.uni 	$L__BB9_81;
-$L__BB9_47:
+	bra.uni 	$L__BB11_81;
+$L__BB11_47:
 	cvt.u32.u64 	%r157, %rd53;
 	setp.eq.s32 	%p87, %r157, 0;
 	mov.u16 	%rs29, 0;
-	@%p87 bra 	$L__BB9_69;
+	@%p87 bra 	$L__BB11_69;
 	cvt.u64.u32 	%rd302, %r1;
 	shl.b32 	%r161, %r41, 1;
 	cvt.u64.u32 	%rd226, %r161;
@@ -16043,55 +17913,55 @@ $L__BB9_47:
 	mov.u32 	%r277, 0;
 	mov.u16 	%rs29, 0;
 	mov.u64 	%rd303, 0;
-$L__BB9_49:
+$L__BB11_49:
 	mov.u32 	%r278, 0;
 	setp.ge.u64 	%p88, %rd302, %rd53;
-	@%p88 bra 	$L__BB9_51;
+	@%p88 bra 	$L__BB11_51;
 	ld.u16 	%r278, [%rd301+-256];
-$L__BB9_51:
+$L__BB11_51:
 	add.s64 	%rd59, %rd302, 32;
 	setp.ge.u64 	%p89, %rd59, %rd53;
 	mov.u32 	%r280, 0;
 	mov.u32 	%r279, %r280;
-	@%p89 bra 	$L__BB9_53;
+	@%p89 bra 	$L__BB11_53;
 	ld.u16 	%r279, [%rd301+-192];
-$L__BB9_53:
+$L__BB11_53:
 	add.s64 	%rd60, %rd302, 64;
 	setp.ge.u64 	%p90, %rd60, %rd53;
-	@%p90 bra 	$L__BB9_55;
+	@%p90 bra 	$L__BB11_55;
 	ld.u16 	%r280, [%rd301+-128];
-$L__BB9_55:
+$L__BB11_55:
 	add.s64 	%rd61, %rd302, 96;
 	setp.ge.u64 	%p91, %rd61, %rd53;
 	mov.u32 	%r282, 0;
 	mov.u32 	%r281, %r282;
-	@%p91 bra 	$L__BB9_57;
+	@%p91 bra 	$L__BB11_57;
 	ld.u16 	%r281, [%rd301+-64];
-$L__BB9_57:
+$L__BB11_57:
 	add.s64 	%rd230, %rd302, 128;
 	setp.ge.u64 	%p92, %rd230, %rd53;
-	@%p92 bra 	$L__BB9_59;
+	@%p92 bra 	$L__BB11_59;
 	ld.u16 	%r282, [%rd301];
-$L__BB9_59:
+$L__BB11_59:
 	add.s64 	%rd231, %rd302, 160;
 	setp.ge.u64 	%p93, %rd231, %rd53;
 	mov.u32 	%r284, 0;
 	mov.u32 	%r283, %r284;
-	@%p93 bra 	$L__BB9_61;
+	@%p93 bra 	$L__BB11_61;
 	ld.u16 	%r283, [%rd301+64];
-$L__BB9_61:
+$L__BB11_61:
 	add.s64 	%rd232, %rd302, 192;
 	setp.ge.u64 	%p94, %rd232, %rd53;
-	@%p94 bra 	$L__BB9_63;
+	@%p94 bra 	$L__BB11_63;
 	ld.u16 	%r284, [%rd301+128];
-$L__BB9_63:
+$L__BB11_63:
 	add.s64 	%rd62, %rd302, 224;
 	setp.ge.u64 	%p95, %rd62, %rd53;
 	mov.u32 	%r169, 0;
 	mov.u32 	%r285, %r169;
-	@%p95 bra 	$L__BB9_65;
+	@%p95 bra 	$L__BB11_65;
 	ld.u16 	%r285, [%rd301+192];
-$L__BB9_65:
+$L__BB11_65:
 	mov.u32 	%r171, 1;
 	mov.u32 	%r172, -1;
 	shfl.sync.up.b32 	%r173|%p97, %r278, %r171, %r169, %r172;
@@ -16099,15 +17969,15 @@ $L__BB9_65:
 	mov.u32 	%r174, 31;
 	shfl.sync.idx.b32 	%r29|%p99, %r278, %r174, %r174, %r172;
 	mov.pred 	%p207, 0;
-	@%p88 bra 	$L__BB9_68;
+	@%p88 bra 	$L__BB11_68;
 	cvt.u64.u32 	%rd233, %r278;
 	setp.le.u64 	%p102, %rd51, %rd233;
 	mov.pred 	%p207, -1;
-	@%p102 bra 	$L__BB9_68;
+	@%p102 bra 	$L__BB11_68;
 	setp.ne.s64 	%p103, %rd302, 0;
 	setp.le.u32 	%p104, %r278, %r28;
 	and.pred  	%p207, %p104, %p103;
-$L__BB9_68:
+$L__BB11_68:
 	add.s64 	%rd291, %rd302, 224;
 	add.s64 	%rd290, %rd302, 96;
 	add.s64 	%rd289, %rd302, 64;
@@ -16191,8 +18061,8 @@ $L__BB9_68:
 	add.s64 	%rd301, %rd301, 512;
 	add.s64 	%rd303, %rd303, 256;
 	setp.lt.u64 	%p162, %rd303, %rd53;
-	@%p162 bra 	$L__BB9_49;
-$L__BB9_69:
+	@%p162 bra 	$L__BB11_49;
+$L__BB11_69:
 	and.b16  	%rs26, %rs29, 255;
 	setp.ne.s16 	%p163, %rs26, 0;
 	mov.u32 	%r199, -1;
@@ -16200,24 +18070,24 @@ $L__BB9_69:
 	not.pred 	%p165, %p164;
 	setp.ne.s32 	%p166, %r1, 0;
 	or.pred  	%p167, %p166, %p165;
-	@%p167 bra 	$L__BB9_81;
+	@%p167 bra 	$L__BB11_81;
 	shl.b64 	%rd246, %rd222, 8;
 	add.s64 	%rd247, %rd246, 256;
 	or.b64  	%rd248, %rd247, 7;
 	mov.u32 	%r201, _ZZ15ws_delta_vcheckE5s_key;
 	atom.shared.min.u64 	%rd249, [%r201], %rd248;
-$L__BB9_81:
+$L__BB11_81:
 	add.s32 	%r276, %r276, 8;
 	setp.lt.u32 	%p196, %r276, 256;
 	add.s64 	%rd300, %rd300, 1;
-	@%p196 bra 	$L__BB9_45;
-$L__BB9_82:
+	@%p196 bra 	$L__BB11_45;
+$L__BB11_82:
 	setp.ne.s32 	%p201, %r41, 0;
 	bar.sync 	0;
 	ld.shared.u64 	%rd80, [_ZZ15ws_delta_vcheckE5s_key];
 	setp.eq.s64 	%p198, %rd80, -1;
 	or.pred  	%p199, %p201, %p198;
-	@%p199 bra 	$L__BB9_84;
+	@%p199 bra 	$L__BB11_84;
 	cvt.u64.u32 	%rd278, %r44;
 	mov.b64 	%rd277, ws_delta_vcheck_param_0;
 	add.s64 	%rd276, %rd277, 32;
@@ -16227,14 +18097,14 @@ $L__BB9_82:
 	add.s64 	%rd270, %rd274, %rd269;
 	add.s64 	%rd271, %rd270, 24;
 	atom.global.min.u64 	%rd272, [%rd271], %rd80;
-$L__BB9_84:
+$L__BB11_84:
 	mov.u32 	%r266, %nctaid.x;
 	cvt.u64.u32 	%rd273, %r266;
 	add.s64 	%rd293, %rd293, %rd273;
 	setp.lt.u64 	%p200, %rd293, %rd3;
 	add.s64 	%rd292, %rd292, 1;
-	@%p200 bra 	$L__BB9_2;
-$L__BB9_85:
+	@%p200 bra 	$L__BB11_2;
+$L__BB11_85:
 	ret;
 }
 	// .globl	ws_delta_vdescribe
@@ -16257,7 +18127,7 @@ $L__BB9_85:
 	ld.param.u32 	%r1, [ws_delta_vdescribe_param_0+48];
 	cvt.u64.u32 	%rd86, %r1;
 	setp.ge.u64 	%p3, %rd239, %rd86;
-	@%p3 bra 	$L__BB10_64;
+	@%p3 bra 	$L__BB12_64;
 	ld.param.u64 	%rd3, [%rd2+-40];
 	ld.param.u64 	%rd4, [%rd2+-48];
 	ld.param.u64 	%rd5, [%rd2+-32];
@@ -16265,8 +18135,8 @@ $L__BB9_85:
 	cvta.to.global.u64 	%rd90, %rd4;
 	cvta.to.global.u64 	%rd135, %rd5;
 	mov.u32 	%r38, %nctaid.x;
-	bra.uni 	$L__BB10_2;
-$L__BB10_4:
+	bra.uni 	$L__BB12_2;
+$L__BB12_4:
 	add.s64 	%rd15, %rd9, -1;
 	add.s64 	%rd16, %rd11, 32;
 	shl.b64 	%rd94, %rd9, 4;
@@ -16283,21 +18153,21 @@ $L__BB10_4:
 	cvt.u16.u64 	%rs5, %rd8;
 	and.b16  	%rs4, %rs5, 255;
 	setp.gt.s16 	%p8, %rs4, 3;
-	@%p8 bra 	$L__BB10_8;
-	bra.uni 	$L__BB10_5;
-$L__BB10_8:
+	@%p8 bra 	$L__BB12_8;
+	bra.uni 	$L__BB12_5;
+$L__BB12_8:
 	setp.eq.s16 	%p9, %rs4, 4;
-	@%p9 bra 	$L__BB10_25;
+	@%p9 bra 	$L__BB12_25;
 	setp.eq.s16 	%p10, %rs4, 6;
-	@%p10 bra 	$L__BB10_16;
+	@%p10 bra 	$L__BB12_16;
 	setp.ne.s16 	%p11, %rs4, 7;
-	@%p11 bra 	$L__BB10_63;
+	@%p11 bra 	$L__BB12_63;
 	cvt.u32.u64 	%r6, %rd18;
 	setp.eq.s32 	%p14, %r6, 0;
-	@%p14 bra 	$L__BB10_63;
+	@%p14 bra 	$L__BB12_63;
 	mov.u64 	%rd241, -1;
 	mov.u64 	%rd240, 0;
-$L__BB10_13:
+$L__BB12_13:
 	shl.b64 	%rd101, %rd240, 1;
 	add.s64 	%rd102, %rd21, %rd101;
 	ld.global.u16 	%rd25, [%rd102];
@@ -16305,22 +18175,22 @@ $L__BB10_13:
 	setp.le.u64 	%p16, %rd19, %rd25;
 	or.pred  	%p17, %p16, %p15;
 	add.s64 	%rd240, %rd240, 1;
-	@%p17 bra 	$L__BB10_15;
+	@%p17 bra 	$L__BB12_15;
 	setp.lt.u64 	%p18, %rd240, %rd18;
 	mov.u64 	%rd241, %rd25;
-	@%p18 bra 	$L__BB10_13;
-	bra.uni 	$L__BB10_63;
-$L__BB10_5:
+	@%p18 bra 	$L__BB12_13;
+	bra.uni 	$L__BB12_63;
+$L__BB12_5:
 	setp.eq.s16 	%p12, %rs4, 1;
-	@%p12 bra 	$L__BB10_61;
+	@%p12 bra 	$L__BB12_61;
 	setp.eq.s16 	%p13, %rs4, 3;
-	@%p13 bra 	$L__BB10_7;
-	bra.uni 	$L__BB10_63;
-$L__BB10_7:
+	@%p13 bra 	$L__BB12_7;
+	bra.uni 	$L__BB12_63;
+$L__BB12_7:
 	st.global.u64 	[%rd7+8], %rd18;
 	st.global.u64 	[%rd7+16], %rd19;
-	bra.uni 	$L__BB10_63;
-$L__BB10_25:
+	bra.uni 	$L__BB12_63;
+$L__BB12_25:
 	shr.u64 	%rd131, %rd15, 8;
 	shl.b64 	%rd132, %rd14, 4;
 	ld.global.u64 	%rd133, [%rd7+-16];
@@ -16336,11 +18206,11 @@ $L__BB10_25:
 	sub.s64 	%rd257, %rd140, %rd143;
 	and.b64  	%rd49, %rd15, -256;
 	setp.ge.u64 	%p39, %rd49, %rd15;
-	@%p39 bra 	$L__BB10_60;
+	@%p39 bra 	$L__BB12_60;
 	and.b64  	%rd145, %rd8, 256;
 	setp.ne.s64 	%p40, %rd145, 0;
 	mov.u64 	%rd253, %rd49;
-	@%p40 bra 	$L__BB10_38;
+	@%p40 bra 	$L__BB12_38;
 	mul.lo.s64 	%rd148, %rd49, %rd96;
 	sub.s64 	%rd149, %rd12, %rd148;
 	min.u64 	%rd50, %rd149, %rd96;
@@ -16352,21 +18222,21 @@ $L__BB10_25:
 	add.s16 	%rs6, %rs1, -1;
 	and.b16  	%rs7, %rs6, 255;
 	setp.gt.u16 	%p41, %rs7, 2;
-	@%p41 bra 	$L__BB10_37;
+	@%p41 bra 	$L__BB12_37;
 	ld.global.u32 	%rd52, [%rd51+-4];
 	setp.eq.s64 	%p42, %rd52, 0;
-	@%p42 bra 	$L__BB10_37;
+	@%p42 bra 	$L__BB12_37;
 	setp.lt.u64 	%p43, %rd50, %rd52;
-	@%p43 bra 	$L__BB10_37;
+	@%p43 bra 	$L__BB12_37;
 	setp.eq.s16 	%p44, %rs1, 1;
 	setp.ne.s64 	%p45, %rd50, %rd52;
 	and.pred  	%p46, %p44, %p45;
-	@%p46 bra 	$L__BB10_37;
-	@%p44 bra 	$L__BB10_35;
+	@%p46 bra 	$L__BB12_37;
+	@%p44 bra 	$L__BB12_35;
 	setp.eq.s16 	%p48, %rs1, 3;
-	@%p48 bra 	$L__BB10_36;
+	@%p48 bra 	$L__BB12_36;
 	setp.ne.s16 	%p49, %rs1, 2;
-	@%p49 bra 	$L__BB10_37;
+	@%p49 bra 	$L__BB12_37;
 	add.s64 	%rd156, %rd50, 31;
 	shr.u64 	%rd157, %rd156, 3;
 	and.b64  	%rd158, %rd157, 1073741820;
@@ -16376,13 +18246,13 @@ $L__BB10_25:
 	add.s64 	%rd162, %rd161, 7;
 	and.b64  	%rd163, %rd162, -8;
 	add.s64 	%rd249, %rd163, %rd160;
-	bra.uni 	$L__BB10_37;
-$L__BB10_16:
+	bra.uni 	$L__BB12_37;
+$L__BB12_16:
 	add.s64 	%rd104, %rd19, 31;
 	shr.u64 	%rd27, %rd104, 5;
 	setp.eq.s64 	%p19, %rd27, 0;
 	mov.u64 	%rd248, 0;
-	@%p19 bra 	$L__BB10_24;
+	@%p19 bra 	$L__BB12_24;
 	add.s64 	%rd108, %rd19, -1;
 	shr.u64 	%rd28, %rd108, 5;
 	and.b64  	%rd29, %rd19, 31;
@@ -16395,13 +18265,13 @@ $L__BB10_16:
 	setp.lt.u64 	%p20, %rd109, 3;
 	mov.u64 	%rd246, 0;
 	mov.u64 	%rd248, %rd246;
-	@%p20 bra 	$L__BB10_20;
+	@%p20 bra 	$L__BB12_20;
 	mov.u64 	%rd246, 0;
 	setp.ne.s64 	%p1, %rd29, 0;
 	sub.s64 	%rd31, %rd30, %rd27;
 	neg.s64 	%rd32, %rd28;
 	add.s64 	%rd242, %rd21, 8;
-$L__BB10_19:
+$L__BB12_19:
 	add.s64 	%rd113, %rd32, %rd246;
 	setp.eq.s64 	%p21, %rd113, 0;
 	and.pred  	%p22, %p21, %p1;
@@ -16442,10 +18312,10 @@ $L__BB10_19:
 	add.s64 	%rd124, %rd31, %rd246;
 	add.s64 	%rd242, %rd242, 16;
 	setp.ne.s64 	%p29, %rd124, 0;
-	@%p29 bra 	$L__BB10_19;
-$L__BB10_20:
+	@%p29 bra 	$L__BB12_19;
+$L__BB12_20:
 	setp.eq.s64 	%p30, %rd30, 0;
-	@%p30 bra 	$L__BB10_24;
+	@%p30 bra 	$L__BB12_24;
 	shl.b64 	%rd125, %rd246, 2;
 	add.s64 	%rd43, %rd21, %rd125;
 	setp.ne.s64 	%p2, %rd29, 0;
@@ -16458,7 +18328,7 @@ $L__BB10_20:
 	cvt.u64.u32 	%rd126, %r29;
 	add.s64 	%rd248, %rd248, %rd126;
 	setp.eq.s64 	%p33, %rd30, 1;
-	@%p33 bra 	$L__BB10_24;
+	@%p33 bra 	$L__BB12_24;
 	add.s64 	%rd127, %rd246, 1;
 	setp.eq.s64 	%p34, %rd127, %rd28;
 	and.pred  	%p35, %p34, %p2;
@@ -16469,7 +18339,7 @@ $L__BB10_20:
 	cvt.u64.u32 	%rd128, %r33;
 	add.s64 	%rd248, %rd248, %rd128;
 	setp.eq.s64 	%p36, %rd30, 2;
-	@%p36 bra 	$L__BB10_24;
+	@%p36 bra 	$L__BB12_24;
 	add.s64 	%rd129, %rd246, 2;
 	setp.eq.s64 	%p37, %rd129, %rd28;
 	and.pred  	%p38, %p37, %p2;
@@ -16479,24 +18349,24 @@ $L__BB10_20:
 	popc.b32 	%r37, %r36;
 	cvt.u64.u32 	%rd130, %r37;
 	add.s64 	%rd248, %rd248, %rd130;
-$L__BB10_24:
+$L__BB12_24:
 	st.global.u64 	[%rd7+8], %rd248;
 	st.global.u64 	[%rd7+16], %rd18;
-	bra.uni 	$L__BB10_63;
-$L__BB10_61:
+	bra.uni 	$L__BB12_63;
+$L__BB12_61:
 	ld.global.u8 	%rd233, [%rd17+12];
 	st.global.u64 	[%rd7+8], %rd233;
-	bra.uni 	$L__BB10_63;
-$L__BB10_15:
+	bra.uni 	$L__BB12_63;
+$L__BB12_15:
 	st.global.u64 	[%rd7+8], %rd25;
 	st.global.u64 	[%rd7+16], %rd19;
-	bra.uni 	$L__BB10_63;
-$L__BB10_35:
+	bra.uni 	$L__BB12_63;
+$L__BB12_35:
 	mul.lo.s64 	%rd164, %rd50, %rd13;
 	add.s64 	%rd165, %rd164, 7;
 	and.b64  	%rd249, %rd165, -8;
-	bra.uni 	$L__BB10_37;
-$L__BB10_36:
+	bra.uni 	$L__BB12_37;
+$L__BB12_36:
 	shl.b64 	%rd166, %rd52, 1;
 	add.s64 	%rd167, %rd166, 7;
 	and.b64  	%rd168, %rd167, 17179869176;
@@ -16504,14 +18374,14 @@ $L__BB10_36:
 	add.s64 	%rd170, %rd169, 7;
 	and.b64  	%rd171, %rd170, -8;
 	add.s64 	%rd249, %rd171, %rd168;
-$L__BB10_37:
+$L__BB12_37:
 	add.s64 	%rd257, %rd249, %rd257;
 	add.s64 	%rd253, %rd49, 1;
-$L__BB10_38:
+$L__BB12_38:
 	add.s64 	%rd172, %rd9, -2;
 	setp.eq.s64 	%p50, %rd172, %rd49;
-	@%p50 bra 	$L__BB10_60;
-$L__BB10_39:
+	@%p50 bra 	$L__BB12_60;
+$L__BB12_39:
 	mul.lo.s64 	%rd64, %rd253, %rd96;
 	shl.b64 	%rd175, %rd253, 4;
 	add.s64 	%rd176, %rd16, %rd175;
@@ -16522,28 +18392,28 @@ $L__BB10_39:
 	and.b16  	%rs11, %rs10, 255;
 	setp.gt.u16 	%p51, %rs11, 2;
 	mov.u64 	%rd255, %rd256;
-	@%p51 bra 	$L__BB10_49;
+	@%p51 bra 	$L__BB12_49;
 	ld.global.u32 	%rd66, [%rd65+-4];
 	setp.eq.s64 	%p52, %rd66, 0;
-	@%p52 bra 	$L__BB10_49;
+	@%p52 bra 	$L__BB12_49;
 	sub.s64 	%rd179, %rd12, %rd64;
 	setp.lt.u64 	%p53, %rd179, %rd96;
 	selp.b64 	%rd181, %rd179, %rd96, %p53;
 	setp.lt.u64 	%p54, %rd181, %rd66;
 	mov.u64 	%rd255, %rd256;
-	@%p54 bra 	$L__BB10_49;
+	@%p54 bra 	$L__BB12_49;
 	setp.eq.s16 	%p55, %rs2, 1;
 	min.u64 	%rd185, %rd179, %rd96;
 	setp.ne.s64 	%p56, %rd185, %rd66;
 	and.pred  	%p57, %p55, %p56;
 	mov.u64 	%rd255, %rd256;
-	@%p57 bra 	$L__BB10_49;
-	@%p55 bra 	$L__BB10_47;
+	@%p57 bra 	$L__BB12_49;
+	@%p55 bra 	$L__BB12_47;
 	setp.eq.s16 	%p59, %rs2, 3;
-	@%p59 bra 	$L__BB10_48;
+	@%p59 bra 	$L__BB12_48;
 	setp.ne.s16 	%p60, %rs2, 2;
 	mov.u64 	%rd255, %rd256;
-	@%p60 bra 	$L__BB10_49;
+	@%p60 bra 	$L__BB12_49;
 	add.s64 	%rd190, %rd181, 31;
 	shr.u64 	%rd191, %rd190, 3;
 	and.b64  	%rd192, %rd191, 2305843009213693948;
@@ -16553,13 +18423,13 @@ $L__BB10_39:
 	add.s64 	%rd196, %rd195, 7;
 	and.b64  	%rd197, %rd196, -8;
 	add.s64 	%rd255, %rd197, %rd194;
-	bra.uni 	$L__BB10_49;
-$L__BB10_47:
+	bra.uni 	$L__BB12_49;
+$L__BB12_47:
 	mul.lo.s64 	%rd201, %rd181, %rd13;
 	add.s64 	%rd202, %rd201, 7;
 	and.b64  	%rd255, %rd202, -8;
-	bra.uni 	$L__BB10_49;
-$L__BB10_48:
+	bra.uni 	$L__BB12_49;
+$L__BB12_48:
 	shl.b64 	%rd203, %rd66, 1;
 	add.s64 	%rd204, %rd203, 7;
 	and.b64  	%rd205, %rd204, 17179869176;
@@ -16567,7 +18437,7 @@ $L__BB10_48:
 	add.s64 	%rd207, %rd206, 7;
 	and.b64  	%rd208, %rd207, -8;
 	add.s64 	%rd255, %rd208, %rd205;
-$L__BB10_49:
+$L__BB12_49:
 	add.s64 	%rd71, %rd255, %rd257;
 	add.s64 	%rd211, %rd64, %rd96;
 	sub.s64 	%rd212, %rd12, %rd211;
@@ -16576,21 +18446,21 @@ $L__BB10_49:
 	add.s16 	%rs14, %rs3, -1;
 	and.b16  	%rs15, %rs14, 255;
 	setp.gt.u16 	%p63, %rs15, 2;
-	@%p63 bra 	$L__BB10_59;
+	@%p63 bra 	$L__BB12_59;
 	ld.global.u32 	%rd73, [%rd65+12];
 	setp.eq.s64 	%p64, %rd73, 0;
-	@%p64 bra 	$L__BB10_59;
+	@%p64 bra 	$L__BB12_59;
 	setp.lt.u64 	%p65, %rd72, %rd73;
-	@%p65 bra 	$L__BB10_59;
+	@%p65 bra 	$L__BB12_59;
 	setp.eq.s16 	%p66, %rs3, 1;
 	setp.ne.s64 	%p67, %rd72, %rd73;
 	and.pred  	%p68, %p66, %p67;
-	@%p68 bra 	$L__BB10_59;
-	@%p66 bra 	$L__BB10_57;
+	@%p68 bra 	$L__BB12_59;
+	@%p66 bra 	$L__BB12_57;
 	setp.eq.s16 	%p70, %rs3, 3;
-	@%p70 bra 	$L__BB10_58;
+	@%p70 bra 	$L__BB12_58;
 	setp.ne.s16 	%p71, %rs3, 2;
-	@%p71 bra 	$L__BB10_59;
+	@%p71 bra 	$L__BB12_59;
 	add.s64 	%rd217, %rd72, 31;
 	shr.u64 	%rd218, %rd217, 3;
 	and.b64  	%rd219, %rd218, 1073741820;
@@ -16600,13 +18470,13 @@ $L__BB10_49:
 	add.s64 	%rd223, %rd222, 7;
 	and.b64  	%rd224, %rd223, -8;
 	add.s64 	%rd256, %rd224, %rd221;
-	bra.uni 	$L__BB10_59;
-$L__BB10_57:
+	bra.uni 	$L__BB12_59;
+$L__BB12_57:
 	mul.lo.s64 	%rd225, %rd72, %rd13;
 	add.s64 	%rd226, %rd225, 7;
 	and.b64  	%rd256, %rd226, -8;
-	bra.uni 	$L__BB10_59;
-$L__BB10_58:
+	bra.uni 	$L__BB12_59;
+$L__BB12_58:
 	shl.b64 	%rd227, %rd73, 1;
 	add.s64 	%rd228, %rd227, 7;
 	and.b64  	%rd229, %rd228, 17179869176;
@@ -16614,16 +18484,16 @@ $L__BB10_58:
 	add.s64 	%rd231, %rd230, 7;
 	and.b64  	%rd232, %rd231, -8;
 	add.s64 	%rd256, %rd232, %rd229;
-$L__BB10_59:
+$L__BB12_59:
 	add.s64 	%rd257, %rd256, %rd71;
 	add.s64 	%rd253, %rd253, 2;
 	setp.lt.u64 	%p72, %rd253, %rd15;
-	@%p72 bra 	$L__BB10_39;
-$L__BB10_60:
+	@%p72 bra 	$L__BB12_39;
+$L__BB12_60:
 	st.global.u64 	[%rd7+8], %rd20;
 	st.global.u64 	[%rd7+16], %rd257;
-	bra.uni 	$L__BB10_63;
-$L__BB10_2:
+	bra.uni 	$L__BB12_63;
+$L__BB12_2:
 	shl.b64 	%rd88, %rd239, 6;
 	add.s64 	%rd89, %rd87, %rd88;
 	add.s64 	%rd7, %rd89, 24;
@@ -16632,7 +18502,7 @@ $L__BB10_2:
 	setp.eq.s64 	%p4, %rd8, -1;
 	setp.eq.s64 	%p5, %rd9, 0;
 	or.pred  	%p6, %p4, %p5;
-	@%p6 bra 	$L__BB10_63;
+	@%p6 bra 	$L__BB12_63;
 	mul.lo.s64 	%rd91, %rd239, 40;
 	add.s64 	%rd10, %rd90, %rd91;
 	ld.global.u64 	%rd92, [%rd10];
@@ -16642,19 +18512,19 @@ $L__BB10_2:
 	ld.global.u32 	%rd14, [%rd7+-8];
 	add.s64 	%rd93, %rd14, 1;
 	setp.eq.s64 	%p7, %rd9, %rd93;
-	@%p7 bra 	$L__BB10_62;
-	bra.uni 	$L__BB10_4;
-$L__BB10_62:
+	@%p7 bra 	$L__BB12_62;
+	bra.uni 	$L__BB12_4;
+$L__BB12_62:
 	ld.global.u64 	%rd234, [%rd7+24];
 	ld.global.u64 	%rd235, [%rd10+16];
 	sub.s64 	%rd236, %rd235, %rd234;
 	st.global.u64 	[%rd7+8], %rd236;
-$L__BB10_63:
+$L__BB12_63:
 	mul.wide.u32 	%rd237, %r38, 256;
 	add.s64 	%rd239, %rd239, %rd237;
 	setp.lt.u64 	%p73, %rd239, %rd86;
-	@%p73 bra 	$L__BB10_2;
-$L__BB10_64:
+	@%p73 bra 	$L__BB12_2;
+$L__BB12_64:
 	ret;
 }
 	// .globl	ws_delta_apply
@@ -16684,7 +18554,7 @@ $L__BB10_64:
 	mov.u32 	%r1094, %ctaid.x;
 	mul.wide.u32 	%rd1978, %r1094, 8;
 	setp.ge.u64 	%p3, %rd1978, %rd1;
-	@%p3 bra 	$L__BB11_1125;
+	@%p3 bra 	$L__BB13_1125;
 	cvt.u64.u32 	%rd3, %r2;
 	cvt.u64.u32 	%rd4, %r1;
 	and.b32  	%r1095, %r1, 31;
@@ -16701,7 +18571,7 @@ $L__BB10_64:
 	and.b32  	%r1102, %r1101, 248;
 	add.s32 	%r7, %r1100, %r1102;
 	and.b32  	%r1199, %r3, 1;
-$L__BB11_2:
+$L__BB13_2:
 	ld.param.u64 	%rd593, [%rd588+24];
 	cvta.to.global.u64 	%rd594, %rd593;
 	add.s64 	%rd595, %rd1978, %rd3;
@@ -16727,7 +18597,7 @@ $L__BB11_2:
 	setp.ne.s64 	%p5, %rd609, -1;
 	or.pred  	%p6, %p5, %p4;
 	mov.u16 	%rs108, 0;
-	@%p6 bra 	$L__BB11_490;
+	@%p6 bra 	$L__BB13_490;
 	mov.u16 	%rs108, 0;
 	ld.param.u64 	%rd611, [%rd588];
 	cvta.to.global.u64 	%rd612, %rd611;
@@ -16741,7 +18611,7 @@ $L__BB11_2:
 	ld.u32 	%rd12, [%rd615+40];
 	ld.u8 	%rs1, [%rd615+44];
 	setp.eq.s16 	%p7, %rs1, 0;
-	@%p7 bra 	$L__BB11_490;
+	@%p7 bra 	$L__BB13_490;
 	ld.global.u64 	%rd13, [%rd9+8];
 	mov.u64 	%rd1981, 0;
 	cvt.u64.u32 	%rd618, %r1105;
@@ -16754,91 +18624,91 @@ $L__BB11_2:
 	setp.eq.s32 	%p8, %r1107, 0;
 	mov.u64 	%rd1979, %rd1981;
 	mov.u64 	%rd1980, %rd1981;
-	@%p8 bra 	$L__BB11_6;
+	@%p8 bra 	$L__BB13_6;
 	ld.param.u64 	%rd623, [%rd588+40];
 	cvta.to.global.u64 	%rd624, %rd623;
 	add.s32 	%r1108, %r1107, -1;
 	mul.wide.u32 	%rd625, %r1108, 64;
 	add.s64 	%rd1979, %rd624, %rd625;
 	add.s64 	%rd1980, %rd623, %rd625;
-$L__BB11_6:
+$L__BB13_6:
 	setp.ne.s64 	%p9, %rd1980, 0;
-	@%p9 bra 	$L__BB11_8;
+	@%p9 bra 	$L__BB13_8;
 	cvt.u64.u32 	%rd627, %r1106;
 	mul.lo.s64 	%rd628, %rd14, %rd627;
 	add.s64 	%rd1981, %rd13, %rd628;
-$L__BB11_8:
+$L__BB13_8:
 	setp.ne.s16 	%p10, %rs1, 3;
 	mov.u16 	%rs108, 1;
-	@%p10 bra 	$L__BB11_490;
+	@%p10 bra 	$L__BB13_490;
 	setp.eq.s64 	%p11, %rd1980, 0;
 	shl.b64 	%rd629, %rd12, 1;
 	add.s64 	%rd630, %rd629, 7;
 	and.b64  	%rd23, %rd630, 17179869176;
-	@%p11 bra 	$L__BB11_83;
+	@%p11 bra 	$L__BB13_83;
 	mov.u16 	%rs108, 0;
 	cvt.u32.u64 	%r1109, %rd5;
 	cvt.u32.u64 	%r1110, %rd12;
 	setp.ge.u32 	%p12, %r1109, %r1110;
-	@%p12 bra 	$L__BB11_490;
+	@%p12 bra 	$L__BB13_490;
 	cvt.u64.u32 	%rd24, %r1106;
 	add.s32 	%r1111, %r1106, -1;
 	cvt.u64.u32 	%rd25, %r1111;
 	and.b32  	%r12, %r1106, 3;
 	sub.s32 	%r13, %r12, %r1106;
 	mov.u64 	%rd1982, %rd5;
-	bra.uni 	$L__BB11_12;
-$L__BB11_83:
+	bra.uni 	$L__BB13_12;
+$L__BB13_83:
 	setp.eq.b32 	%p62, %r1199, 1;
 	mov.pred 	%p63, 0;
 	xor.pred  	%p64, %p62, %p63;
 	mov.u16 	%rs108, 0;
 	not.pred 	%p65, %p64;
-	@%p65 bra 	$L__BB11_199;
-	bra.uni 	$L__BB11_84;
-$L__BB11_199:
+	@%p65 bra 	$L__BB13_199;
+	bra.uni 	$L__BB13_84;
+$L__BB13_199:
 	cvt.u32.u64 	%r1385, %rd12;
 	setp.eq.s32 	%p194, %r1385, 0;
-	@%p194 bra 	$L__BB11_490;
+	@%p194 bra 	$L__BB13_490;
 	cvt.u64.u32 	%rd105, %r1106;
 	add.s32 	%r1386, %r1106, -1;
 	cvt.u64.u32 	%rd106, %r1386;
 	and.b32  	%r274, %r1106, 3;
 	sub.s32 	%r275, %r1106, %r274;
 	mov.u64 	%rd2000, 0;
-$L__BB11_201:
+$L__BB13_201:
 	mov.u64 	%rd2001, 0;
 	add.s64 	%rd108, %rd2000, %rd5;
 	setp.ge.u64 	%p195, %rd108, %rd12;
 	shl.b64 	%rd762, %rd108, 1;
 	add.s64 	%rd109, %rd16, %rd762;
-	@%p195 bra 	$L__BB11_203;
+	@%p195 bra 	$L__BB13_203;
 	ld.u16 	%rd2001, [%rd109];
-$L__BB11_203:
+$L__BB13_203:
 	add.s64 	%rd1969, %rd2000, %rd5;
 	setp.ge.u64 	%p1069, %rd1969, %rd12;
 	mov.u64 	%rd2006, 0;
 	mov.u64 	%rd2005, %rd2006;
-	@%p1069 bra 	$L__BB11_220;
+	@%p1069 bra 	$L__BB13_220;
 	add.s64 	%rd1976, %rd2000, %rd5;
 	mul.lo.s64 	%rd764, %rd1976, %rd105;
 	add.s64 	%rd765, %rd764, %rd23;
 	add.s64 	%rd112, %rd16, %rd765;
 	and.b64  	%rd766, %rd112, %rd106;
 	setp.eq.s64 	%p197, %rd766, 0;
-	@%p197 bra 	$L__BB11_213;
+	@%p197 bra 	$L__BB13_213;
 	setp.eq.s32 	%p198, %r1106, 0;
 	mov.u64 	%rd2005, %rd2006;
-	@%p198 bra 	$L__BB11_220;
+	@%p198 bra 	$L__BB13_220;
 	cvt.u32.u64 	%r1388, %rd106;
 	setp.lt.u32 	%p199, %r1388, 3;
 	mov.u64 	%rd2005, 0;
 	mov.u32 	%r3789, 0;
-	@%p199 bra 	$L__BB11_209;
+	@%p199 bra 	$L__BB13_209;
 	mov.u64 	%rd2005, 0;
 	mov.u32 	%r3789, 0;
 	mov.u32 	%r3788, %r275;
-$L__BB11_208:
+$L__BB13_208:
 	cvt.u64.u32 	%rd771, %r3789;
 	add.s64 	%rd772, %rd112, %rd771;
 	ld.u8 	%rd773, [%rd772];
@@ -16860,10 +18730,10 @@ $L__BB11_208:
 	add.s32 	%r3789, %r3789, 4;
 	add.s32 	%r3788, %r3788, -4;
 	setp.ne.s32 	%p200, %r3788, 0;
-	@%p200 bra 	$L__BB11_208;
-$L__BB11_209:
+	@%p200 bra 	$L__BB13_208;
+$L__BB13_209:
 	setp.eq.s32 	%p201, %r274, 0;
-	@%p201 bra 	$L__BB11_220;
+	@%p201 bra 	$L__BB13_220;
 	setp.eq.s32 	%p202, %r274, 1;
 	cvt.u64.u32 	%rd784, %r3789;
 	add.s64 	%rd117, %rd112, %rd784;
@@ -16871,63 +18741,63 @@ $L__BB11_209:
 	shl.b32 	%r1394, %r3789, 3;
 	shl.b64 	%rd786, %rd785, %r1394;
 	or.b64  	%rd2005, %rd786, %rd2005;
-	@%p202 bra 	$L__BB11_220;
+	@%p202 bra 	$L__BB13_220;
 	setp.eq.s32 	%p203, %r274, 2;
 	ld.u8 	%rd787, [%rd117+1];
 	add.s32 	%r1396, %r1394, 8;
 	shl.b64 	%rd788, %rd787, %r1396;
 	or.b64  	%rd2005, %rd788, %rd2005;
-	@%p203 bra 	$L__BB11_220;
+	@%p203 bra 	$L__BB13_220;
 	ld.u8 	%rd789, [%rd117+2];
 	add.s32 	%r1398, %r1394, 16;
 	shl.b64 	%rd790, %rd789, %r1398;
 	or.b64  	%rd2005, %rd790, %rd2005;
-	bra.uni 	$L__BB11_220;
-$L__BB11_213:
+	bra.uni 	$L__BB13_220;
+$L__BB13_213:
 	setp.eq.s32 	%p204, %r1106, 1;
-	@%p204 bra 	$L__BB11_218;
+	@%p204 bra 	$L__BB13_218;
 	setp.eq.s32 	%p205, %r1106, 2;
-	@%p205 bra 	$L__BB11_217;
+	@%p205 bra 	$L__BB13_217;
 	setp.ne.s32 	%p206, %r1106, 4;
-	@%p206 bra 	$L__BB11_219;
+	@%p206 bra 	$L__BB13_219;
 	ld.u32 	%rd2005, [%rd112];
-	bra.uni 	$L__BB11_220;
-$L__BB11_218:
+	bra.uni 	$L__BB13_220;
+$L__BB13_218:
 	ld.u8 	%rd2005, [%rd112];
-	bra.uni 	$L__BB11_220;
-$L__BB11_217:
+	bra.uni 	$L__BB13_220;
+$L__BB13_217:
 	ld.u16 	%rd2005, [%rd112];
-	bra.uni 	$L__BB11_220;
-$L__BB11_219:
+	bra.uni 	$L__BB13_220;
+$L__BB13_219:
 	ld.u64 	%rd2005, [%rd112];
-$L__BB11_220:
+$L__BB13_220:
 	add.s64 	%rd1970, %rd2000, %rd5;
 	add.s64 	%rd127, %rd1970, 32;
 	setp.ge.u64 	%p207, %rd127, %rd12;
-	@%p207 bra 	$L__BB11_222;
+	@%p207 bra 	$L__BB13_222;
 	ld.u16 	%rd2006, [%rd109+64];
-$L__BB11_222:
+$L__BB13_222:
 	mov.u64 	%rd2011, 0;
 	mov.u64 	%rd2010, %rd2011;
-	@%p207 bra 	$L__BB11_239;
+	@%p207 bra 	$L__BB13_239;
 	mul.lo.s64 	%rd793, %rd127, %rd105;
 	add.s64 	%rd794, %rd793, %rd23;
 	add.s64 	%rd130, %rd16, %rd794;
 	and.b64  	%rd795, %rd130, %rd106;
 	setp.eq.s64 	%p209, %rd795, 0;
-	@%p209 bra 	$L__BB11_232;
+	@%p209 bra 	$L__BB13_232;
 	setp.eq.s32 	%p210, %r1106, 0;
 	mov.u64 	%rd2010, %rd2011;
-	@%p210 bra 	$L__BB11_239;
+	@%p210 bra 	$L__BB13_239;
 	cvt.u32.u64 	%r1400, %rd106;
 	setp.lt.u32 	%p211, %r1400, 3;
 	mov.u64 	%rd2010, 0;
 	mov.u32 	%r3792, 0;
-	@%p211 bra 	$L__BB11_228;
+	@%p211 bra 	$L__BB13_228;
 	mov.u64 	%rd2010, 0;
 	mov.u32 	%r3792, 0;
 	mov.u32 	%r3791, %r275;
-$L__BB11_227:
+$L__BB13_227:
 	cvt.u64.u32 	%rd800, %r3792;
 	add.s64 	%rd801, %rd130, %rd800;
 	ld.u8 	%rd802, [%rd801];
@@ -16949,10 +18819,10 @@ $L__BB11_227:
 	add.s32 	%r3792, %r3792, 4;
 	add.s32 	%r3791, %r3791, -4;
 	setp.ne.s32 	%p212, %r3791, 0;
-	@%p212 bra 	$L__BB11_227;
-$L__BB11_228:
+	@%p212 bra 	$L__BB13_227;
+$L__BB13_228:
 	setp.eq.s32 	%p213, %r274, 0;
-	@%p213 bra 	$L__BB11_239;
+	@%p213 bra 	$L__BB13_239;
 	setp.eq.s32 	%p214, %r274, 1;
 	cvt.u64.u32 	%rd813, %r3792;
 	add.s64 	%rd135, %rd130, %rd813;
@@ -16960,63 +18830,63 @@ $L__BB11_228:
 	shl.b32 	%r1406, %r3792, 3;
 	shl.b64 	%rd815, %rd814, %r1406;
 	or.b64  	%rd2010, %rd815, %rd2010;
-	@%p214 bra 	$L__BB11_239;
+	@%p214 bra 	$L__BB13_239;
 	setp.eq.s32 	%p215, %r274, 2;
 	ld.u8 	%rd816, [%rd135+1];
 	add.s32 	%r1408, %r1406, 8;
 	shl.b64 	%rd817, %rd816, %r1408;
 	or.b64  	%rd2010, %rd817, %rd2010;
-	@%p215 bra 	$L__BB11_239;
+	@%p215 bra 	$L__BB13_239;
 	ld.u8 	%rd818, [%rd135+2];
 	add.s32 	%r1410, %r1406, 16;
 	shl.b64 	%rd819, %rd818, %r1410;
 	or.b64  	%rd2010, %rd819, %rd2010;
-	bra.uni 	$L__BB11_239;
-$L__BB11_232:
+	bra.uni 	$L__BB13_239;
+$L__BB13_232:
 	setp.eq.s32 	%p216, %r1106, 1;
-	@%p216 bra 	$L__BB11_237;
+	@%p216 bra 	$L__BB13_237;
 	setp.eq.s32 	%p217, %r1106, 2;
-	@%p217 bra 	$L__BB11_236;
+	@%p217 bra 	$L__BB13_236;
 	setp.ne.s32 	%p218, %r1106, 4;
-	@%p218 bra 	$L__BB11_238;
+	@%p218 bra 	$L__BB13_238;
 	ld.u32 	%rd2010, [%rd130];
-	bra.uni 	$L__BB11_239;
-$L__BB11_237:
+	bra.uni 	$L__BB13_239;
+$L__BB13_237:
 	ld.u8 	%rd2010, [%rd130];
-	bra.uni 	$L__BB11_239;
-$L__BB11_236:
+	bra.uni 	$L__BB13_239;
+$L__BB13_236:
 	ld.u16 	%rd2010, [%rd130];
-	bra.uni 	$L__BB11_239;
-$L__BB11_238:
+	bra.uni 	$L__BB13_239;
+$L__BB13_238:
 	ld.u64 	%rd2010, [%rd130];
-$L__BB11_239:
+$L__BB13_239:
 	add.s64 	%rd1971, %rd2000, %rd5;
 	add.s64 	%rd145, %rd1971, 64;
 	setp.ge.u64 	%p219, %rd145, %rd12;
-	@%p219 bra 	$L__BB11_241;
+	@%p219 bra 	$L__BB13_241;
 	ld.u16 	%rd2011, [%rd109+128];
-$L__BB11_241:
+$L__BB13_241:
 	mov.u64 	%rd2016, 0;
 	mov.u64 	%rd2015, %rd2016;
-	@%p219 bra 	$L__BB11_258;
+	@%p219 bra 	$L__BB13_258;
 	mul.lo.s64 	%rd822, %rd145, %rd105;
 	add.s64 	%rd823, %rd822, %rd23;
 	add.s64 	%rd148, %rd16, %rd823;
 	and.b64  	%rd824, %rd148, %rd106;
 	setp.eq.s64 	%p221, %rd824, 0;
-	@%p221 bra 	$L__BB11_251;
+	@%p221 bra 	$L__BB13_251;
 	setp.eq.s32 	%p222, %r1106, 0;
 	mov.u64 	%rd2015, %rd2016;
-	@%p222 bra 	$L__BB11_258;
+	@%p222 bra 	$L__BB13_258;
 	cvt.u32.u64 	%r1412, %rd106;
 	setp.lt.u32 	%p223, %r1412, 3;
 	mov.u64 	%rd2015, 0;
 	mov.u32 	%r3795, 0;
-	@%p223 bra 	$L__BB11_247;
+	@%p223 bra 	$L__BB13_247;
 	mov.u64 	%rd2015, 0;
 	mov.u32 	%r3795, 0;
 	mov.u32 	%r3794, %r275;
-$L__BB11_246:
+$L__BB13_246:
 	cvt.u64.u32 	%rd829, %r3795;
 	add.s64 	%rd830, %rd148, %rd829;
 	ld.u8 	%rd831, [%rd830];
@@ -17038,10 +18908,10 @@ $L__BB11_246:
 	add.s32 	%r3795, %r3795, 4;
 	add.s32 	%r3794, %r3794, -4;
 	setp.ne.s32 	%p224, %r3794, 0;
-	@%p224 bra 	$L__BB11_246;
-$L__BB11_247:
+	@%p224 bra 	$L__BB13_246;
+$L__BB13_247:
 	setp.eq.s32 	%p225, %r274, 0;
-	@%p225 bra 	$L__BB11_258;
+	@%p225 bra 	$L__BB13_258;
 	setp.eq.s32 	%p226, %r274, 1;
 	cvt.u64.u32 	%rd842, %r3795;
 	add.s64 	%rd153, %rd148, %rd842;
@@ -17049,63 +18919,63 @@ $L__BB11_247:
 	shl.b32 	%r1418, %r3795, 3;
 	shl.b64 	%rd844, %rd843, %r1418;
 	or.b64  	%rd2015, %rd844, %rd2015;
-	@%p226 bra 	$L__BB11_258;
+	@%p226 bra 	$L__BB13_258;
 	setp.eq.s32 	%p227, %r274, 2;
 	ld.u8 	%rd845, [%rd153+1];
 	add.s32 	%r1420, %r1418, 8;
 	shl.b64 	%rd846, %rd845, %r1420;
 	or.b64  	%rd2015, %rd846, %rd2015;
-	@%p227 bra 	$L__BB11_258;
+	@%p227 bra 	$L__BB13_258;
 	ld.u8 	%rd847, [%rd153+2];
 	add.s32 	%r1422, %r1418, 16;
 	shl.b64 	%rd848, %rd847, %r1422;
 	or.b64  	%rd2015, %rd848, %rd2015;
-	bra.uni 	$L__BB11_258;
-$L__BB11_251:
+	bra.uni 	$L__BB13_258;
+$L__BB13_251:
 	setp.eq.s32 	%p228, %r1106, 1;
-	@%p228 bra 	$L__BB11_256;
+	@%p228 bra 	$L__BB13_256;
 	setp.eq.s32 	%p229, %r1106, 2;
-	@%p229 bra 	$L__BB11_255;
+	@%p229 bra 	$L__BB13_255;
 	setp.ne.s32 	%p230, %r1106, 4;
-	@%p230 bra 	$L__BB11_257;
+	@%p230 bra 	$L__BB13_257;
 	ld.u32 	%rd2015, [%rd148];
-	bra.uni 	$L__BB11_258;
-$L__BB11_256:
+	bra.uni 	$L__BB13_258;
+$L__BB13_256:
 	ld.u8 	%rd2015, [%rd148];
-	bra.uni 	$L__BB11_258;
-$L__BB11_255:
+	bra.uni 	$L__BB13_258;
+$L__BB13_255:
 	ld.u16 	%rd2015, [%rd148];
-	bra.uni 	$L__BB11_258;
-$L__BB11_257:
+	bra.uni 	$L__BB13_258;
+$L__BB13_257:
 	ld.u64 	%rd2015, [%rd148];
-$L__BB11_258:
+$L__BB13_258:
 	add.s64 	%rd1972, %rd2000, %rd5;
 	add.s64 	%rd163, %rd1972, 96;
 	setp.ge.u64 	%p231, %rd163, %rd12;
-	@%p231 bra 	$L__BB11_260;
+	@%p231 bra 	$L__BB13_260;
 	ld.u16 	%rd2016, [%rd109+192];
-$L__BB11_260:
+$L__BB13_260:
 	mov.u64 	%rd2021, 0;
 	mov.u64 	%rd2020, %rd2021;
-	@%p231 bra 	$L__BB11_277;
+	@%p231 bra 	$L__BB13_277;
 	mul.lo.s64 	%rd851, %rd163, %rd105;
 	add.s64 	%rd852, %rd851, %rd23;
 	add.s64 	%rd166, %rd16, %rd852;
 	and.b64  	%rd853, %rd166, %rd106;
 	setp.eq.s64 	%p233, %rd853, 0;
-	@%p233 bra 	$L__BB11_270;
+	@%p233 bra 	$L__BB13_270;
 	setp.eq.s32 	%p234, %r1106, 0;
 	mov.u64 	%rd2020, %rd2021;
-	@%p234 bra 	$L__BB11_277;
+	@%p234 bra 	$L__BB13_277;
 	cvt.u32.u64 	%r1424, %rd106;
 	setp.lt.u32 	%p235, %r1424, 3;
 	mov.u64 	%rd2020, 0;
 	mov.u32 	%r3798, 0;
-	@%p235 bra 	$L__BB11_266;
+	@%p235 bra 	$L__BB13_266;
 	mov.u64 	%rd2020, 0;
 	mov.u32 	%r3798, 0;
 	mov.u32 	%r3797, %r275;
-$L__BB11_265:
+$L__BB13_265:
 	cvt.u64.u32 	%rd858, %r3798;
 	add.s64 	%rd859, %rd166, %rd858;
 	ld.u8 	%rd860, [%rd859];
@@ -17127,10 +18997,10 @@ $L__BB11_265:
 	add.s32 	%r3798, %r3798, 4;
 	add.s32 	%r3797, %r3797, -4;
 	setp.ne.s32 	%p236, %r3797, 0;
-	@%p236 bra 	$L__BB11_265;
-$L__BB11_266:
+	@%p236 bra 	$L__BB13_265;
+$L__BB13_266:
 	setp.eq.s32 	%p237, %r274, 0;
-	@%p237 bra 	$L__BB11_277;
+	@%p237 bra 	$L__BB13_277;
 	setp.eq.s32 	%p238, %r274, 1;
 	cvt.u64.u32 	%rd871, %r3798;
 	add.s64 	%rd171, %rd166, %rd871;
@@ -17138,63 +19008,63 @@ $L__BB11_266:
 	shl.b32 	%r1430, %r3798, 3;
 	shl.b64 	%rd873, %rd872, %r1430;
 	or.b64  	%rd2020, %rd873, %rd2020;
-	@%p238 bra 	$L__BB11_277;
+	@%p238 bra 	$L__BB13_277;
 	setp.eq.s32 	%p239, %r274, 2;
 	ld.u8 	%rd874, [%rd171+1];
 	add.s32 	%r1432, %r1430, 8;
 	shl.b64 	%rd875, %rd874, %r1432;
 	or.b64  	%rd2020, %rd875, %rd2020;
-	@%p239 bra 	$L__BB11_277;
+	@%p239 bra 	$L__BB13_277;
 	ld.u8 	%rd876, [%rd171+2];
 	add.s32 	%r1434, %r1430, 16;
 	shl.b64 	%rd877, %rd876, %r1434;
 	or.b64  	%rd2020, %rd877, %rd2020;
-	bra.uni 	$L__BB11_277;
-$L__BB11_270:
+	bra.uni 	$L__BB13_277;
+$L__BB13_270:
 	setp.eq.s32 	%p240, %r1106, 1;
-	@%p240 bra 	$L__BB11_275;
+	@%p240 bra 	$L__BB13_275;
 	setp.eq.s32 	%p241, %r1106, 2;
-	@%p241 bra 	$L__BB11_274;
+	@%p241 bra 	$L__BB13_274;
 	setp.ne.s32 	%p242, %r1106, 4;
-	@%p242 bra 	$L__BB11_276;
+	@%p242 bra 	$L__BB13_276;
 	ld.u32 	%rd2020, [%rd166];
-	bra.uni 	$L__BB11_277;
-$L__BB11_275:
+	bra.uni 	$L__BB13_277;
+$L__BB13_275:
 	ld.u8 	%rd2020, [%rd166];
-	bra.uni 	$L__BB11_277;
-$L__BB11_274:
+	bra.uni 	$L__BB13_277;
+$L__BB13_274:
 	ld.u16 	%rd2020, [%rd166];
-	bra.uni 	$L__BB11_277;
-$L__BB11_276:
+	bra.uni 	$L__BB13_277;
+$L__BB13_276:
 	ld.u64 	%rd2020, [%rd166];
-$L__BB11_277:
+$L__BB13_277:
 	add.s64 	%rd1973, %rd2000, %rd5;
 	add.s64 	%rd181, %rd1973, 128;
 	setp.ge.u64 	%p243, %rd181, %rd12;
-	@%p243 bra 	$L__BB11_279;
+	@%p243 bra 	$L__BB13_279;
 	ld.u16 	%rd2021, [%rd109+256];
-$L__BB11_279:
+$L__BB13_279:
 	mov.u64 	%rd2026, 0;
 	mov.u64 	%rd2025, %rd2026;
-	@%p243 bra 	$L__BB11_296;
+	@%p243 bra 	$L__BB13_296;
 	mul.lo.s64 	%rd880, %rd181, %rd105;
 	add.s64 	%rd881, %rd880, %rd23;
 	add.s64 	%rd184, %rd16, %rd881;
 	and.b64  	%rd882, %rd184, %rd106;
 	setp.eq.s64 	%p245, %rd882, 0;
-	@%p245 bra 	$L__BB11_289;
+	@%p245 bra 	$L__BB13_289;
 	setp.eq.s32 	%p246, %r1106, 0;
 	mov.u64 	%rd2025, %rd2026;
-	@%p246 bra 	$L__BB11_296;
+	@%p246 bra 	$L__BB13_296;
 	cvt.u32.u64 	%r1436, %rd106;
 	setp.lt.u32 	%p247, %r1436, 3;
 	mov.u64 	%rd2025, 0;
 	mov.u32 	%r3801, 0;
-	@%p247 bra 	$L__BB11_285;
+	@%p247 bra 	$L__BB13_285;
 	mov.u64 	%rd2025, 0;
 	mov.u32 	%r3801, 0;
 	mov.u32 	%r3800, %r275;
-$L__BB11_284:
+$L__BB13_284:
 	cvt.u64.u32 	%rd887, %r3801;
 	add.s64 	%rd888, %rd184, %rd887;
 	ld.u8 	%rd889, [%rd888];
@@ -17216,10 +19086,10 @@ $L__BB11_284:
 	add.s32 	%r3801, %r3801, 4;
 	add.s32 	%r3800, %r3800, -4;
 	setp.ne.s32 	%p248, %r3800, 0;
-	@%p248 bra 	$L__BB11_284;
-$L__BB11_285:
+	@%p248 bra 	$L__BB13_284;
+$L__BB13_285:
 	setp.eq.s32 	%p249, %r274, 0;
-	@%p249 bra 	$L__BB11_296;
+	@%p249 bra 	$L__BB13_296;
 	setp.eq.s32 	%p250, %r274, 1;
 	cvt.u64.u32 	%rd900, %r3801;
 	add.s64 	%rd189, %rd184, %rd900;
@@ -17227,63 +19097,63 @@ $L__BB11_285:
 	shl.b32 	%r1442, %r3801, 3;
 	shl.b64 	%rd902, %rd901, %r1442;
 	or.b64  	%rd2025, %rd902, %rd2025;
-	@%p250 bra 	$L__BB11_296;
+	@%p250 bra 	$L__BB13_296;
 	setp.eq.s32 	%p251, %r274, 2;
 	ld.u8 	%rd903, [%rd189+1];
 	add.s32 	%r1444, %r1442, 8;
 	shl.b64 	%rd904, %rd903, %r1444;
 	or.b64  	%rd2025, %rd904, %rd2025;
-	@%p251 bra 	$L__BB11_296;
+	@%p251 bra 	$L__BB13_296;
 	ld.u8 	%rd905, [%rd189+2];
 	add.s32 	%r1446, %r1442, 16;
 	shl.b64 	%rd906, %rd905, %r1446;
 	or.b64  	%rd2025, %rd906, %rd2025;
-	bra.uni 	$L__BB11_296;
-$L__BB11_289:
+	bra.uni 	$L__BB13_296;
+$L__BB13_289:
 	setp.eq.s32 	%p252, %r1106, 1;
-	@%p252 bra 	$L__BB11_294;
+	@%p252 bra 	$L__BB13_294;
 	setp.eq.s32 	%p253, %r1106, 2;
-	@%p253 bra 	$L__BB11_293;
+	@%p253 bra 	$L__BB13_293;
 	setp.ne.s32 	%p254, %r1106, 4;
-	@%p254 bra 	$L__BB11_295;
+	@%p254 bra 	$L__BB13_295;
 	ld.u32 	%rd2025, [%rd184];
-	bra.uni 	$L__BB11_296;
-$L__BB11_294:
+	bra.uni 	$L__BB13_296;
+$L__BB13_294:
 	ld.u8 	%rd2025, [%rd184];
-	bra.uni 	$L__BB11_296;
-$L__BB11_293:
+	bra.uni 	$L__BB13_296;
+$L__BB13_293:
 	ld.u16 	%rd2025, [%rd184];
-	bra.uni 	$L__BB11_296;
-$L__BB11_295:
+	bra.uni 	$L__BB13_296;
+$L__BB13_295:
 	ld.u64 	%rd2025, [%rd184];
-$L__BB11_296:
+$L__BB13_296:
 	add.s64 	%rd1974, %rd2000, %rd5;
 	add.s64 	%rd199, %rd1974, 160;
 	setp.ge.u64 	%p255, %rd199, %rd12;
-	@%p255 bra 	$L__BB11_298;
+	@%p255 bra 	$L__BB13_298;
 	ld.u16 	%rd2026, [%rd109+320];
-$L__BB11_298:
+$L__BB13_298:
 	mov.u64 	%rd2031, 0;
 	mov.u64 	%rd2030, %rd2031;
-	@%p255 bra 	$L__BB11_315;
+	@%p255 bra 	$L__BB13_315;
 	mul.lo.s64 	%rd909, %rd199, %rd105;
 	add.s64 	%rd910, %rd909, %rd23;
 	add.s64 	%rd202, %rd16, %rd910;
 	and.b64  	%rd911, %rd202, %rd106;
 	setp.eq.s64 	%p257, %rd911, 0;
-	@%p257 bra 	$L__BB11_308;
+	@%p257 bra 	$L__BB13_308;
 	setp.eq.s32 	%p258, %r1106, 0;
 	mov.u64 	%rd2030, %rd2031;
-	@%p258 bra 	$L__BB11_315;
+	@%p258 bra 	$L__BB13_315;
 	cvt.u32.u64 	%r1448, %rd106;
 	setp.lt.u32 	%p259, %r1448, 3;
 	mov.u64 	%rd2030, 0;
 	mov.u32 	%r3804, 0;
-	@%p259 bra 	$L__BB11_304;
+	@%p259 bra 	$L__BB13_304;
 	mov.u64 	%rd2030, 0;
 	mov.u32 	%r3804, 0;
 	mov.u32 	%r3803, %r275;
-$L__BB11_303:
+$L__BB13_303:
 	cvt.u64.u32 	%rd916, %r3804;
 	add.s64 	%rd917, %rd202, %rd916;
 	ld.u8 	%rd918, [%rd917];
@@ -17305,10 +19175,10 @@ $L__BB11_303:
 	add.s32 	%r3804, %r3804, 4;
 	add.s32 	%r3803, %r3803, -4;
 	setp.ne.s32 	%p260, %r3803, 0;
-	@%p260 bra 	$L__BB11_303;
-$L__BB11_304:
+	@%p260 bra 	$L__BB13_303;
+$L__BB13_304:
 	setp.eq.s32 	%p261, %r274, 0;
-	@%p261 bra 	$L__BB11_315;
+	@%p261 bra 	$L__BB13_315;
 	setp.eq.s32 	%p262, %r274, 1;
 	cvt.u64.u32 	%rd929, %r3804;
 	add.s64 	%rd207, %rd202, %rd929;
@@ -17316,62 +19186,62 @@ $L__BB11_304:
 	shl.b32 	%r1454, %r3804, 3;
 	shl.b64 	%rd931, %rd930, %r1454;
 	or.b64  	%rd2030, %rd931, %rd2030;
-	@%p262 bra 	$L__BB11_315;
+	@%p262 bra 	$L__BB13_315;
 	setp.eq.s32 	%p263, %r274, 2;
 	ld.u8 	%rd932, [%rd207+1];
 	add.s32 	%r1456, %r1454, 8;
 	shl.b64 	%rd933, %rd932, %r1456;
 	or.b64  	%rd2030, %rd933, %rd2030;
-	@%p263 bra 	$L__BB11_315;
+	@%p263 bra 	$L__BB13_315;
 	ld.u8 	%rd934, [%rd207+2];
 	add.s32 	%r1458, %r1454, 16;
 	shl.b64 	%rd935, %rd934, %r1458;
 	or.b64  	%rd2030, %rd935, %rd2030;
-	bra.uni 	$L__BB11_315;
-$L__BB11_308:
+	bra.uni 	$L__BB13_315;
+$L__BB13_308:
 	setp.eq.s32 	%p264, %r1106, 1;
-	@%p264 bra 	$L__BB11_313;
+	@%p264 bra 	$L__BB13_313;
 	setp.eq.s32 	%p265, %r1106, 2;
-	@%p265 bra 	$L__BB11_312;
+	@%p265 bra 	$L__BB13_312;
 	setp.ne.s32 	%p266, %r1106, 4;
-	@%p266 bra 	$L__BB11_314;
+	@%p266 bra 	$L__BB13_314;
 	ld.u32 	%rd2030, [%rd202];
-	bra.uni 	$L__BB11_315;
-$L__BB11_313:
+	bra.uni 	$L__BB13_315;
+$L__BB13_313:
 	ld.u8 	%rd2030, [%rd202];
-	bra.uni 	$L__BB11_315;
-$L__BB11_312:
+	bra.uni 	$L__BB13_315;
+$L__BB13_312:
 	ld.u16 	%rd2030, [%rd202];
-	bra.uni 	$L__BB11_315;
-$L__BB11_314:
+	bra.uni 	$L__BB13_315;
+$L__BB13_314:
 	ld.u64 	%rd2030, [%rd202];
-$L__BB11_315:
+$L__BB13_315:
 	add.s64 	%rd1975, %rd2000, %rd5;
 	add.s64 	%rd217, %rd1975, 192;
 	setp.ge.u64 	%p267, %rd217, %rd12;
-	@%p267 bra 	$L__BB11_317;
+	@%p267 bra 	$L__BB13_317;
 	ld.u16 	%rd2031, [%rd109+384];
-$L__BB11_317:
+$L__BB13_317:
 	mov.u64 	%rd2035, 0;
-	@%p267 bra 	$L__BB11_334;
+	@%p267 bra 	$L__BB13_334;
 	mul.lo.s64 	%rd938, %rd217, %rd105;
 	add.s64 	%rd939, %rd938, %rd23;
 	add.s64 	%rd220, %rd16, %rd939;
 	and.b64  	%rd940, %rd220, %rd106;
 	setp.eq.s64 	%p269, %rd940, 0;
-	@%p269 bra 	$L__BB11_327;
+	@%p269 bra 	$L__BB13_327;
 	mov.u64 	%rd2035, 0;
 	setp.eq.s32 	%p270, %r1106, 0;
-	@%p270 bra 	$L__BB11_334;
+	@%p270 bra 	$L__BB13_334;
 	cvt.u32.u64 	%r1460, %rd106;
 	setp.lt.u32 	%p271, %r1460, 3;
 	mov.u64 	%rd2035, 0;
 	mov.u32 	%r3807, 0;
-	@%p271 bra 	$L__BB11_323;
+	@%p271 bra 	$L__BB13_323;
 	mov.u64 	%rd2035, 0;
 	mov.u32 	%r3807, 0;
 	mov.u32 	%r3806, %r275;
-$L__BB11_322:
+$L__BB13_322:
 	cvt.u64.u32 	%rd945, %r3807;
 	add.s64 	%rd946, %rd220, %rd945;
 	ld.u8 	%rd947, [%rd946];
@@ -17393,10 +19263,10 @@ $L__BB11_322:
 	add.s32 	%r3807, %r3807, 4;
 	add.s32 	%r3806, %r3806, -4;
 	setp.ne.s32 	%p272, %r3806, 0;
-	@%p272 bra 	$L__BB11_322;
-$L__BB11_323:
+	@%p272 bra 	$L__BB13_322;
+$L__BB13_323:
 	setp.eq.s32 	%p273, %r274, 0;
-	@%p273 bra 	$L__BB11_334;
+	@%p273 bra 	$L__BB13_334;
 	setp.eq.s32 	%p274, %r274, 1;
 	cvt.u64.u32 	%rd958, %r3807;
 	add.s64 	%rd225, %rd220, %rd958;
@@ -17404,63 +19274,63 @@ $L__BB11_323:
 	shl.b32 	%r1466, %r3807, 3;
 	shl.b64 	%rd960, %rd959, %r1466;
 	or.b64  	%rd2035, %rd960, %rd2035;
-	@%p274 bra 	$L__BB11_334;
+	@%p274 bra 	$L__BB13_334;
 	setp.eq.s32 	%p275, %r274, 2;
 	ld.u8 	%rd961, [%rd225+1];
 	add.s32 	%r1468, %r1466, 8;
 	shl.b64 	%rd962, %rd961, %r1468;
 	or.b64  	%rd2035, %rd962, %rd2035;
-	@%p275 bra 	$L__BB11_334;
+	@%p275 bra 	$L__BB13_334;
 	ld.u8 	%rd963, [%rd225+2];
 	add.s32 	%r1470, %r1466, 16;
 	shl.b64 	%rd964, %rd963, %r1470;
 	or.b64  	%rd2035, %rd964, %rd2035;
-	bra.uni 	$L__BB11_334;
-$L__BB11_327:
+	bra.uni 	$L__BB13_334;
+$L__BB13_327:
 	setp.eq.s32 	%p276, %r1106, 1;
-	@%p276 bra 	$L__BB11_332;
+	@%p276 bra 	$L__BB13_332;
 	setp.eq.s32 	%p277, %r1106, 2;
-	@%p277 bra 	$L__BB11_331;
+	@%p277 bra 	$L__BB13_331;
 	setp.ne.s32 	%p278, %r1106, 4;
-	@%p278 bra 	$L__BB11_333;
+	@%p278 bra 	$L__BB13_333;
 	ld.u32 	%rd2035, [%rd220];
-	bra.uni 	$L__BB11_334;
-$L__BB11_332:
+	bra.uni 	$L__BB13_334;
+$L__BB13_332:
 	ld.u8 	%rd2035, [%rd220];
-	bra.uni 	$L__BB11_334;
-$L__BB11_331:
+	bra.uni 	$L__BB13_334;
+$L__BB13_331:
 	ld.u16 	%rd2035, [%rd220];
-	bra.uni 	$L__BB11_334;
-$L__BB11_333:
+	bra.uni 	$L__BB13_334;
+$L__BB13_333:
 	ld.u64 	%rd2035, [%rd220];
-$L__BB11_334:
+$L__BB13_334:
 	mov.u64 	%rd2036, 0;
 	add.s64 	%rd1964, %rd2000, %rd5;
 	add.s64 	%rd235, %rd1964, 224;
 	setp.ge.u64 	%p279, %rd235, %rd12;
-	@%p279 bra 	$L__BB11_336;
+	@%p279 bra 	$L__BB13_336;
 	ld.u16 	%rd2036, [%rd109+448];
-$L__BB11_336:
+$L__BB13_336:
 	mov.u64 	%rd2040, 0;
-	@%p279 bra 	$L__BB11_353;
+	@%p279 bra 	$L__BB13_353;
 	mul.lo.s64 	%rd967, %rd235, %rd105;
 	add.s64 	%rd968, %rd967, %rd23;
 	add.s64 	%rd238, %rd16, %rd968;
 	and.b64  	%rd969, %rd238, %rd106;
 	setp.eq.s64 	%p281, %rd969, 0;
-	@%p281 bra 	$L__BB11_346;
+	@%p281 bra 	$L__BB13_346;
 	mov.u64 	%rd2040, 0;
 	setp.eq.s32 	%p282, %r1106, 0;
-	@%p282 bra 	$L__BB11_353;
+	@%p282 bra 	$L__BB13_353;
 	cvt.u32.u64 	%r1472, %rd106;
 	setp.lt.u32 	%p283, %r1472, 3;
 	mov.u64 	%rd2040, 0;
 	mov.u32 	%r3810, 0;
-	@%p283 bra 	$L__BB11_342;
+	@%p283 bra 	$L__BB13_342;
 	mov.u64 	%rd2040, 0;
 	mov.u32 	%r3810, 0;
 	mov.u32 	%r3809, %r275;
-$L__BB11_341:
+$L__BB13_341:
 	cvt.u64.u32 	%rd974, %r3810;
 	add.s64 	%rd975, %rd238, %rd974;
 	ld.u8 	%rd976, [%rd975];
@@ -17482,10 +19352,10 @@ $L__BB11_341:
 	add.s32 	%r3810, %r3810, 4;
 	add.s32 	%r3809, %r3809, -4;
 	setp.ne.s32 	%p284, %r3809, 0;
-	@%p284 bra 	$L__BB11_341;
-$L__BB11_342:
+	@%p284 bra 	$L__BB13_341;
+$L__BB13_342:
 	setp.eq.s32 	%p285, %r274, 0;
-	@%p285 bra 	$L__BB11_353;
+	@%p285 bra 	$L__BB13_353;
 	setp.eq.s32 	%p286, %r274, 1;
 	cvt.u64.u32 	%rd987, %r3810;
 	add.s64 	%rd243, %rd238, %rd987;
@@ -17493,53 +19363,53 @@ $L__BB11_342:
 	shl.b32 	%r1478, %r3810, 3;
 	shl.b64 	%rd989, %rd988, %r1478;
 	or.b64  	%rd2040, %rd989, %rd2040;
-	@%p286 bra 	$L__BB11_353;
+	@%p286 bra 	$L__BB13_353;
 	setp.eq.s32 	%p287, %r274, 2;
 	ld.u8 	%rd990, [%rd243+1];
 	add.s32 	%r1480, %r1478, 8;
 	shl.b64 	%rd991, %rd990, %r1480;
 	or.b64  	%rd2040, %rd991, %rd2040;
-	@%p287 bra 	$L__BB11_353;
+	@%p287 bra 	$L__BB13_353;
 	ld.u8 	%rd992, [%rd243+2];
 	add.s32 	%r1482, %r1478, 16;
 	shl.b64 	%rd993, %rd992, %r1482;
 	or.b64  	%rd2040, %rd993, %rd2040;
-	bra.uni 	$L__BB11_353;
-$L__BB11_346:
+	bra.uni 	$L__BB13_353;
+$L__BB13_346:
 	setp.eq.s32 	%p288, %r1106, 1;
-	@%p288 bra 	$L__BB11_351;
+	@%p288 bra 	$L__BB13_351;
 	setp.eq.s32 	%p289, %r1106, 2;
-	@%p289 bra 	$L__BB11_350;
+	@%p289 bra 	$L__BB13_350;
 	setp.ne.s32 	%p290, %r1106, 4;
-	@%p290 bra 	$L__BB11_352;
+	@%p290 bra 	$L__BB13_352;
 	ld.u32 	%rd2040, [%rd238];
-	bra.uni 	$L__BB11_353;
-$L__BB11_351:
+	bra.uni 	$L__BB13_353;
+$L__BB13_351:
 	ld.u8 	%rd2040, [%rd238];
-	bra.uni 	$L__BB11_353;
-$L__BB11_350:
+	bra.uni 	$L__BB13_353;
+$L__BB13_350:
 	ld.u16 	%rd2040, [%rd238];
-	bra.uni 	$L__BB11_353;
-$L__BB11_352:
+	bra.uni 	$L__BB13_353;
+$L__BB13_352:
 	ld.u64 	%rd2040, [%rd238];
-$L__BB11_353:
+$L__BB13_353:
 	add.s64 	%rd1966, %rd2000, %rd5;
 	setp.ge.u64 	%p1068, %rd1966, %rd12;
-	@%p1068 bra 	$L__BB11_370;
+	@%p1068 bra 	$L__BB13_370;
 	mul.lo.s64 	%rd994, %rd2001, %rd105;
 	add.s64 	%rd253, %rd1981, %rd994;
 	and.b64  	%rd995, %rd253, %rd106;
 	setp.eq.s64 	%p292, %rd995, 0;
-	@%p292 bra 	$L__BB11_363;
+	@%p292 bra 	$L__BB13_363;
 	setp.eq.s32 	%p293, %r1106, 0;
-	@%p293 bra 	$L__BB11_370;
+	@%p293 bra 	$L__BB13_370;
 	cvt.u32.u64 	%r1484, %rd106;
 	setp.lt.u32 	%p294, %r1484, 3;
 	mov.u32 	%r3813, 0;
-	@%p294 bra 	$L__BB11_359;
+	@%p294 bra 	$L__BB13_359;
 	mov.u32 	%r3813, 0;
 	mov.u32 	%r3812, %r275;
-$L__BB11_358:
+$L__BB13_358:
 	shl.b32 	%r1486, %r3813, 3;
 	shr.u64 	%rd996, %rd2005, %r1486;
 	cvt.u64.u32 	%rd997, %r3813;
@@ -17557,59 +19427,59 @@ $L__BB11_358:
 	add.s32 	%r3813, %r3813, 4;
 	add.s32 	%r3812, %r3812, -4;
 	setp.ne.s32 	%p295, %r3812, 0;
-	@%p295 bra 	$L__BB11_358;
-$L__BB11_359:
+	@%p295 bra 	$L__BB13_358;
+$L__BB13_359:
 	setp.eq.s32 	%p296, %r274, 0;
-	@%p296 bra 	$L__BB11_370;
+	@%p296 bra 	$L__BB13_370;
 	setp.eq.s32 	%p297, %r274, 1;
 	shl.b32 	%r1490, %r3813, 3;
 	shr.u64 	%rd1002, %rd2005, %r1490;
 	cvt.u64.u32 	%rd1003, %r3813;
 	add.s64 	%rd254, %rd253, %rd1003;
 	st.u8 	[%rd254], %rd1002;
-	@%p297 bra 	$L__BB11_370;
+	@%p297 bra 	$L__BB13_370;
 	setp.eq.s32 	%p298, %r274, 2;
 	add.s32 	%r1492, %r1490, 8;
 	shr.u64 	%rd1004, %rd2005, %r1492;
 	st.u8 	[%rd254+1], %rd1004;
-	@%p298 bra 	$L__BB11_370;
+	@%p298 bra 	$L__BB13_370;
 	add.s32 	%r1494, %r1490, 16;
 	shr.u64 	%rd1005, %rd2005, %r1494;
 	st.u8 	[%rd254+2], %rd1005;
-	bra.uni 	$L__BB11_370;
-$L__BB11_363:
+	bra.uni 	$L__BB13_370;
+$L__BB13_363:
 	setp.eq.s32 	%p299, %r1106, 1;
-	@%p299 bra 	$L__BB11_368;
+	@%p299 bra 	$L__BB13_368;
 	setp.eq.s32 	%p300, %r1106, 2;
-	@%p300 bra 	$L__BB11_367;
+	@%p300 bra 	$L__BB13_367;
 	setp.ne.s32 	%p301, %r1106, 4;
-	@%p301 bra 	$L__BB11_369;
+	@%p301 bra 	$L__BB13_369;
 	st.u32 	[%rd253], %rd2005;
-	bra.uni 	$L__BB11_370;
-$L__BB11_368:
+	bra.uni 	$L__BB13_370;
+$L__BB13_368:
 	st.u8 	[%rd253], %rd2005;
-	bra.uni 	$L__BB11_370;
-$L__BB11_367:
+	bra.uni 	$L__BB13_370;
+$L__BB13_367:
 	st.u16 	[%rd253], %rd2005;
-	bra.uni 	$L__BB11_370;
-$L__BB11_369:
+	bra.uni 	$L__BB13_370;
+$L__BB13_369:
 	st.u64 	[%rd253], %rd2005;
-$L__BB11_370:
-	@%p207 bra 	$L__BB11_387;
+$L__BB13_370:
+	@%p207 bra 	$L__BB13_387;
 	mul.lo.s64 	%rd1006, %rd2006, %rd105;
 	add.s64 	%rd256, %rd1981, %rd1006;
 	and.b64  	%rd1007, %rd256, %rd106;
 	setp.eq.s64 	%p303, %rd1007, 0;
-	@%p303 bra 	$L__BB11_380;
+	@%p303 bra 	$L__BB13_380;
 	setp.eq.s32 	%p304, %r1106, 0;
-	@%p304 bra 	$L__BB11_387;
+	@%p304 bra 	$L__BB13_387;
 	cvt.u32.u64 	%r1496, %rd106;
 	setp.lt.u32 	%p305, %r1496, 3;
 	mov.u32 	%r3816, 0;
-	@%p305 bra 	$L__BB11_376;
+	@%p305 bra 	$L__BB13_376;
 	mov.u32 	%r3816, 0;
 	mov.u32 	%r3815, %r275;
-$L__BB11_375:
+$L__BB13_375:
 	shl.b32 	%r1498, %r3816, 3;
 	shr.u64 	%rd1008, %rd2010, %r1498;
 	cvt.u64.u32 	%rd1009, %r3816;
@@ -17627,59 +19497,59 @@ $L__BB11_375:
 	add.s32 	%r3816, %r3816, 4;
 	add.s32 	%r3815, %r3815, -4;
 	setp.ne.s32 	%p306, %r3815, 0;
-	@%p306 bra 	$L__BB11_375;
-$L__BB11_376:
+	@%p306 bra 	$L__BB13_375;
+$L__BB13_376:
 	setp.eq.s32 	%p307, %r274, 0;
-	@%p307 bra 	$L__BB11_387;
+	@%p307 bra 	$L__BB13_387;
 	setp.eq.s32 	%p308, %r274, 1;
 	shl.b32 	%r1502, %r3816, 3;
 	shr.u64 	%rd1014, %rd2010, %r1502;
 	cvt.u64.u32 	%rd1015, %r3816;
 	add.s64 	%rd257, %rd256, %rd1015;
 	st.u8 	[%rd257], %rd1014;
-	@%p308 bra 	$L__BB11_387;
+	@%p308 bra 	$L__BB13_387;
 	setp.eq.s32 	%p309, %r274, 2;
 	add.s32 	%r1504, %r1502, 8;
 	shr.u64 	%rd1016, %rd2010, %r1504;
 	st.u8 	[%rd257+1], %rd1016;
-	@%p309 bra 	$L__BB11_387;
+	@%p309 bra 	$L__BB13_387;
 	add.s32 	%r1506, %r1502, 16;
 	shr.u64 	%rd1017, %rd2010, %r1506;
 	st.u8 	[%rd257+2], %rd1017;
-	bra.uni 	$L__BB11_387;
-$L__BB11_380:
+	bra.uni 	$L__BB13_387;
+$L__BB13_380:
 	setp.eq.s32 	%p310, %r1106, 1;
-	@%p310 bra 	$L__BB11_385;
+	@%p310 bra 	$L__BB13_385;
 	setp.eq.s32 	%p311, %r1106, 2;
-	@%p311 bra 	$L__BB11_384;
+	@%p311 bra 	$L__BB13_384;
 	setp.ne.s32 	%p312, %r1106, 4;
-	@%p312 bra 	$L__BB11_386;
+	@%p312 bra 	$L__BB13_386;
 	st.u32 	[%rd256], %rd2010;
-	bra.uni 	$L__BB11_387;
-$L__BB11_385:
+	bra.uni 	$L__BB13_387;
+$L__BB13_385:
 	st.u8 	[%rd256], %rd2010;
-	bra.uni 	$L__BB11_387;
-$L__BB11_384:
+	bra.uni 	$L__BB13_387;
+$L__BB13_384:
 	st.u16 	[%rd256], %rd2010;
-	bra.uni 	$L__BB11_387;
-$L__BB11_386:
+	bra.uni 	$L__BB13_387;
+$L__BB13_386:
 	st.u64 	[%rd256], %rd2010;
-$L__BB11_387:
-	@%p219 bra 	$L__BB11_404;
+$L__BB13_387:
+	@%p219 bra 	$L__BB13_404;
 	mul.lo.s64 	%rd1018, %rd2011, %rd105;
 	add.s64 	%rd259, %rd1981, %rd1018;
 	and.b64  	%rd1019, %rd259, %rd106;
 	setp.eq.s64 	%p314, %rd1019, 0;
-	@%p314 bra 	$L__BB11_397;
+	@%p314 bra 	$L__BB13_397;
 	setp.eq.s32 	%p315, %r1106, 0;
-	@%p315 bra 	$L__BB11_404;
+	@%p315 bra 	$L__BB13_404;
 	cvt.u32.u64 	%r1508, %rd106;
 	setp.lt.u32 	%p316, %r1508, 3;
 	mov.u32 	%r3819, 0;
-	@%p316 bra 	$L__BB11_393;
+	@%p316 bra 	$L__BB13_393;
 	mov.u32 	%r3819, 0;
 	mov.u32 	%r3818, %r275;
-$L__BB11_392:
+$L__BB13_392:
 	shl.b32 	%r1510, %r3819, 3;
 	shr.u64 	%rd1020, %rd2015, %r1510;
 	cvt.u64.u32 	%rd1021, %r3819;
@@ -17697,59 +19567,59 @@ $L__BB11_392:
 	add.s32 	%r3819, %r3819, 4;
 	add.s32 	%r3818, %r3818, -4;
 	setp.ne.s32 	%p317, %r3818, 0;
-	@%p317 bra 	$L__BB11_392;
-$L__BB11_393:
+	@%p317 bra 	$L__BB13_392;
+$L__BB13_393:
 	setp.eq.s32 	%p318, %r274, 0;
-	@%p318 bra 	$L__BB11_404;
+	@%p318 bra 	$L__BB13_404;
 	setp.eq.s32 	%p319, %r274, 1;
 	shl.b32 	%r1514, %r3819, 3;
 	shr.u64 	%rd1026, %rd2015, %r1514;
 	cvt.u64.u32 	%rd1027, %r3819;
 	add.s64 	%rd260, %rd259, %rd1027;
 	st.u8 	[%rd260], %rd1026;
-	@%p319 bra 	$L__BB11_404;
+	@%p319 bra 	$L__BB13_404;
 	setp.eq.s32 	%p320, %r274, 2;
 	add.s32 	%r1516, %r1514, 8;
 	shr.u64 	%rd1028, %rd2015, %r1516;
 	st.u8 	[%rd260+1], %rd1028;
-	@%p320 bra 	$L__BB11_404;
+	@%p320 bra 	$L__BB13_404;
 	add.s32 	%r1518, %r1514, 16;
 	shr.u64 	%rd1029, %rd2015, %r1518;
 	st.u8 	[%rd260+2], %rd1029;
-	bra.uni 	$L__BB11_404;
-$L__BB11_397:
+	bra.uni 	$L__BB13_404;
+$L__BB13_397:
 	setp.eq.s32 	%p321, %r1106, 1;
-	@%p321 bra 	$L__BB11_402;
+	@%p321 bra 	$L__BB13_402;
 	setp.eq.s32 	%p322, %r1106, 2;
-	@%p322 bra 	$L__BB11_401;
+	@%p322 bra 	$L__BB13_401;
 	setp.ne.s32 	%p323, %r1106, 4;
-	@%p323 bra 	$L__BB11_403;
+	@%p323 bra 	$L__BB13_403;
 	st.u32 	[%rd259], %rd2015;
-	bra.uni 	$L__BB11_404;
-$L__BB11_402:
+	bra.uni 	$L__BB13_404;
+$L__BB13_402:
 	st.u8 	[%rd259], %rd2015;
-	bra.uni 	$L__BB11_404;
-$L__BB11_401:
+	bra.uni 	$L__BB13_404;
+$L__BB13_401:
 	st.u16 	[%rd259], %rd2015;
-	bra.uni 	$L__BB11_404;
-$L__BB11_403:
+	bra.uni 	$L__BB13_404;
+$L__BB13_403:
 	st.u64 	[%rd259], %rd2015;
-$L__BB11_404:
-	@%p231 bra 	$L__BB11_421;
+$L__BB13_404:
+	@%p231 bra 	$L__BB13_421;
 	mul.lo.s64 	%rd1030, %rd2016, %rd105;
 	add.s64 	%rd262, %rd1981, %rd1030;
 	and.b64  	%rd1031, %rd262, %rd106;
 	setp.eq.s64 	%p325, %rd1031, 0;
-	@%p325 bra 	$L__BB11_414;
+	@%p325 bra 	$L__BB13_414;
 	setp.eq.s32 	%p326, %r1106, 0;
-	@%p326 bra 	$L__BB11_421;
+	@%p326 bra 	$L__BB13_421;
 	cvt.u32.u64 	%r1520, %rd106;
 	setp.lt.u32 	%p327, %r1520, 3;
 	mov.u32 	%r3822, 0;
-	@%p327 bra 	$L__BB11_410;
+	@%p327 bra 	$L__BB13_410;
 	mov.u32 	%r3822, 0;
 	mov.u32 	%r3821, %r275;
-$L__BB11_409:
+$L__BB13_409:
 	shl.b32 	%r1522, %r3822, 3;
 	shr.u64 	%rd1032, %rd2020, %r1522;
 	cvt.u64.u32 	%rd1033, %r3822;
@@ -17767,59 +19637,59 @@ $L__BB11_409:
 	add.s32 	%r3822, %r3822, 4;
 	add.s32 	%r3821, %r3821, -4;
 	setp.ne.s32 	%p328, %r3821, 0;
-	@%p328 bra 	$L__BB11_409;
-$L__BB11_410:
+	@%p328 bra 	$L__BB13_409;
+$L__BB13_410:
 	setp.eq.s32 	%p329, %r274, 0;
-	@%p329 bra 	$L__BB11_421;
+	@%p329 bra 	$L__BB13_421;
 	setp.eq.s32 	%p330, %r274, 1;
 	shl.b32 	%r1526, %r3822, 3;
 	shr.u64 	%rd1038, %rd2020, %r1526;
 	cvt.u64.u32 	%rd1039, %r3822;
 	add.s64 	%rd263, %rd262, %rd1039;
 	st.u8 	[%rd263], %rd1038;
-	@%p330 bra 	$L__BB11_421;
+	@%p330 bra 	$L__BB13_421;
 	setp.eq.s32 	%p331, %r274, 2;
 	add.s32 	%r1528, %r1526, 8;
 	shr.u64 	%rd1040, %rd2020, %r1528;
 	st.u8 	[%rd263+1], %rd1040;
-	@%p331 bra 	$L__BB11_421;
+	@%p331 bra 	$L__BB13_421;
 	add.s32 	%r1530, %r1526, 16;
 	shr.u64 	%rd1041, %rd2020, %r1530;
 	st.u8 	[%rd263+2], %rd1041;
-	bra.uni 	$L__BB11_421;
-$L__BB11_414:
+	bra.uni 	$L__BB13_421;
+$L__BB13_414:
 	setp.eq.s32 	%p332, %r1106, 1;
-	@%p332 bra 	$L__BB11_419;
+	@%p332 bra 	$L__BB13_419;
 	setp.eq.s32 	%p333, %r1106, 2;
-	@%p333 bra 	$L__BB11_418;
+	@%p333 bra 	$L__BB13_418;
 	setp.ne.s32 	%p334, %r1106, 4;
-	@%p334 bra 	$L__BB11_420;
+	@%p334 bra 	$L__BB13_420;
 	st.u32 	[%rd262], %rd2020;
-	bra.uni 	$L__BB11_421;
-$L__BB11_419:
+	bra.uni 	$L__BB13_421;
+$L__BB13_419:
 	st.u8 	[%rd262], %rd2020;
-	bra.uni 	$L__BB11_421;
-$L__BB11_418:
+	bra.uni 	$L__BB13_421;
+$L__BB13_418:
 	st.u16 	[%rd262], %rd2020;
-	bra.uni 	$L__BB11_421;
-$L__BB11_420:
+	bra.uni 	$L__BB13_421;
+$L__BB13_420:
 	st.u64 	[%rd262], %rd2020;
-$L__BB11_421:
-	@%p243 bra 	$L__BB11_438;
+$L__BB13_421:
+	@%p243 bra 	$L__BB13_438;
 	mul.lo.s64 	%rd1042, %rd2021, %rd105;
 	add.s64 	%rd265, %rd1981, %rd1042;
 	and.b64  	%rd1043, %rd265, %rd106;
 	setp.eq.s64 	%p336, %rd1043, 0;
-	@%p336 bra 	$L__BB11_431;
+	@%p336 bra 	$L__BB13_431;
 	setp.eq.s32 	%p337, %r1106, 0;
-	@%p337 bra 	$L__BB11_438;
+	@%p337 bra 	$L__BB13_438;
 	cvt.u32.u64 	%r1532, %rd106;
 	setp.lt.u32 	%p338, %r1532, 3;
 	mov.u32 	%r3825, 0;
-	@%p338 bra 	$L__BB11_427;
+	@%p338 bra 	$L__BB13_427;
 	mov.u32 	%r3825, 0;
 	mov.u32 	%r3824, %r275;
-$L__BB11_426:
+$L__BB13_426:
 	shl.b32 	%r1534, %r3825, 3;
 	shr.u64 	%rd1044, %rd2025, %r1534;
 	cvt.u64.u32 	%rd1045, %r3825;
@@ -17837,59 +19707,59 @@ $L__BB11_426:
 	add.s32 	%r3825, %r3825, 4;
 	add.s32 	%r3824, %r3824, -4;
 	setp.ne.s32 	%p339, %r3824, 0;
-	@%p339 bra 	$L__BB11_426;
-$L__BB11_427:
+	@%p339 bra 	$L__BB13_426;
+$L__BB13_427:
 	setp.eq.s32 	%p340, %r274, 0;
-	@%p340 bra 	$L__BB11_438;
+	@%p340 bra 	$L__BB13_438;
 	setp.eq.s32 	%p341, %r274, 1;
 	shl.b32 	%r1538, %r3825, 3;
 	shr.u64 	%rd1050, %rd2025, %r1538;
 	cvt.u64.u32 	%rd1051, %r3825;
 	add.s64 	%rd266, %rd265, %rd1051;
 	st.u8 	[%rd266], %rd1050;
-	@%p341 bra 	$L__BB11_438;
+	@%p341 bra 	$L__BB13_438;
 	setp.eq.s32 	%p342, %r274, 2;
 	add.s32 	%r1540, %r1538, 8;
 	shr.u64 	%rd1052, %rd2025, %r1540;
 	st.u8 	[%rd266+1], %rd1052;
-	@%p342 bra 	$L__BB11_438;
+	@%p342 bra 	$L__BB13_438;
 	add.s32 	%r1542, %r1538, 16;
 	shr.u64 	%rd1053, %rd2025, %r1542;
 	st.u8 	[%rd266+2], %rd1053;
-	bra.uni 	$L__BB11_438;
-$L__BB11_431:
+	bra.uni 	$L__BB13_438;
+$L__BB13_431:
 	setp.eq.s32 	%p343, %r1106, 1;
-	@%p343 bra 	$L__BB11_436;
+	@%p343 bra 	$L__BB13_436;
 	setp.eq.s32 	%p344, %r1106, 2;
-	@%p344 bra 	$L__BB11_435;
+	@%p344 bra 	$L__BB13_435;
 	setp.ne.s32 	%p345, %r1106, 4;
-	@%p345 bra 	$L__BB11_437;
+	@%p345 bra 	$L__BB13_437;
 	st.u32 	[%rd265], %rd2025;
-	bra.uni 	$L__BB11_438;
-$L__BB11_436:
+	bra.uni 	$L__BB13_438;
+$L__BB13_436:
 	st.u8 	[%rd265], %rd2025;
-	bra.uni 	$L__BB11_438;
-$L__BB11_435:
+	bra.uni 	$L__BB13_438;
+$L__BB13_435:
 	st.u16 	[%rd265], %rd2025;
-	bra.uni 	$L__BB11_438;
-$L__BB11_437:
+	bra.uni 	$L__BB13_438;
+$L__BB13_437:
 	st.u64 	[%rd265], %rd2025;
-$L__BB11_438:
-	@%p255 bra 	$L__BB11_455;
+$L__BB13_438:
+	@%p255 bra 	$L__BB13_455;
 	mul.lo.s64 	%rd1054, %rd2026, %rd105;
 	add.s64 	%rd268, %rd1981, %rd1054;
 	and.b64  	%rd1055, %rd268, %rd106;
 	setp.eq.s64 	%p347, %rd1055, 0;
-	@%p347 bra 	$L__BB11_448;
+	@%p347 bra 	$L__BB13_448;
 	setp.eq.s32 	%p348, %r1106, 0;
-	@%p348 bra 	$L__BB11_455;
+	@%p348 bra 	$L__BB13_455;
 	cvt.u32.u64 	%r1544, %rd106;
 	setp.lt.u32 	%p349, %r1544, 3;
 	mov.u32 	%r3828, 0;
-	@%p349 bra 	$L__BB11_444;
+	@%p349 bra 	$L__BB13_444;
 	mov.u32 	%r3828, 0;
 	mov.u32 	%r3827, %r275;
-$L__BB11_443:
+$L__BB13_443:
 	shl.b32 	%r1546, %r3828, 3;
 	shr.u64 	%rd1056, %rd2030, %r1546;
 	cvt.u64.u32 	%rd1057, %r3828;
@@ -17907,59 +19777,59 @@ $L__BB11_443:
 	add.s32 	%r3828, %r3828, 4;
 	add.s32 	%r3827, %r3827, -4;
 	setp.ne.s32 	%p350, %r3827, 0;
-	@%p350 bra 	$L__BB11_443;
-$L__BB11_444:
+	@%p350 bra 	$L__BB13_443;
+$L__BB13_444:
 	setp.eq.s32 	%p351, %r274, 0;
-	@%p351 bra 	$L__BB11_455;
+	@%p351 bra 	$L__BB13_455;
 	setp.eq.s32 	%p352, %r274, 1;
 	shl.b32 	%r1550, %r3828, 3;
 	shr.u64 	%rd1062, %rd2030, %r1550;
 	cvt.u64.u32 	%rd1063, %r3828;
 	add.s64 	%rd269, %rd268, %rd1063;
 	st.u8 	[%rd269], %rd1062;
-	@%p352 bra 	$L__BB11_455;
+	@%p352 bra 	$L__BB13_455;
 	setp.eq.s32 	%p353, %r274, 2;
 	add.s32 	%r1552, %r1550, 8;
 	shr.u64 	%rd1064, %rd2030, %r1552;
 	st.u8 	[%rd269+1], %rd1064;
-	@%p353 bra 	$L__BB11_455;
+	@%p353 bra 	$L__BB13_455;
 	add.s32 	%r1554, %r1550, 16;
 	shr.u64 	%rd1065, %rd2030, %r1554;
 	st.u8 	[%rd269+2], %rd1065;
-	bra.uni 	$L__BB11_455;
-$L__BB11_448:
+	bra.uni 	$L__BB13_455;
+$L__BB13_448:
 	setp.eq.s32 	%p354, %r1106, 1;
-	@%p354 bra 	$L__BB11_453;
+	@%p354 bra 	$L__BB13_453;
 	setp.eq.s32 	%p355, %r1106, 2;
-	@%p355 bra 	$L__BB11_452;
+	@%p355 bra 	$L__BB13_452;
 	setp.ne.s32 	%p356, %r1106, 4;
-	@%p356 bra 	$L__BB11_454;
+	@%p356 bra 	$L__BB13_454;
 	st.u32 	[%rd268], %rd2030;
-	bra.uni 	$L__BB11_455;
-$L__BB11_453:
+	bra.uni 	$L__BB13_455;
+$L__BB13_453:
 	st.u8 	[%rd268], %rd2030;
-	bra.uni 	$L__BB11_455;
-$L__BB11_452:
+	bra.uni 	$L__BB13_455;
+$L__BB13_452:
 	st.u16 	[%rd268], %rd2030;
-	bra.uni 	$L__BB11_455;
-$L__BB11_454:
+	bra.uni 	$L__BB13_455;
+$L__BB13_454:
 	st.u64 	[%rd268], %rd2030;
-$L__BB11_455:
-	@%p267 bra 	$L__BB11_472;
+$L__BB13_455:
+	@%p267 bra 	$L__BB13_472;
 	mul.lo.s64 	%rd1066, %rd2031, %rd105;
 	add.s64 	%rd271, %rd1981, %rd1066;
 	and.b64  	%rd1067, %rd271, %rd106;
 	setp.eq.s64 	%p358, %rd1067, 0;
-	@%p358 bra 	$L__BB11_465;
+	@%p358 bra 	$L__BB13_465;
 	setp.eq.s32 	%p359, %r1106, 0;
-	@%p359 bra 	$L__BB11_472;
+	@%p359 bra 	$L__BB13_472;
 	cvt.u32.u64 	%r1556, %rd106;
 	setp.lt.u32 	%p360, %r1556, 3;
 	mov.u32 	%r3831, 0;
-	@%p360 bra 	$L__BB11_461;
+	@%p360 bra 	$L__BB13_461;
 	mov.u32 	%r3831, 0;
 	mov.u32 	%r3830, %r275;
-$L__BB11_460:
+$L__BB13_460:
 	shl.b32 	%r1558, %r3831, 3;
 	shr.u64 	%rd1068, %rd2035, %r1558;
 	cvt.u64.u32 	%rd1069, %r3831;
@@ -17977,59 +19847,59 @@ $L__BB11_460:
 	add.s32 	%r3831, %r3831, 4;
 	add.s32 	%r3830, %r3830, -4;
 	setp.ne.s32 	%p361, %r3830, 0;
-	@%p361 bra 	$L__BB11_460;
-$L__BB11_461:
+	@%p361 bra 	$L__BB13_460;
+$L__BB13_461:
 	setp.eq.s32 	%p362, %r274, 0;
-	@%p362 bra 	$L__BB11_472;
+	@%p362 bra 	$L__BB13_472;
 	setp.eq.s32 	%p363, %r274, 1;
 	shl.b32 	%r1562, %r3831, 3;
 	shr.u64 	%rd1074, %rd2035, %r1562;
 	cvt.u64.u32 	%rd1075, %r3831;
 	add.s64 	%rd272, %rd271, %rd1075;
 	st.u8 	[%rd272], %rd1074;
-	@%p363 bra 	$L__BB11_472;
+	@%p363 bra 	$L__BB13_472;
 	setp.eq.s32 	%p364, %r274, 2;
 	add.s32 	%r1564, %r1562, 8;
 	shr.u64 	%rd1076, %rd2035, %r1564;
 	st.u8 	[%rd272+1], %rd1076;
-	@%p364 bra 	$L__BB11_472;
+	@%p364 bra 	$L__BB13_472;
 	add.s32 	%r1566, %r1562, 16;
 	shr.u64 	%rd1077, %rd2035, %r1566;
 	st.u8 	[%rd272+2], %rd1077;
-	bra.uni 	$L__BB11_472;
-$L__BB11_465:
+	bra.uni 	$L__BB13_472;
+$L__BB13_465:
 	setp.eq.s32 	%p365, %r1106, 1;
-	@%p365 bra 	$L__BB11_470;
+	@%p365 bra 	$L__BB13_470;
 	setp.eq.s32 	%p366, %r1106, 2;
-	@%p366 bra 	$L__BB11_469;
+	@%p366 bra 	$L__BB13_469;
 	setp.ne.s32 	%p367, %r1106, 4;
-	@%p367 bra 	$L__BB11_471;
+	@%p367 bra 	$L__BB13_471;
 	st.u32 	[%rd271], %rd2035;
-	bra.uni 	$L__BB11_472;
-$L__BB11_470:
+	bra.uni 	$L__BB13_472;
+$L__BB13_470:
 	st.u8 	[%rd271], %rd2035;
-	bra.uni 	$L__BB11_472;
-$L__BB11_469:
+	bra.uni 	$L__BB13_472;
+$L__BB13_469:
 	st.u16 	[%rd271], %rd2035;
-	bra.uni 	$L__BB11_472;
-$L__BB11_471:
+	bra.uni 	$L__BB13_472;
+$L__BB13_471:
 	st.u64 	[%rd271], %rd2035;
-$L__BB11_472:
-	@%p279 bra 	$L__BB11_489;
+$L__BB13_472:
+	@%p279 bra 	$L__BB13_489;
 	mul.lo.s64 	%rd1078, %rd2036, %rd105;
 	add.s64 	%rd274, %rd1981, %rd1078;
 	and.b64  	%rd1079, %rd274, %rd106;
 	setp.eq.s64 	%p369, %rd1079, 0;
-	@%p369 bra 	$L__BB11_482;
+	@%p369 bra 	$L__BB13_482;
 	setp.eq.s32 	%p370, %r1106, 0;
-	@%p370 bra 	$L__BB11_489;
+	@%p370 bra 	$L__BB13_489;
 	cvt.u32.u64 	%r1568, %rd106;
 	setp.lt.u32 	%p371, %r1568, 3;
 	mov.u32 	%r3834, 0;
-	@%p371 bra 	$L__BB11_478;
+	@%p371 bra 	$L__BB13_478;
 	mov.u32 	%r3834, 0;
 	mov.u32 	%r3833, %r275;
-$L__BB11_477:
+$L__BB13_477:
 	shl.b32 	%r1570, %r3834, 3;
 	shr.u64 	%rd1080, %rd2040, %r1570;
 	cvt.u64.u32 	%rd1081, %r3834;
@@ -18047,54 +19917,54 @@ $L__BB11_477:
 	add.s32 	%r3834, %r3834, 4;
 	add.s32 	%r3833, %r3833, -4;
 	setp.ne.s32 	%p372, %r3833, 0;
-	@%p372 bra 	$L__BB11_477;
-$L__BB11_478:
+	@%p372 bra 	$L__BB13_477;
+$L__BB13_478:
 	setp.eq.s32 	%p373, %r274, 0;
-	@%p373 bra 	$L__BB11_489;
+	@%p373 bra 	$L__BB13_489;
 	setp.eq.s32 	%p374, %r274, 1;
 	shl.b32 	%r1574, %r3834, 3;
 	shr.u64 	%rd1086, %rd2040, %r1574;
 	cvt.u64.u32 	%rd1087, %r3834;
 	add.s64 	%rd275, %rd274, %rd1087;
 	st.u8 	[%rd275], %rd1086;
-	@%p374 bra 	$L__BB11_489;
+	@%p374 bra 	$L__BB13_489;
 	setp.eq.s32 	%p375, %r274, 2;
 	add.s32 	%r1576, %r1574, 8;
 	shr.u64 	%rd1088, %rd2040, %r1576;
 	st.u8 	[%rd275+1], %rd1088;
-	@%p375 bra 	$L__BB11_489;
+	@%p375 bra 	$L__BB13_489;
 	add.s32 	%r1578, %r1574, 16;
 	shr.u64 	%rd1089, %rd2040, %r1578;
 	st.u8 	[%rd275+2], %rd1089;
-	bra.uni 	$L__BB11_489;
-$L__BB11_482:
+	bra.uni 	$L__BB13_489;
+$L__BB13_482:
 	setp.eq.s32 	%p376, %r1106, 1;
-	@%p376 bra 	$L__BB11_487;
+	@%p376 bra 	$L__BB13_487;
 	setp.eq.s32 	%p377, %r1106, 2;
-	@%p377 bra 	$L__BB11_486;
+	@%p377 bra 	$L__BB13_486;
 	setp.ne.s32 	%p378, %r1106, 4;
-	@%p378 bra 	$L__BB11_488;
+	@%p378 bra 	$L__BB13_488;
 	st.u32 	[%rd274], %rd2040;
-	bra.uni 	$L__BB11_489;
-$L__BB11_487:
+	bra.uni 	$L__BB13_489;
+$L__BB13_487:
 	st.u8 	[%rd274], %rd2040;
-	bra.uni 	$L__BB11_489;
-$L__BB11_486:
+	bra.uni 	$L__BB13_489;
+$L__BB13_486:
 	st.u16 	[%rd274], %rd2040;
-	bra.uni 	$L__BB11_489;
-$L__BB11_488:
+	bra.uni 	$L__BB13_489;
+$L__BB13_488:
 	st.u64 	[%rd274], %rd2040;
-$L__BB11_489:
+$L__BB13_489:
 	mov.u16 	%rs108, 0;
 	add.s64 	%rd2000, %rd2000, 256;
 	setp.lt.u64 	%p379, %rd2000, %rd12;
-	@%p379 bra 	$L__BB11_201;
-	bra.uni 	$L__BB11_490;
-$L__BB11_84:
+	@%p379 bra 	$L__BB13_201;
+	bra.uni 	$L__BB13_490;
+$L__BB13_84:
 	cvt.u32.u64 	%r1200, %rd12;
 	cvt.u64.u32 	%rd70, %r1106;
 	setp.eq.s32 	%p66, %r1200, 0;
-	@%p66 bra 	$L__BB11_490;
+	@%p66 bra 	$L__BB13_490;
 	and.b32  	%r3629, %r1, 31;
 	add.s32 	%r1201, %r1106, -1;
 	cvt.u64.u32 	%rd71, %r1201;
@@ -18109,12 +19979,12 @@ $L__BB11_84:
 	mov.u64 	%rd696, 0;
 	selp.b64 	%rd72, %rd698, 0, %p67;
 	mov.u64 	%rd1994, %rd696;
-$L__BB11_86:
+$L__BB13_86:
 	add.s64 	%rd74, %rd1994, %rd5;
 	setp.ge.u64 	%p68, %rd74, %rd12;
 	mov.u64 	%rd1998, %rd696;
 	mov.u64 	%rd1999, %rd696;
-	@%p68 bra 	$L__BB11_103;
+	@%p68 bra 	$L__BB13_103;
 	shl.b64 	%rd702, %rd74, 1;
 	add.s64 	%rd703, %rd16, %rd702;
 	ld.u16 	%rd1998, [%rd703];
@@ -18123,19 +19993,19 @@ $L__BB11_86:
 	add.s64 	%rd76, %rd16, %rd705;
 	and.b64  	%rd706, %rd76, %rd71;
 	setp.eq.s64 	%p69, %rd706, 0;
-	@%p69 bra 	$L__BB11_96;
+	@%p69 bra 	$L__BB13_96;
 	setp.eq.s32 	%p70, %r1106, 0;
 	mov.u64 	%rd1999, %rd696;
-	@%p70 bra 	$L__BB11_103;
+	@%p70 bra 	$L__BB13_103;
 	cvt.u32.u64 	%r1206, %rd71;
 	setp.lt.u32 	%p71, %r1206, 3;
 	mov.u64 	%rd1999, 0;
 	mov.u32 	%r3694, 0;
-	@%p71 bra 	$L__BB11_92;
+	@%p71 bra 	$L__BB13_92;
 	mov.u64 	%rd1999, 0;
 	mov.u32 	%r3694, 0;
 	mov.u32 	%r3693, %r48;
-$L__BB11_91:
+$L__BB13_91:
 	cvt.u64.u32 	%rd711, %r3694;
 	add.s64 	%rd712, %rd76, %rd711;
 	ld.u8 	%rd713, [%rd712];
@@ -18157,10 +20027,10 @@ $L__BB11_91:
 	add.s32 	%r3694, %r3694, 4;
 	add.s32 	%r3693, %r3693, -4;
 	setp.ne.s32 	%p72, %r3693, 0;
-	@%p72 bra 	$L__BB11_91;
-$L__BB11_92:
+	@%p72 bra 	$L__BB13_91;
+$L__BB13_92:
 	setp.eq.s32 	%p73, %r47, 0;
-	@%p73 bra 	$L__BB11_103;
+	@%p73 bra 	$L__BB13_103;
 	setp.eq.s32 	%p74, %r47, 1;
 	cvt.u64.u32 	%rd724, %r3694;
 	add.s64 	%rd81, %rd76, %rd724;
@@ -18168,36 +20038,36 @@ $L__BB11_92:
 	shl.b32 	%r1212, %r3694, 3;
 	shl.b64 	%rd726, %rd725, %r1212;
 	or.b64  	%rd1999, %rd726, %rd1999;
-	@%p74 bra 	$L__BB11_103;
+	@%p74 bra 	$L__BB13_103;
 	setp.eq.s32 	%p75, %r47, 2;
 	ld.u8 	%rd727, [%rd81+1];
 	add.s32 	%r1214, %r1212, 8;
 	shl.b64 	%rd728, %rd727, %r1214;
 	or.b64  	%rd1999, %rd728, %rd1999;
-	@%p75 bra 	$L__BB11_103;
+	@%p75 bra 	$L__BB13_103;
 	ld.u8 	%rd729, [%rd81+2];
 	add.s32 	%r1216, %r1212, 16;
 	shl.b64 	%rd730, %rd729, %r1216;
 	or.b64  	%rd1999, %rd730, %rd1999;
-	bra.uni 	$L__BB11_103;
-$L__BB11_96:
+	bra.uni 	$L__BB13_103;
+$L__BB13_96:
 	setp.eq.s32 	%p76, %r1106, 1;
-	@%p76 bra 	$L__BB11_101;
+	@%p76 bra 	$L__BB13_101;
 	setp.eq.s32 	%p77, %r1106, 2;
-	@%p77 bra 	$L__BB11_100;
+	@%p77 bra 	$L__BB13_100;
 	setp.ne.s32 	%p78, %r1106, 4;
-	@%p78 bra 	$L__BB11_102;
+	@%p78 bra 	$L__BB13_102;
 	ld.u32 	%rd1999, [%rd76];
-	bra.uni 	$L__BB11_103;
-$L__BB11_101:
+	bra.uni 	$L__BB13_103;
+$L__BB13_101:
 	ld.u8 	%rd1999, [%rd76];
-	bra.uni 	$L__BB11_103;
-$L__BB11_100:
+	bra.uni 	$L__BB13_103;
+$L__BB13_100:
 	ld.u16 	%rd1999, [%rd76];
-	bra.uni 	$L__BB11_103;
-$L__BB11_102:
+	bra.uni 	$L__BB13_103;
+$L__BB13_102:
 	ld.u64 	%rd1999, [%rd76];
-$L__BB11_103:
+$L__BB13_103:
 	mul.lo.s64 	%rd92, %rd1998, %rd70;
 	shr.u64 	%rd93, %rd92, 5;
 	setp.lt.u64 	%p79, %rd93, %rd72;
@@ -18205,20 +20075,20 @@ $L__BB11_103:
 	and.pred  	%p1, %p80, %p79;
 	xor.pred  	%p81, %p80, %p1;
 	not.pred 	%p82, %p81;
-	@%p82 bra 	$L__BB11_120;
+	@%p82 bra 	$L__BB13_120;
 	add.s64 	%rd94, %rd1981, %rd92;
 	and.b64  	%rd731, %rd94, %rd71;
 	setp.eq.s64 	%p83, %rd731, 0;
-	@%p83 bra 	$L__BB11_113;
+	@%p83 bra 	$L__BB13_113;
 	setp.eq.s32 	%p84, %r1106, 0;
-	@%p84 bra 	$L__BB11_120;
+	@%p84 bra 	$L__BB13_120;
 	cvt.u32.u64 	%r1218, %rd71;
 	setp.lt.u32 	%p85, %r1218, 3;
 	mov.u32 	%r3697, 0;
-	@%p85 bra 	$L__BB11_109;
+	@%p85 bra 	$L__BB13_109;
 	mov.u32 	%r3697, 0;
 	mov.u32 	%r3696, %r48;
-$L__BB11_108:
+$L__BB13_108:
 	shl.b32 	%r1220, %r3697, 3;
 	shr.u64 	%rd732, %rd1999, %r1220;
 	cvt.u64.u32 	%rd733, %r3697;
@@ -18236,44 +20106,44 @@ $L__BB11_108:
 	add.s32 	%r3697, %r3697, 4;
 	add.s32 	%r3696, %r3696, -4;
 	setp.ne.s32 	%p86, %r3696, 0;
-	@%p86 bra 	$L__BB11_108;
-$L__BB11_109:
+	@%p86 bra 	$L__BB13_108;
+$L__BB13_109:
 	setp.eq.s32 	%p87, %r47, 0;
-	@%p87 bra 	$L__BB11_120;
+	@%p87 bra 	$L__BB13_120;
 	setp.eq.s32 	%p88, %r47, 1;
 	shl.b32 	%r1224, %r3697, 3;
 	shr.u64 	%rd738, %rd1999, %r1224;
 	cvt.u64.u32 	%rd739, %r3697;
 	add.s64 	%rd95, %rd94, %rd739;
 	st.u8 	[%rd95], %rd738;
-	@%p88 bra 	$L__BB11_120;
+	@%p88 bra 	$L__BB13_120;
 	setp.eq.s32 	%p89, %r47, 2;
 	add.s32 	%r1226, %r1224, 8;
 	shr.u64 	%rd740, %rd1999, %r1226;
 	st.u8 	[%rd95+1], %rd740;
-	@%p89 bra 	$L__BB11_120;
+	@%p89 bra 	$L__BB13_120;
 	add.s32 	%r1228, %r1224, 16;
 	shr.u64 	%rd741, %rd1999, %r1228;
 	st.u8 	[%rd95+2], %rd741;
-	bra.uni 	$L__BB11_120;
-$L__BB11_113:
+	bra.uni 	$L__BB13_120;
+$L__BB13_113:
 	setp.eq.s32 	%p90, %r1106, 1;
-	@%p90 bra 	$L__BB11_118;
+	@%p90 bra 	$L__BB13_118;
 	setp.eq.s32 	%p91, %r1106, 2;
-	@%p91 bra 	$L__BB11_117;
+	@%p91 bra 	$L__BB13_117;
 	setp.ne.s32 	%p92, %r1106, 4;
-	@%p92 bra 	$L__BB11_119;
+	@%p92 bra 	$L__BB13_119;
 	st.u32 	[%rd94], %rd1999;
-	bra.uni 	$L__BB11_120;
-$L__BB11_118:
+	bra.uni 	$L__BB13_120;
+$L__BB13_118:
 	st.u8 	[%rd94], %rd1999;
-	bra.uni 	$L__BB11_120;
-$L__BB11_117:
+	bra.uni 	$L__BB13_120;
+$L__BB13_117:
 	st.u16 	[%rd94], %rd1999;
-	bra.uni 	$L__BB11_120;
-$L__BB11_119:
+	bra.uni 	$L__BB13_120;
+$L__BB13_119:
 	st.u64 	[%rd94], %rd1999;
-$L__BB11_120:
+$L__BB13_120:
 	cvt.u32.u64 	%r1241, %rd5;
 	setp.eq.s32 	%p93, %r1241, 0;
 	// begin inline asm
@@ -18326,19 +20196,19 @@ $L__BB11_120:
 	mov.u32 	%r3731, %r3726;
 	mov.u32 	%r3732, %r3726;
 	mov.u32 	%r3733, %r3726;
-	@%p106 bra 	$L__BB11_122;
+	@%p106 bra 	$L__BB13_122;
 	ld.v4.u32 	{%r3726, %r3727, %r3728, %r3729}, [%rd97];
 	ld.v4.u32 	{%r3730, %r3731, %r3732, %r3733}, [%rd97+16];
-$L__BB11_122:
+$L__BB13_122:
 	setp.eq.s32 	%p107, %r61, 0;
-	@%p107 bra 	$L__BB11_196;
+	@%p107 bra 	$L__BB13_196;
 	and.b32  	%r78, %r61, 1;
 	setp.eq.s32 	%p108, %r61, 1;
 	mov.u32 	%r3760, 0;
-	@%p108 bra 	$L__BB11_172;
+	@%p108 bra 	$L__BB13_172;
 	sub.s32 	%r3715, %r61, %r78;
 	mov.u32 	%r3760, 0;
-$L__BB11_125:
+$L__BB13_125:
 	add.s32 	%r1293, %r3760, %r1;
 	and.b32  	%r1294, %r1293, 31;
 	mov.u32 	%r1295, 31;
@@ -18360,7 +20230,7 @@ $L__BB11_125:
 	mov.b64 %rd748, {%r1291,%r1292};
 	// end inline asm
 	setp.ge.u32 	%p113, %r3760, %r60;
-	@%p113 bra 	$L__BB11_148;
+	@%p113 bra 	$L__BB13_148;
 	cvt.u32.u64 	%r90, %rd748;
 	and.b32  	%r91, %r90, 16;
 	setp.eq.s32 	%p114, %r91, 0;
@@ -18368,54 +20238,54 @@ $L__BB11_125:
 	mov.u32 	%r101, %r3731;
 	mov.u32 	%r3724, %r3732;
 	mov.u32 	%r3725, %r3733;
-	@%p114 bra 	$L__BB11_127;
-	bra.uni 	$L__BB11_128;
-$L__BB11_127:
+	@%p114 bra 	$L__BB13_127;
+	bra.uni 	$L__BB13_128;
+$L__BB13_127:
 	mov.u32 	%r100, %r3726;
 	mov.u32 	%r101, %r3727;
 	mov.u32 	%r3724, %r3728;
 	mov.u32 	%r3725, %r3729;
-$L__BB11_128:
+$L__BB13_128:
 	and.b32  	%r104, %r90, 15;
 	setp.eq.s32 	%p115, %r1106, 1;
-	@%p115 bra 	$L__BB11_140;
+	@%p115 bra 	$L__BB13_140;
 	setp.eq.s32 	%p116, %r1106, 2;
-	@%p116 bra 	$L__BB11_134;
+	@%p116 bra 	$L__BB13_134;
 	setp.ne.s32 	%p117, %r1106, 4;
-	@%p117 bra 	$L__BB11_146;
+	@%p117 bra 	$L__BB13_146;
 	shr.u32 	%r105, %r104, 2;
 	cvt.u32.u64 	%r106, %rd746;
 	cvt.u16.u32 	%rs56, %r105;
 	setp.eq.s16 	%p118, %rs56, 0;
 	mov.u32 	%r3722, %r106;
 	mov.u32 	%r3723, %r101;
-	@%p118 bra 	$L__BB11_147;
+	@%p118 bra 	$L__BB13_147;
 	setp.ne.s16 	%p119, %rs56, 1;
 	mov.u32 	%r3722, %r100;
 	mov.u32 	%r3723, %r106;
-	@%p119 bra 	$L__BB11_133;
-	bra.uni 	$L__BB11_147;
-$L__BB11_133:
+	@%p119 bra 	$L__BB13_133;
+	bra.uni 	$L__BB13_147;
+$L__BB13_133:
 	setp.eq.s32 	%p120, %r105, 2;
 	selp.b32 	%r3724, %r106, %r3724, %p120;
 	selp.b32 	%r3725, %r3725, %r106, %p120;
 	mov.u32 	%r3722, %r100;
 	mov.u32 	%r3723, %r101;
-	bra.uni 	$L__BB11_147;
-$L__BB11_134:
+	bra.uni 	$L__BB13_147;
+$L__BB13_134:
 	shr.u32 	%r109, %r104, 2;
 	cvt.u16.u32 	%rs11, %r109;
 	setp.eq.s16 	%p121, %rs11, 0;
 	mov.u32 	%r3720, %r100;
-	@%p121 bra 	$L__BB11_137;
+	@%p121 bra 	$L__BB13_137;
 	setp.ne.s16 	%p122, %rs11, 1;
 	mov.u32 	%r3720, %r101;
-	@%p122 bra 	$L__BB11_136;
-	bra.uni 	$L__BB11_137;
-$L__BB11_136:
+	@%p122 bra 	$L__BB13_136;
+	bra.uni 	$L__BB13_137;
+$L__BB13_136:
 	setp.eq.s32 	%p123, %r109, 2;
 	selp.b32 	%r3720, %r3724, %r3725, %p123;
-$L__BB11_137:
+$L__BB13_137:
 	shl.b32 	%r1297, %r104, 3;
 	and.b32  	%r1298, %r1297, 16;
 	mov.u32 	%r1299, 65535;
@@ -18428,33 +20298,33 @@ $L__BB11_137:
 	or.b32  	%r112, %r1302, %r1305;
 	mov.u32 	%r3722, %r112;
 	mov.u32 	%r3723, %r101;
-	@%p121 bra 	$L__BB11_147;
+	@%p121 bra 	$L__BB13_147;
 	setp.ne.s16 	%p125, %rs11, 1;
 	mov.u32 	%r3722, %r100;
 	mov.u32 	%r3723, %r112;
-	@%p125 bra 	$L__BB11_139;
-	bra.uni 	$L__BB11_147;
-$L__BB11_139:
+	@%p125 bra 	$L__BB13_139;
+	bra.uni 	$L__BB13_147;
+$L__BB13_139:
 	setp.eq.s32 	%p126, %r109, 2;
 	selp.b32 	%r3724, %r112, %r3724, %p126;
 	selp.b32 	%r3725, %r3725, %r112, %p126;
 	mov.u32 	%r3722, %r100;
 	mov.u32 	%r3723, %r101;
-	bra.uni 	$L__BB11_147;
-$L__BB11_140:
+	bra.uni 	$L__BB13_147;
+$L__BB13_140:
 	shr.u32 	%r115, %r104, 2;
 	cvt.u16.u32 	%rs12, %r115;
 	setp.eq.s16 	%p127, %rs12, 0;
 	mov.u32 	%r3721, %r100;
-	@%p127 bra 	$L__BB11_143;
+	@%p127 bra 	$L__BB13_143;
 	setp.ne.s16 	%p128, %rs12, 1;
 	mov.u32 	%r3721, %r101;
-	@%p128 bra 	$L__BB11_142;
-	bra.uni 	$L__BB11_143;
-$L__BB11_142:
+	@%p128 bra 	$L__BB13_142;
+	bra.uni 	$L__BB13_143;
+$L__BB13_142:
 	setp.eq.s32 	%p129, %r115, 2;
 	selp.b32 	%r3721, %r3724, %r3725, %p129;
-$L__BB11_143:
+$L__BB13_143:
 	shl.b32 	%r1306, %r90, 3;
 	and.b32  	%r1307, %r1306, 24;
 	mov.u32 	%r1308, 255;
@@ -18467,20 +20337,20 @@ $L__BB11_143:
 	or.b32  	%r118, %r1311, %r1314;
 	mov.u32 	%r3722, %r118;
 	mov.u32 	%r3723, %r101;
-	@%p127 bra 	$L__BB11_147;
+	@%p127 bra 	$L__BB13_147;
 	setp.ne.s16 	%p131, %rs12, 1;
 	mov.u32 	%r3722, %r100;
 	mov.u32 	%r3723, %r118;
-	@%p131 bra 	$L__BB11_145;
-	bra.uni 	$L__BB11_147;
-$L__BB11_145:
+	@%p131 bra 	$L__BB13_145;
+	bra.uni 	$L__BB13_147;
+$L__BB13_145:
 	setp.eq.s32 	%p132, %r115, 2;
 	selp.b32 	%r3724, %r118, %r3724, %p132;
 	selp.b32 	%r3725, %r3725, %r118, %p132;
 	mov.u32 	%r3722, %r100;
 	mov.u32 	%r3723, %r101;
-	bra.uni 	$L__BB11_147;
-$L__BB11_146:
+	bra.uni 	$L__BB13_147;
+$L__BB13_146:
 	shr.u32 	%r1315, %r104, 3;
 	setp.eq.s32 	%p133, %r1315, 0;
 	setp.eq.s32 	%p134, %r1315, 1;
@@ -18491,7 +20361,7 @@ $L__BB11_146:
 	cvt.u32.u64 	%r1317, %rd749;
 	selp.b32 	%r3723, %r1317, %r101, %p133;
 	selp.b32 	%r3725, %r3725, %r1317, %p133;
-$L__BB11_147:
+$L__BB13_147:
 	selp.b32 	%r3727, %r3723, %r3727, %p114;
 	selp.b32 	%r3726, %r3722, %r3726, %p114;
 	selp.b32 	%r3728, %r3724, %r3728, %p114;
@@ -18500,7 +20370,7 @@ $L__BB11_147:
 	selp.b32 	%r3730, %r3730, %r3722, %p114;
 	selp.b32 	%r3732, %r3732, %r3724, %p114;
 	selp.b32 	%r3733, %r3733, %r3725, %p114;
-$L__BB11_148:
+$L__BB13_148:
 	add.s32 	%r1326, %r3760, 1;
 	add.s32 	%r1327, %r1326, %r1;
 	and.b32  	%r1328, %r1327, 31;
@@ -18521,7 +20391,7 @@ $L__BB11_148:
 	mov.b64 %rd753, {%r1324,%r1325};
 	// end inline asm
 	setp.ge.u32 	%p140, %r1326, %r60;
-	@%p140 bra 	$L__BB11_171;
+	@%p140 bra 	$L__BB13_171;
 	cvt.u32.u64 	%r145, %rd753;
 	and.b32  	%r146, %r145, 16;
 	setp.eq.s32 	%p141, %r146, 0;
@@ -18529,54 +20399,54 @@ $L__BB11_148:
 	mov.u32 	%r156, %r3731;
 	mov.u32 	%r3742, %r3732;
 	mov.u32 	%r3743, %r3733;
-	@%p141 bra 	$L__BB11_150;
-	bra.uni 	$L__BB11_151;
-$L__BB11_150:
+	@%p141 bra 	$L__BB13_150;
+	bra.uni 	$L__BB13_151;
+$L__BB13_150:
 	mov.u32 	%r155, %r3726;
 	mov.u32 	%r156, %r3727;
 	mov.u32 	%r3742, %r3728;
 	mov.u32 	%r3743, %r3729;
-$L__BB11_151:
+$L__BB13_151:
 	and.b32  	%r159, %r145, 15;
 	setp.eq.s32 	%p142, %r1106, 1;
-	@%p142 bra 	$L__BB11_163;
+	@%p142 bra 	$L__BB13_163;
 	setp.eq.s32 	%p143, %r1106, 2;
-	@%p143 bra 	$L__BB11_157;
+	@%p143 bra 	$L__BB13_157;
 	setp.ne.s32 	%p144, %r1106, 4;
-	@%p144 bra 	$L__BB11_169;
+	@%p144 bra 	$L__BB13_169;
 	shr.u32 	%r160, %r159, 2;
 	cvt.u32.u64 	%r161, %rd751;
 	cvt.u16.u32 	%rs61, %r160;
 	setp.eq.s16 	%p145, %rs61, 0;
 	mov.u32 	%r3740, %r161;
 	mov.u32 	%r3741, %r156;
-	@%p145 bra 	$L__BB11_170;
+	@%p145 bra 	$L__BB13_170;
 	setp.ne.s16 	%p146, %rs61, 1;
 	mov.u32 	%r3740, %r155;
 	mov.u32 	%r3741, %r161;
-	@%p146 bra 	$L__BB11_156;
-	bra.uni 	$L__BB11_170;
-$L__BB11_156:
+	@%p146 bra 	$L__BB13_156;
+	bra.uni 	$L__BB13_170;
+$L__BB13_156:
 	setp.eq.s32 	%p147, %r160, 2;
 	selp.b32 	%r3742, %r161, %r3742, %p147;
 	selp.b32 	%r3743, %r3743, %r161, %p147;
 	mov.u32 	%r3740, %r155;
 	mov.u32 	%r3741, %r156;
-	bra.uni 	$L__BB11_170;
-$L__BB11_157:
+	bra.uni 	$L__BB13_170;
+$L__BB13_157:
 	shr.u32 	%r164, %r159, 2;
 	cvt.u16.u32 	%rs13, %r164;
 	setp.eq.s16 	%p148, %rs13, 0;
 	mov.u32 	%r3738, %r155;
-	@%p148 bra 	$L__BB11_160;
+	@%p148 bra 	$L__BB13_160;
 	setp.ne.s16 	%p149, %rs13, 1;
 	mov.u32 	%r3738, %r156;
-	@%p149 bra 	$L__BB11_159;
-	bra.uni 	$L__BB11_160;
-$L__BB11_159:
+	@%p149 bra 	$L__BB13_159;
+	bra.uni 	$L__BB13_160;
+$L__BB13_159:
 	setp.eq.s32 	%p150, %r164, 2;
 	selp.b32 	%r3738, %r3742, %r3743, %p150;
-$L__BB11_160:
+$L__BB13_160:
 	shl.b32 	%r1331, %r159, 3;
 	and.b32  	%r1332, %r1331, 16;
 	mov.u32 	%r1333, 65535;
@@ -18589,33 +20459,33 @@ $L__BB11_160:
 	or.b32  	%r167, %r1336, %r1339;
 	mov.u32 	%r3740, %r167;
 	mov.u32 	%r3741, %r156;
-	@%p148 bra 	$L__BB11_170;
+	@%p148 bra 	$L__BB13_170;
 	setp.ne.s16 	%p152, %rs13, 1;
 	mov.u32 	%r3740, %r155;
 	mov.u32 	%r3741, %r167;
-	@%p152 bra 	$L__BB11_162;
-	bra.uni 	$L__BB11_170;
-$L__BB11_162:
+	@%p152 bra 	$L__BB13_162;
+	bra.uni 	$L__BB13_170;
+$L__BB13_162:
 	setp.eq.s32 	%p153, %r164, 2;
 	selp.b32 	%r3742, %r167, %r3742, %p153;
 	selp.b32 	%r3743, %r3743, %r167, %p153;
 	mov.u32 	%r3740, %r155;
 	mov.u32 	%r3741, %r156;
-	bra.uni 	$L__BB11_170;
-$L__BB11_163:
+	bra.uni 	$L__BB13_170;
+$L__BB13_163:
 	shr.u32 	%r170, %r159, 2;
 	cvt.u16.u32 	%rs14, %r170;
 	setp.eq.s16 	%p154, %rs14, 0;
 	mov.u32 	%r3739, %r155;
-	@%p154 bra 	$L__BB11_166;
+	@%p154 bra 	$L__BB13_166;
 	setp.ne.s16 	%p155, %rs14, 1;
 	mov.u32 	%r3739, %r156;
-	@%p155 bra 	$L__BB11_165;
-	bra.uni 	$L__BB11_166;
-$L__BB11_165:
+	@%p155 bra 	$L__BB13_165;
+	bra.uni 	$L__BB13_166;
+$L__BB13_165:
 	setp.eq.s32 	%p156, %r170, 2;
 	selp.b32 	%r3739, %r3742, %r3743, %p156;
-$L__BB11_166:
+$L__BB13_166:
 	shl.b32 	%r1340, %r145, 3;
 	and.b32  	%r1341, %r1340, 24;
 	mov.u32 	%r1342, 255;
@@ -18628,20 +20498,20 @@ $L__BB11_166:
 	or.b32  	%r173, %r1345, %r1348;
 	mov.u32 	%r3740, %r173;
 	mov.u32 	%r3741, %r156;
-	@%p154 bra 	$L__BB11_170;
+	@%p154 bra 	$L__BB13_170;
 	setp.ne.s16 	%p158, %rs14, 1;
 	mov.u32 	%r3740, %r155;
 	mov.u32 	%r3741, %r173;
-	@%p158 bra 	$L__BB11_168;
-	bra.uni 	$L__BB11_170;
-$L__BB11_168:
+	@%p158 bra 	$L__BB13_168;
+	bra.uni 	$L__BB13_170;
+$L__BB13_168:
 	setp.eq.s32 	%p159, %r170, 2;
 	selp.b32 	%r3742, %r173, %r3742, %p159;
 	selp.b32 	%r3743, %r3743, %r173, %p159;
 	mov.u32 	%r3740, %r155;
 	mov.u32 	%r3741, %r156;
-	bra.uni 	$L__BB11_170;
-$L__BB11_169:
+	bra.uni 	$L__BB13_170;
+$L__BB13_169:
 	shr.u32 	%r1349, %r159, 3;
 	setp.eq.s32 	%p160, %r1349, 0;
 	setp.eq.s32 	%p161, %r1349, 1;
@@ -18652,7 +20522,7 @@ $L__BB11_169:
 	cvt.u32.u64 	%r1351, %rd754;
 	selp.b32 	%r3741, %r1351, %r156, %p160;
 	selp.b32 	%r3743, %r3743, %r1351, %p160;
-$L__BB11_170:
+$L__BB13_170:
 	selp.b32 	%r3727, %r3741, %r3727, %p141;
 	selp.b32 	%r3726, %r3740, %r3726, %p141;
 	selp.b32 	%r3728, %r3742, %r3728, %p141;
@@ -18661,14 +20531,14 @@ $L__BB11_170:
 	selp.b32 	%r3730, %r3730, %r3740, %p141;
 	selp.b32 	%r3732, %r3732, %r3742, %p141;
 	selp.b32 	%r3733, %r3733, %r3743, %p141;
-$L__BB11_171:
+$L__BB13_171:
 	add.s32 	%r3760, %r3760, 2;
 	add.s32 	%r3715, %r3715, -2;
 	setp.ne.s32 	%p163, %r3715, 0;
-	@%p163 bra 	$L__BB11_125;
-$L__BB11_172:
+	@%p163 bra 	$L__BB13_125;
+$L__BB13_172:
 	setp.eq.s32 	%p164, %r78, 0;
-	@%p164 bra 	$L__BB11_196;
+	@%p164 bra 	$L__BB13_196;
 	add.s32 	%r1360, %r3760, %r1;
 	and.b32  	%r1361, %r1360, 31;
 	mov.u32 	%r1362, 31;
@@ -18690,7 +20560,7 @@ $L__BB11_172:
 	mov.b64 %rd758, {%r1358,%r1359};
 	// end inline asm
 	setp.ge.u32 	%p169, %r3760, %r60;
-	@%p169 bra 	$L__BB11_196;
+	@%p169 bra 	$L__BB13_196;
 	cvt.u32.u64 	%r219, %rd758;
 	and.b32  	%r220, %r219, 16;
 	setp.eq.s32 	%p170, %r220, 0;
@@ -18698,54 +20568,54 @@ $L__BB11_172:
 	mov.u32 	%r230, %r3731;
 	mov.u32 	%r3777, %r3732;
 	mov.u32 	%r3778, %r3733;
-	@%p170 bra 	$L__BB11_175;
-	bra.uni 	$L__BB11_176;
-$L__BB11_175:
+	@%p170 bra 	$L__BB13_175;
+	bra.uni 	$L__BB13_176;
+$L__BB13_175:
 	mov.u32 	%r229, %r3726;
 	mov.u32 	%r230, %r3727;
 	mov.u32 	%r3777, %r3728;
 	mov.u32 	%r3778, %r3729;
-$L__BB11_176:
+$L__BB13_176:
 	and.b32  	%r233, %r219, 15;
 	setp.eq.s32 	%p171, %r1106, 1;
-	@%p171 bra 	$L__BB11_188;
+	@%p171 bra 	$L__BB13_188;
 	setp.eq.s32 	%p172, %r1106, 2;
-	@%p172 bra 	$L__BB11_182;
+	@%p172 bra 	$L__BB13_182;
 	setp.ne.s32 	%p173, %r1106, 4;
-	@%p173 bra 	$L__BB11_194;
+	@%p173 bra 	$L__BB13_194;
 	shr.u32 	%r234, %r233, 2;
 	cvt.u32.u64 	%r235, %rd756;
 	cvt.u16.u32 	%rs66, %r234;
 	setp.eq.s16 	%p174, %rs66, 0;
 	mov.u32 	%r3775, %r235;
 	mov.u32 	%r3776, %r230;
-	@%p174 bra 	$L__BB11_195;
+	@%p174 bra 	$L__BB13_195;
 	setp.ne.s16 	%p175, %rs66, 1;
 	mov.u32 	%r3775, %r229;
 	mov.u32 	%r3776, %r235;
-	@%p175 bra 	$L__BB11_181;
-	bra.uni 	$L__BB11_195;
-$L__BB11_181:
+	@%p175 bra 	$L__BB13_181;
+	bra.uni 	$L__BB13_195;
+$L__BB13_181:
 	setp.eq.s32 	%p176, %r234, 2;
 	selp.b32 	%r3777, %r235, %r3777, %p176;
 	selp.b32 	%r3778, %r3778, %r235, %p176;
 	mov.u32 	%r3775, %r229;
 	mov.u32 	%r3776, %r230;
-	bra.uni 	$L__BB11_195;
-$L__BB11_182:
+	bra.uni 	$L__BB13_195;
+$L__BB13_182:
 	shr.u32 	%r238, %r233, 2;
 	cvt.u16.u32 	%rs15, %r238;
 	setp.eq.s16 	%p177, %rs15, 0;
 	mov.u32 	%r3773, %r229;
-	@%p177 bra 	$L__BB11_185;
+	@%p177 bra 	$L__BB13_185;
 	setp.ne.s16 	%p178, %rs15, 1;
 	mov.u32 	%r3773, %r230;
-	@%p178 bra 	$L__BB11_184;
-	bra.uni 	$L__BB11_185;
-$L__BB11_184:
+	@%p178 bra 	$L__BB13_184;
+	bra.uni 	$L__BB13_185;
+$L__BB13_184:
 	setp.eq.s32 	%p179, %r238, 2;
 	selp.b32 	%r3773, %r3777, %r3778, %p179;
-$L__BB11_185:
+$L__BB13_185:
 	shl.b32 	%r1364, %r233, 3;
 	and.b32  	%r1365, %r1364, 16;
 	mov.u32 	%r1366, 65535;
@@ -18758,33 +20628,33 @@ $L__BB11_185:
 	or.b32  	%r241, %r1369, %r1372;
 	mov.u32 	%r3775, %r241;
 	mov.u32 	%r3776, %r230;
-	@%p177 bra 	$L__BB11_195;
+	@%p177 bra 	$L__BB13_195;
 	setp.ne.s16 	%p181, %rs15, 1;
 	mov.u32 	%r3775, %r229;
 	mov.u32 	%r3776, %r241;
-	@%p181 bra 	$L__BB11_187;
-	bra.uni 	$L__BB11_195;
-$L__BB11_187:
+	@%p181 bra 	$L__BB13_187;
+	bra.uni 	$L__BB13_195;
+$L__BB13_187:
 	setp.eq.s32 	%p182, %r238, 2;
 	selp.b32 	%r3777, %r241, %r3777, %p182;
 	selp.b32 	%r3778, %r3778, %r241, %p182;
 	mov.u32 	%r3775, %r229;
 	mov.u32 	%r3776, %r230;
-	bra.uni 	$L__BB11_195;
-$L__BB11_188:
+	bra.uni 	$L__BB13_195;
+$L__BB13_188:
 	shr.u32 	%r244, %r233, 2;
 	cvt.u16.u32 	%rs16, %r244;
 	setp.eq.s16 	%p183, %rs16, 0;
 	mov.u32 	%r3774, %r229;
-	@%p183 bra 	$L__BB11_191;
+	@%p183 bra 	$L__BB13_191;
 	setp.ne.s16 	%p184, %rs16, 1;
 	mov.u32 	%r3774, %r230;
-	@%p184 bra 	$L__BB11_190;
-	bra.uni 	$L__BB11_191;
-$L__BB11_190:
+	@%p184 bra 	$L__BB13_190;
+	bra.uni 	$L__BB13_191;
+$L__BB13_190:
 	setp.eq.s32 	%p185, %r244, 2;
 	selp.b32 	%r3774, %r3777, %r3778, %p185;
-$L__BB11_191:
+$L__BB13_191:
 	shl.b32 	%r1373, %r219, 3;
 	and.b32  	%r1374, %r1373, 24;
 	mov.u32 	%r1375, 255;
@@ -18797,20 +20667,20 @@ $L__BB11_191:
 	or.b32  	%r247, %r1378, %r1381;
 	mov.u32 	%r3775, %r247;
 	mov.u32 	%r3776, %r230;
-	@%p183 bra 	$L__BB11_195;
+	@%p183 bra 	$L__BB13_195;
 	setp.ne.s16 	%p187, %rs16, 1;
 	mov.u32 	%r3775, %r229;
 	mov.u32 	%r3776, %r247;
-	@%p187 bra 	$L__BB11_193;
-	bra.uni 	$L__BB11_195;
-$L__BB11_193:
+	@%p187 bra 	$L__BB13_193;
+	bra.uni 	$L__BB13_195;
+$L__BB13_193:
 	setp.eq.s32 	%p188, %r244, 2;
 	selp.b32 	%r3777, %r247, %r3777, %p188;
 	selp.b32 	%r3778, %r3778, %r247, %p188;
 	mov.u32 	%r3775, %r229;
 	mov.u32 	%r3776, %r230;
-	bra.uni 	$L__BB11_195;
-$L__BB11_194:
+	bra.uni 	$L__BB13_195;
+$L__BB13_194:
 	shr.u32 	%r1382, %r233, 3;
 	setp.eq.s32 	%p189, %r1382, 0;
 	setp.eq.s32 	%p190, %r1382, 1;
@@ -18821,7 +20691,7 @@ $L__BB11_194:
 	cvt.u32.u64 	%r1384, %rd759;
 	selp.b32 	%r3776, %r1384, %r230, %p189;
 	selp.b32 	%r3778, %r3778, %r1384, %p189;
-$L__BB11_195:
+$L__BB13_195:
 	selp.b32 	%r3727, %r3776, %r3727, %p170;
 	selp.b32 	%r3726, %r3775, %r3726, %p170;
 	selp.b32 	%r3728, %r3777, %r3728, %p170;
@@ -18830,31 +20700,31 @@ $L__BB11_195:
 	selp.b32 	%r3730, %r3730, %r3775, %p170;
 	selp.b32 	%r3732, %r3732, %r3777, %p170;
 	selp.b32 	%r3733, %r3733, %r3778, %p170;
-$L__BB11_196:
-	@%p106 bra 	$L__BB11_198;
+$L__BB13_196:
+	@%p106 bra 	$L__BB13_198;
 	st.v4.u32 	[%rd97], {%r3726, %r3727, %r3728, %r3729};
 	st.v4.u32 	[%rd97+16], {%r3730, %r3731, %r3732, %r3733};
-$L__BB11_198:
+$L__BB13_198:
 	mov.u16 	%rs108, 0;
 	bar.warp.sync 	-1;
 	add.s64 	%rd1994, %rd1994, 32;
 	setp.lt.u64 	%p193, %rd1994, %rd12;
-	@%p193 bra 	$L__BB11_86;
-	bra.uni 	$L__BB11_490;
-$L__BB11_57:
+	@%p193 bra 	$L__BB13_86;
+	bra.uni 	$L__BB13_490;
+$L__BB13_57:
 	setp.gt.u32 	%p42, %r35, 1199570943;
-	@%p42 bra 	$L__BB11_62;
-	bra.uni 	$L__BB11_58;
-$L__BB11_62:
+	@%p42 bra 	$L__BB13_62;
+	bra.uni 	$L__BB13_58;
+$L__BB13_62:
 	or.b16  	%rs107, %rs107, 31744;
-	bra.uni 	$L__BB11_64;
-$L__BB11_58:
+	bra.uni 	$L__BB13_64;
+$L__BB13_58:
 	setp.lt.u32 	%p43, %r35, 947912704;
-	@%p43 bra 	$L__BB11_60;
-	bra.uni 	$L__BB11_59;
-$L__BB11_60:
+	@%p43 bra 	$L__BB13_60;
+	bra.uni 	$L__BB13_59;
+$L__BB13_60:
 	setp.lt.u32 	%p44, %r35, 855638016;
-	@%p44 bra 	$L__BB11_64;
+	@%p44 bra 	$L__BB13_64;
 	shr.u32 	%r1168, %r35, 23;
 	and.b32  	%r1169, %r3686, 8388607;
 	or.b32  	%r1170, %r1169, 8388608;
@@ -18879,8 +20749,8 @@ $L__BB11_60:
 	add.s32 	%r1184, %r1173, %r1183;
 	cvt.u16.u32 	%rs50, %r1184;
 	or.b16  	%rs107, %rs107, %rs50;
-	bra.uni 	$L__BB11_64;
-$L__BB11_59:
+	bra.uni 	$L__BB13_64;
+$L__BB13_59:
 	shr.u32 	%r1163, %r3686, 13;
 	and.b32  	%r1164, %r1163, 1;
 	add.s32 	%r1165, %r3686, %r1164;
@@ -18888,8 +20758,8 @@ $L__BB11_59:
 	shr.u32 	%r1167, %r1166, 13;
 	cvt.u16.u32 	%rs49, %r1167;
 	or.b16  	%rs107, %rs107, %rs49;
-	bra.uni 	$L__BB11_64;
-$L__BB11_12:
+	bra.uni 	$L__BB13_64;
+$L__BB13_12:
 	shl.b64 	%rd631, %rd1982, 1;
 	add.s64 	%rd632, %rd16, %rd631;
 	ld.u16 	%rd633, [%rd632];
@@ -18899,20 +20769,20 @@ $L__BB11_12:
 	add.s64 	%rd28, %rd16, %rd635;
 	and.b64  	%rd636, %rd28, %rd25;
 	setp.eq.s64 	%p13, %rd636, 0;
-	@%p13 bra 	$L__BB11_21;
+	@%p13 bra 	$L__BB13_21;
 	setp.eq.s32 	%p14, %r1106, 0;
 	mov.u64 	%rd1986, 0;
-	@%p14 bra 	$L__BB11_28;
+	@%p14 bra 	$L__BB13_28;
 	cvt.u32.u64 	%r1113, %rd25;
 	setp.lt.u32 	%p15, %r1113, 3;
 	mov.u64 	%rd1986, 0;
 	mov.u32 	%r3683, 0;
-	@%p15 bra 	$L__BB11_17;
+	@%p15 bra 	$L__BB13_17;
 	mov.u64 	%rd1986, 0;
 	mov.u32 	%r3680, 0;
 	mov.u32 	%r3681, 24;
 	mov.u32 	%r3683, %r3680;
-$L__BB11_16:
+$L__BB13_16:
 	cvt.u64.u32 	%rd641, %r3683;
 	add.s64 	%rd642, %rd28, %rd641;
 	ld.u8 	%rd643, [%rd642];
@@ -18935,10 +20805,10 @@ $L__BB11_16:
 	add.s32 	%r18, %r3681, 32;
 	add.s32 	%r3680, %r3681, 8;
 	mov.u32 	%r3681, %r18;
-	@%p16 bra 	$L__BB11_16;
-$L__BB11_17:
+	@%p16 bra 	$L__BB13_16;
+$L__BB13_17:
 	setp.eq.s32 	%p17, %r12, 0;
-	@%p17 bra 	$L__BB11_28;
+	@%p17 bra 	$L__BB13_28;
 	setp.eq.s32 	%p18, %r12, 1;
 	cvt.u64.u32 	%rd654, %r3683;
 	add.s64 	%rd33, %rd28, %rd654;
@@ -18946,46 +20816,46 @@ $L__BB11_17:
 	shl.b32 	%r1120, %r3683, 3;
 	shl.b64 	%rd656, %rd655, %r1120;
 	or.b64  	%rd1986, %rd656, %rd1986;
-	@%p18 bra 	$L__BB11_28;
+	@%p18 bra 	$L__BB13_28;
 	setp.eq.s32 	%p19, %r12, 2;
 	ld.u8 	%rd657, [%rd33+1];
 	add.s32 	%r1122, %r1120, 8;
 	shl.b64 	%rd658, %rd657, %r1122;
 	or.b64  	%rd1986, %rd658, %rd1986;
-	@%p19 bra 	$L__BB11_28;
+	@%p19 bra 	$L__BB13_28;
 	ld.u8 	%rd659, [%rd33+2];
 	add.s32 	%r1124, %r1120, 16;
 	shl.b64 	%rd660, %rd659, %r1124;
 	or.b64  	%rd1986, %rd660, %rd1986;
-	bra.uni 	$L__BB11_28;
-$L__BB11_21:
+	bra.uni 	$L__BB13_28;
+$L__BB13_21:
 	setp.eq.s32 	%p20, %r1106, 1;
-	@%p20 bra 	$L__BB11_26;
+	@%p20 bra 	$L__BB13_26;
 	setp.eq.s32 	%p21, %r1106, 2;
-	@%p21 bra 	$L__BB11_25;
+	@%p21 bra 	$L__BB13_25;
 	setp.ne.s32 	%p22, %r1106, 4;
-	@%p22 bra 	$L__BB11_27;
+	@%p22 bra 	$L__BB13_27;
 	ld.u32 	%rd1986, [%rd28];
-	bra.uni 	$L__BB11_28;
-$L__BB11_26:
+	bra.uni 	$L__BB13_28;
+$L__BB13_26:
 	ld.u8 	%rd1986, [%rd28];
-	bra.uni 	$L__BB11_28;
-$L__BB11_25:
+	bra.uni 	$L__BB13_28;
+$L__BB13_25:
 	ld.u16 	%rd1986, [%rd28];
-	bra.uni 	$L__BB11_28;
-$L__BB11_27:
+	bra.uni 	$L__BB13_28;
+$L__BB13_27:
 	ld.u64 	%rd1986, [%rd28];
-$L__BB11_28:
+$L__BB13_28:
 	ld.global.u64 	%rd44, [%rd1979+8];
 	or.b64  	%rd661, %rd27, %rd44;
 	and.b64  	%rd662, %rd661, -4294967296;
 	setp.eq.s64 	%p23, %rd662, 0;
-	@%p23 bra 	$L__BB11_30;
+	@%p23 bra 	$L__BB13_30;
 	div.u64 	%rd1990, %rd27, %rd44;
 	mul.lo.s64 	%rd663, %rd1990, %rd44;
 	sub.s64 	%rd1988, %rd27, %rd663;
-	bra.uni 	$L__BB11_31;
-$L__BB11_30:
+	bra.uni 	$L__BB13_31;
+$L__BB13_30:
 	cvt.u32.u64 	%r1125, %rd44;
 	cvt.u32.u64 	%r1126, %rd27;
 	div.u32 	%r1127, %r1126, %r1125;
@@ -18993,29 +20863,29 @@ $L__BB11_30:
 	sub.s32 	%r1129, %r1126, %r1128;
 	cvt.u64.u32 	%rd1990, %r1127;
 	cvt.u64.u32 	%rd1988, %r1129;
-$L__BB11_31:
+$L__BB13_31:
 	ld.global.u64 	%rd51, [%rd1979+40];
 	setp.lt.s64 	%p24, %rd1988, %rd51;
-	@%p24 bra 	$L__BB11_82;
+	@%p24 bra 	$L__BB13_82;
 	ld.global.u64 	%rd52, [%rd1979+24];
 	add.s64 	%rd664, %rd52, %rd51;
 	setp.ge.s64 	%p25, %rd1988, %rd664;
-	@%p25 bra 	$L__BB11_82;
+	@%p25 bra 	$L__BB13_82;
 	ld.global.u64 	%rd53, [%rd1979+48];
 	setp.eq.s64 	%p26, %rd53, 0;
-	@%p26 bra 	$L__BB11_38;
+	@%p26 bra 	$L__BB13_38;
 	or.b64  	%rd665, %rd1990, %rd53;
 	and.b64  	%rd666, %rd665, -4294967296;
 	setp.eq.s64 	%p27, %rd666, 0;
-	@%p27 bra 	$L__BB11_36;
+	@%p27 bra 	$L__BB13_36;
 	rem.s64 	%rd1989, %rd1990, %rd53;
-	bra.uni 	$L__BB11_37;
-$L__BB11_36:
+	bra.uni 	$L__BB13_37;
+$L__BB13_36:
 	cvt.u32.u64 	%r1130, %rd53;
 	cvt.u32.u64 	%r1131, %rd1990;
 	rem.u32 	%r1132, %r1131, %r1130;
 	cvt.u64.u32 	%rd1989, %r1132;
-$L__BB11_37:
+$L__BB13_37:
 	shr.u64 	%rd667, %rd53, 63;
 	add.s64 	%rd668, %rd53, %rd667;
 	shr.s64 	%rd669, %rd668, 1;
@@ -19028,31 +20898,31 @@ $L__BB11_37:
 	sub.s64 	%rd676, %rd1990, %rd1989;
 	add.s64 	%rd677, %rd676, %rd672;
 	add.s64 	%rd1990, %rd677, %rd675;
-$L__BB11_38:
+$L__BB13_38:
 	ld.global.u64 	%rd678, [%rd1979+32];
 	sub.s64 	%rd59, %rd1990, %rd678;
 	setp.lt.s64 	%p28, %rd59, 0;
-	@%p28 bra 	$L__BB11_82;
+	@%p28 bra 	$L__BB13_82;
 	ld.global.u64 	%rd679, [%rd1979+16];
 	setp.ge.s64 	%p29, %rd59, %rd679;
-	@%p29 bra 	$L__BB11_82;
+	@%p29 bra 	$L__BB13_82;
 	ld.global.v2.u32 	{%r1133, %r1134}, [%rd1979+56];
 	setp.eq.s32 	%p30, %r1133, %r1134;
 	mov.u64 	%rd1991, %rd25;
 	mov.u64 	%rd1992, %rd24;
 	mov.u32 	%r3688, %r1106;
-	@%p30 bra 	$L__BB11_66;
+	@%p30 bra 	$L__BB13_66;
 	setp.eq.s32 	%p31, %r1133, 1;
-	@%p31 bra 	$L__BB11_52;
-	bra.uni 	$L__BB11_42;
-$L__BB11_52:
+	@%p31 bra 	$L__BB13_52;
+	bra.uni 	$L__BB13_42;
+$L__BB13_52:
 	cvt.u32.u64 	%r3686, %rd1986;
-	bra.uni 	$L__BB11_53;
-$L__BB11_42:
+	bra.uni 	$L__BB13_53;
+$L__BB13_42:
 	setp.eq.s32 	%p32, %r1133, 2;
-	@%p32 bra 	$L__BB11_44;
-	bra.uni 	$L__BB11_43;
-$L__BB11_44:
+	@%p32 bra 	$L__BB13_44;
+	bra.uni 	$L__BB13_43;
+$L__BB13_44:
 	cvt.u16.u64 	%rs45, %rd1986;
 	cvt.u32.u64 	%r1136, %rd1986;
 	shl.b32 	%r1137, %r1136, 16;
@@ -19062,41 +20932,41 @@ $L__BB11_44:
 	and.b16  	%rs3, %rs45, 1023;
 	and.b32  	%r3685, %r1136, 1023;
 	setp.eq.s16 	%p33, %rs2, 31;
-	@%p33 bra 	$L__BB11_51;
-	bra.uni 	$L__BB11_45;
-$L__BB11_51:
+	@%p33 bra 	$L__BB13_51;
+	bra.uni 	$L__BB13_45;
+$L__BB13_51:
 	setp.eq.s16 	%p37, %rs3, 0;
 	shl.b32 	%r1150, %r3685, 13;
 	or.b32  	%r1151, %r1150, 4194304;
 	selp.b32 	%r1152, 0, %r1151, %p37;
 	or.b32  	%r1153, %r3686, %r1152;
 	or.b32  	%r3686, %r1153, 2139095040;
-	bra.uni 	$L__BB11_53;
-$L__BB11_43:
+	bra.uni 	$L__BB13_53;
+$L__BB13_43:
 	cvt.u32.u64 	%r1135, %rd1986;
 	shl.b32 	%r3686, %r1135, 16;
-	bra.uni 	$L__BB11_53;
-$L__BB11_45:
+	bra.uni 	$L__BB13_53;
+$L__BB13_45:
 	setp.eq.s16 	%p34, %rs2, 0;
-	@%p34 bra 	$L__BB11_47;
+	@%p34 bra 	$L__BB13_47;
 	add.s16 	%rs47, %rs2, 112;
 	cvt.u32.u16 	%r1138, %rs47;
 	shl.b32 	%r1139, %r1138, 23;
 	shl.b32 	%r1140, %r3685, 13;
 	or.b32  	%r1141, %r1140, %r3686;
 	or.b32  	%r3686, %r1141, %r1139;
-	bra.uni 	$L__BB11_53;
-$L__BB11_47:
+	bra.uni 	$L__BB13_53;
+$L__BB13_47:
 	setp.eq.s16 	%p35, %rs3, 0;
-	@%p35 bra 	$L__BB11_53;
+	@%p35 bra 	$L__BB13_53;
 	mov.u32 	%r3684, 0;
-$L__BB11_49:
+$L__BB13_49:
 	shl.b32 	%r29, %r3685, 1;
 	add.s32 	%r3684, %r3684, 1;
 	and.b32  	%r1143, %r3685, 512;
 	setp.eq.s32 	%p36, %r1143, 0;
 	mov.u32 	%r3685, %r29;
-	@%p36 bra 	$L__BB11_49;
+	@%p36 bra 	$L__BB13_49;
 	shl.b32 	%r1144, %r3684, 23;
 	mov.u32 	%r1145, 947912704;
 	sub.s32 	%r1146, %r1145, %r1144;
@@ -19104,28 +20974,28 @@ $L__BB11_49:
 	and.b32  	%r1148, %r1147, 8372224;
 	or.b32  	%r1149, %r1146, %r3686;
 	or.b32  	%r3686, %r1149, %r1148;
-$L__BB11_53:
+$L__BB13_53:
 	setp.eq.s32 	%p38, %r1134, 1;
-	@%p38 bra 	$L__BB11_65;
+	@%p38 bra 	$L__BB13_65;
 	setp.eq.s32 	%p39, %r1134, 2;
-	@%p39 bra 	$L__BB11_56;
-	bra.uni 	$L__BB11_55;
-$L__BB11_56:
+	@%p39 bra 	$L__BB13_56;
+	bra.uni 	$L__BB13_55;
+$L__BB13_56:
 	shr.u32 	%r1162, %r3686, 16;
 	cvt.u16.u32 	%rs48, %r1162;
 	and.b16  	%rs107, %rs48, -32768;
 	and.b32  	%r35, %r3686, 2147483647;
 	setp.gt.u32 	%p41, %r35, 2139095040;
-	@%p41 bra 	$L__BB11_63;
-	bra.uni 	$L__BB11_57;
-$L__BB11_63:
+	@%p41 bra 	$L__BB13_63;
+	bra.uni 	$L__BB13_57;
+$L__BB13_63:
 	shr.u32 	%r1185, %r3686, 13;
 	cvt.u16.u32 	%rs51, %r1185;
 	and.b16  	%rs52, %rs51, 511;
 	or.b16  	%rs53, %rs107, %rs52;
 	or.b16  	%rs107, %rs53, 32256;
-	bra.uni 	$L__BB11_64;
-$L__BB11_55:
+	bra.uni 	$L__BB13_64;
+$L__BB13_55:
 	and.b32  	%r1154, %r3686, 2147483647;
 	setp.gt.u32 	%p40, %r1154, 2139095040;
 	shr.u32 	%r1155, %r3686, 16;
@@ -19136,15 +21006,15 @@ $L__BB11_55:
 	shr.u32 	%r1160, %r1159, 16;
 	selp.b32 	%r1161, %r1156, %r1160, %p40;
 	cvt.u16.u32 	%rs107, %r1161;
-$L__BB11_64:
+$L__BB13_64:
 	cvt.u32.u16 	%r3686, %rs107;
-$L__BB11_65:
+$L__BB13_65:
 	cvt.u64.u32 	%rd1986, %r3686;
 	selp.b32 	%r3688, 4, 2, %p38;
 	cvt.u64.u32 	%rd1992, %r3688;
 	add.s32 	%r1186, %r3688, -1;
 	cvt.u64.u32 	%rd1991, %r1186;
-$L__BB11_66:
+$L__BB13_66:
 	mul.lo.s64 	%rd680, %rd52, %rd59;
 	add.s64 	%rd681, %rd680, %rd1988;
 	sub.s64 	%rd682, %rd681, %rd51;
@@ -19153,17 +21023,17 @@ $L__BB11_66:
 	add.s64 	%rd66, %rd684, %rd683;
 	and.b64  	%rd685, %rd1991, %rd66;
 	setp.eq.s64 	%p51, %rd685, 0;
-	@%p51 bra 	$L__BB11_75;
+	@%p51 bra 	$L__BB13_75;
 	setp.eq.s32 	%p52, %r3688, 0;
-	@%p52 bra 	$L__BB11_82;
+	@%p52 bra 	$L__BB13_82;
 	add.s32 	%r1188, %r3688, -1;
 	and.b32  	%r40, %r3688, 3;
 	setp.lt.u32 	%p53, %r1188, 3;
 	mov.u32 	%r3691, 0;
-	@%p53 bra 	$L__BB11_71;
+	@%p53 bra 	$L__BB13_71;
 	sub.s32 	%r3690, %r3688, %r40;
 	mov.u32 	%r3691, 0;
-$L__BB11_70:
+$L__BB13_70:
 	shl.b32 	%r1190, %r3691, 3;
 	shr.u64 	%rd686, %rd1986, %r1190;
 	cvt.u64.u32 	%rd687, %r3691;
@@ -19181,79 +21051,79 @@ $L__BB11_70:
 	add.s32 	%r3691, %r3691, 4;
 	add.s32 	%r3690, %r3690, -4;
 	setp.ne.s32 	%p54, %r3690, 0;
-	@%p54 bra 	$L__BB11_70;
-$L__BB11_71:
+	@%p54 bra 	$L__BB13_70;
+$L__BB13_71:
 	setp.eq.s32 	%p55, %r40, 0;
-	@%p55 bra 	$L__BB11_82;
+	@%p55 bra 	$L__BB13_82;
 	shl.b32 	%r1194, %r3691, 3;
 	shr.u64 	%rd692, %rd1986, %r1194;
 	cvt.u64.u32 	%rd693, %r3691;
 	add.s64 	%rd67, %rd66, %rd693;
 	st.u8 	[%rd67], %rd692;
 	setp.eq.s32 	%p56, %r40, 1;
-	@%p56 bra 	$L__BB11_82;
+	@%p56 bra 	$L__BB13_82;
 	add.s32 	%r1196, %r1194, 8;
 	shr.u64 	%rd694, %rd1986, %r1196;
 	st.u8 	[%rd67+1], %rd694;
 	setp.eq.s32 	%p57, %r40, 2;
-	@%p57 bra 	$L__BB11_82;
+	@%p57 bra 	$L__BB13_82;
 	add.s32 	%r1198, %r1194, 16;
 	shr.u64 	%rd695, %rd1986, %r1198;
 	st.u8 	[%rd67+2], %rd695;
-	bra.uni 	$L__BB11_82;
-$L__BB11_75:
+	bra.uni 	$L__BB13_82;
+$L__BB13_75:
 	setp.eq.s32 	%p58, %r3688, 1;
-	@%p58 bra 	$L__BB11_80;
+	@%p58 bra 	$L__BB13_80;
 	setp.eq.s32 	%p59, %r3688, 2;
-	@%p59 bra 	$L__BB11_79;
+	@%p59 bra 	$L__BB13_79;
 	setp.ne.s32 	%p60, %r3688, 4;
-	@%p60 bra 	$L__BB11_81;
+	@%p60 bra 	$L__BB13_81;
 	st.u32 	[%rd66], %rd1986;
-	bra.uni 	$L__BB11_82;
-$L__BB11_79:
+	bra.uni 	$L__BB13_82;
+$L__BB13_79:
 	st.u16 	[%rd66], %rd1986;
-	bra.uni 	$L__BB11_82;
-$L__BB11_80:
+	bra.uni 	$L__BB13_82;
+$L__BB13_80:
 	st.u8 	[%rd66], %rd1986;
-	bra.uni 	$L__BB11_82;
-$L__BB11_81:
+	bra.uni 	$L__BB13_82;
+$L__BB13_81:
 	st.u64 	[%rd66], %rd1986;
-$L__BB11_82:
+$L__BB13_82:
 	mov.u16 	%rs108, 0;
 	add.s64 	%rd1982, %rd1982, 32;
 	setp.lt.u64 	%p61, %rd1982, %rd12;
-	@%p61 bra 	$L__BB11_12;
-$L__BB11_490:
+	@%p61 bra 	$L__BB13_12;
+$L__BB13_490:
 	cvt.u32.u64 	%r1579, %rd5;
 	setp.ne.s32 	%p380, %r1579, 0;
-	@%p380 bra 	$L__BB11_492;
+	@%p380 bra 	$L__BB13_492;
 	mov.u32 	%r1582, _ZZ14ws_delta_applyE4coop;
 	add.s32 	%r1583, %r1582, %r2;
 	st.shared.u8 	[%r1583], %rs108;
-$L__BB11_492:
+$L__BB13_492:
 	bar.sync 	0;
 	mov.u32 	%r3835, 0;
-	bra.uni 	$L__BB11_493;
-$L__BB11_695:
+	bra.uni 	$L__BB13_493;
+$L__BB13_695:
 	cvt.u64.u32 	%rd1304, %r1590;
 	mul.lo.s64 	%rd1305, %rd289, %rd1304;
 	shr.u64 	%rd422, %rd1305, 4;
 	setp.eq.s32 	%p542, %r1590, 1;
-	@%p542 bra 	$L__BB11_866;
+	@%p542 bra 	$L__BB13_866;
 	setp.eq.s32 	%p543, %r1590, 2;
-	@%p543 bra 	$L__BB11_766;
+	@%p543 bra 	$L__BB13_766;
 	setp.ne.s32 	%p544, %r1590, 4;
-	@%p544 bra 	$L__BB11_1030;
+	@%p544 bra 	$L__BB13_1030;
 	setp.eq.s64 	%p545, %rd422, 0;
-	@%p545 bra 	$L__BB11_1123;
+	@%p545 bra 	$L__BB13_1123;
 	add.s64 	%rd423, %rd396, %rd290;
 	mov.u64 	%rd2073, 0;
 	mov.u32 	%r3868, 0;
-$L__BB11_700:
+$L__BB13_700:
 	mov.u32 	%r3869, 0;
 	add.s64 	%rd425, %rd2073, %rd4;
 	setp.ge.u64 	%p546, %rd425, %rd422;
-	@%p546 bra 	$L__BB11_702;
+	@%p546 bra 	$L__BB13_702;
 	shr.u64 	%rd1307, %rd425, 1;
 	and.b64  	%rd1308, %rd1307, 2305843009213693948;
 	add.s64 	%rd1309, %rd297, %rd1308;
@@ -19263,12 +21133,12 @@ $L__BB11_700:
 	ld.u32 	%r1891, [%rd1309];
 	shr.u32 	%r1892, %r1891, %r1890;
 	and.b32  	%r3869, %r1892, 15;
-$L__BB11_702:
+$L__BB13_702:
 	add.s64 	%rd426, %rd425, 256;
 	setp.ge.u64 	%p547, %rd426, %rd422;
 	mov.u32 	%r3871, 0;
 	mov.u32 	%r3870, %r3871;
-	@%p547 bra 	$L__BB11_704;
+	@%p547 bra 	$L__BB13_704;
 	shr.u64 	%rd1310, %rd426, 1;
 	and.b64  	%rd1311, %rd1310, 2305843009213693948;
 	add.s64 	%rd1312, %rd297, %rd1311;
@@ -19278,10 +21148,10 @@ $L__BB11_702:
 	ld.u32 	%r1897, [%rd1312];
 	shr.u32 	%r1898, %r1897, %r1896;
 	and.b32  	%r3870, %r1898, 15;
-$L__BB11_704:
+$L__BB13_704:
 	add.s64 	%rd427, %rd425, 512;
 	setp.ge.u64 	%p548, %rd427, %rd422;
-	@%p548 bra 	$L__BB11_706;
+	@%p548 bra 	$L__BB13_706;
 	shr.u64 	%rd1313, %rd427, 1;
 	and.b64  	%rd1314, %rd1313, 2305843009213693948;
 	add.s64 	%rd1315, %rd297, %rd1314;
@@ -19291,12 +21161,12 @@ $L__BB11_704:
 	ld.u32 	%r1903, [%rd1315];
 	shr.u32 	%r1904, %r1903, %r1902;
 	and.b32  	%r3871, %r1904, 15;
-$L__BB11_706:
+$L__BB13_706:
 	add.s64 	%rd428, %rd425, 768;
 	setp.ge.u64 	%p549, %rd428, %rd422;
 	mov.u32 	%r3873, 0;
 	mov.u32 	%r3872, %r3873;
-	@%p549 bra 	$L__BB11_708;
+	@%p549 bra 	$L__BB13_708;
 	shr.u64 	%rd1316, %rd428, 1;
 	and.b64  	%rd1317, %rd1316, 2305843009213693948;
 	add.s64 	%rd1318, %rd297, %rd1317;
@@ -19306,7 +21176,7 @@ $L__BB11_706:
 	ld.u32 	%r1909, [%rd1318];
 	shr.u32 	%r1910, %r1909, %r1908;
 	and.b32  	%r3872, %r1910, 15;
-$L__BB11_708:
+$L__BB13_708:
 	mov.u32 	%r1915, 31;
 	mov.u32 	%r1916, 1;
 	mov.u32 	%r1917, -1;
@@ -19318,9 +21188,9 @@ $L__BB11_708:
 	mov.u32 	%r3874, %r3873;
 	mov.u32 	%r3875, %r3873;
 	mov.u32 	%r3876, %r3873;
-	@%p551 bra 	$L__BB11_710;
+	@%p551 bra 	$L__BB13_710;
 	ld.v4.u32 	{%r3873, %r3874, %r3875, %r3876}, [%rd429];
-$L__BB11_710:
+$L__BB13_710:
 	shfl.sync.bfly.b32 	%r1930|%p552, %r3870, %r1916, %r1915, %r1917;
 	or.b32  	%r471, %r1930, %r3870;
 	setp.eq.s32 	%p553, %r471, 0;
@@ -19329,9 +21199,9 @@ $L__BB11_710:
 	mov.u32 	%r3878, %r3881;
 	mov.u32 	%r3879, %r3881;
 	mov.u32 	%r3880, %r3881;
-	@%p553 bra 	$L__BB11_712;
+	@%p553 bra 	$L__BB13_712;
 	ld.v4.u32 	{%r3877, %r3878, %r3879, %r3880}, [%rd429+4096];
-$L__BB11_712:
+$L__BB13_712:
 	mov.u32 	%r1939, 31;
 	mov.u32 	%r1940, 1;
 	mov.u32 	%r1941, -1;
@@ -19341,9 +21211,9 @@ $L__BB11_712:
 	mov.u32 	%r3882, %r3881;
 	mov.u32 	%r3883, %r3881;
 	mov.u32 	%r3884, %r3881;
-	@%p555 bra 	$L__BB11_714;
+	@%p555 bra 	$L__BB13_714;
 	ld.v4.u32 	{%r3881, %r3882, %r3883, %r3884}, [%rd429+8192];
-$L__BB11_714:
+$L__BB13_714:
 	shfl.sync.bfly.b32 	%r1954|%p556, %r3872, %r1940, %r1939, %r1941;
 	or.b32  	%r489, %r1954, %r3872;
 	setp.eq.s32 	%p557, %r489, 0;
@@ -19352,9 +21222,9 @@ $L__BB11_714:
 	mov.u32 	%r3886, %r1950;
 	mov.u32 	%r3887, %r1950;
 	mov.u32 	%r3888, %r1950;
-	@%p557 bra 	$L__BB11_716;
+	@%p557 bra 	$L__BB13_716;
 	ld.v4.u32 	{%r3885, %r3886, %r3887, %r3888}, [%rd429+12288];
-$L__BB11_716:
+$L__BB13_716:
 	cvt.u32.u64 	%r3631, %rd5;
 	setp.lt.u32 	%p558, %r3631, 16;
 	mov.u32 	%r1980, 16;
@@ -19430,18 +21300,18 @@ $L__BB11_716:
 	// end inline asm
 	selp.b64 	%rd1339, 0, %rd1329, %p558;
 	add.s64 	%rd431, %rd1339, %rd1328;
-	@%p562 bra 	$L__BB11_718;
+	@%p562 bra 	$L__BB13_718;
 	st.shared.u64 	[%r6], %rd431;
-$L__BB11_718:
+$L__BB13_718:
 	setp.ne.s32 	%p574, %r2, 0;
 	bar.sync 	0;
-	@%p574 bra 	$L__BB11_723;
+	@%p574 bra 	$L__BB13_723;
 	cvt.u32.u64 	%r3637, %rd5;
 	setp.gt.u32 	%p575, %r3637, 7;
 	mov.u64 	%rd2074, 0;
-	@%p575 bra 	$L__BB11_721;
+	@%p575 bra 	$L__BB13_721;
 	ld.shared.u64 	%rd2074, [%r7];
-$L__BB11_721:
+$L__BB13_721:
 	setp.lt.u32 	%p1035, %r3631, 16;
 	setp.lt.u32 	%p1034, %r3631, 8;
 	setp.lt.u32 	%p1033, %r3631, 4;
@@ -19505,15 +21375,15 @@ $L__BB11_721:
 	// end inline asm
 	selp.b64 	%rd1355, 0, %rd1350, %p1035;
 	add.s64 	%rd434, %rd1355, %rd1349;
-	@%p575 bra 	$L__BB11_723;
+	@%p575 bra 	$L__BB13_723;
 	st.shared.u64 	[%r7], %rd434;
-$L__BB11_723:
+$L__BB13_723:
 	setp.eq.s32 	%p592, %r2, 0;
 	bar.sync 	0;
 	mov.u64 	%rd2075, 0;
-	@%p592 bra 	$L__BB11_725;
+	@%p592 bra 	$L__BB13_725;
 	ld.shared.u64 	%rd2075, [%r6+-8];
-$L__BB11_725:
+$L__BB13_725:
 	ld.shared.u64 	%rd437, [_ZZ14ws_delta_applyE3red+56];
 	mov.u32 	%r3890, 0;
 	bar.sync 	0;
@@ -19525,27 +21395,27 @@ $L__BB11_725:
 	and.b32  	%r499, %r3869, 1;
 	setp.eq.s32 	%p593, %r499, 0;
 	mov.u32 	%r3889, %r3890;
-	@%p593 bra 	$L__BB11_727;
+	@%p593 bra 	$L__BB13_727;
 	mul.wide.u32 	%rd1358, %r498, 4;
 	add.s64 	%rd1359, %rd423, %rd1358;
 	add.s64 	%rd1360, %rd285, %rd1359;
 	ld.u32 	%r3889, [%rd1360];
-$L__BB11_727:
+$L__BB13_727:
 	and.b32  	%r502, %r3869, 2;
 	setp.eq.s32 	%p594, %r502, 0;
-	@%p594 bra 	$L__BB11_729;
+	@%p594 bra 	$L__BB13_729;
 	popc.b32 	%r2026, %r499;
 	add.s32 	%r2027, %r498, %r2026;
 	mul.wide.u32 	%rd1361, %r2027, 4;
 	add.s64 	%rd1362, %rd423, %rd1361;
 	add.s64 	%rd1363, %rd285, %rd1362;
 	ld.u32 	%r3890, [%rd1363];
-$L__BB11_729:
+$L__BB13_729:
 	and.b32  	%r505, %r3869, 4;
 	setp.eq.s32 	%p595, %r505, 0;
 	mov.u32 	%r3892, 0;
 	mov.u32 	%r3891, %r3892;
-	@%p595 bra 	$L__BB11_731;
+	@%p595 bra 	$L__BB13_731;
 	and.b32  	%r2029, %r3869, 3;
 	popc.b32 	%r2030, %r2029;
 	add.s32 	%r2031, %r498, %r2030;
@@ -19553,10 +21423,10 @@ $L__BB11_729:
 	add.s64 	%rd1365, %rd423, %rd1364;
 	add.s64 	%rd1366, %rd285, %rd1365;
 	ld.u32 	%r3891, [%rd1366];
-$L__BB11_731:
+$L__BB13_731:
 	and.b32  	%r508, %r3869, 8;
 	setp.eq.s32 	%p596, %r508, 0;
-	@%p596 bra 	$L__BB11_733;
+	@%p596 bra 	$L__BB13_733;
 	and.b32  	%r2033, %r3869, 7;
 	popc.b32 	%r2034, %r2033;
 	add.s32 	%r2035, %r498, %r2034;
@@ -19564,14 +21434,14 @@ $L__BB11_731:
 	add.s64 	%rd1368, %rd423, %rd1367;
 	add.s64 	%rd1369, %rd285, %rd1368;
 	ld.u32 	%r3892, [%rd1369];
-$L__BB11_733:
+$L__BB13_733:
 	selp.b32 	%r511, %r3873, %r3889, %p593;
 	selp.b32 	%r512, %r3874, %r3890, %p594;
 	selp.b32 	%r513, %r3875, %r3891, %p595;
 	selp.b32 	%r514, %r3876, %r3892, %p596;
-	@%p551 bra 	$L__BB11_735;
+	@%p551 bra 	$L__BB13_735;
 	st.v4.u32 	[%rd429], {%r511, %r512, %r513, %r514};
-$L__BB11_735:
+$L__BB13_735:
 	cvt.u32.u64 	%r2037, %rd437;
 	and.b32  	%r2038, %r2037, 65535;
 	add.s32 	%r515, %r2038, %r3868;
@@ -19581,27 +21451,27 @@ $L__BB11_735:
 	setp.eq.s32 	%p602, %r517, 0;
 	mov.u32 	%r3894, 0;
 	mov.u32 	%r3893, %r3894;
-	@%p602 bra 	$L__BB11_737;
+	@%p602 bra 	$L__BB13_737;
 	mul.wide.u32 	%rd1370, %r516, 4;
 	add.s64 	%rd1371, %rd423, %rd1370;
 	add.s64 	%rd1372, %rd285, %rd1371;
 	ld.u32 	%r3893, [%rd1372];
-$L__BB11_737:
+$L__BB13_737:
 	and.b32  	%r520, %r3870, 2;
 	setp.eq.s32 	%p603, %r520, 0;
-	@%p603 bra 	$L__BB11_739;
+	@%p603 bra 	$L__BB13_739;
 	popc.b32 	%r2042, %r517;
 	add.s32 	%r2043, %r516, %r2042;
 	mul.wide.u32 	%rd1373, %r2043, 4;
 	add.s64 	%rd1374, %rd423, %rd1373;
 	add.s64 	%rd1375, %rd285, %rd1374;
 	ld.u32 	%r3894, [%rd1375];
-$L__BB11_739:
+$L__BB13_739:
 	and.b32  	%r523, %r3870, 4;
 	setp.eq.s32 	%p604, %r523, 0;
 	mov.u32 	%r3896, 0;
 	mov.u32 	%r3895, %r3896;
-	@%p604 bra 	$L__BB11_741;
+	@%p604 bra 	$L__BB13_741;
 	and.b32  	%r2045, %r3870, 3;
 	popc.b32 	%r2046, %r2045;
 	add.s32 	%r2047, %r516, %r2046;
@@ -19609,10 +21479,10 @@ $L__BB11_739:
 	add.s64 	%rd1377, %rd423, %rd1376;
 	add.s64 	%rd1378, %rd285, %rd1377;
 	ld.u32 	%r3895, [%rd1378];
-$L__BB11_741:
+$L__BB13_741:
 	and.b32  	%r526, %r3870, 8;
 	setp.eq.s32 	%p605, %r526, 0;
-	@%p605 bra 	$L__BB11_743;
+	@%p605 bra 	$L__BB13_743;
 	and.b32  	%r2049, %r3870, 7;
 	popc.b32 	%r2050, %r2049;
 	add.s32 	%r2051, %r516, %r2050;
@@ -19620,14 +21490,14 @@ $L__BB11_741:
 	add.s64 	%rd1380, %rd423, %rd1379;
 	add.s64 	%rd1381, %rd285, %rd1380;
 	ld.u32 	%r3896, [%rd1381];
-$L__BB11_743:
+$L__BB13_743:
 	selp.b32 	%r529, %r3877, %r3893, %p602;
 	selp.b32 	%r530, %r3878, %r3894, %p603;
 	selp.b32 	%r531, %r3879, %r3895, %p604;
 	selp.b32 	%r532, %r3880, %r3896, %p605;
-	@%p553 bra 	$L__BB11_745;
+	@%p553 bra 	$L__BB13_745;
 	st.v4.u32 	[%rd429+4096], {%r529, %r530, %r531, %r532};
-$L__BB11_745:
+$L__BB13_745:
 	shr.u32 	%r2054, %r2037, 16;
 	add.s32 	%r533, %r2054, %r515;
 	shr.u64 	%rd1382, %rd438, 32;
@@ -19638,27 +21508,27 @@ $L__BB11_745:
 	setp.eq.s32 	%p611, %r535, 0;
 	mov.u32 	%r3898, 0;
 	mov.u32 	%r3897, %r3898;
-	@%p611 bra 	$L__BB11_747;
+	@%p611 bra 	$L__BB13_747;
 	mul.wide.u32 	%rd1383, %r534, 4;
 	add.s64 	%rd1384, %rd423, %rd1383;
 	add.s64 	%rd1385, %rd285, %rd1384;
 	ld.u32 	%r3897, [%rd1385];
-$L__BB11_747:
+$L__BB13_747:
 	and.b32  	%r538, %r3871, 2;
 	setp.eq.s32 	%p612, %r538, 0;
-	@%p612 bra 	$L__BB11_749;
+	@%p612 bra 	$L__BB13_749;
 	popc.b32 	%r2058, %r535;
 	add.s32 	%r2059, %r534, %r2058;
 	mul.wide.u32 	%rd1386, %r2059, 4;
 	add.s64 	%rd1387, %rd423, %rd1386;
 	add.s64 	%rd1388, %rd285, %rd1387;
 	ld.u32 	%r3898, [%rd1388];
-$L__BB11_749:
+$L__BB13_749:
 	and.b32  	%r541, %r3871, 4;
 	setp.eq.s32 	%p613, %r541, 0;
 	mov.u32 	%r3900, 0;
 	mov.u32 	%r3899, %r3900;
-	@%p613 bra 	$L__BB11_751;
+	@%p613 bra 	$L__BB13_751;
 	and.b32  	%r2061, %r3871, 3;
 	popc.b32 	%r2062, %r2061;
 	add.s32 	%r2063, %r534, %r2062;
@@ -19666,10 +21536,10 @@ $L__BB11_749:
 	add.s64 	%rd1390, %rd423, %rd1389;
 	add.s64 	%rd1391, %rd285, %rd1390;
 	ld.u32 	%r3899, [%rd1391];
-$L__BB11_751:
+$L__BB13_751:
 	and.b32  	%r544, %r3871, 8;
 	setp.eq.s32 	%p614, %r544, 0;
-	@%p614 bra 	$L__BB11_753;
+	@%p614 bra 	$L__BB13_753;
 	and.b32  	%r2065, %r3871, 7;
 	popc.b32 	%r2066, %r2065;
 	add.s32 	%r2067, %r534, %r2066;
@@ -19677,14 +21547,14 @@ $L__BB11_751:
 	add.s64 	%rd1393, %rd423, %rd1392;
 	add.s64 	%rd1394, %rd285, %rd1393;
 	ld.u32 	%r3900, [%rd1394];
-$L__BB11_753:
+$L__BB13_753:
 	selp.b32 	%r547, %r3881, %r3897, %p611;
 	selp.b32 	%r548, %r3882, %r3898, %p612;
 	selp.b32 	%r549, %r3883, %r3899, %p613;
 	selp.b32 	%r550, %r3884, %r3900, %p614;
-	@%p555 bra 	$L__BB11_755;
+	@%p555 bra 	$L__BB13_755;
 	st.v4.u32 	[%rd429+8192], {%r547, %r548, %r549, %r550};
-$L__BB11_755:
+$L__BB13_755:
 	shr.u64 	%rd1395, %rd437, 32;
 	cvt.u32.u64 	%r2069, %rd1395;
 	and.b32  	%r2070, %r2069, 65535;
@@ -19696,27 +21566,27 @@ $L__BB11_755:
 	setp.eq.s32 	%p620, %r553, 0;
 	mov.u32 	%r3902, 0;
 	mov.u32 	%r3901, %r3902;
-	@%p620 bra 	$L__BB11_757;
+	@%p620 bra 	$L__BB13_757;
 	mul.wide.u32 	%rd1397, %r552, 4;
 	add.s64 	%rd1398, %rd423, %rd1397;
 	add.s64 	%rd1399, %rd285, %rd1398;
 	ld.u32 	%r3901, [%rd1399];
-$L__BB11_757:
+$L__BB13_757:
 	and.b32  	%r556, %r3872, 2;
 	setp.eq.s32 	%p621, %r556, 0;
-	@%p621 bra 	$L__BB11_759;
+	@%p621 bra 	$L__BB13_759;
 	popc.b32 	%r2073, %r553;
 	add.s32 	%r2074, %r552, %r2073;
 	mul.wide.u32 	%rd1400, %r2074, 4;
 	add.s64 	%rd1401, %rd423, %rd1400;
 	add.s64 	%rd1402, %rd285, %rd1401;
 	ld.u32 	%r3902, [%rd1402];
-$L__BB11_759:
+$L__BB13_759:
 	and.b32  	%r559, %r3872, 4;
 	setp.eq.s32 	%p622, %r559, 0;
 	mov.u32 	%r3904, 0;
 	mov.u32 	%r3903, %r3904;
-	@%p622 bra 	$L__BB11_761;
+	@%p622 bra 	$L__BB13_761;
 	and.b32  	%r2076, %r3872, 3;
 	popc.b32 	%r2077, %r2076;
 	add.s32 	%r2078, %r552, %r2077;
@@ -19724,10 +21594,10 @@ $L__BB11_759:
 	add.s64 	%rd1404, %rd423, %rd1403;
 	add.s64 	%rd1405, %rd285, %rd1404;
 	ld.u32 	%r3903, [%rd1405];
-$L__BB11_761:
+$L__BB13_761:
 	and.b32  	%r562, %r3872, 8;
 	setp.eq.s32 	%p623, %r562, 0;
-	@%p623 bra 	$L__BB11_763;
+	@%p623 bra 	$L__BB13_763;
 	and.b32  	%r2080, %r3872, 7;
 	popc.b32 	%r2081, %r2080;
 	add.s32 	%r2082, %r552, %r2081;
@@ -19735,32 +21605,32 @@ $L__BB11_761:
 	add.s64 	%rd1407, %rd423, %rd1406;
 	add.s64 	%rd1408, %rd285, %rd1407;
 	ld.u32 	%r3904, [%rd1408];
-$L__BB11_763:
+$L__BB13_763:
 	selp.b32 	%r565, %r3885, %r3901, %p620;
 	selp.b32 	%r566, %r3886, %r3902, %p621;
 	selp.b32 	%r567, %r3887, %r3903, %p622;
 	selp.b32 	%r568, %r3888, %r3904, %p623;
-	@%p557 bra 	$L__BB11_765;
+	@%p557 bra 	$L__BB13_765;
 	st.v4.u32 	[%rd429+12288], {%r565, %r566, %r567, %r568};
-$L__BB11_765:
+$L__BB13_765:
 	shr.u64 	%rd1409, %rd437, 48;
 	cvt.u32.u64 	%r2083, %rd1409;
 	add.s32 	%r3868, %r551, %r2083;
 	add.s64 	%rd2073, %rd2073, 1024;
 	setp.lt.u64 	%p629, %rd2073, %rd422;
-	@%p629 bra 	$L__BB11_700;
-	bra.uni 	$L__BB11_1123;
-$L__BB11_866:
+	@%p629 bra 	$L__BB13_700;
+	bra.uni 	$L__BB13_1123;
+$L__BB13_866:
 	setp.eq.s64 	%p747, %rd422, 0;
-	@%p747 bra 	$L__BB11_1123;
+	@%p747 bra 	$L__BB13_1123;
 	add.s64 	%rd457, %rd396, %rd290;
 	mov.u64 	%rd2079, 0;
 	mov.u32 	%r3958, 0;
-$L__BB11_868:
+$L__BB13_868:
 	mov.u32 	%r3959, 0;
 	add.s64 	%rd459, %rd2079, %rd4;
 	setp.ge.u64 	%p748, %rd459, %rd422;
-	@%p748 bra 	$L__BB11_870;
+	@%p748 bra 	$L__BB13_870;
 	shl.b64 	%rd1559, %rd459, 1;
 	and.b64  	%rd1560, %rd1559, 2305843009213693948;
 	add.s64 	%rd1561, %rd297, %rd1560;
@@ -19770,12 +21640,12 @@ $L__BB11_868:
 	ld.u32 	%r2431, [%rd1561];
 	shr.u32 	%r2432, %r2431, %r2430;
 	and.b32  	%r3959, %r2432, 65535;
-$L__BB11_870:
+$L__BB13_870:
 	add.s64 	%rd460, %rd459, 256;
 	setp.ge.u64 	%p749, %rd460, %rd422;
 	mov.u32 	%r3961, 0;
 	mov.u32 	%r3960, %r3961;
-	@%p749 bra 	$L__BB11_872;
+	@%p749 bra 	$L__BB13_872;
 	shl.b64 	%rd1562, %rd460, 1;
 	and.b64  	%rd1563, %rd1562, 2305843009213693948;
 	add.s64 	%rd1564, %rd297, %rd1563;
@@ -19785,10 +21655,10 @@ $L__BB11_870:
 	ld.u32 	%r2437, [%rd1564];
 	shr.u32 	%r2438, %r2437, %r2436;
 	and.b32  	%r3960, %r2438, 65535;
-$L__BB11_872:
+$L__BB13_872:
 	add.s64 	%rd461, %rd459, 512;
 	setp.ge.u64 	%p750, %rd461, %rd422;
-	@%p750 bra 	$L__BB11_874;
+	@%p750 bra 	$L__BB13_874;
 	shl.b64 	%rd1565, %rd461, 1;
 	and.b64  	%rd1566, %rd1565, 2305843009213693948;
 	add.s64 	%rd1567, %rd297, %rd1566;
@@ -19798,12 +21668,12 @@ $L__BB11_872:
 	ld.u32 	%r2443, [%rd1567];
 	shr.u32 	%r2444, %r2443, %r2442;
 	and.b32  	%r3961, %r2444, 65535;
-$L__BB11_874:
+$L__BB13_874:
 	add.s64 	%rd462, %rd459, 768;
 	setp.ge.u64 	%p751, %rd462, %rd422;
 	mov.u32 	%r3963, 0;
 	mov.u32 	%r3962, %r3963;
-	@%p751 bra 	$L__BB11_876;
+	@%p751 bra 	$L__BB13_876;
 	shl.b64 	%rd1568, %rd462, 1;
 	and.b64  	%rd1569, %rd1568, 2305843009213693948;
 	add.s64 	%rd1570, %rd297, %rd1569;
@@ -19813,7 +21683,7 @@ $L__BB11_874:
 	ld.u32 	%r2449, [%rd1570];
 	shr.u32 	%r2450, %r2449, %r2448;
 	and.b32  	%r3962, %r2450, 65535;
-$L__BB11_876:
+$L__BB13_876:
 	mov.u32 	%r2455, 31;
 	mov.u32 	%r2456, 1;
 	mov.u32 	%r2457, -1;
@@ -19825,9 +21695,9 @@ $L__BB11_876:
 	mov.u32 	%r3964, %r3963;
 	mov.u32 	%r3965, %r3963;
 	mov.u32 	%r3966, %r3963;
-	@%p753 bra 	$L__BB11_878;
+	@%p753 bra 	$L__BB13_878;
 	ld.v4.u32 	{%r3963, %r3964, %r3965, %r3966}, [%rd463];
-$L__BB11_878:
+$L__BB13_878:
 	shfl.sync.bfly.b32 	%r2470|%p754, %r3960, %r2456, %r2455, %r2457;
 	or.b32  	%r765, %r2470, %r3960;
 	setp.eq.s32 	%p755, %r765, 0;
@@ -19836,9 +21706,9 @@ $L__BB11_878:
 	mov.u32 	%r3968, %r3971;
 	mov.u32 	%r3969, %r3971;
 	mov.u32 	%r3970, %r3971;
-	@%p755 bra 	$L__BB11_880;
+	@%p755 bra 	$L__BB13_880;
 	ld.v4.u32 	{%r3967, %r3968, %r3969, %r3970}, [%rd463+4096];
-$L__BB11_880:
+$L__BB13_880:
 	mov.u32 	%r2479, 31;
 	mov.u32 	%r2480, 1;
 	mov.u32 	%r2481, -1;
@@ -19848,9 +21718,9 @@ $L__BB11_880:
 	mov.u32 	%r3972, %r3971;
 	mov.u32 	%r3973, %r3971;
 	mov.u32 	%r3974, %r3971;
-	@%p757 bra 	$L__BB11_882;
+	@%p757 bra 	$L__BB13_882;
 	ld.v4.u32 	{%r3971, %r3972, %r3973, %r3974}, [%rd463+8192];
-$L__BB11_882:
+$L__BB13_882:
 	shfl.sync.bfly.b32 	%r2494|%p758, %r3962, %r2480, %r2479, %r2481;
 	or.b32  	%r783, %r2494, %r3962;
 	setp.eq.s32 	%p759, %r783, 0;
@@ -19859,9 +21729,9 @@ $L__BB11_882:
 	mov.u32 	%r3976, %r2490;
 	mov.u32 	%r3977, %r2490;
 	mov.u32 	%r3978, %r2490;
-	@%p759 bra 	$L__BB11_884;
+	@%p759 bra 	$L__BB13_884;
 	ld.v4.u32 	{%r3975, %r3976, %r3977, %r3978}, [%rd463+12288];
-$L__BB11_884:
+$L__BB13_884:
 	cvt.u32.u64 	%r3638, %rd5;
 	setp.lt.u32 	%p760, %r3638, 16;
 	mov.u32 	%r2520, 16;
@@ -19937,18 +21807,18 @@ $L__BB11_884:
 	// end inline asm
 	selp.b64 	%rd1591, 0, %rd1581, %p760;
 	add.s64 	%rd465, %rd1591, %rd1580;
-	@%p764 bra 	$L__BB11_886;
+	@%p764 bra 	$L__BB13_886;
 	st.shared.u64 	[%r6], %rd465;
-$L__BB11_886:
+$L__BB13_886:
 	setp.ne.s32 	%p776, %r2, 0;
 	bar.sync 	0;
-	@%p776 bra 	$L__BB11_891;
+	@%p776 bra 	$L__BB13_891;
 	cvt.u32.u64 	%r3639, %rd5;
 	setp.gt.u32 	%p777, %r3639, 7;
 	mov.u64 	%rd2080, 0;
-	@%p777 bra 	$L__BB11_889;
+	@%p777 bra 	$L__BB13_889;
 	ld.shared.u64 	%rd2080, [%r7];
-$L__BB11_889:
+$L__BB13_889:
 	cvt.u32.u64 	%r3645, %rd5;
 	setp.lt.u32 	%p1047, %r3645, 16;
 	setp.lt.u32 	%p1046, %r3645, 8;
@@ -20012,15 +21882,15 @@ $L__BB11_889:
 	// end inline asm
 	selp.b64 	%rd1607, 0, %rd1602, %p1047;
 	add.s64 	%rd468, %rd1607, %rd1601;
-	@%p777 bra 	$L__BB11_891;
+	@%p777 bra 	$L__BB13_891;
 	st.shared.u64 	[%r7], %rd468;
-$L__BB11_891:
+$L__BB13_891:
 	setp.eq.s32 	%p794, %r2, 0;
 	bar.sync 	0;
 	mov.u64 	%rd2081, 0;
-	@%p794 bra 	$L__BB11_893;
+	@%p794 bra 	$L__BB13_893;
 	ld.shared.u64 	%rd2081, [%r6+-8];
-$L__BB11_893:
+$L__BB13_893:
 	ld.shared.u64 	%rd471, [_ZZ14ws_delta_applyE3red+56];
 	mov.u32 	%r3980, 0;
 	bar.sync 	0;
@@ -20032,27 +21902,27 @@ $L__BB11_893:
 	and.b32  	%r793, %r3959, 1;
 	setp.eq.s32 	%p795, %r793, 0;
 	mov.u32 	%r3979, %r3980;
-	@%p795 bra 	$L__BB11_895;
+	@%p795 bra 	$L__BB13_895;
 	cvt.u64.u32 	%rd1610, %r792;
 	add.s64 	%rd1611, %rd457, %rd1610;
 	add.s64 	%rd1612, %rd285, %rd1611;
 	ld.u8 	%r3979, [%rd1612];
-$L__BB11_895:
+$L__BB13_895:
 	and.b32  	%r796, %r3959, 2;
 	setp.eq.s32 	%p796, %r796, 0;
-	@%p796 bra 	$L__BB11_897;
+	@%p796 bra 	$L__BB13_897;
 	popc.b32 	%r2566, %r793;
 	add.s32 	%r2567, %r792, %r2566;
 	cvt.u64.u32 	%rd1613, %r2567;
 	add.s64 	%rd1614, %rd457, %rd1613;
 	add.s64 	%rd1615, %rd285, %rd1614;
 	ld.u8 	%r3980, [%rd1615];
-$L__BB11_897:
+$L__BB13_897:
 	and.b32  	%r799, %r3959, 4;
 	setp.eq.s32 	%p797, %r799, 0;
 	mov.u32 	%r3982, 0;
 	mov.u32 	%r3981, %r3982;
-	@%p797 bra 	$L__BB11_899;
+	@%p797 bra 	$L__BB13_899;
 	and.b32  	%r2569, %r3959, 3;
 	popc.b32 	%r2570, %r2569;
 	add.s32 	%r2571, %r792, %r2570;
@@ -20060,10 +21930,10 @@ $L__BB11_897:
 	add.s64 	%rd1617, %rd457, %rd1616;
 	add.s64 	%rd1618, %rd285, %rd1617;
 	ld.u8 	%r3981, [%rd1618];
-$L__BB11_899:
+$L__BB13_899:
 	and.b32  	%r802, %r3959, 8;
 	setp.eq.s32 	%p798, %r802, 0;
-	@%p798 bra 	$L__BB11_901;
+	@%p798 bra 	$L__BB13_901;
 	and.b32  	%r2573, %r3959, 7;
 	popc.b32 	%r2574, %r2573;
 	add.s32 	%r2575, %r792, %r2574;
@@ -20071,12 +21941,12 @@ $L__BB11_899:
 	add.s64 	%rd1620, %rd457, %rd1619;
 	add.s64 	%rd1621, %rd285, %rd1620;
 	ld.u8 	%r3982, [%rd1621];
-$L__BB11_901:
+$L__BB13_901:
 	and.b32  	%r805, %r3959, 16;
 	setp.eq.s32 	%p799, %r805, 0;
 	mov.u32 	%r3984, 0;
 	mov.u32 	%r3983, %r3984;
-	@%p799 bra 	$L__BB11_903;
+	@%p799 bra 	$L__BB13_903;
 	and.b32  	%r2577, %r3959, 15;
 	popc.b32 	%r2578, %r2577;
 	add.s32 	%r2579, %r792, %r2578;
@@ -20084,10 +21954,10 @@ $L__BB11_901:
 	add.s64 	%rd1623, %rd457, %rd1622;
 	add.s64 	%rd1624, %rd285, %rd1623;
 	ld.u8 	%r3983, [%rd1624];
-$L__BB11_903:
+$L__BB13_903:
 	and.b32  	%r808, %r3959, 32;
 	setp.eq.s32 	%p800, %r808, 0;
-	@%p800 bra 	$L__BB11_905;
+	@%p800 bra 	$L__BB13_905;
 	and.b32  	%r2581, %r3959, 31;
 	popc.b32 	%r2582, %r2581;
 	add.s32 	%r2583, %r792, %r2582;
@@ -20095,12 +21965,12 @@ $L__BB11_903:
 	add.s64 	%rd1626, %rd457, %rd1625;
 	add.s64 	%rd1627, %rd285, %rd1626;
 	ld.u8 	%r3984, [%rd1627];
-$L__BB11_905:
+$L__BB13_905:
 	and.b32  	%r811, %r3959, 64;
 	setp.eq.s32 	%p801, %r811, 0;
 	mov.u32 	%r3986, 0;
 	mov.u32 	%r3985, %r3986;
-	@%p801 bra 	$L__BB11_907;
+	@%p801 bra 	$L__BB13_907;
 	and.b32  	%r2585, %r3959, 63;
 	popc.b32 	%r2586, %r2585;
 	add.s32 	%r2587, %r792, %r2586;
@@ -20108,10 +21978,10 @@ $L__BB11_905:
 	add.s64 	%rd1629, %rd457, %rd1628;
 	add.s64 	%rd1630, %rd285, %rd1629;
 	ld.u8 	%r3985, [%rd1630];
-$L__BB11_907:
+$L__BB13_907:
 	and.b32  	%r814, %r3959, 128;
 	setp.eq.s32 	%p802, %r814, 0;
-	@%p802 bra 	$L__BB11_909;
+	@%p802 bra 	$L__BB13_909;
 	and.b32  	%r2589, %r3959, 127;
 	popc.b32 	%r2590, %r2589;
 	add.s32 	%r2591, %r792, %r2590;
@@ -20119,12 +21989,12 @@ $L__BB11_907:
 	add.s64 	%rd1632, %rd457, %rd1631;
 	add.s64 	%rd1633, %rd285, %rd1632;
 	ld.u8 	%r3986, [%rd1633];
-$L__BB11_909:
+$L__BB13_909:
 	and.b32  	%r817, %r3959, 256;
 	setp.eq.s32 	%p803, %r817, 0;
 	mov.u32 	%r3988, 0;
 	mov.u32 	%r3987, %r3988;
-	@%p803 bra 	$L__BB11_911;
+	@%p803 bra 	$L__BB13_911;
 	and.b32  	%r2593, %r3959, 255;
 	popc.b32 	%r2594, %r2593;
 	add.s32 	%r2595, %r792, %r2594;
@@ -20132,10 +22002,10 @@ $L__BB11_909:
 	add.s64 	%rd1635, %rd457, %rd1634;
 	add.s64 	%rd1636, %rd285, %rd1635;
 	ld.u8 	%r3987, [%rd1636];
-$L__BB11_911:
+$L__BB13_911:
 	and.b32  	%r820, %r3959, 512;
 	setp.eq.s32 	%p804, %r820, 0;
-	@%p804 bra 	$L__BB11_913;
+	@%p804 bra 	$L__BB13_913;
 	and.b32  	%r2597, %r3959, 511;
 	popc.b32 	%r2598, %r2597;
 	add.s32 	%r2599, %r792, %r2598;
@@ -20143,12 +22013,12 @@ $L__BB11_911:
 	add.s64 	%rd1638, %rd457, %rd1637;
 	add.s64 	%rd1639, %rd285, %rd1638;
 	ld.u8 	%r3988, [%rd1639];
-$L__BB11_913:
+$L__BB13_913:
 	and.b32  	%r823, %r3959, 1024;
 	setp.eq.s32 	%p805, %r823, 0;
 	mov.u32 	%r3990, 0;
 	mov.u32 	%r3989, %r3990;
-	@%p805 bra 	$L__BB11_915;
+	@%p805 bra 	$L__BB13_915;
 	and.b32  	%r2601, %r3959, 1023;
 	popc.b32 	%r2602, %r2601;
 	add.s32 	%r2603, %r792, %r2602;
@@ -20156,10 +22026,10 @@ $L__BB11_913:
 	add.s64 	%rd1641, %rd457, %rd1640;
 	add.s64 	%rd1642, %rd285, %rd1641;
 	ld.u8 	%r3989, [%rd1642];
-$L__BB11_915:
+$L__BB13_915:
 	and.b32  	%r826, %r3959, 2048;
 	setp.eq.s32 	%p806, %r826, 0;
-	@%p806 bra 	$L__BB11_917;
+	@%p806 bra 	$L__BB13_917;
 	and.b32  	%r2605, %r3959, 2047;
 	popc.b32 	%r2606, %r2605;
 	add.s32 	%r2607, %r792, %r2606;
@@ -20167,12 +22037,12 @@ $L__BB11_915:
 	add.s64 	%rd1644, %rd457, %rd1643;
 	add.s64 	%rd1645, %rd285, %rd1644;
 	ld.u8 	%r3990, [%rd1645];
-$L__BB11_917:
+$L__BB13_917:
 	and.b32  	%r829, %r3959, 4096;
 	setp.eq.s32 	%p807, %r829, 0;
 	mov.u32 	%r3992, 0;
 	mov.u32 	%r3991, %r3992;
-	@%p807 bra 	$L__BB11_919;
+	@%p807 bra 	$L__BB13_919;
 	and.b32  	%r2609, %r3959, 4095;
 	popc.b32 	%r2610, %r2609;
 	add.s32 	%r2611, %r792, %r2610;
@@ -20180,10 +22050,10 @@ $L__BB11_917:
 	add.s64 	%rd1647, %rd457, %rd1646;
 	add.s64 	%rd1648, %rd285, %rd1647;
 	ld.u8 	%r3991, [%rd1648];
-$L__BB11_919:
+$L__BB13_919:
 	and.b32  	%r832, %r3959, 8192;
 	setp.eq.s32 	%p808, %r832, 0;
-	@%p808 bra 	$L__BB11_921;
+	@%p808 bra 	$L__BB13_921;
 	and.b32  	%r2613, %r3959, 8191;
 	popc.b32 	%r2614, %r2613;
 	add.s32 	%r2615, %r792, %r2614;
@@ -20191,12 +22061,12 @@ $L__BB11_919:
 	add.s64 	%rd1650, %rd457, %rd1649;
 	add.s64 	%rd1651, %rd285, %rd1650;
 	ld.u8 	%r3992, [%rd1651];
-$L__BB11_921:
+$L__BB13_921:
 	and.b32  	%r835, %r3959, 16384;
 	setp.eq.s32 	%p809, %r835, 0;
 	mov.u32 	%r3994, 0;
 	mov.u32 	%r3993, %r3994;
-	@%p809 bra 	$L__BB11_923;
+	@%p809 bra 	$L__BB13_923;
 	and.b32  	%r2617, %r3959, 16383;
 	popc.b32 	%r2618, %r2617;
 	add.s32 	%r2619, %r792, %r2618;
@@ -20204,10 +22074,10 @@ $L__BB11_921:
 	add.s64 	%rd1653, %rd457, %rd1652;
 	add.s64 	%rd1654, %rd285, %rd1653;
 	ld.u8 	%r3993, [%rd1654];
-$L__BB11_923:
+$L__BB13_923:
 	cvt.u16.u32 	%rs37, %r3959;
 	setp.gt.s16 	%p810, %rs37, -1;
-	@%p810 bra 	$L__BB11_925;
+	@%p810 bra 	$L__BB13_925;
 	and.b32  	%r2621, %r3959, 32767;
 	popc.b32 	%r2622, %r2621;
 	add.s32 	%r2623, %r792, %r2622;
@@ -20215,7 +22085,7 @@ $L__BB11_923:
 	add.s64 	%rd1656, %rd457, %rd1655;
 	add.s64 	%rd1657, %rd285, %rd1656;
 	ld.u8 	%r3994, [%rd1657];
-$L__BB11_925:
+$L__BB13_925:
 	and.b32  	%r3662, %r3959, 16384;
 	setp.eq.s32 	%p1067, %r3662, 0;
 	and.b32  	%r3661, %r3959, 8192;
@@ -20302,9 +22172,9 @@ $L__BB11_925:
 	and.b32  	%r2674, %r2673, 16777215;
 	prmt.b32 	%r2675, %r3994, %r2674, 1620;
 	selp.b32 	%r855, %r2673, %r2675, %p810;
-	@%p753 bra 	$L__BB11_927;
+	@%p753 bra 	$L__BB13_927;
 	st.v4.u32 	[%rd463], {%r852, %r853, %r854, %r855};
-$L__BB11_927:
+$L__BB13_927:
 	cvt.u32.u64 	%r3663, %rd472;
 	cvt.u32.u64 	%r2677, %rd471;
 	and.b32  	%r2678, %r2677, 65535;
@@ -20315,27 +22185,27 @@ $L__BB11_927:
 	setp.eq.s32 	%p828, %r858, 0;
 	mov.u32 	%r3996, 0;
 	mov.u32 	%r3995, %r3996;
-	@%p828 bra 	$L__BB11_929;
+	@%p828 bra 	$L__BB13_929;
 	cvt.u64.u32 	%rd1658, %r857;
 	add.s64 	%rd1659, %rd457, %rd1658;
 	add.s64 	%rd1660, %rd285, %rd1659;
 	ld.u8 	%r3995, [%rd1660];
-$L__BB11_929:
+$L__BB13_929:
 	and.b32  	%r861, %r3960, 2;
 	setp.eq.s32 	%p829, %r861, 0;
-	@%p829 bra 	$L__BB11_931;
+	@%p829 bra 	$L__BB13_931;
 	popc.b32 	%r2682, %r858;
 	add.s32 	%r2683, %r857, %r2682;
 	cvt.u64.u32 	%rd1661, %r2683;
 	add.s64 	%rd1662, %rd457, %rd1661;
 	add.s64 	%rd1663, %rd285, %rd1662;
 	ld.u8 	%r3996, [%rd1663];
-$L__BB11_931:
+$L__BB13_931:
 	and.b32  	%r864, %r3960, 4;
 	setp.eq.s32 	%p830, %r864, 0;
 	mov.u32 	%r3998, 0;
 	mov.u32 	%r3997, %r3998;
-	@%p830 bra 	$L__BB11_933;
+	@%p830 bra 	$L__BB13_933;
 	and.b32  	%r2685, %r3960, 3;
 	popc.b32 	%r2686, %r2685;
 	add.s32 	%r2687, %r857, %r2686;
@@ -20343,10 +22213,10 @@ $L__BB11_931:
 	add.s64 	%rd1665, %rd457, %rd1664;
 	add.s64 	%rd1666, %rd285, %rd1665;
 	ld.u8 	%r3997, [%rd1666];
-$L__BB11_933:
+$L__BB13_933:
 	and.b32  	%r867, %r3960, 8;
 	setp.eq.s32 	%p831, %r867, 0;
-	@%p831 bra 	$L__BB11_935;
+	@%p831 bra 	$L__BB13_935;
 	and.b32  	%r2689, %r3960, 7;
 	popc.b32 	%r2690, %r2689;
 	add.s32 	%r2691, %r857, %r2690;
@@ -20354,12 +22224,12 @@ $L__BB11_933:
 	add.s64 	%rd1668, %rd457, %rd1667;
 	add.s64 	%rd1669, %rd285, %rd1668;
 	ld.u8 	%r3998, [%rd1669];
-$L__BB11_935:
+$L__BB13_935:
 	and.b32  	%r870, %r3960, 16;
 	setp.eq.s32 	%p832, %r870, 0;
 	mov.u32 	%r4000, 0;
 	mov.u32 	%r3999, %r4000;
-	@%p832 bra 	$L__BB11_937;
+	@%p832 bra 	$L__BB13_937;
 	and.b32  	%r2693, %r3960, 15;
 	popc.b32 	%r2694, %r2693;
 	add.s32 	%r2695, %r857, %r2694;
@@ -20367,10 +22237,10 @@ $L__BB11_935:
 	add.s64 	%rd1671, %rd457, %rd1670;
 	add.s64 	%rd1672, %rd285, %rd1671;
 	ld.u8 	%r3999, [%rd1672];
-$L__BB11_937:
+$L__BB13_937:
 	and.b32  	%r873, %r3960, 32;
 	setp.eq.s32 	%p833, %r873, 0;
-	@%p833 bra 	$L__BB11_939;
+	@%p833 bra 	$L__BB13_939;
 	and.b32  	%r2697, %r3960, 31;
 	popc.b32 	%r2698, %r2697;
 	add.s32 	%r2699, %r857, %r2698;
@@ -20378,12 +22248,12 @@ $L__BB11_937:
 	add.s64 	%rd1674, %rd457, %rd1673;
 	add.s64 	%rd1675, %rd285, %rd1674;
 	ld.u8 	%r4000, [%rd1675];
-$L__BB11_939:
+$L__BB13_939:
 	and.b32  	%r876, %r3960, 64;
 	setp.eq.s32 	%p834, %r876, 0;
 	mov.u32 	%r4002, 0;
 	mov.u32 	%r4001, %r4002;
-	@%p834 bra 	$L__BB11_941;
+	@%p834 bra 	$L__BB13_941;
 	and.b32  	%r2701, %r3960, 63;
 	popc.b32 	%r2702, %r2701;
 	add.s32 	%r2703, %r857, %r2702;
@@ -20391,10 +22261,10 @@ $L__BB11_939:
 	add.s64 	%rd1677, %rd457, %rd1676;
 	add.s64 	%rd1678, %rd285, %rd1677;
 	ld.u8 	%r4001, [%rd1678];
-$L__BB11_941:
+$L__BB13_941:
 	and.b32  	%r879, %r3960, 128;
 	setp.eq.s32 	%p835, %r879, 0;
-	@%p835 bra 	$L__BB11_943;
+	@%p835 bra 	$L__BB13_943;
 	and.b32  	%r2705, %r3960, 127;
 	popc.b32 	%r2706, %r2705;
 	add.s32 	%r2707, %r857, %r2706;
@@ -20402,12 +22272,12 @@ $L__BB11_941:
 	add.s64 	%rd1680, %rd457, %rd1679;
 	add.s64 	%rd1681, %rd285, %rd1680;
 	ld.u8 	%r4002, [%rd1681];
-$L__BB11_943:
+$L__BB13_943:
 	and.b32  	%r882, %r3960, 256;
 	setp.eq.s32 	%p836, %r882, 0;
 	mov.u32 	%r4004, 0;
 	mov.u32 	%r4003, %r4004;
-	@%p836 bra 	$L__BB11_945;
+	@%p836 bra 	$L__BB13_945;
 	and.b32  	%r2709, %r3960, 255;
 	popc.b32 	%r2710, %r2709;
 	add.s32 	%r2711, %r857, %r2710;
@@ -20415,10 +22285,10 @@ $L__BB11_943:
 	add.s64 	%rd1683, %rd457, %rd1682;
 	add.s64 	%rd1684, %rd285, %rd1683;
 	ld.u8 	%r4003, [%rd1684];
-$L__BB11_945:
+$L__BB13_945:
 	and.b32  	%r885, %r3960, 512;
 	setp.eq.s32 	%p837, %r885, 0;
-	@%p837 bra 	$L__BB11_947;
+	@%p837 bra 	$L__BB13_947;
 	and.b32  	%r2713, %r3960, 511;
 	popc.b32 	%r2714, %r2713;
 	add.s32 	%r2715, %r857, %r2714;
@@ -20426,12 +22296,12 @@ $L__BB11_945:
 	add.s64 	%rd1686, %rd457, %rd1685;
 	add.s64 	%rd1687, %rd285, %rd1686;
 	ld.u8 	%r4004, [%rd1687];
-$L__BB11_947:
+$L__BB13_947:
 	and.b32  	%r888, %r3960, 1024;
 	setp.eq.s32 	%p838, %r888, 0;
 	mov.u32 	%r4006, 0;
 	mov.u32 	%r4005, %r4006;
-	@%p838 bra 	$L__BB11_949;
+	@%p838 bra 	$L__BB13_949;
 	and.b32  	%r2717, %r3960, 1023;
 	popc.b32 	%r2718, %r2717;
 	add.s32 	%r2719, %r857, %r2718;
@@ -20439,10 +22309,10 @@ $L__BB11_947:
 	add.s64 	%rd1689, %rd457, %rd1688;
 	add.s64 	%rd1690, %rd285, %rd1689;
 	ld.u8 	%r4005, [%rd1690];
-$L__BB11_949:
+$L__BB13_949:
 	and.b32  	%r891, %r3960, 2048;
 	setp.eq.s32 	%p839, %r891, 0;
-	@%p839 bra 	$L__BB11_951;
+	@%p839 bra 	$L__BB13_951;
 	and.b32  	%r2721, %r3960, 2047;
 	popc.b32 	%r2722, %r2721;
 	add.s32 	%r2723, %r857, %r2722;
@@ -20450,12 +22320,12 @@ $L__BB11_949:
 	add.s64 	%rd1692, %rd457, %rd1691;
 	add.s64 	%rd1693, %rd285, %rd1692;
 	ld.u8 	%r4006, [%rd1693];
-$L__BB11_951:
+$L__BB13_951:
 	and.b32  	%r894, %r3960, 4096;
 	setp.eq.s32 	%p840, %r894, 0;
 	mov.u32 	%r4008, 0;
 	mov.u32 	%r4007, %r4008;
-	@%p840 bra 	$L__BB11_953;
+	@%p840 bra 	$L__BB13_953;
 	and.b32  	%r2725, %r3960, 4095;
 	popc.b32 	%r2726, %r2725;
 	add.s32 	%r2727, %r857, %r2726;
@@ -20463,10 +22333,10 @@ $L__BB11_951:
 	add.s64 	%rd1695, %rd457, %rd1694;
 	add.s64 	%rd1696, %rd285, %rd1695;
 	ld.u8 	%r4007, [%rd1696];
-$L__BB11_953:
+$L__BB13_953:
 	and.b32  	%r897, %r3960, 8192;
 	setp.eq.s32 	%p841, %r897, 0;
-	@%p841 bra 	$L__BB11_955;
+	@%p841 bra 	$L__BB13_955;
 	and.b32  	%r2729, %r3960, 8191;
 	popc.b32 	%r2730, %r2729;
 	add.s32 	%r2731, %r857, %r2730;
@@ -20474,12 +22344,12 @@ $L__BB11_953:
 	add.s64 	%rd1698, %rd457, %rd1697;
 	add.s64 	%rd1699, %rd285, %rd1698;
 	ld.u8 	%r4008, [%rd1699];
-$L__BB11_955:
+$L__BB13_955:
 	and.b32  	%r900, %r3960, 16384;
 	setp.eq.s32 	%p842, %r900, 0;
 	mov.u32 	%r4010, 0;
 	mov.u32 	%r4009, %r4010;
-	@%p842 bra 	$L__BB11_957;
+	@%p842 bra 	$L__BB13_957;
 	and.b32  	%r2733, %r3960, 16383;
 	popc.b32 	%r2734, %r2733;
 	add.s32 	%r2735, %r857, %r2734;
@@ -20487,10 +22357,10 @@ $L__BB11_955:
 	add.s64 	%rd1701, %rd457, %rd1700;
 	add.s64 	%rd1702, %rd285, %rd1701;
 	ld.u8 	%r4009, [%rd1702];
-$L__BB11_957:
+$L__BB13_957:
 	cvt.u16.u32 	%rs38, %r3960;
 	setp.gt.s16 	%p843, %rs38, -1;
-	@%p843 bra 	$L__BB11_959;
+	@%p843 bra 	$L__BB13_959;
 	and.b32  	%r2737, %r3960, 32767;
 	popc.b32 	%r2738, %r2737;
 	add.s32 	%r2739, %r857, %r2738;
@@ -20498,7 +22368,7 @@ $L__BB11_957:
 	add.s64 	%rd1704, %rd457, %rd1703;
 	add.s64 	%rd1705, %rd285, %rd1704;
 	ld.u8 	%r4010, [%rd1705];
-$L__BB11_959:
+$L__BB13_959:
 	and.b32  	%r3679, %r3960, 16384;
 	setp.eq.s32 	%p1084, %r3679, 0;
 	and.b32  	%r3678, %r3960, 8192;
@@ -20585,9 +22455,9 @@ $L__BB11_959:
 	and.b32  	%r2790, %r2789, 16777215;
 	prmt.b32 	%r2791, %r4010, %r2790, 1620;
 	selp.b32 	%r908, %r2789, %r2791, %p843;
-	@%p755 bra 	$L__BB11_961;
+	@%p755 bra 	$L__BB13_961;
 	st.v4.u32 	[%rd463+4096], {%r905, %r906, %r907, %r908};
-$L__BB11_961:
+$L__BB13_961:
 	cvt.u32.u64 	%r3677, %rd471;
 	shr.u32 	%r2794, %r3677, 16;
 	add.s32 	%r909, %r2794, %r856;
@@ -20599,27 +22469,27 @@ $L__BB11_961:
 	setp.eq.s32 	%p861, %r911, 0;
 	mov.u32 	%r4012, 0;
 	mov.u32 	%r4011, %r4012;
-	@%p861 bra 	$L__BB11_963;
+	@%p861 bra 	$L__BB13_963;
 	cvt.u64.u32 	%rd1707, %r910;
 	add.s64 	%rd1708, %rd457, %rd1707;
 	add.s64 	%rd1709, %rd285, %rd1708;
 	ld.u8 	%r4011, [%rd1709];
-$L__BB11_963:
+$L__BB13_963:
 	and.b32  	%r914, %r3961, 2;
 	setp.eq.s32 	%p862, %r914, 0;
-	@%p862 bra 	$L__BB11_965;
+	@%p862 bra 	$L__BB13_965;
 	popc.b32 	%r2798, %r911;
 	add.s32 	%r2799, %r910, %r2798;
 	cvt.u64.u32 	%rd1710, %r2799;
 	add.s64 	%rd1711, %rd457, %rd1710;
 	add.s64 	%rd1712, %rd285, %rd1711;
 	ld.u8 	%r4012, [%rd1712];
-$L__BB11_965:
+$L__BB13_965:
 	and.b32  	%r917, %r3961, 4;
 	setp.eq.s32 	%p863, %r917, 0;
 	mov.u32 	%r4014, 0;
 	mov.u32 	%r4013, %r4014;
-	@%p863 bra 	$L__BB11_967;
+	@%p863 bra 	$L__BB13_967;
 	and.b32  	%r2801, %r3961, 3;
 	popc.b32 	%r2802, %r2801;
 	add.s32 	%r2803, %r910, %r2802;
@@ -20627,10 +22497,10 @@ $L__BB11_965:
 	add.s64 	%rd1714, %rd457, %rd1713;
 	add.s64 	%rd1715, %rd285, %rd1714;
 	ld.u8 	%r4013, [%rd1715];
-$L__BB11_967:
+$L__BB13_967:
 	and.b32  	%r920, %r3961, 8;
 	setp.eq.s32 	%p864, %r920, 0;
-	@%p864 bra 	$L__BB11_969;
+	@%p864 bra 	$L__BB13_969;
 	and.b32  	%r2805, %r3961, 7;
 	popc.b32 	%r2806, %r2805;
 	add.s32 	%r2807, %r910, %r2806;
@@ -20638,12 +22508,12 @@ $L__BB11_967:
 	add.s64 	%rd1717, %rd457, %rd1716;
 	add.s64 	%rd1718, %rd285, %rd1717;
 	ld.u8 	%r4014, [%rd1718];
-$L__BB11_969:
+$L__BB13_969:
 	and.b32  	%r923, %r3961, 16;
 	setp.eq.s32 	%p865, %r923, 0;
 	mov.u32 	%r4016, 0;
 	mov.u32 	%r4015, %r4016;
-	@%p865 bra 	$L__BB11_971;
+	@%p865 bra 	$L__BB13_971;
 	and.b32  	%r2809, %r3961, 15;
 	popc.b32 	%r2810, %r2809;
 	add.s32 	%r2811, %r910, %r2810;
@@ -20651,10 +22521,10 @@ $L__BB11_969:
 	add.s64 	%rd1720, %rd457, %rd1719;
 	add.s64 	%rd1721, %rd285, %rd1720;
 	ld.u8 	%r4015, [%rd1721];
-$L__BB11_971:
+$L__BB13_971:
 	and.b32  	%r926, %r3961, 32;
 	setp.eq.s32 	%p866, %r926, 0;
-	@%p866 bra 	$L__BB11_973;
+	@%p866 bra 	$L__BB13_973;
 	and.b32  	%r2813, %r3961, 31;
 	popc.b32 	%r2814, %r2813;
 	add.s32 	%r2815, %r910, %r2814;
@@ -20662,12 +22532,12 @@ $L__BB11_971:
 	add.s64 	%rd1723, %rd457, %rd1722;
 	add.s64 	%rd1724, %rd285, %rd1723;
 	ld.u8 	%r4016, [%rd1724];
-$L__BB11_973:
+$L__BB13_973:
 	and.b32  	%r929, %r3961, 64;
 	setp.eq.s32 	%p867, %r929, 0;
 	mov.u32 	%r4018, 0;
 	mov.u32 	%r4017, %r4018;
-	@%p867 bra 	$L__BB11_975;
+	@%p867 bra 	$L__BB13_975;
 	and.b32  	%r2817, %r3961, 63;
 	popc.b32 	%r2818, %r2817;
 	add.s32 	%r2819, %r910, %r2818;
@@ -20675,10 +22545,10 @@ $L__BB11_973:
 	add.s64 	%rd1726, %rd457, %rd1725;
 	add.s64 	%rd1727, %rd285, %rd1726;
 	ld.u8 	%r4017, [%rd1727];
-$L__BB11_975:
+$L__BB13_975:
 	and.b32  	%r932, %r3961, 128;
 	setp.eq.s32 	%p868, %r932, 0;
-	@%p868 bra 	$L__BB11_977;
+	@%p868 bra 	$L__BB13_977;
 	and.b32  	%r2821, %r3961, 127;
 	popc.b32 	%r2822, %r2821;
 	add.s32 	%r2823, %r910, %r2822;
@@ -20686,12 +22556,12 @@ $L__BB11_975:
 	add.s64 	%rd1729, %rd457, %rd1728;
 	add.s64 	%rd1730, %rd285, %rd1729;
 	ld.u8 	%r4018, [%rd1730];
-$L__BB11_977:
+$L__BB13_977:
 	and.b32  	%r935, %r3961, 256;
 	setp.eq.s32 	%p869, %r935, 0;
 	mov.u32 	%r4020, 0;
 	mov.u32 	%r4019, %r4020;
-	@%p869 bra 	$L__BB11_979;
+	@%p869 bra 	$L__BB13_979;
 	and.b32  	%r2825, %r3961, 255;
 	popc.b32 	%r2826, %r2825;
 	add.s32 	%r2827, %r910, %r2826;
@@ -20699,10 +22569,10 @@ $L__BB11_977:
 	add.s64 	%rd1732, %rd457, %rd1731;
 	add.s64 	%rd1733, %rd285, %rd1732;
 	ld.u8 	%r4019, [%rd1733];
-$L__BB11_979:
+$L__BB13_979:
 	and.b32  	%r938, %r3961, 512;
 	setp.eq.s32 	%p870, %r938, 0;
-	@%p870 bra 	$L__BB11_981;
+	@%p870 bra 	$L__BB13_981;
 	and.b32  	%r2829, %r3961, 511;
 	popc.b32 	%r2830, %r2829;
 	add.s32 	%r2831, %r910, %r2830;
@@ -20710,12 +22580,12 @@ $L__BB11_979:
 	add.s64 	%rd1735, %rd457, %rd1734;
 	add.s64 	%rd1736, %rd285, %rd1735;
 	ld.u8 	%r4020, [%rd1736];
-$L__BB11_981:
+$L__BB13_981:
 	and.b32  	%r941, %r3961, 1024;
 	setp.eq.s32 	%p871, %r941, 0;
 	mov.u32 	%r4022, 0;
 	mov.u32 	%r4021, %r4022;
-	@%p871 bra 	$L__BB11_983;
+	@%p871 bra 	$L__BB13_983;
 	and.b32  	%r2833, %r3961, 1023;
 	popc.b32 	%r2834, %r2833;
 	add.s32 	%r2835, %r910, %r2834;
@@ -20723,10 +22593,10 @@ $L__BB11_981:
 	add.s64 	%rd1738, %rd457, %rd1737;
 	add.s64 	%rd1739, %rd285, %rd1738;
 	ld.u8 	%r4021, [%rd1739];
-$L__BB11_983:
+$L__BB13_983:
 	and.b32  	%r944, %r3961, 2048;
 	setp.eq.s32 	%p872, %r944, 0;
-	@%p872 bra 	$L__BB11_985;
+	@%p872 bra 	$L__BB13_985;
 	and.b32  	%r2837, %r3961, 2047;
 	popc.b32 	%r2838, %r2837;
 	add.s32 	%r2839, %r910, %r2838;
@@ -20734,12 +22604,12 @@ $L__BB11_983:
 	add.s64 	%rd1741, %rd457, %rd1740;
 	add.s64 	%rd1742, %rd285, %rd1741;
 	ld.u8 	%r4022, [%rd1742];
-$L__BB11_985:
+$L__BB13_985:
 	and.b32  	%r947, %r3961, 4096;
 	setp.eq.s32 	%p873, %r947, 0;
 	mov.u32 	%r4024, 0;
 	mov.u32 	%r4023, %r4024;
-	@%p873 bra 	$L__BB11_987;
+	@%p873 bra 	$L__BB13_987;
 	and.b32  	%r2841, %r3961, 4095;
 	popc.b32 	%r2842, %r2841;
 	add.s32 	%r2843, %r910, %r2842;
@@ -20747,10 +22617,10 @@ $L__BB11_985:
 	add.s64 	%rd1744, %rd457, %rd1743;
 	add.s64 	%rd1745, %rd285, %rd1744;
 	ld.u8 	%r4023, [%rd1745];
-$L__BB11_987:
+$L__BB13_987:
 	and.b32  	%r950, %r3961, 8192;
 	setp.eq.s32 	%p874, %r950, 0;
-	@%p874 bra 	$L__BB11_989;
+	@%p874 bra 	$L__BB13_989;
 	and.b32  	%r2845, %r3961, 8191;
 	popc.b32 	%r2846, %r2845;
 	add.s32 	%r2847, %r910, %r2846;
@@ -20758,12 +22628,12 @@ $L__BB11_987:
 	add.s64 	%rd1747, %rd457, %rd1746;
 	add.s64 	%rd1748, %rd285, %rd1747;
 	ld.u8 	%r4024, [%rd1748];
-$L__BB11_989:
+$L__BB13_989:
 	and.b32  	%r953, %r3961, 16384;
 	setp.eq.s32 	%p875, %r953, 0;
 	mov.u32 	%r4026, 0;
 	mov.u32 	%r4025, %r4026;
-	@%p875 bra 	$L__BB11_991;
+	@%p875 bra 	$L__BB13_991;
 	and.b32  	%r2849, %r3961, 16383;
 	popc.b32 	%r2850, %r2849;
 	add.s32 	%r2851, %r910, %r2850;
@@ -20771,10 +22641,10 @@ $L__BB11_989:
 	add.s64 	%rd1750, %rd457, %rd1749;
 	add.s64 	%rd1751, %rd285, %rd1750;
 	ld.u8 	%r4025, [%rd1751];
-$L__BB11_991:
+$L__BB13_991:
 	cvt.u16.u32 	%rs39, %r3961;
 	setp.gt.s16 	%p876, %rs39, -1;
-	@%p876 bra 	$L__BB11_993;
+	@%p876 bra 	$L__BB13_993;
 	and.b32  	%r2853, %r3961, 32767;
 	popc.b32 	%r2854, %r2853;
 	add.s32 	%r2855, %r910, %r2854;
@@ -20782,7 +22652,7 @@ $L__BB11_991:
 	add.s64 	%rd1753, %rd457, %rd1752;
 	add.s64 	%rd1754, %rd285, %rd1753;
 	ld.u8 	%r4026, [%rd1754];
-$L__BB11_993:
+$L__BB13_993:
 	and.b32  	%r2856, %r3971, -256;
 	or.b32  	%r2857, %r2856, %r4011;
 	selp.b32 	%r2858, %r3971, %r2857, %p861;
@@ -20839,9 +22709,9 @@ $L__BB11_993:
 	and.b32  	%r2906, %r2905, 16777215;
 	prmt.b32 	%r2907, %r4026, %r2906, 1620;
 	selp.b32 	%r961, %r2905, %r2907, %p876;
-	@%p757 bra 	$L__BB11_995;
+	@%p757 bra 	$L__BB13_995;
 	st.v4.u32 	[%rd463+8192], {%r958, %r959, %r960, %r961};
-$L__BB11_995:
+$L__BB13_995:
 	shr.u64 	%rd1755, %rd471, 32;
 	cvt.u32.u64 	%r2909, %rd1755;
 	and.b32  	%r2910, %r2909, 65535;
@@ -20853,27 +22723,27 @@ $L__BB11_995:
 	setp.eq.s32 	%p894, %r964, 0;
 	mov.u32 	%r4028, 0;
 	mov.u32 	%r4027, %r4028;
-	@%p894 bra 	$L__BB11_997;
+	@%p894 bra 	$L__BB13_997;
 	cvt.u64.u32 	%rd1757, %r963;
 	add.s64 	%rd1758, %rd457, %rd1757;
 	add.s64 	%rd1759, %rd285, %rd1758;
 	ld.u8 	%r4027, [%rd1759];
-$L__BB11_997:
+$L__BB13_997:
 	and.b32  	%r967, %r3962, 2;
 	setp.eq.s32 	%p895, %r967, 0;
-	@%p895 bra 	$L__BB11_999;
+	@%p895 bra 	$L__BB13_999;
 	popc.b32 	%r2913, %r964;
 	add.s32 	%r2914, %r963, %r2913;
 	cvt.u64.u32 	%rd1760, %r2914;
 	add.s64 	%rd1761, %rd457, %rd1760;
 	add.s64 	%rd1762, %rd285, %rd1761;
 	ld.u8 	%r4028, [%rd1762];
-$L__BB11_999:
+$L__BB13_999:
 	and.b32  	%r970, %r3962, 4;
 	setp.eq.s32 	%p896, %r970, 0;
 	mov.u32 	%r4030, 0;
 	mov.u32 	%r4029, %r4030;
-	@%p896 bra 	$L__BB11_1001;
+	@%p896 bra 	$L__BB13_1001;
 	and.b32  	%r2916, %r3962, 3;
 	popc.b32 	%r2917, %r2916;
 	add.s32 	%r2918, %r963, %r2917;
@@ -20881,10 +22751,10 @@ $L__BB11_999:
 	add.s64 	%rd1764, %rd457, %rd1763;
 	add.s64 	%rd1765, %rd285, %rd1764;
 	ld.u8 	%r4029, [%rd1765];
-$L__BB11_1001:
+$L__BB13_1001:
 	and.b32  	%r973, %r3962, 8;
 	setp.eq.s32 	%p897, %r973, 0;
-	@%p897 bra 	$L__BB11_1003;
+	@%p897 bra 	$L__BB13_1003;
 	and.b32  	%r2920, %r3962, 7;
 	popc.b32 	%r2921, %r2920;
 	add.s32 	%r2922, %r963, %r2921;
@@ -20892,12 +22762,12 @@ $L__BB11_1001:
 	add.s64 	%rd1767, %rd457, %rd1766;
 	add.s64 	%rd1768, %rd285, %rd1767;
 	ld.u8 	%r4030, [%rd1768];
-$L__BB11_1003:
+$L__BB13_1003:
 	and.b32  	%r976, %r3962, 16;
 	setp.eq.s32 	%p898, %r976, 0;
 	mov.u32 	%r4032, 0;
 	mov.u32 	%r4031, %r4032;
-	@%p898 bra 	$L__BB11_1005;
+	@%p898 bra 	$L__BB13_1005;
 	and.b32  	%r2924, %r3962, 15;
 	popc.b32 	%r2925, %r2924;
 	add.s32 	%r2926, %r963, %r2925;
@@ -20905,10 +22775,10 @@ $L__BB11_1003:
 	add.s64 	%rd1770, %rd457, %rd1769;
 	add.s64 	%rd1771, %rd285, %rd1770;
 	ld.u8 	%r4031, [%rd1771];
-$L__BB11_1005:
+$L__BB13_1005:
 	and.b32  	%r979, %r3962, 32;
 	setp.eq.s32 	%p899, %r979, 0;
-	@%p899 bra 	$L__BB11_1007;
+	@%p899 bra 	$L__BB13_1007;
 	and.b32  	%r2928, %r3962, 31;
 	popc.b32 	%r2929, %r2928;
 	add.s32 	%r2930, %r963, %r2929;
@@ -20916,12 +22786,12 @@ $L__BB11_1005:
 	add.s64 	%rd1773, %rd457, %rd1772;
 	add.s64 	%rd1774, %rd285, %rd1773;
 	ld.u8 	%r4032, [%rd1774];
-$L__BB11_1007:
+$L__BB13_1007:
 	and.b32  	%r982, %r3962, 64;
 	setp.eq.s32 	%p900, %r982, 0;
 	mov.u32 	%r4034, 0;
 	mov.u32 	%r4033, %r4034;
-	@%p900 bra 	$L__BB11_1009;
+	@%p900 bra 	$L__BB13_1009;
 	and.b32  	%r2932, %r3962, 63;
 	popc.b32 	%r2933, %r2932;
 	add.s32 	%r2934, %r963, %r2933;
@@ -20929,10 +22799,10 @@ $L__BB11_1007:
 	add.s64 	%rd1776, %rd457, %rd1775;
 	add.s64 	%rd1777, %rd285, %rd1776;
 	ld.u8 	%r4033, [%rd1777];
-$L__BB11_1009:
+$L__BB13_1009:
 	and.b32  	%r985, %r3962, 128;
 	setp.eq.s32 	%p901, %r985, 0;
-	@%p901 bra 	$L__BB11_1011;
+	@%p901 bra 	$L__BB13_1011;
 	and.b32  	%r2936, %r3962, 127;
 	popc.b32 	%r2937, %r2936;
 	add.s32 	%r2938, %r963, %r2937;
@@ -20940,12 +22810,12 @@ $L__BB11_1009:
 	add.s64 	%rd1779, %rd457, %rd1778;
 	add.s64 	%rd1780, %rd285, %rd1779;
 	ld.u8 	%r4034, [%rd1780];
-$L__BB11_1011:
+$L__BB13_1011:
 	and.b32  	%r988, %r3962, 256;
 	setp.eq.s32 	%p902, %r988, 0;
 	mov.u32 	%r4036, 0;
 	mov.u32 	%r4035, %r4036;
-	@%p902 bra 	$L__BB11_1013;
+	@%p902 bra 	$L__BB13_1013;
 	and.b32  	%r2940, %r3962, 255;
 	popc.b32 	%r2941, %r2940;
 	add.s32 	%r2942, %r963, %r2941;
@@ -20953,10 +22823,10 @@ $L__BB11_1011:
 	add.s64 	%rd1782, %rd457, %rd1781;
 	add.s64 	%rd1783, %rd285, %rd1782;
 	ld.u8 	%r4035, [%rd1783];
-$L__BB11_1013:
+$L__BB13_1013:
 	and.b32  	%r991, %r3962, 512;
 	setp.eq.s32 	%p903, %r991, 0;
-	@%p903 bra 	$L__BB11_1015;
+	@%p903 bra 	$L__BB13_1015;
 	and.b32  	%r2944, %r3962, 511;
 	popc.b32 	%r2945, %r2944;
 	add.s32 	%r2946, %r963, %r2945;
@@ -20964,12 +22834,12 @@ $L__BB11_1013:
 	add.s64 	%rd1785, %rd457, %rd1784;
 	add.s64 	%rd1786, %rd285, %rd1785;
 	ld.u8 	%r4036, [%rd1786];
-$L__BB11_1015:
+$L__BB13_1015:
 	and.b32  	%r994, %r3962, 1024;
 	setp.eq.s32 	%p904, %r994, 0;
 	mov.u32 	%r4038, 0;
 	mov.u32 	%r4037, %r4038;
-	@%p904 bra 	$L__BB11_1017;
+	@%p904 bra 	$L__BB13_1017;
 	and.b32  	%r2948, %r3962, 1023;
 	popc.b32 	%r2949, %r2948;
 	add.s32 	%r2950, %r963, %r2949;
@@ -20977,10 +22847,10 @@ $L__BB11_1015:
 	add.s64 	%rd1788, %rd457, %rd1787;
 	add.s64 	%rd1789, %rd285, %rd1788;
 	ld.u8 	%r4037, [%rd1789];
-$L__BB11_1017:
+$L__BB13_1017:
 	and.b32  	%r997, %r3962, 2048;
 	setp.eq.s32 	%p905, %r997, 0;
-	@%p905 bra 	$L__BB11_1019;
+	@%p905 bra 	$L__BB13_1019;
 	and.b32  	%r2952, %r3962, 2047;
 	popc.b32 	%r2953, %r2952;
 	add.s32 	%r2954, %r963, %r2953;
@@ -20988,12 +22858,12 @@ $L__BB11_1017:
 	add.s64 	%rd1791, %rd457, %rd1790;
 	add.s64 	%rd1792, %rd285, %rd1791;
 	ld.u8 	%r4038, [%rd1792];
-$L__BB11_1019:
+$L__BB13_1019:
 	and.b32  	%r1000, %r3962, 4096;
 	setp.eq.s32 	%p906, %r1000, 0;
 	mov.u32 	%r4040, 0;
 	mov.u32 	%r4039, %r4040;
-	@%p906 bra 	$L__BB11_1021;
+	@%p906 bra 	$L__BB13_1021;
 	and.b32  	%r2956, %r3962, 4095;
 	popc.b32 	%r2957, %r2956;
 	add.s32 	%r2958, %r963, %r2957;
@@ -21001,10 +22871,10 @@ $L__BB11_1019:
 	add.s64 	%rd1794, %rd457, %rd1793;
 	add.s64 	%rd1795, %rd285, %rd1794;
 	ld.u8 	%r4039, [%rd1795];
-$L__BB11_1021:
+$L__BB13_1021:
 	and.b32  	%r1003, %r3962, 8192;
 	setp.eq.s32 	%p907, %r1003, 0;
-	@%p907 bra 	$L__BB11_1023;
+	@%p907 bra 	$L__BB13_1023;
 	and.b32  	%r2960, %r3962, 8191;
 	popc.b32 	%r2961, %r2960;
 	add.s32 	%r2962, %r963, %r2961;
@@ -21012,12 +22882,12 @@ $L__BB11_1021:
 	add.s64 	%rd1797, %rd457, %rd1796;
 	add.s64 	%rd1798, %rd285, %rd1797;
 	ld.u8 	%r4040, [%rd1798];
-$L__BB11_1023:
+$L__BB13_1023:
 	and.b32  	%r1006, %r3962, 16384;
 	setp.eq.s32 	%p908, %r1006, 0;
 	mov.u32 	%r4042, 0;
 	mov.u32 	%r4041, %r4042;
-	@%p908 bra 	$L__BB11_1025;
+	@%p908 bra 	$L__BB13_1025;
 	and.b32  	%r2964, %r3962, 16383;
 	popc.b32 	%r2965, %r2964;
 	add.s32 	%r2966, %r963, %r2965;
@@ -21025,10 +22895,10 @@ $L__BB11_1023:
 	add.s64 	%rd1800, %rd457, %rd1799;
 	add.s64 	%rd1801, %rd285, %rd1800;
 	ld.u8 	%r4041, [%rd1801];
-$L__BB11_1025:
+$L__BB13_1025:
 	cvt.u16.u32 	%rs40, %r3962;
 	setp.gt.s16 	%p909, %rs40, -1;
-	@%p909 bra 	$L__BB11_1027;
+	@%p909 bra 	$L__BB13_1027;
 	and.b32  	%r2968, %r3962, 32767;
 	popc.b32 	%r2969, %r2968;
 	add.s32 	%r2970, %r963, %r2969;
@@ -21036,7 +22906,7 @@ $L__BB11_1025:
 	add.s64 	%rd1803, %rd457, %rd1802;
 	add.s64 	%rd1804, %rd285, %rd1803;
 	ld.u8 	%r4042, [%rd1804];
-$L__BB11_1027:
+$L__BB13_1027:
 	and.b32  	%r2971, %r3975, -256;
 	or.b32  	%r2972, %r2971, %r4027;
 	selp.b32 	%r2973, %r3975, %r2972, %p894;
@@ -21093,27 +22963,27 @@ $L__BB11_1027:
 	and.b32  	%r3021, %r3020, 16777215;
 	prmt.b32 	%r3022, %r4042, %r3021, 1620;
 	selp.b32 	%r1014, %r3020, %r3022, %p909;
-	@%p759 bra 	$L__BB11_1029;
+	@%p759 bra 	$L__BB13_1029;
 	st.v4.u32 	[%rd463+12288], {%r1011, %r1012, %r1013, %r1014};
-$L__BB11_1029:
+$L__BB13_1029:
 	shr.u64 	%rd1805, %rd471, 48;
 	cvt.u32.u64 	%r3023, %rd1805;
 	add.s32 	%r3958, %r962, %r3023;
 	add.s64 	%rd2079, %rd2079, 1024;
 	setp.lt.u64 	%p927, %rd2079, %rd422;
-	@%p927 bra 	$L__BB11_868;
-	bra.uni 	$L__BB11_1123;
-$L__BB11_766:
+	@%p927 bra 	$L__BB13_868;
+	bra.uni 	$L__BB13_1123;
+$L__BB13_766:
 	setp.eq.s64 	%p630, %rd422, 0;
-	@%p630 bra 	$L__BB11_1123;
+	@%p630 bra 	$L__BB13_1123;
 	add.s64 	%rd440, %rd396, %rd290;
 	mov.u64 	%rd2076, 0;
 	mov.u32 	%r3905, 0;
-$L__BB11_768:
+$L__BB13_768:
 	mov.u32 	%r3906, 0;
 	add.s64 	%rd442, %rd2076, %rd4;
 	setp.ge.u64 	%p631, %rd442, %rd422;
-	@%p631 bra 	$L__BB11_770;
+	@%p631 bra 	$L__BB13_770;
 	and.b64  	%rd1411, %rd442, 2305843009213693948;
 	add.s64 	%rd1412, %rd297, %rd1411;
 	cvt.u32.u64 	%r2086, %rd442;
@@ -21122,12 +22992,12 @@ $L__BB11_768:
 	ld.u32 	%r2089, [%rd1412];
 	shr.u32 	%r2090, %r2089, %r2088;
 	and.b32  	%r3906, %r2090, 255;
-$L__BB11_770:
+$L__BB13_770:
 	add.s64 	%rd443, %rd442, 256;
 	setp.ge.u64 	%p632, %rd443, %rd422;
 	mov.u32 	%r3908, 0;
 	mov.u32 	%r3907, %r3908;
-	@%p632 bra 	$L__BB11_772;
+	@%p632 bra 	$L__BB13_772;
 	and.b64  	%rd1413, %rd443, 2305843009213693948;
 	add.s64 	%rd1414, %rd297, %rd1413;
 	cvt.u32.u64 	%r2092, %rd443;
@@ -21136,10 +23006,10 @@ $L__BB11_770:
 	ld.u32 	%r2095, [%rd1414];
 	shr.u32 	%r2096, %r2095, %r2094;
 	and.b32  	%r3907, %r2096, 255;
-$L__BB11_772:
+$L__BB13_772:
 	add.s64 	%rd444, %rd442, 512;
 	setp.ge.u64 	%p633, %rd444, %rd422;
-	@%p633 bra 	$L__BB11_774;
+	@%p633 bra 	$L__BB13_774;
 	and.b64  	%rd1415, %rd444, 2305843009213693948;
 	add.s64 	%rd1416, %rd297, %rd1415;
 	cvt.u32.u64 	%r2098, %rd444;
@@ -21148,12 +23018,12 @@ $L__BB11_772:
 	ld.u32 	%r2101, [%rd1416];
 	shr.u32 	%r2102, %r2101, %r2100;
 	and.b32  	%r3908, %r2102, 255;
-$L__BB11_774:
+$L__BB13_774:
 	add.s64 	%rd445, %rd442, 768;
 	setp.ge.u64 	%p634, %rd445, %rd422;
 	mov.u32 	%r3910, 0;
 	mov.u32 	%r3909, %r3910;
-	@%p634 bra 	$L__BB11_776;
+	@%p634 bra 	$L__BB13_776;
 	and.b64  	%rd1417, %rd445, 2305843009213693948;
 	add.s64 	%rd1418, %rd297, %rd1417;
 	cvt.u32.u64 	%r2104, %rd445;
@@ -21162,7 +23032,7 @@ $L__BB11_774:
 	ld.u32 	%r2107, [%rd1418];
 	shr.u32 	%r2108, %r2107, %r2106;
 	and.b32  	%r3909, %r2108, 255;
-$L__BB11_776:
+$L__BB13_776:
 	mov.u32 	%r2113, 31;
 	mov.u32 	%r2114, 1;
 	mov.u32 	%r2115, -1;
@@ -21174,9 +23044,9 @@ $L__BB11_776:
 	mov.u32 	%r3911, %r3910;
 	mov.u32 	%r3912, %r3910;
 	mov.u32 	%r3913, %r3910;
-	@%p636 bra 	$L__BB11_778;
+	@%p636 bra 	$L__BB13_778;
 	ld.v4.u32 	{%r3910, %r3911, %r3912, %r3913}, [%rd446];
-$L__BB11_778:
+$L__BB13_778:
 	shfl.sync.bfly.b32 	%r2128|%p637, %r3907, %r2114, %r2113, %r2115;
 	or.b32  	%r588, %r2128, %r3907;
 	setp.eq.s32 	%p638, %r588, 0;
@@ -21185,9 +23055,9 @@ $L__BB11_778:
 	mov.u32 	%r3915, %r3918;
 	mov.u32 	%r3916, %r3918;
 	mov.u32 	%r3917, %r3918;
-	@%p638 bra 	$L__BB11_780;
+	@%p638 bra 	$L__BB13_780;
 	ld.v4.u32 	{%r3914, %r3915, %r3916, %r3917}, [%rd446+4096];
-$L__BB11_780:
+$L__BB13_780:
 	mov.u32 	%r2137, 31;
 	mov.u32 	%r2138, 1;
 	mov.u32 	%r2139, -1;
@@ -21197,9 +23067,9 @@ $L__BB11_780:
 	mov.u32 	%r3919, %r3918;
 	mov.u32 	%r3920, %r3918;
 	mov.u32 	%r3921, %r3918;
-	@%p640 bra 	$L__BB11_782;
+	@%p640 bra 	$L__BB13_782;
 	ld.v4.u32 	{%r3918, %r3919, %r3920, %r3921}, [%rd446+8192];
-$L__BB11_782:
+$L__BB13_782:
 	shfl.sync.bfly.b32 	%r2152|%p641, %r3909, %r2138, %r2137, %r2139;
 	or.b32  	%r606, %r2152, %r3909;
 	setp.eq.s32 	%p642, %r606, 0;
@@ -21208,9 +23078,9 @@ $L__BB11_782:
 	mov.u32 	%r3923, %r2148;
 	mov.u32 	%r3924, %r2148;
 	mov.u32 	%r3925, %r2148;
-	@%p642 bra 	$L__BB11_784;
+	@%p642 bra 	$L__BB13_784;
 	ld.v4.u32 	{%r3922, %r3923, %r3924, %r3925}, [%rd446+12288];
-$L__BB11_784:
+$L__BB13_784:
 	cvt.u32.u64 	%r3641, %rd5;
 	setp.lt.u32 	%p643, %r3641, 16;
 	mov.u32 	%r2178, 16;
@@ -21286,18 +23156,18 @@ $L__BB11_784:
 	// end inline asm
 	selp.b64 	%rd1439, 0, %rd1429, %p643;
 	add.s64 	%rd448, %rd1439, %rd1428;
-	@%p647 bra 	$L__BB11_786;
+	@%p647 bra 	$L__BB13_786;
 	st.shared.u64 	[%r6], %rd448;
-$L__BB11_786:
+$L__BB13_786:
 	setp.ne.s32 	%p659, %r2, 0;
 	bar.sync 	0;
-	@%p659 bra 	$L__BB11_791;
+	@%p659 bra 	$L__BB13_791;
 	cvt.u32.u64 	%r3642, %rd5;
 	setp.gt.u32 	%p660, %r3642, 7;
 	mov.u64 	%rd2077, 0;
-	@%p660 bra 	$L__BB11_789;
+	@%p660 bra 	$L__BB13_789;
 	ld.shared.u64 	%rd2077, [%r7];
-$L__BB11_789:
+$L__BB13_789:
 	setp.lt.u32 	%p1042, %r3641, 16;
 	setp.lt.u32 	%p1041, %r3641, 8;
 	setp.lt.u32 	%p1040, %r3641, 4;
@@ -21361,15 +23231,15 @@ $L__BB11_789:
 	// end inline asm
 	selp.b64 	%rd1455, 0, %rd1450, %p1042;
 	add.s64 	%rd451, %rd1455, %rd1449;
-	@%p660 bra 	$L__BB11_791;
+	@%p660 bra 	$L__BB13_791;
 	st.shared.u64 	[%r7], %rd451;
-$L__BB11_791:
+$L__BB13_791:
 	setp.eq.s32 	%p677, %r2, 0;
 	bar.sync 	0;
 	mov.u64 	%rd2078, 0;
-	@%p677 bra 	$L__BB11_793;
+	@%p677 bra 	$L__BB13_793;
 	ld.shared.u64 	%rd2078, [%r6+-8];
-$L__BB11_793:
+$L__BB13_793:
 	ld.shared.u64 	%rd454, [_ZZ14ws_delta_applyE3red+56];
 	mov.u32 	%r3927, 0;
 	bar.sync 	0;
@@ -21381,27 +23251,27 @@ $L__BB11_793:
 	and.b32  	%r616, %r3906, 1;
 	setp.eq.s32 	%p678, %r616, 0;
 	mov.u32 	%r3926, %r3927;
-	@%p678 bra 	$L__BB11_795;
+	@%p678 bra 	$L__BB13_795;
 	mul.wide.u32 	%rd1458, %r615, 2;
 	add.s64 	%rd1459, %rd440, %rd1458;
 	add.s64 	%rd1460, %rd285, %rd1459;
 	ld.u16 	%r3926, [%rd1460];
-$L__BB11_795:
+$L__BB13_795:
 	and.b32  	%r619, %r3906, 2;
 	setp.eq.s32 	%p679, %r619, 0;
-	@%p679 bra 	$L__BB11_797;
+	@%p679 bra 	$L__BB13_797;
 	popc.b32 	%r2224, %r616;
 	add.s32 	%r2225, %r615, %r2224;
 	mul.wide.u32 	%rd1461, %r2225, 2;
 	add.s64 	%rd1462, %rd440, %rd1461;
 	add.s64 	%rd1463, %rd285, %rd1462;
 	ld.u16 	%r3927, [%rd1463];
-$L__BB11_797:
+$L__BB13_797:
 	and.b32  	%r622, %r3906, 4;
 	setp.eq.s32 	%p680, %r622, 0;
 	mov.u32 	%r3929, 0;
 	mov.u32 	%r3928, %r3929;
-	@%p680 bra 	$L__BB11_799;
+	@%p680 bra 	$L__BB13_799;
 	and.b32  	%r2227, %r3906, 3;
 	popc.b32 	%r2228, %r2227;
 	add.s32 	%r2229, %r615, %r2228;
@@ -21409,10 +23279,10 @@ $L__BB11_797:
 	add.s64 	%rd1465, %rd440, %rd1464;
 	add.s64 	%rd1466, %rd285, %rd1465;
 	ld.u16 	%r3928, [%rd1466];
-$L__BB11_799:
+$L__BB13_799:
 	and.b32  	%r625, %r3906, 8;
 	setp.eq.s32 	%p681, %r625, 0;
-	@%p681 bra 	$L__BB11_801;
+	@%p681 bra 	$L__BB13_801;
 	and.b32  	%r2231, %r3906, 7;
 	popc.b32 	%r2232, %r2231;
 	add.s32 	%r2233, %r615, %r2232;
@@ -21420,12 +23290,12 @@ $L__BB11_799:
 	add.s64 	%rd1468, %rd440, %rd1467;
 	add.s64 	%rd1469, %rd285, %rd1468;
 	ld.u16 	%r3929, [%rd1469];
-$L__BB11_801:
+$L__BB13_801:
 	and.b32  	%r628, %r3906, 16;
 	setp.eq.s32 	%p682, %r628, 0;
 	mov.u32 	%r3931, 0;
 	mov.u32 	%r3930, %r3931;
-	@%p682 bra 	$L__BB11_803;
+	@%p682 bra 	$L__BB13_803;
 	and.b32  	%r2235, %r3906, 15;
 	popc.b32 	%r2236, %r2235;
 	add.s32 	%r2237, %r615, %r2236;
@@ -21433,10 +23303,10 @@ $L__BB11_801:
 	add.s64 	%rd1471, %rd440, %rd1470;
 	add.s64 	%rd1472, %rd285, %rd1471;
 	ld.u16 	%r3930, [%rd1472];
-$L__BB11_803:
+$L__BB13_803:
 	and.b32  	%r631, %r3906, 32;
 	setp.eq.s32 	%p683, %r631, 0;
-	@%p683 bra 	$L__BB11_805;
+	@%p683 bra 	$L__BB13_805;
 	and.b32  	%r2239, %r3906, 31;
 	popc.b32 	%r2240, %r2239;
 	add.s32 	%r2241, %r615, %r2240;
@@ -21444,12 +23314,12 @@ $L__BB11_803:
 	add.s64 	%rd1474, %rd440, %rd1473;
 	add.s64 	%rd1475, %rd285, %rd1474;
 	ld.u16 	%r3931, [%rd1475];
-$L__BB11_805:
+$L__BB13_805:
 	and.b32  	%r634, %r3906, 64;
 	setp.eq.s32 	%p684, %r634, 0;
 	mov.u32 	%r3933, 0;
 	mov.u32 	%r3932, %r3933;
-	@%p684 bra 	$L__BB11_807;
+	@%p684 bra 	$L__BB13_807;
 	and.b32  	%r2243, %r3906, 63;
 	popc.b32 	%r2244, %r2243;
 	add.s32 	%r2245, %r615, %r2244;
@@ -21457,10 +23327,10 @@ $L__BB11_805:
 	add.s64 	%rd1477, %rd440, %rd1476;
 	add.s64 	%rd1478, %rd285, %rd1477;
 	ld.u16 	%r3932, [%rd1478];
-$L__BB11_807:
+$L__BB13_807:
 	and.b32  	%r637, %r3906, 128;
 	setp.eq.s32 	%p685, %r637, 0;
-	@%p685 bra 	$L__BB11_809;
+	@%p685 bra 	$L__BB13_809;
 	and.b32  	%r2247, %r3906, 127;
 	popc.b32 	%r2248, %r2247;
 	add.s32 	%r2249, %r615, %r2248;
@@ -21468,7 +23338,7 @@ $L__BB11_807:
 	add.s64 	%rd1480, %rd440, %rd1479;
 	add.s64 	%rd1481, %rd285, %rd1480;
 	ld.u16 	%r3933, [%rd1481];
-$L__BB11_809:
+$L__BB13_809:
 	and.b32  	%r2250, %r3910, -65536;
 	or.b32  	%r2251, %r2250, %r3926;
 	selp.b32 	%r2252, %r3910, %r2251, %p678;
@@ -21493,9 +23363,9 @@ $L__BB11_809:
 	and.b32  	%r2268, %r2267, 65535;
 	prmt.b32 	%r2269, %r3933, %r2268, 4180;
 	selp.b32 	%r655, %r2267, %r2269, %p685;
-	@%p636 bra 	$L__BB11_811;
+	@%p636 bra 	$L__BB13_811;
 	st.v4.u32 	[%rd446], {%r652, %r653, %r654, %r655};
-$L__BB11_811:
+$L__BB13_811:
 	cvt.u32.u64 	%r2271, %rd454;
 	and.b32  	%r2272, %r2271, 65535;
 	add.s32 	%r656, %r2272, %r3905;
@@ -21505,27 +23375,27 @@ $L__BB11_811:
 	setp.eq.s32 	%p695, %r658, 0;
 	mov.u32 	%r3935, 0;
 	mov.u32 	%r3934, %r3935;
-	@%p695 bra 	$L__BB11_813;
+	@%p695 bra 	$L__BB13_813;
 	mul.wide.u32 	%rd1482, %r657, 2;
 	add.s64 	%rd1483, %rd440, %rd1482;
 	add.s64 	%rd1484, %rd285, %rd1483;
 	ld.u16 	%r3934, [%rd1484];
-$L__BB11_813:
+$L__BB13_813:
 	and.b32  	%r661, %r3907, 2;
 	setp.eq.s32 	%p696, %r661, 0;
-	@%p696 bra 	$L__BB11_815;
+	@%p696 bra 	$L__BB13_815;
 	popc.b32 	%r2276, %r658;
 	add.s32 	%r2277, %r657, %r2276;
 	mul.wide.u32 	%rd1485, %r2277, 2;
 	add.s64 	%rd1486, %rd440, %rd1485;
 	add.s64 	%rd1487, %rd285, %rd1486;
 	ld.u16 	%r3935, [%rd1487];
-$L__BB11_815:
+$L__BB13_815:
 	and.b32  	%r664, %r3907, 4;
 	setp.eq.s32 	%p697, %r664, 0;
 	mov.u32 	%r3937, 0;
 	mov.u32 	%r3936, %r3937;
-	@%p697 bra 	$L__BB11_817;
+	@%p697 bra 	$L__BB13_817;
 	and.b32  	%r2279, %r3907, 3;
 	popc.b32 	%r2280, %r2279;
 	add.s32 	%r2281, %r657, %r2280;
@@ -21533,10 +23403,10 @@ $L__BB11_815:
 	add.s64 	%rd1489, %rd440, %rd1488;
 	add.s64 	%rd1490, %rd285, %rd1489;
 	ld.u16 	%r3936, [%rd1490];
-$L__BB11_817:
+$L__BB13_817:
 	and.b32  	%r667, %r3907, 8;
 	setp.eq.s32 	%p698, %r667, 0;
-	@%p698 bra 	$L__BB11_819;
+	@%p698 bra 	$L__BB13_819;
 	and.b32  	%r2283, %r3907, 7;
 	popc.b32 	%r2284, %r2283;
 	add.s32 	%r2285, %r657, %r2284;
@@ -21544,12 +23414,12 @@ $L__BB11_817:
 	add.s64 	%rd1492, %rd440, %rd1491;
 	add.s64 	%rd1493, %rd285, %rd1492;
 	ld.u16 	%r3937, [%rd1493];
-$L__BB11_819:
+$L__BB13_819:
 	and.b32  	%r670, %r3907, 16;
 	setp.eq.s32 	%p699, %r670, 0;
 	mov.u32 	%r3939, 0;
 	mov.u32 	%r3938, %r3939;
-	@%p699 bra 	$L__BB11_821;
+	@%p699 bra 	$L__BB13_821;
 	and.b32  	%r2287, %r3907, 15;
 	popc.b32 	%r2288, %r2287;
 	add.s32 	%r2289, %r657, %r2288;
@@ -21557,10 +23427,10 @@ $L__BB11_819:
 	add.s64 	%rd1495, %rd440, %rd1494;
 	add.s64 	%rd1496, %rd285, %rd1495;
 	ld.u16 	%r3938, [%rd1496];
-$L__BB11_821:
+$L__BB13_821:
 	and.b32  	%r673, %r3907, 32;
 	setp.eq.s32 	%p700, %r673, 0;
-	@%p700 bra 	$L__BB11_823;
+	@%p700 bra 	$L__BB13_823;
 	and.b32  	%r2291, %r3907, 31;
 	popc.b32 	%r2292, %r2291;
 	add.s32 	%r2293, %r657, %r2292;
@@ -21568,12 +23438,12 @@ $L__BB11_821:
 	add.s64 	%rd1498, %rd440, %rd1497;
 	add.s64 	%rd1499, %rd285, %rd1498;
 	ld.u16 	%r3939, [%rd1499];
-$L__BB11_823:
+$L__BB13_823:
 	and.b32  	%r676, %r3907, 64;
 	setp.eq.s32 	%p701, %r676, 0;
 	mov.u32 	%r3941, 0;
 	mov.u32 	%r3940, %r3941;
-	@%p701 bra 	$L__BB11_825;
+	@%p701 bra 	$L__BB13_825;
 	and.b32  	%r2295, %r3907, 63;
 	popc.b32 	%r2296, %r2295;
 	add.s32 	%r2297, %r657, %r2296;
@@ -21581,10 +23451,10 @@ $L__BB11_823:
 	add.s64 	%rd1501, %rd440, %rd1500;
 	add.s64 	%rd1502, %rd285, %rd1501;
 	ld.u16 	%r3940, [%rd1502];
-$L__BB11_825:
+$L__BB13_825:
 	and.b32  	%r679, %r3907, 128;
 	setp.eq.s32 	%p702, %r679, 0;
-	@%p702 bra 	$L__BB11_827;
+	@%p702 bra 	$L__BB13_827;
 	and.b32  	%r2299, %r3907, 127;
 	popc.b32 	%r2300, %r2299;
 	add.s32 	%r2301, %r657, %r2300;
@@ -21592,7 +23462,7 @@ $L__BB11_825:
 	add.s64 	%rd1504, %rd440, %rd1503;
 	add.s64 	%rd1505, %rd285, %rd1504;
 	ld.u16 	%r3941, [%rd1505];
-$L__BB11_827:
+$L__BB13_827:
 	and.b32  	%r2302, %r3914, -65536;
 	or.b32  	%r2303, %r2302, %r3934;
 	selp.b32 	%r2304, %r3914, %r2303, %p695;
@@ -21617,9 +23487,9 @@ $L__BB11_827:
 	and.b32  	%r2320, %r2319, 65535;
 	prmt.b32 	%r2321, %r3941, %r2320, 4180;
 	selp.b32 	%r685, %r2319, %r2321, %p702;
-	@%p638 bra 	$L__BB11_829;
+	@%p638 bra 	$L__BB13_829;
 	st.v4.u32 	[%rd446+4096], {%r682, %r683, %r684, %r685};
-$L__BB11_829:
+$L__BB13_829:
 	shr.u32 	%r2324, %r2271, 16;
 	add.s32 	%r686, %r2324, %r656;
 	shr.u64 	%rd1506, %rd455, 32;
@@ -21630,27 +23500,27 @@ $L__BB11_829:
 	setp.eq.s32 	%p712, %r688, 0;
 	mov.u32 	%r3943, 0;
 	mov.u32 	%r3942, %r3943;
-	@%p712 bra 	$L__BB11_831;
+	@%p712 bra 	$L__BB13_831;
 	mul.wide.u32 	%rd1507, %r687, 2;
 	add.s64 	%rd1508, %rd440, %rd1507;
 	add.s64 	%rd1509, %rd285, %rd1508;
 	ld.u16 	%r3942, [%rd1509];
-$L__BB11_831:
+$L__BB13_831:
 	and.b32  	%r691, %r3908, 2;
 	setp.eq.s32 	%p713, %r691, 0;
-	@%p713 bra 	$L__BB11_833;
+	@%p713 bra 	$L__BB13_833;
 	popc.b32 	%r2328, %r688;
 	add.s32 	%r2329, %r687, %r2328;
 	mul.wide.u32 	%rd1510, %r2329, 2;
 	add.s64 	%rd1511, %rd440, %rd1510;
 	add.s64 	%rd1512, %rd285, %rd1511;
 	ld.u16 	%r3943, [%rd1512];
-$L__BB11_833:
+$L__BB13_833:
 	and.b32  	%r694, %r3908, 4;
 	setp.eq.s32 	%p714, %r694, 0;
 	mov.u32 	%r3945, 0;
 	mov.u32 	%r3944, %r3945;
-	@%p714 bra 	$L__BB11_835;
+	@%p714 bra 	$L__BB13_835;
 	and.b32  	%r2331, %r3908, 3;
 	popc.b32 	%r2332, %r2331;
 	add.s32 	%r2333, %r687, %r2332;
@@ -21658,10 +23528,10 @@ $L__BB11_833:
 	add.s64 	%rd1514, %rd440, %rd1513;
 	add.s64 	%rd1515, %rd285, %rd1514;
 	ld.u16 	%r3944, [%rd1515];
-$L__BB11_835:
+$L__BB13_835:
 	and.b32  	%r697, %r3908, 8;
 	setp.eq.s32 	%p715, %r697, 0;
-	@%p715 bra 	$L__BB11_837;
+	@%p715 bra 	$L__BB13_837;
 	and.b32  	%r2335, %r3908, 7;
 	popc.b32 	%r2336, %r2335;
 	add.s32 	%r2337, %r687, %r2336;
@@ -21669,12 +23539,12 @@ $L__BB11_835:
 	add.s64 	%rd1517, %rd440, %rd1516;
 	add.s64 	%rd1518, %rd285, %rd1517;
 	ld.u16 	%r3945, [%rd1518];
-$L__BB11_837:
+$L__BB13_837:
 	and.b32  	%r700, %r3908, 16;
 	setp.eq.s32 	%p716, %r700, 0;
 	mov.u32 	%r3947, 0;
 	mov.u32 	%r3946, %r3947;
-	@%p716 bra 	$L__BB11_839;
+	@%p716 bra 	$L__BB13_839;
 	and.b32  	%r2339, %r3908, 15;
 	popc.b32 	%r2340, %r2339;
 	add.s32 	%r2341, %r687, %r2340;
@@ -21682,10 +23552,10 @@ $L__BB11_837:
 	add.s64 	%rd1520, %rd440, %rd1519;
 	add.s64 	%rd1521, %rd285, %rd1520;
 	ld.u16 	%r3946, [%rd1521];
-$L__BB11_839:
+$L__BB13_839:
 	and.b32  	%r703, %r3908, 32;
 	setp.eq.s32 	%p717, %r703, 0;
-	@%p717 bra 	$L__BB11_841;
+	@%p717 bra 	$L__BB13_841;
 	and.b32  	%r2343, %r3908, 31;
 	popc.b32 	%r2344, %r2343;
 	add.s32 	%r2345, %r687, %r2344;
@@ -21693,12 +23563,12 @@ $L__BB11_839:
 	add.s64 	%rd1523, %rd440, %rd1522;
 	add.s64 	%rd1524, %rd285, %rd1523;
 	ld.u16 	%r3947, [%rd1524];
-$L__BB11_841:
+$L__BB13_841:
 	and.b32  	%r706, %r3908, 64;
 	setp.eq.s32 	%p718, %r706, 0;
 	mov.u32 	%r3949, 0;
 	mov.u32 	%r3948, %r3949;
-	@%p718 bra 	$L__BB11_843;
+	@%p718 bra 	$L__BB13_843;
 	and.b32  	%r2347, %r3908, 63;
 	popc.b32 	%r2348, %r2347;
 	add.s32 	%r2349, %r687, %r2348;
@@ -21706,10 +23576,10 @@ $L__BB11_841:
 	add.s64 	%rd1526, %rd440, %rd1525;
 	add.s64 	%rd1527, %rd285, %rd1526;
 	ld.u16 	%r3948, [%rd1527];
-$L__BB11_843:
+$L__BB13_843:
 	and.b32  	%r709, %r3908, 128;
 	setp.eq.s32 	%p719, %r709, 0;
-	@%p719 bra 	$L__BB11_845;
+	@%p719 bra 	$L__BB13_845;
 	and.b32  	%r2351, %r3908, 127;
 	popc.b32 	%r2352, %r2351;
 	add.s32 	%r2353, %r687, %r2352;
@@ -21717,7 +23587,7 @@ $L__BB11_843:
 	add.s64 	%rd1529, %rd440, %rd1528;
 	add.s64 	%rd1530, %rd285, %rd1529;
 	ld.u16 	%r3949, [%rd1530];
-$L__BB11_845:
+$L__BB13_845:
 	and.b32  	%r2354, %r3918, -65536;
 	or.b32  	%r2355, %r2354, %r3942;
 	selp.b32 	%r2356, %r3918, %r2355, %p712;
@@ -21742,9 +23612,9 @@ $L__BB11_845:
 	and.b32  	%r2372, %r2371, 65535;
 	prmt.b32 	%r2373, %r3949, %r2372, 4180;
 	selp.b32 	%r715, %r2371, %r2373, %p719;
-	@%p640 bra 	$L__BB11_847;
+	@%p640 bra 	$L__BB13_847;
 	st.v4.u32 	[%rd446+8192], {%r712, %r713, %r714, %r715};
-$L__BB11_847:
+$L__BB13_847:
 	shr.u64 	%rd1531, %rd454, 32;
 	cvt.u32.u64 	%r2375, %rd1531;
 	and.b32  	%r2376, %r2375, 65535;
@@ -21756,27 +23626,27 @@ $L__BB11_847:
 	setp.eq.s32 	%p729, %r718, 0;
 	mov.u32 	%r3951, 0;
 	mov.u32 	%r3950, %r3951;
-	@%p729 bra 	$L__BB11_849;
+	@%p729 bra 	$L__BB13_849;
 	mul.wide.u32 	%rd1533, %r717, 2;
 	add.s64 	%rd1534, %rd440, %rd1533;
 	add.s64 	%rd1535, %rd285, %rd1534;
 	ld.u16 	%r3950, [%rd1535];
-$L__BB11_849:
+$L__BB13_849:
 	and.b32  	%r721, %r3909, 2;
 	setp.eq.s32 	%p730, %r721, 0;
-	@%p730 bra 	$L__BB11_851;
+	@%p730 bra 	$L__BB13_851;
 	popc.b32 	%r2379, %r718;
 	add.s32 	%r2380, %r717, %r2379;
 	mul.wide.u32 	%rd1536, %r2380, 2;
 	add.s64 	%rd1537, %rd440, %rd1536;
 	add.s64 	%rd1538, %rd285, %rd1537;
 	ld.u16 	%r3951, [%rd1538];
-$L__BB11_851:
+$L__BB13_851:
 	and.b32  	%r724, %r3909, 4;
 	setp.eq.s32 	%p731, %r724, 0;
 	mov.u32 	%r3953, 0;
 	mov.u32 	%r3952, %r3953;
-	@%p731 bra 	$L__BB11_853;
+	@%p731 bra 	$L__BB13_853;
 	and.b32  	%r2382, %r3909, 3;
 	popc.b32 	%r2383, %r2382;
 	add.s32 	%r2384, %r717, %r2383;
@@ -21784,10 +23654,10 @@ $L__BB11_851:
 	add.s64 	%rd1540, %rd440, %rd1539;
 	add.s64 	%rd1541, %rd285, %rd1540;
 	ld.u16 	%r3952, [%rd1541];
-$L__BB11_853:
+$L__BB13_853:
 	and.b32  	%r727, %r3909, 8;
 	setp.eq.s32 	%p732, %r727, 0;
-	@%p732 bra 	$L__BB11_855;
+	@%p732 bra 	$L__BB13_855;
 	and.b32  	%r2386, %r3909, 7;
 	popc.b32 	%r2387, %r2386;
 	add.s32 	%r2388, %r717, %r2387;
@@ -21795,12 +23665,12 @@ $L__BB11_853:
 	add.s64 	%rd1543, %rd440, %rd1542;
 	add.s64 	%rd1544, %rd285, %rd1543;
 	ld.u16 	%r3953, [%rd1544];
-$L__BB11_855:
+$L__BB13_855:
 	and.b32  	%r730, %r3909, 16;
 	setp.eq.s32 	%p733, %r730, 0;
 	mov.u32 	%r3955, 0;
 	mov.u32 	%r3954, %r3955;
-	@%p733 bra 	$L__BB11_857;
+	@%p733 bra 	$L__BB13_857;
 	and.b32  	%r2390, %r3909, 15;
 	popc.b32 	%r2391, %r2390;
 	add.s32 	%r2392, %r717, %r2391;
@@ -21808,10 +23678,10 @@ $L__BB11_855:
 	add.s64 	%rd1546, %rd440, %rd1545;
 	add.s64 	%rd1547, %rd285, %rd1546;
 	ld.u16 	%r3954, [%rd1547];
-$L__BB11_857:
+$L__BB13_857:
 	and.b32  	%r733, %r3909, 32;
 	setp.eq.s32 	%p734, %r733, 0;
-	@%p734 bra 	$L__BB11_859;
+	@%p734 bra 	$L__BB13_859;
 	and.b32  	%r2394, %r3909, 31;
 	popc.b32 	%r2395, %r2394;
 	add.s32 	%r2396, %r717, %r2395;
@@ -21819,12 +23689,12 @@ $L__BB11_857:
 	add.s64 	%rd1549, %rd440, %rd1548;
 	add.s64 	%rd1550, %rd285, %rd1549;
 	ld.u16 	%r3955, [%rd1550];
-$L__BB11_859:
+$L__BB13_859:
 	and.b32  	%r736, %r3909, 64;
 	setp.eq.s32 	%p735, %r736, 0;
 	mov.u32 	%r3957, 0;
 	mov.u32 	%r3956, %r3957;
-	@%p735 bra 	$L__BB11_861;
+	@%p735 bra 	$L__BB13_861;
 	and.b32  	%r2398, %r3909, 63;
 	popc.b32 	%r2399, %r2398;
 	add.s32 	%r2400, %r717, %r2399;
@@ -21832,10 +23702,10 @@ $L__BB11_859:
 	add.s64 	%rd1552, %rd440, %rd1551;
 	add.s64 	%rd1553, %rd285, %rd1552;
 	ld.u16 	%r3956, [%rd1553];
-$L__BB11_861:
+$L__BB13_861:
 	and.b32  	%r739, %r3909, 128;
 	setp.eq.s32 	%p736, %r739, 0;
-	@%p736 bra 	$L__BB11_863;
+	@%p736 bra 	$L__BB13_863;
 	and.b32  	%r2402, %r3909, 127;
 	popc.b32 	%r2403, %r2402;
 	add.s32 	%r2404, %r717, %r2403;
@@ -21843,7 +23713,7 @@ $L__BB11_861:
 	add.s64 	%rd1555, %rd440, %rd1554;
 	add.s64 	%rd1556, %rd285, %rd1555;
 	ld.u16 	%r3957, [%rd1556];
-$L__BB11_863:
+$L__BB13_863:
 	and.b32  	%r2405, %r3922, -65536;
 	or.b32  	%r2406, %r2405, %r3950;
 	selp.b32 	%r2407, %r3922, %r2406, %p729;
@@ -21868,27 +23738,27 @@ $L__BB11_863:
 	and.b32  	%r2423, %r2422, 65535;
 	prmt.b32 	%r2424, %r3957, %r2423, 4180;
 	selp.b32 	%r745, %r2422, %r2424, %p736;
-	@%p642 bra 	$L__BB11_865;
+	@%p642 bra 	$L__BB13_865;
 	st.v4.u32 	[%rd446+12288], {%r742, %r743, %r744, %r745};
-$L__BB11_865:
+$L__BB13_865:
 	shr.u64 	%rd1557, %rd454, 48;
 	cvt.u32.u64 	%r2425, %rd1557;
 	add.s32 	%r3905, %r716, %r2425;
 	add.s64 	%rd2076, %rd2076, 1024;
 	setp.lt.u64 	%p746, %rd2076, %rd422;
-	@%p746 bra 	$L__BB11_768;
-	bra.uni 	$L__BB11_1123;
-$L__BB11_1030:
+	@%p746 bra 	$L__BB13_768;
+	bra.uni 	$L__BB13_1123;
+$L__BB13_1030:
 	setp.eq.s64 	%p928, %rd422, 0;
-	@%p928 bra 	$L__BB11_1123;
+	@%p928 bra 	$L__BB13_1123;
 	add.s64 	%rd474, %rd396, %rd290;
 	mov.u64 	%rd2082, 0;
 	mov.u32 	%r4043, 0;
-$L__BB11_1032:
+$L__BB13_1032:
 	mov.u32 	%r4044, 0;
 	add.s64 	%rd476, %rd2082, %rd4;
 	setp.ge.u64 	%p929, %rd476, %rd422;
-	@%p929 bra 	$L__BB11_1034;
+	@%p929 bra 	$L__BB13_1034;
 	shr.u64 	%rd1807, %rd476, 2;
 	and.b64  	%rd1808, %rd1807, 2305843009213693948;
 	add.s64 	%rd1809, %rd297, %rd1808;
@@ -21898,12 +23768,12 @@ $L__BB11_1032:
 	ld.u32 	%r3029, [%rd1809];
 	shr.u32 	%r3030, %r3029, %r3028;
 	and.b32  	%r4044, %r3030, 3;
-$L__BB11_1034:
+$L__BB13_1034:
 	add.s64 	%rd477, %rd476, 256;
 	setp.ge.u64 	%p930, %rd477, %rd422;
 	mov.u32 	%r4046, 0;
 	mov.u32 	%r4045, %r4046;
-	@%p930 bra 	$L__BB11_1036;
+	@%p930 bra 	$L__BB13_1036;
 	shr.u64 	%rd1810, %rd477, 2;
 	and.b64  	%rd1811, %rd1810, 2305843009213693948;
 	add.s64 	%rd1812, %rd297, %rd1811;
@@ -21913,10 +23783,10 @@ $L__BB11_1034:
 	ld.u32 	%r3035, [%rd1812];
 	shr.u32 	%r3036, %r3035, %r3034;
 	and.b32  	%r4045, %r3036, 3;
-$L__BB11_1036:
+$L__BB13_1036:
 	add.s64 	%rd478, %rd476, 512;
 	setp.ge.u64 	%p931, %rd478, %rd422;
-	@%p931 bra 	$L__BB11_1038;
+	@%p931 bra 	$L__BB13_1038;
 	shr.u64 	%rd1813, %rd478, 2;
 	and.b64  	%rd1814, %rd1813, 2305843009213693948;
 	add.s64 	%rd1815, %rd297, %rd1814;
@@ -21926,12 +23796,12 @@ $L__BB11_1036:
 	ld.u32 	%r3041, [%rd1815];
 	shr.u32 	%r3042, %r3041, %r3040;
 	and.b32  	%r4046, %r3042, 3;
-$L__BB11_1038:
+$L__BB13_1038:
 	add.s64 	%rd479, %rd476, 768;
 	setp.ge.u64 	%p932, %rd479, %rd422;
 	mov.u32 	%r4048, 0;
 	mov.u32 	%r4047, %r4048;
-	@%p932 bra 	$L__BB11_1040;
+	@%p932 bra 	$L__BB13_1040;
 	shr.u64 	%rd1816, %rd479, 2;
 	and.b64  	%rd1817, %rd1816, 2305843009213693948;
 	add.s64 	%rd1818, %rd297, %rd1817;
@@ -21941,7 +23811,7 @@ $L__BB11_1038:
 	ld.u32 	%r3047, [%rd1818];
 	shr.u32 	%r3048, %r3047, %r3046;
 	and.b32  	%r4047, %r3048, 3;
-$L__BB11_1040:
+$L__BB13_1040:
 	mov.u32 	%r3053, 31;
 	mov.u32 	%r3054, 1;
 	mov.u32 	%r3055, -1;
@@ -21953,9 +23823,9 @@ $L__BB11_1040:
 	mov.u32 	%r4049, %r4048;
 	mov.u32 	%r4050, %r4048;
 	mov.u32 	%r4051, %r4048;
-	@%p934 bra 	$L__BB11_1042;
+	@%p934 bra 	$L__BB13_1042;
 	ld.v4.u32 	{%r4048, %r4049, %r4050, %r4051}, [%rd480];
-$L__BB11_1042:
+$L__BB13_1042:
 	shfl.sync.bfly.b32 	%r3068|%p935, %r4045, %r3054, %r3053, %r3055;
 	or.b32  	%r1034, %r3068, %r4045;
 	setp.eq.s32 	%p936, %r1034, 0;
@@ -21964,9 +23834,9 @@ $L__BB11_1042:
 	mov.u32 	%r4053, %r4056;
 	mov.u32 	%r4054, %r4056;
 	mov.u32 	%r4055, %r4056;
-	@%p936 bra 	$L__BB11_1044;
+	@%p936 bra 	$L__BB13_1044;
 	ld.v4.u32 	{%r4052, %r4053, %r4054, %r4055}, [%rd480+4096];
-$L__BB11_1044:
+$L__BB13_1044:
 	mov.u32 	%r3077, 31;
 	mov.u32 	%r3078, 1;
 	mov.u32 	%r3079, -1;
@@ -21976,9 +23846,9 @@ $L__BB11_1044:
 	mov.u32 	%r4057, %r4056;
 	mov.u32 	%r4058, %r4056;
 	mov.u32 	%r4059, %r4056;
-	@%p938 bra 	$L__BB11_1046;
+	@%p938 bra 	$L__BB13_1046;
 	ld.v4.u32 	{%r4056, %r4057, %r4058, %r4059}, [%rd480+8192];
-$L__BB11_1046:
+$L__BB13_1046:
 	shfl.sync.bfly.b32 	%r3092|%p939, %r4047, %r3078, %r3077, %r3079;
 	or.b32  	%r1052, %r3092, %r4047;
 	setp.eq.s32 	%p940, %r1052, 0;
@@ -21987,9 +23857,9 @@ $L__BB11_1046:
 	mov.u32 	%r4061, %r3088;
 	mov.u32 	%r4062, %r3088;
 	mov.u32 	%r4063, %r3088;
-	@%p940 bra 	$L__BB11_1048;
+	@%p940 bra 	$L__BB13_1048;
 	ld.v4.u32 	{%r4060, %r4061, %r4062, %r4063}, [%rd480+12288];
-$L__BB11_1048:
+$L__BB13_1048:
 	cvt.u32.u64 	%r3635, %rd5;
 	setp.lt.u32 	%p941, %r3635, 16;
 	mov.u32 	%r3118, 16;
@@ -22065,18 +23935,18 @@ $L__BB11_1048:
 	// end inline asm
 	selp.b64 	%rd1839, 0, %rd1829, %p941;
 	add.s64 	%rd482, %rd1839, %rd1828;
-	@%p945 bra 	$L__BB11_1050;
+	@%p945 bra 	$L__BB13_1050;
 	st.shared.u64 	[%r6], %rd482;
-$L__BB11_1050:
+$L__BB13_1050:
 	setp.ne.s32 	%p957, %r2, 0;
 	bar.sync 	0;
-	@%p957 bra 	$L__BB11_1055;
+	@%p957 bra 	$L__BB13_1055;
 	cvt.u32.u64 	%r3636, %rd5;
 	setp.gt.u32 	%p958, %r3636, 7;
 	mov.u64 	%rd2083, 0;
-	@%p958 bra 	$L__BB11_1053;
+	@%p958 bra 	$L__BB13_1053;
 	ld.shared.u64 	%rd2083, [%r7];
-$L__BB11_1053:
+$L__BB13_1053:
 	cvt.u32.u64 	%r3647, %rd5;
 	setp.lt.u32 	%p1052, %r3647, 16;
 	setp.lt.u32 	%p1051, %r3647, 8;
@@ -22140,16 +24010,16 @@ $L__BB11_1053:
 	// end inline asm
 	selp.b64 	%rd1855, 0, %rd1850, %p1052;
 	add.s64 	%rd485, %rd1855, %rd1849;
-	@%p958 bra 	$L__BB11_1055;
+	@%p958 bra 	$L__BB13_1055;
 	st.shared.u64 	[%r7], %rd485;
-$L__BB11_1055:
+$L__BB13_1055:
 	setp.eq.s32 	%p975, %r2, 0;
 	bar.sync 	0;
 	mov.u64 	%rd2085, 0;
 	mov.u64 	%rd2084, %rd2085;
-	@%p975 bra 	$L__BB11_1057;
+	@%p975 bra 	$L__BB13_1057;
 	ld.shared.u64 	%rd2084, [%r6+-8];
-$L__BB11_1057:
+$L__BB13_1057:
 	ld.shared.u64 	%rd488, [_ZZ14ws_delta_applyE3red+56];
 	bar.sync 	0;
 	sub.s64 	%rd1858, %rd482, %rd1820;
@@ -22159,23 +24029,23 @@ $L__BB11_1057:
 	add.s32 	%r1061, %r3161, %r4043;
 	and.b32  	%r1062, %r4044, 1;
 	setp.eq.s32 	%p976, %r1062, 0;
-	@%p976 bra 	$L__BB11_1059;
+	@%p976 bra 	$L__BB13_1059;
 	mul.wide.u32 	%rd1859, %r1061, 8;
 	add.s64 	%rd1860, %rd474, %rd1859;
 	add.s64 	%rd1861, %rd285, %rd1860;
 	ld.u64 	%rd2085, [%rd1861];
-$L__BB11_1059:
+$L__BB13_1059:
 	and.b32  	%r1063, %r4044, 2;
 	setp.eq.s32 	%p977, %r1063, 0;
 	mov.u64 	%rd2086, 0;
-	@%p977 bra 	$L__BB11_1061;
+	@%p977 bra 	$L__BB13_1061;
 	popc.b32 	%r3162, %r1062;
 	add.s32 	%r3163, %r1061, %r3162;
 	mul.wide.u32 	%rd1863, %r3163, 8;
 	add.s64 	%rd1864, %rd474, %rd1863;
 	add.s64 	%rd1865, %rd285, %rd1864;
 	ld.u64 	%rd2086, [%rd1865];
-$L__BB11_1061:
+$L__BB13_1061:
 	shr.u64 	%rd1866, %rd2085, 32;
 	cvt.u32.u64 	%r3164, %rd1866;
 	selp.b32 	%r1064, %r4049, %r3164, %p976;
@@ -22186,9 +24056,9 @@ $L__BB11_1061:
 	selp.b32 	%r1066, %r4051, %r3166, %p977;
 	cvt.u32.u64 	%r3167, %rd2086;
 	selp.b32 	%r1067, %r4050, %r3167, %p977;
-	@%p934 bra 	$L__BB11_1063;
+	@%p934 bra 	$L__BB13_1063;
 	st.v4.u32 	[%rd480], {%r1065, %r1064, %r1067, %r1066};
-$L__BB11_1063:
+$L__BB13_1063:
 	cvt.u32.u64 	%r3168, %rd488;
 	and.b32  	%r3169, %r3168, 65535;
 	add.s32 	%r1068, %r3169, %r4043;
@@ -22198,22 +24068,22 @@ $L__BB11_1063:
 	setp.eq.s32 	%p981, %r1070, 0;
 	mov.u64 	%rd2088, 0;
 	mov.u64 	%rd2087, %rd2088;
-	@%p981 bra 	$L__BB11_1065;
+	@%p981 bra 	$L__BB13_1065;
 	mul.wide.u32 	%rd1869, %r1069, 8;
 	add.s64 	%rd1870, %rd474, %rd1869;
 	add.s64 	%rd1871, %rd285, %rd1870;
 	ld.u64 	%rd2087, [%rd1871];
-$L__BB11_1065:
+$L__BB13_1065:
 	and.b32  	%r1071, %r4045, 2;
 	setp.eq.s32 	%p982, %r1071, 0;
-	@%p982 bra 	$L__BB11_1067;
+	@%p982 bra 	$L__BB13_1067;
 	popc.b32 	%r3172, %r1070;
 	add.s32 	%r3173, %r1069, %r3172;
 	mul.wide.u32 	%rd1873, %r3173, 8;
 	add.s64 	%rd1874, %rd474, %rd1873;
 	add.s64 	%rd1875, %rd285, %rd1874;
 	ld.u64 	%rd2088, [%rd1875];
-$L__BB11_1067:
+$L__BB13_1067:
 	shr.u64 	%rd1876, %rd2087, 32;
 	cvt.u32.u64 	%r3174, %rd1876;
 	selp.b32 	%r1072, %r4053, %r3174, %p981;
@@ -22224,9 +24094,9 @@ $L__BB11_1067:
 	selp.b32 	%r1074, %r4055, %r3176, %p982;
 	cvt.u32.u64 	%r3177, %rd2088;
 	selp.b32 	%r1075, %r4054, %r3177, %p982;
-	@%p936 bra 	$L__BB11_1069;
+	@%p936 bra 	$L__BB13_1069;
 	st.v4.u32 	[%rd480+4096], {%r1073, %r1072, %r1075, %r1074};
-$L__BB11_1069:
+$L__BB13_1069:
 	shr.u32 	%r3179, %r3168, 16;
 	add.s32 	%r1076, %r3179, %r1068;
 	shr.u64 	%rd1879, %rd489, 32;
@@ -22237,22 +24107,22 @@ $L__BB11_1069:
 	setp.eq.s32 	%p986, %r1078, 0;
 	mov.u64 	%rd2090, 0;
 	mov.u64 	%rd2089, %rd2090;
-	@%p986 bra 	$L__BB11_1071;
+	@%p986 bra 	$L__BB13_1071;
 	mul.wide.u32 	%rd1880, %r1077, 8;
 	add.s64 	%rd1881, %rd474, %rd1880;
 	add.s64 	%rd1882, %rd285, %rd1881;
 	ld.u64 	%rd2089, [%rd1882];
-$L__BB11_1071:
+$L__BB13_1071:
 	and.b32  	%r1079, %r4046, 2;
 	setp.eq.s32 	%p987, %r1079, 0;
-	@%p987 bra 	$L__BB11_1073;
+	@%p987 bra 	$L__BB13_1073;
 	popc.b32 	%r3182, %r1078;
 	add.s32 	%r3183, %r1077, %r3182;
 	mul.wide.u32 	%rd1884, %r3183, 8;
 	add.s64 	%rd1885, %rd474, %rd1884;
 	add.s64 	%rd1886, %rd285, %rd1885;
 	ld.u64 	%rd2090, [%rd1886];
-$L__BB11_1073:
+$L__BB13_1073:
 	shr.u64 	%rd1887, %rd2089, 32;
 	cvt.u32.u64 	%r3184, %rd1887;
 	selp.b32 	%r1080, %r4057, %r3184, %p986;
@@ -22263,9 +24133,9 @@ $L__BB11_1073:
 	selp.b32 	%r1082, %r4059, %r3186, %p987;
 	cvt.u32.u64 	%r3187, %rd2090;
 	selp.b32 	%r1083, %r4058, %r3187, %p987;
-	@%p938 bra 	$L__BB11_1075;
+	@%p938 bra 	$L__BB13_1075;
 	st.v4.u32 	[%rd480+8192], {%r1081, %r1080, %r1083, %r1082};
-$L__BB11_1075:
+$L__BB13_1075:
 	shr.u64 	%rd1890, %rd488, 32;
 	cvt.u32.u64 	%r3188, %rd1890;
 	and.b32  	%r3189, %r3188, 65535;
@@ -22277,22 +24147,22 @@ $L__BB11_1075:
 	setp.eq.s32 	%p991, %r1086, 0;
 	mov.u64 	%rd2092, 0;
 	mov.u64 	%rd2091, %rd2092;
-	@%p991 bra 	$L__BB11_1077;
+	@%p991 bra 	$L__BB13_1077;
 	mul.wide.u32 	%rd1892, %r1085, 8;
 	add.s64 	%rd1893, %rd474, %rd1892;
 	add.s64 	%rd1894, %rd285, %rd1893;
 	ld.u64 	%rd2091, [%rd1894];
-$L__BB11_1077:
+$L__BB13_1077:
 	and.b32  	%r1087, %r4047, 2;
 	setp.eq.s32 	%p992, %r1087, 0;
-	@%p992 bra 	$L__BB11_1079;
+	@%p992 bra 	$L__BB13_1079;
 	popc.b32 	%r3191, %r1086;
 	add.s32 	%r3192, %r1085, %r3191;
 	mul.wide.u32 	%rd1896, %r3192, 8;
 	add.s64 	%rd1897, %rd474, %rd1896;
 	add.s64 	%rd1898, %rd285, %rd1897;
 	ld.u64 	%rd2092, [%rd1898];
-$L__BB11_1079:
+$L__BB13_1079:
 	shr.u64 	%rd1899, %rd2091, 32;
 	cvt.u32.u64 	%r3193, %rd1899;
 	selp.b32 	%r1088, %r4061, %r3193, %p991;
@@ -22303,22 +24173,22 @@ $L__BB11_1079:
 	selp.b32 	%r1090, %r4063, %r3195, %p992;
 	cvt.u32.u64 	%r3196, %rd2092;
 	selp.b32 	%r1091, %r4062, %r3196, %p992;
-	@%p940 bra 	$L__BB11_1081;
+	@%p940 bra 	$L__BB13_1081;
 	st.v4.u32 	[%rd480+12288], {%r1089, %r1088, %r1091, %r1090};
-$L__BB11_1081:
+$L__BB13_1081:
 	shr.u64 	%rd1901, %rd488, 48;
 	cvt.u32.u64 	%r3197, %rd1901;
 	add.s32 	%r4043, %r1084, %r3197;
 	add.s64 	%rd2082, %rd2082, 1024;
 	setp.lt.u64 	%p996, %rd2082, %rd422;
-	@%p996 bra 	$L__BB11_1032;
-	bra.uni 	$L__BB11_1123;
-$L__BB11_493:
+	@%p996 bra 	$L__BB13_1032;
+	bra.uni 	$L__BB13_1123;
+$L__BB13_493:
 	mov.u32 	%r1585, _ZZ14ws_delta_applyE4coop;
 	add.s32 	%r1586, %r1585, %r3835;
 	ld.shared.u8 	%rs74, [%r1586];
 	setp.eq.s16 	%p381, %rs74, 0;
-	@%p381 bra 	$L__BB11_1123;
+	@%p381 bra 	$L__BB13_1123;
 	ld.param.u64 	%rd1960, [%rd588+8];
 	ld.param.u64 	%rd1959, [%rd588+24];
 	cvt.u64.u32 	%rd1091, %r3835;
@@ -22344,7 +24214,7 @@ $L__BB11_493:
 	ld.global.u64 	%rd1106, [%rd1099+24];
 	setp.ne.s64 	%p383, %rd1106, -1;
 	or.pred  	%p384, %p383, %p382;
-	@%p384 bra 	$L__BB11_1123;
+	@%p384 bra 	$L__BB13_1123;
 	ld.param.u64 	%rd1961, [%rd588];
 	cvta.to.global.u64 	%rd1107, %rd1961;
 	mul.lo.s64 	%rd1108, %rd282, 40;
@@ -22356,7 +24226,7 @@ $L__BB11_493:
 	add.s64 	%rd286, %rd1110, 44;
 	ld.u8 	%rs18, [%rd1110+44];
 	setp.eq.s16 	%p385, %rs18, 0;
-	@%p385 bra 	$L__BB11_1123;
+	@%p385 bra 	$L__BB13_1123;
 	ld.global.u64 	%rd287, [%rd284+8];
 	mov.u64 	%rd2043, 0;
 	cvt.u64.u32 	%rd1113, %r1589;
@@ -22368,54 +24238,54 @@ $L__BB11_493:
 	setp.eq.s32 	%p386, %r1591, 0;
 	mov.u64 	%rd2041, %rd2043;
 	mov.u64 	%rd2042, %rd2043;
-	@%p386 bra 	$L__BB11_498;
+	@%p386 bra 	$L__BB13_498;
 	ld.param.u64 	%rd1962, [%rd588+40];
 	add.s32 	%r1592, %r1591, -1;
 	cvta.to.global.u64 	%rd1116, %rd1962;
 	mul.wide.u32 	%rd1117, %r1592, 64;
 	add.s64 	%rd2041, %rd1116, %rd1117;
 	add.s64 	%rd2042, %rd1962, %rd1117;
-$L__BB11_498:
+$L__BB13_498:
 	setp.ne.s64 	%p387, %rd2042, 0;
-	@%p387 bra 	$L__BB11_500;
+	@%p387 bra 	$L__BB13_500;
 	cvt.u64.u32 	%rd1119, %r1590;
 	mul.lo.s64 	%rd1120, %rd288, %rd1119;
 	add.s64 	%rd2043, %rd287, %rd1120;
-$L__BB11_500:
+$L__BB13_500:
 	add.s64 	%rd297, %rd285, %rd290;
 	setp.eq.s64 	%p388, %rd2042, 0;
-	@%p388 bra 	$L__BB11_653;
+	@%p388 bra 	$L__BB13_653;
 	setp.eq.s16 	%p389, %rs18, 1;
-	@%p389 bra 	$L__BB11_580;
-	bra.uni 	$L__BB11_502;
-$L__BB11_580:
+	@%p389 bra 	$L__BB13_580;
+	bra.uni 	$L__BB13_502;
+$L__BB13_580:
 	setp.le.u64 	%p454, %rd289, %rd4;
-	@%p454 bra 	$L__BB11_1123;
+	@%p454 bra 	$L__BB13_1123;
 	cvt.u64.u32 	%rd350, %r1590;
 	add.s32 	%r1727, %r1590, -1;
 	cvt.u64.u32 	%rd351, %r1727;
 	and.b32  	%r401, %r1590, 3;
 	sub.s32 	%r402, %r1590, %r401;
 	mov.u64 	%rd2056, %rd4;
-$L__BB11_582:
+$L__BB13_582:
 	add.s64 	%rd353, %rd2056, %rd288;
 	mul.lo.s64 	%rd1192, %rd2056, %rd350;
 	add.s64 	%rd354, %rd297, %rd1192;
 	and.b64  	%rd1193, %rd354, %rd351;
 	setp.eq.s64 	%p455, %rd1193, 0;
-	@%p455 bra 	$L__BB11_591;
+	@%p455 bra 	$L__BB13_591;
 	setp.eq.s32 	%p456, %r1590, 0;
 	mov.u64 	%rd2060, 0;
-	@%p456 bra 	$L__BB11_598;
+	@%p456 bra 	$L__BB13_598;
 	cvt.u32.u64 	%r1729, %rd351;
 	setp.lt.u32 	%p457, %r1729, 3;
 	mov.u64 	%rd2060, 0;
 	mov.u32 	%r3851, 0;
-	@%p457 bra 	$L__BB11_587;
+	@%p457 bra 	$L__BB13_587;
 	mov.u64 	%rd2060, 0;
 	mov.u32 	%r3851, 0;
 	mov.u32 	%r3850, %r402;
-$L__BB11_586:
+$L__BB13_586:
 	cvt.u64.u32 	%rd1198, %r3851;
 	add.s64 	%rd1199, %rd354, %rd1198;
 	ld.u8 	%rd1200, [%rd1199];
@@ -22437,10 +24307,10 @@ $L__BB11_586:
 	add.s32 	%r3851, %r3851, 4;
 	add.s32 	%r3850, %r3850, -4;
 	setp.ne.s32 	%p458, %r3850, 0;
-	@%p458 bra 	$L__BB11_586;
-$L__BB11_587:
+	@%p458 bra 	$L__BB13_586;
+$L__BB13_587:
 	setp.eq.s32 	%p459, %r401, 0;
-	@%p459 bra 	$L__BB11_598;
+	@%p459 bra 	$L__BB13_598;
 	setp.eq.s32 	%p460, %r401, 1;
 	cvt.u64.u32 	%rd1211, %r3851;
 	add.s64 	%rd359, %rd354, %rd1211;
@@ -22448,46 +24318,46 @@ $L__BB11_587:
 	shl.b32 	%r1735, %r3851, 3;
 	shl.b64 	%rd1213, %rd1212, %r1735;
 	or.b64  	%rd2060, %rd1213, %rd2060;
-	@%p460 bra 	$L__BB11_598;
+	@%p460 bra 	$L__BB13_598;
 	setp.eq.s32 	%p461, %r401, 2;
 	ld.u8 	%rd1214, [%rd359+1];
 	add.s32 	%r1737, %r1735, 8;
 	shl.b64 	%rd1215, %rd1214, %r1737;
 	or.b64  	%rd2060, %rd1215, %rd2060;
-	@%p461 bra 	$L__BB11_598;
+	@%p461 bra 	$L__BB13_598;
 	ld.u8 	%rd1216, [%rd359+2];
 	add.s32 	%r1739, %r1735, 16;
 	shl.b64 	%rd1217, %rd1216, %r1739;
 	or.b64  	%rd2060, %rd1217, %rd2060;
-	bra.uni 	$L__BB11_598;
-$L__BB11_591:
+	bra.uni 	$L__BB13_598;
+$L__BB13_591:
 	setp.eq.s32 	%p462, %r1590, 1;
-	@%p462 bra 	$L__BB11_596;
+	@%p462 bra 	$L__BB13_596;
 	setp.eq.s32 	%p463, %r1590, 2;
-	@%p463 bra 	$L__BB11_595;
+	@%p463 bra 	$L__BB13_595;
 	setp.ne.s32 	%p464, %r1590, 4;
-	@%p464 bra 	$L__BB11_597;
+	@%p464 bra 	$L__BB13_597;
 	ld.u32 	%rd2060, [%rd354];
-	bra.uni 	$L__BB11_598;
-$L__BB11_595:
+	bra.uni 	$L__BB13_598;
+$L__BB13_595:
 	ld.u16 	%rd2060, [%rd354];
-	bra.uni 	$L__BB11_598;
-$L__BB11_596:
+	bra.uni 	$L__BB13_598;
+$L__BB13_596:
 	ld.u8 	%rd2060, [%rd354];
-	bra.uni 	$L__BB11_598;
-$L__BB11_597:
+	bra.uni 	$L__BB13_598;
+$L__BB13_597:
 	ld.u64 	%rd2060, [%rd354];
-$L__BB11_598:
+$L__BB13_598:
 	ld.global.u64 	%rd369, [%rd2041+8];
 	or.b64  	%rd1218, %rd353, %rd369;
 	and.b64  	%rd1219, %rd1218, -4294967296;
 	setp.eq.s64 	%p465, %rd1219, 0;
-	@%p465 bra 	$L__BB11_600;
+	@%p465 bra 	$L__BB13_600;
 	div.u64 	%rd2064, %rd353, %rd369;
 	mul.lo.s64 	%rd1220, %rd2064, %rd369;
 	sub.s64 	%rd2062, %rd353, %rd1220;
-	bra.uni 	$L__BB11_601;
-$L__BB11_600:
+	bra.uni 	$L__BB13_601;
+$L__BB13_600:
 	cvt.u32.u64 	%r1740, %rd369;
 	cvt.u32.u64 	%r1741, %rd353;
 	div.u32 	%r1742, %r1741, %r1740;
@@ -22495,29 +24365,29 @@ $L__BB11_600:
 	sub.s32 	%r1744, %r1741, %r1743;
 	cvt.u64.u32 	%rd2064, %r1742;
 	cvt.u64.u32 	%rd2062, %r1744;
-$L__BB11_601:
+$L__BB13_601:
 	ld.global.u64 	%rd376, [%rd2041+40];
 	setp.lt.s64 	%p466, %rd2062, %rd376;
-	@%p466 bra 	$L__BB11_652;
+	@%p466 bra 	$L__BB13_652;
 	ld.global.u64 	%rd377, [%rd2041+24];
 	add.s64 	%rd1221, %rd377, %rd376;
 	setp.ge.s64 	%p467, %rd2062, %rd1221;
-	@%p467 bra 	$L__BB11_652;
+	@%p467 bra 	$L__BB13_652;
 	ld.global.u64 	%rd378, [%rd2041+48];
 	setp.eq.s64 	%p468, %rd378, 0;
-	@%p468 bra 	$L__BB11_608;
+	@%p468 bra 	$L__BB13_608;
 	or.b64  	%rd1222, %rd2064, %rd378;
 	and.b64  	%rd1223, %rd1222, -4294967296;
 	setp.eq.s64 	%p469, %rd1223, 0;
-	@%p469 bra 	$L__BB11_606;
+	@%p469 bra 	$L__BB13_606;
 	rem.s64 	%rd2063, %rd2064, %rd378;
-	bra.uni 	$L__BB11_607;
-$L__BB11_606:
+	bra.uni 	$L__BB13_607;
+$L__BB13_606:
 	cvt.u32.u64 	%r1745, %rd378;
 	cvt.u32.u64 	%r1746, %rd2064;
 	rem.u32 	%r1747, %r1746, %r1745;
 	cvt.u64.u32 	%rd2063, %r1747;
-$L__BB11_607:
+$L__BB13_607:
 	shr.u64 	%rd1224, %rd378, 63;
 	add.s64 	%rd1225, %rd378, %rd1224;
 	shr.s64 	%rd1226, %rd1225, 1;
@@ -22530,31 +24400,31 @@ $L__BB11_607:
 	sub.s64 	%rd1233, %rd2064, %rd2063;
 	add.s64 	%rd1234, %rd1233, %rd1229;
 	add.s64 	%rd2064, %rd1234, %rd1232;
-$L__BB11_608:
+$L__BB13_608:
 	ld.global.u64 	%rd1235, [%rd2041+32];
 	sub.s64 	%rd384, %rd2064, %rd1235;
 	setp.lt.s64 	%p470, %rd384, 0;
-	@%p470 bra 	$L__BB11_652;
+	@%p470 bra 	$L__BB13_652;
 	ld.global.u64 	%rd1236, [%rd2041+16];
 	setp.ge.s64 	%p471, %rd384, %rd1236;
-	@%p471 bra 	$L__BB11_652;
+	@%p471 bra 	$L__BB13_652;
 	ld.global.v2.u32 	{%r1748, %r1749}, [%rd2041+56];
 	setp.eq.s32 	%p472, %r1748, %r1749;
 	mov.u64 	%rd2065, %rd351;
 	mov.u64 	%rd2066, %rd350;
 	mov.u32 	%r3856, %r1590;
-	@%p472 bra 	$L__BB11_636;
+	@%p472 bra 	$L__BB13_636;
 	setp.eq.s32 	%p473, %r1748, 1;
-	@%p473 bra 	$L__BB11_622;
-	bra.uni 	$L__BB11_612;
-$L__BB11_622:
+	@%p473 bra 	$L__BB13_622;
+	bra.uni 	$L__BB13_612;
+$L__BB13_622:
 	cvt.u32.u64 	%r3854, %rd2060;
-	bra.uni 	$L__BB11_623;
-$L__BB11_612:
+	bra.uni 	$L__BB13_623;
+$L__BB13_612:
 	setp.eq.s32 	%p474, %r1748, 2;
-	@%p474 bra 	$L__BB11_614;
-	bra.uni 	$L__BB11_613;
-$L__BB11_614:
+	@%p474 bra 	$L__BB13_614;
+	bra.uni 	$L__BB13_613;
+$L__BB13_614:
 	cvt.u16.u64 	%rs84, %rd2060;
 	cvt.u32.u64 	%r1751, %rd2060;
 	shl.b32 	%r1752, %r1751, 16;
@@ -22564,41 +24434,41 @@ $L__BB11_614:
 	and.b16  	%rs29, %rs84, 1023;
 	and.b32  	%r3853, %r1751, 1023;
 	setp.eq.s16 	%p475, %rs28, 31;
-	@%p475 bra 	$L__BB11_621;
-	bra.uni 	$L__BB11_615;
-$L__BB11_621:
+	@%p475 bra 	$L__BB13_621;
+	bra.uni 	$L__BB13_615;
+$L__BB13_621:
 	setp.eq.s16 	%p479, %rs29, 0;
 	shl.b32 	%r1765, %r3853, 13;
 	or.b32  	%r1766, %r1765, 4194304;
 	selp.b32 	%r1767, 0, %r1766, %p479;
 	or.b32  	%r1768, %r3854, %r1767;
 	or.b32  	%r3854, %r1768, 2139095040;
-	bra.uni 	$L__BB11_623;
-$L__BB11_613:
+	bra.uni 	$L__BB13_623;
+$L__BB13_613:
 	cvt.u32.u64 	%r1750, %rd2060;
 	shl.b32 	%r3854, %r1750, 16;
-	bra.uni 	$L__BB11_623;
-$L__BB11_615:
+	bra.uni 	$L__BB13_623;
+$L__BB13_615:
 	setp.eq.s16 	%p476, %rs28, 0;
-	@%p476 bra 	$L__BB11_617;
+	@%p476 bra 	$L__BB13_617;
 	add.s16 	%rs86, %rs28, 112;
 	cvt.u32.u16 	%r1753, %rs86;
 	shl.b32 	%r1754, %r1753, 23;
 	shl.b32 	%r1755, %r3853, 13;
 	or.b32  	%r1756, %r1755, %r3854;
 	or.b32  	%r3854, %r1756, %r1754;
-	bra.uni 	$L__BB11_623;
-$L__BB11_617:
+	bra.uni 	$L__BB13_623;
+$L__BB13_617:
 	setp.eq.s16 	%p477, %rs29, 0;
-	@%p477 bra 	$L__BB11_623;
+	@%p477 bra 	$L__BB13_623;
 	mov.u32 	%r3852, 0;
-$L__BB11_619:
+$L__BB13_619:
 	shl.b32 	%r416, %r3853, 1;
 	add.s32 	%r3852, %r3852, 1;
 	and.b32  	%r1758, %r3853, 512;
 	setp.eq.s32 	%p478, %r1758, 0;
 	mov.u32 	%r3853, %r416;
-	@%p478 bra 	$L__BB11_619;
+	@%p478 bra 	$L__BB13_619;
 	shl.b32 	%r1759, %r3852, 23;
 	mov.u32 	%r1760, 947912704;
 	sub.s32 	%r1761, %r1760, %r1759;
@@ -22606,28 +24476,28 @@ $L__BB11_619:
 	and.b32  	%r1763, %r1762, 8372224;
 	or.b32  	%r1764, %r1761, %r3854;
 	or.b32  	%r3854, %r1764, %r1763;
-$L__BB11_623:
+$L__BB13_623:
 	setp.eq.s32 	%p480, %r1749, 1;
-	@%p480 bra 	$L__BB11_635;
+	@%p480 bra 	$L__BB13_635;
 	setp.eq.s32 	%p481, %r1749, 2;
-	@%p481 bra 	$L__BB11_626;
-	bra.uni 	$L__BB11_625;
-$L__BB11_626:
+	@%p481 bra 	$L__BB13_626;
+	bra.uni 	$L__BB13_625;
+$L__BB13_626:
 	shr.u32 	%r1777, %r3854, 16;
 	cvt.u16.u32 	%rs87, %r1777;
 	and.b16  	%rs110, %rs87, -32768;
 	and.b32  	%r422, %r3854, 2147483647;
 	setp.gt.u32 	%p483, %r422, 2139095040;
-	@%p483 bra 	$L__BB11_633;
-	bra.uni 	$L__BB11_627;
-$L__BB11_633:
+	@%p483 bra 	$L__BB13_633;
+	bra.uni 	$L__BB13_627;
+$L__BB13_633:
 	shr.u32 	%r1800, %r3854, 13;
 	cvt.u16.u32 	%rs90, %r1800;
 	and.b16  	%rs91, %rs90, 511;
 	or.b16  	%rs92, %rs110, %rs91;
 	or.b16  	%rs110, %rs92, 32256;
-	bra.uni 	$L__BB11_634;
-$L__BB11_625:
+	bra.uni 	$L__BB13_634;
+$L__BB13_625:
 	and.b32  	%r1769, %r3854, 2147483647;
 	setp.gt.u32 	%p482, %r1769, 2139095040;
 	shr.u32 	%r1770, %r3854, 16;
@@ -22638,21 +24508,21 @@ $L__BB11_625:
 	shr.u32 	%r1775, %r1774, 16;
 	selp.b32 	%r1776, %r1771, %r1775, %p482;
 	cvt.u16.u32 	%rs110, %r1776;
-	bra.uni 	$L__BB11_634;
-$L__BB11_627:
+	bra.uni 	$L__BB13_634;
+$L__BB13_627:
 	setp.gt.u32 	%p484, %r422, 1199570943;
-	@%p484 bra 	$L__BB11_632;
-	bra.uni 	$L__BB11_628;
-$L__BB11_632:
+	@%p484 bra 	$L__BB13_632;
+	bra.uni 	$L__BB13_628;
+$L__BB13_632:
 	or.b16  	%rs110, %rs110, 31744;
-	bra.uni 	$L__BB11_634;
-$L__BB11_628:
+	bra.uni 	$L__BB13_634;
+$L__BB13_628:
 	setp.lt.u32 	%p485, %r422, 947912704;
-	@%p485 bra 	$L__BB11_630;
-	bra.uni 	$L__BB11_629;
-$L__BB11_630:
+	@%p485 bra 	$L__BB13_630;
+	bra.uni 	$L__BB13_629;
+$L__BB13_630:
 	setp.lt.u32 	%p486, %r422, 855638016;
-	@%p486 bra 	$L__BB11_634;
+	@%p486 bra 	$L__BB13_634;
 	shr.u32 	%r1783, %r422, 23;
 	and.b32  	%r1784, %r3854, 8388607;
 	or.b32  	%r1785, %r1784, 8388608;
@@ -22677,8 +24547,8 @@ $L__BB11_630:
 	add.s32 	%r1799, %r1788, %r1798;
 	cvt.u16.u32 	%rs89, %r1799;
 	or.b16  	%rs110, %rs110, %rs89;
-	bra.uni 	$L__BB11_634;
-$L__BB11_629:
+	bra.uni 	$L__BB13_634;
+$L__BB13_629:
 	shr.u32 	%r1778, %r3854, 13;
 	and.b32  	%r1779, %r1778, 1;
 	add.s32 	%r1780, %r3854, %r1779;
@@ -22686,15 +24556,15 @@ $L__BB11_629:
 	shr.u32 	%r1782, %r1781, 13;
 	cvt.u16.u32 	%rs88, %r1782;
 	or.b16  	%rs110, %rs110, %rs88;
-$L__BB11_634:
+$L__BB13_634:
 	cvt.u32.u16 	%r3854, %rs110;
-$L__BB11_635:
+$L__BB13_635:
 	cvt.u64.u32 	%rd2060, %r3854;
 	selp.b32 	%r3856, 4, 2, %p480;
 	cvt.u64.u32 	%rd2066, %r3856;
 	add.s32 	%r1801, %r3856, -1;
 	cvt.u64.u32 	%rd2065, %r1801;
-$L__BB11_636:
+$L__BB13_636:
 	mul.lo.s64 	%rd1237, %rd377, %rd384;
 	add.s64 	%rd1238, %rd1237, %rd2062;
 	sub.s64 	%rd1239, %rd1238, %rd376;
@@ -22703,17 +24573,17 @@ $L__BB11_636:
 	add.s64 	%rd391, %rd1241, %rd1240;
 	and.b64  	%rd1242, %rd2065, %rd391;
 	setp.eq.s64 	%p493, %rd1242, 0;
-	@%p493 bra 	$L__BB11_645;
+	@%p493 bra 	$L__BB13_645;
 	setp.eq.s32 	%p494, %r3856, 0;
-	@%p494 bra 	$L__BB11_652;
+	@%p494 bra 	$L__BB13_652;
 	add.s32 	%r1803, %r3856, -1;
 	and.b32  	%r427, %r3856, 3;
 	setp.lt.u32 	%p495, %r1803, 3;
 	mov.u32 	%r3859, 0;
-	@%p495 bra 	$L__BB11_641;
+	@%p495 bra 	$L__BB13_641;
 	sub.s32 	%r3858, %r3856, %r427;
 	mov.u32 	%r3859, 0;
-$L__BB11_640:
+$L__BB13_640:
 	shl.b32 	%r1805, %r3859, 3;
 	shr.u64 	%rd1243, %rd2060, %r1805;
 	cvt.u64.u32 	%rd1244, %r3859;
@@ -22731,68 +24601,68 @@ $L__BB11_640:
 	add.s32 	%r3859, %r3859, 4;
 	add.s32 	%r3858, %r3858, -4;
 	setp.ne.s32 	%p496, %r3858, 0;
-	@%p496 bra 	$L__BB11_640;
-$L__BB11_641:
+	@%p496 bra 	$L__BB13_640;
+$L__BB13_641:
 	setp.eq.s32 	%p497, %r427, 0;
-	@%p497 bra 	$L__BB11_652;
+	@%p497 bra 	$L__BB13_652;
 	shl.b32 	%r1809, %r3859, 3;
 	shr.u64 	%rd1249, %rd2060, %r1809;
 	cvt.u64.u32 	%rd1250, %r3859;
 	add.s64 	%rd392, %rd391, %rd1250;
 	st.u8 	[%rd392], %rd1249;
 	setp.eq.s32 	%p498, %r427, 1;
-	@%p498 bra 	$L__BB11_652;
+	@%p498 bra 	$L__BB13_652;
 	add.s32 	%r1811, %r1809, 8;
 	shr.u64 	%rd1251, %rd2060, %r1811;
 	st.u8 	[%rd392+1], %rd1251;
 	setp.eq.s32 	%p499, %r427, 2;
-	@%p499 bra 	$L__BB11_652;
+	@%p499 bra 	$L__BB13_652;
 	add.s32 	%r1813, %r1809, 16;
 	shr.u64 	%rd1252, %rd2060, %r1813;
 	st.u8 	[%rd392+2], %rd1252;
-	bra.uni 	$L__BB11_652;
-$L__BB11_645:
+	bra.uni 	$L__BB13_652;
+$L__BB13_645:
 	setp.eq.s32 	%p500, %r3856, 1;
-	@%p500 bra 	$L__BB11_650;
+	@%p500 bra 	$L__BB13_650;
 	setp.eq.s32 	%p501, %r3856, 2;
-	@%p501 bra 	$L__BB11_649;
+	@%p501 bra 	$L__BB13_649;
 	setp.ne.s32 	%p502, %r3856, 4;
-	@%p502 bra 	$L__BB11_651;
+	@%p502 bra 	$L__BB13_651;
 	st.u32 	[%rd391], %rd2060;
-	bra.uni 	$L__BB11_652;
-$L__BB11_649:
+	bra.uni 	$L__BB13_652;
+$L__BB13_649:
 	st.u16 	[%rd391], %rd2060;
-	bra.uni 	$L__BB11_652;
-$L__BB11_650:
+	bra.uni 	$L__BB13_652;
+$L__BB13_650:
 	st.u8 	[%rd391], %rd2060;
-	bra.uni 	$L__BB11_652;
-$L__BB11_651:
+	bra.uni 	$L__BB13_652;
+$L__BB13_651:
 	st.u64 	[%rd391], %rd2060;
-$L__BB11_652:
+$L__BB13_652:
 	add.s64 	%rd2056, %rd2056, 256;
 	setp.lt.u64 	%p503, %rd2056, %rd289;
-	@%p503 bra 	$L__BB11_582;
-	bra.uni 	$L__BB11_1123;
-$L__BB11_653:
+	@%p503 bra 	$L__BB13_582;
+	bra.uni 	$L__BB13_1123;
+$L__BB13_653:
 	setp.eq.s16 	%p504, %rs18, 1;
-	@%p504 bra 	$L__BB11_1082;
-	bra.uni 	$L__BB11_654;
-$L__BB11_1082:
+	@%p504 bra 	$L__BB13_1082;
+	bra.uni 	$L__BB13_654;
+$L__BB13_1082:
 	cvt.u64.u32 	%rd1902, %r1590;
 	mul.lo.s64 	%rd507, %rd289, %rd1902;
 	or.b64  	%rd508, %rd2043, %rd297;
 	and.b64  	%rd1903, %rd508, 15;
 	setp.eq.s64 	%p997, %rd1903, 0;
-	@%p997 bra 	$L__BB11_1100;
+	@%p997 bra 	$L__BB13_1100;
 	and.b64  	%rd1905, %rd508, 7;
 	setp.ne.s64 	%p998, %rd1905, 0;
 	mov.u64 	%rd2109, 0;
-	@%p998 bra 	$L__BB11_1116;
+	@%p998 bra 	$L__BB13_1116;
 	shr.u64 	%rd509, %rd507, 3;
 	cvt.u64.u32 	%rd2095, %r1;
 	add.s64 	%rd1906, %rd2095, 768;
 	setp.ge.u64 	%p999, %rd1906, %rd509;
-	@%p999 bra 	$L__BB11_1092;
+	@%p999 bra 	$L__BB13_1092;
 	cvt.u64.u32 	%rd2095, %r1;
 	mov.u64 	%rd1908, -769;
 	sub.s64 	%rd1909, %rd1908, %rd2095;
@@ -22802,7 +24672,7 @@ $L__BB11_1082:
 	and.b64  	%rd513, %rd1911, 3;
 	setp.eq.s64 	%p1000, %rd513, 0;
 	add.s64 	%rd2093, %rd2095, 768;
-	@%p1000 bra 	$L__BB11_1089;
+	@%p1000 bra 	$L__BB13_1089;
 	cvt.u64.u32 	%rd1912, %r1;
 	mul.wide.u32 	%rd1913, %r1, 8;
 	add.s64 	%rd515, %rd297, %rd1913;
@@ -22818,7 +24688,7 @@ $L__BB11_1082:
 	add.s64 	%rd2093, %rd1912, 1792;
 	add.s64 	%rd2095, %rd1912, 1024;
 	setp.eq.s64 	%p1001, %rd513, 1;
-	@%p1001 bra 	$L__BB11_1089;
+	@%p1001 bra 	$L__BB13_1089;
 	ld.v2.u32 	{%r3217, %r3218}, [%rd515+10240];
 	ld.v2.u32 	{%r3221, %r3222}, [%rd515+12288];
 	ld.v2.u32 	{%r3225, %r3226}, [%rd515+14336];
@@ -22830,7 +24700,7 @@ $L__BB11_1082:
 	add.s64 	%rd2093, %rd1912, 2816;
 	add.s64 	%rd2095, %rd1912, 2048;
 	setp.eq.s64 	%p1002, %rd513, 2;
-	@%p1002 bra 	$L__BB11_1089;
+	@%p1002 bra 	$L__BB13_1089;
 	ld.v2.u32 	{%r3234, %r3235}, [%rd515+18432];
 	ld.v2.u32 	{%r3238, %r3239}, [%rd515+20480];
 	ld.v2.u32 	{%r3242, %r3243}, [%rd515+22528];
@@ -22841,11 +24711,11 @@ $L__BB11_1082:
 	st.v2.u32 	[%rd516+22528], {%r3242, %r3243};
 	add.s64 	%rd2093, %rd1912, 3840;
 	add.s64 	%rd2095, %rd1912, 3072;
-$L__BB11_1089:
+$L__BB13_1089:
 	setp.lt.u64 	%p1003, %rd512, 3072;
-	@%p1003 bra 	$L__BB11_1092;
+	@%p1003 bra 	$L__BB13_1092;
 	mov.u64 	%rd2097, %rd2095;
-$L__BB11_1091:
+$L__BB13_1091:
 	shl.b64 	%rd1916, %rd2097, 3;
 	add.s64 	%rd1917, %rd297, %rd1916;
 	ld.v2.u32 	{%r3251, %r3252}, [%rd1917+2048];
@@ -22888,10 +24758,10 @@ $L__BB11_1091:
 	add.s64 	%rd2093, %rd2097, 4864;
 	setp.lt.u64 	%p1004, %rd2093, %rd509;
 	mov.u64 	%rd2097, %rd2095;
-	@%p1004 bra 	$L__BB11_1091;
-$L__BB11_1092:
+	@%p1004 bra 	$L__BB13_1091;
+$L__BB13_1092:
 	setp.ge.u64 	%p1005, %rd2095, %rd509;
-	@%p1005 bra 	$L__BB11_1099;
+	@%p1005 bra 	$L__BB13_1099;
 	not.b64 	%rd1922, %rd2095;
 	add.s64 	%rd531, %rd509, %rd1922;
 	shr.u64 	%rd1923, %rd531, 8;
@@ -22899,7 +24769,7 @@ $L__BB11_1092:
 	and.b64  	%rd532, %rd1924, 3;
 	setp.eq.s64 	%p1006, %rd532, 0;
 	mov.u64 	%rd2099, %rd2095;
-	@%p1006 bra 	$L__BB11_1097;
+	@%p1006 bra 	$L__BB13_1097;
 	shl.b64 	%rd1925, %rd2095, 3;
 	add.s64 	%rd533, %rd297, %rd1925;
 	ld.v2.u32 	{%r3315, %r3316}, [%rd533];
@@ -22907,19 +24777,19 @@ $L__BB11_1092:
 	st.v2.u32 	[%rd534], {%r3315, %r3316};
 	add.s64 	%rd2099, %rd2095, 256;
 	setp.eq.s64 	%p1007, %rd532, 1;
-	@%p1007 bra 	$L__BB11_1097;
+	@%p1007 bra 	$L__BB13_1097;
 	ld.v2.u32 	{%r3319, %r3320}, [%rd533+2048];
 	st.v2.u32 	[%rd534+2048], {%r3319, %r3320};
 	add.s64 	%rd2099, %rd2095, 512;
 	setp.eq.s64 	%p1008, %rd532, 2;
-	@%p1008 bra 	$L__BB11_1097;
+	@%p1008 bra 	$L__BB13_1097;
 	ld.v2.u32 	{%r3323, %r3324}, [%rd533+4096];
 	st.v2.u32 	[%rd534+4096], {%r3323, %r3324};
 	add.s64 	%rd2099, %rd2095, 768;
-$L__BB11_1097:
+$L__BB13_1097:
 	setp.lt.u64 	%p1009, %rd531, 768;
-	@%p1009 bra 	$L__BB11_1099;
-$L__BB11_1098:
+	@%p1009 bra 	$L__BB13_1099;
+$L__BB13_1098:
 	shl.b64 	%rd1926, %rd2099, 3;
 	add.s64 	%rd1927, %rd297, %rd1926;
 	ld.v2.u32 	{%r3327, %r3328}, [%rd1927];
@@ -22933,15 +24803,15 @@ $L__BB11_1098:
 	st.v2.u32 	[%rd1928+6144], {%r3339, %r3340};
 	add.s64 	%rd2099, %rd2099, 1024;
 	setp.lt.u64 	%p1010, %rd2099, %rd509;
-	@%p1010 bra 	$L__BB11_1098;
-$L__BB11_1099:
+	@%p1010 bra 	$L__BB13_1098;
+$L__BB13_1099:
 	and.b64  	%rd2109, %rd507, -8;
-	bra.uni 	$L__BB11_1116;
-$L__BB11_502:
+	bra.uni 	$L__BB13_1116;
+$L__BB13_502:
 	add.s64 	%rd1121, %rd289, 31;
 	shr.u64 	%rd299, %rd1121, 5;
 	setp.eq.s64 	%p390, %rd299, 0;
-	@%p390 bra 	$L__BB11_1123;
+	@%p390 bra 	$L__BB13_1123;
 	add.s64 	%rd1123, %rd289, -1;
 	shr.u64 	%rd300, %rd1123, 5;
 	and.b64  	%rd301, %rd289, 31;
@@ -22961,11 +24831,11 @@ $L__BB11_502:
 	mov.u32 	%r1593, 0;
 	mov.u64 	%rd2044, 0;
 	mov.u32 	%r3836, %r1593;
-$L__BB11_504:
+$L__BB13_504:
 	add.s64 	%rd307, %rd2044, %rd3;
 	setp.ge.u64 	%p391, %rd307, %rd299;
 	mov.u32 	%r3837, %r1593;
-	@%p391 bra 	$L__BB11_506;
+	@%p391 bra 	$L__BB13_506;
 	setp.ne.s64 	%p392, %rd301, 0;
 	shl.b64 	%rd1126, %rd307, 2;
 	add.s64 	%rd1127, %rd297, %rd1126;
@@ -22974,17 +24844,17 @@ $L__BB11_504:
 	selp.b32 	%r1599, %r361, -1, %p394;
 	ld.u32 	%r1600, [%rd1127];
 	and.b32  	%r3837, %r1600, %r1599;
-$L__BB11_506:
+$L__BB13_506:
 	cvt.u32.u64 	%r3633, %rd5;
 	setp.ne.s32 	%p1036, %r3633, 0;
-	@%p1036 bra 	$L__BB11_508;
+	@%p1036 bra 	$L__BB13_508;
 	popc.b32 	%r1602, %r3837;
 	shr.u32 	%r1604, %r1, 3;
 	and.b32  	%r1605, %r1604, 536870908;
 	mov.u32 	%r1606, _ZZ14ws_delta_applyE4wred;
 	add.s32 	%r1607, %r1606, %r1605;
 	st.shared.u32 	[%r1607], %r1602;
-$L__BB11_508:
+$L__BB13_508:
 	setp.gt.u32 	%p396, %r1, 255;
 	bar.sync 	0;
 	ld.shared.u32 	%r1608, [_ZZ14ws_delta_applyE4wred];
@@ -23027,7 +24897,7 @@ $L__BB11_508:
 	bar.sync 	0;
 	and.b32  	%r1636, %r3837, %r4;
 	setp.eq.s32 	%p404, %r1636, 0;
-	@%p404 bra 	$L__BB11_579;
+	@%p404 bra 	$L__BB13_579;
 	shl.b64 	%rd1128, %rd307, 5;
 	and.b32  	%r1637, %r3837, %r5;
 	popc.b32 	%r1638, %r1637;
@@ -23040,19 +24910,19 @@ $L__BB11_508:
 	add.s64 	%rd309, %rd297, %rd1131;
 	and.b64  	%rd1132, %rd309, %rd304;
 	setp.eq.s64 	%p405, %rd1132, 0;
-	@%p405 bra 	$L__BB11_518;
+	@%p405 bra 	$L__BB13_518;
 	setp.eq.s32 	%p406, %r1590, 0;
 	mov.u64 	%rd2048, 0;
-	@%p406 bra 	$L__BB11_525;
+	@%p406 bra 	$L__BB13_525;
 	cvt.u32.u64 	%r1642, %rd304;
 	setp.lt.u32 	%p407, %r1642, 3;
 	mov.u64 	%rd2048, 0;
 	mov.u32 	%r3840, 0;
-	@%p407 bra 	$L__BB11_514;
+	@%p407 bra 	$L__BB13_514;
 	mov.u64 	%rd2048, 0;
 	mov.u32 	%r3840, 0;
 	mov.u32 	%r3839, %r363;
-$L__BB11_513:
+$L__BB13_513:
 	cvt.u64.u32 	%rd1137, %r3840;
 	add.s64 	%rd1138, %rd309, %rd1137;
 	ld.u8 	%rd1139, [%rd1138];
@@ -23074,10 +24944,10 @@ $L__BB11_513:
 	add.s32 	%r3840, %r3840, 4;
 	add.s32 	%r3839, %r3839, -4;
 	setp.ne.s32 	%p408, %r3839, 0;
-	@%p408 bra 	$L__BB11_513;
-$L__BB11_514:
+	@%p408 bra 	$L__BB13_513;
+$L__BB13_514:
 	setp.eq.s32 	%p409, %r362, 0;
-	@%p409 bra 	$L__BB11_525;
+	@%p409 bra 	$L__BB13_525;
 	setp.eq.s32 	%p410, %r362, 1;
 	cvt.u64.u32 	%rd1150, %r3840;
 	add.s64 	%rd314, %rd309, %rd1150;
@@ -23085,46 +24955,46 @@ $L__BB11_514:
 	shl.b32 	%r1648, %r3840, 3;
 	shl.b64 	%rd1152, %rd1151, %r1648;
 	or.b64  	%rd2048, %rd1152, %rd2048;
-	@%p410 bra 	$L__BB11_525;
+	@%p410 bra 	$L__BB13_525;
 	setp.eq.s32 	%p411, %r362, 2;
 	ld.u8 	%rd1153, [%rd314+1];
 	add.s32 	%r1650, %r1648, 8;
 	shl.b64 	%rd1154, %rd1153, %r1650;
 	or.b64  	%rd2048, %rd1154, %rd2048;
-	@%p411 bra 	$L__BB11_525;
+	@%p411 bra 	$L__BB13_525;
 	ld.u8 	%rd1155, [%rd314+2];
 	add.s32 	%r1652, %r1648, 16;
 	shl.b64 	%rd1156, %rd1155, %r1652;
 	or.b64  	%rd2048, %rd1156, %rd2048;
-	bra.uni 	$L__BB11_525;
-$L__BB11_518:
+	bra.uni 	$L__BB13_525;
+$L__BB13_518:
 	setp.eq.s32 	%p412, %r1590, 1;
-	@%p412 bra 	$L__BB11_523;
+	@%p412 bra 	$L__BB13_523;
 	setp.eq.s32 	%p413, %r1590, 2;
-	@%p413 bra 	$L__BB11_522;
+	@%p413 bra 	$L__BB13_522;
 	setp.ne.s32 	%p414, %r1590, 4;
-	@%p414 bra 	$L__BB11_524;
+	@%p414 bra 	$L__BB13_524;
 	ld.u32 	%rd2048, [%rd309];
-	bra.uni 	$L__BB11_525;
-$L__BB11_522:
+	bra.uni 	$L__BB13_525;
+$L__BB13_522:
 	ld.u16 	%rd2048, [%rd309];
-	bra.uni 	$L__BB11_525;
-$L__BB11_523:
+	bra.uni 	$L__BB13_525;
+$L__BB13_523:
 	ld.u8 	%rd2048, [%rd309];
-	bra.uni 	$L__BB11_525;
-$L__BB11_524:
+	bra.uni 	$L__BB13_525;
+$L__BB13_524:
 	ld.u64 	%rd2048, [%rd309];
-$L__BB11_525:
+$L__BB13_525:
 	ld.global.u64 	%rd324, [%rd2041+8];
 	or.b64  	%rd1157, %rd308, %rd324;
 	and.b64  	%rd1158, %rd1157, -4294967296;
 	setp.eq.s64 	%p415, %rd1158, 0;
-	@%p415 bra 	$L__BB11_527;
+	@%p415 bra 	$L__BB13_527;
 	div.u64 	%rd2052, %rd308, %rd324;
 	mul.lo.s64 	%rd1159, %rd2052, %rd324;
 	sub.s64 	%rd2050, %rd308, %rd1159;
-	bra.uni 	$L__BB11_528;
-$L__BB11_527:
+	bra.uni 	$L__BB13_528;
+$L__BB13_527:
 	cvt.u32.u64 	%r1653, %rd324;
 	cvt.u32.u64 	%r1654, %rd308;
 	div.u32 	%r1655, %r1654, %r1653;
@@ -23132,29 +25002,29 @@ $L__BB11_527:
 	sub.s32 	%r1657, %r1654, %r1656;
 	cvt.u64.u32 	%rd2052, %r1655;
 	cvt.u64.u32 	%rd2050, %r1657;
-$L__BB11_528:
+$L__BB13_528:
 	ld.global.u64 	%rd331, [%rd2041+40];
 	setp.lt.s64 	%p416, %rd2050, %rd331;
-	@%p416 bra 	$L__BB11_579;
+	@%p416 bra 	$L__BB13_579;
 	ld.global.u64 	%rd332, [%rd2041+24];
 	add.s64 	%rd1160, %rd332, %rd331;
 	setp.ge.s64 	%p417, %rd2050, %rd1160;
-	@%p417 bra 	$L__BB11_579;
+	@%p417 bra 	$L__BB13_579;
 	ld.global.u64 	%rd333, [%rd2041+48];
 	setp.eq.s64 	%p418, %rd333, 0;
-	@%p418 bra 	$L__BB11_535;
+	@%p418 bra 	$L__BB13_535;
 	or.b64  	%rd1161, %rd2052, %rd333;
 	and.b64  	%rd1162, %rd1161, -4294967296;
 	setp.eq.s64 	%p419, %rd1162, 0;
-	@%p419 bra 	$L__BB11_533;
+	@%p419 bra 	$L__BB13_533;
 	rem.s64 	%rd2051, %rd2052, %rd333;
-	bra.uni 	$L__BB11_534;
-$L__BB11_533:
+	bra.uni 	$L__BB13_534;
+$L__BB13_533:
 	cvt.u32.u64 	%r1658, %rd333;
 	cvt.u32.u64 	%r1659, %rd2052;
 	rem.u32 	%r1660, %r1659, %r1658;
 	cvt.u64.u32 	%rd2051, %r1660;
-$L__BB11_534:
+$L__BB13_534:
 	shr.u64 	%rd1163, %rd333, 63;
 	add.s64 	%rd1164, %rd333, %rd1163;
 	shr.s64 	%rd1165, %rd1164, 1;
@@ -23167,31 +25037,31 @@ $L__BB11_534:
 	sub.s64 	%rd1172, %rd2052, %rd2051;
 	add.s64 	%rd1173, %rd1172, %rd1168;
 	add.s64 	%rd2052, %rd1173, %rd1171;
-$L__BB11_535:
+$L__BB13_535:
 	ld.global.u64 	%rd1174, [%rd2041+32];
 	sub.s64 	%rd339, %rd2052, %rd1174;
 	setp.lt.s64 	%p420, %rd339, 0;
-	@%p420 bra 	$L__BB11_579;
+	@%p420 bra 	$L__BB13_579;
 	ld.global.u64 	%rd1175, [%rd2041+16];
 	setp.ge.s64 	%p421, %rd339, %rd1175;
-	@%p421 bra 	$L__BB11_579;
+	@%p421 bra 	$L__BB13_579;
 	ld.global.v2.u32 	{%r1661, %r1662}, [%rd2041+56];
 	setp.eq.s32 	%p422, %r1661, %r1662;
 	mov.u64 	%rd2053, %rd304;
 	mov.u64 	%rd2054, %rd303;
 	mov.u32 	%r3845, %r1590;
-	@%p422 bra 	$L__BB11_563;
+	@%p422 bra 	$L__BB13_563;
 	setp.eq.s32 	%p423, %r1661, 1;
-	@%p423 bra 	$L__BB11_549;
-	bra.uni 	$L__BB11_539;
-$L__BB11_549:
+	@%p423 bra 	$L__BB13_549;
+	bra.uni 	$L__BB13_539;
+$L__BB13_549:
 	cvt.u32.u64 	%r3843, %rd2048;
-	bra.uni 	$L__BB11_550;
-$L__BB11_539:
+	bra.uni 	$L__BB13_550;
+$L__BB13_539:
 	setp.eq.s32 	%p424, %r1661, 2;
-	@%p424 bra 	$L__BB11_541;
-	bra.uni 	$L__BB11_540;
-$L__BB11_541:
+	@%p424 bra 	$L__BB13_541;
+	bra.uni 	$L__BB13_540;
+$L__BB13_541:
 	cvt.u16.u64 	%rs75, %rd2048;
 	cvt.u32.u64 	%r1664, %rd2048;
 	shl.b32 	%r1665, %r1664, 16;
@@ -23201,41 +25071,41 @@ $L__BB11_541:
 	and.b16  	%rs20, %rs75, 1023;
 	and.b32  	%r3842, %r1664, 1023;
 	setp.eq.s16 	%p425, %rs19, 31;
-	@%p425 bra 	$L__BB11_548;
-	bra.uni 	$L__BB11_542;
-$L__BB11_548:
+	@%p425 bra 	$L__BB13_548;
+	bra.uni 	$L__BB13_542;
+$L__BB13_548:
 	setp.eq.s16 	%p429, %rs20, 0;
 	shl.b32 	%r1678, %r3842, 13;
 	or.b32  	%r1679, %r1678, 4194304;
 	selp.b32 	%r1680, 0, %r1679, %p429;
 	or.b32  	%r1681, %r3843, %r1680;
 	or.b32  	%r3843, %r1681, 2139095040;
-	bra.uni 	$L__BB11_550;
-$L__BB11_540:
+	bra.uni 	$L__BB13_550;
+$L__BB13_540:
 	cvt.u32.u64 	%r1663, %rd2048;
 	shl.b32 	%r3843, %r1663, 16;
-	bra.uni 	$L__BB11_550;
-$L__BB11_542:
+	bra.uni 	$L__BB13_550;
+$L__BB13_542:
 	setp.eq.s16 	%p426, %rs19, 0;
-	@%p426 bra 	$L__BB11_544;
+	@%p426 bra 	$L__BB13_544;
 	add.s16 	%rs77, %rs19, 112;
 	cvt.u32.u16 	%r1666, %rs77;
 	shl.b32 	%r1667, %r1666, 23;
 	shl.b32 	%r1668, %r3842, 13;
 	or.b32  	%r1669, %r1668, %r3843;
 	or.b32  	%r3843, %r1669, %r1667;
-	bra.uni 	$L__BB11_550;
-$L__BB11_544:
+	bra.uni 	$L__BB13_550;
+$L__BB13_544:
 	setp.eq.s16 	%p427, %rs20, 0;
-	@%p427 bra 	$L__BB11_550;
+	@%p427 bra 	$L__BB13_550;
 	mov.u32 	%r3841, 0;
-$L__BB11_546:
+$L__BB13_546:
 	shl.b32 	%r382, %r3842, 1;
 	add.s32 	%r3841, %r3841, 1;
 	and.b32  	%r1671, %r3842, 512;
 	setp.eq.s32 	%p428, %r1671, 0;
 	mov.u32 	%r3842, %r382;
-	@%p428 bra 	$L__BB11_546;
+	@%p428 bra 	$L__BB13_546;
 	shl.b32 	%r1672, %r3841, 23;
 	mov.u32 	%r1673, 947912704;
 	sub.s32 	%r1674, %r1673, %r1672;
@@ -23243,28 +25113,28 @@ $L__BB11_546:
 	and.b32  	%r1676, %r1675, 8372224;
 	or.b32  	%r1677, %r1674, %r3843;
 	or.b32  	%r3843, %r1677, %r1676;
-$L__BB11_550:
+$L__BB13_550:
 	setp.eq.s32 	%p430, %r1662, 1;
-	@%p430 bra 	$L__BB11_562;
+	@%p430 bra 	$L__BB13_562;
 	setp.eq.s32 	%p431, %r1662, 2;
-	@%p431 bra 	$L__BB11_553;
-	bra.uni 	$L__BB11_552;
-$L__BB11_553:
+	@%p431 bra 	$L__BB13_553;
+	bra.uni 	$L__BB13_552;
+$L__BB13_553:
 	shr.u32 	%r1690, %r3843, 16;
 	cvt.u16.u32 	%rs78, %r1690;
 	and.b16  	%rs109, %rs78, -32768;
 	and.b32  	%r388, %r3843, 2147483647;
 	setp.gt.u32 	%p433, %r388, 2139095040;
-	@%p433 bra 	$L__BB11_560;
-	bra.uni 	$L__BB11_554;
-$L__BB11_560:
+	@%p433 bra 	$L__BB13_560;
+	bra.uni 	$L__BB13_554;
+$L__BB13_560:
 	shr.u32 	%r1713, %r3843, 13;
 	cvt.u16.u32 	%rs81, %r1713;
 	and.b16  	%rs82, %rs81, 511;
 	or.b16  	%rs83, %rs109, %rs82;
 	or.b16  	%rs109, %rs83, 32256;
-	bra.uni 	$L__BB11_561;
-$L__BB11_552:
+	bra.uni 	$L__BB13_561;
+$L__BB13_552:
 	and.b32  	%r1682, %r3843, 2147483647;
 	setp.gt.u32 	%p432, %r1682, 2139095040;
 	shr.u32 	%r1683, %r3843, 16;
@@ -23275,21 +25145,21 @@ $L__BB11_552:
 	shr.u32 	%r1688, %r1687, 16;
 	selp.b32 	%r1689, %r1684, %r1688, %p432;
 	cvt.u16.u32 	%rs109, %r1689;
-	bra.uni 	$L__BB11_561;
-$L__BB11_554:
+	bra.uni 	$L__BB13_561;
+$L__BB13_554:
 	setp.gt.u32 	%p434, %r388, 1199570943;
-	@%p434 bra 	$L__BB11_559;
-	bra.uni 	$L__BB11_555;
-$L__BB11_559:
+	@%p434 bra 	$L__BB13_559;
+	bra.uni 	$L__BB13_555;
+$L__BB13_559:
 	or.b16  	%rs109, %rs109, 31744;
-	bra.uni 	$L__BB11_561;
-$L__BB11_555:
+	bra.uni 	$L__BB13_561;
+$L__BB13_555:
 	setp.lt.u32 	%p435, %r388, 947912704;
-	@%p435 bra 	$L__BB11_557;
-	bra.uni 	$L__BB11_556;
-$L__BB11_557:
+	@%p435 bra 	$L__BB13_557;
+	bra.uni 	$L__BB13_556;
+$L__BB13_557:
 	setp.lt.u32 	%p436, %r388, 855638016;
-	@%p436 bra 	$L__BB11_561;
+	@%p436 bra 	$L__BB13_561;
 	shr.u32 	%r1696, %r388, 23;
 	and.b32  	%r1697, %r3843, 8388607;
 	or.b32  	%r1698, %r1697, 8388608;
@@ -23314,8 +25184,8 @@ $L__BB11_557:
 	add.s32 	%r1712, %r1701, %r1711;
 	cvt.u16.u32 	%rs80, %r1712;
 	or.b16  	%rs109, %rs109, %rs80;
-	bra.uni 	$L__BB11_561;
-$L__BB11_556:
+	bra.uni 	$L__BB13_561;
+$L__BB13_556:
 	shr.u32 	%r1691, %r3843, 13;
 	and.b32  	%r1692, %r1691, 1;
 	add.s32 	%r1693, %r3843, %r1692;
@@ -23323,15 +25193,15 @@ $L__BB11_556:
 	shr.u32 	%r1695, %r1694, 13;
 	cvt.u16.u32 	%rs79, %r1695;
 	or.b16  	%rs109, %rs109, %rs79;
-$L__BB11_561:
+$L__BB13_561:
 	cvt.u32.u16 	%r3843, %rs109;
-$L__BB11_562:
+$L__BB13_562:
 	cvt.u64.u32 	%rd2048, %r3843;
 	selp.b32 	%r3845, 4, 2, %p430;
 	cvt.u64.u32 	%rd2054, %r3845;
 	add.s32 	%r1714, %r3845, -1;
 	cvt.u64.u32 	%rd2053, %r1714;
-$L__BB11_563:
+$L__BB13_563:
 	mul.lo.s64 	%rd1176, %rd332, %rd339;
 	add.s64 	%rd1177, %rd1176, %rd2050;
 	sub.s64 	%rd1178, %rd1177, %rd331;
@@ -23340,17 +25210,17 @@ $L__BB11_563:
 	add.s64 	%rd346, %rd1180, %rd1179;
 	and.b64  	%rd1181, %rd2053, %rd346;
 	setp.eq.s64 	%p443, %rd1181, 0;
-	@%p443 bra 	$L__BB11_572;
+	@%p443 bra 	$L__BB13_572;
 	setp.eq.s32 	%p444, %r3845, 0;
-	@%p444 bra 	$L__BB11_579;
+	@%p444 bra 	$L__BB13_579;
 	add.s32 	%r1716, %r3845, -1;
 	and.b32  	%r393, %r3845, 3;
 	setp.lt.u32 	%p445, %r1716, 3;
 	mov.u32 	%r3848, 0;
-	@%p445 bra 	$L__BB11_568;
+	@%p445 bra 	$L__BB13_568;
 	sub.s32 	%r3847, %r3845, %r393;
 	mov.u32 	%r3848, 0;
-$L__BB11_567:
+$L__BB13_567:
 	shl.b32 	%r1718, %r3848, 3;
 	shr.u64 	%rd1182, %rd2048, %r1718;
 	cvt.u64.u32 	%rd1183, %r3848;
@@ -23368,50 +25238,50 @@ $L__BB11_567:
 	add.s32 	%r3848, %r3848, 4;
 	add.s32 	%r3847, %r3847, -4;
 	setp.ne.s32 	%p446, %r3847, 0;
-	@%p446 bra 	$L__BB11_567;
-$L__BB11_568:
+	@%p446 bra 	$L__BB13_567;
+$L__BB13_568:
 	setp.eq.s32 	%p447, %r393, 0;
-	@%p447 bra 	$L__BB11_579;
+	@%p447 bra 	$L__BB13_579;
 	shl.b32 	%r1722, %r3848, 3;
 	shr.u64 	%rd1188, %rd2048, %r1722;
 	cvt.u64.u32 	%rd1189, %r3848;
 	add.s64 	%rd347, %rd346, %rd1189;
 	st.u8 	[%rd347], %rd1188;
 	setp.eq.s32 	%p448, %r393, 1;
-	@%p448 bra 	$L__BB11_579;
+	@%p448 bra 	$L__BB13_579;
 	add.s32 	%r1724, %r1722, 8;
 	shr.u64 	%rd1190, %rd2048, %r1724;
 	st.u8 	[%rd347+1], %rd1190;
 	setp.eq.s32 	%p449, %r393, 2;
-	@%p449 bra 	$L__BB11_579;
+	@%p449 bra 	$L__BB13_579;
 	add.s32 	%r1726, %r1722, 16;
 	shr.u64 	%rd1191, %rd2048, %r1726;
 	st.u8 	[%rd347+2], %rd1191;
-	bra.uni 	$L__BB11_579;
-$L__BB11_572:
+	bra.uni 	$L__BB13_579;
+$L__BB13_572:
 	setp.eq.s32 	%p450, %r3845, 1;
-	@%p450 bra 	$L__BB11_577;
+	@%p450 bra 	$L__BB13_577;
 	setp.eq.s32 	%p451, %r3845, 2;
-	@%p451 bra 	$L__BB11_576;
+	@%p451 bra 	$L__BB13_576;
 	setp.ne.s32 	%p452, %r3845, 4;
-	@%p452 bra 	$L__BB11_578;
+	@%p452 bra 	$L__BB13_578;
 	st.u32 	[%rd346], %rd2048;
-	bra.uni 	$L__BB11_579;
-$L__BB11_576:
+	bra.uni 	$L__BB13_579;
+$L__BB13_576:
 	st.u16 	[%rd346], %rd2048;
-	bra.uni 	$L__BB11_579;
-$L__BB11_577:
+	bra.uni 	$L__BB13_579;
+$L__BB13_577:
 	st.u8 	[%rd346], %rd2048;
-	bra.uni 	$L__BB11_579;
-$L__BB11_578:
+	bra.uni 	$L__BB13_579;
+$L__BB13_578:
 	st.u64 	[%rd346], %rd2048;
-$L__BB11_579:
+$L__BB13_579:
 	add.s32 	%r3836, %r368, %r3836;
 	add.s64 	%rd2044, %rd2044, 8;
 	setp.lt.u64 	%p453, %rd2044, %rd299;
-	@%p453 bra 	$L__BB11_504;
-	bra.uni 	$L__BB11_1123;
-$L__BB11_654:
+	@%p453 bra 	$L__BB13_504;
+	bra.uni 	$L__BB13_1123;
+$L__BB13_654:
 	add.s64 	%rd1253, %rd289, 31;
 	shr.u64 	%rd395, %rd1253, 5;
 	shl.b64 	%rd1254, %rd395, 2;
@@ -23421,9 +25291,9 @@ $L__BB11_654:
 	and.b64  	%rd397, %rd289, 31;
 	or.b64  	%rd1257, %rd1256, %rd397;
 	setp.eq.s64 	%p505, %rd1257, 0;
-	@%p505 bra 	$L__BB11_695;
+	@%p505 bra 	$L__BB13_695;
 	setp.eq.s64 	%p506, %rd395, 0;
-	@%p506 bra 	$L__BB11_1123;
+	@%p506 bra 	$L__BB13_1123;
 	add.s64 	%rd1259, %rd289, -1;
 	shr.u64 	%rd398, %rd1259, 5;
 	cvt.u32.u64 	%r1815, %rd397;
@@ -23438,11 +25308,11 @@ $L__BB11_654:
 	mov.u32 	%r1814, 0;
 	mov.u64 	%rd2068, 0;
 	mov.u32 	%r3860, %r1814;
-$L__BB11_657:
+$L__BB13_657:
 	add.s64 	%rd402, %rd2068, %rd3;
 	setp.ge.u64 	%p507, %rd402, %rd395;
 	mov.u32 	%r3861, %r1814;
-	@%p507 bra 	$L__BB11_659;
+	@%p507 bra 	$L__BB13_659;
 	setp.eq.s64 	%p508, %rd397, 0;
 	shl.b64 	%rd1260, %rd402, 2;
 	add.s64 	%rd1261, %rd297, %rd1260;
@@ -23451,17 +25321,17 @@ $L__BB11_657:
 	selp.b32 	%r1820, -1, %r434, %p510;
 	ld.u32 	%r1821, [%rd1261];
 	and.b32  	%r3861, %r1821, %r1820;
-$L__BB11_659:
+$L__BB13_659:
 	cvt.u32.u64 	%r3634, %rd5;
 	setp.ne.s32 	%p1037, %r3634, 0;
-	@%p1037 bra 	$L__BB11_661;
+	@%p1037 bra 	$L__BB13_661;
 	popc.b32 	%r1823, %r3861;
 	shr.u32 	%r1825, %r1, 3;
 	and.b32  	%r1826, %r1825, 536870908;
 	mov.u32 	%r1827, _ZZ14ws_delta_applyE4wred;
 	add.s32 	%r1828, %r1827, %r1826;
 	st.shared.u32 	[%r1828], %r1823;
-$L__BB11_661:
+$L__BB13_661:
 	setp.gt.u32 	%p512, %r1, 255;
 	bar.sync 	0;
 	ld.shared.u32 	%r1829, [_ZZ14ws_delta_applyE4wred];
@@ -23504,7 +25374,7 @@ $L__BB11_661:
 	bar.sync 	0;
 	and.b32  	%r1857, %r3861, %r4;
 	setp.eq.s32 	%p520, %r1857, 0;
-	@%p520 bra 	$L__BB11_694;
+	@%p520 bra 	$L__BB13_694;
 	and.b32  	%r1858, %r3861, %r5;
 	popc.b32 	%r1859, %r1858;
 	add.s32 	%r1860, %r1859, %r3860;
@@ -23515,19 +25385,19 @@ $L__BB11_661:
 	add.s64 	%rd403, %rd297, %rd1264;
 	and.b64  	%rd1265, %rd403, %rd400;
 	setp.eq.s64 	%p521, %rd1265, 0;
-	@%p521 bra 	$L__BB11_671;
+	@%p521 bra 	$L__BB13_671;
 	setp.eq.s32 	%p522, %r1590, 0;
 	mov.u64 	%rd2072, 0;
-	@%p522 bra 	$L__BB11_678;
+	@%p522 bra 	$L__BB13_678;
 	cvt.u32.u64 	%r1863, %rd400;
 	setp.lt.u32 	%p523, %r1863, 3;
 	mov.u64 	%rd2072, 0;
 	mov.u32 	%r3864, 0;
-	@%p523 bra 	$L__BB11_667;
+	@%p523 bra 	$L__BB13_667;
 	mov.u64 	%rd2072, 0;
 	mov.u32 	%r3864, 0;
 	mov.u32 	%r3863, %r436;
-$L__BB11_666:
+$L__BB13_666:
 	cvt.u64.u32 	%rd1270, %r3864;
 	add.s64 	%rd1271, %rd403, %rd1270;
 	ld.u8 	%rd1272, [%rd1271];
@@ -23549,10 +25419,10 @@ $L__BB11_666:
 	add.s32 	%r3864, %r3864, 4;
 	add.s32 	%r3863, %r3863, -4;
 	setp.ne.s32 	%p524, %r3863, 0;
-	@%p524 bra 	$L__BB11_666;
-$L__BB11_667:
+	@%p524 bra 	$L__BB13_666;
+$L__BB13_667:
 	setp.eq.s32 	%p525, %r435, 0;
-	@%p525 bra 	$L__BB11_678;
+	@%p525 bra 	$L__BB13_678;
 	setp.eq.s32 	%p526, %r435, 1;
 	cvt.u64.u32 	%rd1283, %r3864;
 	add.s64 	%rd408, %rd403, %rd1283;
@@ -23560,52 +25430,52 @@ $L__BB11_667:
 	shl.b32 	%r1869, %r3864, 3;
 	shl.b64 	%rd1285, %rd1284, %r1869;
 	or.b64  	%rd2072, %rd1285, %rd2072;
-	@%p526 bra 	$L__BB11_678;
+	@%p526 bra 	$L__BB13_678;
 	setp.eq.s32 	%p527, %r435, 2;
 	ld.u8 	%rd1286, [%rd408+1];
 	add.s32 	%r1871, %r1869, 8;
 	shl.b64 	%rd1287, %rd1286, %r1871;
 	or.b64  	%rd2072, %rd1287, %rd2072;
-	@%p527 bra 	$L__BB11_678;
+	@%p527 bra 	$L__BB13_678;
 	ld.u8 	%rd1288, [%rd408+2];
 	add.s32 	%r1873, %r1869, 16;
 	shl.b64 	%rd1289, %rd1288, %r1873;
 	or.b64  	%rd2072, %rd1289, %rd2072;
-	bra.uni 	$L__BB11_678;
-$L__BB11_671:
+	bra.uni 	$L__BB13_678;
+$L__BB13_671:
 	setp.eq.s32 	%p528, %r1590, 1;
-	@%p528 bra 	$L__BB11_676;
+	@%p528 bra 	$L__BB13_676;
 	setp.eq.s32 	%p529, %r1590, 2;
-	@%p529 bra 	$L__BB11_675;
+	@%p529 bra 	$L__BB13_675;
 	setp.ne.s32 	%p530, %r1590, 4;
-	@%p530 bra 	$L__BB11_677;
+	@%p530 bra 	$L__BB13_677;
 	ld.u32 	%rd2072, [%rd403];
-	bra.uni 	$L__BB11_678;
-$L__BB11_675:
+	bra.uni 	$L__BB13_678;
+$L__BB13_675:
 	ld.u16 	%rd2072, [%rd403];
-	bra.uni 	$L__BB11_678;
-$L__BB11_676:
+	bra.uni 	$L__BB13_678;
+$L__BB13_676:
 	ld.u8 	%rd2072, [%rd403];
-	bra.uni 	$L__BB11_678;
-$L__BB11_677:
+	bra.uni 	$L__BB13_678;
+$L__BB13_677:
 	ld.u64 	%rd2072, [%rd403];
-$L__BB11_678:
+$L__BB13_678:
 	shl.b64 	%rd1290, %rd402, 5;
 	or.b64  	%rd1291, %rd1290, %rd5;
 	mul.lo.s64 	%rd1292, %rd1291, %rd399;
 	add.s64 	%rd418, %rd2043, %rd1292;
 	and.b64  	%rd1293, %rd418, %rd400;
 	setp.eq.s64 	%p531, %rd1293, 0;
-	@%p531 bra 	$L__BB11_687;
+	@%p531 bra 	$L__BB13_687;
 	setp.eq.s32 	%p532, %r1590, 0;
-	@%p532 bra 	$L__BB11_694;
+	@%p532 bra 	$L__BB13_694;
 	cvt.u32.u64 	%r1875, %rd400;
 	setp.lt.u32 	%p533, %r1875, 3;
 	mov.u32 	%r3867, 0;
-	@%p533 bra 	$L__BB11_683;
+	@%p533 bra 	$L__BB13_683;
 	mov.u32 	%r3867, 0;
 	mov.u32 	%r3866, %r436;
-$L__BB11_682:
+$L__BB13_682:
 	shl.b32 	%r1877, %r3867, 3;
 	shr.u64 	%rd1294, %rd2072, %r1877;
 	cvt.u64.u32 	%rd1295, %r3867;
@@ -23623,55 +25493,55 @@ $L__BB11_682:
 	add.s32 	%r3867, %r3867, 4;
 	add.s32 	%r3866, %r3866, -4;
 	setp.ne.s32 	%p534, %r3866, 0;
-	@%p534 bra 	$L__BB11_682;
-$L__BB11_683:
+	@%p534 bra 	$L__BB13_682;
+$L__BB13_683:
 	setp.eq.s32 	%p535, %r435, 0;
-	@%p535 bra 	$L__BB11_694;
+	@%p535 bra 	$L__BB13_694;
 	setp.eq.s32 	%p536, %r435, 1;
 	shl.b32 	%r1881, %r3867, 3;
 	shr.u64 	%rd1300, %rd2072, %r1881;
 	cvt.u64.u32 	%rd1301, %r3867;
 	add.s64 	%rd419, %rd418, %rd1301;
 	st.u8 	[%rd419], %rd1300;
-	@%p536 bra 	$L__BB11_694;
+	@%p536 bra 	$L__BB13_694;
 	setp.eq.s32 	%p537, %r435, 2;
 	add.s32 	%r1883, %r1881, 8;
 	shr.u64 	%rd1302, %rd2072, %r1883;
 	st.u8 	[%rd419+1], %rd1302;
-	@%p537 bra 	$L__BB11_694;
+	@%p537 bra 	$L__BB13_694;
 	add.s32 	%r1885, %r1881, 16;
 	shr.u64 	%rd1303, %rd2072, %r1885;
 	st.u8 	[%rd419+2], %rd1303;
-	bra.uni 	$L__BB11_694;
-$L__BB11_687:
+	bra.uni 	$L__BB13_694;
+$L__BB13_687:
 	setp.eq.s32 	%p538, %r1590, 1;
-	@%p538 bra 	$L__BB11_692;
+	@%p538 bra 	$L__BB13_692;
 	setp.eq.s32 	%p539, %r1590, 2;
-	@%p539 bra 	$L__BB11_691;
+	@%p539 bra 	$L__BB13_691;
 	setp.ne.s32 	%p540, %r1590, 4;
-	@%p540 bra 	$L__BB11_693;
+	@%p540 bra 	$L__BB13_693;
 	st.u32 	[%rd418], %rd2072;
-	bra.uni 	$L__BB11_694;
-$L__BB11_691:
+	bra.uni 	$L__BB13_694;
+$L__BB13_691:
 	st.u16 	[%rd418], %rd2072;
-	bra.uni 	$L__BB11_694;
-$L__BB11_692:
+	bra.uni 	$L__BB13_694;
+$L__BB13_692:
 	st.u8 	[%rd418], %rd2072;
-	bra.uni 	$L__BB11_694;
-$L__BB11_693:
+	bra.uni 	$L__BB13_694;
+$L__BB13_693:
 	st.u64 	[%rd418], %rd2072;
-$L__BB11_694:
+$L__BB13_694:
 	add.s32 	%r3860, %r441, %r3860;
 	add.s64 	%rd2068, %rd2068, 8;
 	setp.lt.u64 	%p541, %rd2068, %rd395;
-	@%p541 bra 	$L__BB11_657;
-	bra.uni 	$L__BB11_1123;
-$L__BB11_1100:
+	@%p541 bra 	$L__BB13_657;
+	bra.uni 	$L__BB13_1123;
+$L__BB13_1100:
 	shr.u64 	%rd542, %rd507, 4;
 	cvt.u64.u32 	%rd2103, %r1;
 	add.s64 	%rd1929, %rd2103, 768;
 	setp.ge.u64 	%p1011, %rd1929, %rd542;
-	@%p1011 bra 	$L__BB11_1108;
+	@%p1011 bra 	$L__BB13_1108;
 	cvt.u64.u32 	%rd2103, %r1;
 	mov.u64 	%rd1931, -769;
 	sub.s64 	%rd1932, %rd1931, %rd2103;
@@ -23681,7 +25551,7 @@ $L__BB11_1100:
 	and.b64  	%rd546, %rd1934, 3;
 	setp.eq.s64 	%p1012, %rd546, 0;
 	add.s64 	%rd2101, %rd2103, 768;
-	@%p1012 bra 	$L__BB11_1105;
+	@%p1012 bra 	$L__BB13_1105;
 	cvt.u64.u32 	%rd1935, %r1;
 	mul.wide.u32 	%rd1936, %r1, 16;
 	add.s64 	%rd548, %rd297, %rd1936;
@@ -23697,7 +25567,7 @@ $L__BB11_1100:
 	add.s64 	%rd2101, %rd1935, 1792;
 	add.s64 	%rd2103, %rd1935, 1024;
 	setp.eq.s64 	%p1013, %rd546, 1;
-	@%p1013 bra 	$L__BB11_1105;
+	@%p1013 bra 	$L__BB13_1105;
 	ld.v4.u32 	{%r3378, %r3379, %r3380, %r3381}, [%rd548+20480];
 	ld.v4.u32 	{%r3386, %r3387, %r3388, %r3389}, [%rd548+24576];
 	ld.v4.u32 	{%r3394, %r3395, %r3396, %r3397}, [%rd548+28672];
@@ -23709,7 +25579,7 @@ $L__BB11_1100:
 	add.s64 	%rd2101, %rd1935, 2816;
 	add.s64 	%rd2103, %rd1935, 2048;
 	setp.eq.s64 	%p1014, %rd546, 2;
-	@%p1014 bra 	$L__BB11_1105;
+	@%p1014 bra 	$L__BB13_1105;
 	ld.v4.u32 	{%r3411, %r3412, %r3413, %r3414}, [%rd548+36864];
 	ld.v4.u32 	{%r3419, %r3420, %r3421, %r3422}, [%rd548+40960];
 	ld.v4.u32 	{%r3427, %r3428, %r3429, %r3430}, [%rd548+45056];
@@ -23720,11 +25590,11 @@ $L__BB11_1100:
 	st.v4.u32 	[%rd549+45056], {%r3427, %r3428, %r3429, %r3430};
 	add.s64 	%rd2101, %rd1935, 3840;
 	add.s64 	%rd2103, %rd1935, 3072;
-$L__BB11_1105:
+$L__BB13_1105:
 	setp.lt.u64 	%p1015, %rd545, 3072;
-	@%p1015 bra 	$L__BB11_1108;
+	@%p1015 bra 	$L__BB13_1108;
 	mov.u64 	%rd2105, %rd2103;
-$L__BB11_1107:
+$L__BB13_1107:
 	shl.b64 	%rd1939, %rd2105, 4;
 	add.s64 	%rd1940, %rd297, %rd1939;
 	ld.v4.u32 	{%r3444, %r3445, %r3446, %r3447}, [%rd1940+4096];
@@ -23767,10 +25637,10 @@ $L__BB11_1107:
 	add.s64 	%rd2101, %rd2105, 4864;
 	setp.lt.u64 	%p1016, %rd2101, %rd542;
 	mov.u64 	%rd2105, %rd2103;
-	@%p1016 bra 	$L__BB11_1107;
-$L__BB11_1108:
+	@%p1016 bra 	$L__BB13_1107;
+$L__BB13_1108:
 	setp.ge.u64 	%p1017, %rd2103, %rd542;
-	@%p1017 bra 	$L__BB11_1115;
+	@%p1017 bra 	$L__BB13_1115;
 	not.b64 	%rd1945, %rd2103;
 	add.s64 	%rd564, %rd542, %rd1945;
 	shr.u64 	%rd1946, %rd564, 8;
@@ -23778,7 +25648,7 @@ $L__BB11_1108:
 	and.b64  	%rd565, %rd1947, 3;
 	setp.eq.s64 	%p1018, %rd565, 0;
 	mov.u64 	%rd2107, %rd2103;
-	@%p1018 bra 	$L__BB11_1113;
+	@%p1018 bra 	$L__BB13_1113;
 	shl.b64 	%rd1948, %rd2103, 4;
 	add.s64 	%rd567, %rd2043, %rd1948;
 	add.s64 	%rd566, %rd297, %rd1948;
@@ -23786,19 +25656,19 @@ $L__BB11_1108:
 	st.v4.u32 	[%rd567], {%r3572, %r3573, %r3574, %r3575};
 	add.s64 	%rd2107, %rd2103, 256;
 	setp.eq.s64 	%p1019, %rd565, 1;
-	@%p1019 bra 	$L__BB11_1113;
+	@%p1019 bra 	$L__BB13_1113;
 	ld.v4.u32 	{%r3580, %r3581, %r3582, %r3583}, [%rd566+4096];
 	st.v4.u32 	[%rd567+4096], {%r3580, %r3581, %r3582, %r3583};
 	add.s64 	%rd2107, %rd2103, 512;
 	setp.eq.s64 	%p1020, %rd565, 2;
-	@%p1020 bra 	$L__BB11_1113;
+	@%p1020 bra 	$L__BB13_1113;
 	ld.v4.u32 	{%r3588, %r3589, %r3590, %r3591}, [%rd566+8192];
 	st.v4.u32 	[%rd567+8192], {%r3588, %r3589, %r3590, %r3591};
 	add.s64 	%rd2107, %rd2103, 768;
-$L__BB11_1113:
+$L__BB13_1113:
 	setp.lt.u64 	%p1021, %rd564, 768;
-	@%p1021 bra 	$L__BB11_1115;
-$L__BB11_1114:
+	@%p1021 bra 	$L__BB13_1115;
+$L__BB13_1114:
 	shl.b64 	%rd1949, %rd2107, 4;
 	add.s64 	%rd1950, %rd2043, %rd1949;
 	add.s64 	%rd1951, %rd297, %rd1949;
@@ -23812,13 +25682,13 @@ $L__BB11_1114:
 	st.v4.u32 	[%rd1950+12288], {%r3620, %r3621, %r3622, %r3623};
 	add.s64 	%rd2107, %rd2107, 1024;
 	setp.lt.u64 	%p1022, %rd2107, %rd542;
-	@%p1022 bra 	$L__BB11_1114;
-$L__BB11_1115:
+	@%p1022 bra 	$L__BB13_1114;
+$L__BB13_1115:
 	and.b64  	%rd2109, %rd507, -16;
-$L__BB11_1116:
+$L__BB13_1116:
 	add.s64 	%rd576, %rd2109, %rd4;
 	setp.ge.u64 	%p1023, %rd576, %rd507;
-	@%p1023 bra 	$L__BB11_1123;
+	@%p1023 bra 	$L__BB13_1123;
 	not.b64 	%rd1952, %rd4;
 	add.s64 	%rd1953, %rd507, %rd1952;
 	sub.s64 	%rd577, %rd1953, %rd2109;
@@ -23827,26 +25697,26 @@ $L__BB11_1116:
 	and.b64  	%rd578, %rd1955, 3;
 	setp.eq.s64 	%p1024, %rd578, 0;
 	mov.u64 	%rd2110, %rd576;
-	@%p1024 bra 	$L__BB11_1121;
+	@%p1024 bra 	$L__BB13_1121;
 	add.s64 	%rd579, %rd297, %rd576;
 	ld.u8 	%rs93, [%rd579];
 	add.s64 	%rd580, %rd2043, %rd576;
 	st.u8 	[%rd580], %rs93;
 	add.s64 	%rd2110, %rd576, 256;
 	setp.eq.s64 	%p1025, %rd578, 1;
-	@%p1025 bra 	$L__BB11_1121;
+	@%p1025 bra 	$L__BB13_1121;
 	ld.u8 	%rs94, [%rd579+256];
 	st.u8 	[%rd580+256], %rs94;
 	add.s64 	%rd2110, %rd576, 512;
 	setp.eq.s64 	%p1026, %rd578, 2;
-	@%p1026 bra 	$L__BB11_1121;
+	@%p1026 bra 	$L__BB13_1121;
 	ld.u8 	%rs95, [%rd579+512];
 	st.u8 	[%rd580+512], %rs95;
 	add.s64 	%rd2110, %rd576, 768;
-$L__BB11_1121:
+$L__BB13_1121:
 	setp.lt.u64 	%p1027, %rd577, 768;
-	@%p1027 bra 	$L__BB11_1123;
-$L__BB11_1122:
+	@%p1027 bra 	$L__BB13_1123;
+$L__BB13_1122:
 	add.s64 	%rd1956, %rd297, %rd2110;
 	ld.u8 	%rs96, [%rd1956];
 	add.s64 	%rd1957, %rd2043, %rd2110;
@@ -23859,19 +25729,19 @@ $L__BB11_1122:
 	st.u8 	[%rd1957+768], %rs99;
 	add.s64 	%rd2110, %rd2110, 1024;
 	setp.lt.u64 	%p1028, %rd2110, %rd507;
-	@%p1028 bra 	$L__BB11_1122;
-$L__BB11_1123:
+	@%p1028 bra 	$L__BB13_1122;
+$L__BB13_1123:
 	add.s32 	%r3835, %r3835, 1;
 	setp.lt.u32 	%p1029, %r3835, 8;
-	@%p1029 bra 	$L__BB11_493;
+	@%p1029 bra 	$L__BB13_493;
 	shl.b64 	%rd1967, %rd591, 8;
 	bar.sync 	0;
 	mov.u32 	%r3628, %nctaid.x;
 	mul.wide.u32 	%rd1958, %r3628, 8;
 	add.s64 	%rd1978, %rd1978, %rd1958;
 	setp.lt.u64 	%p1030, %rd1978, %rd1967;
-	@%p1030 bra 	$L__BB11_2;
-$L__BB11_1125:
+	@%p1030 bra 	$L__BB13_2;
+$L__BB13_1125:
 	ret;
 }
 	// .globl	ws_sparse_check
@@ -23892,14 +25762,14 @@ $L__BB11_1125:
 	add.s64 	%rd2, %rd11, 32;
 	ld.param.u64 	%rd3, [ws_sparse_check_param_0+32];
 	setp.ge.u64 	%p1, %rd23, %rd3;
-	@%p1 bra 	$L__BB12_8;
+	@%p1 bra 	$L__BB14_8;
 	ld.param.u64 	%rd4, [%rd2+-32];
 	ld.param.u64 	%rd5, [%rd2+8];
 	ld.param.u64 	%rd6, [%rd2+-8];
 	mov.u32 	%r4, %nctaid.x;
 	mul.wide.u32 	%rd7, %r4, 256;
 	cvta.to.global.u64 	%rd15, %rd4;
-$L__BB12_2:
+$L__BB14_2:
 	shl.b64 	%rd16, %rd23, 2;
 	add.s64 	%rd9, %rd15, %rd16;
 	ld.global.u32 	%r1, [%rd9];
@@ -23907,23 +25777,23 @@ $L__BB12_2:
 	setp.gt.s32 	%p2, %r1, -1;
 	setp.gt.u64 	%p3, %rd5, %rd17;
 	and.pred  	%p4, %p2, %p3;
-	@%p4 bra 	$L__BB12_4;
+	@%p4 bra 	$L__BB14_4;
 	cvta.to.global.u64 	%rd18, %rd6;
 	atom.global.min.u64 	%rd19, [%rd18], %rd23;
-$L__BB12_4:
+$L__BB14_4:
 	setp.eq.s64 	%p5, %rd23, 0;
-	@%p5 bra 	$L__BB12_7;
+	@%p5 bra 	$L__BB14_7;
 	ld.global.u32 	%r5, [%rd9+-4];
 	setp.gt.s32 	%p6, %r1, %r5;
-	@%p6 bra 	$L__BB12_7;
+	@%p6 bra 	$L__BB14_7;
 	cvta.to.global.u64 	%rd20, %rd6;
 	add.s64 	%rd21, %rd20, 8;
 	atom.global.min.u64 	%rd22, [%rd21], %rd23;
-$L__BB12_7:
+$L__BB14_7:
 	add.s64 	%rd23, %rd23, %rd7;
 	setp.lt.u64 	%p7, %rd23, %rd3;
-	@%p7 bra 	$L__BB12_2;
-$L__BB12_8:
+	@%p7 bra 	$L__BB14_2;
+$L__BB14_8:
 	ret;
 }
 	// .globl	ws_sparse_scatter
@@ -23941,11 +25811,11 @@ $L__BB12_8:
 	cvta.to.global.u64 	%rd2, %rd59;
 	ld.global.u64 	%rd60, [%rd2];
 	setp.ne.s64 	%p1, %rd60, -1;
-	@%p1 bra 	$L__BB13_73;
-	bra.uni 	$L__BB13_1;
-$L__BB13_73:
+	@%p1 bra 	$L__BB15_73;
+	bra.uni 	$L__BB15_1;
+$L__BB15_73:
 	ret;
-$L__BB13_1:
+$L__BB15_1:
 	ld.param.u32 	%rd4, [%rd1+24];
 	ld.param.u64 	%rd5, [%rd1+-16];
 	cvta.to.global.u64 	%rd6, %rd5;
@@ -23954,14 +25824,14 @@ $L__BB13_1:
 	ld.global.u64 	%rd61, [%rd2+8];
 	setp.eq.s64 	%p2, %rd61, -1;
 	mov.u32 	%r1, %ctaid.x;
-	@%p2 bra 	$L__BB13_38;
+	@%p2 bra 	$L__BB15_38;
 	mov.u32 	%r31, %tid.x;
 	or.b32  	%r32, %r1, %r31;
 	setp.ne.s32 	%p3, %r32, 0;
-	@%p3 bra 	$L__BB13_73;
+	@%p3 bra 	$L__BB15_73;
 	ld.param.u64 	%rd9, [%rd1+8];
 	setp.eq.s64 	%p4, %rd9, 0;
-	@%p4 bra 	$L__BB13_73;
+	@%p4 bra 	$L__BB15_73;
 	cvt.u32.u64 	%r33, %rd4;
 	ld.param.u64 	%rd63, [%rd1+-24];
 	mov.u64 	%rd153, 0;
@@ -23970,7 +25840,7 @@ $L__BB13_1:
 	cvt.u64.u32 	%rd11, %r35;
 	and.b32  	%r2, %r33, 3;
 	sub.s32 	%r3, %r33, %r2;
-$L__BB13_5:
+$L__BB15_5:
 	shl.b64 	%rd64, %rd153, 2;
 	add.s64 	%rd65, %rd10, %rd64;
 	ld.global.u32 	%r4, [%rd65];
@@ -23979,19 +25849,19 @@ $L__BB13_5:
 	add.s64 	%rd67, %rd5, %rd66;
 	and.b64  	%rd68, %rd67, %rd11;
 	setp.eq.s64 	%p5, %rd68, 0;
-	@%p5 bra 	$L__BB13_14;
+	@%p5 bra 	$L__BB15_14;
 	setp.eq.s32 	%p6, %r33, 0;
 	mov.u64 	%rd157, 0;
-	@%p6 bra 	$L__BB13_21;
+	@%p6 bra 	$L__BB15_21;
 	cvt.u32.u64 	%r38, %rd11;
 	setp.lt.u32 	%p7, %r38, 3;
 	mov.u64 	%rd157, 0;
 	mov.u32 	%r100, 0;
-	@%p7 bra 	$L__BB13_10;
+	@%p7 bra 	$L__BB15_10;
 	mov.u64 	%rd157, 0;
 	mov.u32 	%r100, 0;
 	mov.u32 	%r99, %r3;
-$L__BB13_9:
+$L__BB15_9:
 	cvt.u64.u32 	%rd73, %r100;
 	add.s64 	%rd74, %rd13, %rd73;
 	ld.global.u8 	%rd75, [%rd74];
@@ -24013,10 +25883,10 @@ $L__BB13_9:
 	add.s32 	%r100, %r100, 4;
 	add.s32 	%r99, %r99, -4;
 	setp.ne.s32 	%p8, %r99, 0;
-	@%p8 bra 	$L__BB13_9;
-$L__BB13_10:
+	@%p8 bra 	$L__BB15_9;
+$L__BB15_10:
 	setp.eq.s32 	%p9, %r2, 0;
-	@%p9 bra 	$L__BB13_21;
+	@%p9 bra 	$L__BB15_21;
 	setp.eq.s32 	%p10, %r2, 1;
 	cvt.u64.u32 	%rd86, %r100;
 	add.s64 	%rd18, %rd13, %rd86;
@@ -24024,52 +25894,52 @@ $L__BB13_10:
 	shl.b32 	%r44, %r100, 3;
 	shl.b64 	%rd88, %rd87, %r44;
 	or.b64  	%rd157, %rd88, %rd157;
-	@%p10 bra 	$L__BB13_21;
+	@%p10 bra 	$L__BB15_21;
 	setp.eq.s32 	%p11, %r2, 2;
 	ld.global.u8 	%rd89, [%rd18+1];
 	add.s32 	%r46, %r44, 8;
 	shl.b64 	%rd90, %rd89, %r46;
 	or.b64  	%rd157, %rd90, %rd157;
-	@%p11 bra 	$L__BB13_21;
+	@%p11 bra 	$L__BB15_21;
 	ld.global.u8 	%rd91, [%rd18+2];
 	add.s32 	%r48, %r44, 16;
 	shl.b64 	%rd92, %rd91, %r48;
 	or.b64  	%rd157, %rd92, %rd157;
-	bra.uni 	$L__BB13_21;
-$L__BB13_14:
+	bra.uni 	$L__BB15_21;
+$L__BB15_14:
 	setp.eq.s32 	%p12, %r33, 1;
-	@%p12 bra 	$L__BB13_19;
+	@%p12 bra 	$L__BB15_19;
 	setp.eq.s32 	%p13, %r33, 2;
-	@%p13 bra 	$L__BB13_18;
+	@%p13 bra 	$L__BB15_18;
 	setp.ne.s32 	%p14, %r33, 4;
-	@%p14 bra 	$L__BB13_20;
+	@%p14 bra 	$L__BB15_20;
 	ld.global.u32 	%rd157, [%rd13];
-	bra.uni 	$L__BB13_21;
-$L__BB13_18:
+	bra.uni 	$L__BB15_21;
+$L__BB15_18:
 	ld.global.u16 	%rd157, [%rd13];
-	bra.uni 	$L__BB13_21;
-$L__BB13_19:
+	bra.uni 	$L__BB15_21;
+$L__BB15_19:
 	ld.global.u8 	%rd157, [%rd13];
-	bra.uni 	$L__BB13_21;
-$L__BB13_20:
+	bra.uni 	$L__BB15_21;
+$L__BB15_20:
 	ld.global.u64 	%rd157, [%rd13];
-$L__BB13_21:
+$L__BB15_21:
 	cvt.s64.s32 	%rd93, %r4;
 	mul.lo.s64 	%rd94, %rd93, %rd4;
 	add.s64 	%rd28, %rd8, %rd94;
 	add.s64 	%rd95, %rd7, %rd94;
 	and.b64  	%rd96, %rd95, %rd11;
 	setp.eq.s64 	%p15, %rd96, 0;
-	@%p15 bra 	$L__BB13_30;
+	@%p15 bra 	$L__BB15_30;
 	setp.eq.s32 	%p16, %r33, 0;
-	@%p16 bra 	$L__BB13_37;
+	@%p16 bra 	$L__BB15_37;
 	cvt.u32.u64 	%r52, %rd11;
 	setp.lt.u32 	%p17, %r52, 3;
 	mov.u32 	%r103, 0;
-	@%p17 bra 	$L__BB13_26;
+	@%p17 bra 	$L__BB15_26;
 	mov.u32 	%r103, 0;
 	mov.u32 	%r102, %r3;
-$L__BB13_25:
+$L__BB15_25:
 	shl.b32 	%r54, %r103, 3;
 	shr.u64 	%rd97, %rd157, %r54;
 	cvt.u64.u32 	%rd98, %r103;
@@ -24087,56 +25957,56 @@ $L__BB13_25:
 	add.s32 	%r103, %r103, 4;
 	add.s32 	%r102, %r102, -4;
 	setp.ne.s32 	%p18, %r102, 0;
-	@%p18 bra 	$L__BB13_25;
-$L__BB13_26:
+	@%p18 bra 	$L__BB15_25;
+$L__BB15_26:
 	setp.eq.s32 	%p19, %r2, 0;
-	@%p19 bra 	$L__BB13_37;
+	@%p19 bra 	$L__BB15_37;
 	setp.eq.s32 	%p20, %r2, 1;
 	shl.b32 	%r58, %r103, 3;
 	shr.u64 	%rd103, %rd157, %r58;
 	cvt.u64.u32 	%rd104, %r103;
 	add.s64 	%rd29, %rd28, %rd104;
 	st.global.u8 	[%rd29], %rd103;
-	@%p20 bra 	$L__BB13_37;
+	@%p20 bra 	$L__BB15_37;
 	setp.eq.s32 	%p21, %r2, 2;
 	add.s32 	%r60, %r58, 8;
 	shr.u64 	%rd105, %rd157, %r60;
 	st.global.u8 	[%rd29+1], %rd105;
-	@%p21 bra 	$L__BB13_37;
+	@%p21 bra 	$L__BB15_37;
 	add.s32 	%r62, %r58, 16;
 	shr.u64 	%rd106, %rd157, %r62;
 	st.global.u8 	[%rd29+2], %rd106;
-	bra.uni 	$L__BB13_37;
-$L__BB13_30:
+	bra.uni 	$L__BB15_37;
+$L__BB15_30:
 	setp.eq.s32 	%p22, %r33, 1;
-	@%p22 bra 	$L__BB13_35;
+	@%p22 bra 	$L__BB15_35;
 	setp.eq.s32 	%p23, %r33, 2;
-	@%p23 bra 	$L__BB13_34;
+	@%p23 bra 	$L__BB15_34;
 	setp.ne.s32 	%p24, %r33, 4;
-	@%p24 bra 	$L__BB13_36;
+	@%p24 bra 	$L__BB15_36;
 	st.global.u32 	[%rd28], %rd157;
-	bra.uni 	$L__BB13_37;
-$L__BB13_34:
+	bra.uni 	$L__BB15_37;
+$L__BB15_34:
 	st.global.u16 	[%rd28], %rd157;
-	bra.uni 	$L__BB13_37;
-$L__BB13_35:
+	bra.uni 	$L__BB15_37;
+$L__BB15_35:
 	st.global.u8 	[%rd28], %rd157;
-	bra.uni 	$L__BB13_37;
-$L__BB13_36:
+	bra.uni 	$L__BB15_37;
+$L__BB15_36:
 	st.global.u64 	[%rd28], %rd157;
-$L__BB13_37:
+$L__BB15_37:
 	add.s64 	%rd153, %rd153, 1;
 	setp.lt.u64 	%p25, %rd153, %rd9;
-	@%p25 bra 	$L__BB13_5;
-	bra.uni 	$L__BB13_73;
-$L__BB13_38:
+	@%p25 bra 	$L__BB15_5;
+	bra.uni 	$L__BB15_73;
+$L__BB15_38:
 	mul.wide.u32 	%rd107, %r1, 256;
 	mov.u32 	%r64, %tid.x;
 	cvt.u64.u32 	%rd108, %r64;
 	add.s64 	%rd158, %rd107, %rd108;
 	ld.param.u64 	%rd33, [%rd1+8];
 	setp.ge.u64 	%p26, %rd158, %rd33;
-	@%p26 bra 	$L__BB13_73;
+	@%p26 bra 	$L__BB15_73;
 	cvt.u32.u64 	%r65, %rd4;
 	ld.param.u64 	%rd109, [%rd1+-24];
 	cvta.to.global.u64 	%rd34, %rd109;
@@ -24147,7 +26017,7 @@ $L__BB13_38:
 	and.b32  	%r15, %r65, 3;
 	sub.s32 	%r16, %r65, %r15;
 	sub.s32 	%r17, %r15, %r65;
-$L__BB13_40:
+$L__BB15_40:
 	shl.b64 	%rd110, %rd158, 2;
 	add.s64 	%rd111, %rd34, %rd110;
 	ld.global.u32 	%r18, [%rd111];
@@ -24156,20 +26026,20 @@ $L__BB13_40:
 	add.s64 	%rd113, %rd5, %rd112;
 	and.b64  	%rd114, %rd113, %rd35;
 	setp.eq.s64 	%p27, %rd114, 0;
-	@%p27 bra 	$L__BB13_49;
+	@%p27 bra 	$L__BB15_49;
 	setp.eq.s32 	%p28, %r65, 0;
 	mov.u64 	%rd162, 0;
-	@%p28 bra 	$L__BB13_56;
+	@%p28 bra 	$L__BB15_56;
 	cvt.u32.u64 	%r71, %rd35;
 	setp.lt.u32 	%p29, %r71, 3;
 	mov.u64 	%rd162, 0;
 	mov.u32 	%r107, 0;
-	@%p29 bra 	$L__BB13_45;
+	@%p29 bra 	$L__BB15_45;
 	mov.u64 	%rd162, 0;
 	mov.u32 	%r104, 0;
 	mov.u32 	%r105, 24;
 	mov.u32 	%r107, %r104;
-$L__BB13_44:
+$L__BB15_44:
 	cvt.u64.u32 	%rd119, %r107;
 	add.s64 	%rd120, %rd38, %rd119;
 	ld.global.u8 	%rd121, [%rd120];
@@ -24191,10 +26061,10 @@ $L__BB13_44:
 	add.s32 	%r107, %r107, 4;
 	add.s32 	%r77, %r17, %r107;
 	setp.ne.s32 	%p30, %r77, 0;
-	@%p30 bra 	$L__BB13_44;
-$L__BB13_45:
+	@%p30 bra 	$L__BB15_44;
+$L__BB15_45:
 	setp.eq.s32 	%p31, %r15, 0;
-	@%p31 bra 	$L__BB13_56;
+	@%p31 bra 	$L__BB15_56;
 	setp.eq.s32 	%p32, %r15, 1;
 	cvt.u64.u32 	%rd132, %r107;
 	add.s64 	%rd43, %rd38, %rd132;
@@ -24202,52 +26072,52 @@ $L__BB13_45:
 	shl.b32 	%r78, %r107, 3;
 	shl.b64 	%rd134, %rd133, %r78;
 	or.b64  	%rd162, %rd134, %rd162;
-	@%p32 bra 	$L__BB13_56;
+	@%p32 bra 	$L__BB15_56;
 	setp.eq.s32 	%p33, %r15, 2;
 	ld.global.u8 	%rd135, [%rd43+1];
 	add.s32 	%r80, %r78, 8;
 	shl.b64 	%rd136, %rd135, %r80;
 	or.b64  	%rd162, %rd136, %rd162;
-	@%p33 bra 	$L__BB13_56;
+	@%p33 bra 	$L__BB15_56;
 	ld.global.u8 	%rd137, [%rd43+2];
 	add.s32 	%r82, %r78, 16;
 	shl.b64 	%rd138, %rd137, %r82;
 	or.b64  	%rd162, %rd138, %rd162;
-	bra.uni 	$L__BB13_56;
-$L__BB13_49:
+	bra.uni 	$L__BB15_56;
+$L__BB15_49:
 	setp.eq.s32 	%p34, %r65, 1;
-	@%p34 bra 	$L__BB13_54;
+	@%p34 bra 	$L__BB15_54;
 	setp.eq.s32 	%p35, %r65, 2;
-	@%p35 bra 	$L__BB13_53;
+	@%p35 bra 	$L__BB15_53;
 	setp.ne.s32 	%p36, %r65, 4;
-	@%p36 bra 	$L__BB13_55;
+	@%p36 bra 	$L__BB15_55;
 	ld.global.u32 	%rd162, [%rd38];
-	bra.uni 	$L__BB13_56;
-$L__BB13_54:
+	bra.uni 	$L__BB15_56;
+$L__BB15_54:
 	ld.global.u8 	%rd162, [%rd38];
-	bra.uni 	$L__BB13_56;
-$L__BB13_53:
+	bra.uni 	$L__BB15_56;
+$L__BB15_53:
 	ld.global.u16 	%rd162, [%rd38];
-	bra.uni 	$L__BB13_56;
-$L__BB13_55:
+	bra.uni 	$L__BB15_56;
+$L__BB15_55:
 	ld.global.u64 	%rd162, [%rd38];
-$L__BB13_56:
+$L__BB15_56:
 	cvt.s64.s32 	%rd139, %r18;
 	mul.lo.s64 	%rd140, %rd139, %rd4;
 	add.s64 	%rd53, %rd8, %rd140;
 	add.s64 	%rd141, %rd7, %rd140;
 	and.b64  	%rd142, %rd141, %rd35;
 	setp.eq.s64 	%p37, %rd142, 0;
-	@%p37 bra 	$L__BB13_65;
+	@%p37 bra 	$L__BB15_65;
 	setp.eq.s32 	%p38, %r65, 0;
-	@%p38 bra 	$L__BB13_72;
+	@%p38 bra 	$L__BB15_72;
 	cvt.u32.u64 	%r86, %rd35;
 	setp.lt.u32 	%p39, %r86, 3;
 	mov.u32 	%r110, 0;
-	@%p39 bra 	$L__BB13_61;
+	@%p39 bra 	$L__BB15_61;
 	mov.u32 	%r110, 0;
 	mov.u32 	%r109, %r16;
-$L__BB13_60:
+$L__BB15_60:
 	shl.b32 	%r88, %r110, 3;
 	shr.u64 	%rd143, %rd162, %r88;
 	cvt.u64.u32 	%rd144, %r110;
@@ -24265,48 +26135,48 @@ $L__BB13_60:
 	add.s32 	%r110, %r110, 4;
 	add.s32 	%r109, %r109, -4;
 	setp.ne.s32 	%p40, %r109, 0;
-	@%p40 bra 	$L__BB13_60;
-$L__BB13_61:
+	@%p40 bra 	$L__BB15_60;
+$L__BB15_61:
 	setp.eq.s32 	%p41, %r15, 0;
-	@%p41 bra 	$L__BB13_72;
+	@%p41 bra 	$L__BB15_72;
 	setp.eq.s32 	%p42, %r15, 1;
 	shl.b32 	%r92, %r110, 3;
 	shr.u64 	%rd149, %rd162, %r92;
 	cvt.u64.u32 	%rd150, %r110;
 	add.s64 	%rd54, %rd53, %rd150;
 	st.global.u8 	[%rd54], %rd149;
-	@%p42 bra 	$L__BB13_72;
+	@%p42 bra 	$L__BB15_72;
 	setp.eq.s32 	%p43, %r15, 2;
 	add.s32 	%r94, %r92, 8;
 	shr.u64 	%rd151, %rd162, %r94;
 	st.global.u8 	[%rd54+1], %rd151;
-	@%p43 bra 	$L__BB13_72;
+	@%p43 bra 	$L__BB15_72;
 	add.s32 	%r96, %r92, 16;
 	shr.u64 	%rd152, %rd162, %r96;
 	st.global.u8 	[%rd54+2], %rd152;
-	bra.uni 	$L__BB13_72;
-$L__BB13_65:
+	bra.uni 	$L__BB15_72;
+$L__BB15_65:
 	setp.eq.s32 	%p44, %r65, 1;
-	@%p44 bra 	$L__BB13_70;
+	@%p44 bra 	$L__BB15_70;
 	setp.eq.s32 	%p45, %r65, 2;
-	@%p45 bra 	$L__BB13_69;
+	@%p45 bra 	$L__BB15_69;
 	setp.ne.s32 	%p46, %r65, 4;
-	@%p46 bra 	$L__BB13_71;
+	@%p46 bra 	$L__BB15_71;
 	st.global.u32 	[%rd53], %rd162;
-	bra.uni 	$L__BB13_72;
-$L__BB13_70:
+	bra.uni 	$L__BB15_72;
+$L__BB15_70:
 	st.global.u8 	[%rd53], %rd162;
-	bra.uni 	$L__BB13_72;
-$L__BB13_69:
+	bra.uni 	$L__BB15_72;
+$L__BB15_69:
 	st.global.u16 	[%rd53], %rd162;
-	bra.uni 	$L__BB13_72;
-$L__BB13_71:
+	bra.uni 	$L__BB15_72;
+$L__BB15_71:
 	st.global.u64 	[%rd53], %rd162;
-$L__BB13_72:
+$L__BB15_72:
 	add.s64 	%rd158, %rd158, %rd36;
 	setp.lt.u64 	%p47, %rd158, %rd33;
-	@%p47 bra 	$L__BB13_40;
-	bra.uni 	$L__BB13_73;
+	@%p47 bra 	$L__BB15_40;
+	bra.uni 	$L__BB15_73;
 }
 )WSPTX";
 }  // namespace weightsync::detail
