@@ -50,6 +50,9 @@ constexpr const char* kUsage = R"(usage: delta_codec_bench [options]
   --ref-update MODE    fused (measure writes the source into the reference; default) or apply
                        (the blobs applied onto the reference after encode)
   --sparse-writes MODE scattered (default) or sectors: how apply writes sparse buckets
+  --change KIND        bits (default: a changed element gets random bits) or ulps (it moves 1 to 4
+                       steps of its magnitude, an optimizer step: what the low-byte reference
+                       assumes; random bits fail its check in every block they touch)
   --reference KIND     full (default: a copy of the tensors) or low-byte (1 byte per element plus a
                        hash per 256, updated inside measure; the bucket a multiple of 256)
   --json FILE          also write one JSON object per density to FILE
@@ -69,6 +72,7 @@ struct Args {
   bool fused = true;
   SparseWrites writes = SparseWrites::scattered;
   bool low_byte = false;
+  bool ulps = false;
   std::string json;
 };
 
@@ -138,6 +142,10 @@ Args parse(int argc, char** argv) {
       if (v != "scattered" && v != "sectors")
         throw std::invalid_argument("--sparse-writes: scattered or sectors, got '" + v + "'");
       a.writes = v == "sectors" ? SparseWrites::sectors : SparseWrites::scattered;
+    } else if (k == "--change") {
+      if (v != "bits" && v != "ulps")
+        throw std::invalid_argument("--change: bits or ulps, got '" + v + "'");
+      a.ulps = v == "ulps";
     } else if (k == "--reference") {
       if (v != "full" && v != "low-byte")
         throw std::invalid_argument("--reference: full or low-byte, got '" + v + "'");
@@ -233,10 +241,10 @@ int main(int argc, char** argv) {
                       metas[i].numel(), 2, a.low_byte});
     std::printf(
         "# delta_codec_bench on %s: layout %s, %zu bf16 tensors, %llu bytes, bucket %u, "
-        "reference %s (%llu bytes), ref-update %s, sparse-writes %s, median of %d reps after %d "
+        "change %s, reference %s (%llu bytes), ref-update %s, sparse-writes %s, median of %d reps after %d "
         "warm-up\n",
         prop.name, a.layout.c_str(), metas.size(), static_cast<unsigned long long>(src_bytes),
-        a.bucket_elems, a.low_byte ? "low-byte" : "full",
+        a.bucket_elems, a.ulps ? "ulps" : "bits", a.low_byte ? "low-byte" : "full",
         static_cast<unsigned long long>(a.low_byte ? ltotal : total), a.fused ? "fused" : "apply",
         a.writes == SparseWrites::sectors ? "sectors" : "scattered", a.reps, a.warmup);
     std::printf(
@@ -255,8 +263,12 @@ int main(int argc, char** argv) {
       ck(cudaMemcpyAsync(src.data(), base.data(), total, cudaMemcpyDeviceToDevice, s),
          "cudaMemcpyAsync");
       for (std::size_t i = 0; i < metas.size(); ++i)
-        ws_pattern::perturb(src.data() + at[i], metas[i].numel(), 2, d,
+        if (a.ulps)
+          ws_pattern::nudge(src.data() + at[i], metas[i].numel(), d,
                             a.seed * 1000003 + i * 7919 + static_cast<std::uint64_t>(d * 1e9), s);
+        else
+          ws_pattern::perturb(src.data() + at[i], metas[i].numel(), 2, d,
+                              a.seed * 1000003 + i * 7919 + static_cast<std::uint64_t>(d * 1e9), s);
       std::vector<double> t_measure, t_encode, t_ref, t_total, t_apply;
       std::uint64_t blob_total = 0, changed = 0, wrong_total = 0;
       std::vector<std::uint64_t> sizes;
@@ -342,7 +354,8 @@ int main(int argc, char** argv) {
         js << "{\"tool\":\"delta_codec_bench\",\"device\":\"" << prop.name << "\",\"layout\":\""
            << a.layout << "\",\"tensors\":" << metas.size() << ",\"src_bytes\":" << src_bytes
            << ",\"dtype\":\"bfloat16\",\"bucket_elems\":" << a.bucket_elems
-           << ",\"reference\":\"" << (a.low_byte ? "low-byte" : "full")
+           << ",\"change\":\"" << (a.ulps ? "ulps" : "bits")
+           << "\",\"reference\":\"" << (a.low_byte ? "low-byte" : "full")
            << "\",\"reference_bytes\":" << (a.low_byte ? ltotal : total)
            << ",\"ref_update\":\"" << (a.fused ? "fused" : "apply") << "\",\"sparse_writes\":\""
            << (a.writes == SparseWrites::sectors ? "sectors" : "scattered")

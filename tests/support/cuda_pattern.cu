@@ -95,6 +95,20 @@ __global__ void perturb_kernel(std::uint8_t* p, std::size_t n, unsigned eb, std:
   }
 }
 
+__global__ void nudge_kernel(std::uint16_t* p, std::size_t n, std::uint64_t threshold,
+                             std::uint64_t seed) {
+  const std::size_t stride = std::size_t(blockDim.x) * gridDim.x;
+  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const std::uint64_t h = mix(seed ^ (i * 0xd1b54a32d192ed03ull));
+    if (h >= threshold) continue;
+    const int steps = 1 + static_cast<int>((h >> 8) & 3u);
+    const int m = p[i] & 0x7fff;
+    int r = (h >> 16) & 1u ? m + steps : m - steps;
+    if (r < 0 || r > 0x7fff) r = (h >> 16) & 1u ? m - steps : m + steps;
+    p[i] = static_cast<std::uint16_t>((p[i] & 0x8000) | r);
+  }
+}
+
 __global__ void flip_kernel(std::uint8_t* p, std::uint8_t bits) { *p ^= bits; }
 
 void check(cudaError_t e, const char* what) {
@@ -175,6 +189,17 @@ void perturb(void* p, std::size_t n, unsigned elem_bytes, double fraction, std::
   perturb_kernel<<<static_cast<unsigned>(b > 8192 ? 8192 : b), 256, 0, stream>>>(
       static_cast<std::uint8_t*>(p), n, elem_bytes, threshold, all, seed);
   check(cudaGetLastError(), "perturb_kernel");
+}
+
+void nudge(void* p, std::size_t n, double fraction, std::uint64_t seed, cudaStream_t stream) {
+  if (reinterpret_cast<std::uintptr_t>(p) % 2 != 0)
+    throw std::invalid_argument("nudge: p must be 2-byte aligned");
+  if (n == 0 || fraction <= 0) return;
+  const auto threshold = fraction >= 1 ? ~0ull : static_cast<std::uint64_t>(fraction * 18446744073709551616.0);
+  const std::size_t b = (n + 255) / 256;
+  nudge_kernel<<<static_cast<unsigned>(b > 8192 ? 8192 : b), 256, 0, stream>>>(
+      static_cast<std::uint16_t*>(p), n, threshold, seed);
+  check(cudaGetLastError(), "nudge_kernel");
 }
 
 void flip(void* p, std::uint8_t bits, cudaStream_t stream) {

@@ -34,6 +34,11 @@ std::uint8_t expected_byte(std::uint64_t seed, std::size_t i);
 void perturb(void* p, std::size_t n, unsigned elem_bytes, double fraction, std::uint64_t seed,
              cudaStream_t stream);
 
+//! Moves a `fraction` of the `n` 2-byte floats (bfloat16 / float16) at `p` by 1 to 4 steps of
+//! their 15-bit magnitude, up or down (an optimizer step of a few ULPs; the sign kept), at
+//! positions chosen by `seed`, on `stream`. @throws std::invalid_argument for a misaligned p.
+void nudge(void* p, std::size_t n, double fraction, std::uint64_t seed, cudaStream_t stream);
+
 //! Makes the `n` floats of `elem_bytes` bytes (2: bfloat16 / float16, 4: float32) at `p` finite
 //! and weight-like in place, on `stream`: the top exponent bit is cleared, so |x| < 2 and no
 //! element is inf or NaN (random bits hold one in 256 bf16 elements; an FP8 block holding one
