@@ -142,19 +142,7 @@ class ShardedDeltaSource {
     if (me_ < 0 || me_ >= m_)
       throw config_error("trainer_rank",
                          detail::cat("must be in 0..", m_ - 1, ", got ", me_));
-    if (!(opt_.max_payload_fraction > 0.0 && opt_.max_payload_fraction <= 1.0))
-      throw config_error("max_payload_fraction",
-                         detail::cat("must be in (0, 1], got ", opt_.max_payload_fraction));
-    if (opt_.bucket_elems < 32 || opt_.bucket_elems > delta::kMaxBucketElems ||
-        opt_.bucket_elems % 32 != 0)
-      throw config_error("bucket_elems", detail::cat("must be a multiple of 32 in [32, ",
-                                                     delta::kMaxBucketElems, "], got ",
-                                                     opt_.bucket_elems));
-    if (opt_.anchor_every < 0)
-      throw config_error("anchor_every", detail::cat("must be >= 0, got ", opt_.anchor_every));
-    if (opt_.reference == DeltaReference::low_byte && !kLowByte)
-      throw config_error("reference",
-                         "this codec keeps full references only (it has no kLowByteReference)");
+    detail::check_delta_options(opt_, kLowByte);
   }
 
   //! Step 1: diffs this rank's pieces against its reference for the round that makes `version`.
@@ -162,18 +150,7 @@ class ShardedDeltaSource {
   DeltaPart measure(std::string version) {
     if (version.empty()) throw config_error("version", "a delta round needs a version name");
     const auto started = std::chrono::steady_clock::now();
-    metas_ = src_.metas();
-    specs_ = src_.shard_specs();
-    if (specs_.size() != metas_.size())
-      throw config_error("shard_specs", detail::cat("has ", specs_.size(), " entries for ",
-                                                    metas_.size(), " tensors"));
-    pieces_.clear();
-    own_.clear();
-    for (std::size_t i = 0; i < metas_.size(); ++i) {
-      pieces_.push_back(shard_pieces(metas_[i], i, specs_[i], m_));
-      for (std::size_t k = 0; k < pieces_[i].size(); ++k)
-        if (pieces_[i][k].rank == me_) own_.push_back({i, k});
-    }
+    layout();
     collect();
     const bool whole = !has_ref_ || pending_ || ref_metas_ != metas_ || ref_specs_ != specs_ ||
                        opt_.mode == DeltaMode::never ||
@@ -404,15 +381,7 @@ class ShardedDeltaSource {
   //! become the reference without a round (every trainer rank seeds the same version).
   void seed(std::string version) {
     if (version.empty()) throw config_error("version", "a seed needs a version name");
-    metas_ = src_.metas();
-    specs_ = src_.shard_specs();
-    pieces_.clear();
-    own_.clear();
-    for (std::size_t i = 0; i < metas_.size(); ++i) {
-      pieces_.push_back(shard_pieces(metas_[i], i, specs_[i], m_));
-      for (std::size_t k = 0; k < pieces_[i].size(); ++k)
-        if (pieces_[i][k].rank == me_) own_.push_back({i, k});
-    }
+    layout();
     collect();
     alloc_refs();
     for (std::size_t k = 0; k < own_.size(); ++k)
@@ -469,6 +438,21 @@ class ShardedDeltaSource {
       }
     }
     codec_.copy(Codec::data(refs_[k]), data_[k], piece(k).bytes());
+  }
+  //! The source's tensors, specs and pieces, and which pieces are this rank's.
+  void layout() {
+    metas_ = src_.metas();
+    specs_ = src_.shard_specs();
+    if (specs_.size() != metas_.size())
+      throw config_error("shard_specs", detail::cat("has ", specs_.size(), " entries for ",
+                                                    metas_.size(), " tensors"));
+    pieces_.clear();
+    own_.clear();
+    for (std::size_t i = 0; i < metas_.size(); ++i) {
+      pieces_.push_back(shard_pieces(metas_[i], i, specs_[i], m_));
+      for (std::size_t k = 0; k < pieces_[i].size(); ++k)
+        if (pieces_[i][k].rank == me_) own_.push_back({i, k});
+    }
   }
   //! The source's pieces' addresses, in own_ order, checked against the declared tensors.
   void collect() {
@@ -541,18 +525,8 @@ class ShardedDeltaSource {
   DeltaStats stats_;
   std::string base_, target_;
   std::chrono::steady_clock::duration measure_time_{};
-  static constexpr bool kMeasureUpdates = [] {
-    if constexpr (requires { Codec::kMeasureUpdatesReference; })
-      return Codec::kMeasureUpdatesReference;
-    else
-      return false;
-  }();
-  static constexpr bool kLowByte = [] {
-    if constexpr (requires { Codec::kLowByteReference; })
-      return Codec::kLowByteReference;
-    else
-      return false;
-  }();
+  static constexpr bool kMeasureUpdates = detail::codec_measure_updates<Codec>;
+  static constexpr bool kLowByte = detail::codec_low_byte<Codec>;
   bool has_ref_ = false, pending_ = false, prepared_ = false, refs_hold_target_ = false,
        whole_round_ = false;
   std::uint64_t rounds_ = 0;

@@ -132,6 +132,43 @@ struct DeltaStats {
   std::chrono::nanoseconds commit{0};  //!< reference update (commit)
 };
 
+namespace detail {
+//! DeltaOptions' checks (DeltaSource, ShardedDeltaSource); `low_byte_codec`: the codec keeps
+//! low-byte references. @throws config_error naming the option.
+inline void check_delta_options(const DeltaOptions& o, bool low_byte_codec) {
+  if (!(o.max_payload_fraction > 0.0 && o.max_payload_fraction <= 1.0))
+    throw config_error("max_payload_fraction",
+                       cat("must be in (0, 1], got ", o.max_payload_fraction));
+  if (o.bucket_elems < 32 || o.bucket_elems > delta::kMaxBucketElems || o.bucket_elems % 32 != 0)
+    throw config_error("bucket_elems", cat("must be a multiple of 32 in [32, ",
+                                           delta::kMaxBucketElems, "], got ", o.bucket_elems));
+  if (o.anchor_every < 0) throw config_error("anchor_every", cat("must be >= 0, got ", o.anchor_every));
+  if (!(o.link_bytes_per_s >= 0))
+    throw config_error("link_bytes_per_s", cat("must be >= 0, got ", o.link_bytes_per_s));
+  if (!(o.encode_bytes_per_s >= 0))
+    throw config_error("encode_bytes_per_s", cat("must be >= 0, got ", o.encode_bytes_per_s));
+  if (o.reference == DeltaReference::low_byte && !low_byte_codec)
+    throw config_error("reference",
+                       "this codec keeps full references only (it has no kLowByteReference)");
+}
+//! Whether Codec::measure leaves every reference equal to its source (the CUDA codec).
+template <class Codec>
+inline constexpr bool codec_measure_updates = [] {
+  if constexpr (requires { Codec::kMeasureUpdatesReference; })
+    return Codec::kMeasureUpdatesReference;
+  else
+    return false;
+}();
+//! Whether the codec keeps low-byte references.
+template <class Codec>
+inline constexpr bool codec_low_byte = [] {
+  if constexpr (requires { Codec::kLowByteReference; })
+    return Codec::kLowByteReference;
+  else
+    return false;
+}();
+}  // namespace detail
+
 //! The host codec (host memory: the host backend). measure, encode and apply spread the tensors
 //! over the hardware threads.
 class HostDeltaCodec {
@@ -267,24 +304,7 @@ class DeltaSource {
  public:
   explicit DeltaSource(S& source, DeltaOptions opt = {}, Codec codec = Codec())
       : src_(source), opt_(opt), codec_(std::move(codec)) {
-    if (!(opt_.max_payload_fraction > 0.0 && opt_.max_payload_fraction <= 1.0))
-      throw config_error("max_payload_fraction",
-                         detail::cat("must be in (0, 1], got ", opt_.max_payload_fraction));
-    if (opt_.bucket_elems < 32 || opt_.bucket_elems > delta::kMaxBucketElems ||
-        opt_.bucket_elems % 32 != 0)
-      throw config_error("bucket_elems", detail::cat("must be a multiple of 32 in [32, ",
-                                                     delta::kMaxBucketElems, "], got ",
-                                                     opt_.bucket_elems));
-    if (opt_.anchor_every < 0)
-      throw config_error("anchor_every", detail::cat("must be >= 0, got ", opt_.anchor_every));
-    if (!(opt_.link_bytes_per_s >= 0))
-      throw config_error("link_bytes_per_s", detail::cat("must be >= 0, got ", opt_.link_bytes_per_s));
-    if (!(opt_.encode_bytes_per_s >= 0))
-      throw config_error("encode_bytes_per_s",
-                         detail::cat("must be >= 0, got ", opt_.encode_bytes_per_s));
-    if (opt_.reference == DeltaReference::low_byte && !kLowByte)
-      throw config_error("reference",
-                         "this codec keeps full references only (it has no kLowByteReference)");
+    detail::check_delta_options(opt_, kLowByte);
     encode_rate_ = opt_.encode_bytes_per_s > 0 ? opt_.encode_bytes_per_s : Codec::kEncodeBytesPerS;
     link_rate_ = opt_.link_bytes_per_s;
   }
@@ -563,20 +583,8 @@ class DeltaSource {
   DeltaUpdate delta_;
   DeltaStats stats_;
   std::string base_, target_;
-  //! Whether Codec::measure leaves every reference equal to its source (the CUDA codec).
-  static constexpr bool kMeasureUpdates = [] {
-    if constexpr (requires { Codec::kMeasureUpdatesReference; })
-      return Codec::kMeasureUpdatesReference;
-    else
-      return false;
-  }();
-  //! Whether the codec keeps low-byte references (HostDeltaCodec).
-  static constexpr bool kLowByte = [] {
-    if constexpr (requires { Codec::kLowByteReference; })
-      return Codec::kLowByteReference;
-    else
-      return false;
-  }();
+  static constexpr bool kMeasureUpdates = detail::codec_measure_updates<Codec>;
+  static constexpr bool kLowByte = detail::codec_low_byte<Codec>;
   bool has_ref_ = false, pending_ = false, fast_link_ = false, refs_hold_target_ = false;
   double encode_rate_ = 0, link_rate_ = 0, wire_share_ = 0;
   std::uint64_t rounds_ = 0;
