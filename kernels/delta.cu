@@ -441,9 +441,11 @@ __device__ __forceinline__ void ws_low_byte_load(const unsigned char* s, const u
 }
 
 // A low-byte job's bucket [begin, begin + len) of its numel elements (begin a multiple of 256):
-// as low_byte_changes_host, the elements whose low byte differs, every element of a block whose
-// hash check fails (counted in *failed), the list ranked as ws_measure_words ranks it; the low
-// bytes and hashes updated in the same pass. Returns the bucket's changes (every thread).
+// as low_byte_changes_host, the elements whose low byte differs and every element of a block whose
+// hash check fails (counted in *failed), as bits in m.smask; the low bytes and hashes updated in
+// the same pass. The warps take blocks independently (no CTA barrier per block); the list, when
+// the bucket needs one, is built from the bits afterwards (ws_low_byte_list). Returns the
+// bucket's changes (every thread).
 __device__ __forceinline__ unsigned ws_measure_low_byte(const unsigned char* src,
                                                         unsigned char* ref, u64 numel, u64 begin,
                                                         u64 len, const WsMeasure& m, u64* failed,
@@ -452,82 +454,83 @@ __device__ __forceinline__ unsigned ws_measure_low_byte(const unsigned char* src
   const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
   unsigned char* lo = ref;
   u64* hashes = reinterpret_cast<u64*>(ref + wdl::align8(numel));
-  const u64 nblk = (len + 255) / 256;
-  unsigned carry = 0;
-  for (u64 k0 = 0; k0 < nblk; k0 += NW) {
-    const u64 k = k0 + warp;
-    const bool active = k < nblk;
+  const u64 nblk = (len + 255) / 256, end = begin + len;
+  unsigned mine = 0;  // this lane's changes
+  for (u64 k = warp; k < nblk; k += NW) {
     const u64 e = begin + k * 256 + lane * 8;  // the lane's first element in the tensor
-    const u64 end = begin + len;
-    unsigned short v[8] = {};
-    unsigned char l[8] = {};
+    unsigned short v[8];
+    unsigned char l[8];
+    ws_low_byte_load(src, lo, e, end, v, l);
+    u64 stored = lane == 0 ? hashes[begin / 256 + k] : 0;
     unsigned bits = 0, valid = 0;
     u64 now = 0, rebuilt = 0;
-    if (active) {
-      ws_low_byte_load(src, lo, e, end, v, l);
 #pragma unroll
-      for (unsigned j = 0; j < 8; ++j) {
-        if (e + j >= end) continue;
-        valid |= 1u << j;
-        const unsigned kk = lane * 8 + j;
-        const u64 t = wdl::low_byte_term(kk, v[j]);
-        now += t;
-        if (static_cast<unsigned char>(v[j]) != l[j]) {
-          bits |= 1u << j;
-          rebuilt += wdl::low_byte_term(kk, wdl::low_byte_nearest(v[j], l[j]));
-        } else {
-          rebuilt += t;
-        }
+    for (unsigned j = 0; j < 8; ++j) {
+      if (e + j >= end) continue;
+      valid |= 1u << j;
+      const unsigned kk = lane * 8 + j;
+      const u64 t = wdl::low_byte_term(kk, v[j]);
+      now += t;
+      if (static_cast<unsigned char>(v[j]) != l[j]) {
+        bits |= 1u << j;
+        rebuilt += wdl::low_byte_term(kk, wdl::low_byte_nearest(v[j], l[j]));
+      } else {
+        rebuilt += t;
       }
     }
     now = ws_warp_sum64(now);
     rebuilt = ws_warp_sum64(rebuilt);
     const bool any = __any_sync(WS_FULL, bits != 0);
-    u64 stored = 0;
-    if (active && lane == 0) stored = hashes[(begin / 256) + k];
     stored = __shfl_sync(WS_FULL, stored, 0);
-    const unsigned lowbits = bits;
-    if (active && (any ? rebuilt : now) != stored) {  // a change the low bytes did not show
+    if (bits != 0)  // the reference's new low bytes
+#pragma unroll
+      for (unsigned j = 0; j < 8; ++j)
+        if ((bits >> j) & 1u) lo[e + j] = static_cast<unsigned char>(v[j]);
+    if ((any ? rebuilt : now) != stored) {  // a change the low bytes did not show: all of it
       bits = valid;
       if (lane == 0) atomicAdd(failed, 1ull);
     }
-    if (active && lowbits != 0) {  // the reference's new low bytes
-#pragma unroll
-      for (unsigned j = 0; j < 8; ++j)
-        if ((lowbits >> j) & 1u) lo[e + j] = static_cast<unsigned char>(v[j]);
-    }
-    if (active && lane == 0 && now != stored) hashes[(begin / 256) + k] = now;
+    if (lane == 0 && now != stored) hashes[begin / 256 + k] = now;
+    mine += static_cast<unsigned>(__popc(bits));
     // the mask: 4 lanes make a word
     unsigned word = bits << (8 * (lane % 4));
     word |= __shfl_xor_sync(WS_FULL, word, 1);
     word |= __shfl_xor_sync(WS_FULL, word, 2);
-    if (active && lane % 4 == 0 && k * 256 + lane * 8 < len) m.smask[k * 8 + lane / 4] = word;
-    // rank the changes: warps in block order, lanes in element order
-    unsigned wtotal;
-    const unsigned before_lane = ws_warp_excl(static_cast<unsigned>(__popc(bits)), wtotal);
-    if (lane == 0) wred[warp] = wtotal;
-    __syncthreads();
-    unsigned before = 0, total = 0;
+    if (lane % 4 == 0 && k * 256 + lane * 8 < len) m.smask[k * 8 + lane / 4] = word;
+  }
+  unsigned wtotal;
+  (void)ws_warp_excl(mine, wtotal);
+  if (lane == 0) wred[warp] = wtotal;
+  __syncthreads();  // (also: smask complete)
+  unsigned total = 0;
 #pragma unroll
-    for (unsigned w = 0; w < NW; ++w) {
-      const unsigned c = wred[w];
-      before += w < warp ? c : 0u;
-      total += c;
-    }
-    __syncthreads();  // (wred is written again next round)
-    unsigned rk = carry + before + before_lane;
-#pragma unroll
-    for (unsigned j = 0; j < 8; ++j)
-      if ((bits >> j) & 1u) {
-        if (rk < m.cap) {
-          m.offs[rk] = static_cast<unsigned short>(k * 256 + lane * 8 + j);
-          ws_store(m.vals + u64{rk} * 2, 2, v[j]);
-        }
-        ++rk;
+  for (unsigned w = 0; w < NW; ++w) total += wred[w];
+  return total;
+}
+
+// The list of a sparse bucket of at most m.cap changes from its bits in m.smask (element order,
+// one CTA scan per 256 words): offsets, and the values read from `s` (the bucket's first element).
+__device__ __forceinline__ void ws_low_byte_list(const unsigned char* s, u64 len, const WsMeasure& m,
+                                                 u64* red) {
+  const u64 nwords = (len + 31) / 32;
+  u64 carry = 0;
+  for (u64 w0 = 0; w0 < nwords; w0 += WS_THREADS) {
+    const u64 w = w0 + threadIdx.x;
+    unsigned word = w < nwords ? m.smask[w] : 0u;
+    u64 total;
+    u64 rk = carry + ws_block_excl<WS_THREADS>(u64{static_cast<unsigned>(__popc(word))}, red, total);
+    while (word != 0) {
+      const unsigned j = static_cast<unsigned>(__ffs(word)) - 1;
+      word &= word - 1;
+      const u64 i = w * 32 + j;
+      if (rk < m.cap) {
+        m.offs[rk] = static_cast<unsigned short>(i);
+        ws_store(m.vals + rk * 2, 2, *reinterpret_cast<const unsigned short*>(s + i * 2));
       }
+      ++rk;
+    }
     carry += total;
   }
-  return carry;
 }
 
 // A warp per block: the low bytes and hash of every block of `src` into the low-byte reference.
@@ -623,8 +626,9 @@ extern "C" __global__ void __launch_bounds__(WS_THREADS, 4)
 // ws_delta_count for the buckets of low-byte jobs (launched only when the batch has one): 2-byte
 // elements, buckets of whole kLowByteBlock blocks (the launcher checks); the reference (low
 // bytes and block hashes) is always updated, as low_byte_changes_host updates it.
-extern "C" __global__ void __launch_bounds__(WS_THREADS)
+extern "C" __global__ void __launch_bounds__(WS_THREADS, 4)
     ws_delta_count_lowbyte(const __grid_constant__ wk::DeltaEncodeParams p) {
+  __shared__ u64 red[WS_THREADS / 32];
   __shared__ unsigned wred[WS_THREADS / 32];
   __shared__ unsigned smask[wdl::kMaxBucketElems / 32];
   const u64 wpb = p.bucket_elems / 32;
@@ -641,6 +645,8 @@ extern "C" __global__ void __launch_bounds__(WS_THREADS)
         static_cast<const unsigned char*>(J.src),
         const_cast<unsigned char*>(static_cast<const unsigned char*>(J.ref)), J.numel, begin, len,
         m, reinterpret_cast<u64*>(p.totals + 2), wred);
+    if (wdl::choose_kind(len, count, 2) == wdl::BucketKind::sparse && count <= m.cap)
+      ws_low_byte_list(static_cast<const unsigned char*>(J.src) + begin * 2, len, m, red);
     ws_count_finish(p, g, len, 2, count, m, slot);
   }
 }

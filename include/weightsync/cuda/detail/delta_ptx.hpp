@@ -6361,266 +6361,231 @@ $L__BB2_818:
 	.param .align 8 .b8 ws_delta_count_lowbyte_param_0[104]
 )
 .maxntid 256, 1, 1
+.minnctapersm 4
 {
-	.reg .pred 	%p<224>;
-	.reg .b16 	%rs<175>;
-	.reg .b32 	%r<625>;
-	.reg .b64 	%rd<523>;
+	.reg .pred 	%p<183>;
+	.reg .b16 	%rs<71>;
+	.reg .b32 	%r<612>;
+	.reg .b64 	%rd<474>;
+	// demoted variable
+	.shared .align 8 .b8 _ZZ22ws_delta_count_lowbyteE3red[64];
 	// demoted variable
 	.shared .align 4 .b8 _ZZ22ws_delta_count_lowbyteE4wred[32];
 	// demoted variable
 	.shared .align 4 .b8 _ZZ22ws_delta_count_lowbyteE5smask[8192];
-	mov.b64 	%rd115, ws_delta_count_lowbyte_param_0;
-	add.s64 	%rd1, %rd115, 92;
+	mov.b64 	%rd123, ws_delta_count_lowbyte_param_0;
+	add.s64 	%rd1, %rd123, 92;
 	ld.param.u32 	%r1, [ws_delta_count_lowbyte_param_0+92];
-	mov.u32 	%r113, %ctaid.x;
-	cvt.u64.u32 	%rd501, %r113;
+	mov.u32 	%r96, %ctaid.x;
+	cvt.u64.u32 	%rd448, %r96;
 	ld.param.u64 	%rd3, [ws_delta_count_lowbyte_param_0+80];
-	setp.le.u64 	%p4, %rd3, %rd501;
-	@%p4 bra 	$L__BB3_164;
+	setp.le.u64 	%p3, %rd3, %rd448;
+	@%p3 bra 	$L__BB3_138;
 	ld.param.u64 	%rd4, [%rd1+-92];
 	ld.param.u64 	%rd5, [%rd1+-68];
 	ld.param.u64 	%rd6, [%rd1+-52];
+	setp.lt.u32 	%p4, %r1, 128;
+	shr.u32 	%r97, %r1, 3;
+	add.s32 	%r98, %r97, -16;
+	shr.u32 	%r99, %r98, 2;
+	selp.b32 	%r100, 0, %r99, %p4;
 	ld.param.u64 	%rd7, [%rd1+-20];
-	ld.param.u64 	%rd8, [%rd1+-60];
-	cvta.to.global.u64 	%rd117, %rd5;
-	cvta.to.global.u64 	%rd120, %rd4;
-	mov.u32 	%r118, %tid.x;
-	shr.u32 	%r124, %r118, 5;
-	cvta.to.global.u64 	%rd358, %rd7;
-	add.s64 	%rd359, %rd358, 16;
-	cvta.to.global.u64 	%rd474, %rd8;
+	cvt.u64.u32 	%rd8, %r100;
+	ld.param.u64 	%rd9, [%rd1+-60];
+	cvta.to.global.u64 	%rd125, %rd5;
+	cvta.to.global.u64 	%rd128, %rd4;
+	mov.u32 	%r104, %tid.x;
+	shl.b32 	%r110, %r104, 3;
+	and.b32  	%r111, %r110, 248;
+	cvta.to.global.u64 	%rd341, %rd7;
+	add.s64 	%rd342, %rd341, 16;
+	cvta.to.global.u64 	%rd430, %rd9;
 $L__BB3_2:
-	shl.b64 	%rd118, %rd501, 2;
-	add.s64 	%rd119, %rd117, %rd118;
-	ld.global.u32 	%r114, [%rd119];
-	mul.wide.u32 	%rd121, %r114, 48;
-	add.s64 	%rd10, %rd120, %rd121;
-	ld.global.u64 	%rd11, [%rd10];
-	ld.global.u64 	%rd12, [%rd10+8];
-	ld.global.u32 	%r115, [%rd10+40];
-	setp.eq.s32 	%p5, %r115, 0;
-	@%p5 bra 	$L__BB3_163;
-	ld.global.u64 	%rd13, [%rd10+16];
-	ld.global.u64 	%rd122, [%rd10+24];
-	sub.s64 	%rd123, %rd501, %rd122;
-	cvt.u64.u32 	%rd124, %r1;
-	mul.lo.s64 	%rd14, %rd123, %rd124;
-	sub.s64 	%rd125, %rd13, %rd14;
-	min.u64 	%rd15, %rd125, %rd124;
-	add.s64 	%rd126, %rd15, 255;
-	shr.u64 	%rd16, %rd126, 8;
-	setp.eq.s64 	%p6, %rd16, 0;
-	mov.u32 	%r623, 0;
-	@%p6 bra 	$L__BB3_147;
-	add.s64 	%rd18, %rd15, %rd14;
-	add.s64 	%rd129, %rd13, 7;
-	and.b64  	%rd130, %rd129, -8;
-	add.s64 	%rd20, %rd12, %rd130;
-	mov.u32 	%r623, 0;
-	mov.u64 	%rd502, 0;
+	shl.b64 	%rd126, %rd448, 2;
+	add.s64 	%rd127, %rd125, %rd126;
+	ld.global.u32 	%r101, [%rd127];
+	mul.wide.u32 	%rd129, %r101, 48;
+	add.s64 	%rd11, %rd128, %rd129;
+	ld.global.u64 	%rd12, [%rd11];
+	ld.global.u64 	%rd13, [%rd11+8];
+	ld.global.u32 	%r102, [%rd11+40];
+	setp.eq.s32 	%p5, %r102, 0;
+	@%p5 bra 	$L__BB3_137;
+	mov.u32 	%r561, %tid.x;
+	shr.u32 	%r560, %r561, 5;
+	ld.global.u64 	%rd14, [%rd11+16];
+	ld.global.u64 	%rd130, [%rd11+24];
+	sub.s64 	%rd131, %rd448, %rd130;
+	cvt.u64.u32 	%rd132, %r1;
+	mul.lo.s64 	%rd15, %rd131, %rd132;
+	sub.s64 	%rd133, %rd14, %rd15;
+	min.u64 	%rd16, %rd133, %rd132;
+	add.s64 	%rd134, %rd16, 255;
+	shr.u64 	%rd17, %rd134, 8;
+	add.s64 	%rd18, %rd16, %rd15;
+	cvt.u64.u32 	%rd135, %r560;
+	setp.le.u64 	%p6, %rd17, %rd135;
+	mov.u32 	%r103, 0;
+	mov.u32 	%r609, %r103;
+	@%p6 bra 	$L__BB3_98;
+	add.s64 	%rd136, %rd14, 7;
+	and.b64  	%rd137, %rd136, -8;
+	add.s64 	%rd20, %rd13, %rd137;
+	mov.u32 	%r609, 0;
+	mov.u64 	%rd449, %rd135;
 	bra.uni 	$L__BB3_5;
-$L__BB3_8:
+$L__BB3_7:
 	// begin inline asm
-	ld.global.cs.v4.u32 {%r598,%r596,%r594,%r592}, [%rd26];
+	ld.global.cs.v4.u32 {%r591,%r589,%r587,%r585}, [%rd25];
 	// end inline asm
-	ld.u64 	%rd141, [%rd25];
-	cvt.u16.u64 	%rs165, %rd141;
-	shr.u32 	%r597, %r598, 16;
-	shr.u64 	%rd142, %rd141, 8;
-	cvt.u16.u64 	%rs164, %rd142;
-	shr.u64 	%rd143, %rd141, 16;
-	cvt.u16.u64 	%rs163, %rd143;
-	shr.u32 	%r595, %r596, 16;
-	shr.u64 	%rd144, %rd141, 24;
-	cvt.u16.u64 	%rs162, %rd144;
-	shr.u64 	%rd145, %rd141, 32;
-	cvt.u16.u64 	%rs161, %rd145;
-	shr.u32 	%r593, %r594, 16;
-	shr.u64 	%rd146, %rd141, 40;
-	cvt.u16.u64 	%rs160, %rd146;
-	shr.u64 	%rd147, %rd141, 48;
-	cvt.u16.u64 	%rs159, %rd147;
-	shr.u32 	%r591, %r592, 16;
-	shr.u64 	%rd148, %rd141, 56;
-	cvt.u16.u64 	%rs158, %rd148;
-	bra.uni 	$L__BB3_42;
+	ld.u64 	%rd147, [%rd24];
+	cvt.u16.u64 	%rs69, %rd147;
+	shr.u32 	%r590, %r591, 16;
+	shr.u64 	%rd148, %rd147, 8;
+	cvt.u16.u64 	%rs68, %rd148;
+	shr.u64 	%rd149, %rd147, 16;
+	cvt.u16.u64 	%rs67, %rd149;
+	shr.u32 	%r588, %r589, 16;
+	shr.u64 	%rd150, %rd147, 24;
+	cvt.u16.u64 	%rs66, %rd150;
+	shr.u64 	%rd151, %rd147, 32;
+	cvt.u16.u64 	%rs65, %rd151;
+	shr.u32 	%r586, %r587, 16;
+	shr.u64 	%rd152, %rd147, 40;
+	cvt.u16.u64 	%rs64, %rd152;
+	shr.u64 	%rd153, %rd147, 48;
+	cvt.u16.u64 	%rs63, %rd153;
+	shr.u32 	%r584, %r585, 16;
+	shr.u64 	%rd154, %rd147, 56;
+	cvt.u16.u64 	%rs62, %rd154;
+	bra.uni 	$L__BB3_41;
 $L__BB3_5:
-	cvt.u64.u32 	%rd492, %r1;
-	sub.s64 	%rd491, %rd501, %rd122;
-	shl.b32 	%r572, %r118, 3;
-	and.b32  	%r571, %r572, 248;
-	cvt.u64.u32 	%rd490, %r571;
-	mul.lo.s64 	%rd489, %rd491, %rd492;
-	add.s64 	%rd488, %rd489, %rd490;
-	add.s64 	%rd487, %rd15, 255;
-	shr.u64 	%rd486, %rd487, 8;
-	mov.u64 	%rd505, 0;
-	mov.u32 	%r599, 0;
-	cvt.u64.u32 	%rd133, %r124;
-	add.s64 	%rd22, %rd502, %rd133;
-	setp.ge.u64 	%p7, %rd22, %rd486;
-	shl.b64 	%rd23, %rd22, 8;
-	add.s64 	%rd24, %rd488, %rd23;
-	add.s64 	%rd25, %rd12, %rd24;
-	mov.u16 	%rs166, 0;
-	mov.u16 	%rs167, %rs166;
-	mov.u16 	%rs168, %rs166;
-	mov.u16 	%rs169, %rs166;
-	mov.u16 	%rs170, %rs166;
-	mov.u16 	%rs171, %rs166;
-	mov.u16 	%rs172, %rs166;
-	mov.u16 	%rs173, %rs166;
-	mov.u32 	%r600, %r599;
-	mov.u64 	%rd504, %rd505;
-	@%p7 bra 	$L__BB3_73;
-	add.s64 	%rd134, %rd24, 8;
-	setp.gt.u64 	%p8, %rd134, %rd18;
-	@%p8 bra 	$L__BB3_9;
-	shl.b64 	%rd135, %rd24, 1;
-	add.s64 	%rd26, %rd11, %rd135;
-	and.b64  	%rd136, %rd26, 15;
-	and.b64  	%rd138, %rd25, 7;
-	or.b64  	%rd139, %rd136, %rd138;
-	setp.ne.s64 	%p9, %rd139, 0;
-	@%p9 bra 	$L__BB3_9;
-	bra.uni 	$L__BB3_8;
-$L__BB3_9:
-	setp.ge.u64 	%p10, %rd24, %rd18;
-	shl.b64 	%rd149, %rd24, 1;
-	add.s64 	%rd27, %rd11, %rd149;
-	mov.u32 	%r576, 0;
-	mov.u32 	%r598, %r576;
-	@%p10 bra 	$L__BB3_11;
-	ld.u16 	%r598, [%rd27];
-$L__BB3_11:
-	@%p10 bra 	$L__BB3_13;
-	ld.u8 	%r576, [%rd25];
-$L__BB3_13:
-	add.s64 	%rd28, %rd24, 1;
-	setp.ge.u64 	%p12, %rd28, %rd18;
-	mov.u32 	%r578, 0;
-	mov.u32 	%r597, %r578;
-	@%p12 bra 	$L__BB3_15;
-	ld.u16 	%r597, [%rd27+2];
-$L__BB3_15:
-	@%p12 bra 	$L__BB3_17;
-	ld.u8 	%r578, [%rd25+1];
-$L__BB3_17:
-	add.s64 	%rd29, %rd24, 2;
-	setp.ge.u64 	%p14, %rd29, %rd18;
-	mov.u32 	%r580, 0;
-	mov.u32 	%r596, %r580;
-	@%p14 bra 	$L__BB3_19;
-	ld.u16 	%r596, [%rd27+4];
-$L__BB3_19:
-	@%p14 bra 	$L__BB3_21;
-	ld.u8 	%r580, [%rd25+2];
-$L__BB3_21:
-	add.s64 	%rd30, %rd24, 3;
-	setp.ge.u64 	%p16, %rd30, %rd18;
-	mov.u32 	%r582, 0;
-	mov.u32 	%r595, %r582;
-	@%p16 bra 	$L__BB3_23;
-	ld.u16 	%r595, [%rd27+6];
-$L__BB3_23:
-	@%p16 bra 	$L__BB3_25;
-	ld.u8 	%r582, [%rd25+3];
-$L__BB3_25:
-	add.s64 	%rd31, %rd24, 4;
-	setp.ge.u64 	%p18, %rd31, %rd18;
-	mov.u32 	%r584, 0;
-	mov.u32 	%r594, %r584;
-	@%p18 bra 	$L__BB3_27;
-	ld.u16 	%r594, [%rd27+8];
-$L__BB3_27:
-	@%p18 bra 	$L__BB3_29;
-	ld.u8 	%r584, [%rd25+4];
-$L__BB3_29:
-	add.s64 	%rd32, %rd24, 5;
-	setp.ge.u64 	%p20, %rd32, %rd18;
-	mov.u32 	%r586, 0;
-	mov.u32 	%r593, %r586;
-	@%p20 bra 	$L__BB3_31;
-	ld.u16 	%r593, [%rd27+10];
-$L__BB3_31:
-	@%p20 bra 	$L__BB3_33;
-	ld.u8 	%r586, [%rd25+5];
-$L__BB3_33:
-	add.s64 	%rd33, %rd24, 6;
-	setp.ge.u64 	%p22, %rd33, %rd18;
-	mov.u32 	%r588, 0;
-	mov.u32 	%r592, %r588;
-	@%p22 bra 	$L__BB3_35;
-	ld.u16 	%r592, [%rd27+12];
-$L__BB3_35:
-	@%p22 bra 	$L__BB3_37;
-	ld.u8 	%r588, [%rd25+6];
-$L__BB3_37:
-	add.s64 	%rd34, %rd24, 7;
-	setp.ge.u64 	%p24, %rd34, %rd18;
-	mov.u32 	%r590, 0;
-	mov.u32 	%r591, %r590;
-	@%p24 bra 	$L__BB3_39;
-	ld.u16 	%r591, [%rd27+14];
-$L__BB3_39:
-	@%p24 bra 	$L__BB3_41;
-	ld.u8 	%r590, [%rd25+7];
+	cvt.u64.u32 	%rd138, %r111;
+	add.s64 	%rd139, %rd15, %rd138;
+	shl.b64 	%rd22, %rd449, 8;
+	add.s64 	%rd23, %rd139, %rd22;
+	add.s64 	%rd140, %rd23, 8;
+	setp.gt.u64 	%p7, %rd140, %rd18;
+	add.s64 	%rd24, %rd13, %rd23;
+	@%p7 bra 	$L__BB3_8;
+	shl.b64 	%rd141, %rd23, 1;
+	add.s64 	%rd25, %rd12, %rd141;
+	and.b64  	%rd142, %rd25, 15;
+	and.b64  	%rd144, %rd24, 7;
+	or.b64  	%rd145, %rd142, %rd144;
+	setp.ne.s64 	%p8, %rd145, 0;
+	@%p8 bra 	$L__BB3_8;
+	bra.uni 	$L__BB3_7;
+$L__BB3_8:
+	setp.ge.u64 	%p9, %rd23, %rd18;
+	shl.b64 	%rd155, %rd23, 1;
+	add.s64 	%rd26, %rd12, %rd155;
+	mov.u32 	%r569, 0;
+	mov.u32 	%r591, %r569;
+	@%p9 bra 	$L__BB3_10;
+	ld.u16 	%r591, [%rd26];
+$L__BB3_10:
+	@%p9 bra 	$L__BB3_12;
+	ld.u8 	%r569, [%rd24];
+$L__BB3_12:
+	add.s64 	%rd27, %rd23, 1;
+	setp.ge.u64 	%p11, %rd27, %rd18;
+	mov.u32 	%r571, 0;
+	mov.u32 	%r590, %r571;
+	@%p11 bra 	$L__BB3_14;
+	ld.u16 	%r590, [%rd26+2];
+$L__BB3_14:
+	@%p11 bra 	$L__BB3_16;
+	ld.u8 	%r571, [%rd24+1];
+$L__BB3_16:
+	add.s64 	%rd28, %rd23, 2;
+	setp.ge.u64 	%p13, %rd28, %rd18;
+	mov.u32 	%r573, 0;
+	mov.u32 	%r589, %r573;
+	@%p13 bra 	$L__BB3_18;
+	ld.u16 	%r589, [%rd26+4];
+$L__BB3_18:
+	@%p13 bra 	$L__BB3_20;
+	ld.u8 	%r573, [%rd24+2];
+$L__BB3_20:
+	add.s64 	%rd29, %rd23, 3;
+	setp.ge.u64 	%p15, %rd29, %rd18;
+	mov.u32 	%r575, 0;
+	mov.u32 	%r588, %r575;
+	@%p15 bra 	$L__BB3_22;
+	ld.u16 	%r588, [%rd26+6];
+$L__BB3_22:
+	@%p15 bra 	$L__BB3_24;
+	ld.u8 	%r575, [%rd24+3];
+$L__BB3_24:
+	add.s64 	%rd30, %rd23, 4;
+	setp.ge.u64 	%p17, %rd30, %rd18;
+	mov.u32 	%r577, 0;
+	mov.u32 	%r587, %r577;
+	@%p17 bra 	$L__BB3_26;
+	ld.u16 	%r587, [%rd26+8];
+$L__BB3_26:
+	@%p17 bra 	$L__BB3_28;
+	ld.u8 	%r577, [%rd24+4];
+$L__BB3_28:
+	add.s64 	%rd31, %rd23, 5;
+	setp.ge.u64 	%p19, %rd31, %rd18;
+	mov.u32 	%r579, 0;
+	mov.u32 	%r586, %r579;
+	@%p19 bra 	$L__BB3_30;
+	ld.u16 	%r586, [%rd26+10];
+$L__BB3_30:
+	@%p19 bra 	$L__BB3_32;
+	ld.u8 	%r579, [%rd24+5];
+$L__BB3_32:
+	add.s64 	%rd32, %rd23, 6;
+	setp.ge.u64 	%p21, %rd32, %rd18;
+	mov.u32 	%r581, 0;
+	mov.u32 	%r585, %r581;
+	@%p21 bra 	$L__BB3_34;
+	ld.u16 	%r585, [%rd26+12];
+$L__BB3_34:
+	@%p21 bra 	$L__BB3_36;
+	ld.u8 	%r581, [%rd24+6];
+$L__BB3_36:
+	add.s64 	%rd33, %rd23, 7;
+	setp.ge.u64 	%p23, %rd33, %rd18;
+	mov.u32 	%r583, 0;
+	mov.u32 	%r584, %r583;
+	@%p23 bra 	$L__BB3_38;
+	ld.u16 	%r584, [%rd26+14];
+$L__BB3_38:
+	@%p23 bra 	$L__BB3_40;
+	ld.u8 	%r583, [%rd24+7];
+$L__BB3_40:
+	cvt.u16.u32 	%rs62, %r583;
+	cvt.u16.u32 	%rs63, %r581;
+	cvt.u16.u32 	%rs64, %r579;
+	cvt.u16.u32 	%rs65, %r577;
+	cvt.u16.u32 	%rs66, %r575;
+	cvt.u16.u32 	%rs67, %r573;
+	cvt.u16.u32 	%rs68, %r571;
+	cvt.u16.u32 	%rs69, %r569;
 $L__BB3_41:
-	cvt.u16.u32 	%rs158, %r590;
-	cvt.u16.u32 	%rs159, %r588;
-	cvt.u16.u32 	%rs160, %r586;
-	cvt.u16.u32 	%rs161, %r584;
-	cvt.u16.u32 	%rs162, %r582;
-	cvt.u16.u32 	%rs163, %r580;
-	cvt.u16.u32 	%rs164, %r578;
-	cvt.u16.u32 	%rs165, %r576;
-$L__BB3_42:
-	cvt.u16.u32 	%rs173, %r598;
-	setp.ge.u64 	%p26, %rd24, %rd18;
-	mov.u64 	%rd505, 0;
-	mov.u32 	%r599, 0;
-	mov.u32 	%r600, %r599;
-	mov.u64 	%rd504, %rd505;
-	@%p26 bra 	$L__BB3_45;
-	and.b32  	%r150, %r118, 31;
-	and.b32  	%r151, %r598, 65535;
-	bfi.b32 	%r152, %r150, %r151, 19, 5;
-	cvt.u64.u32 	%rd152, %r152;
-	add.s64 	%rd153, %rd152, -7046029254386353131;
-	xor.b64  	%rd154, %rd153, 1327217884;
-	mul.lo.s64 	%rd155, %rd154, -49064778989728563;
-	shr.u64 	%rd156, %rd155, 33;
-	xor.b64  	%rd157, %rd156, %rd155;
-	mul.lo.s64 	%rd158, %rd157, -4265267296055464877;
-	shr.u64 	%rd159, %rd158, 33;
-	xor.b64  	%rd505, %rd159, %rd158;
-	cvt.u16.u32 	%rs58, %r598;
-	and.b16  	%rs59, %rs58, 255;
-	and.b16  	%rs60, %rs165, 255;
-	setp.eq.s16 	%p27, %rs60, %rs59;
-	mov.u32 	%r600, 1;
-	mov.u64 	%rd504, %rd505;
-	@%p27 bra 	$L__BB3_45;
-	and.b32  	%r155, %r598, 32767;
-	sub.s16 	%rs62, %rs165, %rs58;
-	cvt.u32.u16 	%r156, %rs62;
-	cvt.s32.s8 	%r157, %r156;
-	add.s32 	%r158, %r155, %r157;
-	setp.lt.s32 	%p28, %r158, 0;
-	add.s32 	%r159, %r158, 256;
-	setp.gt.s32 	%p29, %r158, 32767;
-	add.s32 	%r160, %r158, 65280;
-	selp.b32 	%r161, %r160, %r158, %p29;
-	selp.b32 	%r162, %r159, %r161, %p28;
-	cvt.u16.u32 	%rs63, %r162;
-	and.b16  	%rs64, %rs173, -32768;
-	or.b16  	%rs65, %rs64, %rs63;
-	cvt.u64.u16 	%rd160, %rs65;
-	shl.b32 	%r165, %r118, 19;
-	and.b32  	%r166, %r165, 16252928;
-	cvt.u64.u32 	%rd161, %r166;
-	or.b64  	%rd162, %rd161, %rd160;
+	and.b32  	%r133, %r104, 31;
+	setp.ne.s32 	%p25, %r133, 0;
+	shr.u64 	%rd157, %rd15, 8;
+	add.s64 	%rd158, %rd449, %rd157;
+	shl.b64 	%rd159, %rd158, 3;
+	add.s64 	%rd34, %rd20, %rd159;
+	mov.u64 	%rd453, 0;
+	mov.u64 	%rd450, %rd453;
+	@%p25 bra 	$L__BB3_43;
+	ld.u64 	%rd450, [%rd34];
+$L__BB3_43:
+	setp.ge.u64 	%p26, %rd23, %rd18;
+	mov.u32 	%r592, 0;
+	mov.u32 	%r595, %r592;
+	mov.u64 	%rd452, %rd453;
+	@%p26 bra 	$L__BB3_46;
+	and.b32  	%r138, %r591, 65535;
+	bfi.b32 	%r141, %r133, %r138, 19, 5;
+	cvt.u64.u32 	%rd162, %r141;
 	add.s64 	%rd163, %rd162, -7046029254386353131;
 	xor.b64  	%rd164, %rd163, 1327217884;
 	mul.lo.s64 	%rd165, %rd164, -49064778989728563;
@@ -6628,18 +6593,52 @@ $L__BB3_42:
 	xor.b64  	%rd167, %rd166, %rd165;
 	mul.lo.s64 	%rd168, %rd167, -4265267296055464877;
 	shr.u64 	%rd169, %rd168, 33;
-	xor.b64  	%rd504, %rd169, %rd168;
-	mov.u32 	%r599, 1;
-	mov.u32 	%r600, %r599;
-$L__BB3_45:
-	add.s64 	%rd178, %rd24, 1;
+	xor.b64  	%rd453, %rd169, %rd168;
+	cvt.u16.u32 	%rs25, %r591;
+	and.b16  	%rs36, %rs25, 255;
+	and.b16  	%rs37, %rs69, 255;
+	setp.eq.s16 	%p27, %rs37, %rs36;
+	mov.u32 	%r595, 1;
+	mov.u64 	%rd452, %rd453;
+	@%p27 bra 	$L__BB3_46;
+	and.b32  	%r144, %r591, 32767;
+	sub.s16 	%rs38, %rs69, %rs25;
+	cvt.u32.u16 	%r145, %rs38;
+	cvt.s32.s8 	%r146, %r145;
+	add.s32 	%r147, %r144, %r146;
+	setp.lt.s32 	%p28, %r147, 0;
+	add.s32 	%r148, %r147, 256;
+	setp.gt.s32 	%p29, %r147, 32767;
+	add.s32 	%r149, %r147, 65280;
+	selp.b32 	%r150, %r149, %r147, %p29;
+	selp.b32 	%r151, %r148, %r150, %p28;
+	and.b32  	%r152, %r151, 65535;
+	and.b32  	%r153, %r591, 32768;
+	or.b32  	%r154, %r152, %r153;
+	shl.b32 	%r156, %r104, 19;
+	and.b32  	%r157, %r156, 16252928;
+	or.b32  	%r158, %r154, %r157;
+	cvt.u64.u32 	%rd170, %r158;
+	add.s64 	%rd171, %rd170, -7046029254386353131;
+	xor.b64  	%rd172, %rd171, 1327217884;
+	mul.lo.s64 	%rd173, %rd172, -49064778989728563;
+	shr.u64 	%rd174, %rd173, 33;
+	xor.b64  	%rd175, %rd174, %rd173;
+	mul.lo.s64 	%rd176, %rd175, -4265267296055464877;
+	shr.u64 	%rd177, %rd176, 33;
+	xor.b64  	%rd452, %rd177, %rd176;
+	mov.u32 	%r592, 1;
+	mov.u32 	%r595, %r592;
+$L__BB3_46:
+	add.s64 	%rd178, %rd23, 1;
 	setp.ge.u64 	%p30, %rd178, %rd18;
-	@%p30 bra 	$L__BB3_49;
-	shl.b32 	%r170, %r118, 19;
-	and.b32  	%r171, %r170, 16252928;
-	or.b32  	%r172, %r171, %r597;
-	or.b32  	%r173, %r172, 65536;
-	cvt.u64.u32 	%rd179, %r173;
+	@%p30 bra 	$L__BB3_50;
+	or.b32  	%r595, %r595, 2;
+	shl.b32 	%r160, %r104, 19;
+	and.b32  	%r161, %r160, 16252928;
+	or.b32  	%r162, %r161, %r590;
+	or.b32  	%r163, %r162, 65536;
+	cvt.u64.u32 	%rd179, %r163;
 	add.s64 	%rd180, %rd179, -7046029254386353131;
 	shr.u64 	%rd181, %rd180, 33;
 	xor.b64  	%rd182, %rd181, %rd180;
@@ -6648,1230 +6647,1013 @@ $L__BB3_45:
 	xor.b64  	%rd185, %rd184, %rd183;
 	mul.lo.s64 	%rd186, %rd185, -4265267296055464877;
 	shr.u64 	%rd187, %rd186, 33;
-	xor.b64  	%rd40, %rd187, %rd186;
-	add.s64 	%rd505, %rd40, %rd505;
-	cvt.u16.u32 	%rs33, %r597;
-	and.b16  	%rs66, %rs33, 255;
-	and.b16  	%rs67, %rs164, 255;
-	setp.eq.s16 	%p31, %rs67, %rs66;
-	@%p31 bra 	$L__BB3_48;
-	bra.uni 	$L__BB3_47;
-$L__BB3_48:
-	add.s64 	%rd504, %rd40, %rd504;
-	or.b32  	%r600, %r600, 2;
-	bra.uni 	$L__BB3_49;
-$L__BB3_47:
-	cvt.u16.u32 	%rs131, %r597;
-	or.b32  	%r599, %r599, 2;
-	sub.s16 	%rs68, %rs164, %rs33;
-	cvt.u32.u16 	%r174, %rs68;
-	cvt.s32.s8 	%r175, %r174;
-	and.b32  	%r176, %r597, 32767;
-	add.s32 	%r177, %r176, %r175;
-	setp.lt.s32 	%p32, %r177, 0;
-	add.s32 	%r178, %r177, 256;
-	setp.gt.s32 	%p33, %r177, 32767;
-	add.s32 	%r179, %r177, 65280;
-	selp.b32 	%r180, %r179, %r177, %p33;
-	selp.b32 	%r181, %r178, %r180, %p32;
-	cvt.u16.u32 	%rs69, %r181;
-	and.b16  	%rs70, %rs131, -32768;
-	or.b16  	%rs71, %rs70, %rs69;
-	cvt.u64.u16 	%rd188, %rs71;
-	or.b32  	%r185, %r171, 65536;
-	cvt.u64.u32 	%rd189, %r185;
-	or.b64  	%rd190, %rd189, %rd188;
-	add.s64 	%rd191, %rd190, -7046029254386353131;
-	shr.u64 	%rd192, %rd191, 33;
-	xor.b64  	%rd193, %rd192, %rd191;
-	mul.lo.s64 	%rd194, %rd193, -49064778989728563;
-	shr.u64 	%rd195, %rd194, 33;
-	xor.b64  	%rd196, %rd195, %rd194;
-	mul.lo.s64 	%rd197, %rd196, -4265267296055464877;
-	shr.u64 	%rd198, %rd197, 33;
-	xor.b64  	%rd199, %rd198, %rd197;
-	add.s64 	%rd504, %rd199, %rd504;
-	or.b32  	%r600, %r600, 2;
+	xor.b64  	%rd41, %rd187, %rd186;
+	add.s64 	%rd453, %rd41, %rd453;
+	cvt.u16.u32 	%rs26, %r590;
+	and.b16  	%rs39, %rs26, 255;
+	and.b16  	%rs40, %rs68, 255;
+	setp.eq.s16 	%p31, %rs40, %rs39;
+	@%p31 bra 	$L__BB3_49;
+	bra.uni 	$L__BB3_48;
 $L__BB3_49:
-	add.s64 	%rd200, %rd24, 2;
-	setp.ge.u64 	%p34, %rd200, %rd18;
-	@%p34 bra 	$L__BB3_53;
-	and.b32  	%r187, %r118, 31;
-	and.b32  	%r188, %r596, 65535;
-	bfi.b32 	%r189, %r187, %r188, 19, 5;
-	or.b32  	%r600, %r600, 4;
-	or.b32  	%r190, %r189, 131072;
-	cvt.u64.u32 	%rd201, %r190;
-	add.s64 	%rd202, %rd201, -7046029254386353131;
-	shr.u64 	%rd203, %rd202, 33;
-	xor.b64  	%rd204, %rd203, %rd202;
-	mul.lo.s64 	%rd205, %rd204, -49064778989728563;
-	shr.u64 	%rd206, %rd205, 33;
-	xor.b64  	%rd207, %rd206, %rd205;
-	mul.lo.s64 	%rd208, %rd207, -4265267296055464877;
-	shr.u64 	%rd209, %rd208, 33;
-	xor.b64  	%rd46, %rd209, %rd208;
-	add.s64 	%rd505, %rd46, %rd505;
-	cvt.u16.u32 	%rs34, %r596;
-	and.b16  	%rs72, %rs34, 255;
-	and.b16  	%rs73, %rs163, 255;
-	setp.eq.s16 	%p35, %rs73, %rs72;
-	@%p35 bra 	$L__BB3_52;
-	bra.uni 	$L__BB3_51;
-$L__BB3_52:
-	add.s64 	%rd504, %rd46, %rd504;
-	bra.uni 	$L__BB3_53;
-$L__BB3_51:
-	cvt.u16.u32 	%rs157, %r596;
-	or.b32  	%r599, %r599, 4;
-	sub.s16 	%rs74, %rs163, %rs34;
-	cvt.u32.u16 	%r191, %rs74;
-	cvt.s32.s8 	%r192, %r191;
-	and.b32  	%r193, %r596, 32767;
-	add.s32 	%r194, %r193, %r192;
-	setp.lt.s32 	%p36, %r194, 0;
-	add.s32 	%r195, %r194, 256;
-	setp.gt.s32 	%p37, %r194, 32767;
-	add.s32 	%r196, %r194, 65280;
-	selp.b32 	%r197, %r196, %r194, %p37;
-	selp.b32 	%r198, %r195, %r197, %p36;
-	cvt.u16.u32 	%rs75, %r198;
-	and.b16  	%rs76, %rs157, -32768;
-	or.b16  	%rs77, %rs76, %rs75;
-	cvt.u64.u16 	%rd210, %rs77;
-	shl.b32 	%r200, %r118, 19;
-	and.b32  	%r201, %r200, 16252928;
-	or.b32  	%r202, %r201, 131072;
-	cvt.u64.u32 	%rd211, %r202;
-	or.b64  	%rd212, %rd211, %rd210;
-	add.s64 	%rd213, %rd212, -7046029254386353131;
-	shr.u64 	%rd214, %rd213, 33;
-	xor.b64  	%rd215, %rd214, %rd213;
-	mul.lo.s64 	%rd216, %rd215, -49064778989728563;
-	shr.u64 	%rd217, %rd216, 33;
-	xor.b64  	%rd218, %rd217, %rd216;
-	mul.lo.s64 	%rd219, %rd218, -4265267296055464877;
-	shr.u64 	%rd220, %rd219, 33;
-	xor.b64  	%rd221, %rd220, %rd219;
-	add.s64 	%rd504, %rd221, %rd504;
+	add.s64 	%rd452, %rd41, %rd452;
+	bra.uni 	$L__BB3_50;
+$L__BB3_48:
+	or.b32  	%r592, %r592, 2;
+	sub.s16 	%rs41, %rs68, %rs26;
+	cvt.u32.u16 	%r164, %rs41;
+	cvt.s32.s8 	%r165, %r164;
+	and.b32  	%r166, %r590, 32767;
+	add.s32 	%r167, %r166, %r165;
+	setp.lt.s32 	%p32, %r167, 0;
+	add.s32 	%r168, %r167, 256;
+	setp.gt.s32 	%p33, %r167, 32767;
+	add.s32 	%r169, %r167, 65280;
+	selp.b32 	%r170, %r169, %r167, %p33;
+	selp.b32 	%r171, %r168, %r170, %p32;
+	and.b32  	%r172, %r171, 65535;
+	and.b32  	%r173, %r590, 32768;
+	or.b32  	%r174, %r172, %r173;
+	or.b32  	%r178, %r174, %r161;
+	or.b32  	%r179, %r178, 65536;
+	cvt.u64.u32 	%rd188, %r179;
+	add.s64 	%rd189, %rd188, -7046029254386353131;
+	shr.u64 	%rd190, %rd189, 33;
+	xor.b64  	%rd191, %rd190, %rd189;
+	mul.lo.s64 	%rd192, %rd191, -49064778989728563;
+	shr.u64 	%rd193, %rd192, 33;
+	xor.b64  	%rd194, %rd193, %rd192;
+	mul.lo.s64 	%rd195, %rd194, -4265267296055464877;
+	shr.u64 	%rd196, %rd195, 33;
+	xor.b64  	%rd197, %rd196, %rd195;
+	add.s64 	%rd452, %rd197, %rd452;
+$L__BB3_50:
+	add.s64 	%rd198, %rd23, 2;
+	setp.ge.u64 	%p34, %rd198, %rd18;
+	@%p34 bra 	$L__BB3_54;
+	or.b32  	%r595, %r595, 4;
+	and.b32  	%r182, %r589, 65535;
+	bfi.b32 	%r183, %r133, %r182, 19, 5;
+	or.b32  	%r184, %r183, 131072;
+	cvt.u64.u32 	%rd199, %r184;
+	add.s64 	%rd200, %rd199, -7046029254386353131;
+	shr.u64 	%rd201, %rd200, 33;
+	xor.b64  	%rd202, %rd201, %rd200;
+	mul.lo.s64 	%rd203, %rd202, -49064778989728563;
+	shr.u64 	%rd204, %rd203, 33;
+	xor.b64  	%rd205, %rd204, %rd203;
+	mul.lo.s64 	%rd206, %rd205, -4265267296055464877;
+	shr.u64 	%rd207, %rd206, 33;
+	xor.b64  	%rd47, %rd207, %rd206;
+	add.s64 	%rd453, %rd47, %rd453;
+	cvt.u16.u32 	%rs27, %r589;
+	and.b16  	%rs42, %rs27, 255;
+	and.b16  	%rs43, %rs67, 255;
+	setp.eq.s16 	%p35, %rs43, %rs42;
+	@%p35 bra 	$L__BB3_53;
+	bra.uni 	$L__BB3_52;
 $L__BB3_53:
-	add.s64 	%rd222, %rd24, 3;
-	setp.ge.u64 	%p38, %rd222, %rd18;
-	@%p38 bra 	$L__BB3_57;
-	shl.b32 	%r204, %r118, 19;
-	and.b32  	%r205, %r204, 16252928;
-	or.b32  	%r206, %r205, %r595;
-	or.b32  	%r600, %r600, 8;
-	or.b32  	%r207, %r206, 196608;
-	cvt.u64.u32 	%rd223, %r207;
-	add.s64 	%rd224, %rd223, -7046029254386353131;
-	shr.u64 	%rd225, %rd224, 33;
-	xor.b64  	%rd226, %rd225, %rd224;
-	mul.lo.s64 	%rd227, %rd226, -49064778989728563;
-	shr.u64 	%rd228, %rd227, 33;
-	xor.b64  	%rd229, %rd228, %rd227;
-	mul.lo.s64 	%rd230, %rd229, -4265267296055464877;
-	shr.u64 	%rd231, %rd230, 33;
-	xor.b64  	%rd52, %rd231, %rd230;
-	add.s64 	%rd505, %rd52, %rd505;
-	cvt.u16.u32 	%rs35, %r595;
-	and.b16  	%rs78, %rs35, 255;
-	and.b16  	%rs79, %rs162, 255;
-	setp.eq.s16 	%p39, %rs79, %rs78;
-	@%p39 bra 	$L__BB3_56;
-	bra.uni 	$L__BB3_55;
+	add.s64 	%rd452, %rd47, %rd452;
+	bra.uni 	$L__BB3_54;
+$L__BB3_52:
+	or.b32  	%r592, %r592, 4;
+	sub.s16 	%rs44, %rs67, %rs27;
+	cvt.u32.u16 	%r185, %rs44;
+	cvt.s32.s8 	%r186, %r185;
+	and.b32  	%r187, %r589, 32767;
+	add.s32 	%r188, %r187, %r186;
+	setp.lt.s32 	%p36, %r188, 0;
+	add.s32 	%r189, %r188, 256;
+	setp.gt.s32 	%p37, %r188, 32767;
+	add.s32 	%r190, %r188, 65280;
+	selp.b32 	%r191, %r190, %r188, %p37;
+	selp.b32 	%r192, %r189, %r191, %p36;
+	and.b32  	%r193, %r192, 65535;
+	and.b32  	%r194, %r589, 32768;
+	or.b32  	%r195, %r193, %r194;
+	shl.b32 	%r197, %r104, 19;
+	and.b32  	%r198, %r197, 16252928;
+	or.b32  	%r199, %r195, %r198;
+	or.b32  	%r200, %r199, 131072;
+	cvt.u64.u32 	%rd208, %r200;
+	add.s64 	%rd209, %rd208, -7046029254386353131;
+	shr.u64 	%rd210, %rd209, 33;
+	xor.b64  	%rd211, %rd210, %rd209;
+	mul.lo.s64 	%rd212, %rd211, -49064778989728563;
+	shr.u64 	%rd213, %rd212, 33;
+	xor.b64  	%rd214, %rd213, %rd212;
+	mul.lo.s64 	%rd215, %rd214, -4265267296055464877;
+	shr.u64 	%rd216, %rd215, 33;
+	xor.b64  	%rd217, %rd216, %rd215;
+	add.s64 	%rd452, %rd217, %rd452;
+$L__BB3_54:
+	add.s64 	%rd218, %rd23, 3;
+	setp.ge.u64 	%p38, %rd218, %rd18;
+	@%p38 bra 	$L__BB3_58;
+	or.b32  	%r595, %r595, 8;
+	shl.b32 	%r202, %r104, 19;
+	and.b32  	%r203, %r202, 16252928;
+	or.b32  	%r204, %r203, %r588;
+	or.b32  	%r205, %r204, 196608;
+	cvt.u64.u32 	%rd219, %r205;
+	add.s64 	%rd220, %rd219, -7046029254386353131;
+	shr.u64 	%rd221, %rd220, 33;
+	xor.b64  	%rd222, %rd221, %rd220;
+	mul.lo.s64 	%rd223, %rd222, -49064778989728563;
+	shr.u64 	%rd224, %rd223, 33;
+	xor.b64  	%rd225, %rd224, %rd223;
+	mul.lo.s64 	%rd226, %rd225, -4265267296055464877;
+	shr.u64 	%rd227, %rd226, 33;
+	xor.b64  	%rd53, %rd227, %rd226;
+	add.s64 	%rd453, %rd53, %rd453;
+	cvt.u16.u32 	%rs28, %r588;
+	and.b16  	%rs45, %rs28, 255;
+	and.b16  	%rs46, %rs66, 255;
+	setp.eq.s16 	%p39, %rs46, %rs45;
+	@%p39 bra 	$L__BB3_57;
+	bra.uni 	$L__BB3_56;
+$L__BB3_57:
+	add.s64 	%rd452, %rd53, %rd452;
+	bra.uni 	$L__BB3_58;
 $L__BB3_56:
-	add.s64 	%rd504, %rd52, %rd504;
-	bra.uni 	$L__BB3_57;
-$L__BB3_55:
-	cvt.u16.u32 	%rs156, %r595;
-	or.b32  	%r599, %r599, 8;
-	sub.s16 	%rs80, %rs162, %rs35;
-	cvt.u32.u16 	%r208, %rs80;
-	cvt.s32.s8 	%r209, %r208;
-	and.b32  	%r210, %r595, 32767;
-	add.s32 	%r211, %r210, %r209;
-	setp.lt.s32 	%p40, %r211, 0;
-	add.s32 	%r212, %r211, 256;
-	setp.gt.s32 	%p41, %r211, 32767;
-	add.s32 	%r213, %r211, 65280;
-	selp.b32 	%r214, %r213, %r211, %p41;
-	selp.b32 	%r215, %r212, %r214, %p40;
-	cvt.u16.u32 	%rs81, %r215;
-	and.b16  	%rs82, %rs156, -32768;
-	or.b16  	%rs83, %rs82, %rs81;
-	cvt.u64.u16 	%rd232, %rs83;
-	or.b32  	%r219, %r205, 196608;
-	cvt.u64.u32 	%rd233, %r219;
-	or.b64  	%rd234, %rd233, %rd232;
-	add.s64 	%rd235, %rd234, -7046029254386353131;
+	or.b32  	%r592, %r592, 8;
+	sub.s16 	%rs47, %rs66, %rs28;
+	cvt.u32.u16 	%r206, %rs47;
+	cvt.s32.s8 	%r207, %r206;
+	and.b32  	%r208, %r588, 32767;
+	add.s32 	%r209, %r208, %r207;
+	setp.lt.s32 	%p40, %r209, 0;
+	add.s32 	%r210, %r209, 256;
+	setp.gt.s32 	%p41, %r209, 32767;
+	add.s32 	%r211, %r209, 65280;
+	selp.b32 	%r212, %r211, %r209, %p41;
+	selp.b32 	%r213, %r210, %r212, %p40;
+	and.b32  	%r214, %r213, 65535;
+	and.b32  	%r215, %r588, 32768;
+	or.b32  	%r216, %r214, %r215;
+	or.b32  	%r220, %r216, %r203;
+	or.b32  	%r221, %r220, 196608;
+	cvt.u64.u32 	%rd228, %r221;
+	add.s64 	%rd229, %rd228, -7046029254386353131;
+	shr.u64 	%rd230, %rd229, 33;
+	xor.b64  	%rd231, %rd230, %rd229;
+	mul.lo.s64 	%rd232, %rd231, -49064778989728563;
+	shr.u64 	%rd233, %rd232, 33;
+	xor.b64  	%rd234, %rd233, %rd232;
+	mul.lo.s64 	%rd235, %rd234, -4265267296055464877;
 	shr.u64 	%rd236, %rd235, 33;
 	xor.b64  	%rd237, %rd236, %rd235;
-	mul.lo.s64 	%rd238, %rd237, -49064778989728563;
-	shr.u64 	%rd239, %rd238, 33;
-	xor.b64  	%rd240, %rd239, %rd238;
-	mul.lo.s64 	%rd241, %rd240, -4265267296055464877;
-	shr.u64 	%rd242, %rd241, 33;
-	xor.b64  	%rd243, %rd242, %rd241;
-	add.s64 	%rd504, %rd243, %rd504;
-$L__BB3_57:
-	add.s64 	%rd244, %rd24, 4;
-	setp.ge.u64 	%p42, %rd244, %rd18;
-	@%p42 bra 	$L__BB3_61;
-	and.b32  	%r221, %r118, 31;
-	and.b32  	%r222, %r594, 65535;
-	bfi.b32 	%r223, %r221, %r222, 19, 5;
-	or.b32  	%r600, %r600, 16;
-	or.b32  	%r224, %r223, 262144;
-	cvt.u64.u32 	%rd245, %r224;
-	add.s64 	%rd246, %rd245, -7046029254386353131;
+	add.s64 	%rd452, %rd237, %rd452;
+$L__BB3_58:
+	add.s64 	%rd238, %rd23, 4;
+	setp.ge.u64 	%p42, %rd238, %rd18;
+	@%p42 bra 	$L__BB3_62;
+	or.b32  	%r595, %r595, 16;
+	and.b32  	%r224, %r587, 65535;
+	bfi.b32 	%r225, %r133, %r224, 19, 5;
+	or.b32  	%r226, %r225, 262144;
+	cvt.u64.u32 	%rd239, %r226;
+	add.s64 	%rd240, %rd239, -7046029254386353131;
+	shr.u64 	%rd241, %rd240, 33;
+	xor.b64  	%rd242, %rd241, %rd240;
+	mul.lo.s64 	%rd243, %rd242, -49064778989728563;
+	shr.u64 	%rd244, %rd243, 33;
+	xor.b64  	%rd245, %rd244, %rd243;
+	mul.lo.s64 	%rd246, %rd245, -4265267296055464877;
 	shr.u64 	%rd247, %rd246, 33;
-	xor.b64  	%rd248, %rd247, %rd246;
-	mul.lo.s64 	%rd249, %rd248, -49064778989728563;
+	xor.b64  	%rd59, %rd247, %rd246;
+	add.s64 	%rd453, %rd59, %rd453;
+	cvt.u16.u32 	%rs29, %r587;
+	and.b16  	%rs48, %rs29, 255;
+	and.b16  	%rs49, %rs65, 255;
+	setp.eq.s16 	%p43, %rs49, %rs48;
+	@%p43 bra 	$L__BB3_61;
+	bra.uni 	$L__BB3_60;
+$L__BB3_61:
+	add.s64 	%rd452, %rd59, %rd452;
+	bra.uni 	$L__BB3_62;
+$L__BB3_60:
+	or.b32  	%r592, %r592, 16;
+	sub.s16 	%rs50, %rs65, %rs29;
+	cvt.u32.u16 	%r227, %rs50;
+	cvt.s32.s8 	%r228, %r227;
+	and.b32  	%r229, %r587, 32767;
+	add.s32 	%r230, %r229, %r228;
+	setp.lt.s32 	%p44, %r230, 0;
+	add.s32 	%r231, %r230, 256;
+	setp.gt.s32 	%p45, %r230, 32767;
+	add.s32 	%r232, %r230, 65280;
+	selp.b32 	%r233, %r232, %r230, %p45;
+	selp.b32 	%r234, %r231, %r233, %p44;
+	and.b32  	%r235, %r234, 65535;
+	and.b32  	%r236, %r587, 32768;
+	or.b32  	%r237, %r235, %r236;
+	shl.b32 	%r239, %r104, 19;
+	and.b32  	%r240, %r239, 16252928;
+	or.b32  	%r241, %r237, %r240;
+	or.b32  	%r242, %r241, 262144;
+	cvt.u64.u32 	%rd248, %r242;
+	add.s64 	%rd249, %rd248, -7046029254386353131;
 	shr.u64 	%rd250, %rd249, 33;
 	xor.b64  	%rd251, %rd250, %rd249;
-	mul.lo.s64 	%rd252, %rd251, -4265267296055464877;
+	mul.lo.s64 	%rd252, %rd251, -49064778989728563;
 	shr.u64 	%rd253, %rd252, 33;
-	xor.b64  	%rd58, %rd253, %rd252;
-	add.s64 	%rd505, %rd58, %rd505;
-	cvt.u16.u32 	%rs36, %r594;
-	and.b16  	%rs84, %rs36, 255;
-	and.b16  	%rs85, %rs161, 255;
-	setp.eq.s16 	%p43, %rs85, %rs84;
-	@%p43 bra 	$L__BB3_60;
-	bra.uni 	$L__BB3_59;
-$L__BB3_60:
-	add.s64 	%rd504, %rd58, %rd504;
-	bra.uni 	$L__BB3_61;
-$L__BB3_59:
-	cvt.u16.u32 	%rs155, %r594;
-	or.b32  	%r599, %r599, 16;
-	sub.s16 	%rs86, %rs161, %rs36;
-	cvt.u32.u16 	%r225, %rs86;
-	cvt.s32.s8 	%r226, %r225;
-	and.b32  	%r227, %r594, 32767;
-	add.s32 	%r228, %r227, %r226;
-	setp.lt.s32 	%p44, %r228, 0;
-	add.s32 	%r229, %r228, 256;
-	setp.gt.s32 	%p45, %r228, 32767;
-	add.s32 	%r230, %r228, 65280;
-	selp.b32 	%r231, %r230, %r228, %p45;
-	selp.b32 	%r232, %r229, %r231, %p44;
-	cvt.u16.u32 	%rs87, %r232;
-	and.b16  	%rs88, %rs155, -32768;
-	or.b16  	%rs89, %rs88, %rs87;
-	cvt.u64.u16 	%rd254, %rs89;
-	shl.b32 	%r234, %r118, 19;
-	and.b32  	%r235, %r234, 16252928;
-	or.b32  	%r236, %r235, 262144;
-	cvt.u64.u32 	%rd255, %r236;
-	or.b64  	%rd256, %rd255, %rd254;
-	add.s64 	%rd257, %rd256, -7046029254386353131;
-	shr.u64 	%rd258, %rd257, 33;
-	xor.b64  	%rd259, %rd258, %rd257;
-	mul.lo.s64 	%rd260, %rd259, -49064778989728563;
+	xor.b64  	%rd254, %rd253, %rd252;
+	mul.lo.s64 	%rd255, %rd254, -4265267296055464877;
+	shr.u64 	%rd256, %rd255, 33;
+	xor.b64  	%rd257, %rd256, %rd255;
+	add.s64 	%rd452, %rd257, %rd452;
+$L__BB3_62:
+	add.s64 	%rd258, %rd23, 5;
+	setp.ge.u64 	%p46, %rd258, %rd18;
+	@%p46 bra 	$L__BB3_66;
+	or.b32  	%r595, %r595, 32;
+	shl.b32 	%r244, %r104, 19;
+	and.b32  	%r245, %r244, 16252928;
+	or.b32  	%r246, %r245, %r586;
+	or.b32  	%r247, %r246, 327680;
+	cvt.u64.u32 	%rd259, %r247;
+	add.s64 	%rd260, %rd259, -7046029254386353131;
 	shr.u64 	%rd261, %rd260, 33;
 	xor.b64  	%rd262, %rd261, %rd260;
-	mul.lo.s64 	%rd263, %rd262, -4265267296055464877;
+	mul.lo.s64 	%rd263, %rd262, -49064778989728563;
 	shr.u64 	%rd264, %rd263, 33;
 	xor.b64  	%rd265, %rd264, %rd263;
-	add.s64 	%rd504, %rd265, %rd504;
-$L__BB3_61:
-	add.s64 	%rd266, %rd24, 5;
-	setp.ge.u64 	%p46, %rd266, %rd18;
-	@%p46 bra 	$L__BB3_65;
-	shl.b32 	%r238, %r118, 19;
-	and.b32  	%r239, %r238, 16252928;
-	or.b32  	%r240, %r239, %r593;
-	or.b32  	%r600, %r600, 32;
-	or.b32  	%r241, %r240, 327680;
-	cvt.u64.u32 	%rd267, %r241;
-	add.s64 	%rd268, %rd267, -7046029254386353131;
-	shr.u64 	%rd269, %rd268, 33;
-	xor.b64  	%rd270, %rd269, %rd268;
-	mul.lo.s64 	%rd271, %rd270, -49064778989728563;
-	shr.u64 	%rd272, %rd271, 33;
-	xor.b64  	%rd273, %rd272, %rd271;
-	mul.lo.s64 	%rd274, %rd273, -4265267296055464877;
-	shr.u64 	%rd275, %rd274, 33;
-	xor.b64  	%rd64, %rd275, %rd274;
-	add.s64 	%rd505, %rd64, %rd505;
-	cvt.u16.u32 	%rs37, %r593;
-	and.b16  	%rs90, %rs37, 255;
-	and.b16  	%rs91, %rs160, 255;
-	setp.eq.s16 	%p47, %rs91, %rs90;
-	@%p47 bra 	$L__BB3_64;
-	bra.uni 	$L__BB3_63;
-$L__BB3_64:
-	add.s64 	%rd504, %rd64, %rd504;
-	bra.uni 	$L__BB3_65;
-$L__BB3_63:
-	cvt.u16.u32 	%rs154, %r593;
-	or.b32  	%r599, %r599, 32;
-	sub.s16 	%rs92, %rs160, %rs37;
-	cvt.u32.u16 	%r242, %rs92;
-	cvt.s32.s8 	%r243, %r242;
-	and.b32  	%r244, %r593, 32767;
-	add.s32 	%r245, %r244, %r243;
-	setp.lt.s32 	%p48, %r245, 0;
-	add.s32 	%r246, %r245, 256;
-	setp.gt.s32 	%p49, %r245, 32767;
-	add.s32 	%r247, %r245, 65280;
-	selp.b32 	%r248, %r247, %r245, %p49;
-	selp.b32 	%r249, %r246, %r248, %p48;
-	cvt.u16.u32 	%rs93, %r249;
-	and.b16  	%rs94, %rs154, -32768;
-	or.b16  	%rs95, %rs94, %rs93;
-	cvt.u64.u16 	%rd276, %rs95;
-	or.b32  	%r253, %r239, 327680;
-	cvt.u64.u32 	%rd277, %r253;
-	or.b64  	%rd278, %rd277, %rd276;
-	add.s64 	%rd279, %rd278, -7046029254386353131;
-	shr.u64 	%rd280, %rd279, 33;
-	xor.b64  	%rd281, %rd280, %rd279;
-	mul.lo.s64 	%rd282, %rd281, -49064778989728563;
-	shr.u64 	%rd283, %rd282, 33;
-	xor.b64  	%rd284, %rd283, %rd282;
-	mul.lo.s64 	%rd285, %rd284, -4265267296055464877;
-	shr.u64 	%rd286, %rd285, 33;
-	xor.b64  	%rd287, %rd286, %rd285;
-	add.s64 	%rd504, %rd287, %rd504;
+	mul.lo.s64 	%rd266, %rd265, -4265267296055464877;
+	shr.u64 	%rd267, %rd266, 33;
+	xor.b64  	%rd65, %rd267, %rd266;
+	add.s64 	%rd453, %rd65, %rd453;
+	cvt.u16.u32 	%rs30, %r586;
+	and.b16  	%rs51, %rs30, 255;
+	and.b16  	%rs52, %rs64, 255;
+	setp.eq.s16 	%p47, %rs52, %rs51;
+	@%p47 bra 	$L__BB3_65;
+	bra.uni 	$L__BB3_64;
 $L__BB3_65:
-	add.s64 	%rd288, %rd24, 6;
-	setp.ge.u64 	%p50, %rd288, %rd18;
-	@%p50 bra 	$L__BB3_69;
-	and.b32  	%r255, %r118, 31;
-	and.b32  	%r256, %r592, 65535;
-	bfi.b32 	%r257, %r255, %r256, 19, 5;
-	or.b32  	%r600, %r600, 64;
-	or.b32  	%r258, %r257, 393216;
-	cvt.u64.u32 	%rd289, %r258;
-	add.s64 	%rd290, %rd289, -7046029254386353131;
-	shr.u64 	%rd291, %rd290, 33;
-	xor.b64  	%rd292, %rd291, %rd290;
-	mul.lo.s64 	%rd293, %rd292, -49064778989728563;
-	shr.u64 	%rd294, %rd293, 33;
-	xor.b64  	%rd295, %rd294, %rd293;
-	mul.lo.s64 	%rd296, %rd295, -4265267296055464877;
-	shr.u64 	%rd297, %rd296, 33;
-	xor.b64  	%rd70, %rd297, %rd296;
-	add.s64 	%rd505, %rd70, %rd505;
-	cvt.u16.u32 	%rs38, %r592;
-	and.b16  	%rs96, %rs38, 255;
-	and.b16  	%rs97, %rs159, 255;
-	setp.eq.s16 	%p51, %rs97, %rs96;
-	@%p51 bra 	$L__BB3_68;
-	bra.uni 	$L__BB3_67;
-$L__BB3_68:
-	add.s64 	%rd504, %rd70, %rd504;
-	bra.uni 	$L__BB3_69;
-$L__BB3_67:
-	cvt.u16.u32 	%rs153, %r592;
-	or.b32  	%r599, %r599, 64;
-	sub.s16 	%rs98, %rs159, %rs38;
-	cvt.u32.u16 	%r259, %rs98;
-	cvt.s32.s8 	%r260, %r259;
-	and.b32  	%r261, %r592, 32767;
-	add.s32 	%r262, %r261, %r260;
-	setp.lt.s32 	%p52, %r262, 0;
-	add.s32 	%r263, %r262, 256;
-	setp.gt.s32 	%p53, %r262, 32767;
-	add.s32 	%r264, %r262, 65280;
-	selp.b32 	%r265, %r264, %r262, %p53;
-	selp.b32 	%r266, %r263, %r265, %p52;
-	cvt.u16.u32 	%rs99, %r266;
-	and.b16  	%rs100, %rs153, -32768;
-	or.b16  	%rs101, %rs100, %rs99;
-	cvt.u64.u16 	%rd298, %rs101;
-	shl.b32 	%r268, %r118, 19;
-	and.b32  	%r269, %r268, 16252928;
-	or.b32  	%r270, %r269, 393216;
-	cvt.u64.u32 	%rd299, %r270;
-	or.b64  	%rd300, %rd299, %rd298;
-	add.s64 	%rd301, %rd300, -7046029254386353131;
-	shr.u64 	%rd302, %rd301, 33;
-	xor.b64  	%rd303, %rd302, %rd301;
-	mul.lo.s64 	%rd304, %rd303, -49064778989728563;
-	shr.u64 	%rd305, %rd304, 33;
-	xor.b64  	%rd306, %rd305, %rd304;
-	mul.lo.s64 	%rd307, %rd306, -4265267296055464877;
-	shr.u64 	%rd308, %rd307, 33;
-	xor.b64  	%rd309, %rd308, %rd307;
-	add.s64 	%rd504, %rd309, %rd504;
+	add.s64 	%rd452, %rd65, %rd452;
+	bra.uni 	$L__BB3_66;
+$L__BB3_64:
+	or.b32  	%r592, %r592, 32;
+	sub.s16 	%rs53, %rs64, %rs30;
+	cvt.u32.u16 	%r248, %rs53;
+	cvt.s32.s8 	%r249, %r248;
+	and.b32  	%r250, %r586, 32767;
+	add.s32 	%r251, %r250, %r249;
+	setp.lt.s32 	%p48, %r251, 0;
+	add.s32 	%r252, %r251, 256;
+	setp.gt.s32 	%p49, %r251, 32767;
+	add.s32 	%r253, %r251, 65280;
+	selp.b32 	%r254, %r253, %r251, %p49;
+	selp.b32 	%r255, %r252, %r254, %p48;
+	and.b32  	%r256, %r255, 65535;
+	and.b32  	%r257, %r586, 32768;
+	or.b32  	%r258, %r256, %r257;
+	or.b32  	%r262, %r258, %r245;
+	or.b32  	%r263, %r262, 327680;
+	cvt.u64.u32 	%rd268, %r263;
+	add.s64 	%rd269, %rd268, -7046029254386353131;
+	shr.u64 	%rd270, %rd269, 33;
+	xor.b64  	%rd271, %rd270, %rd269;
+	mul.lo.s64 	%rd272, %rd271, -49064778989728563;
+	shr.u64 	%rd273, %rd272, 33;
+	xor.b64  	%rd274, %rd273, %rd272;
+	mul.lo.s64 	%rd275, %rd274, -4265267296055464877;
+	shr.u64 	%rd276, %rd275, 33;
+	xor.b64  	%rd277, %rd276, %rd275;
+	add.s64 	%rd452, %rd277, %rd452;
+$L__BB3_66:
+	add.s64 	%rd278, %rd23, 6;
+	setp.ge.u64 	%p50, %rd278, %rd18;
+	@%p50 bra 	$L__BB3_70;
+	or.b32  	%r595, %r595, 64;
+	and.b32  	%r266, %r585, 65535;
+	bfi.b32 	%r267, %r133, %r266, 19, 5;
+	or.b32  	%r268, %r267, 393216;
+	cvt.u64.u32 	%rd279, %r268;
+	add.s64 	%rd280, %rd279, -7046029254386353131;
+	shr.u64 	%rd281, %rd280, 33;
+	xor.b64  	%rd282, %rd281, %rd280;
+	mul.lo.s64 	%rd283, %rd282, -49064778989728563;
+	shr.u64 	%rd284, %rd283, 33;
+	xor.b64  	%rd285, %rd284, %rd283;
+	mul.lo.s64 	%rd286, %rd285, -4265267296055464877;
+	shr.u64 	%rd287, %rd286, 33;
+	xor.b64  	%rd71, %rd287, %rd286;
+	add.s64 	%rd453, %rd71, %rd453;
+	cvt.u16.u32 	%rs31, %r585;
+	and.b16  	%rs54, %rs31, 255;
+	and.b16  	%rs55, %rs63, 255;
+	setp.eq.s16 	%p51, %rs55, %rs54;
+	@%p51 bra 	$L__BB3_69;
+	bra.uni 	$L__BB3_68;
 $L__BB3_69:
-	cvt.u16.u32 	%rs166, %r591;
-	cvt.u16.u32 	%rs167, %r592;
-	cvt.u16.u32 	%rs168, %r593;
-	cvt.u16.u32 	%rs169, %r594;
-	cvt.u16.u32 	%rs170, %r595;
-	cvt.u16.u32 	%rs171, %r596;
-	cvt.u16.u32 	%rs172, %r597;
-	add.s64 	%rd310, %rd24, 7;
-	setp.ge.u64 	%p54, %rd310, %rd18;
-	@%p54 bra 	$L__BB3_73;
-	shl.b32 	%r272, %r118, 19;
-	and.b32  	%r273, %r272, 16252928;
-	or.b32  	%r274, %r273, %r591;
-	or.b32  	%r600, %r600, 128;
-	or.b32  	%r275, %r274, 458752;
-	cvt.u64.u32 	%rd311, %r275;
-	add.s64 	%rd312, %rd311, -7046029254386353131;
+	add.s64 	%rd452, %rd71, %rd452;
+	bra.uni 	$L__BB3_70;
+$L__BB3_68:
+	or.b32  	%r592, %r592, 64;
+	sub.s16 	%rs56, %rs63, %rs31;
+	cvt.u32.u16 	%r269, %rs56;
+	cvt.s32.s8 	%r270, %r269;
+	and.b32  	%r271, %r585, 32767;
+	add.s32 	%r272, %r271, %r270;
+	setp.lt.s32 	%p52, %r272, 0;
+	add.s32 	%r273, %r272, 256;
+	setp.gt.s32 	%p53, %r272, 32767;
+	add.s32 	%r274, %r272, 65280;
+	selp.b32 	%r275, %r274, %r272, %p53;
+	selp.b32 	%r276, %r273, %r275, %p52;
+	and.b32  	%r277, %r276, 65535;
+	and.b32  	%r278, %r585, 32768;
+	or.b32  	%r279, %r277, %r278;
+	shl.b32 	%r281, %r104, 19;
+	and.b32  	%r282, %r281, 16252928;
+	or.b32  	%r283, %r279, %r282;
+	or.b32  	%r284, %r283, 393216;
+	cvt.u64.u32 	%rd288, %r284;
+	add.s64 	%rd289, %rd288, -7046029254386353131;
+	shr.u64 	%rd290, %rd289, 33;
+	xor.b64  	%rd291, %rd290, %rd289;
+	mul.lo.s64 	%rd292, %rd291, -49064778989728563;
+	shr.u64 	%rd293, %rd292, 33;
+	xor.b64  	%rd294, %rd293, %rd292;
+	mul.lo.s64 	%rd295, %rd294, -4265267296055464877;
+	shr.u64 	%rd296, %rd295, 33;
+	xor.b64  	%rd297, %rd296, %rd295;
+	add.s64 	%rd452, %rd297, %rd452;
+$L__BB3_70:
+	add.s64 	%rd298, %rd23, 7;
+	setp.ge.u64 	%p54, %rd298, %rd18;
+	@%p54 bra 	$L__BB3_74;
+	or.b32  	%r595, %r595, 128;
+	shl.b32 	%r286, %r104, 19;
+	and.b32  	%r287, %r286, 16252928;
+	or.b32  	%r288, %r287, %r584;
+	or.b32  	%r289, %r288, 458752;
+	cvt.u64.u32 	%rd299, %r289;
+	add.s64 	%rd300, %rd299, -7046029254386353131;
+	shr.u64 	%rd301, %rd300, 33;
+	xor.b64  	%rd302, %rd301, %rd300;
+	mul.lo.s64 	%rd303, %rd302, -49064778989728563;
+	shr.u64 	%rd304, %rd303, 33;
+	xor.b64  	%rd305, %rd304, %rd303;
+	mul.lo.s64 	%rd306, %rd305, -4265267296055464877;
+	shr.u64 	%rd307, %rd306, 33;
+	xor.b64  	%rd77, %rd307, %rd306;
+	add.s64 	%rd453, %rd77, %rd453;
+	cvt.u16.u32 	%rs32, %r584;
+	and.b16  	%rs57, %rs32, 255;
+	setp.eq.s16 	%p55, %rs62, %rs57;
+	@%p55 bra 	$L__BB3_73;
+	bra.uni 	$L__BB3_72;
+$L__BB3_73:
+	add.s64 	%rd452, %rd77, %rd452;
+	bra.uni 	$L__BB3_74;
+$L__BB3_72:
+	or.b32  	%r592, %r592, 128;
+	sub.s16 	%rs58, %rs62, %rs32;
+	cvt.u32.u16 	%r290, %rs58;
+	cvt.s32.s8 	%r291, %r290;
+	and.b32  	%r292, %r584, 32767;
+	add.s32 	%r293, %r292, %r291;
+	setp.lt.s32 	%p56, %r293, 0;
+	add.s32 	%r294, %r293, 256;
+	setp.gt.s32 	%p57, %r293, 32767;
+	add.s32 	%r295, %r293, 65280;
+	selp.b32 	%r296, %r295, %r293, %p57;
+	selp.b32 	%r297, %r294, %r296, %p56;
+	and.b32  	%r298, %r297, 65535;
+	and.b32  	%r299, %r584, 32768;
+	or.b32  	%r300, %r298, %r299;
+	or.b32  	%r304, %r300, %r287;
+	or.b32  	%r305, %r304, 458752;
+	cvt.u64.u32 	%rd308, %r305;
+	add.s64 	%rd309, %rd308, -7046029254386353131;
+	shr.u64 	%rd310, %rd309, 33;
+	xor.b64  	%rd311, %rd310, %rd309;
+	mul.lo.s64 	%rd312, %rd311, -49064778989728563;
 	shr.u64 	%rd313, %rd312, 33;
 	xor.b64  	%rd314, %rd313, %rd312;
-	mul.lo.s64 	%rd315, %rd314, -49064778989728563;
+	mul.lo.s64 	%rd315, %rd314, -4265267296055464877;
 	shr.u64 	%rd316, %rd315, 33;
 	xor.b64  	%rd317, %rd316, %rd315;
-	mul.lo.s64 	%rd318, %rd317, -4265267296055464877;
-	shr.u64 	%rd319, %rd318, 33;
-	xor.b64  	%rd76, %rd319, %rd318;
-	add.s64 	%rd505, %rd76, %rd505;
-	cvt.u16.u32 	%rs39, %r591;
-	and.b16  	%rs102, %rs39, 255;
-	cvt.u16.u32 	%rs166, %r591;
-	cvt.u16.u32 	%rs167, %r592;
-	cvt.u16.u32 	%rs168, %r593;
-	cvt.u16.u32 	%rs169, %r594;
-	cvt.u16.u32 	%rs170, %r595;
-	cvt.u16.u32 	%rs171, %r596;
-	cvt.u16.u32 	%rs172, %r597;
-	setp.eq.s16 	%p55, %rs158, %rs102;
-	@%p55 bra 	$L__BB3_72;
-	bra.uni 	$L__BB3_71;
-$L__BB3_72:
-	add.s64 	%rd504, %rd76, %rd504;
-	bra.uni 	$L__BB3_73;
-$L__BB3_71:
-	or.b32  	%r599, %r599, 128;
-	sub.s16 	%rs103, %rs158, %rs39;
-	cvt.u32.u16 	%r276, %rs103;
-	cvt.s32.s8 	%r277, %r276;
-	and.b32  	%r278, %r591, 32767;
-	add.s32 	%r279, %r278, %r277;
-	setp.lt.s32 	%p56, %r279, 0;
-	add.s32 	%r280, %r279, 256;
-	setp.gt.s32 	%p57, %r279, 32767;
-	add.s32 	%r281, %r279, 65280;
-	selp.b32 	%r282, %r281, %r279, %p57;
-	selp.b32 	%r283, %r280, %r282, %p56;
-	cvt.u16.u32 	%rs104, %r283;
-	and.b16  	%rs105, %rs166, -32768;
-	or.b16  	%rs106, %rs105, %rs104;
-	cvt.u64.u16 	%rd320, %rs106;
-	or.b32  	%r287, %r273, 458752;
-	cvt.u64.u32 	%rd321, %r287;
-	or.b64  	%rd322, %rd321, %rd320;
-	add.s64 	%rd323, %rd322, -7046029254386353131;
-	shr.u64 	%rd324, %rd323, 33;
-	xor.b64  	%rd325, %rd324, %rd323;
-	mul.lo.s64 	%rd326, %rd325, -49064778989728563;
-	shr.u64 	%rd327, %rd326, 33;
-	xor.b64  	%rd328, %rd327, %rd326;
-	mul.lo.s64 	%rd329, %rd328, -4265267296055464877;
-	shr.u64 	%rd330, %rd329, 33;
-	xor.b64  	%rd331, %rd330, %rd329;
-	add.s64 	%rd504, %rd331, %rd504;
-$L__BB3_73:
-	cvt.u64.u32 	%rd498, %r1;
-	sub.s64 	%rd497, %rd501, %rd122;
-	mul.lo.s64 	%rd496, %rd497, %rd498;
-	shr.u64 	%rd495, %rd496, 8;
-	add.s64 	%rd494, %rd15, 255;
-	shr.u64 	%rd493, %rd494, 8;
-	and.b32  	%r82, %r118, 31;
-	mov.u32 	%r329, 31;
-	setp.eq.s32 	%p58, %r82, 0;
+	add.s64 	%rd452, %rd317, %rd452;
+$L__BB3_74:
 	// begin inline asm
-	mov.b64 {%r288,%r289}, %rd505;
+	mov.b64 {%r306,%r307}, %rd453;
 	// end inline asm
-	mov.u32 	%r330, 16;
-	mov.u32 	%r331, -1;
-	shfl.sync.bfly.b32 	%r291|%p59, %r289, %r330, %r329, %r331;
-	shfl.sync.bfly.b32 	%r290|%p60, %r288, %r330, %r329, %r331;
+	mov.u32 	%r350, 31;
+	mov.u32 	%r351, 16;
+	mov.u32 	%r352, -1;
+	shfl.sync.bfly.b32 	%r309|%p58, %r307, %r351, %r350, %r352;
+	shfl.sync.bfly.b32 	%r308|%p59, %r306, %r351, %r350, %r352;
 	// begin inline asm
-	mov.b64 %rd333, {%r290,%r291};
+	mov.b64 %rd319, {%r308,%r309};
 	// end inline asm
-	add.s64 	%rd334, %rd333, %rd505;
+	add.s64 	%rd320, %rd319, %rd453;
 	// begin inline asm
-	mov.b64 {%r292,%r293}, %rd334;
+	mov.b64 {%r310,%r311}, %rd320;
 	// end inline asm
-	mov.u32 	%r332, 8;
-	shfl.sync.bfly.b32 	%r295|%p61, %r293, %r332, %r329, %r331;
-	shfl.sync.bfly.b32 	%r294|%p62, %r292, %r332, %r329, %r331;
+	mov.u32 	%r353, 8;
+	shfl.sync.bfly.b32 	%r313|%p60, %r311, %r353, %r350, %r352;
+	shfl.sync.bfly.b32 	%r312|%p61, %r310, %r353, %r350, %r352;
 	// begin inline asm
-	mov.b64 %rd335, {%r294,%r295};
+	mov.b64 %rd321, {%r312,%r313};
+	// end inline asm
+	add.s64 	%rd322, %rd321, %rd320;
+	// begin inline asm
+	mov.b64 {%r314,%r315}, %rd322;
+	// end inline asm
+	mov.u32 	%r354, 4;
+	shfl.sync.bfly.b32 	%r317|%p62, %r315, %r354, %r350, %r352;
+	shfl.sync.bfly.b32 	%r316|%p63, %r314, %r354, %r350, %r352;
+	// begin inline asm
+	mov.b64 %rd323, {%r316,%r317};
+	// end inline asm
+	add.s64 	%rd324, %rd323, %rd322;
+	// begin inline asm
+	mov.b64 {%r318,%r319}, %rd324;
+	// end inline asm
+	mov.u32 	%r355, 2;
+	shfl.sync.bfly.b32 	%r321|%p64, %r319, %r355, %r350, %r352;
+	shfl.sync.bfly.b32 	%r320|%p65, %r318, %r355, %r350, %r352;
+	// begin inline asm
+	mov.b64 %rd325, {%r320,%r321};
+	// end inline asm
+	add.s64 	%rd326, %rd325, %rd324;
+	// begin inline asm
+	mov.b64 {%r322,%r323}, %rd326;
+	// end inline asm
+	mov.u32 	%r356, 1;
+	shfl.sync.bfly.b32 	%r325|%p66, %r323, %r356, %r350, %r352;
+	shfl.sync.bfly.b32 	%r324|%p67, %r322, %r356, %r350, %r352;
+	// begin inline asm
+	mov.b64 %rd327, {%r324,%r325};
+	// end inline asm
+	// begin inline asm
+	mov.b64 {%r326,%r327}, %rd452;
+	// end inline asm
+	shfl.sync.bfly.b32 	%r329|%p68, %r327, %r351, %r350, %r352;
+	shfl.sync.bfly.b32 	%r328|%p69, %r326, %r351, %r350, %r352;
+	// begin inline asm
+	mov.b64 %rd329, {%r328,%r329};
+	// end inline asm
+	add.s64 	%rd330, %rd329, %rd452;
+	// begin inline asm
+	mov.b64 {%r330,%r331}, %rd330;
+	// end inline asm
+	shfl.sync.bfly.b32 	%r333|%p70, %r331, %r353, %r350, %r352;
+	shfl.sync.bfly.b32 	%r332|%p71, %r330, %r353, %r350, %r352;
+	// begin inline asm
+	mov.b64 %rd331, {%r332,%r333};
+	// end inline asm
+	add.s64 	%rd332, %rd331, %rd330;
+	// begin inline asm
+	mov.b64 {%r334,%r335}, %rd332;
+	// end inline asm
+	shfl.sync.bfly.b32 	%r337|%p72, %r335, %r354, %r350, %r352;
+	shfl.sync.bfly.b32 	%r336|%p73, %r334, %r354, %r350, %r352;
+	// begin inline asm
+	mov.b64 %rd333, {%r336,%r337};
+	// end inline asm
+	add.s64 	%rd334, %rd333, %rd332;
+	// begin inline asm
+	mov.b64 {%r338,%r339}, %rd334;
+	// end inline asm
+	shfl.sync.bfly.b32 	%r341|%p74, %r339, %r355, %r350, %r352;
+	shfl.sync.bfly.b32 	%r340|%p75, %r338, %r355, %r350, %r352;
+	// begin inline asm
+	mov.b64 %rd335, {%r340,%r341};
 	// end inline asm
 	add.s64 	%rd336, %rd335, %rd334;
 	// begin inline asm
-	mov.b64 {%r296,%r297}, %rd336;
+	mov.b64 {%r342,%r343}, %rd336;
 	// end inline asm
-	mov.u32 	%r333, 4;
-	shfl.sync.bfly.b32 	%r299|%p63, %r297, %r333, %r329, %r331;
-	shfl.sync.bfly.b32 	%r298|%p64, %r296, %r333, %r329, %r331;
+	shfl.sync.bfly.b32 	%r345|%p76, %r343, %r356, %r350, %r352;
+	shfl.sync.bfly.b32 	%r344|%p77, %r342, %r356, %r350, %r352;
 	// begin inline asm
-	mov.b64 %rd337, {%r298,%r299};
+	mov.b64 %rd337, {%r344,%r345};
 	// end inline asm
-	add.s64 	%rd338, %rd337, %rd336;
+	add.s64 	%rd83, %rd337, %rd336;
+	add.s64 	%rd84, %rd327, %rd326;
+	setp.ne.s32 	%p78, %r592, 0;
+	mov.u32 	%r357, 0;
+	vote.sync.any.pred 	%p1, %p78, %r352;
 	// begin inline asm
-	mov.b64 {%r300,%r301}, %rd338;
+	mov.b64 {%r346,%r347}, %rd450;
 	// end inline asm
-	mov.u32 	%r334, 2;
-	shfl.sync.bfly.b32 	%r303|%p65, %r301, %r334, %r329, %r331;
-	shfl.sync.bfly.b32 	%r302|%p66, %r300, %r334, %r329, %r331;
+	shfl.sync.idx.b32 	%r349|%p79, %r347, %r357, %r350, %r352;
+	shfl.sync.idx.b32 	%r348|%p80, %r346, %r357, %r350, %r352;
 	// begin inline asm
-	mov.b64 %rd339, {%r302,%r303};
+	mov.b64 %rd339, {%r348,%r349};
 	// end inline asm
-	add.s64 	%rd340, %rd339, %rd338;
-	// begin inline asm
-	mov.b64 {%r304,%r305}, %rd340;
-	// end inline asm
-	mov.u32 	%r335, 1;
-	shfl.sync.bfly.b32 	%r307|%p67, %r305, %r335, %r329, %r331;
-	shfl.sync.bfly.b32 	%r306|%p68, %r304, %r335, %r329, %r331;
-	// begin inline asm
-	mov.b64 %rd341, {%r306,%r307};
-	// end inline asm
-	// begin inline asm
-	mov.b64 {%r308,%r309}, %rd504;
-	// end inline asm
-	shfl.sync.bfly.b32 	%r311|%p69, %r309, %r330, %r329, %r331;
-	shfl.sync.bfly.b32 	%r310|%p70, %r308, %r330, %r329, %r331;
-	// begin inline asm
-	mov.b64 %rd343, {%r310,%r311};
-	// end inline asm
-	add.s64 	%rd344, %rd343, %rd504;
-	// begin inline asm
-	mov.b64 {%r312,%r313}, %rd344;
-	// end inline asm
-	shfl.sync.bfly.b32 	%r315|%p71, %r313, %r332, %r329, %r331;
-	shfl.sync.bfly.b32 	%r314|%p72, %r312, %r332, %r329, %r331;
-	// begin inline asm
-	mov.b64 %rd345, {%r314,%r315};
-	// end inline asm
-	add.s64 	%rd346, %rd345, %rd344;
-	// begin inline asm
-	mov.b64 {%r316,%r317}, %rd346;
-	// end inline asm
-	shfl.sync.bfly.b32 	%r319|%p73, %r317, %r333, %r329, %r331;
-	shfl.sync.bfly.b32 	%r318|%p74, %r316, %r333, %r329, %r331;
-	// begin inline asm
-	mov.b64 %rd347, {%r318,%r319};
-	// end inline asm
-	add.s64 	%rd348, %rd347, %rd346;
-	// begin inline asm
-	mov.b64 {%r320,%r321}, %rd348;
-	// end inline asm
-	shfl.sync.bfly.b32 	%r323|%p75, %r321, %r334, %r329, %r331;
-	shfl.sync.bfly.b32 	%r322|%p76, %r320, %r334, %r329, %r331;
-	// begin inline asm
-	mov.b64 %rd349, {%r322,%r323};
-	// end inline asm
-	add.s64 	%rd350, %rd349, %rd348;
-	// begin inline asm
-	mov.b64 {%r324,%r325}, %rd350;
-	// end inline asm
-	shfl.sync.bfly.b32 	%r327|%p77, %r325, %r335, %r329, %r331;
-	shfl.sync.bfly.b32 	%r326|%p78, %r324, %r335, %r329, %r331;
-	// begin inline asm
-	mov.b64 %rd351, {%r326,%r327};
-	// end inline asm
-	add.s64 	%rd82, %rd351, %rd350;
-	add.s64 	%rd83, %rd341, %rd340;
-	setp.ne.s32 	%p79, %r599, 0;
-	vote.sync.any.pred 	%p1, %p79, %r331;
-	setp.lt.u64 	%p80, %rd22, %rd493;
-	and.pred  	%p2, %p58, %p80;
-	add.s64 	%rd353, %rd22, %rd495;
-	shl.b64 	%rd354, %rd353, 3;
-	add.s64 	%rd84, %rd20, %rd354;
-	mov.u64 	%rd519, 0;
-	not.pred 	%p81, %p2;
-	@%p81 bra 	$L__BB3_75;
-	ld.u64 	%rd519, [%rd84];
-$L__BB3_75:
-	and.b32  	%r565, %r118, 31;
-	// begin inline asm
-	mov.b64 {%r336,%r337}, %rd519;
-	// end inline asm
-	mov.u32 	%r341, 0;
-	shfl.sync.idx.b32 	%r339|%p82, %r337, %r341, %r329, %r331;
-	shfl.sync.idx.b32 	%r338|%p83, %r336, %r341, %r329, %r331;
-	// begin inline asm
-	mov.b64 %rd356, {%r338,%r339};
-	// end inline asm
-	selp.b64 	%rd357, %rd82, %rd83, %p1;
-	setp.ne.s64 	%p84, %rd357, %rd356;
-	and.pred  	%p86, %p80, %p84;
-	not.pred 	%p87, %p86;
-	setp.ne.s32 	%p88, %r565, 0;
-	selp.b32 	%r615, %r600, %r599, %p86;
-	or.pred  	%p89, %p88, %p87;
-	@%p89 bra 	$L__BB3_77;
-	atom.global.add.u64 	%rd360, [%rd359], 1;
-	mov.u32 	%r615, %r600;
+	setp.eq.s32 	%p81, %r592, 0;
+	@%p81 bra 	$L__BB3_91;
+	and.b32  	%r358, %r592, 1;
+	setp.eq.b32 	%p82, %r358, 1;
+	mov.pred 	%p83, 0;
+	xor.pred  	%p84, %p82, %p83;
+	not.pred 	%p85, %p84;
+	@%p85 bra 	$L__BB3_77;
+	st.u8 	[%rd24], %r591;
 $L__BB3_77:
-	setp.eq.s32 	%p91, %r599, 0;
-	or.pred  	%p92, %p7, %p91;
-	@%p92 bra 	$L__BB3_94;
-	and.b32  	%r343, %r599, 1;
-	setp.eq.b32 	%p93, %r343, 1;
-	mov.pred 	%p94, 0;
-	xor.pred  	%p95, %p93, %p94;
-	not.pred 	%p96, %p95;
-	@%p96 bra 	$L__BB3_80;
-	st.u8 	[%rd25], %rs173;
-$L__BB3_80:
-	and.b32  	%r344, %r599, 2;
-	setp.eq.s32 	%p97, %r344, 0;
-	@%p97 bra 	$L__BB3_82;
-	st.u8 	[%rd25+1], %rs172;
-$L__BB3_82:
-	and.b32  	%r345, %r599, 4;
-	setp.eq.s32 	%p98, %r345, 0;
-	@%p98 bra 	$L__BB3_84;
-	st.u8 	[%rd25+2], %rs171;
-$L__BB3_84:
-	and.b32  	%r346, %r599, 8;
-	setp.eq.s32 	%p99, %r346, 0;
-	@%p99 bra 	$L__BB3_86;
-	st.u8 	[%rd25+3], %rs170;
-$L__BB3_86:
-	and.b32  	%r347, %r599, 16;
-	setp.eq.s32 	%p100, %r347, 0;
-	@%p100 bra 	$L__BB3_88;
-	st.u8 	[%rd25+4], %rs169;
-$L__BB3_88:
-	and.b32  	%r348, %r599, 32;
-	setp.eq.s32 	%p101, %r348, 0;
-	@%p101 bra 	$L__BB3_90;
-	st.u8 	[%rd25+5], %rs168;
-$L__BB3_90:
-	and.b32  	%r349, %r599, 64;
-	setp.eq.s32 	%p102, %r349, 0;
-	@%p102 bra 	$L__BB3_92;
-	st.u8 	[%rd25+6], %rs167;
-$L__BB3_92:
-	and.b32  	%r350, %r599, 128;
-	setp.eq.s32 	%p103, %r350, 0;
-	@%p103 bra 	$L__BB3_94;
-	st.u8 	[%rd25+7], %rs166;
-$L__BB3_94:
-	and.b32  	%r566, %r118, 31;
-	setp.eq.s32 	%p222, %r566, 0;
-	and.pred  	%p221, %p222, %p80;
-	not.pred 	%p220, %p221;
-	setp.eq.s64 	%p104, %rd83, %rd356;
-	or.pred  	%p106, %p220, %p104;
-	@%p106 bra 	$L__BB3_96;
-	st.u64 	[%rd84], %rd83;
-$L__BB3_96:
-	cvt.u64.u32 	%rd480, %r124;
-	add.s64 	%rd479, %rd502, %rd480;
-	shl.b64 	%rd478, %rd479, 8;
-	shl.b32 	%r568, %r118, 3;
-	and.b32  	%r567, %r118, 31;
-	and.b32  	%r352, %r118, 3;
-	setp.ne.s32 	%p108, %r352, 0;
-	and.b32  	%r354, %r568, 24;
-	shl.b32 	%r355, %r615, %r354;
-	mov.u32 	%r356, 31;
-	mov.u32 	%r357, 1;
-	mov.u32 	%r358, -1;
-	shfl.sync.bfly.b32 	%r359|%p109, %r355, %r357, %r356, %r358;
-	or.b32  	%r360, %r359, %r355;
-	mov.u32 	%r361, 2;
-	shfl.sync.bfly.b32 	%r362|%p110, %r360, %r361, %r356, %r358;
-	or.b32  	%r86, %r360, %r362;
-	or.pred  	%p111, %p108, %p7;
-	shl.b32 	%r363, %r567, 3;
-	cvt.u64.u32 	%rd361, %r363;
-	add.s64 	%rd88, %rd478, %rd361;
-	setp.ge.u64 	%p112, %rd88, %rd15;
-	or.pred  	%p113, %p111, %p112;
-	@%p113 bra 	$L__BB3_98;
-	cvt.u64.u32 	%rd500, %r124;
-	add.s64 	%rd499, %rd502, %rd500;
-	and.b32  	%r573, %r118, 31;
-	cvt.u32.u64 	%r364, %rd499;
-	shl.b32 	%r365, %r364, 3;
-	shr.u32 	%r368, %r573, 2;
-	or.b32  	%r369, %r365, %r368;
-	shl.b32 	%r370, %r369, 2;
-	mov.u32 	%r371, _ZZ22ws_delta_count_lowbyteE5smask;
-	add.s32 	%r372, %r371, %r370;
-	st.shared.u32 	[%r372], %r86;
+	and.b32  	%r359, %r592, 2;
+	setp.eq.s32 	%p86, %r359, 0;
+	@%p86 bra 	$L__BB3_79;
+	st.u8 	[%rd24+1], %r590;
+$L__BB3_79:
+	and.b32  	%r360, %r592, 4;
+	setp.eq.s32 	%p87, %r360, 0;
+	@%p87 bra 	$L__BB3_81;
+	st.u8 	[%rd24+2], %r589;
+$L__BB3_81:
+	and.b32  	%r361, %r592, 8;
+	setp.eq.s32 	%p88, %r361, 0;
+	@%p88 bra 	$L__BB3_83;
+	st.u8 	[%rd24+3], %r588;
+$L__BB3_83:
+	and.b32  	%r362, %r592, 16;
+	setp.eq.s32 	%p89, %r362, 0;
+	@%p89 bra 	$L__BB3_85;
+	st.u8 	[%rd24+4], %r587;
+$L__BB3_85:
+	and.b32  	%r363, %r592, 32;
+	setp.eq.s32 	%p90, %r363, 0;
+	@%p90 bra 	$L__BB3_87;
+	st.u8 	[%rd24+5], %r586;
+$L__BB3_87:
+	and.b32  	%r364, %r592, 64;
+	setp.eq.s32 	%p91, %r364, 0;
+	@%p91 bra 	$L__BB3_89;
+	st.u8 	[%rd24+6], %r585;
+$L__BB3_89:
+	and.b32  	%r365, %r592, 128;
+	setp.eq.s32 	%p92, %r365, 0;
+	@%p92 bra 	$L__BB3_91;
+	st.u8 	[%rd24+7], %r584;
+$L__BB3_91:
+	selp.b64 	%rd340, %rd83, %rd84, %p1;
+	setp.eq.s64 	%p93, %rd340, %rd339;
+	or.pred  	%p95, %p93, %p25;
+	selp.b32 	%r608, %r592, %r595, %p93;
+	@%p95 bra 	$L__BB3_93;
+	atom.global.add.u64 	%rd343, [%rd342], 1;
+	mov.u32 	%r608, %r595;
+$L__BB3_93:
+	setp.eq.s64 	%p96, %rd84, %rd339;
+	or.pred  	%p98, %p25, %p96;
+	@%p98 bra 	$L__BB3_95;
+	st.u64 	[%rd34], %rd84;
+$L__BB3_95:
+	shl.b64 	%rd434, %rd449, 8;
+	shl.b32 	%r559, %r104, 3;
+	and.b32  	%r368, %r104, 3;
+	setp.ne.s32 	%p99, %r368, 0;
+	popc.b32 	%r369, %r608;
+	add.s32 	%r609, %r369, %r609;
+	and.b32  	%r371, %r559, 24;
+	shl.b32 	%r372, %r608, %r371;
+	mov.u32 	%r373, 31;
+	mov.u32 	%r374, 1;
+	mov.u32 	%r375, -1;
+	shfl.sync.bfly.b32 	%r376|%p100, %r372, %r374, %r373, %r375;
+	or.b32  	%r377, %r376, %r372;
+	mov.u32 	%r378, 2;
+	shfl.sync.bfly.b32 	%r379|%p101, %r377, %r378, %r373, %r375;
+	or.b32  	%r86, %r377, %r379;
+	shl.b32 	%r380, %r133, 3;
+	cvt.u64.u32 	%rd344, %r380;
+	add.s64 	%rd345, %rd434, %rd344;
+	setp.ge.u64 	%p102, %rd345, %rd16;
+	or.pred  	%p103, %p99, %p102;
+	@%p103 bra 	$L__BB3_97;
+	cvt.u32.u64 	%r381, %rd449;
+	shl.b32 	%r382, %r381, 3;
+	shr.u32 	%r385, %r133, 2;
+	or.b32  	%r386, %r382, %r385;
+	shl.b32 	%r387, %r386, 2;
+	mov.u32 	%r388, _ZZ22ws_delta_count_lowbyteE5smask;
+	add.s32 	%r389, %r388, %r387;
+	st.shared.u32 	[%r389], %r86;
+$L__BB3_97:
+	add.s64 	%rd436, %rd16, 255;
+	shr.u64 	%rd435, %rd436, 8;
+	add.s64 	%rd449, %rd449, 8;
+	setp.lt.u64 	%p104, %rd449, %rd435;
+	@%p104 bra 	$L__BB3_5;
 $L__BB3_98:
-	and.b32  	%r569, %r118, 31;
-	setp.eq.s32 	%p223, %r569, 0;
-	setp.lt.u32 	%p114, %r569, 16;
-	mov.u32 	%r373, 16;
-	popc.b32 	%r87, %r615;
-	mov.u32 	%r374, 0;
-	shfl.sync.up.b32 	%r377|%p115, %r87, %r357, %r374, %r358;
-	selp.b32 	%r378, 0, %r377, %p223;
-	add.s32 	%r379, %r378, %r87;
-	shfl.sync.up.b32 	%r381|%p118, %r379, %r361, %r374, %r358;
-	setp.lt.u32 	%p119, %r569, 2;
-	selp.b32 	%r382, 0, %r381, %p119;
-	add.s32 	%r383, %r382, %r379;
-	mov.u32 	%r384, 4;
-	shfl.sync.up.b32 	%r385|%p120, %r383, %r384, %r374, %r358;
-	setp.lt.u32 	%p121, %r569, 4;
-	selp.b32 	%r386, 0, %r385, %p121;
-	add.s32 	%r387, %r386, %r383;
-	mov.u32 	%r388, 8;
-	shfl.sync.up.b32 	%r389|%p122, %r387, %r388, %r374, %r358;
-	setp.lt.u32 	%p123, %r569, 8;
-	selp.b32 	%r390, 0, %r389, %p123;
-	add.s32 	%r391, %r390, %r387;
-	shfl.sync.up.b32 	%r392|%p124, %r391, %r373, %r374, %r358;
-	selp.b32 	%r393, 0, %r392, %p114;
-	add.s32 	%r88, %r393, %r391;
-	shfl.sync.idx.b32 	%r89|%p3, %r88, %r356, %r356, %r358;
-	@%p88 bra 	$L__BB3_100;
-	shr.u32 	%r396, %r118, 3;
-	and.b32  	%r397, %r396, 536870908;
-	mov.u32 	%r398, _ZZ22ws_delta_count_lowbyteE4wred;
-	add.s32 	%r399, %r398, %r397;
-	st.shared.u32 	[%r399], %r89;
+	and.b32  	%r88, %r104, 31;
+	mov.u32 	%r391, 31;
+	setp.lt.u32 	%p105, %r88, 16;
+	mov.u32 	%r392, 16;
+	setp.lt.u32 	%p106, %r88, 4;
+	mov.u32 	%r393, 4;
+	setp.lt.u32 	%p107, %r88, 2;
+	mov.u32 	%r394, 2;
+	setp.lt.u32 	%p108, %r88, 8;
+	mov.u32 	%r395, 8;
+	setp.ne.s32 	%p109, %r88, 0;
+	setp.eq.s32 	%p110, %r88, 0;
+	mov.u32 	%r397, 1;
+	mov.u32 	%r398, -1;
+	shfl.sync.up.b32 	%r399|%p111, %r609, %r397, %r103, %r398;
+	selp.b32 	%r400, 0, %r399, %p110;
+	add.s32 	%r401, %r400, %r609;
+	shfl.sync.up.b32 	%r402|%p112, %r401, %r394, %r103, %r398;
+	selp.b32 	%r403, 0, %r402, %p107;
+	add.s32 	%r404, %r403, %r401;
+	shfl.sync.up.b32 	%r405|%p113, %r404, %r393, %r103, %r398;
+	selp.b32 	%r406, 0, %r405, %p106;
+	add.s32 	%r407, %r406, %r404;
+	shfl.sync.up.b32 	%r408|%p114, %r407, %r395, %r103, %r398;
+	selp.b32 	%r409, 0, %r408, %p108;
+	add.s32 	%r410, %r409, %r407;
+	shfl.sync.up.b32 	%r411|%p115, %r410, %r392, %r103, %r398;
+	selp.b32 	%r412, 0, %r411, %p105;
+	add.s32 	%r413, %r412, %r410;
+	shfl.sync.idx.b32 	%r89|%p2, %r413, %r391, %r391, %r398;
+	@%p109 bra 	$L__BB3_100;
+	shr.u32 	%r415, %r104, 3;
+	and.b32  	%r416, %r415, 536870908;
+	mov.u32 	%r417, _ZZ22ws_delta_count_lowbyteE4wred;
+	add.s32 	%r418, %r417, %r416;
+	st.shared.u32 	[%r418], %r89;
 $L__BB3_100:
-	setp.gt.u32 	%p125, %r118, 255;
-	setp.gt.u32 	%p126, %r118, 223;
-	setp.gt.u32 	%p127, %r118, 191;
-	setp.gt.u32 	%p128, %r118, 159;
-	setp.gt.u32 	%p129, %r118, 127;
-	setp.gt.u32 	%p130, %r118, 95;
-	setp.gt.u32 	%p131, %r118, 63;
-	setp.eq.s32 	%p132, %r124, 0;
 	bar.sync 	0;
-	ld.shared.u32 	%r402, [_ZZ22ws_delta_count_lowbyteE4wred];
-	selp.b32 	%r403, 0, %r402, %p132;
-	ld.shared.u32 	%r404, [_ZZ22ws_delta_count_lowbyteE4wred+4];
-	selp.b32 	%r405, %r404, 0, %p131;
-	add.s32 	%r406, %r405, %r403;
-	add.s32 	%r407, %r404, %r402;
-	ld.shared.u32 	%r408, [_ZZ22ws_delta_count_lowbyteE4wred+8];
-	selp.b32 	%r409, %r408, 0, %p130;
-	add.s32 	%r410, %r409, %r406;
-	add.s32 	%r411, %r408, %r407;
-	ld.shared.u32 	%r412, [_ZZ22ws_delta_count_lowbyteE4wred+12];
-	selp.b32 	%r413, %r412, 0, %p129;
-	add.s32 	%r414, %r413, %r410;
-	add.s32 	%r415, %r412, %r411;
-	ld.shared.u32 	%r416, [_ZZ22ws_delta_count_lowbyteE4wred+16];
-	selp.b32 	%r417, %r416, 0, %p128;
-	add.s32 	%r418, %r417, %r414;
-	add.s32 	%r419, %r416, %r415;
-	ld.shared.u32 	%r420, [_ZZ22ws_delta_count_lowbyteE4wred+20];
-	selp.b32 	%r421, %r420, 0, %p127;
-	add.s32 	%r422, %r421, %r418;
-	add.s32 	%r423, %r420, %r419;
-	ld.shared.u32 	%r424, [_ZZ22ws_delta_count_lowbyteE4wred+24];
-	selp.b32 	%r425, %r424, 0, %p126;
-	add.s32 	%r426, %r425, %r422;
-	add.s32 	%r90, %r424, %r423;
-	ld.shared.u32 	%r91, [_ZZ22ws_delta_count_lowbyteE4wred+28];
-	selp.b32 	%r427, %r91, 0, %p125;
-	add.s32 	%r428, %r427, %r426;
-	bar.sync 	0;
-	sub.s32 	%r429, %r623, %r87;
-	add.s32 	%r430, %r429, %r88;
-	add.s32 	%r617, %r430, %r428;
-	and.b32  	%r431, %r615, 1;
-	setp.eq.b32 	%p133, %r431, 1;
-	mov.pred 	%p134, 0;
-	xor.pred  	%p135, %p133, %p134;
-	not.pred 	%p136, %p135;
-	@%p136 bra 	$L__BB3_106;
-	setp.lt.u32 	%p137, %r1, 128;
-	shr.u32 	%r432, %r1, 3;
-	add.s32 	%r433, %r432, -16;
-	shr.u32 	%r434, %r433, 2;
-	selp.b32 	%r435, 0, %r434, %p137;
-	setp.ge.u32 	%p138, %r617, %r435;
-	@%p138 bra 	$L__BB3_105;
-	shr.u32 	%r436, %r1, 5;
-	cvt.u64.u32 	%rd362, %r436;
-	mul.lo.s64 	%rd363, %rd501, %rd362;
-	shl.b64 	%rd364, %rd363, 2;
-	cvta.to.global.u64 	%rd365, %rd6;
-	add.s64 	%rd366, %rd365, %rd364;
-	mul.wide.u32 	%rd367, %r617, 2;
-	add.s64 	%rd368, %rd366, %rd367;
-	st.global.u16 	[%rd368], %rd88;
-	shr.u32 	%r439, %r433, 1;
-	and.b32  	%r440, %r439, 2147483646;
-	add.s32 	%r441, %r440, 7;
-	and.b32  	%r442, %r441, -8;
-	selp.b32 	%r443, 0, %r442, %p137;
-	cvt.u64.u32 	%rd369, %r443;
-	add.s64 	%rd89, %rd368, %rd369;
-	add.s64 	%rd370, %rd6, %rd364;
-	and.b64  	%rd371, %rd370, 1;
-	setp.eq.b64 	%p140, %rd371, 1;
-	mov.pred 	%p141, 0;
-	xor.pred  	%p142, %p140, %p141;
-	not.pred 	%p143, %p142;
-	@%p143 bra 	$L__BB3_104;
-	bra.uni 	$L__BB3_103;
-$L__BB3_104:
-	st.global.u16 	[%rd89], %rs173;
-	bra.uni 	$L__BB3_105;
+	ld.shared.u32 	%r419, [_ZZ22ws_delta_count_lowbyteE4wred+4];
+	ld.shared.u32 	%r420, [_ZZ22ws_delta_count_lowbyteE4wred];
+	add.s32 	%r421, %r419, %r420;
+	ld.shared.u32 	%r422, [_ZZ22ws_delta_count_lowbyteE4wred+8];
+	add.s32 	%r423, %r422, %r421;
+	ld.shared.u32 	%r424, [_ZZ22ws_delta_count_lowbyteE4wred+12];
+	add.s32 	%r425, %r424, %r423;
+	ld.shared.u32 	%r426, [_ZZ22ws_delta_count_lowbyteE4wred+16];
+	add.s32 	%r427, %r426, %r425;
+	ld.shared.u32 	%r428, [_ZZ22ws_delta_count_lowbyteE4wred+20];
+	add.s32 	%r429, %r428, %r427;
+	ld.shared.u32 	%r430, [_ZZ22ws_delta_count_lowbyteE4wred+24];
+	add.s32 	%r431, %r430, %r429;
+	ld.shared.u32 	%r432, [_ZZ22ws_delta_count_lowbyteE4wred+28];
+	add.s32 	%r90, %r432, %r431;
+	setp.eq.s32 	%p116, %r90, 0;
+	mov.u16 	%rs70, 0;
+	@%p116 bra 	$L__BB3_103;
+	shl.b64 	%rd346, %rd16, 1;
+	add.s64 	%rd347, %rd346, 7;
+	and.b64  	%rd348, %rd347, 17179869176;
+	add.s64 	%rd349, %rd16, 31;
+	shr.u64 	%rd350, %rd349, 3;
+	and.b64  	%rd351, %rd350, 1073741820;
+	add.s64 	%rd352, %rd351, 7;
+	and.b64  	%rd353, %rd352, 2147483640;
+	mul.wide.u32 	%rd354, %r90, 2;
+	add.s64 	%rd355, %rd354, 7;
+	and.b64  	%rd356, %rd355, 17179869176;
+	add.s64 	%rd87, %rd356, %rd353;
+	shl.b64 	%rd357, %rd355, 1;
+	and.b64  	%rd88, %rd357, 34359738352;
+	setp.le.u64 	%p117, %rd348, %rd87;
+	setp.le.u64 	%p118, %rd348, %rd88;
+	and.pred  	%p119, %p118, %p117;
+	mov.u16 	%rs70, 1;
+	@%p119 bra 	$L__BB3_103;
+	setp.gt.u64 	%p120, %rd87, %rd88;
+	selp.b16 	%rs70, 3, 2, %p120;
 $L__BB3_103:
-	st.global.u8 	[%rd89], %rs173;
-	shr.u16 	%rs107, %rs173, 8;
-	st.global.u8 	[%rd89+1], %rs107;
-$L__BB3_105:
-	add.s32 	%r617, %r617, 1;
+	cvt.u32.u64 	%r433, %rd8;
+	setp.gt.u32 	%p121, %r90, %r433;
+	setp.ne.s16 	%p122, %rs70, 3;
+	or.pred  	%p123, %p121, %p122;
+	@%p123 bra 	$L__BB3_125;
+	add.s64 	%rd358, %rd16, 31;
+	shr.u64 	%rd89, %rd358, 5;
+	setp.eq.s64 	%p124, %rd89, 0;
+	@%p124 bra 	$L__BB3_125;
+	mov.u64 	%rd467, 0;
+	mov.u64 	%rd468, %rd467;
 $L__BB3_106:
-	and.b32  	%r444, %r615, 2;
-	setp.eq.s32 	%p144, %r444, 0;
-	@%p144 bra 	$L__BB3_112;
-	setp.lt.u32 	%p145, %r1, 128;
-	shr.u32 	%r445, %r1, 3;
-	add.s32 	%r446, %r445, -16;
-	shr.u32 	%r447, %r446, 2;
-	selp.b32 	%r448, 0, %r447, %p145;
-	setp.ge.u32 	%p146, %r617, %r448;
-	@%p146 bra 	$L__BB3_111;
-	shr.u32 	%r449, %r1, 5;
-	cvt.u64.u32 	%rd372, %r449;
-	mul.lo.s64 	%rd373, %rd501, %rd372;
-	shl.b64 	%rd374, %rd373, 2;
-	cvta.to.global.u64 	%rd375, %rd6;
-	add.s64 	%rd376, %rd375, %rd374;
-	cvt.u16.u64 	%rs108, %rd88;
-	add.s16 	%rs109, %rs108, 1;
-	mul.wide.u32 	%rd377, %r617, 2;
-	add.s64 	%rd378, %rd376, %rd377;
-	st.global.u16 	[%rd378], %rs109;
-	shr.u32 	%r452, %r446, 1;
-	and.b32  	%r453, %r452, 2147483646;
-	add.s32 	%r454, %r453, 7;
-	and.b32  	%r455, %r454, -8;
-	selp.b32 	%r456, 0, %r455, %p145;
-	cvt.u64.u32 	%rd379, %r456;
-	add.s64 	%rd90, %rd378, %rd379;
-	add.s64 	%rd380, %rd6, %rd374;
-	and.b64  	%rd381, %rd380, 1;
-	setp.eq.b64 	%p148, %rd381, 1;
-	mov.pred 	%p149, 0;
-	xor.pred  	%p150, %p148, %p149;
-	not.pred 	%p151, %p150;
-	@%p151 bra 	$L__BB3_110;
-	bra.uni 	$L__BB3_109;
+	cvt.u64.u32 	%rd446, %r104;
+	add.s64 	%rd445, %rd16, 31;
+	shr.u64 	%rd444, %rd445, 5;
+	add.s64 	%rd94, %rd467, %rd446;
+	setp.ge.u64 	%p125, %rd94, %rd444;
+	mov.u32 	%r436, 0;
+	mov.u32 	%r611, %r436;
+	@%p125 bra 	$L__BB3_108;
+	add.s64 	%rd447, %rd467, %rd446;
+	cvt.u32.u64 	%r437, %rd447;
+	shl.b32 	%r438, %r437, 2;
+	mov.u32 	%r439, _ZZ22ws_delta_count_lowbyteE5smask;
+	add.s32 	%r440, %r439, %r438;
+	ld.shared.u32 	%r611, [%r440];
+$L__BB3_108:
+	and.b32  	%r565, %r104, 31;
+	popc.b32 	%r461, %r611;
+	cvt.u64.u32 	%rd361, %r461;
+	// begin inline asm
+	mov.b64 {%r441,%r442}, %rd361;
+	// end inline asm
+	mov.u32 	%r463, 1;
+	mov.u32 	%r464, -1;
+	shfl.sync.up.b32 	%r444|%p126, %r442, %r463, %r436, %r464;
+	shfl.sync.up.b32 	%r443|%p127, %r441, %r463, %r436, %r464;
+	// begin inline asm
+	mov.b64 %rd362, {%r443,%r444};
+	// end inline asm
+	selp.b64 	%rd371, 0, %rd362, %p110;
+	add.s64 	%rd363, %rd371, %rd361;
+	// begin inline asm
+	mov.b64 {%r445,%r446}, %rd363;
+	// end inline asm
+	mov.u32 	%r465, 2;
+	shfl.sync.up.b32 	%r448|%p129, %r446, %r465, %r436, %r464;
+	shfl.sync.up.b32 	%r447|%p130, %r445, %r465, %r436, %r464;
+	// begin inline asm
+	mov.b64 %rd364, {%r447,%r448};
+	// end inline asm
+	selp.b64 	%rd372, 0, %rd364, %p107;
+	add.s64 	%rd365, %rd372, %rd363;
+	// begin inline asm
+	mov.b64 {%r449,%r450}, %rd365;
+	// end inline asm
+	mov.u32 	%r466, 4;
+	shfl.sync.up.b32 	%r452|%p132, %r450, %r466, %r436, %r464;
+	shfl.sync.up.b32 	%r451|%p133, %r449, %r466, %r436, %r464;
+	// begin inline asm
+	mov.b64 %rd366, {%r451,%r452};
+	// end inline asm
+	selp.b64 	%rd373, 0, %rd366, %p106;
+	add.s64 	%rd367, %rd373, %rd365;
+	// begin inline asm
+	mov.b64 {%r453,%r454}, %rd367;
+	// end inline asm
+	mov.u32 	%r467, 8;
+	shfl.sync.up.b32 	%r456|%p135, %r454, %r467, %r436, %r464;
+	shfl.sync.up.b32 	%r455|%p136, %r453, %r467, %r436, %r464;
+	// begin inline asm
+	mov.b64 %rd368, {%r455,%r456};
+	// end inline asm
+	selp.b64 	%rd374, 0, %rd368, %p108;
+	add.s64 	%rd369, %rd374, %rd367;
+	// begin inline asm
+	mov.b64 {%r457,%r458}, %rd369;
+	// end inline asm
+	mov.u32 	%r468, 16;
+	shfl.sync.up.b32 	%r460|%p138, %r458, %r468, %r436, %r464;
+	shfl.sync.up.b32 	%r459|%p139, %r457, %r468, %r436, %r464;
+	// begin inline asm
+	mov.b64 %rd370, {%r459,%r460};
+	// end inline asm
+	selp.b64 	%rd375, 0, %rd370, %p105;
+	add.s64 	%rd96, %rd375, %rd369;
+	setp.ne.s32 	%p141, %r565, 31;
+	@%p141 bra 	$L__BB3_110;
+	shr.u32 	%r470, %r104, 2;
+	and.b32  	%r471, %r470, 1073741816;
+	mov.u32 	%r472, _ZZ22ws_delta_count_lowbyteE3red;
+	add.s32 	%r473, %r472, %r471;
+	st.shared.u64 	[%r473], %rd96;
 $L__BB3_110:
-	st.global.u16 	[%rd90], %rs172;
-	bra.uni 	$L__BB3_111;
-$L__BB3_109:
-	st.global.u8 	[%rd90], %rs172;
-	shr.u16 	%rs110, %rs172, 8;
-	st.global.u8 	[%rd90+1], %rs110;
-$L__BB3_111:
-	add.s32 	%r617, %r617, 1;
-$L__BB3_112:
-	and.b32  	%r457, %r615, 4;
-	setp.eq.s32 	%p152, %r457, 0;
-	@%p152 bra 	$L__BB3_118;
-	setp.lt.u32 	%p153, %r1, 128;
-	shr.u32 	%r458, %r1, 3;
-	add.s32 	%r459, %r458, -16;
-	shr.u32 	%r460, %r459, 2;
-	selp.b32 	%r461, 0, %r460, %p153;
-	setp.ge.u32 	%p154, %r617, %r461;
-	@%p154 bra 	$L__BB3_117;
-	shr.u32 	%r462, %r1, 5;
-	cvt.u64.u32 	%rd382, %r462;
-	mul.lo.s64 	%rd383, %rd501, %rd382;
-	shl.b64 	%rd384, %rd383, 2;
-	cvta.to.global.u64 	%rd385, %rd6;
-	add.s64 	%rd386, %rd385, %rd384;
-	cvt.u16.u64 	%rs111, %rd88;
-	add.s16 	%rs112, %rs111, 2;
-	mul.wide.u32 	%rd387, %r617, 2;
-	add.s64 	%rd388, %rd386, %rd387;
-	st.global.u16 	[%rd388], %rs112;
-	shr.u32 	%r465, %r459, 1;
-	and.b32  	%r466, %r465, 2147483646;
-	add.s32 	%r467, %r466, 7;
-	and.b32  	%r468, %r467, -8;
-	selp.b32 	%r469, 0, %r468, %p153;
-	cvt.u64.u32 	%rd389, %r469;
-	add.s64 	%rd91, %rd388, %rd389;
-	add.s64 	%rd390, %rd6, %rd384;
-	and.b64  	%rd391, %rd390, 1;
-	setp.eq.b64 	%p156, %rd391, 1;
-	mov.pred 	%p157, 0;
-	xor.pred  	%p158, %p156, %p157;
-	not.pred 	%p159, %p158;
-	@%p159 bra 	$L__BB3_116;
-	bra.uni 	$L__BB3_115;
-$L__BB3_116:
-	st.global.u16 	[%rd91], %rs171;
-	bra.uni 	$L__BB3_117;
+	cvt.u32.u64 	%r474, %rd135;
+	setp.ne.s32 	%p142, %r474, 0;
+	bar.sync 	0;
+	@%p142 bra 	$L__BB3_115;
+	and.b32  	%r566, %r104, 31;
+	setp.gt.u32 	%p143, %r566, 7;
+	mov.u64 	%rd469, 0;
+	@%p143 bra 	$L__BB3_113;
+	mov.u32 	%r480, _ZZ22ws_delta_count_lowbyteE3red;
+	add.s32 	%r481, %r480, %r111;
+	ld.shared.u64 	%rd469, [%r481];
+$L__BB3_113:
+	mov.u32 	%r504, 16;
+	mov.u32 	%r505, 4;
+	mov.u32 	%r506, 2;
+	mov.u32 	%r507, 8;
+	mov.u32 	%r508, 0;
+	// begin inline asm
+	mov.b64 {%r482,%r483}, %rd469;
+	// end inline asm
+	mov.u32 	%r509, 1;
+	mov.u32 	%r510, -1;
+	shfl.sync.up.b32 	%r485|%p150, %r483, %r509, %r508, %r510;
+	shfl.sync.up.b32 	%r484|%p151, %r482, %r509, %r508, %r510;
+	// begin inline asm
+	mov.b64 %rd378, {%r484,%r485};
+	// end inline asm
+	selp.b64 	%rd387, 0, %rd378, %p110;
+	add.s64 	%rd379, %rd387, %rd469;
+	// begin inline asm
+	mov.b64 {%r486,%r487}, %rd379;
+	// end inline asm
+	shfl.sync.up.b32 	%r489|%p152, %r487, %r506, %r508, %r510;
+	shfl.sync.up.b32 	%r488|%p153, %r486, %r506, %r508, %r510;
+	// begin inline asm
+	mov.b64 %rd380, {%r488,%r489};
+	// end inline asm
+	selp.b64 	%rd388, 0, %rd380, %p107;
+	add.s64 	%rd381, %rd388, %rd379;
+	// begin inline asm
+	mov.b64 {%r490,%r491}, %rd381;
+	// end inline asm
+	shfl.sync.up.b32 	%r493|%p154, %r491, %r505, %r508, %r510;
+	shfl.sync.up.b32 	%r492|%p155, %r490, %r505, %r508, %r510;
+	// begin inline asm
+	mov.b64 %rd382, {%r492,%r493};
+	// end inline asm
+	selp.b64 	%rd389, 0, %rd382, %p106;
+	add.s64 	%rd383, %rd389, %rd381;
+	// begin inline asm
+	mov.b64 {%r494,%r495}, %rd383;
+	// end inline asm
+	shfl.sync.up.b32 	%r497|%p156, %r495, %r507, %r508, %r510;
+	shfl.sync.up.b32 	%r496|%p157, %r494, %r507, %r508, %r510;
+	// begin inline asm
+	mov.b64 %rd384, {%r496,%r497};
+	// end inline asm
+	selp.b64 	%rd390, 0, %rd384, %p108;
+	add.s64 	%rd385, %rd390, %rd383;
+	// begin inline asm
+	mov.b64 {%r498,%r499}, %rd385;
+	// end inline asm
+	shfl.sync.up.b32 	%r501|%p158, %r499, %r504, %r508, %r510;
+	shfl.sync.up.b32 	%r500|%p159, %r498, %r504, %r508, %r510;
+	// begin inline asm
+	mov.b64 %rd386, {%r500,%r501};
+	// end inline asm
+	selp.b64 	%rd391, 0, %rd386, %p105;
+	add.s64 	%rd99, %rd391, %rd385;
+	@%p143 bra 	$L__BB3_115;
+	mov.u32 	%r514, _ZZ22ws_delta_count_lowbyteE3red;
+	add.s32 	%r515, %r514, %r111;
+	st.shared.u64 	[%r515], %rd99;
 $L__BB3_115:
-	st.global.u8 	[%rd91], %rs171;
-	shr.u16 	%rs113, %rs171, 8;
-	st.global.u8 	[%rd91+1], %rs113;
+	setp.eq.s32 	%p160, %r474, 0;
+	bar.sync 	0;
+	mov.u64 	%rd470, 0;
+	@%p160 bra 	$L__BB3_117;
+	shr.u32 	%r518, %r104, 2;
+	and.b32  	%r519, %r518, 1073741816;
+	mov.u32 	%r520, _ZZ22ws_delta_count_lowbyteE3red;
+	add.s32 	%r521, %r520, %r519;
+	ld.shared.u64 	%rd470, [%r521+-8];
 $L__BB3_117:
-	add.s32 	%r617, %r617, 1;
-$L__BB3_118:
-	and.b32  	%r470, %r615, 8;
-	setp.eq.s32 	%p160, %r470, 0;
-	@%p160 bra 	$L__BB3_124;
-	setp.lt.u32 	%p161, %r1, 128;
-	shr.u32 	%r471, %r1, 3;
-	add.s32 	%r472, %r471, -16;
-	shr.u32 	%r473, %r472, 2;
-	selp.b32 	%r474, 0, %r473, %p161;
-	setp.ge.u32 	%p162, %r617, %r474;
+	popc.b32 	%r564, %r611;
+	cvt.u64.u32 	%rd439, %r564;
+	ld.shared.u64 	%rd102, [_ZZ22ws_delta_count_lowbyteE3red+56];
+	bar.sync 	0;
+	sub.s64 	%rd393, %rd468, %rd439;
+	add.s64 	%rd394, %rd393, %rd96;
+	add.s64 	%rd471, %rd394, %rd470;
+	setp.eq.s32 	%p161, %r611, 0;
+	@%p161 bra 	$L__BB3_124;
+	cvt.u64.u32 	%rd441, %r104;
+	add.s64 	%rd440, %rd467, %rd441;
+	shl.b64 	%rd104, %rd440, 5;
+$L__BB3_119:
+	mov.u32 	%r93, %r611;
+	add.s32 	%r522, %r93, -1;
+	and.b32  	%r611, %r522, %r93;
+	setp.ge.u64 	%p162, %rd471, %rd8;
 	@%p162 bra 	$L__BB3_123;
-	shr.u32 	%r475, %r1, 5;
-	cvt.u64.u32 	%rd392, %r475;
-	mul.lo.s64 	%rd393, %rd501, %rd392;
-	shl.b64 	%rd394, %rd393, 2;
-	cvta.to.global.u64 	%rd395, %rd6;
-	add.s64 	%rd396, %rd395, %rd394;
-	cvt.u16.u64 	%rs114, %rd88;
-	add.s16 	%rs115, %rs114, 3;
-	mul.wide.u32 	%rd397, %r617, 2;
-	add.s64 	%rd398, %rd396, %rd397;
-	st.global.u16 	[%rd398], %rs115;
-	shr.u32 	%r478, %r472, 1;
-	and.b32  	%r479, %r478, 2147483646;
-	add.s32 	%r480, %r479, 7;
-	and.b32  	%r481, %r480, -8;
-	selp.b32 	%r482, 0, %r481, %p161;
-	cvt.u64.u32 	%rd399, %r482;
-	add.s64 	%rd92, %rd398, %rd399;
-	add.s64 	%rd400, %rd6, %rd394;
-	and.b64  	%rd401, %rd400, 1;
-	setp.eq.b64 	%p164, %rd401, 1;
+	shr.u32 	%r563, %r1, 3;
+	add.s32 	%r562, %r563, -16;
+	brev.b32 	%r523, %r93;
+	bfind.shiftamt.u32 	%r524, %r523;
+	cvt.u64.u32 	%rd395, %r524;
+	add.s64 	%rd396, %rd104, %rd395;
+	shr.u32 	%r525, %r1, 5;
+	cvt.u64.u32 	%rd397, %r525;
+	mul.lo.s64 	%rd398, %rd448, %rd397;
+	shl.b64 	%rd399, %rd398, 2;
+	cvta.to.global.u64 	%rd400, %rd6;
+	add.s64 	%rd401, %rd400, %rd399;
+	shl.b64 	%rd402, %rd471, 1;
+	add.s64 	%rd403, %rd401, %rd402;
+	st.global.u16 	[%rd403], %rd396;
+	shr.u32 	%r528, %r562, 1;
+	and.b32  	%r529, %r528, 2147483646;
+	add.s32 	%r530, %r529, 7;
+	and.b32  	%r531, %r530, -8;
+	selp.b32 	%r532, 0, %r531, %p4;
+	cvt.u64.u32 	%rd404, %r532;
+	add.s64 	%rd106, %rd403, %rd404;
+	add.s64 	%rd405, %rd6, %rd399;
+	add.s64 	%rd406, %rd396, %rd15;
+	shl.b64 	%rd407, %rd406, 1;
+	add.s64 	%rd408, %rd12, %rd407;
+	ld.u16 	%rs35, [%rd408];
+	and.b64  	%rd409, %rd405, 1;
+	setp.eq.b64 	%p164, %rd409, 1;
 	mov.pred 	%p165, 0;
 	xor.pred  	%p166, %p164, %p165;
 	not.pred 	%p167, %p166;
 	@%p167 bra 	$L__BB3_122;
 	bra.uni 	$L__BB3_121;
 $L__BB3_122:
-	st.global.u16 	[%rd92], %rs170;
+	st.global.u16 	[%rd106], %rs35;
 	bra.uni 	$L__BB3_123;
 $L__BB3_121:
-	st.global.u8 	[%rd92], %rs170;
-	shr.u16 	%rs116, %rs170, 8;
-	st.global.u8 	[%rd92+1], %rs116;
+	st.global.u8 	[%rd106], %rs35;
+	shr.u16 	%rs61, %rs35, 8;
+	st.global.u8 	[%rd106+1], %rs61;
 $L__BB3_123:
-	add.s32 	%r617, %r617, 1;
+	add.s64 	%rd471, %rd471, 1;
+	setp.ne.s32 	%p168, %r611, 0;
+	@%p168 bra 	$L__BB3_119;
 $L__BB3_124:
-	and.b32  	%r483, %r615, 16;
-	setp.eq.s32 	%p168, %r483, 0;
-	@%p168 bra 	$L__BB3_130;
-	setp.lt.u32 	%p169, %r1, 128;
-	shr.u32 	%r484, %r1, 3;
-	add.s32 	%r485, %r484, -16;
-	shr.u32 	%r486, %r485, 2;
-	selp.b32 	%r487, 0, %r486, %p169;
-	setp.ge.u32 	%p170, %r617, %r487;
-	@%p170 bra 	$L__BB3_129;
-	shr.u32 	%r488, %r1, 5;
-	cvt.u64.u32 	%rd402, %r488;
-	mul.lo.s64 	%rd403, %rd501, %rd402;
-	shl.b64 	%rd404, %rd403, 2;
-	cvta.to.global.u64 	%rd405, %rd6;
-	add.s64 	%rd406, %rd405, %rd404;
-	cvt.u16.u64 	%rs117, %rd88;
-	add.s16 	%rs118, %rs117, 4;
-	mul.wide.u32 	%rd407, %r617, 2;
-	add.s64 	%rd408, %rd406, %rd407;
-	st.global.u16 	[%rd408], %rs118;
-	shr.u32 	%r491, %r485, 1;
-	and.b32  	%r492, %r491, 2147483646;
-	add.s32 	%r493, %r492, 7;
-	and.b32  	%r494, %r493, -8;
-	selp.b32 	%r495, 0, %r494, %p169;
-	cvt.u64.u32 	%rd409, %r495;
-	add.s64 	%rd93, %rd408, %rd409;
-	add.s64 	%rd410, %rd6, %rd404;
-	and.b64  	%rd411, %rd410, 1;
-	setp.eq.b64 	%p172, %rd411, 1;
-	mov.pred 	%p173, 0;
-	xor.pred  	%p174, %p172, %p173;
-	not.pred 	%p175, %p174;
-	@%p175 bra 	$L__BB3_128;
-	bra.uni 	$L__BB3_127;
-$L__BB3_128:
-	st.global.u16 	[%rd93], %rs169;
-	bra.uni 	$L__BB3_129;
-$L__BB3_127:
-	st.global.u8 	[%rd93], %rs169;
-	shr.u16 	%rs119, %rs169, 8;
-	st.global.u8 	[%rd93+1], %rs119;
-$L__BB3_129:
-	add.s32 	%r617, %r617, 1;
-$L__BB3_130:
-	and.b32  	%r496, %r615, 32;
-	setp.eq.s32 	%p176, %r496, 0;
-	@%p176 bra 	$L__BB3_136;
-	setp.lt.u32 	%p177, %r1, 128;
-	shr.u32 	%r497, %r1, 3;
-	add.s32 	%r498, %r497, -16;
-	shr.u32 	%r499, %r498, 2;
-	selp.b32 	%r500, 0, %r499, %p177;
-	setp.ge.u32 	%p178, %r617, %r500;
-	@%p178 bra 	$L__BB3_135;
-	shr.u32 	%r501, %r1, 5;
-	cvt.u64.u32 	%rd412, %r501;
-	mul.lo.s64 	%rd413, %rd501, %rd412;
-	shl.b64 	%rd414, %rd413, 2;
-	cvta.to.global.u64 	%rd415, %rd6;
-	add.s64 	%rd416, %rd415, %rd414;
-	cvt.u16.u64 	%rs120, %rd88;
-	add.s16 	%rs121, %rs120, 5;
-	mul.wide.u32 	%rd417, %r617, 2;
-	add.s64 	%rd418, %rd416, %rd417;
-	st.global.u16 	[%rd418], %rs121;
-	shr.u32 	%r504, %r498, 1;
-	and.b32  	%r505, %r504, 2147483646;
-	add.s32 	%r506, %r505, 7;
-	and.b32  	%r507, %r506, -8;
-	selp.b32 	%r508, 0, %r507, %p177;
-	cvt.u64.u32 	%rd419, %r508;
-	add.s64 	%rd94, %rd418, %rd419;
-	add.s64 	%rd420, %rd6, %rd414;
-	and.b64  	%rd421, %rd420, 1;
-	setp.eq.b64 	%p180, %rd421, 1;
-	mov.pred 	%p181, 0;
-	xor.pred  	%p182, %p180, %p181;
-	not.pred 	%p183, %p182;
-	@%p183 bra 	$L__BB3_134;
-	bra.uni 	$L__BB3_133;
-$L__BB3_134:
-	st.global.u16 	[%rd94], %rs168;
-	bra.uni 	$L__BB3_135;
+	add.s64 	%rd443, %rd16, 31;
+	shr.u64 	%rd442, %rd443, 5;
+	add.s64 	%rd468, %rd102, %rd468;
+	add.s64 	%rd467, %rd467, 256;
+	setp.lt.u64 	%p169, %rd467, %rd442;
+	@%p169 bra 	$L__BB3_106;
+$L__BB3_125:
+	bar.sync 	0;
+	setp.ge.u32 	%p171, %r433, %r90;
+	or.pred  	%p172, %p171, %p122;
+	setp.ne.s16 	%p173, %rs70, 2;
+	and.pred  	%p174, %p173, %p172;
+	@%p174 bra 	$L__BB3_134;
+	add.s64 	%rd410, %rd16, 31;
+	shr.u64 	%rd110, %rd410, 5;
+	cvt.u64.u32 	%rd472, %r104;
+	setp.le.u64 	%p175, %rd110, %rd472;
+	@%p175 bra 	$L__BB3_134;
+	not.b64 	%rd412, %rd472;
+	add.s64 	%rd112, %rd110, %rd412;
+	shr.u64 	%rd413, %rd112, 8;
+	add.s64 	%rd414, %rd413, 1;
+	and.b64  	%rd113, %rd414, 3;
+	setp.eq.s64 	%p176, %rd113, 0;
+	@%p176 bra 	$L__BB3_131;
+	shl.b32 	%r537, %r104, 2;
+	mov.u32 	%r538, _ZZ22ws_delta_count_lowbyteE5smask;
+	add.s32 	%r539, %r538, %r537;
+	ld.shared.u32 	%r540, [%r539];
+	shr.u32 	%r541, %r1, 5;
+	cvt.u64.u32 	%rd415, %r541;
+	mul.lo.s64 	%rd416, %rd448, %rd415;
+	cvta.to.global.u64 	%rd417, %rd6;
+	shl.b64 	%rd418, %rd416, 2;
+	add.s64 	%rd419, %rd417, %rd418;
+	cvt.u64.u32 	%rd420, %r104;
+	mul.wide.u32 	%rd421, %r104, 4;
+	add.s64 	%rd114, %rd419, %rd421;
+	st.global.u32 	[%rd114], %r540;
+	add.s64 	%rd472, %rd420, 256;
+	setp.eq.s64 	%p177, %rd113, 1;
+	@%p177 bra 	$L__BB3_131;
+	ld.shared.u32 	%r545, [%r539+1024];
+	st.global.u32 	[%rd114+1024], %r545;
+	add.s64 	%rd472, %rd420, 512;
+	setp.eq.s64 	%p178, %rd113, 2;
+	@%p178 bra 	$L__BB3_131;
+	ld.shared.u32 	%r546, [%r539+2048];
+	st.global.u32 	[%rd114+2048], %r546;
+	add.s64 	%rd472, %rd420, 768;
+$L__BB3_131:
+	setp.lt.u64 	%p179, %rd112, 768;
+	@%p179 bra 	$L__BB3_134;
+	cvta.to.global.u64 	%rd424, %rd6;
+	shr.u32 	%r548, %r1, 5;
+	cvt.u64.u32 	%rd425, %r548;
+	mul.lo.s64 	%rd426, %rd448, %rd425;
+	shl.b64 	%rd427, %rd426, 2;
+	add.s64 	%rd119, %rd424, %rd427;
 $L__BB3_133:
-	st.global.u8 	[%rd94], %rs168;
-	shr.u16 	%rs122, %rs168, 8;
-	st.global.u8 	[%rd94+1], %rs122;
-$L__BB3_135:
-	add.s32 	%r617, %r617, 1;
+	cvt.u32.u64 	%r549, %rd472;
+	shl.b32 	%r550, %r549, 2;
+	mov.u32 	%r551, _ZZ22ws_delta_count_lowbyteE5smask;
+	add.s32 	%r552, %r551, %r550;
+	ld.shared.u32 	%r553, [%r552];
+	shl.b64 	%rd428, %rd472, 2;
+	add.s64 	%rd429, %rd119, %rd428;
+	st.global.u32 	[%rd429], %r553;
+	ld.shared.u32 	%r554, [%r552+1024];
+	st.global.u32 	[%rd429+1024], %r554;
+	ld.shared.u32 	%r555, [%r552+2048];
+	st.global.u32 	[%rd429+2048], %r555;
+	ld.shared.u32 	%r556, [%r552+3072];
+	st.global.u32 	[%rd429+3072], %r556;
+	add.s64 	%rd472, %rd472, 1024;
+	setp.lt.u64 	%p180, %rd472, %rd110;
+	@%p180 bra 	$L__BB3_133;
+$L__BB3_134:
+	setp.ne.s32 	%p181, %r104, 0;
+	@%p181 bra 	$L__BB3_136;
+	shl.b64 	%rd438, %rd448, 2;
+	add.s64 	%rd432, %rd430, %rd438;
+	st.global.u32 	[%rd432], %r90;
 $L__BB3_136:
-	and.b32  	%r509, %r615, 64;
-	setp.eq.s32 	%p184, %r509, 0;
-	@%p184 bra 	$L__BB3_142;
-	setp.lt.u32 	%p185, %r1, 128;
-	shr.u32 	%r510, %r1, 3;
-	add.s32 	%r511, %r510, -16;
-	shr.u32 	%r512, %r511, 2;
-	selp.b32 	%r513, 0, %r512, %p185;
-	setp.ge.u32 	%p186, %r617, %r513;
-	@%p186 bra 	$L__BB3_141;
-	shr.u32 	%r514, %r1, 5;
-	cvt.u64.u32 	%rd422, %r514;
-	mul.lo.s64 	%rd423, %rd501, %rd422;
-	shl.b64 	%rd424, %rd423, 2;
-	cvta.to.global.u64 	%rd425, %rd6;
-	add.s64 	%rd426, %rd425, %rd424;
-	cvt.u16.u64 	%rs123, %rd88;
-	add.s16 	%rs124, %rs123, 6;
-	mul.wide.u32 	%rd427, %r617, 2;
-	add.s64 	%rd428, %rd426, %rd427;
-	st.global.u16 	[%rd428], %rs124;
-	shr.u32 	%r517, %r511, 1;
-	and.b32  	%r518, %r517, 2147483646;
-	add.s32 	%r519, %r518, 7;
-	and.b32  	%r520, %r519, -8;
-	selp.b32 	%r521, 0, %r520, %p185;
-	cvt.u64.u32 	%rd429, %r521;
-	add.s64 	%rd95, %rd428, %rd429;
-	add.s64 	%rd430, %rd6, %rd424;
-	and.b64  	%rd431, %rd430, 1;
-	setp.eq.b64 	%p188, %rd431, 1;
-	mov.pred 	%p189, 0;
-	xor.pred  	%p190, %p188, %p189;
-	not.pred 	%p191, %p190;
-	@%p191 bra 	$L__BB3_140;
-	bra.uni 	$L__BB3_139;
-$L__BB3_140:
-	st.global.u16 	[%rd95], %rs167;
-	bra.uni 	$L__BB3_141;
-$L__BB3_139:
-	st.global.u8 	[%rd95], %rs167;
-	shr.u16 	%rs125, %rs167, 8;
-	st.global.u8 	[%rd95+1], %rs125;
-$L__BB3_141:
-	add.s32 	%r617, %r617, 1;
-$L__BB3_142:
-	and.b32  	%r522, %r615, 128;
-	setp.eq.s32 	%p192, %r522, 0;
-	setp.lt.u32 	%p193, %r1, 128;
-	shr.u32 	%r523, %r1, 3;
-	add.s32 	%r524, %r523, -16;
-	shr.u32 	%r525, %r524, 2;
-	selp.b32 	%r526, 0, %r525, %p193;
-	setp.ge.u32 	%p194, %r617, %r526;
-	or.pred  	%p195, %p192, %p194;
-	@%p195 bra 	$L__BB3_146;
-	shr.u32 	%r527, %r1, 5;
-	cvt.u64.u32 	%rd432, %r527;
-	mul.lo.s64 	%rd433, %rd501, %rd432;
-	shl.b64 	%rd434, %rd433, 2;
-	cvta.to.global.u64 	%rd435, %rd6;
-	add.s64 	%rd436, %rd435, %rd434;
-	cvt.u16.u64 	%rs126, %rd88;
-	add.s16 	%rs127, %rs126, 7;
-	mul.wide.u32 	%rd437, %r617, 2;
-	add.s64 	%rd438, %rd436, %rd437;
-	st.global.u16 	[%rd438], %rs127;
-	shr.u32 	%r530, %r524, 1;
-	and.b32  	%r531, %r530, 2147483646;
-	add.s32 	%r532, %r531, 7;
-	and.b32  	%r533, %r532, -8;
-	selp.b32 	%r534, 0, %r533, %p193;
-	cvt.u64.u32 	%rd439, %r534;
-	add.s64 	%rd96, %rd438, %rd439;
-	add.s64 	%rd440, %rd6, %rd434;
-	and.b64  	%rd441, %rd440, 1;
-	setp.eq.b64 	%p197, %rd441, 1;
-	mov.pred 	%p198, 0;
-	xor.pred  	%p199, %p197, %p198;
-	not.pred 	%p200, %p199;
-	@%p200 bra 	$L__BB3_145;
-	bra.uni 	$L__BB3_144;
-$L__BB3_145:
-	st.global.u16 	[%rd96], %rs166;
-	bra.uni 	$L__BB3_146;
-$L__BB3_144:
-	st.global.u8 	[%rd96], %rs166;
-	shr.u16 	%rs128, %rs166, 8;
-	st.global.u8 	[%rd96+1], %rs128;
-$L__BB3_146:
-	add.s64 	%rd482, %rd15, 255;
-	shr.u64 	%rd481, %rd482, 8;
-	add.s32 	%r535, %r91, %r90;
-	add.s32 	%r623, %r535, %r623;
-	add.s64 	%rd502, %rd502, 8;
-	setp.lt.u64 	%p201, %rd502, %rd481;
-	@%p201 bra 	$L__BB3_5;
-$L__BB3_147:
 	bar.sync 	0;
-	setp.eq.s32 	%p202, %r623, 0;
-	mov.u16 	%rs174, 0;
-	@%p202 bra 	$L__BB3_150;
-	shl.b64 	%rd442, %rd15, 1;
-	add.s64 	%rd443, %rd442, 7;
-	and.b64  	%rd444, %rd443, 17179869176;
-	add.s64 	%rd445, %rd15, 31;
-	shr.u64 	%rd446, %rd445, 3;
-	and.b64  	%rd447, %rd446, 1073741820;
-	add.s64 	%rd448, %rd447, 7;
-	and.b64  	%rd449, %rd448, 2147483640;
-	mul.wide.u32 	%rd450, %r623, 2;
-	add.s64 	%rd451, %rd450, 7;
-	and.b64  	%rd452, %rd451, 17179869176;
-	add.s64 	%rd98, %rd452, %rd449;
-	shl.b64 	%rd453, %rd451, 1;
-	and.b64  	%rd99, %rd453, 34359738352;
-	setp.le.u64 	%p203, %rd444, %rd98;
-	setp.le.u64 	%p204, %rd444, %rd99;
-	and.pred  	%p205, %p204, %p203;
-	mov.u16 	%rs174, 1;
-	@%p205 bra 	$L__BB3_150;
-	setp.gt.u64 	%p206, %rd98, %rd99;
-	selp.b16 	%rs174, 3, 2, %p206;
-$L__BB3_150:
-	setp.eq.s16 	%p207, %rs174, 2;
-	@%p207 bra 	$L__BB3_152;
-	setp.ne.s16 	%p208, %rs174, 3;
-	setp.lt.u32 	%p209, %r1, 128;
-	shr.u32 	%r536, %r1, 3;
-	add.s32 	%r537, %r536, -16;
-	shr.u32 	%r538, %r537, 2;
-	selp.b32 	%r539, 0, %r538, %p209;
-	setp.ge.u32 	%p210, %r539, %r623;
-	or.pred  	%p211, %p210, %p208;
-	@%p211 bra 	$L__BB3_160;
-$L__BB3_152:
-	add.s64 	%rd454, %rd15, 31;
-	shr.u64 	%rd100, %rd454, 5;
-	cvt.u64.u32 	%rd520, %r118;
-	setp.le.u64 	%p212, %rd100, %rd520;
-	@%p212 bra 	$L__BB3_160;
-	not.b64 	%rd456, %rd520;
-	add.s64 	%rd102, %rd100, %rd456;
-	shr.u64 	%rd457, %rd102, 8;
-	add.s64 	%rd458, %rd457, 1;
-	and.b64  	%rd103, %rd458, 3;
-	setp.eq.s64 	%p213, %rd103, 0;
-	@%p213 bra 	$L__BB3_157;
-	shl.b32 	%r543, %r118, 2;
-	mov.u32 	%r544, _ZZ22ws_delta_count_lowbyteE5smask;
-	add.s32 	%r545, %r544, %r543;
-	ld.shared.u32 	%r546, [%r545];
-	shr.u32 	%r547, %r1, 5;
-	cvt.u64.u32 	%rd459, %r547;
-	mul.lo.s64 	%rd460, %rd501, %rd459;
-	cvta.to.global.u64 	%rd461, %rd6;
-	shl.b64 	%rd462, %rd460, 2;
-	add.s64 	%rd463, %rd461, %rd462;
-	cvt.u64.u32 	%rd464, %r118;
-	mul.wide.u32 	%rd465, %r118, 4;
-	add.s64 	%rd104, %rd463, %rd465;
-	st.global.u32 	[%rd104], %r546;
-	add.s64 	%rd520, %rd464, 256;
-	setp.eq.s64 	%p214, %rd103, 1;
-	@%p214 bra 	$L__BB3_157;
-	ld.shared.u32 	%r551, [%r545+1024];
-	st.global.u32 	[%rd104+1024], %r551;
-	add.s64 	%rd520, %rd464, 512;
-	setp.eq.s64 	%p215, %rd103, 2;
-	@%p215 bra 	$L__BB3_157;
-	ld.shared.u32 	%r552, [%r545+2048];
-	st.global.u32 	[%rd104+2048], %r552;
-	add.s64 	%rd520, %rd464, 768;
-$L__BB3_157:
-	setp.lt.u64 	%p216, %rd102, 768;
-	@%p216 bra 	$L__BB3_160;
-	cvt.u32.u64 	%r554, %rd520;
-	shl.b32 	%r555, %r554, 2;
-	mov.u32 	%r556, _ZZ22ws_delta_count_lowbyteE5smask;
-	add.s32 	%r557, %r556, %r555;
-	add.s32 	%r624, %r557, 2048;
-	shr.u32 	%r558, %r1, 5;
-	cvt.u64.u32 	%rd468, %r558;
-	mul.lo.s64 	%rd469, %rd501, %rd468;
-	add.s64 	%rd470, %rd520, %rd469;
-	cvta.to.global.u64 	%rd471, %rd6;
-	shl.b64 	%rd472, %rd470, 2;
-	add.s64 	%rd473, %rd471, %rd472;
-	add.s64 	%rd521, %rd473, 2048;
-$L__BB3_159:
-	ld.shared.u32 	%r559, [%r624+-2048];
-	st.global.u32 	[%rd521+-2048], %r559;
-	ld.shared.u32 	%r560, [%r624+-1024];
-	st.global.u32 	[%rd521+-1024], %r560;
-	ld.shared.u32 	%r561, [%r624];
-	st.global.u32 	[%rd521], %r561;
-	ld.shared.u32 	%r562, [%r624+1024];
-	st.global.u32 	[%rd521+1024], %r562;
-	add.s32 	%r624, %r624, 4096;
-	add.s64 	%rd521, %rd521, 4096;
-	add.s64 	%rd520, %rd520, 1024;
-	setp.lt.u64 	%p217, %rd520, %rd100;
-	@%p217 bra 	$L__BB3_159;
-$L__BB3_160:
-	setp.ne.s32 	%p218, %r118, 0;
-	@%p218 bra 	$L__BB3_162;
-	shl.b64 	%rd484, %rd501, 2;
-	add.s64 	%rd476, %rd474, %rd484;
-	st.global.u32 	[%rd476], %r623;
-$L__BB3_162:
-	bar.sync 	0;
-$L__BB3_163:
-	ld.param.u64 	%rd483, [ws_delta_count_lowbyte_param_0+80];
-	mov.u32 	%r564, %nctaid.x;
-	cvt.u64.u32 	%rd477, %r564;
-	add.s64 	%rd501, %rd501, %rd477;
-	setp.lt.u64 	%p219, %rd501, %rd483;
-	@%p219 bra 	$L__BB3_2;
-$L__BB3_164:
+$L__BB3_137:
+	ld.param.u64 	%rd437, [ws_delta_count_lowbyte_param_0+80];
+	mov.u32 	%r558, %nctaid.x;
+	cvt.u64.u32 	%rd433, %r558;
+	add.s64 	%rd448, %rd448, %rd433;
+	setp.lt.u64 	%p182, %rd448, %rd437;
+	@%p182 bra 	$L__BB3_2;
+$L__BB3_138:
 	ret;
 }
 	// .globl	ws_delta_chunks
