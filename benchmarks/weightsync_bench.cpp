@@ -66,6 +66,7 @@
 #include <vector>
 
 #include "host_bench.hpp"
+#include "shm_barrier.hpp"
 #include "process.hpp"
 #if WEIGHTSYNC_BENCH_GPU
 #include "gpu_model.hpp"
@@ -97,6 +98,7 @@ struct Args {
   int copy_streams = 2;                      // IpcOptions::copy_streams
   bool ipc_block = false;                    // IpcOptions::blocking_waits (--ipc-wait block)
   bool ipc_tcp = false;  // IpcOptions::shared_memory_control = false (--ipc-control tcp)
+  bool barrier_tcp = false;  // --barrier tcp: ipc's per-iteration barrier over TCP, not shared memory
   std::size_t piece = 0;  // IpcOptions::piece_bytes (0: automatic)
   int warmup = 3;
   int iters = 10;
@@ -231,6 +233,10 @@ usage: weightsync_bench [options]
   --copy-streams N, --piece S, --ipc-wait poll|block   ipc/p2p tuning
   --ipc-control shm|tcp  ipc/p2p: the per-sync messages through a shared-memory mailbox (default)
                        or TCP on loopback (IpcOptions::shared_memory_control)
+  --barrier shm|tcp    ipc/p2p: the bench's barrier before each timed iteration: a spin on a
+                       shared-memory counter (default: every rank leaves within a microsecond or
+                       so) or TCP messages (the producer released first: its clock ran one
+                       loopback latency before the consumers had left, which every row carried)
   -h, --help           this text
 Output: nccl-tests-style table on stdout (lines starting with # are headers), progress on stderr.
 )";
@@ -336,6 +342,10 @@ Args parse(int argc, char** argv) {
     } else if (k == "--port") {
       a.port = parse_int(val(), k, 1, 65535);
       continue;
+    } else if (k == "--barrier") {
+      const std::string v = val();
+      if (v != "shm" && v != "tcp") throw std::invalid_argument("--barrier: shm or tcp, got " + v);
+      a.barrier_tcp = v == "tcp";
     } else if (k == "--raw-port") {
       a.raw_port = parse_int(val(), k, 1, 65535);
       continue;
@@ -563,6 +573,12 @@ class Bench {
       io.blocking_waits = a.ipc_block;
       io.shared_memory_control = !a.ipc_tcp;
       ipc_.emplace(o, device_, io, std::chrono::seconds(a.timeout_s));
+      if (!a.barrier_tcp)
+        shm_barrier_.emplace("/ws_bench_barrier_" + std::to_string(a.ipc_port), a.np, a.rank,
+                             std::chrono::seconds(a.timeout_s), [this] {
+                               char b = 0;  // (every rank has opened the segment after this)
+                               for (int r = 0; r < a_.np; ++r) ipc_->control().broadcast(&b, 1, r);
+                             });
     }
     ws::detail::check(cudaMalloc(reinterpret_cast<void**>(&scratch_), 64), "cudaMalloc");
   }
@@ -595,6 +611,11 @@ class Bench {
 
   // Every rank meets here; afterwards all start within a few microseconds.
   void barrier() {
+    if (shm_barrier_) {
+      ws::detail::check(cudaStreamSynchronize(s()), "cudaStreamSynchronize");
+      shm_barrier_->wait();
+      return;
+    }
     if (host_) {
       // Every consumer reports in, then the producer releases them and is the first to leave: it
       // starts its sync while they come out of the barrier, as a trainer calls send when the
@@ -1474,6 +1495,7 @@ class Bench {
   ws::TimedEvent start_, end_;
   std::optional<ws::NcclCommunicator> comm_;
   std::optional<ws::NcclCommunicator> raw_comm_;
+  std::optional<ws_bench::ShmBarrier> shm_barrier_;  // ipc / p2p: --barrier shm
   std::optional<ws::IpcTransport> ipc_;
   bool host_ = false;  // coordinate over the IPC transport's control channel instead of NCCL
   float* scratch_ = nullptr;
