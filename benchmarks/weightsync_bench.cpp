@@ -98,7 +98,7 @@ struct Args {
   int copy_streams = 2;                      // IpcOptions::copy_streams
   bool ipc_block = false;                    // IpcOptions::blocking_waits (--ipc-wait block)
   bool ipc_tcp = false;  // IpcOptions::shared_memory_control = false (--ipc-control tcp)
-  bool barrier_tcp = false;  // --barrier tcp: ipc's per-iteration barrier over TCP, not shared memory
+  std::string barrier = "auto";  // --barrier: ipc's per-iteration barrier (shm, tcp, auto)
   std::size_t piece = 0;  // IpcOptions::piece_bytes (0: automatic)
   int warmup = 3;
   int iters = 10;
@@ -233,10 +233,12 @@ usage: weightsync_bench [options]
   --copy-streams N, --piece S, --ipc-wait poll|block   ipc/p2p tuning
   --ipc-control shm|tcp  ipc/p2p: the per-sync messages through a shared-memory mailbox (default)
                        or TCP on loopback (IpcOptions::shared_memory_control)
-  --barrier shm|tcp    ipc/p2p: the bench's barrier before each timed iteration: a spin on a
-                       shared-memory counter (default: every rank leaves within a microsecond or
-                       so) or TCP messages (the producer released first: its clock ran one
-                       loopback latency before the consumers had left, which every row carried)
+  --barrier B          ipc/p2p: the bench's barrier before each timed iteration. shm: a spin on
+                       a shared-memory counter, every rank leaves within about a microsecond;
+                       tcp: messages, the producer released first, its clock running one
+                       loopback latency (15-40 us under MPS) before the consumers leave; auto
+                       (default): shm under MPS, tcp without (in time slices, ranks that leave
+                       together make even the raw copy wait for the other process's slice)
   -h, --help           this text
 Output: nccl-tests-style table on stdout (lines starting with # are headers), progress on stderr.
 )";
@@ -344,8 +346,9 @@ Args parse(int argc, char** argv) {
       continue;
     } else if (k == "--barrier") {
       const std::string v = val();
-      if (v != "shm" && v != "tcp") throw std::invalid_argument("--barrier: shm or tcp, got " + v);
-      a.barrier_tcp = v == "tcp";
+      if (v != "shm" && v != "tcp" && v != "auto")
+        throw std::invalid_argument("--barrier: shm, tcp or auto, got " + v);
+      a.barrier = v;
     } else if (k == "--raw-port") {
       a.raw_port = parse_int(val(), k, 1, 65535);
       continue;
@@ -573,7 +576,7 @@ class Bench {
       io.blocking_waits = a.ipc_block;
       io.shared_memory_control = !a.ipc_tcp;
       ipc_.emplace(o, device_, io, std::chrono::seconds(a.timeout_s));
-      if (!a.barrier_tcp)
+      if (a.barrier == "shm" || (a.barrier == "auto" && ws::mps_active()))
         shm_barrier_.emplace("/ws_bench_barrier_" + std::to_string(a.ipc_port), a.np, a.rank,
                              std::chrono::seconds(a.timeout_s), [this] {
                                char b = 0;  // (every rank has opened the segment after this)
@@ -732,9 +735,10 @@ class Bench {
       std::printf("# mps: %s\n", ws::mps_note().c_str());
     }
     if (ipc_)
-      std::printf("# ipc: copy streams %d, piece %s, waits %s, control %s\n", a_.copy_streams,
-                  a_.piece ? size_label(a_.piece).c_str() : "auto", a_.ipc_block ? "block" : "poll",
-                  a_.ipc_tcp ? "tcp" : "shm");
+      std::printf("# ipc: copy streams %d, piece %s, waits %s, control %s, bench barrier %s\n",
+                  a_.copy_streams, a_.piece ? size_label(a_.piece).c_str() : "auto",
+                  a_.ipc_block ? "block" : "poll", a_.ipc_tcp ? "tcp" : "shm",
+                  shm_barrier_ ? "shm" : "tcp");
     for (const auto& l : lines_) std::printf("%s\n", l.c_str());
     std::fflush(stdout);
   }
@@ -802,6 +806,7 @@ class Bench {
       j["copy_streams"] = a_.copy_streams;
       j["ipc_wait"] = a_.ipc_block ? "block" : "poll";
       j["ipc_control"] = ipc_->shared_memory_control_active() ? "shm" : "tcp";
+      j["bench_barrier"] = shm_barrier_ ? "shm" : "tcp";
       j["piece_bytes"] = a_.piece;
     }
     j["nccl_blocking"] = a_.blocking;
