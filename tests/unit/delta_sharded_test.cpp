@@ -4,8 +4,11 @@
 // their parts, and send their changed pieces as blobs that the workers apply in place; rounds of
 // random deltas over the host backend end bit-exact on every worker, a wrong base is refused on
 // every rank, and the update info's piece_bytes is checked field by field.
+#include <weightsync/delta/codec.hpp>
+#include <weightsync/delta/receive.hpp>
 #include <weightsync/delta/sharded_source.hpp>
 #include <weightsync/engine.hpp>
+#include <weightsync/loading.hpp>
 
 #include <chrono>
 #include <cstdint>
@@ -189,6 +192,138 @@ TEST_CASE("sharded delta update info: piece_bytes round-trips as JSON and is che
   x.trainer_ranks.reset();
   x.delta->payload_bytes = {100, -1};
   CHECK(field_of(x) == "delta.piece_bytes");
+}
+
+TEST_CASE("sharded delta pieces through a load plan's gather: row and column shards and casts end "
+          "equal to the plan's gather of the new tensors; a rotary-permuted piece is refused by name",
+          "[unit][delta][sharded][loading]") {
+  // Split along dim 0 over M = 2 trainer ranks: o (48, 64) lands as this TP rank's column shard,
+  // cast to float32; gate (96, 48) as a row shard; norm (48) renamed in place (pieces of 24).
+  const std::vector<TensorMeta> metas = {{"o", DType::bfloat16, {48, 64}},
+                                         {"gate", DType::bfloat16, {96, 48}},
+                                         {"norm", DType::bfloat16, {48}}};
+  struct Param {
+    std::string name;
+    DType dtype;
+    std::vector<std::int64_t> shape;
+    std::vector<std::byte> data;
+  };
+  auto make_params = [] {
+    std::vector<Param> ps = {{"o_tp", DType::float32, {48, 32}, {}},
+                             {"gate_tp", DType::bfloat16, {48, 48}, {}},
+                             {"norm_w", DType::bfloat16, {48}, {}}};
+    for (auto& p : ps) p.data.assign(TensorMeta{p.name, p.dtype, p.shape}.nbytes(), std::byte{0});
+    return ps;
+  };
+  const LoadMap map = [](const TensorMeta& m) -> std::optional<Placement> {
+    if (m.name == "o") return Placement{"o_tp", -1, 0, 1, 32, 32};
+    if (m.name == "gate") return Placement{"gate_tp", -1, 0, 0, 48, 48};
+    if (m.name == "norm") return Placement{"norm_w"};
+    return std::nullopt;
+  };
+  auto plan_of = [&](std::vector<Param>& ps) {
+    std::vector<ParamInfo> infos;
+    for (auto& p : ps) infos.push_back({p.name, p.data.data(), p.dtype, p.shape});
+    return plan_loading(metas, infos, map);
+  };
+  auto gather_all = [&](const LoadPlan& pl, std::vector<std::vector<std::byte>>& model) {
+    std::vector<TensorView> views;
+    for (std::size_t i = 0; i < metas.size(); ++i)
+      views.push_back(TensorView{&metas[i], model[i].data(), model[i].size()});
+    pl.load(std::span<const TensorView>(views), HostStream{});
+  };
+  std::mt19937 rng(11);
+  std::vector<std::vector<std::byte>> v0, v1;
+  for (const auto& m : metas) {  // bf16 of moderate values (exact in float32)
+    std::vector<std::byte> b(m.nbytes());
+    for (std::size_t e = 0; e < m.numel(); ++e) {
+      const auto x = static_cast<std::uint16_t>((rng() & 0x8000u) | (0x3c00u + rng() % 0x600u));
+      std::memcpy(b.data() + 2 * e, &x, 2);
+    }
+    v0.push_back(b);
+    for (std::size_t e = 0; e < m.numel(); ++e)
+      if (rng() % 20 == 0) b[2 * e] ^= std::byte{0x01};
+    v1.push_back(b);
+  }
+  auto params = make_params();
+  const LoadPlan plan = plan_of(params);
+  REQUIRE(plan.gather("o") != nullptr);
+  REQUIRE(plan.gather("gate") != nullptr);
+  gather_all(plan, v0);  // the worker holds v0
+  // the trainer ranks' blobs, piece by piece
+  UpdateRequest u;
+  u.metas = metas;
+  u.sharded = true;
+  u.trainer_ranks = 2;
+  u.shards.assign(metas.size(), ShardSpec{0, {}, {}});
+  DeltaUpdate d;
+  d.base_version = "v0";
+  d.bucket_elems = 256;
+  std::vector<std::vector<std::vector<std::byte>>> blobs(metas.size());
+  const auto pieces = u.pieces(2);
+  for (std::size_t i = 0; i < metas.size(); ++i) {
+    std::int64_t sum = 0;
+    for (const auto& p : pieces[i]) {
+      const std::size_t e0 = p.offset / 2, n = p.bytes() / 2;
+      blobs[i].push_back(delta::encode_delta_host(v1[i].data() + 2 * e0, v0[i].data() + 2 * e0, n,
+                                                  2, 256));
+      d.piece_bytes.push_back(static_cast<std::int64_t>(blobs[i].back().size()));
+      sum += d.piece_bytes.back();
+    }
+    d.payload_bytes.push_back(sum);
+  }
+  u.delta = d;
+  REQUIRE_NOTHROW(u.validate());
+  const auto wire = weightsync::detail::update_wire(u, "v0");
+  weightsync::detail::UpdateReceiver rx(
+      wire, [](std::span<const TensorView>, void*) {},
+      [&](const TensorMeta& m) { return plan.destination(m); }, false,
+      [&](const TensorMeta& m) { return plan.gather(m.name); });
+  REQUIRE(rx.cannot_apply().empty());
+  std::vector<TensorView> views;
+  for (std::size_t k = 0; k < wire.metas.size(); ++k) {
+    const auto& x = wire.what[k];
+    if (x.kind == weightsync::detail::WireTensor::Kind::marker) {
+      views.push_back(TensorView{&rx.metas()[k], nullptr, 0});
+      continue;
+    }
+    REQUIRE(x.kind == weightsync::detail::WireTensor::Kind::blob);
+    std::size_t p = 0;
+    while (pieces[x.tensor][p].offset / 2 != x.elem_offset) ++p;
+    auto& b = blobs[x.tensor][p];
+    views.push_back(TensorView{&rx.metas()[k], b.data(), b.size()});
+  }
+  rx.load()(std::span<const TensorView>(views), nullptr);
+  auto want = make_params();
+  gather_all(plan_of(want), v1);
+  for (std::size_t p = 0; p < params.size(); ++p) {
+    CAPTURE(params[p].name);
+    CHECK(params[p].data == want[p].data);
+  }
+  // a rotary-permuted gather does not shift to a piece: refused, naming the tensor
+  std::vector<Param> qp = {{"q_tp", DType::bfloat16, {32, 64}, {}}};
+  qp[0].data.assign(32 * 64 * 2, std::byte{0});
+  std::vector<ParamInfo> qinfo{{"q_tp", qp[0].data.data(), DType::bfloat16, {32, 64}}};
+  const std::vector<TensorMeta> qmetas = {{"q", DType::bfloat16, {32, 64}}};
+  const LoadPlan qplan = plan_loading(qmetas, qinfo, [](const TensorMeta&) -> std::optional<Placement> {
+    return Placement{"q_tp", -1, 0, 0, 0, -1, 4};
+  });
+  REQUIRE(qplan.gather("q") != nullptr);
+  UpdateRequest qu;
+  qu.metas = qmetas;
+  qu.sharded = true;
+  qu.trainer_ranks = 2;
+  qu.shards = {ShardSpec{0, {}, {}}};
+  qu.delta = DeltaUpdate{"v0", 256, {200}, {100, 100}};
+  REQUIRE_NOTHROW(qu.validate());
+  weightsync::detail::UpdateReceiver qrx(
+      weightsync::detail::update_wire(qu, "v0"), [](std::span<const TensorView>, void*) {},
+      [](const TensorMeta&) -> void* { return nullptr; }, false,
+      [&](const TensorMeta& m) { return qplan.gather(m.name); });
+  const std::string why = qrx.cannot_apply();
+  INFO(why);
+  CHECK(why.find("a piece of q") != std::string::npos);
+  CHECK(why.find("rotary") != std::string::npos);
 }
 
 TEST_CASE("sharded delta rounds over the host backend: M trainer ranks -> 2 workers end bit-exact, "
