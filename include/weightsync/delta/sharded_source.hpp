@@ -494,7 +494,8 @@ class ShardedDeltaSource {
           break;
         case detail::WireTensor::Kind::blob:
           for (std::size_t k = first[x.tensor]; k < own_.size() && own_[k].tensor == x.tensor; ++k)
-            if (wire_->metas[w].name == detail::piece_blob_name(metas_[x.tensor].name, own_[k].piece))
+            if (blob_at_[k] != kNoJob &&
+                piece(k).offset / dtype_size(metas_[x.tensor].dtype) == x.elem_offset)
               items_.push_back({meta, Codec::data(blobs_) + blob_at_[k]});
           break;
         default:
