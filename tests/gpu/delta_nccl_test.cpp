@@ -181,9 +181,9 @@ struct Dim0Shards {
   }
 };
 
-// M = 2 trainer ranks (a sharded ShardedDeltaSource each, CudaDeltaCodec) -> 2 workers over
-// NCCL, four processes: the parts and the update info travel as files.
-void sharded_delta_rounds() {
+// M = 2 trainer ranks (a sharded ShardedDeltaSource each, CudaDeltaCodec, keeping a `reference`)
+// -> 2 workers over NCCL, four processes: the parts and the update info travel as files.
+void sharded_delta_rounds(DeltaReference reference = DeltaReference::full) {
   const auto& r = ws_test::role();
   constexpr int kTrainers = 2, kWorkers = 2, kRounds = 7;
   const int device = r.rank % device_count();
@@ -205,7 +205,9 @@ void sharded_delta_rounds() {
     TrainerEngine t(o);
     t.trainer_init(info);
     Dim0Shards src{metas, model, r.rank, kTrainers};
-    ShardedDeltaSource<Dim0Shards, CudaDeltaCodec> d(src, r.rank, kTrainers, DeltaOptions{},
+    DeltaOptions dopt;
+    dopt.reference = reference;
+    ShardedDeltaSource<Dim0Shards, CudaDeltaCodec> d(src, r.rank, kTrainers, dopt,
                                                      CudaDeltaCodec(s.get(), device));
     d.seed("default");
     for (int round = 1; round <= kRounds; ++round) {
@@ -227,7 +229,7 @@ void sharded_delta_rounds() {
           " of " + std::to_string(st.tensor_bytes) + " bytes, " + std::to_string(st.blobs) +
           " piece blobs, " + std::to_string(st.whole) + " whole");
       REQUIRE(st.whole_round == (round == 6));  // 6: after the refused round 5
-      if (round == 2) REQUIRE(st.blobs > 0);
+      if (round == 1) REQUIRE(st.blobs > 0);  // (0.1 %: blobs with either reference)
       if (round == 5) {  // worker 3 named round 4 otherwise: refused before a byte moved
         try {
           t.send_weights(d);
@@ -256,7 +258,7 @@ void sharded_delta_rounds() {
     step(model, metas, round, s.get());
     const auto text = ws_test::wait_for_file(dir + "/info_" + std::to_string(round) + ".json", 60s);
     const auto u = nlohmann::json::parse(text);
-    if (round == 2) REQUIRE(u["delta"].contains("piece_bytes"));
+    if (round == 1) REQUIRE(u["delta"].contains("piece_bytes"));
     e.start_weight_update();
     auto run = [&] {
       return e.update_weights(
@@ -291,6 +293,13 @@ TEST_CASE("nccl sharded delta rounds: M=2 trainer ranks -> 2 workers (four proce
           "[gpu][nccl][multi_gpu][engine][delta][sharded]") {
   if (ws_test::ran_as_parent(2, 300s, 4)) return;
   sharded_delta_rounds();
+}
+
+TEST_CASE("nccl sharded delta rounds with a low-byte reference: M=2 trainer ranks -> 2 workers, "
+          "bit-exact, a wrong base refused on every rank, then repaired",
+          "[gpu][nccl][multi_gpu][engine][delta][sharded]") {
+  if (ws_test::ran_as_parent(2, 300s, 4)) return;
+  sharded_delta_rounds(DeltaReference::low_byte);
 }
 
 TEST_CASE("nccl delta rounds: bit-exact on the GPU, a wrong base refused on both ranks, then "
