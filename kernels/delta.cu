@@ -456,10 +456,12 @@ __device__ __forceinline__ unsigned ws_measure_low_byte(const unsigned char* src
   u64* hashes = reinterpret_cast<u64*>(ref + wdl::align8(numel));
   const u64 nblk = (len + 255) / 256, end = begin + len;
   unsigned mine = 0;  // this lane's changes
-  // Block k's check and update, its lane's elements and stored hash loaded already.
-  const auto block = [&](u64 k, const unsigned short (&v)[8], const unsigned char (&l)[8],
-                         u64 stored) {
+  for (u64 k = warp; k < nblk; k += NW) {
     const u64 e = begin + k * 256 + lane * 8;  // the lane's first element in the tensor
+    unsigned short v[8];
+    unsigned char l[8];
+    ws_low_byte_load(src, lo, e, end, v, l);
+    u64 stored = lane == 0 ? hashes[begin / 256 + k] : 0;
     unsigned bits = 0, valid = 0;
     u64 now = 0, rebuilt = 0;
 #pragma unroll
@@ -495,22 +497,6 @@ __device__ __forceinline__ unsigned ws_measure_low_byte(const unsigned char* src
     word |= __shfl_xor_sync(WS_FULL, word, 1);
     word |= __shfl_xor_sync(WS_FULL, word, 2);
     if (lane % 4 == 0 && k * 256 + lane * 8 < len) m.smask[k * 8 + lane / 4] = word;
-  };
-  // Two blocks per round, both loaded before either is hashed (two independent chains).
-  for (u64 k = warp; k < nblk; k += 2 * NW) {
-    const u64 k2 = k + NW;
-    const bool two = k2 < nblk;  // (the same for the whole warp)
-    unsigned short v[8], v2[8] = {};
-    unsigned char l[8], l2[8] = {};
-    ws_low_byte_load(src, lo, begin + k * 256 + lane * 8, end, v, l);
-    const u64 stored = lane == 0 ? hashes[begin / 256 + k] : 0;
-    u64 stored2 = 0;
-    if (two) {
-      ws_low_byte_load(src, lo, begin + k2 * 256 + lane * 8, end, v2, l2);
-      stored2 = lane == 0 ? hashes[begin / 256 + k2] : 0;
-    }
-    block(k, v, l, stored);
-    if (two) block(k2, v2, l2, stored2);
   }
   unsigned wtotal;
   (void)ws_warp_excl(mine, wtotal);
@@ -640,7 +626,7 @@ extern "C" __global__ void __launch_bounds__(WS_THREADS, 4)
 // ws_delta_count for the buckets of low-byte jobs (launched only when the batch has one): 2-byte
 // elements, buckets of whole kLowByteBlock blocks (the launcher checks); the reference (low
 // bytes and block hashes) is always updated, as low_byte_changes_host updates it.
-extern "C" __global__ void __launch_bounds__(WS_THREADS, 3)
+extern "C" __global__ void __launch_bounds__(WS_THREADS, 4)
     ws_delta_count_lowbyte(const __grid_constant__ wk::DeltaEncodeParams p) {
   __shared__ u64 red[WS_THREADS / 32];
   __shared__ unsigned wred[WS_THREADS / 32];

@@ -6361,2119 +6361,1299 @@ $L__BB2_818:
 	.param .align 8 .b8 ws_delta_count_lowbyte_param_0[104]
 )
 .maxntid 256, 1, 1
-.minnctapersm 3
+.minnctapersm 4
 {
-	.reg .pred 	%p<284>;
-	.reg .b16 	%rs<207>;
-	.reg .b32 	%r<999>;
-	.reg .b64 	%rd<795>;
+	.reg .pred 	%p<183>;
+	.reg .b16 	%rs<71>;
+	.reg .b32 	%r<612>;
+	.reg .b64 	%rd<474>;
 	// demoted variable
 	.shared .align 8 .b8 _ZZ22ws_delta_count_lowbyteE3red[64];
 	// demoted variable
 	.shared .align 4 .b8 _ZZ22ws_delta_count_lowbyteE4wred[32];
 	// demoted variable
 	.shared .align 4 .b8 _ZZ22ws_delta_count_lowbyteE5smask[8192];
-	mov.b64 	%rd185, ws_delta_count_lowbyte_param_0;
-	add.s64 	%rd1, %rd185, 92;
+	mov.b64 	%rd123, ws_delta_count_lowbyte_param_0;
+	add.s64 	%rd1, %rd123, 92;
 	ld.param.u32 	%r1, [ws_delta_count_lowbyte_param_0+92];
-	mov.u32 	%r181, %ctaid.x;
-	cvt.u64.u32 	%rd752, %r181;
+	mov.u32 	%r96, %ctaid.x;
+	cvt.u64.u32 	%rd448, %r96;
 	ld.param.u64 	%rd3, [ws_delta_count_lowbyte_param_0+80];
-	setp.le.u64 	%p4, %rd3, %rd752;
-	@%p4 bra 	$L__BB3_232;
+	setp.le.u64 	%p3, %rd3, %rd448;
+	@%p3 bra 	$L__BB3_138;
 	ld.param.u64 	%rd4, [%rd1+-92];
 	ld.param.u64 	%rd5, [%rd1+-68];
 	ld.param.u64 	%rd6, [%rd1+-52];
-	setp.lt.u32 	%p5, %r1, 128;
-	shr.u32 	%r182, %r1, 3;
-	add.s32 	%r183, %r182, -16;
-	shr.u32 	%r184, %r183, 2;
-	selp.b32 	%r185, 0, %r184, %p5;
+	setp.lt.u32 	%p4, %r1, 128;
+	shr.u32 	%r97, %r1, 3;
+	add.s32 	%r98, %r97, -16;
+	shr.u32 	%r99, %r98, 2;
+	selp.b32 	%r100, 0, %r99, %p4;
 	ld.param.u64 	%rd7, [%rd1+-20];
-	cvt.u64.u32 	%rd8, %r185;
+	cvt.u64.u32 	%rd8, %r100;
 	ld.param.u64 	%rd9, [%rd1+-60];
-	cvta.to.global.u64 	%rd187, %rd5;
-	cvta.to.global.u64 	%rd190, %rd4;
-	mov.u32 	%r189, %tid.x;
-	shl.b32 	%r195, %r189, 3;
-	and.b32  	%r196, %r195, 248;
-	cvta.to.global.u64 	%rd736, %rd9;
+	cvta.to.global.u64 	%rd125, %rd5;
+	cvta.to.global.u64 	%rd128, %rd4;
+	mov.u32 	%r104, %tid.x;
+	shl.b32 	%r110, %r104, 3;
+	and.b32  	%r111, %r110, 248;
+	cvta.to.global.u64 	%rd341, %rd7;
+	add.s64 	%rd342, %rd341, 16;
+	cvta.to.global.u64 	%rd430, %rd9;
 $L__BB3_2:
-	shl.b64 	%rd188, %rd752, 2;
-	add.s64 	%rd189, %rd187, %rd188;
-	ld.global.u32 	%r186, [%rd189];
-	mul.wide.u32 	%rd191, %r186, 48;
-	add.s64 	%rd11, %rd190, %rd191;
+	shl.b64 	%rd126, %rd448, 2;
+	add.s64 	%rd127, %rd125, %rd126;
+	ld.global.u32 	%r101, [%rd127];
+	mul.wide.u32 	%rd129, %r101, 48;
+	add.s64 	%rd11, %rd128, %rd129;
 	ld.global.u64 	%rd12, [%rd11];
 	ld.global.u64 	%rd13, [%rd11+8];
-	ld.global.u32 	%r187, [%rd11+40];
-	setp.eq.s32 	%p6, %r187, 0;
-	@%p6 bra 	$L__BB3_231;
-	mov.u32 	%r905, %tid.x;
-	shr.u32 	%r904, %r905, 5;
+	ld.global.u32 	%r102, [%rd11+40];
+	setp.eq.s32 	%p5, %r102, 0;
+	@%p5 bra 	$L__BB3_137;
+	mov.u32 	%r561, %tid.x;
+	shr.u32 	%r560, %r561, 5;
 	ld.global.u64 	%rd14, [%rd11+16];
-	ld.global.u64 	%rd192, [%rd11+24];
-	sub.s64 	%rd193, %rd752, %rd192;
-	cvt.u64.u32 	%rd194, %r1;
-	mul.lo.s64 	%rd15, %rd193, %rd194;
-	sub.s64 	%rd195, %rd14, %rd15;
-	min.u64 	%rd16, %rd195, %rd194;
-	add.s64 	%rd196, %rd16, 255;
-	shr.u64 	%rd17, %rd196, 8;
+	ld.global.u64 	%rd130, [%rd11+24];
+	sub.s64 	%rd131, %rd448, %rd130;
+	cvt.u64.u32 	%rd132, %r1;
+	mul.lo.s64 	%rd15, %rd131, %rd132;
+	sub.s64 	%rd133, %rd14, %rd15;
+	min.u64 	%rd16, %rd133, %rd132;
+	add.s64 	%rd134, %rd16, 255;
+	shr.u64 	%rd17, %rd134, 8;
 	add.s64 	%rd18, %rd16, %rd15;
-	cvt.u64.u32 	%rd197, %r904;
-	setp.le.u64 	%p7, %rd17, %rd197;
-	mov.u32 	%r188, 0;
-	mov.u32 	%r995, %r188;
-	@%p7 bra 	$L__BB3_192;
-	add.s64 	%rd198, %rd14, 7;
-	and.b64  	%rd199, %rd198, -8;
-	add.s64 	%rd20, %rd13, %rd199;
-	mov.u32 	%r995, 0;
-	mov.u64 	%rd753, %rd197;
+	cvt.u64.u32 	%rd135, %r560;
+	setp.le.u64 	%p6, %rd17, %rd135;
+	mov.u32 	%r103, 0;
+	mov.u32 	%r609, %r103;
+	@%p6 bra 	$L__BB3_98;
+	add.s64 	%rd136, %rd14, 7;
+	and.b64  	%rd137, %rd136, -8;
+	add.s64 	%rd20, %rd13, %rd137;
+	mov.u32 	%r609, 0;
+	mov.u64 	%rd449, %rd135;
 	bra.uni 	$L__BB3_5;
-$L__BB3_46:
-	// begin inline asm
-	ld.global.cs.v4.u32 {%r960,%r958,%r956,%r954}, [%rd38];
-	// end inline asm
-	ld.u64 	%rd235, [%rd24+2048];
-	cvt.u16.u64 	%rs205, %rd235;
-	shr.u32 	%r959, %r960, 16;
-	shr.u64 	%rd236, %rd235, 8;
-	cvt.u16.u64 	%rs204, %rd236;
-	shr.u64 	%rd237, %rd235, 16;
-	cvt.u16.u64 	%rs203, %rd237;
-	shr.u32 	%r957, %r958, 16;
-	shr.u64 	%rd238, %rd235, 24;
-	cvt.u16.u64 	%rs202, %rd238;
-	shr.u64 	%rd239, %rd235, 32;
-	cvt.u16.u64 	%rs201, %rd239;
-	shr.u32 	%r955, %r956, 16;
-	shr.u64 	%rd240, %rd235, 40;
-	cvt.u16.u64 	%rs200, %rd240;
-	shr.u64 	%rd241, %rd235, 48;
-	cvt.u16.u64 	%rs199, %rd241;
-	shr.u32 	%r953, %r954, 16;
-	shr.u64 	%rd242, %rd235, 56;
-	cvt.u16.u64 	%rs198, %rd242;
-	bra.uni 	$L__BB3_80;
-$L__BB3_5:
-	cvt.u64.u32 	%rd200, %r196;
-	add.s64 	%rd201, %rd15, %rd200;
-	shl.b64 	%rd22, %rd753, 8;
-	add.s64 	%rd23, %rd201, %rd22;
-	add.s64 	%rd202, %rd23, 8;
-	setp.gt.u64 	%p8, %rd202, %rd18;
-	add.s64 	%rd24, %rd13, %rd23;
-	shl.b64 	%rd203, %rd23, 1;
-	add.s64 	%rd25, %rd12, %rd203;
-	@%p8 bra 	$L__BB3_8;
-	and.b64  	%rd205, %rd25, 15;
-	and.b64  	%rd207, %rd24, 7;
-	or.b64  	%rd208, %rd205, %rd207;
-	setp.ne.s64 	%p9, %rd208, 0;
-	@%p9 bra 	$L__BB3_8;
-	bra.uni 	$L__BB3_7;
-$L__BB3_8:
-	setp.ge.u64 	%p10, %rd23, %rd18;
-	mov.u32 	%r914, 0;
-	mov.u32 	%r936, %r914;
-	@%p10 bra 	$L__BB3_10;
-	ld.u16 	%r936, [%rd25];
-$L__BB3_10:
-	@%p10 bra 	$L__BB3_12;
-	ld.u8 	%r914, [%rd24];
-$L__BB3_12:
-	add.s64 	%rd27, %rd23, 1;
-	setp.ge.u64 	%p12, %rd27, %rd18;
-	mov.u32 	%r916, 0;
-	mov.u32 	%r935, %r916;
-	@%p12 bra 	$L__BB3_14;
-	ld.u16 	%r935, [%rd25+2];
-$L__BB3_14:
-	@%p12 bra 	$L__BB3_16;
-	ld.u8 	%r916, [%rd24+1];
-$L__BB3_16:
-	add.s64 	%rd28, %rd23, 2;
-	setp.ge.u64 	%p14, %rd28, %rd18;
-	mov.u32 	%r918, 0;
-	mov.u32 	%r934, %r918;
-	@%p14 bra 	$L__BB3_18;
-	ld.u16 	%r934, [%rd25+4];
-$L__BB3_18:
-	@%p14 bra 	$L__BB3_20;
-	ld.u8 	%r918, [%rd24+2];
-$L__BB3_20:
-	add.s64 	%rd29, %rd23, 3;
-	setp.ge.u64 	%p16, %rd29, %rd18;
-	mov.u32 	%r920, 0;
-	mov.u32 	%r933, %r920;
-	@%p16 bra 	$L__BB3_22;
-	ld.u16 	%r933, [%rd25+6];
-$L__BB3_22:
-	@%p16 bra 	$L__BB3_24;
-	ld.u8 	%r920, [%rd24+3];
-$L__BB3_24:
-	add.s64 	%rd30, %rd23, 4;
-	setp.ge.u64 	%p18, %rd30, %rd18;
-	mov.u32 	%r922, 0;
-	mov.u32 	%r932, %r922;
-	@%p18 bra 	$L__BB3_26;
-	ld.u16 	%r932, [%rd25+8];
-$L__BB3_26:
-	@%p18 bra 	$L__BB3_28;
-	ld.u8 	%r922, [%rd24+4];
-$L__BB3_28:
-	add.s64 	%rd31, %rd23, 5;
-	setp.ge.u64 	%p20, %rd31, %rd18;
-	mov.u32 	%r924, 0;
-	mov.u32 	%r931, %r924;
-	@%p20 bra 	$L__BB3_30;
-	ld.u16 	%r931, [%rd25+10];
-$L__BB3_30:
-	@%p20 bra 	$L__BB3_32;
-	ld.u8 	%r924, [%rd24+5];
-$L__BB3_32:
-	add.s64 	%rd32, %rd23, 6;
-	setp.ge.u64 	%p22, %rd32, %rd18;
-	mov.u32 	%r926, 0;
-	mov.u32 	%r930, %r926;
-	@%p22 bra 	$L__BB3_34;
-	ld.u16 	%r930, [%rd25+12];
-$L__BB3_34:
-	@%p22 bra 	$L__BB3_36;
-	ld.u8 	%r926, [%rd24+6];
-$L__BB3_36:
-	add.s64 	%rd33, %rd23, 7;
-	setp.ge.u64 	%p24, %rd33, %rd18;
-	mov.u32 	%r928, 0;
-	mov.u32 	%r929, %r928;
-	@%p24 bra 	$L__BB3_38;
-	ld.u16 	%r929, [%rd25+14];
-$L__BB3_38:
-	@%p24 bra 	$L__BB3_40;
-	ld.u8 	%r928, [%rd24+7];
-$L__BB3_40:
-	cvt.u16.u32 	%rs174, %r928;
-	cvt.u16.u32 	%rs175, %r926;
-	cvt.u16.u32 	%rs176, %r924;
-	cvt.u16.u32 	%rs177, %r922;
-	cvt.u16.u32 	%rs178, %r920;
-	cvt.u16.u32 	%rs179, %r918;
-	cvt.u16.u32 	%rs180, %r916;
-	cvt.u16.u32 	%rs181, %r914;
-$L__BB3_41:
-	and.b32  	%r218, %r189, 31;
-	setp.ne.s32 	%p26, %r218, 0;
-	shr.u64 	%rd219, %rd15, 8;
-	add.s64 	%rd220, %rd753, %rd219;
-	shl.b64 	%rd221, %rd220, 3;
-	add.s64 	%rd34, %rd20, %rd221;
-	mov.u64 	%rd755, 0;
-	mov.u64 	%rd754, %rd755;
-	@%p26 bra 	$L__BB3_43;
-	ld.u64 	%rd754, [%rd34];
-$L__BB3_43:
-	add.s64 	%rd749, %rd16, 255;
-	shr.u64 	%rd748, %rd749, 8;
-	add.s64 	%rd223, %rd753, 8;
-	setp.ge.u64 	%p27, %rd223, %rd748;
-	mov.u16 	%rs190, 0;
-	mov.u16 	%rs191, %rs190;
-	mov.u16 	%rs192, %rs190;
-	mov.u16 	%rs193, %rs190;
-	mov.u16 	%rs194, %rs190;
-	mov.u16 	%rs195, %rs190;
-	mov.u16 	%rs196, %rs190;
-	mov.u16 	%rs197, %rs190;
-	mov.u16 	%rs198, %rs190;
-	mov.u16 	%rs199, %rs190;
-	mov.u16 	%rs200, %rs190;
-	mov.u16 	%rs201, %rs190;
-	mov.u16 	%rs202, %rs190;
-	mov.u16 	%rs203, %rs190;
-	mov.u16 	%rs204, %rs190;
-	mov.u16 	%rs205, %rs190;
-	@%p27 bra 	$L__BB3_82;
-	add.s64 	%rd37, %rd23, 2048;
-	add.s64 	%rd228, %rd23, 2056;
-	setp.gt.u64 	%p28, %rd228, %rd18;
-	@%p28 bra 	$L__BB3_47;
-	shl.b64 	%rd229, %rd37, 1;
-	add.s64 	%rd38, %rd12, %rd229;
-	and.b64  	%rd230, %rd38, 15;
-	add.s64 	%rd231, %rd13, %rd37;
-	and.b64  	%rd232, %rd231, 7;
-	or.b64  	%rd233, %rd230, %rd232;
-	setp.ne.s64 	%p29, %rd233, 0;
-	@%p29 bra 	$L__BB3_47;
-	bra.uni 	$L__BB3_46;
-$L__BB3_47:
-	setp.ge.u64 	%p30, %rd37, %rd18;
-	mov.u32 	%r938, 0;
-	mov.u32 	%r960, %r938;
-	@%p30 bra 	$L__BB3_49;
-	ld.u16 	%r960, [%rd25+4096];
-$L__BB3_49:
-	@%p30 bra 	$L__BB3_51;
-	ld.u8 	%r938, [%rd24+2048];
-$L__BB3_51:
-	add.s64 	%rd39, %rd37, 1;
-	setp.ge.u64 	%p32, %rd39, %rd18;
-	mov.u32 	%r940, 0;
-	mov.u32 	%r959, %r940;
-	@%p32 bra 	$L__BB3_53;
-	ld.u16 	%r959, [%rd25+4098];
-$L__BB3_53:
-	@%p32 bra 	$L__BB3_55;
-	ld.u8 	%r940, [%rd24+2049];
-$L__BB3_55:
-	add.s64 	%rd40, %rd37, 2;
-	setp.ge.u64 	%p34, %rd40, %rd18;
-	mov.u32 	%r942, 0;
-	mov.u32 	%r958, %r942;
-	@%p34 bra 	$L__BB3_57;
-	ld.u16 	%r958, [%rd25+4100];
-$L__BB3_57:
-	@%p34 bra 	$L__BB3_59;
-	ld.u8 	%r942, [%rd24+2050];
-$L__BB3_59:
-	add.s64 	%rd41, %rd37, 3;
-	setp.ge.u64 	%p36, %rd41, %rd18;
-	mov.u32 	%r944, 0;
-	mov.u32 	%r957, %r944;
-	@%p36 bra 	$L__BB3_61;
-	ld.u16 	%r957, [%rd25+4102];
-$L__BB3_61:
-	@%p36 bra 	$L__BB3_63;
-	ld.u8 	%r944, [%rd24+2051];
-$L__BB3_63:
-	add.s64 	%rd42, %rd37, 4;
-	setp.ge.u64 	%p38, %rd42, %rd18;
-	mov.u32 	%r946, 0;
-	mov.u32 	%r956, %r946;
-	@%p38 bra 	$L__BB3_65;
-	ld.u16 	%r956, [%rd25+4104];
-$L__BB3_65:
-	@%p38 bra 	$L__BB3_67;
-	ld.u8 	%r946, [%rd24+2052];
-$L__BB3_67:
-	add.s64 	%rd43, %rd37, 5;
-	setp.ge.u64 	%p40, %rd43, %rd18;
-	mov.u32 	%r948, 0;
-	mov.u32 	%r955, %r948;
-	@%p40 bra 	$L__BB3_69;
-	ld.u16 	%r955, [%rd25+4106];
-$L__BB3_69:
-	@%p40 bra 	$L__BB3_71;
-	ld.u8 	%r948, [%rd24+2053];
-$L__BB3_71:
-	add.s64 	%rd44, %rd37, 6;
-	setp.ge.u64 	%p42, %rd44, %rd18;
-	mov.u32 	%r950, 0;
-	mov.u32 	%r954, %r950;
-	@%p42 bra 	$L__BB3_73;
-	ld.u16 	%r954, [%rd25+4108];
-$L__BB3_73:
-	@%p42 bra 	$L__BB3_75;
-	ld.u8 	%r950, [%rd24+2054];
-$L__BB3_75:
-	add.s64 	%rd45, %rd37, 7;
-	setp.ge.u64 	%p44, %rd45, %rd18;
-	mov.u32 	%r952, 0;
-	mov.u32 	%r953, %r952;
-	@%p44 bra 	$L__BB3_77;
-	ld.u16 	%r953, [%rd25+4110];
-$L__BB3_77:
-	@%p44 bra 	$L__BB3_79;
-	ld.u8 	%r952, [%rd24+2055];
-$L__BB3_79:
-	cvt.u16.u32 	%rs198, %r952;
-	cvt.u16.u32 	%rs199, %r950;
-	cvt.u16.u32 	%rs200, %r948;
-	cvt.u16.u32 	%rs201, %r946;
-	cvt.u16.u32 	%rs202, %r944;
-	cvt.u16.u32 	%rs203, %r942;
-	cvt.u16.u32 	%rs204, %r940;
-	cvt.u16.u32 	%rs205, %r938;
-$L__BB3_80:
-	cvt.u16.u32 	%rs197, %r960;
-	cvt.u16.u32 	%rs196, %r959;
-	cvt.u16.u32 	%rs195, %r958;
-	cvt.u16.u32 	%rs194, %r957;
-	cvt.u16.u32 	%rs193, %r956;
-	cvt.u16.u32 	%rs192, %r955;
-	cvt.u16.u32 	%rs191, %r954;
-	cvt.u16.u32 	%rs190, %r953;
-	@%p26 bra 	$L__BB3_82;
-	ld.u64 	%rd755, [%rd34+64];
-$L__BB3_82:
-	setp.ge.u64 	%p47, %rd23, %rd18;
-	mov.u64 	%rd758, 0;
-	mov.u32 	%r964, 0;
-	mov.u32 	%r963, %r964;
-	mov.u64 	%rd757, %rd758;
-	@%p47 bra 	$L__BB3_85;
-	and.b32  	%r911, %r189, 31;
-	and.b32  	%r250, %r936, 65535;
-	bfi.b32 	%r251, %r911, %r250, 19, 5;
-	cvt.u64.u32 	%rd246, %r251;
-	add.s64 	%rd247, %rd246, -7046029254386353131;
-	xor.b64  	%rd248, %rd247, 1327217884;
-	mul.lo.s64 	%rd249, %rd248, -49064778989728563;
-	shr.u64 	%rd250, %rd249, 33;
-	xor.b64  	%rd251, %rd250, %rd249;
-	mul.lo.s64 	%rd252, %rd251, -4265267296055464877;
-	shr.u64 	%rd253, %rd252, 33;
-	xor.b64  	%rd758, %rd253, %rd252;
-	cvt.u16.u32 	%rs73, %r936;
-	and.b16  	%rs100, %rs73, 255;
-	and.b16  	%rs101, %rs181, 255;
-	setp.eq.s16 	%p48, %rs101, %rs100;
-	mov.u32 	%r963, 1;
-	mov.u64 	%rd757, %rd758;
-	@%p48 bra 	$L__BB3_85;
-	shl.b32 	%r255, %r189, 19;
-	and.b32  	%r256, %r255, 16252928;
-	sub.s16 	%rs102, %rs181, %rs73;
-	cvt.u32.u16 	%r257, %rs102;
-	cvt.s32.s8 	%r258, %r257;
-	and.b32  	%r259, %r936, 32767;
-	add.s32 	%r260, %r259, %r258;
-	setp.lt.s32 	%p49, %r260, 0;
-	add.s32 	%r261, %r260, 256;
-	setp.gt.s32 	%p50, %r260, 32767;
-	add.s32 	%r262, %r260, 65280;
-	selp.b32 	%r263, %r262, %r260, %p50;
-	selp.b32 	%r264, %r261, %r263, %p49;
-	and.b32  	%r265, %r264, 65535;
-	and.b32  	%r266, %r936, 32768;
-	or.b32  	%r267, %r265, %r266;
-	or.b32  	%r268, %r267, %r256;
-	cvt.u64.u32 	%rd254, %r268;
-	add.s64 	%rd255, %rd254, -7046029254386353131;
-	xor.b64  	%rd256, %rd255, 1327217884;
-	mul.lo.s64 	%rd257, %rd256, -49064778989728563;
-	shr.u64 	%rd258, %rd257, 33;
-	xor.b64  	%rd259, %rd258, %rd257;
-	mul.lo.s64 	%rd260, %rd259, -4265267296055464877;
-	shr.u64 	%rd261, %rd260, 33;
-	xor.b64  	%rd757, %rd261, %rd260;
-	mov.u32 	%r963, 1;
-	mov.u32 	%r964, %r963;
-$L__BB3_85:
-	add.s64 	%rd262, %rd23, 1;
-	setp.ge.u64 	%p51, %rd262, %rd18;
-	@%p51 bra 	$L__BB3_89;
-	shl.b32 	%r270, %r189, 19;
-	and.b32  	%r271, %r270, 16252928;
-	or.b32  	%r272, %r271, %r935;
-	or.b32  	%r963, %r963, 2;
-	or.b32  	%r273, %r272, 65536;
-	cvt.u64.u32 	%rd263, %r273;
-	add.s64 	%rd264, %rd263, -7046029254386353131;
-	shr.u64 	%rd265, %rd264, 33;
-	xor.b64  	%rd266, %rd265, %rd264;
-	mul.lo.s64 	%rd267, %rd266, -49064778989728563;
-	shr.u64 	%rd268, %rd267, 33;
-	xor.b64  	%rd269, %rd268, %rd267;
-	mul.lo.s64 	%rd270, %rd269, -4265267296055464877;
-	shr.u64 	%rd271, %rd270, 33;
-	xor.b64  	%rd52, %rd271, %rd270;
-	add.s64 	%rd758, %rd52, %rd758;
-	cvt.u16.u32 	%rs74, %r935;
-	and.b16  	%rs103, %rs74, 255;
-	and.b16  	%rs104, %rs180, 255;
-	setp.eq.s16 	%p52, %rs104, %rs103;
-	@%p52 bra 	$L__BB3_88;
-	bra.uni 	$L__BB3_87;
-$L__BB3_88:
-	add.s64 	%rd757, %rd52, %rd757;
-	bra.uni 	$L__BB3_89;
-$L__BB3_87:
-	sub.s16 	%rs105, %rs180, %rs74;
-	cvt.u32.u16 	%r277, %rs105;
-	cvt.s32.s8 	%r278, %r277;
-	and.b32  	%r279, %r935, 32767;
-	add.s32 	%r280, %r279, %r278;
-	setp.lt.s32 	%p53, %r280, 0;
-	add.s32 	%r281, %r280, 256;
-	setp.gt.s32 	%p54, %r280, 32767;
-	add.s32 	%r282, %r280, 65280;
-	selp.b32 	%r283, %r282, %r280, %p54;
-	selp.b32 	%r284, %r281, %r283, %p53;
-	and.b32  	%r285, %r284, 65535;
-	and.b32  	%r286, %r935, 32768;
-	or.b32  	%r287, %r285, %r286;
-	or.b32  	%r288, %r287, %r271;
-	or.b32  	%r964, %r964, 2;
-	or.b32  	%r289, %r288, 65536;
-	cvt.u64.u32 	%rd272, %r289;
-	add.s64 	%rd273, %rd272, -7046029254386353131;
-	shr.u64 	%rd274, %rd273, 33;
-	xor.b64  	%rd275, %rd274, %rd273;
-	mul.lo.s64 	%rd276, %rd275, -49064778989728563;
-	shr.u64 	%rd277, %rd276, 33;
-	xor.b64  	%rd278, %rd277, %rd276;
-	mul.lo.s64 	%rd279, %rd278, -4265267296055464877;
-	shr.u64 	%rd280, %rd279, 33;
-	xor.b64  	%rd281, %rd280, %rd279;
-	add.s64 	%rd757, %rd281, %rd757;
-$L__BB3_89:
-	add.s64 	%rd282, %rd23, 2;
-	setp.ge.u64 	%p55, %rd282, %rd18;
-	@%p55 bra 	$L__BB3_93;
-	and.b32  	%r910, %r189, 31;
-	and.b32  	%r292, %r934, 65535;
-	bfi.b32 	%r293, %r910, %r292, 19, 5;
-	or.b32  	%r963, %r963, 4;
-	or.b32  	%r294, %r293, 131072;
-	cvt.u64.u32 	%rd283, %r294;
-	add.s64 	%rd284, %rd283, -7046029254386353131;
-	shr.u64 	%rd285, %rd284, 33;
-	xor.b64  	%rd286, %rd285, %rd284;
-	mul.lo.s64 	%rd287, %rd286, -49064778989728563;
-	shr.u64 	%rd288, %rd287, 33;
-	xor.b64  	%rd289, %rd288, %rd287;
-	mul.lo.s64 	%rd290, %rd289, -4265267296055464877;
-	shr.u64 	%rd291, %rd290, 33;
-	xor.b64  	%rd58, %rd291, %rd290;
-	add.s64 	%rd758, %rd58, %rd758;
-	cvt.u16.u32 	%rs75, %r934;
-	and.b16  	%rs106, %rs75, 255;
-	and.b16  	%rs107, %rs179, 255;
-	setp.eq.s16 	%p56, %rs107, %rs106;
-	@%p56 bra 	$L__BB3_92;
-	bra.uni 	$L__BB3_91;
-$L__BB3_92:
-	add.s64 	%rd757, %rd58, %rd757;
-	bra.uni 	$L__BB3_93;
-$L__BB3_91:
-	shl.b32 	%r296, %r189, 19;
-	and.b32  	%r297, %r296, 16252928;
-	sub.s16 	%rs108, %rs179, %rs75;
-	cvt.u32.u16 	%r298, %rs108;
-	cvt.s32.s8 	%r299, %r298;
-	and.b32  	%r300, %r934, 32767;
-	add.s32 	%r301, %r300, %r299;
-	setp.lt.s32 	%p57, %r301, 0;
-	add.s32 	%r302, %r301, 256;
-	setp.gt.s32 	%p58, %r301, 32767;
-	add.s32 	%r303, %r301, 65280;
-	selp.b32 	%r304, %r303, %r301, %p58;
-	selp.b32 	%r305, %r302, %r304, %p57;
-	and.b32  	%r306, %r305, 65535;
-	and.b32  	%r307, %r934, 32768;
-	or.b32  	%r308, %r306, %r307;
-	or.b32  	%r309, %r308, %r297;
-	or.b32  	%r964, %r964, 4;
-	or.b32  	%r310, %r309, 131072;
-	cvt.u64.u32 	%rd292, %r310;
-	add.s64 	%rd293, %rd292, -7046029254386353131;
-	shr.u64 	%rd294, %rd293, 33;
-	xor.b64  	%rd295, %rd294, %rd293;
-	mul.lo.s64 	%rd296, %rd295, -49064778989728563;
-	shr.u64 	%rd297, %rd296, 33;
-	xor.b64  	%rd298, %rd297, %rd296;
-	mul.lo.s64 	%rd299, %rd298, -4265267296055464877;
-	shr.u64 	%rd300, %rd299, 33;
-	xor.b64  	%rd301, %rd300, %rd299;
-	add.s64 	%rd757, %rd301, %rd757;
-$L__BB3_93:
-	add.s64 	%rd302, %rd23, 3;
-	setp.ge.u64 	%p59, %rd302, %rd18;
-	@%p59 bra 	$L__BB3_97;
-	shl.b32 	%r312, %r189, 19;
-	and.b32  	%r313, %r312, 16252928;
-	or.b32  	%r314, %r313, %r933;
-	or.b32  	%r963, %r963, 8;
-	or.b32  	%r315, %r314, 196608;
-	cvt.u64.u32 	%rd303, %r315;
-	add.s64 	%rd304, %rd303, -7046029254386353131;
-	shr.u64 	%rd305, %rd304, 33;
-	xor.b64  	%rd306, %rd305, %rd304;
-	mul.lo.s64 	%rd307, %rd306, -49064778989728563;
-	shr.u64 	%rd308, %rd307, 33;
-	xor.b64  	%rd309, %rd308, %rd307;
-	mul.lo.s64 	%rd310, %rd309, -4265267296055464877;
-	shr.u64 	%rd311, %rd310, 33;
-	xor.b64  	%rd64, %rd311, %rd310;
-	add.s64 	%rd758, %rd64, %rd758;
-	cvt.u16.u32 	%rs76, %r933;
-	and.b16  	%rs109, %rs76, 255;
-	and.b16  	%rs110, %rs178, 255;
-	setp.eq.s16 	%p60, %rs110, %rs109;
-	@%p60 bra 	$L__BB3_96;
-	bra.uni 	$L__BB3_95;
-$L__BB3_96:
-	add.s64 	%rd757, %rd64, %rd757;
-	bra.uni 	$L__BB3_97;
-$L__BB3_95:
-	sub.s16 	%rs111, %rs178, %rs76;
-	cvt.u32.u16 	%r319, %rs111;
-	cvt.s32.s8 	%r320, %r319;
-	and.b32  	%r321, %r933, 32767;
-	add.s32 	%r322, %r321, %r320;
-	setp.lt.s32 	%p61, %r322, 0;
-	add.s32 	%r323, %r322, 256;
-	setp.gt.s32 	%p62, %r322, 32767;
-	add.s32 	%r324, %r322, 65280;
-	selp.b32 	%r325, %r324, %r322, %p62;
-	selp.b32 	%r326, %r323, %r325, %p61;
-	and.b32  	%r327, %r326, 65535;
-	and.b32  	%r328, %r933, 32768;
-	or.b32  	%r329, %r327, %r328;
-	or.b32  	%r330, %r329, %r313;
-	or.b32  	%r964, %r964, 8;
-	or.b32  	%r331, %r330, 196608;
-	cvt.u64.u32 	%rd312, %r331;
-	add.s64 	%rd313, %rd312, -7046029254386353131;
-	shr.u64 	%rd314, %rd313, 33;
-	xor.b64  	%rd315, %rd314, %rd313;
-	mul.lo.s64 	%rd316, %rd315, -49064778989728563;
-	shr.u64 	%rd317, %rd316, 33;
-	xor.b64  	%rd318, %rd317, %rd316;
-	mul.lo.s64 	%rd319, %rd318, -4265267296055464877;
-	shr.u64 	%rd320, %rd319, 33;
-	xor.b64  	%rd321, %rd320, %rd319;
-	add.s64 	%rd757, %rd321, %rd757;
-$L__BB3_97:
-	add.s64 	%rd322, %rd23, 4;
-	setp.ge.u64 	%p63, %rd322, %rd18;
-	@%p63 bra 	$L__BB3_101;
-	and.b32  	%r909, %r189, 31;
-	and.b32  	%r334, %r932, 65535;
-	bfi.b32 	%r335, %r909, %r334, 19, 5;
-	or.b32  	%r963, %r963, 16;
-	or.b32  	%r336, %r335, 262144;
-	cvt.u64.u32 	%rd323, %r336;
-	add.s64 	%rd324, %rd323, -7046029254386353131;
-	shr.u64 	%rd325, %rd324, 33;
-	xor.b64  	%rd326, %rd325, %rd324;
-	mul.lo.s64 	%rd327, %rd326, -49064778989728563;
-	shr.u64 	%rd328, %rd327, 33;
-	xor.b64  	%rd329, %rd328, %rd327;
-	mul.lo.s64 	%rd330, %rd329, -4265267296055464877;
-	shr.u64 	%rd331, %rd330, 33;
-	xor.b64  	%rd70, %rd331, %rd330;
-	add.s64 	%rd758, %rd70, %rd758;
-	cvt.u16.u32 	%rs77, %r932;
-	and.b16  	%rs112, %rs77, 255;
-	and.b16  	%rs113, %rs177, 255;
-	setp.eq.s16 	%p64, %rs113, %rs112;
-	@%p64 bra 	$L__BB3_100;
-	bra.uni 	$L__BB3_99;
-$L__BB3_100:
-	add.s64 	%rd757, %rd70, %rd757;
-	bra.uni 	$L__BB3_101;
-$L__BB3_99:
-	shl.b32 	%r338, %r189, 19;
-	and.b32  	%r339, %r338, 16252928;
-	sub.s16 	%rs114, %rs177, %rs77;
-	cvt.u32.u16 	%r340, %rs114;
-	cvt.s32.s8 	%r341, %r340;
-	and.b32  	%r342, %r932, 32767;
-	add.s32 	%r343, %r342, %r341;
-	setp.lt.s32 	%p65, %r343, 0;
-	add.s32 	%r344, %r343, 256;
-	setp.gt.s32 	%p66, %r343, 32767;
-	add.s32 	%r345, %r343, 65280;
-	selp.b32 	%r346, %r345, %r343, %p66;
-	selp.b32 	%r347, %r344, %r346, %p65;
-	and.b32  	%r348, %r347, 65535;
-	and.b32  	%r349, %r932, 32768;
-	or.b32  	%r350, %r348, %r349;
-	or.b32  	%r351, %r350, %r339;
-	or.b32  	%r964, %r964, 16;
-	or.b32  	%r352, %r351, 262144;
-	cvt.u64.u32 	%rd332, %r352;
-	add.s64 	%rd333, %rd332, -7046029254386353131;
-	shr.u64 	%rd334, %rd333, 33;
-	xor.b64  	%rd335, %rd334, %rd333;
-	mul.lo.s64 	%rd336, %rd335, -49064778989728563;
-	shr.u64 	%rd337, %rd336, 33;
-	xor.b64  	%rd338, %rd337, %rd336;
-	mul.lo.s64 	%rd339, %rd338, -4265267296055464877;
-	shr.u64 	%rd340, %rd339, 33;
-	xor.b64  	%rd341, %rd340, %rd339;
-	add.s64 	%rd757, %rd341, %rd757;
-$L__BB3_101:
-	add.s64 	%rd342, %rd23, 5;
-	setp.ge.u64 	%p67, %rd342, %rd18;
-	@%p67 bra 	$L__BB3_105;
-	shl.b32 	%r354, %r189, 19;
-	and.b32  	%r355, %r354, 16252928;
-	or.b32  	%r356, %r355, %r931;
-	or.b32  	%r963, %r963, 32;
-	or.b32  	%r357, %r356, 327680;
-	cvt.u64.u32 	%rd343, %r357;
-	add.s64 	%rd344, %rd343, -7046029254386353131;
-	shr.u64 	%rd345, %rd344, 33;
-	xor.b64  	%rd346, %rd345, %rd344;
-	mul.lo.s64 	%rd347, %rd346, -49064778989728563;
-	shr.u64 	%rd348, %rd347, 33;
-	xor.b64  	%rd349, %rd348, %rd347;
-	mul.lo.s64 	%rd350, %rd349, -4265267296055464877;
-	shr.u64 	%rd351, %rd350, 33;
-	xor.b64  	%rd76, %rd351, %rd350;
-	add.s64 	%rd758, %rd76, %rd758;
-	cvt.u16.u32 	%rs78, %r931;
-	and.b16  	%rs115, %rs78, 255;
-	and.b16  	%rs116, %rs176, 255;
-	setp.eq.s16 	%p68, %rs116, %rs115;
-	@%p68 bra 	$L__BB3_104;
-	bra.uni 	$L__BB3_103;
-$L__BB3_104:
-	add.s64 	%rd757, %rd76, %rd757;
-	bra.uni 	$L__BB3_105;
-$L__BB3_103:
-	sub.s16 	%rs117, %rs176, %rs78;
-	cvt.u32.u16 	%r361, %rs117;
-	cvt.s32.s8 	%r362, %r361;
-	and.b32  	%r363, %r931, 32767;
-	add.s32 	%r364, %r363, %r362;
-	setp.lt.s32 	%p69, %r364, 0;
-	add.s32 	%r365, %r364, 256;
-	setp.gt.s32 	%p70, %r364, 32767;
-	add.s32 	%r366, %r364, 65280;
-	selp.b32 	%r367, %r366, %r364, %p70;
-	selp.b32 	%r368, %r365, %r367, %p69;
-	and.b32  	%r369, %r368, 65535;
-	and.b32  	%r370, %r931, 32768;
-	or.b32  	%r371, %r369, %r370;
-	or.b32  	%r372, %r371, %r355;
-	or.b32  	%r964, %r964, 32;
-	or.b32  	%r373, %r372, 327680;
-	cvt.u64.u32 	%rd352, %r373;
-	add.s64 	%rd353, %rd352, -7046029254386353131;
-	shr.u64 	%rd354, %rd353, 33;
-	xor.b64  	%rd355, %rd354, %rd353;
-	mul.lo.s64 	%rd356, %rd355, -49064778989728563;
-	shr.u64 	%rd357, %rd356, 33;
-	xor.b64  	%rd358, %rd357, %rd356;
-	mul.lo.s64 	%rd359, %rd358, -4265267296055464877;
-	shr.u64 	%rd360, %rd359, 33;
-	xor.b64  	%rd361, %rd360, %rd359;
-	add.s64 	%rd757, %rd361, %rd757;
-$L__BB3_105:
-	add.s64 	%rd362, %rd23, 6;
-	setp.ge.u64 	%p71, %rd362, %rd18;
-	@%p71 bra 	$L__BB3_109;
-	and.b32  	%r908, %r189, 31;
-	and.b32  	%r376, %r930, 65535;
-	bfi.b32 	%r377, %r908, %r376, 19, 5;
-	or.b32  	%r963, %r963, 64;
-	or.b32  	%r378, %r377, 393216;
-	cvt.u64.u32 	%rd363, %r378;
-	add.s64 	%rd364, %rd363, -7046029254386353131;
-	shr.u64 	%rd365, %rd364, 33;
-	xor.b64  	%rd366, %rd365, %rd364;
-	mul.lo.s64 	%rd367, %rd366, -49064778989728563;
-	shr.u64 	%rd368, %rd367, 33;
-	xor.b64  	%rd369, %rd368, %rd367;
-	mul.lo.s64 	%rd370, %rd369, -4265267296055464877;
-	shr.u64 	%rd371, %rd370, 33;
-	xor.b64  	%rd82, %rd371, %rd370;
-	add.s64 	%rd758, %rd82, %rd758;
-	cvt.u16.u32 	%rs79, %r930;
-	and.b16  	%rs118, %rs79, 255;
-	and.b16  	%rs119, %rs175, 255;
-	setp.eq.s16 	%p72, %rs119, %rs118;
-	@%p72 bra 	$L__BB3_108;
-	bra.uni 	$L__BB3_107;
-$L__BB3_108:
-	add.s64 	%rd757, %rd82, %rd757;
-	bra.uni 	$L__BB3_109;
-$L__BB3_107:
-	shl.b32 	%r380, %r189, 19;
-	and.b32  	%r381, %r380, 16252928;
-	sub.s16 	%rs120, %rs175, %rs79;
-	cvt.u32.u16 	%r382, %rs120;
-	cvt.s32.s8 	%r383, %r382;
-	and.b32  	%r384, %r930, 32767;
-	add.s32 	%r385, %r384, %r383;
-	setp.lt.s32 	%p73, %r385, 0;
-	add.s32 	%r386, %r385, 256;
-	setp.gt.s32 	%p74, %r385, 32767;
-	add.s32 	%r387, %r385, 65280;
-	selp.b32 	%r388, %r387, %r385, %p74;
-	selp.b32 	%r389, %r386, %r388, %p73;
-	and.b32  	%r390, %r389, 65535;
-	and.b32  	%r391, %r930, 32768;
-	or.b32  	%r392, %r390, %r391;
-	or.b32  	%r393, %r392, %r381;
-	or.b32  	%r964, %r964, 64;
-	or.b32  	%r394, %r393, 393216;
-	cvt.u64.u32 	%rd372, %r394;
-	add.s64 	%rd373, %rd372, -7046029254386353131;
-	shr.u64 	%rd374, %rd373, 33;
-	xor.b64  	%rd375, %rd374, %rd373;
-	mul.lo.s64 	%rd376, %rd375, -49064778989728563;
-	shr.u64 	%rd377, %rd376, 33;
-	xor.b64  	%rd378, %rd377, %rd376;
-	mul.lo.s64 	%rd379, %rd378, -4265267296055464877;
-	shr.u64 	%rd380, %rd379, 33;
-	xor.b64  	%rd381, %rd380, %rd379;
-	add.s64 	%rd757, %rd381, %rd757;
-$L__BB3_109:
-	add.s64 	%rd382, %rd23, 7;
-	setp.ge.u64 	%p75, %rd382, %rd18;
-	@%p75 bra 	$L__BB3_113;
-	shl.b32 	%r396, %r189, 19;
-	and.b32  	%r397, %r396, 16252928;
-	or.b32  	%r398, %r397, %r929;
-	or.b32  	%r963, %r963, 128;
-	or.b32  	%r399, %r398, 458752;
-	cvt.u64.u32 	%rd383, %r399;
-	add.s64 	%rd384, %rd383, -7046029254386353131;
-	shr.u64 	%rd385, %rd384, 33;
-	xor.b64  	%rd386, %rd385, %rd384;
-	mul.lo.s64 	%rd387, %rd386, -49064778989728563;
-	shr.u64 	%rd388, %rd387, 33;
-	xor.b64  	%rd389, %rd388, %rd387;
-	mul.lo.s64 	%rd390, %rd389, -4265267296055464877;
-	shr.u64 	%rd391, %rd390, 33;
-	xor.b64  	%rd88, %rd391, %rd390;
-	add.s64 	%rd758, %rd88, %rd758;
-	cvt.u16.u32 	%rs80, %r929;
-	and.b16  	%rs121, %rs80, 255;
-	setp.eq.s16 	%p76, %rs174, %rs121;
-	@%p76 bra 	$L__BB3_112;
-	bra.uni 	$L__BB3_111;
-$L__BB3_112:
-	add.s64 	%rd757, %rd88, %rd757;
-	bra.uni 	$L__BB3_113;
-$L__BB3_111:
-	sub.s16 	%rs122, %rs174, %rs80;
-	cvt.u32.u16 	%r403, %rs122;
-	cvt.s32.s8 	%r404, %r403;
-	and.b32  	%r405, %r929, 32767;
-	add.s32 	%r406, %r405, %r404;
-	setp.lt.s32 	%p77, %r406, 0;
-	add.s32 	%r407, %r406, 256;
-	setp.gt.s32 	%p78, %r406, 32767;
-	add.s32 	%r408, %r406, 65280;
-	selp.b32 	%r409, %r408, %r406, %p78;
-	selp.b32 	%r410, %r407, %r409, %p77;
-	and.b32  	%r411, %r410, 65535;
-	and.b32  	%r412, %r929, 32768;
-	or.b32  	%r413, %r411, %r412;
-	or.b32  	%r414, %r413, %r397;
-	or.b32  	%r964, %r964, 128;
-	or.b32  	%r415, %r414, 458752;
-	cvt.u64.u32 	%rd392, %r415;
-	add.s64 	%rd393, %rd392, -7046029254386353131;
-	shr.u64 	%rd394, %rd393, 33;
-	xor.b64  	%rd395, %rd394, %rd393;
-	mul.lo.s64 	%rd396, %rd395, -49064778989728563;
-	shr.u64 	%rd397, %rd396, 33;
-	xor.b64  	%rd398, %rd397, %rd396;
-	mul.lo.s64 	%rd399, %rd398, -4265267296055464877;
-	shr.u64 	%rd400, %rd399, 33;
-	xor.b64  	%rd401, %rd400, %rd399;
-	add.s64 	%rd757, %rd401, %rd757;
-$L__BB3_113:
-	// begin inline asm
-	mov.b64 {%r416,%r417}, %rd758;
-	// end inline asm
-	mov.u32 	%r460, 31;
-	mov.u32 	%r461, 16;
-	mov.u32 	%r462, -1;
-	shfl.sync.bfly.b32 	%r419|%p79, %r417, %r461, %r460, %r462;
-	shfl.sync.bfly.b32 	%r418|%p80, %r416, %r461, %r460, %r462;
-	// begin inline asm
-	mov.b64 %rd403, {%r418,%r419};
-	// end inline asm
-	add.s64 	%rd404, %rd403, %rd758;
-	// begin inline asm
-	mov.b64 {%r420,%r421}, %rd404;
-	// end inline asm
-	mov.u32 	%r463, 8;
-	shfl.sync.bfly.b32 	%r423|%p81, %r421, %r463, %r460, %r462;
-	shfl.sync.bfly.b32 	%r422|%p82, %r420, %r463, %r460, %r462;
-	// begin inline asm
-	mov.b64 %rd405, {%r422,%r423};
-	// end inline asm
-	add.s64 	%rd406, %rd405, %rd404;
-	// begin inline asm
-	mov.b64 {%r424,%r425}, %rd406;
-	// end inline asm
-	mov.u32 	%r464, 4;
-	shfl.sync.bfly.b32 	%r427|%p83, %r425, %r464, %r460, %r462;
-	shfl.sync.bfly.b32 	%r426|%p84, %r424, %r464, %r460, %r462;
-	// begin inline asm
-	mov.b64 %rd407, {%r426,%r427};
-	// end inline asm
-	add.s64 	%rd408, %rd407, %rd406;
-	// begin inline asm
-	mov.b64 {%r428,%r429}, %rd408;
-	// end inline asm
-	mov.u32 	%r465, 2;
-	shfl.sync.bfly.b32 	%r431|%p85, %r429, %r465, %r460, %r462;
-	shfl.sync.bfly.b32 	%r430|%p86, %r428, %r465, %r460, %r462;
-	// begin inline asm
-	mov.b64 %rd409, {%r430,%r431};
-	// end inline asm
-	add.s64 	%rd410, %rd409, %rd408;
-	// begin inline asm
-	mov.b64 {%r432,%r433}, %rd410;
-	// end inline asm
-	mov.u32 	%r466, 1;
-	shfl.sync.bfly.b32 	%r435|%p87, %r433, %r466, %r460, %r462;
-	shfl.sync.bfly.b32 	%r434|%p88, %r432, %r466, %r460, %r462;
-	// begin inline asm
-	mov.b64 %rd411, {%r434,%r435};
-	// end inline asm
-	// begin inline asm
-	mov.b64 {%r436,%r437}, %rd757;
-	// end inline asm
-	shfl.sync.bfly.b32 	%r439|%p89, %r437, %r461, %r460, %r462;
-	shfl.sync.bfly.b32 	%r438|%p90, %r436, %r461, %r460, %r462;
-	// begin inline asm
-	mov.b64 %rd413, {%r438,%r439};
-	// end inline asm
-	add.s64 	%rd414, %rd413, %rd757;
-	// begin inline asm
-	mov.b64 {%r440,%r441}, %rd414;
-	// end inline asm
-	shfl.sync.bfly.b32 	%r443|%p91, %r441, %r463, %r460, %r462;
-	shfl.sync.bfly.b32 	%r442|%p92, %r440, %r463, %r460, %r462;
-	// begin inline asm
-	mov.b64 %rd415, {%r442,%r443};
-	// end inline asm
-	add.s64 	%rd416, %rd415, %rd414;
-	// begin inline asm
-	mov.b64 {%r444,%r445}, %rd416;
-	// end inline asm
-	shfl.sync.bfly.b32 	%r447|%p93, %r445, %r464, %r460, %r462;
-	shfl.sync.bfly.b32 	%r446|%p94, %r444, %r464, %r460, %r462;
-	// begin inline asm
-	mov.b64 %rd417, {%r446,%r447};
-	// end inline asm
-	add.s64 	%rd418, %rd417, %rd416;
-	// begin inline asm
-	mov.b64 {%r448,%r449}, %rd418;
-	// end inline asm
-	shfl.sync.bfly.b32 	%r451|%p95, %r449, %r465, %r460, %r462;
-	shfl.sync.bfly.b32 	%r450|%p96, %r448, %r465, %r460, %r462;
-	// begin inline asm
-	mov.b64 %rd419, {%r450,%r451};
-	// end inline asm
-	add.s64 	%rd420, %rd419, %rd418;
-	// begin inline asm
-	mov.b64 {%r452,%r453}, %rd420;
-	// end inline asm
-	shfl.sync.bfly.b32 	%r455|%p97, %r453, %r466, %r460, %r462;
-	shfl.sync.bfly.b32 	%r454|%p98, %r452, %r466, %r460, %r462;
-	// begin inline asm
-	mov.b64 %rd421, {%r454,%r455};
-	// end inline asm
-	add.s64 	%rd94, %rd421, %rd420;
-	add.s64 	%rd95, %rd411, %rd410;
-	setp.ne.s32 	%p99, %r964, 0;
-	mov.u32 	%r467, 0;
-	vote.sync.any.pred 	%p1, %p99, %r462;
-	// begin inline asm
-	mov.b64 {%r456,%r457}, %rd754;
-	// end inline asm
-	shfl.sync.idx.b32 	%r459|%p100, %r457, %r467, %r460, %r462;
-	shfl.sync.idx.b32 	%r458|%p101, %r456, %r467, %r460, %r462;
-	// begin inline asm
-	mov.b64 %rd423, {%r458,%r459};
-	// end inline asm
-	setp.eq.s32 	%p102, %r964, 0;
-	@%p102 bra 	$L__BB3_130;
-	and.b32  	%r468, %r964, 1;
-	setp.eq.b32 	%p103, %r468, 1;
-	mov.pred 	%p104, 0;
-	xor.pred  	%p105, %p103, %p104;
-	not.pred 	%p106, %p105;
-	@%p106 bra 	$L__BB3_116;
-	st.u8 	[%rd24], %r936;
-$L__BB3_116:
-	and.b32  	%r469, %r964, 2;
-	setp.eq.s32 	%p107, %r469, 0;
-	@%p107 bra 	$L__BB3_118;
-	st.u8 	[%rd24+1], %r935;
-$L__BB3_118:
-	and.b32  	%r470, %r964, 4;
-	setp.eq.s32 	%p108, %r470, 0;
-	@%p108 bra 	$L__BB3_120;
-	st.u8 	[%rd24+2], %r934;
-$L__BB3_120:
-	and.b32  	%r471, %r964, 8;
-	setp.eq.s32 	%p109, %r471, 0;
-	@%p109 bra 	$L__BB3_122;
-	st.u8 	[%rd24+3], %r933;
-$L__BB3_122:
-	and.b32  	%r472, %r964, 16;
-	setp.eq.s32 	%p110, %r472, 0;
-	@%p110 bra 	$L__BB3_124;
-	st.u8 	[%rd24+4], %r932;
-$L__BB3_124:
-	and.b32  	%r473, %r964, 32;
-	setp.eq.s32 	%p111, %r473, 0;
-	@%p111 bra 	$L__BB3_126;
-	st.u8 	[%rd24+5], %r931;
-$L__BB3_126:
-	and.b32  	%r474, %r964, 64;
-	setp.eq.s32 	%p112, %r474, 0;
-	@%p112 bra 	$L__BB3_128;
-	st.u8 	[%rd24+6], %r930;
-$L__BB3_128:
-	and.b32  	%r475, %r964, 128;
-	setp.eq.s32 	%p113, %r475, 0;
-	@%p113 bra 	$L__BB3_130;
-	st.u8 	[%rd24+7], %r929;
-$L__BB3_130:
-	selp.b64 	%rd424, %rd94, %rd95, %p1;
-	setp.eq.s64 	%p114, %rd424, %rd423;
-	or.pred  	%p116, %p114, %p26;
-	selp.b32 	%r977, %r964, %r963, %p114;
-	@%p116 bra 	$L__BB3_132;
-	cvta.to.global.u64 	%rd425, %rd7;
-	add.s64 	%rd426, %rd425, 16;
-	atom.global.add.u64 	%rd427, [%rd426], 1;
-	mov.u32 	%r977, %r963;
-$L__BB3_132:
-	setp.eq.s64 	%p117, %rd95, %rd423;
-	or.pred  	%p119, %p26, %p117;
-	@%p119 bra 	$L__BB3_134;
-	st.u64 	[%rd34], %rd95;
-$L__BB3_134:
-	shl.b64 	%rd740, %rd753, 8;
-	shl.b32 	%r903, %r189, 3;
-	and.b32  	%r902, %r189, 31;
-	and.b32  	%r478, %r189, 3;
-	setp.ne.s32 	%p120, %r478, 0;
-	popc.b32 	%r479, %r977;
-	add.s32 	%r995, %r479, %r995;
-	and.b32  	%r481, %r903, 24;
-	shl.b32 	%r482, %r977, %r481;
-	mov.u32 	%r483, 31;
-	mov.u32 	%r484, 1;
-	mov.u32 	%r485, -1;
-	shfl.sync.bfly.b32 	%r486|%p121, %r482, %r484, %r483, %r485;
-	or.b32  	%r487, %r486, %r482;
-	mov.u32 	%r488, 2;
-	shfl.sync.bfly.b32 	%r489|%p122, %r487, %r488, %r483, %r485;
-	or.b32  	%r134, %r487, %r489;
-	shl.b32 	%r490, %r902, 3;
-	cvt.u64.u32 	%rd428, %r490;
-	add.s64 	%rd429, %rd740, %rd428;
-	setp.ge.u64 	%p123, %rd429, %rd16;
-	cvt.u32.u64 	%r491, %rd753;
-	shl.b32 	%r492, %r491, 3;
-	shr.u32 	%r493, %r902, 2;
-	or.b32  	%r494, %r492, %r493;
-	shl.b32 	%r495, %r494, 2;
-	mov.u32 	%r496, _ZZ22ws_delta_count_lowbyteE5smask;
-	add.s32 	%r135, %r496, %r495;
-	or.pred  	%p124, %p120, %p123;
-	@%p124 bra 	$L__BB3_136;
-	st.shared.u32 	[%r135], %r134;
-$L__BB3_136:
-	add.s64 	%rd743, %rd16, 255;
-	shr.u64 	%rd742, %rd743, 8;
-	add.s64 	%rd741, %rd753, 8;
-	setp.ge.u64 	%p283, %rd741, %rd742;
-	@%p283 bra 	$L__BB3_191;
-	shl.b64 	%rd750, %rd753, 8;
-	add.s64 	%rd97, %rd750, 2048;
-	add.s64 	%rd98, %rd201, %rd97;
-	setp.ge.u64 	%p126, %rd98, %rd18;
-	mov.u64 	%rd774, 0;
-	mov.u32 	%r979, 0;
-	mov.u32 	%r980, %r979;
-	mov.u64 	%rd773, %rd774;
-	@%p126 bra 	$L__BB3_140;
-	cvt.u64.u16 	%rd436, %rs197;
-	shl.b32 	%r505, %r189, 19;
-	and.b32  	%r506, %r505, 16252928;
-	cvt.u64.u32 	%rd437, %r506;
-	or.b64  	%rd438, %rd437, %rd436;
-	add.s64 	%rd439, %rd438, -7046029254386353131;
-	xor.b64  	%rd440, %rd439, 1327217884;
-	mul.lo.s64 	%rd441, %rd440, -49064778989728563;
-	shr.u64 	%rd442, %rd441, 33;
-	xor.b64  	%rd443, %rd442, %rd441;
-	mul.lo.s64 	%rd444, %rd443, -4265267296055464877;
-	shr.u64 	%rd445, %rd444, 33;
-	xor.b64  	%rd774, %rd445, %rd444;
-	and.b16  	%rs123, %rs197, 255;
-	cvt.u32.u16 	%r507, %rs123;
-	cvt.u32.u16 	%r508, %rs205;
-	and.b32  	%r509, %r508, 255;
-	setp.eq.s32 	%p127, %r507, %r509;
-	mov.u32 	%r980, 1;
-	mov.u64 	%rd773, %rd774;
-	@%p127 bra 	$L__BB3_140;
-	and.b16  	%rs124, %rs197, 32767;
-	cvt.u32.u16 	%r512, %rs124;
-	sub.s16 	%rs125, %rs205, %rs197;
-	cvt.u32.u16 	%r513, %rs125;
-	cvt.s32.s8 	%r514, %r513;
-	add.s32 	%r515, %r514, %r512;
-	setp.lt.s32 	%p128, %r515, 0;
-	add.s32 	%r516, %r515, 256;
-	setp.gt.s32 	%p129, %r515, 32767;
-	add.s32 	%r517, %r515, 65280;
-	selp.b32 	%r518, %r517, %r515, %p129;
-	selp.b32 	%r519, %r516, %r518, %p128;
-	cvt.u16.u32 	%rs126, %r519;
-	and.b16  	%rs127, %rs197, -32768;
-	or.b16  	%rs128, %rs127, %rs126;
-	cvt.u64.u16 	%rd446, %rs128;
-	or.b64  	%rd448, %rd437, %rd446;
-	add.s64 	%rd449, %rd448, -7046029254386353131;
-	xor.b64  	%rd450, %rd449, 1327217884;
-	mul.lo.s64 	%rd451, %rd450, -49064778989728563;
-	shr.u64 	%rd452, %rd451, 33;
-	xor.b64  	%rd453, %rd452, %rd451;
-	mul.lo.s64 	%rd454, %rd453, -4265267296055464877;
-	shr.u64 	%rd455, %rd454, 33;
-	xor.b64  	%rd773, %rd455, %rd454;
-	mov.u32 	%r980, 1;
-	mov.u32 	%r979, %r980;
-$L__BB3_140:
-	add.s64 	%rd456, %rd98, 1;
-	setp.ge.u64 	%p130, %rd456, %rd18;
-	@%p130 bra 	$L__BB3_144;
-	or.b32  	%r980, %r980, 2;
-	shl.b32 	%r524, %r189, 19;
-	and.b32  	%r525, %r524, 16252928;
-	or.b32  	%r526, %r525, 65536;
-	cvt.u64.u32 	%rd457, %r526;
-	cvt.u64.u16 	%rd458, %rs196;
-	or.b64  	%rd459, %rd457, %rd458;
-	add.s64 	%rd460, %rd459, -7046029254386353131;
-	shr.u64 	%rd461, %rd460, 33;
-	xor.b64  	%rd462, %rd461, %rd460;
-	mul.lo.s64 	%rd463, %rd462, -49064778989728563;
-	shr.u64 	%rd464, %rd463, 33;
-	xor.b64  	%rd465, %rd464, %rd463;
-	mul.lo.s64 	%rd466, %rd465, -4265267296055464877;
-	shr.u64 	%rd467, %rd466, 33;
-	xor.b64  	%rd103, %rd467, %rd466;
-	add.s64 	%rd774, %rd103, %rd774;
-	and.b16  	%rs129, %rs196, 255;
-	cvt.u32.u16 	%r527, %rs129;
-	cvt.u32.u16 	%r528, %rs204;
-	and.b32  	%r529, %r528, 255;
-	setp.eq.s32 	%p131, %r527, %r529;
-	@%p131 bra 	$L__BB3_143;
-	bra.uni 	$L__BB3_142;
-$L__BB3_143:
-	add.s64 	%rd773, %rd103, %rd773;
-	bra.uni 	$L__BB3_144;
 $L__BB3_7:
 	// begin inline asm
-	ld.global.cs.v4.u32 {%r936,%r934,%r932,%r930}, [%rd25];
+	ld.global.cs.v4.u32 {%r591,%r589,%r587,%r585}, [%rd25];
 	// end inline asm
-	ld.u64 	%rd210, [%rd24];
-	cvt.u16.u64 	%rs181, %rd210;
-	shr.u32 	%r935, %r936, 16;
-	shr.u64 	%rd211, %rd210, 8;
-	cvt.u16.u64 	%rs180, %rd211;
-	shr.u64 	%rd212, %rd210, 16;
-	cvt.u16.u64 	%rs179, %rd212;
-	shr.u32 	%r933, %r934, 16;
-	shr.u64 	%rd213, %rd210, 24;
-	cvt.u16.u64 	%rs178, %rd213;
-	shr.u64 	%rd214, %rd210, 32;
-	cvt.u16.u64 	%rs177, %rd214;
-	shr.u32 	%r931, %r932, 16;
-	shr.u64 	%rd215, %rd210, 40;
-	cvt.u16.u64 	%rs176, %rd215;
-	shr.u64 	%rd216, %rd210, 48;
-	cvt.u16.u64 	%rs175, %rd216;
-	shr.u32 	%r929, %r930, 16;
-	shr.u64 	%rd217, %rd210, 56;
-	cvt.u16.u64 	%rs174, %rd217;
+	ld.u64 	%rd147, [%rd24];
+	cvt.u16.u64 	%rs69, %rd147;
+	shr.u32 	%r590, %r591, 16;
+	shr.u64 	%rd148, %rd147, 8;
+	cvt.u16.u64 	%rs68, %rd148;
+	shr.u64 	%rd149, %rd147, 16;
+	cvt.u16.u64 	%rs67, %rd149;
+	shr.u32 	%r588, %r589, 16;
+	shr.u64 	%rd150, %rd147, 24;
+	cvt.u16.u64 	%rs66, %rd150;
+	shr.u64 	%rd151, %rd147, 32;
+	cvt.u16.u64 	%rs65, %rd151;
+	shr.u32 	%r586, %r587, 16;
+	shr.u64 	%rd152, %rd147, 40;
+	cvt.u16.u64 	%rs64, %rd152;
+	shr.u64 	%rd153, %rd147, 48;
+	cvt.u16.u64 	%rs63, %rd153;
+	shr.u32 	%r584, %r585, 16;
+	shr.u64 	%rd154, %rd147, 56;
+	cvt.u16.u64 	%rs62, %rd154;
 	bra.uni 	$L__BB3_41;
-$L__BB3_142:
-	or.b32  	%r979, %r979, 2;
-	and.b16  	%rs130, %rs196, 32767;
-	cvt.u32.u16 	%r530, %rs130;
-	sub.s16 	%rs131, %rs204, %rs196;
-	cvt.u32.u16 	%r531, %rs131;
-	cvt.s32.s8 	%r532, %r531;
-	add.s32 	%r533, %r532, %r530;
-	setp.lt.s32 	%p132, %r533, 0;
-	add.s32 	%r534, %r533, 256;
-	setp.gt.s32 	%p133, %r533, 32767;
-	add.s32 	%r535, %r533, 65280;
-	selp.b32 	%r536, %r535, %r533, %p133;
-	selp.b32 	%r537, %r534, %r536, %p132;
-	cvt.u16.u32 	%rs132, %r537;
-	and.b16  	%rs133, %rs196, -32768;
-	or.b16  	%rs134, %rs133, %rs132;
-	cvt.u64.u16 	%rd468, %rs134;
-	or.b64  	%rd470, %rd457, %rd468;
-	add.s64 	%rd471, %rd470, -7046029254386353131;
-	shr.u64 	%rd472, %rd471, 33;
-	xor.b64  	%rd473, %rd472, %rd471;
-	mul.lo.s64 	%rd474, %rd473, -49064778989728563;
-	shr.u64 	%rd475, %rd474, 33;
-	xor.b64  	%rd476, %rd475, %rd474;
-	mul.lo.s64 	%rd477, %rd476, -4265267296055464877;
-	shr.u64 	%rd478, %rd477, 33;
-	xor.b64  	%rd479, %rd478, %rd477;
-	add.s64 	%rd773, %rd479, %rd773;
-$L__BB3_144:
-	add.s64 	%rd480, %rd98, 2;
-	setp.ge.u64 	%p134, %rd480, %rd18;
-	@%p134 bra 	$L__BB3_148;
-	or.b32  	%r980, %r980, 4;
-	shl.b32 	%r543, %r189, 19;
-	and.b32  	%r544, %r543, 16252928;
-	or.b32  	%r545, %r544, 131072;
-	cvt.u64.u32 	%rd481, %r545;
-	cvt.u64.u16 	%rd482, %rs195;
-	or.b64  	%rd483, %rd481, %rd482;
-	add.s64 	%rd484, %rd483, -7046029254386353131;
-	shr.u64 	%rd485, %rd484, 33;
-	xor.b64  	%rd486, %rd485, %rd484;
-	mul.lo.s64 	%rd487, %rd486, -49064778989728563;
-	shr.u64 	%rd488, %rd487, 33;
-	xor.b64  	%rd489, %rd488, %rd487;
-	mul.lo.s64 	%rd490, %rd489, -4265267296055464877;
-	shr.u64 	%rd491, %rd490, 33;
-	xor.b64  	%rd109, %rd491, %rd490;
-	add.s64 	%rd774, %rd109, %rd774;
-	and.b16  	%rs135, %rs195, 255;
-	cvt.u32.u16 	%r546, %rs135;
-	cvt.u32.u16 	%r547, %rs203;
-	and.b32  	%r548, %r547, 255;
-	setp.eq.s32 	%p135, %r546, %r548;
-	@%p135 bra 	$L__BB3_147;
-	bra.uni 	$L__BB3_146;
-$L__BB3_147:
-	add.s64 	%rd773, %rd109, %rd773;
-	bra.uni 	$L__BB3_148;
-$L__BB3_146:
-	or.b32  	%r979, %r979, 4;
-	and.b16  	%rs136, %rs195, 32767;
-	cvt.u32.u16 	%r549, %rs136;
-	sub.s16 	%rs137, %rs203, %rs195;
-	cvt.u32.u16 	%r550, %rs137;
-	cvt.s32.s8 	%r551, %r550;
-	add.s32 	%r552, %r551, %r549;
-	setp.lt.s32 	%p136, %r552, 0;
-	add.s32 	%r553, %r552, 256;
-	setp.gt.s32 	%p137, %r552, 32767;
-	add.s32 	%r554, %r552, 65280;
-	selp.b32 	%r555, %r554, %r552, %p137;
-	selp.b32 	%r556, %r553, %r555, %p136;
-	cvt.u16.u32 	%rs138, %r556;
-	and.b16  	%rs139, %rs195, -32768;
-	or.b16  	%rs140, %rs139, %rs138;
-	cvt.u64.u16 	%rd492, %rs140;
-	or.b64  	%rd494, %rd481, %rd492;
-	add.s64 	%rd495, %rd494, -7046029254386353131;
-	shr.u64 	%rd496, %rd495, 33;
-	xor.b64  	%rd497, %rd496, %rd495;
-	mul.lo.s64 	%rd498, %rd497, -49064778989728563;
-	shr.u64 	%rd499, %rd498, 33;
-	xor.b64  	%rd500, %rd499, %rd498;
-	mul.lo.s64 	%rd501, %rd500, -4265267296055464877;
-	shr.u64 	%rd502, %rd501, 33;
-	xor.b64  	%rd503, %rd502, %rd501;
-	add.s64 	%rd773, %rd503, %rd773;
-$L__BB3_148:
-	add.s64 	%rd504, %rd98, 3;
-	setp.ge.u64 	%p138, %rd504, %rd18;
-	@%p138 bra 	$L__BB3_152;
-	or.b32  	%r980, %r980, 8;
-	shl.b32 	%r562, %r189, 19;
-	and.b32  	%r563, %r562, 16252928;
-	or.b32  	%r564, %r563, 196608;
-	cvt.u64.u32 	%rd505, %r564;
-	cvt.u64.u16 	%rd506, %rs194;
-	or.b64  	%rd507, %rd505, %rd506;
-	add.s64 	%rd508, %rd507, -7046029254386353131;
-	shr.u64 	%rd509, %rd508, 33;
-	xor.b64  	%rd510, %rd509, %rd508;
-	mul.lo.s64 	%rd511, %rd510, -49064778989728563;
-	shr.u64 	%rd512, %rd511, 33;
-	xor.b64  	%rd513, %rd512, %rd511;
-	mul.lo.s64 	%rd514, %rd513, -4265267296055464877;
-	shr.u64 	%rd515, %rd514, 33;
-	xor.b64  	%rd115, %rd515, %rd514;
-	add.s64 	%rd774, %rd115, %rd774;
-	and.b16  	%rs141, %rs194, 255;
-	cvt.u32.u16 	%r565, %rs141;
-	cvt.u32.u16 	%r566, %rs202;
-	and.b32  	%r567, %r566, 255;
-	setp.eq.s32 	%p139, %r565, %r567;
-	@%p139 bra 	$L__BB3_151;
-	bra.uni 	$L__BB3_150;
-$L__BB3_151:
-	add.s64 	%rd773, %rd115, %rd773;
-	bra.uni 	$L__BB3_152;
-$L__BB3_150:
-	or.b32  	%r979, %r979, 8;
-	and.b16  	%rs142, %rs194, 32767;
-	cvt.u32.u16 	%r568, %rs142;
-	sub.s16 	%rs143, %rs202, %rs194;
-	cvt.u32.u16 	%r569, %rs143;
-	cvt.s32.s8 	%r570, %r569;
-	add.s32 	%r571, %r570, %r568;
-	setp.lt.s32 	%p140, %r571, 0;
-	add.s32 	%r572, %r571, 256;
-	setp.gt.s32 	%p141, %r571, 32767;
-	add.s32 	%r573, %r571, 65280;
-	selp.b32 	%r574, %r573, %r571, %p141;
-	selp.b32 	%r575, %r572, %r574, %p140;
-	cvt.u16.u32 	%rs144, %r575;
-	and.b16  	%rs145, %rs194, -32768;
-	or.b16  	%rs146, %rs145, %rs144;
-	cvt.u64.u16 	%rd516, %rs146;
-	or.b64  	%rd518, %rd505, %rd516;
-	add.s64 	%rd519, %rd518, -7046029254386353131;
-	shr.u64 	%rd520, %rd519, 33;
-	xor.b64  	%rd521, %rd520, %rd519;
-	mul.lo.s64 	%rd522, %rd521, -49064778989728563;
-	shr.u64 	%rd523, %rd522, 33;
-	xor.b64  	%rd524, %rd523, %rd522;
-	mul.lo.s64 	%rd525, %rd524, -4265267296055464877;
-	shr.u64 	%rd526, %rd525, 33;
-	xor.b64  	%rd527, %rd526, %rd525;
-	add.s64 	%rd773, %rd527, %rd773;
-$L__BB3_152:
-	add.s64 	%rd528, %rd98, 4;
-	setp.ge.u64 	%p142, %rd528, %rd18;
-	@%p142 bra 	$L__BB3_156;
-	or.b32  	%r980, %r980, 16;
-	shl.b32 	%r581, %r189, 19;
-	and.b32  	%r582, %r581, 16252928;
-	or.b32  	%r583, %r582, 262144;
-	cvt.u64.u32 	%rd529, %r583;
-	cvt.u64.u16 	%rd530, %rs193;
-	or.b64  	%rd531, %rd529, %rd530;
-	add.s64 	%rd532, %rd531, -7046029254386353131;
-	shr.u64 	%rd533, %rd532, 33;
-	xor.b64  	%rd534, %rd533, %rd532;
-	mul.lo.s64 	%rd535, %rd534, -49064778989728563;
-	shr.u64 	%rd536, %rd535, 33;
-	xor.b64  	%rd537, %rd536, %rd535;
-	mul.lo.s64 	%rd538, %rd537, -4265267296055464877;
-	shr.u64 	%rd539, %rd538, 33;
-	xor.b64  	%rd121, %rd539, %rd538;
-	add.s64 	%rd774, %rd121, %rd774;
-	and.b16  	%rs147, %rs193, 255;
-	cvt.u32.u16 	%r584, %rs147;
-	cvt.u32.u16 	%r585, %rs201;
-	and.b32  	%r586, %r585, 255;
-	setp.eq.s32 	%p143, %r584, %r586;
-	@%p143 bra 	$L__BB3_155;
-	bra.uni 	$L__BB3_154;
-$L__BB3_155:
-	add.s64 	%rd773, %rd121, %rd773;
-	bra.uni 	$L__BB3_156;
-$L__BB3_154:
-	or.b32  	%r979, %r979, 16;
-	and.b16  	%rs148, %rs193, 32767;
-	cvt.u32.u16 	%r587, %rs148;
-	sub.s16 	%rs149, %rs201, %rs193;
-	cvt.u32.u16 	%r588, %rs149;
-	cvt.s32.s8 	%r589, %r588;
-	add.s32 	%r590, %r589, %r587;
-	setp.lt.s32 	%p144, %r590, 0;
-	add.s32 	%r591, %r590, 256;
-	setp.gt.s32 	%p145, %r590, 32767;
-	add.s32 	%r592, %r590, 65280;
-	selp.b32 	%r593, %r592, %r590, %p145;
-	selp.b32 	%r594, %r591, %r593, %p144;
-	cvt.u16.u32 	%rs150, %r594;
-	and.b16  	%rs151, %rs193, -32768;
-	or.b16  	%rs152, %rs151, %rs150;
-	cvt.u64.u16 	%rd540, %rs152;
-	or.b64  	%rd542, %rd529, %rd540;
-	add.s64 	%rd543, %rd542, -7046029254386353131;
-	shr.u64 	%rd544, %rd543, 33;
-	xor.b64  	%rd545, %rd544, %rd543;
-	mul.lo.s64 	%rd546, %rd545, -49064778989728563;
-	shr.u64 	%rd547, %rd546, 33;
-	xor.b64  	%rd548, %rd547, %rd546;
-	mul.lo.s64 	%rd549, %rd548, -4265267296055464877;
-	shr.u64 	%rd550, %rd549, 33;
-	xor.b64  	%rd551, %rd550, %rd549;
-	add.s64 	%rd773, %rd551, %rd773;
-$L__BB3_156:
-	add.s64 	%rd552, %rd98, 5;
-	setp.ge.u64 	%p146, %rd552, %rd18;
-	@%p146 bra 	$L__BB3_160;
-	or.b32  	%r980, %r980, 32;
-	shl.b32 	%r600, %r189, 19;
-	and.b32  	%r601, %r600, 16252928;
-	or.b32  	%r602, %r601, 327680;
-	cvt.u64.u32 	%rd553, %r602;
-	cvt.u64.u16 	%rd554, %rs192;
-	or.b64  	%rd555, %rd553, %rd554;
-	add.s64 	%rd556, %rd555, -7046029254386353131;
-	shr.u64 	%rd557, %rd556, 33;
-	xor.b64  	%rd558, %rd557, %rd556;
-	mul.lo.s64 	%rd559, %rd558, -49064778989728563;
-	shr.u64 	%rd560, %rd559, 33;
-	xor.b64  	%rd561, %rd560, %rd559;
-	mul.lo.s64 	%rd562, %rd561, -4265267296055464877;
-	shr.u64 	%rd563, %rd562, 33;
-	xor.b64  	%rd127, %rd563, %rd562;
-	add.s64 	%rd774, %rd127, %rd774;
-	and.b16  	%rs153, %rs192, 255;
-	cvt.u32.u16 	%r603, %rs153;
-	cvt.u32.u16 	%r604, %rs200;
-	and.b32  	%r605, %r604, 255;
-	setp.eq.s32 	%p147, %r603, %r605;
-	@%p147 bra 	$L__BB3_159;
-	bra.uni 	$L__BB3_158;
-$L__BB3_159:
-	add.s64 	%rd773, %rd127, %rd773;
-	bra.uni 	$L__BB3_160;
-$L__BB3_158:
-	or.b32  	%r979, %r979, 32;
-	and.b16  	%rs154, %rs192, 32767;
-	cvt.u32.u16 	%r606, %rs154;
-	sub.s16 	%rs155, %rs200, %rs192;
-	cvt.u32.u16 	%r607, %rs155;
-	cvt.s32.s8 	%r608, %r607;
-	add.s32 	%r609, %r608, %r606;
-	setp.lt.s32 	%p148, %r609, 0;
-	add.s32 	%r610, %r609, 256;
-	setp.gt.s32 	%p149, %r609, 32767;
-	add.s32 	%r611, %r609, 65280;
-	selp.b32 	%r612, %r611, %r609, %p149;
-	selp.b32 	%r613, %r610, %r612, %p148;
-	cvt.u16.u32 	%rs156, %r613;
-	and.b16  	%rs157, %rs192, -32768;
-	or.b16  	%rs158, %rs157, %rs156;
-	cvt.u64.u16 	%rd564, %rs158;
-	or.b64  	%rd566, %rd553, %rd564;
-	add.s64 	%rd567, %rd566, -7046029254386353131;
-	shr.u64 	%rd568, %rd567, 33;
-	xor.b64  	%rd569, %rd568, %rd567;
-	mul.lo.s64 	%rd570, %rd569, -49064778989728563;
-	shr.u64 	%rd571, %rd570, 33;
-	xor.b64  	%rd572, %rd571, %rd570;
-	mul.lo.s64 	%rd573, %rd572, -4265267296055464877;
-	shr.u64 	%rd574, %rd573, 33;
-	xor.b64  	%rd575, %rd574, %rd573;
-	add.s64 	%rd773, %rd575, %rd773;
-$L__BB3_160:
-	add.s64 	%rd576, %rd98, 6;
-	setp.ge.u64 	%p150, %rd576, %rd18;
-	@%p150 bra 	$L__BB3_164;
-	or.b32  	%r980, %r980, 64;
-	shl.b32 	%r619, %r189, 19;
-	and.b32  	%r620, %r619, 16252928;
-	or.b32  	%r621, %r620, 393216;
-	cvt.u64.u32 	%rd577, %r621;
-	cvt.u64.u16 	%rd578, %rs191;
-	or.b64  	%rd579, %rd577, %rd578;
-	add.s64 	%rd580, %rd579, -7046029254386353131;
-	shr.u64 	%rd581, %rd580, 33;
-	xor.b64  	%rd582, %rd581, %rd580;
-	mul.lo.s64 	%rd583, %rd582, -49064778989728563;
-	shr.u64 	%rd584, %rd583, 33;
-	xor.b64  	%rd585, %rd584, %rd583;
-	mul.lo.s64 	%rd586, %rd585, -4265267296055464877;
-	shr.u64 	%rd587, %rd586, 33;
-	xor.b64  	%rd133, %rd587, %rd586;
-	add.s64 	%rd774, %rd133, %rd774;
-	and.b16  	%rs159, %rs191, 255;
-	cvt.u32.u16 	%r622, %rs159;
-	cvt.u32.u16 	%r623, %rs199;
-	and.b32  	%r624, %r623, 255;
-	setp.eq.s32 	%p151, %r622, %r624;
-	@%p151 bra 	$L__BB3_163;
-	bra.uni 	$L__BB3_162;
-$L__BB3_163:
-	add.s64 	%rd773, %rd133, %rd773;
-	bra.uni 	$L__BB3_164;
-$L__BB3_162:
-	or.b32  	%r979, %r979, 64;
-	and.b16  	%rs160, %rs191, 32767;
-	cvt.u32.u16 	%r625, %rs160;
-	sub.s16 	%rs161, %rs199, %rs191;
-	cvt.u32.u16 	%r626, %rs161;
-	cvt.s32.s8 	%r627, %r626;
-	add.s32 	%r628, %r627, %r625;
-	setp.lt.s32 	%p152, %r628, 0;
-	add.s32 	%r629, %r628, 256;
-	setp.gt.s32 	%p153, %r628, 32767;
-	add.s32 	%r630, %r628, 65280;
-	selp.b32 	%r631, %r630, %r628, %p153;
-	selp.b32 	%r632, %r629, %r631, %p152;
-	cvt.u16.u32 	%rs162, %r632;
-	and.b16  	%rs163, %rs191, -32768;
-	or.b16  	%rs164, %rs163, %rs162;
-	cvt.u64.u16 	%rd588, %rs164;
-	or.b64  	%rd590, %rd577, %rd588;
-	add.s64 	%rd591, %rd590, -7046029254386353131;
-	shr.u64 	%rd592, %rd591, 33;
-	xor.b64  	%rd593, %rd592, %rd591;
-	mul.lo.s64 	%rd594, %rd593, -49064778989728563;
-	shr.u64 	%rd595, %rd594, 33;
-	xor.b64  	%rd596, %rd595, %rd594;
-	mul.lo.s64 	%rd597, %rd596, -4265267296055464877;
-	shr.u64 	%rd598, %rd597, 33;
-	xor.b64  	%rd599, %rd598, %rd597;
-	add.s64 	%rd773, %rd599, %rd773;
-$L__BB3_164:
-	add.s64 	%rd600, %rd98, 7;
-	setp.ge.u64 	%p154, %rd600, %rd18;
-	@%p154 bra 	$L__BB3_168;
-	or.b32  	%r980, %r980, 128;
-	shl.b32 	%r638, %r189, 19;
-	and.b32  	%r639, %r638, 16252928;
-	or.b32  	%r640, %r639, 458752;
-	cvt.u64.u32 	%rd601, %r640;
-	cvt.u64.u16 	%rd602, %rs190;
-	or.b64  	%rd603, %rd601, %rd602;
-	add.s64 	%rd604, %rd603, -7046029254386353131;
-	shr.u64 	%rd605, %rd604, 33;
-	xor.b64  	%rd606, %rd605, %rd604;
-	mul.lo.s64 	%rd607, %rd606, -49064778989728563;
-	shr.u64 	%rd608, %rd607, 33;
-	xor.b64  	%rd609, %rd608, %rd607;
-	mul.lo.s64 	%rd610, %rd609, -4265267296055464877;
-	shr.u64 	%rd611, %rd610, 33;
-	xor.b64  	%rd139, %rd611, %rd610;
-	add.s64 	%rd774, %rd139, %rd774;
-	and.b16  	%rs165, %rs190, 255;
-	cvt.u32.u16 	%r641, %rs165;
-	cvt.u32.u16 	%r642, %rs198;
-	setp.eq.s32 	%p155, %r641, %r642;
-	@%p155 bra 	$L__BB3_167;
-	bra.uni 	$L__BB3_166;
-$L__BB3_167:
-	add.s64 	%rd773, %rd139, %rd773;
-	bra.uni 	$L__BB3_168;
-$L__BB3_166:
-	or.b32  	%r979, %r979, 128;
-	and.b16  	%rs166, %rs190, 32767;
-	cvt.u32.u16 	%r643, %rs166;
-	sub.s16 	%rs167, %rs198, %rs190;
-	cvt.u32.u16 	%r644, %rs167;
-	cvt.s32.s8 	%r645, %r644;
-	add.s32 	%r646, %r645, %r643;
-	setp.lt.s32 	%p156, %r646, 0;
-	add.s32 	%r647, %r646, 256;
-	setp.gt.s32 	%p157, %r646, 32767;
-	add.s32 	%r648, %r646, 65280;
-	selp.b32 	%r649, %r648, %r646, %p157;
-	selp.b32 	%r650, %r647, %r649, %p156;
-	cvt.u16.u32 	%rs168, %r650;
-	and.b16  	%rs169, %rs190, -32768;
-	or.b16  	%rs170, %rs169, %rs168;
-	cvt.u64.u16 	%rd612, %rs170;
-	or.b64  	%rd614, %rd601, %rd612;
-	add.s64 	%rd615, %rd614, -7046029254386353131;
-	shr.u64 	%rd616, %rd615, 33;
-	xor.b64  	%rd617, %rd616, %rd615;
-	mul.lo.s64 	%rd618, %rd617, -49064778989728563;
-	shr.u64 	%rd619, %rd618, 33;
-	xor.b64  	%rd620, %rd619, %rd618;
-	mul.lo.s64 	%rd621, %rd620, -4265267296055464877;
-	shr.u64 	%rd622, %rd621, 33;
-	xor.b64  	%rd623, %rd622, %rd621;
-	add.s64 	%rd773, %rd623, %rd773;
-$L__BB3_168:
+$L__BB3_5:
+	cvt.u64.u32 	%rd138, %r111;
+	add.s64 	%rd139, %rd15, %rd138;
+	shl.b64 	%rd22, %rd449, 8;
+	add.s64 	%rd23, %rd139, %rd22;
+	add.s64 	%rd140, %rd23, 8;
+	setp.gt.u64 	%p7, %rd140, %rd18;
+	add.s64 	%rd24, %rd13, %rd23;
+	@%p7 bra 	$L__BB3_8;
+	shl.b64 	%rd141, %rd23, 1;
+	add.s64 	%rd25, %rd12, %rd141;
+	and.b64  	%rd142, %rd25, 15;
+	and.b64  	%rd144, %rd24, 7;
+	or.b64  	%rd145, %rd142, %rd144;
+	setp.ne.s64 	%p8, %rd145, 0;
+	@%p8 bra 	$L__BB3_8;
+	bra.uni 	$L__BB3_7;
+$L__BB3_8:
+	setp.ge.u64 	%p9, %rd23, %rd18;
+	shl.b64 	%rd155, %rd23, 1;
+	add.s64 	%rd26, %rd12, %rd155;
+	mov.u32 	%r569, 0;
+	mov.u32 	%r591, %r569;
+	@%p9 bra 	$L__BB3_10;
+	ld.u16 	%r591, [%rd26];
+$L__BB3_10:
+	@%p9 bra 	$L__BB3_12;
+	ld.u8 	%r569, [%rd24];
+$L__BB3_12:
+	add.s64 	%rd27, %rd23, 1;
+	setp.ge.u64 	%p11, %rd27, %rd18;
+	mov.u32 	%r571, 0;
+	mov.u32 	%r590, %r571;
+	@%p11 bra 	$L__BB3_14;
+	ld.u16 	%r590, [%rd26+2];
+$L__BB3_14:
+	@%p11 bra 	$L__BB3_16;
+	ld.u8 	%r571, [%rd24+1];
+$L__BB3_16:
+	add.s64 	%rd28, %rd23, 2;
+	setp.ge.u64 	%p13, %rd28, %rd18;
+	mov.u32 	%r573, 0;
+	mov.u32 	%r589, %r573;
+	@%p13 bra 	$L__BB3_18;
+	ld.u16 	%r589, [%rd26+4];
+$L__BB3_18:
+	@%p13 bra 	$L__BB3_20;
+	ld.u8 	%r573, [%rd24+2];
+$L__BB3_20:
+	add.s64 	%rd29, %rd23, 3;
+	setp.ge.u64 	%p15, %rd29, %rd18;
+	mov.u32 	%r575, 0;
+	mov.u32 	%r588, %r575;
+	@%p15 bra 	$L__BB3_22;
+	ld.u16 	%r588, [%rd26+6];
+$L__BB3_22:
+	@%p15 bra 	$L__BB3_24;
+	ld.u8 	%r575, [%rd24+3];
+$L__BB3_24:
+	add.s64 	%rd30, %rd23, 4;
+	setp.ge.u64 	%p17, %rd30, %rd18;
+	mov.u32 	%r577, 0;
+	mov.u32 	%r587, %r577;
+	@%p17 bra 	$L__BB3_26;
+	ld.u16 	%r587, [%rd26+8];
+$L__BB3_26:
+	@%p17 bra 	$L__BB3_28;
+	ld.u8 	%r577, [%rd24+4];
+$L__BB3_28:
+	add.s64 	%rd31, %rd23, 5;
+	setp.ge.u64 	%p19, %rd31, %rd18;
+	mov.u32 	%r579, 0;
+	mov.u32 	%r586, %r579;
+	@%p19 bra 	$L__BB3_30;
+	ld.u16 	%r586, [%rd26+10];
+$L__BB3_30:
+	@%p19 bra 	$L__BB3_32;
+	ld.u8 	%r579, [%rd24+5];
+$L__BB3_32:
+	add.s64 	%rd32, %rd23, 6;
+	setp.ge.u64 	%p21, %rd32, %rd18;
+	mov.u32 	%r581, 0;
+	mov.u32 	%r585, %r581;
+	@%p21 bra 	$L__BB3_34;
+	ld.u16 	%r585, [%rd26+12];
+$L__BB3_34:
+	@%p21 bra 	$L__BB3_36;
+	ld.u8 	%r581, [%rd24+6];
+$L__BB3_36:
+	add.s64 	%rd33, %rd23, 7;
+	setp.ge.u64 	%p23, %rd33, %rd18;
+	mov.u32 	%r583, 0;
+	mov.u32 	%r584, %r583;
+	@%p23 bra 	$L__BB3_38;
+	ld.u16 	%r584, [%rd26+14];
+$L__BB3_38:
+	@%p23 bra 	$L__BB3_40;
+	ld.u8 	%r583, [%rd24+7];
+$L__BB3_40:
+	cvt.u16.u32 	%rs62, %r583;
+	cvt.u16.u32 	%rs63, %r581;
+	cvt.u16.u32 	%rs64, %r579;
+	cvt.u16.u32 	%rs65, %r577;
+	cvt.u16.u32 	%rs66, %r575;
+	cvt.u16.u32 	%rs67, %r573;
+	cvt.u16.u32 	%rs68, %r571;
+	cvt.u16.u32 	%rs69, %r569;
+$L__BB3_41:
+	and.b32  	%r133, %r104, 31;
+	setp.ne.s32 	%p25, %r133, 0;
+	shr.u64 	%rd157, %rd15, 8;
+	add.s64 	%rd158, %rd449, %rd157;
+	shl.b64 	%rd159, %rd158, 3;
+	add.s64 	%rd34, %rd20, %rd159;
+	mov.u64 	%rd453, 0;
+	mov.u64 	%rd450, %rd453;
+	@%p25 bra 	$L__BB3_43;
+	ld.u64 	%rd450, [%rd34];
+$L__BB3_43:
+	setp.ge.u64 	%p26, %rd23, %rd18;
+	mov.u32 	%r592, 0;
+	mov.u32 	%r595, %r592;
+	mov.u64 	%rd452, %rd453;
+	@%p26 bra 	$L__BB3_46;
+	and.b32  	%r138, %r591, 65535;
+	bfi.b32 	%r141, %r133, %r138, 19, 5;
+	cvt.u64.u32 	%rd162, %r141;
+	add.s64 	%rd163, %rd162, -7046029254386353131;
+	xor.b64  	%rd164, %rd163, 1327217884;
+	mul.lo.s64 	%rd165, %rd164, -49064778989728563;
+	shr.u64 	%rd166, %rd165, 33;
+	xor.b64  	%rd167, %rd166, %rd165;
+	mul.lo.s64 	%rd168, %rd167, -4265267296055464877;
+	shr.u64 	%rd169, %rd168, 33;
+	xor.b64  	%rd453, %rd169, %rd168;
+	cvt.u16.u32 	%rs25, %r591;
+	and.b16  	%rs36, %rs25, 255;
+	and.b16  	%rs37, %rs69, 255;
+	setp.eq.s16 	%p27, %rs37, %rs36;
+	mov.u32 	%r595, 1;
+	mov.u64 	%rd452, %rd453;
+	@%p27 bra 	$L__BB3_46;
+	and.b32  	%r144, %r591, 32767;
+	sub.s16 	%rs38, %rs69, %rs25;
+	cvt.u32.u16 	%r145, %rs38;
+	cvt.s32.s8 	%r146, %r145;
+	add.s32 	%r147, %r144, %r146;
+	setp.lt.s32 	%p28, %r147, 0;
+	add.s32 	%r148, %r147, 256;
+	setp.gt.s32 	%p29, %r147, 32767;
+	add.s32 	%r149, %r147, 65280;
+	selp.b32 	%r150, %r149, %r147, %p29;
+	selp.b32 	%r151, %r148, %r150, %p28;
+	and.b32  	%r152, %r151, 65535;
+	and.b32  	%r153, %r591, 32768;
+	or.b32  	%r154, %r152, %r153;
+	shl.b32 	%r156, %r104, 19;
+	and.b32  	%r157, %r156, 16252928;
+	or.b32  	%r158, %r154, %r157;
+	cvt.u64.u32 	%rd170, %r158;
+	add.s64 	%rd171, %rd170, -7046029254386353131;
+	xor.b64  	%rd172, %rd171, 1327217884;
+	mul.lo.s64 	%rd173, %rd172, -49064778989728563;
+	shr.u64 	%rd174, %rd173, 33;
+	xor.b64  	%rd175, %rd174, %rd173;
+	mul.lo.s64 	%rd176, %rd175, -4265267296055464877;
+	shr.u64 	%rd177, %rd176, 33;
+	xor.b64  	%rd452, %rd177, %rd176;
+	mov.u32 	%r592, 1;
+	mov.u32 	%r595, %r592;
+$L__BB3_46:
+	add.s64 	%rd178, %rd23, 1;
+	setp.ge.u64 	%p30, %rd178, %rd18;
+	@%p30 bra 	$L__BB3_50;
+	or.b32  	%r595, %r595, 2;
+	shl.b32 	%r160, %r104, 19;
+	and.b32  	%r161, %r160, 16252928;
+	or.b32  	%r162, %r161, %r590;
+	or.b32  	%r163, %r162, 65536;
+	cvt.u64.u32 	%rd179, %r163;
+	add.s64 	%rd180, %rd179, -7046029254386353131;
+	shr.u64 	%rd181, %rd180, 33;
+	xor.b64  	%rd182, %rd181, %rd180;
+	mul.lo.s64 	%rd183, %rd182, -49064778989728563;
+	shr.u64 	%rd184, %rd183, 33;
+	xor.b64  	%rd185, %rd184, %rd183;
+	mul.lo.s64 	%rd186, %rd185, -4265267296055464877;
+	shr.u64 	%rd187, %rd186, 33;
+	xor.b64  	%rd41, %rd187, %rd186;
+	add.s64 	%rd453, %rd41, %rd453;
+	cvt.u16.u32 	%rs26, %r590;
+	and.b16  	%rs39, %rs26, 255;
+	and.b16  	%rs40, %rs68, 255;
+	setp.eq.s16 	%p31, %rs40, %rs39;
+	@%p31 bra 	$L__BB3_49;
+	bra.uni 	$L__BB3_48;
+$L__BB3_49:
+	add.s64 	%rd452, %rd41, %rd452;
+	bra.uni 	$L__BB3_50;
+$L__BB3_48:
+	or.b32  	%r592, %r592, 2;
+	sub.s16 	%rs41, %rs68, %rs26;
+	cvt.u32.u16 	%r164, %rs41;
+	cvt.s32.s8 	%r165, %r164;
+	and.b32  	%r166, %r590, 32767;
+	add.s32 	%r167, %r166, %r165;
+	setp.lt.s32 	%p32, %r167, 0;
+	add.s32 	%r168, %r167, 256;
+	setp.gt.s32 	%p33, %r167, 32767;
+	add.s32 	%r169, %r167, 65280;
+	selp.b32 	%r170, %r169, %r167, %p33;
+	selp.b32 	%r171, %r168, %r170, %p32;
+	and.b32  	%r172, %r171, 65535;
+	and.b32  	%r173, %r590, 32768;
+	or.b32  	%r174, %r172, %r173;
+	or.b32  	%r178, %r174, %r161;
+	or.b32  	%r179, %r178, 65536;
+	cvt.u64.u32 	%rd188, %r179;
+	add.s64 	%rd189, %rd188, -7046029254386353131;
+	shr.u64 	%rd190, %rd189, 33;
+	xor.b64  	%rd191, %rd190, %rd189;
+	mul.lo.s64 	%rd192, %rd191, -49064778989728563;
+	shr.u64 	%rd193, %rd192, 33;
+	xor.b64  	%rd194, %rd193, %rd192;
+	mul.lo.s64 	%rd195, %rd194, -4265267296055464877;
+	shr.u64 	%rd196, %rd195, 33;
+	xor.b64  	%rd197, %rd196, %rd195;
+	add.s64 	%rd452, %rd197, %rd452;
+$L__BB3_50:
+	add.s64 	%rd198, %rd23, 2;
+	setp.ge.u64 	%p34, %rd198, %rd18;
+	@%p34 bra 	$L__BB3_54;
+	or.b32  	%r595, %r595, 4;
+	and.b32  	%r182, %r589, 65535;
+	bfi.b32 	%r183, %r133, %r182, 19, 5;
+	or.b32  	%r184, %r183, 131072;
+	cvt.u64.u32 	%rd199, %r184;
+	add.s64 	%rd200, %rd199, -7046029254386353131;
+	shr.u64 	%rd201, %rd200, 33;
+	xor.b64  	%rd202, %rd201, %rd200;
+	mul.lo.s64 	%rd203, %rd202, -49064778989728563;
+	shr.u64 	%rd204, %rd203, 33;
+	xor.b64  	%rd205, %rd204, %rd203;
+	mul.lo.s64 	%rd206, %rd205, -4265267296055464877;
+	shr.u64 	%rd207, %rd206, 33;
+	xor.b64  	%rd47, %rd207, %rd206;
+	add.s64 	%rd453, %rd47, %rd453;
+	cvt.u16.u32 	%rs27, %r589;
+	and.b16  	%rs42, %rs27, 255;
+	and.b16  	%rs43, %rs67, 255;
+	setp.eq.s16 	%p35, %rs43, %rs42;
+	@%p35 bra 	$L__BB3_53;
+	bra.uni 	$L__BB3_52;
+$L__BB3_53:
+	add.s64 	%rd452, %rd47, %rd452;
+	bra.uni 	$L__BB3_54;
+$L__BB3_52:
+	or.b32  	%r592, %r592, 4;
+	sub.s16 	%rs44, %rs67, %rs27;
+	cvt.u32.u16 	%r185, %rs44;
+	cvt.s32.s8 	%r186, %r185;
+	and.b32  	%r187, %r589, 32767;
+	add.s32 	%r188, %r187, %r186;
+	setp.lt.s32 	%p36, %r188, 0;
+	add.s32 	%r189, %r188, 256;
+	setp.gt.s32 	%p37, %r188, 32767;
+	add.s32 	%r190, %r188, 65280;
+	selp.b32 	%r191, %r190, %r188, %p37;
+	selp.b32 	%r192, %r189, %r191, %p36;
+	and.b32  	%r193, %r192, 65535;
+	and.b32  	%r194, %r589, 32768;
+	or.b32  	%r195, %r193, %r194;
+	shl.b32 	%r197, %r104, 19;
+	and.b32  	%r198, %r197, 16252928;
+	or.b32  	%r199, %r195, %r198;
+	or.b32  	%r200, %r199, 131072;
+	cvt.u64.u32 	%rd208, %r200;
+	add.s64 	%rd209, %rd208, -7046029254386353131;
+	shr.u64 	%rd210, %rd209, 33;
+	xor.b64  	%rd211, %rd210, %rd209;
+	mul.lo.s64 	%rd212, %rd211, -49064778989728563;
+	shr.u64 	%rd213, %rd212, 33;
+	xor.b64  	%rd214, %rd213, %rd212;
+	mul.lo.s64 	%rd215, %rd214, -4265267296055464877;
+	shr.u64 	%rd216, %rd215, 33;
+	xor.b64  	%rd217, %rd216, %rd215;
+	add.s64 	%rd452, %rd217, %rd452;
+$L__BB3_54:
+	add.s64 	%rd218, %rd23, 3;
+	setp.ge.u64 	%p38, %rd218, %rd18;
+	@%p38 bra 	$L__BB3_58;
+	or.b32  	%r595, %r595, 8;
+	shl.b32 	%r202, %r104, 19;
+	and.b32  	%r203, %r202, 16252928;
+	or.b32  	%r204, %r203, %r588;
+	or.b32  	%r205, %r204, 196608;
+	cvt.u64.u32 	%rd219, %r205;
+	add.s64 	%rd220, %rd219, -7046029254386353131;
+	shr.u64 	%rd221, %rd220, 33;
+	xor.b64  	%rd222, %rd221, %rd220;
+	mul.lo.s64 	%rd223, %rd222, -49064778989728563;
+	shr.u64 	%rd224, %rd223, 33;
+	xor.b64  	%rd225, %rd224, %rd223;
+	mul.lo.s64 	%rd226, %rd225, -4265267296055464877;
+	shr.u64 	%rd227, %rd226, 33;
+	xor.b64  	%rd53, %rd227, %rd226;
+	add.s64 	%rd453, %rd53, %rd453;
+	cvt.u16.u32 	%rs28, %r588;
+	and.b16  	%rs45, %rs28, 255;
+	and.b16  	%rs46, %rs66, 255;
+	setp.eq.s16 	%p39, %rs46, %rs45;
+	@%p39 bra 	$L__BB3_57;
+	bra.uni 	$L__BB3_56;
+$L__BB3_57:
+	add.s64 	%rd452, %rd53, %rd452;
+	bra.uni 	$L__BB3_58;
+$L__BB3_56:
+	or.b32  	%r592, %r592, 8;
+	sub.s16 	%rs47, %rs66, %rs28;
+	cvt.u32.u16 	%r206, %rs47;
+	cvt.s32.s8 	%r207, %r206;
+	and.b32  	%r208, %r588, 32767;
+	add.s32 	%r209, %r208, %r207;
+	setp.lt.s32 	%p40, %r209, 0;
+	add.s32 	%r210, %r209, 256;
+	setp.gt.s32 	%p41, %r209, 32767;
+	add.s32 	%r211, %r209, 65280;
+	selp.b32 	%r212, %r211, %r209, %p41;
+	selp.b32 	%r213, %r210, %r212, %p40;
+	and.b32  	%r214, %r213, 65535;
+	and.b32  	%r215, %r588, 32768;
+	or.b32  	%r216, %r214, %r215;
+	or.b32  	%r220, %r216, %r203;
+	or.b32  	%r221, %r220, 196608;
+	cvt.u64.u32 	%rd228, %r221;
+	add.s64 	%rd229, %rd228, -7046029254386353131;
+	shr.u64 	%rd230, %rd229, 33;
+	xor.b64  	%rd231, %rd230, %rd229;
+	mul.lo.s64 	%rd232, %rd231, -49064778989728563;
+	shr.u64 	%rd233, %rd232, 33;
+	xor.b64  	%rd234, %rd233, %rd232;
+	mul.lo.s64 	%rd235, %rd234, -4265267296055464877;
+	shr.u64 	%rd236, %rd235, 33;
+	xor.b64  	%rd237, %rd236, %rd235;
+	add.s64 	%rd452, %rd237, %rd452;
+$L__BB3_58:
+	add.s64 	%rd238, %rd23, 4;
+	setp.ge.u64 	%p42, %rd238, %rd18;
+	@%p42 bra 	$L__BB3_62;
+	or.b32  	%r595, %r595, 16;
+	and.b32  	%r224, %r587, 65535;
+	bfi.b32 	%r225, %r133, %r224, 19, 5;
+	or.b32  	%r226, %r225, 262144;
+	cvt.u64.u32 	%rd239, %r226;
+	add.s64 	%rd240, %rd239, -7046029254386353131;
+	shr.u64 	%rd241, %rd240, 33;
+	xor.b64  	%rd242, %rd241, %rd240;
+	mul.lo.s64 	%rd243, %rd242, -49064778989728563;
+	shr.u64 	%rd244, %rd243, 33;
+	xor.b64  	%rd245, %rd244, %rd243;
+	mul.lo.s64 	%rd246, %rd245, -4265267296055464877;
+	shr.u64 	%rd247, %rd246, 33;
+	xor.b64  	%rd59, %rd247, %rd246;
+	add.s64 	%rd453, %rd59, %rd453;
+	cvt.u16.u32 	%rs29, %r587;
+	and.b16  	%rs48, %rs29, 255;
+	and.b16  	%rs49, %rs65, 255;
+	setp.eq.s16 	%p43, %rs49, %rs48;
+	@%p43 bra 	$L__BB3_61;
+	bra.uni 	$L__BB3_60;
+$L__BB3_61:
+	add.s64 	%rd452, %rd59, %rd452;
+	bra.uni 	$L__BB3_62;
+$L__BB3_60:
+	or.b32  	%r592, %r592, 16;
+	sub.s16 	%rs50, %rs65, %rs29;
+	cvt.u32.u16 	%r227, %rs50;
+	cvt.s32.s8 	%r228, %r227;
+	and.b32  	%r229, %r587, 32767;
+	add.s32 	%r230, %r229, %r228;
+	setp.lt.s32 	%p44, %r230, 0;
+	add.s32 	%r231, %r230, 256;
+	setp.gt.s32 	%p45, %r230, 32767;
+	add.s32 	%r232, %r230, 65280;
+	selp.b32 	%r233, %r232, %r230, %p45;
+	selp.b32 	%r234, %r231, %r233, %p44;
+	and.b32  	%r235, %r234, 65535;
+	and.b32  	%r236, %r587, 32768;
+	or.b32  	%r237, %r235, %r236;
+	shl.b32 	%r239, %r104, 19;
+	and.b32  	%r240, %r239, 16252928;
+	or.b32  	%r241, %r237, %r240;
+	or.b32  	%r242, %r241, 262144;
+	cvt.u64.u32 	%rd248, %r242;
+	add.s64 	%rd249, %rd248, -7046029254386353131;
+	shr.u64 	%rd250, %rd249, 33;
+	xor.b64  	%rd251, %rd250, %rd249;
+	mul.lo.s64 	%rd252, %rd251, -49064778989728563;
+	shr.u64 	%rd253, %rd252, 33;
+	xor.b64  	%rd254, %rd253, %rd252;
+	mul.lo.s64 	%rd255, %rd254, -4265267296055464877;
+	shr.u64 	%rd256, %rd255, 33;
+	xor.b64  	%rd257, %rd256, %rd255;
+	add.s64 	%rd452, %rd257, %rd452;
+$L__BB3_62:
+	add.s64 	%rd258, %rd23, 5;
+	setp.ge.u64 	%p46, %rd258, %rd18;
+	@%p46 bra 	$L__BB3_66;
+	or.b32  	%r595, %r595, 32;
+	shl.b32 	%r244, %r104, 19;
+	and.b32  	%r245, %r244, 16252928;
+	or.b32  	%r246, %r245, %r586;
+	or.b32  	%r247, %r246, 327680;
+	cvt.u64.u32 	%rd259, %r247;
+	add.s64 	%rd260, %rd259, -7046029254386353131;
+	shr.u64 	%rd261, %rd260, 33;
+	xor.b64  	%rd262, %rd261, %rd260;
+	mul.lo.s64 	%rd263, %rd262, -49064778989728563;
+	shr.u64 	%rd264, %rd263, 33;
+	xor.b64  	%rd265, %rd264, %rd263;
+	mul.lo.s64 	%rd266, %rd265, -4265267296055464877;
+	shr.u64 	%rd267, %rd266, 33;
+	xor.b64  	%rd65, %rd267, %rd266;
+	add.s64 	%rd453, %rd65, %rd453;
+	cvt.u16.u32 	%rs30, %r586;
+	and.b16  	%rs51, %rs30, 255;
+	and.b16  	%rs52, %rs64, 255;
+	setp.eq.s16 	%p47, %rs52, %rs51;
+	@%p47 bra 	$L__BB3_65;
+	bra.uni 	$L__BB3_64;
+$L__BB3_65:
+	add.s64 	%rd452, %rd65, %rd452;
+	bra.uni 	$L__BB3_66;
+$L__BB3_64:
+	or.b32  	%r592, %r592, 32;
+	sub.s16 	%rs53, %rs64, %rs30;
+	cvt.u32.u16 	%r248, %rs53;
+	cvt.s32.s8 	%r249, %r248;
+	and.b32  	%r250, %r586, 32767;
+	add.s32 	%r251, %r250, %r249;
+	setp.lt.s32 	%p48, %r251, 0;
+	add.s32 	%r252, %r251, 256;
+	setp.gt.s32 	%p49, %r251, 32767;
+	add.s32 	%r253, %r251, 65280;
+	selp.b32 	%r254, %r253, %r251, %p49;
+	selp.b32 	%r255, %r252, %r254, %p48;
+	and.b32  	%r256, %r255, 65535;
+	and.b32  	%r257, %r586, 32768;
+	or.b32  	%r258, %r256, %r257;
+	or.b32  	%r262, %r258, %r245;
+	or.b32  	%r263, %r262, 327680;
+	cvt.u64.u32 	%rd268, %r263;
+	add.s64 	%rd269, %rd268, -7046029254386353131;
+	shr.u64 	%rd270, %rd269, 33;
+	xor.b64  	%rd271, %rd270, %rd269;
+	mul.lo.s64 	%rd272, %rd271, -49064778989728563;
+	shr.u64 	%rd273, %rd272, 33;
+	xor.b64  	%rd274, %rd273, %rd272;
+	mul.lo.s64 	%rd275, %rd274, -4265267296055464877;
+	shr.u64 	%rd276, %rd275, 33;
+	xor.b64  	%rd277, %rd276, %rd275;
+	add.s64 	%rd452, %rd277, %rd452;
+$L__BB3_66:
+	add.s64 	%rd278, %rd23, 6;
+	setp.ge.u64 	%p50, %rd278, %rd18;
+	@%p50 bra 	$L__BB3_70;
+	or.b32  	%r595, %r595, 64;
+	and.b32  	%r266, %r585, 65535;
+	bfi.b32 	%r267, %r133, %r266, 19, 5;
+	or.b32  	%r268, %r267, 393216;
+	cvt.u64.u32 	%rd279, %r268;
+	add.s64 	%rd280, %rd279, -7046029254386353131;
+	shr.u64 	%rd281, %rd280, 33;
+	xor.b64  	%rd282, %rd281, %rd280;
+	mul.lo.s64 	%rd283, %rd282, -49064778989728563;
+	shr.u64 	%rd284, %rd283, 33;
+	xor.b64  	%rd285, %rd284, %rd283;
+	mul.lo.s64 	%rd286, %rd285, -4265267296055464877;
+	shr.u64 	%rd287, %rd286, 33;
+	xor.b64  	%rd71, %rd287, %rd286;
+	add.s64 	%rd453, %rd71, %rd453;
+	cvt.u16.u32 	%rs31, %r585;
+	and.b16  	%rs54, %rs31, 255;
+	and.b16  	%rs55, %rs63, 255;
+	setp.eq.s16 	%p51, %rs55, %rs54;
+	@%p51 bra 	$L__BB3_69;
+	bra.uni 	$L__BB3_68;
+$L__BB3_69:
+	add.s64 	%rd452, %rd71, %rd452;
+	bra.uni 	$L__BB3_70;
+$L__BB3_68:
+	or.b32  	%r592, %r592, 64;
+	sub.s16 	%rs56, %rs63, %rs31;
+	cvt.u32.u16 	%r269, %rs56;
+	cvt.s32.s8 	%r270, %r269;
+	and.b32  	%r271, %r585, 32767;
+	add.s32 	%r272, %r271, %r270;
+	setp.lt.s32 	%p52, %r272, 0;
+	add.s32 	%r273, %r272, 256;
+	setp.gt.s32 	%p53, %r272, 32767;
+	add.s32 	%r274, %r272, 65280;
+	selp.b32 	%r275, %r274, %r272, %p53;
+	selp.b32 	%r276, %r273, %r275, %p52;
+	and.b32  	%r277, %r276, 65535;
+	and.b32  	%r278, %r585, 32768;
+	or.b32  	%r279, %r277, %r278;
+	shl.b32 	%r281, %r104, 19;
+	and.b32  	%r282, %r281, 16252928;
+	or.b32  	%r283, %r279, %r282;
+	or.b32  	%r284, %r283, 393216;
+	cvt.u64.u32 	%rd288, %r284;
+	add.s64 	%rd289, %rd288, -7046029254386353131;
+	shr.u64 	%rd290, %rd289, 33;
+	xor.b64  	%rd291, %rd290, %rd289;
+	mul.lo.s64 	%rd292, %rd291, -49064778989728563;
+	shr.u64 	%rd293, %rd292, 33;
+	xor.b64  	%rd294, %rd293, %rd292;
+	mul.lo.s64 	%rd295, %rd294, -4265267296055464877;
+	shr.u64 	%rd296, %rd295, 33;
+	xor.b64  	%rd297, %rd296, %rd295;
+	add.s64 	%rd452, %rd297, %rd452;
+$L__BB3_70:
+	add.s64 	%rd298, %rd23, 7;
+	setp.ge.u64 	%p54, %rd298, %rd18;
+	@%p54 bra 	$L__BB3_74;
+	or.b32  	%r595, %r595, 128;
+	shl.b32 	%r286, %r104, 19;
+	and.b32  	%r287, %r286, 16252928;
+	or.b32  	%r288, %r287, %r584;
+	or.b32  	%r289, %r288, 458752;
+	cvt.u64.u32 	%rd299, %r289;
+	add.s64 	%rd300, %rd299, -7046029254386353131;
+	shr.u64 	%rd301, %rd300, 33;
+	xor.b64  	%rd302, %rd301, %rd300;
+	mul.lo.s64 	%rd303, %rd302, -49064778989728563;
+	shr.u64 	%rd304, %rd303, 33;
+	xor.b64  	%rd305, %rd304, %rd303;
+	mul.lo.s64 	%rd306, %rd305, -4265267296055464877;
+	shr.u64 	%rd307, %rd306, 33;
+	xor.b64  	%rd77, %rd307, %rd306;
+	add.s64 	%rd453, %rd77, %rd453;
+	cvt.u16.u32 	%rs32, %r584;
+	and.b16  	%rs57, %rs32, 255;
+	setp.eq.s16 	%p55, %rs62, %rs57;
+	@%p55 bra 	$L__BB3_73;
+	bra.uni 	$L__BB3_72;
+$L__BB3_73:
+	add.s64 	%rd452, %rd77, %rd452;
+	bra.uni 	$L__BB3_74;
+$L__BB3_72:
+	or.b32  	%r592, %r592, 128;
+	sub.s16 	%rs58, %rs62, %rs32;
+	cvt.u32.u16 	%r290, %rs58;
+	cvt.s32.s8 	%r291, %r290;
+	and.b32  	%r292, %r584, 32767;
+	add.s32 	%r293, %r292, %r291;
+	setp.lt.s32 	%p56, %r293, 0;
+	add.s32 	%r294, %r293, 256;
+	setp.gt.s32 	%p57, %r293, 32767;
+	add.s32 	%r295, %r293, 65280;
+	selp.b32 	%r296, %r295, %r293, %p57;
+	selp.b32 	%r297, %r294, %r296, %p56;
+	and.b32  	%r298, %r297, 65535;
+	and.b32  	%r299, %r584, 32768;
+	or.b32  	%r300, %r298, %r299;
+	or.b32  	%r304, %r300, %r287;
+	or.b32  	%r305, %r304, 458752;
+	cvt.u64.u32 	%rd308, %r305;
+	add.s64 	%rd309, %rd308, -7046029254386353131;
+	shr.u64 	%rd310, %rd309, 33;
+	xor.b64  	%rd311, %rd310, %rd309;
+	mul.lo.s64 	%rd312, %rd311, -49064778989728563;
+	shr.u64 	%rd313, %rd312, 33;
+	xor.b64  	%rd314, %rd313, %rd312;
+	mul.lo.s64 	%rd315, %rd314, -4265267296055464877;
+	shr.u64 	%rd316, %rd315, 33;
+	xor.b64  	%rd317, %rd316, %rd315;
+	add.s64 	%rd452, %rd317, %rd452;
+$L__BB3_74:
 	// begin inline asm
-	mov.b64 {%r655,%r656}, %rd774;
+	mov.b64 {%r306,%r307}, %rd453;
 	// end inline asm
-	mov.u32 	%r699, 31;
-	mov.u32 	%r700, 16;
-	mov.u32 	%r701, -1;
-	shfl.sync.bfly.b32 	%r658|%p158, %r656, %r700, %r699, %r701;
-	shfl.sync.bfly.b32 	%r657|%p159, %r655, %r700, %r699, %r701;
+	mov.u32 	%r350, 31;
+	mov.u32 	%r351, 16;
+	mov.u32 	%r352, -1;
+	shfl.sync.bfly.b32 	%r309|%p58, %r307, %r351, %r350, %r352;
+	shfl.sync.bfly.b32 	%r308|%p59, %r306, %r351, %r350, %r352;
 	// begin inline asm
-	mov.b64 %rd625, {%r657,%r658};
+	mov.b64 %rd319, {%r308,%r309};
 	// end inline asm
-	add.s64 	%rd626, %rd625, %rd774;
+	add.s64 	%rd320, %rd319, %rd453;
 	// begin inline asm
-	mov.b64 {%r659,%r660}, %rd626;
+	mov.b64 {%r310,%r311}, %rd320;
 	// end inline asm
-	mov.u32 	%r702, 8;
-	shfl.sync.bfly.b32 	%r662|%p160, %r660, %r702, %r699, %r701;
-	shfl.sync.bfly.b32 	%r661|%p161, %r659, %r702, %r699, %r701;
+	mov.u32 	%r353, 8;
+	shfl.sync.bfly.b32 	%r313|%p60, %r311, %r353, %r350, %r352;
+	shfl.sync.bfly.b32 	%r312|%p61, %r310, %r353, %r350, %r352;
 	// begin inline asm
-	mov.b64 %rd627, {%r661,%r662};
+	mov.b64 %rd321, {%r312,%r313};
 	// end inline asm
-	add.s64 	%rd628, %rd627, %rd626;
+	add.s64 	%rd322, %rd321, %rd320;
 	// begin inline asm
-	mov.b64 {%r663,%r664}, %rd628;
+	mov.b64 {%r314,%r315}, %rd322;
 	// end inline asm
-	mov.u32 	%r703, 4;
-	shfl.sync.bfly.b32 	%r666|%p162, %r664, %r703, %r699, %r701;
-	shfl.sync.bfly.b32 	%r665|%p163, %r663, %r703, %r699, %r701;
+	mov.u32 	%r354, 4;
+	shfl.sync.bfly.b32 	%r317|%p62, %r315, %r354, %r350, %r352;
+	shfl.sync.bfly.b32 	%r316|%p63, %r314, %r354, %r350, %r352;
 	// begin inline asm
-	mov.b64 %rd629, {%r665,%r666};
+	mov.b64 %rd323, {%r316,%r317};
 	// end inline asm
-	add.s64 	%rd630, %rd629, %rd628;
+	add.s64 	%rd324, %rd323, %rd322;
 	// begin inline asm
-	mov.b64 {%r667,%r668}, %rd630;
+	mov.b64 {%r318,%r319}, %rd324;
 	// end inline asm
-	mov.u32 	%r704, 2;
-	shfl.sync.bfly.b32 	%r670|%p164, %r668, %r704, %r699, %r701;
-	shfl.sync.bfly.b32 	%r669|%p165, %r667, %r704, %r699, %r701;
+	mov.u32 	%r355, 2;
+	shfl.sync.bfly.b32 	%r321|%p64, %r319, %r355, %r350, %r352;
+	shfl.sync.bfly.b32 	%r320|%p65, %r318, %r355, %r350, %r352;
 	// begin inline asm
-	mov.b64 %rd631, {%r669,%r670};
+	mov.b64 %rd325, {%r320,%r321};
 	// end inline asm
-	add.s64 	%rd632, %rd631, %rd630;
+	add.s64 	%rd326, %rd325, %rd324;
 	// begin inline asm
-	mov.b64 {%r671,%r672}, %rd632;
+	mov.b64 {%r322,%r323}, %rd326;
 	// end inline asm
-	mov.u32 	%r705, 1;
-	shfl.sync.bfly.b32 	%r674|%p166, %r672, %r705, %r699, %r701;
-	shfl.sync.bfly.b32 	%r673|%p167, %r671, %r705, %r699, %r701;
+	mov.u32 	%r356, 1;
+	shfl.sync.bfly.b32 	%r325|%p66, %r323, %r356, %r350, %r352;
+	shfl.sync.bfly.b32 	%r324|%p67, %r322, %r356, %r350, %r352;
 	// begin inline asm
-	mov.b64 %rd633, {%r673,%r674};
+	mov.b64 %rd327, {%r324,%r325};
 	// end inline asm
 	// begin inline asm
-	mov.b64 {%r675,%r676}, %rd773;
+	mov.b64 {%r326,%r327}, %rd452;
 	// end inline asm
-	shfl.sync.bfly.b32 	%r678|%p168, %r676, %r700, %r699, %r701;
-	shfl.sync.bfly.b32 	%r677|%p169, %r675, %r700, %r699, %r701;
+	shfl.sync.bfly.b32 	%r329|%p68, %r327, %r351, %r350, %r352;
+	shfl.sync.bfly.b32 	%r328|%p69, %r326, %r351, %r350, %r352;
 	// begin inline asm
-	mov.b64 %rd635, {%r677,%r678};
+	mov.b64 %rd329, {%r328,%r329};
 	// end inline asm
-	add.s64 	%rd636, %rd635, %rd773;
+	add.s64 	%rd330, %rd329, %rd452;
 	// begin inline asm
-	mov.b64 {%r679,%r680}, %rd636;
+	mov.b64 {%r330,%r331}, %rd330;
 	// end inline asm
-	shfl.sync.bfly.b32 	%r682|%p170, %r680, %r702, %r699, %r701;
-	shfl.sync.bfly.b32 	%r681|%p171, %r679, %r702, %r699, %r701;
+	shfl.sync.bfly.b32 	%r333|%p70, %r331, %r353, %r350, %r352;
+	shfl.sync.bfly.b32 	%r332|%p71, %r330, %r353, %r350, %r352;
 	// begin inline asm
-	mov.b64 %rd637, {%r681,%r682};
+	mov.b64 %rd331, {%r332,%r333};
 	// end inline asm
-	add.s64 	%rd638, %rd637, %rd636;
+	add.s64 	%rd332, %rd331, %rd330;
 	// begin inline asm
-	mov.b64 {%r683,%r684}, %rd638;
+	mov.b64 {%r334,%r335}, %rd332;
 	// end inline asm
-	shfl.sync.bfly.b32 	%r686|%p172, %r684, %r703, %r699, %r701;
-	shfl.sync.bfly.b32 	%r685|%p173, %r683, %r703, %r699, %r701;
+	shfl.sync.bfly.b32 	%r337|%p72, %r335, %r354, %r350, %r352;
+	shfl.sync.bfly.b32 	%r336|%p73, %r334, %r354, %r350, %r352;
 	// begin inline asm
-	mov.b64 %rd639, {%r685,%r686};
+	mov.b64 %rd333, {%r336,%r337};
 	// end inline asm
-	add.s64 	%rd640, %rd639, %rd638;
+	add.s64 	%rd334, %rd333, %rd332;
 	// begin inline asm
-	mov.b64 {%r687,%r688}, %rd640;
+	mov.b64 {%r338,%r339}, %rd334;
 	// end inline asm
-	shfl.sync.bfly.b32 	%r690|%p174, %r688, %r704, %r699, %r701;
-	shfl.sync.bfly.b32 	%r689|%p175, %r687, %r704, %r699, %r701;
+	shfl.sync.bfly.b32 	%r341|%p74, %r339, %r355, %r350, %r352;
+	shfl.sync.bfly.b32 	%r340|%p75, %r338, %r355, %r350, %r352;
 	// begin inline asm
-	mov.b64 %rd641, {%r689,%r690};
+	mov.b64 %rd335, {%r340,%r341};
 	// end inline asm
-	add.s64 	%rd642, %rd641, %rd640;
+	add.s64 	%rd336, %rd335, %rd334;
 	// begin inline asm
-	mov.b64 {%r691,%r692}, %rd642;
+	mov.b64 {%r342,%r343}, %rd336;
 	// end inline asm
-	shfl.sync.bfly.b32 	%r694|%p176, %r692, %r705, %r699, %r701;
-	shfl.sync.bfly.b32 	%r693|%p177, %r691, %r705, %r699, %r701;
+	shfl.sync.bfly.b32 	%r345|%p76, %r343, %r356, %r350, %r352;
+	shfl.sync.bfly.b32 	%r344|%p77, %r342, %r356, %r350, %r352;
 	// begin inline asm
-	mov.b64 %rd643, {%r693,%r694};
+	mov.b64 %rd337, {%r344,%r345};
 	// end inline asm
-	add.s64 	%rd145, %rd643, %rd642;
-	add.s64 	%rd146, %rd633, %rd632;
-	setp.ne.s32 	%p178, %r979, 0;
-	mov.u32 	%r706, 0;
-	vote.sync.any.pred 	%p2, %p178, %r701;
+	add.s64 	%rd83, %rd337, %rd336;
+	add.s64 	%rd84, %rd327, %rd326;
+	setp.ne.s32 	%p78, %r592, 0;
+	mov.u32 	%r357, 0;
+	vote.sync.any.pred 	%p1, %p78, %r352;
 	// begin inline asm
-	mov.b64 {%r695,%r696}, %rd755;
+	mov.b64 {%r346,%r347}, %rd450;
 	// end inline asm
-	shfl.sync.idx.b32 	%r698|%p179, %r696, %r706, %r699, %r701;
-	shfl.sync.idx.b32 	%r697|%p180, %r695, %r706, %r699, %r701;
+	shfl.sync.idx.b32 	%r349|%p79, %r347, %r357, %r350, %r352;
+	shfl.sync.idx.b32 	%r348|%p80, %r346, %r357, %r350, %r352;
 	// begin inline asm
-	mov.b64 %rd645, {%r697,%r698};
+	mov.b64 %rd339, {%r348,%r349};
 	// end inline asm
-	setp.eq.s32 	%p181, %r979, 0;
-	@%p181 bra 	$L__BB3_185;
-	and.b32  	%r707, %r979, 1;
-	setp.eq.b32 	%p182, %r707, 1;
-	mov.pred 	%p183, 0;
-	xor.pred  	%p184, %p182, %p183;
-	not.pred 	%p185, %p184;
-	@%p185 bra 	$L__BB3_171;
-	st.u8 	[%rd24+2048], %rs197;
-$L__BB3_171:
-	and.b32  	%r708, %r979, 2;
-	setp.eq.s32 	%p186, %r708, 0;
-	@%p186 bra 	$L__BB3_173;
-	st.u8 	[%rd24+2049], %rs196;
-$L__BB3_173:
-	and.b32  	%r709, %r979, 4;
-	setp.eq.s32 	%p187, %r709, 0;
-	@%p187 bra 	$L__BB3_175;
-	st.u8 	[%rd24+2050], %rs195;
-$L__BB3_175:
-	and.b32  	%r710, %r979, 8;
-	setp.eq.s32 	%p188, %r710, 0;
-	@%p188 bra 	$L__BB3_177;
-	st.u8 	[%rd24+2051], %rs194;
-$L__BB3_177:
-	and.b32  	%r711, %r979, 16;
-	setp.eq.s32 	%p189, %r711, 0;
-	@%p189 bra 	$L__BB3_179;
-	st.u8 	[%rd24+2052], %rs193;
-$L__BB3_179:
-	and.b32  	%r712, %r979, 32;
-	setp.eq.s32 	%p190, %r712, 0;
-	@%p190 bra 	$L__BB3_181;
-	st.u8 	[%rd24+2053], %rs192;
-$L__BB3_181:
-	and.b32  	%r713, %r979, 64;
-	setp.eq.s32 	%p191, %r713, 0;
-	@%p191 bra 	$L__BB3_183;
-	st.u8 	[%rd24+2054], %rs191;
-$L__BB3_183:
-	and.b32  	%r714, %r979, 128;
-	setp.eq.s32 	%p192, %r714, 0;
-	@%p192 bra 	$L__BB3_185;
-	st.u8 	[%rd24+2055], %rs190;
-$L__BB3_185:
-	selp.b64 	%rd646, %rd145, %rd146, %p2;
-	setp.eq.s64 	%p193, %rd646, %rd645;
-	or.pred  	%p195, %p193, %p26;
-	selp.b32 	%r994, %r979, %r980, %p193;
-	@%p195 bra 	$L__BB3_187;
-	cvta.to.global.u64 	%rd647, %rd7;
-	add.s64 	%rd648, %rd647, 16;
-	atom.global.add.u64 	%rd649, [%rd648], 1;
-	mov.u32 	%r994, %r980;
-$L__BB3_187:
-	setp.eq.s64 	%p197, %rd146, %rd645;
-	or.pred  	%p198, %p26, %p197;
-	@%p198 bra 	$L__BB3_189;
-	st.u64 	[%rd34+64], %rd146;
-$L__BB3_189:
-	cvt.u64.u32 	%rd751, %r196;
-	popc.b32 	%r721, %r994;
-	add.s32 	%r995, %r721, %r995;
-	shl.b32 	%r724, %r994, %r481;
-	mov.u32 	%r725, 31;
-	mov.u32 	%r726, 1;
-	mov.u32 	%r727, -1;
-	shfl.sync.bfly.b32 	%r728|%p200, %r724, %r726, %r725, %r727;
-	or.b32  	%r729, %r728, %r724;
-	mov.u32 	%r730, 2;
-	shfl.sync.bfly.b32 	%r731|%p201, %r729, %r730, %r725, %r727;
-	or.b32  	%r170, %r729, %r731;
-	add.s64 	%rd651, %rd97, %rd751;
-	setp.ge.u64 	%p202, %rd651, %rd16;
-	or.pred  	%p203, %p120, %p202;
-	@%p203 bra 	$L__BB3_191;
-	st.shared.u32 	[%r135+256], %r170;
-$L__BB3_191:
-	add.s64 	%rd745, %rd16, 255;
-	shr.u64 	%rd744, %rd745, 8;
-	add.s64 	%rd753, %rd753, 16;
-	setp.lt.u64 	%p204, %rd753, %rd744;
-	@%p204 bra 	$L__BB3_5;
-$L__BB3_192:
-	and.b32  	%r173, %r189, 31;
-	mov.u32 	%r734, 31;
-	setp.lt.u32 	%p205, %r173, 16;
-	mov.u32 	%r735, 16;
-	setp.lt.u32 	%p206, %r173, 4;
-	mov.u32 	%r736, 4;
-	setp.lt.u32 	%p207, %r173, 2;
-	mov.u32 	%r737, 2;
-	setp.lt.u32 	%p208, %r173, 8;
-	mov.u32 	%r738, 8;
-	setp.ne.s32 	%p209, %r173, 0;
-	setp.eq.s32 	%p210, %r173, 0;
-	mov.u32 	%r740, 1;
-	mov.u32 	%r741, -1;
-	shfl.sync.up.b32 	%r742|%p211, %r995, %r740, %r188, %r741;
-	selp.b32 	%r743, 0, %r742, %p210;
-	add.s32 	%r744, %r743, %r995;
-	shfl.sync.up.b32 	%r745|%p212, %r744, %r737, %r188, %r741;
-	selp.b32 	%r746, 0, %r745, %p207;
-	add.s32 	%r747, %r746, %r744;
-	shfl.sync.up.b32 	%r748|%p213, %r747, %r736, %r188, %r741;
-	selp.b32 	%r749, 0, %r748, %p206;
-	add.s32 	%r750, %r749, %r747;
-	shfl.sync.up.b32 	%r751|%p214, %r750, %r738, %r188, %r741;
-	selp.b32 	%r752, 0, %r751, %p208;
-	add.s32 	%r753, %r752, %r750;
-	shfl.sync.up.b32 	%r754|%p215, %r753, %r735, %r188, %r741;
-	selp.b32 	%r755, 0, %r754, %p205;
-	add.s32 	%r756, %r755, %r753;
-	shfl.sync.idx.b32 	%r174|%p3, %r756, %r734, %r734, %r741;
-	@%p209 bra 	$L__BB3_194;
-	shr.u32 	%r758, %r189, 3;
-	and.b32  	%r759, %r758, 536870908;
-	mov.u32 	%r760, _ZZ22ws_delta_count_lowbyteE4wred;
-	add.s32 	%r761, %r760, %r759;
-	st.shared.u32 	[%r761], %r174;
-$L__BB3_194:
+	setp.eq.s32 	%p81, %r592, 0;
+	@%p81 bra 	$L__BB3_91;
+	and.b32  	%r358, %r592, 1;
+	setp.eq.b32 	%p82, %r358, 1;
+	mov.pred 	%p83, 0;
+	xor.pred  	%p84, %p82, %p83;
+	not.pred 	%p85, %p84;
+	@%p85 bra 	$L__BB3_77;
+	st.u8 	[%rd24], %r591;
+$L__BB3_77:
+	and.b32  	%r359, %r592, 2;
+	setp.eq.s32 	%p86, %r359, 0;
+	@%p86 bra 	$L__BB3_79;
+	st.u8 	[%rd24+1], %r590;
+$L__BB3_79:
+	and.b32  	%r360, %r592, 4;
+	setp.eq.s32 	%p87, %r360, 0;
+	@%p87 bra 	$L__BB3_81;
+	st.u8 	[%rd24+2], %r589;
+$L__BB3_81:
+	and.b32  	%r361, %r592, 8;
+	setp.eq.s32 	%p88, %r361, 0;
+	@%p88 bra 	$L__BB3_83;
+	st.u8 	[%rd24+3], %r588;
+$L__BB3_83:
+	and.b32  	%r362, %r592, 16;
+	setp.eq.s32 	%p89, %r362, 0;
+	@%p89 bra 	$L__BB3_85;
+	st.u8 	[%rd24+4], %r587;
+$L__BB3_85:
+	and.b32  	%r363, %r592, 32;
+	setp.eq.s32 	%p90, %r363, 0;
+	@%p90 bra 	$L__BB3_87;
+	st.u8 	[%rd24+5], %r586;
+$L__BB3_87:
+	and.b32  	%r364, %r592, 64;
+	setp.eq.s32 	%p91, %r364, 0;
+	@%p91 bra 	$L__BB3_89;
+	st.u8 	[%rd24+6], %r585;
+$L__BB3_89:
+	and.b32  	%r365, %r592, 128;
+	setp.eq.s32 	%p92, %r365, 0;
+	@%p92 bra 	$L__BB3_91;
+	st.u8 	[%rd24+7], %r584;
+$L__BB3_91:
+	selp.b64 	%rd340, %rd83, %rd84, %p1;
+	setp.eq.s64 	%p93, %rd340, %rd339;
+	or.pred  	%p95, %p93, %p25;
+	selp.b32 	%r608, %r592, %r595, %p93;
+	@%p95 bra 	$L__BB3_93;
+	atom.global.add.u64 	%rd343, [%rd342], 1;
+	mov.u32 	%r608, %r595;
+$L__BB3_93:
+	setp.eq.s64 	%p96, %rd84, %rd339;
+	or.pred  	%p98, %p25, %p96;
+	@%p98 bra 	$L__BB3_95;
+	st.u64 	[%rd34], %rd84;
+$L__BB3_95:
+	shl.b64 	%rd434, %rd449, 8;
+	shl.b32 	%r559, %r104, 3;
+	and.b32  	%r368, %r104, 3;
+	setp.ne.s32 	%p99, %r368, 0;
+	popc.b32 	%r369, %r608;
+	add.s32 	%r609, %r369, %r609;
+	and.b32  	%r371, %r559, 24;
+	shl.b32 	%r372, %r608, %r371;
+	mov.u32 	%r373, 31;
+	mov.u32 	%r374, 1;
+	mov.u32 	%r375, -1;
+	shfl.sync.bfly.b32 	%r376|%p100, %r372, %r374, %r373, %r375;
+	or.b32  	%r377, %r376, %r372;
+	mov.u32 	%r378, 2;
+	shfl.sync.bfly.b32 	%r379|%p101, %r377, %r378, %r373, %r375;
+	or.b32  	%r86, %r377, %r379;
+	shl.b32 	%r380, %r133, 3;
+	cvt.u64.u32 	%rd344, %r380;
+	add.s64 	%rd345, %rd434, %rd344;
+	setp.ge.u64 	%p102, %rd345, %rd16;
+	or.pred  	%p103, %p99, %p102;
+	@%p103 bra 	$L__BB3_97;
+	cvt.u32.u64 	%r381, %rd449;
+	shl.b32 	%r382, %r381, 3;
+	shr.u32 	%r385, %r133, 2;
+	or.b32  	%r386, %r382, %r385;
+	shl.b32 	%r387, %r386, 2;
+	mov.u32 	%r388, _ZZ22ws_delta_count_lowbyteE5smask;
+	add.s32 	%r389, %r388, %r387;
+	st.shared.u32 	[%r389], %r86;
+$L__BB3_97:
+	add.s64 	%rd436, %rd16, 255;
+	shr.u64 	%rd435, %rd436, 8;
+	add.s64 	%rd449, %rd449, 8;
+	setp.lt.u64 	%p104, %rd449, %rd435;
+	@%p104 bra 	$L__BB3_5;
+$L__BB3_98:
+	and.b32  	%r88, %r104, 31;
+	mov.u32 	%r391, 31;
+	setp.lt.u32 	%p105, %r88, 16;
+	mov.u32 	%r392, 16;
+	setp.lt.u32 	%p106, %r88, 4;
+	mov.u32 	%r393, 4;
+	setp.lt.u32 	%p107, %r88, 2;
+	mov.u32 	%r394, 2;
+	setp.lt.u32 	%p108, %r88, 8;
+	mov.u32 	%r395, 8;
+	setp.ne.s32 	%p109, %r88, 0;
+	setp.eq.s32 	%p110, %r88, 0;
+	mov.u32 	%r397, 1;
+	mov.u32 	%r398, -1;
+	shfl.sync.up.b32 	%r399|%p111, %r609, %r397, %r103, %r398;
+	selp.b32 	%r400, 0, %r399, %p110;
+	add.s32 	%r401, %r400, %r609;
+	shfl.sync.up.b32 	%r402|%p112, %r401, %r394, %r103, %r398;
+	selp.b32 	%r403, 0, %r402, %p107;
+	add.s32 	%r404, %r403, %r401;
+	shfl.sync.up.b32 	%r405|%p113, %r404, %r393, %r103, %r398;
+	selp.b32 	%r406, 0, %r405, %p106;
+	add.s32 	%r407, %r406, %r404;
+	shfl.sync.up.b32 	%r408|%p114, %r407, %r395, %r103, %r398;
+	selp.b32 	%r409, 0, %r408, %p108;
+	add.s32 	%r410, %r409, %r407;
+	shfl.sync.up.b32 	%r411|%p115, %r410, %r392, %r103, %r398;
+	selp.b32 	%r412, 0, %r411, %p105;
+	add.s32 	%r413, %r412, %r410;
+	shfl.sync.idx.b32 	%r89|%p2, %r413, %r391, %r391, %r398;
+	@%p109 bra 	$L__BB3_100;
+	shr.u32 	%r415, %r104, 3;
+	and.b32  	%r416, %r415, 536870908;
+	mov.u32 	%r417, _ZZ22ws_delta_count_lowbyteE4wred;
+	add.s32 	%r418, %r417, %r416;
+	st.shared.u32 	[%r418], %r89;
+$L__BB3_100:
 	bar.sync 	0;
-	ld.shared.u32 	%r762, [_ZZ22ws_delta_count_lowbyteE4wred+4];
-	ld.shared.u32 	%r763, [_ZZ22ws_delta_count_lowbyteE4wred];
-	add.s32 	%r764, %r762, %r763;
-	ld.shared.u32 	%r765, [_ZZ22ws_delta_count_lowbyteE4wred+8];
-	add.s32 	%r766, %r765, %r764;
-	ld.shared.u32 	%r767, [_ZZ22ws_delta_count_lowbyteE4wred+12];
-	add.s32 	%r768, %r767, %r766;
-	ld.shared.u32 	%r769, [_ZZ22ws_delta_count_lowbyteE4wred+16];
-	add.s32 	%r770, %r769, %r768;
-	ld.shared.u32 	%r771, [_ZZ22ws_delta_count_lowbyteE4wred+20];
-	add.s32 	%r772, %r771, %r770;
-	ld.shared.u32 	%r773, [_ZZ22ws_delta_count_lowbyteE4wred+24];
-	add.s32 	%r774, %r773, %r772;
-	ld.shared.u32 	%r775, [_ZZ22ws_delta_count_lowbyteE4wred+28];
-	add.s32 	%r175, %r775, %r774;
-	setp.eq.s32 	%p216, %r175, 0;
-	mov.u16 	%rs206, 0;
-	@%p216 bra 	$L__BB3_197;
-	shl.b64 	%rd652, %rd16, 1;
-	add.s64 	%rd653, %rd652, 7;
-	and.b64  	%rd654, %rd653, 17179869176;
-	add.s64 	%rd655, %rd16, 31;
-	shr.u64 	%rd656, %rd655, 3;
-	and.b64  	%rd657, %rd656, 1073741820;
-	add.s64 	%rd658, %rd657, 7;
-	and.b64  	%rd659, %rd658, 2147483640;
-	mul.wide.u32 	%rd660, %r175, 2;
-	add.s64 	%rd661, %rd660, 7;
-	and.b64  	%rd662, %rd661, 17179869176;
-	add.s64 	%rd149, %rd662, %rd659;
-	shl.b64 	%rd663, %rd661, 1;
-	and.b64  	%rd150, %rd663, 34359738352;
-	setp.le.u64 	%p217, %rd654, %rd149;
-	setp.le.u64 	%p218, %rd654, %rd150;
-	and.pred  	%p219, %p218, %p217;
-	mov.u16 	%rs206, 1;
-	@%p219 bra 	$L__BB3_197;
-	setp.gt.u64 	%p220, %rd149, %rd150;
-	selp.b16 	%rs206, 3, 2, %p220;
-$L__BB3_197:
-	cvt.u32.u64 	%r776, %rd8;
-	setp.gt.u32 	%p221, %r175, %r776;
-	setp.ne.s16 	%p222, %rs206, 3;
-	or.pred  	%p223, %p221, %p222;
-	@%p223 bra 	$L__BB3_219;
-	add.s64 	%rd664, %rd16, 31;
-	shr.u64 	%rd151, %rd664, 5;
-	setp.eq.s64 	%p224, %rd151, 0;
-	@%p224 bra 	$L__BB3_219;
-	cvt.u64.u32 	%rd152, %r189;
-	mov.u64 	%rd788, 0;
-	mov.u64 	%rd789, %rd788;
-$L__BB3_200:
-	add.s64 	%rd156, %rd788, %rd152;
-	setp.ge.u64 	%p225, %rd156, %rd151;
-	mov.u32 	%r779, 0;
-	mov.u32 	%r998, %r779;
-	@%p225 bra 	$L__BB3_202;
-	cvt.u32.u64 	%r780, %rd156;
-	shl.b32 	%r781, %r780, 2;
-	mov.u32 	%r782, _ZZ22ws_delta_count_lowbyteE5smask;
-	add.s32 	%r783, %r782, %r781;
-	ld.shared.u32 	%r998, [%r783];
-$L__BB3_202:
-	popc.b32 	%r804, %r998;
-	cvt.u64.u32 	%rd667, %r804;
+	ld.shared.u32 	%r419, [_ZZ22ws_delta_count_lowbyteE4wred+4];
+	ld.shared.u32 	%r420, [_ZZ22ws_delta_count_lowbyteE4wred];
+	add.s32 	%r421, %r419, %r420;
+	ld.shared.u32 	%r422, [_ZZ22ws_delta_count_lowbyteE4wred+8];
+	add.s32 	%r423, %r422, %r421;
+	ld.shared.u32 	%r424, [_ZZ22ws_delta_count_lowbyteE4wred+12];
+	add.s32 	%r425, %r424, %r423;
+	ld.shared.u32 	%r426, [_ZZ22ws_delta_count_lowbyteE4wred+16];
+	add.s32 	%r427, %r426, %r425;
+	ld.shared.u32 	%r428, [_ZZ22ws_delta_count_lowbyteE4wred+20];
+	add.s32 	%r429, %r428, %r427;
+	ld.shared.u32 	%r430, [_ZZ22ws_delta_count_lowbyteE4wred+24];
+	add.s32 	%r431, %r430, %r429;
+	ld.shared.u32 	%r432, [_ZZ22ws_delta_count_lowbyteE4wred+28];
+	add.s32 	%r90, %r432, %r431;
+	setp.eq.s32 	%p116, %r90, 0;
+	mov.u16 	%rs70, 0;
+	@%p116 bra 	$L__BB3_103;
+	shl.b64 	%rd346, %rd16, 1;
+	add.s64 	%rd347, %rd346, 7;
+	and.b64  	%rd348, %rd347, 17179869176;
+	add.s64 	%rd349, %rd16, 31;
+	shr.u64 	%rd350, %rd349, 3;
+	and.b64  	%rd351, %rd350, 1073741820;
+	add.s64 	%rd352, %rd351, 7;
+	and.b64  	%rd353, %rd352, 2147483640;
+	mul.wide.u32 	%rd354, %r90, 2;
+	add.s64 	%rd355, %rd354, 7;
+	and.b64  	%rd356, %rd355, 17179869176;
+	add.s64 	%rd87, %rd356, %rd353;
+	shl.b64 	%rd357, %rd355, 1;
+	and.b64  	%rd88, %rd357, 34359738352;
+	setp.le.u64 	%p117, %rd348, %rd87;
+	setp.le.u64 	%p118, %rd348, %rd88;
+	and.pred  	%p119, %p118, %p117;
+	mov.u16 	%rs70, 1;
+	@%p119 bra 	$L__BB3_103;
+	setp.gt.u64 	%p120, %rd87, %rd88;
+	selp.b16 	%rs70, 3, 2, %p120;
+$L__BB3_103:
+	cvt.u32.u64 	%r433, %rd8;
+	setp.gt.u32 	%p121, %r90, %r433;
+	setp.ne.s16 	%p122, %rs70, 3;
+	or.pred  	%p123, %p121, %p122;
+	@%p123 bra 	$L__BB3_125;
+	add.s64 	%rd358, %rd16, 31;
+	shr.u64 	%rd89, %rd358, 5;
+	setp.eq.s64 	%p124, %rd89, 0;
+	@%p124 bra 	$L__BB3_125;
+	mov.u64 	%rd467, 0;
+	mov.u64 	%rd468, %rd467;
+$L__BB3_106:
+	cvt.u64.u32 	%rd446, %r104;
+	add.s64 	%rd445, %rd16, 31;
+	shr.u64 	%rd444, %rd445, 5;
+	add.s64 	%rd94, %rd467, %rd446;
+	setp.ge.u64 	%p125, %rd94, %rd444;
+	mov.u32 	%r436, 0;
+	mov.u32 	%r611, %r436;
+	@%p125 bra 	$L__BB3_108;
+	add.s64 	%rd447, %rd467, %rd446;
+	cvt.u32.u64 	%r437, %rd447;
+	shl.b32 	%r438, %r437, 2;
+	mov.u32 	%r439, _ZZ22ws_delta_count_lowbyteE5smask;
+	add.s32 	%r440, %r439, %r438;
+	ld.shared.u32 	%r611, [%r440];
+$L__BB3_108:
+	and.b32  	%r565, %r104, 31;
+	popc.b32 	%r461, %r611;
+	cvt.u64.u32 	%rd361, %r461;
 	// begin inline asm
-	mov.b64 {%r784,%r785}, %rd667;
+	mov.b64 {%r441,%r442}, %rd361;
 	// end inline asm
-	mov.u32 	%r806, 1;
-	mov.u32 	%r807, -1;
-	shfl.sync.up.b32 	%r787|%p226, %r785, %r806, %r779, %r807;
-	shfl.sync.up.b32 	%r786|%p227, %r784, %r806, %r779, %r807;
+	mov.u32 	%r463, 1;
+	mov.u32 	%r464, -1;
+	shfl.sync.up.b32 	%r444|%p126, %r442, %r463, %r436, %r464;
+	shfl.sync.up.b32 	%r443|%p127, %r441, %r463, %r436, %r464;
 	// begin inline asm
-	mov.b64 %rd668, {%r786,%r787};
+	mov.b64 %rd362, {%r443,%r444};
 	// end inline asm
-	selp.b64 	%rd677, 0, %rd668, %p210;
-	add.s64 	%rd669, %rd677, %rd667;
+	selp.b64 	%rd371, 0, %rd362, %p110;
+	add.s64 	%rd363, %rd371, %rd361;
 	// begin inline asm
-	mov.b64 {%r788,%r789}, %rd669;
+	mov.b64 {%r445,%r446}, %rd363;
 	// end inline asm
-	mov.u32 	%r808, 2;
-	shfl.sync.up.b32 	%r791|%p229, %r789, %r808, %r779, %r807;
-	shfl.sync.up.b32 	%r790|%p230, %r788, %r808, %r779, %r807;
+	mov.u32 	%r465, 2;
+	shfl.sync.up.b32 	%r448|%p129, %r446, %r465, %r436, %r464;
+	shfl.sync.up.b32 	%r447|%p130, %r445, %r465, %r436, %r464;
 	// begin inline asm
-	mov.b64 %rd670, {%r790,%r791};
+	mov.b64 %rd364, {%r447,%r448};
 	// end inline asm
-	selp.b64 	%rd678, 0, %rd670, %p207;
-	add.s64 	%rd671, %rd678, %rd669;
+	selp.b64 	%rd372, 0, %rd364, %p107;
+	add.s64 	%rd365, %rd372, %rd363;
 	// begin inline asm
-	mov.b64 {%r792,%r793}, %rd671;
+	mov.b64 {%r449,%r450}, %rd365;
 	// end inline asm
-	mov.u32 	%r809, 4;
-	shfl.sync.up.b32 	%r795|%p232, %r793, %r809, %r779, %r807;
-	shfl.sync.up.b32 	%r794|%p233, %r792, %r809, %r779, %r807;
+	mov.u32 	%r466, 4;
+	shfl.sync.up.b32 	%r452|%p132, %r450, %r466, %r436, %r464;
+	shfl.sync.up.b32 	%r451|%p133, %r449, %r466, %r436, %r464;
 	// begin inline asm
-	mov.b64 %rd672, {%r794,%r795};
+	mov.b64 %rd366, {%r451,%r452};
 	// end inline asm
-	selp.b64 	%rd679, 0, %rd672, %p206;
-	add.s64 	%rd673, %rd679, %rd671;
+	selp.b64 	%rd373, 0, %rd366, %p106;
+	add.s64 	%rd367, %rd373, %rd365;
 	// begin inline asm
-	mov.b64 {%r796,%r797}, %rd673;
+	mov.b64 {%r453,%r454}, %rd367;
 	// end inline asm
-	mov.u32 	%r810, 8;
-	shfl.sync.up.b32 	%r799|%p235, %r797, %r810, %r779, %r807;
-	shfl.sync.up.b32 	%r798|%p236, %r796, %r810, %r779, %r807;
+	mov.u32 	%r467, 8;
+	shfl.sync.up.b32 	%r456|%p135, %r454, %r467, %r436, %r464;
+	shfl.sync.up.b32 	%r455|%p136, %r453, %r467, %r436, %r464;
 	// begin inline asm
-	mov.b64 %rd674, {%r798,%r799};
+	mov.b64 %rd368, {%r455,%r456};
 	// end inline asm
-	selp.b64 	%rd680, 0, %rd674, %p208;
-	add.s64 	%rd675, %rd680, %rd673;
+	selp.b64 	%rd374, 0, %rd368, %p108;
+	add.s64 	%rd369, %rd374, %rd367;
 	// begin inline asm
-	mov.b64 {%r800,%r801}, %rd675;
+	mov.b64 {%r457,%r458}, %rd369;
 	// end inline asm
-	mov.u32 	%r811, 16;
-	shfl.sync.up.b32 	%r803|%p238, %r801, %r811, %r779, %r807;
-	shfl.sync.up.b32 	%r802|%p239, %r800, %r811, %r779, %r807;
+	mov.u32 	%r468, 16;
+	shfl.sync.up.b32 	%r460|%p138, %r458, %r468, %r436, %r464;
+	shfl.sync.up.b32 	%r459|%p139, %r457, %r468, %r436, %r464;
 	// begin inline asm
-	mov.b64 %rd676, {%r802,%r803};
+	mov.b64 %rd370, {%r459,%r460};
 	// end inline asm
-	selp.b64 	%rd681, 0, %rd676, %p205;
-	add.s64 	%rd158, %rd681, %rd675;
-	setp.ne.s32 	%p241, %r173, 31;
-	@%p241 bra 	$L__BB3_204;
-	shr.u32 	%r813, %r189, 2;
-	and.b32  	%r814, %r813, 1073741816;
-	mov.u32 	%r815, _ZZ22ws_delta_count_lowbyteE3red;
-	add.s32 	%r816, %r815, %r814;
-	st.shared.u64 	[%r816], %rd158;
-$L__BB3_204:
-	cvt.u32.u64 	%r817, %rd197;
-	setp.ne.s32 	%p242, %r817, 0;
+	selp.b64 	%rd375, 0, %rd370, %p105;
+	add.s64 	%rd96, %rd375, %rd369;
+	setp.ne.s32 	%p141, %r565, 31;
+	@%p141 bra 	$L__BB3_110;
+	shr.u32 	%r470, %r104, 2;
+	and.b32  	%r471, %r470, 1073741816;
+	mov.u32 	%r472, _ZZ22ws_delta_count_lowbyteE3red;
+	add.s32 	%r473, %r472, %r471;
+	st.shared.u64 	[%r473], %rd96;
+$L__BB3_110:
+	cvt.u32.u64 	%r474, %rd135;
+	setp.ne.s32 	%p142, %r474, 0;
 	bar.sync 	0;
-	@%p242 bra 	$L__BB3_209;
-	setp.gt.u32 	%p243, %r173, 7;
-	mov.u64 	%rd790, 0;
-	@%p243 bra 	$L__BB3_207;
-	mov.u32 	%r823, _ZZ22ws_delta_count_lowbyteE3red;
-	add.s32 	%r824, %r823, %r196;
-	ld.shared.u64 	%rd790, [%r824];
-$L__BB3_207:
-	mov.u32 	%r847, 16;
-	mov.u32 	%r848, 4;
-	mov.u32 	%r849, 2;
-	mov.u32 	%r850, 8;
-	mov.u32 	%r851, 0;
+	@%p142 bra 	$L__BB3_115;
+	and.b32  	%r566, %r104, 31;
+	setp.gt.u32 	%p143, %r566, 7;
+	mov.u64 	%rd469, 0;
+	@%p143 bra 	$L__BB3_113;
+	mov.u32 	%r480, _ZZ22ws_delta_count_lowbyteE3red;
+	add.s32 	%r481, %r480, %r111;
+	ld.shared.u64 	%rd469, [%r481];
+$L__BB3_113:
+	mov.u32 	%r504, 16;
+	mov.u32 	%r505, 4;
+	mov.u32 	%r506, 2;
+	mov.u32 	%r507, 8;
+	mov.u32 	%r508, 0;
 	// begin inline asm
-	mov.b64 {%r825,%r826}, %rd790;
+	mov.b64 {%r482,%r483}, %rd469;
 	// end inline asm
-	mov.u32 	%r852, 1;
-	mov.u32 	%r853, -1;
-	shfl.sync.up.b32 	%r828|%p250, %r826, %r852, %r851, %r853;
-	shfl.sync.up.b32 	%r827|%p251, %r825, %r852, %r851, %r853;
+	mov.u32 	%r509, 1;
+	mov.u32 	%r510, -1;
+	shfl.sync.up.b32 	%r485|%p150, %r483, %r509, %r508, %r510;
+	shfl.sync.up.b32 	%r484|%p151, %r482, %r509, %r508, %r510;
 	// begin inline asm
-	mov.b64 %rd684, {%r827,%r828};
+	mov.b64 %rd378, {%r484,%r485};
 	// end inline asm
-	selp.b64 	%rd693, 0, %rd684, %p210;
-	add.s64 	%rd685, %rd693, %rd790;
+	selp.b64 	%rd387, 0, %rd378, %p110;
+	add.s64 	%rd379, %rd387, %rd469;
 	// begin inline asm
-	mov.b64 {%r829,%r830}, %rd685;
+	mov.b64 {%r486,%r487}, %rd379;
 	// end inline asm
-	shfl.sync.up.b32 	%r832|%p252, %r830, %r849, %r851, %r853;
-	shfl.sync.up.b32 	%r831|%p253, %r829, %r849, %r851, %r853;
+	shfl.sync.up.b32 	%r489|%p152, %r487, %r506, %r508, %r510;
+	shfl.sync.up.b32 	%r488|%p153, %r486, %r506, %r508, %r510;
 	// begin inline asm
-	mov.b64 %rd686, {%r831,%r832};
+	mov.b64 %rd380, {%r488,%r489};
 	// end inline asm
-	selp.b64 	%rd694, 0, %rd686, %p207;
-	add.s64 	%rd687, %rd694, %rd685;
+	selp.b64 	%rd388, 0, %rd380, %p107;
+	add.s64 	%rd381, %rd388, %rd379;
 	// begin inline asm
-	mov.b64 {%r833,%r834}, %rd687;
+	mov.b64 {%r490,%r491}, %rd381;
 	// end inline asm
-	shfl.sync.up.b32 	%r836|%p254, %r834, %r848, %r851, %r853;
-	shfl.sync.up.b32 	%r835|%p255, %r833, %r848, %r851, %r853;
+	shfl.sync.up.b32 	%r493|%p154, %r491, %r505, %r508, %r510;
+	shfl.sync.up.b32 	%r492|%p155, %r490, %r505, %r508, %r510;
 	// begin inline asm
-	mov.b64 %rd688, {%r835,%r836};
+	mov.b64 %rd382, {%r492,%r493};
 	// end inline asm
-	selp.b64 	%rd695, 0, %rd688, %p206;
-	add.s64 	%rd689, %rd695, %rd687;
+	selp.b64 	%rd389, 0, %rd382, %p106;
+	add.s64 	%rd383, %rd389, %rd381;
 	// begin inline asm
-	mov.b64 {%r837,%r838}, %rd689;
+	mov.b64 {%r494,%r495}, %rd383;
 	// end inline asm
-	shfl.sync.up.b32 	%r840|%p256, %r838, %r850, %r851, %r853;
-	shfl.sync.up.b32 	%r839|%p257, %r837, %r850, %r851, %r853;
+	shfl.sync.up.b32 	%r497|%p156, %r495, %r507, %r508, %r510;
+	shfl.sync.up.b32 	%r496|%p157, %r494, %r507, %r508, %r510;
 	// begin inline asm
-	mov.b64 %rd690, {%r839,%r840};
+	mov.b64 %rd384, {%r496,%r497};
 	// end inline asm
-	selp.b64 	%rd696, 0, %rd690, %p208;
-	add.s64 	%rd691, %rd696, %rd689;
+	selp.b64 	%rd390, 0, %rd384, %p108;
+	add.s64 	%rd385, %rd390, %rd383;
 	// begin inline asm
-	mov.b64 {%r841,%r842}, %rd691;
+	mov.b64 {%r498,%r499}, %rd385;
 	// end inline asm
-	shfl.sync.up.b32 	%r844|%p258, %r842, %r847, %r851, %r853;
-	shfl.sync.up.b32 	%r843|%p259, %r841, %r847, %r851, %r853;
+	shfl.sync.up.b32 	%r501|%p158, %r499, %r504, %r508, %r510;
+	shfl.sync.up.b32 	%r500|%p159, %r498, %r504, %r508, %r510;
 	// begin inline asm
-	mov.b64 %rd692, {%r843,%r844};
+	mov.b64 %rd386, {%r500,%r501};
 	// end inline asm
-	selp.b64 	%rd697, 0, %rd692, %p205;
-	add.s64 	%rd161, %rd697, %rd691;
-	@%p243 bra 	$L__BB3_209;
-	mov.u32 	%r857, _ZZ22ws_delta_count_lowbyteE3red;
-	add.s32 	%r858, %r857, %r196;
-	st.shared.u64 	[%r858], %rd161;
-$L__BB3_209:
-	setp.eq.s32 	%p260, %r817, 0;
+	selp.b64 	%rd391, 0, %rd386, %p105;
+	add.s64 	%rd99, %rd391, %rd385;
+	@%p143 bra 	$L__BB3_115;
+	mov.u32 	%r514, _ZZ22ws_delta_count_lowbyteE3red;
+	add.s32 	%r515, %r514, %r111;
+	st.shared.u64 	[%r515], %rd99;
+$L__BB3_115:
+	setp.eq.s32 	%p160, %r474, 0;
 	bar.sync 	0;
-	mov.u64 	%rd791, 0;
-	@%p260 bra 	$L__BB3_211;
-	shr.u32 	%r861, %r189, 2;
-	and.b32  	%r862, %r861, 1073741816;
-	mov.u32 	%r863, _ZZ22ws_delta_count_lowbyteE3red;
-	add.s32 	%r864, %r863, %r862;
-	ld.shared.u64 	%rd791, [%r864+-8];
-$L__BB3_211:
-	ld.shared.u64 	%rd164, [_ZZ22ws_delta_count_lowbyteE3red+56];
+	mov.u64 	%rd470, 0;
+	@%p160 bra 	$L__BB3_117;
+	shr.u32 	%r518, %r104, 2;
+	and.b32  	%r519, %r518, 1073741816;
+	mov.u32 	%r520, _ZZ22ws_delta_count_lowbyteE3red;
+	add.s32 	%r521, %r520, %r519;
+	ld.shared.u64 	%rd470, [%r521+-8];
+$L__BB3_117:
+	popc.b32 	%r564, %r611;
+	cvt.u64.u32 	%rd439, %r564;
+	ld.shared.u64 	%rd102, [_ZZ22ws_delta_count_lowbyteE3red+56];
 	bar.sync 	0;
-	sub.s64 	%rd699, %rd789, %rd667;
-	add.s64 	%rd700, %rd699, %rd158;
-	add.s64 	%rd792, %rd700, %rd791;
-	setp.eq.s32 	%p261, %r998, 0;
-	@%p261 bra 	$L__BB3_218;
-	shl.b64 	%rd166, %rd156, 5;
-$L__BB3_213:
-	mov.u32 	%r178, %r998;
-	add.s32 	%r865, %r178, -1;
-	and.b32  	%r998, %r865, %r178;
-	setp.ge.u64 	%p262, %rd792, %rd8;
-	@%p262 bra 	$L__BB3_217;
-	shr.u32 	%r907, %r1, 3;
-	add.s32 	%r906, %r907, -16;
-	brev.b32 	%r866, %r178;
-	bfind.shiftamt.u32 	%r867, %r866;
-	cvt.u64.u32 	%rd701, %r867;
-	add.s64 	%rd702, %rd166, %rd701;
-	shr.u32 	%r868, %r1, 5;
-	cvt.u64.u32 	%rd703, %r868;
-	mul.lo.s64 	%rd704, %rd752, %rd703;
-	shl.b64 	%rd705, %rd704, 2;
-	cvta.to.global.u64 	%rd706, %rd6;
-	add.s64 	%rd707, %rd706, %rd705;
-	shl.b64 	%rd708, %rd792, 1;
-	add.s64 	%rd709, %rd707, %rd708;
-	st.global.u16 	[%rd709], %rd702;
-	shr.u32 	%r871, %r906, 1;
-	and.b32  	%r872, %r871, 2147483646;
-	add.s32 	%r873, %r872, 7;
-	and.b32  	%r874, %r873, -8;
-	selp.b32 	%r875, 0, %r874, %p5;
-	cvt.u64.u32 	%rd710, %r875;
-	add.s64 	%rd168, %rd709, %rd710;
-	add.s64 	%rd711, %rd6, %rd705;
-	add.s64 	%rd712, %rd702, %rd15;
-	shl.b64 	%rd713, %rd712, 1;
-	add.s64 	%rd714, %rd12, %rd713;
-	ld.u16 	%rs83, [%rd714];
-	and.b64  	%rd715, %rd711, 1;
-	setp.eq.b64 	%p264, %rd715, 1;
-	mov.pred 	%p265, 0;
-	xor.pred  	%p266, %p264, %p265;
-	not.pred 	%p267, %p266;
-	@%p267 bra 	$L__BB3_216;
-	bra.uni 	$L__BB3_215;
-$L__BB3_216:
-	st.global.u16 	[%rd168], %rs83;
-	bra.uni 	$L__BB3_217;
-$L__BB3_215:
-	st.global.u8 	[%rd168], %rs83;
-	shr.u16 	%rs173, %rs83, 8;
-	st.global.u8 	[%rd168+1], %rs173;
-$L__BB3_217:
-	add.s64 	%rd792, %rd792, 1;
-	setp.ne.s32 	%p268, %r998, 0;
-	@%p268 bra 	$L__BB3_213;
-$L__BB3_218:
-	add.s64 	%rd789, %rd164, %rd789;
-	add.s64 	%rd788, %rd788, 256;
-	setp.lt.u64 	%p269, %rd788, %rd151;
-	@%p269 bra 	$L__BB3_200;
-$L__BB3_219:
+	sub.s64 	%rd393, %rd468, %rd439;
+	add.s64 	%rd394, %rd393, %rd96;
+	add.s64 	%rd471, %rd394, %rd470;
+	setp.eq.s32 	%p161, %r611, 0;
+	@%p161 bra 	$L__BB3_124;
+	cvt.u64.u32 	%rd441, %r104;
+	add.s64 	%rd440, %rd467, %rd441;
+	shl.b64 	%rd104, %rd440, 5;
+$L__BB3_119:
+	mov.u32 	%r93, %r611;
+	add.s32 	%r522, %r93, -1;
+	and.b32  	%r611, %r522, %r93;
+	setp.ge.u64 	%p162, %rd471, %rd8;
+	@%p162 bra 	$L__BB3_123;
+	shr.u32 	%r563, %r1, 3;
+	add.s32 	%r562, %r563, -16;
+	brev.b32 	%r523, %r93;
+	bfind.shiftamt.u32 	%r524, %r523;
+	cvt.u64.u32 	%rd395, %r524;
+	add.s64 	%rd396, %rd104, %rd395;
+	shr.u32 	%r525, %r1, 5;
+	cvt.u64.u32 	%rd397, %r525;
+	mul.lo.s64 	%rd398, %rd448, %rd397;
+	shl.b64 	%rd399, %rd398, 2;
+	cvta.to.global.u64 	%rd400, %rd6;
+	add.s64 	%rd401, %rd400, %rd399;
+	shl.b64 	%rd402, %rd471, 1;
+	add.s64 	%rd403, %rd401, %rd402;
+	st.global.u16 	[%rd403], %rd396;
+	shr.u32 	%r528, %r562, 1;
+	and.b32  	%r529, %r528, 2147483646;
+	add.s32 	%r530, %r529, 7;
+	and.b32  	%r531, %r530, -8;
+	selp.b32 	%r532, 0, %r531, %p4;
+	cvt.u64.u32 	%rd404, %r532;
+	add.s64 	%rd106, %rd403, %rd404;
+	add.s64 	%rd405, %rd6, %rd399;
+	add.s64 	%rd406, %rd396, %rd15;
+	shl.b64 	%rd407, %rd406, 1;
+	add.s64 	%rd408, %rd12, %rd407;
+	ld.u16 	%rs35, [%rd408];
+	and.b64  	%rd409, %rd405, 1;
+	setp.eq.b64 	%p164, %rd409, 1;
+	mov.pred 	%p165, 0;
+	xor.pred  	%p166, %p164, %p165;
+	not.pred 	%p167, %p166;
+	@%p167 bra 	$L__BB3_122;
+	bra.uni 	$L__BB3_121;
+$L__BB3_122:
+	st.global.u16 	[%rd106], %rs35;
+	bra.uni 	$L__BB3_123;
+$L__BB3_121:
+	st.global.u8 	[%rd106], %rs35;
+	shr.u16 	%rs61, %rs35, 8;
+	st.global.u8 	[%rd106+1], %rs61;
+$L__BB3_123:
+	add.s64 	%rd471, %rd471, 1;
+	setp.ne.s32 	%p168, %r611, 0;
+	@%p168 bra 	$L__BB3_119;
+$L__BB3_124:
+	add.s64 	%rd443, %rd16, 31;
+	shr.u64 	%rd442, %rd443, 5;
+	add.s64 	%rd468, %rd102, %rd468;
+	add.s64 	%rd467, %rd467, 256;
+	setp.lt.u64 	%p169, %rd467, %rd442;
+	@%p169 bra 	$L__BB3_106;
+$L__BB3_125:
 	bar.sync 	0;
-	setp.ge.u32 	%p271, %r776, %r175;
-	or.pred  	%p272, %p271, %p222;
-	setp.ne.s16 	%p273, %rs206, 2;
-	and.pred  	%p274, %p273, %p272;
-	@%p274 bra 	$L__BB3_228;
-	add.s64 	%rd716, %rd16, 31;
-	shr.u64 	%rd172, %rd716, 5;
-	cvt.u64.u32 	%rd793, %r189;
-	setp.le.u64 	%p275, %rd172, %rd793;
-	@%p275 bra 	$L__BB3_228;
-	not.b64 	%rd718, %rd793;
-	add.s64 	%rd174, %rd172, %rd718;
-	shr.u64 	%rd719, %rd174, 8;
-	add.s64 	%rd720, %rd719, 1;
-	and.b64  	%rd175, %rd720, 3;
-	setp.eq.s64 	%p276, %rd175, 0;
-	@%p276 bra 	$L__BB3_225;
-	shl.b32 	%r880, %r189, 2;
-	mov.u32 	%r881, _ZZ22ws_delta_count_lowbyteE5smask;
-	add.s32 	%r882, %r881, %r880;
-	ld.shared.u32 	%r883, [%r882];
-	shr.u32 	%r884, %r1, 5;
-	cvt.u64.u32 	%rd721, %r884;
-	mul.lo.s64 	%rd722, %rd752, %rd721;
-	cvta.to.global.u64 	%rd723, %rd6;
-	shl.b64 	%rd724, %rd722, 2;
-	add.s64 	%rd725, %rd723, %rd724;
-	cvt.u64.u32 	%rd726, %r189;
-	mul.wide.u32 	%rd727, %r189, 4;
-	add.s64 	%rd176, %rd725, %rd727;
-	st.global.u32 	[%rd176], %r883;
-	add.s64 	%rd793, %rd726, 256;
-	setp.eq.s64 	%p277, %rd175, 1;
-	@%p277 bra 	$L__BB3_225;
-	ld.shared.u32 	%r888, [%r882+1024];
-	st.global.u32 	[%rd176+1024], %r888;
-	add.s64 	%rd793, %rd726, 512;
-	setp.eq.s64 	%p278, %rd175, 2;
-	@%p278 bra 	$L__BB3_225;
-	ld.shared.u32 	%r889, [%r882+2048];
-	st.global.u32 	[%rd176+2048], %r889;
-	add.s64 	%rd793, %rd726, 768;
-$L__BB3_225:
-	setp.lt.u64 	%p279, %rd174, 768;
-	@%p279 bra 	$L__BB3_228;
-	cvta.to.global.u64 	%rd730, %rd6;
-	shr.u32 	%r891, %r1, 5;
-	cvt.u64.u32 	%rd731, %r891;
-	mul.lo.s64 	%rd732, %rd752, %rd731;
-	shl.b64 	%rd733, %rd732, 2;
-	add.s64 	%rd181, %rd730, %rd733;
-$L__BB3_227:
-	cvt.u32.u64 	%r892, %rd793;
-	shl.b32 	%r893, %r892, 2;
-	mov.u32 	%r894, _ZZ22ws_delta_count_lowbyteE5smask;
-	add.s32 	%r895, %r894, %r893;
-	ld.shared.u32 	%r896, [%r895];
-	shl.b64 	%rd734, %rd793, 2;
-	add.s64 	%rd735, %rd181, %rd734;
-	st.global.u32 	[%rd735], %r896;
-	ld.shared.u32 	%r897, [%r895+1024];
-	st.global.u32 	[%rd735+1024], %r897;
-	ld.shared.u32 	%r898, [%r895+2048];
-	st.global.u32 	[%rd735+2048], %r898;
-	ld.shared.u32 	%r899, [%r895+3072];
-	st.global.u32 	[%rd735+3072], %r899;
-	add.s64 	%rd793, %rd793, 1024;
-	setp.lt.u64 	%p280, %rd793, %rd172;
-	@%p280 bra 	$L__BB3_227;
-$L__BB3_228:
-	setp.ne.s32 	%p281, %r189, 0;
-	@%p281 bra 	$L__BB3_230;
-	shl.b64 	%rd747, %rd752, 2;
-	add.s64 	%rd738, %rd736, %rd747;
-	st.global.u32 	[%rd738], %r175;
-$L__BB3_230:
+	setp.ge.u32 	%p171, %r433, %r90;
+	or.pred  	%p172, %p171, %p122;
+	setp.ne.s16 	%p173, %rs70, 2;
+	and.pred  	%p174, %p173, %p172;
+	@%p174 bra 	$L__BB3_134;
+	add.s64 	%rd410, %rd16, 31;
+	shr.u64 	%rd110, %rd410, 5;
+	cvt.u64.u32 	%rd472, %r104;
+	setp.le.u64 	%p175, %rd110, %rd472;
+	@%p175 bra 	$L__BB3_134;
+	not.b64 	%rd412, %rd472;
+	add.s64 	%rd112, %rd110, %rd412;
+	shr.u64 	%rd413, %rd112, 8;
+	add.s64 	%rd414, %rd413, 1;
+	and.b64  	%rd113, %rd414, 3;
+	setp.eq.s64 	%p176, %rd113, 0;
+	@%p176 bra 	$L__BB3_131;
+	shl.b32 	%r537, %r104, 2;
+	mov.u32 	%r538, _ZZ22ws_delta_count_lowbyteE5smask;
+	add.s32 	%r539, %r538, %r537;
+	ld.shared.u32 	%r540, [%r539];
+	shr.u32 	%r541, %r1, 5;
+	cvt.u64.u32 	%rd415, %r541;
+	mul.lo.s64 	%rd416, %rd448, %rd415;
+	cvta.to.global.u64 	%rd417, %rd6;
+	shl.b64 	%rd418, %rd416, 2;
+	add.s64 	%rd419, %rd417, %rd418;
+	cvt.u64.u32 	%rd420, %r104;
+	mul.wide.u32 	%rd421, %r104, 4;
+	add.s64 	%rd114, %rd419, %rd421;
+	st.global.u32 	[%rd114], %r540;
+	add.s64 	%rd472, %rd420, 256;
+	setp.eq.s64 	%p177, %rd113, 1;
+	@%p177 bra 	$L__BB3_131;
+	ld.shared.u32 	%r545, [%r539+1024];
+	st.global.u32 	[%rd114+1024], %r545;
+	add.s64 	%rd472, %rd420, 512;
+	setp.eq.s64 	%p178, %rd113, 2;
+	@%p178 bra 	$L__BB3_131;
+	ld.shared.u32 	%r546, [%r539+2048];
+	st.global.u32 	[%rd114+2048], %r546;
+	add.s64 	%rd472, %rd420, 768;
+$L__BB3_131:
+	setp.lt.u64 	%p179, %rd112, 768;
+	@%p179 bra 	$L__BB3_134;
+	cvta.to.global.u64 	%rd424, %rd6;
+	shr.u32 	%r548, %r1, 5;
+	cvt.u64.u32 	%rd425, %r548;
+	mul.lo.s64 	%rd426, %rd448, %rd425;
+	shl.b64 	%rd427, %rd426, 2;
+	add.s64 	%rd119, %rd424, %rd427;
+$L__BB3_133:
+	cvt.u32.u64 	%r549, %rd472;
+	shl.b32 	%r550, %r549, 2;
+	mov.u32 	%r551, _ZZ22ws_delta_count_lowbyteE5smask;
+	add.s32 	%r552, %r551, %r550;
+	ld.shared.u32 	%r553, [%r552];
+	shl.b64 	%rd428, %rd472, 2;
+	add.s64 	%rd429, %rd119, %rd428;
+	st.global.u32 	[%rd429], %r553;
+	ld.shared.u32 	%r554, [%r552+1024];
+	st.global.u32 	[%rd429+1024], %r554;
+	ld.shared.u32 	%r555, [%r552+2048];
+	st.global.u32 	[%rd429+2048], %r555;
+	ld.shared.u32 	%r556, [%r552+3072];
+	st.global.u32 	[%rd429+3072], %r556;
+	add.s64 	%rd472, %rd472, 1024;
+	setp.lt.u64 	%p180, %rd472, %rd110;
+	@%p180 bra 	$L__BB3_133;
+$L__BB3_134:
+	setp.ne.s32 	%p181, %r104, 0;
+	@%p181 bra 	$L__BB3_136;
+	shl.b64 	%rd438, %rd448, 2;
+	add.s64 	%rd432, %rd430, %rd438;
+	st.global.u32 	[%rd432], %r90;
+$L__BB3_136:
 	bar.sync 	0;
-$L__BB3_231:
-	ld.param.u64 	%rd746, [ws_delta_count_lowbyte_param_0+80];
-	mov.u32 	%r901, %nctaid.x;
-	cvt.u64.u32 	%rd739, %r901;
-	add.s64 	%rd752, %rd752, %rd739;
-	setp.lt.u64 	%p282, %rd752, %rd746;
-	@%p282 bra 	$L__BB3_2;
-$L__BB3_232:
+$L__BB3_137:
+	ld.param.u64 	%rd437, [ws_delta_count_lowbyte_param_0+80];
+	mov.u32 	%r558, %nctaid.x;
+	cvt.u64.u32 	%rd433, %r558;
+	add.s64 	%rd448, %rd448, %rd433;
+	setp.lt.u64 	%p182, %rd448, %rd437;
+	@%p182 bra 	$L__BB3_2;
+$L__BB3_138:
 	ret;
 }
 	// .globl	ws_delta_chunks
