@@ -207,7 +207,7 @@ TEST_CASE("delta kernels: blobs byte-identical to the host codec, applied bit-ex
 }
 
 TEST_CASE("delta kernels: a low-byte reference is seeded, measured, encoded and updated as the host "
-          "codec does; a change that kept the low byte fails its block, which goes whole",
+          "codec does - a change that kept the low byte fails its block, which goes whole",
           "[gpu][delta]") {
   Stream st;
   std::uint64_t seed = 500;

@@ -195,7 +195,7 @@ TEST_CASE("sharded delta update info: piece_bytes round-trips as JSON and is che
 }
 
 TEST_CASE("sharded delta pieces through a load plan's gather: row and column shards and casts end "
-          "equal to the plan's gather of the new tensors; a rotary-permuted piece is refused by name",
+          "equal to the plan's gather of the new tensors - a rotary-permuted piece is refused by name",
           "[unit][delta][sharded][loading]") {
   // Split along dim 0 over M = 2 trainer ranks: o (48, 64) lands as this TP rank's column shard,
   // cast to float32; gate (96, 48) as a row shard; norm (48) renamed in place (pieces of 24).
