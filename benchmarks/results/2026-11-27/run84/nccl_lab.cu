@@ -63,6 +63,7 @@ static double median(std::vector<double> v) {
 }
 
 static void rank_main(int rank, Shared* sh) {
+  setvbuf(stdout, nullptr, _IONBF, 0);
   setenv("NCCL_HOSTID", rank ? "wslabB" : "wslabA", 1);
   setenv("NCCL_SOCKET_IFNAME", "lo", 0);
   setenv("NCCL_IB_DISABLE", "1", 0);
@@ -117,6 +118,16 @@ static void rank_main(int rank, Shared* sh) {
          CK(cudaMemcpyAsync(host, dev, 2 * blk, cudaMemcpyDeviceToHost, s));
          CK(cudaStreamSynchronize(s));
        }},
+      {"broadcast 4 KiB, D2H 4 KiB", [&] {
+         CN(ncclBroadcast(dev, dev, 4096, ncclChar, 0, comm, s));
+         CK(cudaMemcpyAsync(host, dev, 4096, cudaMemcpyDeviceToHost, s));
+         spin();
+       }},
+      {"allgather 8 KiB a rank, D2H 16 KiB", [&] {
+         CN(ncclAllGather(dev + rank * blk, dev, blk, ncclChar, comm, s));
+         CK(cudaMemcpyAsync(host, dev, 2 * blk, cudaMemcpyDeviceToHost, s));
+         spin();
+       }},
       {"grouped send 8 KiB / recv 256 B", [&] {
          CN(ncclGroupStart());
          if (rank == 0) {
@@ -158,6 +169,7 @@ int main() {
     kids[r] = fork();
     if (kids[r] == 0) {
       rank_main(r, sh);
+      std::fflush(stdout);
       _exit(0);
     }
   }
