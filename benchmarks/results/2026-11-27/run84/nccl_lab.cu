@@ -43,7 +43,7 @@ struct Shared {
   ncclUniqueId id;
   std::atomic<unsigned> arrived;
   std::atomic<unsigned> gen;
-  double result[2][16];
+  double result[2][32];
 };
 
 static void barrier(Shared* sh) {
@@ -91,11 +91,36 @@ static void rank_main(int rank, Shared* sh) {
     }
   };
   struct Case {
-    const char* name;
+    std::string name;
     std::function<void()> op;
   };
   const size_t blk = 8192;
-  std::vector<Case> cases = {
+  std::vector<Case> cases;
+  if (getenv("LAB_SIZES")) {  // pass 3: the exchange's size
+    cases.push_back({"broadcast 4 KiB", [&] { CN(ncclBroadcast(dev, dev, 4096, ncclChar, 0, comm, s)); spin(); }});
+    for (size_t b : {size_t(256), size_t(1024), size_t(2048), size_t(4352), size_t(8192)}) {
+      cases.push_back({"allgather " + std::to_string(b) + " B a rank", [&, b] {
+                         CN(ncclAllGather(dev + rank * b, dev, b, ncclChar, comm, s));
+                         spin();
+                       }});
+    }
+    for (size_t b : {size_t(4352), size_t(8192)}) {
+      cases.push_back({"send " + std::to_string(b) + " B / recv 256 B, D2H", [&, b] {
+                         CN(ncclGroupStart());
+                         if (rank == 0) {
+                           CN(ncclSend(dev, b, ncclChar, 1, comm, s));
+                           CN(ncclRecv(dev + b, 256, ncclChar, 1, comm, s));
+                         } else {
+                           CN(ncclRecv(dev, b, ncclChar, 0, comm, s));
+                           CN(ncclSend(dev + b, 256, ncclChar, 0, comm, s));
+                         }
+                         CN(ncclGroupEnd());
+                         CK(cudaMemcpyAsync(host, dev, b + 256, cudaMemcpyDeviceToHost, s));
+                         spin();
+                       }});
+    }
+  } else {
+    cases = {
       {"broadcast 4 KiB", [&] { CN(ncclBroadcast(dev, dev, 4096, ncclChar, 0, comm, s)); spin(); }},
       {"broadcast 8 KiB", [&] { CN(ncclBroadcast(dev, dev, 8192, ncclChar, 0, comm, s)); spin(); }},
       {"allgather 8 KiB a rank", [&] {
@@ -141,6 +166,7 @@ static void rank_main(int rank, Shared* sh) {
          spin();
        }},
   };
+  }
   using C = std::chrono::steady_clock;
   for (size_t c = 0; c < cases.size(); ++c) {
     std::vector<double> t;
@@ -154,7 +180,7 @@ static void rank_main(int rank, Shared* sh) {
     sh->result[rank][c] = median(t);
     barrier(sh);
     if (rank == 0)
-      std::printf("  %-52s rank 0 %7.1f us, rank 1 %7.1f us\n", cases[c].name, sh->result[0][c],
+      std::printf("  %-52s rank 0 %7.1f us, rank 1 %7.1f us\n", cases[c].name.c_str(), sh->result[0][c],
                   sh->result[1][c]);
   }
   CN(ncclCommDestroy(comm));

@@ -22,13 +22,14 @@ cd "$here"
   nvcc -O3 -arch=sm_90 -std=c++20 nccl_lab.cu -o /tmp/nccl_lab -lnccl &
   wait
   [ -n "${LAB_SKIP_GATE:-}" ] || { echo "== gate_lab, no MPS"; timeout 120 /tmp/gate_lab; echo "rc=$?"; }
-  echo "== nccl_lab, no MPS"; timeout 120 /tmp/nccl_lab; echo "rc=$?"
+  [ -n "${LAB_SIZES:-}" ] || { echo "== nccl_lab, no MPS"; timeout 120 /tmp/nccl_lab; echo "rc=$?"; }
   export CUDA_MPS_PIPE_DIRECTORY=/tmp/ws-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/ws-mps-log
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
   if nvidia-cuda-mps-control -d; then
     echo "== nccl_lab, MPS"; timeout 120 /tmp/nccl_lab; echo "rc=$?"
-    echo "== nccl_lab, MPS (again)"; timeout 120 /tmp/nccl_lab; echo "rc=$?"
+    [ -n "${LAB_SIZES:-}" ] || { echo "== nccl_lab, MPS (again)"; timeout 120 /tmp/nccl_lab; echo "rc=$?"; }
     [ -n "${LAB_SKIP_GATE:-}" ] || { echo "== gate_lab, MPS"; timeout 120 /tmp/gate_lab; echo "rc=$?"; }
     echo quit | nvidia-cuda-mps-control; sleep 1
   fi
 } > "$out/lab.txt" 2>&1
+# Pass 3 (LAB_SIZES=1 LAB_SKIP_GATE=1): the all-gather's latency against its size, under MPS.
