@@ -54,7 +54,7 @@ struct CountingComm {
 };
 static_assert(GroupedCommunicator<CountingComm> && MonitoredCommunicator<CountingComm>);
 
-// 3 KiB and some odd tensors: eager with 2 ranks (eager_capacity(2) = 7936 bytes).
+// 3 KiB and some odd tensors: eager with 2 ranks (eager_capacity(2) = 4096 bytes).
 std::vector<TensorMeta> small() {
   return {{"embed", DType::bfloat16, {32, 32}},
           {"scalar", DType::float32, {}},
@@ -213,9 +213,10 @@ TEST_CASE("eager: a sync that fits in the handshake is one exchange, and fails a
 }
 
 TEST_CASE("eager: the handshake block sizes", "[unit][eager]") {
-  CHECK(detail::handshake_block_bytes(1) == 16384);
-  CHECK(detail::eager_capacity(2) == 7936);
-  CHECK(detail::eager_capacity(3) == 5376 - detail::kFrameBytes);
+  CHECK(detail::handshake_block_bytes(1) == detail::kFrameBytes + 4096);
+  CHECK(detail::eager_capacity(2) == 4096);
+  CHECK(detail::eager_capacity(3) == 4096);
+  CHECK(detail::eager_capacity(4) == 4096 - detail::kFrameBytes);
   CHECK(detail::eager_capacity(64) == 0);
   CHECK(detail::handshake_block_bytes(100000) == detail::kFrameBytes);
 }

@@ -198,17 +198,22 @@ static_assert(visited_agreement_bytes() + sizeof(Agreement::reserved) == sizeof(
 //! eager bytes, the same size on every rank, so ranks that disagree about the root still run the
 //! same operation and learn of the disagreement from the frames. A transfer whose bytes fit there
 //! travels inside the handshake: one exchange per sync instead of two. The eager bytes of all
-//! ranks together are bounded by kHandshakeEagerTotal (a large group pays no more per handshake);
-//! with 2 ranks, a transfer of up to 7.75 KiB is eager.
+//! ranks together are bounded by kHandshakeEagerTotal (a large group pays no more per handshake),
+//! and a block by kHandshakeBlockMax: with 2 ranks, a transfer of up to 4 KiB is eager.
 inline constexpr std::size_t kHandshakeEagerTotal = std::size_t{16} << 10;
+//! A block's largest size: a frame and 4 KiB. NCCL's all-gather costs a small message's latency
+//! up to about this size a rank, and much more above it: over its socket transport (two ranks
+//! sharing an H200 under MPS, run 84), 29-35 us for 256 to 4352 bytes a rank, 52-62 us for 8192.
+inline constexpr std::size_t kHandshakeBlockMax = kFrameBytes + 4096;
 inline constexpr std::size_t handshake_block_bytes(std::size_t world) {
   const std::size_t share = world == 0 ? 0 : kHandshakeEagerTotal / world / kFrameBytes * kFrameBytes;
-  return share > kFrameBytes ? share : kFrameBytes;
+  return share > kHandshakeBlockMax ? kHandshakeBlockMax : share > kFrameBytes ? share : kFrameBytes;
 }
 inline constexpr std::size_t eager_capacity(std::size_t world) {
   return handshake_block_bytes(world) - kFrameBytes;
 }
-static_assert(eager_capacity(2) == 7936 && eager_capacity(64) == 0 && eager_capacity(1000) == 0);
+static_assert(eager_capacity(2) == 4096 && eager_capacity(4) == 3840 && eager_capacity(64) == 0 &&
+              eager_capacity(1000) == 0);
 
 //! Digest of the ordered metadata: names, dtypes, shapes (Hash64).
 inline std::uint64_t metadata_digest(std::span<const TensorMeta> metas) {
