@@ -6,9 +6,10 @@
 //! ShmMailbox: the per-sync control messages of a same-host transport (ipc) through POSIX shared
 //! memory instead of TCP on loopback. One producer posts a message per round (a blob up to
 //! kInlineBytes, or "the blob follows on the socket"); each consumer posts its outcome per round.
-//! A post is a store and a futex wake; a wait spins for the first microseconds, then sleeps on the
-//! futex, so that a short wait ends in about a microsecond and a long one (a trainer computing
-//! between syncs) costs no CPU. Every wait is bounded and watches the peers through a callback.
+//! A post is a store, and a futex wake only when a waiter sleeps; a wait spins (yielding) for
+//! Tuning::Wait::mailbox_spin_for, then sleeps on the futex, so that a short wait (a small pull's
+//! outcome) ends in about a microsecond and a long one (a trainer computing between syncs) costs
+//! no CPU. Every wait is bounded and watches the peers through a callback.
 //!
 //! The segment is created by the producer with a random name, opened by every consumer, and
 //! unlinked as soon as they have (ShmMailbox::unlink): nothing is left in /dev/shm if a process
@@ -149,7 +150,7 @@ class ShmMailbox {
     box->bytes = blob.size();
     box->inline_ = fits ? 1 : 0;
     if (fits && !blob.empty()) std::memcpy(box->data, blob.data(), blob.size());
-    publish(box->seq, round);
+    publish(box->seq, box->sleepers, round);
   }
 
   struct Message {
@@ -162,7 +163,7 @@ class ShmMailbox {
   Message receive(std::uint64_t round, std::chrono::milliseconds timeout, Watch&& watch,
                   const char* what) {
     auto* box = plan_box();
-    wait(box->seq, round, timeout, watch, what);
+    wait(box->seq, box->sleepers, round, timeout, watch, what);
     Message m{{}, box->bytes, box->inline_ != 0};
     if (m.inline_) {
       if (m.bytes > kInlineBytes)
@@ -180,14 +181,14 @@ class ShmMailbox {
     box->frame = frame;
     box->text_bytes = std::min(text.size(), kOutcomeText);
     std::memcpy(box->text, text.data(), static_cast<std::size_t>(box->text_bytes));
-    publish(box->seq, round);
+    publish(box->seq, box->sleepers, round);
   }
   //! Waits (see wait()) for consumer `index`'s outcome of round `round`; `text` gets its text.
   template <class Watch>
   Frame receive_outcome(int index, std::uint64_t round, std::string& text,
                         std::chrono::milliseconds timeout, Watch&& watch, const char* what) {
     auto* box = outcome_box(index);
-    wait(box->seq, round, timeout, watch, what);
+    wait(box->seq, box->sleepers, round, timeout, watch, what);
     const Frame f = box->frame;
     text.assign(box->text, static_cast<std::size_t>(std::min<std::uint64_t>(box->text_bytes,
                                                                              kOutcomeText)));
@@ -204,14 +205,16 @@ class ShmMailbox {
     std::uint32_t consumers;
   };
   struct alignas(kLine) PlanBox {
-    std::uint32_t seq;  // the low 32 bits of the round posted last (a futex word)
-    std::uint32_t inline_;
+    std::uint32_t seq;       // the low 32 bits of the round posted last (a futex word)
+    std::uint32_t sleepers;  // waiters asleep on seq's futex (a post wakes only when some are)
     std::uint64_t bytes;
+    std::uint32_t inline_;
+    std::uint32_t pad;
     char data[kInlineBytes];
   };
   struct alignas(kLine) OutcomeBox {
     std::uint32_t seq;
-    std::uint32_t pad;
+    std::uint32_t sleepers;
     std::uint64_t text_bytes;
     Frame frame;
     char text[kOutcomeText];
@@ -249,18 +252,23 @@ class ShmMailbox {
   static long futex(std::uint32_t* word, int op, std::uint32_t val, const timespec* t) {
     return ::syscall(SYS_futex, word, op, val, t, nullptr, 0);
   }
-  //! Stores the round (release: the payload written before it is seen with it) and wakes waiters.
-  static void publish(std::uint32_t& seq, std::uint64_t round) {
+  //! Stores the round (the payload written before it is seen with it) and wakes the waiters that
+  //! sleep (a spinning one sees the store; the syscall costs a microsecond or more). The store and
+  //! the load of `sleepers` are sequentially consistent, as are wait()'s increment and its load
+  //! of `seq`: a waiter that is about to sleep has either been counted or sees the new round.
+  static void publish(std::uint32_t& seq, std::uint32_t& sleepers, std::uint64_t round) {
     std::atomic_ref<std::uint32_t>(seq).store(static_cast<std::uint32_t>(round),
-                                              std::memory_order_release);
-    futex(&seq, FUTEX_WAKE, 0x7fffffff, nullptr);
+                                              std::memory_order_seq_cst);
+    if (std::atomic_ref<std::uint32_t>(sleepers).load(std::memory_order_seq_cst) != 0)
+      futex(&seq, FUTEX_WAKE, 0x7fffffff, nullptr);
   }
-  //! Waits until `seq` holds round `round`: spins (yielding) for 50 us, then sleeps on the futex
-  //! in steps of at most 2 ms, calling `watch()` (which throws when a peer is gone) between
-  //! steps; throws timeout_error once `timeout` has passed.
+  //! Waits until `seq` holds round `round`: spins (yielding) for Tuning::Wait::mailbox_spin_for,
+  //! then sleeps on the futex (counted in `sleepers`) in steps of at most 2 ms, calling `watch()`
+  //! (which throws when a peer is gone) between steps; throws timeout_error once `timeout` has
+  //! passed.
   template <class Watch>
-  static void wait(std::uint32_t& seq, std::uint64_t round, std::chrono::milliseconds timeout,
-                   Watch&& watch, const char* what) {
+  static void wait(std::uint32_t& seq, std::uint32_t& sleepers, std::uint64_t round,
+                   std::chrono::milliseconds timeout, Watch&& watch, const char* what) {
     std::atomic_ref<std::uint32_t> word(seq);
     const auto want = static_cast<std::uint32_t>(round);
     if (word.load(std::memory_order_acquire) == want) return;
@@ -282,7 +290,11 @@ class ShmMailbox {
       const auto step = std::min<SteadyClock::duration>(deadline - now, Tuning::Wait::check_every);
       const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(step).count();
       const timespec t{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
-      futex(&seq, FUTEX_WAIT, seen, &t);  // returns at once if the word changed meanwhile
+      std::atomic_ref<std::uint32_t> asleep(sleepers);
+      asleep.fetch_add(1, std::memory_order_seq_cst);
+      if (word.load(std::memory_order_seq_cst) != want)
+        futex(&seq, FUTEX_WAIT, seen, &t);  // returns at once if the word changed meanwhile
+      asleep.fetch_sub(1, std::memory_order_seq_cst);
     }
   }
 
