@@ -4,12 +4,15 @@
 
 //! Files as the messages between a test's processes (update infos, which travel by HTTP in a real
 //! setup; a sharded trainer's delta parts, which travel through its own group): a temporary
-//! folder, a file written whole (under a temporary name, then renamed), and a bounded wait for one.
+//! folder (removed with what it holds when the test that made it ends), a file written whole
+//! (under a temporary name, then renamed), and a bounded wait for one.
 
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -23,6 +26,25 @@ inline std::string temp_dir() {
   if (mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
   return tmpl;
 }
+
+//! A temporary folder that the process which made it removes, with its files, at scope exit (a
+//! forked child that leaves through _exit never runs this; one that returns does not remove it).
+class TempDir {
+ public:
+  TempDir() : path_(temp_dir()), owner_(::getpid()) {}
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  ~TempDir() {
+    if (::getpid() != owner_) return;
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const noexcept { return path_; }
+
+ private:
+  std::string path_;
+  pid_t owner_;
+};
 
 inline void write_file(const std::string& path, const std::string& text) {
   {

@@ -19,6 +19,7 @@
 
 #include "support/catch.hpp"
 #include "support/files.hpp"
+#include "support/host_world.hpp"
 #include "support/outcomes.hpp"
 #include "support/process.hpp"
 #include "support/shard_model.hpp"
@@ -91,11 +92,7 @@ struct ShardSource {
 static_assert(ShardedWeightSource<ShardedDeltaSource<ShardSource>>);
 
 NcclInitInfo host_info(int port, int world, int trainers) {
-  NcclInitInfo i;
-  i.master_address = "127.0.0.1";
-  i.master_port = port;
-  i.world_size = world;
-  i.rank_offset = trainers;
+  NcclInitInfo i = ws_test::loopback_init_info(port, world, trainers);
   i.packed = true;
   i.packed_buffer_size_bytes = 1024;
   return i;
@@ -339,7 +336,8 @@ TEST_CASE("sharded delta rounds over the host backend: M trainer ranks -> 2 work
     const int port = ws_test::free_port();
     const int n = 2;
     const int world = m + n;
-    const std::string dir = ws_test::temp_dir();
+    const ws_test::TempDir tmp;
+    const std::string dir = tmp.path();
     for (int rank = 0; rank < m; ++rank)
       procs.spawn([=] {
         TrainerEngine::Options o;

@@ -317,7 +317,6 @@ struct Model {
 };
 // The update infos travel from the trainer process to the workers as files (HTTP in a real
 // setup).
-using ws_test::temp_dir;
 using ws_test::wait_for_file;
 using ws_test::write_file;
 
@@ -446,7 +445,8 @@ TEST_CASE("delta rounds over the host backend end bit-exact on every rank, a wro
   const int port = ws_test::free_port();
   constexpr int kRounds = 6;
   // The update infos travel as files (in a real setup, HTTP): round r's at info_r.json.
-  const std::string dir = temp_dir();
+  const ws_test::TempDir tmp;
+  const std::string dir = tmp.path();
   procs.spawn([=] {  // the trainer
     TrainerEngine t(ws_test::options_for<TrainerEngine>(host_engine()));
     t.trainer_init(host_info(port, 3));
@@ -529,7 +529,8 @@ TEST_CASE("delta in shadow mode: without copy_live_at_start the shadow does not 
           "[unit][delta][engine][shadow]") {
   ws_test::Processes procs;
   const int port = ws_test::free_port();
-  const std::string dir = temp_dir();
+  const ws_test::TempDir tmp;
+  const std::string dir = tmp.path();
   procs.spawn([=] {  // the trainer: its reference is what the server loaded ("default")
     TrainerEngine t(ws_test::options_for<TrainerEngine>(host_engine()));
     t.trainer_init(host_info(port, 2));

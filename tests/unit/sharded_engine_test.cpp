@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "support/catch.hpp"
+#include "support/host_world.hpp"
 #include "support/process.hpp"
 #include "support/shard_model.hpp"
 
@@ -38,11 +39,7 @@ struct ShardedSource {
 static_assert(ShardedWeightSource<ShardedSource>);
 
 NcclInitInfo host_info(int port, int world, int trainers) {
-  NcclInitInfo i;
-  i.master_address = "127.0.0.1";
-  i.master_port = port;
-  i.world_size = world;
-  i.rank_offset = trainers;
+  NcclInitInfo i = ws_test::loopback_init_info(port, world, trainers);
   i.packed = true;
   i.packed_buffer_size_bytes = 200;
   return i;
