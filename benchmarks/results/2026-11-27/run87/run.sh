@@ -35,3 +35,7 @@ echo "=== run 87 ($((SECONDS - start)) s) ==="
 grep -E "build ok|BUILD|gpu-check rc" "$out/gpu-check.txt"
 tail -8 "$out/summary.txt" 2> /dev/null
 grep -E "^ +[0-9]+ |rc=|^# (transport|mps)" "$out/bench.txt" | cut -c1-150
+# Then, on the same warm machine (tiny.txt): the fixed cost of a sync over NVLink (NCCL's P2P
+# transport, one GPU per rank), two passes of 100 iterations:
+#   b=build/gpu/benchmarks/weightsync_bench; for i in 1 2; do
+#     $b --np 2 --layout tiny,tiny504 --mode zerocopy --iters 100 --warmup 5 --json bench.jsonl; done
