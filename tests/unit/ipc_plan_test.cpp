@@ -168,6 +168,27 @@ TEST_CASE("ipc plan: 'same plan as round N' round trips, is told from a plan, re
   CHECK_THROWS_AS(detail::decode_same_plan(other_version), protocol_error);
 }
 
+TEST_CASE("ipc verdict: round trips, and a rank outside the consumers or a short one is refused",
+          "[ipc]") {
+  using detail::IpcVerdict;
+  IpcVerdict v;
+  v.first = 2;
+  v.text = std::string(5000, 'x');
+  const std::string wire = v.encode();
+  CHECK(wire.size() == 4 + 4000);  // the text is cut at 4000 bytes
+  const IpcVerdict back = IpcVerdict::decode(wire, 3);
+  CHECK(back.first == 2);
+  CHECK(back.text == std::string(4000, 'x'));
+  CHECK(IpcVerdict::decode(IpcVerdict{}.encode(), 3).first == -1);  // no consumer failed
+  for (const std::int32_t bad : {0, 3, 7, -2, -1000}) {  // rank 0 is the producer; 3 of 3
+    IpcVerdict b;
+    b.first = bad;
+    INFO("first = " << bad);
+    CHECK_THROWS_AS(IpcVerdict::decode(b.encode(), 3), protocol_error);
+  }
+  CHECK_THROWS_AS(IpcVerdict::decode(std::string(3, '\0'), 3), protocol_error);
+}
+
 TEST_CASE("ipc copies: a piece continuing the previous one on both ends is merged", "[ipc]") {
   std::vector<std::byte> a(1000), b(1000);
   std::vector<detail::CopyPiece> v;

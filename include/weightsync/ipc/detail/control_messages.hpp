@@ -159,4 +159,29 @@ class ControlMessages {
   int first_ = 1;
 };
 
+//! The producer's verdict after the outcomes (kIpcPlanVote): the first consumer that failed
+//! (-1: none) and the start of its failure's text. On the wire: an i32, then the text.
+struct IpcVerdict {
+  std::int32_t first = -1;
+  std::string text;
+
+  //! At most 4000 bytes of the text travel.
+  std::string encode() const {
+    std::string v(4, '\0');
+    std::memcpy(v.data(), &first, 4);
+    return v + text.substr(0, 4000);
+  }
+  //! The verdict of a group of `size` ranks (consumers 1..size-1).
+  //! @throws protocol_error(0) when it is shorter than its header or names no consumer and not -1.
+  static IpcVerdict decode(const std::string& v, int size) {
+    if (v.size() < 4) throw protocol_error(0, "ipc verdict: too short");
+    IpcVerdict out;
+    std::memcpy(&out.first, v.data(), 4);
+    if (out.first != -1 && (out.first < 1 || out.first >= size))
+      throw protocol_error(0, cat("ipc verdict: names rank ", out.first, " of ", size));
+    out.text = v.substr(4);
+    return out;
+  }
+};
+
 }  // namespace weightsync::detail
