@@ -63,12 +63,14 @@ class Fp8Kernels {
   }
 };
 
+//! Launches `k` (named `kernel`) for `what` (the tensor or batch, named in the error).
 template <class Params>
-inline void fp8_launch(cudaKernel_t k, dim3 grid, Params& p, cudaStream_t s, const char* what) {
+inline void fp8_launch(cudaKernel_t k, dim3 grid, Params& p, cudaStream_t s, const char* kernel,
+                       const std::string& what) {
   void* args[] = {&p};
-  check(cudaLaunchKernel(reinterpret_cast<const void*>(k), grid, dim3(kernels::kFp8Threads), args,
-                         0, s),
-        what);
+  const cudaError_t e = cudaLaunchKernel(reinterpret_cast<const void*>(k), grid,
+                                         dim3(kernels::kFp8Threads), args, 0, s);
+  if (e != cudaSuccess) check(e, cat("cudaLaunchKernel(", kernel, ") for ", what).c_str());
 }
 
 //! The block kernels' persistent grid: two CTAs per SM of the current device (what their
@@ -96,25 +98,26 @@ inline void quantize_fp8_view(kernels::Fp8Params p, cudaStream_t stream,
   if (p.mode == kFp8PerTensor) {
     // scales[0] holds the amax bits between the passes; an empty source's amax is 0: scale 1
     const long long ns = p.src_rows * p.src_cols;
-    detail::check(cudaMemsetAsync(p.scales, 0, sizeof(float), stream), "cudaMemsetAsync(fp8 amax)");
+    if (const cudaError_t e = cudaMemsetAsync(p.scales, 0, sizeof(float), stream); e != cudaSuccess)
+      detail::check(e, detail::cat("cudaMemsetAsync(fp8 amax) for ", what).c_str());
     const auto grid_of = [](long long e) {
       return static_cast<unsigned>(
           std::clamp<long long>((e + 8LL * kFp8Threads - 1) / (8LL * kFp8Threads), 1, 4096));
     };
     if (ns > 0)
       detail::fp8_launch(k.tensor_amax, dim3(grid_of(ns)), p, stream,
-                         "cudaLaunchKernel(ws_fp8_tensor_amax)");
+                         "ws_fp8_tensor_amax", what);
     detail::fp8_launch(k.tensor_finalize, dim3(1), p, stream,
-                       "cudaLaunchKernel(ws_fp8_tensor_finalize)");
+                       "ws_fp8_tensor_finalize", what);
     if (n > 0)
       detail::fp8_launch(k.tensor_convert, dim3(grid_of(n)), p, stream,
-                         "cudaLaunchKernel(ws_fp8_tensor_convert)");
+                         "ws_fp8_tensor_convert", what);
     return;
   }
   if (p.mode == kFp8PerChannel) {
     if (p.rows == 0) return;  // no rows, no scales ([rows, 0]: the kernel writes scales of 1)
     const auto grid = static_cast<unsigned>(std::min<long long>(p.rows, 1LL << 20));
-    detail::fp8_launch(k.rows, dim3(grid), p, stream, "cudaLaunchKernel(ws_fp8_rows)");
+    detail::fp8_launch(k.rows, dim3(grid), p, stream, "ws_fp8_rows", what);
     return;
   }
   if (n == 0) return;  // an empty block grid: no scale either
@@ -122,8 +125,7 @@ inline void quantize_fp8_view(kernels::Fp8Params p, cudaStream_t stream,
                       static_cast<unsigned long long>((p.rows + kFp8Block - 1) / kFp8Block);
   detail::fp8_launch(p.src_type == kFp8SrcBfloat16 ? k.block_bf16 : k.block_f32,
                      dim3(detail::fp8_block_grid(blocks)), p, stream,
-                     "cudaLaunchKernel(ws_fp8_block)");
-  (void)what;
+                     "ws_fp8_block", what);
 }
 
 //! Quantizes the views `views` (as quantize_fp8_view each) in `stream` order, with one launch per
@@ -142,7 +144,7 @@ inline void quantize_fp8_views(std::span<const kernels::Fp8Params> views, cudaSt
       if (b.count == 0) return;
       detail::fp8_launch(type == kFp8SrcBfloat16 ? k.block_batch_bf16 : k.block_batch_f32,
                          dim3(detail::fp8_block_grid(b.total_blocks)), b, stream,
-                         "cudaLaunchKernel(ws_fp8_block_batch)");
+                         "ws_fp8_block_batch", what);
       b.count = 0;
       b.total_blocks = 0;
     };
@@ -168,11 +170,11 @@ inline void quantize_fp8_views(std::span<const kernels::Fp8Params> views, cudaSt
 //! Quantizes `src` (meta `m`: bfloat16 or float32, device memory) into `dst` (m.numel() bytes of
 //! float8_e4m3fn, device memory) and `scales` (fp32, device memory, the element count of
 //! fp8_scale_shape(m, s)), in `stream` order. Nothing is synchronized.
-//! @throws config_error naming the tensor (dtype, rank, a block grid over CUDA's limits);
-//! cuda_error from the launches.
+//! @throws config_error naming the tensor (dtype, rank); cuda_error from the launches, naming it
+//! too.
 inline void quantize_fp8(const TensorMeta& m, const void* src, Fp8Scaling s, void* dst,
                          float* scales, cudaStream_t stream) {
-  quantize_fp8_view(fp8_whole_view(m, s, src, dst, scales), stream, m.name + ".shape");
+  quantize_fp8_view(fp8_whole_view(m, s, src, dst, scales), stream, "'" + m.name + "'");
 }
 
 }  // namespace weightsync
