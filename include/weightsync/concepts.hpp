@@ -62,6 +62,16 @@ concept MonitoredCommunicator = Communicator<C> && requires(C& c, const std::str
   { c.abort(reason) } noexcept;
 };
 
+//! A Communicator that can move bytes in pinned host memory (cudaMallocHost) as well as in device
+//! memory: the framed wire's handshake and acknowledgement then exchange their small blocks
+//! there, with no copy to and from the device around them (NcclCommunicator: NCCL's kernels read
+//! and write such memory through unified addressing). Opt in with
+//! `static constexpr bool broadcasts_pinned_host = true;`.
+template <class C>
+concept PinnedHostCommunicator = Communicator<C> && requires {
+  requires C::broadcasts_pinned_host;
+};
+
 //! One tensor offered to the producer: what it claims to be, and where its bytes are.
 //! Model: SourceTensorRef.
 template <class T>

@@ -9,6 +9,7 @@
 #include <weightsync/cuda/device_buffer.hpp>
 #include <weightsync/cuda/stream.hpp>
 #include <weightsync/engine.hpp>
+#include <weightsync/host/communicator.hpp>
 #include <weightsync/nccl/backend.hpp>
 #include <weightsync/layouts.hpp>
 #include <weightsync/nccl/communicator.hpp>
@@ -16,6 +17,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -309,6 +311,114 @@ TEST_CASE("nccl faults keep the communicator usable: bad item and failing load_w
   }
   REQUIRE(p.comm.healthy());
   REQUIRE(round_trip(p, metas, model, opt, ws, 3, Mode::zero_copy) == 0);
+}
+
+// Syncs of at most 4 KiB travel inside the handshake (eager). NcclCommunicator exchanges the
+// handshake and the acknowledgement in pinned host memory (PinnedHostCommunicator);
+// WEIGHTSYNC_EXCHANGE=device (set in the peer before its first transfer reads it) keeps them on
+// the device. Either way every byte arrives, views handed to load_weights are device memory, and a
+// failing load_weights is reported through the acknowledgement.
+static_assert(PinnedHostCommunicator<NcclCommunicator>);
+static_assert(!PinnedHostCommunicator<HostCommunicator>);
+
+static void eager_rounds(const char* exchange) {
+  if (exchange != nullptr) ::setenv("WEIGHTSYNC_EXCHANGE", exchange, 1);
+  Peer p = connect_peer(30s);
+  const std::vector<TensorMeta> metas = {{"embed", DType::bfloat16, {32, 32}},  // 2 KiB
+                                         {"scalar", DType::float32, {}},
+                                         {"empty", DType::float32, {0}},
+                                         {"bias", DType::float16, {500}},
+                                         {"mask", DType::int8, {7}}};
+  ws_test::DeviceModel model(metas, p.device);
+  REQUIRE(model.bytes() <= detail::eager_capacity(2));
+  workspace_for<NcclCommunicator> ws(CudaPolicy(p.device));
+  const cudaStream_t s = p.stream.get();
+  std::uint64_t round = 0;
+  for (Acknowledge ack : {Acknowledge::next_transfer, Acknowledge::each_transfer})
+    for (Mode mode : {Mode::views, Mode::zero_copy})
+      for (int i = 0; i < 3; ++i) {
+        TransferOptions opt;
+        opt.acknowledge = ack;
+        ++round;
+        if (p.rank == 0) {
+          ws_test::send_round(metas, model, opt, s, round, [&](const auto& items, const auto& o) {
+            packed_broadcast_producer(metas, items, p.comm, 0, o, ws);
+          });
+          continue;
+        }
+        ws_test::poison_now(model, s);
+        if (mode == Mode::zero_copy)
+          opt.destination = [&](const TensorMeta& m) -> void* {
+            return model.data(static_cast<std::size_t>(&m - metas.data()));
+          };
+        std::size_t views = 0, host_views = 0;
+        packed_broadcast_consumer(
+            metas, p.comm, 0,
+            [&](std::span<const TensorView> batch, cudaStream_t stream) {
+              for (const auto& v : batch) {
+                if (v.nbytes == 0) continue;
+                cudaPointerAttributes a{};
+                detail::check(cudaPointerGetAttributes(&a, v.data), "cudaPointerGetAttributes");
+                ++views;
+                host_views += a.type != cudaMemoryTypeDevice;
+                detail::check(cudaMemcpyAsync(model.data(static_cast<std::size_t>(v.meta - metas.data())),
+                                              v.data, v.nbytes, cudaMemcpyDeviceToDevice, stream),
+                              "cudaMemcpyAsync");
+              }
+            },
+            opt, ws);
+        INFO("exchange " << (exchange ? exchange : "default") << " round " << round << " mode "
+                         << (mode == Mode::zero_copy ? "zero-copy" : "views"));
+        CHECK(host_views == 0);
+        CHECK(views == (mode == Mode::views ? 4u : 0u));
+        REQUIRE(model.count_wrong(round, s) == 0);
+      }
+  // A load_weights that throws: the producer hears it in the same call (acknowledgement).
+  TransferOptions opt;
+  opt.acknowledge = Acknowledge::each_transfer;
+  if (p.rank == 0) {
+    model.fill(++round, s);
+    opt.source_stream = s;
+    REQUIRE_THROWS_AS(packed_broadcast_producer(metas, ws_test::ModelSource{metas, model}.iterate(),
+                                                p.comm, 0, opt, ws),
+                      remote_error);
+  } else {
+    ++round;
+    REQUIRE_THROWS_WITH(packed_broadcast_consumer(
+                            metas, p.comm, 0,
+                            [](std::span<const TensorView>, cudaStream_t) {
+                              throw std::runtime_error("no room");
+                            },
+                            opt, ws),
+                        "no room");
+  }
+  REQUIRE(p.comm.healthy());
+  opt = TransferOptions{};
+  ++round;
+  if (p.rank == 0) {
+    ws_test::send_round(metas, model, opt, s, round, [&](const auto& items, const auto& o) {
+      packed_broadcast_producer(metas, items, p.comm, 0, o, ws);
+    });
+  } else {
+    REQUIRE(ws_test::receive_round(metas, model, opt, s, round, Mode::zero_copy,
+                                   [&](const auto& o, auto load) {
+                                     packed_broadcast_consumer(metas, p.comm, 0, load, o, ws);
+                                   }) == 0);
+    say("verified " + std::to_string(round) + " eager rounds, exchange " +
+        (exchange ? exchange : "in pinned host memory"));
+  }
+}
+
+TEST_CASE("nccl eager syncs exchanged in pinned host memory: views and zero-copy, a failing load",
+          "[gpu][nccl][multi_gpu]") {
+  if (ws_test::ran_as_parent(2, 120s)) return;
+  eager_rounds(nullptr);
+}
+
+TEST_CASE("nccl eager syncs exchanged on the device (WEIGHTSYNC_EXCHANGE=device)",
+          "[gpu][nccl][multi_gpu]") {
+  if (ws_test::ran_as_parent(2, 120s)) return;
+  eager_rounds("device");
 }
 
 TEST_CASE("nccl engines: trainer and worker rounds with versions and a failing round",

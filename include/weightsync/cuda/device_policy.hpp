@@ -73,7 +73,9 @@ class CudaPolicy {
   }
   //! Device-to-device copies, in stream order as a whole (copies within may run in any order).
   //! Several pieces go through one launch of the batched copy kernel; a single piece, or any
-  //! piece when the kernel is unavailable (or WEIGHTSYNC_COPY=ce), through copy engines.
+  //! piece when the kernel is unavailable (or WEIGHTSYNC_COPY=ce), through copy engines. Either
+  //! side may also be pinned host memory (the handshake's eager bytes: see
+  //! PinnedHostCommunicator), which both reach through unified addressing.
   void copy_batch(void* const* dst, const void* const* src, const std::size_t* n, std::size_t count,
                   cudaStream_t s) const {
     if (count == 0) return;
@@ -84,8 +86,8 @@ class CudaPolicy {
       }
     }
     if (count == 1) {
-      detail::check(cudaMemcpyAsync(dst[0], src[0], n[0], cudaMemcpyDeviceToDevice, s),
-                    "cudaMemcpyAsync(D2D)");
+      detail::check(cudaMemcpyAsync(dst[0], src[0], n[0], cudaMemcpyDefault, s),
+                    "cudaMemcpyAsync");
       return;
     }
 #if CUDART_VERSION >= 12080
@@ -106,8 +108,8 @@ class CudaPolicy {
     (void)cudaGetLastError();  // fall back to one copy at a time
 #endif
     for (std::size_t i = 0; i < count; ++i)
-      detail::check(cudaMemcpyAsync(dst[i], src[i], n[i], cudaMemcpyDeviceToDevice, s),
-                    "cudaMemcpyAsync(D2D)");
+      detail::check(cudaMemcpyAsync(dst[i], src[i], n[i], cudaMemcpyDefault, s),
+                    "cudaMemcpyAsync");
   }
 
   //! Enqueues on `s`: sums[0..nsums) (device memory) <- the chunk digests (detail/digest.hpp)

@@ -75,6 +75,10 @@ class NcclCommunicator {
  public:
   using stream_type = cudaStream_t;
   using device_policy = CudaPolicy;
+  //! Buffers may be pinned host memory (PinnedHostCommunicator): NCCL takes any pointer valid on
+  //! the GPU, and cudaMallocHost memory is (unified addressing). The handshake's few KiB then
+  //! need no copies to and from the device (run 91: 9-15 us less per 4 KiB sync).
+  static constexpr bool broadcasts_pinned_host = true;
 
   //! Empty: no communicator. Only assignment and destruction are valid.
   NcclCommunicator() = default;

@@ -39,22 +39,29 @@ void check_frames(PipelineRun<C>& run, const std::vector<Frame>& frames, const s
 }
 
 //! Every rank contributes one block of `block` bytes that begins with its frame `mine` (the rest
-//! of its block, if any, it has written on the device already): an all-gather over `dev` (n
-//! blocks, which stay on the device) mirrored into `host`. Returns the frames, indexed by rank.
+//! of its block, if any, it has written already, on the communication stream): an all-gather of n
+//! blocks. When run.host_exchange it runs in `host` (pinned), where the host reads the frames and
+//! a consumer's copies read the eager bytes: no copy on either side of it. Otherwise it runs over
+//! `dev` (the blocks stay on the device) and is mirrored into `host`. Returns the frames, indexed
+//! by rank.
 template <class C>
 std::vector<Frame> allgather_blocks(PipelineRun<C>& run, std::byte* dev, std::byte* host,
                                     std::size_t block, const Frame& mine,
                                     const std::string& phase) {
   const std::size_t n = run.world();
   const auto me = static_cast<std::size_t>(run.comm.rank());
+  // (The host block is free: the last exchange through it was drained, and what the stream may
+  // still write into this rank's block, its eager bytes, lies after the frame.)
   std::memcpy(host + me * block, &mine, kFrameBytes);
-  run.ws.policy.copy_from_host(dev + me * block, host + me * block, kFrameBytes,
-                               run.comm_stream());
+  std::byte* area = run.host_exchange ? host : dev;
+  if (!run.host_exchange)
+    run.ws.policy.copy_from_host(dev + me * block, host + me * block, kFrameBytes,
+                                 run.comm_stream());
   run.group([&] {
     for (std::size_t r = 0; r < n; ++r)
-      run.comm.broadcast(dev + r * block, block, static_cast<int>(r), run.comm_stream());
+      run.comm.broadcast(area + r * block, block, static_cast<int>(r), run.comm_stream());
   });
-  run.ws.policy.copy_to_host(host, dev, n * block, run.comm_stream());
+  if (!run.host_exchange) run.ws.policy.copy_to_host(host, dev, n * block, run.comm_stream());
   run.drain(phase);
   std::vector<Frame> out(n);
   for (std::size_t r = 0; r < n; ++r) std::memcpy(&out[r], host + r * block, kFrameBytes);
@@ -71,8 +78,8 @@ std::vector<Frame> allgather_frames(PipelineRun<C>& run, Frame mine, const std::
 
 //! The handshake's all-gather: every rank contributes one block of handshake_block_bytes (its
 //! frame, then its eager bytes, which the producer may have written already: see
-//! PipelineRun::eager_dev). The blocks stay on the device (the consumer reads the producer's
-//! eager bytes there); returns the frames, indexed by rank.
+//! PipelineRun::eager_at). The blocks stay where they were exchanged (the consumer reads the
+//! producer's eager bytes there); returns the frames, indexed by rank.
 template <class C>
 std::vector<Frame> exchange_handshake(PipelineRun<C>& run, Frame mine) {
   const std::size_t block = handshake_block_bytes(run.world());

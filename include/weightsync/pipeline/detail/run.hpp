@@ -9,9 +9,11 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdlib>
 #include <exception>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "weightsync/concepts.hpp"
@@ -25,6 +27,21 @@
 #include "weightsync/workspace.hpp"
 
 namespace weightsync::detail {
+
+//! Whether the framed wire's exchanges of communicator C run in pinned host memory: C opts in
+//! (PinnedHostCommunicator) and WEIGHTSYNC_EXCHANGE is not "device" (read once).
+template <class C>
+bool exchange_in_host_memory() {
+  if constexpr (PinnedHostCommunicator<C>) {
+    static const bool on = [] {
+      const char* v = std::getenv("WEIGHTSYNC_EXCHANGE");
+      return v == nullptr || std::string_view(v) != "device";
+    }();
+    return on;
+  } else {
+    return false;
+  }
+}
 
 template <class C>
 struct PipelineRun {
@@ -59,9 +76,20 @@ struct PipelineRun {
   Frame* frame_host(std::size_t i) {
     return reinterpret_cast<Frame*>(ws.frames_host.data() + i * kFrameBytes);
   }
-  //! Rank r's eager bytes in the handshake area (eager_capacity(world()) of them).
-  std::byte* eager_dev(std::size_t r) {
-    return ws.handshake.data() + r * handshake_block_bytes(world()) + kFrameBytes;
+  //! The handshake and the acknowledgement exchange their blocks in pinned host memory (see
+  //! PinnedHostCommunicator), unless WEIGHTSYNC_EXCHANGE=device: then on the device, copied to the
+  //! host after each exchange.
+  const bool host_exchange = exchange_in_host_memory<C>();
+  //! Rank r's eager bytes where the handshake exchanges them (eager_capacity(world()) of them):
+  //! in ws.handshake_host when host_exchange, else in ws.handshake.
+  std::byte* eager_at(std::size_t r) {
+    return (host_exchange ? ws.handshake_host.data() : ws.handshake.data()) + eager_offset(r);
+  }
+  //! The same bytes' place in the device area ws.handshake (where a consumer's views of them
+  //! lie when host_exchange: load_weights gets device memory).
+  std::byte* eager_dev(std::size_t r) { return ws.handshake.data() + eager_offset(r); }
+  std::size_t eager_offset(std::size_t r) const {
+    return r * handshake_block_bytes(world()) + kFrameBytes;
   }
   //! This transfer's bytes travel inside the handshake (see kFrameEager); set by the handshake.
   bool eager = false;

@@ -369,7 +369,7 @@ class TransferRun {
       fail(std::make_exception_ptr(too_many_items(owned().size())));
     if (!failure_.empty()) return false;
     ws.ensure_handshake(world * handshake_block_bytes(world));
-    byte* to = run_.eager_dev(static_cast<std::size_t>(run_.comm.rank()));
+    byte* to = run_.eager_at(static_cast<std::size_t>(run_.comm.rank()));
     ws.clear_copies();
     std::size_t off = 0;
     for (std::size_t q = 0; q < owned().size(); ++q) {
@@ -737,7 +737,9 @@ class TransferRun {
 
   //! The roots' bytes came with the handshake (kFrameEager), each root's pieces back to back in
   //! its eager bytes: copies them to their places and hands the rest to load_weights, on the
-  //! communication stream (whose final drain then covers them: one wait for the whole sync).
+  //! communication stream (whose final drain then covers them: one wait for the whole sync). When
+  //! they were exchanged in pinned host memory, a tensor handed to load_weights is copied to the
+  //! device area first (in the same batch): a view is device memory.
   void receive_eager() {
     const std::size_t cap = eager_capacity(run_.world());
     auto& ws = run_.ws;
@@ -750,15 +752,19 @@ class TransferRun {
       if (plan().root_bytes(r) > cap)
         throw protocol_error(rank, cat("rank ", rank, " sent ", plan().root_bytes(r),
                                        " bytes with the handshake, where ", cap, " fit"));
-      byte* from = run_.eager_dev(static_cast<std::size_t>(rank));
+      byte* from = run_.eager_at(static_cast<std::size_t>(rank));
+      byte* dev = run_.eager_dev(static_cast<std::size_t>(rank));
       std::size_t off = 0;
       for (std::size_t q = 0; q < plan().owned[static_cast<std::size_t>(r)].size(); ++q) {
         const ShardPiece& piece = plan().piece_at(r, q);
         if (piece.bytes() == 0) continue;
-        if (byte* base = assembled(piece.tensor))
+        if (byte* base = assembled(piece.tensor)) {
           copy_piece(base, piece, from + off);
-        else
-          at[piece.tensor] = from + off;  // a one-piece tensor: a view of the eager bytes
+        } else {
+          // A one-piece tensor: a view of the eager bytes (on the device).
+          if (from != dev) ws.add_copy(dev + off, from + off, piece.bytes());
+          at[piece.tensor] = dev + off;
+        }
         off += piece.bytes();
       }
     }
