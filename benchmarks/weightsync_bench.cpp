@@ -84,6 +84,13 @@ constexpr const char* kSharedNote = "shared GPU, NCCL net transport: functional,
   const char* v = std::getenv(kSharedGpuVar);
   return v && std::string(v) == "1";
 }
+// Set by the launcher in the ranks it starts: they run on this host (a shared-memory barrier can
+// join them).
+constexpr const char* kOneHostVar = "WS_BENCH_ONE_HOST";
+[[maybe_unused]] bool one_host() {
+  const char* v = std::getenv(kOneHostVar);
+  return v && std::string(v) == "1";
+}
 
 struct Args {
   int np = 2;
@@ -233,12 +240,17 @@ usage: weightsync_bench [options]
   --copy-streams N, --piece S, --ipc-wait poll|block   ipc/p2p tuning
   --ipc-control shm|tcp  ipc/p2p: the per-sync messages through a shared-memory mailbox (default)
                        or TCP on loopback (IpcOptions::shared_memory_control)
-  --barrier B          ipc/p2p: the bench's barrier before each timed iteration. shm: a spin on
-                       a shared-memory counter, every rank leaves within about a microsecond;
-                       tcp: messages, the producer released first, its clock running one
-                       loopback latency (15-40 us under MPS) before the consumers leave; auto
-                       (default): shm under MPS, tcp without (in time slices, ranks that leave
-                       together make even the raw copy wait for the other process's slice)
+  --barrier B          the bench's barrier before each timed iteration. shm: a spin on a
+                       shared-memory counter, every rank leaves within about a microsecond (ranks
+                       on one host only); tcp (ipc/p2p): messages, the producer released first,
+                       its clock running one loopback latency (15-40 us under MPS) before the
+                       consumers leave; nccl (nccl): an all-reduce, each rank leaving when it
+                       completes there, the receiver up to ~20 us after the sender on the shared
+                       GPU's socket transport (which shortens the raw broadcast's row by as
+                       much); auto (default): shm for ranks on one host (those --np starts,
+                       unless --rank is given), except on a GPU shared without MPS (in time
+                       slices, ranks that leave together make even the raw copy wait for the
+                       other process's slice)
   -h, --help           this text
 Output: nccl-tests-style table on stdout (lines starting with # are headers), progress on stderr.
 )";
@@ -346,8 +358,8 @@ Args parse(int argc, char** argv) {
       continue;
     } else if (k == "--barrier") {
       const std::string v = val();
-      if (v != "shm" && v != "tcp" && v != "auto")
-        throw std::invalid_argument("--barrier: shm, tcp or auto, got " + v);
+      if (v != "shm" && v != "tcp" && v != "nccl" && v != "auto")
+        throw std::invalid_argument("--barrier: shm, tcp, nccl or auto, got " + v);
       a.barrier = v;
     } else if (k == "--raw-port") {
       a.raw_port = parse_int(val(), k, 1, 65535);
@@ -567,6 +579,7 @@ class Bench {
       n.blocking = true;
       raw_comm_.emplace(ws::NcclCommunicator::connect(o, n));
     }
+    ws::detail::check(cudaMalloc(reinterpret_cast<void**>(&scratch_), 64), "cudaMalloc");
     if (a.backend != "nccl") {
       o.port = a.ipc_port;
       ws::IpcOptions io;
@@ -582,8 +595,14 @@ class Bench {
                                char b = 0;  // (every rank has opened the segment after this)
                                for (int r = 0; r < a_.np; ++r) ipc_->control().broadcast(&b, 1, r);
                              });
+    } else if (a.barrier == "shm" ||
+               (a.barrier == "auto" && one_host() && (!shared_gpu() || ws::mps_active()))) {
+      // nccl: an all-reduce releases each rank when it completes there, the receiver after the
+      // sender (up to ~20 us on the socket transport), which shortens the raw row's clock on the
+      // receiver by as much (run 91). A shared-memory spin starts every rank's clock together.
+      shm_barrier_.emplace("/ws_bench_barrier_" + std::to_string(a.ipc_port), a.np, a.rank,
+                           std::chrono::seconds(a.timeout_s), [this] { comm_barrier(); });
     }
-    ws::detail::check(cudaMalloc(reinterpret_cast<void**>(&scratch_), 64), "cudaMalloc");
   }
   ~Bench() { cudaFree(scratch_); }
 
@@ -631,6 +650,9 @@ class Bench {
       }
       return;
     }
+    comm_barrier();
+  }
+  void comm_barrier() {
     comm_->all_reduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, s());
     comm_->synchronize(s());
   }
@@ -734,6 +756,10 @@ class Bench {
     if (shared_gpu() || a_.backend == "ipc") {
       std::printf("# mps: %s\n", ws::mps_note().c_str());
     }
+    if (!ipc_)
+      std::printf("# bench barrier: %s\n",
+                  shm_barrier_ ? "shm (every rank's clock starts together)"
+                               : "nccl (an all-reduce: each rank leaves when it completes there)");
     if (ipc_)
       std::printf("# ipc: copy streams %d, piece %s, waits %s, control %s, bench barrier %s\n",
                   a_.copy_streams, a_.piece ? size_label(a_.piece).c_str() : "auto",
@@ -806,9 +832,9 @@ class Bench {
       j["copy_streams"] = a_.copy_streams;
       j["ipc_wait"] = a_.ipc_block ? "block" : "poll";
       j["ipc_control"] = ipc_->shared_memory_control_active() ? "shm" : "tcp";
-      j["bench_barrier"] = shm_barrier_ ? "shm" : "tcp";
       j["piece_bytes"] = a_.piece;
     }
+    j["bench_barrier"] = shm_barrier_ ? "shm" : ipc_ ? "tcp" : "nccl";
     j["nccl_blocking"] = a_.blocking;
     j["shared_gpu"] = shared_gpu();
     j["mps"] = ws::mps_active();
@@ -1657,6 +1683,7 @@ int launch(const Args& a, const char* self) {
         ::setenv("NCCL_IB_DISABLE", "1", 0);
         ::setenv(kSharedGpuVar, "1", 1);
       }
+      ::setenv(kOneHostVar, "1", 1);
       std::vector<char*> cargv;
       for (auto& s : args) cargv.push_back(s.data());
       cargv.push_back(nullptr);
