@@ -1068,27 +1068,40 @@ class Bench {
   }
 
   // Where each side's time went in the last ipc sync (ranks 0 and 1), printed by rank 0.
+  // The ipc phases (IpcStats): the median over the syncs logged in phase_log_ (the timed ones of
+  // the row just measured), else the last sync's.
   void print_ipc_phases() {
-    const auto& x = ipc_->stats();
-    double v[6] = {x.plan_us, x.prepare_us, x.enqueue_us,
-                   x.wait_us, x.status_us,  x.pull_device_us};
+    std::vector<ws::IpcStats> log = phase_log_;
+    phase_log_.clear();
+    const bool logged = !log.empty();
+    if (!logged) log.push_back(ipc_->stats());
+    auto med = [&](double ws::IpcStats::*f) {
+      std::vector<double> v;
+      for (const auto& x : log) v.push_back(x.*f);
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    using S = ws::IpcStats;
+    double v[7] = {med(&S::ahead_us),   med(&S::plan_us), med(&S::prepare_us),
+                   med(&S::enqueue_us), med(&S::wait_us), med(&S::status_us),
+                   med(&S::pull_device_us)};
     for (double& d : v) d = sum_over_ranks(rank() == 1 ? d : 0.0);
-    double p[6] = {x.check_us,     x.source_us,  x.place_us,
-                   x.send_plan_us, x.staging_us, x.outcomes_us};
+    double p[6] = {med(&S::check_us),     med(&S::source_us),  med(&S::place_us),
+                   med(&S::send_plan_us), med(&S::staging_us), med(&S::outcomes_us)};
     for (double& d : p) d = sum_over_ranks(rank() == 0 ? d : 0.0);
     if (rank() == 0) {
       std::printf(
-          "#   producer us: check %.1f, source %.1f, place %.1f, send plan %.1f, staging "
+          "#   producer us (%s): check %.1f, source %.1f, place %.1f, send plan %.1f, staging "
           "%.1f, outcomes %.1f; control %s\n",
-          p[0], p[1], p[2], p[3], p[4], p[5],
-          ipc_->shared_memory_control_active() ? "shm" : "tcp");
+          logged ? ws::detail::cat("median of ", log.size()).c_str() : "last sync", p[0], p[1],
+          p[2], p[3], p[4], p[5], ipc_->shared_memory_control_active() ? "shm" : "tcp");
       std::printf(
-          "#   consumer us: plan %.1f, prepare %.1f, enqueue %.1f, wait %.1f, status "
-          "%.1f; "
-          "pull on device %.1f\n",
-          v[0], v[1], v[2], v[3], v[4], v[5]);
+          "#   consumer us: ahead %.1f, plan %.1f, prepare %.1f, enqueue %.1f, wait %.1f, status "
+          "%.1f; pull on device %.1f\n",
+          v[0], v[1], v[2], v[3], v[4], v[5], v[6]);
     }
   }
+  std::vector<ws::IpcStats> phase_log_;  // see print_ipc_phases
 
   // --delta: delta syncs of the layout. Both sides start from v0 (the pattern of round 1); the
   // trainer's step changes a `density` share of its bf16 elements; DeltaSource (CudaDeltaCodec)
@@ -1445,7 +1458,7 @@ class Bench {
                   else
                     poison(i);
                 },
-                [&](int) {
+                [&](int iter) {
                   auto load = [&](std::span<const ws::TensorView> batch, cudaStream_t stream) {
                     for (const auto& v : batch)
                       if (v.nbytes)
@@ -1470,6 +1483,7 @@ class Bench {
                   } else {
                     st = ws::packed_broadcast_consumer(metas, *comm_, 0, load, opt, wsp);
                   }
+                  if (ipc_ && iter >= a_.warmup) phase_log_.push_back(ipc_->stats());
                 });
             wrong += mp ? mp->count_wrong(s()) : verify();
             wrong = static_cast<unsigned long long>(sum_over_ranks(double(wrong)));
@@ -1498,7 +1512,7 @@ class Bench {
             emit(r);
             if (!mapped && !direct && !checksum) bf16_time[mode] = ev.median;
             failures += wrong != 0;
-            if (ipc_) {  // where each side's time went (ranks 0 and 1, last iteration)
+            if (ipc_) {  // where each side's time went (median over the timed syncs)
               print_ipc_phases();
             } else if (a_.protocol == "weightsync") {  // TransferStats, ranks 0 and 1, last iteration
               auto us = [](std::chrono::nanoseconds d) { return double(d.count()) / 1e3; };

@@ -238,13 +238,18 @@ class MetadataDigestCache {
       return digest_;
     digest_ = metadata_digest(metas);
     last_.assign(metas.begin(), metas.end());
+    bytes_ = 0;
+    for (const auto& m : last_) bytes_ += m.nbytes();
     valid_ = true;
     return digest_;
   }
+  //! The byte count of the metadata of the last call (the sum of its nbytes()).
+  std::uint64_t total_bytes() const noexcept { return bytes_; }
 
  private:
   std::vector<TensorMeta> last_;
   std::uint64_t digest_ = 0;
+  std::uint64_t bytes_ = 0;
   bool valid_ = false;
 };
 

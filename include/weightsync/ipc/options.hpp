@@ -64,10 +64,11 @@ struct IpcStats {
   std::size_t regions = 0;         //!< last transfer: allocations named by the plan
   std::size_t staged = 0;          //!< last transfer: tensors that went through the slots
   std::uint64_t plans_reused = 0;  //!< plans not re-sent ("same plan as round N"), cumulative
-  //! Consumer, last transfer, host microseconds: waiting for the plan, mapping and checking it,
+  //! Consumer, last transfer, host microseconds: its own checks and the copies of the last plan,
+  //! made ahead while the producer prepares (ahead); waiting for the plan, mapping and checking it,
   //! enqueueing the pulls, waiting for them, exchanging the final status; and the device time of
   //! the pulls from the producer's own memory (between events on the consumer's stream).
-  double plan_us = 0, prepare_us = 0, enqueue_us = 0, wait_us = 0, status_us = 0,
+  double ahead_us = 0, plan_us = 0, prepare_us = 0, enqueue_us = 0, wait_us = 0, status_us = 0,
          pull_device_us = 0;
   //! Producer, last transfer, host microseconds: checking the items, waiting for the source
   //! stream, placing the tensors (exports, staging layout), sending the plan, staging, and waiting

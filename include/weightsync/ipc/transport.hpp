@@ -114,10 +114,11 @@ class IpcTransport {
     Phases t;
     IpcPlan plan = ep_.plan_header(metas);
     plan.flags = plan_flags(opt);
-    std::vector<const std::byte*> src;
+    plan.total_bytes = ep_.digests.total_bytes();
+    std::vector<const std::byte*>& src = sources_;
     std::exception_ptr failure;  // the items were wrong: said in the plan, rethrown at the end
     try {
-      src = collect_sources(metas, items, plan.total_bytes);
+      collect_sources(metas, items, src);
     } catch (...) {
       failure = std::current_exception();
       plan.error = what_of(failure).substr(0, 4000);  // the consumers' decoder takes 64 KiB at most
@@ -231,6 +232,7 @@ class IpcTransport {
       } catch (...) {  // pull() meets it again, where it becomes this transfer's failure
       }
     }
+    t.mark();
     // An unreadable plan leaves us unable to follow the hand-offs: the guard aborts the transport.
     const PlanReceiver::Accepted* reused = nullptr;
     Consume c(metas, opt, load, received_.receive(ep_, reused));
@@ -255,7 +257,9 @@ class IpcTransport {
         [&](std::size_t chunk) { c.attempt([&] { pull(c, IpcWhere::staged, chunk); }); });
     if (c.ok() && c.checks) c.attempt([&] { digests_.end(ep_.stream.get()); });
     t.mark();
-    if (c.ok())
+    if (c.ok() && c.plan.num_chunks == 0 && !c.checks && !ep_.opt.blocking_waits)
+      ep_.await_event(pull_end_, opt, "ipc pull");  // the last work on the stream: one record less
+    else if (c.ok())
       ep_.await_stream(ep_.stream.get(), opt, "ipc pull");
     else
       ep_.drain(opt);  // nothing of ours may still run when the caller gets the error
@@ -277,7 +281,7 @@ class IpcTransport {
     t.mark();
     abort_on_throw.disarm();  // in step with the producer: what follows leaves the channel usable
     auto& s = ep_.stats;
-    t.store(s.plan_us, s.prepare_us, s.enqueue_us, s.wait_us, s.status_us);
+    t.store(s.ahead_us, s.plan_us, s.prepare_us, s.enqueue_us, s.wait_us, s.status_us);
     s.pull_device_us = c.ok() ? TimedEvent::elapsed(pull_begin_, pull_end_).count() : 0.0;
     finish(c);
     // Only the producer's failure (in the plan) and our own are ours to throw; another consumer's
@@ -382,20 +386,18 @@ class IpcTransport {
     }
   };
 
-  //! The items' bytes, each checked against its metadata; `total` gets their byte count.
+  //! The items' bytes into `src`, each checked against its metadata.
   template <class R>
-  static std::vector<const std::byte*> collect_sources(std::span<const TensorMeta> metas, R& items,
-                                                       std::uint64_t& total) {
-    std::vector<const std::byte*> src(metas.size(), nullptr);
+  static void collect_sources(std::span<const TensorMeta> metas, R& items,
+                              std::vector<const std::byte*>& src) {
+    src.assign(metas.size(), nullptr);
     std::size_t i = 0;
     for (auto&& item : items) {
       if (i == metas.size()) throw detail::too_many_items(metas.size());
       src[i] = static_cast<const std::byte*>(detail::checked_source(item, metas[i], i));
-      total += metas[i].nbytes();
       ++i;
     }
     if (i != metas.size()) throw detail::too_few_items(i, metas.size());
-    return src;
   }
 
   //! Every tensor in an exported allocation, or else staged (laid out in the ring).
@@ -572,6 +574,7 @@ class IpcTransport {
   detail::IpcEndpoint ep_;
   detail::PlanSender sent_;           // producer
   LastSources last_;                  // producer
+  std::vector<const std::byte*> sources_;  // producer: this sync's items' bytes
   detail::StagingRing staging_;       // producer
   detail::PlanReceiver received_;     // consumer
   detail::StagingFollower follower_;  // consumer

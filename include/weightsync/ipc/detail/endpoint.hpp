@@ -135,7 +135,8 @@ struct IpcEndpoint {
     await_event(sync, o, phase);
   }
   //! Waits for `e` within o.timeout, watching the control channel; aborts on either failure.
-  void await_event(const CudaEvent& e, const TransferOptions& o, const char* phase) {
+  template <class Event>  // CudaEvent, TimedEvent
+  void await_event(const Event& e, const TransferOptions& o, const char* phase) {
     bounded_wait([&] { return e.ready(); }, o.timeout, [&] { watch(); }, [&] { expire(o, phase); });
   }
   //! Waits (bounded) for everything this side enqueued: the copy streams and the main stream, where
