@@ -291,14 +291,14 @@ void sharded_delta_rounds(DeltaReference reference = DeltaReference::full) {
 TEST_CASE("nccl sharded delta rounds: M=2 trainer ranks -> 2 workers (four processes), pieces as "
           "blobs, bit-exact, a wrong base refused on every rank, then repaired",
           "[gpu][nccl][multi_gpu][engine][delta][sharded]") {
-  if (ws_test::ran_as_parent(2, 300s, 4)) return;
+  if (ws_test::ran_as_parent(4, 300s, 4)) return;
   sharded_delta_rounds();
 }
 
 TEST_CASE("nccl sharded delta rounds with a low-byte reference: M=2 trainer ranks -> 2 workers, "
           "bit-exact, a wrong base refused on every rank, then repaired",
           "[gpu][nccl][multi_gpu][engine][delta][sharded]") {
-  if (ws_test::ran_as_parent(2, 300s, 4)) return;
+  if (ws_test::ran_as_parent(4, 300s, 4)) return;
   sharded_delta_rounds(DeltaReference::low_byte);
 }
 

@@ -10,6 +10,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -72,11 +73,15 @@ inline bool share_gpu_requested() {
 
 //! The placement of `ranks` rank processes that want `gpus` GPUs (one per NCCL rank) on this
 //! machine's devices. A test that wants 1 GPU (CUDA IPC: colocated by design) is never "shared".
+//! NCCL ranks share when there are fewer devices than ranks, whatever `gpus` says: two ranks of
+//! one communicator on one device fail NCCL's duplicate-GPU check unless they seem to be on two
+//! hosts (run 95: 4 ranks on 2 H200s).
 inline GpuSharing gpu_sharing(int ranks, int gpus) {
   GpuSharing s;
   s.ranks = ranks;
   s.devices = device_count();
-  s.shared = gpus > 1 && s.devices > 0 && (s.devices < gpus || share_gpu_requested());
+  s.shared = gpus > 1 && s.devices > 0 &&
+             (s.devices < std::max(gpus, ranks) || share_gpu_requested());
   return s;
 }
 
