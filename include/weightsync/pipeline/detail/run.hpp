@@ -97,12 +97,17 @@ struct PipelineRun {
   stream_type slot_stream(std::size_t k) { return ws.slot_streams[k].get(); }
   std::size_t slots() const { return static_cast<std::size_t>(opt.num_buffers); }
 
-  //! Producer: orders every read of the weights after the work already enqueued on the producing
-  //! stream (TransferOptions::source_stream).
+  //! Producer: orders every read of the weights on the communication stream after the work
+  //! already enqueued on the producing stream (TransferOptions::source_stream).
   void order_after_source() {
     if (!opt.source_stream) return;
     ws.policy.record(*ws.source_ready, ws.policy.external_stream(opt.source_stream));
     ws.policy.wait(comm_stream(), *ws.source_ready);
+  }
+  //! The same for the slot streams (after order_after_source), where a data phase packs; an eager
+  //! transfer reads the weights on the communication stream only.
+  void order_slots_after_source() {
+    if (!opt.source_stream) return;
     for (std::size_t k = 0; k < slots(); ++k) ws.policy.wait(slot_stream(k), *ws.source_ready);
   }
 

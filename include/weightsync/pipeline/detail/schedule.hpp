@@ -125,6 +125,7 @@ class TransferRun {
       try {
         run_.order_after_source();
         eager = pack_eager();
+        if (!eager) run_.order_slots_after_source();
         if (!eager && S > 0 && plan().chunk(mine_, 0)) prepare(0);  // overlaps the handshake
       } catch (const std::exception& e) {
         run_.abort_comm(e.what());
@@ -136,6 +137,8 @@ class TransferRun {
     id_ = plan().framed ? handshake(run_, eager ? kFrameEager : 0) : 0;
     std::vector<Frame> acks;
     try {
+      // This root packed eagerly but another did not (sharded): the data phase packs after all.
+      if (eager && !run_.eager) run_.order_slots_after_source();
       if (receives()) lay_out(root() ? nullptr : &run_.opt.destination);
       if (!root() && !run_.eager) reused = ws.ensure_slots(slot_need_, K) && reused;
       run_.begin_data();
@@ -164,7 +167,8 @@ class TransferRun {
       if (plan().framed) acks = conclude(run_, id_, failure_);
       if (!root() && !run_.eager)
         for (std::size_t k = 0; k < K; ++k) run_.await(ws.unpacked[k], "unpack");
-      run_.drain("broadcast");
+      // (An eager root that receives nothing enqueued nothing since the exchanges' own drains.)
+      if (!(run_.eager && root() && !receives())) run_.drain("broadcast");
     } catch (const std::exception& e) {
       // Operations may be in flight or a peer may be waiting on us: fail fast on every rank.
       run_.abort_comm(failure_.empty() ? e.what() : failure_);
