@@ -194,6 +194,9 @@ void sharded_delta_rounds(DeltaReference reference = DeltaReference::full) {
   const EngineOptions eo = ws_test::gpu_engine_options("nccl", device, 60s);
   const std::string dir = "/tmp/ws_sharded_delta_" + std::to_string(r.port);
   (void)::mkdir(dir.c_str(), 0700);  // (every rank: whichever comes first makes it)
+  // Rank 0 removes it when it leaves: by then every rank has read what it needed (each round's
+  // files are read before its sync, which needs every rank, and rank 0's last sync ends last).
+  const ws_test::RemoveAtExit cleanup(r.rank == 0 ? dir : "");
   const auto metas = layouts::small1b();
   CudaStream s(device);
   ws_test::DeviceModel model(metas, device);  // the trainer's full model (and the worker's twin)

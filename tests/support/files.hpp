@@ -18,6 +18,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 
 namespace ws_test {
 
@@ -44,6 +45,23 @@ class TempDir {
  private:
   std::string path_;
   pid_t owner_;
+};
+
+//! Removes `path` with its files at scope exit (nothing when empty): a folder that several of a
+//! test's processes share, removed by the one that, by design, is the last to use it.
+class RemoveAtExit {
+ public:
+  explicit RemoveAtExit(std::string path) : path_(std::move(path)) {}
+  RemoveAtExit(const RemoveAtExit&) = delete;
+  RemoveAtExit& operator=(const RemoveAtExit&) = delete;
+  ~RemoveAtExit() {
+    if (path_.empty()) return;
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+
+ private:
+  std::string path_;
 };
 
 inline void write_file(const std::string& path, const std::string& text) {

@@ -152,15 +152,13 @@ class ShardedDeltaSource {
     const auto started = std::chrono::steady_clock::now();
     layout();
     collect();
-    const bool whole = !has_ref_ || pending_ || ref_metas_ != metas_ || ref_specs_ != specs_ ||
-                       opt_.mode == DeltaMode::never ||
-                       (opt_.anchor_every > 0 && rounds_ % opt_.anchor_every == 0);
-    pending_ = true;
+    const bool whole = round_.whole(opt_.anchor_every) || ref_metas_ != metas_ ||
+                       ref_specs_ != specs_ || opt_.mode == DeltaMode::never;
+    round_.begin(std::move(version));
     prepared_ = false;
     refs_hold_target_ = false;
-    target_ = std::move(version);
     stats_ = DeltaStats{};
-    mine_ = DeltaPart{me_, target_, has_ref_ ? base_ : std::string(), whole, {}};
+    mine_ = DeltaPart{me_, round_.target, round_.has_ref ? round_.base : std::string(), whole, {}};
     job_of_.assign(own_.size(), kNoJob);
     if (!whole) {
       std::vector<delta::DeltaJob> jobs;
@@ -203,7 +201,7 @@ class ShardedDeltaSource {
   //! @throws config_error naming the rank whose part disagrees (another version or base, a
   //!   count of pieces that is not its own), or an `info` that does not describe the source.
   UpdateRequest prepare(std::span<const DeltaPart> parts, UpdateRequest info) {
-    if (!pending_ || prepared_)
+    if (!round_.pending || prepared_)
       throw state_error("ShardedDeltaSource::prepare without measure (or twice)");
     const auto started = std::chrono::steady_clock::now();
     if (info.metas != metas_)
@@ -227,9 +225,9 @@ class ShardedDeltaSource {
       throw config_error("parts", detail::cat("rank ", me_, "'s part is not what this rank measured"));
     bool whole = false;
     for (const auto* p : by_rank) {
-      if (p->version != target_)
+      if (p->version != round_.target)
         throw config_error("parts", detail::cat("rank ", p->rank, " measured version '", p->version,
-                                                "', rank ", me_, " '", target_, "'"));
+                                                "', rank ", me_, " '", round_.target, "'"));
       whole = whole || p->whole;
     }
     std::vector<std::size_t> held(by_rank.size(), 0);  // pieces per rank
@@ -365,17 +363,14 @@ class ShardedDeltaSource {
                      numel(k), static_cast<unsigned>(dtype_size(t.dtype)), t.name);
     }
     codec_.finish();
-    has_ref_ = true;
-    pending_ = false;
+    round_.committed(true);
     prepared_ = false;
-    base_ = target_;
-    ++rounds_;
     stats_.commit = std::chrono::duration_cast<std::chrono::nanoseconds>(
         std::chrono::steady_clock::now() - started);
   }
 
   //! Forgets the reference's standing: the next round goes whole.
-  void invalidate() { has_ref_ = false; }
+  void invalidate() { round_.has_ref = false; }
 
   //! The receivers already hold the source's current tensors as `version`: this rank's pieces
   //! become the reference without a round (every trainer rank seeds the same version).
@@ -387,13 +382,11 @@ class ShardedDeltaSource {
     for (std::size_t k = 0; k < own_.size(); ++k)
       if (piece(k).contiguous()) seed_ref(k);
     codec_.finish();
-    has_ref_ = true;
-    pending_ = false;
+    round_.seeded(std::move(version));
     prepared_ = false;
-    base_ = std::move(version);
   }
 
-  const std::string& base_version() const { return base_; }
+  const std::string& base_version() const { return round_.base; }
   //! This rank's share of the last round (its pieces' bytes, wire bytes and counts).
   const DeltaStats& stats() const { return stats_; }
   //! The reference's memory on this rank, in bytes.
@@ -524,13 +517,11 @@ class ShardedDeltaSource {
   DeltaUpdate delta_;
   DeltaPart mine_;
   DeltaStats stats_;
-  std::string base_, target_;
+  detail::DeltaRounds round_;
   std::chrono::steady_clock::duration measure_time_{};
   static constexpr bool kMeasureUpdates = detail::codec_measure_updates<Codec>;
   static constexpr bool kLowByte = detail::codec_low_byte<Codec>;
-  bool has_ref_ = false, pending_ = false, prepared_ = false, refs_hold_target_ = false,
-       whole_round_ = false;
-  std::uint64_t rounds_ = 0;
+  bool prepared_ = false, refs_hold_target_ = false, whole_round_ = false;
   static constexpr std::byte marker_byte_{0};
 };
 

@@ -167,6 +167,39 @@ inline constexpr bool codec_low_byte = [] {
   else
     return false;
 }();
+//! The round bookkeeping of DeltaSource and ShardedDeltaSource: the version the receivers hold
+//! (base), the one the measured round makes (target), and whether the references hold base.
+struct DeltaRounds {
+  std::string base, target;
+  bool has_ref = false;      //!< the references hold `base`: a round may be a delta
+  bool pending = false;      //!< a round was measured and not committed
+  std::uint64_t count = 0;   //!< rounds committed
+  //! Whether the next round goes whole by this bookkeeping alone: no reference, a round left
+  //! uncommitted, or an anchor round (every `anchor_every`-th; 0: none).
+  bool whole(int anchor_every) const {
+    return !has_ref || pending ||
+           (anchor_every > 0 && count % static_cast<std::uint64_t>(anchor_every) == 0);
+  }
+  //! A round toward `version` was measured.
+  void begin(std::string version) {
+    pending = true;
+    target = std::move(version);
+  }
+  //! The measured round landed: its version is the receivers' base now; `kept`: the references
+  //! hold it.
+  void committed(bool kept) {
+    has_ref = kept;
+    pending = false;
+    base = target;
+    ++count;
+  }
+  //! The receivers hold `version` already, and the references were made from it.
+  void seeded(std::string version) {
+    has_ref = true;
+    pending = false;
+    base = std::move(version);
+  }
+};
 }  // namespace detail
 
 //! The host codec (host memory: the host backend). measure, encode and apply spread the tensors
@@ -325,12 +358,10 @@ class DeltaSource {
     // A link as fast as the diff: deltas cannot win; no reference is kept either.
     fast_link_ = opt_.mode == DeltaMode::automatic && link_rate_ > 0 &&
                  link_rate_ >= (1.0 - wire_share_) * encode_rate_;
-    const bool whole = !has_ref_ || pending_ || ref_metas_ != metas_ ||
-                       opt_.mode == DeltaMode::never || fast_link_ ||
-                       (opt_.anchor_every > 0 && rounds_ % opt_.anchor_every == 0);
-    pending_ = true;
+    const bool whole = round_.whole(opt_.anchor_every) || ref_metas_ != metas_ ||
+                       opt_.mode == DeltaMode::never || fast_link_;
+    round_.begin(std::move(version));
     refs_hold_target_ = false;
-    target_ = std::move(version);
     stats_ = DeltaStats{};
     stats_.whole_round = whole;
     DeltaUpdate d;
@@ -338,7 +369,7 @@ class DeltaSource {
     d.payload_bytes.assign(metas_.size(), -1);
     blob_at_.assign(metas_.size(), 0);
     if (!whole) {
-      d.base_version = base_;
+      d.base_version = round_.base;
       std::vector<delta::DeltaJob> jobs;
       for (std::size_t i = 0; i < metas_.size(); ++i)
         jobs.push_back({data_[i], Codec::data(refs_[i]), metas_[i].numel(),
@@ -391,7 +422,7 @@ class DeltaSource {
     info.delta = std::move(d);
     info.sparse_counts.reset();
     info.validate();
-    wire_ = wire_cache_.get(info, base_);  // (the last round's when it is the same)
+    wire_ = wire_cache_.get(info, round_.base);  // (the last round's when it is the same)
     delta_ = *info.delta;
     stats_.encode = std::chrono::duration_cast<std::chrono::nanoseconds>(
         std::chrono::steady_clock::now() - started);
@@ -419,7 +450,7 @@ class DeltaSource {
 
   //! The prepared round's tensors (WeightSource): the marker, blobs and whole tensors.
   AnyTensorRange iterate() {
-    if (!pending_) throw state_error("DeltaSource::iterate before prepare");
+    if (!round_.pending) throw state_error("DeltaSource::iterate before prepare");
     return AnyTensorRange([this, k = std::size_t{0}](SourceTensorRef& out) mutable {
       if (k >= wire_->metas.size()) return false;
       const auto& x = wire_->what[k];
@@ -461,15 +492,12 @@ class DeltaSource {
   double encode_bytes_per_s() const { return encode_rate_; }
 
   void commit() {
-    if (!pending_) throw state_error("DeltaSource::commit without a prepared round");
+    if (!round_.pending) throw state_error("DeltaSource::commit without a prepared round");
     const auto started = std::chrono::steady_clock::now();
     if (fast_link_) {  // whole rounds only: no reference to keep up to date
       refs_.clear();
       ref_metas_.clear();
-      has_ref_ = false;
-      pending_ = false;
-      base_ = target_;
-      ++rounds_;
+      round_.committed(false);
       return;
     }
     alloc_refs();
@@ -487,16 +515,13 @@ class DeltaSource {
                      static_cast<unsigned>(dtype_size(metas_[i].dtype)), metas_[i].name);
     }
     codec_.finish();
-    has_ref_ = true;
-    pending_ = false;
-    base_ = target_;
-    ++rounds_;
+    round_.committed(true);
     stats_.commit = std::chrono::duration_cast<std::chrono::nanoseconds>(
         std::chrono::steady_clock::now() - started);
   }
 
   //! Forgets the reference's standing: the next round goes whole.
-  void invalidate() { has_ref_ = false; }
+  void invalidate() { round_.has_ref = false; }
 
   //! The receivers already hold the source's current tensors as `version` (they loaded the same
   //! checkpoint): those become the reference without a round, and the next round a delta.
@@ -507,13 +532,11 @@ class DeltaSource {
     alloc_refs();
     for (std::size_t i = 0; i < metas_.size(); ++i) seed_ref(i);
     codec_.finish();
-    has_ref_ = true;
-    pending_ = false;
-    base_ = std::move(version);
+    round_.seeded(std::move(version));
   }
 
   //! The version the next delta builds on ("" before the first commit).
-  const std::string& base_version() const { return base_; }
+  const std::string& base_version() const { return round_.base; }
   const DeltaStats& stats() const { return stats_; }
   //! The reference's memory, in bytes.
   std::uint64_t reference_bytes() const {
@@ -582,12 +605,11 @@ class DeltaSource {
   std::shared_ptr<const detail::UpdateWire> wire_ = std::make_shared<const detail::UpdateWire>();
   DeltaUpdate delta_;
   DeltaStats stats_;
-  std::string base_, target_;
+  detail::DeltaRounds round_;
   static constexpr bool kMeasureUpdates = detail::codec_measure_updates<Codec>;
   static constexpr bool kLowByte = detail::codec_low_byte<Codec>;
-  bool has_ref_ = false, pending_ = false, fast_link_ = false, refs_hold_target_ = false;
+  bool fast_link_ = false, refs_hold_target_ = false;
   double encode_rate_ = 0, link_rate_ = 0, wire_share_ = 0;
-  std::uint64_t rounds_ = 0;
   static constexpr std::byte marker_byte_{0};
 };
 
