@@ -1097,7 +1097,7 @@ class Bench {
           p[2], p[3], p[4], p[5], ipc_->shared_memory_control_active() ? "shm" : "tcp");
       std::printf(
           "#   consumer us: ahead %.1f, plan %.1f, prepare %.1f, enqueue %.1f, wait %.1f, status "
-          "%.1f; pull on device %.1f\n",
+          "%.1f; pull on device %.1f (sampled)\n",
           v[0], v[1], v[2], v[3], v[4], v[5], v[6]);
     }
   }

@@ -63,6 +63,10 @@ struct Tuning {
     //! Pieces below this go through one launch of the batched copy kernel rather than one
     //! copy-engine operation each.
     static constexpr std::size_t kernel_below_bytes = std::size_t{256} << 10;
+    //! A consumer times its pulls on the device (IpcStats::pull_device_us) on one sync in this
+    //! many, the first included: the extra event costs a few microseconds of host time under MPS,
+    //! on the path of every small sync.
+    static constexpr std::uint64_t time_pulls_every = 16;
   };
 
   //! The host transport (host/communicator.hpp).

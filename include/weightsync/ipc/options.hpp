@@ -67,7 +67,8 @@ struct IpcStats {
   //! Consumer, last transfer, host microseconds: its own checks and the copies of the last plan,
   //! made ahead while the producer prepares (ahead); waiting for the plan, mapping and checking it,
   //! enqueueing the pulls, waiting for them, exchanging the final status; and the device time of
-  //! the pulls from the producer's own memory (between events on the consumer's stream).
+  //! the pulls from the producer's own memory (between events on the consumer's stream; taken on
+  //! one sync in Tuning::Ipc::time_pulls_every, the first included: the last one taken).
   double ahead_us = 0, plan_us = 0, prepare_us = 0, enqueue_us = 0, wait_us = 0, status_us = 0,
          pull_device_us = 0;
   //! Producer, last transfer, host microseconds: checking the items, waiting for the source

@@ -47,6 +47,7 @@
 #include "weightsync/shard.hpp"
 #include "weightsync/tensor_meta.hpp"
 #include "weightsync/transfer_options.hpp"
+#include "weightsync/tuning.hpp"
 
 namespace weightsync {
 
@@ -242,8 +243,10 @@ class IpcTransport {
     t.mark();
     c.checks = c.plan.error.empty() && (c.plan.flags & kIpcPlanChecksum) != 0;
     if (c.ok() && c.checks) c.attempt([&] { digests_.begin(metas.size(), ep_.stream.get()); });
+    // (The device time of the pulls: on one sync in Tuning::Ipc::time_pulls_every.)
+    const bool timed = c.ok() && pulls_++ % Tuning::Ipc::time_pulls_every == 0;
     if (c.ok()) {
-      pull_begin_.record(ep_.stream.get());
+      if (timed) pull_begin_.record(ep_.stream.get());
       c.attempt([&] {
         if (pre.valid && reused != nullptr && reused == received_.last())
           issue(c, pre.pieces, pre.views, pre.spans);
@@ -282,7 +285,10 @@ class IpcTransport {
     abort_on_throw.disarm();  // in step with the producer: what follows leaves the channel usable
     auto& s = ep_.stats;
     t.store(s.ahead_us, s.plan_us, s.prepare_us, s.enqueue_us, s.wait_us, s.status_us);
-    s.pull_device_us = c.ok() ? TimedEvent::elapsed(pull_begin_, pull_end_).count() : 0.0;
+    if (!c.ok())
+      s.pull_device_us = 0.0;
+    else if (timed)
+      s.pull_device_us = TimedEvent::elapsed(pull_begin_, pull_end_).count();
     finish(c);
     // Only the producer's failure (in the plan) and our own are ours to throw; another consumer's
     // failure is the producer's business.
@@ -580,6 +586,7 @@ class IpcTransport {
   detail::StagingFollower follower_;  // consumer
   detail::IpcDigests digests_;        // TransferOptions::checksum
   TimedEvent pull_begin_, pull_end_;  // consumer: the device time of the pulls
+  std::uint64_t pulls_ = 0;           // consumer: syncs that pulled (pull_end_ ends each)
 };
 
 }  // namespace weightsync
