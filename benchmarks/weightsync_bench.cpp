@@ -63,6 +63,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "host_bench.hpp"
@@ -1071,8 +1072,7 @@ class Bench {
   // The ipc phases (IpcStats): the median over the syncs logged in phase_log_ (the timed ones of
   // the row just measured), else the last sync's.
   void print_ipc_phases() {
-    std::vector<ws::IpcStats> log = phase_log_;
-    phase_log_.clear();
+    std::vector<ws::IpcStats> log = std::exchange(phase_log_, {});
     const bool logged = !log.empty();
     if (!logged) log.push_back(ipc_->stats());
     auto med = [&](double ws::IpcStats::*f) {

@@ -115,7 +115,7 @@ class IpcTransport {
     Phases t;
     IpcPlan plan = ep_.plan_header(metas);
     plan.flags = plan_flags(opt);
-    plan.total_bytes = ep_.digests.total_bytes();
+    plan.total_bytes = ep_.digests.total_bytes();  // (of `metas`: plan_header just asked)
     std::vector<const std::byte*>& src = sources_;
     std::exception_ptr failure;  // the items were wrong: said in the plan, rethrown at the end
     try {
@@ -569,7 +569,7 @@ class IpcTransport {
   //! failure is this one's too.
   void receive_verdict(Consume& c, const TransferOptions& opt) {
     std::string v;
-    ep_.channel().guarded([&] { v = ep_.channel().receive_blob(4 + 4000, "ipc verdict"); });
+    ep_.channel().guarded([&] { v = ep_.channel().receive_blob(detail::IpcVerdict::kMaxBytes, "ipc verdict"); });
     const auto verdict = detail::IpcVerdict::decode(v, size());
     const int first = verdict.first;
     if (first < 0 || first == rank() || !c.ok() || !opt.all_or_nothing) return;

@@ -9,6 +9,7 @@
 //! the channel so that no peer waits for a step this side will never take.
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <exception>
@@ -165,11 +166,15 @@ struct IpcVerdict {
   std::int32_t first = -1;
   std::string text;
 
-  //! At most 4000 bytes of the text travel.
+  //! At most this many bytes of the text travel.
+  static constexpr std::size_t kTextBytes = 4000;
+  //! The longest encoded verdict (what a consumer accepts).
+  static constexpr std::size_t kMaxBytes = 4 + kTextBytes;
+
   std::string encode() const {
     std::string v(4, '\0');
     std::memcpy(v.data(), &first, 4);
-    return v + text.substr(0, 4000);
+    return v + text.substr(0, kTextBytes);
   }
   //! The verdict of a group of `size` ranks (consumers 1..size-1).
   //! @throws protocol_error(0) when it is shorter than its header or names no consumer and not -1.
