@@ -34,6 +34,7 @@
 #include <weightsync/config.hpp>
 #include <weightsync/layouts.hpp>
 #include <weightsync/packed_broadcast.hpp>
+#include <weightsync/sealed_metadata.hpp>
 #if WEIGHTSYNC_BENCH_GPU
 #include <weightsync/cuda/delta_source.hpp>
 #include <weightsync/cuda/event.hpp>
@@ -107,6 +108,7 @@ struct Args {
   bool ipc_block = false;                    // IpcOptions::blocking_waits (--ipc-wait block)
   bool ipc_tcp = false;  // IpcOptions::shared_memory_control = false (--ipc-control tcp)
   std::string barrier = "auto";  // --barrier: ipc's per-iteration barrier (shm, tcp, auto)
+  bool sealed = true;             // --metadata sealed|span (ipc): SealedMetadata or a span
   std::size_t piece = 0;  // IpcOptions::piece_bytes (0: automatic)
   int warmup = 3;
   int iters = 10;
@@ -241,6 +243,9 @@ usage: weightsync_bench [options]
   --copy-streams N, --piece S, --ipc-wait poll|block   ipc/p2p tuning
   --ipc-control shm|tcp  ipc/p2p: the per-sync messages through a shared-memory mailbox (default)
                        or TCP on loopback (IpcOptions::shared_memory_control)
+  --metadata M         ipc/p2p: sealed (default: the layout as a SealedMetadata, its digest
+                       computed once) or span (a std::span<const TensorMeta>: every sync
+                       compares the list with the last one, a pass over every name and shape)
   --barrier B          the bench's barrier before each timed iteration. shm: a spin on a
                        shared-memory counter, every rank leaves within about a microsecond (ranks
                        on one host only); tcp (ipc/p2p): messages, the producer released first,
@@ -307,6 +312,11 @@ Args parse(int argc, char** argv) {
       if (w != "poll" && w != "block")
         throw std::invalid_argument("--ipc-wait must be poll or block, got " + w);
       a.ipc_block = w == "block";
+    } else if (k == "--metadata") {
+      const std::string v = val();
+      if (v != "sealed" && v != "span")
+        throw std::invalid_argument("--metadata: sealed or span, got " + v);
+      a.sealed = v == "sealed";
     } else if (k == "--ipc-control") {
       const std::string w = val();
       if (w != "shm" && w != "tcp")
@@ -762,10 +772,11 @@ class Bench {
                   shm_barrier_ ? "shm (every rank's clock starts together)"
                                : "nccl (an all-reduce: each rank leaves when it completes there)");
     if (ipc_)
-      std::printf("# ipc: copy streams %d, piece %s, waits %s, control %s, bench barrier %s\n",
-                  a_.copy_streams, a_.piece ? size_label(a_.piece).c_str() : "auto",
-                  a_.ipc_block ? "block" : "poll", a_.ipc_tcp ? "tcp" : "shm",
-                  shm_barrier_ ? "shm" : "tcp");
+      std::printf(
+          "# ipc: copy streams %d, piece %s, waits %s, control %s, bench barrier %s, metadata %s\n",
+          a_.copy_streams, a_.piece ? size_label(a_.piece).c_str() : "auto",
+          a_.ipc_block ? "block" : "poll", a_.ipc_tcp ? "tcp" : "shm", shm_barrier_ ? "shm" : "tcp",
+          a_.sealed ? "sealed" : "span");
     for (const auto& l : lines_) std::printf("%s\n", l.c_str());
     std::fflush(stdout);
   }
@@ -1330,6 +1341,10 @@ class Bench {
 
   int run_layout(const std::string& layout) {
     const auto metas = ws::layouts::by_name(layout);
+    // ipc: the list the syncs are given (--metadata); items and destinations point into it.
+    const ws::SealedMetadata sealed(metas);
+    const bool use_sealed = ipc_ && a_.sealed;
+    const ws::TensorMeta* const listed = use_sealed ? sealed.metas().data() : metas.data();
     ws_test::DeviceModel model(metas, device_, a_.gap);
     const std::size_t bytes = model.bytes();
     print_table_header(layout, metas, bytes);
@@ -1420,7 +1435,7 @@ class Bench {
             if (ipc_) ipc_->options().export_sources = mode != "staged";
             if (ipc_) ipc_->options().checksum_copy = checksum != 2;
             auto index = [&](const ws::TensorMeta* m) {
-              return static_cast<std::size_t>(m - metas.data());
+              return static_cast<std::size_t>(m - listed);
             };
             if (zc && !producer)
               opt.destination = [&](const ws::TensorMeta& m) -> void* {
@@ -1445,7 +1460,7 @@ class Bench {
             }
             std::vector<ws::SourceTensorRef> items;
             for (std::size_t i = 0; i < metas.size(); ++i)
-              items.push_back({&metas[i], model.data(i)});
+              items.push_back({listed + i, model.data(i)});
             ws::workspace_for<ws::NcclCommunicator> wsp{ws::CudaPolicy(device_)};
             unsigned long long wrong = 0;
             ws::TransferStats st;
@@ -1469,9 +1484,12 @@ class Bench {
                   };
                   if (ipc_ && producer) {
                     opt.source_stream = s();
-                    st = ipc_->send(metas, items, opt);
+                    st = use_sealed ? ipc_->send(sealed, items, opt) : ipc_->send(metas, items, opt);
                   } else if (ipc_ && mp) {
-                    st = ipc_->receive(metas, opt, mp->plan().loader<cudaStream_t>());
+                    st = use_sealed ? ipc_->receive(sealed, opt, mp->plan().loader<cudaStream_t>())
+                                    : ipc_->receive(metas, opt, mp->plan().loader<cudaStream_t>());
+                  } else if (ipc_ && use_sealed) {
+                    st = ipc_->receive(sealed, opt, load);
                   } else if (ipc_) {
                     st = ipc_->receive(metas, opt, load);
                   } else if (producer) {

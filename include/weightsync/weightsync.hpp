@@ -22,6 +22,7 @@
 #include "weightsync/log.hpp"
 #include "weightsync/packed_broadcast.hpp"
 #include "weightsync/safetensors.hpp"
+#include "weightsync/sealed_metadata.hpp"
 #include "weightsync/shard.hpp"
 #include "weightsync/sharded_broadcast.hpp"
 #include "weightsync/tensor_meta.hpp"

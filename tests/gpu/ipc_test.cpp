@@ -313,6 +313,67 @@ TEST_CASE("ipc faults keep the transport usable: bad item, failing load_weights,
   REQUIRE(round_trip(p, metas, model, opt, 3, Mode::views) == 0);
 }
 
+TEST_CASE("ipc with SealedMetadata: bit-exact, plans reused, a mismatch named on both sides",
+          "[gpu][ipc]") {
+  if (ws_test::ran_as_parent(1, 120s)) return;
+  Peer p = connect_peer(Kind::ipc);
+  const auto metas = ws_test::mixed_layout();
+  const SealedMetadata sealed(metas);
+  ws_test::DeviceModel model(metas, p.device);
+  const cudaStream_t s = p.stream.get();
+  TransferOptions opt;
+  auto nothing = [](std::span<const TensorView>, cudaStream_t) {};
+  // The items point at the sealed list (the cheap identity check), the destinations are found
+  // from it.
+  std::vector<SourceTensorRef> items;
+  for (std::size_t i = 0; i < sealed.size(); ++i) items.push_back({&sealed[i], model.data(i)});
+  auto sealed_round = [&](std::uint64_t round, Mode mode) -> unsigned long long {
+    if (p.rank == 0) {
+      model.fill(round, s);
+      opt.source_stream = s;
+      p.t.send(sealed, items, opt);
+      return 0;
+    }
+    return ws_test::receive_round(sealed, model, opt, s, round, mode,
+                                  [&](const auto& o, auto load) { p.t.receive(sealed, o, load); });
+  };
+  // 1. Both sides sealed: every byte, and from the second sync on the plan of the first.
+  for (std::uint64_t round = 1; round <= 3; ++round)
+    REQUIRE(sealed_round(round, round % 2 ? Mode::zero_copy : Mode::views) == 0);
+  CHECK(p.t.stats().plans_reused == 2);
+  // 2. A sealed list on one side and the same list as a span on the other agree.
+  if (p.rank == 0)
+    REQUIRE(sealed_round(4, Mode::zero_copy) == 0);
+  else
+    REQUIRE(ws_test::receive_round(metas, model, opt, s, 4, Mode::zero_copy,
+                                   [&](const auto& o, auto load) { p.t.receive(metas, o, load); }) ==
+            0);
+  // 3. The consumer's sealed list has other shapes: both sides say so, and nothing is copied.
+  if (p.rank == 0) {
+    try {
+      p.t.send(sealed, items, opt);
+      FAIL("the producer did not see the consumer's mismatch");
+    } catch (const protocol_error& e) {
+      CHECK(std::string(e.what()).find("differ from this consumer's") != std::string::npos);
+    }
+  } else {
+    auto other = metas;
+    other[3].shape = {1024, 1023};
+    const SealedMetadata theirs(std::move(other));
+    ws_test::poison_now(model, s);
+    opt.destination = [&](const TensorMeta& m) -> void* {
+      return model.data(static_cast<std::size_t>(&m - theirs.metas().data()));
+    };
+    REQUIRE_THROWS_AS(p.t.receive(theirs, opt, nothing), protocol_error);
+    opt.destination = nullptr;
+    ws_test::DeviceModel untouched(metas, p.device);
+    ws_test::poison_now(untouched, s);
+    CHECK(model.count_diff(untouched, s) == 0);
+  }
+  REQUIRE(p.t.healthy());
+  REQUIRE(sealed_round(5, Mode::views) == 0);
+}
+
 TEST_CASE("ipc consumer killed mid-transfer: the producer fails within the deadline",
           "[gpu][ipc]") {
   if (ws_test::ran_as_parent_killing(1, 1, 8000ms, 120s)) return;

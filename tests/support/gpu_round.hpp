@@ -51,7 +51,7 @@ void send_round(const std::vector<weightsync::TensorMeta>& metas, const DeviceMo
 //! opt.destination set for Mode::zero_copy), and returns the bytes that differ from round
 //! `round`'s pattern.
 template <class Receive>
-unsigned long long receive_round(const std::vector<weightsync::TensorMeta>& metas,
+unsigned long long receive_round(std::span<const weightsync::TensorMeta> metas,
                                  const DeviceModel& model, weightsync::TransferOptions opt,
                                  cudaStream_t s, std::uint64_t round, Mode mode,
                                  Receive&& receive) {

@@ -6,6 +6,7 @@
 // usable, and the failure of one sync is reported in the next handshake.
 #include <weightsync/host/communicator.hpp>
 #include <weightsync/packed_broadcast.hpp>
+#include <weightsync/sealed_metadata.hpp>
 
 #include <chrono>
 #include <cstring>
@@ -237,6 +238,51 @@ TEST_CASE("metadata digest cache: the same digest as the hash, and a change in p
   metas.pop_back();
   CHECK(cache(metas) == detail::metadata_digest(metas));
   CHECK(cache(std::span<const TensorMeta>{}) == detail::metadata_digest({}));
+}
+
+TEST_CASE("metadata digest cache: the byte count with the digest, and an invalid list kept nowhere",
+          "[unit][eager]") {
+  detail::MetadataDigestCache cache;
+  auto metas = small();
+  const auto s = cache.of(metas);
+  CHECK(s.digest == detail::metadata_digest(metas));
+  CHECK(s.bytes == total_bytes(metas));
+  metas[0].shape = {-1, 32};  // invalid: refused, and not taken for the last list
+  REQUIRE_THROWS_AS(cache.of(metas), config_error);
+  REQUIRE_THROWS_AS(cache.of(metas), config_error);
+  metas[0].shape = {32, 32};
+  CHECK(cache.of(metas).digest == s.digest);
+  CHECK(cache.of(metas).bytes == s.bytes);
+}
+
+TEST_CASE("SealedMetadata: its digest and bytes are the list's, a moved-from list is the empty one",
+          "[unit][eager]") {
+  const auto metas = small();
+  SealedMetadata sealed(metas);
+  CHECK(sealed.digest() == detail::metadata_digest(metas));
+  CHECK(sealed.total_bytes() == total_bytes(metas));
+  REQUIRE(sealed.size() == metas.size());
+  CHECK(sealed[3] == metas[3]);
+  const std::span<const TensorMeta> view = sealed;  // every span API takes it
+  CHECK(view.data() == sealed.metas().data());
+  const SealedMetadata copy = sealed;
+  CHECK(copy.digest() == sealed.digest());
+  SealedMetadata moved = std::move(sealed);
+  CHECK(moved.digest() == detail::metadata_digest(metas));
+  CHECK(sealed.size() == 0);  // NOLINT(bugprone-use-after-move): what a moved-from list is
+  CHECK(sealed.digest() == detail::metadata_digest({}));
+  CHECK(sealed.total_bytes() == 0);
+  sealed = std::move(moved);
+  CHECK(sealed.digest() == detail::metadata_digest(metas));
+  CHECK(moved.digest() == detail::metadata_digest({}));  // NOLINT(bugprone-use-after-move)
+  auto bad = metas;
+  bad[2].shape = {0, -16};
+  try {
+    SealedMetadata refused(std::move(bad));
+    FAIL("an invalid shape was sealed");
+  } catch (const config_error& e) {
+    CHECK(std::string(e.what()).find("'empty'") != std::string::npos);
+  }
 }
 
 }  // namespace ws_test_eager_test

@@ -44,6 +44,7 @@
 #include "weightsync/ipc/detail/plan_cache.hpp"
 #include "weightsync/ipc/detail/sharded_sync.hpp"
 #include "weightsync/ipc/detail/staging.hpp"
+#include "weightsync/sealed_metadata.hpp"
 #include "weightsync/shard.hpp"
 #include "weightsync/tensor_meta.hpp"
 #include "weightsync/transfer_options.hpp"
@@ -105,6 +106,50 @@ class IpcTransport {
   //! other failure aborts the transport so that no peer waits for us.
   template <TensorIterator R>
   TransferStats send(std::span<const TensorMeta> metas, R&& items, const TransferOptions& opt) {
+    return send_on(metas, nullptr, items, opt);
+  }
+  //! As above, for a list that cannot change: its digest is not computed again (SealedMetadata).
+  template <TensorIterator R>
+  TransferStats send(const SealedMetadata& metas, R&& items, const TransferOptions& opt) {
+    return send_on(metas.metas(), &metas, items, opt);
+  }
+
+  //! Trainer rank (0..trainers-1) of a sharded sync: offers this rank's pieces (see
+  //! <weightsync/ipc/sharded.hpp> for what `items` yields) and returns once every consumer
+  //! has pulled everything. Same errors as send.
+  template <TensorIterator R>
+  TransferStats send_shards(std::span<const TensorMeta> metas, std::span<const ShardSpec> specs,
+                            int trainers, R&& items, const TransferOptions& opt) {
+    return detail::send_shards_on(ep_, metas, specs, trainers, std::forward<R>(items), opt);
+  }
+  //! Inference rank (trainers..) of a sharded sync: pulls every piece from the trainer rank
+  //! holding it (see <weightsync/ipc/sharded.hpp>). Same errors as receive.
+  TransferStats receive_shards(std::span<const TensorMeta> metas, std::span<const ShardSpec> specs,
+                               int trainers, const TransferOptions& opt, const LoadFn& load) {
+    return detail::receive_shards_on(ep_, metas, specs, trainers, opt, load);
+  }
+
+  //! Rank >= 1: pulls the tensors of the producer's plan. Tensors with opt.destination are copied
+  //! there; the others are handed to `load` as views into the producer's memory (a zero-size
+  //! tensor's view has a null data pointer; views are valid during the call; whatever `load`
+  //! enqueues on the stream it gets must complete before this returns, which it waits for). Every
+  //! wait is bounded by opt.timeout. If `load` throws, the consumer keeps the hand-offs in step
+  //! without loading more, waits for what it enqueued, reports the failure to the producer and
+  //! rethrows it. Same errors as packed_broadcast_consumer.
+  TransferStats receive(std::span<const TensorMeta> metas, const TransferOptions& opt,
+                        const LoadFn& load) {
+    return receive_on(metas, nullptr, opt, load);
+  }
+  //! As above, for a list that cannot change: its digest is not computed again (SealedMetadata).
+  TransferStats receive(const SealedMetadata& metas, const TransferOptions& opt,
+                        const LoadFn& load) {
+    return receive_on(metas.metas(), &metas, opt, load);
+  }
+
+ private:
+  template <class R>
+  TransferStats send_on(std::span<const TensorMeta> metas, const SealedMetadata* sealed, R& items,
+                        const TransferOptions& opt) {
     using namespace detail;
     if (rank() != 0)
       throw config_error("root", cat("the producer must be rank 0, this is rank ", rank()));
@@ -113,16 +158,18 @@ class IpcTransport {
     AbortOnThrow abort_on_throw(ep_.ctrl, "ipc producer failed");
     ep_.begin_round();
     Phases t;
-    IpcPlan plan = ep_.plan_header(metas);
+    IpcPlan plan = ep_.plan_header(
+        metas.size(), sealed ? MetadataSummary{sealed->digest(), sealed->total_bytes()}
+                             : ep_.digests.of(metas));
     plan.flags = plan_flags(opt);
-    plan.total_bytes = ep_.digests.total_bytes();  // (of `metas`: plan_header just asked)
     std::vector<const std::byte*>& src = sources_;
     std::exception_ptr failure;  // the items were wrong: said in the plan, rethrown at the end
+    bool same_src = false;       // the last plan's sources again
     try {
-      collect_sources(metas, items, src);
+      same_src = collect_sources(metas, items, src, last_.src);
     } catch (...) {
       failure = std::current_exception();
-      plan.error = what_of(failure).substr(0, 4000);  // the consumers' decoder takes 64 KiB at most
+      plan.error = what_of(failure).substr(0, IpcPlan::kErrorBytes);
       // The consumers tell a failed producer by a non-empty error: never send an empty one.
       if (plan.error.empty()) plan.error = "the producer's items failed (no message)";
     }
@@ -133,7 +180,7 @@ class IpcTransport {
     // The last round's plan again: the same tensors at the same addresses in the same allocations,
     // with the same options and flags (checksums included), after a round that succeeded.
     const bool same_sources = !failure && sent_.reusable() &&
-                              last_.same(plan.digest, src, ep_.opt, opt) &&
+                              last_.same(plan.digest, same_src, ep_.opt, opt) &&
                               last_.flags == plan.flags;
     // Checksums: the sources' digests run beside the consumers' pulls (they read the same memory).
     // A failure to start them (no kernel, no memory, a source the kernel cannot read) fails this
@@ -145,7 +192,7 @@ class IpcTransport {
         digests_.start_sources(metas, src, /*checked=*/same_sources);
       } catch (...) {
         failure = std::current_exception();
-        plan.error = detail::cat("ipc checksums: ", detail::what_of(failure)).substr(0, 4000);
+        plan.error = cat("ipc checksums: ", what_of(failure)).substr(0, IpcPlan::kErrorBytes);
         digests_.quiesce();
       }
     }
@@ -188,30 +235,8 @@ class IpcTransport {
     return st;
   }
 
-  //! Trainer rank (0..trainers-1) of a sharded sync: offers this rank's pieces (see
-  //! <weightsync/ipc/sharded.hpp> for what `items` yields) and returns once every consumer
-  //! has pulled everything. Same errors as send.
-  template <TensorIterator R>
-  TransferStats send_shards(std::span<const TensorMeta> metas, std::span<const ShardSpec> specs,
-                            int trainers, R&& items, const TransferOptions& opt) {
-    return detail::send_shards_on(ep_, metas, specs, trainers, std::forward<R>(items), opt);
-  }
-  //! Inference rank (trainers..) of a sharded sync: pulls every piece from the trainer rank
-  //! holding it (see <weightsync/ipc/sharded.hpp>). Same errors as receive.
-  TransferStats receive_shards(std::span<const TensorMeta> metas, std::span<const ShardSpec> specs,
-                               int trainers, const TransferOptions& opt, const LoadFn& load) {
-    return detail::receive_shards_on(ep_, metas, specs, trainers, opt, load);
-  }
-
-  //! Rank >= 1: pulls the tensors of the producer's plan. Tensors with opt.destination are copied
-  //! there; the others are handed to `load` as views into the producer's memory (a zero-size
-  //! tensor's view has a null data pointer; views are valid during the call; whatever `load`
-  //! enqueues on the stream it gets must complete before this returns, which it waits for). Every
-  //! wait is bounded by opt.timeout. If `load` throws, the consumer keeps the hand-offs in step
-  //! without loading more, waits for what it enqueued, reports the failure to the producer and
-  //! rethrows it. Same errors as packed_broadcast_consumer.
-  TransferStats receive(std::span<const TensorMeta> metas, const TransferOptions& opt,
-                        const LoadFn& load) {
+  TransferStats receive_on(std::span<const TensorMeta> metas, const SealedMetadata* sealed,
+                           const TransferOptions& opt, const LoadFn& load) {
     using namespace detail;
     if (rank() == 0)
       throw config_error("root", "the consumer must not run on rank 0 (the producer)");
@@ -221,7 +246,7 @@ class IpcTransport {
     ep_.begin_round();
     Phases t;
     // Our side of the check, while the producer prepares its plan (off the critical path).
-    const std::uint64_t digest = ep_.digests(metas);
+    const std::uint64_t digest = sealed ? sealed->digest() : ep_.digests.of(metas).digest;
     // And the copies as last round's plan makes them: a plan is usually the same from round to
     // round, and they are used only if the producer names that very plan again.
     Prebuilt pre;
@@ -302,7 +327,6 @@ class IpcTransport {
     return st;
   }
 
- private:
   using Clock = std::chrono::steady_clock;
 
   //! Host time between the marks of one transfer, in microseconds.
@@ -339,17 +363,16 @@ class IpcTransport {
       for (std::size_t r = 0; r < plan.regions.size(); ++r)
         allocations.emplace_back(ep.exports.base(r), plan.regions[r].buffer_id);
     }
-    //! One driver query per allocation: memory freed and allocated again at the same address is
-    //! another allocation (another buffer id).
-    bool same(std::uint64_t d, const std::vector<const std::byte*>& s, const IpcOptions& io,
+    //! `same_src`: this sync's sources are `src` (collect_sources compared them). One driver query
+    //! per allocation: memory freed and allocated again at the same address is another allocation
+    //! (another buffer id; ids are not reused, so the id alone tells).
+    bool same(std::uint64_t d, bool same_src, const IpcOptions& io,
               const TransferOptions& opt) const {
-      if (d != digest || s != src || io.export_sources != export_sources ||
+      if (d != digest || !same_src || io.export_sources != export_sources ||
           opt.buffer_size_bytes != buffer_size || opt.num_buffers != num_buffers)
         return false;
-      for (const auto& [base, id] : allocations) {
-        const auto a = detail::find_allocation(base);
-        if (!a || a->base != base || a->buffer_id != id) return false;
-      }
+      for (const auto& [base, id] : allocations)
+        if (detail::buffer_id_at(base) != id) return false;
       return true;
     }
   };
@@ -392,18 +415,23 @@ class IpcTransport {
     }
   };
 
-  //! The items' bytes into `src`, each checked against its metadata.
+  //! The items' bytes into `src`, each checked against its metadata; whether they are `last`'s
+  //! (found in the same pass).
   template <class R>
-  static void collect_sources(std::span<const TensorMeta> metas, R& items,
-                              std::vector<const std::byte*>& src) {
+  static bool collect_sources(std::span<const TensorMeta> metas, R& items,
+                              std::vector<const std::byte*>& src,
+                              const std::vector<const std::byte*>& last) {
     src.assign(metas.size(), nullptr);
+    bool same = last.size() == metas.size();
     std::size_t i = 0;
     for (auto&& item : items) {
       if (i == metas.size()) throw detail::too_many_items(metas.size());
       src[i] = static_cast<const std::byte*>(detail::checked_source(item, metas[i], i));
+      same = same && src[i] == last[i];
       ++i;
     }
     if (i != metas.size()) throw detail::too_few_items(i, metas.size());
+    return same;
   }
 
   //! Every tensor in an exported allocation, or else staged (laid out in the ring).

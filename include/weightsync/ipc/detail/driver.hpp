@@ -78,6 +78,17 @@ inline std::optional<Allocation> find_allocation(const void* p) {
   return a;
 }
 
+//! The buffer id of the allocation holding `p` (nullopt when none does): one driver call, enough
+//! to tell whether an allocation seen before is still the one there (ids are never reused within
+//! a process).
+inline std::optional<std::uint64_t> buffer_id_at(const void* p) {
+  unsigned long long id = 0;
+  if (DriverApi::get().pointer_get_attribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID,
+                                             reinterpret_cast<CUdeviceptr>(p)) != CUDA_SUCCESS)
+    return std::nullopt;
+  return id;
+}
+
 //! The size of the allocation a (possibly IPC-mapped) device pointer starts, if the driver says.
 inline std::optional<std::size_t> mapped_size(const void* p) {
   CUdeviceptr base = 0;

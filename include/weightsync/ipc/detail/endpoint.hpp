@@ -100,14 +100,20 @@ struct IpcEndpoint {
 
   //! A plan with this producer's identity and the digest of `metas`.
   IpcPlan plan_header(std::span<const TensorMeta> metas) {
+    return plan_header(metas.size(), digests.of(metas));
+  }
+  //! A plan with this producer's identity for `count` tensors of metadata `m` (its digest and byte
+  //! count).
+  IpcPlan plan_header(std::size_t count, const MetadataSummary& m) {
     IpcPlan plan;
     plan.same_gpu = opt.same_gpu ? 1 : 0;
     plan.boot_id = here.boot_id;
     plan.host = here.host;
     plan.uuid = here.uuid;
     plan.pid = here.pid;
-    plan.digest = digests(metas);
-    plan.num_tensors = metas.size();
+    plan.digest = m.digest;
+    plan.total_bytes = m.bytes;
+    plan.num_tensors = count;
     return plan;
   }
 

@@ -49,6 +49,9 @@ struct IpcPlan {
   std::int32_t pid = 0;
   std::uint64_t digest = 0, num_tensors = 0, total_bytes = 0;
   std::string error;  //!< the producer's items were wrong: nothing else follows
+  //! The producer sends at most this many bytes of `error` (a consumer reads up to kErrorLimit).
+  static constexpr std::size_t kErrorBytes = 4000;
+  static constexpr std::size_t kErrorLimit = std::size_t{1} << 16;
   std::uint8_t flags = 0;  //!< kIpcPlanChecksum, kIpcPlanVote
   struct Region {
     std::uint64_t buffer_id = 0;
@@ -118,7 +121,7 @@ struct IpcPlan {
     p.digest = r.u64();
     p.num_tensors = r.u64();
     p.total_bytes = r.u64();
-    p.error = r.str(1 << 16);
+    p.error = r.str(kErrorLimit);
     p.flags = r.u8();
     // A bit this side does not know would announce a step it would not take: refuse it at once
     // rather than let the control channel go out of step.

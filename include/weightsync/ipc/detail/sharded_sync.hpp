@@ -100,6 +100,7 @@ struct IpcShards {
                                std::span<const ShardSpec> specs, int trainers, R& items) {
     IpcPlan plan = t.plan_header(metas);
     plan.digest ^= shards_digest(specs) * 31;
+    plan.total_bytes = 0;  // (this rank's pieces, summed below)
     const auto pieces = all_pieces(metas, specs, trainers);
     auto it = std::ranges::begin(items);
     auto end = std::ranges::end(items);
@@ -286,7 +287,7 @@ TransferStats send_shards_on(IpcEndpoint& ep, std::span<const TensorMeta> metas,
   } catch (...) {
     failure = std::current_exception();
     plan = IpcPlan();
-    plan.error = what_of(failure).substr(0, 4000);
+    plan.error = what_of(failure).substr(0, IpcPlan::kErrorBytes);
   }
   // The producer's earlier work on the weights must be complete before a consumer reads them.
   ep.await_source(opt);
