@@ -32,11 +32,10 @@ struct TensorMeta {
       if (d < 0)
         throw config_error(field(), detail::cat("negative dim ", d, " at index ", i, " in shape ",
                                                 detail::shape_string(shape)));
-      const auto ud = static_cast<std::size_t>(d);
-      if (ud != 0 && n > std::numeric_limits<std::size_t>::max() / ud)
+      // (no division: every sync asks this of every tensor)
+      if (__builtin_mul_overflow(n, static_cast<std::size_t>(d), &n))
         throw config_error(field(), "element count of shape " + detail::shape_string(shape) +
                                         " overflows size_t");
-      n *= ud;
     }
     return n;
   }
@@ -45,10 +44,11 @@ struct TensorMeta {
   std::size_t nbytes() const {
     const std::size_t n = numel();
     const std::size_t s = dtype_size(dtype);
-    if (n > std::numeric_limits<std::size_t>::max() / s)
+    std::size_t b = 0;
+    if (__builtin_mul_overflow(n, s, &b))
       throw config_error(field(), "byte count of shape " + detail::shape_string(shape) +
                                       " overflows size_t");
-    return n * s;
+    return b;
   }
 
   //! Checks the shape (dims, overflow) and the dtype value.

@@ -83,14 +83,17 @@ class PlanReceiver {
                                               : std::string("no accepted plan")));
       ep.stats.plans_reused++;
       reused = &*accepted_;
-      return accepted_->plan;
+      // Handed over, not copied (hundreds of places): keep() brings it back after the round, and
+      // a failed round forgets it anyway.
+      return std::move(accepted_->plan);
     }
     ++round_;
     hash_ = plan_hash(blob);
     accepted_.reset();
     return IpcPlan::decode(blob);
   }
-  //! The plan accepted last round (what "same plan" would name), or nullptr.
+  //! The plan accepted last round (what "same plan" would name), or nullptr. Its plan is whole
+  //! until receive() hands it over for the round.
   const Accepted* last() const noexcept { return accepted_ ? &*accepted_ : nullptr; }
   //! Keeps `a` (a plan this side accepted and pulled from) for "same plan as round N".
   void keep(Accepted a) { accepted_ = std::move(a); }
