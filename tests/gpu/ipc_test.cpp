@@ -372,6 +372,20 @@ TEST_CASE("ipc with SealedMetadata: bit-exact, plans reused, a mismatch named on
   }
   REQUIRE(p.t.healthy());
   REQUIRE(sealed_round(5, Mode::views) == 0);
+  // 4. Both sides move to another list (other tensors, other sizes), then back: new plans, every
+  // byte right.
+  std::vector<TensorMeta> fewer(metas.begin() + 3, metas.begin() + 12);
+  fewer[0].shape = {8, 40};
+  ws_test::DeviceModel small_model(fewer, p.device);
+  if (p.rank == 0) {
+    ws_test::send_round(fewer, small_model, opt, s, 6,
+                        [&](const auto& it, const auto& o) { p.t.send(fewer, it, o); });
+  } else {
+    REQUIRE(ws_test::receive_round(fewer, small_model, opt, s, 6, Mode::zero_copy,
+                                   [&](const auto& o, auto load) { p.t.receive(fewer, o, load); }) ==
+            0);
+  }
+  REQUIRE(sealed_round(7, Mode::zero_copy) == 0);
 }
 
 TEST_CASE("ipc consumer killed mid-transfer: the producer fails within the deadline",

@@ -247,12 +247,21 @@ class IpcTransport {
     Phases t;
     // Our side of the check, while the producer prepares its plan (off the critical path).
     const std::uint64_t digest = sealed ? sealed->digest() : ep_.digests.of(metas).digest;
+    // Each tensor's byte count, asked of the metadata only when it changes (the copies below
+    // would read every shape again, cold, on every sync).
+    if (!sizes_of_ || *sizes_of_ != digest || sizes_.size() != metas.size()) {
+      sizes_of_.reset();
+      sizes_.resize(metas.size());
+      for (std::size_t i = 0; i < metas.size(); ++i) sizes_[i] = metas[i].nbytes();
+      sizes_of_ = digest;
+    }
     // And the copies as last round's plan makes them: a plan is usually the same from round to
     // round, and they are used only if the producer names that very plan again.
     Prebuilt pre;
     if (const auto* last = received_.last(); last && last->metas_digest == digest) {
       try {
-        collect(last->plan, last->base, metas, opt, IpcWhere::region, 0, pre.pieces, pre.views,
+        collect(last->plan, last->base, metas, sizes_, opt, IpcWhere::region, 0, pre.pieces,
+                pre.views,
                 pre.spans, ep_.opt.checksum_copy);
         pre.valid = true;
       } catch (...) {  // pull() meets it again, where it becomes this transfer's failure
@@ -516,9 +525,10 @@ class IpcTransport {
   };
 
   //! The copies and the views of the tensors at `where` (chunk `chunk` when staged), for `plan`
-  //! mapped at `base`. Asks opt.destination for each tensor.
+  //! mapped at `base`; `sizes`: each tensor's nbytes(). Asks opt.destination for each tensor.
   static void collect(const detail::IpcPlan& plan, const std::vector<std::byte*>& base,
-                      std::span<const TensorMeta> metas, const TransferOptions& opt,
+                      std::span<const TensorMeta> metas, std::span<const std::size_t> sizes,
+                      const TransferOptions& opt,
                       detail::IpcWhere where, std::size_t chunk,
                       std::vector<detail::CopyPiece>& pieces, std::vector<TensorView>& views,
                       std::vector<detail::DigestSpan>& spans, bool checksum_copy) {
@@ -535,7 +545,7 @@ class IpcTransport {
         continue;
       }
       if (pl.where != where || (where == IpcWhere::staged && pl.index != chunk)) continue;
-      const std::size_t nb = meta.nbytes();
+      const std::size_t nb = sizes[i];
       const std::byte* from =
           where == IpcWhere::region
               ? base[pl.index] + pl.offset
@@ -561,7 +571,7 @@ class IpcTransport {
     std::vector<detail::CopyPiece> pieces;
     std::vector<TensorView> views;
     std::vector<detail::DigestSpan> spans;
-    collect(c.plan, c.base, c.metas, c.opt, where, chunk, pieces, views, spans,
+    collect(c.plan, c.base, c.metas, sizes_, c.opt, where, chunk, pieces, views, spans,
             ep_.opt.checksum_copy);
     issue(c, pieces, views, spans);
   }
@@ -611,6 +621,8 @@ class IpcTransport {
   std::vector<const std::byte*> sources_;  // producer: this sync's items' bytes
   detail::StagingRing staging_;       // producer
   detail::PlanReceiver received_;     // consumer
+  std::vector<std::size_t> sizes_;    // consumer: each tensor's nbytes(), of metadata *sizes_of_
+  std::optional<std::uint64_t> sizes_of_;
   detail::StagingFollower follower_;  // consumer
   detail::IpcDigests digests_;        // TransferOptions::checksum
   TimedEvent pull_begin_, pull_end_;  // consumer: the device time of the pulls
