@@ -9,7 +9,9 @@
 //! for small1b's 310 tensors on an H200's host, run 99). A sealed list cannot change, so its digest
 //! and byte count are computed once, here, and a sync given one skips that pass. It converts to a
 //! std::span<const TensorMeta>, so every API that takes a span takes it too (those without a
-//! SealedMetadata overload still make the comparison).
+//! SealedMetadata overload still make the comparison). The span, like one of a std::vector, is
+//! valid while the SealedMetadata lives and is not assigned another list; so are pointers to its
+//! tensors (items, destination callbacks).
 
 #include <cstdint>
 #include <span>

@@ -327,34 +327,44 @@ TEST_CASE("ipc with SealedMetadata: bit-exact, plans reused, a mismatch named on
   // from it.
   std::vector<SourceTensorRef> items;
   for (std::size_t i = 0; i < sealed.size(); ++i) items.push_back({&sealed[i], model.data(i)});
+  auto send_sealed = [&](std::uint64_t round) {
+    model.fill(round, s);
+    opt.source_stream = s;
+    p.t.send(sealed, items, opt);
+  };
+  auto receive_with = [&](const auto& list, std::uint64_t round, Mode mode) {
+    return ws_test::receive_round(list, model, opt, s, round, mode,
+                                  [&](const auto& o, auto load) { p.t.receive(list, o, load); });
+  };
   auto sealed_round = [&](std::uint64_t round, Mode mode) -> unsigned long long {
     if (p.rank == 0) {
-      model.fill(round, s);
-      opt.source_stream = s;
-      p.t.send(sealed, items, opt);
+      send_sealed(round);
       return 0;
     }
-    return ws_test::receive_round(sealed, model, opt, s, round, mode,
-                                  [&](const auto& o, auto load) { p.t.receive(sealed, o, load); });
+    return receive_with(sealed, round, mode);
   };
   // 1. Both sides sealed: every byte, and from the second sync on the plan of the first.
   for (std::uint64_t round = 1; round <= 3; ++round)
     REQUIRE(sealed_round(round, round % 2 ? Mode::zero_copy : Mode::views) == 0);
   CHECK(p.t.stats().plans_reused == 2);
-  // 2. A sealed list on one side and the same list as a span on the other agree.
+  // 2. A sealed list on one side and the same list as a span on the other agree, both ways.
   if (p.rank == 0)
-    REQUIRE(sealed_round(4, Mode::zero_copy) == 0);
+    send_sealed(4);
   else
-    REQUIRE(ws_test::receive_round(metas, model, opt, s, 4, Mode::zero_copy,
-                                   [&](const auto& o, auto load) { p.t.receive(metas, o, load); }) ==
-            0);
+    REQUIRE(receive_with(metas, 4, Mode::zero_copy) == 0);
+  if (p.rank == 0)
+    ws_test::send_round(metas, model, opt, s, 5,
+                        [&](const auto& it, const auto& o) { p.t.send(metas, it, o); });
+  else
+    REQUIRE(receive_with(sealed, 5, Mode::views) == 0);
   // 3. The consumer's sealed list has other shapes: both sides say so, and nothing is copied.
+  const std::string named = "differ from this consumer's";
   if (p.rank == 0) {
     try {
       p.t.send(sealed, items, opt);
       FAIL("the producer did not see the consumer's mismatch");
     } catch (const protocol_error& e) {
-      CHECK(std::string(e.what()).find("differ from this consumer's") != std::string::npos);
+      CHECK(std::string(e.what()).find(named) != std::string::npos);
     }
   } else {
     auto other = metas;
@@ -364,28 +374,41 @@ TEST_CASE("ipc with SealedMetadata: bit-exact, plans reused, a mismatch named on
     opt.destination = [&](const TensorMeta& m) -> void* {
       return model.data(static_cast<std::size_t>(&m - theirs.metas().data()));
     };
-    REQUIRE_THROWS_AS(p.t.receive(theirs, opt, nothing), protocol_error);
+    try {
+      p.t.receive(theirs, opt, nothing);
+      FAIL("the consumer took the producer's other shapes");
+    } catch (const protocol_error& e) {
+      CHECK(std::string(e.what()).find(named) != std::string::npos);
+    }
     opt.destination = nullptr;
     ws_test::DeviceModel untouched(metas, p.device);
     ws_test::poison_now(untouched, s);
     CHECK(model.count_diff(untouched, s) == 0);
   }
   REQUIRE(p.t.healthy());
-  REQUIRE(sealed_round(5, Mode::views) == 0);
-  // 4. Both sides move to another list (other tensors, other sizes), then back: new plans, every
-  // byte right.
+  REQUIRE(sealed_round(6, Mode::views) == 0);
+  // 4. Both sides move to a list of as many tensors with one shape changed (new plans, new byte
+  // counts), then to fewer tensors, then back: every byte right, and no plan named again.
+  const auto reused_before = p.t.stats().plans_reused;
+  auto reshaped = metas;
+  reshaped[3].shape = {1000, 1000};
   std::vector<TensorMeta> fewer(metas.begin() + 3, metas.begin() + 12);
   fewer[0].shape = {8, 40};
-  ws_test::DeviceModel small_model(fewer, p.device);
-  if (p.rank == 0) {
-    ws_test::send_round(fewer, small_model, opt, s, 6,
-                        [&](const auto& it, const auto& o) { p.t.send(fewer, it, o); });
-  } else {
-    REQUIRE(ws_test::receive_round(fewer, small_model, opt, s, 6, Mode::zero_copy,
-                                   [&](const auto& o, auto load) { p.t.receive(fewer, o, load); }) ==
-            0);
+  std::uint64_t round = 7;
+  for (const auto* list : {&reshaped, &fewer}) {
+    ws_test::DeviceModel other_model(*list, p.device);
+    if (p.rank == 0)
+      ws_test::send_round(*list, other_model, opt, s, round,
+                          [&](const auto& it, const auto& o) { p.t.send(*list, it, o); });
+    else
+      REQUIRE(ws_test::receive_round(*list, other_model, opt, s, round, Mode::zero_copy,
+                                     [&](const auto& o, auto load) {
+                                       p.t.receive(*list, o, load);
+                                     }) == 0);
+    ++round;
   }
-  REQUIRE(sealed_round(7, Mode::zero_copy) == 0);
+  REQUIRE(sealed_round(round, Mode::zero_copy) == 0);
+  CHECK(p.t.stats().plans_reused == reused_before);
 }
 
 TEST_CASE("ipc consumer killed mid-transfer: the producer fails within the deadline",

@@ -261,8 +261,8 @@ class IpcTransport {
     if (const auto* last = received_.last(); last && last->metas_digest == digest) {
       try {
         collect(last->plan, last->base, metas, sizes_, opt, IpcWhere::region, 0, pre.pieces,
-                pre.views,
-                pre.spans, ep_.opt.checksum_copy);
+                pre.views, pre.spans, ep_.opt.checksum_copy);
+        pre.of = last;
         pre.valid = true;
       } catch (...) {  // pull() meets it again, where it becomes this transfer's failure
       }
@@ -282,7 +282,7 @@ class IpcTransport {
     if (c.ok()) {
       if (timed) pull_begin_.record(ep_.stream.get());
       c.attempt([&] {
-        if (pre.valid && reused != nullptr && reused == received_.last())
+        if (pre.valid && reused != nullptr && reused == pre.of)
           issue(c, pre.pieces, pre.views, pre.spans);
         else
           pull(c, IpcWhere::region, 0);
@@ -317,13 +317,13 @@ class IpcTransport {
     (void)outcomes;
     t.mark();
     abort_on_throw.disarm();  // in step with the producer: what follows leaves the channel usable
+    finish(c);  // (first: the plan lent for this round goes back before anything can throw)
     auto& s = ep_.stats;
     t.store(s.ahead_us, s.plan_us, s.prepare_us, s.enqueue_us, s.wait_us, s.status_us);
     if (!c.ok())
       s.pull_device_us = 0.0;
     else if (timed)
       s.pull_device_us = TimedEvent::elapsed(pull_begin_, pull_end_).count();
-    finish(c);
     // Only the producer's failure (in the plan) and our own are ours to throw; another consumer's
     // failure is the producer's business.
     if (c.failure) std::rethrow_exception(c.failure);
@@ -519,6 +519,7 @@ class IpcTransport {
   //! The copies prepared while the plan was on its way (see receive).
   struct Prebuilt {
     bool valid = false;
+    const detail::PlanReceiver::Accepted* of = nullptr;  // the plan they were made from
     std::vector<detail::CopyPiece> pieces;
     std::vector<TensorView> views;
     std::vector<detail::DigestSpan> spans;

@@ -98,7 +98,8 @@ struct IpcEndpoint {
     ctrl.set_timeout(o.timeout);
   }
 
-  //! A plan with this producer's identity and the digest of `metas`.
+  //! A plan with this producer's identity, the digest of `metas` and their byte count (a caller
+  //! that sends less, the sharded syncs, sets total_bytes itself).
   IpcPlan plan_header(std::span<const TensorMeta> metas) {
     return plan_header(metas.size(), digests.of(metas));
   }

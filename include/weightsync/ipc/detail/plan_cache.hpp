@@ -5,8 +5,8 @@
 //! @file
 //! The IPC plan between rounds: a plan byte for byte the last round's, which every rank accepted
 //! and pulled from, is not sent again; the producer sends "same plan as round N" (with the plan's
-//! digest), and the consumer reuses its copy of round N's plan and what it derived from it (the
-//! checks, the mapped bases), after checking that it holds that very round.
+//! digest), and the consumer reuses its round N's plan and what it derived from it (the checks,
+//! the mapped bases), after checking that it holds that very round.
 
 #include "weightsync/config.hpp"
 #if !WEIGHTSYNC_HAS_CUDA
@@ -70,21 +70,22 @@ class PlanReceiver {
   };
 
   //! The producer's plan: decoded (nullopt from `reused`), or, when the producer says "same as
-  //! round N", this side's accepted copy of round N's. @throws protocol_error when this side does
-  //! not hold that round.
+  //! round N", this side's accepted plan of round N, lent to the round (keep() or forget() ends
+  //! the loan). @throws protocol_error when this side does not hold that round.
   IpcPlan receive(IpcEndpoint& ep, const Accepted*& reused) {
     reused = nullptr;
     const std::string blob = ep.take_blob(std::uint64_t{1} << 30, "ipc plan");
     if (auto same = decode_same_plan(blob)) {
-      if (!accepted_ || same->round != round_ || same->hash != hash_)
+      if (!accepted_ || lent_ || same->round != round_ || same->hash != hash_)
         throw protocol_error(0, cat("ipc plan: the producer says \"same plan as round ",
                                     same->round, "\", but this consumer holds ",
                                     accepted_ ? "round " + std::to_string(round_)
                                               : std::string("no accepted plan")));
       ep.stats.plans_reused++;
       reused = &*accepted_;
-      // Handed over, not copied (hundreds of places): keep() brings it back after the round, and
-      // a failed round forgets it anyway.
+      // Lent, not copied (hundreds of places): keep() brings it back after the round, and a
+      // failed round forgets it; until then this side holds no plan to name.
+      lent_ = true;
       return std::move(accepted_->plan);
     }
     ++round_;
@@ -92,18 +93,25 @@ class PlanReceiver {
     accepted_.reset();
     return IpcPlan::decode(blob);
   }
-  //! The plan accepted last round (what "same plan" would name), or nullptr. Its plan is whole
-  //! until receive() hands it over for the round.
-  const Accepted* last() const noexcept { return accepted_ ? &*accepted_ : nullptr; }
+  //! The plan accepted last round (what "same plan" would name), or nullptr (also while it is
+  //! lent to a round).
+  const Accepted* last() const noexcept { return accepted_ && !lent_ ? &*accepted_ : nullptr; }
   //! Keeps `a` (a plan this side accepted and pulled from) for "same plan as round N".
-  void keep(Accepted a) { accepted_ = std::move(a); }
+  void keep(Accepted a) {
+    accepted_ = std::move(a);
+    lent_ = false;
+  }
   //! Forgets the last plan (a failed round may not be named again).
-  void forget() noexcept { accepted_.reset(); }
+  void forget() noexcept {
+    accepted_.reset();
+    lent_ = false;
+  }
 
  private:
   std::uint64_t round_ = 0;  // full plans received
   std::uint64_t hash_ = 0;   // digest of the last full plan's bytes
   std::optional<Accepted> accepted_;
+  bool lent_ = false;  // accepted_->plan is out with the current round
 };
 
 }  // namespace weightsync::detail
