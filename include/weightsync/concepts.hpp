@@ -72,6 +72,25 @@ concept PinnedHostCommunicator = Communicator<C> && requires {
   requires C::broadcasts_pinned_host;
 };
 
+//! What a communicator keeps between two transfers of the framed wire (Protocol::weightsync): the
+//! size of the next handshake's blocks, which the last handshake that every rank passed decided
+//! (see wide_block_bytes, detail/frame.hpp). It lives in the communicator because every member's
+//! communicator is made together and sees the same handshakes: every member sizes the next one
+//! alike, whatever workspaces the transfers use.
+struct WireState {
+  //! The next handshake's blocks are wide: its producer may send up to 32 KiB with it.
+  bool wide_handshake = false;
+};
+
+//! A Communicator that keeps the framed wire's state (WireState) between transfers: a sync of
+//! 4 to 32 KiB then travels inside the handshake from its second round on (one exchange, not
+//! two). Without it every handshake block is the base size. Opt in with
+//! `WireState& wire_state() noexcept;` (NcclCommunicator, HostCommunicator).
+template <class C>
+concept WireStateCommunicator = Communicator<C> && requires(C& c) {
+  { c.wire_state() } noexcept -> std::same_as<WireState&>;
+};
+
 //! One tensor offered to the producer: what it claims to be, and where its bytes are.
 //! Model: SourceTensorRef.
 template <class T>

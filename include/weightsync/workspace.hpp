@@ -64,9 +64,9 @@ struct WorkspaceState {
     return false;
   }
   //! The handshake area: one block per rank (its frame, then its eager bytes; see
-  //! handshake_block_bytes), on the device and mirrored on the host. Allocated once per size.
+  //! PipelineRun::block), on the device and mirrored on the host. Only grows.
   void ensure_handshake(std::size_t bytes) {
-    if (handshake.size() == bytes) return;
+    if (handshake.size() >= bytes) return;
     handshake = policy.alloc(bytes);
     handshake_host = policy.alloc_host(bytes);
   }

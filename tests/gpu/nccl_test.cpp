@@ -321,16 +321,28 @@ TEST_CASE("nccl faults keep the communicator usable: bad item and failing load_w
 static_assert(PinnedHostCommunicator<NcclCommunicator>);
 static_assert(!PinnedHostCommunicator<HostCommunicator>);
 
-static void eager_rounds(const char* exchange) {
+// `wide`: 18 KiB in 104 tensors, more than a base handshake block holds: the first sync is a
+// handshake and a data phase, every later one travels in wide blocks (WireState, protocol 8).
+static void eager_rounds(const char* exchange, bool wide = false) {
   if (exchange != nullptr) ::setenv("WEIGHTSYNC_EXCHANGE", exchange, 1);
   Peer p = connect_peer(30s);
-  const std::vector<TensorMeta> metas = {{"embed", DType::bfloat16, {32, 32}},  // 2 KiB
-                                         {"scalar", DType::float32, {}},
-                                         {"empty", DType::float32, {0}},
-                                         {"bias", DType::float16, {500}},
-                                         {"mask", DType::int8, {7}}};
+  std::vector<TensorMeta> metas = {{"embed", DType::bfloat16, {32, 32}},  // 2 KiB
+                                   {"scalar", DType::float32, {}},
+                                   {"empty", DType::float32, {0}},
+                                   {"bias", DType::float16, {500}},
+                                   {"mask", DType::int8, {7}}};
+  if (wide) {
+    metas[0].shape = {64, 64};  // 8 KiB
+    for (int i = 0; i < 100; ++i)
+      metas.push_back({"layers." + std::to_string(i) + ".norm", DType::bfloat16, {48}});
+  }
   ws_test::DeviceModel model(metas, p.device);
-  REQUIRE(model.bytes() <= detail::eager_capacity(2));
+  if (wide)
+    REQUIRE((model.bytes() > detail::eager_capacity(2) &&
+             model.bytes() <= detail::wide_block_bytes(2) - detail::kFrameBytes));
+  else
+    REQUIRE(model.bytes() <= detail::eager_capacity(2));
+  REQUIRE(!p.comm.wire_state().wide_handshake);
   workspace_for<NcclCommunicator> ws(CudaPolicy(p.device));
   const cudaStream_t s = p.stream.get();
   std::uint64_t round = 0;
@@ -370,8 +382,10 @@ static void eager_rounds(const char* exchange) {
         INFO("exchange " << (exchange ? exchange : "default") << " round " << round << " mode "
                          << (mode == Mode::zero_copy ? "zero-copy" : "views"));
         CHECK(host_views == 0);
-        CHECK(views == (mode == Mode::views ? 4u : 0u));
+        CHECK(views == (mode == Mode::views ? metas.size() - 1 : 0u));
         REQUIRE(model.count_wrong(round, s) == 0);
+        // (every rank passed the same handshakes: the producer's state is the same)
+        REQUIRE(p.comm.wire_state().wide_handshake == wide);
       }
   // A load_weights that throws: the producer hears it in the same call (acknowledgement).
   TransferOptions opt;
@@ -404,7 +418,7 @@ static void eager_rounds(const char* exchange) {
                                    [&](const auto& o, auto load) {
                                      packed_broadcast_consumer(metas, p.comm, 0, load, o, ws);
                                    }) == 0);
-    say("verified " + std::to_string(round) + " eager rounds, exchange " +
+    say("verified " + std::to_string(round) + (wide ? " wide" : "") + " eager rounds, exchange " +
         (exchange ? exchange : "in pinned host memory"));
   }
 }
@@ -419,6 +433,12 @@ TEST_CASE("nccl eager syncs exchanged on the device (WEIGHTSYNC_EXCHANGE=device)
           "[gpu][nccl][multi_gpu]") {
   if (ws_test::ran_as_parent(2, 120s)) return;
   eager_rounds("device");
+}
+
+TEST_CASE("nccl syncs of 4 to 32 KiB travel in wide handshake blocks from the second on",
+          "[gpu][nccl][multi_gpu]") {
+  if (ws_test::ran_as_parent(2, 120s)) return;
+  eager_rounds(nullptr, /*wide=*/true);
 }
 
 TEST_CASE("nccl engines: trainer and worker rounds with versions and a failing round",

@@ -52,8 +52,10 @@ struct CountingComm {
   }
   void check() { c.check(); }
   void abort(const std::string& why) noexcept { c.abort(why); }
+  WireState& wire_state() noexcept { return c.wire_state(); }
 };
-static_assert(GroupedCommunicator<CountingComm> && MonitoredCommunicator<CountingComm>);
+static_assert(GroupedCommunicator<CountingComm> && MonitoredCommunicator<CountingComm> &&
+              WireStateCommunicator<CountingComm>);
 
 // 3 KiB and some odd tensors: eager with 2 ranks (eager_capacity(2) = 4096 bytes).
 std::vector<TensorMeta> small() {
@@ -67,6 +69,18 @@ std::vector<TensorMeta> small() {
 // 64 KiB: not eager.
 std::vector<TensorMeta> large() {
   return {{"a", DType::bfloat16, {128, 128}}, {"b", DType::float32, {64, 64}}};
+}
+
+// About 18 KiB in 105 tensors: more than a base block holds, less than a wide one.
+std::vector<TensorMeta> medium() {
+  std::vector<TensorMeta> m = {{"embed", DType::bfloat16, {64, 64}},
+                               {"scalar", DType::float32, {}},
+                               {"empty", DType::bfloat16, {0, 16}}};
+  for (int i = 0; i < 100; ++i)
+    m.push_back({"layers." + std::to_string(i) + ".norm", DType::bfloat16, {32}});
+  m.push_back({"lm_head", DType::bfloat16, {32, 64}});
+  m.push_back({"mask", DType::bool_, {7}});
+  return m;
 }
 
 std::vector<std::vector<std::byte>> model(const std::vector<TensorMeta>& metas, int round) {
@@ -203,7 +217,124 @@ void run_rank(int port, int rank) {
   }
 }
 
+// Wide blocks (protocol 8), `world` ranks (Acknowledge::next_transfer, a buffer of 2 KiB so that
+// a sync that is not eager takes several chunks). Rounds, each with its exchanges on every rank and
+// the communicator's WireState after it (wide: the next handshake's blocks are wide):
+//    1 medium: handshake then data (2 exchanges or more), bit-exact; wide after;
+//    2 medium: one exchange, bit-exact;
+//    3 medium, rank 1 declares another shape: protocol_error on every rank, nothing written; still
+//      wide (a refused handshake decides nothing);
+//    4 medium, the producer's "embed" item has the wrong dtype: config_error there, remote_error
+//      on every consumer (the data phase carries it, as before); still wide;
+//    5 medium, rank 1 with a workspace of its own for this call (the overload without one): one
+//      exchange, bit-exact (the state is the communicator's, not the workspace's);
+//    6 small: one exchange (it fits either block); not wide after;
+//    7 medium: 2 exchanges or more (base blocks again); wide after;
+//    8 large (64 KiB, in a wide handshake): 2 exchanges or more, bit-exact; not wide after;
+//    9 medium: 2 exchanges or more; 10 medium: one exchange.
+void run_wide_rank(int port, int rank, int world) {
+  auto host = ws_test::connect_host(port, rank, world, 15s, 15s);
+  CountingComm comm{host};
+  workspace_for<CountingComm> ws;
+  TransferOptions opt;
+  opt.buffer_size_bytes = 2048;
+  opt.num_buffers = 2;
+  opt.timeout = 15s;
+  const std::size_t wide_cap = detail::wide_block_bytes(static_cast<std::size_t>(world)) -
+                               detail::kFrameBytes;
+  if (total_bytes(medium()) <= detail::eager_capacity(static_cast<std::size_t>(world)) ||
+      total_bytes(medium()) > wide_cap)
+    throw std::logic_error("the medium model must fit a wide block and not a base one");
+  if (comm.wire_state().wide_handshake) fail(0, rank, "a new communicator starts wide");
+  const bool wide_after[] = {false, true, true, true, true, true, false, true, false, true, true};
+  for (int round = 1; round <= 10; ++round) {
+    const auto metas = round == 6 ? small() : round == 8 ? large() : medium();
+    auto want = model(metas, round);
+    auto got = poisoned(metas);
+    const int before = comm.exchanges;
+    std::string what;
+    int peer = -1;
+    try {
+      if (rank == 0) {
+        auto bad = metas;
+        if (round == 4) bad[0].dtype = DType::int8;  // "embed": the item says int8, the meta bf16
+        std::vector<SourceTensorRef> items;
+        for (std::size_t i = 0; i < metas.size(); ++i) items.push_back({&bad[i], want[i].data()});
+        packed_broadcast_producer(metas, items, comm, 0, opt, ws);
+      } else {
+        auto mine = metas;
+        if (round == 3 && rank == 1) mine[0].shape = {64, 63};
+        TransferOptions o = opt;
+        o.destination = [&](const TensorMeta& m) -> void* {
+          const auto i = static_cast<std::size_t>(&m - mine.data());
+          return i % 3 == 0 ? got[i].data() : nullptr;  // some in place, the rest as views
+        };
+        auto load = [&](std::span<const TensorView> batch, HostStream) {
+          for (const auto& v : batch) {
+            const auto i = static_cast<std::size_t>(v.meta - mine.data());
+            if (v.nbytes) std::memcpy(got[i].data(), v.data, v.nbytes);
+          }
+        };
+        if (round == 5 && rank == 1)
+          packed_broadcast_consumer(mine, comm, 0, load, o);
+        else
+          packed_broadcast_consumer(mine, comm, 0, load, o, ws);
+        if (got != want) fail(round, rank, "the received bytes differ");
+      }
+    } catch (const protocol_error& e) {
+      what = e.what();
+      peer = e.peer();
+    } catch (const remote_error& e) {
+      what = e.what();
+      peer = e.peer();
+    } catch (const config_error& e) {
+      what = e.what();
+    } catch (const std::runtime_error& e) {
+      if (std::string(e.what()).find("round ") == 0) throw;
+      what = e.what();
+    }
+    const int exchanges = comm.exchanges - before;
+    const bool untouched = got == poisoned(metas);
+    const bool one = round == 2 || round == 5 || round == 6 || round == 10;
+    switch (round) {
+      case 3:
+        if (what.find("handshake") == std::string::npos || peer != 1)
+          fail(round, rank, "the mismatch was not refused naming rank 1: '" + what + "'");
+        if (!untouched) fail(round, rank, "a refused transfer wrote bytes");
+        break;
+      case 4:
+        // (Not eager: the data phase carries the failure; "embed", a chunk of its own, may have
+        // landed in its destination, as single-tensor chunks are received in place.)
+        if (what.find("dtype") == std::string::npos || (rank > 0 && peer != 0))
+          fail(round, rank, "the wrong item was not reported: '" + what + "'");
+        if (exchanges < 2) fail(round, rank, "a wrong item travelled in the handshake");
+        break;
+      default:
+        if (!what.empty()) fail(round, rank, what);
+        if (one && exchanges != 1)
+          fail(round, rank, std::to_string(exchanges) + " exchanges, not 1");
+        if (!one && exchanges < 2) fail(round, rank, "one exchange: not the path expected");
+        break;
+    }
+    if (comm.wire_state().wide_handshake != wide_after[round])
+      fail(round, rank, std::string("the next handshake is ") +
+                            (comm.wire_state().wide_handshake ? "wide" : "not wide"));
+  }
+}
+
 }  // namespace
+
+TEST_CASE("eager: after a sync of up to 32 KiB the next one travels in wide handshake blocks",
+          "[unit][eager]") {
+  for (const int world : {2, 3}) {
+    INFO("world " << world);
+    ws_test::Processes procs;
+    const int port = ws_test::free_port();
+    for (int rank = 0; rank < world; ++rank)
+      procs.spawn([=] { run_wide_rank(port, rank, world); });
+    ws_test::expect_all_ok(procs.wait_all(60s));
+  }
+}
 
 TEST_CASE("eager: a sync that fits in the handshake is one exchange, and fails as cleanly",
           "[unit][eager]") {
@@ -220,6 +351,11 @@ TEST_CASE("eager: the handshake block sizes", "[unit][eager]") {
   CHECK(detail::eager_capacity(4) == 4096 - detail::kFrameBytes);
   CHECK(detail::eager_capacity(64) == 0);
   CHECK(detail::handshake_block_bytes(100000) == detail::kFrameBytes);
+  CHECK(detail::wide_block_bytes(2) - detail::kFrameBytes == 32768);
+  CHECK(detail::wide_block_bytes(3) - detail::kFrameBytes == 32768);
+  CHECK(detail::wide_block_bytes(4) - detail::kFrameBytes == 32768 - detail::kFrameBytes);
+  CHECK(detail::wide_block_bytes(64) - detail::kFrameBytes == 1792);
+  CHECK(detail::wide_block_bytes(100000) == detail::kFrameBytes);
 }
 
 TEST_CASE("metadata digest cache: the same digest as the hash, and a change in place is seen",

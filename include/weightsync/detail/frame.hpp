@@ -215,6 +215,23 @@ inline constexpr std::size_t eager_capacity(std::size_t world) {
 static_assert(eager_capacity(2) == 4096 && eager_capacity(4) == 3840 && eager_capacity(64) == 0 &&
               eager_capacity(1000) == 0);
 
+//! Wide blocks (protocol 8): a sync of more than eager_capacity bytes costs two exchanges (the
+//! handshake, then the data), and a block large enough for it would cost every small sync a
+//! second latency. So a block is wide only where the last handshake agreed on a sync that fits a
+//! wide block and not a base one (most syncs repeat the last one), decided by every rank from the
+//! frames every rank saw and kept in the communicator (WireState, concepts.hpp). Then its blocks
+//! hold a frame and up to 32 KiB (all ranks' eager bytes together at most kHandshakeWideTotal):
+//! one exchange of 2 x 33 KiB against a handshake of 2 x 4.3 KiB followed by the data.
+inline constexpr std::size_t kHandshakeWideTotal = std::size_t{128} << 10;
+inline constexpr std::size_t kHandshakeWideMax = kFrameBytes + (std::size_t{32} << 10);
+inline constexpr std::size_t wide_block_bytes(std::size_t world) {
+  const std::size_t share = world == 0 ? 0 : kHandshakeWideTotal / world / kFrameBytes * kFrameBytes;
+  const std::size_t wide = share > kHandshakeWideMax ? kHandshakeWideMax : share;
+  return wide > handshake_block_bytes(world) ? wide : handshake_block_bytes(world);
+}
+static_assert(wide_block_bytes(2) == kFrameBytes + 32768 && wide_block_bytes(4) == 32768 &&
+              wide_block_bytes(64) == 2048 && wide_block_bytes(1000) == kFrameBytes);
+
 //! Digest of the ordered metadata: names, dtypes, shapes (Hash64).
 inline std::uint64_t metadata_digest(std::span<const TensorMeta> metas) {
   Hash64 h;

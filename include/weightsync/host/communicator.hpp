@@ -110,6 +110,8 @@ class HostCommunicator {
   std::chrono::milliseconds timeout() const noexcept { return timeout_; }
   void set_timeout(std::chrono::milliseconds t) noexcept { timeout_ = t; }
   bool aborted() const noexcept { return aborted_; }
+  //! The framed wire's state between transfers (WireStateCommunicator).
+  WireState& wire_state() noexcept { return wire_; }
 
   //! Copies `bytes` bytes at `buf` on `root` to `buf` on every rank. Synchronous.
   //! @throws peer_error when a neighbour is gone, timeout_error when no progress is made within
@@ -297,10 +299,12 @@ class HostCommunicator {
   ControlChannel control_;
   bool aborted_ = false;
   std::string abort_reason_;
+  WireState wire_;
 };
 
 static_assert(Communicator<HostCommunicator>);
 static_assert(GroupedCommunicator<HostCommunicator>);
 static_assert(MonitoredCommunicator<HostCommunicator>);
+static_assert(WireStateCommunicator<HostCommunicator>);
 
 }  // namespace weightsync

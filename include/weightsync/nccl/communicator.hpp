@@ -161,6 +161,8 @@ class NcclCommunicator {
   std::chrono::milliseconds timeout() const noexcept { return timeout_; }
   //! False once an error was seen or abort() was called.
   bool healthy() const noexcept { return comm_ != nullptr && !failed_; }
+  //! The framed wire's state between transfers (WireStateCommunicator).
+  WireState& wire_state() noexcept { return wire_; }
 
   //! In-place broadcast of `bytes` bytes from `root` (sendbuff == recvbuff), on `stream`. Inside a
   //! group it is issued at group_end (see there).
@@ -301,6 +303,7 @@ class NcclCommunicator {
     std::swap(abort_reason_, o.abort_reason_);
     std::swap(control_, o.control_);
     std::swap(watchdog_, o.watchdog_);
+    std::swap(wire_, o.wire_);
   }
 
   struct PendingBroadcast {
@@ -496,6 +499,7 @@ class NcclCommunicator {
   int group_depth_ = 0;
   std::vector<PendingBroadcast> pending_;  // a group's broadcasts, issued at group_end
   std::string abort_reason_;
+  WireState wire_;
   ControlChannel control_;
   std::unique_ptr<detail::LaunchWatchdog> watchdog_;  // blocking launches only
 };
@@ -503,5 +507,6 @@ class NcclCommunicator {
 static_assert(Communicator<NcclCommunicator>);
 static_assert(GroupedCommunicator<NcclCommunicator>);
 static_assert(MonitoredCommunicator<NcclCommunicator>);
+static_assert(WireStateCommunicator<NcclCommunicator>);
 
 }  // namespace weightsync

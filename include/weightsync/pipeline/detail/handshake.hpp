@@ -76,16 +76,27 @@ std::vector<Frame> allgather_frames(PipelineRun<C>& run, Frame mine, const std::
                           phase);
 }
 
-//! The handshake's all-gather: every rank contributes one block of handshake_block_bytes (its
-//! frame, then its eager bytes, which the producer may have written already: see
-//! PipelineRun::eager_at). The blocks stay where they were exchanged (the consumer reads the
-//! producer's eager bytes there); returns the frames, indexed by rank.
+//! The handshake's all-gather: every rank contributes one block of run.block bytes (its frame,
+//! then its eager bytes, which the producer may have written already: see PipelineRun::eager_at).
+//! The blocks stay where they were exchanged (the consumer reads the producer's eager bytes
+//! there); returns the frames, indexed by rank.
 template <class C>
 std::vector<Frame> exchange_handshake(PipelineRun<C>& run, Frame mine) {
-  const std::size_t block = handshake_block_bytes(run.world());
-  run.ws.ensure_handshake(run.world() * block);
-  return allgather_blocks(run, run.ws.handshake.data(), run.ws.handshake_host.data(), block, mine,
-                          "handshake");
+  run.ensure_handshake_area();
+  return allgather_blocks(run, run.ws.handshake.data(), run.ws.handshake_host.data(), run.block,
+                          mine, "handshake");
+}
+
+//! Whether the next handshake's blocks are wide (wide_block_bytes): this transfer, which every
+//! rank agreed on, would have travelled in a wide block and not in a base one. Decided from the
+//! agreed plan and options alone, so every rank decides alike.
+template <class C>
+bool next_handshake_wide(const PipelineRun<C>& run) {
+  if (!run.plan.framed || run.opt.checksum || run.metas.empty()) return false;
+  std::size_t most = 0;
+  for (int r = 0; r < run.plan.trainers; ++r) most = std::max(most, run.plan.root_bytes(r));
+  const std::size_t world = run.world();
+  return most > eager_capacity(world) && most <= wide_block_bytes(world) - kFrameBytes;
 }
 
 //! What this rank must agree on with every other: the one place the handshake is derived from the
@@ -303,6 +314,8 @@ std::uint64_t handshake(PipelineRun<C>& run, std::uint8_t flags = 0) {
     throw remote_error(first_failed,
                        cat("an earlier transfer failed: ", failed,
                            "; this transfer was refused on every rank before any byte moved"));
+  // Every rank passed this handshake: every rank sizes the next one alike.
+  if constexpr (WireStateCommunicator<C>) run.comm.wire_state().wide_handshake = next_handshake_wide(run);
   bool eager = !run.plan.root_rank.empty();
   for (const int r : run.plan.root_rank)
     eager = eager && (all[static_cast<std::size_t>(r)].head.flags & kFrameEager) != 0;

@@ -43,6 +43,16 @@ bool exchange_in_host_memory() {
   }
 }
 
+//! The size of each rank's block in the next handshake on `c`: wide when the last handshake on it
+//! said so (WireState), else the base size (handshake_block_bytes).
+template <class C>
+std::size_t next_handshake_block(C& c) {
+  const auto world = static_cast<std::size_t>(c.size());
+  if constexpr (WireStateCommunicator<C>)
+    if (c.wire_state().wide_handshake) return wide_block_bytes(world);
+  return handshake_block_bytes(world);
+}
+
 template <class C>
 struct PipelineRun {
   using Policy = policy_t<C>;
@@ -59,12 +69,22 @@ struct PipelineRun {
   int root;
   Role role;
   PiecePlan plan;
+  //! Each rank's block in this transfer's handshake (its frame, then its eager bytes), fixed when
+  //! the transfer begins (the handshake decides the next one's: WireState).
+  const std::size_t block;
 
   //! `plan` is built after the options are validated and the roles checked (make_plan).
   template <class MakePlan>
   PipelineRun(C& c, State& w, const TransferOptions& o, std::span<const TensorMeta> m, int r,
               Role ro, MakePlan&& make_plan)
-      : comm(c), ws(w), opt((o.validate(), o)), metas(m), root(r), role(ro), plan(make_plan()) {
+      : comm(c),
+        ws(w),
+        opt((o.validate(), o)),
+        metas(m),
+        root(r),
+        role(ro),
+        plan(make_plan()),
+        block(next_handshake_block(c)) {
     ws.reserve_lists(plan.max_chunk_pieces());
   }
 
@@ -80,7 +100,12 @@ struct PipelineRun {
   //! PinnedHostCommunicator), unless WEIGHTSYNC_EXCHANGE=device: then on the device, copied to the
   //! host after each exchange.
   const bool host_exchange = exchange_in_host_memory<C>();
-  //! Rank r's eager bytes where the handshake exchanges them (eager_capacity(world()) of them):
+  //! The workspace's handshake area, sized for wide blocks from the first transfer on: blocks that
+  //! widen later allocate nothing.
+  void ensure_handshake_area() { ws.ensure_handshake(world() * wide_block_bytes(world())); }
+  //! How many bytes a rank can send with this transfer's handshake.
+  std::size_t eager_capacity() const { return block - kFrameBytes; }
+  //! Rank r's eager bytes where the handshake exchanges them (eager_capacity() of them):
   //! in ws.handshake_host when host_exchange, else in ws.handshake.
   std::byte* eager_at(std::size_t r) {
     return (host_exchange ? ws.handshake_host.data() : ws.handshake.data()) + eager_offset(r);
@@ -89,7 +114,7 @@ struct PipelineRun {
   //! lie when host_exchange: load_weights gets device memory).
   std::byte* eager_dev(std::size_t r) { return ws.handshake.data() + eager_offset(r); }
   std::size_t eager_offset(std::size_t r) const {
-    return r * handshake_block_bytes(world()) + kFrameBytes;
+    return r * block + kFrameBytes;
   }
   //! This transfer's bytes travel inside the handshake (see kFrameEager); set by the handshake.
   bool eager = false;

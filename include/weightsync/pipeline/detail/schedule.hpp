@@ -358,21 +358,19 @@ class TransferRun {
     }
   }
 
-  //! A framed transfer whose bytes fit in this root's eager bytes (eager_capacity) is packed there
+  //! A framed transfer whose bytes fit in this root's eager bytes (run.eager_capacity) is packed there
   //! now, on the communication stream, every item checked first: the handshake then carries it
   //! (when every root's does), and no data phase follows. @returns whether it was; after a wrong
-  //! item it was not, and the data phase says so on the wire as usual.
+  //! item it was not, and the data phase says so on the wire as usual (one item too many is not a
+  //! wrong item: see below).
   bool pack_eager() {
-    const std::size_t world = run_.world();
     if (!plan().framed || run_.opt.checksum || run_.metas.empty() ||
-        plan().root_bytes(mine_) > eager_capacity(world))
+        plan().root_bytes(mine_) > run_.eager_capacity())
       return false;
     auto& ws = run_.ws;
     for (const Chunk& c : plan().chunks[static_cast<std::size_t>(mine_)]) take_items(c);
-    if (failure_.empty() && *it_ != *end_)
-      fail(std::make_exception_ptr(too_many_items(owned().size())));
     if (!failure_.empty()) return false;
-    ws.ensure_handshake(world * handshake_block_bytes(world));
+    run_.ensure_handshake_area();
     byte* to = run_.eager_at(static_cast<std::size_t>(run_.comm.rank()));
     ws.clear_copies();
     std::size_t off = 0;
@@ -382,6 +380,9 @@ class TransferRun {
       off += nb;
     }
     ws.flush_copies(run_.comm_stream());
+    // One item too many: every declared tensor was good and goes out; the failure is this
+    // caller's alone, as when the data phase finds it after its last chunk.
+    if (*it_ != *end_) fail(std::make_exception_ptr(too_many_items(owned().size())));
     return true;
   }
 
@@ -745,7 +746,7 @@ class TransferRun {
   //! they were exchanged in pinned host memory, a tensor handed to load_weights is copied to the
   //! device area first (in the same batch): a view is device memory.
   void receive_eager() {
-    const std::size_t cap = eager_capacity(run_.world());
+    const std::size_t cap = run_.eager_capacity();
     auto& ws = run_.ws;
     const auto s = run_.comm_stream();
     std::vector<byte*>& at = eager_at_;
