@@ -72,14 +72,16 @@ concept PinnedHostCommunicator = Communicator<C> && requires {
   requires C::broadcasts_pinned_host;
 };
 
-//! What a communicator keeps between two transfers of the framed wire (Protocol::weightsync): the
-//! size of the next handshake's blocks, which the last handshake that every rank passed decided
-//! (see wide_block_bytes, detail/frame.hpp). It lives in the communicator because every member's
-//! communicator is made together and sees the same handshakes: every member sizes the next one
-//! alike, whatever workspaces the transfers use.
+//! What a communicator keeps between two transfers of the framed wire (Protocol::weightsync): which
+//! ranks' blocks are wide in the next handshake, as the last handshake that every rank passed
+//! decided (see HandshakeLayout, detail/frame.hpp). It lives in the communicator because every
+//! member's communicator is made together and sees the same handshakes: every member lays out the
+//! next one alike, whatever workspaces the transfers use.
 struct WireState {
-  //! The next handshake's blocks are wide: its producer may send up to 32 KiB with it.
-  bool wide_handshake = false;
+  //! Ranks wide_first .. wide_first + wide_count - 1 (the roots of that transfer) may send up to
+  //! 32 KiB with the next handshake; none when wide_count is 0.
+  int wide_first = 0;
+  int wide_count = 0;
 };
 
 //! A Communicator that keeps the framed wire's state (WireState) between transfers: a sync of

@@ -339,10 +339,10 @@ static void eager_rounds(const char* exchange, bool wide = false) {
   ws_test::DeviceModel model(metas, p.device);
   if (wide)
     REQUIRE((model.bytes() > detail::eager_capacity(2) &&
-             model.bytes() <= detail::wide_block_bytes(2) - detail::kFrameBytes));
+             model.bytes() <= detail::kWideEagerBytes));
   else
     REQUIRE(model.bytes() <= detail::eager_capacity(2));
-  REQUIRE(!p.comm.wire_state().wide_handshake);
+  REQUIRE(p.comm.wire_state().wide_count == 0);
   workspace_for<NcclCommunicator> ws(CudaPolicy(p.device));
   const cudaStream_t s = p.stream.get();
   std::uint64_t round = 0;
@@ -384,8 +384,9 @@ static void eager_rounds(const char* exchange, bool wide = false) {
         CHECK(host_views == 0);
         CHECK(views == (mode == Mode::views ? metas.size() - 1 : 0u));
         REQUIRE(model.count_wrong(round, s) == 0);
-        // (every rank passed the same handshakes: the producer's state is the same)
-        REQUIRE(p.comm.wire_state().wide_handshake == wide);
+        // (every rank passed the same handshakes: the producer's state is the same; wide: rank 0's
+        // block alone)
+        REQUIRE(p.comm.wire_state().wide_count == (wide ? 1 : 0));
       }
   // A load_weights that throws: the producer hears it in the same call (acknowledgement).
   TransferOptions opt;

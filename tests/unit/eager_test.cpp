@@ -240,12 +240,10 @@ void run_wide_rank(int port, int rank, int world) {
   opt.buffer_size_bytes = 2048;
   opt.num_buffers = 2;
   opt.timeout = 15s;
-  const std::size_t wide_cap = detail::wide_block_bytes(static_cast<std::size_t>(world)) -
-                               detail::kFrameBytes;
   if (total_bytes(medium()) <= detail::eager_capacity(static_cast<std::size_t>(world)) ||
-      total_bytes(medium()) > wide_cap)
+      total_bytes(medium()) > detail::kWideEagerBytes)
     throw std::logic_error("the medium model must fit a wide block and not a base one");
-  if (comm.wire_state().wide_handshake) fail(0, rank, "a new communicator starts wide");
+  if (comm.wire_state().wide_count != 0) fail(0, rank, "a new communicator starts wide");
   const bool wide_after[] = {false, true, true, true, true, true, false, true, false, true, true};
   for (int round = 1; round <= 10; ++round) {
     const auto metas = round == 6 ? small() : round == 8 ? large() : medium();
@@ -316,9 +314,11 @@ void run_wide_rank(int port, int rank, int world) {
         if (!one && exchanges < 2) fail(round, rank, "one exchange: not the path expected");
         break;
     }
-    if (comm.wire_state().wide_handshake != wide_after[round])
-      fail(round, rank, std::string("the next handshake is ") +
-                            (comm.wire_state().wide_handshake ? "wide" : "not wide"));
+    // (wide: the producer's block alone, rank 0's)
+    const WireState w = comm.wire_state();
+    if ((w.wide_count != 0) != wide_after[round] || (w.wide_count != 0 && (w.wide_first != 0 || w.wide_count != 1)))
+      fail(round, rank, "the next handshake's wide blocks are ranks " + std::to_string(w.wide_first) +
+                            " + " + std::to_string(w.wide_count));
   }
 }
 
@@ -351,11 +351,27 @@ TEST_CASE("eager: the handshake block sizes", "[unit][eager]") {
   CHECK(detail::eager_capacity(4) == 4096 - detail::kFrameBytes);
   CHECK(detail::eager_capacity(64) == 0);
   CHECK(detail::handshake_block_bytes(100000) == detail::kFrameBytes);
-  CHECK(detail::wide_block_bytes(2) - detail::kFrameBytes == 32768);
-  CHECK(detail::wide_block_bytes(3) - detail::kFrameBytes == 32768);
-  CHECK(detail::wide_block_bytes(4) - detail::kFrameBytes == 32768 - detail::kFrameBytes);
-  CHECK(detail::wide_block_bytes(64) - detail::kFrameBytes == 1792);
-  CHECK(detail::wide_block_bytes(100000) == detail::kFrameBytes);
+  // Wide blocks: the roots' alone, laid out in rank order.
+  const auto l = detail::HandshakeLayout::of(3, 1, 1);
+  CHECK(l.capacity(0) == 4096);
+  CHECK(l.capacity(1) == 32768);
+  CHECK(l.capacity(2) == 4096);
+  CHECK(l.offset(0) == 0);
+  CHECK(l.offset(1) == detail::kFrameBytes + 4096);
+  CHECK(l.offset(2) == 2 * detail::kFrameBytes + 4096 + 32768);
+  CHECK(l.total() == 3 * detail::kFrameBytes + 2 * 4096 + 32768);
+  CHECK(detail::HandshakeLayout::of(64, 0, 4).capacity(3) == 32768);
+  CHECK(detail::HandshakeLayout::of(64, 0, 4).capacity(4) == 0);
+  CHECK(detail::HandshakeLayout::of(64, 0, 4).total() == 60 * detail::kFrameBytes + 4 * detail::kHandshakeWideBlock);
+  // A state that cannot be laid out is no wide block at all: too many, or outside the group.
+  CHECK(detail::HandshakeLayout::of(8, 0, 5).count == 0);
+  CHECK(detail::HandshakeLayout::of(2, 1, 2).count == 0);
+  CHECK(detail::HandshakeLayout::of(2, -1, 1).count == 0);
+  for (const std::size_t world : {1, 2, 3, 4, 7, 64})
+    for (int first = 0; first < 4; ++first)
+      for (int count = 0; count <= 4; ++count)
+        CHECK(detail::HandshakeLayout::of(world, first, count).total() <=
+              detail::HandshakeLayout::largest(world));
 }
 
 TEST_CASE("metadata digest cache: the same digest as the hash, and a change in place is seen",

@@ -215,22 +215,68 @@ inline constexpr std::size_t eager_capacity(std::size_t world) {
 static_assert(eager_capacity(2) == 4096 && eager_capacity(4) == 3840 && eager_capacity(64) == 0 &&
               eager_capacity(1000) == 0);
 
-//! Wide blocks (protocol 8): a sync of more than eager_capacity bytes costs two exchanges (the
-//! handshake, then the data), and a block large enough for it would cost every small sync a
-//! second latency. So a block is wide only where the last handshake agreed on a sync that fits a
-//! wide block and not a base one (most syncs repeat the last one), decided by every rank from the
-//! frames every rank saw and kept in the communicator (WireState, concepts.hpp). Then its blocks
-//! hold a frame and up to 32 KiB (all ranks' eager bytes together at most kHandshakeWideTotal):
-//! one exchange of 2 x 33 KiB against a handshake of 2 x 4.3 KiB followed by the data.
+//! Wide blocks (protocol 8). A sync of more than eager_capacity bytes costs two exchanges (the
+//! handshake, then the data), and larger blocks for every rank would cost every small sync more
+//! (an all-gather of 33 KiB a rank takes about two broadcasts of it over NCCL's socket transport,
+//! run 105). So only the roots' blocks grow, and only where the last handshake agreed on a sync
+//! whose every root's bytes fit a wide block and not a base one (most syncs repeat the last one):
+//! every rank decides that from the frames every rank saw and keeps it in its communicator
+//! (WireState, concepts.hpp). A wide block holds a frame and 32 KiB; all wide blocks together
+//! hold at most kHandshakeWideTotal of eager bytes (at most 4 roots).
+inline constexpr std::size_t kWideEagerBytes = std::size_t{32} << 10;
+inline constexpr std::size_t kHandshakeWideBlock = kFrameBytes + kWideEagerBytes;
 inline constexpr std::size_t kHandshakeWideTotal = std::size_t{128} << 10;
-inline constexpr std::size_t kHandshakeWideMax = kFrameBytes + (std::size_t{32} << 10);
-inline constexpr std::size_t wide_block_bytes(std::size_t world) {
-  const std::size_t share = world == 0 ? 0 : kHandshakeWideTotal / world / kFrameBytes * kFrameBytes;
-  const std::size_t wide = share > kHandshakeWideMax ? kHandshakeWideMax : share;
-  return wide > handshake_block_bytes(world) ? wide : handshake_block_bytes(world);
-}
-static_assert(wide_block_bytes(2) == kFrameBytes + 32768 && wide_block_bytes(4) == 32768 &&
-              wide_block_bytes(64) == 2048 && wide_block_bytes(1000) == kFrameBytes);
+inline constexpr std::size_t kMaxWideBlocks = kHandshakeWideTotal / kWideEagerBytes;
+
+//! Where each rank's block lies in a handshake's area: every rank's is `base` bytes, but ranks
+//! first .. first + count - 1 have wide ones (kHandshakeWideBlock). Every rank computes the same
+//! layout (from the same WireState), so ranks that disagree about the root still run the same
+//! operation and learn of it from the frames.
+struct HandshakeLayout {
+  std::size_t world = 0;
+  std::size_t base = 0;
+  std::size_t first = 0;
+  std::size_t count = 0;
+
+  //! The layout for `world` ranks with `wide_count` wide blocks from rank `wide_first` (none when
+  //! that range is empty, too many, or outside the group).
+  static constexpr HandshakeLayout of(std::size_t world, int wide_first, int wide_count) {
+    HandshakeLayout l{world, handshake_block_bytes(world), 0, 0};
+    if (wide_first >= 0 && wide_count > 0 &&
+        static_cast<std::size_t>(wide_count) <= kMaxWideBlocks &&
+        static_cast<std::size_t>(wide_first) + static_cast<std::size_t>(wide_count) <= world &&
+        kHandshakeWideBlock > l.base) {
+      l.first = static_cast<std::size_t>(wide_first);
+      l.count = static_cast<std::size_t>(wide_count);
+    }
+    return l;
+  }
+  //! Every rank's block of `bytes` bytes (the frames' all-gather).
+  static constexpr HandshakeLayout uniform(std::size_t world, std::size_t bytes) {
+    return HandshakeLayout{world, bytes, 0, 0};
+  }
+  constexpr bool wide(std::size_t r) const { return r >= first && r < first + count; }
+  constexpr std::size_t bytes(std::size_t r) const { return wide(r) ? kHandshakeWideBlock : base; }
+  constexpr std::size_t offset(std::size_t r) const {
+    const std::size_t wide_before = r <= first ? 0 : (r - first < count ? r - first : count);
+    return r * base + wide_before * (kHandshakeWideBlock - base);
+  }
+  constexpr std::size_t total() const { return offset(world); }
+  //! The eager bytes rank r can send.
+  constexpr std::size_t capacity(std::size_t r) const { return bytes(r) - kFrameBytes; }
+  //! The largest area any layout of `world` ranks needs.
+  static constexpr std::size_t largest(std::size_t world) {
+    const std::size_t n = world < kMaxWideBlocks ? world : kMaxWideBlocks;
+    const std::size_t base = handshake_block_bytes(world);
+    return world * base + (kHandshakeWideBlock > base ? n * (kHandshakeWideBlock - base) : 0);
+  }
+};
+static_assert(HandshakeLayout::of(2, 0, 1).offset(1) == kHandshakeWideBlock &&
+              HandshakeLayout::of(2, 0, 1).total() == kHandshakeWideBlock + kFrameBytes + 4096 &&
+              HandshakeLayout::of(3, 1, 1).offset(1) == kFrameBytes + 4096 &&
+              HandshakeLayout::of(3, 1, 1).offset(2) == kFrameBytes + 4096 + kHandshakeWideBlock &&
+              HandshakeLayout::of(2, 1, 2).count == 0 && HandshakeLayout::of(8, 0, 5).count == 0 &&
+              HandshakeLayout::of(2, 0, 0).total() == 2 * (kFrameBytes + 4096));
 
 //! Digest of the ordered metadata: names, dtypes, shapes (Hash64).
 inline std::uint64_t metadata_digest(std::span<const TensorMeta> metas) {

@@ -27,8 +27,8 @@ inline constexpr std::uint32_t kWireMagic = 0x56525357u;
 //! splits, checksums and eager bytes. 6: a status frame's checksum is the chunk digest
 //! (detail/digest.hpp: lanes and blocks hashed in parallel, on the GPU too), not Hash64.
 //! 7: a handshake block is at most a frame and 4 KiB of eager bytes (kHandshakeBlockMax).
-//! 8: after a handshake that agreed on a sync of up to 32 KiB, the next handshake's blocks are
-//! wide (wide_block_bytes, WireState).
+//! 8: after a handshake that agreed on a sync of up to 32 KiB, the roots' blocks in the next
+//! handshake are wide (HandshakeLayout, WireState).
 inline constexpr std::uint16_t kProtocolVersion = 8;
 
 enum class MsgType : std::uint16_t { hello = 1, welcome = 2, reject = 3, abort = 4, goodbye = 5, link = 6 };

@@ -136,10 +136,11 @@ class HostCommunicator {
   }
 
   //! Begins a group: the broadcasts issued until the matching group_end() run there, together.
-  //! A group whose broadcasts come one from every rank, all of one size (an allgather, as the
-  //! pipeline's handshake issues), runs as a ring allgather: size() - 1 steps in which every rank
-  //! sends and receives at once, one latency a step instead of one a broadcast. Any other group
-  //! runs its broadcasts in the order issued. Buffers must stay valid until group_end().
+  //! A group whose broadcasts come one from every rank (an allgather, as the pipeline's handshake
+  //! issues; the sizes may differ from rank to rank) runs as a ring allgather: size() - 1 steps in
+  //! which every rank sends and receives at once, one latency a step instead of one a broadcast.
+  //! Any other group runs its broadcasts in the order issued. Buffers must stay valid until
+  //! group_end().
   void group_start() { ++group_depth_; }
 
   //! Ends a group (see group_start()); runs what it holds. @throws as broadcast().
@@ -194,12 +195,12 @@ class HostCommunicator {
     int root;
   };
 
-  //! One broadcast from every rank, all of one size.
+  //! One broadcast from every rank.
   bool is_allgather(const std::vector<PendingBroadcast>& ops) const {
     if (ops.size() != static_cast<std::size_t>(size_)) return false;
     std::vector<char> seen(ops.size(), 0);
     for (const auto& op : ops) {
-      if (op.bytes != ops.front().bytes || seen[static_cast<std::size_t>(op.root)]) return false;
+      if (seen[static_cast<std::size_t>(op.root)]) return false;
       seen[static_cast<std::size_t>(op.root)] = 1;
     }
     return true;
@@ -207,12 +208,15 @@ class HostCommunicator {
 
   //! Ring allgather: in step s every rank sends the block of rank (rank - s) to its successor and
   //! receives the block of rank (rank - s - 1) from its predecessor, both at once. Each step's
-  //! header carries the group's sequence number and the step, so ranks that disagree fail.
+  //! header carries the group's sequence number, the step and the block's size, so ranks that
+  //! disagree fail.
   void run_allgather(const std::vector<PendingBroadcast>& ops, std::uint64_t seq) {
     std::vector<char*> block(ops.size());
-    for (const auto& op : ops)
+    std::vector<std::size_t> size(ops.size());
+    for (const auto& op : ops) {
       block[static_cast<std::size_t>(op.root)] = static_cast<char*>(op.buf);
-    const std::size_t bytes = ops.front().bytes;
+      size[static_cast<std::size_t>(op.root)] = op.bytes;
+    }
     const int succ = (rank_ + 1) % size_;
     const int pred = (rank_ + size_ - 1) % size_;
     for (int step = 0; step < size_ - 1; ++step) {
@@ -222,7 +226,7 @@ class HostCommunicator {
       w.u32(detail::kWireMagic);
       w.i32(-1 - step);  // never a root: a broadcast header on the other side fails the check
       w.u64(seq);
-      w.u64(bytes);
+      w.u64(size[static_cast<std::size_t>(out)]);
       char out_hdr[kHeaderBytes], in_hdr[kHeaderBytes];
       std::memcpy(out_hdr, w.bytes().data(), kHeaderBytes);
       const auto deadline = detail::Deadline::after(timeout_);
@@ -233,15 +237,17 @@ class HostCommunicator {
       const int their_step = -1 - r.i32();
       const auto their_seq = r.u64();
       const auto their_bytes = r.u64();
+      const std::size_t want = size[static_cast<std::size_t>(in)];
       if (magic != detail::kWireMagic || their_step != step || their_seq != seq ||
-          their_bytes != bytes)
+          their_bytes != want)
         throw protocol_error(
             pred, detail::cat("grouped broadcasts #", seq, " on rank ", rank_,
-                              " run as an allgather of ", bytes, " bytes a rank; rank ", pred,
-                              " sent something else (the ranks disagree on the "
-                              "operation)"));
-      detail::send_recv_all(succ_.get(), block[static_cast<std::size_t>(out)], bytes, pred_.get(),
-                            block[static_cast<std::size_t>(in)], bytes, deadline, "allgather", succ,
+                              " run as an allgather (rank ", in, "'s block of ", want,
+                              " bytes at step ", step, "); rank ", pred,
+                              " sent something else (the ranks disagree on the operation)"));
+      detail::send_recv_all(succ_.get(), block[static_cast<std::size_t>(out)],
+                            size[static_cast<std::size_t>(out)], pred_.get(),
+                            block[static_cast<std::size_t>(in)], want, deadline, "allgather", succ,
                             pred);
     }
   }

@@ -38,33 +38,34 @@ void check_frames(PipelineRun<C>& run, const std::vector<Frame>& frames, const s
     }
 }
 
-//! Every rank contributes one block of `block` bytes that begins with its frame `mine` (the rest
-//! of its block, if any, it has written already, on the communication stream): an all-gather of n
-//! blocks. When run.host_exchange it runs in `host` (pinned), where the host reads the frames and
-//! a consumer's copies read the eager bytes: no copy on either side of it. Otherwise it runs over
-//! `dev` (the blocks stay on the device) and is mirrored into `host`. Returns the frames, indexed
-//! by rank.
+//! Every rank contributes one block, laid out by `layout` (rank r's: layout.bytes(r) bytes at
+//! layout.offset(r)), that begins with its frame `mine` (the rest of its block, if any, it has
+//! written already, on the communication stream): one broadcast from every rank, grouped. When
+//! run.host_exchange it runs in `host` (pinned), where the host reads the frames and a consumer's
+//! copies read the eager bytes: no copy on either side of it. Otherwise it runs over `dev` (the
+//! blocks stay on the device) and is mirrored into `host`. Returns the frames, indexed by rank.
 template <class C>
 std::vector<Frame> allgather_blocks(PipelineRun<C>& run, std::byte* dev, std::byte* host,
-                                    std::size_t block, const Frame& mine,
+                                    const HandshakeLayout& layout, const Frame& mine,
                                     const std::string& phase) {
   const std::size_t n = run.world();
   const auto me = static_cast<std::size_t>(run.comm.rank());
   // (The host block is free: the last exchange through it was drained, and what the stream may
   // still write into this rank's block, its eager bytes, lies after the frame.)
-  std::memcpy(host + me * block, &mine, kFrameBytes);
+  std::memcpy(host + layout.offset(me), &mine, kFrameBytes);
   std::byte* area = run.host_exchange ? host : dev;
   if (!run.host_exchange)
-    run.ws.policy.copy_from_host(dev + me * block, host + me * block, kFrameBytes,
+    run.ws.policy.copy_from_host(dev + layout.offset(me), host + layout.offset(me), kFrameBytes,
                                  run.comm_stream());
   run.group([&] {
     for (std::size_t r = 0; r < n; ++r)
-      run.comm.broadcast(area + r * block, block, static_cast<int>(r), run.comm_stream());
+      run.comm.broadcast(area + layout.offset(r), layout.bytes(r), static_cast<int>(r),
+                         run.comm_stream());
   });
-  if (!run.host_exchange) run.ws.policy.copy_to_host(host, dev, n * block, run.comm_stream());
+  if (!run.host_exchange) run.ws.policy.copy_to_host(host, dev, layout.total(), run.comm_stream());
   run.drain(phase);
   std::vector<Frame> out(n);
-  for (std::size_t r = 0; r < n; ++r) std::memcpy(&out[r], host + r * block, kFrameBytes);
+  for (std::size_t r = 0; r < n; ++r) std::memcpy(&out[r], host + layout.offset(r), kFrameBytes);
   check_frames(run, out, phase);
   return out;
 }
@@ -72,31 +73,40 @@ std::vector<Frame> allgather_blocks(PipelineRun<C>& run, std::byte* dev, std::by
 //! Every rank contributes `mine`; returns all frames, indexed by rank.
 template <class C>
 std::vector<Frame> allgather_frames(PipelineRun<C>& run, Frame mine, const std::string& phase) {
-  return allgather_blocks(run, run.frame_dev(0), run.ws.frames_host.data(), kFrameBytes, mine,
-                          phase);
+  return allgather_blocks(run, run.frame_dev(0), run.ws.frames_host.data(),
+                          HandshakeLayout::uniform(run.world(), kFrameBytes), mine, phase);
 }
 
-//! The handshake's all-gather: every rank contributes one block of run.block bytes (its frame,
+//! The handshake's all-gather: every rank contributes one block laid out by run.layout (its frame,
 //! then its eager bytes, which the producer may have written already: see PipelineRun::eager_at).
 //! The blocks stay where they were exchanged (the consumer reads the producer's eager bytes
 //! there); returns the frames, indexed by rank.
 template <class C>
 std::vector<Frame> exchange_handshake(PipelineRun<C>& run, Frame mine) {
   run.ensure_handshake_area();
-  return allgather_blocks(run, run.ws.handshake.data(), run.ws.handshake_host.data(), run.block,
+  return allgather_blocks(run, run.ws.handshake.data(), run.ws.handshake_host.data(), run.layout,
                           mine, "handshake");
 }
 
-//! Whether the next handshake's blocks are wide (wide_block_bytes): this transfer, which every
-//! rank agreed on, would have travelled in a wide block and not in a base one. Decided from the
-//! agreed plan and options alone, so every rank decides alike.
+//! The next handshake's wide blocks: this transfer's roots', when its every root's bytes fit a
+//! wide block and some root's do not fit a base one. Decided from the agreed plan and options
+//! alone, so every rank decides alike.
 template <class C>
-bool next_handshake_wide(const PipelineRun<C>& run) {
-  if (!run.plan.framed || run.opt.checksum || run.metas.empty()) return false;
+WireState next_wire_state(const PipelineRun<C>& run) {
+  WireState next;
+  const auto& roots = run.plan.root_rank;
+  if (!run.plan.framed || run.opt.checksum || run.metas.empty() || roots.empty() ||
+      roots.size() > kMaxWideBlocks)
+    return next;
   std::size_t most = 0;
-  for (int r = 0; r < run.plan.trainers; ++r) most = std::max(most, run.plan.root_bytes(r));
-  const std::size_t world = run.world();
-  return most > eager_capacity(world) && most <= wide_block_bytes(world) - kFrameBytes;
+  for (std::size_t r = 0; r < roots.size(); ++r) {
+    if (roots[r] != roots[0] + static_cast<int>(r)) return next;  // (roots are one run of ranks)
+    most = std::max(most, run.plan.root_bytes(static_cast<int>(r)));
+  }
+  if (most <= eager_capacity(run.world()) || most > kWideEagerBytes) return next;
+  next.wide_first = roots[0];
+  next.wide_count = static_cast<int>(roots.size());
+  return next;
 }
 
 //! What this rank must agree on with every other: the one place the handshake is derived from the
@@ -315,7 +325,7 @@ std::uint64_t handshake(PipelineRun<C>& run, std::uint8_t flags = 0) {
                        cat("an earlier transfer failed: ", failed,
                            "; this transfer was refused on every rank before any byte moved"));
   // Every rank passed this handshake: every rank sizes the next one alike.
-  if constexpr (WireStateCommunicator<C>) run.comm.wire_state().wide_handshake = next_handshake_wide(run);
+  if constexpr (WireStateCommunicator<C>) run.comm.wire_state() = next_wire_state(run);
   bool eager = !run.plan.root_rank.empty();
   for (const int r : run.plan.root_rank)
     eager = eager && (all[static_cast<std::size_t>(r)].head.flags & kFrameEager) != 0;

@@ -43,14 +43,16 @@ bool exchange_in_host_memory() {
   }
 }
 
-//! The size of each rank's block in the next handshake on `c`: wide when the last handshake on it
-//! said so (WireState), else the base size (handshake_block_bytes).
+//! The layout of the next handshake on `c`: the roots of the last transfer every rank agreed on
+//! have wide blocks when it said so (WireState), every other block is the base size.
 template <class C>
-std::size_t next_handshake_block(C& c) {
+HandshakeLayout next_handshake_layout(C& c) {
   const auto world = static_cast<std::size_t>(c.size());
-  if constexpr (WireStateCommunicator<C>)
-    if (c.wire_state().wide_handshake) return wide_block_bytes(world);
-  return handshake_block_bytes(world);
+  if constexpr (WireStateCommunicator<C>) {
+    const WireState& w = c.wire_state();
+    return HandshakeLayout::of(world, w.wide_first, w.wide_count);
+  }
+  return HandshakeLayout::of(world, 0, 0);
 }
 
 template <class C>
@@ -69,9 +71,9 @@ struct PipelineRun {
   int root;
   Role role;
   PiecePlan plan;
-  //! Each rank's block in this transfer's handshake (its frame, then its eager bytes), fixed when
-  //! the transfer begins (the handshake decides the next one's: WireState).
-  const std::size_t block;
+  //! Where each rank's block lies in this transfer's handshake (its frame, then its eager bytes),
+  //! fixed when the transfer begins (the handshake decides the next one's: WireState).
+  const HandshakeLayout layout;
 
   //! `plan` is built after the options are validated and the roles checked (make_plan).
   template <class MakePlan>
@@ -84,7 +86,7 @@ struct PipelineRun {
         root(r),
         role(ro),
         plan(make_plan()),
-        block(next_handshake_block(c)) {
+        layout(next_handshake_layout(c)) {
     ws.reserve_lists(plan.max_chunk_pieces());
   }
 
@@ -102,10 +104,10 @@ struct PipelineRun {
   const bool host_exchange = exchange_in_host_memory<C>();
   //! The workspace's handshake area, sized for wide blocks from the first transfer on: blocks that
   //! widen later allocate nothing.
-  void ensure_handshake_area() { ws.ensure_handshake(world() * wide_block_bytes(world())); }
-  //! How many bytes a rank can send with this transfer's handshake.
-  std::size_t eager_capacity() const { return block - kFrameBytes; }
-  //! Rank r's eager bytes where the handshake exchanges them (eager_capacity() of them):
+  void ensure_handshake_area() { ws.ensure_handshake(HandshakeLayout::largest(world())); }
+  //! How many bytes rank r can send with this transfer's handshake.
+  std::size_t eager_capacity(std::size_t r) const { return layout.capacity(r); }
+  //! Rank r's eager bytes where the handshake exchanges them (eager_capacity(r) of them):
   //! in ws.handshake_host when host_exchange, else in ws.handshake.
   std::byte* eager_at(std::size_t r) {
     return (host_exchange ? ws.handshake_host.data() : ws.handshake.data()) + eager_offset(r);
@@ -114,7 +116,7 @@ struct PipelineRun {
   //! lie when host_exchange: load_weights gets device memory).
   std::byte* eager_dev(std::size_t r) { return ws.handshake.data() + eager_offset(r); }
   std::size_t eager_offset(std::size_t r) const {
-    return r * block + kFrameBytes;
+    return layout.offset(r) + kFrameBytes;
   }
   //! This transfer's bytes travel inside the handshake (see kFrameEager); set by the handshake.
   bool eager = false;

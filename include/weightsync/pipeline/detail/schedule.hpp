@@ -365,7 +365,7 @@ class TransferRun {
   //! wrong item: see below).
   bool pack_eager() {
     if (!plan().framed || run_.opt.checksum || run_.metas.empty() ||
-        plan().root_bytes(mine_) > run_.eager_capacity())
+        plan().root_bytes(mine_) > run_.eager_capacity(static_cast<std::size_t>(run_.comm.rank())))
       return false;
     auto& ws = run_.ws;
     for (const Chunk& c : plan().chunks[static_cast<std::size_t>(mine_)]) take_items(c);
@@ -746,7 +746,6 @@ class TransferRun {
   //! they were exchanged in pinned host memory, a tensor handed to load_weights is copied to the
   //! device area first (in the same batch): a view is device memory.
   void receive_eager() {
-    const std::size_t cap = run_.eager_capacity();
     auto& ws = run_.ws;
     const auto s = run_.comm_stream();
     std::vector<byte*>& at = eager_at_;
@@ -754,6 +753,7 @@ class TransferRun {
     ws.clear_copies();
     for (int r = 0; r < m(); ++r) {
       const int rank = plan().root_rank[r];
+      const std::size_t cap = run_.eager_capacity(static_cast<std::size_t>(rank));
       if (plan().root_bytes(r) > cap)
         throw protocol_error(rank, cat("rank ", rank, " sent ", plan().root_bytes(r),
                                        " bytes with the handshake, where ", cap, " fit"));
