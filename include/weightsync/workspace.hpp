@@ -17,6 +17,7 @@
 #include "weightsync/concepts.hpp"
 #include "weightsync/detail/digest.hpp"
 #include "weightsync/detail/frame.hpp"
+#include "weightsync/pipeline/detail/plan.hpp"
 #include "weightsync/tensor_meta.hpp"
 
 namespace weightsync {
@@ -150,6 +151,7 @@ struct WorkspaceState {
   std::string pending_failure;
   std::uint64_t contiguous_regions = 0;  //!< regions sent or received in place (statistics)
   MetadataDigestCache digests;  // the handshake's metadata digest
+  PlanCache plans;              // the last whole-tensor plan
   // Per-chunk lists, reserved once so that the chunk loop does not allocate.
   std::vector<const void*> sources;  // producer: the current chunk's item pointers
   std::vector<void*> copy_dst;

@@ -8,6 +8,7 @@
 #include <weightsync/packed_broadcast.hpp>
 #include <weightsync/sealed_metadata.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <random>
@@ -435,6 +436,60 @@ TEST_CASE("SealedMetadata: its digest and bytes are the list's, a moved-from lis
   } catch (const config_error& e) {
     CHECK(std::string(e.what()).find("'empty'") != std::string::npos);
   }
+}
+
+}  // namespace ws_test_eager_test
+
+namespace ws_test_eager_test {
+
+TEST_CASE("plan cache: a sync like the last one reuses its plan; any input of the plan rebuilds it",
+          "[unit][eager]") {
+  detail::PlanCache cache;
+  detail::MetadataDigestCache digests;
+  const auto metas = medium();
+  TransferOptions opt;
+  opt.buffer_size_bytes = 2048;
+  const auto first = cache.whole(metas, 0, opt, digests);
+  const detail::PiecePlan fresh(metas, 0, opt);
+  CHECK(first->total_bytes == fresh.total_bytes);
+  CHECK(first->steps == fresh.steps);
+  CHECK(first->slot_bytes == fresh.slot_bytes);
+  CHECK(first->piece_step == fresh.piece_step);
+  auto copy = metas;  // the same list elsewhere: the same plan
+  CHECK(cache.whole(copy, 0, opt, digests) == first);
+  TransferOptions same = opt;
+  same.num_buffers = 3;  // (not an input of the plan)
+  same.checksum = true;
+  CHECK(cache.whole(metas, 0, same, digests) == first);
+  // Each input of the plan: a new one, and it is kept in turn.
+  copy[0].shape = {64, 32};
+  const auto reshaped = cache.whole(copy, 0, opt, digests);
+  CHECK(reshaped != first);
+  CHECK(reshaped->total_bytes == fresh.total_bytes - 64 * 32 * 2);
+  CHECK(cache.whole(copy, 0, opt, digests) == reshaped);
+  CHECK(cache.whole(metas, 1, opt, digests)->root_rank == std::vector<int>{1});
+  TransferOptions o = opt;
+  o.buffer_size_bytes = 4096;
+  const auto wider = cache.whole(metas, 1, o, digests);
+  CHECK(wider->steps < fresh.steps);
+  o.direct_threshold_bytes = 1024;
+  const auto direct = cache.whole(metas, 1, o, digests);
+  CHECK(direct != wider);
+  CHECK(direct->direct == detail::PiecePlan(metas, 1, o).direct);
+  CHECK(std::count(direct->direct.begin(), direct->direct.end(), 1) > 0);
+  o.packed = false;
+  const auto unpacked = cache.whole(metas, 1, o, digests);
+  CHECK(unpacked != direct);
+  CHECK(unpacked->steps == detail::PiecePlan(metas, 1, o).steps);
+  CHECK(unpacked->steps != direct->steps);
+  o.protocol = Protocol::vllm;
+  CHECK_THROWS_AS(cache.whole(metas, 1, o, digests), config_error);  // (direct is not vLLM's)
+  o.direct_threshold_bytes = 0;
+  CHECK(!cache.whole(metas, 1, o, digests)->framed);
+  // An invalid shape is refused every time, and nothing is kept for it.
+  copy[0].shape = {-1, 2};
+  CHECK_THROWS_AS(cache.whole(copy, 0, opt, digests), config_error);
+  CHECK_THROWS_AS(cache.whole(copy, 0, opt, digests), config_error);
 }
 
 }  // namespace ws_test_eager_test

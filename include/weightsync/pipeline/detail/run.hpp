@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdlib>
 #include <exception>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -70,12 +71,15 @@ struct PipelineRun {
   //! one, else 0 (what timeouts name; the handshake compares every rank with plan's reference).
   int root;
   Role role;
-  PiecePlan plan;
+  //! The plan (shared with the workspace's PlanCache when it came from there) and a name for it.
+  std::shared_ptr<const PiecePlan> plan_holder;
+  const PiecePlan& plan;
   //! Where each rank's block lies in this transfer's handshake (its frame, then its eager bytes),
   //! fixed when the transfer begins (the handshake decides the next one's: WireState).
   const HandshakeLayout layout;
 
-  //! `plan` is built after the options are validated and the roles checked (make_plan).
+  //! `plan` is built (or taken from the workspace's cache) after the options are validated and the
+  //! roles checked (make_plan returns a shared_ptr<const PiecePlan>).
   template <class MakePlan>
   PipelineRun(C& c, State& w, const TransferOptions& o, std::span<const TensorMeta> m, int r,
               Role ro, MakePlan&& make_plan)
@@ -85,7 +89,8 @@ struct PipelineRun {
         metas(m),
         root(r),
         role(ro),
-        plan(make_plan()),
+        plan_holder(make_plan()),
+        plan(*plan_holder),
         layout(next_handshake_layout(c)) {
     ws.reserve_lists(plan.max_chunk_pieces());
   }

@@ -30,6 +30,7 @@
 #include <exception>
 #include <functional>
 #include <iterator>
+#include <memory>
 #include <optional>
 #include <ranges>
 #include <span>
@@ -90,7 +91,7 @@ class TransferRun {
       : run_(comm, ws, opt, metas, w.root, items ? Role::producer : Role::consumer,
              [&] {
                check_root(w.root, comm.rank(), comm.size(), items != nullptr);
-               return PiecePlan(metas, w.root, opt);
+               return ws.plans.whole(metas, w.root, opt, ws.digests);
              }),
         load_(load) {
     start(items);
@@ -102,7 +103,7 @@ class TransferRun {
              items ? Role::producer : Role::consumer,
              [&] {
                check_trainers(t.trainers, comm.rank(), comm.size(), items != nullptr, opt);
-               return PiecePlan(metas, t.specs, t.trainers, opt);
+               return std::make_shared<const PiecePlan>(metas, t.specs, t.trainers, opt);
              }),
         load_(load) {
     start(items);

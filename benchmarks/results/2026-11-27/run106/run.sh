@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # SPDX-FileCopyrightText: 2026 weightsync contributors
 # SPDX-License-Identifier: Apache-2.0
-# Run 106 (2026-11-28, one GPU): wide handshake blocks for the roots alone (protocol 8), in three calls on one warm
+# Run 106 (2026-11-27, one GPU): wide handshake blocks for the roots alone (protocol 8), in three calls on one warm
 # machine.
-#   bash benchmarks/results/2026-11-28/run106/run.sh OUT_DIR rows    builds A and B; the rows below
-#   bash benchmarks/results/2026-11-28/run106/run.sh OUT_DIR tests   the GPU suite but the slowest
-#   bash benchmarks/results/2026-11-28/run106/run.sh OUT_DIR slow    the slowest seven
+#   bash benchmarks/results/2026-11-27/run106/run.sh OUT_DIR rows    builds A and B; the rows below
+#   bash benchmarks/results/2026-11-27/run106/run.sh OUT_DIR tests   the GPU suite but the slowest
+#   bash benchmarks/results/2026-11-27/run106/run.sh OUT_DIR slow    the slowest seven
 # A = 34067ff (bench-old/, carried), B = this tree. Under MPS, NCCL ranks sharing the GPU (shm
 # barrier, 100 iterations), tiny and tiny504 zerocopy and packed: --np 2, three passes alternating
 # A and B; --np 4, one pass of each.
