@@ -110,6 +110,30 @@ std::size_t total_bytes(const std::vector<TensorMeta>& metas) {
                            std::to_string(rank) + ": " + what);
 }
 
+// What one round threw: its message and, for a protocol or remote error, the rank it names (-1
+// otherwise); nothing when it returned. A check of the test itself ("round N on rank R: ...")
+// goes through.
+struct Caught {
+  std::string what;
+  int peer = -1;
+};
+template <class F>
+Caught run_caught(F&& round) {
+  try {
+    round();
+  } catch (const protocol_error& e) {
+    return {e.what(), e.peer()};
+  } catch (const remote_error& e) {
+    return {e.what(), e.peer()};
+  } catch (const config_error& e) {
+    return {e.what(), -1};
+  } catch (const std::runtime_error& e) {
+    if (std::string(e.what()).find("round ") == 0) throw;
+    return {e.what(), -1};
+  }
+  return {};
+}
+
 // Rounds (2 ranks, Acknowledge::next_transfer, a small buffer so that the small model would
 // take 2 chunks without the eager path):
 //   1 small: one exchange on each rank; "embed" and "q" in place, the rest as views;
@@ -136,9 +160,7 @@ void run_rank(int port, int rank) {
     auto want = model(metas, round);
     auto got = poisoned(metas);
     const int before = comm.exchanges;
-    std::string what;
-    int peer = -1;
-    try {
+    const auto [what, peer] = run_caught([&] {
       if (rank == 0) {
         auto bad = metas;
         if (round == 3) bad[3].dtype = DType::bfloat16;  // "q": the item says bf16, the meta fp16
@@ -165,18 +187,7 @@ void run_rank(int port, int rank) {
             o, ws);
         if (got != want) fail(round, rank, "the received bytes differ");
       }
-    } catch (const protocol_error& e) {
-      what = e.what();
-      peer = e.peer();
-    } catch (const remote_error& e) {
-      what = e.what();
-      peer = e.peer();
-    } catch (const config_error& e) {
-      what = e.what();
-    } catch (const std::runtime_error& e) {
-      if (std::string(e.what()).find("round ") == 0) throw;
-      what = e.what();
-    }
+    });
     const int exchanges = comm.exchanges - before;
     const bool untouched = got == poisoned(metas);
     switch (round) {
@@ -251,9 +262,7 @@ void run_wide_rank(int port, int rank, int world) {
     auto want = model(metas, round);
     auto got = poisoned(metas);
     const int before = comm.exchanges;
-    std::string what;
-    int peer = -1;
-    try {
+    const auto [what, peer] = run_caught([&] {
       if (rank == 0) {
         auto bad = metas;
         if (round == 4) bad[0].dtype = DType::int8;  // "embed": the item says int8, the meta bf16
@@ -280,18 +289,7 @@ void run_wide_rank(int port, int rank, int world) {
           packed_broadcast_consumer(mine, comm, 0, load, o, ws);
         if (got != want) fail(round, rank, "the received bytes differ");
       }
-    } catch (const protocol_error& e) {
-      what = e.what();
-      peer = e.peer();
-    } catch (const remote_error& e) {
-      what = e.what();
-      peer = e.peer();
-    } catch (const config_error& e) {
-      what = e.what();
-    } catch (const std::runtime_error& e) {
-      if (std::string(e.what()).find("round ") == 0) throw;
-      what = e.what();
-    }
+    });
     const int exchanges = comm.exchanges - before;
     const bool untouched = got == poisoned(metas);
     const bool one = round == 2 || round == 5 || round == 6 || round == 10;
@@ -442,7 +440,7 @@ TEST_CASE("SealedMetadata: its digest and bytes are the list's, a moved-from lis
 
 namespace ws_test_eager_test {
 
-TEST_CASE("plan cache: a sync like the last one reuses its plan; any input of the plan rebuilds it",
+TEST_CASE("plan cache: a sync like the last one reuses its plan, and any input of the plan rebuilds it",
           "[unit][eager]") {
   detail::PlanCache cache;
   detail::MetadataDigestCache digests;
