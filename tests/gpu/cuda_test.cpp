@@ -6,6 +6,9 @@
 #include <weightsync/cuda/event.hpp>
 #include <weightsync/cuda/stream.hpp>
 
+#include <atomic>
+#include <chrono>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -73,4 +76,101 @@ TEST_CASE("cuda policy: batched copies are bit-exact at any alignment", "[gpu][c
   REQUIRE(cudaStreamSynchronize(s.get()) == cudaSuccess);
   cudaFree(wrong);
   CHECK(host == 0);
+}
+
+namespace {
+//! Host function that holds its stream until `*go` is set (bounded: 10 s).
+void CUDART_CB hold_until(void* go) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!static_cast<std::atomic<bool>*>(go)->load() && std::chrono::steady_clock::now() < until)
+    std::this_thread::yield();
+}
+}  // namespace
+
+TEST_CASE("cuda policy: batched copies through descriptor tables: reused, changed, on two streams, when every table is busy",
+          "[gpu][cuda]") {
+  CudaPolicy pol(0);
+  auto s = pol.make_stream();
+  auto t = pol.make_stream();
+  DeviceBuffer src(1 << 22, 0), dst(1 << 22, 0);
+  ws_pattern::fill(src.data(), src.size(), 7, s.get());
+  unsigned long long* wrong = nullptr;
+  REQUIRE(cudaMalloc(reinterpret_cast<void**>(&wrong), sizeof *wrong) == cudaSuccess);
+  // `count` pieces of 1..97 bytes at offsets spread by `stride` (a different set per stride),
+  // each copied to the same offset: dst then matches src's pattern over every piece.
+  struct Batch {
+    std::vector<void*> d;
+    std::vector<const void*> s;
+    std::vector<std::size_t> n;
+  };
+  const auto batch = [&](std::size_t count, std::size_t stride) {
+    Batch b;
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::size_t off = i * stride;
+      b.d.push_back(dst.data() + off);
+      b.s.push_back(src.data() + off);
+      b.n.push_back(1 + (i * 31) % 97);
+    }
+    REQUIRE(count * stride <= dst.size());
+    return b;
+  };
+  const auto run = [&](const Batch& b, cudaStream_t on) {
+    pol.copy_batch(b.d.data(), b.s.data(), b.n.data(), b.d.size(), on);
+  };
+  // Wrong bytes over the pieces of `b` (after everything enqueued on both streams).
+  const auto wrong_in = [&](const Batch& b) {
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    REQUIRE(cudaMemset(wrong, 0, sizeof *wrong) == cudaSuccess);
+    for (std::size_t i = 0; i < b.d.size(); ++i)
+      ws_pattern::count_diff(b.d[i], b.s[i], b.n[i], wrong, s.get());
+    unsigned long long h = 1;
+    REQUIRE(cudaMemcpyAsync(&h, wrong, sizeof h, cudaMemcpyDeviceToHost, s.get()) == cudaSuccess);
+    REQUIRE(cudaStreamSynchronize(s.get()) == cudaSuccess);
+    return h;
+  };
+  const auto poison = [&] { REQUIRE(cudaMemset(dst.data(), 0xCD, dst.size()) == cudaSuccess); };
+
+  SECTION("a few pieces go by value: no table") {
+    const Batch b = batch(16, 256);
+    poison();
+    run(b, s.get());
+    CHECK(wrong_in(b) == 0);
+    CHECK(pol.copy_table() == nullptr);
+  }
+  SECTION("the same pieces again reuse their table, also from another stream") {
+    const Batch b = batch(504, 256);
+    for (int round = 0; round < 3; ++round) {
+      poison();
+      run(b, round == 2 ? t.get() : s.get());
+      CHECK(wrong_in(b) == 0);
+    }
+    REQUIRE(pol.copy_table() != nullptr);
+    CHECK(pol.copy_table()->counts().uploaded == 1);
+    CHECK(pol.copy_table()->counts().reused == 2);
+  }
+  SECTION("changed pieces upload again; more than 960 go in one launch") {
+    const Batch a = batch(40, 512), b = batch(2000, 1024), c = batch(40, 768);
+    poison();
+    run(a, s.get());
+    run(b, t.get());
+    run(c, s.get());
+    CHECK(wrong_in(a) == 0);
+    CHECK(wrong_in(b) == 0);
+    CHECK(wrong_in(c) == 0);
+    CHECK(pol.copy_table()->counts().uploaded == 3);
+  }
+  SECTION("with every table still in use, a batch goes by value, and all land") {
+    std::atomic<bool> go{false};
+    REQUIRE(cudaLaunchHostFunc(s.get(), hold_until, &go) == cudaSuccess);
+    std::vector<Batch> bs;
+    for (std::size_t k = 0; k < 6; ++k) bs.push_back(batch(100 + k, 256 + 64 * k));
+    poison();
+    for (const Batch& b : bs) run(b, s.get());  // held: no launch is done
+    const auto counts = pol.copy_table()->counts();
+    go = true;
+    for (const Batch& b : bs) CHECK(wrong_in(b) == 0);
+    CHECK(counts.uploaded == 4);
+    CHECK(counts.full == 2);
+  }
+  cudaFree(wrong);
 }

@@ -3,9 +3,12 @@
 #pragma once
 
 //! @file
-//! A gather/scatter copy kernel for packing and unpacking: one launch moves up to
-//! kernels::kMaxCopyDescs (960) pieces of any size and alignment, using the SMs at device-memory
-//! bandwidth, where copy engines pay a fixed cost per piece. The kernel ships as PTX text
+//! A gather/scatter copy kernel for packing and unpacking: one launch moves any number of pieces
+//! of any size and alignment, using the SMs at device-memory bandwidth, where copy engines pay a
+//! fixed cost per piece. A launch's parameters are copied with it, so the pieces travel in the
+//! smallest way that fits: up to 16 in a small parameter block; more from a CopyTable in device
+//! memory, uploaded once and reused while the pieces stay the same (a sync repeated with the same
+//! tensors pays no upload); else up to 960 per launch in a 30 KiB parameter block. The kernel ships as PTX text
 //! (detail/batched_copy_ptx.hpp, generated from kernels/batched_copy.cu; its ABI:
 //! <weightsync/kernels/batched_copy_abi.hpp>) and is loaded at run time with cudaLibraryLoadData,
 //! so that including this header needs no nvcc. If it cannot be loaded, callers fall back to copy
@@ -19,19 +22,157 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "weightsync/cuda/check.hpp"
+#include "weightsync/cuda/device_buffer.hpp"
+#include "weightsync/cuda/event.hpp"
 #include "weightsync/cuda/detail/batched_copy_ptx.hpp"
 #include "weightsync/kernels/batched_copy_abi.hpp"
 #include "weightsync/log.hpp"
 
 namespace weightsync::detail {
 
-//! The loaded kernel (context-independent library), or null when loading failed (logged once).
+//! Descriptor tables in device memory for the batched copy kernel, for one caller (a device
+//! policy): a few entries, each holding the pieces of its last upload. A launch whose pieces equal
+//! an entry's reuses it as it lies; otherwise it uploads them into an entry that no launch still
+//! reads (from pinned memory, on the launch's stream). Never blocks: when every entry is still in
+//! use, acquire() returns null and the caller passes the pieces by value.
+class CopyTable {
+ public:
+  explicit CopyTable(int device) : device_(device) {}
+  CopyTable(const CopyTable&) = delete;
+  CopyTable& operator=(const CopyTable&) = delete;
+
+  //! The device copy of d[0..count), ready on `s` once the work enqueued there so far is done;
+  //! null when no entry is free. The caller must launch its kernel on `s` and then call used(s).
+  const kernels::CopyDesc* acquire(const kernels::CopyDesc* d, std::size_t count, cudaStream_t s) {
+    const std::size_t bytes = count * sizeof(kernels::CopyDesc);
+    ++clock_;
+    for (Entry& e : entries_)
+      if (e.count == count && std::memcmp(e.held.data(), d, bytes) == 0) {
+        // Uploaded on another stream: this one waits for the upload (not for that stream's other
+        // work).
+        if (e.uploaded_on != s) check(cudaStreamWaitEvent(s, e.uploaded->get(), 0), "cudaStreamWaitEvent");
+        // A launch on another stream may still read it: this one runs after it, so that `done`,
+        // recorded after this launch, covers both.
+        if (e.used_on != s && !e.free()) check(cudaStreamWaitEvent(s, e.done->get(), 0), "cudaStreamWaitEvent");
+        ++counts_.reused;
+        return take(e);
+      }
+    Entry* pick = nullptr;
+    for (Entry& e : entries_)
+      if (e.free() && (pick == nullptr || e.last < pick->last)) pick = &e;
+    if (pick == nullptr) {
+      ++counts_.full;
+      return nullptr;
+    }
+    Entry& e = *pick;
+    if (e.capacity < count) {
+      CurrentDeviceGuard g(device_);
+      const std::size_t cap = std::max<std::size_t>(count, 2 * e.capacity);
+      e.dev = DeviceBuffer(cap * sizeof(kernels::CopyDesc), device_);
+      e.staging = PinnedBuffer(cap * sizeof(kernels::CopyDesc));
+      if (!e.uploaded) e.uploaded.emplace(device_);
+      if (!e.done) e.done.emplace(device_);
+      e.capacity = cap;
+    }
+    e.count = 0;  // (invalid until the upload is enqueued)
+    std::memcpy(e.staging.data(), d, bytes);
+    check(cudaMemcpyAsync(e.dev.data(), e.staging.data(), bytes, cudaMemcpyHostToDevice, s),
+          "cudaMemcpyAsync(copy table)");
+    e.uploaded->record(s);
+    e.uploaded_on = s;
+    e.held.assign(d, d + count);
+    e.count = count;
+    ++counts_.uploaded;
+    return take(e);
+  }
+  //! What acquire() did so far: reused an entry, uploaded into one, found none free.
+  struct Counts {
+    std::uint64_t reused = 0, uploaded = 0, full = 0;
+  };
+  Counts counts() const noexcept { return counts_; }
+  //! Held from acquire() to used(): a table may serve launches from several threads.
+  std::mutex& mutex() noexcept { return mutex_; }
+  //! The launch that acquired an entry was enqueued on `s`: the entry is busy until it is done.
+  void used(cudaStream_t s) {
+    if (current_ == nullptr) return;
+    current_->done->record(s);
+    current_->recorded = true;
+    current_->used_on = s;
+    current_ = nullptr;
+  }
+
+ private:
+  struct Entry {
+    DeviceBuffer dev;
+    PinnedBuffer staging;  // read by the upload until `done` (the launch after it) completes
+    std::optional<CudaEvent> uploaded, done;
+    cudaStream_t uploaded_on = nullptr, used_on = nullptr;
+    std::vector<kernels::CopyDesc> held;
+    std::size_t count = 0, capacity = 0;
+    std::uint64_t last = 0;
+    bool recorded = false;  // `done` was recorded after the entry's last launch
+    bool free() const { return !recorded || done->ready(); }
+  };
+  const kernels::CopyDesc* take(Entry& e) {
+    e.last = clock_;
+    current_ = &e;
+    return reinterpret_cast<const kernels::CopyDesc*>(e.dev.data());
+  }
+  static constexpr std::size_t kEntries = 4;
+  std::mutex mutex_;
+  int device_;
+  std::array<Entry, kEntries> entries_;
+  Entry* current_ = nullptr;
+  std::uint64_t clock_ = 0;
+  Counts counts_;
+};
+
+//! A policy's CopyTable, made on first use. A copy of the policy starts with none of its own: a
+//! table is never shared between policies.
+class CopyTableSlot {
+ public:
+  CopyTableSlot() = default;
+  CopyTableSlot(const CopyTableSlot&) noexcept {}
+  CopyTableSlot& operator=(const CopyTableSlot& o) noexcept {
+    if (this != &o) reset(nullptr);
+    return *this;
+  }
+  CopyTableSlot(CopyTableSlot&& o) noexcept : table_(o.table_.exchange(nullptr)) {}
+  CopyTableSlot& operator=(CopyTableSlot&& o) noexcept {
+    if (this != &o) reset(o.table_.exchange(nullptr));
+    return *this;
+  }
+  ~CopyTableSlot() { reset(nullptr); }
+  //! The table, or null before the first launch that needed one.
+  const CopyTable* peek() const noexcept { return table_.load(std::memory_order_acquire); }
+  CopyTable& get(int device) const {
+    if (CopyTable* t = table_.load(std::memory_order_acquire)) return *t;
+    auto made = std::make_unique<CopyTable>(device);
+    CopyTable* none = nullptr;
+    if (table_.compare_exchange_strong(none, made.get(), std::memory_order_acq_rel))
+      return *made.release();
+    return *none;  // another thread made it first
+  }
+
+ private:
+  void reset(CopyTable* t) noexcept { delete table_.exchange(t); }
+  mutable std::atomic<CopyTable*> table_{nullptr};
+};
+
+//! The loaded kernels (context-independent library), or null when loading failed (logged once).
 class BatchedCopyKernel {
  public:
   static const BatchedCopyKernel* instance() {
@@ -39,30 +180,58 @@ class BatchedCopyKernel {
     return k.kernel_ ? &k : nullptr;
   }
 
-  //! Copies `count` pieces on `stream`; `sms` is the device's multiprocessor count.
+  //! Copies `count` pieces on `stream`; `sms` is the device's multiprocessor count. With
+  //! `tables` (made on `device` on first use), more than kSmallCopyDescs pieces travel through
+  //! its table when it has a free entry.
   void launch(void* const* dst, const void* const* src, const std::size_t* n, std::size_t count,
-              cudaStream_t stream, int sms) const {
-    kernels::CopyBatchParams p;
-    std::size_t i = 0;
-    while (i < count) {
-      p.count = 0;
-      p.total_tiles = 0;
-      for (; i < count && p.count < kernels::kMaxCopyDescs; ++i) {
-        if (n[i] == 0) continue;
-        p.total_tiles += (n[i] + kernels::kCopyTileBytes - 1) / kernels::kCopyTileBytes;
-        p.d[p.count++] =
-            kernels::CopyDesc{static_cast<const unsigned char*>(src[i]),
-                              static_cast<unsigned char*>(dst[i]), n[i], p.total_tiles};
+              cudaStream_t stream, int sms, const CopyTableSlot* tables = nullptr,
+              int device = -1) const {
+    (void)sms;
+    thread_local std::vector<kernels::CopyDesc> descs;
+    descs.clear();
+    unsigned long long tiles = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      if (n[i] == 0) continue;
+      tiles += (n[i] + kernels::kCopyTileBytes - 1) / kernels::kCopyTileBytes;
+      descs.push_back(kernels::CopyDesc{static_cast<const unsigned char*>(src[i]),
+                                        static_cast<unsigned char*>(dst[i]), n[i], tiles});
+    }
+    if (descs.empty()) return;
+    if (descs.size() <= kernels::kSmallCopyDescs) {
+      kernels::CopyBatchSmallParams p{};
+      p.total_tiles = tiles;
+      p.count = static_cast<std::uint32_t>(descs.size());
+      std::copy(descs.begin(), descs.end(), p.d);
+      run(small_, &p, tiles, stream, "cudaLaunchKernel(ws_batched_copy_small)");
+      return;
+    }
+    if (tables != nullptr && table_ != nullptr && descs.size() <= 0xffffffffu) {
+      CopyTable* table = &tables->get(device >= 0 ? device : current_device());
+      std::lock_guard lock(table->mutex());
+      if (const auto* d = table->acquire(descs.data(), descs.size(), stream)) {
+        kernels::CopyTableParams p{d, tiles, static_cast<std::uint32_t>(descs.size()), 0};
+        try {
+          run(table_, &p, tiles, stream, "cudaLaunchKernel(ws_batched_copy_table)");
+        } catch (...) {
+          table->used(stream);
+          throw;
+        }
+        table->used(stream);
+        return;
       }
-      if (p.count == 0) continue;
-      // One short-lived block per tile (not a persistent grid), so that the blocks of NCCL's
-      // kernels, on a higher-priority stream, get SMs as soon as they are launched.
-      (void)sms;
-      const auto grid = static_cast<unsigned>(std::min<unsigned long long>(p.total_tiles, 0x7fffffffull));
-      void* args[] = {&p};
-      check(cudaLaunchKernel(reinterpret_cast<const void*>(kernel_), dim3(grid),
-                             dim3(kernels::kCopyThreads), args, 0, stream),
-            "cudaLaunchKernel(ws_batched_copy)");
+    }
+    // By value, up to kMaxCopyDescs pieces per launch (tile numbers restart in each).
+    kernels::CopyBatchParams p;
+    for (std::size_t i = 0; i < descs.size();) {
+      p.count = 0;
+      const unsigned long long before = i ? descs[i - 1].tile_end : 0;
+      for (; i < descs.size() && p.count < kernels::kMaxCopyDescs; ++i) {
+        kernels::CopyDesc d = descs[i];
+        d.tile_end -= before;
+        p.d[p.count++] = d;
+      }
+      p.total_tiles = p.d[p.count - 1].tile_end;
+      run(kernel_, &p, p.total_tiles, stream, "cudaLaunchKernel(ws_batched_copy)");
     }
   }
 
@@ -72,15 +241,27 @@ class BatchedCopyKernel {
     cudaLibrary_t lib = nullptr;
     auto st = cudaLibraryLoadData(&lib, kBatchedCopyPtx, nullptr, nullptr, 0, nullptr, nullptr, 0);
     if (st == cudaSuccess) st = cudaLibraryGetKernel(&kernel_, lib, "ws_batched_copy");
+    if (st == cudaSuccess) st = cudaLibraryGetKernel(&small_, lib, "ws_batched_copy_small");
+    if (st == cudaSuccess) st = cudaLibraryGetKernel(&table_, lib, "ws_batched_copy_table");
     if (st != cudaSuccess) {
       (void)cudaGetLastError();
-      kernel_ = nullptr;
+      kernel_ = small_ = table_ = nullptr;
       log(LogLevel::warning, std::string("batched copy kernel unavailable (") +
                                  cudaGetErrorName(st) + "); packing falls back to copy engines");
     }
     // The library stays loaded for the life of the process (one per process, like a module).
   }
-  cudaKernel_t kernel_ = nullptr;
+  //! One short-lived block per tile (not a persistent grid), so that the blocks of NCCL's
+  //! kernels, on a higher-priority stream, get SMs as soon as they are launched.
+  static void run(cudaKernel_t k, void* params, unsigned long long tiles, cudaStream_t s,
+                  const char* what) {
+    const auto grid = static_cast<unsigned>(std::min<unsigned long long>(tiles, 0x7fffffffull));
+    void* args[] = {params};
+    check(cudaLaunchKernel(reinterpret_cast<const void*>(k), dim3(grid),
+                           dim3(kernels::kCopyThreads), args, 0, s),
+          what);
+  }
+  cudaKernel_t kernel_ = nullptr, small_ = nullptr, table_ = nullptr;
 };
 
 }  // namespace weightsync::detail

@@ -81,7 +81,7 @@ class CudaPolicy {
     if (count == 0) return;
     if (count > 1) {
       if (const auto* k = detail::BatchedCopyKernel::instance()) {
-        k->launch(dst, src, n, count, s, sms_);
+        k->launch(dst, src, n, count, s, sms_, &tables_, device_);
         return;
       }
     }
@@ -112,6 +112,10 @@ class CudaPolicy {
                     "cudaMemcpyAsync");
   }
 
+  //! What the batched copy kernel's descriptor tables did for this policy (see
+  //! detail::CopyTable): null before the first batch of more than 16 pieces.
+  const detail::CopyTable* copy_table() const noexcept { return tables_.peek(); }
+
   //! Enqueues on `s`: sums[0..nsums) (device memory) <- the chunk digests (detail/digest.hpp)
   //! of the `count` pieces (device memory), each into sums[piece.sum], by the digest kernel
   //! (cuda/digest.hpp).
@@ -123,6 +127,7 @@ class CudaPolicy {
  private:
   int device_;
   int sms_ = 1;
+  detail::CopyTableSlot tables_;  // the batched copy kernel's descriptor tables (made on first use)
 };
 
 template <>

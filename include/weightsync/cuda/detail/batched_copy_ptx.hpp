@@ -340,5 +340,657 @@ $L__BB0_36:
 $L__BB0_37:
 	ret;
 }
+	// .globl	ws_batched_copy_small
+.visible .entry ws_batched_copy_small(
+	.param .align 8 .b8 ws_batched_copy_small_param_0[528]
+)
+.maxntid 512, 1, 1
+{
+	.reg .pred 	%p<34>;
+	.reg .b16 	%rs<11>;
+	.reg .b32 	%r<112>;
+	.reg .b64 	%rd<189>;
+	mov.b64 	%rd65, ws_batched_copy_small_param_0;
+	mov.u32 	%r8, %ctaid.x;
+	cvt.u64.u32 	%rd167, %r8;
+	ld.param.u64 	%rd4, [ws_batched_copy_small_param_0];
+	setp.le.u64 	%p1, %rd4, %rd167;
+	@%p1 bra 	$L__BB1_37;
+	ld.param.u32 	%r1, [%rd65+8];
+	mov.u32 	%r9, %tid.x;
+	cvt.u64.u32 	%rd5, %r9;
+	mov.u32 	%r10, %ntid.x;
+	mul.lo.s32 	%r11, %r10, 3;
+	cvt.u64.u32 	%rd66, %r11;
+	add.s64 	%rd6, %rd5, %rd66;
+	cvt.u64.u32 	%rd7, %r10;
+	add.s32 	%r2, %r1, -1;
+$L__BB1_2:
+	setp.eq.s32 	%p2, %r1, 1;
+	mov.u32 	%r111, 0;
+	@%p2 bra 	$L__BB1_5;
+	mov.u32 	%r111, 0;
+	mov.u32 	%r109, %r2;
+$L__BB1_4:
+	add.s32 	%r14, %r109, %r111;
+	shr.u32 	%r15, %r14, 1;
+	mul.wide.u32 	%rd67, %r15, 32;
+	add.s64 	%rd68, %rd65, %rd67;
+	ld.param.u64 	%rd69, [%rd68+40];
+	setp.gt.u64 	%p3, %rd69, %rd167;
+	add.s32 	%r16, %r15, 1;
+	selp.b32 	%r111, %r111, %r16, %p3;
+	selp.b32 	%r109, %r15, %r109, %p3;
+	setp.lt.u32 	%p4, %r111, %r109;
+	@%p4 bra 	$L__BB1_4;
+$L__BB1_5:
+	setp.eq.s32 	%p5, %r111, 0;
+	mov.u64 	%rd168, 0;
+	@%p5 bra 	$L__BB1_7;
+	add.s32 	%r17, %r111, -1;
+	mul.wide.u32 	%rd71, %r17, 32;
+	add.s64 	%rd72, %rd65, %rd71;
+	ld.param.u64 	%rd168, [%rd72+40];
+$L__BB1_7:
+	sub.s64 	%rd73, %rd167, %rd168;
+	shl.b64 	%rd74, %rd73, 16;
+	mul.wide.u32 	%rd75, %r111, 32;
+	add.s64 	%rd76, %rd65, %rd75;
+	ld.param.u64 	%rd77, [%rd76+32];
+	sub.s64 	%rd78, %rd77, %rd74;
+	min.u64 	%rd11, %rd78, 65536;
+	ld.param.u64 	%rd79, [%rd76+16];
+	cvta.to.global.u64 	%rd80, %rd79;
+	add.s64 	%rd12, %rd80, %rd74;
+	add.s64 	%rd81, %rd79, %rd74;
+	ld.param.u64 	%rd82, [%rd76+24];
+	cvta.to.global.u64 	%rd83, %rd82;
+	add.s64 	%rd13, %rd83, %rd74;
+	add.s64 	%rd84, %rd82, %rd74;
+	or.b64  	%rd85, %rd84, %rd81;
+	or.b64  	%rd14, %rd85, %rd11;
+	and.b64  	%rd86, %rd14, 15;
+	setp.eq.s64 	%p6, %rd86, 0;
+	@%p6 bra 	$L__BB1_31;
+	and.b64  	%rd87, %rd14, 7;
+	setp.eq.s64 	%p7, %rd87, 0;
+	@%p7 bra 	$L__BB1_26;
+	and.b64  	%rd88, %rd14, 3;
+	setp.eq.s64 	%p8, %rd88, 0;
+	@%p8 bra 	$L__BB1_21;
+	and.b64  	%rd89, %rd14, 1;
+	setp.eq.b64 	%p9, %rd89, 1;
+	mov.pred 	%p10, 0;
+	xor.pred  	%p11, %p9, %p10;
+	not.pred 	%p12, %p11;
+	@%p12 bra 	$L__BB1_16;
+	bra.uni 	$L__BB1_11;
+$L__BB1_16:
+	shr.u64 	%rd24, %rd11, 1;
+	setp.ge.u64 	%p17, %rd6, %rd24;
+	mov.u64 	%rd175, %rd5;
+	@%p17 bra 	$L__BB1_19;
+	shl.b32 	%r24, %r10, 2;
+	cvt.u64.u32 	%rd25, %r24;
+	mov.u64 	%rd173, %rd6;
+	mov.u64 	%rd175, %rd5;
+$L__BB1_18:
+	shl.b64 	%rd101, %rd175, 1;
+	add.s64 	%rd102, %rd12, %rd101;
+	ld.global.u16 	%rs6, [%rd102];
+	shl.b64 	%rd103, %rd7, 1;
+	add.s64 	%rd104, %rd102, %rd103;
+	ld.global.u16 	%rs7, [%rd104];
+	shl.b32 	%r27, %r10, 1;
+	mul.wide.u32 	%rd105, %r27, 2;
+	add.s64 	%rd106, %rd102, %rd105;
+	ld.global.u16 	%rs8, [%rd106];
+	shl.b64 	%rd107, %rd173, 1;
+	add.s64 	%rd108, %rd12, %rd107;
+	ld.global.u16 	%rs9, [%rd108];
+	add.s64 	%rd109, %rd13, %rd101;
+	st.global.u16 	[%rd109], %rs6;
+	add.s64 	%rd110, %rd109, %rd103;
+	st.global.u16 	[%rd110], %rs7;
+	add.s64 	%rd111, %rd109, %rd105;
+	st.global.u16 	[%rd111], %rs8;
+	add.s64 	%rd112, %rd13, %rd107;
+	st.global.u16 	[%rd112], %rs9;
+	add.s64 	%rd175, %rd175, %rd25;
+	add.s64 	%rd173, %rd175, %rd66;
+	setp.lt.u64 	%p18, %rd173, %rd24;
+	@%p18 bra 	$L__BB1_18;
+$L__BB1_19:
+	setp.ge.u64 	%p19, %rd175, %rd24;
+	@%p19 bra 	$L__BB1_36;
+$L__BB1_20:
+	shl.b64 	%rd113, %rd175, 1;
+	add.s64 	%rd114, %rd12, %rd113;
+	ld.global.u16 	%rs10, [%rd114];
+	add.s64 	%rd115, %rd13, %rd113;
+	st.global.u16 	[%rd115], %rs10;
+	add.s64 	%rd175, %rd175, %rd7;
+	setp.lt.u64 	%p20, %rd175, %rd24;
+	@%p20 bra 	$L__BB1_20;
+	bra.uni 	$L__BB1_36;
+$L__BB1_31:
+	shr.u64 	%rd54, %rd11, 4;
+	setp.ge.u64 	%p29, %rd6, %rd54;
+	mov.u64 	%rd187, %rd5;
+	@%p29 bra 	$L__BB1_34;
+	shl.b32 	%r64, %r10, 2;
+	cvt.u64.u32 	%rd55, %r64;
+	mov.u64 	%rd185, %rd6;
+	mov.u64 	%rd187, %rd5;
+$L__BB1_33:
+	shl.b64 	%rd151, %rd187, 4;
+	add.s64 	%rd152, %rd12, %rd151;
+	shl.b64 	%rd153, %rd7, 4;
+	add.s64 	%rd154, %rd152, %rd153;
+	ld.global.v4.u32 	{%r66, %r67, %r68, %r69}, [%rd154];
+	shl.b32 	%r75, %r10, 1;
+	mul.wide.u32 	%rd155, %r75, 16;
+	add.s64 	%rd156, %rd152, %rd155;
+	ld.global.v4.u32 	{%r76, %r77, %r78, %r79}, [%rd156];
+	shl.b64 	%rd157, %rd185, 4;
+	add.s64 	%rd158, %rd12, %rd157;
+	ld.global.v4.u32 	{%r84, %r85, %r86, %r87}, [%rd158];
+	add.s64 	%rd159, %rd13, %rd151;
+	ld.global.v4.u32 	{%r92, %r93, %r94, %r95}, [%rd152];
+	st.global.v4.u32 	[%rd159], {%r92, %r93, %r94, %r95};
+	add.s64 	%rd160, %rd159, %rd153;
+	st.global.v4.u32 	[%rd160], {%r66, %r67, %r68, %r69};
+	add.s64 	%rd161, %rd159, %rd155;
+	st.global.v4.u32 	[%rd161], {%r76, %r77, %r78, %r79};
+	add.s64 	%rd162, %rd13, %rd157;
+	st.global.v4.u32 	[%rd162], {%r84, %r85, %r86, %r87};
+	add.s64 	%rd187, %rd187, %rd55;
+	add.s64 	%rd185, %rd187, %rd66;
+	setp.lt.u64 	%p30, %rd185, %rd54;
+	@%p30 bra 	$L__BB1_33;
+$L__BB1_34:
+	setp.ge.u64 	%p31, %rd187, %rd54;
+	@%p31 bra 	$L__BB1_36;
+$L__BB1_35:
+	shl.b64 	%rd163, %rd187, 4;
+	add.s64 	%rd164, %rd13, %rd163;
+	add.s64 	%rd165, %rd12, %rd163;
+	ld.global.v4.u32 	{%r100, %r101, %r102, %r103}, [%rd165];
+	st.global.v4.u32 	[%rd164], {%r100, %r101, %r102, %r103};
+	add.s64 	%rd187, %rd187, %rd7;
+	setp.lt.u64 	%p32, %rd187, %rd54;
+	@%p32 bra 	$L__BB1_35;
+	bra.uni 	$L__BB1_36;
+$L__BB1_26:
+	shr.u64 	%rd44, %rd11, 3;
+	setp.ge.u64 	%p25, %rd6, %rd44;
+	mov.u64 	%rd183, %rd5;
+	@%p25 bra 	$L__BB1_29;
+	shl.b32 	%r39, %r10, 2;
+	cvt.u64.u32 	%rd45, %r39;
+	mov.u64 	%rd181, %rd6;
+	mov.u64 	%rd183, %rd5;
+$L__BB1_28:
+	add.s64 	%rd131, %rd183, %rd7;
+	shl.b64 	%rd132, %rd131, 3;
+	add.s64 	%rd133, %rd12, %rd132;
+	ld.global.v2.u32 	{%r41, %r42}, [%rd133];
+	shl.b32 	%r46, %r10, 1;
+	cvt.u64.u32 	%rd134, %r46;
+	add.s64 	%rd135, %rd183, %rd134;
+	shl.b64 	%rd136, %rd135, 3;
+	add.s64 	%rd137, %rd12, %rd136;
+	ld.global.v2.u32 	{%r47, %r48}, [%rd137];
+	shl.b64 	%rd138, %rd181, 3;
+	add.s64 	%rd139, %rd12, %rd138;
+	ld.global.v2.u32 	{%r51, %r52}, [%rd139];
+	shl.b64 	%rd140, %rd183, 3;
+	add.s64 	%rd141, %rd12, %rd140;
+	ld.global.v2.u32 	{%r55, %r56}, [%rd141];
+	add.s64 	%rd142, %rd13, %rd140;
+	st.global.v2.u32 	[%rd142], {%r55, %r56};
+	shl.b64 	%rd143, %rd7, 3;
+	add.s64 	%rd144, %rd142, %rd143;
+	st.global.v2.u32 	[%rd144], {%r41, %r42};
+	mul.wide.u32 	%rd145, %r46, 8;
+	add.s64 	%rd146, %rd142, %rd145;
+	st.global.v2.u32 	[%rd146], {%r47, %r48};
+	add.s64 	%rd147, %rd13, %rd138;
+	st.global.v2.u32 	[%rd147], {%r51, %r52};
+	add.s64 	%rd183, %rd183, %rd45;
+	add.s64 	%rd181, %rd183, %rd66;
+	setp.lt.u64 	%p26, %rd181, %rd44;
+	@%p26 bra 	$L__BB1_28;
+$L__BB1_29:
+	setp.ge.u64 	%p27, %rd183, %rd44;
+	@%p27 bra 	$L__BB1_36;
+$L__BB1_30:
+	shl.b64 	%rd148, %rd183, 3;
+	add.s64 	%rd149, %rd12, %rd148;
+	ld.global.v2.u32 	{%r59, %r60}, [%rd149];
+	add.s64 	%rd150, %rd13, %rd148;
+	st.global.v2.u32 	[%rd150], {%r59, %r60};
+	add.s64 	%rd183, %rd183, %rd7;
+	setp.lt.u64 	%p28, %rd183, %rd44;
+	@%p28 bra 	$L__BB1_30;
+	bra.uni 	$L__BB1_36;
+$L__BB1_21:
+	shr.u64 	%rd34, %rd11, 2;
+	setp.ge.u64 	%p21, %rd6, %rd34;
+	mov.u64 	%rd179, %rd5;
+	@%p21 bra 	$L__BB1_24;
+	shl.b32 	%r29, %r10, 2;
+	cvt.u64.u32 	%rd35, %r29;
+	mov.u64 	%rd177, %rd6;
+	mov.u64 	%rd179, %rd5;
+$L__BB1_23:
+	shl.b64 	%rd116, %rd179, 2;
+	add.s64 	%rd117, %rd12, %rd116;
+	ld.global.u32 	%r31, [%rd117];
+	shl.b64 	%rd118, %rd7, 2;
+	add.s64 	%rd119, %rd117, %rd118;
+	ld.global.u32 	%r32, [%rd119];
+	shl.b32 	%r34, %r10, 1;
+	mul.wide.u32 	%rd120, %r34, 4;
+	add.s64 	%rd121, %rd117, %rd120;
+	ld.global.u32 	%r35, [%rd121];
+	shl.b64 	%rd122, %rd177, 2;
+	add.s64 	%rd123, %rd12, %rd122;
+	ld.global.u32 	%r36, [%rd123];
+	add.s64 	%rd124, %rd13, %rd116;
+	st.global.u32 	[%rd124], %r31;
+	add.s64 	%rd125, %rd124, %rd118;
+	st.global.u32 	[%rd125], %r32;
+	add.s64 	%rd126, %rd124, %rd120;
+	st.global.u32 	[%rd126], %r35;
+	add.s64 	%rd127, %rd13, %rd122;
+	st.global.u32 	[%rd127], %r36;
+	add.s64 	%rd179, %rd179, %rd35;
+	add.s64 	%rd177, %rd179, %rd66;
+	setp.lt.u64 	%p22, %rd177, %rd34;
+	@%p22 bra 	$L__BB1_23;
+$L__BB1_24:
+	setp.ge.u64 	%p23, %rd179, %rd34;
+	@%p23 bra 	$L__BB1_36;
+$L__BB1_25:
+	shl.b64 	%rd128, %rd179, 2;
+	add.s64 	%rd129, %rd12, %rd128;
+	ld.global.u32 	%r37, [%rd129];
+	add.s64 	%rd130, %rd13, %rd128;
+	st.global.u32 	[%rd130], %r37;
+	add.s64 	%rd179, %rd179, %rd7;
+	setp.lt.u64 	%p24, %rd179, %rd34;
+	@%p24 bra 	$L__BB1_25;
+	bra.uni 	$L__BB1_36;
+$L__BB1_11:
+	setp.ge.u64 	%p13, %rd6, %rd11;
+	mov.u64 	%rd171, %rd5;
+	@%p13 bra 	$L__BB1_14;
+	shl.b32 	%r19, %r10, 2;
+	cvt.u64.u32 	%rd15, %r19;
+	mov.u64 	%rd169, %rd6;
+	mov.u64 	%rd171, %rd5;
+$L__BB1_13:
+	add.s64 	%rd90, %rd12, %rd171;
+	ld.global.u8 	%rs1, [%rd90];
+	add.s64 	%rd91, %rd90, %rd7;
+	ld.global.u8 	%rs2, [%rd91];
+	shl.b32 	%r22, %r10, 1;
+	cvt.u64.u32 	%rd92, %r22;
+	add.s64 	%rd93, %rd90, %rd92;
+	ld.global.u8 	%rs3, [%rd93];
+	add.s64 	%rd94, %rd12, %rd169;
+	ld.global.u8 	%rs4, [%rd94];
+	add.s64 	%rd95, %rd13, %rd171;
+	st.global.u8 	[%rd95], %rs1;
+	add.s64 	%rd96, %rd95, %rd7;
+	st.global.u8 	[%rd96], %rs2;
+	add.s64 	%rd97, %rd95, %rd92;
+	st.global.u8 	[%rd97], %rs3;
+	add.s64 	%rd98, %rd13, %rd169;
+	st.global.u8 	[%rd98], %rs4;
+	add.s64 	%rd171, %rd171, %rd15;
+	add.s64 	%rd169, %rd171, %rd66;
+	setp.lt.u64 	%p14, %rd169, %rd11;
+	@%p14 bra 	$L__BB1_13;
+$L__BB1_14:
+	setp.ge.u64 	%p15, %rd171, %rd11;
+	@%p15 bra 	$L__BB1_36;
+$L__BB1_15:
+	add.s64 	%rd99, %rd12, %rd171;
+	ld.global.u8 	%rs5, [%rd99];
+	add.s64 	%rd100, %rd13, %rd171;
+	st.global.u8 	[%rd100], %rs5;
+	add.s64 	%rd171, %rd171, %rd7;
+	setp.lt.u64 	%p16, %rd171, %rd11;
+	@%p16 bra 	$L__BB1_15;
+$L__BB1_36:
+	mov.u32 	%r108, %nctaid.x;
+	cvt.u64.u32 	%rd166, %r108;
+	add.s64 	%rd167, %rd167, %rd166;
+	setp.lt.u64 	%p33, %rd167, %rd4;
+	@%p33 bra 	$L__BB1_2;
+$L__BB1_37:
+	ret;
+}
+	// .globl	ws_batched_copy_table
+.visible .entry ws_batched_copy_table(
+	.param .align 8 .b8 ws_batched_copy_table_param_0[24]
+)
+.maxntid 512, 1, 1
+{
+	.reg .pred 	%p<34>;
+	.reg .b16 	%rs<11>;
+	.reg .b32 	%r<99>;
+	.reg .b64 	%rd<187>;
+	mov.b64 	%rd67, ws_batched_copy_table_param_0;
+	mov.u32 	%r8, %ctaid.x;
+	cvt.u64.u32 	%rd165, %r8;
+	add.s64 	%rd2, %rd67, 8;
+	ld.param.u64 	%rd3, [ws_batched_copy_table_param_0+8];
+	setp.le.u64 	%p1, %rd3, %rd165;
+	@%p1 bra 	$L__BB2_37;
+	ld.param.u64 	%rd69, [%rd2+-8];
+	cvta.to.global.u64 	%rd4, %rd69;
+	ld.param.u32 	%r1, [%rd2+8];
+	mov.u32 	%r9, %tid.x;
+	cvt.u64.u32 	%rd70, %r9;
+	mov.u32 	%r10, %ntid.x;
+	mul.lo.s32 	%r11, %r10, 3;
+	cvt.u64.u32 	%rd5, %r11;
+	add.s64 	%rd6, %rd70, %rd5;
+	cvt.u64.u32 	%rd7, %r10;
+	shl.b32 	%r12, %r10, 1;
+	cvt.u64.u32 	%rd8, %r12;
+	shl.b32 	%r13, %r10, 2;
+	cvt.u64.u32 	%rd9, %r13;
+	add.s32 	%r2, %r1, -1;
+$L__BB2_2:
+	setp.eq.s32 	%p2, %r1, 1;
+	mov.u32 	%r98, 0;
+	@%p2 bra 	$L__BB2_5;
+	mov.u32 	%r98, 0;
+	mov.u32 	%r96, %r2;
+$L__BB2_4:
+	add.s32 	%r16, %r96, %r98;
+	shr.u32 	%r17, %r16, 1;
+	mul.wide.u32 	%rd71, %r17, 32;
+	add.s64 	%rd72, %rd4, %rd71;
+	ld.global.u64 	%rd73, [%rd72+24];
+	setp.gt.u64 	%p3, %rd73, %rd165;
+	add.s32 	%r18, %r17, 1;
+	selp.b32 	%r98, %r98, %r18, %p3;
+	selp.b32 	%r96, %r17, %r96, %p3;
+	setp.lt.u32 	%p4, %r98, %r96;
+	@%p4 bra 	$L__BB2_4;
+$L__BB2_5:
+	setp.eq.s32 	%p5, %r98, 0;
+	mov.u64 	%rd166, 0;
+	@%p5 bra 	$L__BB2_7;
+	add.s32 	%r19, %r98, -1;
+	mul.wide.u32 	%rd75, %r19, 32;
+	add.s64 	%rd76, %rd4, %rd75;
+	ld.global.u64 	%rd166, [%rd76+24];
+$L__BB2_7:
+	sub.s64 	%rd77, %rd165, %rd166;
+	shl.b64 	%rd78, %rd77, 16;
+	mul.wide.u32 	%rd79, %r98, 32;
+	add.s64 	%rd80, %rd4, %rd79;
+	ld.global.u64 	%rd81, [%rd80+16];
+	sub.s64 	%rd82, %rd81, %rd78;
+	min.u64 	%rd13, %rd82, 65536;
+	ld.global.u64 	%rd83, [%rd80];
+	add.s64 	%rd14, %rd83, %rd78;
+	ld.global.u64 	%rd84, [%rd80+8];
+	add.s64 	%rd15, %rd84, %rd78;
+	or.b64  	%rd85, %rd15, %rd14;
+	or.b64  	%rd16, %rd85, %rd13;
+	and.b64  	%rd86, %rd16, 15;
+	setp.eq.s64 	%p6, %rd86, 0;
+	@%p6 bra 	$L__BB2_31;
+	and.b64  	%rd87, %rd16, 7;
+	setp.eq.s64 	%p7, %rd87, 0;
+	@%p7 bra 	$L__BB2_26;
+	and.b64  	%rd88, %rd16, 3;
+	setp.eq.s64 	%p8, %rd88, 0;
+	@%p8 bra 	$L__BB2_21;
+	and.b64  	%rd89, %rd16, 1;
+	setp.eq.b64 	%p9, %rd89, 1;
+	mov.pred 	%p10, 0;
+	xor.pred  	%p11, %p9, %p10;
+	not.pred 	%p12, %p11;
+	@%p12 bra 	$L__BB2_16;
+	bra.uni 	$L__BB2_11;
+$L__BB2_16:
+	shr.u64 	%rd26, %rd13, 1;
+	setp.ge.u64 	%p17, %rd6, %rd26;
+	cvt.u64.u32 	%rd173, %r9;
+	@%p17 bra 	$L__BB2_19;
+	cvt.u64.u32 	%rd173, %r9;
+	mov.u64 	%rd171, %rd6;
+$L__BB2_18:
+	shl.b64 	%rd100, %rd173, 1;
+	add.s64 	%rd101, %rd14, %rd100;
+	ld.u16 	%rs6, [%rd101];
+	shl.b64 	%rd102, %rd7, 1;
+	add.s64 	%rd103, %rd101, %rd102;
+	ld.u16 	%rs7, [%rd103];
+	shl.b64 	%rd104, %rd8, 1;
+	add.s64 	%rd105, %rd101, %rd104;
+	ld.u16 	%rs8, [%rd105];
+	shl.b64 	%rd106, %rd171, 1;
+	add.s64 	%rd107, %rd14, %rd106;
+	ld.u16 	%rs9, [%rd107];
+	add.s64 	%rd108, %rd15, %rd100;
+	st.u16 	[%rd108], %rs6;
+	add.s64 	%rd109, %rd108, %rd102;
+	st.u16 	[%rd109], %rs7;
+	add.s64 	%rd110, %rd108, %rd104;
+	st.u16 	[%rd110], %rs8;
+	add.s64 	%rd111, %rd15, %rd106;
+	st.u16 	[%rd111], %rs9;
+	add.s64 	%rd173, %rd173, %rd9;
+	add.s64 	%rd171, %rd173, %rd5;
+	setp.lt.u64 	%p18, %rd171, %rd26;
+	@%p18 bra 	$L__BB2_18;
+$L__BB2_19:
+	setp.ge.u64 	%p19, %rd173, %rd26;
+	@%p19 bra 	$L__BB2_36;
+$L__BB2_20:
+	shl.b64 	%rd112, %rd173, 1;
+	add.s64 	%rd113, %rd14, %rd112;
+	ld.u16 	%rs10, [%rd113];
+	add.s64 	%rd114, %rd15, %rd112;
+	st.u16 	[%rd114], %rs10;
+	add.s64 	%rd173, %rd173, %rd7;
+	setp.lt.u64 	%p20, %rd173, %rd26;
+	@%p20 bra 	$L__BB2_20;
+	bra.uni 	$L__BB2_36;
+$L__BB2_31:
+	shr.u64 	%rd56, %rd13, 4;
+	setp.ge.u64 	%p29, %rd6, %rd56;
+	mov.u64 	%rd185, %rd70;
+	@%p29 bra 	$L__BB2_34;
+	cvt.u64.u32 	%rd185, %r9;
+	mov.u64 	%rd183, %rd6;
+$L__BB2_33:
+	shl.b64 	%rd149, %rd185, 4;
+	add.s64 	%rd150, %rd14, %rd149;
+	shl.b64 	%rd151, %rd7, 4;
+	add.s64 	%rd152, %rd150, %rd151;
+	ld.v4.u32 	{%r55, %r56, %r57, %r58}, [%rd152];
+	shl.b64 	%rd153, %rd8, 4;
+	add.s64 	%rd154, %rd150, %rd153;
+	ld.v4.u32 	{%r63, %r64, %r65, %r66}, [%rd154];
+	shl.b64 	%rd155, %rd183, 4;
+	add.s64 	%rd156, %rd14, %rd155;
+	ld.v4.u32 	{%r71, %r72, %r73, %r74}, [%rd156];
+	add.s64 	%rd157, %rd15, %rd149;
+	ld.v4.u32 	{%r79, %r80, %r81, %r82}, [%rd150];
+	st.v4.u32 	[%rd157], {%r79, %r80, %r81, %r82};
+	add.s64 	%rd158, %rd157, %rd151;
+	st.v4.u32 	[%rd158], {%r55, %r56, %r57, %r58};
+	add.s64 	%rd159, %rd157, %rd153;
+	st.v4.u32 	[%rd159], {%r63, %r64, %r65, %r66};
+	add.s64 	%rd160, %rd15, %rd155;
+	st.v4.u32 	[%rd160], {%r71, %r72, %r73, %r74};
+	add.s64 	%rd185, %rd185, %rd9;
+	add.s64 	%rd183, %rd185, %rd5;
+	setp.lt.u64 	%p30, %rd183, %rd56;
+	@%p30 bra 	$L__BB2_33;
+$L__BB2_34:
+	setp.ge.u64 	%p31, %rd185, %rd56;
+	@%p31 bra 	$L__BB2_36;
+$L__BB2_35:
+	shl.b64 	%rd161, %rd185, 4;
+	add.s64 	%rd162, %rd15, %rd161;
+	add.s64 	%rd163, %rd14, %rd161;
+	ld.v4.u32 	{%r87, %r88, %r89, %r90}, [%rd163];
+	st.v4.u32 	[%rd162], {%r87, %r88, %r89, %r90};
+	add.s64 	%rd185, %rd185, %rd7;
+	setp.lt.u64 	%p32, %rd185, %rd56;
+	@%p32 bra 	$L__BB2_35;
+	bra.uni 	$L__BB2_36;
+$L__BB2_26:
+	shr.u64 	%rd46, %rd13, 3;
+	setp.ge.u64 	%p25, %rd6, %rd46;
+	cvt.u64.u32 	%rd181, %r9;
+	@%p25 bra 	$L__BB2_29;
+	cvt.u64.u32 	%rd181, %r9;
+	mov.u64 	%rd179, %rd6;
+$L__BB2_28:
+	add.s64 	%rd130, %rd181, %rd7;
+	shl.b64 	%rd131, %rd130, 3;
+	add.s64 	%rd132, %rd14, %rd131;
+	ld.v2.u32 	{%r33, %r34}, [%rd132];
+	add.s64 	%rd133, %rd181, %rd8;
+	shl.b64 	%rd134, %rd133, 3;
+	add.s64 	%rd135, %rd14, %rd134;
+	ld.v2.u32 	{%r37, %r38}, [%rd135];
+	shl.b64 	%rd136, %rd179, 3;
+	add.s64 	%rd137, %rd14, %rd136;
+	ld.v2.u32 	{%r41, %r42}, [%rd137];
+	shl.b64 	%rd138, %rd181, 3;
+	add.s64 	%rd139, %rd14, %rd138;
+	ld.v2.u32 	{%r45, %r46}, [%rd139];
+	add.s64 	%rd140, %rd15, %rd138;
+	st.v2.u32 	[%rd140], {%r45, %r46};
+	shl.b64 	%rd141, %rd7, 3;
+	add.s64 	%rd142, %rd140, %rd141;
+	st.v2.u32 	[%rd142], {%r33, %r34};
+	shl.b64 	%rd143, %rd8, 3;
+	add.s64 	%rd144, %rd140, %rd143;
+	st.v2.u32 	[%rd144], {%r37, %r38};
+	add.s64 	%rd145, %rd15, %rd136;
+	st.v2.u32 	[%rd145], {%r41, %r42};
+	add.s64 	%rd181, %rd181, %rd9;
+	add.s64 	%rd179, %rd181, %rd5;
+	setp.lt.u64 	%p26, %rd179, %rd46;
+	@%p26 bra 	$L__BB2_28;
+$L__BB2_29:
+	setp.ge.u64 	%p27, %rd181, %rd46;
+	@%p27 bra 	$L__BB2_36;
+$L__BB2_30:
+	shl.b64 	%rd146, %rd181, 3;
+	add.s64 	%rd147, %rd14, %rd146;
+	ld.v2.u32 	{%r49, %r50}, [%rd147];
+	add.s64 	%rd148, %rd15, %rd146;
+	st.v2.u32 	[%rd148], {%r49, %r50};
+	add.s64 	%rd181, %rd181, %rd7;
+	setp.lt.u64 	%p28, %rd181, %rd46;
+	@%p28 bra 	$L__BB2_30;
+	bra.uni 	$L__BB2_36;
+$L__BB2_21:
+	shr.u64 	%rd36, %rd13, 2;
+	setp.ge.u64 	%p21, %rd6, %rd36;
+	cvt.u64.u32 	%rd177, %r9;
+	@%p21 bra 	$L__BB2_24;
+	cvt.u64.u32 	%rd177, %r9;
+	mov.u64 	%rd175, %rd6;
+$L__BB2_23:
+	shl.b64 	%rd115, %rd177, 2;
+	add.s64 	%rd116, %rd14, %rd115;
+	ld.u32 	%r26, [%rd116];
+	shl.b64 	%rd117, %rd7, 2;
+	add.s64 	%rd118, %rd116, %rd117;
+	ld.u32 	%r27, [%rd118];
+	shl.b64 	%rd119, %rd8, 2;
+	add.s64 	%rd120, %rd116, %rd119;
+	ld.u32 	%r28, [%rd120];
+	shl.b64 	%rd121, %rd175, 2;
+	add.s64 	%rd122, %rd14, %rd121;
+	ld.u32 	%r29, [%rd122];
+	add.s64 	%rd123, %rd15, %rd115;
+	st.u32 	[%rd123], %r26;
+	add.s64 	%rd124, %rd123, %rd117;
+	st.u32 	[%rd124], %r27;
+	add.s64 	%rd125, %rd123, %rd119;
+	st.u32 	[%rd125], %r28;
+	add.s64 	%rd126, %rd15, %rd121;
+	st.u32 	[%rd126], %r29;
+	add.s64 	%rd177, %rd177, %rd9;
+	add.s64 	%rd175, %rd177, %rd5;
+	setp.lt.u64 	%p22, %rd175, %rd36;
+	@%p22 bra 	$L__BB2_23;
+$L__BB2_24:
+	setp.ge.u64 	%p23, %rd177, %rd36;
+	@%p23 bra 	$L__BB2_36;
+$L__BB2_25:
+	shl.b64 	%rd127, %rd177, 2;
+	add.s64 	%rd128, %rd14, %rd127;
+	ld.u32 	%r30, [%rd128];
+	add.s64 	%rd129, %rd15, %rd127;
+	st.u32 	[%rd129], %r30;
+	add.s64 	%rd177, %rd177, %rd7;
+	setp.lt.u64 	%p24, %rd177, %rd36;
+	@%p24 bra 	$L__BB2_25;
+	bra.uni 	$L__BB2_36;
+$L__BB2_11:
+	setp.ge.u64 	%p13, %rd6, %rd13;
+	cvt.u64.u32 	%rd169, %r9;
+	@%p13 bra 	$L__BB2_14;
+	cvt.u64.u32 	%rd169, %r9;
+	mov.u64 	%rd167, %rd6;
+$L__BB2_13:
+	add.s64 	%rd90, %rd14, %rd169;
+	ld.u8 	%rs1, [%rd90];
+	add.s64 	%rd91, %rd90, %rd7;
+	ld.u8 	%rs2, [%rd91];
+	add.s64 	%rd92, %rd90, %rd8;
+	ld.u8 	%rs3, [%rd92];
+	add.s64 	%rd93, %rd14, %rd167;
+	ld.u8 	%rs4, [%rd93];
+	add.s64 	%rd94, %rd15, %rd169;
+	st.u8 	[%rd94], %rs1;
+	add.s64 	%rd95, %rd94, %rd7;
+	st.u8 	[%rd95], %rs2;
+	add.s64 	%rd96, %rd94, %rd8;
+	st.u8 	[%rd96], %rs3;
+	add.s64 	%rd97, %rd15, %rd167;
+	st.u8 	[%rd97], %rs4;
+	add.s64 	%rd169, %rd169, %rd9;
+	add.s64 	%rd167, %rd169, %rd5;
+	setp.lt.u64 	%p14, %rd167, %rd13;
+	@%p14 bra 	$L__BB2_13;
+$L__BB2_14:
+	setp.ge.u64 	%p15, %rd169, %rd13;
+	@%p15 bra 	$L__BB2_36;
+$L__BB2_15:
+	add.s64 	%rd98, %rd14, %rd169;
+	ld.u8 	%rs5, [%rd98];
+	add.s64 	%rd99, %rd15, %rd169;
+	st.u8 	[%rd99], %rs5;
+	add.s64 	%rd169, %rd169, %rd7;
+	setp.lt.u64 	%p16, %rd169, %rd13;
+	@%p16 bra 	$L__BB2_15;
+$L__BB2_36:
+	mov.u32 	%r95, %nctaid.x;
+	cvt.u64.u32 	%rd164, %r95;
+	add.s64 	%rd165, %rd165, %rd164;
+	setp.lt.u64 	%p33, %rd165, %rd3;
+	@%p33 bra 	$L__BB2_2;
+$L__BB2_37:
+	ret;
+}
 )WSPTX";
 }  // namespace weightsync::detail
