@@ -3,6 +3,7 @@
 // Progress callbacks and per-phase times of both engines (trainer and worker), over the host
 // backend across real processes.
 #include <weightsync/engine.hpp>
+#include <weightsync/pipeline/detail/run.hpp>
 
 #include <chrono>
 #include <cstddef>
@@ -169,6 +170,35 @@ TEST_CASE("progress: a transfer without chunks still makes its last call", "[uni
     e.finish_weight_update();
   });
   ws_test::expect_all_ok(procs.wait_all(60s));
+}
+
+TEST_CASE("phase trace: one line of points in microseconds, nothing when off, at most kMax points",
+          "[pipeline][trace]") {
+  const auto t0 = std::chrono::steady_clock::now() - std::chrono::microseconds(1500);
+  detail::PhaseTrace on(t0, true);
+  on.mark("planned");
+  on.mark("exchanged");
+  const std::string l = on.line(1, "consumer");
+  CHECK(l.rfind("weightsync trace rank 1 consumer: planned ", 0) == 0);
+  REQUIRE(l.find(", exchanged ") != std::string::npos);
+  // Each time is at least the 1.5 ms before t0 was taken, with one decimal.
+  const double first = std::stod(l.substr(l.find("planned ") + 8));
+  const double second = std::stod(l.substr(l.find("exchanged ") + 10));
+  CHECK(first >= 1500.0);
+  CHECK(second >= first);
+  CHECK(l.back() != ',');
+
+  detail::PhaseTrace off(t0, false);
+  off.mark("planned");
+  CHECK(off.line(0, "producer").empty());
+  CHECK(detail::PhaseTrace(t0, true).line(0, "producer").empty());  // no points
+
+  detail::PhaseTrace many(t0, true);
+  for (std::size_t i = 0; i < detail::PhaseTrace::kMax + 5; ++i) many.mark("p");
+  const std::string m = many.line(0, "producer");
+  std::size_t points = 0;
+  for (std::size_t at = m.find(" p "); at != std::string::npos; at = m.find(" p ", at + 1)) ++points;
+  CHECK(points == detail::PhaseTrace::kMax);
 }
 
 }  // namespace ws_test_progress_test

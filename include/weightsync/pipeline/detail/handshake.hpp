@@ -57,13 +57,16 @@ std::vector<Frame> allgather_blocks(PipelineRun<C>& run, std::byte* dev, std::by
   if (!run.host_exchange)
     run.ws.policy.copy_from_host(dev + layout.offset(me), host + layout.offset(me), kFrameBytes,
                                  run.comm_stream());
+  run.trace.mark("exchange-begin");
   run.group([&] {
     for (std::size_t r = 0; r < n; ++r)
       run.comm.broadcast(area + layout.offset(r), layout.bytes(r), static_cast<int>(r),
                          run.comm_stream());
   });
   if (!run.host_exchange) run.ws.policy.copy_to_host(host, dev, layout.total(), run.comm_stream());
+  run.trace.mark("exchange-enqueued");
   run.drain(phase);
+  run.trace.mark("exchanged");
   std::vector<Frame> out(n);
   for (std::size_t r = 0; r < n; ++r) std::memcpy(&out[r], host + layout.offset(r), kFrameBytes);
   check_frames(run, out, phase);
@@ -120,7 +123,7 @@ Agreement agreement(PipelineRun<C>& run) {
   a.split_min_region_bytes = run.opt.split_min_region_bytes;
   a.num_tensors = run.metas.size();
   a.total_bytes = run.plan.total_bytes;
-  a.metadata_digest = run.ws.digests(run.metas);
+  a.metadata_digest = run.metadata_digest ? *run.metadata_digest : run.ws.digests(run.metas);
   a.pieces_digest = run.plan.sharded ? run.plan.digest : 0;
   a.num_buffers = static_cast<std::uint32_t>(run.opt.num_buffers);
   a.trainers = run.plan.sharded ? run.plan.trainers : 0;
@@ -308,6 +311,7 @@ std::uint64_t handshake(PipelineRun<C>& run, std::uint8_t flags = 0) {
   run.eager = false;
   Frame mine = handshake_frame(run);
   mine.head.flags = flags;
+  run.trace.mark("frame");
   const Agreement agreed = mine.handshake.agreed;
   const int ref = reference_rank(run.root, agreed);
   const auto all = exchange_handshake(run, mine);
@@ -324,6 +328,7 @@ std::uint64_t handshake(PipelineRun<C>& run, std::uint8_t flags = 0) {
     throw remote_error(first_failed,
                        cat("an earlier transfer failed: ", failed,
                            "; this transfer was refused on every rank before any byte moved"));
+  run.trace.mark("checked");
   // Every rank passed this handshake: every rank sizes the next one alike.
   if constexpr (WireStateCommunicator<C>) run.comm.wire_state() = next_wire_state(run);
   bool eager = !run.plan.root_rank.empty();

@@ -294,12 +294,15 @@ class PlanCache {
                 opt.protocol,           opt.packed,
                 opt.buffer_size_bytes,  opt.direct_threshold_bytes,
                 opt.split_min_region_bytes};
+    digest_ = summary.digest;
     if (plan_ && k == key_) return plan_;
     plan_.reset();
     plan_ = std::make_shared<const PiecePlan>(metas, root, opt);
     key_ = k;
     return plan_;
   }
+  //! The metadata digest of the list the last whole() was given (valid after it returned).
+  std::uint64_t last_digest() const noexcept { return digest_; }
 
  private:
   struct Key {
@@ -313,6 +316,7 @@ class PlanCache {
   };
   Key key_;
   std::shared_ptr<const PiecePlan> plan_;
+  std::uint64_t digest_ = 0;
 };
 
 //! Checks that `root` is in the group and that this rank's role fits it (whole-tensor transfers).

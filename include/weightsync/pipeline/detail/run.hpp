@@ -7,11 +7,14 @@
 //! workspace, the options, the plan — and the three things every step of it needs: bounded waits
 //! that watch the group, fused launches, and the frames area.
 
+#include <array>
 #include <chrono>
 #include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -56,6 +59,57 @@ HandshakeLayout next_handshake_layout(C& c) {
   return HandshakeLayout::of(world, 0, 0);
 }
 
+//! The points of one transfer (see PipelineRun::trace), kept only when WEIGHTSYNC_TRACE=phases
+//! (read once); a transfer that completes writes them to stderr as one line (see line()).
+class PhaseTrace {
+ public:
+  //! Keeps points when `on` (by default: WEIGHTSYNC_TRACE=phases).
+  explicit PhaseTrace(std::chrono::steady_clock::time_point t0, bool on = enabled())
+      : on_(on), t0_(t0) {}
+  static bool enabled() {
+    static const bool on = [] {
+      const char* v = std::getenv("WEIGHTSYNC_TRACE");
+      return v != nullptr && std::string_view(v) == "phases";
+    }();
+    return on;
+  }
+  //! Notes `point` (a string literal) now.
+  void mark(const char* point) {
+    if (!on_ || count_ == kMax) return;
+    points_[count_++] = {point, std::chrono::steady_clock::now()};
+  }
+  //! The points as one line: "weightsync trace rank R ROLE: point US, point US, ..." (US:
+  //! microseconds since the transfer began, to a tenth); "" when off or empty.
+  std::string line(int rank, const char* role) const {
+    if (!on_ || count_ == 0) return "";
+    std::string out = cat("weightsync trace rank ", rank, " ", role, ":");
+    for (std::size_t i = 0; i < count_; ++i) {
+      const double us = std::chrono::duration<double, std::micro>(points_[i].at - t0_).count();
+      char num[32];
+      std::snprintf(num, sizeof num, "%.1f", us);
+      out += cat(" ", points_[i].name, " ", num, i + 1 < count_ ? "," : "");
+    }
+    return out;
+  }
+  //! Writes line() to stderr, when on.
+  void report(int rank, const char* role) const {
+    const std::string l = line(rank, role);
+    if (!l.empty()) std::fprintf(stderr, "%s\n", l.c_str());
+  }
+  //! At most this many points are kept; later marks are dropped.
+  static constexpr std::size_t kMax = 24;
+
+ private:
+  struct Point {
+    const char* name;
+    std::chrono::steady_clock::time_point at;
+  };
+  bool on_;
+  std::chrono::steady_clock::time_point t0_;
+  std::array<Point, kMax> points_{};
+  std::size_t count_ = 0;
+};
+
 template <class C>
 struct PipelineRun {
   using Policy = policy_t<C>;
@@ -63,6 +117,8 @@ struct PipelineRun {
   using Event = typename Policy::Event;
   using stream_type = typename C::stream_type;
 
+  //! When the transfer began, before its plan (the phase trace's origin).
+  const std::chrono::steady_clock::time_point begun = std::chrono::steady_clock::now();
   C& comm;
   State& ws;
   const TransferOptions& opt;
@@ -74,6 +130,9 @@ struct PipelineRun {
   //! The plan (shared with the workspace's PlanCache when it came from there) and a name for it.
   std::shared_ptr<const PiecePlan> plan_holder;
   const PiecePlan& plan;
+  //! The metadata digest, when the plan's making computed it (PlanCache::whole): the handshake
+  //! then does not compare the list with the digest cache's a second time.
+  std::optional<std::uint64_t> metadata_digest;
   //! Where each rank's block lies in this transfer's handshake (its frame, then its eager bytes),
   //! fixed when the transfer begins (the handshake decides the next one's: WireState).
   const HandshakeLayout layout;
@@ -93,6 +152,7 @@ struct PipelineRun {
         plan(*plan_holder),
         layout(next_handshake_layout(c)) {
     ws.reserve_lists(plan.max_chunk_pieces());
+    trace.mark("planned");
   }
 
   // Frames: [0, world) is the gather area of the handshake and the acknowledgement; status frames
@@ -196,6 +256,10 @@ struct PipelineRun {
   // Phase clock (see TransferStats) and progress (see TransferProgress).
   using Clock = std::chrono::steady_clock;
   Clock::time_point started = Clock::now(), data_started = started, data_ended = started;
+  //! WEIGHTSYNC_TRACE=phases: the points a transfer passed, with their times, written to stderr
+  //! (one line per transfer) when it ends. For taking a sync's fixed cost apart; off by default,
+  //! when a mark costs one test of a bool.
+  PhaseTrace trace{begun};
   std::chrono::nanoseconds load_time{0};
   std::size_t bytes_done = 0, chunks_done = 0;
 

@@ -94,6 +94,7 @@ class TransferRun {
                return ws.plans.whole(metas, w.root, opt, ws.digests);
              }),
         load_(load) {
+    run_.metadata_digest = ws.plans.last_digest();
     start(items);
   }
   //! A sharded transfer from trainer ranks 0..t.trainers-1: a trainer (items set) or a worker.
@@ -141,6 +142,7 @@ class TransferRun {
       // This root packed eagerly but another did not (sharded): the data phase packs after all.
       if (eager && !run_.eager) run_.order_slots_after_source();
       if (receives()) lay_out(root() ? nullptr : &run_.opt.destination);
+      run_.trace.mark("laid-out");
       if (!root() && !run_.eager) reused = ws.ensure_slots(slot_need_, K) && reused;
       run_.begin_data();
       if (run_.eager) {
@@ -170,11 +172,13 @@ class TransferRun {
         for (std::size_t k = 0; k < K; ++k) run_.await(ws.unpacked[k], "unpack");
       // (An eager root that receives nothing enqueued nothing since the exchanges' own drains.)
       if (!(run_.eager && root() && !receives())) run_.drain("broadcast");
+      run_.trace.mark("drained");
     } catch (const std::exception& e) {
       // Operations may be in flight or a peer may be waiting on us: fail fast on every rank.
       run_.abort_comm(failure_.empty() ? e.what() : failure_);
       throw;
     }
+    run_.trace.report(run_.comm.rank(), root() ? "producer" : "consumer");
     settle(acks);
     return run_.stats(reused);
   }
@@ -370,6 +374,7 @@ class TransferRun {
       return false;
     auto& ws = run_.ws;
     for (const Chunk& c : plan().chunks[static_cast<std::size_t>(mine_)]) take_items(c);
+    run_.trace.mark("items-taken");
     if (!failure_.empty()) return false;
     run_.ensure_handshake_area();
     byte* to = run_.eager_at(static_cast<std::size_t>(run_.comm.rank()));
@@ -381,6 +386,7 @@ class TransferRun {
       off += nb;
     }
     ws.flush_copies(run_.comm_stream());
+    run_.trace.mark("packed");
     // One item too many: every declared tensor was good and goes out; the failure is this
     // caller's alone, as when the data phase finds it after its last chunk.
     if (*it_ != *end_) fail(std::make_exception_ptr(too_many_items(owned().size())));
@@ -775,6 +781,7 @@ class TransferRun {
       }
     }
     ws.flush_copies(s);
+    run_.trace.mark("copies-enqueued");
     ws.views.clear();
     for (std::size_t t = 0; t < run_.metas.size(); ++t) {
       if (dest_[t]) continue;
@@ -783,6 +790,7 @@ class TransferRun {
       ws.views.push_back(TensorView{&run_.metas[t], data, nb});
     }
     call_load(0, s);
+    run_.trace.mark("loaded");
   }
 
   //! The verdict: this rank's own failure, a root's failure (its status frames), or what the
