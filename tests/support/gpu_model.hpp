@@ -74,7 +74,10 @@ class DeviceModel {
     weightsync::detail::check(cudaMalloc(reinterpret_cast<void**>(&counter_), sizeof(unsigned long long)), "cudaMalloc");
     // Every rank's padding holds the poison from the start, so that a whole arena can be checked
     // against a reference in one pass (count_wrong): a broadcast of the arena carries 0xCD there.
+    // (cudaMemset may return before it is done, on the legacy stream, which the callers' non-
+    // blocking streams do not wait for: wait here, or it lands on a fill: run 115.)
     weightsync::detail::check(cudaMemset(arena_.data(), 0xCD, arena_.size()), "cudaMemset");
+    weightsync::detail::check(cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize");
   }
   DeviceModel(const DeviceModel&) = delete;
   DeviceModel& operator=(const DeviceModel&) = delete;
