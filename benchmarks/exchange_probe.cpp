@@ -133,6 +133,7 @@ int main(int argc, char** argv) try {
   }
   ws::detail::CopyTableSlot tables;
   const auto* copy = ws::detail::BatchedCopyKernel::instance();
+  if (copy != nullptr) tables.get(dev).reserve(kTensors);
   int sms = 0;
   ws::detail::check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "attr");
 

@@ -98,8 +98,10 @@ struct WorkspaceState {
     slot_bytes = bytes;
     return false;
   }
-  //! Reserves the per-chunk lists once, so that the chunk loop does not allocate.
+  //! Reserves the per-chunk lists once, so that the chunk loop does not allocate (nor the copy
+  //! batches' device tables, where the policy keeps them: see CudaPolicy::reserve_copy_batches).
   void reserve_lists(std::size_t m) {
+    if constexpr (requires { policy.reserve_copy_batches(m); }) policy.reserve_copy_batches(m);
     sources.reserve(m);
     copy_dst.reserve(m);
     copy_src.reserve(m);

@@ -87,13 +87,14 @@ void CUDART_CB hold_until(void* go) {
 }
 }  // namespace
 
-TEST_CASE("cuda policy: batched copies through descriptor tables: reused, changed, on two streams, when every table is busy",
+TEST_CASE("cuda policy: batched copies through descriptor tables: reused, changed, on two streams, when every table is busy or none reserved",
           "[gpu][cuda]") {
   CudaPolicy pol(0);
   auto s = pol.make_stream();
   auto t = pol.make_stream();
   DeviceBuffer src(1 << 22, 0), dst(1 << 22, 0);
   ws_pattern::fill(src.data(), src.size(), 7, s.get());
+  REQUIRE(cudaStreamSynchronize(s.get()) == cudaSuccess);  // (t reads src too)
   unsigned long long* wrong = nullptr;
   REQUIRE(cudaMalloc(reinterpret_cast<void**>(&wrong), sizeof *wrong) == cudaSuccess);
   // `count` pieces of 1..97 bytes at offsets spread by `stride` (a different set per stride),
@@ -120,7 +121,7 @@ TEST_CASE("cuda policy: batched copies through descriptor tables: reused, change
   // Wrong bytes over the pieces of `b` (after everything enqueued on both streams).
   const auto wrong_in = [&](const Batch& b) {
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-    REQUIRE(cudaMemset(wrong, 0, sizeof *wrong) == cudaSuccess);
+    REQUIRE(cudaMemsetAsync(wrong, 0, sizeof *wrong, s.get()) == cudaSuccess);
     for (std::size_t i = 0; i < b.d.size(); ++i)
       ws_pattern::count_diff(b.d[i], b.s[i], b.n[i], wrong, s.get());
     unsigned long long h = 1;
@@ -128,7 +129,11 @@ TEST_CASE("cuda policy: batched copies through descriptor tables: reused, change
     REQUIRE(cudaStreamSynchronize(s.get()) == cudaSuccess);
     return h;
   };
-  const auto poison = [&] { REQUIRE(cudaMemset(dst.data(), 0xCD, dst.size()) == cudaSuccess); };
+  // (On s, then waited for: the copies run on s and t.)
+  const auto poison = [&] {
+    REQUIRE(cudaMemsetAsync(dst.data(), 0xCD, dst.size(), s.get()) == cudaSuccess);
+    REQUIRE(cudaStreamSynchronize(s.get()) == cudaSuccess);
+  };
 
   SECTION("a few pieces go by value: no table") {
     const Batch b = batch(16, 256);
@@ -137,8 +142,16 @@ TEST_CASE("cuda policy: batched copies through descriptor tables: reused, change
     CHECK(wrong_in(b) == 0);
     CHECK(pol.copy_table() == nullptr);
   }
+  SECTION("without room reserved, many pieces go by value") {
+    const Batch b = batch(504, 256);
+    poison();
+    run(b, s.get());
+    CHECK(wrong_in(b) == 0);
+    CHECK(pol.copy_table() == nullptr);
+  }
   SECTION("the same pieces again reuse their table, also from another stream") {
     const Batch b = batch(504, 256);
+    pol.reserve_copy_batches(504);
     for (int round = 0; round < 3; ++round) {
       poison();
       run(b, round == 2 ? t.get() : s.get());
@@ -150,6 +163,7 @@ TEST_CASE("cuda policy: batched copies through descriptor tables: reused, change
   }
   SECTION("changed pieces upload again; more than 960 go in one launch") {
     const Batch a = batch(40, 512), b = batch(2000, 1024), c = batch(40, 768);
+    pol.reserve_copy_batches(2000);
     poison();
     run(a, s.get());
     run(b, t.get());
@@ -160,11 +174,12 @@ TEST_CASE("cuda policy: batched copies through descriptor tables: reused, change
     CHECK(pol.copy_table()->counts().uploaded == 3);
   }
   SECTION("with every table still in use, a batch goes by value, and all land") {
-    std::atomic<bool> go{false};
-    REQUIRE(cudaLaunchHostFunc(s.get(), hold_until, &go) == cudaSuccess);
     std::vector<Batch> bs;
     for (std::size_t k = 0; k < 6; ++k) bs.push_back(batch(100 + k, 256 + 64 * k));
+    pol.reserve_copy_batches(105);
     poison();
+    std::atomic<bool> go{false};
+    REQUIRE(cudaLaunchHostFunc(s.get(), hold_until, &go) == cudaSuccess);
     for (const Batch& b : bs) run(b, s.get());  // held: no launch is done
     const auto counts = pol.copy_table()->counts();
     go = true;

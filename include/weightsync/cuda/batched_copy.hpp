@@ -46,8 +46,9 @@ namespace weightsync::detail {
 //! Descriptor tables in device memory for the batched copy kernel, for one caller (a device
 //! policy): a few entries, each holding the pieces of its last upload. A launch whose pieces equal
 //! an entry's reuses it as it lies; otherwise it uploads them into an entry that no launch still
-//! reads (from pinned memory, on the launch's stream). Never blocks: when every entry is still in
-//! use, acquire() returns null and the caller passes the pieces by value.
+//! reads (from pinned memory, on the launch's stream). Never blocks and never allocates while
+//! launching (reserve() does): when no entry is free and large enough, acquire() returns null and
+//! the caller passes the pieces by value.
 class CopyTable {
  public:
   explicit CopyTable(int device) : device_(device) {}
@@ -61,42 +62,55 @@ class CopyTable {
     ++clock_;
     for (Entry& e : entries_)
       if (e.count == count && std::memcmp(e.held.data(), d, bytes) == 0) {
-        // Uploaded on another stream: this one waits for the upload (not for that stream's other
-        // work).
-        if (e.uploaded_on != s) check(cudaStreamWaitEvent(s, e.uploaded->get(), 0), "cudaStreamWaitEvent");
-        // A launch on another stream may still read it: this one runs after it, so that `done`,
-        // recorded after this launch, covers both.
-        if (e.used_on != s && !e.free()) check(cudaStreamWaitEvent(s, e.done->get(), 0), "cudaStreamWaitEvent");
+        // The upload may still be in flight (on another stream: streams are not told apart by
+        // their handles, which threads and recreated streams share): this launch waits for it.
+        if (!e.uploaded->ready()) check(cudaStreamWaitEvent(s, e.uploaded->get(), 0), "cudaStreamWaitEvent");
+        // A launch elsewhere may still read it: this one runs after it, so that `done`, recorded
+        // after this launch, covers both.
+        if (!e.free()) check(cudaStreamWaitEvent(s, e.done->get(), 0), "cudaStreamWaitEvent");
         ++counts_.reused;
         return take(e);
       }
     Entry* pick = nullptr;
     for (Entry& e : entries_)
-      if (e.free() && (pick == nullptr || e.last < pick->last)) pick = &e;
+      if (e.capacity >= count && e.free() && (pick == nullptr || e.last < pick->last)) pick = &e;
     if (pick == nullptr) {
       ++counts_.full;
       return nullptr;
     }
     Entry& e = *pick;
-    if (e.capacity < count) {
-      CurrentDeviceGuard g(device_);
-      const std::size_t cap = std::max<std::size_t>(count, 2 * e.capacity);
-      e.dev = DeviceBuffer(cap * sizeof(kernels::CopyDesc), device_);
-      e.staging = PinnedBuffer(cap * sizeof(kernels::CopyDesc));
-      if (!e.uploaded) e.uploaded.emplace(device_);
-      if (!e.done) e.done.emplace(device_);
-      e.capacity = cap;
-    }
     e.count = 0;  // (invalid until the upload is enqueued)
     std::memcpy(e.staging.data(), d, bytes);
     check(cudaMemcpyAsync(e.dev.data(), e.staging.data(), bytes, cudaMemcpyHostToDevice, s),
           "cudaMemcpyAsync(copy table)");
     e.uploaded->record(s);
-    e.uploaded_on = s;
     e.held.assign(d, d + count);
     e.count = count;
     ++counts_.uploaded;
     return take(e);
+  }
+  //! Makes room for batches of `count` pieces in every entry that no launch reads. The only place
+  //! a table allocates: callers reserve where no collective is in flight (a cudaFree would wait
+  //! for the whole device, NCCL's kernels included; an outgrown entry's buffers are kept until the
+  //! table goes). acquire() finds no entry for a larger batch, which then goes by value.
+  void reserve(std::size_t count) {
+    for (Entry& e : entries_) {
+      if (e.capacity >= count || !e.free()) continue;
+      CurrentDeviceGuard g(device_);
+      const std::size_t cap = std::max<std::size_t>(count, 2 * e.capacity);
+      DeviceBuffer dev(cap * sizeof(kernels::CopyDesc), device_);
+      PinnedBuffer staging(cap * sizeof(kernels::CopyDesc));
+      if (!e.uploaded) e.uploaded.emplace(device_);
+      if (!e.done) e.done.emplace(device_);
+      if (e.capacity > 0) {
+        outgrown_.push_back(std::move(e.dev));
+        outgrown_host_.push_back(std::move(e.staging));
+      }
+      e.dev = std::move(dev);
+      e.staging = std::move(staging);
+      e.capacity = cap;
+      e.count = 0;
+    }
   }
   //! What acquire() did so far: reused an entry, uploaded into one, found none free.
   struct Counts {
@@ -110,7 +124,6 @@ class CopyTable {
     if (current_ == nullptr) return;
     current_->done->record(s);
     current_->recorded = true;
-    current_->used_on = s;
     current_ = nullptr;
   }
 
@@ -119,7 +132,6 @@ class CopyTable {
     DeviceBuffer dev;
     PinnedBuffer staging;  // read by the upload until `done` (the launch after it) completes
     std::optional<CudaEvent> uploaded, done;
-    cudaStream_t uploaded_on = nullptr, used_on = nullptr;
     std::vector<kernels::CopyDesc> held;
     std::size_t count = 0, capacity = 0;
     std::uint64_t last = 0;
@@ -134,6 +146,10 @@ class CopyTable {
   static constexpr std::size_t kEntries = 4;
   std::mutex mutex_;
   int device_;
+  // (Declared before the entries: destroyed after them. Each entry's capacity doubles when it
+  // grows, so they hold at most about as much again as the entries.)
+  std::vector<DeviceBuffer> outgrown_;
+  std::vector<PinnedBuffer> outgrown_host_;
   std::array<Entry, kEntries> entries_;
   Entry* current_ = nullptr;
   std::uint64_t clock_ = 0;

@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <vector>
 
 #include "weightsync/concepts.hpp"
@@ -112,8 +113,18 @@ class CudaPolicy {
                     "cudaMemcpyAsync");
   }
 
+  //! Makes room in the batched copy kernel's descriptor tables (detail::CopyTable) for batches of
+  //! `pieces` pieces; without it a batch of more than 16 goes by value. Allocates (the first time,
+  //! and when `pieces` grows): call it where no collective is in flight. The pipeline does, when a
+  //! transfer begins (WorkspaceState::reserve_lists).
+  void reserve_copy_batches(std::size_t pieces) const {
+    if (pieces <= kernels::kSmallCopyDescs || detail::BatchedCopyKernel::instance() == nullptr) return;
+    detail::CopyTable& t = tables_.get(device_);
+    std::lock_guard lock(t.mutex());
+    t.reserve(pieces);
+  }
   //! What the batched copy kernel's descriptor tables did for this policy (see
-  //! detail::CopyTable): null before the first batch of more than 16 pieces.
+  //! detail::CopyTable): null before the first reserve_copy_batches() of more than 16 pieces.
   const detail::CopyTable* copy_table() const noexcept { return tables_.peek(); }
 
   //! Enqueues on `s`: sums[0..nsums) (device memory) <- the chunk digests (detail/digest.hpp)

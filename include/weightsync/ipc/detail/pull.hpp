@@ -115,8 +115,10 @@ class Puller {
     if (kd_.size() == 1)
       check(cudaMemcpyAsync(kd_[0], ks_[0], kn_[0], cudaMemcpyDeviceToDevice, main),
             "cudaMemcpyAsync(pull)");
-    else if (!kd_.empty())
+    else if (!kd_.empty()) {
+      policy_.reserve_copy_batches(kd_.size());  // (no collective here: allocating is safe)
       policy_.copy_batch(kd_.data(), ks_.data(), kn_.data(), kd_.size(), main);
+    }
     for (std::size_t k = 0; k < streams_.size(); ++k) {
       if (!used_[k]) continue;
       done_[k].record(streams_[k].get());
