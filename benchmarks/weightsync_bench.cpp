@@ -1396,7 +1396,7 @@ class Bench {
       raw.wall = wall;
       raw.wrong = wrong;
       raw.ratio = 1.0;
-      emit(raw);
+      if (!exact_raw) emit(raw);  // (else after the exact baseline, with its ratio to it)
       failures += wrong != 0;
     }
     // Tensors smaller than the arena's 256-byte alignment (tiny504: 504 x 64 B in 129 KiB) make
@@ -1439,6 +1439,8 @@ class Bench {
       exact.ev = ev;
       exact.wall = wall;
       exact.wrong = static_cast<unsigned long long>(sum_over_ranks(double(mine)));
+      raw.ratio = raw.ev.median > 0 ? ev.median / raw.ev.median : 0.0;  // the arena's, vs exact
+      emit(raw);
       emit(exact);
       failures += exact.wrong != 0;
       raw = exact;  // (the ratio's basis)
