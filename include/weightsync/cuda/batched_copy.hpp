@@ -172,8 +172,10 @@ class CopyTableSlot {
     return *this;
   }
   ~CopyTableSlot() { reset(nullptr); }
-  //! The table, or null before the first launch that needed one.
+  //! The table, or null before the first reserve (CudaPolicy::reserve_copy_batches).
   const CopyTable* peek() const noexcept { return table_.load(std::memory_order_acquire); }
+  //! The same, for a launch: it uses a table only once one was reserved, never makes one.
+  CopyTable* existing() const noexcept { return table_.load(std::memory_order_acquire); }
   CopyTable& get(int device) const {
     if (CopyTable* t = table_.load(std::memory_order_acquire)) return *t;
     auto made = std::make_unique<CopyTable>(device);
@@ -197,12 +199,14 @@ class BatchedCopyKernel {
   }
 
   //! Copies `count` pieces on `stream`; `sms` is the device's multiprocessor count. With
-  //! `tables` (made on `device` on first use), more than kSmallCopyDescs pieces travel through
-  //! its table when it has a free entry.
+  //! `tables` (once a reserve made its table), more than kSmallCopyDescs pieces travel through
+  //! its table when it has a free entry large enough; else they go by value.
+  //! (`device` is unused: kept for callers.)
   void launch(void* const* dst, const void* const* src, const std::size_t* n, std::size_t count,
               cudaStream_t stream, int sms, const CopyTableSlot* tables = nullptr,
               int device = -1) const {
     (void)sms;
+    (void)device;
     thread_local std::vector<kernels::CopyDesc> descs;
     descs.clear();
     unsigned long long tiles = 0;
@@ -221,8 +225,8 @@ class BatchedCopyKernel {
       run(small_, &p, tiles, stream, "cudaLaunchKernel(ws_batched_copy_small)");
       return;
     }
-    if (tables != nullptr && table_ != nullptr && descs.size() <= 0xffffffffu) {
-      CopyTable* table = &tables->get(device >= 0 ? device : current_device());
+    CopyTable* table = tables != nullptr && table_ != nullptr ? tables->existing() : nullptr;
+    if (table != nullptr && descs.size() <= 0xffffffffu) {
       std::lock_guard lock(table->mutex());
       if (const auto* d = table->acquire(descs.data(), descs.size(), stream)) {
         kernels::CopyTableParams p{d, tiles, static_cast<std::uint32_t>(descs.size()), 0};

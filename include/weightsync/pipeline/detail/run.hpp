@@ -91,6 +91,8 @@ class PhaseTrace {
     }
     return out;
   }
+  //! Whether points are kept.
+  bool on() const noexcept { return on_; }
   //! Writes line() to stderr, when on.
   void report(int rank, const char* role) const {
     const std::string l = line(rank, role);

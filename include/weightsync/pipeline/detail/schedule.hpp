@@ -179,6 +179,14 @@ class TransferRun {
       throw;
     }
     run_.trace.report(run_.comm.rank(), root() ? "producer" : "consumer");
+    if constexpr (requires { ws.policy.copy_table(); })
+      if (run_.trace.on())
+        if (const auto* t = ws.policy.copy_table()) {
+          const auto c = t->counts();
+          std::fprintf(stderr, "weightsync trace rank %d copy tables: uploaded %llu, reused %llu, full %llu\n",
+                       run_.comm.rank(), static_cast<unsigned long long>(c.uploaded),
+                       static_cast<unsigned long long>(c.reused), static_cast<unsigned long long>(c.full));
+        }
     settle(acks);
     return run_.stats(reused);
   }
@@ -385,6 +393,7 @@ class TransferRun {
       if (nb > 0) ws.add_copy(to + off, src_[q], nb);
       off += nb;
     }
+    run_.trace.mark("pack-listed");
     ws.flush_copies(run_.comm_stream());
     run_.trace.mark("packed");
     // One item too many: every declared tensor was good and goes out; the failure is this
@@ -780,6 +789,7 @@ class TransferRun {
         off += piece.bytes();
       }
     }
+    run_.trace.mark("copies-listed");
     ws.flush_copies(s);
     run_.trace.mark("copies-enqueued");
     ws.views.clear();
