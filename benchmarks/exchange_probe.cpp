@@ -174,18 +174,18 @@ int main(int argc, char** argv) try {
       {"pack+hs-host+copy",
        [&] {
          if (a.rank == 0 && copy != nullptr)
-           copy->launch(pack_dst.data(), pack_src.data(), len.data(), kTensors, s, sms, &tables, dev);
+           copy->launch(pack_dst.data(), pack_src.data(), len.data(), kTensors, s, sms, &tables);
          handshake(host_area, kWide, kBase);
          if (a.rank != 0 && copy != nullptr)
-           copy->launch(dst.data(), src.data(), len.data(), kTensors, s, sms, &tables, dev);
+           copy->launch(dst.data(), src.data(), len.data(), kTensors, s, sms, &tables);
        }},
       {"pack+hs-dev+copy",
        [&] {
          if (a.rank == 0 && copy != nullptr)
-           copy->launch(pack_dst_dev.data(), pack_src.data(), len.data(), kTensors, s, sms, &tables, dev);
+           copy->launch(pack_dst_dev.data(), pack_src.data(), len.data(), kTensors, s, sms, &tables);
          handshake(dev_area, kWide, kBase);
          if (a.rank != 0 && copy != nullptr)
-           copy->launch(dst.data(), src_dev.data(), len.data(), kTensors, s, sms, &tables, dev);
+           copy->launch(dst.data(), src_dev.data(), len.data(), kTensors, s, sms, &tables);
        }},
       {"pack1+hs-host+copy1",
        [&] {
@@ -246,7 +246,7 @@ int main(int argc, char** argv) try {
       std::vector<double> host, done;
       for (int i = 0; i < a.warmup + a.iters; ++i) {
         const auto t0 = std::chrono::steady_clock::now();
-        copy->launch(dd.data(), l.src, len.data(), l.count, s, sms, l.tables, dev);
+        copy->launch(dd.data(), l.src, len.data(), l.count, s, sms, l.tables);
         const auto t1 = std::chrono::steady_clock::now();
         ws::detail::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
         const auto t2 = std::chrono::steady_clock::now();
@@ -258,7 +258,7 @@ int main(int argc, char** argv) try {
       std::sort(done.begin(), done.end());
       std::printf("  %-16s %9.1f %9.1f\n", l.name, host[host.size() / 2], done[done.size() / 2]);
     }
-    const auto c = tables.peek() ? tables.peek()->counts() : ws::detail::CopyTable::Counts{};
+    const auto c = tables.existing() ? tables.existing()->counts() : ws::detail::CopyTable::Counts{};
     std::printf("# table: %llu uploaded, %llu reused, %llu found none free\n",
                 static_cast<unsigned long long>(c.uploaded), static_cast<unsigned long long>(c.reused),
                 static_cast<unsigned long long>(c.full));

@@ -156,7 +156,7 @@ class CopyTable {
   Counts counts_;
 };
 
-//! A policy's CopyTable, made on first use. A copy of the policy starts with none of its own: a
+//! A policy's CopyTable, made by its first reserve (get()). A copy of the policy starts with none of its own: a
 //! table is never shared between policies.
 class CopyTableSlot {
  public:
@@ -172,9 +172,8 @@ class CopyTableSlot {
     return *this;
   }
   ~CopyTableSlot() { reset(nullptr); }
-  //! The table, or null before the first reserve (CudaPolicy::reserve_copy_batches).
-  const CopyTable* peek() const noexcept { return table_.load(std::memory_order_acquire); }
-  //! The same, for a launch: it uses a table only once one was reserved, never makes one.
+  //! The table, or null before the first reserve (CudaPolicy::reserve_copy_batches): a launch
+  //! uses a table only once one was reserved, and never makes one.
   CopyTable* existing() const noexcept { return table_.load(std::memory_order_acquire); }
   CopyTable& get(int device) const {
     if (CopyTable* t = table_.load(std::memory_order_acquire)) return *t;
@@ -201,12 +200,9 @@ class BatchedCopyKernel {
   //! Copies `count` pieces on `stream`; `sms` is the device's multiprocessor count. With
   //! `tables` (once a reserve made its table), more than kSmallCopyDescs pieces travel through
   //! its table when it has a free entry large enough; else they go by value.
-  //! (`device` is unused: kept for callers.)
   void launch(void* const* dst, const void* const* src, const std::size_t* n, std::size_t count,
-              cudaStream_t stream, int sms, const CopyTableSlot* tables = nullptr,
-              int device = -1) const {
+              cudaStream_t stream, int sms, const CopyTableSlot* tables = nullptr) const {
     (void)sms;
-    (void)device;
     thread_local std::vector<kernels::CopyDesc> descs;
     descs.clear();
     unsigned long long tiles = 0;

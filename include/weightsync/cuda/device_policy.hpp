@@ -82,7 +82,7 @@ class CudaPolicy {
     if (count == 0) return;
     if (count > 1) {
       if (const auto* k = detail::BatchedCopyKernel::instance()) {
-        k->launch(dst, src, n, count, s, sms_, &tables_, device_);
+        k->launch(dst, src, n, count, s, sms_, &tables_);
         return;
       }
     }
@@ -125,7 +125,7 @@ class CudaPolicy {
   }
   //! What the batched copy kernel's descriptor tables did for this policy (see
   //! detail::CopyTable): null before the first reserve_copy_batches() of more than 16 pieces.
-  const detail::CopyTable* copy_table() const noexcept { return tables_.peek(); }
+  const detail::CopyTable* copy_table() const noexcept { return tables_.existing(); }
 
   //! Enqueues on `s`: sums[0..nsums) (device memory) <- the chunk digests (detail/digest.hpp)
   //! of the `count` pieces (device memory), each into sums[piece.sum], by the digest kernel
@@ -138,7 +138,7 @@ class CudaPolicy {
  private:
   int device_;
   int sms_ = 1;
-  detail::CopyTableSlot tables_;  // the batched copy kernel's descriptor tables (made on first use)
+  detail::CopyTableSlot tables_;  // the batched copy kernel's descriptor tables (see reserve_copy_batches)
 };
 
 template <>
