@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "weightsync/concepts.hpp"
+#include "weightsync/detail/batch_memo.hpp"
 #include "weightsync/detail/digest.hpp"
 #include "weightsync/detail/frame.hpp"
 #include "weightsync/pipeline/detail/plan.hpp"
@@ -119,11 +120,30 @@ struct WorkspaceState {
     copy_src.push_back(src);
     copy_size.push_back(bytes);
   }
-  //! Enqueues the copies collected since clear_copies() as one batch on `s`.
+  //! Enqueues the copies collected since clear_copies() as one batch on `s`. With `memo`, what
+  //! the policy needs to repeat the batch (flush_again) is kept there; it is emptied first, so
+  //! that a failed flush leaves nothing to repeat.
   template <class Stream>
-  void flush_copies(Stream s) {
-    if (!copy_dst.empty())
-      policy.copy_batch(copy_dst.data(), copy_src.data(), copy_size.data(), copy_dst.size(), s);
+  void flush_copies(Stream s, CopyBatchMemo* memo = nullptr) {
+    if (memo != nullptr) *memo = {};
+    if (copy_dst.empty()) return;
+    if constexpr (requires { policy.copy_batch_again(*memo, s); }) {
+      if (memo != nullptr) {
+        policy.copy_batch(copy_dst.data(), copy_src.data(), copy_size.data(), copy_dst.size(), s,
+                          memo);
+        return;
+      }
+    }
+    policy.copy_batch(copy_dst.data(), copy_src.data(), copy_size.data(), copy_dst.size(), s);
+  }
+  //! Enqueues again on `s` the batch that `memo` remembers (see flush_copies), without a list, when
+  //! the policy can. @returns false, having enqueued nothing, when it cannot.
+  template <class Stream>
+  bool flush_again(const CopyBatchMemo& memo, Stream s) {
+    if constexpr (requires { policy.copy_batch_again(memo, s); })
+      return policy.copy_batch_again(memo, s);
+    else
+      return false;
   }
   std::size_t bytes_held() const noexcept {
     return slot_bytes * slots.size() + frames.size() + scratch.size() + handshake.size() +
@@ -154,6 +174,9 @@ struct WorkspaceState {
   std::uint64_t contiguous_regions = 0;  //!< regions sent or received in place (statistics)
   MetadataDigestCache digests;  // the handshake's metadata digest
   PlanCache plans;              // the last whole-tensor plan
+  //! The last eager transfer's pack (producer) and copy out (consumer): a sync repeated with the
+  //! same plan, sources and destinations relaunches the batch, without listing it again.
+  RepeatedBatch eager_pack, eager_unpack;
   // Per-chunk lists, reserved once so that the chunk loop does not allocate.
   std::vector<const void*> sources;  // producer: the current chunk's item pointers
   std::vector<void*> copy_dst;

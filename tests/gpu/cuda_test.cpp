@@ -6,6 +6,7 @@
 #include <weightsync/cuda/event.hpp>
 #include <weightsync/cuda/stream.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -172,6 +173,39 @@ TEST_CASE("cuda policy: batched copies through descriptor tables: reused, change
     CHECK(wrong_in(b) == 0);
     CHECK(wrong_in(c) == 0);
     CHECK(pol.copy_table()->counts().uploaded == 3);
+  }
+  SECTION("a remembered batch runs again without its list, until its entry takes other pieces") {
+    const Batch b = batch(504, 256);
+    pol.reserve_copy_batches(504);
+    weightsync::detail::CopyBatchMemo memo;
+    pol.copy_batch(b.d.data(), b.s.data(), b.n.data(), b.d.size(), s.get(), &memo);
+    REQUIRE(memo);
+    CHECK(memo.count == 504);
+    for (int round = 0; round < 2; ++round) {
+      poison();
+      CHECK(pol.copy_batch_again(memo, round == 1 ? t.get() : s.get()));
+      CHECK(wrong_in(b) == 0);
+    }
+    CHECK(pol.copy_table()->counts().repeated == 2);
+    // Four other batches take every entry, the remembered one among them: the memo is stale, and
+    // a stale memo enqueues nothing.
+    for (std::size_t k = 0; k < 4; ++k) {
+      const Batch o = batch(100 + k, 512 + 64 * k);
+      run(o, s.get());
+      CHECK(wrong_in(o) == 0);
+    }
+    poison();
+    CHECK_FALSE(pol.copy_batch_again(memo, s.get()));
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    std::vector<unsigned char> host(dst.size());
+    REQUIRE(cudaMemcpy(host.data(), dst.data(), host.size(), cudaMemcpyDeviceToHost) == cudaSuccess);
+    CHECK(std::all_of(host.begin(), host.end(), [](unsigned char c) { return c == 0xCD; }));
+    CHECK(pol.copy_table()->counts().repeated == 2);
+    // A batch by value (no table) leaves nothing to repeat.
+    const Batch few = batch(16, 256);
+    pol.copy_batch(few.d.data(), few.s.data(), few.n.data(), few.d.size(), s.get(), &memo);
+    CHECK_FALSE(memo);
+    CHECK_FALSE(pol.copy_batch_again(memo, s.get()));
   }
   SECTION("with every table still in use, a batch goes by value, and all land") {
     std::vector<Batch> bs;

@@ -442,6 +442,48 @@ TEST_CASE("nccl syncs of 4 to 32 KiB travel in wide handshake blocks from the se
   eager_rounds(nullptr, /*wide=*/true);
 }
 
+// A sync repeated with the same plan, sources and destinations relaunches the last eager pack and
+// copy out from their descriptor table entries, without listing them (RepeatedBatch); changed
+// sources or destinations are listed again. Producer's sources by round: A A B B A A A; the
+// consumer's places: X X Y Y X, then views (load_weights) twice. A relaunch where a list was due
+// would deliver the last round's bytes, or to the last round's places: every byte is checked.
+TEST_CASE("nccl repeated eager syncs relaunch their copies; changed sources or places list them again",
+          "[gpu][nccl][multi_gpu]") {
+  if (ws_test::ran_as_parent(2, 120s)) return;
+  Peer p = connect_peer(30s);
+  std::vector<TensorMeta> metas;
+  for (int i = 0; i < 40; ++i)
+    metas.push_back({"layers." + std::to_string(i) + ".norm", DType::bfloat16, {32}});
+  ws_test::DeviceModel a(metas, p.device), b(metas, p.device);
+  REQUIRE(a.bytes() <= detail::eager_capacity(2));
+  workspace_for<NcclCommunicator> ws(CudaPolicy(p.device));
+  const cudaStream_t s = p.stream.get();
+  const char sources[] = "AABBAAA", places[] = "XXYYXVV";
+  for (std::uint64_t round = 1; round <= 7; ++round) {
+    TransferOptions opt;
+    if (p.rank == 0) {
+      const ws_test::DeviceModel& from = sources[round - 1] == 'A' ? a : b;
+      ws_test::send_round(metas, from, opt, s, round, [&](const auto& items, const auto& o) {
+        packed_broadcast_producer(metas, items, p.comm, 0, o, ws);
+      });
+      continue;
+    }
+    const char at = places[round - 1];
+    const ws_test::DeviceModel& into = at == 'Y' ? b : a;
+    const Mode mode = at == 'V' ? Mode::views : Mode::zero_copy;
+    INFO("round " << round << ": into " << at);
+    REQUIRE(ws_test::receive_round(metas, into, opt, s, round, mode,
+                                   [&](const auto& o, auto load) {
+                                     packed_broadcast_consumer(metas, p.comm, 0, load, o, ws);
+                                   }) == 0);
+  }
+  REQUIRE(ws.policy().copy_table() != nullptr);
+  const auto counts = ws.policy().copy_table()->counts();
+  // The producer relaunched rounds 2, 4, 6 and 7; the consumer rounds 2, 4 and 7.
+  CHECK(counts.repeated == (p.rank == 0 ? 4u : 3u));
+  if (p.rank == 1) say("verified 7 eager rounds, " + std::to_string(counts.repeated) + " relaunched");
+}
+
 TEST_CASE("nccl engines: trainer and worker rounds with versions and a failing round",
           "[gpu][nccl][multi_gpu][engine]") {
   if (ws_test::ran_as_parent(2, 180s)) return;

@@ -37,6 +37,7 @@
 #include "weightsync/cuda/check.hpp"
 #include "weightsync/cuda/device_buffer.hpp"
 #include "weightsync/cuda/event.hpp"
+#include "weightsync/detail/batch_memo.hpp"
 #include "weightsync/cuda/detail/batched_copy_ptx.hpp"
 #include "weightsync/kernels/batched_copy_abi.hpp"
 #include "weightsync/log.hpp"
@@ -64,12 +65,8 @@ class CopyTable {
       if (e.count == count && std::memcmp(e.held.data(), d, bytes) == 0) {
         // The upload may still be in flight (on another stream: streams are not told apart by
         // their handles, which threads and recreated streams share): this launch waits for it.
-        if (!e.uploaded->ready()) check(cudaStreamWaitEvent(s, e.uploaded->get(), 0), "cudaStreamWaitEvent");
-        // A launch elsewhere may still read it: this one runs after it, so that `done`, recorded
-        // after this launch, covers both.
-        if (!e.free()) check(cudaStreamWaitEvent(s, e.done->get(), 0), "cudaStreamWaitEvent");
         ++counts_.reused;
-        return take(e);
+        return reuse(e, s);
       }
     Entry* pick = nullptr;
     for (Entry& e : entries_)
@@ -84,10 +81,30 @@ class CopyTable {
     check(cudaMemcpyAsync(e.dev.data(), e.staging.data(), bytes, cudaMemcpyHostToDevice, s),
           "cudaMemcpyAsync(copy table)");
     e.uploaded->record(s);
+    e.upload_seen = false;
+    e.upload = next_upload();
     e.held.assign(d, d + count);
     e.count = count;
     ++counts_.uploaded;
     return take(e);
+  }
+  //! The entry and upload that the last acquire() returned, for again(): a memo of that launch.
+  CopyBatchMemo memo(unsigned long long tiles) const noexcept {
+    if (current_ == nullptr) return {};
+    return CopyBatchMemo{current_, current_->upload, tiles,
+                         static_cast<std::uint32_t>(current_->count)};
+  }
+  //! The device copy of a launch's pieces that `m` remembers, ready on `s` as acquire() makes it;
+  //! null when `m` is stale (its entry took another upload since, or is not this table's). The
+  //! caller must launch on `s` and then call used(s), as after acquire().
+  const kernels::CopyDesc* again(const CopyBatchMemo& m, cudaStream_t s) {
+    for (Entry& e : entries_)
+      if (&e == m.entry && e.upload == m.upload && e.count == m.count && e.count > 0) {
+        ++clock_;
+        ++counts_.repeated;
+        return reuse(e, s);
+      }
+    return nullptr;
   }
   //! Makes room for batches of `count` pieces in every entry that no launch reads. The only place
   //! a table allocates: callers reserve where no collective is in flight (a cudaFree would wait
@@ -110,11 +127,13 @@ class CopyTable {
       e.staging = std::move(staging);
       e.capacity = cap;
       e.count = 0;
+      e.upload = 0;
     }
   }
-  //! What acquire() did so far: reused an entry, uploaded into one, found none free.
+  //! What acquire() did so far: reused an entry, uploaded into one, found none free; and how
+  //! many launches again() repeated without a list.
   struct Counts {
-    std::uint64_t reused = 0, uploaded = 0, full = 0;
+    std::uint64_t reused = 0, uploaded = 0, full = 0, repeated = 0;
   };
   Counts counts() const noexcept { return counts_; }
   //! Held from acquire() to used(): a table may serve launches from several threads.
@@ -135,9 +154,31 @@ class CopyTable {
     std::vector<kernels::CopyDesc> held;
     std::size_t count = 0, capacity = 0;
     std::uint64_t last = 0;
-    bool recorded = false;  // `done` was recorded after the entry's last launch
+    std::uint64_t upload = 0;  // which upload the entry holds (next_upload(): unique)
+    bool upload_seen = false;  // `uploaded` was seen complete (it stays so until the next upload)
+    bool recorded = false;     // `done` was recorded after the entry's last launch
     bool free() const { return !recorded || done->ready(); }
   };
+  static std::uint64_t next_upload() noexcept {
+    static std::atomic<std::uint64_t> n{0};
+    return ++n;
+  }
+  //! Orders a launch on `s` from entry `e`, which holds the pieces already, after its upload and
+  //! after any launch elsewhere that still reads it.
+  const kernels::CopyDesc* reuse(Entry& e, cudaStream_t s) {
+    // The upload may still be in flight (on another stream: streams are not told apart by their
+    // handles, which threads and recreated streams share): this launch waits for it.
+    if (!e.upload_seen) {
+      if (e.uploaded->ready())
+        e.upload_seen = true;
+      else
+        check(cudaStreamWaitEvent(s, e.uploaded->get(), 0), "cudaStreamWaitEvent");
+    }
+    // A launch elsewhere may still read it: this one runs after it, so that `done`, recorded
+    // after this launch, covers both.
+    if (!e.free()) check(cudaStreamWaitEvent(s, e.done->get(), 0), "cudaStreamWaitEvent");
+    return take(e);
+  }
   const kernels::CopyDesc* take(Entry& e) {
     e.last = clock_;
     current_ = &e;
@@ -199,10 +240,13 @@ class BatchedCopyKernel {
 
   //! Copies `count` pieces on `stream`; `sms` is the device's multiprocessor count. With
   //! `tables` (once a reserve made its table), more than kSmallCopyDescs pieces travel through
-  //! its table when it has a free entry large enough; else they go by value.
+  //! its table when it has a free entry large enough; else they go by value. `memo`, when given,
+  //! is set to what again() needs to repeat this launch (empty when it did not use a table).
   void launch(void* const* dst, const void* const* src, const std::size_t* n, std::size_t count,
-              cudaStream_t stream, int sms, const CopyTableSlot* tables = nullptr) const {
+              cudaStream_t stream, int sms, const CopyTableSlot* tables = nullptr,
+              CopyBatchMemo* memo = nullptr) const {
     (void)sms;
+    if (memo != nullptr) *memo = {};
     thread_local std::vector<kernels::CopyDesc> descs;
     descs.clear();
     unsigned long long tiles = 0;
@@ -225,14 +269,9 @@ class BatchedCopyKernel {
     if (table != nullptr && descs.size() <= 0xffffffffu) {
       std::lock_guard lock(table->mutex());
       if (const auto* d = table->acquire(descs.data(), descs.size(), stream)) {
-        kernels::CopyTableParams p{d, tiles, static_cast<std::uint32_t>(descs.size()), 0};
-        try {
-          run(table_, &p, tiles, stream, "cudaLaunchKernel(ws_batched_copy_table)");
-        } catch (...) {
-          table->used(stream);
-          throw;
-        }
-        table->used(stream);
+        const CopyBatchMemo m = table->memo(tiles);
+        run_table(*table, d, tiles, static_cast<std::uint32_t>(descs.size()), stream);
+        if (memo != nullptr) *memo = m;
         return;
       }
     }
@@ -251,7 +290,33 @@ class BatchedCopyKernel {
     }
   }
 
+  //! Repeats the launch that `m` remembers (see launch()) on `stream`, without its list: the
+  //! same pieces, from the same table entry. @returns false, having enqueued nothing, when `m` is
+  //! empty or stale (the caller then lists the pieces and launches them).
+  bool again(const CopyBatchMemo& m, cudaStream_t stream, const CopyTableSlot& tables) const {
+    CopyTable* table = table_ != nullptr && m ? tables.existing() : nullptr;
+    if (table == nullptr) return false;
+    std::lock_guard lock(table->mutex());
+    const auto* d = table->again(m, stream);
+    if (d == nullptr) return false;
+    run_table(*table, d, m.tiles, m.count, stream);
+    return true;
+  }
+
  private:
+  //! Launches the table kernel over `count` pieces at `d` (an entry just acquired: the table's
+  //! mutex is held) and marks the entry busy until it is done.
+  void run_table(CopyTable& table, const kernels::CopyDesc* d, unsigned long long tiles,
+                 std::uint32_t count, cudaStream_t stream) const {
+    kernels::CopyTableParams p{d, tiles, count, 0};
+    try {
+      run(table_, &p, tiles, stream, "cudaLaunchKernel(ws_batched_copy_table)");
+    } catch (...) {
+      table.used(stream);
+      throw;
+    }
+    table.used(stream);
+  }
   BatchedCopyKernel() {
     if (std::getenv("WEIGHTSYNC_COPY") && std::string(std::getenv("WEIGHTSYNC_COPY")) == "ce") return;
     cudaLibrary_t lib = nullptr;

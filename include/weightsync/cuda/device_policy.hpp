@@ -77,12 +77,15 @@ class CudaPolicy {
   //! piece when the kernel is unavailable (or WEIGHTSYNC_COPY=ce), through copy engines. Either
   //! side may also be pinned host memory (the handshake's eager bytes: see
   //! PinnedHostCommunicator), which both reach through unified addressing.
+  //! With `memo`, it is set to what copy_batch_again() needs to repeat this batch (empty when
+  //! it cannot: a batch that did not go through a descriptor table).
   void copy_batch(void* const* dst, const void* const* src, const std::size_t* n, std::size_t count,
-                  cudaStream_t s) const {
+                  cudaStream_t s, detail::CopyBatchMemo* memo = nullptr) const {
+    if (memo != nullptr) *memo = {};
     if (count == 0) return;
     if (count > 1) {
       if (const auto* k = detail::BatchedCopyKernel::instance()) {
-        k->launch(dst, src, n, count, s, sms_, &tables_);
+        k->launch(dst, src, n, count, s, sms_, &tables_, memo);
         return;
       }
     }
@@ -122,6 +125,14 @@ class CudaPolicy {
     detail::CopyTable& t = tables_.get(device_);
     std::lock_guard lock(t.mutex());
     t.reserve(pieces);
+  }
+  //! Enqueues on `s` the batch that `memo` remembers (copy_batch), the same copies, with no list:
+  //! one launch from the descriptor table entry that holds its pieces. The caller vouches that
+  //! the copies are the ones it would list. @returns false, having enqueued nothing, when the
+  //! memo is empty or stale (the entry took other pieces since).
+  bool copy_batch_again(const detail::CopyBatchMemo& memo, cudaStream_t s) const {
+    const auto* k = detail::BatchedCopyKernel::instance();
+    return k != nullptr && k->again(memo, s, tables_);
   }
   //! What the batched copy kernel's descriptor tables did for this policy (see
   //! detail::CopyTable): null before the first reserve_copy_batches() of more than 16 pieces.

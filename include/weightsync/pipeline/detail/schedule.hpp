@@ -269,7 +269,9 @@ class TransferRun {
     region_at_.assign(p.steps * static_cast<std::size_t>(m()), nullptr);
     region_off_.assign(p.steps * static_cast<std::size_t>(m()), 0);
     slot_need_ = 0;
-    for (std::size_t s = 0; s < p.steps; ++s) {
+    // (An eager transfer's bytes came with the handshake: they land in no slot and in no place.)
+    const std::size_t steps = run_.eager ? 0 : p.steps;
+    for (std::size_t s = 0; s < steps; ++s) {
       std::size_t off = 0;
       for (int r = 0; r < m(); ++r) {
         const Chunk* c = p.chunk(r, s);
@@ -386,16 +388,29 @@ class TransferRun {
     if (!failure_.empty()) return false;
     run_.ensure_handshake_area();
     byte* to = run_.eager_at(static_cast<std::size_t>(run_.comm.rank()));
-    ws.clear_copies();
-    std::size_t off = 0;
-    for (std::size_t q = 0; q < owned().size(); ++q) {
-      const std::size_t nb = plan().piece_at(mine_, q).bytes();
-      if (nb > 0) ws.add_copy(to + off, src_[q], nb);
-      off += nb;
+    // The same plan, sources and place as the last eager pack: the same copies, relaunched.
+    RepeatedBatch& last = ws.eager_pack;
+    keys_.assign(1, to);
+    keys_.insert(keys_.end(), src_.begin(), src_.end());
+    if (last.same(run_.plan_holder.get(), keys_) && ws.flush_again(last.batch, run_.comm_stream())) {
+      run_.trace.mark("packed-again");
+    } else {
+      last.forget();
+      ws.clear_copies();
+      std::size_t off = 0;
+      for (std::size_t q = 0; q < owned().size(); ++q) {
+        const std::size_t nb = plan().piece_at(mine_, q).bytes();
+        if (nb > 0) ws.add_copy(to + off, src_[q], nb);
+        off += nb;
+      }
+      run_.trace.mark("pack-listed");
+      ws.flush_copies(run_.comm_stream(), &last.batch);
+      if (last.batch) {
+        last.plan = run_.plan_holder;
+        last.keys.swap(keys_);
+      }
+      run_.trace.mark("packed");
     }
-    run_.trace.mark("pack-listed");
-    ws.flush_copies(run_.comm_stream());
-    run_.trace.mark("packed");
     // One item too many: every declared tensor was good and goes out; the failure is this
     // caller's alone, as when the data phase finds it after its last chunk.
     if (*it_ != *end_) fail(std::make_exception_ptr(too_many_items(owned().size())));
@@ -765,14 +780,57 @@ class TransferRun {
     auto& ws = run_.ws;
     const auto s = run_.comm_stream();
     std::vector<byte*>& at = eager_at_;
+    // The same plan, eager places, destinations and workspace as the last eager copy out: the
+    // same copies, relaunched.
+    RepeatedBatch& last = ws.eager_unpack;
+    keys_.clear();
+    for (int r = 0; r < m(); ++r) {
+      const auto rank = static_cast<std::size_t>(plan().root_rank[r]);
+      const std::size_t cap = run_.eager_capacity(rank);
+      if (plan().root_bytes(r) > cap)
+        throw protocol_error(static_cast<int>(rank),
+                             cat("rank ", rank, " sent ", plan().root_bytes(r),
+                                 " bytes with the handshake, where ", cap, " fit"));
+      keys_.push_back(run_.eager_at(rank));
+      keys_.push_back(run_.eager_dev(rank));
+    }
+    keys_.push_back(ws.scratch.data());
+    keys_.insert(keys_.end(), dest_.begin(), dest_.end());
+    if (last.same(run_.plan_holder.get(), keys_) && ws.flush_again(last.batch, s)) {
+      at = last.views;
+      run_.trace.mark("copies-again");
+    } else {
+      last.forget();
+      list_eager_copies(at);
+      run_.trace.mark("copies-listed");
+      ws.flush_copies(s, &last.batch);
+      if (last.batch) {
+        last.plan = run_.plan_holder;
+        last.keys.swap(keys_);
+        last.views = at;
+      }
+      run_.trace.mark("copies-enqueued");
+    }
+    ws.views.clear();
+    for (std::size_t t = 0; t < run_.metas.size(); ++t) {
+      if (dest_[t]) continue;
+      const std::size_t nb = run_.metas[t].nbytes();
+      byte* data = nb == 0 ? nullptr : (assembly_[t] != npos ? assembled(t) : at[t]);
+      ws.views.push_back(TensorView{&run_.metas[t], data, nb});
+    }
+    call_load(0, s);
+    run_.trace.mark("loaded");
+  }
+
+  //! Lists the copies of every root's eager bytes (each within its capacity: receive_eager
+  //! checked) to their places, into ws's copy list; `at` gets where each one-piece tensor without
+  //! a destination lies (a view of the eager bytes).
+  void list_eager_copies(std::vector<byte*>& at) {
+    auto& ws = run_.ws;
     at.assign(run_.metas.size(), nullptr);
     ws.clear_copies();
     for (int r = 0; r < m(); ++r) {
       const int rank = plan().root_rank[r];
-      const std::size_t cap = run_.eager_capacity(static_cast<std::size_t>(rank));
-      if (plan().root_bytes(r) > cap)
-        throw protocol_error(rank, cat("rank ", rank, " sent ", plan().root_bytes(r),
-                                       " bytes with the handshake, where ", cap, " fit"));
       byte* from = run_.eager_at(static_cast<std::size_t>(rank));
       byte* dev = run_.eager_dev(static_cast<std::size_t>(rank));
       std::size_t off = 0;
@@ -789,18 +847,6 @@ class TransferRun {
         off += piece.bytes();
       }
     }
-    run_.trace.mark("copies-listed");
-    ws.flush_copies(s);
-    run_.trace.mark("copies-enqueued");
-    ws.views.clear();
-    for (std::size_t t = 0; t < run_.metas.size(); ++t) {
-      if (dest_[t]) continue;
-      const std::size_t nb = run_.metas[t].nbytes();
-      byte* data = nb == 0 ? nullptr : (assembly_[t] != npos ? assembled(t) : at[t]);
-      ws.views.push_back(TensorView{&run_.metas[t], data, nb});
-    }
-    call_load(0, s);
-    run_.trace.mark("loaded");
   }
 
   //! The verdict: this rank's own failure, a root's failure (its status frames), or what the
@@ -858,6 +904,7 @@ class TransferRun {
   std::size_t slot_need_ = 0;
   std::vector<std::size_t> assembly_;
   std::vector<byte*> eager_at_;
+  std::vector<const void*> keys_;  // what an eager pack or copy out is made from (RepeatedBatch)
   bool one_unpack_stream_ = false;
   std::string failure_;  // this rank's failure (a wrong item, load_weights threw, a checksum)
   std::exception_ptr failure_ptr_;

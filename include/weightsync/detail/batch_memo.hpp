@@ -1,0 +1,47 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+//! @file
+//! CopyBatchMemo: what a device policy keeps of a batch of copies so that the same batch can run
+//! again without its list (CudaPolicy: a launch from a descriptor table entry, see
+//! detail::CopyTable), and RepeatedBatch: the pipeline's record of the inputs that made such a
+//! batch, so that a sync repeated with the same plan, sources and destinations relaunches it.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace weightsync::detail {
+
+//! Filled by a policy's copy_batch when the batch can be repeated as it lies (see
+//! CudaPolicy::copy_batch_again); empty otherwise. Opaque to callers. Names a table entry and the
+//! upload it used (a number unique in the process): a later upload into that entry makes it stale.
+struct CopyBatchMemo {
+  const void* entry = nullptr;
+  std::uint64_t upload = 0;
+  unsigned long long tiles = 0;
+  std::uint32_t count = 0;
+  explicit operator bool() const noexcept { return entry != nullptr; }
+};
+
+//! The inputs of the last batch of one kind (the eager pack, the eager copy out) and its memo.
+//! Equal inputs make an equal list of copies: `plan` is the plan that laid it out (held, so that
+//! its address names it), `keys` every address the list was made from.
+struct RepeatedBatch {
+  std::shared_ptr<const void> plan;
+  std::vector<const void*> keys;
+  std::vector<std::byte*> views;  //!< (the copy out: where each tensor without a destination lies)
+  CopyBatchMemo batch;
+  //! Whether `p` and `k` are what the last batch was made from, and it can be repeated.
+  bool same(const void* p, const std::vector<const void*>& k) const noexcept {
+    return batch && plan.get() == p && keys == k;
+  }
+  void forget() noexcept {
+    batch = {};
+    plan.reset();
+  }
+};
+
+}  // namespace weightsync::detail
