@@ -8,7 +8,8 @@
 #     seven, then under MPS NCCL --np 2 tiny and tiny504, A B A B, and one traced pass of B.
 #   bash benchmarks/results/2026-11-28/run122/run.sh OUT_DIR nvlink
 #     two GPUs: builds both benches, then NCCL over NVLink tiny and tiny504, A B A B, B with the
-#     exchange on the device (WEIGHTSYNC_EXCHANGE=device), and one traced pass of B.
+#     exchange on the device (WEIGHTSYNC_EXCHANGE=device), exchange_probe (the wire shapes' GPU
+#     work with no protocol), and one traced pass of B.
 # Predicted: B's tiny504 20-26 us faster than A's on both (NVLink 88.8 -> 60-68 us; shared GPU
 # under MPS 127.6 -> 100-110 us); tiny unchanged (one tensor: no table, no relaunch).
 set -u
@@ -58,16 +59,21 @@ if [ "$what" = one ]; then
   tail -n 8 "$out/gpu-check.txt"
 else
   build_a &
-  WS_CPU_TESTS=0 WS_BENCH=none WS_SKIP_TESTS=1 WS_BUILD_TARGETS="weightsync_bench" bash scripts/gpu-check.sh "$out/gpu" > "$out/gpu-check.txt" 2>&1
+  WS_CPU_TESTS=0 WS_BENCH=none WS_SKIP_TESTS=1 WS_BUILD_TARGETS="weightsync_bench exchange_probe" bash scripts/gpu-check.sh "$out/gpu" > "$out/gpu-check.txt" 2>&1
   echo "build B rc=$? ($((SECONDS - start)) s)" >> "$out/gpu-check.txt"
   wait; tail -1 "$out/build-a.txt"; tail -1 "$out/gpu-check.txt"
   {
     rows "a nvlink" $a; rows "b nvlink" $b; rows "a nvlink" $a; rows "b nvlink" $b
     WEIGHTSYNC_EXCHANGE=device rows "b nvlink exchange=device" $b
     WEIGHTSYNC_EXCHANGE=device rows "a nvlink exchange=device" $a
+    echo "== exchange_probe nvlink (one rank per GPU)"
+    for r in 0 1; do
+      timeout 120 build/gpu/benchmarks/exchange_probe --rank $r --np 2 --port 29611 --iters 200 --warmup 20 &
+    done
+    wait
   } > "$out/rows.txt" 2>&1
   trace
 fi
 echo "done ($((SECONDS - start)) s)" >> "$out/rows.txt"
-grep -E "^== |raw-|zerocopy|done" "$out/rows.txt" | cut -c1-120
+grep -vE "^\[|^# " "$out/rows.txt" | cut -c1-140
 cut -c1-240 "$out/trace.txt"

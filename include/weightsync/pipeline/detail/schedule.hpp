@@ -183,9 +183,12 @@ class TransferRun {
       if (run_.trace.on())
         if (const auto* t = ws.policy.copy_table()) {
           const auto c = t->counts();
-          std::fprintf(stderr, "weightsync trace rank %d copy tables: uploaded %llu, reused %llu, full %llu\n",
+          std::fprintf(stderr,
+                       "weightsync trace rank %d copy tables: uploaded %llu, reused %llu, full %llu, "
+                       "repeated %llu\n",
                        run_.comm.rank(), static_cast<unsigned long long>(c.uploaded),
-                       static_cast<unsigned long long>(c.reused), static_cast<unsigned long long>(c.full));
+                       static_cast<unsigned long long>(c.reused), static_cast<unsigned long long>(c.full),
+                       static_cast<unsigned long long>(c.repeated));
         }
     settle(acks);
     return run_.stats(reused);
