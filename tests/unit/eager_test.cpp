@@ -7,6 +7,7 @@
 #include <weightsync/host/communicator.hpp>
 #include <weightsync/packed_broadcast.hpp>
 #include <weightsync/sealed_metadata.hpp>
+#include <weightsync/workspace.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -434,6 +435,32 @@ TEST_CASE("SealedMetadata: its digest and bytes are the list's, a moved-from lis
   } catch (const config_error& e) {
     CHECK(std::string(e.what()).find("'empty'") != std::string::npos);
   }
+}
+
+TEST_CASE("repeated batch: only the same plan, the same addresses and a batch to repeat relaunch",
+          "[unit][eager]") {
+  detail::PlanCache cache;
+  detail::MetadataDigestCache digests;
+  const auto metas = medium();
+  const TransferOptions opt;
+  const auto plan = cache.whole(metas, 0, opt, digests);
+  int a = 0, b = 0;
+  const std::vector<const void*> keys = {&a, &b};
+  detail::RepeatedBatch last;
+  CHECK_FALSE(last.same(plan.get(), keys));  // nothing remembered
+  last.plan = plan;
+  last.keys = keys;
+  CHECK_FALSE(last.same(plan.get(), keys));  // no batch to repeat (a policy without memos)
+  last.batch.entry = &a;
+  last.batch.count = 2;
+  CHECK(last.same(plan.get(), keys));
+  CHECK_FALSE(last.same(plan.get(), {&b, &a}));  // other addresses
+  CHECK_FALSE(last.same(plan.get(), {&a}));
+  const detail::PiecePlan other(metas, 0, opt);
+  CHECK_FALSE(last.same(&other, keys));  // another plan, even of the same list
+  last.forget();
+  CHECK_FALSE(last.same(plan.get(), keys));
+  CHECK(last.plan == nullptr);
 }
 
 }  // namespace ws_test_eager_test
