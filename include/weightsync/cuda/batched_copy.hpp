@@ -65,8 +65,9 @@ class CopyTable {
       if (e.count == count && std::memcmp(e.held.data(), d, bytes) == 0) {
         // The upload may still be in flight (on another stream: streams are not told apart by
         // their handles, which threads and recreated streams share): this launch waits for it.
+        const kernels::CopyDesc* r = reuse(e, s);
         ++counts_.reused;
-        return reuse(e, s);
+        return r;
       }
     Entry* pick = nullptr;
     for (Entry& e : entries_)
@@ -101,8 +102,9 @@ class CopyTable {
     for (Entry& e : entries_)
       if (&e == m.entry && e.upload == m.upload && e.count == m.count && e.count > 0) {
         ++clock_;
-        ++counts_.repeated;
-        return reuse(e, s);
+        const kernels::CopyDesc* d = reuse(e, s);
+        ++counts_.repeated;  // (counted once reuse() has not thrown)
+        return d;
       }
     return nullptr;
   }

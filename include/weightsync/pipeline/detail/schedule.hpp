@@ -407,10 +407,13 @@ class TransferRun {
         off += nb;
       }
       run_.trace.mark("pack-listed");
-      ws.flush_copies(run_.comm_stream(), &last.batch);
-      if (last.batch) {
+      // (Remembered only once every part is in place: a throw in between leaves it forgotten.)
+      CopyBatchMemo batch;
+      ws.flush_copies(run_.comm_stream(), &batch);
+      if (batch) {
         last.plan = run_.plan_holder;
         last.keys.swap(keys_);
+        last.batch = batch;
       }
       run_.trace.mark("packed");
     }
@@ -806,11 +809,13 @@ class TransferRun {
       last.forget();
       list_eager_copies(at);
       run_.trace.mark("copies-listed");
-      ws.flush_copies(s, &last.batch);
-      if (last.batch) {
+      CopyBatchMemo batch;
+      ws.flush_copies(s, &batch);
+      if (batch) {
+        last.views = at;  // (may throw: before the rest, so that a throw leaves it forgotten)
         last.plan = run_.plan_holder;
         last.keys.swap(keys_);
-        last.views = at;
+        last.batch = batch;
       }
       run_.trace.mark("copies-enqueued");
     }
