@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# SPDX-FileCopyrightText: 2026 weightsync contributors
+# SPDX-License-Identifier: Apache-2.0
+# Run 125 (2026-11-28, one GPU): the ipc producer records an interprocess event on its busy source
+# stream and sends the plan at once; each consumer's stream waits for it (IpcOptions::source_event).
+#   bash benchmarks/results/2026-11-28/run125/run.sh OUT_DIR
+# Builds B (this tree) and A's bench (a525e85, bench-old/, carried); runs every ipc GPU test and the
+# eager / descriptor-table NCCL tests (the review's reorder in schedule.hpp); ipc_probe
+# --dead-producer (does a stream waiting on a dead exporter's event ever go on?), without MPS and
+# under MPS; then ipc tiny and tiny504 zerocopy, A and B alternated, under MPS (two passes each)
+# and without it (one pass each).
+# Predicted: tests pass; under MPS B's tiny 3-5 us under A's (the producer's source wait, 5.7 us
+# in run 124, becomes a query and a record; the consumer's stream gains one wait); without MPS
+# no change (a time slice either way).
+# The tree: branch ipc-source-event with the consumer's stream waiting for the event (that
+# branch's b17c4f3 has run 126's host wait instead); not landed on main.
+set -u
+out=${1:?usage: run.sh OUT_DIR}
+mkdir -p "$out"; out=$(cd "$out" && pwd)
+cd "$(dirname "$0")/../../../.."
+export NCCL_NVLS_ENABLE=0
+start=$SECONDS
+(cmake -S bench-old -B build/old -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+   -DWEIGHTSYNC_WITH_CUDA=ON -DWEIGHTSYNC_WITH_NCCL=ON -DWEIGHTSYNC_BUILD_TESTS=OFF \
+   -DWEIGHTSYNC_BUILD_BENCHMARKS=ON -DWEIGHTSYNC_BUILD_EXAMPLES=OFF > "$out/build-a.txt" 2>&1 &&
+ cmake --build build/old -j 6 --target weightsync_bench >> "$out/build-a.txt" 2>&1
+ echo "build A rc=$? ($((SECONDS - start)) s)" >> "$out/build-a.txt") &
+WS_CPU_TESTS=0 WS_BENCH=none WS_CTEST_ARGS="-R ipc|eager|descriptor" \
+  WS_BUILD_TARGETS="weightsync_gpu_tests weightsync_nccl_tests weightsync_bench ipc_probe" \
+  bash scripts/gpu-check.sh "$out/gpu" > "$out/gpu-check.txt" 2>&1
+echo "gpu-check rc=$? ($((SECONDS - start)) s)" >> "$out/gpu-check.txt"
+wait; tail -1 "$out/build-a.txt"
+grep -E "build ok|BUILD|Test +#" "$out/gpu-check.txt" | cut -c1-170
+tail -n 5 "$out/gpu-check.txt"
+p=build/gpu/benchmarks/ipc_probe
+a=build/old/benchmarks/weightsync_bench
+b=build/gpu/benchmarks/weightsync_bench
+rows() {  # $1: label, $2: bench
+  echo "== $1"
+  timeout 100 $2 --backend ipc --layout tiny,tiny504 --mode zerocopy --iters 100 --warmup 10 2>&1 |
+    grep -vE "^\[|^#  Rank"
+}
+{
+  echo "== dead-producer mps-off"; timeout 60 $p --dead-producer; echo "rc=$?"
+  rows "a mps-off" $a; rows "b mps-off" $b
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/ws-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/ws-mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d
+  echo "== dead-producer mps-on"; timeout 60 $p --dead-producer; echo "rc=$?"
+  for pass in 1 2; do rows "a mps-on $pass" $a; rows "b mps-on $pass" $b; done
+  echo quit | nvidia-cuda-mps-control
+} > "$out/rows.txt" 2>&1
+echo "done ($((SECONDS - start)) s)" >> "$out/rows.txt"
+grep -E "^== |dead-producer|rc=|raw-copy |zerocopy|producer us|consumer us|done" "$out/rows.txt" | cut -c1-170
