@@ -188,6 +188,8 @@ def time_vs_raw(rows, out):
             impl = "python vLLM-style " + impl.replace("python-vllm-", "")
         elif impl == "raw-copy":
             impl = "raw device copy (1 GPU)"
+        elif impl == "raw-ipc":
+            impl = "raw ipc transfer (1 GPU)"
         elif impl != "raw-nccl":
             mode = impl.split("+")[0]
             if mode.startswith("unpacked") or (backend != "nccl" and mode != "zerocopy"):

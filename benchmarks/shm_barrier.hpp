@@ -64,6 +64,14 @@ class ShmBarrier {
         throw std::runtime_error("bench barrier: not every rank arrived within the timeout");
   }
 
+  // A 64-bit word of the page other than the barrier's counter, on a cache line of its own:
+  // index 0 .. kSlots - 1 (the bench's raw-ipc row keeps its flags there).
+  static constexpr std::size_t kSlots = 4096 / 64 - 1;
+  std::atomic<std::uint64_t>& slot(std::size_t i) {
+    if (i >= kSlots) throw std::out_of_range("bench barrier: slot " + std::to_string(i));
+    return *reinterpret_cast<std::atomic<std::uint64_t>*>(static_cast<char*>(page_) + 64 * (i + 1));
+  }
+
  private:
   static constexpr std::size_t kBytes = 4096;
   static_assert(std::atomic<std::uint64_t>::is_always_lock_free);

@@ -30,7 +30,13 @@
 //   packed       views into the producer's memory; load_weights copies each into its parameter
 //   staged       the producer stages every tensor in its exported slot ring; pulled from there
 // The baseline is then raw-nccl (p2p: ncclBroadcast of the same bytes on the same two GPUs) or
-// raw-copy (ipc: one device-local cudaMemcpyAsync of the same bytes on the consumer).
+// raw-copy (ipc: one device-local cudaMemcpyAsync of the same bytes on the consumer). ipc also
+// times raw-ipc, the raw transfer over the transport itself, with no protocol: the consumer copies
+// the producer's bytes through a CUDA IPC mapping, each side's stream ordered after the other's
+// through interprocess events, with one shared-memory flag each way (the producer's "go", each
+// consumer's "copy enqueued"): what an ncclBroadcast does on this transport. It is the baseline of
+// a sync's fixed cost (#25: extra time per sync against one raw transfer); raw-copy stays the
+// ratios' basis (a copy's bandwidth).
 // The model's tensors lie in one arena at 256-byte aligned offsets. Where that padding adds more
 // than 1% (tiny504: 504 x 64 B in 129 KiB), the arena's broadcast (raw-nccl-arena / raw-copy-arena)
 // moves far more than the payload, and the ratio's baseline is one broadcast (or copy) of exactly
@@ -606,6 +612,12 @@ class Bench {
       io.blocking_waits = a.ipc_block;
       io.shared_memory_control = !a.ipc_tcp;
       ipc_.emplace(o, device_, io, std::chrono::seconds(a.timeout_s));
+      if (host_)  // the raw-ipc row's flags
+        ipc_flags_.emplace("/ws_bench_flags_" + std::to_string(a.ipc_port), a.np, a.rank,
+                           std::chrono::seconds(a.timeout_s), [this] {
+                             char b = 0;
+                             for (int r = 0; r < a_.np; ++r) ipc_->control().broadcast(&b, 1, r);
+                           });
       if (a.barrier == "shm" || (a.barrier == "auto" && ws::mps_active()))
         shm_barrier_.emplace("/ws_bench_barrier_" + std::to_string(a.ipc_port), a.np, a.rank,
                              std::chrono::seconds(a.timeout_s), [this] {
@@ -621,7 +633,11 @@ class Bench {
                            std::chrono::seconds(a.timeout_s), [this] { comm_barrier(); });
     }
   }
-  ~Bench() { cudaFree(scratch_); }
+  ~Bench() {
+    for (cudaEvent_t e : raw_ipc_events_)
+      if (e != nullptr) cudaEventDestroy(e);
+    cudaFree(scratch_);
+  }
 
   int run() {
     header();
@@ -1345,6 +1361,69 @@ class Bench {
     return failures;
   }
 
+  // raw-ipc (see the top of the file): `buf` is the producer's source (this rank's, exported) or
+  // a consumer's destination; times warmup + iters transfers of its first `n` bytes, `before`
+  // running untimed before each.
+  template <class Before>
+  std::pair<Stats, Stats> time_raw_ipc(std::byte* buf, std::size_t n, Before&& before) {
+    const bool producer = rank() == 0;
+    const auto np = static_cast<std::size_t>(a_.np);
+    if (raw_ipc_events_.empty()) {  // once: every rank's event, its handle to the others
+      raw_ipc_events_.assign(np, nullptr);
+      ws::detail::check(cudaEventCreateWithFlags(&raw_ipc_events_[static_cast<std::size_t>(rank())],
+                                                 cudaEventDisableTiming | cudaEventInterprocess),
+                        "cudaEventCreateWithFlags(interprocess)");
+      for (int r = 0; r < a_.np; ++r) {
+        cudaIpcEventHandle_t h{};
+        if (r == rank())
+          ws::detail::check(cudaIpcGetEventHandle(&h, raw_ipc_events_[static_cast<std::size_t>(r)]),
+                            "cudaIpcGetEventHandle");
+        ipc_->control().broadcast(&h, sizeof h, r);
+        if (r != rank() && (producer || r == 0))
+          ws::detail::check(cudaIpcOpenEventHandle(&raw_ipc_events_[static_cast<std::size_t>(r)], h),
+                            "cudaIpcOpenEventHandle");
+      }
+    }
+    cudaIpcMemHandle_t h{};
+    if (producer) ws::detail::check(cudaIpcGetMemHandle(&h, buf), "cudaIpcGetMemHandle");
+    ipc_->control().broadcast(&h, sizeof h, 0);
+    void* remote = nullptr;
+    if (!producer)
+      ws::detail::check(cudaIpcOpenMemHandle(&remote, h, cudaIpcMemLazyEnablePeerAccess),
+                        "cudaIpcOpenMemHandle");
+    const auto deadline = std::chrono::seconds(a_.timeout_s);
+    auto spin = [&](std::atomic<std::uint64_t>& flag, std::uint64_t v) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (std::uint64_t k = 0; flag.load(std::memory_order_acquire) < v; ++k)
+        if (k % 4096 == 4095 && std::chrono::steady_clock::now() - t0 > deadline)
+          throw std::runtime_error("raw-ipc: the other side did not go on within the timeout");
+    };
+    auto& mine = raw_ipc_events_[static_cast<std::size_t>(rank())];
+    auto result = time_it(before, [&](int) {
+      const std::uint64_t g = ++raw_ipc_round_;  // (every rank runs as many)
+      if (producer) {
+        ws::detail::check(cudaEventRecord(mine, s()), "cudaEventRecord");
+        ipc_flags_->slot(0).store(g, std::memory_order_release);
+        for (std::size_t r = 1; r < np; ++r) {
+          spin(ipc_flags_->slot(r), g);
+          ws::detail::check(cudaStreamWaitEvent(s(), raw_ipc_events_[r], 0), "cudaStreamWaitEvent");
+        }
+        return;
+      }
+      spin(ipc_flags_->slot(0), g);
+      ws::detail::check(cudaStreamWaitEvent(s(), raw_ipc_events_[0], 0), "cudaStreamWaitEvent");
+      ws::detail::check(cudaMemcpyAsync(buf, remote, n, cudaMemcpyDeviceToDevice, s()),
+                        "cudaMemcpyAsync(raw-ipc)");
+      ws::detail::check(cudaEventRecord(mine, s()), "cudaEventRecord");
+      ipc_flags_->slot(static_cast<std::size_t>(rank())).store(g, std::memory_order_release);
+    });
+    if (!producer) {
+      ws::detail::check(cudaStreamSynchronize(s()), "cudaStreamSynchronize");
+      ws::detail::check(cudaIpcCloseMemHandle(remote), "cudaIpcCloseMemHandle");
+    }
+    return result;
+  }
+
   int run_layout(const std::string& layout) {
     const auto metas = ws::layouts::by_name(layout);
     // ipc: the list the syncs are given (--metadata); items and destinations point into it.
@@ -1398,6 +1477,17 @@ class Bench {
       raw.ratio = 1.0;
       if (!exact_raw) emit(raw);  // (else after the exact baseline, with its ratio to it)
       failures += wrong != 0;
+      if (host_ && !exact_raw) {
+        auto [iev, iwall] = time_raw_ipc(model.arena(), model.extent(), poison);
+        Row ri = raw;
+        ri.impl = "raw-ipc";
+        ri.ev = iev;
+        ri.wall = iwall;
+        ri.wrong = static_cast<unsigned long long>(sum_over_ranks(double(verify())));
+        ri.ratio = raw.ev.median > 0 ? iev.median / raw.ev.median : 0.0;
+        emit(ri);
+        failures += ri.wrong != 0;
+      }
     }
     // Tensors smaller than the arena's 256-byte alignment (tiny504: 504 x 64 B in 129 KiB) make
     // the arena's broadcast move far more than the payload. The baseline is then one broadcast (or
@@ -1444,6 +1534,29 @@ class Bench {
       emit(exact);
       failures += exact.wrong != 0;
       raw = exact;  // (the ratio's basis)
+      if (host_) {  // raw-ipc of exactly the payload's bytes, checked the same way
+        auto [iev, iwall] = time_raw_ipc(packed.data(), bytes, [&](int) {
+          if (!producer)
+            ws::detail::check(cudaMemsetAsync(packed.data(), 0xCD, bytes, s()), "cudaMemsetAsync");
+        });
+        unsigned long long got = 0;
+        if (!producer) {
+          auto* c = reinterpret_cast<unsigned long long*>(counter.data());
+          ws::detail::check(cudaMemsetAsync(c, 0, sizeof *c, s()), "cudaMemsetAsync");
+          ws_pattern::count_wrong(packed.data(), bytes, seed, c, s());
+          ws::detail::check(cudaMemcpyAsync(&got, c, sizeof got, cudaMemcpyDeviceToHost, s()),
+                            "cudaMemcpyAsync");
+          ws::detail::check(cudaStreamSynchronize(s()), "cudaStreamSynchronize");
+        }
+        Row ri = exact;
+        ri.impl = "raw-ipc";
+        ri.ev = iev;
+        ri.wall = iwall;
+        ri.wrong = static_cast<unsigned long long>(sum_over_ranks(double(got)));
+        ri.ratio = exact.ev.median > 0 ? iev.median / exact.ev.median : 0.0;
+        emit(ri);
+        failures += ri.wrong != 0;
+      }
     }
 
     int config = 0;
@@ -1614,6 +1727,11 @@ class Bench {
   std::optional<ws::NcclCommunicator> comm_;
   std::optional<ws::NcclCommunicator> raw_comm_;
   std::optional<ws_bench::ShmBarrier> shm_barrier_;  // ipc / p2p: --barrier shm
+  std::optional<ws_bench::ShmBarrier> ipc_flags_;    // ipc on one GPU: raw-ipc's flags (slots)
+  // raw-ipc: every rank's interprocess event, indexed by rank (this rank's own, the others'
+  // opened from their handles; the producer opens every consumer's, a consumer the producer's)
+  std::vector<cudaEvent_t> raw_ipc_events_;
+  std::uint64_t raw_ipc_round_ = 0;
   std::optional<ws::IpcTransport> ipc_;
   bool host_ = false;  // coordinate over the IPC transport's control channel instead of NCCL
   float* scratch_ = nullptr;
