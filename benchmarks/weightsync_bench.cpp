@@ -211,6 +211,9 @@ constexpr const char* kUsage =
     R"(weightsync_bench: time full weight syncs (rank 0 -> every other rank) for
 benchmark layouts, beside a raw broadcast (or copy) of the same bytes in the same processes.
 Every received byte is checked (#wrong); destinations are poisoned before each iteration.
+Baselines: raw-nccl (ncclBroadcast), raw-host (host), and on ipc raw-copy (a device-local copy:
+the ratios' basis) and raw-ipc (a copy through the IPC mapping, streams ordered through
+interprocess events: the raw transfer over the transport, for a sync's fixed cost).
 
 usage: weightsync_bench [options]
   --np N               ranks (processes), default 2; with fewer GPUs than ranks (or
