@@ -1505,11 +1505,25 @@ class Bench {
         local.emplace(bytes, device_);
         ws_pattern::fill(local->data(), bytes, seed, s());
       }
+      auto poison_packed = [&](int) {
+        if (!producer)
+          ws::detail::check(cudaMemsetAsync(packed.data(), 0xCD, bytes, s()), "cudaMemsetAsync");
+      };
+      // The consumer's wrong bytes in `packed`, summed over ranks.
+      auto packed_wrong = [&]() -> unsigned long long {
+        unsigned long long mine = 0;
+        if (!producer) {
+          auto* c = reinterpret_cast<unsigned long long*>(counter.data());
+          ws::detail::check(cudaMemsetAsync(c, 0, sizeof *c, s()), "cudaMemsetAsync");
+          ws_pattern::count_wrong(packed.data(), bytes, seed, c, s());
+          ws::detail::check(cudaMemcpyAsync(&mine, c, sizeof mine, cudaMemcpyDeviceToHost, s()),
+                            "cudaMemcpyAsync");
+          ws::detail::check(cudaStreamSynchronize(s()), "cudaStreamSynchronize");
+        }
+        return static_cast<unsigned long long>(sum_over_ranks(double(mine)));
+      };
       auto [ev, wall] = time_it(
-          [&](int) {
-            if (!producer)
-              ws::detail::check(cudaMemsetAsync(packed.data(), 0xCD, bytes, s()), "cudaMemsetAsync");
-          },
+          poison_packed,
           [&](int) {
             if (raw_comm_)
               raw_comm_->broadcast(packed.data(), bytes, 0, s());
@@ -1518,44 +1532,23 @@ class Bench {
                                                 cudaMemcpyDeviceToDevice, s()),
                                 "cudaMemcpyAsync");
           });
-      unsigned long long mine = 0;
-      if (!producer) {
-        auto* c = reinterpret_cast<unsigned long long*>(counter.data());
-        ws::detail::check(cudaMemsetAsync(c, 0, sizeof *c, s()), "cudaMemsetAsync");
-        ws_pattern::count_wrong(packed.data(), bytes, seed, c, s());
-        ws::detail::check(cudaMemcpyAsync(&mine, c, sizeof mine, cudaMemcpyDeviceToHost, s()),
-                          "cudaMemcpyAsync");
-        ws::detail::check(cudaStreamSynchronize(s()), "cudaStreamSynchronize");
-      }
       Row exact = raw;
       exact.impl = raw_comm_ ? "raw-nccl" : "raw-copy";
       exact.ev = ev;
       exact.wall = wall;
-      exact.wrong = static_cast<unsigned long long>(sum_over_ranks(double(mine)));
+      exact.wrong = packed_wrong();
       raw.ratio = raw.ev.median > 0 ? ev.median / raw.ev.median : 0.0;  // the arena's, vs exact
       emit(raw);
       emit(exact);
       failures += exact.wrong != 0;
       raw = exact;  // (the ratio's basis)
       if (host_) {  // raw-ipc of exactly the payload's bytes, checked the same way
-        auto [iev, iwall] = time_raw_ipc(packed.data(), bytes, [&](int) {
-          if (!producer)
-            ws::detail::check(cudaMemsetAsync(packed.data(), 0xCD, bytes, s()), "cudaMemsetAsync");
-        });
-        unsigned long long got = 0;
-        if (!producer) {
-          auto* c = reinterpret_cast<unsigned long long*>(counter.data());
-          ws::detail::check(cudaMemsetAsync(c, 0, sizeof *c, s()), "cudaMemsetAsync");
-          ws_pattern::count_wrong(packed.data(), bytes, seed, c, s());
-          ws::detail::check(cudaMemcpyAsync(&got, c, sizeof got, cudaMemcpyDeviceToHost, s()),
-                            "cudaMemcpyAsync");
-          ws::detail::check(cudaStreamSynchronize(s()), "cudaStreamSynchronize");
-        }
+        auto [iev, iwall] = time_raw_ipc(packed.data(), bytes, poison_packed);
         Row ri = exact;
         ri.impl = "raw-ipc";
         ri.ev = iev;
         ri.wall = iwall;
-        ri.wrong = static_cast<unsigned long long>(sum_over_ranks(double(got)));
+        ri.wrong = packed_wrong();
         ri.ratio = exact.ev.median > 0 ? iev.median / exact.ev.median : 0.0;
         emit(ri);
         failures += ri.wrong != 0;
