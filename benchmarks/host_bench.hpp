@@ -27,6 +27,8 @@
 #include <map>
 #include <numeric>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 namespace host_bench {
@@ -53,6 +55,14 @@ struct Options {
                      std::vector<double> times_us, unsigned long long wrong, double raw_median_us)>
       emit;
   std::function<void(const std::string& layout, std::size_t tensors, std::size_t bytes)> table;
+  //! --paired: each mode row is timed in turn with a raw broadcast of its bytes (from a buffer of
+  //! its own), one of each per iteration, alternating which goes first; after the row's emit,
+  //! paired_note gets the raw times, the per-iteration extra (row - raw) and the raw's wrong bytes.
+  bool paired = false;
+  std::function<void(const std::string& layout, const std::string& impl, std::size_t bytes,
+                     std::vector<double> raw_us, std::vector<double> extra_us,
+                     unsigned long long raw_wrong)>
+      paired_note;
 };
 
 //! The pattern byte of tensor `t` at offset `i` (never 0xCD for the first byte of a tensor).
@@ -95,18 +105,38 @@ inline int run_rank(const Options& o) {
     char b = 0;
     for (int k = 0; k < o.np; ++k) comm.broadcast(&b, 1, k, hs);
   };
+  // One iteration: `before` untimed, the barrier, then `body` on the host clock; the max over ranks.
+  auto time_once = [&](const std::function<void()>& before, const std::function<void()>& body) {
+    before();
+    barrier();
+    const auto t0 = Clock::now();
+    body();
+    const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    return max_over_ranks(us);
+  };
   auto time_it = [&](const std::function<void()>& before, const std::function<void()>& body) {
     std::vector<double> t;
     for (int i = 0; i < o.warmup + o.iters; ++i) {
-      before();
-      barrier();
-      const auto t0 = Clock::now();
-      body();
-      const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-      const double m = max_over_ranks(us);
+      const double m = time_once(before, body);
       if (i >= o.warmup) t.push_back(m);
     }
     return t;
+  };
+  // Options::paired: A and B in turn, A first in even iterations; returns {A's, B's} times.
+  auto time_pair = [&](const std::function<void()>& before_a, const std::function<void()>& a,
+                       const std::function<void()>& before_b, const std::function<void()>& b) {
+    std::vector<double> t[2];
+    for (int i = 0; i < o.warmup + o.iters; ++i) {
+      double m[2];
+      for (int j = 0; j < 2; ++j) {
+        const int which = i % 2 == 0 ? j : 1 - j;
+        m[which] = which == 0 ? time_once(before_a, a) : time_once(before_b, b);
+      }
+      if (i < o.warmup) continue;
+      t[0].push_back(m[0]);
+      t[1].push_back(m[1]);
+    }
+    return std::pair{std::move(t[0]), std::move(t[1])};
   };
   auto median = [](std::vector<double> t) {
     std::sort(t.begin(), t.end());
@@ -144,6 +174,19 @@ inline int run_rank(const Options& o) {
     if (o.emit) o.emit(layout, "raw-host", bytes, metas.size(), 1, 0, 0, raw, wrong, raw_median);
     failures += wrong != 0;
 
+    // Options::paired: the raw broadcast's own buffer, checked like the arena.
+    std::vector<std::uint8_t> raw_buf(o.paired ? bytes : 0);
+    if (o.paired && producer) raw_buf = expected;
+    auto poison_raw = [&] {
+      if (!producer) std::memset(raw_buf.data(), 0xCD, raw_buf.size());
+    };
+    auto raw_wrong = [&]() -> unsigned long long {
+      unsigned long long w = 0;
+      if (!producer)
+        for (std::size_t i = 0; i < raw_buf.size(); ++i) w += raw_buf[i] != expected[i];
+      return static_cast<unsigned long long>(sum_over_ranks(double(w)));
+    };
+
     ws::workspace_for<ws::HostCommunicator> wsp{ws::HostPolicy{}};
     std::vector<ws::SourceTensorRef> items;
     for (std::size_t i = 0; i < metas.size(); ++i)
@@ -167,7 +210,7 @@ inline int run_rank(const Options& o) {
               return arena.data() + off[index(&m)];
             };
           ws::TransferStats st;
-          auto times = time_it(poison, [&] {
+          const std::function<void()> sync = [&] {
             if (producer) {
               st = ws::packed_broadcast_producer(metas, items, comm, 0, opt, wsp);
               return;
@@ -179,13 +222,26 @@ inline int run_rank(const Options& o) {
                     if (v.nbytes) std::memcpy(arena.data() + off[index(v.meta)], v.data, v.nbytes);
                 },
                 opt, wsp);
-          });
+          };
+          std::vector<double> times, raw_times;
+          if (o.paired)
+            std::tie(times, raw_times) = time_pair(
+                poison, sync, poison_raw, [&] { comm.broadcast(raw_buf.data(), bytes, 0, hs); });
+          else
+            times = time_it(poison, sync);
           wrong = static_cast<unsigned long long>(sum_over_ranks(double(wrong_bytes())));
           if (mode == "packed" && b == o.buffer_sizes.front() && k == o.num_buffers.front())
             full_median = median(times);
           if (o.emit)
             o.emit(layout, mode, bytes, metas.size(), st.chunks, unpacked ? 0 : b, unpacked ? 0 : k,
                    times, wrong, raw_median);
+          if (o.paired) {
+            const unsigned long long rw = raw_wrong();
+            std::vector<double> extra(times.size());
+            for (std::size_t i = 0; i < times.size(); ++i) extra[i] = times[i] - raw_times[i];
+            if (o.paired_note) o.paired_note(layout, mode, bytes, raw_times, extra, rw);
+            failures += rw != 0;
+          }
           failures += wrong != 0;
         }
 

@@ -76,6 +76,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -131,6 +132,7 @@ struct Args {
   bool fp8 = false;      // --fp8: also send the layout as its FP8 checkpoint (nccl backend)
   std::vector<double> delta;  // --delta: densities of the delta rows (nccl backend)
   bool delta_always = false;  // --delta-mode always (default auto)
+  bool paired = false;   // --paired: each mode row timed in turn with its raw baseline
   int tp = 2;            // --mode mapped: the consumer is TP rank tp_rank of tp
   int tp_rank = 0;
   // set by the launcher for its children
@@ -238,6 +240,11 @@ usage: weightsync_bench [options]
   --timeout S          seconds for every wait (default 120)
   --gap S              bytes between tensors (default 0: one flat arena)
   --non-blocking       NCCL launches through a non-blocking communicator
+  --paired             time each mode row in turn with the transport's raw transfer of exactly
+                       the payload's bytes (raw-nccl; ipc: raw-ipc; host: raw-host), one of
+                       each per iteration, alternating which goes first; prints the extra per
+                       sync (row - raw, per iteration: median, and the share of iterations at
+                       most one raw), so that a drift between passes cannot bias the ratio
   --fp8                nccl, ipc: after each bf16 row, the same sync with the trainer's tensors
                        quantized on the fly (Fp8Source: the linear projections as float8_e4m3fn
                        with 128x128 block scales, the rest bf16; nccl: into the producer's ring,
@@ -368,6 +375,10 @@ Args parse(int argc, char** argv) {
       if (m != "auto" && m != "always")
         throw std::invalid_argument("--delta-mode must be auto or always, got " + m);
       a.delta_always = m == "always";
+    } else if (k == "--paired") {
+      a.paired = true;
+      a.argv.push_back(k);
+      continue;
     } else if (k == "--fp8") {
       a.fp8 = true;
       a.argv.push_back(k);
@@ -806,6 +817,12 @@ class Bench {
     std::fflush(stdout);
   }
 
+  // A row timed in turn with its baseline (--paired, time_paired).
+  struct Paired {
+    Stats ev, wall;          // the row
+    Stats raw_ev, raw_wall;  // its baseline
+    Stats extra;             // per iteration: row - baseline (event time)
+  };
   struct Row {
     std::string layout, impl;
     std::size_t size = 0, count = 0, chunks = 0, buffer = 0, direct = 0;
@@ -830,8 +847,17 @@ class Bench {
     std::fflush(stdout);
   }
 
-  void emit(const Row& r) {
+  // `paired` (--paired): the row's baseline timed in turn with it, and its wrong bytes.
+  void emit(const Row& r, const Paired* paired = nullptr, unsigned long long paired_wrong = 0) {
     if (rank() != 0) return;
+    const char* paired_impl = raw_comm_ ? "raw-nccl" : "raw-ipc";
+    double within = 0;  // the share of iterations whose extra was at most that iteration's raw
+    if (paired) {
+      const auto& x = paired->extra.times;
+      const auto& raw = paired->raw_ev.times;
+      for (std::size_t i = 0; i < x.size(); ++i) within += x[i] <= raw[i] ? 1.0 : 0.0;
+      within = x.empty() ? 0.0 : within / double(x.size());
+    }
     const double algbw = double(r.size) / (r.ev.median * 1e-6) / 1e9;
     bw_.push_back(algbw);
     std::printf(" %13zu %9zu %7zu %11s %5s %14s %10.1f %8.2f %8.2f %7llu %7.1f %9.1f%s\n", r.size,
@@ -840,6 +866,14 @@ class Bench {
                 algbw, r.wrong, 100.0 * r.ratio,
                 double(std::max(r.ring_producer, r.ring_consumer)) / 1e6,
                 shared_gpu() ? (std::string("  # ") + kSharedNote).c_str() : "");
+    if (paired)
+      std::printf("#   paired with %s of %zu B, in turn each iteration: raw %.1f us (#wrong %llu), "
+                  "this row %.1f us; extra (row - raw, per iteration) median %.1f us = %.2f raw, "
+                  "at most one raw in %.0f%% of iterations\n",
+                  paired_impl, r.size, paired->raw_ev.median, paired_wrong, paired->ev.median,
+                  paired->extra.median,
+                  paired->raw_ev.median > 0 ? paired->extra.median / paired->raw_ev.median : 0.0,
+                  100.0 * within);
     std::fflush(stdout);
     if (a_.json_path.empty()) return;
     json j;
@@ -889,7 +923,34 @@ class Bench {
     j["stats"] = {{"min_us", r.ev.min},          {"p50_us", r.ev.median}, {"p99_us", r.ev.p99},
                   {"stdev_us", r.ev.stdev},      {"cv_pct", r.ev.cv_pct}, {"times_us", r.ev.times},
                   {"wall_p50_us", r.wall.median}};
+    if (paired)
+      j["paired"] = {{"raw_impl", paired_impl},
+                     {"raw_p50_us", paired->raw_ev.median},
+                     {"raw_times_us", paired->raw_ev.times},
+                     {"raw_nwrong", paired_wrong},
+                     {"extra_p50_us", paired->extra.median},
+                     {"extra_vs_raw", paired->raw_ev.median > 0
+                                          ? paired->extra.median / paired->raw_ev.median
+                                          : 0.0},
+                     {"within_one_raw", within}};
     std::ofstream(a_.json_path, std::ios::app) << j.dump() << "\n";
+  }
+
+  // Iteration i of a timed row: `before(i)` untimed, the barrier, then `body(i)` between two
+  // events (and the host clock). Returns the max over ranks of (event us, host us).
+  template <class Before, class Body>
+  std::pair<double, double> time_once(Before& before, Body& body, int i) {
+    before(i);
+    barrier();
+    start_.record(s());
+    const auto t0 = std::chrono::steady_clock::now();
+    body(i);
+    end_.record(s());
+    end_.synchronize();
+    const double w =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    const double e = ws::TimedEvent::elapsed(start_, end_).count();
+    return max_over_ranks(e, w);
   }
 
   // Times `body` warmup + iters times; `before` runs untimed before each iteration.
@@ -897,23 +958,38 @@ class Bench {
   std::pair<Stats, Stats> time_it(Before&& before, Body&& body) {
     std::vector<double> ev, wall;
     for (int i = 0; i < a_.warmup + a_.iters; ++i) {
-      before(i);
-      barrier();
-      start_.record(s());
-      const auto t0 = std::chrono::steady_clock::now();
-      body(i);
-      end_.record(s());
-      end_.synchronize();
-      const double w =
-          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-      const double e = ws::TimedEvent::elapsed(start_, end_).count();
-      const auto [me, mw] = max_over_ranks(e, w);
+      const auto [me, mw] = time_once(before, body, i);
       if (i >= a_.warmup) {
         ev.push_back(me);
         wall.push_back(mw);
       }
     }
     return {stats_of(ev), stats_of(wall)};
+  }
+
+  // --paired: a row and its raw baseline timed in turn, one of each per iteration (the row first
+  // in even iterations, the baseline first in odd ones), so that both see the same machine: a
+  // drift between two blocks of iterations (the raw rows moved by 40% between passes, run 130)
+  // cannot make the row look cheaper or dearer than its baseline. `extra` is the median over
+  // iterations of (row - baseline), each the max over ranks.
+  template <class BeforeA, class BodyA, class BeforeB, class BodyB>
+  Paired time_paired(BeforeA&& before_a, BodyA&& a, BeforeB&& before_b, BodyB&& b) {
+    std::vector<double> ev[2], wall[2], extra;
+    for (int i = 0; i < a_.warmup + a_.iters; ++i) {
+      std::pair<double, double> t[2];
+      for (int j = 0; j < 2; ++j) {
+        const int which = (i % 2 == 0) ? j : 1 - j;
+        t[which] = which == 0 ? time_once(before_a, a, i) : time_once(before_b, b, i);
+      }
+      if (i < a_.warmup) continue;
+      for (int w = 0; w < 2; ++w) {
+        ev[w].push_back(t[w].first);
+        wall[w].push_back(t[w].second);
+      }
+      extra.push_back(t[0].first - t[1].first);
+    }
+    return {stats_of(ev[0]), stats_of(wall[0]), stats_of(ev[1]), stats_of(wall[1]),
+            stats_of(extra)};
   }
 
   // --fp8: the same layout as its FP8 checkpoint, quantized on the producer as the pipeline
@@ -1369,6 +1445,12 @@ class Bench {
   // running untimed before each.
   template <class Before>
   std::pair<Stats, Stats> time_raw_ipc(std::byte* buf, std::size_t n, Before&& before) {
+    return with_raw_ipc(buf, n, [&](auto& transfer) { return time_it(before, transfer); });
+  }
+  // Sets raw-ipc up for `buf` (above) and returns f(transfer), where transfer(i) enqueues one
+  // raw-ipc transfer of its first `n` bytes; the mapping is closed after f.
+  template <class F>
+  auto with_raw_ipc(std::byte* buf, std::size_t n, F&& f) {
     const bool producer = rank() == 0;
     const auto np = static_cast<std::size_t>(a_.np);
     if (raw_ipc_events_.empty()) {  // once: every rank's event, its handle to the others
@@ -1402,7 +1484,7 @@ class Bench {
           throw std::runtime_error("raw-ipc: the other side did not go on within the timeout");
     };
     auto& mine = raw_ipc_events_[static_cast<std::size_t>(rank())];
-    auto result = time_it(before, [&](int) {
+    auto transfer = [&](int) {
       const std::uint64_t g = ++raw_ipc_round_;  // (every rank runs as many)
       if (producer) {
         ws::detail::check(cudaEventRecord(mine, s()), "cudaEventRecord");
@@ -1419,12 +1501,17 @@ class Bench {
                         "cudaMemcpyAsync(raw-ipc)");
       ws::detail::check(cudaEventRecord(mine, s()), "cudaEventRecord");
       ipc_flags_->slot(static_cast<std::size_t>(rank())).store(g, std::memory_order_release);
-    });
-    if (!producer) {
-      ws::detail::check(cudaStreamSynchronize(s()), "cudaStreamSynchronize");
-      ws::detail::check(cudaIpcCloseMemHandle(remote), "cudaIpcCloseMemHandle");
-    }
-    return result;
+    };
+    struct Unmap {  // (also when f throws: the bench then reports and exits)
+      void* remote;
+      cudaStream_t s;
+      ~Unmap() {
+        if (remote == nullptr) return;
+        (void)cudaStreamSynchronize(s);
+        (void)cudaIpcCloseMemHandle(remote);
+      }
+    } unmap{remote, s()};
+    return f(transfer);
   }
 
   int run_layout(const std::string& layout) {
@@ -1496,39 +1583,47 @@ class Bench {
     // the arena's broadcast move far more than the payload. The baseline is then one broadcast (or
     // copy) of exactly the payload's bytes, from a buffer of that size, checked the same way; the
     // arena's row stays for reference (renamed raw-nccl-arena / raw-copy-arena).
-    if (exact_raw) {
-      const std::uint64_t seed = 0x7261770000000000ull + bytes;
-      ws::DeviceBuffer packed(bytes, device_), counter(sizeof(unsigned long long), device_);
-      std::optional<ws::DeviceBuffer> local;
-      if (producer) ws_pattern::fill(packed.data(), bytes, seed, s());
+    // The exact-bytes baselines' buffer (and --paired's): `packed`, of exactly the payload's
+    // bytes, holds a seeded pattern on the producer; a consumer's is poisoned before each
+    // transfer and checked after the row.
+    const std::uint64_t seed = 0x7261770000000000ull + bytes;
+    std::optional<ws::DeviceBuffer> packed_buf, counter, local_packed;
+    if (exact_raw || a_.paired) {
+      packed_buf.emplace(bytes, device_);
+      counter.emplace(sizeof(unsigned long long), device_);
+      if (producer) ws_pattern::fill(packed_buf->data(), bytes, seed, s());
       if (host_ && !producer) {
-        local.emplace(bytes, device_);
-        ws_pattern::fill(local->data(), bytes, seed, s());
+        local_packed.emplace(bytes, device_);
+        ws_pattern::fill(local_packed->data(), bytes, seed, s());
       }
-      auto poison_packed = [&](int) {
-        if (!producer)
-          ws::detail::check(cudaMemsetAsync(packed.data(), 0xCD, bytes, s()), "cudaMemsetAsync");
-      };
-      // The consumer's wrong bytes in `packed`, summed over ranks.
-      auto packed_wrong = [&]() -> unsigned long long {
-        unsigned long long mine = 0;
-        if (!producer) {
-          auto* c = reinterpret_cast<unsigned long long*>(counter.data());
-          ws::detail::check(cudaMemsetAsync(c, 0, sizeof *c, s()), "cudaMemsetAsync");
-          ws_pattern::count_wrong(packed.data(), bytes, seed, c, s());
-          ws::detail::check(cudaMemcpyAsync(&mine, c, sizeof mine, cudaMemcpyDeviceToHost, s()),
-                            "cudaMemcpyAsync");
-          ws::detail::check(cudaStreamSynchronize(s()), "cudaStreamSynchronize");
-        }
-        return static_cast<unsigned long long>(sum_over_ranks(double(mine)));
-      };
+    }
+    auto poison_packed = [&](int) {
+      if (!producer)
+        ws::detail::check(cudaMemsetAsync(packed_buf->data(), 0xCD, bytes, s()),
+                          "cudaMemsetAsync");
+    };
+    // The consumer's wrong bytes in `packed`, summed over ranks.
+    auto packed_wrong = [&]() -> unsigned long long {
+      unsigned long long mine = 0;
+      if (!producer) {
+        auto* c = reinterpret_cast<unsigned long long*>(counter->data());
+        ws::detail::check(cudaMemsetAsync(c, 0, sizeof *c, s()), "cudaMemsetAsync");
+        ws_pattern::count_wrong(packed_buf->data(), bytes, seed, c, s());
+        ws::detail::check(cudaMemcpyAsync(&mine, c, sizeof mine, cudaMemcpyDeviceToHost, s()),
+                          "cudaMemcpyAsync");
+        ws::detail::check(cudaStreamSynchronize(s()), "cudaStreamSynchronize");
+      }
+      return static_cast<unsigned long long>(sum_over_ranks(double(mine)));
+    };
+    if (exact_raw) {
+      std::byte* const packed = packed_buf->data();
       auto [ev, wall] = time_it(
           poison_packed,
           [&](int) {
             if (raw_comm_)
-              raw_comm_->broadcast(packed.data(), bytes, 0, s());
-            else if (local)
-              ws::detail::check(cudaMemcpyAsync(packed.data(), local->data(), bytes,
+              raw_comm_->broadcast(packed, bytes, 0, s());
+            else if (local_packed)
+              ws::detail::check(cudaMemcpyAsync(packed, local_packed->data(), bytes,
                                                 cudaMemcpyDeviceToDevice, s()),
                                 "cudaMemcpyAsync");
           });
@@ -1543,7 +1638,7 @@ class Bench {
       failures += exact.wrong != 0;
       raw = exact;  // (the ratio's basis)
       if (host_) {  // raw-ipc of exactly the payload's bytes, checked the same way
-        auto [iev, iwall] = time_raw_ipc(packed.data(), bytes, poison_packed);
+        auto [iev, iwall] = time_raw_ipc(packed, bytes, poison_packed);
         Row ri = exact;
         ri.impl = "raw-ipc";
         ri.ev = iev;
@@ -1628,45 +1723,65 @@ class Bench {
             ws::workspace_for<ws::NcclCommunicator> wsp{ws::CudaPolicy(device_)};
             unsigned long long wrong = 0;
             ws::TransferStats st;
-            auto [ev, wall] = time_it(
-                [&](int i) {
-                  if (i > 0 && !producer)
-                    wrong += mp ? mp->count_wrong(s()) : model.count_wrong(1, s());
-                  if (mp)
-                    mp->poison(s());
-                  else
-                    poison(i);
-                },
-                [&](int iter) {
-                  auto load = [&](std::span<const ws::TensorView> batch, cudaStream_t stream) {
-                    for (const auto& v : batch)
-                      if (v.nbytes)
-                        ws::detail::check(
-                            cudaMemcpyAsync(model.data(index(v.meta)), v.data, v.nbytes,
-                                            cudaMemcpyDeviceToDevice, stream),
-                            "cudaMemcpyAsync");
-                  };
-                  if (ipc_ && producer) {
-                    opt.source_stream = s();
-                    st = use_sealed ? ipc_->send(sealed, items, opt) : ipc_->send(metas, items, opt);
-                  } else if (ipc_ && mp) {
-                    st = use_sealed ? ipc_->receive(sealed, opt, mp->plan().loader<cudaStream_t>())
-                                    : ipc_->receive(metas, opt, mp->plan().loader<cudaStream_t>());
-                  } else if (ipc_ && use_sealed) {
-                    st = ipc_->receive(sealed, opt, load);
-                  } else if (ipc_) {
-                    st = ipc_->receive(metas, opt, load);
-                  } else if (producer) {
-                    opt.source_stream = s();
-                    st = ws::packed_broadcast_producer(metas, items, *comm_, 0, opt, wsp);
-                  } else if (mp) {
-                    st = ws::packed_broadcast_consumer(metas, *comm_, 0,
-                                                       mp->plan().loader<cudaStream_t>(), opt, wsp);
-                  } else {
-                    st = ws::packed_broadcast_consumer(metas, *comm_, 0, load, opt, wsp);
-                  }
-                  if (ipc_ && iter >= a_.warmup) phase_log_.push_back(ipc_->stats());
-                });
+            auto before_sync = [&](int i) {
+              if (i > 0 && !producer)
+                wrong += mp ? mp->count_wrong(s()) : model.count_wrong(1, s());
+              if (mp)
+                mp->poison(s());
+              else
+                poison(i);
+            };
+            auto sync = [&](int iter) {
+              auto load = [&](std::span<const ws::TensorView> batch, cudaStream_t stream) {
+                for (const auto& v : batch)
+                  if (v.nbytes)
+                    ws::detail::check(
+                        cudaMemcpyAsync(model.data(index(v.meta)), v.data, v.nbytes,
+                                        cudaMemcpyDeviceToDevice, stream),
+                        "cudaMemcpyAsync");
+              };
+              if (ipc_ && producer) {
+                opt.source_stream = s();
+                st = use_sealed ? ipc_->send(sealed, items, opt) : ipc_->send(metas, items, opt);
+              } else if (ipc_ && mp) {
+                st = use_sealed ? ipc_->receive(sealed, opt, mp->plan().loader<cudaStream_t>())
+                                : ipc_->receive(metas, opt, mp->plan().loader<cudaStream_t>());
+              } else if (ipc_ && use_sealed) {
+                st = ipc_->receive(sealed, opt, load);
+              } else if (ipc_) {
+                st = ipc_->receive(metas, opt, load);
+              } else if (producer) {
+                opt.source_stream = s();
+                st = ws::packed_broadcast_producer(metas, items, *comm_, 0, opt, wsp);
+              } else if (mp) {
+                st = ws::packed_broadcast_consumer(metas, *comm_, 0,
+                                                   mp->plan().loader<cudaStream_t>(), opt, wsp);
+              } else {
+                st = ws::packed_broadcast_consumer(metas, *comm_, 0, load, opt, wsp);
+              }
+              if (ipc_ && iter >= a_.warmup) phase_log_.push_back(ipc_->stats());
+            };
+            Stats ev, wall;
+            std::optional<Paired> paired;
+            unsigned long long paired_wrong = 0;
+            if (a_.paired) {
+              // The transport's raw transfer of exactly the payload's bytes, in turn with the sync.
+              std::byte* const packed = packed_buf->data();
+              auto pair_with = [&](auto& raw_transfer) {
+                return time_paired(before_sync, sync, poison_packed, raw_transfer);
+              };
+              if (raw_comm_) {
+                auto raw_transfer = [&](int) { raw_comm_->broadcast(packed, bytes, 0, s()); };
+                paired = pair_with(raw_transfer);
+              } else {
+                paired = with_raw_ipc(packed, bytes, pair_with);
+              }
+              paired_wrong = packed_wrong();
+              ev = paired->ev;
+              wall = paired->wall;
+            } else {
+              std::tie(ev, wall) = time_it(before_sync, sync);
+            }
             wrong += mp ? mp->count_wrong(s()) : verify();
             wrong = static_cast<unsigned long long>(sum_over_ranks(double(wrong)));
             const std::size_t ring_mine =
@@ -1691,9 +1806,9 @@ class Bench {
             r.ratio = raw.ev.median / ev.median;
             r.ring_producer = producer ? ring_mine : 0;
             r.ring_consumer = static_cast<std::size_t>(ring_c / double(std::max(1, a_.np - 1)));
-            emit(r);
+            emit(r, paired ? &*paired : nullptr, paired_wrong);
             if (!mapped && !direct && !checksum) bf16_time[mode] = ev.median;
-            failures += wrong != 0;
+            failures += wrong != 0 || paired_wrong != 0;
             if (ipc_) {  // where each side's time went (median over the timed syncs)
               print_ipc_phases();
             } else if (a_.protocol == "weightsync") {  // TransferStats, ranks 0 and 1, last iteration
@@ -1832,6 +1947,40 @@ int run_host(const Args& a) {
                 {"stdev_us", st.stdev},
                 {"cv_pct", st.cv_pct},
                 {"times_us", st.times}}}};
+    std::ofstream(a.json_path, std::ios::app) << j.dump() << "\n";
+  };
+  o.paired = a.paired;
+  o.paired_note = [&](const std::string& layout, const std::string& impl, std::size_t bytes,
+                      std::vector<double> raw, std::vector<double> extra,
+                      unsigned long long raw_wrong) {
+    if (a.rank != 0 || raw.empty()) return;
+    double within = 0;
+    for (std::size_t i = 0; i < extra.size(); ++i) within += extra[i] <= raw[i] ? 1.0 : 0.0;
+    within /= double(extra.size());
+    const Stats r = stats_of(raw), x = stats_of(extra);
+    std::printf("#   paired with raw-host of %zu B, in turn each iteration: raw %.1f us (#wrong "
+                "%llu); extra (row - raw, per iteration) median %.1f us = %.2f raw, at most one "
+                "raw in %.0f%% of iterations\n",
+                bytes, r.median, raw_wrong, x.median, r.median > 0 ? x.median / r.median : 0.0,
+                100.0 * within);
+    std::fflush(stdout);
+    if (a.json_path.empty()) return;
+    json j = {{"version", 1},
+              {"tool", "weightsync-bench"},
+              {"date", iso_now()},
+              {"args", a.argv},
+              {"backend", "host"},
+              {"layout", layout},
+              {"impl", impl},
+              {"size", bytes},
+              {"paired",
+               {{"raw_impl", "raw-host"},
+                {"raw_p50_us", r.median},
+                {"raw_times_us", r.times},
+                {"raw_nwrong", raw_wrong},
+                {"extra_p50_us", x.median},
+                {"extra_vs_raw", r.median > 0 ? x.median / r.median : 0.0},
+                {"within_one_raw", within}}}};
     std::ofstream(a.json_path, std::ios::app) << j.dump() << "\n";
   };
   const int failures = host_bench::run_rank(o);
