@@ -145,6 +145,32 @@ struct WorkspaceState {
     else
       return false;
   }
+  //! Whether a batch is repeated from its kept list (keep_list), for a policy that cannot relaunch
+  //! one (flush_again): a host copy of the same pieces costs the same, but the list is made once.
+  static constexpr bool keeps_lists() {
+    return !requires(const Policy& p, const CopyBatchMemo& m, typename Policy::stream_type st) {
+      p.copy_batch_again(m, st);
+    };
+  }
+  //! Copies the list collected since clear_copies() into `last` (keeps_lists()). May throw
+  //! (allocation): `last` must not name its plan yet.
+  void keep_list(RepeatedBatch& last) const {
+    last.dst = copy_dst;
+    last.src = copy_src;
+    last.n = copy_size;
+  }
+  //! Enqueues on `s` the batch that `last` remembers: the policy's relaunch, or its kept list.
+  //! @returns false, having enqueued nothing, when neither can run.
+  template <class Stream>
+  bool repeat(const RepeatedBatch& last, Stream s) {
+    if (last.batch) return flush_again(last.batch, s);
+    if constexpr (keeps_lists()) {
+      if (last.n.empty()) return false;
+      policy.copy_batch(last.dst.data(), last.src.data(), last.n.data(), last.n.size(), s);
+      return true;
+    }
+    return false;
+  }
   std::size_t bytes_held() const noexcept {
     return slot_bytes * slots.size() + frames.size() + scratch.size() + handshake.size() +
            digest_sums.size();

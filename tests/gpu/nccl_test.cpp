@@ -447,6 +447,9 @@ TEST_CASE("nccl syncs of 4 to 32 KiB travel in wide handshake blocks from the se
 // sources or destinations are listed again. Producer's sources by round: A A B B A A A; the
 // consumer's places: X X Y Y X, then views (load_weights) twice. A relaunch where a list was due
 // would deliver the last round's bytes, or to the last round's places: every byte is checked.
+// (CudaPolicy relaunches a batch from its descriptor table: it keeps no lists of its own.)
+static_assert(!detail::WorkspaceState<CudaPolicy>::keeps_lists());
+
 TEST_CASE("nccl repeated eager syncs relaunch their copies, changed sources or places list them again",
           "[gpu][nccl][multi_gpu]") {
   if (ws_test::ran_as_parent(2, 120s)) return;

@@ -322,7 +322,67 @@ void run_wide_rank(int port, int rank, int world) {
   }
 }
 
+// Repeated eager syncs on the host policy, which cannot relaunch a batch: the pack and the copy
+// out keep their lists and run them again while the plan, the sources and the places stay the
+// same (RepeatedBatch). Rounds: sources A A B B A A A (the producer writes each round's bytes
+// into them in place, so that a kept list must read them anew), places X X Y Y X V V (V: no
+// destination, views). Every byte is checked every round; so is what each side kept.
+void run_repeated_rank(int port, int rank) {
+  auto host = ws_test::connect_host(port, rank, 2, 15s, 15s);
+  workspace_for<HostCommunicator> ws;
+  std::vector<TensorMeta> metas;
+  for (int i = 0; i < 40; ++i)
+    metas.push_back({"layers." + std::to_string(i) + ".norm", DType::bfloat16, {32}});
+  if (total_bytes(metas) > detail::eager_capacity(2)) throw std::logic_error("not eager");
+  auto a = poisoned(metas), b = poisoned(metas), x = poisoned(metas), y = poisoned(metas);
+  auto got = poisoned(metas);
+  const char sources[] = "AABBAAA", places[] = "XXYYXVV";
+  auto& st = detail::WorkspaceAccess::state(ws);
+  for (int round = 1; round <= 7; ++round) {
+    const auto want = model(metas, round);
+    TransferOptions opt;
+    opt.timeout = 15s;
+    if (rank == 0) {
+      auto& from = sources[round - 1] == 'A' ? a : b;
+      for (std::size_t i = 0; i < metas.size(); ++i)
+        std::copy(want[i].begin(), want[i].end(), from[i].begin());  // (in place)
+      std::vector<SourceTensorRef> items;
+      for (std::size_t i = 0; i < metas.size(); ++i) items.push_back({&metas[i], from[i].data()});
+      packed_broadcast_producer(metas, items, host, 0, opt, ws);
+      if (st.eager_pack.n.size() != metas.size() || st.eager_pack.src[0] != from[0].data())
+        fail(round, rank, "the pack's list was not kept as made");
+      continue;
+    }
+    const char at = places[round - 1];
+    auto& into = at == 'Y' ? y : at == 'X' ? x : got;
+    for (auto& t : into) std::fill(t.begin(), t.end(), std::byte{0xa5});
+    if (at != 'V') opt.destination = [&](const TensorMeta& m) -> void* {
+      return into[static_cast<std::size_t>(&m - metas.data())].data();
+    };
+    packed_broadcast_consumer(
+        metas, host, 0,
+        [&](std::span<const TensorView> batch, HostStream) {
+          for (const auto& v : batch)
+            std::memcpy(got[static_cast<std::size_t>(v.meta - metas.data())].data(), v.data,
+                        v.nbytes);
+        },
+        opt, ws);
+    if (into != want) fail(round, rank, std::string("the received bytes differ (into ") + at + ")");
+    const bool kept = !st.eager_unpack.n.empty();
+    if (kept != (at != 'V') || (kept && st.eager_unpack.dst[0] != into[0].data()))
+      fail(round, rank, "the copy out's list was not kept as made");
+  }
+}
+
 }  // namespace
+
+TEST_CASE("eager: repeated syncs on the host run their kept lists, changed sources or places list again",
+          "[unit][eager]") {
+  ws_test::Processes procs;
+  const int port = ws_test::free_port();
+  for (int rank = 0; rank < 2; ++rank) procs.spawn([=] { run_repeated_rank(port, rank); });
+  ws_test::expect_all_ok(procs.wait_all(60s));
+}
 
 TEST_CASE("eager: after a sync of up to 32 KiB the next one travels in wide handshake blocks",
           "[unit][eager]") {
@@ -461,6 +521,19 @@ TEST_CASE("repeated batch: only the same plan, the same addresses and a batch to
   last.forget();
   CHECK_FALSE(last.same(plan.get(), keys));
   CHECK(last.plan == nullptr);
+  // A policy without relaunches keeps the list itself: that, too, can be repeated.
+  last.plan = plan;
+  last.keys = keys;
+  last.dst = {&a};
+  last.src = {&b};
+  last.n = {sizeof a};
+  CHECK(last.same(plan.get(), keys));
+  CHECK_FALSE(last.same(plan.get(), {&b, &a}));
+  last.forget();
+  CHECK(last.n.empty());
+  CHECK_FALSE(last.same(plan.get(), keys));
+  // The workspace keeps lists exactly when its policy cannot relaunch.
+  static_assert(detail::WorkspaceState<HostPolicy>::keeps_lists());
 }
 
 }  // namespace ws_test_eager_test

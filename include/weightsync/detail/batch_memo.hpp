@@ -34,13 +34,18 @@ struct RepeatedBatch {
   std::vector<const void*> keys;
   std::vector<std::byte*> views;  //!< (the copy out: where each tensor without a destination lies)
   CopyBatchMemo batch;
+  //! A policy that cannot relaunch a batch (HostPolicy): the list itself, run again as it is.
+  std::vector<void*> dst;
+  std::vector<const void*> src;
+  std::vector<std::size_t> n;
   //! Whether `p` and `k` are what the last batch was made from, and it can be repeated.
   bool same(const void* p, const std::vector<const void*>& k) const noexcept {
-    return batch && plan.get() == p && keys == k;
+    return (batch || !n.empty()) && plan.get() == p && keys == k;
   }
   void forget() noexcept {
     batch = {};
     plan.reset();
+    n.clear();
   }
 };
 

@@ -395,7 +395,7 @@ class TransferRun {
     RepeatedBatch& last = ws.eager_pack;
     keys_.assign(1, to);
     keys_.insert(keys_.end(), src_.begin(), src_.end());
-    if (last.same(run_.plan_holder.get(), keys_) && ws.flush_again(last.batch, run_.comm_stream())) {
+    if (last.same(run_.plan_holder.get(), keys_) && ws.repeat(last, run_.comm_stream())) {
       run_.trace.mark("packed-again");
     } else {
       last.forget();
@@ -410,7 +410,8 @@ class TransferRun {
       // (Remembered only once every part is in place: a throw in between leaves it forgotten.)
       CopyBatchMemo batch;
       ws.flush_copies(run_.comm_stream(), &batch);
-      if (batch) {
+      if (batch || ws.keeps_lists()) {
+        if (!batch) ws.keep_list(last);
         last.plan = run_.plan_holder;
         last.keys.swap(keys_);
         last.batch = batch;
@@ -802,7 +803,7 @@ class TransferRun {
     }
     keys_.push_back(ws.scratch.data());
     keys_.insert(keys_.end(), dest_.begin(), dest_.end());
-    if (last.same(run_.plan_holder.get(), keys_) && ws.flush_again(last.batch, s)) {
+    if (last.same(run_.plan_holder.get(), keys_) && ws.repeat(last, s)) {
       at = last.views;
       run_.trace.mark("copies-again");
     } else {
@@ -811,8 +812,10 @@ class TransferRun {
       run_.trace.mark("copies-listed");
       CopyBatchMemo batch;
       ws.flush_copies(s, &batch);
-      if (batch) {
-        last.views = at;  // (may throw: before the rest, so that a throw leaves it forgotten)
+      if (batch || ws.keeps_lists()) {
+        // (may throw: before the rest, so that a throw leaves it forgotten)
+        if (!batch) ws.keep_list(last);
+        last.views = at;
         last.plan = run_.plan_holder;
         last.keys.swap(keys_);
         last.batch = batch;
