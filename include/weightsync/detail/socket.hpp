@@ -284,14 +284,36 @@ inline void recv_all(int fd, void* data, std::size_t n, Deadline deadline, const
   }
 }
 
-//! Sends `sn` bytes on `out` while receiving `rn` bytes on `in`, both before `deadline`, whichever
-//! is ready first: two ranks that send to each other at once never wait for each other's reads
-//! (a ring step of an allgather). @throws as send_all and recv_all, naming `out_peer`/`in_peer`.
-inline void send_recv_all(int out, const void* sdata, std::size_t sn, int in, void* rdata,
-                          std::size_t rn, Deadline deadline, const std::string& phase, int out_peer,
-                          int in_peer) {
-  auto* sp = static_cast<const char*>(sdata);
-  auto* rp = static_cast<char*>(rdata);
+//! Sends a header and a body on `out` (`sh`/`shn`, then `sb`/`sbn`) while receiving a header of
+//! `rhn` bytes into `rh` on `in`, then the body that `body(rh)` names once that header is in: a
+//! {pointer, size} pair, or a throw (a header that says the peer disagrees). Both before
+//! `deadline`, each side whichever is ready first: two ranks that send to each other at once never
+//! wait for each other's reads, and the body follows its header without waiting for the peer's
+//! (one latency, not two). @throws as send_all and recv_all, naming `out_peer`/`in_peer`.
+template <class Body>
+void send_recv_framed(int out, const void* sh, std::size_t shn, const void* sb, std::size_t sbn,
+                      int in, void* rh, std::size_t rhn, Body&& body, Deadline deadline,
+                      const std::string& phase, int out_peer, int in_peer) {
+  const char* sp = static_cast<const char*>(sh);
+  std::size_t sn = shn;
+  const char* next_sp = static_cast<const char*>(sb);
+  std::size_t next_sn = sbn;
+  char* rp = static_cast<char*>(rh);
+  std::size_t rn = rhn;
+  bool header_in = false;
+  const auto advance = [&] {  // the next segment of each direction, once one is done
+    if (sn == 0 && next_sn > 0) {
+      sp = next_sp;
+      sn = std::exchange(next_sn, 0);
+    }
+    if (rn == 0 && !header_in) {
+      header_in = true;
+      const auto [p, n] = body(static_cast<const void*>(rh));
+      rp = static_cast<char*>(p);
+      rn = n;
+    }
+  };
+  advance();
   while (sn > 0 || rn > 0) {
     bool progressed = false;
     if (sn > 0) {
@@ -319,6 +341,7 @@ inline void send_recv_all(int out, const void* sdata, std::size_t sn, int in, vo
                                       " lost while receiving: ", errno_string(errno)));
       }
     }
+    advance();
     if (progressed || (sn == 0 && rn == 0)) continue;
     pollfd pf[2] = {{out, static_cast<short>(sn > 0 ? POLLOUT : 0), 0},
                     {in, static_cast<short>(rn > 0 ? POLLIN : 0), 0}};
@@ -333,6 +356,18 @@ inline void send_recv_all(int out, const void* sdata, std::size_t sn, int in, vo
           cat("rank ", out_peer, " stopped reading (", sn, " bytes still to send)"));
     }
   }
+}
+
+//! Sends `sn` bytes on `out` while receiving `rn` bytes on `in`, both before `deadline`, whichever
+//! is ready first: two ranks that send to each other at once never wait for each other's reads
+//! (a ring step of an allgather). @throws as send_all and recv_all, naming `out_peer`/`in_peer`.
+inline void send_recv_all(int out, const void* sdata, std::size_t sn, int in, void* rdata,
+                          std::size_t rn, Deadline deadline, const std::string& phase, int out_peer,
+                          int in_peer) {
+  send_recv_framed(
+      out, sdata, sn, nullptr, 0, in, rdata, rn,
+      [](const void*) { return std::pair<void*, std::size_t>{nullptr, 0}; }, deadline, phase,
+      out_peer, in_peer);
 }
 
 //! True when the connection has been closed or reset by the peer; never consumes data.

@@ -230,25 +230,28 @@ class HostCommunicator {
       char out_hdr[kHeaderBytes], in_hdr[kHeaderBytes];
       std::memcpy(out_hdr, w.bytes().data(), kHeaderBytes);
       const auto deadline = detail::Deadline::after(timeout_);
-      detail::send_recv_all(succ_.get(), out_hdr, kHeaderBytes, pred_.get(), in_hdr, kHeaderBytes,
-                            deadline, "allgather", succ, pred);
-      detail::Reader r(std::string_view(in_hdr, kHeaderBytes), pred, "allgather header");
-      const auto magic = r.u32();
-      const int their_step = -1 - r.i32();
-      const auto their_seq = r.u64();
-      const auto their_bytes = r.u64();
       const std::size_t want = size[static_cast<std::size_t>(in)];
-      if (magic != detail::kWireMagic || their_step != step || their_seq != seq ||
-          their_bytes != want)
-        throw protocol_error(
-            pred, detail::cat("grouped broadcasts #", seq, " on rank ", rank_,
-                              " run as an allgather (rank ", in, "'s block of ", want,
-                              " bytes at step ", step, "); rank ", pred,
-                              " sent something else (the ranks disagree on the operation)"));
-      detail::send_recv_all(succ_.get(), block[static_cast<std::size_t>(out)],
-                            size[static_cast<std::size_t>(out)], pred_.get(),
-                            block[static_cast<std::size_t>(in)], want, deadline, "allgather", succ,
-                            pred);
+      // The block follows its header at once; the predecessor's block is read once its header
+      // says that it is the block expected.
+      detail::send_recv_framed(
+          succ_.get(), out_hdr, kHeaderBytes, block[static_cast<std::size_t>(out)],
+          size[static_cast<std::size_t>(out)], pred_.get(), in_hdr, kHeaderBytes,
+          [&](const void*) {
+            detail::Reader r(std::string_view(in_hdr, kHeaderBytes), pred, "allgather header");
+            const auto magic = r.u32();
+            const int their_step = -1 - r.i32();
+            const auto their_seq = r.u64();
+            const auto their_bytes = r.u64();
+            if (magic != detail::kWireMagic || their_step != step || their_seq != seq ||
+                their_bytes != want)
+              throw protocol_error(
+                  pred, detail::cat("grouped broadcasts #", seq, " on rank ", rank_,
+                                    " run as an allgather (rank ", in, "'s block of ", want,
+                                    " bytes at step ", step, "); rank ", pred,
+                                    " sent something else (the ranks disagree on the operation)"));
+            return std::pair<void*, std::size_t>{block[static_cast<std::size_t>(in)], want};
+          },
+          deadline, "allgather", succ, pred);
     }
   }
 
