@@ -269,8 +269,10 @@ class HostCommunicator {
       w.u64(seq);
       w.u64(bytes);
       std::memcpy(hdr, w.bytes().data(), kHeaderBytes);
-      detail::send_all(succ_.get(), hdr, kHeaderBytes, progress(), "broadcast", succ);
-      for (std::size_t off = 0; off < bytes; off += kPiece)
+      // The header with the first piece (one call: the successor wakes once for both).
+      const std::size_t first = std::min(kPiece, bytes);
+      detail::send_all2(succ_.get(), hdr, kHeaderBytes, buf, first, progress(), "broadcast", succ);
+      for (std::size_t off = first; off < bytes; off += kPiece)
         detail::send_all(succ_.get(), buf + off, std::min(kPiece, bytes - off), progress(),
                          "broadcast", succ);
       return;
