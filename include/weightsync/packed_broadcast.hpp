@@ -37,6 +37,7 @@
 
 #include "weightsync/concepts.hpp"
 #include "weightsync/pipeline/detail/schedule.hpp"
+#include "weightsync/sealed_metadata.hpp"
 #include "weightsync/tensor_meta.hpp"
 #include "weightsync/transfer_options.hpp"
 #include "weightsync/workspace.hpp"
@@ -69,6 +70,19 @@ TransferStats packed_broadcast_producer(std::span<const TensorMeta> metas, R&& i
   return detail::TransferRun<C, Items, detail::NoLoad>(comm, ws, opt, metas,
                                                        detail::WholeTransfer{root}, &items,
                                                        nullptr)();
+}
+
+//! As above for a sealed list (SealedMetadata): the same transfer, without the pass that checks
+//! whether a span's list changed since the last sync (its digest and byte count are known).
+template <Communicator C, TensorIterator R>
+TransferStats packed_broadcast_producer(const SealedMetadata& metas, R&& items, C& comm, int root,
+                                        const TransferOptions& opt, workspace_for<C>& workspace) {
+  auto& ws = detail::WorkspaceAccess::state(workspace);
+  using Items = std::remove_reference_t<R>;
+  const detail::MetadataSummary known{metas.digest(), metas.total_bytes()};
+  return detail::TransferRun<C, Items, detail::NoLoad>(comm, ws, opt, metas.metas(),
+                                                       detail::WholeTransfer{root, &known},
+                                                       &items, nullptr)();
 }
 
 //! As above, with a workspace used for this call only (a ring allocated per call; see
@@ -108,6 +122,21 @@ packed_broadcast_consumer(std::span<const TensorMeta> metas, C& comm, int root, 
   using NoItems = std::vector<SourceTensorRef>;
   return detail::TransferRun<C, NoItems, Load>(comm, ws, opt, metas, detail::WholeTransfer{root},
                                                nullptr, &load_weights)();
+}
+
+//! As above for a sealed list (SealedMetadata): the same transfer, without the pass that checks
+//! whether a span's list changed since the last sync.
+template <Communicator C, class F>
+requires LoadWeightsFn<F, typename C::stream_type> TransferStats
+packed_broadcast_consumer(const SealedMetadata& metas, C& comm, int root, F&& load_weights,
+                          const TransferOptions& opt, workspace_for<C>& workspace) {
+  auto& ws = detail::WorkspaceAccess::state(workspace);
+  using Load = std::remove_reference_t<F>;
+  using NoItems = std::vector<SourceTensorRef>;
+  const detail::MetadataSummary known{metas.digest(), metas.total_bytes()};
+  return detail::TransferRun<C, NoItems, Load>(comm, ws, opt, metas.metas(),
+                                               detail::WholeTransfer{root, &known}, nullptr,
+                                               &load_weights)();
 }
 
 //! As above, with a workspace used for this call only (a ring allocated per call, and a failure

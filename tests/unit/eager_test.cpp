@@ -374,7 +374,73 @@ void run_repeated_rank(int port, int rank) {
   }
 }
 
+// SealedMetadata given to the pipeline (packed_broadcast_producer / _consumer overloads): the
+// same sync as with a span, on either side or both; a sealed list that differs from the
+// producer's is refused at the handshake, naming the tensor, and nothing is written. Rounds
+// (P = producer, C = consumer; s = sealed, v = a span): 1 Ps Cv, 2 Ps Cs, 3 Pv Cs, 4 Ps Cs with
+// the consumer's "embed" of another shape (refused), 5 Ps Cs again; rounds 1-3 and 5 also in the
+// data phase (a 2 KiB buffer for the medium model), the rest eager.
+void run_sealed_rank(int port, int rank) {
+  auto host = ws_test::connect_host(port, rank, 2, 15s, 15s);
+  workspace_for<HostCommunicator> ws;
+  for (const bool large_model : {false, true}) {
+    const auto metas = large_model ? medium() : small();
+    const SealedMetadata sealed(metas);
+    auto other = metas;
+    other[0].shape.back() -= 1;
+    const SealedMetadata differs(other);
+    TransferOptions opt;
+    opt.timeout = 15s;
+    if (large_model) opt.buffer_size_bytes = 2048;
+    for (int round = 1; round <= 5; ++round) {
+      const auto want = model(metas, round);
+      auto got = poisoned(metas);
+      const bool producer_sealed = round != 3, consumer_sealed = round != 1;
+      const auto [what, peer] = run_caught([&] {
+        if (rank == 0) {
+          std::vector<SourceTensorRef> items;
+          const TensorMeta* listed = producer_sealed ? sealed.metas().data() : metas.data();
+          for (std::size_t i = 0; i < metas.size(); ++i) items.push_back({listed + i, want[i].data()});
+          if (producer_sealed)
+            packed_broadcast_producer(sealed, items, host, 0, opt, ws);
+          else
+            packed_broadcast_producer(std::span<const TensorMeta>(metas), items, host, 0, opt, ws);
+          return;
+        }
+        const SealedMetadata& mine = round == 4 ? differs : sealed;
+        auto load = [&](std::span<const TensorView> batch, HostStream) {
+          const TensorMeta* base = consumer_sealed ? mine.metas().data() : metas.data();
+          for (const auto& v : batch) {
+            const auto i = static_cast<std::size_t>(v.meta - base);
+            if (v.nbytes) std::memcpy(got[i].data(), v.data, v.nbytes);
+          }
+        };
+        if (consumer_sealed)
+          packed_broadcast_consumer(mine, host, 0, load, opt, ws);
+        else
+          packed_broadcast_consumer(std::span<const TensorMeta>(metas), host, 0, load, opt, ws);
+        if (got != want) fail(round, rank, "the received bytes differ");
+      });
+      if (round == 4) {
+        if (what.find("handshake") == std::string::npos || what.find("'embed'") == std::string::npos)
+          fail(round, rank, "a sealed list that differs was not refused naming 'embed': '" + what + "'");
+        if (rank == 1 && got != poisoned(metas)) fail(round, rank, "a refused transfer wrote bytes");
+      } else if (!what.empty()) {
+        fail(round, rank, what);
+      }
+    }
+  }
+}
+
 }  // namespace
+
+TEST_CASE("eager: a SealedMetadata on either side is the same sync, and a sealed list that differs is refused",
+          "[unit][eager]") {
+  ws_test::Processes procs;
+  const int port = ws_test::free_port();
+  for (int rank = 0; rank < 2; ++rank) procs.spawn([=] { run_sealed_rank(port, rank); });
+  ws_test::expect_all_ok(procs.wait_all(60s));
+}
 
 TEST_CASE("eager: repeated syncs on the host run their kept lists, changed sources or places list again",
           "[unit][eager]") {

@@ -72,6 +72,15 @@ const void* checked_piece(const Item& item, const TensorMeta& want, std::size_t 
 
 struct WholeTransfer {
   int root;
+  //! The list's digest and byte count when the caller sealed it (SealedMetadata): the plan cache
+  //! then skips its comparison of the list with the last one.
+  const MetadataSummary* sealed = nullptr;
+};
+
+//! A digest cache that knows the answer already (WholeTransfer::sealed).
+struct SealedSummary {
+  MetadataSummary summary;
+  MetadataSummary of(std::span<const TensorMeta>) const noexcept { return summary; }
 };
 struct ShardedTransfer {
   std::span<const ShardSpec> specs;
@@ -91,6 +100,10 @@ class TransferRun {
       : run_(comm, ws, opt, metas, w.root, items ? Role::producer : Role::consumer,
              [&] {
                check_root(w.root, comm.rank(), comm.size(), items != nullptr);
+               if (w.sealed != nullptr) {
+                 SealedSummary known{*w.sealed};
+                 return ws.plans.whole(metas, w.root, opt, known);
+               }
                return ws.plans.whole(metas, w.root, opt, ws.digests);
              }),
         load_(load) {
