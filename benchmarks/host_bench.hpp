@@ -16,6 +16,7 @@
 #include <weightsync/host/communicator.hpp>
 #include <weightsync/layouts.hpp>
 #include <weightsync/packed_broadcast.hpp>
+#include <weightsync/sealed_metadata.hpp>
 #include <weightsync/vllm.hpp>
 
 #include <algorithm>
@@ -26,6 +27,7 @@
 #include <functional>
 #include <map>
 #include <numeric>
+#include <span>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -58,6 +60,7 @@ struct Options {
   //! --paired: each mode row is timed in turn with a raw broadcast of its bytes (from a buffer of
   //! its own), one of each per iteration, alternating which goes first; after the row's emit,
   //! paired_note gets the raw times, the per-iteration extra (row - raw) and the raw's wrong bytes.
+  bool sealed = true;  //!< the layout as a SealedMetadata (false: a span, compared every sync)
   bool paired = false;
   std::function<void(const std::string& layout, const std::string& impl, std::size_t bytes,
                      std::vector<double> raw_us, std::vector<double> extra_us,
@@ -146,7 +149,8 @@ inline int run_rank(const Options& o) {
 
   int failures = 0;
   for (const auto& layout : o.layouts) {
-    const auto metas = ws::layouts::by_name(layout);
+    const ws::SealedMetadata sealed(ws::layouts::by_name(layout));
+    const std::span<const ws::TensorMeta> metas = sealed.metas();
     std::vector<std::size_t> off(metas.size() + 1, 0);
     for (std::size_t i = 0; i < metas.size(); ++i) off[i + 1] = off[i] + metas[i].nbytes();
     const std::size_t bytes = off.back();
@@ -212,16 +216,16 @@ inline int run_rank(const Options& o) {
           ws::TransferStats st;
           const std::function<void()> sync = [&] {
             if (producer) {
-              st = ws::packed_broadcast_producer(metas, items, comm, 0, opt, wsp);
+              st = o.sealed ? ws::packed_broadcast_producer(sealed, items, comm, 0, opt, wsp)
+                            : ws::packed_broadcast_producer(metas, items, comm, 0, opt, wsp);
               return;
             }
-            st = ws::packed_broadcast_consumer(
-                metas, comm, 0,
-                [&](std::span<const ws::TensorView> batch, ws::HostStream) {
-                  for (const auto& v : batch)  // what a server's load_weights does: copy it in
-                    if (v.nbytes) std::memcpy(arena.data() + off[index(v.meta)], v.data, v.nbytes);
-                },
-                opt, wsp);
+            auto load = [&](std::span<const ws::TensorView> batch, ws::HostStream) {
+              for (const auto& v : batch)  // what a server's load_weights does: copy it in
+                if (v.nbytes) std::memcpy(arena.data() + off[index(v.meta)], v.data, v.nbytes);
+            };
+            st = o.sealed ? ws::packed_broadcast_consumer(sealed, comm, 0, load, opt, wsp)
+                          : ws::packed_broadcast_consumer(metas, comm, 0, load, opt, wsp);
           };
           std::vector<double> times, raw_times;
           if (o.paired)
@@ -250,10 +254,10 @@ inline int run_rank(const Options& o) {
     // encodes against its reference (seeded with v0 before each iteration, untimed) and the
     // consumer's UpdateReceiver applies the blobs in place. vs_raw: against the packed full row.
     struct Source {
-      const std::vector<ws::TensorMeta>* m;
+      const std::span<const ws::TensorMeta>* m;
       std::vector<std::uint8_t>* a;
       const std::vector<std::size_t>* off;
-      std::vector<ws::TensorMeta> metas() const { return *m; }
+      std::vector<ws::TensorMeta> metas() const { return {m->begin(), m->end()}; }
       std::vector<ws::SourceTensorRef> iterate() const {
         std::vector<ws::SourceTensorRef> v;
         for (std::size_t i = 0; i < m->size(); ++i) v.push_back({&(*m)[i], a->data() + (*off)[i]});
@@ -276,7 +280,7 @@ inline int run_rank(const Options& o) {
     if (o.delta_always) dopt.mode = ws::DeltaMode::always;
     if (full_median > 0) dopt.link_bytes_per_s = double(bytes) / (full_median * 1e-6);
     ws::DeltaSource<Source> d(src, dopt);
-    auto plain = ws::NcclUpdateInfo::from_metas(metas);
+    auto plain = ws::NcclUpdateInfo::from_metas({metas.begin(), metas.end()});
     plain.packed = true;
     plain.packed_buffer_size_bytes = static_cast<std::int64_t>(o.buffer_sizes.front());
     plain.packed_num_buffers = o.num_buffers.front();

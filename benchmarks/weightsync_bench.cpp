@@ -121,7 +121,7 @@ struct Args {
   bool ipc_block = false;                    // IpcOptions::blocking_waits (--ipc-wait block)
   bool ipc_tcp = false;  // IpcOptions::shared_memory_control = false (--ipc-control tcp)
   std::string barrier = "auto";  // --barrier: ipc's per-iteration barrier (shm, tcp, auto)
-  bool sealed = true;             // --metadata sealed|span (ipc): SealedMetadata or a span
+  bool sealed = true;             // --metadata sealed|span: SealedMetadata or a span
   std::size_t piece = 0;  // IpcOptions::piece_bytes (0: automatic)
   int warmup = 3;
   int iters = 10;
@@ -265,9 +265,10 @@ usage: weightsync_bench [options]
   --copy-streams N, --piece S, --ipc-wait poll|block   ipc/p2p tuning
   --ipc-control shm|tcp  ipc/p2p: the per-sync messages through a shared-memory mailbox (default)
                        or TCP on loopback (IpcOptions::shared_memory_control)
-  --metadata M         ipc/p2p: sealed (default: the layout as a SealedMetadata, its digest
-                       computed once) or span (a std::span<const TensorMeta>: every sync
-                       compares the list with the last one, a pass over every name and shape)
+  --metadata M         sealed (default: the layout as a SealedMetadata, its digest computed
+                       once) or span (a std::span<const TensorMeta>: every sync compares the
+                       list with the last one, a pass over every name and shape); mapped rows'
+                       consumers take a span
   --barrier B          the bench's barrier before each timed iteration. shm: a spin on a
                        shared-memory counter, every rank leaves within about a microsecond (ranks
                        on one host only); tcp (ipc/p2p): messages, the producer released first,
@@ -804,9 +805,10 @@ class Bench {
       std::printf("# mps: %s\n", ws::mps_note().c_str());
     }
     if (!ipc_)
-      std::printf("# bench barrier: %s\n",
+      std::printf("# bench barrier: %s; metadata %s\n",
                   shm_barrier_ ? "shm (every rank's clock starts together)"
-                               : "nccl (an all-reduce: each rank leaves when it completes there)");
+                               : "nccl (an all-reduce: each rank leaves when it completes there)",
+                  a_.sealed ? "sealed" : "span");
     if (ipc_)
       std::printf(
           "# ipc: copy streams %d, piece %s, waits %s, control %s, bench barrier %s, metadata %s\n",
@@ -1518,7 +1520,7 @@ class Bench {
     const auto metas = ws::layouts::by_name(layout);
     // ipc: the list the syncs are given (--metadata); items and destinations point into it.
     const ws::SealedMetadata sealed(metas);
-    const bool use_sealed = ipc_ && a_.sealed;
+    const bool use_sealed = a_.sealed;
     const ws::TensorMeta* const listed = use_sealed ? sealed.metas().data() : metas.data();
     ws_test::DeviceModel model(metas, device_, a_.gap);
     const std::size_t bytes = model.bytes();
@@ -1752,10 +1754,13 @@ class Bench {
                 st = ipc_->receive(metas, opt, load);
               } else if (producer) {
                 opt.source_stream = s();
-                st = ws::packed_broadcast_producer(metas, items, *comm_, 0, opt, wsp);
+                st = use_sealed ? ws::packed_broadcast_producer(sealed, items, *comm_, 0, opt, wsp)
+                                : ws::packed_broadcast_producer(metas, items, *comm_, 0, opt, wsp);
               } else if (mp) {
                 st = ws::packed_broadcast_consumer(metas, *comm_, 0,
                                                    mp->plan().loader<cudaStream_t>(), opt, wsp);
+              } else if (use_sealed) {
+                st = ws::packed_broadcast_consumer(sealed, *comm_, 0, load, opt, wsp);
               } else {
                 st = ws::packed_broadcast_consumer(metas, *comm_, 0, load, opt, wsp);
               }
@@ -1950,6 +1955,7 @@ int run_host(const Args& a) {
     std::ofstream(a.json_path, std::ios::app) << j.dump() << "\n";
   };
   o.paired = a.paired;
+  o.sealed = a.sealed;
   o.paired_note = [&](const std::string& layout, const std::string& impl, std::size_t bytes,
                       std::vector<double> raw, std::vector<double> extra,
                       unsigned long long raw_wrong) {
