@@ -5,7 +5,7 @@
 # and moe30b, 100 back-to-back syncs, the five Python interop tests) on the tree to land; then
 # --np 2 and --np 4 rows (tiny, tiny504, lora8b, small1b; zerocopy and packed; --paired) under MPS,
 # every byte checked.
-#   bash benchmarks/results/2026-11-28/run132/run.sh OUT_DIR
+#   bash benchmarks/results/2026-11-28/run134/run.sh OUT_DIR
 # Predicted: 7 passed; 0 wrong bytes in every row and every paired baseline.
 set -u
 out=${1:?usage: run.sh OUT_DIR}
