@@ -7,8 +7,9 @@
 // sync (layouts tiny and tiny504) can be set against a raw HostCommunicator::broadcast of the same
 // bytes over the same sockets. Needs no CUDA: it builds in a CPU-only configuration too.
 //
-// Each iteration: the consumers poison their parameters (0xCD), every rank meets at a barrier, the
-// host clock times the sync on every rank, and the iteration's time is the maximum over ranks.
+// Each iteration: the consumers poison their parameters (0xCD), every rank meets at a barrier
+// (Options::shm_barrier), the host clock times the sync on every rank, and the iteration's time is
+// the maximum over ranks.
 // Every received byte is checked against the producer's pattern (#wrong).
 
 #include <weightsync/delta/receive.hpp>
@@ -19,6 +20,8 @@
 #include <weightsync/sealed_metadata.hpp>
 #include <weightsync/vllm.hpp>
 
+#include "shm_barrier.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -27,6 +30,7 @@
 #include <functional>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <span>
 #include <string>
 #include <tuple>
@@ -61,6 +65,12 @@ struct Options {
   //! its own), one of each per iteration, alternating which goes first; after the row's emit,
   //! paired_note gets the raw times, the per-iteration extra (row - raw) and the raw's wrong bytes.
   bool sealed = true;  //!< the layout as a SealedMetadata (false: a span, compared every sync)
+  //! The barrier before each timed iteration: a spin on a shared-memory counter, every rank
+  //! leaving within about a microsecond (ranks on one host), or (false) one 1-byte broadcast from
+  //! every rank over the sockets, which releases the ranks a loopback latency apart: whichever
+  //! leaves first has that latency in its time, or misses the transfer's (a raw broadcast whose
+  //! receiver left last took 2 us for 32 KiB, host135's first try).
+  bool shm_barrier = true;
   bool paired = false;
   std::function<void(const std::string& layout, const std::string& impl, std::size_t bytes,
                      std::vector<double> raw_us, std::vector<double> extra_us,
@@ -104,9 +114,19 @@ inline int run_rank(const Options& o) {
     }
     return s;
   };
-  auto barrier = [&] {
+  auto tcp_barrier = [&] {
     char b = 0;
     for (int k = 0; k < o.np; ++k) comm.broadcast(&b, 1, k, hs);
+  };
+  std::optional<ws_bench::ShmBarrier> shm;
+  if (o.shm_barrier)
+    shm.emplace("/ws_host_bench_" + std::to_string(o.port), o.np, o.rank,
+                std::chrono::seconds(o.timeout_s), tcp_barrier);
+  auto barrier = [&] {
+    if (shm)
+      shm->wait();
+    else
+      tcp_barrier();
   };
   // One iteration: `before` untimed, the barrier, then `body` on the host clock; the max over ranks.
   auto time_once = [&](const std::function<void()>& before, const std::function<void()>& body) {

@@ -276,7 +276,8 @@ usage: weightsync_bench [options]
                        consumers leave; nccl (nccl): an all-reduce, each rank leaving when it
                        completes there, the receiver up to ~20 us after the sender on the shared
                        GPU's socket transport (which shortens the raw broadcast's row by as
-                       much); auto (default): shm for ranks on one host (those --np starts,
+                       much); tcp on the host backend: one 1-byte broadcast from every rank;
+                       auto (default): shm for ranks on one host (those --np starts,
                        unless --rank is given), except on a GPU shared without MPS (in time
                        slices, ranks that leave together make even the raw copy wait for the
                        other process's slice)
@@ -1956,6 +1957,8 @@ int run_host(const Args& a) {
   };
   o.paired = a.paired;
   o.sealed = a.sealed;
+  // (ranks the launcher started share this host: a shared-memory barrier can join them)
+  o.shm_barrier = a.barrier == "shm" || (a.barrier == "auto" && one_host());
   o.paired_note = [&](const std::string& layout, const std::string& impl, std::size_t bytes,
                       std::vector<double> raw, std::vector<double> extra,
                       unsigned long long raw_wrong) {
