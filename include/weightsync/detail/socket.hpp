@@ -285,6 +285,26 @@ inline void recv_all(int fd, void* data, std::size_t n, Deadline deadline, const
   }
 }
 
+//! One non-blocking send of `an` bytes at `a` then `bn` at `b` (one sendmsg; `b` may be empty),
+//! advancing both past what went. @returns what ::sendmsg returned.
+inline ssize_t send_two(int fd, const char*& a, std::size_t& an, const char*& b, std::size_t& bn) {
+  iovec iov[2] = {{const_cast<char*>(a), an}, {const_cast<char*>(b), bn}};
+  msghdr m{};
+  m.msg_iov = iov;
+  m.msg_iovlen = bn > 0 ? 2 : 1;
+  const ssize_t k = ::sendmsg(fd, &m, MSG_NOSIGNAL);
+  if (k > 0) {
+    auto left = static_cast<std::size_t>(k);
+    const std::size_t first = std::min(left, an);
+    a += first;
+    an -= first;
+    left -= first;
+    b += left;
+    bn -= left;
+  }
+  return k;
+}
+
 //! Sends `an` bytes at `a`, then `bn` at `b`, on `fd` before `deadline`: in one call while both
 //! remain, so that they arrive together (a header and the bytes it announces: the reader wakes
 //! once). @throws as send_all.
@@ -293,21 +313,8 @@ inline void send_all2(int fd, const void* a, std::size_t an, const void* b, std:
   auto* ap = static_cast<const char*>(a);
   auto* bp = static_cast<const char*>(b);
   while (an > 0 && bn > 0) {
-    iovec iov[2] = {{const_cast<char*>(ap), an}, {const_cast<char*>(bp), bn}};
-    msghdr m{};
-    m.msg_iov = iov;
-    m.msg_iovlen = 2;
-    const ssize_t k = ::sendmsg(fd, &m, MSG_NOSIGNAL);
-    if (k > 0) {
-      auto left = static_cast<std::size_t>(k);
-      const std::size_t first = std::min(left, an);
-      ap += first;
-      an -= first;
-      left -= first;
-      bp += left;
-      bn -= left;
-      continue;
-    }
+    const ssize_t k = send_two(fd, ap, an, bp, bn);
+    if (k > 0) continue;
     if (k < 0 && errno == EINTR) continue;
     if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       pollfd pf{fd, POLLOUT, 0};
@@ -359,19 +366,8 @@ void send_recv_framed(int out, const void* sh, std::size_t shn, const void* sb, 
     if (sn > 0) {
       // The header and the body in one call while both remain: they arrive together, and the
       // peer wakes once for them.
-      iovec iov[2] = {{const_cast<char*>(sp), sn}, {const_cast<char*>(next_sp), next_sn}};
-      msghdr m{};
-      m.msg_iov = iov;
-      m.msg_iovlen = next_sn > 0 ? 2 : 1;
-      const ssize_t k = ::sendmsg(out, &m, MSG_NOSIGNAL);
+      const ssize_t k = send_two(out, sp, sn, next_sp, next_sn);
       if (k > 0) {
-        auto left = static_cast<std::size_t>(k);
-        const std::size_t first = std::min(left, sn);
-        sp += first;
-        sn -= first;
-        left -= first;
-        next_sp += left;
-        next_sn -= left;
         progressed = true;
       } else if (k < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) {
         throw peer_error(out_peer, cat(phase, ": connection to rank ", out_peer,
