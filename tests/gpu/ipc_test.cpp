@@ -411,6 +411,49 @@ TEST_CASE("ipc with SealedMetadata: bit-exact, plans reused, a mismatch named on
   CHECK(p.t.stats().plans_reused == reused_before);
 }
 
+TEST_CASE("ipc repeated syncs relaunch their pulls: the same plan and places run again, other "
+          "sources, places or views list again",
+          "[gpu][ipc]") {
+  if (ws_test::ran_as_parent(1, 120s)) return;
+  Peer p = connect_peer(Kind::ipc);
+  // 64 tensors of 64 B, 256 B apart on both sides: 64 pieces, one launch of the batched copy
+  // kernel from its descriptor table.
+  const auto metas = layouts::synthetic(64, 64);
+  ws_test::DeviceModel a(metas, p.device), b(metas, p.device);  // producer: sources A, B
+  ws_test::DeviceModel x(metas, p.device), y(metas, p.device);  // consumer: places X, Y
+  TransferOptions opt;
+  struct Round {
+    const ws_test::DeviceModel* src;
+    const ws_test::DeviceModel* dst;
+    Mode mode;
+    std::uint64_t repeated;  // the consumer's pulls_repeated after it
+  };
+  // A new plan (other sources), other places and a round of views each list again; the round
+  // after each relaunches.
+  const Round rounds[] = {
+      {&a, &x, Mode::zero_copy, 0}, {&a, &x, Mode::zero_copy, 1}, {&a, &x, Mode::zero_copy, 2},
+      {&b, &x, Mode::zero_copy, 2}, {&b, &y, Mode::zero_copy, 2}, {&b, &y, Mode::zero_copy, 3},
+      {&a, &y, Mode::zero_copy, 3}, {&a, &y, Mode::zero_copy, 4}, {&a, &y, Mode::views, 4},
+      {&a, &y, Mode::zero_copy, 4}, {&a, &y, Mode::zero_copy, 5}, {&a, &x, Mode::zero_copy, 5},
+  };
+  std::uint64_t round = 0;
+  for (const auto& r : rounds) {
+    ++round;
+    INFO("round " << round);
+    if (p.rank == 0) {
+      ws_test::send_round(metas, *r.src, opt, p.stream.get(), round,
+                          [&](const auto& items, const auto& o) { p.t.send(metas, items, o); });
+      continue;
+    }
+    REQUIRE(ws_test::receive_round(metas, *r.dst, opt, p.stream.get(), round, r.mode,
+                                   [&](const auto& o, auto load) {
+                                     p.t.receive(metas, o, load);
+                                   }) == 0);
+    CHECK(p.t.stats().pulls_repeated == r.repeated);
+  }
+  if (p.rank == 1) say(detail::cat("pulls repeated: ", p.t.stats().pulls_repeated, " of ", round));
+}
+
 TEST_CASE("ipc consumer killed mid-transfer: the producer fails within the deadline",
           "[gpu][ipc]") {
   if (ws_test::ran_as_parent_killing(1, 1, 8000ms, 120s)) return;

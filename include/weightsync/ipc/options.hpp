@@ -64,6 +64,9 @@ struct IpcStats {
   std::size_t regions = 0;         //!< last transfer: allocations named by the plan
   std::size_t staged = 0;          //!< last transfer: tensors that went through the slots
   std::uint64_t plans_reused = 0;  //!< plans not re-sent ("same plan as round N"), cumulative
+  //! Consumer: pulls that ran again as the last one did, from the batched copy kernel's
+  //! descriptor table without a list (the same plan and destinations), cumulative.
+  std::uint64_t pulls_repeated = 0;
   //! Consumer, last transfer, host microseconds: its own checks and the copies of the last plan,
   //! made ahead while the producer prepares (ahead); waiting for the plan, mapping and checking it,
   //! enqueueing the pulls, waiting for them, exchanging the final status; and the device time of

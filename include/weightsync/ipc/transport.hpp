@@ -264,6 +264,7 @@ class IpcTransport {
                 pre.views, pre.spans, ep_.opt.checksum_copy);
         pre.of = last;
         pre.valid = true;
+        pre.again = ep_.puller->same_as_last(pre.pieces, ep_.opt);
       } catch (...) {  // pull() meets it again, where it becomes this transfer's failure
       }
     }
@@ -283,7 +284,7 @@ class IpcTransport {
       if (timed) pull_begin_.record(ep_.stream.get());
       c.attempt([&] {
         if (pre.valid && reused != nullptr && reused == pre.of)
-          issue(c, pre.pieces, pre.views, pre.spans);
+          issue(c, pre.pieces, pre.views, pre.spans, pre.again);
         else
           pull(c, IpcWhere::region, 0);
       });
@@ -523,6 +524,7 @@ class IpcTransport {
     std::vector<detail::CopyPiece> pieces;
     std::vector<TensorView> views;
     std::vector<detail::DigestSpan> spans;
+    bool again = false;  // `pieces` are the puller's last batch: it may run that again
   };
 
   //! The copies and the views of the tensors at `where` (chunk `chunk` when staged), for `plan`
@@ -578,9 +580,15 @@ class IpcTransport {
   }
   //! Enqueues the copies, hands the views to load_weights, then (checksums) digests every tensor
   //! where it ended up, behind both on the stream (a staged view before its slot is handed back).
+  //! `again`: the pieces are the puller's last batch (Puller::same_as_last), which it relaunches
+  //! without a list while it can.
   void issue(Consume& c, const std::vector<detail::CopyPiece>& pieces,
-             const std::vector<TensorView>& views, const std::vector<detail::DigestSpan>& spans) {
-    ep_.puller->enqueue(pieces, ep_.stream.get(), ep_.opt);
+             const std::vector<TensorView>& views, const std::vector<detail::DigestSpan>& spans,
+             bool again = false) {
+    if (again && ep_.puller->enqueue_again(ep_.stream.get()))
+      ++ep_.stats.pulls_repeated;
+    else
+      ep_.puller->enqueue(pieces, ep_.stream.get(), ep_.opt);
     if (!views.empty()) c.load(std::span<const TensorView>(views), ep_.stream.get());
     // (some spans also copy into their destination: IpcOptions::checksum_copy)
     if (c.checks && c.ok()) digests_.add(spans, ep_.stream.get());

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <vector>
 
@@ -23,6 +24,7 @@
 #include "weightsync/cuda/device_policy.hpp"
 #include "weightsync/cuda/event.hpp"
 #include "weightsync/cuda/stream.hpp"
+#include "weightsync/detail/batch_memo.hpp"
 #include "weightsync/ipc/options.hpp"
 
 namespace weightsync::detail {
@@ -32,6 +34,7 @@ struct CopyPiece {
   std::byte* dst;
   const std::byte* src;
   std::size_t bytes;
+  friend bool operator==(const CopyPiece&, const CopyPiece&) = default;
 };
 
 //! Appends a copy, merging it into the previous one when both ends continue it.
@@ -72,9 +75,12 @@ class Puller {
 
   //! Enqueues `pieces` after the work already on `main`; `main` continues once they are done.
   //! A single copy-engine operation runs on `main` itself: forking it to a copy stream and
-  //! joining back would cost four more API calls and buy nothing.
+  //! joining back would cost four more API calls and buy nothing. A batch that went whole
+  //! through one launch of the batched copy kernel from a descriptor table is remembered
+  //! (same_as_last(), enqueue_again()).
   void enqueue(const std::vector<CopyPiece>& pieces, cudaStream_t main, const IpcOptions& opt,
                std::span<const CopyPiece2D> strided = {}) {
+    forget();  // (a throw below leaves nothing remembered)
     kd_.clear();
     ks_.clear();
     kn_.clear();
@@ -117,13 +123,37 @@ class Puller {
             "cudaMemcpyAsync(pull)");
     else if (!kd_.empty()) {
       policy_.reserve_copy_batches(kd_.size());  // (no collective here: allocating is safe)
-      policy_.copy_batch(kd_.data(), ks_.data(), kn_.data(), kd_.size(), main);
+      CopyBatchMemo memo;
+      policy_.copy_batch(kd_.data(), ks_.data(), kn_.data(), kd_.size(), main, &memo);
+      // Every piece went through that launch: the whole batch can run again from its entry.
+      if (memo && ops == 0) {
+        last_ = pieces;
+        last_below_ = opt.kernel_below_bytes;
+        memo_ = memo;
+      }
     }
     for (std::size_t k = 0; k < streams_.size(); ++k) {
       if (!used_[k]) continue;
       done_[k].record(streams_[k].get());
       check(cudaStreamWaitEvent(main, done_[k].get(), 0), "cudaStreamWaitEvent");
     }
+  }
+
+  //! Whether enqueue(pieces, .., opt) would make the batch the last enqueue() made and
+  //! remembered: then enqueue_again() may run it instead. Costs one compare of the lists: a
+  //! consumer asks while it waits for the plan, off the sync's critical path.
+  bool same_as_last(const std::vector<CopyPiece>& pieces, const IpcOptions& opt) const noexcept {
+    return memo_ && last_below_ == opt.kernel_below_bytes && pieces == last_;
+  }
+  //! Enqueues on `main` the batch that the last enqueue() remembered, without its list: one
+  //! launch from the descriptor table entry that holds its pieces. The caller vouches (with
+  //! same_as_last()) that these are the copies it would enqueue. @returns false, having enqueued
+  //! nothing, when there is none or its entry took other pieces since; the caller then enqueue()s.
+  bool enqueue_again(cudaStream_t main) {
+    if (!memo_) return false;
+    if (policy_.copy_batch_again(memo_, main)) return true;
+    forget();
+    return false;
   }
 
   //! The copy streams (to drain them after a failure).
@@ -138,6 +168,14 @@ class Puller {
   std::vector<const void*> ks_;
   std::vector<std::size_t> kn_;
   std::vector<char> used_;
+  // The last batch that went whole through a descriptor table entry, to run again from it.
+  void forget() noexcept {
+    memo_ = {};
+    last_.clear();
+  }
+  std::vector<CopyPiece> last_;
+  std::size_t last_below_ = 0;
+  CopyBatchMemo memo_;
 };
 
 }  // namespace weightsync::detail
