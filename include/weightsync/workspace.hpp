@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -158,6 +159,21 @@ struct WorkspaceState {
     last.dst = copy_dst;
     last.src = copy_src;
     last.n = copy_size;
+  }
+  //! Enqueues the copies collected since clear_copies() as one batch on `s` (flush_copies), and
+  //! makes `last` (forgotten by the caller) remember it, made from `plan` and `keys` (taken), when
+  //! it can run again (repeat): the policy's memo of the batch, or else its kept list. Anything
+  //! that may throw runs before `last` names its plan, so a throw leaves it forgotten.
+  template <class Stream>
+  void flush_copies_kept(Stream s, RepeatedBatch& last, std::shared_ptr<const void> plan,
+                         std::vector<const void*>& keys) {
+    CopyBatchMemo batch;
+    flush_copies(s, &batch);
+    if (!batch && !keeps_lists()) return;
+    if (!batch) keep_list(last);
+    last.batch = batch;
+    last.keys.swap(keys);
+    last.plan = std::move(plan);
   }
   //! Enqueues on `s` the batch that `last` remembers: the policy's relaunch, or its kept list.
   //! @returns false, having enqueued nothing, when neither can run.

@@ -420,15 +420,7 @@ class TransferRun {
         off += nb;
       }
       run_.trace.mark("pack-listed");
-      // (Remembered only once every part is in place: a throw in between leaves it forgotten.)
-      CopyBatchMemo batch;
-      ws.flush_copies(run_.comm_stream(), &batch);
-      if (batch || ws.keeps_lists()) {
-        if (!batch) ws.keep_list(last);
-        last.plan = run_.plan_holder;
-        last.keys.swap(keys_);
-        last.batch = batch;
-      }
+      ws.flush_copies_kept(run_.comm_stream(), last, run_.plan_holder, keys_);
       run_.trace.mark("packed");
     }
     // One item too many: every declared tensor was good and goes out; the failure is this
@@ -823,16 +815,8 @@ class TransferRun {
       last.forget();
       list_eager_copies(at);
       run_.trace.mark("copies-listed");
-      CopyBatchMemo batch;
-      ws.flush_copies(s, &batch);
-      if (batch || ws.keeps_lists()) {
-        // (may throw: before the rest, so that a throw leaves it forgotten)
-        if (!batch) ws.keep_list(last);
-        last.views = at;
-        last.plan = run_.plan_holder;
-        last.keys.swap(keys_);
-        last.batch = batch;
-      }
+      last.views = at;  // (kept only if the batch is: `last` names no plan until then)
+      ws.flush_copies_kept(s, last, run_.plan_holder, keys_);
       run_.trace.mark("copies-enqueued");
     }
     ws.views.clear();
