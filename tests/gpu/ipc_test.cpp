@@ -5,6 +5,7 @@
 // enforces the deadline, checks exit codes) and, in the peers (--ws-rank), as rank 0 (producer)
 // or rank 1 (consumer). Every tensor is compared bit-exactly with the producer's pattern;
 // destinations are poisoned before every round.
+#include <weightsync/cuda/batched_copy.hpp>
 #include <weightsync/cuda/stream.hpp>
 #include <weightsync/engine.hpp>
 #include <weightsync/ipc.hpp>
@@ -419,6 +420,7 @@ TEST_CASE("ipc repeated syncs relaunch their pulls: the same plan and places run
   // 64 tensors of 64 B, 256 B apart on both sides: 64 pieces, one launch of the batched copy
   // kernel from its descriptor table.
   const auto metas = layouts::synthetic(64, 64);
+  const bool kernel = detail::BatchedCopyKernel::instance() != nullptr;
   ws_test::DeviceModel a(metas, p.device), b(metas, p.device);  // producer: sources A, B
   ws_test::DeviceModel x(metas, p.device), y(metas, p.device);  // consumer: places X, Y
   TransferOptions opt;
@@ -449,9 +451,12 @@ TEST_CASE("ipc repeated syncs relaunch their pulls: the same plan and places run
                                    [&](const auto& o, auto load) {
                                      p.t.receive(metas, o, load);
                                    }) == 0);
-    CHECK(p.t.stats().pulls_repeated == r.repeated);
+    // (Without the batched copy kernel, WEIGHTSYNC_COPY=ce, the copy engines list every pull.)
+    CHECK(p.t.stats().pulls_repeated == (kernel ? r.repeated : 0));
   }
-  if (p.rank == 1) say(detail::cat("pulls repeated: ", p.t.stats().pulls_repeated, " of ", round));
+  if (p.rank == 1)
+    say(detail::cat("pulls repeated: ", p.t.stats().pulls_repeated, " of ", round,
+                    kernel ? "" : " (no batched copy kernel: none expected)"));
 }
 
 TEST_CASE("ipc consumer killed mid-transfer: the producer fails within the deadline",

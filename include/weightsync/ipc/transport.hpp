@@ -524,7 +524,7 @@ class IpcTransport {
     std::vector<detail::CopyPiece> pieces;
     std::vector<TensorView> views;
     std::vector<detail::DigestSpan> spans;
-    bool again = false;  // `pieces` are the puller's last batch: it may run that again
+    std::uint64_t again = 0;  // `pieces` are the puller's last batch (its number): run it again
   };
 
   //! The copies and the views of the tensors at `where` (chunk `chunk` when staged), for `plan`
@@ -580,12 +580,12 @@ class IpcTransport {
   }
   //! Enqueues the copies, hands the views to load_weights, then (checksums) digests every tensor
   //! where it ended up, behind both on the stream (a staged view before its slot is handed back).
-  //! `again`: the pieces are the puller's last batch (Puller::same_as_last), which it relaunches
-  //! without a list while it can.
+  //! `again`: the pieces are the puller's last batch (Puller::same_as_last's number for it),
+  //! which it relaunches without a list while it can.
   void issue(Consume& c, const std::vector<detail::CopyPiece>& pieces,
              const std::vector<TensorView>& views, const std::vector<detail::DigestSpan>& spans,
-             bool again = false) {
-    if (again && ep_.puller->enqueue_again(ep_.stream.get()))
+             std::uint64_t again = 0) {
+    if (ep_.puller->enqueue_again(again, ep_.stream.get()))
       ++ep_.stats.pulls_repeated;
     else
       ep_.puller->enqueue(pieces, ep_.stream.get(), ep_.opt);

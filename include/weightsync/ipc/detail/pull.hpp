@@ -130,6 +130,7 @@ class Puller {
         last_ = pieces;
         last_below_ = opt.kernel_below_bytes;
         memo_ = memo;
+        ++generation_;
       }
     }
     for (std::size_t k = 0; k < streams_.size(); ++k) {
@@ -140,20 +141,28 @@ class Puller {
   }
 
   //! Whether enqueue(pieces, .., opt) would make the batch the last enqueue() made and
-  //! remembered: then enqueue_again() may run it instead. Costs one compare of the lists: a
-  //! consumer asks while it waits for the plan, off the sync's critical path.
-  bool same_as_last(const std::vector<CopyPiece>& pieces, const IpcOptions& opt) const noexcept {
-    return memo_ && last_below_ == opt.kernel_below_bytes && pieces == last_;
+  //! remembered: then enqueue_again(its answer) may run it instead. Its answer names that batch
+  //! (0: none), so that a batch remembered in between is not taken for it. Costs one compare of
+  //! the lists: a consumer asks while it waits for the plan, off the sync's critical path.
+  std::uint64_t same_as_last(const std::vector<CopyPiece>& pieces,
+                             const IpcOptions& opt) const noexcept {
+    return memo_ && last_below_ == opt.kernel_below_bytes && pieces == last_ ? generation_ : 0;
   }
-  //! Enqueues on `main` the batch that the last enqueue() remembered, without its list: one
-  //! launch from the descriptor table entry that holds its pieces. The caller vouches (with
-  //! same_as_last()) that these are the copies it would enqueue. @returns false, having enqueued
-  //! nothing, when there is none or its entry took other pieces since; the caller then enqueue()s.
-  bool enqueue_again(cudaStream_t main) {
-    if (!memo_) return false;
-    if (policy_.copy_batch_again(memo_, main)) return true;
-    forget();
-    return false;
+  //! Enqueues on `main` the batch that same_as_last() named `batch`, without its list: one launch
+  //! from the descriptor table entry that holds its pieces. @returns false, having enqueued
+  //! nothing, when `batch` is 0 or no longer the one remembered, or its entry took other pieces
+  //! since; the caller then enqueue()s.
+  bool enqueue_again(std::uint64_t batch, cudaStream_t main) {
+    if (batch == 0 || !memo_ || batch != generation_) return false;
+    bool ran = false;
+    try {
+      ran = policy_.copy_batch_again(memo_, main);
+    } catch (...) {
+      forget();
+      throw;
+    }
+    if (!ran) forget();
+    return ran;
   }
 
   //! The copy streams (to drain them after a failure).
@@ -176,6 +185,7 @@ class Puller {
   std::vector<CopyPiece> last_;
   std::size_t last_below_ = 0;
   CopyBatchMemo memo_;
+  std::uint64_t generation_ = 0;  // numbers the remembered batches (same_as_last)
 };
 
 }  // namespace weightsync::detail
