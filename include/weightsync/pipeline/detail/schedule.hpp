@@ -54,6 +54,11 @@ struct NoLoad {
   void operator()(std::span<const TensorView>, S) const {}
 };
 
+//! What take_items does with an item besides checking it: nothing.
+struct NoEach {
+  void operator()(const ShardPiece&, const void*) const noexcept {}
+};
+
 //! Checks one item (a piece of `want`, `piece_bytes` of it) against its declared metadata and
 //! returns its bytes. @throws config_error("items", ...) naming the item and what differs.
 template <class Item>
@@ -281,12 +286,14 @@ class TransferRun {
     if (destination && *destination)
       for (std::size_t i = 0; i < metas.size(); ++i)
         dest_[i] = static_cast<byte*>((*destination)(metas[i]));
-    land_.assign(p.pieces.size(), npos);
-    region_at_.assign(p.steps * static_cast<std::size_t>(m()), nullptr);
-    region_off_.assign(p.steps * static_cast<std::size_t>(m()), 0);
     slot_need_ = 0;
     // (An eager transfer's bytes came with the handshake: they land in no slot and in no place.)
     const std::size_t steps = run_.eager ? 0 : p.steps;
+    if (steps > 0) {
+      land_.assign(p.pieces.size(), npos);
+      region_at_.assign(steps * static_cast<std::size_t>(m()), nullptr);
+      region_off_.assign(steps * static_cast<std::size_t>(m()), 0);
+    }
     for (std::size_t s = 0; s < steps; ++s) {
       std::size_t off = 0;
       for (int r = 0; r < m(); ++r) {
@@ -372,17 +379,27 @@ class TransferRun {
 
   //! Takes the items up to the end of chunk `c` that were not taken yet (also those of earlier
   //! chunks that had no launch: their pieces are empty), checking each.
-  void take_items(const Chunk& c) {
+  //! `each(piece, bytes)` runs on every item taken, once it is checked.
+  template <class Each = NoEach>
+  void take_items(const Chunk& c, Each each = {}) {
     if (!failure_.empty()) return;
+    const PiecePlan& p = plan();
+    const auto& owned = p.owned[static_cast<std::size_t>(mine_)];
+    auto& it = *it_;
+    const auto& end = *end_;
+    std::size_t q = taken_;
     try {
-      for (std::size_t q = taken_; q < c.end; ++q) {
-        const ShardPiece& piece = plan().piece_at(mine_, q);
-        if (*it_ == *end_) throw too_few_items(q, owned().size());
-        src_[q] = checked_piece(**it_, run_.metas[piece.tensor], piece.bytes(), q);
-        ++*it_;
-        taken_ = q + 1;
+      for (; q < c.end; ++q) {
+        const ShardPiece& piece = p.pieces[owned[q]];
+        if (it == end) throw too_few_items(q, owned.size());
+        const void* src = checked_piece(*it, run_.metas[piece.tensor], piece.bytes(), q);
+        src_[q] = src;
+        each(piece, src);
+        ++it;
       }
+      taken_ = q;
     } catch (const std::exception&) {
+      taken_ = q;
       fail(std::current_exception());
       // vLLM's wire has no way to say so: abort, so that no consumer waits on us.
       if (!plan().framed) throw;
@@ -399,9 +416,36 @@ class TransferRun {
         plan().root_bytes(mine_) > run_.eager_capacity(static_cast<std::size_t>(run_.comm.rank())))
       return false;
     auto& ws = run_.ws;
-    for (const Chunk& c : plan().chunks[static_cast<std::size_t>(mine_)]) take_items(c);
-    run_.trace.mark("items-taken");
-    if (!failure_.empty()) return false;
+    if constexpr (Policy::synchronous) {
+      // Host memory: each item is copied as it is checked, in one pass over them. (A wrong item
+      // leaves a partial pack that nothing reads: the transfer is not eager then.)
+      run_.ensure_handshake_area();
+      byte* to = run_.eager_at(static_cast<std::size_t>(run_.comm.rank()));
+      const auto s = run_.comm_stream();
+      for (const Chunk& c : plan().chunks[static_cast<std::size_t>(mine_)])
+        take_items(c, [&](const ShardPiece& piece, const void* src) {
+          const std::size_t nb = piece.bytes();
+          ws.policy.copy(to, src, nb, s);
+          to += nb;
+        });
+      run_.trace.mark("packed");
+      if (!failure_.empty()) return false;
+    } else {
+      for (const Chunk& c : plan().chunks[static_cast<std::size_t>(mine_)]) take_items(c);
+      run_.trace.mark("items-taken");
+      if (!failure_.empty()) return false;
+      pack_eager_listed();
+    }
+    // One item too many: every declared tensor was good and goes out; the failure is this
+    // caller's alone, as when the data phase finds it after its last chunk.
+    if (*it_ != *end_) fail(std::make_exception_ptr(too_many_items(owned().size())));
+    return true;
+  }
+
+  //! The eager pack on an asynchronous policy: one batch of copies from the taken items, or the
+  //! last one relaunched when its plan, sources and place are the same.
+  void pack_eager_listed() {
+    auto& ws = run_.ws;
     run_.ensure_handshake_area();
     byte* to = run_.eager_at(static_cast<std::size_t>(run_.comm.rank()));
     // The same plan, sources and place as the last eager pack: the same copies, relaunched.
@@ -423,10 +467,6 @@ class TransferRun {
       ws.flush_copies_kept(run_.comm_stream(), last, run_.plan_holder, keys_);
       run_.trace.mark("packed");
     }
-    // One item too many: every declared tensor was good and goes out; the failure is this
-    // caller's alone, as when the data phase finds it after its last chunk.
-    if (*it_ != *end_) fail(std::make_exception_ptr(too_many_items(owned().size())));
-    return true;
   }
 
   //! This root's status frames of every step it has a chunk in, copied to the device once.
