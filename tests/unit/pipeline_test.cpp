@@ -183,18 +183,23 @@ std::string consume_failing(HostCommunicator& comm, const std::vector<TensorMeta
 }
 
 // A transfer the handshake must refuse: rank 0 offers `sent`, the consumers expect `expected`;
-// no consumer may ask for a destination or load anything. Returns what the E thrown said.
+// no consumer may write a destination or load anything. A consumer may ask where its tensors go
+// before the handshake (TransferOptions::destination: asking writes nothing): every tensor's
+// destination is a poisoned place of its own, checked afterwards. Returns what the E thrown said.
 template <class E>
 std::string refused_round(int rank, HostCommunicator& comm, const std::vector<TensorMeta>& sent,
                           const std::vector<TensorMeta>& expected, TransferOptions opt,
                           workspace_for<HostCommunicator>& ws, std::uint64_t seed) {
+  std::vector<std::vector<std::byte>> places;
+  for (const auto& m : expected) places.emplace_back(m.nbytes(), std::byte{0xcd});
+  std::string what;
   try {
     if (rank == 0) {
       Model m(sent, seed, 0);
       packed_broadcast_producer(sent, m.items(), comm, 0, opt, ws);
     } else {
-      opt.destination = [](const TensorMeta&) -> void* {
-        throw std::runtime_error("a destination was asked for after a refused handshake");
+      opt.destination = [&](const TensorMeta& m) -> void* {
+        return places[static_cast<std::size_t>(&m - expected.data())].data();
       };
       packed_broadcast_consumer(
           expected, comm, 0,
@@ -204,9 +209,13 @@ std::string refused_round(int rank, HostCommunicator& comm, const std::vector<Te
           opt, ws);
     }
   } catch (const E& e) {
-    return e.what();
+    what = e.what();
   }
-  return "";
+  for (const auto& p : places)
+    for (const std::byte b : p)
+      if (b != std::byte{0xcd})
+        throw std::runtime_error("a destination was written after a refused handshake");
+  return what;
 }
 
 struct Config {
@@ -341,6 +350,81 @@ TEST_CASE("pipeline: an item that does not match its metadata fails every rank c
       throw std::runtime_error("message does not say what was wrong: " + failure);
     // The communicator is still healthy: a good round follows.
     one_round(rank, comm, metas, opt, ws, 3, 1);
+  });
+  ws_test::expect_all_ok(procs.wait_all(30s));
+}
+
+// The consumer asks where its tensors go before the handshake, while it waits for the producer
+// (TransferOptions::destination allows it): once per tensor in a transfer that goes through, as
+// many times in one the handshake refuses (and nothing is written), and a destination that
+// throws fails that consumer's transfer after the handshake, with its own error, and the
+// producer's with an error of ours, within the deadline.
+TEST_CASE("pipeline: destinations are asked once, before the handshake, and a throw fails after it",
+          "[unit][pipeline][handshake]") {
+  ws_test::Processes procs;
+  const int port = ws_test::free_port();
+  const auto metas = mixed_layout();
+  procs.spawn_ranks(2, [=](int rank) {
+    auto comm = connect(port, rank, 2, 3000ms);
+    workspace_for<HostCommunicator> ws;
+    TransferOptions opt;
+    opt.buffer_size_bytes = 600;
+    opt.timeout = 10s;
+    auto changed = metas;
+    changed[3].shape = {16, 17};
+    const std::vector<TensorMeta>& mine = rank == 0 ? metas : changed;
+    std::vector<std::vector<std::byte>> places;
+    for (const auto& m : changed) places.emplace_back(m.nbytes(), std::byte{0xcd});
+    std::size_t asked = 0;
+    // 1. Refused: asked once per tensor (before the handshake), nothing written.
+    try {
+      if (rank == 0) {
+        Model m(metas, 3, 0);
+        packed_broadcast_producer(metas, m.items(), comm, 0, opt, ws);
+      } else {
+        TransferOptions o = opt;
+        o.destination = [&](const TensorMeta& m) -> void* {
+          ++asked;
+          return places[static_cast<std::size_t>(&m - mine.data())].data();
+        };
+        packed_broadcast_consumer(
+            mine, comm, 0, [](std::span<const TensorView>, HostStream) {}, o, ws);
+      }
+      throw std::runtime_error("the changed shape was not refused");
+    } catch (const protocol_error&) {
+    }
+    if (rank == 1 && asked != changed.size())
+      throw std::runtime_error("asked " + std::to_string(asked) + " times, want " +
+                               std::to_string(changed.size()));
+    for (const auto& p : places)
+      for (const std::byte b : p)
+        if (b != std::byte{0xcd}) throw std::runtime_error("a refused transfer wrote a place");
+    // 2. Accepted: each tensor asked once (consume_round counts every ask as a load).
+    one_round(rank, comm, metas, opt, ws, 3, 1, 1);
+    // 3. A destination that throws: that consumer's own error, after the handshake; the
+    // producer fails too, within the deadline.
+    std::string what;
+    opt.acknowledge = Acknowledge::each_transfer;  // (the producer learns it in the same call)
+    try {
+      if (rank == 0) {
+        Model m(metas, 3, 2);
+        packed_broadcast_producer(metas, m.items(), comm, 0, opt, ws);
+      } else {
+        TransferOptions o = opt;
+        o.destination = [&](const TensorMeta& m) -> void* {
+          if (m.name == metas[2].name) throw std::runtime_error("no place for " + m.name);
+          return nullptr;
+        };
+        packed_broadcast_consumer(
+            metas, comm, 0, [](std::span<const TensorView>, HostStream) {}, o, ws);
+      }
+    } catch (const std::exception& e) {
+      what = e.what();
+    }
+    if (rank == 1 && what != "no place for " + metas[2].name)
+      throw std::runtime_error("consumer got: '" + what + "'");
+    if (rank == 0 && what.find("weightsync") == std::string::npos)
+      throw std::runtime_error("producer got: '" + what + "'");
   });
   ws_test::expect_all_ok(procs.wait_all(30s));
 }

@@ -8,6 +8,7 @@
 //! detail::CopyTable), and RepeatedBatch: the pipeline's record of the inputs that made such a
 //! batch, so that a sync repeated with the same plan, sources and destinations relaunches it.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -41,6 +42,18 @@ struct RepeatedBatch {
   //! Whether `p` and `k` are what the last batch was made from, and it can be repeated.
   bool same(const void* p, const std::vector<const void*>& k) const noexcept {
     return (batch || !n.empty()) && plan.get() == p && keys == k;
+  }
+  //! The same with keys `k` followed by `tail` (compared in place, not copied after `k`).
+  template <class T>
+  bool same(const void* p, const std::vector<const void*>& k,
+            const std::vector<T*>& tail) const noexcept {
+    if (!(batch || !n.empty()) || plan.get() != p || keys.size() != k.size() + tail.size())
+      return false;
+    if (!std::equal(k.begin(), k.end(), keys.begin())) return false;
+    const void* const* rest = keys.data() + k.size();
+    for (std::size_t i = 0; i < tail.size(); ++i)
+      if (rest[i] != static_cast<const void*>(tail[i])) return false;
+    return true;
   }
   void forget() noexcept {
     batch = {};

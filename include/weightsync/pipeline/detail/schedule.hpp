@@ -59,20 +59,31 @@ struct NoEach {
   void operator()(const ShardPiece&, const void*) const noexcept {}
 };
 
+//! checked_piece's other cases: metadata compared field by field, and the errors.
+[[gnu::noinline]] inline const void* checked_piece_slow(const TensorMeta& got, const void* p,
+                                                        const TensorMeta& want,
+                                                        std::size_t piece_bytes,
+                                                        std::size_t index) {
+  if (&got != &want &&
+      !(got.name == want.name && got.dtype == want.dtype && got.shape == want.shape))
+    throw config_error("items", describe_item_mismatch(want, got, index));
+  if (p == nullptr && piece_bytes > 0)
+    throw config_error("items", cat("item ", index, " ('", want.name, "') has no data"));
+  return p;
+}
+
 //! Checks one item (a piece of `want`, `piece_bytes` of it) against its declared metadata and
 //! returns its bytes. @throws config_error("items", ...) naming the item and what differs.
 template <class Item>
 const void* checked_piece(const Item& item, const TensorMeta& want, std::size_t piece_bytes,
                           std::size_t index) {
   const TensorMeta& got = item.meta();
-  // An item that points at the declared metadata itself (the usual SourceTensorRef) matches it.
-  if (&got != &want &&
-      !(got.name == want.name && got.dtype == want.dtype && got.shape == want.shape))
-    throw config_error("items", describe_item_mismatch(want, got, index));
   const void* p = item.data();
-  if (p == nullptr && piece_bytes > 0)
-    throw config_error("items", cat("item ", index, " ('", want.name, "') has no data"));
-  return p;
+  // An item that points at the declared metadata itself (the usual SourceTensorRef) matches it:
+  // the common case, inline in the caller's loop.
+  if (&got == &want && (p != nullptr || piece_bytes == 0)) [[likely]]
+    return p;
+  return checked_piece_slow(got, p, want, piece_bytes, index);
 }
 
 struct WholeTransfer {
@@ -152,8 +163,9 @@ class TransferRun {
         throw;
       }
     }
+    if (!root()) ask_destinations();
     // A mismatch throws the same protocol_error on every rank; the communicator stays usable. It
-    // runs before any destination is asked for: a refused transfer touches nothing.
+    // runs before any byte is written or loaded: a refused transfer touches nothing.
     id_ = plan().framed ? handshake(run_, eager ? kFrameEager : 0) : 0;
     std::vector<Frame> acks;
     try {
@@ -282,10 +294,12 @@ class TransferRun {
   void lay_out(const std::function<void*(const TensorMeta&)>* destination) {
     const auto& p = plan();
     const auto& metas = run_.metas;
-    dest_.assign(metas.size(), nullptr);
-    if (destination && *destination)
-      for (std::size_t i = 0; i < metas.size(); ++i)
-        dest_[i] = static_cast<byte*>((*destination)(metas[i]));
+    if (!asked_) {
+      dest_.assign(metas.size(), nullptr);
+      if (destination && *destination)
+        for (std::size_t i = 0; i < metas.size(); ++i)
+          dest_[i] = static_cast<byte*>((*destination)(metas[i]));
+    }
     slot_need_ = 0;
     // (An eager transfer's bytes came with the handshake: they land in no slot and in no place.)
     const std::size_t steps = run_.eager ? 0 : p.steps;
@@ -324,6 +338,25 @@ class TransferRun {
     const std::size_t need = place_assembly(p, metas, dest_, assembly_, run_.eager);
     if (run_.ws.scratch.size() < need) run_.ws.scratch = run_.ws.policy.alloc(need);
     one_unpack_stream_ = need > 0;
+  }
+
+  //! A consumer asks for its destinations before the handshake, while it would only wait for
+  //! the producer, rather than after it, on the way from the producer's bytes to load_weights.
+  //! TransferOptions::destination allows it (asking writes nothing; a refused transfer still
+  //! writes nothing). A throw is left to lay_out, which asks again once the transfer is accepted
+  //! and fails there as it always did (a refused transfer does not report it).
+  void ask_destinations() {
+    asked_ = false;
+    const auto& d = run_.opt.destination;
+    if (!d) return;
+    const auto& metas = run_.metas;
+    try {
+      dest_.resize(metas.size());
+      for (std::size_t i = 0; i < metas.size(); ++i) dest_[i] = static_cast<byte*>(d(metas[i]));
+      asked_ = true;
+    } catch (...) {  // (asked again, and thrown, after the handshake)
+    }
+    run_.trace.mark("destinations");
   }
 
   //! Where root r's region of step s lands in place, or nullptr.
@@ -847,15 +880,17 @@ class TransferRun {
       keys_.push_back(run_.eager_dev(rank));
     }
     keys_.push_back(ws.scratch.data());
-    keys_.insert(keys_.end(), dest_.begin(), dest_.end());
-    if (last.same(run_.plan_holder.get(), keys_) && ws.repeat(last, s)) {
-      at = last.views;
+    // (the keys end with the destinations: compared where they are, copied only into a new list)
+    const std::vector<byte*>* views = &at;
+    if (last.same(run_.plan_holder.get(), keys_, dest_) && ws.repeat(last, s)) {
+      views = &last.views;
       run_.trace.mark("copies-again");
     } else {
       last.forget();
       list_eager_copies(at);
       run_.trace.mark("copies-listed");
       last.views = at;  // (kept only if the batch is: `last` names no plan until then)
+      keys_.insert(keys_.end(), dest_.begin(), dest_.end());
       ws.flush_copies_kept(s, last, run_.plan_holder, keys_);
       run_.trace.mark("copies-enqueued");
     }
@@ -863,7 +898,7 @@ class TransferRun {
     for (std::size_t t = 0; t < run_.metas.size(); ++t) {
       if (dest_[t]) continue;
       const std::size_t nb = run_.metas[t].nbytes();
-      byte* data = nb == 0 ? nullptr : (assembly_[t] != npos ? assembled(t) : at[t]);
+      byte* data = nb == 0 ? nullptr : (assembly_[t] != npos ? assembled(t) : (*views)[t]);
       ws.views.push_back(TensorView{&run_.metas[t], data, nb});
     }
     call_load(0, s);
@@ -935,6 +970,7 @@ class TransferRun {
   std::optional<std::ranges::iterator_t<R>> it_;
   std::optional<std::ranges::sentinel_t<R>> end_;
   std::vector<const void*> src_;  // root: per owned piece, once taken
+  bool asked_ = false;            // consumer: dest_ was filled before the handshake
   std::size_t taken_ = 0;
   std::size_t prepared_ = npos;
   std::vector<const void*> region_src_;  // root: per slot, where its region is sent from
