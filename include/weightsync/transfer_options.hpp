@@ -103,8 +103,10 @@ struct TransferOptions {
   //! nullptr to be handed a view instead. Tensors with a destination are written there directly
   //! (single-tensor chunks are received in place) and are not passed to load_weights. It may be
   //! asked before the transfer is known to be accepted (the ipc consumer asks while the plan is on
-  //! its way), and more than once per tensor: it must answer the same during one call, and asking
-  //! writes nothing.
+  //! its way; the collective consumer, before the handshake), and more than once per tensor: it
+  //! must answer the same during one call, and asking writes nothing. A transfer refused at the
+  //! handshake writes no destination. A throw from it fails that consumer's transfer once the
+  //! transfer is accepted (the collective consumer asks again then).
   std::function<void*(const TensorMeta&)> destination;
   //! Consumer, Acknowledge::each_transfer only: a failure that any rank reports in the
   //! acknowledgement fails this rank's call too (a remote_error naming the first such rank), so
