@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
 // Host141 probe (throwaway, kept as run): 504 memcpy of 64 B in a warm loop, p50/p10 of 2000.
 #include <chrono>
 #include <cstdio>

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 weightsync contributors
+// SPDX-License-Identifier: Apache-2.0
 // Host141 probe (throwaway, kept as run): HostCommunicator alone, two ranks forked on this host;
 // the time of each wire shape, max over ranks, p10/p50/p90 of 300 after 20. Built and run by probes.sh.
 #include <weightsync/host/communicator.hpp>
