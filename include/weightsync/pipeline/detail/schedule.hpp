@@ -286,11 +286,12 @@ class TransferRun {
 
   // ---- where things land ------------------------------------------------------------------
 
-  //! Asks for every destination (a consumer; `destination` null on a root) and lays out the slot
-  //! of every step: a root's region lands in place when its non-empty pieces all have destinations
-  //! and lie back to back there, a direct piece when it is contiguous and has one; everything else
-  //! in the slot (land_: its offset there, npos when in place). Split tensors without a
-  //! destination get a workspace place (assembly_).
+  //! Asks for every destination (a consumer; `destination` null on a root), unless
+  //! ask_destinations did before the handshake, and lays out the slot of every step: a root's
+  //! region lands in place when its non-empty pieces all have destinations and lie back to back
+  //! there, a direct piece when it is contiguous and has one; everything else in the slot (land_:
+  //! its offset there, npos when in place). Split tensors without a destination get a workspace
+  //! place (assembly_).
   void lay_out(const std::function<void*(const TensorMeta&)>* destination) {
     const auto& p = plan();
     const auto& metas = run_.metas;
