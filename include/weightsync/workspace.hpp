@@ -116,7 +116,20 @@ struct WorkspaceState {
     copy_src.clear();
     copy_size.clear();
   }
+  //! Adds a copy of `bytes` bytes from `src` to `dst` to the list. A copy that continues the last
+  //! one on both sides (its destination and its source each start where the last one's end)
+  //! extends it: pieces that lie back to back in both places move as one copy (the same bytes;
+  //! the copies of a list are unordered, so nothing can tell).
   void add_copy(void* dst, const void* src, std::size_t bytes) {
+    if (bytes == 0) return;
+    if (!copy_dst.empty()) {
+      const std::size_t n = copy_size.back();
+      if (static_cast<std::byte*>(copy_dst.back()) + n == dst &&
+          static_cast<const std::byte*>(copy_src.back()) + n == src) {
+        copy_size.back() = n + bytes;
+        return;
+      }
+    }
     copy_dst.push_back(dst);
     copy_src.push_back(src);
     copy_size.push_back(bytes);

@@ -377,6 +377,67 @@ void run_repeated_rank(int port, int rank) {
   }
 }
 
+// Tensors laid out in one arena per side, in runs that lie back to back with gaps between them
+// (the producer's runs and the consumer's differ, an empty tensor sits inside a run): the bytes
+// arrive, the gaps stay poisoned, and the consumer's kept copy out (from the eager bytes, which
+// lie back to back) has one copy per run of its places. Rounds 1 and 2: the same arenas (round 2
+// copies out again from the kept list); round 3 with the consumer's gaps moved (listed again).
+void run_back_to_back_rank(int port, int rank) {
+  auto host = ws_test::connect_host(port, rank, 2, 15s, 15s);
+  workspace_for<HostCommunicator> ws;
+  auto& st = detail::WorkspaceAccess::state(ws);
+  std::vector<TensorMeta> metas;
+  for (int i = 0; i < 24; ++i)
+    metas.push_back({"t" + std::to_string(i), DType::bfloat16, {i == 7 ? 0 : 8 + i}});
+  if (total_bytes(metas) > detail::eager_capacity(2)) throw std::logic_error("not eager");
+  // A gap of 32 bytes before tensor i when gap(i): the producer's before 5 and 13 (its pack
+  // copies [0, 5), [5, 13), [13, 24)), the consumer's before 9 and 13 (copied out as [0, 9),
+  // [9, 13), [13, 24): three copies), then before 3, 13 and 20 (four).
+  const auto lay = [&](auto gap, std::vector<std::size_t>& off) {
+    off.assign(metas.size(), 0);
+    std::size_t at = 0;
+    for (std::size_t i = 0; i < metas.size(); ++i) {
+      if (gap(i)) at += 32;
+      off[i] = at;
+      at += metas[i].nbytes();
+    }
+    return at;
+  };
+  std::vector<std::size_t> src_off, dst_off;
+  const std::size_t src_bytes = lay([](std::size_t i) { return i == 5 || i == 13; }, src_off);
+  std::vector<std::byte> arena(src_bytes + 64);
+  for (int round = 1; round <= 3; ++round) {
+    const auto want = model(metas, round);
+    TransferOptions opt;
+    opt.timeout = 15s;
+    if (rank == 0) {
+      std::vector<SourceTensorRef> items;
+      for (std::size_t i = 0; i < metas.size(); ++i) {
+        std::memcpy(arena.data() + src_off[i], want[i].data(), want[i].size());
+        items.push_back({&metas[i], arena.data() + src_off[i]});
+      }
+      packed_broadcast_producer(metas, items, host, 0, opt, ws);
+      continue;
+    }
+    const std::size_t dst_bytes =
+        round < 3 ? lay([](std::size_t i) { return i == 9 || i == 13; }, dst_off)
+                  : lay([](std::size_t i) { return i == 3 || i == 13 || i == 20; }, dst_off);
+    std::vector<std::byte> into(dst_bytes + 64, std::byte{0xa5});
+    opt.destination = [&](const TensorMeta& m) -> void* {
+      return into.data() + dst_off[static_cast<std::size_t>(&m - metas.data())];
+    };
+    packed_broadcast_consumer(metas, host, 0, [](std::span<const TensorView>, HostStream) {}, opt, ws);
+    std::vector<std::byte> expect(into.size(), std::byte{0xa5});
+    for (std::size_t i = 0; i < metas.size(); ++i)
+      if (!want[i].empty()) std::memcpy(expect.data() + dst_off[i], want[i].data(), want[i].size());
+    if (into != expect) fail(round, rank, "the received bytes or the gaps between them differ");
+    const std::size_t copies = round < 3 ? 3 : 4;
+    if (st.eager_unpack.n.size() != copies)
+      fail(round, rank, "the copy out has " + std::to_string(st.eager_unpack.n.size()) +
+                            " copies, want " + std::to_string(copies));
+  }
+}
+
 // SealedMetadata given to the pipeline (packed_broadcast_producer / _consumer overloads): the
 // same sync as with a span, on either side or both; a sealed list that differs from the
 // producer's is refused at the handshake, naming the tensor, and nothing is written. Rounds
@@ -451,6 +512,35 @@ TEST_CASE("eager: repeated syncs on the host pack in one pass and copy out from 
   const int port = ws_test::free_port();
   for (int rank = 0; rank < 2; ++rank) procs.spawn([=] { run_repeated_rank(port, rank); });
   ws_test::expect_all_ok(procs.wait_all(60s));
+}
+
+TEST_CASE("eager: tensors that lie back to back on both sides move as one copy, the gaps untouched",
+          "[unit][eager]") {
+  ws_test::Processes procs;
+  const int port = ws_test::free_port();
+  for (int rank = 0; rank < 2; ++rank) procs.spawn([=] { run_back_to_back_rank(port, rank); });
+  ws_test::expect_all_ok(procs.wait_all(60s));
+}
+
+TEST_CASE("workspace: a copy that continues the last one on both sides extends it", "[unit][eager]") {
+  detail::WorkspaceState<HostPolicy> w{HostPolicy{}};
+  std::byte a[64]{}, b[64]{};
+  w.add_copy(a, b, 8);
+  w.add_copy(a + 8, b + 8, 8);    // continues both: one copy of 16
+  w.add_copy(a + 16, b + 24, 8);  // the destination continues, the source does not
+  w.add_copy(a + 32, b + 32, 8);  // the source continues, the destination does not
+  w.add_copy(a + 40, b + 40, 0);  // nothing to copy: not listed, and breaks no run
+  w.add_copy(a + 40, b + 40, 4);  // continues the last
+  REQUIRE(w.copy_size.size() == 3);
+  CHECK(w.copy_size[0] == 16);
+  CHECK(w.copy_dst[1] == a + 16);
+  CHECK(w.copy_src[1] == b + 24);
+  CHECK(w.copy_size[1] == 8);
+  CHECK(w.copy_dst[2] == a + 32);
+  CHECK(w.copy_size[2] == 12);
+  w.clear_copies();
+  w.add_copy(a + 40, b + 40, 4);  // a new list starts anew
+  CHECK(w.copy_size.size() == 1);
 }
 
 TEST_CASE("eager: after a sync of up to 32 KiB the next one travels in wide handshake blocks",

@@ -451,17 +451,29 @@ class TransferRun {
       return false;
     auto& ws = run_.ws;
     if constexpr (Policy::synchronous) {
-      // Host memory: each item is copied as it is checked, in one pass over them. (A wrong item
-      // leaves a partial pack that nothing reads: the transfer is not eager then.)
+      // Host memory: the items are copied as they are checked, in one pass over them, items that
+      // lie back to back as one copy (the run so far: `from`, `run` bytes, to go at `to`). (A
+      // wrong item leaves a partial pack that nothing reads: the transfer is not eager then.)
       run_.ensure_handshake_area();
       byte* to = run_.eager_at(static_cast<std::size_t>(run_.comm.rank()));
       const auto s = run_.comm_stream();
+      const byte* from = nullptr;
+      std::size_t run = 0;
       for (const Chunk& c : plan().chunks[static_cast<std::size_t>(mine_)])
         take_items(c, [&](const ShardPiece& piece, const void* src) {
           const std::size_t nb = piece.bytes();
-          ws.policy.copy(to, src, nb, s);
-          to += nb;
+          if (nb == 0) return;
+          const auto* p = static_cast<const byte*>(src);
+          if (run > 0 && from + run == p) {
+            run += nb;
+            return;
+          }
+          if (run > 0) ws.policy.copy(to, from, run, s);
+          to += run;
+          from = p;
+          run = nb;
         });
+      if (run > 0 && failure_.empty()) ws.policy.copy(to, from, run, s);
       run_.trace.mark("packed");
       if (!failure_.empty()) return false;
     } else {
