@@ -4,7 +4,8 @@
 # Builds weightsync and runs its tests: installs missing Debian packages, configures, builds, runs
 # every CTest test, and prints the time each phase took. GPU tests are built and run only where a
 # GPU is present (WEIGHTSYNC_BUILD_GPU_TESTS=AUTO; pass -DWEIGHTSYNC_BUILD_GPU_TESTS=ON to build
-# them anyway).
+# them anyway). With WEIGHTSYNC_SANITIZE=asan (CI) the unit and e2e tests run once, in the ASan +
+# UBSan run, not also in the plain build.
 #   bash scripts/test.sh [--quick] [extra cmake args...]
 #   --quick   builds only the CPU unit tests and runs them (ctest -L unit): the fast inner loop.
 # Environment: WEIGHTSYNC_FUZZ=OFF skips the fuzz tests (label "fuzz", WEIGHTSYNC_FUZZ_SECONDS per
@@ -48,8 +49,18 @@ launcher=()
 # (WEIGHTSYNC_TEST_UNITY, tests/CMakeLists.txt). Header checks: WEIGHTSYNC_HEADER_CHECK=EACH (one
 # translation unit per public header, ~100 s more; CI sets it) or ALL (the default here: one
 # translation unit with every header).
+# When an ASan run follows (WEIGHTSYNC_SANITIZE has asan: CI), the CPU unit and e2e tests are
+# built and run there, under ASan + UBSan, and not here as well (WEIGHTSYNC_TEST_CPU_SUITES=OFF):
+# this build then holds the rest (header checks, fuzz tests, examples, benchmarks, consumers).
+cpu_suites=ON
+for mode in ${WEIGHTSYNC_SANITIZE:-}; do
+  if [ "$mode" = asan ] && [ $quick = 0 ]; then cpu_suites=OFF; fi
+done
+if [ $cpu_suites = OFF ]; then
+  echo "== the unit and e2e tests are built and run once, in the ASan + UBSan run at the end"
+fi
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEIGHTSYNC_FUZZ="$fuzz" \
-  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DWEIGHTSYNC_TEST_CPU_SUITES=$cpu_suites \
   -DWEIGHTSYNC_HEADER_CHECK="${WEIGHTSYNC_HEADER_CHECK:-ALL}" "${launcher[@]}" "$@"
 phase_done configure
 if [ $quick = 1 ]; then

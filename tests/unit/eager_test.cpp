@@ -413,7 +413,8 @@ void run_back_to_back_rank(int port, int rank) {
     if (rank == 0) {
       std::vector<SourceTensorRef> items;
       for (std::size_t i = 0; i < metas.size(); ++i) {
-        std::memcpy(arena.data() + src_off[i], want[i].data(), want[i].size());
+        if (!want[i].empty())  // (an empty vector's data() may be null: no memcpy from it)
+          std::memcpy(arena.data() + src_off[i], want[i].data(), want[i].size());
         items.push_back({&metas[i], arena.data() + src_off[i]});
       }
       packed_broadcast_producer(metas, items, host, 0, opt, ws);
