@@ -122,13 +122,10 @@ struct WorkspaceState {
   //! the copies of a list are unordered, so nothing can tell).
   void add_copy(void* dst, const void* src, std::size_t bytes) {
     if (bytes == 0) return;
-    if (!copy_dst.empty()) {
-      const std::size_t n = copy_size.back();
-      if (static_cast<std::byte*>(copy_dst.back()) + n == dst &&
-          static_cast<const std::byte*>(copy_src.back()) + n == src) {
-        copy_size.back() = n + bytes;
-        return;
-      }
+    if (!copy_dst.empty() &&
+        detail::continues(copy_dst.back(), copy_src.back(), copy_size.back(), dst, src)) {
+      copy_size.back() += bytes;
+      return;
     }
     copy_dst.push_back(dst);
     copy_src.push_back(src);

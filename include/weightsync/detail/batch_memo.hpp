@@ -7,6 +7,7 @@
 //! again without its list (CudaPolicy: a launch from a descriptor table entry, see
 //! detail::CopyTable), and RepeatedBatch: the pipeline's record of the inputs that made such a
 //! batch, so that a sync repeated with the same plan, sources and destinations relaunches it.
+//! And continues(): when a copy may be merged into the one before it.
 
 #include <algorithm>
 #include <cstddef>
@@ -15,6 +16,16 @@
 #include <vector>
 
 namespace weightsync::detail {
+
+//! Whether a copy to `dst` from `src` continues the copy of `bytes` bytes to `last_dst` from
+//! `last_src` on both sides (its destination and its source each start where the last one's
+//! end): the two are then one copy of the same bytes. The one rule of every list of copies that
+//! merges (Workspace::add_copy, the host's eager pack, the ipc pulls' add_piece).
+inline bool continues(const void* last_dst, const void* last_src, std::size_t bytes,
+                      const void* dst, const void* src) noexcept {
+  return static_cast<const std::byte*>(last_dst) + bytes == dst &&
+         static_cast<const std::byte*>(last_src) + bytes == src;
+}
 
 //! Filled by a policy's copy_batch when the batch can be repeated as it lies (see
 //! CudaPolicy::copy_batch_again); empty otherwise. Opaque to callers. Names a table entry and the

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "weightsync/cuda/check.hpp"
+#include "weightsync/detail/batch_memo.hpp"
 #include "weightsync/cuda/device_policy.hpp"
 #include "weightsync/cuda/event.hpp"
 #include "weightsync/cuda/stream.hpp"
@@ -41,12 +42,9 @@ struct CopyPiece {
 inline void add_piece(std::vector<CopyPiece>& v, std::byte* dst, const std::byte* src,
                       std::size_t n) {
   if (n == 0) return;
-  if (!v.empty()) {
-    auto& b = v.back();
-    if (b.dst + b.bytes == dst && b.src + b.bytes == src) {
-      b.bytes += n;
-      return;
-    }
+  if (!v.empty() && continues(v.back().dst, v.back().src, v.back().bytes, dst, src)) {
+    v.back().bytes += n;
+    return;
   }
   v.push_back({dst, src, n});
 }

@@ -39,6 +39,7 @@
 
 #include "weightsync/detail/format.hpp"
 #include "weightsync/detail/frame.hpp"
+#include "weightsync/detail/batch_memo.hpp"
 #include "weightsync/detail/digest.hpp"
 #include "weightsync/pipeline/detail/handshake.hpp"
 #include "weightsync/pipeline/detail/plan.hpp"
@@ -463,14 +464,13 @@ class TransferRun {
         take_items(c, [&](const ShardPiece& piece, const void* src) {
           const std::size_t nb = piece.bytes();
           if (nb == 0) return;
-          const auto* p = static_cast<const byte*>(src);
-          if (run > 0 && from + run == p) {
+          if (run > 0 && continues(to, from, run, to + run, src)) {
             run += nb;
             return;
           }
           if (run > 0) ws.policy.copy(to, from, run, s);
           to += run;
-          from = p;
+          from = static_cast<const byte*>(src);
           run = nb;
         });
       if (run > 0 && failure_.empty()) ws.policy.copy(to, from, run, s);
