@@ -26,11 +26,17 @@ phase_done() {
   times+=("$1 $((SECONDS - phase_start)) s")
   phase_start=$SECONDS
 }
+# Every phase's time is printed at the end, failed or not: a phase that stopped the script is
+# named with the time it ran until then and "FAILED".
 report_times() {
-  local IFS=,
+  local rc=$? IFS=,
+  if [ "$rc" -ne 0 ]; then
+    times+=("${running_phase:-?} $((SECONDS - phase_start)) s FAILED (exit $rc)")
+  fi
   echo "== time per phase: ${times[*]} (total $SECONDS s)"
 }
 trap report_times EXIT
+running_phase=deps
 source scripts/deps.sh
 # python3-torch (Debian: torch 1.13, CPU; 177 packages, ~148 MB of archives on a bare Debian 12)
 # lets the TCPStore interop tests talk to torch's own client and server; they skip without it.
@@ -41,6 +47,7 @@ fuzz=${WEIGHTSYNC_FUZZ:-AUTO}
 [ $quick = 1 ] && fuzz=OFF
 [ "$fuzz" = OFF ] || ws_install_fuzz_deps
 phase_done deps
+running_phase=configure
 build=${WEIGHTSYNC_BUILD_DIR:-build/test}
 launcher=()
 [ -n "${CMAKE_CXX_COMPILER_LAUNCHER:-}" ] && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER="$CMAKE_CXX_COMPILER_LAUNCHER")
@@ -63,20 +70,24 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEIGHTSYNC_F
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DWEIGHTSYNC_TEST_CPU_SUITES=$cpu_suites \
   -DWEIGHTSYNC_HEADER_CHECK="${WEIGHTSYNC_HEADER_CHECK:-ALL}" "${launcher[@]}" "$@"
 phase_done configure
+running_phase=build
 if [ $quick = 1 ]; then
   cmake --build "$build" -j "$(nproc)" --target weightsync_unit_tests
   phase_done build
+  running_phase=tests
   ctest --test-dir "$build" --output-on-failure --no-tests=error -j "$(nproc)" -L unit
   phase_done tests
   exit 0
 fi
 cmake --build "$build" -j "$(nproc)"
 phase_done build
+running_phase=tests
 ctest --test-dir "$build" --output-on-failure --no-tests=error -j "$(nproc)"
 phase_done tests
 # Sanitizer runs of the CPU tests: WEIGHTSYNC_SANITIZE="asan" (what CI sets), "asan tsan", or "".
 for mode in ${WEIGHTSYNC_SANITIZE:-}; do
   echo "== sanitizer run: $mode"
+  running_phase="sanitizer-$mode"
   bash scripts/sanitize.sh "$mode"
   phase_done "sanitizer-$mode"
 done
