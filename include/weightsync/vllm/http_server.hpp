@@ -22,6 +22,12 @@
 #if !defined(__has_include) || !__has_include(<httplib.h>)
 #error "<weightsync/vllm/http_server.hpp> needs cpp-httplib (<httplib.h>)"
 #endif
+// cpp-httplib's compiled parts come with weightsync::http (which defines WEIGHTSYNC_LINKS_HTTP);
+// without it a program would compile and then fail to link (undefined httplib::...).
+#if !defined(WEIGHTSYNC_LINKS_HTTP)
+#error "<weightsync/vllm/http_server.hpp>: link weightsync::http to use it (CMake: target_link_libraries(<target> PRIVATE weightsync::http); without CMake: link cpp-httplib, define WEIGHTSYNC_LINKS_HTTP=1)"
+#define WEIGHTSYNC_LINKS_HTTP 0  // (said once per translation unit)
+#endif
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
