@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstddef>
@@ -35,14 +36,26 @@ namespace weightsync::detail {
 
 using Clock = std::chrono::steady_clock;
 
+//! Set by an embedding runtime to end every wait of this process at once (the Python binding's
+//! Ctrl-C, python/src/core.cpp): every Deadline then counts as expired, so a wait that the signal
+//! woke (EINTR) gives up as at its deadline and the transfer fails as after any timeout. Whoever
+//! sets it clears it.
+inline std::atomic<bool>& waits_interrupted() noexcept {
+  static std::atomic<bool> flag{false};
+  return flag;
+}
+
 //! A point in time after which a wait gives up.
 struct Deadline {
   Clock::time_point at;
 
   static Deadline after(std::chrono::milliseconds d) { return {Clock::now() + d}; }
-  bool expired() const { return Clock::now() >= at; }
+  bool expired() const {
+    return waits_interrupted().load(std::memory_order_relaxed) || Clock::now() >= at;
+  }
   //! Milliseconds left, clamped to [0, INT_MAX], for poll().
   int poll_ms() const {
+    if (waits_interrupted().load(std::memory_order_relaxed)) return 0;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(at - Clock::now());
     if (left.count() <= 0) return 0;
     return static_cast<int>(std::min<std::int64_t>(left.count() + 1, 1 << 30));

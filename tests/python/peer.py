@@ -1,0 +1,84 @@
+# SPDX-FileCopyrightText: 2026 weightsync contributors
+# SPDX-License-Identifier: Apache-2.0
+"""A Python worker process for the tests: reads JSON-line commands on stdin, answers on stdout.
+  peer.py worker   ops: init {info}, update {info, version, mode: load|dest|both},
+                   sleep_then_update (for Ctrl-C), exit"""
+
+import hashlib
+import json
+import sys
+import traceback
+
+import torch
+
+import weightsync as ws
+
+
+def reply(**kw):
+    sys.stdout.write(json.dumps(kw) + "\n")
+    sys.stdout.flush()
+
+
+def sha(t):
+    return hashlib.sha256(t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()).hexdigest()
+
+
+def update(w, cmd):
+    info = cmd["info"]
+    mode = cmd.get("mode", "load")
+    got, views = {}, 0
+    dests = None
+    if mode in ("dest", "both"):
+        # every other tensor (both) or all of them (dest) into our own tensors
+        dests = {}
+        for i, (n, d, s) in enumerate(zip(info["names"], info["dtype_names"], info["shapes"])):
+            if mode == "dest" or i % 2 == 0:
+                dests[n] = torch.full(s, 7, dtype=getattr(torch, d)) if d != "bool" else torch.zeros(s, dtype=torch.bool)
+        before = {n: t.data_ptr() for n, t in dests.items()}
+
+    def load(weights):
+        nonlocal views
+        for name, t in weights:
+            assert isinstance(t, torch.Tensor)
+            got[name] = sha(t)
+            views += 1
+
+    w.start_weight_update()
+    stats = w.update_weights(info, load, dests)
+    if dests:
+        for n, t in dests.items():
+            assert t.data_ptr() == before[n], "a destination tensor was replaced"
+            # (an empty tensor has no memory: torch's data_ptr is 0, which asks for a view)
+            assert n not in got or t.numel() == 0, "a tensor with a destination was also loaded"
+            got[n] = sha(t)
+    w.finish_weight_update(cmd.get("version"))
+    reply(ok=True, hashes=got, views=views, version=w.weight_version(), stats=stats)
+
+
+def worker():
+    w = ws.WorkerEngine(timeout=float(sys.argv[2]) if len(sys.argv) > 2 else 30.0,
+                        liveness_interval=0)
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        op = cmd["op"]
+        try:
+            if op == "exit":
+                w.shutdown()
+                reply(ok=True)
+                return
+            if op == "init":
+                w.init_transfer_engine(cmd["info"])
+                reply(ok=True, rank=w.rank(), world_size=w.world_size())
+            elif op == "update":
+                update(w, cmd)
+            else:
+                reply(ok=False, type="bad op", msg=op)
+        except Exception as e:  # noqa: BLE001 (reported to the test)
+            reply(ok=False, type=type(e).__name__, msg=str(e),
+                  attrs={k: getattr(e, k) for k in ("field", "peer", "phase", "deadline")
+                         if hasattr(e, k)},
+                  trace=traceback.format_exc())
+
+
+if __name__ == "__main__":
+    {"worker": worker}[sys.argv[1]]()
