@@ -7,6 +7,7 @@
 import hashlib
 import json
 import sys
+import time
 import traceback
 
 import torch
@@ -36,13 +37,18 @@ def update(w, cmd):
                 dests[n] = torch.full(s, 7, dtype=getattr(torch, d)) if d != "bool" else torch.zeros(s, dtype=torch.bool)
         before = {n: t.data_ptr() for n, t in dests.items()}
 
+    slow = cmd.get("slow", 0)
+
     def load(weights):
         nonlocal views
+        if slow:
+            time.sleep(slow)
         for name, t in weights:
             assert isinstance(t, torch.Tensor)
             got[name] = sha(t)
             views += 1
 
+    time.sleep(cmd.get("delay", 0))  # (a late worker: the trainer waits in its handshake)
     w.start_weight_update()
     stats = w.update_weights(info, load, dests)
     if dests:
@@ -53,6 +59,37 @@ def update(w, cmd):
             got[n] = sha(t)
     w.finish_weight_update(cmd.get("version"))
     reply(ok=True, hashes=got, views=views, version=w.weight_version(), stats=stats)
+
+
+def interrupted(w, cmd):
+    """update_weights from a trainer that never sends: the test sends SIGINT meanwhile."""
+    w.start_weight_update()
+    reply(ok=True, waiting=True)
+    t0 = time.monotonic()
+    try:
+        w.update_weights(cmd["info"], lambda weights: None)
+    except KeyboardInterrupt as e:
+        ctx = e.__context__
+        reply(ok=True, interrupted=True, after_s=time.monotonic() - t0,
+              context=type(ctx).__name__ if ctx else None, context_msg=str(ctx),
+              updating=w.updating())
+        return
+    reply(ok=False, msg="update_weights returned")
+
+
+def trainer_alone(port):
+    """trainer_init of a group whose worker never comes: the test sends SIGINT meanwhile."""
+    t = ws.TrainerEngine(timeout=60.0)
+    reply(ok=True, waiting=True)
+    t0 = time.monotonic()
+    try:
+        t.trainer_init({"master_address": "127.0.0.1", "master_port": port, "world_size": 2,
+                        "rank_offset": 1})
+    except KeyboardInterrupt as e:
+        reply(ok=True, interrupted=True, after_s=time.monotonic() - t0,
+              context=type(e.__context__).__name__ if e.__context__ else None)
+        return
+    reply(ok=False, msg="trainer_init returned")
 
 
 def worker():
@@ -71,6 +108,14 @@ def worker():
                 reply(ok=True, rank=w.rank(), world_size=w.world_size())
             elif op == "update":
                 update(w, cmd)
+            elif op == "state":
+                reply(ok=True, updating=w.updating(), initialized=w.initialized(),
+                      version=w.weight_version())
+            elif op == "start":
+                w.start_weight_update()
+                reply(ok=True)
+            elif op == "wait_for_ctrl_c":
+                interrupted(w, cmd)
             else:
                 reply(ok=False, type="bad op", msg=op)
         except Exception as e:  # noqa: BLE001 (reported to the test)
@@ -81,4 +126,7 @@ def worker():
 
 
 if __name__ == "__main__":
-    {"worker": worker}[sys.argv[1]]()
+    if sys.argv[1] == "trainer_alone":
+        trainer_alone(int(sys.argv[2]))
+    else:
+        {"worker": worker}[sys.argv[1]]()

@@ -105,3 +105,42 @@ class Worker:
             except (OSError, ValueError, subprocess.TimeoutExpired):
                 self.p.kill()
                 self.p.wait()
+
+
+def in_process_pair(trainer_kw=None, worker_kw=None, **info_kw):
+    """A trainer and a worker in this process (the worker on the calling thread): possible only
+    because both release the GIL while they wait for each other."""
+    import threading  # noqa: PLC0415
+
+    import weightsync as ws  # noqa: PLC0415
+    t = ws.TrainerEngine(timeout=TIMEOUT, **(trainer_kw or {}))
+    w = ws.WorkerEngine(timeout=TIMEOUT, liveness_interval=0, **(worker_kw or {}))
+    info = init_info(free_port(), **info_kw)
+    th = threading.Thread(target=t.trainer_init, args=(info,))
+    th.start()
+    w.init_transfer_engine(info)
+    th.join(TIMEOUT)
+    return t, w
+
+
+def in_background(fn, *args):
+    """Runs fn(*args) on a thread; .result() joins it and returns or raises what it did."""
+    import threading  # noqa: PLC0415
+
+    class Job(threading.Thread):
+        def run(self):
+            try:
+                self.value, self.error = fn(*args), None
+            except BaseException as e:  # noqa: BLE001
+                self.value, self.error = None, e
+
+        def result(self):
+            self.join(TIMEOUT * 2)
+            assert not self.is_alive(), "the background call did not return"
+            if self.error is not None:
+                raise self.error
+            return self.value
+
+    j = Job(daemon=True)
+    j.start()
+    return j
