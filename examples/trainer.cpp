@@ -31,6 +31,7 @@
 #include <weightsync/backends.hpp>
 #include <weightsync/engine.hpp>
 #include <weightsync/vllm/control_plane.hpp>
+#include <weightsync/vllm/join.hpp>
 #if WEIGHTSYNC_HAS_CUDA
 #include <weightsync/cuda/check.hpp>
 #include <weightsync/cuda/device_buffer.hpp>
@@ -193,10 +194,6 @@ int main(int argc, char** argv) try {
       throw ws::config_error("--server", "expected http://host:port, got '" + u + "'");
     servers.emplace_back(u, deadline + std::chrono::seconds(5), token);
   }
-  // Every server must answer before anything starts: a wrong URL is "connection refused" now,
-  // not a rendezvous timeout later.
-  for (auto& c : servers) (void)c.get_world_size();
-
   const auto train = demo::spirals(200, 1), eval = demo::spirals(100, 2);
   demo::Mlp model;
   demo::init_random(model, 7);
@@ -231,49 +228,15 @@ int main(int argc, char** argv) try {
   // transfer (the handshake refuses a trainer and servers that disagree).
   if (shadow) to.engine.acknowledge = ws::Acknowledge::each_transfer;
   ws::TrainerEngine trainer(to);
-  {
-    auto inits = std::async(std::launch::async, [&] {
-      on_all(servers, [&](ws::http::VllmClient& c, std::size_t i) {
-        auto mine = info;
-        mine.rank_offset = 1 + static_cast<int>(i);
-        c.init_weight_transfer_engine(mine);
-      });
-    });
-    auto rendezvous = std::async(std::launch::async, [&] { trainer.trainer_init(info); });
-    // Whichever fails first is the error to report: an init call that fails (refused, 401, 400,
-    // 500, reset) means its server will never join, so waiting out the rendezvous would only
-    // hide the reason.
-    while (rendezvous.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready) {
-      if (inits.wait_for(std::chrono::seconds(0)) != std::future_status::ready) continue;
-      try {
-        inits.get();
-      } catch (const std::exception& e) {
-        // The rendezvous has no cancel: report and leave now, without waiting for it.
-        std::fprintf(stderr, "trainer: %s\n", e.what());
-        std::fflush(nullptr);
-        std::_Exit(2);
-      }
-      break;  // every init call answered: the rendezvous completes or fails on its own
-    }
-    try {
-      rendezvous.get();
-    } catch (const std::exception& e) {
-      // An init call's own error says more than "never joined"; wait a moment for one.
-      std::string why = e.what();
-      if (inits.valid() && inits.wait_for(std::chrono::seconds(1)) == std::future_status::ready) {
-        try {
-          inits.get();
-        } catch (const std::exception& h) {
-          why = std::string(h.what()) + " (and the rendezvous failed: " + why + ")";
-        }
-      } else if (inits.valid()) {
-        why += " (the servers' init calls have not answered: a server that hangs?)";
-      }
-      std::fprintf(stderr, "trainer: %s\n", why.c_str());
-      std::fflush(nullptr);
-      std::_Exit(2);  // an unanswered init call cannot be cancelled: do not wait for it
-    }
-    if (inits.valid()) inits.get();
+  // Every server is checked first (a wrong URL: "connection refused" at once), then the servers'
+  // init calls and the rendezvous run together; a server that fails or refuses its init call
+  // stops the rendezvous and is the error (see <weightsync/vllm/join.hpp>).
+  try {
+    ws::http::join_servers(trainer, servers, info);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "trainer: %s\n", e.what());
+    std::fflush(nullptr);
+    std::_Exit(2);  // (an init call still out runs on its own thread: no static destructors)
   }
   std::printf("[trainer] %zu server(s) joined over the %s backend (world size %d)\n",
               servers.size(), backend.c_str(), info.world_size);

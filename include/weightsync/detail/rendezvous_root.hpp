@@ -22,6 +22,7 @@
 #include <ios>
 #include <string>
 #include <string_view>
+#include <stop_token>
 #include <utility>
 #include <vector>
 
@@ -46,6 +47,7 @@ struct RootSettings {
   std::chrono::milliseconds timeout{60000};
   std::chrono::milliseconds hello_timeout{5000};
   std::size_t max_blob_bytes = 4096;
+  std::stop_token stop;  //!< a stop requested ends the wait (state_error)
 };
 
 class RendezvousRoot {
@@ -73,6 +75,10 @@ class RendezvousRoot {
   Joined run() {
     while (count_ < o_.world_size) {
       if (deadline_.expired()) throw missing_ranks();
+      if (o_.stop.stop_requested())
+        throw state_error(cat("rendezvous: rank 0 on ", o_.address, ":", local_port(listener_.get()),
+                              " stopped waiting (a stop was requested), ", count_, " of ",
+                              o_.world_size, " ranks joined"));
       poll_once();
     }
     listener_.reset();  // late strangers get "connection refused"
@@ -93,6 +99,7 @@ class RendezvousRoot {
   void poll_once() {
     std::vector<pollfd> fds{{listener_.get(), POLLIN, 0}};
     int wait_ms = deadline_.poll_ms();
+    if (o_.stop.stop_possible()) wait_ms = std::min(wait_ms, 50);  // (to see a stop request)
     for (auto& p : pending_) {
       fds.push_back({p.fd.get(), POLLIN, 0});
       wait_ms = std::min(wait_ms, p.until.poll_ms());

@@ -13,6 +13,7 @@
 #include <functional>
 #include <iterator>
 #include <span>
+#include <stop_token>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -165,6 +166,13 @@ struct EngineOptions {
   //!
   //! @snippet tests/unit/progress_test.cpp progress line
   ProgressFn progress;
+  //! A stop requested here ends init's wait for the other ranks early, with a state_error,
+  //! instead of at `timeout`: rank 0's wait in the TCP rendezvous (the "host" and "ipc"
+  //! backends, "nccl" with master_address) within about 50 ms, and NCCL's own init (the
+  //! unique-id mode) at once. For a caller that learns meanwhile that a peer will never join
+  //! (http::join_servers stops it when a server's init call fails). Other waits (the other
+  //! ranks' in the TCP rendezvous, a TCPStore's) still end at `timeout`.
+  std::stop_token stop;
 };
 
 //! A transport the engines drive, chosen by name from the BackendRegistry (engine/registry.hpp).
@@ -263,6 +271,7 @@ inline RendezvousOptions rendezvous_options(const GroupInfo& info, int rank,
   r.world_size = info.world_size;
   r.token = o.token;
   r.timeout = o.timeout;
+  r.stop = o.stop;
   return r;
 }
 }  // namespace detail

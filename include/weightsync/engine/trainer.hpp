@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <ranges>
+#include <stop_token>
 #include <utility>
 #include <vector>
 
@@ -84,9 +85,11 @@ class TrainerEngine {
 
   //! Joins the transfer group as rank trainer_rank when trainer_world > 1, else as rank 0 on
   //! trainer rank 0 only (blocks until every rank has joined); non-sender ranks return at once.
-  //! Run it while the workers' init_transfer_engine runs.
+  //! Run it while the workers' init_transfer_engine runs (http::join_servers does both, and
+  //! reports a server that fails or cannot be reached at once). A stop requested on `stop` ends
+  //! rank 0's rendezvous early (EngineOptions::stop).
   //! @throws config_error for a trainer_rank outside 0..M-1, or a rank_offset below M.
-  void trainer_init(const InitRequest& info) {
+  void trainer_init(const InitRequest& info, std::stop_token stop = {}) {
     info.validate();
     const int m = opt_.trainer_world;
     if (m < 1) throw config_error("trainer_world", detail::cat("must be >= 1, got ", m));
@@ -100,13 +103,19 @@ class TrainerEngine {
     packing_ = info.packing;
     if (!is_sender()) return;
     auto b = BackendRegistry::global().make(opt_.engine.backend);
-    b->init(info.group, m > 1 ? opt_.trainer_rank : 0, opt_.engine);
+    if (stop.stop_possible()) {
+      EngineOptions o = opt_.engine;
+      o.stop = std::move(stop);
+      b->init(info.group, m > 1 ? opt_.trainer_rank : 0, o);
+    } else {
+      b->init(info.group, m > 1 ? opt_.trainer_rank : 0, opt_.engine);
+    }
     backend_ = std::move(b);
   }
   //! An adapter's init (engine/adapter.hpp): vLLM's NcclInitInfo with <weightsync/vllm.hpp>.
   template <InitInfo I>
-  void trainer_init(const I& info) {
-    trainer_init(to_init_request(info, InitContext{}));
+  void trainer_init(const I& info, std::stop_token stop = {}) {
+    trainer_init(to_init_request(info, InitContext{}), std::move(stop));
   }
 
   //! One round: the source's metadata, then its iteration, checked tensor by tensor.

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <stop_token>
 #include <string>
 #include <thread>
 #include <utility>
@@ -42,6 +43,8 @@ struct RendezvousOptions {
   std::chrono::milliseconds timeout{60000};       //!< whole rendezvous, on every rank
   std::chrono::milliseconds hello_timeout{5000};  //!< a connection silent this long is dropped
   std::size_t max_blob_bytes = 4096;              //!< bound on each rank's blob
+  //! Rank 0 only: a stop requested here ends its wait within about 50 ms (state_error).
+  std::stop_token stop;
 
   void validate() const {
     if (world_size < 1)
@@ -76,7 +79,7 @@ inline std::string hello_payload(const RendezvousOptions& o, const std::string& 
 //! Rank 0's side: accept, vet and answer every peer (RendezvousRoot).
 inline RendezvousResult rendezvous_root(const RendezvousOptions& o, const std::string& blob) {
   auto joined = RendezvousRoot({o.address, o.port, o.world_size, o.token, o.timeout,
-                                o.hello_timeout, o.max_blob_bytes},
+                                o.hello_timeout, o.max_blob_bytes, o.stop},
                                blob)
                     .run();
   RendezvousResult res;

@@ -39,6 +39,7 @@ inline std::unique_ptr<Backend> make_nccl_backend() {
     NcclOptions n;
     n.device = o.device;
     n.timeout = o.timeout;
+    n.stop = o.stop;
     // Blocking launches split a child communicator off the bounded parent: a collective that
     // vLLM's workers do not run, so vLLM's wire keeps non-blocking launches. Only this
     // library's peers set up every connection at init.

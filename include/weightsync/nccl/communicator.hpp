@@ -33,6 +33,7 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <stop_token>
 #include <string>
 #include <thread>
 #include <utility>
@@ -69,6 +70,9 @@ struct NcclOptions {
   //! broadcast needs are set up inside init's deadline rather than inside a launch. Every rank
   //! must agree: a vLLM peer does not run it (the engines set it for Protocol::weightsync only).
   bool connect_all = false;
+  //! A stop requested here ends the wait for ncclCommInitRankConfig at once (communicator
+  //! aborted, state_error) instead of at `timeout` (EngineOptions::stop).
+  std::stop_token stop;
 };
 
 class NcclCommunicator {
@@ -117,7 +121,7 @@ class NcclCommunicator {
       c.comm_ = nullptr;
       throw nccl_error(r, "ncclCommInitRankConfig", rank);
     }
-    c.wait_ready("ncclCommInitRankConfig", "init");
+    c.wait_ready("ncclCommInitRankConfig", "init", o.stop);
     if (o.blocking) {
       // Split a blocking child off the bounded, non-blocking parent; the parent is then released.
       ncclConfig_t child_config = NCCL_CONFIG_INITIALIZER;
@@ -371,7 +375,7 @@ class NcclCommunicator {
   }
 
   //! Polls ncclCommGetAsyncError while it answers ncclInProgress, within timeout().
-  void wait_ready(const char* api, const char* phase) {
+  void wait_ready(const char* api, const char* phase, const std::stop_token& stop = {}) {
     const auto start = std::chrono::steady_clock::now();
     const auto deadline = start + timeout_;
     auto next_control = start;
@@ -390,6 +394,12 @@ class NcclCommunicator {
           throw;
         }
         next_control = now + std::chrono::milliseconds(5);
+      }
+      if (stop.stop_requested()) {
+        const std::string what = detail::cat(api, " on rank ", rank_, " of ", size_,
+                                             " stopped (a stop was requested); communicator aborted");
+        abort(what);
+        throw state_error(what);
       }
       if (now >= deadline) {
         const std::string what =

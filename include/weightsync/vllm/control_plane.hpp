@@ -444,6 +444,8 @@ class VllmClient {
     return check("GET", path, r, t0);
   }
   const std::string& url() const noexcept { return url_; }
+  std::chrono::milliseconds timeout() const noexcept { return timeout_; }
+  const std::string& bearer_token() const noexcept { return token_; }
 
  private:
   //! What httplib's error means, as far as can be told: it says "Connection" for a refused and an
