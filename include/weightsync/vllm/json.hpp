@@ -29,6 +29,7 @@
 #include "weightsync/vllm/detail/shard_json.hpp"
 #include "weightsync/vllm/init_info.hpp"
 #include "weightsync/vllm/m2n_info.hpp"
+#include "weightsync/vllm/m2n_v2.hpp"
 #include "weightsync/vllm/update_info.hpp"
 
 namespace weightsync {
@@ -244,18 +245,22 @@ inline void from_json(const nlohmann::json& j, M2NUpdateInfo& v) {
   v = std::move(r);
 }
 
-//! The init info of either vLLM backend a worker may be sent.
-using AnyInitInfo = std::variant<NcclInitInfo, M2NInitInfo>;
+//! The init info of either vLLM backend a worker may be sent (M2N in schema 1 or 2).
+using AnyInitInfo = std::variant<NcclInitInfo, M2NInitInfo, M2NInitInfoV2>;
 
-//! Reads vLLM's init info of either backend, strictly: an object with a key that only
-//! M2NWeightTransferInitInfo has (src_mesh_dims, dst_mesh_dims, names, dtype_names, shapes,
-//! src_placements, max_cta) is an M2NInitInfo, anything else an NcclInitInfo.
-//! @throws config_error naming the field.
+//! Reads vLLM's init info of either backend, strictly: an object with a key that only the M2N
+//! schema 2 has (schema_version, source_digest, params, worker_rank_offset) is an M2NInitInfoV2;
+//! else one with a key that only M2NWeightTransferInitInfo has (src_mesh_dims, dst_mesh_dims,
+//! names, dtype_names, shapes, src_placements, max_cta) is an M2NInitInfo (schema 1); anything
+//! else an NcclInitInfo. @throws config_error naming the field.
 inline AnyInitInfo parse_init_info(const nlohmann::json& j) {
-  if (j.is_object())
+  if (j.is_object()) {
+    for (const char* k : {"schema_version", "source_digest", "params", "worker_rank_offset"})
+      if (j.contains(k)) return j.get<M2NInitInfoV2>();
     for (const char* k : {"src_mesh_dims", "dst_mesh_dims", "names", "dtype_names", "shapes",
                           "src_placements", "max_cta"})
       if (j.contains(k)) return j.get<M2NInitInfo>();
+  }
   return j.get<NcclInitInfo>();
 }
 
