@@ -6,7 +6,9 @@
 //! vLLM's side of weight syncing, converted to the engines' neutral types (engine/adapter.hpp):
 //! the init infos (NcclInitInfo: vllm/init_info.hpp; M2NInitInfo: vllm/m2n_info.hpp), the update
 //! infos (NcclUpdateInfo with the delta and sparse_nccl fields: vllm/update_info.hpp;
-//! M2NUpdateInfo), and their JSON (vllm/json.hpp: to_json / from_json, parse_init_info).
+//! M2NUpdateInfo; M2N schema 2: vllm/m2n_v2.hpp), and their JSON (vllm/json.hpp: to_json /
+//! from_json, parse_init_info); the JSON of one engine version, vLLM before or since 0.28 or
+//! SGLang (vllm/wire.hpp, vllm/sglang.hpp).
 //! With it, the engines take vLLM's structs and JSON as they come
 //! (`engine.init_transfer_engine(init_info)`, `engine.update_weights(update_info, load)`).
 //! The HTTP routes and client (cpp-httplib) are in <weightsync/vllm/control_plane.hpp>; the
@@ -16,7 +18,12 @@
 #include "weightsync/vllm/init_info.hpp"
 #include "weightsync/vllm/json.hpp"
 #include "weightsync/vllm/m2n_info.hpp"
+#include "weightsync/vllm/m2n_v2.hpp"
+#include "weightsync/vllm/sglang.hpp"
 #include "weightsync/vllm/update_info.hpp"
+#include "weightsync/vllm/wire.hpp"
+#include "weightsync/vllm/wire_version.hpp"
 #if WEIGHTSYNC_HAS_NCCL
 #include "weightsync/vllm/nccl_init.hpp"  // vllm_init_info
+#include "weightsync/vllm/uid_init.hpp"   // mint_unique_id_init
 #endif

@@ -8,10 +8,13 @@
 //! engines' InitRequest (to_init_request, found by ADL: engine/adapter.hpp). Its JSON is in
 //! vllm/json.hpp; this header needs no JSON library.
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 
+#include "weightsync/detail/base64.hpp"
 #include "weightsync/detail/format.hpp"
 #include "weightsync/engine/adapter.hpp"
 #include "weightsync/engine/group_info.hpp"
@@ -80,6 +83,25 @@ struct NcclInitInfo {
 
   friend bool operator==(const NcclInitInfo&, const NcclInitInfo&) = default;
 };
+
+//! The workers' init info of vLLM's unique-id mode: `id` (the 128 raw ncclUniqueId bytes) as
+//! standard base64 (172 characters), no master_address/master_port, and the packing every
+//! update uses. What a trainer sends after minting the id (vllm/uid_init.hpp mints it where NCCL
+//! is); write_init_info (vllm/wire.hpp) writes it for vLLM >= 0.28, the first with this mode.
+//! @throws config_error as validate() does.
+inline NcclInitInfo unique_id_init_info(std::span<const std::byte, kNcclUniqueIdBytes> id,
+                                        int world_size, int rank_offset = 1,
+                                        const Packing& packing = {}) {
+  NcclInitInfo i;
+  i.nccl_unique_id_b64 = detail::base64_encode(id);
+  i.world_size = world_size;
+  i.rank_offset = rank_offset;
+  i.packed = packing.packed;
+  i.packed_buffer_size_bytes = packing.buffer_size_bytes;
+  i.packed_num_buffers = packing.num_buffers;
+  i.validate();
+  return i;
+}
 
 //! The engines' InitRequest (engine/adapter.hpp). @throws config_error as validate() does.
 inline InitRequest to_init_request(const NcclInitInfo& info, InitContext) {
