@@ -4,7 +4,8 @@
 
 //! @file
 //! Version macros and the feature switches WEIGHTSYNC_HAS_CUDA / WEIGHTSYNC_HAS_NCCL (0 or 1).
-//! The CMake target defines both; code built without CMake falls back to __has_include.
+//! CMake's targets define each one that is 1 (weightsync::cuda) and WEIGHTSYNC_HOST_TARGET (every
+//! target): what none defines is 0. Code built without CMake falls back to __has_include.
 
 #define WEIGHTSYNC_VERSION_MAJOR 0
 #define WEIGHTSYNC_VERSION_MINOR 1
@@ -13,6 +14,9 @@
 #define WEIGHTSYNC_VERSION \
   (WEIGHTSYNC_VERSION_MAJOR * 10000 + WEIGHTSYNC_VERSION_MINOR * 100 + WEIGHTSYNC_VERSION_PATCH)
 
+#if !defined(WEIGHTSYNC_HAS_CUDA) && defined(WEIGHTSYNC_HOST_TARGET)
+#define WEIGHTSYNC_HAS_CUDA 0  // CMake: weightsync::cuda (or weightsync::weightsync) not linked
+#endif
 #ifndef WEIGHTSYNC_HAS_CUDA
 #if defined(__has_include)
 #if __has_include(<cuda_runtime_api.h>)
@@ -24,6 +28,9 @@
 #define WEIGHTSYNC_HAS_CUDA 0
 #endif
 
+#if !defined(WEIGHTSYNC_HAS_NCCL) && defined(WEIGHTSYNC_HOST_TARGET)
+#define WEIGHTSYNC_HAS_NCCL 0  // CMake: no linked target found NCCL
+#endif
 #ifndef WEIGHTSYNC_HAS_NCCL
 #if WEIGHTSYNC_HAS_CUDA && defined(__has_include)
 #if __has_include(<nccl.h>)

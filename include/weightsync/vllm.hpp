@@ -27,3 +27,21 @@
 #include "weightsync/vllm/nccl_init.hpp"  // vllm_init_info
 #include "weightsync/vllm/uid_init.hpp"   // mint_unique_id_init
 #endif
+#if !WEIGHTSYNC_HAS_NCCL
+namespace weightsync {
+namespace detail {
+template <class...>
+inline constexpr bool needs_nccl = false;
+}  // namespace detail
+//! Without NCCL (weightsync::host, or a build that found none): vllm_init_info mints an
+//! ncclUniqueId, which only NCCL can; a call says so at compile time.
+template <class... Args>
+NcclInitInfo vllm_init_info(Args&&...) {
+  static_assert(detail::needs_nccl<Args...>,
+                "vllm_init_info mints an ncclUniqueId: it needs NCCL (CMake: link weightsync::cuda "
+                "from a weightsync built with NCCL); the host backend takes an NcclInitInfo with "
+                "master_address and master_port instead");
+  return {};
+}
+}  // namespace weightsync
+#endif
