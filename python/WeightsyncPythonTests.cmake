@@ -36,9 +36,17 @@ endif()
 file(GLOB _ws_py_tests CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/tests/python/test_*.py")
 foreach(t ${_ws_py_tests})
   get_filename_component(n "${t}" NAME_WE)
+  # (the GPU tests only where a GPU is: elsewhere they would only skip, at an interpreter's cost)
+  if(n STREQUAL "test_gpu" AND NOT WEIGHTSYNC_GPU_BINARIES)
+    continue()
+  endif()
   add_test(NAME python.${n}
            COMMAND "${WEIGHTSYNC_PYTHON_TEST_EXECUTABLE}" -m pytest -q -p no:cacheprovider "${t}"
            WORKING_DIRECTORY "${PROJECT_SOURCE_DIR}/tests/python")
-  set_tests_properties(python.${n} PROPERTIES LABELS python TIMEOUT 120
+  set(_ws_labels python)
+  if(n STREQUAL "test_gpu")
+    set(_ws_labels "python;gpu")
+  endif()
+  set_tests_properties(python.${n} PROPERTIES LABELS "${_ws_labels}" TIMEOUT 120
                        ENVIRONMENT "${_ws_py_env}")
 endforeach()

@@ -125,19 +125,16 @@ auto blocking(double deadline_s, F&& f) -> std::invoke_result_t<F&> {
   }
   if (scope.interrupted() && PyErr_CheckSignals() != 0) {
     // KeyboardInterrupt (or what the user's handler raised), the library's error as its context
-    PyObject *t = nullptr, *v = nullptr, *tb = nullptr;
-    PyErr_Fetch(&t, &v, &tb);
-    PyErr_NormalizeException(&t, &v, &tb);
-    if (err && v) {
+    py::error_already_set interrupt;  // (fetched and normalized)
+    if (err) {
       try {
         raise_as_python(err, deadline_s);
       } catch (py::error_already_set& lib) {
-        py::object cause = lib.value();
-        if (cause) PyException_SetContext(v, cause.release().ptr());
+        if (interrupt.value() && lib.value())
+          PyException_SetContext(interrupt.value().ptr(), lib.value().inc_ref().ptr());
       }
     }
-    PyErr_Restore(t, v, tb);
-    throw py::error_already_set();
+    throw interrupt;
   }
   if (err) raise_as_python(err, deadline_s);
   if constexpr (!std::is_void_v<R>) return std::move(*out);

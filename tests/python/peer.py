@@ -21,7 +21,12 @@ def reply(**kw):
 
 
 def sha(t):
-    return hashlib.sha256(t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()).hexdigest()
+    t = t.detach().contiguous().reshape(-1).view(torch.uint8)
+    return hashlib.sha256(t.cpu().numpy().tobytes()).hexdigest()
+
+
+def device_of(w):
+    return "cpu" if w.backend == "host" else "cuda"
 
 
 def update(w, cmd):
@@ -34,23 +39,28 @@ def update(w, cmd):
         dests = {}
         for i, (n, d, s) in enumerate(zip(info["names"], info["dtype_names"], info["shapes"])):
             if mode == "dest" or i % 2 == 0:
-                dests[n] = torch.full(s, 7, dtype=getattr(torch, d)) if d != "bool" else torch.zeros(s, dtype=torch.bool)
+                dests[n] = torch.zeros(s, dtype=getattr(torch, d), device=device_of(w))
         before = {n: t.data_ptr() for n, t in dests.items()}
 
     slow = cmd.get("slow", 0)
 
-    def load(weights):
+    def load(weights, stream):
         nonlocal views
         if slow:
             time.sleep(slow)
+        if stream:  # a CUDA backend: the views are ready on `stream`
+            torch.cuda.ExternalStream(stream).synchronize()
         for name, t in weights:
             assert isinstance(t, torch.Tensor)
+            assert t.device.type == device_of(w), t.device
             got[name] = sha(t)
             views += 1
 
     time.sleep(cmd.get("delay", 0))  # (a late worker: the trainer waits in its handshake)
     w.start_weight_update()
     stats = w.update_weights(info, load, dests)
+    if device_of(w) == "cuda":
+        torch.cuda.synchronize()
     if dests:
         for n, t in dests.items():
             assert t.data_ptr() == before[n], "a destination tensor was replaced"
@@ -93,8 +103,11 @@ def trainer_alone(port):
 
 
 def worker():
-    w = ws.WorkerEngine(timeout=float(sys.argv[2]) if len(sys.argv) > 2 else 30.0,
-                        liveness_interval=0)
+    backend = sys.argv[3] if len(sys.argv) > 3 else "host"
+    if backend != "host":
+        torch.cuda.set_device(0)
+    w = ws.WorkerEngine(backend, timeout=float(sys.argv[2]) if len(sys.argv) > 2 else 30.0,
+                        liveness_interval=0, device=0 if backend != "host" else -1)
     for line in sys.stdin:
         cmd = json.loads(line)
         op = cmd["op"]

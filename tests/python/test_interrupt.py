@@ -30,7 +30,7 @@ def test_ctrl_c_during_update_weights_aborts_the_sync():
         src = ws.Source(tensors)
         r = w.call(op="wait_for_ctrl_c", info=t.update_info(src))
         assert r["waiting"]
-        time.sleep(1.0)  # well inside update_weights' wait for the trainer's handshake
+        time.sleep(0.5)  # well inside update_weights' wait for the trainer's handshake
         w.p.send_signal(signal.SIGINT)
         r = w.recv()
         assert r["ok"] and r["interrupted"], r
@@ -63,7 +63,7 @@ def test_ctrl_c_during_trainer_init():
                           str(free_port())], stdout=subprocess.PIPE, env=env(), text=True)
     try:
         assert '"waiting": true' in p.stdout.readline()
-        time.sleep(1.0)
+        time.sleep(0.5)
         p.send_signal(signal.SIGINT)
         line = p.stdout.readline()
         assert '"interrupted": true' in line, line

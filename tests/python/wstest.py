@@ -78,10 +78,11 @@ def env():
 class Worker:
     """A worker process (peer.py worker): commands in as JSON lines, replies out."""
 
-    def __init__(self, *args):
+    def __init__(self, *args, extra_env=None):
+        e = env()
+        e.update(extra_env or {})
         self.p = subprocess.Popen([sys.executable, os.path.join(HERE, "peer.py"), "worker", *args],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env(),
-                                  text=True)
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=e, text=True)
 
     def send(self, **cmd):
         self.p.stdin.write(json.dumps(cmd) + "\n")
