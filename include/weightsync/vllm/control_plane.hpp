@@ -81,9 +81,11 @@ struct RouteOptions {
 
 namespace detail {
 
+//! Answers `status` with `body` as JSON (bytes that are not UTF-8 replaced: the dump cannot throw).
 inline void reply(httplib::Response& res, int status, const nlohmann::json& body) {
   res.status = status;
-  res.set_content(body.dump(), "application/json");
+  res.set_content(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+                  "application/json");
 }
 
 //! True when arrays and objects in `text` nest deeper than `max_depth` (brackets inside strings do
@@ -197,7 +199,9 @@ inline bool admitted(const RouteOptions& o, const httplib::Request& req, httplib
   return true;
 }
 
-//! Runs `f`, mapping weightsync's errors to HTTP statuses.
+//! Runs `f`, mapping weightsync's errors to HTTP statuses: a bad field 400, a call in the wrong
+//! state 409, another weightsync error 500 with its message; any other exception a generic 500,
+//! its message only in the log.
 template <class F>
 void guarded(httplib::Response& res, const char* route, F&& f) {
   try {
@@ -208,9 +212,12 @@ void guarded(httplib::Response& res, const char* route, F&& f) {
     reply(res, 400, {{"error", std::string("Invalid JSON: ") + e.what()}});
   } catch (const state_error& e) {
     reply(res, 409, {{"error", e.what()}});
-  } catch (const std::exception& e) {
-    log(LogLevel::error, weightsync::detail::cat(route, " failed: ", e.what()));
+  } catch (const error& e) {
+    log(LogLevel::error, weightsync::detail::cat(route, " failed: ", escaped(e.what(), 4096)));
     reply(res, 500, {{"error", e.what()}});
+  } catch (const std::exception& e) {
+    log(LogLevel::error, weightsync::detail::cat(route, " failed: ", escaped(e.what(), 4096)));
+    reply(res, 500, {{"error", "internal server error (the server's log says more)"}});
   }
 }
 
@@ -251,7 +258,9 @@ inline void apply_limits(httplib::Server& server, const RouteOptions& o) {
     } else if (res.status == 400) {
       msg = "malformed HTTP request";
     }
-    res.set_content(nlohmann::json{{"error", msg}}.dump(), "application/json");
+    res.set_content(
+        nlohmann::json{{"error", msg}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+        "application/json");
   });
 }
 
