@@ -3,6 +3,7 @@
 // The HTTP control plane under pressure (issue 28) and as curl sends it (issue 27), in process:
 // a ControlServer with small limits (one worker, a queue of one, short header timeouts), and the
 // client's errors that say what failed.
+#include <weightsync/backends.hpp>
 #include <weightsync/detail/socket.hpp>
 #include <weightsync/vllm/control_plane.hpp>
 #include <weightsync/vllm/http_server.hpp>
@@ -317,6 +318,39 @@ TEST_CASE("vllm client: refused, reset and timed out are told apart, and the tok
     CHECK(c.get_world_size() == 2);
     CHECK(seen == "Bearer s3cret");
   }
+}
+
+TEST_CASE("vllm routes: an init whose master_port has nothing listening is a 504 that says so",
+          "[e2e][http][hardening]") {
+  int port = 0;
+  {
+    auto l = ws::detail::listen_tcp("127.0.0.1", 0);
+    port = ws::detail::local_port(l.get());
+  }  // closed: nothing listens there now
+  ws::WeightTransferEngine::Options eo;
+  eo.engine.backend = "host";
+  eo.engine.timeout = 1500ms;  // the rendezvous' deadline
+  ws::WeightTransferEngine engine(eo);
+  http::ControlServer s;
+  http::apply_limits(s, {});
+  http::add_vllm_routes(s, engine, {});
+  Running run(s);
+  const json body = {{"init_info",
+                      {{"master_address", "127.0.0.1"},
+                       {"master_port", port},
+                       {"rank_offset", 1},
+                       {"world_size", 2}}}};
+  httplib::Client c("127.0.0.1", run.port);
+  c.set_read_timeout(30, 0);
+  auto r = c.Post("/init_weight_transfer_engine", body.dump(), "application/json");
+  REQUIRE(r);
+  INFO(r->body);
+  CHECK(r->status == 504);
+  const std::string error = json::parse(r->body).value("error", "");
+  CHECK(error.find("[weightsync.timeout] rendezvous: nothing listening at 127.0.0.1:" +
+                   std::to_string(port) + " (") != std::string::npos);
+  CHECK(error.find(" refused connects in ") != std::string::npos);
+  CHECK_FALSE(engine.initialized());
 }
 
 }  // namespace ws_test_http_hardening_test

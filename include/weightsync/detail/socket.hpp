@@ -20,6 +20,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -178,11 +179,14 @@ inline std::string local_address(int fd) {
 }
 
 //! Connects to host:port, retrying refused connections until `deadline` (the listener may not
-//! be up yet). @throws timeout_error naming `phase` and `peer`.
+//! be up yet). @throws timeout_error naming `phase` and `peer`; when every attempt was refused,
+//! it says "nothing listening at host:port (N refused connects in T s)".
 inline Fd connect_tcp(const std::string& host, int port, Deadline deadline,
                       const std::string& phase, int peer) {
   std::string last = "no attempt";
   auto backoff = Tuning::Connect::first_backoff;
+  const auto started = Clock::now();
+  std::size_t attempts = 0, refused = 0;
   while (true) {
     auto res = resolve(host, port, false);
     for (addrinfo* ai = res.get(); ai; ai = ai->ai_next) {
@@ -211,11 +215,21 @@ inline Fd connect_tcp(const std::string& host, int port, Deadline deadline,
         set_socket_options(fd.get());
         return fd;
       }
+      ++attempts;
+      if (errno == ECONNREFUSED) ++refused;
       last = errno_string(errno);
     }
-    if (deadline.expired())
+    if (deadline.expired()) {
+      if (attempts > 0 && refused == attempts) {
+        const double s = std::chrono::duration<double>(Clock::now() - started).count();
+        throw timeout_error(phase, peer,
+                            cat("nothing listening at ", host, ":", port, " (", refused,
+                                " refused connects in ",
+                                s >= 10 ? std::round(s) : std::round(s * 10) / 10, " s)"));
+      }
       throw timeout_error(
           phase, peer, cat("could not connect to ", host, ":", port, " (last error: ", last, ")"));
+    }
     std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(
         backoff, std::chrono::milliseconds(std::max(1, deadline.poll_ms()))));
     backoff = std::min(backoff * 2, Tuning::Connect::max_backoff);

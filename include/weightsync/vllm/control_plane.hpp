@@ -12,7 +12,8 @@
 //! - GET /is_paused, GET /get_world_size, GET /weight_info
 //! Bad JSON or a bad field: 400 with {"error": ...}; a body over RouteOptions::max_body_bytes: 413;
 //! a missing or wrong bearer token (when one is set): 401; a call in the wrong state: 409; a failed
-//! transfer: 500 (the engine's session is then over and the previous weights stay in use).
+//! transfer: 500 (the engine's session is then over and the previous weights stay in use); a wait
+//! that ran out (e.g. init's rendezvous, nothing listening at master_port): 504.
 //! A known path with another method: 405 with an Allow header (on a ControlServer, which also
 //! bounds threads, queue, headers and timeouts: <weightsync/vllm/http_server.hpp>).
 //! Optional: built only where cpp-httplib is available (CMake: WEIGHTSYNC_HAS_HTTPLIB).
@@ -200,8 +201,8 @@ inline bool admitted(const RouteOptions& o, const httplib::Request& req, httplib
 }
 
 //! Runs `f`, mapping weightsync's errors to HTTP statuses: a bad field 400, a call in the wrong
-//! state 409, another weightsync error 500 with its message; any other exception a generic 500,
-//! its message only in the log.
+//! state 409, a wait that ran out (a rendezvous nobody answered) 504, another weightsync error
+//! 500 with its message; any other exception a generic 500, its message only in the log.
 template <class F>
 void guarded(httplib::Response& res, const char* route, F&& f) {
   try {
@@ -214,7 +215,7 @@ void guarded(httplib::Response& res, const char* route, F&& f) {
     reply(res, 409, {{"error", e.what()}});
   } catch (const error& e) {
     log(LogLevel::error, weightsync::detail::cat(route, " failed: ", escaped(e.what(), 4096)));
-    reply(res, 500, {{"error", e.what()}});
+    reply(res, dynamic_cast<const timeout_error*>(&e) ? 504 : 500, {{"error", e.what()}});
   } catch (const std::exception& e) {
     log(LogLevel::error, weightsync::detail::cat(route, " failed: ", escaped(e.what(), 4096)));
     reply(res, 500, {{"error", "internal server error (the server's log says more)"}});
