@@ -56,6 +56,8 @@
 #include <weightsync/ipc.hpp>
 #include <weightsync/loading.hpp>
 #include <weightsync/nccl/communicator.hpp>
+#elif WEIGHTSYNC_HAS_CUDA
+#include <cuda_runtime_api.h>  // (only to say why the GPU rows are not here)
 #endif
 
 #include <signal.h>
@@ -2066,20 +2068,41 @@ int launch(const Args& a, const char* self) {
   return rc;
 }
 
+#if !WEIGHTSYNC_BENCH_GPU
+// Why a build without the GPU rows has none: no CUDA or NCCL, or (what a CUDA build without a GPU
+// at configure time is) no device here, or the GPU binaries left out.
+std::string no_gpu_rows_reason() {
+#if WEIGHTSYNC_HAS_CUDA
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0)
+    return std::string("no CUDA device found (cudaGetDeviceCount: ") +
+           (e != cudaSuccess ? cudaGetErrorString(e) : "0 devices") + ")";
+  return "the GPU rows were not built (no GPU was seen at configure time, or NCCL is missing: "
+         "reconfigure with -DWEIGHTSYNC_BUILD_GPU_TESTS=ON)";
+#else
+  return "this build has no CUDA/NCCL (configure with the CUDA toolkit and NCCL)";
+#endif
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) try {
   ::setenv("NCCL_NVLS_ENABLE", "0", 0);
   const Args a = parse(argc, argv);
+#if !WEIGHTSYNC_BENCH_GPU
+  if (a.backend != "host")  // (before any rank is launched: one line, not one per rank)
+    throw std::invalid_argument("--backend " + a.backend + ": " + no_gpu_rows_reason() +
+                                "; only --backend host runs here");
+#endif
   if (a.rank < 0) return launch(a, argv[0]);
   if (a.backend == "host") return run_host(a);
 #if WEIGHTSYNC_BENCH_GPU
   Bench b(a);
   return b.run();
 #else
-  throw std::invalid_argument("--backend " + a.backend +
-                              ": this build has no CUDA/NCCL (configure with the CUDA toolkit and "
-                              "NCCL); only --backend host runs here");
+  return 2;  // (refused above)
 #endif
 } catch (const std::exception& e) {
   std::fprintf(stderr, "weightsync_bench: %s\n", e.what());

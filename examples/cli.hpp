@@ -5,10 +5,12 @@
 // "stoi").
 #pragma once
 
+#include <algorithm>
 #include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <limits>
 #include <string>
 #include <string_view>
@@ -74,14 +76,20 @@ inline std::size_t parse_bytes(const std::string& name, const std::string& text)
   return static_cast<std::size_t>(v << shift);
 }
 
-//! Walks "--name value" pairs: `on(name, value)` for each; a name without a value is an error
-//! naming it. Returns false when `on` does not know a name (the caller then throws).
+//! Walks "--name value" pairs: `on(name, value)` for each. A name not in `known` is "unknown
+//! option" listing the known ones, wherever it stands (the last argument too); a known name
+//! without a value is an error naming it.
 template <class F>
-void parse_pairs(int argc, char** argv, F on) {
+void parse_pairs(int argc, char** argv, std::initializer_list<std::string_view> known, F on) {
   for (int i = 1; i < argc; i += 2) {
     const std::string k = argv[i];
     if (k.rfind("--", 0) != 0)
       throw weightsync::config_error(k, "unexpected argument (options are --name value; --help)");
+    if (std::find(known.begin(), known.end(), k) == known.end()) {
+      std::string names;
+      for (auto n : known) names.append(names.empty() ? "" : " ").append(n);
+      throw weightsync::config_error(k, "unknown option (known: " + names + "; --help)");
+    }
     if (i + 1 >= argc) throw weightsync::config_error(k, "needs a value (--help)");
     on(k, std::string(argv[i + 1]));
   }

@@ -131,7 +131,11 @@ int main(int argc, char** argv) try {
   ws::http::RouteOptions ro;
   ws::http::ServerLimits sl;
   if (const char* t = std::getenv("WEIGHTSYNC_HTTP_TOKEN")) ro.bearer_token = t;
-  cli::parse_pairs(argc, argv, [&](const std::string& k, const std::string& v) {
+  cli::parse_pairs(
+      argc, argv,
+      {"--port", "--host", "--backend", "--device", "--shadow", "--max-body-bytes", "--token",
+       "--threads", "--max-queued", "--header-timeout-ms", "--max-header-bytes", "--max-headers"},
+      [&](const std::string& k, const std::string& v) {
     if (k == "--port")
       port = static_cast<int>(cli::parse_int(k, v, 0, 65535));
     else if (k == "--host")

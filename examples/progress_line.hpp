@@ -34,17 +34,31 @@ inline weightsync::ProgressFn progress_line(std::string who) {
   };
 }
 
-//! "N tensors, B bytes in C chunks, T ms (handshake h ms, data d ms at R GB/s)".
+//! A duration as a person reads it: "12.34 ms", or "41.5 us" under a millisecond.
+inline std::string duration_text(std::chrono::nanoseconds d) {
+  char buf[32];
+  const double us = std::chrono::duration<double, std::micro>(d).count();
+  if (us < 1000)
+    std::snprintf(buf, sizeof buf, "%.1f us", us);
+  else
+    std::snprintf(buf, sizeof buf, "%.2f ms", us / 1000);
+  return buf;
+}
+
+//! "N tensors, B bytes in C chunks, T ms (handshake h ms, data d ms at R GB/s)". A data phase
+//! under 100 us gets no rate (a few microseconds of copying say nothing of a link: a small sync
+//! travels inside the handshake).
 inline std::string summary(const weightsync::TransferStats& st) {
-  auto ms = [](std::chrono::nanoseconds d) {
-    return std::chrono::duration<double, std::milli>(d).count();
-  };
+  std::string rate;
+  if (st.data >= std::chrono::microseconds(100)) {
+    char r[48];
+    std::snprintf(r, sizeof r, " at %.3f GB/s", st.data_bytes_per_second() / 1e9);
+    rate = r;
+  }
   char buf[256];
-  std::snprintf(buf, sizeof buf,
-                "%zu tensors, %zu bytes in %zu chunks, %.2f ms (handshake %.2f ms, data %.2f ms "
-                "at %.3f GB/s)",
-                st.tensors, st.bytes, st.chunks, ms(st.total), ms(st.handshake), ms(st.data),
-                st.data_bytes_per_second() / 1e9);
+  std::snprintf(buf, sizeof buf, "%zu tensors, %zu bytes in %zu chunks, %s (handshake %s, data %s%s)",
+                st.tensors, st.bytes, st.chunks, duration_text(st.total).c_str(),
+                duration_text(st.handshake).c_str(), duration_text(st.data).c_str(), rate.c_str());
   return buf;
 }
 

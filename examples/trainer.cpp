@@ -148,7 +148,12 @@ int main(int argc, char** argv) try {
   std::string weights_dir;
   long long timeout_s = 30;
   if (const char* t = std::getenv("WEIGHTSYNC_HTTP_TOKEN")) token = t;
-  cli::parse_pairs(argc, argv, [&](const std::string& k, const std::string& v) {
+  cli::parse_pairs(
+      argc, argv,
+      {"--server", "--backend", "--device", "--syncs", "--epochs-per-sync", "--transfer-port",
+       "--die-at-sync", "--token", "--timeout-s", "--shadow", "--fail-every", "--weights-dir",
+       "--piece-delay-ms"},
+      [&](const std::string& k, const std::string& v) {
     if (k == "--server")
       urls = v;
     else if (k == "--backend") {

@@ -41,7 +41,13 @@ source scripts/deps.sh
 # python3-torch (Debian: torch 1.13, CPU; 177 packages, ~148 MB of archives on a bare Debian 12)
 # lets the TCPStore interop tests talk to torch's own client and server; they skip without it.
 # WEIGHTSYNC_TEST_EXTRA_PKGS="" leaves it out.
-ws_install_deps ${WEIGHTSYNC_TEST_EXTRA_PKGS-python3-torch}
+extra_pkgs=${WEIGHTSYNC_TEST_EXTRA_PKGS-python3-torch}
+if [[ " $extra_pkgs " == *" python3-torch "* && "${WEIGHTSYNC_SKIP_DEPS:-0}" != 1 ]] &&
+   ! dpkg-query -W -f='${Status}' python3-torch 2>/dev/null | grep -q "install ok installed"; then
+  echo "== python3-torch (torch 1.13, CPU; ~177 packages on a bare Debian 12) is for the TCPStore" \
+       "interop tests against torch's own client and server; WEIGHTSYNC_TEST_EXTRA_PKGS=\"\" leaves it out"
+fi
+ws_install_deps $extra_pkgs
 # The fuzz tests (label "fuzz") need clang; WEIGHTSYNC_FUZZ=OFF leaves them out.
 fuzz=${WEIGHTSYNC_FUZZ:-AUTO}
 [ $quick = 1 ] && fuzz=OFF

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "demo_process.hpp"
+#include "progress_line.hpp"
 #include "support/catch.hpp"
 #include "support/process.hpp"
 
@@ -137,6 +138,49 @@ TEST_CASE("trainer: a server that never answers is a timeout within the trainer'
   CHECK(has(out, url));
   CHECK(has(out, "timed out"));
   CHECK(std::chrono::steady_clock::now() - t0 < 10s);  // --timeout-s 1 + the HTTP grace of 5 s
+}
+
+TEST_CASE("examples: an unknown option is 'unknown option', even as the last argument",
+          "[e2e][cli]") {
+  for (const char* bin : {WEIGHTSYNC_DEMO_SERVER, WEIGHTSYNC_DEMO_TRAINER}) {
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{bin, "--bogus"}, std::vector<std::string>{bin, "--bogus", "1"}}) {
+      const auto [rc, out] = run(args);
+      INFO(bin << ":\n" << out);
+      CHECK(rc != 0);
+      CHECK(has(out, "--bogus"));
+      CHECK(has(out, "unknown option (known: "));
+      CHECK_FALSE(has(out, "needs a value"));
+    }
+    // A known option without its value is still told so.
+    const auto [rc, out] = run({bin, "--backend"});
+    INFO(bin << ":\n" << out);
+    CHECK(rc != 0);
+    CHECK(has(out, "--backend"));
+    CHECK(has(out, "needs a value"));
+  }
+}
+
+TEST_CASE("demo summary: a data phase of microseconds reads as such, with no rate",
+          "[e2e][cli]") {
+  weightsync::TransferStats st;
+  st.tensors = 12;
+  st.bytes = 1196;
+  st.chunks = 1;
+  st.total = 310us;
+  st.handshake = 250us;
+  st.data = 4600ns;  // (eager: the bytes came inside the handshake)
+  const auto eager = demo::summary(st);
+  INFO(eager);
+  CHECK(has(eager, "310.0 us (handshake 250.0 us, data 4.6 us)"));
+  CHECK_FALSE(has(eager, "GB/s"));
+  CHECK_FALSE(has(eager, "0.00 ms"));
+  st.bytes = 1000000000;
+  st.data = 10ms;
+  st.total = 12ms;
+  const auto big = demo::summary(st);
+  INFO(big);
+  CHECK(has(big, "12.00 ms (handshake 250.0 us, data 10.00 ms at 100.000 GB/s)"));
 }
 
 }  // namespace ws_test_cli_test
