@@ -28,6 +28,7 @@
 
 #include "blocking.hpp"
 #include "convert.hpp"
+#include "delta.hpp"
 #include "engines.hpp"
 #include "tensors.hpp"
 #include "worker.hpp"
@@ -134,4 +135,5 @@ PYBIND11_MODULE(_core, m) {
   bind_tensors(m);
   bind_trainer(m);
   bind_worker(m);
+  bind_delta(m);
 }

@@ -237,6 +237,7 @@ class Trainer {
   }
   TrainerEngine& engine() { return *engine_; }
   const std::string& backend() const { return backend_; }
+  double timeout_s() const { return timeout_s_; }
 
  private:
   py::object progress_;

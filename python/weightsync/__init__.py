@@ -5,7 +5,7 @@
 released during every transfer. See docs/python.md."""
 
 from . import _core
-from .engines import Snapshot, Source, TrainerEngine, WorkerEngine, as_framework_tensor
+from .engines import DeltaSource, Snapshot, Source, TrainerEngine, WorkerEngine, as_framework_tensor
 from .errors import (CudaError, ConfigError, Error, NcclError, PeerError, ProtocolError,
                      RemoteError, StateError, SystemError, TimeoutError)
 
@@ -16,7 +16,7 @@ if hasattr(_core, "vllm_init_info"):
     vllm_init_info = _core.vllm_init_info
 
 __all__ = [
-    "TrainerEngine", "WorkerEngine", "Source", "Snapshot", "as_framework_tensor", "backends",
+    "TrainerEngine", "WorkerEngine", "Source", "DeltaSource", "Snapshot", "as_framework_tensor", "backends",
     "has_cuda", "has_nccl", "Error", "ConfigError", "ProtocolError", "TimeoutError", "PeerError",
     "RemoteError", "StateError", "SystemError", "CudaError", "NcclError",
 ]

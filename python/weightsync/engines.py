@@ -11,7 +11,7 @@ import inspect
 
 from . import _core
 
-__all__ = ["Source", "TrainerEngine", "WorkerEngine", "as_framework_tensor"]
+__all__ = ["DeltaSource", "Source", "TrainerEngine", "WorkerEngine", "as_framework_tensor"]
 
 _FP8 = ("float8_e4m3fn", "float8_e5m2")
 
@@ -131,6 +131,8 @@ class TrainerEngine:
         """Sends ``weights`` (a :class:`Source`, or an iterable of ``(name, tensor)``: one pass
         over it, no copy). ``update_info`` (vLLM's dict) may override this round's packing.
         Returns the TransferStats as a dict (bytes, chunks, phase times in seconds)."""
+        if isinstance(weights, DeltaSource):
+            return weights._d.send(self._e)
         return self._e.send_weights(_source(weights)._ready(), update_info)
 
     trainer_send_weights = send_weights  # vLLM's name
@@ -158,6 +160,39 @@ class TrainerEngine:
 
     def __exit__(self, *exc):
         self.shutdown()
+
+
+class DeltaSource:
+    """Delta syncs (host backend): each round sends only what changed since the version every
+    worker holds (C++ DeltaSource, HostDeltaCodec). A round::
+
+        info = delta.prepare("v8", trainer)   # diff; the update info for the workers
+        # workers: update_weights(info, destinations=their tensors); finish_weight_update("v8")
+        trainer.send_weights(delta)
+        delta.commit()                        # every rank has it: "v8" is the next base
+
+    ``weights`` as for :class:`Source` (their memory must not change between prepare and
+    commit); options: ``mode`` ("automatic", "always", "never"), ``reference`` ("full",
+    "low_byte"), ``max_payload_fraction``, ``bucket_elems``, ``anchor_every``,
+    ``link_bytes_per_s``. Workers apply the blobs in place: they need destinations."""
+
+    def __init__(self, weights, **options):
+        self._src = _source(weights)
+        self._d = _core.DeltaSource(self._src._set, options)
+
+    def prepare(self, version, trainer):
+        return self._d.prepare(version, trainer._e)
+
+    def commit(self):
+        self._d.commit()
+
+    def invalidate(self):
+        """The next round goes whole (a worker lost the base version)."""
+        self._d.invalidate()
+
+    def stats(self):
+        """What the last prepare found: wire_bytes, tensor_bytes, blobs, whole, unchanged..."""
+        return self._d.stats()
 
 
 def as_framework_tensor(view, kind="torch"):
