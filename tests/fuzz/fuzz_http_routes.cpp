@@ -2,12 +2,15 @@
 // SPDX-License-Identifier: Apache-2.0
 // The HTTP route bodies: what every vLLM route does with a request before it reaches the engine
 // (size limit, token, JSON body and its depth limit, the route's fields). The first byte picks the
-// route, the token and the depth limit (default, or 2..8); every input ends in 200 (valid) or a
-// 4xx with a JSON {"error": ...}, never another exception, and no accepted body nests deeper than
-// the limit.
+// route, the token, the depth limit (default, or 2..8) and whether /pause has a query mode (then
+// the bytes after the input's last newline, any bytes: the server refuses a mode that is not
+// UTF-8 before the route, the route must not trip on one either); every input ends in 200 (valid)
+// or a 4xx with a JSON {"error": ...}, never another exception, and no accepted body nests deeper
+// than the limit.
 #include <weightsync/vllm/control_plane.hpp>
 
 #include <algorithm>
+#include <string>
 
 #include "fuzz_support.hpp"
 
@@ -26,6 +29,14 @@ WS_FUZZ_ENTRY {
   if (size < 1) return 0;
   httplib::Request req;
   req.body.assign(reinterpret_cast<const char*>(data + 1), size - 1);
+  std::string query = "keep";
+  if ((data[0] & 0x20) && (data[0] % 4) == 3) {
+    const std::size_t nl = req.body.rfind('\n');
+    if (nl != std::string::npos) {
+      query = req.body.substr(nl + 1);
+      req.body.resize(nl);
+    }
+  }
   if (data[0] & 0x80) req.set_header("Authorization", "Bearer " + req.body.substr(0, 8));
   httplib::Response res;
   ws::http::RouteOptions o;
@@ -50,8 +61,7 @@ WS_FUZZ_ENTRY {
       case 1: (void)d::parse_update_body(*body); break;
       case 2: (void)d::parse_finish_body(*body); break;
       default: {
-        const std::string q = "keep";
-        (void)d::parse_pause_body(*body, (data[0] & 0x20) ? &q : nullptr);
+        (void)d::parse_pause_body(*body, (data[0] & 0x20) ? &query : nullptr);
       }
     }
     d::reply(res, 200, {{"ok", true}});
