@@ -42,6 +42,8 @@ source scripts/deps.sh
 # lets the TCPStore interop tests talk to torch's own client and server; they skip without it.
 # WEIGHTSYNC_TEST_EXTRA_PKGS="" leaves it out.
 extra_pkgs=${WEIGHTSYNC_TEST_EXTRA_PKGS-python3-torch}
+# The Python package (python/, WEIGHTSYNC_BUILD_PYTHON=AUTO) and its tests (ctest label "python").
+extra_pkgs+=" ${WEIGHTSYNC_TEST_PYTHON_PKGS-python3-dev pybind11-dev python3-pytest python3-numpy}"
 if [[ " $extra_pkgs " == *" python3-torch "* && "${WEIGHTSYNC_SKIP_DEPS:-0}" != 1 ]] &&
    ! dpkg-query -W -f='${Status}' python3-torch 2>/dev/null | grep -q "install ok installed"; then
   echo "== python3-torch (torch 1.13, CPU; ~177 packages on a bare Debian 12) is for the TCPStore" \
