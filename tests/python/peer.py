@@ -104,10 +104,11 @@ def trainer_alone(port):
 
 def worker():
     backend = sys.argv[3] if len(sys.argv) > 3 else "host"
+    device = int(sys.argv[4]) if len(sys.argv) > 4 else 0
     if backend != "host":
-        torch.cuda.set_device(0)
+        torch.cuda.set_device(device)
     w = ws.WorkerEngine(backend, timeout=float(sys.argv[2]) if len(sys.argv) > 2 else 30.0,
-                        liveness_interval=0, device=0 if backend != "host" else -1)
+                        liveness_interval=0, device=device if backend != "host" else -1)
     for line in sys.stdin:
         cmd = json.loads(line)
         op = cmd["op"]

@@ -36,7 +36,10 @@ def cuda_tensors(seed):
 
 
 def gpu_pair(backend, info):
-    w = Worker(str(TIMEOUT), backend, extra_env=dict(SHARED, NCCL_HOSTID="ws-py-worker"))
+    # p2p is for two GPUs of one node: the worker on the second one
+    device = "1" if backend == "p2p" else "0"
+    w = Worker(str(TIMEOUT), backend, device,
+               extra_env=dict(SHARED, NCCL_HOSTID="ws-py-worker"))
     import os  # noqa: PLC0415
     os.environ.update(SHARED, NCCL_HOSTID="ws-py-trainer")
     torch.cuda.set_device(0)
@@ -54,6 +57,8 @@ def gpu_pair(backend, info):
 def test_every_byte_over_a_gpu_backend(backend, rendezvous, mode):
     if backend not in ws.backends():
         pytest.skip("%s not in this build" % backend)
+    if backend == "p2p" and torch.cuda.device_count() < 2:
+        pytest.skip("p2p needs two GPUs (ipc is the one-GPU case)")
     if rendezvous == "unique_id":
         info = ws.vllm_init_info(2, 1, True, 1 << 20, 2)
     else:
