@@ -136,4 +136,5 @@ PYBIND11_MODULE(_core, m) {
   bind_trainer(m);
   bind_worker(m);
   bind_delta(m);
+  bind_load_plan(m);
 }

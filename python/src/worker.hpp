@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "engines.hpp"
+#include "load_plan.hpp"
 #if WEIGHTSYNC_HAS_CUDA
 #include "weightsync/cuda/device_policy.hpp"
 #endif
@@ -104,7 +105,8 @@ class Worker {
     blocking(timeout_s_, [&] { engine_->start_weight_update(); });
   }
   py::dict update_weights(const py::dict& update_info, py::object load,
-                          std::shared_ptr<TensorSet> destinations);
+                          std::shared_ptr<TensorSet> destinations,
+                          std::shared_ptr<PyLoadPlan> plan);
   void finish_weight_update(std::optional<std::string> version) {
     blocking(timeout_s_, [&] { engine_->finish_weight_update(std::move(version)); });
   }
@@ -176,8 +178,22 @@ inline AnyLoadWeights Worker::load_fn(const py::object* load) const {
 }
 
 inline py::dict Worker::update_weights(const py::dict& update_info, py::object load,
-                                       std::shared_ptr<TensorSet> destinations) {
+                                       std::shared_ptr<TensorSet> destinations,
+                                       std::shared_ptr<PyLoadPlan> plan) {
   const UpdateRequest r = engine_->parse_update_info(to_json(update_info, "update_info"));
+  if (plan) {
+    if (destinations || !load.is_none())
+      throw config_error("plan", "a load plan places every tensor: give no load or destinations");
+    if (backend_ != "host")
+      throw config_error("plan", "a LoadPlan runs on the host backend in the Python binding");
+    const LoadPlan* p = &plan->plan();
+    const AnyLoadWeights fn = [p](std::span<const TensorView> v, void*) {
+      p->load(v, HostStream{});
+    };
+    return stats_dict(blocking(timeout_s_, [&] {
+      return engine_->update_weights(r, fn, p->destination_fn());
+    }));
+  }
   AnyDestination dest;
   if (destinations) {
     destinations->require(memory_of(backend_), backend_);
@@ -238,7 +254,8 @@ inline void bind_worker(py::module_& m) {
       .def("init_transfer_engine", &Worker::init_transfer_engine, py::arg("init_info"))
       .def("start_weight_update", &Worker::start_weight_update)
       .def("update_weights", &Worker::update_weights, py::arg("update_info"),
-           py::arg("load") = py::none(), py::arg("destinations") = nullptr)
+           py::arg("load") = py::none(), py::arg("destinations") = nullptr,
+           py::arg("plan") = nullptr)
       .def("finish_weight_update", &Worker::finish_weight_update,
            py::arg("weight_version") = py::none())
       .def("register_parameters", &Worker::register_parameters, py::arg("parameters"),

@@ -298,12 +298,25 @@ class WorkerEngine:
     def start_weight_update(self):
         self._e.start_weight_update()
 
-    def update_weights(self, update_info, load=None, destinations=None):
+    def load_plan(self, update_info, parameters, mapping, ignore_unmapped=False,
+                  require_full_coverage=False):
+        """A model-aware load plan (C++ plan_loading; host backend): ``parameters`` the served
+        tensors (``{name: tensor}``), ``mapping(name, dtype, shape)`` a dict placing a received
+        tensor (``param``, ``dst_row``, ``expert``, ``slice_dim``, ``slice_begin``,
+        ``slice_len``, ``permute_heads``, ``skip``) or None. Checked before any byte moves; pass
+        it to ``update_weights(info, plan=...)``: in-place tensors land in their parameters,
+        the others are gathered (fused, sharded, permuted, cast) into them."""
+        return _core.LoadPlan(dict(update_info), _source(parameters)._set, mapping,
+                              ignore_unmapped, require_full_coverage)
+
+    def update_weights(self, update_info, load=None, destinations=None, plan=None):
         """Receives one update (blocks without the GIL). ``load(weights[, stream])`` gets each
         chunk's tensors as a list of ``(name, tensor)`` over the library's memory (``stream``:
         the CUDA stream they are ready on, as an int; 0 on the host backend). ``destinations``:
         ``{name: tensor}`` (your own parameters: those tensors are written in place and not
         passed to ``load``), or a :class:`Source` of them. Returns the TransferStats dict."""
+        if plan is not None:
+            return self._e.update_weights(dict(update_info), None, None, plan)
         dest = self._destinations(destinations)
         fn = None
         if load is not None:
@@ -312,7 +325,7 @@ class WorkerEngine:
             def fn(views, s):
                 weights = [(v.name, as_framework_tensor(v, kind)) for v in views]
                 return load(weights, s) if stream else load(weights)
-        return self._e.update_weights(dict(update_info), fn, dest)
+        return self._e.update_weights(dict(update_info), fn, dest, None)
 
     receive_weights = update_weights  # vLLM's other name
 
