@@ -60,8 +60,8 @@ def new_group(backend, master_address, master_port, world_size, rank, group_name
         # the store's host, as the tcp:// rendezvous makes it, but without waiting for the other
         # ranks in the constructor: that wait holds the GIL (torch 1.13), and the thread that
         # asks the server to join needs it
-        store = torch.distributed.TCPStore(master_address, int(master_port), world_size, True, timeout,
-                              wait_for_workers=False, multi_tenant=True)
+        store = torch.distributed.TCPStore(master_address, int(master_port), world_size, True,
+                                           timeout, wait_for_workers=False, multi_tenant=True)
     else:
         url = "tcp://%s:%d" % (master_address, int(master_port))
         store, rank, world_size = next(c10d.rendezvous(url, rank, world_size, timeout=timeout))

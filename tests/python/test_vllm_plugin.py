@@ -171,7 +171,8 @@ def test_options_checked(vllm):
     load_general_plugins()
     worker, _ = make_worker(model_tensors(1))
     base = wstest.init_info(free_port())
-    with pytest.raises(ValueError, match=r"Invalid init_info .*weightsync\.chekcsum: unknown option"):
+    with pytest.raises(ValueError,
+                       match=r"Invalid init_info .*weightsync\.chekcsum: unknown option"):
         worker.init_weight_transfer_engine(dict(base, weightsync={"chekcsum": True}))
     with pytest.raises(ValueError, match=r"weightsync\.local_rank: set by vLLM's parallel config"):
         worker.init_weight_transfer_engine(dict(base, weightsync={"local_rank": 1}))

@@ -55,7 +55,8 @@ class State:
 
 
 def digest(t):
-    return hashlib.sha256(t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()).hexdigest()
+    data = t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+    return hashlib.sha256(data).hexdigest()
 
 
 def init_group(body):
@@ -65,7 +66,8 @@ def init_group(body):
         return False, f"Process group with name {name} already exists."
     try:
         State.groups[name] = init_custom_process_group(
-            body.get("backend", "nccl"), "tcp://%s:%d" % (req["master_address"], req["master_port"]),
+            body.get("backend", "nccl"),
+            "tcp://%s:%d" % (req["master_address"], req["master_port"]),
             req["world_size"], req["rank_offset"] + TP_RANK, name)
         return True, "Succeeded to initialize custom process group."
     except Exception as e:  # noqa: BLE001 (SGLang answers it)
@@ -76,7 +78,8 @@ def update(body):
     req = _wire.sglang_update_request(body)
     name = req["group_name"]
     if name not in State.groups:
-        return False, f"Group {name} not in {list(State.groups)}. Please call `init_weights_update_group` first."
+        return False, (f"Group {name} not in {list(State.groups)}. "
+                       "Please call `init_weights_update_group` first.")
     weights, handles = [], []
     for n, d, s in zip(req["names"], req["dtypes"], req["shapes"]):
         w = torch.empty(s, dtype=getattr(torch, d))

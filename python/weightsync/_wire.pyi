@@ -1,0 +1,19 @@
+# SPDX-FileCopyrightText: 2026 weightsync contributors
+# SPDX-License-Identifier: Apache-2.0
+"""Type stubs of weightsync._wire (python/src/wire_module.cpp): vLLM's and SGLang's versioned
+weight-transfer JSON. Versions: "vllm-0.27", "vllm-0.28" (the default), "sglang"; "vllm" and
+"vllm-legacy" too. Errors: weightsync.errors.ConfigError with .field."""
+
+from typing import Any, Dict, Optional, Union
+
+_Json = Union[Dict[str, Any], str, bytes]
+
+default_version: str
+
+def write_init_info(init_info: _Json, version: str = ...) -> Dict[str, Any]: ...
+def read_init_info(init_info: _Json, version: str = ...) -> Dict[str, Any]: ...
+def write_update_info(update_info: _Json, version: str = ...,
+                      init_info: Optional[_Json] = ...) -> Dict[str, Any]: ...
+def read_update_info(update_info: _Json, version: str = ...) -> Dict[str, Any]: ...
+def sglang_init_group_request(body: _Json) -> Dict[str, Any]: ...
+def sglang_update_request(body: _Json) -> Dict[str, Any]: ...
