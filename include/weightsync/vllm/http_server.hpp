@@ -3,16 +3,18 @@
 #pragma once
 
 //! @file
-//! A cpp-httplib server with the limits a control plane needs against slow, idle and oversized
-//! clients (ServerLimits): a fixed pool of worker threads with a bounded queue (a connection that
-//! finds the queue full gets 503 at once), a deadline for the request line and headers (slowloris)
-//! and one for the whole request, read and write timeouts, and bounds on the size and number of
-//! request headers (431). It also reads requests the way curl sends them: a POST without a body
-//! and without Content-Length has an empty body (RFC 9112 6.3, cpp-httplib 0.11 would wait for
-//! the peer to close), and a body sent as application/x-www-form-urlencoded (`curl -d`) reaches
-//! the handler as it came, instead of cpp-httplib's 8 KiB form limit answering 413. A request for
-//! a known path with the wrong method gets 405 with an Allow header (routes added through get() /
-//! post(), or add_vllm_routes).
+//! A cpp-httplib server with the limits a control plane needs against slow, idle, malformed and
+//! oversized clients (ServerLimits). One thread (the front) reads every connection with epoll and
+//! hands only complete requests to a fixed pool of workers with a bounded queue (a complete
+//! request that finds it full gets 503 at once), under per-connection deadlines (the request line
+//! and headers, each wait for the body, the whole request) and a cap on connections (one more
+//! evicts the one that has waited longest for its request); bounds on the size and number of
+//! request headers (431) and on the body (413, before a byte of it is read). It also reads
+//! requests the way curl sends them: a POST without a body and without Content-Length has an
+//! empty body (RFC 9112 6.3, cpp-httplib 0.11 would wait for the peer to close), and a body sent
+//! as application/x-www-form-urlencoded (`curl -d`) reaches the handler as it came, instead of
+//! cpp-httplib's 8 KiB form limit answering 413. A request for a known path with the wrong method
+//! gets 405 with an Allow header (routes added through get() / post(), or add_vllm_routes).
 //!
 //! Every byte sequence gets an answer or a close, never a leak. A request is read whole (head and
 //! body, chunks joined) and checked before cpp-httplib parses it (detail::RequestParser): a
@@ -22,6 +24,23 @@
 //! (\xFF), and every JSON dump of them replaces what is not UTF-8, so none can throw. The socket
 //! belongs to an object that closes it on every path; a route that throws gets a generic 500 and
 //! its message goes to the log (weightsync::log), never to the client.
+//!
+//! Why a hand-written front. cpp-httplib reads a request's line, headers and body in the worker
+//! that then serves it, so N slow clients (slowloris, slow bodies) hold N workers; a longer queue
+//! or a shorter header timeout only moves the wall. Three ways out were weighed:
+//! - Boost.Beast on Boost.Asio (Debian libboost-dev): well kept, asynchronous parsing and I/O,
+//!   but every handler, add_vllm_routes and VllmClient are written against cpp-httplib's
+//!   Request/Response, which Beast would replace, and Beast is heavy to compile (seconds per
+//!   translation unit, against issue 59's compile budget).
+//! - libmicrohttpd (Debian libmicrohttpd-dev): C, event-driven, with connection limits and
+//!   per-connection timeouts built in; but it too replaces cpp-httplib's routing and types under
+//!   every handler, and is one more library for the http component to find and link.
+//! - An epoll front before cpp-httplib (chosen): no new dependency, every handler unchanged; the
+//!   request checks it needs exist anyway (a malformed request must be refused before cpp-httplib
+//!   sees it), so the front adds only reads that never wait, deadlines and a cap (about 250
+//!   lines, detail/http_front.hpp). cpp-httplib parses each complete request from memory.
+//! Left as it was: a worker writes its answer, so a client that never reads a large answer holds
+//! that worker for write_timeout; no TLS.
 //!
 //! cpp-httplib 0.11 (Debian's, a split build) fixes a few limits when its library is compiled:
 //! one header line at most CPPHTTPLIB_HEADER_MAX_LENGTH (8192) bytes, the request line at most
@@ -42,6 +61,7 @@
 
 #include <atomic>
 #include <exception>
+#include <memory>
 #include <map>
 #include <mutex>
 #include <set>
@@ -52,6 +72,7 @@
 #include "weightsync/error.hpp"
 #include "weightsync/log.hpp"
 #include "weightsync/vllm/detail/http_connection.hpp"
+#include "weightsync/vllm/detail/http_front.hpp"
 #include "weightsync/vllm/detail/http_request.hpp"
 #include "weightsync/vllm/server_limits.hpp"
 
@@ -63,7 +84,12 @@ class ControlServer : public httplib::Server {
  public:
   explicit ControlServer(ServerLimits limits = {}) : limits_(limits) {
     new_task_queue = [this] {
-      return new detail::BoundedPool(limits_.threads, limits_.max_queued);
+      auto* f = new detail::Front(limits_, request_limits(), counters_,
+                                  [this](std::shared_ptr<detail::Connection> c) {
+                                    serve(std::move(c));
+                                  });
+      front_ = f;
+      return f;
     };
     set_read_timeout(limits_.read_timeout);
     set_write_timeout(limits_.write_timeout);
@@ -77,11 +103,13 @@ class ControlServer : public httplib::Server {
   ~ControlServer() override = default;
 
   const ServerLimits& limits() const noexcept { return limits_; }
-  //! Connections answered 503 because every worker was busy and the queue full.
-  std::size_t overloaded() const noexcept { return overloaded_.load(); }
+  //! Requests answered 503 because every worker was busy and the queue full.
+  std::size_t overloaded() const noexcept { return counters_.overloaded.load(); }
   //! Requests refused before cpp-httplib read them: malformed (400, 501, 505), too slow (408),
   //! headers over the limits (431), a body over the payload limit (413).
-  std::size_t refused_headers() const noexcept { return refused_headers_.load(); }
+  std::size_t refused_headers() const noexcept { return counters_.refused.load(); }
+  //! Connections dropped at max_connections (the longest waiting for their requests).
+  std::size_t evicted() const noexcept { return counters_.evicted.load(); }
 
   ControlServer& get(const std::string& path, Handler h) {
     note_route("GET", path);
@@ -136,56 +164,36 @@ class ControlServer : public httplib::Server {
   }
 
  private:
+  //! In the accepting thread: the socket goes to the front (which reads it, and closes it).
   bool process_and_close_socket(socket_t sock) override {
-    detail::Connection c(sock, limits_, request_limits());
     try {
-      if (detail::overloaded_connection) {
-        refuse_busy(c);
-      } else {
-        serve(c);
+      if (detail::adopting_connection && front_.load()) {
+        front_.load()->adopt(sock);
+        return true;
       }
     } catch (const std::exception& e) {
-      fail(c, e.what());
-    } catch (...) {
-      fail(c, "an exception that is no std::exception");
+      log(LogLevel::error, weightsync::detail::cat("http: a connection was dropped: ",
+                                                   detail::escaped(e.what(), 4096)));
+      return true;  // (adopt closed it)
     }
-    return true;  // (c closes the socket)
+    ::close(sock);  // (not through the front: cannot happen)
+    return true;
   }
 
-  //! Serves requests on `c` until it closes, idles, is refused or is done.
-  void serve(detail::Connection& c) {
-    using Read = detail::Connection::Read;
-    for (std::size_t n = 0; n < limits_.keep_alive_max_count && is_running(); ++n) {
-      const Read r = c.read_request(n == 0 ? limits_.header_timeout : limits_.keep_alive_timeout);
-      if (r == Read::idle) return;
-      if (r == Read::refused) {
-        ++refused_headers_;
-        return;
-      }
-      detail::RequestStream s(c.socket(), c.request(), limits_.write_timeout, c.written());
+  //! In a worker: serves the complete request `c` holds; then hands `c` back to the front for
+  //! the next one, or lets it close.
+  void serve(std::shared_ptr<detail::Connection> c) {
+    try {
+      detail::RequestStream s(c->socket(), c->request(), limits_.write_timeout, c->written());
       bool closed = false;
-      const bool last = n + 1 == limits_.keep_alive_max_count || !is_running();
+      const bool last = ++c->served_count() >= limits_.keep_alive_max_count || !is_running();
       const bool ok = process_request(s, last, closed, nullptr);
-      c.served();
-      if (!ok || closed) return;
-    }
-  }
-
-  //! In the accepting thread, every worker busy: 503 and close, never waiting.
-  void refuse_busy(detail::Connection& c) {
-    ++overloaded_;
-    detail::send_within(
-        c.socket(),
-        detail::error_response(503,
-                               weightsync::detail::cat("the server is busy: all ", limits_.threads,
-                                                       " workers are serving and ",
-                                                       limits_.max_queued,
-                                                       " connections wait (retry later)"),
-                               ""),
-        std::chrono::milliseconds(0));
-    ::shutdown(c.socket(), SHUT_WR);
-    char tmp[4096];
-    while (::recv(c.socket(), tmp, sizeof tmp, MSG_DONTWAIT) > 0) {
+      c->served();
+      if (ok && !closed && !last) front_.load()->resume(std::move(c));
+    } catch (const std::exception& e) {
+      if (c) fail(*c, e.what());
+    } catch (...) {
+      if (c) fail(*c, "an exception that is no std::exception");
     }
   }
 
@@ -205,9 +213,10 @@ class ControlServer : public httplib::Server {
   }
 
   ServerLimits limits_;
+  detail::FrontCounters counters_;
+  std::atomic<detail::Front*> front_{nullptr};  // (while listening; cpp-httplib's listen owns it)
   mutable std::mutex routes_mu_;
   std::map<std::string, std::set<std::string>> routes_;
-  std::atomic<std::size_t> overloaded_{0}, refused_headers_{0};
 };
 
 }  // namespace weightsync::http

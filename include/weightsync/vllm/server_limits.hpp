@@ -17,10 +17,14 @@ namespace weightsync::http {
 struct ServerLimits {
   //! Worker threads: requests served at once (a transfer's /update_weights holds one each).
   std::size_t threads = 8;
-  //! Connections waiting for a worker; one more gets 503 (Retry-After: 1) at once.
+  //! Complete requests waiting for a worker; one more gets 503 (Retry-After: 1) at once.
   std::size_t max_queued = 64;
-  //! The request line and every header must arrive within this (a slowloris client is dropped
-  //! with 408).
+  //! Connections read at once (each until its request is complete; idle keep-alive ones too).
+  //! One more evicts the one that has waited longest for its request (a slowloris client).
+  //! Keep it below the process's file descriptor limit.
+  std::size_t max_connections = 512;
+  //! The request line and every header must arrive within this, from the first byte (a
+  //! slowloris client is dropped with 408); the first byte of a connection's first request too.
   std::chrono::milliseconds header_timeout{10000};
   //! A whole request, headers and body, must arrive within this.
   std::chrono::milliseconds request_timeout{60000};

@@ -4,8 +4,9 @@
 
 //! @file
 //! ControlServer's parts that touch sockets: a connection that owns its socket (closed on every
-//! path, exceptions included) and reads whole requests under deadlines, the stream cpp-httplib
-//! serves one checked request from, and the bounded worker pool.
+//! path, exceptions included) and reads whole requests without waiting, under deadlines (driven by
+//! the front, http_front.hpp), the stream cpp-httplib serves one checked request from, and the
+//! bounded worker pool.
 
 #if !defined(__has_include) || !__has_include(<httplib.h>)
 #error "<weightsync/vllm/detail/http_connection.hpp> needs cpp-httplib (<httplib.h>)"
@@ -49,14 +50,9 @@ namespace weightsync::http::detail {
 
 using Clock = std::chrono::steady_clock;
 
-//! Set while a connection is handed to ControlServer in the accepting thread because the queue
-//! was full: it is answered 503 without being read.
-inline thread_local bool overloaded_connection = false;
-
-//! A fixed pool of workers with a bounded queue (cpp-httplib's ThreadPool queues without bound).
-//! A job that finds the queue full runs at once in the caller's thread with overloaded_connection
-//! set (ControlServer then answers 503 and closes without blocking).
-class BoundedPool final : public httplib::TaskQueue {
+//! A fixed pool of workers with a bounded queue of jobs (cpp-httplib's ThreadPool queues without
+//! bound): try_enqueue refuses a job when the queue is full.
+class BoundedPool {
  public:
   BoundedPool(std::size_t threads, std::size_t max_queued) : max_queued_(max_queued) {
     for (std::size_t i = 0; i < std::max<std::size_t>(threads, 1); ++i)
@@ -64,25 +60,18 @@ class BoundedPool final : public httplib::TaskQueue {
   }
   BoundedPool(const BoundedPool&) = delete;
   BoundedPool& operator=(const BoundedPool&) = delete;
-  ~BoundedPool() override { shutdown(); }
+  ~BoundedPool() { shutdown(); }
 
-  void enqueue(std::function<void()> fn) override {
-    {
-      std::unique_lock lock(mu_);
-      if (jobs_.size() < max_queued_ && !stop_) {
-        jobs_.push_back(std::move(fn));
-        cv_.notify_one();
-        return;
-      }
-    }
-    overloaded_connection = true;
-    try {
-      fn();
-    } catch (...) {
-    }
-    overloaded_connection = false;
+  //! Queues `fn` (false: the queue is full, or the pool stopped).
+  bool try_enqueue(std::function<void()> fn) {
+    std::unique_lock lock(mu_);
+    if (jobs_.size() >= max_queued_ || stop_) return false;
+    jobs_.push_back(std::move(fn));
+    cv_.notify_one();
+    return true;
   }
-  void shutdown() override {
+  //! Runs what is queued, then joins the workers.
+  void shutdown() {
     {
       std::lock_guard lock(mu_);
       stop_ = true;
@@ -195,27 +184,6 @@ class RequestStream final : public httplib::Stream {
   std::size_t& written_;
 };
 
-//! Half-closes, then reads and discards what the peer still sends (at most `max_bytes`, until it
-//! is silent for `idle` or `total` passes), so that a client still sending its request sees our
-//! answer rather than a reset; then closes.
-inline void linger_close(int sock, std::size_t max_bytes, std::chrono::milliseconds idle,
-                         std::chrono::milliseconds total) noexcept {
-  ::shutdown(sock, SHUT_WR);
-  const auto deadline = Clock::now() + total;
-  char tmp[16384];
-  std::size_t got = 0;
-  while (got < max_bytes) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    if (left.count() <= 0) break;
-    pollfd p{sock, POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(std::min(left, idle).count())) <= 0) break;
-    const ssize_t k = ::recv(sock, tmp, sizeof tmp, MSG_DONTWAIT);
-    if (k <= 0) break;
-    got += static_cast<std::size_t>(k);
-  }
-  ::close(sock);
-}
-
 //! The answer to a refused request: `status` with {"error": why(, "field": field)} and
 //! Connection: close. The JSON dump replaces bytes that are not UTF-8 (it cannot throw).
 inline std::string error_response(int status, const std::string& why, const std::string& field) {
@@ -236,12 +204,14 @@ inline std::string error_response(int status, const std::string& why, const std:
       status == 503 ? "\r\nRetry-After: 1" : "", "\r\n\r\n", body);
 }
 
-//! One accepted connection: owns its socket (closed when it goes, on every path, exceptions
-//! included), the bytes received and not yet served, and how to close: at once, or, once
-//! answered early, after reading what the peer still sends (so it sees the answer, not a reset).
+//! One accepted connection: owns its socket (closed when the last owner lets go, on every path,
+//! exceptions included) and the bytes received and not yet served. It reads without waiting (the
+//! front calls on_readable() when the socket has bytes, expire() past deadline()); once it has
+//! answered a refusal it drains: half-closed, what the peer still sends read and dropped (so the
+//! peer sees the answer rather than a reset), until the peer closes or the drain's deadline.
 class Connection {
  public:
-  enum class Read { request, idle, refused };
+  enum class Step { request, more, refused, closed };
 
   Connection(int sock, const ServerLimits& l, RequestLimits rl) : sock_(sock), l_(l), rl_(rl) {}
   Connection(const Connection&) = delete;
@@ -251,99 +221,127 @@ class Connection {
   int socket() const noexcept { return sock_; }
   //! Bytes of answers sent on the current request (RequestStream counts them).
   std::size_t& written() noexcept { return written_; }
+  //! Requests served on this connection so far.
+  std::size_t& served_count() noexcept { return served_; }
+  //! When the front took the connection (at accept, or back from a worker).
+  Clock::time_point since() const noexcept { return since_; }
 
-  //! Reads until the next request is complete (request()), or the peer stays silent for `idle`
-  //! or closes before a byte of one (idle), or the request is malformed, too large or too slow
-  //! (refused: refusal() says why). Deadlines: header_timeout for the head from its first byte,
-  //! read_timeout for each wait for the body, request_timeout for the whole.
-  Read read_request(std::chrono::milliseconds idle) {
-    using weightsync::detail::cat;
+  //! Starts reading the next request: its first byte must come within `idle`.
+  void begin(std::chrono::milliseconds idle) {
     parser_ = RequestParser(rl_);
     written_ = 0;
-    const auto now0 = Clock::now();
-    Clock::time_point head_deadline{}, request_deadline{};
-    while (true) {
-      const auto p = parser_.parse(buf_);
-      if (p == RequestParser::Progress::done) return Read::request;
-      if (p == RequestParser::Progress::failed) return refuse(parser_.refusal());
-      if (parser_.take_continue())
-        send_within(sock_, "HTTP/1.1 100 Continue\r\n\r\n", l_.write_timeout);
-      const auto now = Clock::now();
-      if (parser_.started() && head_deadline == Clock::time_point{}) {
-        head_deadline = now + l_.header_timeout;
-        request_deadline = now + l_.request_timeout;
-      }
-      const auto deadline = !parser_.started()       ? now0 + idle
-                            : !parser_.head_complete() ? std::min(head_deadline, request_deadline)
-                                                       : std::min(now + l_.read_timeout, request_deadline);
-      const ssize_t k = fill(deadline);
-      if (k > 0) continue;
-      if (!parser_.started()) return Read::idle;
-      if (k < 0)
-        return refuse({400, "the connection closed before the request was complete", "request"});
-      if (!parser_.head_complete())
-        return refuse({408, cat("the request headers did not arrive within ", l_.header_timeout.count(),
-                                " ms (header_timeout)"), "headers"});
-      return refuse({408, cat("the request body did not arrive within ",
-                              deadline == request_deadline ? l_.request_timeout.count() : l_.read_timeout.count(),
-                              deadline == request_deadline ? " ms (request_timeout)" : " ms of silence (read_timeout)"),
-                     "body"});
-    }
+    since_ = last_ = Clock::now();
+    idle_deadline_ = since_ + idle;
+    head_deadline_ = request_deadline_ = Clock::time_point::max();
   }
-  //! The request read_request() completed, as cpp-httplib is given it.
+  //! Reads what the socket holds now (at most 1 MiB a call, never waiting) and parses it.
+  //! request: complete (request()); more: wait for the socket; refused: answered (refusal()),
+  //! now draining; closed: the peer left before a byte of a request (close it).
+  Step on_readable() {
+    if (draining_) return drain() ? Step::closed : Step::more;
+    char tmp[16384];
+    for (std::size_t got = 0; got < (std::size_t{1} << 20);) {
+      const Step s = advance();
+      if (s != Step::more) return s;
+      const ssize_t k = ::recv(sock_, tmp, sizeof tmp, MSG_DONTWAIT);
+      if (k > 0) {
+        buf_.append(tmp, static_cast<std::size_t>(k));
+        got += static_cast<std::size_t>(k);
+        last_ = Clock::now();
+        continue;
+      }
+      if (k < 0 && errno == EINTR) continue;
+      if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Step::more;
+      if (!parser_.started()) return Step::closed;
+      return refuse({400, "the connection closed before the request was complete", "request"});
+    }
+    return Step::more;
+  }
+  //! When more bytes must have come (draining: when the drain ends).
+  Clock::time_point deadline() const noexcept {
+    if (draining_) return drain_deadline_;
+    if (!parser_.started()) return idle_deadline_;
+    if (!parser_.head_complete()) return std::min(head_deadline_, request_deadline_);
+    return std::min(last_ + l_.read_timeout, request_deadline_);
+  }
+  //! deadline() passed: refused (408, answered, draining) when a request had begun, else closed.
+  Step expire() {
+    using weightsync::detail::cat;
+    if (draining_ || !parser_.started()) return Step::closed;
+    if (!parser_.head_complete())
+      return refuse({408, cat("the request headers did not arrive within ",
+                              l_.header_timeout.count(), " ms (header_timeout)"), "headers"});
+    const bool whole = request_deadline_ <= last_ + l_.read_timeout;
+    return refuse({408, cat("the request body did not arrive within ",
+                            whole ? l_.request_timeout.count() : l_.read_timeout.count(),
+                            whole ? " ms (request_timeout)" : " ms of silence (read_timeout)"),
+                   "body"});
+  }
+  //! The request on_readable() completed, as cpp-httplib is given it.
   const std::string& request() const noexcept { return parser_.request(); }
-  //! The refusal read_request() answered.
+  //! The refusal answered.
   const Refusal& refusal() const noexcept { return refusal_; }
   //! Drops the request just served: what follows it is the next one.
   void served() { buf_.erase(0, parser_.consumed()); }
 
-  //! Answers `r` (Connection: close); the connection then lingers before it closes.
-  Read refuse(Refusal r) {
+  //! Answers `r` (Connection: close) and starts draining.
+  Step refuse(Refusal r) {
     refusal_ = std::move(r);
     answer(refusal_.status, refusal_.why, refusal_.field);
-    return Read::refused;
+    return Step::refused;
   }
-  //! Answers `status` with a JSON error and Connection: close, unless an answer to this request
-  //! was begun; the connection then lingers before it closes.
+  //! Answers `status` with a JSON error and Connection: close (once per request, and not after
+  //! an answer was begun; without waiting for a peer that does not read), then drains.
   void answer(int status, const std::string& why, const std::string& field = {}) {
-    if (sock_ < 0 || written_ > 0) return;
-    send_within(sock_, error_response(status, why, field), l_.write_timeout, &written_);
-    // A refused body (413) is read and dropped, up to 64 MiB, so that a client that sends it all
-    // before reading (curl, httplib) gets the answer; otherwise, 64 KiB.
-    linger_ = status == 413 ? (std::size_t{64} << 20) : (std::size_t{64} << 10);
+    if (sock_ < 0 || draining_) return;
+    if (written_ == 0)
+      send_within(sock_, error_response(status, why, field), std::chrono::milliseconds(0),
+                  &written_);
+    ::shutdown(sock_, SHUT_WR);
+    draining_ = true;
+    // A refused body (413) is read and dropped up to 64 MiB, so that a client that sends it all
+    // before reading (curl, httplib) gets the answer; otherwise 64 KiB. At most 1 s of silence.
+    drain_left_ = status == 413 ? (std::size_t{64} << 20) : (std::size_t{64} << 10);
+    drain_deadline_ = Clock::now() + std::chrono::seconds(1);
+    drain_end_ = Clock::now() + std::min<std::chrono::milliseconds>(l_.request_timeout,
+                                                                    std::chrono::seconds(10));
   }
-  //! Closes now (lingering when answered early). Idempotent.
+  bool draining() const noexcept { return draining_; }
+  //! Closes now. Idempotent.
   void close() noexcept {
     if (sock_ < 0) return;
-    if (linger_) {
-      linger_close(sock_, linger_, std::chrono::milliseconds(1000), l_.request_timeout);
-    } else {
-      ::shutdown(sock_, SHUT_RDWR);
-      ::close(sock_);
-    }
+    if (!draining_) ::shutdown(sock_, SHUT_RDWR);
+    ::close(sock_);
     sock_ = -1;
   }
 
  private:
-  //! Appends what arrives before `deadline`: > 0 bytes read, 0 none in time, < 0 closed or error.
-  ssize_t fill(Clock::time_point deadline) {
+  Step advance() {
+    const auto p = parser_.parse(buf_);
+    if (p == RequestParser::Progress::done) return Step::request;
+    if (p == RequestParser::Progress::failed) return refuse(parser_.refusal());
+    if (parser_.take_continue())
+      send_within(sock_, "HTTP/1.1 100 Continue\r\n\r\n", std::chrono::milliseconds(0));
+    if (parser_.started() && head_deadline_ == Clock::time_point::max()) {
+      head_deadline_ = last_ + l_.header_timeout;
+      request_deadline_ = last_ + l_.request_timeout;
+    }
+    return Step::more;
+  }
+  //! Reads and drops what the peer sends while draining: true when the drain is over.
+  bool drain() {
     char tmp[16384];
-    while (true) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      if (left.count() < 0) return 0;
-      pollfd p{sock_, POLLIN, 0};
-      const int rc = ::poll(&p, 1, static_cast<int>(left.count()));
-      if (rc < 0 && errno == EINTR) continue;
-      if (rc == 0) return 0;
-      if (rc < 0) return -1;
+    while (drain_left_ > 0) {
       const ssize_t k = ::recv(sock_, tmp, sizeof tmp, MSG_DONTWAIT);
       if (k > 0) {
-        buf_.append(tmp, static_cast<std::size_t>(k));
-        return k;
+        drain_left_ -= std::min(drain_left_, static_cast<std::size_t>(k));
+        drain_deadline_ = std::min(drain_end_, Clock::now() + std::chrono::seconds(1));
+        continue;
       }
-      if (k < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
-      return -1;
+      if (k < 0 && errno == EINTR) continue;
+      return !(k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
     }
+    return true;
   }
 
   int sock_;
@@ -352,8 +350,10 @@ class Connection {
   std::string buf_;
   RequestParser parser_;
   Refusal refusal_;
-  std::size_t written_ = 0;
-  std::size_t linger_ = 0;
+  std::size_t written_ = 0, served_ = 0, drain_left_ = 0;
+  bool draining_ = false;
+  Clock::time_point since_{}, last_{}, idle_deadline_{}, head_deadline_{}, request_deadline_{},
+      drain_deadline_{}, drain_end_{};
 };
 
 }  // namespace weightsync::http::detail
