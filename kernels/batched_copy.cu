@@ -1,9 +1,9 @@
 // SPDX-FileCopyrightText: 2026 weightsync contributors
 // SPDX-License-Identifier: Apache-2.0
-// Source of the PTX embedded in include/weightsync/cuda/detail/batched_copy_ptx.hpp. Regenerate
-// with kernels/embed_ptx.sh after any change to it or to
+// Source of the PTX embedded in weightsync/cuda/detail/batched_copy_ptx.hpp, which the build
+// writes (nvcc -ptx, cmake/WeightsyncPtx.cmake) and rewrites after any change to it or to
 // include/weightsync/kernels/batched_copy_abi.hpp, the ABI shared with the launcher
-// (<weightsync/cuda/batched_copy.hpp>) (a CTest checks that they agree).
+// (<weightsync/cuda/batched_copy.hpp>).
 //
 // One launch copies up to kMaxCopyDescs (src, dst, bytes) pieces. Work is cut into 64 KiB tiles
 // numbered across all pieces; blocks take tiles grid-stride and find their piece by binary search

@@ -1,10 +1,8 @@
 // SPDX-FileCopyrightText: 2026 weightsync contributors
 // SPDX-License-Identifier: Apache-2.0
-// Source of the PTX embedded in include/weightsync/cuda/detail/delta_ptx.hpp. Regenerate with
-// `bash kernels/embed_ptx.sh nvcc include/weightsync/cuda/detail/delta_ptx.hpp
-// kernels/delta.cu kDeltaPtx` after any change to it, to
-// include/weightsync/delta/format.hpp or to include/weightsync/kernels/delta_abi.hpp (a CTest
-// checks that they agree).
+// Source of the PTX embedded in weightsync/cuda/detail/delta_ptx.hpp, which the build writes
+// (nvcc -ptx, cmake/WeightsyncPtx.cmake) and rewrites after any change to it, to
+// include/weightsync/delta/format.hpp or to include/weightsync/kernels/delta_abi.hpp.
 //
 // The delta codec of include/weightsync/delta/codec.hpp on the GPU: the same blobs, byte for byte
 // (padding zeros included), and the same checks before anything is applied. Buckets of every

@@ -1,10 +1,9 @@
 // SPDX-FileCopyrightText: 2026 weightsync contributors
 // SPDX-License-Identifier: Apache-2.0
-// Source of the PTX embedded in include/weightsync/cuda/detail/digest_ptx.hpp. Regenerate with
-// `bash kernels/embed_ptx.sh nvcc include/weightsync/cuda/detail/digest_ptx.hpp
-// kernels/digest.cu kDigestPtx` after any change to it, to
-// include/weightsync/detail/digest_bits.hpp or to include/weightsync/kernels/digest_abi.hpp (a
-// CTest checks that they agree). digest_abi.hpp is the ABI shared with the launcher
+// Source of the PTX embedded in weightsync/cuda/detail/digest_ptx.hpp, which the build writes
+// (nvcc -ptx, cmake/WeightsyncPtx.cmake) and rewrites after any change to it, to
+// include/weightsync/detail/digest_bits.hpp or to include/weightsync/kernels/digest_abi.hpp.
+// digest_abi.hpp is the ABI shared with the launcher
 // (<weightsync/cuda/digest.hpp>) and the host reference (<weightsync/detail/digest.hpp>, which
 // defines the digest).
 //

@@ -1,25 +1,29 @@
 #!/usr/bin/env bash
 # SPDX-FileCopyrightText: 2026 weightsync contributors
 # SPDX-License-Identifier: Apache-2.0
-# Regenerates include/weightsync/cuda/detail/batched_copy_ptx.hpp from batched_copy.cu, or
-# another kernel's header: bash kernels/embed_ptx.sh [nvcc] [output] [source.cu] [symbol] [arch]
-#   bash kernels/embed_ptx.sh nvcc include/weightsync/cuda/detail/gather_ptx.hpp \
-#        kernels/gather.cu kGatherPtx
-#   bash kernels/embed_ptx.sh nvcc include/weightsync/cuda/detail/fp8_quantize_ptx.hpp \
-#        kernels/fp8_quantize.cu kFp8QuantizePtx compute_89
+# Writes a kernel's PTX header, weightsync/cuda/detail/<name>_ptx.hpp: the build runs it for every
+# kernel (cmake/WeightsyncPtx.cmake, into <build>/generated/include; the headers are not in git).
+#   bash kernels/embed_ptx.sh NVCC OUTPUT [source.cu] [symbol] [arch] [depfile]
+#   bash kernels/embed_ptx.sh nvcc /tmp/gather_ptx.hpp kernels/gather.cu kGatherPtx
+#   bash kernels/embed_ptx.sh nvcc /tmp/fp8_quantize_ptx.hpp kernels/fp8_quantize.cu \
+#        kFp8QuantizePtx compute_89
+# depfile: also write the headers the source includes, as a make rule for OUTPUT (nvcc -MD).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 nvcc=${1:-nvcc}
-out=${2:-$here/../include/weightsync/cuda/detail/batched_copy_ptx.hpp}
+out=${2:?usage: embed_ptx.sh NVCC OUTPUT [source.cu] [symbol] [arch] [depfile]}
 src=${3:-$here/batched_copy.cu}
 sym=${4:-kBatchedCopyPtx}
 arch=${5:-compute_75}
+dep=${6:-}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # compute_75 by default: the oldest architecture nvcc 13 emits (32 KiB kernel parameters need >= sm_70); the driver
 # JIT-compiles it for the GPU at hand (Hopper included) the first time it is loaded. A kernel that needs newer
 # instructions names its architecture (the FP8 kernels: compute_89, for cvt.rn.satfinite.e4m3x2.f32).
-"$nvcc" -ptx -arch="$arch" -O3 -o "$tmp/k.ptx" "$src"
+deps=()
+[ -n "$dep" ] && deps=(-MD -MF "$dep" -MT "$out")
+"$nvcc" -ptx -arch="$arch" -O3 "${deps[@]}" -o "$tmp/k.ptx" "$src"
 {
   echo "// SPDX-FileCopyrightText: 2026 weightsync contributors"
   echo "// SPDX-License-Identifier: Apache-2.0"
@@ -30,5 +34,7 @@ trap 'rm -rf "$tmp"' EXIT
   grep -v '^//' "$tmp/k.ptx" | grep -v '^\s*$'
   echo ")WSPTX\";"
   echo "}  // namespace weightsync::detail"
-} > "$out"
+} > "$tmp/k.hpp"
+mkdir -p "$(dirname "$out")"
+mv "$tmp/k.hpp" "$out"
 echo "wrote $out"

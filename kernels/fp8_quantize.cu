@@ -1,10 +1,9 @@
 // SPDX-FileCopyrightText: 2026 weightsync contributors
 // SPDX-License-Identifier: Apache-2.0
-// Source of the PTX embedded in include/weightsync/cuda/detail/fp8_quantize_ptx.hpp. Regenerate
-// with `bash kernels/embed_ptx.sh nvcc include/weightsync/cuda/detail/fp8_quantize_ptx.hpp
-// kernels/fp8_quantize.cu kFp8QuantizePtx compute_89` after any change to it, to
-// include/weightsync/detail/fp8_bits.hpp or to include/weightsync/kernels/fp8_abi.hpp (a CTest
-// checks that they agree). compute_89: cvt.rn.satfinite.e4m3x2.f32 needs sm_89 or later.
+// Source of the PTX embedded in weightsync/cuda/detail/fp8_quantize_ptx.hpp, which the build
+// writes (nvcc -ptx -arch=compute_89, cmake/WeightsyncPtx.cmake) and rewrites after any change to
+// it, to include/weightsync/detail/fp8_bits.hpp or to include/weightsync/kernels/fp8_abi.hpp.
+// compute_89: cvt.rn.satfinite.e4m3x2.f32 needs sm_89 or later.
 //
 // bfloat16 / float32 -> float8_e4m3fn after the reference in include/weightsync/fp8/quantize.hpp:
 // scale = fp8_scale_bits(amax) (the host's own code), q = x / scale, NaN -> 0x7f, clamp to +-448,

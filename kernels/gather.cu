@@ -1,10 +1,9 @@
 // SPDX-FileCopyrightText: 2026 weightsync contributors
 // SPDX-License-Identifier: Apache-2.0
-// Source of the PTX embedded in include/weightsync/cuda/detail/gather_ptx.hpp. Regenerate with
-// `bash kernels/embed_ptx.sh nvcc include/weightsync/cuda/detail/gather_ptx.hpp
-// kernels/gather.cu kGatherPtx` after any change to it, to
-// include/weightsync/detail/float_bits.hpp or to include/weightsync/kernels/gather_abi.hpp (a
-// CTest checks that they agree). gather_abi.hpp is the ABI shared with the launcher
+// Source of the PTX embedded in weightsync/cuda/detail/gather_ptx.hpp, which the build writes
+// (nvcc -ptx, cmake/WeightsyncPtx.cmake) and rewrites after any change to it, to
+// include/weightsync/detail/float_bits.hpp or to include/weightsync/kernels/gather_abi.hpp.
+// gather_abi.hpp is the ABI shared with the launcher
 // (<weightsync/cuda/gather.hpp>): the parameter block, its limits and the element codes.
 //
 // One launch runs up to kMaxGathers load-planner gathers (weightsync::GatherOp): for each,
