@@ -149,7 +149,10 @@ TEST_CASE(
   CHECK_NOTHROW(ws::detail::listen_tcp("127.0.0.1", *info.master_port));
 }
 
-TEST_CASE("join_servers: a good server joins, and a sync runs", "[e2e][join]") {
+TEST_CASE(
+    "join_servers: a good server joins, a sync runs, and once the trainer leaves the "
+    "worker refuses to start another",
+    "[e2e][join]") {
   ws::WeightTransferEngine engine;
   std::vector<float> got;
   http::RouteHooks hooks;
@@ -186,6 +189,15 @@ TEST_CASE("join_servers: a good server joins, and a sync runs", "[e2e][join]") {
   server.finish_weight_update("step-1");
   CHECK(got == w);
   CHECK(server.weight_version() == "step-1");
+
+  // The trainer leaves cleanly (its goodbye): the worker refuses the next update at its start,
+  // saying why, instead of accepting one that no trainer will ever send.
+  trainer.shutdown();
+  const auto [what, took] = thrown<ws::remote_error>([&] { server.start_weight_update(); });
+  INFO(what);
+  CHECK(what.find("answered 409") != std::string::npos);
+  CHECK(what.find("rank 0 left the transfer group") != std::string::npos);
+  CHECK(took < kAtOnce);
 }
 
 }  // namespace ws_test_join_test

@@ -196,6 +196,9 @@ class Backend {
   //! Throws if a peer is known to be gone or the communicator failed. Non-blocking; never called
   //! during a transfer.
   virtual void check() = 0;
+  //! The first peer that left the group cleanly (a goodbye on the control channel: it shut down,
+  //! and no transfer can complete any more), -1 when none or not known. Non-blocking.
+  virtual int departed_peer() noexcept { return -1; }
   //! Offers `items`: from rank 0, one per entry of `metas`, in order (`shards` nullptr); or, with
   //! a ShardLayout, from each trainer rank 0..trainers-1, one per piece it holds, in declared
   //! order (see sharded_broadcast.hpp). A backend whose transport has no sharded transfers throws

@@ -45,6 +45,13 @@ class CollectiveTransport {
   void check() {
     if constexpr (MonitoredCommunicator<C>) comm_.check();
   }
+  //! The first peer that left cleanly (its goodbye), -1 when none or not known.
+  int departed_peer() noexcept {
+    if constexpr (requires { comm_.departed_peer(); })
+      return comm_.departed_peer();
+    else
+      return -1;
+  }
   void abort(const std::string& why) noexcept {
     if constexpr (MonitoredCommunicator<C>) comm_.abort(why);
   }

@@ -92,6 +92,12 @@ class TransportBackend final : public Backend {
   bool healthy() const noexcept override { return t_ && t_->healthy(); }
   int rank() const noexcept override { return t_ ? t_->rank() : -1; }
   int world_size() const noexcept override { return t_ ? t_->size() : 0; }
+  int departed_peer() noexcept override {
+    if constexpr (requires(T& t) { t.departed_peer(); })
+      return t_ ? t_->departed_peer() : -1;
+    else
+      return -1;
+  }
   void check() override {
     if (!t_) return;
     try {

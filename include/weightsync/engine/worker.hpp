@@ -129,6 +129,10 @@ class WeightTransferEngine {
       throw state_error(
           "the transfer group failed in an earlier update; call init_transfer_engine "
           "again");
+    if (const int r = backend_->departed_peer(); r >= 0)
+      throw state_error(detail::cat("rank ", r,
+                                    " left the transfer group (it shut down); call "
+                                    "init_transfer_engine again"));
     if (opt_.shadow.enabled && !shadow_)
       throw state_error("shadow mode: register_parameters before start_weight_update");
     state_ = State::updating;

@@ -172,6 +172,8 @@ class HostCommunicator {
     if (aborted_) throw state_error("host communicator was aborted: " + abort_reason_);
     control_.check();
   }
+  //! The first peer that left cleanly, -1 when none (ControlChannel::departed_peer).
+  int departed_peer() noexcept { return control_.departed_peer(); }
 
   //! Closes every connection so that each neighbour fails at once; later calls throw state_error.
   void abort(const std::string& reason) noexcept {

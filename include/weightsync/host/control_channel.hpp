@@ -42,6 +42,35 @@ class ControlChannel {
     return true;
   }
 
+  //! The first peer that left cleanly (sent its goodbye), -1 when none: reads a goodbye waiting
+  //! on a connection, and leaves anything else (a close, an abort notice) to check(). A group with
+  //! a departed peer can run no more transfers. Non-blocking; never throws.
+  int departed_peer() noexcept {
+    for (std::size_t r = 0; r < peers_.size(); ++r) {
+      if (!peers_[r] || departed_[r]) continue;
+      pollfd pf{peers_[r].get(), POLLIN, 0};
+      if (::poll(&pf, 1, 0) <= 0) continue;
+      char hdr[detail::kMsgHeaderBytes];
+      const ssize_t k = ::recv(peers_[r].get(), hdr, sizeof hdr, MSG_PEEK | MSG_DONTWAIT);
+      if (k < static_cast<ssize_t>(sizeof hdr)) continue;
+      const auto h = detail::parse_header(hdr);
+      if (h.magic != detail::kWireMagic || h.length > 64 * 1024 ||
+          h.type != static_cast<std::uint16_t>(detail::MsgType::goodbye))
+        continue;
+      try {
+        std::string msg(detail::kMsgHeaderBytes + h.length, '\0');
+        detail::recv_all(peers_[r].get(), msg.data(), msg.size(),
+                         detail::Deadline::after(std::chrono::milliseconds(1000)), "control",
+                         static_cast<int>(r));
+        departed_[r] = true;
+      } catch (...) {
+      }
+    }
+    for (std::size_t r = 0; r < departed_.size(); ++r)
+      if (departed_[r]) return static_cast<int>(r);
+    return -1;
+  }
+
   //! Non-blocking. @throws peer_error when a peer's connection closed without a goodbye,
   //! remote_error when a peer sent an abort notice.
   void check() {

@@ -246,6 +246,8 @@ class NcclCommunicator {
     if (st != ncclSuccess && st != ncclInProgress) fail(st, "asynchronous operation");
     control_.check();
   }
+  //! The first peer that left cleanly, -1 when none (ControlChannel::departed_peer).
+  int departed_peer() noexcept { return control_.departed_peer(); }
 
   //! Tears the communicator down now: pending operations fail on this rank, peers are told over the
   //! control channel. Later calls throw state_error. Never throws, never waits for peers.
