@@ -115,6 +115,10 @@ def _parallel(pc):
                 local_rank=int(getattr(pc, "rank", 0)))
 
 
+def _field_names(cls):
+    return {f.name for f in dataclasses.fields(cls)}
+
+
 def _build():
     """The engine classes, over vLLM's base classes (imports vLLM)."""
     from vllm.distributed.weight_transfer.base import (  # noqa: PLC0415
@@ -166,7 +170,11 @@ def _build():
                 if k not in update_dict:
                     raise ValueError("Invalid update_info for %s: missing %r"
                                      % (type(self).__name__, k))
-            return WeightsyncUpdateInfo(info=dict(update_dict))
+            kw = {}
+            # (the earlier base class's keyword-only field, which its worker reads)
+            if "is_checkpoint_format" in _field_names(WeightsyncUpdateInfo):
+                kw["is_checkpoint_format"] = bool(update_dict.get("is_checkpoint_format", True))
+            return WeightsyncUpdateInfo(info=dict(update_dict), **kw)
 
         def init_transfer_engine(self, init_info):
             if self._engine is not None:
@@ -211,7 +219,13 @@ def _build():
 
                 def load_weights(weights):
                     model.load_weights(weights=weights)
+            # the earlier base class has no start/finish: a round outside a session is one
+            own = not engine.updating()
+            if own:
+                engine.start_weight_update()
             self.last_stats = engine.update_weights(update_info.info, load=load_weights)
+            if own:
+                engine.finish_weight_update()
 
         def finish_weight_update(self):
             engine = self._require()

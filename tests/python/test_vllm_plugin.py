@@ -154,6 +154,8 @@ def test_earlier_base_receive_weights_with_load_weights(vllm):
         vllm_plugin.init_info(base, timeout=TIMEOUT, liveness_interval=0))),
         lambda: trainer.trainer_init(base))
     got = {}
+    typed = eng.parse_update_info(dict(trainer.update_info(tensors), is_checkpoint_format=False))
+    assert typed.info["is_checkpoint_format"] is False
 
     def recv():
         eng.start_weight_update()
@@ -161,6 +163,36 @@ def test_earlier_base_receive_weights_with_load_weights(vllm):
                             lambda ws_: got.update({n: digest(t) for n, t in ws_}))
         eng.finish_weight_update()
     both(recv, lambda: cls.trainer_send_weights(iter(tensors), {"engine": trainer}))
+    assert got == {n: digest(t) for n, t in tensors}
+    eng.shutdown()
+    trainer.shutdown()
+
+
+def test_earlier_base_class(vllm, monkeypatch):
+    """Over the base class of aa1cd96: built from (config, parallel_config), the layout from
+    the parallel config, is_checkpoint_format in the typed update info, the worker's loader."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("vllm_base_aa1cd96",
+                                                  os.path.join(DOUBLES, "vllm_base_aa1cd96.py"))
+    old = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(old)
+    monkeypatch.setitem(sys.modules, "vllm.distributed.weight_transfer.base", old)
+    from weightsync import vllm_plugin
+    cls = vllm_plugin.engine_class()
+    assert issubclass(cls, old.WeightTransferEngine)
+    from vllm.config import ParallelConfig, WeightTransferConfig
+    eng = cls(WeightTransferConfig(backend="weightsync"), ParallelConfig())
+    tensors = model_tensors(5)
+    base = wstest.init_info(free_port())
+    trainer = ws.TrainerEngine(timeout=TIMEOUT)
+    both(lambda: eng.init_transfer_engine(eng.parse_init_info(
+        vllm_plugin.init_info(base, timeout=TIMEOUT, liveness_interval=0))),
+        lambda: trainer.trainer_init(base))
+    typed = eng.parse_update_info(dict(trainer.update_info(tensors), is_checkpoint_format=False))
+    assert typed.is_checkpoint_format is False
+    got = {}
+    both(lambda: eng.receive_weights(typed, lambda w: got.update({n: digest(t) for n, t in w})),
+         lambda: trainer.send_weights(tensors))
     assert got == {n: digest(t) for n, t in tensors}
     eng.shutdown()
     trainer.shutdown()
