@@ -169,15 +169,16 @@ class RequestParser {
         cur_ += chunk_left_ + 2;
         state_ = State::chunk_size;
       }
+      // A line longer than `most` is refused whether it came whole or in pieces (in pieces, once
+      // more than it and its CR wait without the LF).
       const std::size_t e = buf.find("\r\n", cur_);
-      if (e == std::string_view::npos) {
-        const std::size_t most = state_ == State::trailers ? l_.max_header_bytes : 1024;
-        if (buf.size() - cur_ > most)
-          return fail(state_ == State::trailers ? 431 : 400,
-                      cat("a ", state_ == State::trailers ? "trailer" : "chunk size", " line exceeds ", most, " bytes"),
-                      "chunk");
-        return Progress::more;
-      }
+      const std::size_t most = state_ == State::trailers ? l_.max_header_bytes : 1024;
+      if (e == std::string_view::npos ? buf.size() - cur_ > most + 1 : e - cur_ > most)
+        return fail(state_ == State::trailers ? 431 : 400,
+                    cat("a ", state_ == State::trailers ? "trailer" : "chunk size", " line exceeds ",
+                        most, " bytes"),
+                    "chunk");
+      if (e == std::string_view::npos) return Progress::more;
       const std::string_view line = buf.substr(cur_, e - cur_);
       cur_ = e + 2;
       if (state_ == State::trailers) {
