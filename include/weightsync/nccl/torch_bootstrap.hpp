@@ -17,7 +17,7 @@
 //!   communicator lazily, at the group's first collective: the Python ranks reach
 //!   ncclCommInitRank when they call their first `torch.distributed.broadcast`.
 //!
-//! The store protocol parts are host code (<weightsync/host/torch_store_group.hpp>).
+//! The store protocol parts are host code (<weightsync/c10d/store_group.hpp>).
 
 #include "weightsync/config.hpp"
 

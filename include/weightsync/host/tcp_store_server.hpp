@@ -1,9 +1,0 @@
-// SPDX-FileCopyrightText: 2026 weightsync contributors
-// SPDX-License-Identifier: Apache-2.0
-#pragma once
-
-//! @file
-//! @deprecated Moved to <weightsync/c10d/server.hpp>; this forwarding header goes in the next
-//! release.
-
-#include "weightsync/c10d/server.hpp"  // IWYU pragma: export
