@@ -53,7 +53,8 @@ class TcpStoreClient {
   //! within `timeout`. @throws timeout_error("store connect") naming the address when nobody
   //! accepts; timeout_error("store validate") / protocol_error naming the dialect when the peer
   //! does not answer torch 2.x's handshake within validate_timeout; protocol_error when it answers
-  //! PING wrongly (no TCPStore).
+  //! PING wrongly (no TCPStore); peer_error, at once, when the store refused the connection (a
+  //! TcpStoreServer that is full says so; without PING, the first request's answer says so).
   static TcpStoreClient connect(TcpStoreClientOptions o) {
     TcpStoreClient c;
     c.o_ = std::move(o);
@@ -62,6 +63,7 @@ class TcpStoreClient {
     const auto deadline = detail::Deadline::after(c.o_.timeout);
     if (c.o_.wire != TcpStoreWire::torch2 || !c.o_.ping) {
       c.fd_ = detail::connect_tcp(c.o_.host, c.o_.port, deadline, "store connect", 0);
+      c.unanswered_ = true;  // a refusal, if any, comes before the first answer
       if (c.o_.wire == TcpStoreWire::torch2) {
         detail::c10d::Out q;
         q.u8(0).u32(detail::c10d::kValidationMagic);
@@ -332,7 +334,17 @@ class TcpStoreClient {
     });
   }
   void recv(void* p, std::size_t n, const char* what) {
-    guarded([&] { detail::recv_all(fd_.get(), p, n, deadline_, detail::cat("store ", what), 0); });
+    guarded([&] {
+      check_refusal(deadline_);
+      detail::recv_all(fd_.get(), p, n, deadline_, detail::cat("store ", what), 0);
+    });
+  }
+  //! Before a connection's first answer (it opened without PING): a refusal, if that is what came.
+  void check_refusal(detail::Deadline d) {
+    if (!unanswered_) return;
+    const std::string why = detail::c10d::store_refusal(fd_.get(), d);
+    if (!why.empty()) throw detail::c10d::store_refused(where(), why);
+    unanswered_ = d.expired();  // something else came: an answer
   }
   std::string recv_bytes(const char* what, std::size_t max) {
     std::uint64_t n = 0;
@@ -350,7 +362,9 @@ class TcpStoreClient {
   bool recv_or_timeout(std::uint8_t* b, std::chrono::milliseconds t) {
     return guarded([&] {
       try {
-        detail::recv_all(fd_.get(), b, 1, detail::Deadline::after(t), "store WAIT", 0);
+        const auto d = detail::Deadline::after(t);
+        check_refusal(d);
+        detail::recv_all(fd_.get(), b, 1, d, "store WAIT", 0);
         return true;
       } catch (const timeout_error&) {
         return false;
@@ -361,6 +375,7 @@ class TcpStoreClient {
   TcpStoreClientOptions o_;
   detail::Fd fd_;
   detail::Deadline deadline_{};  // the current request's
+  bool unanswered_ = false;      // opened without PING and nothing read yet
 };
 
 }  // namespace weightsync

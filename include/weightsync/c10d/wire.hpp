@@ -101,6 +101,13 @@ namespace detail::c10d {
 
 inline constexpr std::uint32_t kValidationMagic = 0x3C85F7CEu;
 
+//! What TcpStoreServer sends a connection it refuses (the store is full, or out of file
+//! descriptors) before it closes it: this, the reason, a newline. Not torch's: TcpStoreClient
+//! reports it as the store's refusal; a torch client reads it as a wrong answer and fails too.
+//! No reply of the wire starts with it: as a PING answer its first four bytes are a nonce above
+//! every pid, as a length its first eight are over every bound.
+inline constexpr std::string_view kRefusedPrefix = "TCPStore refused this connection: ";
+
 //! The commands, in the order of torch's QueryType (so that a torch >= 2.1 byte is its Cmd).
 enum class Cmd : std::uint8_t {
   validate,

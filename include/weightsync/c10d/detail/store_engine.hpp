@@ -75,6 +75,12 @@ class StoreEngine {
   }
   //! Whether `conn` has a WAIT pending (it may then be silent for as long as the WAIT lasts).
   bool waiting(int conn) const { return conns_.count(conn) != 0 && store_.waiting(conn); }
+  //! Whether `conn` has had a request run other than VALIDATE and PING (a SET, GET, ADD, WAIT...):
+  //! what a rank does, and a flood of idle or PINGing connections does not.
+  bool worked(int conn) const {
+    auto it = conns_.find(conn);
+    return it != conns_.end() && it->second.worked;
+  }
   //! Tests only: called before each request runs; whatever it throws stands for a request that
   //! fails half-way (bad_alloc, say).
   std::function<void(Cmd)> fault_hook;
@@ -117,6 +123,7 @@ class StoreEngine {
     std::string in;
     ScanState scan;
     bool greeted = false;
+    bool worked = false;  // a request other than VALIDATE and PING ran
     TcpStoreWire wire = TcpStoreWire::torch2;
   };
 
@@ -162,6 +169,7 @@ class StoreEngine {
       const std::size_t mark = out.size();
       why = store_.execute(conn, q, out);
       if (!why.empty()) break;
+      c.worked = c.worked || q.cmd != Cmd::ping;
       for (std::size_t i = mark; i < out.size(); ++i)
         if (out[i].conn == conn) replied += out[i].bytes.size();
     }
