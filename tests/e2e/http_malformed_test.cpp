@@ -305,8 +305,8 @@ TEST_CASE("control server: a malformed request gets 400 and its connection close
   }
 }
 
-TEST_CASE("vllm routes: a query parameter that is not UTF-8 is a 400 naming it; a throwing route "
-          "is a generic 500 and the detail goes to the log",
+TEST_CASE("vllm routes: a query parameter that is not UTF-8 is a 400 naming it, and a throwing "
+          "route a generic 500 with the detail in the log",
           "[e2e][http][malformed]") {
   Fixture f;
   Running run(*f.server);

@@ -102,7 +102,7 @@ std::unique_ptr<http::ControlServer> predict_server(const http::ServerLimits& l)
 
 }  // namespace
 
-TEST_CASE("control server: 48 slowloris and 16 slow-body clients hold no worker; probes are "
+TEST_CASE("control server: 48 slowloris and 16 slow-body clients hold no worker, and probes are "
           "answered while they trickle",
           "[e2e][http][slow]") {
   http::ServerLimits l;
