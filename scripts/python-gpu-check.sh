@@ -14,8 +14,13 @@ cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0
 logs=${1:-py-gpu-logs}
 mkdir -p "$logs"
-build=${WEIGHTSYNC_BUILD_DIR:-build/py-gpu}
+build=${WEIGHTSYNC_BUILD_DIR:-build/py-gpu-sys}
 py=$(command -v python3)
+# The extension must link the libstdc++ that Python and torch load: the system compiler's. A
+# toolchain that links its own statically (the GPU machines' CXX=/opt/gcc/bin/g++ does: no
+# libstdc++.so in the module's NEEDED) gives a module that crashes in its first ostringstream
+# beside torch. WS_PY_CXX overrides.
+export CXX=${WS_PY_CXX:-$( [ -x /usr/bin/g++ ] && echo /usr/bin/g++ || echo "${CXX:-g++}")}
 {
   date -u +"%Y-%m-%dT%H:%M:%SZ"
   nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader 2>&1
