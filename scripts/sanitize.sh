@@ -17,7 +17,10 @@ mode=${1:-}
 shift || true
 case "$mode" in
   asan)
-    flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+    # UBSan's vptr check is left out: it opens a descriptor to probe memory, so tests that run the
+    # process out of file descriptors on purpose (the TCPStore's EMFILE drills, whose library
+    # code throws there) got false "invalid vptr" reports (CI, 2026-12-02).
+    flags="-fsanitize=address,undefined -fno-sanitize=vptr -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
     tests='^(unit|e2e)\.'
     export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1:strict_string_checks=1}
     export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
